@@ -1,0 +1,54 @@
+"""The one error type users see: a message that points at their file, line, column or key."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a user's file: 1-based line, 0-based column, optional end column."""
+
+    file: str
+    line: int = 0
+    col: int = 0
+    end_col: int | None = None
+    source_line: str | None = None
+
+    def __str__(self) -> str:
+        if not self.line:
+            return self.file
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+    def caret(self) -> str:
+        """The source line with a caret run under the construct, or '' if unknown."""
+        if self.source_line is None:
+            return ""
+        text = self.source_line.rstrip("\n")
+        width = max(1, (self.end_col or self.col + 1) - self.col)
+        width = min(width, max(1, len(text) - self.col))
+        return f"    {text}\n    {' ' * self.col}^{'~' * (width - 1)}"
+
+
+class KsbuildError(Exception):
+    """An error in the user's input, reported with its location and a hint."""
+
+    def __init__(self, message: str, loc: Location | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        self.hint = hint
+
+    def __str__(self) -> str:
+        head = f"{self.loc}: error: {self.message}" if self.loc else f"error: {self.message}"
+        parts = [head]
+        if self.loc is not None and self.loc.caret():
+            parts.append(self.loc.caret())
+        if self.hint:
+            parts.append(f"  hint: {self.hint}")
+        return "\n".join(parts)
+
+    def at(self, loc: Location | None) -> "KsbuildError":
+        """This error with a location filled in if it had none."""
+        if self.loc is not None or loc is None:
+            return self
+        return KsbuildError(self.message, loc, self.hint)

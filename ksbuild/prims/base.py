@@ -1,0 +1,45 @@
+"""The primitive record: one object holding every rule of a primitive, side by side.
+
+Constructing a `Prim` registers it in `PRIMS`; there is no other registry.
+
+Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of None is zero):
+- type_rule(in_types, **params) -> tuple[Type]
+- eval(*arrays, env=dims, **params) -> tuple[np.ndarray]
+- jvp(b, primals, tangents, **params) -> (outs, out_tangents)
+- transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only)
+- batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
+- emit(ctx, eqn) -> None     writes C++ through the codegen context
+- partial_eval(known_mask, eqn) -> (known_eqns, unknown_eqns, residuals)   control flow only
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+PRIMS: dict[str, "Prim"] = {}
+
+NOT_LINEAR = None
+
+
+@dataclass(frozen=True, eq=False)
+class Prim:
+    """A primitive with all of its rules."""
+
+    name: str
+    type_rule: Callable
+    eval: Callable
+    jvp: Callable
+    batch: Callable
+    emit: Callable
+    transpose: Optional[Callable] = NOT_LINEAR
+    partial_eval: Optional[Callable] = None
+    elementwise: bool = False
+    doc: str = ""
+    opt_outs: tuple[str, ...] = field(default=())
+
+    def __post_init__(self):
+        assert self.name not in PRIMS, f"primitive {self.name} defined twice"
+        PRIMS[self.name] = self
+
+    def __repr__(self) -> str:
+        return f"Prim({self.name})"

@@ -1,0 +1,454 @@
+"""Control flow: `cond` (if/else), `loop` (a scan: carried state plus stacked per-iteration
+values), `call` (another kernel). Their rules recurse into the sub-functions they carry.
+
+cond[then_fn, else_fn](pred, *ops) -> outs
+loop[body, n_consts, n_carry, length, reverse](trip, *consts, *carry, *xs) -> (*carry, *ys)
+    body(k, *consts, *carry, *x_k) -> (*carry, *y_k); k runs 0..trip-1 (downwards if reverse);
+    xs and ys are stacked along axis 0, of size `length` (a literal or symbolic dim).
+call[fn](*args) -> outs
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.builder import Builder, inline
+from ..ir.core import Func, Lit, Var
+from ..ir.types import Type
+from .base import Prim
+from .common import move_batch_rank, zeros
+
+
+def _tr():
+    from .. import transforms
+    from ..transforms import jvp, partial_eval, transpose, vmap
+
+    return transforms, jvp, vmap, partial_eval, transpose
+
+
+def _interp():
+    from ..ir.interp import eval_func
+
+    return eval_func
+
+
+def permuted(f: Func, order_in: list[int], order_out: list[int], name: str | None = None) -> Func:
+    """A Func whose param i is f's param order_in[i] and whose result j is f's result order_out[j]."""
+    b = Builder()
+    params = [Var(f.params[i].type, f.params[i].hint) for i in order_in]
+    args = [None] * len(f.params)
+    for p, i in zip(params, order_in):
+        args[i] = p
+    outs = inline(b, f, args)
+    return b.func(name or f.name, params, [outs[j] for j in order_out])
+
+
+def wrap(name: str, param_types, body) -> Func:
+    """A Func built by body(b, params) -> results."""
+    b = Builder()
+    params = [Var(t) for t in param_types]
+    return b.func(name, params, body(b, params))
+
+
+# ---- cond ------------------------------------------------------------------------------------
+
+def _cond_rule(in_types, then_fn, else_fn):
+    pred, ops = in_types[0], list(in_types[1:])
+    if pred.dtype != "bool" or not pred.is_scalar:
+        raise KsbuildError(f"an if condition must be a bool scalar, got {pred}")
+    if list(then_fn.in_types) != ops or list(else_fn.in_types) != ops:
+        raise KsbuildError("internal: cond operands do not match its branches")
+    if then_fn.out_types != else_fn.out_types:
+        shown = lambda f: ", ".join(map(str, f.out_types))  # noqa: E731
+        raise KsbuildError(f"the branches of this if produce different types: ({shown(then_fn)}) "
+                           f"and ({shown(else_fn)})")
+    return then_fn.out_types
+
+
+def _cond_eval(pred, *ops, then_fn, else_fn, env):
+    return tuple(_interp()(then_fn if bool(pred) else else_fn, list(ops), env))
+
+
+def _cond_jvp(b, primals, tangents, then_fn, else_fn):
+    # the derivative of an if is the derivative of the branch taken
+    _, jvp, *_ = _tr()
+    has_t = [t is not None for t in tangents[1:]]
+    branches = [jvp.jvp_func(f, has_t) for f in (then_fn, else_fn)]
+    ts = [t for t in tangents[1:] if t is not None]
+    outs = b.cond(primals[0], *primals[1:], *ts, then_fn=branches[0], else_fn=branches[1])
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    n = len(then_fn.results)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if t.is_float else None for t in then_fn.out_types]
+
+
+def _cond_batch(b, ins, batched, size, then_fn, else_fn):
+    _, _, vmap, *_ = _tr()
+    pred, ops, op_bt = ins[0], ins[1:], batched[1:]
+    if not batched[0]:
+        # a shared predicate: keep the if, batch both branches alike
+        flags = [any(x) for x in zip(*(vmap.vmap_func(f, op_bt, size)[1] for f in (then_fn, else_fn)))]
+        fs = [vmap.vmap_func(f, op_bt, size, flags)[0] for f in (then_fn, else_fn)]
+        outs = b.bind(PRIMS_COND, [pred, *ops], {"then_fn": fs[0], "else_fn": fs[1]})
+        return outs, flags
+    # a per-lane predicate: run both branches and select (branch-free, vectorizes)
+    res = []
+    for f in (then_fn, else_fn):
+        outs, bts = vmap.vmap_eqns(b, f, ops, op_bt, size)
+        res.append([o if bt else b.broadcast_to(o, shape=(size,) + o.type.shape) for o, bt in zip(outs, bts)])
+    outs = [b.select(move_batch_rank(b, pred, True, t.type.rank - 1), t, e) for t, e in zip(*res)]
+    return outs, [True] * len(outs)
+
+
+def _cond_partial_eval(s, eqn, mask):
+    """Split an if whose operands are partly known into a known if and an unknown if."""
+    _, _, _, pe, _ = _tr()
+    then_fn, else_fn = eqn.params["then_fn"], eqn.params["else_fn"]
+    if not mask[0]:
+        raise KsbuildError("internal: the condition of an if depends on a tangent", eqn.loc)
+    op_known = mask[1:]
+    unknown_out = pe.out_unknown_fixpoint([then_fn, else_fn], op_known)
+    splits = [pe.partial_eval(f, op_known, unknown_out) for f in (then_fn, else_fn)]
+    (tk, tu, _, tn), (ek, eu, _, en) = splits
+    n_known_out = unknown_out.count(False)
+    res_t = [r.type for r in tk.results[n_known_out:]]
+    res_e = [r.type for r in ek.results[n_known_out:]]
+    kin = [t for t, k in zip(then_fn.in_types, op_known) if k]
+
+    def known_branch(f, first):
+        def body(b, ps):
+            outs = inline(b, f, ps)
+            main, res = outs[:n_known_out], outs[n_known_out:]
+            pad_t = res if first else [zeros(t) for t in res_t]
+            pad_e = [zeros(t) for t in res_e] if first else res
+            return main + pad_t + pad_e
+        return wrap(f.name, kin, body)
+
+    kops = [s.read_known(a) for a, k in zip(eqn.ins[1:], op_known) if k]
+    pred = s.read_known(eqn.ins[0])
+    kouts = s.kb.bind(PRIMS_COND, [pred, *kops], {"then_fn": known_branch(tk, True),
+                                                   "else_fn": known_branch(ek, False)})
+    main, rt, re_ = kouts[:n_known_out], kouts[n_known_out:n_known_out + tn], kouts[n_known_out + tn:]
+    uin = [t for t, k in zip(then_fn.in_types, op_known) if not k]
+
+    def unknown_branch(f, first):
+        def body(b, ps):
+            r_t, r_e, ops = ps[:tn], ps[tn:tn + en], ps[tn + en:]
+            return inline(b, f, (r_t if first else r_e) + ops)
+        return wrap(f.name, res_t + res_e + uin, body)
+
+    uops = [s.read_unknown(a) for a, k in zip(eqn.ins[1:], op_known) if not k]
+    upred = s.residual(pred)
+    res_args = [s.residual(r) for r in list(rt) + list(re_)]
+    uouts = s.ub.bind(PRIMS_COND, [upred, *res_args, *uops], {"then_fn": unknown_branch(tu, True),
+                                                             "else_fn": unknown_branch(eu, False)})
+    ki, ui = iter(main), iter(uouts)
+    for v, unk in zip(eqn.outs, unknown_out):
+        if unk:
+            s.unknown[v] = next(ui)
+        else:
+            s.known[v] = next(ki)
+
+
+def _cond_transpose(b, cts, ins, linear, then_fn, else_fn):
+    # the adjoint of an if is the if of the adjoints of its branches
+    *_, tp = _tr()
+    mask = linear[1:]
+    fs = [tp.transpose_func(f, mask) for f in (then_fn, else_fn)]
+    nonlin = [a for a, m in zip(ins[1:], mask) if not m]
+    cts = [c if c is not None else zeros(t) for c, t in zip(cts, then_fn.out_types)]
+    outs = b.bind(PRIMS_COND, [ins[0], *nonlin, *cts], {"then_fn": fs[0], "else_fn": fs[1]})
+    it = iter(outs)
+    return [None] + [next(it) if m else None for m in mask]
+
+
+cond = Prim(
+    name="cond",
+    type_rule=_cond_rule,
+    eval=_cond_eval,
+    jvp=_cond_jvp,
+    batch=_cond_batch,
+    emit=lambda ctx, eqn: ctx.emit_cond(eqn),
+    transpose=_cond_transpose,
+    partial_eval=_cond_partial_eval,
+    doc="if/else: runs then_fn or else_fn on the operands",
+)
+PRIMS_COND = cond
+
+
+# ---- loop ------------------------------------------------------------------------------------
+
+def _loop_parts(ins, n_consts, n_carry):
+    trip, rest = ins[0], list(ins[1:])
+    return trip, rest[:n_consts], rest[n_consts:n_consts + n_carry], rest[n_consts + n_carry:]
+
+
+def _stacked(t: Type, length) -> Type:
+    return Type(t.dtype, (length,) + t.shape)
+
+
+def _loop_rule(in_types, body, n_consts, n_carry, length, reverse):
+    trip, consts, carry, xs = _loop_parts(in_types, n_consts, n_carry)
+    if trip.dtype not in ("i32", "i64") or not trip.is_scalar:
+        raise KsbuildError(f"a loop count must be an integer scalar, got {trip}")
+    slices = [Type(x.dtype, x.shape[1:]) for x in xs]
+    expect = [Type("i64")] + consts + carry + slices
+    if list(body.in_types) != expect:
+        raise KsbuildError("internal: loop operands do not match its body: "
+                           f"{list(map(str, body.in_types))} vs {list(map(str, expect))}")
+    outs = list(body.out_types)
+    if outs[:n_carry] != carry:
+        got = ", ".join(map(str, outs[:n_carry]))
+        raise KsbuildError(f"a loop-carried value changes type inside the loop: "
+                           f"({', '.join(map(str, carry))}) becomes ({got})")
+    return tuple(carry) + tuple(_stacked(t, length) for t in outs[n_carry:])
+
+
+def _loop_eval(trip, *rest, body, n_consts, n_carry, length, reverse, env):
+    consts, carry, xs = list(rest[:n_consts]), list(rest[n_consts:n_consts + n_carry]), rest[n_consts + n_carry:]
+    n = int(trip)
+    ks = range(n - 1, -1, -1) if reverse else range(n)
+    ys: dict[int, list] = {}
+    for k in ks:
+        outs = _interp()(body, [np.int64(k)] + consts + carry + [x[k] for x in xs], env)
+        carry, ys[k] = list(outs[:n_carry]), list(outs[n_carry:])
+    n_ys = len(body.results) - n_carry
+    if n == 0:
+        from ..ir.types import NUMPY_DTYPES, concrete_shape
+        empty = [np.zeros(concrete_shape(_stacked(t, 0), env), NUMPY_DTYPES[t.dtype]) for t in body.out_types[n_carry:]]
+        return tuple(carry) + tuple(empty)
+    stacked = [np.stack([ys[k][j] for k in range(n)]) for j in range(n_ys)]
+    return tuple(carry) + tuple(stacked)
+
+
+def _loop_jvp(b, primals, tangents, body, n_consts, n_carry, length, reverse):
+    # d(loop) = loop of the jvp of the body, tangents carried beside primals
+    _, jvp, *_ = _tr()
+    trip, consts, carry, xs = _loop_parts(primals, n_consts, n_carry)
+    _, tc, tcar, txs = _loop_parts([None] + list(tangents[1:]), n_consts, n_carry)
+    ct = [t is not None for t in tc]
+    xt = [t is not None for t in txs]
+    car = [t is not None for t in tcar]
+    while True:  # a carry has a tangent if it starts with one or the body gives it one
+        jb = jvp.jvp_func(body, [False] + ct + car + xt)
+        touts = jb.results[len(body.results):]
+        float_outs = [i for i, t in enumerate(body.out_types) if t.is_float]
+        new = list(car)
+        for i, r in zip(float_outs, touts):
+            if i < n_carry and not (isinstance(r, Lit) and r.value == 0):
+                new[i] = True
+        if new == car:
+            break
+        car = new
+    nk = 1 + n_consts + n_carry + len(xs)
+    n_tc, n_tcar = sum(ct), sum(car)
+    order_in = ([0] + list(range(1, 1 + n_consts)) + list(range(nk, nk + n_tc))
+                + list(range(1 + n_consts, 1 + n_consts + n_carry)) + list(range(nk + n_tc, nk + n_tc + n_tcar))
+                + list(range(1 + n_consts + n_carry, nk)) + list(range(nk + n_tc + n_tcar, len(jb.params))))
+    nr = len(body.results)
+    tpos = {i: nr + j for j, i in enumerate(float_outs)}
+    order_out = (list(range(n_carry)) + [tpos[i] for i in range(n_carry) if car[i]]
+                 + list(range(n_carry, nr)) + [tpos[i] for i in float_outs if i >= n_carry])
+    nb = permuted(jb, order_in, order_out, f"jvp_{body.name}")
+    tcar_init = [t if t is not None else zeros(c.type) for t, c, m in zip(tcar, carry, car) if m]
+    args = [trip, *consts, *[t for t in tc if t is not None], *carry, *tcar_init, *xs,
+            *[t for t in txs if t is not None]]
+    outs = b.bind(PRIMS_LOOP, args, dict(body=nb, n_consts=n_consts + n_tc, n_carry=n_carry + n_tcar,
+                                           length=length, reverse=reverse))
+    it_c, it_tc = iter(outs[:n_carry]), iter(outs[n_carry:n_carry + n_tcar])
+    ys = outs[n_carry + n_tcar:]
+    n_ys = nr - n_carry
+    prim_outs = list(it_c) + list(ys[:n_ys])
+    yts = iter(ys[n_ys:])
+    touts = [next(it_tc) if m else None for m in car]
+    touts += [next(yts) if t.is_float else None for t in body.out_types[n_carry:]]
+    return prim_outs, touts
+
+
+def _loop_batch(b, ins, batched, size, body, n_consts, n_carry, length, reverse):
+    _, _, vmap, *_ = _tr()
+    if batched[0]:
+        raise KsbuildError("vmap over a loop whose count differs between lanes is not supported yet",
+                           hint="pass the loop count unbatched, e.g. in_axes=(0, None)")
+    trip, consts, carry, xs = _loop_parts(ins, n_consts, n_carry)
+    _, cb, carb, xb = _loop_parts(batched, n_consts, n_carry)
+    xs = [b.transpose(x, perm=(1, 0) + tuple(range(2, x.type.rank))) if bt else x for x, bt in zip(xs, xb)]
+    carb = list(carb)
+    while True:
+        _, obt = vmap.vmap_func(body, [False] + cb + carb + xb, size)
+        new = [c or o for c, o in zip(carb, obt[:n_carry])]
+        if new == carb:
+            break
+        carb = new
+    force = carb + obt[n_carry:]
+    vb, obt = vmap.vmap_func(body, [False] + cb + carb + xb, size, force)
+    carry = [c if bt or not f else b.broadcast_to(c, shape=(size,) + c.type.shape)
+             for c, bt, f in zip(carry, batched[1 + n_consts:1 + n_consts + n_carry], carb)]
+    outs = b.bind(PRIMS_LOOP, [trip, *consts, *carry, *xs],
+                  dict(body=vb, n_consts=n_consts, n_carry=n_carry, length=length, reverse=reverse))
+    ys = [b.transpose(y, perm=(1, 0) + tuple(range(2, y.type.rank))) if bt else y
+          for y, bt in zip(outs[n_carry:], obt[n_carry:])]
+    return list(outs[:n_carry]) + ys, obt
+
+
+def _loop_partial_eval(s, eqn, mask):
+    """Split a loop: the known loop stacks per-iteration residuals, the unknown loop reads them."""
+    _, _, _, pe, _ = _tr()
+    p = eqn.params
+    body, n_consts, n_carry = p["body"], p["n_consts"], p["n_carry"]
+    if not mask[0]:
+        raise KsbuildError("internal: a loop count depends on a tangent", eqn.loc)
+    _, ck, cark, xk = _loop_parts(mask, n_consts, n_carry)
+    body_known = [True] + ck + cark + xk
+    unknown_out = pe.out_unknown_fixpoint([body], body_known, n_carry_from=1 + n_consts, n_carry=n_carry)
+    unknown_out = [u or not k for u, k in zip(unknown_out[:n_carry], cark)] + unknown_out[n_carry:]
+    cark = [not u for u in unknown_out[:n_carry]]
+    body_known = [True] + ck + cark + xk
+    bk, bu, _, nres = pe.partial_eval(body, body_known, unknown_out)
+    n_kout = unknown_out.count(False)
+    kconst_params = bk.params[1:1 + sum(ck)]
+    res = list(bk.results[n_kout:])
+    inv = [r for r in res if r in kconst_params]          # loop-invariant residuals: pass as consts
+    var = [r for r in res if r not in kconst_params]      # per-iteration residuals: stack them
+    if var and p["length"] is None:
+        raise KsbuildError("reverse mode through a loop whose count is only known at run time is not "
+                           "supported yet", eqn.loc,
+                           hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
+    n_kc, n_kcar = sum(ck), sum(cark)
+    order = list(range(len(bk.results)))
+    kbody = permuted(bk, list(range(len(bk.params))),
+                     order[:n_kout] + [n_kout + res.index(r) for r in var], f"{body.name}_fwd")
+    _, consts, carry, xs = _loop_parts(eqn.ins, n_consts, n_carry)
+    kargs = ([s.read_known(eqn.ins[0])] + [s.read_known(a) for a, k in zip(consts, ck) if k]
+             + [s.read_known(a) for a, k in zip(carry, cark) if k] + [s.read_known(a) for a, k in zip(xs, xk) if k])
+    kouts = s.kb.bind(PRIMS_LOOP, kargs, dict(body=kbody, n_consts=n_kc, n_carry=n_kcar,
+                                               length=p["length"], reverse=p["reverse"]))
+    # unknown loop: params (k, inv residuals, unknown consts, unknown carry, unknown xs, residual slices)
+    ucar_types = [t for t, u in zip(body.in_types[1 + n_consts:1 + n_consts + n_carry], unknown_out) if u]
+    uc_types = [t for t, k in zip(body.in_types[1:1 + n_consts], ck) if not k]
+    ux_types = [t for t, k in zip(body.in_types[1 + n_consts + n_carry:], xk) if not k]
+    inv_pos = [kconst_params.index(r) for r in inv]
+
+    def ubody(b, ps):
+        i = 0
+        k = ps[i]; i += 1  # noqa: E702
+        invs = ps[i:i + len(inv)]; i += len(inv)  # noqa: E702
+        ucs = ps[i:i + len(uc_types)]; i += len(uc_types)  # noqa: E702
+        ucar = ps[i:i + len(ucar_types)]; i += len(ucar_types)  # noqa: E702
+        uxs = ps[i:i + len(ux_types)]; i += len(ux_types)  # noqa: E702
+        rsl = ps[i:]
+        rmap = {id(r): a for r, a in zip(inv, invs)} | {id(r): a for r, a in zip(var, rsl)}
+        resid_args = [rmap[id(r)] for r in res]
+        del k
+        return inline(b, bu, resid_args + list(ucs) + list(ucar) + list(uxs))
+
+    kconst_args = [s.read_known(a) for a, k in zip(consts, ck) if k]
+    inv_args = [s.residual(kconst_args[j]) for j in inv_pos]
+    stacked = kouts[n_kout:]
+    ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + uc_types + ucar_types + ux_types
+                   + [r.type for r in var], ubody)
+    ucar_args = []
+    for a, u, k in zip(carry, unknown_out[:n_carry], cark):
+        if u:
+            ucar_args.append(s.read_unknown(a))
+    uargs = ([s.residual(s.read_known(eqn.ins[0]))] + inv_args
+             + [s.read_unknown(a) for a, k in zip(consts, ck) if not k] + ucar_args
+             + [s.read_unknown(a) for a, k in zip(xs, xk) if not k] + [s.residual(r) for r in stacked])
+    uouts = s.ub.bind(PRIMS_LOOP, uargs, dict(body=ubody_f, n_consts=len(inv) + len(uc_types),
+                                              n_carry=len(ucar_types), length=p["length"], reverse=p["reverse"]))
+    ki, ui = iter(kouts), iter(uouts)
+    carry_outs = [(next(ui) if u else next(ki)) for u in unknown_out[:n_carry]]
+    y_outs = [(next(ui) if u else next(ki)) for u in unknown_out[n_carry:]]
+    for v, o, u in zip(eqn.outs, carry_outs + y_outs, unknown_out):
+        (s.unknown if u else s.known)[v] = o
+
+
+def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, reverse):
+    # adjoint of a linear scan: run the loop backwards; the carry cotangent flows back, the
+    # cotangents of linear consts accumulate as extra carries, those of xs come out as ys
+    *_, tp = _tr()
+    trip, consts, carry, xs = _loop_parts(ins, n_consts, n_carry)
+    _, cl, carl, xl = _loop_parts(linear, n_consts, n_carry)
+    if not all(carl):
+        raise KsbuildError("internal: a linear loop has a non-linear carry")
+    n_ys = len(body.results) - n_carry
+    ct_carry = [c if c is not None else zeros(t) for c, t in zip(cts[:n_carry], body.out_types[:n_carry])]
+    ct_ys = [c if c is not None else zeros(t) for c, t in zip(cts[n_carry:], [_stacked(t, length) for t in
+                                                                           body.out_types[n_carry:]])]
+    body_t = tp.transpose_func(body, [False] + cl + carl + xl)
+    # body_t(k, nonlin consts, nonlin x slices, ct carry out, ct y slices) -> (ct lin consts, ct carry, ct lin xs)
+    nl_c_types = [t for t, m in zip(body.in_types[1:1 + n_consts], cl) if not m]
+    lin_c_types = [t for t, m in zip(body.in_types[1:1 + n_consts], cl) if m]
+    nl_x_types = [t for t, m in zip(body.in_types[1 + n_consts + n_carry:], xl) if not m]
+    car_types = list(body.in_types[1 + n_consts:1 + n_consts + n_carry])
+    ys_types = list(body.out_types[n_carry:])
+    n_lc = len(lin_c_types)
+
+    def tbody(bb, ps):
+        k, rest = ps[0], ps[1:]
+        ncs, rest = rest[:len(nl_c_types)], rest[len(nl_c_types):]
+        acc, rest = rest[:n_lc], rest[n_lc:]
+        ctc, rest = rest[:n_carry], rest[n_carry:]
+        nxs, cty = rest[:len(nl_x_types)], rest[len(nl_x_types):]
+        outs = inline(bb, body_t, [k, *ncs, *nxs, *ctc, *cty])
+        lc, cc, lx = outs[:n_lc], outs[n_lc:n_lc + n_carry], outs[n_lc + n_carry:]
+        return [bb.add(a, c) for a, c in zip(acc, lc)] + list(cc) + list(lx)
+
+    tb = wrap(f"{body.name}_T", [Type("i64")] + nl_c_types + lin_c_types + car_types + nl_x_types + ys_types, tbody)
+    nl_consts = [a for a, m in zip(consts, cl) if not m]
+    acc0 = [zeros(t) for t in lin_c_types]
+    nl_xs = [a for a, m in zip(xs, xl) if not m]
+    outs = b.bind(PRIMS_LOOP, [trip, *nl_consts, *acc0, *ct_carry, *nl_xs, *ct_ys],
+                  dict(body=tb, n_consts=len(nl_c_types), n_carry=n_lc + n_carry, length=length,
+                       reverse=not reverse))
+    lc, cc, lx = iter(outs[:n_lc]), iter(outs[n_lc:n_lc + n_carry]), iter(outs[n_lc + n_carry:])
+    del n_ys
+    return ([None] + [next(lc) if m else None for m in cl] + [next(cc) for _ in range(n_carry)]
+            + [next(lx) if m else None for m in xl])
+
+
+loop = Prim(
+    name="loop",
+    type_rule=_loop_rule,
+    eval=_loop_eval,
+    jvp=_loop_jvp,
+    batch=_loop_batch,
+    emit=lambda ctx, eqn: ctx.emit_loop(eqn),
+    transpose=_loop_transpose,
+    partial_eval=_loop_partial_eval,
+    doc="a counted loop with carried state and stacked per-iteration values (a scan)",
+)
+PRIMS_LOOP = loop
+
+
+# ---- call ------------------------------------------------------------------------------------
+
+def _call_rule(in_types, fn):
+    if list(in_types) != list(fn.in_types):
+        want = ", ".join(map(str, fn.in_types))
+        got = ", ".join(map(str, in_types))
+        raise KsbuildError(f"'{fn.name}' takes ({want}) but is called with ({got})")
+    return fn.out_types
+
+
+def _call_jvp(b, primals, tangents, fn):
+    # calls are transformed by transforming the callee inline
+    _, jvp, *_ = _tr()
+    return jvp.jvp_eqns(b, fn, primals, tangents)
+
+
+def _call_batch(b, ins, batched, size, fn):
+    _, _, vmap, *_ = _tr()
+    return vmap.vmap_eqns(b, fn, ins, batched, size)
+
+
+call = Prim(
+    name="call",
+    type_rule=_call_rule,
+    eval=lambda *args, fn, env: tuple(_interp()(fn, list(args), env)),
+    jvp=_call_jvp,
+    batch=_call_batch,
+    emit=lambda ctx, eqn: ctx.emit_call(eqn),
+    doc="a call to another kernel of the same module",
+    opt_outs=("transpose: calls are inlined before linearize",),
+)

@@ -1,0 +1,395 @@
+"""Elementwise primitives: unary math, binary arithmetic, comparisons, logic, select, convert.
+
+All broadcast like numpy. Derivative rules are written as the partial derivatives of the
+scalar function; the factories turn them into jvp (sum of partial * tangent), transpose
+(for the linear ones) and batching rules.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.types import NUMPY_DTYPES, Type
+from .base import Prim
+from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
+
+
+def emit_format(fmt: str) -> Callable:
+    """An emit rule that formats one C++ expression from the operands' element expressions."""
+
+    def emit(ctx, eqn):
+        ctx.assign(eqn.outs[0], fmt.format(*ctx.args(eqn), T=ctx.ctype(eqn.outs[0].type)))
+
+    return emit
+
+
+def batch_elementwise(b, ins, batched, size, prim, **params):
+    """Batching for any elementwise prim: align batched operands, the batch axis stays 0."""
+    out_rank = max(a.type.rank - bt for a, bt in zip(ins, batched))
+    args = [move_batch_rank(b, a, bt, out_rank) for a, bt in zip(ins, batched)]
+    outs = b.bind(prim, args, params)
+    return outs, [True] * len(outs)
+
+
+def _np_out(dtype: str, value) -> tuple:
+    return (np.asarray(value).astype(NUMPY_DTYPES[dtype], copy=False),)
+
+
+def float_type_rule(name: str):
+    def rule(in_types, **_):
+        t = broadcast_types(name, in_types)
+        if not all(x.is_float for x in in_types):
+            raise KsbuildError(f"{name} needs float operands, got {', '.join(map(str, in_types))}")
+        return (t,)
+
+    return rule
+
+
+def numeric_type_rule(name: str):
+    def rule(in_types, **_):
+        if in_types[0].dtype != in_types[-1].dtype:
+            raise KsbuildError(f"{name} needs operands of one dtype, got {in_types[0]} and {in_types[-1]}")
+        if in_types[0].dtype == "bool":
+            raise KsbuildError(f"{name} does not take bool operands")
+        return (broadcast_types(name, in_types),)
+
+    return rule
+
+
+def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False) -> Prim:
+    """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant)."""
+    prim: Prim
+
+    def jvp(b, primals, tangents):
+        (x,), (tx,) = primals, tangents
+        y = b.bind(prim, [x])[0]
+        if tx is None or deriv is None:
+            return [y], [None]
+        return [y], [b.mul(deriv(b, x, y), tx)]
+
+    def ev(x, env=None):
+        return _np_out(_dt(x), fn(x))
+
+    prim = Prim(
+        name=name,
+        type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
+        eval=ev,
+        jvp=jvp,
+        batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
+        emit=emit_format(cpp),
+        elementwise=True,
+        doc=doc,
+    )
+    return prim
+
+
+def _dt(arr: np.ndarray) -> str:
+    return {v: k for k, v in NUMPY_DTYPES.items()}[arr.dtype.type]
+
+
+def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None) -> Prim:
+    """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero."""
+    prim: Prim
+
+    def jvp(b, primals, tangents):
+        x, y = primals
+        z = b.bind(prim, [x, y])[0]
+        if all(t is None for t in tangents) or partials is None:
+            return [z], [None]
+        dx, dy = partials(b, x, y, z)
+        out = None
+        for d, t in ((dx, tangents[0]), (dy, tangents[1])):
+            if t is not None and d is not None:
+                out = add_cts(b, out, t if d == 1 else b.mul(d, t))
+        return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+    prim = Prim(
+        name=name,
+        type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
+        eval=lambda x, y, env=None: _np_out(_dt(x), fn(x, y)),
+        jvp=jvp,
+        batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
+        emit=emit_format(cpp),
+        transpose=transpose,
+        elementwise=True,
+        doc=doc,
+    )
+    return prim
+
+
+# ---- linear arithmetic -------------------------------------------------------------------
+
+def _t_add(b, cts, ins, linear):
+    # z = x + y: x̄ = z̄, ȳ = z̄ (summed over broadcast axes)
+    (ct,) = cts
+    return [unbroadcast(b, ct, a.type) if lin else None for a, lin in zip(ins, linear)]
+
+
+def _t_sub(b, cts, ins, linear):
+    # z = x - y: x̄ = z̄, ȳ = -z̄
+    (ct,) = cts
+    x_ct = unbroadcast(b, ct, ins[0].type) if linear[0] else None
+    y_ct = unbroadcast(b, b.neg(ct), ins[1].type) if linear[1] and ct is not None else None
+    return [x_ct, y_ct]
+
+
+def _t_mul(b, cts, ins, linear):
+    # z = x * y, linear in exactly one operand: x̄ = z̄ * y (or ȳ = z̄ * x)
+    (ct,) = cts
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: mul is not linear in both operands")
+    i = 0 if linear[0] else 1
+    out = [None, None]
+    out[i] = unbroadcast(b, b.mul(ct, ins[1 - i]), ins[i].type)
+    return out
+
+
+def _t_div(b, cts, ins, linear):
+    # z = x / y, linear in x only: x̄ = z̄ / y
+    (ct,) = cts
+    if linear[1]:
+        raise KsbuildError("internal: div is not linear in its denominator")
+    return [unbroadcast(b, b.div(ct, ins[1]), ins[0].type) if ct is not None else None, None]
+
+
+def _t_neg(b, cts, ins, linear):
+    # y = -x: x̄ = -ȳ
+    return [b.neg(cts[0]) if cts[0] is not None else None]
+
+
+def _one(b, x):
+    return b.lit(1, x.type.scalar())
+
+
+add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add)
+sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
+             "x - y", transpose=_t_sub)
+mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul)
+# d(x/y) = dx / y - (x/y) dy / y
+div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
+             lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div)
+neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True)
+object.__setattr__(neg, "transpose", _t_neg)
+
+
+def _trunc_div(x, y):
+    return np.trunc(np.divide(x, y)).astype(x.dtype)
+
+
+# ---- unary math ---------------------------------------------------------------------------
+# each deriv is dy/dx written with the output y where that is cheaper
+exp = unary("exp", np.exp, "std::exp({0})", lambda b, x, y: y, "e^x")  # d e^x = e^x
+log = unary("log", np.log, "std::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log")  # 1/x
+log1p = unary("log1p", np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), x)),
+              "log(1 + x)")  # 1/(1+x)
+expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1")  # e^x
+sqrt = unary("sqrt", np.sqrt, "std::sqrt({0})",
+             lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y), "square root")  # 1/(2 sqrt x)
+tanh = unary("tanh", np.tanh, "std::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
+             "hyperbolic tangent")  # 1 - tanh²
+sin = unary("sin", np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine")  # cos x
+cos = unary("cos", np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine")  # -sin x
+abs_ = unary("abs", np.abs, "ks::abs({0})", lambda b, x, y: b.sign(x), "|x|", numeric=True)  # sign x
+sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True)
+floor = unary("floor", np.floor, "std::floor({0})", None, "round down")
+logistic = unary("logistic", lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})",
+                 lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)")  # y (1 - y)
+atan = unary("atan", np.arctan, "std::atan({0})",
+             lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))), "arctangent")  # 1/(1+x²)
+
+
+def _ipow_rule(in_types, n):
+    if in_types[0].dtype == "bool":
+        raise KsbuildError("integer power does not take bool operands")
+    return (in_types[0],)
+
+
+def _ipow_jvp(b, primals, tangents, n):
+    # d x^n = n x^(n-1) dx
+    (x,), (tx,) = primals, tangents
+    y = b.ipow(x, n=n)
+    if tx is None:
+        return [y], [None]
+    d = b.lit(n, x.type.scalar()) if n == 1 else b.mul(b.lit(n, x.type.scalar()), b.ipow(x, n=n - 1))
+    return [y], [b.mul(d, tx)]
+
+
+ipow = Prim(
+    name="ipow",
+    type_rule=_ipow_rule,
+    eval=lambda x, n, env=None: _np_out(_dt(x), x ** n if n >= 0 else 1 / x ** (-n)),
+    jvp=_ipow_jvp,
+    batch=lambda b, ins, batched, size, n: batch_elementwise(b, ins, batched, size, ipow, n=n),
+    emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], f"ks::ipow<{eqn.params['n']}>({ctx.args(eqn)[0]})"),
+    elementwise=True,
+    doc="x ** n for a literal integer n (repeated multiplication)",
+)
+
+
+def _pow_partials(b, x, y, z):
+    # d x^y = y x^(y-1) dx + log(x) x^y dy
+    return b.mul(y, b.pow(x, b.sub(y, _one(b, y)))), b.mul(b.log(x), z)
+
+
+pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False)
+atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})",
+               lambda b, x, y, z: (b.div(y, r2 := b.add(b.mul(x, x), b.mul(y, y))), b.neg(b.div(x, r2))),
+               "atan2(y, x)", numeric=False)  # ∂/∂a atan2(a,c) = c/(a²+c²), ∂/∂c = -a/(a²+c²)
+
+
+def _max_partials(b, x, y, z):
+    # d max(x, y) = dx where x >= y else dy
+    ge = b.ge(x, y)
+    return b.select(ge, _one(b, x), zeros(x.type.scalar())), b.select(ge, zeros(x.type.scalar()), _one(b, x))
+
+
+def _min_partials(b, x, y, z):
+    # d min(x, y) = dx where x <= y else dy
+    le = b.le(x, y)
+    return b.select(le, _one(b, x), zeros(x.type.scalar())), b.select(le, zeros(x.type.scalar()), _one(b, x))
+
+
+maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y")
+minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y")
+# Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y
+floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
+                  "floor(x / y)")
+mod = binary("mod", np.mod, "ks::mod({0}, {1})",
+             lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y")
+
+
+# ---- comparisons and logic (no tangents: bool outputs) ----------------------------------
+
+def _cmp_rule(name):
+    def rule(in_types, **_):
+        if in_types[0].dtype != in_types[1].dtype:
+            raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
+        return (broadcast_types(name, in_types, "bool"),)
+
+    return rule
+
+
+def _no_tangent_jvp(prim):
+    def jvp(b, primals, tangents, **params):
+        outs = b.bind(prim, primals, params)
+        return list(outs), [None] * len(outs)
+
+    return jvp
+
+
+def predicate(name: str, fn, cpp: str, arity: int, doc: str) -> Prim:
+    """A bool-valued elementwise prim: comparisons and logic have no tangents."""
+    prim: Prim
+
+    def logic_rule(in_types, **_):
+        if any(t.dtype != "bool" for t in in_types):
+            raise KsbuildError(f"'{name}' needs bool operands, got {', '.join(map(str, in_types))}")
+        return (broadcast_types(name, in_types, "bool"),)
+
+    prim = Prim(
+        name=name,
+        type_rule=_cmp_rule(name) if doc.startswith("compare") else logic_rule,
+        eval=lambda *xs, env=None: (np.asarray(fn(*xs)),),
+        jvp=lambda b, primals, tangents: _no_tangent_jvp(prim)(b, primals, tangents),
+        batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
+        emit=emit_format(cpp),
+        elementwise=True,
+        doc=doc,
+        opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
+    )
+    return prim
+
+
+lt = predicate("lt", np.less, "({0} < {1})", 2, "compare x < y")
+le = predicate("le", np.less_equal, "({0} <= {1})", 2, "compare x <= y")
+gt = predicate("gt", np.greater, "({0} > {1})", 2, "compare x > y")
+ge = predicate("ge", np.greater_equal, "({0} >= {1})", 2, "compare x >= y")
+eq = predicate("eq", np.equal, "({0} == {1})", 2, "compare x == y")
+ne = predicate("ne", np.not_equal, "({0} != {1})", 2, "compare x != y")
+and_ = predicate("and", np.logical_and, "({0} && {1})", 2, "logical and")
+or_ = predicate("or", np.logical_or, "({0} || {1})", 2, "logical or")
+not_ = predicate("not", np.logical_not, "(!{0})", 1, "logical not")
+
+
+# ---- select and convert ---------------------------------------------------------------------
+
+def _select_rule(in_types, **_):
+    p, x, y = in_types
+    if p.dtype != "bool":
+        raise KsbuildError(f"select needs a bool condition, got {p}")
+    if x.dtype != y.dtype:
+        raise KsbuildError(f"the two branches have different types: {x} and {y}")
+    return (broadcast_types("select between", in_types, x.dtype),)
+
+
+def _select_jvp(b, primals, tangents):
+    # select(p, x, y) is linear in (x, y): d = select(p, dx, dy)
+    p, x, y = primals
+    z = b.select(p, x, y)
+    tx, ty = tangents[1], tangents[2]
+    if tx is None and ty is None:
+        return [z], [None]
+    tx = tx if tx is not None else zeros(z.type.scalar())
+    ty = ty if ty is not None else zeros(z.type.scalar())
+    return [z], [b.select(p, tx, ty)]
+
+
+def _select_transpose(b, cts, ins, linear):
+    # x̄ = select(p, z̄, 0), ȳ = select(p, 0, z̄)
+    (ct,), (p, x, y) = cts, ins
+    if linear[0]:
+        raise KsbuildError("internal: select is not linear in its condition")
+    if ct is None:
+        return [None, None, None]
+    zero = zeros(ct.type.scalar())
+    x_ct = unbroadcast(b, b.select(p, ct, zero), x.type) if linear[1] else None
+    y_ct = unbroadcast(b, b.select(p, zero, ct), y.type) if linear[2] else None
+    return [None, x_ct, y_ct]
+
+
+select = Prim(
+    name="select",
+    type_rule=_select_rule,
+    eval=lambda p, x, y, env=None: (np.where(p, x, y).astype(x.dtype),),
+    jvp=_select_jvp,
+    batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, select),
+    emit=emit_format("({0} ? {1} : {2})"),
+    transpose=_select_transpose,
+    elementwise=True,
+    doc="p ? x : y elementwise (branch-free)",
+)
+
+
+def _convert_jvp(b, primals, tangents, dtype):
+    # a cast between float types is linear; to or from an integer type there is no tangent
+    (x,), (tx,) = primals, tangents
+    y = b.convert(x, dtype=dtype)
+    if tx is None or dtype not in ("f32", "f64") or not x.type.is_float:
+        return [y], [None]
+    return [y], [b.convert(tx, dtype=dtype)]
+
+
+convert = Prim(
+    name="convert",
+    type_rule=lambda in_types, dtype: (in_types[0].with_dtype(dtype),),
+    eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
+    jvp=_convert_jvp,
+    batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, convert, dtype=dtype),
+    emit=lambda ctx, eqn: ctx.assign(
+        eqn.outs[0], f"static_cast<{ctx.ctype(Type(eqn.params['dtype']))}>({ctx.args(eqn)[0]})"),
+    transpose=lambda b, cts, ins, linear, dtype: [
+        b.convert(cts[0], dtype=ins[0].type.dtype) if cts[0] is not None else None],
+    elementwise=True,
+    doc="cast to another dtype (float→int truncates toward zero)",
+)
+
+
+def _convert_np(x, dtype):
+    target = NUMPY_DTYPES[dtype]
+    if dtype in ("i32", "i64") and x.dtype.kind == "f":
+        return np.trunc(x).astype(target)
+    return np.asarray(x).astype(target)

@@ -1,0 +1,1 @@
+"""Transformations: each is an interpreter over equations that calls one rule per primitive."""

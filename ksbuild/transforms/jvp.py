@@ -1,0 +1,56 @@
+"""jvp: forward-mode differentiation, an interpreter that calls each primitive's jvp rule.
+
+Requires: a verified Func. Guarantees: a Func whose params are the primals followed by one
+tangent per differentiable input, and whose results are the primal results followed by one
+tangent per float result (zeros instantiated). A tangent of None inside is a symbolic zero.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.builder import Builder
+from ..ir.core import Atom, Func, Var
+from ..prims.common import zeros
+
+
+def jvp_eqns(b: Builder, f: Func, primals: Sequence[Atom], tangents: Sequence[Atom | None]):
+    """Append the jvp of f's body to b; return (primal results, tangent results or None)."""
+    env: dict[Var, Atom] = dict(zip(f.params, primals))
+    tenv: dict[Var, Atom | None] = dict(zip(f.params, tangents))
+
+    def read(a: Atom) -> Atom:
+        return env[a] if isinstance(a, Var) else a
+
+    def tread(a: Atom) -> Atom | None:
+        return tenv.get(a) if isinstance(a, Var) else None
+
+    for eqn in f.eqns:
+        ins, tins = [read(a) for a in eqn.ins], [tread(a) for a in eqn.ins]
+        b.loc = eqn.loc
+        if all(t is None for t in tins):
+            outs, touts = b.bind(eqn.prim, ins, dict(eqn.params)), [None] * len(eqn.outs)
+        else:
+            outs, touts = eqn.prim.jvp(b, ins, tins, **eqn.params)
+        for v, o, t in zip(eqn.outs, outs, touts):
+            env[v] = o
+            tenv[v] = t if v.type.is_float else None
+    return [read(r) for r in f.results], [tread(r) for r in f.results]
+
+
+def tangent_mask(types) -> list[bool]:
+    """Which values of these types carry a tangent: the float ones."""
+    return [t.is_float for t in types]
+
+
+def jvp_func(f: Func, has_tangent: Sequence[bool] | None = None, name: str | None = None) -> Func:
+    """The jvp of f: (primals, tangents of inputs with has_tangent) -> (results, tangents of float results)."""
+    has_tangent = list(has_tangent if has_tangent is not None else tangent_mask(f.in_types))
+    b = Builder()
+    primals = [Var(p.type, p.hint) for p in f.params]
+    tparams = [Var(p.type, "d" + (p.hint or "x")) for p, h in zip(f.params, has_tangent) if h]
+    it = iter(tparams)
+    tangents = [next(it) if h else None for h in has_tangent]
+    outs, touts = jvp_eqns(b, f, primals, tangents)
+    tres = [t if t is not None else zeros(o.type) for o, t in zip(outs, touts) if o.type.is_float]
+    names = tuple(f.result_names) + tuple("d" + n for n, o in zip(f.result_names, outs) if o.type.is_float)
+    return b.func(name or f"jvp_{f.name}", primals + tparams, outs + tres, names if f.result_names else ())

@@ -1,0 +1,69 @@
+"""transpose: turn a function linear in some inputs into its adjoint (reverse mode).
+
+Requires: f linear in the params marked in `linear` (every equation touching a linear value
+has a transpose rule). Guarantees: f_T(nonlinear params, one cotangent per result) ->
+one cotangent per linear param (zeros instantiated).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import KsbuildError
+from ..ir.builder import Builder
+from ..ir.core import Atom, Func, Var
+from ..prims.common import add_cts, zeros
+
+
+def transpose_eqns(b: Builder, f: Func, linear: Sequence[bool], nonlin_args: Sequence[Atom],
+                   cts_out: Sequence[Atom | None]) -> list[Atom | None]:
+    """Append the adjoint of f to b; return the cotangents of f's linear params (None = zero)."""
+    env: dict[Var, Atom] = {}
+    it = iter(nonlin_args)
+    lin: set[Var] = set()
+    for p, is_lin in zip(f.params, linear):
+        if is_lin:
+            lin.add(p)
+        else:
+            env[p] = next(it)
+
+    def read(a: Atom) -> Atom:
+        return env.get(a, a) if isinstance(a, Var) else a
+
+    linear_eqns = []
+    for eqn in f.eqns:  # forward: replay what does not depend on linear inputs
+        if any(isinstance(a, Var) and a in lin for a in eqn.ins):
+            linear_eqns.append(eqn)
+            lin.update(eqn.outs)
+        else:
+            b.loc = eqn.loc
+            env.update(zip(eqn.outs, b.bind(eqn.prim, [read(a) for a in eqn.ins], dict(eqn.params))))
+
+    ct: dict[Var, Atom | None] = {}
+    for r, c in zip(f.results, cts_out):
+        if isinstance(r, Var) and r in lin:
+            ct[r] = add_cts(b, ct.get(r), c)
+    for eqn in reversed(linear_eqns):
+        couts = [ct.pop(v, None) for v in eqn.outs]
+        if all(c is None for c in couts):
+            continue
+        if eqn.prim.transpose is None:
+            raise KsbuildError(f"internal: '{eqn.prim.name}' appears in a linear position but is not linear",
+                               eqn.loc)
+        mask = [isinstance(a, Var) and a in lin for a in eqn.ins]
+        b.loc = eqn.loc
+        cins = eqn.prim.transpose(b, couts, [read(a) for a in eqn.ins], mask, **eqn.params)
+        for a, m, c in zip(eqn.ins, mask, cins):
+            if m and c is not None:
+                ct[a] = add_cts(b, ct.get(a), c)
+    return [ct.get(p) for p, is_lin in zip(f.params, linear) if is_lin]
+
+
+def transpose_func(f: Func, linear: Sequence[bool], name: str | None = None) -> Func:
+    """The adjoint of f with respect to its linear params."""
+    b = Builder()
+    nonlin = [Var(p.type, p.hint) for p, is_lin in zip(f.params, linear) if not is_lin]
+    ctp = [Var(r.type, "ct") for r in f.results]
+    cts = transpose_eqns(b, f, linear, nonlin, ctp)
+    lin_params = [p for p, is_lin in zip(f.params, linear) if is_lin]
+    results = [c if c is not None else zeros(p.type) for p, c in zip(lin_params, cts)]
+    return b.func(name or f"transpose_{f.name}", nonlin + ctp, results)

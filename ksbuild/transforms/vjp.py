@@ -1,0 +1,69 @@
+"""vjp and grad: reverse mode as linearize (jvp + partial_eval) then transpose.
+
+Requires: a verified Func. Guarantees: vjp(f)(primals, one cotangent per float result) ->
+one cotangent per float param; grad(f)(primals) -> the same with the cotangent fixed to 1
+(f must have exactly one float scalar result).
+"""
+from __future__ import annotations
+
+from ..errors import KsbuildError
+from ..ir.builder import Builder, inline
+from ..ir.core import Func, Lit, Var
+from .inline_calls import inline_calls
+from .jvp import jvp_func, tangent_mask
+from .partial_eval import partial_eval
+from .transpose import transpose_func
+
+
+def linearize(f: Func):
+    """(forward, linear, n_results, n_res): forward(primals) -> (results, residuals);
+    linear(residuals, tangents) -> tangents of the float results."""
+    f = inline_calls(f)
+    has_t = tangent_mask(f.in_types)
+    jf = jvp_func(f, has_t)
+    n_out, n_t = len(f.results), sum(has_t)
+    n_tout = len(jf.results) - n_out
+    known = [True] * len(f.params) + [False] * n_t
+    fwd, lin, _, n_res = partial_eval(jf, known, [False] * n_out + [True] * n_tout)
+    return fwd, lin, n_out, n_res
+
+
+def vjp_body(b: Builder, f: Func, primals, cts):
+    """Append vjp(f) to b: cotangents of the float params of f."""
+    fwd, lin, n_out, n_res = linearize(f)
+    n_t = len(lin.params) - n_res
+    lin_t = transpose_func(lin, [False] * n_res + [True] * n_t)
+    outs = inline(b, fwd, primals)
+    return inline(b, lin_t, outs[n_out:] + list(cts))
+
+
+def vjp_func(f: Func, name: str | None = None) -> Func:
+    """vjp(f): (primals, cotangent per float result) -> cotangent per float param."""
+    b = Builder()
+    primals = [Var(p.type, p.hint) for p in f.params]
+    cts = [Var(t, f"ct_{n}" if n else "ct") for t, n in zip(f.out_types, _names(f)) if t.is_float]
+    if not cts:
+        raise KsbuildError(f"vjp of '{f.name}': it has no float result to differentiate")
+    res = vjp_body(b, f, primals, cts)
+    return b.func(name or f"vjp_{f.name}", primals + cts, res, _grad_names(f))
+
+
+def grad_func(f: Func, name: str | None = None) -> Func:
+    """grad(f) for f with one float scalar result: (primals) -> d result / d each float param."""
+    outs = f.out_types
+    if len(outs) != 1 or not outs[0].is_float or not outs[0].is_scalar:
+        shown = ", ".join(map(str, outs))
+        raise KsbuildError(f"grad of '{f.name}' needs exactly one float scalar result, it returns ({shown})",
+                           hint="use vjp(...) for functions with several or tensor results")
+    b = Builder()
+    primals = [Var(p.type, p.hint) for p in f.params]
+    res = vjp_body(b, f, primals, [Lit(1, outs[0])])
+    return b.func(name or f"grad_{f.name}", primals, res, _grad_names(f))
+
+
+def _names(f: Func):
+    return f.result_names or ("",) * len(f.results)
+
+
+def _grad_names(f: Func) -> tuple[str, ...]:
+    return tuple(f"d_{p.hint or i}" for i, p in enumerate(f.params) if p.type.is_float)
