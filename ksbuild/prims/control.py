@@ -369,8 +369,7 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
     *_, tp = _tr()
     trip, consts, carry, xs = _loop_parts(ins, n_consts, n_carry)
     _, cl, carl, xl = _loop_parts(linear, n_consts, n_carry)
-    if not all(carl):
-        raise KsbuildError("internal: a linear loop has a non-linear carry")
+    carl = [True] * n_carry  # a carry of a linear loop is linear even when it starts as a literal zero
     n_ys = len(body.results) - n_carry
     ct_carry = [c if c is not None else zeros(t) for c, t in zip(cts[:n_carry], body.out_types[:n_carry])]
     ct_ys = [c if c is not None else zeros(t) for c, t in zip(cts[n_carry:], [_stacked(t, length) for t in

@@ -1,0 +1,1 @@
+"""Frontends: thin visitors that turn user sources into IR functions."""

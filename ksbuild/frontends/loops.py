@@ -1,0 +1,112 @@
+"""`for i in range(...)` loops: a `loop` prim whose carries are the names the body reassigns.
+
+The trip count is computed from start/stop/step; the body gets the iteration number k and
+computes i = start + k * step. Outer values the body reads are captured as loop constants.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..ir.builder import Builder
+from ..ir.core import Lit, Var
+from ..ir.types import Type
+from .scope import Const, Scope
+
+I64 = Type("i64")
+
+
+def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
+    """Compile a for statement into a loop equation and rebind the carried names."""
+    if not isinstance(s.target, ast.Name):
+        raise fc.src.error(s.target, "the loop variable must be a plain name")
+    if s.orelse:
+        raise fc.src.error(s, "for ... else is not supported")
+    start, stop, step = _range_args(fc, b, scope, s.iter)
+    trip, length = _trip_count(fc, b, start, stop, step, s)
+    from .python import _assigned
+    carried = [n for n in sorted(_assigned(s.body)) if n != s.target.id and scope.lookup(n) is not None]
+    init = [scope.lookup(n) for n in carried]
+    types = [_carry_type(fc, v, s) for v in init]
+    for _ in range(3):  # a weak constant carry may need to widen (x = 0 then x = x + 0.5)
+        body, sc, raw = _body(fc, scope, s, carried, types, start, step)
+        widened = [w if isinstance(v, Const) and w is not None else t for t, w, v in zip(types, raw, init)]
+        if widened == types:
+            break
+        types = widened
+    consts = [outer for outer, _ in sc.captured.values()]
+    init_atoms = [fc.as_atom(b, v, t, s) for v, t in zip(init, types)]
+    outs = b.bind(_prim("loop"), [trip, *consts, *init_atoms],
+                  dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
+    for n, o in zip(carried, outs):
+        scope.names[n] = o
+
+
+def _carry_type(fc, v, node) -> Type:
+    if isinstance(v, tuple):
+        raise fc.src.error(node, "a tuple cannot be carried through a loop; unpack it first")
+    from .scope import const_type
+    return const_type(v, fc.float_dtype) if isinstance(v, Const) else v.type
+
+
+def _body(fc, scope: Scope, s: ast.For, carried, types, start, step):
+    from .python import Returned
+
+    bb, sc = Builder(fc.src.loc(s)), scope.child()
+    k = Var(I64, "k")
+    carry_params = [Var(t, n) for n, t in zip(carried, types)]
+    sc.names.update(zip(carried, carry_params))
+    sc.names[s.target.id] = _index(fc, bb, sc, k, start, step)
+    try:
+        fc.block(bb, sc, s.body)
+    except Returned:
+        raise fc.src.error(s, "return inside a for loop is not supported",
+                           hint="carry the result in a variable and return after the loop") from None
+    values = [sc.lookup(n) for n in carried]
+    raw = [None if isinstance(v, (Const, tuple)) else v.type for v in values]
+    outs = [fc.as_atom(bb, v, t, s) for v, t in zip(values, types)]
+    consts = [inner for _, inner in sc.captured.values()]
+    return bb.func("loop_body", [k, *consts, *carry_params], outs), sc, raw
+
+
+def _index(fc, bb: Builder, sc: Scope, k, start, step):
+    """i = start + k * step inside the body (outer start/step values are captured)."""
+    i = k
+    if not (isinstance(step, Const) and step.value == 1):
+        i = bb.mul(i, sc.capture(step) if not isinstance(step, Const) else Lit(step.value, I64))
+    if not (isinstance(start, Const) and start.value == 0):
+        i = bb.add(i, sc.capture(start) if not isinstance(start, Const) else Lit(start.value, I64))
+    return i
+
+
+def _range_args(fc, b: Builder, scope: Scope, it: ast.expr):
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and 1 <= len(it.args) <= 3 and not it.keywords):
+        raise fc.src.error(it, "a for loop must iterate over range(...)", hint="for i in range(n): ...")
+    args = [fc.expr(b, scope, a) for a in it.args]
+    for a, node in zip(args, it.args):
+        if isinstance(a, tuple) or (isinstance(a, Const) and not isinstance(a.value, int)) or \
+                (not isinstance(a, Const) and a.type.dtype not in ("i32", "i64")):
+            raise fc.src.error(node, "range() arguments must be integers")
+    args = [a if isinstance(a, Const) or a.type.dtype == "i64" else b.convert(a, dtype="i64") for a in args]
+    if len(args) == 1:
+        return Const(0), args[0], Const(1)
+    return args[0], args[1], args[2] if len(args) == 3 else Const(1)
+
+
+def _trip_count(fc, b: Builder, start, stop, step, node):
+    """(trip atom, static length or None)."""
+    if not isinstance(step, Const) or step.value == 0:
+        raise fc.src.error(node.iter, "the range step must be a nonzero integer literal")
+    if isinstance(start, Const) and isinstance(stop, Const):
+        n = len(range(start.value, stop.value, step.value))
+        return Lit(n, I64), n
+    s, e = [v if not isinstance(v, Const) else Lit(v.value, I64) for v in (start, stop)]
+    st = step.value
+    span = b.sub(e, s) if st > 0 else b.sub(s, e)
+    n = b.floordiv(b.add(span, Lit(abs(st) - 1, I64)), Lit(abs(st), I64))
+    return b.max(n, Lit(0, I64)), None
+
+
+def _prim(name: str):
+    from ..prims import PRIMS
+    return PRIMS[name]

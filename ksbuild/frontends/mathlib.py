@@ -1,0 +1,213 @@
+"""Operators and library functions the Python frontend accepts, each mapped to core prims.
+
+Weak constants fold in Python; otherwise operands are promoted (torch rules: float wins over
+int, the wider float wins, a Python literal takes the other operand's dtype).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+
+from ..ir.types import Type, promote
+from .scope import Const
+
+UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
+    "exp": ("exp", math.exp), "log": ("log", math.log), "log1p": ("log1p", math.log1p),
+    "expm1": ("expm1", math.expm1), "sqrt": ("sqrt", math.sqrt), "tanh": ("tanh", math.tanh),
+    "sin": ("sin", math.sin), "cos": ("cos", math.cos), "atan": ("atan", math.atan),
+    "fabs": ("abs", abs), "abs": ("abs", abs), "floor": ("floor", math.floor),
+    "sigmoid": ("logistic", lambda x: 1 / (1 + math.exp(-x))),
+}
+MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
+ALIASES = {"arctan": "atan", "absolute": "abs"}
+
+
+def common_type(fc, x, y, node) -> Type:
+    """The dtype two values meet at."""
+    if isinstance(x, Const) and isinstance(y, Const):
+        from .scope import const_type
+        return const_type(Const(x.value + y.value), fc.float_dtype)
+    if isinstance(x, Const) or isinstance(y, Const):
+        c, a = (x, y) if isinstance(x, Const) else (y, x)
+        if isinstance(c.value, float) and not a.type.is_float and not isinstance(c.value, bool):
+            return Type(fc.float_dtype)
+        return a.type.scalar()
+    return Type(promote(x.type.dtype, y.type.dtype))
+
+
+def _arith(prim: str, py):
+    def rule(fc, b, x, y, node):
+        x, y = fc.numeric(x, node), fc.numeric(y, node)
+        if isinstance(x, Const) and isinstance(y, Const):
+            return _fold(fc, py, x, y, node)
+        xa, ya = fc.unify(b, x, y, node)
+        return getattr(b, prim)(xa, ya)
+    return rule
+
+
+def _fold(fc, py, x: Const, y: Const, node):
+    try:
+        return Const(py(x.value, y.value))
+    except (ZeroDivisionError, OverflowError, ValueError) as e:
+        raise fc.src.error(node, f"constant expression fails: {e}") from None
+
+
+def _truediv(fc, b, x, y, node):
+    """x / y is always a float division (Python semantics)."""
+    x, y = fc.numeric(x, node), fc.numeric(y, node)
+    if isinstance(x, Const) and isinstance(y, Const):
+        return _fold(fc, operator.truediv, x, y, node)
+    xa, ya = fc.unify(b, x, y, node)
+    if not xa.type.is_float:
+        ft = fc.float_dtype
+        xa, ya = b.convert(xa, dtype=ft), b.convert(ya, dtype=ft)
+    return b.div(xa, ya)
+
+
+def _pow(fc, b, x, y, node):
+    """x ** n with a small literal integer n is repeated multiplication; otherwise pow."""
+    x, y = fc.numeric(x, node), fc.numeric(y, node)
+    if isinstance(x, Const) and isinstance(y, Const):
+        return _fold(fc, operator.pow, x, y, node)
+    if isinstance(y, Const) and float(y.value).is_integer() and abs(y.value) <= 16 and not isinstance(x, Const):
+        n = int(y.value)
+        if n < 0 and not x.type.is_float:
+            x = b.convert(x, dtype=fc.float_dtype)
+        return b.ipow(x, n=n)
+    if isinstance(y, Const) and y.value == 0.5:
+        return b.sqrt(_as_float(fc, b, x, node))
+    xa, ya = fc.unify(b, x, y, node)
+    if not xa.type.is_float:
+        xa, ya = b.convert(xa, dtype=fc.float_dtype), b.convert(ya, dtype=fc.float_dtype)
+    return b.pow(xa, ya)
+
+
+def _as_float(fc, b, x, node):
+    if isinstance(x, Const):
+        return fc.as_atom(b, Const(float(x.value)), Type(fc.float_dtype), node)
+    return x if x.type.is_float else b.convert(x, dtype=fc.float_dtype)
+
+
+BINOPS = {
+    ast.Add: _arith("add", operator.add), ast.Sub: _arith("sub", operator.sub),
+    ast.Mult: _arith("mul", operator.mul), ast.Div: _truediv,
+    ast.FloorDiv: _arith("floordiv", operator.floordiv), ast.Mod: _arith("mod", operator.mod),
+    ast.Pow: _pow,
+}
+
+
+def _compare(prim: str, py):
+    def rule(fc, b, x, y, node):
+        if isinstance(x, Const) and isinstance(y, Const):
+            return Const(py(x.value, y.value))
+        if isinstance(x, tuple) or isinstance(y, tuple):
+            raise fc.src.error(node, "cannot compare tuples")
+        xa, ya = fc.unify(b, x, y, node)
+        return getattr(b, prim)(xa, ya)
+    return rule
+
+
+CMPOPS = {
+    ast.Lt: _compare("lt", operator.lt), ast.LtE: _compare("le", operator.le),
+    ast.Gt: _compare("gt", operator.gt), ast.GtE: _compare("ge", operator.ge),
+    ast.Eq: _compare("eq", operator.eq), ast.NotEq: _compare("ne", operator.ne),
+}
+
+
+def call_builtin(fc, b, module: str, name: str, args, node):
+    """A call to math.*, torch.* or a Python builtin."""
+    name = ALIASES.get(name, name)
+    fn = LIBRARY.get(name)
+    allowed = {"builtin": BUILTINS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set())
+    if fn is None or name not in allowed:
+        shown = name if module == "builtin" else f"{module}.{name}"
+        raise fc.src.error(node, f"unsupported function '{shown}'",
+                           hint=f"supported: {', '.join(sorted(allowed))}")
+    return fn(fc, b, args, node)
+
+
+def _arity(fc, args, n, node, name):
+    if len(args) not in (n if isinstance(n, tuple) else (n,)):
+        raise fc.src.error(node, f"{name}() takes {n} argument(s), {len(args)} given")
+
+
+def _unary(name):
+    prim, py = UNARY_MATH[name]
+
+    def fn(fc, b, args, node):
+        _arity(fc, args, 1, node, name)
+        (x,) = args
+        x = fc.numeric(x, node)
+        if isinstance(x, Const):
+            return _fold(fc, lambda a, _: py(a), x, Const(0), node)
+        if prim in ("abs",):
+            return b.abs(x)
+        return getattr(b, prim)(_as_float(fc, b, x, node))
+    return fn
+
+
+def _minmax(prim, py):
+    def fn(fc, b, args, node):
+        if len(args) < 2:
+            raise fc.src.error(node, f"{prim}() needs at least two arguments here (no iterables)")
+        out = args[0]
+        for y in args[1:]:
+            out = _arith(prim, py)(fc, b, out, y, node)
+        return out
+    return fn
+
+
+def _cast(dtype_of):
+    def fn(fc, b, args, node):
+        _arity(fc, args, 1, node, "cast")
+        (x,) = args
+        dt = dtype_of(fc)
+        if isinstance(x, Const):
+            return Const(float(x.value) if dt in ("f32", "f64") else int(x.value))
+        return x if x.type.dtype == dt else b.convert(x, dtype=dt)
+    return fn
+
+
+def _pow_call(fc, b, args, node):
+    _arity(fc, args, 2, node, "pow")
+    return _pow(fc, b, args[0], args[1], node)
+
+
+def _atan2(fc, b, args, node):
+    _arity(fc, args, 2, node, "atan2")
+    x, y = [_as_float(fc, b, a, node) if not isinstance(a, Const) else a for a in args]
+    xa, ya = fc.unify(b, x, y, node)
+    return b.atan2(xa, ya)
+
+
+def _where(fc, b, args, node):
+    _arity(fc, args, 3, node, "where")
+    p, x, y = args
+    xa, ya = fc.unify(b, x, y, node)
+    return b.select(fc.as_atom(b, p, Type("bool"), node), xa, ya)
+
+
+def _relu(fc, b, args, node):
+    _arity(fc, args, 1, node, "relu")
+    return _minmax("max", max)(fc, b, [args[0], Const(0.0)], node)
+
+
+def _clamp(fc, b, args, node):
+    _arity(fc, args, 3, node, "clamp")
+    x = _minmax("max", max)(fc, b, [args[0], args[1]], node)
+    return _minmax("min", min)(fc, b, [x, args[2]], node)
+
+
+LIBRARY = {name: _unary(name) for name in UNARY_MATH}
+LIBRARY.update({
+    "max": _minmax("max", max), "min": _minmax("min", min),
+    "maximum": _minmax("max", max), "minimum": _minmax("min", min),
+    "float": _cast(lambda fc: fc.float_dtype), "int": _cast(lambda fc: "i64"),
+    "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp,
+})
+BUILTINS = {"abs", "max", "min", "float", "int", "pow"}
+MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor",
+              "pow", "atan2"}
+TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor",
+               "pow", "atan2", "sigmoid", "maximum", "minimum", "where", "relu", "clamp", "arctan"}

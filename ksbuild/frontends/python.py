@@ -1,0 +1,456 @@
+"""The Python frontend: an AST visitor that accepts only the syntax it lists.
+
+Supported in kernels: annotated `def`, assignment and augmented assignment (also tuple
+unpacking), `+ - * / // % **`, unary minus, comparisons (also chained), `and or not`,
+`if/elif/else` with `return` anywhere, conditional expressions, `math.*`/`torch.*` scalar
+functions, `float()/int()` casts, literals and module-level constants, calls to other
+functions of the same module, `for i in range(...)` with loop-carried values, tuple results.
+Anything else is a KsbuildError at the user's line with a caret and what to use instead.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import KsbuildError, Location
+from ..ir.builder import Builder
+from ..ir.core import Atom, Func, Lit, Var
+from ..ir.types import Type
+from .mathlib import BINOPS, CMPOPS, call_builtin
+from .scope import Const, Scope, Value, const_lit, const_type
+
+SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
+
+
+@dataclass
+class Source:
+    """A parsed user file: its text lines, top-level functions and constants."""
+
+    path: Path
+    lines: list[str]
+    tree: ast.Module
+    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    constants: dict[str, Const] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)  # alias -> "math" | "torch"
+    imported: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, attr)
+
+    def loc(self, node: ast.AST) -> Location:
+        line = getattr(node, "lineno", 0)
+        end = getattr(node, "end_col_offset", None) if getattr(node, "end_lineno", line) == line else None
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return Location(str(self.path), line, getattr(node, "col_offset", 0), end, text)
+
+    def error(self, node: ast.AST, message: str, hint: str | None = None) -> KsbuildError:
+        return KsbuildError(message, self.loc(node), hint)
+
+
+class Returned(Exception):
+    """Internal: raised to unwind a block after a `return`, carrying the returned value."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+
+class KernelCompiler:
+    """Compiles the functions of one source file into IR, one Func per (function, arg types)."""
+
+    def __init__(self, source: Source, float_dtype: str):
+        self.src = source
+        self.float_dtype = float_dtype
+        self.cache: dict[tuple, Func] = {}
+        self.active: list[str] = []
+
+    # ---- entry points ------------------------------------------------------------------------
+
+    def compile(self, name: str, param_types: Sequence[Type] | None = None,
+                result_types: Sequence[Type] | None = None) -> Func:
+        """The IR of top-level function `name`, typed by param_types or by its annotations."""
+        fn = self.src.functions.get(name)
+        if fn is None:
+            raise KsbuildError(f"no function '{name}' in {self.src.path.name}",
+                               Location(str(self.src.path)),
+                               hint=f"defined functions: {', '.join(self.src.functions) or 'none'}")
+        types = list(param_types) if param_types is not None else self.annotated_params(fn)
+        key = (name, tuple(types))
+        if key not in self.cache:
+            self.cache[key] = self.compile_def(fn, types, result_types)
+        return self.cache[key]
+
+    def annotated_params(self, fn: ast.FunctionDef) -> list[Type]:
+        self.check_args(fn)
+        return [self.annotation(a.annotation, a) for a in fn.args.args]
+
+    def check_args(self, fn: ast.FunctionDef) -> None:
+        a = fn.args
+        extra = a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults
+        if extra:
+            raise self.src.error(fn, f"'{fn.name}' uses *args, **kwargs, keyword-only or default arguments",
+                                 hint="kernels take plain positional parameters")
+        if fn.decorator_list:
+            raise self.src.error(fn.decorator_list[0], "decorators are not supported on kernels")
+
+    def annotation(self, node: ast.expr | None, where: ast.AST) -> Type:
+        """The IR type of a parameter or return annotation."""
+        if node is None:
+            raise self.src.error(where, "missing type annotation",
+                                 hint="annotate it (x: float) or give `signature` in the manifest")
+        if isinstance(node, ast.Name) and node.id == "float":
+            return Type(self.float_dtype)
+        if isinstance(node, ast.Name) and node.id in SCALAR_ANNOTATIONS:
+            return Type(SCALAR_ANNOTATIONS[node.id])
+        raise self.src.error(node, f"unsupported annotation '{ast.unparse(node)}'",
+                             hint="use float, int or bool (tensor types go in the manifest `signature`)")
+
+    def result_annotation(self, fn: ast.FunctionDef) -> list[Type] | None:
+        r = fn.returns
+        if r is None:
+            return None
+        if isinstance(r, ast.Subscript) and isinstance(r.value, ast.Name) and r.value.id in ("tuple", "Tuple"):
+            elts = r.slice.elts if isinstance(r.slice, ast.Tuple) else [r.slice]
+            return [self.annotation(e, e) for e in elts]
+        return [self.annotation(r, r)]
+
+    # ---- functions ---------------------------------------------------------------------------
+
+    def compile_def(self, fn: ast.FunctionDef, types: Sequence[Type], result_types) -> Func:
+        self.check_args(fn)
+        if fn.name in self.active:
+            raise self.src.error(fn, f"'{fn.name}' calls itself (recursion is not supported)",
+                                 hint="write the recursion as a for loop")
+        if len(types) != len(fn.args.args):
+            raise self.src.error(fn, f"'{fn.name}' has {len(fn.args.args)} parameters but the signature "
+                                     f"gives {len(types)}")
+        self.active.append(fn.name)
+        try:
+            b = Builder(self.src.loc(fn))
+            params = [Var(t, a.arg) for t, a in zip(types, fn.args.args)]
+            scope = Scope({a.arg: p for a, p in zip(fn.args.args, params)})
+            value = self.run_body(b, scope, fn.body, fn)
+            want = result_types or self.result_annotation(fn)
+            results = self.finish_results(b, value, want, fn)
+        finally:
+            self.active.pop()
+        return b.func(fn.name, params, results)
+
+    def run_body(self, b: Builder, scope: Scope, body: list[ast.stmt], where: ast.AST) -> Value:
+        """Compile statements that must end in a return; the returned value."""
+        try:
+            self.block(b, scope, body)
+        except Returned as r:
+            return r.value
+        raise self.src.error(where, "this function can end without returning a value",
+                             hint="make every path end in `return`")
+
+    def finish_results(self, b: Builder, value: Value, want: list[Type] | None, where) -> list[Atom]:
+        values = list(value) if isinstance(value, tuple) else [value]
+        if want is not None and len(want) != len(values):
+            raise self.src.error(where, f"returns {len(values)} values but is annotated with {len(want)}")
+        types = want or [None] * len(values)
+        return [self.as_atom(b, v, t, where) for v, t in zip(values, types)]
+
+    def as_atom(self, b: Builder, v: Value, t: Type | None, where: ast.AST) -> Atom:
+        """v as an atom of type t (weak constants take t; floats and ints convert)."""
+        if isinstance(v, tuple):
+            raise self.src.error(where, "a tuple cannot be used as a single value")
+        if isinstance(v, Const):
+            return const_lit(v, t or const_type(v, self.float_dtype))
+        if t is None or v.type == t:
+            return v
+        if v.type.shape != t.shape or "bool" in (v.type.dtype, t.dtype):
+            raise self.src.error(where, f"expected {t}, got {v.type}")
+        return b.convert(v, dtype=t.dtype)
+
+    # ---- statements --------------------------------------------------------------------------
+
+    def block(self, b: Builder, scope: Scope, stmts: list[ast.stmt]) -> None:
+        """Compile a statement list; raises Returned at a return."""
+        for i, stmt in enumerate(stmts):
+            b.loc = self.src.loc(stmt)
+            if isinstance(stmt, ast.If) and _returns(stmt):
+                self.if_returning(b, scope, stmt, stmts[i + 1:])
+            self.statement(b, scope, stmt)
+
+    def statement(self, b: Builder, scope: Scope, s: ast.stmt) -> None:
+        if isinstance(s, ast.Return):
+            if s.value is None:
+                raise self.src.error(s, "a kernel must return a value")
+            raise Returned(self.expr(b, scope, s.value))
+        if isinstance(s, ast.Assign):
+            value = self.expr(b, scope, s.value)
+            for target in s.targets:
+                self.assign(scope, target, value)
+        elif isinstance(s, ast.AnnAssign) and s.value is not None:
+            self.assign(scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
+                                                       self.annotation(s.annotation, s), s))
+        elif isinstance(s, ast.AugAssign):
+            if not isinstance(s.target, ast.Name):
+                raise self.src.error(s.target, "augmented assignment only to a plain name")
+            current = self.name(scope, s.target)
+            self.assign(scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
+        elif isinstance(s, ast.If):
+            self.if_statement(b, scope, s)
+        elif isinstance(s, ast.For):
+            from .loops import for_loop
+            for_loop(self, b, scope, s)
+        elif isinstance(s, ast.Pass) or _is_docstring(s):
+            pass
+        else:
+            raise self.unsupported(s)
+
+    def unsupported(self, node: ast.AST) -> KsbuildError:
+        kind = type(node).__name__
+        hints = {
+            "While": ("while loop", "use `for i in range(n)` with a bound"),
+            "Break": ("break", "loops run their full range; carry a flag and use `if`"),
+            "Continue": ("continue", "wrap the rest of the loop body in `if`"),
+            "With": ("with statement", None),
+            "Try": ("try/except", "kernels cannot raise; check values with `if`"),
+            "Raise": ("raise", "kernels cannot raise"),
+            "FunctionDef": ("nested function", "define helpers at module level"),
+            "Lambda": ("lambda", "define a module-level function"),
+            "Assert": ("assert", None),
+            "Global": ("global", None),
+            "Import": ("import inside a kernel", "import at module level"),
+        }
+        what, hint = hints.get(kind, (f"'{kind}' statement" if isinstance(node, ast.stmt) else f"'{kind}'", None))
+        return self.src.error(node, f"unsupported syntax: {what}", hint=hint or "see the supported subset in the README")
+
+    def assign(self, scope: Scope, target: ast.expr, value: Value) -> None:
+        if isinstance(target, ast.Name):
+            scope.names[target.id] = value
+        elif isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+            if not isinstance(value, tuple) or len(value) != len(target.elts):
+                n = len(value) if isinstance(value, tuple) else 1
+                raise self.src.error(target, f"cannot unpack {n} value(s) into {len(target.elts)} names")
+            for t, v in zip(target.elts, value):
+                scope.names[t.id] = v
+        else:
+            raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
+                                 hint="assign to a name or a tuple of names")
+
+    # ---- if ------------------------------------------------------------------------------------
+
+    def if_statement(self, b: Builder, scope: Scope, s: ast.If) -> None:
+        """An if without return: a cond whose results are the names either branch assigns."""
+        test = self.expr(b, scope, s.test)
+        if isinstance(test, Const):
+            self.block(b, scope, s.body if test.value else s.orelse)
+            return
+        pred = self.condition(b, test, s.test)
+        names = sorted(_assigned(s.body) | _assigned(s.orelse))
+        names = [n for n in names if scope.lookup(n) is not None or (n in _assigned(s.body) and n in _assigned(s.orelse))]
+        outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s, continuation=[])
+        for n, v in zip(names, outs):
+            scope.names[n] = v
+
+    def if_returning(self, b: Builder, scope: Scope, s: ast.If, rest: list[ast.stmt]) -> None:
+        """An if with a return inside: both branches continue with the rest of the block."""
+        test = self.expr(b, scope, s.test)
+        if isinstance(test, Const):
+            self.block(b, scope, (s.body if test.value else s.orelse) + rest)
+            raise self.src.error(s, "this code path does not return")
+        pred = self.condition(b, test, s.test)
+        outs = self.branches(b, scope, pred, [s.body + rest, s.orelse + rest], None, s, continuation=rest)
+        raise Returned(outs[0] if len(outs) == 1 else tuple(outs))
+
+    def condition(self, b: Builder, test: Value, node: ast.expr) -> Atom:
+        if isinstance(test, tuple) or test.type.dtype != "bool" or not test.type.is_scalar:
+            shown = "a tuple" if isinstance(test, tuple) else str(test.type)
+            raise self.src.error(node, f"an if condition must be a bool scalar, got {shown}",
+                                 hint="compare explicitly, e.g. `if x != 0:`")
+        return test
+
+    def branches(self, b: Builder, scope: Scope, pred: Atom, bodies, names, node, continuation) -> list[Value]:
+        """Compile two closed branch functions and bind a cond; the values it produces."""
+        from .branches import compile_branches
+        return compile_branches(self, b, scope, pred, bodies, names, node)
+
+    # ---- expressions ---------------------------------------------------------------------------
+
+    def expr(self, b: Builder, scope: Scope, e: ast.expr) -> Value:
+        b.loc = self.src.loc(e)
+        method = getattr(self, "expr_" + type(e).__name__, None)
+        if method is None:
+            raise self.src.error(e, f"unsupported expression: {_describe(e)}",
+                                 hint="see the supported subset in the README")
+        return method(b, scope, e)
+
+    def expr_Constant(self, b, scope, e: ast.Constant) -> Value:
+        if isinstance(e.value, (bool, int, float)):
+            return Const(e.value)
+        raise self.src.error(e, f"unsupported constant {e.value!r}", hint="only numbers and True/False")
+
+    def expr_Name(self, b, scope, e: ast.Name) -> Value:
+        return self.name(scope, e)
+
+    def name(self, scope: Scope, e: ast.Name) -> Value:
+        v = scope.lookup(e.id)
+        if v is None:
+            v = self.src.constants.get(e.id)
+        if v is None:
+            raise self.src.error(e, f"name '{e.id}' is not defined here",
+                                 hint="assign it before use (names assigned only in one branch of an if, "
+                                      "or only inside a loop, are not visible after it)")
+        return v
+
+    def expr_Tuple(self, b, scope, e: ast.Tuple) -> Value:
+        return tuple(self.expr(b, scope, x) for x in e.elts)
+
+    def expr_BinOp(self, b, scope, e: ast.BinOp) -> Value:
+        return self.binop(b, e.op, self.expr(b, scope, e.left), self.expr(b, scope, e.right), e)
+
+    def binop(self, b: Builder, op: ast.operator, x: Value, y: Value, node: ast.AST) -> Value:
+        rule = BINOPS.get(type(op))
+        if rule is None:
+            raise self.src.error(node, f"unsupported operator '{_op_symbol(op)}'")
+        return rule(self, b, x, y, node)
+
+    def expr_UnaryOp(self, b, scope, e: ast.UnaryOp) -> Value:
+        x = self.expr(b, scope, e.operand)
+        if isinstance(e.op, ast.UAdd):
+            return x
+        if isinstance(e.op, ast.USub):
+            return Const(-x.value) if isinstance(x, Const) else b.neg(self.numeric(x, e))
+        if isinstance(e.op, ast.Not):
+            return Const(not x.value) if isinstance(x, Const) else b.bind(_prim("not"), [self.boolean(x, e)])[0]
+        raise self.src.error(e, "unsupported unary operator '~'", hint="use `not` on bool values")
+
+    def expr_BoolOp(self, b, scope, e: ast.BoolOp) -> Value:
+        vals = [self.expr(b, scope, v) for v in e.values]
+        name = "and" if isinstance(e.op, ast.And) else "or"
+        out = vals[0]
+        for v in vals[1:]:
+            out = self.logic(b, name, out, v, e)
+        return out
+
+    def logic(self, b: Builder, name: str, x: Value, y: Value, node) -> Value:
+        if isinstance(x, Const) and isinstance(y, Const):
+            return Const(bool(x.value and y.value) if name == "and" else bool(x.value or y.value))
+        xs = [self.as_atom(b, self.boolean(v, node), Type("bool"), node) for v in (x, y)]
+        return b.bind(_prim(name), xs)[0]
+
+    def expr_Compare(self, b, scope, e: ast.Compare) -> Value:
+        left = self.expr(b, scope, e.left)
+        out: Value | None = None
+        for op, right_node in zip(e.ops, e.comparators):
+            right = self.expr(b, scope, right_node)
+            rule = CMPOPS.get(type(op))
+            if rule is None:
+                raise self.src.error(e, f"unsupported comparison '{_op_symbol(op)}'")
+            c = rule(self, b, left, right, e)
+            out = c if out is None else self.logic(b, "and", out, c, e)
+            left = right
+        return out
+
+    def expr_IfExp(self, b, scope, e: ast.IfExp) -> Value:
+        test = self.expr(b, scope, e.test)
+        if isinstance(test, Const):
+            return self.expr(b, scope, e.body if test.value else e.orelse)
+        pred = self.condition(b, test, e.test)
+        x, y = self.expr(b, scope, e.body), self.expr(b, scope, e.orelse)
+        x, y = self.unify(b, x, y, e)
+        return b.select(pred, x, y)
+
+    def expr_Call(self, b, scope, e: ast.Call) -> Value:
+        if e.keywords:
+            raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in kernel calls")
+        args = [self.expr(b, scope, a) for a in e.args]
+        target = self.callee(e.func)
+        if target[0] == "kernel":
+            return self.call_kernel(b, target[1], args, e)
+        return call_builtin(self, b, target[0], target[1], args, e)
+
+    def callee(self, f: ast.expr) -> tuple[str, str]:
+        """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in self.src.modules:
+            return self.src.modules[f.value.id], f.attr
+        if isinstance(f, ast.Name):
+            if f.id in self.src.functions:
+                return "kernel", f.id
+            if f.id in self.src.imported:
+                return self.src.imported[f.id]
+            return "builtin", f.id
+        raise self.src.error(f, f"unsupported call target '{ast.unparse(f)}'",
+                             hint="call math.*, torch.*, builtins or functions of this module")
+
+    def call_kernel(self, b: Builder, name: str, args: list[Value], node: ast.AST) -> Value:
+        fn = self.src.functions[name]
+        if len(args) != len(fn.args.args):
+            raise self.src.error(node, f"'{name}' takes {len(fn.args.args)} arguments, {len(args)} given")
+        types = [self.arg_type(a, p, node) for a, p in zip(args, fn.args.args)]
+        callee = self.compile(name, types)
+        atoms = [self.as_atom(b, a, t, node) for a, t in zip(args, types)]
+        outs = b.bind(_prim("call"), atoms, {"fn": callee})
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def arg_type(self, a: Value, p: ast.arg, node) -> Type:
+        if p.annotation is not None:
+            return self.annotation(p.annotation, p)
+        if isinstance(a, tuple):
+            raise self.src.error(node, "tuples cannot be passed to kernels")
+        return const_type(a, self.float_dtype) if isinstance(a, Const) else a.type
+
+    # ---- typing helpers ------------------------------------------------------------------------
+
+    def numeric(self, x: Value, node) -> Value:
+        if isinstance(x, tuple) or (not isinstance(x, Const) and x.type.dtype == "bool"):
+            raise self.src.error(node, "expected a number here")
+        return x
+
+    def boolean(self, x: Value, node) -> Value:
+        if isinstance(x, tuple) or (isinstance(x, Const) and not isinstance(x.value, bool)) or \
+                (not isinstance(x, Const) and x.type.dtype != "bool"):
+            raise self.src.error(node, "`and`, `or` and `not` need bool operands (comparisons)",
+                                 hint="compare explicitly, e.g. `x > 0 and y > 0`")
+        return x
+
+    def unify(self, b: Builder, x: Value, y: Value, node) -> tuple[Atom, Atom]:
+        """Two values as atoms of one dtype (torch promotion; weak constants adapt)."""
+        from .mathlib import common_type
+        t = common_type(self, x, y, node)
+        return self.as_atom(b, x, t.with_shape(_shape(x)), node), self.as_atom(b, y, t.with_shape(_shape(y)), node)
+
+
+def _shape(v: Value):
+    return () if isinstance(v, Const) else v.type.shape
+
+
+def _prim(name: str):
+    from ..prims import PRIMS
+    return PRIMS[name]
+
+
+def _returns(s: ast.stmt) -> bool:
+    return any(isinstance(n, ast.Return) for n in ast.walk(s))
+
+
+def _is_docstring(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+
+
+def _assigned(stmts: list[ast.stmt]) -> set[str]:
+    """Names stored to anywhere in these statements."""
+    out = set()
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out.add(n.id)
+    return out
+
+
+def _describe(e: ast.expr) -> str:
+    names = {"List": "list", "Dict": "dict", "Set": "set", "ListComp": "list comprehension",
+             "GeneratorExp": "generator expression", "Lambda": "lambda", "Subscript": "indexing",
+             "Attribute": f"attribute '{ast.unparse(e)}'", "JoinedStr": "f-string", "Starred": "*unpacking"}
+    return names.get(type(e).__name__, f"'{ast.unparse(e)}'")
+
+
+def _op_symbol(op) -> str:
+    return {"BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>", "MatMult": "@",
+            "In": "in", "NotIn": "not in", "Is": "is", "IsNot": "is not"}.get(type(op).__name__, type(op).__name__)
+
+
+def lit_of(v: Value, t: Type) -> Lit:
+    return const_lit(v, t)

@@ -1,0 +1,71 @@
+"""Values and scopes of the Python frontend.
+
+A value is an IR atom or a `Const` (a Python number or bool not yet given a dtype: weak, like
+a literal in torch). A `Scope` maps names to values; a nested scope compiles a closed
+sub-function (an if-branch or a loop body) and captures outer values as its parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..ir.core import Atom, Lit, Var
+from ..ir.types import Type
+
+
+@dataclass(frozen=True)
+class Const:
+    """A Python constant (bool, int or float) with no dtype yet."""
+
+    value: Union[bool, int, float]
+
+
+Value = Union[Atom, Const, tuple]
+
+
+def const_type(c: Const, float_dtype: str) -> Type:
+    """The dtype a weak constant takes when it must have one."""
+    if isinstance(c.value, bool):
+        return Type("bool")
+    return Type("i64") if isinstance(c.value, int) else Type(float_dtype)
+
+
+def const_lit(c: Const, t: Type) -> Lit:
+    v = c.value
+    if t.dtype == "bool":
+        return Lit(bool(v), t)
+    return Lit(float(v) if t.is_float else int(v), t)
+
+
+@dataclass
+class Scope:
+    """Names visible while compiling one closed function body."""
+
+    names: dict[str, Value] = field(default_factory=dict)
+    parent: "Scope | None" = None
+    captured: dict[int, tuple[Atom, Var]] = field(default_factory=dict)
+
+    def lookup(self, name: str) -> Value | None:
+        if name in self.names:
+            return self.names[name]
+        if self.parent is None:
+            return None
+        outer = self.parent.lookup(name)
+        if outer is None:
+            return None
+        value = self.capture(outer)
+        self.names[name] = value
+        return value
+
+    def capture(self, outer: Value) -> Value:
+        """The inner stand-in for an outer value (constants and literals are copied)."""
+        if isinstance(outer, (Const, Lit)):
+            return outer
+        if isinstance(outer, tuple):
+            return tuple(self.capture(v) for v in outer)
+        if id(outer) not in self.captured:
+            self.captured[id(outer)] = (outer, Var(outer.type, outer.hint))
+        return self.captured[id(outer)][1]
+
+    def child(self) -> "Scope":
+        return Scope(parent=self)

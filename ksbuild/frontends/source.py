@@ -1,0 +1,75 @@
+"""Load a user's Python file: its functions, module-level constants and imports."""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import KsbuildError, Location
+from ..ir.core import Func
+from ..ir.types import Type
+from .python import KernelCompiler, Source
+from .scope import Const
+
+KNOWN_MODULES = {"math": "math", "torch": "torch"}
+_FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+         ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def load_source(path: Path) -> Source:
+    """Parse a Python file; a syntax error points at the user's line."""
+    text = path.read_text()
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        loc = Location(str(path), e.lineno or 0, (e.offset or 1) - 1, None, (e.text or "").rstrip("\n") or None)
+        raise KsbuildError(f"Python syntax error: {e.msg}", loc) from None
+    src = Source(path, text.splitlines(), tree)
+    for node in tree.body:
+        _top_level(src, node)
+    return src
+
+
+def _top_level(src: Source, node: ast.stmt) -> None:
+    if isinstance(node, ast.FunctionDef):
+        src.functions[node.name] = node
+    elif isinstance(node, ast.Import):
+        for a in node.names:
+            if a.name in KNOWN_MODULES:
+                src.modules[a.asname or a.name] = KNOWN_MODULES[a.name]
+    elif isinstance(node, ast.ImportFrom) and node.module in KNOWN_MODULES:
+        for a in node.names:
+            src.imported[a.asname or a.name] = (KNOWN_MODULES[node.module], a.name)
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        value = _constant(src, node.value)
+        if value is not None:
+            src.constants[node.targets[0].id] = Const(value)
+
+
+def _constant(src: Source, e: ast.expr):
+    """The value of a module-level constant expression, or None if it is not one."""
+    if isinstance(e, ast.Constant) and isinstance(e.value, (bool, int, float)):
+        return e.value
+    if isinstance(e, ast.Name) and e.id in src.constants:
+        return src.constants[e.id].value
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and src.modules.get(e.value.id) == "math":
+        return getattr(math, e.attr, None) if isinstance(getattr(math, e.attr, None), float) else None
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        v = _constant(src, e.operand)
+        return -v if v is not None else None
+    if isinstance(e, ast.BinOp) and type(e.op) in _FOLD:
+        a, b = _constant(src, e.left), _constant(src, e.right)
+        try:
+            return _FOLD[type(e.op)](a, b) if a is not None and b is not None else None
+        except ArithmeticError:
+            return None
+    return None
+
+
+def compile_python_kernel(path: Path, func: str, float_dtype: str,
+                          params: Sequence[Type] | None = None, results: Sequence[Type] | None = None) -> Func:
+    """The IR of `func` in the Python file at `path`."""
+    src = load_source(path)
+    return KernelCompiler(src, float_dtype).compile(func, params, results)
