@@ -9,7 +9,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only)
 - batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
 - emit(ctx, eqn) -> None     writes C++ through the codegen context
-- partial_eval(known_mask, eqn) -> (known_eqns, unknown_eqns, residuals)   control flow only
+- partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
+- prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Prim:
     emit: Callable
     transpose: Optional[Callable] = NOT_LINEAR
     partial_eval: Optional[Callable] = None
+    prune: Optional[Callable] = None
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
-from ..ir.core import Func, Lit, Var
+from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type
 from .base import Prim
 from .common import move_batch_rank, zeros
@@ -162,6 +162,49 @@ def _cond_transpose(b, cts, ins, linear, then_fn, else_fn):
     return [None] + [next(it) if m else None for m in mask]
 
 
+def _narrow(f: Func, keep: list[int]) -> Func:
+    from ..transforms.dce import dce
+    return dce(Func(f.name, f.params, f.eqns, tuple(f.results[i] for i in keep)))
+
+
+def _cond_prune(eqn, used):
+    # unused results are dropped from both branches; operands that are literals are substituted
+    # into the branches, operands that neither branch reads are dropped
+    keep = [i for i, u in enumerate(used) if u]
+    fns = [_narrow(eqn.params[k], keep) for k in ("then_fn", "else_fn")]
+    ops = list(eqn.ins[1:])
+    fns = [_bind_literals(f, ops) for f in fns]
+    read = [any(_reads(f, f.params[i]) for f in fns) for i in range(len(ops))]
+    drop = [i for i, a in enumerate(ops) if isinstance(a, Lit) or not read[i]]
+    if not drop and len(keep) == len(used):
+        return eqn
+    kept_ops = [i for i in range(len(ops)) if i not in drop]
+    fns = [Func(f.name, tuple(f.params[i] for i in kept_ops), f.eqns, f.results, f.result_names) for f in fns]
+    params = dict(eqn.params, then_fn=fns[0], else_fn=fns[1])
+    ins = (eqn.ins[0],) + tuple(ops[i] for i in kept_ops)
+    return Eqn(eqn.prim, ins, tuple(eqn.outs[i] for i in keep), freeze(params), eqn.loc)
+
+
+def _reads(f: Func, v: Var) -> bool:
+    return any(v is a for e in f.eqns for a in e.ins) or any(v is r for r in f.results)
+
+
+def _bind_literals(f: Func, args) -> Func:
+    """f with the params whose argument is a literal replaced by that literal (params kept)."""
+    lits = {p: a for p, a in zip(f.params, args) if isinstance(a, Lit)}
+    if not lits:
+        return f
+    b = Builder()
+    env = dict(lits)
+    for p in f.params:
+        env.setdefault(p, p)
+    read = lambda a: env.get(a, a) if isinstance(a, Var) else a  # noqa: E731
+    for e in f.eqns:
+        b.loc = e.loc
+        env.update(zip(e.outs, b.bind(e.prim, [read(a) for a in e.ins], dict(e.params))))
+    return b.func(f.name, list(f.params), [read(r) for r in f.results], f.result_names)
+
+
 cond = Prim(
     name="cond",
     type_rule=_cond_rule,
@@ -171,6 +214,7 @@ cond = Prim(
     emit=lambda ctx, eqn: ctx.emit_cond(eqn),
     transpose=_cond_transpose,
     partial_eval=_cond_partial_eval,
+    prune=_cond_prune,
     doc="if/else: runs then_fn or else_fn on the operands",
 )
 PRIMS_COND = cond
@@ -406,6 +450,30 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
             + [next(lx) if m else None for m in xl])
 
 
+def _loop_prune(eqn, used):
+    # drop unused ys, then carries that are unused after the loop and read by no kept result
+    p = eqn.params
+    body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+    keep_c = [i for i in range(ncar) if used[i]]
+    while True:
+        keep = keep_c + [ncar + j for j, u in enumerate(used[ncar:]) if u]
+        live = _narrow(body, keep)
+        read = {a for e in live.eqns for a in e.ins} | set(live.results)
+        need = sorted(set(keep_c) | {i for i in range(ncar) if body.params[1 + nc + i] in read})
+        if need == keep_c:
+            break
+        keep_c = need
+    if len(keep) == len(used):
+        return eqn
+    cpos = [1 + nc + i for i in keep_c]
+    xs_pos = list(range(1 + nc + ncar, len(body.params)))
+    order_in = [0] + list(range(1, 1 + nc)) + cpos + xs_pos
+    nb = permuted(body, order_in, keep, body.name)
+    ins = [eqn.ins[i] for i in order_in]
+    params = dict(p, body=_narrow(nb, list(range(len(keep)))), n_carry=len(keep_c))
+    return Eqn(eqn.prim, tuple(ins), tuple(eqn.outs[i] for i in keep), freeze(params), eqn.loc)
+
+
 loop = Prim(
     name="loop",
     type_rule=_loop_rule,
@@ -415,6 +483,7 @@ loop = Prim(
     emit=lambda ctx, eqn: ctx.emit_loop(eqn),
     transpose=_loop_transpose,
     partial_eval=_loop_partial_eval,
+    prune=_loop_prune,
     doc="a counted loop with carried state and stacked per-iteration values (a scan)",
 )
 PRIMS_LOOP = loop

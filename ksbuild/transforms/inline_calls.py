@@ -26,8 +26,8 @@ def inline_calls(f: Func) -> Func:
         if eqn.prim.name == "call":
             outs = inline(b, inline_calls(eqn.params["fn"]), ins)
         else:
-            params = {k: inline_calls(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
-            outs = b.bind(eqn.prim, ins, params)
+            sub = {k: inline_calls(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
+            outs = b.bind(eqn.prim, ins, sub)
         env.update(zip(eqn.outs, outs))
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 

@@ -1,0 +1,104 @@
+"""The `ksbuild` command line: package, render, check, ir."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .errors import KsbuildError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ksbuild", description="Compile Python numeric kernels, their vmap and "
+                                "derivatives, into plain runtime-free C++ static libraries.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    pk = sub.add_parser("package", help="render, build and install a manifest into dist/<package>")
+    pk.add_argument("manifest")
+    pk.add_argument("-o", "--out", help="install tree (default: dist/<package name>)")
+    pk.add_argument("--target", default=None, help="host (default) or a triple such as aarch64-linux-gnu")
+    pk.add_argument("--backend", default=None, help="plain (default); others are not available yet")
+    pk.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
+    r = sub.add_parser("render", help="write the standalone CMake project only")
+    r.add_argument("manifest")
+    r.add_argument("-o", "--out", required=True, help="project folder to write")
+    c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
+    c.add_argument("manifest")
+    i = sub.add_parser("ir", help="print the IR of every export")
+    i.add_argument("manifest")
+    i.add_argument("--after", default=None, help="stop after this pass (default: all passes)")
+    i.add_argument("--before-passes", action="store_true", help="print the IR straight from the transformations")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
+    return p
+
+
+def _progress(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _package(a) -> None:
+    from .manifest import load_manifest
+    from .packaging.package import package
+
+    m = load_manifest(a.manifest)
+    backend = a.backend or m.build.backend
+    if backend != "plain":
+        raise KsbuildError(f"backend '{backend}' is not available yet; use 'plain'")
+    package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=_progress)
+
+
+def _render(a) -> None:
+    from .packaging.package import render
+
+    out = Path(a.out).resolve()
+    render(a.manifest, out, _progress)
+    print(f"ksbuild: wrote the CMake project to {out}")
+
+
+def _check(a) -> None:
+    from .exports import build_exports
+    from .manifest import load_manifest
+
+    m = load_manifest(a.manifest)
+    for e in build_exports(m):
+        ins = ", ".join(str(t) for t in e.func.in_types)
+        outs = ", ".join(str(t) for t in e.func.out_types)
+        print(f"{m.name}_{e.name}: ({ins}) -> ({outs})    = {e.spec.text}")
+    print(f"ksbuild: {m.path.name} is fine ({len(m.exports)} exports)")
+
+
+def _ir(a) -> None:
+    from .exports import build_exports
+    from .ir.printer import print_func
+    from .manifest import load_manifest
+
+    for e in build_exports(load_manifest(a.manifest)):
+        print(f"// {e.name} = {e.spec.text}")
+        print(print_func(e.func))
+
+
+COMMANDS = {"package": _package, "render": _render, "check": _check, "ir": _ir}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run one command; user errors print a located message and exit 1."""
+    a = _parser().parse_args(argv)
+    try:
+        COMMANDS[a.command](a)
+    except KsbuildError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001  a bug in ksbuild: say so, without a traceback
+        if a.debug or os.environ.get("KSBUILD_DEBUG"):
+            raise
+        print(f"internal error in ksbuild: {type(e).__name__}: {e}\n  rerun with --debug for the traceback "
+              "and please report it", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

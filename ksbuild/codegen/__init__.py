@@ -1,0 +1,1 @@
+"""Codegen: IR -> plain-data view model -> jinja2 templates + the header-only prelude."""

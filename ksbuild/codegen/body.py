@@ -1,0 +1,168 @@
+"""Emit IR bodies through a Writer: fused loop nests, inlined branches, loops, calls."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.core import Atom, Func, Lit, Var
+from .cpp import Handle, Writer, element_region_key
+from .storage import Storage
+
+
+def use_sites(f: Func) -> dict[Var, set[int]]:
+    """For each var, the indices of the equations reading it (len(eqns) stands for the results)."""
+    uses: dict[Var, set[int]] = {}
+    for i, eqn in enumerate(f.eqns):
+        for a in eqn.ins:
+            if isinstance(a, Var):
+                uses.setdefault(a, set()).add(i)
+    for r in f.results:
+        if isinstance(r, Var):
+            uses.setdefault(r, set()).add(len(f.eqns))
+    return uses
+
+
+def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> list[Handle]:
+    """Emit f's equations (params already bound in w.env); the handles of its results."""
+    dests = dests or {}
+    uses = use_sites(f)
+    i = 0
+    while i < len(f.eqns):
+        key = element_region_key(f.eqns[i])
+        if key is None:
+            eqn = f.eqns[i]
+            if eqn.outs and eqn.outs[0] in dests and eqn.prim.name == "reduce_sum":
+                w.escaping[eqn.outs[0]] = dests[eqn.outs[0]]
+            eqn.prim.emit(w, eqn)
+            i += 1
+            continue
+        j = i
+        while j < len(f.eqns) and element_region_key(f.eqns[j]) == key:
+            j += 1
+        emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
+        i = j
+    return [handle_of(w, r) for r in f.results]
+
+
+def emit_region(w: Writer, eqns, span: range, uses, dests) -> None:
+    """One loop nest over the common shape; values read after it are stored."""
+    shape = eqns[0].outs[0].type.shape
+    for eqn in eqns:
+        for v in eqn.outs:
+            if uses.get(v, set()) - set(span):
+                w.escaping[v] = dests.get(v) or w.alloc(v.type, v.hint or "tmp")
+    idx = w.open_loops(shape)
+    w.region = (idx, shape)
+    for eqn in eqns:
+        eqn.prim.emit(w, eqn)
+    w.region = None
+    w.close_loops(len(idx))
+    for eqn in eqns:
+        for v in eqn.outs:
+            w.local.pop(v, None)
+            if v in w.escaping:
+                w.env[v] = w.escaping[v]
+
+
+def handle_of(w: Writer, a: Atom) -> Handle:
+    if isinstance(a, Lit):
+        return w.scalar(a) if a.type.rank == 0 else w.storage(a)
+    return w.env[a]
+
+
+def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
+    """Declare mutable targets for a cond's or loop's results (scalars: locals, tensors: buffers)."""
+    handles: list[Handle] = []
+    for v in outs:
+        if v.type.rank == 0:
+            name = w.namer.fresh(v.hint or "r")
+            w.line(f"{w.ctype(v.type)} {name};")
+            handles.append(name)
+        else:
+            handles.append(w.escaping.get(v) or w.alloc(v.type, v.hint or "r"))
+    return handles
+
+
+def store(w: Writer, src: Handle, dst: Handle, t) -> None:
+    """dst = src for a scalar local or a tensor buffer."""
+    if isinstance(dst, str):
+        w.line(f"{dst} = {src};")
+    else:
+        w.copy(src if isinstance(src, Storage) else Storage.splat(src, t.shape), dst, t)
+
+
+def emit_inline(w: Writer, f: Func, args: Sequence[Atom], outs: Sequence[Handle]) -> None:
+    """Emit f's body in a nested block with params bound to args; store results into outs."""
+    w.depth += 1
+    saved = dict(w.env)
+    for p, a in zip(f.params, args):
+        w.env[p] = handle_of(w, a)
+    dests = {r: o for r, o in zip(f.results, outs) if isinstance(r, Var) and isinstance(o, Storage)
+             and list(f.results).count(r) == 1 and r not in f.params}
+    results = emit_body(w, f, dests)
+    for r, h, o in zip(f.results, results, outs):
+        if h is not o:
+            store(w, h, o, r.type)
+    w.env = saved
+    w.depth -= 1
+
+
+def emit_loop(w: Writer, eqn) -> None:
+    """A counted loop: carries are mutable locals/buffers, xs are read and ys written by slice."""
+    p = eqn.params
+    body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+    trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
+    init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
+    carry = declare_outputs(w, eqn.outs[:ncar])
+    for h, a in zip(carry, init):
+        store(w, handle_of(w, a), h, a.type)
+    ys = declare_outputs(w, eqn.outs[ncar:])
+    n = w.scalar(trip)
+    k = w.namer.fresh("k")
+    head = (f"for (int64_t {k} = {n} - 1; {k} >= 0; --{k}) {{" if p["reverse"]
+            else f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {{")
+    w.line(head)
+    w.depth += 1
+    saved = dict(w.env)
+    w.env[body.params[0]] = k
+    for prm, a in zip(body.params[1:1 + nc], consts):
+        w.env[prm] = handle_of(w, a)
+    for prm, h in zip(body.params[1 + nc:1 + nc + ncar], carry):
+        w.env[prm] = h
+    for prm, a in zip(body.params[1 + nc + ncar:], xs):
+        w.env[prm] = w.storage(a).slice0(k)
+    results = emit_body(w, body)
+    names = {h for h in carry if isinstance(h, str)}
+    staged = [_stage(w, h, v.type, names) if i < ncar else h for i, (h, v) in enumerate(zip(results, body.results))]
+    for h, dst, r in zip(staged[:ncar], carry, body.results[:ncar]):
+        store(w, h, dst, r.type)
+    for h, dst, r in zip(staged[ncar:], ys, body.results[ncar:]):
+        store(w, h, dst.slice0(k), r.type)
+    w.env = saved
+    w.depth -= 1
+    w.line("}")
+    for v, h in zip(eqn.outs, carry + ys):
+        w.env[v] = h
+
+
+def _stage(w: Writer, h: Handle, t, carry_names) -> Handle:
+    """Copy a new carry value aside so updating one carry cannot clobber another's source."""
+    if isinstance(h, str):
+        if h not in carry_names:
+            return h
+        name = w.namer.fresh("next")
+        w.line(f"const {w.ctype(t)} {name} = {h};")
+        return name
+    buf = w.alloc(t, "next")
+    w.copy(h, buf, t)
+    return buf
+
+
+def emit_call(w: Writer, eqn) -> None:
+    """A call to another kernel: inlined as a block (the callee keeps its own names)."""
+    fn = eqn.params["fn"]
+    outs = declare_outputs(w, eqn.outs)
+    w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
+    emit_inline(w, fn, list(eqn.ins), outs)
+    w.line("}")
+    for v, h in zip(eqn.outs, outs):
+        w.env[v] = h

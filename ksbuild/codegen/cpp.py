@@ -1,0 +1,239 @@
+"""Write the C++ body of one IR function: the context that primitives' emit rules call.
+
+Scalars are C++ locals. Tensors have a Storage. A maximal run of elementwise equations of
+one output shape becomes a single loop nest whose intermediates are scalar locals; only the
+values read after the run are stored. Buffers come from the workspace (or the stack, for
+small fixed sizes in scalar-ABI functions).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.core import Atom, Eqn, Func, Lit, Var
+from ..ir.types import C_TYPES, Type
+from .storage import Storage, product
+
+Handle = Union[str, Storage]
+
+
+def c_literal(value, t: Type) -> str:
+    """A C++ literal of dtype t."""
+    if t.dtype == "bool":
+        return "true" if value else "false"
+    if t.dtype in ("i32", "i64"):
+        v = int(value)
+        return f"INT64_C({v})" if t.dtype == "i64" and abs(v) > 2**31 - 1 else str(v)
+    v = float(np.float32(value)) if t.dtype == "f32" else float(value)
+    suffix = "f" if t.dtype == "f32" else ""
+    if math.isinf(v):
+        inf = "__builtin_huge_valf()" if suffix else "__builtin_huge_val()"
+        return inf if v > 0 else f"(-{inf})"
+    if math.isnan(v):
+        return "__builtin_nanf(\"\")" if suffix else "__builtin_nan(\"\")"
+    text = repr(v)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"{text}{suffix}" if v >= 0 else f"({text}{suffix})"
+
+
+@dataclass
+class Workspace:
+    """Buffers planned into the one workspace (tensor ABI) or onto the stack (scalar ABI)."""
+
+    on_stack: bool
+    offsets: list[str] = field(default_factory=list)
+
+    def size_expr(self) -> str:
+        return " + ".join(self.offsets) if self.offsets else "0"
+
+
+class Namer:
+    """Deterministic, readable C++ names: the IR hint when given, else t<k>."""
+
+    def __init__(self, reserved: Sequence[str] = ()):
+        self.used: set[str] = set(reserved) | {"workspace", "ws", "k", "n"}
+        self.count = 0
+
+    def fresh(self, hint: str = "t") -> str:
+        base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
+        if base not in self.used and base != "t":
+            self.used.add(base)
+            return base
+        while True:
+            self.count += 1
+            name = f"{base}{self.count}"
+            if name not in self.used:
+                self.used.add(name)
+                return name
+
+
+class Writer:
+    """The codegen context: emit rules call assign/args/view/reduce/emit_cond/emit_loop."""
+
+    def __init__(self, namer: Namer, ws: Workspace, indent: int = 1):
+        self.lines: list[str] = []
+        self.namer = namer
+        self.ws = ws
+        self.depth = indent
+        self.env: dict[Var, Handle] = {}
+        self.region: tuple[list[str], tuple] | None = None  # (index names, shape)
+        self.local: dict[Var, str] = {}
+        self.escaping: dict[Var, Storage] = {}
+        self.helpers: dict[str, list[str]] = {}
+
+    # ---- output --------------------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def ctype(self, t: Type) -> str:
+        return C_TYPES[t.dtype]
+
+    # ---- values --------------------------------------------------------------------------------
+
+    def scalar(self, a: Atom) -> str:
+        """The C++ expression of a scalar atom (or of the current element in a loop nest)."""
+        if isinstance(a, Lit):
+            return c_literal(a.value, a.type)
+        if a in self.local:
+            return self.local[a]
+        h = self.env[a]
+        if isinstance(h, str):
+            return h
+        if self.region is None:
+            raise KsbuildError(f"internal: tensor {a} read as a scalar outside a loop")
+        idx, shape = self.region
+        return h.broadcast(shape).at(idx)
+
+    def storage(self, a: Atom) -> Storage:
+        """The storage of a tensor atom (scalars and literals become splats)."""
+        if isinstance(a, Lit):
+            return Storage.splat(c_literal(a.value, a.type), a.type.shape)
+        h = self.env[a]
+        return Storage.splat(h, a.type.shape) if isinstance(h, str) else h
+
+    def args(self, eqn: Eqn) -> list[str]:
+        return [self.scalar(a) for a in eqn.ins]
+
+    def assign(self, v: Var, expr: str) -> None:
+        """Define v = expr (an element expression inside a loop nest)."""
+        name = self.namer.fresh(v.hint)
+        self.line(f"const {self.ctype(v.type)} {name} = {expr};")
+        if self.region is not None and v.type.rank > 0:
+            self.local[v] = name
+            if v in self.escaping:
+                self.line(f"{self.escaping[v].at(self.region[0])} = {name};")
+        else:
+            self.env[v] = name
+
+    # ---- buffers -------------------------------------------------------------------------------
+
+    def alloc(self, t: Type, hint: str = "buf") -> Storage:
+        """A fresh contiguous buffer of type t."""
+        name = self.namer.fresh(hint)
+        c = self.ctype(t)
+        if self.ws.on_stack:
+            if not all(isinstance(d, int) for d in t.shape):
+                raise KsbuildError(f"a temporary of type {t} has a size known only at run time; a scalar "
+                                   "function has no workspace to put it in")
+            self.line(f"{c} {name}[{max(1, math.prod(t.shape))}];")
+        else:
+            off = self.ws.size_expr()
+            self.ws.offsets.append(f"ks::aligned_bytes<{c}>({product(t.shape)})")
+            at = f"workspace_bytes + ({off})" if off != "0" else "workspace_bytes"
+            self.line(f"{c}* const {name} = reinterpret_cast<{c}*>({at});")
+        return Storage.buffer(name, t.shape)
+
+    def copy(self, src: Storage, dst: Storage, t: Type) -> None:
+        """dst[...] = src[...] elementwise."""
+        idx = self.open_loops(t.shape)
+        self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
+        self.close_loops(len(idx))
+
+    def open_loops(self, shape) -> list[str]:
+        idx = []
+        for d in shape:
+            i = self.namer.fresh("i")
+            self.line(f"for (int64_t {i} = 0; {i} < {d}; ++{i}) {{")
+            self.depth += 1
+            idx.append(i)
+        return idx
+
+    def close_loops(self, n: int) -> None:
+        for _ in range(n):
+            self.depth -= 1
+            self.line("}")
+
+    # ---- structured emission (called by prim emit rules) --------------------------------------
+
+    def view(self, eqn: Eqn) -> None:
+        """broadcast_to / reshape / transpose: a new view of the same storage."""
+        (x,), (out,) = eqn.ins, eqn.outs
+        s = self.storage(x)
+        p = eqn.params
+        if eqn.prim.name == "broadcast_to":
+            self.env[out] = s.broadcast(out.type.shape)
+        elif eqn.prim.name == "transpose":
+            self.env[out] = s.permute(p["perm"])
+        else:
+            view = s.reshape(out.type.shape)
+            if view is None:
+                buf = self.alloc(x.type, "packed")
+                self.copy(s, buf, x.type)
+                view = buf.reshape(out.type.shape)
+            self.env[out] = view
+
+    def reduce(self, eqn: Eqn, kind: str) -> None:
+        """reduce_sum over the given axes."""
+        (x,), (out,) = eqn.ins, eqn.outs
+        axes, c = eqn.params["axes"], self.ctype(out.type)
+        src = self.storage(x)
+        if out.type.rank == 0:
+            name = self.namer.fresh("acc")
+            self.line(f"{c} {name} = 0;")
+            idx = self.open_loops(x.type.shape)
+            self.line(f"{name} += {src.at(idx)};")
+            self.close_loops(len(idx))
+            self.env[out] = name
+            return
+        dst = self.escaping.get(out) or self.alloc(out.type, "sum")
+        self.copy(Storage.splat("0", out.type.shape), dst, out.type)
+        idx = self.open_loops(x.type.shape)
+        kept = [i for j, i in enumerate(idx) if j not in axes]
+        self.line(f"{dst.at(kept)} += {src.at(idx)};")
+        self.close_loops(len(idx))
+        self.env[out] = dst
+
+    def emit_cond(self, eqn: Eqn) -> None:
+        from .body import declare_outputs, emit_inline
+        outs = declare_outputs(self, eqn.outs)
+        self.line(f"if ({self.scalar(eqn.ins[0])}) {{")
+        emit_inline(self, eqn.params["then_fn"], list(eqn.ins[1:]), outs)
+        self.line("} else {")
+        emit_inline(self, eqn.params["else_fn"], list(eqn.ins[1:]), outs)
+        self.line("}")
+        self.env.update(zip(eqn.outs, outs))
+
+    def emit_loop(self, eqn: Eqn) -> None:
+        from .body import emit_loop
+        emit_loop(self, eqn)
+
+    def emit_call(self, eqn: Eqn) -> None:
+        from .body import emit_call
+        emit_call(self, eqn)
+
+
+def element_region_key(eqn: Eqn):
+    """The loop-nest shape an equation fuses into, or None if it is not fusible."""
+    if eqn.prim.elementwise and eqn.outs[0].type.rank > 0:
+        return eqn.outs[0].type.shape
+    return None
+
+
+def is_result_func(f: Func) -> bool:
+    return bool(f.results)

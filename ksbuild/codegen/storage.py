@@ -1,0 +1,85 @@
+"""Where a tensor lives in generated C++: a base pointer expression and symbolic strides.
+
+Views (broadcast, reshape of contiguous data, transpose, a loop's slice) are new strides on
+the same base, so they cost nothing at run time. A splat literal has all strides zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..ir.types import Dim
+
+
+def dim_expr(d: Dim) -> str:
+    return str(d)
+
+
+def product(dims: Sequence[Dim]) -> str:
+    """A C++ expression for the product of dims ('1' for none)."""
+    parts = [dim_expr(d) for d in dims if d != 1]
+    return " * ".join(parts) if parts else "1"
+
+
+def contiguous_strides(shape: Sequence[Dim]) -> tuple[str, ...]:
+    return tuple(product(shape[i + 1:]) for i in range(len(shape)))
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A strided view: element [i0, i1, ...] is base[i0 * s0 + i1 * s1 + ...]."""
+
+    base: str
+    shape: tuple[Dim, ...]
+    strides: tuple[str, ...]
+    contiguous: bool = True
+    literal: str | None = None  # a splat constant: every element is this expression
+
+    @staticmethod
+    def buffer(base: str, shape) -> "Storage":
+        return Storage(base, tuple(shape), contiguous_strides(shape))
+
+    @staticmethod
+    def splat(expr: str, shape) -> "Storage":
+        return Storage("", tuple(shape), tuple("0" for _ in shape), False, expr)
+
+    def at(self, idx: Sequence[str]) -> str:
+        """The element expression at index expressions idx (one per dim)."""
+        if self.literal is not None:
+            return self.literal
+        terms = [_term(i, s) for i, s in zip(idx, self.strides)]
+        terms = [t for t in terms if t]
+        return f"{self.base}[{' + '.join(terms) if terms else '0'}]"
+
+    def broadcast(self, shape) -> "Storage":
+        """This view broadcast (numpy rules) to a larger shape."""
+        lead = len(shape) - len(self.shape)
+        strides = ["0"] * lead + [("0" if d == 1 and shape[lead + i] != 1 else s)
+                                  for i, (d, s) in enumerate(zip(self.shape, self.strides))]
+        return Storage(self.base, tuple(shape), tuple(strides), False, self.literal)
+
+    def permute(self, perm) -> "Storage":
+        return Storage(self.base, tuple(self.shape[p] for p in perm), tuple(self.strides[p] for p in perm),
+                       False, self.literal)
+
+    def reshape(self, shape) -> "Storage | None":
+        """A view with a new shape, or None if this view is not contiguous."""
+        if self.literal is not None:
+            return Storage.splat(self.literal, shape)
+        if not self.contiguous:
+            return None
+        return Storage.buffer(self.base, shape)
+
+    def slice0(self, k: str) -> "Storage":
+        """Element k along axis 0 (a loop's per-iteration slice)."""
+        if self.literal is not None:
+            return Storage.splat(self.literal, self.shape[1:])
+        off = _term(k, self.strides[0])
+        base = f"({self.base} + {off})" if off else self.base
+        return Storage(base, self.shape[1:], self.strides[1:], self.contiguous)
+
+
+def _term(i: str, s: str) -> str:
+    if s == "0" or i == "0":
+        return ""
+    return i if s == "1" else f"{i} * {s}" if " " not in s else f"{i} * ({s})"

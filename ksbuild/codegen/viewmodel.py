@@ -1,0 +1,165 @@
+"""The view model: plain data describing every generated C function, ready for templates."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.core import Func, Var
+from ..ir.types import C_TYPES
+from .body import emit_body
+from .cpp import Namer, Workspace, Writer
+from .storage import Storage
+
+C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
+              "short", "signed", "unsigned", "const", "static", "auto", "bool", "true", "false", "case",
+              "default", "switch", "break", "continue", "goto", "sizeof", "struct", "union", "enum", "new",
+              "delete", "this", "class", "public", "private", "template", "typename", "namespace", "using",
+              "operator", "register", "volatile", "extern", "inline", "workspace", "ks", "std"}
+
+
+@dataclass
+class ArgView:
+    """One C parameter: its declaration and what it carries."""
+
+    name: str
+    decl: str
+    role: str      # dim | in | out | workspace
+    dtype: str = ""
+    shape: list = field(default_factory=list)
+
+
+@dataclass
+class ExportView:
+    """Everything a template needs to write one export."""
+
+    c_name: str
+    name: str
+    kind: str                      # scalar | tensor
+    ret: str
+    args: list[ArgView]
+    body: list[str]
+    doc: list[str]
+    dims: list[str]
+    workspace: str = "0"
+    needs_workspace: bool = False
+
+    @property
+    def params(self) -> str:
+        return ", ".join(a.decl for a in self.args) or "void"
+
+    @property
+    def dim_params(self) -> str:
+        return ", ".join(f"int64_t {d}" for d in self.dims) or "void"
+
+    @property
+    def dim_args(self) -> str:
+        return ", ".join(self.dims)
+
+    @property
+    def call_args(self) -> str:
+        return ", ".join(a.name for a in self.args)
+
+
+def _dims(f: Func) -> list[str]:
+    dims: list[str] = []
+    for t in list(f.in_types) + list(f.out_types):
+        for d in t.shape:
+            if isinstance(d, str) and d not in dims:
+                dims.append(d)
+    return dims
+
+
+def _c_name(hint: str, namer: Namer, fallback: str) -> str:
+    base = hint if hint and hint.isidentifier() and hint not in C_KEYWORDS else fallback
+    return namer.fresh(base) if base in namer.used else (namer.used.add(base) or base)
+
+
+def is_scalar_abi(f: Func) -> bool:
+    return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
+
+
+def export_view(package: str, name: str, f: Func, doc: list[str]) -> ExportView:
+    """Lay out the C signature of f and write its body."""
+    dims = _dims(f)
+    namer = Namer(dims + list(C_KEYWORDS))
+    scalar_abi = is_scalar_abi(f)
+    w = Writer(namer, Workspace(on_stack=scalar_abi))
+    args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
+    for i, p in enumerate(f.params):
+        cname = _c_name(p.hint, namer, f"x{i}")
+        args.append(_input_arg(w, p, cname))
+    outs = _output_names(f, namer)
+    if scalar_abi:
+        return _scalar_export(package, name, f, w, args, outs, doc, dims)
+    return _tensor_export(package, name, f, w, args, outs, doc, dims)
+
+
+def _input_arg(w: Writer, p: Var, cname: str) -> ArgView:
+    c = C_TYPES[p.type.dtype]
+    if p.type.rank == 0:
+        w.env[p] = cname
+        return ArgView(cname, f"{c} {cname}", "in", p.type.dtype, [])
+    w.env[p] = Storage.buffer(cname, p.type.shape)
+    return ArgView(cname, f"const {c}* {cname}", "in", p.type.dtype, list(p.type.shape))
+
+
+def _output_names(f: Func, namer: Namer) -> list[str]:
+    if len(f.results) == 1:
+        return [namer.fresh("out")]
+    names = f.result_names or tuple(str(i) for i in range(len(f.results)))
+    return [namer.fresh(f"out_{n}" if n.isidentifier() or n.isdigit() else "out") for n in names]
+
+
+def _scalar_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
+    results = emit_body(w, f)
+    body = list(w.lines)
+    if len(f.results) == 1:
+        ret = C_TYPES[f.results[0].type.dtype]
+        body.append(f"    return {results[0]};")
+    else:
+        ret = "void"
+        for o, r, t in zip(outs, results, f.out_types):
+            args.append(ArgView(o, f"{C_TYPES[t.dtype]}* {o}", "out", t.dtype, []))
+            body.append(f"    *{o} = {r};")
+    return ExportView(f"{package}_{name}", name, "scalar", ret, args, _void_unused(args, body), doc, dims)
+
+
+def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
+    dests: dict[Var, Storage] = {}
+    out_args = []
+    for o, r in zip(outs, f.results):
+        c = C_TYPES[r.type.dtype]
+        out_args.append(ArgView(o, f"{c}* {o}", "out", r.type.dtype, list(r.type.shape)))
+        if isinstance(r, Var) and r not in f.params and r not in dests and r.type.rank > 0:
+            dests[r] = Storage.buffer(o, r.type.shape)
+    results = emit_body(w, f, dests)
+    body, w.lines = list(w.lines), []
+    for o, r, h in zip(out_args, f.results, results):
+        if r.type.rank == 0:
+            w.line(f"*{o.name} = {h};")
+        elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
+            src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
+            w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
+    lines = _prologue(dims, w.ws) + body + w.lines + ["    return ks::status::ok;"]
+    args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
+    return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
+                      w.ws.size_expr(), bool(w.ws.offsets))
+
+
+def _prologue(dims: list[str], ws: Workspace) -> list[str]:
+    """Argument checks: negative dims, a missing workspace."""
+    lines = []
+    if dims:
+        lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
+    if ws.offsets:
+        lines.append("    if (workspace == nullptr) return ks::status::err_null;")
+        lines.append("    unsigned char* const workspace_bytes = static_cast<unsigned char*>(workspace);")
+    return lines
+
+
+def _void_unused(args: list[ArgView], body: list[str]) -> list[str]:
+    """Mark parameters the body never reads as used, so -Wextra stays quiet."""
+    import re
+
+    text = "\n".join(body)
+    unused = [a.name for a in args if not re.search(rf"\b{re.escape(a.name)}\b", text)]
+    return [f"    (void){n};" for n in unused] + body

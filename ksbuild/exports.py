@@ -1,0 +1,101 @@
+"""From a manifest to typed, transformed, simplified IR functions: one per export."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import prims  # noqa: F401  (registers the primitives)
+from .errors import KsbuildError, Location
+from .ir.core import Func
+from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
+from .transforms.pipeline import lower
+from .transforms.jvp import jvp_func
+from .transforms.vjp import grad_func, vjp_func
+from .transforms.vmap import fresh_dim, vmap_func
+
+
+@dataclass(frozen=True)
+class Export:
+    """One exported function: its C name suffix, the IR, and where it came from."""
+
+    name: str
+    func: Func
+    spec: ExportSpec
+    kernel: KernelSpec
+
+
+def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
+    """The IR of one kernel from its Python source (typed by annotations or the signature)."""
+    if k.onnx is not None:
+        raise KsbuildError(f"kernel '{k.name}': ONNX kernels are not supported yet", k.loc)
+    from .frontends.source import compile_python_kernel
+
+    file, func = k.python.rsplit(":", 1)
+    path = _source_path(m, file, k)
+    params = results = None
+    if k.signature:
+        sig_params, results = parse_signature(k.signature, k.loc)
+        params = [t for _, t in sig_params]
+    return compile_python_kernel(path, func, m.float_dtype(), params, results)
+
+
+def _source_path(m: Manifest, file: str, k: KernelSpec) -> Path:
+    if file.endswith(".py"):
+        return (m.root / file).resolve()
+    import importlib.util
+
+    spec = importlib.util.find_spec(file)
+    if spec is None or spec.origin is None:
+        raise KsbuildError(f"kernel '{k.name}': cannot find module '{file}'", k.loc)
+    return Path(spec.origin)
+
+
+def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
+    """The function a transformation expression denotes."""
+    if e.kind == "kernel":
+        return kernels[e.name]
+    f = apply_transform(e.arg, kernels, loc)
+    try:
+        if e.kind == "vmap":
+            return _vmap(f, e.in_axes)
+        if e.kind == "jvp":
+            jf = jvp_func(f)
+            return Func(jf.name, jf.params, jf.eqns, jf.results[len(f.results):],
+                        jf.result_names[len(f.results):] if jf.result_names else ())
+        if e.kind == "vjp":
+            return vjp_func(f)
+        if e.kind == "grad":
+            return grad_func(f)
+    except KsbuildError as err:
+        raise err.at(loc) from None
+    raise KsbuildError(f"unknown transformation {e.kind}", loc)
+
+
+def _vmap(f: Func, in_axes) -> Func:
+    axes = list(in_axes) if in_axes is not None else [0] * len(f.params)
+    if len(axes) != len(f.params):
+        raise KsbuildError(f"in_axes has {len(axes)} entries but '{f.name}' takes {len(f.params)} arguments")
+    if any(a not in (0, None) for a in axes):
+        raise KsbuildError("in_axes entries other than 0 and None are not supported yet")
+    batched = [a == 0 for a in axes]
+    if not any(batched):
+        raise KsbuildError("vmap needs at least one batched argument (an in_axes entry of 0)")
+    vf, _ = vmap_func(f, batched, fresh_dim(f), [True] * len(f.results), name=f"vmap_{f.name}")
+    return vf
+
+
+def build_exports(m: Manifest) -> list[Export]:
+    """Compile every kernel the exports use and apply each export's transformations."""
+    kernels: dict[str, Func] = {}
+    out = []
+    for spec in m.exports.values():
+        for name in _kernel_names(spec.expr):
+            if name not in kernels:
+                kernels[name] = compile_kernel(m, m.kernels[name])
+        f = apply_transform(spec.expr, kernels, spec.loc)
+        out.append(Export(spec.name, lower(f.renamed(spec.name)), spec, m.kernels[_kernel_names(spec.expr)[0]]))
+    return out
+
+
+def _kernel_names(e: TExpr) -> list[str]:
+    return [e.name] if e.kind == "kernel" else _kernel_names(e.arg)

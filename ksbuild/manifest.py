@@ -1,0 +1,398 @@
+"""The manifest: read manifest.toml, validate it, and point every error at the user's line."""
+from __future__ import annotations
+
+import ast
+import difflib
+import keyword
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import tomllib
+
+from .errors import KsbuildError, Location
+from .ir.types import DTYPES, Type
+
+BACKENDS = ("plain", "blas", "aten", "ort")
+FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
+TRANSFORMS = ("vmap", "jvp", "vjp", "grad")
+TABLES = ("package", "build", "kernels", "exports")
+PACKAGE_KEYS = ("name", "version")
+BUILD_KEYS = ("backend", "dtype", "target")
+KERNEL_KEYS = ("python", "signature", "onnx")
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+_VERSION = re.compile(r"\d+(\.\d+){0,3}\Z")
+_TARGET = re.compile(r"[A-Za-z0-9_.+-]+\Z")
+_HEADER = re.compile(r"\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(#.*)?$")
+_TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+
+Path_ = tuple[str, ...]  # a key path in the TOML document, e.g. ("kernels", "relu3", "python")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One [kernels.NAME] table: where the kernel's source is and its optional signature."""
+    name: str
+    python: str | None
+    signature: str | None
+    onnx: str | None
+    loc: Location
+
+
+@dataclass(frozen=True)
+class TExpr:
+    """A parsed transformation expression: a kernel, or a transformation of a TExpr."""
+    kind: str
+    name: str = ""
+    arg: "TExpr | None" = None
+    in_axes: tuple[int | None, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One `name = "expression"` line of [exports]."""
+    name: str
+    expr: TExpr
+    text: str
+    loc: Location
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """The [build] table."""
+    backend: str = "plain"
+    dtype: str = "float32"
+    target: str = "host"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated manifest.toml."""
+    path: Path
+    name: str
+    version: str
+    build: BuildSpec
+    kernels: dict[str, KernelSpec]
+    exports: dict[str, ExportSpec]
+    text: str
+
+    @property
+    def root(self) -> Path:
+        """The directory of the manifest; relative paths in it are relative to this."""
+        return self.path.parent
+
+    def float_dtype(self) -> str:
+        """The IR dtype of Python `float` in kernels: "f32" or "f64"."""
+        return FLOAT_DTYPES[self.build.dtype]
+
+
+def locate(text: str, section: str | Path_, key: str | None = None, *, file: str = "") -> Location:
+    """The Location of the [section] header or of `key = ...` in it ('' is the top level); else of its parent."""
+    path = (_split_dotted(section) if isinstance(section, str) else tuple(section)) + ((key,) if key else ())
+    lines = text.splitlines()
+    for n in range(len(path), 0, -1):
+        hit = _find_path(lines, path[:n])
+        if hit is not None:
+            return Location(file, hit[0] + 1, hit[1], source_line=lines[hit[0]])
+    return Location(file)
+
+
+def _find_path(lines: list[str], path: Path_) -> tuple[int, int, bool] | None:
+    """(line index, column, is a table header) of a key path: a [table] header or a `key =` line."""
+    if not path:
+        return -1, 0, True
+    for i, line in enumerate(lines):
+        m = _HEADER.match(line)
+        if m and _split_dotted(m.group(1)) == path:
+            return i, len(line) - len(line.lstrip()), True
+    parent = _find_path(lines, path[:-1])
+    return _find_key(lines, parent[0], path[-1]) if parent and parent[2] else None
+
+
+def _find_key(lines: list[str], header: int, key: str) -> tuple[int, int, bool] | None:
+    """The `key = ...` line between a header (or the start) and the next header."""
+    pattern = re.compile(rf"\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*[.=]")
+    for i in range(header + 1, len(lines)):
+        if _HEADER.match(lines[i]):
+            return None
+        if pattern.match(lines[i]):
+            return i, len(lines[i]) - len(lines[i].lstrip()), False
+    return None
+
+
+def _split_dotted(name: str) -> Path_:
+    return tuple(p.strip("\"'") for p in re.findall(r"\"[^\"]*\"|'[^']*'|[^.\s]+", name))
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """The manifest being read: its name for messages and its raw text."""
+    file: str
+    text: str
+
+    def loc(self, path: Path_) -> Location:
+        return locate(self.text, path, file=self.file)
+
+    def error(self, path: Path_, message: str, hint: str | None = None) -> KsbuildError:
+        return KsbuildError(message, self.loc(path), hint)
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read, parse and validate a manifest.toml (or the manifest.toml in a directory)."""
+    p = Path(path) / "manifest.toml" if Path(path).is_dir() else Path(path)
+    try:
+        ctx = _Ctx(str(p), p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise KsbuildError(f"cannot read manifest: {getattr(e, 'strerror', None) or e}", Location(str(p))) from None
+    data = _parse_toml(ctx)
+    _check_keys(ctx, (), data, TABLES)
+    name, version = _package(ctx, _table(ctx, data, "package"))
+    build = _build(ctx, _table(ctx, data, "build", required=False))
+    kernels = {k: _kernel(ctx, k, v, p.parent) for k, v in _table(ctx, data, "kernels").items()}
+    exports = {k: _export(ctx, k, v, kernels) for k, v in _table(ctx, data, "exports").items()}
+    return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
+
+
+def _parse_toml(ctx: _Ctx) -> dict[str, Any]:
+    """The TOML document; a syntax error is reported at the line and column tomllib names."""
+    try:
+        return tomllib.loads(ctx.text)
+    except tomllib.TOMLDecodeError as e:
+        msg, lines = str(e), ctx.text.splitlines() or [""]
+    m = _TOML_POS.search(msg)
+    line, col = (int(m[1]), int(m[2]) - 1) if m else (len(lines), len(lines[-1]))
+    msg = _TOML_POS.sub("", msg).replace(" (at end of document)", "")
+    source = lines[line - 1] if 0 < line <= len(lines) else None
+    raise KsbuildError(f"invalid TOML: {msg}", Location(ctx.file, line, max(col, 0), source_line=source))
+
+
+def _check_keys(ctx: _Ctx, path: Path_, table: dict, valid: tuple[str, ...]) -> None:
+    """Reject any key of table not in valid, naming it, its table and the valid keys."""
+    for key in table:
+        if key in valid:
+            continue
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        if not path:
+            raise ctx.error((key,), f"unknown table [{key}]; valid tables: [{'], ['.join(valid)}]", hint)
+        raise ctx.error(path + (key,), f"unknown key '{key}' in [{'.'.join(path)}]; valid: {', '.join(valid)}", hint)
+
+
+def _table(ctx: _Ctx, data: dict, key: str, required: bool = True) -> dict:
+    """A top-level table; a required one must be there and not empty."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ctx.error((key,), f"[{key}] must be a table, got {type(value).__name__}")
+    if required and not value:
+        raise ctx.error((key,), f"[{key}] is {'empty' if key in data else 'missing'}; see the manifest in DESIGN.md")
+    return value
+
+
+def _field(ctx: _Ctx, table: dict, path: Path_, key: str, default: str | None = None,
+           valid: tuple[str, ...] | re.Pattern | None = None, expect: str = "") -> str | None:
+    """The string table[key] (default if absent), checked against a tuple of choices or a regex."""
+    if key not in table:
+        return default
+    value, where, section = table[key], path + (key,), "[" + ".".join(path) + "]"
+    if not isinstance(value, str):
+        raise ctx.error(where, f"'{key}' in {section} must be a string, got {type(value).__name__} {value!r}")
+    if isinstance(valid, tuple) and value not in valid:
+        raise ctx.error(where, f"unknown {key} '{value}' in {section}; valid: {', '.join(valid)}")
+    if isinstance(valid, re.Pattern) and not valid.match(value):
+        raise ctx.error(where, f"{key} '{value}' in {section} must be {expect}")
+    return value
+
+
+def _check_c_name(ctx: _Ctx, path: Path_, name: str, what: str) -> None:
+    if not _IDENT.match(name):
+        raise ctx.error(path, f"{what} '{name}' is not a C identifier (letters, digits, _; no leading digit)")
+    if keyword.iskeyword(name):
+        raise ctx.error(path, f"{what} '{name}' is a Python keyword")
+
+
+def _package(ctx: _Ctx, pkg: dict) -> tuple[str, str]:
+    path = ("package",)
+    _check_keys(ctx, path, pkg, PACKAGE_KEYS)
+    name = _field(ctx, pkg, path, "name")
+    if name is None:
+        raise ctx.error(path, "missing 'name' in [package]", hint='add name = "mylib"')
+    _check_c_name(ctx, path + ("name",), name, "package name")
+    return name, _field(ctx, pkg, path, "version", "0.1.0", _VERSION, 'digits and dots, like "0.1.0"')
+
+
+def _build(ctx: _Ctx, table: dict) -> BuildSpec:
+    path, default = ("build",), BuildSpec()
+    _check_keys(ctx, path, table, BUILD_KEYS)
+    backend = _field(ctx, table, path, "backend", default.backend, BACKENDS)
+    dtype = _field(ctx, table, path, "dtype", default.dtype, tuple(FLOAT_DTYPES))
+    target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
+    return BuildSpec(backend, dtype, target)
+
+
+def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
+    path = ("kernels", name)
+    if not isinstance(spec, dict):
+        raise ctx.error(path, f"kernel '{name}' must be a table [kernels.{name}], got {type(spec).__name__}")
+    _check_c_name(ctx, path, name, "kernel name")
+    _check_keys(ctx, path, spec, KERNEL_KEYS)
+    python, signature, onnx = (_field(ctx, spec, path, key) for key in KERNEL_KEYS)
+    if (python is None) == (onnx is None):
+        which = "needs 'python' or 'onnx'" if python is None else "has both 'python' and 'onnx'; give exactly one"
+        raise ctx.error(path + (("onnx",) if onnx else ()), f"kernel '{name}' {which}")
+    if python is not None:
+        _check_python(ctx, path + ("python",), python, root)
+    if onnx is not None:
+        _check_file(ctx, path + ("onnx",), onnx, root, "onnx file")
+    if signature is not None:
+        parse_signature(signature, ctx.loc(path + ("signature",)))
+    return KernelSpec(name, python, signature, onnx, ctx.loc(path))
+
+
+def _check_python(ctx: _Ctx, path: Path_, ref: str, root: Path) -> None:
+    """A `python` value is "file.py:function" (an existing file) or "package.module:function"."""
+    source, colon, func = ref.rpartition(":")
+    if not colon or not source or not _IDENT.match(func):
+        raise ctx.error(path, f"'python' must be \"file.py:function\" or \"module:function\", got '{ref}'")
+    if source.endswith(".py"):
+        _check_file(ctx, path, source, root, "python file")
+    elif not _MODULE.match(source):
+        raise ctx.error(path, f"'{source}' in 'python' is neither a .py file nor a dotted module name")
+
+
+def _check_file(ctx: _Ctx, path: Path_, relative: str, root: Path, what: str) -> None:
+    if not (root / relative).is_file():
+        raise ctx.error(path, f"{what} '{relative}' not found (looked for {root / relative})")
+
+
+def _export(ctx: _Ctx, name: str, text: Any, kernels: dict[str, KernelSpec]) -> ExportSpec:
+    path = ("exports", name)
+    _check_c_name(ctx, path, name, "export name")
+    if not isinstance(text, str):
+        raise ctx.error(path, f"export '{name}' must be a string such as \"vmap(f)\", got {type(text).__name__}")
+    loc = ctx.loc(path)
+    return ExportSpec(name, parse_transform(text, loc, kernels), text, loc)
+
+
+@dataclass(frozen=True)
+class _Src:
+    """Maps columns of a parsed string to Locations in the manifest line that holds it."""
+    loc: Location
+    start: int | None  # the column in loc.source_line of column 0 of the parsed source
+
+    @staticmethod
+    def of(loc: Location, text: str, shift: int) -> "_Src":
+        line = loc.source_line or ""
+        idx = line.find(text, line.find("=", loc.col) + 1) if text else -1
+        return _Src(loc, idx + shift if idx >= 0 else None)
+
+    def at(self, col: int, end: int) -> Location:
+        if self.start is None:
+            return self.loc
+        return replace(self.loc, col=max(self.start + col, 0), end_col=self.start + end)
+
+    def error(self, node: ast.AST, message: str, hint: str | None = None) -> KsbuildError:
+        one_line = getattr(node, "lineno", 0) == 1 == getattr(node, "end_lineno", 0)
+        loc = self.at(node.col_offset, node.end_col_offset) if one_line else self.loc  # type: ignore[attr-defined]
+        return KsbuildError(message, loc, hint)
+
+    def syntax_error(self, what: str, text: str, e: SyntaxError) -> KsbuildError:
+        loc = self.at(e.offset - 1, e.offset) if e.lineno == 1 and e.offset else self.loc
+        return KsbuildError(f"syntax error in {what} '{text}': {e.msg}", loc)
+
+
+def parse_transform(text: str, loc: Location, kernels: Iterable[str]) -> TExpr:
+    """Parse a transformation expression such as "vjp(vmap(relu3))" over the named kernels."""
+    src = _Src.of(loc, text, len(text) - len(text.lstrip()))
+    try:
+        return _texpr(ast.parse(text.lstrip(), mode="eval").body, src, tuple(kernels))
+    except SyntaxError as e:
+        raise src.syntax_error("transformation expression", text, e) from None
+
+
+def _texpr(node: ast.expr, src: _Src, kernels: tuple[str, ...]) -> TExpr:
+    if isinstance(node, ast.Name) and node.id in kernels:
+        return TExpr("kernel", node.id)
+    if isinstance(node, ast.Name):
+        hint = f"'{node.id}' is a transformation; apply it to a kernel: {node.id}(f)" if node.id in TRANSFORMS else None
+        raise src.error(node, f"unknown kernel '{node.id}'; defined kernels: {', '.join(kernels) or '(none)'}", hint)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _transform(node, node.func.id, src, kernels)
+    raise src.error(node, f"expected a kernel name or a transformation such as vmap(f), got '{ast.unparse(node)}'")
+
+
+def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -> TExpr:
+    if kind not in TRANSFORMS:
+        raise src.error(node.func, f"unknown transformation '{kind}'; valid transformations: {', '.join(TRANSFORMS)}")
+    if len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
+        raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
+    in_axes = None
+    for kw in node.keywords:
+        if kind != "vmap" or kw.arg != "in_axes":
+            accepts = "only in_axes" if kind == "vmap" else "no keyword arguments"
+            raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes {accepts}")
+        in_axes = _in_axes(kw.value, src)
+    return TExpr(kind, arg=_texpr(node.args[0], src, kernels), in_axes=in_axes)
+
+
+def _in_axes(node: ast.expr, src: _Src) -> tuple[int | None, ...] | None:
+    """A tuple with an int >= 0 or None per argument; a single 0 means the default (all 0)."""
+    elts = node.elts if isinstance(node, ast.Tuple) else [node]
+    for e in elts:
+        if not (isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int and e.value >= 0)):
+            raise src.error(e, f"bad in_axes entry '{ast.unparse(e)}': each entry must be an integer >= 0 or None")
+    axes = tuple(e.value for e in elts)  # type: ignore[attr-defined]
+    if all(a is None for a in axes) or (not isinstance(node, ast.Tuple) and axes != (0,)):
+        raise src.error(node, f"bad in_axes '{ast.unparse(node)}': map at least one argument; a single value "
+                        "must be 0", hint="give one entry per argument, e.g. in_axes=(0, None)")
+    return axes if isinstance(node, ast.Tuple) else None
+
+
+def parse_signature(text: str, loc: Location) -> tuple[list[tuple[str, Type]], list[Type]]:
+    """Parse "(x: f32, w: f32[n, 3]) -> f32" into [(name, type)] parameters and result types."""
+    src = _Src.of(loc, text, -len("def _"))
+    try:
+        body = ast.parse(f"def _{text}: pass").body
+    except SyntaxError as e:
+        raise src.syntax_error("signature", text, e) from None
+    fn = body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    results = fn.returns.elts if isinstance(fn.returns, ast.Tuple) else [fn.returns]
+    if len(body) > 1 or len(fn.body) > 1 or not results or None in results:
+        raise KsbuildError(f"a signature must look like '(x: f32, w: f32[n, 3]) -> f32', got '{text}'", loc)
+    return _params(fn.args, src), [_type(n, src) for n in results]
+
+
+def _params(args: ast.arguments, src: _Src) -> list[tuple[str, Type]]:
+    if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults:
+        raise KsbuildError("a signature takes only plain parameters 'name: type'", src.loc)
+    params: list[tuple[str, Type]] = []
+    for a in args.args:
+        if a.annotation is None:
+            raise src.error(a, f"parameter '{a.arg}' needs a type, e.g. '{a.arg}: f32'")
+        if a.arg in dict(params):
+            raise src.error(a, f"duplicate parameter '{a.arg}'")
+        params.append((a.arg, _type(a.annotation, src)))
+    return params
+
+
+def _type(node: ast.expr, src: _Src) -> Type:
+    """f32 | f64 | i32 | i64 | bool, optionally followed by [dims]."""
+    base = node.value if isinstance(node, ast.Subscript) else node
+    if not isinstance(base, ast.Name) or base.id not in DTYPES:
+        raise src.error(base, f"unknown type '{ast.unparse(base)}'; valid types: {', '.join(DTYPES)}", "e.g. f32[n, 3]")
+    if not isinstance(node, ast.Subscript):
+        return Type(base.id)
+    dims = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return Type(base.id, tuple(_dim(d, src) for d in dims))
+
+
+def _dim(node: ast.expr, src: _Src) -> int | str:
+    if isinstance(node, ast.Name):
+        return node.id
+    value = node.value if isinstance(node, ast.Constant) else None
+    if type(value) is int and value > 0:
+        return value
+    raise src.error(node, f"bad dimension '{ast.unparse(node)}': a dimension is a positive integer or a name")

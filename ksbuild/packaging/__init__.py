@@ -1,0 +1,1 @@
+"""Packaging: render the CMake project, build it, install the tree, load it from Python."""

@@ -1,0 +1,72 @@
+"""Render the standalone CMake project of a package: sources, header, CMake, share files."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jinja2
+
+from ..codegen.viewmodel import ExportView, export_view
+from ..exports import Export
+from ..manifest import Manifest
+from ..resources import VERSION, resource_dir
+
+
+def _env(folder: str) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir(folder))),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              trim_blocks=False, lstrip_blocks=False)
+
+
+def export_doc(e: Export, m: Manifest) -> list[str]:
+    """The comment lines documenting an export in the header and source."""
+    f = e.func
+    ins = ", ".join(f"{p.hint or 'x'}: {p.type}" for p in f.params)
+    outs = ", ".join(str(t) for t in f.out_types)
+    src = e.kernel.python or e.kernel.onnx
+    return [f"{e.name} = {e.spec.text}   (kernel {e.kernel.name} from {src})",
+            f"  ({ins}) -> ({outs})"]
+
+
+def views(m: Manifest, exports: list[Export]) -> list[ExportView]:
+    return [export_view(m.name, e.name, e.func, export_doc(e, m)) for e in exports]
+
+
+def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
+    """The JSON description of every export's C signature (share/P/P.json)."""
+    out = {"package": m.name, "version": m.version, "ksbuild": VERSION, "exports": {}}
+    for v, e in zip(vs, exports):
+        out["exports"][v.name] = {
+            "symbol": v.c_name, "kind": v.kind, "expression": e.spec.text, "kernel": e.kernel.name,
+            "dims": v.dims, "returns": v.ret, "workspace": v.needs_workspace,
+            "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": a.shape} for a in v.args],
+            "results": [str(t) for t in e.func.out_types],
+        }
+    return out
+
+
+def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
+    """Write the whole project into `out` (created; must not exist or be empty)."""
+    vs = views(m, exports)
+    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+               exports=vs, guard=f"{m.name.upper()}_H_", description=f"ksbuild package {m.name}",
+               has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
+    t = _env("templates")
+    files = {
+        f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),
+        f"src/{m.name}.cpp": t.get_template("source.cpp.j2").render(ctx),
+        "CMakeLists.txt": t.get_template("CMakeLists.txt.j2").render(ctx),
+    }
+    d = _env("dist_templates")
+    files[f"cmake/{m.name}Config.cmake"] = d.get_template("Config.cmake.j2").render(ctx)
+    files[f"cmake/{m.name}ConfigVersion.cmake"] = d.get_template("ConfigVersion.cmake.j2").render(ctx)
+    files[f"cmake/{m.name}.pc"] = d.get_template("pkgconfig.pc.j2").render(ctx)
+    files[f"share/{m.name}.json"] = json.dumps(describe(m, vs, exports), indent=2) + "\n"
+    files["share/manifest.toml"] = m.text
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (out / "src/ks").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(resource_dir("prelude") / "ks/prelude.h", out / "src/ks/prelude.h")
