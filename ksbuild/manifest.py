@@ -171,14 +171,13 @@ def _parse_toml(ctx: _Ctx) -> dict[str, Any]:
 
 def _check_keys(ctx: _Ctx, path: Path_, table: dict, valid: tuple[str, ...]) -> None:
     """Reject any key of table not in valid, naming it, its table and the valid keys."""
-    for key in table:
-        if key in valid:
-            continue
+    for key in (k for k in table if k not in valid):
         close = difflib.get_close_matches(key, valid, n=1)
         hint = f"did you mean '{close[0]}'?" if close else None
         if not path:
             raise ctx.error((key,), f"unknown table [{key}]; valid tables: [{'], ['.join(valid)}]", hint)
-        raise ctx.error(path + (key,), f"unknown key '{key}' in [{'.'.join(path)}]; valid: {', '.join(valid)}", hint)
+        section = "[" + ".".join(path) + "]"
+        raise ctx.error(path + (key,), f"unknown key '{key}' in {section}; valid keys: {', '.join(valid)}", hint)
 
 
 def _table(ctx: _Ctx, data: dict, key: str, required: bool = True) -> dict:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..build.cmake import build_and_install
+from ..compile.cmake import build_and_install
 from ..exports import build_exports
 from ..manifest import Manifest, load_manifest
 from ..resources import VERSION, resource_dir

@@ -1,1 +1,0 @@
-"""Build: run CMake on a rendered project, with progress and clean failure."""

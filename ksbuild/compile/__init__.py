@@ -1,0 +1,1 @@
+"""Compile: run CMake on a rendered project, with progress and clean failure."""

@@ -1,0 +1,166 @@
+"""The Python API: build a manifest and call its compiled exports on scalars, numpy and torch.
+
+ksbuild.build() packages with an extra shared library (the same generated sources) and binds
+each export through ctypes, using the JSON signature description installed in share/P/.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.types import NUMPY_DTYPES
+
+CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+          "bool": ctypes.c_bool}
+RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
+       "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
+STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
+
+
+class Export:
+    """One compiled export, callable on Python scalars, numpy arrays and torch tensors."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str, desc: dict):
+        self.name, self.desc = name, desc
+        self.fn = getattr(lib, desc["symbol"])
+        self.fn.restype = RET[desc["returns"]]
+        self.ins = [a for a in desc["args"] if a["role"] == "in"]
+        self.outs = [a for a in desc["args"] if a["role"] == "out"]
+        self.ws_fn = getattr(lib, desc["symbol"] + "_workspace_size") if desc["kind"] == "tensor" else None
+        if self.ws_fn is not None:
+            self.ws_fn.restype = ctypes.c_size_t
+
+    def __repr__(self) -> str:
+        return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}>"
+
+    def __call__(self, *args, out=None):
+        if len(args) != len(self.ins):
+            raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
+        if self.desc["kind"] == "scalar":
+            return self._call_scalar(args)
+        return self._call_tensor(args, out)
+
+    def _call_scalar(self, args):
+        cargs = [CTYPES[a["dtype"]](_scalar(x)) for a, x in zip(self.ins, args)]
+        if self.desc["returns"] != "void":
+            return _py(self.fn(*cargs))
+        outs = [CTYPES[a["dtype"]]() for a in self.outs]
+        self.fn(*cargs, *[ctypes.byref(o) for o in outs])
+        return tuple(_py(o.value) for o in outs)
+
+    def _call_tensor(self, args, out):
+        torch_in = any(type(x).__module__.startswith("torch") for x in args)
+        arrays = [_as_array(x, a) for x, a in zip(args, self.ins)]
+        dims = _bind_dims(self.desc["dims"], self.ins, arrays)
+        outs = self._outputs(dims, out)
+        cargs = [ctypes.c_int64(dims[d]) for d in self.desc["dims"]]
+        for a, arr in zip(self.ins, arrays):
+            cargs.append(arr.ctypes.data_as(ctypes.c_void_p) if a["shape"] else CTYPES[a["dtype"]](arr.item()))
+        cargs += [o.ctypes.data_as(ctypes.c_void_p) for o in outs]
+        ws = self._workspace(dims)
+        status = self.fn(*cargs, ws.ctypes.data_as(ctypes.c_void_p) if ws is not None else None)
+        if status != 0:
+            raise KsbuildError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
+        return _results(outs, self.outs, torch_in)
+
+    def _outputs(self, dims, out):
+        given = out if isinstance(out, (tuple, list)) else [out] if out is not None else None
+        shapes = [tuple(d if isinstance(d, int) else dims[d] for d in a["shape"]) for a in self.outs]
+        if given is None:
+            return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
+        res = [_np_view(o) for o in given]
+        for r, s, a in zip(res, shapes, self.outs):
+            if r.shape != s or r.dtype != NUMPY_DTYPES[a["dtype"]] or not r.flags.c_contiguous:
+                raise KsbuildError(f"out= for {self.name} must be a contiguous {a['dtype']} array of shape {s}")
+        return res
+
+    def _workspace(self, dims):
+        if self.ws_fn is None:
+            return None
+        n = self.ws_fn(*[ctypes.c_int64(dims[d]) for d in self.desc["dims"]])
+        return np.empty(max(n, 1) + 64, np.uint8)[-max(n, 1):] if n else None
+
+
+def _scalar(x):
+    return x.item() if hasattr(x, "item") else x
+
+
+def _py(v):
+    return v.value if hasattr(v, "value") else v
+
+
+def _np_view(x) -> np.ndarray:
+    if type(x).__module__.startswith("torch"):
+        return x.detach().numpy()
+    return x
+
+
+def _as_array(x, a) -> np.ndarray:
+    arr = np.ascontiguousarray(_np_view(x), dtype=NUMPY_DTYPES[a["dtype"]])
+    if arr.ndim != len(a["shape"]):
+        raise KsbuildError(f"argument '{a['name']}' must have {len(a['shape'])} dimension(s), got shape "
+                           f"{list(arr.shape)}")
+    return arr
+
+
+def _bind_dims(names, ins, arrays) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for a, arr in zip(ins, arrays):
+        for d, s in zip(a["shape"], arr.shape):
+            want = dims.setdefault(d, s) if isinstance(d, str) else d
+            if want != s:
+                raise KsbuildError(f"argument '{a['name']}': dimension {d} is {want} elsewhere but {s} here")
+    missing = [d for d in names if d not in dims]
+    if missing:
+        raise KsbuildError(f"cannot infer dims {missing} from the inputs")
+    return dims
+
+
+def _results(outs, descs, torch_out):
+    vals = []
+    for o, a in zip(outs, descs):
+        v = o if a["shape"] else o.reshape(()).item()
+        if torch_out and a["shape"]:
+            import torch
+            v = torch.from_numpy(o)
+        vals.append(v)
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+class Package:
+    """A built package: each export is an attribute."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        share = next((root / "share").iterdir())
+        self.desc = json.loads((share / f"{share.name}.json").read_text())
+        lib = next((share / "python").glob("*.so"))
+        self.lib = ctypes.CDLL(str(lib))
+        self.exports = {n: Export(self.lib, n, d) for n, d in self.desc["exports"].items()}
+
+    def __getattr__(self, name: str) -> Any:
+        exports = self.__dict__.get("exports", {})
+        if name in exports:
+            return exports[name]
+        raise AttributeError(f"package has no export '{name}' (exports: {', '.join(exports)})")
+
+    def __dir__(self):
+        return list(super().__dir__()) + list(self.exports)
+
+
+def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True) -> Package:
+    """Build a manifest (cached by content hash) and load its exports for calling from Python."""
+    from .package import cache_root, content_hash, package
+    from ..manifest import load_manifest
+
+    if target != "host":
+        raise KsbuildError("ksbuild.build loads the result into this Python, so the target must be 'host'")
+    m = load_manifest(manifest)
+    root = Path(out) if out is not None else cache_root() / "python" / m.name / content_hash(m, target, "py")
+    package(manifest, root, target=target, python_module=True, progress=(lambda s: None) if quiet else print)
+    return Package(root)
