@@ -8,8 +8,8 @@ from . import prims  # noqa: F401  (registers the primitives)
 from .errors import KsbuildError, Location
 from .ir.core import Func
 from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
-from .transforms.pipeline import lower
 from .transforms.jvp import jvp_func
+from .transforms.pipeline import lower
 from .transforms.vjp import grad_func, vjp_func
 from .transforms.vmap import fresh_dim, vmap_func
 

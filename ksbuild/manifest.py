@@ -5,11 +5,10 @@ import ast
 import difflib
 import keyword
 import re
+import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
-
-import tomllib
 
 from .errors import KsbuildError, Location
 from .ir.types import DTYPES, Type

@@ -171,22 +171,16 @@ class Writer:
 
     # ---- structured emission (called by prim emit rules) --------------------------------------
 
-    def view(self, eqn: Eqn) -> None:
-        """broadcast_to / reshape / transpose: a new view of the same storage."""
+    def view(self, eqn: Eqn, transform) -> None:
+        """A view prim: its output is transform(storage of the input), copied first if needed."""
         (x,), (out,) = eqn.ins, eqn.outs
         s = self.storage(x)
-        p = eqn.params
-        if eqn.prim.name == "broadcast_to":
-            self.env[out] = s.broadcast(out.type.shape)
-        elif eqn.prim.name == "transpose":
-            self.env[out] = s.permute(p["perm"])
-        else:
-            view = s.reshape(out.type.shape)
-            if view is None:
-                buf = self.alloc(x.type, "packed")
-                self.copy(s, buf, x.type)
-                view = buf.reshape(out.type.shape)
-            self.env[out] = view
+        view = transform(s)
+        if view is None:  # e.g. reshape of a non-contiguous view: pack it first
+            buf = self.alloc(x.type, "packed")
+            self.copy(s, buf, x.type)
+            view = transform(buf)
+        self.env[out] = view
 
     def reduce(self, eqn: Eqn, kind: str) -> None:
         """reduce_sum over the given axes."""

@@ -215,7 +215,8 @@ class KernelCompiler:
             "Import": ("import inside a kernel", "import at module level"),
         }
         what, hint = hints.get(kind, (f"'{kind}' statement" if isinstance(node, ast.stmt) else f"'{kind}'", None))
-        return self.src.error(node, f"unsupported syntax: {what}", hint=hint or "see the supported subset in the README")
+        return self.src.error(node, f"unsupported syntax: {what}",
+                              hint=hint or "see the supported subset in the README")
 
     def assign(self, scope: Scope, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
@@ -239,8 +240,9 @@ class KernelCompiler:
             self.block(b, scope, s.body if test.value else s.orelse)
             return
         pred = self.condition(b, test, s.test)
+        in_both = _assigned(s.body) & _assigned(s.orelse)
         names = sorted(_assigned(s.body) | _assigned(s.orelse))
-        names = [n for n in names if scope.lookup(n) is not None or (n in _assigned(s.body) and n in _assigned(s.orelse))]
+        names = [n for n in names if n in in_both or scope.lookup(n) is not None]
         outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s, continuation=[])
         for n, v in zip(names, outs):
             scope.names[n] = v

@@ -155,8 +155,8 @@ class Package:
 
 def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True) -> Package:
     """Build a manifest (cached by content hash) and load its exports for calling from Python."""
-    from .package import cache_root, content_hash, package
     from ..manifest import load_manifest
+    from .package import cache_root, content_hash, package
 
     if target != "host":
         raise KsbuildError("ksbuild.build loads the result into this Python, so the target must be 'host'")

@@ -11,11 +11,12 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - emit(ctx, eqn) -> None     writes C++ through the codegen context
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
+- simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 PRIMS: dict[str, "Prim"] = {}
 
@@ -35,6 +36,7 @@ class Prim:
     transpose: Optional[Callable] = NOT_LINEAR
     partial_eval: Optional[Callable] = None
     prune: Optional[Callable] = None
+    simplify: Optional[Callable] = None
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import KsbuildError
+from ..ir.core import Lit
 from ..ir.types import NUMPY_DTYPES, Type
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
@@ -58,7 +59,7 @@ def numeric_type_rule(name: str):
     return rule
 
 
-def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False) -> Prim:
+def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None) -> Prim:
     """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant)."""
     prim: Prim
 
@@ -81,6 +82,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False) -> Pr
         emit=emit_format(cpp),
         elementwise=True,
         doc=doc,
+        simplify=simplify,
     )
     return prim
 
@@ -89,7 +91,8 @@ def _dt(arr: np.ndarray) -> str:
     return {v: k for k, v in NUMPY_DTYPES.items()}[arr.dtype.type]
 
 
-def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None) -> Prim:
+def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
+           simplify=None) -> Prim:
     """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero."""
     prim: Prim
 
@@ -115,8 +118,52 @@ def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, tr
         transpose=transpose,
         elementwise=True,
         doc=doc,
+        simplify=simplify,
     )
     return prim
+
+
+# ---- local simplifications (each states its algebra) --------------------------------------
+
+def _lit(a, value) -> bool:
+    return isinstance(a, Lit) and not isinstance(a.value, bool) and a.value == value
+
+
+def _same(a, out) -> bool:
+    return a.type == out.type
+
+
+def _simp_add(ins, out):
+    # x + 0 = 0 + x = x
+    x, y = ins
+    return x if _lit(y, 0) and _same(x, out) else y if _lit(x, 0) and _same(y, out) else None
+
+
+def _simp_sub(ins, out):
+    # x - 0 = x
+    return ins[0] if _lit(ins[1], 0) and _same(ins[0], out) else None
+
+
+def _simp_mul(ins, out):
+    # x * 1 = 1 * x = x;  x * 0 = 0 (for the zeros AD produces; x is finite where it matters)
+    x, y = ins
+    if _lit(y, 1) and _same(x, out):
+        return x
+    if _lit(x, 1) and _same(y, out):
+        return y
+    return Lit(0, out.type) if out.type.is_float and (_lit(x, 0) or _lit(y, 0)) else None
+
+
+def _simp_div(ins, out):
+    # 0 / y = 0;  x / 1 = x
+    if _lit(ins[0], 0) and out.type.is_float:
+        return Lit(0, out.type)
+    return ins[0] if _lit(ins[1], 1) and _same(ins[0], out) else None
+
+
+def _simp_neg(ins, out):
+    # -0 = 0
+    return Lit(0, out.type) if _lit(ins[0], 0) else None
 
 
 # ---- linear arithmetic -------------------------------------------------------------------
@@ -165,14 +212,18 @@ def _one(b, x):
     return b.lit(1, x.type.scalar())
 
 
-add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add)
+add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add,
+             simplify=_simp_add)
 sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
-             "x - y", transpose=_t_sub)
-mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul)
+             "x - y", transpose=_t_sub, simplify=_simp_sub)
+mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
+             simplify=_simp_mul)
 # d(x/y) = dx / y - (x/y) dy / y
 div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
-             lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div)
-neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True)
+             lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
+             simplify=_simp_div)
+neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True,
+            simplify=_simp_neg)
 object.__setattr__(neg, "transpose", _t_neg)
 
 
@@ -227,6 +278,8 @@ ipow = Prim(
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], f"ks::ipow<{eqn.params['n']}>({ctx.args(eqn)[0]})"),
     elementwise=True,
     doc="x ** n for a literal integer n (repeated multiplication)",
+    # x ** 1 = x;  x ** 0 = 1
+    simplify=lambda ins, out, n: ins[0] if n == 1 else Lit(1, out.type) if n == 0 else None,
 )
 
 
@@ -361,6 +414,8 @@ select = Prim(
     transpose=_select_transpose,
     elementwise=True,
     doc="p ? x : y elementwise (branch-free)",
+    # select(p, a, a) = a
+    simplify=lambda ins, out: ins[1] if ins[1] == ins[2] and ins[1].type == out.type else None,
 )
 
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
+from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape
 from .base import Prim
 from .common import move_batch_rank, unbroadcast
+
+
+def _splat(x, out):
+    # a view of a splat literal is a splat literal of the new shape
+    return Lit(x.value, out.type) if isinstance(x, Lit) else None
 
 
 def _broadcast_rule(in_types, shape):
@@ -34,7 +40,8 @@ broadcast_to = Prim(
     # x̄ = sum of ȳ over the broadcast axes
     transpose=lambda b, cts, ins, linear, shape: [unbroadcast(b, cts[0], ins[0].type)],
     batch=_broadcast_batch,
-    emit=lambda ctx, eqn: ctx.view(eqn),
+    emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.broadcast(eqn.params["shape"])),
+    simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="numpy broadcasting to a larger shape",
 )
 
@@ -54,7 +61,8 @@ reshape = Prim(
         b.reshape(cts[0], shape=ins[0].type.shape) if cts[0] is not None else None],
     batch=lambda b, ins, batched, size, shape: ([b.reshape(ins[0], shape=(ins[0].type.shape[0],) + tuple(shape))],
                                                 [True]),
-    emit=lambda ctx, eqn: ctx.view(eqn),
+    emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.reshape(eqn.params["shape"])),
+    simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="same elements (row-major), new shape",
 )
 
@@ -113,6 +121,7 @@ transpose = Prim(
         b.transpose(cts[0], perm=_inverse(perm)) if cts[0] is not None else None],
     batch=lambda b, ins, batched, size, perm: ([b.transpose(ins[0], perm=(0,) + tuple(p + 1 for p in perm))],
                                                [True]),
-    emit=lambda ctx, eqn: ctx.view(eqn),
+    emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.permute(eqn.params["perm"])),
+    simplify=lambda ins, out, perm: _splat(ins[0], out),
     doc="permute axes",
 )

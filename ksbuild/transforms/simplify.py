@@ -1,7 +1,7 @@
 """simplify: local algebraic rewrites, constant folding and dead-code elimination.
 
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
-  - x + 0 = x, x - 0 = x, x * 1 = x, x * 0 = 0 (splat zero), 0 / x = 0, --x = x, select(p, a, a) = a,
+  - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
   - unused results of cond and loop are pruned by their prune rules (via dce).
@@ -18,38 +18,10 @@ from ..ir.interp import eval_func
 MAX_ROUNDS = 4
 
 
-def _is(a: Atom, value) -> bool:
-    return isinstance(a, Lit) and a.value == value and not isinstance(a.value, bool)
-
-
-def _shape_ok(a: Atom, out: Var) -> bool:
-    return a.type == out.type
-
-
 def rewrite(eqn: Eqn, ins: list[Atom]) -> Atom | None:
-    """A replacement atom for eqn's single output, or None. Each rule states its algebra."""
-    name, out = eqn.prim.name, eqn.outs[0]
-    if name == "add":  # x + 0 = x
-        for a, b in ((ins[0], ins[1]), (ins[1], ins[0])):
-            if _is(b, 0) and _shape_ok(a, out):
-                return a
-    if name == "sub" and _is(ins[1], 0) and _shape_ok(ins[0], out):  # x - 0 = x
-        return ins[0]
-    if name == "mul":
-        for a, b in ((ins[0], ins[1]), (ins[1], ins[0])):
-            if _is(b, 1) and _shape_ok(a, out):  # x * 1 = x
-                return a
-            if _is(b, 0) and out.type.is_float:  # x * 0 = 0 (AD zeros; x is finite where it matters)
-                return Lit(0, out.type)
-    if name == "div" and _is(ins[0], 0) and out.type.is_float:  # 0 / x = 0
-        return Lit(0, out.type)
-    if name == "neg" and isinstance(ins[0], Lit) and ins[0].value == 0:  # -0 = 0
-        return Lit(0, out.type)
-    if name == "select" and ins[1] == ins[2] and _shape_ok(ins[1], out):  # select(p, a, a) = a
-        return ins[1]
-    if name in ("broadcast_to", "reshape") and isinstance(ins[0], Lit):  # a splat stays a splat
-        return Lit(ins[0].value, out.type)
-    return None
+    """The prim's own local simplification of eqn's single output, if it has one."""
+    rule = eqn.prim.simplify
+    return rule(ins, eqn.outs[0], **eqn.params) if rule is not None else None
 
 
 def fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
@@ -85,12 +57,15 @@ def simplify_once(f: Func) -> Func:
 
 
 def simplify(f: Func) -> Func:
-    """Rewrite to a fixpoint (at most MAX_ROUNDS sweeps), then remove dead code."""
+    """Rewrite and remove dead code until nothing changes (at most MAX_ROUNDS sweeps)."""
+    from ..ir.printer import print_func
     from .dce import dce
 
+    text = print_func(f)
     for _ in range(MAX_ROUNDS):
-        g = dce(simplify_once(f))
-        if len(g.eqns) == len(f.eqns):
-            return g
-        f = g
+        f = dce(simplify_once(f))
+        new = print_func(f)
+        if new == text:
+            break
+        text = new
     return f

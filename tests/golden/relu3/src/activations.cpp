@@ -173,9 +173,8 @@ extern "C" float activations_relu3_grad(float x) {
     } else {
         float r8;
         if (r) {
-            const float t9 = (1.0f * 0.3333333432674408f);
-            const float t10 = (t9 * r2);
-            r8 = t10;
+            const float t9 = (0.3333333432674408f * r2);
+            r8 = t9;
         } else {
             r8 = 1.0f;
         }
@@ -198,31 +197,29 @@ extern "C" float activations_relu3_d2(float x, float dx) {
         const bool t3 = (x < 1.0f);
         float r4;
         if (t3) {
-            const float t5 = ks::ipow<1>(x);
-            const float t6 = (2.0f * t5);
-            const float t7 = (t6 * dx);
-            const float t8 = (3.0f * t7);
-            r4 = t8;
+            const float t5 = (2.0f * x);
+            const float t6 = (t5 * dx);
+            const float t7 = (3.0f * t6);
+            r4 = t7;
         } else {
             r4 = 0.0f;
         }
         r = t3;
         r2 = r4;
     }
-    float r9;
+    float r8;
     if (t1) {
-        r9 = 0.0f;
+        r8 = 0.0f;
     } else {
-        float r10;
+        float r9;
         if (r) {
-            const float t11 = (1.0f * 0.3333333432674408f);
-            const float t12 = (t11 * r2);
-            r10 = t12;
+            const float t10 = (0.3333333432674408f * r2);
+            r9 = t10;
         } else {
-            r10 = 0.0f;
+            r9 = 0.0f;
         }
-        r9 = r10;
+        r8 = r9;
     }
-    return r9;
+    return r8;
 }
 
