@@ -56,9 +56,9 @@ def emit_region(w: Writer, eqns, span: range, uses, dests) -> None:
         eqn.prim.emit(w, eqn)
     w.region = None
     w.close_loops(len(idx))
+    w.local.clear()
     for eqn in eqns:
         for v in eqn.outs:
-            w.local.pop(v, None)
             if v in w.escaping:
                 w.env[v] = w.escaping[v]
 

@@ -108,7 +108,11 @@ class Writer:
         if self.region is None:
             raise KsbuildError(f"internal: tensor {a} read as a scalar outside a loop")
         idx, shape = self.region
-        return h.broadcast(shape).at(idx)
+        # load each element once, unconditionally: a load inside `p ? a : b` blocks if-conversion
+        name = self.namer.fresh((a.hint or "x") + "_i")
+        self.line(f"const {self.ctype(a.type)} {name} = {h.broadcast(shape).at(idx)};")
+        self.local[a] = name
+        return name
 
     def storage(self, a: Atom) -> Storage:
         """The storage of a tensor atom (scalars and literals become splats)."""

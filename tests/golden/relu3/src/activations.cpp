@@ -35,11 +35,12 @@ extern "C" int activations_vrelu3(int64_t n, const float* x, float* out, void* w
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
     for (int64_t i = 0; i < n; ++i) {
-        const bool t1 = (x[i] < 0.0f);
-        const bool t2 = (x[i] < 1.0f);
-        const float t3 = ks::ipow<3>(x[i]);
+        const float x_i = x[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<3>(x_i);
         const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x[i] - 0.6666666865348816f);
+        const float t5 = (x_i - 0.6666666865348816f);
         const float t6 = (t2 ? t4 : t5);
         const float t7 = (t1 ? 0.0f : t6);
         out[i] = t7;
@@ -99,11 +100,13 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
     for (int64_t i = 0; i < n; ++i) {
-        const bool t1 = (x[i] < 0.0f);
-        const bool t2 = (x[i] < 1.0f);
-        const float t3 = ks::ipow<2>(x[i]);
+        const float x_i = x[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<2>(x_i);
         const float t4 = (3.0f * t3);
-        const float t5 = (t1 ? 0.0f : ct[i]);
+        const float ct_i = ct[i];
+        const float t5 = (t1 ? 0.0f : ct_i);
         const float t6 = (t2 ? t5 : 0.0f);
         const float t7 = (t2 ? 0.0f : t5);
         const float t8 = (t6 * 0.3333333432674408f);
