@@ -27,7 +27,7 @@ def c_literal(value, t: Type) -> str:
         return "true" if value else "false"
     if t.dtype in ("i32", "i64"):
         v = int(value)
-        return f"INT64_C({v})" if t.dtype == "i64" and abs(v) > 2**31 - 1 else str(v)
+        return f"int64_t{{{v}}}" if t.dtype == "i64" else str(v)
     v = float(np.float32(value)) if t.dtype == "f32" else float(value)
     suffix = "f" if t.dtype == "f32" else ""
     if math.isinf(v):
@@ -105,6 +105,8 @@ class Writer:
         h = self.env[a]
         if isinstance(h, str):
             return h
+        if not h.shape:  # a rank-0 view, e.g. one iteration's slice of stacked values
+            return h.at([])
         if self.region is None:
             raise KsbuildError(f"internal: tensor {a} read as a scalar outside a loop")
         idx, shape = self.region
