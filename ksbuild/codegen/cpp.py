@@ -14,7 +14,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.core import Atom, Eqn, Func, Lit, Var
+from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import C_TYPES, Type
 from .storage import Storage, product
 
@@ -234,6 +234,3 @@ def element_region_key(eqn: Eqn):
         return eqn.outs[0].type.shape
     return None
 
-
-def is_result_func(f: Func) -> bool:
-    return bool(f.results)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Lit, Var
+from ..ir.core import Atom, Func, Var
 from ..ir.types import Type
 from .mathlib import BINOPS, CMPOPS, call_builtin
 from .scope import Const, Scope, Value, const_lit, const_type
@@ -243,7 +243,7 @@ class KernelCompiler:
         in_both = _assigned(s.body) & _assigned(s.orelse)
         names = sorted(_assigned(s.body) | _assigned(s.orelse))
         names = [n for n in names if n in in_both or scope.lookup(n) is not None]
-        outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s, continuation=[])
+        outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s)
         for n, v in zip(names, outs):
             scope.names[n] = v
 
@@ -254,7 +254,7 @@ class KernelCompiler:
             self.block(b, scope, (s.body if test.value else s.orelse) + rest)
             raise self.src.error(s, "this code path does not return")
         pred = self.condition(b, test, s.test)
-        outs = self.branches(b, scope, pred, [s.body + rest, s.orelse + rest], None, s, continuation=rest)
+        outs = self.branches(b, scope, pred, [s.body + rest, s.orelse + rest], None, s)
         raise Returned(outs[0] if len(outs) == 1 else tuple(outs))
 
     def condition(self, b: Builder, test: Value, node: ast.expr) -> Atom:
@@ -264,7 +264,7 @@ class KernelCompiler:
                                  hint="compare explicitly, e.g. `if x != 0:`")
         return test
 
-    def branches(self, b: Builder, scope: Scope, pred: Atom, bodies, names, node, continuation) -> list[Value]:
+    def branches(self, b: Builder, scope: Scope, pred: Atom, bodies, names, node) -> list[Value]:
         """Compile two closed branch functions and bind a cond; the values it produces."""
         from .branches import compile_branches
         return compile_branches(self, b, scope, pred, bodies, names, node)
@@ -453,6 +453,3 @@ def _op_symbol(op) -> str:
     return {"BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>", "MatMult": "@",
             "In": "in", "NotIn": "not in", "Is": "is", "IsNot": "is not"}.get(type(op).__name__, type(op).__name__)
 
-
-def lit_of(v: Value, t: Type) -> Lit:
-    return const_lit(v, t)
