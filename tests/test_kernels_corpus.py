@@ -445,11 +445,7 @@ def test_vmap_matches_loop(k, ir):
 # ---- (f) compiled C++ vs interpreter --------------------------------------------------------------
 
 # (kernel, kind) -> reason, for a C++ case expected to fail (open bugs, see the issue notes)
-LOOP_VJP_BUG = ("compiled vjp of a scalar kernel whose fixed-count loop carries state through a multiply gives "
-                "values different from the interpreter (stack-array residuals of the reverse loop)")
-LOADER_SCALAR_BUG = ("Python loader: an unbatched scalar argument of a tensor export (vmap in_axes None) is "
-                     "passed as shape [1] by the test helper and rejected")
-KNOWN_CPP_BUGS = {("horner", "vjp"): LOOP_VJP_BUG, ("geometric", "vmap"): LOADER_SCALAR_BUG}
+KNOWN_CPP_BUGS = {}
 CPP_CASES = [(k, kind) for k in KERNELS for kind in ("kernel", "vmap", "vjp") if kind != "vjp" or k.reverse]
 
 

@@ -131,12 +131,13 @@ def emit_loop(w: Writer, eqn) -> None:
     for prm, a in zip(body.params[1 + nc + ncar:], xs):
         w.env[prm] = w.storage(a).slice0(k)
     results = emit_body(w, body)
-    names = {h for h in carry if isinstance(h, str)}
-    staged = [_stage(w, h, v.type, names) if i < ncar else h for i, (h, v) in enumerate(zip(results, body.results))]
-    for h, dst, r in zip(staged[:ncar], carry, body.results[:ncar]):
-        store(w, h, dst, r.type)
-    for h, dst, r in zip(staged[ncar:], ys, body.results[ncar:]):
+    # ys first: a y may be the old value of a carry, which the carry update below overwrites
+    for h, dst, r in zip(results[ncar:], ys, body.results[ncar:]):
         store(w, h, dst.slice0(k), r.type)
+    names = {h for h in carry if isinstance(h, str)}
+    staged = [_stage(w, h, v.type, names) for h, v in zip(results[:ncar], body.results[:ncar])]
+    for h, dst, r in zip(staged, carry, body.results[:ncar]):
+        store(w, h, dst, r.type)
     w.env = saved
     w.depth -= 1
     w.line("}")

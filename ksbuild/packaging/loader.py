@@ -101,7 +101,9 @@ def _np_view(x) -> np.ndarray:
 
 
 def _as_array(x, a) -> np.ndarray:
-    arr = np.ascontiguousarray(_np_view(x), dtype=NUMPY_DTYPES[a["dtype"]])
+    # np.asarray, not ascontiguousarray: the latter turns a 0-d value into shape [1]
+    arr = np.asarray(_np_view(x), dtype=NUMPY_DTYPES[a["dtype"]])
+    arr = np.ascontiguousarray(arr) if arr.ndim else arr
     if arr.ndim != len(a["shape"]):
         raise KsbuildError(f"argument '{a['name']}' must have {len(a['shape'])} dimension(s), got shape "
                            f"{list(arr.shape)}")
