@@ -15,6 +15,7 @@ F = Type("f64")
 V = Type("f64", (4,))
 M = Type("f64", (3, 4))
 B = Type("bool")
+I = Type("i64")  # noqa: E741
 
 
 def normal(rng, shape):
@@ -27,6 +28,20 @@ def positive(rng, shape):
 
 def unit(rng, shape):
     return rng.uniform(-0.9, 0.9, shape)
+
+
+def index_below(n):
+    return lambda rng, shape: rng.integers(0, n, shape)
+
+
+def index_between(lo, hi):
+    return lambda rng, shape: rng.integers(lo, hi, shape)
+
+
+def _index_add_ref(x, i, v):
+    out = x.copy()
+    out[:, i] += v
+    return out
 
 
 def vec(fn):
@@ -75,7 +90,31 @@ SAMPLES = {
     "reshape": ((M,), {"shape": (4, 3)}, (normal,), lambda x: x.reshape(4, 3)),
     "reduce_sum": ((M,), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
     "transpose": ((M,), {"perm": (1, 0)}, (normal,), lambda x: x.T),
+    "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
+    "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-3, 6)), lambda x, i: x[min(max(i, 0), 2)]),
+    "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),
+    "slice": ((M,), {"axis": 1, "start": 1, "stop": 3}, (normal,), lambda x: x[:, 1:3]),
+    "pad": ((M,), {"axis": 0, "lo": 1, "hi": 2}, (normal,), lambda x: np.concatenate([0 * x[:1], x, 0 * x[:2]])),
+    "reduce_max": ((M,), {"axes": (1,)}, (normal,), lambda x: np.array([max(r) for r in x])),
+    "reduce_min": ((M,), {"axes": (0, 1)}, (normal,), lambda x: np.array(min(x.ravel()))),
+    "stop_gradient": ((M,), {}, (normal,), lambda x: x),
+    "einsum": ((M, Type("f64", (4, 2))), {"spec": "ij,jk->ik"}, (normal, normal), lambda x, y: x @ y),
+    "einsum:dot": ((V, V), {"spec": "i,i->"}, (normal, normal), lambda x, y: np.array(sum(x * y))),
+    "einsum:outer": ((V, Type("f64", (3,))), {"spec": "i,j->ij"}, (normal, normal), lambda x, y: x[:, None] * y),
+    "einsum:batched": ((Type("f64", (2, 3, 4)), Type("f64", (2, 4))), {"spec": "kab,kb->ka"}, (normal, normal),
+                       lambda q, x: np.stack([q[k] @ x[k] for k in range(2)])),
+    "einsum:summed": ((M, V), {"spec": "ij,j->"}, (normal, normal), lambda x, y: np.array((x @ y).sum())),
+    "iota": ((), {"shape": (3, 4), "axis": 1, "dtype": "i64"}, (), lambda: np.tile(np.arange(4), (3, 1))),
+    "dim_size": ((), {"dim": 7}, (), lambda: np.array(7)),
 }
+
+# arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
+UNBATCHED = {"index": (1,), "index:clamped": (1,), "index_add": (1,)}
+
+
+def prim_name(key: str) -> str:
+    """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
+    return key.split(":")[0]
 
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
 STRUCTURED = {"cond", "loop", "call"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from prim_samples import SAMPLES, STRUCTURED
+from prim_samples import SAMPLES, STRUCTURED, UNBATCHED, prim_name
 
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
@@ -20,7 +20,7 @@ def one_eqn(name):
     types, params, _, _ = SAMPLES[name]
     b = Builder()
     ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
-    outs = b.bind(PRIMS[name], ps, params)
+    outs = b.bind(PRIMS[prim_name(name)], ps, params)
     return b.func(name, ps, list(outs))
 
 
@@ -30,12 +30,14 @@ def sample(name, rng, batch=()):
     for t, s in zip(types, samplers):
         shape = batch + tuple(t.shape)
         args.append(rng.random(shape) < 0.5 if s is None else s(rng, shape))
+    if not types:  # a prim without operands
+        return []
     return args
 
 
 def differentiable(name):
     f = one_eqn(name)
-    return f.out_types[0].is_float and name not in ("floor", "sign", "floordiv", "convert")
+    return f.out_types[0].is_float and prim_name(name) not in ("floor", "sign", "floordiv", "convert", "stop_gradient")
 
 
 def test_completeness():
@@ -43,7 +45,7 @@ def test_completeness():
     for name, p in PRIMS.items():
         for rule in ("type_rule", "eval", "jvp", "batch", "emit"):
             assert callable(getattr(p, rule)), f"{name} lacks {rule}"
-        assert name in SAMPLES or name in STRUCTURED, f"{name} has no sample in tests/prim_samples.py"
+        assert name in map(prim_name, SAMPLES) or name in STRUCTURED, f"{name} has no sample in tests/prim_samples.py"
         assert p.doc, f"{name} has no doc"
 
 
@@ -92,19 +94,42 @@ def test_vjp_dot_product(name):
     assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if SAMPLES[n][0]])
 def test_vmap_matches_loop(name):
-    """vmap over every argument equals a Python loop of the unbatched function."""
+    """vmap over every argument (but the opted-out ones) equals a Python loop of the function."""
     rng = np.random.default_rng(3)
     f = one_eqn(name)
+    mask = [i not in UNBATCHED.get(name, ()) for i in range(len(f.params))]
     args = sample(name, rng, batch=(5,))
-    vf, _ = vmap_func(f, [True] * len(f.params), "b", [True])
+    args = [a if m else a[0] for a, m in zip(args, mask)]
+    vf, _ = vmap_func(f, mask, "b", [True])
     got = eval_func(vf, args)[0]
-    want = np.stack([eval_func(f, [a[k] for a in args])[0] for k in range(5)])
+    want = np.stack([eval_func(f, [a[k] if m else a for a, m in zip(args, mask)])[0] for k in range(5)])
     np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if len(SAMPLES[n][0]) == 2])
+@pytest.mark.parametrize("name", sorted(UNBATCHED))
+def test_vmap_opt_out_is_an_error(name):
+    """Batching an argument a prim opts out of is a KsbuildError, not a wrong result."""
+    from ksbuild.errors import KsbuildError
+    f = one_eqn(name)
+    with pytest.raises(KsbuildError, match="not supported yet"):
+        vmap_func(f, [True] * len(f.params), "b", [True])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not SAMPLES[n][0]])
+def test_operandless_prims_stay_unbatched(name):
+    """A prim without operands is never batched: vmap leaves it as it is."""
+    b = Builder()
+    x = Var(SAMPLES["add"][0][0], "x")
+    out = b.bind(PRIMS[prim_name(name)], [], SAMPLES[name][1])[0]
+    f = b.func("f", [x], [x, out])
+    vf, flags = vmap_func(f, [True], "b", [True, False])
+    assert flags[1] is False or flags == [True, True]
+    np.testing.assert_allclose(eval_func(vf, [np.arange(3.0)])[1], SAMPLES[name][3]())
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if len(SAMPLES[n][0]) == 2 and n not in UNBATCHED])
 def test_vmap_one_argument(name):
     """vmap with the second argument unbatched (in_axes=(0, None))."""
     rng = np.random.default_rng(4)

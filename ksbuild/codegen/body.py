@@ -25,13 +25,15 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
     """Emit f's equations (params already bound in w.env); the handles of its results."""
     dests = dests or {}
     uses = use_sites(f)
+    saved_uses = w.uses
     i = 0
     while i < len(f.eqns):
         key = element_region_key(f.eqns[i])
         if key is None:
             eqn = f.eqns[i]
-            if eqn.outs and eqn.outs[0] in dests and eqn.prim.name == "reduce_sum":
+            if eqn.outs and eqn.outs[0] in dests and eqn.prim.name in WRITES_DEST:
                 w.escaping[eqn.outs[0]] = dests[eqn.outs[0]]
+            w.uses = (uses, i)
             eqn.prim.emit(w, eqn)
             i += 1
             continue
@@ -40,7 +42,12 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
             j += 1
         emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
         i = j
+    w.uses = saved_uses
     return [handle_of(w, r) for r in f.results]
+
+
+# prims whose emit writes a fresh buffer, which may as well be the caller's output
+WRITES_DEST = {"reduce_sum", "reduce_max", "reduce_min", "einsum", "pad", "index_add"}
 
 
 def emit_region(w: Writer, eqns, span: range, uses, dests) -> None:
@@ -49,7 +56,7 @@ def emit_region(w: Writer, eqns, span: range, uses, dests) -> None:
     for eqn in eqns:
         for v in eqn.outs:
             if uses.get(v, set()) - set(span):
-                w.escaping[v] = dests.get(v) or w.alloc(v.type, v.hint or "tmp")
+                w.escaping[v] = dests.get(v) or w.alloc(v.type, v.hint or "tmp", owner=v)
     idx = w.open_loops(shape)
     w.region = (idx, shape)
     for eqn in eqns:
@@ -85,7 +92,10 @@ def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
 def store(w: Writer, src: Handle, dst: Handle, t) -> None:
     """dst = src for a scalar local or a tensor buffer."""
     if isinstance(dst, str):
-        w.line(f"{dst} = {src};")
+        if dst != src:
+            w.line(f"{dst} = {src};")
+    elif src == dst:
+        return  # updated in place
     else:
         w.copy(src if isinstance(src, Storage) else Storage.splat(src, t.shape), dst, t)
 
@@ -128,6 +138,10 @@ def emit_loop(w: Writer, eqn) -> None:
         w.env[prm] = handle_of(w, a)
     for prm, h in zip(body.params[1 + nc:1 + nc + ncar], carry):
         w.env[prm] = h
+        if isinstance(h, Storage):
+            w.owner[h.root] = prm
+    if p["length"] is not None:
+        w.in_range[body.params[0]] = p["length"]
     for prm, a in zip(body.params[1 + nc + ncar:], xs):
         w.env[prm] = w.storage(a).slice0(k)
     results = emit_body(w, body)
@@ -135,7 +149,8 @@ def emit_loop(w: Writer, eqn) -> None:
     for h, dst, r in zip(results[ncar:], ys, body.results[ncar:]):
         store(w, h, dst.slice0(k), r.type)
     names = {h for h in carry if isinstance(h, str)}
-    staged = [_stage(w, h, v.type, names) for h, v in zip(results[:ncar], body.results[:ncar])]
+    roots = {h.root for h in carry if isinstance(h, Storage)}
+    staged = [_stage(w, h, v.type, names, roots, dst) for h, v, dst in zip(results[:ncar], body.results[:ncar], carry)]
     for h, dst, r in zip(staged, carry, body.results[:ncar]):
         store(w, h, dst, r.type)
     w.env = saved
@@ -145,14 +160,17 @@ def emit_loop(w: Writer, eqn) -> None:
         w.env[v] = h
 
 
-def _stage(w: Writer, h: Handle, t, carry_names) -> Handle:
-    """Copy a new carry value aside so updating one carry cannot clobber another's source."""
+def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:
+    """Copy a new carry value aside if it lives in another carry's storage, so updating that
+    carry cannot clobber it (a value already in its own carry's buffer stays where it is)."""
     if isinstance(h, str):
-        if h not in carry_names:
+        if h not in carry_names or h == dst:
             return h
         name = w.namer.fresh("next")
         w.line(f"const {w.ctype(t)} {name} = {h};")
         return name
+    if h == dst or h.root not in carry_roots:
+        return h
     buf = w.alloc(t, "next")
     w.copy(h, buf, t)
     return buf

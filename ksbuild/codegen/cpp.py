@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import C_TYPES, Type
-from .storage import Storage, product
+from .storage import Storage, dim_expr, product
 
 Handle = Union[str, Storage]
 
@@ -85,6 +85,9 @@ class Writer:
         self.local: dict[Var, str] = {}
         self.escaping: dict[Var, Storage] = {}
         self.helpers: dict[str, list[str]] = {}
+        self.owner: dict[str, Var] = {}       # buffer name -> the var whose value it holds
+        self.uses: tuple[dict, int] = ({}, 0)  # (var -> reading eqn indices, current eqn index)
+        self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
 
     # ---- output --------------------------------------------------------------------------------
 
@@ -139,8 +142,8 @@ class Writer:
 
     # ---- buffers -------------------------------------------------------------------------------
 
-    def alloc(self, t: Type, hint: str = "buf") -> Storage:
-        """A fresh contiguous buffer of type t."""
+    def alloc(self, t: Type, hint: str = "buf", owner: Var | None = None) -> Storage:
+        """A fresh contiguous buffer of type t (owned by `owner`: it may be updated in place)."""
         name = self.namer.fresh(hint)
         c = self.ctype(t)
         if self.ws.on_stack:
@@ -148,11 +151,16 @@ class Writer:
                 raise KsbuildError(f"a temporary of type {t} has a size known only at run time; a scalar "
                                    "function has no workspace to put it in")
             self.line(f"{c} {name}[{max(1, math.prod(t.shape))}];")
+            if owner is not None:
+                self.owner[name] = owner
+            return Storage.buffer(name, t.shape)
         else:
             off = self.ws.size_expr()
             self.ws.offsets.append(f"ks::aligned_bytes<{c}>({product(t.shape)})")
             at = f"workspace_bytes + ({off})" if off != "0" else "workspace_bytes"
             self.line(f"{c}* const {name} = reinterpret_cast<{c}*>({at});")
+        if owner is not None:
+            self.owner[name] = owner
         return Storage.buffer(name, t.shape)
 
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
@@ -161,11 +169,14 @@ class Writer:
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
         self.close_loops(len(idx))
 
-    def open_loops(self, shape) -> list[str]:
+    def open_loops(self, shape, simd: str | None = None) -> list[str]:
+        """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop."""
         idx = []
-        for d in shape:
+        for j, d in enumerate(shape):
             i = self.namer.fresh("i")
-            self.line(f"for (int64_t {i} = 0; {i} < {d}; ++{i}) {{")
+            if simd and j == len(shape) - 1:
+                self.line(f"#pragma omp simd {simd}")
+            self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")
             self.depth += 1
             idx.append(i)
         return idx
@@ -177,9 +188,9 @@ class Writer:
 
     # ---- structured emission (called by prim emit rules) --------------------------------------
 
-    def view(self, eqn: Eqn, transform) -> None:
+    def view(self, eqn: Eqn, transform, **_) -> None:
         """A view prim: its output is transform(storage of the input), copied first if needed."""
-        (x,), (out,) = eqn.ins, eqn.outs
+        x, out = eqn.ins[0], eqn.outs[0]
         s = self.storage(x)
         view = transform(s)
         if view is None:  # e.g. reshape of a non-contiguous view: pack it first
@@ -189,24 +200,125 @@ class Writer:
         self.env[out] = view
 
     def reduce(self, eqn: Eqn, kind: str) -> None:
-        """reduce_sum over the given axes."""
+        """A sum, max or min over the given axes."""
         (x,), (out,) = eqn.ins, eqn.outs
         axes, c = eqn.params["axes"], self.ctype(out.type)
         src = self.storage(x)
+        init = {"sum": "0", "max": f"ks::lowest<{c}>()", "min": f"ks::highest<{c}>()"}[kind]
+        update = {"sum": "{a} += {x};", "max": "{a} = ks::max({x}, {a});", "min": "{a} = ks::min({x}, {a});"}[kind]
         if out.type.rank == 0:
             name = self.namer.fresh("acc")
-            self.line(f"{c} {name} = 0;")
-            idx = self.open_loops(x.type.shape)
-            self.line(f"{name} += {src.at(idx)};")
+            self.line(f"{c} {name} = {init};")
+            idx = self.open_loops(x.type.shape, f"reduction(+:{name})" if kind == "sum" else None)
+            self.line(update.format(a=name, x=src.at(idx)))
             self.close_loops(len(idx))
             self.env[out] = name
             return
-        dst = self.escaping.get(out) or self.alloc(out.type, "sum")
-        self.copy(Storage.splat("0", out.type.shape), dst, out.type)
+        dst = self.escaping.get(out) or self.alloc(out.type, kind, owner=out)
+        self.copy(Storage.splat(init, out.type.shape), dst, out.type)
         idx = self.open_loops(x.type.shape)
         kept = [i for j, i in enumerate(idx) if j not in axes]
-        self.line(f"{dst.at(kept)} += {src.at(idx)};")
+        self.line(update.format(a=dst.at(kept), x=src.at(idx)))
         self.close_loops(len(idx))
+        self.env[out] = dst
+
+    # ---- tensor prims --------------------------------------------------------------------------
+
+    def alias(self, eqn: Eqn) -> None:
+        """The output is the input (stop_gradient)."""
+        a = eqn.ins[0]
+        self.env[eqn.outs[0]] = self.scalar(a) if a.type.rank == 0 else self.storage(a)
+
+    def dim_size(self, eqn: Eqn) -> None:
+        self.env[eqn.outs[0]] = dim_expr(eqn.params["dim"])
+
+    def iota(self, eqn: Eqn) -> str:
+        idx, _ = self.region
+        return f"static_cast<{self.ctype(eqn.outs[0].type)}>({idx[eqn.params['axis']]})"
+
+    def clamped_index(self, eqn: Eqn) -> str:
+        """The index operand of index/index_add clamped into its axis."""
+        x, i, axis = eqn.ins[0], eqn.ins[1], eqn.params["axis"]
+        n = x.type.shape[axis]
+        if isinstance(i, Lit) and isinstance(n, int):
+            return str(min(max(int(i.value), 0), n - 1))
+        if self.in_range.get(i) == n:
+            return self.scalar(i)
+        return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"
+
+    def updatable(self, a: Atom) -> Storage | None:
+        """a's buffer, if a owns it and nothing reads a after the current equation."""
+        if not isinstance(a, Var):
+            return None
+        h = self.env.get(a)
+        uses, here = self.uses
+        if isinstance(h, Storage) and h.literal is None and self.owner.get(h.root) is a and uses.get(a) == {here}:
+            return h
+        return None
+
+    def fresh_copy(self, a: Atom, out: Var, hint: str) -> Storage:
+        dst = self.escaping.get(out) or self.alloc(out.type, hint, owner=out)
+        self.copy(self.storage(a), dst, out.type)
+        return dst
+
+    def index_add(self, eqn: Eqn) -> None:
+        """out = x with v added at i: in place when x's buffer is dead afterwards."""
+        x, _, v = eqn.ins
+        (out,), axis = eqn.outs, eqn.params["axis"]
+        dst = self.updatable(x) or self.fresh_copy(x, out, "acc")
+        slot = dst.take(axis, self.clamped_index(eqn))
+        src = self.storage(v)
+        idx = self.open_loops(v.type.shape)
+        self.line(f"{slot.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
+        self.close_loops(len(idx))
+        self.env[out] = dst
+        self.owner[dst.root] = out
+
+    def pad(self, eqn: Eqn) -> None:
+        (x,), (out,) = eqn.ins, eqn.outs
+        p = eqn.params
+        dst = self.escaping.get(out) or self.alloc(out.type, "padded", owner=out)
+        self.copy(Storage.splat(c_literal(0, out.type), out.type.shape), dst, out.type)
+        self.copy(self.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
+        self.env[out] = dst
+
+    def einsum(self, eqn: Eqn) -> None:
+        """A contraction as a loop nest: a dot product per output element when the innermost axis
+        is summed over, else accumulate into the output with its last axis innermost."""
+        from ..prims.tensor import parse_spec
+        x, y = eqn.ins
+        (out,) = eqn.outs
+        a, b, o = parse_spec(eqn.params["spec"])
+        sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+        summed = [ch for ch in dict.fromkeys(a + b) if ch not in o]
+        sa, sb = self.storage(x), self.storage(y)
+        c = self.ctype(out.type)
+        score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
+        inner = max(list(o) + summed, key=score)
+        if inner in summed or not o:
+            summed.sort(key=lambda ch: ch == inner)
+            dst = (self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)) if o else None
+            outer = self.open_loops([sizes[ch] for ch in o])
+            acc = self.namer.fresh("dot")
+            self.line(f"{c} {acc} = 0;")
+            red = self.open_loops([sizes[ch] for ch in summed], f"reduction(+:{acc})")
+            ix = dict(zip(o, outer)) | dict(zip(summed, red))
+            self.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
+            self.close_loops(len(red))
+            if not o:
+                self.env[out] = acc
+                return
+            self.line(f"{dst.at(outer)} = {acc};")
+            self.close_loops(len(outer))
+            self.env[out] = dst
+            return
+        dst = self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
+        self.copy(Storage.splat("0", out.type.shape), dst, out.type)
+        order = [ch for ch in o if ch != inner] + summed + [inner]
+        loops = self.open_loops([sizes[ch] for ch in order])
+        ix = dict(zip(order, loops))
+        self.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
+        self.close_loops(len(loops))
         self.env[out] = dst
 
     def emit_cond(self, eqn: Eqn) -> None:

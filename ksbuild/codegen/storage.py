@@ -12,7 +12,10 @@ from ..ir.types import Dim
 
 
 def dim_expr(d: Dim) -> str:
-    return str(d)
+    """A C++ expression of a dim (symbolic dims are int64_t variables; `//` is C++ `/` on sizes)."""
+    if isinstance(d, int) or d.isidentifier():
+        return str(d)
+    return f"({d.replace('//', '/')})"
 
 
 def product(dims: Sequence[Dim]) -> str:
@@ -34,6 +37,11 @@ class Storage:
     strides: tuple[str, ...]
     contiguous: bool = True
     literal: str | None = None  # a splat constant: every element is this expression
+    root: str = ""              # the buffer this view points into ("" for splats)
+
+    def __post_init__(self):
+        if not self.root and self.literal is None:
+            object.__setattr__(self, "root", self.base)
 
     @staticmethod
     def buffer(base: str, shape) -> "Storage":
@@ -56,11 +64,11 @@ class Storage:
         lead = len(shape) - len(self.shape)
         strides = ["0"] * lead + [("0" if d == 1 and shape[lead + i] != 1 else s)
                                   for i, (d, s) in enumerate(zip(self.shape, self.strides))]
-        return Storage(self.base, tuple(shape), tuple(strides), False, self.literal)
+        return Storage(self.base, tuple(shape), tuple(strides), False, self.literal, self.root)
 
     def permute(self, perm) -> "Storage":
         return Storage(self.base, tuple(self.shape[p] for p in perm), tuple(self.strides[p] for p in perm),
-                       False, self.literal)
+                       False, self.literal, self.root)
 
     def reshape(self, shape) -> "Storage | None":
         """A view with a new shape, or None if this view is not contiguous."""
@@ -68,7 +76,7 @@ class Storage:
             return Storage.splat(self.literal, shape)
         if not self.contiguous:
             return None
-        return Storage.buffer(self.base, shape)
+        return Storage(self.base, tuple(shape), contiguous_strides(shape), root=self.root)
 
     def slice0(self, k: str) -> "Storage":
         """Element k along axis 0 (a loop's per-iteration slice)."""
@@ -76,7 +84,28 @@ class Storage:
             return Storage.splat(self.literal, self.shape[1:])
         off = _term(k, self.strides[0])
         base = f"({self.base} + {off})" if off else self.base
-        return Storage(base, self.shape[1:], self.strides[1:], self.contiguous)
+        return Storage(base, self.shape[1:], self.strides[1:], self.contiguous, root=self.root)
+
+
+    def take(self, axis: int, i: str) -> "Storage":
+        """Element i along `axis` (that axis dropped)."""
+        if self.literal is not None:
+            return Storage.splat(self.literal, self.shape[:axis] + self.shape[axis + 1:])
+        off = _term(i, self.strides[axis])
+        base = f"({self.base} + {off})" if off else self.base
+        contiguous = self.contiguous and axis == 0
+        return Storage(base, self.shape[:axis] + self.shape[axis + 1:], self.strides[:axis] + self.strides[axis + 1:],
+                       contiguous, root=self.root)
+
+    def narrow(self, axis: int, start, size) -> "Storage":
+        """The range start:start+size of `axis`."""
+        shape = self.shape[:axis] + (size,) + self.shape[axis + 1:]
+        if self.literal is not None:
+            return Storage.splat(self.literal, shape)
+        off = _term(dim_expr(start), self.strides[axis])
+        base = f"({self.base} + {off})" if off else self.base
+        contiguous = self.contiguous and all(d == 1 for d in self.shape[:axis])
+        return Storage(base, shape, self.strides, contiguous, root=self.root)
 
 
 def _term(i: str, s: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Func, Var
-from ..ir.types import C_TYPES
+from ..ir.types import C_TYPES, dim_names
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer
 from .storage import Storage
@@ -47,6 +47,12 @@ class ExportView:
         return ", ".join(a.decl for a in self.args) or "void"
 
     @property
+    def workspace_unused_dims(self) -> list[str]:
+        """Dims the workspace size expression does not mention (voided in the size function)."""
+        import re
+        return [d for d in self.dims if not re.search(rf"\b{re.escape(d)}\b", self.workspace)]
+
+    @property
     def dim_params(self) -> str:
         return ", ".join(f"int64_t {d}" for d in self.dims) or "void"
 
@@ -63,8 +69,9 @@ def _dims(f: Func) -> list[str]:
     dims: list[str] = []
     for t in list(f.in_types) + list(f.out_types):
         for d in t.shape:
-            if isinstance(d, str) and d not in dims:
-                dims.append(d)
+            for name in dim_names(d):
+                if name not in dims:
+                    dims.append(name)
     return dims
 
 

@@ -19,7 +19,7 @@ from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Type
 from .mathlib import BINOPS, CMPOPS, call_builtin
-from .scope import Const, Scope, Value, const_lit, const_type
+from .scope import Const, Scope, SymDim, Value, const_lit, const_type
 
 SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
 
@@ -100,8 +100,14 @@ class KernelCompiler:
             return Type(self.float_dtype)
         if isinstance(node, ast.Name) and node.id in SCALAR_ANNOTATIONS:
             return Type(SCALAR_ANNOTATIONS[node.id])
+        from .tensors import parse_type_text
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+        t = parse_type_text(text, self.float_dtype)
+        if t is not None:
+            return t
         raise self.src.error(node, f"unsupported annotation '{ast.unparse(node)}'",
-                             hint="use float, int or bool (tensor types go in the manifest `signature`)")
+                             hint='use float, int, bool or a tensor type string such as "float[n, 3]" or '
+                                  '"f32[n]" (or give `signature` in the manifest)')
 
     def result_annotation(self, fn: ast.FunctionDef) -> list[Type] | None:
         r = fn.returns
@@ -152,8 +158,10 @@ class KernelCompiler:
 
     def as_atom(self, b: Builder, v: Value, t: Type | None, where: ast.AST) -> Atom:
         """v as an atom of type t (weak constants take t; floats and ints convert)."""
-        if isinstance(v, tuple):
-            raise self.src.error(where, "a tuple cannot be used as a single value")
+        if isinstance(v, (tuple, list)):
+            raise self.src.error(where, "a tuple or list cannot be used as a single value")
+        if isinstance(v, SymDim):
+            v = b.dim_size(dim=v.dim)
         if isinstance(v, Const):
             return const_lit(v, t or const_type(v, self.float_dtype))
         if t is None or v.type == t:
@@ -304,13 +312,22 @@ class KernelCompiler:
         return self.binop(b, e.op, self.expr(b, scope, e.left), self.expr(b, scope, e.right), e)
 
     def binop(self, b: Builder, op: ast.operator, x: Value, y: Value, node: ast.AST) -> Value:
+        from . import tensors
+        if tensors.is_dimlike(x) and tensors.is_dimlike(y) and (isinstance(x, SymDim) or isinstance(y, SymDim)):
+            d = tensors.dim_binop(op, x, y)
+            if d is not None:
+                return d
+        x, y = self.plain(b, x), self.plain(b, y)
+        if isinstance(op, ast.MatMult):
+            return tensors.matmul(self, b, *self.unify(b, tensors.tensor(self, b, x, node),
+                                                       tensors.tensor(self, b, y, node), node), node)
         rule = BINOPS.get(type(op))
         if rule is None:
             raise self.src.error(node, f"unsupported operator '{_op_symbol(op)}'")
         return rule(self, b, x, y, node)
 
     def expr_UnaryOp(self, b, scope, e: ast.UnaryOp) -> Value:
-        x = self.expr(b, scope, e.operand)
+        x = self.plain(b, self.expr(b, scope, e.operand))
         if isinstance(e.op, ast.UAdd):
             return x
         if isinstance(e.op, ast.USub):
@@ -337,7 +354,8 @@ class KernelCompiler:
         left = self.expr(b, scope, e.left)
         out: Value | None = None
         for op, right_node in zip(e.ops, e.comparators):
-            right = self.expr(b, scope, right_node)
+            right = self.plain(b, self.expr(b, scope, right_node))
+            left = self.plain(b, left)
             rule = CMPOPS.get(type(op))
             if rule is None:
                 raise self.src.error(e, f"unsupported comparison '{_op_symbol(op)}'")
@@ -356,13 +374,85 @@ class KernelCompiler:
         return b.select(pred, x, y)
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
-        if e.keywords:
-            raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in kernel calls")
-        args = [self.expr(b, scope, a) for a in e.args]
-        target = self.callee(e.func)
+        from . import tensors
+        from .loops import comprehension
+        method = self.method_target(e.func)
+        target = None if method else self.callee(e.func)
+        if target in (("builtin", "sum"), ("torch", "stack")) and len(e.args) == 1 and \
+                isinstance(e.args[0], (ast.ListComp, ast.GeneratorExp)):
+            return comprehension(self, b, scope, e, target[1])
+        if any(isinstance(a, ast.Starred) for a in e.args) or any(k.arg is None for k in e.keywords):
+            raise self.src.error(e, "*args and **kwargs are not supported in calls")
+        args = [self.arg(b, scope, a) for a in e.args]
+        kw = {k.arg: self.arg(b, scope, k.value) for k in e.keywords}
+        if method:
+            return self.call_method(b, scope, e, method, args, kw)
+        if target[0] == "torch" and target[1] in tensors.TORCH_TENSOR:
+            return tensors.TORCH_TENSOR[target[1]](self, b, args, kw, e)
+        if target == ("builtin", "len") and len(args) == 1:
+            x = tensors.tensor(self, b, args[0], e)
+            if not x.type.rank:
+                raise self.src.error(e, "len() of a scalar")
+            return tensors.dim_value(x.type.shape[0])
+        if target == ("builtin", "sum") and len(args) == 1 and isinstance(args[0], list):
+            out = Const(0)
+            for v in args[0]:
+                out = self.binop(b, ast.Add(), out, v, e)
+            return out
+        if kw:
+            raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in this call")
+        if any(isinstance(a, list) for a in args):
+            raise self.src.error(e, "a list argument is only supported in torch.stack, torch.cat and sum")
         if target[0] == "kernel":
             return self.call_kernel(b, target[1], args, e)
-        return call_builtin(self, b, target[0], target[1], args, e)
+        return call_builtin(self, b, target[0], target[1], [self.plain(b, a) for a in args], e)
+
+    def method_target(self, f: ast.expr) -> str | None:
+        """The method name of `x.method(...)` on a value (not a module function)."""
+        if isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in self.src.modules):
+            return f.attr
+        return None
+
+    def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
+        from . import tensors
+        obj = self.expr(b, scope, e.func.value)
+        if name in tensors.SHAPE_METHODS:
+            return tensors.SHAPE_METHODS[name](self, b, obj, args, e)
+        torch_name = tensors.METHODS.get(name)
+        if torch_name is None:
+            known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
+            raise self.src.error(e.func, f"unsupported tensor method '.{name}()'", hint=f"supported: {', '.join(known)}")
+        if torch_name in tensors.TORCH_TENSOR:
+            return tensors.TORCH_TENSOR[torch_name](self, b, [obj, *args], kw, e)
+        if kw:
+            raise self.src.error(e, f".{name}() takes no keyword arguments here")
+        return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)
+
+    def arg(self, b, scope, e: ast.expr) -> Value:
+        """A call argument: a list literal (for torch.stack, torch.cat, sum) is allowed here only."""
+        if isinstance(e, ast.List):
+            return [self.expr(b, scope, x) for x in e.elts]
+        if isinstance(e, ast.Constant) and isinstance(e.value, str):
+            return e.value  # an einsum spec
+        return self.expr(b, scope, e)
+
+    def expr_Subscript(self, b, scope, e: ast.Subscript) -> Value:
+        from .tensors import subscript
+        return subscript(self, b, self.expr(b, scope, e.value), e.slice, scope, e)
+
+    def expr_Attribute(self, b, scope, e: ast.Attribute) -> Value:
+        from . import tensors
+        from .mathlib import MATH_CONSTANTS
+        if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
+            return Const(MATH_CONSTANTS[e.attr])
+        x = self.expr(b, scope, e.value)
+        if e.attr == "shape" and isinstance(x, Var):
+            return tuple(tensors.dim_value(d) for d in x.type.shape)
+        if e.attr == "T":
+            return tensors.transpose_2d(self, b, x, e)
+        if e.attr == "ndim" and isinstance(x, Var):
+            return Const(x.type.rank)
+        raise self.src.error(e, f"unsupported attribute '.{e.attr}'", hint="supported: .shape, .T, .ndim")
 
     def callee(self, f: ast.expr) -> tuple[str, str]:
         """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
@@ -395,6 +485,13 @@ class KernelCompiler:
         return const_type(a, self.float_dtype) if isinstance(a, Const) else a.type
 
     # ---- typing helpers ------------------------------------------------------------------------
+
+    def plain(self, b: Builder, v: Value) -> Value:
+        """A symbolic dim used as a number becomes an i64 value."""
+        return b.dim_size(dim=v.dim) if isinstance(v, SymDim) else v
+
+    def prim(self, name: str):
+        return _prim(name)
 
     def numeric(self, x: Value, node) -> Value:
         if isinstance(x, tuple) or (not isinstance(x, Const) and x.type.dtype == "bool"):

@@ -20,7 +20,20 @@ class Const:
     value: Union[bool, int, float]
 
 
-Value = Union[Atom, Const, tuple]
+@dataclass(frozen=True)
+class SymDim:
+    """A symbolic tensor dimension (from x.shape or len(x)) used as a Python int: it stays a dim
+    through + - * // with ints and other dims, so range(n) and torch.zeros(n) keep their shapes."""
+
+    dim: str
+
+
+Value = Union[Atom, Const, SymDim, tuple]
+
+
+def dim_value(d) -> "Const | SymDim":
+    """A tensor dim as a frontend value."""
+    return Const(d) if isinstance(d, int) else SymDim(d)
 
 
 def const_type(c: Const, float_dtype: str) -> Type:
@@ -59,7 +72,7 @@ class Scope:
 
     def capture(self, outer: Value) -> Value:
         """The inner stand-in for an outer value (constants and literals are copied)."""
-        if isinstance(outer, (Const, Lit)):
+        if isinstance(outer, (Const, Lit, SymDim)):
             return outer
         if isinstance(outer, tuple):
             return tuple(self.capture(v) for v in outer)

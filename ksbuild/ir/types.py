@@ -59,8 +59,65 @@ def scalar(dtype: str) -> Type:
 
 
 def dim_value(dim: Dim, env: dict[str, int]) -> int:
-    """The concrete size of a dim given the values of symbolic dims."""
-    return dim if isinstance(dim, int) else int(env[dim])
+    """The concrete size of a dim given the values of symbolic dims (names or expressions of them)."""
+    if isinstance(dim, int):
+        return dim
+    if dim.isidentifier():
+        return int(env[dim])
+    return int(eval(compile(dim, "<dim>", "eval"), {"__builtins__": {}}, dict(env)))  # only names and + - * //
+
+
+def _operand(d: Dim) -> str:
+    return str(d) if isinstance(d, int) or d.isidentifier() else f"({d})"
+
+
+def dim_add(a: Dim, b: Dim) -> Dim:
+    """a + b for dims: folded when both are literals, else an expression such as 'n + 1'."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if b == 0:
+        return a
+    if a == 0:
+        return b
+    if isinstance(b, int) and b < 0:
+        return f"{_operand(a)} - {-b}"
+    return f"{_operand(a)} + {_operand(b)}"
+
+
+def dim_sub(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if b == 0:
+        return a
+    if a == b:
+        return 0
+    return f"{_operand(a)} - {_operand(b)}"
+
+
+def dim_mul(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return f"{_operand(a)} * {_operand(b)}"
+
+
+def dim_floordiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if b == 1:
+        return a
+    return f"{_operand(a)} // {_operand(b)}"
+
+
+def dim_names(dim: Dim) -> list[str]:
+    """The symbolic names a dim mentions."""
+    if isinstance(dim, int):
+        return []
+    import re
+    return re.findall(r"[A-Za-z_][A-Za-z_0-9]*", dim)
 
 
 def concrete_shape(t: Type, env: dict[str, int]) -> tuple[int, ...]:

@@ -121,6 +121,31 @@ constexpr size_t aligned_bytes(int64_t count) {
     return (static_cast<size_t>(count) * sizeof(T) + 15u) & ~static_cast<size_t>(15u);
 }
 
+// The identity of a max reduction: -infinity for floats, the most negative value for integers.
+template <class T>
+constexpr T lowest() {
+    if constexpr (detail::is_floating<T>) {
+        return static_cast<T>(-__builtin_huge_val());
+    } else {
+        return static_cast<T>(static_cast<unsigned long long>(1) << (8 * sizeof(T) - 1));
+    }
+}
+
+// The identity of a min reduction: +infinity for floats, the largest value for integers.
+template <class T>
+constexpr T highest() {
+    if constexpr (detail::is_floating<T>) {
+        return static_cast<T>(__builtin_huge_val());
+    } else {
+        return static_cast<T>(~lowest<T>());
+    }
+}
+
+// An index clamped into [0, n - 1], as dynamic indexing is defined in ksbuild (and JAX).
+constexpr int64_t clamp_index(int64_t i, int64_t n) {
+    return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
+
 }  // namespace ks
 
 #endif  // KS_PRELUDE_H

@@ -1,0 +1,384 @@
+"""Tensor primitives: indexing and slicing, max/min reductions, contraction, index grids.
+
+index[axis](x, i)          x at position i of `axis` (i clamped into range, as JAX does)
+index_add[axis](x, i, v)   x with v added at position i of `axis` (the transpose of index)
+slice[axis, start, stop]   the static range start:stop of `axis` (a view)
+pad[axis, lo, hi]          zeros before and after along `axis` (the transpose of slice)
+reduce_max / reduce_min    over `axes`
+stop_gradient(x)           x, with a zero derivative (logsumexp's shift)
+einsum[spec](a, b)         a two-operand contraction such as "kab,kb->ka" (matmul, dot, outer)
+iota[shape, axis, dtype]   the index along `axis` at every position of `shape`
+dim_size[dim]              a symbolic dim as an i64 value
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.types import NUMPY_DTYPES, Type, concrete_shape, dim_sub, dim_value
+from .base import Prim
+from .common import zeros
+
+
+def _shift(axes, by=1):
+    return tuple(a + by for a in axes)
+
+
+def _opt_out_batched_index(name):
+    return KsbuildError(f"vmap of {name} with an index that differs between lanes is not supported yet",
+                        hint="index with a loop counter or a value shared by all lanes")
+
+
+def _clamp(i, n):
+    return int(min(max(int(i), 0), n - 1))
+
+
+# ---- index -------------------------------------------------------------------------------------
+
+def _index_rule(in_types, axis):
+    x, i = in_types
+    if i.dtype not in ("i32", "i64") or i.rank:
+        raise KsbuildError(f"an index must be an integer scalar, got {i}")
+    if not 0 <= axis < x.rank:
+        raise KsbuildError(f"cannot index {x} along axis {axis}")
+    return (Type(x.dtype, x.shape[:axis] + x.shape[axis + 1:]),)
+
+
+def _index_eval(x, i, axis, env):
+    return (np.take(x, _clamp(i, x.shape[axis]), axis=axis),)
+
+
+def _index_batch(b, ins, batched, size, axis):
+    x, i = ins
+    if batched[1]:
+        raise _opt_out_batched_index("indexing")
+    return [b.index(x, i, axis=axis + 1)], [True]
+
+
+index = Prim(
+    name="index",
+    type_rule=_index_rule,
+    eval=_index_eval,
+    # linear in x: d x[i] = dx[i]; x̄ = zeros with ȳ added at i
+    jvp=lambda b, p, t, axis: ([b.index(p[0], p[1], axis=axis)],
+                               [b.index(t[0], p[1], axis=axis) if t[0] is not None else None]),
+    transpose=lambda b, cts, ins, linear, axis: [
+        b.index_add(zeros(ins[0].type), ins[1], cts[0], axis=axis) if cts[0] is not None else None, None],
+    batch=_index_batch,
+    emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.take(eqn.params["axis"], ctx.clamped_index(eqn)),
+                                   n_ins=2),
+    doc="x[i] along an axis; the index is clamped into range",
+)
+
+
+# ---- index_add ---------------------------------------------------------------------------------
+
+def _index_add_rule(in_types, axis):
+    x, i, v = in_types
+    (want,) = _index_rule([x, i], axis)
+    if v != want:
+        raise KsbuildError(f"index_add: the added value must be {want}, got {v}")
+    return (x,)
+
+
+def _index_add_eval(x, i, v, axis, env):
+    out = np.array(x, copy=True)
+    sl = [slice(None)] * x.ndim
+    sl[axis] = _clamp(i, x.shape[axis])
+    out[tuple(sl)] += v
+    return (out,)
+
+
+def _index_add_jvp(b, p, t, axis):
+    x, i, v = p
+    y = b.index_add(x, i, v, axis=axis)
+    if t[0] is None and t[2] is None:
+        return [y], [None]
+    tx = t[0] if t[0] is not None else zeros(x.type)
+    tv = t[2] if t[2] is not None else zeros(v.type)
+    return [y], [b.index_add(tx, i, tv, axis=axis)]
+
+
+def _index_add_transpose(b, cts, ins, linear, axis):
+    (ct,), i = cts, ins[1]
+    if ct is None:
+        return [None, None, None]
+    return [ct if linear[0] else None, None, b.index(ct, i, axis=axis) if linear[2] else None]
+
+
+def _index_add_batch(b, ins, batched, size, axis):
+    x, i, v = ins
+    if batched[1]:
+        raise _opt_out_batched_index("index_add")
+    x = x if batched[0] else b.broadcast_to(x, shape=(size,) + x.type.shape)
+    v = v if batched[2] else b.broadcast_to(v, shape=(size,) + v.type.shape)
+    return [b.index_add(x, i, v, axis=axis + 1)], [True]
+
+
+index_add = Prim(
+    name="index_add",
+    type_rule=_index_add_rule,
+    eval=_index_add_eval,
+    jvp=_index_add_jvp,
+    transpose=_index_add_transpose,
+    batch=_index_add_batch,
+    emit=lambda ctx, eqn: ctx.index_add(eqn),
+    doc="x with v added at position i along an axis (in place when x is dead afterwards)",
+)
+
+
+# ---- slice and pad -------------------------------------------------------------------------------
+
+def _slice_rule(in_types, axis, start, stop):
+    (x,) = in_types
+    if not 0 <= axis < x.rank:
+        raise KsbuildError(f"cannot slice {x} along axis {axis}")
+    n = dim_sub(stop, start)
+    return (Type(x.dtype, x.shape[:axis] + (n,) + x.shape[axis + 1:]),)
+
+
+def _slice_eval(x, axis, start, stop, env):
+    sl = [slice(None)] * x.ndim
+    sl[axis] = slice(dim_value(start, env), dim_value(stop, env))
+    return (np.ascontiguousarray(x[tuple(sl)]),)
+
+
+def _slice_transpose(b, cts, ins, linear, axis, start, stop):
+    (ct,), (x,) = cts, ins
+    if ct is None:
+        return [None]
+    return [b.pad(ct, axis=axis, lo=start, hi=dim_sub(x.type.shape[axis], stop))]
+
+
+slice_ = Prim(
+    name="slice",
+    type_rule=_slice_rule,
+    eval=_slice_eval,
+    jvp=lambda b, p, t, axis, start, stop: (
+        [b.slice(p[0], axis=axis, start=start, stop=stop)],
+        [b.slice(t[0], axis=axis, start=start, stop=stop) if t[0] is not None else None]),
+    transpose=_slice_transpose,
+    batch=lambda b, ins, batched, size, axis, start, stop: (
+        [b.slice(ins[0], axis=axis + 1, start=start, stop=stop)], [True]),
+    emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.narrow(eqn.params["axis"], eqn.params["start"],
+                                                          eqn.outs[0].type.shape[eqn.params["axis"]])),
+    doc="the static range start:stop of an axis (a view, no copy)",
+)
+
+
+def _pad_rule(in_types, axis, lo, hi):
+    (x,) = in_types
+    if not 0 <= axis < x.rank:
+        raise KsbuildError(f"cannot pad {x} along axis {axis}")
+    from ..ir.types import dim_add
+    n = dim_add(dim_add(lo, x.shape[axis]), hi)
+    return (Type(x.dtype, x.shape[:axis] + (n,) + x.shape[axis + 1:]),)
+
+
+def _pad_eval(x, axis, lo, hi, env):
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (dim_value(lo, env), dim_value(hi, env))
+    return (np.pad(x, widths),)
+
+
+def _pad_transpose(b, cts, ins, linear, axis, lo, hi):
+    (ct,), (x,) = cts, ins
+    if ct is None:
+        return [None]
+    from ..ir.types import dim_add
+    return [b.slice(ct, axis=axis, start=lo, stop=dim_add(lo, x.type.shape[axis]))]
+
+
+pad = Prim(
+    name="pad",
+    type_rule=_pad_rule,
+    eval=_pad_eval,
+    jvp=lambda b, p, t, axis, lo, hi: ([b.pad(p[0], axis=axis, lo=lo, hi=hi)],
+                                       [b.pad(t[0], axis=axis, lo=lo, hi=hi) if t[0] is not None else None]),
+    transpose=_pad_transpose,
+    batch=lambda b, ins, batched, size, axis, lo, hi: ([b.pad(ins[0], axis=axis + 1, lo=lo, hi=hi)], [True]),
+    emit=lambda ctx, eqn: ctx.pad(eqn),
+    doc="zeros before (lo) and after (hi) along an axis",
+)
+
+
+# ---- max / min reductions --------------------------------------------------------------------------
+
+def _extremum(name: str, fn, kind: str) -> Prim:
+    prim: Prim
+
+    def rule(in_types, axes):
+        from .shape import _reduce_rule
+        if in_types[0].dtype == "bool":
+            raise KsbuildError(f"{name} does not take bool operands")
+        return _reduce_rule(in_types, axes)
+
+    def jvp(b, p, t, axes):
+        # the derivative flows to the positions attaining the extremum, shared equally among ties
+        (x,), (tx,) = p, t
+        y = b.bind(prim, [x], {"axes": axes})[0]
+        if tx is None:
+            return [y], [None]
+        kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
+        yb = b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape)
+        hit = b.eq(x, yb)
+        count = b.reduce_sum(b.select(hit, _one(x.type), zeros(x.type)), axes=axes)
+        picked = b.reduce_sum(b.select(hit, tx, zeros(x.type)), axes=axes)
+        return [y], [b.div(picked, count)]
+
+    prim = Prim(
+        name=name,
+        type_rule=rule,
+        eval=lambda x, axes, env: (np.asarray(fn(x, axis=tuple(axes))) if x.size else
+                                   np.full(np.delete(x.shape, list(axes)), np.inf if kind == "min" else -np.inf,
+                                           dtype=x.dtype),),
+        jvp=jvp,
+        batch=lambda b, ins, batched, size, axes: ([b.bind(prim, [ins[0]], {"axes": _shift(axes)})[0]], [True]),
+        emit=lambda ctx, eqn: ctx.reduce(eqn, kind),
+        doc=f"{kind}imum over the given axes",
+        opt_outs=("transpose: not linear",),
+    )
+    return prim
+
+
+def _one(t: Type):
+    from .common import ones
+    return ones(t)
+
+
+reduce_max = _extremum("reduce_max", np.max, "max")
+reduce_min = _extremum("reduce_min", np.min, "min")
+
+
+stop_gradient = Prim(
+    name="stop_gradient",
+    type_rule=lambda in_types: (in_types[0],),
+    eval=lambda x, env: (x,),
+    jvp=lambda b, p, t: ([b.stop_gradient(p[0])], [None]),
+    batch=lambda b, ins, batched, size: ([b.stop_gradient(ins[0])], [True]),
+    emit=lambda ctx, eqn: ctx.alias(eqn),
+    doc="x, treated as a constant by differentiation",
+    opt_outs=("transpose: not linear (its derivative is zero)",),
+)
+
+
+# ---- einsum ----------------------------------------------------------------------------------------
+
+def parse_spec(spec: str) -> tuple[str, str, str]:
+    lhs, out = spec.split("->")
+    a, b = lhs.split(",")
+    return a, b, out
+
+
+def _einsum_rule(in_types, spec):
+    ta, tb = in_types
+    try:
+        a, b, out = parse_spec(spec)
+    except ValueError:
+        raise KsbuildError(f"bad einsum spec '{spec}': expected two operands like 'ij,jk->ik'") from None
+    sizes: dict[str, object] = {}
+    for letters, t in ((a, ta), (b, tb)):
+        if len(letters) != t.rank or len(set(letters)) != len(letters):
+            raise KsbuildError(f"einsum '{spec}': '{letters}' does not fit an operand of type {t}",
+                               hint="one distinct letter per axis of each operand")
+        for c, d in zip(letters, t.shape):
+            if sizes.setdefault(c, d) != d:
+                raise KsbuildError(f"einsum '{spec}': axis '{c}' is {sizes[c]} in one operand and {d} in the "
+                                   f"other ({ta} and {tb})")
+    if len(set(out)) != len(out) or any(c not in sizes for c in out):
+        raise KsbuildError(f"einsum '{spec}': every output letter must appear once, and in an operand")
+    if ta.dtype != tb.dtype or ta.dtype == "bool":
+        raise KsbuildError(f"einsum needs two numeric operands of one dtype, got {ta} and {tb}")
+    return (Type(ta.dtype, tuple(sizes[c] for c in out)),)
+
+
+def _einsum_jvp(b, p, t, spec):
+    x, y = p
+    z = b.einsum(x, y, spec=spec)
+    out = None
+    if t[0] is not None:
+        out = b.einsum(t[0], y, spec=spec)
+    if t[1] is not None:
+        e = b.einsum(x, t[1], spec=spec)
+        out = e if out is None else b.add(out, e)
+    return [z], [out]
+
+
+def _einsum_transpose(b, cts, ins, linear, spec):
+    # z = Σ x·y: x̄ = Σ z̄·y over the letters not in x, then broadcast over x's letters found nowhere else
+    (ct,) = cts
+    a, bl, out = parse_spec(spec)
+    res = [None, None]
+    if ct is None:
+        return res
+    for pos, (mine, other_letters, other) in enumerate(((a, bl, ins[1]), (bl, a, ins[0]))):
+        if not linear[pos]:
+            continue
+        me = ins[pos]
+        present = "".join(c for c in mine if c in out or c in other_letters)
+        g = b.einsum(ct, other, spec=f"{out},{other_letters}->{present}")
+        if present != mine:
+            shape = tuple(me.type.shape[mine.index(c)] if c in present else 1 for c in mine)
+            g = b.broadcast_to(b.reshape(g, shape=shape), shape=me.type.shape)
+        res[pos] = g
+    return res
+
+
+def _einsum_batch(b, ins, batched, size, spec):
+    a, bl, out = parse_spec(spec)
+    z = next(c for c in "zyxwvutsrqponmlkjihgfedcba" if c not in a + bl)
+    a2 = z + a if batched[0] else a
+    b2 = z + bl if batched[1] else bl
+    return [b.einsum(ins[0], ins[1], spec=f"{a2},{b2}->{z}{out}")], [True]
+
+
+einsum = Prim(
+    name="einsum",
+    type_rule=_einsum_rule,
+    eval=lambda x, y, spec, env: (np.asarray(np.einsum(spec, x, y)).astype(x.dtype, copy=False),),
+    jvp=_einsum_jvp,
+    transpose=_einsum_transpose,
+    batch=_einsum_batch,
+    emit=lambda ctx, eqn: ctx.einsum(eqn),
+    doc="a two-operand contraction: matmul 'ij,jk->ik', dot 'i,i->', outer 'i,j->ij', batched forms",
+)
+
+
+# ---- iota and dim_size --------------------------------------------------------------------------------
+
+def _iota_rule(in_types, shape, axis, dtype):
+    if not 0 <= axis < len(shape):
+        raise KsbuildError(f"iota axis {axis} out of range for shape {list(shape)}")
+    return (Type(dtype, tuple(shape)),)
+
+
+def _iota_eval(shape, axis, dtype, env):
+    s = concrete_shape(Type(dtype, tuple(shape)), env)
+    grid = np.arange(s[axis]).reshape([-1 if i == axis else 1 for i in range(len(s))])
+    return (np.broadcast_to(grid, s).astype(NUMPY_DTYPES[dtype]),)
+
+
+iota = Prim(
+    name="iota",
+    type_rule=_iota_rule,
+    eval=_iota_eval,
+    jvp=lambda b, p, t, shape, axis, dtype: ([b.iota(shape=shape, axis=axis, dtype=dtype)], [None]),
+    batch=lambda b, ins, batched, size, shape, axis, dtype: ([b.iota(shape=shape, axis=axis, dtype=dtype)],
+                                                           [False]),
+    emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], ctx.iota(eqn)),
+    elementwise=True,
+    doc="arange along one axis of a shape (torch.arange, eye, tril masks)",
+    opt_outs=("transpose: takes no operands",),
+)
+
+
+dim_size = Prim(
+    name="dim_size",
+    type_rule=lambda in_types, dim: (Type("i64"),),
+    eval=lambda dim, env: (np.int64(dim_value(dim, env)),),
+    jvp=lambda b, p, t, dim: ([b.dim_size(dim=dim)], [None]),
+    batch=lambda b, ins, batched, size, dim: ([b.dim_size(dim=dim)], [False]),
+    emit=lambda ctx, eqn: ctx.dim_size(eqn),
+    doc="the value of a (symbolic) dimension, e.g. x.shape[0]",
+    opt_outs=("transpose: takes no operands",),
+)
