@@ -108,15 +108,6 @@ def test_vmap_matches_loop(name):
     np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
-@pytest.mark.parametrize("name", sorted(UNBATCHED))
-def test_vmap_opt_out_is_an_error(name):
-    """Batching an argument a prim opts out of is a KsbuildError, not a wrong result."""
-    from ksbuild.errors import KsbuildError
-    f = one_eqn(name)
-    with pytest.raises(KsbuildError, match="not supported yet"):
-        vmap_func(f, [True] * len(f.params), "b", [True])
-
-
 @pytest.mark.parametrize("name", [n for n in NAMES if not SAMPLES[n][0]])
 def test_operandless_prims_stay_unbatched(name):
     """A prim without operands is never batched: vmap leaves it as it is."""

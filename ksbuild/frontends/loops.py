@@ -103,7 +103,10 @@ def _body(fc, scope: Scope, node, target: str, stmts, carried, types, start, ste
                            hint="carry the result in a variable and return after the loop") from None
     values = [sc.lookup(n) for n in carried]
     raw = [None if isinstance(v, (Const, tuple, SymDim)) else v.type for v in values]
-    outs = [fc.as_atom(bb, v, t, node) for v, t in zip(values, types)]
+    # a weak-constant carry that comes back wider (0 then a float tensor) is retried with that type
+    weak = [isinstance(scope.lookup(n), Const) for n in carried]
+    outs = [fc.as_atom(bb, v, r if w and r is not None and r != t else t, node)
+            for v, t, r, w in zip(values, types, raw, weak)]
     for e in y_exprs:
         outs.append(fc.as_atom(bb, fc.expr(bb, sc, e), None, e))
     consts = [inner for _, inner in sc.captured.values()]

@@ -185,7 +185,8 @@ def _where(fc, b, args, node):
     _arity(fc, args, 3, node, "where")
     p, x, y = args
     xa, ya = fc.unify(b, x, y, node)
-    return b.select(fc.as_atom(b, p, Type("bool"), node), xa, ya)
+    shape = () if isinstance(p, Const) or isinstance(p, tuple) else p.type.shape
+    return b.select(fc.as_atom(b, p, Type("bool", shape), node), xa, ya)
 
 
 def _relu(fc, b, args, node):

@@ -14,6 +14,7 @@ from .python import KernelCompiler, Source
 from .scope import Const
 
 KNOWN_MODULES = {"math": "math", "torch": "torch"}
+_MATH_FOLD = {"log", "log2", "log10", "log1p", "exp", "sqrt", "sin", "cos", "tan", "atan", "lgamma", "pow"}
 _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
@@ -56,6 +57,13 @@ def _constant(src: Source, e: ast.expr):
         return src.constants[e.id].value
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and src.modules.get(e.value.id) == "math":
         return getattr(math, e.attr, None) if isinstance(getattr(math, e.attr, None), float) else None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and isinstance(e.func.value, ast.Name) \
+            and src.modules.get(e.func.value.id) == "math" and e.func.attr in _MATH_FOLD and not e.keywords:
+        args = [_constant(src, a) for a in e.args]
+        try:
+            return float(getattr(math, e.func.attr)(*args)) if None not in args else None
+        except (ArithmeticError, ValueError, TypeError):
+            return None
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
         v = _constant(src, e.operand)
         return -v if v is not None else None

@@ -67,49 +67,107 @@ def dim_value(dim: Dim, env: dict[str, int]) -> int:
     return int(eval(compile(dim, "<dim>", "eval"), {"__builtins__": {}}, dict(env)))  # only names and + - * //
 
 
-def _operand(d: Dim) -> str:
-    return str(d) if isinstance(d, int) or d.isidentifier() else f"({d})"
+# Symbolic dims are kept as canonical polynomials in the dim names (n - 1 + 1 prints as n), so
+# shapes that are equal compare equal. A `//` stays an opaque factor.
+Poly = dict  # monomial (sorted tuple of names) -> integer coefficient
+
+
+def _poly(d: Dim) -> Poly:
+    if isinstance(d, int):
+        return {(): d} if d else {}
+    import ast
+    return _poly_node(ast.parse(d, mode="eval").body)
+
+
+def _poly_node(e) -> Poly:
+    import ast
+    if isinstance(e, ast.Constant):
+        return {(): e.value} if e.value else {}
+    if isinstance(e, ast.Name):
+        return {(e.id,): 1}
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        return _scale(_poly_node(e.operand), -1)
+    if isinstance(e, ast.BinOp):
+        a, b = _poly_node(e.left), _poly_node(e.right)
+        if isinstance(e.op, ast.Add):
+            return _plus(a, b)
+        if isinstance(e.op, ast.Sub):
+            return _plus(a, _scale(b, -1))
+        if isinstance(e.op, ast.Mult):
+            return _times(a, b)
+        if isinstance(e.op, ast.FloorDiv):
+            return {(f"({_text(a)}) // ({_text(b)})",): 1} if not _const(b) or _const(b) != 1 else a
+    raise ValueError(f"bad dim expression {ast.unparse(e)}")
+
+
+def _const(p: Poly):
+    return p.get((), 0) if set(p) <= {()} else None
+
+
+def _plus(a: Poly, b: Poly) -> Poly:
+    out = dict(a)
+    for m, c in b.items():
+        out[m] = out.get(m, 0) + c
+    return {m: c for m, c in out.items() if c}
+
+
+def _scale(a: Poly, k: int) -> Poly:
+    return {m: c * k for m, c in a.items() if c * k}
+
+
+def _times(a: Poly, b: Poly) -> Poly:
+    out: Poly = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            m = tuple(sorted(ma + mb))
+            out[m] = out.get(m, 0) + ca * cb
+    return {m: c for m, c in out.items() if c}
+
+
+def _text(p: Poly) -> str:
+    terms = sorted(p.items(), key=lambda mc: (-len(mc[0]), mc[0]))
+    out = ""
+    for m, c in terms:
+        mono = "*".join(m)
+        mag = abs(c)
+        body = mono if mono and mag == 1 else f"{mag}*{mono}" if mono else str(mag)
+        if not out:
+            out = body if c > 0 else f"-{body}"
+        else:
+            out += f" + {body}" if c > 0 else f" - {body}"
+    return out or "0"
+
+
+def _dim(p: Poly) -> Dim:
+    c = _const(p)
+    if c is not None:
+        return c
+    return _text(p)
 
 
 def dim_add(a: Dim, b: Dim) -> Dim:
-    """a + b for dims: folded when both are literals, else an expression such as 'n + 1'."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    if b == 0:
-        return a
-    if a == 0:
-        return b
-    if isinstance(b, int) and b < 0:
-        return f"{_operand(a)} - {-b}"
-    return f"{_operand(a)} + {_operand(b)}"
+    """a + b for dims: an int when both are literals, else a canonical expression such as 'n + 1'."""
+    return _dim(_plus(_poly(a), _poly(b)))
 
 
 def dim_sub(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a - b
-    if b == 0:
-        return a
-    if a == b:
-        return 0
-    return f"{_operand(a)} - {_operand(b)}"
+    return _dim(_plus(_poly(a), _scale(_poly(b), -1)))
 
 
 def dim_mul(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    return f"{_operand(a)} * {_operand(b)}"
+    return _dim(_times(_poly(a), _poly(b)))
 
 
 def dim_floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    if b == 1:
+    pa, pb = _poly(a), _poly(b)
+    k = _const(pb)
+    if k == 1:
         return a
-    return f"{_operand(a)} // {_operand(b)}"
+    if k and all(c % k == 0 for c in pa.values()):
+        return _dim({m: c // k for m, c in pa.items()})
+    return _dim({(f"({_text(pa)}) // ({_text(pb)})",): 1})
 
 
 def dim_names(dim: Dim) -> list[str]:

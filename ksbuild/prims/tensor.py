@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import NUMPY_DTYPES, Type, concrete_shape, dim_sub, dim_value
-from .base import Prim
+from .base import PRIMS, Prim
 from .common import zeros
 
 
@@ -24,9 +24,20 @@ def _shift(axes, by=1):
     return tuple(a + by for a in axes)
 
 
-def _opt_out_batched_index(name):
-    return KsbuildError(f"vmap of {name} with an index that differs between lanes is not supported yet",
-                        hint="index with a loop counter or a value shared by all lanes")
+def _per_lane(b, prim_name, ins, batched, size, params):
+    """vmap with a per-lane index: a loop over the lanes, each applying the prim to its slices."""
+    from ..ir.core import Lit
+    from .control import PRIMS_LOOP, wrap
+    xs = [a if bt else b.broadcast_to(a, shape=(size,) + a.type.shape) for a, bt in zip(ins, batched)]
+    slices = [Type(a.type.dtype, a.type.shape[1:]) for a in xs]
+
+    def body(bb, ps):
+        return [bb.bind(PRIMS[prim_name], ps[1:], params)[0]]
+
+    f = wrap(f"{prim_name}_lanes", [Type("i64")] + slices, body)
+    trip = Lit(size, Type("i64")) if isinstance(size, int) else b.dim_size(dim=size)
+    out = b.bind(PRIMS_LOOP, [trip, *xs], dict(body=f, n_consts=0, n_carry=0, length=size, reverse=False))
+    return [out[0]], [True]
 
 
 def _clamp(i, n):
@@ -51,7 +62,7 @@ def _index_eval(x, i, axis, env):
 def _index_batch(b, ins, batched, size, axis):
     x, i = ins
     if batched[1]:
-        raise _opt_out_batched_index("indexing")
+        return _per_lane(b, "index", ins, batched, size, {"axis": axis})
     return [b.index(x, i, axis=axis + 1)], [True]
 
 
@@ -109,7 +120,7 @@ def _index_add_transpose(b, cts, ins, linear, axis):
 def _index_add_batch(b, ins, batched, size, axis):
     x, i, v = ins
     if batched[1]:
-        raise _opt_out_batched_index("index_add")
+        return _per_lane(b, "index_add", ins, batched, size, {"axis": axis})
     x = x if batched[0] else b.broadcast_to(x, shape=(size,) + x.type.shape)
     v = v if batched[2] else b.broadcast_to(v, shape=(size,) + v.type.shape)
     return [b.index_add(x, i, v, axis=axis + 1)], [True]
