@@ -63,9 +63,9 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
             return Func(jf.name, jf.params, jf.eqns, jf.results[len(f.results):],
                         jf.result_names[len(f.results):] if jf.result_names else ())
         if e.kind == "vjp":
-            return vjp_func(f)
+            return vjp_func(f, argnums=e.argnums)
         if e.kind == "grad":
-            return grad_func(f)
+            return grad_func(f, argnums=e.argnums)
     except KsbuildError as err:
         raise err.at(loc) from None
     raise KsbuildError(f"unknown transformation {e.kind}", loc)

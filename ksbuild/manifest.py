@@ -48,6 +48,7 @@ class TExpr:
     name: str = ""
     arg: "TExpr | None" = None
     in_axes: tuple[int | None, ...] | None = None
+    argnums: tuple[int, ...] | None = None  # vjp/grad: differentiate only these arguments
 
 
 @dataclass(frozen=True)
@@ -326,13 +327,28 @@ def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -
         raise src.error(node.func, f"unknown transformation '{kind}'; valid transformations: {', '.join(TRANSFORMS)}")
     if len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
         raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
-    in_axes = None
+    in_axes = argnums = None
+    allowed = {"vmap": "in_axes", "vjp": "argnums", "grad": "argnums"}.get(kind)
     for kw in node.keywords:
-        if kind != "vmap" or kw.arg != "in_axes":
-            accepts = "only in_axes" if kind == "vmap" else "no keyword arguments"
+        if kw.arg != allowed:
+            accepts = f"only {allowed}" if allowed else "no keyword arguments"
             raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes {accepts}")
-        in_axes = _in_axes(kw.value, src)
-    return TExpr(kind, arg=_texpr(node.args[0], src, kernels), in_axes=in_axes)
+        if kind == "vmap":
+            in_axes = _in_axes(kw.value, src)
+        else:
+            argnums = _argnums(kw.value, src)
+    return TExpr(kind, arg=_texpr(node.args[0], src, kernels), in_axes=in_axes, argnums=argnums)
+
+
+def _argnums(node: ast.expr, src: _Src) -> tuple[int, ...]:
+    """argnums=(0, 2) or argnums=1: the positions of the arguments to differentiate."""
+    elts = node.elts if isinstance(node, ast.Tuple) else [node]
+    if not elts or not all(isinstance(e, ast.Constant) and type(e.value) is int and e.value >= 0 for e in elts):
+        raise src.error(node, f"bad argnums '{ast.unparse(node)}': an integer >= 0 or a tuple of them")
+    nums = tuple(e.value for e in elts)  # type: ignore[attr-defined]
+    if len(set(nums)) != len(nums):
+        raise src.error(node, f"bad argnums '{ast.unparse(node)}': an argument is listed twice")
+    return nums
 
 
 def _in_axes(node: ast.expr, src: _Src) -> tuple[int | None, ...] | None:

@@ -44,6 +44,13 @@ def _index_add_ref(x, i, v):
     return out
 
 
+def _digamma_ref(x, shift=30):
+    # ψ(x) = ψ(x + N) - Σ_{k<N} 1/(x + k), with ψ(y) ≈ ln y - 1/(2y) - 1/(12y²) + 1/(120y⁴) - 1/(252y⁶) at y = x + N
+    y = x + shift
+    tail = math.log(y) - 1 / (2 * y) - 1 / (12 * y**2) + 1 / (120 * y**4) - 1 / (252 * y**6)
+    return tail - sum(1 / (x + k) for k in range(shift))
+
+
 def vec(fn):
     return np.vectorize(fn, otypes=[np.float64])
 
@@ -106,6 +113,8 @@ SAMPLES = {
     "einsum:summed": ((M, V), {"spec": "ij,j->"}, (normal, normal), lambda x, y: np.array((x @ y).sum())),
     "iota": ((), {"shape": (3, 4), "axis": 1, "dtype": "i64"}, (), lambda: np.tile(np.arange(4), (3, 1))),
     "dim_size": ((), {"dim": 7}, (), lambda: np.array(7)),
+    "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),
+    "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)

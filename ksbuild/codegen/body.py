@@ -26,6 +26,7 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
     dests = dests or {}
     uses = use_sites(f)
     saved_uses = w.uses
+    w.level += 1
     i = 0
     while i < len(f.eqns):
         key = element_region_key(f.eqns[i])
@@ -36,14 +37,28 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
             w.uses = (uses, i)
             eqn.prim.emit(w, eqn)
             i += 1
-            continue
-        j = i
-        while j < len(f.eqns) and element_region_key(f.eqns[j]) == key:
-            j += 1
-        emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
-        i = j
+        else:
+            j = i
+            while j < len(f.eqns) and element_region_key(f.eqns[j]) == key:
+                j += 1
+            emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
+            i = j
+        w.release(_live_roots(w, uses, i))
     w.uses = saved_uses
-    return [handle_of(w, r) for r in f.results]
+    handles = [handle_of(w, r) for r in f.results]
+    w.level -= 1
+    return handles
+
+
+def _live_roots(w: Writer, uses, next_eqn: int) -> set[str]:
+    """The buffers that values read from equation next_eqn on (or returned) point into."""
+    live = set()
+    for v, at in uses.items():
+        if max(at) >= next_eqn:
+            h = w.env.get(v)
+            if isinstance(h, Storage):
+                live.add(h.root)
+    return live
 
 
 # prims whose emit writes a fresh buffer, which may as well be the caller's output

@@ -42,14 +42,40 @@ def c_literal(value, t: Type) -> str:
 
 
 @dataclass
+class Slot:
+    """One region of the workspace: a typed pointer declared in the prologue."""
+
+    name: str
+    ctype: str
+    size: str        # bytes, a C++ expression of the dims
+    free: bool = False
+
+
+@dataclass
 class Workspace:
-    """Buffers planned into the one workspace (tensor ABI) or onto the stack (scalar ABI)."""
+    """Buffers planned into the one workspace (tensor ABI) or onto the stack (scalar ABI).
+
+    A buffer whose value is dead frees its slot; a later buffer of the same element type and
+    byte size reuses it, so the workspace is the sum of the slots, not of all temporaries."""
 
     on_stack: bool
-    offsets: list[str] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
+
+    @property
+    def offsets(self) -> list[str]:
+        return [s.size for s in self.slots]
 
     def size_expr(self) -> str:
         return " + ".join(self.offsets) if self.offsets else "0"
+
+    def prologue(self) -> list[str]:
+        """The slot pointers, laid out one after the other from the start of the workspace."""
+        lines = ["    unsigned char* next_slot = static_cast<unsigned char*>(workspace);"]
+        for s in self.slots:
+            lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
+            lines.append(f"    next_slot += {s.size};")
+        lines.append("    (void)next_slot;")
+        return lines
 
 
 class Namer:
@@ -88,6 +114,15 @@ class Writer:
         self.owner: dict[str, Var] = {}       # buffer name -> the var whose value it holds
         self.uses: tuple[dict, int] = ({}, 0)  # (var -> reading eqn indices, current eqn index)
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
+        self.slot_of: dict[str, tuple[Slot, int]] = {}  # live workspace buffer -> (slot, body level)
+        self.level = 0  # nesting depth of the body being emitted
+
+    def release(self, live: set[str]) -> None:
+        """Free the slots of buffers allocated at this level or deeper that no live value points into."""
+        for name, (slot, level) in list(self.slot_of.items()):
+            if level >= self.level and name not in live:
+                slot.free = True
+                del self.slot_of[name]
 
     # ---- output --------------------------------------------------------------------------------
 
@@ -155,10 +190,15 @@ class Writer:
                 self.owner[name] = owner
             return Storage.buffer(name, t.shape)
         else:
-            off = self.ws.size_expr()
-            self.ws.offsets.append(f"ks::aligned_bytes<{c}>({product(t.shape)})")
-            at = f"workspace_bytes + ({off})" if off != "0" else "workspace_bytes"
-            self.line(f"{c}* const {name} = reinterpret_cast<{c}*>({at});")
+            size = f"ks::aligned_bytes<{c}>({product(t.shape)})"
+            slot = next((s for s in self.ws.slots if s.free and s.ctype == c and s.size == size), None)
+            if slot is None:
+                slot = Slot(name, c, size)
+                self.ws.slots.append(slot)
+            else:
+                slot.free = False
+                self.line(f"{c}* const {name} = {slot.name};  // reuses a dead buffer's space")
+            self.slot_of[name] = (slot, self.level)
         if owner is not None:
             self.owner[name] = owner
         return Storage.buffer(name, t.shape)

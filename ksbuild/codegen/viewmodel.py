@@ -159,7 +159,7 @@ def _prologue(dims: list[str], ws: Workspace) -> list[str]:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
     if ws.offsets:
         lines.append("    if (workspace == nullptr) return ks::status::err_null;")
-        lines.append("    unsigned char* const workspace_bytes = static_cast<unsigned char*>(workspace);")
+        lines += ws.prologue()
     return lines
 
 

@@ -18,6 +18,7 @@ UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
     "sin": ("sin", math.sin), "cos": ("cos", math.cos), "atan": ("atan", math.atan),
     "fabs": ("abs", abs), "abs": ("abs", abs), "floor": ("floor", math.floor),
     "sigmoid": ("logistic", lambda x: 1 / (1 + math.exp(-x))),
+    "lgamma": ("lgamma", math.lgamma), "digamma": ("digamma", None),
 }
 MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
 ALIASES = {"arctan": "atan", "absolute": "abs"}
@@ -208,7 +209,8 @@ LIBRARY.update({
     "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp,
 })
 BUILTINS = {"abs", "max", "min", "float", "int", "pow"}
-MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor",
+MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor", "lgamma",
               "pow", "atan2"}
-TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor",
+TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor", "lgamma",
+               "digamma",
                "pow", "atan2", "sigmoid", "maximum", "minimum", "where", "relu", "clamp", "arctan"}

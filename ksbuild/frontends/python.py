@@ -78,6 +78,14 @@ class KernelCompiler:
             self.cache[key] = self.compile_def(fn, types, result_types)
         return self.cache[key]
 
+    def compile_static(self, name: str, types: list, static: dict[int, SymDim]) -> Func:
+        """A helper called with dims (d = x.shape[1]) as arguments: those stay dims inside, not params."""
+        fn = self.src.functions[name]
+        key = (name, tuple(types), tuple(sorted(static.items())))
+        if key not in self.cache:
+            self.cache[key] = self.compile_def(fn, types, None, static)
+        return self.cache[key]
+
     def annotated_params(self, fn: ast.FunctionDef) -> list[Type]:
         self.check_args(fn)
         return [self.annotation(a.annotation, a) for a in fn.args.args]
@@ -120,19 +128,23 @@ class KernelCompiler:
 
     # ---- functions ---------------------------------------------------------------------------
 
-    def compile_def(self, fn: ast.FunctionDef, types: Sequence[Type], result_types) -> Func:
+    def compile_def(self, fn: ast.FunctionDef, types: Sequence[Type], result_types,
+                    static: dict[int, SymDim] | None = None) -> Func:
         self.check_args(fn)
         if fn.name in self.active:
             raise self.src.error(fn, f"'{fn.name}' calls itself (recursion is not supported)",
                                  hint="write the recursion as a for loop")
-        if len(types) != len(fn.args.args):
+        static = static or {}
+        if len(types) + len(static) != len(fn.args.args):
             raise self.src.error(fn, f"'{fn.name}' has {len(fn.args.args)} parameters but the signature "
                                      f"gives {len(types)}")
         self.active.append(fn.name)
         try:
             b = Builder(self.src.loc(fn))
-            params = [Var(t, a.arg) for t, a in zip(types, fn.args.args)]
-            scope = Scope({a.arg: p for a, p in zip(fn.args.args, params)})
+            dynamic = [a for i, a in enumerate(fn.args.args) if i not in static]
+            params = [Var(t, a.arg) for t, a in zip(types, dynamic)]
+            scope = Scope({a.arg: p for a, p in zip(dynamic, params)})
+            scope.names.update({fn.args.args[i].arg: d for i, d in static.items()})
             value = self.run_body(b, scope, fn.body, fn)
             want = result_types or self.result_annotation(fn)
             results = self.finish_results(b, value, want, fn)
@@ -471,8 +483,11 @@ class KernelCompiler:
         fn = self.src.functions[name]
         if len(args) != len(fn.args.args):
             raise self.src.error(node, f"'{name}' takes {len(fn.args.args)} arguments, {len(args)} given")
-        types = [self.arg_type(a, p, node) for a, p in zip(args, fn.args.args)]
-        callee = self.compile(name, types)
+        static = {i: a for i, a in enumerate(args) if isinstance(a, SymDim)}
+        args = [a for a in args if not isinstance(a, SymDim)]
+        params = [p for i, p in enumerate(fn.args.args) if i not in static]
+        types = [self.arg_type(a, p, node) for a, p in zip(args, params)]
+        callee = self.compile_static(name, types, static) if static else self.compile(name, types)
         atoms = [self.as_atom(b, a, t, node) for a, t in zip(args, types)]
         outs = b.bind(_prim("call"), atoms, {"fn": callee})
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -237,7 +237,7 @@ def _logsumexp(fc, b, args, kw, node):
 
 def logsumexp(b, x: Atom, axes) -> Atom:
     """log Σ exp(x) = m + log Σ exp(x − m) with m = max x held constant under differentiation."""
-    m = b.stop_gradient(b.reduce_max(x, axes=axes))
+    m = b.reduce_max(b.stop_gradient(x), axes=axes)
     s = b.reduce_sum(b.exp(b.sub(x, expand_back(b, m, x, axes))), axes=axes)
     return b.add(b.log(s), m)
 

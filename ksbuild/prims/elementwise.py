@@ -6,6 +6,7 @@ scalar function; the factories turn them into jvp (sum of partial * tangent), tr
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -251,6 +252,33 @@ logistic = unary("logistic", lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})"
                  lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)")  # y (1 - y)
 atan = unary("atan", np.arctan, "std::atan({0})",
              lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))), "arctangent")  # 1/(1+x²)
+
+
+
+def _np_digamma(x):
+    """ψ(x) for x > 0 (the C++ is ks::digamma): shift up by ψ(x) = ψ(x + 1) - 1/x until x >= 10,
+    then the asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k) (Abramowitz & Stegun 6.3.18)."""
+    x = np.asarray(x, dtype=np.float64)
+    acc = np.zeros_like(x)
+    for _ in range(10):
+        small = x < 10
+        acc = acc - np.where(small, 1.0 / x, 0.0)
+        x = np.where(small, x + 1.0, x)
+    r = 1.0 / (x * x)
+    series = r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r * (1 / 240 - r * (1 / 132 - r * 691 / 32760)))))
+    return acc + np.log(x) - 0.5 / x - series
+
+
+def _no_trigamma(b, x, y):
+    raise KsbuildError("the derivative of digamma (trigamma) is not supported: lgamma can be differentiated "
+                       "once, not twice")
+
+
+lgamma = unary("lgamma", lambda x: np.vectorize(math.lgamma, otypes=[x.dtype])(x), "std::lgamma({0})",
+               lambda b, x, y: b.digamma(x), "log |Γ(x)|")  # d lgamma = digamma
+digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
+                "ψ(x) = d/dx log Γ(x), for x > 0")
+object.__setattr__(digamma, "opt_outs", ("jvp: trigamma is not implemented (raises a KsbuildError)",))
 
 
 def _ipow_rule(in_types, n):

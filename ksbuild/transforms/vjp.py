@@ -15,11 +15,11 @@ from .partial_eval import partial_eval
 from .transpose import transpose_func
 
 
-def linearize(f: Func):
+def linearize(f: Func, argnums=None):
     """(forward, linear, n_results, n_res): forward(primals) -> (results, residuals);
-    linear(residuals, tangents) -> tangents of the float results."""
+    linear(residuals, tangents) -> tangents of the float results (of the argnums params only)."""
     f = inline_calls(f)
-    has_t = tangent_mask(f.in_types)
+    has_t = diff_mask(f, argnums)
     jf = jvp_func(f, has_t)
     n_out, n_t = len(f.results), sum(has_t)
     n_tout = len(jf.results) - n_out
@@ -28,27 +28,41 @@ def linearize(f: Func):
     return fwd, lin, n_out, n_res
 
 
-def vjp_body(b: Builder, f: Func, primals, cts):
-    """Append vjp(f) to b: cotangents of the float params of f."""
-    fwd, lin, n_out, n_res = linearize(f)
+def diff_mask(f: Func, argnums) -> list[bool]:
+    """Which params get a (co)tangent: the float ones, restricted to argnums if given."""
+    mask = tangent_mask(f.in_types)
+    if argnums is None:
+        return mask
+    for i in argnums:
+        if i >= len(f.params):
+            raise KsbuildError(f"argnums {i} is out of range: '{f.name}' takes {len(f.params)} arguments")
+        if not mask[i]:
+            raise KsbuildError(f"argnums {i}: argument '{f.params[i].hint or i}' of '{f.name}' is not a float, so it "
+                               "has no derivative")
+    return [i in argnums for i in range(len(f.params))]
+
+
+def vjp_body(b: Builder, f: Func, primals, cts, argnums=None):
+    """Append vjp(f) to b: cotangents of the float params of f (of argnums, if given)."""
+    fwd, lin, n_out, n_res = linearize(f, argnums)
     n_t = len(lin.params) - n_res
     lin_t = transpose_func(lin, [False] * n_res + [True] * n_t)
     outs = inline(b, fwd, primals)
     return inline(b, lin_t, outs[n_out:] + list(cts))
 
 
-def vjp_func(f: Func, name: str | None = None) -> Func:
+def vjp_func(f: Func, name: str | None = None, argnums=None) -> Func:
     """vjp(f): (primals, cotangent per float result) -> cotangent per float param."""
     b = Builder()
     primals = [Var(p.type, p.hint) for p in f.params]
     cts = [Var(t, f"ct_{n}" if n else "ct") for t, n in zip(f.out_types, _names(f)) if t.is_float]
     if not cts:
         raise KsbuildError(f"vjp of '{f.name}': it has no float result to differentiate")
-    res = vjp_body(b, f, primals, cts)
-    return b.func(name or f"vjp_{f.name}", primals + cts, res, _grad_names(f))
+    res = vjp_body(b, f, primals, cts, argnums)
+    return b.func(name or f"vjp_{f.name}", primals + cts, res, _grad_names(f, argnums))
 
 
-def grad_func(f: Func, name: str | None = None) -> Func:
+def grad_func(f: Func, name: str | None = None, argnums=None) -> Func:
     """grad(f) for f with one float scalar result: (primals) -> d result / d each float param."""
     outs = f.out_types
     if len(outs) != 1 or not outs[0].is_float or not outs[0].is_scalar:
@@ -57,13 +71,14 @@ def grad_func(f: Func, name: str | None = None) -> Func:
                            hint="use vjp(...) for functions with several or tensor results")
     b = Builder()
     primals = [Var(p.type, p.hint) for p in f.params]
-    res = vjp_body(b, f, primals, [Lit(1, outs[0])])
-    return b.func(name or f"grad_{f.name}", primals, res, _grad_names(f))
+    res = vjp_body(b, f, primals, [Lit(1, outs[0])], argnums)
+    return b.func(name or f"grad_{f.name}", primals, res, _grad_names(f, argnums))
 
 
 def _names(f: Func):
     return f.result_names or ("",) * len(f.results)
 
 
-def _grad_names(f: Func) -> tuple[str, ...]:
-    return tuple(f"d_{p.hint or i}" for i, p in enumerate(f.params) if p.type.is_float)
+def _grad_names(f: Func, argnums=None) -> tuple[str, ...]:
+    mask = diff_mask(f, argnums)
+    return tuple(f"d_{p.hint or i}" for i, (p, m) in enumerate(zip(f.params, mask)) if m)

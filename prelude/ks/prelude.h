@@ -146,6 +146,21 @@ constexpr int64_t clamp_index(int64_t i, int64_t n) {
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
 
+// ψ(x) = d/dx log Γ(x) for x > 0: shift x up to 10 with ψ(x) = ψ(x + 1) - 1/x, then the
+// asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k) (Abramowitz & Stegun 6.3.18).
+template <class T>
+inline T digamma(T x) {
+    T acc = 0;
+    while (x < static_cast<T>(10)) {
+        acc -= static_cast<T>(1) / x;
+        x += static_cast<T>(1);
+    }
+    const T r = static_cast<T>(1) / (x * x);
+    const T series =
+        r * (T(1) / 12 - r * (T(1) / 120 - r * (T(1) / 252 - r * (T(1) / 240 - r * (T(1) / 132 - r * T(691) / 32760)))));
+    return acc + std::log(x) - static_cast<T>(0.5) / x - series;
+}
+
 }  // namespace ks
 
 #endif  // KS_PRELUDE_H
