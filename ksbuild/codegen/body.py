@@ -27,19 +27,26 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
     uses = use_sites(f)
     saved_uses = w.uses
     w.level += 1
+    accumulate = _accumulations(f, uses)
+    done: set[int] = set()  # `add` equations already performed by an accumulating einsum
     i = 0
     while i < len(f.eqns):
         key = element_region_key(f.eqns[i])
-        if key is None:
+        if i in done:
+            i += 1
+        elif key is None:
             eqn = f.eqns[i]
             if eqn.outs and eqn.outs[0] in dests and eqn.prim.name in WRITES_DEST:
                 w.escaping[eqn.outs[0]] = dests[eqn.outs[0]]
             w.uses = (uses, i)
-            eqn.prim.emit(w, eqn)
+            if i in accumulate and _accumulate_into(w, eqn, f.eqns[accumulate[i][0]], accumulate[i][1]):
+                done.add(accumulate[i][0])
+            else:
+                eqn.prim.emit(w, eqn)
             i += 1
         else:
             j = i
-            while j < len(f.eqns) and element_region_key(f.eqns[j]) == key:
+            while j < len(f.eqns) and element_region_key(f.eqns[j]) == key and j not in done:
                 j += 1
             emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
             i = j
@@ -48,6 +55,35 @@ def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> li
     handles = [handle_of(w, r) for r in f.results]
     w.level -= 1
     return handles
+
+
+def _accumulations(f: Func, uses) -> dict[int, tuple[int, Var]]:
+    """einsum results whose only use is `acc + result` with acc read nowhere else: the einsum can
+    add into acc's buffer directly (the reverse pass's `gradient += outer product`)."""
+    out: dict[int, tuple[int, Var]] = {}
+    defined = set(f.params)
+    for i, eqn in enumerate(f.eqns):
+        if eqn.prim.name == "einsum" and eqn.outs[0].type.rank:
+            r = eqn.outs[0]
+            at = uses.get(r, set())
+            if len(at) == 1 and (j := next(iter(at))) < len(f.eqns) and f.eqns[j].prim.name == "add":
+                other = [a for a in f.eqns[j].ins if a is not r]
+                if len(other) == 1 and isinstance(other[0], Var) and other[0] in defined \
+                        and other[0].type == r.type == f.eqns[j].outs[0].type and uses.get(other[0]) == {j}:
+                    out[i] = (j, other[0])
+        defined.update(eqn.outs)
+    return out
+
+
+def _accumulate_into(w: Writer, eqn, add, acc: Var) -> bool:
+    """Emit einsum as acc += product when acc owns its buffer; False if it does not."""
+    h = w.env.get(acc)
+    if not (isinstance(h, Storage) and h.literal is None and w.owner.get(h.root) is acc):
+        return False
+    w.einsum(eqn, into=h)
+    w.env[add.outs[0]] = h
+    w.owner[h.root] = add.outs[0]
+    return True
 
 
 def _live_roots(w: Writer, uses, next_eqn: int) -> set[str]:

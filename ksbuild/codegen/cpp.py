@@ -322,7 +322,7 @@ class Writer:
         self.copy(self.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
         self.env[out] = dst
 
-    def einsum(self, eqn: Eqn) -> None:
+    def einsum(self, eqn: Eqn, into: Storage | None = None) -> None:
         """A contraction as a loop nest: a dot product per output element when the innermost axis
         is summed over, else accumulate into the output with its last axis innermost."""
         from ..prims.tensor import parse_spec
@@ -337,7 +337,7 @@ class Writer:
         inner = max(list(o) + summed, key=score)
         if inner in summed or not o:
             summed.sort(key=lambda ch: ch == inner)
-            dst = (self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)) if o else None
+            dst = into or (self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)) if o else None
             outer = self.open_loops([sizes[ch] for ch in o])
             acc = self.namer.fresh("dot")
             self.line(f"{c} {acc} = 0;")
@@ -348,12 +348,13 @@ class Writer:
             if not o:
                 self.env[out] = acc
                 return
-            self.line(f"{dst.at(outer)} = {acc};")
+            self.line(f"{dst.at(outer)} {'+=' if into else '='} {acc};")
             self.close_loops(len(outer))
             self.env[out] = dst
             return
-        dst = self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
-        self.copy(Storage.splat("0", out.type.shape), dst, out.type)
+        dst = into or self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
+        if into is None:
+            self.copy(Storage.splat("0", out.type.shape), dst, out.type)
         order = [ch for ch in o if ch != inner] + summed + [inner]
         loops = self.open_loops([sizes[ch] for ch in order])
         ix = dict(zip(order, loops))
