@@ -433,7 +433,8 @@ class KernelCompiler:
         torch_name = tensors.METHODS.get(name)
         if torch_name is None:
             known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
-            raise self.src.error(e.func, f"unsupported tensor method '.{name}()'", hint=f"supported: {', '.join(known)}")
+            raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
+                                 hint=f"supported: {', '.join(known)}")
         if torch_name in tensors.TORCH_TENSOR:
             return tensors.TORCH_TENSOR[torch_name](self, b, [obj, *args], kw, e)
         if kw:

@@ -37,14 +37,46 @@ def fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
     return Lit(value.item(), eqn.outs[0].type)
 
 
+def _scatter_base(c: Atom, made: dict[Var, Eqn]) -> list[Eqn] | None:
+    """If c = index_add(...(index_add(0, i1, v1)...), ik, vk), those equations, innermost first."""
+    chain = []
+    while isinstance(c, Var) and c in made and made[c].prim.name == "index_add":
+        chain.append(made[c])
+        c = made[c].ins[0]
+    return chain[::-1] if chain and isinstance(c, Lit) and c.value == 0 else None
+
+
+def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
+    """a + index_add(...index_add(0, i, v)...) = index_add(...index_add(a, i, v)...): gradients
+    scattered into zeros and added to an accumulator are added at their rows directly (then
+    updated in place by the codegen, not a whole-tensor add per loop iteration)."""
+    if eqn.prim.name != "add" or eqn.outs[0].type.rank == 0:
+        return None
+    for a, c in (ins, ins[::-1]):
+        chain = _scatter_base(c, made)
+        if chain is not None and a.type == c.type == eqn.outs[0].type:
+            out = a
+            for e in chain:
+                (out,) = b.bind(e.prim, [out, e.ins[1], e.ins[2]], dict(e.params))
+                made[out] = b.eqns[-1]
+            return out
+    return None
+
+
 def simplify_once(f: Func) -> Func:
     """One forward sweep of rewrites and folding, recursing into sub-functions."""
     b = Builder()
     params = [Var(p.type, p.hint) for p in f.params]
     env: dict[Var, Atom] = dict(zip(f.params, params))
     read = lambda a: env.get(a, a) if isinstance(a, Var) else a  # noqa: E731
+    made: dict[Var, Eqn] = {}
     for eqn in f.eqns:
         ins = [read(a) for a in eqn.ins]
+        b.loc = eqn.loc
+        acc = accumulate(b, eqn, ins, made)
+        if acc is not None:
+            env[eqn.outs[0]] = acc
+            continue
         if len(eqn.outs) == 1:
             new = rewrite(eqn, ins) or fold(eqn, ins)
             if new is not None:
@@ -52,7 +84,9 @@ def simplify_once(f: Func) -> Func:
                 continue
         sub = {k: simplify(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
         b.loc = eqn.loc
-        env.update(zip(eqn.outs, b.bind(eqn.prim, ins, sub)))
+        outs = b.bind(eqn.prim, ins, sub)
+        env.update(zip(eqn.outs, outs))
+        made.update((o, b.eqns[-1]) for o in outs)
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 
 
