@@ -57,19 +57,9 @@ def wishart_constant(d: int, gamma: float, m: float) -> float:
     return n_w * d * (math.log(gamma) - 0.5 * math.log(2.0)) - log_multigamma(0.5 * n_w, d)
 
 
-def lower_gather_index(d: int) -> np.ndarray:
-    """[d, d] indices into [0, l_1, ..., l_{d(d-1)/2}]: entry (r, c) with r > c picks its l, else 0.
-
-    The l's fill the strictly lower triangle column by column, so Q_k's off-diagonal part is
-    concat([0], l_k)[index] and the upper triangle and diagonal read the leading zero.
-    """
-    index = np.zeros((d, d), dtype=np.int64)
-    pos = 1
-    for c in range(d):
-        for r in range(c + 1, d):
-            index[r, c] = pos
-            pos += 1
-    return index
+def lower_positions(d: int) -> np.ndarray:
+    """Flat positions r * d + c in a [d, d] matrix of l_1, ..., l_{d(d-1)/2}: strictly lower, column by column."""
+    return np.array([r * d + c for c in range(d) for r in range(c + 1, d)], dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------- numpy oracle
@@ -109,13 +99,16 @@ def gmm_objective_numpy(alphas, means, icf, x, gamma, m) -> float:
 
 # ----------------------------------------------------------------------------- torch
 def q_matrices_torch(icf, d: int):
-    """Q [K, d, d] from icf [K, d(d+1)/2]: diag(exp(q_k)) plus l_k gathered below the diagonal."""
+    """Q [K, d, d] from icf [K, d(d+1)/2]: diag(exp(q_k)) plus l_k scattered below the diagonal.
+
+    (A scatter, not a gather with a [d, d] index: torch.compile spends minutes on that gather at d = 48.)
+    """
     import torch
 
     K = icf.shape[0]
-    padded = torch.cat([icf.new_zeros(K, 1), icf[:, d:]], dim=1)
-    index = torch.as_tensor(lower_gather_index(d), device=icf.device)
-    return torch.diag_embed(torch.exp(icf[:, :d])) + padded[:, index]
+    positions = torch.as_tensor(lower_positions(d), device=icf.device)
+    lower = icf.new_zeros(K, d * d).index_copy(1, positions, icf[:, d:]).view(K, d, d)
+    return torch.diag_embed(torch.exp(icf[:, :d])) + lower
 
 
 def gmm_objective_torch(alphas, means, icf, x, gamma, m):
@@ -170,8 +163,8 @@ def gmm_objective_jax(alphas, means, icf, x, gamma, m):
     n, d = x.shape
     K = alphas.shape[0]
     q = icf[:, :d]
-    padded = jnp.concatenate([jnp.zeros((K, 1), icf.dtype), icf[:, d:]], axis=1)
-    Q = jnp.exp(q)[:, :, None] * jnp.eye(d, dtype=icf.dtype) + padded[:, lower_gather_index(d)]
+    lower = jnp.zeros((K, d * d), icf.dtype).at[:, lower_positions(d)].set(icf[:, d:]).reshape(K, d, d)
+    Q = jnp.exp(q)[:, :, None] * jnp.eye(d, dtype=icf.dtype) + lower
     Qx = jnp.einsum("kij,nkj->nki", Q, x[:, None, :] - means[None, :, :])
     scores = alphas + q.sum(axis=1) - 0.5 * (Qx * Qx).sum(axis=2)
     prior = 0.5 * gamma**2 * ((jnp.exp(q) ** 2).sum() + (icf[:, d:] ** 2).sum()) - m * q.sum()
