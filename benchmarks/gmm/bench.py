@@ -68,7 +68,6 @@ class Bound:
 
     f: Callable[[], object]
     j: Callable[[], tuple]
-    label: str = ""
 
 
 def short_reason(e: BaseException) -> str:
@@ -123,11 +122,11 @@ def bind_compile(data: dict) -> Bound:
     try:
         g_compiled = torch.compile(torch.func.grad_and_value(objective, argnums=(0, 1, 2)), dynamic=False)
         g_compiled(*plain)
-        return Bound(f, lambda: g_compiled(*plain)[0], "grad_and_value")
+        return Bound(f, lambda: g_compiled(*plain)[0])
     except Exception as e:  # noqa: BLE001 - fall back to autograd through the compiled objective
         print(f"  torch.compile grad_and_value failed ({short_reason(e)}); using compiled fwd + autograd")
     leaves = ref.torch_inputs(data, requires_grad=True)
-    return Bound(f, lambda: torch.autograd.grad(f_compiled(*leaves), leaves[:3]), "fwd + autograd.grad")
+    return Bound(f, lambda: torch.autograd.grad(f_compiled(*leaves), leaves[:3]))
 
 
 def bind_jax(data: dict) -> Bound:
