@@ -10,7 +10,7 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub, promote
 from .scope import Const, SymDim, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
@@ -478,11 +478,16 @@ def _tri(lower: bool):
     return fn
 
 
-def _cat(fc, b, args, kw, node):
+def _tensor_list(fc, b, args, kw, node, name) -> list[Atom]:
+    """The list argument of torch.cat / torch.stack, as atoms."""
     items = _arg(fc, args, kw, 0, "tensors", node)
     if not isinstance(items, (list, tuple)) or not items:
-        raise fc.src.error(node, "torch.cat takes a non-empty list of tensors")
-    xs = [tensor(fc, b, v, node) for v in items]
+        raise fc.src.error(node, f"torch.{name} takes a non-empty list of tensors")
+    return [tensor(fc, b, v, node) for v in items]
+
+
+def _cat(fc, b, args, kw, node):
+    xs = _tensor_list(fc, b, args, kw, node, "cat")
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim"),
                      xs[0].type.rank, node)
     return concatenate(fc, b, xs, axis, node)
@@ -491,8 +496,7 @@ def _cat(fc, b, args, kw, node):
 def concatenate(fc, b, xs, axis, node):
     dtype = xs[0].type.dtype
     for x in xs:
-        if x.type.dtype != dtype:
-            dtype = "f64" if "f64" in (dtype, x.type.dtype) else x.type.dtype if x.type.is_float else dtype
+        dtype = promote(dtype, x.type.dtype)
     xs = [x if x.type.dtype == dtype else b.convert(x, dtype=dtype) for x in xs]
     total: Dim = 0
     for x in xs:
@@ -513,10 +517,7 @@ def concatenate(fc, b, xs, axis, node):
 
 
 def _stack(fc, b, args, kw, node):
-    items = _arg(fc, args, kw, 0, "tensors", node)
-    if not isinstance(items, (list, tuple)) or not items:
-        raise fc.src.error(node, "torch.stack takes a non-empty list of tensors")
-    xs = [tensor(fc, b, v, node) for v in items]
+    xs = _tensor_list(fc, b, args, kw, node, "stack")
     axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim")
     axis = axis + xs[0].type.rank + 1 if axis < 0 else axis
     xs = [b.reshape(x, shape=x.type.shape[:axis] + (1,) + x.type.shape[axis:]) for x in xs]
