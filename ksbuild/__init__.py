@@ -5,8 +5,8 @@ from .resources import VERSION as __version__
 __all__ = ["KsbuildError", "build", "__version__"]
 
 
-def build(manifest, *, out=None, target="host", quiet=True):
+def build(manifest, *, out=None, target="host", quiet=True, backend=None):
     """Build a manifest (cached by content hash) and load its exports; see ksbuild.packaging.loader."""
     from .packaging.loader import build as _build
 
-    return _build(manifest, out=out, target=target, quiet=quiet)
+    return _build(manifest, out=out, target=target, quiet=quiet, backend=backend)

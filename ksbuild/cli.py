@@ -9,6 +9,9 @@ from pathlib import Path
 from .errors import KsbuildError
 
 
+BACKEND_HELP = "plain (runtime-free) or blas (matrix products through CBLAS); default: the manifest's"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksbuild", description="Compile Python numeric kernels, their vmap and "
                                 "derivatives, into plain runtime-free C++ static libraries.")
@@ -17,11 +20,12 @@ def _parser() -> argparse.ArgumentParser:
     pk.add_argument("manifest")
     pk.add_argument("-o", "--out", help="install tree (default: dist/<package name>)")
     pk.add_argument("--target", default=None, help="host (default) or a triple such as aarch64-linux-gnu")
-    pk.add_argument("--backend", default=None, help="plain (default); others are not available yet")
+    pk.add_argument("--backend", default=None, help=BACKEND_HELP)
     pk.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
     r = sub.add_parser("render", help="write the standalone CMake project only")
     r.add_argument("manifest")
     r.add_argument("-o", "--out", required=True, help="project folder to write")
+    r.add_argument("--backend", default=None, help=BACKEND_HELP)
     c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
     c.add_argument("manifest")
     i = sub.add_parser("ir", help="print the IR of every export")
@@ -40,18 +44,15 @@ def _package(a) -> None:
     from .manifest import load_manifest
     from .packaging.package import package
 
-    m = load_manifest(a.manifest)
-    backend = a.backend or m.build.backend
-    if backend != "plain":
-        raise KsbuildError(f"backend '{backend}' is not available yet; use 'plain'")
-    package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=_progress)
+    m = load_manifest(a.manifest, a.backend)
+    package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=_progress, backend=a.backend)
 
 
 def _render(a) -> None:
     from .packaging.package import render
 
     out = Path(a.out).resolve()
-    render(a.manifest, out, _progress)
+    render(a.manifest, out, _progress, a.backend)
     print(f"ksbuild: wrote the CMake project to {out}")
 
 

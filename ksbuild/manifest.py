@@ -14,6 +14,7 @@ from .errors import KsbuildError, Location
 from .ir.types import DTYPES, Type
 
 BACKENDS = ("plain", "blas", "aten", "ort")
+AVAILABLE_BACKENDS = ("plain", "blas")  # aten and ort are planned
 FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad")
 TABLES = ("package", "build", "kernels", "exports")
@@ -140,8 +141,11 @@ class _Ctx:
         return KsbuildError(message, self.loc(path), hint)
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Read, parse and validate a manifest.toml (or the manifest.toml in a directory)."""
+def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
+    """Read, parse and validate a manifest.toml (or the manifest.toml in a directory).
+
+    `backend` (from --backend or the Python API) replaces the manifest's [build] backend.
+    """
     p = Path(path) / "manifest.toml" if Path(path).is_dir() else Path(path)
     try:
         ctx = _Ctx(str(p), p.read_text(encoding="utf-8"))
@@ -153,6 +157,11 @@ def load_manifest(path: str | Path) -> Manifest:
     build = _build(ctx, _table(ctx, data, "build", required=False))
     kernels = {k: _kernel(ctx, k, v, p.parent) for k, v in _table(ctx, data, "kernels").items()}
     exports = {k: _export(ctx, k, v, kernels) for k, v in _table(ctx, data, "exports").items()}
+    if backend is not None:
+        if backend not in AVAILABLE_BACKENDS:
+            raise KsbuildError(f"backend '{backend}' is not available" + (" yet" if backend in BACKENDS else ""),
+                               hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
+        build = BuildSpec(backend, build.dtype, build.target)
     return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
 
 
@@ -226,6 +235,9 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     path, default = ("build",), BuildSpec()
     _check_keys(ctx, path, table, BUILD_KEYS)
     backend = _field(ctx, table, path, "backend", default.backend, BACKENDS)
+    if backend not in AVAILABLE_BACKENDS:
+        raise ctx.error(path + ("backend",), f"backend '{backend}' is not available yet",
+                        hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
     dtype = _field(ctx, table, path, "dtype", default.dtype, tuple(FLOAT_DTYPES))
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
     return BuildSpec(backend, dtype, target)

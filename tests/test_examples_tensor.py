@@ -84,27 +84,30 @@ def test_relu3_tensor_is_one_loop_with_zero_workspace(sqrl_pkg, sqrl_src):
     assert len(re.findall(r"\bfor \(", body)) == 1
 
 
-@pytest.fixture(scope="module")
-def gmm():
-    return ksbuild.build(ROOT / "examples/gmm/manifest.toml"), load(ROOT / "examples/gmm/reference.py")
+@pytest.fixture(scope="module", params=["plain", "blas"])
+def gmm(request):
+    """(package built with each backend, the independent reference module, the backend)."""
+    pkg = ksbuild.build(ROOT / "examples/gmm/manifest.toml", backend=request.param)
+    return pkg, load(ROOT / "examples/gmm/reference.py"), request.param
 
 
+@pytest.mark.parametrize("form", ["gmm", "gmm_loop"])
 @pytest.mark.parametrize("d, K, n", [(2, 5, 20), (3, 4, 7), (10, 25, 60)])
-def test_gmm_float64_matches_torch_autograd(gmm, d, K, n):
+def test_gmm_float64_matches_torch_autograd(gmm, form, d, K, n):
     """Objective vs a numpy oracle, gradient vs torch.autograd: ADBench's metric below 1e-8."""
-    pkg, ref = gmm
+    pkg, ref, _ = gmm
     data = ref.make_data(d, K, n, seed=d + K + n)
     args = [data[k] for k in ("alphas", "means", "icf", "x")] + [data["gamma"], data["m"]]
-    value = pkg.gmm(*args)
+    value = getattr(pkg, form)(*args)
     assert ref.rel_error(np.array(value), np.array(ref.gmm_objective_numpy(*args))) < 1e-8
     want_value, *want = ref.gmm_grad_torch(data)
     assert ref.rel_error(np.array(value), np.array(want_value)) < 1e-8
-    for got, w in zip(pkg.gmm_grad(*args), want):
+    for got, w in zip(getattr(pkg, form + "_grad")(*args), want):
         assert ref.rel_error(got, w) < 1e-8
 
 
 def test_gmm_float32_is_close_to_float64(gmm):
-    pkg, ref = gmm
+    pkg, ref, _ = gmm
     data = ref.make_data(4, 6, 50, seed=3)
     args = [data[k] for k in ("alphas", "means", "icf", "x")] + [data["gamma"], data["m"]]
     a32 = [np.asarray(a, np.float32) if isinstance(a, np.ndarray) else a for a in args]
@@ -114,12 +117,21 @@ def test_gmm_float32_is_close_to_float64(gmm):
         np.testing.assert_allclose(g32, g64, rtol=1e-3, atol=1e-4)
 
 
+def test_gmm_blas_backend_calls_gemm_and_plain_does_not(gmm):
+    """With backend = "blas" the batched products are ks::gemm calls; the plain build stays loops."""
+    pkg, _, backend = gmm
+    source = (pkg.root / "share/gmm/src/gmm.cpp").read_text()
+    assert ("ks::gemm<double>(" in source) == (backend == "blas")
+    assert ("ks::gemm<float>(" in source) == (backend == "blas")
+
+
 def test_gmm_source_runs_under_torch(gmm):
     """The kernel file is plain PyTorch: run it and compare with the independent reference."""
-    pkg, ref = gmm
+    pkg, ref, _ = gmm
     src = load(ROOT / "examples/gmm/gmm.py")
     data = ref.make_data(3, 4, 9, seed=5)
     t = [torch.tensor(data[k]) for k in ("alphas", "means", "icf", "x")]
-    value = src.gmm_objective(*t, data["gamma"], data["m"]).item()
-    assert ref.rel_error(np.array(value), np.array(ref.gmm_objective_numpy(*[data[k] for k in (
-        "alphas", "means", "icf", "x")], data["gamma"], data["m"]))) < 1e-10
+    want = ref.gmm_objective_numpy(*[data[k] for k in ("alphas", "means", "icf", "x")], data["gamma"], data["m"])
+    for fn in (src.gmm_objective, src.gmm_objective_loop):
+        value = fn(*t, data["gamma"], data["m"]).item()
+        assert ref.rel_error(np.array(value), np.array(want)) < 1e-10

@@ -101,8 +101,9 @@ class Namer:
 class Writer:
     """The codegen context: emit rules call assign/args/view/reduce/emit_cond/emit_loop."""
 
-    def __init__(self, namer: Namer, ws: Workspace, indent: int = 1):
+    def __init__(self, namer: Namer, ws: Workspace, indent: int = 1, backend: str = "plain"):
         self.lines: list[str] = []
+        self.backend = backend  # "blas": matrix-product contractions call ks::gemm (ks/blas.h)
         self.namer = namer
         self.ws = ws
         self.depth = indent
@@ -332,6 +333,10 @@ class Writer:
         sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
         summed = [ch for ch in dict.fromkeys(a + b) if ch not in o]
         sa, sb = self.storage(x), self.storage(y)
+        axes = gemm_axes(a, b, o) if self.backend == "blas" and out.type.dtype in ("f32", "f64") else None
+        if axes and sa.literal is None and sb.literal is None:
+            self.gemm(eqn, axes, sa, sb, into)
+            return
         c = self.ctype(out.type)
         score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
         inner = max(list(o) + summed, key=score)
@@ -362,6 +367,30 @@ class Writer:
         self.close_loops(len(loops))
         self.env[out] = dst
 
+    def gemm(self, eqn: Eqn, axes, sa: Storage, sb: Storage, into: Storage | None) -> None:
+        """A batched matrix product: loops over the batch letters around one ks::gemm call."""
+        from ..prims.tensor import parse_spec
+        a, b, o = parse_spec(eqn.params["spec"])
+        batch, m, n, k = axes
+        (out,) = eqn.outs
+        dst = into or self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
+        sizes = dict(zip(a, eqn.ins[0].type.shape)) | dict(zip(b, eqn.ins[1].type.shape))
+        loops = self.open_loops([sizes[ch] for ch in batch])
+        ix = dict(zip(batch, loops))
+        c = self.ctype(out.type)
+
+        def matrix(st: Storage, letters: str, rows: str, cols: str) -> str:
+            for pos in sorted((letters.index(ch) for ch in batch if ch in letters), reverse=True):
+                st = st.take(pos, ix[letters[pos]])
+            rest = [ch for ch in letters if ch not in batch]
+            return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
+
+        dims = ", ".join(dim_expr(sizes[ch]) for ch in (m, n, k))
+        self.line(f"ks::gemm<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
+                  f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
+        self.close_loops(len(loops))
+        self.env[out] = dst
+
     def emit_cond(self, eqn: Eqn) -> None:
         from .body import declare_outputs, emit_inline
         outs = declare_outputs(self, eqn.outs)
@@ -379,6 +408,20 @@ class Writer:
     def emit_call(self, eqn: Eqn) -> None:
         from .body import emit_call
         emit_call(self, eqn)
+
+
+def gemm_axes(a: str, b: str, o: str):
+    """(batch letters, m, n, k) when einsum a,b->o is a batched matrix product c[m,n] = Σ_k a[m,k]·b[k,n]
+    with one letter each for m, n and k; None otherwise."""
+    if len(set(a)) != len(a) or len(set(b)) != len(b):
+        return None
+    batch = [ch for ch in o if ch in a and ch in b]
+    m = [ch for ch in a if ch in o and ch not in b]
+    n = [ch for ch in b if ch in o and ch not in a]
+    k = [ch for ch in a if ch in b and ch not in o]
+    if len(m) != 1 or len(n) != 1 or len(k) != 1 or len(a) + len(b) != 2 * len(batch) + 4:
+        return None
+    return batch, m[0], n[0], k[0]
 
 
 def element_region_key(eqn: Eqn):

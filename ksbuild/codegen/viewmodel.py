@@ -84,12 +84,12 @@ def is_scalar_abi(f: Func) -> bool:
     return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
 
 
-def export_view(package: str, name: str, f: Func, doc: list[str]) -> ExportView:
+def export_view(package: str, name: str, f: Func, doc: list[str], backend: str = "plain") -> ExportView:
     """Lay out the C signature of f and write its body."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS))
     scalar_abi = is_scalar_abi(f)
-    w = Writer(namer, Workspace(on_stack=scalar_abi))
+    w = Writer(namer, Workspace(on_stack=scalar_abi), backend=backend)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     for i, p in enumerate(f.params):
         cname = _c_name(p.hint, namer, f"x{i}")

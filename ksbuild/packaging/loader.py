@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class Export:
         self.ws_fn = getattr(lib, desc["symbol"] + "_workspace_size") if desc["kind"] == "tensor" else None
         if self.ws_fn is not None:
             self.ws_fn.restype = ctypes.c_size_t
+        self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
 
     def __repr__(self) -> str:
         return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}>"
@@ -80,10 +82,17 @@ class Export:
         return res
 
     def _workspace(self, dims):
+        """This thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
         if self.ws_fn is None:
             return None
         n = self.ws_fn(*[ctypes.c_int64(dims[d]) for d in self.desc["dims"]])
-        return np.empty(max(n, 1) + 64, np.uint8)[-max(n, 1):] if n else None
+        if not n:
+            return None
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or buf.size < n + 64:
+            buf = self._scratch.buf = np.empty(n + 64, np.uint8)
+        skip = -buf.ctypes.data % 64  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
+        return buf[skip:skip + n]
 
 
 def _scalar(x):
@@ -155,14 +164,18 @@ class Package:
         return list(super().__dir__()) + list(self.exports)
 
 
-def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True) -> Package:
-    """Build a manifest (cached by content hash) and load its exports for calling from Python."""
+def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True,
+          backend: str | None = None) -> Package:
+    """Build a manifest (cached by content hash) and load its exports for calling from Python.
+
+    backend ("plain" or "blas") replaces the manifest's [build] backend."""
     from ..manifest import load_manifest
     from .package import cache_root, content_hash, package
 
     if target != "host":
         raise KsbuildError("ksbuild.build loads the result into this Python, so the target must be 'host'")
-    m = load_manifest(manifest)
+    m = load_manifest(manifest, backend)
     root = Path(out) if out is not None else cache_root() / "python" / m.name / content_hash(m, target, "py")
-    package(manifest, root, target=target, python_module=True, progress=(lambda s: None) if quiet else print)
+    package(manifest, root, target=target, python_module=True, progress=(lambda s: None) if quiet else print,
+            backend=backend)
     return Package(root)

@@ -24,7 +24,7 @@ STAMP = "ksbuild-hash"
 def content_hash(m: Manifest, target: str, extra: str = "") -> str:
     """A hash of everything the output depends on: manifest, kernel sources, ksbuild itself."""
     h = hashlib.sha256()
-    for part in (VERSION, target, extra, m.text):
+    for part in (VERSION, target, m.build.backend, extra, m.text):
         h.update(part.encode() + b"\0")
     for k in m.kernels.values():
         for ref in (k.python, k.onnx):
@@ -43,9 +43,10 @@ def cache_root() -> Path:
     return Path(os.environ.get("KSBUILD_CACHE", Path.home() / ".cache" / "ksbuild"))
 
 
-def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print) -> Manifest:
-    """Write the standalone CMake project of a manifest into `out`."""
-    m = load_manifest(manifest)
+def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print,
+           backend: str | None = None) -> Manifest:
+    """Write the standalone CMake project of a manifest into `out` (backend overrides [build])."""
+    m = load_manifest(manifest, backend)
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
     exports = build_exports(m)
     tmp = Path(tempfile.mkdtemp(prefix=".ksbuild-render-", dir=out.parent if out.parent.exists() else None))
@@ -60,9 +61,10 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
 
 
 def package(manifest: str | Path, out: str | Path | None = None, *, target: str = "host", jobs: int | None = None,
-            python_module: bool = False, progress: Callable[[str], None] = print) -> Path:
+            python_module: bool = False, progress: Callable[[str], None] = print,
+            backend: str | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed)."""
-    m = load_manifest(manifest)
+    m = load_manifest(manifest, backend)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     key = content_hash(m, target, "py" if python_module else "")
     stamp = out / "share" / m.name / STAMP
@@ -84,7 +86,7 @@ def _build_into_cache(manifest, m: Manifest, cached: Path, key: str, target, job
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=work))
     try:
-        render(manifest, tmp / "project", progress)
+        render(manifest, tmp / "project", progress, m.build.backend)
         progress(f"ksbuild: building {m.name} for {target}")
         build_and_install(tmp / "project", tmp / "build", tmp / "install", jobs=jobs, target=target,
                           python_module=python_module, progress=progress)

@@ -30,7 +30,7 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
 
 
 def views(m: Manifest, exports: list[Export]) -> list[ExportView]:
-    return [export_view(m.name, e.name, e.func, export_doc(e, m)) for e in exports]
+    return [export_view(m.name, e.name, e.func, export_doc(e, m), m.build.backend) for e in exports]
 
 
 def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
@@ -50,7 +50,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     """Write the whole project into `out` (created; must not exist or be empty)."""
     vs = views(m, exports)
     ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
-               exports=vs, guard=f"{m.name.upper()}_H_", description=f"ksbuild package {m.name}",
+               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
     files = {
@@ -69,4 +69,5 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(resource_dir("prelude") / "ks/prelude.h", out / "src/ks/prelude.h")
+    for header in ("prelude.h", "blas.h") if m.build.backend == "blas" else ("prelude.h",):
+        shutil.copyfile(resource_dir("prelude") / "ks" / header, out / "src/ks" / header)

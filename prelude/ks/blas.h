@@ -1,0 +1,111 @@
+// ks/blas.h — matrix products through CBLAS, for packages built with backend = "blas".
+//
+// Generated code calls ks::gemm for every contraction shaped like a (batched) matrix product;
+// the batch axes stay loops in the generated code. Any CBLAS works (OpenBLAS, BLIS, MKL): the
+// prototypes below are the standard CBLAS ABI, so no cblas.h is needed to compile, and the
+// CMake package links the BLAS that find_package(BLAS) finds.
+//
+// Not runtime-free: the BLAS library may allocate and start threads. Use backend = "plain"
+// (the default) for embedded targets.
+#ifndef KS_BLAS_H
+#define KS_BLAS_H
+
+#include <climits>
+#include <cstdint>
+
+extern "C" {
+// The standard CBLAS enums are int-sized: RowMajor = 101, NoTrans = 111, Trans = 112.
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, double alpha, const double* a,
+                 int lda, const double* b, int ldb, double beta, double* c, int ldc);
+}
+
+namespace ks {
+
+// A strided matrix: element (i, j) is data[i * rs + j * cs].
+template <class T>
+struct matrix {
+    T* data;
+    int64_t rs;
+    int64_t cs;
+
+    matrix<T> transposed() const { return {data, cs, rs}; }
+};
+
+namespace detail {
+constexpr int cblas_row_major = 101;
+constexpr int cblas_no_trans = 111;
+constexpr int cblas_trans = 112;
+
+// The CBLAS form of a rows x cols matrix: (transposed?, leading dimension), or false when
+// neither stride is 1 (or the leading dimension is too small for BLAS).
+template <class T>
+bool blas_form(const matrix<T>& x, int64_t rows, int64_t cols, int& trans, int& ld) {
+    const int64_t one_row = cols > 1 ? cols : 1;
+    const int64_t one_col = rows > 1 ? rows : 1;
+    if ((x.cs == 1 || cols == 1) && x.rs >= one_row && x.rs <= INT_MAX) {
+        trans = cblas_no_trans;
+        ld = static_cast<int>(x.rs);
+        return true;
+    }
+    if ((x.rs == 1 || rows == 1) && x.cs >= one_col && x.cs <= INT_MAX) {
+        trans = cblas_trans;
+        ld = static_cast<int>(x.cs);
+        return true;
+    }
+    return false;
+}
+
+inline void cblas_gemm(int ta, int tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                       float beta, float* c, int ldc) {
+    cblas_sgemm(cblas_row_major, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+inline void cblas_gemm(int ta, int tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+                       double beta, double* c, int ldc) {
+    cblas_dgemm(cblas_row_major, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The same product as loops, for layouts BLAS cannot take.
+template <class T>
+void loop_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c,
+               bool accumulate) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            T dot = 0;
+            for (int64_t p = 0; p < k; ++p) {
+                dot += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
+            }
+            T& out = c.data[i * c.rs + j * c.cs];
+            out = accumulate ? out + dot : dot;
+        }
+    }
+}
+}  // namespace detail
+
+// c = a · b (or c += a · b when accumulate): a is m x k, b is k x n, c is m x n.
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c, bool accumulate) {
+    if (m == 0 || n == 0) {
+        return;
+    }
+    if (c.cs != 1 && c.rs == 1) {  // a column-major result: compute cᵀ = bᵀ · aᵀ instead
+        gemm<T>(n, m, k, b.transposed(), a.transposed(), c.transposed(), accumulate);
+        return;
+    }
+    int ta = 0, tb = 0, lda = 0, ldb = 0, ldc = 0, trans_c = 0;
+    const bool fits = m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && detail::blas_form(a, m, k, ta, lda) &&
+                      detail::blas_form(b, k, n, tb, ldb) && detail::blas_form(c, m, n, trans_c, ldc) &&
+                      trans_c == detail::cblas_no_trans;
+    if (!fits || k == 0) {
+        detail::loop_gemm<T>(m, n, k, a, b, c, accumulate);
+        return;
+    }
+    detail::cblas_gemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data, lda,
+                       b.data, ldb, accumulate ? T(1) : T(0), c.data, ldc);
+}
+
+}  // namespace ks
+
+#endif  // KS_BLAS_H
