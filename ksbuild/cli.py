@@ -8,7 +8,6 @@ from pathlib import Path
 
 from .errors import KsbuildError
 
-
 BACKEND_HELP = "plain (runtime-free) or blas (matrix products through CBLAS); default: the manifest's"
 
 
