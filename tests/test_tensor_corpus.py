@@ -416,14 +416,10 @@ def test_torch_oracle_sane(case):
 # ---- (b) compiled package vs torch ---------------------------------------------------------------
 
 KINDS = ("value", "vjp", "vmap")
-RUNTIME_LOOP = "reverse mode through a loop whose count is an int argument (range(steps)) is a documented limit"
 # (kernel, kind) -> reason, for an export expected to fail with a KsbuildError (strict: it must fail, so the entry
 # goes when the limit is lifted or the bug fixed). In (b) such an export is built on its own so the rest still
 # builds; the same entries apply to the interpreter tests (c).
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("lotka_volterra", "vjp"): RUNTIME_LOOP,
-    ("allen_cahn", "vjp"): RUNTIME_LOOP,
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def known(case: Case, kind: str, with_kind_id: bool):
@@ -523,3 +519,32 @@ def test_interpreter_vmap(case, ir):
     vf = vmap_func(f, case.mask, fresh_dim(f, "lanes"), [True] * len(f.results))[0]
     pts = lanes(case)
     assert_close(tuple(eval_func(vf, stacked(case, pts))), torch_vmap(case, pts), 1e-10, f"vmap {case.id}")
+
+
+# ---- (d) reverse mode through a loop whose count is an int argument ---------------------------------
+
+@pytest.fixture(scope="module")
+def runtime_loop_pkg(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runtime_loop")
+    shutil.copyfile(KERNELS_FILE, root / "k.py")
+    (root / "manifest.toml").write_text('[package]\nname = "rt"\n[build]\ndtype = "float64"\n'
+                                        '[kernels]\nlv = { python = "k.py:lotka_volterra" }\n'
+                                        '[exports]\nlv_vjp = "vjp(lv)"\n')
+    return ksbuild.build(root / "manifest.toml")
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 9])
+def test_vjp_through_runtime_count_loop_matches_torch(runtime_loop_pkg, steps):
+    """range(steps) with steps an int argument: the reverse loop recomputes each step's state
+    (quadratic time, constant workspace) and agrees with torch.autograd for every count."""
+    rng = np.random.default_rng(steps)
+    theta, y0 = rng.uniform(0.2, 1.0, 4), rng.uniform(0.5, 1.5, 2)
+    ct_y, ct_area = rng.normal(size=2), 0.7
+    t = [torch.tensor(v, requires_grad=True) for v in (theta, y0)]
+    dt = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    y, area = K.lotka_volterra(t[0], t[1], dt, steps)
+    loss = torch.sum(y * torch.tensor(ct_y)) + area * ct_area if steps else torch.sum(y * torch.tensor(ct_y))
+    want = torch.autograd.grad(loss, [*t, dt], allow_unused=True)
+    got = runtime_loop_pkg.lv_vjp(theta, y0, 0.05, steps, ct_y, ct_area)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, 0.0 if w is None else w.numpy(), rtol=1e-10, atol=1e-12)

@@ -1,12 +1,16 @@
 """GMM benchmark (ADBench): objective time F and gradient time J for ksbuild, torch, torch.compile, jax.
 
     python benchmarks/gmm/bench.py --quick [--no-ksbuild]
-    python benchmarks/gmm/bench.py --d 2,10 --K 5,25 --n 1000 [--repeats 10] [--budget 3]
+    python benchmarks/gmm/bench.py --d 2,10 --K 5,25 --n 1000 [--repeats 10] [--budget 3] [--threads 1]
+    python benchmarks/gmm/bench.py --kernel gmm_loop      # the per-observation loop form
 
 Everything runs in float64 on the ADBench data of examples/gmm/reference.py (α, q, l, x ~ N(0, 1),
 μ ~ U(0, 1), γ = 1, m = 0). Contenders:
 - ksbuild: `pkg.gmm(...)` -> float and `pkg.gmm_grad(...)` -> (d_alphas, d_means, d_icf) of the
-  package built from examples/gmm/manifest.toml; "-" with the reason if the build or exports fail.
+  package built from examples/gmm/manifest.toml with the plain backend (loops only, runtime-free);
+  "-" with the reason if the build or exports fail. --kernel gmm_loop times the loop form instead.
+- ksbuild+blas: the same package built with backend = "blas" (batched products through CBLAS;
+  --threads also sets OPENBLAS_NUM_THREADS).
 - torch eager: the vectorized objective under torch.no_grad() (F); forward + torch.autograd.grad (J).
 - torch.compile: the objective (F) and torch.func.grad_and_value of it (J), each compiled per size
   (falling back to the compiled objective + autograd.grad); compilation and warm-up are not timed.
@@ -17,7 +21,7 @@ value and gradient are compared with torch.autograd in float64; the "err" column
 metric max |a - b| / max(1, |a| + |b|) over the value and every gradient entry (should be < 1e-8,
 flagged with "!" otherwise). Each time is the MINIMUM over up to --repeats samples; one sample is a
 loop of enough calls to last --min-ms, and a measurement stops taking samples after --budget s.
-The ratio columns are speedups of ksbuild's J: (torch eager J) / (ksbuild J) and (jax J) / (ksbuild J).
+The ratio columns are speedups of each ksbuild build's J: (torch eager J) / (its J) and (jax J) / (its J).
 """
 from __future__ import annotations
 
@@ -38,8 +42,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "examples" / "gmm" / "manifest.toml"
 sys.path.insert(0, str(ROOT))  # `import ksbuild` from a source checkout
-TOOLS = ("ksbuild", "eager", "compile", "jax")
-TITLES = {"ksbuild": "ksbuild", "eager": "torch eager", "compile": "torch.compile", "jax": "jax.jit"}
+TOOLS = ("ksbuild", "ksblas", "eager", "compile", "jax")
+TITLES = {"ksbuild": "ksbuild", "ksblas": "ksbuild+blas", "eager": "torch eager", "compile": "torch.compile",
+          "jax": "jax.jit"}
+BACKENDS = {"ksbuild": "plain", "ksblas": "blas"}
 FULL = {"d": [2, 10, 20, 32, 64], "K": [5, 10, 25, 50, 100], "n": [1000, 10000]}
 QUICK = {"d": [2, 10], "K": [5, 25], "n": [1000]}
 ERR_LIMIT = 1e-8
@@ -81,10 +87,11 @@ def data_args(data: dict) -> tuple:
     return tuple(data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m"))
 
 
-def bind_ksbuild(pkg, data: dict) -> Bound:
-    """pkg.gmm / pkg.gmm_grad on the numpy arrays."""
+def bind_ksbuild(pkg, data: dict, kernel: str) -> Bound:
+    """pkg.<kernel> / pkg.<kernel>_grad on the numpy arrays."""
     args = data_args(data)
-    return Bound(lambda: pkg.gmm(*args), lambda: pkg.gmm_grad(*args))
+    f, j = getattr(pkg, kernel), getattr(pkg, kernel + "_grad")
+    return Bound(lambda: f(*args), lambda: j(*args))
 
 
 def bind_eager(data: dict) -> Bound:
@@ -139,12 +146,12 @@ def bind_jax(data: dict) -> Bound:
                  lambda: jax.block_until_ready(vg_jit(*args))[1])
 
 
-def load_ksbuild():
+def load_ksbuild(backend: str):
     """(package, "") from ksbuild.build of the GMM manifest, or (None, reason) if that fails."""
     try:
         import ksbuild
 
-        return ksbuild.build(MANIFEST), ""
+        return ksbuild.build(MANIFEST, backend=backend), ""
     except Exception as e:  # noqa: BLE001 - any failure makes ksbuild an unavailable column
         return None, short_reason(e)
 
@@ -161,10 +168,10 @@ def tool_available(tool: str) -> str:
     return ""
 
 
-def bind(tool: str, data: dict, pkg) -> Bound:
+def bind(tool: str, data: dict, pkgs: dict, kernel: str) -> Bound:
     """The tool's Bound for this data set."""
-    if tool == "ksbuild":
-        return bind_ksbuild(pkg, data)
+    if tool in BACKENDS:
+        return bind_ksbuild(pkgs[tool], data, kernel)
     binders = {"eager": bind_eager, "compile": bind_compile, "jax": bind_jax}
     return binders[tool](data)
 
@@ -240,10 +247,10 @@ class Row:
     results: dict = field(default_factory=dict)
 
 
-def measure(tool: str, data: dict, want: Reference, pkg, args) -> Result:
+def measure(tool: str, data: dict, want: Reference, pkgs: dict, args) -> Result:
     """Bind, check and time one tool; any failure becomes Result.na."""
     try:
-        bound = bind(tool, data, pkg)
+        bound = bind(tool, data, pkgs, args.kernel)
         err = max_error(bound, want)
         f = min_time(bound.f, args.repeats, args.min_ms / 1e3, args.budget)
         j = min_time(bound.j, args.repeats, args.min_ms / 1e3, args.budget)
@@ -252,13 +259,13 @@ def measure(tool: str, data: dict, want: Reference, pkg, args) -> Result:
     return Result(f, j, err)
 
 
-def run_config(d: int, K: int, n: int, tools: dict, pkg, args) -> Row:
+def run_config(d: int, K: int, n: int, tools: dict, pkgs: dict, args) -> Row:
     """Generate the data of one size and measure every tool on it."""
     data = ref.make_data(d, K, n, seed=args.seed)
     want = make_reference(data)
     row = Row(d, K, n)
     for tool, na in tools.items():
-        row.results[tool] = Result(na=na) if na else measure(tool, data, want, pkg, args)
+        row.results[tool] = Result(na=na) if na else measure(tool, data, want, pkgs, args)
     return row
 
 
@@ -289,10 +296,12 @@ def fmt_err(err: float) -> str:
 def header_lines(tools: list[str]) -> list[str]:
     """The two header lines: tool names over their four columns, then the column names."""
     group = 4 * COL
-    top = f"{'':>15}" + "".join(f"{TITLES[t]:^{group}}" for t in tools) + f"{'ksbuild J speedup':^{2 * COL}}"
+    ours = [t for t in tools if t in BACKENDS]
+    top = f"{'':>15}" + "".join(f"{TITLES[t]:^{group}}" for t in tools) + "".join(
+        f"{TITLES[t] + ' J speedup':^{2 * COL}}" for t in ours)
     sub = f"{'d':>4}{'K':>5}{'n':>6}" + "".join(
         f"{'F ms':>{COL}}{'J ms':>{COL}}{'J/F':>{COL}}{'err':>{COL}}" for _ in tools)
-    return [top, sub + f"{'vs eager':>{COL}}{'vs jax':>{COL}}"]
+    return [top, sub + f"{'vs eager':>{COL}}{'vs jax':>{COL}}" * len(ours)]
 
 
 def format_row(row: Row, tools: list[str]) -> str:
@@ -301,9 +310,10 @@ def format_row(row: Row, tools: list[str]) -> str:
     for t in tools:
         r = row.results[t]
         text += "".join(f"{s:>{COL}}" for s in (fmt_ms(r.f), fmt_ms(r.j), fmt_ratio(r.j, r.f), fmt_err(r.err)))
-    ksb_j = row.results.get("ksbuild", Result()).j
-    speedups = (fmt_ratio(row.results.get(t, Result()).j, ksb_j) for t in ("eager", "jax"))
-    return text + "".join(f"{s:>{COL}}" for s in speedups)
+    for ours in (t for t in tools if t in BACKENDS):
+        for t in ("eager", "jax"):
+            text += f"{fmt_ratio(row.results.get(t, Result()).j, row.results[ours].j):>{COL}}"
+    return text
 
 
 def print_notes(rows: list[Row], tools: dict) -> None:
@@ -330,8 +340,8 @@ def print_header(args, tools: dict) -> None:
         import jax
 
         print(f"  jax {jax.__version__} on {jax.devices()[0]} (its own thread pool)")
-    if is_available(tools, "ksbuild"):
-        print(f"  ksbuild: {MANIFEST}")
+    if any(is_available(tools, t) for t in BACKENDS):
+        print(f"  ksbuild: {MANIFEST}, exports {args.kernel} and {args.kernel}_grad")
     for tool, reason in tools.items():
         if reason:
             print(f"  {tool}: unavailable ({reason})")
@@ -367,8 +377,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=3.0, help="stop sampling one time after this many seconds")
     p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     p.add_argument("--no-ksbuild", action="store_true", help="leave ksbuild out")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: the libraries' defaults)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
+    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop"),
+                   help="which ksbuild export: gmm (batched, default) or gmm_loop (a loop over observations)")
     args = p.parse_args(argv)
     grid = QUICK if args.quick else FULL
     for key in ("d", "K", "n"):
@@ -384,7 +397,7 @@ def is_available(tools: dict, tool: str) -> bool:
 
 def select_tools(args) -> dict:
     """{tool: reason it is unavailable, or ''} for the tools asked for, in TOOLS order."""
-    wanted = [t for t in TOOLS if t in args.tools.split(",") and not (t == "ksbuild" and args.no_ksbuild)]
+    wanted = [t for t in TOOLS if t in args.tools.split(",") and not (t in BACKENDS and args.no_ksbuild)]
     return {t: tool_available(t) for t in wanted}
 
 
@@ -395,9 +408,11 @@ def main(argv: list[str]) -> int:
         print(f"torch is required (it computes the float64 reference): {reason}", file=sys.stderr)
         return 2
     tools = select_tools(args)
-    pkg = None
-    if "ksbuild" in tools:
-        pkg, tools["ksbuild"] = load_ksbuild()
+    if args.threads:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # read when the BLAS library loads
+    pkgs = {}
+    for tool in (t for t in tools if t in BACKENDS):
+        pkgs[tool], tools[tool] = load_ksbuild(BACKENDS[tool])
     if args.threads and is_available(tools, "eager"):
         import torch
 
@@ -409,7 +424,7 @@ def main(argv: list[str]) -> int:
     for d in args.d:
         for K in args.K:
             for n in args.n:
-                rows.append(run_config(d, K, n, tools, pkg, args))
+                rows.append(run_config(d, K, n, tools, pkgs, args))
                 print(format_row(rows[-1], names), flush=True)
     print_notes(rows, tools)
     return 0

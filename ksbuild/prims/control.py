@@ -354,14 +354,14 @@ def _loop_partial_eval(s, eqn, mask):
     res = list(bk.results[n_kout:])
     inv = [r for r in res if r in kconst_params]          # loop-invariant residuals: pass as consts
     var = [r for r in res if r not in kconst_params]      # per-iteration residuals: stack them
-    if var and p["length"] is None:
-        raise KsbuildError("reverse mode through a loop whose count is only known at run time is not "
-                           "supported yet", eqn.loc,
-                           hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
     n_kc, n_kcar = sum(ck), sum(cark)
+    recompute = bool(var) and p["length"] is None  # no size to stack them by: recompute them instead
+    if recompute and (any(xk) or p["reverse"]):
+        raise KsbuildError("reverse mode through this loop needs its count as a dim", eqn.loc,
+                           hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
     order = list(range(len(bk.results)))
     kbody = permuted(bk, list(range(len(bk.params))),
-                     order[:n_kout] + [n_kout + res.index(r) for r in var], f"{body.name}_fwd")
+                     order[:n_kout] + ([] if recompute else [n_kout + res.index(r) for r in var]), f"{body.name}_fwd")
     _, consts, carry, xs = _loop_parts(eqn.ins, n_consts, n_carry)
     kargs = ([s.read_known(eqn.ins[0])] + [s.read_known(a) for a, k in zip(consts, ck) if k]
              + [s.read_known(a) for a, k in zip(carry, cark) if k] + [s.read_known(a) for a, k in zip(xs, xk) if k])
@@ -373,32 +373,47 @@ def _loop_partial_eval(s, eqn, mask):
     ux_types = [t for t, k in zip(body.in_types[1 + n_consts + n_carry:], xk) if not k]
     inv_pos = [kconst_params.index(r) for r in inv]
 
+    kcarry_body = permuted(bk, list(range(len(bk.params))), list(range(n_kcar)), f"{body.name}_steps")
+
+    def recomputed(b, k, start):
+        """Iteration k's residuals, from the known consts and initial carry: rerun the first k steps."""
+        kcs, kcar0 = start[:n_kc], start[n_kc:]
+        kcar = b.bind(PRIMS_LOOP, [k, *kcs, *kcar0], dict(body=kcarry_body, n_consts=n_kc, n_carry=n_kcar,
+                                                          length=None, reverse=False))
+        return inline(b, bk, [k, *kcs, *kcar])[n_kout:]
+
+    kcarry_args = [s.read_known(a) for a, k in zip(carry, cark) if k]
+    kconst_args = [s.read_known(a) for a, k in zip(consts, ck) if k]
+    # recompute: the unknown loop takes the known consts and initial carries as consts of its own
+    start = kconst_args + kcarry_args if recompute else []
+
     def ubody(b, ps):
         i = 0
         k = ps[i]; i += 1  # noqa: E702
         invs = ps[i:i + len(inv)]; i += len(inv)  # noqa: E702
+        starts = ps[i:i + len(start)]; i += len(start)  # noqa: E702
         ucs = ps[i:i + len(uc_types)]; i += len(uc_types)  # noqa: E702
         ucar = ps[i:i + len(ucar_types)]; i += len(ucar_types)  # noqa: E702
         uxs = ps[i:i + len(ux_types)]; i += len(ux_types)  # noqa: E702
         rsl = ps[i:]
+        if recompute:
+            return inline(b, bu, recomputed(b, k, starts) + list(ucs) + list(ucar) + list(uxs))
         rmap = {id(r): a for r, a in zip(inv, invs)} | {id(r): a for r, a in zip(var, rsl)}
         resid_args = [rmap[id(r)] for r in res]
-        del k
         return inline(b, bu, resid_args + list(ucs) + list(ucar) + list(uxs))
 
-    kconst_args = [s.read_known(a) for a, k in zip(consts, ck) if k]
     inv_args = [s.residual(kconst_args[j]) for j in inv_pos]
-    stacked = kouts[n_kout:]
-    ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + uc_types + ucar_types + ux_types
-                   + [r.type for r in var], ubody)
+    stacked = [] if recompute else kouts[n_kout:]
+    ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + [a.type for a in start] + uc_types
+                   + ucar_types + ux_types + [r.type for r in var if not recompute], ubody)
     ucar_args = []
     for a, u, k in zip(carry, unknown_out[:n_carry], cark):
         if u:
             ucar_args.append(s.read_unknown(a))
-    uargs = ([s.residual(s.read_known(eqn.ins[0]))] + inv_args
+    uargs = ([s.residual(s.read_known(eqn.ins[0]))] + inv_args + [s.residual(a) for a in start]
              + [s.read_unknown(a) for a, k in zip(consts, ck) if not k] + ucar_args
              + [s.read_unknown(a) for a, k in zip(xs, xk) if not k] + [s.residual(r) for r in stacked])
-    uouts = s.ub.bind(PRIMS_LOOP, uargs, dict(body=ubody_f, n_consts=len(inv) + len(uc_types),
+    uouts = s.ub.bind(PRIMS_LOOP, uargs, dict(body=ubody_f, n_consts=len(inv) + len(start) + len(uc_types),
                                               n_carry=len(ucar_types), length=p["length"], reverse=p["reverse"]))
     ki, ui = iter(kouts), iter(uouts)
     carry_outs = [(next(ui) if u else next(ki)) for u in unknown_out[:n_carry]]
