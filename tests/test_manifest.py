@@ -125,6 +125,7 @@ BAD = {
     "missing package name": ('name = "activations"', "", "missing 'name' in [package]", "[package]"),
     "bad package name": ('"activations"', '"my-lib"', "package name 'my-lib' is not a C identifier", "name ="),
     "unknown backend": ('"plain"  ', '"cuda"  ', "unknown backend 'cuda' in [build]", "backend ="),
+    "backend not built yet": ('"plain"  ', '"aten"  ', "backend 'aten' is not available yet", "backend ="),
     "bad dtype": ('"float32"', '"float16"', "unknown dtype 'float16' in [build]", "dtype ="),
     "missing python file": ('"relu3.py:relu3"', '"relu4.py:relu3"', "python file 'relu4.py' not found", "python ="),
     "bad python format": ('"relu3.py:relu3"', '"relu3.py"', "'python' must be \"file.py:function\"", "python ="),
@@ -258,3 +259,15 @@ def test_parse_transform(text, expr):
 def test_parse_transform_errors(text, message):
     with pytest.raises(KsbuildError, match=message.replace("(", r"\(").replace("+", r"\+")):
         parse_transform(text, LOC, ["relu3"])
+
+
+def test_backend_override(tmp_path):
+    """--backend / ksbuild.build(backend=) replace [build] backend; an unknown one is an error."""
+    path = tmp_path / "manifest.toml"
+    path.write_text(VALID)
+    (tmp_path / "relu3.py").write_text("def relu3(x: float) -> float:\n    return x\n")
+    assert load_manifest(path, "blas").build.backend == "blas"
+    assert load_manifest(path).build.backend == "plain"
+    for bad, message in (("ort", "backend 'ort' is not available yet"), ("cuda", "backend 'cuda' is not available")):
+        with pytest.raises(KsbuildError, match=message):
+            load_manifest(path, bad)
