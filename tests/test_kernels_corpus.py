@@ -22,7 +22,6 @@ import pytest
 import torch
 
 import ksbuild
-from ksbuild.errors import KsbuildError
 from ksbuild.frontends.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.jvp import jvp_func
@@ -196,7 +195,7 @@ class Kernel:
     edges: tuple = ()  # points on branch boundaries (value checks only)
     kinks: Callable = _no_kinks  # quantities that vanish where the kernel is not smooth
     batched: tuple | None = None  # vmap in_axes as a mask; default: every argument batched
-    reverse: bool = True  # False: reverse mode is a documented limitation and must be rejected
+    reverse: bool = True  # False: leave the kernel out of the reverse-mode tests (no kernel needs it today)
 
     def __str__(self) -> str:
         return self.name
@@ -231,7 +230,7 @@ KERNELS = [
     Kernel("newton_sqrt", (Real(0.1, 5.0),), ((1.0,), (4.0,))),
     Kernel("swap_pair", R2, ((1.0, 1.0), (0.0, 0.0), (1.0, 0.5)), _swap_pair_gaps),
     Kernel("geometric", (Real(-1.5, 1.5), Int(0, 6)), ((0.5, 0), (0.5, -2), (2.0, 5)),
-           batched=(True, False), reverse=False),
+           batched=(True, False)),
     Kernel("polar_mix", R2, ((-1.0, 0.0), (1.0, 0.0), (0.0, 1.0)), lambda x, y: (np.hypot(x, y),)),
     Kernel("leaky", (Real(-2.0, 2.0), Real(0.0, 1.0)), ((0.0, 0.3), (-1.0, 0.0)), lambda x, a: (x,)),
     Kernel("window", (Real(-3.0, 4.0),), ((-1.0,), (2.0,)), lambda x: (x + 1.0, x - 2.0)),
@@ -396,16 +395,6 @@ def test_vjp_dot_product(k, ir):
         lhs, rhs = float(np.dot(u, np.array(jv, dtype=float))), float(np.dot(jtu, v))
         scale = float(np.sum(np.abs(u * np.array(jv, dtype=float))) + np.sum(np.abs(jtu * v)))
         assert abs(lhs - rhs) <= 1e-12 * scale + 1e-300, (k.name, p, lhs, rhs)
-
-
-@pytest.mark.parametrize("k", [k for k in KERNELS if not k.reverse], ids=str)
-def test_reverse_mode_through_runtime_loop_count_is_rejected(k, ir):
-    f = ir(k.name)
-    with pytest.raises(KsbuildError, match="reverse mode") as info:
-        vjp_func(f)
-    assert "corpus_kernels.py:" in str(info.value)
-    with pytest.raises(KsbuildError, match="reverse mode"):
-        grad_func(f)
 
 
 # ---- (d) vjp and grad vs torch.autograd --------------------------------------------------------
