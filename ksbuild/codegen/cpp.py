@@ -335,7 +335,7 @@ class Writer:
         sa, sb = self.storage(x), self.storage(y)
         axes = gemm_axes(a, b, o) if self.backend == "blas" and out.type.dtype in ("f32", "f64") else None
         if axes and sa.literal is None and sb.literal is None:
-            self.gemm(eqn, axes, sa, sb, into)
+            self.gemm(eqn, (a, b, o), sizes, axes, sa, sb, into)
             return
         c = self.ctype(out.type)
         score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
@@ -367,14 +367,12 @@ class Writer:
         self.close_loops(len(loops))
         self.env[out] = dst
 
-    def gemm(self, eqn: Eqn, axes, sa: Storage, sb: Storage, into: Storage | None) -> None:
-        """A batched matrix product: loops over the batch letters around one ks::gemm call."""
-        from ..prims.tensor import parse_spec
-        a, b, o = parse_spec(eqn.params["spec"])
+    def gemm(self, eqn: Eqn, letters, sizes, axes, sa: Storage, sb: Storage, into: Storage | None) -> None:
+        """einsum `letters` (a, b, out) as loops over the batch letters around one ks::gemm call."""
+        a, b, o = letters
         batch, m, n, k = axes
         (out,) = eqn.outs
         dst = into or self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
-        sizes = dict(zip(a, eqn.ins[0].type.shape)) | dict(zip(b, eqn.ins[1].type.shape))
         loops = self.open_loops([sizes[ch] for ch in batch])
         ix = dict(zip(batch, loops))
         c = self.ctype(out.type)

@@ -359,9 +359,11 @@ def _loop_partial_eval(s, eqn, mask):
     if recompute and (any(xk) or p["reverse"]):
         raise KsbuildError("reverse mode through this loop needs its count as a dim", eqn.loc,
                            hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
+    if recompute:
+        inv, var = [], []  # the unknown loop gets every residual from recomputed(), none passed or stacked
     order = list(range(len(bk.results)))
     kbody = permuted(bk, list(range(len(bk.params))),
-                     order[:n_kout] + ([] if recompute else [n_kout + res.index(r) for r in var]), f"{body.name}_fwd")
+                     order[:n_kout] + [n_kout + res.index(r) for r in var], f"{body.name}_fwd")
     _, consts, carry, xs = _loop_parts(eqn.ins, n_consts, n_carry)
     kargs = ([s.read_known(eqn.ins[0])] + [s.read_known(a) for a, k in zip(consts, ck) if k]
              + [s.read_known(a) for a, k in zip(carry, cark) if k] + [s.read_known(a) for a, k in zip(xs, xk) if k])
@@ -403,9 +405,9 @@ def _loop_partial_eval(s, eqn, mask):
         return inline(b, bu, resid_args + list(ucs) + list(ucar) + list(uxs))
 
     inv_args = [s.residual(kconst_args[j]) for j in inv_pos]
-    stacked = [] if recompute else kouts[n_kout:]
+    stacked = kouts[n_kout:]
     ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + [a.type for a in start] + uc_types
-                   + ucar_types + ux_types + [r.type for r in var if not recompute], ubody)
+                   + ucar_types + ux_types + [r.type for r in var], ubody)
     ucar_args = []
     for a, u, k in zip(carry, unknown_out[:n_carry], cark):
         if u:
