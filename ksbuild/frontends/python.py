@@ -292,12 +292,16 @@ class KernelCompiler:
     # ---- expressions ---------------------------------------------------------------------------
 
     def expr(self, b: Builder, scope: Scope, e: ast.expr) -> Value:
-        b.loc = self.src.loc(e)
+        """The value of an expression; equations (and op errors) built for it carry its location."""
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is None:
             raise self.src.error(e, f"unsupported expression: {_describe(e)}",
                                  hint="see the supported subset in the README")
-        return method(b, scope, e)
+        outer, b.loc = b.loc, self.src.loc(e)
+        try:
+            return method(b, scope, e)
+        finally:
+            b.loc = outer
 
     def expr_Constant(self, b, scope, e: ast.Constant) -> Value:
         if isinstance(e.value, (bool, int, float)):

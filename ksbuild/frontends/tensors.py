@@ -1,8 +1,9 @@
 """Tensor operations of the Python frontend: annotations, indexing, torch functions and methods.
 
-Every torch operation is a decomposition into the core prims (einsum, reduce_*, index, slice,
-pad, reshape, broadcast_to, transpose, iota, elementwise). Functions here take the compiler
-(`fc`), the builder, evaluated arguments and keyword arguments, and the AST node for errors.
+This module only parses torch's calling conventions (positional and keyword arguments, dims,
+`keepdim`, weak Python constants) and calls the shared op library (`ksbuild/ops`), where every
+operation is decomposed into core prims. Functions here take the compiler (`fc`), the builder,
+evaluated arguments and keyword arguments, and the AST node for errors.
 """
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub, promote
+from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ops import create, linalg, reduce
+from ..ops import shape as shape_ops
+from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
 from .scope import Const, SymDim, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
@@ -104,27 +108,6 @@ def axes_arg(fc, v, rank, node) -> tuple[int, ...]:
     return tuple(sorted(norm_axis(fc, int_const(fc, a, node, "dim"), rank, node) for a in vals))
 
 
-def keep_dims(b, y: Atom, x: Atom, axes) -> Atom:
-    """Reinsert reduced axes as size 1 (keepdim=True)."""
-    shape = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
-    return b.reshape(y, shape=shape)
-
-
-def expand_back(b, y: Atom, x: Atom, axes) -> Atom:
-    """A reduction result broadcast back over the reduced axes of x."""
-    return b.broadcast_to(keep_dims(b, y, x, axes), shape=x.type.shape)
-
-
-def size_of(fc, b, x: Atom, axes, dtype: str) -> Atom:
-    """The number of elements over axes, as a scalar of dtype."""
-    n: Dim = 1
-    for a in axes:
-        n = dim_mul(n, x.type.shape[a])
-    if isinstance(n, int):
-        return Lit(float(n), Type(dtype))
-    return b.convert(b.dim_size(dim=n), dtype=dtype)
-
-
 def shape_args(fc, args, node) -> tuple[Dim, ...]:
     """torch.zeros(n, m) / torch.zeros((n, m)) / torch.zeros([n, m])."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
@@ -208,47 +191,23 @@ def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
 
 # ---- reductions ----------------------------------------------------------------------------------
 
-def _reduce(prim: str, mean: bool = False):
+def _reduce(op, to_float: bool = False):
+    """torch.sum/mean/amax/amin(input, dim=None, keepdim=False)."""
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        if prim != "reduce_sum" and x.type.dtype == "bool":
-            raise fc.src.error(node, "max/min of a bool tensor is not supported")
-        if x.type.dtype == "bool":
-            x = b.convert(x, dtype="i64")
-        dim = _arg(fc, args, kw, 1, "dim", node, None)
+        if to_float:
+            x = float_tensor(fc, b, x, node)
+        axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
         keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False))
-        axes = axes_arg(fc, dim, x.type.rank, node)
-        if mean and not x.type.is_float:
-            x = b.convert(x, dtype=fc.float_dtype)
-        y = b.bind(fc.prim(prim), [x], {"axes": axes})[0] if axes else x
-        if mean:
-            y = b.div(y, size_of(fc, b, x, axes, y.type.dtype))
-        return keep_dims(b, y, x, axes) if keep.value else y
+        return op(b, x, axes, keep.value)
     return fn
-
-
-def _logsumexp(fc, b, args, kw, node):
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node), x.type.rank, node)
-    keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False))
-    y = logsumexp(b, x, axes)
-    return keep_dims(b, y, x, axes) if keep.value else y
-
-
-def logsumexp(b, x: Atom, axes) -> Atom:
-    """log Σ exp(x) = m + log Σ exp(x − m) with m = max x held constant under differentiation."""
-    m = b.reduce_max(b.stop_gradient(x), axes=axes)
-    s = b.reduce_sum(b.exp(b.sub(x, expand_back(b, m, x, axes))), axes=axes)
-    return b.add(b.log(s), m)
 
 
 def _softmax(log: bool):
     def fn(fc, b, args, kw, node):
         x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node), x.type.rank, node)
-        lse = expand_back(b, logsumexp(b, x, axes), x, axes)
-        z = b.sub(x, lse)
-        return z if log else b.exp(z)
+        (axis,) = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node), x.type.rank, node)
+        return reduce.log_softmax(b, x, axis) if log else reduce.softmax(b, x, axis)
     return fn
 
 
@@ -261,7 +220,7 @@ def _max_or_min(kind: str):
         if len(args) > 1 or kw:
             raise fc.src.error(node, f"torch.{kind}(x, dim) returns indices and is not supported",
                                hint=f"use torch.a{kind}(x, dim=...) for the values")
-        return _reduce(f"reduce_{kind}")(fc, b, args, kw, node)
+        return _reduce(reduce.amax if kind == "max" else reduce.amin)(fc, b, args, kw, node)
     return fn
 
 
@@ -273,60 +232,20 @@ def _matmul(fc, b, args, kw, node):
 
 
 def matmul(fc, b, x: Atom, y: Atom, node) -> Atom:
-    rx, ry = x.type.rank, y.type.rank
-    specs = {(1, 1): "i,i->", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (2, 2): "ij,jk->ik",
-             (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik", (3, 1): "bij,j->bi", (2, 3): "ij,bjk->bik"}
-    spec = specs.get((rx, ry))
-    if spec is None:
-        raise fc.src.error(node, f"matmul of {x.type} and {y.type} is not supported (ranks 1-3)")
-    return einsum(fc, b, spec, x, y, node)
-
-
-def einsum(fc, b, spec: str, x: Atom, y: Atom, node) -> Atom:
-    lhs, _, out = spec.replace(" ", "").partition("->")
-    parts = lhs.split(",")
-    if len(parts) != 2 or "..." in spec or "->" not in spec.replace(" ", ""):
-        raise fc.src.error(node, f"einsum '{spec}': two operands and an explicit '->' output are supported")
-    a, c = parts
-    for letters, t in ((a, x.type), (c, y.type)):
-        if len(letters) != t.rank:
-            raise fc.src.error(node, f"einsum '{spec}': '{letters}' does not match an operand of type {t}")
-    x, y = _broadcast_unit_axes(b, a, x, c, y)
-    return b.einsum(x, y, spec=f"{a},{c}->{out}")
-
-
-def _broadcast_unit_axes(b, a, x, c, y):
-    """Size-1 axes broadcast against the other operand's size for the same letter (as torch does)."""
-    sizes = {}
-    for letters, t in ((a, x.type), (c, y.type)):
-        for ch, d in zip(letters, t.shape):
-            if d != 1:
-                sizes.setdefault(ch, d)
-    def fix(letters, v):
-        shape = tuple(sizes.get(ch, 1) if d == 1 else d for ch, d in zip(letters, v.type.shape))
-        return v if shape == v.type.shape else b.broadcast_to(v, shape=shape)
-    return fix(a, x), fix(c, y)
+    return linalg.matmul(b, x, y)
 
 
 def _einsum_call(fc, b, args, kw, node):
     if len(args) != 3 or not isinstance(args[0], str):
         raise fc.src.error(node, "torch.einsum takes a spec string and exactly two tensors")
     x, y = _two_floats(fc, b, args[1:], node, "einsum")
-    return einsum(fc, b, args[0], x, y, node)
+    return linalg.einsum(b, args[0], x, y)
 
 
-def _dot(fc, b, args, kw, node):
-    x, y = _two_floats(fc, b, args, node, "dot")
-    if x.type.rank != 1 or y.type.rank != 1:
-        raise fc.src.error(node, f"torch.dot needs two vectors, got {x.type} and {y.type}")
-    return einsum(fc, b, "i,i->", x, y, node)
-
-
-def _outer(fc, b, args, kw, node):
-    x, y = _two_floats(fc, b, args, node, "outer")
-    if x.type.rank != 1 or y.type.rank != 1:
-        raise fc.src.error(node, f"torch.outer needs two vectors, got {x.type} and {y.type}")
-    return einsum(fc, b, "i,j->ij", x, y, node)
+def _product(op, name):
+    def fn(fc, b, args, kw, node):
+        return op(b, *_two_floats(fc, b, args, node, name))
+    return fn
 
 
 def _two_floats(fc, b, args, node, name):
@@ -339,79 +258,35 @@ def _two_floats(fc, b, args, node, name):
 # ---- shapes --------------------------------------------------------------------------------------
 
 def _reshape(fc, b, x, args, node) -> Atom:
-    x = tensor(fc, b, x, node)
-    dims = list(shape_args(fc, args, node))
-    if dims.count(-1) > 1:
-        raise fc.src.error(node, "only one -1 is allowed in a shape")
-    if -1 in dims:
-        rest = list(x.type.shape)
-        for d in dims:
-            if d != -1:
-                if d in rest:
-                    rest.remove(d)
-                elif isinstance(d, int) and d == 1:
-                    continue
-                else:
-                    rest = None
-                    break
-        if rest is None:
-            raise fc.src.error(node, f"cannot infer the -1 in reshape of {x.type} to {dims}",
-                               hint="give every dim explicitly")
-        n: Dim = 1
-        for d in rest:
-            n = dim_mul(n, d)
-        dims[dims.index(-1)] = n
-    if _numel(dims) != _numel(x.type.shape) and all(isinstance(d, int) for d in dims + list(x.type.shape)):
-        raise fc.src.error(node, f"cannot reshape {x.type} to {dims}")
-    return b.reshape(x, shape=tuple(dims))
-
-
-def _numel(dims):
-    n = 1
-    for d in dims:
-        n = dim_mul(n, d)
-    return n
+    return shape_ops.reshape(b, tensor(fc, b, x, node), shape_args(fc, args, node))
 
 
 def _unsqueeze(fc, b, x, args, node):
-    x = tensor(fc, b, x, node)
-    a = int_const(fc, args[0], node, "dim") if args else 0
-    a = a + x.type.rank + 1 if a < 0 else a
-    return b.reshape(x, shape=x.type.shape[:a] + (1,) + x.type.shape[a:])
+    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), int_const(fc, args[0], node, "dim") if args else 0)
 
 
 def _squeeze(fc, b, x, args, node):
-    x = tensor(fc, b, x, node)
-    if args:
-        a = norm_axis(fc, int_const(fc, args[0], node, "dim"), x.type.rank, node)
-        if x.type.shape[a] != 1:
-            return x
-        return b.reshape(x, shape=x.type.shape[:a] + x.type.shape[a + 1:])
-    return b.reshape(x, shape=tuple(d for d in x.type.shape if d != 1))
+    axes = [int_const(fc, args[0], node, "dim")] if args else None
+    return shape_ops.squeeze(b, tensor(fc, b, x, node), axes)
 
 
 def _transpose(fc, b, x, args, node):
-    x = tensor(fc, b, x, node)
     if len(args) != 2:
         raise fc.src.error(node, "transpose takes two dims")
-    i, j = (norm_axis(fc, int_const(fc, a, node, "dim"), x.type.rank, node) for a in args)
-    perm = list(range(x.type.rank))
-    perm[i], perm[j] = perm[j], perm[i]
-    return b.transpose(x, perm=tuple(perm))
+    i, j = (int_const(fc, a, node, "dim") for a in args)
+    return shape_ops.swap_axes(b, tensor(fc, b, x, node), i, j)
 
 
 def _permute(fc, b, x, args, node):
-    x = tensor(fc, b, x, node)
     vals = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-    perm = tuple(norm_axis(fc, int_const(fc, a, node, "dim"), x.type.rank, node) for a in vals)
-    return b.transpose(x, perm=perm)
+    return shape_ops.permute(b, tensor(fc, b, x, node), [int_const(fc, a, node, "dim") for a in vals])
 
 
 def transpose_2d(fc, b, x, node):
     x = tensor(fc, b, x, node)
     if x.type.rank != 2:
         raise fc.src.error(node, f".T is supported on matrices, got {x.type}", hint="use permute(...)")
-    return b.transpose(x, perm=(1, 0))
+    return shape_ops.swap_axes(b, x, 0, 1)
 
 
 # ---- construction ------------------------------------------------------------------------------
@@ -419,7 +294,7 @@ def transpose_2d(fc, b, x, node):
 def _filled(value):
     def fn(fc, b, args, kw, node):
         _no_dtype(fc, kw, node)
-        return Lit(value, Type(fc.float_dtype, shape_args(fc, args, node)))
+        return create.full(shape_args(fc, args, node), value, fc.float_dtype)
     return fn
 
 
@@ -430,9 +305,8 @@ def _full(fc, b, args, kw, node):
     shape = shape_args(fc, [args[0]], node)
     v = args[1]
     if isinstance(v, Const):
-        return Lit(float(v.value), Type(fc.float_dtype, shape))
-    v = float_tensor(fc, b, v, node)
-    return b.broadcast_to(v, shape=shape)
+        return create.full(shape, v.value, fc.float_dtype)
+    return create.fill(b, shape, float_tensor(fc, b, v, node))
 
 
 def _like(value):
@@ -450,31 +324,21 @@ def _arange(fc, b, args, kw, node):
         start, stop = args
     else:
         raise fc.src.error(node, "torch.arange(n) or torch.arange(start, stop) (step 1) is supported")
-    lo, hi = as_dim(fc, start, node), as_dim(fc, stop, node)
-    out = b.iota(shape=(dim_sub(hi, lo),), axis=0, dtype="i64")
-    return out if lo == 0 else b.add(out, Lit(lo, Type("i64")) if isinstance(lo, int) else b.dim_size(dim=lo))
+    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node))
 
 
 def _eye(fc, b, args, kw, node):
     _no_dtype(fc, kw, node)
     n = as_dim(fc, args[0], node)
     m = as_dim(fc, args[1], node) if len(args) > 1 else n
-    i = b.iota(shape=(n, m), axis=0, dtype="i64")
-    j = b.iota(shape=(n, m), axis=1, dtype="i64")
-    return b.convert(b.eq(i, j), dtype=fc.float_dtype)
+    return create.eye(b, n, m, fc.float_dtype)
 
 
 def _tri(lower: bool):
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
         k = int_const(fc, _arg(fc, args, kw, 1, "diagonal", node, Const(0)), node, "diagonal")
-        if x.type.rank != 2:
-            raise fc.src.error(node, f"tril/triu of {x.type} is not supported (matrices only)")
-        i = b.iota(shape=x.type.shape, axis=0, dtype="i64")
-        j = b.iota(shape=x.type.shape, axis=1, dtype="i64")
-        shifted = b.add(i, Lit(k, Type("i64"))) if k else i
-        keep = b.ge(shifted, j) if lower else b.le(shifted, j)
-        return b.select(keep, x, Lit(0, x.type))
+        return create.triangle(b, x, k, lower)
     return fn
 
 
@@ -486,50 +350,12 @@ def _tensor_list(fc, b, args, kw, node, name) -> list[Atom]:
     return [tensor(fc, b, v, node) for v in items]
 
 
-def _cat(fc, b, args, kw, node):
-    xs = _tensor_list(fc, b, args, kw, node, "cat")
-    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim"),
-                     xs[0].type.rank, node)
-    return concatenate(fc, b, xs, axis, node)
-
-
-def concatenate(fc, b, xs, axis, node):
-    dtype = xs[0].type.dtype
-    for x in xs:
-        dtype = promote(dtype, x.type.dtype)
-    xs = [x if x.type.dtype == dtype else b.convert(x, dtype=dtype) for x in xs]
-    total: Dim = 0
-    for x in xs:
-        other = [d for i, d in enumerate(x.type.shape) if i != axis]
-        first = [d for i, d in enumerate(xs[0].type.shape) if i != axis]
-        if x.type.rank != xs[0].type.rank or other != first:
-            raise fc.src.error(node, f"cannot concatenate {xs[0].type} and {x.type} along dim {axis}")
-        total = dim_add(total, x.type.shape[axis])
-    if len(xs) == 1:
-        return xs[0]
-    out, lo = None, 0
-    for x in xs:
-        n = x.type.shape[axis]
-        padded = b.pad(x, axis=axis, lo=lo, hi=dim_sub(total, dim_add(lo, n)))
-        out = padded if out is None else b.add(out, padded)
-        lo = dim_add(lo, n)
-    return out
-
-
-def _stack(fc, b, args, kw, node):
-    xs = _tensor_list(fc, b, args, kw, node, "stack")
-    axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim")
-    axis = axis + xs[0].type.rank + 1 if axis < 0 else axis
-    xs = [b.reshape(x, shape=x.type.shape[:axis] + (1,) + x.type.shape[axis:]) for x in xs]
-    return concatenate(fc, b, xs, axis, node)
-
-
-def move_axis0(b, x: Atom, axis: int) -> Atom:
-    """A stacked result (new axis 0) moved to position `axis` (torch.stack(..., dim=axis))."""
-    if axis == 0:
-        return x
-    perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, x.type.rank))
-    return b.transpose(x, perm=tuple(perm))
+def _join(op, name):
+    """torch.cat / torch.stack(tensors, dim=0)."""
+    def fn(fc, b, args, kw, node):
+        xs = _tensor_list(fc, b, args, kw, node, name)
+        return op(b, xs, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim"))
+    return fn
 
 
 def _no_dtype(fc, kw, node):
@@ -550,40 +376,36 @@ def _arg(fc, args, kw, pos, name, node, default=...):
     return default
 
 
-def _elementwise_kw(name):
-    """A scalar library function (exp, where, ...) reused for tensors; keywords min/max for clamp."""
-    def fn(fc, b, args, kw, node):
-        from .mathlib import LIBRARY
-        if name == "clamp":
-            x = args[0]
-            lo = _arg(fc, args, kw, 1, "min", node, None)
-            hi = _arg(fc, args, kw, 2, "max", node, None)
-            if lo is not None:
-                x = LIBRARY["maximum"](fc, b, [x, lo], node)
-            if hi is not None:
-                x = LIBRARY["minimum"](fc, b, [x, hi], node)
-            return x
-        if kw:
-            raise fc.src.error(node, f"{name}() takes no keyword arguments here")
-        return LIBRARY[name](fc, b, args, node)
-    return fn
+def _clamp(fc, b, args, kw, node):
+    """torch.clamp(x, min=None, max=None): the scalar library's max/min (weak constants adapt)."""
+    from .mathlib import LIBRARY
+    x = args[0]
+    lo = _arg(fc, args, kw, 1, "min", node, None)
+    hi = _arg(fc, args, kw, 2, "max", node, None)
+    if lo is not None:
+        x = LIBRARY["maximum"](fc, b, [x, lo], node)
+    if hi is not None:
+        x = LIBRARY["minimum"](fc, b, [x, hi], node)
+    return x
 
 
 def _square(fc, b, args, kw, node):
-    x = tensor(fc, b, args[0], node)
-    return b.ipow(x, n=2)
+    from ..ops.math import square
+    return square(b, tensor(fc, b, args[0], node))
 
 
 TORCH_TENSOR = {
-    "sum": _reduce("reduce_sum"), "mean": _reduce("reduce_sum", mean=True),
-    "amax": _reduce("reduce_max"), "amin": _reduce("reduce_min"),
+    "sum": _reduce(reduce.sum), "mean": _reduce(reduce.mean, to_float=True),
+    "amax": _reduce(reduce.amax), "amin": _reduce(reduce.amin),
     "max": _max_or_min("max"), "min": _max_or_min("min"),
-    "logsumexp": _logsumexp, "softmax": _softmax(False), "log_softmax": _softmax(True),
-    "matmul": _matmul, "mm": _matmul, "mv": _matmul, "bmm": _matmul, "dot": _dot, "inner": _dot,
-    "outer": _outer, "einsum": _einsum_call, "square": _square,
+    "logsumexp": _reduce(reduce.logsumexp, to_float=True), "softmax": _softmax(False), "log_softmax": _softmax(True),
+    "matmul": _matmul, "mm": _matmul, "mv": _matmul, "bmm": _matmul, "dot": _product(linalg.dot, "dot"),
+    "inner": _product(linalg.dot, "dot"), "outer": _product(linalg.outer, "outer"), "einsum": _einsum_call,
+    "square": _square,
     "zeros": _filled(0.0), "ones": _filled(1.0), "full": _full, "zeros_like": _like(0.0), "ones_like": _like(1.0),
     "arange": _arange, "eye": _eye, "tril": _tri(True), "triu": _tri(False),
-    "cat": _cat, "concat": _cat, "stack": _stack, "clamp": _elementwise_kw("clamp"), "clip": _elementwise_kw("clamp"),
+    "cat": _join(shape_ops.concatenate, "cat"), "concat": _join(shape_ops.concatenate, "cat"),
+    "stack": _join(shape_ops.stack, "stack"), "clamp": _clamp, "clip": _clamp,
     "reshape": lambda fc, b, args, kw, node: _reshape(fc, b, args[0], args[1:], node),
     "unsqueeze": lambda fc, b, args, kw, node: _unsqueeze(fc, b, args[0], args[1:], node),
     "squeeze": lambda fc, b, args, kw, node: _squeeze(fc, b, args[0], args[1:], node),

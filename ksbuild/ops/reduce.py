@@ -1,0 +1,82 @@
+"""Reductions: sum, mean, max, min over axes (keepdim or not), logsumexp, softmax."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.core import Atom
+from ._util import error, norm_axes, size_as
+
+
+def keep_dims(b, y: Atom, x: Atom, axes: Sequence[int]) -> Atom:
+    """A reduction result of x with the reduced axes put back as size 1 (keepdim=True)."""
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
+    return b.reshape(y, shape=shape) if shape != y.type.shape else y
+
+
+def expand_back(b, y: Atom, x: Atom, axes: Sequence[int]) -> Atom:
+    """A reduction result broadcast back over the reduced axes of x."""
+    return b.broadcast_to(keep_dims(b, y, x, axes), shape=x.type.shape)
+
+
+def _reduce(b, prim: str, x: Atom, axes, keepdim: bool) -> Atom:
+    ax = norm_axes(b, axes, x.type.rank)
+    y = b.bind(_prim(prim), [x], {"axes": ax})[0] if ax else x
+    return keep_dims(b, y, x, ax) if keepdim else y
+
+
+def sum(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:  # noqa: A001
+    """Σ over axes (None: all); bools are counted as i64."""
+    if x.type.dtype == "bool":
+        x = b.convert(x, dtype="i64")
+    return _reduce(b, "reduce_sum", x, axes, keepdim)
+
+
+def mean(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
+    """The average over axes (x must be float)."""
+    if not x.type.is_float:
+        raise error(b, f"mean needs a float tensor, got {x.type}")
+    ax = norm_axes(b, axes, x.type.rank)
+    s = _reduce(b, "reduce_sum", x, ax, keepdim)
+    return b.div(s, size_as(b, [x.type.shape[a] for a in ax], x.type.dtype))
+
+
+def amax(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
+    """The maximum over axes."""
+    _numeric(b, x, "max")
+    return _reduce(b, "reduce_max", x, axes, keepdim)
+
+
+def amin(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
+    """The minimum over axes."""
+    _numeric(b, x, "min")
+    return _reduce(b, "reduce_min", x, axes, keepdim)
+
+
+def _numeric(b, x: Atom, what: str) -> None:
+    if x.type.dtype == "bool":
+        raise error(b, f"{what} of a bool tensor is not supported")
+
+
+def logsumexp(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
+    """log Σ exp(x) = m + log Σ exp(x − m), with m = max x held constant under differentiation."""
+    ax = norm_axes(b, axes, x.type.rank)
+    m = b.reduce_max(b.stop_gradient(x), axes=ax)
+    s = b.reduce_sum(b.exp(b.sub(x, expand_back(b, m, x, ax))), axes=ax)
+    y = b.add(b.log(s), m)
+    return keep_dims(b, y, x, ax) if keepdim else y
+
+
+def log_softmax(b, x: Atom, axis: int) -> Atom:
+    """x − logsumexp(x) along one axis."""
+    ax = norm_axes(b, [axis], x.type.rank)
+    return b.sub(x, expand_back(b, logsumexp(b, x, ax), x, ax))
+
+
+def softmax(b, x: Atom, axis: int) -> Atom:
+    """exp(log_softmax(x))."""
+    return b.exp(log_softmax(b, x, axis))
+
+
+def _prim(name: str):
+    from ..prims import PRIMS
+    return PRIMS[name]
