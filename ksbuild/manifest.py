@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import KsbuildError, Location
-from .ir.types import DTYPES, Type
+from .ir.types import Type
 
 BACKENDS = ("plain", "blas", "aten", "ort")
 AVAILABLE_BACKENDS = ("plain", "blas")  # aten and ort are planned
@@ -21,6 +21,7 @@ TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target")
 KERNEL_KEYS = ("python", "signature", "onnx")
+SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
@@ -407,8 +408,9 @@ def _params(args: ast.arguments, src: _Src) -> list[tuple[str, Type]]:
 def _type(node: ast.expr, src: _Src) -> Type:
     """f32 | f64 | i32 | i64 | bool, optionally followed by [dims]."""
     base = node.value if isinstance(node, ast.Subscript) else node
-    if not isinstance(base, ast.Name) or base.id not in DTYPES:
-        raise src.error(base, f"unknown type '{ast.unparse(base)}'; valid types: {', '.join(DTYPES)}", "e.g. f32[n, 3]")
+    if not isinstance(base, ast.Name) or base.id not in SIGNATURE_DTYPES:
+        raise src.error(base, f"unknown type '{ast.unparse(base)}'; valid types: {', '.join(SIGNATURE_DTYPES)}",
+                        "e.g. f32[n, 3]")
     if not isinstance(node, ast.Subscript):
         return Type(base.id)
     dims = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]

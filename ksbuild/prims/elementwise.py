@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import NUMPY_DTYPES, Type
+from ..ir.types import INT_DTYPES, STORAGE_DTYPES, Type, dtype_of, numpy_dtype
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
@@ -36,7 +36,7 @@ def batch_elementwise(b, ins, batched, size, prim, **params):
 
 
 def _np_out(dtype: str, value) -> tuple:
-    return (np.asarray(value).astype(NUMPY_DTYPES[dtype], copy=False),)
+    return (np.asarray(value).astype(numpy_dtype(dtype), copy=False),)
 
 
 def float_type_rule(name: str):
@@ -53,8 +53,8 @@ def numeric_type_rule(name: str):
     def rule(in_types, **_):
         if in_types[0].dtype != in_types[-1].dtype:
             raise KsbuildError(f"{name} needs operands of one dtype, got {in_types[0]} and {in_types[-1]}")
-        if in_types[0].dtype == "bool":
-            raise KsbuildError(f"{name} does not take bool operands")
+        if in_types[0].dtype == "bool" or in_types[0].is_storage:
+            raise KsbuildError(f"{name} does not take {in_types[0].dtype} operands")
         return (broadcast_types(name, in_types),)
 
     return rule
@@ -89,7 +89,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
 
 
 def _dt(arr: np.ndarray) -> str:
-    return {v: k for k, v in NUMPY_DTYPES.items()}[arr.dtype.type]
+    return dtype_of(arr)
 
 
 def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
@@ -349,6 +349,8 @@ def _cmp_rule(name):
     def rule(in_types, **_):
         if in_types[0].dtype != in_types[1].dtype:
             raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
+        if in_types[0].is_storage:
+            raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
         return (broadcast_types(name, in_types, "bool"),)
 
     return rule
@@ -472,7 +474,12 @@ convert = Prim(
 
 
 def _convert_np(x, dtype):
-    target = NUMPY_DTYPES[dtype]
-    if dtype in ("i32", "i64") and x.dtype.kind == "f":
+    target = numpy_dtype(dtype)
+    x = np.asarray(x)
+    if dtype_of(x) in STORAGE_DTYPES:
+        x = x.astype(np.float32)  # the narrow types convert through f32 (exact: f32 holds them all)
+    if dtype == "bool":
+        return x != 0
+    if dtype in INT_DTYPES and x.dtype.kind == "f":
         return np.trunc(x).astype(target)
-    return np.asarray(x).astype(target)
+    return x.astype(target)
