@@ -254,6 +254,11 @@ atan = unary("atan", np.arctan, "std::atan({0})",
              lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))), "arctangent")  # 1/(1+x²)
 
 
+erf = unary("erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x), "ks::erf({0})",
+            lambda b, x, y: b.mul(b.lit(2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
+            "error function 2/√π ∫₀ˣ e^-t² dt")  # d erf = 2/√π e^-x²
+
+
 
 def _np_digamma(x):
     """ψ(x) for x > 0 (the C++ is ks::digamma): shift up by ψ(x) = ψ(x + 1) - 1/x until x >= 10,
