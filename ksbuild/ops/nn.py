@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..ir.core import Atom, Lit
+from ..ir.core import Atom, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_mul, dim_sub
 from ._util import error, scalar_lit
 from .math import logical_and
@@ -43,13 +43,14 @@ def pad_axis(b, x: Atom, axis: int, lo: int, hi: int, value=0.0) -> Atom:
     if lo == 0 and hi == 0:
         return x
     padded = b.pad(x, axis=axis, lo=lo, hi=hi)
-    if value == 0:
+    if not isinstance(value, (Lit, Var)) and value == 0:
         return padded
     n = padded.type.shape[axis]
     pos = b.iota(shape=(n,), axis=0, dtype="i64")
     inside = logical_and(b, b.ge(pos, Lit(lo, Type("i64"))), b.lt(pos, _i64(b, dim_add(lo, x.type.shape[axis]))))
     inside = b.reshape(inside, shape=tuple(n if i == axis else 1 for i in range(x.type.rank)))
-    return b.select(inside, padded, scalar_lit(value, x.type.dtype))
+    fill = value if isinstance(value, (Lit, Var)) else scalar_lit(value, x.type.dtype)
+    return b.select(inside, padded, fill)
 
 
 def _i64(b, d: Dim) -> Atom:

@@ -107,12 +107,12 @@ def _run_body(imp, frame, proto, fn, defaults: dict, opsets: dict[str, int]) -> 
 
 
 def _renamed(inner, names: dict, prefix: str, attrs: dict, defaults: dict):
+    """A copy of a body node: names renamed (in its subgraphs too), attribute references resolved."""
     from onnx import NodeProto
     node = NodeProto()
     node.CopyFrom(inner)
     rename = lambda n: names.get(n, prefix + n if n else "")  # noqa: E731
-    node.input[:] = [rename(n) for n in inner.input]
-    node.output[:] = [rename(n) for n in inner.output]
+    _rename_node(node, rename)
     del node.attribute[:]
     for a in inner.attribute:
         if a.ref_attr_name:
@@ -123,5 +123,26 @@ def _renamed(inner, names: dict, prefix: str, attrs: dict, defaults: dict):
             new.CopyFrom(src)
             new.name = a.name
         else:
-            node.attribute.add().CopyFrom(a)
+            new = node.attribute.add()
+            new.CopyFrom(a)
+            for g in ([new.g] if new.HasField("g") else []) + list(new.graphs):
+                _rename_graph(g, rename)
     return node
+
+
+def _rename_node(node, rename) -> None:
+    node.input[:] = [rename(n) for n in node.input]
+    node.output[:] = [rename(n) for n in node.output]
+
+
+def _rename_graph(g, rename) -> None:
+    """Rename every value of a subgraph consistently (its own names and the outer ones it reads)."""
+    for vi in list(g.input) + list(g.output):
+        vi.name = rename(vi.name)
+    for t in g.initializer:
+        t.name = rename(t.name)
+    for nd in g.node:
+        _rename_node(nd, rename)
+        for a in nd.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _rename_graph(sub, rename)

@@ -26,6 +26,8 @@ HANDLERS: dict[str, Callable[[Node], list]] = {}
 """ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
 SYMBOLIC: dict[str, Callable[[Node, list], list]] = {}
 """ONNX op type -> fold of known arrays holding symbolic dims (shape arithmetic)."""
+TYPE_ONLY = {"CastLike": 1, "EyeLike": 0, "RandomUniformLike": 0, "RandomNormalLike": 0}
+"""Inputs that an op reads only for their type or shape: they do not stop folding."""
 NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "RandomUniform", "RandomNormalLike",
            "RandomUniformLike", "Bernoulli", "Multinomial", "Constant"}
 
@@ -225,7 +227,8 @@ class Importer:
             from .functions import expand_schema_function
             return expand_schema_function(self, frame, proto, loc, opsets, domain)
         node = Node(self, frame, proto, loc, opsets.get(domain, 1))
-        vals = [frame.lookup(n, node) for n in proto.input if n]
+        skip = TYPE_ONLY.get(proto.op_type)
+        vals = [frame.lookup(n, node) for i, n in enumerate(proto.input) if n and i != skip]
         if proto.op_type in SYMBOLIC and vals and all(v.known is not None for v in vals) \
                 and any(is_symbolic(v.known) for v in vals):
             results = SYMBOLIC[proto.op_type](node, [v.known for v in vals])

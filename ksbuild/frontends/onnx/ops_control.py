@@ -81,10 +81,9 @@ def if_(n: Node):
 
 
 def _trip(n: Node) -> int:
-    m = n.known(0) if n.has(0) else None
-    if m is None:
-        raise n.unsupported("a Loop without a trip count known when the model is compiled",
-                            hint="loops must be counted; the count may not depend on the inputs' values")
+    if not n.has(0):
+        raise n.unsupported("a Loop without a trip count", hint="loops must be counted")
+    m = n.const(0, "the trip count")
     return int(np.asarray(m).reshape(-1)[0])
 
 
@@ -93,8 +92,8 @@ def loop(n: Node):
     g = n.attr("body")
     trip = _trip(n)
     if n.has(1):
-        c = n.known(1)
-        if c is None or not bool(np.asarray(c).reshape(-1)[0]):
+        c = n.const(1, "the initial condition")
+        if not bool(np.asarray(c).reshape(-1)[0]):
             raise n.unsupported("a Loop whose initial condition is not known to be true")
     init = [n.x(i) for i in range(2, n.n_in)]
     ins = list(g.input)

@@ -75,7 +75,9 @@ def one_hot(n: Node):
     values = n.x(2)
     off = n.b.reshape(n.b.slice(values, axis=0, start=0, stop=1), shape=())
     on = n.b.reshape(n.b.slice(values, axis=0, start=1, stop=2), shape=())
-    return [ix.one_hot(n.b, n.x(0), d, off, on, n.attr("axis", -1))]
+    idx = n.x(0)
+    idx = idx if idx.type.is_int else n.b.convert(idx, dtype="i64")
+    return [ix.one_hot(n.b, idx, d, off, on, n.attr("axis", -1))]
 
 
 @handler("ArgMax", "ArgMin")

@@ -94,8 +94,6 @@ def power(n: Node):
 def mod(n: Node):
     fmod = n.attr("fmod", 0)
     x, y = n.x(0), n.x(1)
-    if x.type.is_float and not fmod:
-        raise n.error("Mod of floats needs fmod=1 (ONNX)")
     return [m.fmod(n.b, x, y) if fmod else n.b.mod(x, y)]
 
 

@@ -3,6 +3,7 @@ MatMul, Gemm, Einsum."""
 from __future__ import annotations
 
 from ...ir.core import Lit
+from ...ir.types import Type
 from ...ops import index as ix
 from ...ops import linalg
 from ...ops import reduce as red
@@ -31,7 +32,7 @@ def _reduce_axes(n: Node, rank: int):
 
 
 def _numeric(n: Node, x):
-    if x.type.dtype == "bool":
+    if x.type.dtype == "bool" and n.op not in ("ReduceMax", "ReduceMin"):
         raise n.error(f"{n.op} of a bool tensor is not supported")
     return x
 
@@ -60,6 +61,9 @@ def reduce(n: Node):
         x = n.b.convert(x, dtype="f32")
     if n.op == "ReduceMean" and not x.type.is_float:
         raise n.error("ReduceMean of an integer tensor is not supported")
+    if x.type.dtype == "bool":  # any / all
+        y = REDUCERS[n.op](n.b, n.b.convert(x, dtype="i8"), axes, keep)
+        return [n.b.ne(y, Lit(0, Type("i8")))]
     return [REDUCERS[n.op](n.b, x, axes, keep)]
 
 

@@ -241,11 +241,12 @@ def pad(n: Node):
         pads = n.ints(1, "pads")
         value = n.known(2) if n.has(2) else None
         if n.has(2) and value is None:
-            raise n.unsupported("a padding value computed at run time")
+            value = n.b.reshape(n.x(2), shape=())
         axes = n.ints(3, "axes") if n.has(3) else list(range(x.type.rank))
     else:
         pads, value, axes = n.attr("pads"), n.attr("value", 0.0), list(range(x.type.rank))
-    value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
+    if value is None or isinstance(value, np.ndarray):
+        value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
     k = len(axes)
     if len(pads) != 2 * k:
         raise n.error(f"Pad: {len(pads)} pads for {k} axes")
@@ -272,9 +273,7 @@ def constant_of_shape(n: Node):
 
 @handler("Range")
 def range_(n: Node):
-    start, limit, delta = (n.known(i) for i in range(3))
-    if start is None or limit is None or delta is None:
-        raise n.unsupported("Range with bounds computed at run time (the length must be static)")
+    start, limit, delta = (n.const(i, "a bound (the length must be static)") for i in range(3))
     if any(v.dtype == object for v in (start, limit, delta)):
         s, lim, d = (SymDim.unwrap(np.asarray(v).reshape(-1)[0]) for v in (start, limit, delta))
         if d != 1 or not isinstance(s, int):
@@ -290,10 +289,9 @@ def symbolic_range(n: Node, known):
 
 @handler("EyeLike")
 def eye_like(n: Node):
-    x = n.x(0)
     dtype = onnx_dtype(n.attr("dtype"), "EyeLike's dtype", n.loc) if "dtype" in n.attrs else n.dtype(0)
     k = n.attr("k", 0)
-    rows, cols = x.type.shape
+    rows, cols = n.val(0).shape
     i = n.b.iota(shape=(rows, cols), axis=0, dtype="i64")
     j = n.b.iota(shape=(rows, cols), axis=1, dtype="i64")
     on = n.b.eq(n.b.add(i, Lit(k, Type("i64"))), j)
@@ -323,10 +321,8 @@ def dropout(n: Node):
     n.attr("seed", 0)
     if n.opset < 7:
         n.attr("is_test", 0)
-    ratio = n.attr("ratio", 0.5) if n.opset < 12 else (n.known(1) if n.has(1) else 0.5)
-    training = bool(np.asarray(n.known(2)).item()) if n.opset >= 12 and n.has(2) and n.known(2) is not None else False
-    if n.opset >= 12 and n.has(2) and n.known(2) is None:
-        raise n.unsupported("a training_mode computed at run time")
+    ratio = n.attr("ratio", 0.5) if n.opset < 12 else (n.const(1, "the ratio") if n.has(1) else 0.5)
+    training = n.opset >= 12 and n.has(2) and bool(np.asarray(n.const(2, "training_mode")).reshape(-1)[0])
     if training and float(np.asarray(ratio).reshape(-1)[0]) != 0:
         raise n.unsupported("Dropout in training mode (random masks)")
     mask = Lit(True, Type("bool", x.type.shape))
