@@ -62,6 +62,7 @@ class _Namer:
     def __init__(self, f: Func):
         self.hints = Counter(v.hint for v in walk_vars(f))
         self.count = 0
+        self.plan = f.plan
 
     def define(self, scope: dict[Var, str], v: Var) -> str:
         if IDENT.match(v.hint) and self.hints[v.hint] == 1:
@@ -79,12 +80,20 @@ def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str])
     params = ", ".join(f"{namer.define(scope, p)}: {format_type(p.type)}" for p in f.params)
     lines.append(f"{pad}{head} {format_name(f.name)}({params}) -> ({_result_types(f)}) {{")
     for eqn in f.eqns:
-        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope))
+        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, scope))
         for key, sub in func_params(eqn):
             _func_lines(sub, f"{key} = func", namer, depth + 2, lines)
     results = ", ".join(_atom(r, scope) for r in f.results)
     lines.append(f"{pad}{INDENT}return {results}".rstrip())
     lines.append(f"{pad}}}")
+
+
+def _placement(eqn: Eqn, namer: _Namer, scope: dict[Var, str]) -> str:
+    """A comment saying where the memory plan puts the equation's outputs (if there is a plan)."""
+    if namer.plan is None:
+        return ""
+    places = [(v, namer.plan.places[v]) for v in eqn.outs if v in namer.plan.places]
+    return "  # " + ", ".join(f"{scope[v]} in {p.text(lambda u: scope.get(u, '?'))}" for v, p in places) if places else ""
 
 
 def _result_types(f: Func) -> str:

@@ -68,6 +68,7 @@ def _index_batch(b, ins, batched, size, axis):
 
 index = Prim(
     name="index",
+    view=True,
     type_rule=_index_rule,
     eval=_index_eval,
     # linear in x: d x[i] = dx[i]; x̄ = zeros with ȳ added at i
@@ -163,6 +164,7 @@ def _slice_transpose(b, cts, ins, linear, axis, start, stop):
 
 slice_ = Prim(
     name="slice",
+    view=True,
     type_rule=_slice_rule,
     eval=_slice_eval,
     jvp=lambda b, p, t, axis, start, stop: (
@@ -263,6 +265,7 @@ reduce_min = _extremum("reduce_min", np.min, "min")
 
 stop_gradient = Prim(
     name="stop_gradient",
+    view=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),
     jvp=lambda b, p, t: ([b.stop_gradient(p[0])], [None]),
