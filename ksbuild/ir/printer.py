@@ -93,7 +93,8 @@ def _placement(eqn: Eqn, namer: _Namer, scope: dict[Var, str]) -> str:
     if namer.plan is None:
         return ""
     places = [(v, namer.plan.places[v]) for v in eqn.outs if v in namer.plan.places]
-    return "  # " + ", ".join(f"{scope[v]} in {p.text(lambda u: scope.get(u, '?'))}" for v, p in places) if places else ""
+    shown = [f"{scope[v]} in {p.text(lambda u: scope.get(u, '?'))}" for v, p in places]
+    return "  # " + ", ".join(shown) if shown else ""
 
 
 def _result_types(f: Func) -> str:
