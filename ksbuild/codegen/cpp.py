@@ -153,6 +153,10 @@ class Writer:
         h = self.env[a]
         return Storage.splat(h, a.type.shape) if isinstance(h, str) else h
 
+    def literal(self, value, t: Type) -> str:
+        """A C++ literal of t's dtype."""
+        return c_literal(value, t)
+
     def args(self, eqn: Eqn) -> list[str]:
         return [self.scalar(a) for a in eqn.ins]
 
@@ -304,26 +308,6 @@ class Writer:
         if self.in_range.get(i) == n:
             return self.scalar(i)
         return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"
-
-    def index_add(self, eqn: Eqn) -> None:
-        """out = x with v added at i: in x's buffer when the plan says x is dead afterwards."""
-        x, _, v = eqn.ins
-        (out,), axis = eqn.outs, eqn.params["axis"]
-        dst = self.accumulator(eqn, x, "acc")
-        slot = dst.take(axis, self.clamped_index(eqn))
-        src = self.storage(v)
-        idx = self.open_loops(v.type.shape)
-        self.line(f"{slot.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
-        self.close_loops(len(idx))
-        self.env[out] = dst
-
-    def pad(self, eqn: Eqn) -> None:
-        (x,), (out,) = eqn.ins, eqn.outs
-        p = eqn.params
-        dst = self.target(out, "padded")
-        self.fill(dst, c_literal(0, out.type), out.type)
-        self.copy(self.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
-        self.env[out] = dst
 
     def emit_fusion(self, eqn: Eqn) -> None:
         from .fusion import emit_fusion
