@@ -49,7 +49,7 @@ def _kind(e: Eqn) -> str:
 
 
 def _accumulator(w: Writer, e: Eqn) -> str:
-    name = w.namer.fresh("acc")
+    name = w.namer.fresh(e.outs[0].hint or "acc")
     c = w.ctype(e.outs[0].type)
     w.line(f"{c} {name} = {reduce_init(_kind(e), c)};")
     return name

@@ -25,6 +25,7 @@ def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
     carried = [n for n in sorted(_assigned(s.body)) if n != s.target.id and scope.lookup(n) is not None]
     outs = counted_loop(fc, b, scope, s, s.target.id, s.iter, s.body, carried, [])
     for n, o in zip(carried, outs):
+        b.name(o, n)
         scope.names[n] = o
 
 

@@ -11,244 +11,244 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp23 = reinterpret_cast<double*>(next_slot);
+    double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp27 = reinterpret_cast<double*>(next_slot);
+    double* const centered = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
+    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp38 = reinterpret_cast<double*>(next_slot);
+    double* const tmp34 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp45 = reinterpret_cast<double*>(next_slot);
+    double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp57 = reinterpret_cast<double*>(next_slot);
+    double* const tmp50 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp62 = reinterpret_cast<double*>(next_slot);
+    double* const tmp55 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k3 = 0; k3 < d; ++k3) {
-                for (int64_t k5 = 0; k5 < d; ++k5) {
-                    const bool t6 = (k3 == k5);
-                    const double t7 = std::exp(((icf + k1 * T) + ks::clamp_index(k3, d))[0]);
-                    const bool t8 = (k3 > k5);
-                    const int64_t t9 = ((2*d) - k5);
-                    const int64_t t10 = (t9 - int64_t{1});
-                    const int64_t t11 = (k5 * t10);
-                    const int64_t t12 = ks::floordiv(t11, int64_t{2});
-                    const int64_t t13 = (d + t12);
-                    const int64_t t14 = (t13 + k3);
-                    const int64_t t15 = (t14 - k5);
-                    const int64_t t16 = (t15 - int64_t{1});
-                    const double t17 = (t8 ? ((icf + k1 * T) + ks::clamp_index(t16, T))[0] : 0.0);
-                    const double t18 = (t6 ? t7 : t17);
-                    (r4 + k5)[0] = t18;
+            for (int64_t k2 = 0; k2 < d; ++k2) {
+                for (int64_t k4 = 0; k4 < d; ++k4) {
+                    const bool t5 = (k2 == k4);
+                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const bool t7 = (k2 > k4);
+                    const int64_t t8 = ((2*d) - k4);
+                    const int64_t t9 = (t8 - int64_t{1});
+                    const int64_t t10 = (k4 * t9);
+                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
+                    const int64_t t12 = (d + t11);
+                    const int64_t t13 = (t12 + k2);
+                    const int64_t t14 = (t13 - k4);
+                    const int64_t t15 = (t14 - int64_t{1});
+                    const double t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0);
+                    const double t17 = (t5 ? t6 : t16);
+                    (r3 + k4)[0] = t17;
                 }
                 for (int64_t i = 0; i < d; ++i) {
-                    (r2 + k3 * d)[i] = r4[i];
+                    (r + k2 * d)[i] = r3[i];
                 }
             }
         }
-        for (int64_t i19 = 0; i19 < d; ++i19) {
-            for (int64_t i20 = 0; i20 < d; ++i20) {
-                (r + k1 * (d * d))[i19 * d + i20] = r2[i19 * d + i20];
+        for (int64_t i18 = 0; i18 < d; ++i18) {
+            for (int64_t i19 = 0; i19 < d; ++i19) {
+                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
             }
         }
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
+    for (int64_t i20 = 0; i20 < K; ++i20) {
         double acc = 0;
         #pragma omp simd reduction(+:acc)
-        for (int64_t i22 = 0; i22 < d; ++i22) {
-            const double x_i = icf[i21 * T + i22];
-            acc += x_i;
+        for (int64_t i21 = 0; i21 < d; ++i21) {
+            const double qs_i = icf[i20 * T + i21];
+            acc += qs_i;
         }
-        tmp[i21] = acc;
+        tmp[i20] = acc;
     }
-    for (int64_t i24 = 0; i24 < K; ++i24) {
-        const double alphas_i = alphas[i24];
-        const double x_i25 = tmp[i24];
-        const double t26 = (alphas_i + x_i25);
-        tmp23[i24] = t26;
+    for (int64_t i22 = 0; i22 < K; ++i22) {
+        const double alphas_i = alphas[i22];
+        const double x_i = tmp[i22];
+        const double base23 = (alphas_i + x_i);
+        base[i22] = base23;
     }
-    for (int64_t i28 = 0; i28 < n; ++i28) {
-        for (int64_t i29 = 0; i29 < K; ++i29) {
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                const double x_i31 = x[i28 * d + i30];
-                const double x_i32 = means[i29 * d + i30];
-                const double t33 = (x_i31 - x_i32);
-                tmp27[i28 * (K * d) + i29 * d + i30] = t33;
+    for (int64_t i24 = 0; i24 < n; ++i24) {
+        for (int64_t i25 = 0; i25 < K; ++i25) {
+            for (int64_t i26 = 0; i26 < d; ++i26) {
+                const double x_i27 = x[i24 * d + i26];
+                const double x_i28 = means[i25 * d + i26];
+                const double centered29 = (x_i27 - x_i28);
+                centered[i24 * (K * d) + i25 * d + i26] = centered29;
             }
         }
     }
-    for (int64_t i34 = 0; i34 < n; ++i34) {
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            for (int64_t i36 = 0; i36 < d; ++i36) {
+    for (int64_t i30 = 0; i30 < n; ++i30) {
+        for (int64_t i31 = 0; i31 < K; ++i31) {
+            for (int64_t i32 = 0; i32 < d; ++i32) {
                 double dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i37 = 0; i37 < d; ++i37) {
-                    dot += r[i35 * (d * d) + i36 * d + i37] * tmp27[i34 * (K * d) + i35 * d + i37];
+                for (int64_t i33 = 0; i33 < d; ++i33) {
+                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
                 }
-                prod[i34 * (K * d) + i35 * d + i36] = dot;
+                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
             }
         }
     }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            double acc41 = 0;
-            #pragma omp simd reduction(+:acc41)
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                const double x_i43 = prod[i39 * (K * d) + i40 * d + i42];
-                const double t44 = ks::ipow<2>(x_i43);
-                acc41 += t44;
+    for (int64_t i35 = 0; i35 < n; ++i35) {
+        for (int64_t i36 = 0; i36 < K; ++i36) {
+            double acc37 = 0;
+            #pragma omp simd reduction(+:acc37)
+            for (int64_t i38 = 0; i38 < d; ++i38) {
+                const double mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
+                const double t39 = ks::ipow<2>(mahalanobis_i);
+                acc37 += t39;
             }
-            tmp38[i39 * K + i40] = acc41;
+            tmp34[i35 * K + i36] = acc37;
         }
     }
-    for (int64_t i46 = 0; i46 < n; ++i46) {
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const double x_i48 = tmp38[i46 * K + i47];
-            const double t49 = (0.5 * x_i48);
-            const double x_i50 = tmp23[i47];
-            const double t51 = (x_i50 - t49);
-            tmp45[i46 * K + i47] = t51;
+    for (int64_t i40 = 0; i40 < n; ++i40) {
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const double x_i42 = tmp34[i40 * K + i41];
+            const double t43 = (0.5 * x_i42);
+            const double x_i44 = base[i41];
+            const double scores45 = (x_i44 - t43);
+            scores[i40 * K + i41] = scores45;
         }
     }
-    const int64_t t52 = (-n);
-    const int64_t t53 = (t52 * d);
-    const double t54 = static_cast<double>(t53);
-    const double t55 = (t54 * 0.5);
-    const double t56 = (t55 * 1.8378770664093453);
-    for (int64_t i58 = 0; i58 < n; ++i58) {
-        double acc59 = ks::lowest<double>();
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const double x_i61 = tmp45[i58 * K + i60];
-            acc59 = ks::max(x_i61, acc59);
+    const int64_t t46 = (-n);
+    const int64_t t47 = (t46 * d);
+    const double t48 = static_cast<double>(t47);
+    const double t49 = (t48 * 0.5);
+    const double constant = (t49 * 1.8378770664093453);
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        double acc52 = ks::lowest<double>();
+        for (int64_t i53 = 0; i53 < K; ++i53) {
+            const double x_i54 = scores[i51 * K + i53];
+            acc52 = ks::max(x_i54, acc52);
         }
-        tmp57[i58] = acc59;
+        tmp50[i51] = acc52;
     }
+    for (int64_t i56 = 0; i56 < n; ++i56) {
+        double acc57 = 0;
+        #pragma omp simd reduction(+:acc57)
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            const double scores_i = scores[i56 * K + i58];
+            const double x_i59 = tmp50[i56];
+            const double t60 = (scores_i - x_i59);
+            const double t61 = std::exp(t60);
+            acc57 += t61;
+        }
+        tmp55[i56] = acc57;
+    }
+    double acc62 = 0;
+    #pragma omp simd reduction(+:acc62)
     for (int64_t i63 = 0; i63 < n; ++i63) {
-        double acc64 = 0;
-        #pragma omp simd reduction(+:acc64)
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            const double x_i66 = tmp45[i63 * K + i65];
-            const double x_i67 = tmp57[i63];
-            const double t68 = (x_i66 - x_i67);
-            const double t69 = std::exp(t68);
-            acc64 += t69;
-        }
-        tmp62[i63] = acc64;
+        const double x_i64 = tmp55[i63];
+        const double t65 = std::log(x_i64);
+        const double x_i66 = tmp50[i63];
+        const double t67 = (t65 + x_i66);
+        acc62 += t67;
     }
-    double acc70 = 0;
-    #pragma omp simd reduction(+:acc70)
-    for (int64_t i71 = 0; i71 < n; ++i71) {
-        const double x_i72 = tmp62[i71];
-        const double t73 = std::log(x_i72);
-        const double x_i74 = tmp57[i71];
-        const double t75 = (t73 + x_i74);
-        acc70 += t75;
+    const double t68 = (constant + acc62);
+    double acc69 = ks::lowest<double>();
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        const double x_i71 = alphas[i70];
+        acc69 = ks::max(x_i71, acc69);
     }
-    const double t76 = (t56 + acc70);
-    double acc77 = ks::lowest<double>();
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double x_i79 = alphas[i78];
-        acc77 = ks::max(x_i79, acc77);
+    double acc72 = 0;
+    #pragma omp simd reduction(+:acc72)
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double alphas_i74 = alphas[i73];
+        const double x_i75 = acc69;
+        const double t76 = (alphas_i74 - x_i75);
+        const double t77 = std::exp(t76);
+        acc72 += t77;
     }
-    double acc80 = 0;
-    #pragma omp simd reduction(+:acc80)
-    for (int64_t i81 = 0; i81 < K; ++i81) {
-        const double alphas_i82 = alphas[i81];
-        const double x_i83 = acc77;
-        const double t84 = (alphas_i82 - x_i83);
-        const double t85 = std::exp(t84);
-        acc80 += t85;
-    }
-    const double t86 = std::log(acc80);
-    const double t87 = (t86 + acc77);
-    const double t88 = static_cast<double>(n);
-    const double t89 = (t88 * t87);
-    const double t90 = (t76 - t89);
-    double r91;
+    const double t78 = std::log(acc72);
+    const double t79 = (t78 + acc69);
+    const double t80 = static_cast<double>(n);
+    const double t81 = (t80 * t79);
+    const double t82 = (t68 - t81);
+    double r83;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t92 = static_cast<double>(d);
-        const double t93 = (t92 + wishart_m);
-        const double t94 = (t93 + 1.0);
-        const double t95 = (t94 * t92);
-        const double t96 = std::log(wishart_gamma);
-        const double t97 = (t96 - 0.34657359027997264);
-        const double t98 = (t95 * t97);
-        const double t99 = (0.5 * t94);
-        double r100;
+        const double t84 = static_cast<double>(d);
+        const double t85 = (t84 + wishart_m);
+        const double n_w = (t85 + 1.0);
+        const double t86 = (n_w * t84);
+        const double t87 = std::log(wishart_gamma);
+        const double t88 = (t87 - 0.34657359027997264);
+        const double t89 = (t86 * t88);
+        const double t90 = (0.5 * n_w);
+        double r91;
         {  // log_gamma_d(a)
-            const double t101 = static_cast<double>(d);
-            const double t102 = (0.25 * t101);
-            const double t103 = static_cast<double>((d - 1));
-            const double t104 = (t102 * t103);
-            const double t105 = (t104 * 1.1447298858494002);
-            double r106;
-            r106 = 0.0;
-            for (int64_t k107 = 0; k107 < d; ++k107) {
-                const int64_t t108 = (k107 + int64_t{1});
-                const int64_t t109 = (int64_t{1} - t108);
-                const double t110 = static_cast<double>(t109);
-                const double t111 = (0.5 * t110);
-                const double t112 = (t99 + t111);
-                const double t113 = std::lgamma(t112);
-                const double t114 = (r106 + t113);
-                r106 = t114;
+            const double t92 = static_cast<double>(d);
+            const double t93 = (0.25 * t92);
+            const double t94 = static_cast<double>((d - 1));
+            const double t95 = (t93 * t94);
+            const double t96 = (t95 * 1.1447298858494002);
+            double r97;
+            r97 = 0.0;
+            for (int64_t k98 = 0; k98 < d; ++k98) {
+                const int64_t t99 = (k98 + int64_t{1});
+                const int64_t t100 = (int64_t{1} - t99);
+                const double t101 = static_cast<double>(t100);
+                const double t102 = (0.5 * t101);
+                const double t103 = (t90 + t102);
+                const double t104 = std::lgamma(t103);
+                const double __sum_25_55 = (r97 + t104);
+                r97 = __sum_25_55;
             }
-            const double t115 = (t105 + r106);
-            r100 = t115;
+            const double t105 = (t96 + r97);
+            r91 = t105;
         }
-        const double t116 = (t98 - r100);
-        double acc117 = 0;
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            #pragma omp simd reduction(+:acc117)
-            for (int64_t i119 = 0; i119 < d; ++i119) {
-                const double qs_i = icf[i118 * T + i119];
-                const double t120 = std::exp(qs_i);
-                const double t121 = ks::ipow<2>(t120);
-                acc117 += t121;
-            }
-        }
-        double acc122 = 0;
-        for (int64_t i123 = 0; i123 < K; ++i123) {
-            #pragma omp simd reduction(+:acc122)
-            for (int64_t i124 = 0; i124 < (T - d); ++i124) {
-                const double ls_i = (icf + d)[i123 * T + i124];
-                const double t125 = ks::ipow<2>(ls_i);
-                acc122 += t125;
+        const double C = (t89 - r91);
+        double acc106 = 0;
+        for (int64_t i107 = 0; i107 < K; ++i107) {
+            #pragma omp simd reduction(+:acc106)
+            for (int64_t i108 = 0; i108 < d; ++i108) {
+                const double qs_i109 = icf[i107 * T + i108];
+                const double t110 = std::exp(qs_i109);
+                const double t111 = ks::ipow<2>(t110);
+                acc106 += t111;
             }
         }
-        const double t126 = (acc117 + acc122);
-        const double t127 = ks::ipow<2>(wishart_gamma);
-        const double t128 = (0.5 * t127);
-        const double t129 = (t128 * t126);
-        double acc130 = 0;
-        for (int64_t i131 = 0; i131 < K; ++i131) {
-            #pragma omp simd reduction(+:acc130)
-            for (int64_t i132 = 0; i132 < d; ++i132) {
-                const double qs_i133 = icf[i131 * T + i132];
-                acc130 += qs_i133;
+        double acc112 = 0;
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            #pragma omp simd reduction(+:acc112)
+            for (int64_t i114 = 0; i114 < (T - d); ++i114) {
+                const double ls_i = (icf + d)[i113 * T + i114];
+                const double t115 = ks::ipow<2>(ls_i);
+                acc112 += t115;
             }
         }
-        const double t134 = (wishart_m * acc130);
-        const double t135 = (t129 - t134);
-        const double t136 = static_cast<double>(K);
-        const double t137 = (t136 * t116);
-        const double t138 = (t135 - t137);
-        r91 = t138;
+        const double frobenius = (acc106 + acc112);
+        const double t116 = ks::ipow<2>(wishart_gamma);
+        const double t117 = (0.5 * t116);
+        const double t118 = (t117 * frobenius);
+        double acc119 = 0;
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            #pragma omp simd reduction(+:acc119)
+            for (int64_t i121 = 0; i121 < d; ++i121) {
+                const double qs_i122 = icf[i120 * T + i121];
+                acc119 += qs_i122;
+            }
+        }
+        const double t123 = (wishart_m * acc119);
+        const double t124 = (t118 - t123);
+        const double t125 = static_cast<double>(K);
+        const double t126 = (t125 * C);
+        const double t127 = (t124 - t126);
+        r83 = t127;
     }
-    const double t139 = (t90 + r91);
-    *out = t139;
+    const double t128 = (t82 + r83);
+    *out = t128;
     return ks::status::ok;
 }
 
@@ -308,47 +308,47 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp55 = reinterpret_cast<double*>(next_slot);
+    double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp59 = reinterpret_cast<double*>(next_slot);
+    double* const centered = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
+    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp70 = reinterpret_cast<double*>(next_slot);
+    double* const tmp67 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp71 = reinterpret_cast<double*>(next_slot);
+    double* const tmp68 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp79 = reinterpret_cast<double*>(next_slot);
+    double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp86 = reinterpret_cast<double*>(next_slot);
+    double* const tmp81 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp92 = reinterpret_cast<double*>(next_slot);
+    double* const tmp87 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp116 = reinterpret_cast<double*>(next_slot);
+    double* const tmp110 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp111 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const tmp117 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp123 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp131 = reinterpret_cast<double*>(next_slot);
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp137 = reinterpret_cast<double*>(next_slot);
+    double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp198 = reinterpret_cast<double*>(next_slot);
+    double* const tmp182 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r215 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r222 = reinterpret_cast<double*>(next_slot);
+    double* const r203 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r227 = reinterpret_cast<double*>(next_slot);
+    double* const r208 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp235 = reinterpret_cast<double*>(next_slot);
+    double* const tmp216 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp240 = reinterpret_cast<double*>(next_slot);
+    double* const tmp221 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const tmp259 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf240 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k9 = 0; k9 < K; ++k9) {
@@ -429,376 +429,376 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         double acc = 0;
         #pragma omp simd reduction(+:acc)
         for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double x_i = icf[i53 * T + i54];
-            acc += x_i;
+            const double qs_i = icf[i53 * T + i54];
+            acc += qs_i;
         }
         tmp[i53] = acc;
     }
-    for (int64_t i56 = 0; i56 < K; ++i56) {
-        const double alphas_i = alphas[i56];
-        const double x_i57 = tmp[i56];
-        const double t58 = (alphas_i + x_i57);
-        tmp55[i56] = t58;
+    for (int64_t i55 = 0; i55 < K; ++i55) {
+        const double alphas_i = alphas[i55];
+        const double x_i = tmp[i55];
+        const double base56 = (alphas_i + x_i);
+        base[i55] = base56;
     }
-    for (int64_t i60 = 0; i60 < n; ++i60) {
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            for (int64_t i62 = 0; i62 < d; ++i62) {
-                const double x_i63 = x[i60 * d + i62];
-                const double x_i64 = means[i61 * d + i62];
-                const double t65 = (x_i63 - x_i64);
-                tmp59[i60 * (K * d) + i61 * d + i62] = t65;
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            for (int64_t i59 = 0; i59 < d; ++i59) {
+                const double x_i60 = x[i57 * d + i59];
+                const double x_i61 = means[i58 * d + i59];
+                const double centered62 = (x_i60 - x_i61);
+                centered[i57 * (K * d) + i58 * d + i59] = centered62;
             }
         }
     }
-    for (int64_t i66 = 0; i66 < n; ++i66) {
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            for (int64_t i68 = 0; i68 < d; ++i68) {
+    for (int64_t i63 = 0; i63 < n; ++i63) {
+        for (int64_t i64 = 0; i64 < K; ++i64) {
+            for (int64_t i65 = 0; i65 < d; ++i65) {
                 double dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i69 = 0; i69 < d; ++i69) {
-                    dot += r[i67 * (d * d) + i68 * d + i69] * tmp59[i66 * (K * d) + i67 * d + i69];
+                for (int64_t i66 = 0; i66 < d; ++i66) {
+                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
                 }
-                prod[i66 * (K * d) + i67 * d + i68] = dot;
+                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
             }
         }
     }
-    for (int64_t i72 = 0; i72 < n; ++i72) {
-        for (int64_t i73 = 0; i73 < K; ++i73) {
-            double acc74 = 0;
-            #pragma omp simd reduction(+:acc74)
-            for (int64_t i75 = 0; i75 < d; ++i75) {
-                const double x_i76 = prod[i72 * (K * d) + i73 * d + i75];
-                const double t77 = ks::ipow<2>(x_i76);
-                const double t78 = (2.0 * x_i76);
-                tmp70[i72 * (K * d) + i73 * d + i75] = t78;
-                acc74 += t77;
+    for (int64_t i69 = 0; i69 < n; ++i69) {
+        for (int64_t i70 = 0; i70 < K; ++i70) {
+            double acc71 = 0;
+            #pragma omp simd reduction(+:acc71)
+            for (int64_t i72 = 0; i72 < d; ++i72) {
+                const double mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
+                const double t73 = ks::ipow<2>(mahalanobis_i);
+                const double t74 = (2.0 * mahalanobis_i);
+                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
+                acc71 += t73;
             }
-            tmp71[i72 * K + i73] = acc74;
+            tmp68[i69 * K + i70] = acc71;
         }
     }
-    for (int64_t i80 = 0; i80 < n; ++i80) {
-        for (int64_t i81 = 0; i81 < K; ++i81) {
-            const double x_i82 = tmp71[i80 * K + i81];
-            const double t83 = (0.5 * x_i82);
-            const double x_i84 = tmp55[i81];
-            const double t85 = (x_i84 - t83);
-            tmp79[i80 * K + i81] = t85;
+    for (int64_t i75 = 0; i75 < n; ++i75) {
+        for (int64_t i76 = 0; i76 < K; ++i76) {
+            const double x_i77 = tmp68[i75 * K + i76];
+            const double t78 = (0.5 * x_i77);
+            const double x_i79 = base[i76];
+            const double scores80 = (x_i79 - t78);
+            scores[i75 * K + i76] = scores80;
         }
     }
-    for (int64_t i87 = 0; i87 < n; ++i87) {
-        double acc88 = ks::lowest<double>();
-        for (int64_t i89 = 0; i89 < K; ++i89) {
-            const double x_i90 = tmp79[i87 * K + i89];
-            acc88 = ks::max(x_i90, acc88);
+    for (int64_t i82 = 0; i82 < n; ++i82) {
+        double acc83 = ks::lowest<double>();
+        for (int64_t i84 = 0; i84 < K; ++i84) {
+            const double x_i85 = scores[i82 * K + i84];
+            acc83 = ks::max(x_i85, acc83);
         }
-        tmp86[i87] = acc88;
+        tmp81[i82] = acc83;
     }
-    double* const tmp91 = tmp71;  // reuses a dead buffer's space
-    for (int64_t i93 = 0; i93 < n; ++i93) {
-        double acc94 = 0;
-        #pragma omp simd reduction(+:acc94)
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            const double x_i96 = tmp79[i93 * K + i95];
-            const double x_i97 = tmp86[i93];
-            const double t98 = (x_i96 - x_i97);
-            const double t99 = std::exp(t98);
-            tmp91[i93 * K + i95] = t99;
-            acc94 += t99;
+    double* const tmp86 = tmp68;  // reuses a dead buffer's space
+    for (int64_t i88 = 0; i88 < n; ++i88) {
+        double acc89 = 0;
+        #pragma omp simd reduction(+:acc89)
+        for (int64_t i90 = 0; i90 < K; ++i90) {
+            const double scores_i = scores[i88 * K + i90];
+            const double x_i91 = tmp81[i88];
+            const double t92 = (scores_i - x_i91);
+            const double t93 = std::exp(t92);
+            tmp86[i88 * K + i90] = t93;
+            acc89 += t93;
         }
-        tmp92[i93] = acc94;
+        tmp87[i88] = acc89;
     }
-    double* const tmp100 = tmp86;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        const double x_i102 = tmp92[i101];
-        const double t103 = (1.0 / x_i102);
-        tmp100[i101] = t103;
+    double* const tmp94 = tmp81;  // reuses a dead buffer's space
+    for (int64_t i95 = 0; i95 < n; ++i95) {
+        const double x_i96 = tmp87[i95];
+        const double t97 = (1.0 / x_i96);
+        tmp94[i95] = t97;
     }
-    double acc104 = ks::lowest<double>();
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        const double x_i106 = alphas[i105];
-        acc104 = ks::max(x_i106, acc104);
+    double acc98 = ks::lowest<double>();
+    for (int64_t i99 = 0; i99 < K; ++i99) {
+        const double x_i100 = alphas[i99];
+        acc98 = ks::max(x_i100, acc98);
     }
-    double* const tmp107 = tmp;  // reuses a dead buffer's space
-    double acc108 = 0;
-    #pragma omp simd reduction(+:acc108)
-    for (int64_t i109 = 0; i109 < K; ++i109) {
-        const double alphas_i110 = alphas[i109];
-        const double x_i111 = acc104;
-        const double t112 = (alphas_i110 - x_i111);
-        const double t113 = std::exp(t112);
-        tmp107[i109] = t113;
-        acc108 += t113;
+    double* const tmp101 = tmp;  // reuses a dead buffer's space
+    double acc102 = 0;
+    #pragma omp simd reduction(+:acc102)
+    for (int64_t i103 = 0; i103 < K; ++i103) {
+        const double alphas_i104 = alphas[i103];
+        const double x_i105 = acc98;
+        const double t106 = (alphas_i104 - x_i105);
+        const double t107 = std::exp(t106);
+        tmp101[i103] = t107;
+        acc102 += t107;
     }
-    const double t114 = (1.0 / acc108);
-    const double t115 = static_cast<double>(n);
+    const double t108 = (1.0 / acc102);
+    const double t109 = static_cast<double>(n);
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        for (int64_t i113 = 0; i113 < d; ++i113) {
+            const double qs_i114 = icf[i112 * T + i113];
+            const double t115 = std::exp(qs_i114);
+            tmp110[i112 * d + i113] = t115;
+            const double t116 = (2.0 * t115);
+            tmp111[i112 * d + i113] = t116;
+        }
+    }
     for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < d; ++i119) {
-            const double x_i120 = icf[i118 * T + i119];
-            const double t121 = std::exp(x_i120);
-            tmp116[i118 * d + i119] = t121;
-            const double t122 = (2.0 * t121);
-            tmp117[i118 * d + i119] = t122;
+        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
+            const double ls_i = (icf + d)[i118 * T + i119];
+            const double t120 = (2.0 * ls_i);
+            tmp117[i118 * ((T - d)) + i119] = t120;
         }
     }
+    const double t121 = ks::ipow<2>(wishart_gamma);
+    const double t122 = (0.5 * t121);
+    const double t123 = ((-1.0) * wishart_m);
     for (int64_t i124 = 0; i124 < K; ++i124) {
         for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const double x_i126 = (icf + d)[i124 * T + i125];
-            const double t127 = (2.0 * x_i126);
-            tmp123[i124 * ((T - d)) + i125] = t127;
+            const double x_i126 = t122;
+            const double x_i127 = tmp117[i124 * ((T - d)) + i125];
+            const double d_ls128 = (x_i126 * x_i127);
+            d_ls[i124 * ((T - d)) + i125] = d_ls128;
         }
     }
-    const double t128 = ks::ipow<2>(wishart_gamma);
-    const double t129 = (0.5 * t128);
-    const double t130 = ((-1.0) * wishart_m);
-    for (int64_t i132 = 0; i132 < K; ++i132) {
-        for (int64_t i133 = 0; i133 < (T - d); ++i133) {
-            const double x_i134 = t129;
-            const double x_i135 = tmp123[i132 * ((T - d)) + i133];
-            const double t136 = (x_i134 * x_i135);
-            tmp131[i132 * ((T - d)) + i133] = t136;
+    for (int64_t i129 = 0; i129 < K; ++i129) {
+        for (int64_t i130 = 0; i130 < d; ++i130) {
+            const double x_i131 = t122;
+            const double x_i132 = tmp111[i129 * d + i130];
+            const double t133 = (x_i131 * x_i132);
+            const double x_i134 = tmp110[i129 * d + i130];
+            const double t135 = (t133 * x_i134);
+            const double d_qs_i = t123;
+            const double d_qs136 = (d_qs_i + t135);
+            d_qs[i129 * d + i130] = d_qs136;
         }
     }
-    for (int64_t i138 = 0; i138 < K; ++i138) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            const double x_i140 = t129;
-            const double x_i141 = tmp117[i138 * d + i139];
-            const double t142 = (x_i140 * x_i141);
-            const double x_i143 = tmp116[i138 * d + i139];
-            const double t144 = (t142 * x_i143);
-            const double x_i145 = t130;
-            const double t146 = (x_i145 + t144);
-            tmp137[i138 * d + i139] = t146;
-        }
+    const double t137 = ((-1.0) * t109);
+    const double t138 = (t137 * t108);
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    for (int64_t i139 = 0; i139 < K; ++i139) {
+        const double x_i140 = t138;
+        const double x_i141 = tmp101[i139];
+        const double d_alphas142 = (x_i140 * x_i141);
+        d_alphas[i139] = d_alphas142;
     }
-    const double t147 = ((-1.0) * t115);
-    const double t148 = (t147 * t114);
-    double* const tmp149 = tmp55;  // reuses a dead buffer's space
-    for (int64_t i150 = 0; i150 < K; ++i150) {
-        const double x_i151 = t148;
-        const double x_i152 = tmp107[i150];
-        const double t153 = (x_i151 * x_i152);
-        tmp149[i150] = t153;
-    }
-    double* const tmp154 = tmp79;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < n; ++i155) {
-        for (int64_t i156 = 0; i156 < K; ++i156) {
-            const double x_i157 = tmp100[i155];
-            const double x_i158 = tmp91[i155 * K + i156];
-            const double t159 = (x_i157 * x_i158);
-            tmp154[i155 * K + i156] = t159;
+    double* const d_scores = scores;  // reuses a dead buffer's space
+    for (int64_t i143 = 0; i143 < n; ++i143) {
+        for (int64_t i144 = 0; i144 < K; ++i144) {
+            const double x_i145 = tmp94[i143];
+            const double x_i146 = tmp86[i143 * K + i144];
+            const double d_scores147 = (x_i145 * x_i146);
+            d_scores[i143 * K + i144] = d_scores147;
         }
     }
     double* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i160 = 0; i160 < K; ++i160) {
-        sum[i160] = 0;
+    for (int64_t i148 = 0; i148 < K; ++i148) {
+        sum[i148] = 0;
     }
-    for (int64_t i161 = 0; i161 < n; ++i161) {
-        for (int64_t i162 = 0; i162 < K; ++i162) {
-            sum[i162] += tmp154[i161 * K + i162];
+    for (int64_t i149 = 0; i149 < n; ++i149) {
+        for (int64_t i150 = 0; i150 < K; ++i150) {
+            sum[i150] += d_scores[i149 * K + i150];
         }
     }
-    double* const tmp163 = tmp71;  // reuses a dead buffer's space
-    for (int64_t i164 = 0; i164 < n; ++i164) {
-        for (int64_t i165 = 0; i165 < K; ++i165) {
-            const double x_i166 = tmp154[i164 * K + i165];
-            const double t167 = (x_i166 * (-1.0));
-            const double t168 = (t167 * 0.5);
-            tmp163[i164 * K + i165] = t168;
+    double* const tmp151 = tmp68;  // reuses a dead buffer's space
+    for (int64_t i152 = 0; i152 < n; ++i152) {
+        for (int64_t i153 = 0; i153 < K; ++i153) {
+            const double d_scores_i = d_scores[i152 * K + i153];
+            const double t154 = (d_scores_i * (-1.0));
+            const double t155 = (t154 * 0.5);
+            tmp151[i152 * K + i153] = t155;
         }
     }
-    double* const tmp169 = prod;  // reuses a dead buffer's space
-    for (int64_t i170 = 0; i170 < n; ++i170) {
-        for (int64_t i171 = 0; i171 < K; ++i171) {
-            for (int64_t i172 = 0; i172 < d; ++i172) {
-                const double x_i173 = tmp163[i170 * K + i171];
-                const double x_i174 = tmp70[i170 * (K * d) + i171 * d + i172];
-                const double t175 = (x_i173 * x_i174);
-                tmp169[i170 * (K * d) + i171 * d + i172] = t175;
+    double* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                const double x_i159 = tmp151[i156 * K + i157];
+                const double x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
+                const double d_mahalanobis161 = (x_i159 * x_i160);
+                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
             }
         }
     }
-    double* const prod176 = tmp70;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < n; ++i177) {
-        for (int64_t i178 = 0; i178 < K; ++i178) {
-            for (int64_t i179 = 0; i179 < d; ++i179) {
-                prod176[i177 * (K * d) + i178 * d + i179] = 0;
+    double* const d_centered = tmp67;  // reuses a dead buffer's space
+    for (int64_t i162 = 0; i162 < n; ++i162) {
+        for (int64_t i163 = 0; i163 < K; ++i163) {
+            for (int64_t i164 = 0; i164 < d; ++i164) {
+                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
             }
         }
     }
-    for (int64_t i180 = 0; i180 < n; ++i180) {
-        for (int64_t i181 = 0; i181 < K; ++i181) {
-            for (int64_t i182 = 0; i182 < d; ++i182) {
-                for (int64_t i183 = 0; i183 < d; ++i183) {
-                    prod176[i180 * (K * d) + i181 * d + i183] += tmp169[i180 * (K * d) + i181 * d + i182] * r[i181 * (d * d) + i182 * d + i183];
+    for (int64_t i165 = 0; i165 < n; ++i165) {
+        for (int64_t i166 = 0; i166 < K; ++i166) {
+            for (int64_t i167 = 0; i167 < d; ++i167) {
+                for (int64_t i168 = 0; i168 < d; ++i168) {
+                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
                 }
             }
         }
     }
-    double* const prod184 = r;  // reuses a dead buffer's space
-    for (int64_t i185 = 0; i185 < K; ++i185) {
-        for (int64_t i186 = 0; i186 < d; ++i186) {
-            for (int64_t i187 = 0; i187 < d; ++i187) {
-                prod184[i185 * (d * d) + i186 * d + i187] = 0;
+    double* const prod = r;  // reuses a dead buffer's space
+    for (int64_t i169 = 0; i169 < K; ++i169) {
+        for (int64_t i170 = 0; i170 < d; ++i170) {
+            for (int64_t i171 = 0; i171 < d; ++i171) {
+                prod[i169 * (d * d) + i170 * d + i171] = 0;
+            }
+        }
+    }
+    for (int64_t i172 = 0; i172 < K; ++i172) {
+        for (int64_t i173 = 0; i173 < d; ++i173) {
+            for (int64_t i174 = 0; i174 < n; ++i174) {
+                for (int64_t i175 = 0; i175 < d; ++i175) {
+                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+                }
+            }
+        }
+    }
+    double* const sum176 = tmp110;  // reuses a dead buffer's space
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        for (int64_t i178 = 0; i178 < d; ++i178) {
+            sum176[i177 * d + i178] = 0;
+        }
+    }
+    for (int64_t i179 = 0; i179 < n; ++i179) {
+        for (int64_t i180 = 0; i180 < K; ++i180) {
+            for (int64_t i181 = 0; i181 < d; ++i181) {
+                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+            }
+        }
+    }
+    for (int64_t i183 = 0; i183 < 1; ++i183) {
+        for (int64_t i184 = 0; i184 < K; ++i184) {
+            for (int64_t i185 = 0; i185 < d; ++i185) {
+                const double x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
+                const double t187 = (x_i186 * (-1.0));
+                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
             }
         }
     }
     for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            for (int64_t i190 = 0; i190 < n; ++i190) {
-                for (int64_t i191 = 0; i191 < d; ++i191) {
-                    prod184[i188 * (d * d) + i189 * d + i191] += tmp169[i190 * (K * d) + i188 * d + i189] * tmp59[i190 * (K * d) + i188 * d + i191];
-                }
-            }
+        const double d_alphas_i = d_alphas[i188];
+        const double d_base_i = sum[i188];
+        const double d_alphas189 = (d_alphas_i + d_base_i);
+        out_d_alphas[i188] = d_alphas189;
+    }
+    double* const d_qs190 = tmp110;  // reuses a dead buffer's space
+    for (int64_t i191 = 0; i191 < K; ++i191) {
+        for (int64_t i192 = 0; i192 < d; ++i192) {
+            const double d_qs_i193 = d_qs[i191 * d + i192];
+            const double x_i194 = sum[i191];
+            const double d_qs195 = (d_qs_i193 + x_i194);
+            d_qs190[i191 * d + i192] = d_qs195;
         }
     }
-    double* const sum192 = tmp116;  // reuses a dead buffer's space
-    for (int64_t i193 = 0; i193 < K; ++i193) {
-        for (int64_t i194 = 0; i194 < d; ++i194) {
-            sum192[i193 * d + i194] = 0;
+    double* const r196 = tmp111;  // reuses a dead buffer's space
+    for (int64_t i197 = 0; i197 < K; ++i197) {
+        for (int64_t i198 = 0; i198 < d; ++i198) {
+            r196[i197 * d + i198] = 0.0;
         }
     }
-    for (int64_t i195 = 0; i195 < n; ++i195) {
-        for (int64_t i196 = 0; i196 < K; ++i196) {
-            for (int64_t i197 = 0; i197 < d; ++i197) {
-                sum192[i196 * d + i197] += prod176[i195 * (K * d) + i196 * d + i197];
-            }
+    for (int64_t i199 = 0; i199 < K; ++i199) {
+        for (int64_t i200 = 0; i200 < T; ++i200) {
+            d_icf[i199 * T + i200] = 0.0;
         }
     }
-    for (int64_t i199 = 0; i199 < 1; ++i199) {
-        for (int64_t i200 = 0; i200 < K; ++i200) {
-            for (int64_t i201 = 0; i201 < d; ++i201) {
-                const double x_i202 = sum192[i199 * (K * d) + i200 * d + i201];
-                const double t203 = (x_i202 * (-1.0));
-                tmp198[i199 * (K * d) + i200 * d + i201] = t203;
+    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
+        double* const r202 = r18;  // reuses a dead buffer's space
+        for (int64_t i204 = 0; i204 < d; ++i204) {
+            r202[i204] = 0.0;
+        }
+        for (int64_t i205 = 0; i205 < T; ++i205) {
+            r203[i205] = 0.0;
+        }
+        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
+            double* const r207 = r19;  // reuses a dead buffer's space
+            for (int64_t i209 = 0; i209 < d; ++i209) {
+                r207[i209] = 0.0;
             }
+            for (int64_t i210 = 0; i210 < T; ++i210) {
+                r208[i210] = 0.0;
+            }
+            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
+                const double t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0);
+                const double t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0 : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
+                const double t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0);
+                const double t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
+                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
+                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
+                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
+            }
+            for (int64_t i217 = 0; i217 < d; ++i217) {
+                const double x_i218 = r202[i217];
+                const double x_i219 = r207[i217];
+                const double t220 = (x_i218 + x_i219);
+                tmp216[i217] = t220;
+            }
+            for (int64_t i222 = 0; i222 < T; ++i222) {
+                const double x_i223 = r203[i222];
+                const double x_i224 = r208[i222];
+                const double t225 = (x_i223 + x_i224);
+                tmp221[i222] = t225;
+            }
+            for (int64_t i226 = 0; i226 < d; ++i226) {
+                r202[i226] = tmp216[i226];
+            }
+            for (int64_t i227 = 0; i227 < T; ++i227) {
+                r203[i227] = tmp221[i227];
+            }
+        }
+        for (int64_t i228 = 0; i228 < d; ++i228) {
+            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
+        }
+        for (int64_t i229 = 0; i229 < T; ++i229) {
+            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
         }
     }
-    for (int64_t i204 = 0; i204 < K; ++i204) {
-        const double x_i205 = tmp149[i204];
-        const double x_i206 = sum[i204];
-        const double t207 = (x_i205 + x_i206);
-        out_d_alphas[i204] = t207;
-    }
-    double* const tmp208 = tmp116;  // reuses a dead buffer's space
-    for (int64_t i209 = 0; i209 < K; ++i209) {
-        for (int64_t i210 = 0; i210 < d; ++i210) {
-            const double x_i211 = tmp137[i209 * d + i210];
-            const double x_i212 = sum[i209];
-            const double t213 = (x_i211 + x_i212);
-            tmp208[i209 * d + i210] = t213;
+    double* const d_qs230 = d_qs;  // reuses a dead buffer's space
+    for (int64_t i231 = 0; i231 < K; ++i231) {
+        for (int64_t i232 = 0; i232 < d; ++i232) {
+            const double d_qs_i233 = d_qs190[i231 * d + i232];
+            const double x_i234 = r196[i231 * d + i232];
+            const double d_qs235 = (d_qs_i233 + x_i234);
+            d_qs230[i231 * d + i232] = d_qs235;
         }
     }
-    double* const r214 = tmp117;  // reuses a dead buffer's space
-    for (int64_t i216 = 0; i216 < K; ++i216) {
-        for (int64_t i217 = 0; i217 < d; ++i217) {
-            r214[i216 * d + i217] = 0.0;
+    for (int64_t i236 = 0; i236 < K; ++i236) {
+        for (int64_t i237 = 0; i237 < T; ++i237) {
+            padded[i236 * T + i237] = 0.0;
         }
     }
-    for (int64_t i218 = 0; i218 < K; ++i218) {
-        for (int64_t i219 = 0; i219 < T; ++i219) {
-            r215[i218 * T + i219] = 0.0;
+    for (int64_t i238 = 0; i238 < K; ++i238) {
+        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
+            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
         }
     }
-    for (int64_t k220 = K - 1; k220 >= 0; --k220) {
-        double* const r221 = r18;  // reuses a dead buffer's space
-        for (int64_t i223 = 0; i223 < d; ++i223) {
-            r221[i223] = 0.0;
-        }
-        for (int64_t i224 = 0; i224 < T; ++i224) {
-            r222[i224] = 0.0;
-        }
-        for (int64_t k225 = (r2 + k220)[0] - 1; k225 >= 0; --k225) {
-            double* const r226 = r19;  // reuses a dead buffer's space
-            for (int64_t i228 = 0; i228 < d; ++i228) {
-                r226[i228] = 0.0;
-            }
-            for (int64_t i229 = 0; i229 < T; ++i229) {
-                r227[i229] = 0.0;
-            }
-            for (int64_t k230 = ((r4 + k220 * d) + k225)[0] - 1; k230 >= 0; --k230) {
-                const double t231 = ((((r8 + k220 * (d * d)) + k225 * d) + k230)[0] ? (((prod184 + k220 * (d * d)) + k225 * d) + k230)[0] : 0.0);
-                const double t232 = ((((r8 + k220 * (d * d)) + k225 * d) + k230)[0] ? 0.0 : (((prod184 + k220 * (d * d)) + k225 * d) + k230)[0]);
-                const double t233 = ((((r7 + k220 * (d * d)) + k225 * d) + k230)[0] ? t232 : 0.0);
-                const double t234 = (t231 * (((r5 + k220 * (d * d)) + k225 * d) + k230)[0]);
-                (r226 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r226 + ks::clamp_index(((r3 + k220 * d) + k225)[0], d))[0] += t234;
-                (r227 + ks::clamp_index((((r6 + k220 * (d * d)) + k225 * d) + k230)[0], T))[0] += t233;
-            }
-            for (int64_t i236 = 0; i236 < d; ++i236) {
-                const double x_i237 = r221[i236];
-                const double x_i238 = r226[i236];
-                const double t239 = (x_i237 + x_i238);
-                tmp235[i236] = t239;
-            }
-            for (int64_t i241 = 0; i241 < T; ++i241) {
-                const double x_i242 = r222[i241];
-                const double x_i243 = r227[i241];
-                const double t244 = (x_i242 + x_i243);
-                tmp240[i241] = t244;
-            }
-            for (int64_t i245 = 0; i245 < d; ++i245) {
-                r221[i245] = tmp235[i245];
-            }
-            for (int64_t i246 = 0; i246 < T; ++i246) {
-                r222[i246] = tmp240[i246];
-            }
-        }
-        for (int64_t i247 = 0; i247 < d; ++i247) {
-            (r214 + ks::clamp_index((r1 + k220)[0], K) * d)[i247] += r221[i247];
-        }
-        for (int64_t i248 = 0; i248 < T; ++i248) {
-            (r215 + ks::clamp_index((r1 + k220)[0], K) * T)[i248] += r222[i248];
+    for (int64_t i241 = 0; i241 < K; ++i241) {
+        for (int64_t i242 = 0; i242 < T; ++i242) {
+            const double d_icf_i = d_icf[i241 * T + i242];
+            const double x_i243 = padded[i241 * T + i242];
+            const double d_icf244 = (d_icf_i + x_i243);
+            d_icf240[i241 * T + i242] = d_icf244;
         }
     }
-    double* const tmp249 = tmp137;  // reuses a dead buffer's space
+    double* const padded245 = d_icf;  // reuses a dead buffer's space
+    for (int64_t i246 = 0; i246 < K; ++i246) {
+        for (int64_t i247 = 0; i247 < T; ++i247) {
+            padded245[i246 * T + i247] = 0.0;
+        }
+    }
+    for (int64_t i248 = 0; i248 < K; ++i248) {
+        for (int64_t i249 = 0; i249 < d; ++i249) {
+            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
+        }
+    }
     for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < d; ++i251) {
-            const double x_i252 = tmp208[i250 * d + i251];
-            const double x_i253 = r214[i250 * d + i251];
-            const double t254 = (x_i252 + x_i253);
-            tmp249[i250 * d + i251] = t254;
+        for (int64_t i251 = 0; i251 < T; ++i251) {
+            const double d_icf_i252 = d_icf240[i250 * T + i251];
+            const double x_i253 = padded245[i250 * T + i251];
+            const double d_icf254 = (d_icf_i252 + x_i253);
+            out_d_icf[i250 * T + i251] = d_icf254;
         }
     }
     for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < T; ++i256) {
-            padded[i255 * T + i256] = 0.0;
-        }
-    }
-    for (int64_t i257 = 0; i257 < K; ++i257) {
-        for (int64_t i258 = 0; i258 < (T - d); ++i258) {
-            (padded + d)[i257 * T + i258] = tmp131[i257 * ((T - d)) + i258];
-        }
-    }
-    for (int64_t i260 = 0; i260 < K; ++i260) {
-        for (int64_t i261 = 0; i261 < T; ++i261) {
-            const double x_i262 = r215[i260 * T + i261];
-            const double x_i263 = padded[i260 * T + i261];
-            const double t264 = (x_i262 + x_i263);
-            tmp259[i260 * T + i261] = t264;
-        }
-    }
-    double* const padded265 = r215;  // reuses a dead buffer's space
-    for (int64_t i266 = 0; i266 < K; ++i266) {
-        for (int64_t i267 = 0; i267 < T; ++i267) {
-            padded265[i266 * T + i267] = 0.0;
-        }
-    }
-    for (int64_t i268 = 0; i268 < K; ++i268) {
-        for (int64_t i269 = 0; i269 < d; ++i269) {
-            padded265[i268 * T + i269] = tmp249[i268 * d + i269];
-        }
-    }
-    for (int64_t i270 = 0; i270 < K; ++i270) {
-        for (int64_t i271 = 0; i271 < T; ++i271) {
-            const double x_i272 = tmp259[i270 * T + i271];
-            const double x_i273 = padded265[i270 * T + i271];
-            const double t274 = (x_i272 + x_i273);
-            out_d_icf[i270 * T + i271] = t274;
-        }
-    }
-    for (int64_t i275 = 0; i275 < K; ++i275) {
-        for (int64_t i276 = 0; i276 < d; ++i276) {
-            out_d_means[i275 * d + i276] = tmp198[i275 * d + i276];
+        for (int64_t i256 = 0; i256 < d; ++i256) {
+            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
         }
     }
     return ks::status::ok;
@@ -815,250 +815,250 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const r = reinterpret_cast<float*>(next_slot);
+    float* const Qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const r2 = reinterpret_cast<float*>(next_slot);
+    float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d * d);
-    float* const r4 = reinterpret_cast<float*>(next_slot);
+    float* const r3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp23 = reinterpret_cast<float*>(next_slot);
+    float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp27 = reinterpret_cast<float*>(next_slot);
+    float* const centered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp38 = reinterpret_cast<float*>(next_slot);
+    float* const tmp34 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp45 = reinterpret_cast<float*>(next_slot);
+    float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp57 = reinterpret_cast<float*>(next_slot);
+    float* const tmp50 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp62 = reinterpret_cast<float*>(next_slot);
+    float* const tmp55 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k3 = 0; k3 < d; ++k3) {
-                for (int64_t k5 = 0; k5 < d; ++k5) {
-                    const bool t6 = (k3 == k5);
-                    const float t7 = std::exp(((icf + k1 * T) + ks::clamp_index(k3, d))[0]);
-                    const bool t8 = (k3 > k5);
-                    const int64_t t9 = ((2*d) - k5);
-                    const int64_t t10 = (t9 - int64_t{1});
-                    const int64_t t11 = (k5 * t10);
-                    const int64_t t12 = ks::floordiv(t11, int64_t{2});
-                    const int64_t t13 = (d + t12);
-                    const int64_t t14 = (t13 + k3);
-                    const int64_t t15 = (t14 - k5);
-                    const int64_t t16 = (t15 - int64_t{1});
-                    const float t17 = (t8 ? ((icf + k1 * T) + ks::clamp_index(t16, T))[0] : 0.0f);
-                    const float t18 = (t6 ? t7 : t17);
-                    (r4 + k5)[0] = t18;
+            for (int64_t k2 = 0; k2 < d; ++k2) {
+                for (int64_t k4 = 0; k4 < d; ++k4) {
+                    const bool t5 = (k2 == k4);
+                    const float t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const bool t7 = (k2 > k4);
+                    const int64_t t8 = ((2*d) - k4);
+                    const int64_t t9 = (t8 - int64_t{1});
+                    const int64_t t10 = (k4 * t9);
+                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
+                    const int64_t t12 = (d + t11);
+                    const int64_t t13 = (t12 + k2);
+                    const int64_t t14 = (t13 - k4);
+                    const int64_t t15 = (t14 - int64_t{1});
+                    const float t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0f);
+                    const float t17 = (t5 ? t6 : t16);
+                    (r3 + k4)[0] = t17;
                 }
                 for (int64_t i = 0; i < d; ++i) {
-                    (r2 + k3 * d)[i] = r4[i];
+                    (r + k2 * d)[i] = r3[i];
                 }
             }
         }
-        for (int64_t i19 = 0; i19 < d; ++i19) {
-            for (int64_t i20 = 0; i20 < d; ++i20) {
-                (r + k1 * (d * d))[i19 * d + i20] = r2[i19 * d + i20];
+        for (int64_t i18 = 0; i18 < d; ++i18) {
+            for (int64_t i19 = 0; i19 < d; ++i19) {
+                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
             }
         }
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
+    for (int64_t i20 = 0; i20 < K; ++i20) {
         float acc = 0;
         #pragma omp simd reduction(+:acc)
-        for (int64_t i22 = 0; i22 < d; ++i22) {
-            const float x_i = icf[i21 * T + i22];
-            acc += x_i;
+        for (int64_t i21 = 0; i21 < d; ++i21) {
+            const float qs_i = icf[i20 * T + i21];
+            acc += qs_i;
         }
-        tmp[i21] = acc;
+        tmp[i20] = acc;
     }
-    for (int64_t i24 = 0; i24 < K; ++i24) {
-        const float alphas_i = alphas[i24];
-        const float x_i25 = tmp[i24];
-        const float t26 = (alphas_i + x_i25);
-        tmp23[i24] = t26;
+    for (int64_t i22 = 0; i22 < K; ++i22) {
+        const float alphas_i = alphas[i22];
+        const float x_i = tmp[i22];
+        const float base23 = (alphas_i + x_i);
+        base[i22] = base23;
     }
-    for (int64_t i28 = 0; i28 < n; ++i28) {
-        for (int64_t i29 = 0; i29 < K; ++i29) {
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                const float x_i31 = x[i28 * d + i30];
-                const float x_i32 = means[i29 * d + i30];
-                const float t33 = (x_i31 - x_i32);
-                tmp27[i28 * (K * d) + i29 * d + i30] = t33;
+    for (int64_t i24 = 0; i24 < n; ++i24) {
+        for (int64_t i25 = 0; i25 < K; ++i25) {
+            for (int64_t i26 = 0; i26 < d; ++i26) {
+                const float x_i27 = x[i24 * d + i26];
+                const float x_i28 = means[i25 * d + i26];
+                const float centered29 = (x_i27 - x_i28);
+                centered[i24 * (K * d) + i25 * d + i26] = centered29;
             }
         }
     }
-    for (int64_t i34 = 0; i34 < n; ++i34) {
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            for (int64_t i36 = 0; i36 < d; ++i36) {
+    for (int64_t i30 = 0; i30 < n; ++i30) {
+        for (int64_t i31 = 0; i31 < K; ++i31) {
+            for (int64_t i32 = 0; i32 < d; ++i32) {
                 float dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i37 = 0; i37 < d; ++i37) {
-                    dot += r[i35 * (d * d) + i36 * d + i37] * tmp27[i34 * (K * d) + i35 * d + i37];
+                for (int64_t i33 = 0; i33 < d; ++i33) {
+                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
                 }
-                prod[i34 * (K * d) + i35 * d + i36] = dot;
+                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
             }
         }
     }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            float acc41 = 0;
-            #pragma omp simd reduction(+:acc41)
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                const float x_i43 = prod[i39 * (K * d) + i40 * d + i42];
-                const float t44 = ks::ipow<2>(x_i43);
-                acc41 += t44;
+    for (int64_t i35 = 0; i35 < n; ++i35) {
+        for (int64_t i36 = 0; i36 < K; ++i36) {
+            float acc37 = 0;
+            #pragma omp simd reduction(+:acc37)
+            for (int64_t i38 = 0; i38 < d; ++i38) {
+                const float mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
+                const float t39 = ks::ipow<2>(mahalanobis_i);
+                acc37 += t39;
             }
-            tmp38[i39 * K + i40] = acc41;
+            tmp34[i35 * K + i36] = acc37;
         }
     }
-    for (int64_t i46 = 0; i46 < n; ++i46) {
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const float x_i48 = tmp38[i46 * K + i47];
-            const float t49 = (0.5f * x_i48);
-            const float x_i50 = tmp23[i47];
-            const float t51 = (x_i50 - t49);
-            tmp45[i46 * K + i47] = t51;
+    for (int64_t i40 = 0; i40 < n; ++i40) {
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const float x_i42 = tmp34[i40 * K + i41];
+            const float t43 = (0.5f * x_i42);
+            const float x_i44 = base[i41];
+            const float scores45 = (x_i44 - t43);
+            scores[i40 * K + i41] = scores45;
         }
     }
-    const int64_t t52 = (-n);
-    const int64_t t53 = (t52 * d);
-    const double t54 = static_cast<double>(t53);
-    const double t55 = (t54 * 0.5);
-    const double t56 = (t55 * 1.8378770664093453);
-    for (int64_t i58 = 0; i58 < n; ++i58) {
-        float acc59 = ks::lowest<float>();
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const float x_i61 = tmp45[i58 * K + i60];
-            acc59 = ks::max(x_i61, acc59);
+    const int64_t t46 = (-n);
+    const int64_t t47 = (t46 * d);
+    const double t48 = static_cast<double>(t47);
+    const double t49 = (t48 * 0.5);
+    const double constant = (t49 * 1.8378770664093453);
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        float acc52 = ks::lowest<float>();
+        for (int64_t i53 = 0; i53 < K; ++i53) {
+            const float x_i54 = scores[i51 * K + i53];
+            acc52 = ks::max(x_i54, acc52);
         }
-        tmp57[i58] = acc59;
+        tmp50[i51] = acc52;
     }
+    for (int64_t i56 = 0; i56 < n; ++i56) {
+        float acc57 = 0;
+        #pragma omp simd reduction(+:acc57)
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            const float scores_i = scores[i56 * K + i58];
+            const float x_i59 = tmp50[i56];
+            const float t60 = (scores_i - x_i59);
+            const float t61 = std::exp(t60);
+            acc57 += t61;
+        }
+        tmp55[i56] = acc57;
+    }
+    float acc62 = 0;
+    #pragma omp simd reduction(+:acc62)
     for (int64_t i63 = 0; i63 < n; ++i63) {
-        float acc64 = 0;
-        #pragma omp simd reduction(+:acc64)
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            const float x_i66 = tmp45[i63 * K + i65];
-            const float x_i67 = tmp57[i63];
-            const float t68 = (x_i66 - x_i67);
-            const float t69 = std::exp(t68);
-            acc64 += t69;
-        }
-        tmp62[i63] = acc64;
+        const float x_i64 = tmp55[i63];
+        const float t65 = std::log(x_i64);
+        const float x_i66 = tmp50[i63];
+        const float t67 = (t65 + x_i66);
+        acc62 += t67;
     }
-    float acc70 = 0;
-    #pragma omp simd reduction(+:acc70)
-    for (int64_t i71 = 0; i71 < n; ++i71) {
-        const float x_i72 = tmp62[i71];
-        const float t73 = std::log(x_i72);
-        const float x_i74 = tmp57[i71];
-        const float t75 = (t73 + x_i74);
-        acc70 += t75;
+    const double t68 = static_cast<double>(acc62);
+    const double t69 = (constant + t68);
+    float acc70 = ks::lowest<float>();
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const float x_i72 = alphas[i71];
+        acc70 = ks::max(x_i72, acc70);
     }
-    const double t76 = static_cast<double>(acc70);
-    const double t77 = (t56 + t76);
-    float acc78 = ks::lowest<float>();
-    for (int64_t i79 = 0; i79 < K; ++i79) {
-        const float x_i80 = alphas[i79];
-        acc78 = ks::max(x_i80, acc78);
+    float acc73 = 0;
+    #pragma omp simd reduction(+:acc73)
+    for (int64_t i74 = 0; i74 < K; ++i74) {
+        const float alphas_i75 = alphas[i74];
+        const float x_i76 = acc70;
+        const float t77 = (alphas_i75 - x_i76);
+        const float t78 = std::exp(t77);
+        acc73 += t78;
     }
-    float acc81 = 0;
-    #pragma omp simd reduction(+:acc81)
-    for (int64_t i82 = 0; i82 < K; ++i82) {
-        const float alphas_i83 = alphas[i82];
-        const float x_i84 = acc78;
-        const float t85 = (alphas_i83 - x_i84);
-        const float t86 = std::exp(t85);
-        acc81 += t86;
-    }
-    const float t87 = std::log(acc81);
-    const float t88 = (t87 + acc78);
-    const float t89 = static_cast<float>(n);
-    const float t90 = (t89 * t88);
-    const double t91 = static_cast<double>(t90);
-    const double t92 = (t77 - t91);
-    double r93;
+    const float t79 = std::log(acc73);
+    const float t80 = (t79 + acc70);
+    const float t81 = static_cast<float>(n);
+    const float t82 = (t81 * t80);
+    const double t83 = static_cast<double>(t82);
+    const double t84 = (t69 - t83);
+    double r85;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t94 = static_cast<float>(d);
-        const float t95 = (t94 + wishart_m);
-        const float t96 = (t95 + 1.0f);
-        const float t97 = (t96 * t94);
-        const float t98 = std::log(wishart_gamma);
-        const float t99 = (t98 - 0.3465735912322998f);
-        const float t100 = (t97 * t99);
-        const float t101 = (0.5f * t96);
-        double r102;
+        const float t86 = static_cast<float>(d);
+        const float t87 = (t86 + wishart_m);
+        const float n_w = (t87 + 1.0f);
+        const float t88 = (n_w * t86);
+        const float t89 = std::log(wishart_gamma);
+        const float t90 = (t89 - 0.3465735912322998f);
+        const float t91 = (t88 * t90);
+        const float t92 = (0.5f * n_w);
+        double r93;
         {  // log_gamma_d(a)
-            const double t103 = static_cast<double>(d);
-            const double t104 = (0.25 * t103);
-            const double t105 = static_cast<double>((d - 1));
-            const double t106 = (t104 * t105);
-            const double t107 = (t106 * 1.1447298858494002);
-            double r108;
-            r108 = 0.0;
-            for (int64_t k109 = 0; k109 < d; ++k109) {
-                const int64_t t110 = (k109 + int64_t{1});
-                const int64_t t111 = (int64_t{1} - t110);
-                const double t112 = static_cast<double>(t111);
-                const double t113 = (0.5 * t112);
-                const double t114 = static_cast<double>(t101);
-                const double t115 = (t114 + t113);
-                const double t116 = std::lgamma(t115);
-                const double t117 = (r108 + t116);
-                r108 = t117;
+            const double t94 = static_cast<double>(d);
+            const double t95 = (0.25 * t94);
+            const double t96 = static_cast<double>((d - 1));
+            const double t97 = (t95 * t96);
+            const double t98 = (t97 * 1.1447298858494002);
+            double r99;
+            r99 = 0.0;
+            for (int64_t k100 = 0; k100 < d; ++k100) {
+                const int64_t t101 = (k100 + int64_t{1});
+                const int64_t t102 = (int64_t{1} - t101);
+                const double t103 = static_cast<double>(t102);
+                const double t104 = (0.5 * t103);
+                const double t105 = static_cast<double>(t92);
+                const double t106 = (t105 + t104);
+                const double t107 = std::lgamma(t106);
+                const double __sum_25_55 = (r99 + t107);
+                r99 = __sum_25_55;
             }
-            const double t118 = (t107 + r108);
-            r102 = t118;
+            const double t108 = (t98 + r99);
+            r93 = t108;
         }
-        const double t119 = static_cast<double>(t100);
-        const double t120 = (t119 - r102);
-        float acc121 = 0;
-        for (int64_t i122 = 0; i122 < K; ++i122) {
-            #pragma omp simd reduction(+:acc121)
-            for (int64_t i123 = 0; i123 < d; ++i123) {
-                const float qs_i = icf[i122 * T + i123];
-                const float t124 = std::exp(qs_i);
-                const float t125 = ks::ipow<2>(t124);
-                acc121 += t125;
-            }
-        }
-        float acc126 = 0;
-        for (int64_t i127 = 0; i127 < K; ++i127) {
-            #pragma omp simd reduction(+:acc126)
-            for (int64_t i128 = 0; i128 < (T - d); ++i128) {
-                const float ls_i = (icf + d)[i127 * T + i128];
-                const float t129 = ks::ipow<2>(ls_i);
-                acc126 += t129;
+        const double t109 = static_cast<double>(t91);
+        const double C = (t109 - r93);
+        float acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            #pragma omp simd reduction(+:acc110)
+            for (int64_t i112 = 0; i112 < d; ++i112) {
+                const float qs_i113 = icf[i111 * T + i112];
+                const float t114 = std::exp(qs_i113);
+                const float t115 = ks::ipow<2>(t114);
+                acc110 += t115;
             }
         }
-        const float t130 = (acc121 + acc126);
-        const float t131 = ks::ipow<2>(wishart_gamma);
-        const float t132 = (0.5f * t131);
-        const float t133 = (t132 * t130);
-        float acc134 = 0;
-        for (int64_t i135 = 0; i135 < K; ++i135) {
-            #pragma omp simd reduction(+:acc134)
-            for (int64_t i136 = 0; i136 < d; ++i136) {
-                const float qs_i137 = icf[i135 * T + i136];
-                acc134 += qs_i137;
+        float acc116 = 0;
+        for (int64_t i117 = 0; i117 < K; ++i117) {
+            #pragma omp simd reduction(+:acc116)
+            for (int64_t i118 = 0; i118 < (T - d); ++i118) {
+                const float ls_i = (icf + d)[i117 * T + i118];
+                const float t119 = ks::ipow<2>(ls_i);
+                acc116 += t119;
             }
         }
-        const float t138 = (wishart_m * acc134);
-        const float t139 = (t133 - t138);
-        const double t140 = static_cast<double>(K);
-        const double t141 = (t140 * t120);
-        const double t142 = static_cast<double>(t139);
-        const double t143 = (t142 - t141);
-        r93 = t143;
+        const float frobenius = (acc110 + acc116);
+        const float t120 = ks::ipow<2>(wishart_gamma);
+        const float t121 = (0.5f * t120);
+        const float t122 = (t121 * frobenius);
+        float acc123 = 0;
+        for (int64_t i124 = 0; i124 < K; ++i124) {
+            #pragma omp simd reduction(+:acc123)
+            for (int64_t i125 = 0; i125 < d; ++i125) {
+                const float qs_i126 = icf[i124 * T + i125];
+                acc123 += qs_i126;
+            }
+        }
+        const float t127 = (wishart_m * acc123);
+        const float t128 = (t122 - t127);
+        const double t129 = static_cast<double>(K);
+        const double t130 = (t129 * C);
+        const double t131 = static_cast<double>(t128);
+        const double t132 = (t131 - t130);
+        r85 = t132;
     }
-    const double t144 = (t92 + r93);
-    const float t145 = static_cast<float>(t144);
-    *out = t145;
+    const double t133 = (t84 + r85);
+    const float t134 = static_cast<float>(t133);
+    *out = t134;
     return ks::status::ok;
 }
 
@@ -1118,47 +1118,47 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<bool>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp55 = reinterpret_cast<float*>(next_slot);
+    float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp59 = reinterpret_cast<float*>(next_slot);
+    float* const centered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp70 = reinterpret_cast<float*>(next_slot);
+    float* const tmp67 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp71 = reinterpret_cast<float*>(next_slot);
+    float* const tmp68 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp79 = reinterpret_cast<float*>(next_slot);
+    float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp86 = reinterpret_cast<float*>(next_slot);
+    float* const tmp81 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp92 = reinterpret_cast<float*>(next_slot);
+    float* const tmp87 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp116 = reinterpret_cast<float*>(next_slot);
+    float* const tmp110 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d);
+    float* const tmp111 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
     float* const tmp117 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp123 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
-    float* const tmp131 = reinterpret_cast<float*>(next_slot);
+    float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
-    float* const tmp137 = reinterpret_cast<float*>(next_slot);
+    float* const d_qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp198 = reinterpret_cast<float*>(next_slot);
+    float* const tmp182 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r215 = reinterpret_cast<float*>(next_slot);
+    float* const d_icf = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r222 = reinterpret_cast<float*>(next_slot);
+    float* const r203 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
-    float* const r227 = reinterpret_cast<float*>(next_slot);
+    float* const r208 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
-    float* const tmp235 = reinterpret_cast<float*>(next_slot);
+    float* const tmp216 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const tmp240 = reinterpret_cast<float*>(next_slot);
+    float* const tmp221 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const tmp259 = reinterpret_cast<float*>(next_slot);
+    float* const d_icf240 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k9 = 0; k9 < K; ++k9) {
@@ -1239,376 +1239,376 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         float acc = 0;
         #pragma omp simd reduction(+:acc)
         for (int64_t i54 = 0; i54 < d; ++i54) {
-            const float x_i = icf[i53 * T + i54];
-            acc += x_i;
+            const float qs_i = icf[i53 * T + i54];
+            acc += qs_i;
         }
         tmp[i53] = acc;
     }
-    for (int64_t i56 = 0; i56 < K; ++i56) {
-        const float alphas_i = alphas[i56];
-        const float x_i57 = tmp[i56];
-        const float t58 = (alphas_i + x_i57);
-        tmp55[i56] = t58;
+    for (int64_t i55 = 0; i55 < K; ++i55) {
+        const float alphas_i = alphas[i55];
+        const float x_i = tmp[i55];
+        const float base56 = (alphas_i + x_i);
+        base[i55] = base56;
     }
-    for (int64_t i60 = 0; i60 < n; ++i60) {
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            for (int64_t i62 = 0; i62 < d; ++i62) {
-                const float x_i63 = x[i60 * d + i62];
-                const float x_i64 = means[i61 * d + i62];
-                const float t65 = (x_i63 - x_i64);
-                tmp59[i60 * (K * d) + i61 * d + i62] = t65;
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            for (int64_t i59 = 0; i59 < d; ++i59) {
+                const float x_i60 = x[i57 * d + i59];
+                const float x_i61 = means[i58 * d + i59];
+                const float centered62 = (x_i60 - x_i61);
+                centered[i57 * (K * d) + i58 * d + i59] = centered62;
             }
         }
     }
-    for (int64_t i66 = 0; i66 < n; ++i66) {
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            for (int64_t i68 = 0; i68 < d; ++i68) {
+    for (int64_t i63 = 0; i63 < n; ++i63) {
+        for (int64_t i64 = 0; i64 < K; ++i64) {
+            for (int64_t i65 = 0; i65 < d; ++i65) {
                 float dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i69 = 0; i69 < d; ++i69) {
-                    dot += r[i67 * (d * d) + i68 * d + i69] * tmp59[i66 * (K * d) + i67 * d + i69];
+                for (int64_t i66 = 0; i66 < d; ++i66) {
+                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
                 }
-                prod[i66 * (K * d) + i67 * d + i68] = dot;
+                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
             }
         }
     }
-    for (int64_t i72 = 0; i72 < n; ++i72) {
-        for (int64_t i73 = 0; i73 < K; ++i73) {
-            float acc74 = 0;
-            #pragma omp simd reduction(+:acc74)
-            for (int64_t i75 = 0; i75 < d; ++i75) {
-                const float x_i76 = prod[i72 * (K * d) + i73 * d + i75];
-                const float t77 = ks::ipow<2>(x_i76);
-                const float t78 = (2.0f * x_i76);
-                tmp70[i72 * (K * d) + i73 * d + i75] = t78;
-                acc74 += t77;
+    for (int64_t i69 = 0; i69 < n; ++i69) {
+        for (int64_t i70 = 0; i70 < K; ++i70) {
+            float acc71 = 0;
+            #pragma omp simd reduction(+:acc71)
+            for (int64_t i72 = 0; i72 < d; ++i72) {
+                const float mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
+                const float t73 = ks::ipow<2>(mahalanobis_i);
+                const float t74 = (2.0f * mahalanobis_i);
+                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
+                acc71 += t73;
             }
-            tmp71[i72 * K + i73] = acc74;
+            tmp68[i69 * K + i70] = acc71;
         }
     }
-    for (int64_t i80 = 0; i80 < n; ++i80) {
-        for (int64_t i81 = 0; i81 < K; ++i81) {
-            const float x_i82 = tmp71[i80 * K + i81];
-            const float t83 = (0.5f * x_i82);
-            const float x_i84 = tmp55[i81];
-            const float t85 = (x_i84 - t83);
-            tmp79[i80 * K + i81] = t85;
+    for (int64_t i75 = 0; i75 < n; ++i75) {
+        for (int64_t i76 = 0; i76 < K; ++i76) {
+            const float x_i77 = tmp68[i75 * K + i76];
+            const float t78 = (0.5f * x_i77);
+            const float x_i79 = base[i76];
+            const float scores80 = (x_i79 - t78);
+            scores[i75 * K + i76] = scores80;
         }
     }
-    for (int64_t i87 = 0; i87 < n; ++i87) {
-        float acc88 = ks::lowest<float>();
-        for (int64_t i89 = 0; i89 < K; ++i89) {
-            const float x_i90 = tmp79[i87 * K + i89];
-            acc88 = ks::max(x_i90, acc88);
+    for (int64_t i82 = 0; i82 < n; ++i82) {
+        float acc83 = ks::lowest<float>();
+        for (int64_t i84 = 0; i84 < K; ++i84) {
+            const float x_i85 = scores[i82 * K + i84];
+            acc83 = ks::max(x_i85, acc83);
         }
-        tmp86[i87] = acc88;
+        tmp81[i82] = acc83;
     }
-    float* const tmp91 = tmp71;  // reuses a dead buffer's space
-    for (int64_t i93 = 0; i93 < n; ++i93) {
-        float acc94 = 0;
-        #pragma omp simd reduction(+:acc94)
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            const float x_i96 = tmp79[i93 * K + i95];
-            const float x_i97 = tmp86[i93];
-            const float t98 = (x_i96 - x_i97);
-            const float t99 = std::exp(t98);
-            tmp91[i93 * K + i95] = t99;
-            acc94 += t99;
+    float* const tmp86 = tmp68;  // reuses a dead buffer's space
+    for (int64_t i88 = 0; i88 < n; ++i88) {
+        float acc89 = 0;
+        #pragma omp simd reduction(+:acc89)
+        for (int64_t i90 = 0; i90 < K; ++i90) {
+            const float scores_i = scores[i88 * K + i90];
+            const float x_i91 = tmp81[i88];
+            const float t92 = (scores_i - x_i91);
+            const float t93 = std::exp(t92);
+            tmp86[i88 * K + i90] = t93;
+            acc89 += t93;
         }
-        tmp92[i93] = acc94;
+        tmp87[i88] = acc89;
     }
-    float* const tmp100 = tmp86;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        const float x_i102 = tmp92[i101];
-        const float t103 = (1.0f / x_i102);
-        tmp100[i101] = t103;
+    float* const tmp94 = tmp81;  // reuses a dead buffer's space
+    for (int64_t i95 = 0; i95 < n; ++i95) {
+        const float x_i96 = tmp87[i95];
+        const float t97 = (1.0f / x_i96);
+        tmp94[i95] = t97;
     }
-    float acc104 = ks::lowest<float>();
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        const float x_i106 = alphas[i105];
-        acc104 = ks::max(x_i106, acc104);
+    float acc98 = ks::lowest<float>();
+    for (int64_t i99 = 0; i99 < K; ++i99) {
+        const float x_i100 = alphas[i99];
+        acc98 = ks::max(x_i100, acc98);
     }
-    float* const tmp107 = tmp;  // reuses a dead buffer's space
-    float acc108 = 0;
-    #pragma omp simd reduction(+:acc108)
-    for (int64_t i109 = 0; i109 < K; ++i109) {
-        const float alphas_i110 = alphas[i109];
-        const float x_i111 = acc104;
-        const float t112 = (alphas_i110 - x_i111);
-        const float t113 = std::exp(t112);
-        tmp107[i109] = t113;
-        acc108 += t113;
+    float* const tmp101 = tmp;  // reuses a dead buffer's space
+    float acc102 = 0;
+    #pragma omp simd reduction(+:acc102)
+    for (int64_t i103 = 0; i103 < K; ++i103) {
+        const float alphas_i104 = alphas[i103];
+        const float x_i105 = acc98;
+        const float t106 = (alphas_i104 - x_i105);
+        const float t107 = std::exp(t106);
+        tmp101[i103] = t107;
+        acc102 += t107;
     }
-    const float t114 = (1.0f / acc108);
-    const float t115 = static_cast<float>(n);
+    const float t108 = (1.0f / acc102);
+    const float t109 = static_cast<float>(n);
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        for (int64_t i113 = 0; i113 < d; ++i113) {
+            const float qs_i114 = icf[i112 * T + i113];
+            const float t115 = std::exp(qs_i114);
+            tmp110[i112 * d + i113] = t115;
+            const float t116 = (2.0f * t115);
+            tmp111[i112 * d + i113] = t116;
+        }
+    }
     for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < d; ++i119) {
-            const float x_i120 = icf[i118 * T + i119];
-            const float t121 = std::exp(x_i120);
-            tmp116[i118 * d + i119] = t121;
-            const float t122 = (2.0f * t121);
-            tmp117[i118 * d + i119] = t122;
+        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
+            const float ls_i = (icf + d)[i118 * T + i119];
+            const float t120 = (2.0f * ls_i);
+            tmp117[i118 * ((T - d)) + i119] = t120;
         }
     }
+    const float t121 = ks::ipow<2>(wishart_gamma);
+    const float t122 = (0.5f * t121);
+    const float t123 = ((-1.0f) * wishart_m);
     for (int64_t i124 = 0; i124 < K; ++i124) {
         for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const float x_i126 = (icf + d)[i124 * T + i125];
-            const float t127 = (2.0f * x_i126);
-            tmp123[i124 * ((T - d)) + i125] = t127;
+            const float x_i126 = t122;
+            const float x_i127 = tmp117[i124 * ((T - d)) + i125];
+            const float d_ls128 = (x_i126 * x_i127);
+            d_ls[i124 * ((T - d)) + i125] = d_ls128;
         }
     }
-    const float t128 = ks::ipow<2>(wishart_gamma);
-    const float t129 = (0.5f * t128);
-    const float t130 = ((-1.0f) * wishart_m);
-    for (int64_t i132 = 0; i132 < K; ++i132) {
-        for (int64_t i133 = 0; i133 < (T - d); ++i133) {
-            const float x_i134 = t129;
-            const float x_i135 = tmp123[i132 * ((T - d)) + i133];
-            const float t136 = (x_i134 * x_i135);
-            tmp131[i132 * ((T - d)) + i133] = t136;
+    for (int64_t i129 = 0; i129 < K; ++i129) {
+        for (int64_t i130 = 0; i130 < d; ++i130) {
+            const float x_i131 = t122;
+            const float x_i132 = tmp111[i129 * d + i130];
+            const float t133 = (x_i131 * x_i132);
+            const float x_i134 = tmp110[i129 * d + i130];
+            const float t135 = (t133 * x_i134);
+            const float d_qs_i = t123;
+            const float d_qs136 = (d_qs_i + t135);
+            d_qs[i129 * d + i130] = d_qs136;
         }
     }
-    for (int64_t i138 = 0; i138 < K; ++i138) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            const float x_i140 = t129;
-            const float x_i141 = tmp117[i138 * d + i139];
-            const float t142 = (x_i140 * x_i141);
-            const float x_i143 = tmp116[i138 * d + i139];
-            const float t144 = (t142 * x_i143);
-            const float x_i145 = t130;
-            const float t146 = (x_i145 + t144);
-            tmp137[i138 * d + i139] = t146;
-        }
+    const float t137 = ((-1.0f) * t109);
+    const float t138 = (t137 * t108);
+    float* const d_alphas = base;  // reuses a dead buffer's space
+    for (int64_t i139 = 0; i139 < K; ++i139) {
+        const float x_i140 = t138;
+        const float x_i141 = tmp101[i139];
+        const float d_alphas142 = (x_i140 * x_i141);
+        d_alphas[i139] = d_alphas142;
     }
-    const float t147 = ((-1.0f) * t115);
-    const float t148 = (t147 * t114);
-    float* const tmp149 = tmp55;  // reuses a dead buffer's space
-    for (int64_t i150 = 0; i150 < K; ++i150) {
-        const float x_i151 = t148;
-        const float x_i152 = tmp107[i150];
-        const float t153 = (x_i151 * x_i152);
-        tmp149[i150] = t153;
-    }
-    float* const tmp154 = tmp79;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < n; ++i155) {
-        for (int64_t i156 = 0; i156 < K; ++i156) {
-            const float x_i157 = tmp100[i155];
-            const float x_i158 = tmp91[i155 * K + i156];
-            const float t159 = (x_i157 * x_i158);
-            tmp154[i155 * K + i156] = t159;
+    float* const d_scores = scores;  // reuses a dead buffer's space
+    for (int64_t i143 = 0; i143 < n; ++i143) {
+        for (int64_t i144 = 0; i144 < K; ++i144) {
+            const float x_i145 = tmp94[i143];
+            const float x_i146 = tmp86[i143 * K + i144];
+            const float d_scores147 = (x_i145 * x_i146);
+            d_scores[i143 * K + i144] = d_scores147;
         }
     }
     float* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i160 = 0; i160 < K; ++i160) {
-        sum[i160] = 0;
+    for (int64_t i148 = 0; i148 < K; ++i148) {
+        sum[i148] = 0;
     }
-    for (int64_t i161 = 0; i161 < n; ++i161) {
-        for (int64_t i162 = 0; i162 < K; ++i162) {
-            sum[i162] += tmp154[i161 * K + i162];
+    for (int64_t i149 = 0; i149 < n; ++i149) {
+        for (int64_t i150 = 0; i150 < K; ++i150) {
+            sum[i150] += d_scores[i149 * K + i150];
         }
     }
-    float* const tmp163 = tmp71;  // reuses a dead buffer's space
-    for (int64_t i164 = 0; i164 < n; ++i164) {
-        for (int64_t i165 = 0; i165 < K; ++i165) {
-            const float x_i166 = tmp154[i164 * K + i165];
-            const float t167 = (x_i166 * (-1.0f));
-            const float t168 = (t167 * 0.5f);
-            tmp163[i164 * K + i165] = t168;
+    float* const tmp151 = tmp68;  // reuses a dead buffer's space
+    for (int64_t i152 = 0; i152 < n; ++i152) {
+        for (int64_t i153 = 0; i153 < K; ++i153) {
+            const float d_scores_i = d_scores[i152 * K + i153];
+            const float t154 = (d_scores_i * (-1.0f));
+            const float t155 = (t154 * 0.5f);
+            tmp151[i152 * K + i153] = t155;
         }
     }
-    float* const tmp169 = prod;  // reuses a dead buffer's space
-    for (int64_t i170 = 0; i170 < n; ++i170) {
-        for (int64_t i171 = 0; i171 < K; ++i171) {
-            for (int64_t i172 = 0; i172 < d; ++i172) {
-                const float x_i173 = tmp163[i170 * K + i171];
-                const float x_i174 = tmp70[i170 * (K * d) + i171 * d + i172];
-                const float t175 = (x_i173 * x_i174);
-                tmp169[i170 * (K * d) + i171 * d + i172] = t175;
+    float* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                const float x_i159 = tmp151[i156 * K + i157];
+                const float x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
+                const float d_mahalanobis161 = (x_i159 * x_i160);
+                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
             }
         }
     }
-    float* const prod176 = tmp70;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < n; ++i177) {
-        for (int64_t i178 = 0; i178 < K; ++i178) {
-            for (int64_t i179 = 0; i179 < d; ++i179) {
-                prod176[i177 * (K * d) + i178 * d + i179] = 0;
+    float* const d_centered = tmp67;  // reuses a dead buffer's space
+    for (int64_t i162 = 0; i162 < n; ++i162) {
+        for (int64_t i163 = 0; i163 < K; ++i163) {
+            for (int64_t i164 = 0; i164 < d; ++i164) {
+                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
             }
         }
     }
-    for (int64_t i180 = 0; i180 < n; ++i180) {
-        for (int64_t i181 = 0; i181 < K; ++i181) {
-            for (int64_t i182 = 0; i182 < d; ++i182) {
-                for (int64_t i183 = 0; i183 < d; ++i183) {
-                    prod176[i180 * (K * d) + i181 * d + i183] += tmp169[i180 * (K * d) + i181 * d + i182] * r[i181 * (d * d) + i182 * d + i183];
+    for (int64_t i165 = 0; i165 < n; ++i165) {
+        for (int64_t i166 = 0; i166 < K; ++i166) {
+            for (int64_t i167 = 0; i167 < d; ++i167) {
+                for (int64_t i168 = 0; i168 < d; ++i168) {
+                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
                 }
             }
         }
     }
-    float* const prod184 = r;  // reuses a dead buffer's space
-    for (int64_t i185 = 0; i185 < K; ++i185) {
-        for (int64_t i186 = 0; i186 < d; ++i186) {
-            for (int64_t i187 = 0; i187 < d; ++i187) {
-                prod184[i185 * (d * d) + i186 * d + i187] = 0;
+    float* const prod = r;  // reuses a dead buffer's space
+    for (int64_t i169 = 0; i169 < K; ++i169) {
+        for (int64_t i170 = 0; i170 < d; ++i170) {
+            for (int64_t i171 = 0; i171 < d; ++i171) {
+                prod[i169 * (d * d) + i170 * d + i171] = 0;
+            }
+        }
+    }
+    for (int64_t i172 = 0; i172 < K; ++i172) {
+        for (int64_t i173 = 0; i173 < d; ++i173) {
+            for (int64_t i174 = 0; i174 < n; ++i174) {
+                for (int64_t i175 = 0; i175 < d; ++i175) {
+                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+                }
+            }
+        }
+    }
+    float* const sum176 = tmp110;  // reuses a dead buffer's space
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        for (int64_t i178 = 0; i178 < d; ++i178) {
+            sum176[i177 * d + i178] = 0;
+        }
+    }
+    for (int64_t i179 = 0; i179 < n; ++i179) {
+        for (int64_t i180 = 0; i180 < K; ++i180) {
+            for (int64_t i181 = 0; i181 < d; ++i181) {
+                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+            }
+        }
+    }
+    for (int64_t i183 = 0; i183 < 1; ++i183) {
+        for (int64_t i184 = 0; i184 < K; ++i184) {
+            for (int64_t i185 = 0; i185 < d; ++i185) {
+                const float x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
+                const float t187 = (x_i186 * (-1.0f));
+                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
             }
         }
     }
     for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            for (int64_t i190 = 0; i190 < n; ++i190) {
-                for (int64_t i191 = 0; i191 < d; ++i191) {
-                    prod184[i188 * (d * d) + i189 * d + i191] += tmp169[i190 * (K * d) + i188 * d + i189] * tmp59[i190 * (K * d) + i188 * d + i191];
-                }
-            }
+        const float d_alphas_i = d_alphas[i188];
+        const float d_base_i = sum[i188];
+        const float d_alphas189 = (d_alphas_i + d_base_i);
+        out_d_alphas[i188] = d_alphas189;
+    }
+    float* const d_qs190 = tmp110;  // reuses a dead buffer's space
+    for (int64_t i191 = 0; i191 < K; ++i191) {
+        for (int64_t i192 = 0; i192 < d; ++i192) {
+            const float d_qs_i193 = d_qs[i191 * d + i192];
+            const float x_i194 = sum[i191];
+            const float d_qs195 = (d_qs_i193 + x_i194);
+            d_qs190[i191 * d + i192] = d_qs195;
         }
     }
-    float* const sum192 = tmp116;  // reuses a dead buffer's space
-    for (int64_t i193 = 0; i193 < K; ++i193) {
-        for (int64_t i194 = 0; i194 < d; ++i194) {
-            sum192[i193 * d + i194] = 0;
+    float* const r196 = tmp111;  // reuses a dead buffer's space
+    for (int64_t i197 = 0; i197 < K; ++i197) {
+        for (int64_t i198 = 0; i198 < d; ++i198) {
+            r196[i197 * d + i198] = 0.0f;
         }
     }
-    for (int64_t i195 = 0; i195 < n; ++i195) {
-        for (int64_t i196 = 0; i196 < K; ++i196) {
-            for (int64_t i197 = 0; i197 < d; ++i197) {
-                sum192[i196 * d + i197] += prod176[i195 * (K * d) + i196 * d + i197];
-            }
+    for (int64_t i199 = 0; i199 < K; ++i199) {
+        for (int64_t i200 = 0; i200 < T; ++i200) {
+            d_icf[i199 * T + i200] = 0.0f;
         }
     }
-    for (int64_t i199 = 0; i199 < 1; ++i199) {
-        for (int64_t i200 = 0; i200 < K; ++i200) {
-            for (int64_t i201 = 0; i201 < d; ++i201) {
-                const float x_i202 = sum192[i199 * (K * d) + i200 * d + i201];
-                const float t203 = (x_i202 * (-1.0f));
-                tmp198[i199 * (K * d) + i200 * d + i201] = t203;
+    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
+        float* const r202 = r18;  // reuses a dead buffer's space
+        for (int64_t i204 = 0; i204 < d; ++i204) {
+            r202[i204] = 0.0f;
+        }
+        for (int64_t i205 = 0; i205 < T; ++i205) {
+            r203[i205] = 0.0f;
+        }
+        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
+            float* const r207 = r19;  // reuses a dead buffer's space
+            for (int64_t i209 = 0; i209 < d; ++i209) {
+                r207[i209] = 0.0f;
             }
+            for (int64_t i210 = 0; i210 < T; ++i210) {
+                r208[i210] = 0.0f;
+            }
+            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
+                const float t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0f);
+                const float t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0f : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
+                const float t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0f);
+                const float t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
+                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0f;
+                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
+                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
+            }
+            for (int64_t i217 = 0; i217 < d; ++i217) {
+                const float x_i218 = r202[i217];
+                const float x_i219 = r207[i217];
+                const float t220 = (x_i218 + x_i219);
+                tmp216[i217] = t220;
+            }
+            for (int64_t i222 = 0; i222 < T; ++i222) {
+                const float x_i223 = r203[i222];
+                const float x_i224 = r208[i222];
+                const float t225 = (x_i223 + x_i224);
+                tmp221[i222] = t225;
+            }
+            for (int64_t i226 = 0; i226 < d; ++i226) {
+                r202[i226] = tmp216[i226];
+            }
+            for (int64_t i227 = 0; i227 < T; ++i227) {
+                r203[i227] = tmp221[i227];
+            }
+        }
+        for (int64_t i228 = 0; i228 < d; ++i228) {
+            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
+        }
+        for (int64_t i229 = 0; i229 < T; ++i229) {
+            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
         }
     }
-    for (int64_t i204 = 0; i204 < K; ++i204) {
-        const float x_i205 = tmp149[i204];
-        const float x_i206 = sum[i204];
-        const float t207 = (x_i205 + x_i206);
-        out_d_alphas[i204] = t207;
-    }
-    float* const tmp208 = tmp116;  // reuses a dead buffer's space
-    for (int64_t i209 = 0; i209 < K; ++i209) {
-        for (int64_t i210 = 0; i210 < d; ++i210) {
-            const float x_i211 = tmp137[i209 * d + i210];
-            const float x_i212 = sum[i209];
-            const float t213 = (x_i211 + x_i212);
-            tmp208[i209 * d + i210] = t213;
+    float* const d_qs230 = d_qs;  // reuses a dead buffer's space
+    for (int64_t i231 = 0; i231 < K; ++i231) {
+        for (int64_t i232 = 0; i232 < d; ++i232) {
+            const float d_qs_i233 = d_qs190[i231 * d + i232];
+            const float x_i234 = r196[i231 * d + i232];
+            const float d_qs235 = (d_qs_i233 + x_i234);
+            d_qs230[i231 * d + i232] = d_qs235;
         }
     }
-    float* const r214 = tmp117;  // reuses a dead buffer's space
-    for (int64_t i216 = 0; i216 < K; ++i216) {
-        for (int64_t i217 = 0; i217 < d; ++i217) {
-            r214[i216 * d + i217] = 0.0f;
+    for (int64_t i236 = 0; i236 < K; ++i236) {
+        for (int64_t i237 = 0; i237 < T; ++i237) {
+            padded[i236 * T + i237] = 0.0f;
         }
     }
-    for (int64_t i218 = 0; i218 < K; ++i218) {
-        for (int64_t i219 = 0; i219 < T; ++i219) {
-            r215[i218 * T + i219] = 0.0f;
+    for (int64_t i238 = 0; i238 < K; ++i238) {
+        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
+            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
         }
     }
-    for (int64_t k220 = K - 1; k220 >= 0; --k220) {
-        float* const r221 = r18;  // reuses a dead buffer's space
-        for (int64_t i223 = 0; i223 < d; ++i223) {
-            r221[i223] = 0.0f;
-        }
-        for (int64_t i224 = 0; i224 < T; ++i224) {
-            r222[i224] = 0.0f;
-        }
-        for (int64_t k225 = (r2 + k220)[0] - 1; k225 >= 0; --k225) {
-            float* const r226 = r19;  // reuses a dead buffer's space
-            for (int64_t i228 = 0; i228 < d; ++i228) {
-                r226[i228] = 0.0f;
-            }
-            for (int64_t i229 = 0; i229 < T; ++i229) {
-                r227[i229] = 0.0f;
-            }
-            for (int64_t k230 = ((r4 + k220 * d) + k225)[0] - 1; k230 >= 0; --k230) {
-                const float t231 = ((((r8 + k220 * (d * d)) + k225 * d) + k230)[0] ? (((prod184 + k220 * (d * d)) + k225 * d) + k230)[0] : 0.0f);
-                const float t232 = ((((r8 + k220 * (d * d)) + k225 * d) + k230)[0] ? 0.0f : (((prod184 + k220 * (d * d)) + k225 * d) + k230)[0]);
-                const float t233 = ((((r7 + k220 * (d * d)) + k225 * d) + k230)[0] ? t232 : 0.0f);
-                const float t234 = (t231 * (((r5 + k220 * (d * d)) + k225 * d) + k230)[0]);
-                (r226 + ks::clamp_index(int64_t{0}, d))[0] += 0.0f;
-                (r226 + ks::clamp_index(((r3 + k220 * d) + k225)[0], d))[0] += t234;
-                (r227 + ks::clamp_index((((r6 + k220 * (d * d)) + k225 * d) + k230)[0], T))[0] += t233;
-            }
-            for (int64_t i236 = 0; i236 < d; ++i236) {
-                const float x_i237 = r221[i236];
-                const float x_i238 = r226[i236];
-                const float t239 = (x_i237 + x_i238);
-                tmp235[i236] = t239;
-            }
-            for (int64_t i241 = 0; i241 < T; ++i241) {
-                const float x_i242 = r222[i241];
-                const float x_i243 = r227[i241];
-                const float t244 = (x_i242 + x_i243);
-                tmp240[i241] = t244;
-            }
-            for (int64_t i245 = 0; i245 < d; ++i245) {
-                r221[i245] = tmp235[i245];
-            }
-            for (int64_t i246 = 0; i246 < T; ++i246) {
-                r222[i246] = tmp240[i246];
-            }
-        }
-        for (int64_t i247 = 0; i247 < d; ++i247) {
-            (r214 + ks::clamp_index((r1 + k220)[0], K) * d)[i247] += r221[i247];
-        }
-        for (int64_t i248 = 0; i248 < T; ++i248) {
-            (r215 + ks::clamp_index((r1 + k220)[0], K) * T)[i248] += r222[i248];
+    for (int64_t i241 = 0; i241 < K; ++i241) {
+        for (int64_t i242 = 0; i242 < T; ++i242) {
+            const float d_icf_i = d_icf[i241 * T + i242];
+            const float x_i243 = padded[i241 * T + i242];
+            const float d_icf244 = (d_icf_i + x_i243);
+            d_icf240[i241 * T + i242] = d_icf244;
         }
     }
-    float* const tmp249 = tmp137;  // reuses a dead buffer's space
+    float* const padded245 = d_icf;  // reuses a dead buffer's space
+    for (int64_t i246 = 0; i246 < K; ++i246) {
+        for (int64_t i247 = 0; i247 < T; ++i247) {
+            padded245[i246 * T + i247] = 0.0f;
+        }
+    }
+    for (int64_t i248 = 0; i248 < K; ++i248) {
+        for (int64_t i249 = 0; i249 < d; ++i249) {
+            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
+        }
+    }
     for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < d; ++i251) {
-            const float x_i252 = tmp208[i250 * d + i251];
-            const float x_i253 = r214[i250 * d + i251];
-            const float t254 = (x_i252 + x_i253);
-            tmp249[i250 * d + i251] = t254;
+        for (int64_t i251 = 0; i251 < T; ++i251) {
+            const float d_icf_i252 = d_icf240[i250 * T + i251];
+            const float x_i253 = padded245[i250 * T + i251];
+            const float d_icf254 = (d_icf_i252 + x_i253);
+            out_d_icf[i250 * T + i251] = d_icf254;
         }
     }
     for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < T; ++i256) {
-            padded[i255 * T + i256] = 0.0f;
-        }
-    }
-    for (int64_t i257 = 0; i257 < K; ++i257) {
-        for (int64_t i258 = 0; i258 < (T - d); ++i258) {
-            (padded + d)[i257 * T + i258] = tmp131[i257 * ((T - d)) + i258];
-        }
-    }
-    for (int64_t i260 = 0; i260 < K; ++i260) {
-        for (int64_t i261 = 0; i261 < T; ++i261) {
-            const float x_i262 = r215[i260 * T + i261];
-            const float x_i263 = padded[i260 * T + i261];
-            const float t264 = (x_i262 + x_i263);
-            tmp259[i260 * T + i261] = t264;
-        }
-    }
-    float* const padded265 = r215;  // reuses a dead buffer's space
-    for (int64_t i266 = 0; i266 < K; ++i266) {
-        for (int64_t i267 = 0; i267 < T; ++i267) {
-            padded265[i266 * T + i267] = 0.0f;
-        }
-    }
-    for (int64_t i268 = 0; i268 < K; ++i268) {
-        for (int64_t i269 = 0; i269 < d; ++i269) {
-            padded265[i268 * T + i269] = tmp249[i268 * d + i269];
-        }
-    }
-    for (int64_t i270 = 0; i270 < K; ++i270) {
-        for (int64_t i271 = 0; i271 < T; ++i271) {
-            const float x_i272 = tmp259[i270 * T + i271];
-            const float x_i273 = padded265[i270 * T + i271];
-            const float t274 = (x_i272 + x_i273);
-            out_d_icf[i270 * T + i271] = t274;
-        }
-    }
-    for (int64_t i275 = 0; i275 < K; ++i275) {
-        for (int64_t i276 = 0; i276 < d; ++i276) {
-            out_d_means[i275 * d + i276] = tmp198[i275 * d + i276];
+        for (int64_t i256 = 0; i256 < d; ++i256) {
+            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
         }
     }
     return ks::status::ok;
@@ -1625,224 +1625,224 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp23 = reinterpret_cast<double*>(next_slot);
+    double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp29 = reinterpret_cast<double*>(next_slot);
+    double* const tmp25 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp43 = reinterpret_cast<double*>(next_slot);
+    double* const tmp39 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k3 = 0; k3 < d; ++k3) {
-                for (int64_t k5 = 0; k5 < d; ++k5) {
-                    const bool t6 = (k3 == k5);
-                    const double t7 = std::exp(((icf + k1 * T) + ks::clamp_index(k3, d))[0]);
-                    const bool t8 = (k3 > k5);
-                    const int64_t t9 = ((2*d) - k5);
-                    const int64_t t10 = (t9 - int64_t{1});
-                    const int64_t t11 = (k5 * t10);
-                    const int64_t t12 = ks::floordiv(t11, int64_t{2});
-                    const int64_t t13 = (d + t12);
-                    const int64_t t14 = (t13 + k3);
-                    const int64_t t15 = (t14 - k5);
-                    const int64_t t16 = (t15 - int64_t{1});
-                    const double t17 = (t8 ? ((icf + k1 * T) + ks::clamp_index(t16, T))[0] : 0.0);
-                    const double t18 = (t6 ? t7 : t17);
-                    (r4 + k5)[0] = t18;
+            for (int64_t k2 = 0; k2 < d; ++k2) {
+                for (int64_t k4 = 0; k4 < d; ++k4) {
+                    const bool t5 = (k2 == k4);
+                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const bool t7 = (k2 > k4);
+                    const int64_t t8 = ((2*d) - k4);
+                    const int64_t t9 = (t8 - int64_t{1});
+                    const int64_t t10 = (k4 * t9);
+                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
+                    const int64_t t12 = (d + t11);
+                    const int64_t t13 = (t12 + k2);
+                    const int64_t t14 = (t13 - k4);
+                    const int64_t t15 = (t14 - int64_t{1});
+                    const double t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0);
+                    const double t17 = (t5 ? t6 : t16);
+                    (r3 + k4)[0] = t17;
                 }
                 for (int64_t i = 0; i < d; ++i) {
-                    (r2 + k3 * d)[i] = r4[i];
+                    (r + k2 * d)[i] = r3[i];
                 }
             }
         }
-        for (int64_t i19 = 0; i19 < d; ++i19) {
-            for (int64_t i20 = 0; i20 < d; ++i20) {
-                (r + k1 * (d * d))[i19 * d + i20] = r2[i19 * d + i20];
+        for (int64_t i18 = 0; i18 < d; ++i18) {
+            for (int64_t i19 = 0; i19 < d; ++i19) {
+                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
             }
         }
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
+    for (int64_t i20 = 0; i20 < K; ++i20) {
         double acc = 0;
         #pragma omp simd reduction(+:acc)
-        for (int64_t i22 = 0; i22 < d; ++i22) {
-            const double x_i = icf[i21 * T + i22];
-            acc += x_i;
+        for (int64_t i21 = 0; i21 < d; ++i21) {
+            const double qs_i = icf[i20 * T + i21];
+            acc += qs_i;
         }
-        tmp[i21] = acc;
+        tmp[i20] = acc;
     }
-    for (int64_t i24 = 0; i24 < K; ++i24) {
-        const double alphas_i = alphas[i24];
-        const double x_i25 = tmp[i24];
-        const double t26 = (alphas_i + x_i25);
-        tmp23[i24] = t26;
+    for (int64_t i22 = 0; i22 < K; ++i22) {
+        const double alphas_i = alphas[i22];
+        const double x_i = tmp[i22];
+        const double base23 = (alphas_i + x_i);
+        base[i22] = base23;
     }
-    double r27;
-    r27 = 0.0;
-    for (int64_t k28 = 0; k28 < n; ++k28) {
+    double slse;
+    slse = 0.0;
+    for (int64_t k24 = 0; k24 < n; ++k24) {
+        for (int64_t i26 = 0; i26 < K; ++i26) {
+            for (int64_t i27 = 0; i27 < d; ++i27) {
+                const double x_i28 = (x + k24 * d)[i27];
+                const double means_i = means[i26 * d + i27];
+                const double t29 = (x_i28 - means_i);
+                tmp25[i26 * d + i27] = t29;
+            }
+        }
         for (int64_t i30 = 0; i30 < K; ++i30) {
             for (int64_t i31 = 0; i31 < d; ++i31) {
-                const double x_i32 = (x + k28 * d)[i31];
-                const double means_i = means[i30 * d + i31];
-                const double t33 = (x_i32 - means_i);
-                tmp29[i30 * d + i31] = t33;
-            }
-        }
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            for (int64_t i35 = 0; i35 < d; ++i35) {
                 double dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i36 = 0; i36 < d; ++i36) {
-                    dot += r[i34 * (d * d) + i35 * d + i36] * tmp29[i34 * d + i36];
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot += Qs[i30 * (d * d) + i31 * d + i32] * tmp25[i30 * d + i32];
                 }
-                prod[i34 * d + i35] = dot;
+                prod[i30 * d + i31] = dot;
             }
         }
-        double* const tmp37 = tmp;  // reuses a dead buffer's space
-        for (int64_t i38 = 0; i38 < K; ++i38) {
-            double acc39 = 0;
-            #pragma omp simd reduction(+:acc39)
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                const double x_i41 = prod[i38 * d + i40];
-                const double t42 = ks::ipow<2>(x_i41);
-                acc39 += t42;
+        double* const tmp33 = tmp;  // reuses a dead buffer's space
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            double acc35 = 0;
+            #pragma omp simd reduction(+:acc35)
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                const double x_i37 = prod[i34 * d + i36];
+                const double t38 = ks::ipow<2>(x_i37);
+                acc35 += t38;
             }
-            tmp37[i38] = acc39;
+            tmp33[i34] = acc35;
         }
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            const double x_i45 = tmp37[i44];
-            const double t46 = (0.5 * x_i45);
-            const double x_i47 = tmp23[i44];
-            const double t48 = (x_i47 - t46);
-            tmp43[i44] = t48;
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const double x_i41 = tmp33[i40];
+            const double t42 = (0.5 * x_i41);
+            const double x_i43 = base[i40];
+            const double t44 = (x_i43 - t42);
+            tmp39[i40] = t44;
         }
-        double acc49 = ks::lowest<double>();
-        for (int64_t i50 = 0; i50 < K; ++i50) {
-            const double x_i51 = tmp43[i50];
-            acc49 = ks::max(x_i51, acc49);
+        double acc45 = ks::lowest<double>();
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            const double x_i47 = tmp39[i46];
+            acc45 = ks::max(x_i47, acc45);
         }
-        double acc52 = 0;
-        #pragma omp simd reduction(+:acc52)
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const double x_i54 = tmp43[i53];
-            const double x_i55 = acc49;
-            const double t56 = (x_i54 - x_i55);
-            const double t57 = std::exp(t56);
-            acc52 += t57;
+        double acc48 = 0;
+        #pragma omp simd reduction(+:acc48)
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            const double x_i50 = tmp39[i49];
+            const double x_i51 = acc45;
+            const double t52 = (x_i50 - x_i51);
+            const double t53 = std::exp(t52);
+            acc48 += t53;
         }
-        const double t58 = std::log(acc52);
-        const double t59 = (t58 + acc49);
-        const double t60 = (r27 + t59);
-        r27 = t60;
+        const double t54 = std::log(acc48);
+        const double t55 = (t54 + acc45);
+        const double __sum_66_14 = (slse + t55);
+        slse = __sum_66_14;
     }
-    const int64_t t61 = (-n);
-    const int64_t t62 = (t61 * d);
-    const double t63 = static_cast<double>(t62);
-    const double t64 = (t63 * 0.5);
-    const double t65 = (t64 * 1.8378770664093453);
-    const double t66 = (t65 + r27);
-    double acc67 = ks::lowest<double>();
-    for (int64_t i68 = 0; i68 < K; ++i68) {
-        const double x_i69 = alphas[i68];
-        acc67 = ks::max(x_i69, acc67);
+    const int64_t t56 = (-n);
+    const int64_t t57 = (t56 * d);
+    const double t58 = static_cast<double>(t57);
+    const double t59 = (t58 * 0.5);
+    const double constant = (t59 * 1.8378770664093453);
+    const double t60 = (constant + slse);
+    double acc61 = ks::lowest<double>();
+    for (int64_t i62 = 0; i62 < K; ++i62) {
+        const double x_i63 = alphas[i62];
+        acc61 = ks::max(x_i63, acc61);
     }
-    double acc70 = 0;
-    #pragma omp simd reduction(+:acc70)
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = acc67;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = std::exp(t74);
-        acc70 += t75;
+    double acc64 = 0;
+    #pragma omp simd reduction(+:acc64)
+    for (int64_t i65 = 0; i65 < K; ++i65) {
+        const double alphas_i66 = alphas[i65];
+        const double x_i67 = acc61;
+        const double t68 = (alphas_i66 - x_i67);
+        const double t69 = std::exp(t68);
+        acc64 += t69;
     }
-    const double t76 = std::log(acc70);
-    const double t77 = (t76 + acc67);
-    const double t78 = static_cast<double>(n);
-    const double t79 = (t78 * t77);
-    const double t80 = (t66 - t79);
-    double r81;
+    const double t70 = std::log(acc64);
+    const double t71 = (t70 + acc61);
+    const double t72 = static_cast<double>(n);
+    const double t73 = (t72 * t71);
+    const double t74 = (t60 - t73);
+    double r75;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t82 = static_cast<double>(d);
-        const double t83 = (t82 + wishart_m);
-        const double t84 = (t83 + 1.0);
-        const double t85 = (t84 * t82);
-        const double t86 = std::log(wishart_gamma);
-        const double t87 = (t86 - 0.34657359027997264);
-        const double t88 = (t85 * t87);
-        const double t89 = (0.5 * t84);
-        double r90;
+        const double t76 = static_cast<double>(d);
+        const double t77 = (t76 + wishart_m);
+        const double n_w = (t77 + 1.0);
+        const double t78 = (n_w * t76);
+        const double t79 = std::log(wishart_gamma);
+        const double t80 = (t79 - 0.34657359027997264);
+        const double t81 = (t78 * t80);
+        const double t82 = (0.5 * n_w);
+        double r83;
         {  // log_gamma_d(a)
-            const double t91 = static_cast<double>(d);
-            const double t92 = (0.25 * t91);
-            const double t93 = static_cast<double>((d - 1));
-            const double t94 = (t92 * t93);
-            const double t95 = (t94 * 1.1447298858494002);
-            double r96;
-            r96 = 0.0;
-            for (int64_t k97 = 0; k97 < d; ++k97) {
-                const int64_t t98 = (k97 + int64_t{1});
-                const int64_t t99 = (int64_t{1} - t98);
-                const double t100 = static_cast<double>(t99);
-                const double t101 = (0.5 * t100);
-                const double t102 = (t89 + t101);
-                const double t103 = std::lgamma(t102);
-                const double t104 = (r96 + t103);
-                r96 = t104;
+            const double t84 = static_cast<double>(d);
+            const double t85 = (0.25 * t84);
+            const double t86 = static_cast<double>((d - 1));
+            const double t87 = (t85 * t86);
+            const double t88 = (t87 * 1.1447298858494002);
+            double r89;
+            r89 = 0.0;
+            for (int64_t k90 = 0; k90 < d; ++k90) {
+                const int64_t t91 = (k90 + int64_t{1});
+                const int64_t t92 = (int64_t{1} - t91);
+                const double t93 = static_cast<double>(t92);
+                const double t94 = (0.5 * t93);
+                const double t95 = (t82 + t94);
+                const double t96 = std::lgamma(t95);
+                const double __sum_25_55 = (r89 + t96);
+                r89 = __sum_25_55;
             }
-            const double t105 = (t95 + r96);
-            r90 = t105;
+            const double t97 = (t88 + r89);
+            r83 = t97;
         }
-        const double t106 = (t88 - r90);
-        double acc107 = 0;
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            #pragma omp simd reduction(+:acc107)
-            for (int64_t i109 = 0; i109 < d; ++i109) {
-                const double qs_i = icf[i108 * T + i109];
-                const double t110 = std::exp(qs_i);
-                const double t111 = ks::ipow<2>(t110);
-                acc107 += t111;
-            }
-        }
-        double acc112 = 0;
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            #pragma omp simd reduction(+:acc112)
-            for (int64_t i114 = 0; i114 < (T - d); ++i114) {
-                const double ls_i = (icf + d)[i113 * T + i114];
-                const double t115 = ks::ipow<2>(ls_i);
-                acc112 += t115;
+        const double C = (t81 - r83);
+        double acc98 = 0;
+        for (int64_t i99 = 0; i99 < K; ++i99) {
+            #pragma omp simd reduction(+:acc98)
+            for (int64_t i100 = 0; i100 < d; ++i100) {
+                const double qs_i101 = icf[i99 * T + i100];
+                const double t102 = std::exp(qs_i101);
+                const double t103 = ks::ipow<2>(t102);
+                acc98 += t103;
             }
         }
-        const double t116 = (acc107 + acc112);
-        const double t117 = ks::ipow<2>(wishart_gamma);
-        const double t118 = (0.5 * t117);
-        const double t119 = (t118 * t116);
-        double acc120 = 0;
-        for (int64_t i121 = 0; i121 < K; ++i121) {
-            #pragma omp simd reduction(+:acc120)
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                const double qs_i123 = icf[i121 * T + i122];
-                acc120 += qs_i123;
+        double acc104 = 0;
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            #pragma omp simd reduction(+:acc104)
+            for (int64_t i106 = 0; i106 < (T - d); ++i106) {
+                const double ls_i = (icf + d)[i105 * T + i106];
+                const double t107 = ks::ipow<2>(ls_i);
+                acc104 += t107;
             }
         }
-        const double t124 = (wishart_m * acc120);
-        const double t125 = (t119 - t124);
-        const double t126 = static_cast<double>(K);
-        const double t127 = (t126 * t106);
-        const double t128 = (t125 - t127);
-        r81 = t128;
+        const double frobenius = (acc98 + acc104);
+        const double t108 = ks::ipow<2>(wishart_gamma);
+        const double t109 = (0.5 * t108);
+        const double t110 = (t109 * frobenius);
+        double acc111 = 0;
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            #pragma omp simd reduction(+:acc111)
+            for (int64_t i113 = 0; i113 < d; ++i113) {
+                const double qs_i114 = icf[i112 * T + i113];
+                acc111 += qs_i114;
+            }
+        }
+        const double t115 = (wishart_m * acc111);
+        const double t116 = (t110 - t115);
+        const double t117 = static_cast<double>(K);
+        const double t118 = (t117 * C);
+        const double t119 = (t116 - t118);
+        r75 = t119;
     }
-    const double t129 = (t80 + r81);
-    *out = t129;
+    const double t120 = (t74 + r75);
+    *out = t120;
     return ks::status::ok;
 }
 
@@ -1903,47 +1903,47 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp55 = reinterpret_cast<double*>(next_slot);
+    double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const r57 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r58 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r59 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r60 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r61 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r62 = reinterpret_cast<double*>(next_slot);
+    double* const r60 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp64 = reinterpret_cast<double*>(next_slot);
+    double* const tmp62 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp72 = reinterpret_cast<double*>(next_slot);
+    double* const tmp70 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp80 = reinterpret_cast<double*>(next_slot);
+    double* const tmp78 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp121 = reinterpret_cast<double*>(next_slot);
+    double* const tmp119 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp129 = reinterpret_cast<double*>(next_slot);
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r153 = reinterpret_cast<double*>(next_slot);
+    double* const r145 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp164 = reinterpret_cast<double*>(next_slot);
+    double* const tmp156 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp183 = reinterpret_cast<double*>(next_slot);
+    double* const tmp175 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r216 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r223 = reinterpret_cast<double*>(next_slot);
+    double* const r212 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r228 = reinterpret_cast<double*>(next_slot);
+    double* const r217 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp236 = reinterpret_cast<double*>(next_slot);
+    double* const tmp225 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp241 = reinterpret_cast<double*>(next_slot);
+    double* const tmp230 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const tmp260 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf249 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k9 = 0; k9 < K; ++k9) {
@@ -2024,369 +2024,369 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         double acc = 0;
         #pragma omp simd reduction(+:acc)
         for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double x_i = icf[i53 * T + i54];
-            acc += x_i;
+            const double qs_i = icf[i53 * T + i54];
+            acc += qs_i;
         }
         tmp[i53] = acc;
     }
-    for (int64_t i56 = 0; i56 < K; ++i56) {
-        const double alphas_i = alphas[i56];
-        const double x_i57 = tmp[i56];
-        const double t58 = (alphas_i + x_i57);
-        tmp55[i56] = t58;
+    for (int64_t i55 = 0; i55 < K; ++i55) {
+        const double alphas_i = alphas[i55];
+        const double x_i = tmp[i55];
+        const double base56 = (alphas_i + x_i);
+        base[i55] = base56;
     }
-    for (int64_t k63 = 0; k63 < n; ++k63) {
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            for (int64_t i66 = 0; i66 < d; ++i66) {
-                const double x_i67 = (x + k63 * d)[i66];
-                const double means_i = means[i65 * d + i66];
-                const double t68 = (x_i67 - means_i);
-                tmp64[i65 * d + i66] = t68;
+    for (int64_t k61 = 0; k61 < n; ++k61) {
+        for (int64_t i63 = 0; i63 < K; ++i63) {
+            for (int64_t i64 = 0; i64 < d; ++i64) {
+                const double x_i65 = (x + k61 * d)[i64];
+                const double means_i = means[i63 * d + i64];
+                const double t66 = (x_i65 - means_i);
+                tmp62[i63 * d + i64] = t66;
             }
         }
-        for (int64_t i69 = 0; i69 < K; ++i69) {
-            for (int64_t i70 = 0; i70 < d; ++i70) {
+        for (int64_t i67 = 0; i67 < K; ++i67) {
+            for (int64_t i68 = 0; i68 < d; ++i68) {
                 double dot = 0;
                 #pragma omp simd reduction(+:dot)
-                for (int64_t i71 = 0; i71 < d; ++i71) {
-                    dot += r[i69 * (d * d) + i70 * d + i71] * tmp64[i69 * d + i71];
+                for (int64_t i69 = 0; i69 < d; ++i69) {
+                    dot += r[i67 * (d * d) + i68 * d + i69] * tmp62[i67 * d + i69];
                 }
-                prod[i69 * d + i70] = dot;
+                prod[i67 * d + i68] = dot;
             }
         }
-        double* const tmp73 = tmp;  // reuses a dead buffer's space
-        for (int64_t i74 = 0; i74 < K; ++i74) {
-            double acc75 = 0;
-            #pragma omp simd reduction(+:acc75)
-            for (int64_t i76 = 0; i76 < d; ++i76) {
-                const double x_i77 = prod[i74 * d + i76];
-                const double t78 = ks::ipow<2>(x_i77);
-                const double t79 = (2.0 * x_i77);
-                tmp72[i74 * d + i76] = t79;
-                acc75 += t78;
+        double* const tmp71 = tmp;  // reuses a dead buffer's space
+        for (int64_t i72 = 0; i72 < K; ++i72) {
+            double acc73 = 0;
+            #pragma omp simd reduction(+:acc73)
+            for (int64_t i74 = 0; i74 < d; ++i74) {
+                const double x_i75 = prod[i72 * d + i74];
+                const double t76 = ks::ipow<2>(x_i75);
+                const double t77 = (2.0 * x_i75);
+                tmp70[i72 * d + i74] = t77;
+                acc73 += t76;
             }
-            tmp73[i74] = acc75;
+            tmp71[i72] = acc73;
         }
-        for (int64_t i81 = 0; i81 < K; ++i81) {
-            const double x_i82 = tmp73[i81];
-            const double t83 = (0.5 * x_i82);
-            const double x_i84 = tmp55[i81];
-            const double t85 = (x_i84 - t83);
-            tmp80[i81] = t85;
+        for (int64_t i79 = 0; i79 < K; ++i79) {
+            const double x_i80 = tmp71[i79];
+            const double t81 = (0.5 * x_i80);
+            const double x_i82 = base[i79];
+            const double t83 = (x_i82 - t81);
+            tmp78[i79] = t83;
         }
-        double acc86 = ks::lowest<double>();
-        for (int64_t i87 = 0; i87 < K; ++i87) {
-            const double x_i88 = tmp80[i87];
-            acc86 = ks::max(x_i88, acc86);
+        double acc84 = ks::lowest<double>();
+        for (int64_t i85 = 0; i85 < K; ++i85) {
+            const double x_i86 = tmp78[i85];
+            acc84 = ks::max(x_i86, acc84);
         }
-        double* const tmp89 = tmp;  // reuses a dead buffer's space
-        double acc90 = 0;
-        #pragma omp simd reduction(+:acc90)
-        for (int64_t i91 = 0; i91 < K; ++i91) {
-            const double x_i92 = tmp80[i91];
-            const double x_i93 = acc86;
-            const double t94 = (x_i92 - x_i93);
-            const double t95 = std::exp(t94);
-            tmp89[i91] = t95;
-            acc90 += t95;
+        double* const tmp87 = tmp;  // reuses a dead buffer's space
+        double acc88 = 0;
+        #pragma omp simd reduction(+:acc88)
+        for (int64_t i89 = 0; i89 < K; ++i89) {
+            const double x_i90 = tmp78[i89];
+            const double x_i91 = acc84;
+            const double t92 = (x_i90 - x_i91);
+            const double t93 = std::exp(t92);
+            tmp87[i89] = t93;
+            acc88 += t93;
         }
-        const double t96 = (1.0 / acc90);
+        const double t94 = (1.0 / acc88);
+        for (int64_t i95 = 0; i95 < K; ++i95) {
+            for (int64_t i96 = 0; i96 < d; ++i96) {
+                (r57 + k61 * (K * d))[i95 * d + i96] = tmp62[i95 * d + i96];
+            }
+        }
         for (int64_t i97 = 0; i97 < K; ++i97) {
             for (int64_t i98 = 0; i98 < d; ++i98) {
-                (r59 + k63 * (K * d))[i97 * d + i98] = tmp64[i97 * d + i98];
+                (r58 + k61 * (K * d))[i97 * d + i98] = tmp70[i97 * d + i98];
             }
         }
         for (int64_t i99 = 0; i99 < K; ++i99) {
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                (r60 + k63 * (K * d))[i99 * d + i100] = tmp72[i99 * d + i100];
-            }
+            (r59 + k61 * K)[i99] = tmp87[i99];
         }
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            (r61 + k63 * K)[i101] = tmp89[i101];
-        }
-        (r62 + k63)[0] = t96;
+        (r60 + k61)[0] = t94;
     }
-    double acc102 = ks::lowest<double>();
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        const double x_i104 = alphas[i103];
-        acc102 = ks::max(x_i104, acc102);
+    double acc100 = ks::lowest<double>();
+    for (int64_t i101 = 0; i101 < K; ++i101) {
+        const double x_i102 = alphas[i101];
+        acc100 = ks::max(x_i102, acc100);
     }
-    double* const tmp105 = tmp;  // reuses a dead buffer's space
-    double acc106 = 0;
-    #pragma omp simd reduction(+:acc106)
-    for (int64_t i107 = 0; i107 < K; ++i107) {
-        const double alphas_i108 = alphas[i107];
-        const double x_i109 = acc102;
-        const double t110 = (alphas_i108 - x_i109);
-        const double t111 = std::exp(t110);
-        tmp105[i107] = t111;
-        acc106 += t111;
+    double* const tmp103 = tmp;  // reuses a dead buffer's space
+    double acc104 = 0;
+    #pragma omp simd reduction(+:acc104)
+    for (int64_t i105 = 0; i105 < K; ++i105) {
+        const double alphas_i106 = alphas[i105];
+        const double x_i107 = acc100;
+        const double t108 = (alphas_i106 - x_i107);
+        const double t109 = std::exp(t108);
+        tmp103[i105] = t109;
+        acc104 += t109;
     }
-    const double t112 = (1.0 / acc106);
-    const double t113 = static_cast<double>(n);
-    double* const tmp114 = tmp64;  // reuses a dead buffer's space
-    double* const tmp115 = prod;  // reuses a dead buffer's space
-    for (int64_t i116 = 0; i116 < K; ++i116) {
-        for (int64_t i117 = 0; i117 < d; ++i117) {
-            const double x_i118 = icf[i116 * T + i117];
-            const double t119 = std::exp(x_i118);
-            tmp114[i116 * d + i117] = t119;
-            const double t120 = (2.0 * t119);
-            tmp115[i116 * d + i117] = t120;
+    const double t110 = (1.0 / acc104);
+    const double t111 = static_cast<double>(n);
+    double* const tmp112 = tmp62;  // reuses a dead buffer's space
+    double* const tmp113 = prod;  // reuses a dead buffer's space
+    for (int64_t i114 = 0; i114 < K; ++i114) {
+        for (int64_t i115 = 0; i115 < d; ++i115) {
+            const double qs_i116 = icf[i114 * T + i115];
+            const double t117 = std::exp(qs_i116);
+            tmp112[i114 * d + i115] = t117;
+            const double t118 = (2.0 * t117);
+            tmp113[i114 * d + i115] = t118;
         }
     }
-    for (int64_t i122 = 0; i122 < K; ++i122) {
-        for (int64_t i123 = 0; i123 < (T - d); ++i123) {
-            const double x_i124 = (icf + d)[i122 * T + i123];
-            const double t125 = (2.0 * x_i124);
-            tmp121[i122 * ((T - d)) + i123] = t125;
+    for (int64_t i120 = 0; i120 < K; ++i120) {
+        for (int64_t i121 = 0; i121 < (T - d); ++i121) {
+            const double ls_i = (icf + d)[i120 * T + i121];
+            const double t122 = (2.0 * ls_i);
+            tmp119[i120 * ((T - d)) + i121] = t122;
         }
     }
-    const double t126 = ks::ipow<2>(wishart_gamma);
-    const double t127 = (0.5 * t126);
-    const double t128 = ((-1.0) * wishart_m);
-    for (int64_t i130 = 0; i130 < K; ++i130) {
-        for (int64_t i131 = 0; i131 < (T - d); ++i131) {
-            const double x_i132 = t127;
-            const double x_i133 = tmp121[i130 * ((T - d)) + i131];
-            const double t134 = (x_i132 * x_i133);
-            tmp129[i130 * ((T - d)) + i131] = t134;
+    const double t123 = ks::ipow<2>(wishart_gamma);
+    const double t124 = (0.5 * t123);
+    const double t125 = ((-1.0) * wishart_m);
+    for (int64_t i126 = 0; i126 < K; ++i126) {
+        for (int64_t i127 = 0; i127 < (T - d); ++i127) {
+            const double x_i128 = t124;
+            const double x_i129 = tmp119[i126 * ((T - d)) + i127];
+            const double d_ls130 = (x_i128 * x_i129);
+            d_ls[i126 * ((T - d)) + i127] = d_ls130;
         }
     }
-    double* const tmp135 = tmp72;  // reuses a dead buffer's space
-    for (int64_t i136 = 0; i136 < K; ++i136) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            const double x_i138 = t127;
-            const double x_i139 = tmp115[i136 * d + i137];
-            const double t140 = (x_i138 * x_i139);
-            const double x_i141 = tmp114[i136 * d + i137];
-            const double t142 = (t140 * x_i141);
-            const double x_i143 = t128;
-            const double t144 = (x_i143 + t142);
-            tmp135[i136 * d + i137] = t144;
+    double* const d_qs = tmp70;  // reuses a dead buffer's space
+    for (int64_t i131 = 0; i131 < K; ++i131) {
+        for (int64_t i132 = 0; i132 < d; ++i132) {
+            const double x_i133 = t124;
+            const double x_i134 = tmp113[i131 * d + i132];
+            const double t135 = (x_i133 * x_i134);
+            const double x_i136 = tmp112[i131 * d + i132];
+            const double t137 = (t135 * x_i136);
+            const double d_qs_i = t125;
+            const double d_qs138 = (d_qs_i + t137);
+            d_qs[i131 * d + i132] = d_qs138;
         }
     }
-    const double t145 = ((-1.0) * t113);
-    const double t146 = (t145 * t112);
-    double* const tmp147 = tmp55;  // reuses a dead buffer's space
+    const double t139 = ((-1.0) * t111);
+    const double t140 = (t139 * t110);
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    for (int64_t i141 = 0; i141 < K; ++i141) {
+        const double x_i142 = t140;
+        const double x_i143 = tmp103[i141];
+        const double d_alphas144 = (x_i142 * x_i143);
+        d_alphas[i141] = d_alphas144;
+    }
+    double* const d_base = tmp;  // reuses a dead buffer's space
+    double r146;
+    for (int64_t i147 = 0; i147 < K; ++i147) {
+        d_base[i147] = 0.0;
+    }
     for (int64_t i148 = 0; i148 < K; ++i148) {
-        const double x_i149 = t146;
-        const double x_i150 = tmp105[i148];
-        const double t151 = (x_i149 * x_i150);
-        tmp147[i148] = t151;
-    }
-    double* const r152 = tmp;  // reuses a dead buffer's space
-    double r154;
-    for (int64_t i155 = 0; i155 < K; ++i155) {
-        r152[i155] = 0.0;
-    }
-    for (int64_t i156 = 0; i156 < K; ++i156) {
-        for (int64_t i157 = 0; i157 < d; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                r153[i156 * (d * d) + i157 * d + i158] = 0.0;
+        for (int64_t i149 = 0; i149 < d; ++i149) {
+            for (int64_t i150 = 0; i150 < d; ++i150) {
+                r145[i148 * (d * d) + i149 * d + i150] = 0.0;
             }
         }
     }
-    for (int64_t i159 = 0; i159 < K; ++i159) {
-        for (int64_t i160 = 0; i160 < d; ++i160) {
-            out_d_means[i159 * d + i160] = 0.0;
+    for (int64_t i151 = 0; i151 < K; ++i151) {
+        for (int64_t i152 = 0; i152 < d; ++i152) {
+            out_d_means[i151 * d + i152] = 0.0;
         }
     }
-    r154 = 1.0;
-    for (int64_t k161 = n - 1; k161 >= 0; --k161) {
-        const double t162 = (r154 * (r62 + k161)[0]);
-        double* const tmp163 = tmp80;  // reuses a dead buffer's space
-        for (int64_t i165 = 0; i165 < K; ++i165) {
-            const double x_i166 = t162;
-            const double x_i167 = (r61 + k161 * K)[i165];
-            const double t168 = (x_i166 * x_i167);
-            tmp163[i165] = t168;
-            const double t169 = (t168 * (-1.0));
-            const double t170 = (t169 * 0.5);
-            tmp164[i165] = t170;
+    r146 = 1.0;
+    for (int64_t k153 = n - 1; k153 >= 0; --k153) {
+        const double t154 = (r146 * (r60 + k153)[0]);
+        double* const tmp155 = tmp78;  // reuses a dead buffer's space
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            const double x_i158 = t154;
+            const double x_i159 = (r59 + k153 * K)[i157];
+            const double t160 = (x_i158 * x_i159);
+            tmp155[i157] = t160;
+            const double t161 = (t160 * (-1.0));
+            const double t162 = (t161 * 0.5);
+            tmp156[i157] = t162;
         }
-        double* const tmp171 = tmp64;  // reuses a dead buffer's space
+        double* const tmp163 = tmp62;  // reuses a dead buffer's space
+        for (int64_t i164 = 0; i164 < K; ++i164) {
+            for (int64_t i165 = 0; i165 < d; ++i165) {
+                const double x_i166 = tmp156[i164];
+                const double x_i167 = (r58 + k153 * (K * d))[i164 * d + i165];
+                const double t168 = (x_i166 * x_i167);
+                tmp163[i164 * d + i165] = t168;
+            }
+        }
+        double* const prod169 = prod;  // reuses a dead buffer's space
+        for (int64_t i170 = 0; i170 < K; ++i170) {
+            for (int64_t i171 = 0; i171 < d; ++i171) {
+                prod169[i170 * d + i171] = 0;
+            }
+        }
         for (int64_t i172 = 0; i172 < K; ++i172) {
             for (int64_t i173 = 0; i173 < d; ++i173) {
-                const double x_i174 = tmp164[i172];
-                const double x_i175 = (r60 + k161 * (K * d))[i172 * d + i173];
-                const double t176 = (x_i174 * x_i175);
-                tmp171[i172 * d + i173] = t176;
-            }
-        }
-        double* const prod177 = prod;  // reuses a dead buffer's space
-        for (int64_t i178 = 0; i178 < K; ++i178) {
-            for (int64_t i179 = 0; i179 < d; ++i179) {
-                prod177[i178 * d + i179] = 0;
-            }
-        }
-        for (int64_t i180 = 0; i180 < K; ++i180) {
-            for (int64_t i181 = 0; i181 < d; ++i181) {
-                for (int64_t i182 = 0; i182 < d; ++i182) {
-                    prod177[i180 * d + i182] += tmp171[i180 * d + i181] * r[i180 * (d * d) + i181 * d + i182];
+                for (int64_t i174 = 0; i174 < d; ++i174) {
+                    prod169[i172 * d + i174] += tmp163[i172 * d + i173] * r[i172 * (d * d) + i173 * d + i174];
                 }
             }
         }
-        for (int64_t i184 = 0; i184 < K; ++i184) {
-            for (int64_t i185 = 0; i185 < d; ++i185) {
-                const double x_i186 = prod177[i184 * d + i185];
-                const double t187 = (x_i186 * (-1.0));
-                tmp183[i184 * d + i185] = t187;
+        for (int64_t i176 = 0; i176 < K; ++i176) {
+            for (int64_t i177 = 0; i177 < d; ++i177) {
+                const double x_i178 = prod169[i176 * d + i177];
+                const double t179 = (x_i178 * (-1.0));
+                tmp175[i176 * d + i177] = t179;
             }
         }
-        double* const tmp188 = tmp164;  // reuses a dead buffer's space
+        double* const tmp180 = tmp156;  // reuses a dead buffer's space
+        for (int64_t i181 = 0; i181 < K; ++i181) {
+            const double x_i182 = d_base[i181];
+            const double x_i183 = tmp155[i181];
+            const double t184 = (x_i182 + x_i183);
+            tmp180[i181] = t184;
+        }
+        for (int64_t i185 = 0; i185 < K; ++i185) {
+            for (int64_t i186 = 0; i186 < d; ++i186) {
+                for (int64_t i187 = 0; i187 < d; ++i187) {
+                    r145[i185 * (d * d) + i186 * d + i187] += tmp163[i185 * d + i186] * (r57 + k153 * (K * d))[i185 * d + i187];
+                }
+            }
+        }
+        double* const tmp188 = tmp62;  // reuses a dead buffer's space
         for (int64_t i189 = 0; i189 < K; ++i189) {
-            const double x_i190 = r152[i189];
-            const double x_i191 = tmp163[i189];
-            const double t192 = (x_i190 + x_i191);
-            tmp188[i189] = t192;
-        }
-        for (int64_t i193 = 0; i193 < K; ++i193) {
-            for (int64_t i194 = 0; i194 < d; ++i194) {
-                for (int64_t i195 = 0; i195 < d; ++i195) {
-                    r153[i193 * (d * d) + i194 * d + i195] += tmp171[i193 * d + i194] * (r59 + k161 * (K * d))[i193 * d + i195];
-                }
+            for (int64_t i190 = 0; i190 < d; ++i190) {
+                const double x_i191 = out_d_means[i189 * d + i190];
+                const double x_i192 = tmp175[i189 * d + i190];
+                const double t193 = (x_i191 + x_i192);
+                tmp188[i189 * d + i190] = t193;
             }
         }
-        double* const tmp196 = tmp64;  // reuses a dead buffer's space
-        for (int64_t i197 = 0; i197 < K; ++i197) {
-            for (int64_t i198 = 0; i198 < d; ++i198) {
-                const double x_i199 = out_d_means[i197 * d + i198];
-                const double x_i200 = tmp183[i197 * d + i198];
-                const double t201 = (x_i199 + x_i200);
-                tmp196[i197 * d + i198] = t201;
-            }
+        for (int64_t i194 = 0; i194 < K; ++i194) {
+            d_base[i194] = tmp180[i194];
         }
-        for (int64_t i202 = 0; i202 < K; ++i202) {
-            r152[i202] = tmp188[i202];
-        }
-        for (int64_t i203 = 0; i203 < K; ++i203) {
-            for (int64_t i204 = 0; i204 < d; ++i204) {
-                out_d_means[i203 * d + i204] = tmp196[i203 * d + i204];
+        for (int64_t i195 = 0; i195 < K; ++i195) {
+            for (int64_t i196 = 0; i196 < d; ++i196) {
+                out_d_means[i195 * d + i196] = tmp188[i195 * d + i196];
             }
         }
     }
-    for (int64_t i205 = 0; i205 < K; ++i205) {
-        const double x_i206 = tmp147[i205];
-        const double x_i207 = r152[i205];
-        const double t208 = (x_i206 + x_i207);
-        out_d_alphas[i205] = t208;
+    for (int64_t i197 = 0; i197 < K; ++i197) {
+        const double d_alphas_i = d_alphas[i197];
+        const double d_base_i = d_base[i197];
+        const double d_alphas198 = (d_alphas_i + d_base_i);
+        out_d_alphas[i197] = d_alphas198;
     }
-    double* const tmp209 = tmp64;  // reuses a dead buffer's space
-    for (int64_t i210 = 0; i210 < K; ++i210) {
-        for (int64_t i211 = 0; i211 < d; ++i211) {
-            const double x_i212 = tmp135[i210 * d + i211];
-            const double x_i213 = r152[i210];
-            const double t214 = (x_i212 + x_i213);
-            tmp209[i210 * d + i211] = t214;
-        }
-    }
-    double* const r215 = prod;  // reuses a dead buffer's space
-    for (int64_t i217 = 0; i217 < K; ++i217) {
-        for (int64_t i218 = 0; i218 < d; ++i218) {
-            r215[i217 * d + i218] = 0.0;
+    double* const d_qs199 = tmp62;  // reuses a dead buffer's space
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < d; ++i201) {
+            const double d_qs_i202 = d_qs[i200 * d + i201];
+            const double x_i203 = d_base[i200];
+            const double d_qs204 = (d_qs_i202 + x_i203);
+            d_qs199[i200 * d + i201] = d_qs204;
         }
     }
-    for (int64_t i219 = 0; i219 < K; ++i219) {
-        for (int64_t i220 = 0; i220 < T; ++i220) {
-            r216[i219 * T + i220] = 0.0;
+    double* const r205 = prod;  // reuses a dead buffer's space
+    for (int64_t i206 = 0; i206 < K; ++i206) {
+        for (int64_t i207 = 0; i207 < d; ++i207) {
+            r205[i206 * d + i207] = 0.0;
         }
     }
-    for (int64_t k221 = K - 1; k221 >= 0; --k221) {
-        double* const r222 = r18;  // reuses a dead buffer's space
-        for (int64_t i224 = 0; i224 < d; ++i224) {
-            r222[i224] = 0.0;
+    for (int64_t i208 = 0; i208 < K; ++i208) {
+        for (int64_t i209 = 0; i209 < T; ++i209) {
+            d_icf[i208 * T + i209] = 0.0;
         }
-        for (int64_t i225 = 0; i225 < T; ++i225) {
-            r223[i225] = 0.0;
+    }
+    for (int64_t k210 = K - 1; k210 >= 0; --k210) {
+        double* const r211 = r18;  // reuses a dead buffer's space
+        for (int64_t i213 = 0; i213 < d; ++i213) {
+            r211[i213] = 0.0;
         }
-        for (int64_t k226 = (r2 + k221)[0] - 1; k226 >= 0; --k226) {
-            double* const r227 = r19;  // reuses a dead buffer's space
-            for (int64_t i229 = 0; i229 < d; ++i229) {
-                r227[i229] = 0.0;
+        for (int64_t i214 = 0; i214 < T; ++i214) {
+            r212[i214] = 0.0;
+        }
+        for (int64_t k215 = (r2 + k210)[0] - 1; k215 >= 0; --k215) {
+            double* const r216 = r19;  // reuses a dead buffer's space
+            for (int64_t i218 = 0; i218 < d; ++i218) {
+                r216[i218] = 0.0;
             }
-            for (int64_t i230 = 0; i230 < T; ++i230) {
-                r228[i230] = 0.0;
+            for (int64_t i219 = 0; i219 < T; ++i219) {
+                r217[i219] = 0.0;
             }
-            for (int64_t k231 = ((r4 + k221 * d) + k226)[0] - 1; k231 >= 0; --k231) {
-                const double t232 = ((((r8 + k221 * (d * d)) + k226 * d) + k231)[0] ? (((r153 + k221 * (d * d)) + k226 * d) + k231)[0] : 0.0);
-                const double t233 = ((((r8 + k221 * (d * d)) + k226 * d) + k231)[0] ? 0.0 : (((r153 + k221 * (d * d)) + k226 * d) + k231)[0]);
-                const double t234 = ((((r7 + k221 * (d * d)) + k226 * d) + k231)[0] ? t233 : 0.0);
-                const double t235 = (t232 * (((r5 + k221 * (d * d)) + k226 * d) + k231)[0]);
-                (r227 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r227 + ks::clamp_index(((r3 + k221 * d) + k226)[0], d))[0] += t235;
-                (r228 + ks::clamp_index((((r6 + k221 * (d * d)) + k226 * d) + k231)[0], T))[0] += t234;
+            for (int64_t k220 = ((r4 + k210 * d) + k215)[0] - 1; k220 >= 0; --k220) {
+                const double t221 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? (((r145 + k210 * (d * d)) + k215 * d) + k220)[0] : 0.0);
+                const double t222 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? 0.0 : (((r145 + k210 * (d * d)) + k215 * d) + k220)[0]);
+                const double t223 = ((((r7 + k210 * (d * d)) + k215 * d) + k220)[0] ? t222 : 0.0);
+                const double t224 = (t221 * (((r5 + k210 * (d * d)) + k215 * d) + k220)[0]);
+                (r216 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
+                (r216 + ks::clamp_index(((r3 + k210 * d) + k215)[0], d))[0] += t224;
+                (r217 + ks::clamp_index((((r6 + k210 * (d * d)) + k215 * d) + k220)[0], T))[0] += t223;
             }
-            for (int64_t i237 = 0; i237 < d; ++i237) {
-                const double x_i238 = r222[i237];
-                const double x_i239 = r227[i237];
-                const double t240 = (x_i238 + x_i239);
-                tmp236[i237] = t240;
+            for (int64_t i226 = 0; i226 < d; ++i226) {
+                const double x_i227 = r211[i226];
+                const double x_i228 = r216[i226];
+                const double t229 = (x_i227 + x_i228);
+                tmp225[i226] = t229;
             }
-            for (int64_t i242 = 0; i242 < T; ++i242) {
-                const double x_i243 = r223[i242];
-                const double x_i244 = r228[i242];
-                const double t245 = (x_i243 + x_i244);
-                tmp241[i242] = t245;
+            for (int64_t i231 = 0; i231 < T; ++i231) {
+                const double x_i232 = r212[i231];
+                const double x_i233 = r217[i231];
+                const double t234 = (x_i232 + x_i233);
+                tmp230[i231] = t234;
             }
-            for (int64_t i246 = 0; i246 < d; ++i246) {
-                r222[i246] = tmp236[i246];
+            for (int64_t i235 = 0; i235 < d; ++i235) {
+                r211[i235] = tmp225[i235];
             }
-            for (int64_t i247 = 0; i247 < T; ++i247) {
-                r223[i247] = tmp241[i247];
+            for (int64_t i236 = 0; i236 < T; ++i236) {
+                r212[i236] = tmp230[i236];
             }
         }
-        for (int64_t i248 = 0; i248 < d; ++i248) {
-            (r215 + ks::clamp_index((r1 + k221)[0], K) * d)[i248] += r222[i248];
+        for (int64_t i237 = 0; i237 < d; ++i237) {
+            (r205 + ks::clamp_index((r1 + k210)[0], K) * d)[i237] += r211[i237];
         }
-        for (int64_t i249 = 0; i249 < T; ++i249) {
-            (r216 + ks::clamp_index((r1 + k221)[0], K) * T)[i249] += r223[i249];
-        }
-    }
-    double* const tmp250 = tmp72;  // reuses a dead buffer's space
-    for (int64_t i251 = 0; i251 < K; ++i251) {
-        for (int64_t i252 = 0; i252 < d; ++i252) {
-            const double x_i253 = tmp209[i251 * d + i252];
-            const double x_i254 = r215[i251 * d + i252];
-            const double t255 = (x_i253 + x_i254);
-            tmp250[i251 * d + i252] = t255;
+        for (int64_t i238 = 0; i238 < T; ++i238) {
+            (d_icf + ks::clamp_index((r1 + k210)[0], K) * T)[i238] += r212[i238];
         }
     }
-    for (int64_t i256 = 0; i256 < K; ++i256) {
-        for (int64_t i257 = 0; i257 < T; ++i257) {
-            padded[i256 * T + i257] = 0.0;
+    double* const d_qs239 = tmp70;  // reuses a dead buffer's space
+    for (int64_t i240 = 0; i240 < K; ++i240) {
+        for (int64_t i241 = 0; i241 < d; ++i241) {
+            const double d_qs_i242 = d_qs199[i240 * d + i241];
+            const double x_i243 = r205[i240 * d + i241];
+            const double d_qs244 = (d_qs_i242 + x_i243);
+            d_qs239[i240 * d + i241] = d_qs244;
         }
     }
-    for (int64_t i258 = 0; i258 < K; ++i258) {
-        for (int64_t i259 = 0; i259 < (T - d); ++i259) {
-            (padded + d)[i258 * T + i259] = tmp129[i258 * ((T - d)) + i259];
+    for (int64_t i245 = 0; i245 < K; ++i245) {
+        for (int64_t i246 = 0; i246 < T; ++i246) {
+            padded[i245 * T + i246] = 0.0;
         }
     }
-    for (int64_t i261 = 0; i261 < K; ++i261) {
-        for (int64_t i262 = 0; i262 < T; ++i262) {
-            const double x_i263 = r216[i261 * T + i262];
-            const double x_i264 = padded[i261 * T + i262];
-            const double t265 = (x_i263 + x_i264);
-            tmp260[i261 * T + i262] = t265;
+    for (int64_t i247 = 0; i247 < K; ++i247) {
+        for (int64_t i248 = 0; i248 < (T - d); ++i248) {
+            (padded + d)[i247 * T + i248] = d_ls[i247 * ((T - d)) + i248];
         }
     }
-    double* const padded266 = r216;  // reuses a dead buffer's space
-    for (int64_t i267 = 0; i267 < K; ++i267) {
-        for (int64_t i268 = 0; i268 < T; ++i268) {
-            padded266[i267 * T + i268] = 0.0;
+    for (int64_t i250 = 0; i250 < K; ++i250) {
+        for (int64_t i251 = 0; i251 < T; ++i251) {
+            const double d_icf_i = d_icf[i250 * T + i251];
+            const double x_i252 = padded[i250 * T + i251];
+            const double d_icf253 = (d_icf_i + x_i252);
+            d_icf249[i250 * T + i251] = d_icf253;
         }
     }
-    for (int64_t i269 = 0; i269 < K; ++i269) {
-        for (int64_t i270 = 0; i270 < d; ++i270) {
-            padded266[i269 * T + i270] = tmp250[i269 * d + i270];
+    double* const padded254 = d_icf;  // reuses a dead buffer's space
+    for (int64_t i255 = 0; i255 < K; ++i255) {
+        for (int64_t i256 = 0; i256 < T; ++i256) {
+            padded254[i255 * T + i256] = 0.0;
         }
     }
-    for (int64_t i271 = 0; i271 < K; ++i271) {
-        for (int64_t i272 = 0; i272 < T; ++i272) {
-            const double x_i273 = tmp260[i271 * T + i272];
-            const double x_i274 = padded266[i271 * T + i272];
-            const double t275 = (x_i273 + x_i274);
-            out_d_icf[i271 * T + i272] = t275;
+    for (int64_t i257 = 0; i257 < K; ++i257) {
+        for (int64_t i258 = 0; i258 < d; ++i258) {
+            padded254[i257 * T + i258] = d_qs239[i257 * d + i258];
+        }
+    }
+    for (int64_t i259 = 0; i259 < K; ++i259) {
+        for (int64_t i260 = 0; i260 < T; ++i260) {
+            const double d_icf_i261 = d_icf249[i259 * T + i260];
+            const double x_i262 = padded254[i259 * T + i260];
+            const double d_icf263 = (d_icf_i261 + x_i262);
+            out_d_icf[i259 * T + i260] = d_icf263;
         }
     }
     return ks::status::ok;

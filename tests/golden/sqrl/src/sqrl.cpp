@@ -11,41 +11,41 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const r = reinterpret_cast<float*>(next_slot);
+    float* const t2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
-    float acc = 0;
-    #pragma omp simd reduction(+:acc)
+    float y = 0;
+    #pragma omp simd reduction(+:y)
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        acc += x_i;
+        y += x_i;
     }
-    const bool t1 = (acc < 0.0f);
+    const bool t1 = (y < 0.0f);
     if (t1) {
-        for (int64_t i2 = 0; i2 < n; ++i2) {
-            const float x_i3 = x[i2];
-            const float t4 = ((-0.125f) * x_i3);
-            r[i2] = t4;
+        for (int64_t i3 = 0; i3 < n; ++i3) {
+            const float x_i4 = x[i3];
+            const float t5 = ((-0.125f) * x_i4);
+            t2[i3] = t5;
         }
     } else {
-        for (int64_t i5 = 0; i5 < n; ++i5) {
-            const float x_i6 = x[i5];
-            const float t7 = ks::ipow<2>(x_i6);
-            const float t8 = (0.5f * t7);
-            r[i5] = t8;
+        for (int64_t i6 = 0; i6 < n; ++i6) {
+            const float x_i7 = x[i6];
+            const float t8 = ks::ipow<2>(x_i7);
+            const float t9 = (0.5f * t8);
+            t2[i6] = t9;
         }
     }
-    float acc9 = 0;
-    #pragma omp simd reduction(+:acc9)
+    float acc = 0;
+    #pragma omp simd reduction(+:acc)
     for (int64_t i10 = 0; i10 < n; ++i10) {
-        const float x_i11 = r[i10];
-        const float t12 = std::sin(x_i11);
-        const float t13 = (t12 * x_i11);
-        acc9 += t13;
+        const float t_i = t2[i10];
+        const float t11 = std::sin(t_i);
+        const float t12 = (t11 * t_i);
+        acc += t12;
     }
-    const float t14 = static_cast<float>(n);
-    const float t15 = (acc9 / t14);
-    *out = t15;
+    const float t13 = static_cast<float>(n);
+    const float t14 = (acc / t13);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -71,13 +71,13 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     float* const tmp20 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
-    float acc = 0;
-    #pragma omp simd reduction(+:acc)
+    float y = 0;
+    #pragma omp simd reduction(+:y)
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        acc += x_i;
+        y += x_i;
     }
-    const bool t1 = (acc < 0.0f);
+    const bool t1 = (y < 0.0f);
     if (t1) {
         for (int64_t i3 = 0; i3 < n; ++i3) {
             const float x_i4 = x[i3];
@@ -147,59 +147,59 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     if (n1 < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
+    float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    bool* const tmp2 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
+    float* const t5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const t6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
-        float acc = 0;
-        #pragma omp simd reduction(+:acc)
-        for (int64_t i1 = 0; i1 < n; ++i1) {
-            const float x_i = x[i * n + i1];
-            acc += x_i;
+        float y1 = 0;
+        #pragma omp simd reduction(+:y1)
+        for (int64_t i2 = 0; i2 < n; ++i2) {
+            const float x_i = x[i * n + i2];
+            y1 += x_i;
         }
-        tmp[i] = acc;
+        y[i] = y1;
     }
     for (int64_t i3 = 0; i3 < n1; ++i3) {
-        const float x_i4 = tmp[i3];
-        const bool t5 = (x_i4 < 0.0f);
-        tmp2[i3] = t5;
+        const float y_i = y[i3];
+        const bool t4 = (y_i < 0.0f);
+        tmp[i3] = t4;
     }
-    for (int64_t i8 = 0; i8 < n1; ++i8) {
-        for (int64_t i9 = 0; i9 < n; ++i9) {
-            const float x_i10 = x[i8 * n + i9];
-            const float t11 = ((-0.125f) * x_i10);
-            tmp6[i8 * n + i9] = t11;
-            const float t12 = ks::ipow<2>(x_i10);
-            const float t13 = (0.5f * t12);
-            tmp7[i8 * n + i9] = t13;
+    for (int64_t i7 = 0; i7 < n1; ++i7) {
+        for (int64_t i8 = 0; i8 < n; ++i8) {
+            const float x_i9 = x[i7 * n + i8];
+            const float t10 = ((-0.125f) * x_i9);
+            t5[i7 * n + i8] = t10;
+            const float t11 = ks::ipow<2>(x_i9);
+            const float t12 = (0.5f * t11);
+            t6[i7 * n + i8] = t12;
         }
     }
-    float* const tmp14 = tmp;  // reuses a dead buffer's space
-    for (int64_t i15 = 0; i15 < n1; ++i15) {
-        float acc16 = 0;
-        #pragma omp simd reduction(+:acc16)
-        for (int64_t i17 = 0; i17 < n; ++i17) {
-            const bool x_i18 = tmp2[i15];
-            const float x_i19 = tmp6[i15 * n + i17];
-            const float x_i20 = tmp7[i15 * n + i17];
-            const float t21 = (x_i18 ? x_i19 : x_i20);
-            const float t22 = std::sin(t21);
-            const float t23 = (t22 * t21);
-            acc16 += t23;
+    float* const tmp13 = y;  // reuses a dead buffer's space
+    for (int64_t i14 = 0; i14 < n1; ++i14) {
+        float acc = 0;
+        #pragma omp simd reduction(+:acc)
+        for (int64_t i15 = 0; i15 < n; ++i15) {
+            const bool x_i16 = tmp[i14];
+            const float t_i = t5[i14 * n + i15];
+            const float t_i17 = t6[i14 * n + i15];
+            const float t18 = (x_i16 ? t_i : t_i17);
+            const float t19 = std::sin(t18);
+            const float t20 = (t19 * t18);
+            acc += t20;
         }
-        tmp14[i15] = acc16;
+        tmp13[i14] = acc;
     }
-    const float t24 = static_cast<float>(n);
-    for (int64_t i25 = 0; i25 < n1; ++i25) {
-        const float x_i26 = tmp14[i25];
-        const float t27 = (x_i26 / t24);
-        out[i25] = t27;
+    const float t21 = static_cast<float>(n);
+    for (int64_t i22 = 0; i22 < n1; ++i22) {
+        const float x_i23 = tmp13[i22];
+        const float t24 = (x_i23 / t21);
+        out[i22] = t24;
     }
     return ks::status::ok;
 }
@@ -215,89 +215,89 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     if (n1 < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
+    float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    bool* const tmp2 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
+    float* const t5 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n1 * n);
     float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const t7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    float* const t15 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
     float* const tmp16 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
     float* const tmp17 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp18 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
-        float acc = 0;
-        #pragma omp simd reduction(+:acc)
-        for (int64_t i1 = 0; i1 < n; ++i1) {
-            const float x_i = x[i * n + i1];
-            acc += x_i;
+        float y1 = 0;
+        #pragma omp simd reduction(+:y1)
+        for (int64_t i2 = 0; i2 < n; ++i2) {
+            const float x_i = x[i * n + i2];
+            y1 += x_i;
         }
-        tmp[i] = acc;
+        y[i] = y1;
     }
     for (int64_t i3 = 0; i3 < n1; ++i3) {
-        const float x_i4 = tmp[i3];
-        const bool t5 = (x_i4 < 0.0f);
-        tmp2[i3] = t5;
+        const float y_i = y[i3];
+        const bool t4 = (y_i < 0.0f);
+        tmp[i3] = t4;
     }
-    for (int64_t i9 = 0; i9 < n1; ++i9) {
-        for (int64_t i10 = 0; i10 < n; ++i10) {
-            const float x_i11 = x[i9 * n + i10];
-            const float t12 = ((-0.125f) * x_i11);
-            tmp6[i9 * n + i10] = t12;
-            const float t13 = ks::ipow<2>(x_i11);
-            const float t14 = (2.0f * x_i11);
-            tmp7[i9 * n + i10] = t14;
-            const float t15 = (0.5f * t13);
-            tmp8[i9 * n + i10] = t15;
+    for (int64_t i8 = 0; i8 < n1; ++i8) {
+        for (int64_t i9 = 0; i9 < n; ++i9) {
+            const float x_i10 = x[i8 * n + i9];
+            const float t11 = ((-0.125f) * x_i10);
+            t5[i8 * n + i9] = t11;
+            const float t12 = ks::ipow<2>(x_i10);
+            const float t13 = (2.0f * x_i10);
+            tmp6[i8 * n + i9] = t13;
+            const float t14 = (0.5f * t12);
+            t7[i8 * n + i9] = t14;
         }
     }
-    for (int64_t i19 = 0; i19 < n1; ++i19) {
-        for (int64_t i20 = 0; i20 < n; ++i20) {
-            const bool x_i21 = tmp2[i19];
-            const float x_i22 = tmp6[i19 * n + i20];
-            const float x_i23 = tmp8[i19 * n + i20];
-            const float t24 = (x_i21 ? x_i22 : x_i23);
-            tmp16[i19 * n + i20] = t24;
-            const float t25 = std::sin(t24);
-            tmp17[i19 * n + i20] = t25;
-            const float t26 = std::cos(t24);
-            tmp18[i19 * n + i20] = t26;
+    for (int64_t i18 = 0; i18 < n1; ++i18) {
+        for (int64_t i19 = 0; i19 < n; ++i19) {
+            const bool x_i20 = tmp[i18];
+            const float t_i = t5[i18 * n + i19];
+            const float t_i21 = t7[i18 * n + i19];
+            const float t22 = (x_i20 ? t_i : t_i21);
+            t15[i18 * n + i19] = t22;
+            const float t23 = std::sin(t22);
+            tmp16[i18 * n + i19] = t23;
+            const float t24 = std::cos(t22);
+            tmp17[i18 * n + i19] = t24;
         }
     }
-    const float t27 = static_cast<float>(n);
-    const float t28 = (1.0f / t27);
-    float* const tmp29 = tmp;  // reuses a dead buffer's space
+    const float t25 = static_cast<float>(n);
+    const float t26 = (1.0f / t25);
+    float* const tmp27 = y;  // reuses a dead buffer's space
+    for (int64_t i28 = 0; i28 < n1; ++i28) {
+        const float ct_i = ct[i28];
+        const float t29 = (ct_i * t26);
+        tmp27[i28] = t29;
+    }
     for (int64_t i30 = 0; i30 < n1; ++i30) {
-        const float ct_i = ct[i30];
-        const float t31 = (ct_i * t28);
-        tmp29[i30] = t31;
-    }
-    for (int64_t i32 = 0; i32 < n1; ++i32) {
-        for (int64_t i33 = 0; i33 < n; ++i33) {
-            const float x_i34 = tmp29[i32];
-            const float x_i35 = tmp17[i32 * n + i33];
-            const float t36 = (x_i34 * x_i35);
-            const float x_i37 = tmp16[i32 * n + i33];
-            const float t38 = (x_i34 * x_i37);
-            const float x_i39 = tmp18[i32 * n + i33];
-            const float t40 = (t38 * x_i39);
-            const float t41 = (t36 + t40);
-            const bool x_i42 = tmp2[i32];
-            const float t43 = (x_i42 ? t41 : 0.0f);
-            const float t44 = (x_i42 ? 0.0f : t41);
-            const float t45 = (t44 * 0.5f);
-            const float x_i46 = tmp7[i32 * n + i33];
-            const float t47 = (t45 * x_i46);
-            const float t48 = (t43 * (-0.125f));
-            const float t49 = (t47 + t48);
-            out[i32 * n + i33] = t49;
+        for (int64_t i31 = 0; i31 < n; ++i31) {
+            const float x_i32 = tmp27[i30];
+            const float x_i33 = tmp16[i30 * n + i31];
+            const float d_t = (x_i32 * x_i33);
+            const float t_i34 = t15[i30 * n + i31];
+            const float t35 = (x_i32 * t_i34);
+            const float x_i36 = tmp17[i30 * n + i31];
+            const float t37 = (t35 * x_i36);
+            const float d_t38 = (d_t + t37);
+            const bool x_i39 = tmp[i30];
+            const float d_t40 = (x_i39 ? d_t38 : 0.0f);
+            const float d_t41 = (x_i39 ? 0.0f : d_t38);
+            const float t42 = (d_t41 * 0.5f);
+            const float x_i43 = tmp6[i30 * n + i31];
+            const float d_x = (t42 * x_i43);
+            const float t44 = (d_t40 * (-0.125f));
+            const float d_x45 = (d_x + t44);
+            out[i30 * n + i31] = d_x45;
         }
     }
     return ks::status::ok;
@@ -347,11 +347,11 @@ extern "C" int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct,
         const float ct_i = ct[i];
         const float t5 = (t1 ? 0.0f : ct_i);
         const float t6 = (t2 ? t5 : 0.0f);
-        const float t7 = (t2 ? 0.0f : t5);
-        const float t8 = (t6 * 0.3333333432674408f);
-        const float t9 = (t8 * t4);
-        const float t10 = (t7 + t9);
-        out[i] = t10;
+        const float d_x = (t2 ? 0.0f : t5);
+        const float t7 = (t6 * 0.3333333432674408f);
+        const float t8 = (t7 * t4);
+        const float d_x9 = (d_x + t8);
+        out[i] = d_x9;
     }
     return ks::status::ok;
 }
