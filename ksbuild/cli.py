@@ -27,10 +27,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", default=None, help=BACKEND_HELP)
     c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
     c.add_argument("manifest")
-    i = sub.add_parser("ir", help="print the IR of every export")
+    from .transforms.pipeline import PASS_NAMES
+    i = sub.add_parser("ir", help="print the IR of every export (after the pass pipeline)")
     i.add_argument("manifest")
-    i.add_argument("--after", default=None, help="stop after this pass (default: all passes)")
+    i.add_argument("--after", default=None, choices=PASS_NAMES, metavar="PASS",
+                   help=f"stop after this pass: {', '.join(PASS_NAMES)} (default: all)")
     i.add_argument("--before-passes", action="store_true", help="print the IR straight from the transformations")
+    i.add_argument("--backend", default=None, help=BACKEND_HELP)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
     return p
 
@@ -72,7 +75,8 @@ def _ir(a) -> None:
     from .ir.printer import print_func
     from .manifest import load_manifest
 
-    for e in build_exports(load_manifest(a.manifest)):
+    after = "transforms" if a.before_passes else a.after
+    for e in build_exports(load_manifest(a.manifest, a.backend), after):
         print(f"// {e.name} = {e.spec.text}")
         print(print_func(e.func))
 

@@ -1,6 +1,7 @@
 """The one error type users see: a message that points at their file, line, column or key."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -53,3 +54,12 @@ class KsbuildError(Exception):
         if self.loc is not None or loc is None:
             return self
         return KsbuildError(self.message, loc, self.hint)
+
+
+@contextmanager
+def located(loc: Location | None):
+    """Give a KsbuildError raised inside the block the location `loc` if it has none yet."""
+    try:
+        yield
+    except KsbuildError as e:
+        raise e.at(loc) from None

@@ -9,7 +9,7 @@ from .errors import KsbuildError, Location
 from .ir.core import Func
 from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
 from .transforms.jvp import jvp_func
-from .transforms.pipeline import lower
+from .transforms.pipeline import Options, lower
 from .transforms.vjp import grad_func, vjp_func
 from .transforms.vmap import fresh_dim, vmap_func
 
@@ -84,8 +84,9 @@ def _vmap(f: Func, in_axes) -> Func:
     return vf
 
 
-def build_exports(m: Manifest) -> list[Export]:
-    """Compile every kernel the exports use and apply each export's transformations."""
+def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
+    """Compile every kernel the exports use, apply each export's transformations, then the pass
+    pipeline (up to and including pass `after`, if given)."""
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():
@@ -93,7 +94,8 @@ def build_exports(m: Manifest) -> list[Export]:
             if name not in kernels:
                 kernels[name] = compile_kernel(m, m.kernels[name])
         f = apply_transform(spec.expr, kernels, spec.loc)
-        out.append(Export(spec.name, lower(f.renamed(spec.name)), spec, m.kernels[_kernel_names(spec.expr)[0]]))
+        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend), after)
+        out.append(Export(spec.name, lowered, spec, m.kernels[_kernel_names(spec.expr)[0]]))
     return out
 
 

@@ -225,21 +225,21 @@ def test_relu3_text():
 func relu3(%x: f32) -> (f32) {
   %0: bool = lt(%x, 0.0: f32)
   %1: f32 = cond(%0, %x)
-    else_fn = func inner(%2: f32) -> (f32) {
-      %3: bool = lt(%2, 1.0: f32)
-      %4: f32 = cond(%3, %2)
-        else_fn = func e(%5: f32) -> (f32) {
-          %6: f32 = sub(%5, 0.6666666666666666: f32)
+    else_fn = func inner(%y_1: f32) -> (f32) {
+      %2: bool = lt(%y_1, 1.0: f32)
+      %3: f32 = cond(%2, %y_1)
+        else_fn = func e(%y_2: f32) -> (f32) {
+          %4: f32 = sub(%y_2, 0.6666666666666666: f32)
+          return %4
+        }
+        then_fn = func t(%y_3: f32) -> (f32) {
+          %5: f32 = ipow[n=3](%y_3)
+          %6: f32 = div(%5, 3.0: f32)
           return %6
         }
-        then_fn = func t(%7: f32) -> (f32) {
-          %8: f32 = ipow[n=3](%7)
-          %9: f32 = div(%8, 3.0: f32)
-          return %9
-        }
-      return %4
+      return %3
     }
-    then_fn = func zero(%10: f32) -> (f32) {
+    then_fn = func zero(%y_4: f32) -> (f32) {
       return 0.0: f32
     }
   return %1
@@ -252,10 +252,10 @@ def test_literal_params_and_names_text():
     assert "func tensor(%x: f32[n, 3], %y: f32[3]) -> (f32) {" in text
     assert "broadcast_to[shape=('n', 3)](%y)" in text
     assert "reduce_sum[axes=(0,)]" in text
-    assert "loop[length=3, n_carry=1, n_consts=1, reverse=False](3: i64, %0, %a0, %xs)" in text
-    assert "body = func body(%k: i64, %3: f32, %acc: f32, %x: f32) -> (f32, f32) {" in text
-    assert "func 'odd name'(%0: f32, %1: f32, %2: f32) -> (f32, bool, i64) {" in text
-    assert "return %3, True: bool, -2: i64" in text
+    assert "loop[length=3, n_carry=1, n_consts=1, reverse=False](3: i64, %c_1, %a0, %xs)" in text
+    assert "body = func body(%k: i64, %c_2: f32, %acc: f32, %x: f32) -> (f32, f32) {" in text
+    assert "func 'odd name'(%0: f32, %p_1: f32, %p_2: f32) -> (f32, bool, i64) {" in text
+    assert "return %1, True: bool, -2: i64" in text
     assert "-> (z: f32, 'not an identifier': f32)" in print_func(make_elementwise())
 
 
@@ -371,7 +371,7 @@ def test_parse_error_has_line_and_column(line2, where, message):
 
 
 def test_parse_error_in_nested_function_names_its_line():
-    text = print_func(make_relu3()).replace("%8: f32 = ipow[n=3](%7)", "%8: f32 = ipow[n=3](%2)")
+    text = print_func(make_relu3()).replace("%5: f32 = ipow[n=3](%y_3)", "%5: f32 = ipow[n=3](%2)")
     err = _parse_error(text)
     assert (err.loc.line, str(err.loc)) == (12, "<ir>:12:31")
     assert "%2 is not defined" in err.message

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from prim_samples import SAMPLES, STRUCTURED, UNBATCHED, prim_name
+from prim_samples import LOWERING, SAMPLES, STRUCTURED, UNBATCHED, prim_name
 
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
@@ -46,7 +46,9 @@ def test_completeness():
     for name, p in PRIMS.items():
         for rule in ("type_rule", "eval", "jvp", "batch", "emit"):
             assert callable(getattr(p, rule)), f"{name} lacks {rule}"
-        assert name in map(prim_name, SAMPLES) or name in STRUCTURED, f"{name} has no sample in tests/prim_samples.py"
+        assert (name in LOWERING) == p.lowering, f"{name}: lowering flag and tests/prim_samples.py LOWERING disagree"
+        if not p.lowering:
+            assert name in map(prim_name, SAMPLES) or name in STRUCTURED, f"{name} has no sample in prim_samples.py"
         assert p.doc, f"{name} has no doc"
 
 

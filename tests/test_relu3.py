@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,23 +79,6 @@ def test_library_is_runtime_free(installed):
     symbols = {line.split()[-1] for line in out.splitlines() if line.strip() and not line.endswith(":")}
     libm = re.compile(r"^(exp|log|log1p|expm1|sqrt|tanh|sin|cos|atan|atan2|pow|floor)f?$|^mem(cpy|set|move)$")
     assert all(libm.match(s) for s in symbols), sorted(symbols)
-
-
-def test_golden_sources(tmp_path):
-    """The generated sources are byte-identical to the reviewed snapshot (and deterministic)."""
-    outs = []
-    for i in range(2):
-        assert cli_main(["render", str(EXAMPLE / "manifest.toml"), "-o", str(tmp_path / f"p{i}")]) == 0
-        outs.append({p.relative_to(tmp_path / f"p{i}"): p.read_bytes() for p in (tmp_path / f"p{i}").rglob("*")
-                     if p.is_file()})
-    assert outs[0] == outs[1]
-    if os.environ.get("KSBUILD_UPDATE_GOLDEN"):
-        for name in ("src/activations.cpp", "include/activations.h", "CMakeLists.txt"):
-            (GOLDEN / name).parent.mkdir(parents=True, exist_ok=True)
-            (GOLDEN / name).write_bytes(outs[0][Path(name)])
-    for name in ("src/activations.cpp", "include/activations.h", "CMakeLists.txt"):
-        assert outs[0][Path(name)].decode() == (GOLDEN / name).read_text(), \
-            f"{name} changed; review and rerun with KSBUILD_UPDATE_GOLDEN=1"
 
 
 def test_repackage_is_cached(installed, capsys):

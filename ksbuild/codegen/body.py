@@ -1,124 +1,18 @@
-"""Emit IR bodies through a Writer: fused loop nests, inlined branches, loops, calls."""
+"""Emit IR bodies through a Writer: equations in order; inlined branches, loops, calls."""
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..ir.core import Atom, Func, Lit, Var
-from .cpp import Handle, Writer, element_region_key
+from .cpp import Handle, Writer
 from .storage import Storage
 
 
-def use_sites(f: Func) -> dict[Var, set[int]]:
-    """For each var, the indices of the equations reading it (len(eqns) stands for the results)."""
-    uses: dict[Var, set[int]] = {}
-    for i, eqn in enumerate(f.eqns):
-        for a in eqn.ins:
-            if isinstance(a, Var):
-                uses.setdefault(a, set()).add(i)
-    for r in f.results:
-        if isinstance(r, Var):
-            uses.setdefault(r, set()).add(len(f.eqns))
-    return uses
-
-
-def emit_body(w: Writer, f: Func, dests: dict[Var, Storage] | None = None) -> list[Handle]:
+def emit_body(w: Writer, f: Func) -> list[Handle]:
     """Emit f's equations (params already bound in w.env); the handles of its results."""
-    dests = dests or {}
-    uses = use_sites(f)
-    saved_uses = w.uses
-    w.level += 1
-    accumulate = _accumulations(f, uses)
-    done: set[int] = set()  # `add` equations already performed by an accumulating einsum
-    i = 0
-    while i < len(f.eqns):
-        key = element_region_key(f.eqns[i])
-        if i in done:
-            i += 1
-        elif key is None:
-            eqn = f.eqns[i]
-            if eqn.outs and eqn.outs[0] in dests and eqn.prim.name in WRITES_DEST:
-                w.escaping[eqn.outs[0]] = dests[eqn.outs[0]]
-            w.uses = (uses, i)
-            if i in accumulate and _accumulate_into(w, eqn, f.eqns[accumulate[i][0]], accumulate[i][1]):
-                done.add(accumulate[i][0])
-            else:
-                eqn.prim.emit(w, eqn)
-            i += 1
-        else:
-            j = i
-            while j < len(f.eqns) and element_region_key(f.eqns[j]) == key and j not in done:
-                j += 1
-            emit_region(w, f.eqns[i:j], range(i, j), uses, dests)
-            i = j
-        w.release(_live_roots(w, uses, i))
-    w.uses = saved_uses
-    handles = [handle_of(w, r) for r in f.results]
-    w.level -= 1
-    return handles
-
-
-def _accumulations(f: Func, uses) -> dict[int, tuple[int, Var]]:
-    """einsum results whose only use is `acc + result` with acc read nowhere else: the einsum can
-    add into acc's buffer directly (the reverse pass's `gradient += outer product`)."""
-    out: dict[int, tuple[int, Var]] = {}
-    defined = set(f.params)
-    for i, eqn in enumerate(f.eqns):
-        if eqn.prim.name == "einsum" and eqn.outs[0].type.rank:
-            r = eqn.outs[0]
-            at = uses.get(r, set())
-            if len(at) == 1 and (j := next(iter(at))) < len(f.eqns) and f.eqns[j].prim.name == "add":
-                other = [a for a in f.eqns[j].ins if a is not r]
-                if len(other) == 1 and isinstance(other[0], Var) and other[0] in defined \
-                        and other[0].type == r.type == f.eqns[j].outs[0].type and uses.get(other[0]) == {j}:
-                    out[i] = (j, other[0])
-        defined.update(eqn.outs)
-    return out
-
-
-def _accumulate_into(w: Writer, eqn, add, acc: Var) -> bool:
-    """Emit einsum as acc += product when acc owns its buffer; False if it does not."""
-    h = w.env.get(acc)
-    if not (isinstance(h, Storage) and h.literal is None and w.owner.get(h.root) is acc):
-        return False
-    w.einsum(eqn, into=h)
-    w.env[add.outs[0]] = h
-    w.owner[h.root] = add.outs[0]
-    return True
-
-
-def _live_roots(w: Writer, uses, next_eqn: int) -> set[str]:
-    """The buffers that values read from equation next_eqn on (or returned) point into."""
-    live = set()
-    for v, at in uses.items():
-        if max(at) >= next_eqn:
-            h = w.env.get(v)
-            if isinstance(h, Storage):
-                live.add(h.root)
-    return live
-
-
-# prims whose emit writes a fresh buffer, which may as well be the caller's output
-WRITES_DEST = {"reduce_sum", "reduce_max", "reduce_min", "einsum", "pad", "index_add"}
-
-
-def emit_region(w: Writer, eqns, span: range, uses, dests) -> None:
-    """One loop nest over the common shape; values read after it are stored."""
-    shape = eqns[0].outs[0].type.shape
-    for eqn in eqns:
-        for v in eqn.outs:
-            if uses.get(v, set()) - set(span):
-                w.escaping[v] = dests.get(v) or w.alloc(v.type, v.hint or "tmp", owner=v)
-    idx = w.open_loops(shape)
-    w.region = (idx, shape)
-    for eqn in eqns:
+    for eqn in f.eqns:
         eqn.prim.emit(w, eqn)
-    w.region = None
-    w.close_loops(len(idx))
-    w.local.clear()
-    for eqn in eqns:
-        for v in eqn.outs:
-            if v in w.escaping:
-                w.env[v] = w.escaping[v]
+    return [handle_of(w, r) for r in f.results]
 
 
 def handle_of(w: Writer, a: Atom) -> Handle:
@@ -128,7 +22,8 @@ def handle_of(w: Writer, a: Atom) -> Handle:
 
 
 def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
-    """Declare mutable targets for a cond's or loop's results (scalars: locals, tensors: buffers)."""
+    """Declare mutable targets for a cond's or loop's results (scalars: locals, tensors: their
+    planned buffers); the tensor ones are bound at once, so bodies can write into them."""
     handles: list[Handle] = []
     for v in outs:
         if v.type.rank == 0:
@@ -136,7 +31,8 @@ def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
             w.line(f"{w.ctype(v.type)} {name};")
             handles.append(name)
         else:
-            handles.append(w.escaping.get(v) or w.alloc(v.type, v.hint or "r"))
+            handles.append(w.target(v, "r"))
+            w.env[v] = handles[-1]
     return handles
 
 
@@ -157,9 +53,7 @@ def emit_inline(w: Writer, f: Func, args: Sequence[Atom], outs: Sequence[Handle]
     saved = dict(w.env)
     for p, a in zip(f.params, args):
         w.env[p] = handle_of(w, a)
-    dests = {r: o for r, o in zip(f.results, outs) if isinstance(r, Var) and isinstance(o, Storage)
-             and list(f.results).count(r) == 1 and r not in f.params}
-    results = emit_body(w, f, dests)
+    results = emit_body(w, f)
     for r, h, o in zip(f.results, results, outs):
         if h is not o:
             store(w, h, o, r.type)
@@ -189,8 +83,6 @@ def emit_loop(w: Writer, eqn) -> None:
         w.env[prm] = handle_of(w, a)
     for prm, h in zip(body.params[1 + nc:1 + nc + ncar], carry):
         w.env[prm] = h
-        if isinstance(h, Storage):
-            w.owner[h.root] = prm
     if p["length"] is not None:
         w.in_range[body.params[0]] = p["length"]
     for prm, a in zip(body.params[1 + nc + ncar:], xs):

@@ -1,9 +1,10 @@
 """Write the C++ body of one IR function: the context that primitives' emit rules call.
 
-Scalars are C++ locals. Tensors have a Storage. A maximal run of elementwise equations of
-one output shape becomes a single loop nest whose intermediates are scalar locals; only the
-values read after the run are stored. Buffers come from the workspace (or the stack, for
-small fixed sizes in scalar-ABI functions).
+Scalars are C++ locals. Tensors have a Storage: a buffer, or a view (new strides) of one.
+Nothing here decides what to fuse or where values live: a `fusion` equation is one loop nest
+(codegen/fusion.py), and the memory plan (transforms/plan_memory.py) says where each value is
+written. Buffers come from the workspace (or the stack, for small fixed sizes in scalar-ABI
+functions).
 """
 from __future__ import annotations
 
@@ -48,15 +49,14 @@ class Slot:
     name: str
     ctype: str
     size: str        # bytes, a C++ expression of the dims
-    free: bool = False
 
 
 @dataclass
 class Workspace:
-    """Buffers planned into the one workspace (tensor ABI) or onto the stack (scalar ABI).
+    """The one workspace buffer (tensor ABI) or the stack (scalar ABI), laid out as slots.
 
-    A buffer whose value is dead frees its slot; a later buffer of the same element type and
-    byte size reuses it, so the workspace is the sum of the slots, not of all temporaries."""
+    Which value goes into which slot is decided by the plan_memory pass; the Writer declares
+    one slot per planned slot (plus one per buffer of its own, such as a packed copy)."""
 
     on_stack: bool
     slots: list[Slot] = field(default_factory=list)
@@ -99,31 +99,22 @@ class Namer:
 
 
 class Writer:
-    """The codegen context: emit rules call assign/args/view/reduce/emit_cond/emit_loop."""
+    """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
 
-    def __init__(self, namer: Namer, ws: Workspace, indent: int = 1, backend: str = "plain"):
+    def __init__(self, namer: Namer, ws: Workspace, plan=None, outputs: dict[int, Storage] | None = None,
+                 indent: int = 1):
         self.lines: list[str] = []
-        self.backend = backend  # "blas": matrix-product contractions call ks::gemm (ks/blas.h)
         self.namer = namer
         self.ws = ws
+        self.plan = plan                     # transforms.plan_memory.Plan: where each value is written
+        self.outputs = outputs or {}         # output argument k -> its storage
+        self.slot_names: dict[int, str] = {}  # planned slot -> the name of its pointer
         self.depth = indent
         self.env: dict[Var, Handle] = {}
-        self.region: tuple[list[str], tuple] | None = None  # (index names, shape)
+        self.region: tuple[list[str], tuple] | None = None  # (index names, shape) inside a fusion
         self.local: dict[Var, str] = {}
-        self.escaping: dict[Var, Storage] = {}
-        self.helpers: dict[str, list[str]] = {}
-        self.owner: dict[str, Var] = {}       # buffer name -> the var whose value it holds
-        self.uses: tuple[dict, int] = ({}, 0)  # (var -> reading eqn indices, current eqn index)
+        self.escaping: dict[Var, Storage] = {}  # inside a fusion: values stored as they are computed
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
-        self.slot_of: dict[str, tuple[Slot, int]] = {}  # live workspace buffer -> (slot, body level)
-        self.level = 0  # nesting depth of the body being emitted
-
-    def release(self, live: set[str]) -> None:
-        """Free the slots of buffers allocated at this level or deeper that no live value points into."""
-        for name, (slot, level) in list(self.slot_of.items()):
-            if level >= self.level and name not in live:
-                slot.free = True
-                del self.slot_of[name]
 
     # ---- output --------------------------------------------------------------------------------
 
@@ -162,6 +153,10 @@ class Writer:
         h = self.env[a]
         return Storage.splat(h, a.type.shape) if isinstance(h, str) else h
 
+    def literal(self, value, t: Type) -> str:
+        """A C++ literal of t's dtype."""
+        return c_literal(value, t)
+
     def args(self, eqn: Eqn) -> list[str]:
         return [self.scalar(a) for a in eqn.ins]
 
@@ -178,8 +173,45 @@ class Writer:
 
     # ---- buffers -------------------------------------------------------------------------------
 
-    def alloc(self, t: Type, hint: str = "buf", owner: Var | None = None) -> Storage:
-        """A fresh contiguous buffer of type t (owned by `owner`: it may be updated in place)."""
+    def target(self, v: Var, hint: str = "buf") -> Storage:
+        """Where v's value is written, as planned: an output argument, the buffer of an enclosing
+        equation's output or of the operand it updates, or a workspace slot."""
+        place = self.plan.places.get(v) if self.plan is not None else None
+        if place is None:
+            return self.alloc(v.type, v.hint or hint)
+        if place.kind == "arg":
+            return self.outputs[place.index]
+        if place.kind in ("into", "reuse"):
+            return self.storage(place.of)
+        return self.slot(place.index, v, hint)
+
+    def accumulator(self, eqn: Eqn, base: Atom, hint: str) -> Storage:
+        """The buffer an in-place update of `base` writes (base's own when planned so, else a copy)."""
+        out = eqn.outs[0]
+        place = self.plan.places.get(out) if self.plan is not None else None
+        if place is not None and place.kind == "reuse":
+            return self.storage(base)
+        dst = self.target(out, hint)
+        self.copy(self.storage(base), dst, out.type)
+        return dst
+
+    def slot(self, k: int, v: Var, hint: str) -> Storage:
+        """Planned workspace slot k holding v (the slot's pointer is named after its first value)."""
+        if self.ws.on_stack:
+            return self.alloc(v.type, v.hint or hint)
+        name = self.namer.fresh(v.hint or hint)
+        if k not in self.slot_names:
+            self.slot_names[k] = name
+            self.ws.slots.append(Slot(name, self.ctype(v.type), self.bytes(v.type)))
+        else:
+            self.line(f"{self.ctype(v.type)}* const {name} = {self.slot_names[k]};  // reuses a dead buffer's space")
+        return Storage.buffer(name, v.type.shape)
+
+    def bytes(self, t: Type) -> str:
+        return f"ks::aligned_bytes<{self.ctype(t)}>({product(t.shape)})"
+
+    def alloc(self, t: Type, hint: str = "buf") -> Storage:
+        """A fresh contiguous buffer of type t of the writer's own (a packed copy, a staged carry)."""
         name = self.namer.fresh(hint)
         c = self.ctype(t)
         if self.ws.on_stack:
@@ -187,21 +219,8 @@ class Writer:
                 raise KsbuildError(f"a temporary of type {t} has a size known only at run time; a scalar "
                                    "function has no workspace to put it in")
             self.line(f"{c} {name}[{max(1, math.prod(t.shape))}];")
-            if owner is not None:
-                self.owner[name] = owner
-            return Storage.buffer(name, t.shape)
         else:
-            size = f"ks::aligned_bytes<{c}>({product(t.shape)})"
-            slot = next((s for s in self.ws.slots if s.free and s.ctype == c and s.size == size), None)
-            if slot is None:
-                slot = Slot(name, c, size)
-                self.ws.slots.append(slot)
-            else:
-                slot.free = False
-                self.line(f"{c}* const {name} = {slot.name};  // reuses a dead buffer's space")
-            self.slot_of[name] = (slot, self.level)
-        if owner is not None:
-            self.owner[name] = owner
+            self.ws.slots.append(Slot(name, c, self.bytes(t)))
         return Storage.buffer(name, t.shape)
 
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
@@ -209,6 +228,10 @@ class Writer:
         idx = self.open_loops(t.shape)
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
         self.close_loops(len(idx))
+
+    def fill(self, dst: Storage, expr: str, t: Type) -> None:
+        """dst[...] = expr everywhere."""
+        self.copy(Storage.splat(expr, t.shape), dst, t)
 
     def open_loops(self, shape, simd: str | None = None) -> list[str]:
         """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop."""
@@ -241,22 +264,21 @@ class Writer:
         self.env[out] = view
 
     def reduce(self, eqn: Eqn, kind: str) -> None:
-        """A sum, max or min over the given axes."""
+        """A sum, max or min over axes that do not end the shape (fuse handles trailing axes)."""
         (x,), (out,) = eqn.ins, eqn.outs
         axes, c = eqn.params["axes"], self.ctype(out.type)
         src = self.storage(x)
-        init = {"sum": "0", "max": f"ks::lowest<{c}>()", "min": f"ks::highest<{c}>()"}[kind]
-        update = {"sum": "{a} += {x};", "max": "{a} = ks::max({x}, {a});", "min": "{a} = ks::min({x}, {a});"}[kind]
+        update = REDUCE_UPDATE[kind]
         if out.type.rank == 0:
             name = self.namer.fresh("acc")
-            self.line(f"{c} {name} = {init};")
+            self.line(f"{c} {name} = {reduce_init(kind, c)};")
             idx = self.open_loops(x.type.shape, f"reduction(+:{name})" if kind == "sum" else None)
             self.line(update.format(a=name, x=src.at(idx)))
             self.close_loops(len(idx))
             self.env[out] = name
             return
-        dst = self.escaping.get(out) or self.alloc(out.type, kind, owner=out)
-        self.copy(Storage.splat(init, out.type.shape), dst, out.type)
+        dst = self.target(out, kind)
+        self.fill(dst, reduce_init(kind, c), out.type)
         idx = self.open_loops(x.type.shape)
         kept = [i for j, i in enumerate(idx) if j not in axes]
         self.line(update.format(a=dst.at(kept), x=src.at(idx)))
@@ -287,107 +309,9 @@ class Writer:
             return self.scalar(i)
         return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"
 
-    def updatable(self, a: Atom) -> Storage | None:
-        """a's buffer, if a owns it and nothing reads a after the current equation."""
-        if not isinstance(a, Var):
-            return None
-        h = self.env.get(a)
-        uses, here = self.uses
-        if isinstance(h, Storage) and h.literal is None and self.owner.get(h.root) is a and uses.get(a) == {here}:
-            return h
-        return None
-
-    def fresh_copy(self, a: Atom, out: Var, hint: str) -> Storage:
-        dst = self.escaping.get(out) or self.alloc(out.type, hint, owner=out)
-        self.copy(self.storage(a), dst, out.type)
-        return dst
-
-    def index_add(self, eqn: Eqn) -> None:
-        """out = x with v added at i: in place when x's buffer is dead afterwards."""
-        x, _, v = eqn.ins
-        (out,), axis = eqn.outs, eqn.params["axis"]
-        dst = self.updatable(x) or self.fresh_copy(x, out, "acc")
-        slot = dst.take(axis, self.clamped_index(eqn))
-        src = self.storage(v)
-        idx = self.open_loops(v.type.shape)
-        self.line(f"{slot.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
-        self.close_loops(len(idx))
-        self.env[out] = dst
-        self.owner[dst.root] = out
-
-    def pad(self, eqn: Eqn) -> None:
-        (x,), (out,) = eqn.ins, eqn.outs
-        p = eqn.params
-        dst = self.escaping.get(out) or self.alloc(out.type, "padded", owner=out)
-        self.copy(Storage.splat(c_literal(0, out.type), out.type.shape), dst, out.type)
-        self.copy(self.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
-        self.env[out] = dst
-
-    def einsum(self, eqn: Eqn, into: Storage | None = None) -> None:
-        """A contraction as a loop nest: a dot product per output element when the innermost axis
-        is summed over, else accumulate into the output with its last axis innermost."""
-        from ..prims.tensor import parse_spec
-        x, y = eqn.ins
-        (out,) = eqn.outs
-        a, b, o = parse_spec(eqn.params["spec"])
-        sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
-        summed = [ch for ch in dict.fromkeys(a + b) if ch not in o]
-        sa, sb = self.storage(x), self.storage(y)
-        axes = gemm_axes(a, b, o) if self.backend == "blas" and out.type.dtype in ("f32", "f64") else None
-        if axes and sa.literal is None and sb.literal is None:
-            self.gemm(eqn, (a, b, o), sizes, axes, sa, sb, into)
-            return
-        c = self.ctype(out.type)
-        score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
-        inner = max(list(o) + summed, key=score)
-        if inner in summed or not o:
-            summed.sort(key=lambda ch: ch == inner)
-            dst = into or (self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)) if o else None
-            outer = self.open_loops([sizes[ch] for ch in o])
-            acc = self.namer.fresh("dot")
-            self.line(f"{c} {acc} = 0;")
-            red = self.open_loops([sizes[ch] for ch in summed], f"reduction(+:{acc})")
-            ix = dict(zip(o, outer)) | dict(zip(summed, red))
-            self.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
-            self.close_loops(len(red))
-            if not o:
-                self.env[out] = acc
-                return
-            self.line(f"{dst.at(outer)} {'+=' if into else '='} {acc};")
-            self.close_loops(len(outer))
-            self.env[out] = dst
-            return
-        dst = into or self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
-        if into is None:
-            self.copy(Storage.splat("0", out.type.shape), dst, out.type)
-        order = [ch for ch in o if ch != inner] + summed + [inner]
-        loops = self.open_loops([sizes[ch] for ch in order])
-        ix = dict(zip(order, loops))
-        self.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
-        self.close_loops(len(loops))
-        self.env[out] = dst
-
-    def gemm(self, eqn: Eqn, letters, sizes, axes, sa: Storage, sb: Storage, into: Storage | None) -> None:
-        """einsum `letters` (a, b, out) as loops over the batch letters around one ks::gemm call."""
-        a, b, o = letters
-        batch, m, n, k = axes
-        (out,) = eqn.outs
-        dst = into or self.escaping.get(out) or self.alloc(out.type, "prod", owner=out)
-        loops = self.open_loops([sizes[ch] for ch in batch])
-        ix = dict(zip(batch, loops))
-        c = self.ctype(out.type)
-
-        def matrix(st: Storage, letters: str, rows: str, cols: str) -> str:
-            for pos in sorted((letters.index(ch) for ch in batch if ch in letters), reverse=True):
-                st = st.take(pos, ix[letters[pos]])
-            rest = [ch for ch in letters if ch not in batch]
-            return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
-
-        dims = ", ".join(dim_expr(sizes[ch]) for ch in (m, n, k))
-        self.line(f"ks::gemm<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
-                  f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
-        self.close_loops(len(loops))
-        self.env[out] = dst
+    def emit_fusion(self, eqn: Eqn) -> None:
+        from .fusion import emit_fusion
+        emit_fusion(self, eqn)
 
     def emit_cond(self, eqn: Eqn) -> None:
         from .body import declare_outputs, emit_inline
@@ -408,23 +332,9 @@ class Writer:
         emit_call(self, eqn)
 
 
-def gemm_axes(a: str, b: str, o: str):
-    """(batch letters, m, n, k) when einsum a,b->o is a batched matrix product c[m,n] = Σ_k a[m,k]·b[k,n]
-    with one letter each for m, n and k; None otherwise."""
-    if len(set(a)) != len(a) or len(set(b)) != len(b):
-        return None
-    batch = [ch for ch in o if ch in a and ch in b]
-    m = [ch for ch in a if ch in o and ch not in b]
-    n = [ch for ch in b if ch in o and ch not in a]
-    k = [ch for ch in a if ch in b and ch not in o]
-    if len(m) != 1 or len(n) != 1 or len(k) != 1 or len(a) + len(b) != 2 * len(batch) + 4:
-        return None
-    return batch, m[0], n[0], k[0]
+REDUCE_UPDATE = {"sum": "{a} += {x};", "max": "{a} = ks::max({x}, {a});", "min": "{a} = ks::min({x}, {a});"}
 
 
-def element_region_key(eqn: Eqn):
-    """The loop-nest shape an equation fuses into, or None if it is not fusible."""
-    if eqn.prim.elementwise and eqn.outs[0].type.rank > 0:
-        return eqn.outs[0].type.shape
-    return None
-
+def reduce_init(kind: str, c: str) -> str:
+    """The identity of a reduction as a C++ expression of element type c."""
+    return {"sum": "0", "max": f"ks::lowest<{c}>()", "min": f"ks::highest<{c}>()"}[kind]

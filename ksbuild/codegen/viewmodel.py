@@ -84,12 +84,12 @@ def is_scalar_abi(f: Func) -> bool:
     return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
 
 
-def export_view(package: str, name: str, f: Func, doc: list[str], backend: str = "plain") -> ExportView:
-    """Lay out the C signature of f and write its body."""
+def export_view(package: str, name: str, f: Func, doc: list[str]) -> ExportView:
+    """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS))
     scalar_abi = is_scalar_abi(f)
-    w = Writer(namer, Workspace(on_stack=scalar_abi), backend=backend)
+    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     for i, p in enumerate(f.params):
         cname = _c_name(p.hint, namer, f"x{i}")
@@ -131,14 +131,12 @@ def _scalar_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
 
 
 def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
-    dests: dict[Var, Storage] = {}
     out_args = []
-    for o, r in zip(outs, f.results):
+    for k, (o, r) in enumerate(zip(outs, f.results)):
         c = C_TYPES[r.type.dtype]
         out_args.append(ArgView(o, f"{c}* {o}", "out", r.type.dtype, list(r.type.shape)))
-        if isinstance(r, Var) and r not in f.params and r not in dests and r.type.rank > 0:
-            dests[r] = Storage.buffer(o, r.type.shape)
-    results = emit_body(w, f, dests)
+        w.outputs[k] = Storage.buffer(o, r.type.shape)
+    results = emit_body(w, f)
     body, w.lines = list(w.lines), []
     for o, r, h in zip(out_args, f.results, results):
         if r.type.rank == 0:

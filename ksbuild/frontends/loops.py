@@ -25,6 +25,7 @@ def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
     carried = [n for n in sorted(_assigned(s.body)) if n != s.target.id and scope.lookup(n) is not None]
     outs = counted_loop(fc, b, scope, s, s.target.id, s.iter, s.body, carried, [])
     for n, o in zip(carried, outs):
+        b.name(o, n)
         scope.names[n] = o
 
 
@@ -68,7 +69,7 @@ def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
         (ys,) = counted_loop(fc, b, scope, comp, g.target.id, g.iter, [], [], [comp.elt])
         from .tensors import move_axis0
         return move_axis0(b, ys, dim + ys.type.rank if dim < 0 else dim)
-    acc = f"__sum{id(comp)}"
+    acc = f"__sum_{comp.lineno}_{comp.col_offset}"  # not a Python name a user can write twice
     scope.names[acc] = Const(0)
     add = ast.Assign(targets=[ast.Name(acc, ast.Store())],
                      value=ast.BinOp(ast.Name(acc, ast.Load()), ast.Add(), comp.elt))
@@ -93,7 +94,7 @@ def _body(fc, scope: Scope, node, target: str, stmts, carried, types, start, ste
 
     bb, sc = Builder(fc.src.loc(node)), scope.child()
     k = Var(I64, "k")
-    carry_params = [Var(t, n) for n, t in zip(carried, types)]
+    carry_params = [Var(t, "sum" if n.startswith("__sum") else n) for n, t in zip(carried, types)]
     sc.names.update(zip(carried, carry_params))
     sc.names[target] = _index(fc, bb, sc, k, start, step)
     try:

@@ -200,15 +200,15 @@ class KernelCompiler:
         if isinstance(s, ast.Assign):
             value = self.expr(b, scope, s.value)
             for target in s.targets:
-                self.assign(scope, target, value)
+                self.assign(b, scope, target, value)
         elif isinstance(s, ast.AnnAssign) and s.value is not None:
-            self.assign(scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
+            self.assign(b, scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
                                                        self.annotation(s.annotation, s), s))
         elif isinstance(s, ast.AugAssign):
             if not isinstance(s.target, ast.Name):
                 raise self.src.error(s.target, "augmented assignment only to a plain name")
             current = self.name(scope, s.target)
-            self.assign(scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
+            self.assign(b, scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
         elif isinstance(s, ast.If):
             self.if_statement(b, scope, s)
         elif isinstance(s, ast.For):
@@ -238,14 +238,17 @@ class KernelCompiler:
         return self.src.error(node, f"unsupported syntax: {what}",
                               hint=hint or "see the supported subset in the README")
 
-    def assign(self, scope: Scope, target: ast.expr, value: Value) -> None:
+    def assign(self, b: Builder, scope: Scope, target: ast.expr, value: Value) -> None:
+        """Bind names to values; a value computed here takes the name (it shows in the IR and C++)."""
         if isinstance(target, ast.Name):
+            b.name(value, target.id)
             scope.names[target.id] = value
         elif isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
                 n = len(value) if isinstance(value, tuple) else 1
                 raise self.src.error(target, f"cannot unpack {n} value(s) into {len(target.elts)} names")
             for t, v in zip(target.elts, value):
+                b.name(v, t.id)
                 scope.names[t.id] = v
         else:
             raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
@@ -265,6 +268,7 @@ class KernelCompiler:
         names = [n for n in names if n in in_both or scope.lookup(n) is not None]
         outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s)
         for n, v in zip(names, outs):
+            b.name(v, n)
             scope.names[n] = v
 
     def if_returning(self, b: Builder, scope: Scope, s: ast.If, rest: list[ast.stmt]) -> None:

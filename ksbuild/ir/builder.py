@@ -14,6 +14,7 @@ class Builder:
     def __init__(self, loc: Location | None = None):
         self.eqns: list[Eqn] = []
         self.loc = loc
+        self.names: dict[Var, str] = {}  # readable names for vars made here, applied by func()
 
     def bind(self, prim: Any, ins: Sequence[Atom], params: dict[str, Any] | None = None) -> tuple[Var, ...]:
         """Append `outs = prim[params](ins)` and return the new output vars."""
@@ -42,8 +43,33 @@ class Builder:
     def lit(self, value: Any, type: Type) -> Lit:
         return Lit(value, type)
 
+    def name(self, a: Atom | None, hint: str) -> None:
+        """Give a var made here without a name the user's name for it (e.g. the variable it is
+        assigned to); the first name given wins."""
+        if isinstance(a, Var) and not a.hint and hint and hint.isidentifier():
+            self.names.setdefault(a, hint)
+
+    def name_like(self, outs: Sequence[Atom], like: Sequence[Var], prefix: str = "") -> None:
+        """Name each of outs after the var it stands for in like (prefixed, e.g. d for a tangent)."""
+        for a, v in zip(outs, like):
+            if v.hint:
+                self.name(a, prefix + v.hint)
+
     def func(self, name: str, params: Sequence[Var], results: Sequence[Atom], result_names=()) -> Func:
-        return Func(name, tuple(params), tuple(self.eqns), tuple(results), tuple(result_names))
+        eqns, results = self._named(list(results))
+        return Func(name, tuple(params), tuple(eqns), tuple(results), tuple(result_names))
+
+    def _named(self, results: list) -> tuple[list[Eqn], list]:
+        """The equations and results with every var in self.names replaced by a named copy."""
+        defined = {v for e in self.eqns for v in e.outs}
+        new = {v: Var(v.type, h) for v, h in self.names.items() if v in defined}
+        if not new:
+            return self.eqns, results
+        swap = lambda a: new.get(a, a) if isinstance(a, Var) else a  # noqa: E731
+        eqns = [e if not any(isinstance(a, Var) and a in new for a in e.ins + e.outs) else
+                Eqn(e.prim, tuple(swap(a) for a in e.ins), tuple(swap(v) for v in e.outs), e.params, e.loc)
+                for e in self.eqns]
+        return eqns, [swap(r) for r in results]
 
 
 def inline(b: Builder, func: Func, args: Sequence[Atom]) -> list[Atom]:

@@ -67,6 +67,7 @@ class Func:
     eqns: tuple[Eqn, ...]
     results: tuple[Atom, ...]
     result_names: tuple[str, ...] = ()
+    plan: Any = None  # the memory plan (transforms.plan_memory.Plan) once the pipeline has made one
 
     @property
     def in_types(self) -> tuple[Type, ...]:
@@ -77,7 +78,7 @@ class Func:
         return tuple(r.type for r in self.results)
 
     def renamed(self, name: str) -> "Func":
-        return Func(name, self.params, self.eqns, self.results, self.result_names)
+        return Func(name, self.params, self.eqns, self.results, self.result_names, self.plan)
 
 
 def sub_funcs(eqn: Eqn) -> list[Func]:

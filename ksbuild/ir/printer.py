@@ -13,7 +13,8 @@
     }
 
 A var is printed as `%hint` when its hint is an identifier no other var of the whole
-function (nested bodies included) shares, otherwise as `%N`, N counting in text order.
+function (nested bodies included) shares, as `%hint_K` for the K-th var sharing a hint (that
+does not end in a digit), otherwise as `%N`, N counting in text order.
 Names never depend on `Var.uid`. Params are sorted by key; literal params go in brackets
 as Python literals, sub-function params follow the equation as indented blocks.
 Result names, when there is one per result, are printed in the result types: `-> (dx: f32)`.
@@ -69,15 +70,21 @@ def func_params(eqn: Eqn) -> list[tuple[str, Func]]:
 
 
 class _Namer:
-    """Gives each var definition a name: its hint if unique in the whole function, else a number."""
+    """Gives each var definition a name: its hint if unique in the whole function, `hint_K` for the
+    K-th of several vars sharing a hint, otherwise a number."""
 
     def __init__(self, f: Func):
         self.hints = Counter(v.hint for v in walk_vars(f))
         self.count = 0
+        self.per_hint: Counter = Counter()
+        self.plan = f.plan
 
     def define(self, scope: dict[Var, str], v: Var) -> str:
         if IDENT.match(v.hint) and self.hints[v.hint] == 1:
             name = f"%{v.hint}"
+        elif IDENT.match(v.hint) and not v.hint[-1].isdigit():
+            self.per_hint[v.hint] += 1
+            name = f"%{v.hint}_{self.per_hint[v.hint]}"
         else:
             name = f"%{self.count}"
             self.count += 1
@@ -91,12 +98,21 @@ def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str])
     params = ", ".join(f"{namer.define(scope, p)}: {format_type(p.type)}" for p in f.params)
     lines.append(f"{pad}{head} {format_name(f.name)}({params}) -> ({_result_types(f)}) {{")
     for eqn in f.eqns:
-        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope))
+        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, scope))
         for key, sub in func_params(eqn):
             _func_lines(sub, f"{key} = func", namer, depth + 2, lines)
     results = ", ".join(_atom(r, scope) for r in f.results)
     lines.append(f"{pad}{INDENT}return {results}".rstrip())
     lines.append(f"{pad}}}")
+
+
+def _placement(eqn: Eqn, namer: _Namer, scope: dict[Var, str]) -> str:
+    """A comment saying where the memory plan puts the equation's outputs (if there is a plan)."""
+    if namer.plan is None:
+        return ""
+    places = [(v, namer.plan.places[v]) for v in eqn.outs if v in namer.plan.places]
+    shown = [f"{scope[v]} in {p.text(lambda u: scope.get(u, '?'))}" for v, p in places]
+    return "  # " + ", ".join(shown) if shown else ""
 
 
 def _result_types(f: Func) -> str:

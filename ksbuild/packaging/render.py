@@ -30,7 +30,7 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
 
 
 def views(m: Manifest, exports: list[Export]) -> list[ExportView]:
-    return [export_view(m.name, e.name, e.func, export_doc(e, m), m.build.backend) for e in exports]
+    return [export_view(m.name, e.name, e.func, export_doc(e, m)) for e in exports]
 
 
 def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:

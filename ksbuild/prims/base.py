@@ -12,6 +12,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
+Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
+operand's storage), `lowering` (only the codegen passes make it; see prims/lowering.py).
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class Prim:
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())
+    view: bool = False      # the output is a view of the first operand's storage (no copy)
+    lowering: bool = False  # made by the codegen passes; has no jvp/transpose/batching rules
 
     def __post_init__(self):
         assert self.name not in PRIMS, f"primitive {self.name} defined twice"

@@ -32,6 +32,7 @@ def _broadcast_batch(b, ins, batched, size, shape):
 
 broadcast_to = Prim(
     name="broadcast_to",
+    view=True,
     type_rule=_broadcast_rule,
     eval=lambda x, shape, env: (np.broadcast_to(x, concrete_shape(Type("f32", shape), env)).copy(),),
     # linear: d broadcast(x) = broadcast(dx)
@@ -52,6 +53,7 @@ def _reshape_rule(in_types, shape):
 
 reshape = Prim(
     name="reshape",
+    view=True,
     type_rule=_reshape_rule,
     eval=lambda x, shape, env: (np.reshape(x, concrete_shape(Type("f32", shape), env)),),
     # linear: d reshape(x) = reshape(dx); x̄ = reshape(ȳ, shape of x)
@@ -112,6 +114,7 @@ def _inverse(perm):
 
 transpose = Prim(
     name="transpose",
+    view=True,
     type_rule=_transpose_rule,
     eval=lambda x, perm, env: (np.ascontiguousarray(np.transpose(x, perm)),),
     # linear: d xᵀ = (dx)ᵀ; x̄ = ȳ permuted back

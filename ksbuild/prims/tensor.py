@@ -68,6 +68,7 @@ def _index_batch(b, ins, batched, size, axis):
 
 index = Prim(
     name="index",
+    view=True,
     type_rule=_index_rule,
     eval=_index_eval,
     # linear in x: d x[i] = dx[i]; x̄ = zeros with ȳ added at i
@@ -126,6 +127,18 @@ def _index_add_batch(b, ins, batched, size, axis):
     return [b.index_add(x, i, v, axis=axis + 1)], [True]
 
 
+def _index_add_emit(ctx, eqn) -> None:
+    # out = x with v added at i, in x's buffer when the memory plan says x is dead afterwards
+    x, _, v = eqn.ins
+    dst = ctx.accumulator(eqn, x, "acc")
+    row = dst.take(eqn.params["axis"], ctx.clamped_index(eqn))
+    src = ctx.storage(v)
+    idx = ctx.open_loops(v.type.shape)
+    ctx.line(f"{row.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
+    ctx.close_loops(len(idx))
+    ctx.env[eqn.outs[0]] = dst
+
+
 index_add = Prim(
     name="index_add",
     type_rule=_index_add_rule,
@@ -133,7 +146,7 @@ index_add = Prim(
     jvp=_index_add_jvp,
     transpose=_index_add_transpose,
     batch=_index_add_batch,
-    emit=lambda ctx, eqn: ctx.index_add(eqn),
+    emit=_index_add_emit,
     doc="x with v added at position i along an axis (in place when x is dead afterwards)",
 )
 
@@ -163,6 +176,7 @@ def _slice_transpose(b, cts, ins, linear, axis, start, stop):
 
 slice_ = Prim(
     name="slice",
+    view=True,
     type_rule=_slice_rule,
     eval=_slice_eval,
     jvp=lambda b, p, t, axis, start, stop: (
@@ -200,6 +214,15 @@ def _pad_transpose(b, cts, ins, linear, axis, lo, hi):
     return [b.slice(ct, axis=axis, start=lo, stop=dim_add(lo, x.type.shape[axis]))]
 
 
+def _pad_emit(ctx, eqn) -> None:
+    # zeros everywhere, then x copied into the range lo:lo+len
+    (x,), (out,), p = eqn.ins, eqn.outs, eqn.params
+    dst = ctx.target(out, "padded")
+    ctx.fill(dst, ctx.literal(0, out.type), out.type)
+    ctx.copy(ctx.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
+    ctx.env[out] = dst
+
+
 pad = Prim(
     name="pad",
     type_rule=_pad_rule,
@@ -208,7 +231,7 @@ pad = Prim(
                                        [b.pad(t[0], axis=axis, lo=lo, hi=hi) if t[0] is not None else None]),
     transpose=_pad_transpose,
     batch=lambda b, ins, batched, size, axis, lo, hi: ([b.pad(ins[0], axis=axis + 1, lo=lo, hi=hi)], [True]),
-    emit=lambda ctx, eqn: ctx.pad(eqn),
+    emit=_pad_emit,
     doc="zeros before (lo) and after (hi) along an axis",
 )
 
@@ -263,6 +286,7 @@ reduce_min = _extremum("reduce_min", np.min, "min")
 
 stop_gradient = Prim(
     name="stop_gradient",
+    view=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),
     jvp=lambda b, p, t: ([b.stop_gradient(p[0])], [None]),

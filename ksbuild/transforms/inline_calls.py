@@ -28,6 +28,7 @@ def inline_calls(f: Func) -> Func:
         else:
             sub = {k: inline_calls(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
             outs = b.bind(eqn.prim, ins, sub)
+            b.name_like(outs, eqn.outs)
         env.update(zip(eqn.outs, outs))
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 

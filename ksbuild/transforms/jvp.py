@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..errors import located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import zeros
@@ -30,7 +31,10 @@ def jvp_eqns(b: Builder, f: Func, primals: Sequence[Atom], tangents: Sequence[At
         if all(t is None for t in tins):
             outs, touts = b.bind(eqn.prim, ins, dict(eqn.params)), [None] * len(eqn.outs)
         else:
-            outs, touts = eqn.prim.jvp(b, ins, tins, **eqn.params)
+            with located(eqn.loc):
+                outs, touts = eqn.prim.jvp(b, ins, tins, **eqn.params)
+        b.name_like(outs, eqn.outs)
+        b.name_like(touts, eqn.outs, "d")
         for v, o, t in zip(eqn.outs, outs, touts):
             env[v] = o
             tenv[v] = t if v.type.is_float else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..errors import located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Lit, Var
 
@@ -57,11 +58,14 @@ def split_eqns(s: Split, f: Func) -> None:
         s.kb.loc = s.ub.loc = eqn.loc
         if all(mask):
             outs = s.kb.bind(eqn.prim, [s.read_known(a) for a in eqn.ins], dict(eqn.params))
+            s.kb.name_like(outs, eqn.outs)
             s.known.update(zip(eqn.outs, outs))
         elif eqn.prim.partial_eval is not None:
-            eqn.prim.partial_eval(s, eqn, mask)
+            with located(eqn.loc):
+                eqn.prim.partial_eval(s, eqn, mask)
         else:
             outs = s.ub.bind(eqn.prim, [s.read_unknown(a) for a in eqn.ins], dict(eqn.params))
+            s.ub.name_like(outs, eqn.outs)
             s.unknown.update(zip(eqn.outs, outs))
 
 

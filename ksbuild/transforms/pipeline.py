@@ -1,27 +1,61 @@
-"""The pass pipeline applied to every export before codegen, as one readable list.
+"""The pass pipeline applied to every export after its transformations, as one readable list.
 
-Set KSBUILD_DUMP_IR=1 to print the IR after each pass.
+Each pass is a pure function Func -> Func (some take the build options). `ksbuild ir --after
+PASS` prints the IR after a pass; KSBUILD_DUMP_IR=1 prints it after every pass.
 """
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from ..ir.core import Func
+from .accumulate import accumulate
+from .cse import cse
+from .fuse import fuse
+from .plan_memory import plan_memory
+from .select_backend import select_backend
 from .simplify import simplify
 
+
+@dataclass(frozen=True)
+class Options:
+    """What the passes may depend on besides the IR."""
+
+    backend: str = "plain"
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Func, Options], Func]
+    what: str
+
+
 PASSES = [
-    ("simplify", simplify),  # algebraic identities, constant folding, dead code
+    Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
+    Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
+    Pass("select_backend", lambda f, o: select_backend(f, o.backend), "einsums become loop nests or gemm calls"),
+    Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
+    Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
+    Pass("plan_memory", lambda f, o: plan_memory(f), "buffers: output arguments, in-place updates, reused slots"),
 ]
+PASS_NAMES = [p.name for p in PASSES]
 
 
-def lower(f: Func, after: str | None = None) -> Func:
-    """Run the passes in order (stopping after `after` if given)."""
-    for name, run in PASSES:
-        f = run(f)
+def lower(f: Func, options: Options = Options(), after: str | None = None) -> Func:
+    """Run the passes in order (stopping after `after` if given; "transforms" runs none)."""
+    if after == "transforms":
+        return f
+    if after is not None and after not in PASS_NAMES:
+        from ..errors import KsbuildError
+        raise KsbuildError(f"unknown pass '{after}'", hint=f"passes: {', '.join(PASS_NAMES)}")
+    for p in PASSES:
+        f = p.run(f, options)
         if os.environ.get("KSBUILD_DUMP_IR"):
             from ..ir.printer import print_func
-            print(f"// after {name}\n{print_func(f)}", file=sys.stderr)
-        if name == after:
+            print(f"// after {p.name}\n{print_func(f)}", file=sys.stderr)
+        if p.name == after:
             break
     return f

@@ -85,6 +85,7 @@ def simplify_once(f: Func) -> Func:
         sub = {k: simplify(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
         b.loc = eqn.loc
         outs = b.bind(eqn.prim, ins, sub)
+        b.name_like(outs, eqn.outs)
         env.update(zip(eqn.outs, outs))
         made.update((o, b.eqns[-1]) for o in outs)
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import KsbuildError
+from ..errors import KsbuildError, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import add_cts, zeros
@@ -51,10 +51,12 @@ def transpose_eqns(b: Builder, f: Func, linear: Sequence[bool], nonlin_args: Seq
                                eqn.loc)
         mask = [isinstance(a, Var) and a in lin for a in eqn.ins]
         b.loc = eqn.loc
-        cins = eqn.prim.transpose(b, couts, [read(a) for a in eqn.ins], mask, **eqn.params)
+        with located(eqn.loc):
+            cins = eqn.prim.transpose(b, couts, [read(a) for a in eqn.ins], mask, **eqn.params)
         for a, m, c in zip(eqn.ins, mask, cins):
             if m and c is not None:
                 ct[a] = add_cts(b, ct.get(a), c)
+                b.name(ct[a], _cotangent_name(a.hint))
     return [ct.get(p) for p, is_lin in zip(f.params, linear) if is_lin]
 
 
@@ -67,3 +69,10 @@ def transpose_func(f: Func, linear: Sequence[bool], name: str | None = None) -> 
     lin_params = [p for p, is_lin in zip(f.params, linear) if is_lin]
     results = [c if c is not None else zeros(p.type) for p, c in zip(lin_params, cts)]
     return b.func(name or f"transpose_{f.name}", nonlin + ctp, results)
+
+
+def _cotangent_name(hint: str) -> str:
+    """d_x for the cotangent of x; the linear vars of a linearized function are tangents named dx."""
+    if not hint:
+        return ""
+    return "d_" + (hint[1:] if hint.startswith("d") and len(hint) > 1 else hint)

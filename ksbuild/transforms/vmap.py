@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..errors import located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
@@ -31,7 +32,9 @@ def vmap_eqns(b: Builder, f: Func, args: Sequence[Atom], batched: Sequence[bool]
         if not any(bts):
             outs, obts = b.bind(eqn.prim, ins, dict(eqn.params)), [False] * len(eqn.outs)
         else:
-            outs, obts = eqn.prim.batch(b, list(ins), list(bts), size, **eqn.params)
+            with located(eqn.loc):
+                outs, obts = eqn.prim.batch(b, list(ins), list(bts), size, **eqn.params)
+        b.name_like(outs, eqn.outs)
         for v, o, bt in zip(eqn.outs, outs, obts):
             env[v] = (o, bt)
     res = [read(r) for r in f.results]

@@ -76,21 +76,21 @@ extern "C" float activations_relu3_vjp(float x, float ct) {
         r = t3;
         r2 = r4;
     }
-    float r7;
+    float d_x;
     if (t1) {
-        r7 = 0.0f;
+        d_x = 0.0f;
     } else {
-        float r8;
+        float r7;
         if (r) {
-            const float t9 = (ct * 0.3333333432674408f);
-            const float t10 = (t9 * r2);
-            r8 = t10;
+            const float t8 = (ct * 0.3333333432674408f);
+            const float t9 = (t8 * r2);
+            r7 = t9;
         } else {
-            r8 = ct;
+            r7 = ct;
         }
-        r7 = r8;
+        d_x = r7;
     }
-    return r7;
+    return d_x;
 }
 
 
@@ -108,11 +108,11 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
         const float ct_i = ct[i];
         const float t5 = (t1 ? 0.0f : ct_i);
         const float t6 = (t2 ? t5 : 0.0f);
-        const float t7 = (t2 ? 0.0f : t5);
-        const float t8 = (t6 * 0.3333333432674408f);
-        const float t9 = (t8 * t4);
-        const float t10 = (t7 + t9);
-        out[i] = t10;
+        const float d_x = (t2 ? 0.0f : t5);
+        const float t7 = (t6 * 0.3333333432674408f);
+        const float t8 = (t7 * t4);
+        const float d_x9 = (d_x + t8);
+        out[i] = d_x9;
     }
     return ks::status::ok;
 }
@@ -170,20 +170,20 @@ extern "C" float activations_relu3_grad(float x) {
         r = t3;
         r2 = r4;
     }
-    float r7;
+    float d_x;
     if (t1) {
-        r7 = 0.0f;
+        d_x = 0.0f;
     } else {
-        float r8;
+        float r7;
         if (r) {
-            const float t9 = (0.3333333432674408f * r2);
-            r8 = t9;
+            const float t8 = (0.3333333432674408f * r2);
+            r7 = t8;
         } else {
-            r8 = 1.0f;
+            r7 = 1.0f;
         }
-        r7 = r8;
+        d_x = r7;
     }
-    return r7;
+    return d_x;
 }
 
 
@@ -210,19 +210,19 @@ extern "C" float activations_relu3_d2(float x, float dx) {
         r = t3;
         r2 = r4;
     }
-    float r8;
+    float dd_x;
     if (t1) {
-        r8 = 0.0f;
+        dd_x = 0.0f;
     } else {
-        float r9;
+        float r8;
         if (r) {
-            const float t10 = (0.3333333432674408f * r2);
-            r9 = t10;
+            const float t9 = (0.3333333432674408f * r2);
+            r8 = t9;
         } else {
-            r9 = 0.0f;
+            r8 = 0.0f;
         }
-        r8 = r9;
+        dd_x = r8;
     }
-    return r8;
+    return dd_x;
 }
 

@@ -1,0 +1,67 @@
+"""Emit a `fusion` equation: one loop nest, intermediates as scalar locals.
+
+The body's elementwise equations run at every index of the nest's shape; a value read after
+the fusion is stored into its planned buffer as soon as it is computed. Trailing reductions
+(over the last axes) accumulate in scalar locals declared between the outer and the inner
+loops, so `sum(x * y, -1)` is one pass with no temporary.
+"""
+from __future__ import annotations
+
+from ..ir.core import Eqn, Var
+from ..transforms.fuse import REDUCTIONS
+from .cpp import REDUCE_UPDATE, Writer, reduce_init
+
+
+def emit_fusion(w: Writer, eqn: Eqn) -> None:
+    """The loop nest of one fusion equation."""
+    body = eqn.params["body"]
+    inner_eqns = [e for e in body.eqns if e.prim.name not in REDUCTIONS]
+    reductions = [e for e in body.eqns if e.prim.name in REDUCTIONS]
+    shape = (inner_eqns[0].outs[0] if inner_eqns else reductions[0].ins[0]).type.shape
+    n_red = len(reductions[0].params["axes"]) if reductions else 0
+    saved_env = dict(w.env)
+    for p, a in zip(body.params, eqn.ins):
+        w.env[p] = w.env[a] if isinstance(a, Var) else w.storage(a) if a.type.rank else w.scalar(a)
+    reduced = {e.outs[0] for e in reductions}
+    targets = {r: w.target(o, o.hint or "tmp") for r, o in zip(body.results, eqn.outs) if o.type.rank}
+    stores = {r: t for r, t in targets.items() if r not in reduced}
+    outer = w.open_loops(shape[:len(shape) - n_red])
+    accs = [_accumulator(w, e) for e in reductions]
+    sums = [a for a, e in zip(accs, reductions) if e.prim.name == "reduce_sum"]
+    inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)
+    w.region, w.escaping = (outer + inner, shape), stores
+    for e in inner_eqns:
+        e.prim.emit(w, e)
+    for acc, e in zip(accs, reductions):
+        w.line(REDUCE_UPDATE[_kind(e)].format(a=acc, x=w.scalar(e.ins[0])))
+    w.region, w.escaping = None, {}
+    w.local.clear()
+    w.close_loops(len(inner))
+    scalars = _store_reduced(w, reductions, accs, targets, outer)
+    w.close_loops(len(outer))
+    w.env = saved_env
+    for r, o in zip(body.results, eqn.outs):
+        w.env[o] = targets[r] if r in targets else scalars[r]
+
+
+def _kind(e: Eqn) -> str:
+    return e.prim.name.removeprefix("reduce_")
+
+
+def _accumulator(w: Writer, e: Eqn) -> str:
+    name = w.namer.fresh(e.outs[0].hint or "acc")
+    c = w.ctype(e.outs[0].type)
+    w.line(f"{c} {name} = {reduce_init(_kind(e), c)};")
+    return name
+
+
+def _store_reduced(w: Writer, reductions, accs, targets: dict, outer: list[str]) -> dict:
+    """Store each tensor reduction's accumulator at the outer index; the scalar ones' names."""
+    scalars: dict = {}
+    for acc, e in zip(accs, reductions):
+        r = e.outs[0]
+        if r in targets:
+            w.line(f"{targets[r].at(outer)} = {acc};")
+        else:
+            scalars[r] = acc
+    return scalars

@@ -1,0 +1,185 @@
+"""Lowering primitives: what the codegen passes rewrite core equations into, after every
+transformation has run. They have a type rule, a numpy eval (so the reference interpreter
+checks each pass) and C++ emission, and no derivative or batching rules: AD and vmap never
+see them.
+
+fusion[body](*ins) -> outs
+    one loop nest over the shape of body's elementwise equations; body's results are the
+    values read after the nest. Trailing reductions over a suffix of that shape are
+    accumulated in the same nest (see transforms/fuse.py).
+contract[spec, impl, acc](*ins) -> out
+    an einsum; impl "loops" is a loop nest (a dot product when the innermost axis is summed),
+    "gemm" is loops over the batch letters around ks::gemm (backend blas). With acc, the
+    first operand is an accumulator the product is added to (out = acc + a·b).
+"""
+from __future__ import annotations
+
+from ..errors import KsbuildError
+from ..ir.core import Eqn, Func
+from .base import Prim
+from .tensor import einsum as _einsum_prim
+from .tensor import parse_spec
+
+
+def _lowered_only(name: str):
+    def rule(*_, **__):
+        raise KsbuildError(f"internal: '{name}' is a lowering primitive; transformations run before lowering")
+    return rule
+
+
+OPT_OUTS = ("jvp: lowering only (transformations run before it)", "batch: lowering only",
+            "transpose: lowering only")
+
+
+# ---- fusion ----------------------------------------------------------------------------------
+
+def _fusion_rule(in_types, body: Func):
+    if list(in_types) != list(body.in_types):
+        raise KsbuildError("internal: fusion operands do not match its body")
+    return body.out_types
+
+
+def _fusion_eval(*args, body: Func, env):
+    from ..ir.interp import eval_func
+    return tuple(eval_func(body, list(args), env))
+
+
+fusion = Prim(
+    name="fusion",
+    type_rule=_fusion_rule,
+    eval=_fusion_eval,
+    jvp=_lowered_only("fusion"),
+    batch=_lowered_only("fusion"),
+    emit=lambda ctx, eqn: ctx.emit_fusion(eqn),
+    doc="elementwise equations (and trailing reductions) emitted as one loop nest",
+    opt_outs=OPT_OUTS,
+    lowering=True,
+)
+
+
+# ---- contract ----------------------------------------------------------------------------------
+
+def _contract_rule(in_types, spec, impl, acc):
+    if impl not in ("loops", "gemm"):
+        raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
+    ops = list(in_types[1:]) if acc else list(in_types)
+    (out,) = _einsum_prim.type_rule(ops, spec=spec)
+    if acc and in_types[0] != out:
+        raise KsbuildError(f"internal: accumulator {in_types[0]} does not match the product {out}")
+    return (out,)
+
+
+def _contract_eval(*args, spec, impl, acc, env):
+    (prod,) = _einsum_prim.eval(*args[-2:], spec=spec, env=env)
+    return ((args[0] + prod).astype(prod.dtype) if acc else prod,)
+
+
+def gemm_axes(spec: str):
+    """(batch letters, m, n, k) when einsum spec a,b->o is a batched matrix product
+    c[m,n] = Σ_k a[m,k]·b[k,n] with one letter each for m, n and k; None otherwise."""
+    a, b, o = parse_spec(spec)
+    if len(set(a)) != len(a) or len(set(b)) != len(b):
+        return None
+    batch = [ch for ch in o if ch in a and ch in b]
+    m = [ch for ch in a if ch in o and ch not in b]
+    n = [ch for ch in b if ch in o and ch not in a]
+    k = [ch for ch in a if ch in b and ch not in o]
+    if len(m) != 1 or len(n) != 1 or len(k) != 1 or len(a) + len(b) != 2 * len(batch) + 4:
+        return None
+    return batch, m[0], n[0], k[0]
+
+
+def _emit_contract(ctx, eqn: Eqn) -> None:
+    """out (+)= Σ a·b: the product is written into the planned buffer of out (acc's, when in place)."""
+    p = eqn.params
+    x, y = eqn.ins[-2:]
+    (out,) = eqn.outs
+    dst, into = _contract_target(ctx, eqn)
+    sa, sb = ctx.storage(x), ctx.storage(y)
+    if p["impl"] == "gemm" and sa.literal is None and sb.literal is None:
+        _emit_gemm(ctx, eqn, sa, sb, dst, into)
+    else:
+        _emit_loops(ctx, eqn, sa, sb, dst, into)
+    if out.type.rank:
+        ctx.env[out] = dst
+
+
+def _contract_target(ctx, eqn: Eqn):
+    """(destination storage or None for a scalar result, whether it already holds the accumulator)."""
+    out = eqn.outs[0]
+    if not out.type.rank:
+        return None, False
+    if not eqn.params["acc"]:
+        return ctx.target(out, "prod"), False
+    return ctx.accumulator(eqn, eqn.ins[0], "acc"), True
+
+
+def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
+    """A loop nest: a dot product per output element when the innermost axis is summed, else
+    accumulate into the output with its last axis innermost."""
+    a, b, o = parse_spec(eqn.params["spec"])
+    x, y = eqn.ins[-2:]
+    out = eqn.outs[0]
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    summed = [ch for ch in dict.fromkeys(a + b) if ch not in o]
+    c = ctx.ctype(out.type)
+    score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
+    inner = max(list(o) + summed, key=score)
+    if inner in summed or not o:
+        summed.sort(key=lambda ch: ch == inner)
+        outer = ctx.open_loops([sizes[ch] for ch in o])
+        acc = ctx.namer.fresh("dot")
+        init = ctx.scalar(eqn.ins[0]) if (eqn.params["acc"] and not o) else "0"
+        ctx.line(f"{c} {acc} = {init};")
+        red = ctx.open_loops([sizes[ch] for ch in summed], f"reduction(+:{acc})")
+        ix = dict(zip(o, outer)) | dict(zip(summed, red))
+        ctx.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
+        ctx.close_loops(len(red))
+        if not o:
+            ctx.env[out] = acc
+            return
+        ctx.line(f"{dst.at(outer)} {'+=' if into else '='} {acc};")
+        ctx.close_loops(len(outer))
+        return
+    if not into:
+        ctx.fill(dst, "0", out.type)
+    order = [ch for ch in o if ch != inner] + summed + [inner]
+    loops = ctx.open_loops([sizes[ch] for ch in order])
+    ix = dict(zip(order, loops))
+    ctx.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
+    ctx.close_loops(len(loops))
+
+
+def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
+    """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS)."""
+    from ..codegen.storage import dim_expr
+    a, b, o = parse_spec(eqn.params["spec"])
+    x, y = eqn.ins[-2:]
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    batch, m, n, k = gemm_axes(eqn.params["spec"])
+    loops = ctx.open_loops([sizes[ch] for ch in batch])
+    ix = dict(zip(batch, loops))
+
+    def matrix(st, letters: str, rows: str, cols: str) -> str:
+        for pos in sorted((letters.index(ch) for ch in batch if ch in letters), reverse=True):
+            st = st.take(pos, ix[letters[pos]])
+        rest = [ch for ch in letters if ch not in batch]
+        return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
+
+    dims = ", ".join(dim_expr(sizes[ch]) for ch in (m, n, k))
+    ctx.line(f"ks::gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
+             f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
+    ctx.close_loops(len(loops))
+
+
+contract = Prim(
+    name="contract",
+    type_rule=_contract_rule,
+    eval=_contract_eval,
+    jvp=_lowered_only("contract"),
+    batch=_lowered_only("contract"),
+    emit=_emit_contract,
+    doc="an einsum as loops or a gemm call, optionally added to an accumulator",
+    opt_outs=OPT_OUTS,
+    lowering=True,
+)

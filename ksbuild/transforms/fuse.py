@@ -1,0 +1,114 @@
+"""fuse: group elementwise equations into loop nests.
+
+Requires: a Func after the transformations (no fusion yet). Guarantees: every maximal run of
+consecutive elementwise equations with the same tensor result shape S is one `fusion`
+equation, together with the reductions that directly follow it over a suffix of S's axes
+(all over the same axes); consecutive reductions over a suffix of their operand's axes also
+form a fusion of their own. The fusion's body holds those equations; its results are the
+values read after the run. Every elementwise equation with a tensor result is in a fusion.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.builder import Builder
+from ..ir.core import Atom, Eqn, Func, Var
+from ..prims.lowering import fusion
+from .rewrite import use_counts
+
+REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
+
+
+def fuse(f: Func) -> Func:
+    """f (and every body nested in it) with its elementwise runs fused."""
+    memo: dict[int, Func] = {}
+    return _fuse(f, memo)
+
+
+def _fuse(f: Func, memo: dict[int, Func]) -> Func:
+    if id(f) in memo:
+        return memo[id(f)]
+    eqns = [_recursed(e, memo) for e in f.eqns]
+    b = Builder()
+    env: dict[Var, Atom] = {}
+    i = 0
+    while i < len(eqns):
+        j = run_end(eqns, i)
+        if j == i:
+            e = eqns[i]
+            b.eqns.append(Eqn(e.prim, tuple(_read(env, a) for a in e.ins), e.outs, e.params, e.loc))
+            i += 1
+            continue
+        later = eqns[j:]
+        _bind_fusion(b, env, eqns[i:j], later, f.results)
+        i = j
+    memo[id(f)] = b.func(f.name, list(f.params), [_read(env, r) for r in f.results], f.result_names)
+    return memo[id(f)]
+
+
+def _recursed(e: Eqn, memo) -> Eqn:
+    if not any(isinstance(v, Func) for v in e.params.values()):
+        return e
+    params = {k: _fuse(v, memo) if isinstance(v, Func) else v for k, v in e.params.items()}
+    return Eqn(e.prim, e.ins, e.outs, params, e.loc)
+
+
+def region_shape(e: Eqn):
+    """The loop-nest shape an equation fuses into, or None if it is not fusible."""
+    if e.prim.elementwise and e.outs[0].type.rank > 0:
+        return e.outs[0].type.shape
+    return None
+
+
+def run_end(eqns: Sequence[Eqn], i: int) -> int:
+    """The end of the run of fusible equations starting at i (i itself when eqns[i] is not fusible)."""
+    shape = region_shape(eqns[i])
+    if shape is None and _suffix_reduction(eqns[i], eqns[i].ins[0].type.shape if eqns[i].ins else (), None):
+        shape = eqns[i].ins[0].type.shape  # a run of reductions only
+    if shape is None:
+        return i
+    j = i
+    while j < len(eqns) and region_shape(eqns[j]) == shape:
+        j += 1
+    axes = None
+    while j < len(eqns) and _suffix_reduction(eqns[j], shape, axes):
+        axes = eqns[j].params["axes"]
+        j += 1
+    return j
+
+
+def _suffix_reduction(e: Eqn, shape, axes) -> bool:
+    """A sum/max/min of a value of the run's shape over trailing axes (the same as earlier ones)."""
+    if e.prim.name not in REDUCTIONS or e.ins[0].type.shape != shape:
+        return False
+    ax = tuple(e.params["axes"])
+    suffix = bool(ax) and ax == tuple(range(len(shape) - len(ax), len(shape)))
+    return suffix and (axes is None or tuple(axes) == ax)
+
+
+def _read(env: dict, a: Atom) -> Atom:
+    return env.get(a, a) if isinstance(a, Var) else a
+
+
+def _bind_fusion(b: Builder, env: dict, group: list[Eqn], later: list[Eqn], results) -> None:
+    """Append one fusion equation for `group`; later reads of its values go to the fusion's outputs."""
+    defined = {v for e in group for v in e.outs}
+    outer: list[Var] = []
+    for e in group:
+        for a in e.ins:
+            if isinstance(a, Var) and a not in defined and a not in outer:
+                outer.append(a)
+    read_later = set(use_counts(Func("", (), tuple(later), tuple(results))))
+    escaping = [v for e in group for v in e.outs if v in read_later]
+    if not escaping:
+        return
+    params = [Var(v.type, v.hint) for v in outer]
+    inner = dict(zip(outer, params))
+    body_eqns = [Eqn(e.prim, tuple(_read(inner, a) for a in e.ins), e.outs, e.params, e.loc) for e in group]
+    body = Func("fused", tuple(params), tuple(body_eqns), tuple(escaping))
+    b.loc = group[0].loc
+    outs = b.bind(fusion, [_read(env, v) for v in outer], {"body": body})
+    named = tuple(Var(o.type, v.hint) for o, v in zip(outs, escaping))
+    last = b.eqns[-1]
+    b.eqns[-1] = Eqn(last.prim, last.ins, named, last.params, last.loc)
+    env.update(zip(escaping, named))

@@ -1,0 +1,229 @@
+"""plan_memory: decide where every tensor value lives in the generated C++.
+
+Requires: a lowered Func (fused, contractions selected). Guarantees: the same Func carrying a
+`Plan` that places every value which needs memory of its own (a tensor made by an equation
+that is not a view):
+- `arg k`: a top-level result written straight into the caller's k-th output argument;
+- `into v`: the result of an if-branch or a call written straight into the buffer of v, the
+  enclosing equation's output;
+- `reuse v`: an in-place update (index_add, contract with an accumulator) writing into the
+  buffer of its operand v, which nothing reads afterwards;
+- `slot s`: workspace slot s. Values whose lifetimes do not overlap share a slot when they have
+  the same element type and shape, so the workspace is the sum of the slots.
+Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
+no memory of their own: a view keeps the buffer it points into alive.
+
+Lifetimes are positions in emission order. A loop's or if's body runs between the equation's
+start and end; the equation reads its operands (and its outputs, which the body writes) at the
+end, so a buffer read by a loop stays alive for every iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from ..ir.core import Atom, Eqn, Func, Var
+from ..ir.types import Type
+
+INPLACE_BASE = {"index_add": 0}  # prims that may update their operand's buffer: operand position
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one value is written: kind arg | into | reuse | slot."""
+
+    kind: str
+    index: int = -1          # arg: output argument; slot: slot number
+    of: Var | None = None    # into / reuse: the var whose buffer is written
+
+    def text(self, name_of) -> str:
+        if self.kind == "arg":
+            return f"output {self.index}"
+        if self.kind == "slot":
+            return f"slot {self.index}"
+        return f"{self.kind} {name_of(self.of)}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The placement of every value that needs memory, and the slots' types."""
+
+    places: Mapping[Var, Place]
+    slots: tuple[Type, ...]
+
+
+def plan_memory(f: Func) -> Func:
+    """f with its memory plan attached (f.plan)."""
+    w = _Walk()
+    w.top(f)
+    return Func(f.name, f.params, f.eqns, f.results, f.result_names, plan=w.plan())
+
+
+def inplace_operand(eqn: Eqn) -> int | None:
+    """The operand an equation may update in place, if any."""
+    if eqn.prim.name == "contract":
+        return 0 if eqn.params["acc"] else None
+    return INPLACE_BASE.get(eqn.prim.name)
+
+
+@dataclass
+class _Walk:
+    """One pass over the function tree in emission order."""
+
+    pos: int = 0
+    root: dict = field(default_factory=dict)       # var -> the var whose buffer it lives in
+    owner: dict = field(default_factory=dict)      # root -> the var holding the buffer's current value
+    defined: dict = field(default_factory=dict)    # root -> first position written
+    last: dict = field(default_factory=dict)       # root -> last position read
+    places: dict = field(default_factory=dict)
+    seen_bodies: set = field(default_factory=set)
+
+    def top(self, f: Func) -> None:
+        dests = {}
+        for k, r in enumerate(f.results):
+            if isinstance(r, Var) and r not in f.params and r.type.rank and r not in dests:
+                dests[r] = k
+        self.body(f, dests=None)
+        for v, k in dests.items():
+            if self.root.get(v) is v and v not in self.places:
+                self.places[v] = Place("arg", k)
+        self.read_all(f.results)
+
+    # ---- lifetimes -----------------------------------------------------------------------------
+
+    def read(self, a: Atom) -> None:
+        r = self.root.get(a) if isinstance(a, Var) else None
+        if r is not None:
+            self.last[r] = max(self.last.get(r, -1), self.pos)
+
+    def read_all(self, atoms) -> None:
+        for a in atoms:
+            self.read(a)
+
+    def alias(self, v: Var, of: Atom) -> None:
+        r = self.root.get(of) if isinstance(of, Var) else None
+        if r is not None:
+            self.root[v] = r
+
+    def own(self, v: Var) -> None:
+        """v gets a buffer of its own, written from now on."""
+        if v.type.rank == 0:
+            return
+        self.root[v] = v
+        self.owner[v] = v
+        self.defined.setdefault(v, self.pos)
+
+    def take_back(self, outs) -> None:
+        """After a body: the equation's outputs hold their buffers' values."""
+        for v in outs:
+            if self.root.get(v) is v:
+                self.owner[v] = v
+
+    def live_after(self, r: Var, uses_after: set) -> bool:
+        return any(self.root.get(v) is r for v in uses_after)
+
+    # ---- bodies ---------------------------------------------------------------------------------
+
+    def body(self, f: Func, dests: dict | None) -> None:
+        """Walk a body whose params are already aliased; `dests` maps its results to enclosing outs."""
+        shared = id(f) in self.seen_bodies
+        self.seen_bodies.add(id(f))
+        later = _reads_from(f)
+        for i, eqn in enumerate(f.eqns):
+            self.pos += 1
+            self.eqn(eqn, later[i + 1])
+        self.pos += 1
+        if dests and not shared:
+            for r, out in dests.items():
+                if self.root.get(r) is r and self.owner.get(r) is r and r not in self.places:
+                    self.places[r] = Place("into", of=out)
+                    self.root[r] = self.root.get(out, out)
+        self.read_all(f.results)
+
+    def eqn(self, eqn: Eqn, uses_after: set) -> None:
+        if eqn.prim.name == "loop":
+            self.loop(eqn)
+        elif eqn.prim.name in ("cond", "call"):
+            self.branches(eqn)
+        else:
+            self.simple(eqn, uses_after)
+
+    def simple(self, eqn: Eqn, uses_after: set) -> None:
+        self.read_all(eqn.ins)
+        if eqn.prim.view:
+            self.alias(eqn.outs[0], eqn.ins[0])
+            return
+        k = inplace_operand(eqn)
+        base = eqn.ins[k] if k is not None else None
+        r = self.root.get(base) if isinstance(base, Var) else None
+        if r is not None and self.owner.get(r) is base and not self.live_after(r, uses_after):
+            self.root[eqn.outs[0]] = r
+            self.owner[r] = eqn.outs[0]
+            self.places[eqn.outs[0]] = Place("reuse", of=base)
+            return
+        for v in eqn.outs:
+            self.own(v)
+
+    def loop(self, eqn: Eqn) -> None:
+        p = eqn.params
+        body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+        for v in eqn.outs:
+            self.own(v)
+        consts, xs = eqn.ins[1:1 + nc], eqn.ins[1 + nc + ncar:]
+        for prm, a in zip(body.params[1:1 + nc], consts):
+            self.alias(prm, a)
+        carries = body.params[1 + nc:1 + nc + ncar]
+        for prm, out in zip(carries, eqn.outs[:ncar]):
+            self.alias(prm, out)
+            if prm.type.rank:
+                self.owner[out] = prm  # the body may update its carries in place
+        for prm, a in zip(body.params[1 + nc + ncar:], xs):
+            self.alias(prm, a)
+        self.body(body, None)
+        self.take_back(eqn.outs)
+        self.read_all(list(eqn.ins) + list(eqn.outs))
+
+    def branches(self, eqn: Eqn) -> None:
+        for v in eqn.outs:
+            self.own(v)
+        fns = [v for _, v in sorted(eqn.params.items()) if isinstance(v, Func)]
+        ops = eqn.ins[1:] if eqn.prim.name == "cond" else eqn.ins
+        for fn in fns:
+            for prm, a in zip(fn.params, ops):
+                self.alias(prm, a)
+            dests = {r: o for r, o in zip(fn.results, eqn.outs)
+                     if isinstance(r, Var) and list(fn.results).count(r) == 1 and r not in fn.params}
+            self.body(fn, dests)
+        self.take_back(eqn.outs)
+        self.read_all(list(eqn.ins) + list(eqn.outs))
+
+    # ---- slots ------------------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """Slots for the owned buffers without another place, reusing a slot whose last occupant died."""
+        slots: list[Type] = []
+        free_at: list[int] = []  # slot -> last position its occupant is read
+        roots = sorted((v for v in self.defined if v not in self.places and v.type.rank),
+                       key=lambda v: (self.defined[v], v.uid))
+        for v in roots:
+            start, end = self.defined[v], self.last.get(v, self.defined[v])
+            k = next((i for i, t in enumerate(slots) if t == v.type and free_at[i] < start), None)
+            if k is None:
+                slots.append(v.type)
+                free_at.append(end)
+                k = len(slots) - 1
+            free_at[k] = max(free_at[k], end)
+            self.places[v] = Place("slot", k)
+        return Plan(MappingProxyType(dict(self.places)), tuple(slots))
+
+
+def _reads_from(f: Func) -> list[set]:
+    """For each equation index i, the vars read by equations i.. and the results (index len: results)."""
+    out = [set() for _ in range(len(f.eqns) + 1)]
+    acc = {a for a in f.results if isinstance(a, Var)}
+    out[len(f.eqns)] = set(acc)
+    for i in range(len(f.eqns) - 1, -1, -1):
+        acc |= {a for a in f.eqns[i].ins if isinstance(a, Var)}
+        out[i] = set(acc)
+    return out

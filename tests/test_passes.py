@@ -1,0 +1,138 @@
+"""The pass pipeline (ksbuild/transforms/pipeline.py) on the tensor and scalar corpora.
+
+Oracle: the reference interpreter. After every pass the IR verifies and computes the same
+values as before the first pass, for each kernel, its vjp and its vmap. Each pass's
+guarantee is checked on its output: no elementwise tensor equation outside a fusion, einsums
+lowered to contractions (gemm only for matrix products with backend blas), products folded
+into their accumulators, a memory plan that places every value needing memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_tensor_corpus import CASES, KERNELS_FILE, lanes, stacked
+
+from ksbuild.cli import main as cli_main
+from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.ir.core import Func
+from ksbuild.ir.interp import eval_func
+from ksbuild.ir.printer import print_func
+from ksbuild.ir.verify import verify
+from ksbuild.prims.lowering import contract
+from ksbuild.transforms.pipeline import PASSES, Options
+from ksbuild.transforms.rewrite import walk_funcs
+from ksbuild.transforms.vjp import vjp_func
+from ksbuild.transforms.vmap import fresh_dim, vmap_func
+
+KINDS = ("plain", "vjp", "vmap")
+
+
+def transformed(case, kind: str) -> tuple[Func, list]:
+    """The kernel of a corpus case under one transformation, and arguments for it."""
+    f = compile_python_kernel(KERNELS_FILE, case.kernel, "f64")
+    args = list(case.args())
+    if kind == "vjp":
+        g = vjp_func(f)
+        outs = eval_func(f, args)
+        rng = case.rng("passes")
+        cts = [rng.standard_normal(np.shape(o)) for o, t in zip(outs, f.out_types) if t.is_float]
+        return g, args + cts
+    if kind == "vmap":
+        g, _ = vmap_func(f, case.mask, fresh_dim(f), [True] * len(f.results))
+        return g, stacked(case, lanes(case))
+    return f, args
+
+
+def run_pipeline(f: Func, backend: str = "plain") -> list[tuple[str, Func]]:
+    out = []
+    for p in PASSES:
+        f = p.run(f, Options(backend=backend))
+        out.append((p.name, f))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["plain", "blas"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_every_pass_keeps_the_values(case, kind, backend):
+    f, args = transformed(case, kind)
+    want = eval_func(f, args)
+    for name, g in run_pipeline(f, backend):
+        verify(g)
+        got = eval_func(g, args)
+        for w, v in zip(want, got):
+            np.testing.assert_allclose(v, w, rtol=1e-12, atol=1e-12, err_msg=f"after {name}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_pass_guarantees(case, kind):
+    f, _ = transformed(case, kind)
+    stages = dict(run_pipeline(f, "blas"))
+    for g in walk_funcs(stages["fuse"]):
+        for e in g.eqns:
+            assert not (e.prim.elementwise and e.outs[0].type.rank) or g.name == "fused", \
+                f"{e.prim.name} with a tensor result outside a fusion"
+            assert e.prim.name != "einsum", "an einsum survived select_backend"
+            if e.prim is contract and e.params["impl"] == "gemm":
+                assert e.outs[0].type.rank >= 2
+    planned = stages["plan_memory"]
+    assert planned.plan is not None
+    for g in walk_funcs(planned):
+        for e in g.eqns:
+            if g.name == "fused" or e.prim.view or e.prim.name == "call":
+                continue
+            for v in e.outs:
+                if v.type.rank:
+                    assert v in planned.plan.places, f"{e.prim.name} result {v} has no place"
+
+
+def test_accumulate_folds_the_outer_product_into_the_gradient():
+    """mlp2's vjp adds weight-gradient products to their accumulators: no product is stored alone."""
+    f = vjp_func(compile_python_kernel(KERNELS_FILE, "elman_rnn", "f64"))
+    stages = dict(run_pipeline(f))
+    folded = [e for g in walk_funcs(stages["accumulate"]) for e in g.eqns if e.prim is contract and e.params["acc"]]
+    assert folded, "no contraction accumulates into its gradient"
+
+
+def test_plan_reuses_slots_and_updates_in_place():
+    """The elman vjp's reverse loop updates its gradient rows in place and buffers share slots."""
+    f = vjp_func(compile_python_kernel(KERNELS_FILE, "elman_rnn", "f64"))
+    plan = dict(run_pipeline(f))["plan_memory"].plan
+    kinds = [p.kind for p in plan.places.values()]
+    assert "reuse" in kinds
+    assert kinds.count("slot") > len(plan.slots), "no two values share a slot"
+
+
+def test_fused_reduction_is_one_nest(tmp_path):
+    """sum(h * h, 1) after tanh is one fusion whose body ends in the reduction."""
+    src = tmp_path / "k.py"
+    src.write_text("import torch\ndef k(x: 'float[n, d]') -> 'float[n]':\n    h = torch.tanh(x)\n"
+                   "    return (h * h).sum(1)\n")
+    f = compile_python_kernel(src, "k", "f64")
+    fused = dict(run_pipeline(f))["fuse"]
+    assert [e.prim.name for e in fused.eqns] == ["fusion"]
+    assert [e.prim.name for e in fused.eqns[0].params["body"].eqns] == ["tanh", "mul", "reduce_sum"]
+
+
+def test_ir_after_pass_cli(tmp_path, capsys):
+    """`ksbuild ir --after PASS` prints the IR at that stage; an unknown pass is refused."""
+    manifest = tmp_path / "manifest.toml"
+    (tmp_path / "k.py").write_text("import torch\ndef k(x: 'float[n]') -> 'float[n]':\n"
+                                   "    return torch.exp(x) * 2.0\n")
+    manifest.write_text('[package]\nname = "p"\n[kernels.k]\npython = "k.py:k"\n[exports]\nk = "k"\n')
+    assert cli_main(["ir", str(manifest), "--before-passes"]) == 0
+    assert "fusion" not in capsys.readouterr().out
+    assert cli_main(["ir", str(manifest), "--after", "fuse"]) == 0
+    text = capsys.readouterr().out
+    assert "fusion" in text and "# " not in text
+    assert cli_main(["ir", str(manifest)]) == 0
+    assert "in output 0" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli_main(["ir", str(manifest), "--after", "nonsense"])
+
+
+def test_planned_ir_prints(case=CASES[0]):
+    f, _ = transformed(case, "vjp")
+    text = print_func(dict(run_pipeline(f))["plan_memory"])
+    assert " in slot " in text
