@@ -19,8 +19,9 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad")
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target")
-KERNEL_KEYS = ("python", "signature", "onnx")
+BUILD_KEYS = ("backend", "dtype", "target", "weights")
+KERNEL_KEYS = ("python", "signature", "onnx", "weights")
+WEIGHTS = ("embed", "external")  # ONNX initializers: linked into the library, or passed by the caller
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -41,6 +42,7 @@ class KernelSpec:
     signature: str | None
     onnx: str | None
     loc: Location
+    weights: str | None = None  # ONNX kernels: "embed" | "external" (default: [build] weights)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class BuildSpec:
     backend: str = "plain"
     dtype: str = "float32"
     target: str = "host"
+    weights: str = "embed"
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
         if backend not in AVAILABLE_BACKENDS:
             raise KsbuildError(f"backend '{backend}' is not available" + (" yet" if backend in BACKENDS else ""),
                                hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
-        build = BuildSpec(backend, build.dtype, build.target)
+        build = replace(build, backend=backend)
     return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
 
 
@@ -241,7 +244,8 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
                         hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
     dtype = _field(ctx, table, path, "dtype", default.dtype, tuple(FLOAT_DTYPES))
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
-    return BuildSpec(backend, dtype, target)
+    weights = _field(ctx, table, path, "weights", default.weights, WEIGHTS)
+    return BuildSpec(backend, dtype, target, weights)
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
@@ -250,7 +254,8 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
         raise ctx.error(path, f"kernel '{name}' must be a table [kernels.{name}], got {type(spec).__name__}")
     _check_c_name(ctx, path, name, "kernel name")
     _check_keys(ctx, path, spec, KERNEL_KEYS)
-    python, signature, onnx = (_field(ctx, spec, path, key) for key in KERNEL_KEYS)
+    python, signature, onnx = (_field(ctx, spec, path, key) for key in KERNEL_KEYS[:3])
+    weights = _field(ctx, spec, path, "weights", None, WEIGHTS)
     if (python is None) == (onnx is None):
         which = "needs 'python' or 'onnx'" if python is None else "has both 'python' and 'onnx'; give exactly one"
         raise ctx.error(path + (("onnx",) if onnx else ()), f"kernel '{name}' {which}")
@@ -258,9 +263,14 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
         _check_python(ctx, path + ("python",), python, root)
     if onnx is not None:
         _check_file(ctx, path + ("onnx",), onnx, root, "onnx file")
+    if onnx is not None and signature is not None:
+        raise ctx.error(path + ("signature",), f"kernel '{name}': 'signature' is for Python kernels; an ONNX model "
+                        "declares its own inputs and outputs")
+    if python is not None and weights is not None:
+        raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX kernels")
     if signature is not None:
         parse_signature(signature, ctx.loc(path + ("signature",)))
-    return KernelSpec(name, python, signature, onnx, ctx.loc(path))
+    return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights)
 
 
 def _check_python(ctx: _Ctx, path: Path_, ref: str, root: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jinja2
 
+from ..codegen.data import DataSection
 from ..codegen.viewmodel import ExportView, export_view
 from ..exports import Export
 from ..manifest import Manifest
@@ -29,8 +30,8 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
             f"  ({ins}) -> ({outs})"]
 
 
-def views(m: Manifest, exports: list[Export]) -> list[ExportView]:
-    return [export_view(m.name, e.name, e.func, export_doc(e, m)) for e in exports]
+def views(m: Manifest, exports: list[Export], data: DataSection | None = None) -> list[ExportView]:
+    return [export_view(m.name, e.name, e.func, export_doc(e, m), data) for e in exports]
 
 
 def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
@@ -48,8 +49,9 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
 
 def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     """Write the whole project into `out` (created; must not exist or be empty)."""
-    vs = views(m, exports)
-    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+    data = DataSection(m.name)
+    vs = views(m, exports, data)
+    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size), name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_",
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
@@ -65,6 +67,10 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     files[f"cmake/{m.name}.pc"] = d.get_template("pkgconfig.pc.j2").render(ctx)
     files[f"share/{m.name}.json"] = json.dumps(describe(m, vs, exports), indent=2) + "\n"
     files["share/manifest.toml"] = m.text
+    if data.blob_size:
+        files[f"src/{m.name}_data.S"] = data.assembly()
+        (out / "src").mkdir(parents=True, exist_ok=True)
+        (out / "src" / f"{m.name}_data.bin").write_bytes(data.blob())
     for rel, text in files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)

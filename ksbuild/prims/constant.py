@@ -17,11 +17,17 @@ def _constant_rule(in_types, value):
 
 
 def _emit_constant(ctx, eqn):
-    ctx.constant(eqn)
+    # the output is the package's read-only copy of the value (codegen/data.py)
+    from ..codegen.storage import Storage
+    value = eqn.params["value"]
+    if ctx.data is None:
+        raise KsbuildError("internal: a constant outside a package (no data section)")
+    ctx.env[eqn.outs[0]] = Storage.buffer(ctx.data.symbol(value), value.shape)
 
 
 constant = Prim(
     name="constant",
+    view=True,
     type_rule=_constant_rule,
     eval=lambda value, env: (value.array(),),
     jvp=lambda b, p, t, value: ([b.constant(value=value)], [None]),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import INT_DTYPES, STORAGE_DTYPES, Type, dtype_of, numpy_dtype
+from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, dtype_of, numpy_dtype
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
@@ -469,13 +469,34 @@ convert = Prim(
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
     jvp=_convert_jvp,
     batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, convert, dtype=dtype),
-    emit=lambda ctx, eqn: ctx.assign(
-        eqn.outs[0], f"static_cast<{ctx.ctype(Type(eqn.params['dtype']))}>({ctx.args(eqn)[0]})"),
+    emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], convert_expr(ctx.args(eqn)[0], eqn.ins[0].type.dtype,
+                                                               eqn.params["dtype"])),
     transpose=lambda b, cts, ins, linear, dtype: [
         b.convert(cts[0], dtype=ins[0].type.dtype) if cts[0] is not None else None],
     elementwise=True,
     doc="cast to another dtype (float→int truncates toward zero)",
 )
+
+
+NARROW_INTS = {"i4": (4, "true"), "u4": (4, "false"), "i2": (2, "true"), "u2": (2, "false")}
+
+
+def convert_expr(x: str, src: str, dst: str) -> str:
+    """The C++ expression converting x from dtype src to dst (narrow floats through float, their bits
+    with ks::to_*/from_*; narrow ints wrap; float to unsigned goes through int64 as numpy does)."""
+    if src in STORAGE_DTYPES and src not in NARROW_INTS:
+        x, src = f"ks::from_{src}({x})", "f32"
+    if dst in NARROW_INTS:
+        bits, signed = NARROW_INTS[dst]
+        return f"ks::wrap_from<{bits}, {signed}>({x})"
+    if dst in STORAGE_DTYPES:
+        return f"ks::to_{dst}(static_cast<float>({x}))"
+    c = C_TYPES[dst]
+    if dst == "bool":
+        return f"({x} != 0)"
+    if dst.startswith("u") and src in ("f32", "f64"):
+        return f"static_cast<{c}>(static_cast<int64_t>({x}))"
+    return f"static_cast<{c}>({x})"
 
 
 def _convert_np(x, dtype):

@@ -44,6 +44,24 @@ def _gather_batch(b, ins, batched, size, axis):
     return [b.gather(x, idx, axis=axis + 1)], [True]
 
 
+def _clamp_expr(i: str, n) -> str:
+    from ..codegen.storage import dim_expr
+    return f"ks::clamp_index({i}, {dim_expr(n)})"
+
+
+def _gather_emit(ctx, eqn) -> None:
+    # out[pre, j.., post] = x[pre, clamp(idx[j..]), post]
+    (x, idx), (out,), axis = eqn.ins, eqn.outs, eqn.params["axis"]
+    dst = ctx.target(out, "gathered")
+    sx, si = ctx.storage(x), ctx.storage(idx)
+    loops = ctx.open_loops(out.type.shape)
+    pre, mid, post = loops[:axis], loops[axis:axis + idx.type.rank], loops[axis + idx.type.rank:]
+    i = _clamp_expr(si.at(mid), x.type.shape[axis])
+    ctx.line(f"{dst.at(loops)} = {sx.at(pre + [i] + post)};")
+    ctx.close_loops(len(loops))
+    ctx.env[out] = dst
+
+
 gather = Prim(
     name="gather",
     type_rule=_gather_rule,
@@ -54,7 +72,7 @@ gather = Prim(
     transpose=lambda b, cts, ins, linear, axis: [
         b.scatter_add(zeros(ins[0].type), ins[1], cts[0], axis=axis) if cts[0] is not None else None, None],
     batch=_gather_batch,
-    emit=lambda ctx, eqn: ctx.gather(eqn),
+    emit=_gather_emit,
     doc="x at a tensor of indices along an axis (numpy take); indices are clamped into range",
 )
 
@@ -104,6 +122,19 @@ def _scatter_batch(b, ins, batched, size, axis):
     return [b.scatter_add(x, idx, v, axis=axis + 1)], [True]
 
 
+def _scatter_emit(ctx, eqn) -> None:
+    # out = x (in x's buffer when the plan says x is dead), then out[pre, clamp(idx[j..]), post] += v[pre, j.., post]
+    (x, idx, v), (out,), axis = eqn.ins, eqn.outs, eqn.params["axis"]
+    dst = ctx.accumulator(eqn, x, "scattered")
+    sv, si = ctx.storage(v), ctx.storage(idx)
+    loops = ctx.open_loops(v.type.shape)
+    pre, mid, post = loops[:axis], loops[axis:axis + idx.type.rank], loops[axis + idx.type.rank:]
+    i = _clamp_expr(si.at(mid), x.type.shape[axis])
+    ctx.line(f"{dst.at(pre + [i] + post)} += {sv.at(loops)};")
+    ctx.close_loops(len(loops))
+    ctx.env[out] = dst
+
+
 scatter_add = Prim(
     name="scatter_add",
     type_rule=_scatter_rule,
@@ -111,6 +142,6 @@ scatter_add = Prim(
     jvp=_scatter_jvp,
     transpose=_scatter_transpose,
     batch=_scatter_batch,
-    emit=lambda ctx, eqn: ctx.scatter_add(eqn),
+    emit=_scatter_emit,
     doc="x with v added at a tensor of indices along an axis (repeats accumulate)",
 )

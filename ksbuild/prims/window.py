@@ -49,8 +49,16 @@ def _window_eval(x, axis, size, stride, dilation, env):
     return (np.take(x, _taps(m, size, stride, dilation), axis=axis),)
 
 
+def _window_emit(ctx, eqn) -> None:
+    # a strided view: [o, k] reads o*stride + k*dilation
+    p, out = eqn.params, eqn.outs[0]
+    count = out.type.shape[p["axis"]]
+    ctx.view(eqn, lambda s: s.window(p["axis"], count, p["size"], p["stride"], p["dilation"]))
+
+
 window = Prim(
     name="window",
+    view=True,
     type_rule=_window_rule,
     eval=_window_eval,
     # linear: d window(x) = window(dx); x̄ = fold(ȳ)
@@ -62,7 +70,7 @@ window = Prim(
         if cts[0] is not None else None],
     batch=lambda b, ins, batched, size_, axis, size, stride, dilation: (
         [b.window(ins[0], axis=axis + 1, size=size, stride=stride, dilation=dilation)], [True]),
-    emit=lambda ctx, eqn: ctx.window(eqn),
+    emit=_window_emit,
     doc="sliding windows along an axis: [.., n, ..] -> [.., windows, taps, ..] (a strided view)",
 )
 
@@ -89,6 +97,19 @@ def _fold_eval(y, axis, stride, dilation, n, env):
     return (out,)
 
 
+def _fold_emit(ctx, eqn) -> None:
+    # zeros, then every window added back at its positions (through a window view of the output)
+    (y,), (out,), p = eqn.ins, eqn.outs, eqn.params
+    dst = ctx.target(out, "folded")
+    ctx.fill(dst, ctx.literal(0, out.type), out.type)
+    view = dst.window(p["axis"], y.type.shape[p["axis"]], y.type.shape[p["axis"] + 1], p["stride"], p["dilation"])
+    sy = ctx.storage(y)
+    loops = ctx.open_loops(y.type.shape)
+    ctx.line(f"{view.at(loops)} += {sy.at(loops)};")
+    ctx.close_loops(len(loops))
+    ctx.env[out] = dst
+
+
 fold = Prim(
     name="fold",
     type_rule=_fold_rule,
@@ -102,6 +123,6 @@ fold = Prim(
         if cts[0] is not None else None],
     batch=lambda b, ins, batched, size_, axis, stride, dilation, n: (
         [b.fold(ins[0], axis=axis + 1, stride=stride, dilation=dilation, n=n)], [True]),
-    emit=lambda ctx, eqn: ctx.fold(eqn),
+    emit=_fold_emit,
     doc="overlap-add of windows back into an axis (the transpose of window)",
 )
