@@ -110,7 +110,7 @@ def freeze_inputs(model, names: list[str], values: dict[str, np.ndarray]):
 def ancestors(model, value: str) -> list[str]:
     """The graph inputs a value is computed from."""
     inputs = {vi.name for vi in model.graph.input}
-    producer = {o: nd for nd in model.graph.node for o in nd.output}
+    producer = {o: nd for nd in _all_nodes(model.graph) for o in nd.output}
     seen, stack, found = set(), [value], []
     while stack:
         v = stack.pop()
@@ -122,6 +122,17 @@ def ancestors(model, value: str) -> list[str]:
         elif v in producer:
             stack.extend(_reads(producer[v]))
     return found
+
+
+def _all_nodes(g) -> list:
+    """The nodes of a graph and of every subgraph in it."""
+    out = []
+    for nd in g.node:
+        out.append(nd)
+        for a in nd.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out += _all_nodes(sub)
+    return out
 
 
 def _reads(node) -> list[str]:
@@ -138,14 +149,15 @@ def import_case(case: Case, float_dtype: str = "f32"):
     """(IR function, the case's model with frozen inputs); frozen inputs come from the first data set."""
     from . import import_model
     from .node import NeedsConstant
-    model = case.model
     first = dict(zip([vi.name for vi in case.model.graph.input], case.data[0][0])) if case.data else {}
+    model = freeze_inputs(case.model, case.frozen, first) if case.frozen else case.model
     for _ in range(8):
         try:
             f, _ = import_model(Path(f"{case.name}.onnx"), case.name, float_dtype, "embed", model)
             return f, model
         except NeedsConstant as e:
-            names = [n for n in ancestors(model, e.value) if n in first and n not in case.frozen]
+            found = [n for v in e.sources for n in ancestors(model, v)]
+            names = [n for n in dict.fromkeys(found) if n in first and n not in case.frozen]
             if not names:
                 raise
             case.frozen += names
@@ -220,3 +232,95 @@ def short(e: KsbuildError) -> str:
     """An error message without its location prefix (the report groups by op already)."""
     text = e.message
     return text if len(text) < 160 else text[:157] + "..."
+
+
+# ---- compiled mode ------------------------------------------------------------------------------------
+
+def _bits(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """A test array as the C ABI wants it: the narrow types as their raw bits."""
+    from ...ir.types import STORAGE_DTYPES
+    arr = np.asarray(arr)
+    if dtype in STORAGE_DTYPES and dtype != "f16":
+        return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.int8 if dtype in ("i4", "i2") else np.uint8)
+    return arr
+
+
+def _from_bits(arr: np.ndarray, dtype: str) -> np.ndarray:
+    from ...ir.types import STORAGE_DTYPES, numpy_dtype
+    if dtype in STORAGE_DTYPES and dtype != "f16":
+        return arr.view(numpy_dtype(dtype))
+    return arr
+
+
+def run_compiled(cases: list[Case], work: Path, backend: str = "plain", progress=print) -> list[Result]:
+    """Import every case, compile the importable ones into packages of BATCH cases and run them."""
+    results: dict[str, Result] = {}
+    ready: list[tuple[Case, object, object]] = []
+    for c in cases:
+        try:
+            f, model = import_case(c)
+        except KsbuildError as e:
+            results[c.name] = Result(c.name, c.op, UNSUPPORTED, short(e))
+            continue
+        if not c.data:
+            results[c.name] = Result(c.name, c.op, UNSUPPORTED, "no test data")
+            continue
+        ready.append((c, f, model))
+    for start in range(0, len(ready), BATCH):
+        chunk = ready[start:start + BATCH]
+        progress(f"onnx-report: compiling cases {start + 1}-{start + len(chunk)} of {len(ready)}")
+        for r in _run_batch(chunk, work / f"batch{start // BATCH}", backend):
+            results[r.case] = r
+    return [results[c.name] for c in cases]
+
+
+BATCH = 160
+
+
+def _run_batch(chunk, folder: Path, backend: str) -> list[Result]:
+    """Build one package of these cases and run each; a batch that does not build is split in two."""
+    from ...packaging.loader import build
+    try:
+        pkg = build(_write_package(chunk, folder), backend=backend)
+    except Exception as e:  # noqa: BLE001  a C++ build error: find the case that causes it
+        if len(chunk) == 1:
+            c = chunk[0][0]
+            return [Result(c.name, c.op, FAIL, f"does not compile: {str(e).splitlines()[0][:150]}")]
+        half = len(chunk) // 2
+        return _run_batch(chunk[:half], folder / "a", backend) + _run_batch(chunk[half:], folder / "b", backend)
+    return [_run_one(pkg, i, c, f) for i, (c, f, _) in enumerate(chunk)]
+
+
+def _write_package(chunk, folder: Path) -> Path:
+    import hashlib
+
+    from onnx import save
+    folder.mkdir(parents=True, exist_ok=True)
+    names = "".join(c.name for c, _, _ in chunk)
+    lines = [f'[package]\nname = "onnx_conf_{hashlib.sha256(names.encode()).hexdigest()[:10]}"\n', "[kernels]"]
+    exports = ["\n[exports]"]
+    for i, (c, _, model) in enumerate(chunk):
+        save(model, str(folder / f"c{i}.onnx"))
+        lines.append(f'c{i} = {{ onnx = "c{i}.onnx" }}')
+        exports.append(f'c{i} = "c{i}"  # {c.name}')
+    (folder / "manifest.toml").write_text("\n".join(lines + exports) + "\n")
+    return folder / "manifest.toml"
+
+
+def _run_one(pkg, i: int, case: Case, f) -> Result:
+    export = getattr(pkg, f"c{i}")
+    in_types = [p.type.dtype for p in f.params]
+    out_types = [r.type.dtype for r in f.results]
+    result = None
+    for inputs, want in case.data:
+        args = [_bits(a, t) for a, t in zip(case_inputs(case, inputs), in_types)]
+        try:
+            outs = export(*args)
+        except Exception as e:  # noqa: BLE001  a call error (bad status, shapes): a failure of this case
+            return Result(case.name, case.op, FAIL, f"call failed: {e}"[:200])
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        outs = [_from_bits(np.asarray(o), t) for o, t in zip(outs, out_types)]
+        result = check_outputs(case, outs, want)
+        if result.status != PASS:
+            return result
+    return result

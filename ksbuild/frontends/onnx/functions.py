@@ -100,10 +100,16 @@ def _run_body(imp, frame, proto, fn, defaults: dict, opsets: dict[str, int]) -> 
     body_opsets = dict(opsets)
     body_opsets.update({(o.domain or ""): o.version for o in fn.opset_import})
     label = proto.name or proto.op_type
+    from .node import NeedsConstant
     for k, inner in enumerate(fn.node):
         node = _renamed(inner, names, prefix, attrs, defaults)
         node.name = f"{label}/{inner.name or inner.op_type + '_' + str(k)}"
-        imp.run_node(frame, node, k, body_opsets)
+        try:
+            imp.run_node(frame, node, k, body_opsets)
+        except NeedsConstant as e:
+            if e.value.startswith(prefix):  # an internal value: it comes from the node's inputs
+                raise NeedsConstant(e.message, e.loc, e.value, [i for i in proto.input if i]) from None
+            raise
 
 
 def _renamed(inner, names: dict, prefix: str, attrs: dict, defaults: dict):

@@ -277,16 +277,22 @@ class Importer:
             r = results[i] if i < len(results) else None
             if r is None:
                 raise node.error(f"{node.op}: output {i} ('{name}') is not supported")
-            frame.vals[name] = _as_val(r, storage)
+            frame.vals[name] = _as_val(node.b, r, storage)
 
 
-def _as_val(r, storage: set[str]) -> Val:
-    """A handler's result as a Val; an f32 result of an op on f16 (or bf16...) values is f16 too."""
+def _as_val(b: Builder, r, storage: set[str]) -> Val:
+    """A handler's result as a Val; an f32 result of an op on f16 (or bf16...) values is an f16 value:
+    rounded to f16 (and computed on in f32), as ONNX defines each op's output."""
     if isinstance(r, Val):
         return r  # a handler that returns a Val states its dtype
     v = Val(None, r) if isinstance(r, np.ndarray) else Val(r)
     if v.dtype == "f32" and len(storage) == 1:
         v.dtype = next(iter(storage))
+        if v.atom is not None:
+            v.atom = b.convert(b.convert(v.atom, dtype=v.dtype), dtype="f32")
+        else:
+            from ...ir.types import numpy_dtype
+            v.known = v.known.astype(numpy_dtype(v.dtype)).astype(np.float32)
     return v
 
 

@@ -20,9 +20,10 @@ REQUIRED = object()
 class NeedsConstant(KsbuildError):
     """An input that must be known at import time (a shape, axes, pads) is computed at run time."""
 
-    def __init__(self, message: str, loc: Location | None, value: str):
+    def __init__(self, message: str, loc: Location | None, value: str, sources: list[str] | None = None):
         super().__init__(message, loc, hint="give it as an initializer or a Constant (shapes must be static)")
         self.value = value
+        self.sources = sources if sources is not None else [value]  # model values it is computed from
 
 
 def attribute_value(a) -> Any:

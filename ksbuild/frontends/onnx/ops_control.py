@@ -32,8 +32,9 @@ class Body:
             self.frame.vals[name] = Val(p, None, dtype)
         n.imp.run_nodes(self.frame, graph.node, n.imp.opsets)
         probe = Node(n.imp, self.frame, n.proto, n.loc, n.opset, b=self.b)
-        self.results = [self.frame.atom(o.name, probe) for o in graph.output]
-        self.dtypes = [self.frame.lookup(o.name, probe).dtype for o in graph.output]
+        self.vals = [self.frame.lookup(o.name, probe) for o in graph.output]
+        self.dtypes = [v.dtype for v in self.vals]
+        self.results = [] if inline else [self.frame.atom(o.name, probe) for o in graph.output]
 
     def func(self, name: str, captures: list[str], outer_types: dict[str, Type], lead: list[Var] | None = None) -> Func:
         """The body as a Func taking (lead params, captured values in `captures` order, own params)."""
@@ -64,7 +65,7 @@ def if_(n: Node):
     known = n.known(0)
     if known is not None:
         body = Body(n, then_g if bool(np.asarray(known).reshape(-1)[0]) else else_g, [], inline=True)
-        return [Val(r, None, d) for r, d in zip(body.results, body.dtypes)]
+        return body.vals
     pred = _scalar_bool(n, 0)
     bodies = [Body(n, g, []) for g in (then_g, else_g)]
     t_types = [r.type for r in bodies[0].results]

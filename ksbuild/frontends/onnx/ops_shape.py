@@ -279,7 +279,8 @@ def range_(n: Node):
         if d != 1 or not isinstance(s, int):
             raise n.unsupported("Range over a symbolic dim with a step other than 1")
         return [create.arange(n.b, s, lim, "i64")]
-    return [np.arange(start, limit, delta, dtype=start.dtype)]
+    s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+    return [np.arange(s, lim, d, dtype=start.dtype)]
 
 
 @symbolic("Range")
