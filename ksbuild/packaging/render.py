@@ -51,7 +51,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     """Write the whole project into `out` (created; must not exist or be empty)."""
     data = DataSection(m.name)
     vs = views(m, exports, data)
-    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size), name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size),
+               name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_",
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))

@@ -13,7 +13,6 @@ from typing import Sequence
 import numpy as np
 
 from ...ir.core import Atom, Lit
-from ...ir.dense import Dense
 from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub, dtype_of
 
 
@@ -130,28 +129,13 @@ def compute_dtype(dtype: str) -> str:
 
 
 def atom_of_array(b, arr: np.ndarray) -> Atom:
-    """A known numeric array as an atom: a literal when all elements are equal, else a constant."""
+    """A known numeric array as an atom (a literal or a constant); storage dtypes in their compute dtype."""
+    from ...ops.create import array
     arr = np.asarray(arr)
-    dtype = dtype_of(arr)
-    cdt = compute_dtype(dtype)
-    if cdt != dtype:
+    cdt = compute_dtype(dtype_of(arr))
+    if cdt != dtype_of(arr):
         arr = arr.astype(np.float32) if cdt == "f32" else arr.astype(np.int8 if cdt == "i8" else np.uint8)
-        dtype = cdt
-    t = Type(dtype, tuple(int(d) for d in arr.shape))
-    flat = arr.reshape(-1)
-    if flat.size == 0 or np.all(flat == flat[0]) and not (dtype in ("f32", "f64") and np.isnan(flat[0])):
-        return Lit(_py(flat[0] if flat.size else 0, dtype), t)
-    if flat.size and dtype in ("f32", "f64") and np.all(np.isnan(flat)):
-        return Lit(float("nan"), t)
-    return b.constant(value=Dense.of(arr))
-
-
-def _py(v, dtype: str):
-    if dtype == "bool":
-        return bool(v)
-    if dtype in ("f32", "f64"):
-        return float(v)
-    return int(v)
+    return array(b, arr)
 
 
 def atom_of_shape(b, arr: np.ndarray) -> Atom:
