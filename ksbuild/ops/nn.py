@@ -299,3 +299,29 @@ def rms_norm(b, x: Atom, scale: Atom, axis: int, eps: float) -> Atom:
 
 __all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "lp_pool", "batch_norm", "layer_norm", "group_norm",
            "instance_norm", "lrn", "rms_norm", "pad_axis", "same_pads", "expand_back"]
+
+
+def col2im(b, x: Atom, image: Sequence[int], block: Sequence[int], strides=None, pads=None, dilations=None) -> Atom:
+    """The transpose of im2col (ONNX Col2Im): columns [N, C·prod(block), L] added back into an
+    image [N, C, *image]: a `fold` per spatial axis, then the pads cropped."""
+    k = len(image)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = _per_axis(b, pads, 2 * k, 0, "pads")
+    n, cb, length = x.type.shape
+    kb = 1
+    for v in block:
+        kb *= v
+    if not isinstance(cb, int) or cb % kb:
+        raise error(b, f"Col2Im: {cb} columns do not split into blocks of {kb}")
+    from .window import window_count_of
+    padded = [image[i] + pads[i] + pads[k + i] for i in range(k)]
+    counts = [window_count_of(padded[i], block[i], strides[i], dilations[i]) for i in range(k)]
+    y = b.reshape(x, shape=(n, cb // kb) + tuple(block) + tuple(counts))
+    perm = (0, 1) + tuple(v for i in range(k) for v in (2 + k + i, 2 + i))  # [N, C, O1, K1, O2, K2, ...]
+    y = b.transpose(y, perm=perm)
+    for i in range(k):
+        y = b.fold(y, axis=2 + i, stride=strides[i], dilation=dilations[i], n=padded[i])
+    for i in range(k):
+        y = pad_axis(b, y, 2 + i, -pads[i], -pads[k + i])
+    return y

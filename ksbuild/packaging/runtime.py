@@ -19,10 +19,10 @@ NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np
                 # ONNX's narrow types travel as their bits (float16 is numpy's own)
                 "f16": np.float16, "bf16": np.uint16, "f8e4m3fn": np.uint8, "f8e4m3fnuz": np.uint8,
                 "f8e5m2": np.uint8, "f8e5m2fnuz": np.uint8, "f8e8m0": np.uint8, "f4e2m1": np.uint8,
-                "i4": np.int8, "u4": np.uint8, "i2": np.int8, "u2": np.uint8}
+                "i4": np.uint8, "u4": np.uint8, "i2": np.uint8, "u2": np.uint8}
 CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
           "bool": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "u8": ctypes.c_uint8,
-          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64}
+          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16}
 RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
        "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
 STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
@@ -71,7 +71,8 @@ class Export:
         outs = self._outputs(dims, out)
         cargs = [ctypes.c_int64(dims[d]) for d in self.desc["dims"]]
         for a, arr in zip(self.ins, arrays):
-            cargs.append(arr.ctypes.data_as(ctypes.c_void_p) if a["shape"] else CTYPES[a["dtype"]](arr.item()))
+            scalar = arr.view(np.uint16) if a["dtype"] == "f16" else arr  # a half travels as its bits
+            cargs.append(arr.ctypes.data_as(ctypes.c_void_p) if a["shape"] else CTYPES[a["dtype"]](scalar.item()))
         cargs += [o.ctypes.data_as(ctypes.c_void_p) for o in outs]
         ws = self._workspace(dims)
         status = self.fn(*cargs, ws.ctypes.data_as(ctypes.c_void_p) if ws is not None else None)
