@@ -38,6 +38,9 @@ ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "I
                "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
 
 
+HANDLED_DOMAINS = ("", "ai.onnx.preview.training")
+
+
 def handler(*ops: str):
     """Register the decorated function as the handler of these ONNX op types."""
     def register(fn):
@@ -222,7 +225,7 @@ class Importer:
         if (proto.domain, proto.op_type) in self.functions:
             from .functions import inline_local_function
             return inline_local_function(self, frame, proto, loc, opsets)
-        fn = HANDLERS.get(proto.op_type) if domain == "" else None
+        fn = HANDLERS.get(proto.op_type) if domain in HANDLED_DOMAINS else None
         if fn is None:
             from .functions import expand_schema_function
             return expand_schema_function(self, frame, proto, loc, opsets, domain)

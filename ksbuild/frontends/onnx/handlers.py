@@ -10,4 +10,5 @@ from . import (  # noqa: F401
     ops_rnn,
     ops_shape,
     ops_signal,
+    ops_training,
 )

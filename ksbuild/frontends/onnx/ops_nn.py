@@ -82,10 +82,11 @@ def max_pool(n: Node):
     kernel = _pool_kernel(n)
     strides, pads, dilations = _window_attrs(n, x, kernel)
     ceil = bool(n.attr("ceil_mode", 0))
-    n.attr_in("storage_order", (0,), 0)
-    if n.out_used(1):
-        raise n.unsupported("the Indices output of MaxPool")
-    return [nn.max_pool(n.b, x, kernel, strides, pads, dilations, ceil)]
+    column_major = bool(n.attr_in("storage_order", (0, 1), 0))
+    y = nn.max_pool(n.b, x, kernel, strides, pads, dilations, ceil)
+    if not n.out_used(1):
+        return [y]
+    return [y, nn.max_pool_indices(n.b, x, kernel, strides, pads, dilations, ceil, column_major)]
 
 
 @handler("AveragePool")
