@@ -20,7 +20,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Var
 from ...ir.types import Dim, Type
 from .node import NeedsConstant, Node
-from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic
+from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic
 
 HANDLERS: dict[str, Callable[[Node], list]] = {}
 """ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
@@ -234,7 +234,7 @@ class Importer:
         vals = [frame.lookup(n, node) for i, n in enumerate(proto.input) if n and i != skip]
         if proto.op_type in SYMBOLIC and vals and all(v.known is not None for v in vals) \
                 and any(is_symbolic(v.known) for v in vals):
-            results = SYMBOLIC[proto.op_type](node, [v.known for v in vals])
+            results = [normalize_symbolic(r) for r in SYMBOLIC[proto.op_type](node, [v.known for v in vals])]
         elif proto.op_type not in NO_FOLD and vals and all(v.known is not None and not is_symbolic(v.known)
                                                              for v in vals):
             results = self.fold(frame, proto, loc, opsets.get(domain, 1), fn, vals)
