@@ -192,8 +192,7 @@ class Importer:
         return params
 
     def is_external(self, name: str, dtype: str, arr: np.ndarray) -> bool:
-        return self.weights == "external" and name not in self.embedded and arr.size > 1 and \
-            compute_dtype(dtype) in ("f32", "f64")
+        return self.weights == "external" and name not in self.embedded and compute_dtype(dtype) in ("f32", "f64")
 
     def outputs(self, b: Builder, frame: Frame, outs) -> tuple[list[Atom], list[str]]:
         results, names = [], []
