@@ -15,8 +15,10 @@ ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes (installed with o
 from conftest import ROOT  # noqa: E402
 
 FORMATS = {"f16": ("uint16_t", np.float16, 1 << 16), "bf16": ("uint16_t", ml_dtypes.bfloat16, 1 << 16),
-           "f8e4m3fn": ("uint8_t", ml_dtypes.float8_e4m3fn, 256), "f8e4m3fnuz": ("uint8_t", ml_dtypes.float8_e4m3fnuz, 256),
-           "f8e5m2": ("uint8_t", ml_dtypes.float8_e5m2, 256), "f8e5m2fnuz": ("uint8_t", ml_dtypes.float8_e5m2fnuz, 256),
+           "f8e4m3fn": ("uint8_t", ml_dtypes.float8_e4m3fn, 256),
+           "f8e4m3fnuz": ("uint8_t", ml_dtypes.float8_e4m3fnuz, 256),
+           "f8e5m2": ("uint8_t", ml_dtypes.float8_e5m2, 256),
+           "f8e5m2fnuz": ("uint8_t", ml_dtypes.float8_e5m2fnuz, 256),
            "f4e2m1": ("uint8_t", ml_dtypes.float4_e2m1fn, 16)}
 
 
@@ -40,8 +42,8 @@ def program(tmp_path_factory):
              f"  const size_t got = std::fread(xs, 4, {floats.size}, f);", "  std::fclose(f);",
              f"  if (got != {floats.size}) return 1;"]
     for name, (store, _, count) in FORMATS.items():
-        lines.append(f"  for (unsigned v = 0; v < {count}u; ++v) {{ float y = ks::from_{name}(static_cast<{store}>(v)); "
-                     f"std::printf(\"{name} from %u %a\\n\", v, static_cast<double>(y)); }}")
+        lines.append(f"  for (unsigned v = 0; v < {count}u; ++v) {{ "
+                     f"float y = ks::from_{name}(static_cast<{store}>(v)); std::printf(\"{name} from %u %a\\n\", v, static_cast<double>(y)); }}")
         lines.append(f"  for (float x : xs) std::printf(\"{name} to %u\\n\", static_cast<unsigned>(ks::to_{name}(x)));")
     lines.append("  for (float x : xs) std::printf(\"erf %a\\n\", static_cast<double>(ks::erf(x)));")
     lines.append("  for (float x : xs) std::printf(\"erfd %a\\n\", ks::erf(static_cast<double>(x)));")
