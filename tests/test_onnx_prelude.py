@@ -43,7 +43,8 @@ def program(tmp_path_factory):
              f"  if (got != {floats.size}) return 1;"]
     for name, (store, _, count) in FORMATS.items():
         lines.append(f"  for (unsigned v = 0; v < {count}u; ++v) {{ "
-                     f"float y = ks::from_{name}(static_cast<{store}>(v)); std::printf(\"{name} from %u %a\\n\", v, static_cast<double>(y)); }}")
+                     f"float y = ks::from_{name}(static_cast<{store}>(v)); "
+                     f"std::printf(\"{name} from %u %a\\n\", v, static_cast<double>(y)); }}")
         lines.append(f"  for (float x : xs) std::printf(\"{name} to %u\\n\", static_cast<unsigned>(ks::to_{name}(x)));")
     lines.append("  for (float x : xs) std::printf(\"erf %a\\n\", static_cast<double>(ks::erf(x)));")
     lines.append("  for (float x : xs) std::printf(\"erfd %a\\n\", ks::erf(static_cast<double>(x)));")
