@@ -38,7 +38,7 @@ ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "I
                "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
 
 
-HANDLED_DOMAINS = ("", "ai.onnx.preview.training")
+HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
 
 
 def handler(*ops: str):

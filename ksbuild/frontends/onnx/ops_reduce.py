@@ -123,3 +123,8 @@ def gemm(n: Node):
 def einsum(n: Node):
     return [linalg.einsum_many(n.b, n.attr("equation"), n.xs())]
 
+
+
+@handler("Det")
+def det(n: Node):
+    return [linalg.det(n.b, n.x(0))]
