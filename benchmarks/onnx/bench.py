@@ -7,10 +7,12 @@ The models are torch modules exported here with torch.onnx.export (nothing downl
 - mlp: 784 -> 512 -> 512 -> 10 (ReLU), batch 64;
 - cnn: conv 3->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2, linear 4096 -> 10,
   images [16, 3, 32, 32].
-Inference: the same float32 inputs go to every contender; outputs are compared first (max abs error
-vs onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
-grad(loss, argnums=weights) of the exported loss (weights = "external") vs torch eager
-(forward + backward); values compared first. Threads: onnxruntime intra/inter-op 1,
+Inference at batch 1 and at the batch above (the batch dim is symbolic: one build serves both):
+the same float32 inputs go to every contender; outputs are compared first (max abs error vs
+onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
+grad(loss, argnums=weights) of the exported loss (weights = "external") vs torch eager (forward +
+backward); both float32 results are compared with torch in float64 (max error relative to the
+largest gradient entry). Threads: onnxruntime intra/inter-op 1,
 torch.set_num_threads(1), OPENBLAS_NUM_THREADS=1. Each time is the MEDIAN of --repeats samples
 of calls from Python (ctypes for ksbuild, session.run for onnxruntime): per-call overheads are
 included for everyone. Ratios > 1 mean ksbuild is faster.
@@ -18,6 +20,7 @@ included for everyone. Ratios > 1 mean ksbuild is faster.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import sys
@@ -78,7 +81,7 @@ def export(folder: Path) -> dict:
     for name, (m, shape) in models().items():
         x = torch.randn(shape)
         torch.onnx.export(m, (x,), str(folder / f"{name}.onnx"), dynamo=False, input_names=["x"],
-                          output_names=["y"])
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
         y = torch.randn(m(x).shape)
         torch.onnx.export(Loss(m), (x, y), str(folder / f"{name}_loss.onnx"), dynamo=False,
                           input_names=["x", "y"], output_names=["loss"], do_constant_folding=False)
@@ -143,14 +146,16 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     grad_rows = []
     for name, (m, shape, yshape) in specs.items():
-        x = rng.standard_normal(shape).astype(np.float32)
         sess = ort.InferenceSession(str(folder / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
-        want = sess.run(None, {"x": x})[0]
-        err = max(float(np.abs(getattr(pkgs[b], name)(x) - want).max()) for b in pkgs)
-        t_ort = median_time(lambda: sess.run(None, {"x": x}), a.repeats, a.budget)
-        t = {b: median_time(lambda b=b: getattr(pkgs[b], name)(x), a.repeats, a.budget) for b in pkgs}
-        print(f"| {name} {list(shape)} | {1e3 * t_ort:.3f} | {1e3 * t['plain']:.3f} | {1e3 * t['blas']:.3f} | "
-              f"{t_ort / t['plain']:.2f} | {t_ort / t['blas']:.2f} | {err:.1e} |")
+        for batch in (1, shape[0]):  # the batch dim is symbolic: one build serves both
+            x = rng.standard_normal((batch,) + shape[1:]).astype(np.float32)
+            want = sess.run(None, {"x": x})[0]
+            err = max(float(np.abs(getattr(pkgs[b], name)(x) - want).max()) for b in pkgs)
+            t_ort = median_time(lambda: sess.run(None, {"x": x}), a.repeats, a.budget)
+            t = {b: median_time(lambda b=b: getattr(pkgs[b], name)(x), a.repeats, a.budget) for b in pkgs}
+            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {1e3 * t['plain']:.3f} | {1e3 * t['blas']:.3f} | "
+                  f"{t_ort / t['plain']:.2f} | {t_ort / t['blas']:.2f} | {err:.1e} |")
+        x = rng.standard_normal(shape).astype(np.float32)
         y = rng.standard_normal(yshape).astype(np.float32)
         weights = [numpy_helper.to_array(t) for t in onnx.load(str(folder / f"{name}_loss.onnx")).graph.initializer]
         loss = Loss(m)
@@ -161,18 +166,24 @@ def main(argv=None) -> int:
             loss(xt, yt).backward()
             return [p.grad for p in loss.parameters()]
 
-        want_g = [g.numpy().copy() for g in torch_grad()]
+        ref = Loss(copy.deepcopy(m)).double()
+        ref(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)).backward()
+        want_g = [p.grad.numpy() for p in ref.parameters()]
         got = {b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights) for b in pkgs}
         g_err = max(float(np.abs(gg - w).max() / (np.abs(w).max() + 1e-12)) for b in got for gg, w in
                     zip(got[b], want_g))
+        t_err = max(float(np.abs(gg.numpy() - w).max() / (np.abs(w).max() + 1e-12)) for gg, w in
+                    zip(torch_grad(), want_g))
         t_torch = median_time(torch_grad, a.repeats, a.budget)
         tg = {b: median_time(lambda b=b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights), a.repeats, a.budget)
               for b in pkgs}
-        grad_rows.append(f"| {name} | {1e3 * t_torch:.3f} | {1e3 * tg['plain']:.3f} | {1e3 * tg['blas']:.3f} | "
-                         f"{t_torch / tg['plain']:.2f} | {t_torch / tg['blas']:.2f} | {g_err:.1e} |")
+        grad_rows.append(f"| {name} {list(shape)} | {1e3 * t_torch:.3f} | {1e3 * tg['plain']:.3f} | "
+                         f"{1e3 * tg['blas']:.3f} | {t_torch / tg['plain']:.2f} | {t_torch / tg['blas']:.2f} | "
+                         f"{g_err:.1e} | {t_err:.1e} |")
     print("\nGradient of the training loss with respect to every weight (forward + backward):\n")
-    print("| model | torch eager | ksbuild | ksbuild+blas | torch / ksbuild | torch / ksbuild+blas | max rel err |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| model | torch eager | ksbuild | ksbuild+blas | torch / ksbuild | torch / ksbuild+blas | err ksbuild | "
+          "err torch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(grad_rows))
     return 0
 
