@@ -5,7 +5,7 @@
 #include "ks/prelude.h"
 
 // Constants (codegen/data.py): small ones here, large ones in src/onnx_cnn_data.bin.
-extern "C" const unsigned char onnx_cnn_data_blob[];  // 6144 bytes, src/onnx_cnn_data.bin
+extern "C" KS_HIDDEN const unsigned char onnx_cnn_data_blob[];  // 6144 bytes, src/onnx_cnn_data.bin
 static const float* const ks_data_0 = reinterpret_cast<const float*>(onnx_cnn_data_blob + 0);  // f32[8, 3, 3, 3]
 alignas(16) static const float ks_data_1[8] = {0.08476194739341736f, 0.459137499332428f, (-0.098460853099823f), 0.14788392186164856f, 0.07827207446098328f, 0.6575143337249756f, 0.3191428482532501f, (-0.24778993427753448f)};  // f32[8]
 static const float* const ks_data_2 = reinterpret_cast<const float*>(onnx_cnn_data_blob + 896);  // f32[16, 8, 3, 3]

@@ -5,7 +5,7 @@
 #include "ks/prelude.h"
 
 // Constants (codegen/data.py): small ones here, large ones in src/onnx_mlp_data.bin.
-extern "C" const unsigned char onnx_mlp_data_blob[];  // 4608 bytes, src/onnx_mlp_data.bin
+extern "C" KS_HIDDEN const unsigned char onnx_mlp_data_blob[];  // 4608 bytes, src/onnx_mlp_data.bin
 static const float* const ks_data_0 = reinterpret_cast<const float*>(onnx_mlp_data_blob + 0);  // f32[32, 4]
 alignas(16) static const float ks_data_1[32] = {(-0.17491668462753296f), (-0.4098108410835266f), (-0.10635757446289062f), 0.10687822103500366f, (-0.32573288679122925f), (-0.025659680366516113f), 0.3579254150390625f, (-0.05140012502670288f), 0.01389610767364502f, (-0.043134450912475586f), 0.10119068622589111f, 0.3179197311401367f, 0.4736230969429016f, 0.3175279498100281f, 0.474706768989563f, (-0.036160826683044434f), (-0.44916075468063354f), (-0.23703861236572266f), 0.3404526114463806f, (-0.003241240978240967f), (-0.24852317571640015f), (-0.383155882358551f), (-0.467926025390625f), (-0.4220041036605835f), (-0.1014183759689331f), 0.27420300245285034f, 0.2703205347061157f, (-0.482215940952301f), 0.31189101934432983f, (-0.391254723072052f), (-0.1057051420211792f), (-0.20273631811141968f)};  // f32[32]
 static const float* const ks_data_2 = reinterpret_cast<const float*>(onnx_mlp_data_blob + 512);  // f32[32, 32]
