@@ -81,6 +81,8 @@ def test_mlp_matches_torch_and_onnxruntime(packages):
     np.testing.assert_allclose(y, mlp(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
     sess = ort.InferenceSession(str(ROOT / "examples/onnx_mlp/mlp.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(y, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    yt = pkg.mlp(torch.tensor(x))  # torch in, torch out
+    assert isinstance(yt, torch.Tensor) and np.allclose(yt.numpy(), y)
 
 
 def test_mlp_loss_gradient_matches_torch_autograd(packages):
