@@ -19,6 +19,7 @@ UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
     "fabs": ("abs", abs), "abs": ("abs", abs), "floor": ("floor", math.floor),
     "sigmoid": ("logistic", lambda x: 1 / (1 + math.exp(-x))),
     "lgamma": ("lgamma", math.lgamma), "digamma": ("digamma", None),
+    "sign": ("sign", lambda v: float((v > 0) - (v < 0))),
 }
 MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
 ALIASES = {"arctan": "atan", "absolute": "abs"}
@@ -212,5 +213,5 @@ BUILTINS = {"abs", "max", "min", "float", "int", "pow"}
 MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor", "lgamma",
               "pow", "atan2"}
 TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor", "lgamma",
-               "digamma",
+               "digamma", "sign",
                "pow", "atan2", "sigmoid", "maximum", "minimum", "where", "relu", "clamp", "arctan"}

@@ -407,8 +407,13 @@ class KernelCompiler:
         kw = {k.arg: self.arg(b, scope, k.value) for k in e.keywords}
         if method:
             return self.call_method(b, scope, e, method, args, kw)
-        if target[0] == "torch" and target[1] in tensors.TORCH_TENSOR:
-            return tensors.TORCH_TENSOR[target[1]](self, b, args, kw, e)
+        table = tensors.NAMESPACES.get(target[0], {})
+        if target[1] in table:
+            return table[target[1]](self, b, args, kw, e)
+        if target[0] in ("F", "linalg", "nn"):
+            shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn"}[target[0]]
+            raise self.src.error(e.func, f"unsupported function '{shown}.{target[1]}'",
+                                 hint=f"supported: {', '.join(sorted(table)) or 'none'}")
         if target == ("builtin", "len") and len(args) == 1:
             x = tensors.tensor(self, b, args[0], e)
             if not x.type.rank:
@@ -429,15 +434,23 @@ class KernelCompiler:
 
     def method_target(self, f: ast.expr) -> str | None:
         """The method name of `x.method(...)` on a value (not a module function)."""
-        if isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in self.src.modules):
+        if isinstance(f, ast.Attribute) and self.module_of(f.value) is None:
             return f.attr
+        return None
+
+    def module_of(self, e: ast.expr) -> str | None:
+        """The namespace an expression names (math, torch, nn, F, linalg), or None if it is a value."""
+        if isinstance(e, ast.Name):
+            return self.src.modules.get(e.id) if e.id not in self.src.functions else None
+        if isinstance(e, ast.Attribute):
+            return SUBMODULES.get((self.module_of(e.value), e.attr))
         return None
 
     def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
         from . import tensors
         obj = self.expr(b, scope, e.func.value)
         if name in tensors.SHAPE_METHODS:
-            return tensors.SHAPE_METHODS[name](self, b, obj, args, e)
+            return tensors.SHAPE_METHODS[name](self, b, obj, args, kw, e)
         torch_name = tensors.METHODS.get(name)
         if torch_name is None:
             known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
@@ -477,8 +490,8 @@ class KernelCompiler:
 
     def callee(self, f: ast.expr) -> tuple[str, str]:
         """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in self.src.modules:
-            return self.src.modules[f.value.id], f.attr
+        if isinstance(f, ast.Attribute) and self.module_of(f.value) is not None:
+            return self.module_of(f.value), f.attr
         if isinstance(f, ast.Name):
             if f.id in self.src.functions:
                 return "kernel", f.id
@@ -534,6 +547,9 @@ class KernelCompiler:
         from .mathlib import common_type
         t = common_type(self, x, y, node)
         return self.as_atom(b, x, t.with_shape(_shape(x)), node), self.as_atom(b, y, t.with_shape(_shape(y)), node)
+
+
+SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F"}
 
 
 def _shape(v: Value):

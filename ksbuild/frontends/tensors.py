@@ -11,13 +11,14 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import DTYPES, Dim, Type, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
 from .scope import Const, SymDim, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
+_DIM_EXPR = re.compile(r"^[A-Za-z0-9_\s+*/()-]+$")
 
 
 def parse_type_text(text: str, float_dtype: str) -> Type | None:
@@ -37,6 +38,11 @@ def parse_type_text(text: str, float_dtype: str) -> Type | None:
             dims.append(int(part))
         elif part.isidentifier():
             dims.append(part)
+        elif _DIM_EXPR.match(part):  # "n*d", "n + 1": canonical like the dims of results
+            try:
+                dims.append(canonical_dim(part))
+            except (ValueError, SyntaxError):
+                return None
         else:
             return None
     return Type(base, tuple(dims))
@@ -257,29 +263,91 @@ def _two_floats(fc, b, args, node, name):
 
 # ---- shapes --------------------------------------------------------------------------------------
 
-def _reshape(fc, b, x, args, node) -> Atom:
+def _reshape(fc, b, x, args, kw, node) -> Atom:
+    args = args or [_arg(fc, args, kw, 0, "shape", node)]
     return shape_ops.reshape(b, tensor(fc, b, x, node), shape_args(fc, args, node))
 
 
-def _unsqueeze(fc, b, x, args, node):
-    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), int_const(fc, args[0], node, "dim") if args else 0)
+def _unsqueeze(fc, b, x, args, kw, node):
+    axis = int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim")
+    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), axis)
 
 
-def _squeeze(fc, b, x, args, node):
-    axes = [int_const(fc, args[0], node, "dim")] if args else None
+def _squeeze(fc, b, x, args, kw, node):
+    dim = _arg(fc, args, kw, 0, "dim", node, None)
+    axes = None if dim is None else [int_const(fc, d, node, "dim") for d in (dim if isinstance(dim, tuple) else [dim])]
     return shape_ops.squeeze(b, tensor(fc, b, x, node), axes)
 
 
-def _transpose(fc, b, x, args, node):
-    if len(args) != 2:
-        raise fc.src.error(node, "transpose takes two dims")
-    i, j = (int_const(fc, a, node, "dim") for a in args)
+def _transpose(fc, b, x, args, kw, node):
+    i, j = (int_const(fc, _arg(fc, args, kw, k, name, node), node, "dim") for k, name in enumerate(("dim0", "dim1")))
     return shape_ops.swap_axes(b, tensor(fc, b, x, node), i, j)
 
 
-def _permute(fc, b, x, args, node):
+def _permute(fc, b, x, args, kw, node):
+    if not args and "dims" in kw:
+        args = [kw["dims"]]
     vals = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
     return shape_ops.permute(b, tensor(fc, b, x, node), [int_const(fc, a, node, "dim") for a in vals])
+
+
+def _flatten(fc, b, x, args, kw, node):
+    """x.flatten(start_dim=0, end_dim=-1): the dims start..end merged into one."""
+    x = tensor(fc, b, x, node)
+    rank = max(x.type.rank, 1)
+    lo = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "start_dim", node, Const(0)), node, "dim"), rank, node)
+    hi = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "end_dim", node, Const(-1)), node, "dim"), rank, node)
+    shape = x.type.shape
+    merged = shape[:lo] + (_numel_dims(shape[lo:hi + 1]),) + shape[hi + 1:]
+    return shape_ops.reshape(b, x, merged) if x.type.rank else shape_ops.reshape(b, x, (1,))
+
+
+def _numel_dims(dims) -> Dim:
+    n: Dim = 1
+    for d in dims:
+        n = dim_mul(n, d)
+    return n
+
+
+def _size(fc, b, x, args, kw, node):
+    """x.size() -> the shape; x.size(k) -> one dim."""
+    x = tensor(fc, b, x, node)
+    dims = tuple(dim_value(d) for d in x.type.shape)
+    if not args and "dim" not in kw:
+        return dims
+    return dims[norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim"), x.type.rank, node)]
+
+
+def _cast_to(dtype: str | None):
+    """x.float(), x.double(), x.int(), x.long(), x.bool() (torch's dtypes; None: the build float)."""
+    def fn(fc, b, x, args, kw, node):
+        x = tensor(fc, b, x, node)
+        want = dtype or fc.float_dtype
+        return x if x.type.dtype == want else b.convert(x, dtype=want)
+    return fn
+
+
+def _type_as(fc, b, x, args, kw, node):
+    x, other = tensor(fc, b, x, node), tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    return x if x.type.dtype == other.type.dtype else b.convert(x, dtype=other.type.dtype)
+
+
+def _same(fc, b, x, args, kw, node):
+    """x.contiguous(), x.clone(): the same values."""
+    return tensor(fc, b, x, node)
+
+
+def _detach(fc, b, x, args, kw, node):
+    """x.detach(): the same values, a constant for differentiation."""
+    return b.stop_gradient(tensor(fc, b, x, node))
+
+
+def _dim_count(fc, b, x, args, kw, node):
+    return Const(tensor(fc, b, x, node).type.rank)
+
+
+def _numel(fc, b, x, args, kw, node):
+    return dim_value(_numel_dims(tensor(fc, b, x, node).type.shape))
 
 
 def transpose_2d(fc, b, x, node):
@@ -420,7 +488,61 @@ METHODS = {
     "matmul": "matmul", "dot": "dot", "outer": "outer", "clamp": "clamp", "clip": "clamp", "square": "square",
     "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "tanh": "tanh",
     "sin": "sin", "cos": "cos", "abs": "abs", "sigmoid": "sigmoid", "relu": "relu", "pow": "pow",
-    "tril": "tril", "triu": "triu",
+    "tril": "tril", "triu": "triu", "sign": "sign",
 }
+# x.method(...) handled here: (fc, b, x, args, kw, node)
 SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
-                 "transpose": _transpose, "permute": _permute}
+                 "transpose": _transpose, "permute": _permute, "flatten": _flatten, "size": _size,
+                 "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
+                 "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
+                 "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
+                 "contiguous": _same, "clone": _same, "detach": _detach, "dim": _dim_count, "numel": _numel}
+
+
+def _library(name: str):
+    """A function of the scalar library (relu, sigmoid, ...) called from a torch namespace."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import LIBRARY
+        if kw:
+            raise fc.src.error(node, f"{name}() takes no keyword arguments here")
+        return LIBRARY[name](fc, b, [fc.plain(b, a) for a in args], node)
+    return fn
+
+
+def _linear(fc, b, args, kw, node):
+    """F.linear(x, w, b=None) = x @ wᵀ + b."""
+    x, w = _two_floats(fc, b, args[:2], node, "linear")
+    y = linalg.matmul(b, x, shape_ops.swap_axes(b, w, -1, -2) if w.type.rank == 2 else w)
+    bias = _arg(fc, args, kw, 2, "bias", node, None)
+    return y if bias is None else b.add(*fc.unify(b, y, tensor(fc, b, bias, node), node))
+
+
+def _loss(kind: str):
+    """F.mse_loss / F.l1_loss(input, target, reduction='mean')."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        t = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+        d = b.sub(*fc.unify(b, x, t, node))
+        e = b.ipow(d, n=2) if kind == "mse" else b.abs(d)
+        how = _arg(fc, args, kw, 2, "reduction", node, "mean")
+        if how not in ("mean", "sum", "none"):
+            raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
+        return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
+    return fn
+
+
+def _dropout(fc, b, args, kw, node):
+    """F.dropout(x, p, training=False) is x; random dropout while training is not supported."""
+    training = _arg(fc, args, kw, 2, "training", node, Const(True))
+    if not isinstance(training, Const) or training.value:
+        raise fc.src.error(node, "F.dropout with training=True draws random numbers; kernels are deterministic",
+                           hint="pass training=False (dropout is the identity at inference)")
+    return tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+
+
+F_FUNCS = {
+    "relu": _library("relu"), "sigmoid": _library("sigmoid"), "tanh": _library("tanh"),
+    "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
+    "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "dropout": _dropout,
+}
+NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": {}, "nn": {}}
