@@ -85,6 +85,7 @@ def _run_backend(project: Path, wheel_dir: Path, t: Target, name: str) -> Path:
     """Call scikit-build-core's PEP 517 build_wheel hook in a subprocess; a failure keeps the log."""
     wheel_dir.mkdir()
     env = dict(os.environ)
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))  # the static and shared library at once
     if t.cross:  # the platform tag of the target, not of this Python (scikit-build-core reads this)
         env["_PYTHON_HOST_PLATFORM"] = f"linux-{t.processor}"
     proc = subprocess.run([sys.executable, "-c", BUILD_HOOK, str(wheel_dir)], cwd=project, env=env,
