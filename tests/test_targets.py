@@ -234,3 +234,44 @@ def test_cortex_m_library_has_the_targets_abi_and_no_runtime(target, manifest, e
     undefined = {line.split()[-1] for line in nm.splitlines() if line.strip() and not line.endswith(":")}
     libm = {"exp", "expf", "log", "logf", "lgamma", "lgammaf", "sqrt", "sqrtf"}
     assert {s for s in undefined if s not in libm and not s.startswith(("__aeabi_", "mem"))} == set()
+
+
+# ----------------------------------------------------------------------------- sources outside CMake
+@pytest.fixture(scope="module")
+def sqrl_project(tmp_path_factory) -> Path:
+    """The rendered project of the sqrl example, whose sums carry `omp simd reduction` pragmas."""
+    out = tmp_path_factory.mktemp("sqrl") / "p"
+    render(ROOT / "examples/sqrl/manifest.toml", out, lambda s: None)
+    assert "KS_OMP_SIMD(reduction(+:" in (out / "src/sqrl.cpp").read_text()
+    return out
+
+
+@pytest.mark.parametrize("target", ["host", "aarch64-linux-gnu", "cortex-m4", "cortex-m0plus"])
+def test_generated_source_compiles_by_hand_with_warnings_as_errors(target, sqrl_project, tmp_path):
+    """`<cxx> -Wall -Wextra -Werror -c src/P.cpp` without -fopenmp-simd: no unknown-pragma failure."""
+    t = TARGETS[target]
+    if t.cross and not shutil.which(t.cxx):
+        pytest.skip(f"{t.cxx} not installed (scripts/install.sh installs {' '.join(t.apt)})")
+    cxx = shutil.which(t.cxx)
+    flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *t.flags,
+             f"-I{sqrl_project / 'include'}", f"-I{sqrl_project / 'src'}"]
+    proc = subprocess.run([cxx, *flags, "-c", str(sqrl_project / "src/sqrl.cpp"), "-o", str(tmp_path / "sqrl.o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    # with the generated CMake's flags the pragma is there, so the optimized build is unchanged
+    pre = subprocess.run([cxx, *flags, "-fopenmp-simd", "-DKS_OPENMP_SIMD", "-E", str(sqrl_project / "src/sqrl.cpp")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "#pragma omp simd reduction(+:" in pre
+
+
+def test_generated_header_is_c(sqrl_project, tmp_path):
+    """The header is plain C (C99, pedantic), documents workspace alignment and the shapes."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    header = sqrl_project / "include/sqrl.h"
+    subprocess.run([cc, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-x", "c",
+                    str(header)], check=True)
+    text = header.read_text()
+    assert "aligned to 16 bytes" in text and "same name, same size" in text
+    assert re.search(r"/\*   shapes: \w+\[\w+(, \w+)*\].* -> ", text)
