@@ -5,6 +5,7 @@ Layout under cache_root() ($KSBUILD_CACHE, default ~/.cache/ksbuild):
   <key>/entry.json        what it is: package, target, backend, compiler, ksbuild version
   <key>/build.log         the log of the build that made it (a failed build leaves build-XXXX.log)
   python/<P>/<key>/       the trees ksbuild.build() loads into Python
+  logs/                   logs of failed wheel builds
   locks/                  one lock file per key and one per output folder
 
 Concurrent `ksbuild package` runs serialize on the key's lock (one builds, the others reuse its
@@ -26,6 +27,8 @@ try:
     import fcntl
 except ImportError:  # not POSIX: no inter-process locks; the atomic renames alone keep trees whole
     fcntl = None  # type: ignore[assignment]
+
+NOT_ENTRIES = ("python", "locks", "logs")  # folders of the cache root that are not builds
 
 
 def cache_root() -> Path:
@@ -91,11 +94,20 @@ def entries() -> list[Entry]:
     root = cache_root()
     found = []
     for d in (root.iterdir() if root.is_dir() else ()):
-        if d.is_dir() and d.name not in ("python", "locks"):
-            info_file = d / "entry.json"
-            info = json.loads(info_file.read_text()) if info_file.is_file() else {}
-            found.append(Entry(d.name, d, info, _tree_size(d), d.stat().st_mtime))
+        if d.is_dir() and d.name not in NOT_ENTRIES:
+            try:
+                found.append(Entry(d.name, d, _entry_info(d), _tree_size(d), d.stat().st_mtime))
+            except OSError:  # removed meanwhile by `ksbuild cache clean`
+                continue
     return sorted(found, key=lambda e: -e.mtime)
+
+
+def _entry_info(d: Path) -> dict:
+    """entry.json of an entry ({} while its build runs or after a failure)."""
+    try:
+        return json.loads((d / "entry.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def info_text() -> str:
@@ -111,7 +123,7 @@ def info_text() -> str:
 
 
 def clean() -> tuple[int, int, list[str]]:
-    """Remove every entry not being built right now, and the loaded trees: (removed, bytes, busy keys)."""
+    """Remove every entry not being built right now, the loaded trees and old logs: (removed, bytes, busy keys)."""
     removed, freed, busy = 0, 0, []
     for e in entries():
         with file_lock(key_lock(e.key), wait=False) as got:
@@ -120,16 +132,22 @@ def clean() -> tuple[int, int, list[str]]:
                 continue
             shutil.rmtree(e.path, ignore_errors=True)
             removed, freed = removed + 1, freed + e.size
-    python = cache_root() / "python"
-    freed += _tree_size(python)
-    shutil.rmtree(python, ignore_errors=True)
+    for folder in (cache_root() / "python", cache_root() / "logs"):
+        freed += _tree_size(folder)
+        shutil.rmtree(folder, ignore_errors=True)
     return removed, freed, busy
 
 
 def _tree_size(path: Path) -> int:
-    if not path.is_dir():
-        return 0
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+    """Bytes of the files under path; files that vanish meanwhile (a build finishing) count 0."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _size(n: float) -> str:

@@ -166,7 +166,9 @@ def _write_entry(work: Path, m: Manifest, t: Target, python_module: bool) -> Non
     info = {"package": m.name, "version": m.version, "manifest": str(m.path), "target": t.name,
             "backend": m.build.backend, "python_module": python_module, "compiler": compiler_identity(t),
             "ksbuild": VERSION, "built": time.strftime("%Y-%m-%d %H:%M:%S")}
-    (work / "entry.json").write_text(json.dumps(info, indent=2) + "\n")
+    tmp = work / f".entry-{os.getpid()}.json"
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, work / "entry.json")
 
 
 def _install_copy(src: Path, out: Path) -> None:
