@@ -239,7 +239,7 @@ class Writer:
         for j, d in enumerate(shape):
             i = self.namer.fresh("i")
             if simd and j == len(shape) - 1:
-                self.line(f"#pragma omp simd {simd}")
+                self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
             self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")
             self.depth += 1
             idx.append(i)

@@ -8,6 +8,7 @@ from pathlib import Path
 import jinja2
 
 from ..codegen.viewmodel import ExportView, export_view
+from ..compile.targets import TARGETS, Target
 from ..exports import Export
 from ..manifest import Manifest
 from ..resources import VERSION, resource_dir
@@ -46,11 +47,17 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
     return out
 
 
-def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
-    """Write the whole project into `out` (created; must not exist or be empty)."""
+def target_record(t: Target) -> dict:
+    """What share/P/target.json records about the target the tree was built for."""
+    return {"target": t.name, "triple": t.triple, "system": t.system, "processor": t.processor,
+            "flags": list(t.flags), "link_flags": list(t.link_flags)}
+
+
+def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
+    """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     vs = views(m, exports)
     ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
-               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_",
+               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
@@ -65,6 +72,9 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     files[f"cmake/{m.name}.pc"] = d.get_template("pkgconfig.pc.j2").render(ctx)
     files[f"share/{m.name}.json"] = json.dumps(describe(m, vs, exports), indent=2) + "\n"
     files["share/manifest.toml"] = m.text
+    files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
+    if target.cross:
+        files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
     for rel, text in files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)

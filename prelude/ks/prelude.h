@@ -17,6 +17,17 @@
 #include <cstdint>
 #include <cstring>
 
+// KS_OMP_SIMD(clauses) before a loop is `#pragma omp simd clauses` where the build enables
+// OpenMP SIMD: the generated CMake passes -fopenmp-simd -DKS_OPENMP_SIMD (or any -fopenmp
+// build, which defines _OPENMP). Elsewhere it is nothing, so compiling a generated source by
+// hand with plain `-Wall -Wextra -Werror` does not fail on an unknown pragma.
+#define KS_STRINGIFY(x) #x
+#if defined(_OPENMP) || defined(KS_OPENMP_SIMD)
+#define KS_OMP_SIMD(...) _Pragma(KS_STRINGIFY(omp simd __VA_ARGS__))
+#else
+#define KS_OMP_SIMD(...)
+#endif
+
 namespace ks {
 
 // Status codes returned by every generated function that takes a tensor (C ABI `int`).
