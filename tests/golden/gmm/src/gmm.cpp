@@ -66,7 +66,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     }
     for (int64_t i20 = 0; i20 < K; ++i20) {
         double acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i21 = 0; i21 < d; ++i21) {
             const double qs_i = icf[i20 * T + i21];
             acc += qs_i;
@@ -93,7 +93,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         for (int64_t i31 = 0; i31 < K; ++i31) {
             for (int64_t i32 = 0; i32 < d; ++i32) {
                 double dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i33 = 0; i33 < d; ++i33) {
                     dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
                 }
@@ -104,7 +104,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     for (int64_t i35 = 0; i35 < n; ++i35) {
         for (int64_t i36 = 0; i36 < K; ++i36) {
             double acc37 = 0;
-            #pragma omp simd reduction(+:acc37)
+            KS_OMP_SIMD(reduction(+:acc37))
             for (int64_t i38 = 0; i38 < d; ++i38) {
                 const double mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
                 const double t39 = ks::ipow<2>(mahalanobis_i);
@@ -137,7 +137,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     }
     for (int64_t i56 = 0; i56 < n; ++i56) {
         double acc57 = 0;
-        #pragma omp simd reduction(+:acc57)
+        KS_OMP_SIMD(reduction(+:acc57))
         for (int64_t i58 = 0; i58 < K; ++i58) {
             const double scores_i = scores[i56 * K + i58];
             const double x_i59 = tmp50[i56];
@@ -148,7 +148,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         tmp55[i56] = acc57;
     }
     double acc62 = 0;
-    #pragma omp simd reduction(+:acc62)
+    KS_OMP_SIMD(reduction(+:acc62))
     for (int64_t i63 = 0; i63 < n; ++i63) {
         const double x_i64 = tmp55[i63];
         const double t65 = std::log(x_i64);
@@ -163,7 +163,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         acc69 = ks::max(x_i71, acc69);
     }
     double acc72 = 0;
-    #pragma omp simd reduction(+:acc72)
+    KS_OMP_SIMD(reduction(+:acc72))
     for (int64_t i73 = 0; i73 < K; ++i73) {
         const double alphas_i74 = alphas[i73];
         const double x_i75 = acc69;
@@ -211,7 +211,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         const double C = (t89 - r91);
         double acc106 = 0;
         for (int64_t i107 = 0; i107 < K; ++i107) {
-            #pragma omp simd reduction(+:acc106)
+            KS_OMP_SIMD(reduction(+:acc106))
             for (int64_t i108 = 0; i108 < d; ++i108) {
                 const double qs_i109 = icf[i107 * T + i108];
                 const double t110 = std::exp(qs_i109);
@@ -221,7 +221,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         }
         double acc112 = 0;
         for (int64_t i113 = 0; i113 < K; ++i113) {
-            #pragma omp simd reduction(+:acc112)
+            KS_OMP_SIMD(reduction(+:acc112))
             for (int64_t i114 = 0; i114 < (T - d); ++i114) {
                 const double ls_i = (icf + d)[i113 * T + i114];
                 const double t115 = ks::ipow<2>(ls_i);
@@ -234,7 +234,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         const double t118 = (t117 * frobenius);
         double acc119 = 0;
         for (int64_t i120 = 0; i120 < K; ++i120) {
-            #pragma omp simd reduction(+:acc119)
+            KS_OMP_SIMD(reduction(+:acc119))
             for (int64_t i121 = 0; i121 < d; ++i121) {
                 const double qs_i122 = icf[i120 * T + i121];
                 acc119 += qs_i122;
@@ -427,7 +427,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
     for (int64_t i53 = 0; i53 < K; ++i53) {
         double acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i54 = 0; i54 < d; ++i54) {
             const double qs_i = icf[i53 * T + i54];
             acc += qs_i;
@@ -454,7 +454,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         for (int64_t i64 = 0; i64 < K; ++i64) {
             for (int64_t i65 = 0; i65 < d; ++i65) {
                 double dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i66 = 0; i66 < d; ++i66) {
                     dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
                 }
@@ -465,7 +465,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     for (int64_t i69 = 0; i69 < n; ++i69) {
         for (int64_t i70 = 0; i70 < K; ++i70) {
             double acc71 = 0;
-            #pragma omp simd reduction(+:acc71)
+            KS_OMP_SIMD(reduction(+:acc71))
             for (int64_t i72 = 0; i72 < d; ++i72) {
                 const double mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
                 const double t73 = ks::ipow<2>(mahalanobis_i);
@@ -496,7 +496,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     double* const tmp86 = tmp68;  // reuses a dead buffer's space
     for (int64_t i88 = 0; i88 < n; ++i88) {
         double acc89 = 0;
-        #pragma omp simd reduction(+:acc89)
+        KS_OMP_SIMD(reduction(+:acc89))
         for (int64_t i90 = 0; i90 < K; ++i90) {
             const double scores_i = scores[i88 * K + i90];
             const double x_i91 = tmp81[i88];
@@ -520,7 +520,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
     double* const tmp101 = tmp;  // reuses a dead buffer's space
     double acc102 = 0;
-    #pragma omp simd reduction(+:acc102)
+    KS_OMP_SIMD(reduction(+:acc102))
     for (int64_t i103 = 0; i103 < K; ++i103) {
         const double alphas_i104 = alphas[i103];
         const double x_i105 = acc98;
@@ -870,7 +870,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     }
     for (int64_t i20 = 0; i20 < K; ++i20) {
         float acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i21 = 0; i21 < d; ++i21) {
             const float qs_i = icf[i20 * T + i21];
             acc += qs_i;
@@ -897,7 +897,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         for (int64_t i31 = 0; i31 < K; ++i31) {
             for (int64_t i32 = 0; i32 < d; ++i32) {
                 float dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i33 = 0; i33 < d; ++i33) {
                     dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
                 }
@@ -908,7 +908,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     for (int64_t i35 = 0; i35 < n; ++i35) {
         for (int64_t i36 = 0; i36 < K; ++i36) {
             float acc37 = 0;
-            #pragma omp simd reduction(+:acc37)
+            KS_OMP_SIMD(reduction(+:acc37))
             for (int64_t i38 = 0; i38 < d; ++i38) {
                 const float mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
                 const float t39 = ks::ipow<2>(mahalanobis_i);
@@ -941,7 +941,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     }
     for (int64_t i56 = 0; i56 < n; ++i56) {
         float acc57 = 0;
-        #pragma omp simd reduction(+:acc57)
+        KS_OMP_SIMD(reduction(+:acc57))
         for (int64_t i58 = 0; i58 < K; ++i58) {
             const float scores_i = scores[i56 * K + i58];
             const float x_i59 = tmp50[i56];
@@ -952,7 +952,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         tmp55[i56] = acc57;
     }
     float acc62 = 0;
-    #pragma omp simd reduction(+:acc62)
+    KS_OMP_SIMD(reduction(+:acc62))
     for (int64_t i63 = 0; i63 < n; ++i63) {
         const float x_i64 = tmp55[i63];
         const float t65 = std::log(x_i64);
@@ -968,7 +968,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         acc70 = ks::max(x_i72, acc70);
     }
     float acc73 = 0;
-    #pragma omp simd reduction(+:acc73)
+    KS_OMP_SIMD(reduction(+:acc73))
     for (int64_t i74 = 0; i74 < K; ++i74) {
         const float alphas_i75 = alphas[i74];
         const float x_i76 = acc70;
@@ -1019,7 +1019,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         const double C = (t109 - r93);
         float acc110 = 0;
         for (int64_t i111 = 0; i111 < K; ++i111) {
-            #pragma omp simd reduction(+:acc110)
+            KS_OMP_SIMD(reduction(+:acc110))
             for (int64_t i112 = 0; i112 < d; ++i112) {
                 const float qs_i113 = icf[i111 * T + i112];
                 const float t114 = std::exp(qs_i113);
@@ -1029,7 +1029,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         }
         float acc116 = 0;
         for (int64_t i117 = 0; i117 < K; ++i117) {
-            #pragma omp simd reduction(+:acc116)
+            KS_OMP_SIMD(reduction(+:acc116))
             for (int64_t i118 = 0; i118 < (T - d); ++i118) {
                 const float ls_i = (icf + d)[i117 * T + i118];
                 const float t119 = ks::ipow<2>(ls_i);
@@ -1042,7 +1042,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         const float t122 = (t121 * frobenius);
         float acc123 = 0;
         for (int64_t i124 = 0; i124 < K; ++i124) {
-            #pragma omp simd reduction(+:acc123)
+            KS_OMP_SIMD(reduction(+:acc123))
             for (int64_t i125 = 0; i125 < d; ++i125) {
                 const float qs_i126 = icf[i124 * T + i125];
                 acc123 += qs_i126;
@@ -1237,7 +1237,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
     for (int64_t i53 = 0; i53 < K; ++i53) {
         float acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i54 = 0; i54 < d; ++i54) {
             const float qs_i = icf[i53 * T + i54];
             acc += qs_i;
@@ -1264,7 +1264,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         for (int64_t i64 = 0; i64 < K; ++i64) {
             for (int64_t i65 = 0; i65 < d; ++i65) {
                 float dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i66 = 0; i66 < d; ++i66) {
                     dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
                 }
@@ -1275,7 +1275,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     for (int64_t i69 = 0; i69 < n; ++i69) {
         for (int64_t i70 = 0; i70 < K; ++i70) {
             float acc71 = 0;
-            #pragma omp simd reduction(+:acc71)
+            KS_OMP_SIMD(reduction(+:acc71))
             for (int64_t i72 = 0; i72 < d; ++i72) {
                 const float mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
                 const float t73 = ks::ipow<2>(mahalanobis_i);
@@ -1306,7 +1306,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     float* const tmp86 = tmp68;  // reuses a dead buffer's space
     for (int64_t i88 = 0; i88 < n; ++i88) {
         float acc89 = 0;
-        #pragma omp simd reduction(+:acc89)
+        KS_OMP_SIMD(reduction(+:acc89))
         for (int64_t i90 = 0; i90 < K; ++i90) {
             const float scores_i = scores[i88 * K + i90];
             const float x_i91 = tmp81[i88];
@@ -1330,7 +1330,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
     float* const tmp101 = tmp;  // reuses a dead buffer's space
     float acc102 = 0;
-    #pragma omp simd reduction(+:acc102)
+    KS_OMP_SIMD(reduction(+:acc102))
     for (int64_t i103 = 0; i103 < K; ++i103) {
         const float alphas_i104 = alphas[i103];
         const float x_i105 = acc98;
@@ -1674,7 +1674,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
     for (int64_t i20 = 0; i20 < K; ++i20) {
         double acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i21 = 0; i21 < d; ++i21) {
             const double qs_i = icf[i20 * T + i21];
             acc += qs_i;
@@ -1701,7 +1701,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         for (int64_t i30 = 0; i30 < K; ++i30) {
             for (int64_t i31 = 0; i31 < d; ++i31) {
                 double dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i32 = 0; i32 < d; ++i32) {
                     dot += Qs[i30 * (d * d) + i31 * d + i32] * tmp25[i30 * d + i32];
                 }
@@ -1711,7 +1711,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         double* const tmp33 = tmp;  // reuses a dead buffer's space
         for (int64_t i34 = 0; i34 < K; ++i34) {
             double acc35 = 0;
-            #pragma omp simd reduction(+:acc35)
+            KS_OMP_SIMD(reduction(+:acc35))
             for (int64_t i36 = 0; i36 < d; ++i36) {
                 const double x_i37 = prod[i34 * d + i36];
                 const double t38 = ks::ipow<2>(x_i37);
@@ -1732,7 +1732,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             acc45 = ks::max(x_i47, acc45);
         }
         double acc48 = 0;
-        #pragma omp simd reduction(+:acc48)
+        KS_OMP_SIMD(reduction(+:acc48))
         for (int64_t i49 = 0; i49 < K; ++i49) {
             const double x_i50 = tmp39[i49];
             const double x_i51 = acc45;
@@ -1757,7 +1757,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         acc61 = ks::max(x_i63, acc61);
     }
     double acc64 = 0;
-    #pragma omp simd reduction(+:acc64)
+    KS_OMP_SIMD(reduction(+:acc64))
     for (int64_t i65 = 0; i65 < K; ++i65) {
         const double alphas_i66 = alphas[i65];
         const double x_i67 = acc61;
@@ -1805,7 +1805,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         const double C = (t81 - r83);
         double acc98 = 0;
         for (int64_t i99 = 0; i99 < K; ++i99) {
-            #pragma omp simd reduction(+:acc98)
+            KS_OMP_SIMD(reduction(+:acc98))
             for (int64_t i100 = 0; i100 < d; ++i100) {
                 const double qs_i101 = icf[i99 * T + i100];
                 const double t102 = std::exp(qs_i101);
@@ -1815,7 +1815,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         }
         double acc104 = 0;
         for (int64_t i105 = 0; i105 < K; ++i105) {
-            #pragma omp simd reduction(+:acc104)
+            KS_OMP_SIMD(reduction(+:acc104))
             for (int64_t i106 = 0; i106 < (T - d); ++i106) {
                 const double ls_i = (icf + d)[i105 * T + i106];
                 const double t107 = ks::ipow<2>(ls_i);
@@ -1828,7 +1828,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         const double t110 = (t109 * frobenius);
         double acc111 = 0;
         for (int64_t i112 = 0; i112 < K; ++i112) {
-            #pragma omp simd reduction(+:acc111)
+            KS_OMP_SIMD(reduction(+:acc111))
             for (int64_t i113 = 0; i113 < d; ++i113) {
                 const double qs_i114 = icf[i112 * T + i113];
                 acc111 += qs_i114;
@@ -2022,7 +2022,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     }
     for (int64_t i53 = 0; i53 < K; ++i53) {
         double acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i54 = 0; i54 < d; ++i54) {
             const double qs_i = icf[i53 * T + i54];
             acc += qs_i;
@@ -2047,7 +2047,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         for (int64_t i67 = 0; i67 < K; ++i67) {
             for (int64_t i68 = 0; i68 < d; ++i68) {
                 double dot = 0;
-                #pragma omp simd reduction(+:dot)
+                KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t i69 = 0; i69 < d; ++i69) {
                     dot += r[i67 * (d * d) + i68 * d + i69] * tmp62[i67 * d + i69];
                 }
@@ -2057,7 +2057,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         double* const tmp71 = tmp;  // reuses a dead buffer's space
         for (int64_t i72 = 0; i72 < K; ++i72) {
             double acc73 = 0;
-            #pragma omp simd reduction(+:acc73)
+            KS_OMP_SIMD(reduction(+:acc73))
             for (int64_t i74 = 0; i74 < d; ++i74) {
                 const double x_i75 = prod[i72 * d + i74];
                 const double t76 = ks::ipow<2>(x_i75);
@@ -2081,7 +2081,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         }
         double* const tmp87 = tmp;  // reuses a dead buffer's space
         double acc88 = 0;
-        #pragma omp simd reduction(+:acc88)
+        KS_OMP_SIMD(reduction(+:acc88))
         for (int64_t i89 = 0; i89 < K; ++i89) {
             const double x_i90 = tmp78[i89];
             const double x_i91 = acc84;
@@ -2113,7 +2113,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     }
     double* const tmp103 = tmp;  // reuses a dead buffer's space
     double acc104 = 0;
-    #pragma omp simd reduction(+:acc104)
+    KS_OMP_SIMD(reduction(+:acc104))
     for (int64_t i105 = 0; i105 < K; ++i105) {
         const double alphas_i106 = alphas[i105];
         const double x_i107 = acc100;

@@ -15,7 +15,7 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     float y = 0;
-    #pragma omp simd reduction(+:y)
+    KS_OMP_SIMD(reduction(+:y))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         y += x_i;
@@ -36,7 +36,7 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
         }
     }
     float acc = 0;
-    #pragma omp simd reduction(+:acc)
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i10 = 0; i10 < n; ++i10) {
         const float t_i = t2[i10];
         const float t11 = std::sin(t_i);
@@ -72,7 +72,7 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     float y = 0;
-    #pragma omp simd reduction(+:y)
+    KS_OMP_SIMD(reduction(+:y))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         y += x_i;
@@ -158,7 +158,7 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
-        #pragma omp simd reduction(+:y1)
+        KS_OMP_SIMD(reduction(+:y1))
         for (int64_t i2 = 0; i2 < n; ++i2) {
             const float x_i = x[i * n + i2];
             y1 += x_i;
@@ -183,7 +183,7 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     float* const tmp13 = y;  // reuses a dead buffer's space
     for (int64_t i14 = 0; i14 < n1; ++i14) {
         float acc = 0;
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i15 = 0; i15 < n; ++i15) {
             const bool x_i16 = tmp[i14];
             const float t_i = t5[i14 * n + i15];
@@ -234,7 +234,7 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
-        #pragma omp simd reduction(+:y1)
+        KS_OMP_SIMD(reduction(+:y1))
         for (int64_t i2 = 0; i2 < n; ++i2) {
             const float x_i = x[i * n + i2];
             y1 += x_i;
