@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     except KsbuildError as e:
         print(str(e), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `ksbuild ir ... | head`: the reader went away, which is fine
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except FileNotFoundError as e:
         print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
         return 1

@@ -240,6 +240,8 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
                         hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
     dtype = _field(ctx, table, path, "dtype", default.dtype, tuple(FLOAT_DTYPES))
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
+    from .compile.targets import get_target
+    get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
     return BuildSpec(backend, dtype, target)
 
 
