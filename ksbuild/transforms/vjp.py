@@ -2,7 +2,9 @@
 
 Requires: a verified Func. Guarantees: vjp(f)(primals, one cotangent per float result) ->
 one cotangent per float param; grad(f)(primals) -> the same with the cotangent fixed to 1
-(f must have exactly one float scalar result).
+(f must have exactly one float scalar result). fwd(f)/bwd(f) split vjp(f) in two so that the
+forward pass is not recomputed: fwd(f)(primals) -> (results, residuals) and
+bwd(f)(residuals, cotangents) -> the cotangents vjp(f) returns.
 """
 from __future__ import annotations
 
@@ -73,6 +75,33 @@ def grad_func(f: Func, name: str | None = None, argnums=None) -> Func:
     primals = [Var(p.type, p.hint) for p in f.params]
     res = vjp_body(b, f, primals, [Lit(1, outs[0])], argnums)
     return b.func(name or f"grad_{f.name}", primals, res, _grad_names(f, argnums))
+
+
+def fwd_func(f: Func, name: str | None = None, argnums=None) -> Func:
+    """fwd(f): (primals) -> (results of f, residuals that bwd(f) reads); the forward half of vjp(f)."""
+    _need_float_result(f, "fwd")
+    fwd, _, n_out, n_res = linearize(f, argnums)
+    names = tuple(_names(f)) + tuple(f"res{i}" for i in range(n_res))
+    return Func(name or f"fwd_{f.name}", fwd.params, fwd.eqns, fwd.results, names)
+
+
+def bwd_func(f: Func, name: str | None = None, argnums=None) -> Func:
+    """bwd(f): (residuals of fwd(f), cotangent per float result) -> cotangent per float param of f."""
+    _need_float_result(f, "bwd")
+    _, lin, _, n_res = linearize(f, argnums)
+    n_t = len(lin.params) - n_res
+    lin_t = transpose_func(lin, [False] * n_res + [True] * n_t)
+    ct_names = [f"ct_{n}" if n else "ct" for t, n in zip(f.out_types, _names(f)) if t.is_float]
+    params = tuple(Var(p.type, f"res{i}") for i, p in enumerate(lin_t.params[:n_res]))
+    params += tuple(Var(p.type, n) for p, n in zip(lin_t.params[n_res:], ct_names))
+    b = Builder()
+    res = inline(b, lin_t, params)
+    return b.func(name or f"bwd_{f.name}", params, res, _grad_names(f, argnums))
+
+
+def _need_float_result(f: Func, what: str) -> None:
+    if not any(t.is_float for t in f.out_types):
+        raise KsbuildError(f"{what} of '{f.name}': it has no float result to differentiate")
 
 
 def _names(f: Func):
