@@ -53,7 +53,7 @@ class PackageOps:
             outs = export.call_arrays([t.numpy() for t in tensors], dims=dims)
             return _unpack([torch.from_numpy(o) for o in outs])
         split = self.split_of[export.name]
-        if need_grad and split is not None:
+        if need_grad and split is not None and not torch.compiler.is_exporting():
             outs = self.invoke(split[0], tensors, dims or {})
             return _unpack(list(outs)[:len(export.outs)])
         return _unpack(_as_list(self.invoke(export.name, tensors, dims or {})))
