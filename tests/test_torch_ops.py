@@ -59,7 +59,8 @@ def test_ops_are_registered_with_schemas(relu3_pkg):
     op = getattr(getattr(torch.ops, ops.namespace), "vrelu3_vjp")
     assert str(op.default._schema).endswith("vrelu3_vjp(Tensor x, Tensor ct) -> Tensor")
     x = torch.tensor(X)
-    torch.testing.assert_close(op(x, torch.ones(len(X))), torch.from_numpy(relu3_pkg.vrelu3_vjp(x.numpy(), np.ones(7, np.float32))))
+    want = relu3_pkg.vrelu3_vjp(x.numpy(), np.ones(7, np.float32))
+    torch.testing.assert_close(op(x, torch.ones(len(X))), torch.from_numpy(want))
 
 
 def test_compile_fullgraph_and_export(relu3_pkg):
