@@ -14,4 +14,4 @@ if ! ldconfig -p | grep -q "libopenblas\.so\|libblas\.so "; then
 fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[test,torch,plot]"
+.venv/bin/pip install --quiet -e ".[test,torch,plot,examples]"
