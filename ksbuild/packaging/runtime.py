@@ -55,6 +55,9 @@ class Export:
         self.ws_fn = getattr(lib, desc["symbol"] + "_workspace_size") if desc["kind"] == "tensor" else None
         if self.ws_fn is not None:
             self.ws_fn.restype = ctypes.c_size_t
+            self.ws_fn.argtypes = [ctypes.c_int64] * len(desc["dims"])
+            self.fn.argtypes = _tensor_argtypes(desc, self.ins, self.outs)
+        self._plan = _bind_plan(self.ins)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
 
     def __repr__(self) -> str:
@@ -91,30 +94,31 @@ class Export:
         arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
         dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(dims, out)
-        cargs = [ctypes.c_int64(dims[d]) for d in self.desc["dims"]]
-        for a, arr in zip(self.ins, arrays):
-            cargs.append(arr.ctypes.data_as(ctypes.c_void_p) if a["shape"] else CTYPES[a["dtype"]](arr.item()))
-        cargs += [o.ctypes.data_as(ctypes.c_void_p) for o in outs]
-        ws = self._workspace(dims)
-        status = self.fn(*cargs, ws.ctypes.data_as(ctypes.c_void_p) if ws is not None else None)
+        ins = [arr.ctypes.data if a["shape"] else arr.item() for a, arr in zip(self.ins, arrays)]
+        self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
+        return outs
+
+    def call_pointers(self, dims: dict, ins: list, outs: list) -> None:
+        """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs."""
+        dim_values = [dims[d] for d in self.desc["dims"]]
+        ws = self._workspace(dim_values)
+        status = self.fn(*dim_values, *ins, *outs, ws)
         if status != 0:
             raise CallError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
-        return outs
 
     def bind_dims(self, shapes, given: dict | None = None) -> dict:
         """Values of the symbolic dims from the input shapes (and `given` for free dims); checks consistency."""
-        dims = dict(given or {})
-        unknown = [d for d in dims if d not in self.desc["dims"]]
-        if unknown:
+        dims = dict(given) if given else {}
+        if given and any(d not in self.desc["dims"] for d in given):
+            unknown = [d for d in given if d not in self.desc["dims"]]
             raise CallError(f"{self.name}: dims {unknown} are not dims of this export (its dims: {self.desc['dims']})")
-        for a, shape in zip(self.ins, shapes):
-            for d, s in zip(a["shape"], shape):
-                if isinstance(d, int) or d.isidentifier():
-                    want = dims.setdefault(d, s) if isinstance(d, str) else d
-                    if want != s:
-                        raise CallError(f"argument '{a['name']}': dimension {d} is {want} elsewhere but {s} here")
-        missing = [d for d in self.desc["dims"] if d not in dims]
-        if missing:
+        for i, axis, d in self._plan:
+            s = shapes[i][axis]
+            want = dims.setdefault(d, s) if isinstance(d, str) else d
+            if want != s:
+                raise CallError(f"argument '{self.ins[i]['name']}': dimension {d} is {want} elsewhere but {s} here")
+        if len(dims) < len(self.desc["dims"]):
+            missing = [d for d in self.desc["dims"] if d not in dims]
             raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
         for a, shape in zip(self.ins, shapes):
             for d, s in zip(a["shape"], shape):
@@ -137,18 +141,29 @@ class Export:
                 raise CallError(f"out= for {self.name} must be a contiguous {a['dtype']} array of shape {s}")
         return res
 
-    def _workspace(self, dims):
-        """This thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
-        if self.ws_fn is None:
-            return None
-        n = self.ws_fn(*[ctypes.c_int64(dims[d]) for d in self.desc["dims"]])
+    def _workspace(self, dim_values: list) -> int | None:
+        """The address of this thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
+        n = self.ws_fn(*dim_values) if self.desc["workspace"] else 0
         if not n:
             return None
         buf = getattr(self._scratch, "buf", None)
         if buf is None or buf.size < n + 64:
             buf = self._scratch.buf = np.empty(n + 64, np.uint8)
-        skip = -buf.ctypes.data % 64  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
-        return buf[skip:skip + n]
+        addr = buf.ctypes.data
+        return addr + (-addr % 64)  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
+
+
+def _tensor_argtypes(desc: dict, ins: list, outs: list) -> list:
+    """ctypes argtypes of a tensor export: dims, inputs (pointers or scalars), outputs, workspace."""
+    types = [ctypes.c_int64] * len(desc["dims"])
+    types += [ctypes.c_void_p if a["shape"] else CTYPES[a["dtype"]] for a in ins]
+    return types + [ctypes.c_void_p] * (len(outs) + 1)
+
+
+def _bind_plan(ins: list) -> list[tuple[int, int, int | str]]:
+    """(input, axis, dim) for every axis whose dim is a literal or a name: what binds and checks the dims."""
+    return [(i, k, d) for i, a in enumerate(ins) for k, d in enumerate(a["shape"])
+            if isinstance(d, int) or d.isidentifier()]
 
 
 def free_dims(desc: dict) -> list[str]:

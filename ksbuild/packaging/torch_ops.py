@@ -40,18 +40,22 @@ class PackageOps:
     def __init__(self, package, namespace: str):
         self.package, self.namespace = package, namespace
         by_expr = {_norm(d["expression"]): n for n, d in package.desc["exports"].items()}
-        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items()}
+        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items() if e.outs}  # not: no results
         self.vjp_of = {n: by_expr.get(f"vjp({_norm(e.desc['expression'])})") for n, e in package.exports.items()}
         self.split_of = {n: _split(by_expr, e) for n, e in package.exports.items()}
+        self.backward = {n: _Backward(self, n, self.split_of[n]) for n in package.exports}
         self._register_autograd()
 
     def call(self, export, args, dims: dict | None = None):
         """Call export on torch tensors (and Python numbers): results as tensors, one or a tuple."""
+        export = self.package.exports[export.name]  # the objects the ops were defined with (one per process)
         tensors = [_tensor(x, a, export) for x, a in zip(args, export.ins)]
         need_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        if not need_grad and _plain_eager(tensors):
-            outs = export.call_arrays([t.numpy() for t in tensors], dims=dims)
-            return _unpack([torch.from_numpy(o) for o in outs])
+        eager = _plain_eager(tensors)
+        if not need_grad and eager:
+            return _unpack(run(export, tensors, dims or {}))
+        if eager:  # the same computation as the ops below, without the custom-op dispatch overhead
+            return _unpack(list(_EagerGrad.apply(self.backward[export.name], dims or {}, *tensors)))
         split = self.split_of[export.name]
         if need_grad and split is not None and not torch.compiler.is_exporting():
             outs = self.invoke(split[0], tensors, dims or {})
@@ -68,6 +72,8 @@ class PackageOps:
         """Autograd for every op: an export's own op through vjp(X); the op of fwd(X) through bwd(X)."""
         owner_of_fwd = {split[0]: n for n, split in self.split_of.items() if split is not None}
         for name, export in self.package.exports.items():
+            if name not in self.ops:
+                continue
             owner = owner_of_fwd.get(name)
             if owner is None:
                 backward, setup = _Backward(self, name, None), _setup(export, 0)
@@ -86,23 +92,59 @@ class _Backward:
         self.export = ops.package.exports[name]
 
     def __call__(self, ctx, *grads):
+        """The op's backward: one gradient per op input (None for a trailing dims list)."""
+        grads_in = self.grads(ctx, grads)
+        return (*grads_in, None) if self.export.free_dims else tuple(grads_in)
+
+    def grads(self, ctx, grads) -> list:
+        """The cotangent of every input (None for non-float ones) from those of the float results."""
         e = self.export
         cts = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
                for g, (shape, dtype, device), a in zip(grads, ctx.out_meta, e.outs) if a["dtype"] in ("f32", "f64")]
-        saved = ctx.saved_tensors
-        inputs, residuals = saved[:len(e.ins)], saved[len(e.ins):]
+        inputs = ctx.saved_tensors
         vjp = self.ops.vjp_of[self.name]
         if self.split is not None and not (torch.is_grad_enabled() and vjp is not None):
-            res = self.ops.invoke(self.split[1], [*residuals, *cts], ctx.dims)
+            res = self._apply(self.split[1], [*ctx.residuals, *cts], ctx.dims)
         elif vjp is not None:
-            res = self.ops.invoke(vjp, [*inputs, *cts], ctx.dims)
+            res = self._apply(vjp, [*inputs, *cts], ctx.dims)
         else:
             expr = e.desc["expression"]
             raise RuntimeError(f"ksbuild: export '{self.name}' ({expr}) has no vjp in its package; add an export "
                                f"such as {self.name}_vjp = \"vjp({expr})\" to the manifest")
         it = iter(_as_list(res))
-        grads_in = [next(it) if a["dtype"] in ("f32", "f64") else None for a in e.ins]
-        return (*grads_in, None) if e.free_dims else tuple(grads_in)
+        return [next(it) if a["dtype"] in ("f32", "f64") else None for a in e.ins]
+
+    def _apply(self, name: str, tensors, dims: dict):
+        """Export `name` on tensors: a direct call when nothing needs to see it, else its (differentiable) op."""
+        if not torch.is_grad_enabled() and _plain_eager(tensors):
+            return _unpack(run(self.ops.package.exports[name], tensors, dims))
+        return self.ops.invoke(name, tensors, dims)
+
+    def forward(self, tensors, dims: dict) -> tuple[list, list]:
+        """(results, residuals): fwd(X) when there is a split, else X itself and no residuals."""
+        if self.split is None:
+            return run(self.export, tensors, dims), []
+        outs = run(self.ops.package.exports[self.split[0]], tensors, dims)
+        return outs[:len(self.export.outs)], outs[len(self.export.outs):]
+
+
+class _EagerGrad(torch.autograd.Function):
+    """Eager autograd for an export on plain CPU tensors: what its custom op's autograd does, with less overhead."""
+
+    @staticmethod
+    def forward(ctx, backward: _Backward, dims: dict, *tensors):
+        e = backward.export
+        results, ctx.residuals = backward.forward(tensors, dims)
+        ctx.backward = backward
+        ctx.dims = e.bind_dims([t.shape for t in tensors], dims)
+        ctx.out_meta = [(o.shape, o.dtype, o.device) for o in results]
+        ctx.mark_non_differentiable(*[o for o, a in zip(results, e.outs) if a["dtype"] not in ("f32", "f64")])
+        ctx.save_for_backward(*tensors)
+        return tuple(results)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, *ctx.backward.grads(ctx, grads))
 
 
 def _setup(export, n_outs: int):
@@ -118,7 +160,8 @@ def _setup(export, n_outs: int):
         ctx.out_meta = [(o.shape, o.dtype, o.device) for o in primal]
         if residuals:
             ctx.mark_non_differentiable(*residuals)
-        ctx.save_for_backward(*tensors, *residuals)
+        ctx.residuals = residuals
+        ctx.save_for_backward(*tensors)
     return setup_context
 
 
@@ -129,9 +172,7 @@ def _define(namespace: str, export):
 
     def impl(*args):
         tensors, given = args[:n_in], args[n_in] if len(args) > n_in else []
-        arrays = [t.detach().contiguous().numpy() for t in tensors]
-        outs = export.call_arrays(arrays, dims=dict(zip(export.free_dims, given)))
-        return _unpack([torch.from_numpy(o) for o in outs])
+        return _unpack(run(export, tensors, dict(zip(export.free_dims, given))))
 
     def fake(*args):
         tensors, given = args[:n_in], args[n_in] if len(args) > n_in else []
@@ -143,6 +184,18 @@ def _define(namespace: str, export):
     op = torch.library.custom_op(qualname, mutates_args=(), schema=schema(export))(impl)
     op.register_fake(fake)
     return op
+
+
+def run(export, tensors, dims: dict) -> list[torch.Tensor]:
+    """The C call on CPU tensors of the right dtypes (no autograd here): new output tensors."""
+    if export.desc["kind"] == "scalar":
+        return [torch.from_numpy(o) for o in export.call_arrays([t.item() for t in tensors])]
+    tensors = [t.detach().contiguous() for t in tensors]
+    bound = export.bind_dims([t.shape for t in tensors], dims)
+    outs = [torch.empty(s, dtype=TORCH_DTYPES[a["dtype"]]) for s, a in zip(export.out_shapes(bound), export.outs)]
+    ins = [t.data_ptr() if a["shape"] else t.item() for t, a in zip(tensors, export.ins)]
+    export.call_pointers(bound, ins, [o.data_ptr() for o in outs])
+    return outs
 
 
 def schema(export) -> str:
