@@ -1,4 +1,5 @@
 """Small kernels for the dev-loop tests (ksbuild.kernel / ksbuild.vmap compile them from this file)."""
+# ruff: noqa: F821  (tensor annotations are signature strings such as "float[n]")
 
 
 def scale(x: float, a: float) -> float:
@@ -21,3 +22,8 @@ def broken(x: float) -> float:
     while x > 1.0:
         x = x / 2
     return x
+
+
+def double(x: "float[n]", s: float) -> "float[n]":
+    """Linear: bwd(f) reads neither x nor s (unused parameters in the generated C)."""
+    return 2.0 * x

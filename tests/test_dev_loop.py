@@ -112,3 +112,13 @@ def test_errors_point_at_the_users_source():
 def test_manifest_is_written_to_the_cache(vrelu3):
     text = vrelu3.manifest("float64").read_text()
     assert 'dtype = "float64"' in text and 'fn_bwd = "bwd(vmap(relu3))"' in text
+
+
+def test_bwd_of_a_linear_kernel_reads_no_primal():
+    """bwd(f) takes the primals; here it uses none of them (the C compiles with -Werror all the same)."""
+    pkg = ksbuild.kernel(dk.double).build("float64")
+    x, ct = np.arange(3.0), np.array([1.0, -2.0, 0.5])
+    dx, ds = pkg.fn_bwd(x, 0.3, ct)
+    np.testing.assert_array_equal(dx, 2 * ct)
+    assert ds == 0.0
+    np.testing.assert_array_equal(pkg.fn_vjp(x, 0.3, ct)[0], dx)

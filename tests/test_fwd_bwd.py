@@ -35,7 +35,7 @@ def fwd_then_bwd(f, args, cts):
     outs = eval_func(lower(fwd_func(f)), list(args))
     n = len(f.results)
     dims = bind_dims(f.in_types, [np.asarray(a) for a in args])
-    return outs[:n], eval_func(lower(bwd_func(f)), list(outs[n:]) + list(cts), dims)
+    return outs[:n], eval_func(lower(bwd_func(f)), list(args) + list(outs[n:]) + list(cts), dims)
 
 
 @pytest.mark.parametrize("case", T.CASES, ids=str)
@@ -87,7 +87,7 @@ def test_bwd_with_argnums_matches_vjp_with_argnums(ir):
     fw, bw = lower(fwd_func(f, argnums=(0,))), lower(bwd_func(f, argnums=(0,)))
     outs = eval_func(fw, list(args))
     dims = bind_dims(f.in_types, [np.asarray(a) for a in args])
-    got = eval_func(bw, list(outs[1:]) + [1.5], dims)
+    got = eval_func(bw, list(args) + list(outs[1:]) + [1.5], dims)
     want = eval_func(vjp_func(f, argnums=(0,)), [*args, 1.5])
     assert len(got) == 1
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)

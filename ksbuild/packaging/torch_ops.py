@@ -4,8 +4,8 @@ Standalone like runtime.py (imports torch, numpy and the standard library only; 
 ksbuild), so it ships in a wheel next to it. For an export E with expression X, the package's
 other exports give the derivatives, found by their expressions:
 - `fwd(X)` and `bwd(X)`: when both are there, a call that needs a gradient runs fwd(X), which
-  returns E's results plus residuals, and the backward pass runs bwd(X) on those residuals
-  (the forward pass is not recomputed);
+  returns E's results plus residuals, and the backward pass runs bwd(X) on the saved inputs and
+  those residuals (the forward pass is not run again);
 - `vjp(X)`: otherwise the backward pass runs vjp(X) on the saved inputs (recomputing the
   forward inside). It is also used under create_graph=True, so that double backward works
   through vjp(X)'s own autograd (which needs `vjp(vjp(X))`).
@@ -59,7 +59,7 @@ class PackageOps:
         split = self.split_of[export.name]
         if need_grad and split is not None and not torch.compiler.is_exporting():
             outs = self.invoke(split[0], tensors, dims or {})
-            return _unpack(list(outs)[:len(export.outs)])
+            return _unpack(_as_list(outs)[:len(export.outs)])
         return _unpack(_as_list(self.invoke(export.name, tensors, dims or {})))
 
     def invoke(self, name: str, tensors, dims: dict):
@@ -104,7 +104,7 @@ class _Backward:
         inputs = ctx.saved_tensors
         vjp = self.ops.vjp_of[self.name]
         if self.split is not None and not (torch.is_grad_enabled() and vjp is not None):
-            res = self._apply(self.split[1], [*ctx.residuals, *cts], ctx.dims)
+            res = self._apply(self.split[1], [*inputs, *ctx.residuals, *cts], ctx.dims)
         elif vjp is not None:
             res = self._apply(vjp, [*inputs, *cts], ctx.dims)
         else:
