@@ -43,6 +43,7 @@ class Kernel:
         self.__doc__ = getattr(fn, "__doc__", None)
         self._packages: dict[str, Any] = {}
         self._dropped: dict[str, dict[str, KsbuildError]] = {}
+        _mark_for_dynamo()
 
     def __repr__(self) -> str:
         return f"<ksbuild kernel {self.expression}>"
@@ -101,7 +102,9 @@ class Kernel:
         return _cache_root() / "dev" / f"{self.__name__}-{dtype}-{key}" / "manifest.toml"
 
     def _export(self, role: str, args):
-        pkg = self.build(_dtype_of(args))
+        dtype = _dtype_of(args)
+        _build_outside_trace(self, dtype)  # first, so that a torch.compile trace reads _packages only after it
+        pkg = self._packages[dtype]
         if role not in pkg.exports:
             raise self._dropped[_dtype_of(args)][role]
         return pkg.exports[role]
@@ -130,6 +133,21 @@ class Kernel:
                  "[build]", f'dtype = "{dtype}"', "", f"[kernels.{name}]", f"python = {source}", "", "[exports]"]
         lines += [f"{role} = {json.dumps(expr.format(X=self.expression))}" for role, expr in roles.items()]
         return "\n".join(lines) + "\n"
+
+
+def _build_outside_trace(k: Kernel, dtype: str) -> bool:
+    """k.build(dtype); torch.compile runs it as plain Python while tracing (see _mark_for_dynamo)."""
+    k.build(dtype)
+    return True
+
+
+def _mark_for_dynamo() -> None:
+    """Once torch is imported: let a first call inside torch.compile build the package instead of tracing the build."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and not getattr(_build_outside_trace, "_dynamo_marked_constant", False):
+        torch.compiler.assume_constant_result(_build_outside_trace)
 
 
 def kernel(fn: Callable) -> Kernel:
