@@ -279,7 +279,7 @@ class Package:
         self.exports = {n: Export(self.lib, n, d, self) for n, d in self.desc["exports"].items()}
         self._torch_ops = None
         import sys
-        if "torch" in sys.modules:  # define the custom ops now, outside any torch.compile trace
+        if sys.modules.get("torch") is not None:  # define the custom ops now, outside any torch.compile trace
             self.torch_ops()
 
     def torch_ops(self):
