@@ -10,7 +10,7 @@ from .ir.core import Func
 from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
 from .transforms.jvp import jvp_func
 from .transforms.pipeline import Options, lower
-from .transforms.vjp import grad_func, vjp_func
+from .transforms.vjp import bwd_func, fwd_func, grad_func, vjp_func
 from .transforms.vmap import fresh_dim, vmap_func
 
 
@@ -66,6 +66,8 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
             return vjp_func(f, argnums=e.argnums)
         if e.kind == "grad":
             return grad_func(f, argnums=e.argnums)
+        if e.kind in ("fwd", "bwd"):
+            return (fwd_func if e.kind == "fwd" else bwd_func)(f, argnums=e.argnums)
     except KsbuildError as err:
         raise err.at(loc) from None
     raise KsbuildError(f"unknown transformation {e.kind}", loc)

@@ -16,7 +16,7 @@ from .ir.types import DTYPES, Type
 BACKENDS = ("plain", "blas", "aten", "ort")
 AVAILABLE_BACKENDS = ("plain", "blas")  # aten and ort are planned
 FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
-TRANSFORMS = ("vmap", "jvp", "vjp", "grad")
+TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target")
@@ -342,7 +342,7 @@ def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -
     if len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
         raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
     in_axes = argnums = None
-    allowed = {"vmap": "in_axes", "vjp": "argnums", "grad": "argnums"}.get(kind)
+    allowed = {"vmap": "in_axes", "vjp": "argnums", "grad": "argnums", "fwd": "argnums", "bwd": "argnums"}.get(kind)
     for kw in node.keywords:
         if kw.arg != allowed:
             accepts = f"only {allowed}" if allowed else "no keyword arguments"
