@@ -80,5 +80,6 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    for header in ("prelude.h", "blas.h") if m.build.backend == "blas" else ("prelude.h",):
-        shutil.copyfile(resource_dir("prelude") / "ks" / header, out / "src/ks" / header)
+    for header in sorted((resource_dir("prelude") / "ks").glob("*.h")):
+        if header.name != "blas.h" or m.build.backend == "blas":
+            shutil.copyfile(header, out / "src/ks" / header.name)

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vmath.h"  // ks::exp, ks::log: inline, branch-free, vectorizable
+
 // KS_OMP_SIMD(clauses) before a loop is `#pragma omp simd clauses` where the build enables
 // OpenMP SIMD: the generated CMake passes -fopenmp-simd -DKS_OPENMP_SIMD (or any -fopenmp
 // build, which defines _OPENMP). Elsewhere it is nothing, so compiling a generated source by
@@ -95,7 +97,7 @@ constexpr T min(T a, T b) {
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
 template <class T>
 inline T logistic(T x) {
-    const T e = std::exp(-ks::abs(x));
+    const T e = ks::exp(-ks::abs(x));
     const T r = static_cast<T>(1) / (static_cast<T>(1) + e);
     return x >= static_cast<T>(0) ? r : e * r;
 }

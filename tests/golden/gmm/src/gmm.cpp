@@ -39,7 +39,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -142,7 +142,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             const double scores_i = scores[i56 * K + i58];
             const double x_i59 = tmp50[i56];
             const double t60 = (scores_i - x_i59);
-            const double t61 = std::exp(t60);
+            const double t61 = ks::exp(t60);
             acc57 += t61;
         }
         tmp55[i56] = acc57;
@@ -151,7 +151,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     KS_OMP_SIMD(reduction(+:acc62))
     for (int64_t i63 = 0; i63 < n; ++i63) {
         const double x_i64 = tmp55[i63];
-        const double t65 = std::log(x_i64);
+        const double t65 = ks::log(x_i64);
         const double x_i66 = tmp50[i63];
         const double t67 = (t65 + x_i66);
         acc62 += t67;
@@ -168,10 +168,10 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         const double alphas_i74 = alphas[i73];
         const double x_i75 = acc69;
         const double t76 = (alphas_i74 - x_i75);
-        const double t77 = std::exp(t76);
+        const double t77 = ks::exp(t76);
         acc72 += t77;
     }
-    const double t78 = std::log(acc72);
+    const double t78 = ks::log(acc72);
     const double t79 = (t78 + acc69);
     const double t80 = static_cast<double>(n);
     const double t81 = (t80 * t79);
@@ -182,7 +182,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         const double t85 = (t84 + wishart_m);
         const double n_w = (t85 + 1.0);
         const double t86 = (n_w * t84);
-        const double t87 = std::log(wishart_gamma);
+        const double t87 = ks::log(wishart_gamma);
         const double t88 = (t87 - 0.34657359027997264);
         const double t89 = (t86 * t88);
         const double t90 = (0.5 * n_w);
@@ -214,7 +214,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             KS_OMP_SIMD(reduction(+:acc106))
             for (int64_t i108 = 0; i108 < d; ++i108) {
                 const double qs_i109 = icf[i107 * T + i108];
-                const double t110 = std::exp(qs_i109);
+                const double t110 = ks::exp(qs_i109);
                 const double t111 = ks::ipow<2>(t110);
                 acc106 += t111;
             }
@@ -355,7 +355,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         for (int64_t k17 = 0; k17 < d; ++k17) {
             for (int64_t k23 = 0; k23 < d; ++k23) {
                 const bool t24 = (k17 == k23);
-                const double t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
+                const double t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
                 const bool t26 = (k17 > k23);
                 const int64_t t27 = ((2*d) - k23);
                 const int64_t t28 = (t27 - int64_t{1});
@@ -501,7 +501,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
             const double scores_i = scores[i88 * K + i90];
             const double x_i91 = tmp81[i88];
             const double t92 = (scores_i - x_i91);
-            const double t93 = std::exp(t92);
+            const double t93 = ks::exp(t92);
             tmp86[i88 * K + i90] = t93;
             acc89 += t93;
         }
@@ -525,7 +525,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         const double alphas_i104 = alphas[i103];
         const double x_i105 = acc98;
         const double t106 = (alphas_i104 - x_i105);
-        const double t107 = std::exp(t106);
+        const double t107 = ks::exp(t106);
         tmp101[i103] = t107;
         acc102 += t107;
     }
@@ -534,7 +534,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     for (int64_t i112 = 0; i112 < K; ++i112) {
         for (int64_t i113 = 0; i113 < d; ++i113) {
             const double qs_i114 = icf[i112 * T + i113];
-            const double t115 = std::exp(qs_i114);
+            const double t115 = ks::exp(qs_i114);
             tmp110[i112 * d + i113] = t115;
             const double t116 = (2.0 * t115);
             tmp111[i112 * d + i113] = t116;
@@ -843,7 +843,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const float t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const float t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -946,7 +946,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             const float scores_i = scores[i56 * K + i58];
             const float x_i59 = tmp50[i56];
             const float t60 = (scores_i - x_i59);
-            const float t61 = std::exp(t60);
+            const float t61 = ks::exp(t60);
             acc57 += t61;
         }
         tmp55[i56] = acc57;
@@ -955,7 +955,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     KS_OMP_SIMD(reduction(+:acc62))
     for (int64_t i63 = 0; i63 < n; ++i63) {
         const float x_i64 = tmp55[i63];
-        const float t65 = std::log(x_i64);
+        const float t65 = ks::log(x_i64);
         const float x_i66 = tmp50[i63];
         const float t67 = (t65 + x_i66);
         acc62 += t67;
@@ -973,10 +973,10 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         const float alphas_i75 = alphas[i74];
         const float x_i76 = acc70;
         const float t77 = (alphas_i75 - x_i76);
-        const float t78 = std::exp(t77);
+        const float t78 = ks::exp(t77);
         acc73 += t78;
     }
-    const float t79 = std::log(acc73);
+    const float t79 = ks::log(acc73);
     const float t80 = (t79 + acc70);
     const float t81 = static_cast<float>(n);
     const float t82 = (t81 * t80);
@@ -988,7 +988,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         const float t87 = (t86 + wishart_m);
         const float n_w = (t87 + 1.0f);
         const float t88 = (n_w * t86);
-        const float t89 = std::log(wishart_gamma);
+        const float t89 = ks::log(wishart_gamma);
         const float t90 = (t89 - 0.3465735912322998f);
         const float t91 = (t88 * t90);
         const float t92 = (0.5f * n_w);
@@ -1022,7 +1022,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             KS_OMP_SIMD(reduction(+:acc110))
             for (int64_t i112 = 0; i112 < d; ++i112) {
                 const float qs_i113 = icf[i111 * T + i112];
-                const float t114 = std::exp(qs_i113);
+                const float t114 = ks::exp(qs_i113);
                 const float t115 = ks::ipow<2>(t114);
                 acc110 += t115;
             }
@@ -1165,7 +1165,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         for (int64_t k17 = 0; k17 < d; ++k17) {
             for (int64_t k23 = 0; k23 < d; ++k23) {
                 const bool t24 = (k17 == k23);
-                const float t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
+                const float t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
                 const bool t26 = (k17 > k23);
                 const int64_t t27 = ((2*d) - k23);
                 const int64_t t28 = (t27 - int64_t{1});
@@ -1311,7 +1311,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
             const float scores_i = scores[i88 * K + i90];
             const float x_i91 = tmp81[i88];
             const float t92 = (scores_i - x_i91);
-            const float t93 = std::exp(t92);
+            const float t93 = ks::exp(t92);
             tmp86[i88 * K + i90] = t93;
             acc89 += t93;
         }
@@ -1335,7 +1335,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         const float alphas_i104 = alphas[i103];
         const float x_i105 = acc98;
         const float t106 = (alphas_i104 - x_i105);
-        const float t107 = std::exp(t106);
+        const float t107 = ks::exp(t106);
         tmp101[i103] = t107;
         acc102 += t107;
     }
@@ -1344,7 +1344,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     for (int64_t i112 = 0; i112 < K; ++i112) {
         for (int64_t i113 = 0; i113 < d; ++i113) {
             const float qs_i114 = icf[i112 * T + i113];
-            const float t115 = std::exp(qs_i114);
+            const float t115 = ks::exp(qs_i114);
             tmp110[i112 * d + i113] = t115;
             const float t116 = (2.0f * t115);
             tmp111[i112 * d + i113] = t116;
@@ -1647,7 +1647,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -1737,10 +1737,10 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             const double x_i50 = tmp39[i49];
             const double x_i51 = acc45;
             const double t52 = (x_i50 - x_i51);
-            const double t53 = std::exp(t52);
+            const double t53 = ks::exp(t52);
             acc48 += t53;
         }
-        const double t54 = std::log(acc48);
+        const double t54 = ks::log(acc48);
         const double t55 = (t54 + acc45);
         const double __sum_66_14 = (slse + t55);
         slse = __sum_66_14;
@@ -1762,10 +1762,10 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         const double alphas_i66 = alphas[i65];
         const double x_i67 = acc61;
         const double t68 = (alphas_i66 - x_i67);
-        const double t69 = std::exp(t68);
+        const double t69 = ks::exp(t68);
         acc64 += t69;
     }
-    const double t70 = std::log(acc64);
+    const double t70 = ks::log(acc64);
     const double t71 = (t70 + acc61);
     const double t72 = static_cast<double>(n);
     const double t73 = (t72 * t71);
@@ -1776,7 +1776,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         const double t77 = (t76 + wishart_m);
         const double n_w = (t77 + 1.0);
         const double t78 = (n_w * t76);
-        const double t79 = std::log(wishart_gamma);
+        const double t79 = ks::log(wishart_gamma);
         const double t80 = (t79 - 0.34657359027997264);
         const double t81 = (t78 * t80);
         const double t82 = (0.5 * n_w);
@@ -1808,7 +1808,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             KS_OMP_SIMD(reduction(+:acc98))
             for (int64_t i100 = 0; i100 < d; ++i100) {
                 const double qs_i101 = icf[i99 * T + i100];
-                const double t102 = std::exp(qs_i101);
+                const double t102 = ks::exp(qs_i101);
                 const double t103 = ks::ipow<2>(t102);
                 acc98 += t103;
             }
@@ -1950,7 +1950,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         for (int64_t k17 = 0; k17 < d; ++k17) {
             for (int64_t k23 = 0; k23 < d; ++k23) {
                 const bool t24 = (k17 == k23);
-                const double t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
+                const double t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
                 const bool t26 = (k17 > k23);
                 const int64_t t27 = ((2*d) - k23);
                 const int64_t t28 = (t27 - int64_t{1});
@@ -2086,7 +2086,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
             const double x_i90 = tmp78[i89];
             const double x_i91 = acc84;
             const double t92 = (x_i90 - x_i91);
-            const double t93 = std::exp(t92);
+            const double t93 = ks::exp(t92);
             tmp87[i89] = t93;
             acc88 += t93;
         }
@@ -2118,7 +2118,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         const double alphas_i106 = alphas[i105];
         const double x_i107 = acc100;
         const double t108 = (alphas_i106 - x_i107);
-        const double t109 = std::exp(t108);
+        const double t109 = ks::exp(t108);
         tmp103[i105] = t109;
         acc104 += t109;
     }
@@ -2129,7 +2129,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     for (int64_t i114 = 0; i114 < K; ++i114) {
         for (int64_t i115 = 0; i115 < d; ++i115) {
             const double qs_i116 = icf[i114 * T + i115];
-            const double t117 = std::exp(qs_i116);
+            const double t117 = ks::exp(qs_i116);
             tmp112[i114 * d + i115] = t117;
             const double t118 = (2.0 * t117);
             tmp113[i114 * d + i115] = t118;
