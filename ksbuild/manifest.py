@@ -19,7 +19,7 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target")
+BUILD_KEYS = ("backend", "dtype", "target", "cpu")
 KERNEL_KEYS = ("python", "signature", "onnx")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -67,6 +67,7 @@ class BuildSpec:
     backend: str = "plain"
     dtype: str = "float32"
     target: str = "host"
+    cpu: str = ""  # a -march value such as "native" or "x86-64-v3"; "" is the target's baseline
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
         if backend not in AVAILABLE_BACKENDS:
             raise KsbuildError(f"backend '{backend}' is not available" + (" yet" if backend in BACKENDS else ""),
                                hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
-        build = BuildSpec(backend, build.dtype, build.target)
+        build = replace(build, backend=backend)
     return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
 
 
@@ -242,7 +243,8 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
-    return BuildSpec(backend, dtype, target)
+    cpu = _field(ctx, table, path, "cpu", default.cpu, _TARGET, 'a -march value such as "native" or "x86-64-v3"')
+    return BuildSpec(backend, dtype, target, cpu)
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
