@@ -19,7 +19,7 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target", "cpu")
+BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads")
 KERNEL_KEYS = ("python", "signature", "onnx")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -68,6 +68,7 @@ class BuildSpec:
     dtype: str = "float32"
     target: str = "host"
     cpu: str = ""  # a -march value such as "native" or "x86-64-v3"; "" is the target's baseline
+    threads: int = 0  # > 1: batch loops run in parallel with OpenMP (not runtime-free); 0, 1: no threads
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,11 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
     cpu = _field(ctx, table, path, "cpu", default.cpu, _TARGET, 'a -march value such as "native" or "x86-64-v3"')
-    return BuildSpec(backend, dtype, target, cpu)
+    threads = table.get("threads", default.threads)
+    if type(threads) is not int or not 0 <= threads <= 1024:
+        raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",
+                        hint="0 or 1: single-threaded and runtime-free (the default); N > 1: OpenMP with N threads")
+    return BuildSpec(backend, dtype, target, cpu, threads)
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:

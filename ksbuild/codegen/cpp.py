@@ -233,11 +233,14 @@ class Writer:
         """dst[...] = expr everywhere."""
         self.copy(Storage.splat(expr, t.shape), dst, t)
 
-    def open_loops(self, shape, simd: str | None = None) -> list[str]:
-        """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop."""
+    def open_loops(self, shape, simd: str | None = None, threads: int = 0) -> list[str]:
+        """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop,
+        threads > 1 runs the outermost one on that many OpenMP threads."""
         idx = []
         for j, d in enumerate(shape):
             i = self.namer.fresh("i")
+            if threads > 1 and j == 0:
+                self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}))")
             if simd and j == len(shape) - 1:
                 self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
             self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")

@@ -57,7 +57,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     vs = views(m, exports)
     ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
-               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target, cpu=m.build.cpu,
+               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
+               cpu=m.build.cpu, threads=m.build.threads,
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")

@@ -14,6 +14,7 @@ from ..ir.core import Func
 from .accumulate import accumulate
 from .cse import cse
 from .fuse import fuse
+from .parallelize import parallelize
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
@@ -24,6 +25,7 @@ class Options:
     """What the passes may depend on besides the IR."""
 
     backend: str = "plain"
+    threads: int = 0  # > 1: the parallelize pass marks batch loops for OpenMP
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ PASSES = [
     Pass("select_backend", lambda f, o: select_backend(f, o.backend), "einsums become loop nests or gemm calls"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
     Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
+    Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),
     Pass("plan_memory", lambda f, o: plan_memory(f), "buffers: output arguments, in-place updates, reused slots"),
 ]
 PASS_NAMES = [p.name for p in PASSES]

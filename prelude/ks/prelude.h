@@ -29,6 +29,13 @@
 #else
 #define KS_OMP_SIMD(...)
 #endif
+// KS_OMP_PARALLEL_FOR(clauses): `#pragma omp parallel for clauses` in builds with OpenMP
+// ([build] threads = N > 1 links it); nothing otherwise.
+#if defined(_OPENMP)
+#define KS_OMP_PARALLEL_FOR(...) _Pragma(KS_STRINGIFY(omp parallel for __VA_ARGS__))
+#else
+#define KS_OMP_PARALLEL_FOR(...)
+#endif
 
 namespace ks {
 
