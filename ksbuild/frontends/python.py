@@ -205,9 +205,12 @@ class KernelCompiler:
             self.assign(b, scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
                                                        self.annotation(s.annotation, s), s))
         elif isinstance(s, ast.AugAssign):
-            if not isinstance(s.target, ast.Name):
-                raise self.src.error(s.target, "augmented assignment only to a plain name")
-            current = self.name(scope, s.target)
+            if isinstance(s.target, ast.Subscript):
+                current = self.expr(b, scope, s.target)  # x[i] += v is x[i] = x[i] + v
+            elif isinstance(s.target, ast.Name):
+                current = self.name(scope, s.target)
+            else:
+                raise self.src.error(s.target, "augmented assignment only to a name or x[...]")
             self.assign(b, scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
         elif isinstance(s, ast.If):
             self.if_statement(b, scope, s)
@@ -243,6 +246,12 @@ class KernelCompiler:
         if isinstance(target, ast.Name):
             b.name(value, target.id)
             scope.names[target.id] = value
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            from .tensors import set_subscript
+            x = self.name(scope, target.value)
+            new = set_subscript(self, b, x, target.slice, value, scope, target)
+            b.name(new, target.value.id)
+            scope.names[target.value.id] = new
         elif isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
                 n = len(value) if isinstance(value, tuple) else 1
@@ -252,7 +261,7 @@ class KernelCompiler:
                 scope.names[t.id] = v
         else:
             raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
-                                 hint="assign to a name or a tuple of names")
+                                 hint="assign to a name, a tuple of names or x[...]")
 
     # ---- if ------------------------------------------------------------------------------------
 
@@ -570,12 +579,14 @@ def _is_docstring(s: ast.stmt) -> bool:
 
 
 def _assigned(stmts: list[ast.stmt]) -> set[str]:
-    """Names stored to anywhere in these statements."""
+    """Names stored to anywhere in these statements (x[i] = v stores to x)."""
     out = set()
     for s in stmts:
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 out.add(n.id)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
+                out.add(n.value.id)
     return out
 
 

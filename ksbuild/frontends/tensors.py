@@ -11,7 +11,7 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
@@ -134,7 +134,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     x = tensor(fc, b, x, node)
     if x.type.rank == 0:
         raise fc.src.error(node, f"cannot index a scalar value of type {x.type}")
-    items = index_node.elts if isinstance(index_node, ast.Tuple) else [index_node]
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
     if sum(1 for it in items if not _is_none(it)) > x.type.rank:
         raise fc.src.error(node, f"too many indices for {x.type}")
     axis = 0
@@ -150,8 +150,76 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     return x
 
 
+def index_items(index_node: ast.expr) -> list[ast.expr]:
+    return list(index_node.elts) if isinstance(index_node, ast.Tuple) else [index_node]
+
+
+def _expand_ellipsis(fc, items: list, rank: int, node) -> list:
+    """x[..., 0]: the `...` stands for as many full slices as the other items leave axes."""
+    dots = [k for k, it in enumerate(items) if isinstance(it, ast.Constant) and it.value is Ellipsis]
+    if not dots:
+        return items
+    if len(dots) > 1:
+        raise fc.src.error(node, "an index can have only one '...'")
+    k = dots[0]
+    used = sum(1 for it in items if not _is_none(it)) - 1
+    fill = [ast.Slice() for _ in range(max(rank - used, 0))]
+    return items[:k] + fill + items[k + 1:]
+
+
 def _is_none(e) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
+
+
+def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
+    """x with x[...] = value (ints, computed ints and step-1 slices); a new value, x is unchanged.
+    A position is replaced exactly (index_set), a range by joining slices around it."""
+    if not isinstance(x, Atom) or not x.type.rank:
+        raise fc.src.error(node, "only a tensor's elements can be assigned (x[i] = v)")
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
+    if any(_is_none(it) for it in items) or len(items) > x.type.rank:
+        raise fc.src.error(node, f"unsupported index in an assignment to {x.type}",
+                           hint="use integers and slices a:b, one per axis")
+    keys = [_set_key(fc, b, scope, x, axis, it) for axis, it in enumerate(items)]
+    keys += [("all",)] * (x.type.rank - len(keys))
+    v = tensor(fc, b, value, node)
+    if v.type.dtype != x.type.dtype:
+        v = b.convert(v, dtype=x.type.dtype)
+    return _set_items(fc, b, x, keys, v, node)
+
+
+def _set_key(fc, b, scope, x: Atom, axis: int, it):
+    """One index item of an assignment: ("int", index atom), ("range", start, stop) or ("all",)."""
+    n = x.type.shape[axis]
+    if isinstance(it, ast.Slice):
+        if it.step is not None:
+            raise fc.src.error(it, "assignment to a slice with a step is not supported")
+        start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
+        return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
+    return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
+
+
+def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
+    """x with the part the keys select replaced by v (broadcast to that part's shape)."""
+    k = next((j for j, key in enumerate(keys) if key[0] != "all"), None)
+    if k is None:
+        if v.type.shape != x.type.shape and broadcast_shapes(v.type.shape, x.type.shape) != x.type.shape:
+            raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of type {x.type}")
+        return v if v.type.shape == x.type.shape else b.broadcast_to(v, shape=x.type.shape)
+    key = keys[k]
+    if key[0] == "int":
+        part = b.index(x, key[1], axis=k)
+        new = _set_items(fc, b, part, keys[:k] + keys[k + 1:], v, node)
+        return b.index_set(x, key[1], new, axis=k)
+    _, start, stop = key
+    n = x.type.shape[k]
+    part = b.slice(x, axis=k, start=start, stop=stop)
+    new = _set_items(fc, b, part, keys[:k] + [("all",)] + keys[k + 1:], v, node)
+    pieces = [b.slice(x, axis=k, start=0, stop=start)] if start != 0 else []
+    pieces.append(new)
+    if stop != n:
+        pieces.append(b.slice(x, axis=k, start=stop, stop=n))
+    return shape_ops.concatenate(b, pieces, k)
 
 
 def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
@@ -178,6 +246,11 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
+
+
+def _index_atom(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    """An integer index into `axis` of x as an i64 atom (a literal negative index counts from the end)."""
     n = x.type.shape[axis]
     if isinstance(i, Const) and type(i.value) is int:
         v = i.value
@@ -192,7 +265,7 @@ def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
     elif isinstance(i, (tuple, list)) or isinstance(i, Const) or i.type.dtype not in ("i32", "i64") or i.type.rank:
         raise fc.src.error(node, "an index must be an integer scalar (tensor indexing is not supported)",
                            hint="use int(...) for a computed index; slices use a:b")
-    return b.index(x, i, axis=axis)
+    return i
 
 
 # ---- reductions ----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Mapping
 from ..ir.core import Atom, Eqn, Func, Var
 from ..ir.types import Type
 
-INPLACE_BASE = {"index_add": 0}  # prims that may update their operand's buffer: operand position
+INPLACE_BASE = {"index_add": 0, "index_set": 0}  # prims that may update their operand's buffer: operand position
 
 
 @dataclass(frozen=True)
