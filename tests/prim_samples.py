@@ -126,4 +126,4 @@ def prim_name(key: str) -> str:
     return key.split(":")[0]
 
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
-STRUCTURED = {"cond", "loop", "call"}
+STRUCTURED = {"cond", "lane_cond", "loop", "call"}

@@ -12,6 +12,7 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
+- expand(b, ins, **params) -> outs   a decomposition into other prims, applied before codegen
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Prim:
     partial_eval: Optional[Callable] = None
     prune: Optional[Callable] = None
     simplify: Optional[Callable] = None
+    expand: Optional[Callable] = None
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())

@@ -91,13 +91,11 @@ def _cond_batch(b, ins, batched, size, then_fn, else_fn):
         fs = [vmap.vmap_func(f, op_bt, size, flags)[0] for f in (then_fn, else_fn)]
         outs = b.bind(PRIMS_COND, [pred, *ops], {"then_fn": fs[0], "else_fn": fs[1]})
         return outs, flags
-    # a per-lane predicate: run both branches and select (branch-free, vectorizes)
-    res = []
-    for f in (then_fn, else_fn):
-        outs, bts = vmap.vmap_eqns(b, f, ops, op_bt, size)
-        res.append([o if bt else b.broadcast_to(o, shape=(size,) + o.type.shape) for o, bt in zip(outs, bts)])
-    outs = [b.select(move_batch_rank(b, pred, True, t.type.rank - 1), t, e) for t, e in zip(*res)]
-    return outs, [True] * len(outs)
+    # a per-lane predicate: a lane_cond (both branches and a select per result once expanded;
+    # differentiated lane by lane until then, see prims/lanes.py)
+    from .base import PRIMS
+    outs = b.bind(PRIMS["lane_cond"], [pred, *ops], {"then_fn": then_fn, "else_fn": else_fn, "lanes": tuple(op_bt)})
+    return list(outs), [True] * len(outs)
 
 
 def _cond_partial_eval(s, eqn, mask):

@@ -8,9 +8,11 @@ import os
 import sys
 
 from ..ir.core import Func
+from .expand import expand
 from .simplify import simplify
 
 PASSES = [
+    ("expand", expand),  # decompositions: a per-lane if (lane_cond) becomes both branches and selects
     ("simplify", simplify),  # algebraic identities, constant folding, dead code
 ]
 

@@ -109,10 +109,13 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
         const float t5 = (t1 ? 0.0f : ct_i);
         const float t6 = (t2 ? t5 : 0.0f);
         const float t7 = (t2 ? 0.0f : t5);
-        const float t8 = (t6 * 0.3333333432674408f);
-        const float t9 = (t8 * t4);
-        const float t10 = (t7 + t9);
-        out[i] = t10;
+        const float t8 = (t2 ? 0.0f : t7);
+        const float t9 = (t6 * 0.3333333432674408f);
+        const float t10 = (t9 * t4);
+        const float t11 = (t2 ? t10 : 0.0f);
+        const float t12 = (t8 + t11);
+        const float t13 = (t1 ? 0.0f : t12);
+        out[i] = t13;
     }
     return ks::status::ok;
 }
