@@ -16,7 +16,7 @@ from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type
 from .base import Prim
-from .common import move_batch_rank, zeros
+from .common import zeros
 
 
 def _tr():
