@@ -380,7 +380,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0,
                    help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: the libraries' defaults)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop"),
+    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop", "gmm_tri"),
                    help="which ksbuild export: gmm (batched, default) or gmm_loop (a loop over observations)")
     args = p.parse_args(argv)
     grid = QUICK if args.quick else FULL

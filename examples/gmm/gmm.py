@@ -69,3 +69,27 @@ def gmm_objective_loop(alphas: "float[K]", means: "float[K, d]", icf: "float[K, 
     constant = -n * d * 0.5 * math.log(2.0 * math.pi)
     return (constant + slse - n * torch.logsumexp(alphas, dim=0)
             + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
+
+
+def gmm_objective_tri(alphas: "float[K]", means: "float[K, d]", icf: "float[K, T]", x: "float[n, d]",
+                      wishart_gamma: float, wishart_m: float) -> float:
+    """gmm_objective written with loops, as ADBench's C++ is: for each observation, Q_k (x_i − μ_k)
+    row by row, row r being exp(q_kr)·xc_kr plus the triangular sum Σ_{c<r} L_k[r, c]·xc_kc
+    (for all k at once). The inner loop's count r is the index of the loop around it."""
+    n, d = x.shape
+    qs = icf[:, :d]
+    ls = icf[:, d:]
+    base = alphas + torch.sum(qs, dim=1)
+    slse = 0.0
+    for i in range(n):
+        xc = x[i] - means                                   # [K, d]
+        sqnorm = 0.0 * alphas
+        for r in range(d):
+            row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] * xc[:, c]
+                                                      for c in range(r))
+            sqnorm = sqnorm + row * row
+        slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+    K = alphas.shape[0]
+    constant = -n * d * 0.5 * math.log(2.0 * math.pi)
+    return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+            + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))

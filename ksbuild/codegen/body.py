@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom, Func, Lit, Var
-from .cpp import Handle, Writer, element_region_key
-from .storage import Storage
+from ..ir.types import Type
+from .cpp import Handle, Writer, c_literal, element_region_key
+from .storage import Storage, dim_expr
 
 
 def use_sites(f: Func) -> dict[Var, set[int]]:
@@ -207,8 +208,27 @@ def emit_loop(w: Writer, eqn) -> None:
     w.env = saved
     w.depth -= 1
     w.line("}")
+    if ys and p["length"] is not None and not _runs_full_length(trip, n, p["length"]):
+        _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
     for v, h in zip(eqn.outs, carry + ys):
         w.env[v] = h
+
+
+def _runs_full_length(trip: Atom, n: str, length) -> bool:
+    """Whether the loop count is its length (else the length is only a bound of the count)."""
+    return (isinstance(trip, Lit) and trip.value == length) or n == dim_expr(length)
+
+
+def _zero_rows(w: Writer, ys, outs, start: str, length) -> None:
+    """Rows start..length-1 of the stacked ys (past a count below its bound) are zero."""
+    k = w.namer.fresh("k")
+    w.line(f"for (int64_t {k} = {start}; {k} < {dim_expr(length)}; ++{k}) {{")
+    w.depth += 1
+    for h, v in zip(ys, outs):
+        row = v.type.shape[1:]
+        w.copy(Storage.splat(c_literal(0, v.type), row), h.slice0(k), Type(v.type.dtype, row))
+    w.depth -= 1
+    w.line("}")
 
 
 def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:

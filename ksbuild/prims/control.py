@@ -4,7 +4,10 @@ values), `call` (another kernel). Their rules recurse into the sub-functions the
 cond[then_fn, else_fn](pred, *ops) -> outs
 loop[body, n_consts, n_carry, length, reverse](trip, *consts, *carry, *xs) -> (*carry, *ys)
     body(k, *consts, *carry, *x_k) -> (*carry, *y_k); k runs 0..trip-1 (downwards if reverse);
-    xs and ys are stacked along axis 0, of size `length` (a literal or symbolic dim).
+    xs and ys are stacked along axis 0, of size `length` (a literal or symbolic dim, or None for
+    a loop without xs and ys). trip <= length: a count computed at run time may have a dim as its
+    bound (range(r) inside a loop over r in range(d)); then rows trip..length-1 of xs are not
+    read and those of ys are zero.
 call[fn](*args) -> outs
 """
 from __future__ import annotations
@@ -248,19 +251,19 @@ def _loop_rule(in_types, body, n_consts, n_carry, length, reverse):
 
 def _loop_eval(trip, *rest, body, n_consts, n_carry, length, reverse, env):
     consts, carry, xs = list(rest[:n_consts]), list(rest[n_consts:n_consts + n_carry]), rest[n_consts + n_carry:]
+    from ..ir.types import NUMPY_DTYPES, concrete_shape
+
     n = int(trip)
-    ks = range(n - 1, -1, -1) if reverse else range(n)
-    ys: dict[int, list] = {}
-    for k in ks:
+    rows = n if length is None else concrete_shape(_stacked(Type("i64"), length), env)[0]
+    if n > rows:
+        raise KsbuildError(f"internal: a loop runs {n} times but its length (bound) is {rows}")
+    ys = [np.zeros(concrete_shape(_stacked(t, rows), env), NUMPY_DTYPES[t.dtype]) for t in body.out_types[n_carry:]]
+    for k in (range(n - 1, -1, -1) if reverse else range(n)):
         outs = _interp()(body, [np.int64(k)] + consts + carry + [x[k] for x in xs], env)
-        carry, ys[k] = list(outs[:n_carry]), list(outs[n_carry:])
-    n_ys = len(body.results) - n_carry
-    if n == 0:
-        from ..ir.types import NUMPY_DTYPES, concrete_shape
-        empty = [np.zeros(concrete_shape(_stacked(t, 0), env), NUMPY_DTYPES[t.dtype]) for t in body.out_types[n_carry:]]
-        return tuple(carry) + tuple(empty)
-    stacked = [np.stack([ys[k][j] for k in range(n)]) for j in range(n_ys)]
-    return tuple(carry) + tuple(stacked)
+        carry = list(outs[:n_carry])
+        for y, o in zip(ys, outs[n_carry:]):
+            y[k] = o
+    return tuple(carry) + tuple(ys)
 
 
 def _loop_jvp(b, primals, tangents, body, n_consts, n_carry, length, reverse):
