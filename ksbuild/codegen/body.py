@@ -174,7 +174,7 @@ def emit_loop(w: Writer, eqn) -> None:
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
     init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
-    carry = declare_outputs(w, eqn.outs[:ncar])
+    carry = [_carry_home(w, v, a, eqn) for v, a in zip(eqn.outs[:ncar], init)]
     for h, a in zip(carry, init):
         store(w, handle_of(w, a), h, a.type)
     ys = declare_outputs(w, eqn.outs[ncar:])
@@ -212,6 +212,17 @@ def emit_loop(w: Writer, eqn) -> None:
         _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
     for v, h in zip(eqn.outs, carry + ys):
         w.env[v] = h
+        if isinstance(h, Storage):
+            w.owner[h.root] = v
+
+
+def _carry_home(w: Writer, v: Var, init: Atom, eqn) -> Handle:
+    """Where a loop carry lives: in its initial value's buffer when nothing reads that value after
+    the loop (a gradient accumulated through nested loops stays in one buffer), else a new one."""
+    h = w.updatable(init)
+    if v.type.rank and v not in w.escaping and h is not None and sum(a is init for a in eqn.ins) == 1:
+        return h
+    return declare_outputs(w, [v])[0]
 
 
 def _runs_full_length(trip: Atom, n: str, length) -> bool:

@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
-from ..ir.core import Eqn, Lit, Var
+from ..ir.core import Eqn, Func, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
 from .scope import Const, Scope, SymDim
 
@@ -60,6 +60,7 @@ def counted_loop(fc, b: Builder, scope: Scope, node, target: str, it: ast.expr, 
         raise fc.src.error(it, "a comprehension needs a length known when the kernel is called",
                            hint="use range(n) with n a literal or a tensor dim such as x.shape[0]")
     consts = [outer for outer, _ in sc.captured.values()]
+    body, consts = _hoist_rows(b, body, consts)
     init_atoms = [fc.as_atom(b, v, t, node) for v, t in zip(init, types)]
     return b.bind(_prim("loop"), [trip, *consts, *init_atoms],
                   dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
@@ -132,6 +133,29 @@ def _body(fc, scope: Scope, node, target: str, stmts, carried, types, counter, y
         outs.append(fc.as_atom(bb, fc.expr(bb, sc, e), None, e))
     consts = [inner for _, inner in sc.captured.values()]
     return bb.func("loop_body", [k, *consts, *carry_params], outs), sc, raw
+
+
+def _hoist_rows(b: Builder, body: Func, consts: list) -> tuple[Func, list]:
+    """Move the `index` equations of the body whose operands are loop constants out of the loop:
+    the row L[r] of L[r, c] in a loop over c. An index is a view (no load, no work), and in reverse
+    mode the gradient of the row then accumulates across the iterations and is added into L's
+    once, instead of a row-sized add per iteration."""
+    n = len(consts)
+    outer = {p: c for p, c in zip(body.params[1:1 + n], consts)}
+    kept, hoisted = [], []
+    for e in body.eqns:
+        if e.prim.name == "index" and all(isinstance(a, Lit) or a in outer for a in e.ins):
+            b.loc = e.loc
+            (outer[e.outs[0]],) = b.bind(e.prim, [outer.get(a, a) for a in e.ins], dict(e.params))
+            hoisted.append(e.outs[0])
+        else:
+            kept.append(e)
+    if not hoisted:
+        return body, consts
+    read = {a for e in kept for a in e.ins} | set(body.results)
+    const_params = [p for p in list(body.params[1:1 + n]) + hoisted if p in read]
+    params = (body.params[0], *const_params, *body.params[1 + n:])
+    return Func(body.name, params, tuple(kept), body.results, body.result_names), [outer[p] for p in const_params]
 
 
 def _index(fc, bb: Builder, sc: Scope, k, start, step):

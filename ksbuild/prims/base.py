@@ -6,7 +6,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - type_rule(in_types, **params) -> tuple[Type]
 - eval(*arrays, env=dims, **params) -> tuple[np.ndarray]
 - jvp(b, primals, tangents, **params) -> (outs, out_tangents)
-- transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only)
+- transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only); with
+  `accumulates`, transpose(..., acc=cts so far per operand) -> the new sums (the loop prim)
 - batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
 - emit(ctx, eqn) -> None     writes C++ through the codegen context
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
@@ -39,6 +40,7 @@ class Prim:
     prune: Optional[Callable] = None
     simplify: Optional[Callable] = None
     expand: Optional[Callable] = None
+    accumulates: bool = False
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())
