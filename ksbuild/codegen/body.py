@@ -144,6 +144,7 @@ def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
 def store(w: Writer, src: Handle, dst: Handle, t) -> None:
     """dst = src for a scalar local or a tensor buffer."""
     if isinstance(dst, str):
+        src = src.at([]) if isinstance(src, Storage) else src  # a rank-0 view, e.g. s = x[i] in a loop
         if dst != src:
             w.line(f"{dst} = {src};")
     elif src == dst:

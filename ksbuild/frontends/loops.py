@@ -214,11 +214,11 @@ def _count_bound(fc, b: Builder, scope: Scope, start, stop, step: int) -> Dim | 
     if lo is None or hi is None:
         return None
     # count <= ceil((max(last) - min(first)) / |step|) with max(last) = hi[1] - 1; a symbolic
-    # bound keeps the + 1 so that it is visibly >= 0 (a polynomial with no minus sign)
+    # bound must be visibly >= 0 (a polynomial with no minus sign), else one more row will do
     span = dim_sub(dim_sub(hi[1], 1), lo[0])
-    if not isinstance(span, int):
+    if not isinstance(span, int) and "-" in span:
         span = dim_sub(hi[1], lo[0])
-        if "-" in span:
+        if not isinstance(span, int) and "-" in span:
             return None
     if isinstance(span, int):
         return max(0, -(-span // abs(step)))
