@@ -143,19 +143,27 @@ def _hoist_rows(b: Builder, body: Func, consts: list) -> tuple[Func, list]:
     n = len(consts)
     outer = {p: c for p, c in zip(body.params[1:1 + n], consts)}
     kept, hoisted = [], []
+    same: dict[tuple, Var] = {}  # icf[k] written twice is one row (one gradient to accumulate)
+    alias: dict[Var, Var] = {}
     for e in body.eqns:
         if e.prim.name == "index" and all(isinstance(a, Lit) or a in outer for a in e.ins):
+            key = (e.params["axis"],) + tuple(a if isinstance(a, Lit) else id(a) for a in e.ins)
+            if key in same:
+                alias[e.outs[0]] = same[key]
+                continue
             b.loc = e.loc
             (outer[e.outs[0]],) = b.bind(e.prim, [outer.get(a, a) for a in e.ins], dict(e.params))
             hoisted.append(e.outs[0])
+            same[key] = e.outs[0]
         else:
-            kept.append(e)
+            kept.append(Eqn(e.prim, tuple(alias.get(a, a) for a in e.ins), e.outs, e.params, e.loc) if alias else e)
     if not hoisted:
         return body, consts
-    read = {a for e in kept for a in e.ins} | set(body.results)
+    results = tuple(alias.get(r, r) for r in body.results)
+    read = {a for e in kept for a in e.ins} | set(results)
     const_params = [p for p in list(body.params[1:1 + n]) + hoisted if p in read]
     params = (body.params[0], *const_params, *body.params[1 + n:])
-    return Func(body.name, params, tuple(kept), body.results, body.result_names), [outer[p] for p in const_params]
+    return Func(body.name, params, tuple(kept), results, body.result_names), [outer[p] for p in const_params]
 
 
 def _index(fc, bb: Builder, sc: Scope, k, start, step):
