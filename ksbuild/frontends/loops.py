@@ -146,17 +146,18 @@ def _hoist_rows(b: Builder, body: Func, consts: list) -> tuple[Func, list]:
     same: dict[tuple, Var] = {}  # icf[k] written twice is one row (one gradient to accumulate)
     alias: dict[Var, Var] = {}
     for e in body.eqns:
-        if e.prim.name == "index" and all(isinstance(a, Lit) or a in outer for a in e.ins):
-            key = (e.params["axis"],) + tuple(a if isinstance(a, Lit) else id(a) for a in e.ins)
+        ins = tuple(alias.get(a, a) for a in e.ins)
+        if e.prim.name == "index" and all(isinstance(a, Lit) or a in outer for a in ins):
+            key = (e.params["axis"],) + tuple(a if isinstance(a, Lit) else id(a) for a in ins)
             if key in same:
                 alias[e.outs[0]] = same[key]
                 continue
             b.loc = e.loc
-            (outer[e.outs[0]],) = b.bind(e.prim, [outer.get(a, a) for a in e.ins], dict(e.params))
+            (outer[e.outs[0]],) = b.bind(e.prim, [outer.get(a, a) for a in ins], dict(e.params))
             hoisted.append(e.outs[0])
             same[key] = e.outs[0]
         else:
-            kept.append(Eqn(e.prim, tuple(alias.get(a, a) for a in e.ins), e.outs, e.params, e.loc) if alias else e)
+            kept.append(Eqn(e.prim, ins, e.outs, e.params, e.loc) if ins != e.ins else e)
     if not hoisted:
         return body, consts
     results = tuple(alias.get(r, r) for r in body.results)
