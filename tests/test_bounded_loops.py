@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from source_kernels import build_source, ir_getter
 
 import ksbuild
 from ksbuild.errors import KsbuildError
@@ -99,21 +100,8 @@ exec(compile(SOURCE, "bounded_kernels.py", "exec", dont_inherit=True), PY)
 
 
 @pytest.fixture(scope="module")
-def source_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("bounded") / "bounded_kernels.py"
-    path.write_text(SOURCE)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ir(source_file):
-    cache: dict = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = compile_python_kernel(source_file, name, "f64")
-        return cache[name]
-    return get
+def ir(tmp_path_factory):
+    return ir_getter(tmp_path_factory, SOURCE, "bounded_kernels")
 
 
 def loops(f: Func):
@@ -248,14 +236,8 @@ def test_vmap_of_vjp_through_bounded_loops(ir):
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bounded_build")
-    (folder / "bounded_kernels.py").write_text(SOURCE)
-    lines = ["[package]", 'name = "bounded"', 'version = "0.1.0"', "", "[build]", 'dtype = "float64"', ""]
-    for name in CASES:
-        lines += [f"[kernels.{name}]", f'python = "bounded_kernels.py:{name}"', ""]
-    lines += ["[exports]"] + [f'{n} = "{n}"' for n in CASES] + [f'{n}_vjp = "vjp({n})"' for n in CASES]
-    (folder / "manifest.toml").write_text("\n".join(lines) + "\n")
-    return ksbuild.build(folder / "manifest.toml", out=folder / "dist")
+    exports = {n: n for n in CASES} | {f"{n}_vjp": f"vjp({n})" for n in CASES}
+    return build_source(tmp_path_factory, SOURCE, "bounded", exports)
 
 
 @pytest.mark.parametrize("name", CASES)

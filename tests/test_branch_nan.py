@@ -11,13 +11,11 @@ placed exactly on the branch boundaries; and vjp(vmap(f)) over the kernel and te
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from source_kernels import build_source, ir_getter
 
-import ksbuild
 from ksbuild.frontends.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.jvp import jvp_func
@@ -210,21 +208,8 @@ def assert_finite_close(got, want, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def source_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("branches") / "branch_kernels.py"
-    path.write_text(SOURCE)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ir(source_file):
-    cache: dict = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = compile_python_kernel(source_file, name, "f64")
-        return cache[name]
-    return get
+def ir(tmp_path_factory):
+    return ir_getter(tmp_path_factory, SOURCE, "branch_kernels")
 
 
 def vmapped(f, m: list[bool]):
@@ -291,6 +276,19 @@ def test_forward_vmap_stays_select(ir):
     assert not {"lane_cond", "cond"} & {e.prim.name for e in lower(f).eqns}
 
 
+def test_unused_lane_cond_results_are_pruned(ir):
+    """dce narrows a lane_cond to the results that are read (its prune rule), values unchanged."""
+    from ksbuild.ir.core import Func
+    from ksbuild.transforms.dce import dce
+
+    f = vmapped(ir("nested_edge"), [True, True])
+    first = dce(Func(f.name, f.params, f.eqns, f.results[:1]))
+    (lane,) = [e for e in first.eqns if e.prim.name == "lane_cond"]
+    assert len(lane.outs) == 1
+    args = stack("nested_edge", lane_points("nested_edge"))
+    np.testing.assert_array_equal(eval_func(first, args)[0], eval_func(f, args)[0])
+
+
 # ---- compiled ---------------------------------------------------------------------------------------
 
 
@@ -308,14 +306,7 @@ def exports(name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("branch_build")
-    (folder / "branch_kernels.py").write_text(SOURCE)
-    lines = ["[package]", 'name = "branches"', 'version = "0.1.0"', "", "[build]", 'dtype = "float64"', ""]
-    for name in NAMES:
-        lines += [f"[kernels.{name}]", f'python = "branch_kernels.py:{name}"', ""]
-    lines += ["[exports]"] + [f'{k} = "{v}"' for name in NAMES for k, v in exports(name).items()]
-    (folder / "manifest.toml").write_text("\n".join(lines) + "\n")
-    return ksbuild.build(folder / "manifest.toml", out=folder / "dist")
+    return build_source(tmp_path_factory, SOURCE, "branches", {k: v for n in NAMES for k, v in exports(n).items()})
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -154,13 +154,8 @@ def _lane_prune(eqn, used):
 
 
 def _lane_emit(ctx, eqn):
-    # the pipeline expands lane_cond before codegen; should one remain, emit its expansion as a block
-    from .base import PRIMS
-
-    b = Builder(eqn.loc)
-    params = [Var(a.type, getattr(a, "hint", "")) for a in eqn.ins]
-    fn = b.func("lanes", params, _lane_expand(b, params, **eqn.params))
-    ctx.emit_call(Eqn(PRIMS["call"], eqn.ins, eqn.outs, freeze({"fn": fn}), eqn.loc))
+    # the pipeline's first pass (transforms/expand.py) replaces every lane_cond before codegen
+    raise KsbuildError("internal: a lane_cond reached codegen; run the pipeline (transforms.pipeline.lower) first")
 
 
 lane_cond = Prim(
