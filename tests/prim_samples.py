@@ -133,6 +133,6 @@ def prim_name(key: str) -> str:
     return key.split(":")[0]
 
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
-STRUCTURED = {"cond", "loop", "call"}
+STRUCTURED = {"cond", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract"}

@@ -391,8 +391,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0,
                    help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: the libraries' defaults)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop"),
-                   help="which ksbuild export: gmm (batched, default) or gmm_loop (a loop over observations)")
+    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop", "gmm_tri", "gmm_tri_vec"),
+                   help="which ksbuild export: gmm (batched, default), gmm_loop (a loop over observations) "
+                        "gmm_tri (loops down to the triangular row sums) or gmm_tri_vec (the same over all k at once)")
     args = p.parse_args(argv)
     grid = QUICK if args.quick else FULL
     for key in ("d", "K", "n"):

@@ -57,8 +57,11 @@ class KernelCompiler:
     """Compiles the functions of one source file into IR, one Func per (function, arg types)."""
 
     def __init__(self, source: Source, float_dtype: str):
+        from .loops import IntFacts
+
         self.src = source
         self.float_dtype = float_dtype
+        self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
         self.active: list[str] = []
 

@@ -13,6 +13,7 @@ from typing import Callable
 from ..ir.core import Func
 from .accumulate import accumulate
 from .cse import cse
+from .expand import expand
 from .fuse import fuse
 from .parallelize import parallelize
 from .plan_memory import plan_memory
@@ -36,6 +37,7 @@ class Pass:
 
 
 PASSES = [
+    Pass("expand", lambda f, o: expand(f), "decompositions: a per-lane if (lane_cond) becomes selects"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
     Pass("select_backend", lambda f, o: select_backend(f, o.backend), "einsums become loop nests or gemm calls"),

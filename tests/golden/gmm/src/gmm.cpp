@@ -39,7 +39,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -266,45 +266,27 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    double* const r18 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r19 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -314,498 +296,450 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp67 = reinterpret_cast<double*>(next_slot);
+    double* const tmp53 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp68 = reinterpret_cast<double*>(next_slot);
+    double* const tmp54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp81 = reinterpret_cast<double*>(next_slot);
+    double* const tmp67 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp87 = reinterpret_cast<double*>(next_slot);
+    double* const tmp73 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp110 = reinterpret_cast<double*>(next_slot);
+    double* const tmp96 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp111 = reinterpret_cast<double*>(next_slot);
+    double* const tmp97 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp117 = reinterpret_cast<double*>(next_slot);
+    double* const tmp103 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp182 = reinterpret_cast<double*>(next_slot);
+    double* const tmp168 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const r182 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r203 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const r208 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp216 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp221 = reinterpret_cast<double*>(next_slot);
+    double* const r187 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf240 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const double t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const double t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0);
-                const double t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
+                const double t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
+            }
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
+            }
+        }
+        for (int64_t i31 = 0; i31 < d; ++i31) {
+            for (int64_t i32 = 0; i32 < d; ++i32) {
+                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
+            }
+        }
+        for (int64_t i33 = 0; i33 < d; ++i33) {
+            for (int64_t i34 = 0; i34 < d; ++i34) {
+                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
+            }
+        }
+        for (int64_t i35 = 0; i35 < d; ++i35) {
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
+            }
+        }
+        for (int64_t i37 = 0; i37 < d; ++i37) {
             for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
-            }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
-            }
-        }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
-        }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
-        }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
-        }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
+                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
             }
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i39 = 0; i39 < K; ++i39) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double qs_i = icf[i53 * T + i54];
+        for (int64_t i40 = 0; i40 < d; ++i40) {
+            const double qs_i = icf[i39 * T + i40];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i39] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const double alphas_i = alphas[i55];
-        const double x_i = tmp[i55];
-        const double base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i41 = 0; i41 < K; ++i41) {
+        const double alphas_i = alphas[i41];
+        const double x_i = tmp[i41];
+        const double base42 = (alphas_i + x_i);
+        base[i41] = base42;
     }
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            for (int64_t i59 = 0; i59 < d; ++i59) {
-                const double x_i60 = x[i57 * d + i59];
-                const double x_i61 = means[i58 * d + i59];
-                const double centered62 = (x_i60 - x_i61);
-                centered[i57 * (K * d) + i58 * d + i59] = centered62;
+    for (int64_t i43 = 0; i43 < n; ++i43) {
+        for (int64_t i44 = 0; i44 < K; ++i44) {
+            for (int64_t i45 = 0; i45 < d; ++i45) {
+                const double x_i46 = x[i43 * d + i45];
+                const double x_i47 = means[i44 * d + i45];
+                const double centered48 = (x_i46 - x_i47);
+                centered[i43 * (K * d) + i44 * d + i45] = centered48;
             }
         }
     }
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            for (int64_t i65 = 0; i65 < d; ++i65) {
+    for (int64_t i49 = 0; i49 < n; ++i49) {
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            for (int64_t i51 = 0; i51 < d; ++i51) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i66 = 0; i66 < d; ++i66) {
-                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
+                for (int64_t i52 = 0; i52 < d; ++i52) {
+                    dot += r[i50 * (d * d) + i51 * d + i52] * centered[i49 * (K * d) + i50 * d + i52];
                 }
-                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
+                mahalanobis[i49 * (K * d) + i50 * d + i51] = dot;
             }
         }
     }
-    for (int64_t i69 = 0; i69 < n; ++i69) {
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            double acc57 = 0;
+            KS_OMP_SIMD(reduction(+:acc57))
+            for (int64_t i58 = 0; i58 < d; ++i58) {
+                const double mahalanobis_i = mahalanobis[i55 * (K * d) + i56 * d + i58];
+                const double t59 = ks::ipow<2>(mahalanobis_i);
+                const double t60 = (2.0 * mahalanobis_i);
+                tmp53[i55 * (K * d) + i56 * d + i58] = t60;
+                acc57 += t59;
+            }
+            tmp54[i55 * K + i56] = acc57;
+        }
+    }
+    for (int64_t i61 = 0; i61 < n; ++i61) {
+        for (int64_t i62 = 0; i62 < K; ++i62) {
+            const double x_i63 = tmp54[i61 * K + i62];
+            const double t64 = (0.5 * x_i63);
+            const double x_i65 = base[i62];
+            const double scores66 = (x_i65 - t64);
+            scores[i61 * K + i62] = scores66;
+        }
+    }
+    for (int64_t i68 = 0; i68 < n; ++i68) {
+        double acc69 = ks::lowest<double>();
         for (int64_t i70 = 0; i70 < K; ++i70) {
-            double acc71 = 0;
-            KS_OMP_SIMD(reduction(+:acc71))
-            for (int64_t i72 = 0; i72 < d; ++i72) {
-                const double mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
-                const double t73 = ks::ipow<2>(mahalanobis_i);
-                const double t74 = (2.0 * mahalanobis_i);
-                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
-                acc71 += t73;
-            }
-            tmp68[i69 * K + i70] = acc71;
+            const double x_i71 = scores[i68 * K + i70];
+            acc69 = ks::max(x_i71, acc69);
         }
+        tmp67[i68] = acc69;
     }
-    for (int64_t i75 = 0; i75 < n; ++i75) {
+    double* const tmp72 = tmp54;  // reuses a dead buffer's space
+    for (int64_t i74 = 0; i74 < n; ++i74) {
+        double acc75 = 0;
+        KS_OMP_SIMD(reduction(+:acc75))
         for (int64_t i76 = 0; i76 < K; ++i76) {
-            const double x_i77 = tmp68[i75 * K + i76];
-            const double t78 = (0.5 * x_i77);
-            const double x_i79 = base[i76];
-            const double scores80 = (x_i79 - t78);
-            scores[i75 * K + i76] = scores80;
+            const double scores_i = scores[i74 * K + i76];
+            const double x_i77 = tmp67[i74];
+            const double t78 = (scores_i - x_i77);
+            const double t79 = ks::exp(t78);
+            tmp72[i74 * K + i76] = t79;
+            acc75 += t79;
+        }
+        tmp73[i74] = acc75;
+    }
+    double* const tmp80 = tmp67;  // reuses a dead buffer's space
+    for (int64_t i81 = 0; i81 < n; ++i81) {
+        const double x_i82 = tmp73[i81];
+        const double t83 = (1.0 / x_i82);
+        tmp80[i81] = t83;
+    }
+    double acc84 = ks::lowest<double>();
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double x_i86 = alphas[i85];
+        acc84 = ks::max(x_i86, acc84);
+    }
+    double* const tmp87 = tmp;  // reuses a dead buffer's space
+    double acc88 = 0;
+    KS_OMP_SIMD(reduction(+:acc88))
+    for (int64_t i89 = 0; i89 < K; ++i89) {
+        const double alphas_i90 = alphas[i89];
+        const double x_i91 = acc84;
+        const double t92 = (alphas_i90 - x_i91);
+        const double t93 = ks::exp(t92);
+        tmp87[i89] = t93;
+        acc88 += t93;
+    }
+    const double t94 = (1.0 / acc88);
+    const double t95 = static_cast<double>(n);
+    for (int64_t i98 = 0; i98 < K; ++i98) {
+        for (int64_t i99 = 0; i99 < d; ++i99) {
+            const double qs_i100 = icf[i98 * T + i99];
+            const double t101 = ks::exp(qs_i100);
+            tmp96[i98 * d + i99] = t101;
+            const double t102 = (2.0 * t101);
+            tmp97[i98 * d + i99] = t102;
         }
     }
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        double acc83 = ks::lowest<double>();
-        for (int64_t i84 = 0; i84 < K; ++i84) {
-            const double x_i85 = scores[i82 * K + i84];
-            acc83 = ks::max(x_i85, acc83);
-        }
-        tmp81[i82] = acc83;
-    }
-    double* const tmp86 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        double acc89 = 0;
-        KS_OMP_SIMD(reduction(+:acc89))
-        for (int64_t i90 = 0; i90 < K; ++i90) {
-            const double scores_i = scores[i88 * K + i90];
-            const double x_i91 = tmp81[i88];
-            const double t92 = (scores_i - x_i91);
-            const double t93 = ks::exp(t92);
-            tmp86[i88 * K + i90] = t93;
-            acc89 += t93;
-        }
-        tmp87[i88] = acc89;
-    }
-    double* const tmp94 = tmp81;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        const double x_i96 = tmp87[i95];
-        const double t97 = (1.0 / x_i96);
-        tmp94[i95] = t97;
-    }
-    double acc98 = ks::lowest<double>();
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        const double x_i100 = alphas[i99];
-        acc98 = ks::max(x_i100, acc98);
-    }
-    double* const tmp101 = tmp;  // reuses a dead buffer's space
-    double acc102 = 0;
-    KS_OMP_SIMD(reduction(+:acc102))
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        const double alphas_i104 = alphas[i103];
-        const double x_i105 = acc98;
-        const double t106 = (alphas_i104 - x_i105);
-        const double t107 = ks::exp(t106);
-        tmp101[i103] = t107;
-        acc102 += t107;
-    }
-    const double t108 = (1.0 / acc102);
-    const double t109 = static_cast<double>(n);
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < d; ++i113) {
-            const double qs_i114 = icf[i112 * T + i113];
-            const double t115 = ks::exp(qs_i114);
-            tmp110[i112 * d + i113] = t115;
-            const double t116 = (2.0 * t115);
-            tmp111[i112 * d + i113] = t116;
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
+            const double ls_i = (icf + d)[i104 * T + i105];
+            const double t106 = (2.0 * ls_i);
+            tmp103[i104 * ((T - d)) + i105] = t106;
         }
     }
-    for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
-            const double ls_i = (icf + d)[i118 * T + i119];
-            const double t120 = (2.0 * ls_i);
-            tmp117[i118 * ((T - d)) + i119] = t120;
+    const double t107 = ks::ipow<2>(wishart_gamma);
+    const double t108 = (0.5 * t107);
+    const double t109 = ((-1.0) * wishart_m);
+    for (int64_t i110 = 0; i110 < K; ++i110) {
+        for (int64_t i111 = 0; i111 < (T - d); ++i111) {
+            const double x_i112 = t108;
+            const double x_i113 = tmp103[i110 * ((T - d)) + i111];
+            const double d_ls114 = (x_i112 * x_i113);
+            d_ls[i110 * ((T - d)) + i111] = d_ls114;
         }
     }
-    const double t121 = ks::ipow<2>(wishart_gamma);
-    const double t122 = (0.5 * t121);
-    const double t123 = ((-1.0) * wishart_m);
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const double x_i126 = t122;
-            const double x_i127 = tmp117[i124 * ((T - d)) + i125];
-            const double d_ls128 = (x_i126 * x_i127);
-            d_ls[i124 * ((T - d)) + i125] = d_ls128;
+    for (int64_t i115 = 0; i115 < K; ++i115) {
+        for (int64_t i116 = 0; i116 < d; ++i116) {
+            const double x_i117 = t108;
+            const double x_i118 = tmp97[i115 * d + i116];
+            const double t119 = (x_i117 * x_i118);
+            const double x_i120 = tmp96[i115 * d + i116];
+            const double t121 = (t119 * x_i120);
+            const double d_qs_i = t109;
+            const double d_qs122 = (d_qs_i + t121);
+            d_qs[i115 * d + i116] = d_qs122;
         }
     }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            const double x_i131 = t122;
-            const double x_i132 = tmp111[i129 * d + i130];
-            const double t133 = (x_i131 * x_i132);
-            const double x_i134 = tmp110[i129 * d + i130];
-            const double t135 = (t133 * x_i134);
-            const double d_qs_i = t123;
-            const double d_qs136 = (d_qs_i + t135);
-            d_qs[i129 * d + i130] = d_qs136;
-        }
-    }
-    const double t137 = ((-1.0) * t109);
-    const double t138 = (t137 * t108);
+    const double t123 = ((-1.0) * t95);
+    const double t124 = (t123 * t94);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i139 = 0; i139 < K; ++i139) {
-        const double x_i140 = t138;
-        const double x_i141 = tmp101[i139];
-        const double d_alphas142 = (x_i140 * x_i141);
-        d_alphas[i139] = d_alphas142;
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        const double x_i126 = t124;
+        const double x_i127 = tmp87[i125];
+        const double d_alphas128 = (x_i126 * x_i127);
+        d_alphas[i125] = d_alphas128;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i143 = 0; i143 < n; ++i143) {
-        for (int64_t i144 = 0; i144 < K; ++i144) {
-            const double x_i145 = tmp94[i143];
-            const double x_i146 = tmp86[i143 * K + i144];
-            const double d_scores147 = (x_i145 * x_i146);
-            d_scores[i143 * K + i144] = d_scores147;
+    for (int64_t i129 = 0; i129 < n; ++i129) {
+        for (int64_t i130 = 0; i130 < K; ++i130) {
+            const double x_i131 = tmp80[i129];
+            const double x_i132 = tmp72[i129 * K + i130];
+            const double d_scores133 = (x_i131 * x_i132);
+            d_scores[i129 * K + i130] = d_scores133;
         }
     }
     double* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        sum[i148] = 0;
+    for (int64_t i134 = 0; i134 < K; ++i134) {
+        sum[i134] = 0;
     }
-    for (int64_t i149 = 0; i149 < n; ++i149) {
-        for (int64_t i150 = 0; i150 < K; ++i150) {
-            sum[i150] += d_scores[i149 * K + i150];
+    for (int64_t i135 = 0; i135 < n; ++i135) {
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            sum[i136] += d_scores[i135 * K + i136];
         }
     }
-    double* const tmp151 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i152 = 0; i152 < n; ++i152) {
-        for (int64_t i153 = 0; i153 < K; ++i153) {
-            const double d_scores_i = d_scores[i152 * K + i153];
-            const double t154 = (d_scores_i * (-1.0));
-            const double t155 = (t154 * 0.5);
-            tmp151[i152 * K + i153] = t155;
+    double* const tmp137 = tmp54;  // reuses a dead buffer's space
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            const double d_scores_i = d_scores[i138 * K + i139];
+            const double t140 = (d_scores_i * (-1.0));
+            const double t141 = (t140 * 0.5);
+            tmp137[i138 * K + i139] = t141;
         }
     }
     double* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                const double x_i159 = tmp151[i156 * K + i157];
-                const double x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
-                const double d_mahalanobis161 = (x_i159 * x_i160);
-                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
+    for (int64_t i142 = 0; i142 < n; ++i142) {
+        for (int64_t i143 = 0; i143 < K; ++i143) {
+            for (int64_t i144 = 0; i144 < d; ++i144) {
+                const double x_i145 = tmp137[i142 * K + i143];
+                const double x_i146 = tmp53[i142 * (K * d) + i143 * d + i144];
+                const double d_mahalanobis147 = (x_i145 * x_i146);
+                d_mahalanobis[i142 * (K * d) + i143 * d + i144] = d_mahalanobis147;
             }
         }
     }
-    double* const d_centered = tmp67;  // reuses a dead buffer's space
-    for (int64_t i162 = 0; i162 < n; ++i162) {
-        for (int64_t i163 = 0; i163 < K; ++i163) {
-            for (int64_t i164 = 0; i164 < d; ++i164) {
-                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
+    double* const d_centered = tmp53;  // reuses a dead buffer's space
+    for (int64_t i148 = 0; i148 < n; ++i148) {
+        for (int64_t i149 = 0; i149 < K; ++i149) {
+            for (int64_t i150 = 0; i150 < d; ++i150) {
+                d_centered[i148 * (K * d) + i149 * d + i150] = 0;
             }
         }
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                for (int64_t i168 = 0; i168 < d; ++i168) {
-                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
+    for (int64_t i151 = 0; i151 < n; ++i151) {
+        for (int64_t i152 = 0; i152 < K; ++i152) {
+            for (int64_t i153 = 0; i153 < d; ++i153) {
+                for (int64_t i154 = 0; i154 < d; ++i154) {
+                    d_centered[i151 * (K * d) + i152 * d + i154] += d_mahalanobis[i151 * (K * d) + i152 * d + i153] * r[i152 * (d * d) + i153 * d + i154];
                 }
             }
         }
     }
     double* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < d; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod[i169 * (d * d) + i170 * d + i171] = 0;
+    for (int64_t i155 = 0; i155 < K; ++i155) {
+        for (int64_t i156 = 0; i156 < d; ++i156) {
+            for (int64_t i157 = 0; i157 < d; ++i157) {
+                prod[i155 * (d * d) + i156 * d + i157] = 0;
             }
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            for (int64_t i174 = 0; i174 < n; ++i174) {
-                for (int64_t i175 = 0; i175 < d; ++i175) {
-                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+    for (int64_t i158 = 0; i158 < K; ++i158) {
+        for (int64_t i159 = 0; i159 < d; ++i159) {
+            for (int64_t i160 = 0; i160 < n; ++i160) {
+                for (int64_t i161 = 0; i161 < d; ++i161) {
+                    prod[i158 * (d * d) + i159 * d + i161] += d_mahalanobis[i160 * (K * d) + i158 * d + i159] * centered[i160 * (K * d) + i158 * d + i161];
                 }
             }
         }
     }
-    double* const sum176 = tmp110;  // reuses a dead buffer's space
+    double* const sum162 = tmp96;  // reuses a dead buffer's space
+    for (int64_t i163 = 0; i163 < K; ++i163) {
+        for (int64_t i164 = 0; i164 < d; ++i164) {
+            sum162[i163 * d + i164] = 0;
+        }
+    }
+    for (int64_t i165 = 0; i165 < n; ++i165) {
+        for (int64_t i166 = 0; i166 < K; ++i166) {
+            for (int64_t i167 = 0; i167 < d; ++i167) {
+                sum162[i166 * d + i167] += d_centered[i165 * (K * d) + i166 * d + i167];
+            }
+        }
+    }
+    for (int64_t i169 = 0; i169 < 1; ++i169) {
+        for (int64_t i170 = 0; i170 < K; ++i170) {
+            for (int64_t i171 = 0; i171 < d; ++i171) {
+                const double x_i172 = sum162[i169 * (K * d) + i170 * d + i171];
+                const double t173 = (x_i172 * (-1.0));
+                tmp168[i169 * (K * d) + i170 * d + i171] = t173;
+            }
+        }
+    }
+    for (int64_t i174 = 0; i174 < K; ++i174) {
+        const double d_alphas_i = d_alphas[i174];
+        const double d_base_i = sum[i174];
+        const double d_alphas175 = (d_alphas_i + d_base_i);
+        out_d_alphas[i174] = d_alphas175;
+    }
+    double* const d_qs176 = tmp96;  // reuses a dead buffer's space
     for (int64_t i177 = 0; i177 < K; ++i177) {
         for (int64_t i178 = 0; i178 < d; ++i178) {
-            sum176[i177 * d + i178] = 0;
+            const double d_qs_i179 = d_qs[i177 * d + i178];
+            const double x_i180 = sum[i177];
+            const double d_qs181 = (d_qs_i179 + x_i180);
+            d_qs176[i177 * d + i178] = d_qs181;
         }
     }
-    for (int64_t i179 = 0; i179 < n; ++i179) {
-        for (int64_t i180 = 0; i180 < K; ++i180) {
-            for (int64_t i181 = 0; i181 < d; ++i181) {
-                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < T; ++i184) {
+            r182[i183 * T + i184] = 0.0;
+        }
+    }
+    for (int64_t k185 = K - 1; k185 >= 0; --k185) {
+        double* const r186 = r10;  // reuses a dead buffer's space
+        double r188;
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            r186[i189] = 0.0;
+        }
+        for (int64_t i190 = 0; i190 < T; ++i190) {
+            r187[i190] = 0.0;
+        }
+        r188 = 0.0;
+        for (int64_t k191 = d - 1; k191 >= 0; --k191) {
+            double r192;
+            double r193;
+            r192 = 0.0;
+            r193 = r188;
+            for (int64_t k194 = d - 1; k194 >= 0; --k194) {
+                const int64_t t195 = ((2*d) - k194);
+                const int64_t t196 = (t195 - int64_t{1});
+                const int64_t t197 = (k194 * t196);
+                const int64_t t198 = ks::floordiv(t197, int64_t{2});
+                const int64_t t199 = (d + t198);
+                const int64_t t200 = (t199 + k191);
+                const int64_t t201 = (t200 - k194);
+                const int64_t t202 = (t201 - int64_t{1});
+                const double t203 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? (((prod + k185 * (d * d)) + k191 * d) + k194)[0] : 0.0);
+                const double t204 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? 0.0 : (((prod + k185 * (d * d)) + k191 * d) + k194)[0]);
+                const double t205 = ((((r2 + k185 * (d * d)) + k191 * d) + k194)[0] ? t204 : 0.0);
+                (r187 + ks::clamp_index(t202, T))[0] += t205;
+                const double t206 = (t203 * (((r1 + k185 * (d * d)) + k191 * d) + k194)[0]);
+                const double t207 = (r192 + t206);
+                r192 = t207;
             }
+            (r186 + k191)[0] += r192;
+            r188 = r193;
+        }
+        (r186 + ks::clamp_index(int64_t{0}, d))[0] += r188;
+        for (int64_t i208 = 0; i208 < T; ++i208) {
+            (r182 + k185 * T)[i208] += r187[i208];
+        }
+        for (int64_t i209 = 0; i209 < d; ++i209) {
+            (d_qs176 + k185 * d)[i209] += r186[i209];
         }
     }
-    for (int64_t i183 = 0; i183 < 1; ++i183) {
-        for (int64_t i184 = 0; i184 < K; ++i184) {
-            for (int64_t i185 = 0; i185 < d; ++i185) {
-                const double x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
-                const double t187 = (x_i186 * (-1.0));
-                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
-            }
+    for (int64_t i210 = 0; i210 < K; ++i210) {
+        for (int64_t i211 = 0; i211 < T; ++i211) {
+            padded[i210 * T + i211] = 0.0;
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        const double d_alphas_i = d_alphas[i188];
-        const double d_base_i = sum[i188];
-        const double d_alphas189 = (d_alphas_i + d_base_i);
-        out_d_alphas[i188] = d_alphas189;
-    }
-    double* const d_qs190 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < d; ++i192) {
-            const double d_qs_i193 = d_qs[i191 * d + i192];
-            const double x_i194 = sum[i191];
-            const double d_qs195 = (d_qs_i193 + x_i194);
-            d_qs190[i191 * d + i192] = d_qs195;
+    for (int64_t i212 = 0; i212 < K; ++i212) {
+        for (int64_t i213 = 0; i213 < (T - d); ++i213) {
+            (padded + d)[i212 * T + i213] = d_ls[i212 * ((T - d)) + i213];
         }
     }
-    double* const r196 = tmp111;  // reuses a dead buffer's space
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        for (int64_t i198 = 0; i198 < d; ++i198) {
-            r196[i197 * d + i198] = 0.0;
+    for (int64_t i214 = 0; i214 < K; ++i214) {
+        for (int64_t i215 = 0; i215 < T; ++i215) {
+            const double x_i216 = r182[i214 * T + i215];
+            const double x_i217 = padded[i214 * T + i215];
+            const double d_icf218 = (x_i216 + x_i217);
+            d_icf[i214 * T + i215] = d_icf218;
         }
     }
-    for (int64_t i199 = 0; i199 < K; ++i199) {
-        for (int64_t i200 = 0; i200 < T; ++i200) {
-            d_icf[i199 * T + i200] = 0.0;
+    double* const padded219 = r182;  // reuses a dead buffer's space
+    for (int64_t i220 = 0; i220 < K; ++i220) {
+        for (int64_t i221 = 0; i221 < T; ++i221) {
+            padded219[i220 * T + i221] = 0.0;
         }
     }
-    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
-        double* const r202 = r18;  // reuses a dead buffer's space
-        for (int64_t i204 = 0; i204 < d; ++i204) {
-            r202[i204] = 0.0;
-        }
-        for (int64_t i205 = 0; i205 < T; ++i205) {
-            r203[i205] = 0.0;
-        }
-        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
-            double* const r207 = r19;  // reuses a dead buffer's space
-            for (int64_t i209 = 0; i209 < d; ++i209) {
-                r207[i209] = 0.0;
-            }
-            for (int64_t i210 = 0; i210 < T; ++i210) {
-                r208[i210] = 0.0;
-            }
-            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
-                const double t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0);
-                const double t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0 : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
-                const double t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0);
-                const double t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
-                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
-                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
-            }
-            for (int64_t i217 = 0; i217 < d; ++i217) {
-                const double x_i218 = r202[i217];
-                const double x_i219 = r207[i217];
-                const double t220 = (x_i218 + x_i219);
-                tmp216[i217] = t220;
-            }
-            for (int64_t i222 = 0; i222 < T; ++i222) {
-                const double x_i223 = r203[i222];
-                const double x_i224 = r208[i222];
-                const double t225 = (x_i223 + x_i224);
-                tmp221[i222] = t225;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                r202[i226] = tmp216[i226];
-            }
-            for (int64_t i227 = 0; i227 < T; ++i227) {
-                r203[i227] = tmp221[i227];
-            }
-        }
-        for (int64_t i228 = 0; i228 < d; ++i228) {
-            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
-        }
-        for (int64_t i229 = 0; i229 < T; ++i229) {
-            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
+    for (int64_t i222 = 0; i222 < K; ++i222) {
+        for (int64_t i223 = 0; i223 < d; ++i223) {
+            padded219[i222 * T + i223] = d_qs176[i222 * d + i223];
         }
     }
-    double* const d_qs230 = d_qs;  // reuses a dead buffer's space
-    for (int64_t i231 = 0; i231 < K; ++i231) {
-        for (int64_t i232 = 0; i232 < d; ++i232) {
-            const double d_qs_i233 = d_qs190[i231 * d + i232];
-            const double x_i234 = r196[i231 * d + i232];
-            const double d_qs235 = (d_qs_i233 + x_i234);
-            d_qs230[i231 * d + i232] = d_qs235;
+    for (int64_t i224 = 0; i224 < K; ++i224) {
+        for (int64_t i225 = 0; i225 < T; ++i225) {
+            const double d_icf_i = d_icf[i224 * T + i225];
+            const double x_i226 = padded219[i224 * T + i225];
+            const double d_icf227 = (d_icf_i + x_i226);
+            out_d_icf[i224 * T + i225] = d_icf227;
         }
     }
-    for (int64_t i236 = 0; i236 < K; ++i236) {
-        for (int64_t i237 = 0; i237 < T; ++i237) {
-            padded[i236 * T + i237] = 0.0;
-        }
-    }
-    for (int64_t i238 = 0; i238 < K; ++i238) {
-        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
-            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
-        }
-    }
-    for (int64_t i241 = 0; i241 < K; ++i241) {
-        for (int64_t i242 = 0; i242 < T; ++i242) {
-            const double d_icf_i = d_icf[i241 * T + i242];
-            const double x_i243 = padded[i241 * T + i242];
-            const double d_icf244 = (d_icf_i + x_i243);
-            d_icf240[i241 * T + i242] = d_icf244;
-        }
-    }
-    double* const padded245 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i246 = 0; i246 < K; ++i246) {
-        for (int64_t i247 = 0; i247 < T; ++i247) {
-            padded245[i246 * T + i247] = 0.0;
-        }
-    }
-    for (int64_t i248 = 0; i248 < K; ++i248) {
-        for (int64_t i249 = 0; i249 < d; ++i249) {
-            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
-        }
-    }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const double d_icf_i252 = d_icf240[i250 * T + i251];
-            const double x_i253 = padded245[i250 * T + i251];
-            const double d_icf254 = (d_icf_i252 + x_i253);
-            out_d_icf[i250 * T + i251] = d_icf254;
-        }
-    }
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < d; ++i256) {
-            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
+    for (int64_t i228 = 0; i228 < K; ++i228) {
+        for (int64_t i229 = 0; i229 < d; ++i229) {
+            out_d_means[i228 * d + i229] = tmp168[i228 * d + i229];
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -843,7 +777,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const float t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const float t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -1076,45 +1010,27 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
+    float* const r1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    float* const r5 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(d * d);
+    float* const r6 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     float* const r10 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    float* const r13 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    float* const r18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r19 = reinterpret_cast<float*>(next_slot);
+    float* const r11 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
@@ -1124,498 +1040,450 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp67 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp68 = reinterpret_cast<float*>(next_slot);
+    float* const tmp54 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp81 = reinterpret_cast<float*>(next_slot);
+    float* const tmp67 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp87 = reinterpret_cast<float*>(next_slot);
+    float* const tmp73 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp110 = reinterpret_cast<float*>(next_slot);
+    float* const tmp96 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp111 = reinterpret_cast<float*>(next_slot);
+    float* const tmp97 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp117 = reinterpret_cast<float*>(next_slot);
+    float* const tmp103 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp182 = reinterpret_cast<float*>(next_slot);
+    float* const tmp168 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const d_icf = reinterpret_cast<float*>(next_slot);
+    float* const r182 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r203 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const r208 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const tmp216 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    float* const tmp221 = reinterpret_cast<float*>(next_slot);
+    float* const r187 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const d_icf240 = reinterpret_cast<float*>(next_slot);
+    float* const d_icf = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const float t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const float t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0f);
-                const float t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const float t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const float t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0f);
+                const float t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
+            }
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
+            }
+        }
+        for (int64_t i31 = 0; i31 < d; ++i31) {
+            for (int64_t i32 = 0; i32 < d; ++i32) {
+                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
+            }
+        }
+        for (int64_t i33 = 0; i33 < d; ++i33) {
+            for (int64_t i34 = 0; i34 < d; ++i34) {
+                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
+            }
+        }
+        for (int64_t i35 = 0; i35 < d; ++i35) {
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
+            }
+        }
+        for (int64_t i37 = 0; i37 < d; ++i37) {
             for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
-            }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
-            }
-        }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
-        }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
-        }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
-        }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
+                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
             }
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i39 = 0; i39 < K; ++i39) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const float qs_i = icf[i53 * T + i54];
+        for (int64_t i40 = 0; i40 < d; ++i40) {
+            const float qs_i = icf[i39 * T + i40];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i39] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const float alphas_i = alphas[i55];
-        const float x_i = tmp[i55];
-        const float base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i41 = 0; i41 < K; ++i41) {
+        const float alphas_i = alphas[i41];
+        const float x_i = tmp[i41];
+        const float base42 = (alphas_i + x_i);
+        base[i41] = base42;
     }
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            for (int64_t i59 = 0; i59 < d; ++i59) {
-                const float x_i60 = x[i57 * d + i59];
-                const float x_i61 = means[i58 * d + i59];
-                const float centered62 = (x_i60 - x_i61);
-                centered[i57 * (K * d) + i58 * d + i59] = centered62;
+    for (int64_t i43 = 0; i43 < n; ++i43) {
+        for (int64_t i44 = 0; i44 < K; ++i44) {
+            for (int64_t i45 = 0; i45 < d; ++i45) {
+                const float x_i46 = x[i43 * d + i45];
+                const float x_i47 = means[i44 * d + i45];
+                const float centered48 = (x_i46 - x_i47);
+                centered[i43 * (K * d) + i44 * d + i45] = centered48;
             }
         }
     }
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            for (int64_t i65 = 0; i65 < d; ++i65) {
+    for (int64_t i49 = 0; i49 < n; ++i49) {
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            for (int64_t i51 = 0; i51 < d; ++i51) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i66 = 0; i66 < d; ++i66) {
-                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
+                for (int64_t i52 = 0; i52 < d; ++i52) {
+                    dot += r[i50 * (d * d) + i51 * d + i52] * centered[i49 * (K * d) + i50 * d + i52];
                 }
-                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
+                mahalanobis[i49 * (K * d) + i50 * d + i51] = dot;
             }
         }
     }
-    for (int64_t i69 = 0; i69 < n; ++i69) {
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            float acc57 = 0;
+            KS_OMP_SIMD(reduction(+:acc57))
+            for (int64_t i58 = 0; i58 < d; ++i58) {
+                const float mahalanobis_i = mahalanobis[i55 * (K * d) + i56 * d + i58];
+                const float t59 = ks::ipow<2>(mahalanobis_i);
+                const float t60 = (2.0f * mahalanobis_i);
+                tmp53[i55 * (K * d) + i56 * d + i58] = t60;
+                acc57 += t59;
+            }
+            tmp54[i55 * K + i56] = acc57;
+        }
+    }
+    for (int64_t i61 = 0; i61 < n; ++i61) {
+        for (int64_t i62 = 0; i62 < K; ++i62) {
+            const float x_i63 = tmp54[i61 * K + i62];
+            const float t64 = (0.5f * x_i63);
+            const float x_i65 = base[i62];
+            const float scores66 = (x_i65 - t64);
+            scores[i61 * K + i62] = scores66;
+        }
+    }
+    for (int64_t i68 = 0; i68 < n; ++i68) {
+        float acc69 = ks::lowest<float>();
         for (int64_t i70 = 0; i70 < K; ++i70) {
-            float acc71 = 0;
-            KS_OMP_SIMD(reduction(+:acc71))
-            for (int64_t i72 = 0; i72 < d; ++i72) {
-                const float mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
-                const float t73 = ks::ipow<2>(mahalanobis_i);
-                const float t74 = (2.0f * mahalanobis_i);
-                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
-                acc71 += t73;
-            }
-            tmp68[i69 * K + i70] = acc71;
+            const float x_i71 = scores[i68 * K + i70];
+            acc69 = ks::max(x_i71, acc69);
         }
+        tmp67[i68] = acc69;
     }
-    for (int64_t i75 = 0; i75 < n; ++i75) {
+    float* const tmp72 = tmp54;  // reuses a dead buffer's space
+    for (int64_t i74 = 0; i74 < n; ++i74) {
+        float acc75 = 0;
+        KS_OMP_SIMD(reduction(+:acc75))
         for (int64_t i76 = 0; i76 < K; ++i76) {
-            const float x_i77 = tmp68[i75 * K + i76];
-            const float t78 = (0.5f * x_i77);
-            const float x_i79 = base[i76];
-            const float scores80 = (x_i79 - t78);
-            scores[i75 * K + i76] = scores80;
+            const float scores_i = scores[i74 * K + i76];
+            const float x_i77 = tmp67[i74];
+            const float t78 = (scores_i - x_i77);
+            const float t79 = ks::exp(t78);
+            tmp72[i74 * K + i76] = t79;
+            acc75 += t79;
+        }
+        tmp73[i74] = acc75;
+    }
+    float* const tmp80 = tmp67;  // reuses a dead buffer's space
+    for (int64_t i81 = 0; i81 < n; ++i81) {
+        const float x_i82 = tmp73[i81];
+        const float t83 = (1.0f / x_i82);
+        tmp80[i81] = t83;
+    }
+    float acc84 = ks::lowest<float>();
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const float x_i86 = alphas[i85];
+        acc84 = ks::max(x_i86, acc84);
+    }
+    float* const tmp87 = tmp;  // reuses a dead buffer's space
+    float acc88 = 0;
+    KS_OMP_SIMD(reduction(+:acc88))
+    for (int64_t i89 = 0; i89 < K; ++i89) {
+        const float alphas_i90 = alphas[i89];
+        const float x_i91 = acc84;
+        const float t92 = (alphas_i90 - x_i91);
+        const float t93 = ks::exp(t92);
+        tmp87[i89] = t93;
+        acc88 += t93;
+    }
+    const float t94 = (1.0f / acc88);
+    const float t95 = static_cast<float>(n);
+    for (int64_t i98 = 0; i98 < K; ++i98) {
+        for (int64_t i99 = 0; i99 < d; ++i99) {
+            const float qs_i100 = icf[i98 * T + i99];
+            const float t101 = ks::exp(qs_i100);
+            tmp96[i98 * d + i99] = t101;
+            const float t102 = (2.0f * t101);
+            tmp97[i98 * d + i99] = t102;
         }
     }
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        float acc83 = ks::lowest<float>();
-        for (int64_t i84 = 0; i84 < K; ++i84) {
-            const float x_i85 = scores[i82 * K + i84];
-            acc83 = ks::max(x_i85, acc83);
-        }
-        tmp81[i82] = acc83;
-    }
-    float* const tmp86 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        float acc89 = 0;
-        KS_OMP_SIMD(reduction(+:acc89))
-        for (int64_t i90 = 0; i90 < K; ++i90) {
-            const float scores_i = scores[i88 * K + i90];
-            const float x_i91 = tmp81[i88];
-            const float t92 = (scores_i - x_i91);
-            const float t93 = ks::exp(t92);
-            tmp86[i88 * K + i90] = t93;
-            acc89 += t93;
-        }
-        tmp87[i88] = acc89;
-    }
-    float* const tmp94 = tmp81;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        const float x_i96 = tmp87[i95];
-        const float t97 = (1.0f / x_i96);
-        tmp94[i95] = t97;
-    }
-    float acc98 = ks::lowest<float>();
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        const float x_i100 = alphas[i99];
-        acc98 = ks::max(x_i100, acc98);
-    }
-    float* const tmp101 = tmp;  // reuses a dead buffer's space
-    float acc102 = 0;
-    KS_OMP_SIMD(reduction(+:acc102))
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        const float alphas_i104 = alphas[i103];
-        const float x_i105 = acc98;
-        const float t106 = (alphas_i104 - x_i105);
-        const float t107 = ks::exp(t106);
-        tmp101[i103] = t107;
-        acc102 += t107;
-    }
-    const float t108 = (1.0f / acc102);
-    const float t109 = static_cast<float>(n);
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < d; ++i113) {
-            const float qs_i114 = icf[i112 * T + i113];
-            const float t115 = ks::exp(qs_i114);
-            tmp110[i112 * d + i113] = t115;
-            const float t116 = (2.0f * t115);
-            tmp111[i112 * d + i113] = t116;
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
+            const float ls_i = (icf + d)[i104 * T + i105];
+            const float t106 = (2.0f * ls_i);
+            tmp103[i104 * ((T - d)) + i105] = t106;
         }
     }
-    for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
-            const float ls_i = (icf + d)[i118 * T + i119];
-            const float t120 = (2.0f * ls_i);
-            tmp117[i118 * ((T - d)) + i119] = t120;
+    const float t107 = ks::ipow<2>(wishart_gamma);
+    const float t108 = (0.5f * t107);
+    const float t109 = ((-1.0f) * wishart_m);
+    for (int64_t i110 = 0; i110 < K; ++i110) {
+        for (int64_t i111 = 0; i111 < (T - d); ++i111) {
+            const float x_i112 = t108;
+            const float x_i113 = tmp103[i110 * ((T - d)) + i111];
+            const float d_ls114 = (x_i112 * x_i113);
+            d_ls[i110 * ((T - d)) + i111] = d_ls114;
         }
     }
-    const float t121 = ks::ipow<2>(wishart_gamma);
-    const float t122 = (0.5f * t121);
-    const float t123 = ((-1.0f) * wishart_m);
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const float x_i126 = t122;
-            const float x_i127 = tmp117[i124 * ((T - d)) + i125];
-            const float d_ls128 = (x_i126 * x_i127);
-            d_ls[i124 * ((T - d)) + i125] = d_ls128;
+    for (int64_t i115 = 0; i115 < K; ++i115) {
+        for (int64_t i116 = 0; i116 < d; ++i116) {
+            const float x_i117 = t108;
+            const float x_i118 = tmp97[i115 * d + i116];
+            const float t119 = (x_i117 * x_i118);
+            const float x_i120 = tmp96[i115 * d + i116];
+            const float t121 = (t119 * x_i120);
+            const float d_qs_i = t109;
+            const float d_qs122 = (d_qs_i + t121);
+            d_qs[i115 * d + i116] = d_qs122;
         }
     }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            const float x_i131 = t122;
-            const float x_i132 = tmp111[i129 * d + i130];
-            const float t133 = (x_i131 * x_i132);
-            const float x_i134 = tmp110[i129 * d + i130];
-            const float t135 = (t133 * x_i134);
-            const float d_qs_i = t123;
-            const float d_qs136 = (d_qs_i + t135);
-            d_qs[i129 * d + i130] = d_qs136;
-        }
-    }
-    const float t137 = ((-1.0f) * t109);
-    const float t138 = (t137 * t108);
+    const float t123 = ((-1.0f) * t95);
+    const float t124 = (t123 * t94);
     float* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i139 = 0; i139 < K; ++i139) {
-        const float x_i140 = t138;
-        const float x_i141 = tmp101[i139];
-        const float d_alphas142 = (x_i140 * x_i141);
-        d_alphas[i139] = d_alphas142;
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        const float x_i126 = t124;
+        const float x_i127 = tmp87[i125];
+        const float d_alphas128 = (x_i126 * x_i127);
+        d_alphas[i125] = d_alphas128;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i143 = 0; i143 < n; ++i143) {
-        for (int64_t i144 = 0; i144 < K; ++i144) {
-            const float x_i145 = tmp94[i143];
-            const float x_i146 = tmp86[i143 * K + i144];
-            const float d_scores147 = (x_i145 * x_i146);
-            d_scores[i143 * K + i144] = d_scores147;
+    for (int64_t i129 = 0; i129 < n; ++i129) {
+        for (int64_t i130 = 0; i130 < K; ++i130) {
+            const float x_i131 = tmp80[i129];
+            const float x_i132 = tmp72[i129 * K + i130];
+            const float d_scores133 = (x_i131 * x_i132);
+            d_scores[i129 * K + i130] = d_scores133;
         }
     }
     float* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        sum[i148] = 0;
+    for (int64_t i134 = 0; i134 < K; ++i134) {
+        sum[i134] = 0;
     }
-    for (int64_t i149 = 0; i149 < n; ++i149) {
-        for (int64_t i150 = 0; i150 < K; ++i150) {
-            sum[i150] += d_scores[i149 * K + i150];
+    for (int64_t i135 = 0; i135 < n; ++i135) {
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            sum[i136] += d_scores[i135 * K + i136];
         }
     }
-    float* const tmp151 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i152 = 0; i152 < n; ++i152) {
-        for (int64_t i153 = 0; i153 < K; ++i153) {
-            const float d_scores_i = d_scores[i152 * K + i153];
-            const float t154 = (d_scores_i * (-1.0f));
-            const float t155 = (t154 * 0.5f);
-            tmp151[i152 * K + i153] = t155;
+    float* const tmp137 = tmp54;  // reuses a dead buffer's space
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            const float d_scores_i = d_scores[i138 * K + i139];
+            const float t140 = (d_scores_i * (-1.0f));
+            const float t141 = (t140 * 0.5f);
+            tmp137[i138 * K + i139] = t141;
         }
     }
     float* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                const float x_i159 = tmp151[i156 * K + i157];
-                const float x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
-                const float d_mahalanobis161 = (x_i159 * x_i160);
-                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
+    for (int64_t i142 = 0; i142 < n; ++i142) {
+        for (int64_t i143 = 0; i143 < K; ++i143) {
+            for (int64_t i144 = 0; i144 < d; ++i144) {
+                const float x_i145 = tmp137[i142 * K + i143];
+                const float x_i146 = tmp53[i142 * (K * d) + i143 * d + i144];
+                const float d_mahalanobis147 = (x_i145 * x_i146);
+                d_mahalanobis[i142 * (K * d) + i143 * d + i144] = d_mahalanobis147;
             }
         }
     }
-    float* const d_centered = tmp67;  // reuses a dead buffer's space
-    for (int64_t i162 = 0; i162 < n; ++i162) {
-        for (int64_t i163 = 0; i163 < K; ++i163) {
-            for (int64_t i164 = 0; i164 < d; ++i164) {
-                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
+    float* const d_centered = tmp53;  // reuses a dead buffer's space
+    for (int64_t i148 = 0; i148 < n; ++i148) {
+        for (int64_t i149 = 0; i149 < K; ++i149) {
+            for (int64_t i150 = 0; i150 < d; ++i150) {
+                d_centered[i148 * (K * d) + i149 * d + i150] = 0;
             }
         }
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                for (int64_t i168 = 0; i168 < d; ++i168) {
-                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
+    for (int64_t i151 = 0; i151 < n; ++i151) {
+        for (int64_t i152 = 0; i152 < K; ++i152) {
+            for (int64_t i153 = 0; i153 < d; ++i153) {
+                for (int64_t i154 = 0; i154 < d; ++i154) {
+                    d_centered[i151 * (K * d) + i152 * d + i154] += d_mahalanobis[i151 * (K * d) + i152 * d + i153] * r[i152 * (d * d) + i153 * d + i154];
                 }
             }
         }
     }
     float* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < d; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod[i169 * (d * d) + i170 * d + i171] = 0;
+    for (int64_t i155 = 0; i155 < K; ++i155) {
+        for (int64_t i156 = 0; i156 < d; ++i156) {
+            for (int64_t i157 = 0; i157 < d; ++i157) {
+                prod[i155 * (d * d) + i156 * d + i157] = 0;
             }
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            for (int64_t i174 = 0; i174 < n; ++i174) {
-                for (int64_t i175 = 0; i175 < d; ++i175) {
-                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+    for (int64_t i158 = 0; i158 < K; ++i158) {
+        for (int64_t i159 = 0; i159 < d; ++i159) {
+            for (int64_t i160 = 0; i160 < n; ++i160) {
+                for (int64_t i161 = 0; i161 < d; ++i161) {
+                    prod[i158 * (d * d) + i159 * d + i161] += d_mahalanobis[i160 * (K * d) + i158 * d + i159] * centered[i160 * (K * d) + i158 * d + i161];
                 }
             }
         }
     }
-    float* const sum176 = tmp110;  // reuses a dead buffer's space
+    float* const sum162 = tmp96;  // reuses a dead buffer's space
+    for (int64_t i163 = 0; i163 < K; ++i163) {
+        for (int64_t i164 = 0; i164 < d; ++i164) {
+            sum162[i163 * d + i164] = 0;
+        }
+    }
+    for (int64_t i165 = 0; i165 < n; ++i165) {
+        for (int64_t i166 = 0; i166 < K; ++i166) {
+            for (int64_t i167 = 0; i167 < d; ++i167) {
+                sum162[i166 * d + i167] += d_centered[i165 * (K * d) + i166 * d + i167];
+            }
+        }
+    }
+    for (int64_t i169 = 0; i169 < 1; ++i169) {
+        for (int64_t i170 = 0; i170 < K; ++i170) {
+            for (int64_t i171 = 0; i171 < d; ++i171) {
+                const float x_i172 = sum162[i169 * (K * d) + i170 * d + i171];
+                const float t173 = (x_i172 * (-1.0f));
+                tmp168[i169 * (K * d) + i170 * d + i171] = t173;
+            }
+        }
+    }
+    for (int64_t i174 = 0; i174 < K; ++i174) {
+        const float d_alphas_i = d_alphas[i174];
+        const float d_base_i = sum[i174];
+        const float d_alphas175 = (d_alphas_i + d_base_i);
+        out_d_alphas[i174] = d_alphas175;
+    }
+    float* const d_qs176 = tmp96;  // reuses a dead buffer's space
     for (int64_t i177 = 0; i177 < K; ++i177) {
         for (int64_t i178 = 0; i178 < d; ++i178) {
-            sum176[i177 * d + i178] = 0;
+            const float d_qs_i179 = d_qs[i177 * d + i178];
+            const float x_i180 = sum[i177];
+            const float d_qs181 = (d_qs_i179 + x_i180);
+            d_qs176[i177 * d + i178] = d_qs181;
         }
     }
-    for (int64_t i179 = 0; i179 < n; ++i179) {
-        for (int64_t i180 = 0; i180 < K; ++i180) {
-            for (int64_t i181 = 0; i181 < d; ++i181) {
-                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < T; ++i184) {
+            r182[i183 * T + i184] = 0.0f;
+        }
+    }
+    for (int64_t k185 = K - 1; k185 >= 0; --k185) {
+        float* const r186 = r10;  // reuses a dead buffer's space
+        float r188;
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            r186[i189] = 0.0f;
+        }
+        for (int64_t i190 = 0; i190 < T; ++i190) {
+            r187[i190] = 0.0f;
+        }
+        r188 = 0.0f;
+        for (int64_t k191 = d - 1; k191 >= 0; --k191) {
+            float r192;
+            float r193;
+            r192 = 0.0f;
+            r193 = r188;
+            for (int64_t k194 = d - 1; k194 >= 0; --k194) {
+                const int64_t t195 = ((2*d) - k194);
+                const int64_t t196 = (t195 - int64_t{1});
+                const int64_t t197 = (k194 * t196);
+                const int64_t t198 = ks::floordiv(t197, int64_t{2});
+                const int64_t t199 = (d + t198);
+                const int64_t t200 = (t199 + k191);
+                const int64_t t201 = (t200 - k194);
+                const int64_t t202 = (t201 - int64_t{1});
+                const float t203 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? (((prod + k185 * (d * d)) + k191 * d) + k194)[0] : 0.0f);
+                const float t204 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? 0.0f : (((prod + k185 * (d * d)) + k191 * d) + k194)[0]);
+                const float t205 = ((((r2 + k185 * (d * d)) + k191 * d) + k194)[0] ? t204 : 0.0f);
+                (r187 + ks::clamp_index(t202, T))[0] += t205;
+                const float t206 = (t203 * (((r1 + k185 * (d * d)) + k191 * d) + k194)[0]);
+                const float t207 = (r192 + t206);
+                r192 = t207;
             }
+            (r186 + k191)[0] += r192;
+            r188 = r193;
+        }
+        (r186 + ks::clamp_index(int64_t{0}, d))[0] += r188;
+        for (int64_t i208 = 0; i208 < T; ++i208) {
+            (r182 + k185 * T)[i208] += r187[i208];
+        }
+        for (int64_t i209 = 0; i209 < d; ++i209) {
+            (d_qs176 + k185 * d)[i209] += r186[i209];
         }
     }
-    for (int64_t i183 = 0; i183 < 1; ++i183) {
-        for (int64_t i184 = 0; i184 < K; ++i184) {
-            for (int64_t i185 = 0; i185 < d; ++i185) {
-                const float x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
-                const float t187 = (x_i186 * (-1.0f));
-                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
-            }
+    for (int64_t i210 = 0; i210 < K; ++i210) {
+        for (int64_t i211 = 0; i211 < T; ++i211) {
+            padded[i210 * T + i211] = 0.0f;
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        const float d_alphas_i = d_alphas[i188];
-        const float d_base_i = sum[i188];
-        const float d_alphas189 = (d_alphas_i + d_base_i);
-        out_d_alphas[i188] = d_alphas189;
-    }
-    float* const d_qs190 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < d; ++i192) {
-            const float d_qs_i193 = d_qs[i191 * d + i192];
-            const float x_i194 = sum[i191];
-            const float d_qs195 = (d_qs_i193 + x_i194);
-            d_qs190[i191 * d + i192] = d_qs195;
+    for (int64_t i212 = 0; i212 < K; ++i212) {
+        for (int64_t i213 = 0; i213 < (T - d); ++i213) {
+            (padded + d)[i212 * T + i213] = d_ls[i212 * ((T - d)) + i213];
         }
     }
-    float* const r196 = tmp111;  // reuses a dead buffer's space
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        for (int64_t i198 = 0; i198 < d; ++i198) {
-            r196[i197 * d + i198] = 0.0f;
+    for (int64_t i214 = 0; i214 < K; ++i214) {
+        for (int64_t i215 = 0; i215 < T; ++i215) {
+            const float x_i216 = r182[i214 * T + i215];
+            const float x_i217 = padded[i214 * T + i215];
+            const float d_icf218 = (x_i216 + x_i217);
+            d_icf[i214 * T + i215] = d_icf218;
         }
     }
-    for (int64_t i199 = 0; i199 < K; ++i199) {
-        for (int64_t i200 = 0; i200 < T; ++i200) {
-            d_icf[i199 * T + i200] = 0.0f;
+    float* const padded219 = r182;  // reuses a dead buffer's space
+    for (int64_t i220 = 0; i220 < K; ++i220) {
+        for (int64_t i221 = 0; i221 < T; ++i221) {
+            padded219[i220 * T + i221] = 0.0f;
         }
     }
-    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
-        float* const r202 = r18;  // reuses a dead buffer's space
-        for (int64_t i204 = 0; i204 < d; ++i204) {
-            r202[i204] = 0.0f;
-        }
-        for (int64_t i205 = 0; i205 < T; ++i205) {
-            r203[i205] = 0.0f;
-        }
-        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
-            float* const r207 = r19;  // reuses a dead buffer's space
-            for (int64_t i209 = 0; i209 < d; ++i209) {
-                r207[i209] = 0.0f;
-            }
-            for (int64_t i210 = 0; i210 < T; ++i210) {
-                r208[i210] = 0.0f;
-            }
-            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
-                const float t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0f);
-                const float t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0f : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
-                const float t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0f);
-                const float t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
-                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0f;
-                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
-                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
-            }
-            for (int64_t i217 = 0; i217 < d; ++i217) {
-                const float x_i218 = r202[i217];
-                const float x_i219 = r207[i217];
-                const float t220 = (x_i218 + x_i219);
-                tmp216[i217] = t220;
-            }
-            for (int64_t i222 = 0; i222 < T; ++i222) {
-                const float x_i223 = r203[i222];
-                const float x_i224 = r208[i222];
-                const float t225 = (x_i223 + x_i224);
-                tmp221[i222] = t225;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                r202[i226] = tmp216[i226];
-            }
-            for (int64_t i227 = 0; i227 < T; ++i227) {
-                r203[i227] = tmp221[i227];
-            }
-        }
-        for (int64_t i228 = 0; i228 < d; ++i228) {
-            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
-        }
-        for (int64_t i229 = 0; i229 < T; ++i229) {
-            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
+    for (int64_t i222 = 0; i222 < K; ++i222) {
+        for (int64_t i223 = 0; i223 < d; ++i223) {
+            padded219[i222 * T + i223] = d_qs176[i222 * d + i223];
         }
     }
-    float* const d_qs230 = d_qs;  // reuses a dead buffer's space
-    for (int64_t i231 = 0; i231 < K; ++i231) {
-        for (int64_t i232 = 0; i232 < d; ++i232) {
-            const float d_qs_i233 = d_qs190[i231 * d + i232];
-            const float x_i234 = r196[i231 * d + i232];
-            const float d_qs235 = (d_qs_i233 + x_i234);
-            d_qs230[i231 * d + i232] = d_qs235;
+    for (int64_t i224 = 0; i224 < K; ++i224) {
+        for (int64_t i225 = 0; i225 < T; ++i225) {
+            const float d_icf_i = d_icf[i224 * T + i225];
+            const float x_i226 = padded219[i224 * T + i225];
+            const float d_icf227 = (d_icf_i + x_i226);
+            out_d_icf[i224 * T + i225] = d_icf227;
         }
     }
-    for (int64_t i236 = 0; i236 < K; ++i236) {
-        for (int64_t i237 = 0; i237 < T; ++i237) {
-            padded[i236 * T + i237] = 0.0f;
-        }
-    }
-    for (int64_t i238 = 0; i238 < K; ++i238) {
-        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
-            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
-        }
-    }
-    for (int64_t i241 = 0; i241 < K; ++i241) {
-        for (int64_t i242 = 0; i242 < T; ++i242) {
-            const float d_icf_i = d_icf[i241 * T + i242];
-            const float x_i243 = padded[i241 * T + i242];
-            const float d_icf244 = (d_icf_i + x_i243);
-            d_icf240[i241 * T + i242] = d_icf244;
-        }
-    }
-    float* const padded245 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i246 = 0; i246 < K; ++i246) {
-        for (int64_t i247 = 0; i247 < T; ++i247) {
-            padded245[i246 * T + i247] = 0.0f;
-        }
-    }
-    for (int64_t i248 = 0; i248 < K; ++i248) {
-        for (int64_t i249 = 0; i249 < d; ++i249) {
-            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
-        }
-    }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const float d_icf_i252 = d_icf240[i250 * T + i251];
-            const float x_i253 = padded245[i250 * T + i251];
-            const float d_icf254 = (d_icf_i252 + x_i253);
-            out_d_icf[i250 * T + i251] = d_icf254;
-        }
-    }
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < d; ++i256) {
-            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
+    for (int64_t i228 = 0; i228 < K; ++i228) {
+        for (int64_t i229 = 0; i229 < d; ++i229) {
+            out_d_means[i228 * d + i229] = tmp168[i228 * d + i229];
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1647,7 +1515,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -1861,538 +1729,1604 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    double* const r18 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r19 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r57 = reinterpret_cast<double*>(next_slot);
+    double* const r43 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r58 = reinterpret_cast<double*>(next_slot);
+    double* const r44 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r59 = reinterpret_cast<double*>(next_slot);
+    double* const r45 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r60 = reinterpret_cast<double*>(next_slot);
+    double* const r46 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp62 = reinterpret_cast<double*>(next_slot);
+    double* const tmp48 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp70 = reinterpret_cast<double*>(next_slot);
+    double* const tmp56 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp78 = reinterpret_cast<double*>(next_slot);
+    double* const tmp64 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp119 = reinterpret_cast<double*>(next_slot);
+    double* const tmp105 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r145 = reinterpret_cast<double*>(next_slot);
+    double* const r132 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp156 = reinterpret_cast<double*>(next_slot);
+    double* const tmp143 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp175 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const r186 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r212 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const r217 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp225 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp230 = reinterpret_cast<double*>(next_slot);
+    double* const r191 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf249 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const double t25 = ks::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const double t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0);
-                const double t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
+                const double t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
+            }
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
+            }
+        }
+        for (int64_t i31 = 0; i31 < d; ++i31) {
+            for (int64_t i32 = 0; i32 < d; ++i32) {
+                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
+            }
+        }
+        for (int64_t i33 = 0; i33 < d; ++i33) {
+            for (int64_t i34 = 0; i34 < d; ++i34) {
+                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
+            }
+        }
+        for (int64_t i35 = 0; i35 < d; ++i35) {
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
+            }
+        }
+        for (int64_t i37 = 0; i37 < d; ++i37) {
             for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
-            }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
-            }
-        }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
-        }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
-        }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
-        }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
+                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
             }
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i39 = 0; i39 < K; ++i39) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double qs_i = icf[i53 * T + i54];
+        for (int64_t i40 = 0; i40 < d; ++i40) {
+            const double qs_i = icf[i39 * T + i40];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i39] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const double alphas_i = alphas[i55];
-        const double x_i = tmp[i55];
-        const double base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i41 = 0; i41 < K; ++i41) {
+        const double alphas_i = alphas[i41];
+        const double x_i = tmp[i41];
+        const double base42 = (alphas_i + x_i);
+        base[i41] = base42;
     }
-    for (int64_t k61 = 0; k61 < n; ++k61) {
-        for (int64_t i63 = 0; i63 < K; ++i63) {
-            for (int64_t i64 = 0; i64 < d; ++i64) {
-                const double x_i65 = (x + k61 * d)[i64];
-                const double means_i = means[i63 * d + i64];
-                const double t66 = (x_i65 - means_i);
-                tmp62[i63 * d + i64] = t66;
+    for (int64_t k47 = 0; k47 < n; ++k47) {
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            for (int64_t i50 = 0; i50 < d; ++i50) {
+                const double x_i51 = (x + k47 * d)[i50];
+                const double means_i = means[i49 * d + i50];
+                const double t52 = (x_i51 - means_i);
+                tmp48[i49 * d + i50] = t52;
             }
         }
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            for (int64_t i68 = 0; i68 < d; ++i68) {
+        for (int64_t i53 = 0; i53 < K; ++i53) {
+            for (int64_t i54 = 0; i54 < d; ++i54) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i69 = 0; i69 < d; ++i69) {
-                    dot += r[i67 * (d * d) + i68 * d + i69] * tmp62[i67 * d + i69];
+                for (int64_t i55 = 0; i55 < d; ++i55) {
+                    dot += r[i53 * (d * d) + i54 * d + i55] * tmp48[i53 * d + i55];
                 }
-                prod[i67 * d + i68] = dot;
+                prod[i53 * d + i54] = dot;
             }
         }
-        double* const tmp71 = tmp;  // reuses a dead buffer's space
-        for (int64_t i72 = 0; i72 < K; ++i72) {
-            double acc73 = 0;
-            KS_OMP_SIMD(reduction(+:acc73))
-            for (int64_t i74 = 0; i74 < d; ++i74) {
-                const double x_i75 = prod[i72 * d + i74];
-                const double t76 = ks::ipow<2>(x_i75);
-                const double t77 = (2.0 * x_i75);
-                tmp70[i72 * d + i74] = t77;
-                acc73 += t76;
+        double* const tmp57 = tmp;  // reuses a dead buffer's space
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            double acc59 = 0;
+            KS_OMP_SIMD(reduction(+:acc59))
+            for (int64_t i60 = 0; i60 < d; ++i60) {
+                const double x_i61 = prod[i58 * d + i60];
+                const double t62 = ks::ipow<2>(x_i61);
+                const double t63 = (2.0 * x_i61);
+                tmp56[i58 * d + i60] = t63;
+                acc59 += t62;
             }
-            tmp71[i72] = acc73;
+            tmp57[i58] = acc59;
         }
-        for (int64_t i79 = 0; i79 < K; ++i79) {
-            const double x_i80 = tmp71[i79];
-            const double t81 = (0.5 * x_i80);
-            const double x_i82 = base[i79];
-            const double t83 = (x_i82 - t81);
-            tmp78[i79] = t83;
+        for (int64_t i65 = 0; i65 < K; ++i65) {
+            const double x_i66 = tmp57[i65];
+            const double t67 = (0.5 * x_i66);
+            const double x_i68 = base[i65];
+            const double t69 = (x_i68 - t67);
+            tmp64[i65] = t69;
         }
-        double acc84 = ks::lowest<double>();
+        double acc70 = ks::lowest<double>();
+        for (int64_t i71 = 0; i71 < K; ++i71) {
+            const double x_i72 = tmp64[i71];
+            acc70 = ks::max(x_i72, acc70);
+        }
+        double* const tmp73 = tmp;  // reuses a dead buffer's space
+        double acc74 = 0;
+        KS_OMP_SIMD(reduction(+:acc74))
+        for (int64_t i75 = 0; i75 < K; ++i75) {
+            const double x_i76 = tmp64[i75];
+            const double x_i77 = acc70;
+            const double t78 = (x_i76 - x_i77);
+            const double t79 = ks::exp(t78);
+            tmp73[i75] = t79;
+            acc74 += t79;
+        }
+        const double t80 = (1.0 / acc74);
+        for (int64_t i81 = 0; i81 < K; ++i81) {
+            for (int64_t i82 = 0; i82 < d; ++i82) {
+                (r43 + k47 * (K * d))[i81 * d + i82] = tmp48[i81 * d + i82];
+            }
+        }
+        for (int64_t i83 = 0; i83 < K; ++i83) {
+            for (int64_t i84 = 0; i84 < d; ++i84) {
+                (r44 + k47 * (K * d))[i83 * d + i84] = tmp56[i83 * d + i84];
+            }
+        }
         for (int64_t i85 = 0; i85 < K; ++i85) {
-            const double x_i86 = tmp78[i85];
-            acc84 = ks::max(x_i86, acc84);
+            (r45 + k47 * K)[i85] = tmp73[i85];
         }
-        double* const tmp87 = tmp;  // reuses a dead buffer's space
-        double acc88 = 0;
-        KS_OMP_SIMD(reduction(+:acc88))
-        for (int64_t i89 = 0; i89 < K; ++i89) {
-            const double x_i90 = tmp78[i89];
-            const double x_i91 = acc84;
-            const double t92 = (x_i90 - x_i91);
-            const double t93 = ks::exp(t92);
-            tmp87[i89] = t93;
-            acc88 += t93;
-        }
-        const double t94 = (1.0 / acc88);
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            for (int64_t i96 = 0; i96 < d; ++i96) {
-                (r57 + k61 * (K * d))[i95 * d + i96] = tmp62[i95 * d + i96];
-            }
-        }
-        for (int64_t i97 = 0; i97 < K; ++i97) {
-            for (int64_t i98 = 0; i98 < d; ++i98) {
-                (r58 + k61 * (K * d))[i97 * d + i98] = tmp70[i97 * d + i98];
-            }
-        }
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            (r59 + k61 * K)[i99] = tmp87[i99];
-        }
-        (r60 + k61)[0] = t94;
+        (r46 + k47)[0] = t80;
     }
-    double acc100 = ks::lowest<double>();
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        const double x_i102 = alphas[i101];
-        acc100 = ks::max(x_i102, acc100);
+    double acc86 = ks::lowest<double>();
+    for (int64_t i87 = 0; i87 < K; ++i87) {
+        const double x_i88 = alphas[i87];
+        acc86 = ks::max(x_i88, acc86);
     }
-    double* const tmp103 = tmp;  // reuses a dead buffer's space
-    double acc104 = 0;
-    KS_OMP_SIMD(reduction(+:acc104))
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        const double alphas_i106 = alphas[i105];
-        const double x_i107 = acc100;
-        const double t108 = (alphas_i106 - x_i107);
-        const double t109 = ks::exp(t108);
-        tmp103[i105] = t109;
-        acc104 += t109;
+    double* const tmp89 = tmp;  // reuses a dead buffer's space
+    double acc90 = 0;
+    KS_OMP_SIMD(reduction(+:acc90))
+    for (int64_t i91 = 0; i91 < K; ++i91) {
+        const double alphas_i92 = alphas[i91];
+        const double x_i93 = acc86;
+        const double t94 = (alphas_i92 - x_i93);
+        const double t95 = ks::exp(t94);
+        tmp89[i91] = t95;
+        acc90 += t95;
     }
-    const double t110 = (1.0 / acc104);
-    const double t111 = static_cast<double>(n);
-    double* const tmp112 = tmp62;  // reuses a dead buffer's space
-    double* const tmp113 = prod;  // reuses a dead buffer's space
-    for (int64_t i114 = 0; i114 < K; ++i114) {
-        for (int64_t i115 = 0; i115 < d; ++i115) {
-            const double qs_i116 = icf[i114 * T + i115];
-            const double t117 = ks::exp(qs_i116);
-            tmp112[i114 * d + i115] = t117;
-            const double t118 = (2.0 * t117);
-            tmp113[i114 * d + i115] = t118;
+    const double t96 = (1.0 / acc90);
+    const double t97 = static_cast<double>(n);
+    double* const tmp98 = tmp48;  // reuses a dead buffer's space
+    double* const tmp99 = prod;  // reuses a dead buffer's space
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < d; ++i101) {
+            const double qs_i102 = icf[i100 * T + i101];
+            const double t103 = ks::exp(qs_i102);
+            tmp98[i100 * d + i101] = t103;
+            const double t104 = (2.0 * t103);
+            tmp99[i100 * d + i101] = t104;
         }
     }
-    for (int64_t i120 = 0; i120 < K; ++i120) {
-        for (int64_t i121 = 0; i121 < (T - d); ++i121) {
-            const double ls_i = (icf + d)[i120 * T + i121];
-            const double t122 = (2.0 * ls_i);
-            tmp119[i120 * ((T - d)) + i121] = t122;
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const double ls_i = (icf + d)[i106 * T + i107];
+            const double t108 = (2.0 * ls_i);
+            tmp105[i106 * ((T - d)) + i107] = t108;
         }
     }
-    const double t123 = ks::ipow<2>(wishart_gamma);
-    const double t124 = (0.5 * t123);
-    const double t125 = ((-1.0) * wishart_m);
-    for (int64_t i126 = 0; i126 < K; ++i126) {
-        for (int64_t i127 = 0; i127 < (T - d); ++i127) {
-            const double x_i128 = t124;
-            const double x_i129 = tmp119[i126 * ((T - d)) + i127];
-            const double d_ls130 = (x_i128 * x_i129);
-            d_ls[i126 * ((T - d)) + i127] = d_ls130;
+    const double t109 = ks::ipow<2>(wishart_gamma);
+    const double t110 = (0.5 * t109);
+    const double t111 = ((-1.0) * wishart_m);
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        for (int64_t i113 = 0; i113 < (T - d); ++i113) {
+            const double x_i114 = t110;
+            const double x_i115 = tmp105[i112 * ((T - d)) + i113];
+            const double d_ls116 = (x_i114 * x_i115);
+            d_ls[i112 * ((T - d)) + i113] = d_ls116;
         }
     }
-    double* const d_qs = tmp70;  // reuses a dead buffer's space
-    for (int64_t i131 = 0; i131 < K; ++i131) {
-        for (int64_t i132 = 0; i132 < d; ++i132) {
-            const double x_i133 = t124;
-            const double x_i134 = tmp113[i131 * d + i132];
-            const double t135 = (x_i133 * x_i134);
-            const double x_i136 = tmp112[i131 * d + i132];
-            const double t137 = (t135 * x_i136);
-            const double d_qs_i = t125;
-            const double d_qs138 = (d_qs_i + t137);
-            d_qs[i131 * d + i132] = d_qs138;
+    double* const d_qs = tmp56;  // reuses a dead buffer's space
+    for (int64_t i117 = 0; i117 < K; ++i117) {
+        for (int64_t i118 = 0; i118 < d; ++i118) {
+            const double x_i119 = t110;
+            const double x_i120 = tmp99[i117 * d + i118];
+            const double t121 = (x_i119 * x_i120);
+            const double x_i122 = tmp98[i117 * d + i118];
+            const double t123 = (t121 * x_i122);
+            const double d_qs_i = t111;
+            const double d_qs124 = (d_qs_i + t123);
+            d_qs[i117 * d + i118] = d_qs124;
         }
     }
-    const double t139 = ((-1.0) * t111);
-    const double t140 = (t139 * t110);
+    const double t125 = ((-1.0) * t97);
+    const double t126 = (t125 * t96);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i141 = 0; i141 < K; ++i141) {
-        const double x_i142 = t140;
-        const double x_i143 = tmp103[i141];
-        const double d_alphas144 = (x_i142 * x_i143);
-        d_alphas[i141] = d_alphas144;
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        const double x_i128 = t126;
+        const double x_i129 = tmp89[i127];
+        const double d_alphas130 = (x_i128 * x_i129);
+        d_alphas[i127] = d_alphas130;
     }
-    double* const d_base = tmp;  // reuses a dead buffer's space
-    double r146;
-    for (int64_t i147 = 0; i147 < K; ++i147) {
-        d_base[i147] = 0.0;
+    double* const r131 = tmp;  // reuses a dead buffer's space
+    double r133;
+    for (int64_t i134 = 0; i134 < K; ++i134) {
+        r131[i134] = 0.0;
     }
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        for (int64_t i149 = 0; i149 < d; ++i149) {
-            for (int64_t i150 = 0; i150 < d; ++i150) {
-                r145[i148 * (d * d) + i149 * d + i150] = 0.0;
+    for (int64_t i135 = 0; i135 < K; ++i135) {
+        for (int64_t i136 = 0; i136 < d; ++i136) {
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                r132[i135 * (d * d) + i136 * d + i137] = 0.0;
             }
         }
     }
-    for (int64_t i151 = 0; i151 < K; ++i151) {
-        for (int64_t i152 = 0; i152 < d; ++i152) {
-            out_d_means[i151 * d + i152] = 0.0;
+    for (int64_t i138 = 0; i138 < K; ++i138) {
+        for (int64_t i139 = 0; i139 < d; ++i139) {
+            out_d_means[i138 * d + i139] = 0.0;
         }
     }
-    r146 = 1.0;
-    for (int64_t k153 = n - 1; k153 >= 0; --k153) {
-        const double t154 = (r146 * (r60 + k153)[0]);
-        double* const tmp155 = tmp78;  // reuses a dead buffer's space
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            const double x_i158 = t154;
-            const double x_i159 = (r59 + k153 * K)[i157];
-            const double t160 = (x_i158 * x_i159);
-            tmp155[i157] = t160;
-            const double t161 = (t160 * (-1.0));
-            const double t162 = (t161 * 0.5);
-            tmp156[i157] = t162;
+    r133 = 1.0;
+    for (int64_t k140 = n - 1; k140 >= 0; --k140) {
+        const double t141 = (r133 * (r46 + k140)[0]);
+        double* const tmp142 = tmp64;  // reuses a dead buffer's space
+        for (int64_t i144 = 0; i144 < K; ++i144) {
+            const double x_i145 = t141;
+            const double x_i146 = (r45 + k140 * K)[i144];
+            const double t147 = (x_i145 * x_i146);
+            const double x_i148 = r131[i144];
+            const double t149 = (x_i148 + t147);
+            tmp142[i144] = t149;
+            const double t150 = (t147 * (-1.0));
+            const double t151 = (t150 * 0.5);
+            tmp143[i144] = t151;
         }
-        double* const tmp163 = tmp62;  // reuses a dead buffer's space
+        double* const tmp152 = tmp48;  // reuses a dead buffer's space
+        for (int64_t i153 = 0; i153 < K; ++i153) {
+            for (int64_t i154 = 0; i154 < d; ++i154) {
+                const double x_i155 = tmp143[i153];
+                const double x_i156 = (r44 + k140 * (K * d))[i153 * d + i154];
+                const double t157 = (x_i155 * x_i156);
+                tmp152[i153 * d + i154] = t157;
+            }
+        }
+        double* const prod158 = prod;  // reuses a dead buffer's space
+        for (int64_t i159 = 0; i159 < K; ++i159) {
+            for (int64_t i160 = 0; i160 < d; ++i160) {
+                prod158[i159 * d + i160] = 0;
+            }
+        }
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            for (int64_t i162 = 0; i162 < d; ++i162) {
+                for (int64_t i163 = 0; i163 < d; ++i163) {
+                    prod158[i161 * d + i163] += tmp152[i161 * d + i162] * r[i161 * (d * d) + i162 * d + i163];
+                }
+            }
+        }
         for (int64_t i164 = 0; i164 < K; ++i164) {
             for (int64_t i165 = 0; i165 < d; ++i165) {
-                const double x_i166 = tmp156[i164];
-                const double x_i167 = (r58 + k153 * (K * d))[i164 * d + i165];
-                const double t168 = (x_i166 * x_i167);
-                tmp163[i164 * d + i165] = t168;
-            }
-        }
-        double* const prod169 = prod;  // reuses a dead buffer's space
-        for (int64_t i170 = 0; i170 < K; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod169[i170 * d + i171] = 0;
-            }
-        }
-        for (int64_t i172 = 0; i172 < K; ++i172) {
-            for (int64_t i173 = 0; i173 < d; ++i173) {
-                for (int64_t i174 = 0; i174 < d; ++i174) {
-                    prod169[i172 * d + i174] += tmp163[i172 * d + i173] * r[i172 * (d * d) + i173 * d + i174];
+                for (int64_t i166 = 0; i166 < d; ++i166) {
+                    r132[i164 * (d * d) + i165 * d + i166] += tmp152[i164 * d + i165] * (r43 + k140 * (K * d))[i164 * d + i166];
                 }
             }
         }
-        for (int64_t i176 = 0; i176 < K; ++i176) {
-            for (int64_t i177 = 0; i177 < d; ++i177) {
-                const double x_i178 = prod169[i176 * d + i177];
-                const double t179 = (x_i178 * (-1.0));
-                tmp175[i176 * d + i177] = t179;
+        double* const tmp167 = tmp48;  // reuses a dead buffer's space
+        for (int64_t i168 = 0; i168 < K; ++i168) {
+            for (int64_t i169 = 0; i169 < d; ++i169) {
+                const double x_i170 = prod158[i168 * d + i169];
+                const double t171 = (x_i170 * (-1.0));
+                const double x_i172 = out_d_means[i168 * d + i169];
+                const double t173 = (x_i172 + t171);
+                tmp167[i168 * d + i169] = t173;
             }
         }
-        double* const tmp180 = tmp156;  // reuses a dead buffer's space
-        for (int64_t i181 = 0; i181 < K; ++i181) {
-            const double x_i182 = d_base[i181];
-            const double x_i183 = tmp155[i181];
-            const double t184 = (x_i182 + x_i183);
-            tmp180[i181] = t184;
+        for (int64_t i174 = 0; i174 < K; ++i174) {
+            r131[i174] = tmp142[i174];
         }
-        for (int64_t i185 = 0; i185 < K; ++i185) {
-            for (int64_t i186 = 0; i186 < d; ++i186) {
-                for (int64_t i187 = 0; i187 < d; ++i187) {
-                    r145[i185 * (d * d) + i186 * d + i187] += tmp163[i185 * d + i186] * (r57 + k153 * (K * d))[i185 * d + i187];
-                }
-            }
-        }
-        double* const tmp188 = tmp62;  // reuses a dead buffer's space
-        for (int64_t i189 = 0; i189 < K; ++i189) {
-            for (int64_t i190 = 0; i190 < d; ++i190) {
-                const double x_i191 = out_d_means[i189 * d + i190];
-                const double x_i192 = tmp175[i189 * d + i190];
-                const double t193 = (x_i191 + x_i192);
-                tmp188[i189 * d + i190] = t193;
-            }
-        }
-        for (int64_t i194 = 0; i194 < K; ++i194) {
-            d_base[i194] = tmp180[i194];
-        }
-        for (int64_t i195 = 0; i195 < K; ++i195) {
-            for (int64_t i196 = 0; i196 < d; ++i196) {
-                out_d_means[i195 * d + i196] = tmp188[i195 * d + i196];
+        for (int64_t i175 = 0; i175 < K; ++i175) {
+            for (int64_t i176 = 0; i176 < d; ++i176) {
+                out_d_means[i175 * d + i176] = tmp167[i175 * d + i176];
             }
         }
     }
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        const double d_alphas_i = d_alphas[i197];
-        const double d_base_i = d_base[i197];
-        const double d_alphas198 = (d_alphas_i + d_base_i);
-        out_d_alphas[i197] = d_alphas198;
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        const double d_alphas_i = d_alphas[i177];
+        const double x_i178 = r131[i177];
+        const double d_alphas179 = (d_alphas_i + x_i178);
+        out_d_alphas[i177] = d_alphas179;
     }
-    double* const d_qs199 = tmp62;  // reuses a dead buffer's space
-    for (int64_t i200 = 0; i200 < K; ++i200) {
-        for (int64_t i201 = 0; i201 < d; ++i201) {
-            const double d_qs_i202 = d_qs[i200 * d + i201];
-            const double x_i203 = d_base[i200];
-            const double d_qs204 = (d_qs_i202 + x_i203);
-            d_qs199[i200 * d + i201] = d_qs204;
+    double* const d_qs180 = tmp48;  // reuses a dead buffer's space
+    for (int64_t i181 = 0; i181 < K; ++i181) {
+        for (int64_t i182 = 0; i182 < d; ++i182) {
+            const double d_qs_i183 = d_qs[i181 * d + i182];
+            const double x_i184 = r131[i181];
+            const double d_qs185 = (d_qs_i183 + x_i184);
+            d_qs180[i181 * d + i182] = d_qs185;
         }
     }
-    double* const r205 = prod;  // reuses a dead buffer's space
-    for (int64_t i206 = 0; i206 < K; ++i206) {
-        for (int64_t i207 = 0; i207 < d; ++i207) {
-            r205[i206 * d + i207] = 0.0;
+    for (int64_t i187 = 0; i187 < K; ++i187) {
+        for (int64_t i188 = 0; i188 < T; ++i188) {
+            r186[i187 * T + i188] = 0.0;
         }
     }
-    for (int64_t i208 = 0; i208 < K; ++i208) {
-        for (int64_t i209 = 0; i209 < T; ++i209) {
-            d_icf[i208 * T + i209] = 0.0;
+    for (int64_t k189 = K - 1; k189 >= 0; --k189) {
+        double* const r190 = r10;  // reuses a dead buffer's space
+        double r192;
+        for (int64_t i193 = 0; i193 < d; ++i193) {
+            r190[i193] = 0.0;
         }
-    }
-    for (int64_t k210 = K - 1; k210 >= 0; --k210) {
-        double* const r211 = r18;  // reuses a dead buffer's space
+        for (int64_t i194 = 0; i194 < T; ++i194) {
+            r191[i194] = 0.0;
+        }
+        r192 = 0.0;
+        for (int64_t k195 = d - 1; k195 >= 0; --k195) {
+            double r196;
+            double r197;
+            r196 = 0.0;
+            r197 = r192;
+            for (int64_t k198 = d - 1; k198 >= 0; --k198) {
+                const int64_t t199 = ((2*d) - k198);
+                const int64_t t200 = (t199 - int64_t{1});
+                const int64_t t201 = (k198 * t200);
+                const int64_t t202 = ks::floordiv(t201, int64_t{2});
+                const int64_t t203 = (d + t202);
+                const int64_t t204 = (t203 + k195);
+                const int64_t t205 = (t204 - k198);
+                const int64_t t206 = (t205 - int64_t{1});
+                const double t207 = ((((r3 + k189 * (d * d)) + k195 * d) + k198)[0] ? (((r132 + k189 * (d * d)) + k195 * d) + k198)[0] : 0.0);
+                const double t208 = ((((r3 + k189 * (d * d)) + k195 * d) + k198)[0] ? 0.0 : (((r132 + k189 * (d * d)) + k195 * d) + k198)[0]);
+                const double t209 = ((((r2 + k189 * (d * d)) + k195 * d) + k198)[0] ? t208 : 0.0);
+                (r191 + ks::clamp_index(t206, T))[0] += t209;
+                const double t210 = (t207 * (((r1 + k189 * (d * d)) + k195 * d) + k198)[0]);
+                const double t211 = (r196 + t210);
+                r196 = t211;
+            }
+            (r190 + k195)[0] += r196;
+            r192 = r197;
+        }
+        (r190 + ks::clamp_index(int64_t{0}, d))[0] += r192;
+        for (int64_t i212 = 0; i212 < T; ++i212) {
+            (r186 + k189 * T)[i212] += r191[i212];
+        }
         for (int64_t i213 = 0; i213 < d; ++i213) {
-            r211[i213] = 0.0;
-        }
-        for (int64_t i214 = 0; i214 < T; ++i214) {
-            r212[i214] = 0.0;
-        }
-        for (int64_t k215 = (r2 + k210)[0] - 1; k215 >= 0; --k215) {
-            double* const r216 = r19;  // reuses a dead buffer's space
-            for (int64_t i218 = 0; i218 < d; ++i218) {
-                r216[i218] = 0.0;
-            }
-            for (int64_t i219 = 0; i219 < T; ++i219) {
-                r217[i219] = 0.0;
-            }
-            for (int64_t k220 = ((r4 + k210 * d) + k215)[0] - 1; k220 >= 0; --k220) {
-                const double t221 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? (((r145 + k210 * (d * d)) + k215 * d) + k220)[0] : 0.0);
-                const double t222 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? 0.0 : (((r145 + k210 * (d * d)) + k215 * d) + k220)[0]);
-                const double t223 = ((((r7 + k210 * (d * d)) + k215 * d) + k220)[0] ? t222 : 0.0);
-                const double t224 = (t221 * (((r5 + k210 * (d * d)) + k215 * d) + k220)[0]);
-                (r216 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r216 + ks::clamp_index(((r3 + k210 * d) + k215)[0], d))[0] += t224;
-                (r217 + ks::clamp_index((((r6 + k210 * (d * d)) + k215 * d) + k220)[0], T))[0] += t223;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                const double x_i227 = r211[i226];
-                const double x_i228 = r216[i226];
-                const double t229 = (x_i227 + x_i228);
-                tmp225[i226] = t229;
-            }
-            for (int64_t i231 = 0; i231 < T; ++i231) {
-                const double x_i232 = r212[i231];
-                const double x_i233 = r217[i231];
-                const double t234 = (x_i232 + x_i233);
-                tmp230[i231] = t234;
-            }
-            for (int64_t i235 = 0; i235 < d; ++i235) {
-                r211[i235] = tmp225[i235];
-            }
-            for (int64_t i236 = 0; i236 < T; ++i236) {
-                r212[i236] = tmp230[i236];
-            }
-        }
-        for (int64_t i237 = 0; i237 < d; ++i237) {
-            (r205 + ks::clamp_index((r1 + k210)[0], K) * d)[i237] += r211[i237];
-        }
-        for (int64_t i238 = 0; i238 < T; ++i238) {
-            (d_icf + ks::clamp_index((r1 + k210)[0], K) * T)[i238] += r212[i238];
+            (d_qs180 + k189 * d)[i213] += r190[i213];
         }
     }
-    double* const d_qs239 = tmp70;  // reuses a dead buffer's space
-    for (int64_t i240 = 0; i240 < K; ++i240) {
-        for (int64_t i241 = 0; i241 < d; ++i241) {
-            const double d_qs_i242 = d_qs199[i240 * d + i241];
-            const double x_i243 = r205[i240 * d + i241];
-            const double d_qs244 = (d_qs_i242 + x_i243);
-            d_qs239[i240 * d + i241] = d_qs244;
+    for (int64_t i214 = 0; i214 < K; ++i214) {
+        for (int64_t i215 = 0; i215 < T; ++i215) {
+            padded[i214 * T + i215] = 0.0;
         }
     }
-    for (int64_t i245 = 0; i245 < K; ++i245) {
-        for (int64_t i246 = 0; i246 < T; ++i246) {
-            padded[i245 * T + i246] = 0.0;
+    for (int64_t i216 = 0; i216 < K; ++i216) {
+        for (int64_t i217 = 0; i217 < (T - d); ++i217) {
+            (padded + d)[i216 * T + i217] = d_ls[i216 * ((T - d)) + i217];
         }
     }
-    for (int64_t i247 = 0; i247 < K; ++i247) {
-        for (int64_t i248 = 0; i248 < (T - d); ++i248) {
-            (padded + d)[i247 * T + i248] = d_ls[i247 * ((T - d)) + i248];
+    for (int64_t i218 = 0; i218 < K; ++i218) {
+        for (int64_t i219 = 0; i219 < T; ++i219) {
+            const double x_i220 = r186[i218 * T + i219];
+            const double x_i221 = padded[i218 * T + i219];
+            const double d_icf222 = (x_i220 + x_i221);
+            d_icf[i218 * T + i219] = d_icf222;
         }
     }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const double d_icf_i = d_icf[i250 * T + i251];
-            const double x_i252 = padded[i250 * T + i251];
-            const double d_icf253 = (d_icf_i + x_i252);
-            d_icf249[i250 * T + i251] = d_icf253;
+    double* const padded223 = r186;  // reuses a dead buffer's space
+    for (int64_t i224 = 0; i224 < K; ++i224) {
+        for (int64_t i225 = 0; i225 < T; ++i225) {
+            padded223[i224 * T + i225] = 0.0;
         }
     }
-    double* const padded254 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < T; ++i256) {
-            padded254[i255 * T + i256] = 0.0;
+    for (int64_t i226 = 0; i226 < K; ++i226) {
+        for (int64_t i227 = 0; i227 < d; ++i227) {
+            padded223[i226 * T + i227] = d_qs180[i226 * d + i227];
         }
     }
-    for (int64_t i257 = 0; i257 < K; ++i257) {
-        for (int64_t i258 = 0; i258 < d; ++i258) {
-            padded254[i257 * T + i258] = d_qs239[i257 * d + i258];
-        }
-    }
-    for (int64_t i259 = 0; i259 < K; ++i259) {
-        for (int64_t i260 = 0; i260 < T; ++i260) {
-            const double d_icf_i261 = d_icf249[i259 * T + i260];
-            const double x_i262 = padded254[i259 * T + i260];
-            const double d_icf263 = (d_icf_i261 + x_i262);
-            out_d_icf[i259 * T + i260] = d_icf263;
+    for (int64_t i228 = 0; i228 < K; ++i228) {
+        for (int64_t i229 = 0; i229 < T; ++i229) {
+            const double d_icf_i = d_icf[i228 * T + i229];
+            const double x_i230 = padded223[i228 * T + i229];
+            const double d_icf231 = (d_icf_i + x_i230);
+            out_d_icf[i228 * T + i229] = d_icf231;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+}
+
+
+// gmm_tri = gmm_tri   (kernel gmm_tri from gmm.py:gmm_objective_tri)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
+extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    double slse;
+    slse = 0.0;
+    for (int64_t k1 = 0; k1 < n; ++k1) {
+        for (int64_t k2 = 0; k2 < K; ++k2) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t i = 0; i < d; ++i) {
+                const double x_i = (icf + k2 * T)[i];
+                acc += x_i;
+            }
+            const double t3 = ((alphas + k2)[0] + acc);
+            double r;
+            r = 0.0;
+            for (int64_t k4 = 0; k4 < d; ++k4) {
+                const double t5 = ks::exp(((icf + k2 * T) + ks::clamp_index(k4, T))[0]);
+                const double t6 = (((x + k1 * d) + k4)[0] - ((means + k2 * d) + k4)[0]);
+                const double t7 = (t5 * t6);
+                const int64_t t8 = ks::floordiv(k4, int64_t{1});
+                const int64_t t9 = ks::max(t8, int64_t{0});
+                double r10;
+                r10 = 0.0;
+                for (int64_t k11 = 0; k11 < t9; ++k11) {
+                    const int64_t t12 = ((2*d) - k11);
+                    const int64_t t13 = (t12 - int64_t{1});
+                    const int64_t t14 = (k11 * t13);
+                    const int64_t t15 = ks::floordiv(t14, int64_t{2});
+                    const int64_t t16 = (d + t15);
+                    const int64_t t17 = (t16 + k4);
+                    const int64_t t18 = (t17 - k11);
+                    const int64_t t19 = (t18 - int64_t{1});
+                    const double t20 = (((x + k1 * d) + k11)[0] - ((means + k2 * d) + k11)[0]);
+                    const double t21 = (((icf + k2 * T) + ks::clamp_index(t19, T))[0] * t20);
+                    const double __sum_87_22 = (r10 + t21);
+                    r10 = __sum_87_22;
+                }
+                const double t22 = (t7 + r10);
+                const double t23 = ks::ipow<2>(t22);
+                const double __sum_85_57 = (r + t23);
+                r = __sum_85_57;
+            }
+            const double t24 = (0.5 * r);
+            const double t25 = (t3 - t24);
+            (scores + k2)[0] = t25;
+        }
+        double acc26 = ks::lowest<double>();
+        for (int64_t i27 = 0; i27 < K; ++i27) {
+            const double x_i28 = scores[i27];
+            acc26 = ks::max(x_i28, acc26);
+        }
+        double acc29 = 0;
+        KS_OMP_SIMD(reduction(+:acc29))
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            const double scores_i = scores[i30];
+            const double x_i31 = acc26;
+            const double t32 = (scores_i - x_i31);
+            const double t33 = ks::exp(t32);
+            acc29 += t33;
+        }
+        const double t34 = ks::log(acc29);
+        const double t35 = (t34 + acc26);
+        const double slse36 = (slse + t35);
+        slse = slse36;
+    }
+    const int64_t t37 = (-n);
+    const int64_t t38 = (t37 * d);
+    const double t39 = static_cast<double>(t38);
+    const double t40 = (t39 * 0.5);
+    const double constant = (t40 * 1.8378770664093453);
+    const double t41 = (constant + slse);
+    double acc42 = ks::lowest<double>();
+    for (int64_t i43 = 0; i43 < K; ++i43) {
+        const double x_i44 = alphas[i43];
+        acc42 = ks::max(x_i44, acc42);
+    }
+    double acc45 = 0;
+    KS_OMP_SIMD(reduction(+:acc45))
+    for (int64_t i46 = 0; i46 < K; ++i46) {
+        const double alphas_i = alphas[i46];
+        const double x_i47 = acc42;
+        const double t48 = (alphas_i - x_i47);
+        const double t49 = ks::exp(t48);
+        acc45 += t49;
+    }
+    const double t50 = ks::log(acc45);
+    const double t51 = (t50 + acc42);
+    const double t52 = static_cast<double>(n);
+    const double t53 = (t52 * t51);
+    const double t54 = (t41 - t53);
+    double r55;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const double t56 = static_cast<double>(d);
+        const double t57 = (t56 + wishart_m);
+        const double n_w = (t57 + 1.0);
+        const double t58 = (n_w * t56);
+        const double t59 = ks::log(wishart_gamma);
+        const double t60 = (t59 - 0.34657359027997264);
+        const double t61 = (t58 * t60);
+        const double t62 = (0.5 * n_w);
+        double r63;
+        {  // log_gamma_d(a)
+            const double t64 = static_cast<double>(d);
+            const double t65 = (0.25 * t64);
+            const double t66 = static_cast<double>((d - 1));
+            const double t67 = (t65 * t66);
+            const double t68 = (t67 * 1.1447298858494002);
+            double r69;
+            r69 = 0.0;
+            for (int64_t k70 = 0; k70 < d; ++k70) {
+                const int64_t t71 = (k70 + int64_t{1});
+                const int64_t t72 = (int64_t{1} - t71);
+                const double t73 = static_cast<double>(t72);
+                const double t74 = (0.5 * t73);
+                const double t75 = (t62 + t74);
+                const double t76 = std::lgamma(t75);
+                const double __sum_25_55 = (r69 + t76);
+                r69 = __sum_25_55;
+            }
+            const double t77 = (t68 + r69);
+            r63 = t77;
+        }
+        const double C = (t61 - r63);
+        double acc78 = 0;
+        for (int64_t i79 = 0; i79 < K; ++i79) {
+            KS_OMP_SIMD(reduction(+:acc78))
+            for (int64_t i80 = 0; i80 < d; ++i80) {
+                const double qs_i = icf[i79 * T + i80];
+                const double t81 = ks::exp(qs_i);
+                const double t82 = ks::ipow<2>(t81);
+                acc78 += t82;
+            }
+        }
+        double acc83 = 0;
+        for (int64_t i84 = 0; i84 < K; ++i84) {
+            KS_OMP_SIMD(reduction(+:acc83))
+            for (int64_t i85 = 0; i85 < (T - d); ++i85) {
+                const double ls_i = (icf + d)[i84 * T + i85];
+                const double t86 = ks::ipow<2>(ls_i);
+                acc83 += t86;
+            }
+        }
+        const double frobenius = (acc78 + acc83);
+        const double t87 = ks::ipow<2>(wishart_gamma);
+        const double t88 = (0.5 * t87);
+        const double t89 = (t88 * frobenius);
+        double acc90 = 0;
+        for (int64_t i91 = 0; i91 < K; ++i91) {
+            KS_OMP_SIMD(reduction(+:acc90))
+            for (int64_t i92 = 0; i92 < d; ++i92) {
+                const double qs_i93 = icf[i91 * T + i92];
+                acc90 += qs_i93;
+            }
+        }
+        const double t94 = (wishart_m * acc90);
+        const double t95 = (t89 - t94);
+        const double t96 = static_cast<double>(K);
+        const double t97 = (t96 * C);
+        const double t98 = (t95 - t97);
+        r55 = t98;
+    }
+    const double t99 = (t54 + r55);
+    *out = t99;
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)d;
+    (void)T;
+    (void)n;
+    return ks::aligned_bytes<double>(K);
+}
+
+
+// gmm_tri_grad = grad(gmm_tri, argnums=(0, 1, 2))   (kernel gmm_tri from gmm.py:gmm_objective_tri)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
+extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp71 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const tmp79 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const tmp85 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const d_icf103 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r127 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
+    (void)next_slot;
+    for (int64_t k4 = 0; k4 < n; ++k4) {
+        for (int64_t k8 = 0; k8 < K; ++k8) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t i = 0; i < d; ++i) {
+                const double x_i = (icf + k8 * T)[i];
+                acc += x_i;
+            }
+            const double t9 = ((alphas + k8)[0] + acc);
+            double r10;
+            r10 = 0.0;
+            for (int64_t k13 = 0; k13 < d; ++k13) {
+                const double t14 = ks::exp(((icf + k8 * T) + ks::clamp_index(k13, T))[0]);
+                const double t15 = (((x + k4 * d) + k13)[0] - ((means + k8 * d) + k13)[0]);
+                const double t16 = (t14 * t15);
+                const int64_t t17 = ks::floordiv(k13, int64_t{1});
+                const int64_t t18 = ks::max(t17, int64_t{0});
+                double r19;
+                r19 = 0.0;
+                for (int64_t k20 = 0; k20 < t18; ++k20) {
+                    const int64_t t21 = ((2*d) - k20);
+                    const int64_t t22 = (t21 - int64_t{1});
+                    const int64_t t23 = (k20 * t22);
+                    const int64_t t24 = ks::floordiv(t23, int64_t{2});
+                    const int64_t t25 = (d + t24);
+                    const int64_t t26 = (t25 + k13);
+                    const int64_t t27 = (t26 - k20);
+                    const int64_t t28 = (t27 - int64_t{1});
+                    const double t29 = (((x + k4 * d) + k20)[0] - ((means + k8 * d) + k20)[0]);
+                    const double t30 = (((icf + k8 * T) + ks::clamp_index(t28, T))[0] * t29);
+                    const double __sum_87_22 = (r19 + t30);
+                    r19 = __sum_87_22;
+                }
+                const double t31 = (t16 + r19);
+                const double t32 = ks::ipow<2>(t31);
+                const double t33 = (2.0 * t31);
+                const double __sum_85_57 = (r10 + t32);
+                (r11 + k13)[0] = t14;
+                (r12 + k13)[0] = t33;
+                r10 = __sum_85_57;
+            }
+            const double t34 = (0.5 * r10);
+            const double t35 = (t9 - t34);
+            (r5 + k8)[0] = t35;
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                (r6 + k8 * d)[i36] = r11[i36];
+            }
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                (r7 + k8 * d)[i37] = r12[i37];
+            }
+        }
+        double acc38 = ks::lowest<double>();
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = r5[i39];
+            acc38 = ks::max(x_i40, acc38);
+        }
+        double acc41 = 0;
+        KS_OMP_SIMD(reduction(+:acc41))
+        for (int64_t i42 = 0; i42 < K; ++i42) {
+            const double x_i43 = r5[i42];
+            const double x_i44 = acc38;
+            const double t45 = (x_i43 - x_i44);
+            const double t46 = ks::exp(t45);
+            tmp[i42] = t46;
+            acc41 += t46;
+        }
+        const double t47 = (1.0 / acc41);
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            for (int64_t i49 = 0; i49 < d; ++i49) {
+                (r + k4 * (K * d))[i48 * d + i49] = r6[i48 * d + i49];
+            }
+        }
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            for (int64_t i51 = 0; i51 < d; ++i51) {
+                (r1 + k4 * (K * d))[i50 * d + i51] = r7[i50 * d + i51];
+            }
+        }
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            (r2 + k4 * K)[i52] = tmp[i52];
+        }
+        (r3 + k4)[0] = t47;
+    }
+    double acc53 = ks::lowest<double>();
+    for (int64_t i54 = 0; i54 < K; ++i54) {
+        const double x_i55 = alphas[i54];
+        acc53 = ks::max(x_i55, acc53);
+    }
+    double* const tmp56 = r5;  // reuses a dead buffer's space
+    double acc57 = 0;
+    KS_OMP_SIMD(reduction(+:acc57))
+    for (int64_t i58 = 0; i58 < K; ++i58) {
+        const double alphas_i = alphas[i58];
+        const double x_i59 = acc53;
+        const double t60 = (alphas_i - x_i59);
+        const double t61 = ks::exp(t60);
+        tmp56[i58] = t61;
+        acc57 += t61;
+    }
+    const double t62 = (1.0 / acc57);
+    const double t63 = static_cast<double>(n);
+    double* const tmp64 = r6;  // reuses a dead buffer's space
+    double* const tmp65 = r7;  // reuses a dead buffer's space
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        for (int64_t i67 = 0; i67 < d; ++i67) {
+            const double x_i68 = icf[i66 * T + i67];
+            const double t69 = ks::exp(x_i68);
+            tmp64[i66 * d + i67] = t69;
+            const double t70 = (2.0 * t69);
+            tmp65[i66 * d + i67] = t70;
+        }
+    }
+    for (int64_t i72 = 0; i72 < K; ++i72) {
+        for (int64_t i73 = 0; i73 < (T - d); ++i73) {
+            const double x_i74 = (icf + d)[i72 * T + i73];
+            const double t75 = (2.0 * x_i74);
+            tmp71[i72 * ((T - d)) + i73] = t75;
+        }
+    }
+    const double t76 = ks::ipow<2>(wishart_gamma);
+    const double t77 = (0.5 * t76);
+    const double t78 = ((-1.0) * wishart_m);
+    for (int64_t i80 = 0; i80 < K; ++i80) {
+        for (int64_t i81 = 0; i81 < (T - d); ++i81) {
+            const double x_i82 = t77;
+            const double x_i83 = tmp71[i80 * ((T - d)) + i81];
+            const double t84 = (x_i82 * x_i83);
+            tmp79[i80 * ((T - d)) + i81] = t84;
+        }
+    }
+    for (int64_t i86 = 0; i86 < K; ++i86) {
+        for (int64_t i87 = 0; i87 < d; ++i87) {
+            const double x_i88 = t77;
+            const double x_i89 = tmp65[i86 * d + i87];
+            const double t90 = (x_i88 * x_i89);
+            const double x_i91 = tmp64[i86 * d + i87];
+            const double t92 = (t90 * x_i91);
+            const double x_i93 = t78;
+            const double t94 = (x_i93 + t92);
+            tmp85[i86 * d + i87] = t94;
+        }
+    }
+    for (int64_t i95 = 0; i95 < K; ++i95) {
+        for (int64_t i96 = 0; i96 < T; ++i96) {
+            d_icf[i95 * T + i96] = 0.0;
+        }
+    }
+    for (int64_t i97 = 0; i97 < K; ++i97) {
+        for (int64_t i98 = 0; i98 < (T - d); ++i98) {
+            (d_icf + d)[i97 * T + i98] = tmp79[i97 * ((T - d)) + i98];
+        }
+    }
+    for (int64_t i99 = 0; i99 < K; ++i99) {
+        for (int64_t i100 = 0; i100 < T; ++i100) {
+            padded[i99 * T + i100] = 0.0;
+        }
+    }
+    for (int64_t i101 = 0; i101 < K; ++i101) {
+        for (int64_t i102 = 0; i102 < d; ++i102) {
+            padded[i101 * T + i102] = tmp85[i101 * d + i102];
+        }
+    }
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        for (int64_t i105 = 0; i105 < T; ++i105) {
+            const double d_icf_i = d_icf[i104 * T + i105];
+            const double x_i106 = padded[i104 * T + i105];
+            const double d_icf107 = (d_icf_i + x_i106);
+            d_icf103[i104 * T + i105] = d_icf107;
+        }
+    }
+    const double t108 = ((-1.0) * t63);
+    const double t109 = (t108 * t62);
+    double* const d_alphas = tmp;  // reuses a dead buffer's space
+    for (int64_t i110 = 0; i110 < K; ++i110) {
+        const double x_i111 = t109;
+        const double x_i112 = tmp56[i110];
+        const double d_alphas113 = (x_i111 * x_i112);
+        d_alphas[i110] = d_alphas113;
+    }
+    double r114;
+    for (int64_t i115 = 0; i115 < K; ++i115) {
+        for (int64_t i116 = 0; i116 < d; ++i116) {
+            out_d_means[i115 * d + i116] = 0.0;
+        }
+    }
+    r114 = 1.0;
+    for (int64_t k117 = n - 1; k117 >= 0; --k117) {
+        const double t118 = (r114 * (r3 + k117)[0]);
+        double* const tmp119 = r5;  // reuses a dead buffer's space
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            const double x_i121 = t118;
+            const double x_i122 = (r2 + k117 * K)[i120];
+            const double t123 = (x_i121 * x_i122);
+            tmp119[i120] = t123;
+        }
+        for (int64_t k124 = K - 1; k124 >= 0; --k124) {
+            const double t125 = ((tmp119 + k124)[0] * (-1.0));
+            const double t126 = (t125 * 0.5);
+            double* const r128 = r11;  // reuses a dead buffer's space
+            double r129;
+            for (int64_t i130 = 0; i130 < T; ++i130) {
+                r127[i130] = 0.0;
+            }
+            for (int64_t i131 = 0; i131 < d; ++i131) {
+                r128[i131] = 0.0;
+            }
+            r129 = t126;
+            for (int64_t k132 = d - 1; k132 >= 0; --k132) {
+                const double t133 = (((x + k117 * d) + k132)[0] - ((means + k124 * d) + k132)[0]);
+                const int64_t t134 = ks::floordiv(k132, int64_t{1});
+                const int64_t t135 = ks::max(t134, int64_t{0});
+                const double t136 = (r129 * (((r1 + k117 * (K * d)) + k124 * d) + k132)[0]);
+                double r137;
+                r137 = t136;
+                for (int64_t k138 = t135 - 1; k138 >= 0; --k138) {
+                    const int64_t t139 = ((2*d) - k138);
+                    const int64_t t140 = (t139 - int64_t{1});
+                    const int64_t t141 = (k138 * t140);
+                    const int64_t t142 = ks::floordiv(t141, int64_t{2});
+                    const int64_t t143 = (d + t142);
+                    const int64_t t144 = (t143 + k132);
+                    const int64_t t145 = (t144 - k138);
+                    const int64_t t146 = (t145 - int64_t{1});
+                    const double t147 = (((x + k117 * d) + k138)[0] - ((means + k124 * d) + k138)[0]);
+                    const double t148 = (r137 * ((icf + k124 * T) + ks::clamp_index(t146, T))[0]);
+                    const double t149 = (r137 * t147);
+                    const double t150 = (t148 * (-1.0));
+                    (r128 + k138)[0] += t150;
+                    (r127 + ks::clamp_index(t146, T))[0] += t149;
+                }
+                const double t151 = (t136 * (((r + k117 * (K * d)) + k124 * d) + k132)[0]);
+                const double t152 = (t136 * t133);
+                const double t153 = (t151 * (-1.0));
+                (r128 + k132)[0] += t153;
+                const double t154 = (t152 * (((r + k117 * (K * d)) + k124 * d) + k132)[0]);
+                (r127 + ks::clamp_index(k132, T))[0] += t154;
+            }
+            for (int64_t i155 = 0; i155 < d; ++i155) {
+                (out_d_means + k124 * d)[i155] += r128[i155];
+            }
+            for (int64_t i156 = 0; i156 < T; ++i156) {
+                (d_icf103 + k124 * T)[i156] += r127[i156];
+            }
+            double* const padded157 = r127;  // reuses a dead buffer's space
+            for (int64_t i158 = 0; i158 < T; ++i158) {
+                padded157[i158] = 0.0;
+            }
+            for (int64_t i159 = 0; i159 < d; ++i159) {
+                padded157[i159] = (tmp119 + k124)[0];
+            }
+            for (int64_t i160 = 0; i160 < T; ++i160) {
+                (d_icf103 + k124 * T)[i160] += padded157[i160];
+            }
+            (d_alphas + k124)[0] += (tmp119 + k124)[0];
+        }
+    }
+    for (int64_t i161 = 0; i161 < K; ++i161) {
+        out_d_alphas[i161] = d_alphas[i161];
+    }
+    for (int64_t i162 = 0; i162 < K; ++i162) {
+        for (int64_t i163 = 0; i163 < T; ++i163) {
+            out_d_icf[i162 * T + i163] = d_icf103[i162 * T + i163];
+        }
+    }
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T);
+}
+
+
+// gmm_tri_vec = gmm_tri_vec   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
+extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp11 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp15 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i1 = 0; i1 < d; ++i1) {
+            const double qs_i = icf[i * T + i1];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i2 = 0; i2 < K; ++i2) {
+        const double alphas_i = alphas[i2];
+        const double x_i = tmp[i2];
+        const double base3 = (alphas_i + x_i);
+        base[i2] = base3;
+    }
+    double slse;
+    slse = 0.0;
+    for (int64_t k4 = 0; k4 < n; ++k4) {
+        for (int64_t i5 = 0; i5 < K; ++i5) {
+            for (int64_t i6 = 0; i6 < d; ++i6) {
+                const double x_i7 = (x + k4 * d)[i6];
+                const double means_i = means[i5 * d + i6];
+                const double xc8 = (x_i7 - means_i);
+                xc[i5 * d + i6] = xc8;
+            }
+        }
+        double* const sqnorm = tmp;  // reuses a dead buffer's space
+        for (int64_t i9 = 0; i9 < K; ++i9) {
+            sqnorm[i9] = 0.0;
+        }
+        for (int64_t k10 = 0; k10 < d; ++k10) {
+            for (int64_t i12 = 0; i12 < K; ++i12) {
+                const double x_i13 = (icf + k10)[i12 * T];
+                const double t14 = ks::exp(x_i13);
+                tmp11[i12] = t14;
+            }
+            for (int64_t i16 = 0; i16 < K; ++i16) {
+                const double x_i17 = tmp11[i16];
+                const double x_i18 = (xc + k10)[i16 * d];
+                const double t19 = (x_i17 * x_i18);
+                tmp15[i16] = t19;
+            }
+            const int64_t t20 = ks::floordiv(k10, int64_t{1});
+            const int64_t t21 = ks::max(t20, int64_t{0});
+            double* const r = tmp11;  // reuses a dead buffer's space
+            for (int64_t i22 = 0; i22 < K; ++i22) {
+                r[i22] = 0.0;
+            }
+            for (int64_t k23 = 0; k23 < t21; ++k23) {
+                const int64_t t24 = ((2*d) - k23);
+                const int64_t t25 = (t24 - int64_t{1});
+                const int64_t t26 = (k23 * t25);
+                const int64_t t27 = ks::floordiv(t26, int64_t{2});
+                const int64_t t28 = (t27 + k10);
+                const int64_t t29 = (t28 - k23);
+                const int64_t t30 = (t29 - int64_t{1});
+                for (int64_t i31 = 0; i31 < K; ++i31) {
+                    const double x_i32 = ((icf + d) + ks::clamp_index(t30, (T - d)))[i31 * T];
+                    const double x_i33 = (xc + k23)[i31 * d];
+                    const double t34 = (x_i32 * x_i33);
+                    const double sum_i = r[i31];
+                    const double __sum_109_5435 = (sum_i + t34);
+                    __sum_109_54[i31] = __sum_109_5435;
+                }
+                for (int64_t i36 = 0; i36 < K; ++i36) {
+                    r[i36] = __sum_109_54[i36];
+                }
+            }
+            double* const sqnorm37 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i38 = 0; i38 < K; ++i38) {
+                const double x_i39 = tmp15[i38];
+                const double x_i40 = r[i38];
+                const double row = (x_i39 + x_i40);
+                const double t41 = (row * row);
+                const double sqnorm_i = sqnorm[i38];
+                const double sqnorm42 = (sqnorm_i + t41);
+                sqnorm37[i38] = sqnorm42;
+            }
+            for (int64_t i43 = 0; i43 < K; ++i43) {
+                sqnorm[i43] = sqnorm37[i43];
+            }
+        }
+        double* const tmp44 = tmp11;  // reuses a dead buffer's space
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double sqnorm_i46 = sqnorm[i45];
+            const double t47 = (0.5 * sqnorm_i46);
+            const double x_i48 = base[i45];
+            const double t49 = (x_i48 - t47);
+            tmp44[i45] = t49;
+        }
+        double acc50 = ks::lowest<double>();
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            const double x_i52 = tmp44[i51];
+            acc50 = ks::max(x_i52, acc50);
+        }
+        double acc53 = 0;
+        KS_OMP_SIMD(reduction(+:acc53))
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            const double x_i55 = tmp44[i54];
+            const double x_i56 = acc50;
+            const double t57 = (x_i55 - x_i56);
+            const double t58 = ks::exp(t57);
+            acc53 += t58;
+        }
+        const double t59 = ks::log(acc53);
+        const double t60 = (t59 + acc50);
+        const double slse61 = (slse + t60);
+        slse = slse61;
+    }
+    const int64_t t62 = (-n);
+    const int64_t t63 = (t62 * d);
+    const double t64 = static_cast<double>(t63);
+    const double t65 = (t64 * 0.5);
+    const double constant = (t65 * 1.8378770664093453);
+    const double t66 = (constant + slse);
+    double acc67 = ks::lowest<double>();
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        const double x_i69 = alphas[i68];
+        acc67 = ks::max(x_i69, acc67);
+    }
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = acc67;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        acc70 += t75;
+    }
+    const double t76 = ks::log(acc70);
+    const double t77 = (t76 + acc67);
+    const double t78 = static_cast<double>(n);
+    const double t79 = (t78 * t77);
+    const double t80 = (t66 - t79);
+    double r81;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const double t82 = static_cast<double>(d);
+        const double t83 = (t82 + wishart_m);
+        const double n_w = (t83 + 1.0);
+        const double t84 = (n_w * t82);
+        const double t85 = ks::log(wishart_gamma);
+        const double t86 = (t85 - 0.34657359027997264);
+        const double t87 = (t84 * t86);
+        const double t88 = (0.5 * n_w);
+        double r89;
+        {  // log_gamma_d(a)
+            const double t90 = static_cast<double>(d);
+            const double t91 = (0.25 * t90);
+            const double t92 = static_cast<double>((d - 1));
+            const double t93 = (t91 * t92);
+            const double t94 = (t93 * 1.1447298858494002);
+            double r95;
+            r95 = 0.0;
+            for (int64_t k96 = 0; k96 < d; ++k96) {
+                const int64_t t97 = (k96 + int64_t{1});
+                const int64_t t98 = (int64_t{1} - t97);
+                const double t99 = static_cast<double>(t98);
+                const double t100 = (0.5 * t99);
+                const double t101 = (t88 + t100);
+                const double t102 = std::lgamma(t101);
+                const double __sum_25_55 = (r95 + t102);
+                r95 = __sum_25_55;
+            }
+            const double t103 = (t94 + r95);
+            r89 = t103;
+        }
+        const double C = (t87 - r89);
+        double acc104 = 0;
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            KS_OMP_SIMD(reduction(+:acc104))
+            for (int64_t i106 = 0; i106 < d; ++i106) {
+                const double qs_i107 = icf[i105 * T + i106];
+                const double t108 = ks::exp(qs_i107);
+                const double t109 = ks::ipow<2>(t108);
+                acc104 += t109;
+            }
+        }
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
+                const double ls_i = (icf + d)[i111 * T + i112];
+                const double t113 = ks::ipow<2>(ls_i);
+                acc110 += t113;
+            }
+        }
+        const double frobenius = (acc104 + acc110);
+        const double t114 = ks::ipow<2>(wishart_gamma);
+        const double t115 = (0.5 * t114);
+        const double t116 = (t115 * frobenius);
+        double acc117 = 0;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            KS_OMP_SIMD(reduction(+:acc117))
+            for (int64_t i119 = 0; i119 < d; ++i119) {
+                const double qs_i120 = icf[i118 * T + i119];
+                acc117 += qs_i120;
+            }
+        }
+        const double t121 = (wishart_m * acc117);
+        const double t122 = (t116 - t121);
+        const double t123 = static_cast<double>(K);
+        const double t124 = (t123 * C);
+        const double t125 = (t122 - t124);
+        r81 = t125;
+    }
+    const double t126 = (t80 + r81);
+    *out = t126;
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)T;
+    (void)n;
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+}
+
+
+// gmm_tri_vec_grad = grad(gmm_tri_vec, argnums=(0, 1, 2))   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
+extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r15 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * K);
+    double* const r16 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * K);
+    double* const tmp18 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp22 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r29 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const sqnorm = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp91 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp97 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp162 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    (void)next_slot;
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i1 = 0; i1 < d; ++i1) {
+            const double qs_i = icf[i * T + i1];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i2 = 0; i2 < K; ++i2) {
+        const double alphas_i = alphas[i2];
+        const double x_i = tmp[i2];
+        const double base3 = (alphas_i + x_i);
+        base[i2] = base3;
+    }
+    for (int64_t k8 = 0; k8 < n; ++k8) {
+        for (int64_t i9 = 0; i9 < K; ++i9) {
+            for (int64_t i10 = 0; i10 < d; ++i10) {
+                const double x_i11 = (x + k8 * d)[i10];
+                const double means_i = means[i9 * d + i10];
+                const double xc12 = (x_i11 - means_i);
+                xc[i9 * d + i10] = xc12;
+            }
+        }
+        double* const r13 = tmp;  // reuses a dead buffer's space
+        for (int64_t i14 = 0; i14 < K; ++i14) {
+            r13[i14] = 0.0;
+        }
+        for (int64_t k17 = 0; k17 < d; ++k17) {
+            for (int64_t i19 = 0; i19 < K; ++i19) {
+                const double x_i20 = (icf + k17)[i19 * T];
+                const double t21 = ks::exp(x_i20);
+                tmp18[i19] = t21;
+            }
+            for (int64_t i23 = 0; i23 < K; ++i23) {
+                const double x_i24 = tmp18[i23];
+                const double x_i25 = (xc + k17)[i23 * d];
+                const double t26 = (x_i24 * x_i25);
+                tmp22[i23] = t26;
+            }
+            const int64_t t27 = ks::floordiv(k17, int64_t{1});
+            const int64_t t28 = ks::max(t27, int64_t{0});
+            for (int64_t i30 = 0; i30 < K; ++i30) {
+                r29[i30] = 0.0;
+            }
+            for (int64_t k31 = 0; k31 < t28; ++k31) {
+                const int64_t t32 = ((2*d) - k31);
+                const int64_t t33 = (t32 - int64_t{1});
+                const int64_t t34 = (k31 * t33);
+                const int64_t t35 = ks::floordiv(t34, int64_t{2});
+                const int64_t t36 = (t35 + k17);
+                const int64_t t37 = (t36 - k31);
+                const int64_t t38 = (t37 - int64_t{1});
+                for (int64_t i39 = 0; i39 < K; ++i39) {
+                    const double x_i40 = ((icf + d) + ks::clamp_index(t38, (T - d)))[i39 * T];
+                    const double x_i41 = (xc + k31)[i39 * d];
+                    const double t42 = (x_i40 * x_i41);
+                    const double sum_i = r29[i39];
+                    const double __sum_109_5443 = (sum_i + t42);
+                    __sum_109_54[i39] = __sum_109_5443;
+                }
+                for (int64_t i44 = 0; i44 < K; ++i44) {
+                    r29[i44] = __sum_109_54[i44];
+                }
+            }
+            double* const row = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i45 = 0; i45 < K; ++i45) {
+                const double x_i46 = tmp22[i45];
+                const double x_i47 = r29[i45];
+                const double row48 = (x_i46 + x_i47);
+                row[i45] = row48;
+                const double t49 = (row48 * row48);
+                const double sqnorm_i = r13[i45];
+                const double sqnorm50 = (sqnorm_i + t49);
+                sqnorm[i45] = sqnorm50;
+            }
+            for (int64_t i51 = 0; i51 < K; ++i51) {
+                (r15 + k17 * K)[i51] = tmp18[i51];
+            }
+            for (int64_t i52 = 0; i52 < K; ++i52) {
+                (r16 + k17 * K)[i52] = row[i52];
+            }
+            for (int64_t i53 = 0; i53 < K; ++i53) {
+                r13[i53] = sqnorm[i53];
+            }
+        }
+        double* const tmp54 = tmp18;  // reuses a dead buffer's space
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            const double x_i56 = r13[i55];
+            const double t57 = (0.5 * x_i56);
+            const double x_i58 = base[i55];
+            const double t59 = (x_i58 - t57);
+            tmp54[i55] = t59;
+        }
+        double acc60 = ks::lowest<double>();
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double x_i62 = tmp54[i61];
+            acc60 = ks::max(x_i62, acc60);
+        }
+        double* const tmp63 = tmp;  // reuses a dead buffer's space
+        double acc64 = 0;
+        KS_OMP_SIMD(reduction(+:acc64))
+        for (int64_t i65 = 0; i65 < K; ++i65) {
+            const double x_i66 = tmp54[i65];
+            const double x_i67 = acc60;
+            const double t68 = (x_i66 - x_i67);
+            const double t69 = ks::exp(t68);
+            tmp63[i65] = t69;
+            acc64 += t69;
+        }
+        const double t70 = (1.0 / acc64);
+        for (int64_t i71 = 0; i71 < K; ++i71) {
+            for (int64_t i72 = 0; i72 < d; ++i72) {
+                (r + k8 * (K * d))[i71 * d + i72] = xc[i71 * d + i72];
+            }
+        }
+        for (int64_t i73 = 0; i73 < d; ++i73) {
+            for (int64_t i74 = 0; i74 < K; ++i74) {
+                (r4 + k8 * (d * K))[i73 * K + i74] = r15[i73 * K + i74];
+            }
+        }
+        for (int64_t i75 = 0; i75 < d; ++i75) {
+            for (int64_t i76 = 0; i76 < K; ++i76) {
+                (r5 + k8 * (d * K))[i75 * K + i76] = r16[i75 * K + i76];
+            }
+        }
+        for (int64_t i77 = 0; i77 < K; ++i77) {
+            (r6 + k8 * K)[i77] = tmp63[i77];
+        }
+        (r7 + k8)[0] = t70;
+    }
+    double acc78 = ks::lowest<double>();
+    for (int64_t i79 = 0; i79 < K; ++i79) {
+        const double x_i80 = alphas[i79];
+        acc78 = ks::max(x_i80, acc78);
+    }
+    double* const tmp81 = tmp;  // reuses a dead buffer's space
+    double acc82 = 0;
+    KS_OMP_SIMD(reduction(+:acc82))
+    for (int64_t i83 = 0; i83 < K; ++i83) {
+        const double alphas_i84 = alphas[i83];
+        const double x_i85 = acc78;
+        const double t86 = (alphas_i84 - x_i85);
+        const double t87 = ks::exp(t86);
+        tmp81[i83] = t87;
+        acc82 += t87;
+    }
+    const double t88 = (1.0 / acc82);
+    const double t89 = static_cast<double>(n);
+    double* const tmp90 = xc;  // reuses a dead buffer's space
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        for (int64_t i93 = 0; i93 < d; ++i93) {
+            const double qs_i94 = icf[i92 * T + i93];
+            const double t95 = ks::exp(qs_i94);
+            tmp90[i92 * d + i93] = t95;
+            const double t96 = (2.0 * t95);
+            tmp91[i92 * d + i93] = t96;
+        }
+    }
+    for (int64_t i98 = 0; i98 < K; ++i98) {
+        for (int64_t i99 = 0; i99 < (T - d); ++i99) {
+            const double ls_i = (icf + d)[i98 * T + i99];
+            const double t100 = (2.0 * ls_i);
+            tmp97[i98 * ((T - d)) + i99] = t100;
+        }
+    }
+    const double t101 = ks::ipow<2>(wishart_gamma);
+    const double t102 = (0.5 * t101);
+    const double t103 = ((-1.0) * wishart_m);
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
+            const double x_i106 = t102;
+            const double x_i107 = tmp97[i104 * ((T - d)) + i105];
+            const double d_ls108 = (x_i106 * x_i107);
+            d_ls[i104 * ((T - d)) + i105] = d_ls108;
+        }
+    }
+    for (int64_t i109 = 0; i109 < K; ++i109) {
+        for (int64_t i110 = 0; i110 < d; ++i110) {
+            const double x_i111 = t102;
+            const double x_i112 = tmp91[i109 * d + i110];
+            const double t113 = (x_i111 * x_i112);
+            const double x_i114 = tmp90[i109 * d + i110];
+            const double t115 = (t113 * x_i114);
+            const double d_qs_i = t103;
+            const double d_qs116 = (d_qs_i + t115);
+            d_qs[i109 * d + i110] = d_qs116;
+        }
+    }
+    const double t117 = ((-1.0) * t89);
+    const double t118 = (t117 * t88);
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    for (int64_t i119 = 0; i119 < K; ++i119) {
+        const double x_i120 = t118;
+        const double x_i121 = tmp81[i119];
+        const double d_alphas122 = (x_i120 * x_i121);
+        d_alphas[i119] = d_alphas122;
+    }
+    double* const r123 = tmp;  // reuses a dead buffer's space
+    double r124;
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        for (int64_t i126 = 0; i126 < d; ++i126) {
+            out_d_means[i125 * d + i126] = 0.0;
+        }
+    }
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        r123[i127] = 0.0;
+    }
+    r124 = 1.0;
+    for (int64_t k128 = n - 1; k128 >= 0; --k128) {
+        const double t129 = (r124 * (r7 + k128)[0]);
+        double* const tmp130 = tmp18;  // reuses a dead buffer's space
+        double* const tmp131 = tmp22;  // reuses a dead buffer's space
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            const double x_i133 = t129;
+            const double x_i134 = (r6 + k128 * K)[i132];
+            const double t135 = (x_i133 * x_i134);
+            const double x_i136 = r123[i132];
+            const double t137 = (x_i136 + t135);
+            tmp130[i132] = t137;
+            const double t138 = (t135 * (-1.0));
+            const double t139 = (t138 * 0.5);
+            tmp131[i132] = t139;
+        }
+        double* const r140 = xc;  // reuses a dead buffer's space
+        for (int64_t i141 = 0; i141 < K; ++i141) {
+            for (int64_t i142 = 0; i142 < d; ++i142) {
+                r140[i141 * d + i142] = 0.0;
+            }
+        }
+        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+            const int64_t t144 = ks::floordiv(k143, int64_t{1});
+            const int64_t t145 = ks::max(t144, int64_t{0});
+            double* const d_row = r29;  // reuses a dead buffer's space
+            for (int64_t i146 = 0; i146 < K; ++i146) {
+                const double x_i147 = tmp131[i146];
+                const double x_i148 = ((r5 + k128 * (d * K)) + k143 * K)[i146];
+                const double d_row149 = (x_i147 * x_i148);
+                const double d_row150 = (d_row149 + d_row149);
+                d_row[i146] = d_row150;
+            }
+            double* const r151 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i152 = 0; i152 < K; ++i152) {
+                r151[i152] = d_row[i152];
+            }
+            for (int64_t k153 = t145 - 1; k153 >= 0; --k153) {
+                const int64_t t154 = ((2*d) - k153);
+                const int64_t t155 = (t154 - int64_t{1});
+                const int64_t t156 = (k153 * t155);
+                const int64_t t157 = ks::floordiv(t156, int64_t{2});
+                const int64_t t158 = (t157 + k143);
+                const int64_t t159 = (t158 - k153);
+                const int64_t t160 = (t159 - int64_t{1});
+                double* const tmp161 = sqnorm;  // reuses a dead buffer's space
+                for (int64_t i163 = 0; i163 < K; ++i163) {
+                    const double x_i164 = r151[i163];
+                    const double x_i165 = ((icf + d) + ks::clamp_index(t160, (T - d)))[i163 * T];
+                    const double t166 = (x_i164 * x_i165);
+                    tmp161[i163] = t166;
+                    const double x_i167 = ((r + k128 * (K * d)) + k153)[i163 * d];
+                    const double t168 = (x_i164 * x_i167);
+                    tmp162[i163] = t168;
+                }
+                for (int64_t i169 = 0; i169 < K; ++i169) {
+                    (r140 + k153)[i169 * d] += tmp161[i169];
+                }
+                for (int64_t i170 = 0; i170 < K; ++i170) {
+                    (d_ls + ks::clamp_index(t160, (T - d)))[i170 * ((T - d))] += tmp162[i170];
+                }
+            }
+            double* const tmp171 = __sum_109_54;  // reuses a dead buffer's space
+            double* const tmp172 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i173 = 0; i173 < K; ++i173) {
+                const double d_row_i = d_row[i173];
+                const double x_i174 = ((r4 + k128 * (d * K)) + k143 * K)[i173];
+                const double t175 = (d_row_i * x_i174);
+                tmp171[i173] = t175;
+                const double x_i176 = ((r + k128 * (K * d)) + k143)[i173 * d];
+                const double t177 = (d_row_i * x_i176);
+                tmp172[i173] = t177;
+            }
+            for (int64_t i178 = 0; i178 < K; ++i178) {
+                (r140 + k143)[i178 * d] += tmp171[i178];
+            }
+            double* const tmp179 = r29;  // reuses a dead buffer's space
+            for (int64_t i180 = 0; i180 < K; ++i180) {
+                const double x_i181 = tmp172[i180];
+                const double x_i182 = ((r4 + k128 * (d * K)) + k143 * K)[i180];
+                const double t183 = (x_i181 * x_i182);
+                tmp179[i180] = t183;
+            }
+            for (int64_t i184 = 0; i184 < K; ++i184) {
+                (d_qs + k143)[i184 * d] += tmp179[i184];
+            }
+        }
+        double* const tmp185 = tmp91;  // reuses a dead buffer's space
+        for (int64_t i186 = 0; i186 < K; ++i186) {
+            for (int64_t i187 = 0; i187 < d; ++i187) {
+                const double x_i188 = r140[i186 * d + i187];
+                const double t189 = (x_i188 * (-1.0));
+                const double x_i190 = out_d_means[i186 * d + i187];
+                const double t191 = (x_i190 + t189);
+                tmp185[i186 * d + i187] = t191;
+            }
+        }
+        for (int64_t i192 = 0; i192 < K; ++i192) {
+            for (int64_t i193 = 0; i193 < d; ++i193) {
+                out_d_means[i192 * d + i193] = tmp185[i192 * d + i193];
+            }
+        }
+        for (int64_t i194 = 0; i194 < K; ++i194) {
+            r123[i194] = tmp130[i194];
+        }
+    }
+    for (int64_t i195 = 0; i195 < K; ++i195) {
+        const double x_i196 = d_alphas[i195];
+        const double x_i197 = r123[i195];
+        const double d_alphas198 = (x_i196 + x_i197);
+        out_d_alphas[i195] = d_alphas198;
+    }
+    double* const d_qs199 = xc;  // reuses a dead buffer's space
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < d; ++i201) {
+            const double x_i202 = d_qs[i200 * d + i201];
+            const double x_i203 = r123[i200];
+            const double d_qs204 = (x_i202 + x_i203);
+            d_qs199[i200 * d + i201] = d_qs204;
+        }
+    }
+    for (int64_t i205 = 0; i205 < K; ++i205) {
+        for (int64_t i206 = 0; i206 < T; ++i206) {
+            d_icf[i205 * T + i206] = 0.0;
+        }
+    }
+    for (int64_t i207 = 0; i207 < K; ++i207) {
+        for (int64_t i208 = 0; i208 < (T - d); ++i208) {
+            (d_icf + d)[i207 * T + i208] = d_ls[i207 * ((T - d)) + i208];
+        }
+    }
+    for (int64_t i209 = 0; i209 < K; ++i209) {
+        for (int64_t i210 = 0; i210 < T; ++i210) {
+            padded[i209 * T + i210] = 0.0;
+        }
+    }
+    for (int64_t i211 = 0; i211 < K; ++i211) {
+        for (int64_t i212 = 0; i212 < d; ++i212) {
+            padded[i211 * T + i212] = d_qs199[i211 * d + i212];
+        }
+    }
+    for (int64_t i213 = 0; i213 < K; ++i213) {
+        for (int64_t i214 = 0; i214 < T; ++i214) {
+            const double d_icf_i = d_icf[i213 * T + i214];
+            const double x_i215 = padded[i213 * T + i214];
+            const double d_icf216 = (d_icf_i + x_i215);
+            out_d_icf[i213 * T + i214] = d_icf216;
+        }
+    }
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
