@@ -224,7 +224,16 @@ class Writer:
         return Storage.buffer(name, t.shape)
 
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
-        """dst[...] = src[...] elementwise."""
+        """dst[...] = src[...] elementwise (one flat loop, a memset/memcpy, when both are dense)."""
+        dense = dst.contiguous and dst.literal is None and (src.literal is not None or
+                                                             (src.contiguous and tuple(src.shape) == tuple(t.shape)))
+        if t.rank > 1 and dense:
+            i = self.namer.fresh("i")
+            self.line(f"for (int64_t {i} = 0; {i} < {product(t.shape)}; ++{i}) {{")
+            value = src.literal if src.literal is not None else f"{src.base}[{i}]"
+            self.line(f"    {dst.base}[{i}] = {value};")
+            self.line("}")
+            return
         idx = self.open_loops(t.shape)
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
         self.close_loops(len(idx))

@@ -25,13 +25,13 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp34 = reinterpret_cast<double*>(next_slot);
+    double* const tmp33 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp50 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp55 = reinterpret_cast<double*>(next_slot);
+    double* const tmp54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -58,197 +58,195 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const double qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const double alphas_i = alphas[i22];
-        const double x_i = tmp[i22];
-        const double base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const double alphas_i = alphas[i21];
+        const double x_i = tmp[i21];
+        const double base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
-    for (int64_t i24 = 0; i24 < n; ++i24) {
-        for (int64_t i25 = 0; i25 < K; ++i25) {
-            for (int64_t i26 = 0; i26 < d; ++i26) {
-                const double x_i27 = x[i24 * d + i26];
-                const double x_i28 = means[i25 * d + i26];
-                const double centered29 = (x_i27 - x_i28);
-                centered[i24 * (K * d) + i25 * d + i26] = centered29;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const double x_i26 = x[i23 * d + i25];
+                const double x_i27 = means[i24 * d + i25];
+                const double centered28 = (x_i26 - x_i27);
+                centered[i23 * (K * d) + i24 * d + i25] = centered28;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < n; ++i30) {
-        for (int64_t i31 = 0; i31 < K; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
+    for (int64_t i29 = 0; i29 < n; ++i29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i33 = 0; i33 < d; ++i33) {
-                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
                 }
-                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
+                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
             }
         }
     }
-    for (int64_t i35 = 0; i35 < n; ++i35) {
-        for (int64_t i36 = 0; i36 < K; ++i36) {
-            double acc37 = 0;
-            KS_OMP_SIMD(reduction(+:acc37))
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                const double mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
-                const double t39 = ks::ipow<2>(mahalanobis_i);
-                acc37 += t39;
+    for (int64_t i34 = 0; i34 < n; ++i34) {
+        for (int64_t i35 = 0; i35 < K; ++i35) {
+            double acc36 = 0;
+            KS_OMP_SIMD(reduction(+:acc36))
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                const double mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
+                const double t38 = ks::ipow<2>(mahalanobis_i);
+                acc36 += t38;
             }
-            tmp34[i35 * K + i36] = acc37;
+            tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = tmp34[i40 * K + i41];
-            const double t43 = (0.5 * x_i42);
-            const double x_i44 = base[i41];
-            const double scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const double x_i41 = tmp33[i39 * K + i40];
+            const double t42 = (0.5 * x_i41);
+            const double x_i43 = base[i40];
+            const double scores44 = (x_i43 - t42);
+            scores[i39 * K + i40] = scores44;
         }
     }
-    const int64_t t46 = (-n);
-    const int64_t t47 = (t46 * d);
-    const double t48 = static_cast<double>(t47);
-    const double t49 = (t48 * 0.5);
-    const double constant = (t49 * 1.8378770664093453);
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        double acc52 = ks::lowest<double>();
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const double x_i54 = scores[i51 * K + i53];
-            acc52 = ks::max(x_i54, acc52);
+    const int64_t t45 = (-n);
+    const int64_t t46 = (t45 * d);
+    const double t47 = static_cast<double>(t46);
+    const double t48 = (t47 * 0.5);
+    const double constant = (t48 * 1.8378770664093453);
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        double acc51 = ks::lowest<double>();
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const double x_i53 = scores[i50 * K + i52];
+            acc51 = ks::max(x_i53, acc51);
         }
-        tmp50[i51] = acc52;
+        tmp49[i50] = acc51;
     }
-    for (int64_t i56 = 0; i56 < n; ++i56) {
-        double acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const double scores_i = scores[i56 * K + i58];
-            const double x_i59 = tmp50[i56];
-            const double t60 = (scores_i - x_i59);
-            const double t61 = ks::exp(t60);
-            acc57 += t61;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        double acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const double scores_i = scores[i55 * K + i57];
+            const double x_i58 = tmp49[i55];
+            const double t59 = (scores_i - x_i58);
+            const double t60 = ks::exp(t59);
+            acc56 += t60;
         }
-        tmp55[i56] = acc57;
+        tmp54[i55] = acc56;
     }
-    double acc62 = 0;
-    KS_OMP_SIMD(reduction(+:acc62))
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        const double x_i64 = tmp55[i63];
-        const double t65 = ks::log(x_i64);
-        const double x_i66 = tmp50[i63];
-        const double t67 = (t65 + x_i66);
-        acc62 += t67;
+    double acc61 = 0;
+    KS_OMP_SIMD(reduction(+:acc61))
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        const double x_i63 = tmp54[i62];
+        const double t64 = ks::log(x_i63);
+        const double x_i65 = tmp49[i62];
+        const double t66 = (t64 + x_i65);
+        acc61 += t66;
     }
-    const double t68 = (constant + acc62);
-    double acc69 = ks::lowest<double>();
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        const double x_i71 = alphas[i70];
-        acc69 = ks::max(x_i71, acc69);
+    const double t67 = (constant + acc61);
+    double acc68 = ks::lowest<double>();
+    for (int64_t i69 = 0; i69 < K; ++i69) {
+        const double x_i70 = alphas[i69];
+        acc68 = ks::max(x_i70, acc68);
     }
-    double acc72 = 0;
-    KS_OMP_SIMD(reduction(+:acc72))
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const double alphas_i74 = alphas[i73];
-        const double x_i75 = acc69;
-        const double t76 = (alphas_i74 - x_i75);
-        const double t77 = ks::exp(t76);
-        acc72 += t77;
+    double acc71 = 0;
+    KS_OMP_SIMD(reduction(+:acc71))
+    for (int64_t i72 = 0; i72 < K; ++i72) {
+        const double alphas_i73 = alphas[i72];
+        const double x_i74 = acc68;
+        const double t75 = (alphas_i73 - x_i74);
+        const double t76 = ks::exp(t75);
+        acc71 += t76;
     }
-    const double t78 = ks::log(acc72);
-    const double t79 = (t78 + acc69);
-    const double t80 = static_cast<double>(n);
-    const double t81 = (t80 * t79);
-    const double t82 = (t68 - t81);
-    double r83;
+    const double t77 = ks::log(acc71);
+    const double t78 = (t77 + acc68);
+    const double t79 = static_cast<double>(n);
+    const double t80 = (t79 * t78);
+    const double t81 = (t67 - t80);
+    double r82;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t84 = static_cast<double>(d);
-        const double t85 = (t84 + wishart_m);
-        const double n_w = (t85 + 1.0);
-        const double t86 = (n_w * t84);
-        const double t87 = ks::log(wishart_gamma);
-        const double t88 = (t87 - 0.34657359027997264);
-        const double t89 = (t86 * t88);
-        const double t90 = (0.5 * n_w);
-        double r91;
+        const double t83 = static_cast<double>(d);
+        const double t84 = (t83 + wishart_m);
+        const double n_w = (t84 + 1.0);
+        const double t85 = (n_w * t83);
+        const double t86 = ks::log(wishart_gamma);
+        const double t87 = (t86 - 0.34657359027997264);
+        const double t88 = (t85 * t87);
+        const double t89 = (0.5 * n_w);
+        double r90;
         {  // log_gamma_d(a)
-            const double t92 = static_cast<double>(d);
-            const double t93 = (0.25 * t92);
-            const double t94 = static_cast<double>((d - 1));
-            const double t95 = (t93 * t94);
-            const double t96 = (t95 * 1.1447298858494002);
-            double r97;
-            r97 = 0.0;
-            for (int64_t k98 = 0; k98 < d; ++k98) {
-                const int64_t t99 = (k98 + int64_t{1});
-                const int64_t t100 = (int64_t{1} - t99);
-                const double t101 = static_cast<double>(t100);
-                const double t102 = (0.5 * t101);
-                const double t103 = (t90 + t102);
-                const double t104 = std::lgamma(t103);
-                const double __sum_25_55 = (r97 + t104);
-                r97 = __sum_25_55;
+            const double t91 = static_cast<double>(d);
+            const double t92 = (0.25 * t91);
+            const double t93 = static_cast<double>((d - 1));
+            const double t94 = (t92 * t93);
+            const double t95 = (t94 * 1.1447298858494002);
+            double r96;
+            r96 = 0.0;
+            for (int64_t k97 = 0; k97 < d; ++k97) {
+                const int64_t t98 = (k97 + int64_t{1});
+                const int64_t t99 = (int64_t{1} - t98);
+                const double t100 = static_cast<double>(t99);
+                const double t101 = (0.5 * t100);
+                const double t102 = (t89 + t101);
+                const double t103 = std::lgamma(t102);
+                const double __sum_25_55 = (r96 + t103);
+                r96 = __sum_25_55;
             }
-            const double t105 = (t96 + r97);
-            r91 = t105;
+            const double t104 = (t95 + r96);
+            r90 = t104;
         }
-        const double C = (t89 - r91);
-        double acc106 = 0;
-        for (int64_t i107 = 0; i107 < K; ++i107) {
-            KS_OMP_SIMD(reduction(+:acc106))
-            for (int64_t i108 = 0; i108 < d; ++i108) {
-                const double qs_i109 = icf[i107 * T + i108];
-                const double t110 = ks::exp(qs_i109);
-                const double t111 = ks::ipow<2>(t110);
-                acc106 += t111;
-            }
-        }
-        double acc112 = 0;
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            KS_OMP_SIMD(reduction(+:acc112))
-            for (int64_t i114 = 0; i114 < (T - d); ++i114) {
-                const double ls_i = (icf + d)[i113 * T + i114];
-                const double t115 = ks::ipow<2>(ls_i);
-                acc112 += t115;
+        const double C = (t88 - r90);
+        double acc105 = 0;
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            KS_OMP_SIMD(reduction(+:acc105))
+            for (int64_t i107 = 0; i107 < d; ++i107) {
+                const double qs_i108 = icf[i106 * T + i107];
+                const double t109 = ks::exp(qs_i108);
+                const double t110 = ks::ipow<2>(t109);
+                acc105 += t110;
             }
         }
-        const double frobenius = (acc106 + acc112);
-        const double t116 = ks::ipow<2>(wishart_gamma);
-        const double t117 = (0.5 * t116);
-        const double t118 = (t117 * frobenius);
-        double acc119 = 0;
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            KS_OMP_SIMD(reduction(+:acc119))
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                const double qs_i122 = icf[i120 * T + i121];
-                acc119 += qs_i122;
+        double acc111 = 0;
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            KS_OMP_SIMD(reduction(+:acc111))
+            for (int64_t i113 = 0; i113 < (T - d); ++i113) {
+                const double ls_i = (icf + d)[i112 * T + i113];
+                const double t114 = ks::ipow<2>(ls_i);
+                acc111 += t114;
             }
         }
-        const double t123 = (wishart_m * acc119);
-        const double t124 = (t118 - t123);
-        const double t125 = static_cast<double>(K);
-        const double t126 = (t125 * C);
-        const double t127 = (t124 - t126);
-        r83 = t127;
+        const double frobenius = (acc105 + acc111);
+        const double t115 = ks::ipow<2>(wishart_gamma);
+        const double t116 = (0.5 * t115);
+        const double t117 = (t116 * frobenius);
+        double acc118 = 0;
+        for (int64_t i119 = 0; i119 < K; ++i119) {
+            KS_OMP_SIMD(reduction(+:acc118))
+            for (int64_t i120 = 0; i120 < d; ++i120) {
+                const double qs_i121 = icf[i119 * T + i120];
+                acc118 += qs_i121;
+            }
+        }
+        const double t122 = (wishart_m * acc118);
+        const double t123 = (t117 - t122);
+        const double t124 = static_cast<double>(K);
+        const double t125 = (t124 * C);
+        const double t126 = (t123 - t125);
+        r82 = t126;
     }
-    const double t128 = (t82 + r83);
-    *out = t128;
+    const double t127 = (t81 + r82);
+    *out = t127;
     return ks::status::ok;
 }
 
@@ -296,31 +294,31 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp53 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp54 = reinterpret_cast<double*>(next_slot);
+    double* const tmp50 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp67 = reinterpret_cast<double*>(next_slot);
+    double* const tmp63 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp73 = reinterpret_cast<double*>(next_slot);
+    double* const tmp69 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp96 = reinterpret_cast<double*>(next_slot);
+    double* const tmp92 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp97 = reinterpret_cast<double*>(next_slot);
+    double* const tmp93 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp103 = reinterpret_cast<double*>(next_slot);
+    double* const tmp99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp168 = reinterpret_cast<double*>(next_slot);
+    double* const tmp159 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r182 = reinterpret_cast<double*>(next_slot);
+    double* const r173 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r187 = reinterpret_cast<double*>(next_slot);
+    double* const r177 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -361,379 +359,353 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
                 (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i31 = 0; i31 < d; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
-                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        for (int64_t i33 = 0; i33 < d; ++i33) {
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
-            }
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i35 = 0; i35 < d; ++i35) {
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
-            }
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i37 = 0; i37 < d; ++i37) {
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i39 = 0; i39 < K; ++i39) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i40 = 0; i40 < d; ++i40) {
-            const double qs_i = icf[i39 * T + i40];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const double qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i39] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i41 = 0; i41 < K; ++i41) {
-        const double alphas_i = alphas[i41];
-        const double x_i = tmp[i41];
-        const double base42 = (alphas_i + x_i);
-        base[i41] = base42;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const double alphas_i = alphas[i37];
+        const double x_i = tmp[i37];
+        const double base38 = (alphas_i + x_i);
+        base[i37] = base38;
     }
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            for (int64_t i45 = 0; i45 < d; ++i45) {
-                const double x_i46 = x[i43 * d + i45];
-                const double x_i47 = means[i44 * d + i45];
-                const double centered48 = (x_i46 - x_i47);
-                centered[i43 * (K * d) + i44 * d + i45] = centered48;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const double x_i42 = x[i39 * d + i41];
+                const double x_i43 = means[i40 * d + i41];
+                const double centered44 = (x_i42 - x_i43);
+                centered[i39 * (K * d) + i40 * d + i41] = centered44;
             }
         }
     }
-    for (int64_t i49 = 0; i49 < n; ++i49) {
-        for (int64_t i50 = 0; i50 < K; ++i50) {
-            for (int64_t i51 = 0; i51 < d; ++i51) {
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            for (int64_t i47 = 0; i47 < d; ++i47) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i52 = 0; i52 < d; ++i52) {
-                    dot += r[i50 * (d * d) + i51 * d + i52] * centered[i49 * (K * d) + i50 * d + i52];
+                for (int64_t i48 = 0; i48 < d; ++i48) {
+                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
                 }
-                mahalanobis[i49 * (K * d) + i50 * d + i51] = dot;
+                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
             }
         }
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        for (int64_t i56 = 0; i56 < K; ++i56) {
-            double acc57 = 0;
-            KS_OMP_SIMD(reduction(+:acc57))
-            for (int64_t i58 = 0; i58 < d; ++i58) {
-                const double mahalanobis_i = mahalanobis[i55 * (K * d) + i56 * d + i58];
-                const double t59 = ks::ipow<2>(mahalanobis_i);
-                const double t60 = (2.0 * mahalanobis_i);
-                tmp53[i55 * (K * d) + i56 * d + i58] = t60;
-                acc57 += t59;
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            double acc53 = 0;
+            KS_OMP_SIMD(reduction(+:acc53))
+            for (int64_t i54 = 0; i54 < d; ++i54) {
+                const double mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
+                const double t55 = ks::ipow<2>(mahalanobis_i);
+                const double t56 = (2.0 * mahalanobis_i);
+                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
+                acc53 += t55;
             }
-            tmp54[i55 * K + i56] = acc57;
+            tmp50[i51 * K + i52] = acc53;
         }
     }
-    for (int64_t i61 = 0; i61 < n; ++i61) {
-        for (int64_t i62 = 0; i62 < K; ++i62) {
-            const double x_i63 = tmp54[i61 * K + i62];
-            const double t64 = (0.5 * x_i63);
-            const double x_i65 = base[i62];
-            const double scores66 = (x_i65 - t64);
-            scores[i61 * K + i62] = scores66;
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            const double x_i59 = tmp50[i57 * K + i58];
+            const double t60 = (0.5 * x_i59);
+            const double x_i61 = base[i58];
+            const double scores62 = (x_i61 - t60);
+            scores[i57 * K + i58] = scores62;
         }
     }
-    for (int64_t i68 = 0; i68 < n; ++i68) {
-        double acc69 = ks::lowest<double>();
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            const double x_i71 = scores[i68 * K + i70];
-            acc69 = ks::max(x_i71, acc69);
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        double acc65 = ks::lowest<double>();
+        for (int64_t i66 = 0; i66 < K; ++i66) {
+            const double x_i67 = scores[i64 * K + i66];
+            acc65 = ks::max(x_i67, acc65);
         }
-        tmp67[i68] = acc69;
+        tmp63[i64] = acc65;
     }
-    double* const tmp72 = tmp54;  // reuses a dead buffer's space
-    for (int64_t i74 = 0; i74 < n; ++i74) {
-        double acc75 = 0;
-        KS_OMP_SIMD(reduction(+:acc75))
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            const double scores_i = scores[i74 * K + i76];
-            const double x_i77 = tmp67[i74];
-            const double t78 = (scores_i - x_i77);
-            const double t79 = ks::exp(t78);
-            tmp72[i74 * K + i76] = t79;
-            acc75 += t79;
+    double* const tmp68 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i70 = 0; i70 < n; ++i70) {
+        double acc71 = 0;
+        KS_OMP_SIMD(reduction(+:acc71))
+        for (int64_t i72 = 0; i72 < K; ++i72) {
+            const double scores_i = scores[i70 * K + i72];
+            const double x_i73 = tmp63[i70];
+            const double t74 = (scores_i - x_i73);
+            const double t75 = ks::exp(t74);
+            tmp68[i70 * K + i72] = t75;
+            acc71 += t75;
         }
-        tmp73[i74] = acc75;
+        tmp69[i70] = acc71;
     }
-    double* const tmp80 = tmp67;  // reuses a dead buffer's space
-    for (int64_t i81 = 0; i81 < n; ++i81) {
-        const double x_i82 = tmp73[i81];
-        const double t83 = (1.0 / x_i82);
-        tmp80[i81] = t83;
+    double* const tmp76 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i77 = 0; i77 < n; ++i77) {
+        const double x_i78 = tmp69[i77];
+        const double t79 = (1.0 / x_i78);
+        tmp76[i77] = t79;
     }
-    double acc84 = ks::lowest<double>();
+    double acc80 = ks::lowest<double>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const double x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
+    }
+    double* const tmp83 = tmp;  // reuses a dead buffer's space
+    double acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
     for (int64_t i85 = 0; i85 < K; ++i85) {
-        const double x_i86 = alphas[i85];
-        acc84 = ks::max(x_i86, acc84);
+        const double alphas_i86 = alphas[i85];
+        const double x_i87 = acc80;
+        const double t88 = (alphas_i86 - x_i87);
+        const double t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    double* const tmp87 = tmp;  // reuses a dead buffer's space
-    double acc88 = 0;
-    KS_OMP_SIMD(reduction(+:acc88))
-    for (int64_t i89 = 0; i89 < K; ++i89) {
-        const double alphas_i90 = alphas[i89];
-        const double x_i91 = acc84;
-        const double t92 = (alphas_i90 - x_i91);
-        const double t93 = ks::exp(t92);
-        tmp87[i89] = t93;
-        acc88 += t93;
-    }
-    const double t94 = (1.0 / acc88);
-    const double t95 = static_cast<double>(n);
-    for (int64_t i98 = 0; i98 < K; ++i98) {
-        for (int64_t i99 = 0; i99 < d; ++i99) {
-            const double qs_i100 = icf[i98 * T + i99];
-            const double t101 = ks::exp(qs_i100);
-            tmp96[i98 * d + i99] = t101;
-            const double t102 = (2.0 * t101);
-            tmp97[i98 * d + i99] = t102;
+    const double t90 = (1.0 / acc84);
+    const double t91 = static_cast<double>(n);
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const double qs_i96 = icf[i94 * T + i95];
+            const double t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const double t98 = (2.0 * t97);
+            tmp93[i94 * d + i95] = t98;
         }
     }
-    for (int64_t i104 = 0; i104 < K; ++i104) {
-        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
-            const double ls_i = (icf + d)[i104 * T + i105];
-            const double t106 = (2.0 * ls_i);
-            tmp103[i104 * ((T - d)) + i105] = t106;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const double ls_i = (icf + d)[i100 * T + i101];
+            const double t102 = (2.0 * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
-    const double t107 = ks::ipow<2>(wishart_gamma);
-    const double t108 = (0.5 * t107);
-    const double t109 = ((-1.0) * wishart_m);
-    for (int64_t i110 = 0; i110 < K; ++i110) {
-        for (int64_t i111 = 0; i111 < (T - d); ++i111) {
-            const double x_i112 = t108;
-            const double x_i113 = tmp103[i110 * ((T - d)) + i111];
-            const double d_ls114 = (x_i112 * x_i113);
-            d_ls[i110 * ((T - d)) + i111] = d_ls114;
+    const double t103 = ks::ipow<2>(wishart_gamma);
+    const double t104 = (0.5 * t103);
+    const double t105 = ((-1.0) * wishart_m);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const double x_i108 = t104;
+            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const double d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    for (int64_t i115 = 0; i115 < K; ++i115) {
-        for (int64_t i116 = 0; i116 < d; ++i116) {
-            const double x_i117 = t108;
-            const double x_i118 = tmp97[i115 * d + i116];
-            const double t119 = (x_i117 * x_i118);
-            const double x_i120 = tmp96[i115 * d + i116];
-            const double t121 = (t119 * x_i120);
-            const double d_qs_i = t109;
-            const double d_qs122 = (d_qs_i + t121);
-            d_qs[i115 * d + i116] = d_qs122;
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const double x_i113 = t104;
+            const double x_i114 = tmp93[i111 * d + i112];
+            const double t115 = (x_i113 * x_i114);
+            const double x_i116 = tmp92[i111 * d + i112];
+            const double t117 = (t115 * x_i116);
+            const double d_qs_i = t105;
+            const double d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    const double t123 = ((-1.0) * t95);
-    const double t124 = (t123 * t94);
+    const double t119 = ((-1.0) * t91);
+    const double t120 = (t119 * t90);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < K; ++i125) {
-        const double x_i126 = t124;
-        const double x_i127 = tmp87[i125];
-        const double d_alphas128 = (x_i126 * x_i127);
-        d_alphas[i125] = d_alphas128;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const double x_i122 = t120;
+        const double x_i123 = tmp83[i121];
+        const double d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i129 = 0; i129 < n; ++i129) {
-        for (int64_t i130 = 0; i130 < K; ++i130) {
-            const double x_i131 = tmp80[i129];
-            const double x_i132 = tmp72[i129 * K + i130];
-            const double d_scores133 = (x_i131 * x_i132);
-            d_scores[i129 * K + i130] = d_scores133;
+    for (int64_t i125 = 0; i125 < n; ++i125) {
+        for (int64_t i126 = 0; i126 < K; ++i126) {
+            const double x_i127 = tmp76[i125];
+            const double x_i128 = tmp68[i125 * K + i126];
+            const double d_scores129 = (x_i127 * x_i128);
+            d_scores[i125 * K + i126] = d_scores129;
         }
     }
     double* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i134 = 0; i134 < K; ++i134) {
-        sum[i134] = 0;
+    for (int64_t i130 = 0; i130 < K; ++i130) {
+        sum[i130] = 0;
     }
-    for (int64_t i135 = 0; i135 < n; ++i135) {
-        for (int64_t i136 = 0; i136 < K; ++i136) {
-            sum[i136] += d_scores[i135 * K + i136];
+    for (int64_t i131 = 0; i131 < n; ++i131) {
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            sum[i132] += d_scores[i131 * K + i132];
         }
     }
-    double* const tmp137 = tmp54;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < n; ++i138) {
-        for (int64_t i139 = 0; i139 < K; ++i139) {
-            const double d_scores_i = d_scores[i138 * K + i139];
-            const double t140 = (d_scores_i * (-1.0));
-            const double t141 = (t140 * 0.5);
-            tmp137[i138 * K + i139] = t141;
+    double* const tmp133 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i134 = 0; i134 < n; ++i134) {
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const double d_scores_i = d_scores[i134 * K + i135];
+            const double t136 = (d_scores_i * (-1.0));
+            const double t137 = (t136 * 0.5);
+            tmp133[i134 * K + i135] = t137;
         }
     }
     double* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i142 = 0; i142 < n; ++i142) {
-        for (int64_t i143 = 0; i143 < K; ++i143) {
-            for (int64_t i144 = 0; i144 < d; ++i144) {
-                const double x_i145 = tmp137[i142 * K + i143];
-                const double x_i146 = tmp53[i142 * (K * d) + i143 * d + i144];
-                const double d_mahalanobis147 = (x_i145 * x_i146);
-                d_mahalanobis[i142 * (K * d) + i143 * d + i144] = d_mahalanobis147;
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            for (int64_t i140 = 0; i140 < d; ++i140) {
+                const double x_i141 = tmp133[i138 * K + i139];
+                const double x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
+                const double d_mahalanobis143 = (x_i141 * x_i142);
+                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
             }
         }
     }
-    double* const d_centered = tmp53;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < n; ++i148) {
-        for (int64_t i149 = 0; i149 < K; ++i149) {
-            for (int64_t i150 = 0; i150 < d; ++i150) {
-                d_centered[i148 * (K * d) + i149 * d + i150] = 0;
-            }
-        }
+    double* const d_centered = tmp49;  // reuses a dead buffer's space
+    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
+        d_centered[i144] = 0;
     }
-    for (int64_t i151 = 0; i151 < n; ++i151) {
-        for (int64_t i152 = 0; i152 < K; ++i152) {
-            for (int64_t i153 = 0; i153 < d; ++i153) {
-                for (int64_t i154 = 0; i154 < d; ++i154) {
-                    d_centered[i151 * (K * d) + i152 * d + i154] += d_mahalanobis[i151 * (K * d) + i152 * d + i153] * r[i152 * (d * d) + i153 * d + i154];
+    for (int64_t i145 = 0; i145 < n; ++i145) {
+        for (int64_t i146 = 0; i146 < K; ++i146) {
+            for (int64_t i147 = 0; i147 < d; ++i147) {
+                for (int64_t i148 = 0; i148 < d; ++i148) {
+                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
                 }
             }
         }
     }
     double* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < K; ++i155) {
-        for (int64_t i156 = 0; i156 < d; ++i156) {
-            for (int64_t i157 = 0; i157 < d; ++i157) {
-                prod[i155 * (d * d) + i156 * d + i157] = 0;
-            }
-        }
+    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
+        prod[i149] = 0;
     }
-    for (int64_t i158 = 0; i158 < K; ++i158) {
-        for (int64_t i159 = 0; i159 < d; ++i159) {
-            for (int64_t i160 = 0; i160 < n; ++i160) {
-                for (int64_t i161 = 0; i161 < d; ++i161) {
-                    prod[i158 * (d * d) + i159 * d + i161] += d_mahalanobis[i160 * (K * d) + i158 * d + i159] * centered[i160 * (K * d) + i158 * d + i161];
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            for (int64_t i152 = 0; i152 < n; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
                 }
             }
         }
     }
-    double* const sum162 = tmp96;  // reuses a dead buffer's space
-    for (int64_t i163 = 0; i163 < K; ++i163) {
-        for (int64_t i164 = 0; i164 < d; ++i164) {
-            sum162[i163 * d + i164] = 0;
-        }
+    double* const sum154 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i155 = 0; i155 < K * d; ++i155) {
+        sum154[i155] = 0;
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                sum162[i166 * d + i167] += d_centered[i165 * (K * d) + i166 * d + i167];
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
             }
         }
     }
-    for (int64_t i169 = 0; i169 < 1; ++i169) {
-        for (int64_t i170 = 0; i170 < K; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                const double x_i172 = sum162[i169 * (K * d) + i170 * d + i171];
-                const double t173 = (x_i172 * (-1.0));
-                tmp168[i169 * (K * d) + i170 * d + i171] = t173;
+    for (int64_t i160 = 0; i160 < 1; ++i160) {
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            for (int64_t i162 = 0; i162 < d; ++i162) {
+                const double x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
+                const double t164 = (x_i163 * (-1.0));
+                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
             }
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        const double d_alphas_i = d_alphas[i174];
-        const double d_base_i = sum[i174];
-        const double d_alphas175 = (d_alphas_i + d_base_i);
-        out_d_alphas[i174] = d_alphas175;
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        const double d_alphas_i = d_alphas[i165];
+        const double d_base_i = sum[i165];
+        const double d_alphas166 = (d_alphas_i + d_base_i);
+        out_d_alphas[i165] = d_alphas166;
     }
-    double* const d_qs176 = tmp96;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            const double d_qs_i179 = d_qs[i177 * d + i178];
-            const double x_i180 = sum[i177];
-            const double d_qs181 = (d_qs_i179 + x_i180);
-            d_qs176[i177 * d + i178] = d_qs181;
-        }
-    }
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < T; ++i184) {
-            r182[i183 * T + i184] = 0.0;
+    double* const d_qs167 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < d; ++i169) {
+            const double d_qs_i170 = d_qs[i168 * d + i169];
+            const double x_i171 = sum[i168];
+            const double d_qs172 = (d_qs_i170 + x_i171);
+            d_qs167[i168 * d + i169] = d_qs172;
         }
     }
-    for (int64_t k185 = K - 1; k185 >= 0; --k185) {
-        double* const r186 = r10;  // reuses a dead buffer's space
-        double r188;
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            r186[i189] = 0.0;
+    for (int64_t i174 = 0; i174 < K * T; ++i174) {
+        r173[i174] = 0.0;
+    }
+    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
+        double* const r176 = r10;  // reuses a dead buffer's space
+        double r178;
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            r176[i179] = 0.0;
         }
-        for (int64_t i190 = 0; i190 < T; ++i190) {
-            r187[i190] = 0.0;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            r177[i180] = 0.0;
         }
-        r188 = 0.0;
-        for (int64_t k191 = d - 1; k191 >= 0; --k191) {
-            double r192;
-            double r193;
-            r192 = 0.0;
-            r193 = r188;
-            for (int64_t k194 = d - 1; k194 >= 0; --k194) {
-                const int64_t t195 = ((2*d) - k194);
-                const int64_t t196 = (t195 - int64_t{1});
-                const int64_t t197 = (k194 * t196);
-                const int64_t t198 = ks::floordiv(t197, int64_t{2});
-                const int64_t t199 = (d + t198);
-                const int64_t t200 = (t199 + k191);
-                const int64_t t201 = (t200 - k194);
-                const int64_t t202 = (t201 - int64_t{1});
-                const double t203 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? (((prod + k185 * (d * d)) + k191 * d) + k194)[0] : 0.0);
-                const double t204 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? 0.0 : (((prod + k185 * (d * d)) + k191 * d) + k194)[0]);
-                const double t205 = ((((r2 + k185 * (d * d)) + k191 * d) + k194)[0] ? t204 : 0.0);
-                (r187 + ks::clamp_index(t202, T))[0] += t205;
-                const double t206 = (t203 * (((r1 + k185 * (d * d)) + k191 * d) + k194)[0]);
-                const double t207 = (r192 + t206);
-                r192 = t207;
+        r178 = 0.0;
+        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
+            double r182;
+            double r183;
+            r182 = 0.0;
+            r183 = r178;
+            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
+                const int64_t t185 = ((2*d) - k184);
+                const int64_t t186 = (t185 - int64_t{1});
+                const int64_t t187 = (k184 * t186);
+                const int64_t t188 = ks::floordiv(t187, int64_t{2});
+                const int64_t t189 = (d + t188);
+                const int64_t t190 = (t189 + k181);
+                const int64_t t191 = (t190 - k184);
+                const int64_t t192 = (t191 - int64_t{1});
+                const double t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0);
+                const double t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0 : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const double t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0);
+                (r177 + ks::clamp_index(t192, T))[0] += t195;
+                const double t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const double t197 = (r182 + t196);
+                r182 = t197;
             }
-            (r186 + k191)[0] += r192;
-            r188 = r193;
+            (r176 + k181)[0] += r182;
+            r178 = r183;
         }
-        (r186 + ks::clamp_index(int64_t{0}, d))[0] += r188;
-        for (int64_t i208 = 0; i208 < T; ++i208) {
-            (r182 + k185 * T)[i208] += r187[i208];
+        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
+        for (int64_t i198 = 0; i198 < T; ++i198) {
+            (r173 + k175 * T)[i198] += r177[i198];
         }
-        for (int64_t i209 = 0; i209 < d; ++i209) {
-            (d_qs176 + k185 * d)[i209] += r186[i209];
+        for (int64_t i199 = 0; i199 < d; ++i199) {
+            (d_qs167 + k175 * d)[i199] += r176[i199];
         }
+    }
+    for (int64_t i200 = 0; i200 < K * T; ++i200) {
+        padded[i200] = 0.0;
+    }
+    for (int64_t i201 = 0; i201 < K; ++i201) {
+        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
+            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
+        }
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < T; ++i204) {
+            const double x_i205 = r173[i203 * T + i204];
+            const double x_i206 = padded[i203 * T + i204];
+            const double d_icf207 = (x_i205 + x_i206);
+            d_icf[i203 * T + i204] = d_icf207;
+        }
+    }
+    double* const padded208 = r173;  // reuses a dead buffer's space
+    for (int64_t i209 = 0; i209 < K * T; ++i209) {
+        padded208[i209] = 0.0;
     }
     for (int64_t i210 = 0; i210 < K; ++i210) {
-        for (int64_t i211 = 0; i211 < T; ++i211) {
-            padded[i210 * T + i211] = 0.0;
+        for (int64_t i211 = 0; i211 < d; ++i211) {
+            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
         }
     }
     for (int64_t i212 = 0; i212 < K; ++i212) {
-        for (int64_t i213 = 0; i213 < (T - d); ++i213) {
-            (padded + d)[i212 * T + i213] = d_ls[i212 * ((T - d)) + i213];
+        for (int64_t i213 = 0; i213 < T; ++i213) {
+            const double d_icf_i = d_icf[i212 * T + i213];
+            const double x_i214 = padded208[i212 * T + i213];
+            const double d_icf215 = (d_icf_i + x_i214);
+            out_d_icf[i212 * T + i213] = d_icf215;
         }
     }
-    for (int64_t i214 = 0; i214 < K; ++i214) {
-        for (int64_t i215 = 0; i215 < T; ++i215) {
-            const double x_i216 = r182[i214 * T + i215];
-            const double x_i217 = padded[i214 * T + i215];
-            const double d_icf218 = (x_i216 + x_i217);
-            d_icf[i214 * T + i215] = d_icf218;
-        }
-    }
-    double* const padded219 = r182;  // reuses a dead buffer's space
-    for (int64_t i220 = 0; i220 < K; ++i220) {
-        for (int64_t i221 = 0; i221 < T; ++i221) {
-            padded219[i220 * T + i221] = 0.0;
-        }
-    }
-    for (int64_t i222 = 0; i222 < K; ++i222) {
-        for (int64_t i223 = 0; i223 < d; ++i223) {
-            padded219[i222 * T + i223] = d_qs176[i222 * d + i223];
-        }
-    }
-    for (int64_t i224 = 0; i224 < K; ++i224) {
-        for (int64_t i225 = 0; i225 < T; ++i225) {
-            const double d_icf_i = d_icf[i224 * T + i225];
-            const double x_i226 = padded219[i224 * T + i225];
-            const double d_icf227 = (d_icf_i + x_i226);
-            out_d_icf[i224 * T + i225] = d_icf227;
-        }
-    }
-    for (int64_t i228 = 0; i228 < K; ++i228) {
-        for (int64_t i229 = 0; i229 < d; ++i229) {
-            out_d_means[i228 * d + i229] = tmp168[i228 * d + i229];
-        }
+    for (int64_t i216 = 0; i216 < K * d; ++i216) {
+        out_d_means[i216] = tmp159[i216];
     }
     return ks::status::ok;
 }
@@ -763,13 +735,13 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp34 = reinterpret_cast<float*>(next_slot);
+    float* const tmp33 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp50 = reinterpret_cast<float*>(next_slot);
+    float* const tmp49 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp55 = reinterpret_cast<float*>(next_slot);
+    float* const tmp54 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -796,203 +768,201 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const float qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const float qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const float alphas_i = alphas[i22];
-        const float x_i = tmp[i22];
-        const float base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const float alphas_i = alphas[i21];
+        const float x_i = tmp[i21];
+        const float base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
-    for (int64_t i24 = 0; i24 < n; ++i24) {
-        for (int64_t i25 = 0; i25 < K; ++i25) {
-            for (int64_t i26 = 0; i26 < d; ++i26) {
-                const float x_i27 = x[i24 * d + i26];
-                const float x_i28 = means[i25 * d + i26];
-                const float centered29 = (x_i27 - x_i28);
-                centered[i24 * (K * d) + i25 * d + i26] = centered29;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const float x_i26 = x[i23 * d + i25];
+                const float x_i27 = means[i24 * d + i25];
+                const float centered28 = (x_i26 - x_i27);
+                centered[i23 * (K * d) + i24 * d + i25] = centered28;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < n; ++i30) {
-        for (int64_t i31 = 0; i31 < K; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
+    for (int64_t i29 = 0; i29 < n; ++i29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i33 = 0; i33 < d; ++i33) {
-                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
                 }
-                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
+                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
             }
         }
     }
-    for (int64_t i35 = 0; i35 < n; ++i35) {
-        for (int64_t i36 = 0; i36 < K; ++i36) {
-            float acc37 = 0;
-            KS_OMP_SIMD(reduction(+:acc37))
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                const float mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
-                const float t39 = ks::ipow<2>(mahalanobis_i);
-                acc37 += t39;
+    for (int64_t i34 = 0; i34 < n; ++i34) {
+        for (int64_t i35 = 0; i35 < K; ++i35) {
+            float acc36 = 0;
+            KS_OMP_SIMD(reduction(+:acc36))
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                const float mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
+                const float t38 = ks::ipow<2>(mahalanobis_i);
+                acc36 += t38;
             }
-            tmp34[i35 * K + i36] = acc37;
+            tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const float x_i42 = tmp34[i40 * K + i41];
-            const float t43 = (0.5f * x_i42);
-            const float x_i44 = base[i41];
-            const float scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const float x_i41 = tmp33[i39 * K + i40];
+            const float t42 = (0.5f * x_i41);
+            const float x_i43 = base[i40];
+            const float scores44 = (x_i43 - t42);
+            scores[i39 * K + i40] = scores44;
         }
     }
-    const int64_t t46 = (-n);
-    const int64_t t47 = (t46 * d);
-    const double t48 = static_cast<double>(t47);
-    const double t49 = (t48 * 0.5);
-    const double constant = (t49 * 1.8378770664093453);
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        float acc52 = ks::lowest<float>();
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const float x_i54 = scores[i51 * K + i53];
-            acc52 = ks::max(x_i54, acc52);
+    const int64_t t45 = (-n);
+    const int64_t t46 = (t45 * d);
+    const double t47 = static_cast<double>(t46);
+    const double t48 = (t47 * 0.5);
+    const double constant = (t48 * 1.8378770664093453);
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        float acc51 = ks::lowest<float>();
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const float x_i53 = scores[i50 * K + i52];
+            acc51 = ks::max(x_i53, acc51);
         }
-        tmp50[i51] = acc52;
+        tmp49[i50] = acc51;
     }
-    for (int64_t i56 = 0; i56 < n; ++i56) {
-        float acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const float scores_i = scores[i56 * K + i58];
-            const float x_i59 = tmp50[i56];
-            const float t60 = (scores_i - x_i59);
-            const float t61 = ks::exp(t60);
-            acc57 += t61;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        float acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const float scores_i = scores[i55 * K + i57];
+            const float x_i58 = tmp49[i55];
+            const float t59 = (scores_i - x_i58);
+            const float t60 = ks::exp(t59);
+            acc56 += t60;
         }
-        tmp55[i56] = acc57;
+        tmp54[i55] = acc56;
     }
-    float acc62 = 0;
-    KS_OMP_SIMD(reduction(+:acc62))
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        const float x_i64 = tmp55[i63];
-        const float t65 = ks::log(x_i64);
-        const float x_i66 = tmp50[i63];
-        const float t67 = (t65 + x_i66);
-        acc62 += t67;
+    float acc61 = 0;
+    KS_OMP_SIMD(reduction(+:acc61))
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        const float x_i63 = tmp54[i62];
+        const float t64 = ks::log(x_i63);
+        const float x_i65 = tmp49[i62];
+        const float t66 = (t64 + x_i65);
+        acc61 += t66;
     }
-    const double t68 = static_cast<double>(acc62);
-    const double t69 = (constant + t68);
-    float acc70 = ks::lowest<float>();
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const float x_i72 = alphas[i71];
-        acc70 = ks::max(x_i72, acc70);
+    const double t67 = static_cast<double>(acc61);
+    const double t68 = (constant + t67);
+    float acc69 = ks::lowest<float>();
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        const float x_i71 = alphas[i70];
+        acc69 = ks::max(x_i71, acc69);
     }
-    float acc73 = 0;
-    KS_OMP_SIMD(reduction(+:acc73))
-    for (int64_t i74 = 0; i74 < K; ++i74) {
-        const float alphas_i75 = alphas[i74];
-        const float x_i76 = acc70;
-        const float t77 = (alphas_i75 - x_i76);
-        const float t78 = ks::exp(t77);
-        acc73 += t78;
+    float acc72 = 0;
+    KS_OMP_SIMD(reduction(+:acc72))
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const float alphas_i74 = alphas[i73];
+        const float x_i75 = acc69;
+        const float t76 = (alphas_i74 - x_i75);
+        const float t77 = ks::exp(t76);
+        acc72 += t77;
     }
-    const float t79 = ks::log(acc73);
-    const float t80 = (t79 + acc70);
-    const float t81 = static_cast<float>(n);
-    const float t82 = (t81 * t80);
-    const double t83 = static_cast<double>(t82);
-    const double t84 = (t69 - t83);
-    double r85;
+    const float t78 = ks::log(acc72);
+    const float t79 = (t78 + acc69);
+    const float t80 = static_cast<float>(n);
+    const float t81 = (t80 * t79);
+    const double t82 = static_cast<double>(t81);
+    const double t83 = (t68 - t82);
+    double r84;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t86 = static_cast<float>(d);
-        const float t87 = (t86 + wishart_m);
-        const float n_w = (t87 + 1.0f);
-        const float t88 = (n_w * t86);
-        const float t89 = ks::log(wishart_gamma);
-        const float t90 = (t89 - 0.3465735912322998f);
-        const float t91 = (t88 * t90);
-        const float t92 = (0.5f * n_w);
-        double r93;
+        const float t85 = static_cast<float>(d);
+        const float t86 = (t85 + wishart_m);
+        const float n_w = (t86 + 1.0f);
+        const float t87 = (n_w * t85);
+        const float t88 = ks::log(wishart_gamma);
+        const float t89 = (t88 - 0.3465735912322998f);
+        const float t90 = (t87 * t89);
+        const float t91 = (0.5f * n_w);
+        double r92;
         {  // log_gamma_d(a)
-            const double t94 = static_cast<double>(d);
-            const double t95 = (0.25 * t94);
-            const double t96 = static_cast<double>((d - 1));
-            const double t97 = (t95 * t96);
-            const double t98 = (t97 * 1.1447298858494002);
-            double r99;
-            r99 = 0.0;
-            for (int64_t k100 = 0; k100 < d; ++k100) {
-                const int64_t t101 = (k100 + int64_t{1});
-                const int64_t t102 = (int64_t{1} - t101);
-                const double t103 = static_cast<double>(t102);
-                const double t104 = (0.5 * t103);
-                const double t105 = static_cast<double>(t92);
-                const double t106 = (t105 + t104);
-                const double t107 = std::lgamma(t106);
-                const double __sum_25_55 = (r99 + t107);
-                r99 = __sum_25_55;
+            const double t93 = static_cast<double>(d);
+            const double t94 = (0.25 * t93);
+            const double t95 = static_cast<double>((d - 1));
+            const double t96 = (t94 * t95);
+            const double t97 = (t96 * 1.1447298858494002);
+            double r98;
+            r98 = 0.0;
+            for (int64_t k99 = 0; k99 < d; ++k99) {
+                const int64_t t100 = (k99 + int64_t{1});
+                const int64_t t101 = (int64_t{1} - t100);
+                const double t102 = static_cast<double>(t101);
+                const double t103 = (0.5 * t102);
+                const double t104 = static_cast<double>(t91);
+                const double t105 = (t104 + t103);
+                const double t106 = std::lgamma(t105);
+                const double __sum_25_55 = (r98 + t106);
+                r98 = __sum_25_55;
             }
-            const double t108 = (t98 + r99);
-            r93 = t108;
+            const double t107 = (t97 + r98);
+            r92 = t107;
         }
-        const double t109 = static_cast<double>(t91);
-        const double C = (t109 - r93);
-        float acc110 = 0;
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            KS_OMP_SIMD(reduction(+:acc110))
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                const float qs_i113 = icf[i111 * T + i112];
-                const float t114 = ks::exp(qs_i113);
-                const float t115 = ks::ipow<2>(t114);
-                acc110 += t115;
-            }
-        }
-        float acc116 = 0;
-        for (int64_t i117 = 0; i117 < K; ++i117) {
-            KS_OMP_SIMD(reduction(+:acc116))
-            for (int64_t i118 = 0; i118 < (T - d); ++i118) {
-                const float ls_i = (icf + d)[i117 * T + i118];
-                const float t119 = ks::ipow<2>(ls_i);
-                acc116 += t119;
+        const double t108 = static_cast<double>(t90);
+        const double C = (t108 - r92);
+        float acc109 = 0;
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            KS_OMP_SIMD(reduction(+:acc109))
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                const float qs_i112 = icf[i110 * T + i111];
+                const float t113 = ks::exp(qs_i112);
+                const float t114 = ks::ipow<2>(t113);
+                acc109 += t114;
             }
         }
-        const float frobenius = (acc110 + acc116);
-        const float t120 = ks::ipow<2>(wishart_gamma);
-        const float t121 = (0.5f * t120);
-        const float t122 = (t121 * frobenius);
-        float acc123 = 0;
-        for (int64_t i124 = 0; i124 < K; ++i124) {
-            KS_OMP_SIMD(reduction(+:acc123))
-            for (int64_t i125 = 0; i125 < d; ++i125) {
-                const float qs_i126 = icf[i124 * T + i125];
-                acc123 += qs_i126;
+        float acc115 = 0;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            KS_OMP_SIMD(reduction(+:acc115))
+            for (int64_t i117 = 0; i117 < (T - d); ++i117) {
+                const float ls_i = (icf + d)[i116 * T + i117];
+                const float t118 = ks::ipow<2>(ls_i);
+                acc115 += t118;
             }
         }
-        const float t127 = (wishart_m * acc123);
-        const float t128 = (t122 - t127);
-        const double t129 = static_cast<double>(K);
-        const double t130 = (t129 * C);
-        const double t131 = static_cast<double>(t128);
-        const double t132 = (t131 - t130);
-        r85 = t132;
+        const float frobenius = (acc109 + acc115);
+        const float t119 = ks::ipow<2>(wishart_gamma);
+        const float t120 = (0.5f * t119);
+        const float t121 = (t120 * frobenius);
+        float acc122 = 0;
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            KS_OMP_SIMD(reduction(+:acc122))
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                const float qs_i125 = icf[i123 * T + i124];
+                acc122 += qs_i125;
+            }
+        }
+        const float t126 = (wishart_m * acc122);
+        const float t127 = (t121 - t126);
+        const double t128 = static_cast<double>(K);
+        const double t129 = (t128 * C);
+        const double t130 = static_cast<double>(t127);
+        const double t131 = (t130 - t129);
+        r84 = t131;
     }
-    const double t133 = (t84 + r85);
-    const float t134 = static_cast<float>(t133);
-    *out = t134;
+    const double t132 = (t83 + r84);
+    const float t133 = static_cast<float>(t132);
+    *out = t133;
     return ks::status::ok;
 }
 
@@ -1040,31 +1010,31 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp53 = reinterpret_cast<float*>(next_slot);
+    float* const tmp49 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp54 = reinterpret_cast<float*>(next_slot);
+    float* const tmp50 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp67 = reinterpret_cast<float*>(next_slot);
+    float* const tmp63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp73 = reinterpret_cast<float*>(next_slot);
+    float* const tmp69 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp96 = reinterpret_cast<float*>(next_slot);
+    float* const tmp92 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp97 = reinterpret_cast<float*>(next_slot);
+    float* const tmp93 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp103 = reinterpret_cast<float*>(next_slot);
+    float* const tmp99 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp168 = reinterpret_cast<float*>(next_slot);
+    float* const tmp159 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r182 = reinterpret_cast<float*>(next_slot);
+    float* const r173 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r187 = reinterpret_cast<float*>(next_slot);
+    float* const r177 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
@@ -1105,379 +1075,353 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
                 (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i31 = 0; i31 < d; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
-                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        for (int64_t i33 = 0; i33 < d; ++i33) {
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
-            }
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i35 = 0; i35 < d; ++i35) {
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
-            }
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i37 = 0; i37 < d; ++i37) {
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i39 = 0; i39 < K; ++i39) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i40 = 0; i40 < d; ++i40) {
-            const float qs_i = icf[i39 * T + i40];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const float qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i39] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i41 = 0; i41 < K; ++i41) {
-        const float alphas_i = alphas[i41];
-        const float x_i = tmp[i41];
-        const float base42 = (alphas_i + x_i);
-        base[i41] = base42;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const float alphas_i = alphas[i37];
+        const float x_i = tmp[i37];
+        const float base38 = (alphas_i + x_i);
+        base[i37] = base38;
     }
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            for (int64_t i45 = 0; i45 < d; ++i45) {
-                const float x_i46 = x[i43 * d + i45];
-                const float x_i47 = means[i44 * d + i45];
-                const float centered48 = (x_i46 - x_i47);
-                centered[i43 * (K * d) + i44 * d + i45] = centered48;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const float x_i42 = x[i39 * d + i41];
+                const float x_i43 = means[i40 * d + i41];
+                const float centered44 = (x_i42 - x_i43);
+                centered[i39 * (K * d) + i40 * d + i41] = centered44;
             }
         }
     }
-    for (int64_t i49 = 0; i49 < n; ++i49) {
-        for (int64_t i50 = 0; i50 < K; ++i50) {
-            for (int64_t i51 = 0; i51 < d; ++i51) {
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            for (int64_t i47 = 0; i47 < d; ++i47) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i52 = 0; i52 < d; ++i52) {
-                    dot += r[i50 * (d * d) + i51 * d + i52] * centered[i49 * (K * d) + i50 * d + i52];
+                for (int64_t i48 = 0; i48 < d; ++i48) {
+                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
                 }
-                mahalanobis[i49 * (K * d) + i50 * d + i51] = dot;
+                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
             }
         }
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        for (int64_t i56 = 0; i56 < K; ++i56) {
-            float acc57 = 0;
-            KS_OMP_SIMD(reduction(+:acc57))
-            for (int64_t i58 = 0; i58 < d; ++i58) {
-                const float mahalanobis_i = mahalanobis[i55 * (K * d) + i56 * d + i58];
-                const float t59 = ks::ipow<2>(mahalanobis_i);
-                const float t60 = (2.0f * mahalanobis_i);
-                tmp53[i55 * (K * d) + i56 * d + i58] = t60;
-                acc57 += t59;
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            float acc53 = 0;
+            KS_OMP_SIMD(reduction(+:acc53))
+            for (int64_t i54 = 0; i54 < d; ++i54) {
+                const float mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
+                const float t55 = ks::ipow<2>(mahalanobis_i);
+                const float t56 = (2.0f * mahalanobis_i);
+                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
+                acc53 += t55;
             }
-            tmp54[i55 * K + i56] = acc57;
+            tmp50[i51 * K + i52] = acc53;
         }
     }
-    for (int64_t i61 = 0; i61 < n; ++i61) {
-        for (int64_t i62 = 0; i62 < K; ++i62) {
-            const float x_i63 = tmp54[i61 * K + i62];
-            const float t64 = (0.5f * x_i63);
-            const float x_i65 = base[i62];
-            const float scores66 = (x_i65 - t64);
-            scores[i61 * K + i62] = scores66;
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            const float x_i59 = tmp50[i57 * K + i58];
+            const float t60 = (0.5f * x_i59);
+            const float x_i61 = base[i58];
+            const float scores62 = (x_i61 - t60);
+            scores[i57 * K + i58] = scores62;
         }
     }
-    for (int64_t i68 = 0; i68 < n; ++i68) {
-        float acc69 = ks::lowest<float>();
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            const float x_i71 = scores[i68 * K + i70];
-            acc69 = ks::max(x_i71, acc69);
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        float acc65 = ks::lowest<float>();
+        for (int64_t i66 = 0; i66 < K; ++i66) {
+            const float x_i67 = scores[i64 * K + i66];
+            acc65 = ks::max(x_i67, acc65);
         }
-        tmp67[i68] = acc69;
+        tmp63[i64] = acc65;
     }
-    float* const tmp72 = tmp54;  // reuses a dead buffer's space
-    for (int64_t i74 = 0; i74 < n; ++i74) {
-        float acc75 = 0;
-        KS_OMP_SIMD(reduction(+:acc75))
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            const float scores_i = scores[i74 * K + i76];
-            const float x_i77 = tmp67[i74];
-            const float t78 = (scores_i - x_i77);
-            const float t79 = ks::exp(t78);
-            tmp72[i74 * K + i76] = t79;
-            acc75 += t79;
+    float* const tmp68 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i70 = 0; i70 < n; ++i70) {
+        float acc71 = 0;
+        KS_OMP_SIMD(reduction(+:acc71))
+        for (int64_t i72 = 0; i72 < K; ++i72) {
+            const float scores_i = scores[i70 * K + i72];
+            const float x_i73 = tmp63[i70];
+            const float t74 = (scores_i - x_i73);
+            const float t75 = ks::exp(t74);
+            tmp68[i70 * K + i72] = t75;
+            acc71 += t75;
         }
-        tmp73[i74] = acc75;
+        tmp69[i70] = acc71;
     }
-    float* const tmp80 = tmp67;  // reuses a dead buffer's space
-    for (int64_t i81 = 0; i81 < n; ++i81) {
-        const float x_i82 = tmp73[i81];
-        const float t83 = (1.0f / x_i82);
-        tmp80[i81] = t83;
+    float* const tmp76 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i77 = 0; i77 < n; ++i77) {
+        const float x_i78 = tmp69[i77];
+        const float t79 = (1.0f / x_i78);
+        tmp76[i77] = t79;
     }
-    float acc84 = ks::lowest<float>();
+    float acc80 = ks::lowest<float>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const float x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
+    }
+    float* const tmp83 = tmp;  // reuses a dead buffer's space
+    float acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
     for (int64_t i85 = 0; i85 < K; ++i85) {
-        const float x_i86 = alphas[i85];
-        acc84 = ks::max(x_i86, acc84);
+        const float alphas_i86 = alphas[i85];
+        const float x_i87 = acc80;
+        const float t88 = (alphas_i86 - x_i87);
+        const float t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    float* const tmp87 = tmp;  // reuses a dead buffer's space
-    float acc88 = 0;
-    KS_OMP_SIMD(reduction(+:acc88))
-    for (int64_t i89 = 0; i89 < K; ++i89) {
-        const float alphas_i90 = alphas[i89];
-        const float x_i91 = acc84;
-        const float t92 = (alphas_i90 - x_i91);
-        const float t93 = ks::exp(t92);
-        tmp87[i89] = t93;
-        acc88 += t93;
-    }
-    const float t94 = (1.0f / acc88);
-    const float t95 = static_cast<float>(n);
-    for (int64_t i98 = 0; i98 < K; ++i98) {
-        for (int64_t i99 = 0; i99 < d; ++i99) {
-            const float qs_i100 = icf[i98 * T + i99];
-            const float t101 = ks::exp(qs_i100);
-            tmp96[i98 * d + i99] = t101;
-            const float t102 = (2.0f * t101);
-            tmp97[i98 * d + i99] = t102;
+    const float t90 = (1.0f / acc84);
+    const float t91 = static_cast<float>(n);
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const float qs_i96 = icf[i94 * T + i95];
+            const float t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const float t98 = (2.0f * t97);
+            tmp93[i94 * d + i95] = t98;
         }
     }
-    for (int64_t i104 = 0; i104 < K; ++i104) {
-        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
-            const float ls_i = (icf + d)[i104 * T + i105];
-            const float t106 = (2.0f * ls_i);
-            tmp103[i104 * ((T - d)) + i105] = t106;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const float ls_i = (icf + d)[i100 * T + i101];
+            const float t102 = (2.0f * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
-    const float t107 = ks::ipow<2>(wishart_gamma);
-    const float t108 = (0.5f * t107);
-    const float t109 = ((-1.0f) * wishart_m);
-    for (int64_t i110 = 0; i110 < K; ++i110) {
-        for (int64_t i111 = 0; i111 < (T - d); ++i111) {
-            const float x_i112 = t108;
-            const float x_i113 = tmp103[i110 * ((T - d)) + i111];
-            const float d_ls114 = (x_i112 * x_i113);
-            d_ls[i110 * ((T - d)) + i111] = d_ls114;
+    const float t103 = ks::ipow<2>(wishart_gamma);
+    const float t104 = (0.5f * t103);
+    const float t105 = ((-1.0f) * wishart_m);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const float x_i108 = t104;
+            const float x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const float d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    for (int64_t i115 = 0; i115 < K; ++i115) {
-        for (int64_t i116 = 0; i116 < d; ++i116) {
-            const float x_i117 = t108;
-            const float x_i118 = tmp97[i115 * d + i116];
-            const float t119 = (x_i117 * x_i118);
-            const float x_i120 = tmp96[i115 * d + i116];
-            const float t121 = (t119 * x_i120);
-            const float d_qs_i = t109;
-            const float d_qs122 = (d_qs_i + t121);
-            d_qs[i115 * d + i116] = d_qs122;
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const float x_i113 = t104;
+            const float x_i114 = tmp93[i111 * d + i112];
+            const float t115 = (x_i113 * x_i114);
+            const float x_i116 = tmp92[i111 * d + i112];
+            const float t117 = (t115 * x_i116);
+            const float d_qs_i = t105;
+            const float d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    const float t123 = ((-1.0f) * t95);
-    const float t124 = (t123 * t94);
+    const float t119 = ((-1.0f) * t91);
+    const float t120 = (t119 * t90);
     float* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < K; ++i125) {
-        const float x_i126 = t124;
-        const float x_i127 = tmp87[i125];
-        const float d_alphas128 = (x_i126 * x_i127);
-        d_alphas[i125] = d_alphas128;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const float x_i122 = t120;
+        const float x_i123 = tmp83[i121];
+        const float d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i129 = 0; i129 < n; ++i129) {
-        for (int64_t i130 = 0; i130 < K; ++i130) {
-            const float x_i131 = tmp80[i129];
-            const float x_i132 = tmp72[i129 * K + i130];
-            const float d_scores133 = (x_i131 * x_i132);
-            d_scores[i129 * K + i130] = d_scores133;
+    for (int64_t i125 = 0; i125 < n; ++i125) {
+        for (int64_t i126 = 0; i126 < K; ++i126) {
+            const float x_i127 = tmp76[i125];
+            const float x_i128 = tmp68[i125 * K + i126];
+            const float d_scores129 = (x_i127 * x_i128);
+            d_scores[i125 * K + i126] = d_scores129;
         }
     }
     float* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i134 = 0; i134 < K; ++i134) {
-        sum[i134] = 0;
+    for (int64_t i130 = 0; i130 < K; ++i130) {
+        sum[i130] = 0;
     }
-    for (int64_t i135 = 0; i135 < n; ++i135) {
-        for (int64_t i136 = 0; i136 < K; ++i136) {
-            sum[i136] += d_scores[i135 * K + i136];
+    for (int64_t i131 = 0; i131 < n; ++i131) {
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            sum[i132] += d_scores[i131 * K + i132];
         }
     }
-    float* const tmp137 = tmp54;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < n; ++i138) {
-        for (int64_t i139 = 0; i139 < K; ++i139) {
-            const float d_scores_i = d_scores[i138 * K + i139];
-            const float t140 = (d_scores_i * (-1.0f));
-            const float t141 = (t140 * 0.5f);
-            tmp137[i138 * K + i139] = t141;
+    float* const tmp133 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i134 = 0; i134 < n; ++i134) {
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const float d_scores_i = d_scores[i134 * K + i135];
+            const float t136 = (d_scores_i * (-1.0f));
+            const float t137 = (t136 * 0.5f);
+            tmp133[i134 * K + i135] = t137;
         }
     }
     float* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i142 = 0; i142 < n; ++i142) {
-        for (int64_t i143 = 0; i143 < K; ++i143) {
-            for (int64_t i144 = 0; i144 < d; ++i144) {
-                const float x_i145 = tmp137[i142 * K + i143];
-                const float x_i146 = tmp53[i142 * (K * d) + i143 * d + i144];
-                const float d_mahalanobis147 = (x_i145 * x_i146);
-                d_mahalanobis[i142 * (K * d) + i143 * d + i144] = d_mahalanobis147;
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            for (int64_t i140 = 0; i140 < d; ++i140) {
+                const float x_i141 = tmp133[i138 * K + i139];
+                const float x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
+                const float d_mahalanobis143 = (x_i141 * x_i142);
+                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
             }
         }
     }
-    float* const d_centered = tmp53;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < n; ++i148) {
-        for (int64_t i149 = 0; i149 < K; ++i149) {
-            for (int64_t i150 = 0; i150 < d; ++i150) {
-                d_centered[i148 * (K * d) + i149 * d + i150] = 0;
-            }
-        }
+    float* const d_centered = tmp49;  // reuses a dead buffer's space
+    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
+        d_centered[i144] = 0;
     }
-    for (int64_t i151 = 0; i151 < n; ++i151) {
-        for (int64_t i152 = 0; i152 < K; ++i152) {
-            for (int64_t i153 = 0; i153 < d; ++i153) {
-                for (int64_t i154 = 0; i154 < d; ++i154) {
-                    d_centered[i151 * (K * d) + i152 * d + i154] += d_mahalanobis[i151 * (K * d) + i152 * d + i153] * r[i152 * (d * d) + i153 * d + i154];
+    for (int64_t i145 = 0; i145 < n; ++i145) {
+        for (int64_t i146 = 0; i146 < K; ++i146) {
+            for (int64_t i147 = 0; i147 < d; ++i147) {
+                for (int64_t i148 = 0; i148 < d; ++i148) {
+                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
                 }
             }
         }
     }
     float* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < K; ++i155) {
-        for (int64_t i156 = 0; i156 < d; ++i156) {
-            for (int64_t i157 = 0; i157 < d; ++i157) {
-                prod[i155 * (d * d) + i156 * d + i157] = 0;
-            }
-        }
+    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
+        prod[i149] = 0;
     }
-    for (int64_t i158 = 0; i158 < K; ++i158) {
-        for (int64_t i159 = 0; i159 < d; ++i159) {
-            for (int64_t i160 = 0; i160 < n; ++i160) {
-                for (int64_t i161 = 0; i161 < d; ++i161) {
-                    prod[i158 * (d * d) + i159 * d + i161] += d_mahalanobis[i160 * (K * d) + i158 * d + i159] * centered[i160 * (K * d) + i158 * d + i161];
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            for (int64_t i152 = 0; i152 < n; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
                 }
             }
         }
     }
-    float* const sum162 = tmp96;  // reuses a dead buffer's space
-    for (int64_t i163 = 0; i163 < K; ++i163) {
-        for (int64_t i164 = 0; i164 < d; ++i164) {
-            sum162[i163 * d + i164] = 0;
-        }
+    float* const sum154 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i155 = 0; i155 < K * d; ++i155) {
+        sum154[i155] = 0;
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                sum162[i166 * d + i167] += d_centered[i165 * (K * d) + i166 * d + i167];
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
             }
         }
     }
-    for (int64_t i169 = 0; i169 < 1; ++i169) {
-        for (int64_t i170 = 0; i170 < K; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                const float x_i172 = sum162[i169 * (K * d) + i170 * d + i171];
-                const float t173 = (x_i172 * (-1.0f));
-                tmp168[i169 * (K * d) + i170 * d + i171] = t173;
+    for (int64_t i160 = 0; i160 < 1; ++i160) {
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            for (int64_t i162 = 0; i162 < d; ++i162) {
+                const float x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
+                const float t164 = (x_i163 * (-1.0f));
+                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
             }
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        const float d_alphas_i = d_alphas[i174];
-        const float d_base_i = sum[i174];
-        const float d_alphas175 = (d_alphas_i + d_base_i);
-        out_d_alphas[i174] = d_alphas175;
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        const float d_alphas_i = d_alphas[i165];
+        const float d_base_i = sum[i165];
+        const float d_alphas166 = (d_alphas_i + d_base_i);
+        out_d_alphas[i165] = d_alphas166;
     }
-    float* const d_qs176 = tmp96;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            const float d_qs_i179 = d_qs[i177 * d + i178];
-            const float x_i180 = sum[i177];
-            const float d_qs181 = (d_qs_i179 + x_i180);
-            d_qs176[i177 * d + i178] = d_qs181;
-        }
-    }
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < T; ++i184) {
-            r182[i183 * T + i184] = 0.0f;
+    float* const d_qs167 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < d; ++i169) {
+            const float d_qs_i170 = d_qs[i168 * d + i169];
+            const float x_i171 = sum[i168];
+            const float d_qs172 = (d_qs_i170 + x_i171);
+            d_qs167[i168 * d + i169] = d_qs172;
         }
     }
-    for (int64_t k185 = K - 1; k185 >= 0; --k185) {
-        float* const r186 = r10;  // reuses a dead buffer's space
-        float r188;
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            r186[i189] = 0.0f;
+    for (int64_t i174 = 0; i174 < K * T; ++i174) {
+        r173[i174] = 0.0f;
+    }
+    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
+        float* const r176 = r10;  // reuses a dead buffer's space
+        float r178;
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            r176[i179] = 0.0f;
         }
-        for (int64_t i190 = 0; i190 < T; ++i190) {
-            r187[i190] = 0.0f;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            r177[i180] = 0.0f;
         }
-        r188 = 0.0f;
-        for (int64_t k191 = d - 1; k191 >= 0; --k191) {
-            float r192;
-            float r193;
-            r192 = 0.0f;
-            r193 = r188;
-            for (int64_t k194 = d - 1; k194 >= 0; --k194) {
-                const int64_t t195 = ((2*d) - k194);
-                const int64_t t196 = (t195 - int64_t{1});
-                const int64_t t197 = (k194 * t196);
-                const int64_t t198 = ks::floordiv(t197, int64_t{2});
-                const int64_t t199 = (d + t198);
-                const int64_t t200 = (t199 + k191);
-                const int64_t t201 = (t200 - k194);
-                const int64_t t202 = (t201 - int64_t{1});
-                const float t203 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? (((prod + k185 * (d * d)) + k191 * d) + k194)[0] : 0.0f);
-                const float t204 = ((((r3 + k185 * (d * d)) + k191 * d) + k194)[0] ? 0.0f : (((prod + k185 * (d * d)) + k191 * d) + k194)[0]);
-                const float t205 = ((((r2 + k185 * (d * d)) + k191 * d) + k194)[0] ? t204 : 0.0f);
-                (r187 + ks::clamp_index(t202, T))[0] += t205;
-                const float t206 = (t203 * (((r1 + k185 * (d * d)) + k191 * d) + k194)[0]);
-                const float t207 = (r192 + t206);
-                r192 = t207;
+        r178 = 0.0f;
+        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
+            float r182;
+            float r183;
+            r182 = 0.0f;
+            r183 = r178;
+            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
+                const int64_t t185 = ((2*d) - k184);
+                const int64_t t186 = (t185 - int64_t{1});
+                const int64_t t187 = (k184 * t186);
+                const int64_t t188 = ks::floordiv(t187, int64_t{2});
+                const int64_t t189 = (d + t188);
+                const int64_t t190 = (t189 + k181);
+                const int64_t t191 = (t190 - k184);
+                const int64_t t192 = (t191 - int64_t{1});
+                const float t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0f);
+                const float t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0f : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const float t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0f);
+                (r177 + ks::clamp_index(t192, T))[0] += t195;
+                const float t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const float t197 = (r182 + t196);
+                r182 = t197;
             }
-            (r186 + k191)[0] += r192;
-            r188 = r193;
+            (r176 + k181)[0] += r182;
+            r178 = r183;
         }
-        (r186 + ks::clamp_index(int64_t{0}, d))[0] += r188;
-        for (int64_t i208 = 0; i208 < T; ++i208) {
-            (r182 + k185 * T)[i208] += r187[i208];
+        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
+        for (int64_t i198 = 0; i198 < T; ++i198) {
+            (r173 + k175 * T)[i198] += r177[i198];
         }
-        for (int64_t i209 = 0; i209 < d; ++i209) {
-            (d_qs176 + k185 * d)[i209] += r186[i209];
+        for (int64_t i199 = 0; i199 < d; ++i199) {
+            (d_qs167 + k175 * d)[i199] += r176[i199];
         }
+    }
+    for (int64_t i200 = 0; i200 < K * T; ++i200) {
+        padded[i200] = 0.0f;
+    }
+    for (int64_t i201 = 0; i201 < K; ++i201) {
+        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
+            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
+        }
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < T; ++i204) {
+            const float x_i205 = r173[i203 * T + i204];
+            const float x_i206 = padded[i203 * T + i204];
+            const float d_icf207 = (x_i205 + x_i206);
+            d_icf[i203 * T + i204] = d_icf207;
+        }
+    }
+    float* const padded208 = r173;  // reuses a dead buffer's space
+    for (int64_t i209 = 0; i209 < K * T; ++i209) {
+        padded208[i209] = 0.0f;
     }
     for (int64_t i210 = 0; i210 < K; ++i210) {
-        for (int64_t i211 = 0; i211 < T; ++i211) {
-            padded[i210 * T + i211] = 0.0f;
+        for (int64_t i211 = 0; i211 < d; ++i211) {
+            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
         }
     }
     for (int64_t i212 = 0; i212 < K; ++i212) {
-        for (int64_t i213 = 0; i213 < (T - d); ++i213) {
-            (padded + d)[i212 * T + i213] = d_ls[i212 * ((T - d)) + i213];
+        for (int64_t i213 = 0; i213 < T; ++i213) {
+            const float d_icf_i = d_icf[i212 * T + i213];
+            const float x_i214 = padded208[i212 * T + i213];
+            const float d_icf215 = (d_icf_i + x_i214);
+            out_d_icf[i212 * T + i213] = d_icf215;
         }
     }
-    for (int64_t i214 = 0; i214 < K; ++i214) {
-        for (int64_t i215 = 0; i215 < T; ++i215) {
-            const float x_i216 = r182[i214 * T + i215];
-            const float x_i217 = padded[i214 * T + i215];
-            const float d_icf218 = (x_i216 + x_i217);
-            d_icf[i214 * T + i215] = d_icf218;
-        }
-    }
-    float* const padded219 = r182;  // reuses a dead buffer's space
-    for (int64_t i220 = 0; i220 < K; ++i220) {
-        for (int64_t i221 = 0; i221 < T; ++i221) {
-            padded219[i220 * T + i221] = 0.0f;
-        }
-    }
-    for (int64_t i222 = 0; i222 < K; ++i222) {
-        for (int64_t i223 = 0; i223 < d; ++i223) {
-            padded219[i222 * T + i223] = d_qs176[i222 * d + i223];
-        }
-    }
-    for (int64_t i224 = 0; i224 < K; ++i224) {
-        for (int64_t i225 = 0; i225 < T; ++i225) {
-            const float d_icf_i = d_icf[i224 * T + i225];
-            const float x_i226 = padded219[i224 * T + i225];
-            const float d_icf227 = (d_icf_i + x_i226);
-            out_d_icf[i224 * T + i225] = d_icf227;
-        }
-    }
-    for (int64_t i228 = 0; i228 < K; ++i228) {
-        for (int64_t i229 = 0; i229 < d; ++i229) {
-            out_d_means[i228 * d + i229] = tmp168[i228 * d + i229];
-        }
+    for (int64_t i216 = 0; i216 < K * d; ++i216) {
+        out_d_means[i216] = tmp159[i216];
     }
     return ks::status::ok;
 }
@@ -1503,11 +1447,11 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp25 = reinterpret_cast<double*>(next_slot);
+    double* const tmp24 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp39 = reinterpret_cast<double*>(next_slot);
+    double* const tmp38 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -1534,183 +1478,181 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const double qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const double alphas_i = alphas[i22];
-        const double x_i = tmp[i22];
-        const double base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const double alphas_i = alphas[i21];
+        const double x_i = tmp[i21];
+        const double base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
     double slse;
     slse = 0.0;
-    for (int64_t k24 = 0; k24 < n; ++k24) {
-        for (int64_t i26 = 0; i26 < K; ++i26) {
-            for (int64_t i27 = 0; i27 < d; ++i27) {
-                const double x_i28 = (x + k24 * d)[i27];
-                const double means_i = means[i26 * d + i27];
-                const double t29 = (x_i28 - means_i);
-                tmp25[i26 * d + i27] = t29;
+    for (int64_t k23 = 0; k23 < n; ++k23) {
+        for (int64_t i25 = 0; i25 < K; ++i25) {
+            for (int64_t i26 = 0; i26 < d; ++i26) {
+                const double x_i27 = (x + k23 * d)[i26];
+                const double means_i = means[i25 * d + i26];
+                const double t28 = (x_i27 - means_i);
+                tmp24[i25 * d + i26] = t28;
             }
         }
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            for (int64_t i31 = 0; i31 < d; ++i31) {
+        for (int64_t i29 = 0; i29 < K; ++i29) {
+            for (int64_t i30 = 0; i30 < d; ++i30) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i32 = 0; i32 < d; ++i32) {
-                    dot += Qs[i30 * (d * d) + i31 * d + i32] * tmp25[i30 * d + i32];
+                for (int64_t i31 = 0; i31 < d; ++i31) {
+                    dot += Qs[i29 * (d * d) + i30 * d + i31] * tmp24[i29 * d + i31];
                 }
-                prod[i30 * d + i31] = dot;
+                prod[i29 * d + i30] = dot;
             }
         }
-        double* const tmp33 = tmp;  // reuses a dead buffer's space
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            double acc35 = 0;
-            KS_OMP_SIMD(reduction(+:acc35))
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                const double x_i37 = prod[i34 * d + i36];
-                const double t38 = ks::ipow<2>(x_i37);
-                acc35 += t38;
+        double* const tmp32 = tmp;  // reuses a dead buffer's space
+        for (int64_t i33 = 0; i33 < K; ++i33) {
+            double acc34 = 0;
+            KS_OMP_SIMD(reduction(+:acc34))
+            for (int64_t i35 = 0; i35 < d; ++i35) {
+                const double x_i36 = prod[i33 * d + i35];
+                const double t37 = ks::ipow<2>(x_i36);
+                acc34 += t37;
             }
-            tmp33[i34] = acc35;
+            tmp32[i33] = acc34;
         }
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const double x_i41 = tmp33[i40];
-            const double t42 = (0.5 * x_i41);
-            const double x_i43 = base[i40];
-            const double t44 = (x_i43 - t42);
-            tmp39[i40] = t44;
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = tmp32[i39];
+            const double t41 = (0.5 * x_i40);
+            const double x_i42 = base[i39];
+            const double t43 = (x_i42 - t41);
+            tmp38[i39] = t43;
         }
-        double acc45 = ks::lowest<double>();
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = tmp39[i46];
-            acc45 = ks::max(x_i47, acc45);
+        double acc44 = ks::lowest<double>();
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double x_i46 = tmp38[i45];
+            acc44 = ks::max(x_i46, acc44);
         }
-        double acc48 = 0;
-        KS_OMP_SIMD(reduction(+:acc48))
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const double x_i50 = tmp39[i49];
-            const double x_i51 = acc45;
-            const double t52 = (x_i50 - x_i51);
-            const double t53 = ks::exp(t52);
-            acc48 += t53;
+        double acc47 = 0;
+        KS_OMP_SIMD(reduction(+:acc47))
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp38[i48];
+            const double x_i50 = acc44;
+            const double t51 = (x_i49 - x_i50);
+            const double t52 = ks::exp(t51);
+            acc47 += t52;
         }
-        const double t54 = ks::log(acc48);
-        const double t55 = (t54 + acc45);
-        const double __sum_66_14 = (slse + t55);
+        const double t53 = ks::log(acc47);
+        const double t54 = (t53 + acc44);
+        const double __sum_66_14 = (slse + t54);
         slse = __sum_66_14;
     }
-    const int64_t t56 = (-n);
-    const int64_t t57 = (t56 * d);
-    const double t58 = static_cast<double>(t57);
-    const double t59 = (t58 * 0.5);
-    const double constant = (t59 * 1.8378770664093453);
-    const double t60 = (constant + slse);
-    double acc61 = ks::lowest<double>();
-    for (int64_t i62 = 0; i62 < K; ++i62) {
-        const double x_i63 = alphas[i62];
-        acc61 = ks::max(x_i63, acc61);
+    const int64_t t55 = (-n);
+    const int64_t t56 = (t55 * d);
+    const double t57 = static_cast<double>(t56);
+    const double t58 = (t57 * 0.5);
+    const double constant = (t58 * 1.8378770664093453);
+    const double t59 = (constant + slse);
+    double acc60 = ks::lowest<double>();
+    for (int64_t i61 = 0; i61 < K; ++i61) {
+        const double x_i62 = alphas[i61];
+        acc60 = ks::max(x_i62, acc60);
     }
-    double acc64 = 0;
-    KS_OMP_SIMD(reduction(+:acc64))
-    for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double alphas_i66 = alphas[i65];
-        const double x_i67 = acc61;
-        const double t68 = (alphas_i66 - x_i67);
-        const double t69 = ks::exp(t68);
-        acc64 += t69;
+    double acc63 = 0;
+    KS_OMP_SIMD(reduction(+:acc63))
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        const double alphas_i65 = alphas[i64];
+        const double x_i66 = acc60;
+        const double t67 = (alphas_i65 - x_i66);
+        const double t68 = ks::exp(t67);
+        acc63 += t68;
     }
-    const double t70 = ks::log(acc64);
-    const double t71 = (t70 + acc61);
-    const double t72 = static_cast<double>(n);
-    const double t73 = (t72 * t71);
-    const double t74 = (t60 - t73);
-    double r75;
+    const double t69 = ks::log(acc63);
+    const double t70 = (t69 + acc60);
+    const double t71 = static_cast<double>(n);
+    const double t72 = (t71 * t70);
+    const double t73 = (t59 - t72);
+    double r74;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t76 = static_cast<double>(d);
-        const double t77 = (t76 + wishart_m);
-        const double n_w = (t77 + 1.0);
-        const double t78 = (n_w * t76);
-        const double t79 = ks::log(wishart_gamma);
-        const double t80 = (t79 - 0.34657359027997264);
-        const double t81 = (t78 * t80);
-        const double t82 = (0.5 * n_w);
-        double r83;
+        const double t75 = static_cast<double>(d);
+        const double t76 = (t75 + wishart_m);
+        const double n_w = (t76 + 1.0);
+        const double t77 = (n_w * t75);
+        const double t78 = ks::log(wishart_gamma);
+        const double t79 = (t78 - 0.34657359027997264);
+        const double t80 = (t77 * t79);
+        const double t81 = (0.5 * n_w);
+        double r82;
         {  // log_gamma_d(a)
-            const double t84 = static_cast<double>(d);
-            const double t85 = (0.25 * t84);
-            const double t86 = static_cast<double>((d - 1));
-            const double t87 = (t85 * t86);
-            const double t88 = (t87 * 1.1447298858494002);
-            double r89;
-            r89 = 0.0;
-            for (int64_t k90 = 0; k90 < d; ++k90) {
-                const int64_t t91 = (k90 + int64_t{1});
-                const int64_t t92 = (int64_t{1} - t91);
-                const double t93 = static_cast<double>(t92);
-                const double t94 = (0.5 * t93);
-                const double t95 = (t82 + t94);
-                const double t96 = std::lgamma(t95);
-                const double __sum_25_55 = (r89 + t96);
-                r89 = __sum_25_55;
+            const double t83 = static_cast<double>(d);
+            const double t84 = (0.25 * t83);
+            const double t85 = static_cast<double>((d - 1));
+            const double t86 = (t84 * t85);
+            const double t87 = (t86 * 1.1447298858494002);
+            double r88;
+            r88 = 0.0;
+            for (int64_t k89 = 0; k89 < d; ++k89) {
+                const int64_t t90 = (k89 + int64_t{1});
+                const int64_t t91 = (int64_t{1} - t90);
+                const double t92 = static_cast<double>(t91);
+                const double t93 = (0.5 * t92);
+                const double t94 = (t81 + t93);
+                const double t95 = std::lgamma(t94);
+                const double __sum_25_55 = (r88 + t95);
+                r88 = __sum_25_55;
             }
-            const double t97 = (t88 + r89);
-            r83 = t97;
+            const double t96 = (t87 + r88);
+            r82 = t96;
         }
-        const double C = (t81 - r83);
-        double acc98 = 0;
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            KS_OMP_SIMD(reduction(+:acc98))
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                const double qs_i101 = icf[i99 * T + i100];
-                const double t102 = ks::exp(qs_i101);
-                const double t103 = ks::ipow<2>(t102);
-                acc98 += t103;
-            }
-        }
-        double acc104 = 0;
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i106 = 0; i106 < (T - d); ++i106) {
-                const double ls_i = (icf + d)[i105 * T + i106];
-                const double t107 = ks::ipow<2>(ls_i);
-                acc104 += t107;
+        const double C = (t80 - r82);
+        double acc97 = 0;
+        for (int64_t i98 = 0; i98 < K; ++i98) {
+            KS_OMP_SIMD(reduction(+:acc97))
+            for (int64_t i99 = 0; i99 < d; ++i99) {
+                const double qs_i100 = icf[i98 * T + i99];
+                const double t101 = ks::exp(qs_i100);
+                const double t102 = ks::ipow<2>(t101);
+                acc97 += t102;
             }
         }
-        const double frobenius = (acc98 + acc104);
-        const double t108 = ks::ipow<2>(wishart_gamma);
-        const double t109 = (0.5 * t108);
-        const double t110 = (t109 * frobenius);
-        double acc111 = 0;
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            KS_OMP_SIMD(reduction(+:acc111))
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                const double qs_i114 = icf[i112 * T + i113];
-                acc111 += qs_i114;
+        double acc103 = 0;
+        for (int64_t i104 = 0; i104 < K; ++i104) {
+            KS_OMP_SIMD(reduction(+:acc103))
+            for (int64_t i105 = 0; i105 < (T - d); ++i105) {
+                const double ls_i = (icf + d)[i104 * T + i105];
+                const double t106 = ks::ipow<2>(ls_i);
+                acc103 += t106;
             }
         }
-        const double t115 = (wishart_m * acc111);
-        const double t116 = (t110 - t115);
-        const double t117 = static_cast<double>(K);
-        const double t118 = (t117 * C);
-        const double t119 = (t116 - t118);
-        r75 = t119;
+        const double frobenius = (acc97 + acc103);
+        const double t107 = ks::ipow<2>(wishart_gamma);
+        const double t108 = (0.5 * t107);
+        const double t109 = (t108 * frobenius);
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < d; ++i112) {
+                const double qs_i113 = icf[i111 * T + i112];
+                acc110 += qs_i113;
+            }
+        }
+        const double t114 = (wishart_m * acc110);
+        const double t115 = (t109 - t114);
+        const double t116 = static_cast<double>(K);
+        const double t117 = (t116 * C);
+        const double t118 = (t115 - t117);
+        r74 = t118;
     }
-    const double t120 = (t74 + r75);
-    *out = t120;
+    const double t119 = (t73 + r74);
+    *out = t119;
     return ks::status::ok;
 }
 
@@ -1755,33 +1697,33 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r43 = reinterpret_cast<double*>(next_slot);
+    double* const r39 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r44 = reinterpret_cast<double*>(next_slot);
+    double* const r40 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r45 = reinterpret_cast<double*>(next_slot);
+    double* const r41 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r46 = reinterpret_cast<double*>(next_slot);
+    double* const r42 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp48 = reinterpret_cast<double*>(next_slot);
+    double* const tmp44 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp56 = reinterpret_cast<double*>(next_slot);
+    double* const tmp52 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp64 = reinterpret_cast<double*>(next_slot);
+    double* const tmp60 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp105 = reinterpret_cast<double*>(next_slot);
+    double* const tmp99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r132 = reinterpret_cast<double*>(next_slot);
+    double* const r126 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp143 = reinterpret_cast<double*>(next_slot);
+    double* const tmp134 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r186 = reinterpret_cast<double*>(next_slot);
+    double* const r175 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r191 = reinterpret_cast<double*>(next_slot);
+    double* const r179 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -1822,360 +1764,332 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
                 (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i31 = 0; i31 < d; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
-                (r + k4 * (d * d))[i31 * d + i32] = r5[i31 * d + i32];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        for (int64_t i33 = 0; i33 < d; ++i33) {
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                (r1 + k4 * (d * d))[i33 * d + i34] = r6[i33 * d + i34];
-            }
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i35 = 0; i35 < d; ++i35) {
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                (r2 + k4 * (d * d))[i35 * d + i36] = r7[i35 * d + i36];
-            }
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i37 = 0; i37 < d; ++i37) {
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r3 + k4 * (d * d))[i37 * d + i38] = r8[i37 * d + i38];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i39 = 0; i39 < K; ++i39) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i40 = 0; i40 < d; ++i40) {
-            const double qs_i = icf[i39 * T + i40];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const double qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i39] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i41 = 0; i41 < K; ++i41) {
-        const double alphas_i = alphas[i41];
-        const double x_i = tmp[i41];
-        const double base42 = (alphas_i + x_i);
-        base[i41] = base42;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const double alphas_i = alphas[i37];
+        const double x_i = tmp[i37];
+        const double base38 = (alphas_i + x_i);
+        base[i37] = base38;
     }
-    for (int64_t k47 = 0; k47 < n; ++k47) {
+    for (int64_t k43 = 0; k43 < n; ++k43) {
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            for (int64_t i46 = 0; i46 < d; ++i46) {
+                const double x_i47 = (x + k43 * d)[i46];
+                const double means_i = means[i45 * d + i46];
+                const double t48 = (x_i47 - means_i);
+                tmp44[i45 * d + i46] = t48;
+            }
+        }
         for (int64_t i49 = 0; i49 < K; ++i49) {
             for (int64_t i50 = 0; i50 < d; ++i50) {
-                const double x_i51 = (x + k47 * d)[i50];
-                const double means_i = means[i49 * d + i50];
-                const double t52 = (x_i51 - means_i);
-                tmp48[i49 * d + i50] = t52;
-            }
-        }
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            for (int64_t i54 = 0; i54 < d; ++i54) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i55 = 0; i55 < d; ++i55) {
-                    dot += r[i53 * (d * d) + i54 * d + i55] * tmp48[i53 * d + i55];
+                for (int64_t i51 = 0; i51 < d; ++i51) {
+                    dot += r[i49 * (d * d) + i50 * d + i51] * tmp44[i49 * d + i51];
                 }
-                prod[i53 * d + i54] = dot;
+                prod[i49 * d + i50] = dot;
             }
         }
-        double* const tmp57 = tmp;  // reuses a dead buffer's space
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            double acc59 = 0;
-            KS_OMP_SIMD(reduction(+:acc59))
-            for (int64_t i60 = 0; i60 < d; ++i60) {
-                const double x_i61 = prod[i58 * d + i60];
-                const double t62 = ks::ipow<2>(x_i61);
-                const double t63 = (2.0 * x_i61);
-                tmp56[i58 * d + i60] = t63;
-                acc59 += t62;
+        double* const tmp53 = tmp;  // reuses a dead buffer's space
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            double acc55 = 0;
+            KS_OMP_SIMD(reduction(+:acc55))
+            for (int64_t i56 = 0; i56 < d; ++i56) {
+                const double x_i57 = prod[i54 * d + i56];
+                const double t58 = ks::ipow<2>(x_i57);
+                const double t59 = (2.0 * x_i57);
+                tmp52[i54 * d + i56] = t59;
+                acc55 += t58;
             }
-            tmp57[i58] = acc59;
+            tmp53[i54] = acc55;
         }
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            const double x_i66 = tmp57[i65];
-            const double t67 = (0.5 * x_i66);
-            const double x_i68 = base[i65];
-            const double t69 = (x_i68 - t67);
-            tmp64[i65] = t69;
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double x_i62 = tmp53[i61];
+            const double t63 = (0.5 * x_i62);
+            const double x_i64 = base[i61];
+            const double t65 = (x_i64 - t63);
+            tmp60[i61] = t65;
         }
-        double acc70 = ks::lowest<double>();
+        double acc66 = ks::lowest<double>();
+        for (int64_t i67 = 0; i67 < K; ++i67) {
+            const double x_i68 = tmp60[i67];
+            acc66 = ks::max(x_i68, acc66);
+        }
+        double* const tmp69 = tmp;  // reuses a dead buffer's space
+        double acc70 = 0;
+        KS_OMP_SIMD(reduction(+:acc70))
         for (int64_t i71 = 0; i71 < K; ++i71) {
-            const double x_i72 = tmp64[i71];
-            acc70 = ks::max(x_i72, acc70);
+            const double x_i72 = tmp60[i71];
+            const double x_i73 = acc66;
+            const double t74 = (x_i72 - x_i73);
+            const double t75 = ks::exp(t74);
+            tmp69[i71] = t75;
+            acc70 += t75;
         }
-        double* const tmp73 = tmp;  // reuses a dead buffer's space
-        double acc74 = 0;
-        KS_OMP_SIMD(reduction(+:acc74))
-        for (int64_t i75 = 0; i75 < K; ++i75) {
-            const double x_i76 = tmp64[i75];
-            const double x_i77 = acc70;
-            const double t78 = (x_i76 - x_i77);
-            const double t79 = ks::exp(t78);
-            tmp73[i75] = t79;
-            acc74 += t79;
+        const double t76 = (1.0 / acc70);
+        for (int64_t i77 = 0; i77 < K * d; ++i77) {
+            (r39 + k43 * (K * d))[i77] = tmp44[i77];
         }
-        const double t80 = (1.0 / acc74);
-        for (int64_t i81 = 0; i81 < K; ++i81) {
-            for (int64_t i82 = 0; i82 < d; ++i82) {
-                (r43 + k47 * (K * d))[i81 * d + i82] = tmp48[i81 * d + i82];
-            }
+        for (int64_t i78 = 0; i78 < K * d; ++i78) {
+            (r40 + k43 * (K * d))[i78] = tmp52[i78];
         }
-        for (int64_t i83 = 0; i83 < K; ++i83) {
-            for (int64_t i84 = 0; i84 < d; ++i84) {
-                (r44 + k47 * (K * d))[i83 * d + i84] = tmp56[i83 * d + i84];
-            }
+        for (int64_t i79 = 0; i79 < K; ++i79) {
+            (r41 + k43 * K)[i79] = tmp69[i79];
         }
-        for (int64_t i85 = 0; i85 < K; ++i85) {
-            (r45 + k47 * K)[i85] = tmp73[i85];
-        }
-        (r46 + k47)[0] = t80;
+        (r42 + k43)[0] = t76;
     }
-    double acc86 = ks::lowest<double>();
-    for (int64_t i87 = 0; i87 < K; ++i87) {
-        const double x_i88 = alphas[i87];
-        acc86 = ks::max(x_i88, acc86);
+    double acc80 = ks::lowest<double>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const double x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
     }
-    double* const tmp89 = tmp;  // reuses a dead buffer's space
-    double acc90 = 0;
-    KS_OMP_SIMD(reduction(+:acc90))
-    for (int64_t i91 = 0; i91 < K; ++i91) {
-        const double alphas_i92 = alphas[i91];
-        const double x_i93 = acc86;
-        const double t94 = (alphas_i92 - x_i93);
-        const double t95 = ks::exp(t94);
-        tmp89[i91] = t95;
-        acc90 += t95;
+    double* const tmp83 = tmp;  // reuses a dead buffer's space
+    double acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double alphas_i86 = alphas[i85];
+        const double x_i87 = acc80;
+        const double t88 = (alphas_i86 - x_i87);
+        const double t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    const double t96 = (1.0 / acc90);
-    const double t97 = static_cast<double>(n);
-    double* const tmp98 = tmp48;  // reuses a dead buffer's space
-    double* const tmp99 = prod;  // reuses a dead buffer's space
+    const double t90 = (1.0 / acc84);
+    const double t91 = static_cast<double>(n);
+    double* const tmp92 = tmp44;  // reuses a dead buffer's space
+    double* const tmp93 = prod;  // reuses a dead buffer's space
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const double qs_i96 = icf[i94 * T + i95];
+            const double t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const double t98 = (2.0 * t97);
+            tmp93[i94 * d + i95] = t98;
+        }
+    }
     for (int64_t i100 = 0; i100 < K; ++i100) {
-        for (int64_t i101 = 0; i101 < d; ++i101) {
-            const double qs_i102 = icf[i100 * T + i101];
-            const double t103 = ks::exp(qs_i102);
-            tmp98[i100 * d + i101] = t103;
-            const double t104 = (2.0 * t103);
-            tmp99[i100 * d + i101] = t104;
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const double ls_i = (icf + d)[i100 * T + i101];
+            const double t102 = (2.0 * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
+    const double t103 = ks::ipow<2>(wishart_gamma);
+    const double t104 = (0.5 * t103);
+    const double t105 = ((-1.0) * wishart_m);
     for (int64_t i106 = 0; i106 < K; ++i106) {
         for (int64_t i107 = 0; i107 < (T - d); ++i107) {
-            const double ls_i = (icf + d)[i106 * T + i107];
-            const double t108 = (2.0 * ls_i);
-            tmp105[i106 * ((T - d)) + i107] = t108;
+            const double x_i108 = t104;
+            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const double d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    const double t109 = ks::ipow<2>(wishart_gamma);
-    const double t110 = (0.5 * t109);
-    const double t111 = ((-1.0) * wishart_m);
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < (T - d); ++i113) {
-            const double x_i114 = t110;
-            const double x_i115 = tmp105[i112 * ((T - d)) + i113];
-            const double d_ls116 = (x_i114 * x_i115);
-            d_ls[i112 * ((T - d)) + i113] = d_ls116;
+    double* const d_qs = tmp52;  // reuses a dead buffer's space
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const double x_i113 = t104;
+            const double x_i114 = tmp93[i111 * d + i112];
+            const double t115 = (x_i113 * x_i114);
+            const double x_i116 = tmp92[i111 * d + i112];
+            const double t117 = (t115 * x_i116);
+            const double d_qs_i = t105;
+            const double d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    double* const d_qs = tmp56;  // reuses a dead buffer's space
-    for (int64_t i117 = 0; i117 < K; ++i117) {
-        for (int64_t i118 = 0; i118 < d; ++i118) {
-            const double x_i119 = t110;
-            const double x_i120 = tmp99[i117 * d + i118];
-            const double t121 = (x_i119 * x_i120);
-            const double x_i122 = tmp98[i117 * d + i118];
-            const double t123 = (t121 * x_i122);
-            const double d_qs_i = t111;
-            const double d_qs124 = (d_qs_i + t123);
-            d_qs[i117 * d + i118] = d_qs124;
-        }
-    }
-    const double t125 = ((-1.0) * t97);
-    const double t126 = (t125 * t96);
+    const double t119 = ((-1.0) * t91);
+    const double t120 = (t119 * t90);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        const double x_i128 = t126;
-        const double x_i129 = tmp89[i127];
-        const double d_alphas130 = (x_i128 * x_i129);
-        d_alphas[i127] = d_alphas130;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const double x_i122 = t120;
+        const double x_i123 = tmp83[i121];
+        const double d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
-    double* const r131 = tmp;  // reuses a dead buffer's space
-    double r133;
-    for (int64_t i134 = 0; i134 < K; ++i134) {
-        r131[i134] = 0.0;
+    double* const r125 = tmp;  // reuses a dead buffer's space
+    double r127;
+    for (int64_t i128 = 0; i128 < K; ++i128) {
+        r125[i128] = 0.0;
     }
-    for (int64_t i135 = 0; i135 < K; ++i135) {
-        for (int64_t i136 = 0; i136 < d; ++i136) {
-            for (int64_t i137 = 0; i137 < d; ++i137) {
-                r132[i135 * (d * d) + i136 * d + i137] = 0.0;
-            }
+    for (int64_t i129 = 0; i129 < K * d * d; ++i129) {
+        r126[i129] = 0.0;
+    }
+    for (int64_t i130 = 0; i130 < K * d; ++i130) {
+        out_d_means[i130] = 0.0;
+    }
+    r127 = 1.0;
+    for (int64_t k131 = n - 1; k131 >= 0; --k131) {
+        const double t132 = (r127 * (r42 + k131)[0]);
+        double* const tmp133 = tmp60;  // reuses a dead buffer's space
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const double x_i136 = t132;
+            const double x_i137 = (r41 + k131 * K)[i135];
+            const double t138 = (x_i136 * x_i137);
+            const double x_i139 = r125[i135];
+            const double t140 = (x_i139 + t138);
+            tmp133[i135] = t140;
+            const double t141 = (t138 * (-1.0));
+            const double t142 = (t141 * 0.5);
+            tmp134[i135] = t142;
         }
-    }
-    for (int64_t i138 = 0; i138 < K; ++i138) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            out_d_means[i138 * d + i139] = 0.0;
-        }
-    }
-    r133 = 1.0;
-    for (int64_t k140 = n - 1; k140 >= 0; --k140) {
-        const double t141 = (r133 * (r46 + k140)[0]);
-        double* const tmp142 = tmp64;  // reuses a dead buffer's space
+        double* const tmp143 = tmp44;  // reuses a dead buffer's space
         for (int64_t i144 = 0; i144 < K; ++i144) {
-            const double x_i145 = t141;
-            const double x_i146 = (r45 + k140 * K)[i144];
-            const double t147 = (x_i145 * x_i146);
-            const double x_i148 = r131[i144];
-            const double t149 = (x_i148 + t147);
-            tmp142[i144] = t149;
-            const double t150 = (t147 * (-1.0));
-            const double t151 = (t150 * 0.5);
-            tmp143[i144] = t151;
-        }
-        double* const tmp152 = tmp48;  // reuses a dead buffer's space
-        for (int64_t i153 = 0; i153 < K; ++i153) {
-            for (int64_t i154 = 0; i154 < d; ++i154) {
-                const double x_i155 = tmp143[i153];
-                const double x_i156 = (r44 + k140 * (K * d))[i153 * d + i154];
-                const double t157 = (x_i155 * x_i156);
-                tmp152[i153 * d + i154] = t157;
+            for (int64_t i145 = 0; i145 < d; ++i145) {
+                const double x_i146 = tmp134[i144];
+                const double x_i147 = (r40 + k131 * (K * d))[i144 * d + i145];
+                const double t148 = (x_i146 * x_i147);
+                tmp143[i144 * d + i145] = t148;
             }
         }
-        double* const prod158 = prod;  // reuses a dead buffer's space
-        for (int64_t i159 = 0; i159 < K; ++i159) {
-            for (int64_t i160 = 0; i160 < d; ++i160) {
-                prod158[i159 * d + i160] = 0;
-            }
+        double* const prod149 = prod;  // reuses a dead buffer's space
+        for (int64_t i150 = 0; i150 < K * d; ++i150) {
+            prod149[i150] = 0;
         }
-        for (int64_t i161 = 0; i161 < K; ++i161) {
-            for (int64_t i162 = 0; i162 < d; ++i162) {
-                for (int64_t i163 = 0; i163 < d; ++i163) {
-                    prod158[i161 * d + i163] += tmp152[i161 * d + i162] * r[i161 * (d * d) + i162 * d + i163];
+        for (int64_t i151 = 0; i151 < K; ++i151) {
+            for (int64_t i152 = 0; i152 < d; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod149[i151 * d + i153] += tmp143[i151 * d + i152] * r[i151 * (d * d) + i152 * d + i153];
                 }
+            }
+        }
+        for (int64_t i154 = 0; i154 < K; ++i154) {
+            for (int64_t i155 = 0; i155 < d; ++i155) {
+                for (int64_t i156 = 0; i156 < d; ++i156) {
+                    r126[i154 * (d * d) + i155 * d + i156] += tmp143[i154 * d + i155] * (r39 + k131 * (K * d))[i154 * d + i156];
+                }
+            }
+        }
+        double* const tmp157 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i158 = 0; i158 < K; ++i158) {
+            for (int64_t i159 = 0; i159 < d; ++i159) {
+                const double x_i160 = prod149[i158 * d + i159];
+                const double t161 = (x_i160 * (-1.0));
+                const double x_i162 = out_d_means[i158 * d + i159];
+                const double t163 = (x_i162 + t161);
+                tmp157[i158 * d + i159] = t163;
             }
         }
         for (int64_t i164 = 0; i164 < K; ++i164) {
-            for (int64_t i165 = 0; i165 < d; ++i165) {
-                for (int64_t i166 = 0; i166 < d; ++i166) {
-                    r132[i164 * (d * d) + i165 * d + i166] += tmp152[i164 * d + i165] * (r43 + k140 * (K * d))[i164 * d + i166];
-                }
-            }
+            r125[i164] = tmp133[i164];
         }
-        double* const tmp167 = tmp48;  // reuses a dead buffer's space
-        for (int64_t i168 = 0; i168 < K; ++i168) {
-            for (int64_t i169 = 0; i169 < d; ++i169) {
-                const double x_i170 = prod158[i168 * d + i169];
-                const double t171 = (x_i170 * (-1.0));
-                const double x_i172 = out_d_means[i168 * d + i169];
-                const double t173 = (x_i172 + t171);
-                tmp167[i168 * d + i169] = t173;
-            }
-        }
-        for (int64_t i174 = 0; i174 < K; ++i174) {
-            r131[i174] = tmp142[i174];
-        }
-        for (int64_t i175 = 0; i175 < K; ++i175) {
-            for (int64_t i176 = 0; i176 < d; ++i176) {
-                out_d_means[i175 * d + i176] = tmp167[i175 * d + i176];
-            }
+        for (int64_t i165 = 0; i165 < K * d; ++i165) {
+            out_d_means[i165] = tmp157[i165];
         }
     }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        const double d_alphas_i = d_alphas[i177];
-        const double x_i178 = r131[i177];
-        const double d_alphas179 = (d_alphas_i + x_i178);
-        out_d_alphas[i177] = d_alphas179;
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        const double d_alphas_i = d_alphas[i166];
+        const double x_i167 = r125[i166];
+        const double d_alphas168 = (d_alphas_i + x_i167);
+        out_d_alphas[i166] = d_alphas168;
     }
-    double* const d_qs180 = tmp48;  // reuses a dead buffer's space
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < d; ++i182) {
-            const double d_qs_i183 = d_qs[i181 * d + i182];
-            const double x_i184 = r131[i181];
-            const double d_qs185 = (d_qs_i183 + x_i184);
-            d_qs180[i181 * d + i182] = d_qs185;
-        }
-    }
-    for (int64_t i187 = 0; i187 < K; ++i187) {
-        for (int64_t i188 = 0; i188 < T; ++i188) {
-            r186[i187 * T + i188] = 0.0;
+    double* const d_qs169 = tmp44;  // reuses a dead buffer's space
+    for (int64_t i170 = 0; i170 < K; ++i170) {
+        for (int64_t i171 = 0; i171 < d; ++i171) {
+            const double d_qs_i172 = d_qs[i170 * d + i171];
+            const double x_i173 = r125[i170];
+            const double d_qs174 = (d_qs_i172 + x_i173);
+            d_qs169[i170 * d + i171] = d_qs174;
         }
     }
-    for (int64_t k189 = K - 1; k189 >= 0; --k189) {
-        double* const r190 = r10;  // reuses a dead buffer's space
-        double r192;
-        for (int64_t i193 = 0; i193 < d; ++i193) {
-            r190[i193] = 0.0;
+    for (int64_t i176 = 0; i176 < K * T; ++i176) {
+        r175[i176] = 0.0;
+    }
+    for (int64_t k177 = K - 1; k177 >= 0; --k177) {
+        double* const r178 = r10;  // reuses a dead buffer's space
+        double r180;
+        for (int64_t i181 = 0; i181 < d; ++i181) {
+            r178[i181] = 0.0;
         }
-        for (int64_t i194 = 0; i194 < T; ++i194) {
-            r191[i194] = 0.0;
+        for (int64_t i182 = 0; i182 < T; ++i182) {
+            r179[i182] = 0.0;
         }
-        r192 = 0.0;
-        for (int64_t k195 = d - 1; k195 >= 0; --k195) {
-            double r196;
-            double r197;
-            r196 = 0.0;
-            r197 = r192;
-            for (int64_t k198 = d - 1; k198 >= 0; --k198) {
-                const int64_t t199 = ((2*d) - k198);
-                const int64_t t200 = (t199 - int64_t{1});
-                const int64_t t201 = (k198 * t200);
-                const int64_t t202 = ks::floordiv(t201, int64_t{2});
-                const int64_t t203 = (d + t202);
-                const int64_t t204 = (t203 + k195);
-                const int64_t t205 = (t204 - k198);
-                const int64_t t206 = (t205 - int64_t{1});
-                const double t207 = ((((r3 + k189 * (d * d)) + k195 * d) + k198)[0] ? (((r132 + k189 * (d * d)) + k195 * d) + k198)[0] : 0.0);
-                const double t208 = ((((r3 + k189 * (d * d)) + k195 * d) + k198)[0] ? 0.0 : (((r132 + k189 * (d * d)) + k195 * d) + k198)[0]);
-                const double t209 = ((((r2 + k189 * (d * d)) + k195 * d) + k198)[0] ? t208 : 0.0);
-                (r191 + ks::clamp_index(t206, T))[0] += t209;
-                const double t210 = (t207 * (((r1 + k189 * (d * d)) + k195 * d) + k198)[0]);
-                const double t211 = (r196 + t210);
-                r196 = t211;
+        r180 = 0.0;
+        for (int64_t k183 = d - 1; k183 >= 0; --k183) {
+            double r184;
+            double r185;
+            r184 = 0.0;
+            r185 = r180;
+            for (int64_t k186 = d - 1; k186 >= 0; --k186) {
+                const int64_t t187 = ((2*d) - k186);
+                const int64_t t188 = (t187 - int64_t{1});
+                const int64_t t189 = (k186 * t188);
+                const int64_t t190 = ks::floordiv(t189, int64_t{2});
+                const int64_t t191 = (d + t190);
+                const int64_t t192 = (t191 + k183);
+                const int64_t t193 = (t192 - k186);
+                const int64_t t194 = (t193 - int64_t{1});
+                const double t195 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? (((r126 + k177 * (d * d)) + k183 * d) + k186)[0] : 0.0);
+                const double t196 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? 0.0 : (((r126 + k177 * (d * d)) + k183 * d) + k186)[0]);
+                const double t197 = ((((r2 + k177 * (d * d)) + k183 * d) + k186)[0] ? t196 : 0.0);
+                (r179 + ks::clamp_index(t194, T))[0] += t197;
+                const double t198 = (t195 * (((r1 + k177 * (d * d)) + k183 * d) + k186)[0]);
+                const double t199 = (r184 + t198);
+                r184 = t199;
             }
-            (r190 + k195)[0] += r196;
-            r192 = r197;
+            (r178 + k183)[0] += r184;
+            r180 = r185;
         }
-        (r190 + ks::clamp_index(int64_t{0}, d))[0] += r192;
-        for (int64_t i212 = 0; i212 < T; ++i212) {
-            (r186 + k189 * T)[i212] += r191[i212];
+        (r178 + ks::clamp_index(int64_t{0}, d))[0] += r180;
+        for (int64_t i200 = 0; i200 < T; ++i200) {
+            (r175 + k177 * T)[i200] += r179[i200];
         }
+        for (int64_t i201 = 0; i201 < d; ++i201) {
+            (d_qs169 + k177 * d)[i201] += r178[i201];
+        }
+    }
+    for (int64_t i202 = 0; i202 < K * T; ++i202) {
+        padded[i202] = 0.0;
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < (T - d); ++i204) {
+            (padded + d)[i203 * T + i204] = d_ls[i203 * ((T - d)) + i204];
+        }
+    }
+    for (int64_t i205 = 0; i205 < K; ++i205) {
+        for (int64_t i206 = 0; i206 < T; ++i206) {
+            const double x_i207 = r175[i205 * T + i206];
+            const double x_i208 = padded[i205 * T + i206];
+            const double d_icf209 = (x_i207 + x_i208);
+            d_icf[i205 * T + i206] = d_icf209;
+        }
+    }
+    double* const padded210 = r175;  // reuses a dead buffer's space
+    for (int64_t i211 = 0; i211 < K * T; ++i211) {
+        padded210[i211] = 0.0;
+    }
+    for (int64_t i212 = 0; i212 < K; ++i212) {
         for (int64_t i213 = 0; i213 < d; ++i213) {
-            (d_qs180 + k189 * d)[i213] += r190[i213];
+            padded210[i212 * T + i213] = d_qs169[i212 * d + i213];
         }
     }
     for (int64_t i214 = 0; i214 < K; ++i214) {
         for (int64_t i215 = 0; i215 < T; ++i215) {
-            padded[i214 * T + i215] = 0.0;
-        }
-    }
-    for (int64_t i216 = 0; i216 < K; ++i216) {
-        for (int64_t i217 = 0; i217 < (T - d); ++i217) {
-            (padded + d)[i216 * T + i217] = d_ls[i216 * ((T - d)) + i217];
-        }
-    }
-    for (int64_t i218 = 0; i218 < K; ++i218) {
-        for (int64_t i219 = 0; i219 < T; ++i219) {
-            const double x_i220 = r186[i218 * T + i219];
-            const double x_i221 = padded[i218 * T + i219];
-            const double d_icf222 = (x_i220 + x_i221);
-            d_icf[i218 * T + i219] = d_icf222;
-        }
-    }
-    double* const padded223 = r186;  // reuses a dead buffer's space
-    for (int64_t i224 = 0; i224 < K; ++i224) {
-        for (int64_t i225 = 0; i225 < T; ++i225) {
-            padded223[i224 * T + i225] = 0.0;
-        }
-    }
-    for (int64_t i226 = 0; i226 < K; ++i226) {
-        for (int64_t i227 = 0; i227 < d; ++i227) {
-            padded223[i226 * T + i227] = d_qs180[i226 * d + i227];
-        }
-    }
-    for (int64_t i228 = 0; i228 < K; ++i228) {
-        for (int64_t i229 = 0; i229 < T; ++i229) {
-            const double d_icf_i = d_icf[i228 * T + i229];
-            const double x_i230 = padded223[i228 * T + i229];
-            const double d_icf231 = (d_icf_i + x_i230);
-            out_d_icf[i228 * T + i229] = d_icf231;
+            const double d_icf_i = d_icf[i214 * T + i215];
+            const double x_i216 = padded210[i214 * T + i215];
+            const double d_icf217 = (d_icf_i + x_i216);
+            out_d_icf[i214 * T + i215] = d_icf217;
         }
     }
     return ks::status::ok;
@@ -2393,19 +2307,19 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp71 = reinterpret_cast<double*>(next_slot);
+    double* const tmp69 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp79 = reinterpret_cast<double*>(next_slot);
+    double* const tmp77 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp85 = reinterpret_cast<double*>(next_slot);
+    double* const tmp83 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf103 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r127 = reinterpret_cast<double*>(next_slot);
+    double* const r122 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
@@ -2475,201 +2389,189 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
             acc41 += t46;
         }
         const double t47 = (1.0 / acc41);
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            for (int64_t i49 = 0; i49 < d; ++i49) {
-                (r + k4 * (K * d))[i48 * d + i49] = r6[i48 * d + i49];
-            }
+        for (int64_t i48 = 0; i48 < K * d; ++i48) {
+            (r + k4 * (K * d))[i48] = r6[i48];
+        }
+        for (int64_t i49 = 0; i49 < K * d; ++i49) {
+            (r1 + k4 * (K * d))[i49] = r7[i49];
         }
         for (int64_t i50 = 0; i50 < K; ++i50) {
-            for (int64_t i51 = 0; i51 < d; ++i51) {
-                (r1 + k4 * (K * d))[i50 * d + i51] = r7[i50 * d + i51];
-            }
-        }
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            (r2 + k4 * K)[i52] = tmp[i52];
+            (r2 + k4 * K)[i50] = tmp[i50];
         }
         (r3 + k4)[0] = t47;
     }
-    double acc53 = ks::lowest<double>();
-    for (int64_t i54 = 0; i54 < K; ++i54) {
-        const double x_i55 = alphas[i54];
-        acc53 = ks::max(x_i55, acc53);
+    double acc51 = ks::lowest<double>();
+    for (int64_t i52 = 0; i52 < K; ++i52) {
+        const double x_i53 = alphas[i52];
+        acc51 = ks::max(x_i53, acc51);
     }
-    double* const tmp56 = r5;  // reuses a dead buffer's space
-    double acc57 = 0;
-    KS_OMP_SIMD(reduction(+:acc57))
-    for (int64_t i58 = 0; i58 < K; ++i58) {
-        const double alphas_i = alphas[i58];
-        const double x_i59 = acc53;
-        const double t60 = (alphas_i - x_i59);
-        const double t61 = ks::exp(t60);
-        tmp56[i58] = t61;
-        acc57 += t61;
+    double* const tmp54 = r5;  // reuses a dead buffer's space
+    double acc55 = 0;
+    KS_OMP_SIMD(reduction(+:acc55))
+    for (int64_t i56 = 0; i56 < K; ++i56) {
+        const double alphas_i = alphas[i56];
+        const double x_i57 = acc51;
+        const double t58 = (alphas_i - x_i57);
+        const double t59 = ks::exp(t58);
+        tmp54[i56] = t59;
+        acc55 += t59;
     }
-    const double t62 = (1.0 / acc57);
-    const double t63 = static_cast<double>(n);
-    double* const tmp64 = r6;  // reuses a dead buffer's space
-    double* const tmp65 = r7;  // reuses a dead buffer's space
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        for (int64_t i67 = 0; i67 < d; ++i67) {
-            const double x_i68 = icf[i66 * T + i67];
-            const double t69 = ks::exp(x_i68);
-            tmp64[i66 * d + i67] = t69;
-            const double t70 = (2.0 * t69);
-            tmp65[i66 * d + i67] = t70;
+    const double t60 = (1.0 / acc55);
+    const double t61 = static_cast<double>(n);
+    double* const tmp62 = r6;  // reuses a dead buffer's space
+    double* const tmp63 = r7;  // reuses a dead buffer's space
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        for (int64_t i65 = 0; i65 < d; ++i65) {
+            const double x_i66 = icf[i64 * T + i65];
+            const double t67 = ks::exp(x_i66);
+            tmp62[i64 * d + i65] = t67;
+            const double t68 = (2.0 * t67);
+            tmp63[i64 * d + i65] = t68;
         }
     }
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        for (int64_t i73 = 0; i73 < (T - d); ++i73) {
-            const double x_i74 = (icf + d)[i72 * T + i73];
-            const double t75 = (2.0 * x_i74);
-            tmp71[i72 * ((T - d)) + i73] = t75;
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        for (int64_t i71 = 0; i71 < (T - d); ++i71) {
+            const double x_i72 = (icf + d)[i70 * T + i71];
+            const double t73 = (2.0 * x_i72);
+            tmp69[i70 * ((T - d)) + i71] = t73;
         }
     }
-    const double t76 = ks::ipow<2>(wishart_gamma);
-    const double t77 = (0.5 * t76);
-    const double t78 = ((-1.0) * wishart_m);
-    for (int64_t i80 = 0; i80 < K; ++i80) {
-        for (int64_t i81 = 0; i81 < (T - d); ++i81) {
-            const double x_i82 = t77;
-            const double x_i83 = tmp71[i80 * ((T - d)) + i81];
-            const double t84 = (x_i82 * x_i83);
-            tmp79[i80 * ((T - d)) + i81] = t84;
+    const double t74 = ks::ipow<2>(wishart_gamma);
+    const double t75 = (0.5 * t74);
+    const double t76 = ((-1.0) * wishart_m);
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        for (int64_t i79 = 0; i79 < (T - d); ++i79) {
+            const double x_i80 = t75;
+            const double x_i81 = tmp69[i78 * ((T - d)) + i79];
+            const double t82 = (x_i80 * x_i81);
+            tmp77[i78 * ((T - d)) + i79] = t82;
         }
     }
-    for (int64_t i86 = 0; i86 < K; ++i86) {
-        for (int64_t i87 = 0; i87 < d; ++i87) {
-            const double x_i88 = t77;
-            const double x_i89 = tmp65[i86 * d + i87];
-            const double t90 = (x_i88 * x_i89);
-            const double x_i91 = tmp64[i86 * d + i87];
-            const double t92 = (t90 * x_i91);
-            const double x_i93 = t78;
-            const double t94 = (x_i93 + t92);
-            tmp85[i86 * d + i87] = t94;
+    for (int64_t i84 = 0; i84 < K; ++i84) {
+        for (int64_t i85 = 0; i85 < d; ++i85) {
+            const double x_i86 = t75;
+            const double x_i87 = tmp63[i84 * d + i85];
+            const double t88 = (x_i86 * x_i87);
+            const double x_i89 = tmp62[i84 * d + i85];
+            const double t90 = (t88 * x_i89);
+            const double x_i91 = t76;
+            const double t92 = (x_i91 + t90);
+            tmp83[i84 * d + i85] = t92;
         }
     }
-    for (int64_t i95 = 0; i95 < K; ++i95) {
-        for (int64_t i96 = 0; i96 < T; ++i96) {
-            d_icf[i95 * T + i96] = 0.0;
+    for (int64_t i93 = 0; i93 < K * T; ++i93) {
+        d_icf[i93] = 0.0;
+    }
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < (T - d); ++i95) {
+            (d_icf + d)[i94 * T + i95] = tmp77[i94 * ((T - d)) + i95];
         }
+    }
+    for (int64_t i96 = 0; i96 < K * T; ++i96) {
+        padded[i96] = 0.0;
     }
     for (int64_t i97 = 0; i97 < K; ++i97) {
-        for (int64_t i98 = 0; i98 < (T - d); ++i98) {
-            (d_icf + d)[i97 * T + i98] = tmp79[i97 * ((T - d)) + i98];
+        for (int64_t i98 = 0; i98 < d; ++i98) {
+            padded[i97 * T + i98] = tmp83[i97 * d + i98];
         }
     }
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        for (int64_t i100 = 0; i100 < T; ++i100) {
-            padded[i99 * T + i100] = 0.0;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < T; ++i101) {
+            const double d_icf_i = d_icf[i100 * T + i101];
+            const double x_i102 = padded[i100 * T + i101];
+            const double d_icf103 = (d_icf_i + x_i102);
+            d_icf99[i100 * T + i101] = d_icf103;
         }
     }
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        for (int64_t i102 = 0; i102 < d; ++i102) {
-            padded[i101 * T + i102] = tmp85[i101 * d + i102];
-        }
-    }
-    for (int64_t i104 = 0; i104 < K; ++i104) {
-        for (int64_t i105 = 0; i105 < T; ++i105) {
-            const double d_icf_i = d_icf[i104 * T + i105];
-            const double x_i106 = padded[i104 * T + i105];
-            const double d_icf107 = (d_icf_i + x_i106);
-            d_icf103[i104 * T + i105] = d_icf107;
-        }
-    }
-    const double t108 = ((-1.0) * t63);
-    const double t109 = (t108 * t62);
+    const double t104 = ((-1.0) * t61);
+    const double t105 = (t104 * t60);
     double* const d_alphas = tmp;  // reuses a dead buffer's space
-    for (int64_t i110 = 0; i110 < K; ++i110) {
-        const double x_i111 = t109;
-        const double x_i112 = tmp56[i110];
-        const double d_alphas113 = (x_i111 * x_i112);
-        d_alphas[i110] = d_alphas113;
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        const double x_i107 = t105;
+        const double x_i108 = tmp54[i106];
+        const double d_alphas109 = (x_i107 * x_i108);
+        d_alphas[i106] = d_alphas109;
     }
-    double r114;
-    for (int64_t i115 = 0; i115 < K; ++i115) {
-        for (int64_t i116 = 0; i116 < d; ++i116) {
-            out_d_means[i115 * d + i116] = 0.0;
-        }
+    double r110;
+    for (int64_t i111 = 0; i111 < K * d; ++i111) {
+        out_d_means[i111] = 0.0;
     }
-    r114 = 1.0;
-    for (int64_t k117 = n - 1; k117 >= 0; --k117) {
-        const double t118 = (r114 * (r3 + k117)[0]);
-        double* const tmp119 = r5;  // reuses a dead buffer's space
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            const double x_i121 = t118;
-            const double x_i122 = (r2 + k117 * K)[i120];
-            const double t123 = (x_i121 * x_i122);
-            tmp119[i120] = t123;
+    r110 = 1.0;
+    for (int64_t k112 = n - 1; k112 >= 0; --k112) {
+        const double t113 = (r110 * (r3 + k112)[0]);
+        double* const tmp114 = r5;  // reuses a dead buffer's space
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            const double x_i116 = t113;
+            const double x_i117 = (r2 + k112 * K)[i115];
+            const double t118 = (x_i116 * x_i117);
+            tmp114[i115] = t118;
         }
-        for (int64_t k124 = K - 1; k124 >= 0; --k124) {
-            const double t125 = ((tmp119 + k124)[0] * (-1.0));
-            const double t126 = (t125 * 0.5);
-            double* const r128 = r11;  // reuses a dead buffer's space
-            double r129;
-            for (int64_t i130 = 0; i130 < T; ++i130) {
-                r127[i130] = 0.0;
+        for (int64_t k119 = K - 1; k119 >= 0; --k119) {
+            const double t120 = ((tmp114 + k119)[0] * (-1.0));
+            const double t121 = (t120 * 0.5);
+            double* const r123 = r11;  // reuses a dead buffer's space
+            double r124;
+            for (int64_t i125 = 0; i125 < T; ++i125) {
+                r122[i125] = 0.0;
             }
-            for (int64_t i131 = 0; i131 < d; ++i131) {
-                r128[i131] = 0.0;
+            for (int64_t i126 = 0; i126 < d; ++i126) {
+                r123[i126] = 0.0;
             }
-            r129 = t126;
-            for (int64_t k132 = d - 1; k132 >= 0; --k132) {
-                const double t133 = (((x + k117 * d) + k132)[0] - ((means + k124 * d) + k132)[0]);
-                const int64_t t134 = ks::floordiv(k132, int64_t{1});
-                const int64_t t135 = ks::max(t134, int64_t{0});
-                const double t136 = (r129 * (((r1 + k117 * (K * d)) + k124 * d) + k132)[0]);
-                double r137;
-                r137 = t136;
-                for (int64_t k138 = t135 - 1; k138 >= 0; --k138) {
-                    const int64_t t139 = ((2*d) - k138);
-                    const int64_t t140 = (t139 - int64_t{1});
-                    const int64_t t141 = (k138 * t140);
-                    const int64_t t142 = ks::floordiv(t141, int64_t{2});
-                    const int64_t t143 = (d + t142);
-                    const int64_t t144 = (t143 + k132);
-                    const int64_t t145 = (t144 - k138);
-                    const int64_t t146 = (t145 - int64_t{1});
-                    const double t147 = (((x + k117 * d) + k138)[0] - ((means + k124 * d) + k138)[0]);
-                    const double t148 = (r137 * ((icf + k124 * T) + ks::clamp_index(t146, T))[0]);
-                    const double t149 = (r137 * t147);
-                    const double t150 = (t148 * (-1.0));
-                    (r128 + k138)[0] += t150;
-                    (r127 + ks::clamp_index(t146, T))[0] += t149;
+            r124 = t121;
+            for (int64_t k127 = d - 1; k127 >= 0; --k127) {
+                const double t128 = (((x + k112 * d) + k127)[0] - ((means + k119 * d) + k127)[0]);
+                const int64_t t129 = ks::floordiv(k127, int64_t{1});
+                const int64_t t130 = ks::max(t129, int64_t{0});
+                const double t131 = (r124 * (((r1 + k112 * (K * d)) + k119 * d) + k127)[0]);
+                double r132;
+                r132 = t131;
+                for (int64_t k133 = t130 - 1; k133 >= 0; --k133) {
+                    const int64_t t134 = ((2*d) - k133);
+                    const int64_t t135 = (t134 - int64_t{1});
+                    const int64_t t136 = (k133 * t135);
+                    const int64_t t137 = ks::floordiv(t136, int64_t{2});
+                    const int64_t t138 = (d + t137);
+                    const int64_t t139 = (t138 + k127);
+                    const int64_t t140 = (t139 - k133);
+                    const int64_t t141 = (t140 - int64_t{1});
+                    const double t142 = (((x + k112 * d) + k133)[0] - ((means + k119 * d) + k133)[0]);
+                    const double t143 = (r132 * ((icf + k119 * T) + ks::clamp_index(t141, T))[0]);
+                    const double t144 = (r132 * t142);
+                    const double t145 = (t143 * (-1.0));
+                    (r123 + k133)[0] += t145;
+                    (r122 + ks::clamp_index(t141, T))[0] += t144;
                 }
-                const double t151 = (t136 * (((r + k117 * (K * d)) + k124 * d) + k132)[0]);
-                const double t152 = (t136 * t133);
-                const double t153 = (t151 * (-1.0));
-                (r128 + k132)[0] += t153;
-                const double t154 = (t152 * (((r + k117 * (K * d)) + k124 * d) + k132)[0]);
-                (r127 + ks::clamp_index(k132, T))[0] += t154;
+                const double t146 = (t131 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
+                const double t147 = (t131 * t128);
+                const double t148 = (t146 * (-1.0));
+                (r123 + k127)[0] += t148;
+                const double t149 = (t147 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
+                (r122 + ks::clamp_index(k127, T))[0] += t149;
             }
-            for (int64_t i155 = 0; i155 < d; ++i155) {
-                (out_d_means + k124 * d)[i155] += r128[i155];
+            for (int64_t i150 = 0; i150 < d; ++i150) {
+                (out_d_means + k119 * d)[i150] += r123[i150];
             }
-            for (int64_t i156 = 0; i156 < T; ++i156) {
-                (d_icf103 + k124 * T)[i156] += r127[i156];
+            for (int64_t i151 = 0; i151 < T; ++i151) {
+                (d_icf99 + k119 * T)[i151] += r122[i151];
             }
-            double* const padded157 = r127;  // reuses a dead buffer's space
-            for (int64_t i158 = 0; i158 < T; ++i158) {
-                padded157[i158] = 0.0;
+            double* const padded152 = r122;  // reuses a dead buffer's space
+            for (int64_t i153 = 0; i153 < T; ++i153) {
+                padded152[i153] = 0.0;
             }
-            for (int64_t i159 = 0; i159 < d; ++i159) {
-                padded157[i159] = (tmp119 + k124)[0];
+            for (int64_t i154 = 0; i154 < d; ++i154) {
+                padded152[i154] = (tmp114 + k119)[0];
             }
-            for (int64_t i160 = 0; i160 < T; ++i160) {
-                (d_icf103 + k124 * T)[i160] += padded157[i160];
+            for (int64_t i155 = 0; i155 < T; ++i155) {
+                (d_icf99 + k119 * T)[i155] += padded152[i155];
             }
-            (d_alphas + k124)[0] += (tmp119 + k124)[0];
+            (d_alphas + k119)[0] += (tmp114 + k119)[0];
         }
     }
-    for (int64_t i161 = 0; i161 < K; ++i161) {
-        out_d_alphas[i161] = d_alphas[i161];
+    for (int64_t i156 = 0; i156 < K; ++i156) {
+        out_d_alphas[i156] = d_alphas[i156];
     }
-    for (int64_t i162 = 0; i162 < K; ++i162) {
-        for (int64_t i163 = 0; i163 < T; ++i163) {
-            out_d_icf[i162 * T + i163] = d_icf103[i162 * T + i163];
-        }
+    for (int64_t i157 = 0; i157 < K * T; ++i157) {
+        out_d_icf[i157] = d_icf99[i157];
     }
     return ks::status::ok;
 }
@@ -2951,15 +2853,15 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp91 = reinterpret_cast<double*>(next_slot);
+    double* const tmp88 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp97 = reinterpret_cast<double*>(next_slot);
+    double* const tmp94 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp162 = reinterpret_cast<double*>(next_slot);
+    double* const tmp157 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -3077,250 +2979,234 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
             acc64 += t69;
         }
         const double t70 = (1.0 / acc64);
-        for (int64_t i71 = 0; i71 < K; ++i71) {
-            for (int64_t i72 = 0; i72 < d; ++i72) {
-                (r + k8 * (K * d))[i71 * d + i72] = xc[i71 * d + i72];
-            }
+        for (int64_t i71 = 0; i71 < K * d; ++i71) {
+            (r + k8 * (K * d))[i71] = xc[i71];
         }
-        for (int64_t i73 = 0; i73 < d; ++i73) {
-            for (int64_t i74 = 0; i74 < K; ++i74) {
-                (r4 + k8 * (d * K))[i73 * K + i74] = r15[i73 * K + i74];
-            }
+        for (int64_t i72 = 0; i72 < d * K; ++i72) {
+            (r4 + k8 * (d * K))[i72] = r15[i72];
         }
-        for (int64_t i75 = 0; i75 < d; ++i75) {
-            for (int64_t i76 = 0; i76 < K; ++i76) {
-                (r5 + k8 * (d * K))[i75 * K + i76] = r16[i75 * K + i76];
-            }
+        for (int64_t i73 = 0; i73 < d * K; ++i73) {
+            (r5 + k8 * (d * K))[i73] = r16[i73];
         }
-        for (int64_t i77 = 0; i77 < K; ++i77) {
-            (r6 + k8 * K)[i77] = tmp63[i77];
+        for (int64_t i74 = 0; i74 < K; ++i74) {
+            (r6 + k8 * K)[i74] = tmp63[i74];
         }
         (r7 + k8)[0] = t70;
     }
-    double acc78 = ks::lowest<double>();
-    for (int64_t i79 = 0; i79 < K; ++i79) {
-        const double x_i80 = alphas[i79];
-        acc78 = ks::max(x_i80, acc78);
+    double acc75 = ks::lowest<double>();
+    for (int64_t i76 = 0; i76 < K; ++i76) {
+        const double x_i77 = alphas[i76];
+        acc75 = ks::max(x_i77, acc75);
     }
-    double* const tmp81 = tmp;  // reuses a dead buffer's space
-    double acc82 = 0;
-    KS_OMP_SIMD(reduction(+:acc82))
-    for (int64_t i83 = 0; i83 < K; ++i83) {
-        const double alphas_i84 = alphas[i83];
-        const double x_i85 = acc78;
-        const double t86 = (alphas_i84 - x_i85);
-        const double t87 = ks::exp(t86);
-        tmp81[i83] = t87;
-        acc82 += t87;
+    double* const tmp78 = tmp;  // reuses a dead buffer's space
+    double acc79 = 0;
+    KS_OMP_SIMD(reduction(+:acc79))
+    for (int64_t i80 = 0; i80 < K; ++i80) {
+        const double alphas_i81 = alphas[i80];
+        const double x_i82 = acc75;
+        const double t83 = (alphas_i81 - x_i82);
+        const double t84 = ks::exp(t83);
+        tmp78[i80] = t84;
+        acc79 += t84;
     }
-    const double t88 = (1.0 / acc82);
-    const double t89 = static_cast<double>(n);
-    double* const tmp90 = xc;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        for (int64_t i93 = 0; i93 < d; ++i93) {
-            const double qs_i94 = icf[i92 * T + i93];
-            const double t95 = ks::exp(qs_i94);
-            tmp90[i92 * d + i93] = t95;
-            const double t96 = (2.0 * t95);
-            tmp91[i92 * d + i93] = t96;
+    const double t85 = (1.0 / acc79);
+    const double t86 = static_cast<double>(n);
+    double* const tmp87 = xc;  // reuses a dead buffer's space
+    for (int64_t i89 = 0; i89 < K; ++i89) {
+        for (int64_t i90 = 0; i90 < d; ++i90) {
+            const double qs_i91 = icf[i89 * T + i90];
+            const double t92 = ks::exp(qs_i91);
+            tmp87[i89 * d + i90] = t92;
+            const double t93 = (2.0 * t92);
+            tmp88[i89 * d + i90] = t93;
         }
     }
-    for (int64_t i98 = 0; i98 < K; ++i98) {
-        for (int64_t i99 = 0; i99 < (T - d); ++i99) {
-            const double ls_i = (icf + d)[i98 * T + i99];
-            const double t100 = (2.0 * ls_i);
-            tmp97[i98 * ((T - d)) + i99] = t100;
+    for (int64_t i95 = 0; i95 < K; ++i95) {
+        for (int64_t i96 = 0; i96 < (T - d); ++i96) {
+            const double ls_i = (icf + d)[i95 * T + i96];
+            const double t97 = (2.0 * ls_i);
+            tmp94[i95 * ((T - d)) + i96] = t97;
         }
     }
-    const double t101 = ks::ipow<2>(wishart_gamma);
-    const double t102 = (0.5 * t101);
-    const double t103 = ((-1.0) * wishart_m);
-    for (int64_t i104 = 0; i104 < K; ++i104) {
-        for (int64_t i105 = 0; i105 < (T - d); ++i105) {
-            const double x_i106 = t102;
-            const double x_i107 = tmp97[i104 * ((T - d)) + i105];
-            const double d_ls108 = (x_i106 * x_i107);
-            d_ls[i104 * ((T - d)) + i105] = d_ls108;
+    const double t98 = ks::ipow<2>(wishart_gamma);
+    const double t99 = (0.5 * t98);
+    const double t100 = ((-1.0) * wishart_m);
+    for (int64_t i101 = 0; i101 < K; ++i101) {
+        for (int64_t i102 = 0; i102 < (T - d); ++i102) {
+            const double x_i103 = t99;
+            const double x_i104 = tmp94[i101 * ((T - d)) + i102];
+            const double d_ls105 = (x_i103 * x_i104);
+            d_ls[i101 * ((T - d)) + i102] = d_ls105;
         }
     }
-    for (int64_t i109 = 0; i109 < K; ++i109) {
-        for (int64_t i110 = 0; i110 < d; ++i110) {
-            const double x_i111 = t102;
-            const double x_i112 = tmp91[i109 * d + i110];
-            const double t113 = (x_i111 * x_i112);
-            const double x_i114 = tmp90[i109 * d + i110];
-            const double t115 = (t113 * x_i114);
-            const double d_qs_i = t103;
-            const double d_qs116 = (d_qs_i + t115);
-            d_qs[i109 * d + i110] = d_qs116;
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < d; ++i107) {
+            const double x_i108 = t99;
+            const double x_i109 = tmp88[i106 * d + i107];
+            const double t110 = (x_i108 * x_i109);
+            const double x_i111 = tmp87[i106 * d + i107];
+            const double t112 = (t110 * x_i111);
+            const double d_qs_i = t100;
+            const double d_qs113 = (d_qs_i + t112);
+            d_qs[i106 * d + i107] = d_qs113;
         }
     }
-    const double t117 = ((-1.0) * t89);
-    const double t118 = (t117 * t88);
+    const double t114 = ((-1.0) * t86);
+    const double t115 = (t114 * t85);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i119 = 0; i119 < K; ++i119) {
-        const double x_i120 = t118;
-        const double x_i121 = tmp81[i119];
-        const double d_alphas122 = (x_i120 * x_i121);
-        d_alphas[i119] = d_alphas122;
+    for (int64_t i116 = 0; i116 < K; ++i116) {
+        const double x_i117 = t115;
+        const double x_i118 = tmp78[i116];
+        const double d_alphas119 = (x_i117 * x_i118);
+        d_alphas[i116] = d_alphas119;
     }
-    double* const r123 = tmp;  // reuses a dead buffer's space
-    double r124;
-    for (int64_t i125 = 0; i125 < K; ++i125) {
-        for (int64_t i126 = 0; i126 < d; ++i126) {
-            out_d_means[i125 * d + i126] = 0.0;
-        }
+    double* const r120 = tmp;  // reuses a dead buffer's space
+    double r121;
+    for (int64_t i122 = 0; i122 < K * d; ++i122) {
+        out_d_means[i122] = 0.0;
     }
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        r123[i127] = 0.0;
+    for (int64_t i123 = 0; i123 < K; ++i123) {
+        r120[i123] = 0.0;
     }
-    r124 = 1.0;
-    for (int64_t k128 = n - 1; k128 >= 0; --k128) {
-        const double t129 = (r124 * (r7 + k128)[0]);
-        double* const tmp130 = tmp18;  // reuses a dead buffer's space
-        double* const tmp131 = tmp22;  // reuses a dead buffer's space
-        for (int64_t i132 = 0; i132 < K; ++i132) {
-            const double x_i133 = t129;
-            const double x_i134 = (r6 + k128 * K)[i132];
-            const double t135 = (x_i133 * x_i134);
-            const double x_i136 = r123[i132];
-            const double t137 = (x_i136 + t135);
-            tmp130[i132] = t137;
-            const double t138 = (t135 * (-1.0));
-            const double t139 = (t138 * 0.5);
-            tmp131[i132] = t139;
+    r121 = 1.0;
+    for (int64_t k124 = n - 1; k124 >= 0; --k124) {
+        const double t125 = (r121 * (r7 + k124)[0]);
+        double* const tmp126 = tmp18;  // reuses a dead buffer's space
+        double* const tmp127 = tmp22;  // reuses a dead buffer's space
+        for (int64_t i128 = 0; i128 < K; ++i128) {
+            const double x_i129 = t125;
+            const double x_i130 = (r6 + k124 * K)[i128];
+            const double t131 = (x_i129 * x_i130);
+            const double x_i132 = r120[i128];
+            const double t133 = (x_i132 + t131);
+            tmp126[i128] = t133;
+            const double t134 = (t131 * (-1.0));
+            const double t135 = (t134 * 0.5);
+            tmp127[i128] = t135;
         }
-        double* const r140 = xc;  // reuses a dead buffer's space
-        for (int64_t i141 = 0; i141 < K; ++i141) {
-            for (int64_t i142 = 0; i142 < d; ++i142) {
-                r140[i141 * d + i142] = 0.0;
-            }
+        double* const r136 = xc;  // reuses a dead buffer's space
+        for (int64_t i137 = 0; i137 < K * d; ++i137) {
+            r136[i137] = 0.0;
         }
-        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-            const int64_t t144 = ks::floordiv(k143, int64_t{1});
-            const int64_t t145 = ks::max(t144, int64_t{0});
+        for (int64_t k138 = d - 1; k138 >= 0; --k138) {
+            const int64_t t139 = ks::floordiv(k138, int64_t{1});
+            const int64_t t140 = ks::max(t139, int64_t{0});
             double* const d_row = r29;  // reuses a dead buffer's space
-            for (int64_t i146 = 0; i146 < K; ++i146) {
-                const double x_i147 = tmp131[i146];
-                const double x_i148 = ((r5 + k128 * (d * K)) + k143 * K)[i146];
-                const double d_row149 = (x_i147 * x_i148);
-                const double d_row150 = (d_row149 + d_row149);
-                d_row[i146] = d_row150;
+            for (int64_t i141 = 0; i141 < K; ++i141) {
+                const double x_i142 = tmp127[i141];
+                const double x_i143 = ((r5 + k124 * (d * K)) + k138 * K)[i141];
+                const double d_row144 = (x_i142 * x_i143);
+                const double d_row145 = (d_row144 + d_row144);
+                d_row[i141] = d_row145;
             }
-            double* const r151 = __sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i152 = 0; i152 < K; ++i152) {
-                r151[i152] = d_row[i152];
+            double* const r146 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i147 = 0; i147 < K; ++i147) {
+                r146[i147] = d_row[i147];
             }
-            for (int64_t k153 = t145 - 1; k153 >= 0; --k153) {
-                const int64_t t154 = ((2*d) - k153);
+            for (int64_t k148 = t140 - 1; k148 >= 0; --k148) {
+                const int64_t t149 = ((2*d) - k148);
+                const int64_t t150 = (t149 - int64_t{1});
+                const int64_t t151 = (k148 * t150);
+                const int64_t t152 = ks::floordiv(t151, int64_t{2});
+                const int64_t t153 = (t152 + k138);
+                const int64_t t154 = (t153 - k148);
                 const int64_t t155 = (t154 - int64_t{1});
-                const int64_t t156 = (k153 * t155);
-                const int64_t t157 = ks::floordiv(t156, int64_t{2});
-                const int64_t t158 = (t157 + k143);
-                const int64_t t159 = (t158 - k153);
-                const int64_t t160 = (t159 - int64_t{1});
-                double* const tmp161 = sqnorm;  // reuses a dead buffer's space
-                for (int64_t i163 = 0; i163 < K; ++i163) {
-                    const double x_i164 = r151[i163];
-                    const double x_i165 = ((icf + d) + ks::clamp_index(t160, (T - d)))[i163 * T];
-                    const double t166 = (x_i164 * x_i165);
-                    tmp161[i163] = t166;
-                    const double x_i167 = ((r + k128 * (K * d)) + k153)[i163 * d];
-                    const double t168 = (x_i164 * x_i167);
-                    tmp162[i163] = t168;
+                double* const tmp156 = sqnorm;  // reuses a dead buffer's space
+                for (int64_t i158 = 0; i158 < K; ++i158) {
+                    const double x_i159 = r146[i158];
+                    const double x_i160 = ((icf + d) + ks::clamp_index(t155, (T - d)))[i158 * T];
+                    const double t161 = (x_i159 * x_i160);
+                    tmp156[i158] = t161;
+                    const double x_i162 = ((r + k124 * (K * d)) + k148)[i158 * d];
+                    const double t163 = (x_i159 * x_i162);
+                    tmp157[i158] = t163;
                 }
-                for (int64_t i169 = 0; i169 < K; ++i169) {
-                    (r140 + k153)[i169 * d] += tmp161[i169];
+                for (int64_t i164 = 0; i164 < K; ++i164) {
+                    (r136 + k148)[i164 * d] += tmp156[i164];
                 }
-                for (int64_t i170 = 0; i170 < K; ++i170) {
-                    (d_ls + ks::clamp_index(t160, (T - d)))[i170 * ((T - d))] += tmp162[i170];
+                for (int64_t i165 = 0; i165 < K; ++i165) {
+                    (d_ls + ks::clamp_index(t155, (T - d)))[i165 * ((T - d))] += tmp157[i165];
                 }
             }
-            double* const tmp171 = __sum_109_54;  // reuses a dead buffer's space
-            double* const tmp172 = sqnorm;  // reuses a dead buffer's space
+            double* const tmp166 = __sum_109_54;  // reuses a dead buffer's space
+            double* const tmp167 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i168 = 0; i168 < K; ++i168) {
+                const double d_row_i = d_row[i168];
+                const double x_i169 = ((r4 + k124 * (d * K)) + k138 * K)[i168];
+                const double t170 = (d_row_i * x_i169);
+                tmp166[i168] = t170;
+                const double x_i171 = ((r + k124 * (K * d)) + k138)[i168 * d];
+                const double t172 = (d_row_i * x_i171);
+                tmp167[i168] = t172;
+            }
             for (int64_t i173 = 0; i173 < K; ++i173) {
-                const double d_row_i = d_row[i173];
-                const double x_i174 = ((r4 + k128 * (d * K)) + k143 * K)[i173];
-                const double t175 = (d_row_i * x_i174);
-                tmp171[i173] = t175;
-                const double x_i176 = ((r + k128 * (K * d)) + k143)[i173 * d];
-                const double t177 = (d_row_i * x_i176);
-                tmp172[i173] = t177;
+                (r136 + k138)[i173 * d] += tmp166[i173];
             }
-            for (int64_t i178 = 0; i178 < K; ++i178) {
-                (r140 + k143)[i178 * d] += tmp171[i178];
+            double* const tmp174 = r29;  // reuses a dead buffer's space
+            for (int64_t i175 = 0; i175 < K; ++i175) {
+                const double x_i176 = tmp167[i175];
+                const double x_i177 = ((r4 + k124 * (d * K)) + k138 * K)[i175];
+                const double t178 = (x_i176 * x_i177);
+                tmp174[i175] = t178;
             }
-            double* const tmp179 = r29;  // reuses a dead buffer's space
-            for (int64_t i180 = 0; i180 < K; ++i180) {
-                const double x_i181 = tmp172[i180];
-                const double x_i182 = ((r4 + k128 * (d * K)) + k143 * K)[i180];
-                const double t183 = (x_i181 * x_i182);
-                tmp179[i180] = t183;
-            }
-            for (int64_t i184 = 0; i184 < K; ++i184) {
-                (d_qs + k143)[i184 * d] += tmp179[i184];
+            for (int64_t i179 = 0; i179 < K; ++i179) {
+                (d_qs + k138)[i179 * d] += tmp174[i179];
             }
         }
-        double* const tmp185 = tmp91;  // reuses a dead buffer's space
-        for (int64_t i186 = 0; i186 < K; ++i186) {
-            for (int64_t i187 = 0; i187 < d; ++i187) {
-                const double x_i188 = r140[i186 * d + i187];
-                const double t189 = (x_i188 * (-1.0));
-                const double x_i190 = out_d_means[i186 * d + i187];
-                const double t191 = (x_i190 + t189);
-                tmp185[i186 * d + i187] = t191;
+        double* const tmp180 = tmp88;  // reuses a dead buffer's space
+        for (int64_t i181 = 0; i181 < K; ++i181) {
+            for (int64_t i182 = 0; i182 < d; ++i182) {
+                const double x_i183 = r136[i181 * d + i182];
+                const double t184 = (x_i183 * (-1.0));
+                const double x_i185 = out_d_means[i181 * d + i182];
+                const double t186 = (x_i185 + t184);
+                tmp180[i181 * d + i182] = t186;
             }
         }
-        for (int64_t i192 = 0; i192 < K; ++i192) {
-            for (int64_t i193 = 0; i193 < d; ++i193) {
-                out_d_means[i192 * d + i193] = tmp185[i192 * d + i193];
-            }
+        for (int64_t i187 = 0; i187 < K * d; ++i187) {
+            out_d_means[i187] = tmp180[i187];
         }
-        for (int64_t i194 = 0; i194 < K; ++i194) {
-            r123[i194] = tmp130[i194];
+        for (int64_t i188 = 0; i188 < K; ++i188) {
+            r120[i188] = tmp126[i188];
         }
     }
-    for (int64_t i195 = 0; i195 < K; ++i195) {
-        const double x_i196 = d_alphas[i195];
-        const double x_i197 = r123[i195];
-        const double d_alphas198 = (x_i196 + x_i197);
-        out_d_alphas[i195] = d_alphas198;
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        const double x_i190 = d_alphas[i189];
+        const double x_i191 = r120[i189];
+        const double d_alphas192 = (x_i190 + x_i191);
+        out_d_alphas[i189] = d_alphas192;
     }
-    double* const d_qs199 = xc;  // reuses a dead buffer's space
+    double* const d_qs193 = xc;  // reuses a dead buffer's space
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < d; ++i195) {
+            const double x_i196 = d_qs[i194 * d + i195];
+            const double x_i197 = r120[i194];
+            const double d_qs198 = (x_i196 + x_i197);
+            d_qs193[i194 * d + i195] = d_qs198;
+        }
+    }
+    for (int64_t i199 = 0; i199 < K * T; ++i199) {
+        d_icf[i199] = 0.0;
+    }
     for (int64_t i200 = 0; i200 < K; ++i200) {
-        for (int64_t i201 = 0; i201 < d; ++i201) {
-            const double x_i202 = d_qs[i200 * d + i201];
-            const double x_i203 = r123[i200];
-            const double d_qs204 = (x_i202 + x_i203);
-            d_qs199[i200 * d + i201] = d_qs204;
+        for (int64_t i201 = 0; i201 < (T - d); ++i201) {
+            (d_icf + d)[i200 * T + i201] = d_ls[i200 * ((T - d)) + i201];
+        }
+    }
+    for (int64_t i202 = 0; i202 < K * T; ++i202) {
+        padded[i202] = 0.0;
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < d; ++i204) {
+            padded[i203 * T + i204] = d_qs193[i203 * d + i204];
         }
     }
     for (int64_t i205 = 0; i205 < K; ++i205) {
         for (int64_t i206 = 0; i206 < T; ++i206) {
-            d_icf[i205 * T + i206] = 0.0;
-        }
-    }
-    for (int64_t i207 = 0; i207 < K; ++i207) {
-        for (int64_t i208 = 0; i208 < (T - d); ++i208) {
-            (d_icf + d)[i207 * T + i208] = d_ls[i207 * ((T - d)) + i208];
-        }
-    }
-    for (int64_t i209 = 0; i209 < K; ++i209) {
-        for (int64_t i210 = 0; i210 < T; ++i210) {
-            padded[i209 * T + i210] = 0.0;
-        }
-    }
-    for (int64_t i211 = 0; i211 < K; ++i211) {
-        for (int64_t i212 = 0; i212 < d; ++i212) {
-            padded[i211 * T + i212] = d_qs199[i211 * d + i212];
-        }
-    }
-    for (int64_t i213 = 0; i213 < K; ++i213) {
-        for (int64_t i214 = 0; i214 < T; ++i214) {
-            const double d_icf_i = d_icf[i213 * T + i214];
-            const double x_i215 = padded[i213 * T + i214];
-            const double d_icf216 = (d_icf_i + x_i215);
-            out_d_icf[i213 * T + i214] = d_icf216;
+            const double d_icf_i = d_icf[i205 * T + i206];
+            const double x_i207 = padded[i205 * T + i206];
+            const double d_icf208 = (d_icf_i + x_i207);
+            out_d_icf[i205 * T + i206] = d_icf208;
         }
     }
     return ks::status::ok;
