@@ -63,3 +63,15 @@ def f_detach(x: "float[n]") -> float:
 
 def f_dropout_eval(x: "float[n]") -> "float[n]":
     return F.dropout(x, 0.5, training=False) * 3.0
+
+
+def f_masks(x: "float[n]", y: "float[n]") -> "float[n]":
+    m = (x > 0) & (y > 0)
+    return torch.where(m, x * y, torch.zeros_like(x)) + torch.where(~m | (y > 1.0), 1.0, 0.0) * x
+
+
+def f_dtypes(x: "float[n]") -> "float[n]":
+    idx = torch.arange(x.shape[0], dtype=torch.float64)
+    ones = torch.ones(x.shape[0], dtype=torch.float64)
+    count = torch.zeros(x.shape[0], dtype=torch.int64)
+    return x * idx + ones + count.to(torch.float64) + x.sum().item()

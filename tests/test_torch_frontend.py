@@ -37,6 +37,8 @@ CASES = {
     "f_running_sum": lambda: (r(7),),
     "f_detach": lambda: (r(6),),
     "f_dropout_eval": lambda: (r(5),),
+    "f_masks": lambda: (r(6), r(6, seed=3)),
+    "f_dtypes": lambda: (r(5),),
 }
 
 

@@ -364,9 +364,10 @@ class KernelCompiler:
             return x
         if isinstance(e.op, ast.USub):
             return Const(-x.value) if isinstance(x, Const) else b.neg(self.numeric(x, e))
-        if isinstance(e.op, ast.Not):
+        if isinstance(e.op, ast.Not) or (isinstance(e.op, ast.Invert) and not isinstance(x, Const)
+                                         and not isinstance(x, tuple) and x.type.dtype == "bool"):
             return Const(not x.value) if isinstance(x, Const) else b.bind(_prim("not"), [self.boolean(x, e)])[0]
-        raise self.src.error(e, "unsupported unary operator '~'", hint="use `not` on bool values")
+        raise self.src.error(e, "unsupported unary operator '~' on a number", hint="use ~ or `not` on bool values")
 
     def expr_BoolOp(self, b, scope, e: ast.BoolOp) -> Value:
         vals = [self.expr(b, scope, v) for v in e.values]
@@ -491,6 +492,12 @@ class KernelCompiler:
         from .mathlib import MATH_CONSTANTS
         if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
             return Const(MATH_CONSTANTS[e.attr])
+        if self.module_of(e.value) == "torch":
+            from .scope import TORCH_DTYPES, DtypeValue
+            if e.attr in TORCH_DTYPES:
+                return DtypeValue(TORCH_DTYPES[e.attr])
+            raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
+                                 hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
         if e.attr == "shape" and isinstance(x, Var):
             return tuple(tensors.dim_value(d) for d in x.type.shape)

@@ -405,6 +405,22 @@ def _type_as(fc, b, x, args, kw, node):
     return x if x.type.dtype == other.type.dtype else b.convert(x, dtype=other.type.dtype)
 
 
+def _to(fc, b, x, args, kw, node):
+    """x.to(torch.float64) / x.to(dtype=...): a cast (devices are ignored: kernels run where they are linked)."""
+    from .scope import DtypeValue
+    x = tensor(fc, b, x, node)
+    d = next((a for a in list(args) + [kw.get("dtype")] if isinstance(a, DtypeValue)), None)
+    return x if d is None or d.dtype == x.type.dtype else b.convert(x, dtype=d.dtype)
+
+
+def _item(fc, b, x, args, kw, node):
+    """x.item() of a one-element tensor: the scalar, a constant for differentiation (a Python number in torch)."""
+    x = tensor(fc, b, x, node)
+    if any(d != 1 for d in x.type.shape):
+        raise fc.src.error(node, f".item() needs a tensor with one element, got {x.type}")
+    return b.stop_gradient(b.reshape(x, shape=()) if x.type.rank else x)
+
+
 def _same(fc, b, x, args, kw, node):
     """x.contiguous(), x.clone(): the same values."""
     return tensor(fc, b, x, node)
@@ -434,45 +450,45 @@ def transpose_2d(fc, b, x, node):
 
 def _filled(value):
     def fn(fc, b, args, kw, node):
-        _no_dtype(fc, kw, node)
-        return create.full(shape_args(fc, args, node), value, fc.float_dtype)
+        return create.full(shape_args(fc, args, node), value, _dtype_kw(fc, kw, node, fc.float_dtype))
     return fn
 
 
 def _full(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, fc.float_dtype)
     if len(args) != 2:
         raise fc.src.error(node, "torch.full takes a shape and a value")
     shape = shape_args(fc, [args[0]], node)
     v = args[1]
     if isinstance(v, Const):
-        return create.full(shape, v.value, fc.float_dtype)
-    return create.fill(b, shape, float_tensor(fc, b, v, node))
+        return create.full(shape, v.value, dtype)
+    v = tensor(fc, b, v, node)
+    return create.fill(b, shape, v if v.type.dtype == dtype else b.convert(v, dtype=dtype))
 
 
 def _like(value):
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, args[0], node)
-        return Lit(value, x.type)
+        dtype = _dtype_kw(fc, kw, node, x.type.dtype)
+        return create.full(x.type.shape, value, dtype)
     return fn
 
 
 def _arange(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, "i64")
     if len(args) == 1:
         start, stop = Const(0), args[0]
     elif len(args) == 2:
         start, stop = args
     else:
         raise fc.src.error(node, "torch.arange(n) or torch.arange(start, stop) (step 1) is supported")
-    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node))
+    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node), dtype)
 
 
 def _eye(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
     n = as_dim(fc, args[0], node)
     m = as_dim(fc, args[1], node) if len(args) > 1 else n
-    return create.eye(b, n, m, fc.float_dtype)
+    return create.eye(b, n, m, _dtype_kw(fc, kw, node, fc.float_dtype))
 
 
 def _tri(lower: bool):
@@ -499,10 +515,18 @@ def _join(op, name):
     return fn
 
 
-def _no_dtype(fc, kw, node):
+def _dtype_kw(fc, kw, node, default: str) -> str:
+    """The dtype= of a factory function (default if absent); device= and requires_grad= are ignored."""
+    from .scope import DtypeValue
     for k in kw:
         if k not in ("dtype", "device", "requires_grad"):
             raise fc.src.error(node, f"unsupported keyword argument '{k}'")
+    d = kw.get("dtype")
+    if d is None:
+        return default
+    if not isinstance(d, DtypeValue):
+        raise fc.src.error(node, "dtype= must be a torch dtype such as torch.float64")
+    return d.dtype
 
 
 def _arg(fc, args, kw, pos, name, node, default=...):
@@ -569,7 +593,8 @@ SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze,
                  "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
                  "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
                  "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
-                 "contiguous": _same, "clone": _same, "detach": _detach, "dim": _dim_count, "numel": _numel}
+                 "contiguous": _same, "clone": _same, "to": _to, "item": _item, "detach": _detach,
+                 "dim": _dim_count, "numel": _numel}
 
 
 def _library(name: str):
