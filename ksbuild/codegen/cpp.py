@@ -153,6 +153,10 @@ class Writer:
         h = self.env[a]
         return Storage.splat(h, a.type.shape) if isinstance(h, str) else h
 
+    def dim(self, d) -> str:
+        """A C++ expression of a (symbolic) dim."""
+        return dim_expr(d)
+
     def literal(self, value, t: Type) -> str:
         """A C++ literal of t's dtype."""
         return c_literal(value, t)

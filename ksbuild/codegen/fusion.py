@@ -8,7 +8,7 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 from __future__ import annotations
 
 from ..ir.core import Eqn, Var
-from ..transforms.fuse import REDUCTIONS
+from ..prims.lowering import REDUCTIONS
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 
 

@@ -28,6 +28,9 @@ def _lowered_only(name: str):
     return rule
 
 
+# the reductions a fusion body may end with (over the last axes of the nest)
+REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
+
 OPT_OUTS = ("jvp: lowering only (transformations run before it)", "batch: lowering only",
             "transpose: lowering only")
 
@@ -154,7 +157,6 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
 
 def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS)."""
-    from ..codegen.storage import dim_expr
     a, b, o = parse_spec(eqn.params["spec"])
     x, y = eqn.ins[-2:]
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
@@ -168,7 +170,7 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
         rest = [ch for ch in letters if ch not in batch]
         return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
 
-    dims = ", ".join(dim_expr(sizes[ch]) for ch in (m, n, k))
+    dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
     ctx.line(f"ks::gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
              f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
     ctx.close_loops(len(loops))

@@ -10,8 +10,7 @@ With threads <= 1 the function is unchanged (and runtime-free).
 from __future__ import annotations
 
 from ..ir.core import Eqn, Func
-from ..prims.lowering import contract, fusion
-from .fuse import REDUCTIONS
+from ..prims.lowering import REDUCTIONS, contract, fusion
 
 
 def parallelize(f: Func, threads: int) -> Func:
