@@ -1,8 +1,9 @@
 """ksbuild: compile Python numeric kernels, their vmap and derivatives, into plain C++ libraries."""
+from .dev import Kernel, kernel, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["KsbuildError", "build", "__version__"]
+__all__ = ["Kernel", "KsbuildError", "build", "kernel", "vmap", "__version__"]
 
 
 def build(manifest, *, out=None, target="host", quiet=True, backend=None):

@@ -1,4 +1,4 @@
-"""The `ksbuild` command line: package, render, check, ir."""
+"""The `ksbuild` command line: package, render, wheel, cache, check, ir."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,8 @@ from pathlib import Path
 from .errors import KsbuildError
 
 BACKEND_HELP = "plain (runtime-free) or blas (matrix products through CBLAS); default: the manifest's"
+TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7 or cortex-m0plus; "
+               "default: the manifest's [build] target")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,13 +20,23 @@ def _parser() -> argparse.ArgumentParser:
     pk = sub.add_parser("package", help="render, build and install a manifest into dist/<package>")
     pk.add_argument("manifest")
     pk.add_argument("-o", "--out", help="install tree (default: dist/<package name>)")
-    pk.add_argument("--target", default=None, help="host (default) or a triple such as aarch64-linux-gnu")
+    pk.add_argument("--target", default=None, help=TARGET_HELP)
     pk.add_argument("--backend", default=None, help=BACKEND_HELP)
     pk.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
     r = sub.add_parser("render", help="write the standalone CMake project only")
     r.add_argument("manifest")
     r.add_argument("-o", "--out", required=True, help="project folder to write")
     r.add_argument("--backend", default=None, help=BACKEND_HELP)
+    r.add_argument("--target", default=None, help=TARGET_HELP)
+    w = sub.add_parser("wheel", help="build a wheel of the compiled kernels (scikit-build-core)")
+    w.add_argument("manifest")
+    w.add_argument("-o", "--out", default=None, help="folder for the wheel (default: dist)")
+    w.add_argument("--target", default=None, help="host (default) or a Linux target such as aarch64-linux-gnu")
+    w.add_argument("--backend", default=None, help=BACKEND_HELP)
+    w.add_argument("--project", default=None, metavar="DIR",
+                   help="only write the wheel's scikit-build-core project into DIR (for pip wheel or cibuildwheel)")
+    ca = sub.add_parser("cache", help="show or empty the build cache")
+    ca.add_argument("action", choices=("info", "clean"), help="info: where it is and what it holds; clean: empty it")
     c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
     c.add_argument("manifest")
     from .transforms.pipeline import PASS_NAMES
@@ -59,8 +71,31 @@ def _render(a) -> None:
     from .packaging.package import render
 
     out = Path(a.out).resolve()
-    render(a.manifest, out, _progress, a.backend)
+    render(a.manifest, out, _progress, a.backend, a.target)
     print(f"ksbuild: wrote the CMake project to {out}")
+
+
+def _wheel(a) -> None:
+    from .packaging.wheel import build_wheel, render_wheel_project
+
+    if a.project:
+        out = Path(a.project).resolve()
+        render_wheel_project(a.manifest, out, target=a.target, backend=a.backend, progress=_progress)
+        print(f"ksbuild: wrote the wheel project to {out} (build it with: pip wheel {out} --no-deps)")
+        return
+    build_wheel(a.manifest, a.out, target=a.target, backend=a.backend, progress=_progress)
+
+
+def _cache(a) -> None:
+    from .packaging import cache
+
+    if a.action == "info":
+        print(cache.info_text())
+        return
+    removed, freed, busy = cache.clean()
+    print(f"ksbuild: removed {removed} build(s) from {cache.cache_root()}, {freed / 2**20:.1f} MiB")
+    if busy:
+        print(f"ksbuild: left {len(busy)} build(s) in progress: {', '.join(busy)}")
 
 
 def _check(a) -> None:
@@ -94,7 +129,8 @@ def _onnx_report(a) -> None:
         print(text)
 
 
-COMMANDS = {"package": _package, "render": _render, "check": _check, "ir": _ir, "onnx-report": _onnx_report}
+COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _cache, "check": _check, "ir": _ir,
+            "onnx-report": _onnx_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     except KsbuildError as e:
         print(str(e), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `ksbuild ir ... | head`: the reader went away, which is fine
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except FileNotFoundError as e:
         print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ from .ir.core import Func
 from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
 from .transforms.jvp import jvp_func
 from .transforms.pipeline import Options, lower
-from .transforms.vjp import grad_func, vjp_func
+from .transforms.vjp import bwd_func, fwd_func, grad_func, vjp_func
 from .transforms.vmap import fresh_dim, vmap_func
 
 
@@ -68,6 +68,8 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
             return vjp_func(f, argnums=e.argnums)
         if e.kind == "grad":
             return grad_func(f, argnums=e.argnums)
+        if e.kind in ("fwd", "bwd"):
+            return (fwd_func if e.kind == "fwd" else bwd_func)(f, argnums=e.argnums)
     except KsbuildError as err:
         raise err.at(loc) from None
     raise KsbuildError(f"unknown transformation {e.kind}", loc)
@@ -96,7 +98,7 @@ def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
             if name not in kernels:
                 kernels[name] = compile_kernel(m, m.kernels[name])
         f = apply_transform(spec.expr, kernels, spec.loc)
-        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend), after)
+        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend, threads=m.build.threads), after)
         out.append(Export(spec.name, lowered, spec, m.kernels[_kernel_names(spec.expr)[0]]))
     return out
 

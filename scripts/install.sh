@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv with ksbuild (editable) and what its tests need. torch is pinned to the CPU
 # build (an unpinned torch would pull several GB of CUDA packages). The "blas" backend needs a
-# CBLAS library: OpenBLAS from apt when it is missing (Debian/Ubuntu, as root).
+# CBLAS library: OpenBLAS from apt when it is missing (Debian/Ubuntu, as root); cross
+# compilers and qemu-user likewise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! ldconfig -p | grep -q "libopenblas\.so\|libblas\.so "; then
@@ -12,6 +13,22 @@ if ! ldconfig -p | grep -q "libopenblas\.so\|libblas\.so "; then
         echo "install.sh: WARNING: no BLAS found; install libopenblas-dev for backend = \"blas\" and its tests" >&2
     fi
 fi
+# Cross toolchains for --target (docs/shipping.md) and qemu-user to run their programs; the
+# cross tests skip, naming what is missing, where they are not installed.
+CROSS_PACKAGES="g++-aarch64-linux-gnu g++-riscv64-linux-gnu qemu-user gcc-arm-none-eabi libnewlib-arm-none-eabi
+    libstdc++-arm-none-eabi-newlib"
+if ! command -v aarch64-linux-gnu-g++ > /dev/null || ! command -v riscv64-linux-gnu-g++ > /dev/null \
+        || ! command -v qemu-aarch64 > /dev/null || ! command -v arm-none-eabi-g++ > /dev/null \
+        || ! echo '#include <cmath>' | arm-none-eabi-g++ -x c++ -fsyntax-only - 2> /dev/null; then
+    if command -v apt-get > /dev/null && [ "$(id -u)" = 0 ]; then
+        echo "install.sh: installing cross toolchains and qemu-user (for --target)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $CROSS_PACKAGES > /dev/null \
+            || echo "install.sh: WARNING: could not install all of: $CROSS_PACKAGES; cross tests will skip" >&2
+    else
+        echo "install.sh: WARNING: cross toolchains missing; install $CROSS_PACKAGES (apt) for --target" \
+             "and its tests" >&2
+    fi
+fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[test,torch,plot,onnx]"
+.venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples,onnx]"

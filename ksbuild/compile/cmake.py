@@ -1,6 +1,7 @@
 """Run CMake: configure, build, install; failures become KsbuildErrors with the compiler log."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import KsbuildError
+from .targets import TARGETS, Target, compiler_path
 
 Progress = Callable[[str], None]
 
@@ -23,34 +25,46 @@ def cmake_exe() -> str:
 
 
 def _run(args: list[str], what: str, log: Path) -> None:
+    """Run one CMake step, appending its output to `log`; a failure names the log (kept on disk)."""
     proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log.write_text(log.read_text() + proc.stdout if log.exists() else proc.stdout)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(args)}\n{proc.stdout}")
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-40:])
         raise KsbuildError(f"{what} failed (full log: {log})\n{tail}")
 
 
-def toolchain_args(target: str) -> list[str]:
-    """CMake arguments for a target triple ('host' needs none)."""
-    if target == "host":
-        return []
-    cxx = shutil.which(f"{target}-g++")
-    if not cxx:
-        raise KsbuildError(f"no C++ compiler for target '{target}' ({target}-g++ not found)",
-                           hint=f"install it, e.g. apt-get install g++-{target.replace('_', '-')}")
-    return [f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_SYSTEM_NAME=Generic" if "none" in target else
-            "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY"]
+def toolchain_args(target: Target, src: Path) -> list[str]:
+    """CMake arguments for a target: the compiler ksbuild hashed (host) or the rendered toolchain file."""
+    if not target.cross:  # $CXX (maybe with a launcher such as ccache) is CMake's to read
+        return [] if os.environ.get("CXX", "").strip() else [f"-DCMAKE_CXX_COMPILER={compiler_path(target)}"]
+    compiler_path(target)  # a missing cross compiler is an error with the apt hint, before CMake runs
+    return [f"-DCMAKE_TOOLCHAIN_FILE={src / 'share' / 'toolchain.cmake'}"]
 
 
-def build_and_install(src: Path, build: Path, prefix: Path, *, jobs: int | None = None, target: str = "host",
-                      python_module: bool = False, progress: Progress = print) -> None:
-    """cmake -S src -B build; cmake --build; cmake --install --prefix prefix."""
-    exe, log = cmake_exe(), build / "ksbuild-build.log"
+def build_and_install(src: Path, build: Path, prefix: Path, *, log: Path, jobs: int | None = None,
+                      target: Target = TARGETS["host"], python_module: bool = False,
+                      progress: Progress = print) -> None:
+    """cmake -S src -B build; cmake --build; cmake --install --prefix prefix; all output goes to `log`."""
+    exe = cmake_exe()
     build.mkdir(parents=True, exist_ok=True)
     progress("  configuring (cmake)")
     _run([exe, "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-          f"-DKS_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target)], "cmake configure", log)
+          f"-DKS_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target, src)],
+         "cmake configure", log)
     progress("  compiling C++")
     _run([exe, "--build", str(build), "--parallel", str(jobs or os.cpu_count() or 2)], "C++ build", log)
     progress("  installing")
     _run([exe, "--install", str(build), "--prefix", str(prefix)], "cmake install", log)
+
+
+def cmake_identity() -> str:
+    """`cmake --version` of the cmake ksbuild runs: part of the build cache key."""
+    exe = cmake_exe()
+    return _version_line(exe, os.stat(exe).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _version_line(exe: str, mtime: int) -> str:
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    return f"{exe} {(proc.stdout.strip().splitlines() or [''])[0]} {mtime}"

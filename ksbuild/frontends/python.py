@@ -57,8 +57,11 @@ class KernelCompiler:
     """Compiles the functions of one source file into IR, one Func per (function, arg types)."""
 
     def __init__(self, source: Source, float_dtype: str):
+        from .loops import IntFacts
+
         self.src = source
         self.float_dtype = float_dtype
+        self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
         self.active: list[str] = []
 
@@ -205,9 +208,12 @@ class KernelCompiler:
             self.assign(b, scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
                                                        self.annotation(s.annotation, s), s))
         elif isinstance(s, ast.AugAssign):
-            if not isinstance(s.target, ast.Name):
-                raise self.src.error(s.target, "augmented assignment only to a plain name")
-            current = self.name(scope, s.target)
+            if isinstance(s.target, ast.Subscript):
+                current = self.expr(b, scope, s.target)  # x[i] += v is x[i] = x[i] + v
+            elif isinstance(s.target, ast.Name):
+                current = self.name(scope, s.target)
+            else:
+                raise self.src.error(s.target, "augmented assignment only to a name or x[...]")
             self.assign(b, scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
         elif isinstance(s, ast.If):
             self.if_statement(b, scope, s)
@@ -243,6 +249,12 @@ class KernelCompiler:
         if isinstance(target, ast.Name):
             b.name(value, target.id)
             scope.names[target.id] = value
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            from .tensors import set_subscript
+            x = self.name(scope, target.value)
+            new = set_subscript(self, b, x, target.slice, value, scope, target)
+            b.name(new, target.value.id)
+            scope.names[target.value.id] = new
         elif isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
                 n = len(value) if isinstance(value, tuple) else 1
@@ -252,7 +264,7 @@ class KernelCompiler:
                 scope.names[t.id] = v
         else:
             raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
-                                 hint="assign to a name or a tuple of names")
+                                 hint="assign to a name, a tuple of names or x[...]")
 
     # ---- if ------------------------------------------------------------------------------------
 
@@ -352,9 +364,10 @@ class KernelCompiler:
             return x
         if isinstance(e.op, ast.USub):
             return Const(-x.value) if isinstance(x, Const) else b.neg(self.numeric(x, e))
-        if isinstance(e.op, ast.Not):
+        if isinstance(e.op, ast.Not) or (isinstance(e.op, ast.Invert) and not isinstance(x, Const)
+                                         and not isinstance(x, tuple) and x.type.dtype == "bool"):
             return Const(not x.value) if isinstance(x, Const) else b.bind(_prim("not"), [self.boolean(x, e)])[0]
-        raise self.src.error(e, "unsupported unary operator '~'", hint="use `not` on bool values")
+        raise self.src.error(e, "unsupported unary operator '~' on a number", hint="use ~ or `not` on bool values")
 
     def expr_BoolOp(self, b, scope, e: ast.BoolOp) -> Value:
         vals = [self.expr(b, scope, v) for v in e.values]
@@ -407,8 +420,13 @@ class KernelCompiler:
         kw = {k.arg: self.arg(b, scope, k.value) for k in e.keywords}
         if method:
             return self.call_method(b, scope, e, method, args, kw)
-        if target[0] == "torch" and target[1] in tensors.TORCH_TENSOR:
-            return tensors.TORCH_TENSOR[target[1]](self, b, args, kw, e)
+        table = tensors.NAMESPACES.get(target[0], {})
+        if target[1] in table:
+            return table[target[1]](self, b, args, kw, e)
+        if target[0] in ("F", "linalg", "nn"):
+            shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn"}[target[0]]
+            raise self.src.error(e.func, f"unsupported function '{shown}.{target[1]}'",
+                                 hint=f"supported: {', '.join(sorted(table)) or 'none'}")
         if target == ("builtin", "len") and len(args) == 1:
             x = tensors.tensor(self, b, args[0], e)
             if not x.type.rank:
@@ -429,15 +447,23 @@ class KernelCompiler:
 
     def method_target(self, f: ast.expr) -> str | None:
         """The method name of `x.method(...)` on a value (not a module function)."""
-        if isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in self.src.modules):
+        if isinstance(f, ast.Attribute) and self.module_of(f.value) is None:
             return f.attr
+        return None
+
+    def module_of(self, e: ast.expr) -> str | None:
+        """The namespace an expression names (math, torch, nn, F, linalg), or None if it is a value."""
+        if isinstance(e, ast.Name):
+            return self.src.modules.get(e.id) if e.id not in self.src.functions else None
+        if isinstance(e, ast.Attribute):
+            return SUBMODULES.get((self.module_of(e.value), e.attr))
         return None
 
     def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
         from . import tensors
         obj = self.expr(b, scope, e.func.value)
         if name in tensors.SHAPE_METHODS:
-            return tensors.SHAPE_METHODS[name](self, b, obj, args, e)
+            return tensors.SHAPE_METHODS[name](self, b, obj, args, kw, e)
         torch_name = tensors.METHODS.get(name)
         if torch_name is None:
             known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
@@ -466,6 +492,12 @@ class KernelCompiler:
         from .mathlib import MATH_CONSTANTS
         if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
             return Const(MATH_CONSTANTS[e.attr])
+        if self.module_of(e.value) == "torch":
+            from .scope import TORCH_DTYPES, DtypeValue
+            if e.attr in TORCH_DTYPES:
+                return DtypeValue(TORCH_DTYPES[e.attr])
+            raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
+                                 hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
         if e.attr == "shape" and isinstance(x, Var):
             return tuple(tensors.dim_value(d) for d in x.type.shape)
@@ -477,8 +509,8 @@ class KernelCompiler:
 
     def callee(self, f: ast.expr) -> tuple[str, str]:
         """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in self.src.modules:
-            return self.src.modules[f.value.id], f.attr
+        if isinstance(f, ast.Attribute) and self.module_of(f.value) is not None:
+            return self.module_of(f.value), f.attr
         if isinstance(f, ast.Name):
             if f.id in self.src.functions:
                 return "kernel", f.id
@@ -536,6 +568,9 @@ class KernelCompiler:
         return self.as_atom(b, x, t.with_shape(_shape(x)), node), self.as_atom(b, y, t.with_shape(_shape(y)), node)
 
 
+SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F"}
+
+
 def _shape(v: Value):
     return () if isinstance(v, Const) else v.type.shape
 
@@ -554,12 +589,14 @@ def _is_docstring(s: ast.stmt) -> bool:
 
 
 def _assigned(stmts: list[ast.stmt]) -> set[str]:
-    """Names stored to anywhere in these statements."""
+    """Names stored to anywhere in these statements (x[i] = v stores to x)."""
     out = set()
     for s in stmts:
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 out.add(n.id)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
+                out.add(n.value.id)
     return out
 
 

@@ -13,7 +13,9 @@ from ..ir.types import Type
 from .python import KernelCompiler, Source
 from .scope import Const
 
-KNOWN_MODULES = {"math": "math", "torch": "torch"}
+# importable modules -> the namespace their functions are looked up in
+KNOWN_MODULES = {"math": "math", "torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F",
+                 "torch.linalg": "linalg"}
 _MATH_FOLD = {"log", "log2", "log10", "log1p", "exp", "sqrt", "sin", "cos", "tan", "atan", "lgamma", "pow"}
 _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -38,11 +40,17 @@ def _top_level(src: Source, node: ast.stmt) -> None:
         src.functions[node.name] = node
     elif isinstance(node, ast.Import):
         for a in node.names:
-            if a.name in KNOWN_MODULES:
-                src.modules[a.asname or a.name] = KNOWN_MODULES[a.name]
+            if a.asname and a.name in KNOWN_MODULES:
+                src.modules[a.asname] = KNOWN_MODULES[a.name]
+            elif a.name.split(".")[0] in KNOWN_MODULES:  # `import torch.nn.functional` binds `torch`
+                src.modules[a.name.split(".")[0]] = KNOWN_MODULES[a.name.split(".")[0]]
     elif isinstance(node, ast.ImportFrom) and node.module in KNOWN_MODULES:
         for a in node.names:
-            src.imported[a.asname or a.name] = (KNOWN_MODULES[node.module], a.name)
+            sub = f"{node.module}.{a.name}"
+            if sub in KNOWN_MODULES:  # from torch.nn import functional as F
+                src.modules[a.asname or a.name] = KNOWN_MODULES[sub]
+            else:
+                src.imported[a.asname or a.name] = (KNOWN_MODULES[node.module], a.name)
     elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         value = _constant(src, node.value)
         if value is not None:

@@ -11,13 +11,14 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
 from .scope import Const, SymDim, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
+_DIM_EXPR = re.compile(r"^[A-Za-z0-9_\s+*/()-]+$")
 
 
 def parse_type_text(text: str, float_dtype: str) -> Type | None:
@@ -37,6 +38,11 @@ def parse_type_text(text: str, float_dtype: str) -> Type | None:
             dims.append(int(part))
         elif part.isidentifier():
             dims.append(part)
+        elif _DIM_EXPR.match(part):  # "n*d", "n + 1": canonical like the dims of results
+            try:
+                dims.append(canonical_dim(part))
+            except (ValueError, SyntaxError):
+                return None
         else:
             return None
     return Type(base, tuple(dims))
@@ -128,7 +134,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     x = tensor(fc, b, x, node)
     if x.type.rank == 0:
         raise fc.src.error(node, f"cannot index a scalar value of type {x.type}")
-    items = index_node.elts if isinstance(index_node, ast.Tuple) else [index_node]
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
     if sum(1 for it in items if not _is_none(it)) > x.type.rank:
         raise fc.src.error(node, f"too many indices for {x.type}")
     axis = 0
@@ -144,8 +150,76 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     return x
 
 
+def index_items(index_node: ast.expr) -> list[ast.expr]:
+    return list(index_node.elts) if isinstance(index_node, ast.Tuple) else [index_node]
+
+
+def _expand_ellipsis(fc, items: list, rank: int, node) -> list:
+    """x[..., 0]: the `...` stands for as many full slices as the other items leave axes."""
+    dots = [k for k, it in enumerate(items) if isinstance(it, ast.Constant) and it.value is Ellipsis]
+    if not dots:
+        return items
+    if len(dots) > 1:
+        raise fc.src.error(node, "an index can have only one '...'")
+    k = dots[0]
+    used = sum(1 for it in items if not _is_none(it)) - 1
+    fill = [ast.Slice() for _ in range(max(rank - used, 0))]
+    return items[:k] + fill + items[k + 1:]
+
+
 def _is_none(e) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
+
+
+def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
+    """x with x[...] = value (ints, computed ints and step-1 slices); a new value, x is unchanged.
+    A position is replaced exactly (index_set), a range by joining slices around it."""
+    if not isinstance(x, Atom) or not x.type.rank:
+        raise fc.src.error(node, "only a tensor's elements can be assigned (x[i] = v)")
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
+    if any(_is_none(it) for it in items) or len(items) > x.type.rank:
+        raise fc.src.error(node, f"unsupported index in an assignment to {x.type}",
+                           hint="use integers and slices a:b, one per axis")
+    keys = [_set_key(fc, b, scope, x, axis, it) for axis, it in enumerate(items)]
+    keys += [("all",)] * (x.type.rank - len(keys))
+    v = tensor(fc, b, value, node)
+    if v.type.dtype != x.type.dtype:
+        v = b.convert(v, dtype=x.type.dtype)
+    return _set_items(fc, b, x, keys, v, node)
+
+
+def _set_key(fc, b, scope, x: Atom, axis: int, it):
+    """One index item of an assignment: ("int", index atom), ("range", start, stop) or ("all",)."""
+    n = x.type.shape[axis]
+    if isinstance(it, ast.Slice):
+        if it.step is not None:
+            raise fc.src.error(it, "assignment to a slice with a step is not supported")
+        start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
+        return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
+    return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
+
+
+def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
+    """x with the part the keys select replaced by v (broadcast to that part's shape)."""
+    k = next((j for j, key in enumerate(keys) if key[0] != "all"), None)
+    if k is None:
+        if v.type.shape != x.type.shape and broadcast_shapes(v.type.shape, x.type.shape) != x.type.shape:
+            raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of type {x.type}")
+        return v if v.type.shape == x.type.shape else b.broadcast_to(v, shape=x.type.shape)
+    key = keys[k]
+    if key[0] == "int":
+        part = b.index(x, key[1], axis=k)
+        new = _set_items(fc, b, part, keys[:k] + keys[k + 1:], v, node)
+        return b.index_set(x, key[1], new, axis=k)
+    _, start, stop = key
+    n = x.type.shape[k]
+    part = b.slice(x, axis=k, start=start, stop=stop)
+    new = _set_items(fc, b, part, keys[:k] + [("all",)] + keys[k + 1:], v, node)
+    pieces = [b.slice(x, axis=k, start=0, stop=start)] if start != 0 else []
+    pieces.append(new)
+    if stop != n:
+        pieces.append(b.slice(x, axis=k, start=stop, stop=n))
+    return shape_ops.concatenate(b, pieces, k)
 
 
 def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
@@ -172,6 +246,11 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
+
+
+def _index_atom(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    """An integer index into `axis` of x as an i64 atom (a literal negative index counts from the end)."""
     n = x.type.shape[axis]
     if isinstance(i, Const) and type(i.value) is int:
         v = i.value
@@ -186,7 +265,7 @@ def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
     elif isinstance(i, (tuple, list)) or isinstance(i, Const) or i.type.dtype not in ("i32", "i64") or i.type.rank:
         raise fc.src.error(node, "an index must be an integer scalar (tensor indexing is not supported)",
                            hint="use int(...) for a computed index; slices use a:b")
-    return b.index(x, i, axis=axis)
+    return i
 
 
 # ---- reductions ----------------------------------------------------------------------------------
@@ -257,29 +336,107 @@ def _two_floats(fc, b, args, node, name):
 
 # ---- shapes --------------------------------------------------------------------------------------
 
-def _reshape(fc, b, x, args, node) -> Atom:
+def _reshape(fc, b, x, args, kw, node) -> Atom:
+    args = args or [_arg(fc, args, kw, 0, "shape", node)]
     return shape_ops.reshape(b, tensor(fc, b, x, node), shape_args(fc, args, node))
 
 
-def _unsqueeze(fc, b, x, args, node):
-    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), int_const(fc, args[0], node, "dim") if args else 0)
+def _unsqueeze(fc, b, x, args, kw, node):
+    axis = int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim")
+    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), axis)
 
 
-def _squeeze(fc, b, x, args, node):
-    axes = [int_const(fc, args[0], node, "dim")] if args else None
+def _squeeze(fc, b, x, args, kw, node):
+    dim = _arg(fc, args, kw, 0, "dim", node, None)
+    axes = None if dim is None else [int_const(fc, d, node, "dim") for d in (dim if isinstance(dim, tuple) else [dim])]
     return shape_ops.squeeze(b, tensor(fc, b, x, node), axes)
 
 
-def _transpose(fc, b, x, args, node):
-    if len(args) != 2:
-        raise fc.src.error(node, "transpose takes two dims")
-    i, j = (int_const(fc, a, node, "dim") for a in args)
+def _transpose(fc, b, x, args, kw, node):
+    i, j = (int_const(fc, _arg(fc, args, kw, k, name, node), node, "dim") for k, name in enumerate(("dim0", "dim1")))
     return shape_ops.swap_axes(b, tensor(fc, b, x, node), i, j)
 
 
-def _permute(fc, b, x, args, node):
+def _permute(fc, b, x, args, kw, node):
+    if not args and "dims" in kw:
+        args = [kw["dims"]]
     vals = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
     return shape_ops.permute(b, tensor(fc, b, x, node), [int_const(fc, a, node, "dim") for a in vals])
+
+
+def _flatten(fc, b, x, args, kw, node):
+    """x.flatten(start_dim=0, end_dim=-1): the dims start..end merged into one."""
+    x = tensor(fc, b, x, node)
+    rank = max(x.type.rank, 1)
+    lo = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "start_dim", node, Const(0)), node, "dim"), rank, node)
+    hi = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "end_dim", node, Const(-1)), node, "dim"), rank, node)
+    shape = x.type.shape
+    merged = shape[:lo] + (_numel_dims(shape[lo:hi + 1]),) + shape[hi + 1:]
+    return shape_ops.reshape(b, x, merged) if x.type.rank else shape_ops.reshape(b, x, (1,))
+
+
+def _numel_dims(dims) -> Dim:
+    n: Dim = 1
+    for d in dims:
+        n = dim_mul(n, d)
+    return n
+
+
+def _size(fc, b, x, args, kw, node):
+    """x.size() -> the shape; x.size(k) -> one dim."""
+    x = tensor(fc, b, x, node)
+    dims = tuple(dim_value(d) for d in x.type.shape)
+    if not args and "dim" not in kw:
+        return dims
+    return dims[norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim"), x.type.rank, node)]
+
+
+def _cast_to(dtype: str | None):
+    """x.float(), x.double(), x.int(), x.long(), x.bool() (torch's dtypes; None: the build float)."""
+    def fn(fc, b, x, args, kw, node):
+        x = tensor(fc, b, x, node)
+        want = dtype or fc.float_dtype
+        return x if x.type.dtype == want else b.convert(x, dtype=want)
+    return fn
+
+
+def _type_as(fc, b, x, args, kw, node):
+    x, other = tensor(fc, b, x, node), tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    return x if x.type.dtype == other.type.dtype else b.convert(x, dtype=other.type.dtype)
+
+
+def _to(fc, b, x, args, kw, node):
+    """x.to(torch.float64) / x.to(dtype=...): a cast (devices are ignored: kernels run where they are linked)."""
+    from .scope import DtypeValue
+    x = tensor(fc, b, x, node)
+    d = next((a for a in list(args) + [kw.get("dtype")] if isinstance(a, DtypeValue)), None)
+    return x if d is None or d.dtype == x.type.dtype else b.convert(x, dtype=d.dtype)
+
+
+def _item(fc, b, x, args, kw, node):
+    """x.item() of a one-element tensor: the scalar, a constant for differentiation (a Python number in torch)."""
+    x = tensor(fc, b, x, node)
+    if any(d != 1 for d in x.type.shape):
+        raise fc.src.error(node, f".item() needs a tensor with one element, got {x.type}")
+    return b.stop_gradient(b.reshape(x, shape=()) if x.type.rank else x)
+
+
+def _same(fc, b, x, args, kw, node):
+    """x.contiguous(), x.clone(): the same values."""
+    return tensor(fc, b, x, node)
+
+
+def _detach(fc, b, x, args, kw, node):
+    """x.detach(): the same values, a constant for differentiation."""
+    return b.stop_gradient(tensor(fc, b, x, node))
+
+
+def _dim_count(fc, b, x, args, kw, node):
+    return Const(tensor(fc, b, x, node).type.rank)
+
+
+def _numel(fc, b, x, args, kw, node):
+    return dim_value(_numel_dims(tensor(fc, b, x, node).type.shape))
 
 
 def transpose_2d(fc, b, x, node):
@@ -293,45 +450,45 @@ def transpose_2d(fc, b, x, node):
 
 def _filled(value):
     def fn(fc, b, args, kw, node):
-        _no_dtype(fc, kw, node)
-        return create.full(shape_args(fc, args, node), value, fc.float_dtype)
+        return create.full(shape_args(fc, args, node), value, _dtype_kw(fc, kw, node, fc.float_dtype))
     return fn
 
 
 def _full(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, fc.float_dtype)
     if len(args) != 2:
         raise fc.src.error(node, "torch.full takes a shape and a value")
     shape = shape_args(fc, [args[0]], node)
     v = args[1]
     if isinstance(v, Const):
-        return create.full(shape, v.value, fc.float_dtype)
-    return create.fill(b, shape, float_tensor(fc, b, v, node))
+        return create.full(shape, v.value, dtype)
+    v = tensor(fc, b, v, node)
+    return create.fill(b, shape, v if v.type.dtype == dtype else b.convert(v, dtype=dtype))
 
 
 def _like(value):
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, args[0], node)
-        return Lit(value, x.type)
+        dtype = _dtype_kw(fc, kw, node, x.type.dtype)
+        return create.full(x.type.shape, value, dtype)
     return fn
 
 
 def _arange(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, "i64")
     if len(args) == 1:
         start, stop = Const(0), args[0]
     elif len(args) == 2:
         start, stop = args
     else:
         raise fc.src.error(node, "torch.arange(n) or torch.arange(start, stop) (step 1) is supported")
-    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node))
+    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node), dtype)
 
 
 def _eye(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
     n = as_dim(fc, args[0], node)
     m = as_dim(fc, args[1], node) if len(args) > 1 else n
-    return create.eye(b, n, m, fc.float_dtype)
+    return create.eye(b, n, m, _dtype_kw(fc, kw, node, fc.float_dtype))
 
 
 def _tri(lower: bool):
@@ -358,10 +515,18 @@ def _join(op, name):
     return fn
 
 
-def _no_dtype(fc, kw, node):
+def _dtype_kw(fc, kw, node, default: str) -> str:
+    """The dtype= of a factory function (default if absent); device= and requires_grad= are ignored."""
+    from .scope import DtypeValue
     for k in kw:
         if k not in ("dtype", "device", "requires_grad"):
             raise fc.src.error(node, f"unsupported keyword argument '{k}'")
+    d = kw.get("dtype")
+    if d is None:
+        return default
+    if not isinstance(d, DtypeValue):
+        raise fc.src.error(node, "dtype= must be a torch dtype such as torch.float64")
+    return d.dtype
 
 
 def _arg(fc, args, kw, pos, name, node, default=...):
@@ -420,7 +585,62 @@ METHODS = {
     "matmul": "matmul", "dot": "dot", "outer": "outer", "clamp": "clamp", "clip": "clamp", "square": "square",
     "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "tanh": "tanh",
     "sin": "sin", "cos": "cos", "abs": "abs", "sigmoid": "sigmoid", "relu": "relu", "pow": "pow",
-    "tril": "tril", "triu": "triu",
+    "tril": "tril", "triu": "triu", "sign": "sign",
 }
+# x.method(...) handled here: (fc, b, x, args, kw, node)
 SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
-                 "transpose": _transpose, "permute": _permute}
+                 "transpose": _transpose, "permute": _permute, "flatten": _flatten, "size": _size,
+                 "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
+                 "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
+                 "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
+                 "contiguous": _same, "clone": _same, "to": _to, "item": _item, "detach": _detach,
+                 "dim": _dim_count, "numel": _numel}
+
+
+def _library(name: str):
+    """A function of the scalar library (relu, sigmoid, ...) called from a torch namespace."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import LIBRARY
+        if kw:
+            raise fc.src.error(node, f"{name}() takes no keyword arguments here")
+        return LIBRARY[name](fc, b, [fc.plain(b, a) for a in args], node)
+    return fn
+
+
+def _linear(fc, b, args, kw, node):
+    """F.linear(x, w, b=None) = x @ wᵀ + b."""
+    x, w = _two_floats(fc, b, args[:2], node, "linear")
+    y = linalg.matmul(b, x, shape_ops.swap_axes(b, w, -1, -2) if w.type.rank == 2 else w)
+    bias = _arg(fc, args, kw, 2, "bias", node, None)
+    return y if bias is None else b.add(*fc.unify(b, y, tensor(fc, b, bias, node), node))
+
+
+def _loss(kind: str):
+    """F.mse_loss / F.l1_loss(input, target, reduction='mean')."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        t = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+        d = b.sub(*fc.unify(b, x, t, node))
+        e = b.ipow(d, n=2) if kind == "mse" else b.abs(d)
+        how = _arg(fc, args, kw, 2, "reduction", node, "mean")
+        if how not in ("mean", "sum", "none"):
+            raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
+        return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
+    return fn
+
+
+def _dropout(fc, b, args, kw, node):
+    """F.dropout(x, p, training=False) is x; random dropout while training is not supported."""
+    training = _arg(fc, args, kw, 2, "training", node, Const(True))
+    if not isinstance(training, Const) or training.value:
+        raise fc.src.error(node, "F.dropout with training=True draws random numbers; kernels are deterministic",
+                           hint="pass training=False (dropout is the identity at inference)")
+    return tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+
+
+F_FUNCS = {
+    "relu": _library("relu"), "sigmoid": _library("sigmoid"), "tanh": _library("tanh"),
+    "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
+    "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "dropout": _dropout,
+}
+NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": {}, "nn": {}}

@@ -193,6 +193,11 @@ def _dim(p: Poly) -> Dim:
     return _text(p)
 
 
+def canonical_dim(text: str) -> Dim:
+    """A dim expression such as 'n*d' or '1 + (n - 1)' in canonical form ('d*n', 'n')."""
+    return _dim(_poly(text))
+
+
 def dim_add(a: Dim, b: Dim) -> Dim:
     """a + b for dims: an int when both are literals, else a canonical expression such as 'n + 1'."""
     return _dim(_plus(_poly(a), _poly(b)))

@@ -1,36 +1,46 @@
 """`ksbuild package`: render, build and install a manifest, cached by content hash.
 
-The install tree appears atomically: it is built in a temporary folder next to OUT and moved
-into place only when everything succeeded, so a failed build leaves no partial tree.
+The install tree appears atomically: it is built in a temporary folder in the cache and moved
+into place only when everything succeeded, so a failed build leaves no partial tree. Runs that
+build the same thing, or into the same output, at the same time wait for each other on locks
+(cache.py) and all succeed. A failed build's log stays in the cache, at the path the error names.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
-from ..compile.cmake import build_and_install
+from ..compile.cmake import build_and_install, cmake_identity
+from ..compile.targets import Target, check_backend, compiler_identity, get_target
+from ..errors import KsbuildError
 from ..exports import build_exports
-from ..manifest import Manifest, load_manifest
+from ..manifest import Manifest, load_manifest, locate
 from ..resources import VERSION, resource_dir
+from .cache import cache_root, file_lock, key_lock, out_lock
 from .render import render_project
 
+__all__ = ["STAMP", "cache_root", "content_hash", "kernel_sources", "package", "render", "resolve_target"]
+
 STAMP = "ksbuild-hash"
+# Environment variables CMake or the compiler read that change the build.
+BUILD_ENV = ("CXX", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "BLA_VENDOR", "CMAKE_GENERATOR")
 
 
 def content_hash(m: Manifest, target: str, extra: str = "") -> str:
-    """A hash of everything the output depends on: manifest, kernel sources, ksbuild itself."""
+    """A hash of everything the output depends on: the manifest and the source of every kernel,
+    the target, its compiler (path, version, machine), CMake, build flags, and ksbuild itself."""
     h = hashlib.sha256()
-    for part in (VERSION, target, m.build.backend, extra, m.text):
+    for part in (VERSION, extra, m.build.backend, m.text, *build_identity(get_target(target))):
         h.update(part.encode() + b"\0")
-    for k in m.kernels.values():
-        for ref in (k.python, k.onnx):
-            f = m.root / ref.rsplit(":", 1)[0] if ref else None
-            if f is not None and f.is_file():
-                h.update(f.read_bytes())
+    for f in kernel_sources(m):
+        h.update(str(f).encode() + b"\0" + f.read_bytes())
     pkg = Path(__file__).resolve().parent.parent
     for folder in (pkg, resource_dir("templates"), resource_dir("prelude"), resource_dir("dist_templates")):
         for f in sorted(folder.rglob("*")):
@@ -39,22 +49,63 @@ def content_hash(m: Manifest, target: str, extra: str = "") -> str:
     return h.hexdigest()[:20]
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("KSBUILD_CACHE", Path.home() / ".cache" / "ksbuild"))
+def build_identity(t: Target) -> list[str]:
+    """The target record, its compiler's identity, CMake's version and the build environment."""
+    env = [f"{k}={os.environ.get(k, '')}" for k in BUILD_ENV]
+    return [repr(t), compiler_identity(t), cmake_identity(), *env]
+
+
+def kernel_sources(m: Manifest) -> list[Path]:
+    """The source file of every kernel: "file.py:f" relative to the manifest, "module:f" as Python finds it."""
+    files = []
+    for k in m.kernels.values():
+        if k.onnx:
+            path: Path | None = m.root / k.onnx
+        else:
+            source = (k.python or "").rsplit(":", 1)[0]
+            path = m.root / source if source.endswith(".py") else _module_file(source)
+        if path is not None and path.is_file():
+            files.append(path)
+    return files
+
+
+def _module_file(module: str) -> Path | None:
+    """The file of a dotted module name, found the way the frontend finds it (None if it is not there)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -> Target:
+    """The target record for --target (or the manifest's [build] target); checks the backend fits it."""
+    name = name or m.build.target
+    loc = locate(m.text, "build", "target", file=str(m.path)) if name == m.build.target else None
+    t = get_target(name, loc)
+    check_backend(t, m.build.backend)
+    if m.build.threads > 1 and not t.hosted:
+        raise KsbuildError(f"threads = {m.build.threads} needs OpenMP, which bare-metal target '{t.name}' does not "
+                           "have", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")
+    if python_module and not t.hosted:
+        raise KsbuildError(f"target '{t.name}' has no operating system to load a Python module on", loc)
+    return t
 
 
 def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print,
-           backend: str | None = None) -> Manifest:
-    """Write the standalone CMake project of a manifest into `out` (backend overrides [build])."""
+           backend: str | None = None, target: str | None = None) -> Manifest:
+    """Write the standalone CMake project of a manifest into `out` (backend, target override [build])."""
     m = load_manifest(manifest, backend)
+    t = resolve_target(m, target)
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
     exports = build_exports(m)
-    tmp = Path(tempfile.mkdtemp(prefix=".ksbuild-render-", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ksbuild-render-", dir=out.parent))
     try:
-        render_project(m, exports, tmp)
+        render_project(m, exports, tmp / "project", t)
         if out.exists():
             shutil.rmtree(out)
-        tmp.rename(out)
+        (tmp / "project").rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return m
@@ -65,47 +116,72 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
             backend: str | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed)."""
     m = load_manifest(manifest, backend)
+    t = resolve_target(m, target, python_module)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
-    key = content_hash(m, target, "py" if python_module else "")
-    stamp = out / "share" / m.name / STAMP
-    if stamp.is_file() and stamp.read_text().strip() == key:
+    key = content_hash(m, t.name, "py" if python_module else "")
+    if _is_current(out, m.name, key):
         progress(f"ksbuild: {out} is up to date")
         return out
     cached = cache_root() / key / "install"
-    if not (cached / "share" / m.name / STAMP).is_file():
-        _build_into_cache(manifest, m, cached, key, target, jobs, python_module, progress)
-    else:
-        progress("ksbuild: found a cached build")
-    _install_copy(cached, out)
-    progress(f"ksbuild: installed {m.name} into {out}")
+    with file_lock(key_lock(key)):
+        if _is_current(cached, m.name, key):
+            progress("ksbuild: found a cached build")
+        else:
+            _build_into_cache(manifest, m, key, t, jobs, python_module, progress)
+        with file_lock(out_lock(out)):
+            if not _is_current(out, m.name, key):
+                _install_copy(cached, out)
+    progress(f"ksbuild: installed {m.name} ({t.name}) into {out}")
     return out
 
 
-def _build_into_cache(manifest, m: Manifest, cached: Path, key: str, target, jobs, python_module, progress) -> None:
+def _is_current(tree: Path, name: str, key: str) -> bool:
+    """True if `tree` is a finished install tree stamped with `key`."""
+    try:
+        return (tree / "share" / name / STAMP).read_text().strip() == key
+    except OSError:
+        return False
+
+
+def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_module, progress) -> None:
+    """Build in a temporary folder of the cache entry; rename the finished tree into <key>/install."""
     work = cache_root() / key
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=work))
+    log = tmp.with_suffix(".log")  # beside the temporary folder: a failed build's log outlives it
     try:
-        render(manifest, tmp / "project", progress, m.build.backend)
-        progress(f"ksbuild: building {m.name} for {target}")
-        build_and_install(tmp / "project", tmp / "build", tmp / "install", jobs=jobs, target=target,
+        render(manifest, tmp / "project", progress, m.build.backend, t.name)
+        progress(f"ksbuild: building {m.name} for {t.name}")
+        build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
                           python_module=python_module, progress=progress)
         (tmp / "install" / "share" / m.name / STAMP).write_text(key + "\n")
-        if cached.exists():
-            shutil.rmtree(cached)
-        (tmp / "install").rename(cached)
+        _write_entry(work, m, t, python_module)
+        if (work / "install").exists():  # an unfinished tree left by a killed run (we hold the lock)
+            shutil.rmtree(work / "install")
+        (tmp / "install").rename(work / "install")
+        os.replace(log, work / "build.log")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_entry(work: Path, m: Manifest, t: Target, python_module: bool) -> None:
+    """entry.json: what a cache entry holds, for `ksbuild cache info`."""
+    info = {"package": m.name, "version": m.version, "manifest": str(m.path), "target": t.name,
+            "backend": m.build.backend, "python_module": python_module, "compiler": compiler_identity(t),
+            "ksbuild": VERSION, "built": time.strftime("%Y-%m-%d %H:%M:%S")}
+    tmp = work / f".entry-{os.getpid()}.json"
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, work / "entry.json")
+
+
 def _install_copy(src: Path, out: Path) -> None:
-    """Copy the tree to out atomically (a sibling temp folder renamed into place)."""
+    """Copy the tree to out: a sibling temp copy renamed into place; the old tree is renamed away first."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         shutil.copytree(src, tmp / "tree")
         if out.exists():
-            shutil.rmtree(out)
+            out.rename(tmp / "old")
         (tmp / "tree").rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,7 @@ import jinja2
 
 from ..codegen.data import DataSection
 from ..codegen.viewmodel import ExportView, export_view
+from ..compile.targets import TARGETS, Target
 from ..exports import Export
 from ..manifest import Manifest
 from ..resources import VERSION, resource_dir
@@ -52,13 +53,20 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
     return out
 
 
-def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
-    """Write the whole project into `out` (created; must not exist or be empty)."""
+def target_record(t: Target) -> dict:
+    """What share/P/target.json records about the target the tree was built for."""
+    return {"target": t.name, "triple": t.triple, "system": t.system, "processor": t.processor,
+            "flags": list(t.flags), "link_flags": list(t.link_flags)}
+
+
+def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
+    """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     data = DataSection(m.name)
     vs = views(m, exports, data)
-    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size),
-               name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
-               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_",
+    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
+               cpu=m.build.cpu, threads=m.build.threads, data_decls=data.declarations(),
+               has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
@@ -73,6 +81,9 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
     files[f"cmake/{m.name}.pc"] = d.get_template("pkgconfig.pc.j2").render(ctx)
     files[f"share/{m.name}.json"] = json.dumps(describe(m, vs, exports), indent=2) + "\n"
     files["share/manifest.toml"] = m.text
+    files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
+    if target.cross:
+        files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
     if data.blob_size:
         files[f"src/{m.name}_data.S"] = data.assembly()
         (out / "src").mkdir(parents=True, exist_ok=True)
@@ -82,5 +93,6 @@ def render_project(m: Manifest, exports: list[Export], out: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    for header in ("prelude.h", "blas.h") if m.build.backend == "blas" else ("prelude.h",):
-        shutil.copyfile(resource_dir("prelude") / "ks" / header, out / "src/ks" / header)
+    for header in sorted((resource_dir("prelude") / "ks").glob("*.h")):
+        if header.name != "blas.h" or m.build.backend == "blas":
+            shutil.copyfile(header, out / "src/ks" / header.name)

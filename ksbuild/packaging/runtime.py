@@ -3,11 +3,18 @@
 This module is standalone (it imports only the standard library and numpy; torch only when a
 torch tensor is passed), so it can be shipped inside a wheel of compiled kernels without
 ksbuild. It binds each export of `share/P/P.json` through ctypes.
+
+Values are never cast silently: a numpy array or torch tensor must have exactly the dtype the
+export was built for (build a float64 variant of the package for float64 data). Python numbers
+and lists, which carry no dtype, are converted. Torch tensors go through `torch_ops.py` (a
+torch.library custom op per export, with autograd through the package's vjp exports).
 """
 from __future__ import annotations
 
+import ast
 import ctypes
 import json
+import operator
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,130 +33,246 @@ CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, 
 RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
        "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
 STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
+KINDS = {"f32": "f", "f64": "f", "i32": "i", "i64": "i", "bool": "b"}  # numpy dtype.kind of each dtype
+KINDS.update({d: "i" for d in NUMPY_DTYPES if d not in KINDS}, f16="f")  # the narrow types' bits are integers
 
 
 class CallError(ValueError):
     """A compiled export was called with arguments that do not fit its signature."""
 
 
+class DtypeError(CallError, TypeError):
+    """An array or tensor has another dtype than the export was built for (ksbuild never casts silently)."""
+
+
 class Export:
     """One compiled export, callable on Python scalars, numpy arrays and torch tensors."""
 
-    def __init__(self, lib: ctypes.CDLL, name: str, desc: dict):
-        self.name, self.desc = name, desc
+    CallError, DtypeError = CallError, DtypeError  # for torch_ops.py, which imports nothing from here
+
+    def __init__(self, lib: ctypes.CDLL, name: str, desc: dict, package: "Package | None" = None):
+        self.name, self.desc, self.package = name, desc, package
         self.fn = getattr(lib, desc["symbol"])
         self.fn.restype = RET[desc["returns"]]
         self.ins = [a for a in desc["args"] if a["role"] == "in"]
         self.outs = [a for a in desc["args"] if a["role"] == "out"]
+        if desc["returns"] not in ("void", "int"):  # a scalar export returning its one result by value
+            self.outs = [{"name": "result", "role": "out", "dtype": desc["results"][0], "shape": []}]
+        self.free_dims = free_dims(desc)
         self.ws_fn = getattr(lib, desc["symbol"] + "_workspace_size") if desc["kind"] == "tensor" else None
         if self.ws_fn is not None:
             self.ws_fn.restype = ctypes.c_size_t
+            self.ws_fn.argtypes = [ctypes.c_int64] * len(desc["dims"])
+            self.fn.argtypes = _tensor_argtypes(desc, self.ins, self.outs)
+        self._plan = _bind_plan(self.ins)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
 
     def __repr__(self) -> str:
         return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}>"
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, dims: dict[str, int] | None = None):
+        """Call the compiled code; `dims` gives dims that no input shape shows (see `free_dims`)."""
         if len(args) != len(self.ins):
             raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
+        if any(_is_torch(x) for x in args) and out is None:
+            return self.package.torch_ops().call(self, args, dims)
+        return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
+
+    def call_numpy(self, args, out=None, dims=None, torch_out=False):
+        """The ctypes call on numpy-compatible values; one result as itself, several as a tuple."""
+        outs = self.call_arrays(args, out, dims)
+        return _results(outs, self.outs, torch_out)
+
+    def call_arrays(self, args, out=None, dims=None) -> list[np.ndarray]:
+        """The ctypes call; every result as an array (0-d for a scalar)."""
         if self.desc["kind"] == "scalar":
             return self._call_scalar(args)
-        return self._call_tensor(args, out)
+        return self._call_tensor(args, out, dims)
 
-    def _call_scalar(self, args):
-        cargs = [CTYPES[a["dtype"]](_scalar(x)) for a, x in zip(self.ins, args)]
+    def _call_scalar(self, args) -> list[np.ndarray]:
+        cargs = [CTYPES[a["dtype"]](_scalar(x, a, self.name)) for a, x in zip(self.ins, args)]
         if self.desc["returns"] != "void":
-            return _py(self.fn(*cargs))
+            return [np.asarray(_py(self.fn(*cargs)), NUMPY_DTYPES[self.outs[0]["dtype"]])]
         outs = [CTYPES[a["dtype"]]() for a in self.outs]
         self.fn(*cargs, *[ctypes.byref(o) for o in outs])
-        return tuple(_py(o.value) for o in outs)
+        return [np.asarray(o.value, NUMPY_DTYPES[a["dtype"]]) for o, a in zip(outs, self.outs)]
 
-    def _call_tensor(self, args, out):
-        torch_in = any(type(x).__module__.startswith("torch") for x in args)
-        arrays = [_as_array(x, a) for x, a in zip(args, self.ins)]
-        dims = _bind_dims(self.desc["dims"], self.ins, arrays)
+    def _call_tensor(self, args, out, given_dims) -> list[np.ndarray]:
+        arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
+        dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(dims, out)
-        cargs = [ctypes.c_int64(dims[d]) for d in self.desc["dims"]]
-        for a, arr in zip(self.ins, arrays):
-            scalar = arr.view(np.uint16) if a["dtype"] == "f16" else arr  # a half travels as its bits
-            cargs.append(arr.ctypes.data_as(ctypes.c_void_p) if a["shape"] else CTYPES[a["dtype"]](scalar.item()))
-        cargs += [o.ctypes.data_as(ctypes.c_void_p) for o in outs]
-        ws = self._workspace(dims)
-        status = self.fn(*cargs, ws.ctypes.data_as(ctypes.c_void_p) if ws is not None else None)
+        ins = [arr.ctypes.data if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
+        self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
+        return outs
+
+    def call_pointers(self, dims: dict, ins: list, outs: list) -> None:
+        """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs."""
+        dim_values = [dims[d] for d in self.desc["dims"]]
+        ws = self._workspace(dim_values)
+        status = self.fn(*dim_values, *ins, *outs, ws)
         if status != 0:
             raise CallError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
-        return _results(outs, self.outs, torch_in)
+
+    def bind_dims(self, shapes, given: dict | None = None) -> dict:
+        """Values of the symbolic dims from the input shapes (and `given` for free dims); checks consistency."""
+        dims = dict(given) if given else {}
+        if given and any(d not in self.desc["dims"] for d in given):
+            unknown = [d for d in given if d not in self.desc["dims"]]
+            raise CallError(f"{self.name}: dims {unknown} are not dims of this export (its dims: {self.desc['dims']})")
+        for i, axis, d in self._plan:
+            s = shapes[i][axis]
+            want = dims.setdefault(d, s) if isinstance(d, str) else d
+            if want != s:
+                raise CallError(f"argument '{self.ins[i]['name']}': dimension {d} is {want} elsewhere but {s} here")
+        if len(dims) < len(self.desc["dims"]):
+            missing = [d for d in self.desc["dims"] if d not in dims]
+            raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
+        for a, shape in zip(self.ins, shapes):
+            for d, s in zip(a["shape"], shape):
+                if isinstance(d, str) and not d.isidentifier() and dim_value(d, dims) != s:
+                    raise CallError(f"argument '{a['name']}': dimension {d} = {dim_value(d, dims)} but {s} given")
+        return dims
+
+    def out_shapes(self, dims: dict) -> list[tuple]:
+        """The shape of every output given the dims (works on torch SymInts too)."""
+        return [tuple(dim_value(d, dims) for d in a["shape"]) for a in self.outs]
 
     def _outputs(self, dims, out):
         given = out if isinstance(out, (tuple, list)) else [out] if out is not None else None
-        shapes = [tuple(d if isinstance(d, int) else dims[d] for d in a["shape"]) for a in self.outs]
+        shapes = self.out_shapes(dims)
         if given is None:
             return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
-        res = [_np_view(o) for o in given]
+        res = [_np_view(o, a, self.name) for o, a in zip(given, self.outs)]
         for r, s, a in zip(res, shapes, self.outs):
             if r.shape != s or r.dtype != NUMPY_DTYPES[a["dtype"]] or not r.flags.c_contiguous:
                 raise CallError(f"out= for {self.name} must be a contiguous {a['dtype']} array of shape {s}")
         return res
 
-    def _workspace(self, dims):
-        """This thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
-        if self.ws_fn is None:
-            return None
-        n = self.ws_fn(*[ctypes.c_int64(dims[d]) for d in self.desc["dims"]])
+    def _workspace(self, dim_values: list) -> int | None:
+        """The address of this thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
+        n = self.ws_fn(*dim_values) if self.desc["workspace"] else 0
         if not n:
             return None
         buf = getattr(self._scratch, "buf", None)
         if buf is None or buf.size < n + 64:
             buf = self._scratch.buf = np.empty(n + 64, np.uint8)
-        skip = -buf.ctypes.data % 64  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
-        return buf[skip:skip + n]
+        addr = buf.ctypes.data
+        return addr + (-addr % 64)  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
 
 
-def _scalar(x):
-    return x.item() if hasattr(x, "item") else x
+def _tensor_argtypes(desc: dict, ins: list, outs: list) -> list:
+    """ctypes argtypes of a tensor export: dims, inputs (pointers or scalars), outputs, workspace."""
+    types = [ctypes.c_int64] * len(desc["dims"])
+    types += [ctypes.c_void_p if a["shape"] else CTYPES[a["dtype"]] for a in ins]
+    return types + [ctypes.c_void_p] * (len(outs) + 1)
+
+
+def _bind_plan(ins: list) -> list[tuple[int, int, int | str]]:
+    """(input, axis, dim) for every axis whose dim is a literal or a name: what binds and checks the dims."""
+    return [(i, k, d) for i, a in enumerate(ins) for k, d in enumerate(a["shape"])
+            if isinstance(d, int) or d.isidentifier()]
+
+
+def free_dims(desc: dict) -> list[str]:
+    """The dims of an export that no input shape shows by name: the caller passes them (dims=)."""
+    shown = {d for a in desc["args"] if a["role"] == "in" for d in a["shape"] if isinstance(d, str)}
+    return [d for d in desc["dims"] if d not in shown]
+
+
+_DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def dim_value(dim, dims: dict):
+    """The size of a dim: a literal, a name, or an expression of names with + - * // (as ksbuild writes them)."""
+    if isinstance(dim, int):
+        return dim
+    if dim.isidentifier():
+        return dims[dim]
+    return _eval_dim(ast.parse(dim, mode="eval").body, dims)
+
+
+def _eval_dim(node, dims):
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return dims[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+        return _DIM_OPS[type(node.op)](_eval_dim(node.left, dims), _eval_dim(node.right, dims))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval_dim(node.operand, dims)
+    raise CallError(f"cannot evaluate dimension expression '{ast.unparse(node)}'")
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _scalar(x, a: dict, export: str):
+    """A Python number for a scalar argument: typed values (numpy, torch) must have its dtype."""
+    if isinstance(x, (bool, int, float, np.generic, np.ndarray)) or _is_torch(x):
+        return _item(_as_array(x, a, export), a)
+    raise CallError(f"{export}: argument '{a['name']}' must be a number, got {type(x).__name__}")
+
+
+def _item(arr: np.ndarray, a: dict):
+    """A scalar argument's value for ctypes (a float16 travels as its bits)."""
+    return arr.view(np.uint16).item() if a["dtype"] == "f16" else arr.item()
 
 
 def _py(v):
     return v.value if hasattr(v, "value") else v
 
 
-def _np_view(x) -> np.ndarray:
-    if type(x).__module__.startswith("torch"):
-        return x.detach().numpy()
-    return x
+def _np_view(x, a: dict, export: str) -> np.ndarray:
+    """A numpy view of a CPU torch tensor (no copy; a tensor that needs a gradient is refused here)."""
+    if not _is_torch(x):
+        return x
+    if x.requires_grad:
+        raise CallError(f"{export}: argument '{a['name']}' requires grad; call the export without out= so that "
+                        "autograd runs through its vjp")
+    if x.device.type != "cpu":
+        raise CallError(f"{export}: argument '{a['name']}' is on {x.device}; ksbuild exports run on the CPU")
+    return x.numpy()
 
 
-def _as_array(x, a) -> np.ndarray:
+def _as_array(x, a: dict, export: str) -> np.ndarray:
+    """x as a contiguous array of the argument's dtype; typed values of another dtype are an error."""
+    want = NUMPY_DTYPES[a["dtype"]]
+    typed = _is_torch(x) or isinstance(x, (np.ndarray, np.generic))
+    arr = np.asarray(_np_view(x, a, export))
+    if typed and arr.dtype != want:
+        raise DtypeError(f"{export}: argument '{a['name']}' is {arr.dtype} but the export takes {a['dtype']} "
+                         f"({np.dtype(want).name}); ksbuild does not cast silently: convert it yourself or build "
+                         f"the package for {arr.dtype}")
+    if not typed:
+        _check_untyped(arr, a, export)
+        arr = arr.astype(want)
     # np.asarray, not ascontiguousarray: the latter turns a 0-d value into shape [1]
-    arr = np.asarray(_np_view(x), dtype=NUMPY_DTYPES[a["dtype"]])
     arr = np.ascontiguousarray(arr) if arr.ndim else arr
     if arr.ndim != len(a["shape"]):
-        raise CallError(f"argument '{a['name']}' must have {len(a['shape'])} dimension(s), got shape "
-                           f"{list(arr.shape)}")
+        raise CallError(f"{export}: argument '{a['name']}' must have {len(a['shape'])} dimension(s), got shape "
+                        f"{list(arr.shape)}")
     return arr
 
 
-def _bind_dims(names, ins, arrays) -> dict[str, int]:
-    dims: dict[str, int] = {}
-    for a, arr in zip(ins, arrays):
-        for d, s in zip(a["shape"], arr.shape):
-            want = dims.setdefault(d, s) if isinstance(d, str) else d
-            if want != s:
-                raise CallError(f"argument '{a['name']}': dimension {d} is {want} elsewhere but {s} here")
-    missing = [d for d in names if d not in dims]
-    if missing:
-        raise CallError(f"cannot infer dims {missing} from the inputs")
-    return dims
+def _check_untyped(arr: np.ndarray, a: dict, export: str) -> None:
+    """Python numbers and lists convert to the argument's dtype only without losing their kind (no float -> int)."""
+    order = "bif"
+    have, want = arr.dtype.kind if arr.dtype.kind in order else "?", KINDS[a["dtype"]]
+    if have == "?" or order.index(have) > order.index(want) or (want == "b" and have != "b"):
+        raise DtypeError(f"{export}: argument '{a['name']}' takes {a['dtype']}, got a Python value of kind "
+                         f"{arr.dtype.name}")
 
 
-def _results(outs, descs, torch_out):
+def _results(outs, descs, torch_out: bool):
+    """Python values for the caller: numpy arrays and Python numbers, or torch tensors (0-d for scalars)."""
     vals = []
     for o, a in zip(outs, descs):
-        v = o if a["shape"] else o.reshape(()).item()
-        if torch_out and a["shape"]:
+        if torch_out:
             import torch
-            v = torch.from_numpy(o)
-        vals.append(v)
+            vals.append(torch.from_numpy(o))
+        else:
+            vals.append(o if a["shape"] else o.reshape(()).item())
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
@@ -160,9 +283,25 @@ class Package:
         self.root = root
         share = next((root / "share").iterdir())
         self.desc = json.loads((share / f"{share.name}.json").read_text())
+        stamp = share / "ksbuild-hash"
+        self.key = stamp.read_text().strip() if stamp.is_file() else ""
         lib = library or next((share / "python").glob("*.so"))
         self.lib = ctypes.CDLL(str(lib))
-        self.exports = {n: Export(self.lib, n, d) for n, d in self.desc["exports"].items()}
+        self.exports = {n: Export(self.lib, n, d, self) for n, d in self.desc["exports"].items()}
+        self._torch_ops = None
+        import sys
+        if sys.modules.get("torch") is not None:  # define the custom ops now, outside any torch.compile trace
+            self.torch_ops()
+
+    def torch_ops(self):
+        """The torch.library custom ops of this package's exports (torch_ops.py; imports torch)."""
+        if self._torch_ops is None:
+            try:
+                from . import torch_ops
+            except ImportError:  # shipped as a top-level module next to this one
+                import torch_ops  # type: ignore[no-redef]
+            self._torch_ops = torch_ops.package_ops(self)
+        return self._torch_ops
 
     def __getattr__(self, name: str) -> Any:
         exports = self.__dict__.get("exports", {})
@@ -172,8 +311,6 @@ class Package:
 
     def __dir__(self):
         return list(super().__dir__()) + list(self.exports)
-
-
 
 
 def load(root: str | Path, library: str | Path | None = None) -> "Package":

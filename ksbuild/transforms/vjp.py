@@ -2,7 +2,9 @@
 
 Requires: a verified Func. Guarantees: vjp(f)(primals, one cotangent per float result) ->
 one cotangent per float param; grad(f)(primals) -> the same with the cotangent fixed to 1
-(f must have exactly one float scalar result).
+(f must have exactly one float scalar result). fwd(f)/bwd(f) split vjp(f) in two so that the
+forward pass is not recomputed: fwd(f)(primals) -> (results, residuals) and
+bwd(f)(primals, residuals, cotangents) -> the cotangents vjp(f) returns.
 """
 from __future__ import annotations
 
@@ -73,6 +75,59 @@ def grad_func(f: Func, name: str | None = None, argnums=None) -> Func:
     primals = [Var(p.type, p.hint) for p in f.params]
     res = vjp_body(b, f, primals, [Lit(1, outs[0])], argnums)
     return b.func(name or f"grad_{f.name}", primals, res, _grad_names(f, argnums))
+
+
+def fwd_func(f: Func, name: str | None = None, argnums=None) -> Func:
+    """fwd(f): (primals) -> (results of f, the stored residuals that bwd(f) reads); the forward half of vjp(f)."""
+    fwd, stored, _, n_out = _split_residuals(f, argnums, "fwd")
+    names = tuple(_names(f)) + tuple(f"res{i}" for i in range(len(stored)))
+    return Func(name or f"fwd_{f.name}", fwd.params, fwd.eqns, fwd.results[:n_out] + tuple(stored), names)
+
+
+def bwd_func(f: Func, name: str | None = None, argnums=None) -> Func:
+    """bwd(f): (primals, stored residuals of fwd(f), cotangent per float result) -> cotangent per float param.
+
+    Residuals that are elementwise functions of the primals are recomputed here (fused into the
+    backward loops) instead of being stored; the others (reductions, products, loop states) are read."""
+    fwd, stored, lin_t, n_out = _split_residuals(f, argnums, "bwd")
+    ct_names = [f"ct_{n}" if n else "ct" for t, n in zip(f.out_types, _names(f)) if t.is_float]
+    primals = [Var(p.type, p.hint) for p in f.params]
+    res_params = [Var(r.type, f"res{i}") for i, r in enumerate(stored)]
+    n_res = len(fwd.results) - n_out
+    cts = [Var(p.type, n) for p, n in zip(lin_t.params[n_res:], ct_names)]
+    b = Builder()
+    env = dict(zip(stored, res_params))
+    recomputed = inline(b, fwd, primals)[n_out:]
+    residuals = [env.get(r, x) for r, x in zip(fwd.results[n_out:], recomputed)]
+    res = inline(b, lin_t, residuals + cts)
+    return b.func(name or f"bwd_{f.name}", primals + res_params + cts, res, _grad_names(f, argnums))
+
+
+def _split_residuals(f: Func, argnums, what: str):
+    """(forward, the residual atoms it must store, the transposed linear part, number of results of f)."""
+    _need_float_result(f, what)
+    fwd, lin, n_out, n_res = linearize(f, argnums)
+    lin_t = transpose_func(lin, [False] * n_res + [True] * (len(lin.params) - n_res))
+    cheap = _elementwise_of_params(fwd)
+    stored: list = []
+    for r in fwd.results[n_out:]:
+        if isinstance(r, Var) and r not in cheap and r not in stored:
+            stored.append(r)
+    return fwd, stored, lin_t, n_out
+
+
+def _elementwise_of_params(f: Func) -> set:
+    """The vars of f computed from its params (and literals) by elementwise primitives only: cheap to recompute."""
+    cheap = set(f.params)
+    for eqn in f.eqns:
+        if eqn.prim.elementwise and all(not isinstance(a, Var) or a in cheap for a in eqn.ins):
+            cheap.update(eqn.outs)
+    return cheap
+
+
+def _need_float_result(f: Func, what: str) -> None:
+    if not any(t.is_float for t in f.out_types):
+        raise KsbuildError(f"{what} of '{f.name}': it has no float result to differentiate")
 
 
 def _names(f: Func):

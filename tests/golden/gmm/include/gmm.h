@@ -3,6 +3,15 @@
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = a negative dim (ks::status::err_shape),
  * 2 = NULL workspace where one is needed (err_null). No function allocates or throws.
+ *
+ * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
+ * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
+ * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
+ *
+ * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
+ * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
+ * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
+ * not checked; only a negative dim is rejected (status 1).
  */
 #ifndef GMM_H_
 #define GMM_H_
@@ -18,43 +27,81 @@ extern "C" {
 /* gmm = gmm   (kernel gmm from gmm.py:gmm_objective) */
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
-/* Bytes of workspace gmm_gmm needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 /* gmm_grad = grad(gmm, argnums=(0, 1, 2))   (kernel gmm from gmm.py:gmm_objective) */
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
-/* Bytes of workspace gmm_gmm_grad needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 /* gmm_f32 = gmm_f32   (kernel gmm_f32 from gmm.py:gmm_objective) */
 /*   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32) */
 int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace);
-/* Bytes of workspace gmm_gmm_f32 needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_f32 needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 /* gmm_f32_grad = grad(gmm_f32, argnums=(0, 1, 2))   (kernel gmm_f32 from gmm.py:gmm_objective) */
 /*   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T]) */
 int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace);
-/* Bytes of workspace gmm_gmm_f32_grad needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_f32_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 /* gmm_loop = gmm_loop   (kernel gmm_loop from gmm.py:gmm_objective_loop) */
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
-/* Bytes of workspace gmm_gmm_loop needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_loop needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 /* gmm_loop_grad = grad(gmm_loop, argnums=(0, 1, 2))   (kernel gmm_loop from gmm.py:gmm_objective_loop) */
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
-/* Bytes of workspace gmm_gmm_loop_grad needs (0: NULL is fine). */
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_loop_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri = gmm_tri   (kernel gmm_tri from gmm.py:gmm_objective_tri) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
+int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_tri needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_grad = grad(gmm_tri, argnums=(0, 1, 2))   (kernel gmm_tri from gmm.py:gmm_objective_tri) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
+int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_tri_grad needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_vec = gmm_tri_vec   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
+int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_tri_vec needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_vec_grad = grad(gmm_tri_vec, argnums=(0, 1, 2))   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
+int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_tri_vec_grad needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
 #ifdef __cplusplus
@@ -73,6 +120,14 @@ inline int gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
 inline size_t gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_loop_workspace_size(K, d, T, n); }
 inline int gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_loop_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
 inline size_t gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_loop_grad_workspace_size(K, d, T, n); }
+inline int gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) { return gmm_gmm_tri(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out, workspace); }
+inline size_t gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_workspace_size(K, d, T, n); }
+inline int gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_tri_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
+inline size_t gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_grad_workspace_size(K, d, T, n); }
+inline int gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) { return gmm_gmm_tri_vec(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out, workspace); }
+inline size_t gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_vec_workspace_size(K, d, T, n); }
+inline int gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_tri_vec_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
+inline size_t gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n); }
 }  // namespace gmm
 #endif
 

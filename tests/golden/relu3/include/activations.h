@@ -3,6 +3,15 @@
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = a negative dim (ks::status::err_shape),
  * 2 = NULL workspace where one is needed (err_null). No function allocates or throws.
+ *
+ * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
+ * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
+ * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
+ *
+ * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
+ * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
+ * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
+ * not checked; only a negative dim is rejected (status 1).
  */
 #ifndef ACTIVATIONS_H_
 #define ACTIVATIONS_H_
@@ -23,7 +32,8 @@ float activations_relu3(float x);
 /* vrelu3 = vmap(relu3)   (kernel relu3 from relu3.py:relu3) */
 /*   (x: f32[n]) -> (f32[n]) */
 int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace);
-/* Bytes of workspace activations_vrelu3 needs (0: NULL is fine). */
+/*   shapes: x[n] -> out[n] */
+/* Bytes of workspace activations_vrelu3 needs, 16-byte aligned (0: NULL is fine). */
 size_t activations_vrelu3_workspace_size(int64_t n);
 
 
@@ -35,7 +45,8 @@ float activations_relu3_vjp(float x, float ct);
 /* vrelu3_vjp = vjp(vmap(relu3))   (kernel relu3 from relu3.py:relu3) */
 /*   (x: f32[n], ct: f32[n]) -> (f32[n]) */
 int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace);
-/* Bytes of workspace activations_vrelu3_vjp needs (0: NULL is fine). */
+/*   shapes: x[n], ct[n] -> out[n] */
+/* Bytes of workspace activations_vrelu3_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t activations_vrelu3_vjp_workspace_size(int64_t n);
 
 

@@ -3,6 +3,15 @@
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = a negative dim (ks::status::err_shape),
  * 2 = NULL workspace where one is needed (err_null). No function allocates or throws.
+ *
+ * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
+ * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
+ * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
+ *
+ * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
+ * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
+ * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
+ * not checked; only a negative dim is rejected (status 1).
  */
 #ifndef SQRL_H_
 #define SQRL_H_
@@ -18,42 +27,48 @@ extern "C" {
 /* sqrl = sqrl   (kernel sqrl from sqrl.py:sqrl) */
 /*   (x: f32[n]) -> (f32) */
 int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace);
-/* Bytes of workspace sqrl_sqrl needs (0: NULL is fine). */
+/*   shapes: x[n] -> out */
+/* Bytes of workspace sqrl_sqrl needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_sqrl_workspace_size(int64_t n);
 
 
 /* sqrl_vjp = vjp(sqrl)   (kernel sqrl from sqrl.py:sqrl) */
 /*   (x: f32[n], ct: f32) -> (f32[n]) */
 int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspace);
-/* Bytes of workspace sqrl_sqrl_vjp needs (0: NULL is fine). */
+/*   shapes: x[n] -> out[n] */
+/* Bytes of workspace sqrl_sqrl_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_sqrl_vjp_workspace_size(int64_t n);
 
 
 /* vsqrl = vmap(sqrl)   (kernel sqrl from sqrl.py:sqrl) */
 /*   (x: f32[n1, n]) -> (f32[n1]) */
 int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspace);
-/* Bytes of workspace sqrl_vsqrl needs (0: NULL is fine). */
+/*   shapes: x[n1, n] -> out[n1] */
+/* Bytes of workspace sqrl_vsqrl needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n);
 
 
 /* vsqrl_vjp = vjp(vmap(sqrl))   (kernel sqrl from sqrl.py:sqrl) */
 /*   (x: f32[n1, n], ct: f32[n1]) -> (f32[n1, n]) */
 int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float* out, void* workspace);
-/* Bytes of workspace sqrl_vsqrl_vjp needs (0: NULL is fine). */
+/*   shapes: x[n1, n], ct[n1] -> out[n1, n] */
+/* Bytes of workspace sqrl_vsqrl_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n);
 
 
 /* relu3_tensor = relu3_tensor   (kernel relu3_tensor from sqrl.py:relu3_tensor) */
 /*   (x: f32[n]) -> (f32[n]) */
 int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* workspace);
-/* Bytes of workspace sqrl_relu3_tensor needs (0: NULL is fine). */
+/*   shapes: x[n] -> out[n] */
+/* Bytes of workspace sqrl_relu3_tensor needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_relu3_tensor_workspace_size(int64_t n);
 
 
 /* relu3_tensor_vjp = vjp(relu3_tensor)   (kernel relu3_tensor from sqrl.py:relu3_tensor) */
 /*   (x: f32[n], ct: f32[n]) -> (f32[n]) */
 int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace);
-/* Bytes of workspace sqrl_relu3_tensor_vjp needs (0: NULL is fine). */
+/*   shapes: x[n], ct[n] -> out[n] */
+/* Bytes of workspace sqrl_relu3_tensor_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_relu3_tensor_vjp_workspace_size(int64_t n);
 
 

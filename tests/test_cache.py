@@ -1,0 +1,155 @@
+"""The build cache: what its key covers, concurrent runs, kept failure logs, `ksbuild cache info|clean`."""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+import ksbuild
+from ksbuild.cli import main as cli_main
+from ksbuild.manifest import load_manifest
+from ksbuild.packaging import cache
+from ksbuild.packaging.package import STAMP, content_hash
+
+RELU3 = ROOT / "examples/relu3"
+MODULE_MANIFEST = """[package]
+name = "scaled"
+
+[kernels.scale]
+python = "{module}:scale"
+
+[exports]
+scale = "scale"
+scale_grad = "grad(scale)"
+"""
+
+
+@pytest.fixture
+def relu3_copy(tmp_path) -> Path:
+    shutil.copytree(RELU3, tmp_path / "relu3", ignore=shutil.ignore_patterns("app"))
+    return tmp_path / "relu3" / "manifest.toml"
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("KSBUILD_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def module_kernel(tmp_path: Path, monkeypatch, name: str, factor: float) -> Path:
+    """A manifest whose kernel is `name:scale` (a module on sys.path, not a file next to the manifest)."""
+    (tmp_path / "mods").mkdir(exist_ok=True)
+    (tmp_path / "mods" / f"{name}.py").write_text(f"def scale(x: float) -> float:\n    return x * {factor}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    importlib.invalidate_caches()
+    (tmp_path / "m").mkdir(exist_ok=True)
+    (tmp_path / "m" / "manifest.toml").write_text(MODULE_MANIFEST.format(module=name))
+    return tmp_path / "m" / "manifest.toml"
+
+
+def fake_compiler(path: Path, version: str) -> Path:
+    path.write_text(f"#!/bin/sh\necho 'fake-g++ (ksbuild test) {version}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_key_covers_flags_compiler_and_kernel_source(relu3_copy, tmp_path, monkeypatch):
+    def key() -> str:
+        return content_hash(load_manifest(relu3_copy), "host")
+
+    base = key()
+    assert key() == base
+    monkeypatch.setenv("CXXFLAGS", "-O1")
+    assert key() != base
+    monkeypatch.delenv("CXXFLAGS")
+    monkeypatch.setenv("CXX", str(fake_compiler(tmp_path / "fakecxx", "1.0")))
+    fake1 = key()
+    assert fake1 != base
+    fake_compiler(tmp_path / "fakecxx", "2.0")  # same path, another version
+    os.utime(tmp_path / "fakecxx", ns=(1, 1))
+    assert key() != fake1
+    monkeypatch.delenv("CXX")
+    assert key() == base
+    kernel = relu3_copy.parent / "relu3.py"
+    kernel.write_text(kernel.read_text() + "\n# an edit\n")
+    assert key() != base
+
+
+def test_key_covers_the_target(relu3_copy):
+    if not shutil.which("aarch64-linux-gnu-g++"):
+        pytest.skip("aarch64-linux-gnu-g++ not installed (scripts/install.sh installs g++-aarch64-linux-gnu)")
+    m = load_manifest(relu3_copy)
+    assert content_hash(m, "host") != content_hash(m, "aarch64-linux-gnu")
+
+
+def test_key_covers_a_module_function_kernel(tmp_path, monkeypatch):
+    manifest = module_kernel(tmp_path, monkeypatch, "ks_cache_mod_a", 2.0)
+    before = content_hash(load_manifest(manifest), "host")
+    module_kernel(tmp_path, monkeypatch, "ks_cache_mod_a", 3.0)
+    assert content_hash(load_manifest(manifest), "host") != before
+
+
+def test_editing_a_module_function_kernel_rebuilds(tmp_path, monkeypatch):
+    """A module:function kernel edited between two builds gives the new function's values."""
+    for factor in (2.0, 3.0):
+        manifest = module_kernel(tmp_path, monkeypatch, "ks_cache_mod_b", factor)
+        sys.modules.pop("ks_cache_mod_b", None)
+        oracle = importlib.import_module("ks_cache_mod_b").scale
+        pkg = ksbuild.build(manifest)
+        assert pkg.scale(1.5) == pytest.approx(oracle(1.5)) == pytest.approx(1.5 * factor)
+        assert pkg.scale_grad(1.5) == pytest.approx(factor)
+
+
+def test_concurrent_package_runs_into_one_output(relu3_copy, tmp_path):
+    """20 `ksbuild package` runs started at once into one output and a cold cache all succeed; one builds."""
+    env = dict(os.environ, KSBUILD_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / "dist" / "activations"
+    cmd = [sys.executable, "-m", "ksbuild", "package", str(relu3_copy), "-o", str(out)]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(20)]
+    logs = [p.communicate()[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 20, "\n".join(logs)
+    assert sum("ksbuild: building activations" in log for log in logs) == 1, "\n".join(logs)
+    key = content_hash(load_manifest(relu3_copy), "host")
+    assert (out / "share/activations" / STAMP).read_text().strip() == key
+    assert (out / "lib/libactivations.a").is_file() and (out / "include/activations.h").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["activations"]  # no temporary trees left over
+    assert not list((tmp_path / "cache" / key).glob("build-*"))
+
+
+def test_failed_build_keeps_its_log(relu3_copy, tmp_path, private_cache, monkeypatch, capsys):
+    monkeypatch.setenv("CXXFLAGS", "-fno-such-flag-for-ksbuild")
+    out = tmp_path / "out"
+    assert cli_main(["package", str(relu3_copy), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "cmake configure failed (full log: " in err
+    log = Path(err.split("(full log: ", 1)[1].split(")", 1)[0])
+    assert log.is_file() and private_cache in log.parents
+    assert "-fno-such-flag-for-ksbuild" in log.read_text()
+    assert not out.exists()
+
+
+def test_cache_info_and_clean(relu3_copy, tmp_path, private_cache, capsys):
+    assert cli_main(["package", str(relu3_copy), "-o", str(tmp_path / "out")]) == 0
+    key = content_hash(load_manifest(relu3_copy), "host")
+    capsys.readouterr()
+    assert cli_main(["cache", "info"]) == 0
+    info = capsys.readouterr().out
+    assert str(private_cache) in info and "1 build(s)" in info
+    assert key in info and "activations 0.1.0 target=host backend=plain" in info
+    with cache.file_lock(cache.key_lock(key)):  # a build of this key in progress: clean leaves it
+        assert cli_main(["cache", "clean"]) == 0
+        assert "left 1 build(s) in progress" in capsys.readouterr().out
+        assert (private_cache / key / "install").is_dir()
+    assert cli_main(["cache", "clean"]) == 0
+    assert "removed 1 build(s)" in capsys.readouterr().out
+    assert not (private_cache / key).exists()
+    assert cli_main(["cache", "info"]) == 0
+    assert "0 build(s)" in capsys.readouterr().out
+    assert (tmp_path / "out/lib/libactivations.a").is_file()  # installed trees are not the cache's
