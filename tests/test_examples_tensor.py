@@ -152,3 +152,18 @@ def test_workspace_is_reused_per_thread(gmm):
     for got, want in zip(together, alone * 3):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+def test_zero_sized_dims_need_no_workspace(sqrl_pkg):
+    """P_E_workspace_size is 0 for n = 0, so a NULL workspace is fine there (the loader passes NULL)."""
+    import ctypes
+    lib = sqrl_pkg.lib
+    size = lib.sqrl_sqrl_vjp_workspace_size
+    size.restype, size.argtypes = ctypes.c_size_t, [ctypes.c_int64]
+    assert size(0) == 0 and size(5) > 0
+    fn = lib.sqrl_sqrl_vjp
+    fn.restype = ctypes.c_int
+    out = (ctypes.c_float * 1)()
+    assert fn(ctypes.c_int64(0), None, ctypes.c_float(1.0), out, None) == 0
+    assert fn(ctypes.c_int64(5), None, ctypes.c_float(1.0), out, None) == 2  # err_null: 5 needs memory
+    assert sqrl_pkg.sqrl_vjp(np.zeros(0, np.float32), 1.0).shape == (0,)

@@ -157,7 +157,8 @@ def _prologue(dims: list[str], ws: Workspace) -> list[str]:
     if dims:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
     if ws.offsets:
-        lines.append("    if (workspace == nullptr) return ks::status::err_null;")
+        # NULL is fine when the size is 0 (a zero-sized dim), as P_E_workspace_size promises
+        lines.append(f"    if (workspace == nullptr && ({ws.size_expr()}) != 0) return ks::status::err_null;")
         lines += ws.prologue()
     return lines
 

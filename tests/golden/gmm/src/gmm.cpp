@@ -9,7 +9,7 @@
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
@@ -260,7 +260,7 @@ extern "C" size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
@@ -719,7 +719,7 @@ extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, i
 //   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32)
 extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const Qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
@@ -976,7 +976,7 @@ extern "C" size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, in
 //   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T])
 extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
@@ -1435,7 +1435,7 @@ extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t 
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
@@ -1667,7 +1667,7 @@ extern "C" size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, i
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
@@ -2104,7 +2104,7 @@ extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2285,7 +2285,7 @@ extern "C" size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, in
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
@@ -2585,7 +2585,7 @@ extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t 
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2821,7 +2821,7 @@ extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
