@@ -7,18 +7,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Location:
-    """A place in a user's file: 1-based line, 0-based column, optional end column."""
+    """A place in a user's file: 1-based line, 0-based column, optional end column; or a node
+    of a model file (`node` names it, e.g. "Conv_3 (Conv)")."""
 
     file: str
     line: int = 0
     col: int = 0
     end_col: int | None = None
     source_line: str | None = None
+    node: str | None = None
 
     def __str__(self) -> str:
-        if not self.line:
-            return self.file
-        return f"{self.file}:{self.line}:{self.col + 1}"
+        head = f"{self.file}:{self.line}:{self.col + 1}" if self.line else self.file
+        return f"{head}: node {self.node}" if self.node else head
 
     def caret(self) -> str:
         """The source line with a caret run under the construct, or '' if unknown."""

@@ -25,9 +25,11 @@ class Export:
 
 
 def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
-    """The IR of one kernel from its Python source (typed by annotations or the signature)."""
+    """The IR of one kernel from its Python source (typed by annotations or the signature) or its
+    ONNX model (graph inputs, then external weights, as parameters; graph outputs as results)."""
     if k.onnx is not None:
-        raise KsbuildError(f"kernel '{k.name}': ONNX kernels are not supported yet", k.loc)
+        from .frontends.onnx import compile_onnx_kernel
+        return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights)
     from .frontends.source import compile_python_kernel
 
     file, func = k.python.rsplit(":", 1)

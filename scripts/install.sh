@@ -31,4 +31,4 @@ if ! command -v aarch64-linux-gnu-g++ > /dev/null || ! command -v riscv64-linux-
 fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples]"
+.venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples,onnx]"

@@ -51,6 +51,42 @@ def _digamma_ref(x, shift=30):
     return tail - sum(1 / (x + k) for k in range(shift))
 
 
+def _scatter_ref(x, i, v):
+    out = x.copy()
+    for a in range(i.shape[0]):
+        for c in range(i.shape[1]):
+            out[:, i[a, c]] += v[:, a, c]
+    return out
+
+
+def _window_ref(stride, dilation, size=3):
+    def ref(x):
+        m = (x.shape[1] - dilation * (size - 1) - 1) // stride + 1
+        return np.stack([x[:, o * stride:o * stride + dilation * (size - 1) + 1:dilation] for o in range(m)], axis=1)
+    return ref
+
+
+def _fold_ref(stride, dilation, n):
+    def ref(y):
+        out = np.zeros((y.shape[0], n))
+        for o in range(y.shape[1]):
+            for k in range(y.shape[2]):
+                out[:, o * stride + k * dilation] += y[:, o, k]
+        return out
+    return ref
+
+
+def _bits_ref(op):
+    def ref(x, y):
+        return np.array([[op(int(a), int(c)) for a, c in zip(r, q)] for r, q in zip(x, y)])
+    return ref
+
+
+def _dense_sample():
+    from ksbuild.ir.dense import Dense
+    return Dense.of(np.arange(12, dtype=np.float64).reshape(3, 4) / 7)
+
+
 def vec(fn):
     return np.vectorize(fn, otypes=[np.float64])
 
@@ -114,6 +150,28 @@ SAMPLES = {
     "iota": ((), {"shape": (3, 4), "axis": 1, "dtype": "i64"}, (), lambda: np.tile(np.arange(4), (3, 1))),
     "dim_size": ((), {"dim": 7}, (), lambda: np.array(7)),
     "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),
+    "erf": ((V,), {}, (normal,), vec(math.erf)),
+    "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),
+    "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-2, 5)),
+                       lambda x, i: x[np.clip(i, 0, 2)]),
+    "scatter_add": ((M, Type("i64", (2, 5)), Type("f64", (3, 2, 5))), {"axis": 1},
+                    (normal, index_below(4), normal), _scatter_ref),
+    "window": ((Type("f64", (3, 7)),), {"axis": 1, "size": 3, "stride": 2, "dilation": 1}, (normal,),
+               _window_ref(2, 1)),
+    "window:dilated": ((Type("f64", (3, 7)),), {"axis": 1, "size": 3, "stride": 1, "dilation": 2}, (normal,),
+                       _window_ref(1, 2)),
+    "fold": ((Type("f64", (3, 3, 3)),), {"axis": 1, "stride": 2, "dilation": 1, "n": 8}, (normal,), _fold_ref(2, 1, 8)),
+    "fold:dilated": ((Type("f64", (3, 2, 3)),), {"axis": 1, "stride": 3, "dilation": 2, "n": 8}, (normal,),
+                     _fold_ref(3, 2, 8)),
+    "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
+                    _bits_ref(lambda a, c: a & c)),
+    "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,
+                    _bits_ref(lambda a, c: a ^ c)),
+    "bitwise:shl": ((Type("u8", (3, 4)), Type("u8", (3, 4))), {"op": "shl"}, (index_below(256), index_below(10)),
+                    _bits_ref(lambda a, c: (a << c) & 255 if c < 8 else 0)),
+    "bitwise:shr": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "shr"}, (index_between(-99, 99),
+                    index_below(70)), _bits_ref(lambda a, c: a >> min(c, 63))),
+    "constant": ((), {"value": _dense_sample()}, (), lambda: np.arange(12).reshape(3, 4) / 7),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 

@@ -16,19 +16,23 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Atom, Eqn, Lit, Var
-from ..ir.types import C_TYPES, Type
+from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, Type, numpy_dtype
 from .storage import Storage, dim_expr, product
 
 Handle = Union[str, Storage]
 
 
 def c_literal(value, t: Type) -> str:
-    """A C++ literal of dtype t."""
+    """A C++ literal of dtype t (a storage dtype's literal is its bit pattern)."""
     if t.dtype == "bool":
         return "true" if value else "false"
-    if t.dtype in ("i32", "i64"):
-        v = int(value)
-        return f"int64_t{{{v}}}" if t.dtype == "i64" else str(v)
+    if t.dtype in INT_DTYPES:
+        return _int_literal(int(value), t.dtype)
+    if t.dtype in STORAGE_DTYPES:
+        bits = np.asarray(value, dtype=np.float64).astype(np.float32).astype(numpy_dtype(t.dtype))
+        raw = bits.reshape(1).view(np.uint16 if bits.dtype.itemsize == 2 else np.int8 if C_TYPES[t.dtype] ==
+                                   "int8_t" else np.uint8)[0]
+        return f"static_cast<{C_TYPES[t.dtype]}>({int(raw)})"
     v = float(np.float32(value)) if t.dtype == "f32" else float(value)
     suffix = "f" if t.dtype == "f32" else ""
     if math.isinf(v):
@@ -40,6 +44,16 @@ def c_literal(value, t: Type) -> str:
     if "e" not in text and "." not in text:
         text += ".0"
     return f"{text}{suffix}" if v >= 0 else f"({text}{suffix})"
+
+
+def _int_literal(v: int, dtype: str) -> str:
+    if dtype == "i64":
+        return f"int64_t{{{v}}}" if v > -2**63 else "(-int64_t{9223372036854775807} - 1)"
+    if dtype == "u64":
+        return f"uint64_t{{{v}u}}"
+    if dtype == "i32":
+        return str(v) if v > -2**31 else "(-2147483647 - 1)"
+    return f"static_cast<{C_TYPES[dtype]}>({v})"
 
 
 @dataclass
@@ -102,8 +116,9 @@ class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
 
     def __init__(self, namer: Namer, ws: Workspace, plan=None, outputs: dict[int, Storage] | None = None,
-                 indent: int = 1):
+                 indent: int = 1, data=None):
         self.lines: list[str] = []
+        self.data = data                     # codegen.data.DataSection: the package's constants
         self.namer = namer
         self.ws = ws
         self.plan = plan                     # transforms.plan_memory.Plan: where each value is written

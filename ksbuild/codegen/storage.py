@@ -97,6 +97,15 @@ class Storage:
         return Storage(base, self.shape[:axis] + self.shape[axis + 1:], self.strides[:axis] + self.strides[axis + 1:],
                        contiguous, root=self.root)
 
+    def window(self, axis: int, count, size: int, stride: int, dilation: int) -> "Storage":
+        """Sliding windows along axis: [.., n, ..] -> [.., count, size, ..], element [o, k] at o*stride + k*dilation."""
+        shape = self.shape[:axis] + (count, size) + self.shape[axis + 1:]
+        if self.literal is not None:
+            return Storage.splat(self.literal, shape)
+        s = self.strides[axis]
+        strides = self.strides[:axis] + (_scaled(s, stride), _scaled(s, dilation)) + self.strides[axis + 1:]
+        return Storage(self.base, shape, strides, False, root=self.root)
+
     def narrow(self, axis: int, start, size) -> "Storage":
         """The range start:start+size of `axis`."""
         shape = self.shape[:axis] + (size,) + self.shape[axis + 1:]
@@ -106,6 +115,12 @@ class Storage:
         base = f"({self.base} + {off})" if off else self.base
         contiguous = self.contiguous and all(d == 1 for d in self.shape[:axis])
         return Storage(base, shape, self.strides, contiguous, root=self.root)
+
+
+def _scaled(s: str, k: int) -> str:
+    if s == "0" or k == 1:
+        return s
+    return f"{k} * {s}" if " " not in s else f"{k} * ({s})"
 
 
 def _term(i: str, s: str) -> str:

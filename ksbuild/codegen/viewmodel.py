@@ -84,12 +84,13 @@ def is_scalar_abi(f: Func) -> bool:
     return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
 
 
-def export_view(package: str, name: str, f: Func, doc: list[str]) -> ExportView:
-    """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body."""
+def export_view(package: str, name: str, f: Func, doc: list[str], data=None) -> ExportView:
+    """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
+    `data` (a codegen.data.DataSection) collects the constants it reads."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS))
     scalar_abi = is_scalar_abi(f)
-    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan)
+    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     for i, p in enumerate(f.params):
         cname = _c_name(p.hint, namer, f"x{i}")

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from .core import Atom, Func, Lit, Var
-from .types import NUMPY_DTYPES, Type
+from .types import Type, numpy_dtype
 
 
 def bind_dims(types: Sequence[Type], args: Sequence[np.ndarray], env: dict[str, int] | None = None) -> dict[str, int]:
@@ -27,7 +27,7 @@ def bind_dims(types: Sequence[Type], args: Sequence[np.ndarray], env: dict[str, 
 
 
 def as_value(x, t: Type) -> np.ndarray:
-    return np.asarray(x, dtype=NUMPY_DTYPES[t.dtype])
+    return np.asarray(x, dtype=numpy_dtype(t.dtype))
 
 
 def eval_func(f: Func, args: Sequence, env: dict[str, int] | None = None) -> list[np.ndarray]:
@@ -39,7 +39,7 @@ def eval_func(f: Func, args: Sequence, env: dict[str, int] | None = None) -> lis
     def read(a: Atom) -> np.ndarray:
         if isinstance(a, Lit):
             from .types import concrete_shape
-            return np.full(concrete_shape(a.type, env), a.value, dtype=NUMPY_DTYPES[a.type.dtype])
+            return np.full(concrete_shape(a.type, env), a.value, dtype=numpy_dtype(a.type.dtype))
         return store[a]
 
     with np.errstate(all="ignore"):

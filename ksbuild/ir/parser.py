@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import KsbuildError, Location
 from .builder import Builder
 from .core import Atom, Eqn, Func, Lit, Var
+from .dense import Dense
 from .printer import format_type
 from .types import DTYPES, Dim, Type
 from .verify import lit_problem
@@ -233,11 +234,26 @@ class _Parser:
             return ast.literal_eval(self.next().text)
         if self.skip("None"):
             return None
+        if self.at("dense") and self.at("(", 1):
+            return self.dense()
         if self.at("(") or self.at("["):
             self.next()
             items = self.comma_list(")" if tok.text == "(" else "]", self.value)
             return tuple(items) if tok.text == "(" else items
         return self.scalar()
+
+    def dense(self) -> Dense:
+        """`dense(type, 'base64')`: a dense constant."""
+        start = self.next()
+        self.expect("punct", "(")
+        t = self.type()
+        self.expect("punct", ",")
+        text = ast.literal_eval(self.expect("str").text)
+        self.expect("punct", ")")
+        try:
+            return Dense.from_text(t, text)
+        except ValueError as e:
+            raise self.error(f"bad dense constant: {e}", start) from None
 
     # ---- atoms and types -------------------------------------------------------------------
 

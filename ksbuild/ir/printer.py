@@ -23,24 +23,36 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from contextvars import ContextVar
 from typing import Any, Iterator
 
 import numpy as np
 
 from ..errors import KsbuildError
 from .core import Atom, Eqn, Func, Lit, Var
+from .dense import Dense
 from .types import Type
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 INDENT = "  "
 
 
-def print_func(f: Func) -> str:
-    """The canonical text of f: byte-identical for structurally identical functions."""
+def print_func(f: Func, elide_over: int | None = None) -> str:
+    """The canonical text of f: byte-identical for structurally identical functions.
+
+    With `elide_over`, dense constants of more elements are shown by digest only (for reading;
+    such text does not parse back)."""
     namer = _Namer(f)
     lines: list[str] = []
-    _func_lines(f, "func", namer, 0, lines)
+    token = _ELIDE.set(elide_over)
+    try:
+        _func_lines(f, "func", namer, 0, lines)
+    finally:
+        _ELIDE.reset(token)
     return "\n".join(lines) + "\n"
+
+
+_ELIDE: ContextVar[int | None] = ContextVar("elide_over", default=None)
 
 
 def walk_vars(f: Func) -> Iterator[Var]:
@@ -150,7 +162,13 @@ def format_scalar(value: Any) -> str:
 
 
 def format_value(value: Any) -> str:
-    """A param value as a Python literal: scalars, strings, None, tuples and lists of them."""
+    """A param value as a Python literal: scalars, strings, None, tuples and lists of them, or a
+    dense constant `dense(f32[2, 3], 'base64 of the bytes')`."""
+    if isinstance(value, Dense):
+        limit = _ELIDE.get()
+        if limit is not None and value.size > limit:
+            return f"dense({format_type(value.type)}, sha256:{value.digest[:16]})"
+        return f"dense({format_type(value.type)}, '{value.text}')"
     if value is None or isinstance(value, str):
         return repr(value)
     if isinstance(value, tuple):

@@ -9,11 +9,49 @@ import numpy as np
 Dim = Union[int, str]
 """A dimension: a literal size, or a symbolic name bound by the caller (e.g. 'n')."""
 
-DTYPES = ("f32", "f64", "i32", "i64", "bool")
 FLOAT_DTYPES = ("f32", "f64")
-INT_DTYPES = ("i32", "i64")
-NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
-C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
+"""Floats that arithmetic, tangents and cotangents use."""
+INT_DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+STORAGE_DTYPES = ("f16", "bf16", "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz", "f8e8m0", "f4e2m1",
+                  "i4", "u4", "i2", "u2")
+"""Storage-only dtypes (ONNX's narrow floats and ints): values are converted to f32 (or an int
+type) to compute; only `convert` and the shape prims take them. One element per byte (two for
+f16/bf16) in memory and in the C ABI."""
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + STORAGE_DTYPES
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16, "i32": np.int32,
+                "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
+                "bool": np.bool_, "f16": np.float16}
+C_TYPES = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
+           "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t", "bool": "bool",
+           "f16": "uint16_t", "bf16": "uint16_t", "f8e4m3fn": "uint8_t", "f8e4m3fnuz": "uint8_t",
+           "f8e5m2": "uint8_t", "f8e5m2fnuz": "uint8_t", "f8e8m0": "uint8_t", "f4e2m1": "uint8_t",
+           "i4": "int8_t", "u4": "uint8_t", "i2": "int8_t", "u2": "uint8_t"}
+"""C ABI element types; storage floats travel as their bit patterns (IEEE half in uint16_t, ...)."""
+_ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e4m3fnuz": "float8_e4m3fnuz",
+              "f8e5m2": "float8_e5m2", "f8e5m2fnuz": "float8_e5m2fnuz", "f8e8m0": "float8_e8m0fnu",
+              "f4e2m1": "float4_e2m1fn", "i4": "int4", "u4": "uint4", "i2": "int2", "u2": "uint2"}
+
+
+def numpy_dtype(dtype: str):
+    """The numpy scalar type of an IR dtype (the narrow ONNX types come from `ml_dtypes`)."""
+    if dtype in NUMPY_DTYPES:
+        return NUMPY_DTYPES[dtype]
+    import ml_dtypes  # installed with onnx; needed only to evaluate the narrow ONNX types
+
+    NUMPY_DTYPES[dtype] = getattr(ml_dtypes, _ML_DTYPES[dtype])
+    return NUMPY_DTYPES[dtype]
+
+
+def dtype_of(arr) -> str:
+    """The IR dtype of a numpy array or scalar."""
+    t = np.asarray(arr).dtype.type
+    for k, v in NUMPY_DTYPES.items():
+        if v is t:
+            return k
+    for k in _ML_DTYPES:
+        if numpy_dtype(k) is t:
+            return k
+    raise KeyError(f"no IR dtype for numpy dtype {np.asarray(arr).dtype}")
 
 
 @dataclass(frozen=True)
@@ -36,7 +74,17 @@ class Type:
 
     @property
     def is_float(self) -> bool:
+        """True for the float dtypes arithmetic uses (f32, f64): the ones with tangents."""
         return self.dtype in FLOAT_DTYPES
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype in INT_DTYPES
+
+    @property
+    def is_storage(self) -> bool:
+        """True for storage-only dtypes (f16, bf16, f8*, i4, ...): convert them before computing."""
+        return self.dtype in STORAGE_DTYPES
 
     def scalar(self) -> "Type":
         """The element type."""
@@ -202,7 +250,9 @@ def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] 
     return tuple(reversed(out))
 
 
+_PROMOTION = ["bool", "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f32", "f64"]
+
+
 def promote(a: str, b: str) -> str:
     """The dtype of a binary op on dtypes a and b (torch-like: float wins, wider wins)."""
-    order = ["bool", "i32", "i64", "f32", "f64"]
-    return a if order.index(a) >= order.index(b) else b
+    return a if _PROMOTION.index(a) >= _PROMOTION.index(b) else b

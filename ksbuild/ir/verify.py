@@ -13,7 +13,9 @@ from ..errors import KsbuildError
 from .core import Atom, Eqn, Func, Lit, Var
 from .types import DTYPES, FLOAT_DTYPES, Type
 
-_INT_RANGE = {"i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
+_INT_RANGE = {"i8": (-2**7, 2**7 - 1), "i16": (-2**15, 2**15 - 1), "i32": (-2**31, 2**31 - 1),
+              "i64": (-2**63, 2**63 - 1), "u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1),
+              "u64": (0, 2**64 - 1), "i4": (-8, 7), "u4": (0, 15), "i2": (-2, 1), "u2": (0, 3)}
 
 
 def verify(f: Func) -> None:
@@ -30,7 +32,7 @@ def lit_problem(lit: Lit) -> str | None:
         return f"literal value {v!r} is a {type(v).__name__}, not a Python bool, int or float"
     if t.dtype == "bool":
         ok = type(v) is bool
-    elif t.dtype in FLOAT_DTYPES:
+    elif t.dtype in FLOAT_DTYPES or t.dtype not in _INT_RANGE:  # f32, f64 and the narrow storage floats
         ok = type(v) in (int, float)
     else:
         low, high = _INT_RANGE[t.dtype]

@@ -46,3 +46,21 @@ def triangle(b, x: Atom, k: int, lower: bool) -> Atom:
     shifted = b.add(i, Lit(k, Type("i64"))) if k else i
     keep = b.ge(shifted, j) if lower else b.le(shifted, j)
     return b.select(keep, x, Lit(0 if x.type.dtype != "bool" else False, x.type))
+
+
+def array(b, arr) -> Atom:
+    """A numpy array as an atom: a literal when all its elements are equal, else a `constant`."""
+    import numpy as np
+
+    from ..ir.dense import Dense
+    from ..ir.types import dtype_of
+    a = np.asarray(arr)
+    dtype = dtype_of(a)
+    t = Type(dtype, tuple(int(d) for d in a.shape))
+    flat = a.reshape(-1)
+    if flat.size == 0 or (np.all(flat == flat[0]) and not (a.dtype.kind == "f" and np.isnan(flat[0]))):
+        v = flat[0].item() if flat.size else 0
+        return Lit(bool(v) if dtype == "bool" else float(v) if dtype in ("f32", "f64") else int(v), t)
+    if a.dtype.kind == "f" and np.all(np.isnan(flat)):
+        return Lit(float("nan"), t)
+    return b.constant(value=Dense.of(a))

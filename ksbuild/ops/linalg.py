@@ -84,3 +84,55 @@ def outer(b, x: Atom, y: Atom) -> Atom:
     if x.type.rank != 1 or y.type.rank != 1:
         raise error(b, f"outer needs two vectors, got {x.type} and {y.type}")
     return einsum(b, "i,j->ij", x, y)
+
+
+def einsum_many(b, equation: str, xs: list[Atom]) -> Atom:
+    """numpy einsum with any number of operands, '...' and an implicit output; operands are
+    contracted left to right, each pair summing out the letters nothing later needs."""
+    lhs, arrow, out = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(xs):
+        raise error(b, f"einsum '{equation}' names {len(terms)} operands but gets {len(xs)}")
+    terms, ell = _expand_ellipsis(b, terms, xs, equation)
+    if not arrow:
+        counts = {c: sum(t.count(c) for t in terms) for c in set("".join(terms))}
+        out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    else:
+        out = out.replace("...", ell)
+    for t in terms:
+        if len(set(t)) != len(t):
+            raise error(b, f"einsum '{equation}': a repeated letter in one operand (a diagonal) is not supported")
+    acc, acc_t = xs[0], terms[0]
+    for i in range(1, len(xs)):
+        later = set(out) | set("".join(terms[i + 1:]))
+        keep = "".join(dict.fromkeys(c for c in acc_t + terms[i] if c in later))
+        acc = einsum(b, f"{acc_t},{terms[i]}->{keep}", acc, xs[i])
+        acc_t = keep
+    return _finish(b, acc, acc_t, out)
+
+
+def _finish(b, x: Atom, have: str, want: str) -> Atom:
+    """x with letters `have` summed down to and permuted into `want`."""
+    drop = tuple(i for i, c in enumerate(have) if c not in want)
+    if drop:
+        x = b.reduce_sum(x, axes=drop)
+        have = "".join(c for c in have if c in want)
+    perm = tuple(have.index(c) for c in want)
+    return b.transpose(x, perm=perm) if perm != tuple(range(len(perm))) else x
+
+
+def _expand_ellipsis(b, terms: list[str], xs: list[Atom], equation: str) -> tuple[list[str], str]:
+    """Terms with '...' replaced by letters for the broadcast dims (the longest run is used)."""
+    used = set("".join(terms))
+    spare = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBA" if c not in used]
+    n_ell = max((x.type.rank - (len(t) - 3) for t, x in zip(terms, xs) if "..." in t), default=0)
+    ell = "".join(spare[:n_ell])
+    out = []
+    for t, x in zip(terms, xs):
+        if "..." in t:
+            k = x.type.rank - (len(t) - 3)
+            t = t.replace("...", ell[n_ell - k:])
+        if len(t) != x.type.rank:
+            raise error(b, f"einsum '{equation}': '{t}' does not match an operand of type {x.type}")
+        out.append(t)
+    return out, ell

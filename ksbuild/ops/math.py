@@ -1,6 +1,8 @@
 """Elementwise ops built from the elementwise prims (all broadcast like numpy)."""
 from __future__ import annotations
 
+import math
+
 from ..ir.core import Atom
 from ._util import error, scalar_lit
 
@@ -39,3 +41,122 @@ def to_float(b, x: Atom, float_dtype: str) -> Atom:
 def cast(b, x: Atom, dtype: str) -> Atom:
     """x converted to dtype (no equation when it already has it)."""
     return x if x.type.dtype == dtype else b.convert(x, dtype=dtype)
+
+
+def logical_and(b, x: Atom, y: Atom) -> Atom:
+    """x and y elementwise (bool)."""
+    return _bind(b, "and", x, y)
+
+
+def logical_or(b, x: Atom, y: Atom) -> Atom:
+    """x or y elementwise (bool)."""
+    return _bind(b, "or", x, y)
+
+
+def logical_not(b, x: Atom) -> Atom:
+    """not x elementwise (bool)."""
+    return _bind(b, "not", x)
+
+
+def _bind(b, name: str, *ins: Atom) -> Atom:
+    from ..prims import PRIMS
+    return b.bind(PRIMS[name], list(ins))[0]
+
+
+def _k(x: Atom, v) -> Atom:
+    return scalar_lit(v, x.type.dtype)
+
+
+def reciprocal(b, x: Atom) -> Atom:
+    """1 / x."""
+    return b.div(_k(x, 1), x)
+
+
+def ceil(b, x: Atom) -> Atom:
+    """-floor(-x)."""
+    return b.neg(b.floor(b.neg(x)))
+
+
+def trunc(b, x: Atom) -> Atom:
+    """x rounded toward zero: sign(x)·floor(|x|)."""
+    return b.select(b.lt(x, _k(x, 0)), ceil(b, x), b.floor(x))
+
+
+def round_half_even(b, x: Atom) -> Atom:
+    """x rounded to the nearest integer, halves to the even one (numpy, ONNX Round)."""
+    r = b.floor(b.add(x, _k(x, 0.5)))
+    tie = b.eq(b.sub(r, x), _k(x, 0.5))
+    odd = b.ne(b.mod(r, _k(x, 2)), _k(x, 0))
+    return b.select(logical_and(b, tie, odd), b.sub(r, _k(x, 1)), r)
+
+
+def fmod(b, x: Atom, y: Atom) -> Atom:
+    """The remainder with the sign of x (C fmod): x - trunc(x / y)·y."""
+    if x.type.is_float:
+        return b.sub(x, b.mul(trunc(b, b.div(x, y)), y))
+    return b.sub(x, b.mul(b.div(x, y), y))  # integer div truncates toward zero
+
+
+def tan(b, x: Atom) -> Atom:
+    return b.div(b.sin(x), b.cos(x))
+
+
+def sinh(b, x: Atom) -> Atom:
+    """(e^x - e^-x) / 2, as (expm1(x) - expm1(-x)) / 2 so small x keeps its precision."""
+    return b.mul(_k(x, 0.5), b.sub(b.expm1(x), b.expm1(b.neg(x))))
+
+
+def cosh(b, x: Atom) -> Atom:
+    return b.mul(_k(x, 0.5), b.add(b.exp(x), b.exp(b.neg(x))))
+
+
+def asin(b, x: Atom) -> Atom:
+    """atan2(x, sqrt(1 - x²))."""
+    return b.atan2(x, b.sqrt(b.sub(_k(x, 1), b.mul(x, x))))
+
+
+def acos(b, x: Atom) -> Atom:
+    """atan2(sqrt(1 - x²), x)."""
+    return b.atan2(b.sqrt(b.sub(_k(x, 1), b.mul(x, x))), x)
+
+
+def asinh(b, x: Atom) -> Atom:
+    """sign(x)·log(|x| + sqrt(x² + 1))."""
+    a = b.abs(x)
+    return b.mul(b.sign(x), b.log(b.add(a, b.sqrt(b.add(b.mul(a, a), _k(x, 1))))))
+
+
+def acosh(b, x: Atom) -> Atom:
+    """log(x + sqrt(x² - 1))."""
+    return b.log(b.add(x, b.sqrt(b.sub(b.mul(x, x), _k(x, 1)))))
+
+
+def atanh(b, x: Atom) -> Atom:
+    """(log1p(x) - log1p(-x)) / 2."""
+    return b.mul(_k(x, 0.5), b.sub(b.log1p(x), b.log1p(b.neg(x))))
+
+
+def isnan(b, x: Atom) -> Atom:
+    """x != x."""
+    return b.ne(x, x)
+
+
+def isinf(b, x: Atom, positive: bool = True, negative: bool = True) -> Atom:
+    """x is +inf (if positive) or -inf (if negative)."""
+    pos, neg = b.eq(x, _k(x, math.inf)), b.eq(x, _k(x, -math.inf))
+    if positive and negative:
+        return logical_or(b, pos, neg)
+    return pos if positive else neg if negative else b.lt(x, x)  # neither: all false
+
+
+def safe_pow(b, x: Atom, y: Atom, float_dtype: str = "f64") -> Atom:
+    """x ** y with any numeric dtypes (the result has x's dtype); small integer literal exponents multiply."""
+    from ..ir.core import Lit
+    if isinstance(y, Lit) and y.type.rank == 0 and float(y.value).is_integer() and abs(y.value) <= 8 \
+            and (x.type.is_float or y.value >= 0):
+        return b.ipow(x, n=int(y.value))
+    if x.type.is_float:
+        return b.pow(x, y if y.type.dtype == x.type.dtype else b.convert(y, dtype=x.type.dtype))
+    xf = b.convert(x, dtype=float_dtype)
+    yf = y if y.type.dtype == float_dtype else b.convert(y, dtype=float_dtype)
+    return b.convert(b.pow(xf, yf), dtype=x.type.dtype)

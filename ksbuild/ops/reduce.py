@@ -80,3 +80,26 @@ def softmax(b, x: Atom, axis: int) -> Atom:
 def _prim(name: str):
     from ..prims import PRIMS
     return PRIMS[name]
+
+
+def prod(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
+    """The product over axes: a loop multiplying the reduced elements into an accumulator."""
+    from ..ir.core import Lit
+    from ..ir.types import Type
+    from ..prims.control import PRIMS_LOOP, wrap
+    from ._util import numel
+    ax = norm_axes(b, axes, x.type.rank)
+    if not ax:
+        return x
+    rest = [i for i in range(x.type.rank) if i not in ax]
+    rest_shape = tuple(x.type.shape[i] for i in rest)
+    count = numel([x.type.shape[i] for i in ax])
+    moved = b.transpose(x, perm=tuple(ax) + tuple(rest)) if tuple(ax) + tuple(rest) != tuple(range(x.type.rank)) \
+        else x
+    flat = b.reshape(moved, shape=(count,) + rest_shape)
+    acc_t = Type(x.type.dtype, rest_shape)
+    f = wrap("prod_step", [Type("i64"), acc_t, acc_t], lambda bb, ps: [bb.mul(ps[1], ps[2])])
+    trip = Lit(count, Type("i64")) if isinstance(count, int) else b.dim_size(dim=count)
+    one = Lit(True if x.type.dtype == "bool" else 1, acc_t)
+    y = b.bind(PRIMS_LOOP, [trip, one, flat], dict(body=f, n_consts=0, n_carry=1, length=count, reverse=False))[0]
+    return keep_dims(b, y, x, ax) if keepdim else y

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom
-from ..ir.types import Dim, dim_add, dim_sub, promote
+from ..ir.types import Dim, dim_add, dim_mul, dim_sub, promote
 from ._util import error, norm_axis, numel
 
 
@@ -110,3 +110,118 @@ def move_axis0(b, x: Atom, axis: int) -> Atom:
         return x
     perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, x.type.rank))
     return b.transpose(x, perm=tuple(perm))
+
+
+def expand(b, x: Atom, dims: Sequence[Dim]) -> Atom:
+    """x broadcast with dims (numpy rules in both directions: a 1 in dims keeps x's size)."""
+    from ..ir.types import broadcast_shapes
+    out = broadcast_shapes(x.type.shape, tuple(dims))
+    if out is None:
+        raise error(b, f"cannot expand {x.type} to [{', '.join(map(str, dims))}]")
+    return x if out == x.type.shape else b.broadcast_to(x, shape=out)
+
+
+def tile(b, x: Atom, repeats: Sequence[int]) -> Atom:
+    """x repeated `repeats[i]` times along each axis i."""
+    if len(repeats) != x.type.rank:
+        raise error(b, f"tile of {x.type} needs {x.type.rank} repeats, got {len(repeats)}")
+    for axis, r in enumerate(repeats):
+        if r == 1:
+            continue
+        s = x.type.shape
+        lifted = b.reshape(x, shape=s[:axis] + (1,) + s[axis:])
+        spread = b.broadcast_to(lifted, shape=s[:axis] + (r,) + s[axis:])
+        x = b.reshape(spread, shape=s[:axis] + (dim_mul(r, s[axis]),) + s[axis + 1:])
+    return x
+
+
+def strided_slice(b, x: Atom, axis: int, start: Dim, stop: Dim, step: int) -> Atom:
+    """x[start:stop:step] along axis with bounds already clamped (step > 0: a window view)."""
+    if step == 1:
+        return x if (start, stop) == (0, x.type.shape[axis]) else b.slice(x, axis=axis, start=start, stop=stop)
+    if step < 0:
+        from .index import flip
+        n = x.type.shape[axis]
+        # reversed positions start, start+step, ... > stop map to n-1-start, ... in flip(x)
+        return strided_slice(b, flip(b, x, axis), axis, dim_sub(dim_sub(n, 1), start), dim_sub(dim_sub(n, 1), stop),
+                             -step)
+    part = b.slice(x, axis=axis, start=start, stop=stop)
+    length = part.type.shape[axis]
+    if not isinstance(length, int):
+        raise error(b, "a slice with a step needs static bounds")
+    count = -(-length // step)
+    if count == 0:
+        raise error(b, "an empty slice is not supported")
+    part = b.slice(part, axis=axis, start=0, stop=(count - 1) * step + 1)
+    w = b.window(part, axis=axis, size=1, stride=step, dilation=1)
+    return b.reshape(w, shape=part.type.shape[:axis] + (count,) + part.type.shape[axis + 1:])
+
+
+def pad_mode(b, x: Atom, axis: int, lo: int, hi: int, mode: str) -> Atom:
+    """x extended along axis by `reflect` (mirror, edge excluded), `edge` (repeat) or `wrap` (periodic)."""
+    from .index import dim_atom
+    n = x.type.shape[axis]
+    if lo == 0 and hi == 0:
+        return x
+    total = dim_add(dim_add(lo, n), hi)
+    pos = b.sub(b.iota(shape=(total,), axis=0, dtype="i64"), _lit_i64(lo))
+    last = b.sub(dim_atom(b, n), _lit_i64(1))
+    if mode == "edge":
+        src = b.max(b.min(pos, last), _lit_i64(0))
+    elif mode == "wrap":
+        src = b.mod(pos, dim_atom(b, n))
+    elif mode == "reflect":
+        period = b.mul(last, _lit_i64(2))
+        p = b.mod(pos, b.max(period, _lit_i64(1)))
+        src = b.select(b.gt(p, last), b.sub(period, p), p)
+    else:
+        raise error(b, f"unknown pad mode '{mode}'")
+    return b.gather(x, src, axis=axis)
+
+
+def _lit_i64(v: int):
+    from ..ir.core import Lit
+    from ..ir.types import Type
+    return Lit(v, Type("i64"))
+
+
+def split(b, x: Atom, axis: int, sizes: Sequence[Dim]) -> list[Atom]:
+    """x cut along axis into consecutive pieces of the given sizes."""
+    axis = norm_axis(b, axis, x.type.rank)
+    total: Dim = 0
+    out = []
+    for s in sizes:
+        out.append(b.slice(x, axis=axis, start=total, stop=dim_add(total, s)))
+        total = dim_add(total, s)
+    if total != x.type.shape[axis]:
+        raise error(b, f"split sizes {list(sizes)} do not add up to {x.type.shape[axis]}")
+    return out
+
+
+def depth_to_space(b, x: Atom, block: int, mode: str = "DCR") -> Atom:
+    """[N, C, H, W] -> [N, C / block², H·block, W·block] (DCR: depth-column-row order, CRD: column-row-depth)."""
+    n, c, h, w = x.type.shape
+    c2 = dim_floordiv_exact(b, c, block * block)
+    if mode == "DCR":
+        t = b.reshape(x, shape=(n, block, block, c2, h, w))
+        t = b.transpose(t, perm=(0, 3, 4, 1, 5, 2))
+    else:
+        t = b.reshape(x, shape=(n, c2, block, block, h, w))
+        t = b.transpose(t, perm=(0, 1, 4, 2, 5, 3))
+    return b.reshape(t, shape=(n, c2, dim_mul(h, block), dim_mul(w, block)))
+
+
+def space_to_depth(b, x: Atom, block: int) -> Atom:
+    """[N, C, H, W] -> [N, C·block², H / block, W / block] (the inverse of DCR depth_to_space)."""
+    n, c, h, w = x.type.shape
+    h2, w2 = dim_floordiv_exact(b, h, block), dim_floordiv_exact(b, w, block)
+    t = b.reshape(x, shape=(n, c, h2, block, w2, block))
+    t = b.transpose(t, perm=(0, 3, 5, 1, 2, 4))
+    return b.reshape(t, shape=(n, dim_mul(c, block * block), h2, w2))
+
+
+def dim_floordiv_exact(b, d: Dim, k: int) -> Dim:
+    from ..ir.types import dim_floordiv
+    if isinstance(d, int) and d % k:
+        raise error(b, f"{d} is not divisible by {k}")
+    return dim_floordiv(d, k)

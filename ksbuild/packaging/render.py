@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jinja2
 
+from ..codegen.data import DataSection
 from ..codegen.viewmodel import ExportView, export_view
 from ..compile.targets import TARGETS, Target
 from ..exports import Export
@@ -30,8 +31,8 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
             f"  ({ins}) -> ({outs})"]
 
 
-def views(m: Manifest, exports: list[Export]) -> list[ExportView]:
-    return [export_view(m.name, e.name, e.func, export_doc(e, m)) for e in exports]
+def views(m: Manifest, exports: list[Export], data: DataSection | None = None) -> list[ExportView]:
+    return [export_view(m.name, e.name, e.func, export_doc(e, m), data) for e in exports]
 
 
 def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
@@ -55,8 +56,10 @@ def target_record(t: Target) -> dict:
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
-    vs = views(m, exports)
-    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+    data = DataSection(m.name)
+    vs = views(m, exports, data)
+    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size),
+               name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
@@ -75,6 +78,10 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
     if target.cross:
         files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
+    if data.blob_size:
+        files[f"src/{m.name}_data.S"] = data.assembly()
+        (out / "src").mkdir(parents=True, exist_ok=True)
+        (out / "src" / f"{m.name}_data.bin").write_bytes(data.blob())
     for rel, text in files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)

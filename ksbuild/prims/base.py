@@ -13,7 +13,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
-operand's storage), `lowering` (only the codegen passes make it; see prims/lowering.py).
+operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
+passes make it; see prims/lowering.py).
 """
 from __future__ import annotations
 

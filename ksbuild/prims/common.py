@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Atom, Lit
-from ..ir.types import NUMPY_DTYPES, Dim, Type, broadcast_shapes
+from ..ir.types import Dim, Type, broadcast_shapes, numpy_dtype
 
 
 def zeros(t: Type) -> Lit:
@@ -26,7 +26,7 @@ def np_value(lit: Lit, env: dict[str, int]) -> np.ndarray:
     """A literal as a numpy array of its (concrete) shape."""
     from ..ir.types import concrete_shape
 
-    return np.full(concrete_shape(lit.type, env), lit.value, dtype=NUMPY_DTYPES[lit.type.dtype])
+    return np.full(concrete_shape(lit.type, env), lit.value, dtype=numpy_dtype(lit.type.dtype))
 
 
 def broadcast_types(name: str, types: Sequence[Type], dtype: str | None = None) -> Type:

@@ -258,8 +258,8 @@ def _loop_eval(trip, *rest, body, n_consts, n_carry, length, reverse, env):
         carry, ys[k] = list(outs[:n_carry]), list(outs[n_carry:])
     n_ys = len(body.results) - n_carry
     if n == 0:
-        from ..ir.types import NUMPY_DTYPES, concrete_shape
-        empty = [np.zeros(concrete_shape(_stacked(t, 0), env), NUMPY_DTYPES[t.dtype]) for t in body.out_types[n_carry:]]
+        from ..ir.types import concrete_shape, numpy_dtype
+        empty = [np.zeros(concrete_shape(_stacked(t, 0), env), numpy_dtype(t.dtype)) for t in body.out_types[n_carry:]]
         return tuple(carry) + tuple(empty)
     stacked = [np.stack([ys[k][j] for k in range(n)]) for j in range(n_ys)]
     return tuple(carry) + tuple(stacked)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import NUMPY_DTYPES, Type
+from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, dtype_of, numpy_dtype
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
@@ -36,7 +36,7 @@ def batch_elementwise(b, ins, batched, size, prim, **params):
 
 
 def _np_out(dtype: str, value) -> tuple:
-    return (np.asarray(value).astype(NUMPY_DTYPES[dtype], copy=False),)
+    return (np.asarray(value).astype(numpy_dtype(dtype), copy=False),)
 
 
 def float_type_rule(name: str):
@@ -53,8 +53,8 @@ def numeric_type_rule(name: str):
     def rule(in_types, **_):
         if in_types[0].dtype != in_types[-1].dtype:
             raise KsbuildError(f"{name} needs operands of one dtype, got {in_types[0]} and {in_types[-1]}")
-        if in_types[0].dtype == "bool":
-            raise KsbuildError(f"{name} does not take bool operands")
+        if in_types[0].dtype == "bool" or in_types[0].is_storage:
+            raise KsbuildError(f"{name} does not take {in_types[0].dtype} operands")
         return (broadcast_types(name, in_types),)
 
     return rule
@@ -89,7 +89,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
 
 
 def _dt(arr: np.ndarray) -> str:
-    return {v: k for k, v in NUMPY_DTYPES.items()}[arr.dtype.type]
+    return dtype_of(arr)
 
 
 def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
@@ -254,6 +254,11 @@ atan = unary("atan", np.arctan, "std::atan({0})",
              lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))), "arctangent")  # 1/(1+x²)
 
 
+erf = unary("erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x), "ks::erf({0})",
+            lambda b, x, y: b.mul(b.lit(2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
+            "error function 2/√π ∫₀ˣ e^-t² dt")  # d erf = 2/√π e^-x²
+
+
 
 def _np_digamma(x):
     """ψ(x) for x > 0 (the C++ is ks::digamma): shift up by ψ(x) = ψ(x + 1) - 1/x until x >= 10,
@@ -349,6 +354,8 @@ def _cmp_rule(name):
     def rule(in_types, **_):
         if in_types[0].dtype != in_types[1].dtype:
             raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
+        if in_types[0].is_storage:
+            raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
         return (broadcast_types(name, in_types, "bool"),)
 
     return rule
@@ -462,8 +469,8 @@ convert = Prim(
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
     jvp=_convert_jvp,
     batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, convert, dtype=dtype),
-    emit=lambda ctx, eqn: ctx.assign(
-        eqn.outs[0], f"static_cast<{ctx.ctype(Type(eqn.params['dtype']))}>({ctx.args(eqn)[0]})"),
+    emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], convert_expr(ctx.args(eqn)[0], eqn.ins[0].type.dtype,
+                                                               eqn.params["dtype"])),
     transpose=lambda b, cts, ins, linear, dtype: [
         b.convert(cts[0], dtype=ins[0].type.dtype) if cts[0] is not None else None],
     elementwise=True,
@@ -471,8 +478,34 @@ convert = Prim(
 )
 
 
+NARROW_INTS = {"i4": (4, "true"), "u4": (4, "false"), "i2": (2, "true"), "u2": (2, "false")}
+
+
+def convert_expr(x: str, src: str, dst: str) -> str:
+    """The C++ expression converting x from dtype src to dst (narrow floats through float, their bits
+    with ks::to_*/from_*; narrow ints wrap; float to unsigned goes through int64 as numpy does)."""
+    if src in STORAGE_DTYPES and src not in NARROW_INTS:
+        x, src = f"ks::from_{src}({x})", "f32"
+    if dst in NARROW_INTS:
+        bits, signed = NARROW_INTS[dst]
+        return f"ks::wrap_from<{bits}, {signed}>({x})"
+    if dst in STORAGE_DTYPES:
+        return f"ks::to_{dst}(static_cast<float>({x}))"
+    c = C_TYPES[dst]
+    if dst == "bool":
+        return f"({x} != 0)"
+    if dst.startswith("u") and src in ("f32", "f64"):
+        return f"static_cast<{c}>(static_cast<int64_t>({x}))"
+    return f"static_cast<{c}>({x})"
+
+
 def _convert_np(x, dtype):
-    target = NUMPY_DTYPES[dtype]
-    if dtype in ("i32", "i64") and x.dtype.kind == "f":
+    target = numpy_dtype(dtype)
+    x = np.asarray(x)
+    if dtype_of(x) in STORAGE_DTYPES:
+        x = x.astype(np.float32)  # the narrow types convert through f32 (exact: f32 holds them all)
+    if dtype == "bool":
+        return x != 0
+    if dtype in INT_DTYPES and x.dtype.kind == "f":
         return np.trunc(x).astype(target)
-    return np.asarray(x).astype(target)
+    return x.astype(target)

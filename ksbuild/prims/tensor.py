@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.types import NUMPY_DTYPES, Type, concrete_shape, dim_sub, dim_value
+from ..ir.types import Type, concrete_shape, dim_sub, dim_value, numpy_dtype
 from .base import PRIMS, Prim
 from .common import zeros
 
@@ -390,7 +390,7 @@ def _iota_rule(in_types, shape, axis, dtype):
 def _iota_eval(shape, axis, dtype, env):
     s = concrete_shape(Type(dtype, tuple(shape)), env)
     grid = np.arange(s[axis]).reshape([-1 if i == axis else 1 for i in range(len(s))])
-    return (np.broadcast_to(grid, s).astype(NUMPY_DTYPES[dtype]),)
+    return (np.broadcast_to(grid, s).astype(numpy_dtype(dtype)),)
 
 
 iota = Prim(

@@ -26,7 +26,7 @@ from typing import Mapping
 from ..ir.core import Atom, Eqn, Func, Var
 from ..ir.types import Type
 
-INPLACE_BASE = {"index_add": 0}  # prims that may update their operand's buffer: operand position
+INPLACE_BASE = {"index_add": 0, "scatter_add": 0}  # prims that may update their operand's buffer: operand position
 
 
 @dataclass(frozen=True)
@@ -151,8 +151,9 @@ class _Walk:
 
     def simple(self, eqn: Eqn, uses_after: set) -> None:
         self.read_all(eqn.ins)
-        if eqn.prim.view:
-            self.alias(eqn.outs[0], eqn.ins[0])
+        if eqn.prim.view:  # a view of its operand, or of static data (a constant)
+            if eqn.ins:
+                self.alias(eqn.outs[0], eqn.ins[0])
             return
         k = inplace_operand(eqn)
         base = eqn.ins[k] if k is not None else None

@@ -8,7 +8,8 @@
 // The only library calls left after compilation are libm functions (exp, floor, ...).
 // Builds with -Wall -Wextra -Werror -fno-exceptions -fno-rtti, also with arm-none-eabi-g++.
 //
-// Element types: float, double, int32_t, int64_t.
+// Element types: float, double, the fixed-width integers and bool; the narrow ONNX formats (float16,
+// bfloat16, float8, float4, int4, int2) are stored as bits and converted with to_*/from_* below.
 #ifndef KS_PRELUDE_H
 #define KS_PRELUDE_H
 
@@ -170,6 +171,196 @@ inline T digamma(T x) {
     const T series =
         r * (T(1) / 12 - r * (T(1) / 120 - r * (T(1) / 252 - r * (T(1) / 240 - r * (T(1) / 132 - r * T(691) / 32760)))));
     return acc + std::log(x) - static_cast<T>(0.5) / x - series;
+}
+
+// erf(x), the error function, without libm's erf (only exp). Doubles: the series
+// erf x = 2/√π e^-x² Σ 2^n x^(2n+1) / (1·3·…·(2n+1)) below 3 (all terms positive), the continued
+// fraction erfc x = e^-x² / (√π (x + ½/(x + 1/(x + (3/2)/(x + …))))) above, ±1 from 6 (relative error
+// ~1e-15). Floats: x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
+// t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
+template <class T>
+inline T erf(T x) {
+    const T a = ks::abs(x);
+    if constexpr (sizeof(T) <= 4) {
+        if (a < static_cast<T>(0.5)) {
+            const T z = x * x;
+            return x * (T(1) - z * (T(1) / 3 - z * (T(1) / 10 - z * (T(1) / 42 - z * (T(1) / 216 - z / 1320)))));
+        }
+        const T t = T(1) / (T(1) + T(0.3275911) * a);
+        const T poly = t * (T(0.254829592) + t * (T(-0.284496736) + t * (T(1.421413741) + t * (T(-1.453152027) +
+                                                                                        t * T(1.061405429)))));
+        const T r = T(1) - poly * std::exp(-a * a);
+        return x < T(0) ? -r : r;
+    } else {
+        const T two_over_sqrt_pi = static_cast<T>(1.1283791670955126);
+        if (a >= T(6)) {
+            return x < T(0) ? T(-1) : T(1);
+        }
+        if (a < T(3)) {
+            T term = x, sum = x;
+            for (int n = 1; n < 60; ++n) {
+                term *= T(2) * x * x / static_cast<T>(2 * n + 1);
+                sum += term;
+            }
+            return two_over_sqrt_pi * std::exp(-x * x) * sum;
+        }
+        T cf = a;
+        for (int k = 60; k >= 1; --k) {
+            cf = a + static_cast<T>(k) / T(2) / cf;
+        }
+        const T r = T(1) - two_over_sqrt_pi / T(2) * std::exp(-a * a) / cf;
+        return x < T(0) ? -r : r;
+    }
+}
+
+// x << y and x >> y for an integer type T with ONNX BitShift semantics: a shift by the bit width
+// or more gives 0 (>> of a negative value gives -1); right shifts of signed values are arithmetic.
+template <class T>
+constexpr T shl(T x, T y) {
+    using U = unsigned long long;
+    const U bits = 8 * sizeof(T);
+    return (static_cast<U>(y) >= bits || y < T(0)) ? T(0) : static_cast<T>(static_cast<U>(x) << static_cast<U>(y));
+}
+
+template <class T>
+constexpr T shr(T x, T y) {
+    using U = unsigned long long;
+    const U bits = 8 * sizeof(T);
+    if (static_cast<U>(y) >= bits || y < T(0)) {
+        return x < T(0) ? static_cast<T>(-1) : T(0);
+    }
+    return static_cast<T>(x >> y);
+}
+
+// ---- narrow storage formats (ONNX float16, bfloat16, float8, float4, int4, int2) --------------------
+// Values of these types are stored as their bit patterns (uint16_t / uint8_t / int8_t) and
+// converted to float (or an integer type) to compute. Conversions round to nearest even.
+
+// A binary float format with E exponent bits, M mantissa bits and exponent bias B. `inf`: it has
+// infinities (else overflow is NaN); `fnuz`: no negative zero, the pattern 1000…0 is the one NaN;
+// `sat`: overflow and infinities saturate to the largest value and NaN has no encoding (float4).
+template <int E, int M, int B, bool inf, bool fnuz, bool sat = false>
+struct Narrow {
+    static constexpr uint32_t sign_bit = 1u << (E + M);
+    static constexpr uint32_t exp_all = (1u << E) - 1u;
+    // the largest finite pattern: all-ones exponent is special for IEEE-like formats (inf), and
+    // only the all-ones pattern is NaN for the "fn" ones; fnuz and saturating formats use it all
+    static constexpr uint32_t max_finite = inf ? ((exp_all << M) - 1u)
+                                               : (fnuz || sat ? (sign_bit - 1u) : (sign_bit - 2u));
+    static constexpr uint32_t nan = fnuz ? sign_bit : (inf ? ((exp_all << M) | (1u << (M - 1))) : (sign_bit - 1u));
+};
+using F16 = Narrow<5, 10, 15, true, false>;
+using BF16 = Narrow<8, 7, 127, true, false>;
+using F8E4M3FN = Narrow<4, 3, 7, false, false>;
+using F8E4M3FNUZ = Narrow<4, 3, 8, false, true>;
+using F8E5M2 = Narrow<5, 2, 15, true, false>;
+using F8E5M2FNUZ = Narrow<5, 2, 16, false, true>;
+using F4E2M1 = Narrow<2, 1, 1, false, false, true>;
+
+// The bit pattern of f rounded to format F (round to nearest, ties to even).
+template <class F, int E, int M, int B, bool inf, bool fnuz, bool sat>
+inline uint32_t to_narrow_bits(float f) {
+    uint32_t x = 0;
+    std::memcpy(&x, &f, sizeof(x));
+    const uint32_t sign = (x >> 31) ? F::sign_bit : 0u;
+    const uint32_t a = x & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) {  // NaN
+        return sat ? (sign | 0u) : F::nan;
+    }
+    const int ex = static_cast<int>(a >> 23) - 127;
+    const int drop = 23 - M;
+    uint32_t r = 0;
+    if (a == 0x7F800000u) {
+        r = 0xFFFFFFFFu;  // infinity: past every finite pattern
+    } else if (ex + B >= 1) {  // a normal number of the target: re-bias the exponent, round the mantissa
+        const uint32_t t = a - (static_cast<uint32_t>(127 - B) << 23);
+        r = t >> drop;
+        const uint32_t rem = t & ((1u << drop) - 1u), half = 1u << (drop - 1);
+        r += (rem > half || (rem == half && (r & 1u))) ? 1u : 0u;
+    } else if (ex >= -126) {  // a subnormal of the target (or zero after rounding)
+        const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+        const int s = drop + (1 - B) - ex;
+        if (s < 32) {
+            r = m >> s;
+            const uint32_t rem = m & ((1u << s) - 1u), half = 1u << (s - 1);
+            r += (rem > half || (rem == half && (r & 1u))) ? 1u : 0u;
+        }
+    }
+    if (r > F::max_finite) {
+        if (sat) {
+            return sign | F::max_finite;
+        }
+        return inf ? (sign | (F::exp_all << M)) : F::nan;
+    }
+    if (fnuz && r == 0u) {
+        return 0u;  // fnuz formats have no negative zero
+    }
+    return sign | r;
+}
+
+// The float value of a bit pattern of format F.
+template <class F, int E, int M, int B, bool inf, bool fnuz, bool sat>
+inline float from_narrow_bits(uint32_t v) {
+    const uint32_t mag = v & (F::sign_bit - 1u);
+    const bool neg = (v & F::sign_bit) != 0u;
+    if (fnuz && v == F::sign_bit) {
+        return __builtin_nanf("");
+    }
+    const uint32_t e = mag >> M, m = mag & ((1u << M) - 1u);
+    if (!fnuz && !sat && e == F::exp_all && (inf || m == (1u << M) - 1u)) {
+        if (inf && m == 0u) {
+            return neg ? -__builtin_huge_valf() : __builtin_huge_valf();
+        }
+        return __builtin_nanf("");
+    }
+    float out = 0.0f;
+    if (e == 0u) {  // subnormal: m · 2^(1 - B - M)
+        out = static_cast<float>(m);
+        for (int k = 0; k < B + M - 1; ++k) {
+            out *= 0.5f;
+        }
+    } else {
+        const uint32_t bits = (static_cast<uint32_t>(static_cast<int>(e) - B + 127) << 23) | (m << (23 - M));
+        std::memcpy(&out, &bits, sizeof(out));
+    }
+    return neg ? -out : out;
+}
+
+#define KS_NARROW_FORMAT(NAME, F, STORE, E, M, B, INF, FNUZ, SAT)                              \
+    inline STORE to_##NAME(float f) {                                                      \
+        return static_cast<STORE>(to_narrow_bits<F, E, M, B, INF, FNUZ, SAT>(f));            \
+    }                                                                                       \
+    inline float from_##NAME(STORE v) {                                                     \
+        return from_narrow_bits<F, E, M, B, INF, FNUZ, SAT>(static_cast<uint32_t>(v));       \
+    }
+KS_NARROW_FORMAT(f16, F16, uint16_t, 5, 10, 15, true, false, false)
+KS_NARROW_FORMAT(bf16, BF16, uint16_t, 8, 7, 127, true, false, false)
+KS_NARROW_FORMAT(f8e4m3fn, F8E4M3FN, uint8_t, 4, 3, 7, false, false, false)
+KS_NARROW_FORMAT(f8e4m3fnuz, F8E4M3FNUZ, uint8_t, 4, 3, 8, false, true, false)
+KS_NARROW_FORMAT(f8e5m2, F8E5M2, uint8_t, 5, 2, 15, true, false, false)
+KS_NARROW_FORMAT(f8e5m2fnuz, F8E5M2FNUZ, uint8_t, 5, 2, 16, false, true, false)
+KS_NARROW_FORMAT(f4e2m1, F4E2M1, uint8_t, 2, 1, 1, false, false, true)
+#undef KS_NARROW_FORMAT
+
+// Narrow integers (int4, uint4, int2, uint2), one per byte: the low `bits` bits of an integer
+// (two's complement wrap-around, sign-extended for the signed ones). From a float: truncated
+// toward zero first; NaN and infinities give 0.
+template <int bits, bool is_signed>
+constexpr int8_t wrap_int(int64_t v) {
+    const int64_t low = v & ((int64_t{1} << bits) - 1);
+    return static_cast<int8_t>(is_signed && low >= (int64_t{1} << (bits - 1)) ? low - (int64_t{1} << bits) : low);
+}
+
+template <int bits, bool is_signed, class T>
+inline int8_t wrap_from(T x) {
+    if constexpr (detail::is_floating<T>) {
+        if (!(ks::abs(x) < static_cast<T>(9.2e18))) {
+            return 0;  // NaN, infinities and values out of int64's range
+        }
+        return wrap_int<bits, is_signed>(static_cast<int64_t>(x));
+    } else {
+        return wrap_int<bits, is_signed>(static_cast<int64_t>(x));
+    }
 }
 
 }  // namespace ks

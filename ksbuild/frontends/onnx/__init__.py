@@ -1,0 +1,51 @@
+"""The ONNX frontend: an ONNX model file as a kernel (`[kernels.X] onnx = "model.onnx"`).
+
+`compile_onnx_kernel` loads the model, visits its graph (`graph.py`) with the op handlers
+(`ops_*.py`, each a thin parser of one family of ONNX ops over `ksbuild/ops`) and returns the
+IR function: graph inputs in order, then (weights = "external") the float initializers, and
+the graph outputs in order as results.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import KsbuildError, Location
+from ...ir.core import Func
+
+WEIGHT_MODES = ("embed", "external")
+
+
+def load_model(path: Path):
+    """The ModelProto of an .onnx file (external data read from its folder)."""
+    try:
+        import onnx
+    except ImportError:
+        raise KsbuildError("ONNX kernels need the 'onnx' package", Location(str(path)),
+                           hint="pip install onnx (or ksbuild[onnx])") from None
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001  protobuf or file errors: report them as the user's
+        raise KsbuildError(f"cannot read ONNX model: {e}", Location(str(path))) from None
+
+
+def compile_onnx_kernel(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed",
+                        model=None) -> Func:
+    """The IR function of an ONNX model's main graph."""
+    return import_model(path, name, float_dtype, weights, model)[0]
+
+
+def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed", model=None):
+    """(IR function, names of the initializers that became parameters) of an ONNX model."""
+    from . import ops_control, ops_index, ops_math, ops_nn, ops_quant, ops_reduce, ops_resize, ops_rnn, ops_shape  # noqa: F401
+    from .graph import Importer
+    from .node import NeedsConstant
+    model = model if model is not None else load_model(path)
+    embedded: set[str] = set()
+    while True:
+        imp = Importer(Path(path), model, float_dtype, weights, frozenset(embedded))
+        try:
+            return imp.run(name), list(imp.external)
+        except NeedsConstant as e:
+            if e.value not in imp.external or e.value in embedded:
+                raise
+            embedded.add(e.value)  # a weight used as a shape or axes stays embedded; import again

@@ -1,0 +1,301 @@
+"""The ONNX graph visitor: an ONNX model becomes one IR function.
+
+Graph inputs become parameters in order (`dim_param`s symbolic dims, fixed dims literals),
+graph outputs the results in order. Nodes are visited in order; each op handler (the table
+`HANDLERS`, filled by the handler modules) parses the node's attributes and builds IR through
+the shared op library (`ksbuild/ops`). A node whose inputs are all known at import time is
+folded: its IR is evaluated by the reference interpreter and its outputs become known too.
+Ops without a handler that ONNX defines as a function of other ops are expanded into it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ...errors import KsbuildError, Location
+from ...ir.builder import Builder
+from ...ir.core import Atom, Func, Var
+from ...ir.types import Dim, Type
+from .node import NeedsConstant, Node
+from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic
+
+HANDLERS: dict[str, Callable[[Node], list]] = {}
+"""ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
+SYMBOLIC: dict[str, Callable[[Node, list], list]] = {}
+"""ONNX op type -> fold of known arrays holding symbolic dims (shape arithmetic)."""
+TYPE_ONLY = {"CastLike": 1, "EyeLike": 0, "RandomUniformLike": 0, "RandomNormalLike": 0}
+"""Inputs that an op reads only for their type or shape: they do not stop folding."""
+NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "RandomUniform", "RandomNormalLike",
+           "RandomUniformLike", "Bernoulli", "Multinomial", "Constant"}
+
+ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "INT32": "i32", "INT64": "i64",
+               "UINT8": "u8", "UINT16": "u16", "UINT32": "u32", "UINT64": "u64", "BOOL": "bool",
+               "FLOAT16": "f16", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8e4m3fn", "FLOAT8E4M3FNUZ": "f8e4m3fnuz",
+               "FLOAT8E5M2": "f8e5m2", "FLOAT8E5M2FNUZ": "f8e5m2fnuz", "FLOAT8E8M0": "f8e8m0",
+               "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
+
+
+def handler(*ops: str):
+    """Register the decorated function as the handler of these ONNX op types."""
+    def register(fn):
+        for op in ops:
+            HANDLERS[op] = fn
+        return fn
+    return register
+
+
+def symbolic(*ops: str):
+    """Register the decorated function as the symbolic-shape fold of these op types."""
+    def register(fn):
+        for op in ops:
+            SYMBOLIC[op] = fn
+        return fn
+    return register
+
+
+def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
+    """The IR dtype of an ONNX TensorProto element type."""
+    from onnx import TensorProto
+    name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+    if name not in ONNX_DTYPES:
+        raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
+                           hint="supported: numeric tensors (float, double, float16, bfloat16, float8, ints, bool)")
+    return ONNX_DTYPES[name]
+
+
+def c_name(name: str, prefix: str = "v") -> str:
+    """An ONNX name as a C identifier."""
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"{prefix}{s}"
+
+
+class Frame:
+    """The values visible while building one IR function (the main graph or a subgraph body).
+
+    A subgraph may read values of enclosing graphs: a known one is shared, an atom is captured
+    as a parameter of the subgraph's function (IR functions are closed)."""
+
+    def __init__(self, b: Builder, parent: "Frame | None" = None):
+        self.b = b
+        self.parent = parent
+        self.vals: dict[str, Val] = {}
+        self.captured: dict[str, Var] = {}
+        self.made: dict[str, Atom] = {}
+        self.inline = False  # a body emitted into the parent's builder reads the parent's atoms directly
+
+    def lookup(self, name: str, node: Node) -> Val:
+        if name in self.vals:
+            return self.vals[name]
+        if self.parent is None:
+            raise node.error(f"input '{name}' of {node.op} is not defined before this node")
+        outer = self.parent.lookup(name, node)
+        if outer.atom is None or self.inline:
+            return outer
+        p = Var(outer.atom.type, c_name(name))
+        self.captured[name] = p
+        self.vals[name] = Val(p, None, outer.dtype)
+        return self.vals[name]
+
+    def atom(self, name: str, node: Node) -> Atom:
+        """The atom of a value in this function (a known value is made into a literal or constant once)."""
+        v = self.lookup(name, node)
+        if v.atom is not None:
+            return v.atom
+        if name not in self.made:
+            self.made[name] = atom_of_shape(self.b, v.known) if is_symbolic(v.known) else atom_of_array(self.b, v.known)
+        return self.made[name]
+
+
+class Importer:
+    """Imports one ONNX model file into an IR function."""
+
+    def __init__(self, path: Path, model, float_dtype: str = "f32", weights: str = "embed",
+                 embedded: frozenset[str] = frozenset()):
+        self.path, self.model, self.float_dtype = path, model, float_dtype
+        self.weights, self.embedded = weights, embedded
+        self.file = str(path)
+        self.opsets = {(imp.domain or ""): imp.version for imp in model.opset_import}
+        self.functions = {(f.domain, f.name): f for f in model.functions}
+        self.dim_names: dict[str, str] = {}
+        self.external: list[str] = []  # initializers passed by the caller (weights = "external")
+
+    def loc(self, node_text: str | None = None) -> Location:
+        return Location(self.file, node=node_text)
+
+    # ---- the main graph ---------------------------------------------------------------------------
+
+    def run(self, name: str) -> Func:
+        """The IR function of the model's main graph."""
+        g = self.model.graph
+        b = Builder(self.loc())
+        frame = Frame(b)
+        inits = {t.name: t for t in g.initializer}
+        params = []
+        for vi in g.input:
+            if vi.name in inits:
+                continue
+            dtype, shape = self.value_type(vi, f"graph input '{vi.name}'")
+            p = Var(Type(dtype, shape), c_name(vi.name, "x"))
+            params.append(p)
+            frame.vals[vi.name] = Val(self.compute(b, p), None, dtype)
+        params += self.add_initializers(b, frame, g.initializer)
+        self.run_nodes(frame, g.node, self.opsets)
+        results, names = self.outputs(b, frame, g.output)
+        return b.func(name, params, results, names)
+
+    def value_type(self, vi, where: str) -> tuple[str, tuple[Dim, ...]]:
+        """The dtype and shape of a graph input or output."""
+        t = vi.type
+        if t.WhichOneof("value") != "tensor_type":
+            raise KsbuildError(f"{where} is a {t.WhichOneof('value') or 'value of unknown type'}; only tensors "
+                               "are supported", self.loc())
+        dtype = onnx_dtype(t.tensor_type.elem_type, where, self.loc())
+        if not t.tensor_type.HasField("shape"):
+            raise KsbuildError(f"{where} has no shape (not even a rank)", self.loc(),
+                               hint="export the model with input shapes, e.g. torch.onnx.export(..., dynamic_axes=)")
+        return dtype, tuple(self.dim(d, where, k) for k, d in enumerate(t.tensor_type.shape.dim))
+
+    def dim(self, d, where: str, k: int) -> Dim:
+        if d.HasField("dim_value"):
+            return int(d.dim_value)
+        raw = d.dim_param if d.HasField("dim_param") else f"{where.split(chr(39))[1]}_dim{k}"
+        return self.dim_names.setdefault(raw, c_name(raw, "d"))
+
+    def compute(self, b: Builder, p: Atom) -> Atom:
+        """A parameter of a storage dtype (f16, ...) converted to the dtype it computes in."""
+        cdt = compute_dtype(p.type.dtype)
+        return p if cdt == p.type.dtype else b.convert(p, dtype=cdt)
+
+    def add_initializers(self, b: Builder, frame: Frame, inits) -> list[Var]:
+        """Initializers become known values, or parameters (weights = "external")."""
+        from onnx import numpy_helper
+        params = []
+        for t in inits:
+            try:
+                arr = numpy_helper.to_array(t, base_dir=str(self.path.parent))
+            except Exception as e:  # noqa: BLE001  a malformed or missing external data file
+                raise KsbuildError(f"cannot read initializer '{t.name}': {e}", self.loc()) from None
+            dtype = onnx_dtype(t.data_type, f"initializer '{t.name}'", self.loc())
+            if self.is_external(t.name, dtype, arr):
+                p = Var(Type(dtype, tuple(int(d) for d in arr.shape)), c_name(t.name, "w"))
+                params.append(p)
+                self.external.append(t.name)
+                frame.vals[t.name] = Val(self.compute(b, p), None, dtype)
+            else:
+                frame.vals[t.name] = Val(None, arr, dtype)
+        return params
+
+    def is_external(self, name: str, dtype: str, arr: np.ndarray) -> bool:
+        return self.weights == "external" and name not in self.embedded and arr.size > 1 and \
+            compute_dtype(dtype) in ("f32", "f64")
+
+    def outputs(self, b: Builder, frame: Frame, outs) -> tuple[list[Atom], list[str]]:
+        results, names = [], []
+        for vi in outs:
+            node = Node(self, frame, _fake_node(vi.name), self.loc(f"output '{vi.name}'"), 0)
+            v = frame.lookup(vi.name, node)
+            a = frame.atom(vi.name, node)
+            want = v.dtype
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                want = onnx_dtype(vi.type.tensor_type.elem_type, f"graph output '{vi.name}'", self.loc())
+            results.append(a if a.type.dtype == want else b.convert(a, dtype=want))
+            names.append(c_name(vi.name, "y"))
+        return results, names
+
+    # ---- nodes --------------------------------------------------------------------------------------
+
+    def run_nodes(self, frame: Frame, nodes, opsets: dict[str, int]) -> None:
+        for i, proto in enumerate(nodes):
+            self.run_node(frame, proto, i, opsets)
+
+    def node_loc(self, proto, index: int) -> Location:
+        label = proto.name or f"#{index}"
+        return self.loc(f"{label} ({proto.op_type})")
+
+    def run_node(self, frame: Frame, proto, index: int, opsets: dict[str, int]) -> None:
+        loc = self.node_loc(proto, index)
+        frame.b.loc = loc
+        domain = proto.domain if proto.domain != "ai.onnx" else ""
+        if (proto.domain, proto.op_type) in self.functions:
+            from .functions import inline_local_function
+            return inline_local_function(self, frame, proto, loc, opsets)
+        fn = HANDLERS.get(proto.op_type) if domain == "" else None
+        if fn is None:
+            from .functions import expand_schema_function
+            return expand_schema_function(self, frame, proto, loc, opsets, domain)
+        node = Node(self, frame, proto, loc, opsets.get(domain, 1))
+        skip = TYPE_ONLY.get(proto.op_type)
+        vals = [frame.lookup(n, node) for i, n in enumerate(proto.input) if n and i != skip]
+        if proto.op_type in SYMBOLIC and vals and all(v.known is not None for v in vals) \
+                and any(is_symbolic(v.known) for v in vals):
+            results = SYMBOLIC[proto.op_type](node, [v.known for v in vals])
+        elif proto.op_type not in NO_FOLD and vals and all(v.known is not None and not is_symbolic(v.known)
+                                                             for v in vals):
+            results = self.fold(frame, proto, loc, opsets.get(domain, 1), fn, vals)
+        else:
+            results = self.call(node, fn)
+        self.bind_outputs(frame, node, results, vals)
+
+    def call(self, node: Node, fn) -> list:
+        try:
+            results = fn(node)
+        except NeedsConstant:
+            raise
+        except KsbuildError as e:
+            raise e.at(node.loc) from None
+        node.check_attrs()
+        return results
+
+    def fold(self, frame: Frame, proto, loc: Location, opset: int, fn, vals: list[Val]) -> list:
+        """Run the handler on known inputs and evaluate its IR now: the outputs are known."""
+        from ...ir.interp import eval_func
+        scratch = Builder(loc)
+        node = Node(self, frame, proto, loc, opset, b=scratch, fold=True)
+        results = self.call(node, fn)
+        atoms = [r.atom if isinstance(r, Val) else r for r in results
+                 if r is not None and not isinstance(r, np.ndarray) and not (isinstance(r, Val) and r.atom is None)]
+        f = scratch.func("fold", [v for v, _ in node.fold_params], atoms)
+        values = iter(eval_func(f, [a for _, a in node.fold_params]))
+        out = []
+        for r in results:
+            if r is None or isinstance(r, np.ndarray) or (isinstance(r, Val) and r.atom is None):
+                out.append(r)
+            else:
+                arr = np.asarray(next(values))
+                out.append(Val(None, arr, r.dtype) if isinstance(r, Val) else arr)
+        return out
+
+    def bind_outputs(self, frame: Frame, node: Node, results: list, vals: list[Val]) -> None:
+        proto = node.proto
+        storage = {v.dtype for v in vals if compute_dtype(v.dtype) != v.dtype and compute_dtype(v.dtype) == "f32"}
+        for i, name in enumerate(proto.output):
+            if not name:
+                continue
+            r = results[i] if i < len(results) else None
+            if r is None:
+                raise node.error(f"{node.op}: output {i} ('{name}') is not supported")
+            frame.vals[name] = _as_val(node.b, r, storage)
+
+
+def _as_val(b: Builder, r, storage: set[str]) -> Val:
+    """A handler's result as a Val; an f32 result of an op on f16 (or bf16...) values is an f16 value:
+    rounded to f16 (and computed on in f32), as ONNX defines each op's output."""
+    if isinstance(r, Val):
+        return r  # a handler that returns a Val states its dtype
+    v = Val(None, r) if isinstance(r, np.ndarray) else Val(r)
+    if v.dtype == "f32" and len(storage) == 1:
+        v.dtype = next(iter(storage))
+        if v.atom is not None:
+            v.atom = b.convert(b.convert(v.atom, dtype=v.dtype), dtype="f32")
+        else:
+            from ...ir.types import numpy_dtype
+            v.known = v.known.astype(numpy_dtype(v.dtype)).astype(np.float32)
+    return v
+
+
+def _fake_node(name: str):
+    from onnx import helper
+    return helper.make_node("Identity", [name], [name])

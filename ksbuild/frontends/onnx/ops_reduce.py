@@ -1,0 +1,123 @@
+"""ONNX reductions, softmax family and products: Reduce*, Softmax, LogSoftmax, Hardmax,
+MatMul, Gemm, Einsum."""
+from __future__ import annotations
+
+from ...ir.core import Lit
+from ...ir.types import Type
+from ...ops import index as ix
+from ...ops import linalg
+from ...ops import reduce as red
+from ...ops import shape as sh
+from ...ops._util import numel, scalar_lit
+from .graph import handler
+from .node import Node
+
+AXES_AS_INPUT = {"ReduceSum": 13}  # the others take axes as an input from opset 18
+
+
+def _reduce_axes(n: Node, rank: int):
+    """(axes or None for all, keepdims); None axes with noop_with_empty_axes means 'no reduction'."""
+    keep = bool(n.attr("keepdims", 1))
+    since = AXES_AS_INPUT.get(n.op, 18)
+    if n.opset >= since:
+        noop = bool(n.attr("noop_with_empty_axes", 0))
+        axes = n.ints(1, "axes") if n.has(1) else []
+        if not axes:
+            return ("noop" if noop else None), keep
+    else:
+        axes = n.attr("axes", None)
+    if axes is None:
+        return None, keep
+    return sorted({a + rank if a < 0 else a for a in axes}), keep
+
+
+def _numeric(n: Node, x):
+    if x.type.dtype == "bool" and n.op not in ("ReduceMax", "ReduceMin"):
+        raise n.error(f"{n.op} of a bool tensor is not supported")
+    return x
+
+
+REDUCERS = {
+    "ReduceSum": lambda b, x, ax, k: red.sum(b, x, ax, k),
+    "ReduceMean": lambda b, x, ax, k: red.mean(b, x, ax, k),
+    "ReduceMax": lambda b, x, ax, k: red.amax(b, x, ax, k),
+    "ReduceMin": lambda b, x, ax, k: red.amin(b, x, ax, k),
+    "ReduceL1": lambda b, x, ax, k: red.sum(b, b.abs(x), ax, k),
+    "ReduceL2": lambda b, x, ax, k: b.sqrt(red.sum(b, b.ipow(x, n=2), ax, k)),
+    "ReduceSumSquare": lambda b, x, ax, k: red.sum(b, b.ipow(x, n=2), ax, k),
+    "ReduceLogSum": lambda b, x, ax, k: b.log(red.sum(b, x, ax, k)),
+    "ReduceLogSumExp": lambda b, x, ax, k: red.logsumexp(b, x, ax, k),
+    "ReduceProd": lambda b, x, ax, k: red.prod(b, x, ax, k),
+}
+
+
+@handler(*REDUCERS)
+def reduce(n: Node):
+    x = _numeric(n, n.x(0))
+    axes, keep = _reduce_axes(n, x.type.rank)
+    if axes == "noop":
+        return [n.val(0)]
+    if n.op in ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp") and not x.type.is_float:
+        x = n.b.convert(x, dtype="f32")
+    if n.op == "ReduceMean" and not x.type.is_float:
+        raise n.error("ReduceMean of an integer tensor is not supported")
+    if x.type.dtype == "bool":  # any / all
+        y = REDUCERS[n.op](n.b, n.b.convert(x, dtype="i8"), axes, keep)
+        return [n.b.ne(y, Lit(0, Type("i8")))]
+    return [REDUCERS[n.op](n.b, x, axes, keep)]
+
+
+def _coerced(n: Node, x, fn):
+    """Softmax before opset 13: the input is viewed as 2-D [prod(:axis), prod(axis:)]."""
+    axis = n.attr("axis", 1 if n.opset < 13 else -1)
+    r = x.type.rank
+    axis = axis + r if axis < 0 else axis
+    if n.opset >= 13:
+        return fn(n.b, x, axis)
+    flat = sh.reshape(n.b, x, [numel(x.type.shape[:axis]), numel(x.type.shape[axis:])])
+    return sh.reshape(n.b, fn(n.b, flat, 1), list(x.type.shape))
+
+
+@handler("Softmax", "LogSoftmax")
+def softmax(n: Node):
+    fn = red.softmax if n.op == "Softmax" else red.log_softmax
+    return [_coerced(n, n.x(0), fn)]
+
+
+def _hardmax(b, x, axis):
+    i = ix.arg_extremum(b, x, axis, True, True)
+    pos = b.iota(shape=x.type.shape, axis=axis, dtype="i64")
+    return b.convert(b.eq(pos, i), dtype=x.type.dtype)
+
+
+@handler("Hardmax")
+def hardmax(n: Node):
+    return [_coerced(n, n.x(0), _hardmax)]
+
+
+@handler("MatMul")
+def matmul(n: Node):
+    return [linalg.matmul(n.b, n.x(0), n.x(1))]
+
+
+@handler("Gemm")
+def gemm(n: Node):
+    a, bm = n.x(0), n.x(1)
+    alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
+    if n.attr("transA", 0):
+        a = sh.swap_axes(n.b, a, 0, 1)
+    if n.attr("transB", 0):
+        bm = sh.swap_axes(n.b, bm, 0, 1)
+    y = linalg.matmul(n.b, a, bm)
+    if alpha != 1:
+        y = n.b.mul(y, scalar_lit(alpha, y.type.dtype))
+    c = n.opt(2)
+    if c is not None and not (isinstance(c, Lit) and c.value == 0):
+        y = n.b.add(y, c if beta == 1 else n.b.mul(c, scalar_lit(beta, c.type.dtype)))
+    return [y]
+
+
+@handler("Einsum")
+def einsum(n: Node):
+    return [linalg.einsum_many(n.b, n.attr("equation"), n.xs())]
+

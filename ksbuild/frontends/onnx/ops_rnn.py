@@ -1,0 +1,53 @@
+"""ONNX RNN, GRU and LSTM: attributes parsed here, the layers are ops/rnn.py loops."""
+from __future__ import annotations
+
+from ...ops import rnn
+from .graph import handler
+from .node import Node
+
+DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+NEEDS_ALPHA = {"Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid", "Elu"}
+NEEDS_BETA = {"Affine", "ScaledTanh", "HardSigmoid"}
+DEFAULT_ALPHA = {"LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "HardSigmoid": 0.2, "Elu": 1.0}
+DEFAULT_BETA = {"HardSigmoid": 0.5}
+
+
+def _activations(n: Node, dirs: int) -> list:
+    names = n.attr("activations", None) or DEFAULTS[n.op] * dirs
+    alphas = list(n.attr("activation_alpha", None) or [])
+    betas = list(n.attr("activation_beta", None) or [])
+    if len(names) != len(DEFAULTS[n.op]) * dirs:
+        raise n.error(f"{n.op}: {len(names)} activations for {dirs} direction(s)")
+    acts = []
+    for name in names:
+        alpha = alphas.pop(0) if name in NEEDS_ALPHA and alphas else DEFAULT_ALPHA.get(name)
+        beta = betas.pop(0) if name in NEEDS_BETA and betas else DEFAULT_BETA.get(name)
+        acts.append(rnn.activation(n.b, name, alpha, beta))
+    return acts
+
+
+@handler("RNN", "GRU", "LSTM")
+def recurrent(n: Node):
+    x, w, r = n.x(0), n.x(1), n.x(2)
+    direction = n.attr_in("direction", ("forward", "reverse", "bidirectional"), "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    hidden = n.attr("hidden_size", None) or r.type.shape[-1]
+    layout = n.attr_in("layout", (0, 1), 0)
+    clip = n.attr("clip", None)
+    flag = bool(n.attr("input_forget", 0)) if n.op == "LSTM" else bool(n.attr("linear_before_reset", 0)) \
+        if n.op == "GRU" else False
+    acts = _activations(n, dirs)
+    bias, lens = n.opt(3), n.opt(4)
+    h0 = n.opt(5)
+    c0 = n.opt(6) if n.op == "LSTM" else None
+    p = n.opt(7) if n.op == "LSTM" else None
+    if layout == 1:
+        x = n.b.transpose(x, perm=(1, 0, 2))
+        h0 = n.b.transpose(h0, perm=(1, 0, 2)) if h0 is not None else None
+        c0 = n.b.transpose(c0, perm=(1, 0, 2)) if c0 is not None else None
+    if lens is not None:
+        lens = lens if lens.type.dtype == "i64" else n.b.convert(lens, dtype="i64")
+    outs = rnn.run_layer(n.b, n.op.lower(), x, w, r, bias, [h0, c0], p, hidden, direction, acts, clip, lens, flag)
+    if layout == 1:  # y [batch, seq, dirs, hidden], states [batch, dirs, hidden]
+        outs = [n.b.transpose(outs[0], perm=(2, 0, 1, 3))] + [n.b.transpose(s, perm=(1, 0, 2)) for s in outs[1:]]
+    return outs

@@ -1,0 +1,86 @@
+"""Activation functions as elementwise decompositions (ONNX and torch.nn share them)."""
+from __future__ import annotations
+
+import math
+
+from ..ir.core import Atom
+from ._util import scalar_lit
+
+
+def _c(x: Atom, v: float):
+    return scalar_lit(v, x.type.dtype)
+
+
+def leaky_relu(b, x: Atom, alpha: float) -> Atom:
+    """x if x >= 0 else alpha·x."""
+    return b.select(b.ge(x, _c(x, 0)), x, b.mul(x, _c(x, alpha)))
+
+
+def elu(b, x: Atom, alpha: float) -> Atom:
+    """x if x > 0 else alpha·(e^x - 1)."""
+    return b.select(b.gt(x, _c(x, 0)), x, b.mul(_c(x, alpha), b.expm1(b.min(x, _c(x, 0)))))
+
+
+def selu(b, x: Atom, alpha: float, gamma: float) -> Atom:
+    """gamma·(x if x > 0 else alpha·(e^x - 1))."""
+    return b.mul(_c(x, gamma), elu(b, x, alpha))
+
+
+def celu(b, x: Atom, alpha: float) -> Atom:
+    """max(0, x) + min(0, alpha·(e^(x/alpha) - 1))."""
+    neg = b.mul(_c(x, alpha), b.expm1(b.div(b.min(x, _c(x, 0)), _c(x, alpha))))
+    return b.add(b.max(x, _c(x, 0)), b.min(neg, _c(x, 0)))
+
+
+def hard_sigmoid(b, x: Atom, alpha: float, beta: float) -> Atom:
+    """max(0, min(1, alpha·x + beta))."""
+    return b.max(_c(x, 0), b.min(_c(x, 1), b.add(b.mul(x, _c(x, alpha)), _c(x, beta))))
+
+
+def hard_swish(b, x: Atom) -> Atom:
+    """x · hard_sigmoid(x, 1/6, 1/2)."""
+    return b.mul(x, hard_sigmoid(b, x, 1 / 6, 0.5))
+
+
+def softplus(b, x: Atom) -> Atom:
+    """log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|) so it never overflows."""
+    return b.add(b.max(x, _c(x, 0)), b.log1p(b.exp(b.neg(b.abs(x)))))
+
+
+def softsign(b, x: Atom) -> Atom:
+    """x / (1 + |x|)."""
+    return b.div(x, b.add(_c(x, 1), b.abs(x)))
+
+
+def mish(b, x: Atom) -> Atom:
+    """x · tanh(softplus(x))."""
+    return b.mul(x, b.tanh(softplus(b, x)))
+
+
+def gelu(b, x: Atom, approximate: str = "none") -> Atom:
+    """x · Φ(x): exact with erf, or the tanh approximation."""
+    if approximate == "tanh":
+        inner = b.mul(_c(x, math.sqrt(2 / math.pi)), b.add(x, b.mul(_c(x, 0.044715), b.ipow(x, n=3))))
+        return b.mul(b.mul(_c(x, 0.5), x), b.add(_c(x, 1), b.tanh(inner)))
+    return b.mul(b.mul(_c(x, 0.5), x), b.add(_c(x, 1), b.erf(b.mul(x, _c(x, 1 / math.sqrt(2))))))
+
+
+def thresholded_relu(b, x: Atom, alpha: float) -> Atom:
+    """x if x > alpha else 0."""
+    return b.select(b.gt(x, _c(x, alpha)), x, _c(x, 0))
+
+
+def shrink(b, x: Atom, bias: float, lambd: float) -> Atom:
+    """x - bias if x > lambd, x + bias if x < -lambd, else 0."""
+    hi = b.select(b.gt(x, _c(x, lambd)), b.sub(x, _c(x, bias)), _c(x, 0))
+    return b.select(b.lt(x, _c(x, -lambd)), b.add(x, _c(x, bias)), hi)
+
+
+def prelu(b, x: Atom, slope: Atom) -> Atom:
+    """x if x >= 0 else slope·x (slope broadcasts)."""
+    return b.select(b.ge(x, _c(x, 0)), x, b.mul(x, slope))
+
+
+def swish(b, x: Atom, alpha: float = 1.0) -> Atom:
+    """x · sigmoid(alpha·x)."""
+    return b.mul(x, b.logistic(b.mul(x, _c(x, alpha)) if alpha != 1 else x))

@@ -1,0 +1,239 @@
+"""Indexing with tensors: gather/scatter families, one-hot, argmax/argmin, top-k, cumulative sums.
+
+Everything reduces to the `gather` and `scatter_add` prims along one axis, using flat
+(row-major) positions computed with integer arithmetic when an op indexes several axes.
+ONNX's negative indices count from the end; `wrap` turns them into positions first.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.core import Atom, Lit
+from ..ir.types import Dim, Type
+from ._util import error, norm_axis, numel, scalar_lit
+from .math import logical_or
+
+LETTERS = "abcdefghijklmnopqrstuvwy"
+
+
+def _i64(b, v: Atom) -> Atom:
+    if not v.type.is_int:
+        raise error(b, f"indices must be integers, got {v.type}")
+    return v if v.type.dtype == "i64" else b.convert(v, dtype="i64")
+
+
+def dim_atom(b, d: Dim) -> Atom:
+    """A dim as an i64 scalar."""
+    return Lit(d, Type("i64")) if isinstance(d, int) else b.dim_size(dim=d)
+
+
+def wrap(b, idx: Atom, n: Dim) -> Atom:
+    """Indices with negative entries counted from the end of an axis of size n."""
+    idx = _i64(b, idx)
+    if isinstance(idx, Lit):
+        return Lit(idx.value + n, idx.type) if idx.value < 0 and isinstance(n, int) else idx
+    return b.select(b.lt(idx, Lit(0, Type("i64"))), b.add(idx, dim_atom(b, n)), idx)
+
+
+def gather(b, x: Atom, idx: Atom, axis: int) -> Atom:
+    """numpy take: x.shape[:axis] + idx.shape + x.shape[axis+1:] (negative indices wrap)."""
+    axis = norm_axis(b, axis, x.type.rank)
+    return b.gather(x, wrap(b, idx, x.type.shape[axis]), axis=axis)
+
+
+def _strides(shape: Sequence[Dim]) -> list[Dim]:
+    return [numel(shape[i + 1:]) for i in range(len(shape))]
+
+
+def _coord(b, shape, axis: int) -> Atom:
+    return b.iota(shape=tuple(shape), axis=axis, dtype="i64")
+
+
+def flat_positions(b, x_shape, idx: Atom, axis: int) -> Atom:
+    """Row-major positions into x of an elementwise index along axis (GatherElements' addressing)."""
+    pos = None
+    for d, stride in enumerate(_strides(x_shape)):
+        c = idx if d == axis else _coord(b, idx.type.shape, d)
+        term = c if stride == 1 else b.mul(c, dim_atom(b, stride))
+        pos = term if pos is None else b.add(pos, term)
+    return pos
+
+
+def gather_elements(b, x: Atom, idx: Atom, axis: int) -> Atom:
+    """out[i] = x[i with axis coordinate idx[i]] (out has idx's shape)."""
+    axis = norm_axis(b, axis, x.type.rank)
+    if idx.type.rank != x.type.rank:
+        raise error(b, f"indices {idx.type} must have the rank of the data {x.type}")
+    idx = wrap(b, idx, x.type.shape[axis])
+    flat = b.reshape(x, shape=(numel(x.type.shape),))
+    return b.gather(flat, flat_positions(b, x.type.shape, idx, axis), axis=0)
+
+
+def _nd_rows(b, x_shape, idx: Atom, batch_dims: int) -> tuple[Atom, int]:
+    """Row positions into x viewed as [prod(x.shape[:batch_dims + k]), rest] for GatherND/ScatterND indices."""
+    k = idx.type.shape[-1]
+    if not isinstance(k, int):
+        raise error(b, "the last axis of the indices must have a static size")
+    lead = x_shape[:batch_dims + k]
+    strides = _strides(lead)
+    out_shape = idx.type.shape[:-1]
+    pos = None
+    for j in range(batch_dims + k):
+        if j < batch_dims:
+            c = _coord(b, out_shape, j)
+        else:
+            c = wrap(b, b.reshape(b.slice(idx, axis=idx.type.rank - 1, start=j - batch_dims,
+                                          stop=j - batch_dims + 1), shape=out_shape), x_shape[j])
+        term = c if strides[j] == 1 else b.mul(c, dim_atom(b, strides[j]))
+        pos = term if pos is None else b.add(pos, term)
+    return pos, k
+
+
+def gather_nd(b, x: Atom, idx: Atom, batch_dims: int = 0) -> Atom:
+    """ONNX GatherND: idx [..., k] picks slices x[batch..., i0..ik-1] (out = idx.shape[:-1] + rest)."""
+    idx = _i64(b, idx)
+    rows, k = _nd_rows(b, x.type.shape, idx, batch_dims)
+    lead = x.type.shape[:batch_dims + k]
+    x2 = b.reshape(x, shape=(numel(lead),) + x.type.shape[batch_dims + k:])
+    return b.gather(x2, rows, axis=0)
+
+
+def scatter_rows(b, x2: Atom, rows: Atom, upd: Atom, reduction: str) -> Atom:
+    """x2 [R, ...] with upd [P..., ...] combined at rows [P...] along axis 0 by `reduction`."""
+    if reduction == "add":
+        return b.scatter_add(x2, rows, upd, axis=0)
+    if reduction == "none":
+        zero = Lit(False if x2.type.dtype == "bool" else 0, x2.type)
+        hit_t = Type("i64", x2.type.shape)
+        hits = b.scatter_add(Lit(0, hit_t), rows, b.broadcast_to(Lit(1, Type("i64")), shape=upd.type.shape), axis=0)
+        placed = b.scatter_add(zero, rows, upd, axis=0) if x2.type.dtype != "bool" else \
+            b.ne(b.scatter_add(Lit(0, hit_t), rows, b.convert(upd, dtype="i64"), axis=0), Lit(0, Type("i64")))
+        return b.select(b.gt(hits, Lit(0, Type("i64"))), placed, x2)
+    return _scatter_loop(b, x2, rows, upd, reduction)
+
+
+def _scatter_loop(b, x2: Atom, rows: Atom, upd: Atom, reduction: str) -> Atom:
+    """mul/max/min scatters, one update after the other (a loop over the updates)."""
+    from ..prims.control import PRIMS_LOOP
+    from ..prims.control import wrap as wrap_fn
+    n = numel(rows.type.shape)
+    rows1 = b.reshape(rows, shape=(n,))
+    upd1 = b.reshape(upd, shape=(n,) + upd.type.shape[rows.type.rank:])
+    row_t = Type(x2.type.dtype, x2.type.shape[1:])
+
+    def body(bb, ps):
+        _, acc, r, u = ps
+        old = bb.index(acc, r, axis=0)
+        new = {"mul": lambda: bb.mul(old, u), "max": lambda: bb.max(old, u), "min": lambda: bb.min(old, u)}[reduction]()
+        return [bb.index_add(acc, r, bb.sub(new, old), axis=0)]
+
+    f = wrap_fn("scatter_update", [Type("i64"), x2.type, Type("i64"), row_t], body)
+    trip = dim_atom(b, n)
+    return b.bind(PRIMS_LOOP, [trip, x2, rows1, upd1], dict(body=f, n_consts=0, n_carry=1, length=n,
+                                                             reverse=False))[0]
+
+
+def scatter_elements(b, x: Atom, idx: Atom, upd: Atom, axis: int, reduction: str = "none") -> Atom:
+    """ONNX ScatterElements: x with upd put (or combined) at the elementwise index along axis."""
+    axis = norm_axis(b, axis, x.type.rank)
+    idx = wrap(b, idx, x.type.shape[axis])
+    flat = b.reshape(x, shape=(numel(x.type.shape),))
+    pos = flat_positions(b, x.type.shape, idx, axis)
+    return b.reshape(scatter_rows(b, flat, pos, upd, reduction), shape=x.type.shape)
+
+
+def scatter_nd(b, x: Atom, idx: Atom, upd: Atom, reduction: str = "none") -> Atom:
+    """ONNX ScatterND: x with the slices upd put (or combined) at the index tuples idx [..., k]."""
+    idx = _i64(b, idx)
+    rows, k = _nd_rows(b, x.type.shape, idx, 0)
+    x2 = b.reshape(x, shape=(numel(x.type.shape[:k]),) + x.type.shape[k:])
+    return b.reshape(scatter_rows(b, x2, rows, upd, reduction), shape=x.type.shape)
+
+
+def one_hot(b, idx: Atom, depth: int, off: Atom, on: Atom, axis: int = -1) -> Atom:
+    """on where the position along the new axis equals idx (negative indices wrap), else off."""
+    r = idx.type.rank + 1
+    axis = axis + r if axis < 0 else axis
+    if not 0 <= axis < r:
+        raise error(b, f"axis {axis} is out of range for one-hot of {idx.type}")
+    idx = wrap(b, idx, depth)
+    shape = idx.type.shape[:axis] + (depth,) + idx.type.shape[axis:]
+    expanded = b.reshape(idx, shape=idx.type.shape[:axis] + (1,) + idx.type.shape[axis:])
+    hit = b.eq(b.iota(shape=shape, axis=axis, dtype="i64"), expanded)
+    return b.select(hit, on, off)
+
+
+def arg_extremum(b, x: Atom, axis: int, keepdims: bool, largest: bool, last: bool = False) -> Atom:
+    """The (first, or last) position of the max (or min) along axis, as i64."""
+    axis = norm_axis(b, axis, x.type.rank)
+    m = b.reduce_max(x, axes=(axis,)) if largest else b.reduce_min(x, axes=(axis,))
+    kept = tuple(1 if i == axis else d for i, d in enumerate(x.type.shape))
+    hit = b.eq(x, b.reshape(m, shape=kept))
+    pos = b.iota(shape=x.type.shape, axis=axis, dtype="i64")
+    if last:
+        out = b.reduce_max(b.select(hit, pos, Lit(-1, Type("i64"))), axes=(axis,))
+    else:
+        out = b.reduce_min(b.select(hit, pos, Lit(2**62, Type("i64"))), axes=(axis,))
+    return b.reshape(out, shape=kept) if keepdims else out
+
+
+def topk(b, x: Atom, k: int, axis: int, largest: bool = True) -> tuple[Atom, Atom]:
+    """The k largest (or smallest) values along axis, sorted, with their positions (ties: lower first)."""
+    from .shape import concatenate
+    axis = norm_axis(b, axis, x.type.rank)
+    n = x.type.shape[axis]
+    if isinstance(n, int) and not 0 <= k <= n:
+        raise error(b, f"k = {k} is out of range for an axis of {n}")
+    taken = Lit(False, Type("bool", x.type.shape))
+    pos = b.iota(shape=x.type.shape, axis=axis, dtype="i64")
+    kept = tuple(1 if i == axis else d for i, d in enumerate(x.type.shape))
+    fill = scalar_lit(float("-inf") if largest else float("inf"), x.type.dtype) if x.type.is_float else \
+        scalar_lit(_int_limit(x.type.dtype, largest), x.type.dtype)
+    values, indices = [], []
+    for _ in range(k):
+        cand = b.select(taken, fill, x)
+        m = b.reduce_max(cand, axes=(axis,)) if largest else b.reduce_min(cand, axes=(axis,))
+        hit = logical_and_not(b, b.eq(cand, b.reshape(m, shape=kept)), taken)
+        i = b.reduce_min(b.select(hit, pos, Lit(2**62, Type("i64"))), axes=(axis,))
+        i = b.reshape(i, shape=kept)
+        values.append(b.reshape(m, shape=kept))
+        indices.append(i)
+        taken = logical_or(b, taken, b.eq(pos, i))
+    if k == 0:
+        raise error(b, "top-k with k = 0 gives empty tensors, which are not supported")
+    return concatenate(b, values, axis), concatenate(b, indices, axis)
+
+
+def logical_and_not(b, x: Atom, y: Atom) -> Atom:
+    from .math import logical_and, logical_not
+    return logical_and(b, x, logical_not(b, y))
+
+
+def _int_limit(dtype: str, largest: bool) -> int:
+    import numpy as np
+
+    from ..ir.types import numpy_dtype
+    info = np.iinfo(numpy_dtype(dtype))
+    return int(info.min if largest else info.max)
+
+
+def cumsum(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
+    """Running sums along axis, as a contraction with a triangular 0/1 matrix."""
+    axis = norm_axis(b, axis, x.type.rank)
+    n = x.type.shape[axis]
+    i = b.iota(shape=(n, n), axis=0, dtype="i64")
+    j = b.iota(shape=(n, n), axis=1, dtype="i64")
+    keep = {(False, False): b.le, (True, False): b.lt, (False, True): b.ge, (True, True): b.gt}[(exclusive, reverse)]
+    tri = b.convert(keep(i, j), dtype=x.type.dtype)
+    letters = LETTERS[:x.type.rank]
+    out = letters.replace(letters[axis], "z")
+    return b.einsum(x, tri, spec=f"{letters},{letters[axis]}z->{out}")
+
+
+def flip(b, x: Atom, axis: int) -> Atom:
+    """x reversed along axis."""
+    axis = norm_axis(b, axis, x.type.rank)
+    n = x.type.shape[axis]
+    rev = b.sub(dim_atom(b, n) if not isinstance(n, int) else Lit(n, Type("i64")),
+                b.add(b.iota(shape=(n,), axis=0, dtype="i64"), Lit(1, Type("i64"))))
+    return b.gather(x, rev, axis=axis)

@@ -1,0 +1,301 @@
+"""Neural-network layers as decompositions: convolution, pooling, normalization.
+
+Convolution slides `window`s over every spatial axis of the (padded) input and contracts
+them with the kernel in one `einsum`; its transpose (ConvTranspose) contracts first and
+`fold`s the windows back. Pooling reduces over the windows. Layouts are ONNX/PyTorch's:
+x is [N, C, *spatial], a kernel is [M, C / groups, *kernel].
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..ir.core import Atom, Lit, Var
+from ..ir.types import Dim, Type, dim_add, dim_mul, dim_sub
+from ._util import error, scalar_lit
+from .math import logical_and
+from .reduce import expand_back
+
+OUT_LETTERS = "opqr"
+TAP_LETTERS = "uvwx"
+
+
+def _spatial(b, x: Atom, w_rank: int | None = None) -> int:
+    k = x.type.rank - 2
+    if k < 1 or k > len(OUT_LETTERS):
+        raise error(b, f"expected an input of rank 3 to {2 + len(OUT_LETTERS)} ([N, C, spatial...]), got {x.type}")
+    return k
+
+
+def _per_axis(b, values: Sequence[int] | None, k: int, default: int, what: str) -> list[int]:
+    if values is None or len(values) == 0:
+        return [default] * k
+    if len(values) != k:
+        raise error(b, f"{what} has {len(values)} entries for {k} spatial axes")
+    return [int(v) for v in values]
+
+
+def pad_axis(b, x: Atom, axis: int, lo: int, hi: int, value=0.0) -> Atom:
+    """x with `lo` and `hi` entries of `value` before and after along axis (negative: cropped)."""
+    if lo < 0 or hi < 0:
+        n = x.type.shape[axis]
+        x = b.slice(x, axis=axis, start=max(-lo, 0), stop=dim_sub(n, max(-hi, 0)))
+        lo, hi = max(lo, 0), max(hi, 0)
+    if lo == 0 and hi == 0:
+        return x
+    padded = b.pad(x, axis=axis, lo=lo, hi=hi)
+    if not isinstance(value, (Lit, Var)) and value == 0:
+        return padded
+    n = padded.type.shape[axis]
+    pos = b.iota(shape=(n,), axis=0, dtype="i64")
+    inside = logical_and(b, b.ge(pos, Lit(lo, Type("i64"))), b.lt(pos, _i64(b, dim_add(lo, x.type.shape[axis]))))
+    inside = b.reshape(inside, shape=tuple(n if i == axis else 1 for i in range(x.type.rank)))
+    fill = value if isinstance(value, (Lit, Var)) else scalar_lit(value, x.type.dtype)
+    return b.select(inside, padded, fill)
+
+
+def _i64(b, d: Dim) -> Atom:
+    return Lit(d, Type("i64")) if isinstance(d, int) else b.dim_size(dim=d)
+
+
+def same_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, upper: bool) -> list[int]:
+    """auto_pad SAME_UPPER / SAME_LOWER: pads so that out = ceil(in / stride)."""
+    lo, hi = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        if not isinstance(n, int):
+            raise error(b, "auto_pad SAME needs static spatial sizes")
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        lo.append(small if upper else big)
+        hi.append(big if upper else small)
+    return lo + hi
+
+
+def windows(b, x: Atom, first: int, kernel, strides, dilations) -> Atom:
+    """Windows along the k axes from `first`: [.., S1, S2, ..] -> [.., O1, K1, O2, K2, ..]."""
+    for i, (k, s, d) in enumerate(zip(kernel, strides, dilations)):
+        x = b.window(x, axis=first + 2 * i, size=k, stride=s, dilation=d)
+    return x
+
+
+def conv(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilations=None, groups: int = 1) -> Atom:
+    """N-d convolution (cross-correlation, as in ONNX and PyTorch) with zero padding and groups."""
+    k = _spatial(b, x)
+    if w.type.rank != k + 2:
+        raise error(b, f"a kernel for {x.type} must have rank {k + 2}, got {w.type}")
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = _per_axis(b, pads, 2 * k, 0, "pads")
+    n, c = x.type.shape[:2]
+    m, cg = w.type.shape[:2]
+    if not isinstance(c, int) or not isinstance(m, int) or c % groups or m % groups or c // groups != cg:
+        raise error(b, f"conv of {x.type} with kernel {w.type} and {groups} group(s): the channels do not match "
+                       f"(input channels / groups must equal the kernel's axis 1)")
+    for i in range(k):
+        x = pad_axis(b, x, 2 + i, pads[i], pads[k + i])
+    x = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
+    patches = windows(b, x, 3, w.type.shape[2:], strides, dilations)
+    wg = b.reshape(w, shape=(groups, m // groups, cg) + w.type.shape[2:])
+    outs, taps = OUT_LETTERS[:k], TAP_LETTERS[:k]
+    spec = f"ngc{''.join(o + t for o, t in zip(outs, taps))},gmc{taps}->ngm{outs}"
+    y = b.einsum(patches, wg, spec=spec)
+    y = b.reshape(y, shape=(n, m) + y.type.shape[3:])
+    return _add_channel_bias(b, y, bias)
+
+
+def _add_channel_bias(b, y: Atom, bias: Atom | None) -> Atom:
+    if bias is None:
+        return y
+    if bias.type.rank != 1 or bias.type.shape[0] != y.type.shape[1]:
+        raise error(b, f"a bias for {y.type} must be a vector of {y.type.shape[1]}, got {bias.type}")
+    return b.add(y, b.reshape(bias, shape=(y.type.shape[1],) + (1,) * (y.type.rank - 2)))
+
+
+def conv_transpose(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilations=None,
+                   groups: int = 1, output_padding=None) -> Atom:
+    """The transpose of conv with respect to its input (ONNX ConvTranspose; kernel [C, M / groups, *K])."""
+    k = _spatial(b, x)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = _per_axis(b, pads, 2 * k, 0, "pads")
+    extra = _per_axis(b, output_padding, k, 0, "output_padding")
+    n, c = x.type.shape[:2]
+    cw, mg = w.type.shape[:2]
+    if w.type.rank != k + 2 or cw != c or not isinstance(c, int) or c % groups:
+        raise error(b, f"conv_transpose of {x.type} with kernel {w.type}: the kernel must be [C, M / groups, ...] "
+                       f"with C = {c}")
+    cg = c // groups
+    xg = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
+    wg = b.reshape(w, shape=(groups, cg, mg) + w.type.shape[2:])
+    outs, taps = OUT_LETTERS[:k], TAP_LETTERS[:k]
+    spec = f"ngc{outs},gcm{taps}->ngm{''.join(o + t for o, t in zip(outs, taps))}"
+    y = b.einsum(xg, wg, spec=spec)
+    for i in range(k):
+        s_in, kk = x.type.shape[2 + i], w.type.shape[2 + i]
+        full = dim_add(dim_mul(dim_sub(s_in, 1), strides[i]), (kk - 1) * dilations[i] + 1)
+        y = b.fold(y, axis=3 + i, stride=strides[i], dilation=dilations[i], n=full)
+    y = b.reshape(y, shape=(n, groups * mg) + y.type.shape[3:])
+    for i in range(k):
+        y = pad_axis(b, y, 2 + i, -pads[i], extra[i] - pads[k + i])
+    return _add_channel_bias(b, y, bias)
+
+
+def pool_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, pads, ceil_mode: bool) -> list[int]:
+    """Pads (lo..., hi...) with the extra end padding ceil_mode needs (a window never starts in the end pad)."""
+    k = len(kernel)
+    pads = list(pads)
+    if not ceil_mode:
+        return pads
+    for i in range(k):
+        n = sizes[i]
+        if not isinstance(n, int):
+            raise error(b, "ceil_mode needs static spatial sizes")
+        span = (kernel[i] - 1) * dilations[i] + 1
+        room = n + pads[i] + pads[k + i] - span
+        out = -(-room // strides[i]) + 1
+        if (out - 1) * strides[i] >= n + pads[i]:
+            out -= 1
+        pads[k + i] += max(0, (out - 1) * strides[i] + span - (n + pads[i] + pads[k + i]))
+    return pads
+
+
+def max_pool(b, x: Atom, kernel, strides=None, pads=None, dilations=None, ceil_mode: bool = False) -> Atom:
+    """The maximum over each window (padding never wins: it is -inf)."""
+    k = _spatial(b, x)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = pool_pads(b, x.type.shape[2:], kernel, strides, dilations, _per_axis(b, pads, 2 * k, 0, "pads"),
+                     ceil_mode)
+    low = float("-inf") if x.type.is_float else _int_lowest(x.type.dtype)
+    for i in range(k):
+        x = pad_axis(b, x, 2 + i, pads[i], pads[k + i], low)
+    patches = windows(b, x, 2, kernel, strides, dilations)
+    return b.reduce_max(patches, axes=tuple(3 + 2 * i for i in range(k)))
+
+
+def _int_lowest(dtype: str) -> int:
+    import numpy as np
+
+    from ..ir.types import numpy_dtype
+    return int(np.iinfo(numpy_dtype(dtype)).min)
+
+
+def avg_pool(b, x: Atom, kernel, strides=None, pads=None, dilations=None, ceil_mode: bool = False,
+             count_include_pad: bool = False) -> Atom:
+    """The mean over each window; the divisor counts the pads only if count_include_pad (never
+    the end padding ceil_mode adds)."""
+    k = _spatial(b, x)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    given = _per_axis(b, pads, 2 * k, 0, "pads")
+    pads = pool_pads(b, x.type.shape[2:], kernel, strides, dilations, given, ceil_mode)
+    sizes = x.type.shape[2:]
+    total = _window_sum(b, x, kernel, strides, dilations, pads)
+    ones = Lit(1.0, Type(x.type.dtype, (1, 1) + tuple(sizes)))
+    if count_include_pad:
+        counted = [given[i] for i in range(k)] + [given[k + i] for i in range(k)]
+        base = b.broadcast_to(ones, shape=ones.type.shape)
+        for i in range(k):
+            base = pad_axis(b, base, 2 + i, counted[i], counted[k + i], 1.0)
+        extra = [0] * k + [pads[k + i] - given[k + i] for i in range(k)]
+        count = _window_sum(b, base, kernel, strides, dilations, extra)
+    else:
+        count = _window_sum(b, b.broadcast_to(ones, shape=ones.type.shape), kernel, strides, dilations, pads)
+    return b.div(total, count)
+
+
+def _window_sum(b, x: Atom, kernel, strides, dilations, pads) -> Atom:
+    k = len(kernel)
+    for i in range(k):
+        x = pad_axis(b, x, 2 + i, pads[i], pads[k + i])
+    patches = windows(b, x, 2, kernel, strides, dilations)
+    return b.reduce_sum(patches, axes=tuple(3 + 2 * i for i in range(k)))
+
+
+def lp_pool(b, x: Atom, kernel, p: int, strides=None, pads=None, dilations=None, ceil_mode: bool = False) -> Atom:
+    """(Σ |x|^p)^(1/p) over each window (zero padding)."""
+    k = _spatial(b, x)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = pool_pads(b, x.type.shape[2:], kernel, strides, dilations, _per_axis(b, pads, 2 * k, 0, "pads"),
+                     ceil_mode)
+    powered = b.ipow(b.abs(x), n=p)
+    s = _window_sum(b, powered, kernel, strides, dilations, pads)
+    return b.pow(s, scalar_lit(1.0 / p, x.type.dtype))
+
+
+# ---- normalization ----------------------------------------------------------------------------------
+
+def channel(b, v: Atom, rank: int, axis: int = 1) -> Atom:
+    """A per-channel vector shaped to broadcast against a tensor of `rank` along `axis`."""
+    return b.reshape(v, shape=tuple(v.type.shape[0] if i == axis else 1 for i in range(rank)))
+
+
+def normalize(b, x: Atom, axes: Sequence[int], eps: float) -> tuple[Atom, Atom, Atom]:
+    """(x - mean) / sqrt(var + eps) over axes, with the mean and 1/sqrt(var + eps) (kept dims)."""
+    from .reduce import mean
+    mu = mean(b, x, axes, keepdim=True)
+    centered = b.sub(x, mu)
+    var = mean(b, b.ipow(centered, n=2), axes, keepdim=True)
+    inv = b.div(scalar_lit(1.0, x.type.dtype), b.sqrt(b.add(var, scalar_lit(eps, x.type.dtype))))
+    return b.mul(centered, inv), mu, inv
+
+
+def batch_norm(b, x: Atom, scale: Atom, bias: Atom, mean: Atom, var: Atom, eps: float) -> Atom:
+    """Inference batch normalization: (x - mean) * scale / sqrt(var + eps) + bias per channel."""
+    r = x.type.rank
+    factor = b.div(scale, b.sqrt(b.add(var, scalar_lit(eps, x.type.dtype))))
+    shift = b.sub(bias, b.mul(mean, factor))
+    return b.add(b.mul(x, channel(b, factor, r)), channel(b, shift, r))
+
+
+def layer_norm(b, x: Atom, scale: Atom | None, bias: Atom | None, axis: int, eps: float):
+    """Normalization over the axes from `axis` on; returns (y, mean, 1/std) (kept dims)."""
+    axes = tuple(range(axis, x.type.rank))
+    y, mu, inv = normalize(b, x, axes, eps)
+    if scale is not None:
+        y = b.mul(y, scale)
+    if bias is not None:
+        y = b.add(y, bias)
+    return y, mu, inv
+
+
+def group_norm(b, x: Atom, scale: Atom, bias: Atom, groups: int, eps: float) -> Atom:
+    """Normalization over each group of channels (and the spatial axes), then a per-channel affine."""
+    n, c = x.type.shape[:2]
+    if not isinstance(c, int) or c % groups:
+        raise error(b, f"{c} channels do not split into {groups} groups")
+    g = b.reshape(x, shape=(n, groups, c // groups) + x.type.shape[2:])
+    y, _, _ = normalize(b, g, tuple(range(2, g.type.rank)), eps)
+    y = b.reshape(y, shape=x.type.shape)
+    r = x.type.rank
+    return b.add(b.mul(y, channel(b, scale, r)), channel(b, bias, r))
+
+
+def instance_norm(b, x: Atom, scale: Atom, bias: Atom, eps: float) -> Atom:
+    """Normalization over the spatial axes of each sample and channel, then a per-channel affine."""
+    y, _, _ = normalize(b, x, tuple(range(2, x.type.rank)), eps)
+    r = x.type.rank
+    return b.add(b.mul(y, channel(b, scale, r)), channel(b, bias, r))
+
+
+def lrn(b, x: Atom, size: int, alpha: float, beta: float, bias: float) -> Atom:
+    """Local response normalization across channels: x / (bias + alpha/size · Σ x²)^beta."""
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = pad_axis(b, b.ipow(x, n=2), 1, lo, hi)
+    s = b.reduce_sum(b.window(sq, axis=1, size=size, stride=1, dilation=1), axes=(2,))
+    dt = x.type.dtype
+    base = b.add(scalar_lit(bias, dt), b.mul(scalar_lit(alpha / size, dt), s))
+    return b.div(x, b.pow(base, scalar_lit(beta, dt)))
+
+
+def rms_norm(b, x: Atom, scale: Atom, axis: int, eps: float) -> Atom:
+    """x / sqrt(mean(x²) + eps) · scale over the axes from `axis` on."""
+    from .reduce import mean
+    axes = tuple(range(axis, x.type.rank))
+    ms = mean(b, b.ipow(x, n=2), axes, keepdim=True)
+    return b.mul(b.div(x, b.sqrt(b.add(ms, scalar_lit(eps, x.type.dtype)))), scale)
+
+
+__all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "lp_pool", "batch_norm", "layer_norm", "group_norm",
+           "instance_norm", "lrn", "rms_norm", "pad_axis", "same_pads", "expand_back"]

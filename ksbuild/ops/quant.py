@@ -1,0 +1,65 @@
+"""Linear quantization (ONNX QuantizeLinear, DequantizeLinear and the integer products).
+
+A scale or zero point is a scalar, one value per slice along `axis`, or one per block of
+`block` elements along it; `expand` shapes it to broadcast against x.
+"""
+from __future__ import annotations
+
+from ..ir.core import Atom, Lit
+from ..ir.types import Type
+from ._util import error, numel
+from .math import round_half_even
+
+INT_RANGES = {"u8": (0, 255), "i8": (-128, 127), "u16": (0, 65535), "i16": (-32768, 32767), "u4": (0, 15),
+              "i4": (-8, 7), "u2": (0, 3), "i2": (-2, 1), "i32": (-2**31, 2**31 - 1)}
+
+
+def expand(b, p: Atom, x: Atom, axis: int, block: int = 0) -> Atom:
+    """A scale or zero point shaped to broadcast against x (per tensor, per axis or per block)."""
+    r = x.type.rank
+    axis = axis + r if axis < 0 else axis
+    if p.type.rank == 0 or (p.type.rank == 1 and p.type.shape[0] == 1 and not block):
+        return b.reshape(p, shape=()) if p.type.rank else p
+    if block:
+        n = x.type.shape[axis]
+        if not isinstance(n, int):
+            raise error(b, "blocked quantization needs a static axis")
+        import numpy as np
+
+        from .create import array
+        return b.gather(p, array(b, np.arange(n, dtype=np.int64) // block), axis=axis)
+    if p.type.rank != 1 or p.type.shape[0] != x.type.shape[axis]:
+        raise error(b, f"a per-axis scale {p.type} does not match axis {axis} of {x.type}")
+    return b.reshape(p, shape=tuple(p.type.shape[0] if i == axis else 1 for i in range(r)))
+
+
+def quantize_int(b, x: Atom, scale: Atom, zp: Atom | None, dtype: str, compute: str) -> Atom:
+    """round(x / scale) + zero point, saturated to dtype's range, in `compute` (its compute dtype)."""
+    lo, hi = INT_RANGES[dtype]
+    q = round_half_even(b, b.div(x, scale))
+    if zp is not None:
+        q = b.add(q, zp if zp.type.dtype == q.type.dtype else b.convert(zp, dtype=q.type.dtype))
+    q = b.max(b.min(q, Lit(float(hi), Type(q.type.dtype))), Lit(float(lo), Type(q.type.dtype)))
+    return b.convert(q, dtype=compute)
+
+
+def dequantize(b, x: Atom, scale: Atom, zp: Atom | None) -> Atom:
+    """(x - zero point) · scale in scale's float dtype."""
+    dt = scale.type.dtype
+    xf = x if x.type.dtype == dt else b.convert(x, dtype=dt)
+    if zp is not None:
+        xf = b.sub(xf, zp if zp.type.dtype == dt else b.convert(zp, dtype=dt))
+    return b.mul(xf, scale)
+
+
+def integer_operand(b, x: Atom, zp: Atom | None, axis: int | None = None) -> Atom:
+    """x - zero point as int32 (the zero point per tensor, or per row/channel along axis)."""
+    xi = b.convert(x, dtype="i32")
+    if zp is None:
+        return xi
+    zi = b.convert(zp, dtype="i32")
+    if zi.type.rank and numel(zi.type.shape) != 1 and axis is not None:
+        zi = b.reshape(zi, shape=tuple(zi.type.shape[0] if i == axis else 1 for i in range(x.type.rank)))
+    elif zi.type.rank:
+        zi = b.reshape(zi, shape=())
+    return b.sub(xi, zi)

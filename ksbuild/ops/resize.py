@@ -1,0 +1,129 @@
+"""Resizing (ONNX Resize, Upsample; torch interpolate exports them): separable interpolation.
+
+Every resized axis is a linear map of that axis, out[j] = Σ_i W[j, i] x[i] (+ a constant where
+tf_crop_and_resize extrapolates), with W computed when the model is compiled from the sizes
+and the ONNX coordinate rules. Nearest-neighbour maps are a `gather`; the others an `einsum`
+with the constant W. Sizes must be static.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.core import Atom
+from ._util import error
+from .create import array
+from .linalg import LETTERS
+
+
+@dataclass(frozen=True)
+class ResizeSpec:
+    """The attributes of a resize that shape its weights."""
+
+    mode: str = "nearest"                      # nearest | linear | cubic
+    coordinates: str = "half_pixel"            # ONNX coordinate_transformation_mode
+    nearest_mode: str = "round_prefer_floor"
+    cubic_a: float = -0.75
+    exclude_outside: bool = False
+    antialias: bool = False
+    extrapolation: float = 0.0
+
+
+def source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=None) -> tuple[np.ndarray, np.ndarray]:
+    """The input coordinate of each output position and whether it extrapolates (tf_crop_and_resize)."""
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    outside = np.zeros(n_out, dtype=bool)
+    mode = spec.coordinates
+    if mode == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif mode == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise ValueError(f"unknown coordinate_transformation_mode '{mode}'")
+    return x, outside
+
+
+def _coeffs(spec: ResizeSpec, ratio: float, scale: float) -> np.ndarray:
+    """The interpolation weights of the taps around a point `ratio` in (0, 1] past the left tap."""
+    if spec.mode == "nearest":
+        if ratio == 1:
+            return np.array([0.0, 1.0])
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}
+        return np.array([0.0, 1.0]) if up[spec.nearest_mode] else np.array([1.0, 0.0])
+    if spec.mode == "linear":
+        if not spec.antialias:
+            return np.array([1 - ratio, ratio])
+        s = min(scale, 1.0)
+        start = math.floor(-1 / s) + 1
+        taps = (np.arange(start, 2 - start) - ratio) * s
+        w = np.clip(1 - np.abs(taps), 0, 1)
+        return w / w.sum()
+    a = spec.cubic_a
+    if not spec.antialias:
+        return np.array([_cubic(a, ratio + 1), _cubic(a, ratio), _cubic(a, 1 - ratio), _cubic(a, 2 - ratio)])
+    s = min(scale, 1.0)
+    start = math.floor(-2 / s) + 1
+    w = np.array([_cubic(a, abs(s * (i - ratio))) for i in range(start, 2 - start)])
+    return w / w.sum()
+
+
+def _cubic(a: float, t: float) -> float:
+    """Keys' cubic convolution kernel with parameter a at distance t >= 0."""
+    t = abs(t)
+    if t <= 1:
+        return (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1
+    if t < 2:
+        return a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a
+    return 0.0
+
+
+def weights(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=None) -> tuple[np.ndarray, np.ndarray]:
+    """W [n_out, n_in] with out = W x, and the mask of extrapolated outputs."""
+    x, outside = source_coords(spec, n_in, n_out, scale, roi)
+    w = np.zeros((n_out, n_in))
+    for j in range(n_out):
+        left = math.floor(x[j])
+        ratio = 1.0 if x[j] == left else x[j] - left
+        base = left - 1 if x[j] == left else left
+        c = _coeffs(spec, ratio, scale)
+        taps = base - len(c) // 2 + 1 + np.arange(len(c))
+        if spec.exclude_outside:
+            c = np.where((taps < 0) | (taps >= n_in), 0.0, c)
+            c = c / (c.sum() or 1.0)
+        for t, v in zip(np.clip(taps, 0, n_in - 1), c):
+            w[j, t] += v
+    w[outside] = 0.0
+    return w, outside
+
+
+def resize_axis(b, x: Atom, axis: int, w: np.ndarray, outside: np.ndarray, spec: ResizeSpec) -> Atom:
+    """x with one axis mapped by W (a gather when every row picks one input)."""
+    picks = (np.count_nonzero(w, axis=1) == 1) & np.isclose(w.max(axis=1), 1.0)
+    if picks.all() and not outside.any():
+        return b.gather(x, array(b, w.argmax(axis=1).astype(np.int64)), axis=axis)
+    if not x.type.is_float:
+        raise error(b, f"{spec.mode} resize of {x.type} (an integer tensor) is not supported")
+    wt = array(b, w.astype(np.float32 if x.type.dtype == "f32" else np.float64))
+    letters = LETTERS[:x.type.rank]
+    out = letters.replace(letters[axis], "Z")
+    y = b.einsum(x, wt, spec=f"{letters},Z{letters[axis]}->{out}")
+    if outside.any():
+        mask = outside.reshape([-1 if i == axis else 1 for i in range(x.type.rank)])
+        fill = np.where(mask, spec.extrapolation, 0.0).astype(np.float32 if x.type.dtype == "f32" else np.float64)
+        y = b.add(y, array(b, fill))
+    return y

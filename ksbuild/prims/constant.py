@@ -1,0 +1,38 @@
+"""constant[value]: a dense tensor known at compile time (weights, folded shape data).
+
+It takes no operands: it is never batched (vmap leaves it as it is), has no tangent, and is
+known to partial evaluation. The C++ reads it from read-only data linked into the library.
+"""
+from __future__ import annotations
+
+from ..errors import KsbuildError
+from ..ir.dense import Dense
+from .base import Prim
+
+
+def _constant_rule(in_types, value):
+    if in_types or not isinstance(value, Dense):
+        raise KsbuildError("internal: constant takes no operands and a Dense value")
+    return (value.type,)
+
+
+def _emit_constant(ctx, eqn):
+    # the output is the package's read-only copy of the value (codegen/data.py)
+    from ..codegen.storage import Storage
+    value = eqn.params["value"]
+    if ctx.data is None:
+        raise KsbuildError("internal: a constant outside a package (no data section)")
+    ctx.env[eqn.outs[0]] = Storage.buffer(ctx.data.symbol(value), value.shape)
+
+
+constant = Prim(
+    name="constant",
+    view=True,
+    type_rule=_constant_rule,
+    eval=lambda value, env: (value.array(),),
+    jvp=lambda b, p, t, value: ([b.constant(value=value)], [None]),
+    batch=lambda b, ins, batched, size, value: ([b.constant(value=value)], [False]),
+    emit=_emit_constant,
+    doc="a dense tensor known at compile time (an ONNX initializer)",
+    opt_outs=("transpose: takes no operands",),
+)
