@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"stop after this pass: {', '.join(PASS_NAMES)} (default: all)")
     i.add_argument("--before-passes", action="store_true", help="print the IR straight from the transformations")
     i.add_argument("--backend", default=None, help=BACKEND_HELP)
+    o = sub.add_parser("onnx-report", help="run the ONNX backend node tests through ksbuild, per op type")
+    o.add_argument("--filter", default=None, metavar="OP", help="only the cases of this op type")
+    o.add_argument("-o", "--out", default=None, help="write the markdown report here (default: print it)")
+    o.add_argument("--interpreted", action="store_true", help="run the reference interpreter instead of C++")
+    o.add_argument("--backend", default="plain", help=BACKEND_HELP)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
     return p
 
@@ -116,7 +121,16 @@ def _ir(a) -> None:
         print(print_func(e.func))
 
 
-COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _cache, "check": _check, "ir": _ir}
+def _onnx_report(a) -> None:
+    from .frontends.onnx.report import main
+
+    text = main(a.filter, a.out, "interpreted" if a.interpreted else "compiled", a.backend, _progress)
+    if not a.out:
+        print(text)
+
+
+COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _cache, "check": _check, "ir": _ir,
+            "onnx-report": _onnx_report}
 
 
 def main(argv: list[str] | None = None) -> int:

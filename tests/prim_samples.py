@@ -6,6 +6,7 @@ independent formula (Python math / numpy written out), not the prim's own eval r
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 
@@ -172,6 +173,8 @@ SAMPLES = {
     "bitwise:shr": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "shr"}, (index_between(-99, 99),
                     index_below(70)), _bits_ref(lambda a, c: a >> min(c, 63))),
     "constant": ((), {"value": _dense_sample()}, (), lambda: np.arange(12).reshape(3, 4) / 7),
+    "bitcast": ((Type("i64", (3, 4)),), {"dtype": "f64"}, (index_between(0, 2**40),),
+                lambda x: np.array([[struct.unpack("<d", struct.pack("<q", int(v)))[0] for v in r] for r in x])),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 

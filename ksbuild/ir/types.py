@@ -25,7 +25,7 @@ C_TYPES = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i
            "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t", "bool": "bool",
            "f16": "uint16_t", "bf16": "uint16_t", "f8e4m3fn": "uint8_t", "f8e4m3fnuz": "uint8_t",
            "f8e5m2": "uint8_t", "f8e5m2fnuz": "uint8_t", "f8e8m0": "uint8_t", "f4e2m1": "uint8_t",
-           "i4": "int8_t", "u4": "uint8_t", "i2": "int8_t", "u2": "uint8_t"}
+           "i4": "uint8_t", "u4": "uint8_t", "i2": "uint8_t", "u2": "uint8_t"}
 """C ABI element types; storage floats travel as their bit patterns (IEEE half in uint16_t, ...)."""
 _ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e4m3fnuz": "float8_e4m3fnuz",
               "f8e5m2": "float8_e5m2", "f8e5m2fnuz": "float8_e5m2fnuz", "f8e8m0": "float8_e8m0fnu",

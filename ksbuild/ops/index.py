@@ -237,3 +237,26 @@ def flip(b, x: Atom, axis: int) -> Atom:
     rev = b.sub(dim_atom(b, n) if not isinstance(n, int) else Lit(n, Type("i64")),
                 b.add(b.iota(shape=(n,), axis=0, dtype="i64"), Lit(1, Type("i64"))))
     return b.gather(x, rev, axis=axis)
+
+
+def cumprod(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
+    """Running products along axis: a loop carrying the product (a scan)."""
+    from ..prims.control import PRIMS_LOOP
+    from ..prims.control import wrap as wrap_fn
+    axis = norm_axis(b, axis, x.type.rank)
+    perm = (axis,) + tuple(i for i in range(x.type.rank) if i != axis)
+    moved = b.transpose(x, perm=perm) if axis else x
+    n = moved.type.shape[0]
+    row = Type(x.type.dtype, moved.type.shape[1:])
+
+    def body(bb, ps):
+        _, acc, xk = ps
+        new = bb.mul(acc, xk)
+        return [new, acc if exclusive else new]
+
+    f = wrap_fn("cumprod_step", [Type("i64"), row, row], body)
+    one = Lit(1.0 if x.type.is_float else 1, row)
+    ys = b.bind(PRIMS_LOOP, [dim_atom(b, n), one, moved], dict(body=f, n_consts=0, n_carry=1, length=n,
+                                                                reverse=reverse))[1]
+    inv = tuple(perm.index(i) for i in range(x.type.rank))
+    return b.transpose(ys, perm=inv) if axis else ys

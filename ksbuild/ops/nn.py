@@ -299,3 +299,77 @@ def rms_norm(b, x: Atom, scale: Atom, axis: int, eps: float) -> Atom:
 
 __all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "lp_pool", "batch_norm", "layer_norm", "group_norm",
            "instance_norm", "lrn", "rms_norm", "pad_axis", "same_pads", "expand_back"]
+
+
+def col2im(b, x: Atom, image: Sequence[int], block: Sequence[int], strides=None, pads=None, dilations=None) -> Atom:
+    """The transpose of im2col (ONNX Col2Im): columns [N, C·prod(block), L] added back into an
+    image [N, C, *image]: a `fold` per spatial axis, then the pads cropped."""
+    k = len(image)
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = _per_axis(b, pads, 2 * k, 0, "pads")
+    n, cb, length = x.type.shape
+    kb = 1
+    for v in block:
+        kb *= v
+    if not isinstance(cb, int) or cb % kb:
+        raise error(b, f"Col2Im: {cb} columns do not split into blocks of {kb}")
+    from .window import window_count_of
+    padded = [image[i] + pads[i] + pads[k + i] for i in range(k)]
+    counts = [window_count_of(padded[i], block[i], strides[i], dilations[i]) for i in range(k)]
+    y = b.reshape(x, shape=(n, cb // kb) + tuple(block) + tuple(counts))
+    perm = (0, 1) + tuple(v for i in range(k) for v in (2 + k + i, 2 + i))  # [N, C, O1, K1, O2, K2, ...]
+    y = b.transpose(y, perm=perm)
+    for i in range(k):
+        y = b.fold(y, axis=2 + i, stride=strides[i], dilation=dilations[i], n=padded[i])
+    for i in range(k):
+        y = pad_axis(b, y, 2 + i, -pads[i], -pads[k + i])
+    return y
+
+
+def max_pool_indices(b, x: Atom, kernel, strides, pads, dilations, ceil_mode: bool, column_major: bool) -> Atom:
+    """The flat input position (over the whole tensor) of each window's first maximum (ONNX MaxPool's
+    Indices); column_major counts the spatial positions of a plane in column-major order."""
+    from .index import arg_extremum
+    k = _spatial(b, x)
+    shape = x.type.shape
+    if not all(isinstance(d, int) for d in shape):
+        raise error(b, "MaxPool indices need static sizes")
+    strides = _per_axis(b, strides, k, 1, "strides")
+    dilations = _per_axis(b, dilations, k, 1, "dilations")
+    pads = pool_pads(b, shape[2:], kernel, strides, dilations, _per_axis(b, pads, 2 * k, 0, "pads"), ceil_mode)
+    low = float("-inf") if x.type.is_float else _int_lowest(x.type.dtype)
+    xp = x
+    for i in range(k):
+        xp = pad_axis(b, xp, 2 + i, pads[i], pads[k + i], low)
+    patches = windows(b, xp, 2, kernel, strides, dilations)  # [N, C, O1, K1, O2, K2, ...]
+    order = (0, 1) + tuple(2 + 2 * i for i in range(k)) + tuple(3 + 2 * i for i in range(k))
+    taps = b.transpose(patches, perm=order)
+    outs = taps.type.shape[2:2 + k]
+    flat = b.reshape(taps, shape=tuple(shape[:2]) + tuple(outs) + (numel_int(kernel),))
+    t = arg_extremum(b, flat, flat.type.rank - 1, False, True)
+    i64 = lambda v: Lit(v, Type("i64"))  # noqa: E731
+    coords = []
+    rest = t
+    for i in reversed(range(k)):  # tap index -> (k1, k2, ...), then the input coordinate of each axis
+        ki = b.mod(rest, i64(kernel[i]))
+        rest = b.floordiv(rest, i64(kernel[i]))
+        o = b.iota(shape=t.type.shape, axis=2 + i, dtype="i64")
+        coords.insert(0, b.sub(b.add(b.mul(o, i64(strides[i])), b.mul(ki, i64(dilations[i]))), i64(pads[i])))
+    sizes = list(shape[2:])
+    pos = None
+    axes = list(reversed(range(k))) if column_major else list(range(k))
+    for j, a in enumerate(axes):
+        inner = numel_int([sizes[q] for q in axes[j + 1:]])
+        term = b.mul(coords[a], i64(inner))
+        pos = term if pos is None else b.add(pos, term)
+    plane = b.add(b.mul(b.iota(shape=t.type.shape, axis=0, dtype="i64"), i64(shape[1])),
+                  b.iota(shape=t.type.shape, axis=1, dtype="i64"))
+    return b.add(b.mul(plane, i64(numel_int(sizes))), pos)
+
+
+def numel_int(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out

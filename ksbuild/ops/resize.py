@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.core import Atom
+from ..ir.core import Atom, Lit
 from ._util import error
 from .create import array
 from .linalg import LETTERS
@@ -127,3 +127,101 @@ def resize_axis(b, x: Atom, axis: int, w: np.ndarray, outside: np.ndarray, spec:
         fill = np.where(mask, spec.extrapolation, 0.0).astype(np.float32 if x.type.dtype == "f32" else np.float64)
         y = b.add(y, array(b, fill))
     return y
+
+
+# ---- grid sampling ---------------------------------------------------------------------------------
+
+def _reflect(b, v: Atom, lo: float, hi: float) -> Atom:
+    """v reflected off the borders lo and hi until it lies between them."""
+    from ._util import scalar_lit
+    from .math import trunc
+    k = lambda c: scalar_lit(c, v.type.dtype)  # noqa: E731
+    rng = hi - lo
+    below, above = b.lt(v, k(lo)), b.gt(v, k(hi))
+    dx = b.select(below, b.sub(k(lo), v), b.sub(v, k(hi)))
+    n = trunc(b, b.div(dx, k(rng)))
+    r = b.sub(dx, b.mul(n, k(rng)))
+    even = b.eq(b.mod(n, k(2)), k(0))
+    low_side = b.select(even, b.add(k(lo), r), b.sub(k(hi), r))
+    high_side = b.select(even, b.sub(k(hi), r), b.add(k(lo), r))
+    return b.select(below, low_side, b.select(above, high_side, v))
+
+
+def grid_sample(b, x: Atom, grid: Atom, mode: str, padding: str, align_corners: bool) -> Atom:
+    """ONNX GridSample: x [N, C, *S] sampled at the normalized points grid [N, *O, k] ([-1, 1],
+    the last entry of a point for the first spatial axis), with nearest, linear or cubic taps and
+    zeros, border or reflection padding. Each tap is a gather of rows of x."""
+    import itertools
+
+    from ..ir.types import Type
+    from ._util import numel, scalar_lit
+    from .index import dim_atom
+    from .math import logical_and, round_half_even
+    n, c = x.type.shape[:2]
+    sizes = x.type.shape[2:]
+    k = len(sizes)
+    if not all(isinstance(s, int) for s in sizes):
+        raise error(b, "GridSample needs static spatial sizes")
+    dt = x.type.dtype
+    lit = lambda v: scalar_lit(v, dt)  # noqa: E731
+    out_shape = grid.type.shape[:-1]
+    lo = [0.0 if align_corners else -0.5 for _ in sizes]
+    hi = [s - 1.0 if align_corners else s - 0.5 for s in sizes]
+    coords = []
+    for d, s in enumerate(sizes):
+        g = b.reshape(b.slice(grid, axis=grid.type.rank - 1, start=k - 1 - d, stop=k - d), shape=out_shape)
+        g = g if g.type.dtype == dt else b.convert(g, dtype=dt)
+        p = b.mul(b.add(g, lit(1)), lit((s - 1) / 2)) if align_corners else \
+            b.div(b.sub(b.mul(b.add(g, lit(1)), lit(s)), lit(1)), lit(2))
+        if mode == "nearest":
+            p = round_half_even(b, p)
+        if padding == "border":
+            p = b.max(b.min(p, lit(s - 1)), lit(0))
+        elif padding == "reflection":
+            p = _reflect(b, p, lo[d], hi[d])
+        coords.append(p)
+    channels_last = b.transpose(x, perm=(0,) + tuple(range(2, 2 + k)) + (1,))
+    rows = b.reshape(channels_last, shape=(numel(x.type.shape[:1] + sizes), c))
+    batch = b.mul(b.iota(shape=out_shape, axis=0, dtype="i64"), dim_atom(b, numel(sizes)))
+    taps = []
+    for p in coords:
+        base = b.floor(p)
+        f = b.sub(p, base)
+        if mode == "nearest":
+            taps.append([(base, lit(1.0))])
+        elif mode == "linear":
+            taps.append([(base, b.sub(lit(1), f)), (b.add(base, lit(1)), f)])
+        else:
+            cs = [_keys(b, b.add(f, lit(1))), _keys(b, f), _keys(b, b.sub(lit(1), f)), _keys(b, b.sub(lit(2), f))]
+            taps.append([(b.add(base, lit(o)), cc) for o, cc in zip((-1, 0, 1, 2), cs)])
+    total = None
+    for combo in itertools.product(*taps):
+        weight, flat, ok = None, batch, None
+        for d, (pos, w) in enumerate(combo):
+            s = sizes[d]
+            if padding == "reflection":
+                pos = _reflect(b, pos, lo[d], hi[d])
+            inside = logical_and(b, b.ge(pos, lit(0)), b.le(pos, lit(s - 1)))
+            ok = inside if ok is None else logical_and(b, ok, inside)
+            idx = b.convert(b.max(b.min(pos, lit(s - 1)), lit(0)), dtype="i64")
+            stride = numel(sizes[d + 1:])
+            flat = b.add(flat, idx if stride == 1 else b.mul(idx, Lit(stride, Type("i64"))))
+            weight = w if weight is None else b.mul(weight, w)
+        if padding == "zeros":
+            weight = b.select(ok, weight, lit(0))
+        vals = b.gather(rows, flat, axis=0)
+        term = b.mul(vals, b.reshape(weight, shape=out_shape + (1,)))
+        total = term if total is None else b.add(total, term)
+    r = total.type.rank
+    return b.transpose(total, perm=(0, r - 1) + tuple(range(1, r - 1)))
+
+
+def _keys(b, t: Atom) -> Atom:
+    """Keys' cubic kernel (a = -0.75) at distance |t| < 2, as IR."""
+    from ._util import scalar_lit
+    a = -0.75
+    k = lambda v: scalar_lit(v, t.type.dtype)  # noqa: E731
+    t = b.abs(t)
+    near = b.add(b.mul(b.mul(b.sub(b.mul(k(a + 2), t), k(a + 3)), t), t), k(1))
+    far = b.sub(b.mul(b.add(b.mul(b.sub(b.mul(k(a), t), k(5 * a)), t), k(8 * a)), t), k(4 * a))
+    return b.select(b.le(t, k(1)), near, far)

@@ -150,7 +150,7 @@ def _one_direction(b, cell: Cell, x: Atom, w: Atom, r: Atom, bias: Atom | None, 
     if bias is not None:
         wb = b.slice(bias, axis=0, start=0, stop=gh)
         rb = b.slice(bias, axis=0, start=gh, stop=2 * gh)
-        if cell.kind == "gru" and not cell.flag:  # Rbh is added inside the reset product's branch
+        if cell.kind == "gru":  # the reset gate multiplies (part of) the recurrent term, Rbh included or not
             xw = b.add(xw, wb)
         else:
             xw = b.add(xw, b.add(wb, rb))

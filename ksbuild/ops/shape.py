@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom
-from ..ir.types import Dim, dim_add, dim_mul, dim_sub, promote
+from ..ir.types import Dim, dim_add, dim_floordiv, dim_mul, dim_sub, promote
 from ._util import error, norm_axis, numel
 
 
@@ -22,18 +22,23 @@ def reshape(b, x: Atom, dims: Sequence[Dim]) -> Atom:
 
 
 def _infer(b, x: Atom, dims: list) -> Dim:
-    """The -1 entry of a reshape: the elements of x over the product of the other entries."""
+    """The -1 entry of a reshape: the elements of x over the product of the other entries (dims
+    equal to one of x's cancel first, so symbolic sizes divide out)."""
     rest = list(x.type.shape)
+    known = []
     for d in dims:
         if d == -1 or d == 1:
             continue
         if d in rest:
             rest.remove(d)
-        elif isinstance(d, int) and all(isinstance(r, int) for r in rest) and numel(rest) % d == 0:
-            rest = [numel(rest) // d]
         else:
-            raise error(b, f"cannot infer the -1 in reshape of {x.type} to {dims}", hint="give every dim explicitly")
-    return numel(rest)
+            known.append(d)
+    n, k = numel(rest), numel(known)
+    if isinstance(k, int) and k > 0:
+        q = dim_floordiv(n, k)
+        if dim_mul(q, k) == n:
+            return q
+    raise error(b, f"cannot infer the -1 in reshape of {x.type} to {dims}", hint="give every dim explicitly")
 
 
 def unsqueeze(b, x: Atom, axis: int) -> Atom:

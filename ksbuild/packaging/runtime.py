@@ -26,10 +26,10 @@ NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np
                 # ONNX's narrow types travel as their bits (float16 is numpy's own)
                 "f16": np.float16, "bf16": np.uint16, "f8e4m3fn": np.uint8, "f8e4m3fnuz": np.uint8,
                 "f8e5m2": np.uint8, "f8e5m2fnuz": np.uint8, "f8e8m0": np.uint8, "f4e2m1": np.uint8,
-                "i4": np.int8, "u4": np.uint8, "i2": np.int8, "u2": np.uint8}
+                "i4": np.uint8, "u4": np.uint8, "i2": np.uint8, "u2": np.uint8}
 CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
           "bool": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "u8": ctypes.c_uint8,
-          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64}
+          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16}
 RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
        "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
 STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
@@ -100,7 +100,9 @@ class Export:
         arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
         dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(dims, out)
-        ins = [arr.ctypes.data if a["shape"] else arr.item() for a, arr in zip(self.ins, arrays)]
+        # a half scalar travels as its bits
+        ins = [arr.ctypes.data if a["shape"] else (arr.view(np.uint16) if a["dtype"] == "f16" else arr).item()
+               for a, arr in zip(self.ins, arrays)]
         self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
         return outs
 

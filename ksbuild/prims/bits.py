@@ -66,3 +66,33 @@ bitwise = Prim(
     doc="bitwise and/or/xor and shifts of integers",
     opt_outs=("jvp: integer output has no tangent", "transpose: not linear"),
 )
+
+
+def _bitcast_rule(in_types, dtype):
+    import numpy as np
+
+    from ..ir.types import DTYPES, STORAGE_DTYPES, Type, numpy_dtype
+    (x,) = in_types
+    if dtype not in DTYPES or dtype in STORAGE_DTYPES or x.is_storage:
+        raise KsbuildError(f"bitcast between {x.dtype} and {dtype} is not supported")
+    if np.dtype(numpy_dtype(x.dtype)).itemsize != np.dtype(numpy_dtype(dtype)).itemsize:
+        raise KsbuildError(f"bitcast of {x} to {dtype}: the element sizes differ")
+    return (Type(dtype, x.shape),)
+
+
+def _bitcast_eval(x, dtype, env):
+    from ..ir.types import numpy_dtype
+    return (np.array(x, copy=True, order="C").view(numpy_dtype(dtype)),)
+
+
+bitcast = Prim(
+    name="bitcast",
+    type_rule=_bitcast_rule,
+    eval=_bitcast_eval,
+    jvp=lambda b, p, t, dtype: ([b.bitcast(p[0], dtype=dtype)], [None]),
+    batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, bitcast, dtype=dtype),
+    emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], f"ks::bit_cast<{ctx.ctype(eqn.outs[0].type)}>({ctx.args(eqn)[0]})"),
+    elementwise=True,
+    doc="the same bits read as another dtype of the same size",
+    opt_outs=("jvp: a reinterpretation of bits has no derivative", "transpose: not linear"),
+)

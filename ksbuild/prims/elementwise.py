@@ -484,11 +484,14 @@ NARROW_INTS = {"i4": (4, "true"), "u4": (4, "false"), "i2": (2, "true"), "u2": (
 def convert_expr(x: str, src: str, dst: str) -> str:
     """The C++ expression converting x from dtype src to dst (narrow floats through float, their bits
     with ks::to_*/from_*; narrow ints wrap; float to unsigned goes through int64 as numpy does)."""
-    if src in STORAGE_DTYPES and src not in NARROW_INTS:
+    if src in NARROW_INTS:
+        bits, signed = NARROW_INTS[src]
+        x, src = f"ks::from_narrow_int<{bits}, {signed}>({x})", "i8"
+    elif src in STORAGE_DTYPES:
         x, src = f"ks::from_{src}({x})", "f32"
     if dst in NARROW_INTS:
         bits, signed = NARROW_INTS[dst]
-        return f"ks::wrap_from<{bits}, {signed}>({x})"
+        return f"ks::to_narrow_int<{bits}>({x})"
     if dst in STORAGE_DTYPES:
         return f"ks::to_{dst}(static_cast<float>({x}))"
     c = C_TYPES[dst]
@@ -499,6 +502,16 @@ def convert_expr(x: str, src: str, dst: str) -> str:
     return f"static_cast<{c}>({x})"
 
 
+def _to_e8m0(x) -> np.ndarray:
+    """float8e8m0 bits (a power of two): the f32 exponent, rounded up when there is a fraction
+    (ONNX Cast's default round_mode, saturating); NaN and infinity give 0xFF."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    up = ((bits & 0x7FFFFF) > 0) & ~special & (exponent != 0xFE)
+    return np.where(special, 0xFF, exponent + up).astype(np.uint8)
+
+
 def _convert_np(x, dtype):
     target = numpy_dtype(dtype)
     x = np.asarray(x)
@@ -506,6 +519,8 @@ def _convert_np(x, dtype):
         x = x.astype(np.float32)  # the narrow types convert through f32 (exact: f32 holds them all)
     if dtype == "bool":
         return x != 0
+    if dtype == "f8e8m0":
+        return _to_e8m0(x).view(target)
     if dtype in INT_DTYPES and x.dtype.kind == "f":
         return np.trunc(x).astype(target)
     return x.astype(target)

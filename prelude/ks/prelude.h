@@ -115,12 +115,13 @@ inline T floordiv(T a, T b) {
     }
 }
 
-// Python a % b: the result has the sign of b (b == 0 is undefined for integers); floats are
-// a - floor(a / b) * b.
+// Python a % b: the result has the sign of b (b == 0 is undefined for integers); floats use the
+// exact fmod, moved to b's sign.
 template <class T>
 inline T mod(T a, T b) {
     if constexpr (detail::is_floating<T>) {
-        return a - std::floor(a / b) * b;
+        const T r = std::fmod(a, b);  // exact; the sign of a (x % inf is x, x % 0 is NaN, as numpy)
+        return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
     } else {
         const T r = a % b;  // C++ remainder has the sign of a
         return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
@@ -138,6 +139,8 @@ template <class T>
 constexpr T lowest() {
     if constexpr (detail::is_floating<T>) {
         return static_cast<T>(-__builtin_huge_val());
+    } else if constexpr (static_cast<T>(-1) > static_cast<T>(0)) {
+        return static_cast<T>(0);  // unsigned
     } else {
         return static_cast<T>(static_cast<unsigned long long>(1) << (8 * sizeof(T) - 1));
     }
@@ -176,7 +179,7 @@ inline T digamma(T x) {
 // erf(x), the error function, without libm's erf (only exp). Doubles: the series
 // erf x = 2/√π e^-x² Σ 2^n x^(2n+1) / (1·3·…·(2n+1)) below 3 (all terms positive), the continued
 // fraction erfc x = e^-x² / (√π (x + ½/(x + 1/(x + (3/2)/(x + …))))) above, ±1 from 6 (relative error
-// ~1e-15). Floats: x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
+// ~1e-15). Floats: 2/√π x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
 // t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
 template <class T>
 inline T erf(T x) {
@@ -184,7 +187,8 @@ inline T erf(T x) {
     if constexpr (sizeof(T) <= 4) {
         if (a < static_cast<T>(0.5)) {
             const T z = x * x;
-            return x * (T(1) - z * (T(1) / 3 - z * (T(1) / 10 - z * (T(1) / 42 - z * (T(1) / 216 - z / 1320)))));
+            return T(1.1283791670955126) * x *
+                   (T(1) - z * (T(1) / 3 - z * (T(1) / 10 - z * (T(1) / 42 - z * (T(1) / 216 - z / 1320)))));
         }
         const T t = T(1) / (T(1) + T(0.3275911) * a);
         const T poly = t * (T(0.254829592) + t * (T(-0.284496736) + t * (T(1.421413741) + t * (T(-1.453152027) +
@@ -211,6 +215,15 @@ inline T erf(T x) {
         const T r = T(1) - two_over_sqrt_pi / T(2) * std::exp(-a * a) / cf;
         return x < T(0) ? -r : r;
     }
+}
+
+// The bits of x read as a To of the same size (std::bit_cast of C++20).
+template <class To, class From>
+inline To bit_cast(From x) {
+    static_assert(sizeof(To) == sizeof(From), "ks::bit_cast: sizes differ");
+    To y;
+    std::memcpy(&y, &x, sizeof(y));
+    return y;
 }
 
 // x << y and x >> y for an integer type T with ONNX BitShift semantics: a shift by the bit width
@@ -342,25 +355,49 @@ KS_NARROW_FORMAT(f8e5m2fnuz, F8E5M2FNUZ, uint8_t, 5, 2, 16, false, true, false)
 KS_NARROW_FORMAT(f4e2m1, F4E2M1, uint8_t, 2, 1, 1, false, false, true)
 #undef KS_NARROW_FORMAT
 
-// Narrow integers (int4, uint4, int2, uint2), one per byte: the low `bits` bits of an integer
-// (two's complement wrap-around, sign-extended for the signed ones). From a float: truncated
-// toward zero first; NaN and infinities give 0.
-template <int bits, bool is_signed>
-constexpr int8_t wrap_int(int64_t v) {
-    const int64_t low = v & ((int64_t{1} << bits) - 1);
-    return static_cast<int8_t>(is_signed && low >= (int64_t{1} << (bits - 1)) ? low - (int64_t{1} << bits) : low);
+// float8e8m0 (a power of two 2^(bits - 127), 0xFF is NaN), from a float by ONNX Cast's default
+// round_mode "up": the exponent, plus one when there is a fraction (saturating at 2^127).
+inline uint8_t to_f8e8m0(float f) {
+    uint32_t x = 0;
+    std::memcpy(&x, &f, sizeof(x));
+    const uint32_t e = (x >> 23) & 0xFFu;
+    if (e == 0xFFu) {
+        return 0xFF;
+    }
+    return static_cast<uint8_t>(e + (((x & 0x7FFFFFu) != 0u && e != 0xFEu) ? 1u : 0u));
 }
 
-template <int bits, bool is_signed, class T>
-inline int8_t wrap_from(T x) {
-    if constexpr (detail::is_floating<T>) {
-        if (!(ks::abs(x) < static_cast<T>(9.2e18))) {
-            return 0;  // NaN, infinities and values out of int64's range
-        }
-        return wrap_int<bits, is_signed>(static_cast<int64_t>(x));
-    } else {
-        return wrap_int<bits, is_signed>(static_cast<int64_t>(x));
+inline float from_f8e8m0(uint8_t v) {
+    if (v == 0xFF) {
+        return __builtin_nanf("");
     }
+    if (v == 0) {
+        return 5.877471754111438e-39f;  // 2^-127, a float subnormal
+    }
+    const uint32_t bits = static_cast<uint32_t>(v) << 23;
+    float out = 0.0f;
+    std::memcpy(&out, &bits, sizeof(out));
+    return out;
+}
+
+// Narrow integers (int4, uint4, int2, uint2) are stored one per byte as their low `bits` bits
+// (the ONNX/ml_dtypes layout). Storing wraps around (two's complement); a float is truncated
+// toward zero first, NaN and infinities give 0. Loading sign-extends the signed ones.
+template <int bits, class T>
+inline uint8_t to_narrow_int(T x) {
+    int64_t v = 0;
+    if constexpr (detail::is_floating<T>) {
+        v = (ks::abs(x) < static_cast<T>(9.2e18)) ? static_cast<int64_t>(x) : 0;  // NaN, inf, huge: 0
+    } else {
+        v = static_cast<int64_t>(x);
+    }
+    return static_cast<uint8_t>(v & ((int64_t{1} << bits) - 1));
+}
+
+template <int bits, bool is_signed>
+constexpr int8_t from_narrow_int(uint8_t v) {
+    const int low = v & ((1 << bits) - 1);
+    return static_cast<int8_t>(is_signed && low >= (1 << (bits - 1)) ? low - (1 << bits) : low);
 }
 
 }  // namespace ks

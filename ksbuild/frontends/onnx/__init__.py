@@ -36,7 +36,7 @@ def compile_onnx_kernel(path: Path, name: str, float_dtype: str = "f32", weights
 
 def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed", model=None):
     """(IR function, names of the initializers that became parameters) of an ONNX model."""
-    from . import ops_control, ops_index, ops_math, ops_nn, ops_quant, ops_reduce, ops_resize, ops_rnn, ops_shape  # noqa: F401
+    from . import handlers  # noqa: F401  (registers every op handler)
     from .graph import Importer
     from .node import NeedsConstant
     model = model if model is not None else load_model(path)

@@ -241,7 +241,7 @@ def _bits(arr: np.ndarray, dtype: str) -> np.ndarray:
     from ...ir.types import STORAGE_DTYPES
     arr = np.asarray(arr)
     if dtype in STORAGE_DTYPES and dtype != "f16":
-        return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.int8 if dtype in ("i4", "i2") else np.uint8)
+        return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
     return arr
 
 

@@ -20,7 +20,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Var
 from ...ir.types import Dim, Type
 from .node import NeedsConstant, Node
-from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic
+from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic
 
 HANDLERS: dict[str, Callable[[Node], list]] = {}
 """ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
@@ -36,6 +36,9 @@ ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "I
                "FLOAT16": "f16", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8e4m3fn", "FLOAT8E4M3FNUZ": "f8e4m3fnuz",
                "FLOAT8E5M2": "f8e5m2", "FLOAT8E5M2FNUZ": "f8e5m2fnuz", "FLOAT8E8M0": "f8e8m0",
                "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
+
+
+HANDLED_DOMAINS = ("", "ai.onnx.preview.training")
 
 
 def handler(*ops: str):
@@ -222,7 +225,7 @@ class Importer:
         if (proto.domain, proto.op_type) in self.functions:
             from .functions import inline_local_function
             return inline_local_function(self, frame, proto, loc, opsets)
-        fn = HANDLERS.get(proto.op_type) if domain == "" else None
+        fn = HANDLERS.get(proto.op_type) if domain in HANDLED_DOMAINS else None
         if fn is None:
             from .functions import expand_schema_function
             return expand_schema_function(self, frame, proto, loc, opsets, domain)
@@ -231,7 +234,7 @@ class Importer:
         vals = [frame.lookup(n, node) for i, n in enumerate(proto.input) if n and i != skip]
         if proto.op_type in SYMBOLIC and vals and all(v.known is not None for v in vals) \
                 and any(is_symbolic(v.known) for v in vals):
-            results = SYMBOLIC[proto.op_type](node, [v.known for v in vals])
+            results = [normalize_symbolic(r) for r in SYMBOLIC[proto.op_type](node, [v.known for v in vals])]
         elif proto.op_type not in NO_FOLD and vals and all(v.known is not None and not is_symbolic(v.known)
                                                              for v in vals):
             results = self.fold(frame, proto, loc, opsets.get(domain, 1), fn, vals)

@@ -147,3 +147,69 @@ def reverse_sequence(n: Node):
     idx = n.b.broadcast_to(idx, shape=x.type.shape) if not isinstance(idx, Lit) else Lit(idx.value, Type(
         "i64", x.type.shape))
     return [ix.gather_elements(n.b, x, idx, t_axis)]
+
+
+@handler("CumProd")
+def cumprod(n: Node):
+    axis = n.ints(1, "axis")[0]
+    return [ix.cumprod(n.b, n.x(0), axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))]
+
+
+@handler("BitCast")
+def bitcast(n: Node):
+    from .graph import onnx_dtype
+    from .values import Val
+    to = onnx_dtype(n.attr("to"), "BitCast's 'to'", n.loc)
+    x = n.x(0)
+    if x.type.dtype == "bool":
+        x = n.b.convert(x, dtype="u8")
+    if to == "bool":
+        raise n.unsupported("BitCast to bool")
+    return [Val(n.b.bitcast(x, dtype=to), None, to)]
+
+
+@handler("TensorScatter")
+def tensor_scatter(n: Node):
+    cache, update = n.x(0), n.x(1)
+    mode = n.attr_in("mode", ("linear", "circular"), "linear")
+    axis = n.attr("axis", -2)
+    r = cache.type.rank
+    axis = axis + r if axis < 0 else axis
+    idx = n.opt(2)
+    length = cache.type.shape[axis]
+    b = n.b
+    batch = cache.type.shape[0]
+    start = idx if idx is not None else Lit(0, Type("i64", (batch,)))
+    start = start if start.type.dtype == "i64" else b.convert(start, dtype="i64")
+    pos = b.add(b.reshape(start, shape=(batch,) + (1,) * (r - 1)),
+                b.iota(shape=update.type.shape, axis=axis, dtype="i64"))
+    if mode == "circular":
+        pos = b.mod(pos, ix.dim_atom(b, length))
+    return [ix.scatter_elements(b, cache, b.broadcast_to(pos, shape=update.type.shape), update, axis, "none")]
+
+
+@handler("MaxUnpool")
+def max_unpool(n: Node):
+    x, idx = n.x(0), n.x(1)
+    kernel = n.attr("kernel_shape")
+    k = len(kernel)
+    strides = n.attr("strides", None) or [1] * k
+    pads = n.attr("pads", None) or [0] * (2 * k)
+    sizes = x.type.shape[2:]
+    default = list(x.type.shape[:2]) + [(s - 1) * st + kk - pads[i] - pads[k + i]
+                                       for i, (s, st, kk) in enumerate(zip(sizes, strides, kernel))]
+    shape = n.ints(2, "output_shape") if n.has(2) else default
+    from ...ops._util import numel
+    b = n.b
+    idx = idx if idx.type.dtype == "i64" else b.convert(idx, dtype="i64")
+    if list(shape) != list(default):  # indices count in the default shape: move them into the given one
+        flat = None
+        for a in range(len(shape)):
+            inner, inner_out = numel(default[a + 1:]), numel(shape[a + 1:])
+            coord = b.mod(b.floordiv(idx, Lit(inner, Type("i64"))), Lit(default[a], Type("i64")))
+            term = b.mul(coord, Lit(inner_out, Type("i64")))
+            flat = term if flat is None else b.add(flat, term)
+        idx = flat
+    zeros = Lit(0.0 if x.type.is_float else 0, Type(x.type.dtype, (numel(shape),)))
+    out = ix.scatter_rows(b, zeros, idx, x, "none")
+    return [n.b.reshape(out, shape=tuple(shape))]

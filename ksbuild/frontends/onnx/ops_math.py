@@ -233,8 +233,8 @@ def symbolic_cast(n: Node, known):
 def cast_atom(n: Node, x: Atom, src: str, to: str, saturate: bool) -> Atom:
     """x (computed in src's compute dtype) cast to `to`, then held in to's compute dtype."""
     b = n.b
-    if to == "f8e8m0":
-        raise n.unsupported("Cast to float8e8m0")
+    if to == "f8e8m0" and not saturate:
+        raise n.unsupported("Cast to float8e8m0 without saturation")
     target = compute_dtype(to)
     if to == target:
         return x if x.type.dtype == to else b.convert(x, dtype=to)

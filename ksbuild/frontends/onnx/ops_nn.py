@@ -82,10 +82,11 @@ def max_pool(n: Node):
     kernel = _pool_kernel(n)
     strides, pads, dilations = _window_attrs(n, x, kernel)
     ceil = bool(n.attr("ceil_mode", 0))
-    n.attr_in("storage_order", (0,), 0)
-    if n.out_used(1):
-        raise n.unsupported("the Indices output of MaxPool")
-    return [nn.max_pool(n.b, x, kernel, strides, pads, dilations, ceil)]
+    column_major = bool(n.attr_in("storage_order", (0, 1), 0))
+    y = nn.max_pool(n.b, x, kernel, strides, pads, dilations, ceil)
+    if not n.out_used(1):
+        return [y]
+    return [y, nn.max_pool_indices(n.b, x, kernel, strides, pads, dilations, ceil, column_major)]
 
 
 @handler("AveragePool")
@@ -194,3 +195,29 @@ def lp_normalization(n: Node):
     norm = red.sum(n.b, n.b.abs(x), a, True) if p == 1 else n.b.sqrt(red.sum(n.b, n.b.ipow(x, n=2), a, True))
     zero = scalar_lit(0, x.type.dtype)
     return [n.b.select(n.b.eq(norm, zero), Lit(0.0, Type(x.type.dtype)), n.b.div(x, norm))]
+
+
+@handler("Col2Im")
+def col2im(n: Node):
+    image, block = n.ints(1, "image_shape"), n.ints(2, "block_shape")
+    return [nn.col2im(n.b, n.x(0), image, block, n.attr("strides", None), n.attr("pads", None),
+                      n.attr("dilations", None))]
+
+
+@handler("CenterCropPad")
+def center_crop_pad(n: Node):
+    x = n.x(0)
+    target = n.ints(1, "shape")
+    r = x.type.rank
+    axes = [a + r if a < 0 else a for a in (n.attr("axes", None) or range(r))]
+    for a, t in zip(axes, target):
+        size = x.type.shape[a]
+        if not isinstance(size, int):
+            raise n.error("CenterCropPad needs static sizes")
+        if t < size:
+            lo = (size - t) // 2
+            x = n.b.slice(x, axis=a, start=lo, stop=lo + t)
+        elif t > size:
+            lo = (t - size) // 2
+            x = nn.pad_axis(n.b, x, a, lo, t - size - lo)
+    return [x]

@@ -61,8 +61,10 @@ def reduce(n: Node):
         x = n.b.convert(x, dtype="f32")
     if n.op == "ReduceMean" and not x.type.is_float:
         raise n.error("ReduceMean of an integer tensor is not supported")
-    if x.type.dtype == "bool":  # any / all
+    if x.type.dtype == "bool":  # any / all (any of nothing is false, all of nothing true)
         y = REDUCERS[n.op](n.b, n.b.convert(x, dtype="i8"), axes, keep)
+        if n.op == "ReduceMax":
+            y = n.b.max(y, Lit(0, Type("i8")))
         return [n.b.ne(y, Lit(0, Type("i8")))]
     return [REDUCERS[n.op](n.b, x, axes, keep)]
 

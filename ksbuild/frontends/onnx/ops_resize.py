@@ -108,3 +108,11 @@ def upsample(n: Node):
     x = n.x(0)
     scales = _floats(n, 1, "scales") if n.opset >= 9 else n.attr("scales")
     return [resize(n, x, _spec_v10(n), scales, None, None, None)]
+
+
+@handler("GridSample")
+def grid_sample(n: Node):
+    modes = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic", "nearest": "nearest"}
+    mode = modes[n.attr_in("mode", tuple(modes), "linear" if n.opset >= 20 else "bilinear")]
+    padding = n.attr_in("padding_mode", ("zeros", "border", "reflection"), "zeros")
+    return [rs.grid_sample(n.b, n.x(0), n.x(1), mode, padding, bool(n.attr("align_corners", 0)))]

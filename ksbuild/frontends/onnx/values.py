@@ -89,6 +89,21 @@ def shape_array(shape: Sequence[Dim]) -> np.ndarray:
     return out
 
 
+def normalize_symbolic(r):
+    """A symbolic fold's result as a known array: object dtype while it holds a symbolic dim, else i64
+    (bools stay bools)."""
+    if r is None or isinstance(r, Val):
+        return r
+    arr = np.asarray(r, dtype=object) if not isinstance(r, np.ndarray) else r
+    if arr.dtype != object:
+        return arr
+    if any(isinstance(v, SymDim) for v in arr.reshape(-1)):
+        return arr
+    if all(isinstance(v, (bool, np.bool_)) for v in arr.reshape(-1)) and arr.size:
+        return arr.astype(bool)
+    return arr.astype(np.int64)
+
+
 def dims_of(arr: np.ndarray) -> list[Dim]:
     """The entries of a known 1-D shape array as dims."""
     return [SymDim.unwrap(v) for v in np.asarray(arr).reshape(-1)]

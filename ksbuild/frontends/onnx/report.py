@@ -1,0 +1,88 @@
+"""`ksbuild onnx-report`: the ONNX backend node tests through ksbuild, tabulated per op type."""
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+
+from .conformance import FAIL, PASS, UNSUPPORTED, Result
+
+COMMON_OPS = (
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Relu", "LeakyRelu",
+    "Sigmoid", "Tanh", "Erf", "Gelu", "Elu", "HardSigmoid", "HardSwish", "Clip", "Softmax", "LogSoftmax",
+    "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization", "Reshape",
+    "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Shape", "Expand",
+    "Where", "Equal", "Less", "Greater", "Not", "Cast", "Constant", "ConstantOfShape", "Range", "ReduceMean",
+    "ReduceSum", "ReduceMax", "Identity", "Dropout", "Pad", "Resize", "LSTM", "GRU", "RNN", "CumSum", "ArgMax",
+    "TopK", "Tile", "Min", "Max", "Attention",
+)
+"""The op types real exported models are made of (the target: every case of these passes)."""
+
+
+def run(filter_op: str | None, mode: str, work: Path, backend: str = "plain", progress=print) -> list[Result]:
+    """Run the node tests (one op type, or all) interpreted or compiled."""
+    from .conformance import load_cases, run_compiled, run_interpreted
+    progress("onnx-report: loading the ONNX backend node tests")
+    cases = load_cases(filter_op)
+    progress(f"onnx-report: {len(cases)} case(s), {mode}")
+    if mode == "interpreted":
+        return [run_interpreted(c) for c in cases]
+    return run_compiled(cases, work, backend, progress)
+
+
+def markdown(results: list[Result], mode: str, seconds: float) -> str:
+    """The report: totals, the common ops, then one row per op type and the failing cases with reasons."""
+    import onnx
+    by_op = collections.defaultdict(list)
+    for r in results:
+        by_op[r.op].append(r)
+    total = collections.Counter(r.status for r in results)
+    n = len(results)
+    common = [r for r in results if r.op in COMMON_OPS]
+    common_pass = sum(r.status == PASS for r in common)
+    lines = [
+        "# ONNX conformance of ksbuild",
+        "",
+        f"The ONNX backend node tests of onnx {onnx.__version__} "
+        f"(`onnx.backend.test.loader.load_model_tests(kind=\"node\")`), {mode} "
+        f"(`ksbuild onnx-report{' --interpreted' if mode == 'interpreted' else ''}`, {seconds:.0f} s).",
+        "Inputs that ksbuild needs when it compiles (a Reshape's shape, Slice bounds, axes, a Loop's",
+        "count) are made initializers holding the test's values, as they are in exported models;",
+        "every other input stays a run-time argument.",
+        "",
+        f"**{total[PASS]} of {n} cases pass ({100 * total[PASS] / n:.1f}%)**: {total[FAIL]} fail, "
+        f"{total[UNSUPPORTED]} are unsupported.",
+        f"The {len(COMMON_OPS)} op types of exported models (`COMMON_OPS` in ksbuild/frontends/onnx/report.py): "
+        f"{common_pass} of {len(common)} cases pass ({100 * common_pass / max(len(common), 1):.1f}%).",
+        "",
+        "| op type | cases | passed | failed | unsupported | common |",
+        "|---|---:|---:|---:|---:|:---:|",
+    ]
+    for op in sorted(by_op):
+        rs = by_op[op]
+        c = collections.Counter(r.status for r in rs)
+        lines.append(f"| {op} | {len(rs)} | {c[PASS]} | {c[FAIL]} | {c[UNSUPPORTED]} | "
+                     f"{'✓' if op in COMMON_OPS else ''} |")
+    bad = [r for r in results if r.status != PASS]
+    if bad:
+        lines += ["", "## Cases that do not pass", "", "| case | op | status | reason (max error) |",
+                  "|---|---|---|---|"]
+        for r in sorted(bad, key=lambda r: (r.op, r.case)):
+            err = f" ({r.max_error:.3g})" if r.status == FAIL and r.max_error else ""
+            lines.append(f"| {r.case} | {r.op} | {r.status} | {r.detail.replace('|', '/')}{err} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(filter_op: str | None, out: str | None, mode: str, backend: str, progress=print) -> str:
+    """Run and write the report (to `out`, or return it for printing)."""
+    import tempfile
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="ksbuild-onnx-report-") as tmp:
+        results = run(filter_op, mode, Path(tmp), backend, progress)
+    text = markdown(results, mode, time.time() - start)
+    if out:
+        Path(out).write_text(text)
+        total = sum(r.status == PASS for r in results)
+        progress(f"onnx-report: {total} of {len(results)} passed; wrote {out}")
+    return text

@@ -1,0 +1,76 @@
+"""Torch models exported to ONNX by the test itself, compiled by ksbuild: values against
+onnxruntime for several batch sizes (the batch dim is symbolic), gradients of the inputs and of
+every parameter (weights = "external") against torch.autograd of the module they came from."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+from onnx_models import NAMES, export  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Every model exported, one package with each model, its external-weights twin and that one's vjp."""
+    import ksbuild
+    d = tmp_path_factory.mktemp("onnx_models")
+    modules = {n: export(n, d / f"{n}.onnx") for n in NAMES}
+    kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n[kernels.{n}_w]\nonnx = "{n}.onnx"\nweights = "external"\n\n'
+                      for n in NAMES)
+    exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n}_w)"\n' for n in NAMES)
+    (d / "manifest.toml").write_text(f'[package]\nname = "onnx_models"\n\n{kernels}[exports]\n{exports}')
+    return ksbuild.build(d / "manifest.toml"), modules, d
+
+
+def _weights(path):
+    """The initializers in order: the external weights' values (the caller passes them)."""
+    from onnx import numpy_helper
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_values_match_onnxruntime(models, name, batch):
+    pkg, modules, d = models
+    rng = np.random.default_rng(batch)
+    sess = ort.InferenceSession(str(d / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    shape = (batch,) + tuple(sess.get_inputs()[0].shape[1:])
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(getattr(pkg, name)(x), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vjp_matches_torch_autograd(models, name):
+    pkg, modules, d = models
+    m = modules[name]
+    export = getattr(pkg, f"{name}_vjp")
+    weight_names = [a["name"] for a in export.ins[1:-1]]
+    inits = _weights(d / f"{name}.onnx")
+    order = [n for n in inits if _c(n) in weight_names]
+    assert [_c(n) for n in order] == weight_names
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3,) + tuple(export.ins[0]["shape"][1:])).astype(np.float32)
+    y = getattr(pkg, name)(x)
+    ct = rng.standard_normal(y.shape).astype(np.float32)
+    grads = export(x, *[inits[n] for n in order], ct)
+    xt = torch.tensor(x, requires_grad=True)
+    m.zero_grad()
+    (m(xt) * torch.tensor(ct)).sum().backward()
+    np.testing.assert_allclose(grads[0], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    params = dict(m.named_parameters())
+    checked = 0
+    for n, g in zip(order, grads[1:]):
+        if n in params:
+            np.testing.assert_allclose(g, params[n].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
+            checked += 1
+    assert checked == len(params), f"only {checked} of {len(params)} parameters are initializers of the model"
+
+
+def _c(name: str) -> str:
+    from ksbuild.frontends.onnx.graph import c_name
+    return c_name(name, "w")
