@@ -26,7 +26,7 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
     f = e.func
     ins = ", ".join(f"{p.hint or 'x'}: {p.type}" for p in f.params)
     outs = ", ".join(str(t) for t in f.out_types)
-    src = e.kernel.python or e.kernel.onnx
+    src = e.kernel.python or e.kernel.onnx or e.kernel.torch
     return [f"{e.name} = {e.spec.text}   (kernel {e.kernel.name} from {src})",
             f"  ({ins}) -> ({outs})"]
 
