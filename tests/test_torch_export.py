@@ -154,6 +154,33 @@ def test_dims_come_from_dim_names(pkg):
     assert lstm["args"][1]["shape"] == [5, "batch", 3]
 
 
+@pytest.mark.parametrize("name", list(models.ZOO))
+def test_zoo_through_the_interpreter(name):
+    """More layers and tensor ops, without a C++ build: the IR evaluated by the reference interpreter
+    against the module (values) and its vjp against torch.autograd, at a batch size other than the example's."""
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.transforms.vjp import vjp_func
+    f = compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, f"make_{name}", name)
+    module, args, _ = models.ZOO[name]()
+    module.eval()
+    xs = [torch.cat([a, a[:2]]) for a in args]  # batch 5
+    with torch.no_grad():
+        want = _as_tuple(module(*xs))
+    got = eval_func(f, [x.numpy() for x in xs])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), **TOL)
+    if not any(x.is_floating_point() for x in xs):
+        return
+    leaves = [x.clone().requires_grad_() for x in xs]
+    outs = [o for o in _as_tuple(module(*leaves)) if o.is_floating_point()]
+    cts = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) for k, o in enumerate(outs)]
+    want = torch.autograd.grad(outs, leaves, cts)
+    got = eval_func(vjp_func(f), [x.numpy() for x in xs] + [c.numpy() for c in cts])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-4 * float(w.abs().max()))
+
+
 # ---- errors ---------------------------------------------------------------------------------------------
 
 def _compile(tmp_path, make: str, extra: str = ""):

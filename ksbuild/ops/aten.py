@@ -64,6 +64,20 @@ def var(b, x: Atom, axes: Sequence[int], correction: float, keepdim: bool) -> tu
     return v, mu if keepdim else b.reshape(mu, shape=v.type.shape)
 
 
+def vector_norm(b, x: Atom, p: float, axes: Sequence[int], keepdim: bool) -> Atom:
+    """(Σ |x|^p)^(1/p) over axes; max |x| for p = inf, min |x| for -inf, the count of non-zeros for 0."""
+    from .reduce import amax, amin, sum
+    if math.isinf(p):
+        return (amax if p > 0 else amin)(b, b.abs(x), axes, keepdim)
+    if p == 0:
+        return sum(b, b.convert(b.ne(x, _c(x, 0)), dtype=x.type.dtype), axes, keepdim)
+    if p == 1:
+        return sum(b, b.abs(x), axes, keepdim)
+    if p == 2:
+        return b.sqrt(sum(b, b.ipow(x, n=2), axes, keepdim))
+    return b.pow(sum(b, b.pow(b.abs(x), _c(x, p)), axes, keepdim), _c(x, 1 / p))
+
+
 def any_all(b, x: Atom, axes: Sequence[int], keepdim: bool, is_any: bool) -> Atom:
     """Whether any (or all) of x along axes is true."""
     from .reduce import amax, amin
@@ -92,6 +106,29 @@ def adaptive_avg_pool(b, x: Atom, out_sizes: Sequence[int]) -> Atom:
         w = array(b, weights.astype(numpy_dtype(x.type.dtype)))
         x = b.einsum(x, w, spec=f"{letters},z{letters[axis]}->{out}")
     return x
+
+
+def gather_axes(b, x: Atom, indices: Sequence[Atom], first: int) -> Atom:
+    """x[..., i0, i1, ...] on the consecutive axes from `first` (advanced indexing): the index tensors
+    broadcast together and become one row-major position into those axes merged."""
+    from ..ir.types import broadcast_shapes, dim_mul
+    from .index import dim_atom, gather, wrap
+    from .shape import expand
+    shape: tuple = ()
+    for i in indices:
+        shape = broadcast_shapes(shape, i.type.shape)
+        if shape is None:
+            raise error(b, "index tensors whose shapes do not broadcast")
+    sizes = x.type.shape[first:first + len(indices)]
+    pos = None
+    for i, n in zip(indices, sizes):
+        i = expand(b, wrap(b, i, n), shape)
+        pos = i if pos is None else b.add(b.mul(pos, dim_atom(b, n)), i)
+    merged = sizes[0]
+    for n in sizes[1:]:
+        merged = dim_mul(merged, n)
+    flat = b.reshape(x, shape=x.type.shape[:first] + (merged,) + x.type.shape[first + len(indices):])
+    return gather(b, flat, pos, first)
 
 
 # ---- recurrent layers ------------------------------------------------------------------------------------

@@ -268,6 +268,13 @@ def any_all(n: Node):
     return aten.any_all(n.b, x, axes, bool(n.a("keepdim", False)), n.op.split(".")[1] == "any")
 
 
+@handler("linalg_vector_norm.default")
+def vector_norm(n: Node):
+    """The p-norm over dim (all axes when None): (Σ |x|^p)^(1/p), max |x| for p = inf."""
+    x = n.operand(n.x(), n.dtype)
+    return aten.vector_norm(n.b, x, float(n.a("ord", 2)), _axes(n, x), bool(n.a("keepdim", False)))
+
+
 @handler("cumsum.default")
 def cumsum(n: Node):
     return ix.cumsum(n.b, n.operand(n.x(), n.dtype), n.a("dim"))

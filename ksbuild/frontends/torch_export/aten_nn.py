@@ -132,10 +132,23 @@ def batch_norm(n: Node):
     return y, None, None
 
 
-@handler("_native_batch_norm_legit.default", "_native_batch_norm_legit_functional.default",
-         "native_batch_norm.default", "_native_batch_norm_legit.no_stats")
+@handler("_native_batch_norm_legit.no_stats", "_native_batch_norm_legit.default")
+def batch_norm_batch_stats(n: Node):
+    """Normalization with the statistics of the batch (instance norm, batch norm without running
+    statistics): over every axis but the channels, then the per-channel affine."""
+    if n.a("running_mean", None) is not None:
+        raise n.unsupported("batch normalization that updates its running statistics (training mode)",
+                            hint="make() should return the module in eval mode (ksbuild calls .eval())")
+    x = n.x("input")
+    c, r = x.type.shape[1], x.type.rank
+    y, _, _ = nn.normalize(n.b, x, (0,) + tuple(range(2, r)), float(n.a("eps")))
+    y = n.b.mul(y, nn.channel(n.b, _or_const(n, "weight", c, 1), r))
+    return n.b.add(y, nn.channel(n.b, _or_const(n, "bias", c, 0), r)), None, None
+
+
+@handler("_native_batch_norm_legit_functional.default", "native_batch_norm.default")
 def batch_norm_training(n: Node):
-    raise n.unsupported("batch normalization with batch statistics (training mode)",
+    raise n.unsupported("batch normalization in training mode",
                         hint="make() should return the module in eval mode (ksbuild calls .eval())")
 
 
@@ -170,3 +183,38 @@ def recurrent(n: Node):
     outs = aten.recurrent(n.b, kind, n.x("input"), hx, list(n.a("params")), bool(n.a("has_biases")),
                           int(n.a("num_layers")), bool(n.a("bidirectional")), bool(n.a("batch_first")))
     return tuple(outs)
+
+
+# ---- resizing -------------------------------------------------------------------------------------------
+
+UPSAMPLE = {"upsample_nearest1d": ("nearest", "asymmetric"), "upsample_nearest2d": ("nearest", "asymmetric"),
+            "upsample_nearest3d": ("nearest", "asymmetric"), "_upsample_nearest_exact1d": ("nearest", "half_pixel"),
+            "_upsample_nearest_exact2d": ("nearest", "half_pixel"),
+            "_upsample_nearest_exact3d": ("nearest", "half_pixel"), "upsample_linear1d": ("linear", None),
+            "upsample_bilinear2d": ("linear", None), "upsample_trilinear3d": ("linear", None),
+            "upsample_bicubic2d": ("cubic", None)}
+"""torch's interpolate modes as ONNX Resize specs (ops/resize.py): nearest is floor(out·in/out_size),
+nearest-exact rounds half-pixel centres; (bi/tri)linear and bicubic follow align_corners."""
+
+
+@handler(*[f"{op}.vec" for op in UPSAMPLE])
+def upsample(n: Node):
+    from ...ops import resize
+    x = n.x("input")
+    mode, coords = UPSAMPLE[n.op.split(".")[1]]
+    if coords is None:
+        coords = "align_corners" if n.a("align_corners") else "pytorch_half_pixel"
+    spec = resize.ResizeSpec(mode=mode, coordinates=coords, nearest_mode="floor" if coords == "asymmetric"
+                             else "round_prefer_ceil", cubic_a=-0.75)
+    out_shape = n.out_type.shape
+    factors = n.a("scale_factors", None)
+    k = x.type.rank - 2
+    for i in range(k):
+        axis = 2 + i
+        n_in, n_out = x.type.shape[axis], out_shape[axis]
+        if not isinstance(n_in, int) or not isinstance(n_out, int):
+            raise n.unsupported("resizing a symbolic spatial axis")
+        scale = float(factors[i]) if factors else n_out / n_in
+        w, outside = resize.weights(spec, n_in, n_out, scale)
+        x = resize.resize_axis(n.b, x, axis, w, outside, spec)
+    return x

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir.core import Lit, Var
 from ...ir.types import Dim, Type, dim_add
-from ...ops import create, nn
+from ...ops import aten, create, nn
 from ...ops import index as ix
 from ...ops import shape as sh
 from ...ops._util import norm_axis
@@ -205,8 +205,6 @@ def repeat(n: Node):
     x, reps = n.x(), list(n.a("repeats"))
     if len(reps) > x.type.rank:
         x = n.b.reshape(x, shape=(1,) * (len(reps) - x.type.rank) + x.type.shape)
-    if not all(isinstance(r, int) for r in reps):
-        raise n.unsupported("repeat by a symbolic count")
     return sh.tile(n.b, x, reps)
 
 
@@ -230,15 +228,19 @@ def gather(n: Node):
 
 @handler("index.Tensor")
 def index(n: Node):
-    """x[..., idx, ...] with one integer index tensor (the others None: whole axes)."""
+    """x[..., i, j, ...] with integer index tensors on consecutive axes (None: a whole axis)."""
     x, idx = n.x(), list(n.a("indices"))
     given = [k for k, i in enumerate(idx) if i is not None]
-    if len(given) != 1:
-        raise n.unsupported("indexing with several index tensors", hint="index one axis at a time")
-    i = idx[given[0]]
-    if not isinstance(i, (Var, Lit)) or i.type.dtype == "bool":
+    if not given:
+        return x
+    if given != list(range(given[0], given[-1] + 1)):
+        raise n.unsupported("index tensors separated by a whole axis", hint="index one axis at a time")
+    tensors = [idx[k] for k in given]
+    if any(not isinstance(i, (Var, Lit)) or i.type.dtype == "bool" for i in tensors):
         raise n.unsupported("indexing with a boolean mask (its result has a data-dependent size)")
-    return ix.gather(n.b, x, i, given[0])
+    if len(tensors) == 1:
+        return ix.gather(n.b, x, tensors[0], given[0])
+    return aten.gather_axes(n.b, x, tensors, given[0])
 
 
 @handler("topk.default")

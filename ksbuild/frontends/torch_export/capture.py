@@ -22,8 +22,12 @@ from typing import Any
 
 from ...errors import KsbuildError, Location
 
-KEEP_WHOLE = ("gru.input", "lstm.input", "rnn_tanh.input", "rnn_relu.input")
-"""ATen ops left undecomposed: recurrent layers become one IR loop each, not one copy per time step."""
+KEEP_WHOLE = ("gru.input", "lstm.input", "rnn_tanh.input", "rnn_relu.input", "upsample_nearest1d.vec",
+              "upsample_nearest2d.vec", "upsample_nearest3d.vec", "_upsample_nearest_exact1d.vec",
+              "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d.vec", "upsample_linear1d.vec",
+              "upsample_bilinear2d.vec", "upsample_trilinear3d.vec", "upsample_bicubic2d.vec")
+"""ATen ops left undecomposed: recurrent layers become one IR loop each, not one copy per time step;
+resizing becomes one constant linear map per axis (ops/resize.py), not index arithmetic."""
 
 
 @dataclass
@@ -176,7 +180,9 @@ def _export(model: Model):
         table = torch.export.default_decompositions()
         for name in KEEP_WHOLE:
             op, overload = name.split(".")
-            table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+            packet = getattr(torch.ops.aten, op, None)
+            if packet is not None and hasattr(packet, overload):
+                table.pop(getattr(packet, overload), None)
         return program.run_decompositions(table)
 
 
