@@ -260,3 +260,49 @@ def test_torch_stays_optional():
     """)
     assert r.returncode == 0, r.stderr
     assert "needs PyTorch, which is not installed" in r.stdout and "manifest.toml:3" in r.stdout
+
+
+# ---- examples/mnist: the trained model exported to a C library and used by a C++ app --------------------
+
+def test_mnist_export_app_matches_torch(tmp_path, monkeypatch):
+    """Train the example's model (weights saved in tmp), package it through `torch =`, build
+    examples/mnist/app against it and classify 60 test digits: the app's log-probabilities and
+    predictions must be the torch model's."""
+    pytest.importorskip("sklearn", reason="the example trains on scikit-learn's bundled digits (extra 'examples')")
+    from ksbuild.compile.cmake import cmake_exe
+    from ksbuild.packaging.package import package
+    monkeypatch.setenv("KSBUILD_MNIST_WEIGHTS", str(tmp_path / "model.pt"))
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "mnist"))
+    import export as mnist_export
+    import train as mnist_train
+    dist = package(ROOT / "examples/mnist/manifest.toml", tmp_path / "dist", progress=lambda s: None)
+    build = tmp_path / "app"
+    for cmd in ([cmake_exe(), "-S", str(ROOT / "examples/mnist/app"), "-B", str(build), f"-DCMAKE_PREFIX_PATH={dist}"],
+                [cmake_exe(), "--build", str(build)]):
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    _, _, x, y = mnist_train.digits()
+    x, y = x[:60], y[:60]
+    digits = tmp_path / "digits.txt"
+    digits.write_text("".join(f"{int(c)} " + " ".join(str(int(round(v * 16))) for v in row) + "\n"
+                              for c, row in zip(y, x.tolist())))
+    run = subprocess.run([str(build / "mnist_app"), str(digits)], check=True, capture_output=True, text=True,
+                         timeout=60)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("digit")]
+    got = np.array([[float(v) for v in line.split("log-probabilities")[1].split()] for line in lines])
+    predicted = [int(line.split("predicted")[1].split()[0]) for line in lines]
+    with torch.no_grad():
+        want = mnist_export.trained_model()(x).numpy()
+    assert got.shape == (60, 10)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert predicted == list(want.argmax(1))
+    assert np.mean(np.array(predicted) == y.numpy()) > 0.9  # it is a trained classifier
+
+
+def test_every_handler_is_an_aten_overload():
+    """The ATen table names real overloads (a typo would silently leave an op unsupported)."""
+    from ksbuild.frontends.torch_export import aten_math, aten_nn, aten_shape, importer  # noqa: F401
+    names = [k for k in importer.HANDLERS if isinstance(k, str)]
+    assert len(names) > 200
+    for k in names:
+        _, op, overload = k.split(".")
+        assert overload in getattr(torch.ops.aten, op).overloads(), k

@@ -89,8 +89,9 @@ def _promoted(n: Node, *names: str) -> str:
         else n.dtype
 
 
-@handler(*[f"{op}.{o}" for op in ("add", "sub", "mul", "maximum", "minimum", "remainder", "fmod", "atan2", "rsub")
-           for o in ("Tensor", "Scalar", "default")])
+@handler("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Tensor", "rsub.Scalar", "mul.Tensor",
+         "mul.Scalar", "maximum.default", "minimum.default", "remainder.Tensor", "remainder.Scalar", "fmod.Tensor",
+         "fmod.Scalar", "atan2.default")
 def arith(n: Node):
     """x op y (with alpha: x + alpha·y) in the result dtype."""
     name = n.op.split(".")[1]
