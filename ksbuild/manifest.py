@@ -14,7 +14,7 @@ from .errors import KsbuildError, Location
 from .ir.types import Type
 
 BACKENDS = ("plain", "blas", "aten", "ort")
-AVAILABLE_BACKENDS = ("plain", "blas")  # aten and ort are planned
+AVAILABLE_BACKENDS = ("plain", "blas", "aten")  # ort is planned
 FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")

@@ -48,6 +48,24 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
     return out
 
 
+ATEN_BRIDGE = ('// ATen bridge of backend = "aten": ks/aten.h\'s implementation, compiled with exceptions\n'
+               '#define KS_ATEN_IMPLEMENTATION\n#include "ks/aten.h"\n')
+BACKEND_HEADERS = {"blas": ("blas.h",), "aten": ("aten.h",)}
+"""The prelude headers a backend's generated code includes besides ks/prelude.h."""
+
+
+def torch_paths() -> dict:
+    """Where this Python's libtorch is: its CMake package prefix and its library folder (backend = "aten")."""
+    from ..errors import KsbuildError
+    try:
+        import torch
+        import torch.utils
+    except ImportError:
+        raise KsbuildError('backend = "aten" links libtorch, but PyTorch is not installed in this Python',
+                           hint="pip install torch (the CPU build), or use backend = \"plain\"") from None
+    return {"cmake_prefix": torch.utils.cmake_prefix_path, "lib": str(Path(torch.__file__).parent / "lib")}
+
+
 def target_record(t: Target) -> dict:
     """What share/P/target.json records about the target the tree was built for."""
     return {"target": t.name, "triple": t.triple, "system": t.system, "processor": t.processor,
@@ -61,7 +79,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size),
                name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
-               description=f"ksbuild package {m.name}",
+               description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
     files = {
@@ -78,6 +96,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
     if target.cross:
         files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
+    if m.build.backend == "aten":
+        files["src/ks_aten.cpp"] = ATEN_BRIDGE
     if data.blob_size:
         files[f"src/{m.name}_data.S"] = data.assembly()
         (out / "src").mkdir(parents=True, exist_ok=True)
@@ -87,5 +107,5 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    for header in ("prelude.h", "blas.h") if m.build.backend == "blas" else ("prelude.h",):
+    for header in ("prelude.h",) + BACKEND_HEADERS.get(m.build.backend, ()):
         shutil.copyfile(resource_dir("prelude") / "ks" / header, out / "src/ks" / header)
