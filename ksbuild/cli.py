@@ -119,7 +119,7 @@ def _ir(a) -> None:
     after = "transforms" if a.before_passes else a.after
     for e in build_exports(load_manifest(a.manifest, a.backend), after):
         print(f"// {e.name} = {e.spec.text}")
-        print(print_func(e.func))
+        print(print_func(e.func, elide_over=64))  # large constants (ONNX weights) by digest only
 
 
 def _onnx_report(a) -> None:

@@ -19,8 +19,8 @@ def models(tmp_path_factory):
     import ksbuild
     d = tmp_path_factory.mktemp("onnx_models")
     modules = {n: export(n, d / f"{n}.onnx") for n in NAMES}
-    kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n[kernels.{n}_w]\nonnx = "{n}.onnx"\nweights = "external"\n\n'
-                      for n in NAMES)
+    kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n'
+                      f'[kernels.{n}_w]\nonnx = "{n}.onnx"\nweights = "external"\n\n' for n in NAMES)
     exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n}_w)"\n' for n in NAMES)
     (d / "manifest.toml").write_text(f'[package]\nname = "onnx_models"\n\n{kernels}[exports]\n{exports}')
     return ksbuild.build(d / "manifest.toml"), modules, d

@@ -45,8 +45,9 @@ class DataSection:
         """C++ definitions at file scope, before the functions that read them."""
         lines = []
         if self.offsets:
-            lines.append(f'extern "C" const unsigned char {self.blob_symbol}[];  // {self.blob_size} bytes, '
-                         f"src/{self.package}_data.bin")
+            # hidden: the library's own data, addressed directly (no GOT entry, nothing exported)
+            lines.append(f'extern "C" KS_HIDDEN const unsigned char {self.blob_symbol}[];  // {self.blob_size} '
+                         f"bytes, src/{self.package}_data.bin")
         for key, name in self.names.items():
             v = self.values[key]
             c = C_TYPES[v.dtype]
@@ -78,6 +79,11 @@ class DataSection:
 #endif
     .balign {ALIGN}
     .globl KS_SYMBOL
+#if defined(__ELF__)
+    .hidden KS_SYMBOL
+#elif defined(__APPLE__)
+    .private_extern KS_SYMBOL
+#endif
 KS_SYMBOL:
     .incbin KS_DATA_FILE
 #if defined(__ELF__)

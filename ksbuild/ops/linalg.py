@@ -99,9 +99,9 @@ def einsum_many(b, equation: str, xs: list[Atom]) -> Atom:
         out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
     else:
         out = out.replace("...", ell)
-    for t in terms:
-        if len(set(t)) != len(t):
-            raise error(b, f"einsum '{equation}': a repeated letter in one operand (a diagonal) is not supported")
+    xs, terms = map(list, zip(*[_diagonals(b, x, t) for x, t in zip(xs, terms)]))
+    if len(xs) == 1:
+        return _finish(b, xs[0], terms[0], out)
     acc, acc_t = xs[0], terms[0]
     for i in range(1, len(xs)):
         later = set(out) | set("".join(terms[i + 1:]))
@@ -109,6 +109,21 @@ def einsum_many(b, equation: str, xs: list[Atom]) -> Atom:
         acc = einsum(b, f"{acc_t},{terms[i]}->{keep}", acc, xs[i])
         acc_t = keep
     return _finish(b, acc, acc_t, out)
+
+
+def _diagonals(b, x: Atom, t: str) -> tuple[Atom, str]:
+    """An operand with a repeated letter ('ii') reduced to its diagonal: x · eye summed over the copy."""
+    from .create import eye
+    while len(set(t)) != len(t):
+        c = next(ch for ch in t if t.count(ch) > 1)
+        fresh = next(ch for ch in "ZYXWVUTSRQPONMLKJIHGFEDCBA" if ch not in t)
+        second = t.index(c, t.index(c) + 1)
+        renamed = t[:second] + fresh + t[second + 1:]
+        n = x.type.shape[t.index(c)]
+        mask = eye(b, n, n, x.type.dtype)
+        keep = renamed.replace(fresh, "")
+        x, t = b.einsum(x, mask, spec=f"{renamed},{c}{fresh}->{keep}"), keep
+    return x, t
 
 
 def _finish(b, x: Atom, have: str, want: str) -> Atom:
@@ -136,3 +151,51 @@ def _expand_ellipsis(b, terms: list[str], xs: list[Atom], equation: str) -> tupl
             raise error(b, f"einsum '{equation}': '{t}' does not match an operand of type {x.type}")
         out.append(t)
     return out, ell
+
+
+def det(b, x: Atom) -> Atom:
+    """The determinant of the trailing [n, n] matrices: Gaussian elimination with partial pivoting,
+    one `loop` step per column (row swaps are gathers, so it stays differentiable)."""
+    from ..ir.core import Lit
+    from ..ir.types import Type
+    from ..prims.control import PRIMS_LOOP, wrap
+    from .index import arg_extremum
+    n = x.type.shape[-1]
+    if x.type.rank < 2 or x.type.shape[-2] != n or not isinstance(n, int):
+        raise error(b, f"det needs square matrices of a static size, got {x.type}")
+    lead = x.type.shape[:-2]
+    r = x.type.rank
+    dt = x.type.dtype
+    i64 = lambda v: Lit(v, Type("i64"))  # noqa: E731
+
+    def step(bb, ps):
+        k, a, d = ps
+        rows = bb.iota(shape=(n,), axis=0, dtype="i64")
+        col = bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 1), shape=lead + (n,))
+        cand = bb.select(bb.ge(rows, k), bb.abs(col), Lit(-1.0, Type(dt)))
+        p = arg_extremum(bb, cand, r - 2, False, True)  # the pivot row of each matrix
+        pe = bb.reshape(p, shape=lead + (1,))
+        perm = bb.select(bb.eq(rows, k), pe, bb.select(bb.eq(rows, pe), k, rows))
+        a = gather_rows(bb, a, perm, r)
+        piv = bb.reshape(bb.gather(bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 2),
+                                              shape=lead + (n,)), bb.reshape(k, shape=(1,)), axis=r - 2),
+                         shape=lead)
+        d = bb.mul(d, bb.select(bb.eq(p, k), piv, bb.neg(piv)))
+        col = bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 1), shape=lead + (n,))
+        below = bb.convert(bb.gt(rows, k), dtype=dt)
+        safe = bb.select(bb.eq(piv, Lit(0.0, Type(dt))), Lit(1.0, Type(dt)), piv)
+        factor = bb.mul(bb.div(col, bb.reshape(safe, shape=lead + (1,))), below)
+        row_k = bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 2), shape=lead + (n,))
+        a = bb.sub(a, bb.mul(bb.reshape(factor, shape=lead + (n, 1)), bb.reshape(row_k, shape=lead + (1, n))))
+        return [a, d]
+
+    f = wrap("det_step", [Type("i64"), x.type, Type(dt, lead)], step)
+    one = Lit(1.0, Type(dt, lead))
+    return b.bind(PRIMS_LOOP, [i64(n), x, one], dict(body=f, n_consts=0, n_carry=2, length=n, reverse=False))[1]
+
+
+def gather_rows(b, a: Atom, perm: Atom, r: int) -> Atom:
+    """a[..., perm[..., i], :]: the rows of each matrix in a per-matrix order."""
+    from .index import gather_elements
+    idx = b.broadcast_to(b.reshape(perm, shape=perm.type.shape + (1,)), shape=a.type.shape)
+    return gather_elements(b, a, idx, r - 2)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ..ir.core import Atom, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_mul, dim_sub
-from ._util import error, scalar_lit
+from ._util import error, numel, scalar_lit
 from .math import logical_and
 from .reduce import expand_back
 
@@ -94,13 +94,18 @@ def conv(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilati
     for i in range(k):
         x = pad_axis(b, x, 2 + i, pads[i], pads[k + i])
     x = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
-    patches = windows(b, x, 3, w.type.shape[2:], strides, dilations)
-    wg = b.reshape(w, shape=(groups, m // groups, cg) + w.type.shape[2:])
-    outs, taps = OUT_LETTERS[:k], TAP_LETTERS[:k]
-    spec = f"ngc{''.join(o + t for o, t in zip(outs, taps))},gmc{taps}->ngm{outs}"
-    y = b.einsum(patches, wg, spec=spec)
-    y = b.reshape(y, shape=(n, m) + y.type.shape[3:])
-    return _add_channel_bias(b, y, bias)
+    patches = windows(b, x, 3, w.type.shape[2:], strides, dilations)  # [N, G, C, O1, K1, O2, K2, ...]
+    outs = tuple(patches.type.shape[3 + 2 * i] for i in range(k))
+    taps = tuple(w.type.shape[2:])
+    # im2col: [N, G, O1·O2…, C·K1·K2…] (the reshape of this strided view packs it), times the kernel's
+    # rows [G, M/G, C·K1·K2…] (a view broadcast over N): a matrix product per image and group, whose
+    # result [N, G, M/G, O1·O2…] is already laid out as [N, M, O1, O2, …]; a gemm on the blas backend
+    order = (0, 1) + tuple(3 + 2 * i for i in range(k)) + (2,) + tuple(4 + 2 * i for i in range(k))
+    depth = numel((cg,) + taps)
+    cols = b.reshape(b.transpose(patches, perm=order), shape=(n, groups, numel(outs), depth))
+    rows = b.broadcast_to(b.reshape(w, shape=(1, groups, m // groups, depth)), shape=(n, groups, m // groups, depth))
+    y = b.einsum(cols, rows, spec="ngpk,ngmk->ngmp")
+    return _add_channel_bias(b, b.reshape(y, shape=(n, m) + outs), bias)
 
 
 def _add_channel_bias(b, y: Atom, bias: Atom | None) -> Atom:

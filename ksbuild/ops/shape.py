@@ -216,12 +216,12 @@ def depth_to_space(b, x: Atom, block: int, mode: str = "DCR") -> Atom:
     return b.reshape(t, shape=(n, c2, dim_mul(h, block), dim_mul(w, block)))
 
 
-def space_to_depth(b, x: Atom, block: int) -> Atom:
-    """[N, C, H, W] -> [N, C·block², H / block, W / block] (the inverse of DCR depth_to_space)."""
+def space_to_depth(b, x: Atom, block: int, mode: str = "DCR") -> Atom:
+    """[N, C, H, W] -> [N, C·block², H / block, W / block] (the inverse of depth_to_space in that mode)."""
     n, c, h, w = x.type.shape
     h2, w2 = dim_floordiv_exact(b, h, block), dim_floordiv_exact(b, w, block)
     t = b.reshape(x, shape=(n, c, h2, block, w2, block))
-    t = b.transpose(t, perm=(0, 3, 5, 1, 2, 4))
+    t = b.transpose(t, perm=(0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4))
     return b.reshape(t, shape=(n, dim_mul(c, block * block), h2, w2))
 
 

@@ -27,8 +27,13 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
     ins = ", ".join(f"{p.hint or 'x'}: {p.type}" for p in f.params)
     outs = ", ".join(str(t) for t in f.out_types)
     src = e.kernel.python or e.kernel.onnx or e.kernel.torch
-    return [f"{e.name} = {e.spec.text}   (kernel {e.kernel.name} from {src})",
-            f"  ({ins}) -> ({outs})"]
+    lines = [f"{e.name} = {e.spec.text}   (kernel {e.kernel.name} from {src})", f"  ({ins}) -> ({outs})"]
+    if e.kernel.onnx is not None:
+        external = (e.kernel.weights or m.build.weights) == "external"
+        lines.append("  ONNX: graph inputs, then " + ("the float initializers (weights) in the model's order, "
+                     "passed by the caller" if external else "nothing else: the initializers are linked into "
+                     "the library") + "; results are the graph outputs")
+    return lines
 
 
 def views(m: Manifest, exports: list[Export], data: DataSection | None = None) -> list[ExportView]:

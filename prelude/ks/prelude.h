@@ -29,6 +29,13 @@
 #define KS_OMP_SIMD(...)
 #endif
 
+// Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
+#if defined(__GNUC__) || defined(__clang__)
+#define KS_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define KS_HIDDEN
+#endif
+
 namespace ks {
 
 // Status codes returned by every generated function that takes a tensor (C ABI `int`).

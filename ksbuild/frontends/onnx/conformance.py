@@ -187,7 +187,8 @@ def compare(got, want, rtol: float, atol: float) -> tuple[bool, float, str]:
     if np.any(np.isnan(g) != nan):
         return False, float("nan"), "NaN at different positions"
     same = (g == w) | nan
-    diff = np.where(same, 0.0, np.abs(g - w))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(g - w))
     ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(nan, 0.0, w))))
     return ok, float(np.max(diff)) if diff.size else 0.0, "values differ"
 

@@ -38,7 +38,7 @@ ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "I
                "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
 
 
-HANDLED_DOMAINS = ("", "ai.onnx.preview.training")
+HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
 
 
 def handler(*ops: str):
@@ -192,8 +192,7 @@ class Importer:
         return params
 
     def is_external(self, name: str, dtype: str, arr: np.ndarray) -> bool:
-        return self.weights == "external" and name not in self.embedded and arr.size > 1 and \
-            compute_dtype(dtype) in ("f32", "f64")
+        return self.weights == "external" and name not in self.embedded and compute_dtype(dtype) in ("f32", "f64")
 
     def outputs(self, b: Builder, frame: Frame, outs) -> tuple[list[Atom], list[str]]:
         results, names = [], []

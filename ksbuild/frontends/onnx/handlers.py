@@ -3,6 +3,7 @@ from . import (  # noqa: F401
     ops_control,
     ops_index,
     ops_math,
+    ops_ml,
     ops_nn,
     ops_quant,
     ops_reduce,

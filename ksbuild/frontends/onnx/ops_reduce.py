@@ -108,9 +108,11 @@ def gemm(n: Node):
     alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
     if n.attr("transA", 0):
         a = sh.swap_axes(n.b, a, 0, 1)
-    if n.attr("transB", 0):
-        bm = sh.swap_axes(n.b, bm, 0, 1)
-    y = linalg.matmul(n.b, a, bm)
+    if n.attr("transB", 0) and a.type.rank == 2 and bm.type.rank == 2:  # a bᵀ as dot products of rows
+        y = linalg.einsum(n.b, "xy,zy->xz", a, bm)
+    else:
+        bm = sh.swap_axes(n.b, bm, 0, 1) if n.attr("transB", 0) else bm
+        y = linalg.matmul(n.b, a, bm)
     if alpha != 1:
         y = n.b.mul(y, scalar_lit(alpha, y.type.dtype))
     c = n.opt(2)
@@ -123,3 +125,8 @@ def gemm(n: Node):
 def einsum(n: Node):
     return [linalg.einsum_many(n.b, n.attr("equation"), n.xs())]
 
+
+
+@handler("Det")
+def det(n: Node):
+    return [linalg.det(n.b, n.x(0))]

@@ -313,7 +313,7 @@ def depth_to_space(n: Node):
 
 @handler("SpaceToDepth")
 def space_to_depth(n: Node):
-    return [sh.space_to_depth(n.b, n.x(0), n.attr("blocksize"))]
+    return [sh.space_to_depth(n.b, n.x(0), n.attr("blocksize"), n.attr_in("mode", ("DCR", "CRD"), "DCR"))]
 
 
 @handler("Dropout")

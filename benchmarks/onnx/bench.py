@@ -1,0 +1,192 @@
+"""ONNX benchmark: inference of an MLP and a CNN compiled by ksbuild (plain and blas backends)
+against onnxruntime with one thread, and the gradient of their training loss against torch eager.
+
+    python benchmarks/onnx/bench.py [--quick] [--repeats 20] [--budget 3]
+
+The models are torch modules exported here with torch.onnx.export (nothing downloaded):
+- mlp: 784 -> 512 -> 512 -> 10 (ReLU), batch 64;
+- cnn: conv 3->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2, linear 4096 -> 10,
+  images [16, 3, 32, 32].
+Inference at batch 1 and at the batch above (the batch dim is symbolic: one build serves both):
+the same float32 inputs go to every contender; outputs are compared first (max abs error vs
+onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
+grad(loss, argnums=weights) of the exported loss (weights = "external") vs torch eager (forward +
+backward); both float32 results are compared with torch in float64 (max error relative to the
+largest gradient entry). Threads: onnxruntime intra/inter-op 1,
+torch.set_num_threads(1), OPENBLAS_NUM_THREADS=1. Each time is the MEDIAN of --repeats samples
+of calls from Python (ctypes for ksbuild, session.run for onnxruntime): per-call overheads are
+included for everyone. Ratios > 1 mean ksbuild is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+warnings.filterwarnings("ignore")
+
+
+def models():
+    import torch
+
+    class CNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 32, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+            self.fc = torch.nn.Linear(64 * 8 * 8, 10)
+
+        def forward(self, x):
+            x = torch.max_pool2d(torch.relu(self.c1(x)), 2)
+            x = torch.max_pool2d(torch.relu(self.c2(x)), 2)
+            return self.fc(torch.flatten(x, 1))
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 10))
+    return {"mlp": (mlp.eval(), (64, 784)), "cnn": (CNN().eval(), (16, 3, 32, 32))}
+
+
+class Loss:
+    """mean((model(x) - y)²) as a module, for the gradient export."""
+
+    def __new__(cls, model):
+        import torch
+
+        class L(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = model
+
+            def forward(self, x, y):
+                return ((self.m(x) - y) ** 2).mean()
+        return L()
+
+
+def export(folder: Path) -> dict:
+    import torch
+    out = {}
+    for name, (m, shape) in models().items():
+        x = torch.randn(shape)
+        torch.onnx.export(m, (x,), str(folder / f"{name}.onnx"), dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        y = torch.randn(m(x).shape)
+        torch.onnx.export(Loss(m), (x, y), str(folder / f"{name}_loss.onnx"), dynamo=False,
+                          input_names=["x", "y"], output_names=["loss"], do_constant_folding=False)
+        out[name] = (m, shape, tuple(y.shape))
+    return out
+
+
+def manifest(folder: Path, names, backend: str) -> Path:
+    import onnx
+    text = f'[package]\nname = "onnx_bench_{backend}"\n\n[build]\nbackend = "{backend}"\n\n'
+    exports = "[exports]\n"
+    for n in names:
+        n_w = sum(1 for _ in onnx.load(str(folder / f"{n}_loss.onnx")).graph.initializer)
+        text += f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n'
+        text += f'[kernels.{n}_loss]\nonnx = "{n}_loss.onnx"\nweights = "external"\n\n'
+        exports += f'{n} = "{n}"\n{n}_grad = "grad({n}_loss, argnums=({", ".join(str(2 + i) for i in range(n_w))}))"\n'
+    path = folder / f"manifest_{backend}.toml"
+    path.write_text(text + exports)
+    return path
+
+
+def median_time(fn, repeats: int, budget: float, min_ms: float = 20.0) -> float:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    loops = max(1, int(min_ms / 1000 / one))
+    samples, start = [], time.perf_counter()
+    while len(samples) < repeats and (time.perf_counter() - start < budget or len(samples) < 3):
+        t = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        samples.append((time.perf_counter() - t) / loops)
+    return float(np.median(samples))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--budget", type=float, default=3.0)
+    p.add_argument("--quick", action="store_true", help="fewer samples")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.repeats, a.budget = 5, 1.0
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnx import numpy_helper
+
+    import ksbuild
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    folder = Path(tempfile.mkdtemp(prefix="ksbuild-onnx-bench-"))
+    specs = export(folder)
+    pkgs = {b: ksbuild.build(manifest(folder, specs, b), backend=b) for b in ("plain", "blas")}
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    print(f"# ONNX benchmark ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; "
+          "times in ms)\n")
+    print("| model | onnxruntime | ksbuild | ksbuild+blas | ort / ksbuild | ort / ksbuild+blas | max err |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    grad_rows = []
+    for name, (m, shape, yshape) in specs.items():
+        sess = ort.InferenceSession(str(folder / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
+        for batch in (1, shape[0]):  # the batch dim is symbolic: one build serves both
+            x = rng.standard_normal((batch,) + shape[1:]).astype(np.float32)
+            want = sess.run(None, {"x": x})[0]
+            err = max(float(np.abs(getattr(pkgs[b], name)(x) - want).max()) for b in pkgs)
+            t_ort = median_time(lambda: sess.run(None, {"x": x}), a.repeats, a.budget)
+            t = {b: median_time(lambda b=b: getattr(pkgs[b], name)(x), a.repeats, a.budget) for b in pkgs}
+            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {1e3 * t['plain']:.3f} | {1e3 * t['blas']:.3f} | "
+                  f"{t_ort / t['plain']:.2f} | {t_ort / t['blas']:.2f} | {err:.1e} |")
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.standard_normal(yshape).astype(np.float32)
+        weights = [numpy_helper.to_array(t) for t in onnx.load(str(folder / f"{name}_loss.onnx")).graph.initializer]
+        loss = Loss(m)
+        xt, yt = torch.tensor(x), torch.tensor(y)
+
+        def torch_grad():
+            loss.zero_grad()
+            loss(xt, yt).backward()
+            return [p.grad for p in loss.parameters()]
+
+        ref = Loss(copy.deepcopy(m)).double()
+        ref(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)).backward()
+        want_g = [p.grad.numpy() for p in ref.parameters()]
+        got = {b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights) for b in pkgs}
+        g_err = max(float(np.abs(gg - w).max() / (np.abs(w).max() + 1e-12)) for b in got for gg, w in
+                    zip(got[b], want_g))
+        t_err = max(float(np.abs(gg.numpy() - w).max() / (np.abs(w).max() + 1e-12)) for gg, w in
+                    zip(torch_grad(), want_g))
+        t_torch = median_time(torch_grad, a.repeats, a.budget)
+        tg = {b: median_time(lambda b=b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights), a.repeats, a.budget)
+              for b in pkgs}
+        grad_rows.append(f"| {name} {list(shape)} | {1e3 * t_torch:.3f} | {1e3 * tg['plain']:.3f} | "
+                         f"{1e3 * tg['blas']:.3f} | {t_torch / tg['plain']:.2f} | {t_torch / tg['blas']:.2f} | "
+                         f"{g_err:.1e} | {t_err:.1e} |")
+    print("\nGradient of the training loss with respect to every weight (forward + backward):\n")
+    print("| model | torch eager | ksbuild | ksbuild+blas | torch / ksbuild | torch / ksbuild+blas | err ksbuild | "
+          "err torch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(grad_rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

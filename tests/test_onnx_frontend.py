@@ -1,0 +1,164 @@
+"""The ONNX frontend on hand-made models: errors name the model file and the node, manifest keys,
+dense constants in the IR text, the C data section, and folding of symbolic shapes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from ksbuild.errors import KsbuildError  # noqa: E402
+from ksbuild.frontends.onnx import compile_onnx_kernel  # noqa: E402
+from ksbuild.ir.interp import eval_func  # noqa: E402
+from ksbuild.ir.parser import parse_func  # noqa: E402
+from ksbuild.ir.printer import print_func  # noqa: E402
+from ksbuild.ir.verify import verify  # noqa: E402
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def save(tmp_path, m, name="model.onnx"):
+    path = tmp_path / name
+    onnx.save(m, str(path))
+    return path
+
+
+def compile_error(tmp_path, m) -> str:
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(save(tmp_path, m), "k")
+    return str(e.value)
+
+
+def test_unknown_op_names_the_node(tmp_path):
+    m = model([helper.make_node("FooBar", ["x"], ["y"], name="mystery")], [tensor("x", [2])], [tensor("y", [2])])
+    text = compile_error(tmp_path, m)
+    assert "model.onnx: node mystery (FooBar)" in text and "unknown op FooBar" in text
+
+
+def test_unknown_attribute_names_it(tmp_path):
+    node = helper.make_node("Relu", ["x"], ["y"], name="r1", slope=2.0)
+    text = compile_error(tmp_path, model([node], [tensor("x", [2])], [tensor("y", [2])]))
+    assert "node r1 (Relu)" in text and "unknown or unsupported attribute 'slope'" in text
+
+
+def test_bad_attribute_value(tmp_path):
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="c", auto_pad="DIAGONAL")
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    text = compile_error(tmp_path, model([node], [tensor("x", [1, 1, 5, 5])], [tensor("y", [1, 1, 3, 3])], [w]))
+    assert "node c (Conv)" in text and "auto_pad='DIAGONAL' is not supported" in text
+
+
+def test_shape_mismatch_names_the_node(tmp_path):
+    node = helper.make_node("Add", ["a", "b"], ["y"], name="plus")
+    text = compile_error(tmp_path, model([node], [tensor("a", [2, 3]), tensor("b", [4])], [tensor("y", [2, 3])]))
+    assert "node plus (Add)" in text and "do not broadcast" in text
+
+
+def test_shape_input_computed_at_run_time_is_explained(tmp_path):
+    node = helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")
+    text = compile_error(tmp_path, model([node], [tensor("x", [6]), tensor("s", [2], TensorProto.INT64)],
+                                         [tensor("y", [2, 3])]))
+    assert "node rs (Reshape)" in text and "must be known when the model is compiled" in text
+
+
+def test_unsupported_input_type(tmp_path):
+    node = helper.make_node("Identity", ["x"], ["y"])
+    text = compile_error(tmp_path, model([node], [tensor("x", [2], TensorProto.STRING)],
+                                         [tensor("y", [2], TensorProto.STRING)]))
+    assert "graph input 'x' has element type STRING" in text
+
+
+def test_unreadable_model(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"this is not protobuf")
+    with pytest.raises(KsbuildError, match="cannot read ONNX model"):
+        compile_onnx_kernel(path, "k")
+
+
+def test_cli_error_leaves_nothing_behind(tmp_path):
+    node = helper.make_node("FooBar", ["x"], ["y"], name="n0")
+    save(tmp_path, model([node], [tensor("x", [2])], [tensor("y", [2])]))
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "bad"\n\n[kernels.k]\nonnx = "model.onnx"\n\n'
+                                            '[exports]\nk = "k"\n')
+    out = tmp_path / "dist"
+    r = subprocess.run([sys.executable, "-m", "ksbuild", "package", str(tmp_path / "manifest.toml"), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "node n0 (FooBar): error: unknown op FooBar" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    ('weights = "sideways"', "unknown weights 'sideways'"),
+    ('python = "k.py:k"\nweights = "external"', "'weights' is for ONNX kernels"),
+])
+def test_manifest_weights_key(tmp_path, value, message):
+    from ksbuild.manifest import load_manifest
+    (tmp_path / "k.py").write_text("def k(x: float) -> float:\n    return x\n")
+    save(tmp_path, model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", [2])]))
+    kernel = value if value.startswith("python") else f'onnx = "model.onnx"\n{value}'
+    (tmp_path / "manifest.toml").write_text(f'[package]\nname = "p"\n\n[kernels.k]\n{kernel}\n\n[exports]\nk = "k"\n')
+    with pytest.raises(KsbuildError, match=message):
+        load_manifest(tmp_path / "manifest.toml")
+
+
+def mlp_with_symbolic_batch():
+    """x [batch, 4] -> relu(x W + b) viewed as [batch, 2, 4] via Shape/Gather/Concat/Reshape (as torch exports)."""
+    w = numpy_helper.from_array(np.arange(32, dtype=np.float32).reshape(4, 8) / 10, "w")
+    bias = numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "b")
+    idx = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    tail = numpy_helper.from_array(np.array([2, 4], np.int64), "tail")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"]), helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "tail"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    return model(nodes, [tensor("x", ["batch", 4])], [tensor("y", ["batch", 2, 4])], [w, bias, idx, tail, axes])
+
+
+def test_symbolic_shapes_fold_and_dense_constants_round_trip(tmp_path):
+    f = compile_onnx_kernel(save(tmp_path, mlp_with_symbolic_batch()), "k")
+    verify(f)
+    assert str(f.params[0].type) == "f32[batch, 4]" and str(f.results[0].type) == "f32[batch, 2, 4]"
+    text = print_func(f)
+    assert "dense(f32[4, 8], '" in text and "Shape" not in text
+    g = parse_func(text)
+    assert print_func(g) == text
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    w = np.arange(32, dtype=np.float32).reshape(4, 8) / 10
+    want = np.maximum(x @ w + np.linspace(-1, 1, 8).astype(np.float32), 0).reshape(3, 2, 4)
+    np.testing.assert_allclose(eval_func(g, [x])[0], want, rtol=1e-6)
+
+
+def test_weights_external_become_parameters(tmp_path):
+    from ksbuild.frontends.onnx import import_model
+    f, external = import_model(save(tmp_path, mlp_with_symbolic_batch()), "k", weights="external")
+    assert external == ["w", "b"]
+    assert [str(p.type) for p in f.params] == ["f32[batch, 4]", "f32[4, 8]", "f32[8]"]
+
+
+def test_large_constants_go_to_a_blob(tmp_path):
+    """A weight above the inline limit is bytes in src/P_data.bin, assembled with .incbin, not C literals."""
+    import ksbuild
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32), "w")
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["n", 64])], [tensor("y", ["n", 64])],
+              [w])
+    save(tmp_path, m)
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "blob"\n\n[kernels.k]\nonnx = "model.onnx"\n\n'
+                                            '[exports]\nk = "k"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    x = np.random.default_rng(2).standard_normal((5, 64)).astype(np.float32)
+    np.testing.assert_allclose(pkg.k(x), x @ numpy_helper.to_array(w), rtol=1e-5, atol=1e-5)
+    src = next(pkg.root.glob("share/blob/src/blob.cpp")).read_text()
+    assert "blob_data_blob + 0" in src and len(src) < 4000
