@@ -3,6 +3,15 @@
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = a negative dim (ks::status::err_shape),
  * 2 = NULL workspace where one is needed (err_null). No function allocates or throws.
+ *
+ * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
+ * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
+ * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
+ *
+ * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
+ * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
+ * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
+ * not checked; only a negative dim is rejected (status 1).
  */
 #ifndef ONNX_CNN_H_
 #define ONNX_CNN_H_
@@ -19,7 +28,8 @@ extern "C" {
 /*   (image: f32[batch, 3, 16, 16]) -> (f32[batch, 10]) */
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace);
-/* Bytes of workspace onnx_cnn_cnn needs (0: NULL is fine). */
+/*   shapes: image[batch, 3, 16, 16] -> out[batch, 10] */
+/* Bytes of workspace onnx_cnn_cnn needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_cnn_cnn_workspace_size(int64_t batch);
 
 
@@ -27,7 +37,8 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch);
 /*   (image: f32[batch, 3, 16, 16], ct_logits: f32[batch, 10]) -> (f32[batch, 3, 16, 16]) */
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace);
-/* Bytes of workspace onnx_cnn_cnn_vjp needs (0: NULL is fine). */
+/*   shapes: image[batch, 3, 16, 16], ct_logits[batch, 10] -> out[batch, 3, 16, 16] */
+/* Bytes of workspace onnx_cnn_cnn_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch);
 
 

@@ -100,7 +100,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             for (int64_t i26 = 0; i26 < 8; ++i26) {
                 for (int64_t i27 = 0; i27 < 256; ++i27) {
                     float dot = 0;
-                    #pragma omp simd reduction(+:dot)
+                    KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t i28 = 0; i28 < 27; ++i28) {
                         dot += packed[i24 * (256 * 27) + i25 * (256 * 27) + i27 * 27 + i28] * ks_data_0[i25 * (8 * 27) + i26 * 27 + i28];
                     }
@@ -164,7 +164,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             for (int64_t i57 = 0; i57 < 16; ++i57) {
                 for (int64_t i58 = 0; i58 < 9; ++i58) {
                     float dot59 = 0;
-                    #pragma omp simd reduction(+:dot59)
+                    KS_OMP_SIMD(reduction(+:dot59))
                     for (int64_t i60 = 0; i60 < 72; ++i60) {
                         dot59 += packed46[i55 * (9 * 72) + i56 * (9 * 72) + i58 * 72 + i60] * ks_data_2[i56 * (16 * 72) + i57 * 72 + i60];
                     }
@@ -177,7 +177,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
         for (int64_t i63 = 0; i63 < 16; ++i63) {
             float acc = 0;
             for (int64_t i64 = 0; i64 < 3; ++i64) {
-                #pragma omp simd reduction(+:acc)
+                KS_OMP_SIMD(reduction(+:acc))
                 for (int64_t i65 = 0; i65 < 3; ++i65) {
                     const float x_i66 = prod54[i62 * (16 * 3 * 3) + i63 * (3 * 3) + i64 * 3 + i65];
                     const float x_i67 = ks_data_3[i63];
@@ -203,7 +203,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     for (int64_t i78 = 0; i78 < batch; ++i78) {
         for (int64_t i79 = 0; i79 < 10; ++i79) {
             float dot80 = 0;
-            #pragma omp simd reduction(+:dot80)
+            KS_OMP_SIMD(reduction(+:dot80))
             for (int64_t i81 = 0; i81 < 16; ++i81) {
                 dot80 += tmp70[i78 * 16 + i81] * ks_data_4[i79 * 16 + i81];
             }
@@ -338,7 +338,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             for (int64_t i26 = 0; i26 < 8; ++i26) {
                 for (int64_t i27 = 0; i27 < 256; ++i27) {
                     float dot = 0;
-                    #pragma omp simd reduction(+:dot)
+                    KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t i28 = 0; i28 < 27; ++i28) {
                         dot += packed[i24 * (256 * 27) + i25 * (256 * 27) + i27 * 27 + i28] * ks_data_0[i25 * (8 * 27) + i26 * 27 + i28];
                     }
@@ -445,7 +445,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             for (int64_t i82 = 0; i82 < 16; ++i82) {
                 for (int64_t i83 = 0; i83 < 9; ++i83) {
                     float dot84 = 0;
-                    #pragma omp simd reduction(+:dot84)
+                    KS_OMP_SIMD(reduction(+:dot84))
                     for (int64_t i85 = 0; i85 < 72; ++i85) {
                         dot84 += packed71[i80 * (9 * 72) + i81 * (9 * 72) + i83 * 72 + i85] * ks_data_2[i81 * (16 * 72) + i82 * 72 + i85];
                     }

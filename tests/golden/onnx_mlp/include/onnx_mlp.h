@@ -3,6 +3,15 @@
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = a negative dim (ks::status::err_shape),
  * 2 = NULL workspace where one is needed (err_null). No function allocates or throws.
+ *
+ * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
+ * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
+ * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
+ *
+ * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
+ * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
+ * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
+ * not checked; only a negative dim is rejected (status 1).
  */
 #ifndef ONNX_MLP_H_
 #define ONNX_MLP_H_
@@ -19,7 +28,8 @@ extern "C" {
 /*   (x: f32[batch, 4]) -> (f32[batch, 1]) */
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace);
-/* Bytes of workspace onnx_mlp_mlp needs (0: NULL is fine). */
+/*   shapes: x[batch, 4] -> out[batch, 1] */
+/* Bytes of workspace onnx_mlp_mlp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_mlp_workspace_size(int64_t batch);
 
 
@@ -27,7 +37,8 @@ size_t onnx_mlp_mlp_workspace_size(int64_t batch);
 /*   (x: f32[batch, 4], dx: f32[batch, 4]) -> (f32[batch, 1]) */
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out, void* workspace);
-/* Bytes of workspace onnx_mlp_mlp_jvp needs (0: NULL is fine). */
+/*   shapes: x[batch, 4], dx[batch, 4] -> out[batch, 1] */
+/* Bytes of workspace onnx_mlp_mlp_jvp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch);
 
 
@@ -35,7 +46,8 @@ size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch);
 /*   (x: f32[batch, 4], target: f32[batch, 1], mlp_fc1_weight: f32[32, 4], mlp_fc1_bias: f32[32], mlp_fc2_weight: f32[32, 32], mlp_fc2_bias: f32[32], mlp_out_weight: f32[1, 32], mlp_out_bias: f32[1]) -> (f32) */
 /*   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs */
 int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out, void* workspace);
-/* Bytes of workspace onnx_mlp_loss needs (0: NULL is fine). */
+/*   shapes: x[batch, 4], target[batch, 1], mlp_fc1_weight[32, 4], mlp_fc1_bias[32], mlp_fc2_weight[32, 32], mlp_fc2_bias[32], mlp_out_weight[1, 32], mlp_out_bias[1] -> out */
+/* Bytes of workspace onnx_mlp_loss needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_loss_workspace_size(int64_t batch);
 
 
@@ -43,7 +55,8 @@ size_t onnx_mlp_loss_workspace_size(int64_t batch);
 /*   (x: f32[batch, 4], target: f32[batch, 1], mlp_fc1_weight: f32[32, 4], mlp_fc1_bias: f32[32], mlp_fc2_weight: f32[32, 32], mlp_fc2_bias: f32[32], mlp_out_weight: f32[1, 32], mlp_out_bias: f32[1]) -> (f32[32, 4], f32[32], f32[32, 32], f32[32], f32[1, 32], f32[1]) */
 /*   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs */
 int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out_d_mlp_fc1_weight, float* out_d_mlp_fc1_bias, float* out_d_mlp_fc2_weight, float* out_d_mlp_fc2_bias, float* out_d_mlp_out_weight, float* out_d_mlp_out_bias, void* workspace);
-/* Bytes of workspace onnx_mlp_loss_grad needs (0: NULL is fine). */
+/*   shapes: x[batch, 4], target[batch, 1], mlp_fc1_weight[32, 4], mlp_fc1_bias[32], mlp_fc2_weight[32, 32], mlp_fc2_bias[32], mlp_out_weight[1, 32], mlp_out_bias[1] -> out_d_mlp_fc1_weight[32, 4], out_d_mlp_fc1_bias[32], out_d_mlp_fc2_weight[32, 32], out_d_mlp_fc2_bias[32], out_d_mlp_out_weight[1, 32], out_d_mlp_out_bias[1] */
+/* Bytes of workspace onnx_mlp_loss_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_loss_grad_workspace_size(int64_t batch);
 
 

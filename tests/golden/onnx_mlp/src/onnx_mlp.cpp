@@ -30,7 +30,7 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 32; ++i1) {
             float dot = 0;
-            #pragma omp simd reduction(+:dot)
+            KS_OMP_SIMD(reduction(+:dot))
             for (int64_t i2 = 0; i2 < 4; ++i2) {
                 dot += x[i * 4 + i2] * ks_data_0[i1 * 4 + i2];
             }
@@ -50,7 +50,7 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     for (int64_t i9 = 0; i9 < batch; ++i9) {
         for (int64_t i10 = 0; i10 < 32; ++i10) {
             float dot11 = 0;
-            #pragma omp simd reduction(+:dot11)
+            KS_OMP_SIMD(reduction(+:dot11))
             for (int64_t i12 = 0; i12 < 32; ++i12) {
                 dot11 += tmp[i9 * 32 + i12] * ks_data_2[i10 * 32 + i12];
             }
@@ -70,7 +70,7 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     for (int64_t i21 = 0; i21 < batch; ++i21) {
         for (int64_t i22 = 0; i22 < 1; ++i22) {
             float dot23 = 0;
-            #pragma omp simd reduction(+:dot23)
+            KS_OMP_SIMD(reduction(+:dot23))
             for (int64_t i24 = 0; i24 < 32; ++i24) {
                 dot23 += tmp13[i21 * 32 + i24] * ks_data_4[i22 * 32 + i24];
             }
@@ -111,7 +111,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 32; ++i1) {
             float dot = 0;
-            #pragma omp simd reduction(+:dot)
+            KS_OMP_SIMD(reduction(+:dot))
             for (int64_t i2 = 0; i2 < 4; ++i2) {
                 dot += x[i * 4 + i2] * ks_data_0[i1 * 4 + i2];
             }
@@ -121,7 +121,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     for (int64_t i4 = 0; i4 < batch; ++i4) {
         for (int64_t i5 = 0; i5 < 32; ++i5) {
             float dot6 = 0;
-            #pragma omp simd reduction(+:dot6)
+            KS_OMP_SIMD(reduction(+:dot6))
             for (int64_t i7 = 0; i7 < 4; ++i7) {
                 dot6 += dx[i4 * 4 + i7] * ks_data_0[i5 * 4 + i7];
             }
@@ -146,7 +146,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     for (int64_t i19 = 0; i19 < batch; ++i19) {
         for (int64_t i20 = 0; i20 < 32; ++i20) {
             float dot21 = 0;
-            #pragma omp simd reduction(+:dot21)
+            KS_OMP_SIMD(reduction(+:dot21))
             for (int64_t i22 = 0; i22 < 32; ++i22) {
                 dot21 += tmp[i19 * 32 + i22] * ks_data_2[i20 * 32 + i22];
             }
@@ -157,7 +157,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     for (int64_t i24 = 0; i24 < batch; ++i24) {
         for (int64_t i25 = 0; i25 < 32; ++i25) {
             float dot26 = 0;
-            #pragma omp simd reduction(+:dot26)
+            KS_OMP_SIMD(reduction(+:dot26))
             for (int64_t i27 = 0; i27 < 32; ++i27) {
                 dot26 += tmp8[i24 * 32 + i27] * ks_data_2[i25 * 32 + i27];
             }
@@ -181,7 +181,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     for (int64_t i39 = 0; i39 < batch; ++i39) {
         for (int64_t i40 = 0; i40 < 1; ++i40) {
             float dot41 = 0;
-            #pragma omp simd reduction(+:dot41)
+            KS_OMP_SIMD(reduction(+:dot41))
             for (int64_t i42 = 0; i42 < 32; ++i42) {
                 dot41 += tmp28[i39 * 32 + i42] * ks_data_4[i40 * 32 + i42];
             }
@@ -213,7 +213,7 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 32; ++i1) {
             float dot = 0;
-            #pragma omp simd reduction(+:dot)
+            KS_OMP_SIMD(reduction(+:dot))
             for (int64_t i2 = 0; i2 < 4; ++i2) {
                 dot += x[i * 4 + i2] * mlp_fc1_weight[i1 * 4 + i2];
             }
@@ -233,7 +233,7 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     for (int64_t i8 = 0; i8 < batch; ++i8) {
         for (int64_t i9 = 0; i9 < 32; ++i9) {
             float dot10 = 0;
-            #pragma omp simd reduction(+:dot10)
+            KS_OMP_SIMD(reduction(+:dot10))
             for (int64_t i11 = 0; i11 < 32; ++i11) {
                 dot10 += tmp[i8 * 32 + i11] * mlp_fc2_weight[i9 * 32 + i11];
             }
@@ -253,7 +253,7 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     for (int64_t i19 = 0; i19 < batch; ++i19) {
         for (int64_t i20 = 0; i20 < 1; ++i20) {
             float dot21 = 0;
-            #pragma omp simd reduction(+:dot21)
+            KS_OMP_SIMD(reduction(+:dot21))
             for (int64_t i22 = 0; i22 < 32; ++i22) {
                 dot21 += tmp12[i19 * 32 + i22] * mlp_out_weight[i20 * 32 + i22];
             }
@@ -262,7 +262,7 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     }
     float acc = 0;
     for (int64_t i23 = 0; i23 < batch; ++i23) {
-        #pragma omp simd reduction(+:acc)
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i24 = 0; i24 < 1; ++i24) {
             const float x_i25 = prod18[i23 + i24];
             const float mlp_out_bias_i = mlp_out_bias[i24];
@@ -309,7 +309,7 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 32; ++i1) {
             float dot = 0;
-            #pragma omp simd reduction(+:dot)
+            KS_OMP_SIMD(reduction(+:dot))
             for (int64_t i2 = 0; i2 < 4; ++i2) {
                 dot += x[i * 4 + i2] * mlp_fc1_weight[i1 * 4 + i2];
             }
@@ -332,7 +332,7 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     for (int64_t i11 = 0; i11 < batch; ++i11) {
         for (int64_t i12 = 0; i12 < 32; ++i12) {
             float dot13 = 0;
-            #pragma omp simd reduction(+:dot13)
+            KS_OMP_SIMD(reduction(+:dot13))
             for (int64_t i14 = 0; i14 < 32; ++i14) {
                 dot13 += tmp[i11 * 32 + i14] * mlp_fc2_weight[i12 * 32 + i14];
             }
@@ -354,7 +354,7 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     for (int64_t i25 = 0; i25 < batch; ++i25) {
         for (int64_t i26 = 0; i26 < 1; ++i26) {
             float dot27 = 0;
-            #pragma omp simd reduction(+:dot27)
+            KS_OMP_SIMD(reduction(+:dot27))
             for (int64_t i28 = 0; i28 < 32; ++i28) {
                 dot27 += tmp15[i25 * 32 + i28] * mlp_out_weight[i26 * 32 + i28];
             }
