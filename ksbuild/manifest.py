@@ -275,7 +275,7 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
         raise ctx.error(path + ("signature",), f"kernel '{name}': 'signature' is for Python kernels; an "
                         f"{'ONNX' if onnx else 'exported torch'} model declares its own inputs and outputs")
     if python is not None and weights is not None:
-        raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX and torch kernels")
+        raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX kernels and torch kernels")
     if signature is not None:
         parse_signature(signature, ctx.loc(path + ("signature",)))
     return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights, torch)

@@ -26,6 +26,7 @@ extern "C" {
 
 /* classify = classifier   (kernel classifier from export.py:make) */
 /*   (input: f32[batch, 64]) -> (f32[batch, 10]) */
+/*   torch.export: the forward's inputs, then nothing else: parameters and buffers are linked into the library; results are the forward's outputs, flattened */
 int mnist_classify(int64_t batch, const float* input, float* out, void* workspace);
 /*   shapes: input[batch, 64] -> out[batch, 10] */
 /* Bytes of workspace mnist_classify needs, 16-byte aligned (0: NULL is fine). */

@@ -26,6 +26,7 @@ alignas(16) static const float ks_data_15[64] = {0.20948176085948944f, 0.2171222
 
 // classify = classifier   (kernel classifier from export.py:make)
 //   (input: f32[batch, 64]) -> (f32[batch, 10])
+//   torch.export: the forward's inputs, then nothing else: parameters and buffers are linked into the library; results are the forward's outputs, flattened
 extern "C" int mnist_classify(int64_t batch, const float* input, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr) return ks::status::err_null;
