@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--filter", default=None, metavar="OP", help="only the cases of this op type")
     o.add_argument("-o", "--out", default=None, help="write the markdown report here (default: print it)")
     o.add_argument("--interpreted", action="store_true", help="run the reference interpreter instead of C++")
-    o.add_argument("--backend", default="plain", help=BACKEND_HELP)
+    o.add_argument("--backend", default="plain", help="plain (default) or blas")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
     return p
 

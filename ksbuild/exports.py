@@ -103,7 +103,7 @@ def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
             if name not in kernels:
                 kernels[name] = compile_kernel(m, m.kernels[name])
         f = apply_transform(spec.expr, kernels, spec.loc)
-        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend), after)
+        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend, threads=m.build.threads), after)
         out.append(Export(spec.name, lowered, spec, m.kernels[_kernel_names(spec.expr)[0]]))
     return out
 

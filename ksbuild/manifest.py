@@ -19,7 +19,7 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target", "weights")
+BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights")
 KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch")
 SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
@@ -72,7 +72,9 @@ class BuildSpec:
     backend: str = "plain"
     dtype: str = "float32"
     target: str = "host"
-    weights: str = "embed"
+    cpu: str = ""  # a -march value such as "native" or "x86-64-v3"; "" is the target's baseline
+    threads: int = 0  # > 1: batch loops run in parallel with OpenMP (not runtime-free); 0, 1: no threads
+    weights: str = "embed"  # ONNX kernels: initializers linked into the library, or arguments ("external")
 
 
 @dataclass(frozen=True)
@@ -248,8 +250,13 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
+    cpu = _field(ctx, table, path, "cpu", default.cpu, _TARGET, 'a -march value such as "native" or "x86-64-v3"')
+    threads = table.get("threads", default.threads)
+    if type(threads) is not int or not 0 <= threads <= 1024:
+        raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",
+                        hint="0 or 1: single-threaded and runtime-free (the default); N > 1: OpenMP with N threads")
     weights = _field(ctx, table, path, "weights", default.weights, WEIGHTS)
-    return BuildSpec(backend, dtype, target, weights)
+    return BuildSpec(backend, dtype, target, cpu, threads, weights)
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:

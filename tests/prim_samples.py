@@ -39,6 +39,12 @@ def index_between(lo, hi):
     return lambda rng, shape: rng.integers(lo, hi, shape)
 
 
+def _index_set_ref(x, i, v):
+    out = x.copy()
+    out[:, i] = v
+    return out
+
+
 def _index_add_ref(x, i, v):
     out = x.copy()
     out[:, i] += v
@@ -137,6 +143,7 @@ SAMPLES = {
     "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
     "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-3, 6)), lambda x, i: x[min(max(i, 0), 2)]),
     "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),
+    "index_set": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_set_ref),
     "slice": ((M,), {"axis": 1, "start": 1, "stop": 3}, (normal,), lambda x: x[:, 1:3]),
     "pad": ((M,), {"axis": 0, "lo": 1, "hi": 2}, (normal,), lambda x: np.concatenate([0 * x[:1], x, 0 * x[:2]])),
     "reduce_max": ((M,), {"axes": (1,)}, (normal,), lambda x: np.array([max(r) for r in x])),
@@ -187,6 +194,6 @@ def prim_name(key: str) -> str:
     return key.split(":")[0]
 
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
-STRUCTURED = {"cond", "loop", "call"}
+STRUCTURED = {"cond", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract"}

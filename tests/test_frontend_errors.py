@@ -188,6 +188,21 @@ def k(x: float) -> float:
 def k(x: float) -> float:
     return x @ x  # <-
 ''', "matmul needs tensors of rank >= 1, got f64 and f64"),
+    "assignment to a stepped slice": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    x[::2] = 0.0  # <-
+    return x
+''', "assignment to a slice with a step is not supported"),
+    "assignment to a scalar's element": Case('''\
+def k(x: float) -> float:
+    x[0] = 1.0  # <-
+    return x
+''', "only a tensor's elements can be assigned"),
+    "assignment of a wrong shape": Case('''\
+def k(x: "float[n, 3]", v: "float[4]") -> "float[n, 3]":
+    x[0] = v  # <-
+    return x
+''', "cannot assign a value of type f64[4] to a part of type f64[3]"),
 }
 
 XFAIL = {

@@ -271,3 +271,17 @@ def test_backend_override(tmp_path):
     for bad, message in (("ort", "backend 'ort' is not available yet"), ("cuda", "backend 'cuda' is not available")):
         with pytest.raises(KsbuildError, match=message):
             load_manifest(path, bad)
+
+
+def test_cpu_key_reaches_the_generated_cmake(tmp_path):
+    """[build] cpu = "x86-64-v3" becomes the project's KS_CPU (-march); a bad value names the key."""
+    from ksbuild.packaging.package import render
+    text = '[package]\nname = "p"\n[build]\ncpu = "x86-64-v3"\n[kernels.relu3]\npython = "relu3.py:relu3"\n' \
+           '[exports]\nf = "grad(relu3)"\n'
+    path = write(tmp_path, text)
+    assert load_manifest(path).build.cpu == "x86-64-v3"
+    render(path, tmp_path / "proj", lambda s: None)
+    assert 'set(KS_CPU "x86-64-v3"' in (tmp_path / "proj/CMakeLists.txt").read_text()
+    with pytest.raises(KsbuildError, match="cpu 'x86 64' in \\[build\\] must be") as info:
+        load_manifest(write(tmp_path, text.replace("x86-64-v3", "x86 64")))
+    assert info.value.loc.line == 4

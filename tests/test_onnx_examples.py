@@ -124,3 +124,21 @@ def test_model_py_reproduces_the_checked_in_models(tmp_path, example, files):
                  for i in a.get_inputs()}
         for u, v in zip(a.run(None, feeds), b.run(None, feeds)):
             np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-g++") and shutil.which("qemu-aarch64")),
+                    reason="needs aarch64-linux-gnu-g++ and qemu-aarch64 (scripts/install.sh installs them as root)")
+def test_cnn_app_cross_compiled_for_aarch64(tmp_path):
+    """The weights blob assembles for another architecture too: the aarch64 app prints what the host's does."""
+    from ksbuild.compile.cmake import cmake_exe
+    dist = tmp_path / "dist"
+    assert cli_main(["package", str(ROOT / "examples/onnx_cnn/manifest.toml"), "--target", "aarch64-linux-gnu",
+                     "-o", str(dist)]) == 0
+    cmake = cmake_exe()
+    subprocess.run([cmake, "-S", str(ROOT / "examples/onnx_cnn/app"), "-B", str(tmp_path / "b"),
+                    f"-DCMAKE_PREFIX_PATH={dist}", f"-DCMAKE_TOOLCHAIN_FILE={dist}/share/onnx_cnn/toolchain.cmake"],
+                   check=True, capture_output=True)
+    subprocess.run([cmake, "--build", str(tmp_path / "b")], check=True, capture_output=True)
+    run = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(tmp_path / "b/onnx_cnn_app")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "d logit / d pixel" in run.stdout, run.stdout + run.stderr

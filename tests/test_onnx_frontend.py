@@ -162,3 +162,9 @@ def test_large_constants_go_to_a_blob(tmp_path):
     np.testing.assert_allclose(pkg.k(x), x @ numpy_helper.to_array(w), rtol=1e-5, atol=1e-5)
     src = next(pkg.root.glob("share/blob/src/blob.cpp")).read_text()
     assert "blob_data_blob + 0" in src and len(src) < 4000
+
+
+def test_attribute_of_the_wrong_kind(tmp_path):
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], name="lr", alpha="steep")
+    text = compile_error(tmp_path, model([node], [tensor("x", [2])], [tensor("y", [2])]))
+    assert "node lr (LeakyRelu)" in text and "attribute 'alpha' must be a number, got str 'steep'" in text

@@ -74,3 +74,18 @@ def test_vjp_matches_torch_autograd(models, name):
 def _c(name: str) -> str:
     from ksbuild.frontends.onnx.graph import c_name
     return c_name(name, "w")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_of_a_model_is_a_loop_over_lanes(models, name):
+    """vmap over an imported model (interpreted): each lane is the model on that lane's batch."""
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.transforms.vmap import vmap_func
+    _, _, d = models
+    f = compile_onnx_kernel(d / f"{name}.onnx", name)
+    vf, _ = vmap_func(f, [True], "lanes", [True])
+    sess = ort.InferenceSession(str(d / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    xs = np.random.default_rng(5).standard_normal((2, 3) + tuple(sess.get_inputs()[0].shape[1:])).astype(np.float32)
+    want = np.stack([sess.run(None, {"x": x})[0] for x in xs])
+    np.testing.assert_allclose(eval_func(vf, [xs])[0], want, rtol=2e-5, atol=2e-6)

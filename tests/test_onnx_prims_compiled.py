@@ -48,7 +48,8 @@ def package(tmp_path_factory):
     spec, kernel = next(iter(m.exports.values())), m.kernels["k"]
     exports = [Export(name, lower(f.renamed(name)), spec, kernel) for name, f in funcs().items()]
     render_project(m, exports, d / "project")
-    build_and_install(d / "project", d / "build", d / "install", python_module=True, progress=lambda s: None)
+    build_and_install(d / "project", d / "build", d / "install", log=d / "build.log", python_module=True,
+                      progress=lambda s: None)
     return Package(d / "install"), funcs()
 
 

@@ -146,12 +146,22 @@ def bind_jax(data: dict) -> Bound:
                  lambda: jax.block_until_ready(vg_jit(*args))[1])
 
 
-def load_ksbuild(backend: str):
-    """(package, "") from ksbuild.build of the GMM manifest, or (None, reason) if that fails."""
+def load_ksbuild(backend: str, cpu: str = ""):
+    """(package, "") from ksbuild.build of the GMM manifest, or (None, reason) if that fails.
+    A cpu (e.g. native) builds a copy of the example with [build] cpu set."""
     try:
         import ksbuild
 
-        return ksbuild.build(MANIFEST, backend=backend), ""
+        manifest = MANIFEST
+        if cpu:
+            import shutil
+            import tempfile
+            folder = Path(tempfile.mkdtemp(prefix="gmm-cpu-")) / "gmm"
+            shutil.copytree(MANIFEST.parent, folder)
+            text = (folder / "manifest.toml").read_text().replace("[build]\n", f'[build]\ncpu = "{cpu}"\n', 1)
+            (folder / "manifest.toml").write_text(text)
+            manifest = folder / "manifest.toml"
+        return ksbuild.build(manifest, backend=backend), ""
     except Exception as e:  # noqa: BLE001 - any failure makes ksbuild an unavailable column
         return None, short_reason(e)
 
@@ -377,11 +387,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=3.0, help="stop sampling one time after this many seconds")
     p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     p.add_argument("--no-ksbuild", action="store_true", help="leave ksbuild out")
+    p.add_argument("--cpu", default="", help="build ksbuild with [build] cpu = CPU (e.g. native; default: baseline)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: the libraries' defaults)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop"),
-                   help="which ksbuild export: gmm (batched, default) or gmm_loop (a loop over observations)")
+    p.add_argument("--kernel", default="gmm", choices=("gmm", "gmm_loop", "gmm_tri", "gmm_tri_vec"),
+                   help="which ksbuild export: gmm (batched, default), gmm_loop (a loop over observations) "
+                        "gmm_tri (loops down to the triangular row sums) or gmm_tri_vec (the same over all k at once)")
     args = p.parse_args(argv)
     grid = QUICK if args.quick else FULL
     for key in ("d", "K", "n"):
@@ -412,7 +424,7 @@ def main(argv: list[str]) -> int:
         os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # read when the BLAS library loads
     pkgs = {}
     for tool in (t for t in tools if t in BACKENDS):
-        pkgs[tool], tools[tool] = load_ksbuild(BACKENDS[tool])
+        pkgs[tool], tools[tool] = load_ksbuild(BACKENDS[tool], args.cpu)
     if args.threads and is_available(tools, "eager"):
         import torch
 

@@ -69,3 +69,48 @@ def gmm_objective_loop(alphas: "float[K]", means: "float[K, d]", icf: "float[K, 
     constant = -n * d * 0.5 * math.log(2.0 * math.pi)
     return (constant + slse - n * torch.logsumexp(alphas, dim=0)
             + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
+
+
+
+def gmm_objective_tri(alphas: "float[K]", means: "float[K, d]", icf: "float[K, T]", x: "float[n, d]",
+                      wishart_gamma: float, wishart_m: float) -> float:
+    """gmm_objective written with loops, as ADBench's C++ is: for each observation i and component k,
+    Q_k (x_i − μ_k) row by row, row r being exp(q_kr)(x_ir − μ_kr) plus the triangular sum
+    Σ_{c<r} L_k[r, c] (x_ic − μ_kc). The inner loop's count r is the index of the loop around it."""
+    n, d = x.shape
+    K = alphas.shape[0]
+    slse = 0.0
+    for i in range(n):
+        scores = torch.stack([
+            alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+                (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
+                 + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c in range(r)))
+                ** 2 for r in range(d))
+            for k in range(K)])
+        slse = slse + torch.logsumexp(scores, dim=0)
+    constant = -n * d * 0.5 * math.log(2.0 * math.pi)
+    return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+            + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
+
+
+def gmm_objective_tri_vec(alphas: "float[K]", means: "float[K, d]", icf: "float[K, T]", x: "float[n, d]",
+                          wishart_gamma: float, wishart_m: float) -> float:
+    """gmm_objective_tri with the components as a vector: loops over observations, rows and the
+    triangular sums, each step on all K components at once."""
+    n, d = x.shape
+    qs = icf[:, :d]
+    ls = icf[:, d:]
+    base = alphas + torch.sum(qs, dim=1)
+    slse = 0.0
+    for i in range(n):
+        xc = x[i] - means                                   # [K, d]
+        sqnorm = 0.0 * alphas
+        for r in range(d):
+            row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] * xc[:, c]
+                                                      for c in range(r))
+            sqnorm = sqnorm + row * row
+        slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+    K = alphas.shape[0]
+    constant = -n * d * 0.5 * math.log(2.0 * math.pi)
+    return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+            + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))

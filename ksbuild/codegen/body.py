@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom, Func, Lit, Var
-from .cpp import Handle, Writer
-from .storage import Storage
+from ..ir.types import Type
+from .cpp import Handle, Writer, c_literal
+from .storage import Storage, dim_expr
 
 
 def emit_body(w: Writer, f: Func) -> list[Handle]:
@@ -39,6 +40,7 @@ def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
 def store(w: Writer, src: Handle, dst: Handle, t) -> None:
     """dst = src for a scalar local or a tensor buffer."""
     if isinstance(dst, str):
+        src = src.at([]) if isinstance(src, Storage) else src  # a rank-0 view, e.g. s = x[i] in a loop
         if dst != src:
             w.line(f"{dst} = {src};")
     elif src == dst:
@@ -67,7 +69,7 @@ def emit_loop(w: Writer, eqn) -> None:
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
     init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
-    carry = declare_outputs(w, eqn.outs[:ncar])
+    carry = declare_outputs(w, eqn.outs[:ncar])  # a dead initial value's buffer, if the plan says so
     for h, a in zip(carry, init):
         store(w, handle_of(w, a), h, a.type)
     ys = declare_outputs(w, eqn.outs[ncar:])
@@ -99,8 +101,27 @@ def emit_loop(w: Writer, eqn) -> None:
     w.env = saved
     w.depth -= 1
     w.line("}")
+    if ys and p["length"] is not None and not _runs_full_length(trip, n, p["length"]):
+        _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
     for v, h in zip(eqn.outs, carry + ys):
         w.env[v] = h
+
+
+def _runs_full_length(trip: Atom, n: str, length) -> bool:
+    """Whether the loop count is its length (else the length is only a bound of the count)."""
+    return (isinstance(trip, Lit) and trip.value == length) or n == dim_expr(length)
+
+
+def _zero_rows(w: Writer, ys, outs, start: str, length) -> None:
+    """Rows start..length-1 of the stacked ys (past a count below its bound) are zero."""
+    k = w.namer.fresh("k")
+    w.line(f"for (int64_t {k} = {start}; {k} < {dim_expr(length)}; ++{k}) {{")
+    w.depth += 1
+    for h, v in zip(ys, outs):
+        row = v.type.shape[1:]
+        w.copy(Storage.splat(c_literal(0, v.type), row), h.slice0(k), Type(v.type.dtype, row))
+    w.depth -= 1
+    w.line("}")
 
 
 def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:

@@ -168,6 +168,10 @@ class Writer:
         h = self.env[a]
         return Storage.splat(h, a.type.shape) if isinstance(h, str) else h
 
+    def dim(self, d) -> str:
+        """A C++ expression of a (symbolic) dim."""
+        return dim_expr(d)
+
     def literal(self, value, t: Type) -> str:
         """A C++ literal of t's dtype."""
         return c_literal(value, t)
@@ -239,7 +243,16 @@ class Writer:
         return Storage.buffer(name, t.shape)
 
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
-        """dst[...] = src[...] elementwise."""
+        """dst[...] = src[...] elementwise (one flat loop, a memset/memcpy, when both are dense)."""
+        dense = dst.contiguous and dst.literal is None and (src.literal is not None or
+                                                             (src.contiguous and tuple(src.shape) == tuple(t.shape)))
+        if t.rank > 1 and dense:
+            i = self.namer.fresh("i")
+            self.line(f"for (int64_t {i} = 0; {i} < {product(t.shape)}; ++{i}) {{")
+            value = src.literal if src.literal is not None else f"{src.base}[{i}]"
+            self.line(f"    {dst.base}[{i}] = {value};")
+            self.line("}")
+            return
         idx = self.open_loops(t.shape)
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
         self.close_loops(len(idx))
@@ -248,11 +261,14 @@ class Writer:
         """dst[...] = expr everywhere."""
         self.copy(Storage.splat(expr, t.shape), dst, t)
 
-    def open_loops(self, shape, simd: str | None = None) -> list[str]:
-        """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop."""
+    def open_loops(self, shape, simd: str | None = None, threads: int = 0) -> list[str]:
+        """Open a loop nest over shape; `simd` adds an `omp simd` clause on the innermost loop,
+        threads > 1 runs the outermost one on that many OpenMP threads."""
         idx = []
         for j, d in enumerate(shape):
             i = self.namer.fresh("i")
+            if threads > 1 and j == 0:
+                self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}))")
             if simd and j == len(shape) - 1:
                 self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
             self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")

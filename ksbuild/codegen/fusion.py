@@ -8,7 +8,7 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 from __future__ import annotations
 
 from ..ir.core import Eqn, Var
-from ..transforms.fuse import REDUCTIONS
+from ..prims.lowering import REDUCTIONS
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 
 
@@ -25,7 +25,7 @@ def emit_fusion(w: Writer, eqn: Eqn) -> None:
     reduced = {e.outs[0] for e in reductions}
     targets = {r: w.target(o, o.hint or "tmp") for r, o in zip(body.results, eqn.outs) if o.type.rank}
     stores = {r: t for r, t in targets.items() if r not in reduced}
-    outer = w.open_loops(shape[:len(shape) - n_red])
+    outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
     accs = [_accumulator(w, e) for e in reductions]
     sums = [a for a, e in zip(accs, reductions) if e.prim.name == "reduce_sum"]
     inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)

@@ -2,17 +2,33 @@
 
 The trip count is computed from start/stop/step; the body gets the iteration number k and
 computes i = start + k * step. Outer values the body reads are captured as loop constants.
+
+A loop's `length` is its count when that is a literal or a dim. When the count is computed at
+run time but bounded by a dim (`range(r)` with r the index of `range(d)`, `range(i + 1)`,
+`range(k, n)`), `length` is that bound: reverse mode can then store each iteration's values
+in a workspace sized by it. `IntFacts` records the ranges of loop counters for this.
 """
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
-from ..ir.core import Lit, Var
-from ..ir.types import Type
+from ..ir.core import Eqn, Func, Lit, Var
+from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
 from .scope import Const, Scope, SymDim
 
 I64 = Type("i64")
+
+
+@dataclass
+class IntFacts:
+    """What the frontend knows about int values: `known[v] = (lo, hi)` says lo <= v < hi on every
+    run (loop counters); `bodies[id(scope)]` is a loop body's (scope, builder), so that the range
+    of a value captured from that body can be read from the equations that computed it."""
+
+    known: dict = field(default_factory=dict)
+    bodies: dict = field(default_factory=dict)
 
 
 def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
@@ -32,19 +48,20 @@ def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
 def counted_loop(fc, b: Builder, scope: Scope, node, target: str, it: ast.expr, stmts, carried, y_exprs):
     """A loop over range(...) running stmts; returns the final carries then the stacked y_exprs."""
     start, stop, step = _range_args(fc, b, scope, it)
-    trip, length = _trip_count(fc, b, start, stop, step, node)
+    trip, length, exact = _trip_count(fc, b, scope, start, stop, step, node)
     init = [scope.lookup(n) for n in carried]
     types = [_carry_type(fc, v, node) for v in init]
     for _ in range(3):  # a weak constant carry may need to widen (x = 0 then x = x + 0.5)
-        body, sc, raw = _body(fc, scope, node, target, stmts, carried, types, start, step, y_exprs)
+        body, sc, raw = _body(fc, scope, node, target, stmts, carried, types, (start, step, length), y_exprs)
         widened = [w if isinstance(v, Const) and w is not None else t for t, w, v in zip(types, raw, init)]
         if widened == types:
             break
         types = widened
-    if y_exprs and length is None:
+    if y_exprs and not exact:
         raise fc.src.error(it, "a comprehension needs a length known when the kernel is called",
                            hint="use range(n) with n a literal or a tensor dim such as x.shape[0]")
     consts = [outer for outer, _ in sc.captured.values()]
+    body, consts = _hoist_rows(b, body, consts)
     init_atoms = [fc.as_atom(b, v, t, node) for v, t in zip(init, types)]
     return b.bind(_prim("loop"), [trip, *consts, *init_atoms],
                   dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
@@ -89,11 +106,16 @@ def _carry_type(fc, v, node) -> Type:
     return const_type(v, fc.float_dtype) if isinstance(v, Const) else v.type
 
 
-def _body(fc, scope: Scope, node, target: str, stmts, carried, types, start, step, y_exprs):
+def _body(fc, scope: Scope, node, target: str, stmts, carried, types, counter, y_exprs):
+    """The loop body; counter = (start, step, length) of the range (length: the count or a bound)."""
     from .python import Returned
 
+    start, step, length = counter
     bb, sc = Builder(fc.src.loc(node)), scope.child()
     k = Var(I64, "k")
+    if length is not None:
+        fc.int_facts.known[k] = (0, length)
+    fc.int_facts.bodies[id(sc)] = (sc, bb)
     carry_params = [Var(t, "sum" if n.startswith("__sum") else n) for n, t in zip(carried, types)]
     sc.names.update(zip(carried, carry_params))
     sc.names[target] = _index(fc, bb, sc, k, start, step)
@@ -112,6 +134,38 @@ def _body(fc, scope: Scope, node, target: str, stmts, carried, types, start, ste
         outs.append(fc.as_atom(bb, fc.expr(bb, sc, e), None, e))
     consts = [inner for _, inner in sc.captured.values()]
     return bb.func("loop_body", [k, *consts, *carry_params], outs), sc, raw
+
+
+def _hoist_rows(b: Builder, body: Func, consts: list) -> tuple[Func, list]:
+    """Move the `index` equations of the body whose operands are loop constants out of the loop:
+    the row L[r] of L[r, c] in a loop over c. An index is a view (no load, no work), and in reverse
+    mode the gradient of the row then accumulates across the iterations and is added into L's
+    once, instead of a row-sized add per iteration."""
+    n = len(consts)
+    outer = {p: c for p, c in zip(body.params[1:1 + n], consts)}
+    kept, hoisted = [], []
+    same: dict[tuple, Var] = {}  # icf[k] written twice is one row (one gradient to accumulate)
+    alias: dict[Var, Var] = {}
+    for e in body.eqns:
+        ins = tuple(alias.get(a, a) for a in e.ins)
+        if e.prim.name == "index" and all(isinstance(a, Lit) or a in outer for a in ins):
+            key = (e.params["axis"],) + tuple(a if isinstance(a, Lit) else id(a) for a in ins)
+            if key in same:
+                alias[e.outs[0]] = same[key]
+                continue
+            b.loc = e.loc
+            (outer[e.outs[0]],) = b.bind(e.prim, [outer.get(a, a) for a in ins], dict(e.params))
+            hoisted.append(e.outs[0])
+            same[key] = e.outs[0]
+        else:
+            kept.append(Eqn(e.prim, ins, e.outs, e.params, e.loc) if ins != e.ins else e)
+    if not hoisted:
+        return body, consts
+    results = tuple(alias.get(r, r) for r in body.results)
+    read = {a for e in kept for a in e.ins} | set(results)
+    const_params = [p for p in list(body.params[1:1 + n]) + hoisted if p in read]
+    params = (body.params[0], *const_params, *body.params[1 + n:])
+    return Func(body.name, params, tuple(kept), results, body.result_names), [outer[p] for p in const_params]
 
 
 def _index(fc, bb: Builder, sc: Scope, k, start, step):
@@ -141,25 +195,90 @@ def _range_args(fc, b: Builder, scope: Scope, it: ast.expr):
     return args[0], args[1], args[2] if len(args) == 3 else Const(1)
 
 
-def _trip_count(fc, b: Builder, start, stop, step, node):
-    """(trip atom, static length or None)."""
+def _trip_count(fc, b: Builder, scope: Scope, start, stop, step, node):
+    """(trip atom, static length or None, whether the length is the count itself or only a bound)."""
     if not isinstance(step, Const) or step.value == 0:
         raise fc.src.error(node.iter, "the range step must be a nonzero integer literal")
     if isinstance(start, Const) and isinstance(stop, Const):
         n = len(range(start.value, stop.value, step.value))
-        return Lit(n, I64), n
+        return Lit(n, I64), n, True
     dimlike = [isinstance(v, SymDim) or isinstance(v, Const) for v in (start, stop)]
     if all(dimlike) and step.value == 1:  # range over dims: the length is a (symbolic) dim
-        from ..ir.types import dim_sub
         lo, hi = [v.dim if isinstance(v, SymDim) else v.value for v in (start, stop)]
         n = dim_sub(hi, lo)
-        return (Lit(n, I64) if isinstance(n, int) else b.dim_size(dim=n)), n
+        return (Lit(n, I64) if isinstance(n, int) else b.dim_size(dim=n)), n, True
     s, e = [b.dim_size(dim=v.dim) if isinstance(v, SymDim) else v if not isinstance(v, Const) else Lit(v.value, I64)
             for v in (start, stop)]
     st = step.value
     span = b.sub(e, s) if st > 0 else b.sub(s, e)
     n = b.floordiv(b.add(span, Lit(abs(st) - 1, I64)), Lit(abs(st), I64))
-    return b.max(n, Lit(0, I64)), None
+    return b.max(n, Lit(0, I64)), _count_bound(fc, b, scope, start, stop, st), False
+
+
+# ---- ranges of int values (for loop counts bounded by a dim) ---------------------------------------
+
+def _count_bound(fc, b: Builder, scope: Scope, start, stop, step: int) -> Dim | None:
+    """An upper bound of the count of range(start, stop, step) that is never negative, or None."""
+    first, last = (start, stop) if step > 0 else (stop, start)
+    lo, hi = _int_range(fc, b, scope, first), _int_range(fc, b, scope, last)
+    if lo is None or hi is None:
+        return None
+    # count <= ceil((max(last) - min(first)) / |step|) with max(last) = hi[1] - 1; a symbolic
+    # bound must be visibly >= 0 (a polynomial with no minus sign), else one more row will do
+    span = dim_sub(dim_sub(hi[1], 1), lo[0])
+    if not isinstance(span, int) and "-" in span:
+        span = dim_sub(hi[1], lo[0])
+        if not isinstance(span, int) and "-" in span:
+            return None
+    if isinstance(span, int):
+        return max(0, -(-span // abs(step)))
+    return span if abs(step) == 1 else dim_floordiv(dim_add(span, abs(step) - 1), abs(step))
+
+
+def _int_range(fc, b: Builder, scope: Scope, v) -> tuple[Dim, Dim] | None:
+    """(lo, hi) with lo <= v < hi whenever this code runs, or None if the frontend cannot tell."""
+    if isinstance(v, (Const, Lit)) and type(v.value) is int:
+        return v.value, v.value + 1
+    if isinstance(v, SymDim):
+        return v.dim, dim_add(v.dim, 1)
+    if not isinstance(v, Var) or v.type.dtype not in ("i32", "i64"):
+        return None
+    if v in fc.int_facts.known:
+        return fc.int_facts.known[v]
+    eqn = next((e for e in reversed(b.eqns) if any(o is v for o in e.outs)), None)
+    if eqn is not None:
+        return _eqn_range(eqn, lambda a: _int_range(fc, b, scope, a))
+    for outer, inner in scope.captured.values():  # a value of an enclosing body
+        if inner is v and scope.parent is not None:
+            _, pb = fc.int_facts.bodies.get(id(scope.parent), (None, Builder()))
+            return _int_range(fc, pb, scope.parent, outer)
+    return None
+
+
+def _eqn_range(eqn: Eqn, range_of) -> tuple[Dim, Dim] | None:
+    """The range of an int equation's result from the ranges of its operands (interval arithmetic)."""
+    name = eqn.prim.name
+    if name == "dim_size":
+        return eqn.params["dim"], dim_add(eqn.params["dim"], 1)
+    if name == "convert":
+        return range_of(eqn.ins[0])
+    rs = [range_of(a) for a in eqn.ins]
+    if any(r is None for r in rs):
+        return None
+    if name == "add":  # [a, b) + [c, e) = [a + c, b + e - 1)
+        (a, b_), (c, e) = rs
+        return dim_add(a, c), dim_sub(dim_add(b_, e), 1)
+    if name == "sub":  # [a, b) - [c, e) = [a - e + 1, b - c)
+        (a, b_), (c, e) = rs
+        return dim_add(dim_sub(a, e), 1), dim_sub(b_, c)
+    lit = next((x.value for x in eqn.ins if isinstance(x, Lit)), None)
+    if name == "mul" and isinstance(lit, int) and lit >= 0:  # [a, b) * c = [a c, (b - 1) c + 1)
+        (a, b_) = rs[0] if not isinstance(eqn.ins[0], Lit) else rs[1]
+        return dim_mul(a, lit), dim_add(dim_mul(dim_sub(b_, 1), lit), 1)
+    if name == "floordiv" and isinstance(eqn.ins[1], Lit) and lit > 0:  # [a, b) // c = [a // c, (b - 1) // c + 1)
+        (a, b_) = rs[0]
+        return dim_floordiv(a, lit), dim_add(dim_floordiv(dim_sub(b_, 1), lit), 1)
+    return None
 
 
 def _prim(name: str):

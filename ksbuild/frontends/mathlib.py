@@ -91,11 +91,25 @@ def _as_float(fc, b, x, node):
     return x if x.type.is_float else b.convert(x, dtype=fc.float_dtype)
 
 
+def _logical(prim: str, py):
+    """& | ^ on bools (masks such as (x > 0) & (y > 0)): logical and, or, xor."""
+    def rule(fc, b, x, y, node):
+        if isinstance(x, Const) and isinstance(y, Const):
+            return Const(py(x.value, y.value))
+        xa, ya = fc.unify(b, x, y, node)
+        if xa.type.dtype != "bool":
+            raise fc.src.error(node, f"bitwise operators on {xa.type} are not supported; on bools they are "
+                                     "logical and/or/xor", hint="compare first, e.g. (x > 0) & (y > 0)")
+        return b.bind(fc.prim(prim), [xa, ya])[0]
+    return rule
+
+
 BINOPS = {
     ast.Add: _arith("add", operator.add), ast.Sub: _arith("sub", operator.sub),
     ast.Mult: _arith("mul", operator.mul), ast.Div: _truediv,
     ast.FloorDiv: _arith("floordiv", operator.floordiv), ast.Mod: _arith("mod", operator.mod),
-    ast.Pow: _pow,
+    ast.Pow: _pow, ast.BitAnd: _logical("and", operator.and_), ast.BitOr: _logical("or", operator.or_),
+    ast.BitXor: _logical("ne", operator.xor),
 }
 
 

@@ -57,8 +57,11 @@ class KernelCompiler:
     """Compiles the functions of one source file into IR, one Func per (function, arg types)."""
 
     def __init__(self, source: Source, float_dtype: str):
+        from .loops import IntFacts
+
         self.src = source
         self.float_dtype = float_dtype
+        self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
         self.active: list[str] = []
 
@@ -205,9 +208,12 @@ class KernelCompiler:
             self.assign(b, scope, s.target, self.as_atom(b, self.expr(b, scope, s.value),
                                                        self.annotation(s.annotation, s), s))
         elif isinstance(s, ast.AugAssign):
-            if not isinstance(s.target, ast.Name):
-                raise self.src.error(s.target, "augmented assignment only to a plain name")
-            current = self.name(scope, s.target)
+            if isinstance(s.target, ast.Subscript):
+                current = self.expr(b, scope, s.target)  # x[i] += v is x[i] = x[i] + v
+            elif isinstance(s.target, ast.Name):
+                current = self.name(scope, s.target)
+            else:
+                raise self.src.error(s.target, "augmented assignment only to a name or x[...]")
             self.assign(b, scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
         elif isinstance(s, ast.If):
             self.if_statement(b, scope, s)
@@ -243,6 +249,12 @@ class KernelCompiler:
         if isinstance(target, ast.Name):
             b.name(value, target.id)
             scope.names[target.id] = value
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            from .tensors import set_subscript
+            x = self.name(scope, target.value)
+            new = set_subscript(self, b, x, target.slice, value, scope, target)
+            b.name(new, target.value.id)
+            scope.names[target.value.id] = new
         elif isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
                 n = len(value) if isinstance(value, tuple) else 1
@@ -252,7 +264,7 @@ class KernelCompiler:
                 scope.names[t.id] = v
         else:
             raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
-                                 hint="assign to a name or a tuple of names")
+                                 hint="assign to a name, a tuple of names or x[...]")
 
     # ---- if ------------------------------------------------------------------------------------
 
@@ -352,9 +364,10 @@ class KernelCompiler:
             return x
         if isinstance(e.op, ast.USub):
             return Const(-x.value) if isinstance(x, Const) else b.neg(self.numeric(x, e))
-        if isinstance(e.op, ast.Not):
+        if isinstance(e.op, ast.Not) or (isinstance(e.op, ast.Invert) and not isinstance(x, Const)
+                                         and not isinstance(x, tuple) and x.type.dtype == "bool"):
             return Const(not x.value) if isinstance(x, Const) else b.bind(_prim("not"), [self.boolean(x, e)])[0]
-        raise self.src.error(e, "unsupported unary operator '~'", hint="use `not` on bool values")
+        raise self.src.error(e, "unsupported unary operator '~' on a number", hint="use ~ or `not` on bool values")
 
     def expr_BoolOp(self, b, scope, e: ast.BoolOp) -> Value:
         vals = [self.expr(b, scope, v) for v in e.values]
@@ -479,6 +492,12 @@ class KernelCompiler:
         from .mathlib import MATH_CONSTANTS
         if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
             return Const(MATH_CONSTANTS[e.attr])
+        if self.module_of(e.value) == "torch":
+            from .scope import TORCH_DTYPES, DtypeValue
+            if e.attr in TORCH_DTYPES:
+                return DtypeValue(TORCH_DTYPES[e.attr])
+            raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
+                                 hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
         if e.attr == "shape" and isinstance(x, Var):
             return tuple(tensors.dim_value(d) for d in x.type.shape)
@@ -570,12 +589,14 @@ def _is_docstring(s: ast.stmt) -> bool:
 
 
 def _assigned(stmts: list[ast.stmt]) -> set[str]:
-    """Names stored to anywhere in these statements."""
+    """Names stored to anywhere in these statements (x[i] = v stores to x)."""
     out = set()
     for s in stmts:
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 out.add(n.id)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
+                out.add(n.value.id)
     return out
 
 

@@ -28,7 +28,17 @@ class SymDim:
     dim: str
 
 
-Value = Union[Atom, Const, SymDim, tuple]
+@dataclass(frozen=True)
+class DtypeValue:
+    """A torch dtype used as a value (torch.float64, torch.int64, ...), e.g. in dtype=..."""
+
+    dtype: str
+
+
+TORCH_DTYPES = {"float32": "f32", "float": "f32", "float64": "f64", "double": "f64", "int32": "i32",
+                "int": "i32", "int64": "i64", "long": "i64", "bool": "bool"}
+
+Value = Union[Atom, Const, SymDim, DtypeValue, tuple]
 
 
 def dim_value(d) -> "Const | SymDim":

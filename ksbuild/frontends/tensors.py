@@ -11,7 +11,7 @@ import ast
 import re
 
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
@@ -134,7 +134,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     x = tensor(fc, b, x, node)
     if x.type.rank == 0:
         raise fc.src.error(node, f"cannot index a scalar value of type {x.type}")
-    items = index_node.elts if isinstance(index_node, ast.Tuple) else [index_node]
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
     if sum(1 for it in items if not _is_none(it)) > x.type.rank:
         raise fc.src.error(node, f"too many indices for {x.type}")
     axis = 0
@@ -150,8 +150,76 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     return x
 
 
+def index_items(index_node: ast.expr) -> list[ast.expr]:
+    return list(index_node.elts) if isinstance(index_node, ast.Tuple) else [index_node]
+
+
+def _expand_ellipsis(fc, items: list, rank: int, node) -> list:
+    """x[..., 0]: the `...` stands for as many full slices as the other items leave axes."""
+    dots = [k for k, it in enumerate(items) if isinstance(it, ast.Constant) and it.value is Ellipsis]
+    if not dots:
+        return items
+    if len(dots) > 1:
+        raise fc.src.error(node, "an index can have only one '...'")
+    k = dots[0]
+    used = sum(1 for it in items if not _is_none(it)) - 1
+    fill = [ast.Slice() for _ in range(max(rank - used, 0))]
+    return items[:k] + fill + items[k + 1:]
+
+
 def _is_none(e) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
+
+
+def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
+    """x with x[...] = value (ints, computed ints and step-1 slices); a new value, x is unchanged.
+    A position is replaced exactly (index_set), a range by joining slices around it."""
+    if not isinstance(x, Atom) or not x.type.rank:
+        raise fc.src.error(node, "only a tensor's elements can be assigned (x[i] = v)")
+    items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
+    if any(_is_none(it) for it in items) or len(items) > x.type.rank:
+        raise fc.src.error(node, f"unsupported index in an assignment to {x.type}",
+                           hint="use integers and slices a:b, one per axis")
+    keys = [_set_key(fc, b, scope, x, axis, it) for axis, it in enumerate(items)]
+    keys += [("all",)] * (x.type.rank - len(keys))
+    v = tensor(fc, b, value, node)
+    if v.type.dtype != x.type.dtype:
+        v = b.convert(v, dtype=x.type.dtype)
+    return _set_items(fc, b, x, keys, v, node)
+
+
+def _set_key(fc, b, scope, x: Atom, axis: int, it):
+    """One index item of an assignment: ("int", index atom), ("range", start, stop) or ("all",)."""
+    n = x.type.shape[axis]
+    if isinstance(it, ast.Slice):
+        if it.step is not None:
+            raise fc.src.error(it, "assignment to a slice with a step is not supported")
+        start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
+        return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
+    return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
+
+
+def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
+    """x with the part the keys select replaced by v (broadcast to that part's shape)."""
+    k = next((j for j, key in enumerate(keys) if key[0] != "all"), None)
+    if k is None:
+        if v.type.shape != x.type.shape and broadcast_shapes(v.type.shape, x.type.shape) != x.type.shape:
+            raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of type {x.type}")
+        return v if v.type.shape == x.type.shape else b.broadcast_to(v, shape=x.type.shape)
+    key = keys[k]
+    if key[0] == "int":
+        part = b.index(x, key[1], axis=k)
+        new = _set_items(fc, b, part, keys[:k] + keys[k + 1:], v, node)
+        return b.index_set(x, key[1], new, axis=k)
+    _, start, stop = key
+    n = x.type.shape[k]
+    part = b.slice(x, axis=k, start=start, stop=stop)
+    new = _set_items(fc, b, part, keys[:k] + [("all",)] + keys[k + 1:], v, node)
+    pieces = [b.slice(x, axis=k, start=0, stop=start)] if start != 0 else []
+    pieces.append(new)
+    if stop != n:
+        pieces.append(b.slice(x, axis=k, start=stop, stop=n))
+    return shape_ops.concatenate(b, pieces, k)
 
 
 def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
@@ -178,6 +246,11 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
+
+
+def _index_atom(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    """An integer index into `axis` of x as an i64 atom (a literal negative index counts from the end)."""
     n = x.type.shape[axis]
     if isinstance(i, Const) and type(i.value) is int:
         v = i.value
@@ -192,7 +265,7 @@ def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
     elif isinstance(i, (tuple, list)) or isinstance(i, Const) or i.type.dtype not in ("i32", "i64") or i.type.rank:
         raise fc.src.error(node, "an index must be an integer scalar (tensor indexing is not supported)",
                            hint="use int(...) for a computed index; slices use a:b")
-    return b.index(x, i, axis=axis)
+    return i
 
 
 # ---- reductions ----------------------------------------------------------------------------------
@@ -332,6 +405,22 @@ def _type_as(fc, b, x, args, kw, node):
     return x if x.type.dtype == other.type.dtype else b.convert(x, dtype=other.type.dtype)
 
 
+def _to(fc, b, x, args, kw, node):
+    """x.to(torch.float64) / x.to(dtype=...): a cast (devices are ignored: kernels run where they are linked)."""
+    from .scope import DtypeValue
+    x = tensor(fc, b, x, node)
+    d = next((a for a in list(args) + [kw.get("dtype")] if isinstance(a, DtypeValue)), None)
+    return x if d is None or d.dtype == x.type.dtype else b.convert(x, dtype=d.dtype)
+
+
+def _item(fc, b, x, args, kw, node):
+    """x.item() of a one-element tensor: the scalar, a constant for differentiation (a Python number in torch)."""
+    x = tensor(fc, b, x, node)
+    if any(d != 1 for d in x.type.shape):
+        raise fc.src.error(node, f".item() needs a tensor with one element, got {x.type}")
+    return b.stop_gradient(b.reshape(x, shape=()) if x.type.rank else x)
+
+
 def _same(fc, b, x, args, kw, node):
     """x.contiguous(), x.clone(): the same values."""
     return tensor(fc, b, x, node)
@@ -361,45 +450,45 @@ def transpose_2d(fc, b, x, node):
 
 def _filled(value):
     def fn(fc, b, args, kw, node):
-        _no_dtype(fc, kw, node)
-        return create.full(shape_args(fc, args, node), value, fc.float_dtype)
+        return create.full(shape_args(fc, args, node), value, _dtype_kw(fc, kw, node, fc.float_dtype))
     return fn
 
 
 def _full(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, fc.float_dtype)
     if len(args) != 2:
         raise fc.src.error(node, "torch.full takes a shape and a value")
     shape = shape_args(fc, [args[0]], node)
     v = args[1]
     if isinstance(v, Const):
-        return create.full(shape, v.value, fc.float_dtype)
-    return create.fill(b, shape, float_tensor(fc, b, v, node))
+        return create.full(shape, v.value, dtype)
+    v = tensor(fc, b, v, node)
+    return create.fill(b, shape, v if v.type.dtype == dtype else b.convert(v, dtype=dtype))
 
 
 def _like(value):
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, args[0], node)
-        return Lit(value, x.type)
+        dtype = _dtype_kw(fc, kw, node, x.type.dtype)
+        return create.full(x.type.shape, value, dtype)
     return fn
 
 
 def _arange(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
+    dtype = _dtype_kw(fc, kw, node, "i64")
     if len(args) == 1:
         start, stop = Const(0), args[0]
     elif len(args) == 2:
         start, stop = args
     else:
         raise fc.src.error(node, "torch.arange(n) or torch.arange(start, stop) (step 1) is supported")
-    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node))
+    return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node), dtype)
 
 
 def _eye(fc, b, args, kw, node):
-    _no_dtype(fc, kw, node)
     n = as_dim(fc, args[0], node)
     m = as_dim(fc, args[1], node) if len(args) > 1 else n
-    return create.eye(b, n, m, fc.float_dtype)
+    return create.eye(b, n, m, _dtype_kw(fc, kw, node, fc.float_dtype))
 
 
 def _tri(lower: bool):
@@ -426,10 +515,18 @@ def _join(op, name):
     return fn
 
 
-def _no_dtype(fc, kw, node):
+def _dtype_kw(fc, kw, node, default: str) -> str:
+    """The dtype= of a factory function (default if absent); device= and requires_grad= are ignored."""
+    from .scope import DtypeValue
     for k in kw:
         if k not in ("dtype", "device", "requires_grad"):
             raise fc.src.error(node, f"unsupported keyword argument '{k}'")
+    d = kw.get("dtype")
+    if d is None:
+        return default
+    if not isinstance(d, DtypeValue):
+        raise fc.src.error(node, "dtype= must be a torch dtype such as torch.float64")
+    return d.dtype
 
 
 def _arg(fc, args, kw, pos, name, node, default=...):
@@ -496,7 +593,8 @@ SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze,
                  "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
                  "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
                  "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
-                 "contiguous": _same, "clone": _same, "detach": _detach, "dim": _dim_count, "numel": _numel}
+                 "contiguous": _same, "clone": _same, "to": _to, "item": _item, "detach": _detach,
+                 "dim": _dim_count, "numel": _numel}
 
 
 def _library(name: str):

@@ -88,6 +88,9 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
     loc = locate(m.text, "build", "target", file=str(m.path)) if name == m.build.target else None
     t = get_target(name, loc)
     check_backend(t, m.build.backend)
+    if m.build.threads > 1 and not t.hosted:
+        raise KsbuildError(f"threads = {m.build.threads} needs OpenMP, which bare-metal target '{t.name}' does not "
+                           "have", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")
     if python_module and not t.hosted:
         raise KsbuildError(f"target '{t.name}' has no operating system to load a Python module on", loc)
     return t

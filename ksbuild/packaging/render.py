@@ -61,8 +61,8 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
 
 ATEN_BRIDGE = ('// ATen bridge of backend = "aten": ks/aten.h\'s implementation, compiled with exceptions\n'
                '#define KS_ATEN_IMPLEMENTATION\n#include "ks/aten.h"\n')
-BACKEND_HEADERS = {"blas": ("blas.h",), "aten": ("aten.h",)}
-"""The prelude headers a backend's generated code includes besides ks/prelude.h."""
+BACKEND_HEADERS = {"blas.h": "blas", "aten.h": "aten"}
+"""Prelude headers copied only for the backend that includes them."""
 
 
 def torch_paths() -> dict:
@@ -87,9 +87,10 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     data = DataSection(m.name)
     vs = views(m, exports, data)
-    ctx = dict(data_decls=data.declarations(), has_blob=bool(data.blob_size),
-               name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
+               cpu=m.build.cpu, threads=m.build.threads, data_decls=data.declarations(),
+               has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
@@ -118,5 +119,6 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    for header in ("prelude.h",) + BACKEND_HEADERS.get(m.build.backend, ()):
-        shutil.copyfile(resource_dir("prelude") / "ks" / header, out / "src/ks" / header)
+    for header in sorted((resource_dir("prelude") / "ks").glob("*.h")):
+        if BACKEND_HEADERS.get(header.name, m.build.backend) == m.build.backend:
+            shutil.copyfile(header, out / "src/ks" / header.name)

@@ -34,6 +34,7 @@ RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_i
        "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
 STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
 KINDS = {"f32": "f", "f64": "f", "i32": "i", "i64": "i", "bool": "b"}  # numpy dtype.kind of each dtype
+KINDS.update({d: "i" for d in NUMPY_DTYPES if d not in KINDS}, f16="f")  # the narrow types' bits are integers
 
 
 class CallError(ValueError):
@@ -100,9 +101,7 @@ class Export:
         arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
         dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(dims, out)
-        # a half scalar travels as its bits
-        ins = [arr.ctypes.data if a["shape"] else (arr.view(np.uint16) if a["dtype"] == "f16" else arr).item()
-               for a, arr in zip(self.ins, arrays)]
+        ins = [arr.ctypes.data if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
         self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
         return outs
 
@@ -211,9 +210,13 @@ def _is_torch(x) -> bool:
 def _scalar(x, a: dict, export: str):
     """A Python number for a scalar argument: typed values (numpy, torch) must have its dtype."""
     if isinstance(x, (bool, int, float, np.generic, np.ndarray)) or _is_torch(x):
-        arr = _as_array(x, a, export)
-        return arr.item()
+        return _item(_as_array(x, a, export), a)
     raise CallError(f"{export}: argument '{a['name']}' must be a number, got {type(x).__name__}")
+
+
+def _item(arr: np.ndarray, a: dict):
+    """A scalar argument's value for ctypes (a float16 travels as its bits)."""
+    return arr.view(np.uint16).item() if a["dtype"] == "f16" else arr.item()
 
 
 def _py(v):

@@ -6,12 +6,14 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - type_rule(in_types, **params) -> tuple[Type]
 - eval(*arrays, env=dims, **params) -> tuple[np.ndarray]
 - jvp(b, primals, tangents, **params) -> (outs, out_tangents)
-- transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only)
+- transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only); with
+  `accumulates`, transpose(..., acc=cts so far per operand) -> the new sums (the loop prim)
 - batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
 - emit(ctx, eqn) -> None     writes C++ through the codegen context
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
+- expand(b, ins, **params) -> outs   a decomposition into other prims, applied before codegen
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
@@ -40,6 +42,8 @@ class Prim:
     partial_eval: Optional[Callable] = None
     prune: Optional[Callable] = None
     simplify: Optional[Callable] = None
+    expand: Optional[Callable] = None
+    accumulates: bool = False
     elementwise: bool = False
     doc: str = ""
     opt_outs: tuple[str, ...] = field(default=())

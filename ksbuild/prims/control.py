@@ -4,7 +4,10 @@ values), `call` (another kernel). Their rules recurse into the sub-functions the
 cond[then_fn, else_fn](pred, *ops) -> outs
 loop[body, n_consts, n_carry, length, reverse](trip, *consts, *carry, *xs) -> (*carry, *ys)
     body(k, *consts, *carry, *x_k) -> (*carry, *y_k); k runs 0..trip-1 (downwards if reverse);
-    xs and ys are stacked along axis 0, of size `length` (a literal or symbolic dim).
+    xs and ys are stacked along axis 0, of size `length` (a literal or symbolic dim, or None for
+    a loop without xs and ys). trip <= length: a count computed at run time may have a dim as its
+    bound (range(r) inside a loop over r in range(d)); then rows trip..length-1 of xs are not
+    read and those of ys are zero.
 call[fn](*args) -> outs
 """
 from __future__ import annotations
@@ -16,7 +19,7 @@ from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type
 from .base import Prim
-from .common import move_batch_rank, zeros
+from .common import add_cts, zeros
 
 
 def _tr():
@@ -91,13 +94,11 @@ def _cond_batch(b, ins, batched, size, then_fn, else_fn):
         fs = [vmap.vmap_func(f, op_bt, size, flags)[0] for f in (then_fn, else_fn)]
         outs = b.bind(PRIMS_COND, [pred, *ops], {"then_fn": fs[0], "else_fn": fs[1]})
         return outs, flags
-    # a per-lane predicate: run both branches and select (branch-free, vectorizes)
-    res = []
-    for f in (then_fn, else_fn):
-        outs, bts = vmap.vmap_eqns(b, f, ops, op_bt, size)
-        res.append([o if bt else b.broadcast_to(o, shape=(size,) + o.type.shape) for o, bt in zip(outs, bts)])
-    outs = [b.select(move_batch_rank(b, pred, True, t.type.rank - 1), t, e) for t, e in zip(*res)]
-    return outs, [True] * len(outs)
+    # a per-lane predicate: a lane_cond (both branches and a select per result once expanded;
+    # differentiated lane by lane until then, see prims/lanes.py)
+    from .base import PRIMS
+    outs = b.bind(PRIMS["lane_cond"], [pred, *ops], {"then_fn": then_fn, "else_fn": else_fn, "lanes": tuple(op_bt)})
+    return list(outs), [True] * len(outs)
 
 
 def _cond_partial_eval(s, eqn, mask):
@@ -250,19 +251,19 @@ def _loop_rule(in_types, body, n_consts, n_carry, length, reverse):
 
 def _loop_eval(trip, *rest, body, n_consts, n_carry, length, reverse, env):
     consts, carry, xs = list(rest[:n_consts]), list(rest[n_consts:n_consts + n_carry]), rest[n_consts + n_carry:]
+    from ..ir.types import concrete_shape, numpy_dtype
+
     n = int(trip)
-    ks = range(n - 1, -1, -1) if reverse else range(n)
-    ys: dict[int, list] = {}
-    for k in ks:
+    rows = n if length is None else concrete_shape(_stacked(Type("i64"), length), env)[0]
+    if n > rows:
+        raise KsbuildError(f"internal: a loop runs {n} times but its length (bound) is {rows}")
+    ys = [np.zeros(concrete_shape(_stacked(t, rows), env), numpy_dtype(t.dtype)) for t in body.out_types[n_carry:]]
+    for k in (range(n - 1, -1, -1) if reverse else range(n)):
         outs = _interp()(body, [np.int64(k)] + consts + carry + [x[k] for x in xs], env)
-        carry, ys[k] = list(outs[:n_carry]), list(outs[n_carry:])
-    n_ys = len(body.results) - n_carry
-    if n == 0:
-        from ..ir.types import concrete_shape, numpy_dtype
-        empty = [np.zeros(concrete_shape(_stacked(t, 0), env), numpy_dtype(t.dtype)) for t in body.out_types[n_carry:]]
-        return tuple(carry) + tuple(empty)
-    stacked = [np.stack([ys[k][j] for k in range(n)]) for j in range(n_ys)]
-    return tuple(carry) + tuple(stacked)
+        carry = list(outs[:n_carry])
+        for y, o in zip(ys, outs[n_carry:]):
+            y[k] = o
+    return tuple(carry) + tuple(ys)
 
 
 def _loop_jvp(b, primals, tangents, body, n_consts, n_carry, length, reverse):
@@ -352,15 +353,17 @@ def _loop_partial_eval(s, eqn, mask):
     n_kout = unknown_out.count(False)
     kconst_params = bk.params[1:1 + sum(ck)]
     res = list(bk.results[n_kout:])
+    remat = _rematerialized(bk, res, kconst_params)      # cheap from k and consts: recompute them
     inv = [r for r in res if r in kconst_params]          # loop-invariant residuals: pass as consts
-    var = [r for r in res if r not in kconst_params]      # per-iteration residuals: stack them
+    var = [r for r in res if r not in kconst_params and r not in remat.results]  # the others: stack them
+    inv += [p for p in remat.params[1:] if p not in inv]  # consts the recomputation reads
     n_kc, n_kcar = sum(ck), sum(cark)
     recompute = bool(var) and p["length"] is None  # no size to stack them by: recompute them instead
     if recompute and (any(xk) or p["reverse"]):
         raise KsbuildError("reverse mode through this loop needs its count as a dim", eqn.loc,
                            hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
     if recompute:
-        inv, var = [], []  # the unknown loop gets every residual from recomputed(), none passed or stacked
+        inv, var, remat = [], [], Func("remat", (), (), ())  # every residual comes from recomputed()
     order = list(range(len(bk.results)))
     kbody = permuted(bk, list(range(len(bk.params))),
                      order[:n_kout] + [n_kout + res.index(r) for r in var], f"{body.name}_fwd")
@@ -401,6 +404,8 @@ def _loop_partial_eval(s, eqn, mask):
         if recompute:
             return inline(b, bu, recomputed(b, k, starts) + list(ucs) + list(ucar) + list(uxs))
         rmap = {id(r): a for r, a in zip(inv, invs)} | {id(r): a for r, a in zip(var, rsl)}
+        again = inline(b, remat, [k] + [rmap[id(p)] for p in remat.params[1:]])
+        rmap |= {id(r): a for r, a in zip(remat.results, again)}
         resid_args = [rmap[id(r)] for r in res]
         return inline(b, bu, resid_args + list(ucs) + list(ucar) + list(uxs))
 
@@ -424,22 +429,60 @@ def _loop_partial_eval(s, eqn, mask):
         (s.unknown if u else s.known)[v] = o
 
 
-def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, reverse):
+# prims cheap enough to recompute in the reverse loop rather than store per iteration: views
+# (a gather from a loop constant) at any rank, index arithmetic and scalar arithmetic on them
+_VIEWS = {"index", "slice", "reshape", "dim_size"}
+_SCALAR_CHEAP = {"add", "sub", "mul", "neg", "floordiv", "max", "min", "convert"}
+
+
+def _rematerialized(bk: Func, res, kconst_params) -> Func:
+    """remat(k, *the consts it reads) -> the residuals of a loop body that are cheap functions of
+    the counter k and loop constants (the index k itself, x[k], L[r, k] - mu[k]): the reverse loop
+    recomputes them instead of reading them from a stack of one per iteration."""
+    made = {o: e for e in bk.eqns for o in e.outs}
+    leaves = {bk.params[0]} | set(kconst_params)
+    cheap: dict[Var, bool] = {}
+
+    def is_cheap(a) -> bool:
+        if isinstance(a, Lit) or a in leaves:
+            return True
+        if a not in cheap:
+            e = made.get(a)
+            kind_ok = e is not None and (e.prim.name in _VIEWS or (e.prim.name in _SCALAR_CHEAP and not a.type.rank))
+            cheap[a] = kind_ok and all(is_cheap(x) for x in e.ins)
+        return cheap[a]
+
+    out = [r for r in res if r not in kconst_params and is_cheap(r)]
+    needed = set(out)
+    eqns = []
+    for e in reversed(bk.eqns):
+        if any(o in needed for o in e.outs):
+            eqns.append(e)
+            needed.update(a for a in e.ins if isinstance(a, Var))
+    params = [bk.params[0]] + [p for p in kconst_params if p in needed]
+    return Func("remat", tuple(params), tuple(reversed(eqns)), tuple(out))
+
+
+def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, reverse, acc=None):
     # adjoint of a linear scan: run the loop backwards; the carry cotangent flows back, the
-    # cotangents of linear consts accumulate as extra carries, those of xs come out as ys
+    # cotangents of linear consts accumulate as extra carries, those of xs come out as ys.
+    # `acc` holds each operand's cotangent so far (the loop `accumulates`): the const carries
+    # start from it, so a loop nested in a loop adds into one gradient instead of a fresh zero one.
     *_, tp = _tr()
     trip, consts, carry, xs = _loop_parts(ins, n_consts, n_carry)
     _, cl, carl, xl = _loop_parts(linear, n_consts, n_carry)
+    _, acc_c, acc_car, acc_x = _loop_parts(acc or [None] * len(ins), n_consts, n_carry)
     carl = [True] * n_carry  # a carry of a linear loop is linear even when it starts as a literal zero
-    n_ys = len(body.results) - n_carry
     ct_carry = [c if c is not None else zeros(t) for c, t in zip(cts[:n_carry], body.out_types[:n_carry])]
     ct_ys = [c if c is not None else zeros(t) for c, t in zip(cts[n_carry:], [_stacked(t, length) for t in
                                                                            body.out_types[n_carry:]])]
-    body_t = tp.transpose_func(body, [False] + cl + carl + xl)
-    # body_t(k, nonlin consts, nonlin x slices, ct carry out, ct y slices) -> (ct lin consts, ct carry, ct lin xs)
+    body_t = tp.transpose_func(body, [False] + cl + carl + xl, accumulate=True)
+    # body_t(k, nonlin consts, nonlin x slices, ct carry out, ct y slices, start per linear param)
+    #   -> (ct lin consts, ct carry, ct lin xs), each plus its start
     nl_c_types = [t for t, m in zip(body.in_types[1:1 + n_consts], cl) if not m]
     lin_c_types = [t for t, m in zip(body.in_types[1:1 + n_consts], cl) if m]
     nl_x_types = [t for t, m in zip(body.in_types[1 + n_consts + n_carry:], xl) if not m]
+    lin_x_types = [t for t, m in zip(body.in_types[1 + n_consts + n_carry:], xl) if m]
     car_types = list(body.in_types[1 + n_consts:1 + n_consts + n_carry])
     ys_types = list(body.out_types[n_carry:])
     n_lc = len(lin_c_types)
@@ -447,24 +490,22 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
     def tbody(bb, ps):
         k, rest = ps[0], ps[1:]
         ncs, rest = rest[:len(nl_c_types)], rest[len(nl_c_types):]
-        acc, rest = rest[:n_lc], rest[n_lc:]
+        sums, rest = rest[:n_lc], rest[n_lc:]
         ctc, rest = rest[:n_carry], rest[n_carry:]
         nxs, cty = rest[:len(nl_x_types)], rest[len(nl_x_types):]
-        outs = inline(bb, body_t, [k, *ncs, *nxs, *ctc, *cty])
-        lc, cc, lx = outs[:n_lc], outs[n_lc:n_lc + n_carry], outs[n_lc + n_carry:]
-        return [bb.add(a, c) for a, c in zip(acc, lc)] + list(cc) + list(lx)
+        fresh = [zeros(t) for t in car_types + lin_x_types]
+        return inline(bb, body_t, [k, *ncs, *nxs, *ctc, *cty, *sums, *fresh])
 
     tb = wrap(f"{body.name}_T", [Type("i64")] + nl_c_types + lin_c_types + car_types + nl_x_types + ys_types, tbody)
     nl_consts = [a for a, m in zip(consts, cl) if not m]
-    acc0 = [zeros(t) for t in lin_c_types]
+    acc0 = [a if a is not None else zeros(t) for a, t in zip([a for a, m in zip(acc_c, cl) if m], lin_c_types)]
     nl_xs = [a for a, m in zip(xs, xl) if not m]
     outs = b.bind(PRIMS_LOOP, [trip, *nl_consts, *acc0, *ct_carry, *nl_xs, *ct_ys],
                   dict(body=tb, n_consts=len(nl_c_types), n_carry=n_lc + n_carry, length=length,
                        reverse=not reverse))
     lc, cc, lx = iter(outs[:n_lc]), iter(outs[n_lc:n_lc + n_carry]), iter(outs[n_lc + n_carry:])
-    del n_ys
-    return ([None] + [next(lc) if m else None for m in cl] + [next(cc) for _ in range(n_carry)]
-            + [next(lx) if m else None for m in xl])
+    return ([None] + [next(lc) if m else None for m in cl] + [add_cts(b, a, next(cc)) for a in acc_car]
+            + [add_cts(b, a, next(lx)) if m else None for a, m in zip(acc_x, xl)])
 
 
 def _loop_prune(eqn, used):
@@ -499,6 +540,7 @@ loop = Prim(
     batch=_loop_batch,
     emit=lambda ctx, eqn: ctx.emit_loop(eqn),
     transpose=_loop_transpose,
+    accumulates=True,
     partial_eval=_loop_partial_eval,
     prune=_loop_prune,
     doc="a counted loop with carried state and stacked per-iteration values (a scan)",

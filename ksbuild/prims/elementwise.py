@@ -234,8 +234,8 @@ def _trunc_div(x, y):
 
 # ---- unary math ---------------------------------------------------------------------------
 # each deriv is dy/dx written with the output y where that is cheaper
-exp = unary("exp", np.exp, "std::exp({0})", lambda b, x, y: y, "e^x")  # d e^x = e^x
-log = unary("log", np.log, "std::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log")  # 1/x
+exp = unary("exp", np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x")  # d e^x = e^x
+log = unary("log", np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log")  # 1/x
 log1p = unary("log1p", np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), x)),
               "log(1 + x)")  # 1/(1+x)
 expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1")  # e^x

@@ -3,14 +3,15 @@ transformation has run. They have a type rule, a numpy eval (so the reference in
 checks each pass) and C++ emission, and no derivative or batching rules: AD and vmap never
 see them.
 
-fusion[body](*ins) -> outs
+fusion[body, threads?](*ins) -> outs
     one loop nest over the shape of body's elementwise equations; body's results are the
     values read after the nest. Trailing reductions over a suffix of that shape are
     accumulated in the same nest (see transforms/fuse.py).
-contract[spec, impl, acc](*ins) -> out
+contract[spec, impl, acc, threads?](*ins) -> out
     an einsum; impl "loops" is a loop nest (a dot product when the innermost axis is summed),
     "gemm" is loops over the batch letters around ks::gemm (backend blas: ks/blas.h; aten: ks/aten.h). With acc, the
     first operand is an accumulator the product is added to (out = acc + a·b).
+With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
 """
 from __future__ import annotations
 
@@ -27,19 +28,22 @@ def _lowered_only(name: str):
     return rule
 
 
+# the reductions a fusion body may end with (over the last axes of the nest)
+REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
+
 OPT_OUTS = ("jvp: lowering only (transformations run before it)", "batch: lowering only",
             "transpose: lowering only")
 
 
 # ---- fusion ----------------------------------------------------------------------------------
 
-def _fusion_rule(in_types, body: Func):
+def _fusion_rule(in_types, body: Func, threads: int = 0):
     if list(in_types) != list(body.in_types):
         raise KsbuildError("internal: fusion operands do not match its body")
     return body.out_types
 
 
-def _fusion_eval(*args, body: Func, env):
+def _fusion_eval(*args, body: Func, env, threads: int = 0):
     from ..ir.interp import eval_func
     return tuple(eval_func(body, list(args), env))
 
@@ -59,7 +63,7 @@ fusion = Prim(
 
 # ---- contract ----------------------------------------------------------------------------------
 
-def _contract_rule(in_types, spec, impl, acc):
+def _contract_rule(in_types, spec, impl, acc, threads: int = 0):
     if impl not in ("loops", "gemm"):
         raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
     ops = list(in_types[1:]) if acc else list(in_types)
@@ -69,7 +73,7 @@ def _contract_rule(in_types, spec, impl, acc):
     return (out,)
 
 
-def _contract_eval(*args, spec, impl, acc, env):
+def _contract_eval(*args, spec, impl, acc, env, threads: int = 0):
     (prod,) = _einsum_prim.eval(*args[-2:], spec=spec, env=env)
     return ((args[0] + prod).astype(prod.dtype) if acc else prod,)
 
@@ -125,9 +129,10 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     c = ctx.ctype(out.type)
     score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
     inner = max(list(o) + summed, key=score)
+    threads = eqn.params.get("threads", 0)
     if inner in summed or not o:
         summed.sort(key=lambda ch: ch == inner)
-        outer = ctx.open_loops([sizes[ch] for ch in o])
+        outer = ctx.open_loops([sizes[ch] for ch in o], threads=threads)
         acc = ctx.namer.fresh("dot")
         init = ctx.scalar(eqn.ins[0]) if (eqn.params["acc"] and not o) else "0"
         ctx.line(f"{c} {acc} = {init};")
@@ -144,7 +149,7 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     if not into:
         ctx.fill(dst, "0", out.type)
     order = [ch for ch in o if ch != inner] + summed + [inner]
-    loops = ctx.open_loops([sizes[ch] for ch in order])
+    loops = ctx.open_loops([sizes[ch] for ch in order], threads=threads if order[0] in o else 0)
     ix = dict(zip(order, loops))
     ctx.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
     ctx.close_loops(len(loops))
@@ -152,7 +157,6 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
 
 def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS)."""
-    from ..codegen.storage import dim_expr
     a, b, o = parse_spec(eqn.params["spec"])
     x, y = eqn.ins[-2:]
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
@@ -166,7 +170,7 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
         rest = [ch for ch in letters if ch not in batch]
         return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
 
-    dims = ", ".join(dim_expr(sizes[ch]) for ch in (m, n, k))
+    dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
     ctx.line(f"ks::gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
              f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
     ctx.close_loops(len(loops))

@@ -2,6 +2,7 @@
 
 index[axis](x, i)          x at position i of `axis` (i clamped into range, as JAX does)
 index_add[axis](x, i, v)   x with v added at position i of `axis` (the transpose of index)
+index_set[axis](x, i, v)   x with position i of `axis` replaced by v (x[i] = v)
 slice[axis, start, stop]   the static range start:stop of `axis` (a view)
 pad[axis, lo, hi]          zeros before and after along `axis` (the transpose of slice)
 reduce_max / reduce_min    over `axes`
@@ -101,14 +102,18 @@ def _index_add_eval(x, i, v, axis, env):
     return (out,)
 
 
-def _index_add_jvp(b, p, t, axis):
-    x, i, v = p
-    y = b.index_add(x, i, v, axis=axis)
-    if t[0] is None and t[2] is None:
-        return [y], [None]
-    tx = t[0] if t[0] is not None else zeros(x.type)
-    tv = t[2] if t[2] is not None else zeros(v.type)
-    return [y], [b.index_add(tx, i, tv, axis=axis)]
+def _update_jvp(name: str):
+    """jvp of an update at position i (index_add, index_set), linear in (x, v): the same update of
+    the tangents, d out = update(dx, i, dv)."""
+    def jvp(b, p, t, axis):
+        x, i, v = p
+        y = b.bind(PRIMS[name], [x, i, v], {"axis": axis})[0]
+        if t[0] is None and t[2] is None:
+            return [y], [None]
+        tx = t[0] if t[0] is not None else zeros(x.type)
+        tv = t[2] if t[2] is not None else zeros(v.type)
+        return [y], [b.bind(PRIMS[name], [tx, i, tv], {"axis": axis})[0]]
+    return jvp
 
 
 def _index_add_transpose(b, cts, ins, linear, axis):
@@ -118,13 +123,17 @@ def _index_add_transpose(b, cts, ins, linear, axis):
     return [ct if linear[0] else None, None, b.index(ct, i, axis=axis) if linear[2] else None]
 
 
-def _index_add_batch(b, ins, batched, size, axis):
-    x, i, v = ins
-    if batched[1]:
-        return _per_lane(b, "index_add", ins, batched, size, {"axis": axis})
-    x = x if batched[0] else b.broadcast_to(x, shape=(size,) + x.type.shape)
-    v = v if batched[2] else b.broadcast_to(v, shape=(size,) + v.type.shape)
-    return [b.index_add(x, i, v, axis=axis + 1)], [True]
+def _update_batch(name: str):
+    """Batching of an update at position i: a loop over lanes for a per-lane i, else the update
+    one axis further in with x and v both batched."""
+    def batch(b, ins, batched, size, axis):
+        x, i, v = ins
+        if batched[1]:
+            return _per_lane(b, name, ins, batched, size, {"axis": axis})
+        x = x if batched[0] else b.broadcast_to(x, shape=(size,) + x.type.shape)
+        v = v if batched[2] else b.broadcast_to(v, shape=(size,) + v.type.shape)
+        return [b.bind(PRIMS[name], [x, i, v], {"axis": axis + 1})[0]], [True]
+    return batch
 
 
 def _index_add_emit(ctx, eqn) -> None:
@@ -143,11 +152,51 @@ index_add = Prim(
     name="index_add",
     type_rule=_index_add_rule,
     eval=_index_add_eval,
-    jvp=_index_add_jvp,
+    jvp=_update_jvp("index_add"),
     transpose=_index_add_transpose,
-    batch=_index_add_batch,
+    batch=_update_batch("index_add"),
     emit=_index_add_emit,
     doc="x with v added at position i along an axis (in place when x is dead afterwards)",
+)
+
+
+# ---- index_set ----------------------------------------------------------------------------------
+
+def _index_set_eval(x, i, v, axis, env):
+    out = np.array(x, copy=True)
+    sl = [slice(None)] * x.ndim
+    sl[axis] = _clamp(i, x.shape[axis])
+    out[tuple(sl)] = v
+    return (out,)
+
+
+def _index_set_transpose(b, cts, ins, linear, axis):
+    # x̄ = ȳ with position i zeroed; v̄ = ȳ[i]
+    (ct,), i = cts, ins[1]
+    if ct is None:
+        return [None, None, None]
+    x_ct = b.index_set(ct, i, zeros(ins[2].type), axis=axis) if linear[0] else None
+    return [x_ct, None, b.index(ct, i, axis=axis) if linear[2] else None]
+
+
+def _index_set_emit(ctx, eqn) -> None:
+    # out = x with position i replaced by v, in x's buffer when the memory plan says x is dead afterwards
+    x, _, v = eqn.ins
+    dst = ctx.accumulator(eqn, x, "upd")
+    row = dst.take(eqn.params["axis"], ctx.clamped_index(eqn))
+    ctx.copy(ctx.storage(v), row, v.type)
+    ctx.env[eqn.outs[0]] = dst
+
+
+index_set = Prim(
+    name="index_set",
+    type_rule=_index_add_rule,
+    eval=_index_set_eval,
+    jvp=_update_jvp("index_set"),
+    transpose=_index_set_transpose,
+    batch=_update_batch("index_set"),
+    emit=_index_set_emit,
+    doc="x with position i along an axis replaced by v (x[i] = v; in place when x is dead afterwards)",
 )
 
 

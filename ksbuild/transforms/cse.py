@@ -6,6 +6,8 @@ outputs instead. (Bodies are closed, so nothing is shared across them.)
 """
 from __future__ import annotations
 
+import weakref
+
 from ..ir.core import Atom, Func, Lit
 from .rewrite import keep, rewrite
 
@@ -16,12 +18,12 @@ def _key_atom(a: Atom):
 
 def cse(f: Func) -> Func:
     """f with repeated equations merged (per body)."""
-    seen_by_body: dict[int, dict] = {}
+    seen_by_body: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one table per body's builder
 
     def rule(b, eqn, ins):
         if any(isinstance(v, Func) for v in eqn.params.values()):
             return None
-        seen = seen_by_body.setdefault(id(b), {})
+        seen = seen_by_body.setdefault(b, {})
         key = (eqn.prim.name, tuple(_key_atom(a) for a in ins), tuple(sorted(eqn.params.items())))
         if key in seen:
             return seen[key]

@@ -13,10 +13,8 @@ from typing import Sequence
 
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Var
-from ..prims.lowering import fusion
+from ..prims.lowering import REDUCTIONS, fusion
 from .rewrite import use_counts
-
-REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 
 
 def fuse(f: Func) -> Func:

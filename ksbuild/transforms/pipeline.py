@@ -13,7 +13,9 @@ from typing import Callable
 from ..ir.core import Func
 from .accumulate import accumulate
 from .cse import cse
+from .expand import expand
 from .fuse import fuse
+from .parallelize import parallelize
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
@@ -24,6 +26,7 @@ class Options:
     """What the passes may depend on besides the IR."""
 
     backend: str = "plain"
+    threads: int = 0  # > 1: the parallelize pass marks batch loops for OpenMP
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,13 @@ class Pass:
 
 
 PASSES = [
+    Pass("expand", lambda f, o: expand(f), "decompositions: a per-lane if (lane_cond) becomes selects"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
     Pass("select_backend", lambda f, o: select_backend(f, o.backend), "einsums become loop nests or gemm calls"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
     Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
+    Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),
     Pass("plan_memory", lambda f, o: plan_memory(f), "buffers: output arguments, in-place updates, reused slots"),
 ]
 PASS_NAMES = [p.name for p in PASSES]

@@ -26,7 +26,7 @@ from typing import Mapping
 from ..ir.core import Atom, Eqn, Func, Var
 from ..ir.types import Type
 
-INPLACE_BASE = {"index_add": 0, "scatter_add": 0}  # prims that may update their operand's buffer: operand position
+INPLACE_BASE = {"index_add": 0, "index_set": 0, "scatter_add": 0}  # prims that may update their operand in place
 
 
 @dataclass(frozen=True)
@@ -114,11 +114,23 @@ class _Walk:
         self.owner[v] = v
         self.defined.setdefault(v, self.pos)
 
+    def take_over(self, v: Var, init: Atom, eqn: Eqn, uses_after: set) -> bool:
+        """A loop carry lives in its initial value's buffer when nothing else reads that value (a
+        gradient accumulated through nested loops stays in one buffer)."""
+        r = self.root.get(init) if isinstance(init, Var) else None
+        if not v.type.rank or r is None or self.owner.get(r) is not init or self.live_after(r, uses_after) \
+                or sum(a is init for a in eqn.ins) != 1:
+            return False
+        self.root[v] = r
+        self.owner[r] = v
+        self.places[v] = Place("reuse", of=init)
+        return True
+
     def take_back(self, outs) -> None:
         """After a body: the equation's outputs hold their buffers' values."""
         for v in outs:
-            if self.root.get(v) is v:
-                self.owner[v] = v
+            if v in self.root:
+                self.owner[self.root[v]] = v
 
     def live_after(self, r: Var, uses_after: set) -> bool:
         return any(self.root.get(v) is r for v in uses_after)
@@ -143,7 +155,7 @@ class _Walk:
 
     def eqn(self, eqn: Eqn, uses_after: set) -> None:
         if eqn.prim.name == "loop":
-            self.loop(eqn)
+            self.loop(eqn, uses_after)
         elif eqn.prim.name in ("cond", "call"):
             self.branches(eqn)
         else:
@@ -166,10 +178,14 @@ class _Walk:
         for v in eqn.outs:
             self.own(v)
 
-    def loop(self, eqn: Eqn) -> None:
+    def loop(self, eqn: Eqn, uses_after: set) -> None:
         p = eqn.params
         body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
-        for v in eqn.outs:
+        init = eqn.ins[1 + nc:1 + nc + ncar]
+        for v, a in zip(eqn.outs[:ncar], init):
+            if not self.take_over(v, a, eqn, uses_after):
+                self.own(v)
+        for v in eqn.outs[ncar:]:
             self.own(v)
         consts, xs = eqn.ins[1:1 + nc], eqn.ins[1 + nc + ncar:]
         for prm, a in zip(body.params[1:1 + nc], consts):
@@ -178,7 +194,7 @@ class _Walk:
         for prm, out in zip(carries, eqn.outs[:ncar]):
             self.alias(prm, out)
             if prm.type.rank:
-                self.owner[out] = prm  # the body may update its carries in place
+                self.owner[self.root[out]] = prm  # the body may update its carries in place
         for prm, a in zip(body.params[1 + nc + ncar:], xs):
             self.alias(prm, a)
         self.body(body, None)

@@ -2,6 +2,7 @@
 
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
+  - nested selects on one condition are flattened (unnest_select),
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
   - unused results of cond and loop are pruned by their prune rules (via dce).
@@ -63,6 +64,20 @@ def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> A
     return None
 
 
+def unnest_select(ins: list[Atom], made: dict[Var, Eqn]) -> list[Atom] | None:
+    """select(p, select(p, a, b), c) = select(p, a, c) and select(p, a, select(p, b, c)) =
+    select(p, a, c): under the same condition an inner select always takes the same side (the
+    masks of per-lane branch derivatives stack up like this). The new operands, or None."""
+    p, x, y = ins
+    ex = made.get(x) if isinstance(x, Var) else None
+    if ex is not None and ex.prim.name == "select" and ex.ins[0] is p and ex.ins[1].type == x.type:
+        return [p, ex.ins[1], y]
+    ey = made.get(y) if isinstance(y, Var) else None
+    if ey is not None and ey.prim.name == "select" and ey.ins[0] is p and ey.ins[2].type == y.type:
+        return [p, x, ey.ins[2]]
+    return None
+
+
 def simplify_once(f: Func) -> Func:
     """One forward sweep of rewrites and folding, recursing into sub-functions."""
     b = Builder()
@@ -73,6 +88,8 @@ def simplify_once(f: Func) -> Func:
     for eqn in f.eqns:
         ins = [read(a) for a in eqn.ins]
         b.loc = eqn.loc
+        while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
+            ins = flat
         acc = accumulate(b, eqn, ins, made)
         if acc is not None:
             env[eqn.outs[0]] = acc

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vmath.h"  // ks::exp, ks::log: inline, branch-free, vectorizable
+
 // KS_OMP_SIMD(clauses) before a loop is `#pragma omp simd clauses` where the build enables
 // OpenMP SIMD: the generated CMake passes -fopenmp-simd -DKS_OPENMP_SIMD (or any -fopenmp
 // build, which defines _OPENMP). Elsewhere it is nothing, so compiling a generated source by
@@ -27,6 +29,13 @@
 #define KS_OMP_SIMD(...) _Pragma(KS_STRINGIFY(omp simd __VA_ARGS__))
 #else
 #define KS_OMP_SIMD(...)
+#endif
+// KS_OMP_PARALLEL_FOR(clauses): `#pragma omp parallel for clauses` in builds with OpenMP
+// ([build] threads = N > 1 links it); nothing otherwise.
+#if defined(_OPENMP)
+#define KS_OMP_PARALLEL_FOR(...) _Pragma(KS_STRINGIFY(omp parallel for __VA_ARGS__))
+#else
+#define KS_OMP_PARALLEL_FOR(...)
 #endif
 
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
@@ -103,7 +112,7 @@ constexpr T min(T a, T b) {
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
 template <class T>
 inline T logistic(T x) {
-    const T e = std::exp(-ks::abs(x));
+    const T e = ks::exp(-ks::abs(x));
     const T r = static_cast<T>(1) / (static_cast<T>(1) + e);
     return x >= static_cast<T>(0) ? r : e * r;
 }

@@ -9,6 +9,7 @@ expected outputs under the test's tolerances.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,12 +66,7 @@ def op_of(test_name: str, model, names: dict[str, str]) -> str:
 
 def load_cases(filter_op: str | None = None, names: list[str] | None = None) -> list[Case]:
     """The node test cases (optionally only those of one op type, or with the given names)."""
-    import warnings
-
-    from onnx.backend.test.loader import load_model_tests
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        tests = load_model_tests(kind="node")
+    tests = _node_tests()
     ops = op_names()
     cases = []
     for t in tests:
@@ -90,6 +86,17 @@ def _array(v):
     if isinstance(v, TensorProto):
         return numpy_helper.to_array(v)
     return v
+
+
+@functools.lru_cache(maxsize=1)
+def _node_tests():
+    """The onnx package's node tests (generated once per process: it takes a while)."""
+    import warnings
+
+    from onnx.backend.test.loader import load_model_tests
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return load_model_tests(kind="node")
 
 
 # ---- preparing a case --------------------------------------------------------------------------------

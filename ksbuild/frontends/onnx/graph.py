@@ -120,7 +120,7 @@ class Importer:
         self.path, self.model, self.float_dtype = path, model, float_dtype
         self.weights, self.embedded = weights, embedded
         self.file = str(path)
-        self.opsets = {(imp.domain or ""): imp.version for imp in model.opset_import}
+        self.opsets = {("" if imp.domain in ("", "ai.onnx") else imp.domain): imp.version for imp in model.opset_import}
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.dim_names: dict[str, str] = {}
         self.external: list[str] = []  # initializers passed by the caller (weights = "external")

@@ -162,7 +162,17 @@ class Node:
             if default is REQUIRED:
                 raise self.error(f"{self.op} needs the attribute '{name}'")
             return default
-        return attribute_value(self.attrs[name])
+        value = attribute_value(self.attrs[name])
+        return self._checked(name, value, default)
+
+    def _checked(self, name: str, value: Any, default: Any) -> Any:
+        """The value, if it has the kind of its default (an int where a float is expected is fine)."""
+        kinds = {bool: int, int: int, float: (int, float), str: str, list: list}
+        want = kinds.get(type(default))
+        if want is None or isinstance(value, want):
+            return float(value) if isinstance(default, float) else value
+        shown = {int: "an int", str: "a string", list: "a list", (int, float): "a number"}[want]
+        raise self.error(f"{self.op}: attribute '{name}' must be {shown}, got {type(value).__name__} {value!r}")
 
     def attr_in(self, name: str, choices: Sequence, default: Any = REQUIRED) -> Any:
         v = self.attr(name, default)

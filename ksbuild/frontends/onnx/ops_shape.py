@@ -11,7 +11,7 @@ from ...ops import shape as sh
 from ...ops._util import numel
 from .graph import handler, onnx_dtype, symbolic
 from .node import Node
-from .values import SymDim, Val, dims_of, shape_array
+from .values import SymDim, Val, shape_array
 
 INT_MAX = 2**62
 
@@ -329,6 +329,3 @@ def dropout(n: Node):
     mask = Lit(True, Type("bool", x.type.shape))
     return [n.val(0), mask]
 
-
-def dims_from(arr) -> list[Dim]:
-    return dims_of(arr)

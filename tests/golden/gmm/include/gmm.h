@@ -72,6 +72,38 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
 
+/* gmm_tri = gmm_tri   (kernel gmm_tri from gmm.py:gmm_objective_tri) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
+int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_tri needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_grad = grad(gmm_tri, argnums=(0, 1, 2))   (kernel gmm_tri from gmm.py:gmm_objective_tri) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
+int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_tri_grad needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_vec = gmm_tri_vec   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
+int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/* Bytes of workspace gmm_gmm_tri_vec needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
+/* gmm_tri_vec_grad = grad(gmm_tri_vec, argnums=(0, 1, 2))   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec) */
+/*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
+int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
+/*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/* Bytes of workspace gmm_gmm_tri_vec_grad needs, 16-byte aligned (0: NULL is fine). */
+size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
+
+
 #ifdef __cplusplus
 }  /* extern "C" */
 
@@ -88,6 +120,14 @@ inline int gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
 inline size_t gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_loop_workspace_size(K, d, T, n); }
 inline int gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_loop_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
 inline size_t gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_loop_grad_workspace_size(K, d, T, n); }
+inline int gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) { return gmm_gmm_tri(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out, workspace); }
+inline size_t gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_workspace_size(K, d, T, n); }
+inline int gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_tri_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
+inline size_t gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_grad_workspace_size(K, d, T, n); }
+inline int gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) { return gmm_gmm_tri_vec(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out, workspace); }
+inline size_t gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_vec_workspace_size(K, d, T, n); }
+inline int gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) { return gmm_gmm_tri_vec_grad(K, d, T, n, alphas, means, icf, x, wishart_gamma, wishart_m, out_d_alphas, out_d_means, out_d_icf, workspace); }
+inline size_t gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) { return gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n); }
 }  // namespace gmm
 #endif
 

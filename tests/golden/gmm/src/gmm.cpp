@@ -25,13 +25,13 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp34 = reinterpret_cast<double*>(next_slot);
+    double* const tmp33 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp50 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp55 = reinterpret_cast<double*>(next_slot);
+    double* const tmp54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -39,7 +39,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -58,197 +58,195 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const double qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const double alphas_i = alphas[i22];
-        const double x_i = tmp[i22];
-        const double base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const double alphas_i = alphas[i21];
+        const double x_i = tmp[i21];
+        const double base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
-    for (int64_t i24 = 0; i24 < n; ++i24) {
-        for (int64_t i25 = 0; i25 < K; ++i25) {
-            for (int64_t i26 = 0; i26 < d; ++i26) {
-                const double x_i27 = x[i24 * d + i26];
-                const double x_i28 = means[i25 * d + i26];
-                const double centered29 = (x_i27 - x_i28);
-                centered[i24 * (K * d) + i25 * d + i26] = centered29;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const double x_i26 = x[i23 * d + i25];
+                const double x_i27 = means[i24 * d + i25];
+                const double centered28 = (x_i26 - x_i27);
+                centered[i23 * (K * d) + i24 * d + i25] = centered28;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < n; ++i30) {
-        for (int64_t i31 = 0; i31 < K; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
+    for (int64_t i29 = 0; i29 < n; ++i29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i33 = 0; i33 < d; ++i33) {
-                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
                 }
-                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
+                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
             }
         }
     }
-    for (int64_t i35 = 0; i35 < n; ++i35) {
-        for (int64_t i36 = 0; i36 < K; ++i36) {
-            double acc37 = 0;
-            KS_OMP_SIMD(reduction(+:acc37))
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                const double mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
-                const double t39 = ks::ipow<2>(mahalanobis_i);
-                acc37 += t39;
+    for (int64_t i34 = 0; i34 < n; ++i34) {
+        for (int64_t i35 = 0; i35 < K; ++i35) {
+            double acc36 = 0;
+            KS_OMP_SIMD(reduction(+:acc36))
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                const double mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
+                const double t38 = ks::ipow<2>(mahalanobis_i);
+                acc36 += t38;
             }
-            tmp34[i35 * K + i36] = acc37;
+            tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = tmp34[i40 * K + i41];
-            const double t43 = (0.5 * x_i42);
-            const double x_i44 = base[i41];
-            const double scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const double x_i41 = tmp33[i39 * K + i40];
+            const double t42 = (0.5 * x_i41);
+            const double x_i43 = base[i40];
+            const double scores44 = (x_i43 - t42);
+            scores[i39 * K + i40] = scores44;
         }
     }
-    const int64_t t46 = (-n);
-    const int64_t t47 = (t46 * d);
-    const double t48 = static_cast<double>(t47);
-    const double t49 = (t48 * 0.5);
-    const double constant = (t49 * 1.8378770664093453);
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        double acc52 = ks::lowest<double>();
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const double x_i54 = scores[i51 * K + i53];
-            acc52 = ks::max(x_i54, acc52);
+    const int64_t t45 = (-n);
+    const int64_t t46 = (t45 * d);
+    const double t47 = static_cast<double>(t46);
+    const double t48 = (t47 * 0.5);
+    const double constant = (t48 * 1.8378770664093453);
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        double acc51 = ks::lowest<double>();
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const double x_i53 = scores[i50 * K + i52];
+            acc51 = ks::max(x_i53, acc51);
         }
-        tmp50[i51] = acc52;
+        tmp49[i50] = acc51;
     }
-    for (int64_t i56 = 0; i56 < n; ++i56) {
-        double acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const double scores_i = scores[i56 * K + i58];
-            const double x_i59 = tmp50[i56];
-            const double t60 = (scores_i - x_i59);
-            const double t61 = std::exp(t60);
-            acc57 += t61;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        double acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const double scores_i = scores[i55 * K + i57];
+            const double x_i58 = tmp49[i55];
+            const double t59 = (scores_i - x_i58);
+            const double t60 = ks::exp(t59);
+            acc56 += t60;
         }
-        tmp55[i56] = acc57;
+        tmp54[i55] = acc56;
     }
-    double acc62 = 0;
-    KS_OMP_SIMD(reduction(+:acc62))
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        const double x_i64 = tmp55[i63];
-        const double t65 = std::log(x_i64);
-        const double x_i66 = tmp50[i63];
-        const double t67 = (t65 + x_i66);
-        acc62 += t67;
+    double acc61 = 0;
+    KS_OMP_SIMD(reduction(+:acc61))
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        const double x_i63 = tmp54[i62];
+        const double t64 = ks::log(x_i63);
+        const double x_i65 = tmp49[i62];
+        const double t66 = (t64 + x_i65);
+        acc61 += t66;
     }
-    const double t68 = (constant + acc62);
-    double acc69 = ks::lowest<double>();
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        const double x_i71 = alphas[i70];
-        acc69 = ks::max(x_i71, acc69);
+    const double t67 = (constant + acc61);
+    double acc68 = ks::lowest<double>();
+    for (int64_t i69 = 0; i69 < K; ++i69) {
+        const double x_i70 = alphas[i69];
+        acc68 = ks::max(x_i70, acc68);
     }
-    double acc72 = 0;
-    KS_OMP_SIMD(reduction(+:acc72))
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const double alphas_i74 = alphas[i73];
-        const double x_i75 = acc69;
-        const double t76 = (alphas_i74 - x_i75);
-        const double t77 = std::exp(t76);
-        acc72 += t77;
+    double acc71 = 0;
+    KS_OMP_SIMD(reduction(+:acc71))
+    for (int64_t i72 = 0; i72 < K; ++i72) {
+        const double alphas_i73 = alphas[i72];
+        const double x_i74 = acc68;
+        const double t75 = (alphas_i73 - x_i74);
+        const double t76 = ks::exp(t75);
+        acc71 += t76;
     }
-    const double t78 = std::log(acc72);
-    const double t79 = (t78 + acc69);
-    const double t80 = static_cast<double>(n);
-    const double t81 = (t80 * t79);
-    const double t82 = (t68 - t81);
-    double r83;
+    const double t77 = ks::log(acc71);
+    const double t78 = (t77 + acc68);
+    const double t79 = static_cast<double>(n);
+    const double t80 = (t79 * t78);
+    const double t81 = (t67 - t80);
+    double r82;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t84 = static_cast<double>(d);
-        const double t85 = (t84 + wishart_m);
-        const double n_w = (t85 + 1.0);
-        const double t86 = (n_w * t84);
-        const double t87 = std::log(wishart_gamma);
-        const double t88 = (t87 - 0.34657359027997264);
-        const double t89 = (t86 * t88);
-        const double t90 = (0.5 * n_w);
-        double r91;
+        const double t83 = static_cast<double>(d);
+        const double t84 = (t83 + wishart_m);
+        const double n_w = (t84 + 1.0);
+        const double t85 = (n_w * t83);
+        const double t86 = ks::log(wishart_gamma);
+        const double t87 = (t86 - 0.34657359027997264);
+        const double t88 = (t85 * t87);
+        const double t89 = (0.5 * n_w);
+        double r90;
         {  // log_gamma_d(a)
-            const double t92 = static_cast<double>(d);
-            const double t93 = (0.25 * t92);
-            const double t94 = static_cast<double>((d - 1));
-            const double t95 = (t93 * t94);
-            const double t96 = (t95 * 1.1447298858494002);
-            double r97;
-            r97 = 0.0;
-            for (int64_t k98 = 0; k98 < d; ++k98) {
-                const int64_t t99 = (k98 + int64_t{1});
-                const int64_t t100 = (int64_t{1} - t99);
-                const double t101 = static_cast<double>(t100);
-                const double t102 = (0.5 * t101);
-                const double t103 = (t90 + t102);
-                const double t104 = std::lgamma(t103);
-                const double __sum_25_55 = (r97 + t104);
-                r97 = __sum_25_55;
+            const double t91 = static_cast<double>(d);
+            const double t92 = (0.25 * t91);
+            const double t93 = static_cast<double>((d - 1));
+            const double t94 = (t92 * t93);
+            const double t95 = (t94 * 1.1447298858494002);
+            double r96;
+            r96 = 0.0;
+            for (int64_t k97 = 0; k97 < d; ++k97) {
+                const int64_t t98 = (k97 + int64_t{1});
+                const int64_t t99 = (int64_t{1} - t98);
+                const double t100 = static_cast<double>(t99);
+                const double t101 = (0.5 * t100);
+                const double t102 = (t89 + t101);
+                const double t103 = std::lgamma(t102);
+                const double __sum_25_55 = (r96 + t103);
+                r96 = __sum_25_55;
             }
-            const double t105 = (t96 + r97);
-            r91 = t105;
+            const double t104 = (t95 + r96);
+            r90 = t104;
         }
-        const double C = (t89 - r91);
-        double acc106 = 0;
-        for (int64_t i107 = 0; i107 < K; ++i107) {
-            KS_OMP_SIMD(reduction(+:acc106))
-            for (int64_t i108 = 0; i108 < d; ++i108) {
-                const double qs_i109 = icf[i107 * T + i108];
-                const double t110 = std::exp(qs_i109);
-                const double t111 = ks::ipow<2>(t110);
-                acc106 += t111;
-            }
-        }
-        double acc112 = 0;
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            KS_OMP_SIMD(reduction(+:acc112))
-            for (int64_t i114 = 0; i114 < (T - d); ++i114) {
-                const double ls_i = (icf + d)[i113 * T + i114];
-                const double t115 = ks::ipow<2>(ls_i);
-                acc112 += t115;
+        const double C = (t88 - r90);
+        double acc105 = 0;
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            KS_OMP_SIMD(reduction(+:acc105))
+            for (int64_t i107 = 0; i107 < d; ++i107) {
+                const double qs_i108 = icf[i106 * T + i107];
+                const double t109 = ks::exp(qs_i108);
+                const double t110 = ks::ipow<2>(t109);
+                acc105 += t110;
             }
         }
-        const double frobenius = (acc106 + acc112);
-        const double t116 = ks::ipow<2>(wishart_gamma);
-        const double t117 = (0.5 * t116);
-        const double t118 = (t117 * frobenius);
-        double acc119 = 0;
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            KS_OMP_SIMD(reduction(+:acc119))
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                const double qs_i122 = icf[i120 * T + i121];
-                acc119 += qs_i122;
+        double acc111 = 0;
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            KS_OMP_SIMD(reduction(+:acc111))
+            for (int64_t i113 = 0; i113 < (T - d); ++i113) {
+                const double ls_i = (icf + d)[i112 * T + i113];
+                const double t114 = ks::ipow<2>(ls_i);
+                acc111 += t114;
             }
         }
-        const double t123 = (wishart_m * acc119);
-        const double t124 = (t118 - t123);
-        const double t125 = static_cast<double>(K);
-        const double t126 = (t125 * C);
-        const double t127 = (t124 - t126);
-        r83 = t127;
+        const double frobenius = (acc105 + acc111);
+        const double t115 = ks::ipow<2>(wishart_gamma);
+        const double t116 = (0.5 * t115);
+        const double t117 = (t116 * frobenius);
+        double acc118 = 0;
+        for (int64_t i119 = 0; i119 < K; ++i119) {
+            KS_OMP_SIMD(reduction(+:acc118))
+            for (int64_t i120 = 0; i120 < d; ++i120) {
+                const double qs_i121 = icf[i119 * T + i120];
+                acc118 += qs_i121;
+            }
+        }
+        const double t122 = (wishart_m * acc118);
+        const double t123 = (t117 - t122);
+        const double t124 = static_cast<double>(K);
+        const double t125 = (t124 * C);
+        const double t126 = (t123 - t125);
+        r82 = t126;
     }
-    const double t128 = (t82 + r83);
-    *out = t128;
+    const double t127 = (t81 + r82);
+    *out = t127;
     return ks::status::ok;
 }
 
@@ -266,45 +264,27 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    double* const r18 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r19 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -314,498 +294,424 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp67 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp68 = reinterpret_cast<double*>(next_slot);
+    double* const tmp50 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp81 = reinterpret_cast<double*>(next_slot);
+    double* const tmp63 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp87 = reinterpret_cast<double*>(next_slot);
+    double* const tmp69 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp110 = reinterpret_cast<double*>(next_slot);
+    double* const tmp92 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp111 = reinterpret_cast<double*>(next_slot);
+    double* const tmp93 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp117 = reinterpret_cast<double*>(next_slot);
+    double* const tmp99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp182 = reinterpret_cast<double*>(next_slot);
+    double* const tmp159 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const r173 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r203 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const r208 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp216 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp221 = reinterpret_cast<double*>(next_slot);
+    double* const r177 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf240 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const double t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const double t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0);
-                const double t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
+                const double t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
             }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double qs_i = icf[i53 * T + i54];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const double qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const double alphas_i = alphas[i55];
-        const double x_i = tmp[i55];
-        const double base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const double alphas_i = alphas[i37];
+        const double x_i = tmp[i37];
+        const double base38 = (alphas_i + x_i);
+        base[i37] = base38;
+    }
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const double x_i42 = x[i39 * d + i41];
+                const double x_i43 = means[i40 * d + i41];
+                const double centered44 = (x_i42 - x_i43);
+                centered[i39 * (K * d) + i40 * d + i41] = centered44;
+            }
+        }
+    }
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            for (int64_t i47 = 0; i47 < d; ++i47) {
+                double dot = 0;
+                KS_OMP_SIMD(reduction(+:dot))
+                for (int64_t i48 = 0; i48 < d; ++i48) {
+                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
+                }
+                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
+            }
+        }
+    }
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            double acc53 = 0;
+            KS_OMP_SIMD(reduction(+:acc53))
+            for (int64_t i54 = 0; i54 < d; ++i54) {
+                const double mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
+                const double t55 = ks::ipow<2>(mahalanobis_i);
+                const double t56 = (2.0 * mahalanobis_i);
+                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
+                acc53 += t55;
+            }
+            tmp50[i51 * K + i52] = acc53;
+        }
     }
     for (int64_t i57 = 0; i57 < n; ++i57) {
         for (int64_t i58 = 0; i58 < K; ++i58) {
-            for (int64_t i59 = 0; i59 < d; ++i59) {
-                const double x_i60 = x[i57 * d + i59];
-                const double x_i61 = means[i58 * d + i59];
-                const double centered62 = (x_i60 - x_i61);
-                centered[i57 * (K * d) + i58 * d + i59] = centered62;
-            }
+            const double x_i59 = tmp50[i57 * K + i58];
+            const double t60 = (0.5 * x_i59);
+            const double x_i61 = base[i58];
+            const double scores62 = (x_i61 - t60);
+            scores[i57 * K + i58] = scores62;
         }
     }
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            for (int64_t i65 = 0; i65 < d; ++i65) {
-                double dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i66 = 0; i66 < d; ++i66) {
-                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
-                }
-                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
-            }
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        double acc65 = ks::lowest<double>();
+        for (int64_t i66 = 0; i66 < K; ++i66) {
+            const double x_i67 = scores[i64 * K + i66];
+            acc65 = ks::max(x_i67, acc65);
+        }
+        tmp63[i64] = acc65;
+    }
+    double* const tmp68 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i70 = 0; i70 < n; ++i70) {
+        double acc71 = 0;
+        KS_OMP_SIMD(reduction(+:acc71))
+        for (int64_t i72 = 0; i72 < K; ++i72) {
+            const double scores_i = scores[i70 * K + i72];
+            const double x_i73 = tmp63[i70];
+            const double t74 = (scores_i - x_i73);
+            const double t75 = ks::exp(t74);
+            tmp68[i70 * K + i72] = t75;
+            acc71 += t75;
+        }
+        tmp69[i70] = acc71;
+    }
+    double* const tmp76 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i77 = 0; i77 < n; ++i77) {
+        const double x_i78 = tmp69[i77];
+        const double t79 = (1.0 / x_i78);
+        tmp76[i77] = t79;
+    }
+    double acc80 = ks::lowest<double>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const double x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
+    }
+    double* const tmp83 = tmp;  // reuses a dead buffer's space
+    double acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double alphas_i86 = alphas[i85];
+        const double x_i87 = acc80;
+        const double t88 = (alphas_i86 - x_i87);
+        const double t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
+    }
+    const double t90 = (1.0 / acc84);
+    const double t91 = static_cast<double>(n);
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const double qs_i96 = icf[i94 * T + i95];
+            const double t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const double t98 = (2.0 * t97);
+            tmp93[i94 * d + i95] = t98;
         }
     }
-    for (int64_t i69 = 0; i69 < n; ++i69) {
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            double acc71 = 0;
-            KS_OMP_SIMD(reduction(+:acc71))
-            for (int64_t i72 = 0; i72 < d; ++i72) {
-                const double mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
-                const double t73 = ks::ipow<2>(mahalanobis_i);
-                const double t74 = (2.0 * mahalanobis_i);
-                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
-                acc71 += t73;
-            }
-            tmp68[i69 * K + i70] = acc71;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const double ls_i = (icf + d)[i100 * T + i101];
+            const double t102 = (2.0 * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
-    for (int64_t i75 = 0; i75 < n; ++i75) {
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            const double x_i77 = tmp68[i75 * K + i76];
-            const double t78 = (0.5 * x_i77);
-            const double x_i79 = base[i76];
-            const double scores80 = (x_i79 - t78);
-            scores[i75 * K + i76] = scores80;
+    const double t103 = ks::ipow<2>(wishart_gamma);
+    const double t104 = (0.5 * t103);
+    const double t105 = ((-1.0) * wishart_m);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const double x_i108 = t104;
+            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const double d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        double acc83 = ks::lowest<double>();
-        for (int64_t i84 = 0; i84 < K; ++i84) {
-            const double x_i85 = scores[i82 * K + i84];
-            acc83 = ks::max(x_i85, acc83);
-        }
-        tmp81[i82] = acc83;
-    }
-    double* const tmp86 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        double acc89 = 0;
-        KS_OMP_SIMD(reduction(+:acc89))
-        for (int64_t i90 = 0; i90 < K; ++i90) {
-            const double scores_i = scores[i88 * K + i90];
-            const double x_i91 = tmp81[i88];
-            const double t92 = (scores_i - x_i91);
-            const double t93 = std::exp(t92);
-            tmp86[i88 * K + i90] = t93;
-            acc89 += t93;
-        }
-        tmp87[i88] = acc89;
-    }
-    double* const tmp94 = tmp81;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        const double x_i96 = tmp87[i95];
-        const double t97 = (1.0 / x_i96);
-        tmp94[i95] = t97;
-    }
-    double acc98 = ks::lowest<double>();
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        const double x_i100 = alphas[i99];
-        acc98 = ks::max(x_i100, acc98);
-    }
-    double* const tmp101 = tmp;  // reuses a dead buffer's space
-    double acc102 = 0;
-    KS_OMP_SIMD(reduction(+:acc102))
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        const double alphas_i104 = alphas[i103];
-        const double x_i105 = acc98;
-        const double t106 = (alphas_i104 - x_i105);
-        const double t107 = std::exp(t106);
-        tmp101[i103] = t107;
-        acc102 += t107;
-    }
-    const double t108 = (1.0 / acc102);
-    const double t109 = static_cast<double>(n);
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < d; ++i113) {
-            const double qs_i114 = icf[i112 * T + i113];
-            const double t115 = std::exp(qs_i114);
-            tmp110[i112 * d + i113] = t115;
-            const double t116 = (2.0 * t115);
-            tmp111[i112 * d + i113] = t116;
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const double x_i113 = t104;
+            const double x_i114 = tmp93[i111 * d + i112];
+            const double t115 = (x_i113 * x_i114);
+            const double x_i116 = tmp92[i111 * d + i112];
+            const double t117 = (t115 * x_i116);
+            const double d_qs_i = t105;
+            const double d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
-            const double ls_i = (icf + d)[i118 * T + i119];
-            const double t120 = (2.0 * ls_i);
-            tmp117[i118 * ((T - d)) + i119] = t120;
-        }
-    }
-    const double t121 = ks::ipow<2>(wishart_gamma);
-    const double t122 = (0.5 * t121);
-    const double t123 = ((-1.0) * wishart_m);
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const double x_i126 = t122;
-            const double x_i127 = tmp117[i124 * ((T - d)) + i125];
-            const double d_ls128 = (x_i126 * x_i127);
-            d_ls[i124 * ((T - d)) + i125] = d_ls128;
-        }
-    }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            const double x_i131 = t122;
-            const double x_i132 = tmp111[i129 * d + i130];
-            const double t133 = (x_i131 * x_i132);
-            const double x_i134 = tmp110[i129 * d + i130];
-            const double t135 = (t133 * x_i134);
-            const double d_qs_i = t123;
-            const double d_qs136 = (d_qs_i + t135);
-            d_qs[i129 * d + i130] = d_qs136;
-        }
-    }
-    const double t137 = ((-1.0) * t109);
-    const double t138 = (t137 * t108);
+    const double t119 = ((-1.0) * t91);
+    const double t120 = (t119 * t90);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i139 = 0; i139 < K; ++i139) {
-        const double x_i140 = t138;
-        const double x_i141 = tmp101[i139];
-        const double d_alphas142 = (x_i140 * x_i141);
-        d_alphas[i139] = d_alphas142;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const double x_i122 = t120;
+        const double x_i123 = tmp83[i121];
+        const double d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i143 = 0; i143 < n; ++i143) {
-        for (int64_t i144 = 0; i144 < K; ++i144) {
-            const double x_i145 = tmp94[i143];
-            const double x_i146 = tmp86[i143 * K + i144];
-            const double d_scores147 = (x_i145 * x_i146);
-            d_scores[i143 * K + i144] = d_scores147;
+    for (int64_t i125 = 0; i125 < n; ++i125) {
+        for (int64_t i126 = 0; i126 < K; ++i126) {
+            const double x_i127 = tmp76[i125];
+            const double x_i128 = tmp68[i125 * K + i126];
+            const double d_scores129 = (x_i127 * x_i128);
+            d_scores[i125 * K + i126] = d_scores129;
         }
     }
     double* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        sum[i148] = 0;
+    for (int64_t i130 = 0; i130 < K; ++i130) {
+        sum[i130] = 0;
     }
-    for (int64_t i149 = 0; i149 < n; ++i149) {
-        for (int64_t i150 = 0; i150 < K; ++i150) {
-            sum[i150] += d_scores[i149 * K + i150];
+    for (int64_t i131 = 0; i131 < n; ++i131) {
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            sum[i132] += d_scores[i131 * K + i132];
         }
     }
-    double* const tmp151 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i152 = 0; i152 < n; ++i152) {
-        for (int64_t i153 = 0; i153 < K; ++i153) {
-            const double d_scores_i = d_scores[i152 * K + i153];
-            const double t154 = (d_scores_i * (-1.0));
-            const double t155 = (t154 * 0.5);
-            tmp151[i152 * K + i153] = t155;
+    double* const tmp133 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i134 = 0; i134 < n; ++i134) {
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const double d_scores_i = d_scores[i134 * K + i135];
+            const double t136 = (d_scores_i * (-1.0));
+            const double t137 = (t136 * 0.5);
+            tmp133[i134 * K + i135] = t137;
         }
     }
     double* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                const double x_i159 = tmp151[i156 * K + i157];
-                const double x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
-                const double d_mahalanobis161 = (x_i159 * x_i160);
-                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            for (int64_t i140 = 0; i140 < d; ++i140) {
+                const double x_i141 = tmp133[i138 * K + i139];
+                const double x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
+                const double d_mahalanobis143 = (x_i141 * x_i142);
+                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
             }
         }
     }
-    double* const d_centered = tmp67;  // reuses a dead buffer's space
-    for (int64_t i162 = 0; i162 < n; ++i162) {
-        for (int64_t i163 = 0; i163 < K; ++i163) {
-            for (int64_t i164 = 0; i164 < d; ++i164) {
-                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
-            }
-        }
+    double* const d_centered = tmp49;  // reuses a dead buffer's space
+    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
+        d_centered[i144] = 0;
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                for (int64_t i168 = 0; i168 < d; ++i168) {
-                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
+    for (int64_t i145 = 0; i145 < n; ++i145) {
+        for (int64_t i146 = 0; i146 < K; ++i146) {
+            for (int64_t i147 = 0; i147 < d; ++i147) {
+                for (int64_t i148 = 0; i148 < d; ++i148) {
+                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
                 }
             }
         }
     }
     double* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < d; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod[i169 * (d * d) + i170 * d + i171] = 0;
-            }
-        }
+    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
+        prod[i149] = 0;
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            for (int64_t i174 = 0; i174 < n; ++i174) {
-                for (int64_t i175 = 0; i175 < d; ++i175) {
-                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            for (int64_t i152 = 0; i152 < n; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
                 }
             }
         }
     }
-    double* const sum176 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            sum176[i177 * d + i178] = 0;
-        }
+    double* const sum154 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i155 = 0; i155 < K * d; ++i155) {
+        sum154[i155] = 0;
     }
-    for (int64_t i179 = 0; i179 < n; ++i179) {
-        for (int64_t i180 = 0; i180 < K; ++i180) {
-            for (int64_t i181 = 0; i181 < d; ++i181) {
-                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
             }
         }
     }
-    for (int64_t i183 = 0; i183 < 1; ++i183) {
-        for (int64_t i184 = 0; i184 < K; ++i184) {
-            for (int64_t i185 = 0; i185 < d; ++i185) {
-                const double x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
-                const double t187 = (x_i186 * (-1.0));
-                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
+    for (int64_t i160 = 0; i160 < 1; ++i160) {
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            for (int64_t i162 = 0; i162 < d; ++i162) {
+                const double x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
+                const double t164 = (x_i163 * (-1.0));
+                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
             }
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        const double d_alphas_i = d_alphas[i188];
-        const double d_base_i = sum[i188];
-        const double d_alphas189 = (d_alphas_i + d_base_i);
-        out_d_alphas[i188] = d_alphas189;
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        const double d_alphas_i = d_alphas[i165];
+        const double d_base_i = sum[i165];
+        const double d_alphas166 = (d_alphas_i + d_base_i);
+        out_d_alphas[i165] = d_alphas166;
     }
-    double* const d_qs190 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < d; ++i192) {
-            const double d_qs_i193 = d_qs[i191 * d + i192];
-            const double x_i194 = sum[i191];
-            const double d_qs195 = (d_qs_i193 + x_i194);
-            d_qs190[i191 * d + i192] = d_qs195;
-        }
-    }
-    double* const r196 = tmp111;  // reuses a dead buffer's space
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        for (int64_t i198 = 0; i198 < d; ++i198) {
-            r196[i197 * d + i198] = 0.0;
+    double* const d_qs167 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < d; ++i169) {
+            const double d_qs_i170 = d_qs[i168 * d + i169];
+            const double x_i171 = sum[i168];
+            const double d_qs172 = (d_qs_i170 + x_i171);
+            d_qs167[i168 * d + i169] = d_qs172;
         }
     }
-    for (int64_t i199 = 0; i199 < K; ++i199) {
-        for (int64_t i200 = 0; i200 < T; ++i200) {
-            d_icf[i199 * T + i200] = 0.0;
-        }
+    for (int64_t i174 = 0; i174 < K * T; ++i174) {
+        r173[i174] = 0.0;
     }
-    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
-        double* const r202 = r18;  // reuses a dead buffer's space
-        for (int64_t i204 = 0; i204 < d; ++i204) {
-            r202[i204] = 0.0;
+    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
+        double* const r176 = r10;  // reuses a dead buffer's space
+        double r178;
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            r176[i179] = 0.0;
         }
-        for (int64_t i205 = 0; i205 < T; ++i205) {
-            r203[i205] = 0.0;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            r177[i180] = 0.0;
         }
-        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
-            double* const r207 = r19;  // reuses a dead buffer's space
-            for (int64_t i209 = 0; i209 < d; ++i209) {
-                r207[i209] = 0.0;
+        r178 = 0.0;
+        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
+            double r182;
+            double r183;
+            r182 = 0.0;
+            r183 = r178;
+            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
+                const int64_t t185 = ((2*d) - k184);
+                const int64_t t186 = (t185 - int64_t{1});
+                const int64_t t187 = (k184 * t186);
+                const int64_t t188 = ks::floordiv(t187, int64_t{2});
+                const int64_t t189 = (d + t188);
+                const int64_t t190 = (t189 + k181);
+                const int64_t t191 = (t190 - k184);
+                const int64_t t192 = (t191 - int64_t{1});
+                const double t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0);
+                const double t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0 : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const double t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0);
+                (r177 + ks::clamp_index(t192, T))[0] += t195;
+                const double t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const double t197 = (r182 + t196);
+                r182 = t197;
             }
-            for (int64_t i210 = 0; i210 < T; ++i210) {
-                r208[i210] = 0.0;
-            }
-            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
-                const double t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0);
-                const double t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0 : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
-                const double t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0);
-                const double t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
-                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
-                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
-            }
-            for (int64_t i217 = 0; i217 < d; ++i217) {
-                const double x_i218 = r202[i217];
-                const double x_i219 = r207[i217];
-                const double t220 = (x_i218 + x_i219);
-                tmp216[i217] = t220;
-            }
-            for (int64_t i222 = 0; i222 < T; ++i222) {
-                const double x_i223 = r203[i222];
-                const double x_i224 = r208[i222];
-                const double t225 = (x_i223 + x_i224);
-                tmp221[i222] = t225;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                r202[i226] = tmp216[i226];
-            }
-            for (int64_t i227 = 0; i227 < T; ++i227) {
-                r203[i227] = tmp221[i227];
-            }
+            (r176 + k181)[0] += r182;
+            r178 = r183;
         }
-        for (int64_t i228 = 0; i228 < d; ++i228) {
-            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
+        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
+        for (int64_t i198 = 0; i198 < T; ++i198) {
+            (r173 + k175 * T)[i198] += r177[i198];
         }
-        for (int64_t i229 = 0; i229 < T; ++i229) {
-            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
+        for (int64_t i199 = 0; i199 < d; ++i199) {
+            (d_qs167 + k175 * d)[i199] += r176[i199];
         }
     }
-    double* const d_qs230 = d_qs;  // reuses a dead buffer's space
-    for (int64_t i231 = 0; i231 < K; ++i231) {
-        for (int64_t i232 = 0; i232 < d; ++i232) {
-            const double d_qs_i233 = d_qs190[i231 * d + i232];
-            const double x_i234 = r196[i231 * d + i232];
-            const double d_qs235 = (d_qs_i233 + x_i234);
-            d_qs230[i231 * d + i232] = d_qs235;
+    for (int64_t i200 = 0; i200 < K * T; ++i200) {
+        padded[i200] = 0.0;
+    }
+    for (int64_t i201 = 0; i201 < K; ++i201) {
+        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
+            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
         }
     }
-    for (int64_t i236 = 0; i236 < K; ++i236) {
-        for (int64_t i237 = 0; i237 < T; ++i237) {
-            padded[i236 * T + i237] = 0.0;
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < T; ++i204) {
+            const double x_i205 = r173[i203 * T + i204];
+            const double x_i206 = padded[i203 * T + i204];
+            const double d_icf207 = (x_i205 + x_i206);
+            d_icf[i203 * T + i204] = d_icf207;
         }
     }
-    for (int64_t i238 = 0; i238 < K; ++i238) {
-        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
-            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
+    double* const padded208 = r173;  // reuses a dead buffer's space
+    for (int64_t i209 = 0; i209 < K * T; ++i209) {
+        padded208[i209] = 0.0;
+    }
+    for (int64_t i210 = 0; i210 < K; ++i210) {
+        for (int64_t i211 = 0; i211 < d; ++i211) {
+            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
         }
     }
-    for (int64_t i241 = 0; i241 < K; ++i241) {
-        for (int64_t i242 = 0; i242 < T; ++i242) {
-            const double d_icf_i = d_icf[i241 * T + i242];
-            const double x_i243 = padded[i241 * T + i242];
-            const double d_icf244 = (d_icf_i + x_i243);
-            d_icf240[i241 * T + i242] = d_icf244;
+    for (int64_t i212 = 0; i212 < K; ++i212) {
+        for (int64_t i213 = 0; i213 < T; ++i213) {
+            const double d_icf_i = d_icf[i212 * T + i213];
+            const double x_i214 = padded208[i212 * T + i213];
+            const double d_icf215 = (d_icf_i + x_i214);
+            out_d_icf[i212 * T + i213] = d_icf215;
         }
     }
-    double* const padded245 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i246 = 0; i246 < K; ++i246) {
-        for (int64_t i247 = 0; i247 < T; ++i247) {
-            padded245[i246 * T + i247] = 0.0;
-        }
-    }
-    for (int64_t i248 = 0; i248 < K; ++i248) {
-        for (int64_t i249 = 0; i249 < d; ++i249) {
-            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
-        }
-    }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const double d_icf_i252 = d_icf240[i250 * T + i251];
-            const double x_i253 = padded245[i250 * T + i251];
-            const double d_icf254 = (d_icf_i252 + x_i253);
-            out_d_icf[i250 * T + i251] = d_icf254;
-        }
-    }
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < d; ++i256) {
-            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
-        }
+    for (int64_t i216 = 0; i216 < K * d; ++i216) {
+        out_d_means[i216] = tmp159[i216];
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -829,13 +735,13 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp34 = reinterpret_cast<float*>(next_slot);
+    float* const tmp33 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp50 = reinterpret_cast<float*>(next_slot);
+    float* const tmp49 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp55 = reinterpret_cast<float*>(next_slot);
+    float* const tmp54 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -843,7 +749,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const float t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const float t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -862,203 +768,201 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const float qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const float qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const float alphas_i = alphas[i22];
-        const float x_i = tmp[i22];
-        const float base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const float alphas_i = alphas[i21];
+        const float x_i = tmp[i21];
+        const float base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
-    for (int64_t i24 = 0; i24 < n; ++i24) {
-        for (int64_t i25 = 0; i25 < K; ++i25) {
-            for (int64_t i26 = 0; i26 < d; ++i26) {
-                const float x_i27 = x[i24 * d + i26];
-                const float x_i28 = means[i25 * d + i26];
-                const float centered29 = (x_i27 - x_i28);
-                centered[i24 * (K * d) + i25 * d + i26] = centered29;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const float x_i26 = x[i23 * d + i25];
+                const float x_i27 = means[i24 * d + i25];
+                const float centered28 = (x_i26 - x_i27);
+                centered[i23 * (K * d) + i24 * d + i25] = centered28;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < n; ++i30) {
-        for (int64_t i31 = 0; i31 < K; ++i31) {
-            for (int64_t i32 = 0; i32 < d; ++i32) {
+    for (int64_t i29 = 0; i29 < n; ++i29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i33 = 0; i33 < d; ++i33) {
-                    dot += Qs[i31 * (d * d) + i32 * d + i33] * centered[i30 * (K * d) + i31 * d + i33];
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
                 }
-                mahalanobis[i30 * (K * d) + i31 * d + i32] = dot;
+                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
             }
         }
     }
-    for (int64_t i35 = 0; i35 < n; ++i35) {
-        for (int64_t i36 = 0; i36 < K; ++i36) {
-            float acc37 = 0;
-            KS_OMP_SIMD(reduction(+:acc37))
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                const float mahalanobis_i = mahalanobis[i35 * (K * d) + i36 * d + i38];
-                const float t39 = ks::ipow<2>(mahalanobis_i);
-                acc37 += t39;
+    for (int64_t i34 = 0; i34 < n; ++i34) {
+        for (int64_t i35 = 0; i35 < K; ++i35) {
+            float acc36 = 0;
+            KS_OMP_SIMD(reduction(+:acc36))
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                const float mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
+                const float t38 = ks::ipow<2>(mahalanobis_i);
+                acc36 += t38;
             }
-            tmp34[i35 * K + i36] = acc37;
+            tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const float x_i42 = tmp34[i40 * K + i41];
-            const float t43 = (0.5f * x_i42);
-            const float x_i44 = base[i41];
-            const float scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const float x_i41 = tmp33[i39 * K + i40];
+            const float t42 = (0.5f * x_i41);
+            const float x_i43 = base[i40];
+            const float scores44 = (x_i43 - t42);
+            scores[i39 * K + i40] = scores44;
         }
     }
-    const int64_t t46 = (-n);
-    const int64_t t47 = (t46 * d);
-    const double t48 = static_cast<double>(t47);
-    const double t49 = (t48 * 0.5);
-    const double constant = (t49 * 1.8378770664093453);
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        float acc52 = ks::lowest<float>();
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const float x_i54 = scores[i51 * K + i53];
-            acc52 = ks::max(x_i54, acc52);
+    const int64_t t45 = (-n);
+    const int64_t t46 = (t45 * d);
+    const double t47 = static_cast<double>(t46);
+    const double t48 = (t47 * 0.5);
+    const double constant = (t48 * 1.8378770664093453);
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        float acc51 = ks::lowest<float>();
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const float x_i53 = scores[i50 * K + i52];
+            acc51 = ks::max(x_i53, acc51);
         }
-        tmp50[i51] = acc52;
+        tmp49[i50] = acc51;
     }
-    for (int64_t i56 = 0; i56 < n; ++i56) {
-        float acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const float scores_i = scores[i56 * K + i58];
-            const float x_i59 = tmp50[i56];
-            const float t60 = (scores_i - x_i59);
-            const float t61 = std::exp(t60);
-            acc57 += t61;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        float acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const float scores_i = scores[i55 * K + i57];
+            const float x_i58 = tmp49[i55];
+            const float t59 = (scores_i - x_i58);
+            const float t60 = ks::exp(t59);
+            acc56 += t60;
         }
-        tmp55[i56] = acc57;
+        tmp54[i55] = acc56;
     }
-    float acc62 = 0;
-    KS_OMP_SIMD(reduction(+:acc62))
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        const float x_i64 = tmp55[i63];
-        const float t65 = std::log(x_i64);
-        const float x_i66 = tmp50[i63];
-        const float t67 = (t65 + x_i66);
-        acc62 += t67;
+    float acc61 = 0;
+    KS_OMP_SIMD(reduction(+:acc61))
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        const float x_i63 = tmp54[i62];
+        const float t64 = ks::log(x_i63);
+        const float x_i65 = tmp49[i62];
+        const float t66 = (t64 + x_i65);
+        acc61 += t66;
     }
-    const double t68 = static_cast<double>(acc62);
-    const double t69 = (constant + t68);
-    float acc70 = ks::lowest<float>();
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const float x_i72 = alphas[i71];
-        acc70 = ks::max(x_i72, acc70);
+    const double t67 = static_cast<double>(acc61);
+    const double t68 = (constant + t67);
+    float acc69 = ks::lowest<float>();
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        const float x_i71 = alphas[i70];
+        acc69 = ks::max(x_i71, acc69);
     }
-    float acc73 = 0;
-    KS_OMP_SIMD(reduction(+:acc73))
-    for (int64_t i74 = 0; i74 < K; ++i74) {
-        const float alphas_i75 = alphas[i74];
-        const float x_i76 = acc70;
-        const float t77 = (alphas_i75 - x_i76);
-        const float t78 = std::exp(t77);
-        acc73 += t78;
+    float acc72 = 0;
+    KS_OMP_SIMD(reduction(+:acc72))
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const float alphas_i74 = alphas[i73];
+        const float x_i75 = acc69;
+        const float t76 = (alphas_i74 - x_i75);
+        const float t77 = ks::exp(t76);
+        acc72 += t77;
     }
-    const float t79 = std::log(acc73);
-    const float t80 = (t79 + acc70);
-    const float t81 = static_cast<float>(n);
-    const float t82 = (t81 * t80);
-    const double t83 = static_cast<double>(t82);
-    const double t84 = (t69 - t83);
-    double r85;
+    const float t78 = ks::log(acc72);
+    const float t79 = (t78 + acc69);
+    const float t80 = static_cast<float>(n);
+    const float t81 = (t80 * t79);
+    const double t82 = static_cast<double>(t81);
+    const double t83 = (t68 - t82);
+    double r84;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t86 = static_cast<float>(d);
-        const float t87 = (t86 + wishart_m);
-        const float n_w = (t87 + 1.0f);
-        const float t88 = (n_w * t86);
-        const float t89 = std::log(wishart_gamma);
-        const float t90 = (t89 - 0.3465735912322998f);
-        const float t91 = (t88 * t90);
-        const float t92 = (0.5f * n_w);
-        double r93;
+        const float t85 = static_cast<float>(d);
+        const float t86 = (t85 + wishart_m);
+        const float n_w = (t86 + 1.0f);
+        const float t87 = (n_w * t85);
+        const float t88 = ks::log(wishart_gamma);
+        const float t89 = (t88 - 0.3465735912322998f);
+        const float t90 = (t87 * t89);
+        const float t91 = (0.5f * n_w);
+        double r92;
         {  // log_gamma_d(a)
-            const double t94 = static_cast<double>(d);
-            const double t95 = (0.25 * t94);
-            const double t96 = static_cast<double>((d - 1));
-            const double t97 = (t95 * t96);
-            const double t98 = (t97 * 1.1447298858494002);
-            double r99;
-            r99 = 0.0;
-            for (int64_t k100 = 0; k100 < d; ++k100) {
-                const int64_t t101 = (k100 + int64_t{1});
-                const int64_t t102 = (int64_t{1} - t101);
-                const double t103 = static_cast<double>(t102);
-                const double t104 = (0.5 * t103);
-                const double t105 = static_cast<double>(t92);
-                const double t106 = (t105 + t104);
-                const double t107 = std::lgamma(t106);
-                const double __sum_25_55 = (r99 + t107);
-                r99 = __sum_25_55;
+            const double t93 = static_cast<double>(d);
+            const double t94 = (0.25 * t93);
+            const double t95 = static_cast<double>((d - 1));
+            const double t96 = (t94 * t95);
+            const double t97 = (t96 * 1.1447298858494002);
+            double r98;
+            r98 = 0.0;
+            for (int64_t k99 = 0; k99 < d; ++k99) {
+                const int64_t t100 = (k99 + int64_t{1});
+                const int64_t t101 = (int64_t{1} - t100);
+                const double t102 = static_cast<double>(t101);
+                const double t103 = (0.5 * t102);
+                const double t104 = static_cast<double>(t91);
+                const double t105 = (t104 + t103);
+                const double t106 = std::lgamma(t105);
+                const double __sum_25_55 = (r98 + t106);
+                r98 = __sum_25_55;
             }
-            const double t108 = (t98 + r99);
-            r93 = t108;
+            const double t107 = (t97 + r98);
+            r92 = t107;
         }
-        const double t109 = static_cast<double>(t91);
-        const double C = (t109 - r93);
-        float acc110 = 0;
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            KS_OMP_SIMD(reduction(+:acc110))
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                const float qs_i113 = icf[i111 * T + i112];
-                const float t114 = std::exp(qs_i113);
-                const float t115 = ks::ipow<2>(t114);
-                acc110 += t115;
-            }
-        }
-        float acc116 = 0;
-        for (int64_t i117 = 0; i117 < K; ++i117) {
-            KS_OMP_SIMD(reduction(+:acc116))
-            for (int64_t i118 = 0; i118 < (T - d); ++i118) {
-                const float ls_i = (icf + d)[i117 * T + i118];
-                const float t119 = ks::ipow<2>(ls_i);
-                acc116 += t119;
+        const double t108 = static_cast<double>(t90);
+        const double C = (t108 - r92);
+        float acc109 = 0;
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            KS_OMP_SIMD(reduction(+:acc109))
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                const float qs_i112 = icf[i110 * T + i111];
+                const float t113 = ks::exp(qs_i112);
+                const float t114 = ks::ipow<2>(t113);
+                acc109 += t114;
             }
         }
-        const float frobenius = (acc110 + acc116);
-        const float t120 = ks::ipow<2>(wishart_gamma);
-        const float t121 = (0.5f * t120);
-        const float t122 = (t121 * frobenius);
-        float acc123 = 0;
-        for (int64_t i124 = 0; i124 < K; ++i124) {
-            KS_OMP_SIMD(reduction(+:acc123))
-            for (int64_t i125 = 0; i125 < d; ++i125) {
-                const float qs_i126 = icf[i124 * T + i125];
-                acc123 += qs_i126;
+        float acc115 = 0;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            KS_OMP_SIMD(reduction(+:acc115))
+            for (int64_t i117 = 0; i117 < (T - d); ++i117) {
+                const float ls_i = (icf + d)[i116 * T + i117];
+                const float t118 = ks::ipow<2>(ls_i);
+                acc115 += t118;
             }
         }
-        const float t127 = (wishart_m * acc123);
-        const float t128 = (t122 - t127);
-        const double t129 = static_cast<double>(K);
-        const double t130 = (t129 * C);
-        const double t131 = static_cast<double>(t128);
-        const double t132 = (t131 - t130);
-        r85 = t132;
+        const float frobenius = (acc109 + acc115);
+        const float t119 = ks::ipow<2>(wishart_gamma);
+        const float t120 = (0.5f * t119);
+        const float t121 = (t120 * frobenius);
+        float acc122 = 0;
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            KS_OMP_SIMD(reduction(+:acc122))
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                const float qs_i125 = icf[i123 * T + i124];
+                acc122 += qs_i125;
+            }
+        }
+        const float t126 = (wishart_m * acc122);
+        const float t127 = (t121 - t126);
+        const double t128 = static_cast<double>(K);
+        const double t129 = (t128 * C);
+        const double t130 = static_cast<double>(t127);
+        const double t131 = (t130 - t129);
+        r84 = t131;
     }
-    const double t133 = (t84 + r85);
-    const float t134 = static_cast<float>(t133);
-    *out = t134;
+    const double t132 = (t83 + r84);
+    const float t133 = static_cast<float>(t132);
+    *out = t133;
     return ks::status::ok;
 }
 
@@ -1076,45 +980,27 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
+    float* const r1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    float* const r5 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(d * d);
+    float* const r6 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     float* const r10 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    float* const r13 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    float* const r18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r19 = reinterpret_cast<float*>(next_slot);
+    float* const r11 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
@@ -1124,498 +1010,424 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp67 = reinterpret_cast<float*>(next_slot);
+    float* const tmp49 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp68 = reinterpret_cast<float*>(next_slot);
+    float* const tmp50 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp81 = reinterpret_cast<float*>(next_slot);
+    float* const tmp63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp87 = reinterpret_cast<float*>(next_slot);
+    float* const tmp69 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp110 = reinterpret_cast<float*>(next_slot);
+    float* const tmp92 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp111 = reinterpret_cast<float*>(next_slot);
+    float* const tmp93 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp117 = reinterpret_cast<float*>(next_slot);
+    float* const tmp99 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const d_qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp182 = reinterpret_cast<float*>(next_slot);
+    float* const tmp159 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const d_icf = reinterpret_cast<float*>(next_slot);
+    float* const r173 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r203 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const r208 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const tmp216 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    float* const tmp221 = reinterpret_cast<float*>(next_slot);
+    float* const r177 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const d_icf240 = reinterpret_cast<float*>(next_slot);
+    float* const d_icf = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const float t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const float t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0f);
-                const float t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const float t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const float t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0f);
+                const float t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
             }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const float qs_i = icf[i53 * T + i54];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const float qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const float alphas_i = alphas[i55];
-        const float x_i = tmp[i55];
-        const float base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const float alphas_i = alphas[i37];
+        const float x_i = tmp[i37];
+        const float base38 = (alphas_i + x_i);
+        base[i37] = base38;
+    }
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const float x_i42 = x[i39 * d + i41];
+                const float x_i43 = means[i40 * d + i41];
+                const float centered44 = (x_i42 - x_i43);
+                centered[i39 * (K * d) + i40 * d + i41] = centered44;
+            }
+        }
+    }
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            for (int64_t i47 = 0; i47 < d; ++i47) {
+                float dot = 0;
+                KS_OMP_SIMD(reduction(+:dot))
+                for (int64_t i48 = 0; i48 < d; ++i48) {
+                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
+                }
+                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
+            }
+        }
+    }
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            float acc53 = 0;
+            KS_OMP_SIMD(reduction(+:acc53))
+            for (int64_t i54 = 0; i54 < d; ++i54) {
+                const float mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
+                const float t55 = ks::ipow<2>(mahalanobis_i);
+                const float t56 = (2.0f * mahalanobis_i);
+                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
+                acc53 += t55;
+            }
+            tmp50[i51 * K + i52] = acc53;
+        }
     }
     for (int64_t i57 = 0; i57 < n; ++i57) {
         for (int64_t i58 = 0; i58 < K; ++i58) {
-            for (int64_t i59 = 0; i59 < d; ++i59) {
-                const float x_i60 = x[i57 * d + i59];
-                const float x_i61 = means[i58 * d + i59];
-                const float centered62 = (x_i60 - x_i61);
-                centered[i57 * (K * d) + i58 * d + i59] = centered62;
-            }
+            const float x_i59 = tmp50[i57 * K + i58];
+            const float t60 = (0.5f * x_i59);
+            const float x_i61 = base[i58];
+            const float scores62 = (x_i61 - t60);
+            scores[i57 * K + i58] = scores62;
         }
     }
-    for (int64_t i63 = 0; i63 < n; ++i63) {
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            for (int64_t i65 = 0; i65 < d; ++i65) {
-                float dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i66 = 0; i66 < d; ++i66) {
-                    dot += r[i64 * (d * d) + i65 * d + i66] * centered[i63 * (K * d) + i64 * d + i66];
-                }
-                mahalanobis[i63 * (K * d) + i64 * d + i65] = dot;
-            }
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        float acc65 = ks::lowest<float>();
+        for (int64_t i66 = 0; i66 < K; ++i66) {
+            const float x_i67 = scores[i64 * K + i66];
+            acc65 = ks::max(x_i67, acc65);
+        }
+        tmp63[i64] = acc65;
+    }
+    float* const tmp68 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i70 = 0; i70 < n; ++i70) {
+        float acc71 = 0;
+        KS_OMP_SIMD(reduction(+:acc71))
+        for (int64_t i72 = 0; i72 < K; ++i72) {
+            const float scores_i = scores[i70 * K + i72];
+            const float x_i73 = tmp63[i70];
+            const float t74 = (scores_i - x_i73);
+            const float t75 = ks::exp(t74);
+            tmp68[i70 * K + i72] = t75;
+            acc71 += t75;
+        }
+        tmp69[i70] = acc71;
+    }
+    float* const tmp76 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i77 = 0; i77 < n; ++i77) {
+        const float x_i78 = tmp69[i77];
+        const float t79 = (1.0f / x_i78);
+        tmp76[i77] = t79;
+    }
+    float acc80 = ks::lowest<float>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const float x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
+    }
+    float* const tmp83 = tmp;  // reuses a dead buffer's space
+    float acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const float alphas_i86 = alphas[i85];
+        const float x_i87 = acc80;
+        const float t88 = (alphas_i86 - x_i87);
+        const float t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
+    }
+    const float t90 = (1.0f / acc84);
+    const float t91 = static_cast<float>(n);
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const float qs_i96 = icf[i94 * T + i95];
+            const float t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const float t98 = (2.0f * t97);
+            tmp93[i94 * d + i95] = t98;
         }
     }
-    for (int64_t i69 = 0; i69 < n; ++i69) {
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            float acc71 = 0;
-            KS_OMP_SIMD(reduction(+:acc71))
-            for (int64_t i72 = 0; i72 < d; ++i72) {
-                const float mahalanobis_i = mahalanobis[i69 * (K * d) + i70 * d + i72];
-                const float t73 = ks::ipow<2>(mahalanobis_i);
-                const float t74 = (2.0f * mahalanobis_i);
-                tmp67[i69 * (K * d) + i70 * d + i72] = t74;
-                acc71 += t73;
-            }
-            tmp68[i69 * K + i70] = acc71;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const float ls_i = (icf + d)[i100 * T + i101];
+            const float t102 = (2.0f * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
-    for (int64_t i75 = 0; i75 < n; ++i75) {
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            const float x_i77 = tmp68[i75 * K + i76];
-            const float t78 = (0.5f * x_i77);
-            const float x_i79 = base[i76];
-            const float scores80 = (x_i79 - t78);
-            scores[i75 * K + i76] = scores80;
+    const float t103 = ks::ipow<2>(wishart_gamma);
+    const float t104 = (0.5f * t103);
+    const float t105 = ((-1.0f) * wishart_m);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const float x_i108 = t104;
+            const float x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const float d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        float acc83 = ks::lowest<float>();
-        for (int64_t i84 = 0; i84 < K; ++i84) {
-            const float x_i85 = scores[i82 * K + i84];
-            acc83 = ks::max(x_i85, acc83);
-        }
-        tmp81[i82] = acc83;
-    }
-    float* const tmp86 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        float acc89 = 0;
-        KS_OMP_SIMD(reduction(+:acc89))
-        for (int64_t i90 = 0; i90 < K; ++i90) {
-            const float scores_i = scores[i88 * K + i90];
-            const float x_i91 = tmp81[i88];
-            const float t92 = (scores_i - x_i91);
-            const float t93 = std::exp(t92);
-            tmp86[i88 * K + i90] = t93;
-            acc89 += t93;
-        }
-        tmp87[i88] = acc89;
-    }
-    float* const tmp94 = tmp81;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        const float x_i96 = tmp87[i95];
-        const float t97 = (1.0f / x_i96);
-        tmp94[i95] = t97;
-    }
-    float acc98 = ks::lowest<float>();
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        const float x_i100 = alphas[i99];
-        acc98 = ks::max(x_i100, acc98);
-    }
-    float* const tmp101 = tmp;  // reuses a dead buffer's space
-    float acc102 = 0;
-    KS_OMP_SIMD(reduction(+:acc102))
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        const float alphas_i104 = alphas[i103];
-        const float x_i105 = acc98;
-        const float t106 = (alphas_i104 - x_i105);
-        const float t107 = std::exp(t106);
-        tmp101[i103] = t107;
-        acc102 += t107;
-    }
-    const float t108 = (1.0f / acc102);
-    const float t109 = static_cast<float>(n);
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < d; ++i113) {
-            const float qs_i114 = icf[i112 * T + i113];
-            const float t115 = std::exp(qs_i114);
-            tmp110[i112 * d + i113] = t115;
-            const float t116 = (2.0f * t115);
-            tmp111[i112 * d + i113] = t116;
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const float x_i113 = t104;
+            const float x_i114 = tmp93[i111 * d + i112];
+            const float t115 = (x_i113 * x_i114);
+            const float x_i116 = tmp92[i111 * d + i112];
+            const float t117 = (t115 * x_i116);
+            const float d_qs_i = t105;
+            const float d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < (T - d); ++i119) {
-            const float ls_i = (icf + d)[i118 * T + i119];
-            const float t120 = (2.0f * ls_i);
-            tmp117[i118 * ((T - d)) + i119] = t120;
-        }
-    }
-    const float t121 = ks::ipow<2>(wishart_gamma);
-    const float t122 = (0.5f * t121);
-    const float t123 = ((-1.0f) * wishart_m);
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < (T - d); ++i125) {
-            const float x_i126 = t122;
-            const float x_i127 = tmp117[i124 * ((T - d)) + i125];
-            const float d_ls128 = (x_i126 * x_i127);
-            d_ls[i124 * ((T - d)) + i125] = d_ls128;
-        }
-    }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            const float x_i131 = t122;
-            const float x_i132 = tmp111[i129 * d + i130];
-            const float t133 = (x_i131 * x_i132);
-            const float x_i134 = tmp110[i129 * d + i130];
-            const float t135 = (t133 * x_i134);
-            const float d_qs_i = t123;
-            const float d_qs136 = (d_qs_i + t135);
-            d_qs[i129 * d + i130] = d_qs136;
-        }
-    }
-    const float t137 = ((-1.0f) * t109);
-    const float t138 = (t137 * t108);
+    const float t119 = ((-1.0f) * t91);
+    const float t120 = (t119 * t90);
     float* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i139 = 0; i139 < K; ++i139) {
-        const float x_i140 = t138;
-        const float x_i141 = tmp101[i139];
-        const float d_alphas142 = (x_i140 * x_i141);
-        d_alphas[i139] = d_alphas142;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const float x_i122 = t120;
+        const float x_i123 = tmp83[i121];
+        const float d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i143 = 0; i143 < n; ++i143) {
-        for (int64_t i144 = 0; i144 < K; ++i144) {
-            const float x_i145 = tmp94[i143];
-            const float x_i146 = tmp86[i143 * K + i144];
-            const float d_scores147 = (x_i145 * x_i146);
-            d_scores[i143 * K + i144] = d_scores147;
+    for (int64_t i125 = 0; i125 < n; ++i125) {
+        for (int64_t i126 = 0; i126 < K; ++i126) {
+            const float x_i127 = tmp76[i125];
+            const float x_i128 = tmp68[i125 * K + i126];
+            const float d_scores129 = (x_i127 * x_i128);
+            d_scores[i125 * K + i126] = d_scores129;
         }
     }
     float* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        sum[i148] = 0;
+    for (int64_t i130 = 0; i130 < K; ++i130) {
+        sum[i130] = 0;
     }
-    for (int64_t i149 = 0; i149 < n; ++i149) {
-        for (int64_t i150 = 0; i150 < K; ++i150) {
-            sum[i150] += d_scores[i149 * K + i150];
+    for (int64_t i131 = 0; i131 < n; ++i131) {
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            sum[i132] += d_scores[i131 * K + i132];
         }
     }
-    float* const tmp151 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i152 = 0; i152 < n; ++i152) {
-        for (int64_t i153 = 0; i153 < K; ++i153) {
-            const float d_scores_i = d_scores[i152 * K + i153];
-            const float t154 = (d_scores_i * (-1.0f));
-            const float t155 = (t154 * 0.5f);
-            tmp151[i152 * K + i153] = t155;
+    float* const tmp133 = tmp50;  // reuses a dead buffer's space
+    for (int64_t i134 = 0; i134 < n; ++i134) {
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const float d_scores_i = d_scores[i134 * K + i135];
+            const float t136 = (d_scores_i * (-1.0f));
+            const float t137 = (t136 * 0.5f);
+            tmp133[i134 * K + i135] = t137;
         }
     }
     float* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                const float x_i159 = tmp151[i156 * K + i157];
-                const float x_i160 = tmp67[i156 * (K * d) + i157 * d + i158];
-                const float d_mahalanobis161 = (x_i159 * x_i160);
-                d_mahalanobis[i156 * (K * d) + i157 * d + i158] = d_mahalanobis161;
+    for (int64_t i138 = 0; i138 < n; ++i138) {
+        for (int64_t i139 = 0; i139 < K; ++i139) {
+            for (int64_t i140 = 0; i140 < d; ++i140) {
+                const float x_i141 = tmp133[i138 * K + i139];
+                const float x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
+                const float d_mahalanobis143 = (x_i141 * x_i142);
+                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
             }
         }
     }
-    float* const d_centered = tmp67;  // reuses a dead buffer's space
-    for (int64_t i162 = 0; i162 < n; ++i162) {
-        for (int64_t i163 = 0; i163 < K; ++i163) {
-            for (int64_t i164 = 0; i164 < d; ++i164) {
-                d_centered[i162 * (K * d) + i163 * d + i164] = 0;
-            }
-        }
+    float* const d_centered = tmp49;  // reuses a dead buffer's space
+    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
+        d_centered[i144] = 0;
     }
-    for (int64_t i165 = 0; i165 < n; ++i165) {
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                for (int64_t i168 = 0; i168 < d; ++i168) {
-                    d_centered[i165 * (K * d) + i166 * d + i168] += d_mahalanobis[i165 * (K * d) + i166 * d + i167] * r[i166 * (d * d) + i167 * d + i168];
+    for (int64_t i145 = 0; i145 < n; ++i145) {
+        for (int64_t i146 = 0; i146 < K; ++i146) {
+            for (int64_t i147 = 0; i147 < d; ++i147) {
+                for (int64_t i148 = 0; i148 < d; ++i148) {
+                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
                 }
             }
         }
     }
     float* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < d; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod[i169 * (d * d) + i170 * d + i171] = 0;
-            }
-        }
+    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
+        prod[i149] = 0;
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            for (int64_t i174 = 0; i174 < n; ++i174) {
-                for (int64_t i175 = 0; i175 < d; ++i175) {
-                    prod[i172 * (d * d) + i173 * d + i175] += d_mahalanobis[i174 * (K * d) + i172 * d + i173] * centered[i174 * (K * d) + i172 * d + i175];
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            for (int64_t i152 = 0; i152 < n; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
                 }
             }
         }
     }
-    float* const sum176 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            sum176[i177 * d + i178] = 0;
-        }
+    float* const sum154 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i155 = 0; i155 < K * d; ++i155) {
+        sum154[i155] = 0;
     }
-    for (int64_t i179 = 0; i179 < n; ++i179) {
-        for (int64_t i180 = 0; i180 < K; ++i180) {
-            for (int64_t i181 = 0; i181 < d; ++i181) {
-                sum176[i180 * d + i181] += d_centered[i179 * (K * d) + i180 * d + i181];
+    for (int64_t i156 = 0; i156 < n; ++i156) {
+        for (int64_t i157 = 0; i157 < K; ++i157) {
+            for (int64_t i158 = 0; i158 < d; ++i158) {
+                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
             }
         }
     }
-    for (int64_t i183 = 0; i183 < 1; ++i183) {
-        for (int64_t i184 = 0; i184 < K; ++i184) {
-            for (int64_t i185 = 0; i185 < d; ++i185) {
-                const float x_i186 = sum176[i183 * (K * d) + i184 * d + i185];
-                const float t187 = (x_i186 * (-1.0f));
-                tmp182[i183 * (K * d) + i184 * d + i185] = t187;
+    for (int64_t i160 = 0; i160 < 1; ++i160) {
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            for (int64_t i162 = 0; i162 < d; ++i162) {
+                const float x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
+                const float t164 = (x_i163 * (-1.0f));
+                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
             }
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        const float d_alphas_i = d_alphas[i188];
-        const float d_base_i = sum[i188];
-        const float d_alphas189 = (d_alphas_i + d_base_i);
-        out_d_alphas[i188] = d_alphas189;
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        const float d_alphas_i = d_alphas[i165];
+        const float d_base_i = sum[i165];
+        const float d_alphas166 = (d_alphas_i + d_base_i);
+        out_d_alphas[i165] = d_alphas166;
     }
-    float* const d_qs190 = tmp110;  // reuses a dead buffer's space
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < d; ++i192) {
-            const float d_qs_i193 = d_qs[i191 * d + i192];
-            const float x_i194 = sum[i191];
-            const float d_qs195 = (d_qs_i193 + x_i194);
-            d_qs190[i191 * d + i192] = d_qs195;
-        }
-    }
-    float* const r196 = tmp111;  // reuses a dead buffer's space
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        for (int64_t i198 = 0; i198 < d; ++i198) {
-            r196[i197 * d + i198] = 0.0f;
+    float* const d_qs167 = tmp92;  // reuses a dead buffer's space
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < d; ++i169) {
+            const float d_qs_i170 = d_qs[i168 * d + i169];
+            const float x_i171 = sum[i168];
+            const float d_qs172 = (d_qs_i170 + x_i171);
+            d_qs167[i168 * d + i169] = d_qs172;
         }
     }
-    for (int64_t i199 = 0; i199 < K; ++i199) {
-        for (int64_t i200 = 0; i200 < T; ++i200) {
-            d_icf[i199 * T + i200] = 0.0f;
-        }
+    for (int64_t i174 = 0; i174 < K * T; ++i174) {
+        r173[i174] = 0.0f;
     }
-    for (int64_t k201 = K - 1; k201 >= 0; --k201) {
-        float* const r202 = r18;  // reuses a dead buffer's space
-        for (int64_t i204 = 0; i204 < d; ++i204) {
-            r202[i204] = 0.0f;
+    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
+        float* const r176 = r10;  // reuses a dead buffer's space
+        float r178;
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            r176[i179] = 0.0f;
         }
-        for (int64_t i205 = 0; i205 < T; ++i205) {
-            r203[i205] = 0.0f;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            r177[i180] = 0.0f;
         }
-        for (int64_t k206 = (r2 + k201)[0] - 1; k206 >= 0; --k206) {
-            float* const r207 = r19;  // reuses a dead buffer's space
-            for (int64_t i209 = 0; i209 < d; ++i209) {
-                r207[i209] = 0.0f;
+        r178 = 0.0f;
+        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
+            float r182;
+            float r183;
+            r182 = 0.0f;
+            r183 = r178;
+            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
+                const int64_t t185 = ((2*d) - k184);
+                const int64_t t186 = (t185 - int64_t{1});
+                const int64_t t187 = (k184 * t186);
+                const int64_t t188 = ks::floordiv(t187, int64_t{2});
+                const int64_t t189 = (d + t188);
+                const int64_t t190 = (t189 + k181);
+                const int64_t t191 = (t190 - k184);
+                const int64_t t192 = (t191 - int64_t{1});
+                const float t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0f);
+                const float t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0f : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const float t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0f);
+                (r177 + ks::clamp_index(t192, T))[0] += t195;
+                const float t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
+                const float t197 = (r182 + t196);
+                r182 = t197;
             }
-            for (int64_t i210 = 0; i210 < T; ++i210) {
-                r208[i210] = 0.0f;
-            }
-            for (int64_t k211 = ((r4 + k201 * d) + k206)[0] - 1; k211 >= 0; --k211) {
-                const float t212 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? (((prod + k201 * (d * d)) + k206 * d) + k211)[0] : 0.0f);
-                const float t213 = ((((r8 + k201 * (d * d)) + k206 * d) + k211)[0] ? 0.0f : (((prod + k201 * (d * d)) + k206 * d) + k211)[0]);
-                const float t214 = ((((r7 + k201 * (d * d)) + k206 * d) + k211)[0] ? t213 : 0.0f);
-                const float t215 = (t212 * (((r5 + k201 * (d * d)) + k206 * d) + k211)[0]);
-                (r207 + ks::clamp_index(int64_t{0}, d))[0] += 0.0f;
-                (r207 + ks::clamp_index(((r3 + k201 * d) + k206)[0], d))[0] += t215;
-                (r208 + ks::clamp_index((((r6 + k201 * (d * d)) + k206 * d) + k211)[0], T))[0] += t214;
-            }
-            for (int64_t i217 = 0; i217 < d; ++i217) {
-                const float x_i218 = r202[i217];
-                const float x_i219 = r207[i217];
-                const float t220 = (x_i218 + x_i219);
-                tmp216[i217] = t220;
-            }
-            for (int64_t i222 = 0; i222 < T; ++i222) {
-                const float x_i223 = r203[i222];
-                const float x_i224 = r208[i222];
-                const float t225 = (x_i223 + x_i224);
-                tmp221[i222] = t225;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                r202[i226] = tmp216[i226];
-            }
-            for (int64_t i227 = 0; i227 < T; ++i227) {
-                r203[i227] = tmp221[i227];
-            }
+            (r176 + k181)[0] += r182;
+            r178 = r183;
         }
-        for (int64_t i228 = 0; i228 < d; ++i228) {
-            (r196 + ks::clamp_index((r1 + k201)[0], K) * d)[i228] += r202[i228];
+        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
+        for (int64_t i198 = 0; i198 < T; ++i198) {
+            (r173 + k175 * T)[i198] += r177[i198];
         }
-        for (int64_t i229 = 0; i229 < T; ++i229) {
-            (d_icf + ks::clamp_index((r1 + k201)[0], K) * T)[i229] += r203[i229];
+        for (int64_t i199 = 0; i199 < d; ++i199) {
+            (d_qs167 + k175 * d)[i199] += r176[i199];
         }
     }
-    float* const d_qs230 = d_qs;  // reuses a dead buffer's space
-    for (int64_t i231 = 0; i231 < K; ++i231) {
-        for (int64_t i232 = 0; i232 < d; ++i232) {
-            const float d_qs_i233 = d_qs190[i231 * d + i232];
-            const float x_i234 = r196[i231 * d + i232];
-            const float d_qs235 = (d_qs_i233 + x_i234);
-            d_qs230[i231 * d + i232] = d_qs235;
+    for (int64_t i200 = 0; i200 < K * T; ++i200) {
+        padded[i200] = 0.0f;
+    }
+    for (int64_t i201 = 0; i201 < K; ++i201) {
+        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
+            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
         }
     }
-    for (int64_t i236 = 0; i236 < K; ++i236) {
-        for (int64_t i237 = 0; i237 < T; ++i237) {
-            padded[i236 * T + i237] = 0.0f;
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < T; ++i204) {
+            const float x_i205 = r173[i203 * T + i204];
+            const float x_i206 = padded[i203 * T + i204];
+            const float d_icf207 = (x_i205 + x_i206);
+            d_icf[i203 * T + i204] = d_icf207;
         }
     }
-    for (int64_t i238 = 0; i238 < K; ++i238) {
-        for (int64_t i239 = 0; i239 < (T - d); ++i239) {
-            (padded + d)[i238 * T + i239] = d_ls[i238 * ((T - d)) + i239];
+    float* const padded208 = r173;  // reuses a dead buffer's space
+    for (int64_t i209 = 0; i209 < K * T; ++i209) {
+        padded208[i209] = 0.0f;
+    }
+    for (int64_t i210 = 0; i210 < K; ++i210) {
+        for (int64_t i211 = 0; i211 < d; ++i211) {
+            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
         }
     }
-    for (int64_t i241 = 0; i241 < K; ++i241) {
-        for (int64_t i242 = 0; i242 < T; ++i242) {
-            const float d_icf_i = d_icf[i241 * T + i242];
-            const float x_i243 = padded[i241 * T + i242];
-            const float d_icf244 = (d_icf_i + x_i243);
-            d_icf240[i241 * T + i242] = d_icf244;
+    for (int64_t i212 = 0; i212 < K; ++i212) {
+        for (int64_t i213 = 0; i213 < T; ++i213) {
+            const float d_icf_i = d_icf[i212 * T + i213];
+            const float x_i214 = padded208[i212 * T + i213];
+            const float d_icf215 = (d_icf_i + x_i214);
+            out_d_icf[i212 * T + i213] = d_icf215;
         }
     }
-    float* const padded245 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i246 = 0; i246 < K; ++i246) {
-        for (int64_t i247 = 0; i247 < T; ++i247) {
-            padded245[i246 * T + i247] = 0.0f;
-        }
-    }
-    for (int64_t i248 = 0; i248 < K; ++i248) {
-        for (int64_t i249 = 0; i249 < d; ++i249) {
-            padded245[i248 * T + i249] = d_qs230[i248 * d + i249];
-        }
-    }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const float d_icf_i252 = d_icf240[i250 * T + i251];
-            const float x_i253 = padded245[i250 * T + i251];
-            const float d_icf254 = (d_icf_i252 + x_i253);
-            out_d_icf[i250 * T + i251] = d_icf254;
-        }
-    }
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < d; ++i256) {
-            out_d_means[i255 * d + i256] = tmp182[i255 * d + i256];
-        }
+    for (int64_t i216 = 0; i216 < K * d; ++i216) {
+        out_d_means[i216] = tmp159[i216];
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1635,11 +1447,11 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp25 = reinterpret_cast<double*>(next_slot);
+    double* const tmp24 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp39 = reinterpret_cast<double*>(next_slot);
+    double* const tmp38 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -1647,7 +1459,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k4 = 0; k4 < d; ++k4) {
                     const bool t5 = (k2 == k4);
-                    const double t6 = std::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
+                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
                     const bool t7 = (k2 > k4);
                     const int64_t t8 = ((2*d) - k4);
                     const int64_t t9 = (t8 - int64_t{1});
@@ -1666,183 +1478,181 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d; ++i18) {
-            for (int64_t i19 = 0; i19 < d; ++i19) {
-                (Qs + k1 * (d * d))[i18 * d + i19] = r[i18 * d + i19];
-            }
+        for (int64_t i18 = 0; i18 < d * d; ++i18) {
+            (Qs + k1 * (d * d))[i18] = r[i18];
         }
     }
-    for (int64_t i20 = 0; i20 < K; ++i20) {
+    for (int64_t i19 = 0; i19 < K; ++i19) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i21 = 0; i21 < d; ++i21) {
-            const double qs_i = icf[i20 * T + i21];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i19 * T + i20];
             acc += qs_i;
         }
-        tmp[i20] = acc;
+        tmp[i19] = acc;
     }
-    for (int64_t i22 = 0; i22 < K; ++i22) {
-        const double alphas_i = alphas[i22];
-        const double x_i = tmp[i22];
-        const double base23 = (alphas_i + x_i);
-        base[i22] = base23;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const double alphas_i = alphas[i21];
+        const double x_i = tmp[i21];
+        const double base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
     double slse;
     slse = 0.0;
-    for (int64_t k24 = 0; k24 < n; ++k24) {
-        for (int64_t i26 = 0; i26 < K; ++i26) {
-            for (int64_t i27 = 0; i27 < d; ++i27) {
-                const double x_i28 = (x + k24 * d)[i27];
-                const double means_i = means[i26 * d + i27];
-                const double t29 = (x_i28 - means_i);
-                tmp25[i26 * d + i27] = t29;
+    for (int64_t k23 = 0; k23 < n; ++k23) {
+        for (int64_t i25 = 0; i25 < K; ++i25) {
+            for (int64_t i26 = 0; i26 < d; ++i26) {
+                const double x_i27 = (x + k23 * d)[i26];
+                const double means_i = means[i25 * d + i26];
+                const double t28 = (x_i27 - means_i);
+                tmp24[i25 * d + i26] = t28;
             }
         }
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            for (int64_t i31 = 0; i31 < d; ++i31) {
+        for (int64_t i29 = 0; i29 < K; ++i29) {
+            for (int64_t i30 = 0; i30 < d; ++i30) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i32 = 0; i32 < d; ++i32) {
-                    dot += Qs[i30 * (d * d) + i31 * d + i32] * tmp25[i30 * d + i32];
+                for (int64_t i31 = 0; i31 < d; ++i31) {
+                    dot += Qs[i29 * (d * d) + i30 * d + i31] * tmp24[i29 * d + i31];
                 }
-                prod[i30 * d + i31] = dot;
+                prod[i29 * d + i30] = dot;
             }
         }
-        double* const tmp33 = tmp;  // reuses a dead buffer's space
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            double acc35 = 0;
-            KS_OMP_SIMD(reduction(+:acc35))
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                const double x_i37 = prod[i34 * d + i36];
-                const double t38 = ks::ipow<2>(x_i37);
-                acc35 += t38;
+        double* const tmp32 = tmp;  // reuses a dead buffer's space
+        for (int64_t i33 = 0; i33 < K; ++i33) {
+            double acc34 = 0;
+            KS_OMP_SIMD(reduction(+:acc34))
+            for (int64_t i35 = 0; i35 < d; ++i35) {
+                const double x_i36 = prod[i33 * d + i35];
+                const double t37 = ks::ipow<2>(x_i36);
+                acc34 += t37;
             }
-            tmp33[i34] = acc35;
+            tmp32[i33] = acc34;
         }
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const double x_i41 = tmp33[i40];
-            const double t42 = (0.5 * x_i41);
-            const double x_i43 = base[i40];
-            const double t44 = (x_i43 - t42);
-            tmp39[i40] = t44;
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = tmp32[i39];
+            const double t41 = (0.5 * x_i40);
+            const double x_i42 = base[i39];
+            const double t43 = (x_i42 - t41);
+            tmp38[i39] = t43;
         }
-        double acc45 = ks::lowest<double>();
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = tmp39[i46];
-            acc45 = ks::max(x_i47, acc45);
+        double acc44 = ks::lowest<double>();
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double x_i46 = tmp38[i45];
+            acc44 = ks::max(x_i46, acc44);
         }
-        double acc48 = 0;
-        KS_OMP_SIMD(reduction(+:acc48))
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const double x_i50 = tmp39[i49];
-            const double x_i51 = acc45;
-            const double t52 = (x_i50 - x_i51);
-            const double t53 = std::exp(t52);
-            acc48 += t53;
+        double acc47 = 0;
+        KS_OMP_SIMD(reduction(+:acc47))
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp38[i48];
+            const double x_i50 = acc44;
+            const double t51 = (x_i49 - x_i50);
+            const double t52 = ks::exp(t51);
+            acc47 += t52;
         }
-        const double t54 = std::log(acc48);
-        const double t55 = (t54 + acc45);
-        const double __sum_66_14 = (slse + t55);
+        const double t53 = ks::log(acc47);
+        const double t54 = (t53 + acc44);
+        const double __sum_66_14 = (slse + t54);
         slse = __sum_66_14;
     }
-    const int64_t t56 = (-n);
-    const int64_t t57 = (t56 * d);
-    const double t58 = static_cast<double>(t57);
-    const double t59 = (t58 * 0.5);
-    const double constant = (t59 * 1.8378770664093453);
-    const double t60 = (constant + slse);
-    double acc61 = ks::lowest<double>();
-    for (int64_t i62 = 0; i62 < K; ++i62) {
-        const double x_i63 = alphas[i62];
-        acc61 = ks::max(x_i63, acc61);
+    const int64_t t55 = (-n);
+    const int64_t t56 = (t55 * d);
+    const double t57 = static_cast<double>(t56);
+    const double t58 = (t57 * 0.5);
+    const double constant = (t58 * 1.8378770664093453);
+    const double t59 = (constant + slse);
+    double acc60 = ks::lowest<double>();
+    for (int64_t i61 = 0; i61 < K; ++i61) {
+        const double x_i62 = alphas[i61];
+        acc60 = ks::max(x_i62, acc60);
     }
-    double acc64 = 0;
-    KS_OMP_SIMD(reduction(+:acc64))
-    for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double alphas_i66 = alphas[i65];
-        const double x_i67 = acc61;
-        const double t68 = (alphas_i66 - x_i67);
-        const double t69 = std::exp(t68);
-        acc64 += t69;
+    double acc63 = 0;
+    KS_OMP_SIMD(reduction(+:acc63))
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        const double alphas_i65 = alphas[i64];
+        const double x_i66 = acc60;
+        const double t67 = (alphas_i65 - x_i66);
+        const double t68 = ks::exp(t67);
+        acc63 += t68;
     }
-    const double t70 = std::log(acc64);
-    const double t71 = (t70 + acc61);
-    const double t72 = static_cast<double>(n);
-    const double t73 = (t72 * t71);
-    const double t74 = (t60 - t73);
-    double r75;
+    const double t69 = ks::log(acc63);
+    const double t70 = (t69 + acc60);
+    const double t71 = static_cast<double>(n);
+    const double t72 = (t71 * t70);
+    const double t73 = (t59 - t72);
+    double r74;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t76 = static_cast<double>(d);
-        const double t77 = (t76 + wishart_m);
-        const double n_w = (t77 + 1.0);
-        const double t78 = (n_w * t76);
-        const double t79 = std::log(wishart_gamma);
-        const double t80 = (t79 - 0.34657359027997264);
-        const double t81 = (t78 * t80);
-        const double t82 = (0.5 * n_w);
-        double r83;
+        const double t75 = static_cast<double>(d);
+        const double t76 = (t75 + wishart_m);
+        const double n_w = (t76 + 1.0);
+        const double t77 = (n_w * t75);
+        const double t78 = ks::log(wishart_gamma);
+        const double t79 = (t78 - 0.34657359027997264);
+        const double t80 = (t77 * t79);
+        const double t81 = (0.5 * n_w);
+        double r82;
         {  // log_gamma_d(a)
-            const double t84 = static_cast<double>(d);
-            const double t85 = (0.25 * t84);
-            const double t86 = static_cast<double>((d - 1));
-            const double t87 = (t85 * t86);
-            const double t88 = (t87 * 1.1447298858494002);
-            double r89;
-            r89 = 0.0;
-            for (int64_t k90 = 0; k90 < d; ++k90) {
-                const int64_t t91 = (k90 + int64_t{1});
-                const int64_t t92 = (int64_t{1} - t91);
-                const double t93 = static_cast<double>(t92);
-                const double t94 = (0.5 * t93);
-                const double t95 = (t82 + t94);
-                const double t96 = std::lgamma(t95);
-                const double __sum_25_55 = (r89 + t96);
-                r89 = __sum_25_55;
+            const double t83 = static_cast<double>(d);
+            const double t84 = (0.25 * t83);
+            const double t85 = static_cast<double>((d - 1));
+            const double t86 = (t84 * t85);
+            const double t87 = (t86 * 1.1447298858494002);
+            double r88;
+            r88 = 0.0;
+            for (int64_t k89 = 0; k89 < d; ++k89) {
+                const int64_t t90 = (k89 + int64_t{1});
+                const int64_t t91 = (int64_t{1} - t90);
+                const double t92 = static_cast<double>(t91);
+                const double t93 = (0.5 * t92);
+                const double t94 = (t81 + t93);
+                const double t95 = std::lgamma(t94);
+                const double __sum_25_55 = (r88 + t95);
+                r88 = __sum_25_55;
             }
-            const double t97 = (t88 + r89);
-            r83 = t97;
+            const double t96 = (t87 + r88);
+            r82 = t96;
         }
-        const double C = (t81 - r83);
-        double acc98 = 0;
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            KS_OMP_SIMD(reduction(+:acc98))
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                const double qs_i101 = icf[i99 * T + i100];
-                const double t102 = std::exp(qs_i101);
-                const double t103 = ks::ipow<2>(t102);
-                acc98 += t103;
-            }
-        }
-        double acc104 = 0;
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i106 = 0; i106 < (T - d); ++i106) {
-                const double ls_i = (icf + d)[i105 * T + i106];
-                const double t107 = ks::ipow<2>(ls_i);
-                acc104 += t107;
+        const double C = (t80 - r82);
+        double acc97 = 0;
+        for (int64_t i98 = 0; i98 < K; ++i98) {
+            KS_OMP_SIMD(reduction(+:acc97))
+            for (int64_t i99 = 0; i99 < d; ++i99) {
+                const double qs_i100 = icf[i98 * T + i99];
+                const double t101 = ks::exp(qs_i100);
+                const double t102 = ks::ipow<2>(t101);
+                acc97 += t102;
             }
         }
-        const double frobenius = (acc98 + acc104);
-        const double t108 = ks::ipow<2>(wishart_gamma);
-        const double t109 = (0.5 * t108);
-        const double t110 = (t109 * frobenius);
-        double acc111 = 0;
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            KS_OMP_SIMD(reduction(+:acc111))
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                const double qs_i114 = icf[i112 * T + i113];
-                acc111 += qs_i114;
+        double acc103 = 0;
+        for (int64_t i104 = 0; i104 < K; ++i104) {
+            KS_OMP_SIMD(reduction(+:acc103))
+            for (int64_t i105 = 0; i105 < (T - d); ++i105) {
+                const double ls_i = (icf + d)[i104 * T + i105];
+                const double t106 = ks::ipow<2>(ls_i);
+                acc103 += t106;
             }
         }
-        const double t115 = (wishart_m * acc111);
-        const double t116 = (t110 - t115);
-        const double t117 = static_cast<double>(K);
-        const double t118 = (t117 * C);
-        const double t119 = (t116 - t118);
-        r75 = t119;
+        const double frobenius = (acc97 + acc103);
+        const double t107 = ks::ipow<2>(wishart_gamma);
+        const double t108 = (0.5 * t107);
+        const double t109 = (t108 * frobenius);
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < d; ++i112) {
+                const double qs_i113 = icf[i111 * T + i112];
+                acc110 += qs_i113;
+            }
+        }
+        const double t114 = (wishart_m * acc110);
+        const double t115 = (t109 - t114);
+        const double t116 = static_cast<double>(K);
+        const double t117 = (t116 * C);
+        const double t118 = (t115 - t117);
+        r74 = t118;
     }
-    const double t120 = (t74 + r75);
-    *out = t120;
+    const double t119 = (t73 + r74);
+    *out = t119;
     return ks::status::ok;
 }
 
@@ -1861,538 +1671,1548 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r1 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K);
-    int64_t* const r3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    int64_t* const r4 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    int64_t* const r6 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(K * d * d);
+    bool* const r2 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    bool* const r3 = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * d);
     bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    next_slot += ks::aligned_bytes<bool>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r11 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    int64_t* const r12 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    int64_t* const r14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d * d);
-    bool* const r15 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r16 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    double* const r18 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r19 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    int64_t* const r20 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(d);
-    bool* const r21 = reinterpret_cast<bool*>(next_slot);
+    bool* const r12 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r22 = reinterpret_cast<bool*>(next_slot);
+    bool* const r13 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r57 = reinterpret_cast<double*>(next_slot);
+    double* const r39 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r58 = reinterpret_cast<double*>(next_slot);
+    double* const r40 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r59 = reinterpret_cast<double*>(next_slot);
+    double* const r41 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r60 = reinterpret_cast<double*>(next_slot);
+    double* const r42 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp62 = reinterpret_cast<double*>(next_slot);
+    double* const tmp44 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp70 = reinterpret_cast<double*>(next_slot);
+    double* const tmp52 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp78 = reinterpret_cast<double*>(next_slot);
+    double* const tmp60 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp119 = reinterpret_cast<double*>(next_slot);
+    double* const tmp99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r145 = reinterpret_cast<double*>(next_slot);
+    double* const r126 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp156 = reinterpret_cast<double*>(next_slot);
+    double* const tmp134 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp175 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const r175 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r212 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const r217 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const tmp225 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp230 = reinterpret_cast<double*>(next_slot);
+    double* const r179 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf249 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k9 = 0; k9 < K; ++k9) {
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t k23 = 0; k23 < d; ++k23) {
-                const bool t24 = (k17 == k23);
-                const double t25 = std::exp(((icf + k9 * T) + ks::clamp_index(k17, d))[0]);
-                const bool t26 = (k17 > k23);
-                const int64_t t27 = ((2*d) - k23);
-                const int64_t t28 = (t27 - int64_t{1});
-                const int64_t t29 = (k23 * t28);
-                const int64_t t30 = ks::floordiv(t29, int64_t{2});
-                const int64_t t31 = (d + t30);
-                const int64_t t32 = (t31 + k17);
-                const int64_t t33 = (t32 - k23);
-                const int64_t t34 = (t33 - int64_t{1});
-                const double t35 = (t26 ? ((icf + k9 * T) + ks::clamp_index(t34, T))[0] : 0.0);
-                const double t36 = (t24 ? t25 : t35);
-                (r18 + k23)[0] = t36;
-                (r19 + k23)[0] = t25;
-                (r20 + k23)[0] = t34;
-                (r21 + k23)[0] = t26;
-                (r22 + k23)[0] = t24;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k9 = 0; k9 < d; ++k9) {
+            for (int64_t k14 = 0; k14 < d; ++k14) {
+                const bool t15 = (k9 == k14);
+                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
+                const bool t17 = (k9 > k14);
+                const int64_t t18 = ((2*d) - k14);
+                const int64_t t19 = (t18 - int64_t{1});
+                const int64_t t20 = (k14 * t19);
+                const int64_t t21 = ks::floordiv(t20, int64_t{2});
+                const int64_t t22 = (d + t21);
+                const int64_t t23 = (t22 + k9);
+                const int64_t t24 = (t23 - k14);
+                const int64_t t25 = (t24 - int64_t{1});
+                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
+                const double t27 = (t15 ? t16 : t26);
+                (r10 + k14)[0] = t27;
+                (r11 + k14)[0] = t16;
+                (r12 + k14)[0] = t17;
+                (r13 + k14)[0] = t15;
             }
             for (int64_t i = 0; i < d; ++i) {
-                (r10 + k17 * d)[i] = r18[i];
+                (r5 + k9 * d)[i] = r10[i];
             }
-            (r11 + k17)[0] = k17;
-            (r12 + k17)[0] = d;
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r13 + k17 * d)[i37] = r19[i37];
+            for (int64_t i28 = 0; i28 < d; ++i28) {
+                (r6 + k9 * d)[i28] = r11[i28];
             }
-            for (int64_t i38 = 0; i38 < d; ++i38) {
-                (r14 + k17 * d)[i38] = r20[i38];
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                (r7 + k9 * d)[i29] = r12[i29];
             }
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                (r15 + k17 * d)[i39] = r21[i39];
-            }
-            for (int64_t i40 = 0; i40 < d; ++i40) {
-                (r16 + k17 * d)[i40] = r22[i40];
+            for (int64_t i30 = 0; i30 < d; ++i30) {
+                (r8 + k9 * d)[i30] = r13[i30];
             }
         }
-        for (int64_t i41 = 0; i41 < d; ++i41) {
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                (r + k9 * (d * d))[i41 * d + i42] = r10[i41 * d + i42];
-            }
+        for (int64_t i31 = 0; i31 < d * d; ++i31) {
+            (r + k4 * (d * d))[i31] = r5[i31];
         }
-        (r1 + k9)[0] = k9;
-        (r2 + k9)[0] = d;
-        for (int64_t i43 = 0; i43 < d; ++i43) {
-            (r3 + k9 * d)[i43] = r11[i43];
+        for (int64_t i32 = 0; i32 < d * d; ++i32) {
+            (r1 + k4 * (d * d))[i32] = r6[i32];
         }
-        for (int64_t i44 = 0; i44 < d; ++i44) {
-            (r4 + k9 * d)[i44] = r12[i44];
+        for (int64_t i33 = 0; i33 < d * d; ++i33) {
+            (r2 + k4 * (d * d))[i33] = r7[i33];
         }
-        for (int64_t i45 = 0; i45 < d; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                (r5 + k9 * (d * d))[i45 * d + i46] = r13[i45 * d + i46];
-            }
-        }
-        for (int64_t i47 = 0; i47 < d; ++i47) {
-            for (int64_t i48 = 0; i48 < d; ++i48) {
-                (r6 + k9 * (d * d))[i47 * d + i48] = r14[i47 * d + i48];
-            }
-        }
-        for (int64_t i49 = 0; i49 < d; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                (r7 + k9 * (d * d))[i49 * d + i50] = r15[i49 * d + i50];
-            }
-        }
-        for (int64_t i51 = 0; i51 < d; ++i51) {
-            for (int64_t i52 = 0; i52 < d; ++i52) {
-                (r8 + k9 * (d * d))[i51 * d + i52] = r16[i51 * d + i52];
-            }
+        for (int64_t i34 = 0; i34 < d * d; ++i34) {
+            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i53 = 0; i53 < K; ++i53) {
+    for (int64_t i35 = 0; i35 < K; ++i35) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i54 = 0; i54 < d; ++i54) {
-            const double qs_i = icf[i53 * T + i54];
+        for (int64_t i36 = 0; i36 < d; ++i36) {
+            const double qs_i = icf[i35 * T + i36];
             acc += qs_i;
         }
-        tmp[i53] = acc;
+        tmp[i35] = acc;
     }
-    for (int64_t i55 = 0; i55 < K; ++i55) {
-        const double alphas_i = alphas[i55];
-        const double x_i = tmp[i55];
-        const double base56 = (alphas_i + x_i);
-        base[i55] = base56;
+    for (int64_t i37 = 0; i37 < K; ++i37) {
+        const double alphas_i = alphas[i37];
+        const double x_i = tmp[i37];
+        const double base38 = (alphas_i + x_i);
+        base[i37] = base38;
     }
-    for (int64_t k61 = 0; k61 < n; ++k61) {
-        for (int64_t i63 = 0; i63 < K; ++i63) {
-            for (int64_t i64 = 0; i64 < d; ++i64) {
-                const double x_i65 = (x + k61 * d)[i64];
-                const double means_i = means[i63 * d + i64];
-                const double t66 = (x_i65 - means_i);
-                tmp62[i63 * d + i64] = t66;
+    for (int64_t k43 = 0; k43 < n; ++k43) {
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            for (int64_t i46 = 0; i46 < d; ++i46) {
+                const double x_i47 = (x + k43 * d)[i46];
+                const double means_i = means[i45 * d + i46];
+                const double t48 = (x_i47 - means_i);
+                tmp44[i45 * d + i46] = t48;
             }
         }
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            for (int64_t i68 = 0; i68 < d; ++i68) {
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            for (int64_t i50 = 0; i50 < d; ++i50) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i69 = 0; i69 < d; ++i69) {
-                    dot += r[i67 * (d * d) + i68 * d + i69] * tmp62[i67 * d + i69];
+                for (int64_t i51 = 0; i51 < d; ++i51) {
+                    dot += r[i49 * (d * d) + i50 * d + i51] * tmp44[i49 * d + i51];
                 }
-                prod[i67 * d + i68] = dot;
+                prod[i49 * d + i50] = dot;
             }
         }
-        double* const tmp71 = tmp;  // reuses a dead buffer's space
-        for (int64_t i72 = 0; i72 < K; ++i72) {
-            double acc73 = 0;
-            KS_OMP_SIMD(reduction(+:acc73))
-            for (int64_t i74 = 0; i74 < d; ++i74) {
-                const double x_i75 = prod[i72 * d + i74];
-                const double t76 = ks::ipow<2>(x_i75);
-                const double t77 = (2.0 * x_i75);
-                tmp70[i72 * d + i74] = t77;
-                acc73 += t76;
+        double* const tmp53 = tmp;  // reuses a dead buffer's space
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            double acc55 = 0;
+            KS_OMP_SIMD(reduction(+:acc55))
+            for (int64_t i56 = 0; i56 < d; ++i56) {
+                const double x_i57 = prod[i54 * d + i56];
+                const double t58 = ks::ipow<2>(x_i57);
+                const double t59 = (2.0 * x_i57);
+                tmp52[i54 * d + i56] = t59;
+                acc55 += t58;
             }
-            tmp71[i72] = acc73;
+            tmp53[i54] = acc55;
+        }
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double x_i62 = tmp53[i61];
+            const double t63 = (0.5 * x_i62);
+            const double x_i64 = base[i61];
+            const double t65 = (x_i64 - t63);
+            tmp60[i61] = t65;
+        }
+        double acc66 = ks::lowest<double>();
+        for (int64_t i67 = 0; i67 < K; ++i67) {
+            const double x_i68 = tmp60[i67];
+            acc66 = ks::max(x_i68, acc66);
+        }
+        double* const tmp69 = tmp;  // reuses a dead buffer's space
+        double acc70 = 0;
+        KS_OMP_SIMD(reduction(+:acc70))
+        for (int64_t i71 = 0; i71 < K; ++i71) {
+            const double x_i72 = tmp60[i71];
+            const double x_i73 = acc66;
+            const double t74 = (x_i72 - x_i73);
+            const double t75 = ks::exp(t74);
+            tmp69[i71] = t75;
+            acc70 += t75;
+        }
+        const double t76 = (1.0 / acc70);
+        for (int64_t i77 = 0; i77 < K * d; ++i77) {
+            (r39 + k43 * (K * d))[i77] = tmp44[i77];
+        }
+        for (int64_t i78 = 0; i78 < K * d; ++i78) {
+            (r40 + k43 * (K * d))[i78] = tmp52[i78];
         }
         for (int64_t i79 = 0; i79 < K; ++i79) {
-            const double x_i80 = tmp71[i79];
-            const double t81 = (0.5 * x_i80);
-            const double x_i82 = base[i79];
-            const double t83 = (x_i82 - t81);
-            tmp78[i79] = t83;
+            (r41 + k43 * K)[i79] = tmp69[i79];
         }
-        double acc84 = ks::lowest<double>();
-        for (int64_t i85 = 0; i85 < K; ++i85) {
-            const double x_i86 = tmp78[i85];
-            acc84 = ks::max(x_i86, acc84);
-        }
-        double* const tmp87 = tmp;  // reuses a dead buffer's space
-        double acc88 = 0;
-        KS_OMP_SIMD(reduction(+:acc88))
-        for (int64_t i89 = 0; i89 < K; ++i89) {
-            const double x_i90 = tmp78[i89];
-            const double x_i91 = acc84;
-            const double t92 = (x_i90 - x_i91);
-            const double t93 = std::exp(t92);
-            tmp87[i89] = t93;
-            acc88 += t93;
-        }
-        const double t94 = (1.0 / acc88);
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            for (int64_t i96 = 0; i96 < d; ++i96) {
-                (r57 + k61 * (K * d))[i95 * d + i96] = tmp62[i95 * d + i96];
-            }
-        }
-        for (int64_t i97 = 0; i97 < K; ++i97) {
-            for (int64_t i98 = 0; i98 < d; ++i98) {
-                (r58 + k61 * (K * d))[i97 * d + i98] = tmp70[i97 * d + i98];
-            }
-        }
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            (r59 + k61 * K)[i99] = tmp87[i99];
-        }
-        (r60 + k61)[0] = t94;
+        (r42 + k43)[0] = t76;
     }
-    double acc100 = ks::lowest<double>();
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        const double x_i102 = alphas[i101];
-        acc100 = ks::max(x_i102, acc100);
+    double acc80 = ks::lowest<double>();
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        const double x_i82 = alphas[i81];
+        acc80 = ks::max(x_i82, acc80);
     }
-    double* const tmp103 = tmp;  // reuses a dead buffer's space
-    double acc104 = 0;
-    KS_OMP_SIMD(reduction(+:acc104))
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        const double alphas_i106 = alphas[i105];
-        const double x_i107 = acc100;
-        const double t108 = (alphas_i106 - x_i107);
-        const double t109 = std::exp(t108);
-        tmp103[i105] = t109;
-        acc104 += t109;
+    double* const tmp83 = tmp;  // reuses a dead buffer's space
+    double acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double alphas_i86 = alphas[i85];
+        const double x_i87 = acc80;
+        const double t88 = (alphas_i86 - x_i87);
+        const double t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    const double t110 = (1.0 / acc104);
-    const double t111 = static_cast<double>(n);
-    double* const tmp112 = tmp62;  // reuses a dead buffer's space
-    double* const tmp113 = prod;  // reuses a dead buffer's space
-    for (int64_t i114 = 0; i114 < K; ++i114) {
-        for (int64_t i115 = 0; i115 < d; ++i115) {
-            const double qs_i116 = icf[i114 * T + i115];
-            const double t117 = std::exp(qs_i116);
-            tmp112[i114 * d + i115] = t117;
-            const double t118 = (2.0 * t117);
-            tmp113[i114 * d + i115] = t118;
+    const double t90 = (1.0 / acc84);
+    const double t91 = static_cast<double>(n);
+    double* const tmp92 = tmp44;  // reuses a dead buffer's space
+    double* const tmp93 = prod;  // reuses a dead buffer's space
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const double qs_i96 = icf[i94 * T + i95];
+            const double t97 = ks::exp(qs_i96);
+            tmp92[i94 * d + i95] = t97;
+            const double t98 = (2.0 * t97);
+            tmp93[i94 * d + i95] = t98;
         }
     }
-    for (int64_t i120 = 0; i120 < K; ++i120) {
-        for (int64_t i121 = 0; i121 < (T - d); ++i121) {
-            const double ls_i = (icf + d)[i120 * T + i121];
-            const double t122 = (2.0 * ls_i);
-            tmp119[i120 * ((T - d)) + i121] = t122;
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
+            const double ls_i = (icf + d)[i100 * T + i101];
+            const double t102 = (2.0 * ls_i);
+            tmp99[i100 * ((T - d)) + i101] = t102;
         }
     }
-    const double t123 = ks::ipow<2>(wishart_gamma);
-    const double t124 = (0.5 * t123);
-    const double t125 = ((-1.0) * wishart_m);
-    for (int64_t i126 = 0; i126 < K; ++i126) {
-        for (int64_t i127 = 0; i127 < (T - d); ++i127) {
-            const double x_i128 = t124;
-            const double x_i129 = tmp119[i126 * ((T - d)) + i127];
-            const double d_ls130 = (x_i128 * x_i129);
-            d_ls[i126 * ((T - d)) + i127] = d_ls130;
+    const double t103 = ks::ipow<2>(wishart_gamma);
+    const double t104 = (0.5 * t103);
+    const double t105 = ((-1.0) * wishart_m);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
+            const double x_i108 = t104;
+            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
+            const double d_ls110 = (x_i108 * x_i109);
+            d_ls[i106 * ((T - d)) + i107] = d_ls110;
         }
     }
-    double* const d_qs = tmp70;  // reuses a dead buffer's space
-    for (int64_t i131 = 0; i131 < K; ++i131) {
-        for (int64_t i132 = 0; i132 < d; ++i132) {
-            const double x_i133 = t124;
-            const double x_i134 = tmp113[i131 * d + i132];
-            const double t135 = (x_i133 * x_i134);
-            const double x_i136 = tmp112[i131 * d + i132];
-            const double t137 = (t135 * x_i136);
-            const double d_qs_i = t125;
-            const double d_qs138 = (d_qs_i + t137);
-            d_qs[i131 * d + i132] = d_qs138;
+    double* const d_qs = tmp52;  // reuses a dead buffer's space
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        for (int64_t i112 = 0; i112 < d; ++i112) {
+            const double x_i113 = t104;
+            const double x_i114 = tmp93[i111 * d + i112];
+            const double t115 = (x_i113 * x_i114);
+            const double x_i116 = tmp92[i111 * d + i112];
+            const double t117 = (t115 * x_i116);
+            const double d_qs_i = t105;
+            const double d_qs118 = (d_qs_i + t117);
+            d_qs[i111 * d + i112] = d_qs118;
         }
     }
-    const double t139 = ((-1.0) * t111);
-    const double t140 = (t139 * t110);
+    const double t119 = ((-1.0) * t91);
+    const double t120 = (t119 * t90);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i141 = 0; i141 < K; ++i141) {
-        const double x_i142 = t140;
-        const double x_i143 = tmp103[i141];
-        const double d_alphas144 = (x_i142 * x_i143);
-        d_alphas[i141] = d_alphas144;
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        const double x_i122 = t120;
+        const double x_i123 = tmp83[i121];
+        const double d_alphas124 = (x_i122 * x_i123);
+        d_alphas[i121] = d_alphas124;
     }
-    double* const d_base = tmp;  // reuses a dead buffer's space
-    double r146;
-    for (int64_t i147 = 0; i147 < K; ++i147) {
-        d_base[i147] = 0.0;
+    double* const r125 = tmp;  // reuses a dead buffer's space
+    double r127;
+    for (int64_t i128 = 0; i128 < K; ++i128) {
+        r125[i128] = 0.0;
     }
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        for (int64_t i149 = 0; i149 < d; ++i149) {
-            for (int64_t i150 = 0; i150 < d; ++i150) {
-                r145[i148 * (d * d) + i149 * d + i150] = 0.0;
+    for (int64_t i129 = 0; i129 < K * d * d; ++i129) {
+        r126[i129] = 0.0;
+    }
+    for (int64_t i130 = 0; i130 < K * d; ++i130) {
+        out_d_means[i130] = 0.0;
+    }
+    r127 = 1.0;
+    for (int64_t k131 = n - 1; k131 >= 0; --k131) {
+        const double t132 = (r127 * (r42 + k131)[0]);
+        double* const tmp133 = tmp60;  // reuses a dead buffer's space
+        for (int64_t i135 = 0; i135 < K; ++i135) {
+            const double x_i136 = t132;
+            const double x_i137 = (r41 + k131 * K)[i135];
+            const double t138 = (x_i136 * x_i137);
+            const double x_i139 = r125[i135];
+            const double t140 = (x_i139 + t138);
+            tmp133[i135] = t140;
+            const double t141 = (t138 * (-1.0));
+            const double t142 = (t141 * 0.5);
+            tmp134[i135] = t142;
+        }
+        double* const tmp143 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i144 = 0; i144 < K; ++i144) {
+            for (int64_t i145 = 0; i145 < d; ++i145) {
+                const double x_i146 = tmp134[i144];
+                const double x_i147 = (r40 + k131 * (K * d))[i144 * d + i145];
+                const double t148 = (x_i146 * x_i147);
+                tmp143[i144 * d + i145] = t148;
             }
         }
-    }
-    for (int64_t i151 = 0; i151 < K; ++i151) {
-        for (int64_t i152 = 0; i152 < d; ++i152) {
-            out_d_means[i151 * d + i152] = 0.0;
+        double* const prod149 = prod;  // reuses a dead buffer's space
+        for (int64_t i150 = 0; i150 < K * d; ++i150) {
+            prod149[i150] = 0;
         }
-    }
-    r146 = 1.0;
-    for (int64_t k153 = n - 1; k153 >= 0; --k153) {
-        const double t154 = (r146 * (r60 + k153)[0]);
-        double* const tmp155 = tmp78;  // reuses a dead buffer's space
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            const double x_i158 = t154;
-            const double x_i159 = (r59 + k153 * K)[i157];
-            const double t160 = (x_i158 * x_i159);
-            tmp155[i157] = t160;
-            const double t161 = (t160 * (-1.0));
-            const double t162 = (t161 * 0.5);
-            tmp156[i157] = t162;
+        for (int64_t i151 = 0; i151 < K; ++i151) {
+            for (int64_t i152 = 0; i152 < d; ++i152) {
+                for (int64_t i153 = 0; i153 < d; ++i153) {
+                    prod149[i151 * d + i153] += tmp143[i151 * d + i152] * r[i151 * (d * d) + i152 * d + i153];
+                }
+            }
         }
-        double* const tmp163 = tmp62;  // reuses a dead buffer's space
+        for (int64_t i154 = 0; i154 < K; ++i154) {
+            for (int64_t i155 = 0; i155 < d; ++i155) {
+                for (int64_t i156 = 0; i156 < d; ++i156) {
+                    r126[i154 * (d * d) + i155 * d + i156] += tmp143[i154 * d + i155] * (r39 + k131 * (K * d))[i154 * d + i156];
+                }
+            }
+        }
+        double* const tmp157 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i158 = 0; i158 < K; ++i158) {
+            for (int64_t i159 = 0; i159 < d; ++i159) {
+                const double x_i160 = prod149[i158 * d + i159];
+                const double t161 = (x_i160 * (-1.0));
+                const double x_i162 = out_d_means[i158 * d + i159];
+                const double t163 = (x_i162 + t161);
+                tmp157[i158 * d + i159] = t163;
+            }
+        }
         for (int64_t i164 = 0; i164 < K; ++i164) {
-            for (int64_t i165 = 0; i165 < d; ++i165) {
-                const double x_i166 = tmp156[i164];
-                const double x_i167 = (r58 + k153 * (K * d))[i164 * d + i165];
-                const double t168 = (x_i166 * x_i167);
-                tmp163[i164 * d + i165] = t168;
-            }
+            r125[i164] = tmp133[i164];
         }
-        double* const prod169 = prod;  // reuses a dead buffer's space
-        for (int64_t i170 = 0; i170 < K; ++i170) {
-            for (int64_t i171 = 0; i171 < d; ++i171) {
-                prod169[i170 * d + i171] = 0;
-            }
-        }
-        for (int64_t i172 = 0; i172 < K; ++i172) {
-            for (int64_t i173 = 0; i173 < d; ++i173) {
-                for (int64_t i174 = 0; i174 < d; ++i174) {
-                    prod169[i172 * d + i174] += tmp163[i172 * d + i173] * r[i172 * (d * d) + i173 * d + i174];
-                }
-            }
-        }
-        for (int64_t i176 = 0; i176 < K; ++i176) {
-            for (int64_t i177 = 0; i177 < d; ++i177) {
-                const double x_i178 = prod169[i176 * d + i177];
-                const double t179 = (x_i178 * (-1.0));
-                tmp175[i176 * d + i177] = t179;
-            }
-        }
-        double* const tmp180 = tmp156;  // reuses a dead buffer's space
-        for (int64_t i181 = 0; i181 < K; ++i181) {
-            const double x_i182 = d_base[i181];
-            const double x_i183 = tmp155[i181];
-            const double t184 = (x_i182 + x_i183);
-            tmp180[i181] = t184;
-        }
-        for (int64_t i185 = 0; i185 < K; ++i185) {
-            for (int64_t i186 = 0; i186 < d; ++i186) {
-                for (int64_t i187 = 0; i187 < d; ++i187) {
-                    r145[i185 * (d * d) + i186 * d + i187] += tmp163[i185 * d + i186] * (r57 + k153 * (K * d))[i185 * d + i187];
-                }
-            }
-        }
-        double* const tmp188 = tmp62;  // reuses a dead buffer's space
-        for (int64_t i189 = 0; i189 < K; ++i189) {
-            for (int64_t i190 = 0; i190 < d; ++i190) {
-                const double x_i191 = out_d_means[i189 * d + i190];
-                const double x_i192 = tmp175[i189 * d + i190];
-                const double t193 = (x_i191 + x_i192);
-                tmp188[i189 * d + i190] = t193;
-            }
-        }
-        for (int64_t i194 = 0; i194 < K; ++i194) {
-            d_base[i194] = tmp180[i194];
-        }
-        for (int64_t i195 = 0; i195 < K; ++i195) {
-            for (int64_t i196 = 0; i196 < d; ++i196) {
-                out_d_means[i195 * d + i196] = tmp188[i195 * d + i196];
-            }
+        for (int64_t i165 = 0; i165 < K * d; ++i165) {
+            out_d_means[i165] = tmp157[i165];
         }
     }
-    for (int64_t i197 = 0; i197 < K; ++i197) {
-        const double d_alphas_i = d_alphas[i197];
-        const double d_base_i = d_base[i197];
-        const double d_alphas198 = (d_alphas_i + d_base_i);
-        out_d_alphas[i197] = d_alphas198;
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        const double d_alphas_i = d_alphas[i166];
+        const double x_i167 = r125[i166];
+        const double d_alphas168 = (d_alphas_i + x_i167);
+        out_d_alphas[i166] = d_alphas168;
     }
-    double* const d_qs199 = tmp62;  // reuses a dead buffer's space
-    for (int64_t i200 = 0; i200 < K; ++i200) {
+    double* const d_qs169 = tmp44;  // reuses a dead buffer's space
+    for (int64_t i170 = 0; i170 < K; ++i170) {
+        for (int64_t i171 = 0; i171 < d; ++i171) {
+            const double d_qs_i172 = d_qs[i170 * d + i171];
+            const double x_i173 = r125[i170];
+            const double d_qs174 = (d_qs_i172 + x_i173);
+            d_qs169[i170 * d + i171] = d_qs174;
+        }
+    }
+    for (int64_t i176 = 0; i176 < K * T; ++i176) {
+        r175[i176] = 0.0;
+    }
+    for (int64_t k177 = K - 1; k177 >= 0; --k177) {
+        double* const r178 = r10;  // reuses a dead buffer's space
+        double r180;
+        for (int64_t i181 = 0; i181 < d; ++i181) {
+            r178[i181] = 0.0;
+        }
+        for (int64_t i182 = 0; i182 < T; ++i182) {
+            r179[i182] = 0.0;
+        }
+        r180 = 0.0;
+        for (int64_t k183 = d - 1; k183 >= 0; --k183) {
+            double r184;
+            double r185;
+            r184 = 0.0;
+            r185 = r180;
+            for (int64_t k186 = d - 1; k186 >= 0; --k186) {
+                const int64_t t187 = ((2*d) - k186);
+                const int64_t t188 = (t187 - int64_t{1});
+                const int64_t t189 = (k186 * t188);
+                const int64_t t190 = ks::floordiv(t189, int64_t{2});
+                const int64_t t191 = (d + t190);
+                const int64_t t192 = (t191 + k183);
+                const int64_t t193 = (t192 - k186);
+                const int64_t t194 = (t193 - int64_t{1});
+                const double t195 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? (((r126 + k177 * (d * d)) + k183 * d) + k186)[0] : 0.0);
+                const double t196 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? 0.0 : (((r126 + k177 * (d * d)) + k183 * d) + k186)[0]);
+                const double t197 = ((((r2 + k177 * (d * d)) + k183 * d) + k186)[0] ? t196 : 0.0);
+                (r179 + ks::clamp_index(t194, T))[0] += t197;
+                const double t198 = (t195 * (((r1 + k177 * (d * d)) + k183 * d) + k186)[0]);
+                const double t199 = (r184 + t198);
+                r184 = t199;
+            }
+            (r178 + k183)[0] += r184;
+            r180 = r185;
+        }
+        (r178 + ks::clamp_index(int64_t{0}, d))[0] += r180;
+        for (int64_t i200 = 0; i200 < T; ++i200) {
+            (r175 + k177 * T)[i200] += r179[i200];
+        }
         for (int64_t i201 = 0; i201 < d; ++i201) {
-            const double d_qs_i202 = d_qs[i200 * d + i201];
-            const double x_i203 = d_base[i200];
-            const double d_qs204 = (d_qs_i202 + x_i203);
-            d_qs199[i200 * d + i201] = d_qs204;
+            (d_qs169 + k177 * d)[i201] += r178[i201];
         }
     }
-    double* const r205 = prod;  // reuses a dead buffer's space
-    for (int64_t i206 = 0; i206 < K; ++i206) {
-        for (int64_t i207 = 0; i207 < d; ++i207) {
-            r205[i206 * d + i207] = 0.0;
+    for (int64_t i202 = 0; i202 < K * T; ++i202) {
+        padded[i202] = 0.0;
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < (T - d); ++i204) {
+            (padded + d)[i203 * T + i204] = d_ls[i203 * ((T - d)) + i204];
         }
     }
-    for (int64_t i208 = 0; i208 < K; ++i208) {
-        for (int64_t i209 = 0; i209 < T; ++i209) {
-            d_icf[i208 * T + i209] = 0.0;
+    for (int64_t i205 = 0; i205 < K; ++i205) {
+        for (int64_t i206 = 0; i206 < T; ++i206) {
+            const double x_i207 = r175[i205 * T + i206];
+            const double x_i208 = padded[i205 * T + i206];
+            const double d_icf209 = (x_i207 + x_i208);
+            d_icf[i205 * T + i206] = d_icf209;
         }
     }
-    for (int64_t k210 = K - 1; k210 >= 0; --k210) {
-        double* const r211 = r18;  // reuses a dead buffer's space
+    double* const padded210 = r175;  // reuses a dead buffer's space
+    for (int64_t i211 = 0; i211 < K * T; ++i211) {
+        padded210[i211] = 0.0;
+    }
+    for (int64_t i212 = 0; i212 < K; ++i212) {
         for (int64_t i213 = 0; i213 < d; ++i213) {
-            r211[i213] = 0.0;
-        }
-        for (int64_t i214 = 0; i214 < T; ++i214) {
-            r212[i214] = 0.0;
-        }
-        for (int64_t k215 = (r2 + k210)[0] - 1; k215 >= 0; --k215) {
-            double* const r216 = r19;  // reuses a dead buffer's space
-            for (int64_t i218 = 0; i218 < d; ++i218) {
-                r216[i218] = 0.0;
-            }
-            for (int64_t i219 = 0; i219 < T; ++i219) {
-                r217[i219] = 0.0;
-            }
-            for (int64_t k220 = ((r4 + k210 * d) + k215)[0] - 1; k220 >= 0; --k220) {
-                const double t221 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? (((r145 + k210 * (d * d)) + k215 * d) + k220)[0] : 0.0);
-                const double t222 = ((((r8 + k210 * (d * d)) + k215 * d) + k220)[0] ? 0.0 : (((r145 + k210 * (d * d)) + k215 * d) + k220)[0]);
-                const double t223 = ((((r7 + k210 * (d * d)) + k215 * d) + k220)[0] ? t222 : 0.0);
-                const double t224 = (t221 * (((r5 + k210 * (d * d)) + k215 * d) + k220)[0]);
-                (r216 + ks::clamp_index(int64_t{0}, d))[0] += 0.0;
-                (r216 + ks::clamp_index(((r3 + k210 * d) + k215)[0], d))[0] += t224;
-                (r217 + ks::clamp_index((((r6 + k210 * (d * d)) + k215 * d) + k220)[0], T))[0] += t223;
-            }
-            for (int64_t i226 = 0; i226 < d; ++i226) {
-                const double x_i227 = r211[i226];
-                const double x_i228 = r216[i226];
-                const double t229 = (x_i227 + x_i228);
-                tmp225[i226] = t229;
-            }
-            for (int64_t i231 = 0; i231 < T; ++i231) {
-                const double x_i232 = r212[i231];
-                const double x_i233 = r217[i231];
-                const double t234 = (x_i232 + x_i233);
-                tmp230[i231] = t234;
-            }
-            for (int64_t i235 = 0; i235 < d; ++i235) {
-                r211[i235] = tmp225[i235];
-            }
-            for (int64_t i236 = 0; i236 < T; ++i236) {
-                r212[i236] = tmp230[i236];
-            }
-        }
-        for (int64_t i237 = 0; i237 < d; ++i237) {
-            (r205 + ks::clamp_index((r1 + k210)[0], K) * d)[i237] += r211[i237];
-        }
-        for (int64_t i238 = 0; i238 < T; ++i238) {
-            (d_icf + ks::clamp_index((r1 + k210)[0], K) * T)[i238] += r212[i238];
+            padded210[i212 * T + i213] = d_qs169[i212 * d + i213];
         }
     }
-    double* const d_qs239 = tmp70;  // reuses a dead buffer's space
-    for (int64_t i240 = 0; i240 < K; ++i240) {
-        for (int64_t i241 = 0; i241 < d; ++i241) {
-            const double d_qs_i242 = d_qs199[i240 * d + i241];
-            const double x_i243 = r205[i240 * d + i241];
-            const double d_qs244 = (d_qs_i242 + x_i243);
-            d_qs239[i240 * d + i241] = d_qs244;
-        }
-    }
-    for (int64_t i245 = 0; i245 < K; ++i245) {
-        for (int64_t i246 = 0; i246 < T; ++i246) {
-            padded[i245 * T + i246] = 0.0;
-        }
-    }
-    for (int64_t i247 = 0; i247 < K; ++i247) {
-        for (int64_t i248 = 0; i248 < (T - d); ++i248) {
-            (padded + d)[i247 * T + i248] = d_ls[i247 * ((T - d)) + i248];
-        }
-    }
-    for (int64_t i250 = 0; i250 < K; ++i250) {
-        for (int64_t i251 = 0; i251 < T; ++i251) {
-            const double d_icf_i = d_icf[i250 * T + i251];
-            const double x_i252 = padded[i250 * T + i251];
-            const double d_icf253 = (d_icf_i + x_i252);
-            d_icf249[i250 * T + i251] = d_icf253;
-        }
-    }
-    double* const padded254 = d_icf;  // reuses a dead buffer's space
-    for (int64_t i255 = 0; i255 < K; ++i255) {
-        for (int64_t i256 = 0; i256 < T; ++i256) {
-            padded254[i255 * T + i256] = 0.0;
-        }
-    }
-    for (int64_t i257 = 0; i257 < K; ++i257) {
-        for (int64_t i258 = 0; i258 < d; ++i258) {
-            padded254[i257 * T + i258] = d_qs239[i257 * d + i258];
-        }
-    }
-    for (int64_t i259 = 0; i259 < K; ++i259) {
-        for (int64_t i260 = 0; i260 < T; ++i260) {
-            const double d_icf_i261 = d_icf249[i259 * T + i260];
-            const double x_i262 = padded254[i259 * T + i260];
-            const double d_icf263 = (d_icf_i261 + x_i262);
-            out_d_icf[i259 * T + i260] = d_icf263;
+    for (int64_t i214 = 0; i214 < K; ++i214) {
+        for (int64_t i215 = 0; i215 < T; ++i215) {
+            const double d_icf_i = d_icf[i214 * T + i215];
+            const double x_i216 = padded210[i214 * T + i215];
+            const double d_icf217 = (d_icf_i + x_i216);
+            out_d_icf[i214 * T + i215] = d_icf217;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<int64_t>(K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<int64_t>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<int64_t>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<int64_t>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+}
+
+
+// gmm_tri = gmm_tri   (kernel gmm_tri from gmm.py:gmm_objective_tri)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
+extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    double slse;
+    slse = 0.0;
+    for (int64_t k1 = 0; k1 < n; ++k1) {
+        for (int64_t k2 = 0; k2 < K; ++k2) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t i = 0; i < d; ++i) {
+                const double x_i = (icf + k2 * T)[i];
+                acc += x_i;
+            }
+            const double t3 = ((alphas + k2)[0] + acc);
+            double r;
+            r = 0.0;
+            for (int64_t k4 = 0; k4 < d; ++k4) {
+                const double t5 = ks::exp(((icf + k2 * T) + ks::clamp_index(k4, T))[0]);
+                const double t6 = (((x + k1 * d) + k4)[0] - ((means + k2 * d) + k4)[0]);
+                const double t7 = (t5 * t6);
+                const int64_t t8 = ks::floordiv(k4, int64_t{1});
+                const int64_t t9 = ks::max(t8, int64_t{0});
+                double r10;
+                r10 = 0.0;
+                for (int64_t k11 = 0; k11 < t9; ++k11) {
+                    const int64_t t12 = ((2*d) - k11);
+                    const int64_t t13 = (t12 - int64_t{1});
+                    const int64_t t14 = (k11 * t13);
+                    const int64_t t15 = ks::floordiv(t14, int64_t{2});
+                    const int64_t t16 = (d + t15);
+                    const int64_t t17 = (t16 + k4);
+                    const int64_t t18 = (t17 - k11);
+                    const int64_t t19 = (t18 - int64_t{1});
+                    const double t20 = (((x + k1 * d) + k11)[0] - ((means + k2 * d) + k11)[0]);
+                    const double t21 = (((icf + k2 * T) + ks::clamp_index(t19, T))[0] * t20);
+                    const double __sum_87_22 = (r10 + t21);
+                    r10 = __sum_87_22;
+                }
+                const double t22 = (t7 + r10);
+                const double t23 = ks::ipow<2>(t22);
+                const double __sum_85_57 = (r + t23);
+                r = __sum_85_57;
+            }
+            const double t24 = (0.5 * r);
+            const double t25 = (t3 - t24);
+            (scores + k2)[0] = t25;
+        }
+        double acc26 = ks::lowest<double>();
+        for (int64_t i27 = 0; i27 < K; ++i27) {
+            const double x_i28 = scores[i27];
+            acc26 = ks::max(x_i28, acc26);
+        }
+        double acc29 = 0;
+        KS_OMP_SIMD(reduction(+:acc29))
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            const double scores_i = scores[i30];
+            const double x_i31 = acc26;
+            const double t32 = (scores_i - x_i31);
+            const double t33 = ks::exp(t32);
+            acc29 += t33;
+        }
+        const double t34 = ks::log(acc29);
+        const double t35 = (t34 + acc26);
+        const double slse36 = (slse + t35);
+        slse = slse36;
+    }
+    const int64_t t37 = (-n);
+    const int64_t t38 = (t37 * d);
+    const double t39 = static_cast<double>(t38);
+    const double t40 = (t39 * 0.5);
+    const double constant = (t40 * 1.8378770664093453);
+    const double t41 = (constant + slse);
+    double acc42 = ks::lowest<double>();
+    for (int64_t i43 = 0; i43 < K; ++i43) {
+        const double x_i44 = alphas[i43];
+        acc42 = ks::max(x_i44, acc42);
+    }
+    double acc45 = 0;
+    KS_OMP_SIMD(reduction(+:acc45))
+    for (int64_t i46 = 0; i46 < K; ++i46) {
+        const double alphas_i = alphas[i46];
+        const double x_i47 = acc42;
+        const double t48 = (alphas_i - x_i47);
+        const double t49 = ks::exp(t48);
+        acc45 += t49;
+    }
+    const double t50 = ks::log(acc45);
+    const double t51 = (t50 + acc42);
+    const double t52 = static_cast<double>(n);
+    const double t53 = (t52 * t51);
+    const double t54 = (t41 - t53);
+    double r55;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const double t56 = static_cast<double>(d);
+        const double t57 = (t56 + wishart_m);
+        const double n_w = (t57 + 1.0);
+        const double t58 = (n_w * t56);
+        const double t59 = ks::log(wishart_gamma);
+        const double t60 = (t59 - 0.34657359027997264);
+        const double t61 = (t58 * t60);
+        const double t62 = (0.5 * n_w);
+        double r63;
+        {  // log_gamma_d(a)
+            const double t64 = static_cast<double>(d);
+            const double t65 = (0.25 * t64);
+            const double t66 = static_cast<double>((d - 1));
+            const double t67 = (t65 * t66);
+            const double t68 = (t67 * 1.1447298858494002);
+            double r69;
+            r69 = 0.0;
+            for (int64_t k70 = 0; k70 < d; ++k70) {
+                const int64_t t71 = (k70 + int64_t{1});
+                const int64_t t72 = (int64_t{1} - t71);
+                const double t73 = static_cast<double>(t72);
+                const double t74 = (0.5 * t73);
+                const double t75 = (t62 + t74);
+                const double t76 = std::lgamma(t75);
+                const double __sum_25_55 = (r69 + t76);
+                r69 = __sum_25_55;
+            }
+            const double t77 = (t68 + r69);
+            r63 = t77;
+        }
+        const double C = (t61 - r63);
+        double acc78 = 0;
+        for (int64_t i79 = 0; i79 < K; ++i79) {
+            KS_OMP_SIMD(reduction(+:acc78))
+            for (int64_t i80 = 0; i80 < d; ++i80) {
+                const double qs_i = icf[i79 * T + i80];
+                const double t81 = ks::exp(qs_i);
+                const double t82 = ks::ipow<2>(t81);
+                acc78 += t82;
+            }
+        }
+        double acc83 = 0;
+        for (int64_t i84 = 0; i84 < K; ++i84) {
+            KS_OMP_SIMD(reduction(+:acc83))
+            for (int64_t i85 = 0; i85 < (T - d); ++i85) {
+                const double ls_i = (icf + d)[i84 * T + i85];
+                const double t86 = ks::ipow<2>(ls_i);
+                acc83 += t86;
+            }
+        }
+        const double frobenius = (acc78 + acc83);
+        const double t87 = ks::ipow<2>(wishart_gamma);
+        const double t88 = (0.5 * t87);
+        const double t89 = (t88 * frobenius);
+        double acc90 = 0;
+        for (int64_t i91 = 0; i91 < K; ++i91) {
+            KS_OMP_SIMD(reduction(+:acc90))
+            for (int64_t i92 = 0; i92 < d; ++i92) {
+                const double qs_i93 = icf[i91 * T + i92];
+                acc90 += qs_i93;
+            }
+        }
+        const double t94 = (wishart_m * acc90);
+        const double t95 = (t89 - t94);
+        const double t96 = static_cast<double>(K);
+        const double t97 = (t96 * C);
+        const double t98 = (t95 - t97);
+        r55 = t98;
+    }
+    const double t99 = (t54 + r55);
+    *out = t99;
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)d;
+    (void)T;
+    (void)n;
+    return ks::aligned_bytes<double>(K);
+}
+
+
+// gmm_tri_grad = grad(gmm_tri, argnums=(0, 1, 2))   (kernel gmm_tri from gmm.py:gmm_objective_tri)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
+extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp69 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const tmp77 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const tmp83 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const d_icf99 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r122 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
+    (void)next_slot;
+    for (int64_t k4 = 0; k4 < n; ++k4) {
+        for (int64_t k8 = 0; k8 < K; ++k8) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t i = 0; i < d; ++i) {
+                const double x_i = (icf + k8 * T)[i];
+                acc += x_i;
+            }
+            const double t9 = ((alphas + k8)[0] + acc);
+            double r10;
+            r10 = 0.0;
+            for (int64_t k13 = 0; k13 < d; ++k13) {
+                const double t14 = ks::exp(((icf + k8 * T) + ks::clamp_index(k13, T))[0]);
+                const double t15 = (((x + k4 * d) + k13)[0] - ((means + k8 * d) + k13)[0]);
+                const double t16 = (t14 * t15);
+                const int64_t t17 = ks::floordiv(k13, int64_t{1});
+                const int64_t t18 = ks::max(t17, int64_t{0});
+                double r19;
+                r19 = 0.0;
+                for (int64_t k20 = 0; k20 < t18; ++k20) {
+                    const int64_t t21 = ((2*d) - k20);
+                    const int64_t t22 = (t21 - int64_t{1});
+                    const int64_t t23 = (k20 * t22);
+                    const int64_t t24 = ks::floordiv(t23, int64_t{2});
+                    const int64_t t25 = (d + t24);
+                    const int64_t t26 = (t25 + k13);
+                    const int64_t t27 = (t26 - k20);
+                    const int64_t t28 = (t27 - int64_t{1});
+                    const double t29 = (((x + k4 * d) + k20)[0] - ((means + k8 * d) + k20)[0]);
+                    const double t30 = (((icf + k8 * T) + ks::clamp_index(t28, T))[0] * t29);
+                    const double __sum_87_22 = (r19 + t30);
+                    r19 = __sum_87_22;
+                }
+                const double t31 = (t16 + r19);
+                const double t32 = ks::ipow<2>(t31);
+                const double t33 = (2.0 * t31);
+                const double __sum_85_57 = (r10 + t32);
+                (r11 + k13)[0] = t14;
+                (r12 + k13)[0] = t33;
+                r10 = __sum_85_57;
+            }
+            const double t34 = (0.5 * r10);
+            const double t35 = (t9 - t34);
+            (r5 + k8)[0] = t35;
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                (r6 + k8 * d)[i36] = r11[i36];
+            }
+            for (int64_t i37 = 0; i37 < d; ++i37) {
+                (r7 + k8 * d)[i37] = r12[i37];
+            }
+        }
+        double acc38 = ks::lowest<double>();
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = r5[i39];
+            acc38 = ks::max(x_i40, acc38);
+        }
+        double acc41 = 0;
+        KS_OMP_SIMD(reduction(+:acc41))
+        for (int64_t i42 = 0; i42 < K; ++i42) {
+            const double x_i43 = r5[i42];
+            const double x_i44 = acc38;
+            const double t45 = (x_i43 - x_i44);
+            const double t46 = ks::exp(t45);
+            tmp[i42] = t46;
+            acc41 += t46;
+        }
+        const double t47 = (1.0 / acc41);
+        for (int64_t i48 = 0; i48 < K * d; ++i48) {
+            (r + k4 * (K * d))[i48] = r6[i48];
+        }
+        for (int64_t i49 = 0; i49 < K * d; ++i49) {
+            (r1 + k4 * (K * d))[i49] = r7[i49];
+        }
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            (r2 + k4 * K)[i50] = tmp[i50];
+        }
+        (r3 + k4)[0] = t47;
+    }
+    double acc51 = ks::lowest<double>();
+    for (int64_t i52 = 0; i52 < K; ++i52) {
+        const double x_i53 = alphas[i52];
+        acc51 = ks::max(x_i53, acc51);
+    }
+    double* const tmp54 = r5;  // reuses a dead buffer's space
+    double acc55 = 0;
+    KS_OMP_SIMD(reduction(+:acc55))
+    for (int64_t i56 = 0; i56 < K; ++i56) {
+        const double alphas_i = alphas[i56];
+        const double x_i57 = acc51;
+        const double t58 = (alphas_i - x_i57);
+        const double t59 = ks::exp(t58);
+        tmp54[i56] = t59;
+        acc55 += t59;
+    }
+    const double t60 = (1.0 / acc55);
+    const double t61 = static_cast<double>(n);
+    double* const tmp62 = r6;  // reuses a dead buffer's space
+    double* const tmp63 = r7;  // reuses a dead buffer's space
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        for (int64_t i65 = 0; i65 < d; ++i65) {
+            const double x_i66 = icf[i64 * T + i65];
+            const double t67 = ks::exp(x_i66);
+            tmp62[i64 * d + i65] = t67;
+            const double t68 = (2.0 * t67);
+            tmp63[i64 * d + i65] = t68;
+        }
+    }
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        for (int64_t i71 = 0; i71 < (T - d); ++i71) {
+            const double x_i72 = (icf + d)[i70 * T + i71];
+            const double t73 = (2.0 * x_i72);
+            tmp69[i70 * ((T - d)) + i71] = t73;
+        }
+    }
+    const double t74 = ks::ipow<2>(wishart_gamma);
+    const double t75 = (0.5 * t74);
+    const double t76 = ((-1.0) * wishart_m);
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        for (int64_t i79 = 0; i79 < (T - d); ++i79) {
+            const double x_i80 = t75;
+            const double x_i81 = tmp69[i78 * ((T - d)) + i79];
+            const double t82 = (x_i80 * x_i81);
+            tmp77[i78 * ((T - d)) + i79] = t82;
+        }
+    }
+    for (int64_t i84 = 0; i84 < K; ++i84) {
+        for (int64_t i85 = 0; i85 < d; ++i85) {
+            const double x_i86 = t75;
+            const double x_i87 = tmp63[i84 * d + i85];
+            const double t88 = (x_i86 * x_i87);
+            const double x_i89 = tmp62[i84 * d + i85];
+            const double t90 = (t88 * x_i89);
+            const double x_i91 = t76;
+            const double t92 = (x_i91 + t90);
+            tmp83[i84 * d + i85] = t92;
+        }
+    }
+    for (int64_t i93 = 0; i93 < K * T; ++i93) {
+        d_icf[i93] = 0.0;
+    }
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < (T - d); ++i95) {
+            (d_icf + d)[i94 * T + i95] = tmp77[i94 * ((T - d)) + i95];
+        }
+    }
+    for (int64_t i96 = 0; i96 < K * T; ++i96) {
+        padded[i96] = 0.0;
+    }
+    for (int64_t i97 = 0; i97 < K; ++i97) {
+        for (int64_t i98 = 0; i98 < d; ++i98) {
+            padded[i97 * T + i98] = tmp83[i97 * d + i98];
+        }
+    }
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        for (int64_t i101 = 0; i101 < T; ++i101) {
+            const double d_icf_i = d_icf[i100 * T + i101];
+            const double x_i102 = padded[i100 * T + i101];
+            const double d_icf103 = (d_icf_i + x_i102);
+            d_icf99[i100 * T + i101] = d_icf103;
+        }
+    }
+    const double t104 = ((-1.0) * t61);
+    const double t105 = (t104 * t60);
+    double* const d_alphas = tmp;  // reuses a dead buffer's space
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        const double x_i107 = t105;
+        const double x_i108 = tmp54[i106];
+        const double d_alphas109 = (x_i107 * x_i108);
+        d_alphas[i106] = d_alphas109;
+    }
+    double r110;
+    for (int64_t i111 = 0; i111 < K * d; ++i111) {
+        out_d_means[i111] = 0.0;
+    }
+    r110 = 1.0;
+    for (int64_t k112 = n - 1; k112 >= 0; --k112) {
+        const double t113 = (r110 * (r3 + k112)[0]);
+        double* const tmp114 = r5;  // reuses a dead buffer's space
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            const double x_i116 = t113;
+            const double x_i117 = (r2 + k112 * K)[i115];
+            const double t118 = (x_i116 * x_i117);
+            tmp114[i115] = t118;
+        }
+        for (int64_t k119 = K - 1; k119 >= 0; --k119) {
+            const double t120 = ((tmp114 + k119)[0] * (-1.0));
+            const double t121 = (t120 * 0.5);
+            double* const r123 = r11;  // reuses a dead buffer's space
+            double r124;
+            for (int64_t i125 = 0; i125 < T; ++i125) {
+                r122[i125] = 0.0;
+            }
+            for (int64_t i126 = 0; i126 < d; ++i126) {
+                r123[i126] = 0.0;
+            }
+            r124 = t121;
+            for (int64_t k127 = d - 1; k127 >= 0; --k127) {
+                const double t128 = (((x + k112 * d) + k127)[0] - ((means + k119 * d) + k127)[0]);
+                const int64_t t129 = ks::floordiv(k127, int64_t{1});
+                const int64_t t130 = ks::max(t129, int64_t{0});
+                const double t131 = (r124 * (((r1 + k112 * (K * d)) + k119 * d) + k127)[0]);
+                double r132;
+                r132 = t131;
+                for (int64_t k133 = t130 - 1; k133 >= 0; --k133) {
+                    const int64_t t134 = ((2*d) - k133);
+                    const int64_t t135 = (t134 - int64_t{1});
+                    const int64_t t136 = (k133 * t135);
+                    const int64_t t137 = ks::floordiv(t136, int64_t{2});
+                    const int64_t t138 = (d + t137);
+                    const int64_t t139 = (t138 + k127);
+                    const int64_t t140 = (t139 - k133);
+                    const int64_t t141 = (t140 - int64_t{1});
+                    const double t142 = (((x + k112 * d) + k133)[0] - ((means + k119 * d) + k133)[0]);
+                    const double t143 = (r132 * ((icf + k119 * T) + ks::clamp_index(t141, T))[0]);
+                    const double t144 = (r132 * t142);
+                    const double t145 = (t143 * (-1.0));
+                    (r123 + k133)[0] += t145;
+                    (r122 + ks::clamp_index(t141, T))[0] += t144;
+                }
+                const double t146 = (t131 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
+                const double t147 = (t131 * t128);
+                const double t148 = (t146 * (-1.0));
+                (r123 + k127)[0] += t148;
+                const double t149 = (t147 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
+                (r122 + ks::clamp_index(k127, T))[0] += t149;
+            }
+            for (int64_t i150 = 0; i150 < d; ++i150) {
+                (out_d_means + k119 * d)[i150] += r123[i150];
+            }
+            for (int64_t i151 = 0; i151 < T; ++i151) {
+                (d_icf99 + k119 * T)[i151] += r122[i151];
+            }
+            double* const padded152 = r122;  // reuses a dead buffer's space
+            for (int64_t i153 = 0; i153 < T; ++i153) {
+                padded152[i153] = 0.0;
+            }
+            for (int64_t i154 = 0; i154 < d; ++i154) {
+                padded152[i154] = (tmp114 + k119)[0];
+            }
+            for (int64_t i155 = 0; i155 < T; ++i155) {
+                (d_icf99 + k119 * T)[i155] += padded152[i155];
+            }
+            (d_alphas + k119)[0] += (tmp114 + k119)[0];
+        }
+    }
+    for (int64_t i156 = 0; i156 < K; ++i156) {
+        out_d_alphas[i156] = d_alphas[i156];
+    }
+    for (int64_t i157 = 0; i157 < K * T; ++i157) {
+        out_d_icf[i157] = d_icf99[i157];
+    }
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T);
+}
+
+
+// gmm_tri_vec = gmm_tri_vec   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
+extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp11 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp15 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i1 = 0; i1 < d; ++i1) {
+            const double qs_i = icf[i * T + i1];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i2 = 0; i2 < K; ++i2) {
+        const double alphas_i = alphas[i2];
+        const double x_i = tmp[i2];
+        const double base3 = (alphas_i + x_i);
+        base[i2] = base3;
+    }
+    double slse;
+    slse = 0.0;
+    for (int64_t k4 = 0; k4 < n; ++k4) {
+        for (int64_t i5 = 0; i5 < K; ++i5) {
+            for (int64_t i6 = 0; i6 < d; ++i6) {
+                const double x_i7 = (x + k4 * d)[i6];
+                const double means_i = means[i5 * d + i6];
+                const double xc8 = (x_i7 - means_i);
+                xc[i5 * d + i6] = xc8;
+            }
+        }
+        double* const sqnorm = tmp;  // reuses a dead buffer's space
+        for (int64_t i9 = 0; i9 < K; ++i9) {
+            sqnorm[i9] = 0.0;
+        }
+        for (int64_t k10 = 0; k10 < d; ++k10) {
+            for (int64_t i12 = 0; i12 < K; ++i12) {
+                const double x_i13 = (icf + k10)[i12 * T];
+                const double t14 = ks::exp(x_i13);
+                tmp11[i12] = t14;
+            }
+            for (int64_t i16 = 0; i16 < K; ++i16) {
+                const double x_i17 = tmp11[i16];
+                const double x_i18 = (xc + k10)[i16 * d];
+                const double t19 = (x_i17 * x_i18);
+                tmp15[i16] = t19;
+            }
+            const int64_t t20 = ks::floordiv(k10, int64_t{1});
+            const int64_t t21 = ks::max(t20, int64_t{0});
+            double* const r = tmp11;  // reuses a dead buffer's space
+            for (int64_t i22 = 0; i22 < K; ++i22) {
+                r[i22] = 0.0;
+            }
+            for (int64_t k23 = 0; k23 < t21; ++k23) {
+                const int64_t t24 = ((2*d) - k23);
+                const int64_t t25 = (t24 - int64_t{1});
+                const int64_t t26 = (k23 * t25);
+                const int64_t t27 = ks::floordiv(t26, int64_t{2});
+                const int64_t t28 = (t27 + k10);
+                const int64_t t29 = (t28 - k23);
+                const int64_t t30 = (t29 - int64_t{1});
+                for (int64_t i31 = 0; i31 < K; ++i31) {
+                    const double x_i32 = ((icf + d) + ks::clamp_index(t30, (T - d)))[i31 * T];
+                    const double x_i33 = (xc + k23)[i31 * d];
+                    const double t34 = (x_i32 * x_i33);
+                    const double sum_i = r[i31];
+                    const double __sum_109_5435 = (sum_i + t34);
+                    __sum_109_54[i31] = __sum_109_5435;
+                }
+                for (int64_t i36 = 0; i36 < K; ++i36) {
+                    r[i36] = __sum_109_54[i36];
+                }
+            }
+            double* const sqnorm37 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i38 = 0; i38 < K; ++i38) {
+                const double x_i39 = tmp15[i38];
+                const double x_i40 = r[i38];
+                const double row = (x_i39 + x_i40);
+                const double t41 = (row * row);
+                const double sqnorm_i = sqnorm[i38];
+                const double sqnorm42 = (sqnorm_i + t41);
+                sqnorm37[i38] = sqnorm42;
+            }
+            for (int64_t i43 = 0; i43 < K; ++i43) {
+                sqnorm[i43] = sqnorm37[i43];
+            }
+        }
+        double* const tmp44 = tmp11;  // reuses a dead buffer's space
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double sqnorm_i46 = sqnorm[i45];
+            const double t47 = (0.5 * sqnorm_i46);
+            const double x_i48 = base[i45];
+            const double t49 = (x_i48 - t47);
+            tmp44[i45] = t49;
+        }
+        double acc50 = ks::lowest<double>();
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            const double x_i52 = tmp44[i51];
+            acc50 = ks::max(x_i52, acc50);
+        }
+        double acc53 = 0;
+        KS_OMP_SIMD(reduction(+:acc53))
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            const double x_i55 = tmp44[i54];
+            const double x_i56 = acc50;
+            const double t57 = (x_i55 - x_i56);
+            const double t58 = ks::exp(t57);
+            acc53 += t58;
+        }
+        const double t59 = ks::log(acc53);
+        const double t60 = (t59 + acc50);
+        const double slse61 = (slse + t60);
+        slse = slse61;
+    }
+    const int64_t t62 = (-n);
+    const int64_t t63 = (t62 * d);
+    const double t64 = static_cast<double>(t63);
+    const double t65 = (t64 * 0.5);
+    const double constant = (t65 * 1.8378770664093453);
+    const double t66 = (constant + slse);
+    double acc67 = ks::lowest<double>();
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        const double x_i69 = alphas[i68];
+        acc67 = ks::max(x_i69, acc67);
+    }
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = acc67;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        acc70 += t75;
+    }
+    const double t76 = ks::log(acc70);
+    const double t77 = (t76 + acc67);
+    const double t78 = static_cast<double>(n);
+    const double t79 = (t78 * t77);
+    const double t80 = (t66 - t79);
+    double r81;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const double t82 = static_cast<double>(d);
+        const double t83 = (t82 + wishart_m);
+        const double n_w = (t83 + 1.0);
+        const double t84 = (n_w * t82);
+        const double t85 = ks::log(wishart_gamma);
+        const double t86 = (t85 - 0.34657359027997264);
+        const double t87 = (t84 * t86);
+        const double t88 = (0.5 * n_w);
+        double r89;
+        {  // log_gamma_d(a)
+            const double t90 = static_cast<double>(d);
+            const double t91 = (0.25 * t90);
+            const double t92 = static_cast<double>((d - 1));
+            const double t93 = (t91 * t92);
+            const double t94 = (t93 * 1.1447298858494002);
+            double r95;
+            r95 = 0.0;
+            for (int64_t k96 = 0; k96 < d; ++k96) {
+                const int64_t t97 = (k96 + int64_t{1});
+                const int64_t t98 = (int64_t{1} - t97);
+                const double t99 = static_cast<double>(t98);
+                const double t100 = (0.5 * t99);
+                const double t101 = (t88 + t100);
+                const double t102 = std::lgamma(t101);
+                const double __sum_25_55 = (r95 + t102);
+                r95 = __sum_25_55;
+            }
+            const double t103 = (t94 + r95);
+            r89 = t103;
+        }
+        const double C = (t87 - r89);
+        double acc104 = 0;
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            KS_OMP_SIMD(reduction(+:acc104))
+            for (int64_t i106 = 0; i106 < d; ++i106) {
+                const double qs_i107 = icf[i105 * T + i106];
+                const double t108 = ks::exp(qs_i107);
+                const double t109 = ks::ipow<2>(t108);
+                acc104 += t109;
+            }
+        }
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
+                const double ls_i = (icf + d)[i111 * T + i112];
+                const double t113 = ks::ipow<2>(ls_i);
+                acc110 += t113;
+            }
+        }
+        const double frobenius = (acc104 + acc110);
+        const double t114 = ks::ipow<2>(wishart_gamma);
+        const double t115 = (0.5 * t114);
+        const double t116 = (t115 * frobenius);
+        double acc117 = 0;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            KS_OMP_SIMD(reduction(+:acc117))
+            for (int64_t i119 = 0; i119 < d; ++i119) {
+                const double qs_i120 = icf[i118 * T + i119];
+                acc117 += qs_i120;
+            }
+        }
+        const double t121 = (wishart_m * acc117);
+        const double t122 = (t116 - t121);
+        const double t123 = static_cast<double>(K);
+        const double t124 = (t123 * C);
+        const double t125 = (t122 - t124);
+        r81 = t125;
+    }
+    const double t126 = (t80 + r81);
+    *out = t126;
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)T;
+    (void)n;
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+}
+
+
+// gmm_tri_vec_grad = grad(gmm_tri_vec, argnums=(0, 1, 2))   (kernel gmm_tri_vec from gmm.py:gmm_objective_tri_vec)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
+extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if (workspace == nullptr) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r15 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * K);
+    double* const r16 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d * K);
+    double* const tmp18 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp22 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r29 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const sqnorm = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp88 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp94 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp157 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    (void)next_slot;
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i1 = 0; i1 < d; ++i1) {
+            const double qs_i = icf[i * T + i1];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i2 = 0; i2 < K; ++i2) {
+        const double alphas_i = alphas[i2];
+        const double x_i = tmp[i2];
+        const double base3 = (alphas_i + x_i);
+        base[i2] = base3;
+    }
+    for (int64_t k8 = 0; k8 < n; ++k8) {
+        for (int64_t i9 = 0; i9 < K; ++i9) {
+            for (int64_t i10 = 0; i10 < d; ++i10) {
+                const double x_i11 = (x + k8 * d)[i10];
+                const double means_i = means[i9 * d + i10];
+                const double xc12 = (x_i11 - means_i);
+                xc[i9 * d + i10] = xc12;
+            }
+        }
+        double* const r13 = tmp;  // reuses a dead buffer's space
+        for (int64_t i14 = 0; i14 < K; ++i14) {
+            r13[i14] = 0.0;
+        }
+        for (int64_t k17 = 0; k17 < d; ++k17) {
+            for (int64_t i19 = 0; i19 < K; ++i19) {
+                const double x_i20 = (icf + k17)[i19 * T];
+                const double t21 = ks::exp(x_i20);
+                tmp18[i19] = t21;
+            }
+            for (int64_t i23 = 0; i23 < K; ++i23) {
+                const double x_i24 = tmp18[i23];
+                const double x_i25 = (xc + k17)[i23 * d];
+                const double t26 = (x_i24 * x_i25);
+                tmp22[i23] = t26;
+            }
+            const int64_t t27 = ks::floordiv(k17, int64_t{1});
+            const int64_t t28 = ks::max(t27, int64_t{0});
+            for (int64_t i30 = 0; i30 < K; ++i30) {
+                r29[i30] = 0.0;
+            }
+            for (int64_t k31 = 0; k31 < t28; ++k31) {
+                const int64_t t32 = ((2*d) - k31);
+                const int64_t t33 = (t32 - int64_t{1});
+                const int64_t t34 = (k31 * t33);
+                const int64_t t35 = ks::floordiv(t34, int64_t{2});
+                const int64_t t36 = (t35 + k17);
+                const int64_t t37 = (t36 - k31);
+                const int64_t t38 = (t37 - int64_t{1});
+                for (int64_t i39 = 0; i39 < K; ++i39) {
+                    const double x_i40 = ((icf + d) + ks::clamp_index(t38, (T - d)))[i39 * T];
+                    const double x_i41 = (xc + k31)[i39 * d];
+                    const double t42 = (x_i40 * x_i41);
+                    const double sum_i = r29[i39];
+                    const double __sum_109_5443 = (sum_i + t42);
+                    __sum_109_54[i39] = __sum_109_5443;
+                }
+                for (int64_t i44 = 0; i44 < K; ++i44) {
+                    r29[i44] = __sum_109_54[i44];
+                }
+            }
+            double* const row = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i45 = 0; i45 < K; ++i45) {
+                const double x_i46 = tmp22[i45];
+                const double x_i47 = r29[i45];
+                const double row48 = (x_i46 + x_i47);
+                row[i45] = row48;
+                const double t49 = (row48 * row48);
+                const double sqnorm_i = r13[i45];
+                const double sqnorm50 = (sqnorm_i + t49);
+                sqnorm[i45] = sqnorm50;
+            }
+            for (int64_t i51 = 0; i51 < K; ++i51) {
+                (r15 + k17 * K)[i51] = tmp18[i51];
+            }
+            for (int64_t i52 = 0; i52 < K; ++i52) {
+                (r16 + k17 * K)[i52] = row[i52];
+            }
+            for (int64_t i53 = 0; i53 < K; ++i53) {
+                r13[i53] = sqnorm[i53];
+            }
+        }
+        double* const tmp54 = tmp18;  // reuses a dead buffer's space
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            const double x_i56 = r13[i55];
+            const double t57 = (0.5 * x_i56);
+            const double x_i58 = base[i55];
+            const double t59 = (x_i58 - t57);
+            tmp54[i55] = t59;
+        }
+        double acc60 = ks::lowest<double>();
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double x_i62 = tmp54[i61];
+            acc60 = ks::max(x_i62, acc60);
+        }
+        double* const tmp63 = tmp;  // reuses a dead buffer's space
+        double acc64 = 0;
+        KS_OMP_SIMD(reduction(+:acc64))
+        for (int64_t i65 = 0; i65 < K; ++i65) {
+            const double x_i66 = tmp54[i65];
+            const double x_i67 = acc60;
+            const double t68 = (x_i66 - x_i67);
+            const double t69 = ks::exp(t68);
+            tmp63[i65] = t69;
+            acc64 += t69;
+        }
+        const double t70 = (1.0 / acc64);
+        for (int64_t i71 = 0; i71 < K * d; ++i71) {
+            (r + k8 * (K * d))[i71] = xc[i71];
+        }
+        for (int64_t i72 = 0; i72 < d * K; ++i72) {
+            (r4 + k8 * (d * K))[i72] = r15[i72];
+        }
+        for (int64_t i73 = 0; i73 < d * K; ++i73) {
+            (r5 + k8 * (d * K))[i73] = r16[i73];
+        }
+        for (int64_t i74 = 0; i74 < K; ++i74) {
+            (r6 + k8 * K)[i74] = tmp63[i74];
+        }
+        (r7 + k8)[0] = t70;
+    }
+    double acc75 = ks::lowest<double>();
+    for (int64_t i76 = 0; i76 < K; ++i76) {
+        const double x_i77 = alphas[i76];
+        acc75 = ks::max(x_i77, acc75);
+    }
+    double* const tmp78 = tmp;  // reuses a dead buffer's space
+    double acc79 = 0;
+    KS_OMP_SIMD(reduction(+:acc79))
+    for (int64_t i80 = 0; i80 < K; ++i80) {
+        const double alphas_i81 = alphas[i80];
+        const double x_i82 = acc75;
+        const double t83 = (alphas_i81 - x_i82);
+        const double t84 = ks::exp(t83);
+        tmp78[i80] = t84;
+        acc79 += t84;
+    }
+    const double t85 = (1.0 / acc79);
+    const double t86 = static_cast<double>(n);
+    double* const tmp87 = xc;  // reuses a dead buffer's space
+    for (int64_t i89 = 0; i89 < K; ++i89) {
+        for (int64_t i90 = 0; i90 < d; ++i90) {
+            const double qs_i91 = icf[i89 * T + i90];
+            const double t92 = ks::exp(qs_i91);
+            tmp87[i89 * d + i90] = t92;
+            const double t93 = (2.0 * t92);
+            tmp88[i89 * d + i90] = t93;
+        }
+    }
+    for (int64_t i95 = 0; i95 < K; ++i95) {
+        for (int64_t i96 = 0; i96 < (T - d); ++i96) {
+            const double ls_i = (icf + d)[i95 * T + i96];
+            const double t97 = (2.0 * ls_i);
+            tmp94[i95 * ((T - d)) + i96] = t97;
+        }
+    }
+    const double t98 = ks::ipow<2>(wishart_gamma);
+    const double t99 = (0.5 * t98);
+    const double t100 = ((-1.0) * wishart_m);
+    for (int64_t i101 = 0; i101 < K; ++i101) {
+        for (int64_t i102 = 0; i102 < (T - d); ++i102) {
+            const double x_i103 = t99;
+            const double x_i104 = tmp94[i101 * ((T - d)) + i102];
+            const double d_ls105 = (x_i103 * x_i104);
+            d_ls[i101 * ((T - d)) + i102] = d_ls105;
+        }
+    }
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        for (int64_t i107 = 0; i107 < d; ++i107) {
+            const double x_i108 = t99;
+            const double x_i109 = tmp88[i106 * d + i107];
+            const double t110 = (x_i108 * x_i109);
+            const double x_i111 = tmp87[i106 * d + i107];
+            const double t112 = (t110 * x_i111);
+            const double d_qs_i = t100;
+            const double d_qs113 = (d_qs_i + t112);
+            d_qs[i106 * d + i107] = d_qs113;
+        }
+    }
+    const double t114 = ((-1.0) * t86);
+    const double t115 = (t114 * t85);
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    for (int64_t i116 = 0; i116 < K; ++i116) {
+        const double x_i117 = t115;
+        const double x_i118 = tmp78[i116];
+        const double d_alphas119 = (x_i117 * x_i118);
+        d_alphas[i116] = d_alphas119;
+    }
+    double* const r120 = tmp;  // reuses a dead buffer's space
+    double r121;
+    for (int64_t i122 = 0; i122 < K * d; ++i122) {
+        out_d_means[i122] = 0.0;
+    }
+    for (int64_t i123 = 0; i123 < K; ++i123) {
+        r120[i123] = 0.0;
+    }
+    r121 = 1.0;
+    for (int64_t k124 = n - 1; k124 >= 0; --k124) {
+        const double t125 = (r121 * (r7 + k124)[0]);
+        double* const tmp126 = tmp18;  // reuses a dead buffer's space
+        double* const tmp127 = tmp22;  // reuses a dead buffer's space
+        for (int64_t i128 = 0; i128 < K; ++i128) {
+            const double x_i129 = t125;
+            const double x_i130 = (r6 + k124 * K)[i128];
+            const double t131 = (x_i129 * x_i130);
+            const double x_i132 = r120[i128];
+            const double t133 = (x_i132 + t131);
+            tmp126[i128] = t133;
+            const double t134 = (t131 * (-1.0));
+            const double t135 = (t134 * 0.5);
+            tmp127[i128] = t135;
+        }
+        double* const r136 = xc;  // reuses a dead buffer's space
+        for (int64_t i137 = 0; i137 < K * d; ++i137) {
+            r136[i137] = 0.0;
+        }
+        for (int64_t k138 = d - 1; k138 >= 0; --k138) {
+            const int64_t t139 = ks::floordiv(k138, int64_t{1});
+            const int64_t t140 = ks::max(t139, int64_t{0});
+            double* const d_row = r29;  // reuses a dead buffer's space
+            for (int64_t i141 = 0; i141 < K; ++i141) {
+                const double x_i142 = tmp127[i141];
+                const double x_i143 = ((r5 + k124 * (d * K)) + k138 * K)[i141];
+                const double d_row144 = (x_i142 * x_i143);
+                const double d_row145 = (d_row144 + d_row144);
+                d_row[i141] = d_row145;
+            }
+            double* const r146 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i147 = 0; i147 < K; ++i147) {
+                r146[i147] = d_row[i147];
+            }
+            for (int64_t k148 = t140 - 1; k148 >= 0; --k148) {
+                const int64_t t149 = ((2*d) - k148);
+                const int64_t t150 = (t149 - int64_t{1});
+                const int64_t t151 = (k148 * t150);
+                const int64_t t152 = ks::floordiv(t151, int64_t{2});
+                const int64_t t153 = (t152 + k138);
+                const int64_t t154 = (t153 - k148);
+                const int64_t t155 = (t154 - int64_t{1});
+                double* const tmp156 = sqnorm;  // reuses a dead buffer's space
+                for (int64_t i158 = 0; i158 < K; ++i158) {
+                    const double x_i159 = r146[i158];
+                    const double x_i160 = ((icf + d) + ks::clamp_index(t155, (T - d)))[i158 * T];
+                    const double t161 = (x_i159 * x_i160);
+                    tmp156[i158] = t161;
+                    const double x_i162 = ((r + k124 * (K * d)) + k148)[i158 * d];
+                    const double t163 = (x_i159 * x_i162);
+                    tmp157[i158] = t163;
+                }
+                for (int64_t i164 = 0; i164 < K; ++i164) {
+                    (r136 + k148)[i164 * d] += tmp156[i164];
+                }
+                for (int64_t i165 = 0; i165 < K; ++i165) {
+                    (d_ls + ks::clamp_index(t155, (T - d)))[i165 * ((T - d))] += tmp157[i165];
+                }
+            }
+            double* const tmp166 = __sum_109_54;  // reuses a dead buffer's space
+            double* const tmp167 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i168 = 0; i168 < K; ++i168) {
+                const double d_row_i = d_row[i168];
+                const double x_i169 = ((r4 + k124 * (d * K)) + k138 * K)[i168];
+                const double t170 = (d_row_i * x_i169);
+                tmp166[i168] = t170;
+                const double x_i171 = ((r + k124 * (K * d)) + k138)[i168 * d];
+                const double t172 = (d_row_i * x_i171);
+                tmp167[i168] = t172;
+            }
+            for (int64_t i173 = 0; i173 < K; ++i173) {
+                (r136 + k138)[i173 * d] += tmp166[i173];
+            }
+            double* const tmp174 = r29;  // reuses a dead buffer's space
+            for (int64_t i175 = 0; i175 < K; ++i175) {
+                const double x_i176 = tmp167[i175];
+                const double x_i177 = ((r4 + k124 * (d * K)) + k138 * K)[i175];
+                const double t178 = (x_i176 * x_i177);
+                tmp174[i175] = t178;
+            }
+            for (int64_t i179 = 0; i179 < K; ++i179) {
+                (d_qs + k138)[i179 * d] += tmp174[i179];
+            }
+        }
+        double* const tmp180 = tmp88;  // reuses a dead buffer's space
+        for (int64_t i181 = 0; i181 < K; ++i181) {
+            for (int64_t i182 = 0; i182 < d; ++i182) {
+                const double x_i183 = r136[i181 * d + i182];
+                const double t184 = (x_i183 * (-1.0));
+                const double x_i185 = out_d_means[i181 * d + i182];
+                const double t186 = (x_i185 + t184);
+                tmp180[i181 * d + i182] = t186;
+            }
+        }
+        for (int64_t i187 = 0; i187 < K * d; ++i187) {
+            out_d_means[i187] = tmp180[i187];
+        }
+        for (int64_t i188 = 0; i188 < K; ++i188) {
+            r120[i188] = tmp126[i188];
+        }
+    }
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        const double x_i190 = d_alphas[i189];
+        const double x_i191 = r120[i189];
+        const double d_alphas192 = (x_i190 + x_i191);
+        out_d_alphas[i189] = d_alphas192;
+    }
+    double* const d_qs193 = xc;  // reuses a dead buffer's space
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < d; ++i195) {
+            const double x_i196 = d_qs[i194 * d + i195];
+            const double x_i197 = r120[i194];
+            const double d_qs198 = (x_i196 + x_i197);
+            d_qs193[i194 * d + i195] = d_qs198;
+        }
+    }
+    for (int64_t i199 = 0; i199 < K * T; ++i199) {
+        d_icf[i199] = 0.0;
+    }
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < (T - d); ++i201) {
+            (d_icf + d)[i200 * T + i201] = d_ls[i200 * ((T - d)) + i201];
+        }
+    }
+    for (int64_t i202 = 0; i202 < K * T; ++i202) {
+        padded[i202] = 0.0;
+    }
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < d; ++i204) {
+            padded[i203 * T + i204] = d_qs193[i203 * d + i204];
+        }
+    }
+    for (int64_t i205 = 0; i205 < K; ++i205) {
+        for (int64_t i206 = 0; i206 < T; ++i206) {
+            const double d_icf_i = d_icf[i205 * T + i206];
+            const double x_i207 = padded[i205 * T + i206];
+            const double d_icf208 = (d_icf_i + x_i207);
+            out_d_icf[i205 * T + i206] = d_icf208;
+        }
+    }
+    return ks::status::ok;
+}
+
+extern "C" size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 

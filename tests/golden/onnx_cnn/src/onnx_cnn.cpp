@@ -23,7 +23,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
-    float* const padded8 = reinterpret_cast<float*>(next_slot);
+    float* const padded5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3);
@@ -33,61 +33,49 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed46 = reinterpret_cast<float*>(next_slot);
+    float* const packed37 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod54 = reinterpret_cast<float*>(next_slot);
+    float* const prod45 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
+    float* const tmp52 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
     float* const tmp61 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp70 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const prod77 = reinterpret_cast<float*>(next_slot);
+    float* const prod68 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
     (void)next_slot;
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 3; ++i1) {
-            for (int64_t i2 = 0; i2 < 18; ++i2) {
-                for (int64_t i3 = 0; i3 < 16; ++i3) {
-                    padded[i * (3 * 18 * 16) + i1 * (18 * 16) + i2 * 16 + i3] = 0.0f;
+    for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
+        padded[i] = 0.0f;
+    }
+    for (int64_t i1 = 0; i1 < batch; ++i1) {
+        for (int64_t i2 = 0; i2 < 3; ++i2) {
+            for (int64_t i3 = 0; i3 < 16; ++i3) {
+                for (int64_t i4 = 0; i4 < 16; ++i4) {
+                    (padded + 1 * 16)[i1 * (3 * 18 * 16) + i2 * (18 * 16) + i3 * 16 + i4] = image[i1 * (3 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4];
                 }
             }
         }
     }
-    for (int64_t i4 = 0; i4 < batch; ++i4) {
-        for (int64_t i5 = 0; i5 < 3; ++i5) {
-            for (int64_t i6 = 0; i6 < 16; ++i6) {
-                for (int64_t i7 = 0; i7 < 16; ++i7) {
-                    (padded + 1 * 16)[i4 * (3 * 18 * 16) + i5 * (18 * 16) + i6 * 16 + i7] = image[i4 * (3 * 16 * 16) + i5 * (16 * 16) + i6 * 16 + i7];
+    for (int64_t i6 = 0; i6 < batch * 3 * 18 * 18; ++i6) {
+        padded5[i6] = 0.0f;
+    }
+    for (int64_t i7 = 0; i7 < batch; ++i7) {
+        for (int64_t i8 = 0; i8 < 3; ++i8) {
+            for (int64_t i9 = 0; i9 < 18; ++i9) {
+                for (int64_t i10 = 0; i10 < 16; ++i10) {
+                    (padded5 + 1)[i7 * (3 * 18 * 18) + i8 * (18 * 18) + i9 * 18 + i10] = padded[i7 * (3 * 18 * 16) + i8 * (18 * 16) + i9 * 16 + i10];
                 }
             }
         }
     }
-    for (int64_t i9 = 0; i9 < batch; ++i9) {
-        for (int64_t i10 = 0; i10 < 3; ++i10) {
-            for (int64_t i11 = 0; i11 < 18; ++i11) {
-                for (int64_t i12 = 0; i12 < 18; ++i12) {
-                    padded8[i9 * (3 * 18 * 18) + i10 * (18 * 18) + i11 * 18 + i12] = 0.0f;
-                }
-            }
-        }
-    }
-    for (int64_t i13 = 0; i13 < batch; ++i13) {
-        for (int64_t i14 = 0; i14 < 3; ++i14) {
-            for (int64_t i15 = 0; i15 < 18; ++i15) {
-                for (int64_t i16 = 0; i16 < 16; ++i16) {
-                    (padded8 + 1)[i13 * (3 * 18 * 18) + i14 * (18 * 18) + i15 * 18 + i16] = padded[i13 * (3 * 18 * 16) + i14 * (18 * 16) + i15 * 16 + i16];
-                }
-            }
-        }
-    }
-    for (int64_t i17 = 0; i17 < batch; ++i17) {
-        for (int64_t i18 = 0; i18 < 1; ++i18) {
-            for (int64_t i19 = 0; i19 < 16; ++i19) {
-                for (int64_t i20 = 0; i20 < 16; ++i20) {
-                    for (int64_t i21 = 0; i21 < 3; ++i21) {
-                        for (int64_t i22 = 0; i22 < 3; ++i22) {
-                            for (int64_t i23 = 0; i23 < 3; ++i23) {
-                                packed[i17 * (16 * 16 * 3 * 3 * 3) + i18 * (16 * 16 * 3 * 3 * 3) + i19 * (16 * 3 * 3 * 3) + i20 * (3 * 3 * 3) + i21 * (3 * 3) + i22 * 3 + i23] = padded8[i17 * (3 * 18 * 18) + i18 * (3 * 18 * 18) + i19 * 18 + i20 + i21 * (18 * 18) + i22 * 18 + i23];
+    for (int64_t i11 = 0; i11 < batch; ++i11) {
+        for (int64_t i12 = 0; i12 < 1; ++i12) {
+            for (int64_t i13 = 0; i13 < 16; ++i13) {
+                for (int64_t i14 = 0; i14 < 16; ++i14) {
+                    for (int64_t i15 = 0; i15 < 3; ++i15) {
+                        for (int64_t i16 = 0; i16 < 3; ++i16) {
+                            for (int64_t i17 = 0; i17 < 3; ++i17) {
+                                packed[i11 * (16 * 16 * 3 * 3 * 3) + i12 * (16 * 16 * 3 * 3 * 3) + i13 * (16 * 3 * 3 * 3) + i14 * (3 * 3 * 3) + i15 * (3 * 3) + i16 * 3 + i17] = padded5[i11 * (3 * 18 * 18) + i12 * (3 * 18 * 18) + i13 * 18 + i14 + i15 * (18 * 18) + i16 * 18 + i17];
                             }
                         }
                     }
@@ -95,63 +83,57 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             }
         }
     }
-    for (int64_t i24 = 0; i24 < batch; ++i24) {
-        for (int64_t i25 = 0; i25 < 1; ++i25) {
-            for (int64_t i26 = 0; i26 < 8; ++i26) {
-                for (int64_t i27 = 0; i27 < 256; ++i27) {
+    for (int64_t i18 = 0; i18 < batch; ++i18) {
+        for (int64_t i19 = 0; i19 < 1; ++i19) {
+            for (int64_t i20 = 0; i20 < 8; ++i20) {
+                for (int64_t i21 = 0; i21 < 256; ++i21) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i28 = 0; i28 < 27; ++i28) {
-                        dot += packed[i24 * (256 * 27) + i25 * (256 * 27) + i27 * 27 + i28] * ks_data_0[i25 * (8 * 27) + i26 * 27 + i28];
+                    for (int64_t i22 = 0; i22 < 27; ++i22) {
+                        dot += packed[i18 * (256 * 27) + i19 * (256 * 27) + i21 * 27 + i22] * ks_data_0[i19 * (8 * 27) + i20 * 27 + i22];
                     }
-                    prod[i24 * (8 * 256) + i25 * (8 * 256) + i26 * 256 + i27] = dot;
+                    prod[i18 * (8 * 256) + i19 * (8 * 256) + i20 * 256 + i21] = dot;
                 }
             }
         }
     }
-    for (int64_t i29 = 0; i29 < batch; ++i29) {
-        for (int64_t i30 = 0; i30 < 8; ++i30) {
-            for (int64_t i31 = 0; i31 < 16; ++i31) {
-                for (int64_t i32 = 0; i32 < 16; ++i32) {
-                    const float x_i = prod[i29 * (8 * 16 * 16) + i30 * (16 * 16) + i31 * 16 + i32];
-                    const float x_i33 = ks_data_1[i30];
-                    const float t34 = (x_i + x_i33);
-                    const float t35 = ks::max(t34, 0.0f);
-                    tmp[i29 * (8 * 16 * 16) + i30 * (16 * 16) + i31 * 16 + i32] = t35;
+    for (int64_t i23 = 0; i23 < batch; ++i23) {
+        for (int64_t i24 = 0; i24 < 8; ++i24) {
+            for (int64_t i25 = 0; i25 < 16; ++i25) {
+                for (int64_t i26 = 0; i26 < 16; ++i26) {
+                    const float x_i = prod[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26];
+                    const float x_i27 = ks_data_1[i24];
+                    const float t28 = (x_i + x_i27);
+                    const float t29 = ks::max(t28, 0.0f);
+                    tmp[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26] = t29;
                 }
             }
         }
     }
-    for (int64_t i36 = 0; i36 < batch; ++i36) {
-        for (int64_t i37 = 0; i37 < 8; ++i37) {
-            for (int64_t i38 = 0; i38 < 8; ++i38) {
-                for (int64_t i39 = 0; i39 < 8; ++i39) {
-                    max[i36 * (8 * 8 * 8) + i37 * (8 * 8) + i38 * 8 + i39] = ks::lowest<float>();
-                }
-            }
-        }
+    for (int64_t i30 = 0; i30 < batch * 8 * 8 * 8; ++i30) {
+        max[i30] = ks::lowest<float>();
     }
-    for (int64_t i40 = 0; i40 < batch; ++i40) {
-        for (int64_t i41 = 0; i41 < 8; ++i41) {
-            for (int64_t i42 = 0; i42 < 8; ++i42) {
-                for (int64_t i43 = 0; i43 < 2; ++i43) {
-                    for (int64_t i44 = 0; i44 < 8; ++i44) {
-                        for (int64_t i45 = 0; i45 < 2; ++i45) {
-                            max[i40 * (8 * 8 * 8) + i41 * (8 * 8) + i42 * 8 + i44] = ks::max(tmp[i40 * (8 * 16 * 16) + i41 * (16 * 16) + i42 * (2 * 16) + i43 * 16 + i44 * (2 * 1) + i45], max[i40 * (8 * 8 * 8) + i41 * (8 * 8) + i42 * 8 + i44]);
+    for (int64_t i31 = 0; i31 < batch; ++i31) {
+        for (int64_t i32 = 0; i32 < 8; ++i32) {
+            for (int64_t i33 = 0; i33 < 8; ++i33) {
+                for (int64_t i34 = 0; i34 < 2; ++i34) {
+                    for (int64_t i35 = 0; i35 < 8; ++i35) {
+                        for (int64_t i36 = 0; i36 < 2; ++i36) {
+                            max[i31 * (8 * 8 * 8) + i32 * (8 * 8) + i33 * 8 + i35] = ks::max(tmp[i31 * (8 * 16 * 16) + i32 * (16 * 16) + i33 * (2 * 16) + i34 * 16 + i35 * (2 * 1) + i36], max[i31 * (8 * 8 * 8) + i32 * (8 * 8) + i33 * 8 + i35]);
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i47 = 0; i47 < batch; ++i47) {
-        for (int64_t i48 = 0; i48 < 1; ++i48) {
-            for (int64_t i49 = 0; i49 < 3; ++i49) {
-                for (int64_t i50 = 0; i50 < 3; ++i50) {
-                    for (int64_t i51 = 0; i51 < 8; ++i51) {
-                        for (int64_t i52 = 0; i52 < 3; ++i52) {
-                            for (int64_t i53 = 0; i53 < 3; ++i53) {
-                                packed46[i47 * (3 * 3 * 8 * 3 * 3) + i48 * (3 * 3 * 8 * 3 * 3) + i49 * (3 * 8 * 3 * 3) + i50 * (8 * 3 * 3) + i51 * (3 * 3) + i52 * 3 + i53] = max[i47 * (8 * 8 * 8) + i48 * (8 * 8 * 8) + i49 * (2 * 8) + i50 * (2 * 1) + i51 * (8 * 8) + i52 * 8 + i53];
+    for (int64_t i38 = 0; i38 < batch; ++i38) {
+        for (int64_t i39 = 0; i39 < 1; ++i39) {
+            for (int64_t i40 = 0; i40 < 3; ++i40) {
+                for (int64_t i41 = 0; i41 < 3; ++i41) {
+                    for (int64_t i42 = 0; i42 < 8; ++i42) {
+                        for (int64_t i43 = 0; i43 < 3; ++i43) {
+                            for (int64_t i44 = 0; i44 < 3; ++i44) {
+                                packed37[i38 * (3 * 3 * 8 * 3 * 3) + i39 * (3 * 3 * 8 * 3 * 3) + i40 * (3 * 8 * 3 * 3) + i41 * (8 * 3 * 3) + i42 * (3 * 3) + i43 * 3 + i44] = max[i38 * (8 * 8 * 8) + i39 * (8 * 8 * 8) + i40 * (2 * 8) + i41 * (2 * 1) + i42 * (8 * 8) + i43 * 8 + i44];
                             }
                         }
                     }
@@ -159,63 +141,63 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             }
         }
     }
-    for (int64_t i55 = 0; i55 < batch; ++i55) {
-        for (int64_t i56 = 0; i56 < 1; ++i56) {
-            for (int64_t i57 = 0; i57 < 16; ++i57) {
-                for (int64_t i58 = 0; i58 < 9; ++i58) {
-                    float dot59 = 0;
-                    KS_OMP_SIMD(reduction(+:dot59))
-                    for (int64_t i60 = 0; i60 < 72; ++i60) {
-                        dot59 += packed46[i55 * (9 * 72) + i56 * (9 * 72) + i58 * 72 + i60] * ks_data_2[i56 * (16 * 72) + i57 * 72 + i60];
+    for (int64_t i46 = 0; i46 < batch; ++i46) {
+        for (int64_t i47 = 0; i47 < 1; ++i47) {
+            for (int64_t i48 = 0; i48 < 16; ++i48) {
+                for (int64_t i49 = 0; i49 < 9; ++i49) {
+                    float dot50 = 0;
+                    KS_OMP_SIMD(reduction(+:dot50))
+                    for (int64_t i51 = 0; i51 < 72; ++i51) {
+                        dot50 += packed37[i46 * (9 * 72) + i47 * (9 * 72) + i49 * 72 + i51] * ks_data_2[i47 * (16 * 72) + i48 * 72 + i51];
                     }
-                    prod54[i55 * (16 * 9) + i56 * (16 * 9) + i57 * 9 + i58] = dot59;
+                    prod45[i46 * (16 * 9) + i47 * (16 * 9) + i48 * 9 + i49] = dot50;
                 }
             }
+        }
+    }
+    for (int64_t i53 = 0; i53 < batch; ++i53) {
+        for (int64_t i54 = 0; i54 < 16; ++i54) {
+            float acc = 0;
+            for (int64_t i55 = 0; i55 < 3; ++i55) {
+                KS_OMP_SIMD(reduction(+:acc))
+                for (int64_t i56 = 0; i56 < 3; ++i56) {
+                    const float x_i57 = prod45[i53 * (16 * 3 * 3) + i54 * (3 * 3) + i55 * 3 + i56];
+                    const float x_i58 = ks_data_3[i54];
+                    const float t59 = (x_i57 + x_i58);
+                    const float t60 = ks::max(t59, 0.0f);
+                    acc += t60;
+                }
+            }
+            tmp52[i53 * 16 + i54] = acc;
         }
     }
     for (int64_t i62 = 0; i62 < batch; ++i62) {
         for (int64_t i63 = 0; i63 < 16; ++i63) {
-            float acc = 0;
-            for (int64_t i64 = 0; i64 < 3; ++i64) {
-                KS_OMP_SIMD(reduction(+:acc))
-                for (int64_t i65 = 0; i65 < 3; ++i65) {
-                    const float x_i66 = prod54[i62 * (16 * 3 * 3) + i63 * (3 * 3) + i64 * 3 + i65];
-                    const float x_i67 = ks_data_3[i63];
-                    const float t68 = (x_i66 + x_i67);
-                    const float t69 = ks::max(t68, 0.0f);
-                    acc += t69;
-                }
-            }
-            tmp61[i62 * 16 + i63] = acc;
-        }
-    }
-    for (int64_t i71 = 0; i71 < batch; ++i71) {
-        for (int64_t i72 = 0; i72 < 16; ++i72) {
-            for (int64_t i73 = 0; i73 < 1; ++i73) {
-                for (int64_t i74 = 0; i74 < 1; ++i74) {
-                    const float x_i75 = tmp61[i71 * 16 + i72 + i73 + i74];
-                    const float t76 = (x_i75 / 9.0f);
-                    tmp70[i71 * 16 + i72 + i73 + i74] = t76;
+            for (int64_t i64 = 0; i64 < 1; ++i64) {
+                for (int64_t i65 = 0; i65 < 1; ++i65) {
+                    const float x_i66 = tmp52[i62 * 16 + i63 + i64 + i65];
+                    const float t67 = (x_i66 / 9.0f);
+                    tmp61[i62 * 16 + i63 + i64 + i65] = t67;
                 }
             }
         }
     }
-    for (int64_t i78 = 0; i78 < batch; ++i78) {
-        for (int64_t i79 = 0; i79 < 10; ++i79) {
-            float dot80 = 0;
-            KS_OMP_SIMD(reduction(+:dot80))
-            for (int64_t i81 = 0; i81 < 16; ++i81) {
-                dot80 += tmp70[i78 * 16 + i81] * ks_data_4[i79 * 16 + i81];
+    for (int64_t i69 = 0; i69 < batch; ++i69) {
+        for (int64_t i70 = 0; i70 < 10; ++i70) {
+            float dot71 = 0;
+            KS_OMP_SIMD(reduction(+:dot71))
+            for (int64_t i72 = 0; i72 < 16; ++i72) {
+                dot71 += tmp61[i69 * 16 + i72] * ks_data_4[i70 * 16 + i72];
             }
-            prod77[i78 * 10 + i79] = dot80;
+            prod68[i69 * 10 + i70] = dot71;
         }
     }
-    for (int64_t i82 = 0; i82 < batch; ++i82) {
-        for (int64_t i83 = 0; i83 < 10; ++i83) {
-            const float x_i84 = prod77[i82 * 10 + i83];
-            const float x_i85 = ks_data_5[i83];
-            const float t86 = (x_i84 + x_i85);
-            out[i82 * 10 + i83] = t86;
+    for (int64_t i73 = 0; i73 < batch; ++i73) {
+        for (int64_t i74 = 0; i74 < 10; ++i74) {
+            const float x_i75 = prod68[i73 * 10 + i74];
+            const float x_i76 = ks_data_5[i74];
+            const float t77 = (x_i75 + x_i76);
+            out[i73 * 10 + i74] = t77;
         }
     }
     return ks::status::ok;
@@ -235,7 +217,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
-    float* const padded8 = reinterpret_cast<float*>(next_slot);
+    float* const padded5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3);
@@ -243,196 +225,172 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
-    float* const tmp29 = reinterpret_cast<float*>(next_slot);
+    float* const tmp23 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    bool* const tmp49 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp40 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const tmp50 = reinterpret_cast<float*>(next_slot);
+    float* const tmp41 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
     float* const sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed71 = reinterpret_cast<float*>(next_slot);
+    float* const packed59 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod79 = reinterpret_cast<float*>(next_slot);
+    float* const prod67 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const tmp86 = reinterpret_cast<float*>(next_slot);
+    float* const tmp74 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod96 = reinterpret_cast<float*>(next_slot);
+    float* const prod84 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp102 = reinterpret_cast<float*>(next_slot);
+    float* const tmp89 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp109 = reinterpret_cast<float*>(next_slot);
+    float* const tmp96 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod117 = reinterpret_cast<float*>(next_slot);
+    float* const prod104 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9 * 72);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8);
-    float* const folded140 = reinterpret_cast<float*>(next_slot);
+    float* const folded119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const folded170 = reinterpret_cast<float*>(next_slot);
+    float* const folded145 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
-    float* const tmp192 = reinterpret_cast<float*>(next_slot);
+    float* const tmp160 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
-    float* const prod200 = reinterpret_cast<float*>(next_slot);
+    float* const prod168 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256 * 27);
-    float* const folded210 = reinterpret_cast<float*>(next_slot);
+    float* const folded175 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
-    float* const folded224 = reinterpret_cast<float*>(next_slot);
+    float* const folded184 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     (void)next_slot;
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 3; ++i1) {
-            for (int64_t i2 = 0; i2 < 18; ++i2) {
-                for (int64_t i3 = 0; i3 < 16; ++i3) {
-                    padded[i * (3 * 18 * 16) + i1 * (18 * 16) + i2 * 16 + i3] = 0.0f;
+    for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
+        padded[i] = 0.0f;
+    }
+    for (int64_t i1 = 0; i1 < batch; ++i1) {
+        for (int64_t i2 = 0; i2 < 3; ++i2) {
+            for (int64_t i3 = 0; i3 < 16; ++i3) {
+                for (int64_t i4 = 0; i4 < 16; ++i4) {
+                    (padded + 1 * 16)[i1 * (3 * 18 * 16) + i2 * (18 * 16) + i3 * 16 + i4] = image[i1 * (3 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4];
                 }
             }
         }
     }
-    for (int64_t i4 = 0; i4 < batch; ++i4) {
-        for (int64_t i5 = 0; i5 < 3; ++i5) {
-            for (int64_t i6 = 0; i6 < 16; ++i6) {
-                for (int64_t i7 = 0; i7 < 16; ++i7) {
-                    (padded + 1 * 16)[i4 * (3 * 18 * 16) + i5 * (18 * 16) + i6 * 16 + i7] = image[i4 * (3 * 16 * 16) + i5 * (16 * 16) + i6 * 16 + i7];
+    for (int64_t i6 = 0; i6 < batch * 3 * 18 * 18; ++i6) {
+        padded5[i6] = 0.0f;
+    }
+    for (int64_t i7 = 0; i7 < batch; ++i7) {
+        for (int64_t i8 = 0; i8 < 3; ++i8) {
+            for (int64_t i9 = 0; i9 < 18; ++i9) {
+                for (int64_t i10 = 0; i10 < 16; ++i10) {
+                    (padded5 + 1)[i7 * (3 * 18 * 18) + i8 * (18 * 18) + i9 * 18 + i10] = padded[i7 * (3 * 18 * 16) + i8 * (18 * 16) + i9 * 16 + i10];
                 }
             }
         }
     }
-    for (int64_t i9 = 0; i9 < batch; ++i9) {
-        for (int64_t i10 = 0; i10 < 3; ++i10) {
-            for (int64_t i11 = 0; i11 < 18; ++i11) {
-                for (int64_t i12 = 0; i12 < 18; ++i12) {
-                    padded8[i9 * (3 * 18 * 18) + i10 * (18 * 18) + i11 * 18 + i12] = 0.0f;
-                }
-            }
-        }
-    }
-    for (int64_t i13 = 0; i13 < batch; ++i13) {
-        for (int64_t i14 = 0; i14 < 3; ++i14) {
-            for (int64_t i15 = 0; i15 < 18; ++i15) {
-                for (int64_t i16 = 0; i16 < 16; ++i16) {
-                    (padded8 + 1)[i13 * (3 * 18 * 18) + i14 * (18 * 18) + i15 * 18 + i16] = padded[i13 * (3 * 18 * 16) + i14 * (18 * 16) + i15 * 16 + i16];
-                }
-            }
-        }
-    }
-    for (int64_t i17 = 0; i17 < batch; ++i17) {
-        for (int64_t i18 = 0; i18 < 1; ++i18) {
-            for (int64_t i19 = 0; i19 < 16; ++i19) {
-                for (int64_t i20 = 0; i20 < 16; ++i20) {
-                    for (int64_t i21 = 0; i21 < 3; ++i21) {
-                        for (int64_t i22 = 0; i22 < 3; ++i22) {
-                            for (int64_t i23 = 0; i23 < 3; ++i23) {
-                                packed[i17 * (16 * 16 * 3 * 3 * 3) + i18 * (16 * 16 * 3 * 3 * 3) + i19 * (16 * 3 * 3 * 3) + i20 * (3 * 3 * 3) + i21 * (3 * 3) + i22 * 3 + i23] = padded8[i17 * (3 * 18 * 18) + i18 * (3 * 18 * 18) + i19 * 18 + i20 + i21 * (18 * 18) + i22 * 18 + i23];
+    for (int64_t i11 = 0; i11 < batch; ++i11) {
+        for (int64_t i12 = 0; i12 < 1; ++i12) {
+            for (int64_t i13 = 0; i13 < 16; ++i13) {
+                for (int64_t i14 = 0; i14 < 16; ++i14) {
+                    for (int64_t i15 = 0; i15 < 3; ++i15) {
+                        for (int64_t i16 = 0; i16 < 3; ++i16) {
+                            for (int64_t i17 = 0; i17 < 3; ++i17) {
+                                packed[i11 * (16 * 16 * 3 * 3 * 3) + i12 * (16 * 16 * 3 * 3 * 3) + i13 * (16 * 3 * 3 * 3) + i14 * (3 * 3 * 3) + i15 * (3 * 3) + i16 * 3 + i17] = padded5[i11 * (3 * 18 * 18) + i12 * (3 * 18 * 18) + i13 * 18 + i14 + i15 * (18 * 18) + i16 * 18 + i17];
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+    for (int64_t i18 = 0; i18 < batch; ++i18) {
+        for (int64_t i19 = 0; i19 < 1; ++i19) {
+            for (int64_t i20 = 0; i20 < 8; ++i20) {
+                for (int64_t i21 = 0; i21 < 256; ++i21) {
+                    float dot = 0;
+                    KS_OMP_SIMD(reduction(+:dot))
+                    for (int64_t i22 = 0; i22 < 27; ++i22) {
+                        dot += packed[i18 * (256 * 27) + i19 * (256 * 27) + i21 * 27 + i22] * ks_data_0[i19 * (8 * 27) + i20 * 27 + i22];
+                    }
+                    prod[i18 * (8 * 256) + i19 * (8 * 256) + i20 * 256 + i21] = dot;
                 }
             }
         }
     }
     for (int64_t i24 = 0; i24 < batch; ++i24) {
-        for (int64_t i25 = 0; i25 < 1; ++i25) {
-            for (int64_t i26 = 0; i26 < 8; ++i26) {
-                for (int64_t i27 = 0; i27 < 256; ++i27) {
-                    float dot = 0;
-                    KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i28 = 0; i28 < 27; ++i28) {
-                        dot += packed[i24 * (256 * 27) + i25 * (256 * 27) + i27 * 27 + i28] * ks_data_0[i25 * (8 * 27) + i26 * 27 + i28];
-                    }
-                    prod[i24 * (8 * 256) + i25 * (8 * 256) + i26 * 256 + i27] = dot;
+        for (int64_t i25 = 0; i25 < 8; ++i25) {
+            for (int64_t i26 = 0; i26 < 16; ++i26) {
+                for (int64_t i27 = 0; i27 < 16; ++i27) {
+                    const float x_i = prod[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27];
+                    const float x_i28 = ks_data_1[i25];
+                    const float t29 = (x_i + x_i28);
+                    const float t30 = ks::max(t29, 0.0f);
+                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
+                    const bool t31 = (t29 >= 0.0f);
+                    const float t32 = (t31 ? 1.0f : 0.0f);
+                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t32;
                 }
             }
         }
     }
-    for (int64_t i30 = 0; i30 < batch; ++i30) {
-        for (int64_t i31 = 0; i31 < 8; ++i31) {
-            for (int64_t i32 = 0; i32 < 16; ++i32) {
-                for (int64_t i33 = 0; i33 < 16; ++i33) {
-                    const float x_i = prod[i30 * (8 * 16 * 16) + i31 * (16 * 16) + i32 * 16 + i33];
-                    const float x_i34 = ks_data_1[i31];
-                    const float t35 = (x_i + x_i34);
-                    const float t36 = ks::max(t35, 0.0f);
-                    tmp[i30 * (8 * 16 * 16) + i31 * (16 * 16) + i32 * 16 + i33] = t36;
-                    const bool t37 = (t35 >= 0.0f);
-                    const float t38 = (t37 ? 1.0f : 0.0f);
-                    tmp29[i30 * (8 * 16 * 16) + i31 * (16 * 16) + i32 * 16 + i33] = t38;
-                }
-            }
-        }
+    for (int64_t i33 = 0; i33 < batch * 8 * 8 * 8; ++i33) {
+        max[i33] = ks::lowest<float>();
     }
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 8; ++i40) {
-            for (int64_t i41 = 0; i41 < 8; ++i41) {
-                for (int64_t i42 = 0; i42 < 8; ++i42) {
-                    max[i39 * (8 * 8 * 8) + i40 * (8 * 8) + i41 * 8 + i42] = ks::lowest<float>();
-                }
-            }
-        }
-    }
-    for (int64_t i43 = 0; i43 < batch; ++i43) {
-        for (int64_t i44 = 0; i44 < 8; ++i44) {
-            for (int64_t i45 = 0; i45 < 8; ++i45) {
-                for (int64_t i46 = 0; i46 < 2; ++i46) {
-                    for (int64_t i47 = 0; i47 < 8; ++i47) {
-                        for (int64_t i48 = 0; i48 < 2; ++i48) {
-                            max[i43 * (8 * 8 * 8) + i44 * (8 * 8) + i45 * 8 + i47] = ks::max(tmp[i43 * (8 * 16 * 16) + i44 * (16 * 16) + i45 * (2 * 16) + i46 * 16 + i47 * (2 * 1) + i48], max[i43 * (8 * 8 * 8) + i44 * (8 * 8) + i45 * 8 + i47]);
+    for (int64_t i34 = 0; i34 < batch; ++i34) {
+        for (int64_t i35 = 0; i35 < 8; ++i35) {
+            for (int64_t i36 = 0; i36 < 8; ++i36) {
+                for (int64_t i37 = 0; i37 < 2; ++i37) {
+                    for (int64_t i38 = 0; i38 < 8; ++i38) {
+                        for (int64_t i39 = 0; i39 < 2; ++i39) {
+                            max[i34 * (8 * 8 * 8) + i35 * (8 * 8) + i36 * 8 + i38] = ks::max(tmp[i34 * (8 * 16 * 16) + i35 * (16 * 16) + i36 * (2 * 16) + i37 * 16 + i38 * (2 * 1) + i39], max[i34 * (8 * 8 * 8) + i35 * (8 * 8) + i36 * 8 + i38]);
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i51 = 0; i51 < batch; ++i51) {
-        for (int64_t i52 = 0; i52 < 8; ++i52) {
-            for (int64_t i53 = 0; i53 < 8; ++i53) {
-                for (int64_t i54 = 0; i54 < 2; ++i54) {
-                    for (int64_t i55 = 0; i55 < 8; ++i55) {
-                        for (int64_t i56 = 0; i56 < 2; ++i56) {
-                            const float x_i57 = tmp[i51 * (8 * 16 * 16) + i52 * (16 * 16) + i53 * (2 * 16) + i54 * 16 + i55 * (2 * 1) + i56];
-                            const float x_i58 = max[i51 * (8 * 8 * 8) + i52 * (8 * 8) + i53 * 8 + i55];
-                            const bool t59 = (x_i57 == x_i58);
-                            tmp49[i51 * (8 * 8 * 2 * 8 * 2) + i52 * (8 * 2 * 8 * 2) + i53 * (2 * 8 * 2) + i54 * (8 * 2) + i55 * 2 + i56] = t59;
-                            const float t60 = (t59 ? 1.0f : 0.0f);
-                            tmp50[i51 * (8 * 8 * 2 * 8 * 2) + i52 * (8 * 2 * 8 * 2) + i53 * (2 * 8 * 2) + i54 * (8 * 2) + i55 * 2 + i56] = t60;
+    for (int64_t i42 = 0; i42 < batch; ++i42) {
+        for (int64_t i43 = 0; i43 < 8; ++i43) {
+            for (int64_t i44 = 0; i44 < 8; ++i44) {
+                for (int64_t i45 = 0; i45 < 2; ++i45) {
+                    for (int64_t i46 = 0; i46 < 8; ++i46) {
+                        for (int64_t i47 = 0; i47 < 2; ++i47) {
+                            const float x_i48 = tmp[i42 * (8 * 16 * 16) + i43 * (16 * 16) + i44 * (2 * 16) + i45 * 16 + i46 * (2 * 1) + i47];
+                            const float x_i49 = max[i42 * (8 * 8 * 8) + i43 * (8 * 8) + i44 * 8 + i46];
+                            const bool t50 = (x_i48 == x_i49);
+                            tmp40[i42 * (8 * 8 * 2 * 8 * 2) + i43 * (8 * 2 * 8 * 2) + i44 * (2 * 8 * 2) + i45 * (8 * 2) + i46 * 2 + i47] = t50;
+                            const float t51 = (t50 ? 1.0f : 0.0f);
+                            tmp41[i42 * (8 * 8 * 2 * 8 * 2) + i43 * (8 * 2 * 8 * 2) + i44 * (2 * 8 * 2) + i45 * (8 * 2) + i46 * 2 + i47] = t51;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i61 = 0; i61 < batch; ++i61) {
-        for (int64_t i62 = 0; i62 < 8; ++i62) {
-            for (int64_t i63 = 0; i63 < 8; ++i63) {
-                for (int64_t i64 = 0; i64 < 8; ++i64) {
-                    sum[i61 * (8 * 8 * 8) + i62 * (8 * 8) + i63 * 8 + i64] = 0;
-                }
-            }
-        }
+    for (int64_t i52 = 0; i52 < batch * 8 * 8 * 8; ++i52) {
+        sum[i52] = 0;
     }
-    for (int64_t i65 = 0; i65 < batch; ++i65) {
-        for (int64_t i66 = 0; i66 < 8; ++i66) {
-            for (int64_t i67 = 0; i67 < 8; ++i67) {
-                for (int64_t i68 = 0; i68 < 2; ++i68) {
-                    for (int64_t i69 = 0; i69 < 8; ++i69) {
-                        for (int64_t i70 = 0; i70 < 2; ++i70) {
-                            sum[i65 * (8 * 8 * 8) + i66 * (8 * 8) + i67 * 8 + i69] += tmp50[i65 * (8 * 8 * 2 * 8 * 2) + i66 * (8 * 2 * 8 * 2) + i67 * (2 * 8 * 2) + i68 * (8 * 2) + i69 * 2 + i70];
+    for (int64_t i53 = 0; i53 < batch; ++i53) {
+        for (int64_t i54 = 0; i54 < 8; ++i54) {
+            for (int64_t i55 = 0; i55 < 8; ++i55) {
+                for (int64_t i56 = 0; i56 < 2; ++i56) {
+                    for (int64_t i57 = 0; i57 < 8; ++i57) {
+                        for (int64_t i58 = 0; i58 < 2; ++i58) {
+                            sum[i53 * (8 * 8 * 8) + i54 * (8 * 8) + i55 * 8 + i57] += tmp41[i53 * (8 * 8 * 2 * 8 * 2) + i54 * (8 * 2 * 8 * 2) + i55 * (2 * 8 * 2) + i56 * (8 * 2) + i57 * 2 + i58];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i72 = 0; i72 < batch; ++i72) {
-        for (int64_t i73 = 0; i73 < 1; ++i73) {
-            for (int64_t i74 = 0; i74 < 3; ++i74) {
-                for (int64_t i75 = 0; i75 < 3; ++i75) {
-                    for (int64_t i76 = 0; i76 < 8; ++i76) {
-                        for (int64_t i77 = 0; i77 < 3; ++i77) {
-                            for (int64_t i78 = 0; i78 < 3; ++i78) {
-                                packed71[i72 * (3 * 3 * 8 * 3 * 3) + i73 * (3 * 3 * 8 * 3 * 3) + i74 * (3 * 8 * 3 * 3) + i75 * (8 * 3 * 3) + i76 * (3 * 3) + i77 * 3 + i78] = max[i72 * (8 * 8 * 8) + i73 * (8 * 8 * 8) + i74 * (2 * 8) + i75 * (2 * 1) + i76 * (8 * 8) + i77 * 8 + i78];
+    for (int64_t i60 = 0; i60 < batch; ++i60) {
+        for (int64_t i61 = 0; i61 < 1; ++i61) {
+            for (int64_t i62 = 0; i62 < 3; ++i62) {
+                for (int64_t i63 = 0; i63 < 3; ++i63) {
+                    for (int64_t i64 = 0; i64 < 8; ++i64) {
+                        for (int64_t i65 = 0; i65 < 3; ++i65) {
+                            for (int64_t i66 = 0; i66 < 3; ++i66) {
+                                packed59[i60 * (3 * 3 * 8 * 3 * 3) + i61 * (3 * 3 * 8 * 3 * 3) + i62 * (3 * 8 * 3 * 3) + i63 * (8 * 3 * 3) + i64 * (3 * 3) + i65 * 3 + i66] = max[i60 * (8 * 8 * 8) + i61 * (8 * 8 * 8) + i62 * (2 * 8) + i63 * (2 * 1) + i64 * (8 * 8) + i65 * 8 + i66];
                             }
                         }
                     }
@@ -440,110 +398,92 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i80 = 0; i80 < batch; ++i80) {
-        for (int64_t i81 = 0; i81 < 1; ++i81) {
-            for (int64_t i82 = 0; i82 < 16; ++i82) {
-                for (int64_t i83 = 0; i83 < 9; ++i83) {
-                    float dot84 = 0;
-                    KS_OMP_SIMD(reduction(+:dot84))
-                    for (int64_t i85 = 0; i85 < 72; ++i85) {
-                        dot84 += packed71[i80 * (9 * 72) + i81 * (9 * 72) + i83 * 72 + i85] * ks_data_2[i81 * (16 * 72) + i82 * 72 + i85];
+    for (int64_t i68 = 0; i68 < batch; ++i68) {
+        for (int64_t i69 = 0; i69 < 1; ++i69) {
+            for (int64_t i70 = 0; i70 < 16; ++i70) {
+                for (int64_t i71 = 0; i71 < 9; ++i71) {
+                    float dot72 = 0;
+                    KS_OMP_SIMD(reduction(+:dot72))
+                    for (int64_t i73 = 0; i73 < 72; ++i73) {
+                        dot72 += packed59[i68 * (9 * 72) + i69 * (9 * 72) + i71 * 72 + i73] * ks_data_2[i69 * (16 * 72) + i70 * 72 + i73];
                     }
-                    prod79[i80 * (16 * 9) + i81 * (16 * 9) + i82 * 9 + i83] = dot84;
+                    prod67[i68 * (16 * 9) + i69 * (16 * 9) + i70 * 9 + i71] = dot72;
                 }
             }
         }
     }
-    for (int64_t i87 = 0; i87 < batch; ++i87) {
-        for (int64_t i88 = 0; i88 < 16; ++i88) {
-            for (int64_t i89 = 0; i89 < 3; ++i89) {
-                for (int64_t i90 = 0; i90 < 3; ++i90) {
-                    const float x_i91 = prod79[i87 * (16 * 3 * 3) + i88 * (3 * 3) + i89 * 3 + i90];
-                    const float x_i92 = ks_data_3[i88];
-                    const float t93 = (x_i91 + x_i92);
-                    const bool t94 = (t93 >= 0.0f);
-                    const float t95 = (t94 ? 1.0f : 0.0f);
-                    tmp86[i87 * (16 * 3 * 3) + i88 * (3 * 3) + i89 * 3 + i90] = t95;
+    for (int64_t i75 = 0; i75 < batch; ++i75) {
+        for (int64_t i76 = 0; i76 < 16; ++i76) {
+            for (int64_t i77 = 0; i77 < 3; ++i77) {
+                for (int64_t i78 = 0; i78 < 3; ++i78) {
+                    const float x_i79 = prod67[i75 * (16 * 3 * 3) + i76 * (3 * 3) + i77 * 3 + i78];
+                    const float x_i80 = ks_data_3[i76];
+                    const float t81 = (x_i79 + x_i80);
+                    const bool t82 = (t81 >= 0.0f);
+                    const float t83 = (t82 ? 1.0f : 0.0f);
+                    tmp74[i75 * (16 * 3 * 3) + i76 * (3 * 3) + i77 * 3 + i78] = t83;
+                }
+            }
+        }
+    }
+    for (int64_t i85 = 0; i85 < batch * 16; ++i85) {
+        prod84[i85] = 0;
+    }
+    for (int64_t i86 = 0; i86 < batch; ++i86) {
+        for (int64_t i87 = 0; i87 < 10; ++i87) {
+            for (int64_t i88 = 0; i88 < 16; ++i88) {
+                prod84[i86 * 16 + i88] += ct_logits[i86 * 10 + i87] * ks_data_4[i87 * 16 + i88];
+            }
+        }
+    }
+    for (int64_t i90 = 0; i90 < batch; ++i90) {
+        for (int64_t i91 = 0; i91 < 16; ++i91) {
+            for (int64_t i92 = 0; i92 < 1; ++i92) {
+                for (int64_t i93 = 0; i93 < 1; ++i93) {
+                    const float x_i94 = prod84[i90 * 16 + i91 + i92 + i93];
+                    const float t95 = (x_i94 * 0.1111111119389534f);
+                    tmp89[i90 * 16 + i91 + i92 + i93] = t95;
                 }
             }
         }
     }
     for (int64_t i97 = 0; i97 < batch; ++i97) {
         for (int64_t i98 = 0; i98 < 16; ++i98) {
-            prod96[i97 * 16 + i98] = 0;
-        }
-    }
-    for (int64_t i99 = 0; i99 < batch; ++i99) {
-        for (int64_t i100 = 0; i100 < 10; ++i100) {
-            for (int64_t i101 = 0; i101 < 16; ++i101) {
-                prod96[i99 * 16 + i101] += ct_logits[i99 * 10 + i100] * ks_data_4[i100 * 16 + i101];
-            }
-        }
-    }
-    for (int64_t i103 = 0; i103 < batch; ++i103) {
-        for (int64_t i104 = 0; i104 < 16; ++i104) {
-            for (int64_t i105 = 0; i105 < 1; ++i105) {
-                for (int64_t i106 = 0; i106 < 1; ++i106) {
-                    const float x_i107 = prod96[i103 * 16 + i104 + i105 + i106];
-                    const float t108 = (x_i107 * 0.1111111119389534f);
-                    tmp102[i103 * 16 + i104 + i105 + i106] = t108;
+            for (int64_t i99 = 0; i99 < 3; ++i99) {
+                for (int64_t i100 = 0; i100 < 3; ++i100) {
+                    const float x_i101 = tmp89[i97 * 16 + i98];
+                    const float x_i102 = tmp74[i97 * (16 * 3 * 3) + i98 * (3 * 3) + i99 * 3 + i100];
+                    const float t103 = (x_i101 * x_i102);
+                    tmp96[i97 * (16 * 3 * 3) + i98 * (3 * 3) + i99 * 3 + i100] = t103;
                 }
             }
         }
     }
-    for (int64_t i110 = 0; i110 < batch; ++i110) {
-        for (int64_t i111 = 0; i111 < 16; ++i111) {
-            for (int64_t i112 = 0; i112 < 3; ++i112) {
-                for (int64_t i113 = 0; i113 < 3; ++i113) {
-                    const float x_i114 = tmp102[i110 * 16 + i111];
-                    const float x_i115 = tmp86[i110 * (16 * 3 * 3) + i111 * (3 * 3) + i112 * 3 + i113];
-                    const float t116 = (x_i114 * x_i115);
-                    tmp109[i110 * (16 * 3 * 3) + i111 * (3 * 3) + i112 * 3 + i113] = t116;
-                }
-            }
-        }
+    for (int64_t i105 = 0; i105 < batch * 9 * 72; ++i105) {
+        prod104[i105] = 0;
     }
-    for (int64_t i118 = 0; i118 < batch; ++i118) {
-        for (int64_t i119 = 0; i119 < 1; ++i119) {
-            for (int64_t i120 = 0; i120 < 9; ++i120) {
-                for (int64_t i121 = 0; i121 < 72; ++i121) {
-                    prod117[i118 * (9 * 72) + i119 * (9 * 72) + i120 * 72 + i121] = 0;
-                }
-            }
-        }
-    }
-    for (int64_t i122 = 0; i122 < batch; ++i122) {
-        for (int64_t i123 = 0; i123 < 1; ++i123) {
-            for (int64_t i124 = 0; i124 < 9; ++i124) {
-                for (int64_t i125 = 0; i125 < 16; ++i125) {
-                    for (int64_t i126 = 0; i126 < 72; ++i126) {
-                        prod117[i122 * (9 * 72) + i123 * (9 * 72) + i124 * 72 + i126] += tmp109[i122 * (16 * 9) + i123 * (16 * 9) + i125 * 9 + i124] * ks_data_2[i123 * (16 * 72) + i125 * 72 + i126];
+    for (int64_t i106 = 0; i106 < batch; ++i106) {
+        for (int64_t i107 = 0; i107 < 1; ++i107) {
+            for (int64_t i108 = 0; i108 < 9; ++i108) {
+                for (int64_t i109 = 0; i109 < 16; ++i109) {
+                    for (int64_t i110 = 0; i110 < 72; ++i110) {
+                        prod104[i106 * (9 * 72) + i107 * (9 * 72) + i108 * 72 + i110] += tmp96[i106 * (16 * 9) + i107 * (16 * 9) + i109 * 9 + i108] * ks_data_2[i107 * (16 * 72) + i109 * 72 + i110];
                     }
                 }
             }
         }
     }
-    for (int64_t i127 = 0; i127 < batch; ++i127) {
-        for (int64_t i128 = 0; i128 < 1; ++i128) {
-            for (int64_t i129 = 0; i129 < 8; ++i129) {
-                for (int64_t i130 = 0; i130 < 3; ++i130) {
-                    for (int64_t i131 = 0; i131 < 3; ++i131) {
-                        for (int64_t i132 = 0; i132 < 8; ++i132) {
-                            folded[i127 * (8 * 3 * 3 * 8) + i128 * (8 * 3 * 3 * 8) + i129 * (3 * 3 * 8) + i130 * (3 * 8) + i131 * 8 + i132] = 0.0f;
-                        }
-                    }
-                }
-            }
-        }
+    for (int64_t i111 = 0; i111 < batch * 8 * 3 * 3 * 8; ++i111) {
+        folded[i111] = 0.0f;
     }
-    for (int64_t i133 = 0; i133 < batch; ++i133) {
-        for (int64_t i134 = 0; i134 < 1; ++i134) {
-            for (int64_t i135 = 0; i135 < 8; ++i135) {
-                for (int64_t i136 = 0; i136 < 3; ++i136) {
-                    for (int64_t i137 = 0; i137 < 3; ++i137) {
-                        for (int64_t i138 = 0; i138 < 3; ++i138) {
-                            for (int64_t i139 = 0; i139 < 3; ++i139) {
-                                folded[i133 * (8 * 3 * 3 * 8) + i134 * (8 * 3 * 3 * 8) + i135 * (3 * 3 * 8) + i136 * (3 * 8) + i137 * 8 + i138 * (2 * 1) + i139] += prod117[i133 * (3 * 3 * 8 * 3 * 3) + i134 * (3 * 3 * 8 * 3 * 3) + i135 * (3 * 3) + i136 * (3 * 8 * 3 * 3) + i137 * 3 + i138 * (8 * 3 * 3) + i139];
+    for (int64_t i112 = 0; i112 < batch; ++i112) {
+        for (int64_t i113 = 0; i113 < 1; ++i113) {
+            for (int64_t i114 = 0; i114 < 8; ++i114) {
+                for (int64_t i115 = 0; i115 < 3; ++i115) {
+                    for (int64_t i116 = 0; i116 < 3; ++i116) {
+                        for (int64_t i117 = 0; i117 < 3; ++i117) {
+                            for (int64_t i118 = 0; i118 < 3; ++i118) {
+                                folded[i112 * (8 * 3 * 3 * 8) + i113 * (8 * 3 * 3 * 8) + i114 * (3 * 3 * 8) + i115 * (3 * 8) + i116 * 8 + i117 * (2 * 1) + i118] += prod104[i112 * (3 * 3 * 8 * 3 * 3) + i113 * (3 * 3 * 8 * 3 * 3) + i114 * (3 * 3) + i115 * (3 * 8 * 3 * 3) + i116 * 3 + i117 * (8 * 3 * 3) + i118];
                             }
                         }
                     }
@@ -551,158 +491,120 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i141 = 0; i141 < batch; ++i141) {
-        for (int64_t i142 = 0; i142 < 1; ++i142) {
-            for (int64_t i143 = 0; i143 < 8; ++i143) {
-                for (int64_t i144 = 0; i144 < 8; ++i144) {
-                    for (int64_t i145 = 0; i145 < 8; ++i145) {
-                        folded140[i141 * (8 * 8 * 8) + i142 * (8 * 8 * 8) + i143 * (8 * 8) + i144 * 8 + i145] = 0.0f;
-                    }
-                }
-            }
-        }
+    for (int64_t i120 = 0; i120 < batch * 8 * 8 * 8; ++i120) {
+        folded119[i120] = 0.0f;
     }
-    for (int64_t i146 = 0; i146 < batch; ++i146) {
-        for (int64_t i147 = 0; i147 < 1; ++i147) {
-            for (int64_t i148 = 0; i148 < 8; ++i148) {
-                for (int64_t i149 = 0; i149 < 3; ++i149) {
-                    for (int64_t i150 = 0; i150 < 3; ++i150) {
-                        for (int64_t i151 = 0; i151 < 8; ++i151) {
-                            folded140[i146 * (8 * 8 * 8) + i147 * (8 * 8 * 8) + i148 * (8 * 8) + i149 * (2 * 8) + i150 * 8 + i151] += folded[i146 * (8 * 3 * 3 * 8) + i147 * (8 * 3 * 3 * 8) + i148 * (3 * 3 * 8) + i149 * (3 * 8) + i150 * 8 + i151];
+    for (int64_t i121 = 0; i121 < batch; ++i121) {
+        for (int64_t i122 = 0; i122 < 1; ++i122) {
+            for (int64_t i123 = 0; i123 < 8; ++i123) {
+                for (int64_t i124 = 0; i124 < 3; ++i124) {
+                    for (int64_t i125 = 0; i125 < 3; ++i125) {
+                        for (int64_t i126 = 0; i126 < 8; ++i126) {
+                            folded119[i121 * (8 * 8 * 8) + i122 * (8 * 8 * 8) + i123 * (8 * 8) + i124 * (2 * 8) + i125 * 8 + i126] += folded[i121 * (8 * 3 * 3 * 8) + i122 * (8 * 3 * 3 * 8) + i123 * (3 * 3 * 8) + i124 * (3 * 8) + i125 * 8 + i126];
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp152 = max;  // reuses a dead buffer's space
-    for (int64_t i153 = 0; i153 < batch; ++i153) {
-        for (int64_t i154 = 0; i154 < 8; ++i154) {
-            for (int64_t i155 = 0; i155 < 8; ++i155) {
-                for (int64_t i156 = 0; i156 < 8; ++i156) {
-                    const float x_i157 = folded140[i153 * (8 * 8 * 8) + i154 * (8 * 8) + i155 * 8 + i156];
-                    const float x_i158 = sum[i153 * (8 * 8 * 8) + i154 * (8 * 8) + i155 * 8 + i156];
-                    const float t159 = (x_i157 / x_i158);
-                    tmp152[i153 * (8 * 8 * 8) + i154 * (8 * 8) + i155 * 8 + i156] = t159;
+    float* const tmp127 = max;  // reuses a dead buffer's space
+    for (int64_t i128 = 0; i128 < batch; ++i128) {
+        for (int64_t i129 = 0; i129 < 8; ++i129) {
+            for (int64_t i130 = 0; i130 < 8; ++i130) {
+                for (int64_t i131 = 0; i131 < 8; ++i131) {
+                    const float x_i132 = folded119[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131];
+                    const float x_i133 = sum[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131];
+                    const float t134 = (x_i132 / x_i133);
+                    tmp127[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131] = t134;
                 }
             }
         }
     }
-    float* const tmp160 = tmp50;  // reuses a dead buffer's space
+    float* const tmp135 = tmp41;  // reuses a dead buffer's space
+    for (int64_t i136 = 0; i136 < batch; ++i136) {
+        for (int64_t i137 = 0; i137 < 8; ++i137) {
+            for (int64_t i138 = 0; i138 < 8; ++i138) {
+                for (int64_t i139 = 0; i139 < 2; ++i139) {
+                    for (int64_t i140 = 0; i140 < 8; ++i140) {
+                        for (int64_t i141 = 0; i141 < 2; ++i141) {
+                            const bool x_i142 = tmp40[i136 * (8 * 8 * 2 * 8 * 2) + i137 * (8 * 2 * 8 * 2) + i138 * (2 * 8 * 2) + i139 * (8 * 2) + i140 * 2 + i141];
+                            const float x_i143 = tmp127[i136 * (8 * 8 * 8) + i137 * (8 * 8) + i138 * 8 + i140];
+                            const float t144 = (x_i142 ? x_i143 : 0.0f);
+                            tmp135[i136 * (8 * 8 * 2 * 8 * 2) + i137 * (8 * 2 * 8 * 2) + i138 * (2 * 8 * 2) + i139 * (8 * 2) + i140 * 2 + i141] = t144;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i146 = 0; i146 < batch * 8 * 8 * 2 * 16; ++i146) {
+        folded145[i146] = 0.0f;
+    }
+    for (int64_t i147 = 0; i147 < batch; ++i147) {
+        for (int64_t i148 = 0; i148 < 8; ++i148) {
+            for (int64_t i149 = 0; i149 < 8; ++i149) {
+                for (int64_t i150 = 0; i150 < 2; ++i150) {
+                    for (int64_t i151 = 0; i151 < 8; ++i151) {
+                        for (int64_t i152 = 0; i152 < 2; ++i152) {
+                            folded145[i147 * (8 * 8 * 2 * 16) + i148 * (8 * 2 * 16) + i149 * (2 * 16) + i150 * 16 + i151 * (2 * 1) + i152] += tmp135[i147 * (8 * 8 * 2 * 8 * 2) + i148 * (8 * 2 * 8 * 2) + i149 * (2 * 8 * 2) + i150 * (8 * 2) + i151 * 2 + i152];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    float* const folded153 = tmp;  // reuses a dead buffer's space
+    for (int64_t i154 = 0; i154 < batch * 8 * 16 * 16; ++i154) {
+        folded153[i154] = 0.0f;
+    }
+    for (int64_t i155 = 0; i155 < batch; ++i155) {
+        for (int64_t i156 = 0; i156 < 8; ++i156) {
+            for (int64_t i157 = 0; i157 < 8; ++i157) {
+                for (int64_t i158 = 0; i158 < 2; ++i158) {
+                    for (int64_t i159 = 0; i159 < 16; ++i159) {
+                        folded153[i155 * (8 * 16 * 16) + i156 * (16 * 16) + i157 * (2 * 16) + i158 * 16 + i159] += folded145[i155 * (8 * 8 * 2 * 16) + i156 * (8 * 2 * 16) + i157 * (2 * 16) + i158 * 16 + i159];
+                    }
+                }
+            }
+        }
+    }
     for (int64_t i161 = 0; i161 < batch; ++i161) {
         for (int64_t i162 = 0; i162 < 8; ++i162) {
-            for (int64_t i163 = 0; i163 < 8; ++i163) {
-                for (int64_t i164 = 0; i164 < 2; ++i164) {
-                    for (int64_t i165 = 0; i165 < 8; ++i165) {
-                        for (int64_t i166 = 0; i166 < 2; ++i166) {
-                            const bool x_i167 = tmp49[i161 * (8 * 8 * 2 * 8 * 2) + i162 * (8 * 2 * 8 * 2) + i163 * (2 * 8 * 2) + i164 * (8 * 2) + i165 * 2 + i166];
-                            const float x_i168 = tmp152[i161 * (8 * 8 * 8) + i162 * (8 * 8) + i163 * 8 + i165];
-                            const float t169 = (x_i167 ? x_i168 : 0.0f);
-                            tmp160[i161 * (8 * 8 * 2 * 8 * 2) + i162 * (8 * 2 * 8 * 2) + i163 * (2 * 8 * 2) + i164 * (8 * 2) + i165 * 2 + i166] = t169;
-                        }
+            for (int64_t i163 = 0; i163 < 16; ++i163) {
+                for (int64_t i164 = 0; i164 < 16; ++i164) {
+                    const float x_i165 = folded153[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164];
+                    const float x_i166 = tmp23[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164];
+                    const float t167 = (x_i165 * x_i166);
+                    tmp160[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164] = t167;
+                }
+            }
+        }
+    }
+    for (int64_t i169 = 0; i169 < batch * 256 * 27; ++i169) {
+        prod168[i169] = 0;
+    }
+    for (int64_t i170 = 0; i170 < batch; ++i170) {
+        for (int64_t i171 = 0; i171 < 1; ++i171) {
+            for (int64_t i172 = 0; i172 < 256; ++i172) {
+                for (int64_t i173 = 0; i173 < 8; ++i173) {
+                    for (int64_t i174 = 0; i174 < 27; ++i174) {
+                        prod168[i170 * (256 * 27) + i171 * (256 * 27) + i172 * 27 + i174] += tmp160[i170 * (8 * 256) + i171 * (8 * 256) + i173 * 256 + i172] * ks_data_0[i171 * (8 * 27) + i173 * 27 + i174];
                     }
                 }
             }
         }
     }
-    for (int64_t i171 = 0; i171 < batch; ++i171) {
-        for (int64_t i172 = 0; i172 < 8; ++i172) {
-            for (int64_t i173 = 0; i173 < 8; ++i173) {
-                for (int64_t i174 = 0; i174 < 2; ++i174) {
-                    for (int64_t i175 = 0; i175 < 16; ++i175) {
-                        folded170[i171 * (8 * 8 * 2 * 16) + i172 * (8 * 2 * 16) + i173 * (2 * 16) + i174 * 16 + i175] = 0.0f;
-                    }
-                }
-            }
-        }
+    for (int64_t i176 = 0; i176 < batch * 3 * 16 * 3 * 18; ++i176) {
+        folded175[i176] = 0.0f;
     }
-    for (int64_t i176 = 0; i176 < batch; ++i176) {
-        for (int64_t i177 = 0; i177 < 8; ++i177) {
-            for (int64_t i178 = 0; i178 < 8; ++i178) {
-                for (int64_t i179 = 0; i179 < 2; ++i179) {
-                    for (int64_t i180 = 0; i180 < 8; ++i180) {
-                        for (int64_t i181 = 0; i181 < 2; ++i181) {
-                            folded170[i176 * (8 * 8 * 2 * 16) + i177 * (8 * 2 * 16) + i178 * (2 * 16) + i179 * 16 + i180 * (2 * 1) + i181] += tmp160[i176 * (8 * 8 * 2 * 8 * 2) + i177 * (8 * 2 * 8 * 2) + i178 * (2 * 8 * 2) + i179 * (8 * 2) + i180 * 2 + i181];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    float* const folded182 = tmp;  // reuses a dead buffer's space
-    for (int64_t i183 = 0; i183 < batch; ++i183) {
-        for (int64_t i184 = 0; i184 < 8; ++i184) {
-            for (int64_t i185 = 0; i185 < 16; ++i185) {
-                for (int64_t i186 = 0; i186 < 16; ++i186) {
-                    folded182[i183 * (8 * 16 * 16) + i184 * (16 * 16) + i185 * 16 + i186] = 0.0f;
-                }
-            }
-        }
-    }
-    for (int64_t i187 = 0; i187 < batch; ++i187) {
-        for (int64_t i188 = 0; i188 < 8; ++i188) {
-            for (int64_t i189 = 0; i189 < 8; ++i189) {
-                for (int64_t i190 = 0; i190 < 2; ++i190) {
-                    for (int64_t i191 = 0; i191 < 16; ++i191) {
-                        folded182[i187 * (8 * 16 * 16) + i188 * (16 * 16) + i189 * (2 * 16) + i190 * 16 + i191] += folded170[i187 * (8 * 8 * 2 * 16) + i188 * (8 * 2 * 16) + i189 * (2 * 16) + i190 * 16 + i191];
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i193 = 0; i193 < batch; ++i193) {
-        for (int64_t i194 = 0; i194 < 8; ++i194) {
-            for (int64_t i195 = 0; i195 < 16; ++i195) {
-                for (int64_t i196 = 0; i196 < 16; ++i196) {
-                    const float x_i197 = folded182[i193 * (8 * 16 * 16) + i194 * (16 * 16) + i195 * 16 + i196];
-                    const float x_i198 = tmp29[i193 * (8 * 16 * 16) + i194 * (16 * 16) + i195 * 16 + i196];
-                    const float t199 = (x_i197 * x_i198);
-                    tmp192[i193 * (8 * 16 * 16) + i194 * (16 * 16) + i195 * 16 + i196] = t199;
-                }
-            }
-        }
-    }
-    for (int64_t i201 = 0; i201 < batch; ++i201) {
-        for (int64_t i202 = 0; i202 < 1; ++i202) {
-            for (int64_t i203 = 0; i203 < 256; ++i203) {
-                for (int64_t i204 = 0; i204 < 27; ++i204) {
-                    prod200[i201 * (256 * 27) + i202 * (256 * 27) + i203 * 27 + i204] = 0;
-                }
-            }
-        }
-    }
-    for (int64_t i205 = 0; i205 < batch; ++i205) {
-        for (int64_t i206 = 0; i206 < 1; ++i206) {
-            for (int64_t i207 = 0; i207 < 256; ++i207) {
-                for (int64_t i208 = 0; i208 < 8; ++i208) {
-                    for (int64_t i209 = 0; i209 < 27; ++i209) {
-                        prod200[i205 * (256 * 27) + i206 * (256 * 27) + i207 * 27 + i209] += tmp192[i205 * (8 * 256) + i206 * (8 * 256) + i208 * 256 + i207] * ks_data_0[i206 * (8 * 27) + i208 * 27 + i209];
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i211 = 0; i211 < batch; ++i211) {
-        for (int64_t i212 = 0; i212 < 1; ++i212) {
-            for (int64_t i213 = 0; i213 < 3; ++i213) {
-                for (int64_t i214 = 0; i214 < 16; ++i214) {
-                    for (int64_t i215 = 0; i215 < 3; ++i215) {
-                        for (int64_t i216 = 0; i216 < 18; ++i216) {
-                            folded210[i211 * (3 * 16 * 3 * 18) + i212 * (3 * 16 * 3 * 18) + i213 * (16 * 3 * 18) + i214 * (3 * 18) + i215 * 18 + i216] = 0.0f;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i217 = 0; i217 < batch; ++i217) {
-        for (int64_t i218 = 0; i218 < 1; ++i218) {
-            for (int64_t i219 = 0; i219 < 3; ++i219) {
-                for (int64_t i220 = 0; i220 < 16; ++i220) {
-                    for (int64_t i221 = 0; i221 < 3; ++i221) {
-                        for (int64_t i222 = 0; i222 < 16; ++i222) {
-                            for (int64_t i223 = 0; i223 < 3; ++i223) {
-                                folded210[i217 * (3 * 16 * 3 * 18) + i218 * (3 * 16 * 3 * 18) + i219 * (16 * 3 * 18) + i220 * (3 * 18) + i221 * 18 + i222 + i223] += prod200[i217 * (16 * 16 * 3 * 3 * 3) + i218 * (16 * 16 * 3 * 3 * 3) + i219 * (3 * 3) + i220 * (16 * 3 * 3 * 3) + i221 * 3 + i222 * (3 * 3 * 3) + i223];
+    for (int64_t i177 = 0; i177 < batch; ++i177) {
+        for (int64_t i178 = 0; i178 < 1; ++i178) {
+            for (int64_t i179 = 0; i179 < 3; ++i179) {
+                for (int64_t i180 = 0; i180 < 16; ++i180) {
+                    for (int64_t i181 = 0; i181 < 3; ++i181) {
+                        for (int64_t i182 = 0; i182 < 16; ++i182) {
+                            for (int64_t i183 = 0; i183 < 3; ++i183) {
+                                folded175[i177 * (3 * 16 * 3 * 18) + i178 * (3 * 16 * 3 * 18) + i179 * (16 * 3 * 18) + i180 * (3 * 18) + i181 * 18 + i182 + i183] += prod168[i177 * (16 * 16 * 3 * 3 * 3) + i178 * (16 * 16 * 3 * 3 * 3) + i179 * (3 * 3) + i180 * (16 * 3 * 3 * 3) + i181 * 3 + i182 * (3 * 3 * 3) + i183];
                             }
                         }
                     }
@@ -710,35 +612,27 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i225 = 0; i225 < batch; ++i225) {
-        for (int64_t i226 = 0; i226 < 1; ++i226) {
-            for (int64_t i227 = 0; i227 < 3; ++i227) {
-                for (int64_t i228 = 0; i228 < 18; ++i228) {
-                    for (int64_t i229 = 0; i229 < 18; ++i229) {
-                        folded224[i225 * (3 * 18 * 18) + i226 * (3 * 18 * 18) + i227 * (18 * 18) + i228 * 18 + i229] = 0.0f;
-                    }
-                }
-            }
-        }
+    for (int64_t i185 = 0; i185 < batch * 3 * 18 * 18; ++i185) {
+        folded184[i185] = 0.0f;
     }
-    for (int64_t i230 = 0; i230 < batch; ++i230) {
-        for (int64_t i231 = 0; i231 < 1; ++i231) {
-            for (int64_t i232 = 0; i232 < 3; ++i232) {
-                for (int64_t i233 = 0; i233 < 16; ++i233) {
-                    for (int64_t i234 = 0; i234 < 3; ++i234) {
-                        for (int64_t i235 = 0; i235 < 18; ++i235) {
-                            folded224[i230 * (3 * 18 * 18) + i231 * (3 * 18 * 18) + i232 * (18 * 18) + i233 * 18 + i234 * 18 + i235] += folded210[i230 * (3 * 16 * 3 * 18) + i231 * (3 * 16 * 3 * 18) + i232 * (16 * 3 * 18) + i233 * (3 * 18) + i234 * 18 + i235];
+    for (int64_t i186 = 0; i186 < batch; ++i186) {
+        for (int64_t i187 = 0; i187 < 1; ++i187) {
+            for (int64_t i188 = 0; i188 < 3; ++i188) {
+                for (int64_t i189 = 0; i189 < 16; ++i189) {
+                    for (int64_t i190 = 0; i190 < 3; ++i190) {
+                        for (int64_t i191 = 0; i191 < 18; ++i191) {
+                            folded184[i186 * (3 * 18 * 18) + i187 * (3 * 18 * 18) + i188 * (18 * 18) + i189 * 18 + i190 * 18 + i191] += folded175[i186 * (3 * 16 * 3 * 18) + i187 * (3 * 16 * 3 * 18) + i188 * (16 * 3 * 18) + i189 * (3 * 18) + i190 * 18 + i191];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i236 = 0; i236 < batch; ++i236) {
-        for (int64_t i237 = 0; i237 < 3; ++i237) {
-            for (int64_t i238 = 0; i238 < 16; ++i238) {
-                for (int64_t i239 = 0; i239 < 16; ++i239) {
-                    out[i236 * (3 * 16 * 16) + i237 * (16 * 16) + i238 * 16 + i239] = ((folded224 + 1) + 1 * 18)[i236 * (3 * 18 * 18) + i237 * (18 * 18) + i238 * 18 + i239];
+    for (int64_t i192 = 0; i192 < batch; ++i192) {
+        for (int64_t i193 = 0; i193 < 3; ++i193) {
+            for (int64_t i194 = 0; i194 < 16; ++i194) {
+                for (int64_t i195 = 0; i195 < 16; ++i195) {
+                    out[i192 * (3 * 16 * 16) + i193 * (16 * 16) + i194 * 16 + i195] = ((folded184 + 1) + 1 * 18)[i192 * (3 * 18 * 18) + i193 * (18 * 18) + i194 * 18 + i195];
                 }
             }
         }

@@ -391,99 +391,89 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
             out_d_mlp_out_bias[i46] += tmp38[i45 + i46];
         }
     }
-    for (int64_t i47 = 0; i47 < 1; ++i47) {
-        for (int64_t i48 = 0; i48 < 32; ++i48) {
-            out_d_mlp_out_weight[i47 * 32 + i48] = 0;
-        }
+    for (int64_t i47 = 0; i47 < 32; ++i47) {
+        out_d_mlp_out_weight[i47] = 0;
     }
-    for (int64_t i49 = 0; i49 < 1; ++i49) {
-        for (int64_t i50 = 0; i50 < batch; ++i50) {
-            for (int64_t i51 = 0; i51 < 32; ++i51) {
-                out_d_mlp_out_weight[i49 * 32 + i51] += tmp38[i50 + i49] * tmp15[i50 * 32 + i51];
+    for (int64_t i48 = 0; i48 < 1; ++i48) {
+        for (int64_t i49 = 0; i49 < batch; ++i49) {
+            for (int64_t i50 = 0; i50 < 32; ++i50) {
+                out_d_mlp_out_weight[i48 * 32 + i50] += tmp38[i49 + i48] * tmp15[i49 * 32 + i50];
             }
         }
     }
-    float* const prod52 = prod;  // reuses a dead buffer's space
+    float* const prod51 = prod;  // reuses a dead buffer's space
+    for (int64_t i52 = 0; i52 < batch * 32; ++i52) {
+        prod51[i52] = 0;
+    }
     for (int64_t i53 = 0; i53 < batch; ++i53) {
-        for (int64_t i54 = 0; i54 < 32; ++i54) {
-            prod52[i53 * 32 + i54] = 0;
-        }
-    }
-    for (int64_t i55 = 0; i55 < batch; ++i55) {
-        for (int64_t i56 = 0; i56 < 1; ++i56) {
-            for (int64_t i57 = 0; i57 < 32; ++i57) {
-                prod52[i55 * 32 + i57] += tmp38[i55 + i56] * mlp_out_weight[i56 * 32 + i57];
+        for (int64_t i54 = 0; i54 < 1; ++i54) {
+            for (int64_t i55 = 0; i55 < 32; ++i55) {
+                prod51[i53 * 32 + i55] += tmp38[i53 + i54] * mlp_out_weight[i54 * 32 + i55];
             }
         }
     }
-    float* const tmp58 = tmp15;  // reuses a dead buffer's space
-    for (int64_t i59 = 0; i59 < batch; ++i59) {
-        for (int64_t i60 = 0; i60 < 32; ++i60) {
-            const float x_i61 = prod52[i59 * 32 + i60];
-            const float x_i62 = tmp16[i59 * 32 + i60];
-            const float t63 = (x_i61 * x_i62);
-            tmp58[i59 * 32 + i60] = t63;
+    float* const tmp56 = tmp15;  // reuses a dead buffer's space
+    for (int64_t i57 = 0; i57 < batch; ++i57) {
+        for (int64_t i58 = 0; i58 < 32; ++i58) {
+            const float x_i59 = prod51[i57 * 32 + i58];
+            const float x_i60 = tmp16[i57 * 32 + i58];
+            const float t61 = (x_i59 * x_i60);
+            tmp56[i57 * 32 + i58] = t61;
         }
     }
-    for (int64_t i64 = 0; i64 < 32; ++i64) {
-        out_d_mlp_fc2_bias[i64] = 0;
+    for (int64_t i62 = 0; i62 < 32; ++i62) {
+        out_d_mlp_fc2_bias[i62] = 0;
     }
-    for (int64_t i65 = 0; i65 < batch; ++i65) {
-        for (int64_t i66 = 0; i66 < 32; ++i66) {
-            out_d_mlp_fc2_bias[i66] += tmp58[i65 * 32 + i66];
+    for (int64_t i63 = 0; i63 < batch; ++i63) {
+        for (int64_t i64 = 0; i64 < 32; ++i64) {
+            out_d_mlp_fc2_bias[i64] += tmp56[i63 * 32 + i64];
         }
     }
-    for (int64_t i67 = 0; i67 < 32; ++i67) {
-        for (int64_t i68 = 0; i68 < 32; ++i68) {
-            out_d_mlp_fc2_weight[i67 * 32 + i68] = 0;
-        }
+    for (int64_t i65 = 0; i65 < 32 * 32; ++i65) {
+        out_d_mlp_fc2_weight[i65] = 0;
     }
-    for (int64_t i69 = 0; i69 < 32; ++i69) {
-        for (int64_t i70 = 0; i70 < batch; ++i70) {
-            for (int64_t i71 = 0; i71 < 32; ++i71) {
-                out_d_mlp_fc2_weight[i69 * 32 + i71] += tmp58[i70 * 32 + i69] * tmp[i70 * 32 + i71];
+    for (int64_t i66 = 0; i66 < 32; ++i66) {
+        for (int64_t i67 = 0; i67 < batch; ++i67) {
+            for (int64_t i68 = 0; i68 < 32; ++i68) {
+                out_d_mlp_fc2_weight[i66 * 32 + i68] += tmp56[i67 * 32 + i66] * tmp[i67 * 32 + i68];
             }
         }
     }
-    float* const prod72 = prod;  // reuses a dead buffer's space
-    for (int64_t i73 = 0; i73 < batch; ++i73) {
-        for (int64_t i74 = 0; i74 < 32; ++i74) {
-            prod72[i73 * 32 + i74] = 0;
+    float* const prod69 = prod;  // reuses a dead buffer's space
+    for (int64_t i70 = 0; i70 < batch * 32; ++i70) {
+        prod69[i70] = 0;
+    }
+    for (int64_t i71 = 0; i71 < batch; ++i71) {
+        for (int64_t i72 = 0; i72 < 32; ++i72) {
+            for (int64_t i73 = 0; i73 < 32; ++i73) {
+                prod69[i71 * 32 + i73] += tmp56[i71 * 32 + i72] * mlp_fc2_weight[i72 * 32 + i73];
+            }
         }
     }
+    float* const tmp74 = tmp;  // reuses a dead buffer's space
     for (int64_t i75 = 0; i75 < batch; ++i75) {
         for (int64_t i76 = 0; i76 < 32; ++i76) {
-            for (int64_t i77 = 0; i77 < 32; ++i77) {
-                prod72[i75 * 32 + i77] += tmp58[i75 * 32 + i76] * mlp_fc2_weight[i76 * 32 + i77];
-            }
+            const float x_i77 = prod69[i75 * 32 + i76];
+            const float x_i78 = tmp3[i75 * 32 + i76];
+            const float t79 = (x_i77 * x_i78);
+            tmp74[i75 * 32 + i76] = t79;
         }
     }
-    float* const tmp78 = tmp;  // reuses a dead buffer's space
-    for (int64_t i79 = 0; i79 < batch; ++i79) {
-        for (int64_t i80 = 0; i80 < 32; ++i80) {
-            const float x_i81 = prod72[i79 * 32 + i80];
-            const float x_i82 = tmp3[i79 * 32 + i80];
-            const float t83 = (x_i81 * x_i82);
-            tmp78[i79 * 32 + i80] = t83;
+    for (int64_t i80 = 0; i80 < 32; ++i80) {
+        out_d_mlp_fc1_bias[i80] = 0;
+    }
+    for (int64_t i81 = 0; i81 < batch; ++i81) {
+        for (int64_t i82 = 0; i82 < 32; ++i82) {
+            out_d_mlp_fc1_bias[i82] += tmp74[i81 * 32 + i82];
         }
+    }
+    for (int64_t i83 = 0; i83 < 32 * 4; ++i83) {
+        out_d_mlp_fc1_weight[i83] = 0;
     }
     for (int64_t i84 = 0; i84 < 32; ++i84) {
-        out_d_mlp_fc1_bias[i84] = 0;
-    }
-    for (int64_t i85 = 0; i85 < batch; ++i85) {
-        for (int64_t i86 = 0; i86 < 32; ++i86) {
-            out_d_mlp_fc1_bias[i86] += tmp78[i85 * 32 + i86];
-        }
-    }
-    for (int64_t i87 = 0; i87 < 32; ++i87) {
-        for (int64_t i88 = 0; i88 < 4; ++i88) {
-            out_d_mlp_fc1_weight[i87 * 4 + i88] = 0;
-        }
-    }
-    for (int64_t i89 = 0; i89 < 32; ++i89) {
-        for (int64_t i90 = 0; i90 < batch; ++i90) {
-            for (int64_t i91 = 0; i91 < 4; ++i91) {
-                out_d_mlp_fc1_weight[i89 * 4 + i91] += tmp78[i90 * 32 + i89] * x[i90 * 4 + i91];
+        for (int64_t i85 = 0; i85 < batch; ++i85) {
+            for (int64_t i86 = 0; i86 < 4; ++i86) {
+                out_d_mlp_fc1_weight[i84 * 4 + i86] += tmp74[i85 * 32 + i84] * x[i85 * 4 + i86];
             }
         }
     }

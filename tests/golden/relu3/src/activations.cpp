@@ -108,11 +108,13 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
         const float ct_i = ct[i];
         const float t5 = (t1 ? 0.0f : ct_i);
         const float t6 = (t2 ? t5 : 0.0f);
-        const float d_x = (t2 ? 0.0f : t5);
-        const float t7 = (t6 * 0.3333333432674408f);
-        const float t8 = (t7 * t4);
-        const float d_x9 = (d_x + t8);
-        out[i] = d_x9;
+        const float t7 = (t2 ? 0.0f : t5);
+        const float t8 = (t6 * 0.3333333432674408f);
+        const float t9 = (t8 * t4);
+        const float t10 = (t2 ? t9 : 0.0f);
+        const float t11 = (t7 + t10);
+        const float d_x = (t1 ? 0.0f : t11);
+        out[i] = d_x;
     }
     return ks::status::ok;
 }

@@ -151,9 +151,9 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     next_slot += ks::aligned_bytes<float>(n1);
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
-    float* const t5 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const t6 = reinterpret_cast<float*>(next_slot);
+    float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
@@ -174,10 +174,10 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
         for (int64_t i8 = 0; i8 < n; ++i8) {
             const float x_i9 = x[i7 * n + i8];
             const float t10 = ((-0.125f) * x_i9);
-            t5[i7 * n + i8] = t10;
+            tmp5[i7 * n + i8] = t10;
             const float t11 = ks::ipow<2>(x_i9);
             const float t12 = (0.5f * t11);
-            t6[i7 * n + i8] = t12;
+            tmp6[i7 * n + i8] = t12;
         }
     }
     float* const tmp13 = y;  // reuses a dead buffer's space
@@ -186,20 +186,20 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t i15 = 0; i15 < n; ++i15) {
             const bool x_i16 = tmp[i14];
-            const float t_i = t5[i14 * n + i15];
-            const float t_i17 = t6[i14 * n + i15];
-            const float t18 = (x_i16 ? t_i : t_i17);
-            const float t19 = std::sin(t18);
-            const float t20 = (t19 * t18);
-            acc += t20;
+            const float x_i17 = tmp5[i14 * n + i15];
+            const float x_i18 = tmp6[i14 * n + i15];
+            const float t19 = (x_i16 ? x_i17 : x_i18);
+            const float t20 = std::sin(t19);
+            const float t21 = (t20 * t19);
+            acc += t21;
         }
         tmp13[i14] = acc;
     }
-    const float t21 = static_cast<float>(n);
-    for (int64_t i22 = 0; i22 < n1; ++i22) {
-        const float x_i23 = tmp13[i22];
-        const float t24 = (x_i23 / t21);
-        out[i22] = t24;
+    const float t22 = static_cast<float>(n);
+    for (int64_t i23 = 0; i23 < n1; ++i23) {
+        const float x_i24 = tmp13[i23];
+        const float t25 = (x_i24 / t22);
+        out[i23] = t25;
     }
     return ks::status::ok;
 }
@@ -219,17 +219,13 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     next_slot += ks::aligned_bytes<float>(n1);
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
-    float* const t5 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
+    float* const t6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const t7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const t15 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp16 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp17 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
@@ -246,65 +242,59 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
         const bool t4 = (y_i < 0.0f);
         tmp[i3] = t4;
     }
-    for (int64_t i8 = 0; i8 < n1; ++i8) {
-        for (int64_t i9 = 0; i9 < n; ++i9) {
-            const float x_i10 = x[i8 * n + i9];
-            const float t11 = ((-0.125f) * x_i10);
-            t5[i8 * n + i9] = t11;
-            const float t12 = ks::ipow<2>(x_i10);
-            const float t13 = (2.0f * x_i10);
-            tmp6[i8 * n + i9] = t13;
-            const float t14 = (0.5f * t12);
-            t7[i8 * n + i9] = t14;
+    for (int64_t i9 = 0; i9 < n1; ++i9) {
+        for (int64_t i10 = 0; i10 < n; ++i10) {
+            const float x_i11 = x[i9 * n + i10];
+            const float t12 = ((-0.125f) * x_i11);
+            const float t13 = ks::ipow<2>(x_i11);
+            const float t14 = (2.0f * x_i11);
+            tmp5[i9 * n + i10] = t14;
+            const float t15 = (0.5f * t13);
+            const bool x_i16 = tmp[i9];
+            const float t17 = (x_i16 ? t12 : t15);
+            t6[i9 * n + i10] = t17;
+            const float t18 = std::sin(t17);
+            tmp7[i9 * n + i10] = t18;
+            const float t19 = std::cos(t17);
+            tmp8[i9 * n + i10] = t19;
         }
     }
-    for (int64_t i18 = 0; i18 < n1; ++i18) {
-        for (int64_t i19 = 0; i19 < n; ++i19) {
-            const bool x_i20 = tmp[i18];
-            const float t_i = t5[i18 * n + i19];
-            const float t_i21 = t7[i18 * n + i19];
-            const float t22 = (x_i20 ? t_i : t_i21);
-            t15[i18 * n + i19] = t22;
-            const float t23 = std::sin(t22);
-            tmp16[i18 * n + i19] = t23;
-            const float t24 = std::cos(t22);
-            tmp17[i18 * n + i19] = t24;
-        }
+    const float t20 = static_cast<float>(n);
+    const float t21 = (1.0f / t20);
+    float* const tmp22 = y;  // reuses a dead buffer's space
+    for (int64_t i23 = 0; i23 < n1; ++i23) {
+        const float ct_i = ct[i23];
+        const float t24 = (ct_i * t21);
+        tmp22[i23] = t24;
     }
-    const float t25 = static_cast<float>(n);
-    const float t26 = (1.0f / t25);
-    float* const tmp27 = y;  // reuses a dead buffer's space
-    for (int64_t i28 = 0; i28 < n1; ++i28) {
-        const float ct_i = ct[i28];
-        const float t29 = (ct_i * t26);
-        tmp27[i28] = t29;
-    }
-    for (int64_t i30 = 0; i30 < n1; ++i30) {
-        for (int64_t i31 = 0; i31 < n; ++i31) {
-            const float x_i32 = tmp27[i30];
-            const float x_i33 = tmp16[i30 * n + i31];
-            const float d_t = (x_i32 * x_i33);
-            const float t_i34 = t15[i30 * n + i31];
-            const float t35 = (x_i32 * t_i34);
-            const float x_i36 = tmp17[i30 * n + i31];
-            const float t37 = (t35 * x_i36);
-            const float d_t38 = (d_t + t37);
-            const bool x_i39 = tmp[i30];
-            const float d_t40 = (x_i39 ? d_t38 : 0.0f);
-            const float d_t41 = (x_i39 ? 0.0f : d_t38);
-            const float t42 = (d_t41 * 0.5f);
-            const float x_i43 = tmp6[i30 * n + i31];
-            const float d_x = (t42 * x_i43);
-            const float t44 = (d_t40 * (-0.125f));
-            const float d_x45 = (d_x + t44);
-            out[i30 * n + i31] = d_x45;
+    for (int64_t i25 = 0; i25 < n1; ++i25) {
+        for (int64_t i26 = 0; i26 < n; ++i26) {
+            const float x_i27 = tmp22[i25];
+            const float x_i28 = tmp7[i25 * n + i26];
+            const float d_t = (x_i27 * x_i28);
+            const float t_i = t6[i25 * n + i26];
+            const float t29 = (x_i27 * t_i);
+            const float x_i30 = tmp8[i25 * n + i26];
+            const float t31 = (t29 * x_i30);
+            const float d_t32 = (d_t + t31);
+            const bool x_i33 = tmp[i25];
+            const float d_t34 = (x_i33 ? d_t32 : 0.0f);
+            const float d_t35 = (x_i33 ? 0.0f : d_t32);
+            const float t36 = (d_t35 * 0.5f);
+            const float x_i37 = tmp5[i25 * n + i26];
+            const float t38 = (t36 * x_i37);
+            const float d_x = (x_i33 ? 0.0f : t38);
+            const float t39 = (d_t34 * (-0.125f));
+            const float t40 = (x_i33 ? t39 : 0.0f);
+            const float d_x41 = (d_x + t40);
+            out[i25 * n + i26] = d_x41;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n) {
-    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n);
+    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n);
 }
 
 

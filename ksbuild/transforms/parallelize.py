@@ -1,0 +1,39 @@
+"""parallelize: run the outer loop of big loop nests on several threads (OpenMP).
+
+Requires: a fused, lowered Func. Guarantees: with threads > 1, every top-level fusion and
+contraction whose outermost loop writes disjoint parts of its outputs (a fusion with at least
+one axis left after its reductions, a contraction with an output) gets the param
+`threads = N`; its C++ runs that loop as `#pragma omp parallel for num_threads(N)`. Loops
+inside a loop or an if body stay sequential (one parallel region per nest, none nested).
+With threads <= 1 the function is unchanged (and runtime-free).
+"""
+from __future__ import annotations
+
+from ..ir.core import Eqn, Func
+from ..prims.lowering import REDUCTIONS, contract, fusion
+
+
+def parallelize(f: Func, threads: int) -> Func:
+    """f with its top-level loop nests marked to run on `threads` threads."""
+    if threads <= 1:
+        return f
+    eqns = tuple(_marked(e, threads) if _parallel_outer(e) else e for e in f.eqns)
+    return Func(f.name, f.params, eqns, f.results, f.result_names, f.plan)
+
+
+def _marked(e: Eqn, threads: int) -> Eqn:
+    from ..ir.core import freeze
+    return Eqn(e.prim, e.ins, e.outs, freeze(dict(e.params, threads=threads)), e.loc)
+
+
+def _parallel_outer(e: Eqn) -> bool:
+    """Whether the outermost loop of e's nest writes each output element from one iteration only."""
+    if e.prim is contract:
+        return e.outs[0].type.rank > 0 and e.params["impl"] == "loops"
+    if e.prim is fusion:
+        body = e.params["body"]
+        reductions = [b for b in body.eqns if b.prim.name in REDUCTIONS]
+        shape = (reductions[0].ins[0] if reductions else body.eqns[0].outs[0]).type.shape
+        kept = len(shape) - (len(reductions[0].params["axes"]) if reductions else 0)
+        return kept > 0
+    return False

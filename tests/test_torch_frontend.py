@@ -1,0 +1,89 @@
+"""PyTorch-style kernels (tests/frontend_kernels.py) against torch: values and torch.autograd
+vector-Jacobian products, through the reference interpreter and compiled (one package)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import ksbuild
+from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.ir.interp import eval_func
+from ksbuild.transforms.vjp import vjp_func
+
+torch = pytest.importorskip("torch")
+
+from conftest import ROOT  # noqa: E402
+
+FILE = ROOT / "tests" / "frontend_kernels.py"
+_spec = importlib.util.spec_from_file_location("frontend_kernels", FILE)
+K = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(K)
+
+
+def r(*shape, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape)
+
+
+CASES = {
+    "f_namespace": lambda: (r(4, 3),),
+    "f_linear": lambda: (r(4, 3), r(2, 3), r(2)),
+    "f_losses": lambda: (r(6), r(6, seed=1)),
+    "f_methods": lambda: (r(3, 4),),
+    "f_ellipsis": lambda: (r(3, 4, 2),),
+    "f_fill": lambda: (r(5, 3),),
+    "f_set_parts": lambda: (r(5, 4),),
+    "f_running_sum": lambda: (r(7),),
+    "f_detach": lambda: (r(6),),
+    "f_dropout_eval": lambda: (r(5),),
+    "f_masks": lambda: (r(6), r(6, seed=3)),
+    "f_dtypes": lambda: (r(5),),
+}
+
+
+def torch_run(name, args):
+    """(torch results as arrays, their vjp with cotangents from a fixed rng)."""
+    ts = [torch.tensor(a, requires_grad=True) for a in args]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = getattr(K, name)(*ts)
+    finally:
+        torch.set_default_dtype(old)
+    ct = np.random.default_rng(7).standard_normal(tuple(out.shape))
+    grads = torch.autograd.grad(out, ts, torch.tensor(ct), allow_unused=True)
+    return out.detach().numpy(), ct, [np.zeros_like(a) if g is None else g.numpy() for a, g in zip(args, grads)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_interpreter_matches_torch(name):
+    args = CASES[name]()
+    want, ct, grads = torch_run(name, args)
+    f = compile_python_kernel(FILE, name, "f64")
+    np.testing.assert_allclose(eval_func(f, list(args))[0], want, rtol=1e-12, atol=1e-12)
+    got = eval_func(vjp_func(f), list(args) + [ct])
+    for g, w in zip(got, grads):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frontend")
+    (folder / "k.py").write_text(FILE.read_text())
+    kernels = "".join(f'[kernels.{n}]\npython = "k.py:{n}"\n' for n in CASES)
+    exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n})"\n' for n in CASES)
+    (folder / "manifest.toml").write_text(f'[package]\nname = "frontend"\n[build]\ndtype = "float64"\n'
+                                          f'{kernels}[exports]\n{exports}')
+    return ksbuild.build(folder / "manifest.toml")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_matches_torch(package, name):
+    args = CASES[name]()
+    want, ct, grads = torch_run(name, args)
+    np.testing.assert_allclose(getattr(package, name)(*args), want, rtol=1e-11, atol=1e-11)
+    got = getattr(package, f"{name}_vjp")(*args, ct if np.ndim(ct) else float(ct))
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, grads):
+        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11)
