@@ -35,247 +35,239 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     next_slot += ks::aligned_bytes<float>(batch * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
-    float* const tmp9 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((256*batch));
-    float* const prod19 = reinterpret_cast<float*>(next_slot);
+    float* const prod18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp25 = reinterpret_cast<float*>(next_slot);
+    float* const tmp23 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp31 = reinterpret_cast<float*>(next_slot);
+    float* const tmp29 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp32 = reinterpret_cast<float*>(next_slot);
+    float* const tmp30 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp55 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((128*batch));
-    float* const prod65 = reinterpret_cast<float*>(next_slot);
+    float* const prod63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp71 = reinterpret_cast<float*>(next_slot);
+    float* const tmp68 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp77 = reinterpret_cast<float*>(next_slot);
+    float* const tmp74 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp78 = reinterpret_cast<float*>(next_slot);
+    float* const tmp75 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp101 = reinterpret_cast<float*>(next_slot);
+    float* const tmp98 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((64*batch));
-    float* const prod111 = reinterpret_cast<float*>(next_slot);
+    float* const prod108 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp117 = reinterpret_cast<float*>(next_slot);
+    float* const tmp113 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
+    float* const tmp119 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
     float* const tmp123 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp127 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp135 = reinterpret_cast<float*>(next_slot);
+    float* const tmp131 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 256; ++i1) {
-            prod[i * 256 + i1] = 0;
-        }
+    for (int64_t i = 0; i < batch * 256; ++i) {
+        prod[i] = 0;
     }
-    for (int64_t i2 = 0; i2 < batch; ++i2) {
-        for (int64_t i3 = 0; i3 < 64; ++i3) {
-            for (int64_t i4 = 0; i4 < 256; ++i4) {
-                prod[i2 * 256 + i4] += input[i2 * 64 + i3] * ks_data_0[i3 + i4 * 64];
+    for (int64_t i1 = 0; i1 < batch; ++i1) {
+        for (int64_t i2 = 0; i2 < 64; ++i2) {
+            for (int64_t i3 = 0; i3 < 256; ++i3) {
+                prod[i1 * 256 + i3] += input[i1 * 64 + i2] * ks_data_0[i2 + i3 * 64];
             }
         }
     }
-    for (int64_t i5 = 0; i5 < batch; ++i5) {
-        for (int64_t i6 = 0; i6 < 256; ++i6) {
-            const float x_i = ks_data_1[i6];
-            const float x_i7 = prod[i5 * 256 + i6];
-            const float t8 = (x_i + x_i7);
-            tmp[i5 * 256 + i6] = t8;
+    for (int64_t i4 = 0; i4 < batch; ++i4) {
+        for (int64_t i5 = 0; i5 < 256; ++i5) {
+            const float x_i = ks_data_1[i5];
+            const float x_i6 = prod[i4 * 256 + i5];
+            const float t7 = (x_i + x_i6);
+            tmp[i4 * 256 + i5] = t7;
         }
     }
-    for (int64_t i10 = 0; i10 < (256*batch); ++i10) {
-        const float x_i11 = tmp[i10];
-        const bool t12 = (x_i11 < 0.0f);
-        const bool t13 = (x_i11 < 1.0f);
-        const float t14 = ks::ipow<3>(x_i11);
-        const float t15 = (0.3333333432674408f * t14);
-        const float t16 = (x_i11 - 0.6666666865348816f);
-        const float t17 = (t13 ? t15 : t16);
-        const float t18 = (t12 ? 0.0f : t17);
-        tmp9[i10] = t18;
+    for (int64_t i9 = 0; i9 < (256*batch); ++i9) {
+        const float x_i10 = tmp[i9];
+        const bool t11 = (x_i10 < 0.0f);
+        const bool t12 = (x_i10 < 1.0f);
+        const float t13 = ks::ipow<3>(x_i10);
+        const float t14 = (0.3333333432674408f * t13);
+        const float t15 = (x_i10 - 0.6666666865348816f);
+        const float t16 = (t12 ? t14 : t15);
+        const float t17 = (t11 ? 0.0f : t16);
+        tmp8[i9] = t17;
+    }
+    for (int64_t i19 = 0; i19 < batch * 128; ++i19) {
+        prod18[i19] = 0;
     }
     for (int64_t i20 = 0; i20 < batch; ++i20) {
-        for (int64_t i21 = 0; i21 < 128; ++i21) {
-            prod19[i20 * 128 + i21] = 0;
-        }
-    }
-    for (int64_t i22 = 0; i22 < batch; ++i22) {
-        for (int64_t i23 = 0; i23 < 256; ++i23) {
-            for (int64_t i24 = 0; i24 < 128; ++i24) {
-                prod19[i22 * 128 + i24] += tmp9[i22 * 256 + i23] * ks_data_2[i23 + i24 * 256];
+        for (int64_t i21 = 0; i21 < 256; ++i21) {
+            for (int64_t i22 = 0; i22 < 128; ++i22) {
+                prod18[i20 * 128 + i22] += tmp8[i20 * 256 + i21] * ks_data_2[i21 + i22 * 256];
             }
         }
     }
-    for (int64_t i26 = 0; i26 < batch; ++i26) {
-        for (int64_t i27 = 0; i27 < 128; ++i27) {
-            const float x_i28 = ks_data_3[i27];
-            const float x_i29 = prod19[i26 * 128 + i27];
-            const float t30 = (x_i28 + x_i29);
-            tmp25[i26 * 128 + i27] = t30;
+    for (int64_t i24 = 0; i24 < batch; ++i24) {
+        for (int64_t i25 = 0; i25 < 128; ++i25) {
+            const float x_i26 = ks_data_3[i25];
+            const float x_i27 = prod18[i24 * 128 + i25];
+            const float t28 = (x_i26 + x_i27);
+            tmp23[i24 * 128 + i25] = t28;
         }
     }
-    for (int64_t i33 = 0; i33 < 128; ++i33) {
-        const float x_i34 = ks_data_13[i33];
-        const float t35 = (x_i34 + 9.999999747378752e-06f);
-        const float t36 = std::sqrt(t35);
-        const float x_i37 = ks_data_4[i33];
-        const float t38 = (x_i37 / t36);
-        tmp31[i33] = t38;
-        const float x_i39 = ks_data_12[i33];
-        const float t40 = (x_i39 * t38);
-        const float x_i41 = ks_data_5[i33];
-        const float t42 = (x_i41 - t40);
-        tmp32[i33] = t42;
+    for (int64_t i31 = 0; i31 < 128; ++i31) {
+        const float x_i32 = ks_data_13[i31];
+        const float t33 = (x_i32 + 9.999999747378752e-06f);
+        const float t34 = std::sqrt(t33);
+        const float x_i35 = ks_data_4[i31];
+        const float t36 = (x_i35 / t34);
+        tmp29[i31] = t36;
+        const float x_i37 = ks_data_12[i31];
+        const float t38 = (x_i37 * t36);
+        const float x_i39 = ks_data_5[i31];
+        const float t40 = (x_i39 - t38);
+        tmp30[i31] = t40;
     }
-    float* const tmp43 = prod19;  // reuses a dead buffer's space
-    for (int64_t i44 = 0; i44 < batch; ++i44) {
-        for (int64_t i45 = 0; i45 < 128; ++i45) {
-            const float x_i46 = tmp25[i44 * 128 + i45];
-            const float x_i47 = tmp31[i45];
-            const float t48 = (x_i46 * x_i47);
-            tmp43[i44 * 128 + i45] = t48;
+    float* const tmp41 = prod18;  // reuses a dead buffer's space
+    for (int64_t i42 = 0; i42 < batch; ++i42) {
+        for (int64_t i43 = 0; i43 < 128; ++i43) {
+            const float x_i44 = tmp23[i42 * 128 + i43];
+            const float x_i45 = tmp29[i43];
+            const float t46 = (x_i44 * x_i45);
+            tmp41[i42 * 128 + i43] = t46;
         }
     }
-    float* const tmp49 = tmp25;  // reuses a dead buffer's space
-    for (int64_t i50 = 0; i50 < batch; ++i50) {
-        for (int64_t i51 = 0; i51 < 128; ++i51) {
-            const float x_i52 = tmp43[i50 * 128 + i51];
-            const float x_i53 = tmp32[i51];
-            const float t54 = (x_i52 + x_i53);
-            tmp49[i50 * 128 + i51] = t54;
+    float* const tmp47 = tmp23;  // reuses a dead buffer's space
+    for (int64_t i48 = 0; i48 < batch; ++i48) {
+        for (int64_t i49 = 0; i49 < 128; ++i49) {
+            const float x_i50 = tmp41[i48 * 128 + i49];
+            const float x_i51 = tmp30[i49];
+            const float t52 = (x_i50 + x_i51);
+            tmp47[i48 * 128 + i49] = t52;
         }
     }
-    for (int64_t i56 = 0; i56 < (128*batch); ++i56) {
-        const float x_i57 = tmp49[i56];
-        const bool t58 = (x_i57 < 0.0f);
-        const bool t59 = (x_i57 < 1.0f);
-        const float t60 = ks::ipow<3>(x_i57);
-        const float t61 = (0.3333333432674408f * t60);
-        const float t62 = (x_i57 - 0.6666666865348816f);
-        const float t63 = (t59 ? t61 : t62);
-        const float t64 = (t58 ? 0.0f : t63);
-        tmp55[i56] = t64;
+    for (int64_t i54 = 0; i54 < (128*batch); ++i54) {
+        const float x_i55 = tmp47[i54];
+        const bool t56 = (x_i55 < 0.0f);
+        const bool t57 = (x_i55 < 1.0f);
+        const float t58 = ks::ipow<3>(x_i55);
+        const float t59 = (0.3333333432674408f * t58);
+        const float t60 = (x_i55 - 0.6666666865348816f);
+        const float t61 = (t57 ? t59 : t60);
+        const float t62 = (t56 ? 0.0f : t61);
+        tmp53[i54] = t62;
     }
-    for (int64_t i66 = 0; i66 < batch; ++i66) {
-        for (int64_t i67 = 0; i67 < 64; ++i67) {
-            prod65[i66 * 64 + i67] = 0;
-        }
+    for (int64_t i64 = 0; i64 < batch * 64; ++i64) {
+        prod63[i64] = 0;
     }
-    for (int64_t i68 = 0; i68 < batch; ++i68) {
-        for (int64_t i69 = 0; i69 < 128; ++i69) {
-            for (int64_t i70 = 0; i70 < 64; ++i70) {
-                prod65[i68 * 64 + i70] += tmp55[i68 * 128 + i69] * ks_data_6[i69 + i70 * 128];
+    for (int64_t i65 = 0; i65 < batch; ++i65) {
+        for (int64_t i66 = 0; i66 < 128; ++i66) {
+            for (int64_t i67 = 0; i67 < 64; ++i67) {
+                prod63[i65 * 64 + i67] += tmp53[i65 * 128 + i66] * ks_data_6[i66 + i67 * 128];
             }
         }
     }
-    for (int64_t i72 = 0; i72 < batch; ++i72) {
-        for (int64_t i73 = 0; i73 < 64; ++i73) {
-            const float x_i74 = ks_data_7[i73];
-            const float x_i75 = prod65[i72 * 64 + i73];
-            const float t76 = (x_i74 + x_i75);
-            tmp71[i72 * 64 + i73] = t76;
+    for (int64_t i69 = 0; i69 < batch; ++i69) {
+        for (int64_t i70 = 0; i70 < 64; ++i70) {
+            const float x_i71 = ks_data_7[i70];
+            const float x_i72 = prod63[i69 * 64 + i70];
+            const float t73 = (x_i71 + x_i72);
+            tmp68[i69 * 64 + i70] = t73;
         }
     }
-    for (int64_t i79 = 0; i79 < 64; ++i79) {
-        const float x_i80 = ks_data_15[i79];
-        const float t81 = (x_i80 + 9.999999747378752e-06f);
-        const float t82 = std::sqrt(t81);
-        const float x_i83 = ks_data_8[i79];
-        const float t84 = (x_i83 / t82);
-        tmp77[i79] = t84;
-        const float x_i85 = ks_data_14[i79];
-        const float t86 = (x_i85 * t84);
-        const float x_i87 = ks_data_9[i79];
-        const float t88 = (x_i87 - t86);
-        tmp78[i79] = t88;
+    for (int64_t i76 = 0; i76 < 64; ++i76) {
+        const float x_i77 = ks_data_15[i76];
+        const float t78 = (x_i77 + 9.999999747378752e-06f);
+        const float t79 = std::sqrt(t78);
+        const float x_i80 = ks_data_8[i76];
+        const float t81 = (x_i80 / t79);
+        tmp74[i76] = t81;
+        const float x_i82 = ks_data_14[i76];
+        const float t83 = (x_i82 * t81);
+        const float x_i84 = ks_data_9[i76];
+        const float t85 = (x_i84 - t83);
+        tmp75[i76] = t85;
     }
-    float* const tmp89 = prod65;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < batch; ++i90) {
-        for (int64_t i91 = 0; i91 < 64; ++i91) {
-            const float x_i92 = tmp71[i90 * 64 + i91];
-            const float x_i93 = tmp77[i91];
-            const float t94 = (x_i92 * x_i93);
-            tmp89[i90 * 64 + i91] = t94;
+    float* const tmp86 = prod63;  // reuses a dead buffer's space
+    for (int64_t i87 = 0; i87 < batch; ++i87) {
+        for (int64_t i88 = 0; i88 < 64; ++i88) {
+            const float x_i89 = tmp68[i87 * 64 + i88];
+            const float x_i90 = tmp74[i88];
+            const float t91 = (x_i89 * x_i90);
+            tmp86[i87 * 64 + i88] = t91;
         }
     }
-    float* const tmp95 = tmp71;  // reuses a dead buffer's space
-    for (int64_t i96 = 0; i96 < batch; ++i96) {
-        for (int64_t i97 = 0; i97 < 64; ++i97) {
-            const float x_i98 = tmp89[i96 * 64 + i97];
-            const float x_i99 = tmp78[i97];
-            const float t100 = (x_i98 + x_i99);
-            tmp95[i96 * 64 + i97] = t100;
+    float* const tmp92 = tmp68;  // reuses a dead buffer's space
+    for (int64_t i93 = 0; i93 < batch; ++i93) {
+        for (int64_t i94 = 0; i94 < 64; ++i94) {
+            const float x_i95 = tmp86[i93 * 64 + i94];
+            const float x_i96 = tmp75[i94];
+            const float t97 = (x_i95 + x_i96);
+            tmp92[i93 * 64 + i94] = t97;
         }
     }
-    for (int64_t i102 = 0; i102 < (64*batch); ++i102) {
-        const float x_i103 = tmp95[i102];
-        const bool t104 = (x_i103 < 0.0f);
-        const bool t105 = (x_i103 < 1.0f);
-        const float t106 = ks::ipow<3>(x_i103);
-        const float t107 = (0.3333333432674408f * t106);
-        const float t108 = (x_i103 - 0.6666666865348816f);
-        const float t109 = (t105 ? t107 : t108);
-        const float t110 = (t104 ? 0.0f : t109);
-        tmp101[i102] = t110;
+    for (int64_t i99 = 0; i99 < (64*batch); ++i99) {
+        const float x_i100 = tmp92[i99];
+        const bool t101 = (x_i100 < 0.0f);
+        const bool t102 = (x_i100 < 1.0f);
+        const float t103 = ks::ipow<3>(x_i100);
+        const float t104 = (0.3333333432674408f * t103);
+        const float t105 = (x_i100 - 0.6666666865348816f);
+        const float t106 = (t102 ? t104 : t105);
+        const float t107 = (t101 ? 0.0f : t106);
+        tmp98[i99] = t107;
     }
-    for (int64_t i112 = 0; i112 < batch; ++i112) {
-        for (int64_t i113 = 0; i113 < 10; ++i113) {
-            prod111[i112 * 10 + i113] = 0;
+    for (int64_t i109 = 0; i109 < batch * 10; ++i109) {
+        prod108[i109] = 0;
+    }
+    for (int64_t i110 = 0; i110 < batch; ++i110) {
+        for (int64_t i111 = 0; i111 < 64; ++i111) {
+            for (int64_t i112 = 0; i112 < 10; ++i112) {
+                prod108[i110 * 10 + i112] += tmp98[i110 * 64 + i111] * ks_data_10[i111 + i112 * 64];
+            }
         }
     }
     for (int64_t i114 = 0; i114 < batch; ++i114) {
-        for (int64_t i115 = 0; i115 < 64; ++i115) {
-            for (int64_t i116 = 0; i116 < 10; ++i116) {
-                prod111[i114 * 10 + i116] += tmp101[i114 * 64 + i115] * ks_data_10[i115 + i116 * 64];
-            }
+        for (int64_t i115 = 0; i115 < 10; ++i115) {
+            const float x_i116 = ks_data_11[i115];
+            const float x_i117 = prod108[i114 * 10 + i115];
+            const float t118 = (x_i116 + x_i117);
+            tmp113[i114 * 10 + i115] = t118;
         }
     }
-    for (int64_t i118 = 0; i118 < batch; ++i118) {
-        for (int64_t i119 = 0; i119 < 10; ++i119) {
-            const float x_i120 = ks_data_11[i119];
-            const float x_i121 = prod111[i118 * 10 + i119];
-            const float t122 = (x_i120 + x_i121);
-            tmp117[i118 * 10 + i119] = t122;
+    for (int64_t i120 = 0; i120 < batch; ++i120) {
+        float acc = ks::lowest<float>();
+        for (int64_t i121 = 0; i121 < 10; ++i121) {
+            const float x_i122 = tmp113[i120 * 10 + i121];
+            acc = ks::max(x_i122, acc);
         }
+        tmp119[i120] = acc;
     }
     for (int64_t i124 = 0; i124 < batch; ++i124) {
-        float acc = ks::lowest<float>();
-        for (int64_t i125 = 0; i125 < 10; ++i125) {
-            const float x_i126 = tmp117[i124 * 10 + i125];
-            acc = ks::max(x_i126, acc);
+        float acc125 = 0;
+        KS_OMP_SIMD(reduction(+:acc125))
+        for (int64_t i126 = 0; i126 < 10; ++i126) {
+            const float x_i127 = tmp113[i124 * 10 + i126];
+            const float x_i128 = tmp119[i124];
+            const float t129 = (x_i127 - x_i128);
+            const float t130 = ks::exp(t129);
+            acc125 += t130;
         }
-        tmp123[i124] = acc;
+        tmp123[i124] = acc125;
     }
-    for (int64_t i128 = 0; i128 < batch; ++i128) {
-        float acc129 = 0;
-        KS_OMP_SIMD(reduction(+:acc129))
-        for (int64_t i130 = 0; i130 < 10; ++i130) {
-            const float x_i131 = tmp117[i128 * 10 + i130];
-            const float x_i132 = tmp123[i128];
-            const float t133 = (x_i131 - x_i132);
-            const float t134 = std::exp(t133);
-            acc129 += t134;
-        }
-        tmp127[i128] = acc129;
+    for (int64_t i132 = 0; i132 < batch; ++i132) {
+        const float x_i133 = tmp123[i132];
+        const float t134 = ks::log(x_i133);
+        const float x_i135 = tmp119[i132];
+        const float t136 = (t134 + x_i135);
+        tmp131[i132] = t136;
     }
-    for (int64_t i136 = 0; i136 < batch; ++i136) {
-        const float x_i137 = tmp127[i136];
-        const float t138 = std::log(x_i137);
-        const float x_i139 = tmp123[i136];
-        const float t140 = (t138 + x_i139);
-        tmp135[i136] = t140;
-    }
-    for (int64_t i141 = 0; i141 < batch; ++i141) {
-        for (int64_t i142 = 0; i142 < 10; ++i142) {
-            const float x_i143 = tmp117[i141 * 10 + i142];
-            const float x_i144 = tmp135[i141];
-            const float t145 = (x_i143 - x_i144);
-            out[i141 * 10 + i142] = t145;
+    for (int64_t i137 = 0; i137 < batch; ++i137) {
+        for (int64_t i138 = 0; i138 < 10; ++i138) {
+            const float x_i139 = tmp113[i137 * 10 + i138];
+            const float x_i140 = tmp131[i137];
+            const float t141 = (x_i139 - x_i140);
+            out[i137 * 10 + i138] = t141;
         }
     }
     return ks::status::ok;
