@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .errors import KsbuildError
 
-BACKEND_HELP = "plain (runtime-free) or blas (matrix products through CBLAS); default: the manifest's"
+BACKEND_HELP = ("plain (runtime-free), blas (matrix products through CBLAS) or aten (through libtorch); "
+                "default: the manifest's")
 TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7 or cortex-m0plus; "
                "default: the manifest's [build] target")
 

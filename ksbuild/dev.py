@@ -179,14 +179,13 @@ def _extra_lead(export, args, batched) -> tuple | None:
     """The leading shape that mapped arguments have beyond the mapped axis (None if there is none)."""
     if batched is None or export.desc["kind"] != "tensor":
         return None
-    leads = set()
+    leads = []  # a list, not a set: under torch.export the sizes are SymInts, which do not hash
     for x, a, b in zip(args, export.ins, _mask(batched, args)):
         extra = getattr(x, "ndim", 0) - len(a["shape"])
-        if b and extra > 0:
-            leads.add(tuple(x.shape[:extra + 1]))
-        elif b:
-            leads.add(None)
-    return leads.pop() if len(leads) == 1 and None not in leads else None
+        if b:
+            leads.append(tuple(x.shape[:extra + 1]) if extra > 0 else None)
+    first = leads[0] if leads else None
+    return first if first is not None and all(lead == first for lead in leads) else None
 
 
 def _flatten(x, k: int):

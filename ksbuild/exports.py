@@ -25,8 +25,13 @@ class Export:
 
 
 def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
-    """The IR of one kernel from its Python source (typed by annotations or the signature) or its
-    ONNX model (graph inputs, then external weights, as parameters; graph outputs as results)."""
+    """The IR of one kernel from its Python source (typed by annotations or the signature), its
+    ONNX model (graph inputs, then external weights, as parameters; graph outputs as results) or
+    its torch model captured by torch.export (user inputs, then external parameters and buffers)."""
+    if k.torch is not None:
+        from .frontends.torch_export import compile_torch_kernel
+        file, make = k.torch.rsplit(":", 1)
+        return compile_torch_kernel(file, m.root, make, k.name, k.weights or m.build.weights, k.loc)
     if k.onnx is not None:
         from .frontends.onnx import compile_onnx_kernel
         return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights)

@@ -14,14 +14,15 @@ from .errors import KsbuildError, Location
 from .ir.types import Type
 
 BACKENDS = ("plain", "blas", "aten", "ort")
-AVAILABLE_BACKENDS = ("plain", "blas")  # aten and ort are planned
+AVAILABLE_BACKENDS = ("plain", "blas", "aten")  # ort is planned
 FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights")
-KERNEL_KEYS = ("python", "signature", "onnx", "weights")
-WEIGHTS = ("embed", "external")  # ONNX initializers: linked into the library, or passed by the caller
+KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch")
+SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
+WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -42,7 +43,8 @@ class KernelSpec:
     signature: str | None
     onnx: str | None
     loc: Location
-    weights: str | None = None  # ONNX kernels: "embed" | "external" (default: [build] weights)
+    weights: str | None = None  # ONNX and torch kernels: "embed" | "external" (default: [build] weights)
+    torch: str | None = None  # "model.py:make": make() returns an nn.Module and example inputs (docs/torch-export.md)
 
 
 @dataclass(frozen=True)
@@ -263,34 +265,38 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
         raise ctx.error(path, f"kernel '{name}' must be a table [kernels.{name}], got {type(spec).__name__}")
     _check_c_name(ctx, path, name, "kernel name")
     _check_keys(ctx, path, spec, KERNEL_KEYS)
-    python, signature, onnx = (_field(ctx, spec, path, key) for key in KERNEL_KEYS[:3])
+    python, signature, onnx, torch = (_field(ctx, spec, path, key) for key in ("python", "signature", "onnx", "torch"))
     weights = _field(ctx, spec, path, "weights", None, WEIGHTS)
-    if (python is None) == (onnx is None):
-        which = "needs 'python' or 'onnx'" if python is None else "has both 'python' and 'onnx'; give exactly one"
-        raise ctx.error(path + (("onnx",) if onnx else ()), f"kernel '{name}' {which}")
+    sources = [key for key in SOURCE_KEYS if spec.get(key) is not None]
+    if len(sources) != 1:
+        which = "needs 'python' or 'onnx' or 'torch'" if not sources else \
+            f"has both '{sources[0]}' and '{sources[1]}'; give exactly one"
+        raise ctx.error(path + ((sources[-1],) if sources else ()), f"kernel '{name}' {which}")
     if python is not None:
         _check_python(ctx, path + ("python",), python, root)
+    if torch is not None:
+        _check_python(ctx, path + ("torch",), torch, root, "torch", "make")
     if onnx is not None:
         _check_file(ctx, path + ("onnx",), onnx, root, "onnx file")
-    if onnx is not None and signature is not None:
-        raise ctx.error(path + ("signature",), f"kernel '{name}': 'signature' is for Python kernels; an ONNX model "
-                        "declares its own inputs and outputs")
+    if python is None and signature is not None:
+        raise ctx.error(path + ("signature",), f"kernel '{name}': 'signature' is for Python kernels; an "
+                        f"{'ONNX' if onnx else 'exported torch'} model declares its own inputs and outputs")
     if python is not None and weights is not None:
-        raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX kernels")
+        raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX kernels and torch kernels")
     if signature is not None:
         parse_signature(signature, ctx.loc(path + ("signature",)))
-    return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights)
+    return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights, torch)
 
 
-def _check_python(ctx: _Ctx, path: Path_, ref: str, root: Path) -> None:
-    """A `python` value is "file.py:function" (an existing file) or "package.module:function"."""
-    source, colon, func = ref.rpartition(":")
-    if not colon or not source or not _IDENT.match(func):
-        raise ctx.error(path, f"'python' must be \"file.py:function\" or \"module:function\", got '{ref}'")
+def _check_python(ctx: _Ctx, path: Path_, ref: str, root: Path, key: str = "python", func: str = "function") -> None:
+    """A `python` (or `torch`) value is "file.py:function" (an existing file) or "package.module:function"."""
+    source, colon, name = ref.rpartition(":")
+    if not colon or not source or not _IDENT.match(name):
+        raise ctx.error(path, f"'{key}' must be \"file.py:{func}\" or \"module:{func}\", got '{ref}'")
     if source.endswith(".py"):
         _check_file(ctx, path, source, root, "python file")
     elif not _MODULE.match(source):
-        raise ctx.error(path, f"'{source}' in 'python' is neither a .py file nor a dotted module name")
+        raise ctx.error(path, f"'{source}' in '{key}' is neither a .py file nor a dotted module name")
 
 
 def _check_file(ctx: _Ctx, path: Path_, relative: str, root: Path, what: str) -> None:

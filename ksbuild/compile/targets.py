@@ -99,10 +99,15 @@ def get_target(name: str, loc: Location | None = None) -> Target:
 
 
 def check_backend(target: Target, backend: str, loc: Location | None = None) -> None:
-    """backend = "blas" needs a BLAS for the target; no cross target has one."""
+    """backend = "blas" needs a BLAS for the target (no cross target has one); backend = "aten"
+    links the libtorch of this Python, so only an x86-64 host."""
     if backend == "blas" and not target.blas:
         raise KsbuildError(f"backend 'blas' needs a BLAS library for target '{target.name}', and ksbuild knows "
                            "none for it", loc, hint='use backend = "plain" (loops only) for this target')
+    if backend == "aten" and (target.cross or target.processor not in ("x86_64", "AMD64")):
+        raise KsbuildError(f"backend 'aten' links libtorch, which ksbuild supports on x86-64 hosts only, not on "
+                           f"'{target.name}' ({target.processor})", loc,
+                           hint='use backend = "plain" (loops only) for this target')
 
 
 def host_cxx() -> list[str]:

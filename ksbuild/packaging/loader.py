@@ -16,7 +16,7 @@ def build(manifest: str | Path, *, out: str | Path | None = None, target: str = 
           backend: str | None = None) -> Package:
     """Build a manifest (cached by content hash) and load its exports for calling from Python.
 
-    backend ("plain" or "blas") replaces the manifest's [build] backend."""
+    backend ("plain", "blas" or "aten") replaces the manifest's [build] backend."""
     from ..manifest import load_manifest
     from .package import cache_root, content_hash, package
 

@@ -41,6 +41,10 @@ def content_hash(m: Manifest, target: str, extra: str = "") -> str:
         h.update(part.encode() + b"\0")
     for f in kernel_sources(m):
         h.update(str(f).encode() + b"\0" + f.read_bytes())
+    for k in m.kernels.values():
+        if k.torch:  # what make() returns: the module's code, weights and example inputs
+            from ..frontends.torch_export import fingerprint
+            h.update(fingerprint(k.torch.rsplit(":", 1)[0], m.root, k.torch.rsplit(":", 1)[1], k.loc))
     pkg = Path(__file__).resolve().parent.parent
     for folder in (pkg, resource_dir("templates"), resource_dir("prelude"), resource_dir("dist_templates")):
         for f in sorted(folder.rglob("*")):
@@ -62,7 +66,7 @@ def kernel_sources(m: Manifest) -> list[Path]:
         if k.onnx:
             path: Path | None = m.root / k.onnx
         else:
-            source = (k.python or "").rsplit(":", 1)[0]
+            source = (k.python or k.torch or "").rsplit(":", 1)[0]
             path = m.root / source if source.endswith(".py") else _module_file(source)
         if path is not None and path.is_file():
             files.append(path)

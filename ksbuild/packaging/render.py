@@ -26,13 +26,19 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
     f = e.func
     ins = ", ".join(f"{p.hint or 'x'}: {p.type}" for p in f.params)
     outs = ", ".join(str(t) for t in f.out_types)
-    src = e.kernel.python or e.kernel.onnx
+    src = e.kernel.python or e.kernel.onnx or e.kernel.torch
     lines = [f"{e.name} = {e.spec.text}   (kernel {e.kernel.name} from {src})", f"  ({ins}) -> ({outs})"]
     if e.kernel.onnx is not None:
         external = (e.kernel.weights or m.build.weights) == "external"
         lines.append("  ONNX: graph inputs, then " + ("the float initializers (weights) in the model's order, "
                      "passed by the caller" if external else "nothing else: the initializers are linked into "
                      "the library") + "; results are the graph outputs")
+    if e.kernel.torch is not None:
+        external = (e.kernel.weights or m.build.weights) == "external"
+        lines.append("  torch.export: the forward's inputs, then " + ("the float parameters and buffers in "
+                     "named_parameters() then named_buffers() order, passed by the caller" if external else
+                     "nothing else: parameters and buffers are linked into the library") +
+                     "; results are the forward's outputs, flattened")
     return lines
 
 
@@ -53,6 +59,24 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
     return out
 
 
+ATEN_BRIDGE = ('// ATen bridge of backend = "aten": ks/aten.h\'s implementation, compiled with exceptions\n'
+               '#define KS_ATEN_IMPLEMENTATION\n#include "ks/aten.h"\n')
+BACKEND_HEADERS = {"blas.h": "blas", "aten.h": "aten"}
+"""Prelude headers copied only for the backend that includes them."""
+
+
+def torch_paths() -> dict:
+    """Where this Python's libtorch is: its CMake package prefix and its library folder (backend = "aten")."""
+    from ..errors import KsbuildError
+    try:
+        import torch
+        import torch.utils
+    except ImportError:
+        raise KsbuildError('backend = "aten" links libtorch, but PyTorch is not installed in this Python',
+                           hint="pip install torch (the CPU build), or use backend = \"plain\"") from None
+    return {"cmake_prefix": torch.utils.cmake_prefix_path, "lib": str(Path(torch.__file__).parent / "lib")}
+
+
 def target_record(t: Target) -> dict:
     """What share/P/target.json records about the target the tree was built for."""
     return {"target": t.name, "triple": t.triple, "system": t.system, "processor": t.processor,
@@ -67,7 +91,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
                cpu=m.build.cpu, threads=m.build.threads, data_decls=data.declarations(),
                has_blob=bool(data.blob_size),
-               description=f"ksbuild package {m.name}",
+               description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
     t = _env("templates")
     files = {
@@ -84,6 +108,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
     if target.cross:
         files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
+    if m.build.backend == "aten":
+        files["src/ks_aten.cpp"] = ATEN_BRIDGE
     if data.blob_size:
         files[f"src/{m.name}_data.S"] = data.assembly()
         (out / "src").mkdir(parents=True, exist_ok=True)
@@ -94,5 +120,5 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
     for header in sorted((resource_dir("prelude") / "ks").glob("*.h")):
-        if header.name != "blas.h" or m.build.backend == "blas":
+        if BACKEND_HEADERS.get(header.name, m.build.backend) == m.build.backend:
             shutil.copyfile(header, out / "src/ks" / header.name)

@@ -9,7 +9,7 @@ fusion[body, threads?](*ins) -> outs
     accumulated in the same nest (see transforms/fuse.py).
 contract[spec, impl, acc, threads?](*ins) -> out
     an einsum; impl "loops" is a loop nest (a dot product when the innermost axis is summed),
-    "gemm" is loops over the batch letters around ks::gemm (backend blas). With acc, the
+    "gemm" is loops over the batch letters around ks::gemm (backend blas: ks/blas.h; aten: ks/aten.h). With acc, the
     first operand is an accumulator the product is added to (out = acc + a·b).
 With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
 """

@@ -1,0 +1,254 @@
+"""Run the user's `make()` and capture its module with torch.export.
+
+`make()` returns `(module, example_args)` or `(module, example_args, dynamic_shapes)`:
+`example_args` is a tuple of tensors (one tensor is taken as a 1-tuple) and `dynamic_shapes`
+is what `torch.export.export` takes, with `torch.export.Dim("batch")` objects whose names
+become the kernel's symbolic dims (the C ABI takes them first). Any dim it does not name
+is fixed at its example size.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import linecache
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import KsbuildError, Location
+
+KEEP_WHOLE = ("gru.input", "lstm.input", "rnn_tanh.input", "rnn_relu.input", "upsample_nearest1d.vec",
+              "upsample_nearest2d.vec", "upsample_nearest3d.vec", "_upsample_nearest_exact1d.vec",
+              "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d.vec", "upsample_linear1d.vec",
+              "upsample_bilinear2d.vec", "upsample_trilinear3d.vec", "upsample_bicubic2d.vec")
+"""ATen ops left undecomposed: recurrent layers become one IR loop each, not one copy per time step;
+resizing becomes one constant linear map per axis (ops/resize.py), not index arithmetic."""
+
+
+@dataclass
+class Model:
+    """What make() returned, checked."""
+
+    module: Any
+    args: tuple
+    dynamic_shapes: Any
+    file: Path  # the file make() is defined in: errors without a better place point here
+    make: str
+
+
+@dataclass
+class Captured:
+    """A module captured by torch.export: the decomposed program and the names of its symbolic dims."""
+
+    program: Any  # torch.export.ExportedProgram
+    dim_names: dict  # sympy Symbol -> the dim's name
+    model: Model
+
+    @property
+    def file(self) -> Path:
+        return self.model.file
+
+
+def capture(source: str, root: Path, make: str, loc: Location | None) -> Captured:
+    """Call make(), export its module in eval mode and decompose it to core ATen."""
+    model = load_model(source, root, make, loc)
+    program = _export(model)
+    return Captured(program, dim_names(program, model), model)
+
+
+def load_model(source: str, root: Path, make: str, loc: Location | None) -> Model:
+    """Import the model's file or module and call its make()."""
+    module = _import(source, root, loc)
+    fn = getattr(module, make, None)
+    file = Path(getattr(module, "__file__", None) or source)
+    if not callable(fn):
+        raise KsbuildError(f"'{source}' has no function '{make}'", loc,
+                           hint="define make() returning (module, example_args[, dynamic_shapes])")
+    with _user_code(file, f"{make}()", _with_parent(file)):
+        result = fn()
+    return _check_result(result, file, make)
+
+
+def _import(source: str, root: Path, loc: Location | None):
+    if not source.endswith(".py"):
+        with _user_code(Path(source), f"import {source}", None, loc):
+            return importlib.import_module(source)
+    path = (root / source).resolve()
+    name = "ksbuild_torch_model_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KsbuildError(f"cannot load '{path}' as a Python module", loc)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    with _user_code(path, f"import {path.name}", _with_parent(path), loc):
+        spec.loader.exec_module(module)
+    return module
+
+
+class _with_parent:
+    """sys.path with the model's folder first while its code runs (so it imports its neighbours)."""
+
+    def __init__(self, file: Path):
+        self.folder = str(file.parent)
+
+    def __enter__(self):
+        sys.path.insert(0, self.folder)
+
+    def __exit__(self, *exc):
+        if sys.path and sys.path[0] == self.folder:
+            sys.path.pop(0)
+
+
+class _user_code:
+    """Run the user's code: an exception it raises becomes a KsbuildError at its innermost line in `file`."""
+
+    def __init__(self, file: Path, what: str, path_ctx=None, loc: Location | None = None):
+        self.file, self.what, self.path_ctx, self.loc = file, what, path_ctx, loc
+
+    def __enter__(self):
+        if self.path_ctx is not None:
+            self.path_ctx.__enter__()
+
+    def __exit__(self, kind, exc, tb):
+        if self.path_ctx is not None:
+            self.path_ctx.__exit__(kind, exc, tb)
+        if exc is None or isinstance(exc, KsbuildError) or not isinstance(exc, Exception):
+            return False
+        where = user_frame(traceback.extract_tb(tb), self.file) or self.loc or Location(str(self.file))
+        raise KsbuildError(f"{self.what} raised {type(exc).__name__}: {_first_lines(str(exc), 6)}", where) from None
+
+
+def user_frame(frames, file: Path) -> Location | None:
+    """The innermost frame in `file`, else the innermost one in the user's code, as a Location."""
+    own = [fr for fr in frames if Path(fr.filename) == file]
+    users = own or [fr for fr in frames if not library_file(Path(fr.filename))]
+    if not users:
+        return None
+    fr = users[-1]
+    text = linecache.getline(fr.filename, fr.lineno or 0).rstrip("\n") or None
+    col = len(text) - len(text.lstrip()) if text else 0
+    return Location(fr.filename, fr.lineno or 0, col, source_line=text)
+
+
+def library_file(path: Path) -> bool:
+    """True for Python's, torch's, ksbuild's and installed packages' files (not the user's code)."""
+    import sysconfig
+
+    if path.suffix != ".py":
+        return True
+    roots = [Path(__file__).resolve().parents[2]] + [Path(sysconfig.get_paths()[k]).resolve()
+                                                     for k in ("stdlib", "purelib", "platlib")]
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(r) for r in roots) or "site-packages" in resolved.parts
+
+
+def _first_lines(text: str, n: int) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+
+
+def _check_result(result, file: Path, make: str) -> Model:
+    import torch
+
+    where = Location(str(file))
+    shape = "(module, example_args) or (module, example_args, dynamic_shapes)"
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise KsbuildError(f"{make}() must return {shape}, got {type(result).__name__}", where)
+    module, args = result[0], result[1]
+    if not isinstance(module, torch.nn.Module):
+        raise KsbuildError(f"{make}() must return an nn.Module first, got {type(module).__name__}", where)
+    args = (args,) if isinstance(args, torch.Tensor) else args
+    if not isinstance(args, (tuple, list)) or not all(isinstance(a, torch.Tensor) for a in args):
+        raise KsbuildError(f"{make}() must return the example inputs as a tuple of tensors", where,
+                           hint="keyword and non-tensor inputs are not supported; fix them inside the module")
+    return Model(module, tuple(args), result[2] if len(result) == 3 else None, file, make)
+
+
+def _export(model: Model):
+    """torch.export.export of the module in eval mode, decomposed to core ATen (recurrent layers kept whole)."""
+    import torch
+
+    module = model.module.eval()
+    with _user_code(model.file, "torch.export.export", _with_parent(model.file)), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own deprecation notes are not the user's business here
+        program = torch.export.export(module, model.args, dynamic_shapes=model.dynamic_shapes)
+        table = torch.export.default_decompositions()
+        for name in KEEP_WHOLE:
+            op, overload = name.split(".")
+            packet = getattr(torch.ops.aten, op, None)
+            if packet is not None and hasattr(packet, overload):
+                table.pop(getattr(packet, overload), None)
+        return program.run_decompositions(table)
+
+
+def dim_names(program, model: Model) -> dict:
+    """sympy Symbol -> name for the symbolic dims of the user inputs: the Dim's name from
+    dynamic_shapes, else '<input>_dim<k>'."""
+    named = _spec_dims(model)
+    names: dict = {}
+    inputs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for i, spec in enumerate(inputs):
+        val = nodes[spec.arg.name].meta.get("val")
+        for axis, size in enumerate(getattr(val, "shape", ())):
+            _name_dim(names, size, named.get((i, axis)), f"{spec.arg.name}_dim{axis}")
+    return names
+
+
+def _name_dim(names: dict, size, dim, fallback: str) -> None:
+    import torch
+
+    if not isinstance(size, torch.SymInt):
+        return
+    expr = size.node.expr
+    if expr.is_Symbol:
+        names.setdefault(expr, getattr(dim, "__name__", None) if _named(dim) else fallback)
+    elif len(expr.free_symbols) == 1 and _named(getattr(dim, "root", None)):
+        names.setdefault(next(iter(expr.free_symbols)), dim.root.__name__)
+
+
+def _named(dim) -> bool:
+    name = getattr(dim, "__name__", None)
+    return isinstance(name, str) and name.isidentifier()
+
+
+def _spec_dims(model: Model) -> dict[tuple[int, int], Any]:
+    """(input position, axis) -> the Dim object dynamic_shapes gives there."""
+    spec = model.dynamic_shapes
+    if spec is None:
+        return {}
+    if isinstance(spec, dict):
+        params = list(inspect.signature(model.module.forward).parameters)
+        spec = [spec.get(p) for p in params[:len(model.args)]]
+    out = {}
+    for i, per_arg in enumerate(spec if isinstance(spec, (tuple, list)) else []):
+        items = per_arg.items() if isinstance(per_arg, dict) else enumerate(per_arg or ())
+        for axis, dim in items:
+            out[(i, axis)] = dim
+    return out
+
+
+def model_fingerprint(model: Model) -> bytes:
+    """A digest of the module's structure, the source files of its classes, its state and the example inputs."""
+    import torch
+
+    h = hashlib.sha256()
+    h.update(repr(model.module).encode())
+    files = {inspect.getsourcefile(type(m)) or "" for m in model.module.modules()}
+    files |= {inspect.getsourcefile(k.fn) or "" for m in model.module.modules() if (k := getattr(m, "kernel", None))
+              and hasattr(k, "fn")}
+    for f in sorted(files):
+        if f and Path(f).is_file() and not library_file(Path(f)):
+            h.update(f.encode() + Path(f).read_bytes())
+    for key, t in list(model.module.state_dict().items()):
+        h.update(key.encode() + str(t.dtype).encode() + repr(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes() if t.dtype != torch.bfloat16 else b"")
+    for a in model.args:
+        h.update(str(a.dtype).encode() + repr(tuple(a.shape)).encode())
+    h.update(repr(model.dynamic_shapes).encode())
+    return h.digest()

@@ -1,0 +1,241 @@
+"""The FX graph visitor: an ExportedProgram becomes one IR function.
+
+User inputs become the parameters in order (their symbolic sizes named dims), then, with
+weights = "external", every float parameter and buffer (named after its state-dict key, in the
+program's order: parameters, then buffers). With weights = "embed" (the default) they are
+constants linked into the library, as are the tensor constants a forward creates. Only the
+nodes the outputs depend on are visited (torch's runtime shape asserts are not). Each
+`call_function` node goes through the table `HANDLERS` (filled by the aten_*.py modules and
+custom.py); its result is checked against the type torch recorded for it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from ...errors import KsbuildError, Location
+from ...ir.builder import Builder
+from ...ir.core import Atom, Func, Lit, Var
+from ...ir.types import Type
+from .capture import Captured, user_frame
+from .node import SYM_OPS, Dims, Node, ir_dtype
+
+HANDLERS: dict[Any, Callable[[Node], Any]] = {}
+"""'aten.<op>.<overload>' (or a Python function such as operator.getitem) -> handler(node) -> value."""
+
+
+def handler(*targets):
+    """Register the decorated function as the handler of these ATen overloads ('add.Tensor') or callables."""
+    def register(fn):
+        for t in targets:
+            HANDLERS["aten." + t if isinstance(t, str) else t] = fn
+        return fn
+    return register
+
+
+def c_name(name: str, prefix: str = "w") -> str:
+    """A state-dict key or node name as a C identifier."""
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"{prefix}{s}"
+
+
+class Importer:
+    """Imports one captured module into an IR function."""
+
+    def __init__(self, captured: Captured, weights: str = "embed"):
+        from . import aten_math, aten_nn, aten_shape, custom  # noqa: F401  (fill HANDLERS)
+        self.captured, self.weights = captured, weights
+        self.program = captured.program
+        self.file = str(captured.file)
+        self.dims = Dims(captured.dim_names)
+        self.b = Builder(Location(self.file))
+        self.env: dict[Any, Any] = {}
+
+    # ---- the graph ---------------------------------------------------------------------------------
+
+    def run(self, name: str) -> Func:
+        """The IR function of the program's graph."""
+        graph = self.program.graph
+        params = self.placeholders(graph)
+        live = _live(graph)
+        for node in graph.nodes:
+            if node.op == "call_function" and node in live:
+                self.visit(node)
+        out = next(n for n in graph.nodes if n.op == "output")
+        results = self.outputs(out)
+        names = ["y"] if len(results) == 1 else [f"y{i}" for i in range(len(results))]
+        return self.b.func(name, params, results, names)
+
+    def placeholders(self, graph) -> list[Var]:
+        """Parameters for the user inputs (and external weights); weights as constants otherwise."""
+        specs = {s.arg.name: s for s in self.program.graph_signature.input_specs}
+        inputs, weights = [], []
+        for node in (n for n in graph.nodes if n.op == "placeholder"):
+            spec = specs[node.name]
+            kind = spec.kind.name
+            if kind == "USER_INPUT":
+                inputs.append(self.user_input(node))
+            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+                p = self.weight(node, spec.target, kind)
+                if p is not None:
+                    weights.append(p)
+            else:
+                raise KsbuildError(f"the exported program has an input of kind {kind} ('{node.name}'), which is "
+                                   "not supported", Location(self.file))
+        self.check_dim_names(inputs)
+        return inputs + weights
+
+    def user_input(self, node) -> Var:
+        val = node.meta.get("val")
+        loc = Location(self.file, node=f"input '{node.name}'")
+        if not hasattr(val, "shape"):
+            raise KsbuildError(f"input '{node.name}' is a {type(val).__name__}; only tensor inputs are supported", loc)
+        p = Var(self.dims.type_of(val, loc), c_name(node.name, "x"))
+        self.env[node] = p
+        return p
+
+    def weight(self, node, target: str, kind: str) -> Var | None:
+        """A parameter, buffer or lifted constant: a new parameter (external weights) or a constant."""
+        from ...ops.create import array
+        tensor = self.program.state_dict.get(target)
+        if tensor is None:
+            tensor = self.program.constants.get(target)
+        loc = Location(self.file, node=f"{kind.lower()} '{target}'")
+        if tensor is None or not hasattr(tensor, "detach"):
+            raise KsbuildError(f"the value of {kind.lower()} '{target}' is not in the exported program", loc)
+        dtype = ir_dtype(tensor.dtype, loc)
+        if self.weights == "external" and kind != "CONSTANT_TENSOR" and dtype in ("f32", "f64"):
+            p = Var(Type(dtype, tuple(int(d) for d in tensor.shape)), c_name(target))
+            self.env[node] = p
+            return p
+        self.b.loc = loc
+        self.env[node] = array(self.b, tensor.detach().cpu().contiguous().numpy())
+        return None
+
+    def check_dim_names(self, inputs: list[Var]) -> None:
+        taken = {p.hint for p in inputs}
+        for name in self.captured.dim_names.values():
+            if name in taken:
+                raise KsbuildError(f"the dim '{name}' has the name of an input; give the Dim another name",
+                                   Location(self.file))
+
+    def outputs(self, out) -> list[Atom]:
+        results = []
+        for i, r in enumerate(_flat(out.args[0])):
+            v = self.env.get(r) if hasattr(r, "op") else r
+            if not isinstance(v, (Var, Lit)):
+                raise KsbuildError(f"output {i} of the model is a {type(v).__name__}; only tensor outputs are "
+                                   "supported", Location(self.file))
+            results.append(v)
+        for spec in self.program.graph_signature.output_specs:
+            if spec.kind.name != "USER_OUTPUT":
+                raise KsbuildError(f"the model's forward updates {spec.kind.name.lower()} '{spec.target}'; only "
+                                   "pure forwards (eval mode) are supported", Location(self.file))
+        return results
+
+    # ---- nodes -------------------------------------------------------------------------------------
+
+    def target_name(self, node) -> str:
+        t = node.target
+        return str(t) if hasattr(t, "_schema") else getattr(t, "__name__", str(t))
+
+    def node_loc(self, node) -> Location:
+        """The user's line that made the node (from its stack trace), naming the node and its op."""
+        import traceback
+        label = f"{node.name} ({self.target_name(node)})"
+        trace = node.meta.get("stack_trace") or ""
+        frames = traceback.StackSummary.from_list(_parse_trace(trace))
+        loc = user_frame(frames, self.captured.file)
+        return Location(loc.file, loc.line, loc.col, None, loc.source_line, label) if loc else \
+            Location(self.file, node=label)
+
+    def visit(self, node) -> None:
+        loc = self.node_loc(node)
+        self.b.loc = loc
+        if node.target in SYM_OPS:
+            self.env[node] = self.sym_op(node, loc)
+            return
+        fn = HANDLERS.get(self.target_name(node)) or HANDLERS.get(node.target)
+        if fn is None:
+            fn = _custom_handler(node)
+        if fn is None:
+            raise KsbuildError(f"the ATen op {self.target_name(node)} is not supported", loc,
+                               hint="see docs/torch-export.md for the supported ops")
+        n = Node(self, node, loc)
+        try:
+            result = fn(n)
+        except KsbuildError as e:
+            raise e.at(loc) from None
+        self.env[node] = self.checked(node, result, loc)
+
+    def sym_op(self, node, loc: Location):
+        """Size arithmetic on SymInts (x.size(0) * 4): the dim expression."""
+        a, b = (self.value(v) for v in node.args)
+        if not all(isinstance(v, (int, str)) for v in (a, b)):
+            raise KsbuildError(f"{self.target_name(node)} of {a!r} and {b!r} is not size arithmetic", loc)
+        return SYM_OPS[node.target](a, b)
+
+    def value(self, v):
+        """An FX argument as an atom, a dim, a number or a list of them."""
+        if hasattr(v, "op") and hasattr(v, "meta"):
+            if v not in self.env:
+                raise KsbuildError(f"'{v.name}' is used before it is defined", self.b.loc)
+            return self.env[v]
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.value(e) for e in v)
+        import torch
+        if isinstance(v, torch.SymInt):
+            return self.dims.of(v, self.b.loc)
+        return v
+
+    def checked(self, node, result, loc: Location):
+        """The handler's result, checked against the dtype and shape torch gives the node."""
+        val = node.meta.get("val")
+        pairs = zip(result, val) if isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)) else \
+            [(result, val)]
+        for r, v in pairs:
+            if isinstance(r, (Var, Lit)) and hasattr(v, "shape"):
+                want = self.dims.type_of(v, loc)
+                if r.type != want:
+                    raise KsbuildError(f"internal error: {self.target_name(node)} gave {r.type} where torch has "
+                                       f"{want}", loc, hint="please report this with the model")
+        return result
+
+
+def _custom_handler(node):
+    from .custom import is_ksbuild_op, ksbuild_op
+    return ksbuild_op if is_ksbuild_op(node.target) else None
+
+
+def _live(graph) -> set:
+    """The nodes the output depends on."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    live, todo = set(), [out]
+    while todo:
+        n = todo.pop()
+        if n in live:
+            continue
+        live.add(n)
+        todo.extend(n.all_input_nodes)
+    return live
+
+
+def _flat(v) -> list:
+    if isinstance(v, (list, tuple)):
+        return [x for e in v for x in _flat(e)]
+    return [v]
+
+
+_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _parse_trace(text: str) -> list[tuple[str, int, str, str]]:
+    """(file, line, function, code) for each frame of an FX node's recorded stack trace."""
+    frames = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+            frames.append((m[1], int(m[2]), m[3], code))
+    return frames
