@@ -29,7 +29,7 @@ alignas(16) static const float ks_data_15[64] = {0.20948176085948944f, 0.2171222
 //   torch.export: the forward's inputs, then nothing else: parameters and buffers are linked into the library; results are the forward's outputs, flattened
 extern "C" int mnist_classify(int64_t batch, const float* input, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr) return ks::status::err_null;
+    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch)) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
