@@ -145,20 +145,21 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws) + body + w.lines + ["    return ks::status::ok;"]
+    lines = _prologue(dims, w.ws, f"{package}_{name}") + body + w.lines + ["    return ks::status::ok;"]
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
     return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
                       w.ws.size_expr(), bool(w.ws.offsets))
 
 
-def _prologue(dims: list[str], ws: Workspace) -> list[str]:
+def _prologue(dims: list[str], ws: Workspace, c_name: str) -> list[str]:
     """Argument checks: negative dims, a missing workspace."""
     lines = []
     if dims:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
     if ws.offsets:
         # NULL is fine when the size is 0 (a zero-sized dim), as P_E_workspace_size promises
-        lines.append(f"    if (workspace == nullptr && ({ws.size_expr()}) != 0) return ks::status::err_null;")
+        lines.append(f"    if (workspace == nullptr && {c_name}_workspace_size({', '.join(dims)}) != 0) "
+                     "return ks::status::err_null;")
         lines += ws.prologue()
     return lines
 

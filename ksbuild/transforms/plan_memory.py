@@ -9,7 +9,7 @@ that is not a view):
 - `reuse v`: an in-place update (index_add, contract with an accumulator) writing into the
   buffer of its operand v, which nothing reads afterwards;
 - `slot s`: workspace slot s. Values whose lifetimes do not overlap share a slot when they have
-  the same element type and shape, so the workspace is the sum of the slots.
+  the same element type and number of elements, so the workspace is the sum of the slots.
 Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
 no memory of their own: a view keeps the buffer it points into alive.
 
@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..ir.core import Atom, Eqn, Func, Var
-from ..ir.types import Type
+from ..ir.types import Type, dim_mul
 
 INPLACE_BASE = {"index_add": 0, "index_set": 0, "scatter_add": 0}  # prims that may update their operand in place
 
@@ -220,19 +220,30 @@ class _Walk:
     def plan(self) -> Plan:
         """Slots for the owned buffers without another place, reusing a slot whose last occupant died."""
         slots: list[Type] = []
+        keys: list[tuple] = []
         free_at: list[int] = []  # slot -> last position its occupant is read
         roots = sorted((v for v in self.defined if v not in self.places and v.type.rank),
                        key=lambda v: (self.defined[v], v.uid))
         for v in roots:
             start, end = self.defined[v], self.last.get(v, self.defined[v])
-            k = next((i for i, t in enumerate(slots) if t == v.type and free_at[i] < start), None)
+            key = _slot_key(v.type)
+            k = next((i for i, kk in enumerate(keys) if kk == key and free_at[i] < start), None)
             if k is None:
                 slots.append(v.type)
+                keys.append(key)
                 free_at.append(end)
                 k = len(slots) - 1
             free_at[k] = max(free_at[k], end)
             self.places[v] = Place("slot", k)
         return Plan(MappingProxyType(dict(self.places)), tuple(slots))
+
+
+def _slot_key(t: Type) -> tuple:
+    """What values sharing a slot must agree on: element type and element count ([n, 4] fits [4*n])."""
+    n = 1
+    for d in t.shape:
+        n = dim_mul(n, d)
+    return t.dtype, n
 
 
 def _reads_from(f: Func) -> list[set]:

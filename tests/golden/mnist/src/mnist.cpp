@@ -29,14 +29,12 @@ alignas(16) static const float ks_data_15[64] = {0.20948176085948944f, 0.2171222
 //   torch.export: the forward's inputs, then nothing else: parameters and buffers are linked into the library; results are the forward's outputs, flattened
 extern "C" int mnist_classify(int64_t batch, const float* input, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && mnist_classify_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((256*batch));
     float* const prod18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
     float* const tmp23 = reinterpret_cast<float*>(next_slot);
@@ -45,8 +43,6 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     next_slot += ks::aligned_bytes<float>(128);
     float* const tmp30 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp53 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((128*batch));
     float* const prod63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
     float* const tmp68 = reinterpret_cast<float*>(next_slot);
@@ -55,8 +51,6 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     next_slot += ks::aligned_bytes<float>(64);
     float* const tmp75 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp98 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((64*batch));
     float* const prod108 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
     float* const tmp113 = reinterpret_cast<float*>(next_slot);
@@ -86,6 +80,7 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
             tmp[i4 * 256 + i5] = t7;
         }
     }
+    float* const tmp8 = prod;  // reuses a dead buffer's space
     for (int64_t i9 = 0; i9 < (256*batch); ++i9) {
         const float x_i10 = tmp[i9];
         const bool t11 = (x_i10 < 0.0f);
@@ -146,6 +141,7 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
             tmp47[i48 * 128 + i49] = t52;
         }
     }
+    float* const tmp53 = prod18;  // reuses a dead buffer's space
     for (int64_t i54 = 0; i54 < (128*batch); ++i54) {
         const float x_i55 = tmp47[i54];
         const bool t56 = (x_i55 < 0.0f);
@@ -206,6 +202,7 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
             tmp92[i93 * 64 + i94] = t97;
         }
     }
+    float* const tmp98 = prod63;  // reuses a dead buffer's space
     for (int64_t i99 = 0; i99 < (64*batch); ++i99) {
         const float x_i100 = tmp92[i99];
         const bool t101 = (x_i100 < 0.0f);
@@ -274,6 +271,6 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
 }
 
 extern "C" size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 

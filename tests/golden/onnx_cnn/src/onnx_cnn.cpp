@@ -19,7 +19,7 @@ alignas(16) static const float ks_data_5[10] = {0.24606382846832275f, 0.08492010
 //   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs
 extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 10)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
@@ -213,7 +213,7 @@ extern "C" size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
 //   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs
 extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18) + ks::aligned_bytes<float>(batch * 3 * 18 * 18)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
@@ -231,8 +231,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
     bool* const tmp40 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const tmp41 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
     float* const sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
     float* const packed59 = reinterpret_cast<float*>(next_slot);
@@ -245,24 +243,16 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 16);
     float* const tmp89 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp96 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
     float* const prod104 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9 * 72);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8);
-    float* const folded119 = reinterpret_cast<float*>(next_slot);
+    float* const tmp127 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const folded145 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
-    float* const tmp160 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const prod168 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256 * 27);
     float* const folded175 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
-    float* const folded184 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     (void)next_slot;
     for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
         padded[i] = 0.0f;
@@ -349,6 +339,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const tmp41 = prod;  // reuses a dead buffer's space
     for (int64_t i42 = 0; i42 < batch; ++i42) {
         for (int64_t i43 = 0; i43 < 8; ++i43) {
             for (int64_t i44 = 0; i44 < 8; ++i44) {
@@ -447,6 +438,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const tmp96 = prod67;  // reuses a dead buffer's space
     for (int64_t i97 = 0; i97 < batch; ++i97) {
         for (int64_t i98 = 0; i98 < 16; ++i98) {
             for (int64_t i99 = 0; i99 < 3; ++i99) {
@@ -491,6 +483,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const folded119 = max;  // reuses a dead buffer's space
     for (int64_t i120 = 0; i120 < batch * 8 * 8 * 8; ++i120) {
         folded119[i120] = 0.0f;
     }
@@ -507,7 +500,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const tmp127 = max;  // reuses a dead buffer's space
     for (int64_t i128 = 0; i128 < batch; ++i128) {
         for (int64_t i129 = 0; i129 < 8; ++i129) {
             for (int64_t i130 = 0; i130 < 8; ++i130) {
@@ -520,7 +512,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const tmp135 = tmp41;  // reuses a dead buffer's space
+    float* const tmp135 = prod;  // reuses a dead buffer's space
     for (int64_t i136 = 0; i136 < batch; ++i136) {
         for (int64_t i137 = 0; i137 < 8; ++i137) {
             for (int64_t i138 = 0; i138 < 8; ++i138) {
@@ -537,6 +529,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const folded145 = tmp;  // reuses a dead buffer's space
     for (int64_t i146 = 0; i146 < batch * 8 * 8 * 2 * 16; ++i146) {
         folded145[i146] = 0.0f;
     }
@@ -553,7 +546,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded153 = tmp;  // reuses a dead buffer's space
+    float* const folded153 = prod;  // reuses a dead buffer's space
     for (int64_t i154 = 0; i154 < batch * 8 * 16 * 16; ++i154) {
         folded153[i154] = 0.0f;
     }
@@ -568,6 +561,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const tmp160 = tmp;  // reuses a dead buffer's space
     for (int64_t i161 = 0; i161 < batch; ++i161) {
         for (int64_t i162 = 0; i162 < 8; ++i162) {
             for (int64_t i163 = 0; i163 < 16; ++i163) {
@@ -612,6 +606,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
+    float* const folded184 = padded5;  // reuses a dead buffer's space
     for (int64_t i185 = 0; i185 < batch * 3 * 18 * 18; ++i185) {
         folded184[i185] = 0.0f;
     }
@@ -641,6 +636,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18) + ks::aligned_bytes<float>(batch * 3 * 18 * 18);
+    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
 }
 

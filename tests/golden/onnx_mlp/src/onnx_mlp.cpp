@@ -18,7 +18,7 @@ alignas(16) static const float ks_data_4[32] = {0.07610663026571274f, 0.08740805
 //   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs
 extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_mlp_mlp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
@@ -97,7 +97,7 @@ extern "C" size_t onnx_mlp_mlp_workspace_size(int64_t batch) {
 //   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs
 extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_mlp_mlp_jvp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
@@ -201,7 +201,7 @@ extern "C" size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch) {
 //   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs
 extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_mlp_loss_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
@@ -289,7 +289,7 @@ extern "C" size_t onnx_mlp_loss_workspace_size(int64_t batch) {
 //   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs
 extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out_d_mlp_fc1_weight, float* out_d_mlp_fc1_bias, float* out_d_mlp_fc2_weight, float* out_d_mlp_fc2_bias, float* out_d_mlp_out_weight, float* out_d_mlp_out_bias, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && onnx_mlp_loss_grad_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);

@@ -9,7 +9,7 @@
 //   (x: f32[n]) -> (f32)
 extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(n)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && sqrl_sqrl_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const t2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
@@ -58,7 +58,7 @@ extern "C" size_t sqrl_sqrl_workspace_size(int64_t n) {
 //   (x: f32[n], ct: f32) -> (f32[n])
 extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && sqrl_sqrl_vjp_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
@@ -145,7 +145,7 @@ extern "C" size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
 //   (x: f32[n1, n]) -> (f32[n1])
 extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspace) {
     if (n1 < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && sqrl_vsqrl_workspace_size(n1, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
@@ -213,7 +213,7 @@ extern "C" size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n) {
 //   (x: f32[n1, n], ct: f32[n1]) -> (f32[n1, n])
 extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float* out, void* workspace) {
     if (n1 < 0 || n < 0) return ks::status::err_shape;
-    if (workspace == nullptr && (ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n)) != 0) return ks::status::err_null;
+    if (workspace == nullptr && sqrl_vsqrl_vjp_workspace_size(n1, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
