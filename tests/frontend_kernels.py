@@ -75,3 +75,45 @@ def f_dtypes(x: "float[n]") -> "float[n]":
     ones = torch.ones(x.shape[0], dtype=torch.float64)
     count = torch.zeros(x.shape[0], dtype=torch.int64)
     return x * idx + ones + count.to(torch.float64) + x.sum().item()
+
+
+def f_math_more(x: float, y: float) -> float:
+    return math.hypot(x, y) + math.copysign(2.0, y) + math.erf(x) + math.log10(x * x + 1.0) + math.tanh(y) \
+        + (0.0 if math.isnan(x) else x) + round(y * 3.0)
+
+
+def f_activations(x: "float[n]") -> "float[n]":
+    return (F.gelu(x) + F.silu(x) + F.softplus(x) + F.elu(x) + F.leaky_relu(x, 0.1) + F.selu(x)
+            + F.logsigmoid(x) + F.hardtanh(x) + F.relu6(3.0 * x) + F.mish(x) + torch.erf(x)
+            + torch.special.expit(x) + F.gelu(x, approximate="tanh"))
+
+
+def f_stats(x: "float[n, d]") -> "float[n]":
+    return (x.var(dim=1) + x.std(dim=1, unbiased=False) + torch.linalg.norm(x, dim=1) + x.norm(dim=-1)
+            + torch.prod(x, dim=1) + torch.cumsum(x, dim=1)[:, -1] + F.normalize(x, dim=1)[:, 0])
+
+
+def f_max_dim(x: "float[n, k]") -> "float[n]":
+    v, i = torch.max(x, dim=1)
+    w = torch.min(x, 1).values
+    return v + w * torch.argmax(x, dim=1) + i
+
+
+def f_gather(x: "float[n, c]", idx: "i64[n]", rows: "i64[m]") -> "float[m]":
+    picked = x.gather(1, idx.unsqueeze(1)).squeeze(1)
+    return x[rows].sum(1) + picked[rows] + torch.index_select(x, 0, rows)[:, 0]
+
+
+def f_losses_more(z: "float[n, c]", y: "i64[n]", t: "float[n]") -> float:
+    return (F.cross_entropy(z, y) + F.nll_loss(F.log_softmax(z, 1), y, reduction="sum")
+            + F.binary_cross_entropy_with_logits(z[:, 0], t) + F.smooth_l1_loss(z[:, 1], t)
+            + F.cosine_similarity(z, z * 2.0 + 1.0).sum())
+
+
+def f_shapes_more(x: "float[n, 3]") -> "float[n, 6]":
+    e = x[:, :1].expand(-1, 3) + torch.tensor([1.0, 2.0, 3.0])
+    return torch.cat([x.repeat(1, 1) * torch.flip(e, [1]), F.pad(x, (1, 2))[:, :3]], dim=1)
+
+
+def f_matrix_more(a: "float[n, n]", b: "float[n, n]") -> float:
+    return torch.trace(a) + torch.diagonal(a @ b).sum() + torch.einsum("ij,jk,kl->il", a, b, a).sum()

@@ -39,12 +39,20 @@ CASES = {
     "f_dropout_eval": lambda: (r(5),),
     "f_masks": lambda: (r(6), r(6, seed=3)),
     "f_dtypes": lambda: (r(5),),
+    "f_activations": lambda: (r(7),),
+    "f_stats": lambda: (r(4, 3),),
+    "f_max_dim": lambda: (r(5, 4),),
+    "f_gather": lambda: (r(5, 4), np.array([0, 3, 1, 2, 3]), np.array([4, 0, 0, 2])),
+    "f_losses_more": lambda: (r(6, 3), np.array([0, 2, 1, 1, 0, 2]), np.random.default_rng(5).random(6)),
+    "f_shapes_more": lambda: (r(4, 3),),
+    "f_matrix_more": lambda: (r(3, 3), r(3, 3, seed=2)),
 }
 
 
 def torch_run(name, args):
-    """(torch results as arrays, their vjp with cotangents from a fixed rng)."""
-    ts = [torch.tensor(a, requires_grad=True) for a in args]
+    """(torch results as arrays, their vjp with cotangents from a fixed rng; int inputs get no gradient)."""
+    ts = [torch.tensor(a, requires_grad=np.asarray(a).dtype.kind == "f") for a in args]
+    floats = [t for t in ts if t.requires_grad]
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -52,8 +60,8 @@ def torch_run(name, args):
     finally:
         torch.set_default_dtype(old)
     ct = np.random.default_rng(7).standard_normal(tuple(out.shape))
-    grads = torch.autograd.grad(out, ts, torch.tensor(ct), allow_unused=True)
-    return out.detach().numpy(), ct, [np.zeros_like(a) if g is None else g.numpy() for a, g in zip(args, grads)]
+    grads = torch.autograd.grad(out, floats, torch.tensor(ct), allow_unused=True)
+    return out.detach().numpy(), ct, [np.zeros(tuple(t.shape)) if g is None else g.numpy() for t, g in zip(floats, grads)]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -87,3 +95,25 @@ def test_compiled_matches_torch(package, name):
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, grads):
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11)
+
+
+SCALAR_CASES = {"f_math_more": [(0.7, -1.3), (-2.0, 0.4), (0.1, 2.2)]}
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR_CASES))
+def test_scalar_math_against_python_and_finite_differences(name):
+    """math.* kernels: the value against Python's math, the vjp against central differences."""
+    f = compile_python_kernel(FILE, name, "f64")
+    g = vjp_func(f)
+    for args in SCALAR_CASES[name]:
+        want = getattr(K, name)(*args)
+        assert float(eval_func(f, list(args))[0]) == pytest.approx(want, rel=1e-12)
+        grads = eval_func(g, list(args) + [1.0])
+        for k in range(len(args)):
+            h = 1e-6
+            up = list(args)
+            dn = list(args)
+            up[k] += h
+            dn[k] -= h
+            fd = (getattr(K, name)(*up) - getattr(K, name)(*dn)) / (2 * h)
+            assert float(grads[k]) == pytest.approx(fd, rel=1e-5, abs=1e-6)

@@ -216,14 +216,25 @@ def _clamp(fc, b, args, node):
     return _minmax("min", min)(fc, b, [x, args[2]], node)
 
 
+def _round(fc, b, args, node):
+    """Python's round(x): the nearest integer (ties to even), as an int."""
+    _arity(fc, args, 1, node, "round")
+    (x,) = args
+    if isinstance(x, Const):
+        return Const(round(x.value))
+    from ..ops.math import round_half_even
+    x = fc.numeric(x, node)
+    return b.convert(round_half_even(b, x), dtype="i64") if x.type.is_float else x
+
+
 LIBRARY = {name: _unary(name) for name in UNARY_MATH}
 LIBRARY.update({
     "max": _minmax("max", max), "min": _minmax("min", min),
     "maximum": _minmax("max", max), "minimum": _minmax("min", min),
     "float": _cast(lambda fc: fc.float_dtype), "int": _cast(lambda fc: "i64"),
-    "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp,
+    "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp, "round": _round,
 })
-BUILTINS = {"abs", "max", "min", "float", "int", "pow"}
+BUILTINS = {"abs", "max", "min", "float", "int", "pow", "round"}
 MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor", "lgamma",
               "pow", "atan2"}
 TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor", "lgamma",

@@ -423,8 +423,9 @@ class KernelCompiler:
         table = tensors.NAMESPACES.get(target[0], {})
         if target[1] in table:
             return table[target[1]](self, b, args, kw, e)
-        if target[0] in ("F", "linalg", "nn"):
-            shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn"}[target[0]]
+        if target[0] in ("F", "linalg", "nn", "special"):
+            shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
+                     "special": "torch.special"}[target[0]]
             raise self.src.error(e.func, f"unsupported function '{shown}.{target[1]}'",
                                  hint=f"supported: {', '.join(sorted(table)) or 'none'}")
         if target == ("builtin", "len") and len(args) == 1:
@@ -499,6 +500,8 @@ class KernelCompiler:
             raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
                                  hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
+        if isinstance(x, tuple) and e.attr in getattr(x, "_fields", ()):  # torch.max(x, 1).values
+            return getattr(x, e.attr)
         if e.attr == "shape" and isinstance(x, Var):
             return tuple(tensors.dim_value(d) for d in x.type.shape)
         if e.attr == "T":
@@ -568,7 +571,8 @@ class KernelCompiler:
         return self.as_atom(b, x, t.with_shape(_shape(x)), node), self.as_atom(b, y, t.with_shape(_shape(y)), node)
 
 
-SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F"}
+SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F",
+              ("torch", "special"): "special"}
 
 
 def _shape(v: Value):

@@ -15,7 +15,7 @@ from .scope import Const
 
 # importable modules -> the namespace their functions are looked up in
 KNOWN_MODULES = {"math": "math", "torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F",
-                 "torch.linalg": "linalg"}
+                 "torch.linalg": "linalg", "torch.special": "special"}
 _MATH_FOLD = {"log", "log2", "log10", "log1p", "exp", "sqrt", "sin", "cos", "tan", "atan", "lgamma", "pow"}
 _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}

@@ -146,7 +146,9 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
             x = _slice(fc, b, scope, x, axis, it)
             axis += 1
         else:
-            x = _take(fc, b, x, axis, fc.expr(b, scope, it), it)
+            i = fc.expr(b, scope, it)
+            x = _take(fc, b, x, axis, i, it)
+            axis += i.type.rank if isinstance(i, Atom) and not isinstance(i, Lit) else 0
     return x
 
 
@@ -246,6 +248,9 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
+    if isinstance(i, Atom) and not isinstance(i, Lit) and i.type.rank and i.type.dtype in ("i32", "i64"):
+        from ..ops.index import gather  # x[idx] with an integer tensor: numpy's take (negative indices wrap)
+        return gather(b, x, i if i.type.dtype == "i64" else b.convert(i, dtype="i64"), axis)
     return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
 
 
@@ -297,8 +302,8 @@ def _max_or_min(kind: str):
             from .mathlib import LIBRARY
             return LIBRARY["maximum" if kind == "max" else "minimum"](fc, b, args, node)
         if len(args) > 1 or kw:
-            raise fc.src.error(node, f"torch.{kind}(x, dim) returns indices and is not supported",
-                               hint=f"use torch.a{kind}(x, dim=...) for the values")
+            from .torch_more import max_with_dim
+            return max_with_dim(kind == "max")(fc, b, args, kw, node)
         return _reduce(reduce.amax if kind == "max" else reduce.amin)(fc, b, args, kw, node)
     return fn
 
@@ -643,4 +648,16 @@ F_FUNCS = {
     "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
     "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "dropout": _dropout,
 }
-NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": {}, "nn": {}}
+LINALG: dict = {}
+MATH_EXTRA: dict = {}  # math.* beyond the scalar library (erf, hypot, isnan, ...)
+SPECIAL: dict = {}
+NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "special": SPECIAL,
+              "math": MATH_EXTRA}
+
+
+def _register_more():
+    from .torch_more import register
+    register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
+
+
+_register_more()

@@ -1,0 +1,514 @@
+"""More of torch for the Python frontend: elementwise math, activations, losses, statistics,
+indexing with tensors, cumulative ops. Each entry parses torch's calling convention and calls the
+op library (ksbuild/ops), like tensors.py; `register` adds them to its tables.
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+from ..ir.core import Atom, Lit
+from ..ir.types import Type
+from ..ops import activations, create, index, linalg, nn, reduce
+from ..ops import math as math_ops
+from ..ops import shape as shape_ops
+from .scope import Const
+from .tensors import _arg, _two_floats, axes_arg, float_tensor, int_const, norm_axis, tensor
+
+# torch.max(x, dim) and friends return a pair with .values and .indices
+ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def _c(x: Atom, v: float) -> Lit:
+    return Lit(float(v), Type(x.type.dtype))
+
+
+def _float_kw(fc, args, kw, pos, name, node, default: float) -> float:
+    v = _arg(fc, args, kw, pos, name, node, Const(default))
+    if not isinstance(v, Const):
+        raise fc.src.error(node, f"'{name}' must be a number literal here")
+    return float(v.value)
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+def _unary(op):
+    """torch.f(x) for an op of ops/math or ops/activations taking (b, x)."""
+    def fn(fc, b, args, kw, node):
+        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _prim_unary(name: str):
+    def fn(fc, b, args, kw, node):
+        return getattr(b, name)(float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _erfc(b, x):
+    return b.sub(_c(x, 1.0), b.erf(x))
+
+
+def _log_base(base: float):
+    def op(b, x):
+        return b.mul(b.log(x), _c(x, 1.0 / math.log(base)))
+    return op
+
+
+def _rsqrt(b, x):
+    return b.div(_c(x, 1.0), b.sqrt(x))
+
+
+def _logsigmoid(b, x):
+    return b.neg(activations.softplus(b, b.neg(x)))
+
+
+def _clamp_between(lo: float, hi: float):
+    def op(b, x):
+        return math_ops.clamp(b, x, _c(x, lo), _c(x, hi))
+    return op
+
+
+def _hypot(fc, b, args, kw, node):
+    x, y = _two_floats(fc, b, args[:2], node, "hypot")
+    return b.sqrt(b.add(b.mul(x, x), b.mul(y, y)))
+
+
+def _logaddexp(fc, b, args, kw, node):
+    x, y = _two_floats(fc, b, args[:2], node, "logaddexp")
+    m = b.max(x, y)
+    return b.add(m, b.log1p(b.exp(b.neg(b.abs(b.sub(x, y))))))
+
+
+def _predicate(op):
+    def fn(fc, b, args, kw, node):
+        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _isfinite(b, x):
+    return math_ops.logical_not(b, math_ops.logical_or(b, math_ops.isnan(b, x), math_ops.isinf(b, x)))
+
+
+# ---- activations (torch.nn.functional) -----------------------------------------------------------
+
+def _gelu(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return activations.gelu(b, x, _arg(fc, args, kw, 1, "approximate", node, "none"))
+
+
+def _with_alpha(op, name: str, default: float):
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        return op(b, x, _float_kw(fc, args, kw, 1, name, node, default))
+    return fn
+
+
+def _selu(b, x):
+    # torch's constants (Klambauer et al. 2017)
+    return activations.selu(b, x, 1.6732632423543772, 1.0507009873554805)
+
+
+def _softplus(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    beta = _float_kw(fc, args, kw, 1, "beta", node, 1.0)
+    if beta == 1.0:
+        return activations.softplus(b, x)
+    return b.div(activations.softplus(b, b.mul(x, _c(x, beta))), _c(x, beta))
+
+
+# ---- reductions and statistics --------------------------------------------------------------------
+
+def _var_std(std: bool):
+    """x.var(dim=None, unbiased=True, keepdim=False) (also correction=): Σ(x - mean)² / (N - correction)."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
+        unbiased = _arg(fc, args, kw, 2, "unbiased", node, Const(True))
+        correction = kw.get("correction", Const(1 if unbiased.value else 0))
+        keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
+        mu = reduce.mean(b, x, axes, keepdim=True)
+        ss = reduce.sum(b, b.ipow(b.sub(x, mu), n=2), axes, keepdim=keep.value)
+        from ..ops._util import numel
+        count = numel([x.type.shape[a] for a in axes])
+        denom = b.sub(_count(b, count, x.type.dtype), _c(x, correction.value))
+        v = b.div(ss, denom)
+        return b.sqrt(v) if std else v
+    return fn
+
+
+def _count(b, n, dtype: str) -> Atom:
+    if isinstance(n, int):
+        return Lit(float(n), Type(dtype))
+    return b.convert(b.dim_size(dim=n), dtype=dtype)
+
+
+def _norm(fc, b, args, kw, node):
+    """torch.norm / torch.linalg.norm / x.norm(p=2, dim=None, keepdim=False) for vector p-norms."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    p = _arg(fc, args, kw, 1, "p", node, kw.get("ord", Const(2)))
+    axes = axes_arg(fc, _arg(fc, args, kw, 2, "dim", node, None), x.type.rank, node)
+    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
+    if not isinstance(p, Const) or isinstance(p.value, bool):
+        raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
+    if p.value == 2:
+        return b.sqrt(reduce.sum(b, b.ipow(x, n=2), axes, keep))
+    if p.value == 1:
+        return reduce.sum(b, b.abs(x), axes, keep)
+    if math.isinf(p.value):
+        return (reduce.amax if p.value > 0 else reduce.amin)(b, b.abs(x), axes, keep)
+    s = reduce.sum(b, b.pow(b.abs(x), _c(x, p.value)), axes, keep)
+    return b.pow(s, _c(x, 1.0 / p.value))
+
+
+def _prod(fc, b, args, kw, node):
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
+    return reduce.prod(b, x, axes, _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value)
+
+
+def _cumulative(op):
+    def fn(fc, b, args, kw, node):
+        x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
+        return op(b, x, norm_axis(fc, axis, x.type.rank, node))
+    return fn
+
+
+def _arg_ext(largest: bool):
+    """torch.argmax(x, dim=None, keepdim=False): the first position of the maximum (flattened without dim)."""
+    def fn(fc, b, args, kw, node):
+        x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        dim = _arg(fc, args, kw, 1, "dim", node, None)
+        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
+        if dim is None:
+            flat = shape_ops.reshape(b, x, (-1,)) if x.type.rank != 1 else x
+            return index.arg_extremum(b, flat, 0, False, largest)
+        return index.arg_extremum(b, x, int_const(fc, dim, node, "dim"), keep, largest)
+    return fn
+
+
+def max_with_dim(largest: bool):
+    """torch.max(x, dim, keepdim=False) -> (values, indices), with .values and .indices."""
+    def fn(fc, b, args, kw, node):
+        x = tensor(fc, b, args[0], node)
+        dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
+        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
+        axes = axes_arg(fc, Const(dim), x.type.rank, node)
+        values = (reduce.amax if largest else reduce.amin)(b, x, axes, keep)
+        return ValuesIndices(values, index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest))
+    return fn
+
+
+# ---- indexing with tensors -------------------------------------------------------------------------
+
+def _gather(fc, b, args, kw, node):
+    """torch.gather(x, dim, index): out[i][j] = x[i][index[i][j]] along dim."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
+    idx = tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)
+    return index.gather_elements(b, x, _i64(b, idx), axis)
+
+
+def _index_select(fc, b, args, kw, node):
+    """torch.index_select(x, dim, index): whole slices of x picked along dim."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
+    return index.gather(b, x, _i64(b, tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)), axis)
+
+
+def _i64(b, idx: Atom) -> Atom:
+    return idx if idx.type.dtype == "i64" else b.convert(idx, dtype="i64")
+
+
+def _embedding(fc, b, args, kw, node):
+    idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    weight = tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
+    return index.gather(b, weight, _i64(b, idx), 0)
+
+
+def _one_hot(fc, b, args, kw, node):
+    idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    n = int_const(fc, _arg(fc, args, kw, 1, "num_classes", node), node, "num_classes")
+    return index.one_hot(b, _i64(b, idx), n, Lit(0, Type("i64")), Lit(1, Type("i64")))
+
+
+def _diagonal(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    if x.type.rank != 2:
+        raise fc.src.error(node, f"diagonal of {x.type}: matrices only")
+    return linalg.einsum_many(b, "ii->i", [x])
+
+
+def _trace(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return linalg.einsum_many(b, "ii->", [x])
+
+
+def _einsum(fc, b, args, kw, node):
+    """torch.einsum(spec, *operands) with any number of operands (and ... / repeated letters)."""
+    if not args or not isinstance(args[0], str):
+        raise fc.src.error(node, "torch.einsum takes a spec string and its operands")
+    ops = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+    xs = [float_tensor(fc, b, a, node) for a in ops]
+    if len(xs) == 2 and "..." not in args[0]:
+        x, y = fc.unify(b, xs[0], xs[1], node)
+        spec = args[0].replace(" ", "")
+        lhs = spec.split("->")[0].split(",")
+        if "->" in spec and all(len(set(t)) == len(t) for t in lhs):
+            return linalg.einsum(b, args[0], x, y)
+    return linalg.einsum_many(b, args[0], xs)
+
+
+def _cdist(fc, b, args, kw, node):
+    """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
+    x, y = _two_floats(fc, b, args[:2], node, "cdist")
+    d = b.sub(shape_ops.unsqueeze(b, x, -2), shape_ops.unsqueeze(b, y, -3))
+    return b.sqrt(reduce.sum(b, b.ipow(d, n=2), [-1]))
+
+
+def _tensor_literal(fc, b, args, kw, node):
+    """torch.tensor([...]) of numbers: a constant (or of values: a stack)."""
+    import numpy as np
+    data = _arg(fc, args, kw, 0, "data", node)
+    from .tensors import _dtype_kw
+    dtype = _dtype_kw(fc, {k: v for k, v in kw.items() if k != "data"}, node, "")
+    values = _nested(data)
+    if all(isinstance(v, Const) for v in values):
+        arr = np.asarray(_consts(data), dtype=_np_dtype(dtype or _default(values, fc.float_dtype)))
+        return create.array(b, arr)
+    if isinstance(data, list) and all(not isinstance(v, list) for v in data):
+        xs = [tensor(fc, b, v, node) for v in data]
+        return shape_ops.stack(b, [x if not dtype or x.type.dtype == dtype else b.convert(x, dtype=dtype)
+                                   for x in xs], 0)
+    raise fc.src.error(node, "torch.tensor of nested lists of computed values is not supported",
+                       hint="use torch.stack")
+
+
+def _nested(v) -> list:
+    return [x for item in v for x in _nested(item)] if isinstance(v, (list, tuple)) else [v]
+
+
+def _consts(v):
+    return [_consts(x) for x in v] if isinstance(v, (list, tuple)) else v.value
+
+
+def _default(values, float_dtype: str) -> str:
+    kinds = {type(v.value) for v in values}
+    return float_dtype if float in kinds else "bool" if kinds == {bool} else "i64"
+
+
+def _np_dtype(dtype: str):
+    from ..ir.types import NUMPY_DTYPES
+    return NUMPY_DTYPES[dtype]
+
+
+# ---- torch.nn.functional extras ----------------------------------------------------------------
+
+def _reduce_loss(fc, b, e: Atom, args, kw, pos: int, node) -> Atom:
+    how = _arg(fc, args, kw, pos, "reduction", node, "mean")
+    if how not in ("mean", "sum", "none"):
+        raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
+    return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
+
+
+def _bce_logits(fc, b, args, kw, node):
+    """max(z, 0) - z·y + log(1 + e^-|z|), the stable form of -[y log σ(z) + (1-y) log(1-σ(z))]."""
+    z = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+    z, y = fc.unify(b, z, y, node)
+    e = b.sub(activations.softplus(b, z), b.mul(z, y))
+    return _reduce_loss(fc, b, e, args, kw, 4, node)
+
+
+def _bce(fc, b, args, kw, node):
+    p = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+    p, y = fc.unify(b, p, y, node)
+    # torch clamps the logs at -100
+    lo = _c(p, -100.0)
+    e = b.neg(b.add(b.mul(y, b.max(b.log(p), lo)), b.mul(b.sub(_c(p, 1.0), y), b.max(b.log1p(b.neg(p)), lo))))
+    return _reduce_loss(fc, b, e, args, kw, 3, node)
+
+
+def _nll(fc, b, logp: Atom, target: Atom, args, kw, node):
+    """-logp[i, target[i]] over rows (class axis 1), reduced."""
+    if logp.type.rank != 2 or target.type.rank != 1:
+        raise fc.src.error(node, f"class-index targets with [N, C] inputs are supported, got {logp.type} and "
+                                 f"{target.type}")
+    picked = index.gather_elements(b, logp, shape_ops.unsqueeze(b, _i64(b, target), 1), 1)
+    return _reduce_loss(fc, b, b.neg(shape_ops.squeeze(b, picked, [1])), args, kw, 4, node)
+
+
+def _cross_entropy(fc, b, args, kw, node):
+    logits = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    target = tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+    return _nll(fc, b, reduce.log_softmax(b, logits, 1), target, args, kw, node)
+
+
+def _nll_loss(fc, b, args, kw, node):
+    logp = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return _nll(fc, b, logp, tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node), args, kw, node)
+
+
+def _smooth_l1(fc, b, args, kw, node):
+    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
+                       node, "smooth_l1_loss")
+    beta = _float_kw(fc, args, kw, 4, "beta", node, 1.0)
+    d = b.abs(b.sub(x, y))
+    e = b.select(b.lt(d, _c(d, beta)), b.div(b.mul(_c(d, 0.5), b.ipow(d, n=2)), _c(d, beta)),
+                 b.sub(d, _c(d, 0.5 * beta)))
+    return _reduce_loss(fc, b, e, args, kw, 3, node)
+
+
+def _normalize(fc, b, args, kw, node):
+    """F.normalize(x, p=2, dim=1, eps=1e-12): x / max(‖x‖_p, eps) along dim."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    p = _float_kw(fc, args, kw, 1, "p", node, 2.0)
+    axis = int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(1)), node, "dim")
+    eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-12)
+    norm = _norm(fc, b, [x, Const(p), Const(axis), Const(True)], {}, node)
+    return b.div(x, b.max(norm, _c(x, eps)))
+
+
+def _cosine_similarity(fc, b, args, kw, node):
+    x, y = _two_floats(fc, b, args[:2], node, "cosine_similarity")
+    axis = int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(1)), node, "dim")
+    eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-8)
+    dot = reduce.sum(b, b.mul(x, y), [axis])
+    nx = b.sqrt(reduce.sum(b, b.ipow(x, n=2), [axis]))
+    ny = b.sqrt(reduce.sum(b, b.ipow(y, n=2), [axis]))
+    return b.div(dot, b.max(b.mul(nx, ny), _c(dot, eps)))
+
+
+def _layer_norm(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    shape = _arg(fc, args, kw, 1, "normalized_shape", node)
+    count = len(shape) if isinstance(shape, (tuple, list)) else 1
+    w = _arg(fc, args, kw, 2, "weight", node, None)
+    bias = _arg(fc, args, kw, 3, "bias", node, None)
+    eps = _float_kw(fc, args, kw, 4, "eps", node, 1e-5)
+    w = None if w is None else tensor(fc, b, w, node)
+    bias = None if bias is None else tensor(fc, b, bias, node)
+    return nn.layer_norm(b, x, w, bias, x.type.rank - count, eps)[0]
+
+
+def _pad(fc, b, args, kw, node):
+    """F.pad(x, (left, right, top, bottom, ...), value=0): constant padding, last axis first."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    pads = _arg(fc, args, kw, 1, "pad", node)
+    mode = _arg(fc, args, kw, 2, "mode", node, "constant")
+    value = _float_kw(fc, args, kw, 3, "value", node, 0.0)
+    if mode != "constant" or not isinstance(pads, (tuple, list)) or len(pads) % 2:
+        raise fc.src.error(node, "F.pad with a tuple of (low, high) pairs and mode='constant' is supported")
+    sizes = [int_const(fc, p, node, "a pad") for p in pads]
+    for k in range(len(sizes) // 2):
+        x = nn.pad_axis(b, x, x.type.rank - 1 - k, sizes[2 * k], sizes[2 * k + 1], value)
+    return x
+
+
+def _expand(fc, b, x, args, kw, node):
+    """x.expand(*sizes): -1 keeps a size."""
+    from .tensors import shape_args
+    x = tensor(fc, b, x, node)
+    dims = list(shape_args(fc, args, node))
+    lead = len(dims) - x.type.rank
+    dims = [x.type.shape[i - lead] if d == -1 else d for i, d in enumerate(dims)]
+    return shape_ops.expand(b, x, dims)
+
+
+def _repeat(fc, b, x, args, kw, node):
+    """x.repeat(*repeats) (tile)."""
+    x = tensor(fc, b, x, node)
+    reps = [int_const(fc, r, node, "a repeat count") for r in
+            (list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)]
+    lead = len(reps) - x.type.rank
+    if lead < 0:
+        raise fc.src.error(node, f"repeat needs at least {x.type.rank} counts")
+    if lead:
+        x = shape_ops.reshape(b, x, (1,) * lead + x.type.shape)
+    return shape_ops.tile(b, x, reps)
+
+
+def _method(fn):
+    """A torch function f(x, ...) as the method x.f(...)."""
+    return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
+
+
+def _math_function(name: str, handler):
+    """math.name(...): folded with Python's math on constants, else the torch function on values."""
+    def fn(fc, b, args, kw, node):
+        if all(isinstance(a, Const) for a in args) and not kw:
+            try:
+                v = getattr(math, name)(*[a.value for a in args])
+            except (ValueError, OverflowError, ZeroDivisionError) as e:
+                raise fc.src.error(node, f"constant expression fails: {e}") from None
+            return Const(float(v) if not isinstance(v, bool) else v)
+        return handler(fc, b, [a if not isinstance(a, Const) else Const(float(a.value)) for a in args], kw, node)
+    return fn
+
+
+def _copysign(fc, b, args, kw, node):
+    x, y = _two_floats(fc, b, args[:2], node, "copysign")
+    return b.select(b.lt(y, _c(y, 0.0)), b.neg(b.abs(x)), b.abs(x))
+
+
+def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict, math_table: dict,
+             special_table: dict) -> None:
+    """Add the functions here to the frontend's tables (torch.*, F.*, torch.linalg.*, x.method, math.*,
+    torch.special.*)."""
+    unary = {"erf": _prim_unary("erf"), "erfc": _unary(lambda b, x: _erfc(b, x)),
+             "log2": _unary(_log_base(2.0)), "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan),
+             "sinh": _unary(math_ops.sinh), "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin),
+             "acos": _unary(math_ops.acos), "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh),
+             "atanh": _unary(math_ops.atanh), "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
+             "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
+             "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
+             "isfinite": _predicate(_isfinite)}
+    torch_table.update(unary)
+    torch_table.update({
+        "hypot": _hypot, "logaddexp": _logaddexp, "var": _var_std(False), "std": _var_std(True),
+        "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
+        "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
+        "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
+        "tensor": _tensor_literal, "flip": _flip,
+    })
+    f_table.update({
+        "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
+        "elu": _with_alpha(activations.elu, "alpha", 1.0), "celu": _with_alpha(activations.celu, "alpha", 1.0),
+        "leaky_relu": _with_alpha(activations.leaky_relu, "negative_slope", 0.01), "selu": _unary(_selu),
+        "hardsigmoid": _unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)),
+        "hardswish": _unary(activations.hard_swish), "softsign": _unary(activations.softsign),
+        "mish": _unary(activations.mish), "logsigmoid": _unary(_logsigmoid), "relu6": _unary(_clamp_between(0, 6)),
+        "hardtanh": _unary(_clamp_between(-1, 1)), "normalize": _normalize, "layer_norm": _layer_norm,
+        "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
+        "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "smooth_l1_loss": _smooth_l1,
+        "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
+    })
+    linalg_table.update({"norm": _norm, "vector_norm": _norm, "det": _det})
+    math_table.update({name: _math_function(name, unary[name]) for name in (
+        "erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "ceil",
+        "trunc", "isnan", "isinf", "isfinite")})
+    math_table.update({"hypot": _math_function("hypot", _hypot), "copysign": _math_function("copysign", _copysign)})
+    special_table.update({"expit": _unary(lambda b, x: b.logistic(x)), "erf": unary["erf"], "erfc": unary["erfc"],
+                          "log1p": _prim_unary("log1p"), "expm1": _prim_unary("expm1"),
+                          "logit": _unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x))))})
+    methods.update({name: _method(fn) for name, fn in unary.items()})
+    methods.update({"var": _method(_var_std(False)), "std": _method(_var_std(True)), "norm": _method(_norm),
+                    "prod": _method(_prod), "cumsum": _method(_cumulative(index.cumsum)),
+                    "cumprod": _method(_cumulative(index.cumprod)), "argmax": _method(_arg_ext(True)),
+                    "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
+                    "index_select": _method(_index_select), "diagonal": _method(_diagonal),
+                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "flip": _method(_flip)})
+
+
+def _flip(fc, b, args, kw, node):
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    dims = _arg(fc, args, kw, 1, "dims", node)
+    for d in dims if isinstance(dims, (tuple, list)) else [dims]:
+        x = index.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
+    return x
+
+
+def _det(fc, b, args, kw, node):
+    return linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
