@@ -61,7 +61,8 @@ def torch_run(name, args):
         torch.set_default_dtype(old)
     ct = np.random.default_rng(7).standard_normal(tuple(out.shape))
     grads = torch.autograd.grad(out, floats, torch.tensor(ct), allow_unused=True)
-    return out.detach().numpy(), ct, [np.zeros(tuple(t.shape)) if g is None else g.numpy() for t, g in zip(floats, grads)]
+    grads = [np.zeros(tuple(t.shape)) if g is None else g.numpy() for t, g in zip(floats, grads)]
+    return out.detach().numpy(), ct, grads
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
