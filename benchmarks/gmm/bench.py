@@ -349,7 +349,7 @@ def print_header(args, tools: dict) -> None:
     if is_available(tools, "jax"):
         import jax
 
-        print(f"  jax {jax.__version__} on {jax.devices()[0]} (its own thread pool)")
+        print(f"  jax {jax.__version__} on {jax.devices()[0]}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     if any(is_available(tools, t) for t in BACKENDS):
         print(f"  ksbuild: {MANIFEST}, exports {args.kernel} and {args.kernel}_grad")
     for tool, reason in tools.items():
@@ -416,12 +416,15 @@ def select_tools(args) -> dict:
 def main(argv: list[str]) -> int:
     """Run every configuration, printing the table row by row."""
     args = parse_args(argv)
+    if args.threads:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # read when the BLAS library loads
+        # XLA's CPU client runs large ops on an Eigen pool of all cores unless told otherwise (read before jax is imported)
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                                   f" intra_op_parallelism_threads={args.threads}").strip()
     if reason := tool_available("eager"):
         print(f"torch is required (it computes the float64 reference): {reason}", file=sys.stderr)
         return 2
     tools = select_tools(args)
-    if args.threads:
-        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # read when the BLAS library loads
     pkgs = {}
     for tool in (t for t in tools if t in BACKENDS):
         pkgs[tool], tools[tool] = load_ksbuild(BACKENDS[tool], args.cpu)

@@ -3,6 +3,7 @@
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
+  - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
   - unused results of cond and loop are pruned by their prune rules (via dce).
@@ -15,6 +16,7 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
+from ..prims.tensor import parse_spec
 
 MAX_ROUNDS = 4
 
@@ -78,6 +80,40 @@ def unnest_select(ins: list[Atom], made: dict[Var, Eqn]) -> list[Atom] | None:
     return None
 
 
+def sum_first(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
+    """Σ_n einsum('nka,kab->nkb', x, y) = einsum('ka,kab->kb', Σ_n x, y): when every summed output
+    letter belongs to one operand alone, that operand is summed before the product, which then
+    has fewer terms. Only when the product feeds nothing else (`once`): reverse mode through a
+    broadcast makes such sums (the GMM's mean gradient loses a whole batched matrix product)."""
+    if eqn.prim.name != "reduce_sum" or eqn.ins[0] not in once or not isinstance(ins[0], Var):
+        return None
+    e = made.get(ins[0])
+    if e is None or e.prim.name != "einsum":
+        return None
+    letters = list(parse_spec(e.params["spec"]))
+    out = letters[2]
+    summed = {out[i] for i in eqn.params["axes"]}
+    for k in (0, 1):
+        mine, other = letters[k], letters[1 - k]
+        kept = "".join(c for c in mine if c not in summed)
+        if summed & set(other) or not kept:
+            continue
+        operands = list(e.ins)
+        operands[k] = b.reduce_sum(operands[k], axes=tuple(i for i, c in enumerate(mine) if c in summed))
+        spec = [kept, other] if k == 0 else [other, kept]
+        return b.einsum(*operands, spec=f"{spec[0]},{spec[1]}->{''.join(c for c in out if c not in summed)}")
+    return None
+
+
+def used_once(f: Func) -> set[Var]:
+    """The variables of f's body read by exactly one equation input or result."""
+    count: dict[Var, int] = {}
+    for a in [a for e in f.eqns for a in e.ins] + list(f.results):
+        if isinstance(a, Var):
+            count[a] = count.get(a, 0) + 1
+    return {v for v, c in count.items() if c == 1}
+
+
 def simplify_once(f: Func) -> Func:
     """One forward sweep of rewrites and folding, recursing into sub-functions."""
     b = Builder()
@@ -85,12 +121,13 @@ def simplify_once(f: Func) -> Func:
     env: dict[Var, Atom] = dict(zip(f.params, params))
     read = lambda a: env.get(a, a) if isinstance(a, Var) else a  # noqa: E731
     made: dict[Var, Eqn] = {}
+    once = used_once(f)
     for eqn in f.eqns:
         ins = [read(a) for a in eqn.ins]
         b.loc = eqn.loc
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
-        acc = accumulate(b, eqn, ins, made)
+        acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
