@@ -1,6 +1,8 @@
 """fuse: group elementwise equations into loop nests.
 
-Requires: a Func after the transformations (no fusion yet). Guarantees: every maximal run of
+Requires: a Func after the transformations (no fusion yet). Guarantees: each elementwise
+equation with a tensor result is first moved down to just before its first reader (`sink`), so a
+value recomputed in the reverse pass (2·x of d(x²)) joins the loop that reads it; then every maximal run of
 consecutive elementwise equations with the same tensor result shape S is one `fusion`
 equation, together with the reductions that directly follow it over a suffix of S's axes
 (all over the same axes); consecutive reductions over a suffix of their operand's axes also
@@ -26,7 +28,7 @@ def fuse(f: Func) -> Func:
 def _fuse(f: Func, memo: dict[int, Func]) -> Func:
     if id(f) in memo:
         return memo[id(f)]
-    eqns = [_recursed(e, memo) for e in f.eqns]
+    eqns = sink([_recursed(e, memo) for e in f.eqns], f.results)
     b = Builder()
     env: dict[Var, Atom] = {}
     i = 0
@@ -42,6 +44,33 @@ def _fuse(f: Func, memo: dict[int, Func]) -> Func:
         i = j
     memo[id(f)] = b.func(f.name, list(f.params), [_read(env, r) for r in f.results], f.result_names)
     return memo[id(f)]
+
+
+def sink(eqns: Sequence[Eqn], results: Sequence[Atom]) -> list[Eqn]:
+    """The equations in an order where each fusible one comes right before its first reader
+    (readers keep their relative order; unread fusible equations are dropped as dead)."""
+    pending: dict[Var, Eqn] = {}
+    order: list[Eqn] = []
+
+    def need(atoms) -> None:
+        stack = [(a, False) for a in reversed(list(atoms))]
+        while stack:
+            a, ready = stack.pop()
+            if ready:
+                order.append(a)
+            elif isinstance(a, Var) and a in pending:
+                e = pending.pop(a)
+                stack.append((e, True))
+                stack.extend((x, False) for x in reversed(e.ins))
+
+    for e in eqns:
+        if region_shape(e) is not None and len(e.outs) == 1:
+            pending[e.outs[0]] = e
+            continue
+        need(e.ins)
+        order.append(e)
+    need(results)
+    return order
 
 
 def _recursed(e: Eqn, memo) -> Eqn:

@@ -15,7 +15,12 @@ from typing import Sequence
 
 from ..errors import located
 from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Lit, Var
+from ..ir.core import Atom, Eqn, Func, Lit, Var
+
+# Elementwise prims so cheap that the unknown part recomputes them from their one tensor operand
+# rather than reading their stored result (2·x from the derivative of x², −x, x − 1): the forward
+# pass then writes one array fewer, and the operand is often stored anyway (a matrix product's result).
+REMAT = {"add", "sub", "mul", "neg", "ipow", "div"}
 
 
 @dataclass
@@ -27,6 +32,8 @@ class Split:
     known: dict[Var, Atom] = field(default_factory=dict)
     unknown: dict[Var, Atom] = field(default_factory=dict)
     residuals: dict[int, tuple[Atom, Var]] = field(default_factory=dict)
+    made: dict[int, Eqn] = field(default_factory=dict)     # id of a known var -> its equation
+    remade: dict[int, Atom] = field(default_factory=dict)  # id of a known var -> its recomputation
 
     def is_known(self, a: Atom) -> bool:
         return not isinstance(a, Var) or a in self.known
@@ -46,9 +53,25 @@ class Split:
         """The unknown-side param carrying known value k (literals cross as themselves)."""
         if isinstance(k, Lit):
             return k
+        if id(k) in self.remade:
+            return self.remade[id(k)]
         if id(k) not in self.residuals:
+            e = self.cheap(k)
+            if e is not None:
+                (v,) = self.ub.bind(e.prim, [self.residual(a) for a in e.ins], dict(e.params))
+                self.ub.name_like([v], [k])
+                self.remade[id(k)] = v
+                return v
             self.residuals[id(k)] = (k, Var(k.type, k.hint or "r"))
         return self.residuals[id(k)][1]
+
+    def cheap(self, k: Atom) -> Eqn | None:
+        """k's equation if the unknown part should recompute k (see REMAT), else None."""
+        e = self.made.get(id(k))
+        if e is None or e.prim.name not in REMAT or len(e.outs) != 1:
+            return None
+        operands = [a for a in e.ins if isinstance(a, Var)]
+        return e if len(operands) == 1 and operands[0].type == k.type else None
 
 
 def split_eqns(s: Split, f: Func) -> None:
@@ -60,6 +83,7 @@ def split_eqns(s: Split, f: Func) -> None:
             outs = s.kb.bind(eqn.prim, [s.read_known(a) for a in eqn.ins], dict(eqn.params))
             s.kb.name_like(outs, eqn.outs)
             s.known.update(zip(eqn.outs, outs))
+            s.made.update((id(o), s.kb.eqns[-1]) for o in outs)
         elif eqn.prim.partial_eval is not None:
             with located(eqn.loc):
                 eqn.prim.partial_eval(s, eqn, mask)

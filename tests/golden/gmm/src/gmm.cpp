@@ -19,12 +19,12 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const base = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const centered = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     double* const tmp33 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
@@ -71,33 +71,33 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         }
         tmp[i19] = acc;
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
-        const double alphas_i = alphas[i21];
-        const double x_i = tmp[i21];
-        const double base22 = (alphas_i + x_i);
-        base[i21] = base22;
-    }
-    for (int64_t i23 = 0; i23 < n; ++i23) {
-        for (int64_t i24 = 0; i24 < K; ++i24) {
-            for (int64_t i25 = 0; i25 < d; ++i25) {
-                const double x_i26 = x[i23 * d + i25];
-                const double x_i27 = means[i24 * d + i25];
-                const double centered28 = (x_i26 - x_i27);
-                centered[i23 * (K * d) + i24 * d + i25] = centered28;
+    for (int64_t i21 = 0; i21 < n; ++i21) {
+        for (int64_t i22 = 0; i22 < K; ++i22) {
+            for (int64_t i23 = 0; i23 < d; ++i23) {
+                const double x_i = x[i21 * d + i23];
+                const double x_i24 = means[i22 * d + i23];
+                const double centered25 = (x_i - x_i24);
+                centered[i21 * (K * d) + i22 * d + i23] = centered25;
             }
         }
     }
-    for (int64_t i29 = 0; i29 < n; ++i29) {
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            for (int64_t i31 = 0; i31 < d; ++i31) {
+    for (int64_t i26 = 0; i26 < n; ++i26) {
+        for (int64_t i27 = 0; i27 < K; ++i27) {
+            for (int64_t i28 = 0; i28 < d; ++i28) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i32 = 0; i32 < d; ++i32) {
-                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
+                for (int64_t i29 = 0; i29 < d; ++i29) {
+                    dot += Qs[i27 * (d * d) + i28 * d + i29] * centered[i26 * (K * d) + i27 * d + i29];
                 }
-                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + i28] = dot;
             }
         }
+    }
+    for (int64_t i30 = 0; i30 < K; ++i30) {
+        const double alphas_i = alphas[i30];
+        const double x_i31 = tmp[i30];
+        const double base32 = (alphas_i + x_i31);
+        base[i30] = base32;
     }
     for (int64_t i34 = 0; i34 < n; ++i34) {
         for (int64_t i35 = 0; i35 < K; ++i35) {
@@ -111,20 +111,20 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
             tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const double x_i41 = tmp33[i39 * K + i40];
-            const double t42 = (0.5 * x_i41);
-            const double x_i43 = base[i40];
-            const double scores44 = (x_i43 - t42);
-            scores[i39 * K + i40] = scores44;
+    const int64_t t39 = (-n);
+    const int64_t t40 = (t39 * d);
+    const double t41 = static_cast<double>(t40);
+    const double t42 = (t41 * 0.5);
+    const double constant = (t42 * 1.8378770664093453);
+    for (int64_t i43 = 0; i43 < n; ++i43) {
+        for (int64_t i44 = 0; i44 < K; ++i44) {
+            const double x_i45 = tmp33[i43 * K + i44];
+            const double t46 = (0.5 * x_i45);
+            const double x_i47 = base[i44];
+            const double scores48 = (x_i47 - t46);
+            scores[i43 * K + i44] = scores48;
         }
     }
-    const int64_t t45 = (-n);
-    const int64_t t46 = (t45 * d);
-    const double t47 = static_cast<double>(t46);
-    const double t48 = (t47 * 0.5);
-    const double constant = (t48 * 1.8378770664093453);
     for (int64_t i50 = 0; i50 < n; ++i50) {
         double acc51 = ks::lowest<double>();
         for (int64_t i52 = 0; i52 < K; ++i52) {
@@ -252,7 +252,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
 
 extern "C" size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n);
 }
 
 
@@ -288,39 +288,37 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<bool>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const base = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const centered = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     double* const tmp49 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const tmp50 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp63 = reinterpret_cast<double*>(next_slot);
+    double* const tmp61 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp69 = reinterpret_cast<double*>(next_slot);
+    double* const tmp67 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp92 = reinterpret_cast<double*>(next_slot);
+    double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const prod = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const sum120 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp93 = reinterpret_cast<double*>(next_slot);
+    double* const prod125 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp99 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const r147 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r151 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const d_qs = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r173 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r177 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const padded182 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -379,338 +377,299 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         }
         tmp[i35] = acc;
     }
-    for (int64_t i37 = 0; i37 < K; ++i37) {
-        const double alphas_i = alphas[i37];
-        const double x_i = tmp[i37];
-        const double base38 = (alphas_i + x_i);
-        base[i37] = base38;
-    }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            for (int64_t i41 = 0; i41 < d; ++i41) {
-                const double x_i42 = x[i39 * d + i41];
-                const double x_i43 = means[i40 * d + i41];
-                const double centered44 = (x_i42 - x_i43);
-                centered[i39 * (K * d) + i40 * d + i41] = centered44;
+    for (int64_t i37 = 0; i37 < n; ++i37) {
+        for (int64_t i38 = 0; i38 < K; ++i38) {
+            for (int64_t i39 = 0; i39 < d; ++i39) {
+                const double x_i = x[i37 * d + i39];
+                const double x_i40 = means[i38 * d + i39];
+                const double centered41 = (x_i - x_i40);
+                centered[i37 * (K * d) + i38 * d + i39] = centered41;
             }
         }
     }
-    for (int64_t i45 = 0; i45 < n; ++i45) {
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            for (int64_t i47 = 0; i47 < d; ++i47) {
+    for (int64_t i42 = 0; i42 < n; ++i42) {
+        for (int64_t i43 = 0; i43 < K; ++i43) {
+            for (int64_t i44 = 0; i44 < d; ++i44) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i48 = 0; i48 < d; ++i48) {
-                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
+                for (int64_t i45 = 0; i45 < d; ++i45) {
+                    dot += r[i43 * (d * d) + i44 * d + i45] * centered[i42 * (K * d) + i43 * d + i45];
                 }
-                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + i44] = dot;
             }
         }
     }
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            double acc53 = 0;
-            KS_OMP_SIMD(reduction(+:acc53))
-            for (int64_t i54 = 0; i54 < d; ++i54) {
-                const double mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
-                const double t55 = ks::ipow<2>(mahalanobis_i);
-                const double t56 = (2.0 * mahalanobis_i);
-                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
-                acc53 += t55;
+    for (int64_t i46 = 0; i46 < K; ++i46) {
+        const double alphas_i = alphas[i46];
+        const double x_i47 = tmp[i46];
+        const double base48 = (alphas_i + x_i47);
+        base[i46] = base48;
+    }
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            double acc52 = 0;
+            KS_OMP_SIMD(reduction(+:acc52))
+            for (int64_t i53 = 0; i53 < d; ++i53) {
+                const double mahalanobis_i = mahalanobis[i50 * (K * d) + i51 * d + i53];
+                const double t54 = ks::ipow<2>(mahalanobis_i);
+                acc52 += t54;
             }
-            tmp50[i51 * K + i52] = acc53;
+            tmp49[i50 * K + i51] = acc52;
         }
     }
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const double x_i59 = tmp50[i57 * K + i58];
-            const double t60 = (0.5 * x_i59);
-            const double x_i61 = base[i58];
-            const double scores62 = (x_i61 - t60);
-            scores[i57 * K + i58] = scores62;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const double x_i57 = tmp49[i55 * K + i56];
+            const double t58 = (0.5 * x_i57);
+            const double x_i59 = base[i56];
+            const double scores60 = (x_i59 - t58);
+            scores[i55 * K + i56] = scores60;
         }
     }
-    for (int64_t i64 = 0; i64 < n; ++i64) {
-        double acc65 = ks::lowest<double>();
-        for (int64_t i66 = 0; i66 < K; ++i66) {
-            const double x_i67 = scores[i64 * K + i66];
-            acc65 = ks::max(x_i67, acc65);
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        double acc63 = ks::lowest<double>();
+        for (int64_t i64 = 0; i64 < K; ++i64) {
+            const double x_i65 = scores[i62 * K + i64];
+            acc63 = ks::max(x_i65, acc63);
         }
-        tmp63[i64] = acc65;
+        tmp61[i62] = acc63;
     }
-    double* const tmp68 = tmp50;  // reuses a dead buffer's space
-    for (int64_t i70 = 0; i70 < n; ++i70) {
-        double acc71 = 0;
-        KS_OMP_SIMD(reduction(+:acc71))
-        for (int64_t i72 = 0; i72 < K; ++i72) {
-            const double scores_i = scores[i70 * K + i72];
-            const double x_i73 = tmp63[i70];
-            const double t74 = (scores_i - x_i73);
-            const double t75 = ks::exp(t74);
-            tmp68[i70 * K + i72] = t75;
-            acc71 += t75;
+    double* const tmp66 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i68 = 0; i68 < n; ++i68) {
+        double acc69 = 0;
+        KS_OMP_SIMD(reduction(+:acc69))
+        for (int64_t i70 = 0; i70 < K; ++i70) {
+            const double scores_i = scores[i68 * K + i70];
+            const double x_i71 = tmp61[i68];
+            const double t72 = (scores_i - x_i71);
+            const double t73 = ks::exp(t72);
+            tmp66[i68 * K + i70] = t73;
+            acc69 += t73;
         }
-        tmp69[i70] = acc71;
+        tmp67[i68] = acc69;
     }
-    double* const tmp76 = tmp63;  // reuses a dead buffer's space
-    for (int64_t i77 = 0; i77 < n; ++i77) {
-        const double x_i78 = tmp69[i77];
-        const double t79 = (1.0 / x_i78);
-        tmp76[i77] = t79;
+    double acc74 = ks::lowest<double>();
+    for (int64_t i75 = 0; i75 < K; ++i75) {
+        const double x_i76 = alphas[i75];
+        acc74 = ks::max(x_i76, acc74);
     }
-    double acc80 = ks::lowest<double>();
-    for (int64_t i81 = 0; i81 < K; ++i81) {
-        const double x_i82 = alphas[i81];
-        acc80 = ks::max(x_i82, acc80);
+    double* const tmp77 = tmp;  // reuses a dead buffer's space
+    double acc78 = 0;
+    KS_OMP_SIMD(reduction(+:acc78))
+    for (int64_t i79 = 0; i79 < K; ++i79) {
+        const double alphas_i80 = alphas[i79];
+        const double x_i81 = acc74;
+        const double t82 = (alphas_i80 - x_i81);
+        const double t83 = ks::exp(t82);
+        tmp77[i79] = t83;
+        acc78 += t83;
     }
-    double* const tmp83 = tmp;  // reuses a dead buffer's space
-    double acc84 = 0;
-    KS_OMP_SIMD(reduction(+:acc84))
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const double alphas_i86 = alphas[i85];
-        const double x_i87 = acc80;
-        const double t88 = (alphas_i86 - x_i87);
-        const double t89 = ks::exp(t88);
-        tmp83[i85] = t89;
-        acc84 += t89;
-    }
-    const double t90 = (1.0 / acc84);
-    const double t91 = static_cast<double>(n);
-    for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < d; ++i95) {
-            const double qs_i96 = icf[i94 * T + i95];
-            const double t97 = ks::exp(qs_i96);
-            tmp92[i94 * d + i95] = t97;
-            const double t98 = (2.0 * t97);
-            tmp93[i94 * d + i95] = t98;
-        }
-    }
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
-            const double ls_i = (icf + d)[i100 * T + i101];
-            const double t102 = (2.0 * ls_i);
-            tmp99[i100 * ((T - d)) + i101] = t102;
-        }
-    }
-    const double t103 = ks::ipow<2>(wishart_gamma);
-    const double t104 = (0.5 * t103);
-    const double t105 = ((-1.0) * wishart_m);
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
-            const double x_i108 = t104;
-            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
-            const double d_ls110 = (x_i108 * x_i109);
-            d_ls[i106 * ((T - d)) + i107] = d_ls110;
-        }
-    }
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        for (int64_t i112 = 0; i112 < d; ++i112) {
-            const double x_i113 = t104;
-            const double x_i114 = tmp93[i111 * d + i112];
-            const double t115 = (x_i113 * x_i114);
-            const double x_i116 = tmp92[i111 * d + i112];
-            const double t117 = (t115 * x_i116);
-            const double d_qs_i = t105;
-            const double d_qs118 = (d_qs_i + t117);
-            d_qs[i111 * d + i112] = d_qs118;
-        }
-    }
-    const double t119 = ((-1.0) * t91);
-    const double t120 = (t119 * t90);
-    double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        const double x_i122 = t120;
-        const double x_i123 = tmp83[i121];
-        const double d_alphas124 = (x_i122 * x_i123);
-        d_alphas[i121] = d_alphas124;
+    const double t84 = static_cast<double>(n);
+    const double t85 = (1.0 / acc78);
+    const double t86 = ks::ipow<2>(wishart_gamma);
+    const double t87 = (0.5 * t86);
+    const double t88 = ((-1.0) * wishart_m);
+    const double t89 = ((-1.0) * t84);
+    const double t90 = (t89 * t85);
+    double* const tmp91 = tmp61;  // reuses a dead buffer's space
+    for (int64_t i92 = 0; i92 < n; ++i92) {
+        const double x_i93 = tmp67[i92];
+        const double t94 = (1.0 / x_i93);
+        tmp91[i92] = t94;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < n; ++i125) {
-        for (int64_t i126 = 0; i126 < K; ++i126) {
-            const double x_i127 = tmp76[i125];
-            const double x_i128 = tmp68[i125 * K + i126];
-            const double d_scores129 = (x_i127 * x_i128);
-            d_scores[i125 * K + i126] = d_scores129;
+    for (int64_t i95 = 0; i95 < n; ++i95) {
+        for (int64_t i96 = 0; i96 < K; ++i96) {
+            const double x_i97 = tmp91[i95];
+            const double x_i98 = tmp66[i95 * K + i96];
+            const double d_scores99 = (x_i97 * x_i98);
+            d_scores[i95 * K + i96] = d_scores99;
         }
     }
-    double* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i130 = 0; i130 < K; ++i130) {
-        sum[i130] = 0;
+    double* const sum = base;  // reuses a dead buffer's space
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        sum[i100] = 0;
     }
-    for (int64_t i131 = 0; i131 < n; ++i131) {
+    for (int64_t i101 = 0; i101 < n; ++i101) {
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            sum[i102] += d_scores[i101 * K + i102];
+        }
+    }
+    double* const tmp103 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i104 = 0; i104 < n; ++i104) {
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            const double d_scores_i = d_scores[i104 * K + i105];
+            const double t106 = (d_scores_i * (-1.0));
+            const double t107 = (t106 * 0.5);
+            tmp103[i104 * K + i105] = t107;
+        }
+    }
+    for (int64_t i108 = 0; i108 < n; ++i108) {
+        for (int64_t i109 = 0; i109 < K; ++i109) {
+            for (int64_t i110 = 0; i110 < d; ++i110) {
+                const double mahalanobis_i111 = mahalanobis[i108 * (K * d) + i109 * d + i110];
+                const double t112 = (2.0 * mahalanobis_i111);
+                const double x_i113 = tmp103[i108 * K + i109];
+                const double d_mahalanobis114 = (x_i113 * t112);
+                d_mahalanobis[i108 * (K * d) + i109 * d + i110] = d_mahalanobis114;
+            }
+        }
+    }
+    for (int64_t i115 = 0; i115 < K * d * d; ++i115) {
+        prod[i115] = 0;
+    }
+    for (int64_t i116 = 0; i116 < K; ++i116) {
+        for (int64_t i117 = 0; i117 < d; ++i117) {
+            for (int64_t i118 = 0; i118 < n; ++i118) {
+                for (int64_t i119 = 0; i119 < d; ++i119) {
+                    prod[i116 * (d * d) + i117 * d + i119] += d_mahalanobis[i118 * (K * d) + i116 * d + i117] * centered[i118 * (K * d) + i116 * d + i119];
+                }
+            }
+        }
+    }
+    for (int64_t i121 = 0; i121 < K * d; ++i121) {
+        sum120[i121] = 0;
+    }
+    for (int64_t i122 = 0; i122 < n; ++i122) {
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                sum120[i123 * d + i124] += d_mahalanobis[i122 * (K * d) + i123 * d + i124];
+            }
+        }
+    }
+    for (int64_t i126 = 0; i126 < K * d; ++i126) {
+        prod125[i126] = 0;
+    }
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        for (int64_t i128 = 0; i128 < d; ++i128) {
+            for (int64_t i129 = 0; i129 < d; ++i129) {
+                prod125[i127 * d + i129] += sum120[i127 * d + i128] * r[i127 * (d * d) + i128 * d + i129];
+            }
+        }
+    }
+    double* const tmp130 = sum120;  // reuses a dead buffer's space
+    for (int64_t i131 = 0; i131 < 1; ++i131) {
         for (int64_t i132 = 0; i132 < K; ++i132) {
-            sum[i132] += d_scores[i131 * K + i132];
-        }
-    }
-    double* const tmp133 = tmp50;  // reuses a dead buffer's space
-    for (int64_t i134 = 0; i134 < n; ++i134) {
-        for (int64_t i135 = 0; i135 < K; ++i135) {
-            const double d_scores_i = d_scores[i134 * K + i135];
-            const double t136 = (d_scores_i * (-1.0));
-            const double t137 = (t136 * 0.5);
-            tmp133[i134 * K + i135] = t137;
-        }
-    }
-    double* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < n; ++i138) {
-        for (int64_t i139 = 0; i139 < K; ++i139) {
-            for (int64_t i140 = 0; i140 < d; ++i140) {
-                const double x_i141 = tmp133[i138 * K + i139];
-                const double x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
-                const double d_mahalanobis143 = (x_i141 * x_i142);
-                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
+            for (int64_t i133 = 0; i133 < d; ++i133) {
+                const double x_i134 = prod125[i131 * (K * d) + i132 * d + i133];
+                const double t135 = (x_i134 * (-1.0));
+                tmp130[i131 * (K * d) + i132 * d + i133] = t135;
             }
         }
     }
-    double* const d_centered = tmp49;  // reuses a dead buffer's space
-    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
-        d_centered[i144] = 0;
+    double* const d_qs = prod125;  // reuses a dead buffer's space
+    for (int64_t i136 = 0; i136 < K; ++i136) {
+        for (int64_t i137 = 0; i137 < d; ++i137) {
+            const double qs_i138 = icf[i136 * T + i137];
+            const double t139 = ks::exp(qs_i138);
+            const double t140 = (2.0 * t139);
+            const double x_i141 = t87;
+            const double t142 = (x_i141 * t140);
+            const double t143 = (t142 * t139);
+            const double d_qs_i = t88;
+            const double d_qs144 = (d_qs_i + t143);
+            const double x_i145 = sum[i136];
+            const double d_qs146 = (d_qs144 + x_i145);
+            d_qs[i136 * d + i137] = d_qs146;
+        }
     }
-    for (int64_t i145 = 0; i145 < n; ++i145) {
-        for (int64_t i146 = 0; i146 < K; ++i146) {
-            for (int64_t i147 = 0; i147 < d; ++i147) {
-                for (int64_t i148 = 0; i148 < d; ++i148) {
-                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
-                }
+    for (int64_t i148 = 0; i148 < K * T; ++i148) {
+        r147[i148] = 0.0;
+    }
+    for (int64_t k149 = K - 1; k149 >= 0; --k149) {
+        double* const r150 = r10;  // reuses a dead buffer's space
+        double r152;
+        for (int64_t i153 = 0; i153 < d; ++i153) {
+            r150[i153] = 0.0;
+        }
+        for (int64_t i154 = 0; i154 < T; ++i154) {
+            r151[i154] = 0.0;
+        }
+        r152 = 0.0;
+        for (int64_t k155 = d - 1; k155 >= 0; --k155) {
+            double r156;
+            double r157;
+            r156 = 0.0;
+            r157 = r152;
+            for (int64_t k158 = d - 1; k158 >= 0; --k158) {
+                const int64_t t159 = ((2*d) - k158);
+                const int64_t t160 = (t159 - int64_t{1});
+                const int64_t t161 = (k158 * t160);
+                const int64_t t162 = ks::floordiv(t161, int64_t{2});
+                const int64_t t163 = (d + t162);
+                const int64_t t164 = (t163 + k155);
+                const int64_t t165 = (t164 - k158);
+                const int64_t t166 = (t165 - int64_t{1});
+                const double t167 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? (((prod + k149 * (d * d)) + k155 * d) + k158)[0] : 0.0);
+                const double t168 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? 0.0 : (((prod + k149 * (d * d)) + k155 * d) + k158)[0]);
+                const double t169 = ((((r2 + k149 * (d * d)) + k155 * d) + k158)[0] ? t168 : 0.0);
+                (r151 + ks::clamp_index(t166, T))[0] += t169;
+                const double t170 = (t167 * (((r1 + k149 * (d * d)) + k155 * d) + k158)[0]);
+                const double t171 = (r156 + t170);
+                r156 = t171;
             }
+            (r150 + k155)[0] += r156;
+            r152 = r157;
+        }
+        (r150 + ks::clamp_index(int64_t{0}, d))[0] += r152;
+        for (int64_t i172 = 0; i172 < T; ++i172) {
+            (r147 + k149 * T)[i172] += r151[i172];
+        }
+        for (int64_t i173 = 0; i173 < d; ++i173) {
+            (d_qs + k149 * d)[i173] += r150[i173];
         }
     }
-    double* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
-        prod[i149] = 0;
-    }
-    for (int64_t i150 = 0; i150 < K; ++i150) {
-        for (int64_t i151 = 0; i151 < d; ++i151) {
-            for (int64_t i152 = 0; i152 < n; ++i152) {
-                for (int64_t i153 = 0; i153 < d; ++i153) {
-                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
-                }
-            }
+    for (int64_t i174 = 0; i174 < K; ++i174) {
+        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
+            const double ls_i = (icf + d)[i174 * T + i175];
+            const double t176 = (2.0 * ls_i);
+            const double x_i177 = t87;
+            const double d_ls178 = (x_i177 * t176);
+            d_ls[i174 * ((T - d)) + i175] = d_ls178;
         }
     }
-    double* const sum154 = tmp92;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < K * d; ++i155) {
-        sum154[i155] = 0;
+    for (int64_t i179 = 0; i179 < K * T; ++i179) {
+        padded[i179] = 0.0;
     }
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
-            }
+    for (int64_t i180 = 0; i180 < K; ++i180) {
+        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
+            (padded + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
         }
     }
-    double* const tmp159 = tmp93;  // reuses a dead buffer's space
-    for (int64_t i160 = 0; i160 < 1; ++i160) {
-        for (int64_t i161 = 0; i161 < K; ++i161) {
-            for (int64_t i162 = 0; i162 < d; ++i162) {
-                const double x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
-                const double t164 = (x_i163 * (-1.0));
-                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
-            }
+    for (int64_t i183 = 0; i183 < K * T; ++i183) {
+        padded182[i183] = 0.0;
+    }
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < d; ++i185) {
+            padded182[i184 * T + i185] = d_qs[i184 * d + i185];
         }
     }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        const double d_alphas_i = d_alphas[i165];
-        const double d_base_i = sum[i165];
-        const double d_alphas166 = (d_alphas_i + d_base_i);
-        out_d_alphas[i165] = d_alphas166;
+    for (int64_t i186 = 0; i186 < K; ++i186) {
+        const double x_i187 = t90;
+        const double x_i188 = tmp77[i186];
+        const double d_alphas = (x_i187 * x_i188);
+        const double d_base_i = sum[i186];
+        const double d_alphas189 = (d_alphas + d_base_i);
+        out_d_alphas[i186] = d_alphas189;
     }
-    double* const d_qs167 = tmp92;  // reuses a dead buffer's space
-    for (int64_t i168 = 0; i168 < K; ++i168) {
-        for (int64_t i169 = 0; i169 < d; ++i169) {
-            const double d_qs_i170 = d_qs[i168 * d + i169];
-            const double x_i171 = sum[i168];
-            const double d_qs172 = (d_qs_i170 + x_i171);
-            d_qs167[i168 * d + i169] = d_qs172;
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        for (int64_t i191 = 0; i191 < T; ++i191) {
+            const double x_i192 = r147[i190 * T + i191];
+            const double x_i193 = padded[i190 * T + i191];
+            const double d_icf = (x_i192 + x_i193);
+            const double x_i194 = padded182[i190 * T + i191];
+            const double d_icf195 = (d_icf + x_i194);
+            out_d_icf[i190 * T + i191] = d_icf195;
         }
     }
-    for (int64_t i174 = 0; i174 < K * T; ++i174) {
-        r173[i174] = 0.0;
-    }
-    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
-        double* const r176 = r10;  // reuses a dead buffer's space
-        double r178;
-        for (int64_t i179 = 0; i179 < d; ++i179) {
-            r176[i179] = 0.0;
-        }
-        for (int64_t i180 = 0; i180 < T; ++i180) {
-            r177[i180] = 0.0;
-        }
-        r178 = 0.0;
-        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
-            double r182;
-            double r183;
-            r182 = 0.0;
-            r183 = r178;
-            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
-                const int64_t t185 = ((2*d) - k184);
-                const int64_t t186 = (t185 - int64_t{1});
-                const int64_t t187 = (k184 * t186);
-                const int64_t t188 = ks::floordiv(t187, int64_t{2});
-                const int64_t t189 = (d + t188);
-                const int64_t t190 = (t189 + k181);
-                const int64_t t191 = (t190 - k184);
-                const int64_t t192 = (t191 - int64_t{1});
-                const double t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0);
-                const double t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0 : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
-                const double t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0);
-                (r177 + ks::clamp_index(t192, T))[0] += t195;
-                const double t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
-                const double t197 = (r182 + t196);
-                r182 = t197;
-            }
-            (r176 + k181)[0] += r182;
-            r178 = r183;
-        }
-        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
-        for (int64_t i198 = 0; i198 < T; ++i198) {
-            (r173 + k175 * T)[i198] += r177[i198];
-        }
-        for (int64_t i199 = 0; i199 < d; ++i199) {
-            (d_qs167 + k175 * d)[i199] += r176[i199];
-        }
-    }
-    for (int64_t i200 = 0; i200 < K * T; ++i200) {
-        padded[i200] = 0.0;
-    }
-    for (int64_t i201 = 0; i201 < K; ++i201) {
-        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
-            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
-        }
-    }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < T; ++i204) {
-            const double x_i205 = r173[i203 * T + i204];
-            const double x_i206 = padded[i203 * T + i204];
-            const double d_icf207 = (x_i205 + x_i206);
-            d_icf[i203 * T + i204] = d_icf207;
-        }
-    }
-    double* const padded208 = r173;  // reuses a dead buffer's space
-    for (int64_t i209 = 0; i209 < K * T; ++i209) {
-        padded208[i209] = 0.0;
-    }
-    for (int64_t i210 = 0; i210 < K; ++i210) {
-        for (int64_t i211 = 0; i211 < d; ++i211) {
-            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
-        }
-    }
-    for (int64_t i212 = 0; i212 < K; ++i212) {
-        for (int64_t i213 = 0; i213 < T; ++i213) {
-            const double d_icf_i = d_icf[i212 * T + i213];
-            const double x_i214 = padded208[i212 * T + i213];
-            const double d_icf215 = (d_icf_i + x_i214);
-            out_d_icf[i212 * T + i213] = d_icf215;
-        }
-    }
-    for (int64_t i216 = 0; i216 < K * d; ++i216) {
-        out_d_means[i216] = tmp159[i216];
+    for (int64_t i196 = 0; i196 < K * d; ++i196) {
+        out_d_means[i196] = tmp130[i196];
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -728,12 +687,12 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     next_slot += ks::aligned_bytes<float>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const base = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
     float* const centered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const base = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
     float* const tmp33 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
@@ -780,33 +739,33 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         }
         tmp[i19] = acc;
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
-        const float alphas_i = alphas[i21];
-        const float x_i = tmp[i21];
-        const float base22 = (alphas_i + x_i);
-        base[i21] = base22;
-    }
-    for (int64_t i23 = 0; i23 < n; ++i23) {
-        for (int64_t i24 = 0; i24 < K; ++i24) {
-            for (int64_t i25 = 0; i25 < d; ++i25) {
-                const float x_i26 = x[i23 * d + i25];
-                const float x_i27 = means[i24 * d + i25];
-                const float centered28 = (x_i26 - x_i27);
-                centered[i23 * (K * d) + i24 * d + i25] = centered28;
+    for (int64_t i21 = 0; i21 < n; ++i21) {
+        for (int64_t i22 = 0; i22 < K; ++i22) {
+            for (int64_t i23 = 0; i23 < d; ++i23) {
+                const float x_i = x[i21 * d + i23];
+                const float x_i24 = means[i22 * d + i23];
+                const float centered25 = (x_i - x_i24);
+                centered[i21 * (K * d) + i22 * d + i23] = centered25;
             }
         }
     }
-    for (int64_t i29 = 0; i29 < n; ++i29) {
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            for (int64_t i31 = 0; i31 < d; ++i31) {
+    for (int64_t i26 = 0; i26 < n; ++i26) {
+        for (int64_t i27 = 0; i27 < K; ++i27) {
+            for (int64_t i28 = 0; i28 < d; ++i28) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i32 = 0; i32 < d; ++i32) {
-                    dot += Qs[i30 * (d * d) + i31 * d + i32] * centered[i29 * (K * d) + i30 * d + i32];
+                for (int64_t i29 = 0; i29 < d; ++i29) {
+                    dot += Qs[i27 * (d * d) + i28 * d + i29] * centered[i26 * (K * d) + i27 * d + i29];
                 }
-                mahalanobis[i29 * (K * d) + i30 * d + i31] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + i28] = dot;
             }
         }
+    }
+    for (int64_t i30 = 0; i30 < K; ++i30) {
+        const float alphas_i = alphas[i30];
+        const float x_i31 = tmp[i30];
+        const float base32 = (alphas_i + x_i31);
+        base[i30] = base32;
     }
     for (int64_t i34 = 0; i34 < n; ++i34) {
         for (int64_t i35 = 0; i35 < K; ++i35) {
@@ -820,20 +779,20 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
             tmp33[i34 * K + i35] = acc36;
         }
     }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const float x_i41 = tmp33[i39 * K + i40];
-            const float t42 = (0.5f * x_i41);
-            const float x_i43 = base[i40];
-            const float scores44 = (x_i43 - t42);
-            scores[i39 * K + i40] = scores44;
+    const int64_t t39 = (-n);
+    const int64_t t40 = (t39 * d);
+    const double t41 = static_cast<double>(t40);
+    const double t42 = (t41 * 0.5);
+    const double constant = (t42 * 1.8378770664093453);
+    for (int64_t i43 = 0; i43 < n; ++i43) {
+        for (int64_t i44 = 0; i44 < K; ++i44) {
+            const float x_i45 = tmp33[i43 * K + i44];
+            const float t46 = (0.5f * x_i45);
+            const float x_i47 = base[i44];
+            const float scores48 = (x_i47 - t46);
+            scores[i43 * K + i44] = scores48;
         }
     }
-    const int64_t t45 = (-n);
-    const int64_t t46 = (t45 * d);
-    const double t47 = static_cast<double>(t46);
-    const double t48 = (t47 * 0.5);
-    const double constant = (t48 * 1.8378770664093453);
     for (int64_t i50 = 0; i50 < n; ++i50) {
         float acc51 = ks::lowest<float>();
         for (int64_t i52 = 0; i52 < K; ++i52) {
@@ -967,7 +926,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
 
 extern "C" size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
 }
 
 
@@ -1003,39 +962,37 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<bool>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const base = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
     float* const centered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const base = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
     float* const tmp49 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const tmp50 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp63 = reinterpret_cast<float*>(next_slot);
+    float* const tmp61 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp69 = reinterpret_cast<float*>(next_slot);
+    float* const tmp67 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp92 = reinterpret_cast<float*>(next_slot);
+    float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    float* const sum120 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp93 = reinterpret_cast<float*>(next_slot);
+    float* const prod125 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const tmp99 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * (T - d));
+    float* const r147 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * T);
+    float* const r151 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
-    float* const d_qs = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r173 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r177 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const d_icf = reinterpret_cast<float*>(next_slot);
+    float* const padded182 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1094,338 +1051,299 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         }
         tmp[i35] = acc;
     }
-    for (int64_t i37 = 0; i37 < K; ++i37) {
-        const float alphas_i = alphas[i37];
-        const float x_i = tmp[i37];
-        const float base38 = (alphas_i + x_i);
-        base[i37] = base38;
-    }
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            for (int64_t i41 = 0; i41 < d; ++i41) {
-                const float x_i42 = x[i39 * d + i41];
-                const float x_i43 = means[i40 * d + i41];
-                const float centered44 = (x_i42 - x_i43);
-                centered[i39 * (K * d) + i40 * d + i41] = centered44;
+    for (int64_t i37 = 0; i37 < n; ++i37) {
+        for (int64_t i38 = 0; i38 < K; ++i38) {
+            for (int64_t i39 = 0; i39 < d; ++i39) {
+                const float x_i = x[i37 * d + i39];
+                const float x_i40 = means[i38 * d + i39];
+                const float centered41 = (x_i - x_i40);
+                centered[i37 * (K * d) + i38 * d + i39] = centered41;
             }
         }
     }
-    for (int64_t i45 = 0; i45 < n; ++i45) {
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            for (int64_t i47 = 0; i47 < d; ++i47) {
+    for (int64_t i42 = 0; i42 < n; ++i42) {
+        for (int64_t i43 = 0; i43 < K; ++i43) {
+            for (int64_t i44 = 0; i44 < d; ++i44) {
                 float dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i48 = 0; i48 < d; ++i48) {
-                    dot += r[i46 * (d * d) + i47 * d + i48] * centered[i45 * (K * d) + i46 * d + i48];
+                for (int64_t i45 = 0; i45 < d; ++i45) {
+                    dot += r[i43 * (d * d) + i44 * d + i45] * centered[i42 * (K * d) + i43 * d + i45];
                 }
-                mahalanobis[i45 * (K * d) + i46 * d + i47] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + i44] = dot;
             }
         }
     }
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            float acc53 = 0;
-            KS_OMP_SIMD(reduction(+:acc53))
-            for (int64_t i54 = 0; i54 < d; ++i54) {
-                const float mahalanobis_i = mahalanobis[i51 * (K * d) + i52 * d + i54];
-                const float t55 = ks::ipow<2>(mahalanobis_i);
-                const float t56 = (2.0f * mahalanobis_i);
-                tmp49[i51 * (K * d) + i52 * d + i54] = t56;
-                acc53 += t55;
+    for (int64_t i46 = 0; i46 < K; ++i46) {
+        const float alphas_i = alphas[i46];
+        const float x_i47 = tmp[i46];
+        const float base48 = (alphas_i + x_i47);
+        base[i46] = base48;
+    }
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            float acc52 = 0;
+            KS_OMP_SIMD(reduction(+:acc52))
+            for (int64_t i53 = 0; i53 < d; ++i53) {
+                const float mahalanobis_i = mahalanobis[i50 * (K * d) + i51 * d + i53];
+                const float t54 = ks::ipow<2>(mahalanobis_i);
+                acc52 += t54;
             }
-            tmp50[i51 * K + i52] = acc53;
+            tmp49[i50 * K + i51] = acc52;
         }
     }
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const float x_i59 = tmp50[i57 * K + i58];
-            const float t60 = (0.5f * x_i59);
-            const float x_i61 = base[i58];
-            const float scores62 = (x_i61 - t60);
-            scores[i57 * K + i58] = scores62;
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const float x_i57 = tmp49[i55 * K + i56];
+            const float t58 = (0.5f * x_i57);
+            const float x_i59 = base[i56];
+            const float scores60 = (x_i59 - t58);
+            scores[i55 * K + i56] = scores60;
         }
     }
-    for (int64_t i64 = 0; i64 < n; ++i64) {
-        float acc65 = ks::lowest<float>();
-        for (int64_t i66 = 0; i66 < K; ++i66) {
-            const float x_i67 = scores[i64 * K + i66];
-            acc65 = ks::max(x_i67, acc65);
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        float acc63 = ks::lowest<float>();
+        for (int64_t i64 = 0; i64 < K; ++i64) {
+            const float x_i65 = scores[i62 * K + i64];
+            acc63 = ks::max(x_i65, acc63);
         }
-        tmp63[i64] = acc65;
+        tmp61[i62] = acc63;
     }
-    float* const tmp68 = tmp50;  // reuses a dead buffer's space
-    for (int64_t i70 = 0; i70 < n; ++i70) {
-        float acc71 = 0;
-        KS_OMP_SIMD(reduction(+:acc71))
-        for (int64_t i72 = 0; i72 < K; ++i72) {
-            const float scores_i = scores[i70 * K + i72];
-            const float x_i73 = tmp63[i70];
-            const float t74 = (scores_i - x_i73);
-            const float t75 = ks::exp(t74);
-            tmp68[i70 * K + i72] = t75;
-            acc71 += t75;
+    float* const tmp66 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i68 = 0; i68 < n; ++i68) {
+        float acc69 = 0;
+        KS_OMP_SIMD(reduction(+:acc69))
+        for (int64_t i70 = 0; i70 < K; ++i70) {
+            const float scores_i = scores[i68 * K + i70];
+            const float x_i71 = tmp61[i68];
+            const float t72 = (scores_i - x_i71);
+            const float t73 = ks::exp(t72);
+            tmp66[i68 * K + i70] = t73;
+            acc69 += t73;
         }
-        tmp69[i70] = acc71;
+        tmp67[i68] = acc69;
     }
-    float* const tmp76 = tmp63;  // reuses a dead buffer's space
-    for (int64_t i77 = 0; i77 < n; ++i77) {
-        const float x_i78 = tmp69[i77];
-        const float t79 = (1.0f / x_i78);
-        tmp76[i77] = t79;
+    float acc74 = ks::lowest<float>();
+    for (int64_t i75 = 0; i75 < K; ++i75) {
+        const float x_i76 = alphas[i75];
+        acc74 = ks::max(x_i76, acc74);
     }
-    float acc80 = ks::lowest<float>();
-    for (int64_t i81 = 0; i81 < K; ++i81) {
-        const float x_i82 = alphas[i81];
-        acc80 = ks::max(x_i82, acc80);
+    float* const tmp77 = tmp;  // reuses a dead buffer's space
+    float acc78 = 0;
+    KS_OMP_SIMD(reduction(+:acc78))
+    for (int64_t i79 = 0; i79 < K; ++i79) {
+        const float alphas_i80 = alphas[i79];
+        const float x_i81 = acc74;
+        const float t82 = (alphas_i80 - x_i81);
+        const float t83 = ks::exp(t82);
+        tmp77[i79] = t83;
+        acc78 += t83;
     }
-    float* const tmp83 = tmp;  // reuses a dead buffer's space
-    float acc84 = 0;
-    KS_OMP_SIMD(reduction(+:acc84))
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const float alphas_i86 = alphas[i85];
-        const float x_i87 = acc80;
-        const float t88 = (alphas_i86 - x_i87);
-        const float t89 = ks::exp(t88);
-        tmp83[i85] = t89;
-        acc84 += t89;
-    }
-    const float t90 = (1.0f / acc84);
-    const float t91 = static_cast<float>(n);
-    for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < d; ++i95) {
-            const float qs_i96 = icf[i94 * T + i95];
-            const float t97 = ks::exp(qs_i96);
-            tmp92[i94 * d + i95] = t97;
-            const float t98 = (2.0f * t97);
-            tmp93[i94 * d + i95] = t98;
-        }
-    }
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
-            const float ls_i = (icf + d)[i100 * T + i101];
-            const float t102 = (2.0f * ls_i);
-            tmp99[i100 * ((T - d)) + i101] = t102;
-        }
-    }
-    const float t103 = ks::ipow<2>(wishart_gamma);
-    const float t104 = (0.5f * t103);
-    const float t105 = ((-1.0f) * wishart_m);
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
-            const float x_i108 = t104;
-            const float x_i109 = tmp99[i106 * ((T - d)) + i107];
-            const float d_ls110 = (x_i108 * x_i109);
-            d_ls[i106 * ((T - d)) + i107] = d_ls110;
-        }
-    }
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        for (int64_t i112 = 0; i112 < d; ++i112) {
-            const float x_i113 = t104;
-            const float x_i114 = tmp93[i111 * d + i112];
-            const float t115 = (x_i113 * x_i114);
-            const float x_i116 = tmp92[i111 * d + i112];
-            const float t117 = (t115 * x_i116);
-            const float d_qs_i = t105;
-            const float d_qs118 = (d_qs_i + t117);
-            d_qs[i111 * d + i112] = d_qs118;
-        }
-    }
-    const float t119 = ((-1.0f) * t91);
-    const float t120 = (t119 * t90);
-    float* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        const float x_i122 = t120;
-        const float x_i123 = tmp83[i121];
-        const float d_alphas124 = (x_i122 * x_i123);
-        d_alphas[i121] = d_alphas124;
+    const float t84 = static_cast<float>(n);
+    const float t85 = (1.0f / acc78);
+    const float t86 = ks::ipow<2>(wishart_gamma);
+    const float t87 = (0.5f * t86);
+    const float t88 = ((-1.0f) * wishart_m);
+    const float t89 = ((-1.0f) * t84);
+    const float t90 = (t89 * t85);
+    float* const tmp91 = tmp61;  // reuses a dead buffer's space
+    for (int64_t i92 = 0; i92 < n; ++i92) {
+        const float x_i93 = tmp67[i92];
+        const float t94 = (1.0f / x_i93);
+        tmp91[i92] = t94;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < n; ++i125) {
-        for (int64_t i126 = 0; i126 < K; ++i126) {
-            const float x_i127 = tmp76[i125];
-            const float x_i128 = tmp68[i125 * K + i126];
-            const float d_scores129 = (x_i127 * x_i128);
-            d_scores[i125 * K + i126] = d_scores129;
+    for (int64_t i95 = 0; i95 < n; ++i95) {
+        for (int64_t i96 = 0; i96 < K; ++i96) {
+            const float x_i97 = tmp91[i95];
+            const float x_i98 = tmp66[i95 * K + i96];
+            const float d_scores99 = (x_i97 * x_i98);
+            d_scores[i95 * K + i96] = d_scores99;
         }
     }
-    float* const sum = tmp;  // reuses a dead buffer's space
-    for (int64_t i130 = 0; i130 < K; ++i130) {
-        sum[i130] = 0;
+    float* const sum = base;  // reuses a dead buffer's space
+    for (int64_t i100 = 0; i100 < K; ++i100) {
+        sum[i100] = 0;
     }
-    for (int64_t i131 = 0; i131 < n; ++i131) {
+    for (int64_t i101 = 0; i101 < n; ++i101) {
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            sum[i102] += d_scores[i101 * K + i102];
+        }
+    }
+    float* const tmp103 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i104 = 0; i104 < n; ++i104) {
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            const float d_scores_i = d_scores[i104 * K + i105];
+            const float t106 = (d_scores_i * (-1.0f));
+            const float t107 = (t106 * 0.5f);
+            tmp103[i104 * K + i105] = t107;
+        }
+    }
+    for (int64_t i108 = 0; i108 < n; ++i108) {
+        for (int64_t i109 = 0; i109 < K; ++i109) {
+            for (int64_t i110 = 0; i110 < d; ++i110) {
+                const float mahalanobis_i111 = mahalanobis[i108 * (K * d) + i109 * d + i110];
+                const float t112 = (2.0f * mahalanobis_i111);
+                const float x_i113 = tmp103[i108 * K + i109];
+                const float d_mahalanobis114 = (x_i113 * t112);
+                d_mahalanobis[i108 * (K * d) + i109 * d + i110] = d_mahalanobis114;
+            }
+        }
+    }
+    for (int64_t i115 = 0; i115 < K * d * d; ++i115) {
+        prod[i115] = 0;
+    }
+    for (int64_t i116 = 0; i116 < K; ++i116) {
+        for (int64_t i117 = 0; i117 < d; ++i117) {
+            for (int64_t i118 = 0; i118 < n; ++i118) {
+                for (int64_t i119 = 0; i119 < d; ++i119) {
+                    prod[i116 * (d * d) + i117 * d + i119] += d_mahalanobis[i118 * (K * d) + i116 * d + i117] * centered[i118 * (K * d) + i116 * d + i119];
+                }
+            }
+        }
+    }
+    for (int64_t i121 = 0; i121 < K * d; ++i121) {
+        sum120[i121] = 0;
+    }
+    for (int64_t i122 = 0; i122 < n; ++i122) {
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                sum120[i123 * d + i124] += d_mahalanobis[i122 * (K * d) + i123 * d + i124];
+            }
+        }
+    }
+    for (int64_t i126 = 0; i126 < K * d; ++i126) {
+        prod125[i126] = 0;
+    }
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        for (int64_t i128 = 0; i128 < d; ++i128) {
+            for (int64_t i129 = 0; i129 < d; ++i129) {
+                prod125[i127 * d + i129] += sum120[i127 * d + i128] * r[i127 * (d * d) + i128 * d + i129];
+            }
+        }
+    }
+    float* const tmp130 = sum120;  // reuses a dead buffer's space
+    for (int64_t i131 = 0; i131 < 1; ++i131) {
         for (int64_t i132 = 0; i132 < K; ++i132) {
-            sum[i132] += d_scores[i131 * K + i132];
-        }
-    }
-    float* const tmp133 = tmp50;  // reuses a dead buffer's space
-    for (int64_t i134 = 0; i134 < n; ++i134) {
-        for (int64_t i135 = 0; i135 < K; ++i135) {
-            const float d_scores_i = d_scores[i134 * K + i135];
-            const float t136 = (d_scores_i * (-1.0f));
-            const float t137 = (t136 * 0.5f);
-            tmp133[i134 * K + i135] = t137;
-        }
-    }
-    float* const d_mahalanobis = mahalanobis;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < n; ++i138) {
-        for (int64_t i139 = 0; i139 < K; ++i139) {
-            for (int64_t i140 = 0; i140 < d; ++i140) {
-                const float x_i141 = tmp133[i138 * K + i139];
-                const float x_i142 = tmp49[i138 * (K * d) + i139 * d + i140];
-                const float d_mahalanobis143 = (x_i141 * x_i142);
-                d_mahalanobis[i138 * (K * d) + i139 * d + i140] = d_mahalanobis143;
+            for (int64_t i133 = 0; i133 < d; ++i133) {
+                const float x_i134 = prod125[i131 * (K * d) + i132 * d + i133];
+                const float t135 = (x_i134 * (-1.0f));
+                tmp130[i131 * (K * d) + i132 * d + i133] = t135;
             }
         }
     }
-    float* const d_centered = tmp49;  // reuses a dead buffer's space
-    for (int64_t i144 = 0; i144 < n * K * d; ++i144) {
-        d_centered[i144] = 0;
+    float* const d_qs = prod125;  // reuses a dead buffer's space
+    for (int64_t i136 = 0; i136 < K; ++i136) {
+        for (int64_t i137 = 0; i137 < d; ++i137) {
+            const float qs_i138 = icf[i136 * T + i137];
+            const float t139 = ks::exp(qs_i138);
+            const float t140 = (2.0f * t139);
+            const float x_i141 = t87;
+            const float t142 = (x_i141 * t140);
+            const float t143 = (t142 * t139);
+            const float d_qs_i = t88;
+            const float d_qs144 = (d_qs_i + t143);
+            const float x_i145 = sum[i136];
+            const float d_qs146 = (d_qs144 + x_i145);
+            d_qs[i136 * d + i137] = d_qs146;
+        }
     }
-    for (int64_t i145 = 0; i145 < n; ++i145) {
-        for (int64_t i146 = 0; i146 < K; ++i146) {
-            for (int64_t i147 = 0; i147 < d; ++i147) {
-                for (int64_t i148 = 0; i148 < d; ++i148) {
-                    d_centered[i145 * (K * d) + i146 * d + i148] += d_mahalanobis[i145 * (K * d) + i146 * d + i147] * r[i146 * (d * d) + i147 * d + i148];
-                }
+    for (int64_t i148 = 0; i148 < K * T; ++i148) {
+        r147[i148] = 0.0f;
+    }
+    for (int64_t k149 = K - 1; k149 >= 0; --k149) {
+        float* const r150 = r10;  // reuses a dead buffer's space
+        float r152;
+        for (int64_t i153 = 0; i153 < d; ++i153) {
+            r150[i153] = 0.0f;
+        }
+        for (int64_t i154 = 0; i154 < T; ++i154) {
+            r151[i154] = 0.0f;
+        }
+        r152 = 0.0f;
+        for (int64_t k155 = d - 1; k155 >= 0; --k155) {
+            float r156;
+            float r157;
+            r156 = 0.0f;
+            r157 = r152;
+            for (int64_t k158 = d - 1; k158 >= 0; --k158) {
+                const int64_t t159 = ((2*d) - k158);
+                const int64_t t160 = (t159 - int64_t{1});
+                const int64_t t161 = (k158 * t160);
+                const int64_t t162 = ks::floordiv(t161, int64_t{2});
+                const int64_t t163 = (d + t162);
+                const int64_t t164 = (t163 + k155);
+                const int64_t t165 = (t164 - k158);
+                const int64_t t166 = (t165 - int64_t{1});
+                const float t167 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? (((prod + k149 * (d * d)) + k155 * d) + k158)[0] : 0.0f);
+                const float t168 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? 0.0f : (((prod + k149 * (d * d)) + k155 * d) + k158)[0]);
+                const float t169 = ((((r2 + k149 * (d * d)) + k155 * d) + k158)[0] ? t168 : 0.0f);
+                (r151 + ks::clamp_index(t166, T))[0] += t169;
+                const float t170 = (t167 * (((r1 + k149 * (d * d)) + k155 * d) + k158)[0]);
+                const float t171 = (r156 + t170);
+                r156 = t171;
             }
+            (r150 + k155)[0] += r156;
+            r152 = r157;
+        }
+        (r150 + ks::clamp_index(int64_t{0}, d))[0] += r152;
+        for (int64_t i172 = 0; i172 < T; ++i172) {
+            (r147 + k149 * T)[i172] += r151[i172];
+        }
+        for (int64_t i173 = 0; i173 < d; ++i173) {
+            (d_qs + k149 * d)[i173] += r150[i173];
         }
     }
-    float* const prod = r;  // reuses a dead buffer's space
-    for (int64_t i149 = 0; i149 < K * d * d; ++i149) {
-        prod[i149] = 0;
-    }
-    for (int64_t i150 = 0; i150 < K; ++i150) {
-        for (int64_t i151 = 0; i151 < d; ++i151) {
-            for (int64_t i152 = 0; i152 < n; ++i152) {
-                for (int64_t i153 = 0; i153 < d; ++i153) {
-                    prod[i150 * (d * d) + i151 * d + i153] += d_mahalanobis[i152 * (K * d) + i150 * d + i151] * centered[i152 * (K * d) + i150 * d + i153];
-                }
-            }
+    for (int64_t i174 = 0; i174 < K; ++i174) {
+        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
+            const float ls_i = (icf + d)[i174 * T + i175];
+            const float t176 = (2.0f * ls_i);
+            const float x_i177 = t87;
+            const float d_ls178 = (x_i177 * t176);
+            d_ls[i174 * ((T - d)) + i175] = d_ls178;
         }
     }
-    float* const sum154 = tmp92;  // reuses a dead buffer's space
-    for (int64_t i155 = 0; i155 < K * d; ++i155) {
-        sum154[i155] = 0;
+    for (int64_t i179 = 0; i179 < K * T; ++i179) {
+        padded[i179] = 0.0f;
     }
-    for (int64_t i156 = 0; i156 < n; ++i156) {
-        for (int64_t i157 = 0; i157 < K; ++i157) {
-            for (int64_t i158 = 0; i158 < d; ++i158) {
-                sum154[i157 * d + i158] += d_centered[i156 * (K * d) + i157 * d + i158];
-            }
+    for (int64_t i180 = 0; i180 < K; ++i180) {
+        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
+            (padded + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
         }
     }
-    float* const tmp159 = tmp93;  // reuses a dead buffer's space
-    for (int64_t i160 = 0; i160 < 1; ++i160) {
-        for (int64_t i161 = 0; i161 < K; ++i161) {
-            for (int64_t i162 = 0; i162 < d; ++i162) {
-                const float x_i163 = sum154[i160 * (K * d) + i161 * d + i162];
-                const float t164 = (x_i163 * (-1.0f));
-                tmp159[i160 * (K * d) + i161 * d + i162] = t164;
-            }
+    for (int64_t i183 = 0; i183 < K * T; ++i183) {
+        padded182[i183] = 0.0f;
+    }
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < d; ++i185) {
+            padded182[i184 * T + i185] = d_qs[i184 * d + i185];
         }
     }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        const float d_alphas_i = d_alphas[i165];
-        const float d_base_i = sum[i165];
-        const float d_alphas166 = (d_alphas_i + d_base_i);
-        out_d_alphas[i165] = d_alphas166;
+    for (int64_t i186 = 0; i186 < K; ++i186) {
+        const float x_i187 = t90;
+        const float x_i188 = tmp77[i186];
+        const float d_alphas = (x_i187 * x_i188);
+        const float d_base_i = sum[i186];
+        const float d_alphas189 = (d_alphas + d_base_i);
+        out_d_alphas[i186] = d_alphas189;
     }
-    float* const d_qs167 = tmp92;  // reuses a dead buffer's space
-    for (int64_t i168 = 0; i168 < K; ++i168) {
-        for (int64_t i169 = 0; i169 < d; ++i169) {
-            const float d_qs_i170 = d_qs[i168 * d + i169];
-            const float x_i171 = sum[i168];
-            const float d_qs172 = (d_qs_i170 + x_i171);
-            d_qs167[i168 * d + i169] = d_qs172;
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        for (int64_t i191 = 0; i191 < T; ++i191) {
+            const float x_i192 = r147[i190 * T + i191];
+            const float x_i193 = padded[i190 * T + i191];
+            const float d_icf = (x_i192 + x_i193);
+            const float x_i194 = padded182[i190 * T + i191];
+            const float d_icf195 = (d_icf + x_i194);
+            out_d_icf[i190 * T + i191] = d_icf195;
         }
     }
-    for (int64_t i174 = 0; i174 < K * T; ++i174) {
-        r173[i174] = 0.0f;
-    }
-    for (int64_t k175 = K - 1; k175 >= 0; --k175) {
-        float* const r176 = r10;  // reuses a dead buffer's space
-        float r178;
-        for (int64_t i179 = 0; i179 < d; ++i179) {
-            r176[i179] = 0.0f;
-        }
-        for (int64_t i180 = 0; i180 < T; ++i180) {
-            r177[i180] = 0.0f;
-        }
-        r178 = 0.0f;
-        for (int64_t k181 = d - 1; k181 >= 0; --k181) {
-            float r182;
-            float r183;
-            r182 = 0.0f;
-            r183 = r178;
-            for (int64_t k184 = d - 1; k184 >= 0; --k184) {
-                const int64_t t185 = ((2*d) - k184);
-                const int64_t t186 = (t185 - int64_t{1});
-                const int64_t t187 = (k184 * t186);
-                const int64_t t188 = ks::floordiv(t187, int64_t{2});
-                const int64_t t189 = (d + t188);
-                const int64_t t190 = (t189 + k181);
-                const int64_t t191 = (t190 - k184);
-                const int64_t t192 = (t191 - int64_t{1});
-                const float t193 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? (((prod + k175 * (d * d)) + k181 * d) + k184)[0] : 0.0f);
-                const float t194 = ((((r3 + k175 * (d * d)) + k181 * d) + k184)[0] ? 0.0f : (((prod + k175 * (d * d)) + k181 * d) + k184)[0]);
-                const float t195 = ((((r2 + k175 * (d * d)) + k181 * d) + k184)[0] ? t194 : 0.0f);
-                (r177 + ks::clamp_index(t192, T))[0] += t195;
-                const float t196 = (t193 * (((r1 + k175 * (d * d)) + k181 * d) + k184)[0]);
-                const float t197 = (r182 + t196);
-                r182 = t197;
-            }
-            (r176 + k181)[0] += r182;
-            r178 = r183;
-        }
-        (r176 + ks::clamp_index(int64_t{0}, d))[0] += r178;
-        for (int64_t i198 = 0; i198 < T; ++i198) {
-            (r173 + k175 * T)[i198] += r177[i198];
-        }
-        for (int64_t i199 = 0; i199 < d; ++i199) {
-            (d_qs167 + k175 * d)[i199] += r176[i199];
-        }
-    }
-    for (int64_t i200 = 0; i200 < K * T; ++i200) {
-        padded[i200] = 0.0f;
-    }
-    for (int64_t i201 = 0; i201 < K; ++i201) {
-        for (int64_t i202 = 0; i202 < (T - d); ++i202) {
-            (padded + d)[i201 * T + i202] = d_ls[i201 * ((T - d)) + i202];
-        }
-    }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < T; ++i204) {
-            const float x_i205 = r173[i203 * T + i204];
-            const float x_i206 = padded[i203 * T + i204];
-            const float d_icf207 = (x_i205 + x_i206);
-            d_icf[i203 * T + i204] = d_icf207;
-        }
-    }
-    float* const padded208 = r173;  // reuses a dead buffer's space
-    for (int64_t i209 = 0; i209 < K * T; ++i209) {
-        padded208[i209] = 0.0f;
-    }
-    for (int64_t i210 = 0; i210 < K; ++i210) {
-        for (int64_t i211 = 0; i211 < d; ++i211) {
-            padded208[i210 * T + i211] = d_qs167[i210 * d + i211];
-        }
-    }
-    for (int64_t i212 = 0; i212 < K; ++i212) {
-        for (int64_t i213 = 0; i213 < T; ++i213) {
-            const float d_icf_i = d_icf[i212 * T + i213];
-            const float x_i214 = padded208[i212 * T + i213];
-            const float d_icf215 = (d_icf_i + x_i214);
-            out_d_icf[i212 * T + i213] = d_icf215;
-        }
-    }
-    for (int64_t i216 = 0; i216 < K * d; ++i216) {
-        out_d_means[i216] = tmp159[i216];
+    for (int64_t i196 = 0; i196 < K * d; ++i196) {
+        out_d_means[i196] = tmp130[i196];
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1707,25 +1625,21 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp52 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp60 = reinterpret_cast<double*>(next_slot);
+    double* const tmp58 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp99 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const r95 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp104 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r151 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r155 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r126 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp134 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const r175 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r179 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    double* const padded186 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1809,292 +1723,261 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
                 prod[i49 * d + i50] = dot;
             }
         }
-        double* const tmp53 = tmp;  // reuses a dead buffer's space
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            double acc55 = 0;
-            KS_OMP_SIMD(reduction(+:acc55))
-            for (int64_t i56 = 0; i56 < d; ++i56) {
-                const double x_i57 = prod[i54 * d + i56];
-                const double t58 = ks::ipow<2>(x_i57);
-                const double t59 = (2.0 * x_i57);
-                tmp52[i54 * d + i56] = t59;
-                acc55 += t58;
+        double* const tmp52 = tmp;  // reuses a dead buffer's space
+        for (int64_t i53 = 0; i53 < K; ++i53) {
+            double acc54 = 0;
+            KS_OMP_SIMD(reduction(+:acc54))
+            for (int64_t i55 = 0; i55 < d; ++i55) {
+                const double x_i56 = prod[i53 * d + i55];
+                const double t57 = ks::ipow<2>(x_i56);
+                acc54 += t57;
             }
-            tmp53[i54] = acc55;
+            tmp52[i53] = acc54;
         }
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            const double x_i62 = tmp53[i61];
-            const double t63 = (0.5 * x_i62);
-            const double x_i64 = base[i61];
-            const double t65 = (x_i64 - t63);
-            tmp60[i61] = t65;
+        for (int64_t i59 = 0; i59 < K; ++i59) {
+            const double x_i60 = tmp52[i59];
+            const double t61 = (0.5 * x_i60);
+            const double x_i62 = base[i59];
+            const double t63 = (x_i62 - t61);
+            tmp58[i59] = t63;
         }
-        double acc66 = ks::lowest<double>();
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            const double x_i68 = tmp60[i67];
-            acc66 = ks::max(x_i68, acc66);
+        double acc64 = ks::lowest<double>();
+        for (int64_t i65 = 0; i65 < K; ++i65) {
+            const double x_i66 = tmp58[i65];
+            acc64 = ks::max(x_i66, acc64);
         }
-        double* const tmp69 = tmp;  // reuses a dead buffer's space
-        double acc70 = 0;
-        KS_OMP_SIMD(reduction(+:acc70))
-        for (int64_t i71 = 0; i71 < K; ++i71) {
-            const double x_i72 = tmp60[i71];
-            const double x_i73 = acc66;
-            const double t74 = (x_i72 - x_i73);
-            const double t75 = ks::exp(t74);
-            tmp69[i71] = t75;
-            acc70 += t75;
+        double* const tmp67 = tmp;  // reuses a dead buffer's space
+        double acc68 = 0;
+        KS_OMP_SIMD(reduction(+:acc68))
+        for (int64_t i69 = 0; i69 < K; ++i69) {
+            const double x_i70 = tmp58[i69];
+            const double x_i71 = acc64;
+            const double t72 = (x_i70 - x_i71);
+            const double t73 = ks::exp(t72);
+            tmp67[i69] = t73;
+            acc68 += t73;
         }
-        const double t76 = (1.0 / acc70);
-        for (int64_t i77 = 0; i77 < K * d; ++i77) {
-            (r39 + k43 * (K * d))[i77] = tmp44[i77];
+        for (int64_t i74 = 0; i74 < K * d; ++i74) {
+            (r39 + k43 * (K * d))[i74] = tmp44[i74];
         }
-        for (int64_t i78 = 0; i78 < K * d; ++i78) {
-            (r40 + k43 * (K * d))[i78] = tmp52[i78];
+        for (int64_t i75 = 0; i75 < K * d; ++i75) {
+            (r40 + k43 * (K * d))[i75] = prod[i75];
         }
-        for (int64_t i79 = 0; i79 < K; ++i79) {
-            (r41 + k43 * K)[i79] = tmp69[i79];
+        for (int64_t i76 = 0; i76 < K; ++i76) {
+            (r41 + k43 * K)[i76] = tmp67[i76];
         }
-        (r42 + k43)[0] = t76;
+        (r42 + k43)[0] = acc68;
     }
-    double acc80 = ks::lowest<double>();
-    for (int64_t i81 = 0; i81 < K; ++i81) {
-        const double x_i82 = alphas[i81];
-        acc80 = ks::max(x_i82, acc80);
+    double acc77 = ks::lowest<double>();
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const double x_i79 = alphas[i78];
+        acc77 = ks::max(x_i79, acc77);
     }
-    double* const tmp83 = tmp;  // reuses a dead buffer's space
-    double acc84 = 0;
-    KS_OMP_SIMD(reduction(+:acc84))
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const double alphas_i86 = alphas[i85];
-        const double x_i87 = acc80;
-        const double t88 = (alphas_i86 - x_i87);
-        const double t89 = ks::exp(t88);
-        tmp83[i85] = t89;
-        acc84 += t89;
+    double* const tmp80 = tmp;  // reuses a dead buffer's space
+    double acc81 = 0;
+    KS_OMP_SIMD(reduction(+:acc81))
+    for (int64_t i82 = 0; i82 < K; ++i82) {
+        const double alphas_i83 = alphas[i82];
+        const double x_i84 = acc77;
+        const double t85 = (alphas_i83 - x_i84);
+        const double t86 = ks::exp(t85);
+        tmp80[i82] = t86;
+        acc81 += t86;
     }
-    const double t90 = (1.0 / acc84);
-    const double t91 = static_cast<double>(n);
-    double* const tmp92 = tmp44;  // reuses a dead buffer's space
-    double* const tmp93 = prod;  // reuses a dead buffer's space
-    for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < d; ++i95) {
-            const double qs_i96 = icf[i94 * T + i95];
-            const double t97 = ks::exp(qs_i96);
-            tmp92[i94 * d + i95] = t97;
-            const double t98 = (2.0 * t97);
-            tmp93[i94 * d + i95] = t98;
+    const double t87 = static_cast<double>(n);
+    const double t88 = (1.0 / acc81);
+    const double t89 = ks::ipow<2>(wishart_gamma);
+    const double t90 = (0.5 * t89);
+    const double t91 = ((-1.0) * wishart_m);
+    const double t92 = ((-1.0) * t87);
+    const double t93 = (t92 * t88);
+    double* const r94 = base;  // reuses a dead buffer's space
+    double r96;
+    for (int64_t i97 = 0; i97 < K; ++i97) {
+        r94[i97] = 0.0;
+    }
+    for (int64_t i98 = 0; i98 < K * d * d; ++i98) {
+        r95[i98] = 0.0;
+    }
+    for (int64_t i99 = 0; i99 < K * d; ++i99) {
+        out_d_means[i99] = 0.0;
+    }
+    r96 = 1.0;
+    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
+        const double t101 = (1.0 / (r42 + k100)[0]);
+        const double t102 = (r96 * t101);
+        double* const tmp103 = tmp58;  // reuses a dead buffer's space
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            const double x_i106 = t102;
+            const double x_i107 = (r41 + k100 * K)[i105];
+            const double t108 = (x_i106 * x_i107);
+            tmp103[i105] = t108;
+            const double t109 = (t108 * (-1.0));
+            const double t110 = (t109 * 0.5);
+            tmp104[i105] = t110;
         }
-    }
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        for (int64_t i101 = 0; i101 < (T - d); ++i101) {
-            const double ls_i = (icf + d)[i100 * T + i101];
-            const double t102 = (2.0 * ls_i);
-            tmp99[i100 * ((T - d)) + i101] = t102;
-        }
-    }
-    const double t103 = ks::ipow<2>(wishart_gamma);
-    const double t104 = (0.5 * t103);
-    const double t105 = ((-1.0) * wishart_m);
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        for (int64_t i107 = 0; i107 < (T - d); ++i107) {
-            const double x_i108 = t104;
-            const double x_i109 = tmp99[i106 * ((T - d)) + i107];
-            const double d_ls110 = (x_i108 * x_i109);
-            d_ls[i106 * ((T - d)) + i107] = d_ls110;
-        }
-    }
-    double* const d_qs = tmp52;  // reuses a dead buffer's space
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        for (int64_t i112 = 0; i112 < d; ++i112) {
-            const double x_i113 = t104;
-            const double x_i114 = tmp93[i111 * d + i112];
-            const double t115 = (x_i113 * x_i114);
-            const double x_i116 = tmp92[i111 * d + i112];
-            const double t117 = (t115 * x_i116);
-            const double d_qs_i = t105;
-            const double d_qs118 = (d_qs_i + t117);
-            d_qs[i111 * d + i112] = d_qs118;
-        }
-    }
-    const double t119 = ((-1.0) * t91);
-    const double t120 = (t119 * t90);
-    double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        const double x_i122 = t120;
-        const double x_i123 = tmp83[i121];
-        const double d_alphas124 = (x_i122 * x_i123);
-        d_alphas[i121] = d_alphas124;
-    }
-    double* const r125 = tmp;  // reuses a dead buffer's space
-    double r127;
-    for (int64_t i128 = 0; i128 < K; ++i128) {
-        r125[i128] = 0.0;
-    }
-    for (int64_t i129 = 0; i129 < K * d * d; ++i129) {
-        r126[i129] = 0.0;
-    }
-    for (int64_t i130 = 0; i130 < K * d; ++i130) {
-        out_d_means[i130] = 0.0;
-    }
-    r127 = 1.0;
-    for (int64_t k131 = n - 1; k131 >= 0; --k131) {
-        const double t132 = (r127 * (r42 + k131)[0]);
-        double* const tmp133 = tmp60;  // reuses a dead buffer's space
-        for (int64_t i135 = 0; i135 < K; ++i135) {
-            const double x_i136 = t132;
-            const double x_i137 = (r41 + k131 * K)[i135];
-            const double t138 = (x_i136 * x_i137);
-            const double x_i139 = r125[i135];
-            const double t140 = (x_i139 + t138);
-            tmp133[i135] = t140;
-            const double t141 = (t138 * (-1.0));
-            const double t142 = (t141 * 0.5);
-            tmp134[i135] = t142;
-        }
-        double* const tmp143 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i144 = 0; i144 < K; ++i144) {
-            for (int64_t i145 = 0; i145 < d; ++i145) {
-                const double x_i146 = tmp134[i144];
-                const double x_i147 = (r40 + k131 * (K * d))[i144 * d + i145];
-                const double t148 = (x_i146 * x_i147);
-                tmp143[i144 * d + i145] = t148;
+        double* const tmp111 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            for (int64_t i113 = 0; i113 < d; ++i113) {
+                const double x_i114 = (r40 + k100 * (K * d))[i112 * d + i113];
+                const double t115 = (2.0 * x_i114);
+                const double x_i116 = tmp104[i112];
+                const double t117 = (x_i116 * t115);
+                tmp111[i112 * d + i113] = t117;
             }
         }
-        double* const prod149 = prod;  // reuses a dead buffer's space
-        for (int64_t i150 = 0; i150 < K * d; ++i150) {
-            prod149[i150] = 0;
+        double* const prod118 = prod;  // reuses a dead buffer's space
+        for (int64_t i119 = 0; i119 < K * d; ++i119) {
+            prod118[i119] = 0;
         }
-        for (int64_t i151 = 0; i151 < K; ++i151) {
-            for (int64_t i152 = 0; i152 < d; ++i152) {
-                for (int64_t i153 = 0; i153 < d; ++i153) {
-                    prod149[i151 * d + i153] += tmp143[i151 * d + i152] * r[i151 * (d * d) + i152 * d + i153];
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            for (int64_t i121 = 0; i121 < d; ++i121) {
+                for (int64_t i122 = 0; i122 < d; ++i122) {
+                    prod118[i120 * d + i122] += tmp111[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
                 }
             }
         }
-        for (int64_t i154 = 0; i154 < K; ++i154) {
-            for (int64_t i155 = 0; i155 < d; ++i155) {
-                for (int64_t i156 = 0; i156 < d; ++i156) {
-                    r126[i154 * (d * d) + i155 * d + i156] += tmp143[i154 * d + i155] * (r39 + k131 * (K * d))[i154 * d + i156];
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                for (int64_t i125 = 0; i125 < d; ++i125) {
+                    r95[i123 * (d * d) + i124 * d + i125] += tmp111[i123 * d + i124] * (r39 + k100 * (K * d))[i123 * d + i125];
                 }
             }
         }
-        double* const tmp157 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i158 = 0; i158 < K; ++i158) {
-            for (int64_t i159 = 0; i159 < d; ++i159) {
-                const double x_i160 = prod149[i158 * d + i159];
-                const double t161 = (x_i160 * (-1.0));
-                const double x_i162 = out_d_means[i158 * d + i159];
-                const double t163 = (x_i162 + t161);
-                tmp157[i158 * d + i159] = t163;
+        double* const tmp126 = tmp104;  // reuses a dead buffer's space
+        for (int64_t i127 = 0; i127 < K; ++i127) {
+            const double x_i128 = r94[i127];
+            const double x_i129 = tmp103[i127];
+            const double t130 = (x_i128 + x_i129);
+            tmp126[i127] = t130;
+        }
+        double* const tmp131 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i132 = 0; i132 < K; ++i132) {
+            for (int64_t i133 = 0; i133 < d; ++i133) {
+                const double x_i134 = prod118[i132 * d + i133];
+                const double t135 = (x_i134 * (-1.0));
+                const double x_i136 = out_d_means[i132 * d + i133];
+                const double t137 = (x_i136 + t135);
+                tmp131[i132 * d + i133] = t137;
             }
         }
-        for (int64_t i164 = 0; i164 < K; ++i164) {
-            r125[i164] = tmp133[i164];
+        for (int64_t i138 = 0; i138 < K; ++i138) {
+            r94[i138] = tmp126[i138];
         }
-        for (int64_t i165 = 0; i165 < K * d; ++i165) {
-            out_d_means[i165] = tmp157[i165];
-        }
-    }
-    for (int64_t i166 = 0; i166 < K; ++i166) {
-        const double d_alphas_i = d_alphas[i166];
-        const double x_i167 = r125[i166];
-        const double d_alphas168 = (d_alphas_i + x_i167);
-        out_d_alphas[i166] = d_alphas168;
-    }
-    double* const d_qs169 = tmp44;  // reuses a dead buffer's space
-    for (int64_t i170 = 0; i170 < K; ++i170) {
-        for (int64_t i171 = 0; i171 < d; ++i171) {
-            const double d_qs_i172 = d_qs[i170 * d + i171];
-            const double x_i173 = r125[i170];
-            const double d_qs174 = (d_qs_i172 + x_i173);
-            d_qs169[i170 * d + i171] = d_qs174;
+        for (int64_t i139 = 0; i139 < K * d; ++i139) {
+            out_d_means[i139] = tmp131[i139];
         }
     }
-    for (int64_t i176 = 0; i176 < K * T; ++i176) {
-        r175[i176] = 0.0;
+    double* const d_qs = tmp44;  // reuses a dead buffer's space
+    for (int64_t i140 = 0; i140 < K; ++i140) {
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            const double qs_i142 = icf[i140 * T + i141];
+            const double t143 = ks::exp(qs_i142);
+            const double t144 = (2.0 * t143);
+            const double x_i145 = t90;
+            const double t146 = (x_i145 * t144);
+            const double t147 = (t146 * t143);
+            const double d_qs_i = t91;
+            const double d_qs148 = (d_qs_i + t147);
+            const double x_i149 = r94[i140];
+            const double d_qs150 = (d_qs148 + x_i149);
+            d_qs[i140 * d + i141] = d_qs150;
+        }
     }
-    for (int64_t k177 = K - 1; k177 >= 0; --k177) {
-        double* const r178 = r10;  // reuses a dead buffer's space
-        double r180;
-        for (int64_t i181 = 0; i181 < d; ++i181) {
-            r178[i181] = 0.0;
+    for (int64_t i152 = 0; i152 < K * T; ++i152) {
+        r151[i152] = 0.0;
+    }
+    for (int64_t k153 = K - 1; k153 >= 0; --k153) {
+        double* const r154 = r10;  // reuses a dead buffer's space
+        double r156;
+        for (int64_t i157 = 0; i157 < d; ++i157) {
+            r154[i157] = 0.0;
         }
-        for (int64_t i182 = 0; i182 < T; ++i182) {
-            r179[i182] = 0.0;
+        for (int64_t i158 = 0; i158 < T; ++i158) {
+            r155[i158] = 0.0;
         }
-        r180 = 0.0;
-        for (int64_t k183 = d - 1; k183 >= 0; --k183) {
-            double r184;
-            double r185;
-            r184 = 0.0;
-            r185 = r180;
-            for (int64_t k186 = d - 1; k186 >= 0; --k186) {
-                const int64_t t187 = ((2*d) - k186);
-                const int64_t t188 = (t187 - int64_t{1});
-                const int64_t t189 = (k186 * t188);
-                const int64_t t190 = ks::floordiv(t189, int64_t{2});
-                const int64_t t191 = (d + t190);
-                const int64_t t192 = (t191 + k183);
-                const int64_t t193 = (t192 - k186);
-                const int64_t t194 = (t193 - int64_t{1});
-                const double t195 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? (((r126 + k177 * (d * d)) + k183 * d) + k186)[0] : 0.0);
-                const double t196 = ((((r3 + k177 * (d * d)) + k183 * d) + k186)[0] ? 0.0 : (((r126 + k177 * (d * d)) + k183 * d) + k186)[0]);
-                const double t197 = ((((r2 + k177 * (d * d)) + k183 * d) + k186)[0] ? t196 : 0.0);
-                (r179 + ks::clamp_index(t194, T))[0] += t197;
-                const double t198 = (t195 * (((r1 + k177 * (d * d)) + k183 * d) + k186)[0]);
-                const double t199 = (r184 + t198);
-                r184 = t199;
+        r156 = 0.0;
+        for (int64_t k159 = d - 1; k159 >= 0; --k159) {
+            double r160;
+            double r161;
+            r160 = 0.0;
+            r161 = r156;
+            for (int64_t k162 = d - 1; k162 >= 0; --k162) {
+                const int64_t t163 = ((2*d) - k162);
+                const int64_t t164 = (t163 - int64_t{1});
+                const int64_t t165 = (k162 * t164);
+                const int64_t t166 = ks::floordiv(t165, int64_t{2});
+                const int64_t t167 = (d + t166);
+                const int64_t t168 = (t167 + k159);
+                const int64_t t169 = (t168 - k162);
+                const int64_t t170 = (t169 - int64_t{1});
+                const double t171 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? (((r95 + k153 * (d * d)) + k159 * d) + k162)[0] : 0.0);
+                const double t172 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? 0.0 : (((r95 + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const double t173 = ((((r2 + k153 * (d * d)) + k159 * d) + k162)[0] ? t172 : 0.0);
+                (r155 + ks::clamp_index(t170, T))[0] += t173;
+                const double t174 = (t171 * (((r1 + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const double t175 = (r160 + t174);
+                r160 = t175;
             }
-            (r178 + k183)[0] += r184;
-            r180 = r185;
+            (r154 + k159)[0] += r160;
+            r156 = r161;
         }
-        (r178 + ks::clamp_index(int64_t{0}, d))[0] += r180;
-        for (int64_t i200 = 0; i200 < T; ++i200) {
-            (r175 + k177 * T)[i200] += r179[i200];
+        (r154 + ks::clamp_index(int64_t{0}, d))[0] += r156;
+        for (int64_t i176 = 0; i176 < T; ++i176) {
+            (r151 + k153 * T)[i176] += r155[i176];
         }
-        for (int64_t i201 = 0; i201 < d; ++i201) {
-            (d_qs169 + k177 * d)[i201] += r178[i201];
-        }
-    }
-    for (int64_t i202 = 0; i202 < K * T; ++i202) {
-        padded[i202] = 0.0;
-    }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < (T - d); ++i204) {
-            (padded + d)[i203 * T + i204] = d_ls[i203 * ((T - d)) + i204];
+        for (int64_t i177 = 0; i177 < d; ++i177) {
+            (d_qs + k153 * d)[i177] += r154[i177];
         }
     }
-    for (int64_t i205 = 0; i205 < K; ++i205) {
-        for (int64_t i206 = 0; i206 < T; ++i206) {
-            const double x_i207 = r175[i205 * T + i206];
-            const double x_i208 = padded[i205 * T + i206];
-            const double d_icf209 = (x_i207 + x_i208);
-            d_icf[i205 * T + i206] = d_icf209;
+    for (int64_t i178 = 0; i178 < K; ++i178) {
+        for (int64_t i179 = 0; i179 < (T - d); ++i179) {
+            const double ls_i = (icf + d)[i178 * T + i179];
+            const double t180 = (2.0 * ls_i);
+            const double x_i181 = t90;
+            const double d_ls182 = (x_i181 * t180);
+            d_ls[i178 * ((T - d)) + i179] = d_ls182;
         }
     }
-    double* const padded210 = r175;  // reuses a dead buffer's space
-    for (int64_t i211 = 0; i211 < K * T; ++i211) {
-        padded210[i211] = 0.0;
+    for (int64_t i183 = 0; i183 < K * T; ++i183) {
+        padded[i183] = 0.0;
     }
-    for (int64_t i212 = 0; i212 < K; ++i212) {
-        for (int64_t i213 = 0; i213 < d; ++i213) {
-            padded210[i212 * T + i213] = d_qs169[i212 * d + i213];
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < (T - d); ++i185) {
+            (padded + d)[i184 * T + i185] = d_ls[i184 * ((T - d)) + i185];
         }
     }
-    for (int64_t i214 = 0; i214 < K; ++i214) {
-        for (int64_t i215 = 0; i215 < T; ++i215) {
-            const double d_icf_i = d_icf[i214 * T + i215];
-            const double x_i216 = padded210[i214 * T + i215];
-            const double d_icf217 = (d_icf_i + x_i216);
-            out_d_icf[i214 * T + i215] = d_icf217;
+    for (int64_t i187 = 0; i187 < K * T; ++i187) {
+        padded186[i187] = 0.0;
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            padded186[i188 * T + i189] = d_qs[i188 * d + i189];
+        }
+    }
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        const double x_i191 = t93;
+        const double x_i192 = tmp80[i190];
+        const double d_alphas = (x_i191 * x_i192);
+        const double x_i193 = r94[i190];
+        const double d_alphas194 = (d_alphas + x_i193);
+        out_d_alphas[i190] = d_alphas194;
+    }
+    for (int64_t i195 = 0; i195 < K; ++i195) {
+        for (int64_t i196 = 0; i196 < T; ++i196) {
+            const double x_i197 = r151[i195 * T + i196];
+            const double x_i198 = padded[i195 * T + i196];
+            const double d_icf = (x_i197 + x_i198);
+            const double x_i199 = padded186[i195 * T + i196];
+            const double d_icf200 = (d_icf + x_i199);
+            out_d_icf[i195 * T + i196] = d_icf200;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -2305,19 +2188,15 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp69 = reinterpret_cast<double*>(next_slot);
+    double* const tmp63 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp77 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp83 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf99 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf93 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r122 = reinterpret_cast<double*>(next_slot);
+    double* const r111 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
@@ -2355,227 +2234,212 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
                 }
                 const double t31 = (t16 + r19);
                 const double t32 = ks::ipow<2>(t31);
-                const double t33 = (2.0 * t31);
                 const double __sum_85_57 = (r10 + t32);
                 (r11 + k13)[0] = t14;
-                (r12 + k13)[0] = t33;
+                (r12 + k13)[0] = t31;
                 r10 = __sum_85_57;
             }
-            const double t34 = (0.5 * r10);
-            const double t35 = (t9 - t34);
-            (r5 + k8)[0] = t35;
+            const double t33 = (0.5 * r10);
+            const double t34 = (t9 - t33);
+            (r5 + k8)[0] = t34;
+            for (int64_t i35 = 0; i35 < d; ++i35) {
+                (r6 + k8 * d)[i35] = r11[i35];
+            }
             for (int64_t i36 = 0; i36 < d; ++i36) {
-                (r6 + k8 * d)[i36] = r11[i36];
-            }
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                (r7 + k8 * d)[i37] = r12[i37];
+                (r7 + k8 * d)[i36] = r12[i36];
             }
         }
-        double acc38 = ks::lowest<double>();
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const double x_i40 = r5[i39];
-            acc38 = ks::max(x_i40, acc38);
+        double acc37 = ks::lowest<double>();
+        for (int64_t i38 = 0; i38 < K; ++i38) {
+            const double x_i39 = r5[i38];
+            acc37 = ks::max(x_i39, acc37);
         }
-        double acc41 = 0;
-        KS_OMP_SIMD(reduction(+:acc41))
-        for (int64_t i42 = 0; i42 < K; ++i42) {
-            const double x_i43 = r5[i42];
-            const double x_i44 = acc38;
-            const double t45 = (x_i43 - x_i44);
-            const double t46 = ks::exp(t45);
-            tmp[i42] = t46;
-            acc41 += t46;
+        double acc40 = 0;
+        KS_OMP_SIMD(reduction(+:acc40))
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const double x_i42 = r5[i41];
+            const double x_i43 = acc37;
+            const double t44 = (x_i42 - x_i43);
+            const double t45 = ks::exp(t44);
+            tmp[i41] = t45;
+            acc40 += t45;
         }
-        const double t47 = (1.0 / acc41);
-        for (int64_t i48 = 0; i48 < K * d; ++i48) {
-            (r + k4 * (K * d))[i48] = r6[i48];
+        for (int64_t i46 = 0; i46 < K * d; ++i46) {
+            (r + k4 * (K * d))[i46] = r6[i46];
         }
-        for (int64_t i49 = 0; i49 < K * d; ++i49) {
-            (r1 + k4 * (K * d))[i49] = r7[i49];
+        for (int64_t i47 = 0; i47 < K * d; ++i47) {
+            (r1 + k4 * (K * d))[i47] = r7[i47];
         }
-        for (int64_t i50 = 0; i50 < K; ++i50) {
-            (r2 + k4 * K)[i50] = tmp[i50];
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            (r2 + k4 * K)[i48] = tmp[i48];
         }
-        (r3 + k4)[0] = t47;
+        (r3 + k4)[0] = acc40;
     }
-    double acc51 = ks::lowest<double>();
-    for (int64_t i52 = 0; i52 < K; ++i52) {
-        const double x_i53 = alphas[i52];
-        acc51 = ks::max(x_i53, acc51);
+    double acc49 = ks::lowest<double>();
+    for (int64_t i50 = 0; i50 < K; ++i50) {
+        const double x_i51 = alphas[i50];
+        acc49 = ks::max(x_i51, acc49);
     }
-    double* const tmp54 = r5;  // reuses a dead buffer's space
-    double acc55 = 0;
-    KS_OMP_SIMD(reduction(+:acc55))
-    for (int64_t i56 = 0; i56 < K; ++i56) {
-        const double alphas_i = alphas[i56];
-        const double x_i57 = acc51;
-        const double t58 = (alphas_i - x_i57);
-        const double t59 = ks::exp(t58);
-        tmp54[i56] = t59;
-        acc55 += t59;
+    double* const tmp52 = r5;  // reuses a dead buffer's space
+    double acc53 = 0;
+    KS_OMP_SIMD(reduction(+:acc53))
+    for (int64_t i54 = 0; i54 < K; ++i54) {
+        const double alphas_i = alphas[i54];
+        const double x_i55 = acc49;
+        const double t56 = (alphas_i - x_i55);
+        const double t57 = ks::exp(t56);
+        tmp52[i54] = t57;
+        acc53 += t57;
     }
-    const double t60 = (1.0 / acc55);
-    const double t61 = static_cast<double>(n);
-    double* const tmp62 = r6;  // reuses a dead buffer's space
-    double* const tmp63 = r7;  // reuses a dead buffer's space
+    const double t58 = static_cast<double>(n);
+    const double t59 = (1.0 / acc53);
+    const double t60 = ks::ipow<2>(wishart_gamma);
+    const double t61 = (0.5 * t60);
+    const double t62 = ((-1.0) * wishart_m);
     for (int64_t i64 = 0; i64 < K; ++i64) {
-        for (int64_t i65 = 0; i65 < d; ++i65) {
-            const double x_i66 = icf[i64 * T + i65];
-            const double t67 = ks::exp(x_i66);
-            tmp62[i64 * d + i65] = t67;
-            const double t68 = (2.0 * t67);
-            tmp63[i64 * d + i65] = t68;
+        for (int64_t i65 = 0; i65 < (T - d); ++i65) {
+            const double x_i66 = (icf + d)[i64 * T + i65];
+            const double t67 = (2.0 * x_i66);
+            const double x_i68 = t61;
+            const double t69 = (x_i68 * t67);
+            tmp63[i64 * ((T - d)) + i65] = t69;
         }
     }
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        for (int64_t i71 = 0; i71 < (T - d); ++i71) {
-            const double x_i72 = (icf + d)[i70 * T + i71];
-            const double t73 = (2.0 * x_i72);
-            tmp69[i70 * ((T - d)) + i71] = t73;
+    for (int64_t i70 = 0; i70 < K * T; ++i70) {
+        d_icf[i70] = 0.0;
+    }
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        for (int64_t i72 = 0; i72 < (T - d); ++i72) {
+            (d_icf + d)[i71 * T + i72] = tmp63[i71 * ((T - d)) + i72];
         }
     }
-    const double t74 = ks::ipow<2>(wishart_gamma);
-    const double t75 = (0.5 * t74);
-    const double t76 = ((-1.0) * wishart_m);
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        for (int64_t i79 = 0; i79 < (T - d); ++i79) {
-            const double x_i80 = t75;
-            const double x_i81 = tmp69[i78 * ((T - d)) + i79];
-            const double t82 = (x_i80 * x_i81);
-            tmp77[i78 * ((T - d)) + i79] = t82;
+    double* const tmp73 = r6;  // reuses a dead buffer's space
+    for (int64_t i74 = 0; i74 < K; ++i74) {
+        for (int64_t i75 = 0; i75 < d; ++i75) {
+            const double x_i76 = icf[i74 * T + i75];
+            const double t77 = ks::exp(x_i76);
+            const double t78 = (2.0 * t77);
+            const double x_i79 = t61;
+            const double t80 = (x_i79 * t78);
+            const double t81 = (t80 * t77);
+            const double x_i82 = t62;
+            const double t83 = (x_i82 + t81);
+            tmp73[i74 * d + i75] = t83;
         }
     }
-    for (int64_t i84 = 0; i84 < K; ++i84) {
-        for (int64_t i85 = 0; i85 < d; ++i85) {
-            const double x_i86 = t75;
-            const double x_i87 = tmp63[i84 * d + i85];
-            const double t88 = (x_i86 * x_i87);
-            const double x_i89 = tmp62[i84 * d + i85];
-            const double t90 = (t88 * x_i89);
-            const double x_i91 = t76;
-            const double t92 = (x_i91 + t90);
-            tmp83[i84 * d + i85] = t92;
+    for (int64_t i84 = 0; i84 < K * T; ++i84) {
+        padded[i84] = 0.0;
+    }
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        for (int64_t i86 = 0; i86 < d; ++i86) {
+            padded[i85 * T + i86] = tmp73[i85 * d + i86];
         }
     }
-    for (int64_t i93 = 0; i93 < K * T; ++i93) {
-        d_icf[i93] = 0.0;
+    const double t87 = ((-1.0) * t58);
+    const double t88 = (t87 * t59);
+    double* const d_alphas = tmp;  // reuses a dead buffer's space
+    for (int64_t i89 = 0; i89 < K; ++i89) {
+        const double x_i90 = t88;
+        const double x_i91 = tmp52[i89];
+        const double d_alphas92 = (x_i90 * x_i91);
+        d_alphas[i89] = d_alphas92;
     }
     for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < (T - d); ++i95) {
-            (d_icf + d)[i94 * T + i95] = tmp77[i94 * ((T - d)) + i95];
+        for (int64_t i95 = 0; i95 < T; ++i95) {
+            const double d_icf_i = d_icf[i94 * T + i95];
+            const double x_i96 = padded[i94 * T + i95];
+            const double d_icf97 = (d_icf_i + x_i96);
+            d_icf93[i94 * T + i95] = d_icf97;
         }
     }
-    for (int64_t i96 = 0; i96 < K * T; ++i96) {
-        padded[i96] = 0.0;
+    double r98;
+    for (int64_t i99 = 0; i99 < K * d; ++i99) {
+        out_d_means[i99] = 0.0;
     }
-    for (int64_t i97 = 0; i97 < K; ++i97) {
-        for (int64_t i98 = 0; i98 < d; ++i98) {
-            padded[i97 * T + i98] = tmp83[i97 * d + i98];
+    r98 = 1.0;
+    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
+        const double t101 = (1.0 / (r3 + k100)[0]);
+        const double t102 = (r98 * t101);
+        double* const tmp103 = r5;  // reuses a dead buffer's space
+        for (int64_t i104 = 0; i104 < K; ++i104) {
+            const double x_i105 = t102;
+            const double x_i106 = (r2 + k100 * K)[i104];
+            const double t107 = (x_i105 * x_i106);
+            tmp103[i104] = t107;
         }
-    }
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        for (int64_t i101 = 0; i101 < T; ++i101) {
-            const double d_icf_i = d_icf[i100 * T + i101];
-            const double x_i102 = padded[i100 * T + i101];
-            const double d_icf103 = (d_icf_i + x_i102);
-            d_icf99[i100 * T + i101] = d_icf103;
-        }
-    }
-    const double t104 = ((-1.0) * t61);
-    const double t105 = (t104 * t60);
-    double* const d_alphas = tmp;  // reuses a dead buffer's space
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        const double x_i107 = t105;
-        const double x_i108 = tmp54[i106];
-        const double d_alphas109 = (x_i107 * x_i108);
-        d_alphas[i106] = d_alphas109;
-    }
-    double r110;
-    for (int64_t i111 = 0; i111 < K * d; ++i111) {
-        out_d_means[i111] = 0.0;
-    }
-    r110 = 1.0;
-    for (int64_t k112 = n - 1; k112 >= 0; --k112) {
-        const double t113 = (r110 * (r3 + k112)[0]);
-        double* const tmp114 = r5;  // reuses a dead buffer's space
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            const double x_i116 = t113;
-            const double x_i117 = (r2 + k112 * K)[i115];
-            const double t118 = (x_i116 * x_i117);
-            tmp114[i115] = t118;
-        }
-        for (int64_t k119 = K - 1; k119 >= 0; --k119) {
-            const double t120 = ((tmp114 + k119)[0] * (-1.0));
-            const double t121 = (t120 * 0.5);
-            double* const r123 = r11;  // reuses a dead buffer's space
-            double r124;
-            for (int64_t i125 = 0; i125 < T; ++i125) {
-                r122[i125] = 0.0;
+        for (int64_t k108 = K - 1; k108 >= 0; --k108) {
+            const double t109 = ((tmp103 + k108)[0] * (-1.0));
+            const double t110 = (t109 * 0.5);
+            double* const r112 = r11;  // reuses a dead buffer's space
+            double r113;
+            for (int64_t i114 = 0; i114 < T; ++i114) {
+                r111[i114] = 0.0;
             }
-            for (int64_t i126 = 0; i126 < d; ++i126) {
-                r123[i126] = 0.0;
+            for (int64_t i115 = 0; i115 < d; ++i115) {
+                r112[i115] = 0.0;
             }
-            r124 = t121;
-            for (int64_t k127 = d - 1; k127 >= 0; --k127) {
-                const double t128 = (((x + k112 * d) + k127)[0] - ((means + k119 * d) + k127)[0]);
-                const int64_t t129 = ks::floordiv(k127, int64_t{1});
-                const int64_t t130 = ks::max(t129, int64_t{0});
-                const double t131 = (r124 * (((r1 + k112 * (K * d)) + k119 * d) + k127)[0]);
-                double r132;
-                r132 = t131;
-                for (int64_t k133 = t130 - 1; k133 >= 0; --k133) {
-                    const int64_t t134 = ((2*d) - k133);
-                    const int64_t t135 = (t134 - int64_t{1});
-                    const int64_t t136 = (k133 * t135);
-                    const int64_t t137 = ks::floordiv(t136, int64_t{2});
-                    const int64_t t138 = (d + t137);
-                    const int64_t t139 = (t138 + k127);
-                    const int64_t t140 = (t139 - k133);
-                    const int64_t t141 = (t140 - int64_t{1});
-                    const double t142 = (((x + k112 * d) + k133)[0] - ((means + k119 * d) + k133)[0]);
-                    const double t143 = (r132 * ((icf + k119 * T) + ks::clamp_index(t141, T))[0]);
-                    const double t144 = (r132 * t142);
-                    const double t145 = (t143 * (-1.0));
-                    (r123 + k133)[0] += t145;
-                    (r122 + ks::clamp_index(t141, T))[0] += t144;
+            r113 = t110;
+            for (int64_t k116 = d - 1; k116 >= 0; --k116) {
+                const double t117 = (((x + k100 * d) + k116)[0] - ((means + k108 * d) + k116)[0]);
+                const int64_t t118 = ks::floordiv(k116, int64_t{1});
+                const int64_t t119 = ks::max(t118, int64_t{0});
+                const double t120 = (2.0 * (((r1 + k100 * (K * d)) + k108 * d) + k116)[0]);
+                const double t121 = (r113 * t120);
+                double r122;
+                r122 = t121;
+                for (int64_t k123 = t119 - 1; k123 >= 0; --k123) {
+                    const int64_t t124 = ((2*d) - k123);
+                    const int64_t t125 = (t124 - int64_t{1});
+                    const int64_t t126 = (k123 * t125);
+                    const int64_t t127 = ks::floordiv(t126, int64_t{2});
+                    const int64_t t128 = (d + t127);
+                    const int64_t t129 = (t128 + k116);
+                    const int64_t t130 = (t129 - k123);
+                    const int64_t t131 = (t130 - int64_t{1});
+                    const double t132 = (((x + k100 * d) + k123)[0] - ((means + k108 * d) + k123)[0]);
+                    const double t133 = (r122 * ((icf + k108 * T) + ks::clamp_index(t131, T))[0]);
+                    const double t134 = (r122 * t132);
+                    const double t135 = (t133 * (-1.0));
+                    (r112 + k123)[0] += t135;
+                    (r111 + ks::clamp_index(t131, T))[0] += t134;
                 }
-                const double t146 = (t131 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
-                const double t147 = (t131 * t128);
-                const double t148 = (t146 * (-1.0));
-                (r123 + k127)[0] += t148;
-                const double t149 = (t147 * (((r + k112 * (K * d)) + k119 * d) + k127)[0]);
-                (r122 + ks::clamp_index(k127, T))[0] += t149;
+                const double t136 = (t121 * (((r + k100 * (K * d)) + k108 * d) + k116)[0]);
+                const double t137 = (t121 * t117);
+                const double t138 = (t136 * (-1.0));
+                (r112 + k116)[0] += t138;
+                const double t139 = (t137 * (((r + k100 * (K * d)) + k108 * d) + k116)[0]);
+                (r111 + ks::clamp_index(k116, T))[0] += t139;
             }
-            for (int64_t i150 = 0; i150 < d; ++i150) {
-                (out_d_means + k119 * d)[i150] += r123[i150];
+            for (int64_t i140 = 0; i140 < d; ++i140) {
+                (out_d_means + k108 * d)[i140] += r112[i140];
             }
-            for (int64_t i151 = 0; i151 < T; ++i151) {
-                (d_icf99 + k119 * T)[i151] += r122[i151];
+            for (int64_t i141 = 0; i141 < T; ++i141) {
+                (d_icf93 + k108 * T)[i141] += r111[i141];
             }
-            double* const padded152 = r122;  // reuses a dead buffer's space
-            for (int64_t i153 = 0; i153 < T; ++i153) {
-                padded152[i153] = 0.0;
+            double* const padded142 = r111;  // reuses a dead buffer's space
+            for (int64_t i143 = 0; i143 < T; ++i143) {
+                padded142[i143] = 0.0;
             }
-            for (int64_t i154 = 0; i154 < d; ++i154) {
-                padded152[i154] = (tmp114 + k119)[0];
+            for (int64_t i144 = 0; i144 < d; ++i144) {
+                padded142[i144] = (tmp103 + k108)[0];
             }
-            for (int64_t i155 = 0; i155 < T; ++i155) {
-                (d_icf99 + k119 * T)[i155] += padded152[i155];
+            for (int64_t i145 = 0; i145 < T; ++i145) {
+                (d_icf93 + k108 * T)[i145] += padded142[i145];
             }
-            (d_alphas + k119)[0] += (tmp114 + k119)[0];
+            (d_alphas + k108)[0] += (tmp103 + k108)[0];
         }
     }
-    for (int64_t i156 = 0; i156 < K; ++i156) {
-        out_d_alphas[i156] = d_alphas[i156];
+    for (int64_t i146 = 0; i146 < K; ++i146) {
+        out_d_alphas[i146] = d_alphas[i146];
     }
-    for (int64_t i157 = 0; i157 < K * T; ++i157) {
-        out_d_icf[i157] = d_icf99[i157];
+    for (int64_t i147 = 0; i147 < K * T; ++i147) {
+        out_d_icf[i147] = d_icf93[i147];
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T);
+    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T);
 }
 
 
@@ -2591,9 +2455,7 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     next_slot += ks::aligned_bytes<double>(K);
     double* const xc = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp11 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp15 = reinterpret_cast<double*>(next_slot);
+    double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2629,189 +2491,180 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
             sqnorm[i9] = 0.0;
         }
         for (int64_t k10 = 0; k10 < d; ++k10) {
-            for (int64_t i12 = 0; i12 < K; ++i12) {
-                const double x_i13 = (icf + k10)[i12 * T];
-                const double t14 = ks::exp(x_i13);
-                tmp11[i12] = t14;
+            const int64_t t11 = ks::floordiv(k10, int64_t{1});
+            const int64_t t12 = ks::max(t11, int64_t{0});
+            for (int64_t i13 = 0; i13 < K; ++i13) {
+                r[i13] = 0.0;
             }
-            for (int64_t i16 = 0; i16 < K; ++i16) {
-                const double x_i17 = tmp11[i16];
-                const double x_i18 = (xc + k10)[i16 * d];
-                const double t19 = (x_i17 * x_i18);
-                tmp15[i16] = t19;
-            }
-            const int64_t t20 = ks::floordiv(k10, int64_t{1});
-            const int64_t t21 = ks::max(t20, int64_t{0});
-            double* const r = tmp11;  // reuses a dead buffer's space
-            for (int64_t i22 = 0; i22 < K; ++i22) {
-                r[i22] = 0.0;
-            }
-            for (int64_t k23 = 0; k23 < t21; ++k23) {
-                const int64_t t24 = ((2*d) - k23);
-                const int64_t t25 = (t24 - int64_t{1});
-                const int64_t t26 = (k23 * t25);
-                const int64_t t27 = ks::floordiv(t26, int64_t{2});
-                const int64_t t28 = (t27 + k10);
-                const int64_t t29 = (t28 - k23);
-                const int64_t t30 = (t29 - int64_t{1});
-                for (int64_t i31 = 0; i31 < K; ++i31) {
-                    const double x_i32 = ((icf + d) + ks::clamp_index(t30, (T - d)))[i31 * T];
-                    const double x_i33 = (xc + k23)[i31 * d];
-                    const double t34 = (x_i32 * x_i33);
-                    const double sum_i = r[i31];
-                    const double __sum_109_5435 = (sum_i + t34);
-                    __sum_109_54[i31] = __sum_109_5435;
+            for (int64_t k14 = 0; k14 < t12; ++k14) {
+                const int64_t t15 = ((2*d) - k14);
+                const int64_t t16 = (t15 - int64_t{1});
+                const int64_t t17 = (k14 * t16);
+                const int64_t t18 = ks::floordiv(t17, int64_t{2});
+                const int64_t t19 = (t18 + k10);
+                const int64_t t20 = (t19 - k14);
+                const int64_t t21 = (t20 - int64_t{1});
+                for (int64_t i22 = 0; i22 < K; ++i22) {
+                    const double x_i23 = ((icf + d) + ks::clamp_index(t21, (T - d)))[i22 * T];
+                    const double x_i24 = (xc + k14)[i22 * d];
+                    const double t25 = (x_i23 * x_i24);
+                    const double sum_i = r[i22];
+                    const double __sum_109_5426 = (sum_i + t25);
+                    __sum_109_54[i22] = __sum_109_5426;
                 }
-                for (int64_t i36 = 0; i36 < K; ++i36) {
-                    r[i36] = __sum_109_54[i36];
+                for (int64_t i27 = 0; i27 < K; ++i27) {
+                    r[i27] = __sum_109_54[i27];
                 }
             }
-            double* const sqnorm37 = __sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i38 = 0; i38 < K; ++i38) {
-                const double x_i39 = tmp15[i38];
-                const double x_i40 = r[i38];
-                const double row = (x_i39 + x_i40);
-                const double t41 = (row * row);
-                const double sqnorm_i = sqnorm[i38];
-                const double sqnorm42 = (sqnorm_i + t41);
-                sqnorm37[i38] = sqnorm42;
+            double* const sqnorm28 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i29 = 0; i29 < K; ++i29) {
+                const double x_i30 = (icf + k10)[i29 * T];
+                const double t31 = ks::exp(x_i30);
+                const double x_i32 = (xc + k10)[i29 * d];
+                const double t33 = (t31 * x_i32);
+                const double x_i34 = r[i29];
+                const double row = (t33 + x_i34);
+                const double t35 = (row * row);
+                const double sqnorm_i = sqnorm[i29];
+                const double sqnorm36 = (sqnorm_i + t35);
+                sqnorm28[i29] = sqnorm36;
             }
-            for (int64_t i43 = 0; i43 < K; ++i43) {
-                sqnorm[i43] = sqnorm37[i43];
+            for (int64_t i37 = 0; i37 < K; ++i37) {
+                sqnorm[i37] = sqnorm28[i37];
             }
         }
-        double* const tmp44 = tmp11;  // reuses a dead buffer's space
+        double* const tmp38 = r;  // reuses a dead buffer's space
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double sqnorm_i40 = sqnorm[i39];
+            const double t41 = (0.5 * sqnorm_i40);
+            const double x_i42 = base[i39];
+            const double t43 = (x_i42 - t41);
+            tmp38[i39] = t43;
+        }
+        double acc44 = ks::lowest<double>();
         for (int64_t i45 = 0; i45 < K; ++i45) {
-            const double sqnorm_i46 = sqnorm[i45];
-            const double t47 = (0.5 * sqnorm_i46);
-            const double x_i48 = base[i45];
-            const double t49 = (x_i48 - t47);
-            tmp44[i45] = t49;
+            const double x_i46 = tmp38[i45];
+            acc44 = ks::max(x_i46, acc44);
         }
-        double acc50 = ks::lowest<double>();
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            const double x_i52 = tmp44[i51];
-            acc50 = ks::max(x_i52, acc50);
+        double acc47 = 0;
+        KS_OMP_SIMD(reduction(+:acc47))
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp38[i48];
+            const double x_i50 = acc44;
+            const double t51 = (x_i49 - x_i50);
+            const double t52 = ks::exp(t51);
+            acc47 += t52;
         }
-        double acc53 = 0;
-        KS_OMP_SIMD(reduction(+:acc53))
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            const double x_i55 = tmp44[i54];
-            const double x_i56 = acc50;
-            const double t57 = (x_i55 - x_i56);
-            const double t58 = ks::exp(t57);
-            acc53 += t58;
-        }
-        const double t59 = ks::log(acc53);
-        const double t60 = (t59 + acc50);
-        const double slse61 = (slse + t60);
-        slse = slse61;
+        const double t53 = ks::log(acc47);
+        const double t54 = (t53 + acc44);
+        const double slse55 = (slse + t54);
+        slse = slse55;
     }
-    const int64_t t62 = (-n);
-    const int64_t t63 = (t62 * d);
-    const double t64 = static_cast<double>(t63);
-    const double t65 = (t64 * 0.5);
-    const double constant = (t65 * 1.8378770664093453);
-    const double t66 = (constant + slse);
-    double acc67 = ks::lowest<double>();
-    for (int64_t i68 = 0; i68 < K; ++i68) {
-        const double x_i69 = alphas[i68];
-        acc67 = ks::max(x_i69, acc67);
+    const int64_t t56 = (-n);
+    const int64_t t57 = (t56 * d);
+    const double t58 = static_cast<double>(t57);
+    const double t59 = (t58 * 0.5);
+    const double constant = (t59 * 1.8378770664093453);
+    const double t60 = (constant + slse);
+    double acc61 = ks::lowest<double>();
+    for (int64_t i62 = 0; i62 < K; ++i62) {
+        const double x_i63 = alphas[i62];
+        acc61 = ks::max(x_i63, acc61);
     }
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = acc67;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        acc70 += t75;
+    double acc64 = 0;
+    KS_OMP_SIMD(reduction(+:acc64))
+    for (int64_t i65 = 0; i65 < K; ++i65) {
+        const double alphas_i66 = alphas[i65];
+        const double x_i67 = acc61;
+        const double t68 = (alphas_i66 - x_i67);
+        const double t69 = ks::exp(t68);
+        acc64 += t69;
     }
-    const double t76 = ks::log(acc70);
-    const double t77 = (t76 + acc67);
-    const double t78 = static_cast<double>(n);
-    const double t79 = (t78 * t77);
-    const double t80 = (t66 - t79);
-    double r81;
+    const double t70 = ks::log(acc64);
+    const double t71 = (t70 + acc61);
+    const double t72 = static_cast<double>(n);
+    const double t73 = (t72 * t71);
+    const double t74 = (t60 - t73);
+    double r75;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t82 = static_cast<double>(d);
-        const double t83 = (t82 + wishart_m);
-        const double n_w = (t83 + 1.0);
-        const double t84 = (n_w * t82);
-        const double t85 = ks::log(wishart_gamma);
-        const double t86 = (t85 - 0.34657359027997264);
-        const double t87 = (t84 * t86);
-        const double t88 = (0.5 * n_w);
-        double r89;
+        const double t76 = static_cast<double>(d);
+        const double t77 = (t76 + wishart_m);
+        const double n_w = (t77 + 1.0);
+        const double t78 = (n_w * t76);
+        const double t79 = ks::log(wishart_gamma);
+        const double t80 = (t79 - 0.34657359027997264);
+        const double t81 = (t78 * t80);
+        const double t82 = (0.5 * n_w);
+        double r83;
         {  // log_gamma_d(a)
-            const double t90 = static_cast<double>(d);
-            const double t91 = (0.25 * t90);
-            const double t92 = static_cast<double>((d - 1));
-            const double t93 = (t91 * t92);
-            const double t94 = (t93 * 1.1447298858494002);
-            double r95;
-            r95 = 0.0;
-            for (int64_t k96 = 0; k96 < d; ++k96) {
-                const int64_t t97 = (k96 + int64_t{1});
-                const int64_t t98 = (int64_t{1} - t97);
-                const double t99 = static_cast<double>(t98);
-                const double t100 = (0.5 * t99);
-                const double t101 = (t88 + t100);
-                const double t102 = std::lgamma(t101);
-                const double __sum_25_55 = (r95 + t102);
-                r95 = __sum_25_55;
+            const double t84 = static_cast<double>(d);
+            const double t85 = (0.25 * t84);
+            const double t86 = static_cast<double>((d - 1));
+            const double t87 = (t85 * t86);
+            const double t88 = (t87 * 1.1447298858494002);
+            double r89;
+            r89 = 0.0;
+            for (int64_t k90 = 0; k90 < d; ++k90) {
+                const int64_t t91 = (k90 + int64_t{1});
+                const int64_t t92 = (int64_t{1} - t91);
+                const double t93 = static_cast<double>(t92);
+                const double t94 = (0.5 * t93);
+                const double t95 = (t82 + t94);
+                const double t96 = std::lgamma(t95);
+                const double __sum_25_55 = (r89 + t96);
+                r89 = __sum_25_55;
             }
-            const double t103 = (t94 + r95);
-            r89 = t103;
+            const double t97 = (t88 + r89);
+            r83 = t97;
         }
-        const double C = (t87 - r89);
+        const double C = (t81 - r83);
+        double acc98 = 0;
+        for (int64_t i99 = 0; i99 < K; ++i99) {
+            KS_OMP_SIMD(reduction(+:acc98))
+            for (int64_t i100 = 0; i100 < d; ++i100) {
+                const double qs_i101 = icf[i99 * T + i100];
+                const double t102 = ks::exp(qs_i101);
+                const double t103 = ks::ipow<2>(t102);
+                acc98 += t103;
+            }
+        }
         double acc104 = 0;
         for (int64_t i105 = 0; i105 < K; ++i105) {
             KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i106 = 0; i106 < d; ++i106) {
-                const double qs_i107 = icf[i105 * T + i106];
-                const double t108 = ks::exp(qs_i107);
-                const double t109 = ks::ipow<2>(t108);
-                acc104 += t109;
+            for (int64_t i106 = 0; i106 < (T - d); ++i106) {
+                const double ls_i = (icf + d)[i105 * T + i106];
+                const double t107 = ks::ipow<2>(ls_i);
+                acc104 += t107;
             }
         }
-        double acc110 = 0;
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            KS_OMP_SIMD(reduction(+:acc110))
-            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
-                const double ls_i = (icf + d)[i111 * T + i112];
-                const double t113 = ks::ipow<2>(ls_i);
-                acc110 += t113;
+        const double frobenius = (acc98 + acc104);
+        const double t108 = ks::ipow<2>(wishart_gamma);
+        const double t109 = (0.5 * t108);
+        const double t110 = (t109 * frobenius);
+        double acc111 = 0;
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            KS_OMP_SIMD(reduction(+:acc111))
+            for (int64_t i113 = 0; i113 < d; ++i113) {
+                const double qs_i114 = icf[i112 * T + i113];
+                acc111 += qs_i114;
             }
         }
-        const double frobenius = (acc104 + acc110);
-        const double t114 = ks::ipow<2>(wishart_gamma);
-        const double t115 = (0.5 * t114);
-        const double t116 = (t115 * frobenius);
-        double acc117 = 0;
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            KS_OMP_SIMD(reduction(+:acc117))
-            for (int64_t i119 = 0; i119 < d; ++i119) {
-                const double qs_i120 = icf[i118 * T + i119];
-                acc117 += qs_i120;
-            }
-        }
-        const double t121 = (wishart_m * acc117);
-        const double t122 = (t116 - t121);
-        const double t123 = static_cast<double>(K);
-        const double t124 = (t123 * C);
-        const double t125 = (t122 - t124);
-        r81 = t125;
+        const double t115 = (wishart_m * acc111);
+        const double t116 = (t110 - t115);
+        const double t117 = static_cast<double>(K);
+        const double t118 = (t117 * C);
+        const double t119 = (t116 - t118);
+        r75 = t119;
     }
-    const double t126 = (t80 + r81);
-    *out = t126;
+    const double t120 = (t74 + r75);
+    *out = t120;
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
 }
 
 
@@ -2841,21 +2694,17 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(d * K);
     double* const r16 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * K);
-    double* const tmp18 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp22 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const r29 = reinterpret_cast<double*>(next_slot);
+    double* const r20 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const row = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp94 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp157 = reinterpret_cast<double*>(next_slot);
+    double* const tmp139 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2891,324 +2740,307 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
             r13[i14] = 0.0;
         }
         for (int64_t k17 = 0; k17 < d; ++k17) {
-            for (int64_t i19 = 0; i19 < K; ++i19) {
-                const double x_i20 = (icf + k17)[i19 * T];
-                const double t21 = ks::exp(x_i20);
-                tmp18[i19] = t21;
+            const int64_t t18 = ks::floordiv(k17, int64_t{1});
+            const int64_t t19 = ks::max(t18, int64_t{0});
+            for (int64_t i21 = 0; i21 < K; ++i21) {
+                r20[i21] = 0.0;
             }
-            for (int64_t i23 = 0; i23 < K; ++i23) {
-                const double x_i24 = tmp18[i23];
-                const double x_i25 = (xc + k17)[i23 * d];
-                const double t26 = (x_i24 * x_i25);
-                tmp22[i23] = t26;
-            }
-            const int64_t t27 = ks::floordiv(k17, int64_t{1});
-            const int64_t t28 = ks::max(t27, int64_t{0});
-            for (int64_t i30 = 0; i30 < K; ++i30) {
-                r29[i30] = 0.0;
-            }
-            for (int64_t k31 = 0; k31 < t28; ++k31) {
-                const int64_t t32 = ((2*d) - k31);
-                const int64_t t33 = (t32 - int64_t{1});
-                const int64_t t34 = (k31 * t33);
-                const int64_t t35 = ks::floordiv(t34, int64_t{2});
-                const int64_t t36 = (t35 + k17);
-                const int64_t t37 = (t36 - k31);
-                const int64_t t38 = (t37 - int64_t{1});
-                for (int64_t i39 = 0; i39 < K; ++i39) {
-                    const double x_i40 = ((icf + d) + ks::clamp_index(t38, (T - d)))[i39 * T];
-                    const double x_i41 = (xc + k31)[i39 * d];
-                    const double t42 = (x_i40 * x_i41);
-                    const double sum_i = r29[i39];
-                    const double __sum_109_5443 = (sum_i + t42);
-                    __sum_109_54[i39] = __sum_109_5443;
+            for (int64_t k22 = 0; k22 < t19; ++k22) {
+                const int64_t t23 = ((2*d) - k22);
+                const int64_t t24 = (t23 - int64_t{1});
+                const int64_t t25 = (k22 * t24);
+                const int64_t t26 = ks::floordiv(t25, int64_t{2});
+                const int64_t t27 = (t26 + k17);
+                const int64_t t28 = (t27 - k22);
+                const int64_t t29 = (t28 - int64_t{1});
+                for (int64_t i30 = 0; i30 < K; ++i30) {
+                    const double x_i31 = ((icf + d) + ks::clamp_index(t29, (T - d)))[i30 * T];
+                    const double x_i32 = (xc + k22)[i30 * d];
+                    const double t33 = (x_i31 * x_i32);
+                    const double sum_i = r20[i30];
+                    const double __sum_109_5434 = (sum_i + t33);
+                    __sum_109_54[i30] = __sum_109_5434;
                 }
-                for (int64_t i44 = 0; i44 < K; ++i44) {
-                    r29[i44] = __sum_109_54[i44];
+                for (int64_t i35 = 0; i35 < K; ++i35) {
+                    r20[i35] = __sum_109_54[i35];
                 }
             }
-            double* const row = __sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i45 = 0; i45 < K; ++i45) {
-                const double x_i46 = tmp22[i45];
-                const double x_i47 = r29[i45];
-                const double row48 = (x_i46 + x_i47);
-                row[i45] = row48;
-                const double t49 = (row48 * row48);
-                const double sqnorm_i = r13[i45];
-                const double sqnorm50 = (sqnorm_i + t49);
-                sqnorm[i45] = sqnorm50;
+            double* const tmp36 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i37 = 0; i37 < K; ++i37) {
+                const double x_i38 = (icf + k17)[i37 * T];
+                const double t39 = ks::exp(x_i38);
+                tmp36[i37] = t39;
+                const double x_i40 = (xc + k17)[i37 * d];
+                const double t41 = (t39 * x_i40);
+                const double x_i42 = r20[i37];
+                const double row43 = (t41 + x_i42);
+                row[i37] = row43;
+                const double t44 = (row43 * row43);
+                const double sqnorm_i = r13[i37];
+                const double sqnorm45 = (sqnorm_i + t44);
+                sqnorm[i37] = sqnorm45;
             }
-            for (int64_t i51 = 0; i51 < K; ++i51) {
-                (r15 + k17 * K)[i51] = tmp18[i51];
+            for (int64_t i46 = 0; i46 < K; ++i46) {
+                (r15 + k17 * K)[i46] = tmp36[i46];
             }
-            for (int64_t i52 = 0; i52 < K; ++i52) {
-                (r16 + k17 * K)[i52] = row[i52];
+            for (int64_t i47 = 0; i47 < K; ++i47) {
+                (r16 + k17 * K)[i47] = row[i47];
             }
-            for (int64_t i53 = 0; i53 < K; ++i53) {
-                r13[i53] = sqnorm[i53];
+            for (int64_t i48 = 0; i48 < K; ++i48) {
+                r13[i48] = sqnorm[i48];
             }
         }
-        double* const tmp54 = tmp18;  // reuses a dead buffer's space
-        for (int64_t i55 = 0; i55 < K; ++i55) {
-            const double x_i56 = r13[i55];
-            const double t57 = (0.5 * x_i56);
-            const double x_i58 = base[i55];
-            const double t59 = (x_i58 - t57);
-            tmp54[i55] = t59;
+        double* const tmp49 = r20;  // reuses a dead buffer's space
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            const double x_i51 = r13[i50];
+            const double t52 = (0.5 * x_i51);
+            const double x_i53 = base[i50];
+            const double t54 = (x_i53 - t52);
+            tmp49[i50] = t54;
         }
-        double acc60 = ks::lowest<double>();
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            const double x_i62 = tmp54[i61];
-            acc60 = ks::max(x_i62, acc60);
+        double acc55 = ks::lowest<double>();
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const double x_i57 = tmp49[i56];
+            acc55 = ks::max(x_i57, acc55);
         }
-        double* const tmp63 = tmp;  // reuses a dead buffer's space
-        double acc64 = 0;
-        KS_OMP_SIMD(reduction(+:acc64))
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            const double x_i66 = tmp54[i65];
-            const double x_i67 = acc60;
-            const double t68 = (x_i66 - x_i67);
-            const double t69 = ks::exp(t68);
-            tmp63[i65] = t69;
-            acc64 += t69;
+        double* const tmp58 = tmp;  // reuses a dead buffer's space
+        double acc59 = 0;
+        KS_OMP_SIMD(reduction(+:acc59))
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const double x_i61 = tmp49[i60];
+            const double x_i62 = acc55;
+            const double t63 = (x_i61 - x_i62);
+            const double t64 = ks::exp(t63);
+            tmp58[i60] = t64;
+            acc59 += t64;
         }
-        const double t70 = (1.0 / acc64);
-        for (int64_t i71 = 0; i71 < K * d; ++i71) {
-            (r + k8 * (K * d))[i71] = xc[i71];
+        for (int64_t i65 = 0; i65 < K * d; ++i65) {
+            (r + k8 * (K * d))[i65] = xc[i65];
         }
-        for (int64_t i72 = 0; i72 < d * K; ++i72) {
-            (r4 + k8 * (d * K))[i72] = r15[i72];
+        for (int64_t i66 = 0; i66 < d * K; ++i66) {
+            (r4 + k8 * (d * K))[i66] = r15[i66];
         }
-        for (int64_t i73 = 0; i73 < d * K; ++i73) {
-            (r5 + k8 * (d * K))[i73] = r16[i73];
+        for (int64_t i67 = 0; i67 < d * K; ++i67) {
+            (r5 + k8 * (d * K))[i67] = r16[i67];
         }
-        for (int64_t i74 = 0; i74 < K; ++i74) {
-            (r6 + k8 * K)[i74] = tmp63[i74];
+        for (int64_t i68 = 0; i68 < K; ++i68) {
+            (r6 + k8 * K)[i68] = tmp58[i68];
         }
-        (r7 + k8)[0] = t70;
+        (r7 + k8)[0] = acc59;
     }
-    double acc75 = ks::lowest<double>();
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        const double x_i77 = alphas[i76];
-        acc75 = ks::max(x_i77, acc75);
+    double acc69 = ks::lowest<double>();
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        const double x_i71 = alphas[i70];
+        acc69 = ks::max(x_i71, acc69);
     }
-    double* const tmp78 = tmp;  // reuses a dead buffer's space
-    double acc79 = 0;
-    KS_OMP_SIMD(reduction(+:acc79))
-    for (int64_t i80 = 0; i80 < K; ++i80) {
-        const double alphas_i81 = alphas[i80];
-        const double x_i82 = acc75;
-        const double t83 = (alphas_i81 - x_i82);
-        const double t84 = ks::exp(t83);
-        tmp78[i80] = t84;
-        acc79 += t84;
+    double* const tmp72 = tmp;  // reuses a dead buffer's space
+    double acc73 = 0;
+    KS_OMP_SIMD(reduction(+:acc73))
+    for (int64_t i74 = 0; i74 < K; ++i74) {
+        const double alphas_i75 = alphas[i74];
+        const double x_i76 = acc69;
+        const double t77 = (alphas_i75 - x_i76);
+        const double t78 = ks::exp(t77);
+        tmp72[i74] = t78;
+        acc73 += t78;
     }
-    const double t85 = (1.0 / acc79);
-    const double t86 = static_cast<double>(n);
-    double* const tmp87 = xc;  // reuses a dead buffer's space
-    double* const tmp88 = r15;  // reuses a dead buffer's space
-    for (int64_t i89 = 0; i89 < K; ++i89) {
-        for (int64_t i90 = 0; i90 < d; ++i90) {
-            const double qs_i91 = icf[i89 * T + i90];
-            const double t92 = ks::exp(qs_i91);
-            tmp87[i89 * d + i90] = t92;
-            const double t93 = (2.0 * t92);
-            tmp88[i89 * d + i90] = t93;
-        }
-    }
-    for (int64_t i95 = 0; i95 < K; ++i95) {
-        for (int64_t i96 = 0; i96 < (T - d); ++i96) {
-            const double ls_i = (icf + d)[i95 * T + i96];
-            const double t97 = (2.0 * ls_i);
-            tmp94[i95 * ((T - d)) + i96] = t97;
-        }
-    }
-    const double t98 = ks::ipow<2>(wishart_gamma);
-    const double t99 = (0.5 * t98);
-    const double t100 = ((-1.0) * wishart_m);
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        for (int64_t i102 = 0; i102 < (T - d); ++i102) {
-            const double x_i103 = t99;
-            const double x_i104 = tmp94[i101 * ((T - d)) + i102];
-            const double d_ls105 = (x_i103 * x_i104);
-            d_ls[i101 * ((T - d)) + i102] = d_ls105;
-        }
-    }
-    double* const d_qs = r16;  // reuses a dead buffer's space
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        for (int64_t i107 = 0; i107 < d; ++i107) {
-            const double x_i108 = t99;
-            const double x_i109 = tmp88[i106 * d + i107];
-            const double t110 = (x_i108 * x_i109);
-            const double x_i111 = tmp87[i106 * d + i107];
-            const double t112 = (t110 * x_i111);
-            const double d_qs_i = t100;
-            const double d_qs113 = (d_qs_i + t112);
-            d_qs[i106 * d + i107] = d_qs113;
-        }
-    }
-    const double t114 = ((-1.0) * t86);
-    const double t115 = (t114 * t85);
+    const double t79 = static_cast<double>(n);
+    const double t80 = (1.0 / acc73);
+    const double t81 = ks::ipow<2>(wishart_gamma);
+    const double t82 = (0.5 * t81);
+    const double t83 = ((-1.0) * wishart_m);
+    const double t84 = ((-1.0) * t79);
+    const double t85 = (t84 * t80);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i116 = 0; i116 < K; ++i116) {
-        const double x_i117 = t115;
-        const double x_i118 = tmp78[i116];
-        const double d_alphas119 = (x_i117 * x_i118);
-        d_alphas[i116] = d_alphas119;
+    for (int64_t i86 = 0; i86 < K; ++i86) {
+        const double x_i87 = t85;
+        const double x_i88 = tmp72[i86];
+        const double d_alphas89 = (x_i87 * x_i88);
+        d_alphas[i86] = d_alphas89;
     }
-    double* const r120 = tmp;  // reuses a dead buffer's space
-    double r121;
-    for (int64_t i122 = 0; i122 < K * d; ++i122) {
-        out_d_means[i122] = 0.0;
-    }
-    for (int64_t i123 = 0; i123 < K; ++i123) {
-        r120[i123] = 0.0;
-    }
-    r121 = 1.0;
-    for (int64_t k124 = n - 1; k124 >= 0; --k124) {
-        const double t125 = (r121 * (r7 + k124)[0]);
-        double* const tmp126 = tmp18;  // reuses a dead buffer's space
-        double* const tmp127 = tmp22;  // reuses a dead buffer's space
-        for (int64_t i128 = 0; i128 < K; ++i128) {
-            const double x_i129 = t125;
-            const double x_i130 = (r6 + k124 * K)[i128];
-            const double t131 = (x_i129 * x_i130);
-            const double x_i132 = r120[i128];
-            const double t133 = (x_i132 + t131);
-            tmp126[i128] = t133;
-            const double t134 = (t131 * (-1.0));
-            const double t135 = (t134 * 0.5);
-            tmp127[i128] = t135;
+    double* const d_qs = xc;  // reuses a dead buffer's space
+    for (int64_t i90 = 0; i90 < K; ++i90) {
+        for (int64_t i91 = 0; i91 < d; ++i91) {
+            const double qs_i92 = icf[i90 * T + i91];
+            const double t93 = ks::exp(qs_i92);
+            const double t94 = (2.0 * t93);
+            const double x_i95 = t82;
+            const double t96 = (x_i95 * t94);
+            const double t97 = (t96 * t93);
+            const double d_qs_i = t83;
+            const double d_qs98 = (d_qs_i + t97);
+            d_qs[i90 * d + i91] = d_qs98;
         }
-        double* const r136 = xc;  // reuses a dead buffer's space
-        for (int64_t i137 = 0; i137 < K * d; ++i137) {
-            r136[i137] = 0.0;
+    }
+    for (int64_t i99 = 0; i99 < K; ++i99) {
+        for (int64_t i100 = 0; i100 < (T - d); ++i100) {
+            const double ls_i = (icf + d)[i99 * T + i100];
+            const double t101 = (2.0 * ls_i);
+            const double x_i102 = t82;
+            const double d_ls103 = (x_i102 * t101);
+            d_ls[i99 * ((T - d)) + i100] = d_ls103;
         }
-        for (int64_t k138 = d - 1; k138 >= 0; --k138) {
-            const int64_t t139 = ks::floordiv(k138, int64_t{1});
-            const int64_t t140 = ks::max(t139, int64_t{0});
-            double* const d_row = r29;  // reuses a dead buffer's space
-            for (int64_t i141 = 0; i141 < K; ++i141) {
-                const double x_i142 = tmp127[i141];
-                const double x_i143 = ((r5 + k124 * (d * K)) + k138 * K)[i141];
-                const double d_row144 = (x_i142 * x_i143);
-                const double d_row145 = (d_row144 + d_row144);
-                d_row[i141] = d_row145;
+    }
+    double* const r104 = tmp;  // reuses a dead buffer's space
+    double r105;
+    for (int64_t i106 = 0; i106 < K * d; ++i106) {
+        out_d_means[i106] = 0.0;
+    }
+    for (int64_t i107 = 0; i107 < K; ++i107) {
+        r104[i107] = 0.0;
+    }
+    r105 = 1.0;
+    for (int64_t k108 = n - 1; k108 >= 0; --k108) {
+        const double t109 = (1.0 / (r7 + k108)[0]);
+        const double t110 = (r105 * t109);
+        double* const tmp111 = r20;  // reuses a dead buffer's space
+        double* const tmp112 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            const double x_i114 = t110;
+            const double x_i115 = (r6 + k108 * K)[i113];
+            const double t116 = (x_i114 * x_i115);
+            tmp111[i113] = t116;
+            const double t117 = (t116 * (-1.0));
+            const double t118 = (t117 * 0.5);
+            tmp112[i113] = t118;
+        }
+        double* const r119 = r15;  // reuses a dead buffer's space
+        for (int64_t i120 = 0; i120 < K * d; ++i120) {
+            r119[i120] = 0.0;
+        }
+        for (int64_t k121 = d - 1; k121 >= 0; --k121) {
+            const int64_t t122 = ks::floordiv(k121, int64_t{1});
+            const int64_t t123 = ks::max(t122, int64_t{0});
+            double* const d_row = row;  // reuses a dead buffer's space
+            for (int64_t i124 = 0; i124 < K; ++i124) {
+                const double x_i125 = tmp112[i124];
+                const double x_i126 = ((r5 + k108 * (d * K)) + k121 * K)[i124];
+                const double d_row127 = (x_i125 * x_i126);
+                const double d_row128 = (d_row127 + d_row127);
+                d_row[i124] = d_row128;
             }
-            double* const r146 = __sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i147 = 0; i147 < K; ++i147) {
-                r146[i147] = d_row[i147];
+            double* const r129 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i130 = 0; i130 < K; ++i130) {
+                r129[i130] = d_row[i130];
             }
-            for (int64_t k148 = t140 - 1; k148 >= 0; --k148) {
-                const int64_t t149 = ((2*d) - k148);
-                const int64_t t150 = (t149 - int64_t{1});
-                const int64_t t151 = (k148 * t150);
-                const int64_t t152 = ks::floordiv(t151, int64_t{2});
-                const int64_t t153 = (t152 + k138);
-                const int64_t t154 = (t153 - k148);
-                const int64_t t155 = (t154 - int64_t{1});
-                double* const tmp156 = sqnorm;  // reuses a dead buffer's space
-                for (int64_t i158 = 0; i158 < K; ++i158) {
-                    const double x_i159 = r146[i158];
-                    const double x_i160 = ((icf + d) + ks::clamp_index(t155, (T - d)))[i158 * T];
-                    const double t161 = (x_i159 * x_i160);
-                    tmp156[i158] = t161;
-                    const double x_i162 = ((r + k124 * (K * d)) + k148)[i158 * d];
-                    const double t163 = (x_i159 * x_i162);
-                    tmp157[i158] = t163;
+            for (int64_t k131 = t123 - 1; k131 >= 0; --k131) {
+                const int64_t t132 = ((2*d) - k131);
+                const int64_t t133 = (t132 - int64_t{1});
+                const int64_t t134 = (k131 * t133);
+                const int64_t t135 = ks::floordiv(t134, int64_t{2});
+                const int64_t t136 = (t135 + k121);
+                const int64_t t137 = (t136 - k131);
+                const int64_t t138 = (t137 - int64_t{1});
+                for (int64_t i140 = 0; i140 < K; ++i140) {
+                    const double x_i141 = r129[i140];
+                    const double x_i142 = ((icf + d) + ks::clamp_index(t138, (T - d)))[i140 * T];
+                    const double t143 = (x_i141 * x_i142);
+                    tmp139[i140] = t143;
                 }
-                for (int64_t i164 = 0; i164 < K; ++i164) {
-                    (r136 + k148)[i164 * d] += tmp156[i164];
+                for (int64_t i144 = 0; i144 < K; ++i144) {
+                    (r119 + k131)[i144 * d] += tmp139[i144];
                 }
-                for (int64_t i165 = 0; i165 < K; ++i165) {
-                    (d_ls + ks::clamp_index(t155, (T - d)))[i165 * ((T - d))] += tmp157[i165];
+                double* const tmp145 = tmp139;  // reuses a dead buffer's space
+                for (int64_t i146 = 0; i146 < K; ++i146) {
+                    const double x_i147 = r129[i146];
+                    const double x_i148 = ((r + k108 * (K * d)) + k131)[i146 * d];
+                    const double t149 = (x_i147 * x_i148);
+                    tmp145[i146] = t149;
+                }
+                for (int64_t i150 = 0; i150 < K; ++i150) {
+                    (d_ls + ks::clamp_index(t138, (T - d)))[i150 * ((T - d))] += tmp145[i150];
                 }
             }
-            double* const tmp166 = __sum_109_54;  // reuses a dead buffer's space
-            double* const tmp167 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i168 = 0; i168 < K; ++i168) {
-                const double d_row_i = d_row[i168];
-                const double x_i169 = ((r4 + k124 * (d * K)) + k138 * K)[i168];
-                const double t170 = (d_row_i * x_i169);
-                tmp166[i168] = t170;
-                const double x_i171 = ((r + k124 * (K * d)) + k138)[i168 * d];
-                const double t172 = (d_row_i * x_i171);
-                tmp167[i168] = t172;
+            double* const tmp151 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i152 = 0; i152 < K; ++i152) {
+                const double d_row_i = d_row[i152];
+                const double x_i153 = ((r4 + k108 * (d * K)) + k121 * K)[i152];
+                const double t154 = (d_row_i * x_i153);
+                tmp151[i152] = t154;
             }
-            for (int64_t i173 = 0; i173 < K; ++i173) {
-                (r136 + k138)[i173 * d] += tmp166[i173];
+            for (int64_t i155 = 0; i155 < K; ++i155) {
+                (r119 + k121)[i155 * d] += tmp151[i155];
             }
-            double* const tmp174 = r29;  // reuses a dead buffer's space
-            for (int64_t i175 = 0; i175 < K; ++i175) {
-                const double x_i176 = tmp167[i175];
-                const double x_i177 = ((r4 + k124 * (d * K)) + k138 * K)[i175];
-                const double t178 = (x_i176 * x_i177);
-                tmp174[i175] = t178;
+            double* const tmp156 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i157 = 0; i157 < K; ++i157) {
+                const double d_row_i158 = d_row[i157];
+                const double x_i159 = ((r + k108 * (K * d)) + k121)[i157 * d];
+                const double t160 = (d_row_i158 * x_i159);
+                const double x_i161 = ((r4 + k108 * (d * K)) + k121 * K)[i157];
+                const double t162 = (t160 * x_i161);
+                tmp156[i157] = t162;
             }
-            for (int64_t i179 = 0; i179 < K; ++i179) {
-                (d_qs + k138)[i179 * d] += tmp174[i179];
+            for (int64_t i163 = 0; i163 < K; ++i163) {
+                (d_qs + k121)[i163 * d] += tmp156[i163];
             }
         }
-        double* const tmp180 = r15;  // reuses a dead buffer's space
-        for (int64_t i181 = 0; i181 < K; ++i181) {
-            for (int64_t i182 = 0; i182 < d; ++i182) {
-                const double x_i183 = r136[i181 * d + i182];
-                const double t184 = (x_i183 * (-1.0));
-                const double x_i185 = out_d_means[i181 * d + i182];
-                const double t186 = (x_i185 + t184);
-                tmp180[i181 * d + i182] = t186;
+        double* const tmp164 = r16;  // reuses a dead buffer's space
+        for (int64_t i165 = 0; i165 < K; ++i165) {
+            for (int64_t i166 = 0; i166 < d; ++i166) {
+                const double x_i167 = r119[i165 * d + i166];
+                const double t168 = (x_i167 * (-1.0));
+                const double x_i169 = out_d_means[i165 * d + i166];
+                const double t170 = (x_i169 + t168);
+                tmp164[i165 * d + i166] = t170;
             }
         }
-        for (int64_t i187 = 0; i187 < K * d; ++i187) {
-            out_d_means[i187] = tmp180[i187];
+        double* const tmp171 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i172 = 0; i172 < K; ++i172) {
+            const double x_i173 = r104[i172];
+            const double x_i174 = tmp111[i172];
+            const double t175 = (x_i173 + x_i174);
+            tmp171[i172] = t175;
         }
-        for (int64_t i188 = 0; i188 < K; ++i188) {
-            r120[i188] = tmp126[i188];
+        for (int64_t i176 = 0; i176 < K * d; ++i176) {
+            out_d_means[i176] = tmp164[i176];
+        }
+        for (int64_t i177 = 0; i177 < K; ++i177) {
+            r104[i177] = tmp171[i177];
         }
     }
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        const double x_i190 = d_alphas[i189];
-        const double x_i191 = r120[i189];
-        const double d_alphas192 = (x_i190 + x_i191);
-        out_d_alphas[i189] = d_alphas192;
+    for (int64_t i178 = 0; i178 < K * T; ++i178) {
+        d_icf[i178] = 0.0;
     }
-    double* const d_qs193 = xc;  // reuses a dead buffer's space
+    for (int64_t i179 = 0; i179 < K; ++i179) {
+        for (int64_t i180 = 0; i180 < (T - d); ++i180) {
+            (d_icf + d)[i179 * T + i180] = d_ls[i179 * ((T - d)) + i180];
+        }
+    }
+    double* const d_qs181 = r15;  // reuses a dead buffer's space
+    for (int64_t i182 = 0; i182 < K; ++i182) {
+        for (int64_t i183 = 0; i183 < d; ++i183) {
+            const double x_i184 = d_qs[i182 * d + i183];
+            const double x_i185 = r104[i182];
+            const double d_qs186 = (x_i184 + x_i185);
+            d_qs181[i182 * d + i183] = d_qs186;
+        }
+    }
+    for (int64_t i187 = 0; i187 < K * T; ++i187) {
+        padded[i187] = 0.0;
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            padded[i188 * T + i189] = d_qs181[i188 * d + i189];
+        }
+    }
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        const double x_i191 = d_alphas[i190];
+        const double x_i192 = r104[i190];
+        const double d_alphas193 = (x_i191 + x_i192);
+        out_d_alphas[i190] = d_alphas193;
+    }
     for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < d; ++i195) {
-            const double x_i196 = d_qs[i194 * d + i195];
-            const double x_i197 = r120[i194];
-            const double d_qs198 = (x_i196 + x_i197);
-            d_qs193[i194 * d + i195] = d_qs198;
-        }
-    }
-    for (int64_t i199 = 0; i199 < K * T; ++i199) {
-        d_icf[i199] = 0.0;
-    }
-    for (int64_t i200 = 0; i200 < K; ++i200) {
-        for (int64_t i201 = 0; i201 < (T - d); ++i201) {
-            (d_icf + d)[i200 * T + i201] = d_ls[i200 * ((T - d)) + i201];
-        }
-    }
-    for (int64_t i202 = 0; i202 < K * T; ++i202) {
-        padded[i202] = 0.0;
-    }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < d; ++i204) {
-            padded[i203 * T + i204] = d_qs193[i203 * d + i204];
-        }
-    }
-    for (int64_t i205 = 0; i205 < K; ++i205) {
-        for (int64_t i206 = 0; i206 < T; ++i206) {
-            const double d_icf_i = d_icf[i205 * T + i206];
-            const double x_i207 = padded[i205 * T + i206];
-            const double d_icf208 = (d_icf_i + x_i207);
-            out_d_icf[i205 * T + i206] = d_icf208;
+        for (int64_t i195 = 0; i195 < T; ++i195) {
+            const double d_icf_i = d_icf[i194 * T + i195];
+            const double x_i196 = padded[i194 * T + i195];
+            const double d_icf197 = (d_icf_i + x_i196);
+            out_d_icf[i194 * T + i195] = d_icf197;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 

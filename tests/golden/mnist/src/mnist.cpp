@@ -38,28 +38,28 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     float* const prod18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
     float* const tmp23 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp29 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
     float* const tmp30 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const prod63 = reinterpret_cast<float*>(next_slot);
+    float* const tmp37 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 128);
+    float* const prod57 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp68 = reinterpret_cast<float*>(next_slot);
+    float* const tmp62 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(64);
+    float* const tmp69 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(64);
+    float* const tmp76 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp74 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp75 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(64);
-    float* const prod108 = reinterpret_cast<float*>(next_slot);
+    float* const prod96 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp113 = reinterpret_cast<float*>(next_slot);
+    float* const tmp101 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
+    float* const tmp107 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    float* const tmp111 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
     float* const tmp119 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp123 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp131 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch * 256; ++i) {
@@ -102,175 +102,153 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
             }
         }
     }
-    for (int64_t i24 = 0; i24 < batch; ++i24) {
-        for (int64_t i25 = 0; i25 < 128; ++i25) {
-            const float x_i26 = ks_data_3[i25];
-            const float x_i27 = prod18[i24 * 128 + i25];
-            const float t28 = (x_i26 + x_i27);
-            tmp23[i24 * 128 + i25] = t28;
-        }
+    for (int64_t i24 = 0; i24 < 128; ++i24) {
+        const float x_i25 = ks_data_13[i24];
+        const float t26 = (x_i25 + 9.999999747378752e-06f);
+        const float t27 = std::sqrt(t26);
+        const float x_i28 = ks_data_4[i24];
+        const float t29 = (x_i28 / t27);
+        tmp23[i24] = t29;
     }
     for (int64_t i31 = 0; i31 < 128; ++i31) {
-        const float x_i32 = ks_data_13[i31];
-        const float t33 = (x_i32 + 9.999999747378752e-06f);
-        const float t34 = std::sqrt(t33);
-        const float x_i35 = ks_data_4[i31];
-        const float t36 = (x_i35 / t34);
-        tmp29[i31] = t36;
-        const float x_i37 = ks_data_12[i31];
-        const float t38 = (x_i37 * t36);
-        const float x_i39 = ks_data_5[i31];
-        const float t40 = (x_i39 - t38);
-        tmp30[i31] = t40;
+        const float x_i32 = ks_data_12[i31];
+        const float x_i33 = tmp23[i31];
+        const float t34 = (x_i32 * x_i33);
+        const float x_i35 = ks_data_5[i31];
+        const float t36 = (x_i35 - t34);
+        tmp30[i31] = t36;
     }
-    float* const tmp41 = prod18;  // reuses a dead buffer's space
-    for (int64_t i42 = 0; i42 < batch; ++i42) {
-        for (int64_t i43 = 0; i43 < 128; ++i43) {
-            const float x_i44 = tmp23[i42 * 128 + i43];
-            const float x_i45 = tmp29[i43];
-            const float t46 = (x_i44 * x_i45);
-            tmp41[i42 * 128 + i43] = t46;
+    for (int64_t i38 = 0; i38 < batch; ++i38) {
+        for (int64_t i39 = 0; i39 < 128; ++i39) {
+            const float x_i40 = ks_data_3[i39];
+            const float x_i41 = prod18[i38 * 128 + i39];
+            const float t42 = (x_i40 + x_i41);
+            const float x_i43 = tmp23[i39];
+            const float t44 = (t42 * x_i43);
+            const float x_i45 = tmp30[i39];
+            const float t46 = (t44 + x_i45);
+            tmp37[i38 * 128 + i39] = t46;
         }
     }
-    float* const tmp47 = tmp23;  // reuses a dead buffer's space
-    for (int64_t i48 = 0; i48 < batch; ++i48) {
-        for (int64_t i49 = 0; i49 < 128; ++i49) {
-            const float x_i50 = tmp41[i48 * 128 + i49];
-            const float x_i51 = tmp30[i49];
-            const float t52 = (x_i50 + x_i51);
-            tmp47[i48 * 128 + i49] = t52;
-        }
+    float* const tmp47 = prod18;  // reuses a dead buffer's space
+    for (int64_t i48 = 0; i48 < (128*batch); ++i48) {
+        const float x_i49 = tmp37[i48];
+        const bool t50 = (x_i49 < 0.0f);
+        const bool t51 = (x_i49 < 1.0f);
+        const float t52 = ks::ipow<3>(x_i49);
+        const float t53 = (0.3333333432674408f * t52);
+        const float t54 = (x_i49 - 0.6666666865348816f);
+        const float t55 = (t51 ? t53 : t54);
+        const float t56 = (t50 ? 0.0f : t55);
+        tmp47[i48] = t56;
     }
-    float* const tmp53 = prod18;  // reuses a dead buffer's space
-    for (int64_t i54 = 0; i54 < (128*batch); ++i54) {
-        const float x_i55 = tmp47[i54];
-        const bool t56 = (x_i55 < 0.0f);
-        const bool t57 = (x_i55 < 1.0f);
-        const float t58 = ks::ipow<3>(x_i55);
-        const float t59 = (0.3333333432674408f * t58);
-        const float t60 = (x_i55 - 0.6666666865348816f);
-        const float t61 = (t57 ? t59 : t60);
-        const float t62 = (t56 ? 0.0f : t61);
-        tmp53[i54] = t62;
+    for (int64_t i58 = 0; i58 < batch * 64; ++i58) {
+        prod57[i58] = 0;
     }
-    for (int64_t i64 = 0; i64 < batch * 64; ++i64) {
-        prod63[i64] = 0;
-    }
-    for (int64_t i65 = 0; i65 < batch; ++i65) {
-        for (int64_t i66 = 0; i66 < 128; ++i66) {
-            for (int64_t i67 = 0; i67 < 64; ++i67) {
-                prod63[i65 * 64 + i67] += tmp53[i65 * 128 + i66] * ks_data_6[i66 + i67 * 128];
+    for (int64_t i59 = 0; i59 < batch; ++i59) {
+        for (int64_t i60 = 0; i60 < 128; ++i60) {
+            for (int64_t i61 = 0; i61 < 64; ++i61) {
+                prod57[i59 * 64 + i61] += tmp47[i59 * 128 + i60] * ks_data_6[i60 + i61 * 128];
             }
         }
     }
-    for (int64_t i69 = 0; i69 < batch; ++i69) {
-        for (int64_t i70 = 0; i70 < 64; ++i70) {
-            const float x_i71 = ks_data_7[i70];
-            const float x_i72 = prod63[i69 * 64 + i70];
-            const float t73 = (x_i71 + x_i72);
-            tmp68[i69 * 64 + i70] = t73;
+    for (int64_t i63 = 0; i63 < 64; ++i63) {
+        const float x_i64 = ks_data_15[i63];
+        const float t65 = (x_i64 + 9.999999747378752e-06f);
+        const float t66 = std::sqrt(t65);
+        const float x_i67 = ks_data_8[i63];
+        const float t68 = (x_i67 / t66);
+        tmp62[i63] = t68;
+    }
+    for (int64_t i70 = 0; i70 < 64; ++i70) {
+        const float x_i71 = ks_data_14[i70];
+        const float x_i72 = tmp62[i70];
+        const float t73 = (x_i71 * x_i72);
+        const float x_i74 = ks_data_9[i70];
+        const float t75 = (x_i74 - t73);
+        tmp69[i70] = t75;
+    }
+    for (int64_t i77 = 0; i77 < batch; ++i77) {
+        for (int64_t i78 = 0; i78 < 64; ++i78) {
+            const float x_i79 = ks_data_7[i78];
+            const float x_i80 = prod57[i77 * 64 + i78];
+            const float t81 = (x_i79 + x_i80);
+            const float x_i82 = tmp62[i78];
+            const float t83 = (t81 * x_i82);
+            const float x_i84 = tmp69[i78];
+            const float t85 = (t83 + x_i84);
+            tmp76[i77 * 64 + i78] = t85;
         }
     }
-    for (int64_t i76 = 0; i76 < 64; ++i76) {
-        const float x_i77 = ks_data_15[i76];
-        const float t78 = (x_i77 + 9.999999747378752e-06f);
-        const float t79 = std::sqrt(t78);
-        const float x_i80 = ks_data_8[i76];
-        const float t81 = (x_i80 / t79);
-        tmp74[i76] = t81;
-        const float x_i82 = ks_data_14[i76];
-        const float t83 = (x_i82 * t81);
-        const float x_i84 = ks_data_9[i76];
-        const float t85 = (x_i84 - t83);
-        tmp75[i76] = t85;
+    float* const tmp86 = prod57;  // reuses a dead buffer's space
+    for (int64_t i87 = 0; i87 < (64*batch); ++i87) {
+        const float x_i88 = tmp76[i87];
+        const bool t89 = (x_i88 < 0.0f);
+        const bool t90 = (x_i88 < 1.0f);
+        const float t91 = ks::ipow<3>(x_i88);
+        const float t92 = (0.3333333432674408f * t91);
+        const float t93 = (x_i88 - 0.6666666865348816f);
+        const float t94 = (t90 ? t92 : t93);
+        const float t95 = (t89 ? 0.0f : t94);
+        tmp86[i87] = t95;
     }
-    float* const tmp86 = prod63;  // reuses a dead buffer's space
-    for (int64_t i87 = 0; i87 < batch; ++i87) {
-        for (int64_t i88 = 0; i88 < 64; ++i88) {
-            const float x_i89 = tmp68[i87 * 64 + i88];
-            const float x_i90 = tmp74[i88];
-            const float t91 = (x_i89 * x_i90);
-            tmp86[i87 * 64 + i88] = t91;
-        }
+    for (int64_t i97 = 0; i97 < batch * 10; ++i97) {
+        prod96[i97] = 0;
     }
-    float* const tmp92 = tmp68;  // reuses a dead buffer's space
-    for (int64_t i93 = 0; i93 < batch; ++i93) {
-        for (int64_t i94 = 0; i94 < 64; ++i94) {
-            const float x_i95 = tmp86[i93 * 64 + i94];
-            const float x_i96 = tmp75[i94];
-            const float t97 = (x_i95 + x_i96);
-            tmp92[i93 * 64 + i94] = t97;
-        }
-    }
-    float* const tmp98 = prod63;  // reuses a dead buffer's space
-    for (int64_t i99 = 0; i99 < (64*batch); ++i99) {
-        const float x_i100 = tmp92[i99];
-        const bool t101 = (x_i100 < 0.0f);
-        const bool t102 = (x_i100 < 1.0f);
-        const float t103 = ks::ipow<3>(x_i100);
-        const float t104 = (0.3333333432674408f * t103);
-        const float t105 = (x_i100 - 0.6666666865348816f);
-        const float t106 = (t102 ? t104 : t105);
-        const float t107 = (t101 ? 0.0f : t106);
-        tmp98[i99] = t107;
-    }
-    for (int64_t i109 = 0; i109 < batch * 10; ++i109) {
-        prod108[i109] = 0;
-    }
-    for (int64_t i110 = 0; i110 < batch; ++i110) {
-        for (int64_t i111 = 0; i111 < 64; ++i111) {
-            for (int64_t i112 = 0; i112 < 10; ++i112) {
-                prod108[i110 * 10 + i112] += tmp98[i110 * 64 + i111] * ks_data_10[i111 + i112 * 64];
+    for (int64_t i98 = 0; i98 < batch; ++i98) {
+        for (int64_t i99 = 0; i99 < 64; ++i99) {
+            for (int64_t i100 = 0; i100 < 10; ++i100) {
+                prod96[i98 * 10 + i100] += tmp86[i98 * 64 + i99] * ks_data_10[i99 + i100 * 64];
             }
         }
     }
-    for (int64_t i114 = 0; i114 < batch; ++i114) {
-        for (int64_t i115 = 0; i115 < 10; ++i115) {
-            const float x_i116 = ks_data_11[i115];
-            const float x_i117 = prod108[i114 * 10 + i115];
-            const float t118 = (x_i116 + x_i117);
-            tmp113[i114 * 10 + i115] = t118;
+    for (int64_t i102 = 0; i102 < batch; ++i102) {
+        for (int64_t i103 = 0; i103 < 10; ++i103) {
+            const float x_i104 = ks_data_11[i103];
+            const float x_i105 = prod96[i102 * 10 + i103];
+            const float t106 = (x_i104 + x_i105);
+            tmp101[i102 * 10 + i103] = t106;
         }
+    }
+    for (int64_t i108 = 0; i108 < batch; ++i108) {
+        float acc = ks::lowest<float>();
+        for (int64_t i109 = 0; i109 < 10; ++i109) {
+            const float x_i110 = tmp101[i108 * 10 + i109];
+            acc = ks::max(x_i110, acc);
+        }
+        tmp107[i108] = acc;
+    }
+    for (int64_t i112 = 0; i112 < batch; ++i112) {
+        float acc113 = 0;
+        KS_OMP_SIMD(reduction(+:acc113))
+        for (int64_t i114 = 0; i114 < 10; ++i114) {
+            const float x_i115 = tmp101[i112 * 10 + i114];
+            const float x_i116 = tmp107[i112];
+            const float t117 = (x_i115 - x_i116);
+            const float t118 = ks::exp(t117);
+            acc113 += t118;
+        }
+        tmp111[i112] = acc113;
     }
     for (int64_t i120 = 0; i120 < batch; ++i120) {
-        float acc = ks::lowest<float>();
-        for (int64_t i121 = 0; i121 < 10; ++i121) {
-            const float x_i122 = tmp113[i120 * 10 + i121];
-            acc = ks::max(x_i122, acc);
-        }
-        tmp119[i120] = acc;
+        const float x_i121 = tmp111[i120];
+        const float t122 = ks::log(x_i121);
+        const float x_i123 = tmp107[i120];
+        const float t124 = (t122 + x_i123);
+        tmp119[i120] = t124;
     }
-    for (int64_t i124 = 0; i124 < batch; ++i124) {
-        float acc125 = 0;
-        KS_OMP_SIMD(reduction(+:acc125))
+    for (int64_t i125 = 0; i125 < batch; ++i125) {
         for (int64_t i126 = 0; i126 < 10; ++i126) {
-            const float x_i127 = tmp113[i124 * 10 + i126];
-            const float x_i128 = tmp119[i124];
+            const float x_i127 = tmp101[i125 * 10 + i126];
+            const float x_i128 = tmp119[i125];
             const float t129 = (x_i127 - x_i128);
-            const float t130 = ks::exp(t129);
-            acc125 += t130;
-        }
-        tmp123[i124] = acc125;
-    }
-    for (int64_t i132 = 0; i132 < batch; ++i132) {
-        const float x_i133 = tmp123[i132];
-        const float t134 = ks::log(x_i133);
-        const float x_i135 = tmp119[i132];
-        const float t136 = (t134 + x_i135);
-        tmp131[i132] = t136;
-    }
-    for (int64_t i137 = 0; i137 < batch; ++i137) {
-        for (int64_t i138 = 0; i138 < 10; ++i138) {
-            const float x_i139 = tmp113[i137 * 10 + i138];
-            const float x_i140 = tmp131[i137];
-            const float t141 = (x_i139 - x_i140);
-            out[i137 * 10 + i138] = t141;
+            out[i125 * 10 + i126] = t129;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 

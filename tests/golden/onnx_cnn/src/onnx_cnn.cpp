@@ -229,29 +229,29 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    bool* const tmp40 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp38 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
     float* const sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed59 = reinterpret_cast<float*>(next_slot);
+    float* const packed57 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod67 = reinterpret_cast<float*>(next_slot);
+    float* const prod65 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const tmp74 = reinterpret_cast<float*>(next_slot);
+    float* const prod72 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
+    float* const tmp77 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
+    float* const tmp84 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod84 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp89 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const prod104 = reinterpret_cast<float*>(next_slot);
+    float* const prod96 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9 * 72);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8);
-    float* const tmp127 = reinterpret_cast<float*>(next_slot);
+    float* const tmp119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const prod168 = reinterpret_cast<float*>(next_slot);
+    float* const prod162 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256 * 27);
-    float* const folded175 = reinterpret_cast<float*>(next_slot);
+    float* const folded169 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
     (void)next_slot;
     for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
@@ -314,74 +314,72 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                     const float x_i = prod[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27];
                     const float x_i28 = ks_data_1[i25];
                     const float t29 = (x_i + x_i28);
+                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t29;
                     const float t30 = ks::max(t29, 0.0f);
-                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
-                    const bool t31 = (t29 >= 0.0f);
-                    const float t32 = (t31 ? 1.0f : 0.0f);
-                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t32;
+                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
                 }
             }
         }
     }
-    for (int64_t i33 = 0; i33 < batch * 8 * 8 * 8; ++i33) {
-        max[i33] = ks::lowest<float>();
+    for (int64_t i31 = 0; i31 < batch * 8 * 8 * 8; ++i31) {
+        max[i31] = ks::lowest<float>();
     }
-    for (int64_t i34 = 0; i34 < batch; ++i34) {
-        for (int64_t i35 = 0; i35 < 8; ++i35) {
-            for (int64_t i36 = 0; i36 < 8; ++i36) {
-                for (int64_t i37 = 0; i37 < 2; ++i37) {
-                    for (int64_t i38 = 0; i38 < 8; ++i38) {
-                        for (int64_t i39 = 0; i39 < 2; ++i39) {
-                            max[i34 * (8 * 8 * 8) + i35 * (8 * 8) + i36 * 8 + i38] = ks::max(tmp[i34 * (8 * 16 * 16) + i35 * (16 * 16) + i36 * (2 * 16) + i37 * 16 + i38 * (2 * 1) + i39], max[i34 * (8 * 8 * 8) + i35 * (8 * 8) + i36 * 8 + i38]);
+    for (int64_t i32 = 0; i32 < batch; ++i32) {
+        for (int64_t i33 = 0; i33 < 8; ++i33) {
+            for (int64_t i34 = 0; i34 < 8; ++i34) {
+                for (int64_t i35 = 0; i35 < 2; ++i35) {
+                    for (int64_t i36 = 0; i36 < 8; ++i36) {
+                        for (int64_t i37 = 0; i37 < 2; ++i37) {
+                            max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36] = ks::max(tmp23[i32 * (8 * 16 * 16) + i33 * (16 * 16) + i34 * (2 * 16) + i35 * 16 + i36 * (2 * 1) + i37], max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36]);
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp41 = prod;  // reuses a dead buffer's space
-    for (int64_t i42 = 0; i42 < batch; ++i42) {
-        for (int64_t i43 = 0; i43 < 8; ++i43) {
-            for (int64_t i44 = 0; i44 < 8; ++i44) {
-                for (int64_t i45 = 0; i45 < 2; ++i45) {
-                    for (int64_t i46 = 0; i46 < 8; ++i46) {
-                        for (int64_t i47 = 0; i47 < 2; ++i47) {
-                            const float x_i48 = tmp[i42 * (8 * 16 * 16) + i43 * (16 * 16) + i44 * (2 * 16) + i45 * 16 + i46 * (2 * 1) + i47];
-                            const float x_i49 = max[i42 * (8 * 8 * 8) + i43 * (8 * 8) + i44 * 8 + i46];
-                            const bool t50 = (x_i48 == x_i49);
-                            tmp40[i42 * (8 * 8 * 2 * 8 * 2) + i43 * (8 * 2 * 8 * 2) + i44 * (2 * 8 * 2) + i45 * (8 * 2) + i46 * 2 + i47] = t50;
-                            const float t51 = (t50 ? 1.0f : 0.0f);
-                            tmp41[i42 * (8 * 8 * 2 * 8 * 2) + i43 * (8 * 2 * 8 * 2) + i44 * (2 * 8 * 2) + i45 * (8 * 2) + i46 * 2 + i47] = t51;
+    float* const tmp39 = prod;  // reuses a dead buffer's space
+    for (int64_t i40 = 0; i40 < batch; ++i40) {
+        for (int64_t i41 = 0; i41 < 8; ++i41) {
+            for (int64_t i42 = 0; i42 < 8; ++i42) {
+                for (int64_t i43 = 0; i43 < 2; ++i43) {
+                    for (int64_t i44 = 0; i44 < 8; ++i44) {
+                        for (int64_t i45 = 0; i45 < 2; ++i45) {
+                            const float x_i46 = tmp23[i40 * (8 * 16 * 16) + i41 * (16 * 16) + i42 * (2 * 16) + i43 * 16 + i44 * (2 * 1) + i45];
+                            const float x_i47 = max[i40 * (8 * 8 * 8) + i41 * (8 * 8) + i42 * 8 + i44];
+                            const bool t48 = (x_i46 == x_i47);
+                            tmp38[i40 * (8 * 8 * 2 * 8 * 2) + i41 * (8 * 2 * 8 * 2) + i42 * (2 * 8 * 2) + i43 * (8 * 2) + i44 * 2 + i45] = t48;
+                            const float t49 = (t48 ? 1.0f : 0.0f);
+                            tmp39[i40 * (8 * 8 * 2 * 8 * 2) + i41 * (8 * 2 * 8 * 2) + i42 * (2 * 8 * 2) + i43 * (8 * 2) + i44 * 2 + i45] = t49;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i52 = 0; i52 < batch * 8 * 8 * 8; ++i52) {
-        sum[i52] = 0;
+    for (int64_t i50 = 0; i50 < batch * 8 * 8 * 8; ++i50) {
+        sum[i50] = 0;
     }
-    for (int64_t i53 = 0; i53 < batch; ++i53) {
-        for (int64_t i54 = 0; i54 < 8; ++i54) {
-            for (int64_t i55 = 0; i55 < 8; ++i55) {
-                for (int64_t i56 = 0; i56 < 2; ++i56) {
-                    for (int64_t i57 = 0; i57 < 8; ++i57) {
-                        for (int64_t i58 = 0; i58 < 2; ++i58) {
-                            sum[i53 * (8 * 8 * 8) + i54 * (8 * 8) + i55 * 8 + i57] += tmp41[i53 * (8 * 8 * 2 * 8 * 2) + i54 * (8 * 2 * 8 * 2) + i55 * (2 * 8 * 2) + i56 * (8 * 2) + i57 * 2 + i58];
+    for (int64_t i51 = 0; i51 < batch; ++i51) {
+        for (int64_t i52 = 0; i52 < 8; ++i52) {
+            for (int64_t i53 = 0; i53 < 8; ++i53) {
+                for (int64_t i54 = 0; i54 < 2; ++i54) {
+                    for (int64_t i55 = 0; i55 < 8; ++i55) {
+                        for (int64_t i56 = 0; i56 < 2; ++i56) {
+                            sum[i51 * (8 * 8 * 8) + i52 * (8 * 8) + i53 * 8 + i55] += tmp39[i51 * (8 * 8 * 2 * 8 * 2) + i52 * (8 * 2 * 8 * 2) + i53 * (2 * 8 * 2) + i54 * (8 * 2) + i55 * 2 + i56];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i60 = 0; i60 < batch; ++i60) {
-        for (int64_t i61 = 0; i61 < 1; ++i61) {
-            for (int64_t i62 = 0; i62 < 3; ++i62) {
-                for (int64_t i63 = 0; i63 < 3; ++i63) {
-                    for (int64_t i64 = 0; i64 < 8; ++i64) {
-                        for (int64_t i65 = 0; i65 < 3; ++i65) {
-                            for (int64_t i66 = 0; i66 < 3; ++i66) {
-                                packed59[i60 * (3 * 3 * 8 * 3 * 3) + i61 * (3 * 3 * 8 * 3 * 3) + i62 * (3 * 8 * 3 * 3) + i63 * (8 * 3 * 3) + i64 * (3 * 3) + i65 * 3 + i66] = max[i60 * (8 * 8 * 8) + i61 * (8 * 8 * 8) + i62 * (2 * 8) + i63 * (2 * 1) + i64 * (8 * 8) + i65 * 8 + i66];
+    for (int64_t i58 = 0; i58 < batch; ++i58) {
+        for (int64_t i59 = 0; i59 < 1; ++i59) {
+            for (int64_t i60 = 0; i60 < 3; ++i60) {
+                for (int64_t i61 = 0; i61 < 3; ++i61) {
+                    for (int64_t i62 = 0; i62 < 8; ++i62) {
+                        for (int64_t i63 = 0; i63 < 3; ++i63) {
+                            for (int64_t i64 = 0; i64 < 3; ++i64) {
+                                packed57[i58 * (3 * 3 * 8 * 3 * 3) + i59 * (3 * 3 * 8 * 3 * 3) + i60 * (3 * 8 * 3 * 3) + i61 * (8 * 3 * 3) + i62 * (3 * 3) + i63 * 3 + i64] = max[i58 * (8 * 8 * 8) + i59 * (8 * 8 * 8) + i60 * (2 * 8) + i61 * (2 * 1) + i62 * (8 * 8) + i63 * 8 + i64];
                             }
                         }
                     }
@@ -389,93 +387,82 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i68 = 0; i68 < batch; ++i68) {
-        for (int64_t i69 = 0; i69 < 1; ++i69) {
-            for (int64_t i70 = 0; i70 < 16; ++i70) {
-                for (int64_t i71 = 0; i71 < 9; ++i71) {
-                    float dot72 = 0;
-                    KS_OMP_SIMD(reduction(+:dot72))
-                    for (int64_t i73 = 0; i73 < 72; ++i73) {
-                        dot72 += packed59[i68 * (9 * 72) + i69 * (9 * 72) + i71 * 72 + i73] * ks_data_2[i69 * (16 * 72) + i70 * 72 + i73];
+    for (int64_t i66 = 0; i66 < batch; ++i66) {
+        for (int64_t i67 = 0; i67 < 1; ++i67) {
+            for (int64_t i68 = 0; i68 < 16; ++i68) {
+                for (int64_t i69 = 0; i69 < 9; ++i69) {
+                    float dot70 = 0;
+                    KS_OMP_SIMD(reduction(+:dot70))
+                    for (int64_t i71 = 0; i71 < 72; ++i71) {
+                        dot70 += packed57[i66 * (9 * 72) + i67 * (9 * 72) + i69 * 72 + i71] * ks_data_2[i67 * (16 * 72) + i68 * 72 + i71];
                     }
-                    prod67[i68 * (16 * 9) + i69 * (16 * 9) + i70 * 9 + i71] = dot72;
+                    prod65[i66 * (16 * 9) + i67 * (16 * 9) + i68 * 9 + i69] = dot70;
                 }
             }
         }
     }
-    for (int64_t i75 = 0; i75 < batch; ++i75) {
-        for (int64_t i76 = 0; i76 < 16; ++i76) {
-            for (int64_t i77 = 0; i77 < 3; ++i77) {
-                for (int64_t i78 = 0; i78 < 3; ++i78) {
-                    const float x_i79 = prod67[i75 * (16 * 3 * 3) + i76 * (3 * 3) + i77 * 3 + i78];
-                    const float x_i80 = ks_data_3[i76];
-                    const float t81 = (x_i79 + x_i80);
-                    const bool t82 = (t81 >= 0.0f);
-                    const float t83 = (t82 ? 1.0f : 0.0f);
-                    tmp74[i75 * (16 * 3 * 3) + i76 * (3 * 3) + i77 * 3 + i78] = t83;
+    for (int64_t i73 = 0; i73 < batch * 16; ++i73) {
+        prod72[i73] = 0;
+    }
+    for (int64_t i74 = 0; i74 < batch; ++i74) {
+        for (int64_t i75 = 0; i75 < 10; ++i75) {
+            for (int64_t i76 = 0; i76 < 16; ++i76) {
+                prod72[i74 * 16 + i76] += ct_logits[i74 * 10 + i75] * ks_data_4[i75 * 16 + i76];
+            }
+        }
+    }
+    for (int64_t i78 = 0; i78 < batch; ++i78) {
+        for (int64_t i79 = 0; i79 < 16; ++i79) {
+            for (int64_t i80 = 0; i80 < 1; ++i80) {
+                for (int64_t i81 = 0; i81 < 1; ++i81) {
+                    const float x_i82 = prod72[i78 * 16 + i79 + i80 + i81];
+                    const float t83 = (x_i82 * 0.1111111119389534f);
+                    tmp77[i78 * 16 + i79 + i80 + i81] = t83;
                 }
             }
         }
     }
-    for (int64_t i85 = 0; i85 < batch * 16; ++i85) {
-        prod84[i85] = 0;
-    }
-    for (int64_t i86 = 0; i86 < batch; ++i86) {
-        for (int64_t i87 = 0; i87 < 10; ++i87) {
-            for (int64_t i88 = 0; i88 < 16; ++i88) {
-                prod84[i86 * 16 + i88] += ct_logits[i86 * 10 + i87] * ks_data_4[i87 * 16 + i88];
-            }
-        }
-    }
-    for (int64_t i90 = 0; i90 < batch; ++i90) {
-        for (int64_t i91 = 0; i91 < 16; ++i91) {
-            for (int64_t i92 = 0; i92 < 1; ++i92) {
-                for (int64_t i93 = 0; i93 < 1; ++i93) {
-                    const float x_i94 = prod84[i90 * 16 + i91 + i92 + i93];
-                    const float t95 = (x_i94 * 0.1111111119389534f);
-                    tmp89[i90 * 16 + i91 + i92 + i93] = t95;
+    for (int64_t i85 = 0; i85 < batch; ++i85) {
+        for (int64_t i86 = 0; i86 < 16; ++i86) {
+            for (int64_t i87 = 0; i87 < 3; ++i87) {
+                for (int64_t i88 = 0; i88 < 3; ++i88) {
+                    const float x_i89 = prod65[i85 * (16 * 3 * 3) + i86 * (3 * 3) + i87 * 3 + i88];
+                    const float x_i90 = ks_data_3[i86];
+                    const float t91 = (x_i89 + x_i90);
+                    const bool t92 = (t91 >= 0.0f);
+                    const float t93 = (t92 ? 1.0f : 0.0f);
+                    const float x_i94 = tmp77[i85 * 16 + i86];
+                    const float t95 = (x_i94 * t93);
+                    tmp84[i85 * (16 * 3 * 3) + i86 * (3 * 3) + i87 * 3 + i88] = t95;
                 }
             }
         }
     }
-    float* const tmp96 = prod67;  // reuses a dead buffer's space
-    for (int64_t i97 = 0; i97 < batch; ++i97) {
-        for (int64_t i98 = 0; i98 < 16; ++i98) {
-            for (int64_t i99 = 0; i99 < 3; ++i99) {
-                for (int64_t i100 = 0; i100 < 3; ++i100) {
-                    const float x_i101 = tmp89[i97 * 16 + i98];
-                    const float x_i102 = tmp74[i97 * (16 * 3 * 3) + i98 * (3 * 3) + i99 * 3 + i100];
-                    const float t103 = (x_i101 * x_i102);
-                    tmp96[i97 * (16 * 3 * 3) + i98 * (3 * 3) + i99 * 3 + i100] = t103;
-                }
-            }
-        }
+    for (int64_t i97 = 0; i97 < batch * 9 * 72; ++i97) {
+        prod96[i97] = 0;
     }
-    for (int64_t i105 = 0; i105 < batch * 9 * 72; ++i105) {
-        prod104[i105] = 0;
-    }
-    for (int64_t i106 = 0; i106 < batch; ++i106) {
-        for (int64_t i107 = 0; i107 < 1; ++i107) {
-            for (int64_t i108 = 0; i108 < 9; ++i108) {
-                for (int64_t i109 = 0; i109 < 16; ++i109) {
-                    for (int64_t i110 = 0; i110 < 72; ++i110) {
-                        prod104[i106 * (9 * 72) + i107 * (9 * 72) + i108 * 72 + i110] += tmp96[i106 * (16 * 9) + i107 * (16 * 9) + i109 * 9 + i108] * ks_data_2[i107 * (16 * 72) + i109 * 72 + i110];
+    for (int64_t i98 = 0; i98 < batch; ++i98) {
+        for (int64_t i99 = 0; i99 < 1; ++i99) {
+            for (int64_t i100 = 0; i100 < 9; ++i100) {
+                for (int64_t i101 = 0; i101 < 16; ++i101) {
+                    for (int64_t i102 = 0; i102 < 72; ++i102) {
+                        prod96[i98 * (9 * 72) + i99 * (9 * 72) + i100 * 72 + i102] += tmp84[i98 * (16 * 9) + i99 * (16 * 9) + i101 * 9 + i100] * ks_data_2[i99 * (16 * 72) + i101 * 72 + i102];
                     }
                 }
             }
         }
     }
-    for (int64_t i111 = 0; i111 < batch * 8 * 3 * 3 * 8; ++i111) {
-        folded[i111] = 0.0f;
+    for (int64_t i103 = 0; i103 < batch * 8 * 3 * 3 * 8; ++i103) {
+        folded[i103] = 0.0f;
     }
-    for (int64_t i112 = 0; i112 < batch; ++i112) {
-        for (int64_t i113 = 0; i113 < 1; ++i113) {
-            for (int64_t i114 = 0; i114 < 8; ++i114) {
-                for (int64_t i115 = 0; i115 < 3; ++i115) {
-                    for (int64_t i116 = 0; i116 < 3; ++i116) {
-                        for (int64_t i117 = 0; i117 < 3; ++i117) {
-                            for (int64_t i118 = 0; i118 < 3; ++i118) {
-                                folded[i112 * (8 * 3 * 3 * 8) + i113 * (8 * 3 * 3 * 8) + i114 * (3 * 3 * 8) + i115 * (3 * 8) + i116 * 8 + i117 * (2 * 1) + i118] += prod104[i112 * (3 * 3 * 8 * 3 * 3) + i113 * (3 * 3 * 8 * 3 * 3) + i114 * (3 * 3) + i115 * (3 * 8 * 3 * 3) + i116 * 3 + i117 * (8 * 3 * 3) + i118];
+    for (int64_t i104 = 0; i104 < batch; ++i104) {
+        for (int64_t i105 = 0; i105 < 1; ++i105) {
+            for (int64_t i106 = 0; i106 < 8; ++i106) {
+                for (int64_t i107 = 0; i107 < 3; ++i107) {
+                    for (int64_t i108 = 0; i108 < 3; ++i108) {
+                        for (int64_t i109 = 0; i109 < 3; ++i109) {
+                            for (int64_t i110 = 0; i110 < 3; ++i110) {
+                                folded[i104 * (8 * 3 * 3 * 8) + i105 * (8 * 3 * 3 * 8) + i106 * (3 * 3 * 8) + i107 * (3 * 8) + i108 * 8 + i109 * (2 * 1) + i110] += prod96[i104 * (3 * 3 * 8 * 3 * 3) + i105 * (3 * 3 * 8 * 3 * 3) + i106 * (3 * 3) + i107 * (3 * 8 * 3 * 3) + i108 * 3 + i109 * (8 * 3 * 3) + i110];
                             }
                         }
                     }
@@ -483,122 +470,124 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded119 = max;  // reuses a dead buffer's space
-    for (int64_t i120 = 0; i120 < batch * 8 * 8 * 8; ++i120) {
-        folded119[i120] = 0.0f;
+    float* const folded111 = max;  // reuses a dead buffer's space
+    for (int64_t i112 = 0; i112 < batch * 8 * 8 * 8; ++i112) {
+        folded111[i112] = 0.0f;
     }
-    for (int64_t i121 = 0; i121 < batch; ++i121) {
-        for (int64_t i122 = 0; i122 < 1; ++i122) {
-            for (int64_t i123 = 0; i123 < 8; ++i123) {
-                for (int64_t i124 = 0; i124 < 3; ++i124) {
-                    for (int64_t i125 = 0; i125 < 3; ++i125) {
-                        for (int64_t i126 = 0; i126 < 8; ++i126) {
-                            folded119[i121 * (8 * 8 * 8) + i122 * (8 * 8 * 8) + i123 * (8 * 8) + i124 * (2 * 8) + i125 * 8 + i126] += folded[i121 * (8 * 3 * 3 * 8) + i122 * (8 * 3 * 3 * 8) + i123 * (3 * 3 * 8) + i124 * (3 * 8) + i125 * 8 + i126];
+    for (int64_t i113 = 0; i113 < batch; ++i113) {
+        for (int64_t i114 = 0; i114 < 1; ++i114) {
+            for (int64_t i115 = 0; i115 < 8; ++i115) {
+                for (int64_t i116 = 0; i116 < 3; ++i116) {
+                    for (int64_t i117 = 0; i117 < 3; ++i117) {
+                        for (int64_t i118 = 0; i118 < 8; ++i118) {
+                            folded111[i113 * (8 * 8 * 8) + i114 * (8 * 8 * 8) + i115 * (8 * 8) + i116 * (2 * 8) + i117 * 8 + i118] += folded[i113 * (8 * 3 * 3 * 8) + i114 * (8 * 3 * 3 * 8) + i115 * (3 * 3 * 8) + i116 * (3 * 8) + i117 * 8 + i118];
                         }
                     }
                 }
             }
         }
     }
+    for (int64_t i120 = 0; i120 < batch; ++i120) {
+        for (int64_t i121 = 0; i121 < 8; ++i121) {
+            for (int64_t i122 = 0; i122 < 8; ++i122) {
+                for (int64_t i123 = 0; i123 < 8; ++i123) {
+                    const float x_i124 = folded111[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123];
+                    const float x_i125 = sum[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123];
+                    const float t126 = (x_i124 / x_i125);
+                    tmp119[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123] = t126;
+                }
+            }
+        }
+    }
+    float* const tmp127 = prod;  // reuses a dead buffer's space
     for (int64_t i128 = 0; i128 < batch; ++i128) {
         for (int64_t i129 = 0; i129 < 8; ++i129) {
             for (int64_t i130 = 0; i130 < 8; ++i130) {
-                for (int64_t i131 = 0; i131 < 8; ++i131) {
-                    const float x_i132 = folded119[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131];
-                    const float x_i133 = sum[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131];
-                    const float t134 = (x_i132 / x_i133);
-                    tmp127[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i131] = t134;
-                }
-            }
-        }
-    }
-    float* const tmp135 = prod;  // reuses a dead buffer's space
-    for (int64_t i136 = 0; i136 < batch; ++i136) {
-        for (int64_t i137 = 0; i137 < 8; ++i137) {
-            for (int64_t i138 = 0; i138 < 8; ++i138) {
-                for (int64_t i139 = 0; i139 < 2; ++i139) {
-                    for (int64_t i140 = 0; i140 < 8; ++i140) {
-                        for (int64_t i141 = 0; i141 < 2; ++i141) {
-                            const bool x_i142 = tmp40[i136 * (8 * 8 * 2 * 8 * 2) + i137 * (8 * 2 * 8 * 2) + i138 * (2 * 8 * 2) + i139 * (8 * 2) + i140 * 2 + i141];
-                            const float x_i143 = tmp127[i136 * (8 * 8 * 8) + i137 * (8 * 8) + i138 * 8 + i140];
-                            const float t144 = (x_i142 ? x_i143 : 0.0f);
-                            tmp135[i136 * (8 * 8 * 2 * 8 * 2) + i137 * (8 * 2 * 8 * 2) + i138 * (2 * 8 * 2) + i139 * (8 * 2) + i140 * 2 + i141] = t144;
+                for (int64_t i131 = 0; i131 < 2; ++i131) {
+                    for (int64_t i132 = 0; i132 < 8; ++i132) {
+                        for (int64_t i133 = 0; i133 < 2; ++i133) {
+                            const bool x_i134 = tmp38[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133];
+                            const float x_i135 = tmp119[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i132];
+                            const float t136 = (x_i134 ? x_i135 : 0.0f);
+                            tmp127[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133] = t136;
                         }
                     }
                 }
             }
         }
     }
-    float* const folded145 = tmp;  // reuses a dead buffer's space
-    for (int64_t i146 = 0; i146 < batch * 8 * 8 * 2 * 16; ++i146) {
+    float* const folded137 = tmp23;  // reuses a dead buffer's space
+    for (int64_t i138 = 0; i138 < batch * 8 * 8 * 2 * 16; ++i138) {
+        folded137[i138] = 0.0f;
+    }
+    for (int64_t i139 = 0; i139 < batch; ++i139) {
+        for (int64_t i140 = 0; i140 < 8; ++i140) {
+            for (int64_t i141 = 0; i141 < 8; ++i141) {
+                for (int64_t i142 = 0; i142 < 2; ++i142) {
+                    for (int64_t i143 = 0; i143 < 8; ++i143) {
+                        for (int64_t i144 = 0; i144 < 2; ++i144) {
+                            folded137[i139 * (8 * 8 * 2 * 16) + i140 * (8 * 2 * 16) + i141 * (2 * 16) + i142 * 16 + i143 * (2 * 1) + i144] += tmp127[i139 * (8 * 8 * 2 * 8 * 2) + i140 * (8 * 2 * 8 * 2) + i141 * (2 * 8 * 2) + i142 * (8 * 2) + i143 * 2 + i144];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    float* const folded145 = prod;  // reuses a dead buffer's space
+    for (int64_t i146 = 0; i146 < batch * 8 * 16 * 16; ++i146) {
         folded145[i146] = 0.0f;
     }
     for (int64_t i147 = 0; i147 < batch; ++i147) {
         for (int64_t i148 = 0; i148 < 8; ++i148) {
             for (int64_t i149 = 0; i149 < 8; ++i149) {
                 for (int64_t i150 = 0; i150 < 2; ++i150) {
-                    for (int64_t i151 = 0; i151 < 8; ++i151) {
-                        for (int64_t i152 = 0; i152 < 2; ++i152) {
-                            folded145[i147 * (8 * 8 * 2 * 16) + i148 * (8 * 2 * 16) + i149 * (2 * 16) + i150 * 16 + i151 * (2 * 1) + i152] += tmp135[i147 * (8 * 8 * 2 * 8 * 2) + i148 * (8 * 2 * 8 * 2) + i149 * (2 * 8 * 2) + i150 * (8 * 2) + i151 * 2 + i152];
-                        }
+                    for (int64_t i151 = 0; i151 < 16; ++i151) {
+                        folded145[i147 * (8 * 16 * 16) + i148 * (16 * 16) + i149 * (2 * 16) + i150 * 16 + i151] += folded137[i147 * (8 * 8 * 2 * 16) + i148 * (8 * 2 * 16) + i149 * (2 * 16) + i150 * 16 + i151];
                     }
                 }
             }
         }
     }
-    float* const folded153 = prod;  // reuses a dead buffer's space
-    for (int64_t i154 = 0; i154 < batch * 8 * 16 * 16; ++i154) {
-        folded153[i154] = 0.0f;
+    float* const tmp152 = tmp23;  // reuses a dead buffer's space
+    for (int64_t i153 = 0; i153 < batch; ++i153) {
+        for (int64_t i154 = 0; i154 < 8; ++i154) {
+            for (int64_t i155 = 0; i155 < 16; ++i155) {
+                for (int64_t i156 = 0; i156 < 16; ++i156) {
+                    const float x_i157 = tmp[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
+                    const bool t158 = (x_i157 >= 0.0f);
+                    const float t159 = (t158 ? 1.0f : 0.0f);
+                    const float x_i160 = folded145[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
+                    const float t161 = (x_i160 * t159);
+                    tmp152[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156] = t161;
+                }
+            }
+        }
     }
-    for (int64_t i155 = 0; i155 < batch; ++i155) {
-        for (int64_t i156 = 0; i156 < 8; ++i156) {
-            for (int64_t i157 = 0; i157 < 8; ++i157) {
-                for (int64_t i158 = 0; i158 < 2; ++i158) {
-                    for (int64_t i159 = 0; i159 < 16; ++i159) {
-                        folded153[i155 * (8 * 16 * 16) + i156 * (16 * 16) + i157 * (2 * 16) + i158 * 16 + i159] += folded145[i155 * (8 * 8 * 2 * 16) + i156 * (8 * 2 * 16) + i157 * (2 * 16) + i158 * 16 + i159];
+    for (int64_t i163 = 0; i163 < batch * 256 * 27; ++i163) {
+        prod162[i163] = 0;
+    }
+    for (int64_t i164 = 0; i164 < batch; ++i164) {
+        for (int64_t i165 = 0; i165 < 1; ++i165) {
+            for (int64_t i166 = 0; i166 < 256; ++i166) {
+                for (int64_t i167 = 0; i167 < 8; ++i167) {
+                    for (int64_t i168 = 0; i168 < 27; ++i168) {
+                        prod162[i164 * (256 * 27) + i165 * (256 * 27) + i166 * 27 + i168] += tmp152[i164 * (8 * 256) + i165 * (8 * 256) + i167 * 256 + i166] * ks_data_0[i165 * (8 * 27) + i167 * 27 + i168];
                     }
                 }
             }
         }
     }
-    float* const tmp160 = tmp;  // reuses a dead buffer's space
-    for (int64_t i161 = 0; i161 < batch; ++i161) {
-        for (int64_t i162 = 0; i162 < 8; ++i162) {
-            for (int64_t i163 = 0; i163 < 16; ++i163) {
-                for (int64_t i164 = 0; i164 < 16; ++i164) {
-                    const float x_i165 = folded153[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164];
-                    const float x_i166 = tmp23[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164];
-                    const float t167 = (x_i165 * x_i166);
-                    tmp160[i161 * (8 * 16 * 16) + i162 * (16 * 16) + i163 * 16 + i164] = t167;
-                }
-            }
-        }
+    for (int64_t i170 = 0; i170 < batch * 3 * 16 * 3 * 18; ++i170) {
+        folded169[i170] = 0.0f;
     }
-    for (int64_t i169 = 0; i169 < batch * 256 * 27; ++i169) {
-        prod168[i169] = 0;
-    }
-    for (int64_t i170 = 0; i170 < batch; ++i170) {
-        for (int64_t i171 = 0; i171 < 1; ++i171) {
-            for (int64_t i172 = 0; i172 < 256; ++i172) {
-                for (int64_t i173 = 0; i173 < 8; ++i173) {
-                    for (int64_t i174 = 0; i174 < 27; ++i174) {
-                        prod168[i170 * (256 * 27) + i171 * (256 * 27) + i172 * 27 + i174] += tmp160[i170 * (8 * 256) + i171 * (8 * 256) + i173 * 256 + i172] * ks_data_0[i171 * (8 * 27) + i173 * 27 + i174];
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i176 = 0; i176 < batch * 3 * 16 * 3 * 18; ++i176) {
-        folded175[i176] = 0.0f;
-    }
-    for (int64_t i177 = 0; i177 < batch; ++i177) {
-        for (int64_t i178 = 0; i178 < 1; ++i178) {
-            for (int64_t i179 = 0; i179 < 3; ++i179) {
-                for (int64_t i180 = 0; i180 < 16; ++i180) {
-                    for (int64_t i181 = 0; i181 < 3; ++i181) {
-                        for (int64_t i182 = 0; i182 < 16; ++i182) {
-                            for (int64_t i183 = 0; i183 < 3; ++i183) {
-                                folded175[i177 * (3 * 16 * 3 * 18) + i178 * (3 * 16 * 3 * 18) + i179 * (16 * 3 * 18) + i180 * (3 * 18) + i181 * 18 + i182 + i183] += prod168[i177 * (16 * 16 * 3 * 3 * 3) + i178 * (16 * 16 * 3 * 3 * 3) + i179 * (3 * 3) + i180 * (16 * 3 * 3 * 3) + i181 * 3 + i182 * (3 * 3 * 3) + i183];
+    for (int64_t i171 = 0; i171 < batch; ++i171) {
+        for (int64_t i172 = 0; i172 < 1; ++i172) {
+            for (int64_t i173 = 0; i173 < 3; ++i173) {
+                for (int64_t i174 = 0; i174 < 16; ++i174) {
+                    for (int64_t i175 = 0; i175 < 3; ++i175) {
+                        for (int64_t i176 = 0; i176 < 16; ++i176) {
+                            for (int64_t i177 = 0; i177 < 3; ++i177) {
+                                folded169[i171 * (3 * 16 * 3 * 18) + i172 * (3 * 16 * 3 * 18) + i173 * (16 * 3 * 18) + i174 * (3 * 18) + i175 * 18 + i176 + i177] += prod162[i171 * (16 * 16 * 3 * 3 * 3) + i172 * (16 * 16 * 3 * 3 * 3) + i173 * (3 * 3) + i174 * (16 * 3 * 3 * 3) + i175 * 3 + i176 * (3 * 3 * 3) + i177];
                             }
                         }
                     }
@@ -606,28 +595,28 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded184 = padded5;  // reuses a dead buffer's space
-    for (int64_t i185 = 0; i185 < batch * 3 * 18 * 18; ++i185) {
-        folded184[i185] = 0.0f;
+    float* const folded178 = padded5;  // reuses a dead buffer's space
+    for (int64_t i179 = 0; i179 < batch * 3 * 18 * 18; ++i179) {
+        folded178[i179] = 0.0f;
     }
-    for (int64_t i186 = 0; i186 < batch; ++i186) {
-        for (int64_t i187 = 0; i187 < 1; ++i187) {
-            for (int64_t i188 = 0; i188 < 3; ++i188) {
-                for (int64_t i189 = 0; i189 < 16; ++i189) {
-                    for (int64_t i190 = 0; i190 < 3; ++i190) {
-                        for (int64_t i191 = 0; i191 < 18; ++i191) {
-                            folded184[i186 * (3 * 18 * 18) + i187 * (3 * 18 * 18) + i188 * (18 * 18) + i189 * 18 + i190 * 18 + i191] += folded175[i186 * (3 * 16 * 3 * 18) + i187 * (3 * 16 * 3 * 18) + i188 * (16 * 3 * 18) + i189 * (3 * 18) + i190 * 18 + i191];
+    for (int64_t i180 = 0; i180 < batch; ++i180) {
+        for (int64_t i181 = 0; i181 < 1; ++i181) {
+            for (int64_t i182 = 0; i182 < 3; ++i182) {
+                for (int64_t i183 = 0; i183 < 16; ++i183) {
+                    for (int64_t i184 = 0; i184 < 3; ++i184) {
+                        for (int64_t i185 = 0; i185 < 18; ++i185) {
+                            folded178[i180 * (3 * 18 * 18) + i181 * (3 * 18 * 18) + i182 * (18 * 18) + i183 * 18 + i184 * 18 + i185] += folded169[i180 * (3 * 16 * 3 * 18) + i181 * (3 * 16 * 3 * 18) + i182 * (16 * 3 * 18) + i183 * (3 * 18) + i184 * 18 + i185];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i192 = 0; i192 < batch; ++i192) {
-        for (int64_t i193 = 0; i193 < 3; ++i193) {
-            for (int64_t i194 = 0; i194 < 16; ++i194) {
-                for (int64_t i195 = 0; i195 < 16; ++i195) {
-                    out[i192 * (3 * 16 * 16) + i193 * (16 * 16) + i194 * 16 + i195] = ((folded184 + 1) + 1 * 18)[i192 * (3 * 18 * 18) + i193 * (18 * 18) + i194 * 18 + i195];
+    for (int64_t i186 = 0; i186 < batch; ++i186) {
+        for (int64_t i187 = 0; i187 < 3; ++i187) {
+            for (int64_t i188 = 0; i188 < 16; ++i188) {
+                for (int64_t i189 = 0; i189 < 16; ++i189) {
+                    out[i186 * (3 * 16 * 16) + i187 * (16 * 16) + i188 * 16 + i189] = ((folded178 + 1) + 1 * 18)[i186 * (3 * 18 * 18) + i187 * (18 * 18) + i188 * 18 + i189];
                 }
             }
         }
@@ -636,6 +625,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
+    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
 }
 

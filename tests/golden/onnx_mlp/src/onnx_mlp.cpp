@@ -105,7 +105,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    float* const tmp18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
@@ -128,64 +128,69 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
             prod3[i4 * 32 + i5] = dot6;
         }
     }
-    for (int64_t i9 = 0; i9 < batch; ++i9) {
-        for (int64_t i10 = 0; i10 < 32; ++i10) {
-            const float x_i = prod[i9 * 32 + i10];
-            const float x_i11 = ks_data_1[i10];
-            const float t12 = (x_i + x_i11);
-            const float t13 = std::tanh(t12);
-            tmp[i9 * 32 + i10] = t13;
-            const float t14 = (t13 * t13);
-            const float t15 = (1.0f - t14);
-            const float x_i16 = prod3[i9 * 32 + i10];
-            const float t17 = (t15 * x_i16);
-            tmp8[i9 * 32 + i10] = t17;
+    for (int64_t i8 = 0; i8 < batch; ++i8) {
+        for (int64_t i9 = 0; i9 < 32; ++i9) {
+            const float x_i = prod[i8 * 32 + i9];
+            const float x_i10 = ks_data_1[i9];
+            const float t11 = (x_i + x_i10);
+            const float t12 = std::tanh(t11);
+            tmp[i8 * 32 + i9] = t12;
         }
     }
-    float* const prod18 = prod;  // reuses a dead buffer's space
+    float* const prod13 = prod;  // reuses a dead buffer's space
+    for (int64_t i14 = 0; i14 < batch; ++i14) {
+        for (int64_t i15 = 0; i15 < 32; ++i15) {
+            float dot16 = 0;
+            KS_OMP_SIMD(reduction(+:dot16))
+            for (int64_t i17 = 0; i17 < 32; ++i17) {
+                dot16 += tmp[i14 * 32 + i17] * ks_data_2[i15 * 32 + i17];
+            }
+            prod13[i14 * 32 + i15] = dot16;
+        }
+    }
     for (int64_t i19 = 0; i19 < batch; ++i19) {
         for (int64_t i20 = 0; i20 < 32; ++i20) {
-            float dot21 = 0;
-            KS_OMP_SIMD(reduction(+:dot21))
-            for (int64_t i22 = 0; i22 < 32; ++i22) {
-                dot21 += tmp[i19 * 32 + i22] * ks_data_2[i20 * 32 + i22];
-            }
-            prod18[i19 * 32 + i20] = dot21;
+            const float x_i21 = tmp[i19 * 32 + i20];
+            const float t22 = (x_i21 * x_i21);
+            const float t23 = (1.0f - t22);
+            const float x_i24 = prod3[i19 * 32 + i20];
+            const float t25 = (t23 * x_i24);
+            tmp18[i19 * 32 + i20] = t25;
         }
     }
-    float* const prod23 = prod3;  // reuses a dead buffer's space
-    for (int64_t i24 = 0; i24 < batch; ++i24) {
-        for (int64_t i25 = 0; i25 < 32; ++i25) {
-            float dot26 = 0;
-            KS_OMP_SIMD(reduction(+:dot26))
-            for (int64_t i27 = 0; i27 < 32; ++i27) {
-                dot26 += tmp8[i24 * 32 + i27] * ks_data_2[i25 * 32 + i27];
+    float* const prod26 = prod3;  // reuses a dead buffer's space
+    for (int64_t i27 = 0; i27 < batch; ++i27) {
+        for (int64_t i28 = 0; i28 < 32; ++i28) {
+            float dot29 = 0;
+            KS_OMP_SIMD(reduction(+:dot29))
+            for (int64_t i30 = 0; i30 < 32; ++i30) {
+                dot29 += tmp18[i27 * 32 + i30] * ks_data_2[i28 * 32 + i30];
             }
-            prod23[i24 * 32 + i25] = dot26;
+            prod26[i27 * 32 + i28] = dot29;
         }
     }
-    float* const tmp28 = tmp;  // reuses a dead buffer's space
-    for (int64_t i29 = 0; i29 < batch; ++i29) {
-        for (int64_t i30 = 0; i30 < 32; ++i30) {
-            const float x_i31 = prod18[i29 * 32 + i30];
-            const float x_i32 = ks_data_3[i30];
-            const float t33 = (x_i31 + x_i32);
-            const float t34 = std::tanh(t33);
-            const float t35 = (t34 * t34);
-            const float t36 = (1.0f - t35);
-            const float x_i37 = prod23[i29 * 32 + i30];
-            const float t38 = (t36 * x_i37);
-            tmp28[i29 * 32 + i30] = t38;
+    float* const tmp31 = tmp;  // reuses a dead buffer's space
+    for (int64_t i32 = 0; i32 < batch; ++i32) {
+        for (int64_t i33 = 0; i33 < 32; ++i33) {
+            const float x_i34 = prod13[i32 * 32 + i33];
+            const float x_i35 = ks_data_3[i33];
+            const float t36 = (x_i34 + x_i35);
+            const float t37 = std::tanh(t36);
+            const float t38 = (t37 * t37);
+            const float t39 = (1.0f - t38);
+            const float x_i40 = prod26[i32 * 32 + i33];
+            const float t41 = (t39 * x_i40);
+            tmp31[i32 * 32 + i33] = t41;
         }
     }
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 1; ++i40) {
-            float dot41 = 0;
-            KS_OMP_SIMD(reduction(+:dot41))
-            for (int64_t i42 = 0; i42 < 32; ++i42) {
-                dot41 += tmp28[i39 * 32 + i42] * ks_data_4[i40 * 32 + i42];
+    for (int64_t i42 = 0; i42 < batch; ++i42) {
+        for (int64_t i43 = 0; i43 < 1; ++i43) {
+            float dot44 = 0;
+            KS_OMP_SIMD(reduction(+:dot44))
+            for (int64_t i45 = 0; i45 < 32; ++i45) {
+                dot44 += tmp31[i42 * 32 + i45] * ks_data_4[i43 * 32 + i45];
             }
-            out[i39 + i40] = dot41;
+            out[i42 + i43] = dot44;
         }
     }
     return ks::status::ok;
@@ -295,16 +300,14 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const tmp12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp15 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp16 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod24 = reinterpret_cast<float*>(next_slot);
+    float* const prod18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp29 = reinterpret_cast<float*>(next_slot);
+    float* const tmp25 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
+    float* const tmp46 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 32; ++i1) {
@@ -316,164 +319,154 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
             prod[i * 32 + i1] = dot;
         }
     }
-    for (int64_t i4 = 0; i4 < batch; ++i4) {
-        for (int64_t i5 = 0; i5 < 32; ++i5) {
-            const float x_i = prod[i4 * 32 + i5];
-            const float mlp_fc1_bias_i = mlp_fc1_bias[i5];
-            const float t6 = (x_i + mlp_fc1_bias_i);
-            const float t7 = std::tanh(t6);
-            tmp[i4 * 32 + i5] = t7;
-            const float t8 = (t7 * t7);
-            const float t9 = (1.0f - t8);
-            tmp3[i4 * 32 + i5] = t9;
+    for (int64_t i3 = 0; i3 < batch; ++i3) {
+        for (int64_t i4 = 0; i4 < 32; ++i4) {
+            const float x_i = prod[i3 * 32 + i4];
+            const float mlp_fc1_bias_i = mlp_fc1_bias[i4];
+            const float t5 = (x_i + mlp_fc1_bias_i);
+            const float t6 = std::tanh(t5);
+            tmp[i3 * 32 + i4] = t6;
         }
     }
-    float* const prod10 = prod;  // reuses a dead buffer's space
-    for (int64_t i11 = 0; i11 < batch; ++i11) {
-        for (int64_t i12 = 0; i12 < 32; ++i12) {
-            float dot13 = 0;
-            KS_OMP_SIMD(reduction(+:dot13))
-            for (int64_t i14 = 0; i14 < 32; ++i14) {
-                dot13 += tmp[i11 * 32 + i14] * mlp_fc2_weight[i12 * 32 + i14];
+    float* const prod7 = prod;  // reuses a dead buffer's space
+    for (int64_t i8 = 0; i8 < batch; ++i8) {
+        for (int64_t i9 = 0; i9 < 32; ++i9) {
+            float dot10 = 0;
+            KS_OMP_SIMD(reduction(+:dot10))
+            for (int64_t i11 = 0; i11 < 32; ++i11) {
+                dot10 += tmp[i8 * 32 + i11] * mlp_fc2_weight[i9 * 32 + i11];
             }
-            prod10[i11 * 32 + i12] = dot13;
+            prod7[i8 * 32 + i9] = dot10;
         }
     }
-    for (int64_t i17 = 0; i17 < batch; ++i17) {
-        for (int64_t i18 = 0; i18 < 32; ++i18) {
-            const float x_i19 = prod10[i17 * 32 + i18];
-            const float mlp_fc2_bias_i = mlp_fc2_bias[i18];
-            const float t20 = (x_i19 + mlp_fc2_bias_i);
-            const float t21 = std::tanh(t20);
-            tmp15[i17 * 32 + i18] = t21;
-            const float t22 = (t21 * t21);
-            const float t23 = (1.0f - t22);
-            tmp16[i17 * 32 + i18] = t23;
+    for (int64_t i13 = 0; i13 < batch; ++i13) {
+        for (int64_t i14 = 0; i14 < 32; ++i14) {
+            const float x_i15 = prod7[i13 * 32 + i14];
+            const float mlp_fc2_bias_i = mlp_fc2_bias[i14];
+            const float t16 = (x_i15 + mlp_fc2_bias_i);
+            const float t17 = std::tanh(t16);
+            tmp12[i13 * 32 + i14] = t17;
         }
     }
-    for (int64_t i25 = 0; i25 < batch; ++i25) {
-        for (int64_t i26 = 0; i26 < 1; ++i26) {
-            float dot27 = 0;
-            KS_OMP_SIMD(reduction(+:dot27))
-            for (int64_t i28 = 0; i28 < 32; ++i28) {
-                dot27 += tmp15[i25 * 32 + i28] * mlp_out_weight[i26 * 32 + i28];
+    for (int64_t i19 = 0; i19 < batch; ++i19) {
+        for (int64_t i20 = 0; i20 < 1; ++i20) {
+            float dot21 = 0;
+            KS_OMP_SIMD(reduction(+:dot21))
+            for (int64_t i22 = 0; i22 < 32; ++i22) {
+                dot21 += tmp12[i19 * 32 + i22] * mlp_out_weight[i20 * 32 + i22];
             }
-            prod24[i25 + i26] = dot27;
+            prod18[i19 + i20] = dot21;
         }
     }
-    for (int64_t i30 = 0; i30 < batch; ++i30) {
-        for (int64_t i31 = 0; i31 < 1; ++i31) {
-            const float x_i32 = prod24[i30 + i31];
-            const float mlp_out_bias_i = mlp_out_bias[i31];
-            const float t33 = (x_i32 + mlp_out_bias_i);
-            const float target_i = target[i30 + i31];
-            const float t34 = (t33 - target_i);
-            const float t35 = (2.0f * t34);
-            tmp29[i30 + i31] = t35;
+    const float t23 = static_cast<float>(batch);
+    const float t24 = (1.0f / t23);
+    for (int64_t i26 = 0; i26 < batch; ++i26) {
+        for (int64_t i27 = 0; i27 < 1; ++i27) {
+            const float x_i28 = prod18[i26 + i27];
+            const float mlp_out_bias_i = mlp_out_bias[i27];
+            const float t29 = (x_i28 + mlp_out_bias_i);
+            const float target_i = target[i26 + i27];
+            const float t30 = (t29 - target_i);
+            const float t31 = (2.0f * t30);
+            const float x_i32 = t24;
+            const float t33 = (x_i32 * t31);
+            tmp25[i26 + i27] = t33;
         }
     }
-    const float t36 = static_cast<float>(batch);
-    const float t37 = (1.0f / t36);
-    float* const tmp38 = prod24;  // reuses a dead buffer's space
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 1; ++i40) {
-            const float x_i41 = t37;
-            const float x_i42 = tmp29[i39 + i40];
-            const float t43 = (x_i41 * x_i42);
-            tmp38[i39 + i40] = t43;
+    for (int64_t i34 = 0; i34 < 1; ++i34) {
+        out_d_mlp_out_bias[i34] = 0;
+    }
+    for (int64_t i35 = 0; i35 < batch; ++i35) {
+        for (int64_t i36 = 0; i36 < 1; ++i36) {
+            out_d_mlp_out_bias[i36] += tmp25[i35 + i36];
         }
     }
-    for (int64_t i44 = 0; i44 < 1; ++i44) {
-        out_d_mlp_out_bias[i44] = 0;
+    for (int64_t i37 = 0; i37 < 32; ++i37) {
+        out_d_mlp_out_weight[i37] = 0;
     }
-    for (int64_t i45 = 0; i45 < batch; ++i45) {
-        for (int64_t i46 = 0; i46 < 1; ++i46) {
-            out_d_mlp_out_bias[i46] += tmp38[i45 + i46];
-        }
-    }
-    for (int64_t i47 = 0; i47 < 32; ++i47) {
-        out_d_mlp_out_weight[i47] = 0;
-    }
-    for (int64_t i48 = 0; i48 < 1; ++i48) {
-        for (int64_t i49 = 0; i49 < batch; ++i49) {
-            for (int64_t i50 = 0; i50 < 32; ++i50) {
-                out_d_mlp_out_weight[i48 * 32 + i50] += tmp38[i49 + i48] * tmp15[i49 * 32 + i50];
+    for (int64_t i38 = 0; i38 < 1; ++i38) {
+        for (int64_t i39 = 0; i39 < batch; ++i39) {
+            for (int64_t i40 = 0; i40 < 32; ++i40) {
+                out_d_mlp_out_weight[i38 * 32 + i40] += tmp25[i39 + i38] * tmp12[i39 * 32 + i40];
             }
         }
     }
-    float* const prod51 = prod;  // reuses a dead buffer's space
-    for (int64_t i52 = 0; i52 < batch * 32; ++i52) {
-        prod51[i52] = 0;
+    float* const prod41 = prod;  // reuses a dead buffer's space
+    for (int64_t i42 = 0; i42 < batch * 32; ++i42) {
+        prod41[i42] = 0;
     }
-    for (int64_t i53 = 0; i53 < batch; ++i53) {
-        for (int64_t i54 = 0; i54 < 1; ++i54) {
-            for (int64_t i55 = 0; i55 < 32; ++i55) {
-                prod51[i53 * 32 + i55] += tmp38[i53 + i54] * mlp_out_weight[i54 * 32 + i55];
+    for (int64_t i43 = 0; i43 < batch; ++i43) {
+        for (int64_t i44 = 0; i44 < 1; ++i44) {
+            for (int64_t i45 = 0; i45 < 32; ++i45) {
+                prod41[i43 * 32 + i45] += tmp25[i43 + i44] * mlp_out_weight[i44 * 32 + i45];
             }
         }
     }
-    float* const tmp56 = tmp15;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < batch; ++i57) {
-        for (int64_t i58 = 0; i58 < 32; ++i58) {
-            const float x_i59 = prod51[i57 * 32 + i58];
-            const float x_i60 = tmp16[i57 * 32 + i58];
-            const float t61 = (x_i59 * x_i60);
-            tmp56[i57 * 32 + i58] = t61;
+    for (int64_t i47 = 0; i47 < batch; ++i47) {
+        for (int64_t i48 = 0; i48 < 32; ++i48) {
+            const float x_i49 = tmp12[i47 * 32 + i48];
+            const float t50 = (x_i49 * x_i49);
+            const float t51 = (1.0f - t50);
+            const float x_i52 = prod41[i47 * 32 + i48];
+            const float t53 = (x_i52 * t51);
+            tmp46[i47 * 32 + i48] = t53;
         }
     }
-    for (int64_t i62 = 0; i62 < 32; ++i62) {
-        out_d_mlp_fc2_bias[i62] = 0;
+    for (int64_t i54 = 0; i54 < 32; ++i54) {
+        out_d_mlp_fc2_bias[i54] = 0;
+    }
+    for (int64_t i55 = 0; i55 < batch; ++i55) {
+        for (int64_t i56 = 0; i56 < 32; ++i56) {
+            out_d_mlp_fc2_bias[i56] += tmp46[i55 * 32 + i56];
+        }
+    }
+    for (int64_t i57 = 0; i57 < 32 * 32; ++i57) {
+        out_d_mlp_fc2_weight[i57] = 0;
+    }
+    for (int64_t i58 = 0; i58 < 32; ++i58) {
+        for (int64_t i59 = 0; i59 < batch; ++i59) {
+            for (int64_t i60 = 0; i60 < 32; ++i60) {
+                out_d_mlp_fc2_weight[i58 * 32 + i60] += tmp46[i59 * 32 + i58] * tmp[i59 * 32 + i60];
+            }
+        }
+    }
+    float* const prod61 = prod;  // reuses a dead buffer's space
+    for (int64_t i62 = 0; i62 < batch * 32; ++i62) {
+        prod61[i62] = 0;
     }
     for (int64_t i63 = 0; i63 < batch; ++i63) {
         for (int64_t i64 = 0; i64 < 32; ++i64) {
-            out_d_mlp_fc2_bias[i64] += tmp56[i63 * 32 + i64];
-        }
-    }
-    for (int64_t i65 = 0; i65 < 32 * 32; ++i65) {
-        out_d_mlp_fc2_weight[i65] = 0;
-    }
-    for (int64_t i66 = 0; i66 < 32; ++i66) {
-        for (int64_t i67 = 0; i67 < batch; ++i67) {
-            for (int64_t i68 = 0; i68 < 32; ++i68) {
-                out_d_mlp_fc2_weight[i66 * 32 + i68] += tmp56[i67 * 32 + i66] * tmp[i67 * 32 + i68];
+            for (int64_t i65 = 0; i65 < 32; ++i65) {
+                prod61[i63 * 32 + i65] += tmp46[i63 * 32 + i64] * mlp_fc2_weight[i64 * 32 + i65];
             }
         }
     }
-    float* const prod69 = prod;  // reuses a dead buffer's space
-    for (int64_t i70 = 0; i70 < batch * 32; ++i70) {
-        prod69[i70] = 0;
-    }
-    for (int64_t i71 = 0; i71 < batch; ++i71) {
-        for (int64_t i72 = 0; i72 < 32; ++i72) {
-            for (int64_t i73 = 0; i73 < 32; ++i73) {
-                prod69[i71 * 32 + i73] += tmp56[i71 * 32 + i72] * mlp_fc2_weight[i72 * 32 + i73];
-            }
+    float* const tmp66 = tmp12;  // reuses a dead buffer's space
+    for (int64_t i67 = 0; i67 < batch; ++i67) {
+        for (int64_t i68 = 0; i68 < 32; ++i68) {
+            const float x_i69 = tmp[i67 * 32 + i68];
+            const float t70 = (x_i69 * x_i69);
+            const float t71 = (1.0f - t70);
+            const float x_i72 = prod61[i67 * 32 + i68];
+            const float t73 = (x_i72 * t71);
+            tmp66[i67 * 32 + i68] = t73;
         }
     }
-    float* const tmp74 = tmp;  // reuses a dead buffer's space
+    for (int64_t i74 = 0; i74 < 32; ++i74) {
+        out_d_mlp_fc1_bias[i74] = 0;
+    }
     for (int64_t i75 = 0; i75 < batch; ++i75) {
         for (int64_t i76 = 0; i76 < 32; ++i76) {
-            const float x_i77 = prod69[i75 * 32 + i76];
-            const float x_i78 = tmp3[i75 * 32 + i76];
-            const float t79 = (x_i77 * x_i78);
-            tmp74[i75 * 32 + i76] = t79;
+            out_d_mlp_fc1_bias[i76] += tmp66[i75 * 32 + i76];
         }
     }
-    for (int64_t i80 = 0; i80 < 32; ++i80) {
-        out_d_mlp_fc1_bias[i80] = 0;
+    for (int64_t i77 = 0; i77 < 32 * 4; ++i77) {
+        out_d_mlp_fc1_weight[i77] = 0;
     }
-    for (int64_t i81 = 0; i81 < batch; ++i81) {
-        for (int64_t i82 = 0; i82 < 32; ++i82) {
-            out_d_mlp_fc1_bias[i82] += tmp74[i81 * 32 + i82];
-        }
-    }
-    for (int64_t i83 = 0; i83 < 32 * 4; ++i83) {
-        out_d_mlp_fc1_weight[i83] = 0;
-    }
-    for (int64_t i84 = 0; i84 < 32; ++i84) {
-        for (int64_t i85 = 0; i85 < batch; ++i85) {
-            for (int64_t i86 = 0; i86 < 4; ++i86) {
-                out_d_mlp_fc1_weight[i84 * 4 + i86] += tmp74[i85 * 32 + i84] * x[i85 * 4 + i86];
+    for (int64_t i78 = 0; i78 < 32; ++i78) {
+        for (int64_t i79 = 0; i79 < batch; ++i79) {
+            for (int64_t i80 = 0; i80 < 4; ++i80) {
+                out_d_mlp_fc1_weight[i78 * 4 + i80] += tmp66[i79 * 32 + i78] * x[i79 * 4 + i80];
             }
         }
     }
@@ -481,6 +474,6 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
 }
 
 extern "C" size_t onnx_mlp_loss_grad_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 32);
 }
 

@@ -67,9 +67,7 @@ extern "C" float activations_relu3_vjp(float x, float ct) {
         const bool t3 = (x < 1.0f);
         float r4;
         if (t3) {
-            const float t5 = ks::ipow<2>(x);
-            const float t6 = (3.0f * t5);
-            r4 = t6;
+            r4 = x;
         } else {
             r4 = 0.0f;
         }
@@ -80,15 +78,17 @@ extern "C" float activations_relu3_vjp(float x, float ct) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r7;
+        float r5;
         if (r) {
+            const float t6 = ks::ipow<2>(r2);
+            const float t7 = (3.0f * t6);
             const float t8 = (ct * 0.3333333432674408f);
-            const float t9 = (t8 * r2);
-            r7 = t9;
+            const float t9 = (t8 * t7);
+            r5 = t9;
         } else {
-            r7 = ct;
+            r5 = ct;
         }
-        d_x = r7;
+        d_x = r5;
     }
     return d_x;
 }
@@ -103,16 +103,16 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<2>(x_i);
-        const float t4 = (3.0f * t3);
         const float ct_i = ct[i];
-        const float t5 = (t1 ? 0.0f : ct_i);
-        const float t6 = (t2 ? t5 : 0.0f);
-        const float t7 = (t2 ? 0.0f : t5);
-        const float t8 = (t6 * 0.3333333432674408f);
-        const float t9 = (t8 * t4);
+        const float t3 = (t1 ? 0.0f : ct_i);
+        const float t4 = (t2 ? 0.0f : t3);
+        const float t5 = (t2 ? t3 : 0.0f);
+        const float t6 = (t5 * 0.3333333432674408f);
+        const float t7 = ks::ipow<2>(x_i);
+        const float t8 = (3.0f * t7);
+        const float t9 = (t6 * t8);
         const float t10 = (t2 ? t9 : 0.0f);
-        const float t11 = (t7 + t10);
+        const float t11 = (t4 + t10);
         const float d_x = (t1 ? 0.0f : t11);
         out[i] = d_x;
     }
@@ -163,9 +163,7 @@ extern "C" float activations_relu3_grad(float x) {
         const bool t3 = (x < 1.0f);
         float r4;
         if (t3) {
-            const float t5 = ks::ipow<2>(x);
-            const float t6 = (3.0f * t5);
-            r4 = t6;
+            r4 = x;
         } else {
             r4 = 0.0f;
         }
@@ -176,14 +174,16 @@ extern "C" float activations_relu3_grad(float x) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r7;
+        float r5;
         if (r) {
-            const float t8 = (0.3333333432674408f * r2);
-            r7 = t8;
+            const float t6 = ks::ipow<2>(r2);
+            const float t7 = (3.0f * t6);
+            const float t8 = (0.3333333432674408f * t7);
+            r5 = t8;
         } else {
-            r7 = 1.0f;
+            r5 = 1.0f;
         }
-        d_x = r7;
+        d_x = r5;
     }
     return d_x;
 }
@@ -195,35 +195,41 @@ extern "C" float activations_relu3_d2(float x, float dx) {
     const bool t1 = (x < 0.0f);
     bool r;
     float r2;
+    float r3;
     if (t1) {
         r = false;
         r2 = 0.0f;
+        r3 = 0.0f;
     } else {
-        const bool t3 = (x < 1.0f);
-        float r4;
-        if (t3) {
-            const float t5 = (2.0f * x);
-            const float t6 = (t5 * dx);
-            const float t7 = (3.0f * t6);
-            r4 = t7;
+        const bool t4 = (x < 1.0f);
+        float r5;
+        float r6;
+        if (t4) {
+            r5 = x;
+            r6 = dx;
         } else {
-            r4 = 0.0f;
+            r5 = 0.0f;
+            r6 = 0.0f;
         }
-        r = t3;
-        r2 = r4;
+        r = t4;
+        r2 = r5;
+        r3 = r6;
     }
     float dd_x;
     if (t1) {
         dd_x = 0.0f;
     } else {
-        float r8;
+        float r7;
         if (r) {
-            const float t9 = (0.3333333432674408f * r2);
-            r8 = t9;
+            const float t8 = (2.0f * r2);
+            const float t9 = (t8 * r3);
+            const float t10 = (3.0f * t9);
+            const float t11 = (0.3333333432674408f * t10);
+            r7 = t11;
         } else {
-            r8 = 0.0f;
+            r7 = 0.0f;
         }
-        dd_x = r8;
+        dd_x = r7;
     }
     return dd_x;
 }

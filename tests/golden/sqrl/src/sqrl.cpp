@@ -66,10 +66,6 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     next_slot += ks::aligned_bytes<float>(n);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp12 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp20 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     float y = 0;
     KS_OMP_SIMD(reduction(+:y))
@@ -91,53 +87,48 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
         for (int64_t i7 = 0; i7 < n; ++i7) {
             const float x_i8 = x[i7];
             const float t9 = ks::ipow<2>(x_i8);
-            const float t10 = (2.0f * x_i8);
-            r2[i7] = t10;
-            const float t11 = (0.5f * t9);
-            r[i7] = t11;
+            const float t10 = (0.5f * t9);
+            r[i7] = t10;
+        }
+        for (int64_t i11 = 0; i11 < n; ++i11) {
+            r2[i11] = x[i11];
         }
     }
-    for (int64_t i13 = 0; i13 < n; ++i13) {
-        const float x_i14 = r[i13];
-        const float t15 = std::sin(x_i14);
-        tmp[i13] = t15;
-        const float t16 = std::cos(x_i14);
-        tmp12[i13] = t16;
-    }
-    const float t17 = static_cast<float>(n);
-    const float t18 = (1.0f / t17);
-    const float t19 = (ct * t18);
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        const float x_i22 = t19;
-        const float x_i23 = tmp[i21];
-        const float t24 = (x_i22 * x_i23);
-        const float x_i25 = r[i21];
-        const float t26 = (x_i22 * x_i25);
-        const float x_i27 = tmp12[i21];
-        const float t28 = (t26 * x_i27);
-        const float t29 = (t24 + t28);
-        tmp20[i21] = t29;
+    const float t12 = static_cast<float>(n);
+    const float t13 = (1.0f / t12);
+    const float t14 = (ct * t13);
+    for (int64_t i15 = 0; i15 < n; ++i15) {
+        const float x_i16 = r[i15];
+        const float t17 = std::sin(x_i16);
+        const float x_i18 = t14;
+        const float t19 = (x_i18 * t17);
+        const float t20 = (x_i18 * x_i16);
+        const float t21 = std::cos(x_i16);
+        const float t22 = (t20 * t21);
+        const float t23 = (t19 + t22);
+        tmp[i15] = t23;
     }
     if (t1) {
-        for (int64_t i30 = 0; i30 < n; ++i30) {
-            const float ct_i = tmp20[i30];
-            const float t31 = (ct_i * (-0.125f));
-            out[i30] = t31;
+        for (int64_t i24 = 0; i24 < n; ++i24) {
+            const float ct_i = tmp[i24];
+            const float t25 = (ct_i * (-0.125f));
+            out[i24] = t25;
         }
     } else {
-        for (int64_t i32 = 0; i32 < n; ++i32) {
-            const float ct_i33 = tmp20[i32];
-            const float t34 = (ct_i33 * 0.5f);
-            const float x_i35 = r2[i32];
-            const float t36 = (t34 * x_i35);
-            out[i32] = t36;
+        for (int64_t i26 = 0; i26 < n; ++i26) {
+            const float ct_i27 = tmp[i26];
+            const float t28 = (ct_i27 * 0.5f);
+            const float x_i29 = r2[i26];
+            const float t30 = (2.0f * x_i29);
+            const float t31 = (t28 * t30);
+            out[i26] = t31;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
-    return ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
+    return ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
 }
 
 
@@ -151,10 +142,6 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     next_slot += ks::aligned_bytes<float>(n1);
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
-    float* const tmp5 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -170,42 +157,35 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
         const bool t4 = (y_i < 0.0f);
         tmp[i3] = t4;
     }
-    for (int64_t i7 = 0; i7 < n1; ++i7) {
-        for (int64_t i8 = 0; i8 < n; ++i8) {
-            const float x_i9 = x[i7 * n + i8];
-            const float t10 = ((-0.125f) * x_i9);
-            tmp5[i7 * n + i8] = t10;
-            const float t11 = ks::ipow<2>(x_i9);
-            const float t12 = (0.5f * t11);
-            tmp6[i7 * n + i8] = t12;
-        }
-    }
-    float* const tmp13 = y;  // reuses a dead buffer's space
-    for (int64_t i14 = 0; i14 < n1; ++i14) {
+    float* const tmp5 = y;  // reuses a dead buffer's space
+    for (int64_t i6 = 0; i6 < n1; ++i6) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i15 = 0; i15 < n; ++i15) {
-            const bool x_i16 = tmp[i14];
-            const float x_i17 = tmp5[i14 * n + i15];
-            const float x_i18 = tmp6[i14 * n + i15];
-            const float t19 = (x_i16 ? x_i17 : x_i18);
-            const float t20 = std::sin(t19);
-            const float t21 = (t20 * t19);
-            acc += t21;
+        for (int64_t i7 = 0; i7 < n; ++i7) {
+            const float x_i8 = x[i6 * n + i7];
+            const float t9 = ((-0.125f) * x_i8);
+            const float t10 = ks::ipow<2>(x_i8);
+            const float t11 = (0.5f * t10);
+            const bool x_i12 = tmp[i6];
+            const float t13 = (x_i12 ? t9 : t11);
+            const float t14 = std::sin(t13);
+            const float t15 = (t14 * t13);
+            acc += t15;
         }
-        tmp13[i14] = acc;
+        tmp5[i6] = acc;
     }
-    const float t22 = static_cast<float>(n);
-    for (int64_t i23 = 0; i23 < n1; ++i23) {
-        const float x_i24 = tmp13[i23];
-        const float t25 = (x_i24 / t22);
-        out[i23] = t25;
+    const float t16 = static_cast<float>(n);
+    for (int64_t i17 = 0; i17 < n1; ++i17) {
+        const float x_i18 = tmp5[i17];
+        const float t19 = (x_i18 / t16);
+        out[i17] = t19;
     }
     return ks::status::ok;
 }
 
 extern "C" size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n) {
-    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n);
+    (void)n;
+    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1);
 }
 
 
@@ -219,14 +199,6 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     next_slot += ks::aligned_bytes<float>(n1);
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(n1);
-    float* const tmp5 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const t6 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n1 * n);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -242,59 +214,47 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
         const bool t4 = (y_i < 0.0f);
         tmp[i3] = t4;
     }
-    for (int64_t i9 = 0; i9 < n1; ++i9) {
-        for (int64_t i10 = 0; i10 < n; ++i10) {
-            const float x_i11 = x[i9 * n + i10];
-            const float t12 = ((-0.125f) * x_i11);
-            const float t13 = ks::ipow<2>(x_i11);
-            const float t14 = (2.0f * x_i11);
-            tmp5[i9 * n + i10] = t14;
-            const float t15 = (0.5f * t13);
-            const bool x_i16 = tmp[i9];
-            const float t17 = (x_i16 ? t12 : t15);
-            t6[i9 * n + i10] = t17;
+    const float t5 = static_cast<float>(n);
+    const float t6 = (1.0f / t5);
+    float* const tmp7 = y;  // reuses a dead buffer's space
+    for (int64_t i8 = 0; i8 < n1; ++i8) {
+        const float ct_i = ct[i8];
+        const float t9 = (ct_i * t6);
+        tmp7[i8] = t9;
+    }
+    for (int64_t i10 = 0; i10 < n1; ++i10) {
+        for (int64_t i11 = 0; i11 < n; ++i11) {
+            const float x_i12 = x[i10 * n + i11];
+            const float t13 = ((-0.125f) * x_i12);
+            const float t14 = ks::ipow<2>(x_i12);
+            const float t15 = (0.5f * t14);
+            const bool x_i16 = tmp[i10];
+            const float t17 = (x_i16 ? t13 : t15);
             const float t18 = std::sin(t17);
-            tmp7[i9 * n + i10] = t18;
-            const float t19 = std::cos(t17);
-            tmp8[i9 * n + i10] = t19;
-        }
-    }
-    const float t20 = static_cast<float>(n);
-    const float t21 = (1.0f / t20);
-    float* const tmp22 = y;  // reuses a dead buffer's space
-    for (int64_t i23 = 0; i23 < n1; ++i23) {
-        const float ct_i = ct[i23];
-        const float t24 = (ct_i * t21);
-        tmp22[i23] = t24;
-    }
-    for (int64_t i25 = 0; i25 < n1; ++i25) {
-        for (int64_t i26 = 0; i26 < n; ++i26) {
-            const float x_i27 = tmp22[i25];
-            const float x_i28 = tmp7[i25 * n + i26];
-            const float d_t = (x_i27 * x_i28);
-            const float t_i = t6[i25 * n + i26];
-            const float t29 = (x_i27 * t_i);
-            const float x_i30 = tmp8[i25 * n + i26];
-            const float t31 = (t29 * x_i30);
-            const float d_t32 = (d_t + t31);
-            const bool x_i33 = tmp[i25];
-            const float d_t34 = (x_i33 ? d_t32 : 0.0f);
-            const float d_t35 = (x_i33 ? 0.0f : d_t32);
-            const float t36 = (d_t35 * 0.5f);
-            const float x_i37 = tmp5[i25 * n + i26];
-            const float t38 = (t36 * x_i37);
-            const float d_x = (x_i33 ? 0.0f : t38);
-            const float t39 = (d_t34 * (-0.125f));
-            const float t40 = (x_i33 ? t39 : 0.0f);
-            const float d_x41 = (d_x + t40);
-            out[i25 * n + i26] = d_x41;
+            const float x_i19 = tmp7[i10];
+            const float d_t = (x_i19 * t18);
+            const float t20 = (x_i19 * t17);
+            const float t21 = std::cos(t17);
+            const float t22 = (t20 * t21);
+            const float d_t23 = (d_t + t22);
+            const float d_t24 = (x_i16 ? 0.0f : d_t23);
+            const float t25 = (d_t24 * 0.5f);
+            const float t26 = (2.0f * x_i12);
+            const float t27 = (t25 * t26);
+            const float d_x = (x_i16 ? 0.0f : t27);
+            const float d_t28 = (x_i16 ? d_t23 : 0.0f);
+            const float t29 = (d_t28 * (-0.125f));
+            const float t30 = (x_i16 ? t29 : 0.0f);
+            const float d_x31 = (d_x + t30);
+            out[i10 * n + i11] = d_x31;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n) {
-    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n) + ks::aligned_bytes<float>(n1 * n);
+    (void)n;
+    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1);
 }
 
 
@@ -330,16 +290,16 @@ extern "C" int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct,
     if (n < 0) return ks::status::err_shape;
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<2>(x_i);
-        const float t4 = (3.0f * t3);
+        const bool t1 = (x_i < 1.0f);
+        const bool t2 = (x_i < 0.0f);
         const float ct_i = ct[i];
-        const float t5 = (t1 ? 0.0f : ct_i);
-        const float t6 = (t2 ? t5 : 0.0f);
-        const float d_x = (t2 ? 0.0f : t5);
-        const float t7 = (t6 * 0.3333333432674408f);
-        const float t8 = (t7 * t4);
+        const float t3 = (t2 ? 0.0f : ct_i);
+        const float d_x = (t1 ? 0.0f : t3);
+        const float t4 = (t1 ? t3 : 0.0f);
+        const float t5 = (t4 * 0.3333333432674408f);
+        const float t6 = ks::ipow<2>(x_i);
+        const float t7 = (3.0f * t6);
+        const float t8 = (t5 * t7);
         const float d_x9 = (d_x + t8);
         out[i] = d_x9;
     }
