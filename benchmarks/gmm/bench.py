@@ -418,7 +418,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.threads:
         os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # read when the BLAS library loads
-        # XLA's CPU client runs large ops on an Eigen pool of all cores unless told otherwise (read before jax is imported)
+        # XLA runs large ops on an Eigen pool of all cores unless told otherwise (read before jax loads)
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
                                    f" intra_op_parallelism_threads={args.threads}").strip()
     if reason := tool_available("eager"):
