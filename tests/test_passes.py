@@ -115,6 +115,40 @@ def test_fused_reduction_is_one_nest(tmp_path):
     assert [e.prim.name for e in fused.eqns[0].params["body"].eqns] == ["tanh", "mul", "reduce_sum"]
 
 
+def _gemm_grad_of(tmp_path, body: str, signature: str, argnums=None) -> Func:
+    """vjp of a kernel written in `body`, through the passes with backend blas."""
+    src = tmp_path / "k.py"
+    src.write_text(f"import torch\ndef k({signature}) -> float:\n{body}")
+    f = compile_python_kernel(src, "k", "f64")
+    return dict(run_pipeline(vjp_func(f, argnums=argnums), "blas"))["plan_memory"]
+
+
+def _contracts(f: Func) -> list[str]:
+    return [e.params["impl"] + " " + e.params["spec"] for g in walk_funcs(f) for e in g.eqns if e.prim is contract]
+
+
+def test_sum_first_drops_a_product(tmp_path):
+    """The gradient of means in Σ (Q (x_i - μ_k))²: the sum over i of a product's result sums the
+    operand first (one matrix product fewer); the values are checked by the corpus test above."""
+    g = _gemm_grad_of(tmp_path, "    c = x.unsqueeze(1) - mu.unsqueeze(0)\n"
+                      "    return torch.sum(torch.einsum('kab,nkb->nka', q, c) ** 2)\n",
+                      "q: 'float[K, d, d]', x: 'float[n, d]', mu: 'float[K, d]'", argnums=(0, 2))
+    assert sorted(_contracts(g)) == ["gemm kab,nkb->nka", "gemm nka,nkb->kab", "loops ka,kab->kb"]
+
+
+def test_cheap_residuals_are_recomputed(tmp_path):
+    """d(y²) = 2y dy with y = a v: the residual the forward pass hands to the backward pass is y
+    itself (the reverse pass recomputes 2y), not a stored 2y next to y."""
+    from ksbuild.transforms.vjp import fwd_func
+    src = tmp_path / "k.py"
+    src.write_text("import torch\ndef k(a: 'float[n, m]', v: 'float[m]') -> float:\n"
+                   "    return torch.sum(torch.einsum('ij,j->i', a, v) ** 2)\n")
+    fwd = fwd_func(compile_python_kernel(src, "k", "f64"))
+    made = {o: e for e in fwd.eqns for o in e.outs}
+    residuals = [made[r].prim.name for r in fwd.results[1:] if r in made]
+    assert residuals == ["einsum"], print_func(fwd)
+
+
 def test_ir_after_pass_cli(tmp_path, capsys):
     """`ksbuild ir --after PASS` prints the IR at that stage; an unknown pass is refused."""
     manifest = tmp_path / "manifest.toml"
