@@ -101,6 +101,17 @@ def test_products_match_numpy(mats):
     np.testing.assert_allclose(pkg.sliced(a, b), a[:, 1:] @ b[1:, :], rtol=1e-12)
 
 
+def test_transposed_operands_small_and_large(mats):
+    """ks::gemm copies a transposed operand of at most 2048 elements untransposed before calling
+    BLAS, and passes a larger one as it is: both give numpy's product, on either side."""
+    pkg, _ = mats
+    for m, k, n in ((3, 40, 50), (30, 70, 40)):  # b has 2000 elements, then 2800
+        a, b = rand(m, k), rand(n, k)
+        np.testing.assert_allclose(pkg.nt(a, b), a @ b.T, rtol=1e-12)
+        a2, b2 = rand(k, n), rand(k, m)
+        np.testing.assert_allclose(pkg.tn(a2, b2), a2.T @ b2, rtol=1e-12)
+
+
 def test_gradients_accumulate_through_gemm(mats):
     """Reverse mode of a two-layer model: its products (some accumulating) vs the analytic gradient."""
     pkg, _ = mats
