@@ -119,7 +119,7 @@ class _Walk:
         gradient accumulated through nested loops stays in one buffer)."""
         r = self.root.get(init) if isinstance(init, Var) else None
         if not v.type.rank or r is None or self.owner.get(r) is not init or self.live_after(r, uses_after) \
-                or sum(a is init for a in eqn.ins) != 1:
+                or self.readers(eqn, r) != 1:
             return False
         self.root[v] = r
         self.owner[r] = v
@@ -131,6 +131,10 @@ class _Walk:
         for v in outs:
             if v in self.root:
                 self.owner[self.root[v]] = v
+
+    def readers(self, eqn: Eqn, r: Var) -> int:
+        """How many of eqn's operands live in buffer r (the value itself or views of it)."""
+        return sum(isinstance(a, Var) and self.root.get(a) is r for a in eqn.ins)
 
     def live_after(self, r: Var, uses_after: set) -> bool:
         return any(self.root.get(v) is r for v in uses_after)
@@ -170,7 +174,10 @@ class _Walk:
         k = inplace_operand(eqn)
         base = eqn.ins[k] if k is not None else None
         r = self.root.get(base) if isinstance(base, Var) else None
-        if r is not None and self.owner.get(r) is base and not self.live_after(r, uses_after):
+        # in place only when no other operand reads the same buffer: y + W @ y must not update y
+        # while the product still reads it
+        if r is not None and self.owner.get(r) is base and not self.live_after(r, uses_after) \
+                and self.readers(eqn, r) == 1:
             self.root[eqn.outs[0]] = r
             self.owner[r] = eqn.outs[0]
             self.places[eqn.outs[0]] = Place("reuse", of=base)
