@@ -13,7 +13,14 @@ C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", 
               "short", "signed", "unsigned", "const", "static", "auto", "bool", "true", "false", "case",
               "default", "switch", "break", "continue", "goto", "sizeof", "struct", "union", "enum", "new",
               "delete", "this", "class", "public", "private", "template", "typename", "namespace", "using",
-              "operator", "register", "volatile", "extern", "inline", "workspace", "ks", "std"}
+              "operator", "register", "volatile", "extern", "inline", "workspace", "ks", "std",
+              # the rest of C++17's keywords, and the type names the generated code spells
+              "alignas", "alignof", "and", "and_eq", "asm", "bitand", "bitor", "catch", "char16_t", "char32_t",
+              "compl", "const_cast", "constexpr", "decltype", "dynamic_cast", "explicit", "export", "friend",
+              "mutable", "noexcept", "not", "not_eq", "nullptr", "or", "or_eq", "protected", "reinterpret_cast",
+              "static_assert", "static_cast", "thread_local", "throw", "try", "typedef", "typeid", "virtual",
+              "wchar_t", "xor", "xor_eq", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+              "uint32_t", "uint64_t", "size_t", "NULL", "main"}
 
 
 @dataclass
@@ -117,8 +124,13 @@ def _output_names(f: Func, namer: Namer) -> list[str]:
     return [namer.fresh(f"out_{n}" if n.isidentifier() or n.isdigit() else "out") for n in names]
 
 
+def _rank0(h):
+    """A rank-0 result as a C++ expression: a view of one element (x[i]) reads that element."""
+    return h.at([]) if isinstance(h, Storage) and not h.shape else h
+
+
 def _scalar_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
-    results = emit_body(w, f)
+    results = [_rank0(h) for h in emit_body(w, f)]
     body = list(w.lines)
     if len(f.results) == 1:
         ret = C_TYPES[f.results[0].type.dtype]
@@ -141,7 +153,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
     body, w.lines = list(w.lines), []
     for o, r, h in zip(out_args, f.results, results):
         if r.type.rank == 0:
-            w.line(f"*{o.name} = {h};")
+            w.line(f"*{o.name} = {_rank0(h)};")
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)

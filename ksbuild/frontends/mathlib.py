@@ -206,8 +206,13 @@ def _where(fc, b, args, node):
 
 
 def _relu(fc, b, args, node):
+    """max(x, 0), with derivative 0 at 0 as torch's relu (ops.math.relu)."""
     _arity(fc, args, 1, node, "relu")
-    return _minmax("max", max)(fc, b, [args[0], Const(0.0)], node)
+    (x,) = args
+    if isinstance(x, Const):
+        return _minmax("max", max)(fc, b, [x, Const(0.0)], node)
+    from ..ops.math import relu
+    return relu(b, x)
 
 
 def _clamp(fc, b, args, node):

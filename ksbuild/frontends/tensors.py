@@ -241,10 +241,40 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
         if not (isinstance(step, Const) and step.value == 1):
             raise fc.src.error(s.step, "only slices with step 1 are supported")
     n = x.type.shape[axis]
+    window = _dynamic_window(fc, b, scope, s)
+    if window is not None:
+        return window(x, axis)
     start, stop = _bound(fc, b, scope, s.lower, n, 0), _bound(fc, b, scope, s.upper, n, n)
     if start == 0 and stop == n:
         return x
     return b.slice(x, axis=axis, start=start, stop=stop)
+
+
+def _dynamic_window(fc, b, scope, s: ast.Slice):
+    """x[j:j + m] with a computed start j and a static length m (a literal or a dim): m elements
+    from j, as a gather (positions past the end read the last element, as computed indices do).
+    A function (x, axis) -> the window, or None when the start is static."""
+    if s.lower is None or s.upper is None or not isinstance(s.upper, ast.BinOp) \
+            or not isinstance(s.upper.op, ast.Add):
+        return None
+    same = ast.dump(s.lower)
+    if ast.dump(s.upper.left) == same:
+        length_node = s.upper.right
+    elif ast.dump(s.upper.right) == same:
+        length_node = s.upper.left
+    else:
+        return None
+    start = fc.expr(b, scope, s.lower)
+    if is_dimlike(start) or not isinstance(start, Atom) or start.type.rank or not start.type.is_int:
+        return None
+    m = as_dim(fc, fc.expr(b, scope, length_node), length_node)
+    from ..ops import create, index
+
+    def take(x: Atom, axis: int) -> Atom:
+        positions = b.add(create.arange(b, 0, m), start if start.type.dtype == "i64" else
+                          b.convert(start, dtype="i64"))
+        return index.gather(b, x, positions, axis)
+    return take
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:

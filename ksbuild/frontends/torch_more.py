@@ -152,13 +152,13 @@ def _norm(fc, b, args, kw, node):
     if not isinstance(p, Const) or isinstance(p.value, bool):
         raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
     if p.value == 2:
-        return b.sqrt(reduce.sum(b, b.ipow(x, n=2), axes, keep))
+        return math_ops.norm_root(b, reduce.sum(b, b.ipow(x, n=2), axes, keep))
     if p.value == 1:
         return reduce.sum(b, b.abs(x), axes, keep)
     if math.isinf(p.value):
         return (reduce.amax if p.value > 0 else reduce.amin)(b, b.abs(x), axes, keep)
     s = reduce.sum(b, b.pow(b.abs(x), _c(x, p.value)), axes, keep)
-    return b.pow(s, _c(x, 1.0 / p.value))
+    return math_ops.norm_root(b, s, p.value)
 
 
 def _prod(fc, b, args, kw, node):
@@ -264,7 +264,7 @@ def _cdist(fc, b, args, kw, node):
     """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
     x, y = _two_floats(fc, b, args[:2], node, "cdist")
     d = b.sub(shape_ops.unsqueeze(b, x, -2), shape_ops.unsqueeze(b, y, -3))
-    return b.sqrt(reduce.sum(b, b.ipow(d, n=2), [-1]))
+    return math_ops.norm_root(b, reduce.sum(b, b.ipow(d, n=2), [-1]))
 
 
 def _tensor_literal(fc, b, args, kw, node):

@@ -43,8 +43,10 @@ def hard_swish(b, x: Atom) -> Atom:
 
 
 def softplus(b, x: Atom) -> Atom:
-    """log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|) so it never overflows."""
-    return b.add(b.max(x, _c(x, 0)), b.log1p(b.exp(b.neg(b.abs(x)))))
+    """log(1 + e^x), computed as m + log1p(e^(x - 2m)) with m = x if x > 0 else 0, so it never
+    overflows (x - 2m = -|x|) and its derivative is the sigmoid everywhere, ½ at 0 included."""
+    m = b.select(b.gt(x, _c(x, 0)), x, _c(x, 0))
+    return b.add(m, b.log1p(b.exp(b.sub(x, b.mul(m, _c(x, 2))))))
 
 
 def softsign(b, x: Atom) -> Atom:

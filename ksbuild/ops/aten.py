@@ -73,9 +73,10 @@ def vector_norm(b, x: Atom, p: float, axes: Sequence[int], keepdim: bool) -> Ato
         return sum(b, b.convert(b.ne(x, _c(x, 0)), dtype=x.type.dtype), axes, keepdim)
     if p == 1:
         return sum(b, b.abs(x), axes, keepdim)
+    from .math import norm_root
     if p == 2:
-        return b.sqrt(sum(b, b.ipow(x, n=2), axes, keepdim))
-    return b.pow(sum(b, b.pow(b.abs(x), _c(x, p)), axes, keepdim), _c(x, 1 / p))
+        return norm_root(b, sum(b, b.ipow(x, n=2), axes, keepdim))
+    return norm_root(b, sum(b, b.pow(b.abs(x), _c(x, p)), axes, keepdim), p)
 
 
 def any_all(b, x: Atom, axes: Sequence[int], keepdim: bool, is_any: bool) -> Atom:

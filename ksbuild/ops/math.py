@@ -8,8 +8,20 @@ from ._util import error, scalar_lit
 
 
 def relu(b, x: Atom) -> Atom:
-    """max(x, 0)."""
-    return b.max(x, scalar_lit(0, x.type.dtype))
+    """x if x > 0 else 0 (so the derivative at 0 is 0, as torch's and JAX's)."""
+    zero = scalar_lit(0, x.type.dtype)
+    return b.select(b.gt(x, zero), x, zero)
+
+
+def norm_root(b, s: Atom, p: float = 2.0) -> Atom:
+    """s^(1/p) (the root of a p-norm's sum s ≥ 0) with derivative 0 where s = 0, as torch's norm
+    takes it: the untaken side reads 1 instead of 0, so no inf · 0 reaches a gradient (the
+    distance of a point to itself in cdist, ‖x − y‖ at x = y)."""
+    zero = scalar_lit(0, s.type.dtype)
+    at_zero = b.eq(s, zero)
+    safe = b.select(at_zero, scalar_lit(1, s.type.dtype), s)
+    root = b.sqrt(safe) if p == 2 else b.pow(safe, scalar_lit(1 / p, s.type.dtype))
+    return b.select(at_zero, zero, root)
 
 
 def clamp(b, x: Atom, lo: Atom | None = None, hi: Atom | None = None) -> Atom:

@@ -241,9 +241,11 @@ def _as_array(x, a: dict, export: str) -> np.ndarray:
     typed = _is_torch(x) or isinstance(x, (np.ndarray, np.generic))
     arr = np.asarray(_np_view(x, a, export))
     if typed and arr.dtype != want:
+        rebuild = f" or build the package for {arr.dtype}" if arr.dtype in (np.float32, np.float64) \
+            and np.dtype(want).kind == "f" else ""
         raise DtypeError(f"{export}: argument '{a['name']}' is {arr.dtype} but the export takes {a['dtype']} "
-                         f"({np.dtype(want).name}); ksbuild does not cast silently: convert it yourself or build "
-                         f"the package for {arr.dtype}")
+                         f"({np.dtype(want).name}); ksbuild does not cast silently: convert it yourself "
+                         f"(.astype(np.{np.dtype(want).name})){rebuild}")
     if not typed:
         _check_untyped(arr, a, export)
         arr = arr.astype(want)

@@ -317,8 +317,11 @@ ipow = Prim(
 
 
 def _pow_partials(b, x, y, z):
-    # d x^y = y x^(y-1) dx + log(x) x^y dy
-    return b.mul(y, b.pow(x, b.sub(y, _one(b, y)))), b.mul(b.log(x), z)
+    # d x^y = y x^(y-1) dx + log(x) x^y dy, where the dy term is 0 at x = 0 (x^y is 0 there for
+    # y > 0, as torch takes it; log reads 1 instead of 0 so no -inf * 0 reaches any derivative)
+    zero = b.eq(x, b.lit(0, x.type.scalar()))
+    log_x = b.log(b.select(zero, _one(b, x), x))
+    return b.mul(y, b.pow(x, b.sub(y, _one(b, y)))), b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
 
 
 pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False)

@@ -34,7 +34,9 @@ def _gather_rule(in_types, axis):
 
 
 def _clip(idx, n):
-    return np.clip(idx, 0, n - 1)
+    """prelude's ks::clamp_index, elementwise: negative counts from the end, then clamped."""
+    idx = np.asarray(idx)
+    return np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)
 
 
 def _gather_batch(b, ins, batched, size, axis):

@@ -42,7 +42,9 @@ def _per_lane(b, prim_name, ins, batched, size, params):
 
 
 def _clamp(i, n):
-    return int(min(max(int(i), 0), n - 1))
+    """prelude's ks::clamp_index: negative counts from the end, then clamped into [0, n - 1]."""
+    i = int(i)
+    return int(min(max(i + n if i < 0 else i, 0), n - 1))
 
 
 # ---- index -------------------------------------------------------------------------------------

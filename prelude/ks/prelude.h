@@ -117,28 +117,38 @@ inline T logistic(T x) {
     return x >= static_cast<T>(0) ? r : e * r;
 }
 
-// Python a // b: the floor of a / b. Integers round toward -infinity (b == 0 is undefined);
-// floats are std::floor(a / b), which may differ from Python by one in rare rounding cases
-// (1.0 // 0.1 is 10 here, 9 in Python).
+// Python a // b: the floor of a / b. Integers round toward -infinity; a // 0 is 0 as in numpy
+// (Python raises ZeroDivisionError; C++ would trap), and lowest // -1 wraps to lowest (numpy's
+// result; C++ would trap too). Floats are std::floor(a / b), which may differ from Python by one
+// in rare rounding cases (1.0 // 0.1 is 10 here, 9 in Python).
 template <class T>
 inline T floordiv(T a, T b) {
     if constexpr (detail::is_floating<T>) {
         return std::floor(a / b);
     } else {
+        if (b == 0) {
+            return 0;
+        }
+        if (T(-1) < T(0) && b == T(-1)) {
+            return static_cast<T>(0ull - static_cast<unsigned long long>(a));  // modular: lowest stays
+        }
         const T q = a / b;  // C++ truncates toward zero
         const T r = a % b;
         return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
     }
 }
 
-// Python a % b: the result has the sign of b (b == 0 is undefined for integers); floats use the
-// exact fmod, moved to b's sign.
+// Python a % b: the result has the sign of b (integer a % 0 is 0, as in numpy, and a % -1 is 0
+// without the lowest % -1 trap); floats use the exact fmod, moved to b's sign.
 template <class T>
 inline T mod(T a, T b) {
     if constexpr (detail::is_floating<T>) {
         const T r = std::fmod(a, b);  // exact; the sign of a (x % inf is x, x % 0 is NaN, as numpy)
         return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
     } else {
+        if (b == 0 || (T(-1) < T(0) && b == T(-1))) {
+            return 0;
+        }
         const T r = a % b;  // C++ remainder has the sign of a
         return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
     }
@@ -172,9 +182,10 @@ constexpr T highest() {
     }
 }
 
-// An index clamped into [0, n - 1], as dynamic indexing is defined in ksbuild (and JAX).
+// A computed index as ksbuild (and JAX) define dynamic indexing: a negative one counts from the
+// end (-1 is n - 1), then it is clamped into [0, n - 1].
 constexpr int64_t clamp_index(int64_t i, int64_t n) {
-    return i < 0 ? 0 : (i >= n ? n - 1 : i);
+    return i < 0 ? (i + n < 0 ? 0 : i + n) : (i >= n ? n - 1 : i);
 }
 
 // ψ(x) = d/dx log Γ(x) for x > 0: shift x up to 10 with ψ(x) = ψ(x + 1) - 1/x, then the

@@ -33,15 +33,15 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed37 = reinterpret_cast<float*>(next_slot);
+    float* const packed38 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod45 = reinterpret_cast<float*>(next_slot);
+    float* const prod46 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const tmp52 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp61 = reinterpret_cast<float*>(next_slot);
+    float* const tmp63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const prod68 = reinterpret_cast<float*>(next_slot);
+    float* const prod70 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
     (void)next_slot;
     for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
@@ -104,36 +104,37 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
                     const float x_i = prod[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26];
                     const float x_i27 = ks_data_1[i24];
                     const float t28 = (x_i + x_i27);
-                    const float t29 = ks::max(t28, 0.0f);
-                    tmp[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26] = t29;
+                    const bool t29 = (t28 > 0.0f);
+                    const float t30 = (t29 ? t28 : 0.0f);
+                    tmp[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26] = t30;
                 }
             }
         }
     }
-    for (int64_t i30 = 0; i30 < batch * 8 * 8 * 8; ++i30) {
-        max[i30] = ks::lowest<float>();
+    for (int64_t i31 = 0; i31 < batch * 8 * 8 * 8; ++i31) {
+        max[i31] = ks::lowest<float>();
     }
-    for (int64_t i31 = 0; i31 < batch; ++i31) {
-        for (int64_t i32 = 0; i32 < 8; ++i32) {
-            for (int64_t i33 = 0; i33 < 8; ++i33) {
-                for (int64_t i34 = 0; i34 < 2; ++i34) {
-                    for (int64_t i35 = 0; i35 < 8; ++i35) {
-                        for (int64_t i36 = 0; i36 < 2; ++i36) {
-                            max[i31 * (8 * 8 * 8) + i32 * (8 * 8) + i33 * 8 + i35] = ks::max(tmp[i31 * (8 * 16 * 16) + i32 * (16 * 16) + i33 * (2 * 16) + i34 * 16 + i35 * (2 * 1) + i36], max[i31 * (8 * 8 * 8) + i32 * (8 * 8) + i33 * 8 + i35]);
+    for (int64_t i32 = 0; i32 < batch; ++i32) {
+        for (int64_t i33 = 0; i33 < 8; ++i33) {
+            for (int64_t i34 = 0; i34 < 8; ++i34) {
+                for (int64_t i35 = 0; i35 < 2; ++i35) {
+                    for (int64_t i36 = 0; i36 < 8; ++i36) {
+                        for (int64_t i37 = 0; i37 < 2; ++i37) {
+                            max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36] = ks::max(tmp[i32 * (8 * 16 * 16) + i33 * (16 * 16) + i34 * (2 * 16) + i35 * 16 + i36 * (2 * 1) + i37], max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36]);
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i38 = 0; i38 < batch; ++i38) {
-        for (int64_t i39 = 0; i39 < 1; ++i39) {
-            for (int64_t i40 = 0; i40 < 3; ++i40) {
-                for (int64_t i41 = 0; i41 < 3; ++i41) {
-                    for (int64_t i42 = 0; i42 < 8; ++i42) {
-                        for (int64_t i43 = 0; i43 < 3; ++i43) {
-                            for (int64_t i44 = 0; i44 < 3; ++i44) {
-                                packed37[i38 * (3 * 3 * 8 * 3 * 3) + i39 * (3 * 3 * 8 * 3 * 3) + i40 * (3 * 8 * 3 * 3) + i41 * (8 * 3 * 3) + i42 * (3 * 3) + i43 * 3 + i44] = max[i38 * (8 * 8 * 8) + i39 * (8 * 8 * 8) + i40 * (2 * 8) + i41 * (2 * 1) + i42 * (8 * 8) + i43 * 8 + i44];
+    for (int64_t i39 = 0; i39 < batch; ++i39) {
+        for (int64_t i40 = 0; i40 < 1; ++i40) {
+            for (int64_t i41 = 0; i41 < 3; ++i41) {
+                for (int64_t i42 = 0; i42 < 3; ++i42) {
+                    for (int64_t i43 = 0; i43 < 8; ++i43) {
+                        for (int64_t i44 = 0; i44 < 3; ++i44) {
+                            for (int64_t i45 = 0; i45 < 3; ++i45) {
+                                packed38[i39 * (3 * 3 * 8 * 3 * 3) + i40 * (3 * 3 * 8 * 3 * 3) + i41 * (3 * 8 * 3 * 3) + i42 * (8 * 3 * 3) + i43 * (3 * 3) + i44 * 3 + i45] = max[i39 * (8 * 8 * 8) + i40 * (8 * 8 * 8) + i41 * (2 * 8) + i42 * (2 * 1) + i43 * (8 * 8) + i44 * 8 + i45];
                             }
                         }
                     }
@@ -141,63 +142,64 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             }
         }
     }
-    for (int64_t i46 = 0; i46 < batch; ++i46) {
-        for (int64_t i47 = 0; i47 < 1; ++i47) {
-            for (int64_t i48 = 0; i48 < 16; ++i48) {
-                for (int64_t i49 = 0; i49 < 9; ++i49) {
-                    float dot50 = 0;
-                    KS_OMP_SIMD(reduction(+:dot50))
-                    for (int64_t i51 = 0; i51 < 72; ++i51) {
-                        dot50 += packed37[i46 * (9 * 72) + i47 * (9 * 72) + i49 * 72 + i51] * ks_data_2[i47 * (16 * 72) + i48 * 72 + i51];
+    for (int64_t i47 = 0; i47 < batch; ++i47) {
+        for (int64_t i48 = 0; i48 < 1; ++i48) {
+            for (int64_t i49 = 0; i49 < 16; ++i49) {
+                for (int64_t i50 = 0; i50 < 9; ++i50) {
+                    float dot51 = 0;
+                    KS_OMP_SIMD(reduction(+:dot51))
+                    for (int64_t i52 = 0; i52 < 72; ++i52) {
+                        dot51 += packed38[i47 * (9 * 72) + i48 * (9 * 72) + i50 * 72 + i52] * ks_data_2[i48 * (16 * 72) + i49 * 72 + i52];
                     }
-                    prod45[i46 * (16 * 9) + i47 * (16 * 9) + i48 * 9 + i49] = dot50;
+                    prod46[i47 * (16 * 9) + i48 * (16 * 9) + i49 * 9 + i50] = dot51;
                 }
             }
         }
     }
-    for (int64_t i53 = 0; i53 < batch; ++i53) {
-        for (int64_t i54 = 0; i54 < 16; ++i54) {
+    for (int64_t i54 = 0; i54 < batch; ++i54) {
+        for (int64_t i55 = 0; i55 < 16; ++i55) {
             float acc = 0;
-            for (int64_t i55 = 0; i55 < 3; ++i55) {
+            for (int64_t i56 = 0; i56 < 3; ++i56) {
                 KS_OMP_SIMD(reduction(+:acc))
-                for (int64_t i56 = 0; i56 < 3; ++i56) {
-                    const float x_i57 = prod45[i53 * (16 * 3 * 3) + i54 * (3 * 3) + i55 * 3 + i56];
-                    const float x_i58 = ks_data_3[i54];
-                    const float t59 = (x_i57 + x_i58);
-                    const float t60 = ks::max(t59, 0.0f);
-                    acc += t60;
+                for (int64_t i57 = 0; i57 < 3; ++i57) {
+                    const float x_i58 = prod46[i54 * (16 * 3 * 3) + i55 * (3 * 3) + i56 * 3 + i57];
+                    const float x_i59 = ks_data_3[i55];
+                    const float t60 = (x_i58 + x_i59);
+                    const bool t61 = (t60 > 0.0f);
+                    const float t62 = (t61 ? t60 : 0.0f);
+                    acc += t62;
                 }
             }
-            tmp52[i53 * 16 + i54] = acc;
+            tmp53[i54 * 16 + i55] = acc;
         }
     }
-    for (int64_t i62 = 0; i62 < batch; ++i62) {
-        for (int64_t i63 = 0; i63 < 16; ++i63) {
-            for (int64_t i64 = 0; i64 < 1; ++i64) {
-                for (int64_t i65 = 0; i65 < 1; ++i65) {
-                    const float x_i66 = tmp52[i62 * 16 + i63 + i64 + i65];
-                    const float t67 = (x_i66 / 9.0f);
-                    tmp61[i62 * 16 + i63 + i64 + i65] = t67;
+    for (int64_t i64 = 0; i64 < batch; ++i64) {
+        for (int64_t i65 = 0; i65 < 16; ++i65) {
+            for (int64_t i66 = 0; i66 < 1; ++i66) {
+                for (int64_t i67 = 0; i67 < 1; ++i67) {
+                    const float x_i68 = tmp53[i64 * 16 + i65 + i66 + i67];
+                    const float t69 = (x_i68 / 9.0f);
+                    tmp63[i64 * 16 + i65 + i66 + i67] = t69;
                 }
             }
         }
     }
-    for (int64_t i69 = 0; i69 < batch; ++i69) {
-        for (int64_t i70 = 0; i70 < 10; ++i70) {
-            float dot71 = 0;
-            KS_OMP_SIMD(reduction(+:dot71))
-            for (int64_t i72 = 0; i72 < 16; ++i72) {
-                dot71 += tmp61[i69 * 16 + i72] * ks_data_4[i70 * 16 + i72];
+    for (int64_t i71 = 0; i71 < batch; ++i71) {
+        for (int64_t i72 = 0; i72 < 10; ++i72) {
+            float dot73 = 0;
+            KS_OMP_SIMD(reduction(+:dot73))
+            for (int64_t i74 = 0; i74 < 16; ++i74) {
+                dot73 += tmp63[i71 * 16 + i74] * ks_data_4[i72 * 16 + i74];
             }
-            prod68[i69 * 10 + i70] = dot71;
+            prod70[i71 * 10 + i72] = dot73;
         }
     }
-    for (int64_t i73 = 0; i73 < batch; ++i73) {
-        for (int64_t i74 = 0; i74 < 10; ++i74) {
-            const float x_i75 = prod68[i73 * 10 + i74];
-            const float x_i76 = ks_data_5[i74];
-            const float t77 = (x_i75 + x_i76);
-            out[i73 * 10 + i74] = t77;
+    for (int64_t i75 = 0; i75 < batch; ++i75) {
+        for (int64_t i76 = 0; i76 < 10; ++i76) {
+            const float x_i77 = prod70[i75 * 10 + i76];
+            const float x_i78 = ks_data_5[i76];
+            const float t79 = (x_i77 + x_i78);
+            out[i75 * 10 + i76] = t79;
         }
     }
     return ks::status::ok;
@@ -223,25 +225,25 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 256);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
+    bool* const tmp = reinterpret_cast<bool*>(next_slot);
+    next_slot += ks::aligned_bytes<bool>(batch * 8 * 16 * 16);
     float* const tmp23 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    bool* const tmp38 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp39 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
     float* const sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed57 = reinterpret_cast<float*>(next_slot);
+    float* const packed58 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod65 = reinterpret_cast<float*>(next_slot);
+    float* const prod66 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const prod72 = reinterpret_cast<float*>(next_slot);
+    float* const prod73 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp77 = reinterpret_cast<float*>(next_slot);
+    float* const tmp78 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp84 = reinterpret_cast<float*>(next_slot);
+    float* const tmp85 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
     float* const prod96 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9 * 72);
@@ -249,9 +251,9 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8);
     float* const tmp119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const prod162 = reinterpret_cast<float*>(next_slot);
+    float* const prod160 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256 * 27);
-    float* const folded169 = reinterpret_cast<float*>(next_slot);
+    float* const folded167 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
     (void)next_slot;
     for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
@@ -314,72 +316,73 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                     const float x_i = prod[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27];
                     const float x_i28 = ks_data_1[i25];
                     const float t29 = (x_i + x_i28);
-                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t29;
-                    const float t30 = ks::max(t29, 0.0f);
-                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
+                    const bool t30 = (t29 > 0.0f);
+                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
+                    const float t31 = (t30 ? t29 : 0.0f);
+                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t31;
                 }
             }
         }
     }
-    for (int64_t i31 = 0; i31 < batch * 8 * 8 * 8; ++i31) {
-        max[i31] = ks::lowest<float>();
+    for (int64_t i32 = 0; i32 < batch * 8 * 8 * 8; ++i32) {
+        max[i32] = ks::lowest<float>();
     }
-    for (int64_t i32 = 0; i32 < batch; ++i32) {
-        for (int64_t i33 = 0; i33 < 8; ++i33) {
-            for (int64_t i34 = 0; i34 < 8; ++i34) {
-                for (int64_t i35 = 0; i35 < 2; ++i35) {
-                    for (int64_t i36 = 0; i36 < 8; ++i36) {
-                        for (int64_t i37 = 0; i37 < 2; ++i37) {
-                            max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36] = ks::max(tmp23[i32 * (8 * 16 * 16) + i33 * (16 * 16) + i34 * (2 * 16) + i35 * 16 + i36 * (2 * 1) + i37], max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36]);
+    for (int64_t i33 = 0; i33 < batch; ++i33) {
+        for (int64_t i34 = 0; i34 < 8; ++i34) {
+            for (int64_t i35 = 0; i35 < 8; ++i35) {
+                for (int64_t i36 = 0; i36 < 2; ++i36) {
+                    for (int64_t i37 = 0; i37 < 8; ++i37) {
+                        for (int64_t i38 = 0; i38 < 2; ++i38) {
+                            max[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i37] = ks::max(tmp23[i33 * (8 * 16 * 16) + i34 * (16 * 16) + i35 * (2 * 16) + i36 * 16 + i37 * (2 * 1) + i38], max[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i37]);
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp39 = prod;  // reuses a dead buffer's space
-    for (int64_t i40 = 0; i40 < batch; ++i40) {
-        for (int64_t i41 = 0; i41 < 8; ++i41) {
-            for (int64_t i42 = 0; i42 < 8; ++i42) {
-                for (int64_t i43 = 0; i43 < 2; ++i43) {
-                    for (int64_t i44 = 0; i44 < 8; ++i44) {
-                        for (int64_t i45 = 0; i45 < 2; ++i45) {
-                            const float x_i46 = tmp23[i40 * (8 * 16 * 16) + i41 * (16 * 16) + i42 * (2 * 16) + i43 * 16 + i44 * (2 * 1) + i45];
-                            const float x_i47 = max[i40 * (8 * 8 * 8) + i41 * (8 * 8) + i42 * 8 + i44];
-                            const bool t48 = (x_i46 == x_i47);
-                            tmp38[i40 * (8 * 8 * 2 * 8 * 2) + i41 * (8 * 2 * 8 * 2) + i42 * (2 * 8 * 2) + i43 * (8 * 2) + i44 * 2 + i45] = t48;
-                            const float t49 = (t48 ? 1.0f : 0.0f);
-                            tmp39[i40 * (8 * 8 * 2 * 8 * 2) + i41 * (8 * 2 * 8 * 2) + i42 * (2 * 8 * 2) + i43 * (8 * 2) + i44 * 2 + i45] = t49;
+    float* const tmp40 = prod;  // reuses a dead buffer's space
+    for (int64_t i41 = 0; i41 < batch; ++i41) {
+        for (int64_t i42 = 0; i42 < 8; ++i42) {
+            for (int64_t i43 = 0; i43 < 8; ++i43) {
+                for (int64_t i44 = 0; i44 < 2; ++i44) {
+                    for (int64_t i45 = 0; i45 < 8; ++i45) {
+                        for (int64_t i46 = 0; i46 < 2; ++i46) {
+                            const float x_i47 = tmp23[i41 * (8 * 16 * 16) + i42 * (16 * 16) + i43 * (2 * 16) + i44 * 16 + i45 * (2 * 1) + i46];
+                            const float x_i48 = max[i41 * (8 * 8 * 8) + i42 * (8 * 8) + i43 * 8 + i45];
+                            const bool t49 = (x_i47 == x_i48);
+                            tmp39[i41 * (8 * 8 * 2 * 8 * 2) + i42 * (8 * 2 * 8 * 2) + i43 * (2 * 8 * 2) + i44 * (8 * 2) + i45 * 2 + i46] = t49;
+                            const float t50 = (t49 ? 1.0f : 0.0f);
+                            tmp40[i41 * (8 * 8 * 2 * 8 * 2) + i42 * (8 * 2 * 8 * 2) + i43 * (2 * 8 * 2) + i44 * (8 * 2) + i45 * 2 + i46] = t50;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i50 = 0; i50 < batch * 8 * 8 * 8; ++i50) {
-        sum[i50] = 0;
+    for (int64_t i51 = 0; i51 < batch * 8 * 8 * 8; ++i51) {
+        sum[i51] = 0;
     }
-    for (int64_t i51 = 0; i51 < batch; ++i51) {
-        for (int64_t i52 = 0; i52 < 8; ++i52) {
-            for (int64_t i53 = 0; i53 < 8; ++i53) {
-                for (int64_t i54 = 0; i54 < 2; ++i54) {
-                    for (int64_t i55 = 0; i55 < 8; ++i55) {
-                        for (int64_t i56 = 0; i56 < 2; ++i56) {
-                            sum[i51 * (8 * 8 * 8) + i52 * (8 * 8) + i53 * 8 + i55] += tmp39[i51 * (8 * 8 * 2 * 8 * 2) + i52 * (8 * 2 * 8 * 2) + i53 * (2 * 8 * 2) + i54 * (8 * 2) + i55 * 2 + i56];
+    for (int64_t i52 = 0; i52 < batch; ++i52) {
+        for (int64_t i53 = 0; i53 < 8; ++i53) {
+            for (int64_t i54 = 0; i54 < 8; ++i54) {
+                for (int64_t i55 = 0; i55 < 2; ++i55) {
+                    for (int64_t i56 = 0; i56 < 8; ++i56) {
+                        for (int64_t i57 = 0; i57 < 2; ++i57) {
+                            sum[i52 * (8 * 8 * 8) + i53 * (8 * 8) + i54 * 8 + i56] += tmp40[i52 * (8 * 8 * 2 * 8 * 2) + i53 * (8 * 2 * 8 * 2) + i54 * (2 * 8 * 2) + i55 * (8 * 2) + i56 * 2 + i57];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i58 = 0; i58 < batch; ++i58) {
-        for (int64_t i59 = 0; i59 < 1; ++i59) {
-            for (int64_t i60 = 0; i60 < 3; ++i60) {
-                for (int64_t i61 = 0; i61 < 3; ++i61) {
-                    for (int64_t i62 = 0; i62 < 8; ++i62) {
-                        for (int64_t i63 = 0; i63 < 3; ++i63) {
-                            for (int64_t i64 = 0; i64 < 3; ++i64) {
-                                packed57[i58 * (3 * 3 * 8 * 3 * 3) + i59 * (3 * 3 * 8 * 3 * 3) + i60 * (3 * 8 * 3 * 3) + i61 * (8 * 3 * 3) + i62 * (3 * 3) + i63 * 3 + i64] = max[i58 * (8 * 8 * 8) + i59 * (8 * 8 * 8) + i60 * (2 * 8) + i61 * (2 * 1) + i62 * (8 * 8) + i63 * 8 + i64];
+    for (int64_t i59 = 0; i59 < batch; ++i59) {
+        for (int64_t i60 = 0; i60 < 1; ++i60) {
+            for (int64_t i61 = 0; i61 < 3; ++i61) {
+                for (int64_t i62 = 0; i62 < 3; ++i62) {
+                    for (int64_t i63 = 0; i63 < 8; ++i63) {
+                        for (int64_t i64 = 0; i64 < 3; ++i64) {
+                            for (int64_t i65 = 0; i65 < 3; ++i65) {
+                                packed58[i59 * (3 * 3 * 8 * 3 * 3) + i60 * (3 * 3 * 8 * 3 * 3) + i61 * (3 * 8 * 3 * 3) + i62 * (8 * 3 * 3) + i63 * (3 * 3) + i64 * 3 + i65] = max[i59 * (8 * 8 * 8) + i60 * (8 * 8 * 8) + i61 * (2 * 8) + i62 * (2 * 1) + i63 * (8 * 8) + i64 * 8 + i65];
                             }
                         }
                     }
@@ -387,53 +390,52 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i66 = 0; i66 < batch; ++i66) {
-        for (int64_t i67 = 0; i67 < 1; ++i67) {
-            for (int64_t i68 = 0; i68 < 16; ++i68) {
-                for (int64_t i69 = 0; i69 < 9; ++i69) {
-                    float dot70 = 0;
-                    KS_OMP_SIMD(reduction(+:dot70))
-                    for (int64_t i71 = 0; i71 < 72; ++i71) {
-                        dot70 += packed57[i66 * (9 * 72) + i67 * (9 * 72) + i69 * 72 + i71] * ks_data_2[i67 * (16 * 72) + i68 * 72 + i71];
+    for (int64_t i67 = 0; i67 < batch; ++i67) {
+        for (int64_t i68 = 0; i68 < 1; ++i68) {
+            for (int64_t i69 = 0; i69 < 16; ++i69) {
+                for (int64_t i70 = 0; i70 < 9; ++i70) {
+                    float dot71 = 0;
+                    KS_OMP_SIMD(reduction(+:dot71))
+                    for (int64_t i72 = 0; i72 < 72; ++i72) {
+                        dot71 += packed58[i67 * (9 * 72) + i68 * (9 * 72) + i70 * 72 + i72] * ks_data_2[i68 * (16 * 72) + i69 * 72 + i72];
                     }
-                    prod65[i66 * (16 * 9) + i67 * (16 * 9) + i68 * 9 + i69] = dot70;
+                    prod66[i67 * (16 * 9) + i68 * (16 * 9) + i69 * 9 + i70] = dot71;
                 }
             }
         }
     }
-    for (int64_t i73 = 0; i73 < batch * 16; ++i73) {
-        prod72[i73] = 0;
+    for (int64_t i74 = 0; i74 < batch * 16; ++i74) {
+        prod73[i74] = 0;
     }
-    for (int64_t i74 = 0; i74 < batch; ++i74) {
-        for (int64_t i75 = 0; i75 < 10; ++i75) {
-            for (int64_t i76 = 0; i76 < 16; ++i76) {
-                prod72[i74 * 16 + i76] += ct_logits[i74 * 10 + i75] * ks_data_4[i75 * 16 + i76];
+    for (int64_t i75 = 0; i75 < batch; ++i75) {
+        for (int64_t i76 = 0; i76 < 10; ++i76) {
+            for (int64_t i77 = 0; i77 < 16; ++i77) {
+                prod73[i75 * 16 + i77] += ct_logits[i75 * 10 + i76] * ks_data_4[i76 * 16 + i77];
             }
         }
     }
-    for (int64_t i78 = 0; i78 < batch; ++i78) {
-        for (int64_t i79 = 0; i79 < 16; ++i79) {
-            for (int64_t i80 = 0; i80 < 1; ++i80) {
-                for (int64_t i81 = 0; i81 < 1; ++i81) {
-                    const float x_i82 = prod72[i78 * 16 + i79 + i80 + i81];
-                    const float t83 = (x_i82 * 0.1111111119389534f);
-                    tmp77[i78 * 16 + i79 + i80 + i81] = t83;
+    for (int64_t i79 = 0; i79 < batch; ++i79) {
+        for (int64_t i80 = 0; i80 < 16; ++i80) {
+            for (int64_t i81 = 0; i81 < 1; ++i81) {
+                for (int64_t i82 = 0; i82 < 1; ++i82) {
+                    const float x_i83 = prod73[i79 * 16 + i80 + i81 + i82];
+                    const float t84 = (x_i83 * 0.1111111119389534f);
+                    tmp78[i79 * 16 + i80 + i81 + i82] = t84;
                 }
             }
         }
     }
-    for (int64_t i85 = 0; i85 < batch; ++i85) {
-        for (int64_t i86 = 0; i86 < 16; ++i86) {
-            for (int64_t i87 = 0; i87 < 3; ++i87) {
-                for (int64_t i88 = 0; i88 < 3; ++i88) {
-                    const float x_i89 = prod65[i85 * (16 * 3 * 3) + i86 * (3 * 3) + i87 * 3 + i88];
-                    const float x_i90 = ks_data_3[i86];
-                    const float t91 = (x_i89 + x_i90);
-                    const bool t92 = (t91 >= 0.0f);
-                    const float t93 = (t92 ? 1.0f : 0.0f);
-                    const float x_i94 = tmp77[i85 * 16 + i86];
-                    const float t95 = (x_i94 * t93);
-                    tmp84[i85 * (16 * 3 * 3) + i86 * (3 * 3) + i87 * 3 + i88] = t95;
+    for (int64_t i86 = 0; i86 < batch; ++i86) {
+        for (int64_t i87 = 0; i87 < 16; ++i87) {
+            for (int64_t i88 = 0; i88 < 3; ++i88) {
+                for (int64_t i89 = 0; i89 < 3; ++i89) {
+                    const float x_i90 = prod66[i86 * (16 * 3 * 3) + i87 * (3 * 3) + i88 * 3 + i89];
+                    const float x_i91 = ks_data_3[i87];
+                    const float t92 = (x_i90 + x_i91);
+                    const bool t93 = (t92 > 0.0f);
+                    const float x_i94 = tmp78[i86 * 16 + i87];
+                    const float t95 = (t93 ? x_i94 : 0.0f);
+                    tmp85[i86 * (16 * 3 * 3) + i87 * (3 * 3) + i88 * 3 + i89] = t95;
                 }
             }
         }
@@ -446,7 +448,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             for (int64_t i100 = 0; i100 < 9; ++i100) {
                 for (int64_t i101 = 0; i101 < 16; ++i101) {
                     for (int64_t i102 = 0; i102 < 72; ++i102) {
-                        prod96[i98 * (9 * 72) + i99 * (9 * 72) + i100 * 72 + i102] += tmp84[i98 * (16 * 9) + i99 * (16 * 9) + i101 * 9 + i100] * ks_data_2[i99 * (16 * 72) + i101 * 72 + i102];
+                        prod96[i98 * (9 * 72) + i99 * (9 * 72) + i100 * 72 + i102] += tmp85[i98 * (16 * 9) + i99 * (16 * 9) + i101 * 9 + i100] * ks_data_2[i99 * (16 * 72) + i101 * 72 + i102];
                     }
                 }
             }
@@ -506,7 +508,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                 for (int64_t i131 = 0; i131 < 2; ++i131) {
                     for (int64_t i132 = 0; i132 < 8; ++i132) {
                         for (int64_t i133 = 0; i133 < 2; ++i133) {
-                            const bool x_i134 = tmp38[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133];
+                            const bool x_i134 = tmp39[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133];
                             const float x_i135 = tmp119[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i132];
                             const float t136 = (x_i134 ? x_i135 : 0.0f);
                             tmp127[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133] = t136;
@@ -553,41 +555,39 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
         for (int64_t i154 = 0; i154 < 8; ++i154) {
             for (int64_t i155 = 0; i155 < 16; ++i155) {
                 for (int64_t i156 = 0; i156 < 16; ++i156) {
-                    const float x_i157 = tmp[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
-                    const bool t158 = (x_i157 >= 0.0f);
-                    const float t159 = (t158 ? 1.0f : 0.0f);
-                    const float x_i160 = folded145[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
-                    const float t161 = (x_i160 * t159);
-                    tmp152[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156] = t161;
+                    const bool x_i157 = tmp[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
+                    const float x_i158 = folded145[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
+                    const float t159 = (x_i157 ? x_i158 : 0.0f);
+                    tmp152[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156] = t159;
                 }
             }
         }
     }
-    for (int64_t i163 = 0; i163 < batch * 256 * 27; ++i163) {
-        prod162[i163] = 0;
+    for (int64_t i161 = 0; i161 < batch * 256 * 27; ++i161) {
+        prod160[i161] = 0;
     }
-    for (int64_t i164 = 0; i164 < batch; ++i164) {
-        for (int64_t i165 = 0; i165 < 1; ++i165) {
-            for (int64_t i166 = 0; i166 < 256; ++i166) {
-                for (int64_t i167 = 0; i167 < 8; ++i167) {
-                    for (int64_t i168 = 0; i168 < 27; ++i168) {
-                        prod162[i164 * (256 * 27) + i165 * (256 * 27) + i166 * 27 + i168] += tmp152[i164 * (8 * 256) + i165 * (8 * 256) + i167 * 256 + i166] * ks_data_0[i165 * (8 * 27) + i167 * 27 + i168];
+    for (int64_t i162 = 0; i162 < batch; ++i162) {
+        for (int64_t i163 = 0; i163 < 1; ++i163) {
+            for (int64_t i164 = 0; i164 < 256; ++i164) {
+                for (int64_t i165 = 0; i165 < 8; ++i165) {
+                    for (int64_t i166 = 0; i166 < 27; ++i166) {
+                        prod160[i162 * (256 * 27) + i163 * (256 * 27) + i164 * 27 + i166] += tmp152[i162 * (8 * 256) + i163 * (8 * 256) + i165 * 256 + i164] * ks_data_0[i163 * (8 * 27) + i165 * 27 + i166];
                     }
                 }
             }
         }
     }
-    for (int64_t i170 = 0; i170 < batch * 3 * 16 * 3 * 18; ++i170) {
-        folded169[i170] = 0.0f;
+    for (int64_t i168 = 0; i168 < batch * 3 * 16 * 3 * 18; ++i168) {
+        folded167[i168] = 0.0f;
     }
-    for (int64_t i171 = 0; i171 < batch; ++i171) {
-        for (int64_t i172 = 0; i172 < 1; ++i172) {
-            for (int64_t i173 = 0; i173 < 3; ++i173) {
-                for (int64_t i174 = 0; i174 < 16; ++i174) {
-                    for (int64_t i175 = 0; i175 < 3; ++i175) {
-                        for (int64_t i176 = 0; i176 < 16; ++i176) {
-                            for (int64_t i177 = 0; i177 < 3; ++i177) {
-                                folded169[i171 * (3 * 16 * 3 * 18) + i172 * (3 * 16 * 3 * 18) + i173 * (16 * 3 * 18) + i174 * (3 * 18) + i175 * 18 + i176 + i177] += prod162[i171 * (16 * 16 * 3 * 3 * 3) + i172 * (16 * 16 * 3 * 3 * 3) + i173 * (3 * 3) + i174 * (16 * 3 * 3 * 3) + i175 * 3 + i176 * (3 * 3 * 3) + i177];
+    for (int64_t i169 = 0; i169 < batch; ++i169) {
+        for (int64_t i170 = 0; i170 < 1; ++i170) {
+            for (int64_t i171 = 0; i171 < 3; ++i171) {
+                for (int64_t i172 = 0; i172 < 16; ++i172) {
+                    for (int64_t i173 = 0; i173 < 3; ++i173) {
+                        for (int64_t i174 = 0; i174 < 16; ++i174) {
+                            for (int64_t i175 = 0; i175 < 3; ++i175) {
+                                folded167[i169 * (3 * 16 * 3 * 18) + i170 * (3 * 16 * 3 * 18) + i171 * (16 * 3 * 18) + i172 * (3 * 18) + i173 * 18 + i174 + i175] += prod160[i169 * (16 * 16 * 3 * 3 * 3) + i170 * (16 * 16 * 3 * 3 * 3) + i171 * (3 * 3) + i172 * (16 * 3 * 3 * 3) + i173 * 3 + i174 * (3 * 3 * 3) + i175];
                             }
                         }
                     }
@@ -595,28 +595,28 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded178 = padded5;  // reuses a dead buffer's space
-    for (int64_t i179 = 0; i179 < batch * 3 * 18 * 18; ++i179) {
-        folded178[i179] = 0.0f;
+    float* const folded176 = padded5;  // reuses a dead buffer's space
+    for (int64_t i177 = 0; i177 < batch * 3 * 18 * 18; ++i177) {
+        folded176[i177] = 0.0f;
     }
-    for (int64_t i180 = 0; i180 < batch; ++i180) {
-        for (int64_t i181 = 0; i181 < 1; ++i181) {
-            for (int64_t i182 = 0; i182 < 3; ++i182) {
-                for (int64_t i183 = 0; i183 < 16; ++i183) {
-                    for (int64_t i184 = 0; i184 < 3; ++i184) {
-                        for (int64_t i185 = 0; i185 < 18; ++i185) {
-                            folded178[i180 * (3 * 18 * 18) + i181 * (3 * 18 * 18) + i182 * (18 * 18) + i183 * 18 + i184 * 18 + i185] += folded169[i180 * (3 * 16 * 3 * 18) + i181 * (3 * 16 * 3 * 18) + i182 * (16 * 3 * 18) + i183 * (3 * 18) + i184 * 18 + i185];
+    for (int64_t i178 = 0; i178 < batch; ++i178) {
+        for (int64_t i179 = 0; i179 < 1; ++i179) {
+            for (int64_t i180 = 0; i180 < 3; ++i180) {
+                for (int64_t i181 = 0; i181 < 16; ++i181) {
+                    for (int64_t i182 = 0; i182 < 3; ++i182) {
+                        for (int64_t i183 = 0; i183 < 18; ++i183) {
+                            folded176[i178 * (3 * 18 * 18) + i179 * (3 * 18 * 18) + i180 * (18 * 18) + i181 * 18 + i182 * 18 + i183] += folded167[i178 * (3 * 16 * 3 * 18) + i179 * (3 * 16 * 3 * 18) + i180 * (16 * 3 * 18) + i181 * (3 * 18) + i182 * 18 + i183];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i186 = 0; i186 < batch; ++i186) {
-        for (int64_t i187 = 0; i187 < 3; ++i187) {
-            for (int64_t i188 = 0; i188 < 16; ++i188) {
-                for (int64_t i189 = 0; i189 < 16; ++i189) {
-                    out[i186 * (3 * 16 * 16) + i187 * (16 * 16) + i188 * 16 + i189] = ((folded178 + 1) + 1 * 18)[i186 * (3 * 18 * 18) + i187 * (18 * 18) + i188 * 18 + i189];
+    for (int64_t i184 = 0; i184 < batch; ++i184) {
+        for (int64_t i185 = 0; i185 < 3; ++i185) {
+            for (int64_t i186 = 0; i186 < 16; ++i186) {
+                for (int64_t i187 = 0; i187 < 16; ++i187) {
+                    out[i184 * (3 * 16 * 16) + i185 * (16 * 16) + i186 * 16 + i187] = ((folded176 + 1) + 1 * 18)[i184 * (3 * 18 * 18) + i185 * (18 * 18) + i186 * 18 + i187];
                 }
             }
         }
@@ -625,6 +625,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
+    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
 }
 
