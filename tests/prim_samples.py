@@ -45,6 +45,12 @@ def _index_set_ref(x, i, v):
     return out
 
 
+
+def _wrap_clamp(i, n: int) -> int:
+    """A computed index as ksbuild defines it: negative counts from the end, then clamped into range."""
+    i = int(i)
+    return min(max(i + n if i < 0 else i, 0), n - 1)
+
 def _index_add_ref(x, i, v):
     out = x.copy()
     out[:, i] += v
@@ -141,7 +147,7 @@ SAMPLES = {
     "reduce_sum": ((M,), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
     "transpose": ((M,), {"perm": (1, 0)}, (normal,), lambda x: x.T),
     "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
-    "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-3, 6)), lambda x, i: x[min(max(i, 0), 2)]),
+    "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-5, 6)), lambda x, i: x[_wrap_clamp(i, 3)]),
     "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),
     "index_set": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_set_ref),
     "slice": ((M,), {"axis": 1, "start": 1, "stop": 3}, (normal,), lambda x: x[:, 1:3]),
@@ -160,8 +166,8 @@ SAMPLES = {
     "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),
     "erf": ((V,), {}, (normal,), vec(math.erf)),
     "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),
-    "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-2, 5)),
-                       lambda x, i: x[np.clip(i, 0, 2)]),
+    "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-5, 5)),
+                       lambda x, i: x[[_wrap_clamp(k, 3) for k in i]]),
     "scatter_add": ((M, Type("i64", (2, 5)), Type("f64", (3, 2, 5))), {"axis": 1},
                     (normal, index_below(4), normal), _scatter_ref),
     "window": ((Type("f64", (3, 7)),), {"axis": 1, "size": 3, "stride": 2, "dilation": 1}, (normal,),
