@@ -310,7 +310,9 @@ class Writer:
             return
         dst = self.target(out, kind)
         self.fill(dst, reduce_init(kind, c), out.type)
-        idx = self.open_loops(x.type.shape)
+        order = reduce_loop_order(x.type.shape, axes)
+        loops = self.open_loops([x.type.shape[j] for j in order])
+        idx = [loops[order.index(j)] for j in range(x.type.rank)]
         kept = [i for j, i in enumerate(idx) if j not in axes]
         self.line(update.format(a=dst.at(kept), x=src.at(idx)))
         self.close_loops(len(idx))
@@ -361,6 +363,22 @@ class Writer:
     def emit_call(self, eqn: Eqn) -> None:
         from .body import emit_call
         emit_call(self, eqn)
+
+
+SHORT_TAIL = 16  # reduced trailing axes of at most this many elements go outside the last kept axis
+
+
+def reduce_loop_order(shape, axes) -> list[int]:
+    """The loop order of a reduction over `axes` of `shape`: the axes in order, except that when reduced
+    axes end the shape and are short (the taps of a pooling window), the last kept axis moves inside them,
+    so the innermost loop runs along the result's rows and vectorizes."""
+    kept = [j for j in range(len(shape)) if j not in axes]
+    if not kept or kept[-1] == len(shape) - 1:
+        return list(range(len(shape)))
+    tail = shape[kept[-1] + 1:]
+    if not all(isinstance(d, int) for d in tail) or math.prod(tail) > SHORT_TAIL:
+        return list(range(len(shape)))
+    return [j for j in range(len(shape)) if j != kept[-1]] + [kept[-1]]
 
 
 REDUCE_UPDATE = {"sum": "{a} += {x};", "max": "{a} = ks::max({x}, {a});", "min": "{a} = ks::min({x}, {a});"}

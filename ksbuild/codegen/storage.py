@@ -74,9 +74,15 @@ class Storage:
         """A view with a new shape, or None if this view is not contiguous."""
         if self.literal is not None:
             return Storage.splat(self.literal, shape)
-        if not self.contiguous:
+        if not (self.contiguous or self.dense()):
             return None
         return Storage(self.base, tuple(shape), contiguous_strides(shape), root=self.root)
+
+    def dense(self) -> bool:
+        """Whether this view's strides are those of a row-major buffer of its shape (axes of size 1 aside),
+        e.g. the 1x1 windows of a 1x1 convolution: such a view reshapes without a copy."""
+        wanted = contiguous_strides(self.shape)
+        return self.literal is None and all(d == 1 or s == w for d, s, w in zip(self.shape, self.strides, wanted))
 
     def slice0(self, k: str) -> "Storage":
         """Element k along axis 0 (a loop's per-iteration slice)."""

@@ -95,17 +95,25 @@ def conv(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilati
         x = pad_axis(b, x, 2 + i, pads[i], pads[k + i])
     x = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
     patches = windows(b, x, 3, w.type.shape[2:], strides, dilations)  # [N, G, C, O1, K1, O2, K2, ...]
+    y = _conv_product(b, patches, w, groups)
+    return _add_channel_bias(b, y, bias)
+
+
+def _conv_product(b, patches: Atom, w: Atom, groups: int) -> Atom:
+    """Convolution as a matrix product per image and group: the kernel's rows [G, M/G, C·K1·K2…] (a view
+    broadcast over N) times the im2col matrix [N, G, C·K1·K2…, O1·O2…]. The reshape of the strided window
+    view packs that matrix: for every channel and tap, whole rows of the image are copied (a loop that
+    vectorizes). Neither operand is transposed (a plain gemm on the blas backend, which packs the
+    columns once), and the result [N, G, M/G, O1·O2…] is already laid out as [N, M, O1, O2, …]."""
+    k = (patches.type.rank - 3) // 2
+    n, m, cg = patches.type.shape[0], w.type.shape[0], w.type.shape[1]
     outs = tuple(patches.type.shape[3 + 2 * i] for i in range(k))
-    taps = tuple(w.type.shape[2:])
-    # im2col: [N, G, O1·O2…, C·K1·K2…] (the reshape of this strided view packs it), times the kernel's
-    # rows [G, M/G, C·K1·K2…] (a view broadcast over N): a matrix product per image and group, whose
-    # result [N, G, M/G, O1·O2…] is already laid out as [N, M, O1, O2, …]; a gemm on the blas backend
-    order = (0, 1) + tuple(3 + 2 * i for i in range(k)) + (2,) + tuple(4 + 2 * i for i in range(k))
-    depth = numel((cg,) + taps)
-    cols = b.reshape(b.transpose(patches, perm=order), shape=(n, groups, numel(outs), depth))
+    depth = numel((cg,) + tuple(w.type.shape[2:]))
+    order = (0, 1, 2) + tuple(4 + 2 * i for i in range(k)) + tuple(3 + 2 * i for i in range(k))
+    cols = b.reshape(b.transpose(patches, perm=order), shape=(n, groups, depth, numel(outs)))
     rows = b.broadcast_to(b.reshape(w, shape=(1, groups, m // groups, depth)), shape=(n, groups, m // groups, depth))
-    y = b.einsum(cols, rows, spec="ngpk,ngmk->ngmp")
-    return _add_channel_bias(b, b.reshape(y, shape=(n, m) + outs), bias)
+    y = b.einsum(rows, cols, spec="ngmk,ngkp->ngmp")
+    return b.reshape(y, shape=(n, m) + outs)
 
 
 def _add_channel_bias(b, y: Atom, bias: Atom | None) -> Atom:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.types import Type, concrete_shape, dim_sub, dim_value, numpy_dtype
+from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
 from .base import PRIMS, Prim
 from .common import zeros
 
@@ -266,11 +266,17 @@ def _pad_transpose(b, cts, ins, linear, axis, lo, hi):
 
 
 def _pad_emit(ctx, eqn) -> None:
-    # zeros everywhere, then x copied into the range lo:lo+len
+    # zeros in the ranges :lo and lo+len: (each element is written once), x copied into lo:lo+len
     (x,), (out,), p = eqn.ins, eqn.outs, eqn.params
+    axis, lo, hi, n = p["axis"], p["lo"], p["hi"], x.type.shape[p["axis"]]
     dst = ctx.target(out, "padded")
-    ctx.fill(dst, ctx.literal(0, out.type), out.type)
-    ctx.copy(ctx.storage(x), dst.narrow(p["axis"], p["lo"], x.type.shape[p["axis"]]), x.type)
+    zero = ctx.literal(0, out.type)
+    shape = out.type.shape
+    for start, size in ((0, lo), (dim_add(lo, n), hi)):
+        if size != 0:
+            edge = Type(out.type.dtype, shape[:axis] + (size,) + shape[axis + 1:])
+            ctx.fill(dst.narrow(axis, start, size), zero, edge)
+    ctx.copy(ctx.storage(x), dst.narrow(axis, lo, n), x.type)
     ctx.env[out] = dst
 
 
