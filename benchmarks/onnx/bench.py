@@ -15,7 +15,8 @@ backward); both float32 results are compared with torch in float64 (max error re
 largest gradient entry). Threads: onnxruntime intra/inter-op 1,
 torch.set_num_threads(1), OPENBLAS_NUM_THREADS=1. Each time is the MEDIAN of --repeats samples
 of calls from Python (ctypes for ksbuild, session.run for onnxruntime): per-call overheads are
-included for everyone. Ratios > 1 mean ksbuild is faster.
+included for everyone. The contenders of a row are sampled in turn (round-robin), so that load from
+other jobs on a shared machine slows them alike. Ratios > 1 mean ksbuild is faster.
 """
 from __future__ import annotations
 
@@ -103,19 +104,25 @@ def manifest(folder: Path, names, backend: str) -> Path:
     return path
 
 
-def median_time(fn, repeats: int, budget: float, min_ms: float = 20.0) -> float:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-7)
-    loops = max(1, int(min_ms / 1000 / one))
-    samples, start = [], time.perf_counter()
-    while len(samples) < repeats and (time.perf_counter() - start < budget or len(samples) < 3):
-        t = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        samples.append((time.perf_counter() - t) / loops)
-    return float(np.median(samples))
+def median_times(fns: list, repeats: int, budget: float, min_ms: float = 20.0) -> list[float]:
+    """The median time of one call of each fn. Samples are taken round-robin (one of each fn in turn), so
+    that load from other jobs on a shared machine hits every contender alike; a sample is a loop of
+    calls lasting about min_ms."""
+    loops = []
+    for fn in fns:
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        loops.append(max(1, int(min_ms / 1000 / max(time.perf_counter() - t0, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    start = time.perf_counter()
+    while len(samples[0]) < repeats and (time.perf_counter() - start < budget * len(fns) or len(samples[0]) < 3):
+        for fn, n, out in zip(fns, loops, samples):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) / n)
+    return [float(np.median(s)) for s in samples]
 
 
 def main(argv=None) -> int:
@@ -151,8 +158,9 @@ def main(argv=None) -> int:
             x = rng.standard_normal((batch,) + shape[1:]).astype(np.float32)
             want = sess.run(None, {"x": x})[0]
             err = max(float(np.abs(getattr(pkgs[b], name)(x) - want).max()) for b in pkgs)
-            t_ort = median_time(lambda: sess.run(None, {"x": x}), a.repeats, a.budget)
-            t = {b: median_time(lambda b=b: getattr(pkgs[b], name)(x), a.repeats, a.budget) for b in pkgs}
+            fns = [lambda: sess.run(None, {"x": x})] + [lambda b=b: getattr(pkgs[b], name)(x) for b in pkgs]
+            t_ort, *rest = median_times(fns, a.repeats, a.budget)
+            t = dict(zip(pkgs, rest))
             print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {1e3 * t['plain']:.3f} | {1e3 * t['blas']:.3f} | "
                   f"{t_ort / t['plain']:.2f} | {t_ort / t['blas']:.2f} | {err:.1e} |")
         x = rng.standard_normal(shape).astype(np.float32)
@@ -174,9 +182,9 @@ def main(argv=None) -> int:
                     zip(got[b], want_g))
         t_err = max(float(np.abs(gg.numpy() - w).max() / (np.abs(w).max() + 1e-12)) for gg, w in
                     zip(torch_grad(), want_g))
-        t_torch = median_time(torch_grad, a.repeats, a.budget)
-        tg = {b: median_time(lambda b=b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights), a.repeats, a.budget)
-              for b in pkgs}
+        fns = [torch_grad] + [lambda b=b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights) for b in pkgs]
+        t_torch, *rest = median_times(fns, a.repeats, a.budget)
+        tg = dict(zip(pkgs, rest))
         grad_rows.append(f"| {name} {list(shape)} | {1e3 * t_torch:.3f} | {1e3 * tg['plain']:.3f} | "
                          f"{1e3 * tg['blas']:.3f} | {t_torch / tg['plain']:.2f} | {t_torch / tg['blas']:.2f} | "
                          f"{g_err:.1e} | {t_err:.1e} |")

@@ -15,6 +15,7 @@ With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP
 """
 from __future__ import annotations
 
+from ..codegen.storage import dim_expr
 from ..errors import KsbuildError
 from ..ir.core import Eqn, Func
 from .base import Prim
@@ -130,6 +131,10 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     score = lambda ch: (a[-1:] == ch) + (b[-1:] == ch) + (o[-1:] == ch)  # noqa: E731
     inner = max(list(o) + summed, key=score)
     threads = eqn.params.get("threads", 0)
+    if inner in summed and o and _blocks(sizes[o[-1]]) and (threads <= 1 or len(o) > 1):
+        summed.sort(key=lambda ch: ch == inner)
+        _emit_dot_block(ctx, eqn, sa, sb, dst, into, sizes, summed)
+        return
     if inner in summed or not o:
         summed.sort(key=lambda ch: ch == inner)
         outer = ctx.open_loops([sizes[ch] for ch in o], threads=threads)
@@ -153,6 +158,64 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     ix = dict(zip(order, loops))
     ctx.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
     ctx.close_loops(len(loops))
+
+
+DOT_BLOCK = 4  # dot products computed together along the result's last axis
+
+
+def _blocks(last) -> bool:
+    """Whether a result axis of this size is worth (and safe: a static size below the block would index
+    past a small stack array in a dead loop, which GCC rejects) computing DOT_BLOCK dots at a time."""
+    return not isinstance(last, int) or last >= DOT_BLOCK
+
+
+def _emit_dot_block(ctx, eqn: Eqn, sa, sb, dst, into: bool, sizes: dict, summed: list) -> None:
+    """Dot products, DOT_BLOCK of them at a time along the result's last axis (then one at a time for the
+    rest): independent accumulators keep the adds from waiting on each other, and an operand that does
+    not depend on that axis (a row of x in x·Wᵀ) is loaded once for all of them."""
+    a, b, o = parse_spec(eqn.params["spec"])
+    c = ctx.ctype(eqn.outs[0].type)
+    threads = eqn.params.get("threads", 0)
+    outer = ctx.open_loops([sizes[ch] for ch in o[:-1]], threads=threads)
+    j = ctx.namer.fresh("j")
+    block = [f"({j} + {q})" if q else j for q in range(DOT_BLOCK)]
+    for header, blocked in _dot_loops(j, sizes[o[-1]]):
+        if not blocked:
+            ctx.line(header)
+            continue
+        ctx.line(header + " {")
+        ctx.depth += 1
+        _emit_dots(ctx, (a, b, o), sa, sb, dst, into, sizes, summed, outer, block if blocked == "block" else [j], c)
+        ctx.close_loops(1)
+    ctx.close_loops(len(outer))
+
+
+def _dot_loops(j: str, size) -> list[tuple[str, str]]:
+    """(C++ line, "block" for a loop over blocks of dots | "single" for a loop over single dots | "" for a
+    plain line) along the result's last axis. A literal size gets literal bounds, so that GCC sees every
+    index in range (an unknown start past a small stack array is an error under -Werror)."""
+    if isinstance(size, int):
+        whole = size - size % DOT_BLOCK
+        rest = [(f"for (int64_t {j} = {whole}; {j} < {size}; ++{j})", "single")] if whole < size else []
+        return [(f"for (int64_t {j} = 0; {j} < {whole}; {j} += {DOT_BLOCK})", "block")] + rest
+    n = dim_expr(size)
+    return [(f"int64_t {j} = 0;", ""), (f"for (; {j} + {DOT_BLOCK} <= {n}; {j} += {DOT_BLOCK})", "block"),
+            (f"for (; {j} < {n}; ++{j})", "single")]
+
+
+def _emit_dots(ctx, letters, sa, sb, dst, into: bool, sizes: dict, summed: list, outer: list, lasts: list,
+               c: str) -> None:
+    """One accumulator per index expression in `lasts` (the result's last axis), summed over `summed`."""
+    a, b, o = letters
+    accs = [ctx.namer.fresh("dot") for _ in lasts]
+    ctx.line(" ".join(f"{c} {acc} = 0;" for acc in accs))
+    red = ctx.open_loops([sizes[ch] for ch in summed], f"reduction(+:{', '.join(accs)})")
+    for acc, last in zip(accs, lasts):
+        ix = dict(zip(o, outer + [last])) | dict(zip(summed, red))
+        ctx.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
+    ctx.close_loops(len(red))
+    for acc, last in zip(accs, lasts):
+        ctx.line(f"{dst.at(outer + [last])} {'+=' if into else '='} {acc};")
 
 
 def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
