@@ -25,13 +25,13 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp33 = reinterpret_cast<double*>(next_slot);
+    double* const tmp37 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp49 = reinterpret_cast<double*>(next_slot);
+    double* const tmp53 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp54 = reinterpret_cast<double*>(next_slot);
+    double* const tmp58 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -83,170 +83,185 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     }
     for (int64_t i26 = 0; i26 < n; ++i26) {
         for (int64_t i27 = 0; i27 < K; ++i27) {
-            for (int64_t i28 = 0; i28 < d; ++i28) {
-                double dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i29 = 0; i29 < d; ++i29) {
-                    dot += Qs[i27 * (d * d) + i28 * d + i29] * centered[i26 * (K * d) + i27 * d + i29];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                double dot = 0; double dot28 = 0; double dot29 = 0; double dot30 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot28, dot29, dot30))
+                for (int64_t i31 = 0; i31 < d; ++i31) {
+                    dot += Qs[i27 * (d * d) + j * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot28 += Qs[i27 * (d * d) + (j + 1) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot29 += Qs[i27 * (d * d) + (j + 2) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot30 += Qs[i27 * (d * d) + (j + 3) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
                 }
-                mahalanobis[i26 * (K * d) + i27 * d + i28] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + j] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 1)] = dot28;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 2)] = dot29;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 3)] = dot30;
+            }
+            for (; j < d; ++j) {
+                double dot32 = 0;
+                KS_OMP_SIMD(reduction(+:dot32))
+                for (int64_t i33 = 0; i33 < d; ++i33) {
+                    dot32 += Qs[i27 * (d * d) + j * d + i33] * centered[i26 * (K * d) + i27 * d + i33];
+                }
+                mahalanobis[i26 * (K * d) + i27 * d + j] = dot32;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < K; ++i30) {
-        const double alphas_i = alphas[i30];
-        const double x_i31 = tmp[i30];
-        const double base32 = (alphas_i + x_i31);
-        base[i30] = base32;
+    for (int64_t i34 = 0; i34 < K; ++i34) {
+        const double alphas_i = alphas[i34];
+        const double x_i35 = tmp[i34];
+        const double base36 = (alphas_i + x_i35);
+        base[i34] = base36;
     }
-    for (int64_t i34 = 0; i34 < n; ++i34) {
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            double acc36 = 0;
-            KS_OMP_SIMD(reduction(+:acc36))
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                const double mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
-                const double t38 = ks::ipow<2>(mahalanobis_i);
-                acc36 += t38;
+    for (int64_t i38 = 0; i38 < n; ++i38) {
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            double acc40 = 0;
+            KS_OMP_SIMD(reduction(+:acc40))
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const double mahalanobis_i = mahalanobis[i38 * (K * d) + i39 * d + i41];
+                const double t42 = ks::ipow<2>(mahalanobis_i);
+                acc40 += t42;
             }
-            tmp33[i34 * K + i35] = acc36;
+            tmp37[i38 * K + i39] = acc40;
         }
     }
-    const int64_t t39 = (-n);
-    const int64_t t40 = (t39 * d);
-    const double t41 = static_cast<double>(t40);
-    const double t42 = (t41 * 0.5);
-    const double constant = (t42 * 1.8378770664093453);
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            const double x_i45 = tmp33[i43 * K + i44];
-            const double t46 = (0.5 * x_i45);
-            const double x_i47 = base[i44];
-            const double scores48 = (x_i47 - t46);
-            scores[i43 * K + i44] = scores48;
+    const int64_t t43 = (-n);
+    const int64_t t44 = (t43 * d);
+    const double t45 = static_cast<double>(t44);
+    const double t46 = (t45 * 0.5);
+    const double constant = (t46 * 1.8378770664093453);
+    for (int64_t i47 = 0; i47 < n; ++i47) {
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp37[i47 * K + i48];
+            const double t50 = (0.5 * x_i49);
+            const double x_i51 = base[i48];
+            const double scores52 = (x_i51 - t50);
+            scores[i47 * K + i48] = scores52;
         }
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        double acc51 = ks::lowest<double>();
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = scores[i50 * K + i52];
-            acc51 = ks::max(x_i53, acc51);
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        double acc55 = ks::lowest<double>();
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const double x_i57 = scores[i54 * K + i56];
+            acc55 = ks::max(x_i57, acc55);
         }
-        tmp49[i50] = acc51;
+        tmp53[i54] = acc55;
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        double acc56 = 0;
-        KS_OMP_SIMD(reduction(+:acc56))
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            const double scores_i = scores[i55 * K + i57];
-            const double x_i58 = tmp49[i55];
-            const double t59 = (scores_i - x_i58);
-            const double t60 = ks::exp(t59);
-            acc56 += t60;
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        double acc60 = 0;
+        KS_OMP_SIMD(reduction(+:acc60))
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double scores_i = scores[i59 * K + i61];
+            const double x_i62 = tmp53[i59];
+            const double t63 = (scores_i - x_i62);
+            const double t64 = ks::exp(t63);
+            acc60 += t64;
         }
-        tmp54[i55] = acc56;
+        tmp58[i59] = acc60;
     }
-    double acc61 = 0;
-    KS_OMP_SIMD(reduction(+:acc61))
-    for (int64_t i62 = 0; i62 < n; ++i62) {
-        const double x_i63 = tmp54[i62];
-        const double t64 = ks::log(x_i63);
-        const double x_i65 = tmp49[i62];
-        const double t66 = (t64 + x_i65);
-        acc61 += t66;
+    double acc65 = 0;
+    KS_OMP_SIMD(reduction(+:acc65))
+    for (int64_t i66 = 0; i66 < n; ++i66) {
+        const double x_i67 = tmp58[i66];
+        const double t68 = ks::log(x_i67);
+        const double x_i69 = tmp53[i66];
+        const double t70 = (t68 + x_i69);
+        acc65 += t70;
     }
-    const double t67 = (constant + acc61);
-    double acc68 = ks::lowest<double>();
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double x_i70 = alphas[i69];
-        acc68 = ks::max(x_i70, acc68);
+    const double t71 = (constant + acc65);
+    double acc72 = ks::lowest<double>();
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double x_i74 = alphas[i73];
+        acc72 = ks::max(x_i74, acc72);
     }
-    double acc71 = 0;
-    KS_OMP_SIMD(reduction(+:acc71))
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        const double alphas_i73 = alphas[i72];
-        const double x_i74 = acc68;
-        const double t75 = (alphas_i73 - x_i74);
-        const double t76 = ks::exp(t75);
-        acc71 += t76;
+    double acc75 = 0;
+    KS_OMP_SIMD(reduction(+:acc75))
+    for (int64_t i76 = 0; i76 < K; ++i76) {
+        const double alphas_i77 = alphas[i76];
+        const double x_i78 = acc72;
+        const double t79 = (alphas_i77 - x_i78);
+        const double t80 = ks::exp(t79);
+        acc75 += t80;
     }
-    const double t77 = ks::log(acc71);
-    const double t78 = (t77 + acc68);
-    const double t79 = static_cast<double>(n);
-    const double t80 = (t79 * t78);
-    const double t81 = (t67 - t80);
-    double r82;
+    const double t81 = ks::log(acc75);
+    const double t82 = (t81 + acc72);
+    const double t83 = static_cast<double>(n);
+    const double t84 = (t83 * t82);
+    const double t85 = (t71 - t84);
+    double r86;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t83 = static_cast<double>(d);
-        const double t84 = (t83 + wishart_m);
-        const double n_w = (t84 + 1.0);
-        const double t85 = (n_w * t83);
-        const double t86 = ks::log(wishart_gamma);
-        const double t87 = (t86 - 0.34657359027997264);
-        const double t88 = (t85 * t87);
-        const double t89 = (0.5 * n_w);
-        double r90;
+        const double t87 = static_cast<double>(d);
+        const double t88 = (t87 + wishart_m);
+        const double n_w = (t88 + 1.0);
+        const double t89 = (n_w * t87);
+        const double t90 = ks::log(wishart_gamma);
+        const double t91 = (t90 - 0.34657359027997264);
+        const double t92 = (t89 * t91);
+        const double t93 = (0.5 * n_w);
+        double r94;
         {  // log_gamma_d(a)
-            const double t91 = static_cast<double>(d);
-            const double t92 = (0.25 * t91);
-            const double t93 = static_cast<double>((d - 1));
-            const double t94 = (t92 * t93);
-            const double t95 = (t94 * 1.1447298858494002);
-            double r96;
-            r96 = 0.0;
-            for (int64_t k97 = 0; k97 < d; ++k97) {
-                const int64_t t98 = (k97 + int64_t{1});
-                const int64_t t99 = (int64_t{1} - t98);
-                const double t100 = static_cast<double>(t99);
-                const double t101 = (0.5 * t100);
-                const double t102 = (t89 + t101);
-                const double t103 = std::lgamma(t102);
-                const double __sum_25_55 = (r96 + t103);
-                r96 = __sum_25_55;
+            const double t95 = static_cast<double>(d);
+            const double t96 = (0.25 * t95);
+            const double t97 = static_cast<double>((d - 1));
+            const double t98 = (t96 * t97);
+            const double t99 = (t98 * 1.1447298858494002);
+            double r100;
+            r100 = 0.0;
+            for (int64_t k101 = 0; k101 < d; ++k101) {
+                const int64_t t102 = (k101 + int64_t{1});
+                const int64_t t103 = (int64_t{1} - t102);
+                const double t104 = static_cast<double>(t103);
+                const double t105 = (0.5 * t104);
+                const double t106 = (t93 + t105);
+                const double t107 = std::lgamma(t106);
+                const double __sum_25_55 = (r100 + t107);
+                r100 = __sum_25_55;
             }
-            const double t104 = (t95 + r96);
-            r90 = t104;
+            const double t108 = (t99 + r100);
+            r94 = t108;
         }
-        const double C = (t88 - r90);
-        double acc105 = 0;
-        for (int64_t i106 = 0; i106 < K; ++i106) {
-            KS_OMP_SIMD(reduction(+:acc105))
-            for (int64_t i107 = 0; i107 < d; ++i107) {
-                const double qs_i108 = icf[i106 * T + i107];
-                const double t109 = ks::exp(qs_i108);
-                const double t110 = ks::ipow<2>(t109);
-                acc105 += t110;
-            }
-        }
-        double acc111 = 0;
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            KS_OMP_SIMD(reduction(+:acc111))
-            for (int64_t i113 = 0; i113 < (T - d); ++i113) {
-                const double ls_i = (icf + d)[i112 * T + i113];
-                const double t114 = ks::ipow<2>(ls_i);
-                acc111 += t114;
+        const double C = (t92 - r94);
+        double acc109 = 0;
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            KS_OMP_SIMD(reduction(+:acc109))
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                const double qs_i112 = icf[i110 * T + i111];
+                const double t113 = ks::exp(qs_i112);
+                const double t114 = ks::ipow<2>(t113);
+                acc109 += t114;
             }
         }
-        const double frobenius = (acc105 + acc111);
-        const double t115 = ks::ipow<2>(wishart_gamma);
-        const double t116 = (0.5 * t115);
-        const double t117 = (t116 * frobenius);
-        double acc118 = 0;
-        for (int64_t i119 = 0; i119 < K; ++i119) {
-            KS_OMP_SIMD(reduction(+:acc118))
-            for (int64_t i120 = 0; i120 < d; ++i120) {
-                const double qs_i121 = icf[i119 * T + i120];
-                acc118 += qs_i121;
+        double acc115 = 0;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            KS_OMP_SIMD(reduction(+:acc115))
+            for (int64_t i117 = 0; i117 < (T - d); ++i117) {
+                const double ls_i = (icf + d)[i116 * T + i117];
+                const double t118 = ks::ipow<2>(ls_i);
+                acc115 += t118;
             }
         }
-        const double t122 = (wishart_m * acc118);
-        const double t123 = (t117 - t122);
-        const double t124 = static_cast<double>(K);
-        const double t125 = (t124 * C);
-        const double t126 = (t123 - t125);
-        r82 = t126;
+        const double frobenius = (acc109 + acc115);
+        const double t119 = ks::ipow<2>(wishart_gamma);
+        const double t120 = (0.5 * t119);
+        const double t121 = (t120 * frobenius);
+        double acc122 = 0;
+        for (int64_t i123 = 0; i123 < K; ++i123) {
+            KS_OMP_SIMD(reduction(+:acc122))
+            for (int64_t i124 = 0; i124 < d; ++i124) {
+                const double qs_i125 = icf[i123 * T + i124];
+                acc122 += qs_i125;
+            }
+        }
+        const double t126 = (wishart_m * acc122);
+        const double t127 = (t121 - t126);
+        const double t128 = static_cast<double>(K);
+        const double t129 = (t128 * C);
+        const double t130 = (t127 - t129);
+        r86 = t130;
     }
-    const double t127 = (t81 + r82);
-    *out = t127;
+    const double t131 = (t85 + r86);
+    *out = t131;
     return ks::status::ok;
 }
 
@@ -294,31 +309,31 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp49 = reinterpret_cast<double*>(next_slot);
+    double* const tmp53 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp61 = reinterpret_cast<double*>(next_slot);
+    double* const tmp65 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp67 = reinterpret_cast<double*>(next_slot);
+    double* const tmp71 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum120 = reinterpret_cast<double*>(next_slot);
+    double* const sum124 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod125 = reinterpret_cast<double*>(next_slot);
+    double* const prod129 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r147 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     double* const r151 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r155 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded182 = reinterpret_cast<double*>(next_slot);
+    double* const padded187 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -389,281 +404,300 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
     for (int64_t i42 = 0; i42 < n; ++i42) {
         for (int64_t i43 = 0; i43 < K; ++i43) {
-            for (int64_t i44 = 0; i44 < d; ++i44) {
-                double dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i45 = 0; i45 < d; ++i45) {
-                    dot += r[i43 * (d * d) + i44 * d + i45] * centered[i42 * (K * d) + i43 * d + i45];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                double dot = 0; double dot44 = 0; double dot45 = 0; double dot46 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot44, dot45, dot46))
+                for (int64_t i47 = 0; i47 < d; ++i47) {
+                    dot += r[i43 * (d * d) + j * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot44 += r[i43 * (d * d) + (j + 1) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot45 += r[i43 * (d * d) + (j + 2) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot46 += r[i43 * (d * d) + (j + 3) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
                 }
-                mahalanobis[i42 * (K * d) + i43 * d + i44] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + j] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 1)] = dot44;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 2)] = dot45;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 3)] = dot46;
+            }
+            for (; j < d; ++j) {
+                double dot48 = 0;
+                KS_OMP_SIMD(reduction(+:dot48))
+                for (int64_t i49 = 0; i49 < d; ++i49) {
+                    dot48 += r[i43 * (d * d) + j * d + i49] * centered[i42 * (K * d) + i43 * d + i49];
+                }
+                mahalanobis[i42 * (K * d) + i43 * d + j] = dot48;
             }
         }
     }
-    for (int64_t i46 = 0; i46 < K; ++i46) {
-        const double alphas_i = alphas[i46];
-        const double x_i47 = tmp[i46];
-        const double base48 = (alphas_i + x_i47);
-        base[i46] = base48;
+    for (int64_t i50 = 0; i50 < K; ++i50) {
+        const double alphas_i = alphas[i50];
+        const double x_i51 = tmp[i50];
+        const double base52 = (alphas_i + x_i51);
+        base[i50] = base52;
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            double acc52 = 0;
-            KS_OMP_SIMD(reduction(+:acc52))
-            for (int64_t i53 = 0; i53 < d; ++i53) {
-                const double mahalanobis_i = mahalanobis[i50 * (K * d) + i51 * d + i53];
-                const double t54 = ks::ipow<2>(mahalanobis_i);
-                acc52 += t54;
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            double acc56 = 0;
+            KS_OMP_SIMD(reduction(+:acc56))
+            for (int64_t i57 = 0; i57 < d; ++i57) {
+                const double mahalanobis_i = mahalanobis[i54 * (K * d) + i55 * d + i57];
+                const double t58 = ks::ipow<2>(mahalanobis_i);
+                acc56 += t58;
             }
-            tmp49[i50 * K + i51] = acc52;
+            tmp53[i54 * K + i55] = acc56;
         }
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        for (int64_t i56 = 0; i56 < K; ++i56) {
-            const double x_i57 = tmp49[i55 * K + i56];
-            const double t58 = (0.5 * x_i57);
-            const double x_i59 = base[i56];
-            const double scores60 = (x_i59 - t58);
-            scores[i55 * K + i56] = scores60;
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const double x_i61 = tmp53[i59 * K + i60];
+            const double t62 = (0.5 * x_i61);
+            const double x_i63 = base[i60];
+            const double scores64 = (x_i63 - t62);
+            scores[i59 * K + i60] = scores64;
         }
     }
-    for (int64_t i62 = 0; i62 < n; ++i62) {
-        double acc63 = ks::lowest<double>();
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            const double x_i65 = scores[i62 * K + i64];
-            acc63 = ks::max(x_i65, acc63);
+    for (int64_t i66 = 0; i66 < n; ++i66) {
+        double acc67 = ks::lowest<double>();
+        for (int64_t i68 = 0; i68 < K; ++i68) {
+            const double x_i69 = scores[i66 * K + i68];
+            acc67 = ks::max(x_i69, acc67);
         }
-        tmp61[i62] = acc63;
+        tmp65[i66] = acc67;
     }
-    double* const tmp66 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i68 = 0; i68 < n; ++i68) {
-        double acc69 = 0;
-        KS_OMP_SIMD(reduction(+:acc69))
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            const double scores_i = scores[i68 * K + i70];
-            const double x_i71 = tmp61[i68];
-            const double t72 = (scores_i - x_i71);
-            const double t73 = ks::exp(t72);
-            tmp66[i68 * K + i70] = t73;
-            acc69 += t73;
+    double* const tmp70 = tmp53;  // reuses a dead buffer's space
+    for (int64_t i72 = 0; i72 < n; ++i72) {
+        double acc73 = 0;
+        KS_OMP_SIMD(reduction(+:acc73))
+        for (int64_t i74 = 0; i74 < K; ++i74) {
+            const double scores_i = scores[i72 * K + i74];
+            const double x_i75 = tmp65[i72];
+            const double t76 = (scores_i - x_i75);
+            const double t77 = ks::exp(t76);
+            tmp70[i72 * K + i74] = t77;
+            acc73 += t77;
         }
-        tmp67[i68] = acc69;
+        tmp71[i72] = acc73;
     }
-    double acc74 = ks::lowest<double>();
-    for (int64_t i75 = 0; i75 < K; ++i75) {
-        const double x_i76 = alphas[i75];
-        acc74 = ks::max(x_i76, acc74);
-    }
-    double* const tmp77 = tmp;  // reuses a dead buffer's space
-    double acc78 = 0;
-    KS_OMP_SIMD(reduction(+:acc78))
+    double acc78 = ks::lowest<double>();
     for (int64_t i79 = 0; i79 < K; ++i79) {
-        const double alphas_i80 = alphas[i79];
-        const double x_i81 = acc74;
-        const double t82 = (alphas_i80 - x_i81);
-        const double t83 = ks::exp(t82);
-        tmp77[i79] = t83;
-        acc78 += t83;
+        const double x_i80 = alphas[i79];
+        acc78 = ks::max(x_i80, acc78);
     }
-    const double t84 = static_cast<double>(n);
-    const double t85 = (1.0 / acc78);
-    const double t86 = ks::ipow<2>(wishart_gamma);
-    const double t87 = (0.5 * t86);
-    const double t88 = ((-1.0) * wishart_m);
-    const double t89 = ((-1.0) * t84);
-    const double t90 = (t89 * t85);
-    double* const tmp91 = tmp61;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < n; ++i92) {
-        const double x_i93 = tmp67[i92];
-        const double t94 = (1.0 / x_i93);
-        tmp91[i92] = t94;
+    double* const tmp81 = tmp;  // reuses a dead buffer's space
+    double acc82 = 0;
+    KS_OMP_SIMD(reduction(+:acc82))
+    for (int64_t i83 = 0; i83 < K; ++i83) {
+        const double alphas_i84 = alphas[i83];
+        const double x_i85 = acc78;
+        const double t86 = (alphas_i84 - x_i85);
+        const double t87 = ks::exp(t86);
+        tmp81[i83] = t87;
+        acc82 += t87;
+    }
+    const double t88 = static_cast<double>(n);
+    const double t89 = (1.0 / acc82);
+    const double t90 = ks::ipow<2>(wishart_gamma);
+    const double t91 = (0.5 * t90);
+    const double t92 = ((-1.0) * wishart_m);
+    const double t93 = ((-1.0) * t88);
+    const double t94 = (t93 * t89);
+    double* const tmp95 = tmp65;  // reuses a dead buffer's space
+    for (int64_t i96 = 0; i96 < n; ++i96) {
+        const double x_i97 = tmp71[i96];
+        const double t98 = (1.0 / x_i97);
+        tmp95[i96] = t98;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        for (int64_t i96 = 0; i96 < K; ++i96) {
-            const double x_i97 = tmp91[i95];
-            const double x_i98 = tmp66[i95 * K + i96];
-            const double d_scores99 = (x_i97 * x_i98);
-            d_scores[i95 * K + i96] = d_scores99;
+    for (int64_t i99 = 0; i99 < n; ++i99) {
+        for (int64_t i100 = 0; i100 < K; ++i100) {
+            const double x_i101 = tmp95[i99];
+            const double x_i102 = tmp70[i99 * K + i100];
+            const double d_scores103 = (x_i101 * x_i102);
+            d_scores[i99 * K + i100] = d_scores103;
         }
     }
     double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        sum[i100] = 0;
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        sum[i104] = 0;
     }
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            sum[i102] += d_scores[i101 * K + i102];
+    for (int64_t i105 = 0; i105 < n; ++i105) {
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            sum[i106] += d_scores[i105 * K + i106];
         }
     }
-    double* const tmp103 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i104 = 0; i104 < n; ++i104) {
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            const double d_scores_i = d_scores[i104 * K + i105];
-            const double t106 = (d_scores_i * (-1.0));
-            const double t107 = (t106 * 0.5);
-            tmp103[i104 * K + i105] = t107;
-        }
-    }
+    double* const tmp107 = tmp53;  // reuses a dead buffer's space
     for (int64_t i108 = 0; i108 < n; ++i108) {
         for (int64_t i109 = 0; i109 < K; ++i109) {
-            for (int64_t i110 = 0; i110 < d; ++i110) {
-                const double mahalanobis_i111 = mahalanobis[i108 * (K * d) + i109 * d + i110];
-                const double t112 = (2.0 * mahalanobis_i111);
-                const double x_i113 = tmp103[i108 * K + i109];
-                const double d_mahalanobis114 = (x_i113 * t112);
-                d_mahalanobis[i108 * (K * d) + i109 * d + i110] = d_mahalanobis114;
+            const double d_scores_i = d_scores[i108 * K + i109];
+            const double t110 = (d_scores_i * (-1.0));
+            const double t111 = (t110 * 0.5);
+            tmp107[i108 * K + i109] = t111;
+        }
+    }
+    for (int64_t i112 = 0; i112 < n; ++i112) {
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            for (int64_t i114 = 0; i114 < d; ++i114) {
+                const double mahalanobis_i115 = mahalanobis[i112 * (K * d) + i113 * d + i114];
+                const double t116 = (2.0 * mahalanobis_i115);
+                const double x_i117 = tmp107[i112 * K + i113];
+                const double d_mahalanobis118 = (x_i117 * t116);
+                d_mahalanobis[i112 * (K * d) + i113 * d + i114] = d_mahalanobis118;
             }
         }
     }
-    for (int64_t i115 = 0; i115 < K * d * d; ++i115) {
-        prod[i115] = 0;
+    for (int64_t i119 = 0; i119 < K * d * d; ++i119) {
+        prod[i119] = 0;
     }
-    for (int64_t i116 = 0; i116 < K; ++i116) {
-        for (int64_t i117 = 0; i117 < d; ++i117) {
-            for (int64_t i118 = 0; i118 < n; ++i118) {
-                for (int64_t i119 = 0; i119 < d; ++i119) {
-                    prod[i116 * (d * d) + i117 * d + i119] += d_mahalanobis[i118 * (K * d) + i116 * d + i117] * centered[i118 * (K * d) + i116 * d + i119];
+    for (int64_t i120 = 0; i120 < K; ++i120) {
+        for (int64_t i121 = 0; i121 < d; ++i121) {
+            for (int64_t i122 = 0; i122 < n; ++i122) {
+                for (int64_t i123 = 0; i123 < d; ++i123) {
+                    prod[i120 * (d * d) + i121 * d + i123] += d_mahalanobis[i122 * (K * d) + i120 * d + i121] * centered[i122 * (K * d) + i120 * d + i123];
                 }
             }
         }
     }
-    for (int64_t i121 = 0; i121 < K * d; ++i121) {
-        sum120[i121] = 0;
+    for (int64_t i125 = 0; i125 < K * d; ++i125) {
+        sum124[i125] = 0;
     }
-    for (int64_t i122 = 0; i122 < n; ++i122) {
-        for (int64_t i123 = 0; i123 < K; ++i123) {
-            for (int64_t i124 = 0; i124 < d; ++i124) {
-                sum120[i123 * d + i124] += d_mahalanobis[i122 * (K * d) + i123 * d + i124];
+    for (int64_t i126 = 0; i126 < n; ++i126) {
+        for (int64_t i127 = 0; i127 < K; ++i127) {
+            for (int64_t i128 = 0; i128 < d; ++i128) {
+                sum124[i127 * d + i128] += d_mahalanobis[i126 * (K * d) + i127 * d + i128];
             }
         }
     }
-    for (int64_t i126 = 0; i126 < K * d; ++i126) {
-        prod125[i126] = 0;
+    for (int64_t i130 = 0; i130 < K * d; ++i130) {
+        prod129[i130] = 0;
     }
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        for (int64_t i128 = 0; i128 < d; ++i128) {
-            for (int64_t i129 = 0; i129 < d; ++i129) {
-                prod125[i127 * d + i129] += sum120[i127 * d + i128] * r[i127 * (d * d) + i128 * d + i129];
-            }
-        }
-    }
-    double* const tmp130 = sum120;  // reuses a dead buffer's space
-    for (int64_t i131 = 0; i131 < 1; ++i131) {
-        for (int64_t i132 = 0; i132 < K; ++i132) {
+    for (int64_t i131 = 0; i131 < K; ++i131) {
+        for (int64_t i132 = 0; i132 < d; ++i132) {
             for (int64_t i133 = 0; i133 < d; ++i133) {
-                const double x_i134 = prod125[i131 * (K * d) + i132 * d + i133];
-                const double t135 = (x_i134 * (-1.0));
-                tmp130[i131 * (K * d) + i132 * d + i133] = t135;
+                prod129[i131 * d + i133] += sum124[i131 * d + i132] * r[i131 * (d * d) + i132 * d + i133];
             }
         }
     }
-    double* const d_qs = prod125;  // reuses a dead buffer's space
-    for (int64_t i136 = 0; i136 < K; ++i136) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            const double qs_i138 = icf[i136 * T + i137];
-            const double t139 = ks::exp(qs_i138);
-            const double t140 = (2.0 * t139);
-            const double x_i141 = t87;
-            const double t142 = (x_i141 * t140);
-            const double t143 = (t142 * t139);
-            const double d_qs_i = t88;
-            const double d_qs144 = (d_qs_i + t143);
-            const double x_i145 = sum[i136];
-            const double d_qs146 = (d_qs144 + x_i145);
-            d_qs[i136 * d + i137] = d_qs146;
-        }
-    }
-    for (int64_t i148 = 0; i148 < K * T; ++i148) {
-        r147[i148] = 0.0;
-    }
-    for (int64_t k149 = K - 1; k149 >= 0; --k149) {
-        double* const r150 = r10;  // reuses a dead buffer's space
-        double r152;
-        for (int64_t i153 = 0; i153 < d; ++i153) {
-            r150[i153] = 0.0;
-        }
-        for (int64_t i154 = 0; i154 < T; ++i154) {
-            r151[i154] = 0.0;
-        }
-        r152 = 0.0;
-        for (int64_t k155 = d - 1; k155 >= 0; --k155) {
-            double r156;
-            double r157;
-            r156 = 0.0;
-            r157 = r152;
-            for (int64_t k158 = d - 1; k158 >= 0; --k158) {
-                const int64_t t159 = ((2*d) - k158);
-                const int64_t t160 = (t159 - int64_t{1});
-                const int64_t t161 = (k158 * t160);
-                const int64_t t162 = ks::floordiv(t161, int64_t{2});
-                const int64_t t163 = (d + t162);
-                const int64_t t164 = (t163 + k155);
-                const int64_t t165 = (t164 - k158);
-                const int64_t t166 = (t165 - int64_t{1});
-                const double t167 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? (((prod + k149 * (d * d)) + k155 * d) + k158)[0] : 0.0);
-                const double t168 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? 0.0 : (((prod + k149 * (d * d)) + k155 * d) + k158)[0]);
-                const double t169 = ((((r2 + k149 * (d * d)) + k155 * d) + k158)[0] ? t168 : 0.0);
-                (r151 + ks::clamp_index(t166, T))[0] += t169;
-                const double t170 = (t167 * (((r1 + k149 * (d * d)) + k155 * d) + k158)[0]);
-                const double t171 = (r156 + t170);
-                r156 = t171;
+    double* const tmp134 = sum124;  // reuses a dead buffer's space
+    for (int64_t i135 = 0; i135 < 1; ++i135) {
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                const double x_i138 = prod129[i135 * (K * d) + i136 * d + i137];
+                const double t139 = (x_i138 * (-1.0));
+                tmp134[i135 * (K * d) + i136 * d + i137] = t139;
             }
-            (r150 + k155)[0] += r156;
-            r152 = r157;
-        }
-        (r150 + ks::clamp_index(int64_t{0}, d))[0] += r152;
-        for (int64_t i172 = 0; i172 < T; ++i172) {
-            (r147 + k149 * T)[i172] += r151[i172];
-        }
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            (d_qs + k149 * d)[i173] += r150[i173];
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
-            const double ls_i = (icf + d)[i174 * T + i175];
-            const double t176 = (2.0 * ls_i);
-            const double x_i177 = t87;
-            const double d_ls178 = (x_i177 * t176);
-            d_ls[i174 * ((T - d)) + i175] = d_ls178;
+    double* const d_qs = prod129;  // reuses a dead buffer's space
+    for (int64_t i140 = 0; i140 < K; ++i140) {
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            const double qs_i142 = icf[i140 * T + i141];
+            const double t143 = ks::exp(qs_i142);
+            const double t144 = (2.0 * t143);
+            const double x_i145 = t91;
+            const double t146 = (x_i145 * t144);
+            const double t147 = (t146 * t143);
+            const double d_qs_i = t92;
+            const double d_qs148 = (d_qs_i + t147);
+            const double x_i149 = sum[i140];
+            const double d_qs150 = (d_qs148 + x_i149);
+            d_qs[i140 * d + i141] = d_qs150;
         }
     }
-    for (int64_t i179 = 0; i179 < K * T; ++i179) {
-        padded[i179] = 0.0;
+    for (int64_t i152 = 0; i152 < K * T; ++i152) {
+        r151[i152] = 0.0;
     }
-    for (int64_t i180 = 0; i180 < K; ++i180) {
-        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
-            (padded + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
+    for (int64_t k153 = K - 1; k153 >= 0; --k153) {
+        double* const r154 = r10;  // reuses a dead buffer's space
+        double r156;
+        for (int64_t i157 = 0; i157 < d; ++i157) {
+            r154[i157] = 0.0;
+        }
+        for (int64_t i158 = 0; i158 < T; ++i158) {
+            r155[i158] = 0.0;
+        }
+        r156 = 0.0;
+        for (int64_t k159 = d - 1; k159 >= 0; --k159) {
+            double r160;
+            double r161;
+            r160 = 0.0;
+            r161 = r156;
+            for (int64_t k162 = d - 1; k162 >= 0; --k162) {
+                const int64_t t163 = ((2*d) - k162);
+                const int64_t t164 = (t163 - int64_t{1});
+                const int64_t t165 = (k162 * t164);
+                const int64_t t166 = ks::floordiv(t165, int64_t{2});
+                const int64_t t167 = (d + t166);
+                const int64_t t168 = (t167 + k159);
+                const int64_t t169 = (t168 - k162);
+                const int64_t t170 = (t169 - int64_t{1});
+                const double t171 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? (((prod + k153 * (d * d)) + k159 * d) + k162)[0] : 0.0);
+                const double t172 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? 0.0 : (((prod + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const double t173 = ((((r2 + k153 * (d * d)) + k159 * d) + k162)[0] ? t172 : 0.0);
+                (r155 + ks::clamp_index(t170, T))[0] += t173;
+                const double t174 = (t171 * (((r1 + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const double t175 = (r160 + t174);
+                r160 = t175;
+            }
+            (r154 + k159)[0] += r160;
+            r156 = r161;
+        }
+        (r154 + ks::clamp_index(int64_t{0}, d))[0] += r156;
+        for (int64_t i176 = 0; i176 < T; ++i176) {
+            (r151 + k153 * T)[i176] += r155[i176];
+        }
+        for (int64_t i177 = 0; i177 < d; ++i177) {
+            (d_qs + k153 * d)[i177] += r154[i177];
         }
     }
-    for (int64_t i183 = 0; i183 < K * T; ++i183) {
-        padded182[i183] = 0.0;
-    }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < d; ++i185) {
-            padded182[i184 * T + i185] = d_qs[i184 * d + i185];
+    for (int64_t i178 = 0; i178 < K; ++i178) {
+        for (int64_t i179 = 0; i179 < (T - d); ++i179) {
+            const double ls_i = (icf + d)[i178 * T + i179];
+            const double t180 = (2.0 * ls_i);
+            const double x_i181 = t91;
+            const double d_ls182 = (x_i181 * t180);
+            d_ls[i178 * ((T - d)) + i179] = d_ls182;
         }
     }
-    for (int64_t i186 = 0; i186 < K; ++i186) {
-        const double x_i187 = t90;
-        const double x_i188 = tmp77[i186];
-        const double d_alphas = (x_i187 * x_i188);
-        const double d_base_i = sum[i186];
-        const double d_alphas189 = (d_alphas + d_base_i);
-        out_d_alphas[i186] = d_alphas189;
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < d; ++i184) {
+            padded[i183 * T + i184] = 0.0;
+        }
+    }
+    for (int64_t i185 = 0; i185 < K; ++i185) {
+        for (int64_t i186 = 0; i186 < (T - d); ++i186) {
+            (padded + d)[i185 * T + i186] = d_ls[i185 * ((T - d)) + i186];
+        }
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            (padded187 + d)[i188 * T + i189] = 0.0;
+        }
     }
     for (int64_t i190 = 0; i190 < K; ++i190) {
-        for (int64_t i191 = 0; i191 < T; ++i191) {
-            const double x_i192 = r147[i190 * T + i191];
-            const double x_i193 = padded[i190 * T + i191];
-            const double d_icf = (x_i192 + x_i193);
-            const double x_i194 = padded182[i190 * T + i191];
-            const double d_icf195 = (d_icf + x_i194);
-            out_d_icf[i190 * T + i191] = d_icf195;
+        for (int64_t i191 = 0; i191 < d; ++i191) {
+            padded187[i190 * T + i191] = d_qs[i190 * d + i191];
         }
     }
-    for (int64_t i196 = 0; i196 < K * d; ++i196) {
-        out_d_means[i196] = tmp130[i196];
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        const double x_i193 = t94;
+        const double x_i194 = tmp81[i192];
+        const double d_alphas = (x_i193 * x_i194);
+        const double d_base_i = sum[i192];
+        const double d_alphas195 = (d_alphas + d_base_i);
+        out_d_alphas[i192] = d_alphas195;
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        for (int64_t i197 = 0; i197 < T; ++i197) {
+            const double x_i198 = r151[i196 * T + i197];
+            const double x_i199 = padded[i196 * T + i197];
+            const double d_icf = (x_i198 + x_i199);
+            const double x_i200 = padded187[i196 * T + i197];
+            const double d_icf201 = (d_icf + x_i200);
+            out_d_icf[i196 * T + i197] = d_icf201;
+        }
+    }
+    for (int64_t i202 = 0; i202 < K * d; ++i202) {
+        out_d_means[i202] = tmp134[i202];
     }
     return ks::status::ok;
 }
@@ -693,13 +727,13 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp33 = reinterpret_cast<float*>(next_slot);
+    float* const tmp37 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp49 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp54 = reinterpret_cast<float*>(next_slot);
+    float* const tmp58 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -751,176 +785,191 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     }
     for (int64_t i26 = 0; i26 < n; ++i26) {
         for (int64_t i27 = 0; i27 < K; ++i27) {
-            for (int64_t i28 = 0; i28 < d; ++i28) {
-                float dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i29 = 0; i29 < d; ++i29) {
-                    dot += Qs[i27 * (d * d) + i28 * d + i29] * centered[i26 * (K * d) + i27 * d + i29];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                float dot = 0; float dot28 = 0; float dot29 = 0; float dot30 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot28, dot29, dot30))
+                for (int64_t i31 = 0; i31 < d; ++i31) {
+                    dot += Qs[i27 * (d * d) + j * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot28 += Qs[i27 * (d * d) + (j + 1) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot29 += Qs[i27 * (d * d) + (j + 2) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
+                    dot30 += Qs[i27 * (d * d) + (j + 3) * d + i31] * centered[i26 * (K * d) + i27 * d + i31];
                 }
-                mahalanobis[i26 * (K * d) + i27 * d + i28] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + j] = dot;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 1)] = dot28;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 2)] = dot29;
+                mahalanobis[i26 * (K * d) + i27 * d + (j + 3)] = dot30;
+            }
+            for (; j < d; ++j) {
+                float dot32 = 0;
+                KS_OMP_SIMD(reduction(+:dot32))
+                for (int64_t i33 = 0; i33 < d; ++i33) {
+                    dot32 += Qs[i27 * (d * d) + j * d + i33] * centered[i26 * (K * d) + i27 * d + i33];
+                }
+                mahalanobis[i26 * (K * d) + i27 * d + j] = dot32;
             }
         }
     }
-    for (int64_t i30 = 0; i30 < K; ++i30) {
-        const float alphas_i = alphas[i30];
-        const float x_i31 = tmp[i30];
-        const float base32 = (alphas_i + x_i31);
-        base[i30] = base32;
+    for (int64_t i34 = 0; i34 < K; ++i34) {
+        const float alphas_i = alphas[i34];
+        const float x_i35 = tmp[i34];
+        const float base36 = (alphas_i + x_i35);
+        base[i34] = base36;
     }
-    for (int64_t i34 = 0; i34 < n; ++i34) {
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            float acc36 = 0;
-            KS_OMP_SIMD(reduction(+:acc36))
-            for (int64_t i37 = 0; i37 < d; ++i37) {
-                const float mahalanobis_i = mahalanobis[i34 * (K * d) + i35 * d + i37];
-                const float t38 = ks::ipow<2>(mahalanobis_i);
-                acc36 += t38;
+    for (int64_t i38 = 0; i38 < n; ++i38) {
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            float acc40 = 0;
+            KS_OMP_SIMD(reduction(+:acc40))
+            for (int64_t i41 = 0; i41 < d; ++i41) {
+                const float mahalanobis_i = mahalanobis[i38 * (K * d) + i39 * d + i41];
+                const float t42 = ks::ipow<2>(mahalanobis_i);
+                acc40 += t42;
             }
-            tmp33[i34 * K + i35] = acc36;
+            tmp37[i38 * K + i39] = acc40;
         }
     }
-    const int64_t t39 = (-n);
-    const int64_t t40 = (t39 * d);
-    const double t41 = static_cast<double>(t40);
-    const double t42 = (t41 * 0.5);
-    const double constant = (t42 * 1.8378770664093453);
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            const float x_i45 = tmp33[i43 * K + i44];
-            const float t46 = (0.5f * x_i45);
-            const float x_i47 = base[i44];
-            const float scores48 = (x_i47 - t46);
-            scores[i43 * K + i44] = scores48;
+    const int64_t t43 = (-n);
+    const int64_t t44 = (t43 * d);
+    const double t45 = static_cast<double>(t44);
+    const double t46 = (t45 * 0.5);
+    const double constant = (t46 * 1.8378770664093453);
+    for (int64_t i47 = 0; i47 < n; ++i47) {
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const float x_i49 = tmp37[i47 * K + i48];
+            const float t50 = (0.5f * x_i49);
+            const float x_i51 = base[i48];
+            const float scores52 = (x_i51 - t50);
+            scores[i47 * K + i48] = scores52;
         }
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        float acc51 = ks::lowest<float>();
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const float x_i53 = scores[i50 * K + i52];
-            acc51 = ks::max(x_i53, acc51);
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        float acc55 = ks::lowest<float>();
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const float x_i57 = scores[i54 * K + i56];
+            acc55 = ks::max(x_i57, acc55);
         }
-        tmp49[i50] = acc51;
+        tmp53[i54] = acc55;
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        float acc56 = 0;
-        KS_OMP_SIMD(reduction(+:acc56))
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            const float scores_i = scores[i55 * K + i57];
-            const float x_i58 = tmp49[i55];
-            const float t59 = (scores_i - x_i58);
-            const float t60 = ks::exp(t59);
-            acc56 += t60;
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        float acc60 = 0;
+        KS_OMP_SIMD(reduction(+:acc60))
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const float scores_i = scores[i59 * K + i61];
+            const float x_i62 = tmp53[i59];
+            const float t63 = (scores_i - x_i62);
+            const float t64 = ks::exp(t63);
+            acc60 += t64;
         }
-        tmp54[i55] = acc56;
+        tmp58[i59] = acc60;
     }
-    float acc61 = 0;
-    KS_OMP_SIMD(reduction(+:acc61))
-    for (int64_t i62 = 0; i62 < n; ++i62) {
-        const float x_i63 = tmp54[i62];
-        const float t64 = ks::log(x_i63);
-        const float x_i65 = tmp49[i62];
-        const float t66 = (t64 + x_i65);
-        acc61 += t66;
+    float acc65 = 0;
+    KS_OMP_SIMD(reduction(+:acc65))
+    for (int64_t i66 = 0; i66 < n; ++i66) {
+        const float x_i67 = tmp58[i66];
+        const float t68 = ks::log(x_i67);
+        const float x_i69 = tmp53[i66];
+        const float t70 = (t68 + x_i69);
+        acc65 += t70;
     }
-    const double t67 = static_cast<double>(acc61);
-    const double t68 = (constant + t67);
-    float acc69 = ks::lowest<float>();
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        const float x_i71 = alphas[i70];
-        acc69 = ks::max(x_i71, acc69);
+    const double t71 = static_cast<double>(acc65);
+    const double t72 = (constant + t71);
+    float acc73 = ks::lowest<float>();
+    for (int64_t i74 = 0; i74 < K; ++i74) {
+        const float x_i75 = alphas[i74];
+        acc73 = ks::max(x_i75, acc73);
     }
-    float acc72 = 0;
-    KS_OMP_SIMD(reduction(+:acc72))
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const float alphas_i74 = alphas[i73];
-        const float x_i75 = acc69;
-        const float t76 = (alphas_i74 - x_i75);
-        const float t77 = ks::exp(t76);
-        acc72 += t77;
+    float acc76 = 0;
+    KS_OMP_SIMD(reduction(+:acc76))
+    for (int64_t i77 = 0; i77 < K; ++i77) {
+        const float alphas_i78 = alphas[i77];
+        const float x_i79 = acc73;
+        const float t80 = (alphas_i78 - x_i79);
+        const float t81 = ks::exp(t80);
+        acc76 += t81;
     }
-    const float t78 = ks::log(acc72);
-    const float t79 = (t78 + acc69);
-    const float t80 = static_cast<float>(n);
-    const float t81 = (t80 * t79);
-    const double t82 = static_cast<double>(t81);
-    const double t83 = (t68 - t82);
-    double r84;
+    const float t82 = ks::log(acc76);
+    const float t83 = (t82 + acc73);
+    const float t84 = static_cast<float>(n);
+    const float t85 = (t84 * t83);
+    const double t86 = static_cast<double>(t85);
+    const double t87 = (t72 - t86);
+    double r88;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t85 = static_cast<float>(d);
-        const float t86 = (t85 + wishart_m);
-        const float n_w = (t86 + 1.0f);
-        const float t87 = (n_w * t85);
-        const float t88 = ks::log(wishart_gamma);
-        const float t89 = (t88 - 0.3465735912322998f);
-        const float t90 = (t87 * t89);
-        const float t91 = (0.5f * n_w);
-        double r92;
+        const float t89 = static_cast<float>(d);
+        const float t90 = (t89 + wishart_m);
+        const float n_w = (t90 + 1.0f);
+        const float t91 = (n_w * t89);
+        const float t92 = ks::log(wishart_gamma);
+        const float t93 = (t92 - 0.3465735912322998f);
+        const float t94 = (t91 * t93);
+        const float t95 = (0.5f * n_w);
+        double r96;
         {  // log_gamma_d(a)
-            const double t93 = static_cast<double>(d);
-            const double t94 = (0.25 * t93);
-            const double t95 = static_cast<double>((d - 1));
-            const double t96 = (t94 * t95);
-            const double t97 = (t96 * 1.1447298858494002);
-            double r98;
-            r98 = 0.0;
-            for (int64_t k99 = 0; k99 < d; ++k99) {
-                const int64_t t100 = (k99 + int64_t{1});
-                const int64_t t101 = (int64_t{1} - t100);
-                const double t102 = static_cast<double>(t101);
-                const double t103 = (0.5 * t102);
-                const double t104 = static_cast<double>(t91);
-                const double t105 = (t104 + t103);
-                const double t106 = std::lgamma(t105);
-                const double __sum_25_55 = (r98 + t106);
-                r98 = __sum_25_55;
+            const double t97 = static_cast<double>(d);
+            const double t98 = (0.25 * t97);
+            const double t99 = static_cast<double>((d - 1));
+            const double t100 = (t98 * t99);
+            const double t101 = (t100 * 1.1447298858494002);
+            double r102;
+            r102 = 0.0;
+            for (int64_t k103 = 0; k103 < d; ++k103) {
+                const int64_t t104 = (k103 + int64_t{1});
+                const int64_t t105 = (int64_t{1} - t104);
+                const double t106 = static_cast<double>(t105);
+                const double t107 = (0.5 * t106);
+                const double t108 = static_cast<double>(t95);
+                const double t109 = (t108 + t107);
+                const double t110 = std::lgamma(t109);
+                const double __sum_25_55 = (r102 + t110);
+                r102 = __sum_25_55;
             }
-            const double t107 = (t97 + r98);
-            r92 = t107;
+            const double t111 = (t101 + r102);
+            r96 = t111;
         }
-        const double t108 = static_cast<double>(t90);
-        const double C = (t108 - r92);
-        float acc109 = 0;
-        for (int64_t i110 = 0; i110 < K; ++i110) {
-            KS_OMP_SIMD(reduction(+:acc109))
-            for (int64_t i111 = 0; i111 < d; ++i111) {
-                const float qs_i112 = icf[i110 * T + i111];
-                const float t113 = ks::exp(qs_i112);
-                const float t114 = ks::ipow<2>(t113);
-                acc109 += t114;
-            }
-        }
-        float acc115 = 0;
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            KS_OMP_SIMD(reduction(+:acc115))
-            for (int64_t i117 = 0; i117 < (T - d); ++i117) {
-                const float ls_i = (icf + d)[i116 * T + i117];
-                const float t118 = ks::ipow<2>(ls_i);
-                acc115 += t118;
+        const double t112 = static_cast<double>(t94);
+        const double C = (t112 - r96);
+        float acc113 = 0;
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            KS_OMP_SIMD(reduction(+:acc113))
+            for (int64_t i115 = 0; i115 < d; ++i115) {
+                const float qs_i116 = icf[i114 * T + i115];
+                const float t117 = ks::exp(qs_i116);
+                const float t118 = ks::ipow<2>(t117);
+                acc113 += t118;
             }
         }
-        const float frobenius = (acc109 + acc115);
-        const float t119 = ks::ipow<2>(wishart_gamma);
-        const float t120 = (0.5f * t119);
-        const float t121 = (t120 * frobenius);
-        float acc122 = 0;
-        for (int64_t i123 = 0; i123 < K; ++i123) {
-            KS_OMP_SIMD(reduction(+:acc122))
-            for (int64_t i124 = 0; i124 < d; ++i124) {
-                const float qs_i125 = icf[i123 * T + i124];
-                acc122 += qs_i125;
+        float acc119 = 0;
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            KS_OMP_SIMD(reduction(+:acc119))
+            for (int64_t i121 = 0; i121 < (T - d); ++i121) {
+                const float ls_i = (icf + d)[i120 * T + i121];
+                const float t122 = ks::ipow<2>(ls_i);
+                acc119 += t122;
             }
         }
-        const float t126 = (wishart_m * acc122);
-        const float t127 = (t121 - t126);
-        const double t128 = static_cast<double>(K);
-        const double t129 = (t128 * C);
-        const double t130 = static_cast<double>(t127);
-        const double t131 = (t130 - t129);
-        r84 = t131;
+        const float frobenius = (acc113 + acc119);
+        const float t123 = ks::ipow<2>(wishart_gamma);
+        const float t124 = (0.5f * t123);
+        const float t125 = (t124 * frobenius);
+        float acc126 = 0;
+        for (int64_t i127 = 0; i127 < K; ++i127) {
+            KS_OMP_SIMD(reduction(+:acc126))
+            for (int64_t i128 = 0; i128 < d; ++i128) {
+                const float qs_i129 = icf[i127 * T + i128];
+                acc126 += qs_i129;
+            }
+        }
+        const float t130 = (wishart_m * acc126);
+        const float t131 = (t125 - t130);
+        const double t132 = static_cast<double>(K);
+        const double t133 = (t132 * C);
+        const double t134 = static_cast<double>(t131);
+        const double t135 = (t134 - t133);
+        r88 = t135;
     }
-    const double t132 = (t83 + r84);
-    const float t133 = static_cast<float>(t132);
-    *out = t133;
+    const double t136 = (t87 + r88);
+    const float t137 = static_cast<float>(t136);
+    *out = t137;
     return ks::status::ok;
 }
 
@@ -968,31 +1017,31 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp49 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp61 = reinterpret_cast<float*>(next_slot);
+    float* const tmp65 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp67 = reinterpret_cast<float*>(next_slot);
+    float* const tmp71 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum120 = reinterpret_cast<float*>(next_slot);
+    float* const sum124 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod125 = reinterpret_cast<float*>(next_slot);
+    float* const prod129 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r147 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
     float* const r151 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * T);
+    float* const r155 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded182 = reinterpret_cast<float*>(next_slot);
+    float* const padded187 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1063,281 +1112,300 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
     for (int64_t i42 = 0; i42 < n; ++i42) {
         for (int64_t i43 = 0; i43 < K; ++i43) {
-            for (int64_t i44 = 0; i44 < d; ++i44) {
-                float dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i45 = 0; i45 < d; ++i45) {
-                    dot += r[i43 * (d * d) + i44 * d + i45] * centered[i42 * (K * d) + i43 * d + i45];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                float dot = 0; float dot44 = 0; float dot45 = 0; float dot46 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot44, dot45, dot46))
+                for (int64_t i47 = 0; i47 < d; ++i47) {
+                    dot += r[i43 * (d * d) + j * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot44 += r[i43 * (d * d) + (j + 1) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot45 += r[i43 * (d * d) + (j + 2) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
+                    dot46 += r[i43 * (d * d) + (j + 3) * d + i47] * centered[i42 * (K * d) + i43 * d + i47];
                 }
-                mahalanobis[i42 * (K * d) + i43 * d + i44] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + j] = dot;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 1)] = dot44;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 2)] = dot45;
+                mahalanobis[i42 * (K * d) + i43 * d + (j + 3)] = dot46;
+            }
+            for (; j < d; ++j) {
+                float dot48 = 0;
+                KS_OMP_SIMD(reduction(+:dot48))
+                for (int64_t i49 = 0; i49 < d; ++i49) {
+                    dot48 += r[i43 * (d * d) + j * d + i49] * centered[i42 * (K * d) + i43 * d + i49];
+                }
+                mahalanobis[i42 * (K * d) + i43 * d + j] = dot48;
             }
         }
     }
-    for (int64_t i46 = 0; i46 < K; ++i46) {
-        const float alphas_i = alphas[i46];
-        const float x_i47 = tmp[i46];
-        const float base48 = (alphas_i + x_i47);
-        base[i46] = base48;
+    for (int64_t i50 = 0; i50 < K; ++i50) {
+        const float alphas_i = alphas[i50];
+        const float x_i51 = tmp[i50];
+        const float base52 = (alphas_i + x_i51);
+        base[i50] = base52;
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            float acc52 = 0;
-            KS_OMP_SIMD(reduction(+:acc52))
-            for (int64_t i53 = 0; i53 < d; ++i53) {
-                const float mahalanobis_i = mahalanobis[i50 * (K * d) + i51 * d + i53];
-                const float t54 = ks::ipow<2>(mahalanobis_i);
-                acc52 += t54;
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            float acc56 = 0;
+            KS_OMP_SIMD(reduction(+:acc56))
+            for (int64_t i57 = 0; i57 < d; ++i57) {
+                const float mahalanobis_i = mahalanobis[i54 * (K * d) + i55 * d + i57];
+                const float t58 = ks::ipow<2>(mahalanobis_i);
+                acc56 += t58;
             }
-            tmp49[i50 * K + i51] = acc52;
+            tmp53[i54 * K + i55] = acc56;
         }
     }
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        for (int64_t i56 = 0; i56 < K; ++i56) {
-            const float x_i57 = tmp49[i55 * K + i56];
-            const float t58 = (0.5f * x_i57);
-            const float x_i59 = base[i56];
-            const float scores60 = (x_i59 - t58);
-            scores[i55 * K + i56] = scores60;
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const float x_i61 = tmp53[i59 * K + i60];
+            const float t62 = (0.5f * x_i61);
+            const float x_i63 = base[i60];
+            const float scores64 = (x_i63 - t62);
+            scores[i59 * K + i60] = scores64;
         }
     }
-    for (int64_t i62 = 0; i62 < n; ++i62) {
-        float acc63 = ks::lowest<float>();
-        for (int64_t i64 = 0; i64 < K; ++i64) {
-            const float x_i65 = scores[i62 * K + i64];
-            acc63 = ks::max(x_i65, acc63);
+    for (int64_t i66 = 0; i66 < n; ++i66) {
+        float acc67 = ks::lowest<float>();
+        for (int64_t i68 = 0; i68 < K; ++i68) {
+            const float x_i69 = scores[i66 * K + i68];
+            acc67 = ks::max(x_i69, acc67);
         }
-        tmp61[i62] = acc63;
+        tmp65[i66] = acc67;
     }
-    float* const tmp66 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i68 = 0; i68 < n; ++i68) {
-        float acc69 = 0;
-        KS_OMP_SIMD(reduction(+:acc69))
-        for (int64_t i70 = 0; i70 < K; ++i70) {
-            const float scores_i = scores[i68 * K + i70];
-            const float x_i71 = tmp61[i68];
-            const float t72 = (scores_i - x_i71);
-            const float t73 = ks::exp(t72);
-            tmp66[i68 * K + i70] = t73;
-            acc69 += t73;
+    float* const tmp70 = tmp53;  // reuses a dead buffer's space
+    for (int64_t i72 = 0; i72 < n; ++i72) {
+        float acc73 = 0;
+        KS_OMP_SIMD(reduction(+:acc73))
+        for (int64_t i74 = 0; i74 < K; ++i74) {
+            const float scores_i = scores[i72 * K + i74];
+            const float x_i75 = tmp65[i72];
+            const float t76 = (scores_i - x_i75);
+            const float t77 = ks::exp(t76);
+            tmp70[i72 * K + i74] = t77;
+            acc73 += t77;
         }
-        tmp67[i68] = acc69;
+        tmp71[i72] = acc73;
     }
-    float acc74 = ks::lowest<float>();
-    for (int64_t i75 = 0; i75 < K; ++i75) {
-        const float x_i76 = alphas[i75];
-        acc74 = ks::max(x_i76, acc74);
-    }
-    float* const tmp77 = tmp;  // reuses a dead buffer's space
-    float acc78 = 0;
-    KS_OMP_SIMD(reduction(+:acc78))
+    float acc78 = ks::lowest<float>();
     for (int64_t i79 = 0; i79 < K; ++i79) {
-        const float alphas_i80 = alphas[i79];
-        const float x_i81 = acc74;
-        const float t82 = (alphas_i80 - x_i81);
-        const float t83 = ks::exp(t82);
-        tmp77[i79] = t83;
-        acc78 += t83;
+        const float x_i80 = alphas[i79];
+        acc78 = ks::max(x_i80, acc78);
     }
-    const float t84 = static_cast<float>(n);
-    const float t85 = (1.0f / acc78);
-    const float t86 = ks::ipow<2>(wishart_gamma);
-    const float t87 = (0.5f * t86);
-    const float t88 = ((-1.0f) * wishart_m);
-    const float t89 = ((-1.0f) * t84);
-    const float t90 = (t89 * t85);
-    float* const tmp91 = tmp61;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < n; ++i92) {
-        const float x_i93 = tmp67[i92];
-        const float t94 = (1.0f / x_i93);
-        tmp91[i92] = t94;
+    float* const tmp81 = tmp;  // reuses a dead buffer's space
+    float acc82 = 0;
+    KS_OMP_SIMD(reduction(+:acc82))
+    for (int64_t i83 = 0; i83 < K; ++i83) {
+        const float alphas_i84 = alphas[i83];
+        const float x_i85 = acc78;
+        const float t86 = (alphas_i84 - x_i85);
+        const float t87 = ks::exp(t86);
+        tmp81[i83] = t87;
+        acc82 += t87;
+    }
+    const float t88 = static_cast<float>(n);
+    const float t89 = (1.0f / acc82);
+    const float t90 = ks::ipow<2>(wishart_gamma);
+    const float t91 = (0.5f * t90);
+    const float t92 = ((-1.0f) * wishart_m);
+    const float t93 = ((-1.0f) * t88);
+    const float t94 = (t93 * t89);
+    float* const tmp95 = tmp65;  // reuses a dead buffer's space
+    for (int64_t i96 = 0; i96 < n; ++i96) {
+        const float x_i97 = tmp71[i96];
+        const float t98 = (1.0f / x_i97);
+        tmp95[i96] = t98;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i95 = 0; i95 < n; ++i95) {
-        for (int64_t i96 = 0; i96 < K; ++i96) {
-            const float x_i97 = tmp91[i95];
-            const float x_i98 = tmp66[i95 * K + i96];
-            const float d_scores99 = (x_i97 * x_i98);
-            d_scores[i95 * K + i96] = d_scores99;
+    for (int64_t i99 = 0; i99 < n; ++i99) {
+        for (int64_t i100 = 0; i100 < K; ++i100) {
+            const float x_i101 = tmp95[i99];
+            const float x_i102 = tmp70[i99 * K + i100];
+            const float d_scores103 = (x_i101 * x_i102);
+            d_scores[i99 * K + i100] = d_scores103;
         }
     }
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i100 = 0; i100 < K; ++i100) {
-        sum[i100] = 0;
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        sum[i104] = 0;
     }
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            sum[i102] += d_scores[i101 * K + i102];
+    for (int64_t i105 = 0; i105 < n; ++i105) {
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            sum[i106] += d_scores[i105 * K + i106];
         }
     }
-    float* const tmp103 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i104 = 0; i104 < n; ++i104) {
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            const float d_scores_i = d_scores[i104 * K + i105];
-            const float t106 = (d_scores_i * (-1.0f));
-            const float t107 = (t106 * 0.5f);
-            tmp103[i104 * K + i105] = t107;
-        }
-    }
+    float* const tmp107 = tmp53;  // reuses a dead buffer's space
     for (int64_t i108 = 0; i108 < n; ++i108) {
         for (int64_t i109 = 0; i109 < K; ++i109) {
-            for (int64_t i110 = 0; i110 < d; ++i110) {
-                const float mahalanobis_i111 = mahalanobis[i108 * (K * d) + i109 * d + i110];
-                const float t112 = (2.0f * mahalanobis_i111);
-                const float x_i113 = tmp103[i108 * K + i109];
-                const float d_mahalanobis114 = (x_i113 * t112);
-                d_mahalanobis[i108 * (K * d) + i109 * d + i110] = d_mahalanobis114;
+            const float d_scores_i = d_scores[i108 * K + i109];
+            const float t110 = (d_scores_i * (-1.0f));
+            const float t111 = (t110 * 0.5f);
+            tmp107[i108 * K + i109] = t111;
+        }
+    }
+    for (int64_t i112 = 0; i112 < n; ++i112) {
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            for (int64_t i114 = 0; i114 < d; ++i114) {
+                const float mahalanobis_i115 = mahalanobis[i112 * (K * d) + i113 * d + i114];
+                const float t116 = (2.0f * mahalanobis_i115);
+                const float x_i117 = tmp107[i112 * K + i113];
+                const float d_mahalanobis118 = (x_i117 * t116);
+                d_mahalanobis[i112 * (K * d) + i113 * d + i114] = d_mahalanobis118;
             }
         }
     }
-    for (int64_t i115 = 0; i115 < K * d * d; ++i115) {
-        prod[i115] = 0;
+    for (int64_t i119 = 0; i119 < K * d * d; ++i119) {
+        prod[i119] = 0;
     }
-    for (int64_t i116 = 0; i116 < K; ++i116) {
-        for (int64_t i117 = 0; i117 < d; ++i117) {
-            for (int64_t i118 = 0; i118 < n; ++i118) {
-                for (int64_t i119 = 0; i119 < d; ++i119) {
-                    prod[i116 * (d * d) + i117 * d + i119] += d_mahalanobis[i118 * (K * d) + i116 * d + i117] * centered[i118 * (K * d) + i116 * d + i119];
+    for (int64_t i120 = 0; i120 < K; ++i120) {
+        for (int64_t i121 = 0; i121 < d; ++i121) {
+            for (int64_t i122 = 0; i122 < n; ++i122) {
+                for (int64_t i123 = 0; i123 < d; ++i123) {
+                    prod[i120 * (d * d) + i121 * d + i123] += d_mahalanobis[i122 * (K * d) + i120 * d + i121] * centered[i122 * (K * d) + i120 * d + i123];
                 }
             }
         }
     }
-    for (int64_t i121 = 0; i121 < K * d; ++i121) {
-        sum120[i121] = 0;
+    for (int64_t i125 = 0; i125 < K * d; ++i125) {
+        sum124[i125] = 0;
     }
-    for (int64_t i122 = 0; i122 < n; ++i122) {
-        for (int64_t i123 = 0; i123 < K; ++i123) {
-            for (int64_t i124 = 0; i124 < d; ++i124) {
-                sum120[i123 * d + i124] += d_mahalanobis[i122 * (K * d) + i123 * d + i124];
+    for (int64_t i126 = 0; i126 < n; ++i126) {
+        for (int64_t i127 = 0; i127 < K; ++i127) {
+            for (int64_t i128 = 0; i128 < d; ++i128) {
+                sum124[i127 * d + i128] += d_mahalanobis[i126 * (K * d) + i127 * d + i128];
             }
         }
     }
-    for (int64_t i126 = 0; i126 < K * d; ++i126) {
-        prod125[i126] = 0;
+    for (int64_t i130 = 0; i130 < K * d; ++i130) {
+        prod129[i130] = 0;
     }
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        for (int64_t i128 = 0; i128 < d; ++i128) {
-            for (int64_t i129 = 0; i129 < d; ++i129) {
-                prod125[i127 * d + i129] += sum120[i127 * d + i128] * r[i127 * (d * d) + i128 * d + i129];
-            }
-        }
-    }
-    float* const tmp130 = sum120;  // reuses a dead buffer's space
-    for (int64_t i131 = 0; i131 < 1; ++i131) {
-        for (int64_t i132 = 0; i132 < K; ++i132) {
+    for (int64_t i131 = 0; i131 < K; ++i131) {
+        for (int64_t i132 = 0; i132 < d; ++i132) {
             for (int64_t i133 = 0; i133 < d; ++i133) {
-                const float x_i134 = prod125[i131 * (K * d) + i132 * d + i133];
-                const float t135 = (x_i134 * (-1.0f));
-                tmp130[i131 * (K * d) + i132 * d + i133] = t135;
+                prod129[i131 * d + i133] += sum124[i131 * d + i132] * r[i131 * (d * d) + i132 * d + i133];
             }
         }
     }
-    float* const d_qs = prod125;  // reuses a dead buffer's space
-    for (int64_t i136 = 0; i136 < K; ++i136) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            const float qs_i138 = icf[i136 * T + i137];
-            const float t139 = ks::exp(qs_i138);
-            const float t140 = (2.0f * t139);
-            const float x_i141 = t87;
-            const float t142 = (x_i141 * t140);
-            const float t143 = (t142 * t139);
-            const float d_qs_i = t88;
-            const float d_qs144 = (d_qs_i + t143);
-            const float x_i145 = sum[i136];
-            const float d_qs146 = (d_qs144 + x_i145);
-            d_qs[i136 * d + i137] = d_qs146;
-        }
-    }
-    for (int64_t i148 = 0; i148 < K * T; ++i148) {
-        r147[i148] = 0.0f;
-    }
-    for (int64_t k149 = K - 1; k149 >= 0; --k149) {
-        float* const r150 = r10;  // reuses a dead buffer's space
-        float r152;
-        for (int64_t i153 = 0; i153 < d; ++i153) {
-            r150[i153] = 0.0f;
-        }
-        for (int64_t i154 = 0; i154 < T; ++i154) {
-            r151[i154] = 0.0f;
-        }
-        r152 = 0.0f;
-        for (int64_t k155 = d - 1; k155 >= 0; --k155) {
-            float r156;
-            float r157;
-            r156 = 0.0f;
-            r157 = r152;
-            for (int64_t k158 = d - 1; k158 >= 0; --k158) {
-                const int64_t t159 = ((2*d) - k158);
-                const int64_t t160 = (t159 - int64_t{1});
-                const int64_t t161 = (k158 * t160);
-                const int64_t t162 = ks::floordiv(t161, int64_t{2});
-                const int64_t t163 = (d + t162);
-                const int64_t t164 = (t163 + k155);
-                const int64_t t165 = (t164 - k158);
-                const int64_t t166 = (t165 - int64_t{1});
-                const float t167 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? (((prod + k149 * (d * d)) + k155 * d) + k158)[0] : 0.0f);
-                const float t168 = ((((r3 + k149 * (d * d)) + k155 * d) + k158)[0] ? 0.0f : (((prod + k149 * (d * d)) + k155 * d) + k158)[0]);
-                const float t169 = ((((r2 + k149 * (d * d)) + k155 * d) + k158)[0] ? t168 : 0.0f);
-                (r151 + ks::clamp_index(t166, T))[0] += t169;
-                const float t170 = (t167 * (((r1 + k149 * (d * d)) + k155 * d) + k158)[0]);
-                const float t171 = (r156 + t170);
-                r156 = t171;
+    float* const tmp134 = sum124;  // reuses a dead buffer's space
+    for (int64_t i135 = 0; i135 < 1; ++i135) {
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                const float x_i138 = prod129[i135 * (K * d) + i136 * d + i137];
+                const float t139 = (x_i138 * (-1.0f));
+                tmp134[i135 * (K * d) + i136 * d + i137] = t139;
             }
-            (r150 + k155)[0] += r156;
-            r152 = r157;
-        }
-        (r150 + ks::clamp_index(int64_t{0}, d))[0] += r152;
-        for (int64_t i172 = 0; i172 < T; ++i172) {
-            (r147 + k149 * T)[i172] += r151[i172];
-        }
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            (d_qs + k149 * d)[i173] += r150[i173];
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
-            const float ls_i = (icf + d)[i174 * T + i175];
-            const float t176 = (2.0f * ls_i);
-            const float x_i177 = t87;
-            const float d_ls178 = (x_i177 * t176);
-            d_ls[i174 * ((T - d)) + i175] = d_ls178;
+    float* const d_qs = prod129;  // reuses a dead buffer's space
+    for (int64_t i140 = 0; i140 < K; ++i140) {
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            const float qs_i142 = icf[i140 * T + i141];
+            const float t143 = ks::exp(qs_i142);
+            const float t144 = (2.0f * t143);
+            const float x_i145 = t91;
+            const float t146 = (x_i145 * t144);
+            const float t147 = (t146 * t143);
+            const float d_qs_i = t92;
+            const float d_qs148 = (d_qs_i + t147);
+            const float x_i149 = sum[i140];
+            const float d_qs150 = (d_qs148 + x_i149);
+            d_qs[i140 * d + i141] = d_qs150;
         }
     }
-    for (int64_t i179 = 0; i179 < K * T; ++i179) {
-        padded[i179] = 0.0f;
+    for (int64_t i152 = 0; i152 < K * T; ++i152) {
+        r151[i152] = 0.0f;
     }
-    for (int64_t i180 = 0; i180 < K; ++i180) {
-        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
-            (padded + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
+    for (int64_t k153 = K - 1; k153 >= 0; --k153) {
+        float* const r154 = r10;  // reuses a dead buffer's space
+        float r156;
+        for (int64_t i157 = 0; i157 < d; ++i157) {
+            r154[i157] = 0.0f;
+        }
+        for (int64_t i158 = 0; i158 < T; ++i158) {
+            r155[i158] = 0.0f;
+        }
+        r156 = 0.0f;
+        for (int64_t k159 = d - 1; k159 >= 0; --k159) {
+            float r160;
+            float r161;
+            r160 = 0.0f;
+            r161 = r156;
+            for (int64_t k162 = d - 1; k162 >= 0; --k162) {
+                const int64_t t163 = ((2*d) - k162);
+                const int64_t t164 = (t163 - int64_t{1});
+                const int64_t t165 = (k162 * t164);
+                const int64_t t166 = ks::floordiv(t165, int64_t{2});
+                const int64_t t167 = (d + t166);
+                const int64_t t168 = (t167 + k159);
+                const int64_t t169 = (t168 - k162);
+                const int64_t t170 = (t169 - int64_t{1});
+                const float t171 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? (((prod + k153 * (d * d)) + k159 * d) + k162)[0] : 0.0f);
+                const float t172 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? 0.0f : (((prod + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const float t173 = ((((r2 + k153 * (d * d)) + k159 * d) + k162)[0] ? t172 : 0.0f);
+                (r155 + ks::clamp_index(t170, T))[0] += t173;
+                const float t174 = (t171 * (((r1 + k153 * (d * d)) + k159 * d) + k162)[0]);
+                const float t175 = (r160 + t174);
+                r160 = t175;
+            }
+            (r154 + k159)[0] += r160;
+            r156 = r161;
+        }
+        (r154 + ks::clamp_index(int64_t{0}, d))[0] += r156;
+        for (int64_t i176 = 0; i176 < T; ++i176) {
+            (r151 + k153 * T)[i176] += r155[i176];
+        }
+        for (int64_t i177 = 0; i177 < d; ++i177) {
+            (d_qs + k153 * d)[i177] += r154[i177];
         }
     }
-    for (int64_t i183 = 0; i183 < K * T; ++i183) {
-        padded182[i183] = 0.0f;
-    }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < d; ++i185) {
-            padded182[i184 * T + i185] = d_qs[i184 * d + i185];
+    for (int64_t i178 = 0; i178 < K; ++i178) {
+        for (int64_t i179 = 0; i179 < (T - d); ++i179) {
+            const float ls_i = (icf + d)[i178 * T + i179];
+            const float t180 = (2.0f * ls_i);
+            const float x_i181 = t91;
+            const float d_ls182 = (x_i181 * t180);
+            d_ls[i178 * ((T - d)) + i179] = d_ls182;
         }
     }
-    for (int64_t i186 = 0; i186 < K; ++i186) {
-        const float x_i187 = t90;
-        const float x_i188 = tmp77[i186];
-        const float d_alphas = (x_i187 * x_i188);
-        const float d_base_i = sum[i186];
-        const float d_alphas189 = (d_alphas + d_base_i);
-        out_d_alphas[i186] = d_alphas189;
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < d; ++i184) {
+            padded[i183 * T + i184] = 0.0f;
+        }
+    }
+    for (int64_t i185 = 0; i185 < K; ++i185) {
+        for (int64_t i186 = 0; i186 < (T - d); ++i186) {
+            (padded + d)[i185 * T + i186] = d_ls[i185 * ((T - d)) + i186];
+        }
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            (padded187 + d)[i188 * T + i189] = 0.0f;
+        }
     }
     for (int64_t i190 = 0; i190 < K; ++i190) {
-        for (int64_t i191 = 0; i191 < T; ++i191) {
-            const float x_i192 = r147[i190 * T + i191];
-            const float x_i193 = padded[i190 * T + i191];
-            const float d_icf = (x_i192 + x_i193);
-            const float x_i194 = padded182[i190 * T + i191];
-            const float d_icf195 = (d_icf + x_i194);
-            out_d_icf[i190 * T + i191] = d_icf195;
+        for (int64_t i191 = 0; i191 < d; ++i191) {
+            padded187[i190 * T + i191] = d_qs[i190 * d + i191];
         }
     }
-    for (int64_t i196 = 0; i196 < K * d; ++i196) {
-        out_d_means[i196] = tmp130[i196];
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        const float x_i193 = t94;
+        const float x_i194 = tmp81[i192];
+        const float d_alphas = (x_i193 * x_i194);
+        const float d_base_i = sum[i192];
+        const float d_alphas195 = (d_alphas + d_base_i);
+        out_d_alphas[i192] = d_alphas195;
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        for (int64_t i197 = 0; i197 < T; ++i197) {
+            const float x_i198 = r151[i196 * T + i197];
+            const float x_i199 = padded[i196 * T + i197];
+            const float d_icf = (x_i198 + x_i199);
+            const float x_i200 = padded187[i196 * T + i197];
+            const float d_icf201 = (d_icf + x_i200);
+            out_d_icf[i196 * T + i197] = d_icf201;
+        }
+    }
+    for (int64_t i202 = 0; i202 < K * d; ++i202) {
+        out_d_means[i202] = tmp134[i202];
     }
     return ks::status::ok;
 }
@@ -1367,7 +1435,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp38 = reinterpret_cast<double*>(next_slot);
+    double* const tmp42 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -1425,150 +1493,165 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             }
         }
         for (int64_t i29 = 0; i29 < K; ++i29) {
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                double dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i31 = 0; i31 < d; ++i31) {
-                    dot += Qs[i29 * (d * d) + i30 * d + i31] * tmp24[i29 * d + i31];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                double dot = 0; double dot30 = 0; double dot31 = 0; double dot32 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot30, dot31, dot32))
+                for (int64_t i33 = 0; i33 < d; ++i33) {
+                    dot += Qs[i29 * (d * d) + j * d + i33] * tmp24[i29 * d + i33];
+                    dot30 += Qs[i29 * (d * d) + (j + 1) * d + i33] * tmp24[i29 * d + i33];
+                    dot31 += Qs[i29 * (d * d) + (j + 2) * d + i33] * tmp24[i29 * d + i33];
+                    dot32 += Qs[i29 * (d * d) + (j + 3) * d + i33] * tmp24[i29 * d + i33];
                 }
-                prod[i29 * d + i30] = dot;
+                prod[i29 * d + j] = dot;
+                prod[i29 * d + (j + 1)] = dot30;
+                prod[i29 * d + (j + 2)] = dot31;
+                prod[i29 * d + (j + 3)] = dot32;
+            }
+            for (; j < d; ++j) {
+                double dot34 = 0;
+                KS_OMP_SIMD(reduction(+:dot34))
+                for (int64_t i35 = 0; i35 < d; ++i35) {
+                    dot34 += Qs[i29 * (d * d) + j * d + i35] * tmp24[i29 * d + i35];
+                }
+                prod[i29 * d + j] = dot34;
             }
         }
-        double* const tmp32 = tmp;  // reuses a dead buffer's space
-        for (int64_t i33 = 0; i33 < K; ++i33) {
-            double acc34 = 0;
-            KS_OMP_SIMD(reduction(+:acc34))
-            for (int64_t i35 = 0; i35 < d; ++i35) {
-                const double x_i36 = prod[i33 * d + i35];
-                const double t37 = ks::ipow<2>(x_i36);
-                acc34 += t37;
+        double* const tmp36 = tmp;  // reuses a dead buffer's space
+        for (int64_t i37 = 0; i37 < K; ++i37) {
+            double acc38 = 0;
+            KS_OMP_SIMD(reduction(+:acc38))
+            for (int64_t i39 = 0; i39 < d; ++i39) {
+                const double x_i40 = prod[i37 * d + i39];
+                const double t41 = ks::ipow<2>(x_i40);
+                acc38 += t41;
             }
-            tmp32[i33] = acc34;
+            tmp36[i37] = acc38;
         }
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const double x_i40 = tmp32[i39];
-            const double t41 = (0.5 * x_i40);
-            const double x_i42 = base[i39];
-            const double t43 = (x_i42 - t41);
-            tmp38[i39] = t43;
+        for (int64_t i43 = 0; i43 < K; ++i43) {
+            const double x_i44 = tmp36[i43];
+            const double t45 = (0.5 * x_i44);
+            const double x_i46 = base[i43];
+            const double t47 = (x_i46 - t45);
+            tmp42[i43] = t47;
         }
-        double acc44 = ks::lowest<double>();
-        for (int64_t i45 = 0; i45 < K; ++i45) {
-            const double x_i46 = tmp38[i45];
-            acc44 = ks::max(x_i46, acc44);
+        double acc48 = ks::lowest<double>();
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            const double x_i50 = tmp42[i49];
+            acc48 = ks::max(x_i50, acc48);
         }
-        double acc47 = 0;
-        KS_OMP_SIMD(reduction(+:acc47))
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            const double x_i49 = tmp38[i48];
-            const double x_i50 = acc44;
-            const double t51 = (x_i49 - x_i50);
-            const double t52 = ks::exp(t51);
-            acc47 += t52;
+        double acc51 = 0;
+        KS_OMP_SIMD(reduction(+:acc51))
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const double x_i53 = tmp42[i52];
+            const double x_i54 = acc48;
+            const double t55 = (x_i53 - x_i54);
+            const double t56 = ks::exp(t55);
+            acc51 += t56;
         }
-        const double t53 = ks::log(acc47);
-        const double t54 = (t53 + acc44);
-        const double __sum_66_14 = (slse + t54);
+        const double t57 = ks::log(acc51);
+        const double t58 = (t57 + acc48);
+        const double __sum_66_14 = (slse + t58);
         slse = __sum_66_14;
     }
-    const int64_t t55 = (-n);
-    const int64_t t56 = (t55 * d);
-    const double t57 = static_cast<double>(t56);
-    const double t58 = (t57 * 0.5);
-    const double constant = (t58 * 1.8378770664093453);
-    const double t59 = (constant + slse);
-    double acc60 = ks::lowest<double>();
-    for (int64_t i61 = 0; i61 < K; ++i61) {
-        const double x_i62 = alphas[i61];
-        acc60 = ks::max(x_i62, acc60);
+    const int64_t t59 = (-n);
+    const int64_t t60 = (t59 * d);
+    const double t61 = static_cast<double>(t60);
+    const double t62 = (t61 * 0.5);
+    const double constant = (t62 * 1.8378770664093453);
+    const double t63 = (constant + slse);
+    double acc64 = ks::lowest<double>();
+    for (int64_t i65 = 0; i65 < K; ++i65) {
+        const double x_i66 = alphas[i65];
+        acc64 = ks::max(x_i66, acc64);
     }
-    double acc63 = 0;
-    KS_OMP_SIMD(reduction(+:acc63))
-    for (int64_t i64 = 0; i64 < K; ++i64) {
-        const double alphas_i65 = alphas[i64];
-        const double x_i66 = acc60;
-        const double t67 = (alphas_i65 - x_i66);
-        const double t68 = ks::exp(t67);
-        acc63 += t68;
+    double acc67 = 0;
+    KS_OMP_SIMD(reduction(+:acc67))
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        const double alphas_i69 = alphas[i68];
+        const double x_i70 = acc64;
+        const double t71 = (alphas_i69 - x_i70);
+        const double t72 = ks::exp(t71);
+        acc67 += t72;
     }
-    const double t69 = ks::log(acc63);
-    const double t70 = (t69 + acc60);
-    const double t71 = static_cast<double>(n);
-    const double t72 = (t71 * t70);
-    const double t73 = (t59 - t72);
-    double r74;
+    const double t73 = ks::log(acc67);
+    const double t74 = (t73 + acc64);
+    const double t75 = static_cast<double>(n);
+    const double t76 = (t75 * t74);
+    const double t77 = (t63 - t76);
+    double r78;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t75 = static_cast<double>(d);
-        const double t76 = (t75 + wishart_m);
-        const double n_w = (t76 + 1.0);
-        const double t77 = (n_w * t75);
-        const double t78 = ks::log(wishart_gamma);
-        const double t79 = (t78 - 0.34657359027997264);
-        const double t80 = (t77 * t79);
-        const double t81 = (0.5 * n_w);
-        double r82;
+        const double t79 = static_cast<double>(d);
+        const double t80 = (t79 + wishart_m);
+        const double n_w = (t80 + 1.0);
+        const double t81 = (n_w * t79);
+        const double t82 = ks::log(wishart_gamma);
+        const double t83 = (t82 - 0.34657359027997264);
+        const double t84 = (t81 * t83);
+        const double t85 = (0.5 * n_w);
+        double r86;
         {  // log_gamma_d(a)
-            const double t83 = static_cast<double>(d);
-            const double t84 = (0.25 * t83);
-            const double t85 = static_cast<double>((d - 1));
-            const double t86 = (t84 * t85);
-            const double t87 = (t86 * 1.1447298858494002);
-            double r88;
-            r88 = 0.0;
-            for (int64_t k89 = 0; k89 < d; ++k89) {
-                const int64_t t90 = (k89 + int64_t{1});
-                const int64_t t91 = (int64_t{1} - t90);
-                const double t92 = static_cast<double>(t91);
-                const double t93 = (0.5 * t92);
-                const double t94 = (t81 + t93);
-                const double t95 = std::lgamma(t94);
-                const double __sum_25_55 = (r88 + t95);
-                r88 = __sum_25_55;
+            const double t87 = static_cast<double>(d);
+            const double t88 = (0.25 * t87);
+            const double t89 = static_cast<double>((d - 1));
+            const double t90 = (t88 * t89);
+            const double t91 = (t90 * 1.1447298858494002);
+            double r92;
+            r92 = 0.0;
+            for (int64_t k93 = 0; k93 < d; ++k93) {
+                const int64_t t94 = (k93 + int64_t{1});
+                const int64_t t95 = (int64_t{1} - t94);
+                const double t96 = static_cast<double>(t95);
+                const double t97 = (0.5 * t96);
+                const double t98 = (t85 + t97);
+                const double t99 = std::lgamma(t98);
+                const double __sum_25_55 = (r92 + t99);
+                r92 = __sum_25_55;
             }
-            const double t96 = (t87 + r88);
-            r82 = t96;
+            const double t100 = (t91 + r92);
+            r86 = t100;
         }
-        const double C = (t80 - r82);
-        double acc97 = 0;
-        for (int64_t i98 = 0; i98 < K; ++i98) {
-            KS_OMP_SIMD(reduction(+:acc97))
-            for (int64_t i99 = 0; i99 < d; ++i99) {
-                const double qs_i100 = icf[i98 * T + i99];
-                const double t101 = ks::exp(qs_i100);
-                const double t102 = ks::ipow<2>(t101);
-                acc97 += t102;
-            }
-        }
-        double acc103 = 0;
-        for (int64_t i104 = 0; i104 < K; ++i104) {
-            KS_OMP_SIMD(reduction(+:acc103))
-            for (int64_t i105 = 0; i105 < (T - d); ++i105) {
-                const double ls_i = (icf + d)[i104 * T + i105];
-                const double t106 = ks::ipow<2>(ls_i);
-                acc103 += t106;
+        const double C = (t84 - r86);
+        double acc101 = 0;
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            KS_OMP_SIMD(reduction(+:acc101))
+            for (int64_t i103 = 0; i103 < d; ++i103) {
+                const double qs_i104 = icf[i102 * T + i103];
+                const double t105 = ks::exp(qs_i104);
+                const double t106 = ks::ipow<2>(t105);
+                acc101 += t106;
             }
         }
-        const double frobenius = (acc97 + acc103);
-        const double t107 = ks::ipow<2>(wishart_gamma);
-        const double t108 = (0.5 * t107);
-        const double t109 = (t108 * frobenius);
-        double acc110 = 0;
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            KS_OMP_SIMD(reduction(+:acc110))
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                const double qs_i113 = icf[i111 * T + i112];
-                acc110 += qs_i113;
+        double acc107 = 0;
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            KS_OMP_SIMD(reduction(+:acc107))
+            for (int64_t i109 = 0; i109 < (T - d); ++i109) {
+                const double ls_i = (icf + d)[i108 * T + i109];
+                const double t110 = ks::ipow<2>(ls_i);
+                acc107 += t110;
             }
         }
-        const double t114 = (wishart_m * acc110);
-        const double t115 = (t109 - t114);
-        const double t116 = static_cast<double>(K);
-        const double t117 = (t116 * C);
-        const double t118 = (t115 - t117);
-        r74 = t118;
+        const double frobenius = (acc101 + acc107);
+        const double t111 = ks::ipow<2>(wishart_gamma);
+        const double t112 = (0.5 * t111);
+        const double t113 = (t112 * frobenius);
+        double acc114 = 0;
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            KS_OMP_SIMD(reduction(+:acc114))
+            for (int64_t i116 = 0; i116 < d; ++i116) {
+                const double qs_i117 = icf[i115 * T + i116];
+                acc114 += qs_i117;
+            }
+        }
+        const double t118 = (wishart_m * acc114);
+        const double t119 = (t113 - t118);
+        const double t120 = static_cast<double>(K);
+        const double t121 = (t120 * C);
+        const double t122 = (t119 - t121);
+        r78 = t122;
     }
-    const double t119 = (t73 + r74);
-    *out = t119;
+    const double t123 = (t77 + r78);
+    *out = t123;
     return ks::status::ok;
 }
 
@@ -1625,21 +1708,21 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp58 = reinterpret_cast<double*>(next_slot);
+    double* const tmp62 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r95 = reinterpret_cast<double*>(next_slot);
+    double* const r99 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp104 = reinterpret_cast<double*>(next_slot);
+    double* const tmp108 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r151 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     double* const r155 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r159 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded186 = reinterpret_cast<double*>(next_slot);
+    double* const padded191 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1714,263 +1797,282 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
             }
         }
         for (int64_t i49 = 0; i49 < K; ++i49) {
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                double dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i51 = 0; i51 < d; ++i51) {
-                    dot += r[i49 * (d * d) + i50 * d + i51] * tmp44[i49 * d + i51];
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                double dot = 0; double dot50 = 0; double dot51 = 0; double dot52 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot50, dot51, dot52))
+                for (int64_t i53 = 0; i53 < d; ++i53) {
+                    dot += r[i49 * (d * d) + j * d + i53] * tmp44[i49 * d + i53];
+                    dot50 += r[i49 * (d * d) + (j + 1) * d + i53] * tmp44[i49 * d + i53];
+                    dot51 += r[i49 * (d * d) + (j + 2) * d + i53] * tmp44[i49 * d + i53];
+                    dot52 += r[i49 * (d * d) + (j + 3) * d + i53] * tmp44[i49 * d + i53];
                 }
-                prod[i49 * d + i50] = dot;
+                prod[i49 * d + j] = dot;
+                prod[i49 * d + (j + 1)] = dot50;
+                prod[i49 * d + (j + 2)] = dot51;
+                prod[i49 * d + (j + 3)] = dot52;
+            }
+            for (; j < d; ++j) {
+                double dot54 = 0;
+                KS_OMP_SIMD(reduction(+:dot54))
+                for (int64_t i55 = 0; i55 < d; ++i55) {
+                    dot54 += r[i49 * (d * d) + j * d + i55] * tmp44[i49 * d + i55];
+                }
+                prod[i49 * d + j] = dot54;
             }
         }
-        double* const tmp52 = tmp;  // reuses a dead buffer's space
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            double acc54 = 0;
-            KS_OMP_SIMD(reduction(+:acc54))
-            for (int64_t i55 = 0; i55 < d; ++i55) {
-                const double x_i56 = prod[i53 * d + i55];
-                const double t57 = ks::ipow<2>(x_i56);
-                acc54 += t57;
+        double* const tmp56 = tmp;  // reuses a dead buffer's space
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            double acc58 = 0;
+            KS_OMP_SIMD(reduction(+:acc58))
+            for (int64_t i59 = 0; i59 < d; ++i59) {
+                const double x_i60 = prod[i57 * d + i59];
+                const double t61 = ks::ipow<2>(x_i60);
+                acc58 += t61;
             }
-            tmp52[i53] = acc54;
+            tmp56[i57] = acc58;
         }
-        for (int64_t i59 = 0; i59 < K; ++i59) {
-            const double x_i60 = tmp52[i59];
-            const double t61 = (0.5 * x_i60);
-            const double x_i62 = base[i59];
-            const double t63 = (x_i62 - t61);
-            tmp58[i59] = t63;
+        for (int64_t i63 = 0; i63 < K; ++i63) {
+            const double x_i64 = tmp56[i63];
+            const double t65 = (0.5 * x_i64);
+            const double x_i66 = base[i63];
+            const double t67 = (x_i66 - t65);
+            tmp62[i63] = t67;
         }
-        double acc64 = ks::lowest<double>();
-        for (int64_t i65 = 0; i65 < K; ++i65) {
-            const double x_i66 = tmp58[i65];
-            acc64 = ks::max(x_i66, acc64);
-        }
-        double* const tmp67 = tmp;  // reuses a dead buffer's space
-        double acc68 = 0;
-        KS_OMP_SIMD(reduction(+:acc68))
+        double acc68 = ks::lowest<double>();
         for (int64_t i69 = 0; i69 < K; ++i69) {
-            const double x_i70 = tmp58[i69];
-            const double x_i71 = acc64;
-            const double t72 = (x_i70 - x_i71);
-            const double t73 = ks::exp(t72);
-            tmp67[i69] = t73;
-            acc68 += t73;
+            const double x_i70 = tmp62[i69];
+            acc68 = ks::max(x_i70, acc68);
         }
-        for (int64_t i74 = 0; i74 < K * d; ++i74) {
-            (r39 + k43 * (K * d))[i74] = tmp44[i74];
+        double* const tmp71 = tmp;  // reuses a dead buffer's space
+        double acc72 = 0;
+        KS_OMP_SIMD(reduction(+:acc72))
+        for (int64_t i73 = 0; i73 < K; ++i73) {
+            const double x_i74 = tmp62[i73];
+            const double x_i75 = acc68;
+            const double t76 = (x_i74 - x_i75);
+            const double t77 = ks::exp(t76);
+            tmp71[i73] = t77;
+            acc72 += t77;
         }
-        for (int64_t i75 = 0; i75 < K * d; ++i75) {
-            (r40 + k43 * (K * d))[i75] = prod[i75];
+        for (int64_t i78 = 0; i78 < K * d; ++i78) {
+            (r39 + k43 * (K * d))[i78] = tmp44[i78];
         }
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            (r41 + k43 * K)[i76] = tmp67[i76];
+        for (int64_t i79 = 0; i79 < K * d; ++i79) {
+            (r40 + k43 * (K * d))[i79] = prod[i79];
         }
-        (r42 + k43)[0] = acc68;
+        for (int64_t i80 = 0; i80 < K; ++i80) {
+            (r41 + k43 * K)[i80] = tmp71[i80];
+        }
+        (r42 + k43)[0] = acc72;
     }
-    double acc77 = ks::lowest<double>();
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double x_i79 = alphas[i78];
-        acc77 = ks::max(x_i79, acc77);
-    }
-    double* const tmp80 = tmp;  // reuses a dead buffer's space
-    double acc81 = 0;
-    KS_OMP_SIMD(reduction(+:acc81))
+    double acc81 = ks::lowest<double>();
     for (int64_t i82 = 0; i82 < K; ++i82) {
-        const double alphas_i83 = alphas[i82];
-        const double x_i84 = acc77;
-        const double t85 = (alphas_i83 - x_i84);
-        const double t86 = ks::exp(t85);
-        tmp80[i82] = t86;
-        acc81 += t86;
+        const double x_i83 = alphas[i82];
+        acc81 = ks::max(x_i83, acc81);
     }
-    const double t87 = static_cast<double>(n);
-    const double t88 = (1.0 / acc81);
-    const double t89 = ks::ipow<2>(wishart_gamma);
-    const double t90 = (0.5 * t89);
-    const double t91 = ((-1.0) * wishart_m);
-    const double t92 = ((-1.0) * t87);
-    const double t93 = (t92 * t88);
-    double* const r94 = base;  // reuses a dead buffer's space
-    double r96;
-    for (int64_t i97 = 0; i97 < K; ++i97) {
-        r94[i97] = 0.0;
+    double* const tmp84 = tmp;  // reuses a dead buffer's space
+    double acc85 = 0;
+    KS_OMP_SIMD(reduction(+:acc85))
+    for (int64_t i86 = 0; i86 < K; ++i86) {
+        const double alphas_i87 = alphas[i86];
+        const double x_i88 = acc81;
+        const double t89 = (alphas_i87 - x_i88);
+        const double t90 = ks::exp(t89);
+        tmp84[i86] = t90;
+        acc85 += t90;
     }
-    for (int64_t i98 = 0; i98 < K * d * d; ++i98) {
-        r95[i98] = 0.0;
+    const double t91 = static_cast<double>(n);
+    const double t92 = (1.0 / acc85);
+    const double t93 = ks::ipow<2>(wishart_gamma);
+    const double t94 = (0.5 * t93);
+    const double t95 = ((-1.0) * wishart_m);
+    const double t96 = ((-1.0) * t91);
+    const double t97 = (t96 * t92);
+    double* const r98 = base;  // reuses a dead buffer's space
+    double r100;
+    for (int64_t i101 = 0; i101 < K; ++i101) {
+        r98[i101] = 0.0;
     }
-    for (int64_t i99 = 0; i99 < K * d; ++i99) {
-        out_d_means[i99] = 0.0;
+    for (int64_t i102 = 0; i102 < K * d * d; ++i102) {
+        r99[i102] = 0.0;
     }
-    r96 = 1.0;
-    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
-        const double t101 = (1.0 / (r42 + k100)[0]);
-        const double t102 = (r96 * t101);
-        double* const tmp103 = tmp58;  // reuses a dead buffer's space
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            const double x_i106 = t102;
-            const double x_i107 = (r41 + k100 * K)[i105];
-            const double t108 = (x_i106 * x_i107);
-            tmp103[i105] = t108;
-            const double t109 = (t108 * (-1.0));
-            const double t110 = (t109 * 0.5);
-            tmp104[i105] = t110;
+    for (int64_t i103 = 0; i103 < K * d; ++i103) {
+        out_d_means[i103] = 0.0;
+    }
+    r100 = 1.0;
+    for (int64_t k104 = n - 1; k104 >= 0; --k104) {
+        const double t105 = (1.0 / (r42 + k104)[0]);
+        const double t106 = (r100 * t105);
+        double* const tmp107 = tmp62;  // reuses a dead buffer's space
+        for (int64_t i109 = 0; i109 < K; ++i109) {
+            const double x_i110 = t106;
+            const double x_i111 = (r41 + k104 * K)[i109];
+            const double t112 = (x_i110 * x_i111);
+            tmp107[i109] = t112;
+            const double t113 = (t112 * (-1.0));
+            const double t114 = (t113 * 0.5);
+            tmp108[i109] = t114;
         }
-        double* const tmp111 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                const double x_i114 = (r40 + k100 * (K * d))[i112 * d + i113];
-                const double t115 = (2.0 * x_i114);
-                const double x_i116 = tmp104[i112];
-                const double t117 = (x_i116 * t115);
-                tmp111[i112 * d + i113] = t117;
+        double* const tmp115 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            for (int64_t i117 = 0; i117 < d; ++i117) {
+                const double x_i118 = (r40 + k104 * (K * d))[i116 * d + i117];
+                const double t119 = (2.0 * x_i118);
+                const double x_i120 = tmp108[i116];
+                const double t121 = (x_i120 * t119);
+                tmp115[i116 * d + i117] = t121;
             }
         }
-        double* const prod118 = prod;  // reuses a dead buffer's space
-        for (int64_t i119 = 0; i119 < K * d; ++i119) {
-            prod118[i119] = 0;
+        double* const prod122 = prod;  // reuses a dead buffer's space
+        for (int64_t i123 = 0; i123 < K * d; ++i123) {
+            prod122[i123] = 0;
         }
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                for (int64_t i122 = 0; i122 < d; ++i122) {
-                    prod118[i120 * d + i122] += tmp111[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
+        for (int64_t i124 = 0; i124 < K; ++i124) {
+            for (int64_t i125 = 0; i125 < d; ++i125) {
+                for (int64_t i126 = 0; i126 < d; ++i126) {
+                    prod122[i124 * d + i126] += tmp115[i124 * d + i125] * r[i124 * (d * d) + i125 * d + i126];
                 }
             }
         }
-        for (int64_t i123 = 0; i123 < K; ++i123) {
-            for (int64_t i124 = 0; i124 < d; ++i124) {
-                for (int64_t i125 = 0; i125 < d; ++i125) {
-                    r95[i123 * (d * d) + i124 * d + i125] += tmp111[i123 * d + i124] * (r39 + k100 * (K * d))[i123 * d + i125];
-                }
-            }
-        }
-        double* const tmp126 = tmp104;  // reuses a dead buffer's space
         for (int64_t i127 = 0; i127 < K; ++i127) {
-            const double x_i128 = r94[i127];
-            const double x_i129 = tmp103[i127];
-            const double t130 = (x_i128 + x_i129);
-            tmp126[i127] = t130;
-        }
-        double* const tmp131 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i132 = 0; i132 < K; ++i132) {
-            for (int64_t i133 = 0; i133 < d; ++i133) {
-                const double x_i134 = prod118[i132 * d + i133];
-                const double t135 = (x_i134 * (-1.0));
-                const double x_i136 = out_d_means[i132 * d + i133];
-                const double t137 = (x_i136 + t135);
-                tmp131[i132 * d + i133] = t137;
+            for (int64_t i128 = 0; i128 < d; ++i128) {
+                for (int64_t i129 = 0; i129 < d; ++i129) {
+                    r99[i127 * (d * d) + i128 * d + i129] += tmp115[i127 * d + i128] * (r39 + k104 * (K * d))[i127 * d + i129];
+                }
             }
         }
-        for (int64_t i138 = 0; i138 < K; ++i138) {
-            r94[i138] = tmp126[i138];
+        double* const tmp130 = tmp108;  // reuses a dead buffer's space
+        for (int64_t i131 = 0; i131 < K; ++i131) {
+            const double x_i132 = r98[i131];
+            const double x_i133 = tmp107[i131];
+            const double t134 = (x_i132 + x_i133);
+            tmp130[i131] = t134;
         }
-        for (int64_t i139 = 0; i139 < K * d; ++i139) {
-            out_d_means[i139] = tmp131[i139];
+        double* const tmp135 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                const double x_i138 = prod122[i136 * d + i137];
+                const double t139 = (x_i138 * (-1.0));
+                const double x_i140 = out_d_means[i136 * d + i137];
+                const double t141 = (x_i140 + t139);
+                tmp135[i136 * d + i137] = t141;
+            }
+        }
+        for (int64_t i142 = 0; i142 < K; ++i142) {
+            r98[i142] = tmp130[i142];
+        }
+        for (int64_t i143 = 0; i143 < K * d; ++i143) {
+            out_d_means[i143] = tmp135[i143];
         }
     }
     double* const d_qs = tmp44;  // reuses a dead buffer's space
-    for (int64_t i140 = 0; i140 < K; ++i140) {
-        for (int64_t i141 = 0; i141 < d; ++i141) {
-            const double qs_i142 = icf[i140 * T + i141];
-            const double t143 = ks::exp(qs_i142);
-            const double t144 = (2.0 * t143);
-            const double x_i145 = t90;
-            const double t146 = (x_i145 * t144);
-            const double t147 = (t146 * t143);
-            const double d_qs_i = t91;
-            const double d_qs148 = (d_qs_i + t147);
-            const double x_i149 = r94[i140];
-            const double d_qs150 = (d_qs148 + x_i149);
-            d_qs[i140 * d + i141] = d_qs150;
+    for (int64_t i144 = 0; i144 < K; ++i144) {
+        for (int64_t i145 = 0; i145 < d; ++i145) {
+            const double qs_i146 = icf[i144 * T + i145];
+            const double t147 = ks::exp(qs_i146);
+            const double t148 = (2.0 * t147);
+            const double x_i149 = t94;
+            const double t150 = (x_i149 * t148);
+            const double t151 = (t150 * t147);
+            const double d_qs_i = t95;
+            const double d_qs152 = (d_qs_i + t151);
+            const double x_i153 = r98[i144];
+            const double d_qs154 = (d_qs152 + x_i153);
+            d_qs[i144 * d + i145] = d_qs154;
         }
     }
-    for (int64_t i152 = 0; i152 < K * T; ++i152) {
-        r151[i152] = 0.0;
+    for (int64_t i156 = 0; i156 < K * T; ++i156) {
+        r155[i156] = 0.0;
     }
-    for (int64_t k153 = K - 1; k153 >= 0; --k153) {
-        double* const r154 = r10;  // reuses a dead buffer's space
-        double r156;
-        for (int64_t i157 = 0; i157 < d; ++i157) {
-            r154[i157] = 0.0;
+    for (int64_t k157 = K - 1; k157 >= 0; --k157) {
+        double* const r158 = r10;  // reuses a dead buffer's space
+        double r160;
+        for (int64_t i161 = 0; i161 < d; ++i161) {
+            r158[i161] = 0.0;
         }
-        for (int64_t i158 = 0; i158 < T; ++i158) {
-            r155[i158] = 0.0;
+        for (int64_t i162 = 0; i162 < T; ++i162) {
+            r159[i162] = 0.0;
         }
-        r156 = 0.0;
-        for (int64_t k159 = d - 1; k159 >= 0; --k159) {
-            double r160;
-            double r161;
-            r160 = 0.0;
-            r161 = r156;
-            for (int64_t k162 = d - 1; k162 >= 0; --k162) {
-                const int64_t t163 = ((2*d) - k162);
-                const int64_t t164 = (t163 - int64_t{1});
-                const int64_t t165 = (k162 * t164);
-                const int64_t t166 = ks::floordiv(t165, int64_t{2});
-                const int64_t t167 = (d + t166);
-                const int64_t t168 = (t167 + k159);
-                const int64_t t169 = (t168 - k162);
-                const int64_t t170 = (t169 - int64_t{1});
-                const double t171 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? (((r95 + k153 * (d * d)) + k159 * d) + k162)[0] : 0.0);
-                const double t172 = ((((r3 + k153 * (d * d)) + k159 * d) + k162)[0] ? 0.0 : (((r95 + k153 * (d * d)) + k159 * d) + k162)[0]);
-                const double t173 = ((((r2 + k153 * (d * d)) + k159 * d) + k162)[0] ? t172 : 0.0);
-                (r155 + ks::clamp_index(t170, T))[0] += t173;
-                const double t174 = (t171 * (((r1 + k153 * (d * d)) + k159 * d) + k162)[0]);
-                const double t175 = (r160 + t174);
-                r160 = t175;
+        r160 = 0.0;
+        for (int64_t k163 = d - 1; k163 >= 0; --k163) {
+            double r164;
+            double r165;
+            r164 = 0.0;
+            r165 = r160;
+            for (int64_t k166 = d - 1; k166 >= 0; --k166) {
+                const int64_t t167 = ((2*d) - k166);
+                const int64_t t168 = (t167 - int64_t{1});
+                const int64_t t169 = (k166 * t168);
+                const int64_t t170 = ks::floordiv(t169, int64_t{2});
+                const int64_t t171 = (d + t170);
+                const int64_t t172 = (t171 + k163);
+                const int64_t t173 = (t172 - k166);
+                const int64_t t174 = (t173 - int64_t{1});
+                const double t175 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? (((r99 + k157 * (d * d)) + k163 * d) + k166)[0] : 0.0);
+                const double t176 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? 0.0 : (((r99 + k157 * (d * d)) + k163 * d) + k166)[0]);
+                const double t177 = ((((r2 + k157 * (d * d)) + k163 * d) + k166)[0] ? t176 : 0.0);
+                (r159 + ks::clamp_index(t174, T))[0] += t177;
+                const double t178 = (t175 * (((r1 + k157 * (d * d)) + k163 * d) + k166)[0]);
+                const double t179 = (r164 + t178);
+                r164 = t179;
             }
-            (r154 + k159)[0] += r160;
-            r156 = r161;
+            (r158 + k163)[0] += r164;
+            r160 = r165;
         }
-        (r154 + ks::clamp_index(int64_t{0}, d))[0] += r156;
-        for (int64_t i176 = 0; i176 < T; ++i176) {
-            (r151 + k153 * T)[i176] += r155[i176];
+        (r158 + ks::clamp_index(int64_t{0}, d))[0] += r160;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            (r155 + k157 * T)[i180] += r159[i180];
         }
-        for (int64_t i177 = 0; i177 < d; ++i177) {
-            (d_qs + k153 * d)[i177] += r154[i177];
-        }
-    }
-    for (int64_t i178 = 0; i178 < K; ++i178) {
-        for (int64_t i179 = 0; i179 < (T - d); ++i179) {
-            const double ls_i = (icf + d)[i178 * T + i179];
-            const double t180 = (2.0 * ls_i);
-            const double x_i181 = t90;
-            const double d_ls182 = (x_i181 * t180);
-            d_ls[i178 * ((T - d)) + i179] = d_ls182;
+        for (int64_t i181 = 0; i181 < d; ++i181) {
+            (d_qs + k157 * d)[i181] += r158[i181];
         }
     }
-    for (int64_t i183 = 0; i183 < K * T; ++i183) {
-        padded[i183] = 0.0;
-    }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < (T - d); ++i185) {
-            (padded + d)[i184 * T + i185] = d_ls[i184 * ((T - d)) + i185];
+    for (int64_t i182 = 0; i182 < K; ++i182) {
+        for (int64_t i183 = 0; i183 < (T - d); ++i183) {
+            const double ls_i = (icf + d)[i182 * T + i183];
+            const double t184 = (2.0 * ls_i);
+            const double x_i185 = t94;
+            const double d_ls186 = (x_i185 * t184);
+            d_ls[i182 * ((T - d)) + i183] = d_ls186;
         }
     }
-    for (int64_t i187 = 0; i187 < K * T; ++i187) {
-        padded186[i187] = 0.0;
-    }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            padded186[i188 * T + i189] = d_qs[i188 * d + i189];
+    for (int64_t i187 = 0; i187 < K; ++i187) {
+        for (int64_t i188 = 0; i188 < d; ++i188) {
+            padded[i187 * T + i188] = 0.0;
         }
     }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        const double x_i191 = t93;
-        const double x_i192 = tmp80[i190];
-        const double d_alphas = (x_i191 * x_i192);
-        const double x_i193 = r94[i190];
-        const double d_alphas194 = (d_alphas + x_i193);
-        out_d_alphas[i190] = d_alphas194;
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        for (int64_t i190 = 0; i190 < (T - d); ++i190) {
+            (padded + d)[i189 * T + i190] = d_ls[i189 * ((T - d)) + i190];
+        }
     }
-    for (int64_t i195 = 0; i195 < K; ++i195) {
-        for (int64_t i196 = 0; i196 < T; ++i196) {
-            const double x_i197 = r151[i195 * T + i196];
-            const double x_i198 = padded[i195 * T + i196];
-            const double d_icf = (x_i197 + x_i198);
-            const double x_i199 = padded186[i195 * T + i196];
-            const double d_icf200 = (d_icf + x_i199);
-            out_d_icf[i195 * T + i196] = d_icf200;
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        for (int64_t i193 = 0; i193 < (T - d); ++i193) {
+            (padded191 + d)[i192 * T + i193] = 0.0;
+        }
+    }
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < d; ++i195) {
+            padded191[i194 * T + i195] = d_qs[i194 * d + i195];
+        }
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        const double x_i197 = t97;
+        const double x_i198 = tmp84[i196];
+        const double d_alphas = (x_i197 * x_i198);
+        const double x_i199 = r98[i196];
+        const double d_alphas200 = (d_alphas + x_i199);
+        out_d_alphas[i196] = d_alphas200;
+    }
+    for (int64_t i201 = 0; i201 < K; ++i201) {
+        for (int64_t i202 = 0; i202 < T; ++i202) {
+            const double x_i203 = r155[i201 * T + i202];
+            const double x_i204 = padded[i201 * T + i202];
+            const double d_icf = (x_i203 + x_i204);
+            const double x_i205 = padded191[i201 * T + i202];
+            const double d_icf206 = (d_icf + x_i205);
+            out_d_icf[i201 * T + i202] = d_icf206;
         }
     }
     return ks::status::ok;
@@ -2194,9 +2296,9 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf93 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf95 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r111 = reinterpret_cast<double*>(next_slot);
+    double* const r113 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
@@ -2305,135 +2407,139 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
             tmp63[i64 * ((T - d)) + i65] = t69;
         }
     }
-    for (int64_t i70 = 0; i70 < K * T; ++i70) {
-        d_icf[i70] = 0.0;
-    }
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        for (int64_t i72 = 0; i72 < (T - d); ++i72) {
-            (d_icf + d)[i71 * T + i72] = tmp63[i71 * ((T - d)) + i72];
+    for (int64_t i70 = 0; i70 < K; ++i70) {
+        for (int64_t i71 = 0; i71 < d; ++i71) {
+            d_icf[i70 * T + i71] = 0.0;
         }
     }
-    double* const tmp73 = r6;  // reuses a dead buffer's space
-    for (int64_t i74 = 0; i74 < K; ++i74) {
-        for (int64_t i75 = 0; i75 < d; ++i75) {
-            const double x_i76 = icf[i74 * T + i75];
-            const double t77 = ks::exp(x_i76);
-            const double t78 = (2.0 * t77);
-            const double x_i79 = t61;
-            const double t80 = (x_i79 * t78);
-            const double t81 = (t80 * t77);
-            const double x_i82 = t62;
-            const double t83 = (x_i82 + t81);
-            tmp73[i74 * d + i75] = t83;
+    for (int64_t i72 = 0; i72 < K; ++i72) {
+        for (int64_t i73 = 0; i73 < (T - d); ++i73) {
+            (d_icf + d)[i72 * T + i73] = tmp63[i72 * ((T - d)) + i73];
         }
     }
-    for (int64_t i84 = 0; i84 < K * T; ++i84) {
-        padded[i84] = 0.0;
+    double* const tmp74 = r6;  // reuses a dead buffer's space
+    for (int64_t i75 = 0; i75 < K; ++i75) {
+        for (int64_t i76 = 0; i76 < d; ++i76) {
+            const double x_i77 = icf[i75 * T + i76];
+            const double t78 = ks::exp(x_i77);
+            const double t79 = (2.0 * t78);
+            const double x_i80 = t61;
+            const double t81 = (x_i80 * t79);
+            const double t82 = (t81 * t78);
+            const double x_i83 = t62;
+            const double t84 = (x_i83 + t82);
+            tmp74[i75 * d + i76] = t84;
+        }
     }
     for (int64_t i85 = 0; i85 < K; ++i85) {
-        for (int64_t i86 = 0; i86 < d; ++i86) {
-            padded[i85 * T + i86] = tmp73[i85 * d + i86];
+        for (int64_t i86 = 0; i86 < (T - d); ++i86) {
+            (padded + d)[i85 * T + i86] = 0.0;
         }
     }
-    const double t87 = ((-1.0) * t58);
-    const double t88 = (t87 * t59);
+    for (int64_t i87 = 0; i87 < K; ++i87) {
+        for (int64_t i88 = 0; i88 < d; ++i88) {
+            padded[i87 * T + i88] = tmp74[i87 * d + i88];
+        }
+    }
+    const double t89 = ((-1.0) * t58);
+    const double t90 = (t89 * t59);
     double* const d_alphas = tmp;  // reuses a dead buffer's space
-    for (int64_t i89 = 0; i89 < K; ++i89) {
-        const double x_i90 = t88;
-        const double x_i91 = tmp52[i89];
-        const double d_alphas92 = (x_i90 * x_i91);
-        d_alphas[i89] = d_alphas92;
+    for (int64_t i91 = 0; i91 < K; ++i91) {
+        const double x_i92 = t90;
+        const double x_i93 = tmp52[i91];
+        const double d_alphas94 = (x_i92 * x_i93);
+        d_alphas[i91] = d_alphas94;
     }
-    for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < T; ++i95) {
-            const double d_icf_i = d_icf[i94 * T + i95];
-            const double x_i96 = padded[i94 * T + i95];
-            const double d_icf97 = (d_icf_i + x_i96);
-            d_icf93[i94 * T + i95] = d_icf97;
+    for (int64_t i96 = 0; i96 < K; ++i96) {
+        for (int64_t i97 = 0; i97 < T; ++i97) {
+            const double d_icf_i = d_icf[i96 * T + i97];
+            const double x_i98 = padded[i96 * T + i97];
+            const double d_icf99 = (d_icf_i + x_i98);
+            d_icf95[i96 * T + i97] = d_icf99;
         }
     }
-    double r98;
-    for (int64_t i99 = 0; i99 < K * d; ++i99) {
-        out_d_means[i99] = 0.0;
+    double r100;
+    for (int64_t i101 = 0; i101 < K * d; ++i101) {
+        out_d_means[i101] = 0.0;
     }
-    r98 = 1.0;
-    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
-        const double t101 = (1.0 / (r3 + k100)[0]);
-        const double t102 = (r98 * t101);
-        double* const tmp103 = r5;  // reuses a dead buffer's space
-        for (int64_t i104 = 0; i104 < K; ++i104) {
-            const double x_i105 = t102;
-            const double x_i106 = (r2 + k100 * K)[i104];
-            const double t107 = (x_i105 * x_i106);
-            tmp103[i104] = t107;
+    r100 = 1.0;
+    for (int64_t k102 = n - 1; k102 >= 0; --k102) {
+        const double t103 = (1.0 / (r3 + k102)[0]);
+        const double t104 = (r100 * t103);
+        double* const tmp105 = r5;  // reuses a dead buffer's space
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            const double x_i107 = t104;
+            const double x_i108 = (r2 + k102 * K)[i106];
+            const double t109 = (x_i107 * x_i108);
+            tmp105[i106] = t109;
         }
-        for (int64_t k108 = K - 1; k108 >= 0; --k108) {
-            const double t109 = ((tmp103 + k108)[0] * (-1.0));
-            const double t110 = (t109 * 0.5);
-            double* const r112 = r11;  // reuses a dead buffer's space
-            double r113;
-            for (int64_t i114 = 0; i114 < T; ++i114) {
-                r111[i114] = 0.0;
+        for (int64_t k110 = K - 1; k110 >= 0; --k110) {
+            const double t111 = ((tmp105 + k110)[0] * (-1.0));
+            const double t112 = (t111 * 0.5);
+            double* const r114 = r11;  // reuses a dead buffer's space
+            double r115;
+            for (int64_t i116 = 0; i116 < T; ++i116) {
+                r113[i116] = 0.0;
             }
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                r112[i115] = 0.0;
+            for (int64_t i117 = 0; i117 < d; ++i117) {
+                r114[i117] = 0.0;
             }
-            r113 = t110;
-            for (int64_t k116 = d - 1; k116 >= 0; --k116) {
-                const double t117 = (((x + k100 * d) + k116)[0] - ((means + k108 * d) + k116)[0]);
-                const int64_t t118 = ks::floordiv(k116, int64_t{1});
-                const int64_t t119 = ks::max(t118, int64_t{0});
-                const double t120 = (2.0 * (((r1 + k100 * (K * d)) + k108 * d) + k116)[0]);
-                const double t121 = (r113 * t120);
-                double r122;
-                r122 = t121;
-                for (int64_t k123 = t119 - 1; k123 >= 0; --k123) {
-                    const int64_t t124 = ((2*d) - k123);
-                    const int64_t t125 = (t124 - int64_t{1});
-                    const int64_t t126 = (k123 * t125);
-                    const int64_t t127 = ks::floordiv(t126, int64_t{2});
-                    const int64_t t128 = (d + t127);
-                    const int64_t t129 = (t128 + k116);
-                    const int64_t t130 = (t129 - k123);
-                    const int64_t t131 = (t130 - int64_t{1});
-                    const double t132 = (((x + k100 * d) + k123)[0] - ((means + k108 * d) + k123)[0]);
-                    const double t133 = (r122 * ((icf + k108 * T) + ks::clamp_index(t131, T))[0]);
-                    const double t134 = (r122 * t132);
-                    const double t135 = (t133 * (-1.0));
-                    (r112 + k123)[0] += t135;
-                    (r111 + ks::clamp_index(t131, T))[0] += t134;
+            r115 = t112;
+            for (int64_t k118 = d - 1; k118 >= 0; --k118) {
+                const double t119 = (((x + k102 * d) + k118)[0] - ((means + k110 * d) + k118)[0]);
+                const int64_t t120 = ks::floordiv(k118, int64_t{1});
+                const int64_t t121 = ks::max(t120, int64_t{0});
+                const double t122 = (2.0 * (((r1 + k102 * (K * d)) + k110 * d) + k118)[0]);
+                const double t123 = (r115 * t122);
+                double r124;
+                r124 = t123;
+                for (int64_t k125 = t121 - 1; k125 >= 0; --k125) {
+                    const int64_t t126 = ((2*d) - k125);
+                    const int64_t t127 = (t126 - int64_t{1});
+                    const int64_t t128 = (k125 * t127);
+                    const int64_t t129 = ks::floordiv(t128, int64_t{2});
+                    const int64_t t130 = (d + t129);
+                    const int64_t t131 = (t130 + k118);
+                    const int64_t t132 = (t131 - k125);
+                    const int64_t t133 = (t132 - int64_t{1});
+                    const double t134 = (((x + k102 * d) + k125)[0] - ((means + k110 * d) + k125)[0]);
+                    const double t135 = (r124 * ((icf + k110 * T) + ks::clamp_index(t133, T))[0]);
+                    const double t136 = (r124 * t134);
+                    const double t137 = (t135 * (-1.0));
+                    (r114 + k125)[0] += t137;
+                    (r113 + ks::clamp_index(t133, T))[0] += t136;
                 }
-                const double t136 = (t121 * (((r + k100 * (K * d)) + k108 * d) + k116)[0]);
-                const double t137 = (t121 * t117);
-                const double t138 = (t136 * (-1.0));
-                (r112 + k116)[0] += t138;
-                const double t139 = (t137 * (((r + k100 * (K * d)) + k108 * d) + k116)[0]);
-                (r111 + ks::clamp_index(k116, T))[0] += t139;
+                const double t138 = (t123 * (((r + k102 * (K * d)) + k110 * d) + k118)[0]);
+                const double t139 = (t123 * t119);
+                const double t140 = (t138 * (-1.0));
+                (r114 + k118)[0] += t140;
+                const double t141 = (t139 * (((r + k102 * (K * d)) + k110 * d) + k118)[0]);
+                (r113 + ks::clamp_index(k118, T))[0] += t141;
             }
-            for (int64_t i140 = 0; i140 < d; ++i140) {
-                (out_d_means + k108 * d)[i140] += r112[i140];
+            for (int64_t i142 = 0; i142 < d; ++i142) {
+                (out_d_means + k110 * d)[i142] += r114[i142];
             }
-            for (int64_t i141 = 0; i141 < T; ++i141) {
-                (d_icf93 + k108 * T)[i141] += r111[i141];
-            }
-            double* const padded142 = r111;  // reuses a dead buffer's space
             for (int64_t i143 = 0; i143 < T; ++i143) {
-                padded142[i143] = 0.0;
+                (d_icf95 + k110 * T)[i143] += r113[i143];
             }
-            for (int64_t i144 = 0; i144 < d; ++i144) {
-                padded142[i144] = (tmp103 + k108)[0];
+            double* const padded144 = r113;  // reuses a dead buffer's space
+            for (int64_t i145 = 0; i145 < (T - d); ++i145) {
+                (padded144 + d)[i145] = 0.0;
             }
-            for (int64_t i145 = 0; i145 < T; ++i145) {
-                (d_icf93 + k108 * T)[i145] += padded142[i145];
+            for (int64_t i146 = 0; i146 < d; ++i146) {
+                padded144[i146] = (tmp105 + k110)[0];
             }
-            (d_alphas + k108)[0] += (tmp103 + k108)[0];
+            for (int64_t i147 = 0; i147 < T; ++i147) {
+                (d_icf95 + k110 * T)[i147] += padded144[i147];
+            }
+            (d_alphas + k110)[0] += (tmp105 + k110)[0];
         }
     }
-    for (int64_t i146 = 0; i146 < K; ++i146) {
-        out_d_alphas[i146] = d_alphas[i146];
+    for (int64_t i148 = 0; i148 < K; ++i148) {
+        out_d_alphas[i148] = d_alphas[i148];
     }
-    for (int64_t i147 = 0; i147 < K * T; ++i147) {
-        out_d_icf[i147] = d_icf93[i147];
+    for (int64_t i149 = 0; i149 < K * T; ++i149) {
+        out_d_icf[i149] = d_icf95[i149];
     }
     return ks::status::ok;
 }
@@ -2998,43 +3104,47 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
             r104[i177] = tmp171[i177];
         }
     }
-    for (int64_t i178 = 0; i178 < K * T; ++i178) {
-        d_icf[i178] = 0.0;
-    }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        for (int64_t i180 = 0; i180 < (T - d); ++i180) {
-            (d_icf + d)[i179 * T + i180] = d_ls[i179 * ((T - d)) + i180];
+    for (int64_t i178 = 0; i178 < K; ++i178) {
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            d_icf[i178 * T + i179] = 0.0;
         }
     }
-    double* const d_qs181 = r15;  // reuses a dead buffer's space
-    for (int64_t i182 = 0; i182 < K; ++i182) {
-        for (int64_t i183 = 0; i183 < d; ++i183) {
-            const double x_i184 = d_qs[i182 * d + i183];
-            const double x_i185 = r104[i182];
-            const double d_qs186 = (x_i184 + x_i185);
-            d_qs181[i182 * d + i183] = d_qs186;
+    for (int64_t i180 = 0; i180 < K; ++i180) {
+        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
+            (d_icf + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
         }
     }
-    for (int64_t i187 = 0; i187 < K * T; ++i187) {
-        padded[i187] = 0.0;
+    double* const d_qs182 = r15;  // reuses a dead buffer's space
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < d; ++i184) {
+            const double x_i185 = d_qs[i183 * d + i184];
+            const double x_i186 = r104[i183];
+            const double d_qs187 = (x_i185 + x_i186);
+            d_qs182[i183 * d + i184] = d_qs187;
+        }
     }
     for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            padded[i188 * T + i189] = d_qs181[i188 * d + i189];
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            (padded + d)[i188 * T + i189] = 0.0;
         }
     }
     for (int64_t i190 = 0; i190 < K; ++i190) {
-        const double x_i191 = d_alphas[i190];
-        const double x_i192 = r104[i190];
-        const double d_alphas193 = (x_i191 + x_i192);
-        out_d_alphas[i190] = d_alphas193;
+        for (int64_t i191 = 0; i191 < d; ++i191) {
+            padded[i190 * T + i191] = d_qs182[i190 * d + i191];
+        }
     }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < T; ++i195) {
-            const double d_icf_i = d_icf[i194 * T + i195];
-            const double x_i196 = padded[i194 * T + i195];
-            const double d_icf197 = (d_icf_i + x_i196);
-            out_d_icf[i194 * T + i195] = d_icf197;
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        const double x_i193 = d_alphas[i192];
+        const double x_i194 = r104[i192];
+        const double d_alphas195 = (x_i193 + x_i194);
+        out_d_alphas[i192] = d_alphas195;
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        for (int64_t i197 = 0; i197 < T; ++i197) {
+            const double d_icf_i = d_icf[i196 * T + i197];
+            const double x_i198 = padded[i196 * T + i197];
+            const double d_icf199 = (d_icf_i + x_i198);
+            out_d_icf[i196 * T + i197] = d_icf199;
         }
     }
     return ks::status::ok;

@@ -23,59 +23,89 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
-    float* const padded5 = reinterpret_cast<float*>(next_slot);
+    float* const padded12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     float* const packed = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 3 * 16 * 16);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed38 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod46 = reinterpret_cast<float*>(next_slot);
+    float* const packed53 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 3 * 3);
+    float* const prod61 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const tmp53 = reinterpret_cast<float*>(next_slot);
+    float* const tmp68 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp63 = reinterpret_cast<float*>(next_slot);
+    float* const tmp78 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const prod70 = reinterpret_cast<float*>(next_slot);
+    float* const prod85 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
     (void)next_slot;
-    for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
-        padded[i] = 0.0f;
-    }
-    for (int64_t i1 = 0; i1 < batch; ++i1) {
-        for (int64_t i2 = 0; i2 < 3; ++i2) {
-            for (int64_t i3 = 0; i3 < 16; ++i3) {
-                for (int64_t i4 = 0; i4 < 16; ++i4) {
-                    (padded + 1 * 16)[i1 * (3 * 18 * 16) + i2 * (18 * 16) + i3 * 16 + i4] = image[i1 * (3 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t i1 = 0; i1 < 3; ++i1) {
+            for (int64_t i2 = 0; i2 < 1; ++i2) {
+                for (int64_t i3 = 0; i3 < 16; ++i3) {
+                    padded[i * (3 * 18 * 16) + i1 * (18 * 16) + i2 * 16 + i3] = 0.0f;
                 }
             }
         }
     }
-    for (int64_t i6 = 0; i6 < batch * 3 * 18 * 18; ++i6) {
-        padded5[i6] = 0.0f;
-    }
-    for (int64_t i7 = 0; i7 < batch; ++i7) {
-        for (int64_t i8 = 0; i8 < 3; ++i8) {
-            for (int64_t i9 = 0; i9 < 18; ++i9) {
-                for (int64_t i10 = 0; i10 < 16; ++i10) {
-                    (padded5 + 1)[i7 * (3 * 18 * 18) + i8 * (18 * 18) + i9 * 18 + i10] = padded[i7 * (3 * 18 * 16) + i8 * (18 * 16) + i9 * 16 + i10];
+    for (int64_t i4 = 0; i4 < batch; ++i4) {
+        for (int64_t i5 = 0; i5 < 3; ++i5) {
+            for (int64_t i6 = 0; i6 < 1; ++i6) {
+                for (int64_t i7 = 0; i7 < 16; ++i7) {
+                    (padded + 17 * 16)[i4 * (3 * 18 * 16) + i5 * (18 * 16) + i6 * 16 + i7] = 0.0f;
                 }
             }
         }
     }
-    for (int64_t i11 = 0; i11 < batch; ++i11) {
-        for (int64_t i12 = 0; i12 < 1; ++i12) {
-            for (int64_t i13 = 0; i13 < 16; ++i13) {
-                for (int64_t i14 = 0; i14 < 16; ++i14) {
-                    for (int64_t i15 = 0; i15 < 3; ++i15) {
-                        for (int64_t i16 = 0; i16 < 3; ++i16) {
-                            for (int64_t i17 = 0; i17 < 3; ++i17) {
-                                packed[i11 * (16 * 16 * 3 * 3 * 3) + i12 * (16 * 16 * 3 * 3 * 3) + i13 * (16 * 3 * 3 * 3) + i14 * (3 * 3 * 3) + i15 * (3 * 3) + i16 * 3 + i17] = padded5[i11 * (3 * 18 * 18) + i12 * (3 * 18 * 18) + i13 * 18 + i14 + i15 * (18 * 18) + i16 * 18 + i17];
+    for (int64_t i8 = 0; i8 < batch; ++i8) {
+        for (int64_t i9 = 0; i9 < 3; ++i9) {
+            for (int64_t i10 = 0; i10 < 16; ++i10) {
+                for (int64_t i11 = 0; i11 < 16; ++i11) {
+                    (padded + 1 * 16)[i8 * (3 * 18 * 16) + i9 * (18 * 16) + i10 * 16 + i11] = image[i8 * (3 * 16 * 16) + i9 * (16 * 16) + i10 * 16 + i11];
+                }
+            }
+        }
+    }
+    for (int64_t i13 = 0; i13 < batch; ++i13) {
+        for (int64_t i14 = 0; i14 < 3; ++i14) {
+            for (int64_t i15 = 0; i15 < 18; ++i15) {
+                for (int64_t i16 = 0; i16 < 1; ++i16) {
+                    padded12[i13 * (3 * 18 * 18) + i14 * (18 * 18) + i15 * 18 + i16] = 0.0f;
+                }
+            }
+        }
+    }
+    for (int64_t i17 = 0; i17 < batch; ++i17) {
+        for (int64_t i18 = 0; i18 < 3; ++i18) {
+            for (int64_t i19 = 0; i19 < 18; ++i19) {
+                for (int64_t i20 = 0; i20 < 1; ++i20) {
+                    (padded12 + 17)[i17 * (3 * 18 * 18) + i18 * (18 * 18) + i19 * 18 + i20] = 0.0f;
+                }
+            }
+        }
+    }
+    for (int64_t i21 = 0; i21 < batch; ++i21) {
+        for (int64_t i22 = 0; i22 < 3; ++i22) {
+            for (int64_t i23 = 0; i23 < 18; ++i23) {
+                for (int64_t i24 = 0; i24 < 16; ++i24) {
+                    (padded12 + 1)[i21 * (3 * 18 * 18) + i22 * (18 * 18) + i23 * 18 + i24] = padded[i21 * (3 * 18 * 16) + i22 * (18 * 16) + i23 * 16 + i24];
+                }
+            }
+        }
+    }
+    for (int64_t i25 = 0; i25 < batch; ++i25) {
+        for (int64_t i26 = 0; i26 < 1; ++i26) {
+            for (int64_t i27 = 0; i27 < 3; ++i27) {
+                for (int64_t i28 = 0; i28 < 3; ++i28) {
+                    for (int64_t i29 = 0; i29 < 3; ++i29) {
+                        for (int64_t i30 = 0; i30 < 16; ++i30) {
+                            for (int64_t i31 = 0; i31 < 16; ++i31) {
+                                packed[i25 * (3 * 3 * 3 * 16 * 16) + i26 * (3 * 3 * 3 * 16 * 16) + i27 * (3 * 3 * 16 * 16) + i28 * (3 * 16 * 16) + i29 * (16 * 16) + i30 * 16 + i31] = padded12[i25 * (3 * 18 * 18) + i26 * (3 * 18 * 18) + i27 * (18 * 18) + i28 * 18 + i29 + i30 * 18 + i31];
                             }
                         }
                     }
@@ -83,130 +113,144 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
             }
         }
     }
-    for (int64_t i18 = 0; i18 < batch; ++i18) {
-        for (int64_t i19 = 0; i19 < 1; ++i19) {
-            for (int64_t i20 = 0; i20 < 8; ++i20) {
-                for (int64_t i21 = 0; i21 < 256; ++i21) {
-                    float dot = 0;
-                    KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i22 = 0; i22 < 27; ++i22) {
-                        dot += packed[i18 * (256 * 27) + i19 * (256 * 27) + i21 * 27 + i22] * ks_data_0[i19 * (8 * 27) + i20 * 27 + i22];
-                    }
-                    prod[i18 * (8 * 256) + i19 * (8 * 256) + i20 * 256 + i21] = dot;
-                }
-            }
-        }
+    for (int64_t i32 = 0; i32 < batch * 8 * 256; ++i32) {
+        prod[i32] = 0;
     }
-    for (int64_t i23 = 0; i23 < batch; ++i23) {
-        for (int64_t i24 = 0; i24 < 8; ++i24) {
-            for (int64_t i25 = 0; i25 < 16; ++i25) {
-                for (int64_t i26 = 0; i26 < 16; ++i26) {
-                    const float x_i = prod[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26];
-                    const float x_i27 = ks_data_1[i24];
-                    const float t28 = (x_i + x_i27);
-                    const bool t29 = (t28 > 0.0f);
-                    const float t30 = (t29 ? t28 : 0.0f);
-                    tmp[i23 * (8 * 16 * 16) + i24 * (16 * 16) + i25 * 16 + i26] = t30;
-                }
-            }
-        }
-    }
-    for (int64_t i31 = 0; i31 < batch * 8 * 8 * 8; ++i31) {
-        max[i31] = ks::lowest<float>();
-    }
-    for (int64_t i32 = 0; i32 < batch; ++i32) {
-        for (int64_t i33 = 0; i33 < 8; ++i33) {
-            for (int64_t i34 = 0; i34 < 8; ++i34) {
-                for (int64_t i35 = 0; i35 < 2; ++i35) {
-                    for (int64_t i36 = 0; i36 < 8; ++i36) {
-                        for (int64_t i37 = 0; i37 < 2; ++i37) {
-                            max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36] = ks::max(tmp[i32 * (8 * 16 * 16) + i33 * (16 * 16) + i34 * (2 * 16) + i35 * 16 + i36 * (2 * 1) + i37], max[i32 * (8 * 8 * 8) + i33 * (8 * 8) + i34 * 8 + i36]);
-                        }
+    for (int64_t i33 = 0; i33 < batch; ++i33) {
+        for (int64_t i34 = 0; i34 < 1; ++i34) {
+            for (int64_t i35 = 0; i35 < 8; ++i35) {
+                for (int64_t i36 = 0; i36 < 27; ++i36) {
+                    for (int64_t i37 = 0; i37 < 256; ++i37) {
+                        prod[i33 * (8 * 256) + i34 * (8 * 256) + i35 * 256 + i37] += ks_data_0[i34 * (8 * 27) + i35 * 27 + i36] * packed[i33 * (27 * 256) + i34 * (27 * 256) + i36 * 256 + i37];
                     }
                 }
             }
         }
     }
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 1; ++i40) {
-            for (int64_t i41 = 0; i41 < 3; ++i41) {
-                for (int64_t i42 = 0; i42 < 3; ++i42) {
-                    for (int64_t i43 = 0; i43 < 8; ++i43) {
-                        for (int64_t i44 = 0; i44 < 3; ++i44) {
-                            for (int64_t i45 = 0; i45 < 3; ++i45) {
-                                packed38[i39 * (3 * 3 * 8 * 3 * 3) + i40 * (3 * 3 * 8 * 3 * 3) + i41 * (3 * 8 * 3 * 3) + i42 * (8 * 3 * 3) + i43 * (3 * 3) + i44 * 3 + i45] = max[i39 * (8 * 8 * 8) + i40 * (8 * 8 * 8) + i41 * (2 * 8) + i42 * (2 * 1) + i43 * (8 * 8) + i44 * 8 + i45];
-                            }
-                        }
-                    }
+    for (int64_t i38 = 0; i38 < batch; ++i38) {
+        for (int64_t i39 = 0; i39 < 8; ++i39) {
+            for (int64_t i40 = 0; i40 < 16; ++i40) {
+                for (int64_t i41 = 0; i41 < 16; ++i41) {
+                    const float x_i = prod[i38 * (8 * 16 * 16) + i39 * (16 * 16) + i40 * 16 + i41];
+                    const float x_i42 = ks_data_1[i39];
+                    const float t43 = (x_i + x_i42);
+                    const bool t44 = (t43 > 0.0f);
+                    const float t45 = (t44 ? t43 : 0.0f);
+                    tmp[i38 * (8 * 16 * 16) + i39 * (16 * 16) + i40 * 16 + i41] = t45;
                 }
             }
         }
+    }
+    for (int64_t i46 = 0; i46 < batch * 8 * 8 * 8; ++i46) {
+        max[i46] = ks::lowest<float>();
     }
     for (int64_t i47 = 0; i47 < batch; ++i47) {
-        for (int64_t i48 = 0; i48 < 1; ++i48) {
-            for (int64_t i49 = 0; i49 < 16; ++i49) {
-                for (int64_t i50 = 0; i50 < 9; ++i50) {
-                    float dot51 = 0;
-                    KS_OMP_SIMD(reduction(+:dot51))
-                    for (int64_t i52 = 0; i52 < 72; ++i52) {
-                        dot51 += packed38[i47 * (9 * 72) + i48 * (9 * 72) + i50 * 72 + i52] * ks_data_2[i48 * (16 * 72) + i49 * 72 + i52];
+        for (int64_t i48 = 0; i48 < 8; ++i48) {
+            for (int64_t i49 = 0; i49 < 8; ++i49) {
+                for (int64_t i50 = 0; i50 < 2; ++i50) {
+                    for (int64_t i51 = 0; i51 < 2; ++i51) {
+                        for (int64_t i52 = 0; i52 < 8; ++i52) {
+                            max[i47 * (8 * 8 * 8) + i48 * (8 * 8) + i49 * 8 + i52] = ks::max(tmp[i47 * (8 * 16 * 16) + i48 * (16 * 16) + i49 * (2 * 16) + i50 * 16 + i52 * (2 * 1) + i51], max[i47 * (8 * 8 * 8) + i48 * (8 * 8) + i49 * 8 + i52]);
+                        }
                     }
-                    prod46[i47 * (16 * 9) + i48 * (16 * 9) + i49 * 9 + i50] = dot51;
                 }
             }
         }
     }
     for (int64_t i54 = 0; i54 < batch; ++i54) {
-        for (int64_t i55 = 0; i55 < 16; ++i55) {
-            float acc = 0;
-            for (int64_t i56 = 0; i56 < 3; ++i56) {
-                KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i55 = 0; i55 < 1; ++i55) {
+            for (int64_t i56 = 0; i56 < 8; ++i56) {
                 for (int64_t i57 = 0; i57 < 3; ++i57) {
-                    const float x_i58 = prod46[i54 * (16 * 3 * 3) + i55 * (3 * 3) + i56 * 3 + i57];
-                    const float x_i59 = ks_data_3[i55];
-                    const float t60 = (x_i58 + x_i59);
-                    const bool t61 = (t60 > 0.0f);
-                    const float t62 = (t61 ? t60 : 0.0f);
-                    acc += t62;
-                }
-            }
-            tmp53[i54 * 16 + i55] = acc;
-        }
-    }
-    for (int64_t i64 = 0; i64 < batch; ++i64) {
-        for (int64_t i65 = 0; i65 < 16; ++i65) {
-            for (int64_t i66 = 0; i66 < 1; ++i66) {
-                for (int64_t i67 = 0; i67 < 1; ++i67) {
-                    const float x_i68 = tmp53[i64 * 16 + i65 + i66 + i67];
-                    const float t69 = (x_i68 / 9.0f);
-                    tmp63[i64 * 16 + i65 + i66 + i67] = t69;
+                    for (int64_t i58 = 0; i58 < 3; ++i58) {
+                        for (int64_t i59 = 0; i59 < 3; ++i59) {
+                            for (int64_t i60 = 0; i60 < 3; ++i60) {
+                                packed53[i54 * (8 * 3 * 3 * 3 * 3) + i55 * (8 * 3 * 3 * 3 * 3) + i56 * (3 * 3 * 3 * 3) + i57 * (3 * 3 * 3) + i58 * (3 * 3) + i59 * 3 + i60] = max[i54 * (8 * 8 * 8) + i55 * (8 * 8 * 8) + i56 * (8 * 8) + i57 * 8 + i58 + i59 * (2 * 8) + i60 * (2 * 1)];
+                            }
+                        }
+                    }
                 }
             }
         }
     }
-    for (int64_t i71 = 0; i71 < batch; ++i71) {
-        for (int64_t i72 = 0; i72 < 10; ++i72) {
-            float dot73 = 0;
-            KS_OMP_SIMD(reduction(+:dot73))
-            for (int64_t i74 = 0; i74 < 16; ++i74) {
-                dot73 += tmp63[i71 * 16 + i74] * ks_data_4[i72 * 16 + i74];
+    for (int64_t i62 = 0; i62 < batch * 16 * 9; ++i62) {
+        prod61[i62] = 0;
+    }
+    for (int64_t i63 = 0; i63 < batch; ++i63) {
+        for (int64_t i64 = 0; i64 < 1; ++i64) {
+            for (int64_t i65 = 0; i65 < 16; ++i65) {
+                for (int64_t i66 = 0; i66 < 72; ++i66) {
+                    for (int64_t i67 = 0; i67 < 9; ++i67) {
+                        prod61[i63 * (16 * 9) + i64 * (16 * 9) + i65 * 9 + i67] += ks_data_2[i64 * (16 * 72) + i65 * 72 + i66] * packed53[i63 * (72 * 9) + i64 * (72 * 9) + i66 * 9 + i67];
+                    }
+                }
             }
-            prod70[i71 * 10 + i72] = dot73;
         }
     }
-    for (int64_t i75 = 0; i75 < batch; ++i75) {
-        for (int64_t i76 = 0; i76 < 10; ++i76) {
-            const float x_i77 = prod70[i75 * 10 + i76];
-            const float x_i78 = ks_data_5[i76];
-            const float t79 = (x_i77 + x_i78);
-            out[i75 * 10 + i76] = t79;
+    for (int64_t i69 = 0; i69 < batch; ++i69) {
+        for (int64_t i70 = 0; i70 < 16; ++i70) {
+            float acc = 0;
+            for (int64_t i71 = 0; i71 < 3; ++i71) {
+                KS_OMP_SIMD(reduction(+:acc))
+                for (int64_t i72 = 0; i72 < 3; ++i72) {
+                    const float x_i73 = prod61[i69 * (16 * 3 * 3) + i70 * (3 * 3) + i71 * 3 + i72];
+                    const float x_i74 = ks_data_3[i70];
+                    const float t75 = (x_i73 + x_i74);
+                    const bool t76 = (t75 > 0.0f);
+                    const float t77 = (t76 ? t75 : 0.0f);
+                    acc += t77;
+                }
+            }
+            tmp68[i69 * 16 + i70] = acc;
+        }
+    }
+    for (int64_t i79 = 0; i79 < batch; ++i79) {
+        for (int64_t i80 = 0; i80 < 16; ++i80) {
+            for (int64_t i81 = 0; i81 < 1; ++i81) {
+                for (int64_t i82 = 0; i82 < 1; ++i82) {
+                    const float x_i83 = tmp68[i79 * 16 + i80 + i81 + i82];
+                    const float t84 = (x_i83 / 9.0f);
+                    tmp78[i79 * 16 + i80 + i81 + i82] = t84;
+                }
+            }
+        }
+    }
+    for (int64_t i86 = 0; i86 < batch; ++i86) {
+        for (int64_t j = 0; j < 8; j += 4) {
+            float dot = 0; float dot87 = 0; float dot88 = 0; float dot89 = 0;
+            KS_OMP_SIMD(reduction(+:dot, dot87, dot88, dot89))
+            for (int64_t i90 = 0; i90 < 16; ++i90) {
+                dot += tmp78[i86 * 16 + i90] * ks_data_4[j * 16 + i90];
+                dot87 += tmp78[i86 * 16 + i90] * ks_data_4[(j + 1) * 16 + i90];
+                dot88 += tmp78[i86 * 16 + i90] * ks_data_4[(j + 2) * 16 + i90];
+                dot89 += tmp78[i86 * 16 + i90] * ks_data_4[(j + 3) * 16 + i90];
+            }
+            prod85[i86 * 10 + j] = dot;
+            prod85[i86 * 10 + (j + 1)] = dot87;
+            prod85[i86 * 10 + (j + 2)] = dot88;
+            prod85[i86 * 10 + (j + 3)] = dot89;
+        }
+        for (int64_t j = 8; j < 10; ++j) {
+            float dot91 = 0;
+            KS_OMP_SIMD(reduction(+:dot91))
+            for (int64_t i92 = 0; i92 < 16; ++i92) {
+                dot91 += tmp78[i86 * 16 + i92] * ks_data_4[j * 16 + i92];
+            }
+            prod85[i86 * 10 + j] = dot91;
+        }
+    }
+    for (int64_t i93 = 0; i93 < batch; ++i93) {
+        for (int64_t i94 = 0; i94 < 10; ++i94) {
+            const float x_i95 = prod85[i93 * 10 + i94];
+            const float x_i96 = ks_data_5[i94];
+            const float t97 = (x_i95 + x_i96);
+            out[i93 * 10 + i94] = t97;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 10);
+    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 3 * 3 * 3 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 10);
 }
 
 
@@ -219,75 +263,105 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16);
-    float* const padded5 = reinterpret_cast<float*>(next_slot);
+    float* const padded12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
     float* const packed = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 3 * 16 * 16);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 256);
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 16 * 16);
-    float* const tmp23 = reinterpret_cast<float*>(next_slot);
+    float* const tmp38 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    bool* const tmp39 = reinterpret_cast<bool*>(next_slot);
+    bool* const tmp54 = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
     float* const sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const packed58 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3);
-    float* const prod66 = reinterpret_cast<float*>(next_slot);
+    float* const packed73 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 3 * 3);
+    float* const prod81 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 9);
-    float* const prod73 = reinterpret_cast<float*>(next_slot);
+    float* const prod88 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp78 = reinterpret_cast<float*>(next_slot);
+    float* const tmp93 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp85 = reinterpret_cast<float*>(next_slot);
+    float* const tmp100 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod96 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 9 * 72);
+    float* const prod111 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8);
-    float* const tmp119 = reinterpret_cast<float*>(next_slot);
+    float* const tmp134 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const prod160 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 256 * 27);
-    float* const folded167 = reinterpret_cast<float*>(next_slot);
+    float* const prod175 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 27 * 256);
+    float* const folded182 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
     (void)next_slot;
-    for (int64_t i = 0; i < batch * 3 * 18 * 16; ++i) {
-        padded[i] = 0.0f;
-    }
-    for (int64_t i1 = 0; i1 < batch; ++i1) {
-        for (int64_t i2 = 0; i2 < 3; ++i2) {
-            for (int64_t i3 = 0; i3 < 16; ++i3) {
-                for (int64_t i4 = 0; i4 < 16; ++i4) {
-                    (padded + 1 * 16)[i1 * (3 * 18 * 16) + i2 * (18 * 16) + i3 * 16 + i4] = image[i1 * (3 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t i1 = 0; i1 < 3; ++i1) {
+            for (int64_t i2 = 0; i2 < 1; ++i2) {
+                for (int64_t i3 = 0; i3 < 16; ++i3) {
+                    padded[i * (3 * 18 * 16) + i1 * (18 * 16) + i2 * 16 + i3] = 0.0f;
                 }
             }
         }
     }
-    for (int64_t i6 = 0; i6 < batch * 3 * 18 * 18; ++i6) {
-        padded5[i6] = 0.0f;
-    }
-    for (int64_t i7 = 0; i7 < batch; ++i7) {
-        for (int64_t i8 = 0; i8 < 3; ++i8) {
-            for (int64_t i9 = 0; i9 < 18; ++i9) {
-                for (int64_t i10 = 0; i10 < 16; ++i10) {
-                    (padded5 + 1)[i7 * (3 * 18 * 18) + i8 * (18 * 18) + i9 * 18 + i10] = padded[i7 * (3 * 18 * 16) + i8 * (18 * 16) + i9 * 16 + i10];
+    for (int64_t i4 = 0; i4 < batch; ++i4) {
+        for (int64_t i5 = 0; i5 < 3; ++i5) {
+            for (int64_t i6 = 0; i6 < 1; ++i6) {
+                for (int64_t i7 = 0; i7 < 16; ++i7) {
+                    (padded + 17 * 16)[i4 * (3 * 18 * 16) + i5 * (18 * 16) + i6 * 16 + i7] = 0.0f;
                 }
             }
         }
     }
-    for (int64_t i11 = 0; i11 < batch; ++i11) {
-        for (int64_t i12 = 0; i12 < 1; ++i12) {
-            for (int64_t i13 = 0; i13 < 16; ++i13) {
-                for (int64_t i14 = 0; i14 < 16; ++i14) {
-                    for (int64_t i15 = 0; i15 < 3; ++i15) {
-                        for (int64_t i16 = 0; i16 < 3; ++i16) {
-                            for (int64_t i17 = 0; i17 < 3; ++i17) {
-                                packed[i11 * (16 * 16 * 3 * 3 * 3) + i12 * (16 * 16 * 3 * 3 * 3) + i13 * (16 * 3 * 3 * 3) + i14 * (3 * 3 * 3) + i15 * (3 * 3) + i16 * 3 + i17] = padded5[i11 * (3 * 18 * 18) + i12 * (3 * 18 * 18) + i13 * 18 + i14 + i15 * (18 * 18) + i16 * 18 + i17];
+    for (int64_t i8 = 0; i8 < batch; ++i8) {
+        for (int64_t i9 = 0; i9 < 3; ++i9) {
+            for (int64_t i10 = 0; i10 < 16; ++i10) {
+                for (int64_t i11 = 0; i11 < 16; ++i11) {
+                    (padded + 1 * 16)[i8 * (3 * 18 * 16) + i9 * (18 * 16) + i10 * 16 + i11] = image[i8 * (3 * 16 * 16) + i9 * (16 * 16) + i10 * 16 + i11];
+                }
+            }
+        }
+    }
+    for (int64_t i13 = 0; i13 < batch; ++i13) {
+        for (int64_t i14 = 0; i14 < 3; ++i14) {
+            for (int64_t i15 = 0; i15 < 18; ++i15) {
+                for (int64_t i16 = 0; i16 < 1; ++i16) {
+                    padded12[i13 * (3 * 18 * 18) + i14 * (18 * 18) + i15 * 18 + i16] = 0.0f;
+                }
+            }
+        }
+    }
+    for (int64_t i17 = 0; i17 < batch; ++i17) {
+        for (int64_t i18 = 0; i18 < 3; ++i18) {
+            for (int64_t i19 = 0; i19 < 18; ++i19) {
+                for (int64_t i20 = 0; i20 < 1; ++i20) {
+                    (padded12 + 17)[i17 * (3 * 18 * 18) + i18 * (18 * 18) + i19 * 18 + i20] = 0.0f;
+                }
+            }
+        }
+    }
+    for (int64_t i21 = 0; i21 < batch; ++i21) {
+        for (int64_t i22 = 0; i22 < 3; ++i22) {
+            for (int64_t i23 = 0; i23 < 18; ++i23) {
+                for (int64_t i24 = 0; i24 < 16; ++i24) {
+                    (padded12 + 1)[i21 * (3 * 18 * 18) + i22 * (18 * 18) + i23 * 18 + i24] = padded[i21 * (3 * 18 * 16) + i22 * (18 * 16) + i23 * 16 + i24];
+                }
+            }
+        }
+    }
+    for (int64_t i25 = 0; i25 < batch; ++i25) {
+        for (int64_t i26 = 0; i26 < 1; ++i26) {
+            for (int64_t i27 = 0; i27 < 3; ++i27) {
+                for (int64_t i28 = 0; i28 < 3; ++i28) {
+                    for (int64_t i29 = 0; i29 < 3; ++i29) {
+                        for (int64_t i30 = 0; i30 < 16; ++i30) {
+                            for (int64_t i31 = 0; i31 < 16; ++i31) {
+                                packed[i25 * (3 * 3 * 3 * 16 * 16) + i26 * (3 * 3 * 3 * 16 * 16) + i27 * (3 * 3 * 16 * 16) + i28 * (3 * 16 * 16) + i29 * (16 * 16) + i30 * 16 + i31] = padded12[i25 * (3 * 18 * 18) + i26 * (3 * 18 * 18) + i27 * (18 * 18) + i28 * 18 + i29 + i30 * 18 + i31];
                             }
                         }
                     }
@@ -295,176 +369,94 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    for (int64_t i18 = 0; i18 < batch; ++i18) {
-        for (int64_t i19 = 0; i19 < 1; ++i19) {
-            for (int64_t i20 = 0; i20 < 8; ++i20) {
-                for (int64_t i21 = 0; i21 < 256; ++i21) {
-                    float dot = 0;
-                    KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i22 = 0; i22 < 27; ++i22) {
-                        dot += packed[i18 * (256 * 27) + i19 * (256 * 27) + i21 * 27 + i22] * ks_data_0[i19 * (8 * 27) + i20 * 27 + i22];
-                    }
-                    prod[i18 * (8 * 256) + i19 * (8 * 256) + i20 * 256 + i21] = dot;
-                }
-            }
-        }
-    }
-    for (int64_t i24 = 0; i24 < batch; ++i24) {
-        for (int64_t i25 = 0; i25 < 8; ++i25) {
-            for (int64_t i26 = 0; i26 < 16; ++i26) {
-                for (int64_t i27 = 0; i27 < 16; ++i27) {
-                    const float x_i = prod[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27];
-                    const float x_i28 = ks_data_1[i25];
-                    const float t29 = (x_i + x_i28);
-                    const bool t30 = (t29 > 0.0f);
-                    tmp[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t30;
-                    const float t31 = (t30 ? t29 : 0.0f);
-                    tmp23[i24 * (8 * 16 * 16) + i25 * (16 * 16) + i26 * 16 + i27] = t31;
-                }
-            }
-        }
-    }
-    for (int64_t i32 = 0; i32 < batch * 8 * 8 * 8; ++i32) {
-        max[i32] = ks::lowest<float>();
+    for (int64_t i32 = 0; i32 < batch * 8 * 256; ++i32) {
+        prod[i32] = 0;
     }
     for (int64_t i33 = 0; i33 < batch; ++i33) {
-        for (int64_t i34 = 0; i34 < 8; ++i34) {
+        for (int64_t i34 = 0; i34 < 1; ++i34) {
             for (int64_t i35 = 0; i35 < 8; ++i35) {
-                for (int64_t i36 = 0; i36 < 2; ++i36) {
-                    for (int64_t i37 = 0; i37 < 8; ++i37) {
-                        for (int64_t i38 = 0; i38 < 2; ++i38) {
-                            max[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i37] = ks::max(tmp23[i33 * (8 * 16 * 16) + i34 * (16 * 16) + i35 * (2 * 16) + i36 * 16 + i37 * (2 * 1) + i38], max[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i37]);
+                for (int64_t i36 = 0; i36 < 27; ++i36) {
+                    for (int64_t i37 = 0; i37 < 256; ++i37) {
+                        prod[i33 * (8 * 256) + i34 * (8 * 256) + i35 * 256 + i37] += ks_data_0[i34 * (8 * 27) + i35 * 27 + i36] * packed[i33 * (27 * 256) + i34 * (27 * 256) + i36 * 256 + i37];
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i39 = 0; i39 < batch; ++i39) {
+        for (int64_t i40 = 0; i40 < 8; ++i40) {
+            for (int64_t i41 = 0; i41 < 16; ++i41) {
+                for (int64_t i42 = 0; i42 < 16; ++i42) {
+                    const float x_i = prod[i39 * (8 * 16 * 16) + i40 * (16 * 16) + i41 * 16 + i42];
+                    const float x_i43 = ks_data_1[i40];
+                    const float t44 = (x_i + x_i43);
+                    const bool t45 = (t44 > 0.0f);
+                    tmp[i39 * (8 * 16 * 16) + i40 * (16 * 16) + i41 * 16 + i42] = t45;
+                    const float t46 = (t45 ? t44 : 0.0f);
+                    tmp38[i39 * (8 * 16 * 16) + i40 * (16 * 16) + i41 * 16 + i42] = t46;
+                }
+            }
+        }
+    }
+    for (int64_t i47 = 0; i47 < batch * 8 * 8 * 8; ++i47) {
+        max[i47] = ks::lowest<float>();
+    }
+    for (int64_t i48 = 0; i48 < batch; ++i48) {
+        for (int64_t i49 = 0; i49 < 8; ++i49) {
+            for (int64_t i50 = 0; i50 < 8; ++i50) {
+                for (int64_t i51 = 0; i51 < 2; ++i51) {
+                    for (int64_t i52 = 0; i52 < 2; ++i52) {
+                        for (int64_t i53 = 0; i53 < 8; ++i53) {
+                            max[i48 * (8 * 8 * 8) + i49 * (8 * 8) + i50 * 8 + i53] = ks::max(tmp38[i48 * (8 * 16 * 16) + i49 * (16 * 16) + i50 * (2 * 16) + i51 * 16 + i53 * (2 * 1) + i52], max[i48 * (8 * 8 * 8) + i49 * (8 * 8) + i50 * 8 + i53]);
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp40 = prod;  // reuses a dead buffer's space
-    for (int64_t i41 = 0; i41 < batch; ++i41) {
-        for (int64_t i42 = 0; i42 < 8; ++i42) {
-            for (int64_t i43 = 0; i43 < 8; ++i43) {
-                for (int64_t i44 = 0; i44 < 2; ++i44) {
-                    for (int64_t i45 = 0; i45 < 8; ++i45) {
-                        for (int64_t i46 = 0; i46 < 2; ++i46) {
-                            const float x_i47 = tmp23[i41 * (8 * 16 * 16) + i42 * (16 * 16) + i43 * (2 * 16) + i44 * 16 + i45 * (2 * 1) + i46];
-                            const float x_i48 = max[i41 * (8 * 8 * 8) + i42 * (8 * 8) + i43 * 8 + i45];
-                            const bool t49 = (x_i47 == x_i48);
-                            tmp39[i41 * (8 * 8 * 2 * 8 * 2) + i42 * (8 * 2 * 8 * 2) + i43 * (2 * 8 * 2) + i44 * (8 * 2) + i45 * 2 + i46] = t49;
-                            const float t50 = (t49 ? 1.0f : 0.0f);
-                            tmp40[i41 * (8 * 8 * 2 * 8 * 2) + i42 * (8 * 2 * 8 * 2) + i43 * (2 * 8 * 2) + i44 * (8 * 2) + i45 * 2 + i46] = t50;
+    float* const tmp55 = prod;  // reuses a dead buffer's space
+    for (int64_t i56 = 0; i56 < batch; ++i56) {
+        for (int64_t i57 = 0; i57 < 8; ++i57) {
+            for (int64_t i58 = 0; i58 < 8; ++i58) {
+                for (int64_t i59 = 0; i59 < 2; ++i59) {
+                    for (int64_t i60 = 0; i60 < 8; ++i60) {
+                        for (int64_t i61 = 0; i61 < 2; ++i61) {
+                            const float x_i62 = tmp38[i56 * (8 * 16 * 16) + i57 * (16 * 16) + i58 * (2 * 16) + i59 * 16 + i60 * (2 * 1) + i61];
+                            const float x_i63 = max[i56 * (8 * 8 * 8) + i57 * (8 * 8) + i58 * 8 + i60];
+                            const bool t64 = (x_i62 == x_i63);
+                            tmp54[i56 * (8 * 8 * 2 * 8 * 2) + i57 * (8 * 2 * 8 * 2) + i58 * (2 * 8 * 2) + i59 * (8 * 2) + i60 * 2 + i61] = t64;
+                            const float t65 = (t64 ? 1.0f : 0.0f);
+                            tmp55[i56 * (8 * 8 * 2 * 8 * 2) + i57 * (8 * 2 * 8 * 2) + i58 * (2 * 8 * 2) + i59 * (8 * 2) + i60 * 2 + i61] = t65;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i51 = 0; i51 < batch * 8 * 8 * 8; ++i51) {
-        sum[i51] = 0;
-    }
-    for (int64_t i52 = 0; i52 < batch; ++i52) {
-        for (int64_t i53 = 0; i53 < 8; ++i53) {
-            for (int64_t i54 = 0; i54 < 8; ++i54) {
-                for (int64_t i55 = 0; i55 < 2; ++i55) {
-                    for (int64_t i56 = 0; i56 < 8; ++i56) {
-                        for (int64_t i57 = 0; i57 < 2; ++i57) {
-                            sum[i52 * (8 * 8 * 8) + i53 * (8 * 8) + i54 * 8 + i56] += tmp40[i52 * (8 * 8 * 2 * 8 * 2) + i53 * (8 * 2 * 8 * 2) + i54 * (2 * 8 * 2) + i55 * (8 * 2) + i56 * 2 + i57];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i59 = 0; i59 < batch; ++i59) {
-        for (int64_t i60 = 0; i60 < 1; ++i60) {
-            for (int64_t i61 = 0; i61 < 3; ++i61) {
-                for (int64_t i62 = 0; i62 < 3; ++i62) {
-                    for (int64_t i63 = 0; i63 < 8; ++i63) {
-                        for (int64_t i64 = 0; i64 < 3; ++i64) {
-                            for (int64_t i65 = 0; i65 < 3; ++i65) {
-                                packed58[i59 * (3 * 3 * 8 * 3 * 3) + i60 * (3 * 3 * 8 * 3 * 3) + i61 * (3 * 8 * 3 * 3) + i62 * (8 * 3 * 3) + i63 * (3 * 3) + i64 * 3 + i65] = max[i59 * (8 * 8 * 8) + i60 * (8 * 8 * 8) + i61 * (2 * 8) + i62 * (2 * 1) + i63 * (8 * 8) + i64 * 8 + i65];
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    for (int64_t i66 = 0; i66 < batch * 8 * 8 * 8; ++i66) {
+        sum[i66] = 0;
     }
     for (int64_t i67 = 0; i67 < batch; ++i67) {
-        for (int64_t i68 = 0; i68 < 1; ++i68) {
-            for (int64_t i69 = 0; i69 < 16; ++i69) {
-                for (int64_t i70 = 0; i70 < 9; ++i70) {
-                    float dot71 = 0;
-                    KS_OMP_SIMD(reduction(+:dot71))
-                    for (int64_t i72 = 0; i72 < 72; ++i72) {
-                        dot71 += packed58[i67 * (9 * 72) + i68 * (9 * 72) + i70 * 72 + i72] * ks_data_2[i68 * (16 * 72) + i69 * 72 + i72];
-                    }
-                    prod66[i67 * (16 * 9) + i68 * (16 * 9) + i69 * 9 + i70] = dot71;
-                }
-            }
-        }
-    }
-    for (int64_t i74 = 0; i74 < batch * 16; ++i74) {
-        prod73[i74] = 0;
-    }
-    for (int64_t i75 = 0; i75 < batch; ++i75) {
-        for (int64_t i76 = 0; i76 < 10; ++i76) {
-            for (int64_t i77 = 0; i77 < 16; ++i77) {
-                prod73[i75 * 16 + i77] += ct_logits[i75 * 10 + i76] * ks_data_4[i76 * 16 + i77];
-            }
-        }
-    }
-    for (int64_t i79 = 0; i79 < batch; ++i79) {
-        for (int64_t i80 = 0; i80 < 16; ++i80) {
-            for (int64_t i81 = 0; i81 < 1; ++i81) {
-                for (int64_t i82 = 0; i82 < 1; ++i82) {
-                    const float x_i83 = prod73[i79 * 16 + i80 + i81 + i82];
-                    const float t84 = (x_i83 * 0.1111111119389534f);
-                    tmp78[i79 * 16 + i80 + i81 + i82] = t84;
-                }
-            }
-        }
-    }
-    for (int64_t i86 = 0; i86 < batch; ++i86) {
-        for (int64_t i87 = 0; i87 < 16; ++i87) {
-            for (int64_t i88 = 0; i88 < 3; ++i88) {
-                for (int64_t i89 = 0; i89 < 3; ++i89) {
-                    const float x_i90 = prod66[i86 * (16 * 3 * 3) + i87 * (3 * 3) + i88 * 3 + i89];
-                    const float x_i91 = ks_data_3[i87];
-                    const float t92 = (x_i90 + x_i91);
-                    const bool t93 = (t92 > 0.0f);
-                    const float x_i94 = tmp78[i86 * 16 + i87];
-                    const float t95 = (t93 ? x_i94 : 0.0f);
-                    tmp85[i86 * (16 * 3 * 3) + i87 * (3 * 3) + i88 * 3 + i89] = t95;
-                }
-            }
-        }
-    }
-    for (int64_t i97 = 0; i97 < batch * 9 * 72; ++i97) {
-        prod96[i97] = 0;
-    }
-    for (int64_t i98 = 0; i98 < batch; ++i98) {
-        for (int64_t i99 = 0; i99 < 1; ++i99) {
-            for (int64_t i100 = 0; i100 < 9; ++i100) {
-                for (int64_t i101 = 0; i101 < 16; ++i101) {
-                    for (int64_t i102 = 0; i102 < 72; ++i102) {
-                        prod96[i98 * (9 * 72) + i99 * (9 * 72) + i100 * 72 + i102] += tmp85[i98 * (16 * 9) + i99 * (16 * 9) + i101 * 9 + i100] * ks_data_2[i99 * (16 * 72) + i101 * 72 + i102];
+        for (int64_t i68 = 0; i68 < 8; ++i68) {
+            for (int64_t i69 = 0; i69 < 8; ++i69) {
+                for (int64_t i70 = 0; i70 < 2; ++i70) {
+                    for (int64_t i71 = 0; i71 < 2; ++i71) {
+                        for (int64_t i72 = 0; i72 < 8; ++i72) {
+                            sum[i67 * (8 * 8 * 8) + i68 * (8 * 8) + i69 * 8 + i72] += tmp55[i67 * (8 * 8 * 2 * 8 * 2) + i68 * (8 * 2 * 8 * 2) + i69 * (2 * 8 * 2) + i70 * (8 * 2) + i72 * 2 + i71];
+                        }
                     }
                 }
             }
         }
     }
-    for (int64_t i103 = 0; i103 < batch * 8 * 3 * 3 * 8; ++i103) {
-        folded[i103] = 0.0f;
-    }
-    for (int64_t i104 = 0; i104 < batch; ++i104) {
-        for (int64_t i105 = 0; i105 < 1; ++i105) {
-            for (int64_t i106 = 0; i106 < 8; ++i106) {
-                for (int64_t i107 = 0; i107 < 3; ++i107) {
-                    for (int64_t i108 = 0; i108 < 3; ++i108) {
-                        for (int64_t i109 = 0; i109 < 3; ++i109) {
-                            for (int64_t i110 = 0; i110 < 3; ++i110) {
-                                folded[i104 * (8 * 3 * 3 * 8) + i105 * (8 * 3 * 3 * 8) + i106 * (3 * 3 * 8) + i107 * (3 * 8) + i108 * 8 + i109 * (2 * 1) + i110] += prod96[i104 * (3 * 3 * 8 * 3 * 3) + i105 * (3 * 3 * 8 * 3 * 3) + i106 * (3 * 3) + i107 * (3 * 8 * 3 * 3) + i108 * 3 + i109 * (8 * 3 * 3) + i110];
+    for (int64_t i74 = 0; i74 < batch; ++i74) {
+        for (int64_t i75 = 0; i75 < 1; ++i75) {
+            for (int64_t i76 = 0; i76 < 8; ++i76) {
+                for (int64_t i77 = 0; i77 < 3; ++i77) {
+                    for (int64_t i78 = 0; i78 < 3; ++i78) {
+                        for (int64_t i79 = 0; i79 < 3; ++i79) {
+                            for (int64_t i80 = 0; i80 < 3; ++i80) {
+                                packed73[i74 * (8 * 3 * 3 * 3 * 3) + i75 * (8 * 3 * 3 * 3 * 3) + i76 * (3 * 3 * 3 * 3) + i77 * (3 * 3 * 3) + i78 * (3 * 3) + i79 * 3 + i80] = max[i74 * (8 * 8 * 8) + i75 * (8 * 8 * 8) + i76 * (8 * 8) + i77 * 8 + i78 + i79 * (2 * 8) + i80 * (2 * 1)];
                             }
                         }
                     }
@@ -472,122 +464,81 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded111 = max;  // reuses a dead buffer's space
-    for (int64_t i112 = 0; i112 < batch * 8 * 8 * 8; ++i112) {
-        folded111[i112] = 0.0f;
+    for (int64_t i82 = 0; i82 < batch * 16 * 9; ++i82) {
+        prod81[i82] = 0;
+    }
+    for (int64_t i83 = 0; i83 < batch; ++i83) {
+        for (int64_t i84 = 0; i84 < 1; ++i84) {
+            for (int64_t i85 = 0; i85 < 16; ++i85) {
+                for (int64_t i86 = 0; i86 < 72; ++i86) {
+                    for (int64_t i87 = 0; i87 < 9; ++i87) {
+                        prod81[i83 * (16 * 9) + i84 * (16 * 9) + i85 * 9 + i87] += ks_data_2[i84 * (16 * 72) + i85 * 72 + i86] * packed73[i83 * (72 * 9) + i84 * (72 * 9) + i86 * 9 + i87];
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i89 = 0; i89 < batch * 16; ++i89) {
+        prod88[i89] = 0;
+    }
+    for (int64_t i90 = 0; i90 < batch; ++i90) {
+        for (int64_t i91 = 0; i91 < 10; ++i91) {
+            for (int64_t i92 = 0; i92 < 16; ++i92) {
+                prod88[i90 * 16 + i92] += ct_logits[i90 * 10 + i91] * ks_data_4[i91 * 16 + i92];
+            }
+        }
+    }
+    for (int64_t i94 = 0; i94 < batch; ++i94) {
+        for (int64_t i95 = 0; i95 < 16; ++i95) {
+            for (int64_t i96 = 0; i96 < 1; ++i96) {
+                for (int64_t i97 = 0; i97 < 1; ++i97) {
+                    const float x_i98 = prod88[i94 * 16 + i95 + i96 + i97];
+                    const float t99 = (x_i98 * 0.1111111119389534f);
+                    tmp93[i94 * 16 + i95 + i96 + i97] = t99;
+                }
+            }
+        }
+    }
+    for (int64_t i101 = 0; i101 < batch; ++i101) {
+        for (int64_t i102 = 0; i102 < 16; ++i102) {
+            for (int64_t i103 = 0; i103 < 3; ++i103) {
+                for (int64_t i104 = 0; i104 < 3; ++i104) {
+                    const float x_i105 = prod81[i101 * (16 * 3 * 3) + i102 * (3 * 3) + i103 * 3 + i104];
+                    const float x_i106 = ks_data_3[i102];
+                    const float t107 = (x_i105 + x_i106);
+                    const bool t108 = (t107 > 0.0f);
+                    const float x_i109 = tmp93[i101 * 16 + i102];
+                    const float t110 = (t108 ? x_i109 : 0.0f);
+                    tmp100[i101 * (16 * 3 * 3) + i102 * (3 * 3) + i103 * 3 + i104] = t110;
+                }
+            }
+        }
+    }
+    for (int64_t i112 = 0; i112 < batch * 72 * 9; ++i112) {
+        prod111[i112] = 0;
     }
     for (int64_t i113 = 0; i113 < batch; ++i113) {
         for (int64_t i114 = 0; i114 < 1; ++i114) {
-            for (int64_t i115 = 0; i115 < 8; ++i115) {
-                for (int64_t i116 = 0; i116 < 3; ++i116) {
-                    for (int64_t i117 = 0; i117 < 3; ++i117) {
-                        for (int64_t i118 = 0; i118 < 8; ++i118) {
-                            folded111[i113 * (8 * 8 * 8) + i114 * (8 * 8 * 8) + i115 * (8 * 8) + i116 * (2 * 8) + i117 * 8 + i118] += folded[i113 * (8 * 3 * 3 * 8) + i114 * (8 * 3 * 3 * 8) + i115 * (3 * 3 * 8) + i116 * (3 * 8) + i117 * 8 + i118];
-                        }
+            for (int64_t i115 = 0; i115 < 72; ++i115) {
+                for (int64_t i116 = 0; i116 < 16; ++i116) {
+                    for (int64_t i117 = 0; i117 < 9; ++i117) {
+                        prod111[i113 * (72 * 9) + i114 * (72 * 9) + i115 * 9 + i117] += tmp100[i113 * (16 * 9) + i114 * (16 * 9) + i116 * 9 + i117] * ks_data_2[i114 * (16 * 72) + i116 * 72 + i115];
                     }
                 }
             }
         }
     }
-    for (int64_t i120 = 0; i120 < batch; ++i120) {
-        for (int64_t i121 = 0; i121 < 8; ++i121) {
-            for (int64_t i122 = 0; i122 < 8; ++i122) {
-                for (int64_t i123 = 0; i123 < 8; ++i123) {
-                    const float x_i124 = folded111[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123];
-                    const float x_i125 = sum[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123];
-                    const float t126 = (x_i124 / x_i125);
-                    tmp119[i120 * (8 * 8 * 8) + i121 * (8 * 8) + i122 * 8 + i123] = t126;
-                }
-            }
-        }
+    for (int64_t i118 = 0; i118 < batch * 8 * 3 * 3 * 8; ++i118) {
+        folded[i118] = 0.0f;
     }
-    float* const tmp127 = prod;  // reuses a dead buffer's space
-    for (int64_t i128 = 0; i128 < batch; ++i128) {
-        for (int64_t i129 = 0; i129 < 8; ++i129) {
-            for (int64_t i130 = 0; i130 < 8; ++i130) {
-                for (int64_t i131 = 0; i131 < 2; ++i131) {
-                    for (int64_t i132 = 0; i132 < 8; ++i132) {
-                        for (int64_t i133 = 0; i133 < 2; ++i133) {
-                            const bool x_i134 = tmp39[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133];
-                            const float x_i135 = tmp119[i128 * (8 * 8 * 8) + i129 * (8 * 8) + i130 * 8 + i132];
-                            const float t136 = (x_i134 ? x_i135 : 0.0f);
-                            tmp127[i128 * (8 * 8 * 2 * 8 * 2) + i129 * (8 * 2 * 8 * 2) + i130 * (2 * 8 * 2) + i131 * (8 * 2) + i132 * 2 + i133] = t136;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    float* const folded137 = tmp23;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < batch * 8 * 8 * 2 * 16; ++i138) {
-        folded137[i138] = 0.0f;
-    }
-    for (int64_t i139 = 0; i139 < batch; ++i139) {
-        for (int64_t i140 = 0; i140 < 8; ++i140) {
-            for (int64_t i141 = 0; i141 < 8; ++i141) {
-                for (int64_t i142 = 0; i142 < 2; ++i142) {
-                    for (int64_t i143 = 0; i143 < 8; ++i143) {
-                        for (int64_t i144 = 0; i144 < 2; ++i144) {
-                            folded137[i139 * (8 * 8 * 2 * 16) + i140 * (8 * 2 * 16) + i141 * (2 * 16) + i142 * 16 + i143 * (2 * 1) + i144] += tmp127[i139 * (8 * 8 * 2 * 8 * 2) + i140 * (8 * 2 * 8 * 2) + i141 * (2 * 8 * 2) + i142 * (8 * 2) + i143 * 2 + i144];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    float* const folded145 = prod;  // reuses a dead buffer's space
-    for (int64_t i146 = 0; i146 < batch * 8 * 16 * 16; ++i146) {
-        folded145[i146] = 0.0f;
-    }
-    for (int64_t i147 = 0; i147 < batch; ++i147) {
-        for (int64_t i148 = 0; i148 < 8; ++i148) {
-            for (int64_t i149 = 0; i149 < 8; ++i149) {
-                for (int64_t i150 = 0; i150 < 2; ++i150) {
-                    for (int64_t i151 = 0; i151 < 16; ++i151) {
-                        folded145[i147 * (8 * 16 * 16) + i148 * (16 * 16) + i149 * (2 * 16) + i150 * 16 + i151] += folded137[i147 * (8 * 8 * 2 * 16) + i148 * (8 * 2 * 16) + i149 * (2 * 16) + i150 * 16 + i151];
-                    }
-                }
-            }
-        }
-    }
-    float* const tmp152 = tmp23;  // reuses a dead buffer's space
-    for (int64_t i153 = 0; i153 < batch; ++i153) {
-        for (int64_t i154 = 0; i154 < 8; ++i154) {
-            for (int64_t i155 = 0; i155 < 16; ++i155) {
-                for (int64_t i156 = 0; i156 < 16; ++i156) {
-                    const bool x_i157 = tmp[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
-                    const float x_i158 = folded145[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156];
-                    const float t159 = (x_i157 ? x_i158 : 0.0f);
-                    tmp152[i153 * (8 * 16 * 16) + i154 * (16 * 16) + i155 * 16 + i156] = t159;
-                }
-            }
-        }
-    }
-    for (int64_t i161 = 0; i161 < batch * 256 * 27; ++i161) {
-        prod160[i161] = 0;
-    }
-    for (int64_t i162 = 0; i162 < batch; ++i162) {
-        for (int64_t i163 = 0; i163 < 1; ++i163) {
-            for (int64_t i164 = 0; i164 < 256; ++i164) {
-                for (int64_t i165 = 0; i165 < 8; ++i165) {
-                    for (int64_t i166 = 0; i166 < 27; ++i166) {
-                        prod160[i162 * (256 * 27) + i163 * (256 * 27) + i164 * 27 + i166] += tmp152[i162 * (8 * 256) + i163 * (8 * 256) + i165 * 256 + i164] * ks_data_0[i163 * (8 * 27) + i165 * 27 + i166];
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i168 = 0; i168 < batch * 3 * 16 * 3 * 18; ++i168) {
-        folded167[i168] = 0.0f;
-    }
-    for (int64_t i169 = 0; i169 < batch; ++i169) {
-        for (int64_t i170 = 0; i170 < 1; ++i170) {
-            for (int64_t i171 = 0; i171 < 3; ++i171) {
-                for (int64_t i172 = 0; i172 < 16; ++i172) {
-                    for (int64_t i173 = 0; i173 < 3; ++i173) {
-                        for (int64_t i174 = 0; i174 < 16; ++i174) {
-                            for (int64_t i175 = 0; i175 < 3; ++i175) {
-                                folded167[i169 * (3 * 16 * 3 * 18) + i170 * (3 * 16 * 3 * 18) + i171 * (16 * 3 * 18) + i172 * (3 * 18) + i173 * 18 + i174 + i175] += prod160[i169 * (16 * 16 * 3 * 3 * 3) + i170 * (16 * 16 * 3 * 3 * 3) + i171 * (3 * 3) + i172 * (16 * 3 * 3 * 3) + i173 * 3 + i174 * (3 * 3 * 3) + i175];
+    for (int64_t i119 = 0; i119 < batch; ++i119) {
+        for (int64_t i120 = 0; i120 < 1; ++i120) {
+            for (int64_t i121 = 0; i121 < 8; ++i121) {
+                for (int64_t i122 = 0; i122 < 3; ++i122) {
+                    for (int64_t i123 = 0; i123 < 3; ++i123) {
+                        for (int64_t i124 = 0; i124 < 3; ++i124) {
+                            for (int64_t i125 = 0; i125 < 3; ++i125) {
+                                folded[i119 * (8 * 3 * 3 * 8) + i120 * (8 * 3 * 3 * 8) + i121 * (3 * 3 * 8) + i122 * (3 * 8) + i123 * 8 + i124 * (2 * 1) + i125] += prod111[i119 * (8 * 3 * 3 * 3 * 3) + i120 * (8 * 3 * 3 * 3 * 3) + i121 * (3 * 3 * 3 * 3) + i122 * 3 + i123 * (3 * 3 * 3) + i124 + i125 * (3 * 3)];
                             }
                         }
                     }
@@ -595,28 +546,151 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded176 = padded5;  // reuses a dead buffer's space
-    for (int64_t i177 = 0; i177 < batch * 3 * 18 * 18; ++i177) {
-        folded176[i177] = 0.0f;
+    float* const folded126 = max;  // reuses a dead buffer's space
+    for (int64_t i127 = 0; i127 < batch * 8 * 8 * 8; ++i127) {
+        folded126[i127] = 0.0f;
     }
-    for (int64_t i178 = 0; i178 < batch; ++i178) {
-        for (int64_t i179 = 0; i179 < 1; ++i179) {
-            for (int64_t i180 = 0; i180 < 3; ++i180) {
-                for (int64_t i181 = 0; i181 < 16; ++i181) {
-                    for (int64_t i182 = 0; i182 < 3; ++i182) {
-                        for (int64_t i183 = 0; i183 < 18; ++i183) {
-                            folded176[i178 * (3 * 18 * 18) + i179 * (3 * 18 * 18) + i180 * (18 * 18) + i181 * 18 + i182 * 18 + i183] += folded167[i178 * (3 * 16 * 3 * 18) + i179 * (3 * 16 * 3 * 18) + i180 * (16 * 3 * 18) + i181 * (3 * 18) + i182 * 18 + i183];
+    for (int64_t i128 = 0; i128 < batch; ++i128) {
+        for (int64_t i129 = 0; i129 < 1; ++i129) {
+            for (int64_t i130 = 0; i130 < 8; ++i130) {
+                for (int64_t i131 = 0; i131 < 3; ++i131) {
+                    for (int64_t i132 = 0; i132 < 3; ++i132) {
+                        for (int64_t i133 = 0; i133 < 8; ++i133) {
+                            folded126[i128 * (8 * 8 * 8) + i129 * (8 * 8 * 8) + i130 * (8 * 8) + i131 * (2 * 8) + i132 * 8 + i133] += folded[i128 * (8 * 3 * 3 * 8) + i129 * (8 * 3 * 3 * 8) + i130 * (3 * 3 * 8) + i131 * (3 * 8) + i132 * 8 + i133];
                         }
                     }
                 }
             }
         }
     }
+    for (int64_t i135 = 0; i135 < batch; ++i135) {
+        for (int64_t i136 = 0; i136 < 8; ++i136) {
+            for (int64_t i137 = 0; i137 < 8; ++i137) {
+                for (int64_t i138 = 0; i138 < 8; ++i138) {
+                    const float x_i139 = folded126[i135 * (8 * 8 * 8) + i136 * (8 * 8) + i137 * 8 + i138];
+                    const float x_i140 = sum[i135 * (8 * 8 * 8) + i136 * (8 * 8) + i137 * 8 + i138];
+                    const float t141 = (x_i139 / x_i140);
+                    tmp134[i135 * (8 * 8 * 8) + i136 * (8 * 8) + i137 * 8 + i138] = t141;
+                }
+            }
+        }
+    }
+    float* const tmp142 = prod;  // reuses a dead buffer's space
+    for (int64_t i143 = 0; i143 < batch; ++i143) {
+        for (int64_t i144 = 0; i144 < 8; ++i144) {
+            for (int64_t i145 = 0; i145 < 8; ++i145) {
+                for (int64_t i146 = 0; i146 < 2; ++i146) {
+                    for (int64_t i147 = 0; i147 < 8; ++i147) {
+                        for (int64_t i148 = 0; i148 < 2; ++i148) {
+                            const bool x_i149 = tmp54[i143 * (8 * 8 * 2 * 8 * 2) + i144 * (8 * 2 * 8 * 2) + i145 * (2 * 8 * 2) + i146 * (8 * 2) + i147 * 2 + i148];
+                            const float x_i150 = tmp134[i143 * (8 * 8 * 8) + i144 * (8 * 8) + i145 * 8 + i147];
+                            const float t151 = (x_i149 ? x_i150 : 0.0f);
+                            tmp142[i143 * (8 * 8 * 2 * 8 * 2) + i144 * (8 * 2 * 8 * 2) + i145 * (2 * 8 * 2) + i146 * (8 * 2) + i147 * 2 + i148] = t151;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    float* const folded152 = tmp38;  // reuses a dead buffer's space
+    for (int64_t i153 = 0; i153 < batch * 8 * 8 * 2 * 16; ++i153) {
+        folded152[i153] = 0.0f;
+    }
+    for (int64_t i154 = 0; i154 < batch; ++i154) {
+        for (int64_t i155 = 0; i155 < 8; ++i155) {
+            for (int64_t i156 = 0; i156 < 8; ++i156) {
+                for (int64_t i157 = 0; i157 < 2; ++i157) {
+                    for (int64_t i158 = 0; i158 < 8; ++i158) {
+                        for (int64_t i159 = 0; i159 < 2; ++i159) {
+                            folded152[i154 * (8 * 8 * 2 * 16) + i155 * (8 * 2 * 16) + i156 * (2 * 16) + i157 * 16 + i158 * (2 * 1) + i159] += tmp142[i154 * (8 * 8 * 2 * 8 * 2) + i155 * (8 * 2 * 8 * 2) + i156 * (2 * 8 * 2) + i157 * (8 * 2) + i158 * 2 + i159];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    float* const folded160 = prod;  // reuses a dead buffer's space
+    for (int64_t i161 = 0; i161 < batch * 8 * 16 * 16; ++i161) {
+        folded160[i161] = 0.0f;
+    }
+    for (int64_t i162 = 0; i162 < batch; ++i162) {
+        for (int64_t i163 = 0; i163 < 8; ++i163) {
+            for (int64_t i164 = 0; i164 < 8; ++i164) {
+                for (int64_t i165 = 0; i165 < 2; ++i165) {
+                    for (int64_t i166 = 0; i166 < 16; ++i166) {
+                        folded160[i162 * (8 * 16 * 16) + i163 * (16 * 16) + i164 * (2 * 16) + i165 * 16 + i166] += folded152[i162 * (8 * 8 * 2 * 16) + i163 * (8 * 2 * 16) + i164 * (2 * 16) + i165 * 16 + i166];
+                    }
+                }
+            }
+        }
+    }
+    float* const tmp167 = tmp38;  // reuses a dead buffer's space
+    for (int64_t i168 = 0; i168 < batch; ++i168) {
+        for (int64_t i169 = 0; i169 < 8; ++i169) {
+            for (int64_t i170 = 0; i170 < 16; ++i170) {
+                for (int64_t i171 = 0; i171 < 16; ++i171) {
+                    const bool x_i172 = tmp[i168 * (8 * 16 * 16) + i169 * (16 * 16) + i170 * 16 + i171];
+                    const float x_i173 = folded160[i168 * (8 * 16 * 16) + i169 * (16 * 16) + i170 * 16 + i171];
+                    const float t174 = (x_i172 ? x_i173 : 0.0f);
+                    tmp167[i168 * (8 * 16 * 16) + i169 * (16 * 16) + i170 * 16 + i171] = t174;
+                }
+            }
+        }
+    }
+    for (int64_t i176 = 0; i176 < batch * 27 * 256; ++i176) {
+        prod175[i176] = 0;
+    }
+    for (int64_t i177 = 0; i177 < batch; ++i177) {
+        for (int64_t i178 = 0; i178 < 1; ++i178) {
+            for (int64_t i179 = 0; i179 < 27; ++i179) {
+                for (int64_t i180 = 0; i180 < 8; ++i180) {
+                    for (int64_t i181 = 0; i181 < 256; ++i181) {
+                        prod175[i177 * (27 * 256) + i178 * (27 * 256) + i179 * 256 + i181] += tmp167[i177 * (8 * 256) + i178 * (8 * 256) + i180 * 256 + i181] * ks_data_0[i178 * (8 * 27) + i180 * 27 + i179];
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i183 = 0; i183 < batch * 3 * 16 * 3 * 18; ++i183) {
+        folded182[i183] = 0.0f;
+    }
     for (int64_t i184 = 0; i184 < batch; ++i184) {
-        for (int64_t i185 = 0; i185 < 3; ++i185) {
-            for (int64_t i186 = 0; i186 < 16; ++i186) {
+        for (int64_t i185 = 0; i185 < 1; ++i185) {
+            for (int64_t i186 = 0; i186 < 3; ++i186) {
                 for (int64_t i187 = 0; i187 < 16; ++i187) {
-                    out[i184 * (3 * 16 * 16) + i185 * (16 * 16) + i186 * 16 + i187] = ((folded176 + 1) + 1 * 18)[i184 * (3 * 18 * 18) + i185 * (18 * 18) + i186 * 18 + i187];
+                    for (int64_t i188 = 0; i188 < 3; ++i188) {
+                        for (int64_t i189 = 0; i189 < 3; ++i189) {
+                            for (int64_t i190 = 0; i190 < 16; ++i190) {
+                                folded182[i184 * (3 * 16 * 3 * 18) + i185 * (3 * 16 * 3 * 18) + i186 * (16 * 3 * 18) + i187 * (3 * 18) + i188 * 18 + i190 + i189] += prod175[i184 * (3 * 3 * 3 * 16 * 16) + i185 * (3 * 3 * 3 * 16 * 16) + i186 * (3 * 3 * 16 * 16) + i187 * 16 + i188 * (3 * 16 * 16) + i190 + i189 * (16 * 16)];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    float* const folded191 = padded12;  // reuses a dead buffer's space
+    for (int64_t i192 = 0; i192 < batch * 3 * 18 * 18; ++i192) {
+        folded191[i192] = 0.0f;
+    }
+    for (int64_t i193 = 0; i193 < batch; ++i193) {
+        for (int64_t i194 = 0; i194 < 1; ++i194) {
+            for (int64_t i195 = 0; i195 < 3; ++i195) {
+                for (int64_t i196 = 0; i196 < 16; ++i196) {
+                    for (int64_t i197 = 0; i197 < 3; ++i197) {
+                        for (int64_t i198 = 0; i198 < 18; ++i198) {
+                            folded191[i193 * (3 * 18 * 18) + i194 * (3 * 18 * 18) + i195 * (18 * 18) + i196 * 18 + i197 * 18 + i198] += folded182[i193 * (3 * 16 * 3 * 18) + i194 * (3 * 16 * 3 * 18) + i195 * (16 * 3 * 18) + i196 * (3 * 18) + i197 * 18 + i198];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i199 = 0; i199 < batch; ++i199) {
+        for (int64_t i200 = 0; i200 < 3; ++i200) {
+            for (int64_t i201 = 0; i201 < 16; ++i201) {
+                for (int64_t i202 = 0; i202 < 16; ++i202) {
+                    out[i199 * (3 * 16 * 16) + i200 * (16 * 16) + i201 * 16 + i202] = ((folded191 + 1) + 1 * 18)[i199 * (3 * 18 * 18) + i200 * (18 * 18) + i201 * 18 + i202];
                 }
             }
         }
@@ -625,6 +699,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 16 * 16 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 3 * 3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 9 * 72) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 256 * 27) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
+    return ks::aligned_bytes<float>(batch * 3 * 18 * 16) + ks::aligned_bytes<float>(batch * 3 * 18 * 18) + ks::aligned_bytes<float>(batch * 3 * 3 * 3 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 256) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 3 * 3) + ks::aligned_bytes<float>(batch * 16 * 9) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 3 * 3 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 27 * 256) + ks::aligned_bytes<float>(batch * 3 * 16 * 3 * 18);
 }
 

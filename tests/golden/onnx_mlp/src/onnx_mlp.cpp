@@ -24,64 +24,76 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod20 = reinterpret_cast<float*>(next_slot);
+    float* const prod25 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 32; ++i1) {
-            float dot = 0;
-            KS_OMP_SIMD(reduction(+:dot))
-            for (int64_t i2 = 0; i2 < 4; ++i2) {
-                dot += x[i * 4 + i2] * ks_data_0[i1 * 4 + i2];
+        for (int64_t j = 0; j < 32; j += 4) {
+            float dot = 0; float dot1 = 0; float dot2 = 0; float dot3 = 0;
+            KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+            for (int64_t i4 = 0; i4 < 4; ++i4) {
+                dot += x[i * 4 + i4] * ks_data_0[j * 4 + i4];
+                dot1 += x[i * 4 + i4] * ks_data_0[(j + 1) * 4 + i4];
+                dot2 += x[i * 4 + i4] * ks_data_0[(j + 2) * 4 + i4];
+                dot3 += x[i * 4 + i4] * ks_data_0[(j + 3) * 4 + i4];
             }
-            prod[i * 32 + i1] = dot;
+            prod[i * 32 + j] = dot;
+            prod[i * 32 + (j + 1)] = dot1;
+            prod[i * 32 + (j + 2)] = dot2;
+            prod[i * 32 + (j + 3)] = dot3;
         }
     }
-    for (int64_t i3 = 0; i3 < batch; ++i3) {
-        for (int64_t i4 = 0; i4 < 32; ++i4) {
-            const float x_i = prod[i3 * 32 + i4];
-            const float x_i5 = ks_data_1[i4];
-            const float t6 = (x_i + x_i5);
-            const float t7 = std::tanh(t6);
-            tmp[i3 * 32 + i4] = t7;
+    for (int64_t i5 = 0; i5 < batch; ++i5) {
+        for (int64_t i6 = 0; i6 < 32; ++i6) {
+            const float x_i = prod[i5 * 32 + i6];
+            const float x_i7 = ks_data_1[i6];
+            const float t8 = (x_i + x_i7);
+            const float t9 = std::tanh(t8);
+            tmp[i5 * 32 + i6] = t9;
         }
     }
-    float* const prod8 = prod;  // reuses a dead buffer's space
-    for (int64_t i9 = 0; i9 < batch; ++i9) {
-        for (int64_t i10 = 0; i10 < 32; ++i10) {
-            float dot11 = 0;
-            KS_OMP_SIMD(reduction(+:dot11))
-            for (int64_t i12 = 0; i12 < 32; ++i12) {
-                dot11 += tmp[i9 * 32 + i12] * ks_data_2[i10 * 32 + i12];
+    float* const prod10 = prod;  // reuses a dead buffer's space
+    for (int64_t i11 = 0; i11 < batch; ++i11) {
+        for (int64_t j12 = 0; j12 < 32; j12 += 4) {
+            float dot13 = 0; float dot14 = 0; float dot15 = 0; float dot16 = 0;
+            KS_OMP_SIMD(reduction(+:dot13, dot14, dot15, dot16))
+            for (int64_t i17 = 0; i17 < 32; ++i17) {
+                dot13 += tmp[i11 * 32 + i17] * ks_data_2[j12 * 32 + i17];
+                dot14 += tmp[i11 * 32 + i17] * ks_data_2[(j12 + 1) * 32 + i17];
+                dot15 += tmp[i11 * 32 + i17] * ks_data_2[(j12 + 2) * 32 + i17];
+                dot16 += tmp[i11 * 32 + i17] * ks_data_2[(j12 + 3) * 32 + i17];
             }
-            prod8[i9 * 32 + i10] = dot11;
+            prod10[i11 * 32 + j12] = dot13;
+            prod10[i11 * 32 + (j12 + 1)] = dot14;
+            prod10[i11 * 32 + (j12 + 2)] = dot15;
+            prod10[i11 * 32 + (j12 + 3)] = dot16;
         }
     }
-    float* const tmp13 = tmp;  // reuses a dead buffer's space
-    for (int64_t i14 = 0; i14 < batch; ++i14) {
-        for (int64_t i15 = 0; i15 < 32; ++i15) {
-            const float x_i16 = prod8[i14 * 32 + i15];
-            const float x_i17 = ks_data_3[i15];
-            const float t18 = (x_i16 + x_i17);
-            const float t19 = std::tanh(t18);
-            tmp13[i14 * 32 + i15] = t19;
+    float* const tmp18 = tmp;  // reuses a dead buffer's space
+    for (int64_t i19 = 0; i19 < batch; ++i19) {
+        for (int64_t i20 = 0; i20 < 32; ++i20) {
+            const float x_i21 = prod10[i19 * 32 + i20];
+            const float x_i22 = ks_data_3[i20];
+            const float t23 = (x_i21 + x_i22);
+            const float t24 = std::tanh(t23);
+            tmp18[i19 * 32 + i20] = t24;
         }
     }
-    for (int64_t i21 = 0; i21 < batch; ++i21) {
-        for (int64_t i22 = 0; i22 < 1; ++i22) {
-            float dot23 = 0;
-            KS_OMP_SIMD(reduction(+:dot23))
-            for (int64_t i24 = 0; i24 < 32; ++i24) {
-                dot23 += tmp13[i21 * 32 + i24] * ks_data_4[i22 * 32 + i24];
+    for (int64_t i26 = 0; i26 < batch; ++i26) {
+        for (int64_t i27 = 0; i27 < 1; ++i27) {
+            float dot28 = 0;
+            KS_OMP_SIMD(reduction(+:dot28))
+            for (int64_t i29 = 0; i29 < 32; ++i29) {
+                dot28 += tmp18[i26 * 32 + i29] * ks_data_4[i27 * 32 + i29];
             }
-            prod20[i21 + i22] = dot23;
+            prod25[i26 + i27] = dot28;
         }
     }
-    for (int64_t i25 = 0; i25 < batch; ++i25) {
-        for (int64_t i26 = 0; i26 < 1; ++i26) {
-            const float x_i27 = prod20[i25 + i26];
-            const float t28 = (x_i27 + 0.14628951251506805f);
-            out[i25 + i26] = t28;
+    for (int64_t i30 = 0; i30 < batch; ++i30) {
+        for (int64_t i31 = 0; i31 < 1; ++i31) {
+            const float x_i32 = prod25[i30 + i31];
+            const float t33 = (x_i32 + 0.14628951251506805f);
+            out[i30 + i31] = t33;
         }
     }
     return ks::status::ok;
@@ -101,96 +113,120 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const prod5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp18 = reinterpret_cast<float*>(next_slot);
+    float* const tmp26 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 32; ++i1) {
-            float dot = 0;
-            KS_OMP_SIMD(reduction(+:dot))
-            for (int64_t i2 = 0; i2 < 4; ++i2) {
-                dot += x[i * 4 + i2] * ks_data_0[i1 * 4 + i2];
+        for (int64_t j = 0; j < 32; j += 4) {
+            float dot = 0; float dot1 = 0; float dot2 = 0; float dot3 = 0;
+            KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+            for (int64_t i4 = 0; i4 < 4; ++i4) {
+                dot += x[i * 4 + i4] * ks_data_0[j * 4 + i4];
+                dot1 += x[i * 4 + i4] * ks_data_0[(j + 1) * 4 + i4];
+                dot2 += x[i * 4 + i4] * ks_data_0[(j + 2) * 4 + i4];
+                dot3 += x[i * 4 + i4] * ks_data_0[(j + 3) * 4 + i4];
             }
-            prod[i * 32 + i1] = dot;
+            prod[i * 32 + j] = dot;
+            prod[i * 32 + (j + 1)] = dot1;
+            prod[i * 32 + (j + 2)] = dot2;
+            prod[i * 32 + (j + 3)] = dot3;
         }
     }
-    for (int64_t i4 = 0; i4 < batch; ++i4) {
-        for (int64_t i5 = 0; i5 < 32; ++i5) {
-            float dot6 = 0;
-            KS_OMP_SIMD(reduction(+:dot6))
-            for (int64_t i7 = 0; i7 < 4; ++i7) {
-                dot6 += dx[i4 * 4 + i7] * ks_data_0[i5 * 4 + i7];
+    for (int64_t i6 = 0; i6 < batch; ++i6) {
+        for (int64_t j7 = 0; j7 < 32; j7 += 4) {
+            float dot8 = 0; float dot9 = 0; float dot10 = 0; float dot11 = 0;
+            KS_OMP_SIMD(reduction(+:dot8, dot9, dot10, dot11))
+            for (int64_t i12 = 0; i12 < 4; ++i12) {
+                dot8 += dx[i6 * 4 + i12] * ks_data_0[j7 * 4 + i12];
+                dot9 += dx[i6 * 4 + i12] * ks_data_0[(j7 + 1) * 4 + i12];
+                dot10 += dx[i6 * 4 + i12] * ks_data_0[(j7 + 2) * 4 + i12];
+                dot11 += dx[i6 * 4 + i12] * ks_data_0[(j7 + 3) * 4 + i12];
             }
-            prod3[i4 * 32 + i5] = dot6;
+            prod5[i6 * 32 + j7] = dot8;
+            prod5[i6 * 32 + (j7 + 1)] = dot9;
+            prod5[i6 * 32 + (j7 + 2)] = dot10;
+            prod5[i6 * 32 + (j7 + 3)] = dot11;
         }
     }
-    for (int64_t i8 = 0; i8 < batch; ++i8) {
-        for (int64_t i9 = 0; i9 < 32; ++i9) {
-            const float x_i = prod[i8 * 32 + i9];
-            const float x_i10 = ks_data_1[i9];
-            const float t11 = (x_i + x_i10);
-            const float t12 = std::tanh(t11);
-            tmp[i8 * 32 + i9] = t12;
+    for (int64_t i13 = 0; i13 < batch; ++i13) {
+        for (int64_t i14 = 0; i14 < 32; ++i14) {
+            const float x_i = prod[i13 * 32 + i14];
+            const float x_i15 = ks_data_1[i14];
+            const float t16 = (x_i + x_i15);
+            const float t17 = std::tanh(t16);
+            tmp[i13 * 32 + i14] = t17;
         }
     }
-    float* const prod13 = prod;  // reuses a dead buffer's space
-    for (int64_t i14 = 0; i14 < batch; ++i14) {
-        for (int64_t i15 = 0; i15 < 32; ++i15) {
-            float dot16 = 0;
-            KS_OMP_SIMD(reduction(+:dot16))
-            for (int64_t i17 = 0; i17 < 32; ++i17) {
-                dot16 += tmp[i14 * 32 + i17] * ks_data_2[i15 * 32 + i17];
-            }
-            prod13[i14 * 32 + i15] = dot16;
-        }
-    }
+    float* const prod18 = prod;  // reuses a dead buffer's space
     for (int64_t i19 = 0; i19 < batch; ++i19) {
-        for (int64_t i20 = 0; i20 < 32; ++i20) {
-            const float x_i21 = tmp[i19 * 32 + i20];
-            const float t22 = (x_i21 * x_i21);
-            const float t23 = (1.0f - t22);
-            const float x_i24 = prod3[i19 * 32 + i20];
-            const float t25 = (t23 * x_i24);
-            tmp18[i19 * 32 + i20] = t25;
+        for (int64_t j20 = 0; j20 < 32; j20 += 4) {
+            float dot21 = 0; float dot22 = 0; float dot23 = 0; float dot24 = 0;
+            KS_OMP_SIMD(reduction(+:dot21, dot22, dot23, dot24))
+            for (int64_t i25 = 0; i25 < 32; ++i25) {
+                dot21 += tmp[i19 * 32 + i25] * ks_data_2[j20 * 32 + i25];
+                dot22 += tmp[i19 * 32 + i25] * ks_data_2[(j20 + 1) * 32 + i25];
+                dot23 += tmp[i19 * 32 + i25] * ks_data_2[(j20 + 2) * 32 + i25];
+                dot24 += tmp[i19 * 32 + i25] * ks_data_2[(j20 + 3) * 32 + i25];
+            }
+            prod18[i19 * 32 + j20] = dot21;
+            prod18[i19 * 32 + (j20 + 1)] = dot22;
+            prod18[i19 * 32 + (j20 + 2)] = dot23;
+            prod18[i19 * 32 + (j20 + 3)] = dot24;
         }
     }
-    float* const prod26 = prod3;  // reuses a dead buffer's space
     for (int64_t i27 = 0; i27 < batch; ++i27) {
         for (int64_t i28 = 0; i28 < 32; ++i28) {
-            float dot29 = 0;
-            KS_OMP_SIMD(reduction(+:dot29))
-            for (int64_t i30 = 0; i30 < 32; ++i30) {
-                dot29 += tmp18[i27 * 32 + i30] * ks_data_2[i28 * 32 + i30];
-            }
-            prod26[i27 * 32 + i28] = dot29;
+            const float x_i29 = tmp[i27 * 32 + i28];
+            const float t30 = (x_i29 * x_i29);
+            const float t31 = (1.0f - t30);
+            const float x_i32 = prod5[i27 * 32 + i28];
+            const float t33 = (t31 * x_i32);
+            tmp26[i27 * 32 + i28] = t33;
         }
     }
-    float* const tmp31 = tmp;  // reuses a dead buffer's space
-    for (int64_t i32 = 0; i32 < batch; ++i32) {
-        for (int64_t i33 = 0; i33 < 32; ++i33) {
-            const float x_i34 = prod13[i32 * 32 + i33];
-            const float x_i35 = ks_data_3[i33];
-            const float t36 = (x_i34 + x_i35);
-            const float t37 = std::tanh(t36);
-            const float t38 = (t37 * t37);
-            const float t39 = (1.0f - t38);
-            const float x_i40 = prod26[i32 * 32 + i33];
-            const float t41 = (t39 * x_i40);
-            tmp31[i32 * 32 + i33] = t41;
+    float* const prod34 = prod5;  // reuses a dead buffer's space
+    for (int64_t i35 = 0; i35 < batch; ++i35) {
+        for (int64_t j36 = 0; j36 < 32; j36 += 4) {
+            float dot37 = 0; float dot38 = 0; float dot39 = 0; float dot40 = 0;
+            KS_OMP_SIMD(reduction(+:dot37, dot38, dot39, dot40))
+            for (int64_t i41 = 0; i41 < 32; ++i41) {
+                dot37 += tmp26[i35 * 32 + i41] * ks_data_2[j36 * 32 + i41];
+                dot38 += tmp26[i35 * 32 + i41] * ks_data_2[(j36 + 1) * 32 + i41];
+                dot39 += tmp26[i35 * 32 + i41] * ks_data_2[(j36 + 2) * 32 + i41];
+                dot40 += tmp26[i35 * 32 + i41] * ks_data_2[(j36 + 3) * 32 + i41];
+            }
+            prod34[i35 * 32 + j36] = dot37;
+            prod34[i35 * 32 + (j36 + 1)] = dot38;
+            prod34[i35 * 32 + (j36 + 2)] = dot39;
+            prod34[i35 * 32 + (j36 + 3)] = dot40;
         }
     }
-    for (int64_t i42 = 0; i42 < batch; ++i42) {
-        for (int64_t i43 = 0; i43 < 1; ++i43) {
-            float dot44 = 0;
-            KS_OMP_SIMD(reduction(+:dot44))
-            for (int64_t i45 = 0; i45 < 32; ++i45) {
-                dot44 += tmp31[i42 * 32 + i45] * ks_data_4[i43 * 32 + i45];
+    float* const tmp42 = tmp;  // reuses a dead buffer's space
+    for (int64_t i43 = 0; i43 < batch; ++i43) {
+        for (int64_t i44 = 0; i44 < 32; ++i44) {
+            const float x_i45 = prod18[i43 * 32 + i44];
+            const float x_i46 = ks_data_3[i44];
+            const float t47 = (x_i45 + x_i46);
+            const float t48 = std::tanh(t47);
+            const float t49 = (t48 * t48);
+            const float t50 = (1.0f - t49);
+            const float x_i51 = prod34[i43 * 32 + i44];
+            const float t52 = (t50 * x_i51);
+            tmp42[i43 * 32 + i44] = t52;
+        }
+    }
+    for (int64_t i53 = 0; i53 < batch; ++i53) {
+        for (int64_t i54 = 0; i54 < 1; ++i54) {
+            float dot55 = 0;
+            KS_OMP_SIMD(reduction(+:dot55))
+            for (int64_t i56 = 0; i56 < 32; ++i56) {
+                dot55 += tmp42[i53 * 32 + i56] * ks_data_4[i54 * 32 + i56];
             }
-            out[i42 + i43] = dot44;
+            out[i53 + i54] = dot55;
         }
     }
     return ks::status::ok;
@@ -212,75 +248,87 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod18 = reinterpret_cast<float*>(next_slot);
+    float* const prod23 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 32; ++i1) {
-            float dot = 0;
-            KS_OMP_SIMD(reduction(+:dot))
-            for (int64_t i2 = 0; i2 < 4; ++i2) {
-                dot += x[i * 4 + i2] * mlp_fc1_weight[i1 * 4 + i2];
+        for (int64_t j = 0; j < 32; j += 4) {
+            float dot = 0; float dot1 = 0; float dot2 = 0; float dot3 = 0;
+            KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+            for (int64_t i4 = 0; i4 < 4; ++i4) {
+                dot += x[i * 4 + i4] * mlp_fc1_weight[j * 4 + i4];
+                dot1 += x[i * 4 + i4] * mlp_fc1_weight[(j + 1) * 4 + i4];
+                dot2 += x[i * 4 + i4] * mlp_fc1_weight[(j + 2) * 4 + i4];
+                dot3 += x[i * 4 + i4] * mlp_fc1_weight[(j + 3) * 4 + i4];
             }
-            prod[i * 32 + i1] = dot;
+            prod[i * 32 + j] = dot;
+            prod[i * 32 + (j + 1)] = dot1;
+            prod[i * 32 + (j + 2)] = dot2;
+            prod[i * 32 + (j + 3)] = dot3;
         }
     }
-    for (int64_t i3 = 0; i3 < batch; ++i3) {
-        for (int64_t i4 = 0; i4 < 32; ++i4) {
-            const float x_i = prod[i3 * 32 + i4];
-            const float mlp_fc1_bias_i = mlp_fc1_bias[i4];
-            const float t5 = (x_i + mlp_fc1_bias_i);
-            const float t6 = std::tanh(t5);
-            tmp[i3 * 32 + i4] = t6;
+    for (int64_t i5 = 0; i5 < batch; ++i5) {
+        for (int64_t i6 = 0; i6 < 32; ++i6) {
+            const float x_i = prod[i5 * 32 + i6];
+            const float mlp_fc1_bias_i = mlp_fc1_bias[i6];
+            const float t7 = (x_i + mlp_fc1_bias_i);
+            const float t8 = std::tanh(t7);
+            tmp[i5 * 32 + i6] = t8;
         }
     }
-    float* const prod7 = prod;  // reuses a dead buffer's space
-    for (int64_t i8 = 0; i8 < batch; ++i8) {
-        for (int64_t i9 = 0; i9 < 32; ++i9) {
-            float dot10 = 0;
-            KS_OMP_SIMD(reduction(+:dot10))
-            for (int64_t i11 = 0; i11 < 32; ++i11) {
-                dot10 += tmp[i8 * 32 + i11] * mlp_fc2_weight[i9 * 32 + i11];
+    float* const prod9 = prod;  // reuses a dead buffer's space
+    for (int64_t i10 = 0; i10 < batch; ++i10) {
+        for (int64_t j11 = 0; j11 < 32; j11 += 4) {
+            float dot12 = 0; float dot13 = 0; float dot14 = 0; float dot15 = 0;
+            KS_OMP_SIMD(reduction(+:dot12, dot13, dot14, dot15))
+            for (int64_t i16 = 0; i16 < 32; ++i16) {
+                dot12 += tmp[i10 * 32 + i16] * mlp_fc2_weight[j11 * 32 + i16];
+                dot13 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 1) * 32 + i16];
+                dot14 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 2) * 32 + i16];
+                dot15 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 3) * 32 + i16];
             }
-            prod7[i8 * 32 + i9] = dot10;
+            prod9[i10 * 32 + j11] = dot12;
+            prod9[i10 * 32 + (j11 + 1)] = dot13;
+            prod9[i10 * 32 + (j11 + 2)] = dot14;
+            prod9[i10 * 32 + (j11 + 3)] = dot15;
         }
     }
-    float* const tmp12 = tmp;  // reuses a dead buffer's space
-    for (int64_t i13 = 0; i13 < batch; ++i13) {
-        for (int64_t i14 = 0; i14 < 32; ++i14) {
-            const float x_i15 = prod7[i13 * 32 + i14];
-            const float mlp_fc2_bias_i = mlp_fc2_bias[i14];
-            const float t16 = (x_i15 + mlp_fc2_bias_i);
-            const float t17 = std::tanh(t16);
-            tmp12[i13 * 32 + i14] = t17;
+    float* const tmp17 = tmp;  // reuses a dead buffer's space
+    for (int64_t i18 = 0; i18 < batch; ++i18) {
+        for (int64_t i19 = 0; i19 < 32; ++i19) {
+            const float x_i20 = prod9[i18 * 32 + i19];
+            const float mlp_fc2_bias_i = mlp_fc2_bias[i19];
+            const float t21 = (x_i20 + mlp_fc2_bias_i);
+            const float t22 = std::tanh(t21);
+            tmp17[i18 * 32 + i19] = t22;
         }
     }
-    for (int64_t i19 = 0; i19 < batch; ++i19) {
-        for (int64_t i20 = 0; i20 < 1; ++i20) {
-            float dot21 = 0;
-            KS_OMP_SIMD(reduction(+:dot21))
-            for (int64_t i22 = 0; i22 < 32; ++i22) {
-                dot21 += tmp12[i19 * 32 + i22] * mlp_out_weight[i20 * 32 + i22];
+    for (int64_t i24 = 0; i24 < batch; ++i24) {
+        for (int64_t i25 = 0; i25 < 1; ++i25) {
+            float dot26 = 0;
+            KS_OMP_SIMD(reduction(+:dot26))
+            for (int64_t i27 = 0; i27 < 32; ++i27) {
+                dot26 += tmp17[i24 * 32 + i27] * mlp_out_weight[i25 * 32 + i27];
             }
-            prod18[i19 + i20] = dot21;
+            prod23[i24 + i25] = dot26;
         }
     }
     float acc = 0;
-    for (int64_t i23 = 0; i23 < batch; ++i23) {
+    for (int64_t i28 = 0; i28 < batch; ++i28) {
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i24 = 0; i24 < 1; ++i24) {
-            const float x_i25 = prod18[i23 + i24];
-            const float mlp_out_bias_i = mlp_out_bias[i24];
-            const float t26 = (x_i25 + mlp_out_bias_i);
-            const float target_i = target[i23 + i24];
-            const float t27 = (t26 - target_i);
-            const float t28 = ks::ipow<2>(t27);
-            acc += t28;
+        for (int64_t i29 = 0; i29 < 1; ++i29) {
+            const float x_i30 = prod23[i28 + i29];
+            const float mlp_out_bias_i = mlp_out_bias[i29];
+            const float t31 = (x_i30 + mlp_out_bias_i);
+            const float target_i = target[i28 + i29];
+            const float t32 = (t31 - target_i);
+            const float t33 = ks::ipow<2>(t32);
+            acc += t33;
         }
     }
-    const float t29 = static_cast<float>(batch);
-    const float t30 = (acc / t29);
-    *out = t30;
+    const float t34 = static_cast<float>(batch);
+    const float t35 = (acc / t34);
+    *out = t35;
     return ks::status::ok;
 }
 
@@ -300,173 +348,185 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const tmp12 = reinterpret_cast<float*>(next_slot);
+    float* const tmp17 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod18 = reinterpret_cast<float*>(next_slot);
+    float* const prod23 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp25 = reinterpret_cast<float*>(next_slot);
+    float* const tmp30 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp46 = reinterpret_cast<float*>(next_slot);
+    float* const tmp51 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 32; ++i1) {
-            float dot = 0;
-            KS_OMP_SIMD(reduction(+:dot))
-            for (int64_t i2 = 0; i2 < 4; ++i2) {
-                dot += x[i * 4 + i2] * mlp_fc1_weight[i1 * 4 + i2];
+        for (int64_t j = 0; j < 32; j += 4) {
+            float dot = 0; float dot1 = 0; float dot2 = 0; float dot3 = 0;
+            KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+            for (int64_t i4 = 0; i4 < 4; ++i4) {
+                dot += x[i * 4 + i4] * mlp_fc1_weight[j * 4 + i4];
+                dot1 += x[i * 4 + i4] * mlp_fc1_weight[(j + 1) * 4 + i4];
+                dot2 += x[i * 4 + i4] * mlp_fc1_weight[(j + 2) * 4 + i4];
+                dot3 += x[i * 4 + i4] * mlp_fc1_weight[(j + 3) * 4 + i4];
             }
-            prod[i * 32 + i1] = dot;
+            prod[i * 32 + j] = dot;
+            prod[i * 32 + (j + 1)] = dot1;
+            prod[i * 32 + (j + 2)] = dot2;
+            prod[i * 32 + (j + 3)] = dot3;
         }
     }
-    for (int64_t i3 = 0; i3 < batch; ++i3) {
-        for (int64_t i4 = 0; i4 < 32; ++i4) {
-            const float x_i = prod[i3 * 32 + i4];
-            const float mlp_fc1_bias_i = mlp_fc1_bias[i4];
-            const float t5 = (x_i + mlp_fc1_bias_i);
-            const float t6 = std::tanh(t5);
-            tmp[i3 * 32 + i4] = t6;
+    for (int64_t i5 = 0; i5 < batch; ++i5) {
+        for (int64_t i6 = 0; i6 < 32; ++i6) {
+            const float x_i = prod[i5 * 32 + i6];
+            const float mlp_fc1_bias_i = mlp_fc1_bias[i6];
+            const float t7 = (x_i + mlp_fc1_bias_i);
+            const float t8 = std::tanh(t7);
+            tmp[i5 * 32 + i6] = t8;
         }
     }
-    float* const prod7 = prod;  // reuses a dead buffer's space
-    for (int64_t i8 = 0; i8 < batch; ++i8) {
-        for (int64_t i9 = 0; i9 < 32; ++i9) {
-            float dot10 = 0;
-            KS_OMP_SIMD(reduction(+:dot10))
-            for (int64_t i11 = 0; i11 < 32; ++i11) {
-                dot10 += tmp[i8 * 32 + i11] * mlp_fc2_weight[i9 * 32 + i11];
+    float* const prod9 = prod;  // reuses a dead buffer's space
+    for (int64_t i10 = 0; i10 < batch; ++i10) {
+        for (int64_t j11 = 0; j11 < 32; j11 += 4) {
+            float dot12 = 0; float dot13 = 0; float dot14 = 0; float dot15 = 0;
+            KS_OMP_SIMD(reduction(+:dot12, dot13, dot14, dot15))
+            for (int64_t i16 = 0; i16 < 32; ++i16) {
+                dot12 += tmp[i10 * 32 + i16] * mlp_fc2_weight[j11 * 32 + i16];
+                dot13 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 1) * 32 + i16];
+                dot14 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 2) * 32 + i16];
+                dot15 += tmp[i10 * 32 + i16] * mlp_fc2_weight[(j11 + 3) * 32 + i16];
             }
-            prod7[i8 * 32 + i9] = dot10;
+            prod9[i10 * 32 + j11] = dot12;
+            prod9[i10 * 32 + (j11 + 1)] = dot13;
+            prod9[i10 * 32 + (j11 + 2)] = dot14;
+            prod9[i10 * 32 + (j11 + 3)] = dot15;
         }
     }
-    for (int64_t i13 = 0; i13 < batch; ++i13) {
-        for (int64_t i14 = 0; i14 < 32; ++i14) {
-            const float x_i15 = prod7[i13 * 32 + i14];
-            const float mlp_fc2_bias_i = mlp_fc2_bias[i14];
-            const float t16 = (x_i15 + mlp_fc2_bias_i);
-            const float t17 = std::tanh(t16);
-            tmp12[i13 * 32 + i14] = t17;
+    for (int64_t i18 = 0; i18 < batch; ++i18) {
+        for (int64_t i19 = 0; i19 < 32; ++i19) {
+            const float x_i20 = prod9[i18 * 32 + i19];
+            const float mlp_fc2_bias_i = mlp_fc2_bias[i19];
+            const float t21 = (x_i20 + mlp_fc2_bias_i);
+            const float t22 = std::tanh(t21);
+            tmp17[i18 * 32 + i19] = t22;
         }
     }
-    for (int64_t i19 = 0; i19 < batch; ++i19) {
-        for (int64_t i20 = 0; i20 < 1; ++i20) {
-            float dot21 = 0;
-            KS_OMP_SIMD(reduction(+:dot21))
-            for (int64_t i22 = 0; i22 < 32; ++i22) {
-                dot21 += tmp12[i19 * 32 + i22] * mlp_out_weight[i20 * 32 + i22];
+    for (int64_t i24 = 0; i24 < batch; ++i24) {
+        for (int64_t i25 = 0; i25 < 1; ++i25) {
+            float dot26 = 0;
+            KS_OMP_SIMD(reduction(+:dot26))
+            for (int64_t i27 = 0; i27 < 32; ++i27) {
+                dot26 += tmp17[i24 * 32 + i27] * mlp_out_weight[i25 * 32 + i27];
             }
-            prod18[i19 + i20] = dot21;
+            prod23[i24 + i25] = dot26;
         }
     }
-    const float t23 = static_cast<float>(batch);
-    const float t24 = (1.0f / t23);
-    for (int64_t i26 = 0; i26 < batch; ++i26) {
-        for (int64_t i27 = 0; i27 < 1; ++i27) {
-            const float x_i28 = prod18[i26 + i27];
-            const float mlp_out_bias_i = mlp_out_bias[i27];
-            const float t29 = (x_i28 + mlp_out_bias_i);
-            const float target_i = target[i26 + i27];
-            const float t30 = (t29 - target_i);
-            const float t31 = (2.0f * t30);
-            const float x_i32 = t24;
-            const float t33 = (x_i32 * t31);
-            tmp25[i26 + i27] = t33;
+    const float t28 = static_cast<float>(batch);
+    const float t29 = (1.0f / t28);
+    for (int64_t i31 = 0; i31 < batch; ++i31) {
+        for (int64_t i32 = 0; i32 < 1; ++i32) {
+            const float x_i33 = prod23[i31 + i32];
+            const float mlp_out_bias_i = mlp_out_bias[i32];
+            const float t34 = (x_i33 + mlp_out_bias_i);
+            const float target_i = target[i31 + i32];
+            const float t35 = (t34 - target_i);
+            const float t36 = (2.0f * t35);
+            const float x_i37 = t29;
+            const float t38 = (x_i37 * t36);
+            tmp30[i31 + i32] = t38;
         }
     }
-    for (int64_t i34 = 0; i34 < 1; ++i34) {
-        out_d_mlp_out_bias[i34] = 0;
+    for (int64_t i39 = 0; i39 < 1; ++i39) {
+        out_d_mlp_out_bias[i39] = 0;
     }
-    for (int64_t i35 = 0; i35 < batch; ++i35) {
-        for (int64_t i36 = 0; i36 < 1; ++i36) {
-            out_d_mlp_out_bias[i36] += tmp25[i35 + i36];
+    for (int64_t i40 = 0; i40 < batch; ++i40) {
+        for (int64_t i41 = 0; i41 < 1; ++i41) {
+            out_d_mlp_out_bias[i41] += tmp30[i40 + i41];
         }
     }
-    for (int64_t i37 = 0; i37 < 32; ++i37) {
-        out_d_mlp_out_weight[i37] = 0;
+    for (int64_t i42 = 0; i42 < 32; ++i42) {
+        out_d_mlp_out_weight[i42] = 0;
     }
-    for (int64_t i38 = 0; i38 < 1; ++i38) {
-        for (int64_t i39 = 0; i39 < batch; ++i39) {
-            for (int64_t i40 = 0; i40 < 32; ++i40) {
-                out_d_mlp_out_weight[i38 * 32 + i40] += tmp25[i39 + i38] * tmp12[i39 * 32 + i40];
-            }
-        }
-    }
-    float* const prod41 = prod;  // reuses a dead buffer's space
-    for (int64_t i42 = 0; i42 < batch * 32; ++i42) {
-        prod41[i42] = 0;
-    }
-    for (int64_t i43 = 0; i43 < batch; ++i43) {
-        for (int64_t i44 = 0; i44 < 1; ++i44) {
+    for (int64_t i43 = 0; i43 < 1; ++i43) {
+        for (int64_t i44 = 0; i44 < batch; ++i44) {
             for (int64_t i45 = 0; i45 < 32; ++i45) {
-                prod41[i43 * 32 + i45] += tmp25[i43 + i44] * mlp_out_weight[i44 * 32 + i45];
+                out_d_mlp_out_weight[i43 * 32 + i45] += tmp30[i44 + i43] * tmp17[i44 * 32 + i45];
             }
         }
     }
-    for (int64_t i47 = 0; i47 < batch; ++i47) {
-        for (int64_t i48 = 0; i48 < 32; ++i48) {
-            const float x_i49 = tmp12[i47 * 32 + i48];
-            const float t50 = (x_i49 * x_i49);
-            const float t51 = (1.0f - t50);
-            const float x_i52 = prod41[i47 * 32 + i48];
-            const float t53 = (x_i52 * t51);
-            tmp46[i47 * 32 + i48] = t53;
-        }
+    float* const prod46 = prod;  // reuses a dead buffer's space
+    for (int64_t i47 = 0; i47 < batch * 32; ++i47) {
+        prod46[i47] = 0;
     }
-    for (int64_t i54 = 0; i54 < 32; ++i54) {
-        out_d_mlp_fc2_bias[i54] = 0;
-    }
-    for (int64_t i55 = 0; i55 < batch; ++i55) {
-        for (int64_t i56 = 0; i56 < 32; ++i56) {
-            out_d_mlp_fc2_bias[i56] += tmp46[i55 * 32 + i56];
-        }
-    }
-    for (int64_t i57 = 0; i57 < 32 * 32; ++i57) {
-        out_d_mlp_fc2_weight[i57] = 0;
-    }
-    for (int64_t i58 = 0; i58 < 32; ++i58) {
-        for (int64_t i59 = 0; i59 < batch; ++i59) {
-            for (int64_t i60 = 0; i60 < 32; ++i60) {
-                out_d_mlp_fc2_weight[i58 * 32 + i60] += tmp46[i59 * 32 + i58] * tmp[i59 * 32 + i60];
+    for (int64_t i48 = 0; i48 < batch; ++i48) {
+        for (int64_t i49 = 0; i49 < 1; ++i49) {
+            for (int64_t i50 = 0; i50 < 32; ++i50) {
+                prod46[i48 * 32 + i50] += tmp30[i48 + i49] * mlp_out_weight[i49 * 32 + i50];
             }
         }
     }
-    float* const prod61 = prod;  // reuses a dead buffer's space
-    for (int64_t i62 = 0; i62 < batch * 32; ++i62) {
-        prod61[i62] = 0;
+    for (int64_t i52 = 0; i52 < batch; ++i52) {
+        for (int64_t i53 = 0; i53 < 32; ++i53) {
+            const float x_i54 = tmp17[i52 * 32 + i53];
+            const float t55 = (x_i54 * x_i54);
+            const float t56 = (1.0f - t55);
+            const float x_i57 = prod46[i52 * 32 + i53];
+            const float t58 = (x_i57 * t56);
+            tmp51[i52 * 32 + i53] = t58;
+        }
     }
-    for (int64_t i63 = 0; i63 < batch; ++i63) {
-        for (int64_t i64 = 0; i64 < 32; ++i64) {
+    for (int64_t i59 = 0; i59 < 32; ++i59) {
+        out_d_mlp_fc2_bias[i59] = 0;
+    }
+    for (int64_t i60 = 0; i60 < batch; ++i60) {
+        for (int64_t i61 = 0; i61 < 32; ++i61) {
+            out_d_mlp_fc2_bias[i61] += tmp51[i60 * 32 + i61];
+        }
+    }
+    for (int64_t i62 = 0; i62 < 32 * 32; ++i62) {
+        out_d_mlp_fc2_weight[i62] = 0;
+    }
+    for (int64_t i63 = 0; i63 < 32; ++i63) {
+        for (int64_t i64 = 0; i64 < batch; ++i64) {
             for (int64_t i65 = 0; i65 < 32; ++i65) {
-                prod61[i63 * 32 + i65] += tmp46[i63 * 32 + i64] * mlp_fc2_weight[i64 * 32 + i65];
+                out_d_mlp_fc2_weight[i63 * 32 + i65] += tmp51[i64 * 32 + i63] * tmp[i64 * 32 + i65];
             }
         }
     }
-    float* const tmp66 = tmp12;  // reuses a dead buffer's space
-    for (int64_t i67 = 0; i67 < batch; ++i67) {
-        for (int64_t i68 = 0; i68 < 32; ++i68) {
-            const float x_i69 = tmp[i67 * 32 + i68];
-            const float t70 = (x_i69 * x_i69);
-            const float t71 = (1.0f - t70);
-            const float x_i72 = prod61[i67 * 32 + i68];
-            const float t73 = (x_i72 * t71);
-            tmp66[i67 * 32 + i68] = t73;
+    float* const prod66 = prod;  // reuses a dead buffer's space
+    for (int64_t i67 = 0; i67 < batch * 32; ++i67) {
+        prod66[i67] = 0;
+    }
+    for (int64_t i68 = 0; i68 < batch; ++i68) {
+        for (int64_t i69 = 0; i69 < 32; ++i69) {
+            for (int64_t i70 = 0; i70 < 32; ++i70) {
+                prod66[i68 * 32 + i70] += tmp51[i68 * 32 + i69] * mlp_fc2_weight[i69 * 32 + i70];
+            }
         }
     }
-    for (int64_t i74 = 0; i74 < 32; ++i74) {
-        out_d_mlp_fc1_bias[i74] = 0;
-    }
-    for (int64_t i75 = 0; i75 < batch; ++i75) {
-        for (int64_t i76 = 0; i76 < 32; ++i76) {
-            out_d_mlp_fc1_bias[i76] += tmp66[i75 * 32 + i76];
+    float* const tmp71 = tmp17;  // reuses a dead buffer's space
+    for (int64_t i72 = 0; i72 < batch; ++i72) {
+        for (int64_t i73 = 0; i73 < 32; ++i73) {
+            const float x_i74 = tmp[i72 * 32 + i73];
+            const float t75 = (x_i74 * x_i74);
+            const float t76 = (1.0f - t75);
+            const float x_i77 = prod66[i72 * 32 + i73];
+            const float t78 = (x_i77 * t76);
+            tmp71[i72 * 32 + i73] = t78;
         }
     }
-    for (int64_t i77 = 0; i77 < 32 * 4; ++i77) {
-        out_d_mlp_fc1_weight[i77] = 0;
+    for (int64_t i79 = 0; i79 < 32; ++i79) {
+        out_d_mlp_fc1_bias[i79] = 0;
     }
-    for (int64_t i78 = 0; i78 < 32; ++i78) {
-        for (int64_t i79 = 0; i79 < batch; ++i79) {
-            for (int64_t i80 = 0; i80 < 4; ++i80) {
-                out_d_mlp_fc1_weight[i78 * 4 + i80] += tmp66[i79 * 32 + i78] * x[i79 * 4 + i80];
+    for (int64_t i80 = 0; i80 < batch; ++i80) {
+        for (int64_t i81 = 0; i81 < 32; ++i81) {
+            out_d_mlp_fc1_bias[i81] += tmp71[i80 * 32 + i81];
+        }
+    }
+    for (int64_t i82 = 0; i82 < 32 * 4; ++i82) {
+        out_d_mlp_fc1_weight[i82] = 0;
+    }
+    for (int64_t i83 = 0; i83 < 32; ++i83) {
+        for (int64_t i84 = 0; i84 < batch; ++i84) {
+            for (int64_t i85 = 0; i85 < 4; ++i85) {
+                out_d_mlp_fc1_weight[i83 * 4 + i85] += tmp71[i84 * 32 + i83] * x[i84 * 4 + i85];
             }
         }
     }
