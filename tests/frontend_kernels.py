@@ -117,3 +117,35 @@ def f_shapes_more(x: "float[n, 3]") -> "float[n, 6]":
 
 def f_matrix_more(a: "float[n, n]", b: "float[n, n]") -> float:
     return torch.trace(a) + torch.diagonal(a @ b).sum() + torch.einsum("ij,jk,kl->il", a, b, a).sum()
+
+
+def f_inf_constants(x: "float[n]") -> "float[n]":
+    hi = torch.where(x > 0.5, float("-inf"), x) + torch.where(x > 10.0, float("nan"), 0.0)
+    return torch.softmax(hi, dim=0) + torch.where(x < -10.0, torch.inf, x * torch.pi) + float("1.5")
+
+
+def f_loops_reverse(c: "float[p]", x: "float[n]") -> "float[n]":
+    acc = torch.zeros_like(x)
+    for i in range(c.shape[0] - 1, -1, -1):  # Horner with a computed start and step -1
+        acc = acc * x + c[i]
+    back = torch.zeros_like(x)
+    for i in reversed(range(c.shape[0])):
+        back = back * x + c[i]
+    for i in reversed(range(1, 7, 2)):
+        back = back + i * c[i % c.shape[0]]
+    return acc * 2.0 + back
+
+
+def f_loops_iterables(x: "float[n, d]", y: "float[n]") -> float:
+    s = 0.0
+    for row in x:
+        s = s + torch.sum(row * row)
+    for i, yi in enumerate(y):
+        s = s + i * yi
+    for j, xi in enumerate(reversed(range(x.shape[0]))):
+        s = s + j * x[xi, 0]
+    for row, yi in zip(x, y):
+        s = s + yi * row[0]
+    for j, k in zip(range(3), range(1, 9, 2)):
+        s = s + j * y[k % y.shape[0]]
+    return s + sum(yi * i for i, yi in enumerate(y))

@@ -76,11 +76,57 @@ def k(x: float) -> float:
 ''', "name 'y' is not defined here", "only in one branch"),
     "return inside for": Case('''\
 def k(x: float) -> float:
-    for i in range(3):  # <-
+    for i in range(3):
         x = x + 1.0
-        return x
+        return x  # <-
     return x
 ''', "return inside a for loop is not supported", "return after the loop"),
+    "early return inside an if in a loop": Case('''\
+def k(x: "float[n]") -> float:
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            return x[i]  # <-
+    return 0.0
+''', "return inside a for loop is not supported", "return after the loop"),
+    "float of a bad string": Case('''\
+def k(x: float) -> float:
+    return x + float("one")  # <-
+''', "unsupported cast of the string 'one'", 'float("inf")'),
+    "reversed range with a step and computed bounds": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for i in reversed(range(0, x.shape[0], 2)):  # <-
+        s = s + x[i]
+    return s
+''', "reversed(range(a, b, step)) with a step other than 1 or -1 needs literal bounds"),
+    "reversed of a tensor": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for v in reversed(x):  # <-
+        s = s + v
+    return s
+''', "reversed(...) of a range(...) is supported"),
+    "zip of different dims": Case('''\
+def k(x: "float[n]", y: "float[m]") -> float:
+    s = 0.0
+    for a, b in zip(x, y):  # <-
+        s = s + a * b
+    return s
+''', "zip(...) of sequences of different lengths (n, m)"),
+    "for over a scalar": Case('''\
+def k(x: float) -> float:
+    s = 0.0
+    for v in x:  # <-
+        s = s + v
+    return s
+''', "a for loop must iterate over range(...), reversed(range(...)), the rows of a tensor"),
+    "unpacking a range": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for a, b in range(3):  # <-
+        s = s + a
+    return s
+''', "unpacking in a for loop needs enumerate(...) or zip(...)"),
     "missing annotation": Case('''\
 def k(x) -> float:  # <-
     return x

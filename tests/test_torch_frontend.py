@@ -46,6 +46,9 @@ CASES = {
     "f_losses_more": lambda: (r(6, 3), np.array([0, 2, 1, 1, 0, 2]), np.random.default_rng(5).random(6)),
     "f_shapes_more": lambda: (r(4, 3),),
     "f_matrix_more": lambda: (r(3, 3), r(3, 3, seed=2)),
+    "f_inf_constants": lambda: (r(6),),
+    "f_loops_reverse": lambda: (r(4), r(5)),
+    "f_loops_iterables": lambda: (r(5, 3), r(5, seed=4)),
 }
 
 

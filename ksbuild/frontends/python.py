@@ -497,6 +497,8 @@ class KernelCompiler:
             from .scope import TORCH_DTYPES, DtypeValue
             if e.attr in TORCH_DTYPES:
                 return DtypeValue(TORCH_DTYPES[e.attr])
+            if e.attr in MATH_CONSTANTS:  # torch.inf, torch.nan, torch.pi, torch.e
+                return Const(MATH_CONSTANTS[e.attr])
             raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
                                  hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
