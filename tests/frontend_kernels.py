@@ -149,3 +149,52 @@ def f_loops_iterables(x: "float[n, d]", y: "float[n]") -> float:
     for j, k in zip(range(3), range(1, 9, 2)):
         s = s + j * y[k % y.shape[0]]
     return s + sum(yi * i for i, yi in enumerate(y))
+
+
+def _scaled_sum(x, scale=2.0, dim=0, shift: float = 1e-3):
+    return x.sum(dim) * scale + shift
+
+
+def f_default_args(x: "float[n, d]") -> "float[d]":
+    return (_scaled_sum(x) + _scaled_sum(x, scale=3.0) + _scaled_sum(x, 0.5, shift=1.0)
+            + _scaled_sum(x, dim=1).sum() * _scaled_sum(x[0], dim=0, scale=-1.0))
+
+
+def f_chunk_split(g: "float[4 * h]", x: "float[n, 6]") -> "float[h]":
+    i, f, o, c = torch.chunk(g, 4)
+    a, b = x.split(3, dim=1)
+    p, q, r = torch.split(x, [1, 3, 2], 1)
+    u, v, w = x.chunk(4, dim=1)  # 6 into pieces of 2
+    s = (a * b).sum() + (p * r[:, :1]).sum() + q.sum() + (u * v + w).sum()
+    return torch.sigmoid(i) * torch.tanh(c) + f * o * s + g.split(g.shape[0] // 4)[2]
+
+
+def f_masked_fill(s: "float[n, n]", x: "float[n]") -> "float[n, n]":
+    mask = torch.triu(torch.ones(s.shape[0], s.shape[0], dtype=torch.bool), diagonal=1)
+    a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+    return a + s.masked_fill(x > 0, -1.5) + torch.masked_fill(s, s < 0, x.sum())
+
+
+def f_casts_to(x: "float[n]", i: "i64[n]") -> "float[n]":
+    m = (x > 0).to(x.dtype) * x
+    return m + i.to(x.dtype) * x.to(torch.float64) + x.to(x) + i.to(x) + torch.zeros(x.shape[0], dtype=x.dtype)
+
+
+def f_one_hot_dim(i: "i64[n]", x: "float[n, c]") -> "float[n, c]":
+    return F.one_hot(i, x.shape[1]) * x + F.one_hot(i, num_classes=x.shape[1] + 1)[:, 1:] * 2.0
+
+
+COEFFS = [1.0, -0.5, 0.25]
+PAIRS = ((1, 2), (3, 4))
+
+
+def f_module_consts(x: "float[n]") -> "float[n]":
+    c = torch.tensor(COEFFS)
+    return c[0] + c[1] * x + COEFFS[2] * x * x + PAIRS[1][0] + torch.tensor(PAIRS).sum() * x
+
+
+def f_asserts(x: "float[n, 3]", y: "float[n]") -> "float[n]":
+    assert x.shape[1] == 3
+    assert x.shape[0] == y.shape[0], "one y per row"
+    assert x.ndim == 2 and len(y) == x.shape[0]
+    return x.sum(1) * y
