@@ -198,3 +198,17 @@ def f_asserts(x: "float[n, 3]", y: "float[n]") -> "float[n]":
     assert x.shape[0] == y.shape[0], "one y per row"
     assert x.ndim == 2 and len(y) == x.shape[0]
     return x.sum(1) * y
+
+
+def f_iterate_constants(x: "float[n]", w: "float[n]") -> "float[n]":
+    p = torch.zeros_like(x)
+    for c in COEFFS:
+        p = p * x + c
+    q = sum(c * x ** i for i, c in enumerate(COEFFS))
+    for v in (x, w, x * w):
+        p = p + v.sin()
+    for k, v in zip((1, 2), [w, x]):
+        p = p + k * v
+    for a, b in PAIRS:
+        p = p + a * x - b
+    return p + q

@@ -120,13 +120,27 @@ def k(x: float) -> float:
         s = s + v
     return s
 ''', "a for loop must iterate over range(...), reversed(range(...)), the rows of a tensor"),
+    "for over a tuple of different shapes": Case('''\
+def k(x: "float[n]", y: "float[m]") -> float:
+    s = 0.0
+    for v in (x, y):  # <-
+        s = s + v.sum()
+    return s
+''', "a for loop over a tuple needs numbers or tensors of one type (got f64[m], f64[n])", "helper function"),
     "unpacking a range": Case('''\
 def k(x: "float[n]") -> float:
     s = 0.0
     for a, b in range(3):  # <-
         s = s + a
     return s
-''', "unpacking in a for loop needs enumerate(...) or zip(...)"),
+''', "unpacking in a for loop needs enumerate(...), zip(...) or rows to unpack"),
+    "unpacking rows of the wrong length": Case('''\
+def k(x: "float[n, 3]") -> float:
+    s = 0.0
+    for a, b in x:  # <-
+        s = s + a * b
+    return s
+''', "cannot unpack a row of type f64[3] into 2 names"),
     "missing annotation": Case('''\
 def k(x) -> float:  # <-
     return x

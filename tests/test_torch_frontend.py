@@ -56,6 +56,7 @@ CASES = {
     "f_one_hot_dim": lambda: (np.array([0, 2, 1, 2]), r(4, 3)),
     "f_module_consts": lambda: (r(5),),
     "f_asserts": lambda: (r(4, 3), r(4, seed=1)),
+    "f_iterate_constants": lambda: (r(5), r(5, seed=2)),
 }
 
 # dims the interpreter cannot read off the argument shapes (an input of "float[4 * h]" gives 4*h, not h)

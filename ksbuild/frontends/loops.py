@@ -106,12 +106,19 @@ def _iteration(fc, b: Builder, scope: Scope, target: ast.expr, it: ast.expr):
             for n, (_, value) in zip(names, seqs):
                 sc.names[n] = value(bb, sc, k, None)
         return (Const(0), length, Const(1)), bind_zip
-    if len(names) != 1:
-        raise fc.src.error(target, "unpacking in a for loop needs enumerate(...) or zip(...)")
+    if len(names) != 1 and (_call_of(it, "range") or _call_of(it, "reversed")):
+        raise fc.src.error(target, "unpacking in a for loop needs enumerate(...), zip(...) or rows to unpack")
     rng, value = _sequence(fc, b, scope, it)
 
     def bind_one(bb, sc, k, i):
-        sc.names[names[0]] = value(bb, sc, k, i)
+        v = value(bb, sc, k, i)
+        if len(names) == 1:
+            sc.names[names[0]] = v
+            return
+        if not v.type.rank or v.type.shape[0] != len(names):  # for a, b in pairs: each row has 2 entries
+            raise fc.src.error(target, f"cannot unpack a row of type {v.type} into {len(names)} names")
+        for j, n in enumerate(names):
+            sc.names[n] = bb.index(v, Lit(j, I64), axis=0)
     return rng, bind_one
 
 
@@ -124,8 +131,10 @@ def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
         def value(bb, sc, k, i):
             return i if i is not None else _index(fc, bb, sc, k, start, step)
         return (start, stop, step), value
-    x = fc.expr(b, scope, it)
-    if isinstance(x, (Const, SymDim, tuple, list)) or not x.type.rank:
+    x = fc.arg(b, scope, it)
+    if isinstance(x, (tuple, list)) and x:
+        x = _tuple_rows(fc, b, x, it)
+    if isinstance(x, (Const, SymDim, tuple, list, str)) or not x.type.rank:
         raise fc.src.error(it, "a for loop must iterate over range(...), reversed(range(...)), the rows of a "
                                "tensor, or enumerate/zip of those", hint="for i in range(n): ...")
     from .tensors import dim_value
@@ -133,6 +142,20 @@ def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
     def row(bb, sc, k, i):
         return bb.index(sc.capture(x), k, axis=0)
     return (Const(0), dim_value(x.type.shape[0]), Const(1)), row
+
+
+def _tuple_rows(fc, b: Builder, items, it: ast.expr):
+    """A tuple (or list) of numbers, of tuples of numbers, or of tensors of one type as one tensor whose rows
+    the loop visits (as torch.tensor / torch.stack would build it)."""
+    from .torch_more import _nested, _tensor_literal
+    leaves = _nested(items)
+    types = {v.type for v in items if not isinstance(v, (Const, tuple, list))}
+    if not all(isinstance(v, Const) for v in leaves) and \
+            (len(types) != 1 or any(isinstance(v, (tuple, list)) for v in items)):
+        shown = ", ".join(sorted(str(t) for t in types)) or "nested tuples of values"
+        raise fc.src.error(it, f"a for loop over a tuple needs numbers or tensors of one type (got {shown})",
+                           hint="call a helper function once for each item instead")
+    return _tensor_literal(fc, b, [list(items)], {}, it)
 
 
 def _zip_length(fc, b: Builder, scope: Scope, seqs, it: ast.expr):
