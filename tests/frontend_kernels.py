@@ -212,3 +212,12 @@ def f_iterate_constants(x: "float[n]", w: "float[n]") -> "float[n]":
     for a, b in PAIRS:
         p = p + a * x - b
     return p + q
+
+
+NEG_INF = float("-inf")
+
+
+def f_more_torch(x: "float[n, d]", w: "float[d, m]", b: "float[m]") -> "float[n, m]":
+    y = torch.addmm(b, x, w) + torch.addmm(b, x, w, beta=0.5, alpha=2.0) + b.addmm(x, w)
+    z = torch.clamp_min(y, -0.5) + y.clamp_max(0.25) + torch.lerp(y, y * y, 0.3) + y.lerp(torch.tanh(y), y)
+    return z + torch.where(y > 100.0, NEG_INF, 0.0)

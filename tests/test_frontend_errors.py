@@ -62,7 +62,7 @@ def k(x: float) -> float:
 def k(x: float) -> float:
     y = print(x)  # <-
     return x
-''', "unsupported function 'print'"),
+''', "unsupported function 'print'", "enumerate, float"),
     "undefined name": Case('''\
 def k(x: float) -> float:
     y = x + 1.0

@@ -57,6 +57,7 @@ CASES = {
     "f_module_consts": lambda: (r(5),),
     "f_asserts": lambda: (r(4, 3), r(4, seed=1)),
     "f_iterate_constants": lambda: (r(5), r(5, seed=2)),
+    "f_more_torch": lambda: (r(4, 3), r(3, 2, seed=1), r(2, seed=2)),
 }
 
 # dims the interpreter cannot read off the argument shapes (an input of "float[4 * h]" gives 4*h, not h)

@@ -147,8 +147,11 @@ def supported_names(module: str) -> list[str]:
     """Every function name the frontend accepts in a namespace ('builtin', 'math', 'torch'), from the
     tables that dispatch them (the scalar library here and the tensor functions of tensors.py)."""
     from .tensors import NAMESPACES
-    allowed = {"builtin": BUILTINS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set())
+    allowed = {"builtin": BUILTINS | BUILTIN_FORMS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set())
     return sorted(set(allowed) | set(NAMESPACES.get(module, {})))
+
+
+BUILTIN_FORMS = {"len", "sum", "range", "reversed", "enumerate", "zip"}  # handled by the compiler and loops.py
 
 
 def _arity(fc, args, n, node, name):

@@ -80,6 +80,12 @@ def _constant(src: Source, e: ast.expr):
             return float(getattr(math, e.func.attr)(*args)) if None not in args else None
         except (ArithmeticError, ValueError, TypeError):
             return None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "float" and len(e.args) == 1 \
+            and not e.keywords and isinstance(e.args[0], ast.Constant) and isinstance(e.args[0].value, str):
+        try:  # NEG_INF = float("-inf")
+            return float(e.args[0].value)
+        except ValueError:
+            return None
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
         v = _constant(src, e.operand)
         return -v if v is not None and not isinstance(v, tuple) else None

@@ -479,6 +479,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
         "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
         "tensor": _tensor_literal, "flip": _flip, "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
+        "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
     })
     f_table.update({
         "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
@@ -507,7 +508,9 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
                     "index_select": _method(_index_select), "diagonal": _method(_diagonal),
                     "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "flip": _method(_flip),
-                    "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill)})
+                    "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
+                    "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
+                    "lerp": _method(_lerp), "addmm": _method(_addmm)})
 
 
 def _pieces(fc, n, size, node, what: str) -> list:
@@ -586,6 +589,38 @@ def _masked_fill(fc, b, args, kw, node):
         mask = shape_ops.expand(b, mask, shape)
     out = LIBRARY["where"](fc, b, [mask, value, x], node)
     return out if out.type.dtype == x.type.dtype else b.convert(out, dtype=x.type.dtype)
+
+
+def _clamp_one(name: str):
+    """torch.clamp_min(x, min) / torch.clamp_max(x, max): the scalar library's maximum / minimum."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import LIBRARY
+        x = _arg(fc, args, kw, 0, "input", node)
+        bound = _arg(fc, args, kw, 1, "min" if name == "maximum" else "max", node)
+        return LIBRARY[name](fc, b, [fc.plain(b, x), fc.plain(b, bound)], node)
+    return fn
+
+
+def _lerp(fc, b, args, kw, node):
+    """torch.lerp(start, end, weight) = start + weight * (end - start)."""
+    import ast
+    start, end = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "end", node)
+    w = _arg(fc, args, kw, 2, "weight", node)
+    return fc.binop(b, ast.Add(), start, fc.binop(b, ast.Mult(), w, fc.binop(b, ast.Sub(), end, start, node), node),
+                    node)
+
+
+def _addmm(fc, b, args, kw, node):
+    """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2)."""
+    import ast
+    x, m1, m2 = (_arg(fc, args, kw, k, name, node) for k, name in enumerate(("input", "mat1", "mat2")))
+    beta, alpha = _arg(fc, args, kw, 3, "beta", node, Const(1)), _arg(fc, args, kw, 4, "alpha", node, Const(1))
+    prod = fc.binop(b, ast.MatMult(), m1, m2, node)
+    if not (isinstance(alpha, Const) and alpha.value == 1):
+        prod = fc.binop(b, ast.Mult(), alpha, prod, node)
+    if not (isinstance(beta, Const) and beta.value == 1):
+        x = fc.binop(b, ast.Mult(), beta, x, node)
+    return fc.binop(b, ast.Add(), x, prod, node)
 
 
 def _flip(fc, b, args, kw, node):
