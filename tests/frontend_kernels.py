@@ -117,3 +117,107 @@ def f_shapes_more(x: "float[n, 3]") -> "float[n, 6]":
 
 def f_matrix_more(a: "float[n, n]", b: "float[n, n]") -> float:
     return torch.trace(a) + torch.diagonal(a @ b).sum() + torch.einsum("ij,jk,kl->il", a, b, a).sum()
+
+
+def f_inf_constants(x: "float[n]") -> "float[n]":
+    hi = torch.where(x > 0.5, float("-inf"), x) + torch.where(x > 10.0, float("nan"), 0.0)
+    return torch.softmax(hi, dim=0) + torch.where(x < -10.0, torch.inf, x * torch.pi) + float("1.5")
+
+
+def f_loops_reverse(c: "float[p]", x: "float[n]") -> "float[n]":
+    acc = torch.zeros_like(x)
+    for i in range(c.shape[0] - 1, -1, -1):  # Horner with a computed start and step -1
+        acc = acc * x + c[i]
+    back = torch.zeros_like(x)
+    for i in reversed(range(c.shape[0])):
+        back = back * x + c[i]
+    for i in reversed(range(1, 7, 2)):
+        back = back + i * c[i % c.shape[0]]
+    return acc * 2.0 + back
+
+
+def f_loops_iterables(x: "float[n, d]", y: "float[n]") -> float:
+    s = 0.0
+    for row in x:
+        s = s + torch.sum(row * row)
+    for i, yi in enumerate(y):
+        s = s + i * yi
+    for j, xi in enumerate(reversed(range(x.shape[0]))):
+        s = s + j * x[xi, 0]
+    for row, yi in zip(x, y):
+        s = s + yi * row[0]
+    for j, k in zip(range(3), range(1, 9, 2)):
+        s = s + j * y[k % y.shape[0]]
+    return s + sum(yi * i for i, yi in enumerate(y))
+
+
+def _scaled_sum(x, scale=2.0, dim=0, shift: float = 1e-3):
+    return x.sum(dim) * scale + shift
+
+
+def f_default_args(x: "float[n, d]") -> "float[d]":
+    return (_scaled_sum(x) + _scaled_sum(x, scale=3.0) + _scaled_sum(x, 0.5, shift=1.0)
+            + _scaled_sum(x, dim=1).sum() * _scaled_sum(x[0], dim=0, scale=-1.0))
+
+
+def f_chunk_split(g: "float[4 * h]", x: "float[n, 6]") -> "float[h]":
+    i, f, o, c = torch.chunk(g, 4)
+    a, b = x.split(3, dim=1)
+    p, q, r = torch.split(x, [1, 3, 2], 1)
+    u, v, w = x.chunk(4, dim=1)  # 6 into pieces of 2
+    s = (a * b).sum() + (p * r[:, :1]).sum() + q.sum() + (u * v + w).sum()
+    return torch.sigmoid(i) * torch.tanh(c) + f * o * s + g.split(g.shape[0] // 4)[2]
+
+
+def f_masked_fill(s: "float[n, n]", x: "float[n]") -> "float[n, n]":
+    mask = torch.triu(torch.ones(s.shape[0], s.shape[0], dtype=torch.bool), diagonal=1)
+    a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+    return a + s.masked_fill(x > 0, -1.5) + torch.masked_fill(s, s < 0, x.sum())
+
+
+def f_casts_to(x: "float[n]", i: "i64[n]") -> "float[n]":
+    m = (x > 0).to(x.dtype) * x
+    return m + i.to(x.dtype) * x.to(torch.float64) + x.to(x) + i.to(x) + torch.zeros(x.shape[0], dtype=x.dtype)
+
+
+def f_one_hot_dim(i: "i64[n]", x: "float[n, c]") -> "float[n, c]":
+    return F.one_hot(i, x.shape[1]) * x + F.one_hot(i, num_classes=x.shape[1] + 1)[:, 1:] * 2.0
+
+
+COEFFS = [1.0, -0.5, 0.25]
+PAIRS = ((1, 2), (3, 4))
+
+
+def f_module_consts(x: "float[n]") -> "float[n]":
+    c = torch.tensor(COEFFS)
+    return c[0] + c[1] * x + COEFFS[2] * x * x + PAIRS[1][0] + torch.tensor(PAIRS).sum() * x
+
+
+def f_asserts(x: "float[n, 3]", y: "float[n]") -> "float[n]":
+    assert x.shape[1] == 3
+    assert x.shape[0] == y.shape[0], "one y per row"
+    assert x.ndim == 2 and len(y) == x.shape[0]
+    return x.sum(1) * y
+
+
+def f_iterate_constants(x: "float[n]", w: "float[n]") -> "float[n]":
+    p = torch.zeros_like(x)
+    for c in COEFFS:
+        p = p * x + c
+    q = sum(c * x ** i for i, c in enumerate(COEFFS))
+    for v in (x, w, x * w):
+        p = p + v.sin()
+    for k, v in zip((1, 2), [w, x]):
+        p = p + k * v
+    for a, b in PAIRS:
+        p = p + a * x - b
+    return p + q
+
+
+NEG_INF = float("-inf")
+
+
+def f_more_torch(x: "float[n, d]", w: "float[d, m]", b: "float[m]") -> "float[n, m]":
+    y = torch.addmm(b, x, w) + torch.addmm(b, x, w, beta=0.5, alpha=2.0) + b.addmm(x, w)
+    z = torch.clamp_min(y, -0.5) + y.clamp_max(0.25) + torch.lerp(y, y * y, 0.3) + y.lerp(torch.tanh(y), y)
+    return z + torch.where(y > 100.0, NEG_INF, 0.0)

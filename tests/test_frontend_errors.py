@@ -62,7 +62,7 @@ def k(x: float) -> float:
 def k(x: float) -> float:
     y = print(x)  # <-
     return x
-''', "unsupported function 'print'"),
+''', "unsupported function 'print'", "enumerate, float"),
     "undefined name": Case('''\
 def k(x: float) -> float:
     y = x + 1.0
@@ -76,11 +76,71 @@ def k(x: float) -> float:
 ''', "name 'y' is not defined here", "only in one branch"),
     "return inside for": Case('''\
 def k(x: float) -> float:
-    for i in range(3):  # <-
+    for i in range(3):
         x = x + 1.0
-        return x
+        return x  # <-
     return x
 ''', "return inside a for loop is not supported", "return after the loop"),
+    "early return inside an if in a loop": Case('''\
+def k(x: "float[n]") -> float:
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            return x[i]  # <-
+    return 0.0
+''', "return inside a for loop is not supported", "return after the loop"),
+    "float of a bad string": Case('''\
+def k(x: float) -> float:
+    return x + float("one")  # <-
+''', "unsupported cast of the string 'one'", 'float("inf")'),
+    "reversed range with a step and computed bounds": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for i in reversed(range(0, x.shape[0], 2)):  # <-
+        s = s + x[i]
+    return s
+''', "reversed(range(a, b, step)) with a step other than 1 or -1 needs literal bounds"),
+    "reversed of a tensor": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for v in reversed(x):  # <-
+        s = s + v
+    return s
+''', "reversed(...) of a range(...) is supported"),
+    "zip of different dims": Case('''\
+def k(x: "float[n]", y: "float[m]") -> float:
+    s = 0.0
+    for a, b in zip(x, y):  # <-
+        s = s + a * b
+    return s
+''', "zip(...) of sequences of different lengths (n, m)"),
+    "for over a scalar": Case('''\
+def k(x: float) -> float:
+    s = 0.0
+    for v in x:  # <-
+        s = s + v
+    return s
+''', "a for loop must iterate over range(...), reversed(range(...)), the rows of a tensor"),
+    "for over a tuple of different shapes": Case('''\
+def k(x: "float[n]", y: "float[m]") -> float:
+    s = 0.0
+    for v in (x, y):  # <-
+        s = s + v.sum()
+    return s
+''', "a for loop over a tuple needs numbers or tensors of one type (got f64[m], f64[n])", "helper function"),
+    "unpacking a range": Case('''\
+def k(x: "float[n]") -> float:
+    s = 0.0
+    for a, b in range(3):  # <-
+        s = s + a
+    return s
+''', "unpacking in a for loop needs enumerate(...), zip(...) or rows to unpack"),
+    "unpacking rows of the wrong length": Case('''\
+def k(x: "float[n, 3]") -> float:
+    s = 0.0
+    for a, b in x:  # <-
+        s = s + a * b
+    return s
+''', "cannot unpack a row of type f64[3] into 2 names"),
     "missing annotation": Case('''\
 def k(x) -> float:  # <-
     return x
@@ -203,16 +263,124 @@ def k(x: "float[n, 3]", v: "float[4]") -> "float[n, 3]":
     x[0] = v  # <-
     return x
 ''', "cannot assign a value of type f64[4] to a part of type f64[3]"),
-}
-
-XFAIL = {
-    "print statement": (Case('''\
+    "print statement": Case('''\
 def k(x: float) -> float:
     print(x)  # <-
     return x
-''', "print"), "a bare call statement is reported as \"unsupported syntax: 'Expr' statement\" (the AST class "
-               "name), which names neither print nor the call"),
+''', "a call as a statement ('print(x)')", "assign the result"),
+    "in-place method statement": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    y = x.clone()
+    y.mul_(2.0)  # <-
+    return y
+''', "in-place tensor methods such as '.mul_()' are not supported", "y = y * 2.0"),
+    "in-place method value": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    return x.clamp_(0.0, 1.0)  # <-
+''', "in-place tensor methods such as '.clamp_()' are not supported", "x.clamp(0.0, 1.0)"),
+    "list append": Case('''\
+import torch
+
+
+def k(x: "float[n]") -> "float[3, n]":
+    out = []  # <-
+    for i in range(3):
+        out.append(x * i)
+    return torch.stack(out)
+''', "unsupported expression: list", "torch.stack([... for i in range(n)])"),
+    "append statement": Case('''\
+def k(x: "float[n]", out: "float[n]") -> "float[n]":
+    out.append(x)  # <-
+    return x
+''', "lists are not supported ('.append()')", "torch.stack"),
+    "module-level tensor": Case('''\
+import torch
+
+W = torch.ones(3)
+
+
+def k(x: "float[3]") -> "float[3]":
+    return x * W  # <-
+''', "the module-level 'W' is not a constant a kernel can use", "pass tensors as arguments"),
+    "missing argument with a default elsewhere": Case('''\
+def helper(x, y, scale=2.0):
+    return x * y * scale
+
+
+def k(x: float) -> float:
+    return helper(x)  # <-
+''', "'helper' is missing the argument(s) 'y'", "with defaults for: scale"),
+    "unknown keyword argument": Case('''\
+def helper(x, scale=2.0):
+    return x * scale
+
+
+def k(x: float) -> float:
+    return helper(x, sale=1.0)  # <-
+''', "'helper' has no parameter 'sale'", "x, scale"),
+    "default that is not a constant": Case('''\
+import math
+
+
+def helper(x, scale=math.sqrt):  # <-
+    return x * scale
+
+
+def k(x: float) -> float:
+    return helper(x)
+''', "a default value must be a constant"),
+    "assert on values": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    assert x[0] > 0.0  # <-
+    return x
+''', "this assert depends on values known only when the kernel runs", "annotations"),
+    "assert on a symbolic shape": Case('''\
+def k(x: "float[n, d]") -> "float[n, d]":
+    assert x.shape[1] == 3  # <-
+    return x
+''', "this assert depends on values known only when the kernel runs", "float[n, 3]"),
+    "assert that fails when compiled": Case('''\
+def k(x: "float[n, 4]") -> "float[n, 4]":
+    assert x.shape[1] == 3  # <-
+    return x
+''', "assertion fails: x.shape[1] == 3"),
+    "one_hot without num_classes": Case('''\
+import torch.nn.functional as F
+
+
+def k(i: "i64[n]") -> "i64[n, 3]":
+    return F.one_hot(i)  # <-
+''', "F.one_hot needs num_classes", "x.shape[1]"),
+    "chunk of a dim that is not a visible multiple": Case('''\
+import torch
+
+
+def k(g: "float[H4]") -> "float[H4]":
+    i, f, o, c = torch.chunk(g, 4)  # <-
+    return g
+''', "torch.chunk of an axis of size H4 into 4", "float[4 * h]"),
+    "split sizes that do not add up": Case('''\
+import torch
+
+
+def k(x: "float[6]") -> "float[2]":
+    a, b = torch.split(x, [2, 3])  # <-
+    return a
+''', "torch.split sizes [2, 3] do not add up to 6"),
+    "masked_fill with a float mask": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    return x.masked_fill(x, 0.0)  # <-
+''', "masked_fill needs a bool mask, got f64[n]"),
+    "unsupported torch function lists tensor functions": Case('''\
+import torch
+
+
+def k(x: "float[n]") -> "float[n]":
+    return torch.frobnicate(x)  # <-
+''', "unsupported function 'torch.frobnicate'", "cumsum, diag"),
 }
+
+XFAIL: dict = {}
 
 
 def write(tmp_path: Path, source: str, name: str = "kernel_src.py") -> Path:

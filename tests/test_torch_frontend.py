@@ -46,7 +46,22 @@ CASES = {
     "f_losses_more": lambda: (r(6, 3), np.array([0, 2, 1, 1, 0, 2]), np.random.default_rng(5).random(6)),
     "f_shapes_more": lambda: (r(4, 3),),
     "f_matrix_more": lambda: (r(3, 3), r(3, 3, seed=2)),
+    "f_inf_constants": lambda: (r(6),),
+    "f_loops_reverse": lambda: (r(4), r(5)),
+    "f_loops_iterables": lambda: (r(5, 3), r(5, seed=4)),
+    "f_default_args": lambda: (r(4, 3),),
+    "f_chunk_split": lambda: (r(8), r(3, 6)),
+    "f_masked_fill": lambda: (r(4, 4), r(4, seed=2)),
+    "f_casts_to": lambda: (r(5), np.array([3, -1, 0, 2, 7])),
+    "f_one_hot_dim": lambda: (np.array([0, 2, 1, 2]), r(4, 3)),
+    "f_module_consts": lambda: (r(5),),
+    "f_asserts": lambda: (r(4, 3), r(4, seed=1)),
+    "f_iterate_constants": lambda: (r(5), r(5, seed=2)),
+    "f_more_torch": lambda: (r(4, 3), r(3, 2, seed=1), r(2, seed=2)),
 }
+
+# dims the interpreter cannot read off the argument shapes (an input of "float[4 * h]" gives 4*h, not h)
+ENVS = {"f_chunk_split": {"h": 2}}
 
 
 def torch_run(name, args):
@@ -70,8 +85,9 @@ def test_interpreter_matches_torch(name):
     args = CASES[name]()
     want, ct, grads = torch_run(name, args)
     f = compile_python_kernel(FILE, name, "f64")
-    np.testing.assert_allclose(eval_func(f, list(args))[0], want, rtol=1e-12, atol=1e-12)
-    got = eval_func(vjp_func(f), list(args) + [ct])
+    env = ENVS.get(name)
+    np.testing.assert_allclose(eval_func(f, list(args), env)[0], want, rtol=1e-12, atol=1e-12)
+    got = eval_func(vjp_func(f), list(args) + [ct], env)
     for g, w in zip(got, grads):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
@@ -91,8 +107,9 @@ def package(tmp_path_factory):
 def test_compiled_matches_torch(package, name):
     args = CASES[name]()
     want, ct, grads = torch_run(name, args)
-    np.testing.assert_allclose(getattr(package, name)(*args), want, rtol=1e-11, atol=1e-11)
-    got = getattr(package, f"{name}_vjp")(*args, ct if np.ndim(ct) else float(ct))
+    dims = {"dims": ENVS[name]} if name in ENVS else {}
+    np.testing.assert_allclose(getattr(package, name)(*args, **dims), want, rtol=1e-11, atol=1e-11)
+    got = getattr(package, f"{name}_vjp")(*args, ct if np.ndim(ct) else float(ct), **dims)
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, grads):
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11)

@@ -33,26 +33,26 @@ class IntFacts:
 
 def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
     """Compile a for statement into a loop equation and rebind the carried names."""
-    if not isinstance(s.target, ast.Name):
-        raise fc.src.error(s.target, "the loop variable must be a plain name")
     if s.orelse:
         raise fc.src.error(s, "for ... else is not supported")
     from .python import _assigned
-    carried = [n for n in sorted(_assigned(s.body)) if n != s.target.id and scope.lookup(n) is not None]
-    outs = counted_loop(fc, b, scope, s, s.target.id, s.iter, s.body, carried, [])
+    bound = _target_names(fc, s.target)
+    carried = [n for n in sorted(_assigned(s.body)) if n not in bound and scope.lookup(n) is not None]
+    outs = counted_loop(fc, b, scope, s, s.target, s.iter, s.body, carried, [])
     for n, o in zip(carried, outs):
         b.name(o, n)
         scope.names[n] = o
 
 
-def counted_loop(fc, b: Builder, scope: Scope, node, target: str, it: ast.expr, stmts, carried, y_exprs):
-    """A loop over range(...) running stmts; returns the final carries then the stacked y_exprs."""
-    start, stop, step = _range_args(fc, b, scope, it)
-    trip, length, exact = _trip_count(fc, b, scope, start, stop, step, node)
+def counted_loop(fc, b: Builder, scope: Scope, node, target: ast.expr, it: ast.expr, stmts, carried, y_exprs):
+    """A loop over `it` (range, reversed(range), a tensor's rows, enumerate or zip of those) running stmts
+    with `target` bound each iteration; returns the final carries then the stacked y_exprs."""
+    (start, stop, step), bind = _iteration(fc, b, scope, target, it)
+    trip, length, exact = _trip_count(fc, b, scope, start, stop, step, it)
     init = [scope.lookup(n) for n in carried]
     types = [_carry_type(fc, v, node) for v in init]
     for _ in range(3):  # a weak constant carry may need to widen (x = 0 then x = x + 0.5)
-        body, sc, raw = _body(fc, scope, node, target, stmts, carried, types, (start, step, length), y_exprs)
+        body, sc, raw = _body(fc, scope, node, bind, stmts, carried, types, (start, step, length), y_exprs)
         widened = [w if isinstance(v, Const) and w is not None else t for t, w, v in zip(types, raw, init)]
         if widened == types:
             break
@@ -67,14 +67,123 @@ def counted_loop(fc, b: Builder, scope: Scope, node, target: str, it: ast.expr, 
                   dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
 
 
+# ---- what a loop iterates over -------------------------------------------------------------------
+
+def _target_names(fc, target: ast.expr) -> list[str]:
+    """The names a loop target binds: `i` or `i, x` (no nesting)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+        return [t.id for t in target.elts]
+    raise fc.src.error(target, "the loop variable must be a name or a tuple of names (for i, x in ...)")
+
+
+def _call_of(it: ast.expr, name: str) -> bool:
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == name
+
+
+def _iteration(fc, b: Builder, scope: Scope, target: ast.expr, it: ast.expr):
+    """((start, stop, step) of the counted range, bind(bb, sc, k, i)) for `for target in it`.
+    bind puts the target names into the body's scope from the iteration number k and i = start + k*step."""
+    names = _target_names(fc, target)
+    if _call_of(it, "enumerate") or _call_of(it, "zip"):
+        kind = it.func.id
+        if it.keywords or not it.args or (kind == "enumerate" and len(it.args) != 1):
+            raise fc.src.error(it, f"{kind}(...) of ranges or tensors is supported here (no keyword arguments)")
+        if not isinstance(target, ast.Tuple) or len(names) != len(it.args) + (kind == "enumerate"):
+            raise fc.src.error(target, f"unpack {kind}(...) into {len(it.args) + (kind == 'enumerate')} names")
+        seqs = [_sequence(fc, b, scope, a) for a in it.args]
+        if kind == "enumerate":
+            rng, value = seqs[0]
+
+            def bind(bb, sc, k, i):
+                sc.names[names[0]] = k
+                sc.names[names[1]] = value(bb, sc, k, i)
+            return rng, bind
+        length = _zip_length(fc, b, scope, seqs, it)
+
+        def bind_zip(bb, sc, k, i):
+            for n, (_, value) in zip(names, seqs):
+                sc.names[n] = value(bb, sc, k, None)
+        return (Const(0), length, Const(1)), bind_zip
+    if len(names) != 1 and (_call_of(it, "range") or _call_of(it, "reversed")):
+        raise fc.src.error(target, "unpacking in a for loop needs enumerate(...), zip(...) or rows to unpack")
+    rng, value = _sequence(fc, b, scope, it)
+
+    def bind_one(bb, sc, k, i):
+        v = value(bb, sc, k, i)
+        if len(names) == 1:
+            sc.names[names[0]] = v
+            return
+        if not v.type.rank or v.type.shape[0] != len(names):  # for a, b in pairs: each row has 2 entries
+            raise fc.src.error(target, f"cannot unpack a row of type {v.type} into {len(names)} names")
+        for j, n in enumerate(names):
+            sc.names[n] = bb.index(v, Lit(j, I64), axis=0)
+    return rng, bind_one
+
+
+def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
+    """((start, stop, step), value(bb, sc, k, i)) of one iterable: range(...), reversed(range(...)) or a
+    tensor (its rows along the first axis). value gets i = None when the loop counts 0.. instead."""
+    if _call_of(it, "range") or _call_of(it, "reversed"):
+        start, stop, step = _range_args(fc, b, scope, it)
+
+        def value(bb, sc, k, i):
+            return i if i is not None else _index(fc, bb, sc, k, start, step)
+        return (start, stop, step), value
+    x = fc.arg(b, scope, it)
+    if isinstance(x, (tuple, list)) and x:
+        x = _tuple_rows(fc, b, x, it)
+    if isinstance(x, (Const, SymDim, tuple, list, str)) or not x.type.rank:
+        raise fc.src.error(it, "a for loop must iterate over range(...), reversed(range(...)), the rows of a "
+                               "tensor, or enumerate/zip of those", hint="for i in range(n): ...")
+    from .tensors import dim_value
+
+    def row(bb, sc, k, i):
+        return bb.index(sc.capture(x), k, axis=0)
+    return (Const(0), dim_value(x.type.shape[0]), Const(1)), row
+
+
+def _tuple_rows(fc, b: Builder, items, it: ast.expr):
+    """A tuple (or list) of numbers, of tuples of numbers, or of tensors of one type as one tensor whose rows
+    the loop visits (as torch.tensor / torch.stack would build it)."""
+    from .torch_more import _nested, _tensor_literal
+    leaves = _nested(items)
+    types = {v.type for v in items if not isinstance(v, (Const, tuple, list))}
+    if not all(isinstance(v, Const) for v in leaves) and \
+            (len(types) != 1 or any(isinstance(v, (tuple, list)) for v in items)):
+        shown = ", ".join(sorted(str(t) for t in types)) or "nested tuples of values"
+        raise fc.src.error(it, f"a for loop over a tuple needs numbers or tensors of one type (got {shown})",
+                           hint="call a helper function once for each item instead")
+    return _tensor_literal(fc, b, [list(items)], {}, it)
+
+
+def _zip_length(fc, b: Builder, scope: Scope, seqs, it: ast.expr):
+    """The count of zip(...): the sequences' counts must be known when the kernel is called (the shortest
+    of literal counts, or one shared dim)."""
+    counts = []
+    for rng in (r for r, _ in seqs):
+        _, n, exact = _trip_count(fc, b, scope, *rng, it)
+        if not exact:
+            raise fc.src.error(it, "zip(...) of ranges whose lengths are computed at run time is not supported",
+                               hint="use range(n) with n a literal or a dim, or index inside the loop")
+        counts.append(n)
+    if all(isinstance(n, int) for n in counts):
+        return Const(min(counts))
+    if len(set(counts)) == 1:
+        return SymDim(counts[0]) if not isinstance(counts[0], int) else Const(counts[0])
+    raise fc.src.error(it, f"zip(...) of sequences of different lengths ({', '.join(map(str, counts))})",
+                       hint="zip stops at the shortest; index inside a `for i in range(...)` loop instead")
+
+
 def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
     """sum(e for i in range(n)) as a carried sum; torch.stack([e for i in range(n)]) as stacked ys."""
     comp = call.args[0]
     if len(comp.generators) != 1:
         raise fc.src.error(comp, "a comprehension with one `for` is supported (nest comprehensions instead)")
     g = comp.generators[0]
-    if g.ifs or g.is_async or not isinstance(g.target, ast.Name):
-        raise fc.src.error(comp, "comprehension filters (`if`) and tuple targets are not supported",
+    if g.ifs or g.is_async:
+        raise fc.src.error(comp, "comprehension filters (`if`) are not supported",
                            hint="use torch.where(...) inside the expression")
     if kind == "stack":
         dim = 0
@@ -83,7 +192,7 @@ def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
                 raise fc.src.error(k.value, f"unsupported keyword argument '{k.arg}'")
             from .tensors import int_const
             dim = int_const(fc, fc.expr(b, scope, k.value), k.value, "dim")
-        (ys,) = counted_loop(fc, b, scope, comp, g.target.id, g.iter, [], [], [comp.elt])
+        (ys,) = counted_loop(fc, b, scope, comp, g.target, g.iter, [], [], [comp.elt])
         from .tensors import move_axis0
         return move_axis0(b, ys, dim + ys.type.rank if dim < 0 else dim)
     acc = f"__sum_{comp.lineno}_{comp.col_offset}"  # not a Python name a user can write twice
@@ -94,7 +203,7 @@ def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
     ast.copy_location(add.targets[0], comp.elt)
     ast.copy_location(add.value, comp.elt)
     ast.copy_location(add.value.left, comp.elt)
-    (out,) = counted_loop(fc, b, scope, comp, g.target.id, g.iter, [add], [acc], [])
+    (out,) = counted_loop(fc, b, scope, comp, g.target, g.iter, [add], [acc], [])
     del scope.names[acc]
     return out
 
@@ -106,7 +215,7 @@ def _carry_type(fc, v, node) -> Type:
     return const_type(v, fc.float_dtype) if isinstance(v, Const) else v.type
 
 
-def _body(fc, scope: Scope, node, target: str, stmts, carried, types, counter, y_exprs):
+def _body(fc, scope: Scope, node, bind, stmts, carried, types, counter, y_exprs):
     """The loop body; counter = (start, step, length) of the range (length: the count or a bound)."""
     from .python import Returned
 
@@ -118,7 +227,11 @@ def _body(fc, scope: Scope, node, target: str, stmts, carried, types, counter, y
     fc.int_facts.bodies[id(sc)] = (sc, bb)
     carry_params = [Var(t, "sum" if n.startswith("__sum") else n) for n, t in zip(carried, types)]
     sc.names.update(zip(carried, carry_params))
-    sc.names[target] = _index(fc, bb, sc, k, start, step)
+    bind(bb, sc, k, _index(fc, bb, sc, k, start, step))
+    early = next((n for st in stmts for n in ast.walk(st) if isinstance(n, ast.Return)), None)
+    if early is not None:  # checked first: an `if` with a return would report a missing return instead
+        raise fc.src.error(early, "return inside a for loop is not supported",
+                           hint="carry the result in a variable (and a `found` flag) and return after the loop")
     try:
         fc.block(bb, sc, stmts)
     except Returned:
@@ -171,17 +284,23 @@ def _hoist_rows(b: Builder, body: Func, consts: list) -> tuple[Func, list]:
 def _index(fc, bb: Builder, sc: Scope, k, start, step):
     """i = start + k * step inside the body (outer start/step values are captured)."""
     i = k
-    start = bb.dim_size(dim=start.dim) if isinstance(start, SymDim) else start
     if not (isinstance(step, Const) and step.value == 1):
         i = bb.mul(i, sc.capture(step) if not isinstance(step, Const) else Lit(step.value, I64))
-    if not (isinstance(start, Const) and start.value == 0):
+    if isinstance(start, SymDim):  # a dim is read inside the body (it is not an outer value to capture)
+        i = bb.add(i, bb.dim_size(dim=start.dim))
+    elif not (isinstance(start, Const) and start.value == 0):
         i = bb.add(i, sc.capture(start) if not isinstance(start, Const) else Lit(start.value, I64))
     return i
 
 
 def _range_args(fc, b: Builder, scope: Scope, it: ast.expr):
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-            and 1 <= len(it.args) <= 3 and not it.keywords):
+    """(start, stop, step) of range(...) or reversed(range(...)) (as the range that counts down)."""
+    rev = _call_of(it, "reversed")
+    if rev:
+        if len(it.args) != 1 or it.keywords or not _call_of(it.args[0], "range"):
+            raise fc.src.error(it, "reversed(...) of a range(...) is supported", hint="for i in reversed(range(n))")
+        it = it.args[0]
+    if not (_call_of(it, "range") and 1 <= len(it.args) <= 3 and not it.keywords):
         raise fc.src.error(it, "a for loop must iterate over range(...)", hint="for i in range(n): ...")
     args = [fc.expr(b, scope, a) for a in it.args]
     for a, node in zip(args, it.args):
@@ -191,20 +310,35 @@ def _range_args(fc, b: Builder, scope: Scope, it: ast.expr):
     args = [a if isinstance(a, (Const, SymDim)) or a.type.dtype == "i64" else b.convert(a, dtype="i64")
             for a in args]
     if len(args) == 1:
-        return Const(0), args[0], Const(1)
-    return args[0], args[1], args[2] if len(args) == 3 else Const(1)
+        args = [Const(0), args[0]]
+    start, stop, step = args[0], args[1], args[2] if len(args) == 3 else Const(1)
+    return _reversed(fc, b, start, stop, step, it) if rev else (start, stop, step)
+
+
+def _reversed(fc, b: Builder, start, stop, step, it: ast.Call):
+    """The range that visits range(start, stop, step) backwards."""
+    if not isinstance(step, Const) or step.value == 0:
+        raise fc.src.error(it, "the range step must be a nonzero integer literal")
+    if isinstance(start, Const) and isinstance(stop, Const):
+        r = range(start.value, stop.value, step.value)[::-1]
+        return Const(r.start), Const(r.stop), Const(r.step)
+    if abs(step.value) != 1:
+        raise fc.src.error(it, "reversed(range(a, b, step)) with a step other than 1 or -1 needs literal bounds",
+                           hint="write the reverse range directly: range(last, first - 1, -step)")
+    one = Const(step.value)  # reversed(range(a, b)) = range(b - 1, a - 1, -1), and the same for step -1
+    return (fc.binop(b, ast.Sub(), stop, one, it), fc.binop(b, ast.Sub(), start, one, it), Const(-step.value))
 
 
 def _trip_count(fc, b: Builder, scope: Scope, start, stop, step, node):
     """(trip atom, static length or None, whether the length is the count itself or only a bound)."""
     if not isinstance(step, Const) or step.value == 0:
-        raise fc.src.error(node.iter, "the range step must be a nonzero integer literal")
+        raise fc.src.error(node, "the range step must be a nonzero integer literal")
     if isinstance(start, Const) and isinstance(stop, Const):
         n = len(range(start.value, stop.value, step.value))
         return Lit(n, I64), n, True
     dimlike = [isinstance(v, SymDim) or isinstance(v, Const) for v in (start, stop)]
-    if all(dimlike) and step.value == 1:  # range over dims: the length is a (symbolic) dim
-        lo, hi = [v.dim if isinstance(v, SymDim) else v.value for v in (start, stop)]
+    if all(dimlike) and abs(step.value) == 1:  # range over dims: the length is a (symbolic) dim
+        lo, hi = [v.dim if isinstance(v, SymDim) else v.value for v in (start, stop)][::step.value]
         n = dim_sub(hi, lo)
         return (Lit(n, I64) if isinstance(n, int) else b.dim_size(dim=n)), n, True
     s, e = [b.dim_size(dim=v.dim) if isinstance(v, SymDim) else v if not isinstance(v, Const) else Lit(v.value, I64)

@@ -21,7 +21,7 @@ UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
     "lgamma": ("lgamma", math.lgamma), "digamma": ("digamma", None),
     "sign": ("sign", lambda v: float((v > 0) - (v < 0))),
 }
-MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
+MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
 ALIASES = {"arctan": "atan", "absolute": "abs"}
 
 
@@ -139,8 +139,19 @@ def call_builtin(fc, b, module: str, name: str, args, node):
     if fn is None or name not in allowed:
         shown = name if module == "builtin" else f"{module}.{name}"
         raise fc.src.error(node, f"unsupported function '{shown}'",
-                           hint=f"supported: {', '.join(sorted(allowed))}")
+                           hint=f"supported: {', '.join(supported_names(module))}")
     return fn(fc, b, args, node)
+
+
+def supported_names(module: str) -> list[str]:
+    """Every function name the frontend accepts in a namespace ('builtin', 'math', 'torch'), from the
+    tables that dispatch them (the scalar library here and the tensor functions of tensors.py)."""
+    from .tensors import NAMESPACES
+    allowed = {"builtin": BUILTINS | BUILTIN_FORMS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set())
+    return sorted(set(allowed) | set(NAMESPACES.get(module, {})))
+
+
+BUILTIN_FORMS = {"len", "sum", "range", "reversed", "enumerate", "zip"}  # handled by the compiler and loops.py
 
 
 def _arity(fc, args, n, node, name):
@@ -179,10 +190,23 @@ def _cast(dtype_of):
         _arity(fc, args, 1, node, "cast")
         (x,) = args
         dt = dtype_of(fc)
+        if isinstance(x, str):
+            return _float_text(fc, x, dt, node)
         if isinstance(x, Const):
             return Const(float(x.value) if dt in ("f32", "f64") else int(x.value))
         return x if x.type.dtype == dt else b.convert(x, dtype=dt)
     return fn
+
+
+def _float_text(fc, text: str, dtype: str, node) -> Const:
+    """float("inf"), float("-inf"), float("nan") (and other numeric strings) as constants."""
+    if dtype in ("f32", "f64"):
+        try:
+            return Const(float(text))
+        except ValueError:
+            pass
+    raise fc.src.error(node, f"unsupported cast of the string {text!r}",
+                       hint='float("inf"), float("-inf") and float("nan") are constants (as are math.inf, math.nan)')
 
 
 def _pow_call(fc, b, args, node):

@@ -35,6 +35,7 @@ class Source:
     constants: dict[str, Const] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # alias -> "math" | "torch"
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, attr)
+    globals: set[str] = field(default_factory=set)  # other module-level names (not usable in kernels)
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -81,10 +82,11 @@ class KernelCompiler:
             self.cache[key] = self.compile_def(fn, types, result_types)
         return self.cache[key]
 
-    def compile_static(self, name: str, types: list, static: dict[int, SymDim]) -> Func:
-        """A helper called with dims (d = x.shape[1]) as arguments: those stay dims inside, not params."""
+    def compile_static(self, name: str, types: list, static: dict[int, SymDim | Const]) -> Func:
+        """A helper called with dims (d = x.shape[1]) or Python constants (for unannotated parameters) as
+        arguments: those stay dims and constants inside, not params."""
         fn = self.src.functions[name]
-        key = (name, tuple(types), tuple(sorted(static.items())))
+        key = (name, tuple(types), tuple((i, repr(v)) for i, v in sorted(static.items())))
         if key not in self.cache:
             self.cache[key] = self.compile_def(fn, types, None, static)
         return self.cache[key]
@@ -95,10 +97,10 @@ class KernelCompiler:
 
     def check_args(self, fn: ast.FunctionDef) -> None:
         a = fn.args
-        extra = a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults
+        extra = a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs
         if extra:
-            raise self.src.error(fn, f"'{fn.name}' uses *args, **kwargs, keyword-only or default arguments",
-                                 hint="kernels take plain positional parameters")
+            raise self.src.error(fn, f"'{fn.name}' uses *args, **kwargs or keyword-only arguments",
+                                 hint="kernels take plain parameters (with constant defaults if you like)")
         if fn.decorator_list:
             raise self.src.error(fn.decorator_list[0], "decorators are not supported on kernels")
 
@@ -222,8 +224,39 @@ class KernelCompiler:
             for_loop(self, b, scope, s)
         elif isinstance(s, ast.Pass) or _is_docstring(s):
             pass
+        elif isinstance(s, ast.Assert):
+            self.assertion(b, scope, s)
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            raise self.call_statement(s.value)
         else:
             raise self.unsupported(s)
+
+    def assertion(self, b: Builder, scope: Scope, s: ast.Assert) -> None:
+        """An assert is checked when the kernel is compiled (shapes, constants); it cannot be checked later."""
+        test = self.expr(b, scope, s.test)
+        if isinstance(test, Const):
+            if not test.value:
+                raise self.src.error(s.test, f"assertion fails: {ast.unparse(s.test)}",
+                                     hint="the values it checks are known when the kernel is compiled")
+            return
+        raise self.src.error(s, "this assert depends on values known only when the kernel runs (kernels cannot "
+                                "raise)", hint="fix the sizes in the annotations (\"float[n, 3]\") so calls are "
+                                               "checked, or check the values before calling")
+
+    def call_statement(self, call: ast.Call) -> KsbuildError:
+        """A call whose result is unused: in place methods, list.append and print do nothing a kernel can keep."""
+        f = call.func
+        if isinstance(f, ast.Attribute) and self.method_target(f):
+            obj, args = ast.unparse(f.value), ", ".join(ast.unparse(a) for a in call.args)
+            if f.attr.endswith("_") and not f.attr.startswith("_"):
+                return self.src.error(call, f"in-place tensor methods such as '.{f.attr}()' are not supported",
+                                      hint=f"assign the result instead: {obj} = {_out_of_place(obj, f.attr, args)}")
+            if f.attr in ("append", "extend", "insert"):
+                return self.src.error(call, f"lists are not supported ('.{f.attr}()')",
+                                      hint="build the rows with torch.stack([... for i in range(n)]) or fill a "
+                                           "tensor: out = torch.zeros(n, d); out[i] = ...")
+        return self.src.error(call, f"a call as a statement ('{ast.unparse(call)}'): its result is unused and "
+                                    "kernels have no side effects", hint="assign the result to a name or remove it")
 
     def unsupported(self, node: ast.AST) -> KsbuildError:
         kind = type(node).__name__
@@ -311,8 +344,11 @@ class KernelCompiler:
         """The value of an expression; equations (and op errors) built for it carry its location."""
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is None:
-            raise self.src.error(e, f"unsupported expression: {_describe(e)}",
-                                 hint="see the supported subset in the README")
+            hint = "see the supported subset in the README"
+            if isinstance(e, (ast.List, ast.ListComp)):
+                hint = ("lists are only arguments of torch.stack/torch.cat/torch.tensor/sum; build rows with "
+                        "torch.stack([... for i in range(n)]) or fill a tensor: out = torch.zeros(n); out[i] = ...")
+            raise self.src.error(e, f"unsupported expression: {_describe(e)}", hint=hint)
         outer, b.loc = b.loc, self.src.loc(e)
         try:
             return method(b, scope, e)
@@ -331,6 +367,10 @@ class KernelCompiler:
         v = scope.lookup(e.id)
         if v is None:
             v = self.src.constants.get(e.id)
+        if v is None and e.id in self.src.globals:
+            raise self.src.error(e, f"the module-level '{e.id}' is not a constant a kernel can use",
+                                 hint="module-level constants are numbers, or tuples/lists of numbers; pass "
+                                      "tensors as arguments")
         if v is None:
             raise self.src.error(e, f"name '{e.id}' is not defined here",
                                  hint="assign it before use (names assigned only in one branch of an if, "
@@ -387,12 +427,15 @@ class KernelCompiler:
         left = self.expr(b, scope, e.left)
         out: Value | None = None
         for op, right_node in zip(e.ops, e.comparators):
-            right = self.plain(b, self.expr(b, scope, right_node))
-            left = self.plain(b, left)
-            rule = CMPOPS.get(type(op))
-            if rule is None:
-                raise self.src.error(e, f"unsupported comparison '{_op_symbol(op)}'")
-            c = rule(self, b, left, right, e)
+            right = self.expr(b, scope, right_node)
+            if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(left, SymDim) and left == right:
+                c = Const(isinstance(op, ast.Eq))  # the same dim (x.shape[0] == y.shape[0] with both n)
+            else:
+                right, left = self.plain(b, right), self.plain(b, left)
+                rule = CMPOPS.get(type(op))
+                if rule is None:
+                    raise self.src.error(e, f"unsupported comparison '{_op_symbol(op)}'")
+                c = rule(self, b, left, right, e)
             out = c if out is None else self.logic(b, "and", out, c, e)
             left = right
         return out
@@ -438,12 +481,12 @@ class KernelCompiler:
             for v in args[0]:
                 out = self.binop(b, ast.Add(), out, v, e)
             return out
-        if kw:
-            raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in this call")
         if any(isinstance(a, list) for a in args):
             raise self.src.error(e, "a list argument is only supported in torch.stack, torch.cat and sum")
         if target[0] == "kernel":
-            return self.call_kernel(b, target[1], args, e)
+            return self.call_kernel(b, target[1], self.bind_args(target[1], args, kw, e), e)
+        if kw:
+            raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in this call")
         return call_builtin(self, b, target[0], target[1], [self.plain(b, a) for a in args], e)
 
     def method_target(self, f: ast.expr) -> str | None:
@@ -466,6 +509,10 @@ class KernelCompiler:
         if name in tensors.SHAPE_METHODS:
             return tensors.SHAPE_METHODS[name](self, b, obj, args, kw, e)
         torch_name = tensors.METHODS.get(name)
+        if torch_name is None and name.endswith("_") and not name.startswith("_"):
+            args_text = ", ".join(ast.unparse(a) for a in e.args)
+            raise self.src.error(e.func, f"in-place tensor methods such as '.{name}()' are not supported",
+                                 hint=f"use the value: {_out_of_place(ast.unparse(e.func.value), name, args_text)}")
         if torch_name is None:
             known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
             raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
@@ -497,6 +544,8 @@ class KernelCompiler:
             from .scope import TORCH_DTYPES, DtypeValue
             if e.attr in TORCH_DTYPES:
                 return DtypeValue(TORCH_DTYPES[e.attr])
+            if e.attr in MATH_CONSTANTS:  # torch.inf, torch.nan, torch.pi, torch.e
+                return Const(MATH_CONSTANTS[e.attr])
             raise self.src.error(e, f"unsupported torch attribute 'torch.{e.attr}'",
                                  hint="call torch functions; torch dtypes such as torch.float64 are values")
         x = self.expr(b, scope, e.value)
@@ -508,7 +557,10 @@ class KernelCompiler:
             return tensors.transpose_2d(self, b, x, e)
         if e.attr == "ndim" and isinstance(x, Var):
             return Const(x.type.rank)
-        raise self.src.error(e, f"unsupported attribute '.{e.attr}'", hint="supported: .shape, .T, .ndim")
+        if e.attr == "dtype" and isinstance(x, Var):  # x.to(y.dtype), torch.zeros(n, dtype=x.dtype)
+            from .scope import DtypeValue
+            return DtypeValue(x.type.dtype)
+        raise self.src.error(e, f"unsupported attribute '.{e.attr}'", hint="supported: .shape, .T, .ndim, .dtype")
 
     def callee(self, f: ast.expr) -> tuple[str, str]:
         """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
@@ -523,12 +575,48 @@ class KernelCompiler:
         raise self.src.error(f, f"unsupported call target '{ast.unparse(f)}'",
                              hint="call math.*, torch.*, builtins or functions of this module")
 
+    def bind_args(self, name: str, args: list[Value], kw: dict[str, Value], node: ast.Call) -> list[Value]:
+        """The arguments of a call to a function of this module, one per parameter: positional, then
+        keyword, then the parameter's default."""
+        params = [p.arg for p in self.src.functions[name].args.args]
+        if len(args) > len(params):
+            raise self.src.error(node, f"'{name}' takes {len(params)} arguments, {len(args)} given")
+        bound = dict(enumerate(args))
+        for key, v in kw.items():
+            if key not in params:
+                raise self.src.error(node, f"'{name}' has no parameter '{key}'",
+                                     hint=f"its parameters: {', '.join(params)}")
+            if params.index(key) in bound:
+                raise self.src.error(node, f"'{name}' got two values for parameter '{key}'")
+            bound[params.index(key)] = v
+        defaults = self.defaults(self.src.functions[name])
+        missing = [p for i, p in enumerate(params) if i not in bound and i not in defaults]
+        if missing:
+            raise self.src.error(node, f"'{name}' is missing the argument(s) {', '.join(repr(p) for p in missing)}",
+                                 hint=f"'{name}' takes {len(params)} arguments ({', '.join(params)}), "
+                                      f"with defaults for: {', '.join(params[i] for i in defaults) or 'none'}")
+        return [bound[i] if i in bound else defaults[i] for i in range(len(params))]
+
+    def defaults(self, fn: ast.FunctionDef) -> dict[int, Const]:
+        """Parameter index -> default value; a default must be a constant."""
+        n = len(fn.args.args)
+        out = {}
+        for j, d in enumerate(fn.args.defaults):
+            try:
+                v = self.expr(Builder(self.src.loc(d)), Scope(), d)
+            except KsbuildError:
+                v = None
+            if not isinstance(v, Const):
+                raise self.src.error(d, "a default value must be a constant (a number, True/False or a "
+                                        "module-level constant)")
+            out[n - len(fn.args.defaults) + j] = v
+        return out
+
     def call_kernel(self, b: Builder, name: str, args: list[Value], node: ast.AST) -> Value:
         fn = self.src.functions[name]
-        if len(args) != len(fn.args.args):
-            raise self.src.error(node, f"'{name}' takes {len(fn.args.args)} arguments, {len(args)} given")
-        static = {i: a for i, a in enumerate(args) if isinstance(a, SymDim)}
-        args = [a for a in args if not isinstance(a, SymDim)]
+        static = {i: a for i, a in enumerate(args) if isinstance(a, SymDim) or
+                  (isinstance(a, Const) and fn.args.args[i].annotation is None)}
+        args = [a for i, a in enumerate(args) if i not in static]
         params = [p for i, p in enumerate(fn.args.args) if i not in static]
         types = [self.arg_type(a, p, node) for a, p in zip(args, params)]
         callee = self.compile_static(name, types, static) if static else self.compile(name, types)
@@ -602,6 +690,16 @@ def _assigned(stmts: list[ast.stmt]) -> set[str]:
             elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
                 out.add(n.value.id)
     return out
+
+
+_INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/", "pow_": "**"}
+
+
+def _out_of_place(obj: str, method: str, args: str) -> str:
+    """The assignment that replaces x.mul_(2.0): x * 2.0 (an operator) or x.exp() (the method without _)."""
+    if method in _INPLACE_OPS and args and "," not in args:
+        return f"{obj} {_INPLACE_OPS[method]} {args}"
+    return f"{obj}.{method[:-1]}({args})"
 
 
 def _describe(e: ast.expr) -> str:

@@ -53,16 +53,24 @@ def _top_level(src: Source, node: ast.stmt) -> None:
                 src.imported[a.asname or a.name] = (KNOWN_MODULES[node.module], a.name)
     elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         value = _constant(src, node.value)
+        name = node.targets[0].id
         if value is not None:
-            src.constants[node.targets[0].id] = Const(value)
+            src.constants[name] = value if isinstance(value, tuple) else Const(value)
+        else:
+            src.globals.add(name)
+            src.constants.pop(name, None)
 
 
 def _constant(src: Source, e: ast.expr):
     """The value of a module-level constant expression, or None if it is not one."""
     if isinstance(e, ast.Constant) and isinstance(e.value, (bool, int, float)):
         return e.value
+    if isinstance(e, (ast.Tuple, ast.List)):  # COEFFS = (1.0, -0.5): a tuple of constants (lists are read as tuples)
+        items = [_constant(src, x) for x in e.elts]
+        return tuple(x if isinstance(x, tuple) else Const(x) for x in items) if None not in items else None
     if isinstance(e, ast.Name) and e.id in src.constants:
-        return src.constants[e.id].value
+        c = src.constants[e.id]
+        return c if isinstance(c, tuple) else c.value
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and src.modules.get(e.value.id) == "math":
         return getattr(math, e.attr, None) if isinstance(getattr(math, e.attr, None), float) else None
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and isinstance(e.func.value, ast.Name) \
@@ -72,11 +80,19 @@ def _constant(src: Source, e: ast.expr):
             return float(getattr(math, e.func.attr)(*args)) if None not in args else None
         except (ArithmeticError, ValueError, TypeError):
             return None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "float" and len(e.args) == 1 \
+            and not e.keywords and isinstance(e.args[0], ast.Constant) and isinstance(e.args[0].value, str):
+        try:  # NEG_INF = float("-inf")
+            return float(e.args[0].value)
+        except ValueError:
+            return None
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
         v = _constant(src, e.operand)
-        return -v if v is not None else None
+        return -v if v is not None and not isinstance(v, tuple) else None
     if isinstance(e, ast.BinOp) and type(e.op) in _FOLD:
         a, b = _constant(src, e.left), _constant(src, e.right)
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            return None
         try:
             return _FOLD[type(e.op)](a, b) if a is not None and b is not None else None
         except ArithmeticError:

@@ -441,11 +441,15 @@ def _type_as(fc, b, x, args, kw, node):
 
 
 def _to(fc, b, x, args, kw, node):
-    """x.to(torch.float64) / x.to(dtype=...): a cast (devices are ignored: kernels run where they are linked)."""
+    """x.to(torch.float64) / x.to(y.dtype) / x.to(dtype=...) / x.to(y): a cast (devices are ignored: kernels run
+    where they are linked); the same dtype is a no-op."""
     from .scope import DtypeValue
     x = tensor(fc, b, x, node)
-    d = next((a for a in list(args) + [kw.get("dtype")] if isinstance(a, DtypeValue)), None)
-    return x if d is None or d.dtype == x.type.dtype else b.convert(x, dtype=d.dtype)
+    wanted = [a.dtype if isinstance(a, DtypeValue) else a.type.dtype for a in list(args) + [kw.get("dtype")]
+              if isinstance(a, DtypeValue) or (isinstance(a, Atom) and not isinstance(a, Lit))]
+    if not wanted:
+        return x
+    return x if wanted[0] == x.type.dtype else b.convert(x, dtype=wanted[0])
 
 
 def _item(fc, b, x, args, kw, node):

@@ -228,8 +228,15 @@ def _embedding(fc, b, args, kw, node):
 
 
 def _one_hot(fc, b, args, kw, node):
+    """F.one_hot(i, num_classes) with num_classes a literal or a dim (x.shape[1]); torch's -1 (infer it from the
+    data) is not possible for a size known before the kernel runs."""
+    from .tensors import as_dim
     idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    n = int_const(fc, _arg(fc, args, kw, 1, "num_classes", node), node, "num_classes")
+    num = _arg(fc, args, kw, 1, "num_classes", node, Const(-1))
+    if isinstance(num, Const) and num.value == -1:
+        raise fc.src.error(node, "F.one_hot needs num_classes (its size must be known when the kernel is called)",
+                           hint="pass a literal or a dim, e.g. F.one_hot(i, x.shape[1])")
+    n = as_dim(fc, num, node)
     return index.one_hot(b, _i64(b, idx), n, Lit(0, Type("i64")), Lit(1, Type("i64")))
 
 
@@ -471,7 +478,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
         "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
-        "tensor": _tensor_literal, "flip": _flip,
+        "tensor": _tensor_literal, "flip": _flip, "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
+        "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
     })
     f_table.update({
         "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
@@ -499,7 +507,120 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "cumprod": _method(_cumulative(index.cumprod)), "argmax": _method(_arg_ext(True)),
                     "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
                     "index_select": _method(_index_select), "diagonal": _method(_diagonal),
-                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "flip": _method(_flip)})
+                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "flip": _method(_flip),
+                    "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
+                    "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
+                    "lerp": _method(_lerp), "addmm": _method(_addmm)})
+
+
+def _pieces(fc, n, size, node, what: str) -> list:
+    """The sizes of consecutive pieces of `size` covering an axis of n (the last one shorter, as in torch), or
+    equal pieces when both are dims and n is visibly a multiple of size."""
+    from ..ir.types import dim_floordiv, dim_mul
+    if isinstance(n, int) and isinstance(size, int):
+        if size <= 0:
+            raise fc.src.error(node, f"{what}: the piece size must be positive, got {size}")
+        return [min(size, n - k) for k in range(0, n, size)]
+    count = dim_floordiv(n, size) if isinstance(size, int) else \
+        next((k for k in range(1, 65) if dim_mul(size, k) == n), None)  # 4*h in pieces of h
+    if isinstance(count, int) and dim_mul(count, size) == n:
+        return [size] * count
+    raise fc.src.error(node, f"{what}: the number of pieces of an axis of size {n} must be known when the kernel "
+                             f"is compiled", hint="write the dim as a multiple in the annotation, e.g. "
+                                                  '"float[4 * h]" for four pieces of h')
+
+
+def _chunk(fc, b, args, kw, node):
+    """torch.chunk(x, chunks, dim=0): pieces of ceil(n / chunks) (for a symbolic n: n / chunks each, n must be
+    a visible multiple such as 4 * h)."""
+    from ..ir.types import dim_floordiv, dim_mul
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    chunks = int_const(fc, _arg(fc, args, kw, 1, "chunks", node), node, "chunks")
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if chunks <= 0:
+        raise fc.src.error(node, f"torch.chunk needs a positive number of chunks, got {chunks}")
+    if isinstance(n, int):
+        sizes = _pieces(fc, n, -(-n // chunks), node, "torch.chunk")
+    elif dim_mul(dim_floordiv(n, chunks), chunks) == n:
+        sizes = [dim_floordiv(n, chunks)] * chunks
+    else:
+        raise fc.src.error(node, f"torch.chunk of an axis of size {n} into {chunks}: the size must be a visible "
+                                 f"multiple of {chunks}",
+                           hint=f'write the dim as a multiple in the annotation, e.g. "float[{chunks} * h]"')
+    return tuple(shape_ops.split(b, x, axis, sizes))
+
+
+def _split(fc, b, args, kw, node):
+    """torch.split(x, size_or_sizes, dim=0): pieces of one size (the last shorter) or of the listed sizes."""
+    from .tensors import as_dim
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "tensor", node), node)
+    spec = _arg(fc, args, kw, 1, "split_size_or_sections", node)
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if isinstance(spec, (list, tuple)):
+        sizes = [as_dim(fc, v, node) for v in spec]
+        from ..ir.types import dim_add
+        total = 0
+        for v in sizes:
+            total = dim_add(total, v)
+        if total != n:
+            raise fc.src.error(node, f"torch.split sizes {sizes} do not add up to {n}")
+    else:
+        sizes = _pieces(fc, n, as_dim(fc, spec, node), node, "torch.split")
+    return tuple(shape_ops.split(b, x, axis, sizes))
+
+
+def _masked_fill(fc, b, args, kw, node):
+    """x.masked_fill(mask, value): value where mask is True (mask broadcasts to x), x elsewhere; x's dtype."""
+    from .mathlib import LIBRARY
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    mask = tensor(fc, b, _arg(fc, args, kw, 1, "mask", node), node)
+    value = _arg(fc, args, kw, 2, "value", node)
+    if mask.type.dtype != "bool":
+        raise fc.src.error(node, f"masked_fill needs a bool mask, got {mask.type}", hint="compare, e.g. m > 0")
+    if not isinstance(value, Const):
+        value = tensor(fc, b, value, node)
+        if value.type.rank:
+            raise fc.src.error(node, f"masked_fill needs a scalar value, got {value.type}", hint="use torch.where")
+        value = value if value.type.dtype == x.type.dtype else b.convert(value, dtype=x.type.dtype)
+    shape = x.type.shape
+    if mask.type.shape != shape:
+        mask = shape_ops.expand(b, mask, shape)
+    out = LIBRARY["where"](fc, b, [mask, value, x], node)
+    return out if out.type.dtype == x.type.dtype else b.convert(out, dtype=x.type.dtype)
+
+
+def _clamp_one(name: str):
+    """torch.clamp_min(x, min) / torch.clamp_max(x, max): the scalar library's maximum / minimum."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import LIBRARY
+        x = _arg(fc, args, kw, 0, "input", node)
+        bound = _arg(fc, args, kw, 1, "min" if name == "maximum" else "max", node)
+        return LIBRARY[name](fc, b, [fc.plain(b, x), fc.plain(b, bound)], node)
+    return fn
+
+
+def _lerp(fc, b, args, kw, node):
+    """torch.lerp(start, end, weight) = start + weight * (end - start)."""
+    import ast
+    start, end = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "end", node)
+    w = _arg(fc, args, kw, 2, "weight", node)
+    return fc.binop(b, ast.Add(), start, fc.binop(b, ast.Mult(), w, fc.binop(b, ast.Sub(), end, start, node), node),
+                    node)
+
+
+def _addmm(fc, b, args, kw, node):
+    """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2)."""
+    import ast
+    x, m1, m2 = (_arg(fc, args, kw, k, name, node) for k, name in enumerate(("input", "mat1", "mat2")))
+    beta, alpha = _arg(fc, args, kw, 3, "beta", node, Const(1)), _arg(fc, args, kw, 4, "alpha", node, Const(1))
+    prod = fc.binop(b, ast.MatMult(), m1, m2, node)
+    if not (isinstance(alpha, Const) and alpha.value == 1):
+        prod = fc.binop(b, ast.Mult(), alpha, prod, node)
+    if not (isinstance(beta, Const) and beta.value == 1):
+        x = fc.binop(b, ast.Mult(), beta, x, node)
+    return fc.binop(b, ast.Add(), x, prod, node)
 
 
 def _flip(fc, b, args, kw, node):
