@@ -202,3 +202,13 @@ def test_windows_with_a_computed_start(built):
     X = np.arange(10.0).reshape(5, 2)
     np.testing.assert_allclose(pkg.rows(X, 1), X[1:3])
     np.testing.assert_allclose(pkg.rows(X, 4), [X[4], X[4]])  # past the end: the last row again
+
+
+def test_a_parameter_named_in_a_comment_only_is_unused():
+    """An input the body never reads is voided even when a comment says 'reuses a dead buffer'
+    (the vjp of a kernel with a parameter `a` once failed -Werror=unused-parameter)."""
+    from ksbuild.codegen.viewmodel import ArgView, _void_unused
+    args = [ArgView("a", "const double* a", "in", "f64", [2]), ArgView("x", "const double* x", "in", "f64", [2])]
+    body = ["    double* const r = tmp;  // reuses a dead buffer's space", "    r[0] = x[0];"]
+    assert _void_unused(args, body)[0] == "    (void)a;"
+    assert "(void)x;" not in "\n".join(_void_unused(args, body))
