@@ -1,5 +1,6 @@
 """Torch modules the ONNX tests export themselves (nothing downloaded): an MLP, a CNN with
-conv/batchnorm/pooling, GRU and LSTM stacks, a transformer encoder layer."""
+conv/batchnorm/pooling, GRU and LSTM stacks, a transformer encoder layer, a decoder that upsamples
+(transposed convolution, then nearest-neighbour Resize of the image axes with a dynamic batch)."""
 from __future__ import annotations
 
 import warnings
@@ -35,6 +36,18 @@ class Recurrent(torch.nn.Module):
         return self.r(x)[0]
 
 
+class Decoder(torch.nn.Module):
+    """transposed conv (stride 2) → upsample ×2 (Resize with scales 1, 1, 2, 2) → sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.t = torch.nn.ConvTranspose2d(4, 2, 4, stride=2, padding=1)
+        self.up = torch.nn.Upsample(scale_factor=2)
+
+    def forward(self, x):
+        return torch.sigmoid(self.up(self.t(x)))
+
+
 def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     """(module in eval mode, the shape of one sample) for a model name; batchnorm statistics non-trivial."""
     torch.manual_seed(0)
@@ -45,6 +58,7 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
         "gru": lambda: (Recurrent("GRU"), (5, 8)),
         "lstm": lambda: (Recurrent("LSTM"), (5, 8)),
         "transformer": lambda: (torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), (5, 16)),
+        "decoder": lambda: (Decoder(), (4, 5, 5)),
     }[name]()
     for buf in m.buffers():
         if buf.dtype.is_floating_point:
@@ -52,7 +66,7 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     return m.eval(), sample
 
 
-NAMES = ("mlp", "cnn", "gru", "lstm", "transformer")
+NAMES = ("mlp", "cnn", "gru", "lstm", "transformer", "decoder")
 
 
 def export(name: str, path: Path) -> torch.nn.Module:

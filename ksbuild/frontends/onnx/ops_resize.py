@@ -48,18 +48,20 @@ def _plan(n: Node, shape, axes, scales, sizes, policy: str):
                 scale[a], out[a] = k, int(k * shape[a] + 0.5)
     else:
         for a, s in zip(axes, scales):
-            scale[a], out[a] = s, int(s * shape[a])
+            if not np.isclose(s, 1.0):  # an axis kept at scale 1 may be a symbolic dim (the batch)
+                scale[a], out[a] = s, int(s * shape[a])
     return scale, out
 
 
 def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: str = "stretch"):
     shape = x.type.shape
-    if not all(isinstance(d, int) for d in shape):
-        raise n.error("Resize needs static input sizes")
     r = len(shape)
     axes = [a + r if a < 0 else a for a in (axes or range(r))]
     if scales is None and sizes is None:
         raise n.error("Resize needs scales or sizes")
+    resized = [a for i, a in enumerate(axes) if sizes is not None or not np.isclose(scales[i], 1.0)]
+    if not all(isinstance(shape[a], int) for a in resized):
+        raise n.error(f"Resize needs static sizes on the axes it resizes (input {x.type})")
     scale, out = _plan(n, shape, axes, scales, sizes, policy)
     rois = {}
     if roi is not None and len(roi) == 2 * len(axes):
