@@ -212,3 +212,18 @@ def test_a_parameter_named_in_a_comment_only_is_unused():
     body = ["    double* const r = tmp;  // reuses a dead buffer's space", "    r[0] = x[0];"]
     assert _void_unused(args, body)[0] == "    (void)a;"
     assert "(void)x;" not in "\n".join(_void_unused(args, body))
+
+
+def test_inputs_by_keyword(built):
+    """Exports take inputs by their names in the kernel's source, as Python calls do."""
+    pkg, _ = built
+    X = np.arange(10.0).reshape(5, 2)
+    np.testing.assert_allclose(pkg.rows(x=X, i=1), X[1:3])
+    np.testing.assert_allclose(pkg.rows(X, i=2), X[2:4])
+    np.testing.assert_allclose(pkg.scale(np.ones(2), int64_t=3.0), [3.0, 3.0])  # the C name differs
+    with pytest.raises(TypeError, match="unexpected keyword argument 'j'"):
+        pkg.rows(X, j=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        pkg.rows(X, x=X)
+    with pytest.raises(TypeError, match="missing argument"):
+        pkg.rows(x=X)

@@ -32,6 +32,7 @@ class ArgView:
     role: str      # dim | in | out | workspace
     dtype: str = ""
     shape: list = field(default_factory=list)
+    param: str = ""  # an input's name in the kernel's source (the C name may differ: n -> n1)
 
 
 @dataclass
@@ -110,11 +111,12 @@ def export_view(package: str, name: str, f: Func, doc: list[str], data=None) -> 
 
 def _input_arg(w: Writer, p: Var, cname: str) -> ArgView:
     c = C_TYPES[p.type.dtype]
+    param = p.hint or cname
     if p.type.rank == 0:
         w.env[p] = cname
-        return ArgView(cname, f"{c} {cname}", "in", p.type.dtype, [])
+        return ArgView(cname, f"{c} {cname}", "in", p.type.dtype, [], param)
     w.env[p] = Storage.buffer(cname, p.type.shape)
-    return ArgView(cname, f"const {c}* {cname}", "in", p.type.dtype, list(p.type.shape))
+    return ArgView(cname, f"const {c}* {cname}", "in", p.type.dtype, list(p.type.shape), param)
 
 
 def _output_names(f: Func, namer: Namer) -> list[str]:

@@ -53,7 +53,8 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
         out["exports"][v.name] = {
             "symbol": v.c_name, "kind": v.kind, "expression": e.spec.text, "kernel": e.kernel.name,
             "dims": v.dims, "returns": v.ret, "workspace": v.needs_workspace,
-            "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": a.shape} for a in v.args],
+            "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": a.shape}
+                     | ({"param": a.param} if a.param else {}) for a in v.args],
             "results": [str(t) for t in e.func.out_types],
         }
     return out

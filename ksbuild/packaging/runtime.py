@@ -70,13 +70,32 @@ class Export:
     def __repr__(self) -> str:
         return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}>"
 
-    def __call__(self, *args, out=None, dims: dict[str, int] | None = None):
-        """Call the compiled code; `dims` gives dims that no input shape shows (see `free_dims`)."""
+    def __call__(self, *args, out=None, dims: dict[str, int] | None = None, **kwargs):
+        """Call the compiled code; inputs by position or by their names in the kernel's source;
+        `dims` gives dims that no input shape shows (see `free_dims`)."""
+        if kwargs:
+            args = self._by_name(args, kwargs)
         if len(args) != len(self.ins):
             raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
         if any(_is_torch(x) for x in args) and out is None:
             return self.package.torch_ops().call(self, args, dims)
         return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
+
+    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+        """Positional and keyword inputs as one positional tuple, as Python binds them."""
+        names = [a.get("param", a["name"]) for a in self.ins]
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise TypeError(f"{self.name}() got an unexpected keyword argument '{unknown[0]}' "
+                            f"(its inputs: {', '.join(names)})")
+        doubled = [k for k in kwargs if names.index(k) < len(args)]
+        if doubled:
+            raise TypeError(f"{self.name}() got multiple values for argument '{doubled[0]}'")
+        rest = names[len(args):]
+        missing = [k for k in rest if k not in kwargs]
+        if missing:
+            raise TypeError(f"{self.name}() missing argument(s): {', '.join(missing)}")
+        return tuple(args) + tuple(kwargs[k] for k in rest)
 
     def call_numpy(self, args, out=None, dims=None, torch_out=False):
         """The ctypes call on numpy-compatible values; one result as itself, several as a tuple."""
