@@ -221,3 +221,18 @@ def f_more_torch(x: "float[n, d]", w: "float[d, m]", b: "float[m]") -> "float[n,
     y = torch.addmm(b, x, w) + torch.addmm(b, x, w, beta=0.5, alpha=2.0) + b.addmm(x, w)
     z = torch.clamp_min(y, -0.5) + y.clamp_max(0.25) + torch.lerp(y, y * y, 0.3) + y.lerp(torch.tanh(y), y)
     return z + torch.where(y > 100.0, NEG_INF, 0.0)
+
+
+def f_append_rows(xs: "float[t, d]", W: "float[d, d]") -> "float[d, t]":
+    """An RNN collecting its states with out.append(...) at the end of the loop body, then torch.stack;
+    and rows built the same way, then torch.cat along an inner axis."""
+    h = 0.0 * xs[0]
+    hs = []
+    for x in xs:
+        h = torch.tanh(W @ h + x)
+        hs.append(h)
+    pairs = []
+    for i in range(xs.shape[0]):
+        pairs.append(torch.stack([xs[i], 2.0 * xs[i]], dim=1))
+    both = torch.cat(pairs, dim=1)
+    return torch.stack(hs, dim=1) + both[:, :xs.shape[0]]

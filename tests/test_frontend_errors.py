@@ -278,21 +278,36 @@ def k(x: "float[n]") -> "float[n]":
 def k(x: "float[n]") -> "float[n]":
     return x.clamp_(0.0, 1.0)  # <-
 ''', "in-place tensor methods such as '.clamp_()' are not supported", "x.clamp(0.0, 1.0)"),
-    "list append": Case('''\
+    "list append not last": Case('''\
 import torch
 
 
 def k(x: "float[n]") -> "float[3, n]":
-    out = []  # <-
+    out = []
     for i in range(3):
-        out.append(x * i)
+        out.append(x * i)  # <-
+        x = x + 1.0
     return torch.stack(out)
-''', "unsupported expression: list", "torch.stack([... for i in range(n)])"),
+''', "filled by out.append(...) as the last statement of a for loop", "torch.stack(out, dim=...)"),
     "append statement": Case('''\
 def k(x: "float[n]", out: "float[n]") -> "float[n]":
     out.append(x)  # <-
     return x
-''', "lists are not supported ('.append()')", "torch.stack"),
+''', "lists are supported only as out = []", "torch.stack"),
+    "appended list used as a tensor": Case('''\
+def k(x: "float[n]") -> "float[n]":
+    out = []
+    for i in range(3):
+        out.append(x * i)
+    return out[0]  # <-
+''', "the list 'out' can only be passed to torch.stack or torch.cat", "out.append(...)"),
+    "appended list to another function": Case('''\
+def k(x: "float[n]") -> int:
+    out = []
+    for i in range(3):
+        out.append(x * i)
+    return len(out)  # <-
+''', "a list filled by .append can only be passed to torch.stack or torch.cat"),
     "module-level tensor": Case('''\
 import torch
 

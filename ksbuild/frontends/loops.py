@@ -38,10 +38,32 @@ def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
     from .python import _assigned
     bound = _target_names(fc, s.target)
     carried = [n for n in sorted(_assigned(s.body)) if n not in bound and scope.lookup(n) is not None]
-    outs = counted_loop(fc, b, scope, s, s.target, s.iter, s.body, carried, [])
+    listed, body = _appended(scope, s.body)
+    ys = [body_append.value.args[0] for body_append in s.body[len(body):]]
+    outs = counted_loop(fc, b, scope, s, s.target, s.iter, body, carried, ys)
     for n, o in zip(carried, outs):
         b.name(o, n)
         scope.names[n] = o
+    if listed is not None:
+        from .scope import AppendList
+        b.name(outs[-1], listed)
+        scope.names[listed] = AppendList(outs[-1])
+
+
+def _appended(scope: Scope, stmts) -> tuple[str | None, list]:
+    """(L, the statements before it) when the loop body ends with L.append(e) for an `L = []` not filled
+    yet: e becomes the loop's stacked output (as in torch.stack([e for ...])); else (None, stmts)."""
+    from .scope import AppendList
+    last = stmts[-1] if stmts else None
+    if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and not last.value.keywords
+            and len(last.value.args) == 1 and isinstance(last.value.func, ast.Attribute)
+            and last.value.func.attr == "append" and isinstance(last.value.func.value, ast.Name)):
+        return None, list(stmts)
+    name = last.value.func.value.id
+    v = scope.lookup(name)
+    if not isinstance(v, AppendList) or v.rows is not None:
+        return None, list(stmts)
+    return name, list(stmts[:-1])
 
 
 def counted_loop(fc, b: Builder, scope: Scope, node, target: ast.expr, it: ast.expr, stmts, carried, y_exprs):

@@ -202,7 +202,11 @@ class KernelCompiler:
             if s.value is None:
                 raise self.src.error(s, "a kernel must return a value")
             raise Returned(self.expr(b, scope, s.value))
-        if isinstance(s, ast.Assign):
+        if isinstance(s, ast.Assign) and isinstance(s.value, ast.List) and not s.value.elts \
+                and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+            from .scope import AppendList
+            scope.names[s.targets[0].id] = AppendList()  # filled by a loop's out.append(...)
+        elif isinstance(s, ast.Assign):
             value = self.expr(b, scope, s.value)
             for target in s.targets:
                 self.assign(b, scope, target, value)
@@ -252,9 +256,10 @@ class KernelCompiler:
                 return self.src.error(call, f"in-place tensor methods such as '.{f.attr}()' are not supported",
                                       hint=f"assign the result instead: {obj} = {_out_of_place(obj, f.attr, args)}")
             if f.attr in ("append", "extend", "insert"):
-                return self.src.error(call, f"lists are not supported ('.{f.attr}()')",
-                                      hint="build the rows with torch.stack([... for i in range(n)]) or fill a "
-                                           "tensor: out = torch.zeros(n, d); out[i] = ...")
+                return self.src.error(call, f"lists are supported only as out = [] filled by out.append(...) as "
+                                            f"the last statement of a for loop ('.{f.attr}()' here)",
+                                      hint="then torch.stack(out, dim=...) or torch.cat(out, dim=...); or build "
+                                           "the rows with torch.stack([... for i in range(n)])")
         return self.src.error(call, f"a call as a statement ('{ast.unparse(call)}'): its result is unused and "
                                     "kernels have no side effects", hint="assign the result to a name or remove it")
 
@@ -361,7 +366,13 @@ class KernelCompiler:
         raise self.src.error(e, f"unsupported constant {e.value!r}", hint="only numbers and True/False")
 
     def expr_Name(self, b, scope, e: ast.Name) -> Value:
-        return self.name(scope, e)
+        from .scope import AppendList
+        v = self.name(scope, e)
+        if isinstance(v, AppendList):
+            raise self.src.error(e, f"the list '{e.id}' can only be passed to torch.stack or torch.cat",
+                                 hint=f"fill it in a for loop whose last statement is {e.id}.append(...), then "
+                                      f"use torch.stack({e.id}, dim=...) or torch.cat({e.id}, dim=...)")
+        return v
 
     def name(self, scope: Scope, e: ast.Name) -> Value:
         v = scope.lookup(e.id)
@@ -461,6 +472,7 @@ class KernelCompiler:
             raise self.src.error(e, "*args and **kwargs are not supported in calls")
         args = [self.arg(b, scope, a) for a in e.args]
         kw = {k.arg: self.arg(b, scope, k.value) for k in e.keywords}
+        self.check_lists(e, target, [*args, *kw.values()])
         if method:
             return self.call_method(b, scope, e, method, args, kw)
         table = tensors.NAMESPACES.get(target[0], {})
@@ -523,8 +535,19 @@ class KernelCompiler:
             raise self.src.error(e, f".{name}() takes no keyword arguments here")
         return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)
 
+    def check_lists(self, e: ast.Call, target, values) -> None:
+        """A list filled by .append goes only to torch.stack and torch.cat."""
+        from .scope import AppendList
+        if target not in (("torch", "stack"), ("torch", "cat")) and any(isinstance(v, AppendList) for v in values):
+            raise self.src.error(e, "a list filled by .append can only be passed to torch.stack or torch.cat",
+                                 hint="torch.stack(out, dim=...) or torch.cat(out, dim=...)")
+
     def arg(self, b, scope, e: ast.expr) -> Value:
-        """A call argument: a list literal (for torch.stack, torch.cat, sum) is allowed here only."""
+        """A call argument: a list literal (for torch.stack, torch.cat, sum), or a list a loop filled
+        with .append (for torch.stack, torch.cat), is allowed here only."""
+        from .scope import AppendList
+        if isinstance(e, ast.Name) and isinstance(scope.lookup(e.id), AppendList):
+            return scope.lookup(e.id)
         if isinstance(e, ast.List):
             return [self.expr(b, scope, x) for x in e.elts]
         if isinstance(e, ast.Constant) and isinstance(e.value, str):

@@ -35,6 +35,14 @@ class DtypeValue:
     dtype: str
 
 
+@dataclass(frozen=True)
+class AppendList:
+    """`out = []` filled by `out.append(e)` as the last statement of a following for loop: before the
+    loop `rows` is None; after it, the loop's stacked values (one row per iteration, along axis 0)."""
+
+    rows: object = None
+
+
 TORCH_DTYPES = {"float32": "f32", "float": "f32", "float64": "f64", "double": "f64", "int32": "i32",
                 "int": "i32", "int64": "i64", "long": "i64", "bool": "bool"}
 

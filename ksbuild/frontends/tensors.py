@@ -549,9 +549,35 @@ def _tensor_list(fc, b, args, kw, node, name) -> list[Atom]:
 def _join(op, name):
     """torch.cat / torch.stack(tensors, dim=0)."""
     def fn(fc, b, args, kw, node):
+        from .scope import AppendList
+        items = _arg(fc, args, kw, 0, "tensors", node)
+        dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim")
+        if isinstance(items, AppendList):
+            return _join_appended(fc, b, items, dim, name, node)
         xs = _tensor_list(fc, b, args, kw, node, name)
-        return op(b, xs, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim"))
+        return op(b, xs, dim)
     return fn
+
+
+def _join_appended(fc, b, items, dim: int, name: str, node) -> Atom:
+    """torch.stack / torch.cat of a list a loop filled with .append: the loop's rows along axis 0,
+    moved to `dim` (stack) or merged into it (cat)."""
+    rows = items.rows
+    if rows is None:
+        raise fc.src.error(node, f"torch.{name} of a list no loop has filled",
+                           hint="fill it with out.append(...) as the last statement of a for loop")
+    rank = rows.type.rank - (name == "cat")
+    dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < max(rank, 1):
+        raise fc.src.error(node, f"dim {dim} is out of range for torch.{name} of these rows")
+    if name == "stack":
+        perm = list(range(1, rows.type.rank))
+        perm.insert(dim, 0)
+        return rows if dim == 0 else shape_ops.permute(b, rows, perm)
+    moved = rows if dim == 0 else shape_ops.permute(b, rows, [*range(1, dim + 1), 0, *range(dim + 1, rows.type.rank)])
+    shape = list(moved.type.shape)
+    merged = shape[:dim] + [dim_mul(shape[dim], shape[dim + 1])] + shape[dim + 2:]
+    return b.reshape(moved, shape=tuple(merged))
 
 
 def _dtype_kw(fc, kw, node, default: str) -> str:
