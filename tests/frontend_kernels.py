@@ -236,3 +236,12 @@ def f_append_rows(xs: "float[t, d]", W: "float[d, d]") -> "float[d, t]":
         pairs.append(torch.stack([xs[i], 2.0 * xs[i]], dim=1))
     both = torch.cat(pairs, dim=1)
     return torch.stack(hs, dim=1) + both[:, :xs.shape[0]]
+
+
+def f_conv_pool(x: "float[b, c, h, w]", k: "float[m, c, 3, 3]", bias: "float[m]", k1: "float[2, c, 3]") -> float:
+    """F.conv2d (padding, stride, 'same'), pooling, and a 1-d convolution over rows."""
+    y = torch.tanh(F.conv2d(x, k, bias, padding=1))
+    z = F.max_pool2d(y, 2) + F.avg_pool2d(y, kernel_size=2, stride=2)
+    s = F.conv2d(x, k, stride=(2, 1), dilation=1).sum() + F.conv2d(x, k, padding="same").mean()
+    rows = F.conv1d(x[:, :, 0, :], k1, padding=1)
+    return z.sum() + s + (F.max_pool1d(rows, 2) ** 2).sum()

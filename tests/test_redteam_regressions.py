@@ -227,3 +227,18 @@ def test_inputs_by_keyword(built):
         pkg.rows(X, x=X)
     with pytest.raises(TypeError, match="missing argument"):
         pkg.rows(x=X)
+
+
+def test_dim_products_with_floor_divisions_evaluate_right():
+    """(h - 3) // 2 + 1 times w - 2 (a strided convolution's output positions) once printed a term
+    '2*(h - 3) // (2)', which Python reads as (2*(h - 3)) // 2: every dim expression must evaluate to
+    the arithmetic it stands for."""
+    from ksbuild.ir.types import canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
+    rows = dim_add(dim_floordiv(dim_sub("h", 3), 2), 1)
+    for expr, fn in ((dim_mul(rows, dim_sub("w", 2)), lambda h, w: ((h - 3) // 2 + 1) * (w - 2)),
+                     (dim_mul(dim_mul(rows, rows), 3), lambda h, w: 3 * ((h - 3) // 2 + 1) ** 2),
+                     (dim_floordiv(dim_mul(rows, 2), 3), lambda h, w: (((h - 3) // 2 + 1) * 2) // 3)):
+        assert canonical_dim(expr) == expr
+        for h in range(3, 12):
+            for w in (2, 5, 9):
+                assert eval(expr, {"__builtins__": {}}, {"h": h, "w": w}) == fn(h, w), (expr, h, w)

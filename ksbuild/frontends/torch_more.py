@@ -414,6 +414,65 @@ def _pad(fc, b, args, kw, node):
     return x
 
 
+def _ints(fc, v, k: int, node, what: str) -> list[int]:
+    """An int or a tuple of k ints (torch's stride=2 / stride=(2, 1))."""
+    vs = list(v) if isinstance(v, (tuple, list)) else [v] * k
+    if len(vs) != k:
+        raise fc.src.error(node, f"{what} needs {k} values, got {len(vs)}")
+    return [int_const(fc, x, node, what) for x in vs]
+
+
+def _conv(k: int):
+    """F.conv1d/2d/3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be
+    'valid' or 'same' (stride 1; an odd total puts the extra zero at the end, as torch does)."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
+        bias = _arg(fc, args, kw, 2, "bias", node, None)
+        bias = None if bias is None or (isinstance(bias, Const) and bias.value is None) else \
+            float_tensor(fc, b, bias, node)
+        if x.type.rank != k + 2 or w.type.rank != k + 2:
+            raise fc.src.error(node, f"F.conv{k}d takes an input and a weight of rank {k + 2}, got {x.type} "
+                                     f"and {w.type}")
+        strides = _ints(fc, _arg(fc, args, kw, 3, "stride", node, Const(1)), k, node, "stride")
+        padding = _arg(fc, args, kw, 4, "padding", node, Const(0))
+        dilations = _ints(fc, _arg(fc, args, kw, 5, "dilation", node, Const(1)), k, node, "dilation")
+        groups = int_const(fc, _arg(fc, args, kw, 6, "groups", node, Const(1)), node, "groups")
+        if padding in ("valid", "same"):
+            sizes = w.type.shape[2:]
+            if padding == "same" and (any(s != 1 for s in strides) or not all(isinstance(d, int) for d in sizes)):
+                raise fc.src.error(node, "padding='same' needs stride 1 and literal kernel sizes")
+            total = [d * (s - 1) if padding == "same" else 0 for d, s in zip(dilations, sizes)]
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            lo = _ints(fc, padding, k, node, "padding")
+            pads = lo + lo
+        return nn.conv(b, x, w, bias, strides, pads, dilations, groups)
+    return fn
+
+
+def _pool(k: int, kind: str):
+    """F.max_poolNd / F.avg_poolNd(input, kernel_size, stride=kernel_size, padding=0, ...)."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        if x.type.rank != k + 2:
+            raise fc.src.error(node, f"F.{kind}_pool{k}d takes an input of rank {k + 2} (batch, channels, ...), "
+                                     f"got {x.type}")
+        size = _ints(fc, _arg(fc, args, kw, 1, "kernel_size", node), k, node, "kernel_size")
+        stride = _arg(fc, args, kw, 2, "stride", node, None)
+        strides = size if stride is None or (isinstance(stride, Const) and stride.value is None) else \
+            _ints(fc, stride, k, node, "stride")
+        lo = _ints(fc, _arg(fc, args, kw, 3, "padding", node, Const(0)), k, node, "padding")
+        if kind == "max":
+            dil = _ints(fc, _arg(fc, args, kw, 4, "dilation", node, Const(1)), k, node, "dilation")
+            ceil = bool(_arg(fc, args, kw, 5, "ceil_mode", node, Const(False)).value)
+            return nn.max_pool(b, x, size, strides, lo + lo, dil, ceil)
+        ceil = bool(_arg(fc, args, kw, 4, "ceil_mode", node, Const(False)).value)
+        include = bool(_arg(fc, args, kw, 5, "count_include_pad", node, Const(True)).value)
+        return nn.avg_pool(b, x, size, strides, lo + lo, None, ceil, include)
+    return fn
+
+
 def _expand(fc, b, x, args, kw, node):
     """x.expand(*sizes): -1 keeps a size."""
     from .tensors import shape_args
@@ -492,6 +551,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
         "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "smooth_l1_loss": _smooth_l1,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
+        "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
+        "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
     })
     linalg_table.update({"norm": _norm, "vector_norm": _norm, "det": _det})
     math_table.update({name: _math_function(name, unary[name]) for name in (

@@ -144,8 +144,14 @@ def _poly_node(e) -> Poly:
         if isinstance(e.op, ast.Mult):
             return _times(a, b)
         if isinstance(e.op, ast.FloorDiv):
-            return {(f"({_text(a)}) // ({_text(b)})",): 1} if not _const(b) or _const(b) != 1 else a
+            return {(_floordiv_factor(a, b),): 1} if not _const(b) or _const(b) != 1 else a
     raise ValueError(f"bad dim expression {ast.unparse(e)}")
+
+
+def _floordiv_factor(a: Poly, b: Poly) -> str:
+    """An opaque a // b factor, parenthesized whole: in a monomial '2*((h - 3) // (2))' it must not
+    read as (2*(h - 3)) // 2."""
+    return f"(({_text(a)}) // ({_text(b)}))"
 
 
 def _const(p: Poly):
@@ -220,7 +226,7 @@ def dim_floordiv(a: Dim, b: Dim) -> Dim:
         return a
     if k and all(c % k == 0 for c in pa.values()):
         return _dim({m: c // k for m, c in pa.items()})
-    return _dim({(f"({_text(pa)}) // ({_text(pb)})",): 1})
+    return _dim({(_floordiv_factor(pa, pb),): 1})
 
 
 def dim_names(dim: Dim) -> list[str]:

@@ -88,7 +88,9 @@ def conv(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilati
     pads = _per_axis(b, pads, 2 * k, 0, "pads")
     n, c = x.type.shape[:2]
     m, cg = w.type.shape[:2]
-    if not isinstance(c, int) or not isinstance(m, int) or c % groups or m % groups or c // groups != cg:
+    grouped_ok = isinstance(c, int) and isinstance(m, int) and not c % groups and not m % groups \
+        and c // groups == cg
+    if not (grouped_ok or (groups == 1 and c == cg)):  # one group: symbolic channel counts are fine
         raise error(b, f"conv of {x.type} with kernel {w.type} and {groups} group(s): the channels do not match "
                        f"(input channels / groups must equal the kernel's axis 1)")
     for i in range(k):
@@ -111,7 +113,8 @@ def _conv_product(b, patches: Atom, w: Atom, groups: int) -> Atom:
     depth = numel((cg,) + tuple(w.type.shape[2:]))
     order = (0, 1, 2) + tuple(4 + 2 * i for i in range(k)) + tuple(3 + 2 * i for i in range(k))
     cols = b.reshape(b.transpose(patches, perm=order), shape=(n, groups, depth, numel(outs)))
-    rows = b.broadcast_to(b.reshape(w, shape=(1, groups, m // groups, depth)), shape=(n, groups, m // groups, depth))
+    mg = m if groups == 1 else m // groups  # one group: m may be a symbolic dim
+    rows = b.broadcast_to(b.reshape(w, shape=(1, groups, mg, depth)), shape=(n, groups, mg, depth))
     y = b.einsum(rows, cols, spec="ngmk,ngkp->ngmp")
     return b.reshape(y, shape=(n, m) + outs)
 
