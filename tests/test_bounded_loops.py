@@ -135,7 +135,7 @@ def test_bounds_found(ir):
     assert lengths == sorted(["n", "n", "n", "2", "n"])
     lengths = sorted(str(e.params["length"]) for e in loops(ir("stepped")))
     # range(n); range(i, n, 2): (n + 1) // 2; range(i, -1, -1): n; range(i) inside an if: n
-    assert lengths == sorted(["n", "(n + 1) // (2)", "n", "n"])
+    assert lengths == sorted(["n", "((n + 1) // (2))", "n", "n"])
     assert all(e.params["length"] is not None for e in loops(ir("tri")))
 
 
