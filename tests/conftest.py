@@ -24,3 +24,18 @@ def relu3_pkg():
     import ksbuild
 
     return ksbuild.build(ROOT / "examples/relu3/manifest.toml")
+
+
+def build_kernel_file(root: Path, kernels: str, manifest: str, module: str):
+    """(package, the kernel file imported as a Python module): k.py and manifest.toml written into root
+    and built, so a test compares the compiled exports with the same source run by torch."""
+    import importlib.util
+
+    import ksbuild
+
+    (root / "k.py").write_text(kernels)
+    (root / "manifest.toml").write_text(manifest)
+    spec = importlib.util.spec_from_file_location(module, root / "k.py")
+    source = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(source)
+    return ksbuild.build(root / "manifest.toml"), source

@@ -8,12 +8,9 @@ gradients, with both backends and under vmap.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
-
-import ksbuild
+from conftest import build_kernel_file
 
 torch = pytest.importorskip("torch")
 
@@ -67,12 +64,7 @@ def manifest(backend: str) -> str:
 @pytest.fixture(scope="module", params=["plain", "blas"])
 def built(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"alias_{request.param}")
-    (root / "k.py").write_text(KERNELS)
-    (root / "manifest.toml").write_text(manifest(request.param))
-    spec = importlib.util.spec_from_file_location("alias_kernels", root / "k.py")
-    source = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(source)
-    return ksbuild.build(root / "manifest.toml"), source
+    return build_kernel_file(root, KERNELS, manifest(request.param), "alias_kernels")
 
 
 def data(*shape, seed=0):

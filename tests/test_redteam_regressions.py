@@ -12,12 +12,9 @@
 """
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
-
-import ksbuild
+from conftest import build_kernel_file
 
 torch = pytest.importorskip("torch")
 
@@ -122,13 +119,7 @@ rows = "rows"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("redteam")
-    (root / "k.py").write_text(KERNELS)
-    (root / "manifest.toml").write_text(MANIFEST)
-    spec = importlib.util.spec_from_file_location("redteam_kernels", root / "k.py")
-    source = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(source)
-    return ksbuild.build(root / "manifest.toml"), source
+    return build_kernel_file(tmp_path_factory.mktemp("redteam"), KERNELS, MANIFEST, "redteam_kernels")
 
 
 def autograd(fn, *args):

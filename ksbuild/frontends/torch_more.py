@@ -151,14 +151,8 @@ def _norm(fc, b, args, kw, node):
     keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
     if not isinstance(p, Const) or isinstance(p.value, bool):
         raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
-    if p.value == 2:
-        return math_ops.norm_root(b, reduce.sum(b, b.ipow(x, n=2), axes, keep))
-    if p.value == 1:
-        return reduce.sum(b, b.abs(x), axes, keep)
-    if math.isinf(p.value):
-        return (reduce.amax if p.value > 0 else reduce.amin)(b, b.abs(x), axes, keep)
-    s = reduce.sum(b, b.pow(b.abs(x), _c(x, p.value)), axes, keep)
-    return math_ops.norm_root(b, s, p.value)
+    from ..ops.aten import vector_norm
+    return vector_norm(b, x, float(p.value), axes, keep)
 
 
 def _prod(fc, b, args, kw, node):
