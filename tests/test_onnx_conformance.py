@@ -1,4 +1,4 @@
-"""A fixed sample of the ONNX backend node tests (100 cases over the op types of exported models,
+"""A fixed sample of the ONNX backend node tests (about 100 cases over the op types of exported models,
 plus narrow types, quantization, control flow), compiled into one package and run: any
 regression fails. The full table is `ksbuild onnx-report` (docs/onnx-support.md)."""
 from __future__ import annotations
@@ -34,6 +34,7 @@ SAMPLE = [
     "test_einsum_scalar", "test_conv_with_strides_and_asymmetric_padding", "test_maxpool_2d_same_lower",
     "test_averagepool_2d_precomputed_strides", "test_batchnorm_example", "test_erf", "test_top_k",
     "test_gather_2d_indices", "test_matmul_1d_1d", "test_convtranspose_group_2",
+    "test_attention_4d_causal_fp16", "test_attention_3d_causal_bf16", "test_training_dropout_mask",
 ]
 
 

@@ -168,3 +168,28 @@ def test_attribute_of_the_wrong_kind(tmp_path):
     node = helper.make_node("LeakyRelu", ["x"], ["y"], name="lr", alpha="steep")
     text = compile_error(tmp_path, model([node], [tensor("x", [2])], [tensor("y", [2])]))
     assert "node lr (LeakyRelu)" in text and "attribute 'alpha' must be a number, got str 'steep'" in text
+
+
+def _training_dropout(seed=None):
+    kw = {} if seed is None else {"seed": seed}
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], name="drop", **kw)
+    inits = [numpy_helper.from_array(np.array(0.3, np.float32), "r"), numpy_helper.from_array(np.array(True), "t")]
+    return model([node], [tensor("x", [4, 6])], [tensor("y", [4, 6]), tensor("mask", [4, 6], TensorProto.BOOL)],
+                 inits, opset=13)
+
+
+def test_seeded_training_dropout_draws_the_reference_mask(tmp_path):
+    from onnx.reference import ReferenceEvaluator
+    m = _training_dropout(seed=7)
+    f = compile_onnx_kernel(save(tmp_path, m), "k")
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    y, mask = eval_func(f, [x])
+    want_y, want_mask = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_array_equal(np.asarray(mask), want_mask)
+    np.testing.assert_allclose(np.asarray(y), want_y, rtol=1e-6)
+    assert 0 < np.asarray(mask).sum() < mask.size  # a real mask, drawn once: the same on every call
+
+
+def test_training_dropout_without_seed_is_explained(tmp_path):
+    text = compile_error(tmp_path, _training_dropout())
+    assert "node drop (Dropout)" in text and "without a 'seed' attribute" in text

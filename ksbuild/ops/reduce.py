@@ -84,6 +84,11 @@ def _prim(name: str):
 
 def prod(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
     """The product over axes: a loop multiplying the reduced elements into an accumulator."""
+    return fold(b, x, axes, keepdim, True if x.type.dtype == "bool" else 1, "prod_step", lambda bb, acc, v: bb.mul(acc, v))
+
+
+def fold(b, x: Atom, axes: Sequence[int] | None, keepdim: bool, init, name: str, step) -> Atom:
+    """A loop over the reduced elements in order: acc = step(acc, element), from acc = init."""
     from ..ir.core import Lit
     from ..ir.types import Type
     from ..prims.control import PRIMS_LOOP, wrap
@@ -98,8 +103,8 @@ def prod(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -
         else x
     flat = b.reshape(moved, shape=(count,) + rest_shape)
     acc_t = Type(x.type.dtype, rest_shape)
-    f = wrap("prod_step", [Type("i64"), acc_t, acc_t], lambda bb, ps: [bb.mul(ps[1], ps[2])])
+    f = wrap(name, [Type("i64"), acc_t, acc_t], lambda bb, ps: [step(bb, ps[1], ps[2])])
     trip = Lit(count, Type("i64")) if isinstance(count, int) else b.dim_size(dim=count)
-    one = Lit(True if x.type.dtype == "bool" else 1, acc_t)
-    y = b.bind(PRIMS_LOOP, [trip, one, flat], dict(body=f, n_consts=0, n_carry=1, length=count, reverse=False))[0]
+    y = b.bind(PRIMS_LOOP, [trip, Lit(init, acc_t), flat], dict(body=f, n_consts=0, n_carry=1, length=count,
+                                                             reverse=False))[0]
     return keep_dims(b, y, x, ax) if keepdim else y

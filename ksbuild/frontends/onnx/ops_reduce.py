@@ -82,8 +82,31 @@ def _coerced(n: Node, x, fn):
 
 @handler("Softmax", "LogSoftmax")
 def softmax(n: Node):
+    storage = n.dtype(0)
+    if storage != n.x(0).type.dtype:  # f16, bf16...: computed in f32 as the ONNX function body does it
+        return [_coerced(n, n.x(0), lambda b, x, axis: _stepwise_softmax(b, x, axis, storage, n.op))]
     fn = red.softmax if n.op == "Softmax" else red.log_softmax
     return [_coerced(n, n.x(0), fn)]
+
+
+def _stepwise_softmax(b, x, axis: int, storage: str, op: str):
+    """Softmax/LogSoftmax of values of a storage dtype (f16, bf16, ...) computed in f32, with every
+    intermediate of the op's ONNX function body (Sub, Exp, ReduceSum, Log) rounded to the storage
+    dtype as that body defines them; the onnx reference and its node tests compute it so.
+    (Rounding only the result is a little more accurate and differs from them by an ulp.)"""
+    def rounded(a, bb=b):
+        return bb.convert(bb.convert(a, dtype=storage), dtype=a.type.dtype)
+    m = red.amax(b, b.stop_gradient(x), [axis], keepdim=True)
+    shifted = rounded(b.sub(x, b.broadcast_to(m, shape=x.type.shape)))
+    e = rounded(b.exp(shifted))
+    if storage == "bf16":  # numpy's sum of bfloat16 (ml_dtypes) rounds after each addition
+        total = red.fold(b, e, [axis], True, 0.0, "bf16_sum_step", lambda bb, acc, v: rounded(bb.add(acc, v), bb))
+    else:  # numpy's sum of float16 adds in float32 and rounds once
+        total = rounded(red.sum(b, e, [axis], keepdim=True))
+    s = b.broadcast_to(total, shape=x.type.shape)
+    if op == "Softmax":
+        return b.div(e, s)
+    return b.sub(shifted, rounded(b.log(s)))
 
 
 def _hardmax(b, x, axis):

@@ -319,13 +319,32 @@ def space_to_depth(n: Node):
 @handler("Dropout")
 def dropout(n: Node):
     x = n.x(0)
-    n.attr("seed", 0)
+    seed = n.attr("seed", 0)
     if n.opset < 7:
         n.attr("is_test", 0)
     ratio = n.attr("ratio", 0.5) if n.opset < 12 else (n.const(1, "the ratio") if n.has(1) else 0.5)
     training = n.opset >= 12 and n.has(2) and bool(np.asarray(n.const(2, "training_mode")).reshape(-1)[0])
-    if training and float(np.asarray(ratio).reshape(-1)[0]) != 0:
-        raise n.unsupported("Dropout in training mode (random masks)")
-    mask = Lit(True, Type("bool", x.type.shape))
-    return [n.val(0), mask]
+    ratio = np.asarray(ratio).reshape(-1)[0]
+    if not training or float(ratio) == 0:
+        return [n.val(0), Lit(True, Type("bool", x.type.shape))]
+    return _seeded_dropout(n, x, seed, ratio)
+
+
+def _seeded_dropout(n: Node, x, seed: int, ratio):
+    """Dropout in training mode with a `seed`: the mask is drawn when the model is compiled, as the onnx
+    reference draws it (numpy's RandomState(seed).uniform(0, 1, shape) >= ratio), so every call uses
+    the same mask: a pure function of its inputs, which vjp and grad can follow."""
+    if "seed" not in n.attrs:
+        raise n.unsupported("Dropout in training mode without a 'seed' attribute (ksbuild draws the mask "
+                            "when it compiles the model, from numpy's RandomState(seed))")
+    if not all(isinstance(d, int) for d in x.type.shape):
+        raise n.unsupported(f"Dropout in training mode of a tensor with symbolic dims {x.type.shape} "
+                            "(the mask is drawn when the model is compiled)")
+    if not 0 <= float(ratio) < 1:
+        raise n.error(f"Dropout: the ratio must be in [0, 1), got {float(ratio)}")
+    keep = np.random.RandomState(seed).uniform(0, 1.0, x.type.shape) >= ratio
+    scale = 1.0 / (1.0 - float(ratio))
+    mask = create.array(n.b, keep)
+    kept = n.b.select(mask, x, Lit(0, x.type))
+    return [n.b.mul(kept, Lit(scale, x.type)), keep]
 
