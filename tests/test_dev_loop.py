@@ -87,6 +87,23 @@ def test_no_silent_casts(vrelu3, relu3_pkg):
         vrelu3(x64.astype(np.float16))
 
 
+def test_repeated_calls_take_the_fast_path_and_still_check(relu3_pkg):
+    """After a first call with some shapes, calls with the same shapes skip the full checks; another dtype,
+    a non-contiguous array, another length or a list still go through them (and give the same answers)."""
+    x = np.linspace(-1, 2, 6).astype(np.float32)
+    want = np.array([relu3(float(v)) for v in x], np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(relu3_pkg.vrelu3(x), want, rtol=1e-6)
+    assert relu3_pkg.vrelu3._fast_plans  # remembered
+    np.testing.assert_allclose(relu3_pkg.vrelu3(np.repeat(x, 2)[::2]), want, rtol=1e-6)  # strided: copied
+    np.testing.assert_allclose(relu3_pkg.vrelu3(x[:4]), want[:4], rtol=1e-6)
+    np.testing.assert_allclose(relu3_pkg.vrelu3(list(x)), want, rtol=1e-6)
+    with pytest.raises(DtypeError, match="float64 but the export takes f32"):
+        relu3_pkg.vrelu3(x.astype(np.float64).reshape(6))
+    with pytest.raises(CallError, match="dimension"):
+        relu3_pkg.vrelu3(x.reshape(2, 3))
+
+
 def test_free_dims_are_passed_by_name(relu3_pkg):
     with pytest.raises(CallError, match="not dims of this export"):
         relu3_pkg.vrelu3(np.zeros(3, np.float32), dims={"m": 3})
