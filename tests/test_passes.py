@@ -170,3 +170,37 @@ def test_planned_ir_prints(case=CASES[0]):
     f, _ = transformed(case, "vjp")
     text = print_func(dict(run_pipeline(f))["plan_memory"])
     assert " in slot " in text
+
+
+def _weighted(w_uses: int) -> tuple[Func, list]:
+    """x[4, 6] times a constant W[5, 6] read transposed (x @ W.T, as a Linear or an ONNX Gemm with transB = 1),
+    W read by `w_uses` products; arguments for it."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.dense import Dense
+    from ksbuild.ir.types import Type
+    rng = np.random.default_rng(3)
+    b = Builder()
+    xs = [Var(Type("f64", (4, 6)), f"x{i}") for i in range(w_uses)]
+    w = b.constant(value=Dense.of(rng.standard_normal((5, 6))))
+    ys = [b.einsum(x, w, spec="ij,kj->ik") for x in xs]
+    return b.func("linear", xs, ys), [rng.standard_normal((4, 6)) for _ in xs]
+
+
+@pytest.mark.parametrize("uses", [1, 2])
+def test_constants_a_gemm_reads_transposed_are_stored_transposed(uses):
+    f, args = _weighted(uses)
+    want = eval_func(f, args)
+    stages = dict(run_pipeline(f, "blas"))
+    g = stages["layout_constants"]
+    verify(g)
+    for w, v in zip(want, eval_func(g, args)):
+        np.testing.assert_allclose(v, w, rtol=1e-12)
+    consts = [e for e in g.eqns if e.prim.name == "constant"]
+    specs = [e.params["spec"] for e in g.eqns if e.prim.name == "contract"]
+    if uses == 1:  # stored [6, 5] and read as a plain product
+        assert [c.outs[0].type.shape for c in consts] == [(6, 5)] and specs == ["ij,jk->ik"]
+    else:  # shared: kept as it is (one copy of the weights)
+        assert [c.outs[0].type.shape for c in consts] == [(5, 6)] and specs == ["ij,kj->ik"] * 2
+    plain = dict(run_pipeline(f, "plain"))["layout_constants"]
+    assert [e.outs[0].type.shape for e in plain.eqns if e.prim.name == "constant"] == [(5, 6)]  # loops keep it

@@ -90,11 +90,11 @@ class Export:
         """The call on contiguous numpy arrays of the right dtypes, with the dims, output shapes and workspace
         size of their shapes remembered from an earlier call; None when it does not apply (the full path
         then checks everything and explains what is wrong)."""
-        plan = self._fast_plans.get(tuple(getattr(x, "shape", None) for x in args)) \
-            if len(args) == len(self.ins) and self.ws_fn is not None else None
-        if plan is None or not all(type(x) is np.ndarray and x.dtype == d and x.flags.c_contiguous
-                                   for x, d in zip(args, plan.in_dtypes)):
-            if plan is None and len(self._fast_plans) < 64 and self.ws_fn is not None:
+        if self.ws_fn is None or len(args) != len(self.ins) or not all(type(x) is np.ndarray for x in args):
+            return None  # (torch tensors may have symbolic shapes, which do not hash)
+        plan = self._fast_plans.get(tuple(x.shape for x in args))
+        if plan is None or not all(x.dtype == d and x.flags.c_contiguous for x, d in zip(args, plan.in_dtypes)):
+            if plan is None and len(self._fast_plans) < 64:
                 self._remember(args)
             return None
         outs = [np.empty(shape, dt) for shape, dt in plan.outs]
@@ -106,8 +106,8 @@ class Export:
 
     def _remember(self, args: tuple) -> None:
         """A fast-call plan for these argument shapes, when they are all well-formed arrays (else nothing)."""
-        if not all(type(x) is np.ndarray and a["shape"] and x.ndim == len(a["shape"]) and
-                   x.dtype == NUMPY_DTYPES[a["dtype"]] for x, a in zip(args, self.ins)):
+        if not all(a["shape"] and x.ndim == len(a["shape"]) and x.dtype == NUMPY_DTYPES[a["dtype"]]
+                   for x, a in zip(args, self.ins)):
             return
         try:
             dims = self.bind_dims([x.shape for x in args])

@@ -15,6 +15,7 @@ from .accumulate import accumulate
 from .cse import cse
 from .expand import expand
 from .fuse import fuse
+from .layout_constants import layout_constants
 from .parallelize import parallelize
 from .plan_memory import plan_memory
 from .select_backend import select_backend
@@ -41,6 +42,8 @@ PASSES = [
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
     Pass("select_backend", lambda f, o: select_backend(f, o.backend), "einsums become loop nests or gemm calls"),
+    Pass("layout_constants", lambda f, o: layout_constants(f),
+         "constants a gemm reads transposed are stored transposed when the package is compiled"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
     Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
     Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),

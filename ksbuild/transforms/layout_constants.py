@@ -1,0 +1,63 @@
+"""layout_constants: store a constant that a gemm reads in the order BLAS reads fastest.
+
+Requires: a Func after select_backend. Guarantees: the same values; a dense constant read only by
+one matrix product with impl "gemm" as its transposed operand (an ONNX Gemm's weight with
+transB = 1, a torch Linear's weight) is replaced by the transposed constant, and the product's
+spec names its letters in the new order. The transposition happens once, when the package is
+compiled, instead of inside BLAS on every call: OpenBLAS 0.3.21's sgemm on a 64×784 by 784×512
+product takes 0.53 ms with B row-major and 0.57 ms with B transposed (benchmarks/onnx).
+"""
+from __future__ import annotations
+
+import collections
+
+from ..ir.core import Func, Var
+from ..ir.dense import Dense
+from ..prims.lowering import gemm_axes
+from ..prims.tensor import parse_spec
+from .dce import dce
+from .rewrite import bind_like, rewrite
+
+
+def layout_constants(f: Func) -> Func:
+    """f with the constants that its gemms read transposed stored transposed (see the module doc)."""
+    uses = collections.Counter(a for eqn in f.eqns for a in eqn.ins if isinstance(a, Var))
+    uses.update(r for r in f.results if isinstance(r, Var))
+    single = {e.outs[0]: e.params["value"] for e in f.eqns
+              if e.prim.name == "constant" and uses[e.outs[0]] == 1 and len(e.params["value"].shape) == 2}
+    changed = False
+
+    def rule(b, eqn, ins):
+        nonlocal changed
+        if eqn.prim.name != "contract" or eqn.params["impl"] != "gemm" or not single:
+            return None
+        spec = eqn.params["spec"]
+        axes = gemm_axes(spec)
+        if axes is None or axes[0]:  # batched products keep their layout
+            return None
+        _, m, n, k = axes
+        a, bl, out = parse_spec(spec)
+        a_new = _reordered(a, m + k, eqn.ins[-2], single)
+        b_new = _reordered(bl, k + n, eqn.ins[-1], single)
+        if a_new is None and b_new is None:
+            return None
+        changed = True
+        new_ins = list(ins)
+        if a_new is not None:
+            new_ins[-2] = b.constant(value=a_new)
+            a = m + k
+        if b_new is not None:
+            new_ins[-1] = b.constant(value=b_new)
+            bl = k + n
+        return bind_like(b, eqn, eqn.prim, new_ins, dict(eqn.params, spec=f"{a},{bl}->{out}"))
+
+    g = rewrite(f, rule)
+    return dce(g) if changed else f
+
+
+def _reordered(letters: str, want: str, operand, single: dict) -> Dense | None:
+    """The transposed value of a single-use 2-D constant operand whose letters are `want` reversed."""
+    if operand not in single or letters != want[::-1]:
+        return None
+    value = single[operand]
+    return Dense.of(value.array().T)
