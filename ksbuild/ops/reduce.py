@@ -84,7 +84,8 @@ def _prim(name: str):
 
 def prod(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
     """The product over axes: a loop multiplying the reduced elements into an accumulator."""
-    return fold(b, x, axes, keepdim, True if x.type.dtype == "bool" else 1, "prod_step", lambda bb, acc, v: bb.mul(acc, v))
+    one = True if x.type.dtype == "bool" else 1
+    return fold(b, x, axes, keepdim, one, "prod_step", lambda bb, acc, v: bb.mul(acc, v))
 
 
 def fold(b, x: Atom, axes: Sequence[int] | None, keepdim: bool, init, name: str, step) -> Atom:
