@@ -202,5 +202,26 @@ def test_constants_a_gemm_reads_transposed_are_stored_transposed(uses):
         assert [c.outs[0].type.shape for c in consts] == [(6, 5)] and specs == ["ij,jk->ik"]
     else:  # shared: kept as it is (one copy of the weights)
         assert [c.outs[0].type.shape for c in consts] == [(5, 6)] and specs == ["ij,kj->ik"] * 2
-    plain = dict(run_pipeline(f, "plain"))["layout_constants"]
-    assert [e.outs[0].type.shape for e in plain.eqns if e.prim.name == "constant"] == [(5, 6)]  # loops keep it
+    from ksbuild.transforms.pipeline import lower
+    loops = lower(f, Options(backend="plain", threads=2), after="layout_constants")  # loop nests keep it
+    assert [e.outs[0].type.shape for e in loops.eqns if e.prim.name == "constant"] == [(5, 6)]
+
+
+def test_a_transposed_constant_read_by_a_product_is_folded():
+    """torch.export's x @ weight.t(): the transpose of a single-use constant becomes the stored constant."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.dense import Dense
+    from ksbuild.ir.types import Type
+    rng = np.random.default_rng(4)
+    b = Builder()
+    x = Var(Type("f32", (3, 6)), "x")
+    wt = b.transpose(b.constant(value=Dense.of(rng.standard_normal((5, 6)).astype(np.float32))), perm=(1, 0))
+    f = b.func("linear", [x], [b.einsum(x, wt, spec="ij,jk->ik")])
+    args = [rng.standard_normal((3, 6)).astype(np.float32)]
+    for backend in ("plain", "blas"):
+        g = dict(run_pipeline(f, backend))["layout_constants"]
+        verify(g)
+        np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-6)
+        assert [e.prim.name for e in g.eqns] == ["constant", "contract"]
+        assert g.eqns[0].outs[0].type.shape == (6, 5)

@@ -9,8 +9,9 @@ fusion[body, threads?](*ins) -> outs
     accumulated in the same nest (see transforms/fuse.py).
 contract[spec, impl, acc, threads?](*ins) -> out
     an einsum; impl "loops" is a loop nest (a dot product when the innermost axis is summed),
-    "gemm" is loops over the batch letters around ks::gemm (backend blas: ks/blas.h; aten: ks/aten.h). With acc, the
-    first operand is an accumulator the product is added to (out = acc + a·b).
+    "gemm" is loops over the batch letters around ks::gemm (backend blas: ks/blas.h; aten: ks/aten.h), "tiles"
+    the same around ks::tiled_gemm (backend plain: ks/gemm.h, portable register tiles). With acc, the first
+    operand is an accumulator the product is added to (out = acc + a·b).
 With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
 """
 from __future__ import annotations
@@ -65,7 +66,7 @@ fusion = Prim(
 # ---- contract ----------------------------------------------------------------------------------
 
 def _contract_rule(in_types, spec, impl, acc, threads: int = 0):
-    if impl not in ("loops", "gemm"):
+    if impl not in ("loops", "gemm", "tiles"):
         raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
     ops = list(in_types[1:]) if acc else list(in_types)
     (out,) = _einsum_prim.type_rule(ops, spec=spec)
@@ -101,7 +102,7 @@ def _emit_contract(ctx, eqn: Eqn) -> None:
     (out,) = eqn.outs
     dst, into = _contract_target(ctx, eqn)
     sa, sb = ctx.storage(x), ctx.storage(y)
-    if p["impl"] == "gemm" and sa.literal is None and sb.literal is None:
+    if p["impl"] in ("gemm", "tiles") and sa.literal is None and sb.literal is None:
         _emit_gemm(ctx, eqn, sa, sb, dst, into)
     else:
         _emit_loops(ctx, eqn, sa, sb, dst, into)
@@ -219,7 +220,8 @@ def _emit_dots(ctx, letters, sa, sb, dst, into: bool, sizes: dict, summed: list,
 
 
 def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
-    """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS)."""
+    """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS) or, for impl
+    "tiles", one ks::tiled_gemm call (ks/gemm.h: portable register tiles)."""
     a, b, o = parse_spec(eqn.params["spec"])
     x, y = eqn.ins[-2:]
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
@@ -234,7 +236,8 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
         return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
 
     dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
-    ctx.line(f"ks::gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
+    fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
+    ctx.line(f"{fn}<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
              f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
     ctx.close_loops(len(loops))
 

@@ -1,11 +1,13 @@
 """layout_constants: store a constant that a gemm reads in the order BLAS reads fastest.
 
 Requires: a Func after select_backend. Guarantees: the same values; a dense constant read only by
-one matrix product with impl "gemm" as its transposed operand (an ONNX Gemm's weight with
-transB = 1, a torch Linear's weight) is replaced by the transposed constant, and the product's
-spec names its letters in the new order. The transposition happens once, when the package is
-compiled, instead of inside BLAS on every call: OpenBLAS 0.3.21's sgemm on a 64×784 by 784×512
-product takes 0.53 ms with B row-major and 0.57 ms with B transposed (benchmarks/onnx).
+one matrix product call (impl "gemm" or "tiles") as its transposed operand (an ONNX Gemm's weight
+with transB = 1, a torch Linear's weight) is replaced by the transposed constant, and the product's
+spec names its letters in the new order. A transpose of such a constant read by the product (torch.export's
+`weight.t()`) is folded into the stored constant the same way. The transposition happens once, when the package is
+compiled, instead of inside BLAS on every call (OpenBLAS 0.3.21's sgemm on a 64×784 by 784×512
+product takes 0.53 ms with B row-major and 0.57 ms with B transposed), and ks/gemm.h's register
+tiles need b's rows contiguous.
 """
 from __future__ import annotations
 
@@ -23,13 +25,17 @@ def layout_constants(f: Func) -> Func:
     """f with the constants that its gemms read transposed stored transposed (see the module doc)."""
     uses = collections.Counter(a for eqn in f.eqns for a in eqn.ins if isinstance(a, Var))
     uses.update(r for r in f.results if isinstance(r, Var))
-    single = {e.outs[0]: e.params["value"] for e in f.eqns
+    single = {e.outs[0]: e.params["value"].array() for e in f.eqns
               if e.prim.name == "constant" and uses[e.outs[0]] == 1 and len(e.params["value"].shape) == 2}
+    for e in f.eqns:  # a single-use transpose of such a constant (torch.export's weight.t()) is a constant too
+        if e.prim.name == "transpose" and e.ins[0] in single and uses[e.outs[0]] == 1:
+            single[e.outs[0]] = single[e.ins[0]].transpose(e.params["perm"])
+    wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
     changed = False
 
     def rule(b, eqn, ins):
         nonlocal changed
-        if eqn.prim.name != "contract" or eqn.params["impl"] != "gemm" or not single:
+        if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
             return None
         spec = eqn.params["spec"]
         axes = gemm_axes(spec)
@@ -37,8 +43,8 @@ def layout_constants(f: Func) -> Func:
             return None
         _, m, n, k = axes
         a, bl, out = parse_spec(spec)
-        a_new = _reordered(a, m + k, eqn.ins[-2], single)
-        b_new = _reordered(bl, k + n, eqn.ins[-1], single)
+        a_new = _reordered(a, m + k, eqn.ins[-2], single, eqn.ins[-2] in wrapped)
+        b_new = _reordered(bl, k + n, eqn.ins[-1], single, eqn.ins[-1] in wrapped)
         if a_new is None and b_new is None:
             return None
         changed = True
@@ -55,9 +61,10 @@ def layout_constants(f: Func) -> Func:
     return dce(g) if changed else f
 
 
-def _reordered(letters: str, want: str, operand, single: dict) -> Dense | None:
-    """The transposed value of a single-use 2-D constant operand whose letters are `want` reversed."""
-    if operand not in single or letters != want[::-1]:
+def _reordered(letters: str, want: str, operand, single: dict, wrapped: bool) -> Dense | None:
+    """The value of a single-use 2-D constant operand stored with its letters in the order `want`: transposed
+    when its letters are `want` reversed; as it is read (a transpose folded in) when `wrapped`."""
+    if operand not in single or letters not in (want, want[::-1]) or (letters == want and not wrapped):
         return None
     value = single[operand]
-    return Dense.of(value.array().T)
+    return Dense.of(value if letters == want else value.T)

@@ -1,9 +1,11 @@
 """select_backend: choose how each contraction is computed.
 
-Requires: a Func after the transformations. Guarantees: every `einsum` is a `contract`
-with impl "gemm" when the backend is blas or aten and the einsum is a (batched) float matrix
-product (one letter each for rows, columns and the summed axis), else impl "loops". Both
-backends emit the same `ks::gemm` call; ks/blas.h or ks/aten.h implements it.
+Requires: a Func after the transformations. Guarantees: every `einsum` is a `contract`; a
+(batched) float matrix product (one letter each for rows, columns and the summed axis) has impl
+"gemm" when the backend is blas or aten (a `ks::gemm` call that ks/blas.h or ks/aten.h
+implements), impl "tiles" with the plain backend on one thread (a `ks::tiled_gemm` call: ks/gemm.h,
+portable register tiles), and every other einsum (or a product in a plain build on several
+threads, whose loops the parallelize pass spreads) impl "loops".
 """
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from .rewrite import bind_like, rewrite
 GEMM_BACKENDS = ("blas", "aten")  # backends whose prelude header implements ks::gemm
 
 
-def select_backend(f: Func, backend: str = "plain") -> Func:
+def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     """f with einsums lowered to contractions for `backend`."""
     def rule(b, eqn, ins):
         if eqn.prim.name != "einsum":
             return None
         spec = eqn.params["spec"]
-        gemm = backend in GEMM_BACKENDS and eqn.outs[0].type.is_float and gemm_axes(spec) is not None
-        return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": "gemm" if gemm else "loops", "acc": False})
+        impl = "loops"
+        if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
+            impl = "gemm" if backend in GEMM_BACKENDS else "tiles" if threads <= 1 else "loops"
+        return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
     return rewrite(f, rule)

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "gemm.h"  // ks::matrix, and ks::tiled_gemm when ATen fails
+
 extern "C" {
 // c (m x n) = a (m x k) · b (k x n), or c += a · b when accumulate; element (i, j) of x is
 // x[i * x_rs + j * x_cs]. Return 0 on success, nonzero if ATen failed (c is then unspecified).
@@ -24,14 +26,6 @@ int ks_aten_gemm_f64(int64_t m, int64_t n, int64_t k, const double* a, int64_t a
 }
 
 namespace ks {
-
-// A strided matrix: element (i, j) is data[i * rs + j * cs].
-template <class T>
-struct matrix {
-    T* data;
-    int64_t rs;
-    int64_t cs;
-};
 
 namespace detail {
 inline int aten_gemm(int64_t m, int64_t n, int64_t k, matrix<const float> a, matrix<const float> b, matrix<float> c,
@@ -45,20 +39,13 @@ inline int aten_gemm(int64_t m, int64_t n, int64_t k, matrix<const double> a, ma
 }
 }  // namespace detail
 
-// c = a · b (or c += a · b when accumulate): a is m x k, b is k x n, c is m x n. Loops if ATen fails.
+// c = a · b (or c += a · b when accumulate): a is m x k, b is k x n, c is m x n. ks/gemm.h if ATen fails.
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c, bool accumulate) {
     if (m == 0 || n == 0 || detail::aten_gemm(m, n, k, a, b, c, accumulate) == 0) {
         return;
     }
-    for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-            T dot = 0;
-            for (int64_t p = 0; p < k; ++p) dot += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
-            T& out = c.data[i * c.rs + j * c.cs];
-            out = accumulate ? out + dot : dot;
-        }
-    }
+    tiled_gemm<T>(m, n, k, a, b, c, accumulate);
 }
 
 }  // namespace ks

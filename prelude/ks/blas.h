@@ -13,6 +13,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "gemm.h"  // ks::matrix, and ks::tiled_gemm for the layouts BLAS cannot take
+
 extern "C" {
 // The standard CBLAS enums are int-sized: RowMajor = 101, NoTrans = 111, Trans = 112.
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
@@ -22,16 +24,6 @@ void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, doubl
 }
 
 namespace ks {
-
-// A strided matrix: element (i, j) is data[i * rs + j * cs].
-template <class T>
-struct matrix {
-    T* data;
-    int64_t rs;
-    int64_t cs;
-
-    matrix<T> transposed() const { return {data, cs, rs}; }
-};
 
 namespace detail {
 constexpr int cblas_row_major = 101;
@@ -67,21 +59,6 @@ inline void cblas_gemm(int ta, int tb, int m, int n, int k, const double* a, int
     cblas_dgemm(cblas_row_major, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-// The same product as loops, for layouts BLAS cannot take.
-template <class T>
-void loop_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c,
-               bool accumulate) {
-    for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-            T dot = 0;
-            for (int64_t p = 0; p < k; ++p) {
-                dot += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
-            }
-            T& out = c.data[i * c.rs + j * c.cs];
-            out = accumulate ? out + dot : dot;
-        }
-    }
-}
 // x (rows x cols) copied row-major (contiguous) into out.
 template <class T>
 void copy_rows(const matrix<const T>& x, int64_t rows, int64_t cols, T* out) {
@@ -113,7 +90,7 @@ void gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b,
                       detail::blas_form(b, k, n, tb, ldb) && detail::blas_form(c, m, n, trans_c, ldc) &&
                       trans_c == detail::cblas_no_trans;
     if (!fits || k == 0) {
-        detail::loop_gemm<T>(m, n, k, a, b, c, accumulate);
+        tiled_gemm<T>(m, n, k, a, b, c, accumulate);
         return;
     }
     if (ta == detail::cblas_trans && m * k <= small_operand) {
