@@ -204,6 +204,30 @@ def topk(b, x: Atom, k: int, axis: int, largest: bool = True) -> tuple[Atom, Ato
     return concatenate(b, values, axis), concatenate(b, indices, axis)
 
 
+def sort(b, x: Atom, axis: int, descending: bool = True) -> tuple[Atom, Atom]:
+    """x sorted along axis with the positions it came from (ties: lower position first), for an axis of
+    any size, symbolic too: each element's rank counts the elements ahead of it (n² comparisons), and
+    the result at rank r selects the element of that rank."""
+    from .math import logical_and
+    from .shape import permute
+    axis = norm_axis(b, axis, x.type.rank)
+    r = x.type.rank
+    perm = tuple(i for i in range(r) if i != axis) + (axis,)
+    xt = permute(b, x, perm)
+    lead, n = xt.type.shape[:-1], xt.type.shape[-1]
+    pair = lead + (n, n)
+    xi, xj = b.reshape(xt, shape=lead + (n, 1)), b.reshape(xt, shape=lead + (1, n))
+    i, j = b.iota(shape=pair, axis=r - 1, dtype="i64"), b.iota(shape=pair, axis=r, dtype="i64")
+    ahead = b.gt(xj, xi) if descending else b.lt(xj, xi)
+    before = logical_or(b, ahead, logical_and(b, b.eq(xj, xi), b.lt(j, i)))
+    rank = b.reduce_sum(b.convert(before, dtype="i64"), axes=(r,))
+    at = b.eq(b.reshape(rank, shape=lead + (1, n)), i)  # at[..., k, m]: element m has rank k
+    values = b.reduce_sum(b.select(at, xj, Lit(0, Type(x.type.dtype))), axes=(r,))
+    indices = b.reduce_sum(b.select(at, j, Lit(0, Type("i64"))), axes=(r,))
+    back = tuple(perm.index(k) for k in range(r))
+    return permute(b, values, back), permute(b, indices, back)
+
+
 def logical_and_not(b, x: Atom, y: Atom) -> Atom:
     from .math import logical_and, logical_not
     return logical_and(b, x, logical_not(b, y))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.core import Atom, Lit
+from ..ir.types import Type
 from ._util import error
 from .create import array
 from .linalg import LETTERS
@@ -225,3 +226,55 @@ def _keys(b, t: Atom) -> Atom:
     near = b.add(b.mul(b.mul(b.sub(b.mul(k(a + 2), t), k(a + 3)), t), t), k(1))
     far = b.sub(b.mul(b.add(b.mul(b.sub(b.mul(k(a), t), k(5 * a)), t), k(8 * a)), t), k(4 * a))
     return b.select(b.le(t, k(1)), near, far)
+
+
+# ---- resizing an axis of symbolic size ---------------------------------------------------------------
+
+DYNAMIC_COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def dynamic_supported(spec: ResizeSpec) -> bool:
+    """Whether resize_axis_dynamic computes this spec (the modes torch's interpolate exports)."""
+    return spec.mode in ("nearest", "linear") and not spec.antialias and not spec.exclude_outside \
+        and spec.coordinates in DYNAMIC_COORDINATES
+
+
+def resize_axis_dynamic(b, x: Atom, axis: int, n_out, scale: float | None, spec: ResizeSpec) -> Atom:
+    """x with one axis resized to n_out (a dim) when a size is symbolic: the source coordinate of each
+    output position is computed at run time with the ONNX coordinate rules (the same formulas as
+    source_coords), then nearest picks one clamped tap and linear blends the two around it.
+    scale None means n_out / n_in (ONNX Resize given sizes)."""
+    from .index import dim_atom
+    from .math import ceil
+    ft = x.type.dtype if x.type.is_float else "f32"
+    k = lambda c: Lit(float(c), Type(ft))  # noqa: E731
+    n_in = x.type.shape[axis]
+    fin, fout = (b.convert(dim_atom(b, d), dtype=ft) for d in (n_in, n_out))
+    s = b.div(fout, fin) if scale is None else k(scale)
+    coord = _dynamic_coords(b, spec, b.convert(b.iota(shape=(n_out,), axis=0, dtype="i64"), dtype=ft), s, fin, k)
+    last = b.sub(fin, k(1))
+    clamp = lambda v: b.max(b.min(v, last), k(0))  # noqa: E731
+    take = lambda v: b.gather(x, b.convert(clamp(v), dtype="i64"), axis=axis)  # noqa: E731
+    if spec.mode == "nearest":
+        pick = {"floor": lambda: b.floor(coord), "ceil": lambda: ceil(b, coord),
+                "round_prefer_floor": lambda: ceil(b, b.sub(coord, k(0.5))),
+                "round_prefer_ceil": lambda: b.floor(b.add(coord, k(0.5)))}[spec.nearest_mode]()
+        return take(pick)
+    left = b.floor(coord)
+    ratio = b.reshape(b.sub(coord, left), shape=tuple(n_out if i == axis else 1 for i in range(x.type.rank)))
+    lo, hi = take(left), take(b.add(left, k(1)))
+    return b.add(b.mul(lo, b.sub(k(1), ratio)), b.mul(hi, ratio))
+
+
+def _dynamic_coords(b, spec: ResizeSpec, y: Atom, s: Atom, fin: Atom, k) -> Atom:
+    """The input coordinate of output positions y (floats) at run time; see source_coords."""
+    width = b.mul(s, fin)
+    if spec.coordinates == "asymmetric":
+        return b.div(y, s)
+    one = b.eq(width, k(1))  # one output: y is 0
+    if spec.coordinates == "align_corners":
+        return b.div(b.mul(y, b.sub(fin, k(1))), b.select(one, k(1), b.sub(width, k(1))))
+    shifted = b.div(b.add(y, k(0.5)), s)
+    if spec.coordinates == "pytorch_half_pixel":
+        shifted = b.mul(shifted, b.select(one, k(0), k(1)))
+    return b.sub(shifted, k(0.5))

@@ -1,6 +1,7 @@
 """Shape ops: reshape, unsqueeze, squeeze, transpose/permute, concatenate, stack."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from ..ir.core import Atom
@@ -18,27 +19,45 @@ def reshape(b, x: Atom, dims: Sequence[Dim]) -> Atom:
     known = all(isinstance(d, int) for d in dims + list(x.type.shape))
     if known and numel(dims) != numel(x.type.shape):
         raise error(b, f"cannot reshape {x.type} to [{', '.join(map(str, dims))}]")
+    if not known and _sizes_differ(numel(dims), numel(x.type.shape)):
+        raise error(b, f"cannot reshape {x.type} to [{', '.join(map(str, dims))}]: the numbers of elements "
+                    f"{numel(x.type.shape)} and {numel(dims)} differ for most values of the symbolic dims",
+                    hint="a fixed size where a dim is symbolic (torch.onnx.export(dynamo=False) bakes some traced "
+                         "sizes into Reshape targets; export with dynamo=True, or make that axis static)")
     return b.reshape(x, shape=tuple(dims)) if tuple(dims) != x.type.shape else x
 
 
+def _sizes_differ(a: Dim, b: Dim) -> bool:
+    """True when two element counts are different polynomials of the symbolic dims (a floor division in
+    either may be equal for the values the caller passes, e.g. n and 2*(n // 2) for an even n: not judged)."""
+    return a != b and "//" not in str(a) + str(b)
+
+
 def _infer(b, x: Atom, dims: list) -> Dim:
-    """The -1 entry of a reshape: the elements of x over the product of the other entries (dims
-    equal to one of x's cancel first, so symbolic sizes divide out)."""
-    rest = list(x.type.shape)
+    """The -1 entry of a reshape: the elements of x over the product of the other entries (factors
+    common to both sides cancel first, so symbolic sizes divide out: [4*batch, 5] to [batch, 4, -1])."""
+    rest = [f for d in x.type.shape for f in _factors(d)]
     known = []
-    for d in dims:
-        if d == -1 or d == 1:
+    for f in (f for d in dims if d != -1 for f in _factors(d)):
+        if f == 1:
             continue
-        if d in rest:
-            rest.remove(d)
+        if f in rest:
+            rest.remove(f)
         else:
-            known.append(d)
+            known.append(f)
     n, k = numel(rest), numel(known)
     if isinstance(k, int) and k > 0:
         q = dim_floordiv(n, k)
         if dim_mul(q, k) == n:
             return q
     raise error(b, f"cannot infer the -1 in reshape of {x.type} to {dims}", hint="give every dim explicitly")
+
+
+def _factors(d: Dim) -> list[Dim]:
+    """A dim as the factors of its product: 4*batch is [4, 'batch']; a sum such as n + 1 is one factor."""
+    if isinstance(d, str) and re.fullmatch(r"\w+(\*\w+)*", d):
+        return [int(f) if f.isdigit() else f for f in d.split("*")]
+    return [d]
 
 
 def unsqueeze(b, x: Atom, axis: int) -> Atom:

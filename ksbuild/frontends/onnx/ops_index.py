@@ -9,6 +9,7 @@ from ...ir.types import Type
 from ...ops import index as ix
 from .graph import handler, symbolic
 from .node import Node
+from .values import SymDim, is_symbolic
 
 
 def _axis(n: Node, axis: int, rank: int) -> int:
@@ -90,10 +91,16 @@ def arg_extremum(n: Node):
 @handler("TopK")
 def topk(n: Node):
     x = n.x(0)
-    k = n.ints(1, "k")[0] if n.opset >= 10 else n.attr("k")
     n.attr("sorted", 1)
-    values, indices = ix.topk(n.b, x, k, n.attr("axis", -1), bool(n.attr("largest", 1)))
-    return [values, indices]
+    axis, largest = _axis(n, n.attr("axis", -1), x.type.rank), bool(n.attr("largest", 1))
+    k = n.known(1) if n.opset >= 10 else None
+    if k is not None and is_symbolic(k):  # torch.sort along a symbolic axis: k is that axis' size
+        if SymDim.unwrap(k.reshape(-1)[0]) != x.type.shape[axis]:
+            raise n.unsupported(f"TopK with a symbolic k ({k.reshape(-1)[0].dim}) other than the size of the axis "
+                                f"({x.type.shape[axis]})")
+        return list(ix.sort(n.b, x, axis, largest))
+    k = n.ints(1, "k")[0] if n.opset >= 10 else n.attr("k")
+    return list(ix.topk(n.b, x, k, axis, largest))
 
 
 @handler("CumSum")

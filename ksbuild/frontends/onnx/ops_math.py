@@ -9,7 +9,7 @@ from ...ops import math as m
 from ...ops._util import scalar_lit
 from .graph import handler, onnx_dtype, symbolic
 from .node import Node
-from .values import Val, compute_dtype
+from .values import Val, atom_of_shape, compute_dtype
 
 # ---- unary ------------------------------------------------------------------------------------------
 
@@ -224,10 +224,11 @@ def cast_like(n: Node):
 @symbolic("Cast", "CastLike")
 def symbolic_cast(n: Node, known):
     to = onnx_dtype(n.attr("to"), "Cast's 'to'", n.loc) if n.op == "Cast" else n.dtype(1)
-    n.attr("saturate", 1)
-    if to not in ("i64", "i32"):
-        raise n.error(f"{n.op} of a shape to {to} is not supported")
-    return [known[0]]
+    saturate = bool(n.attr("saturate", 1))
+    if to in ("i64", "i32"):
+        return [known[0]]
+    # a dim used as a number (x * x.shape[1], torch.full(..., float(n))): its value at run time
+    return [Val(cast_atom(n, atom_of_shape(n.b, known[0]), "i64", to, saturate), None, to)]
 
 
 def cast_atom(n: Node, x: Atom, src: str, to: str, saturate: bool) -> Atom:

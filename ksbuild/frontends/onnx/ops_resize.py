@@ -60,8 +60,9 @@ def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: st
     if scales is None and sizes is None:
         raise n.error("Resize needs scales or sizes")
     resized = [a for i, a in enumerate(axes) if sizes is not None or not np.isclose(scales[i], 1.0)]
-    if not all(isinstance(shape[a], int) for a in resized):
-        raise n.error(f"Resize needs static sizes on the axes it resizes (input {x.type})")
+    if not all(isinstance(shape[a], int) for a in resized) or \
+            (sizes is not None and not all(isinstance(s, int) for s in sizes)):
+        return _resize_dynamic(n, x, spec, scales, sizes, roi, axes, policy)
     scale, out = _plan(n, shape, axes, scales, sizes, policy)
     rois = {}
     if roi is not None and len(roi) == 2 * len(axes):
@@ -86,6 +87,40 @@ def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: st
     return x
 
 
+def _resize_dynamic(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: str):
+    """Resize where an axis it resizes, or a target size, is a symbolic dim: source coordinates at run time."""
+    if not rs.dynamic_supported(spec) or policy != "stretch" or not x.type.is_float:
+        raise n.error(f"Resize of an axis of symbolic size (input {x.type}) supports nearest and linear modes "
+                      f"with {', '.join(rs.DYNAMIC_COORDINATES)} coordinates only")
+    for i, a in enumerate(axes):
+        d = x.type.shape[a]
+        if sizes is not None and sizes[i] != d:
+            x = _resize_axis(n, x, a, sizes[i], None, spec)
+        elif sizes is None and not np.isclose(scales[i], 1.0):
+            x = _resize_axis(n, x, a, _scaled_dim(n, d, scales[i]), scales[i], spec)
+    return x
+
+
+def _resize_axis(n: Node, x, axis: int, out, scale: float | None, spec: rs.ResizeSpec):
+    """One axis to size `out`: constant weights when both sizes are numbers, else computed at run time."""
+    d = x.type.shape[axis]
+    if isinstance(d, int) and isinstance(out, int):
+        w, outside = rs.weights(spec, d, out, out / d if scale is None else scale)
+        return rs.resize_axis(n.b, x, axis, w, outside, spec)
+    return rs.resize_axis_dynamic(n.b, x, axis, out, scale, spec)
+
+
+def _scaled_dim(n: Node, d, scale: float):
+    """floor(d * scale) as a dim, for a scale that is a simple fraction p/q: (p*d) // q."""
+    from fractions import Fraction
+
+    from ...ir.types import dim_floordiv, dim_mul
+    f = Fraction(scale).limit_denominator(64)
+    if not np.isclose(float(f), scale, rtol=0, atol=1e-9):
+        raise n.error(f"Resize of an axis of symbolic size {d} by the scale {scale}, which is not a simple fraction")
+    return dim_floordiv(dim_mul(d, f.numerator), f.denominator)
+
+
 @handler("Resize")
 def resize_op(n: Node):
     x = n.x(0)
@@ -94,7 +129,7 @@ def resize_op(n: Node):
     spec = _spec(n)
     roi = _floats(n, 1, "roi")
     scales = _floats(n, 2, "scales")
-    sizes = n.ints(3, "sizes") if n.has(3) else None
+    sizes = n.dims(3, "sizes") if n.has(3) else None
     axes = n.attr("axes", None)
     policy = n.attr_in("keep_aspect_ratio_policy", ("stretch", "not_larger", "not_smaller"), "stretch")
     return [resize(n, x, spec, scales, sizes or None, roi, axes, policy)]

@@ -190,16 +190,23 @@ def clamp_bounds(n: Node, dim: Dim, start: int, end: int, step: int) -> tuple[Di
     if step == 0:
         raise n.error("Slice: a step of 0")
     if not isinstance(dim, int):
-        s = start if start >= 0 else dim_add(dim, start)
-        e = dim if end >= INT_MAX // 4 else end if end >= 0 else dim_add(dim, end)
-        if step < 0:
-            raise n.error("Slice: a negative step on a symbolic dim is not supported")
-        return s, e
+        return _symbolic_bounds(dim, start, end, step)
     s = start + dim if start < 0 else start
     e = end + dim if end < 0 else end
     if step > 0:
         return min(max(s, 0), dim), min(max(e, 0), dim)
     return min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+
+
+def _symbolic_bounds(dim: Dim, start: int, end: int, step: int) -> tuple[Dim, Dim]:
+    """Slice bounds on a symbolic dim: a bound past either end is that end (torch.flip exports
+    starts=-1, ends=-INT64_MAX, steps=-1: the whole axis reversed); other bounds must lie in the axis."""
+    big = INT_MAX // 4
+    if step > 0:
+        s = start if start >= 0 else dim_add(dim, start)
+        return s, (dim if end >= big else end if end >= 0 else dim_add(dim, end))
+    s = dim_add(dim, -1) if start >= big else start if start >= 0 else dim_add(dim, start)
+    return s, (-1 if end <= -big else end if end >= 0 else dim_add(dim, end))
 
 
 @handler("Slice")
@@ -285,7 +292,8 @@ def range_(n: Node):
 
 @symbolic("Range")
 def symbolic_range(n: Node, known):
-    return range_(n)
+    """Range to a symbolic dim (torch.arange(x.shape[1])) is an iota computed at run time, not a known array."""
+    return [r if isinstance(r, np.ndarray) else Val(r) for r in range_(n)]
 
 
 @handler("EyeLike")
