@@ -29,6 +29,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _VERSION = re.compile(r"\d+(\.\d+){0,3}\Z")
 _TARGET = re.compile(r"[A-Za-z0-9_.+-]+\Z")
+_CPU = re.compile(r"[A-Za-z0-9_.+-]*\Z")  # "" is the target's baseline, as the README's manifest shows
 _HEADER = re.compile(r"\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(#.*)?$")
 _TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
@@ -250,7 +251,7 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     target = _field(ctx, table, path, "target", default.target, _TARGET, '"host" or a triple like "aarch64-linux-gnu"')
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
-    cpu = _field(ctx, table, path, "cpu", default.cpu, _TARGET, 'a -march value such as "native" or "x86-64-v3"')
+    cpu = _field(ctx, table, path, "cpu", default.cpu, _CPU, 'a -march value such as "native" or "x86-64-v3"')
     threads = table.get("threads", default.threads)
     if type(threads) is not int or not 0 <= threads <= 1024:
         raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",

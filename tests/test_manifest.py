@@ -285,3 +285,4 @@ def test_cpu_key_reaches_the_generated_cmake(tmp_path):
     with pytest.raises(KsbuildError, match="cpu 'x86 64' in \\[build\\] must be") as info:
         load_manifest(write(tmp_path, text.replace("x86-64-v3", "x86 64")))
     assert info.value.loc.line == 4
+    assert load_manifest(write(tmp_path, text.replace("x86-64-v3", ""))).build.cpu == ""  # the README's default

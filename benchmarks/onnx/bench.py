@@ -7,6 +7,8 @@ The models are torch modules exported here with torch.onnx.export (nothing downl
 - mlp: 784 -> 512 -> 512 -> 10 (ReLU), batch 64;
 - cnn: conv 3->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2, linear 4096 -> 10,
   images [16, 3, 32, 32].
+Each model is built four ways: backend plain (portable loops and ks/gemm.h's register tiles,
+runtime-free) and blas (CBLAS), each for the portable baseline (SSE2) and with cpu = "native".
 Inference at batch 1 and at the batch above (the batch dim is symbolic: one build serves both):
 the same float32 inputs go to every contender; outputs are compared first (max abs error vs
 onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
@@ -90,16 +92,24 @@ def export(folder: Path) -> dict:
     return out
 
 
-def manifest(folder: Path, names, backend: str) -> Path:
+VARIANTS = {"plain": ("plain", ""), "plain native": ("plain", "native"), "blas": ("blas", ""),
+            "blas native": ("blas", "native")}
+"""The ksbuild builds compared: (backend, cpu). cpu = "native" compiles the C++ for this machine's instruction
+set (AVX-512 here), as onnxruntime's kernels pick it at run time; "" is the portable baseline (SSE2)."""
+
+
+def manifest(folder: Path, names, variant: str) -> Path:
     import onnx
-    text = f'[package]\nname = "onnx_bench_{backend}"\n\n[build]\nbackend = "{backend}"\n\n'
+    backend, cpu = VARIANTS[variant]
+    tag = variant.replace(" ", "_")
+    text = f'[package]\nname = "onnx_bench_{tag}"\n\n[build]\nbackend = "{backend}"\ncpu = "{cpu}"\n\n'
     exports = "[exports]\n"
     for n in names:
         n_w = sum(1 for _ in onnx.load(str(folder / f"{n}_loss.onnx")).graph.initializer)
         text += f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n'
         text += f'[kernels.{n}_loss]\nonnx = "{n}_loss.onnx"\nweights = "external"\n\n'
         exports += f'{n} = "{n}"\n{n}_grad = "grad({n}_loss, argnums=({", ".join(str(2 + i) for i in range(n_w))}))"\n'
-    path = folder / f"manifest_{backend}.toml"
+    path = folder / f"manifest_{tag}.toml"
     path.write_text(text + exports)
     return path
 
@@ -143,14 +153,15 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     folder = Path(tempfile.mkdtemp(prefix="ksbuild-onnx-bench-"))
     specs = export(folder)
-    pkgs = {b: ksbuild.build(manifest(folder, specs, b), backend=b) for b in ("plain", "blas")}
+    pkgs = {v: ksbuild.build(manifest(folder, specs, v), backend=VARIANTS[v][0]) for v in VARIANTS}
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     print(f"# ONNX benchmark ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; "
           "times in ms)\n")
-    print("| model | onnxruntime | ksbuild | ksbuild+blas | ort / ksbuild | ort / ksbuild+blas | max err |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    names = list(VARIANTS)
+    print(f"| model | onnxruntime | {' | '.join(names)} | {' | '.join('ort / ' + v for v in names)} | max err |")
+    print("|---|" + "---:|" * (2 * len(names) + 2))
     grad_rows = []
     for name, (m, shape, yshape) in specs.items():
         sess = ort.InferenceSession(str(folder / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
@@ -161,8 +172,8 @@ def main(argv=None) -> int:
             fns = [lambda: sess.run(None, {"x": x})] + [lambda b=b: getattr(pkgs[b], name)(x) for b in pkgs]
             t_ort, *rest = median_times(fns, a.repeats, a.budget)
             t = dict(zip(pkgs, rest))
-            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {1e3 * t['plain']:.3f} | {1e3 * t['blas']:.3f} | "
-                  f"{t_ort / t['plain']:.2f} | {t_ort / t['blas']:.2f} | {err:.1e} |")
+            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {' | '.join(f'{1e3 * t[v]:.3f}' for v in names)} | "
+                  f"{' | '.join(f'{t_ort / t[v]:.2f}' for v in names)} | {err:.1e} |")
         x = rng.standard_normal(shape).astype(np.float32)
         y = rng.standard_normal(yshape).astype(np.float32)
         weights = [numpy_helper.to_array(t) for t in onnx.load(str(folder / f"{name}_loss.onnx")).graph.initializer]
@@ -185,13 +196,13 @@ def main(argv=None) -> int:
         fns = [torch_grad] + [lambda b=b: getattr(pkgs[b], f"{name}_grad")(x, y, *weights) for b in pkgs]
         t_torch, *rest = median_times(fns, a.repeats, a.budget)
         tg = dict(zip(pkgs, rest))
-        grad_rows.append(f"| {name} {list(shape)} | {1e3 * t_torch:.3f} | {1e3 * tg['plain']:.3f} | "
-                         f"{1e3 * tg['blas']:.3f} | {t_torch / tg['plain']:.2f} | {t_torch / tg['blas']:.2f} | "
-                         f"{g_err:.1e} | {t_err:.1e} |")
+        grad_rows.append(f"| {name} {list(shape)} | {1e3 * t_torch:.3f} | "
+                         f"{' | '.join(f'{1e3 * tg[v]:.3f}' for v in names)} | "
+                         f"{' | '.join(f'{t_torch / tg[v]:.2f}' for v in names)} | {g_err:.1e} | {t_err:.1e} |")
     print("\nGradient of the training loss with respect to every weight (forward + backward):\n")
-    print("| model | torch eager | ksbuild | ksbuild+blas | torch / ksbuild | torch / ksbuild+blas | err ksbuild | "
+    print(f"| model | torch eager | {' | '.join(names)} | {' | '.join('torch / ' + v for v in names)} | err ksbuild | "
           "err torch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|" + "---:|" * (2 * len(names) + 3))
     print("\n".join(grad_rows))
     return 0
 
