@@ -9,6 +9,7 @@ import ast
 import math
 import operator
 
+from ..ir.core import Lit
 from ..ir.types import Type, promote
 from .scope import Const
 
@@ -185,6 +186,37 @@ def _minmax(prim, py):
     return fn
 
 
+def _torch_minmax(largest: bool):
+    """torch.maximum / torch.minimum (and torch.max(a, b)): where a = b each side gets half the gradient, and a
+    NaN propagates, as torch's (Python's max/min builtins keep the first of equal values instead)."""
+    name = "maximum" if largest else "minimum"
+
+    def fn(fc, b, args, node):
+        _arity(fc, args, 2, node, name)
+        x, y = fc.numeric(args[0], node), fc.numeric(args[1], node)
+        if isinstance(x, Const) and isinstance(y, Const):
+            return _fold(fc, max if largest else min, x, y, node)
+        xa, ya = fc.unify(b, x, y, node)
+        if not xa.type.is_float:
+            return b.max(xa, ya) if largest else b.min(xa, ya)
+        first, second = (b.gt(xa, ya), b.lt(xa, ya)) if largest else (b.lt(xa, ya), b.gt(xa, ya))
+        tie = b.mul(b.add(xa, ya), Lit(0.5, Type(xa.type.dtype)))  # x itself when equal; NaN if either is
+        return b.select(first, xa, b.select(second, ya, tie))
+    return fn
+
+
+def clamp_bound(fc, b, x, bound, upper: bool, node):
+    """torch.clamp's one bound: the bound where x is beyond it, else x; so the derivative is 1 for x at the
+    bound (as torch's) and a NaN stays NaN."""
+    x, bound = fc.numeric(x, node), fc.numeric(bound, node)
+    if isinstance(x, Const) and isinstance(bound, Const):
+        return _fold(fc, min if upper else max, x, bound, node)
+    xa, ba = fc.unify(b, x, bound, node)
+    if not xa.type.is_float:
+        return b.min(xa, ba) if upper else b.max(xa, ba)
+    return b.select(b.gt(xa, ba) if upper else b.lt(xa, ba), ba, xa)
+
+
 def _cast(dtype_of):
     def fn(fc, b, args, node):
         _arity(fc, args, 1, node, "cast")
@@ -241,8 +273,7 @@ def _relu(fc, b, args, node):
 
 def _clamp(fc, b, args, node):
     _arity(fc, args, 3, node, "clamp")
-    x = _minmax("max", max)(fc, b, [args[0], args[1]], node)
-    return _minmax("min", min)(fc, b, [x, args[2]], node)
+    return clamp_bound(fc, b, clamp_bound(fc, b, args[0], args[1], False, node), args[2], True, node)
 
 
 def _round(fc, b, args, node):
@@ -259,7 +290,7 @@ def _round(fc, b, args, node):
 LIBRARY = {name: _unary(name) for name in UNARY_MATH}
 LIBRARY.update({
     "max": _minmax("max", max), "min": _minmax("min", min),
-    "maximum": _minmax("max", max), "minimum": _minmax("min", min),
+    "maximum": _torch_minmax(True), "minimum": _torch_minmax(False),
     "float": _cast(lambda fc: fc.float_dtype), "int": _cast(lambda fc: "i64"),
     "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp, "round": _round,
 })

@@ -607,15 +607,15 @@ def _arg(fc, args, kw, pos, name, node, default=...):
 
 
 def _clamp(fc, b, args, kw, node):
-    """torch.clamp(x, min=None, max=None): the scalar library's max/min (weak constants adapt)."""
-    from .mathlib import LIBRARY
+    """torch.clamp(x, min=None, max=None): each bound as torch's (mathlib.clamp_bound; weak constants adapt)."""
+    from .mathlib import clamp_bound
     x = args[0]
     lo = _arg(fc, args, kw, 1, "min", node, None)
     hi = _arg(fc, args, kw, 2, "max", node, None)
     if lo is not None:
-        x = LIBRARY["maximum"](fc, b, [x, lo], node)
+        x = clamp_bound(fc, b, x, lo, False, node)
     if hi is not None:
-        x = LIBRARY["minimum"](fc, b, [x, hi], node)
+        x = clamp_bound(fc, b, x, hi, True, node)
     return x
 
 

@@ -33,10 +33,22 @@ def _float_kw(fc, args, kw, pos, name, node, default: float) -> float:
 # ---- elementwise -------------------------------------------------------------------------------
 
 def _unary(op):
-    """torch.f(x) for an op of ops/math or ops/activations taking (b, x)."""
+    """torch.f(x) for an op of ops/math or ops/activations taking (b, x); any other argument is an error
+    (F.hardtanh(x, -2.0, 2.0) or torch.round(x, decimals=2) must not quietly compute something else)."""
     def fn(fc, b, args, kw, node):
+        _only_input(fc, args, kw, node)
         return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
     return fn
+
+
+def _only_input(fc, args, kw, node) -> None:
+    """The call passes its input and at most inplace=False."""
+    extra = [k for k in kw if k not in ("input", "inplace")]
+    inplace = args[1] if len(args) == 2 and not kw else kw.get("inplace", Const(False))
+    if len(args) > 2 or (len(args) == 2 and kw) or extra or not (isinstance(inplace, Const) and inplace.value is False):
+        what = f"argument '{extra[0]}'" if extra else "inplace=True" if len(args) <= 2 else "extra arguments"
+        raise fc.src.error(node, f"{what} not supported here", hint="pass the input only (kernels never update "
+                                                                     "a tensor in place)")
 
 
 def _prim_unary(name: str):
@@ -63,10 +75,20 @@ def _logsigmoid(b, x):
     return b.neg(activations.softplus(b, b.neg(x)))
 
 
-def _clamp_between(lo: float, hi: float):
-    def op(b, x):
-        return math_ops.clamp(b, x, _c(x, lo), _c(x, hi))
-    return op
+def _hardtanh(lo: float, hi: float, bounds: bool):
+    """F.hardtanh(x, min_val=-1, max_val=1) (bounds=True) and F.relu6(x): as torch's, the derivative is 0 at
+    the bounds (a clamp's is 1 there) and a NaN stays NaN."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        low, high = lo, hi
+        if bounds:
+            low = _float_kw(fc, args, kw, 1, "min_val", node, lo)
+            high = _float_kw(fc, args, kw, 2, "max_val", node, hi)
+            args, kw = args[:1] + args[3:], {k: v for k, v in kw.items() if k not in ("min_val", "max_val")}
+        _only_input(fc, args, kw, node)
+        low_c, high_c = _c(x, low), _c(x, high)
+        return b.select(b.le(x, low_c), low_c, b.select(b.ge(x, high_c), high_c, x))
+    return fn
 
 
 def _hypot(fc, b, args, kw, node):
@@ -75,9 +97,13 @@ def _hypot(fc, b, args, kw, node):
 
 
 def _logaddexp(fc, b, args, kw, node):
+    """log(e^x + e^y) = max + log1p(e^-|x - y|); where x = y (also both ±inf) it is (x + y)/2 + log 2, so the
+    derivative there is 1/2 for each, as torch's σ(x - y), instead of all of it going to one side."""
     x, y = _two_floats(fc, b, args[:2], node, "logaddexp")
     m = b.max(x, y)
-    return b.add(m, b.log1p(b.exp(b.neg(b.abs(b.sub(x, y))))))
+    apart = b.add(m, b.log1p(b.exp(b.neg(b.abs(b.sub(x, y))))))
+    tie = b.add(b.mul(b.add(x, y), _c(x, 0.5)), _c(x, math.log(2.0)))
+    return b.select(b.eq(x, y), tie, apart)
 
 
 def _predicate(op):
@@ -110,11 +136,24 @@ def _selu(b, x):
 
 
 def _softplus(fc, b, args, kw, node):
+    """F.softplus(x, beta=1, threshold=20): x itself where beta·x > threshold, as torch's."""
+    from ..ops import aten
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     beta = _float_kw(fc, args, kw, 1, "beta", node, 1.0)
-    if beta == 1.0:
-        return activations.softplus(b, x)
-    return b.div(activations.softplus(b, b.mul(x, _c(x, beta))), _c(x, beta))
+    threshold = _float_kw(fc, args, kw, 2, "threshold", node, 20.0)
+    return aten.softplus(b, x, beta, threshold)
+
+
+def _torch_alpha(op, name: str, default: float):
+    """F.leaky_relu / F.celu with torch's derivative at 0 (ops/aten.py: the slope for leaky_relu, 1 for celu)."""
+    def fn(fc, b, args, kw, node):
+        from ..ops import aten
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        alpha = _float_kw(fc, args, kw, 1, name, node, default)
+        if op == "leaky_relu":
+            return aten.leaky_relu(b, x, alpha)
+        return aten.elu(b, x, alpha, 1.0, 1.0 / alpha)  # celu(x, α) = elu with input scale 1/α
+    return fn
 
 
 # ---- reductions and statistics --------------------------------------------------------------------
@@ -133,7 +172,7 @@ def _var_std(std: bool):
         count = numel([x.type.shape[a] for a in axes])
         denom = b.sub(_count(b, count, x.type.dtype), _c(x, correction.value))
         v = b.div(ss, denom)
-        return b.sqrt(v) if std else v
+        return math_ops.norm_root(b, v) if std else v  # the std of equal values has gradient 0, as torch's
     return fn
 
 
@@ -189,8 +228,15 @@ def max_with_dim(largest: bool):
         dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
         keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
         axes = axes_arg(fc, Const(dim), x.type.rank, node)
-        values = (reduce.amax if largest else reduce.amin)(b, x, axes, keep)
-        return ValuesIndices(values, index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest))
+        indices = index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest)
+        if not x.type.is_float:
+            return ValuesIndices((reduce.amax if largest else reduce.amin)(b, x, axes, keep), indices)
+        # the values are read at the indices: among equal maxima, the gradient goes to the one the index names
+        # (torch's), not shared as amax's
+        (axis,) = axes
+        at = indices if keep else shape_ops.unsqueeze(b, indices, axis)
+        values = index.gather_elements(b, x, at, axis)
+        return ValuesIndices(values if keep else shape_ops.squeeze(b, values, [axis]), indices)
     return fn
 
 
@@ -362,6 +408,17 @@ def _smooth_l1(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 3, node)
 
 
+def _huber(fc, b, args, kw, node):
+    """F.huber_loss(input, target, reduction='mean', delta=1.0) = delta · smooth_l1_loss with beta = delta."""
+    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
+                       node, "huber_loss")
+    delta = _float_kw(fc, args, kw, 3, "delta", node, 1.0)
+    d = b.abs(b.sub(x, y))
+    e = b.select(b.lt(d, _c(d, delta)), b.mul(_c(d, 0.5), b.ipow(d, n=2)),
+                 b.mul(_c(d, delta), b.sub(d, _c(d, 0.5 * delta))))
+    return _reduce_loss(fc, b, e, args, kw, 2, node)
+
+
 def _normalize(fc, b, args, kw, node):
     """F.normalize(x, p=2, dim=1, eps=1e-12): x / max(‖x‖_p, eps) along dim."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -376,10 +433,13 @@ def _cosine_similarity(fc, b, args, kw, node):
     x, y = _two_floats(fc, b, args[:2], node, "cosine_similarity")
     axis = int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(1)), node, "dim")
     eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-8)
-    dot = reduce.sum(b, b.mul(x, y), [axis])
-    nx = b.sqrt(reduce.sum(b, b.ipow(x, n=2), [axis]))
-    ny = b.sqrt(reduce.sum(b, b.ipow(y, n=2), [axis]))
-    return b.div(dot, b.max(b.mul(nx, ny), _c(dot, eps)))
+    # torch's: each vector divided by max(its norm, eps), then the dot product (a zero vector has a finite
+    # gradient; a norm's derivative at 0 is 0, ops.math.norm_root)
+    nx = math_ops.norm_root(b, reduce.sum(b, b.ipow(x, n=2), [axis], keepdim=True))
+    ny = math_ops.norm_root(b, reduce.sum(b, b.ipow(y, n=2), [axis], keepdim=True))
+    xn = b.div(x, b.max(nx, _c(x, eps)))
+    yn = b.div(y, b.max(ny, _c(y, eps)))
+    return reduce.sum(b, b.mul(xn, yn), [axis])
 
 
 def _layer_norm(fc, b, args, kw, node):
@@ -428,6 +488,10 @@ def _conv(k: int):
         if x.type.rank != k + 2 or w.type.rank != k + 2:
             raise fc.src.error(node, f"F.conv{k}d takes an input and a weight of rank {k + 2}, got {x.type} "
                                      f"and {w.type}")
+        if not all(isinstance(d, int) for d in w.type.shape[2:]):
+            sizes = ", ".join(["3"] * k)
+            raise fc.src.error(node, f"F.conv{k}d needs a weight whose kernel sizes are literals, got {w.type}",
+                               hint=f'annotate the weight with literal sizes, e.g. "float[co, ci, {sizes}]"')
         strides = _ints(fc, _arg(fc, args, kw, 3, "stride", node, Const(1)), k, node, "stride")
         padding = _arg(fc, args, kw, 4, "padding", node, Const(0))
         dilations = _ints(fc, _arg(fc, args, kw, 5, "dilation", node, Const(1)), k, node, "dilation")
@@ -536,12 +600,13 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
     })
     f_table.update({
         "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
-        "elu": _with_alpha(activations.elu, "alpha", 1.0), "celu": _with_alpha(activations.celu, "alpha", 1.0),
-        "leaky_relu": _with_alpha(activations.leaky_relu, "negative_slope", 0.01), "selu": _unary(_selu),
+        "elu": _with_alpha(activations.elu, "alpha", 1.0), "celu": _torch_alpha("celu", "alpha", 1.0),
+        "leaky_relu": _torch_alpha("leaky_relu", "negative_slope", 0.01), "selu": _unary(_selu),
         "hardsigmoid": _unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)),
         "hardswish": _unary(activations.hard_swish), "softsign": _unary(activations.softsign),
-        "mish": _unary(activations.mish), "logsigmoid": _unary(_logsigmoid), "relu6": _unary(_clamp_between(0, 6)),
-        "hardtanh": _unary(_clamp_between(-1, 1)), "normalize": _normalize, "layer_norm": _layer_norm,
+        "mish": _unary(activations.mish), "logsigmoid": _unary(_logsigmoid), "relu6": _hardtanh(0.0, 6.0, False),
+        "hardtanh": _hardtanh(-1.0, 1.0, True), "huber_loss": _huber, "normalize": _normalize,
+        "layer_norm": _layer_norm,
         "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
         "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "smooth_l1_loss": _smooth_l1,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
@@ -647,12 +712,12 @@ def _masked_fill(fc, b, args, kw, node):
 
 
 def _clamp_one(name: str):
-    """torch.clamp_min(x, min) / torch.clamp_max(x, max): the scalar library's maximum / minimum."""
+    """torch.clamp_min(x, min) / torch.clamp_max(x, max): one bound of torch.clamp (mathlib.clamp_bound)."""
     def fn(fc, b, args, kw, node):
-        from .mathlib import LIBRARY
+        from .mathlib import clamp_bound
         x = _arg(fc, args, kw, 0, "input", node)
         bound = _arg(fc, args, kw, 1, "min" if name == "maximum" else "max", node)
-        return LIBRARY[name](fc, b, [fc.plain(b, x), fc.plain(b, bound)], node)
+        return clamp_bound(fc, b, fc.plain(b, x), fc.plain(b, bound), name == "minimum", node)
     return fn
 
 
