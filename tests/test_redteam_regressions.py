@@ -26,6 +26,15 @@ def pick(x: "float[n]", i: int) -> float:
     return x[i]
 
 
+def _pair(a, b):
+    return a * b, a - b
+
+
+def half_pair(x: float, y: float) -> float:
+    p, q = _pair(x, y)  # q unused: the call's second result is dropped (it was a C++ -Werror failure)
+    return p * 2.0
+
+
 def ba_like(cam: "float[11]", X: "float[3]") -> "float[2]":
     Xc = X - cam[3:6]
     p = Xc[0:2] / Xc[2]
@@ -99,6 +108,7 @@ bucket = { python = "k.py:bucket" }
 scale = { python = "k.py:scale" }
 windows = { python = "k.py:windows" }
 rows = { python = "k.py:rows" }
+half_pair = { python = "k.py:half_pair" }
 [exports]
 pick = "pick"
 ba_like = "ba_like"
@@ -114,6 +124,8 @@ bucket = "bucket"
 scale = "scale"
 windows_grad = "grad(windows, argnums=(0, 1))"
 rows = "rows"
+half_pair = "half_pair"
+half_pair_grad = "grad(half_pair, argnums=(0, 1))"
 '''
 
 
@@ -233,3 +245,9 @@ def test_dim_products_with_floor_divisions_evaluate_right():
         for h in range(3, 12):
             for w in (2, 5, 9):
                 assert eval(expr, {"__builtins__": {}}, {"h": h, "w": w}) == fn(h, w), (expr, h, w)
+
+
+def test_a_helper_result_left_unused_compiles(built):
+    pkg, src = built
+    assert pkg.half_pair(1.5, 0.5) == pytest.approx(src.half_pair(1.5, 0.5))
+    np.testing.assert_allclose(pkg.half_pair_grad(1.5, 0.5), (1.0, 3.0), rtol=1e-6)  # d(2xy) = (2y, 2x)

@@ -11,7 +11,7 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
 - emit(ctx, eqn) -> None     writes C++ through the codegen context
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
-- prune(eqn, used) -> Eqn    control flow only: the equation narrowed to the used results
+- prune(eqn, used) -> Eqn    control flow and calls only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
 - expand(b, ins, **params) -> outs   a decomposition into other prims, applied before codegen
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first

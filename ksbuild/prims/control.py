@@ -569,6 +569,15 @@ def _call_batch(b, ins, batched, size, fn):
     return vmap.vmap_eqns(b, fn, ins, batched, size)
 
 
+def _call_prune(eqn, used):
+    # results nobody reads are dropped from the callee (a helper's `p, q = pair(x)` with q unused)
+    keep = [i for i, u in enumerate(used) if u]
+    if len(keep) == len(used):
+        return eqn
+    fn = _narrow(eqn.params["fn"], keep)
+    return Eqn(eqn.prim, eqn.ins, tuple(eqn.outs[i] for i in keep), freeze(dict(eqn.params, fn=fn)), eqn.loc)
+
+
 call = Prim(
     name="call",
     type_rule=_call_rule,
@@ -576,6 +585,7 @@ call = Prim(
     jvp=_call_jvp,
     batch=_call_batch,
     emit=lambda ctx, eqn: ctx.emit_call(eqn),
+    prune=_call_prune,
     doc="a call to another kernel of the same module",
     opt_outs=("transpose: calls are inlined before linearize",),
 )
