@@ -9,8 +9,7 @@ checked against the same source run by torch (torch.func / torch.autograd), neve
 - torch.maximum / torch.minimum at ties gave all the gradient to one side (torch: half each), and
   torch.max(x, dim) shared it among equal maxima (torch: the one its index names); torch.logaddexp's
   derivative at x = y was 1 and 0 instead of 1/2 each;
-- torch.logaddexp of +inf or of two -inf was NaN (torch: inf, -inf); torch.logsumexp still is (its fix, a
-  select in ops/reduce.py, changes the GMM golden code and is left to review);
+- torch.logaddexp and torch.logsumexp of +inf or of only -inf were NaN (torch: inf, -inf);
 - F.conv1d with a symbolic kernel size crashed inside ksbuild; F.huber_loss was missing.
 """
 from __future__ import annotations
@@ -154,7 +153,7 @@ def test_nan_and_infinities_as_torch(built):
     np.testing.assert_array_equal(pkg.ties(x, y), src.ties(t(x), t(y)).numpy())
     kinks = np.array([np.nan, np.inf, -np.inf])
     np.testing.assert_array_equal(pkg.kinks(kinks), src.kinks(t(kinks)).numpy())
-    x = np.array([[1.0, 2.0, -np.inf], [1000.0, 999.0, -np.inf]])  # (+inf and all -inf: see the module doc)
+    x = np.array([[1.0, 2.0, -np.inf], [1000.0, 999.0, -np.inf], [1.0, np.inf, 2.0], [-np.inf, -np.inf, -np.inf]])
     np.testing.assert_allclose(pkg.lse(x), src.lse(t(x)).numpy(), rtol=1e-14)
 
 

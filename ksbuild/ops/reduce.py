@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom
-from ._util import error, norm_axes, size_as
+from ._util import error, norm_axes, scalar_lit, size_as
 
 
 def keep_dims(b, y: Atom, x: Atom, axes: Sequence[int]) -> Atom:
@@ -58,9 +58,13 @@ def _numeric(b, x: Atom, what: str) -> None:
 
 
 def logsumexp(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = False) -> Atom:
-    """log Σ exp(x) = m + log Σ exp(x − m), with m = max x held constant under differentiation."""
+    """log Σ exp(x) = m + log Σ exp(x − m), with m = max x held constant under differentiation (0 where the
+    max is ±inf, as torch's: the sum of exps is then inf or 0, never inf − inf)."""
     ax = norm_axes(b, axes, x.type.rank)
     m = b.reduce_max(b.stop_gradient(x), axes=ax)
+    if x.type.is_float:
+        inf, zero = scalar_lit(float("inf"), x.type.dtype), scalar_lit(0, x.type.dtype)
+        m = b.select(b.eq(b.abs(m), inf), zero, m)
     s = b.reduce_sum(b.exp(b.sub(x, expand_back(b, m, x, ax))), axes=ax)
     y = b.add(b.log(s), m)
     return keep_dims(b, y, x, ax) if keepdim else y

@@ -126,119 +126,130 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         tmp46[i47] = acc48;
     }
     for (int64_t i52 = 0; i52 < n; ++i52) {
-        double acc53 = 0;
-        KS_OMP_SIMD(reduction(+:acc53))
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            const double scores_i = scores[i52 * K + i54];
-            const double x_i55 = tmp46[i52];
-            const double t56 = (scores_i - x_i55);
-            const double t57 = ks::exp(t56);
-            acc53 += t57;
+        const double x_i53 = tmp46[i52];
+        const double t54 = ks::abs(x_i53);
+        const bool t55 = (t54 == __builtin_huge_val());
+        const double t56 = (t55 ? 0.0 : x_i53);
+        tmp51[i52] = t56;
+    }
+    double* const tmp57 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i58 = 0; i58 < n; ++i58) {
+        double acc59 = 0;
+        KS_OMP_SIMD(reduction(+:acc59))
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const double scores_i = scores[i58 * K + i60];
+            const double x_i61 = tmp51[i58];
+            const double t62 = (scores_i - x_i61);
+            const double t63 = ks::exp(t62);
+            acc59 += t63;
         }
-        tmp51[i52] = acc53;
+        tmp57[i58] = acc59;
     }
-    double acc58 = 0;
-    KS_OMP_SIMD(reduction(+:acc58))
-    for (int64_t i59 = 0; i59 < n; ++i59) {
-        const double x_i60 = tmp51[i59];
-        const double t61 = ks::log(x_i60);
-        const double x_i62 = tmp46[i59];
-        const double t63 = (t61 + x_i62);
-        acc58 += t63;
+    double acc64 = 0;
+    KS_OMP_SIMD(reduction(+:acc64))
+    for (int64_t i65 = 0; i65 < n; ++i65) {
+        const double x_i66 = tmp57[i65];
+        const double t67 = ks::log(x_i66);
+        const double x_i68 = tmp51[i65];
+        const double t69 = (t67 + x_i68);
+        acc64 += t69;
     }
-    const double t64 = (constant + acc58);
-    double acc65 = ks::lowest<double>();
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        const double x_i67 = alphas[i66];
-        acc65 = ks::max(x_i67, acc65);
+    const double t70 = (constant + acc64);
+    double acc71 = ks::lowest<double>();
+    for (int64_t i72 = 0; i72 < K; ++i72) {
+        const double x_i73 = alphas[i72];
+        acc71 = ks::max(x_i73, acc71);
     }
-    double acc68 = 0;
-    KS_OMP_SIMD(reduction(+:acc68))
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double alphas_i70 = alphas[i69];
-        const double x_i71 = acc65;
-        const double t72 = (alphas_i70 - x_i71);
-        const double t73 = ks::exp(t72);
-        acc68 += t73;
+    const double t74 = ks::abs(acc71);
+    const bool t75 = (t74 == __builtin_huge_val());
+    const double t76 = (t75 ? 0.0 : acc71);
+    double acc77 = 0;
+    KS_OMP_SIMD(reduction(+:acc77))
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const double alphas_i79 = alphas[i78];
+        const double x_i80 = t76;
+        const double t81 = (alphas_i79 - x_i80);
+        const double t82 = ks::exp(t81);
+        acc77 += t82;
     }
-    const double t74 = ks::log(acc68);
-    const double t75 = (t74 + acc65);
-    const double t76 = static_cast<double>(n);
-    const double t77 = (t76 * t75);
-    const double t78 = (t64 - t77);
-    double r79;
+    const double t83 = ks::log(acc77);
+    const double t84 = (t83 + t76);
+    const double t85 = static_cast<double>(n);
+    const double t86 = (t85 * t84);
+    const double t87 = (t70 - t86);
+    double r88;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t80 = static_cast<double>(d);
-        const double t81 = (t80 + wishart_m);
-        const double n_w = (t81 + 1.0);
-        const double t82 = (n_w * t80);
-        const double t83 = ks::log(wishart_gamma);
-        const double t84 = (t83 - 0.34657359027997264);
-        const double t85 = (t82 * t84);
-        const double t86 = (0.5 * n_w);
-        double r87;
+        const double t89 = static_cast<double>(d);
+        const double t90 = (t89 + wishart_m);
+        const double n_w = (t90 + 1.0);
+        const double t91 = (n_w * t89);
+        const double t92 = ks::log(wishart_gamma);
+        const double t93 = (t92 - 0.34657359027997264);
+        const double t94 = (t91 * t93);
+        const double t95 = (0.5 * n_w);
+        double r96;
         {  // log_gamma_d(a)
-            const double t88 = static_cast<double>(d);
-            const double t89 = (0.25 * t88);
-            const double t90 = static_cast<double>((d - 1));
-            const double t91 = (t89 * t90);
-            const double t92 = (t91 * 1.1447298858494002);
-            double r93;
-            r93 = 0.0;
-            for (int64_t k94 = 0; k94 < d; ++k94) {
-                const int64_t t95 = (k94 + int64_t{1});
-                const int64_t t96 = (int64_t{1} - t95);
-                const double t97 = static_cast<double>(t96);
-                const double t98 = (0.5 * t97);
-                const double t99 = (t86 + t98);
-                const double t100 = std::lgamma(t99);
-                const double __sum_25_55 = (r93 + t100);
-                r93 = __sum_25_55;
+            const double t97 = static_cast<double>(d);
+            const double t98 = (0.25 * t97);
+            const double t99 = static_cast<double>((d - 1));
+            const double t100 = (t98 * t99);
+            const double t101 = (t100 * 1.1447298858494002);
+            double r102;
+            r102 = 0.0;
+            for (int64_t k103 = 0; k103 < d; ++k103) {
+                const int64_t t104 = (k103 + int64_t{1});
+                const int64_t t105 = (int64_t{1} - t104);
+                const double t106 = static_cast<double>(t105);
+                const double t107 = (0.5 * t106);
+                const double t108 = (t95 + t107);
+                const double t109 = std::lgamma(t108);
+                const double __sum_25_55 = (r102 + t109);
+                r102 = __sum_25_55;
             }
-            const double t101 = (t92 + r93);
-            r87 = t101;
+            const double t110 = (t101 + r102);
+            r96 = t110;
         }
-        const double C = (t85 - r87);
-        double acc102 = 0;
-        for (int64_t i103 = 0; i103 < K; ++i103) {
-            KS_OMP_SIMD(reduction(+:acc102))
-            for (int64_t i104 = 0; i104 < d; ++i104) {
-                const double qs_i105 = icf[i103 * T + i104];
-                const double t106 = ks::exp(qs_i105);
-                const double t107 = ks::ipow<2>(t106);
-                acc102 += t107;
-            }
-        }
-        double acc108 = 0;
-        for (int64_t i109 = 0; i109 < K; ++i109) {
-            KS_OMP_SIMD(reduction(+:acc108))
-            for (int64_t i110 = 0; i110 < (T - d); ++i110) {
-                const double ls_i = (icf + d)[i109 * T + i110];
-                const double t111 = ks::ipow<2>(ls_i);
-                acc108 += t111;
+        const double C = (t94 - r96);
+        double acc111 = 0;
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            KS_OMP_SIMD(reduction(+:acc111))
+            for (int64_t i113 = 0; i113 < d; ++i113) {
+                const double qs_i114 = icf[i112 * T + i113];
+                const double t115 = ks::exp(qs_i114);
+                const double t116 = ks::ipow<2>(t115);
+                acc111 += t116;
             }
         }
-        const double frobenius = (acc102 + acc108);
-        const double t112 = ks::ipow<2>(wishart_gamma);
-        const double t113 = (0.5 * t112);
-        const double t114 = (t113 * frobenius);
-        double acc115 = 0;
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            KS_OMP_SIMD(reduction(+:acc115))
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                const double qs_i118 = icf[i116 * T + i117];
-                acc115 += qs_i118;
+        double acc117 = 0;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            KS_OMP_SIMD(reduction(+:acc117))
+            for (int64_t i119 = 0; i119 < (T - d); ++i119) {
+                const double ls_i = (icf + d)[i118 * T + i119];
+                const double t120 = ks::ipow<2>(ls_i);
+                acc117 += t120;
             }
         }
-        const double t119 = (wishart_m * acc115);
-        const double t120 = (t114 - t119);
-        const double t121 = static_cast<double>(K);
-        const double t122 = (t121 * C);
-        const double t123 = (t120 - t122);
-        r79 = t123;
+        const double frobenius = (acc111 + acc117);
+        const double t121 = ks::ipow<2>(wishart_gamma);
+        const double t122 = (0.5 * t121);
+        const double t123 = (t122 * frobenius);
+        double acc124 = 0;
+        for (int64_t i125 = 0; i125 < K; ++i125) {
+            KS_OMP_SIMD(reduction(+:acc124))
+            for (int64_t i126 = 0; i126 < d; ++i126) {
+                const double qs_i127 = icf[i125 * T + i126];
+                acc124 += qs_i127;
+            }
+        }
+        const double t128 = (wishart_m * acc124);
+        const double t129 = (t123 - t128);
+        const double t130 = static_cast<double>(K);
+        const double t131 = (t130 * C);
+        const double t132 = (t129 - t131);
+        r88 = t132;
     }
-    const double t124 = (t78 + r79);
-    *out = t124;
+    const double t133 = (t87 + r88);
+    *out = t133;
     return ks::status::ok;
 }
 
@@ -292,25 +303,25 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const tmp58 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp64 = reinterpret_cast<double*>(next_slot);
+    double* const tmp63 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum113 = reinterpret_cast<double*>(next_slot);
+    double* const sum122 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod118 = reinterpret_cast<double*>(next_slot);
+    double* const prod127 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r140 = reinterpret_cast<double*>(next_slot);
+    double* const r149 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r144 = reinterpret_cast<double*>(next_slot);
+    double* const r153 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded176 = reinterpret_cast<double*>(next_slot);
+    double* const padded185 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -417,231 +428,242 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         }
         tmp58[i59] = acc60;
     }
-    double* const tmp63 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i65 = 0; i65 < n; ++i65) {
-        double acc66 = 0;
-        KS_OMP_SIMD(reduction(+:acc66))
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            const double scores_i = scores[i65 * K + i67];
-            const double x_i68 = tmp58[i65];
-            const double t69 = (scores_i - x_i68);
-            const double t70 = ks::exp(t69);
-            tmp63[i65 * K + i67] = t70;
-            acc66 += t70;
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        const double x_i65 = tmp58[i64];
+        const double t66 = ks::abs(x_i65);
+        const bool t67 = (t66 == __builtin_huge_val());
+        const double t68 = (t67 ? 0.0 : x_i65);
+        tmp63[i64] = t68;
+    }
+    double* const tmp69 = tmp46;  // reuses a dead buffer's space
+    double* const tmp70 = tmp58;  // reuses a dead buffer's space
+    for (int64_t i71 = 0; i71 < n; ++i71) {
+        double acc72 = 0;
+        KS_OMP_SIMD(reduction(+:acc72))
+        for (int64_t i73 = 0; i73 < K; ++i73) {
+            const double scores_i = scores[i71 * K + i73];
+            const double x_i74 = tmp63[i71];
+            const double t75 = (scores_i - x_i74);
+            const double t76 = ks::exp(t75);
+            tmp69[i71 * K + i73] = t76;
+            acc72 += t76;
         }
-        tmp64[i65] = acc66;
+        tmp70[i71] = acc72;
     }
-    double acc71 = ks::lowest<double>();
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        const double x_i73 = alphas[i72];
-        acc71 = ks::max(x_i73, acc71);
+    double acc77 = ks::lowest<double>();
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const double x_i79 = alphas[i78];
+        acc77 = ks::max(x_i79, acc77);
     }
-    double* const tmp74 = tmp;  // reuses a dead buffer's space
-    double acc75 = 0;
-    KS_OMP_SIMD(reduction(+:acc75))
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        const double alphas_i77 = alphas[i76];
-        const double x_i78 = acc71;
-        const double t79 = (alphas_i77 - x_i78);
-        const double t80 = ks::exp(t79);
-        tmp74[i76] = t80;
-        acc75 += t80;
+    const double t80 = ks::abs(acc77);
+    const bool t81 = (t80 == __builtin_huge_val());
+    const double t82 = (t81 ? 0.0 : acc77);
+    double* const tmp83 = tmp;  // reuses a dead buffer's space
+    double acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double alphas_i86 = alphas[i85];
+        const double x_i87 = t82;
+        const double t88 = (alphas_i86 - x_i87);
+        const double t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    const double t81 = static_cast<double>(n);
-    const double t82 = (1.0 / acc75);
-    const double t83 = ks::ipow<2>(wishart_gamma);
-    const double t84 = (0.5 * t83);
-    const double t85 = ((-1.0) * wishart_m);
-    const double t86 = ((-1.0) * t81);
-    const double t87 = (t86 * t82);
-    double* const tmp88 = tmp58;  // reuses a dead buffer's space
-    for (int64_t i89 = 0; i89 < n; ++i89) {
-        const double x_i90 = tmp64[i89];
-        const double t91 = (1.0 / x_i90);
-        tmp88[i89] = t91;
+    const double t90 = static_cast<double>(n);
+    const double t91 = (1.0 / acc84);
+    const double t92 = ks::ipow<2>(wishart_gamma);
+    const double t93 = (0.5 * t92);
+    const double t94 = ((-1.0) * wishart_m);
+    const double t95 = ((-1.0) * t90);
+    const double t96 = (t95 * t91);
+    double* const tmp97 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i98 = 0; i98 < n; ++i98) {
+        const double x_i99 = tmp70[i98];
+        const double t100 = (1.0 / x_i99);
+        tmp97[i98] = t100;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < n; ++i92) {
-        for (int64_t i93 = 0; i93 < K; ++i93) {
-            const double x_i94 = tmp88[i92];
-            const double x_i95 = tmp63[i92 * K + i93];
-            const double d_scores96 = (x_i94 * x_i95);
-            d_scores[i92 * K + i93] = d_scores96;
+    for (int64_t i101 = 0; i101 < n; ++i101) {
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            const double x_i103 = tmp97[i101];
+            const double x_i104 = tmp69[i101 * K + i102];
+            const double d_scores105 = (x_i103 * x_i104);
+            d_scores[i101 * K + i102] = d_scores105;
         }
     }
     double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i97 = 0; i97 < K; ++i97) {
-        sum[i97] = 0;
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        sum[i106] = 0;
     }
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            sum[i99] += d_scores[i98 * K + i99];
+    for (int64_t i107 = 0; i107 < n; ++i107) {
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            sum[i108] += d_scores[i107 * K + i108];
         }
     }
-    double* const tmp100 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            const double d_scores_i = d_scores[i101 * K + i102];
-            const double t103 = (d_scores_i * (-1.0));
-            const double t104 = (t103 * 0.5);
-            tmp100[i101 * K + i102] = t104;
+    double* const tmp109 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i110 = 0; i110 < n; ++i110) {
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            const double d_scores_i = d_scores[i110 * K + i111];
+            const double t112 = (d_scores_i * (-1.0));
+            const double t113 = (t112 * 0.5);
+            tmp109[i110 * K + i111] = t113;
         }
     }
-    for (int64_t i105 = 0; i105 < n; ++i105) {
-        for (int64_t i106 = 0; i106 < K; ++i106) {
-            for (int64_t i107 = 0; i107 < d; ++i107) {
-                const double mahalanobis_i108 = mahalanobis[i105 * (K * d) + i106 * d + i107];
-                const double t109 = (2.0 * mahalanobis_i108);
-                const double x_i110 = tmp100[i105 * K + i106];
-                const double d_mahalanobis111 = (x_i110 * t109);
-                d_mahalanobis[i105 * (K * d) + i106 * d + i107] = d_mahalanobis111;
+    for (int64_t i114 = 0; i114 < n; ++i114) {
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            for (int64_t i116 = 0; i116 < d; ++i116) {
+                const double mahalanobis_i117 = mahalanobis[i114 * (K * d) + i115 * d + i116];
+                const double t118 = (2.0 * mahalanobis_i117);
+                const double x_i119 = tmp109[i114 * K + i115];
+                const double d_mahalanobis120 = (x_i119 * t118);
+                d_mahalanobis[i114 * (K * d) + i115 * d + i116] = d_mahalanobis120;
             }
         }
     }
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i112 * d), 1, K * d}, {(centered + i112 * d), K * d, 1}, {(prod + i112 * (d * d)), d, 1}, false);
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i121 * d), 1, K * d}, {(centered + i121 * d), K * d, 1}, {(prod + i121 * (d * d)), d, 1}, false);
     }
-    for (int64_t i114 = 0; i114 < K * d; ++i114) {
-        sum113[i114] = 0;
+    for (int64_t i123 = 0; i123 < K * d; ++i123) {
+        sum122[i123] = 0;
     }
-    for (int64_t i115 = 0; i115 < n; ++i115) {
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                sum113[i116 * d + i117] += d_mahalanobis[i115 * (K * d) + i116 * d + i117];
-            }
-        }
-    }
-    for (int64_t i119 = 0; i119 < K * d; ++i119) {
-        prod118[i119] = 0;
-    }
-    for (int64_t i120 = 0; i120 < K; ++i120) {
-        for (int64_t i121 = 0; i121 < d; ++i121) {
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                prod118[i120 * d + i122] += sum113[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
-            }
-        }
-    }
-    double* const tmp123 = sum113;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < 1; ++i124) {
+    for (int64_t i124 = 0; i124 < n; ++i124) {
         for (int64_t i125 = 0; i125 < K; ++i125) {
             for (int64_t i126 = 0; i126 < d; ++i126) {
-                const double x_i127 = prod118[i124 * (K * d) + i125 * d + i126];
-                const double t128 = (x_i127 * (-1.0));
-                tmp123[i124 * (K * d) + i125 * d + i126] = t128;
+                sum122[i125 * d + i126] += d_mahalanobis[i124 * (K * d) + i125 * d + i126];
             }
         }
     }
-    double* const d_qs = prod118;  // reuses a dead buffer's space
+    for (int64_t i128 = 0; i128 < K * d; ++i128) {
+        prod127[i128] = 0;
+    }
     for (int64_t i129 = 0; i129 < K; ++i129) {
         for (int64_t i130 = 0; i130 < d; ++i130) {
-            const double qs_i131 = icf[i129 * T + i130];
-            const double t132 = ks::exp(qs_i131);
-            const double t133 = (2.0 * t132);
-            const double x_i134 = t84;
-            const double t135 = (x_i134 * t133);
-            const double t136 = (t135 * t132);
-            const double d_qs_i = t85;
-            const double d_qs137 = (d_qs_i + t136);
-            const double x_i138 = sum[i129];
-            const double d_qs139 = (d_qs137 + x_i138);
-            d_qs[i129 * d + i130] = d_qs139;
-        }
-    }
-    for (int64_t i141 = 0; i141 < K * T; ++i141) {
-        r140[i141] = 0.0;
-    }
-    for (int64_t k142 = K - 1; k142 >= 0; --k142) {
-        double* const r143 = r10;  // reuses a dead buffer's space
-        double r145;
-        for (int64_t i146 = 0; i146 < d; ++i146) {
-            r143[i146] = 0.0;
-        }
-        for (int64_t i147 = 0; i147 < T; ++i147) {
-            r144[i147] = 0.0;
-        }
-        r145 = 0.0;
-        for (int64_t k148 = d - 1; k148 >= 0; --k148) {
-            double r149;
-            double r150;
-            r149 = 0.0;
-            r150 = r145;
-            for (int64_t k151 = d - 1; k151 >= 0; --k151) {
-                const int64_t t152 = ((2*d) - k151);
-                const int64_t t153 = (t152 - int64_t{1});
-                const int64_t t154 = (k151 * t153);
-                const int64_t t155 = ks::floordiv(t154, int64_t{2});
-                const int64_t t156 = (d + t155);
-                const int64_t t157 = (t156 + k148);
-                const int64_t t158 = (t157 - k151);
-                const int64_t t159 = (t158 - int64_t{1});
-                const double t160 = ((((r3 + k142 * (d * d)) + k148 * d) + k151)[0] ? (((prod + k142 * (d * d)) + k148 * d) + k151)[0] : 0.0);
-                const double t161 = ((((r3 + k142 * (d * d)) + k148 * d) + k151)[0] ? 0.0 : (((prod + k142 * (d * d)) + k148 * d) + k151)[0]);
-                const double t162 = ((((r2 + k142 * (d * d)) + k148 * d) + k151)[0] ? t161 : 0.0);
-                (r144 + ks::clamp_index(t159, T))[0] += t162;
-                const double t163 = (t160 * (((r1 + k142 * (d * d)) + k148 * d) + k151)[0]);
-                const double t164 = (r149 + t163);
-                r149 = t164;
+            for (int64_t i131 = 0; i131 < d; ++i131) {
+                prod127[i129 * d + i131] += sum122[i129 * d + i130] * r[i129 * (d * d) + i130 * d + i131];
             }
-            (r143 + k148)[0] += r149;
-            r145 = r150;
-        }
-        (r143 + ks::clamp_index(int64_t{0}, d))[0] += r145;
-        for (int64_t i165 = 0; i165 < T; ++i165) {
-            (r140 + k142 * T)[i165] += r144[i165];
-        }
-        for (int64_t i166 = 0; i166 < d; ++i166) {
-            (d_qs + k142 * d)[i166] += r143[i166];
         }
     }
-    for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
-            const double ls_i = (icf + d)[i167 * T + i168];
-            const double t169 = (2.0 * ls_i);
-            const double x_i170 = t84;
-            const double d_ls171 = (x_i170 * t169);
-            d_ls[i167 * ((T - d)) + i168] = d_ls171;
+    double* const tmp132 = sum122;  // reuses a dead buffer's space
+    for (int64_t i133 = 0; i133 < 1; ++i133) {
+        for (int64_t i134 = 0; i134 < K; ++i134) {
+            for (int64_t i135 = 0; i135 < d; ++i135) {
+                const double x_i136 = prod127[i133 * (K * d) + i134 * d + i135];
+                const double t137 = (x_i136 * (-1.0));
+                tmp132[i133 * (K * d) + i134 * d + i135] = t137;
+            }
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            padded[i172 * T + i173] = 0.0;
+    double* const d_qs = prod127;  // reuses a dead buffer's space
+    for (int64_t i138 = 0; i138 < K; ++i138) {
+        for (int64_t i139 = 0; i139 < d; ++i139) {
+            const double qs_i140 = icf[i138 * T + i139];
+            const double t141 = ks::exp(qs_i140);
+            const double t142 = (2.0 * t141);
+            const double x_i143 = t93;
+            const double t144 = (x_i143 * t142);
+            const double t145 = (t144 * t141);
+            const double d_qs_i = t94;
+            const double d_qs146 = (d_qs_i + t145);
+            const double x_i147 = sum[i138];
+            const double d_qs148 = (d_qs146 + x_i147);
+            d_qs[i138 * d + i139] = d_qs148;
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
-            (padded + d)[i174 * T + i175] = d_ls[i174 * ((T - d)) + i175];
+    for (int64_t i150 = 0; i150 < K * T; ++i150) {
+        r149[i150] = 0.0;
+    }
+    for (int64_t k151 = K - 1; k151 >= 0; --k151) {
+        double* const r152 = r10;  // reuses a dead buffer's space
+        double r154;
+        for (int64_t i155 = 0; i155 < d; ++i155) {
+            r152[i155] = 0.0;
+        }
+        for (int64_t i156 = 0; i156 < T; ++i156) {
+            r153[i156] = 0.0;
+        }
+        r154 = 0.0;
+        for (int64_t k157 = d - 1; k157 >= 0; --k157) {
+            double r158;
+            double r159;
+            r158 = 0.0;
+            r159 = r154;
+            for (int64_t k160 = d - 1; k160 >= 0; --k160) {
+                const int64_t t161 = ((2*d) - k160);
+                const int64_t t162 = (t161 - int64_t{1});
+                const int64_t t163 = (k160 * t162);
+                const int64_t t164 = ks::floordiv(t163, int64_t{2});
+                const int64_t t165 = (d + t164);
+                const int64_t t166 = (t165 + k157);
+                const int64_t t167 = (t166 - k160);
+                const int64_t t168 = (t167 - int64_t{1});
+                const double t169 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? (((prod + k151 * (d * d)) + k157 * d) + k160)[0] : 0.0);
+                const double t170 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? 0.0 : (((prod + k151 * (d * d)) + k157 * d) + k160)[0]);
+                const double t171 = ((((r2 + k151 * (d * d)) + k157 * d) + k160)[0] ? t170 : 0.0);
+                (r153 + ks::clamp_index(t168, T))[0] += t171;
+                const double t172 = (t169 * (((r1 + k151 * (d * d)) + k157 * d) + k160)[0]);
+                const double t173 = (r158 + t172);
+                r158 = t173;
+            }
+            (r152 + k157)[0] += r158;
+            r154 = r159;
+        }
+        (r152 + ks::clamp_index(int64_t{0}, d))[0] += r154;
+        for (int64_t i174 = 0; i174 < T; ++i174) {
+            (r149 + k151 * T)[i174] += r153[i174];
+        }
+        for (int64_t i175 = 0; i175 < d; ++i175) {
+            (d_qs + k151 * d)[i175] += r152[i175];
         }
     }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < (T - d); ++i178) {
-            (padded176 + d)[i177 * T + i178] = 0.0;
-        }
-    }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        for (int64_t i180 = 0; i180 < d; ++i180) {
-            padded176[i179 * T + i180] = d_qs[i179 * d + i180];
+    for (int64_t i176 = 0; i176 < K; ++i176) {
+        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
+            const double ls_i = (icf + d)[i176 * T + i177];
+            const double t178 = (2.0 * ls_i);
+            const double x_i179 = t93;
+            const double d_ls180 = (x_i179 * t178);
+            d_ls[i176 * ((T - d)) + i177] = d_ls180;
         }
     }
     for (int64_t i181 = 0; i181 < K; ++i181) {
-        const double x_i182 = t87;
-        const double x_i183 = tmp74[i181];
-        const double d_alphas = (x_i182 * x_i183);
-        const double d_base_i = sum[i181];
-        const double d_alphas184 = (d_alphas + d_base_i);
-        out_d_alphas[i181] = d_alphas184;
-    }
-    for (int64_t i185 = 0; i185 < K; ++i185) {
-        for (int64_t i186 = 0; i186 < T; ++i186) {
-            const double x_i187 = r140[i185 * T + i186];
-            const double x_i188 = padded[i185 * T + i186];
-            const double d_icf = (x_i187 + x_i188);
-            const double x_i189 = padded176[i185 * T + i186];
-            const double d_icf190 = (d_icf + x_i189);
-            out_d_icf[i185 * T + i186] = d_icf190;
+        for (int64_t i182 = 0; i182 < d; ++i182) {
+            padded[i181 * T + i182] = 0.0;
         }
     }
-    for (int64_t i191 = 0; i191 < K * d; ++i191) {
-        out_d_means[i191] = tmp123[i191];
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < (T - d); ++i184) {
+            (padded + d)[i183 * T + i184] = d_ls[i183 * ((T - d)) + i184];
+        }
+    }
+    for (int64_t i186 = 0; i186 < K; ++i186) {
+        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
+            (padded185 + d)[i186 * T + i187] = 0.0;
+        }
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            padded185[i188 * T + i189] = d_qs[i188 * d + i189];
+        }
+    }
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        const double x_i191 = t96;
+        const double x_i192 = tmp83[i190];
+        const double d_alphas = (x_i191 * x_i192);
+        const double d_base_i = sum[i190];
+        const double d_alphas193 = (d_alphas + d_base_i);
+        out_d_alphas[i190] = d_alphas193;
+    }
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < T; ++i195) {
+            const double x_i196 = r149[i194 * T + i195];
+            const double x_i197 = padded[i194 * T + i195];
+            const double d_icf = (x_i196 + x_i197);
+            const double x_i198 = padded185[i194 * T + i195];
+            const double d_icf199 = (d_icf + x_i198);
+            out_d_icf[i194 * T + i195] = d_icf199;
+        }
+    }
+    for (int64_t i200 = 0; i200 < K * d; ++i200) {
+        out_d_means[i200] = tmp132[i200];
     }
     return ks::status::ok;
 }
@@ -771,125 +793,136 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         tmp46[i47] = acc48;
     }
     for (int64_t i52 = 0; i52 < n; ++i52) {
-        float acc53 = 0;
-        KS_OMP_SIMD(reduction(+:acc53))
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            const float scores_i = scores[i52 * K + i54];
-            const float x_i55 = tmp46[i52];
-            const float t56 = (scores_i - x_i55);
-            const float t57 = ks::exp(t56);
-            acc53 += t57;
+        const float x_i53 = tmp46[i52];
+        const float t54 = ks::abs(x_i53);
+        const bool t55 = (t54 == __builtin_huge_valf());
+        const float t56 = (t55 ? 0.0f : x_i53);
+        tmp51[i52] = t56;
+    }
+    float* const tmp57 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i58 = 0; i58 < n; ++i58) {
+        float acc59 = 0;
+        KS_OMP_SIMD(reduction(+:acc59))
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const float scores_i = scores[i58 * K + i60];
+            const float x_i61 = tmp51[i58];
+            const float t62 = (scores_i - x_i61);
+            const float t63 = ks::exp(t62);
+            acc59 += t63;
         }
-        tmp51[i52] = acc53;
+        tmp57[i58] = acc59;
     }
-    float acc58 = 0;
-    KS_OMP_SIMD(reduction(+:acc58))
-    for (int64_t i59 = 0; i59 < n; ++i59) {
-        const float x_i60 = tmp51[i59];
-        const float t61 = ks::log(x_i60);
-        const float x_i62 = tmp46[i59];
-        const float t63 = (t61 + x_i62);
-        acc58 += t63;
+    float acc64 = 0;
+    KS_OMP_SIMD(reduction(+:acc64))
+    for (int64_t i65 = 0; i65 < n; ++i65) {
+        const float x_i66 = tmp57[i65];
+        const float t67 = ks::log(x_i66);
+        const float x_i68 = tmp51[i65];
+        const float t69 = (t67 + x_i68);
+        acc64 += t69;
     }
-    const double t64 = static_cast<double>(acc58);
-    const double t65 = (constant + t64);
-    float acc66 = ks::lowest<float>();
-    for (int64_t i67 = 0; i67 < K; ++i67) {
-        const float x_i68 = alphas[i67];
-        acc66 = ks::max(x_i68, acc66);
+    const double t70 = static_cast<double>(acc64);
+    const double t71 = (constant + t70);
+    float acc72 = ks::lowest<float>();
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const float x_i74 = alphas[i73];
+        acc72 = ks::max(x_i74, acc72);
     }
-    float acc69 = 0;
-    KS_OMP_SIMD(reduction(+:acc69))
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        const float alphas_i71 = alphas[i70];
-        const float x_i72 = acc66;
-        const float t73 = (alphas_i71 - x_i72);
-        const float t74 = ks::exp(t73);
-        acc69 += t74;
+    const float t75 = ks::abs(acc72);
+    const bool t76 = (t75 == __builtin_huge_valf());
+    const float t77 = (t76 ? 0.0f : acc72);
+    float acc78 = 0;
+    KS_OMP_SIMD(reduction(+:acc78))
+    for (int64_t i79 = 0; i79 < K; ++i79) {
+        const float alphas_i80 = alphas[i79];
+        const float x_i81 = t77;
+        const float t82 = (alphas_i80 - x_i81);
+        const float t83 = ks::exp(t82);
+        acc78 += t83;
     }
-    const float t75 = ks::log(acc69);
-    const float t76 = (t75 + acc66);
-    const float t77 = static_cast<float>(n);
-    const float t78 = (t77 * t76);
-    const double t79 = static_cast<double>(t78);
-    const double t80 = (t65 - t79);
-    double r81;
+    const float t84 = ks::log(acc78);
+    const float t85 = (t84 + t77);
+    const float t86 = static_cast<float>(n);
+    const float t87 = (t86 * t85);
+    const double t88 = static_cast<double>(t87);
+    const double t89 = (t71 - t88);
+    double r90;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t82 = static_cast<float>(d);
-        const float t83 = (t82 + wishart_m);
-        const float n_w = (t83 + 1.0f);
-        const float t84 = (n_w * t82);
-        const float t85 = ks::log(wishart_gamma);
-        const float t86 = (t85 - 0.3465735912322998f);
-        const float t87 = (t84 * t86);
-        const float t88 = (0.5f * n_w);
-        double r89;
+        const float t91 = static_cast<float>(d);
+        const float t92 = (t91 + wishart_m);
+        const float n_w = (t92 + 1.0f);
+        const float t93 = (n_w * t91);
+        const float t94 = ks::log(wishart_gamma);
+        const float t95 = (t94 - 0.3465735912322998f);
+        const float t96 = (t93 * t95);
+        const float t97 = (0.5f * n_w);
+        double r98;
         {  // log_gamma_d(a)
-            const double t90 = static_cast<double>(d);
-            const double t91 = (0.25 * t90);
-            const double t92 = static_cast<double>((d - 1));
-            const double t93 = (t91 * t92);
-            const double t94 = (t93 * 1.1447298858494002);
-            double r95;
-            r95 = 0.0;
-            for (int64_t k96 = 0; k96 < d; ++k96) {
-                const int64_t t97 = (k96 + int64_t{1});
-                const int64_t t98 = (int64_t{1} - t97);
-                const double t99 = static_cast<double>(t98);
-                const double t100 = (0.5 * t99);
-                const double t101 = static_cast<double>(t88);
-                const double t102 = (t101 + t100);
-                const double t103 = std::lgamma(t102);
-                const double __sum_25_55 = (r95 + t103);
-                r95 = __sum_25_55;
+            const double t99 = static_cast<double>(d);
+            const double t100 = (0.25 * t99);
+            const double t101 = static_cast<double>((d - 1));
+            const double t102 = (t100 * t101);
+            const double t103 = (t102 * 1.1447298858494002);
+            double r104;
+            r104 = 0.0;
+            for (int64_t k105 = 0; k105 < d; ++k105) {
+                const int64_t t106 = (k105 + int64_t{1});
+                const int64_t t107 = (int64_t{1} - t106);
+                const double t108 = static_cast<double>(t107);
+                const double t109 = (0.5 * t108);
+                const double t110 = static_cast<double>(t97);
+                const double t111 = (t110 + t109);
+                const double t112 = std::lgamma(t111);
+                const double __sum_25_55 = (r104 + t112);
+                r104 = __sum_25_55;
             }
-            const double t104 = (t94 + r95);
-            r89 = t104;
+            const double t113 = (t103 + r104);
+            r98 = t113;
         }
-        const double t105 = static_cast<double>(t87);
-        const double C = (t105 - r89);
-        float acc106 = 0;
-        for (int64_t i107 = 0; i107 < K; ++i107) {
-            KS_OMP_SIMD(reduction(+:acc106))
-            for (int64_t i108 = 0; i108 < d; ++i108) {
-                const float qs_i109 = icf[i107 * T + i108];
-                const float t110 = ks::exp(qs_i109);
-                const float t111 = ks::ipow<2>(t110);
-                acc106 += t111;
-            }
-        }
-        float acc112 = 0;
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            KS_OMP_SIMD(reduction(+:acc112))
-            for (int64_t i114 = 0; i114 < (T - d); ++i114) {
-                const float ls_i = (icf + d)[i113 * T + i114];
-                const float t115 = ks::ipow<2>(ls_i);
-                acc112 += t115;
+        const double t114 = static_cast<double>(t96);
+        const double C = (t114 - r98);
+        float acc115 = 0;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            KS_OMP_SIMD(reduction(+:acc115))
+            for (int64_t i117 = 0; i117 < d; ++i117) {
+                const float qs_i118 = icf[i116 * T + i117];
+                const float t119 = ks::exp(qs_i118);
+                const float t120 = ks::ipow<2>(t119);
+                acc115 += t120;
             }
         }
-        const float frobenius = (acc106 + acc112);
-        const float t116 = ks::ipow<2>(wishart_gamma);
-        const float t117 = (0.5f * t116);
-        const float t118 = (t117 * frobenius);
-        float acc119 = 0;
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            KS_OMP_SIMD(reduction(+:acc119))
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                const float qs_i122 = icf[i120 * T + i121];
-                acc119 += qs_i122;
+        float acc121 = 0;
+        for (int64_t i122 = 0; i122 < K; ++i122) {
+            KS_OMP_SIMD(reduction(+:acc121))
+            for (int64_t i123 = 0; i123 < (T - d); ++i123) {
+                const float ls_i = (icf + d)[i122 * T + i123];
+                const float t124 = ks::ipow<2>(ls_i);
+                acc121 += t124;
             }
         }
-        const float t123 = (wishart_m * acc119);
-        const float t124 = (t118 - t123);
-        const double t125 = static_cast<double>(K);
-        const double t126 = (t125 * C);
-        const double t127 = static_cast<double>(t124);
-        const double t128 = (t127 - t126);
-        r81 = t128;
+        const float frobenius = (acc115 + acc121);
+        const float t125 = ks::ipow<2>(wishart_gamma);
+        const float t126 = (0.5f * t125);
+        const float t127 = (t126 * frobenius);
+        float acc128 = 0;
+        for (int64_t i129 = 0; i129 < K; ++i129) {
+            KS_OMP_SIMD(reduction(+:acc128))
+            for (int64_t i130 = 0; i130 < d; ++i130) {
+                const float qs_i131 = icf[i129 * T + i130];
+                acc128 += qs_i131;
+            }
+        }
+        const float t132 = (wishart_m * acc128);
+        const float t133 = (t127 - t132);
+        const double t134 = static_cast<double>(K);
+        const double t135 = (t134 * C);
+        const double t136 = static_cast<double>(t133);
+        const double t137 = (t136 - t135);
+        r90 = t137;
     }
-    const double t129 = (t80 + r81);
-    const float t130 = static_cast<float>(t129);
-    *out = t130;
+    const double t138 = (t89 + r90);
+    const float t139 = static_cast<float>(t138);
+    *out = t139;
     return ks::status::ok;
 }
 
@@ -943,25 +976,25 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const tmp58 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp64 = reinterpret_cast<float*>(next_slot);
+    float* const tmp63 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum113 = reinterpret_cast<float*>(next_slot);
+    float* const sum122 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod118 = reinterpret_cast<float*>(next_slot);
+    float* const prod127 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r140 = reinterpret_cast<float*>(next_slot);
+    float* const r149 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r144 = reinterpret_cast<float*>(next_slot);
+    float* const r153 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded176 = reinterpret_cast<float*>(next_slot);
+    float* const padded185 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1068,231 +1101,242 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         }
         tmp58[i59] = acc60;
     }
-    float* const tmp63 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i65 = 0; i65 < n; ++i65) {
-        float acc66 = 0;
-        KS_OMP_SIMD(reduction(+:acc66))
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            const float scores_i = scores[i65 * K + i67];
-            const float x_i68 = tmp58[i65];
-            const float t69 = (scores_i - x_i68);
-            const float t70 = ks::exp(t69);
-            tmp63[i65 * K + i67] = t70;
-            acc66 += t70;
+    for (int64_t i64 = 0; i64 < n; ++i64) {
+        const float x_i65 = tmp58[i64];
+        const float t66 = ks::abs(x_i65);
+        const bool t67 = (t66 == __builtin_huge_valf());
+        const float t68 = (t67 ? 0.0f : x_i65);
+        tmp63[i64] = t68;
+    }
+    float* const tmp69 = tmp46;  // reuses a dead buffer's space
+    float* const tmp70 = tmp58;  // reuses a dead buffer's space
+    for (int64_t i71 = 0; i71 < n; ++i71) {
+        float acc72 = 0;
+        KS_OMP_SIMD(reduction(+:acc72))
+        for (int64_t i73 = 0; i73 < K; ++i73) {
+            const float scores_i = scores[i71 * K + i73];
+            const float x_i74 = tmp63[i71];
+            const float t75 = (scores_i - x_i74);
+            const float t76 = ks::exp(t75);
+            tmp69[i71 * K + i73] = t76;
+            acc72 += t76;
         }
-        tmp64[i65] = acc66;
+        tmp70[i71] = acc72;
     }
-    float acc71 = ks::lowest<float>();
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        const float x_i73 = alphas[i72];
-        acc71 = ks::max(x_i73, acc71);
+    float acc77 = ks::lowest<float>();
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const float x_i79 = alphas[i78];
+        acc77 = ks::max(x_i79, acc77);
     }
-    float* const tmp74 = tmp;  // reuses a dead buffer's space
-    float acc75 = 0;
-    KS_OMP_SIMD(reduction(+:acc75))
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        const float alphas_i77 = alphas[i76];
-        const float x_i78 = acc71;
-        const float t79 = (alphas_i77 - x_i78);
-        const float t80 = ks::exp(t79);
-        tmp74[i76] = t80;
-        acc75 += t80;
+    const float t80 = ks::abs(acc77);
+    const bool t81 = (t80 == __builtin_huge_valf());
+    const float t82 = (t81 ? 0.0f : acc77);
+    float* const tmp83 = tmp;  // reuses a dead buffer's space
+    float acc84 = 0;
+    KS_OMP_SIMD(reduction(+:acc84))
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const float alphas_i86 = alphas[i85];
+        const float x_i87 = t82;
+        const float t88 = (alphas_i86 - x_i87);
+        const float t89 = ks::exp(t88);
+        tmp83[i85] = t89;
+        acc84 += t89;
     }
-    const float t81 = static_cast<float>(n);
-    const float t82 = (1.0f / acc75);
-    const float t83 = ks::ipow<2>(wishart_gamma);
-    const float t84 = (0.5f * t83);
-    const float t85 = ((-1.0f) * wishart_m);
-    const float t86 = ((-1.0f) * t81);
-    const float t87 = (t86 * t82);
-    float* const tmp88 = tmp58;  // reuses a dead buffer's space
-    for (int64_t i89 = 0; i89 < n; ++i89) {
-        const float x_i90 = tmp64[i89];
-        const float t91 = (1.0f / x_i90);
-        tmp88[i89] = t91;
+    const float t90 = static_cast<float>(n);
+    const float t91 = (1.0f / acc84);
+    const float t92 = ks::ipow<2>(wishart_gamma);
+    const float t93 = (0.5f * t92);
+    const float t94 = ((-1.0f) * wishart_m);
+    const float t95 = ((-1.0f) * t90);
+    const float t96 = (t95 * t91);
+    float* const tmp97 = tmp63;  // reuses a dead buffer's space
+    for (int64_t i98 = 0; i98 < n; ++i98) {
+        const float x_i99 = tmp70[i98];
+        const float t100 = (1.0f / x_i99);
+        tmp97[i98] = t100;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < n; ++i92) {
-        for (int64_t i93 = 0; i93 < K; ++i93) {
-            const float x_i94 = tmp88[i92];
-            const float x_i95 = tmp63[i92 * K + i93];
-            const float d_scores96 = (x_i94 * x_i95);
-            d_scores[i92 * K + i93] = d_scores96;
+    for (int64_t i101 = 0; i101 < n; ++i101) {
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            const float x_i103 = tmp97[i101];
+            const float x_i104 = tmp69[i101 * K + i102];
+            const float d_scores105 = (x_i103 * x_i104);
+            d_scores[i101 * K + i102] = d_scores105;
         }
     }
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i97 = 0; i97 < K; ++i97) {
-        sum[i97] = 0;
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        sum[i106] = 0;
     }
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            sum[i99] += d_scores[i98 * K + i99];
+    for (int64_t i107 = 0; i107 < n; ++i107) {
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            sum[i108] += d_scores[i107 * K + i108];
         }
     }
-    float* const tmp100 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            const float d_scores_i = d_scores[i101 * K + i102];
-            const float t103 = (d_scores_i * (-1.0f));
-            const float t104 = (t103 * 0.5f);
-            tmp100[i101 * K + i102] = t104;
+    float* const tmp109 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i110 = 0; i110 < n; ++i110) {
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            const float d_scores_i = d_scores[i110 * K + i111];
+            const float t112 = (d_scores_i * (-1.0f));
+            const float t113 = (t112 * 0.5f);
+            tmp109[i110 * K + i111] = t113;
         }
     }
-    for (int64_t i105 = 0; i105 < n; ++i105) {
-        for (int64_t i106 = 0; i106 < K; ++i106) {
-            for (int64_t i107 = 0; i107 < d; ++i107) {
-                const float mahalanobis_i108 = mahalanobis[i105 * (K * d) + i106 * d + i107];
-                const float t109 = (2.0f * mahalanobis_i108);
-                const float x_i110 = tmp100[i105 * K + i106];
-                const float d_mahalanobis111 = (x_i110 * t109);
-                d_mahalanobis[i105 * (K * d) + i106 * d + i107] = d_mahalanobis111;
+    for (int64_t i114 = 0; i114 < n; ++i114) {
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            for (int64_t i116 = 0; i116 < d; ++i116) {
+                const float mahalanobis_i117 = mahalanobis[i114 * (K * d) + i115 * d + i116];
+                const float t118 = (2.0f * mahalanobis_i117);
+                const float x_i119 = tmp109[i114 * K + i115];
+                const float d_mahalanobis120 = (x_i119 * t118);
+                d_mahalanobis[i114 * (K * d) + i115 * d + i116] = d_mahalanobis120;
             }
         }
     }
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i112 * d), 1, K * d}, {(centered + i112 * d), K * d, 1}, {(prod + i112 * (d * d)), d, 1}, false);
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i121 * d), 1, K * d}, {(centered + i121 * d), K * d, 1}, {(prod + i121 * (d * d)), d, 1}, false);
     }
-    for (int64_t i114 = 0; i114 < K * d; ++i114) {
-        sum113[i114] = 0;
+    for (int64_t i123 = 0; i123 < K * d; ++i123) {
+        sum122[i123] = 0;
     }
-    for (int64_t i115 = 0; i115 < n; ++i115) {
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                sum113[i116 * d + i117] += d_mahalanobis[i115 * (K * d) + i116 * d + i117];
-            }
-        }
-    }
-    for (int64_t i119 = 0; i119 < K * d; ++i119) {
-        prod118[i119] = 0;
-    }
-    for (int64_t i120 = 0; i120 < K; ++i120) {
-        for (int64_t i121 = 0; i121 < d; ++i121) {
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                prod118[i120 * d + i122] += sum113[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
-            }
-        }
-    }
-    float* const tmp123 = sum113;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < 1; ++i124) {
+    for (int64_t i124 = 0; i124 < n; ++i124) {
         for (int64_t i125 = 0; i125 < K; ++i125) {
             for (int64_t i126 = 0; i126 < d; ++i126) {
-                const float x_i127 = prod118[i124 * (K * d) + i125 * d + i126];
-                const float t128 = (x_i127 * (-1.0f));
-                tmp123[i124 * (K * d) + i125 * d + i126] = t128;
+                sum122[i125 * d + i126] += d_mahalanobis[i124 * (K * d) + i125 * d + i126];
             }
         }
     }
-    float* const d_qs = prod118;  // reuses a dead buffer's space
+    for (int64_t i128 = 0; i128 < K * d; ++i128) {
+        prod127[i128] = 0;
+    }
     for (int64_t i129 = 0; i129 < K; ++i129) {
         for (int64_t i130 = 0; i130 < d; ++i130) {
-            const float qs_i131 = icf[i129 * T + i130];
-            const float t132 = ks::exp(qs_i131);
-            const float t133 = (2.0f * t132);
-            const float x_i134 = t84;
-            const float t135 = (x_i134 * t133);
-            const float t136 = (t135 * t132);
-            const float d_qs_i = t85;
-            const float d_qs137 = (d_qs_i + t136);
-            const float x_i138 = sum[i129];
-            const float d_qs139 = (d_qs137 + x_i138);
-            d_qs[i129 * d + i130] = d_qs139;
-        }
-    }
-    for (int64_t i141 = 0; i141 < K * T; ++i141) {
-        r140[i141] = 0.0f;
-    }
-    for (int64_t k142 = K - 1; k142 >= 0; --k142) {
-        float* const r143 = r10;  // reuses a dead buffer's space
-        float r145;
-        for (int64_t i146 = 0; i146 < d; ++i146) {
-            r143[i146] = 0.0f;
-        }
-        for (int64_t i147 = 0; i147 < T; ++i147) {
-            r144[i147] = 0.0f;
-        }
-        r145 = 0.0f;
-        for (int64_t k148 = d - 1; k148 >= 0; --k148) {
-            float r149;
-            float r150;
-            r149 = 0.0f;
-            r150 = r145;
-            for (int64_t k151 = d - 1; k151 >= 0; --k151) {
-                const int64_t t152 = ((2*d) - k151);
-                const int64_t t153 = (t152 - int64_t{1});
-                const int64_t t154 = (k151 * t153);
-                const int64_t t155 = ks::floordiv(t154, int64_t{2});
-                const int64_t t156 = (d + t155);
-                const int64_t t157 = (t156 + k148);
-                const int64_t t158 = (t157 - k151);
-                const int64_t t159 = (t158 - int64_t{1});
-                const float t160 = ((((r3 + k142 * (d * d)) + k148 * d) + k151)[0] ? (((prod + k142 * (d * d)) + k148 * d) + k151)[0] : 0.0f);
-                const float t161 = ((((r3 + k142 * (d * d)) + k148 * d) + k151)[0] ? 0.0f : (((prod + k142 * (d * d)) + k148 * d) + k151)[0]);
-                const float t162 = ((((r2 + k142 * (d * d)) + k148 * d) + k151)[0] ? t161 : 0.0f);
-                (r144 + ks::clamp_index(t159, T))[0] += t162;
-                const float t163 = (t160 * (((r1 + k142 * (d * d)) + k148 * d) + k151)[0]);
-                const float t164 = (r149 + t163);
-                r149 = t164;
+            for (int64_t i131 = 0; i131 < d; ++i131) {
+                prod127[i129 * d + i131] += sum122[i129 * d + i130] * r[i129 * (d * d) + i130 * d + i131];
             }
-            (r143 + k148)[0] += r149;
-            r145 = r150;
-        }
-        (r143 + ks::clamp_index(int64_t{0}, d))[0] += r145;
-        for (int64_t i165 = 0; i165 < T; ++i165) {
-            (r140 + k142 * T)[i165] += r144[i165];
-        }
-        for (int64_t i166 = 0; i166 < d; ++i166) {
-            (d_qs + k142 * d)[i166] += r143[i166];
         }
     }
-    for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
-            const float ls_i = (icf + d)[i167 * T + i168];
-            const float t169 = (2.0f * ls_i);
-            const float x_i170 = t84;
-            const float d_ls171 = (x_i170 * t169);
-            d_ls[i167 * ((T - d)) + i168] = d_ls171;
+    float* const tmp132 = sum122;  // reuses a dead buffer's space
+    for (int64_t i133 = 0; i133 < 1; ++i133) {
+        for (int64_t i134 = 0; i134 < K; ++i134) {
+            for (int64_t i135 = 0; i135 < d; ++i135) {
+                const float x_i136 = prod127[i133 * (K * d) + i134 * d + i135];
+                const float t137 = (x_i136 * (-1.0f));
+                tmp132[i133 * (K * d) + i134 * d + i135] = t137;
+            }
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            padded[i172 * T + i173] = 0.0f;
+    float* const d_qs = prod127;  // reuses a dead buffer's space
+    for (int64_t i138 = 0; i138 < K; ++i138) {
+        for (int64_t i139 = 0; i139 < d; ++i139) {
+            const float qs_i140 = icf[i138 * T + i139];
+            const float t141 = ks::exp(qs_i140);
+            const float t142 = (2.0f * t141);
+            const float x_i143 = t93;
+            const float t144 = (x_i143 * t142);
+            const float t145 = (t144 * t141);
+            const float d_qs_i = t94;
+            const float d_qs146 = (d_qs_i + t145);
+            const float x_i147 = sum[i138];
+            const float d_qs148 = (d_qs146 + x_i147);
+            d_qs[i138 * d + i139] = d_qs148;
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        for (int64_t i175 = 0; i175 < (T - d); ++i175) {
-            (padded + d)[i174 * T + i175] = d_ls[i174 * ((T - d)) + i175];
+    for (int64_t i150 = 0; i150 < K * T; ++i150) {
+        r149[i150] = 0.0f;
+    }
+    for (int64_t k151 = K - 1; k151 >= 0; --k151) {
+        float* const r152 = r10;  // reuses a dead buffer's space
+        float r154;
+        for (int64_t i155 = 0; i155 < d; ++i155) {
+            r152[i155] = 0.0f;
+        }
+        for (int64_t i156 = 0; i156 < T; ++i156) {
+            r153[i156] = 0.0f;
+        }
+        r154 = 0.0f;
+        for (int64_t k157 = d - 1; k157 >= 0; --k157) {
+            float r158;
+            float r159;
+            r158 = 0.0f;
+            r159 = r154;
+            for (int64_t k160 = d - 1; k160 >= 0; --k160) {
+                const int64_t t161 = ((2*d) - k160);
+                const int64_t t162 = (t161 - int64_t{1});
+                const int64_t t163 = (k160 * t162);
+                const int64_t t164 = ks::floordiv(t163, int64_t{2});
+                const int64_t t165 = (d + t164);
+                const int64_t t166 = (t165 + k157);
+                const int64_t t167 = (t166 - k160);
+                const int64_t t168 = (t167 - int64_t{1});
+                const float t169 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? (((prod + k151 * (d * d)) + k157 * d) + k160)[0] : 0.0f);
+                const float t170 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? 0.0f : (((prod + k151 * (d * d)) + k157 * d) + k160)[0]);
+                const float t171 = ((((r2 + k151 * (d * d)) + k157 * d) + k160)[0] ? t170 : 0.0f);
+                (r153 + ks::clamp_index(t168, T))[0] += t171;
+                const float t172 = (t169 * (((r1 + k151 * (d * d)) + k157 * d) + k160)[0]);
+                const float t173 = (r158 + t172);
+                r158 = t173;
+            }
+            (r152 + k157)[0] += r158;
+            r154 = r159;
+        }
+        (r152 + ks::clamp_index(int64_t{0}, d))[0] += r154;
+        for (int64_t i174 = 0; i174 < T; ++i174) {
+            (r149 + k151 * T)[i174] += r153[i174];
+        }
+        for (int64_t i175 = 0; i175 < d; ++i175) {
+            (d_qs + k151 * d)[i175] += r152[i175];
         }
     }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < (T - d); ++i178) {
-            (padded176 + d)[i177 * T + i178] = 0.0f;
-        }
-    }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        for (int64_t i180 = 0; i180 < d; ++i180) {
-            padded176[i179 * T + i180] = d_qs[i179 * d + i180];
+    for (int64_t i176 = 0; i176 < K; ++i176) {
+        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
+            const float ls_i = (icf + d)[i176 * T + i177];
+            const float t178 = (2.0f * ls_i);
+            const float x_i179 = t93;
+            const float d_ls180 = (x_i179 * t178);
+            d_ls[i176 * ((T - d)) + i177] = d_ls180;
         }
     }
     for (int64_t i181 = 0; i181 < K; ++i181) {
-        const float x_i182 = t87;
-        const float x_i183 = tmp74[i181];
-        const float d_alphas = (x_i182 * x_i183);
-        const float d_base_i = sum[i181];
-        const float d_alphas184 = (d_alphas + d_base_i);
-        out_d_alphas[i181] = d_alphas184;
-    }
-    for (int64_t i185 = 0; i185 < K; ++i185) {
-        for (int64_t i186 = 0; i186 < T; ++i186) {
-            const float x_i187 = r140[i185 * T + i186];
-            const float x_i188 = padded[i185 * T + i186];
-            const float d_icf = (x_i187 + x_i188);
-            const float x_i189 = padded176[i185 * T + i186];
-            const float d_icf190 = (d_icf + x_i189);
-            out_d_icf[i185 * T + i186] = d_icf190;
+        for (int64_t i182 = 0; i182 < d; ++i182) {
+            padded[i181 * T + i182] = 0.0f;
         }
     }
-    for (int64_t i191 = 0; i191 < K * d; ++i191) {
-        out_d_means[i191] = tmp123[i191];
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < (T - d); ++i184) {
+            (padded + d)[i183 * T + i184] = d_ls[i183 * ((T - d)) + i184];
+        }
+    }
+    for (int64_t i186 = 0; i186 < K; ++i186) {
+        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
+            (padded185 + d)[i186 * T + i187] = 0.0f;
+        }
+    }
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < d; ++i189) {
+            padded185[i188 * T + i189] = d_qs[i188 * d + i189];
+        }
+    }
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        const float x_i191 = t96;
+        const float x_i192 = tmp83[i190];
+        const float d_alphas = (x_i191 * x_i192);
+        const float d_base_i = sum[i190];
+        const float d_alphas193 = (d_alphas + d_base_i);
+        out_d_alphas[i190] = d_alphas193;
+    }
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < T; ++i195) {
+            const float x_i196 = r149[i194 * T + i195];
+            const float x_i197 = padded[i194 * T + i195];
+            const float d_icf = (x_i196 + x_i197);
+            const float x_i198 = padded185[i194 * T + i195];
+            const float d_icf199 = (d_icf + x_i198);
+            out_d_icf[i194 * T + i195] = d_icf199;
+        }
+    }
+    for (int64_t i200 = 0; i200 < K * d; ++i200) {
+        out_d_means[i200] = tmp132[i200];
     }
     return ks::status::ok;
 }
@@ -1427,118 +1471,124 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
             const double x_i50 = tmp42[i49];
             acc48 = ks::max(x_i50, acc48);
         }
-        double acc51 = 0;
-        KS_OMP_SIMD(reduction(+:acc51))
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = tmp42[i52];
-            const double x_i54 = acc48;
-            const double t55 = (x_i53 - x_i54);
-            const double t56 = ks::exp(t55);
-            acc51 += t56;
+        const double t51 = ks::abs(acc48);
+        const bool t52 = (t51 == __builtin_huge_val());
+        const double t53 = (t52 ? 0.0 : acc48);
+        double acc54 = 0;
+        KS_OMP_SIMD(reduction(+:acc54))
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            const double x_i56 = tmp42[i55];
+            const double x_i57 = t53;
+            const double t58 = (x_i56 - x_i57);
+            const double t59 = ks::exp(t58);
+            acc54 += t59;
         }
-        const double t57 = ks::log(acc51);
-        const double t58 = (t57 + acc48);
-        const double __sum_66_14 = (slse + t58);
+        const double t60 = ks::log(acc54);
+        const double t61 = (t60 + t53);
+        const double __sum_66_14 = (slse + t61);
         slse = __sum_66_14;
     }
-    const int64_t t59 = (-n);
-    const int64_t t60 = (t59 * d);
-    const double t61 = static_cast<double>(t60);
-    const double t62 = (t61 * 0.5);
-    const double constant = (t62 * 1.8378770664093453);
-    const double t63 = (constant + slse);
-    double acc64 = ks::lowest<double>();
-    for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double x_i66 = alphas[i65];
-        acc64 = ks::max(x_i66, acc64);
-    }
-    double acc67 = 0;
-    KS_OMP_SIMD(reduction(+:acc67))
+    const int64_t t62 = (-n);
+    const int64_t t63 = (t62 * d);
+    const double t64 = static_cast<double>(t63);
+    const double t65 = (t64 * 0.5);
+    const double constant = (t65 * 1.8378770664093453);
+    const double t66 = (constant + slse);
+    double acc67 = ks::lowest<double>();
     for (int64_t i68 = 0; i68 < K; ++i68) {
-        const double alphas_i69 = alphas[i68];
-        const double x_i70 = acc64;
-        const double t71 = (alphas_i69 - x_i70);
-        const double t72 = ks::exp(t71);
-        acc67 += t72;
+        const double x_i69 = alphas[i68];
+        acc67 = ks::max(x_i69, acc67);
     }
-    const double t73 = ks::log(acc67);
-    const double t74 = (t73 + acc64);
-    const double t75 = static_cast<double>(n);
-    const double t76 = (t75 * t74);
-    const double t77 = (t63 - t76);
-    double r78;
+    const double t70 = ks::abs(acc67);
+    const bool t71 = (t70 == __builtin_huge_val());
+    const double t72 = (t71 ? 0.0 : acc67);
+    double acc73 = 0;
+    KS_OMP_SIMD(reduction(+:acc73))
+    for (int64_t i74 = 0; i74 < K; ++i74) {
+        const double alphas_i75 = alphas[i74];
+        const double x_i76 = t72;
+        const double t77 = (alphas_i75 - x_i76);
+        const double t78 = ks::exp(t77);
+        acc73 += t78;
+    }
+    const double t79 = ks::log(acc73);
+    const double t80 = (t79 + t72);
+    const double t81 = static_cast<double>(n);
+    const double t82 = (t81 * t80);
+    const double t83 = (t66 - t82);
+    double r84;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t79 = static_cast<double>(d);
-        const double t80 = (t79 + wishart_m);
-        const double n_w = (t80 + 1.0);
-        const double t81 = (n_w * t79);
-        const double t82 = ks::log(wishart_gamma);
-        const double t83 = (t82 - 0.34657359027997264);
-        const double t84 = (t81 * t83);
-        const double t85 = (0.5 * n_w);
-        double r86;
+        const double t85 = static_cast<double>(d);
+        const double t86 = (t85 + wishart_m);
+        const double n_w = (t86 + 1.0);
+        const double t87 = (n_w * t85);
+        const double t88 = ks::log(wishart_gamma);
+        const double t89 = (t88 - 0.34657359027997264);
+        const double t90 = (t87 * t89);
+        const double t91 = (0.5 * n_w);
+        double r92;
         {  // log_gamma_d(a)
-            const double t87 = static_cast<double>(d);
-            const double t88 = (0.25 * t87);
-            const double t89 = static_cast<double>((d - 1));
-            const double t90 = (t88 * t89);
-            const double t91 = (t90 * 1.1447298858494002);
-            double r92;
-            r92 = 0.0;
-            for (int64_t k93 = 0; k93 < d; ++k93) {
-                const int64_t t94 = (k93 + int64_t{1});
-                const int64_t t95 = (int64_t{1} - t94);
-                const double t96 = static_cast<double>(t95);
-                const double t97 = (0.5 * t96);
-                const double t98 = (t85 + t97);
-                const double t99 = std::lgamma(t98);
-                const double __sum_25_55 = (r92 + t99);
-                r92 = __sum_25_55;
+            const double t93 = static_cast<double>(d);
+            const double t94 = (0.25 * t93);
+            const double t95 = static_cast<double>((d - 1));
+            const double t96 = (t94 * t95);
+            const double t97 = (t96 * 1.1447298858494002);
+            double r98;
+            r98 = 0.0;
+            for (int64_t k99 = 0; k99 < d; ++k99) {
+                const int64_t t100 = (k99 + int64_t{1});
+                const int64_t t101 = (int64_t{1} - t100);
+                const double t102 = static_cast<double>(t101);
+                const double t103 = (0.5 * t102);
+                const double t104 = (t91 + t103);
+                const double t105 = std::lgamma(t104);
+                const double __sum_25_55 = (r98 + t105);
+                r98 = __sum_25_55;
             }
-            const double t100 = (t91 + r92);
-            r86 = t100;
+            const double t106 = (t97 + r98);
+            r92 = t106;
         }
-        const double C = (t84 - r86);
-        double acc101 = 0;
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            KS_OMP_SIMD(reduction(+:acc101))
-            for (int64_t i103 = 0; i103 < d; ++i103) {
-                const double qs_i104 = icf[i102 * T + i103];
-                const double t105 = ks::exp(qs_i104);
-                const double t106 = ks::ipow<2>(t105);
-                acc101 += t106;
-            }
-        }
+        const double C = (t90 - r92);
         double acc107 = 0;
         for (int64_t i108 = 0; i108 < K; ++i108) {
             KS_OMP_SIMD(reduction(+:acc107))
-            for (int64_t i109 = 0; i109 < (T - d); ++i109) {
-                const double ls_i = (icf + d)[i108 * T + i109];
-                const double t110 = ks::ipow<2>(ls_i);
-                acc107 += t110;
+            for (int64_t i109 = 0; i109 < d; ++i109) {
+                const double qs_i110 = icf[i108 * T + i109];
+                const double t111 = ks::exp(qs_i110);
+                const double t112 = ks::ipow<2>(t111);
+                acc107 += t112;
             }
         }
-        const double frobenius = (acc101 + acc107);
-        const double t111 = ks::ipow<2>(wishart_gamma);
-        const double t112 = (0.5 * t111);
-        const double t113 = (t112 * frobenius);
-        double acc114 = 0;
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            KS_OMP_SIMD(reduction(+:acc114))
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                const double qs_i117 = icf[i115 * T + i116];
-                acc114 += qs_i117;
+        double acc113 = 0;
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            KS_OMP_SIMD(reduction(+:acc113))
+            for (int64_t i115 = 0; i115 < (T - d); ++i115) {
+                const double ls_i = (icf + d)[i114 * T + i115];
+                const double t116 = ks::ipow<2>(ls_i);
+                acc113 += t116;
             }
         }
-        const double t118 = (wishart_m * acc114);
-        const double t119 = (t113 - t118);
-        const double t120 = static_cast<double>(K);
-        const double t121 = (t120 * C);
-        const double t122 = (t119 - t121);
-        r78 = t122;
+        const double frobenius = (acc107 + acc113);
+        const double t117 = ks::ipow<2>(wishart_gamma);
+        const double t118 = (0.5 * t117);
+        const double t119 = (t118 * frobenius);
+        double acc120 = 0;
+        for (int64_t i121 = 0; i121 < K; ++i121) {
+            KS_OMP_SIMD(reduction(+:acc120))
+            for (int64_t i122 = 0; i122 < d; ++i122) {
+                const double qs_i123 = icf[i121 * T + i122];
+                acc120 += qs_i123;
+            }
+        }
+        const double t124 = (wishart_m * acc120);
+        const double t125 = (t119 - t124);
+        const double t126 = static_cast<double>(K);
+        const double t127 = (t126 * C);
+        const double t128 = (t125 - t127);
+        r84 = t128;
     }
-    const double t123 = (t77 + r78);
-    *out = t123;
+    const double t129 = (t83 + r84);
+    *out = t129;
     return ks::status::ok;
 }
 
@@ -1597,19 +1647,19 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const tmp62 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r99 = reinterpret_cast<double*>(next_slot);
+    double* const r105 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp108 = reinterpret_cast<double*>(next_slot);
+    double* const tmp114 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r155 = reinterpret_cast<double*>(next_slot);
+    double* const r161 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r159 = reinterpret_cast<double*>(next_slot);
+    double* const r165 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded191 = reinterpret_cast<double*>(next_slot);
+    double* const padded197 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1731,235 +1781,241 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
             const double x_i70 = tmp62[i69];
             acc68 = ks::max(x_i70, acc68);
         }
-        double* const tmp71 = tmp;  // reuses a dead buffer's space
-        double acc72 = 0;
-        KS_OMP_SIMD(reduction(+:acc72))
-        for (int64_t i73 = 0; i73 < K; ++i73) {
-            const double x_i74 = tmp62[i73];
-            const double x_i75 = acc68;
-            const double t76 = (x_i74 - x_i75);
-            const double t77 = ks::exp(t76);
-            tmp71[i73] = t77;
-            acc72 += t77;
+        const double t71 = ks::abs(acc68);
+        const bool t72 = (t71 == __builtin_huge_val());
+        const double t73 = (t72 ? 0.0 : acc68);
+        double* const tmp74 = tmp;  // reuses a dead buffer's space
+        double acc75 = 0;
+        KS_OMP_SIMD(reduction(+:acc75))
+        for (int64_t i76 = 0; i76 < K; ++i76) {
+            const double x_i77 = tmp62[i76];
+            const double x_i78 = t73;
+            const double t79 = (x_i77 - x_i78);
+            const double t80 = ks::exp(t79);
+            tmp74[i76] = t80;
+            acc75 += t80;
         }
-        for (int64_t i78 = 0; i78 < K * d; ++i78) {
-            (r39 + k43 * (K * d))[i78] = tmp44[i78];
+        for (int64_t i81 = 0; i81 < K * d; ++i81) {
+            (r39 + k43 * (K * d))[i81] = tmp44[i81];
         }
-        for (int64_t i79 = 0; i79 < K * d; ++i79) {
-            (r40 + k43 * (K * d))[i79] = prod[i79];
+        for (int64_t i82 = 0; i82 < K * d; ++i82) {
+            (r40 + k43 * (K * d))[i82] = prod[i82];
         }
-        for (int64_t i80 = 0; i80 < K; ++i80) {
-            (r41 + k43 * K)[i80] = tmp71[i80];
+        for (int64_t i83 = 0; i83 < K; ++i83) {
+            (r41 + k43 * K)[i83] = tmp74[i83];
         }
-        (r42 + k43)[0] = acc72;
+        (r42 + k43)[0] = acc75;
     }
-    double acc81 = ks::lowest<double>();
-    for (int64_t i82 = 0; i82 < K; ++i82) {
-        const double x_i83 = alphas[i82];
-        acc81 = ks::max(x_i83, acc81);
+    double acc84 = ks::lowest<double>();
+    for (int64_t i85 = 0; i85 < K; ++i85) {
+        const double x_i86 = alphas[i85];
+        acc84 = ks::max(x_i86, acc84);
     }
-    double* const tmp84 = tmp;  // reuses a dead buffer's space
-    double acc85 = 0;
-    KS_OMP_SIMD(reduction(+:acc85))
-    for (int64_t i86 = 0; i86 < K; ++i86) {
-        const double alphas_i87 = alphas[i86];
-        const double x_i88 = acc81;
-        const double t89 = (alphas_i87 - x_i88);
-        const double t90 = ks::exp(t89);
-        tmp84[i86] = t90;
-        acc85 += t90;
+    const double t87 = ks::abs(acc84);
+    const bool t88 = (t87 == __builtin_huge_val());
+    const double t89 = (t88 ? 0.0 : acc84);
+    double* const tmp90 = tmp;  // reuses a dead buffer's space
+    double acc91 = 0;
+    KS_OMP_SIMD(reduction(+:acc91))
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        const double alphas_i93 = alphas[i92];
+        const double x_i94 = t89;
+        const double t95 = (alphas_i93 - x_i94);
+        const double t96 = ks::exp(t95);
+        tmp90[i92] = t96;
+        acc91 += t96;
     }
-    const double t91 = static_cast<double>(n);
-    const double t92 = (1.0 / acc85);
-    const double t93 = ks::ipow<2>(wishart_gamma);
-    const double t94 = (0.5 * t93);
-    const double t95 = ((-1.0) * wishart_m);
-    const double t96 = ((-1.0) * t91);
-    const double t97 = (t96 * t92);
-    double* const r98 = base;  // reuses a dead buffer's space
-    double r100;
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        r98[i101] = 0.0;
+    const double t97 = static_cast<double>(n);
+    const double t98 = (1.0 / acc91);
+    const double t99 = ks::ipow<2>(wishart_gamma);
+    const double t100 = (0.5 * t99);
+    const double t101 = ((-1.0) * wishart_m);
+    const double t102 = ((-1.0) * t97);
+    const double t103 = (t102 * t98);
+    double* const r104 = base;  // reuses a dead buffer's space
+    double r106;
+    for (int64_t i107 = 0; i107 < K; ++i107) {
+        r104[i107] = 0.0;
     }
-    for (int64_t i102 = 0; i102 < K * d * d; ++i102) {
-        r99[i102] = 0.0;
+    for (int64_t i108 = 0; i108 < K * d * d; ++i108) {
+        r105[i108] = 0.0;
     }
-    for (int64_t i103 = 0; i103 < K * d; ++i103) {
-        out_d_means[i103] = 0.0;
+    for (int64_t i109 = 0; i109 < K * d; ++i109) {
+        out_d_means[i109] = 0.0;
     }
-    r100 = 1.0;
-    for (int64_t k104 = n - 1; k104 >= 0; --k104) {
-        const double t105 = (1.0 / (r42 + k104)[0]);
-        const double t106 = (r100 * t105);
-        double* const tmp107 = tmp62;  // reuses a dead buffer's space
-        for (int64_t i109 = 0; i109 < K; ++i109) {
-            const double x_i110 = t106;
-            const double x_i111 = (r41 + k104 * K)[i109];
-            const double t112 = (x_i110 * x_i111);
-            tmp107[i109] = t112;
-            const double t113 = (t112 * (-1.0));
-            const double t114 = (t113 * 0.5);
-            tmp108[i109] = t114;
+    r106 = 1.0;
+    for (int64_t k110 = n - 1; k110 >= 0; --k110) {
+        const double t111 = (1.0 / (r42 + k110)[0]);
+        const double t112 = (r106 * t111);
+        double* const tmp113 = tmp62;  // reuses a dead buffer's space
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            const double x_i116 = t112;
+            const double x_i117 = (r41 + k110 * K)[i115];
+            const double t118 = (x_i116 * x_i117);
+            tmp113[i115] = t118;
+            const double t119 = (t118 * (-1.0));
+            const double t120 = (t119 * 0.5);
+            tmp114[i115] = t120;
         }
-        double* const tmp115 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                const double x_i118 = (r40 + k104 * (K * d))[i116 * d + i117];
-                const double t119 = (2.0 * x_i118);
-                const double x_i120 = tmp108[i116];
-                const double t121 = (x_i120 * t119);
-                tmp115[i116 * d + i117] = t121;
+        double* const tmp121 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i122 = 0; i122 < K; ++i122) {
+            for (int64_t i123 = 0; i123 < d; ++i123) {
+                const double x_i124 = (r40 + k110 * (K * d))[i122 * d + i123];
+                const double t125 = (2.0 * x_i124);
+                const double x_i126 = tmp114[i122];
+                const double t127 = (x_i126 * t125);
+                tmp121[i122 * d + i123] = t127;
             }
         }
-        double* const prod122 = prod;  // reuses a dead buffer's space
-        for (int64_t i123 = 0; i123 < K * d; ++i123) {
-            prod122[i123] = 0;
+        double* const prod128 = prod;  // reuses a dead buffer's space
+        for (int64_t i129 = 0; i129 < K * d; ++i129) {
+            prod128[i129] = 0;
         }
-        for (int64_t i124 = 0; i124 < K; ++i124) {
-            for (int64_t i125 = 0; i125 < d; ++i125) {
-                for (int64_t i126 = 0; i126 < d; ++i126) {
-                    prod122[i124 * d + i126] += tmp115[i124 * d + i125] * r[i124 * (d * d) + i125 * d + i126];
+        for (int64_t i130 = 0; i130 < K; ++i130) {
+            for (int64_t i131 = 0; i131 < d; ++i131) {
+                for (int64_t i132 = 0; i132 < d; ++i132) {
+                    prod128[i130 * d + i132] += tmp121[i130 * d + i131] * r[i130 * (d * d) + i131 * d + i132];
                 }
             }
         }
-        for (int64_t i127 = 0; i127 < K; ++i127) {
-            for (int64_t i128 = 0; i128 < d; ++i128) {
-                for (int64_t i129 = 0; i129 < d; ++i129) {
-                    r99[i127 * (d * d) + i128 * d + i129] += tmp115[i127 * d + i128] * (r39 + k104 * (K * d))[i127 * d + i129];
+        for (int64_t i133 = 0; i133 < K; ++i133) {
+            for (int64_t i134 = 0; i134 < d; ++i134) {
+                for (int64_t i135 = 0; i135 < d; ++i135) {
+                    r105[i133 * (d * d) + i134 * d + i135] += tmp121[i133 * d + i134] * (r39 + k110 * (K * d))[i133 * d + i135];
                 }
             }
         }
-        double* const tmp130 = tmp108;  // reuses a dead buffer's space
-        for (int64_t i131 = 0; i131 < K; ++i131) {
-            const double x_i132 = r98[i131];
-            const double x_i133 = tmp107[i131];
-            const double t134 = (x_i132 + x_i133);
-            tmp130[i131] = t134;
+        double* const tmp136 = tmp114;  // reuses a dead buffer's space
+        for (int64_t i137 = 0; i137 < K; ++i137) {
+            const double x_i138 = r104[i137];
+            const double x_i139 = tmp113[i137];
+            const double t140 = (x_i138 + x_i139);
+            tmp136[i137] = t140;
         }
-        double* const tmp135 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i136 = 0; i136 < K; ++i136) {
-            for (int64_t i137 = 0; i137 < d; ++i137) {
-                const double x_i138 = prod122[i136 * d + i137];
-                const double t139 = (x_i138 * (-1.0));
-                const double x_i140 = out_d_means[i136 * d + i137];
-                const double t141 = (x_i140 + t139);
-                tmp135[i136 * d + i137] = t141;
-            }
-        }
+        double* const tmp141 = tmp44;  // reuses a dead buffer's space
         for (int64_t i142 = 0; i142 < K; ++i142) {
-            r98[i142] = tmp130[i142];
+            for (int64_t i143 = 0; i143 < d; ++i143) {
+                const double x_i144 = prod128[i142 * d + i143];
+                const double t145 = (x_i144 * (-1.0));
+                const double x_i146 = out_d_means[i142 * d + i143];
+                const double t147 = (x_i146 + t145);
+                tmp141[i142 * d + i143] = t147;
+            }
         }
-        for (int64_t i143 = 0; i143 < K * d; ++i143) {
-            out_d_means[i143] = tmp135[i143];
+        for (int64_t i148 = 0; i148 < K; ++i148) {
+            r104[i148] = tmp136[i148];
+        }
+        for (int64_t i149 = 0; i149 < K * d; ++i149) {
+            out_d_means[i149] = tmp141[i149];
         }
     }
     double* const d_qs = tmp44;  // reuses a dead buffer's space
-    for (int64_t i144 = 0; i144 < K; ++i144) {
-        for (int64_t i145 = 0; i145 < d; ++i145) {
-            const double qs_i146 = icf[i144 * T + i145];
-            const double t147 = ks::exp(qs_i146);
-            const double t148 = (2.0 * t147);
-            const double x_i149 = t94;
-            const double t150 = (x_i149 * t148);
-            const double t151 = (t150 * t147);
-            const double d_qs_i = t95;
-            const double d_qs152 = (d_qs_i + t151);
-            const double x_i153 = r98[i144];
-            const double d_qs154 = (d_qs152 + x_i153);
-            d_qs[i144 * d + i145] = d_qs154;
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            const double qs_i152 = icf[i150 * T + i151];
+            const double t153 = ks::exp(qs_i152);
+            const double t154 = (2.0 * t153);
+            const double x_i155 = t100;
+            const double t156 = (x_i155 * t154);
+            const double t157 = (t156 * t153);
+            const double d_qs_i = t101;
+            const double d_qs158 = (d_qs_i + t157);
+            const double x_i159 = r104[i150];
+            const double d_qs160 = (d_qs158 + x_i159);
+            d_qs[i150 * d + i151] = d_qs160;
         }
     }
-    for (int64_t i156 = 0; i156 < K * T; ++i156) {
-        r155[i156] = 0.0;
+    for (int64_t i162 = 0; i162 < K * T; ++i162) {
+        r161[i162] = 0.0;
     }
-    for (int64_t k157 = K - 1; k157 >= 0; --k157) {
-        double* const r158 = r10;  // reuses a dead buffer's space
-        double r160;
-        for (int64_t i161 = 0; i161 < d; ++i161) {
-            r158[i161] = 0.0;
+    for (int64_t k163 = K - 1; k163 >= 0; --k163) {
+        double* const r164 = r10;  // reuses a dead buffer's space
+        double r166;
+        for (int64_t i167 = 0; i167 < d; ++i167) {
+            r164[i167] = 0.0;
         }
-        for (int64_t i162 = 0; i162 < T; ++i162) {
-            r159[i162] = 0.0;
+        for (int64_t i168 = 0; i168 < T; ++i168) {
+            r165[i168] = 0.0;
         }
-        r160 = 0.0;
-        for (int64_t k163 = d - 1; k163 >= 0; --k163) {
-            double r164;
-            double r165;
-            r164 = 0.0;
-            r165 = r160;
-            for (int64_t k166 = d - 1; k166 >= 0; --k166) {
-                const int64_t t167 = ((2*d) - k166);
-                const int64_t t168 = (t167 - int64_t{1});
-                const int64_t t169 = (k166 * t168);
-                const int64_t t170 = ks::floordiv(t169, int64_t{2});
-                const int64_t t171 = (d + t170);
-                const int64_t t172 = (t171 + k163);
-                const int64_t t173 = (t172 - k166);
+        r166 = 0.0;
+        for (int64_t k169 = d - 1; k169 >= 0; --k169) {
+            double r170;
+            double r171;
+            r170 = 0.0;
+            r171 = r166;
+            for (int64_t k172 = d - 1; k172 >= 0; --k172) {
+                const int64_t t173 = ((2*d) - k172);
                 const int64_t t174 = (t173 - int64_t{1});
-                const double t175 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? (((r99 + k157 * (d * d)) + k163 * d) + k166)[0] : 0.0);
-                const double t176 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? 0.0 : (((r99 + k157 * (d * d)) + k163 * d) + k166)[0]);
-                const double t177 = ((((r2 + k157 * (d * d)) + k163 * d) + k166)[0] ? t176 : 0.0);
-                (r159 + ks::clamp_index(t174, T))[0] += t177;
-                const double t178 = (t175 * (((r1 + k157 * (d * d)) + k163 * d) + k166)[0]);
-                const double t179 = (r164 + t178);
-                r164 = t179;
+                const int64_t t175 = (k172 * t174);
+                const int64_t t176 = ks::floordiv(t175, int64_t{2});
+                const int64_t t177 = (d + t176);
+                const int64_t t178 = (t177 + k169);
+                const int64_t t179 = (t178 - k172);
+                const int64_t t180 = (t179 - int64_t{1});
+                const double t181 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? (((r105 + k163 * (d * d)) + k169 * d) + k172)[0] : 0.0);
+                const double t182 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? 0.0 : (((r105 + k163 * (d * d)) + k169 * d) + k172)[0]);
+                const double t183 = ((((r2 + k163 * (d * d)) + k169 * d) + k172)[0] ? t182 : 0.0);
+                (r165 + ks::clamp_index(t180, T))[0] += t183;
+                const double t184 = (t181 * (((r1 + k163 * (d * d)) + k169 * d) + k172)[0]);
+                const double t185 = (r170 + t184);
+                r170 = t185;
             }
-            (r158 + k163)[0] += r164;
-            r160 = r165;
+            (r164 + k169)[0] += r170;
+            r166 = r171;
         }
-        (r158 + ks::clamp_index(int64_t{0}, d))[0] += r160;
-        for (int64_t i180 = 0; i180 < T; ++i180) {
-            (r155 + k157 * T)[i180] += r159[i180];
+        (r164 + ks::clamp_index(int64_t{0}, d))[0] += r166;
+        for (int64_t i186 = 0; i186 < T; ++i186) {
+            (r161 + k163 * T)[i186] += r165[i186];
         }
-        for (int64_t i181 = 0; i181 < d; ++i181) {
-            (d_qs + k157 * d)[i181] += r158[i181];
-        }
-    }
-    for (int64_t i182 = 0; i182 < K; ++i182) {
-        for (int64_t i183 = 0; i183 < (T - d); ++i183) {
-            const double ls_i = (icf + d)[i182 * T + i183];
-            const double t184 = (2.0 * ls_i);
-            const double x_i185 = t94;
-            const double d_ls186 = (x_i185 * t184);
-            d_ls[i182 * ((T - d)) + i183] = d_ls186;
+        for (int64_t i187 = 0; i187 < d; ++i187) {
+            (d_qs + k163 * d)[i187] += r164[i187];
         }
     }
-    for (int64_t i187 = 0; i187 < K; ++i187) {
-        for (int64_t i188 = 0; i188 < d; ++i188) {
-            padded[i187 * T + i188] = 0.0;
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            const double ls_i = (icf + d)[i188 * T + i189];
+            const double t190 = (2.0 * ls_i);
+            const double x_i191 = t100;
+            const double d_ls192 = (x_i191 * t190);
+            d_ls[i188 * ((T - d)) + i189] = d_ls192;
         }
     }
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        for (int64_t i190 = 0; i190 < (T - d); ++i190) {
-            (padded + d)[i189 * T + i190] = d_ls[i189 * ((T - d)) + i190];
+    for (int64_t i193 = 0; i193 < K; ++i193) {
+        for (int64_t i194 = 0; i194 < d; ++i194) {
+            padded[i193 * T + i194] = 0.0;
         }
     }
-    for (int64_t i192 = 0; i192 < K; ++i192) {
-        for (int64_t i193 = 0; i193 < (T - d); ++i193) {
-            (padded191 + d)[i192 * T + i193] = 0.0;
+    for (int64_t i195 = 0; i195 < K; ++i195) {
+        for (int64_t i196 = 0; i196 < (T - d); ++i196) {
+            (padded + d)[i195 * T + i196] = d_ls[i195 * ((T - d)) + i196];
         }
     }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < d; ++i195) {
-            padded191[i194 * T + i195] = d_qs[i194 * d + i195];
+    for (int64_t i198 = 0; i198 < K; ++i198) {
+        for (int64_t i199 = 0; i199 < (T - d); ++i199) {
+            (padded197 + d)[i198 * T + i199] = 0.0;
         }
     }
-    for (int64_t i196 = 0; i196 < K; ++i196) {
-        const double x_i197 = t97;
-        const double x_i198 = tmp84[i196];
-        const double d_alphas = (x_i197 * x_i198);
-        const double x_i199 = r98[i196];
-        const double d_alphas200 = (d_alphas + x_i199);
-        out_d_alphas[i196] = d_alphas200;
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < d; ++i201) {
+            padded197[i200 * T + i201] = d_qs[i200 * d + i201];
+        }
     }
-    for (int64_t i201 = 0; i201 < K; ++i201) {
-        for (int64_t i202 = 0; i202 < T; ++i202) {
-            const double x_i203 = r155[i201 * T + i202];
-            const double x_i204 = padded[i201 * T + i202];
-            const double d_icf = (x_i203 + x_i204);
-            const double x_i205 = padded191[i201 * T + i202];
-            const double d_icf206 = (d_icf + x_i205);
-            out_d_icf[i201 * T + i202] = d_icf206;
+    for (int64_t i202 = 0; i202 < K; ++i202) {
+        const double x_i203 = t103;
+        const double x_i204 = tmp90[i202];
+        const double d_alphas = (x_i203 * x_i204);
+        const double x_i205 = r104[i202];
+        const double d_alphas206 = (d_alphas + x_i205);
+        out_d_alphas[i202] = d_alphas206;
+    }
+    for (int64_t i207 = 0; i207 < K; ++i207) {
+        for (int64_t i208 = 0; i208 < T; ++i208) {
+            const double x_i209 = r161[i207 * T + i208];
+            const double x_i210 = padded[i207 * T + i208];
+            const double d_icf = (x_i209 + x_i210);
+            const double x_i211 = padded197[i207 * T + i208];
+            const double d_icf212 = (d_icf + x_i211);
+            out_d_icf[i207 * T + i208] = d_icf212;
         }
     }
     return ks::status::ok;
@@ -2028,118 +2084,124 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
             const double x_i28 = scores[i27];
             acc26 = ks::max(x_i28, acc26);
         }
-        double acc29 = 0;
-        KS_OMP_SIMD(reduction(+:acc29))
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            const double scores_i = scores[i30];
-            const double x_i31 = acc26;
-            const double t32 = (scores_i - x_i31);
-            const double t33 = ks::exp(t32);
-            acc29 += t33;
+        const double t29 = ks::abs(acc26);
+        const bool t30 = (t29 == __builtin_huge_val());
+        const double t31 = (t30 ? 0.0 : acc26);
+        double acc32 = 0;
+        KS_OMP_SIMD(reduction(+:acc32))
+        for (int64_t i33 = 0; i33 < K; ++i33) {
+            const double scores_i = scores[i33];
+            const double x_i34 = t31;
+            const double t35 = (scores_i - x_i34);
+            const double t36 = ks::exp(t35);
+            acc32 += t36;
         }
-        const double t34 = ks::log(acc29);
-        const double t35 = (t34 + acc26);
-        const double slse36 = (slse + t35);
-        slse = slse36;
+        const double t37 = ks::log(acc32);
+        const double t38 = (t37 + t31);
+        const double slse39 = (slse + t38);
+        slse = slse39;
     }
-    const int64_t t37 = (-n);
-    const int64_t t38 = (t37 * d);
-    const double t39 = static_cast<double>(t38);
-    const double t40 = (t39 * 0.5);
-    const double constant = (t40 * 1.8378770664093453);
-    const double t41 = (constant + slse);
-    double acc42 = ks::lowest<double>();
-    for (int64_t i43 = 0; i43 < K; ++i43) {
-        const double x_i44 = alphas[i43];
-        acc42 = ks::max(x_i44, acc42);
-    }
-    double acc45 = 0;
-    KS_OMP_SIMD(reduction(+:acc45))
+    const int64_t t40 = (-n);
+    const int64_t t41 = (t40 * d);
+    const double t42 = static_cast<double>(t41);
+    const double t43 = (t42 * 0.5);
+    const double constant = (t43 * 1.8378770664093453);
+    const double t44 = (constant + slse);
+    double acc45 = ks::lowest<double>();
     for (int64_t i46 = 0; i46 < K; ++i46) {
-        const double alphas_i = alphas[i46];
-        const double x_i47 = acc42;
-        const double t48 = (alphas_i - x_i47);
-        const double t49 = ks::exp(t48);
-        acc45 += t49;
+        const double x_i47 = alphas[i46];
+        acc45 = ks::max(x_i47, acc45);
     }
-    const double t50 = ks::log(acc45);
-    const double t51 = (t50 + acc42);
-    const double t52 = static_cast<double>(n);
-    const double t53 = (t52 * t51);
-    const double t54 = (t41 - t53);
-    double r55;
+    const double t48 = ks::abs(acc45);
+    const bool t49 = (t48 == __builtin_huge_val());
+    const double t50 = (t49 ? 0.0 : acc45);
+    double acc51 = 0;
+    KS_OMP_SIMD(reduction(+:acc51))
+    for (int64_t i52 = 0; i52 < K; ++i52) {
+        const double alphas_i = alphas[i52];
+        const double x_i53 = t50;
+        const double t54 = (alphas_i - x_i53);
+        const double t55 = ks::exp(t54);
+        acc51 += t55;
+    }
+    const double t56 = ks::log(acc51);
+    const double t57 = (t56 + t50);
+    const double t58 = static_cast<double>(n);
+    const double t59 = (t58 * t57);
+    const double t60 = (t44 - t59);
+    double r61;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t56 = static_cast<double>(d);
-        const double t57 = (t56 + wishart_m);
-        const double n_w = (t57 + 1.0);
-        const double t58 = (n_w * t56);
-        const double t59 = ks::log(wishart_gamma);
-        const double t60 = (t59 - 0.34657359027997264);
-        const double t61 = (t58 * t60);
-        const double t62 = (0.5 * n_w);
-        double r63;
+        const double t62 = static_cast<double>(d);
+        const double t63 = (t62 + wishart_m);
+        const double n_w = (t63 + 1.0);
+        const double t64 = (n_w * t62);
+        const double t65 = ks::log(wishart_gamma);
+        const double t66 = (t65 - 0.34657359027997264);
+        const double t67 = (t64 * t66);
+        const double t68 = (0.5 * n_w);
+        double r69;
         {  // log_gamma_d(a)
-            const double t64 = static_cast<double>(d);
-            const double t65 = (0.25 * t64);
-            const double t66 = static_cast<double>((d - 1));
-            const double t67 = (t65 * t66);
-            const double t68 = (t67 * 1.1447298858494002);
-            double r69;
-            r69 = 0.0;
-            for (int64_t k70 = 0; k70 < d; ++k70) {
-                const int64_t t71 = (k70 + int64_t{1});
-                const int64_t t72 = (int64_t{1} - t71);
-                const double t73 = static_cast<double>(t72);
-                const double t74 = (0.5 * t73);
-                const double t75 = (t62 + t74);
-                const double t76 = std::lgamma(t75);
-                const double __sum_25_55 = (r69 + t76);
-                r69 = __sum_25_55;
+            const double t70 = static_cast<double>(d);
+            const double t71 = (0.25 * t70);
+            const double t72 = static_cast<double>((d - 1));
+            const double t73 = (t71 * t72);
+            const double t74 = (t73 * 1.1447298858494002);
+            double r75;
+            r75 = 0.0;
+            for (int64_t k76 = 0; k76 < d; ++k76) {
+                const int64_t t77 = (k76 + int64_t{1});
+                const int64_t t78 = (int64_t{1} - t77);
+                const double t79 = static_cast<double>(t78);
+                const double t80 = (0.5 * t79);
+                const double t81 = (t68 + t80);
+                const double t82 = std::lgamma(t81);
+                const double __sum_25_55 = (r75 + t82);
+                r75 = __sum_25_55;
             }
-            const double t77 = (t68 + r69);
-            r63 = t77;
+            const double t83 = (t74 + r75);
+            r69 = t83;
         }
-        const double C = (t61 - r63);
-        double acc78 = 0;
-        for (int64_t i79 = 0; i79 < K; ++i79) {
-            KS_OMP_SIMD(reduction(+:acc78))
-            for (int64_t i80 = 0; i80 < d; ++i80) {
-                const double qs_i = icf[i79 * T + i80];
-                const double t81 = ks::exp(qs_i);
-                const double t82 = ks::ipow<2>(t81);
-                acc78 += t82;
-            }
-        }
-        double acc83 = 0;
-        for (int64_t i84 = 0; i84 < K; ++i84) {
-            KS_OMP_SIMD(reduction(+:acc83))
-            for (int64_t i85 = 0; i85 < (T - d); ++i85) {
-                const double ls_i = (icf + d)[i84 * T + i85];
-                const double t86 = ks::ipow<2>(ls_i);
-                acc83 += t86;
+        const double C = (t67 - r69);
+        double acc84 = 0;
+        for (int64_t i85 = 0; i85 < K; ++i85) {
+            KS_OMP_SIMD(reduction(+:acc84))
+            for (int64_t i86 = 0; i86 < d; ++i86) {
+                const double qs_i = icf[i85 * T + i86];
+                const double t87 = ks::exp(qs_i);
+                const double t88 = ks::ipow<2>(t87);
+                acc84 += t88;
             }
         }
-        const double frobenius = (acc78 + acc83);
-        const double t87 = ks::ipow<2>(wishart_gamma);
-        const double t88 = (0.5 * t87);
-        const double t89 = (t88 * frobenius);
-        double acc90 = 0;
-        for (int64_t i91 = 0; i91 < K; ++i91) {
-            KS_OMP_SIMD(reduction(+:acc90))
-            for (int64_t i92 = 0; i92 < d; ++i92) {
-                const double qs_i93 = icf[i91 * T + i92];
-                acc90 += qs_i93;
+        double acc89 = 0;
+        for (int64_t i90 = 0; i90 < K; ++i90) {
+            KS_OMP_SIMD(reduction(+:acc89))
+            for (int64_t i91 = 0; i91 < (T - d); ++i91) {
+                const double ls_i = (icf + d)[i90 * T + i91];
+                const double t92 = ks::ipow<2>(ls_i);
+                acc89 += t92;
             }
         }
-        const double t94 = (wishart_m * acc90);
-        const double t95 = (t89 - t94);
-        const double t96 = static_cast<double>(K);
-        const double t97 = (t96 * C);
-        const double t98 = (t95 - t97);
-        r55 = t98;
+        const double frobenius = (acc84 + acc89);
+        const double t93 = ks::ipow<2>(wishart_gamma);
+        const double t94 = (0.5 * t93);
+        const double t95 = (t94 * frobenius);
+        double acc96 = 0;
+        for (int64_t i97 = 0; i97 < K; ++i97) {
+            KS_OMP_SIMD(reduction(+:acc96))
+            for (int64_t i98 = 0; i98 < d; ++i98) {
+                const double qs_i99 = icf[i97 * T + i98];
+                acc96 += qs_i99;
+            }
+        }
+        const double t100 = (wishart_m * acc96);
+        const double t101 = (t95 - t100);
+        const double t102 = static_cast<double>(K);
+        const double t103 = (t102 * C);
+        const double t104 = (t101 - t103);
+        r61 = t104;
     }
-    const double t99 = (t54 + r55);
-    *out = t99;
+    const double t105 = (t60 + r61);
+    *out = t105;
     return ks::status::ok;
 }
 
@@ -2177,15 +2239,15 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp63 = reinterpret_cast<double*>(next_slot);
+    double* const tmp69 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf95 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf101 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r113 = reinterpret_cast<double*>(next_slot);
+    double* const r119 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
@@ -2243,190 +2305,196 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
             const double x_i39 = r5[i38];
             acc37 = ks::max(x_i39, acc37);
         }
-        double acc40 = 0;
-        KS_OMP_SIMD(reduction(+:acc40))
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = r5[i41];
-            const double x_i43 = acc37;
-            const double t44 = (x_i42 - x_i43);
-            const double t45 = ks::exp(t44);
-            tmp[i41] = t45;
-            acc40 += t45;
+        const double t40 = ks::abs(acc37);
+        const bool t41 = (t40 == __builtin_huge_val());
+        const double t42 = (t41 ? 0.0 : acc37);
+        double acc43 = 0;
+        KS_OMP_SIMD(reduction(+:acc43))
+        for (int64_t i44 = 0; i44 < K; ++i44) {
+            const double x_i45 = r5[i44];
+            const double x_i46 = t42;
+            const double t47 = (x_i45 - x_i46);
+            const double t48 = ks::exp(t47);
+            tmp[i44] = t48;
+            acc43 += t48;
         }
-        for (int64_t i46 = 0; i46 < K * d; ++i46) {
-            (r + k4 * (K * d))[i46] = r6[i46];
+        for (int64_t i49 = 0; i49 < K * d; ++i49) {
+            (r + k4 * (K * d))[i49] = r6[i49];
         }
-        for (int64_t i47 = 0; i47 < K * d; ++i47) {
-            (r1 + k4 * (K * d))[i47] = r7[i47];
+        for (int64_t i50 = 0; i50 < K * d; ++i50) {
+            (r1 + k4 * (K * d))[i50] = r7[i50];
         }
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            (r2 + k4 * K)[i48] = tmp[i48];
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            (r2 + k4 * K)[i51] = tmp[i51];
         }
-        (r3 + k4)[0] = acc40;
+        (r3 + k4)[0] = acc43;
     }
-    double acc49 = ks::lowest<double>();
-    for (int64_t i50 = 0; i50 < K; ++i50) {
-        const double x_i51 = alphas[i50];
-        acc49 = ks::max(x_i51, acc49);
+    double acc52 = ks::lowest<double>();
+    for (int64_t i53 = 0; i53 < K; ++i53) {
+        const double x_i54 = alphas[i53];
+        acc52 = ks::max(x_i54, acc52);
     }
-    double* const tmp52 = r5;  // reuses a dead buffer's space
-    double acc53 = 0;
-    KS_OMP_SIMD(reduction(+:acc53))
-    for (int64_t i54 = 0; i54 < K; ++i54) {
-        const double alphas_i = alphas[i54];
-        const double x_i55 = acc49;
-        const double t56 = (alphas_i - x_i55);
-        const double t57 = ks::exp(t56);
-        tmp52[i54] = t57;
-        acc53 += t57;
+    const double t55 = ks::abs(acc52);
+    const bool t56 = (t55 == __builtin_huge_val());
+    const double t57 = (t56 ? 0.0 : acc52);
+    double* const tmp58 = r5;  // reuses a dead buffer's space
+    double acc59 = 0;
+    KS_OMP_SIMD(reduction(+:acc59))
+    for (int64_t i60 = 0; i60 < K; ++i60) {
+        const double alphas_i = alphas[i60];
+        const double x_i61 = t57;
+        const double t62 = (alphas_i - x_i61);
+        const double t63 = ks::exp(t62);
+        tmp58[i60] = t63;
+        acc59 += t63;
     }
-    const double t58 = static_cast<double>(n);
-    const double t59 = (1.0 / acc53);
-    const double t60 = ks::ipow<2>(wishart_gamma);
-    const double t61 = (0.5 * t60);
-    const double t62 = ((-1.0) * wishart_m);
-    for (int64_t i64 = 0; i64 < K; ++i64) {
-        for (int64_t i65 = 0; i65 < (T - d); ++i65) {
-            const double x_i66 = (icf + d)[i64 * T + i65];
-            const double t67 = (2.0 * x_i66);
-            const double x_i68 = t61;
-            const double t69 = (x_i68 * t67);
-            tmp63[i64 * ((T - d)) + i65] = t69;
-        }
-    }
+    const double t64 = static_cast<double>(n);
+    const double t65 = (1.0 / acc59);
+    const double t66 = ks::ipow<2>(wishart_gamma);
+    const double t67 = (0.5 * t66);
+    const double t68 = ((-1.0) * wishart_m);
     for (int64_t i70 = 0; i70 < K; ++i70) {
-        for (int64_t i71 = 0; i71 < d; ++i71) {
-            d_icf[i70 * T + i71] = 0.0;
+        for (int64_t i71 = 0; i71 < (T - d); ++i71) {
+            const double x_i72 = (icf + d)[i70 * T + i71];
+            const double t73 = (2.0 * x_i72);
+            const double x_i74 = t67;
+            const double t75 = (x_i74 * t73);
+            tmp69[i70 * ((T - d)) + i71] = t75;
         }
     }
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        for (int64_t i73 = 0; i73 < (T - d); ++i73) {
-            (d_icf + d)[i72 * T + i73] = tmp63[i72 * ((T - d)) + i73];
+    for (int64_t i76 = 0; i76 < K; ++i76) {
+        for (int64_t i77 = 0; i77 < d; ++i77) {
+            d_icf[i76 * T + i77] = 0.0;
         }
     }
-    double* const tmp74 = r6;  // reuses a dead buffer's space
-    for (int64_t i75 = 0; i75 < K; ++i75) {
-        for (int64_t i76 = 0; i76 < d; ++i76) {
-            const double x_i77 = icf[i75 * T + i76];
-            const double t78 = ks::exp(x_i77);
-            const double t79 = (2.0 * t78);
-            const double x_i80 = t61;
-            const double t81 = (x_i80 * t79);
-            const double t82 = (t81 * t78);
-            const double x_i83 = t62;
-            const double t84 = (x_i83 + t82);
-            tmp74[i75 * d + i76] = t84;
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        for (int64_t i79 = 0; i79 < (T - d); ++i79) {
+            (d_icf + d)[i78 * T + i79] = tmp69[i78 * ((T - d)) + i79];
         }
     }
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        for (int64_t i86 = 0; i86 < (T - d); ++i86) {
-            (padded + d)[i85 * T + i86] = 0.0;
+    double* const tmp80 = r6;  // reuses a dead buffer's space
+    for (int64_t i81 = 0; i81 < K; ++i81) {
+        for (int64_t i82 = 0; i82 < d; ++i82) {
+            const double x_i83 = icf[i81 * T + i82];
+            const double t84 = ks::exp(x_i83);
+            const double t85 = (2.0 * t84);
+            const double x_i86 = t67;
+            const double t87 = (x_i86 * t85);
+            const double t88 = (t87 * t84);
+            const double x_i89 = t68;
+            const double t90 = (x_i89 + t88);
+            tmp80[i81 * d + i82] = t90;
         }
     }
-    for (int64_t i87 = 0; i87 < K; ++i87) {
-        for (int64_t i88 = 0; i88 < d; ++i88) {
-            padded[i87 * T + i88] = tmp74[i87 * d + i88];
-        }
-    }
-    const double t89 = ((-1.0) * t58);
-    const double t90 = (t89 * t59);
-    double* const d_alphas = tmp;  // reuses a dead buffer's space
     for (int64_t i91 = 0; i91 < K; ++i91) {
-        const double x_i92 = t90;
-        const double x_i93 = tmp52[i91];
-        const double d_alphas94 = (x_i92 * x_i93);
-        d_alphas[i91] = d_alphas94;
-    }
-    for (int64_t i96 = 0; i96 < K; ++i96) {
-        for (int64_t i97 = 0; i97 < T; ++i97) {
-            const double d_icf_i = d_icf[i96 * T + i97];
-            const double x_i98 = padded[i96 * T + i97];
-            const double d_icf99 = (d_icf_i + x_i98);
-            d_icf95[i96 * T + i97] = d_icf99;
+        for (int64_t i92 = 0; i92 < (T - d); ++i92) {
+            (padded + d)[i91 * T + i92] = 0.0;
         }
     }
-    double r100;
-    for (int64_t i101 = 0; i101 < K * d; ++i101) {
-        out_d_means[i101] = 0.0;
-    }
-    r100 = 1.0;
-    for (int64_t k102 = n - 1; k102 >= 0; --k102) {
-        const double t103 = (1.0 / (r3 + k102)[0]);
-        const double t104 = (r100 * t103);
-        double* const tmp105 = r5;  // reuses a dead buffer's space
-        for (int64_t i106 = 0; i106 < K; ++i106) {
-            const double x_i107 = t104;
-            const double x_i108 = (r2 + k102 * K)[i106];
-            const double t109 = (x_i107 * x_i108);
-            tmp105[i106] = t109;
+    for (int64_t i93 = 0; i93 < K; ++i93) {
+        for (int64_t i94 = 0; i94 < d; ++i94) {
+            padded[i93 * T + i94] = tmp80[i93 * d + i94];
         }
-        for (int64_t k110 = K - 1; k110 >= 0; --k110) {
-            const double t111 = ((tmp105 + k110)[0] * (-1.0));
-            const double t112 = (t111 * 0.5);
-            double* const r114 = r11;  // reuses a dead buffer's space
-            double r115;
-            for (int64_t i116 = 0; i116 < T; ++i116) {
-                r113[i116] = 0.0;
+    }
+    const double t95 = ((-1.0) * t64);
+    const double t96 = (t95 * t65);
+    double* const d_alphas = tmp;  // reuses a dead buffer's space
+    for (int64_t i97 = 0; i97 < K; ++i97) {
+        const double x_i98 = t96;
+        const double x_i99 = tmp58[i97];
+        const double d_alphas100 = (x_i98 * x_i99);
+        d_alphas[i97] = d_alphas100;
+    }
+    for (int64_t i102 = 0; i102 < K; ++i102) {
+        for (int64_t i103 = 0; i103 < T; ++i103) {
+            const double d_icf_i = d_icf[i102 * T + i103];
+            const double x_i104 = padded[i102 * T + i103];
+            const double d_icf105 = (d_icf_i + x_i104);
+            d_icf101[i102 * T + i103] = d_icf105;
+        }
+    }
+    double r106;
+    for (int64_t i107 = 0; i107 < K * d; ++i107) {
+        out_d_means[i107] = 0.0;
+    }
+    r106 = 1.0;
+    for (int64_t k108 = n - 1; k108 >= 0; --k108) {
+        const double t109 = (1.0 / (r3 + k108)[0]);
+        const double t110 = (r106 * t109);
+        double* const tmp111 = r5;  // reuses a dead buffer's space
+        for (int64_t i112 = 0; i112 < K; ++i112) {
+            const double x_i113 = t110;
+            const double x_i114 = (r2 + k108 * K)[i112];
+            const double t115 = (x_i113 * x_i114);
+            tmp111[i112] = t115;
+        }
+        for (int64_t k116 = K - 1; k116 >= 0; --k116) {
+            const double t117 = ((tmp111 + k116)[0] * (-1.0));
+            const double t118 = (t117 * 0.5);
+            double* const r120 = r11;  // reuses a dead buffer's space
+            double r121;
+            for (int64_t i122 = 0; i122 < T; ++i122) {
+                r119[i122] = 0.0;
             }
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                r114[i117] = 0.0;
+            for (int64_t i123 = 0; i123 < d; ++i123) {
+                r120[i123] = 0.0;
             }
-            r115 = t112;
-            for (int64_t k118 = d - 1; k118 >= 0; --k118) {
-                const double t119 = (((x + k102 * d) + k118)[0] - ((means + k110 * d) + k118)[0]);
-                const int64_t t120 = ks::floordiv(k118, int64_t{1});
-                const int64_t t121 = ks::max(t120, int64_t{0});
-                const double t122 = (2.0 * (((r1 + k102 * (K * d)) + k110 * d) + k118)[0]);
-                const double t123 = (r115 * t122);
-                double r124;
-                r124 = t123;
-                for (int64_t k125 = t121 - 1; k125 >= 0; --k125) {
-                    const int64_t t126 = ((2*d) - k125);
-                    const int64_t t127 = (t126 - int64_t{1});
-                    const int64_t t128 = (k125 * t127);
-                    const int64_t t129 = ks::floordiv(t128, int64_t{2});
-                    const int64_t t130 = (d + t129);
-                    const int64_t t131 = (t130 + k118);
-                    const int64_t t132 = (t131 - k125);
+            r121 = t118;
+            for (int64_t k124 = d - 1; k124 >= 0; --k124) {
+                const double t125 = (((x + k108 * d) + k124)[0] - ((means + k116 * d) + k124)[0]);
+                const int64_t t126 = ks::floordiv(k124, int64_t{1});
+                const int64_t t127 = ks::max(t126, int64_t{0});
+                const double t128 = (2.0 * (((r1 + k108 * (K * d)) + k116 * d) + k124)[0]);
+                const double t129 = (r121 * t128);
+                double r130;
+                r130 = t129;
+                for (int64_t k131 = t127 - 1; k131 >= 0; --k131) {
+                    const int64_t t132 = ((2*d) - k131);
                     const int64_t t133 = (t132 - int64_t{1});
-                    const double t134 = (((x + k102 * d) + k125)[0] - ((means + k110 * d) + k125)[0]);
-                    const double t135 = (r124 * ((icf + k110 * T) + ks::clamp_index(t133, T))[0]);
-                    const double t136 = (r124 * t134);
-                    const double t137 = (t135 * (-1.0));
-                    (r114 + k125)[0] += t137;
-                    (r113 + ks::clamp_index(t133, T))[0] += t136;
+                    const int64_t t134 = (k131 * t133);
+                    const int64_t t135 = ks::floordiv(t134, int64_t{2});
+                    const int64_t t136 = (d + t135);
+                    const int64_t t137 = (t136 + k124);
+                    const int64_t t138 = (t137 - k131);
+                    const int64_t t139 = (t138 - int64_t{1});
+                    const double t140 = (((x + k108 * d) + k131)[0] - ((means + k116 * d) + k131)[0]);
+                    const double t141 = (r130 * ((icf + k116 * T) + ks::clamp_index(t139, T))[0]);
+                    const double t142 = (r130 * t140);
+                    const double t143 = (t141 * (-1.0));
+                    (r120 + k131)[0] += t143;
+                    (r119 + ks::clamp_index(t139, T))[0] += t142;
                 }
-                const double t138 = (t123 * (((r + k102 * (K * d)) + k110 * d) + k118)[0]);
-                const double t139 = (t123 * t119);
-                const double t140 = (t138 * (-1.0));
-                (r114 + k118)[0] += t140;
-                const double t141 = (t139 * (((r + k102 * (K * d)) + k110 * d) + k118)[0]);
-                (r113 + ks::clamp_index(k118, T))[0] += t141;
+                const double t144 = (t129 * (((r + k108 * (K * d)) + k116 * d) + k124)[0]);
+                const double t145 = (t129 * t125);
+                const double t146 = (t144 * (-1.0));
+                (r120 + k124)[0] += t146;
+                const double t147 = (t145 * (((r + k108 * (K * d)) + k116 * d) + k124)[0]);
+                (r119 + ks::clamp_index(k124, T))[0] += t147;
             }
-            for (int64_t i142 = 0; i142 < d; ++i142) {
-                (out_d_means + k110 * d)[i142] += r114[i142];
+            for (int64_t i148 = 0; i148 < d; ++i148) {
+                (out_d_means + k116 * d)[i148] += r120[i148];
             }
-            for (int64_t i143 = 0; i143 < T; ++i143) {
-                (d_icf95 + k110 * T)[i143] += r113[i143];
+            for (int64_t i149 = 0; i149 < T; ++i149) {
+                (d_icf101 + k116 * T)[i149] += r119[i149];
             }
-            double* const padded144 = r113;  // reuses a dead buffer's space
-            for (int64_t i145 = 0; i145 < (T - d); ++i145) {
-                (padded144 + d)[i145] = 0.0;
+            double* const padded150 = r119;  // reuses a dead buffer's space
+            for (int64_t i151 = 0; i151 < (T - d); ++i151) {
+                (padded150 + d)[i151] = 0.0;
             }
-            for (int64_t i146 = 0; i146 < d; ++i146) {
-                padded144[i146] = (tmp105 + k110)[0];
+            for (int64_t i152 = 0; i152 < d; ++i152) {
+                padded150[i152] = (tmp111 + k116)[0];
             }
-            for (int64_t i147 = 0; i147 < T; ++i147) {
-                (d_icf95 + k110 * T)[i147] += padded144[i147];
+            for (int64_t i153 = 0; i153 < T; ++i153) {
+                (d_icf101 + k116 * T)[i153] += padded150[i153];
             }
-            (d_alphas + k110)[0] += (tmp105 + k110)[0];
+            (d_alphas + k116)[0] += (tmp111 + k116)[0];
         }
     }
-    for (int64_t i148 = 0; i148 < K; ++i148) {
-        out_d_alphas[i148] = d_alphas[i148];
+    for (int64_t i154 = 0; i154 < K; ++i154) {
+        out_d_alphas[i154] = d_alphas[i154];
     }
-    for (int64_t i149 = 0; i149 < K * T; ++i149) {
-        out_d_icf[i149] = d_icf95[i149];
+    for (int64_t i155 = 0; i155 < K * T; ++i155) {
+        out_d_icf[i155] = d_icf101[i155];
     }
     return ks::status::ok;
 }
@@ -2539,118 +2607,124 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
             const double x_i46 = tmp38[i45];
             acc44 = ks::max(x_i46, acc44);
         }
-        double acc47 = 0;
-        KS_OMP_SIMD(reduction(+:acc47))
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            const double x_i49 = tmp38[i48];
-            const double x_i50 = acc44;
-            const double t51 = (x_i49 - x_i50);
-            const double t52 = ks::exp(t51);
-            acc47 += t52;
+        const double t47 = ks::abs(acc44);
+        const bool t48 = (t47 == __builtin_huge_val());
+        const double t49 = (t48 ? 0.0 : acc44);
+        double acc50 = 0;
+        KS_OMP_SIMD(reduction(+:acc50))
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            const double x_i52 = tmp38[i51];
+            const double x_i53 = t49;
+            const double t54 = (x_i52 - x_i53);
+            const double t55 = ks::exp(t54);
+            acc50 += t55;
         }
-        const double t53 = ks::log(acc47);
-        const double t54 = (t53 + acc44);
-        const double slse55 = (slse + t54);
-        slse = slse55;
+        const double t56 = ks::log(acc50);
+        const double t57 = (t56 + t49);
+        const double slse58 = (slse + t57);
+        slse = slse58;
     }
-    const int64_t t56 = (-n);
-    const int64_t t57 = (t56 * d);
-    const double t58 = static_cast<double>(t57);
-    const double t59 = (t58 * 0.5);
-    const double constant = (t59 * 1.8378770664093453);
-    const double t60 = (constant + slse);
-    double acc61 = ks::lowest<double>();
-    for (int64_t i62 = 0; i62 < K; ++i62) {
-        const double x_i63 = alphas[i62];
-        acc61 = ks::max(x_i63, acc61);
-    }
-    double acc64 = 0;
-    KS_OMP_SIMD(reduction(+:acc64))
+    const int64_t t59 = (-n);
+    const int64_t t60 = (t59 * d);
+    const double t61 = static_cast<double>(t60);
+    const double t62 = (t61 * 0.5);
+    const double constant = (t62 * 1.8378770664093453);
+    const double t63 = (constant + slse);
+    double acc64 = ks::lowest<double>();
     for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double alphas_i66 = alphas[i65];
-        const double x_i67 = acc61;
-        const double t68 = (alphas_i66 - x_i67);
-        const double t69 = ks::exp(t68);
-        acc64 += t69;
+        const double x_i66 = alphas[i65];
+        acc64 = ks::max(x_i66, acc64);
     }
-    const double t70 = ks::log(acc64);
-    const double t71 = (t70 + acc61);
-    const double t72 = static_cast<double>(n);
-    const double t73 = (t72 * t71);
-    const double t74 = (t60 - t73);
-    double r75;
+    const double t67 = ks::abs(acc64);
+    const bool t68 = (t67 == __builtin_huge_val());
+    const double t69 = (t68 ? 0.0 : acc64);
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t69;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        acc70 += t75;
+    }
+    const double t76 = ks::log(acc70);
+    const double t77 = (t76 + t69);
+    const double t78 = static_cast<double>(n);
+    const double t79 = (t78 * t77);
+    const double t80 = (t63 - t79);
+    double r81;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t76 = static_cast<double>(d);
-        const double t77 = (t76 + wishart_m);
-        const double n_w = (t77 + 1.0);
-        const double t78 = (n_w * t76);
-        const double t79 = ks::log(wishart_gamma);
-        const double t80 = (t79 - 0.34657359027997264);
-        const double t81 = (t78 * t80);
-        const double t82 = (0.5 * n_w);
-        double r83;
+        const double t82 = static_cast<double>(d);
+        const double t83 = (t82 + wishart_m);
+        const double n_w = (t83 + 1.0);
+        const double t84 = (n_w * t82);
+        const double t85 = ks::log(wishart_gamma);
+        const double t86 = (t85 - 0.34657359027997264);
+        const double t87 = (t84 * t86);
+        const double t88 = (0.5 * n_w);
+        double r89;
         {  // log_gamma_d(a)
-            const double t84 = static_cast<double>(d);
-            const double t85 = (0.25 * t84);
-            const double t86 = static_cast<double>((d - 1));
-            const double t87 = (t85 * t86);
-            const double t88 = (t87 * 1.1447298858494002);
-            double r89;
-            r89 = 0.0;
-            for (int64_t k90 = 0; k90 < d; ++k90) {
-                const int64_t t91 = (k90 + int64_t{1});
-                const int64_t t92 = (int64_t{1} - t91);
-                const double t93 = static_cast<double>(t92);
-                const double t94 = (0.5 * t93);
-                const double t95 = (t82 + t94);
-                const double t96 = std::lgamma(t95);
-                const double __sum_25_55 = (r89 + t96);
-                r89 = __sum_25_55;
+            const double t90 = static_cast<double>(d);
+            const double t91 = (0.25 * t90);
+            const double t92 = static_cast<double>((d - 1));
+            const double t93 = (t91 * t92);
+            const double t94 = (t93 * 1.1447298858494002);
+            double r95;
+            r95 = 0.0;
+            for (int64_t k96 = 0; k96 < d; ++k96) {
+                const int64_t t97 = (k96 + int64_t{1});
+                const int64_t t98 = (int64_t{1} - t97);
+                const double t99 = static_cast<double>(t98);
+                const double t100 = (0.5 * t99);
+                const double t101 = (t88 + t100);
+                const double t102 = std::lgamma(t101);
+                const double __sum_25_55 = (r95 + t102);
+                r95 = __sum_25_55;
             }
-            const double t97 = (t88 + r89);
-            r83 = t97;
+            const double t103 = (t94 + r95);
+            r89 = t103;
         }
-        const double C = (t81 - r83);
-        double acc98 = 0;
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            KS_OMP_SIMD(reduction(+:acc98))
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                const double qs_i101 = icf[i99 * T + i100];
-                const double t102 = ks::exp(qs_i101);
-                const double t103 = ks::ipow<2>(t102);
-                acc98 += t103;
-            }
-        }
+        const double C = (t87 - r89);
         double acc104 = 0;
         for (int64_t i105 = 0; i105 < K; ++i105) {
             KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i106 = 0; i106 < (T - d); ++i106) {
-                const double ls_i = (icf + d)[i105 * T + i106];
-                const double t107 = ks::ipow<2>(ls_i);
-                acc104 += t107;
+            for (int64_t i106 = 0; i106 < d; ++i106) {
+                const double qs_i107 = icf[i105 * T + i106];
+                const double t108 = ks::exp(qs_i107);
+                const double t109 = ks::ipow<2>(t108);
+                acc104 += t109;
             }
         }
-        const double frobenius = (acc98 + acc104);
-        const double t108 = ks::ipow<2>(wishart_gamma);
-        const double t109 = (0.5 * t108);
-        const double t110 = (t109 * frobenius);
-        double acc111 = 0;
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            KS_OMP_SIMD(reduction(+:acc111))
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                const double qs_i114 = icf[i112 * T + i113];
-                acc111 += qs_i114;
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
+                const double ls_i = (icf + d)[i111 * T + i112];
+                const double t113 = ks::ipow<2>(ls_i);
+                acc110 += t113;
             }
         }
-        const double t115 = (wishart_m * acc111);
-        const double t116 = (t110 - t115);
-        const double t117 = static_cast<double>(K);
-        const double t118 = (t117 * C);
-        const double t119 = (t116 - t118);
-        r75 = t119;
+        const double frobenius = (acc104 + acc110);
+        const double t114 = ks::ipow<2>(wishart_gamma);
+        const double t115 = (0.5 * t114);
+        const double t116 = (t115 * frobenius);
+        double acc117 = 0;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            KS_OMP_SIMD(reduction(+:acc117))
+            for (int64_t i119 = 0; i119 < d; ++i119) {
+                const double qs_i120 = icf[i118 * T + i119];
+                acc117 += qs_i120;
+            }
+        }
+        const double t121 = (wishart_m * acc117);
+        const double t122 = (t116 - t121);
+        const double t123 = static_cast<double>(K);
+        const double t124 = (t123 * C);
+        const double t125 = (t122 - t124);
+        r81 = t125;
     }
-    const double t120 = (t74 + r75);
-    *out = t120;
+    const double t126 = (t80 + r81);
+    *out = t126;
     return ks::status::ok;
 }
 
@@ -2697,7 +2771,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp139 = reinterpret_cast<double*>(next_slot);
+    double* const tmp145 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2796,242 +2870,248 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
             const double x_i57 = tmp49[i56];
             acc55 = ks::max(x_i57, acc55);
         }
-        double* const tmp58 = tmp;  // reuses a dead buffer's space
-        double acc59 = 0;
-        KS_OMP_SIMD(reduction(+:acc59))
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const double x_i61 = tmp49[i60];
-            const double x_i62 = acc55;
-            const double t63 = (x_i61 - x_i62);
-            const double t64 = ks::exp(t63);
-            tmp58[i60] = t64;
-            acc59 += t64;
+        const double t58 = ks::abs(acc55);
+        const bool t59 = (t58 == __builtin_huge_val());
+        const double t60 = (t59 ? 0.0 : acc55);
+        double* const tmp61 = tmp;  // reuses a dead buffer's space
+        double acc62 = 0;
+        KS_OMP_SIMD(reduction(+:acc62))
+        for (int64_t i63 = 0; i63 < K; ++i63) {
+            const double x_i64 = tmp49[i63];
+            const double x_i65 = t60;
+            const double t66 = (x_i64 - x_i65);
+            const double t67 = ks::exp(t66);
+            tmp61[i63] = t67;
+            acc62 += t67;
         }
-        for (int64_t i65 = 0; i65 < K * d; ++i65) {
-            (r + k8 * (K * d))[i65] = xc[i65];
+        for (int64_t i68 = 0; i68 < K * d; ++i68) {
+            (r + k8 * (K * d))[i68] = xc[i68];
         }
-        for (int64_t i66 = 0; i66 < d * K; ++i66) {
-            (r4 + k8 * (d * K))[i66] = r15[i66];
+        for (int64_t i69 = 0; i69 < d * K; ++i69) {
+            (r4 + k8 * (d * K))[i69] = r15[i69];
         }
-        for (int64_t i67 = 0; i67 < d * K; ++i67) {
-            (r5 + k8 * (d * K))[i67] = r16[i67];
+        for (int64_t i70 = 0; i70 < d * K; ++i70) {
+            (r5 + k8 * (d * K))[i70] = r16[i70];
         }
-        for (int64_t i68 = 0; i68 < K; ++i68) {
-            (r6 + k8 * K)[i68] = tmp58[i68];
+        for (int64_t i71 = 0; i71 < K; ++i71) {
+            (r6 + k8 * K)[i71] = tmp61[i71];
         }
-        (r7 + k8)[0] = acc59;
+        (r7 + k8)[0] = acc62;
     }
-    double acc69 = ks::lowest<double>();
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        const double x_i71 = alphas[i70];
-        acc69 = ks::max(x_i71, acc69);
+    double acc72 = ks::lowest<double>();
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double x_i74 = alphas[i73];
+        acc72 = ks::max(x_i74, acc72);
     }
-    double* const tmp72 = tmp;  // reuses a dead buffer's space
-    double acc73 = 0;
-    KS_OMP_SIMD(reduction(+:acc73))
-    for (int64_t i74 = 0; i74 < K; ++i74) {
-        const double alphas_i75 = alphas[i74];
-        const double x_i76 = acc69;
-        const double t77 = (alphas_i75 - x_i76);
-        const double t78 = ks::exp(t77);
-        tmp72[i74] = t78;
-        acc73 += t78;
+    const double t75 = ks::abs(acc72);
+    const bool t76 = (t75 == __builtin_huge_val());
+    const double t77 = (t76 ? 0.0 : acc72);
+    double* const tmp78 = tmp;  // reuses a dead buffer's space
+    double acc79 = 0;
+    KS_OMP_SIMD(reduction(+:acc79))
+    for (int64_t i80 = 0; i80 < K; ++i80) {
+        const double alphas_i81 = alphas[i80];
+        const double x_i82 = t77;
+        const double t83 = (alphas_i81 - x_i82);
+        const double t84 = ks::exp(t83);
+        tmp78[i80] = t84;
+        acc79 += t84;
     }
-    const double t79 = static_cast<double>(n);
-    const double t80 = (1.0 / acc73);
-    const double t81 = ks::ipow<2>(wishart_gamma);
-    const double t82 = (0.5 * t81);
-    const double t83 = ((-1.0) * wishart_m);
-    const double t84 = ((-1.0) * t79);
-    const double t85 = (t84 * t80);
+    const double t85 = static_cast<double>(n);
+    const double t86 = (1.0 / acc79);
+    const double t87 = ks::ipow<2>(wishart_gamma);
+    const double t88 = (0.5 * t87);
+    const double t89 = ((-1.0) * wishart_m);
+    const double t90 = ((-1.0) * t85);
+    const double t91 = (t90 * t86);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i86 = 0; i86 < K; ++i86) {
-        const double x_i87 = t85;
-        const double x_i88 = tmp72[i86];
-        const double d_alphas89 = (x_i87 * x_i88);
-        d_alphas[i86] = d_alphas89;
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        const double x_i93 = t91;
+        const double x_i94 = tmp78[i92];
+        const double d_alphas95 = (x_i93 * x_i94);
+        d_alphas[i92] = d_alphas95;
     }
     double* const d_qs = xc;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < K; ++i90) {
-        for (int64_t i91 = 0; i91 < d; ++i91) {
-            const double qs_i92 = icf[i90 * T + i91];
-            const double t93 = ks::exp(qs_i92);
-            const double t94 = (2.0 * t93);
-            const double x_i95 = t82;
-            const double t96 = (x_i95 * t94);
-            const double t97 = (t96 * t93);
-            const double d_qs_i = t83;
-            const double d_qs98 = (d_qs_i + t97);
-            d_qs[i90 * d + i91] = d_qs98;
+    for (int64_t i96 = 0; i96 < K; ++i96) {
+        for (int64_t i97 = 0; i97 < d; ++i97) {
+            const double qs_i98 = icf[i96 * T + i97];
+            const double t99 = ks::exp(qs_i98);
+            const double t100 = (2.0 * t99);
+            const double x_i101 = t88;
+            const double t102 = (x_i101 * t100);
+            const double t103 = (t102 * t99);
+            const double d_qs_i = t89;
+            const double d_qs104 = (d_qs_i + t103);
+            d_qs[i96 * d + i97] = d_qs104;
         }
     }
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        for (int64_t i100 = 0; i100 < (T - d); ++i100) {
-            const double ls_i = (icf + d)[i99 * T + i100];
-            const double t101 = (2.0 * ls_i);
-            const double x_i102 = t82;
-            const double d_ls103 = (x_i102 * t101);
-            d_ls[i99 * ((T - d)) + i100] = d_ls103;
+    for (int64_t i105 = 0; i105 < K; ++i105) {
+        for (int64_t i106 = 0; i106 < (T - d); ++i106) {
+            const double ls_i = (icf + d)[i105 * T + i106];
+            const double t107 = (2.0 * ls_i);
+            const double x_i108 = t88;
+            const double d_ls109 = (x_i108 * t107);
+            d_ls[i105 * ((T - d)) + i106] = d_ls109;
         }
     }
-    double* const r104 = tmp;  // reuses a dead buffer's space
-    double r105;
-    for (int64_t i106 = 0; i106 < K * d; ++i106) {
-        out_d_means[i106] = 0.0;
+    double* const r110 = tmp;  // reuses a dead buffer's space
+    double r111;
+    for (int64_t i112 = 0; i112 < K * d; ++i112) {
+        out_d_means[i112] = 0.0;
     }
-    for (int64_t i107 = 0; i107 < K; ++i107) {
-        r104[i107] = 0.0;
+    for (int64_t i113 = 0; i113 < K; ++i113) {
+        r110[i113] = 0.0;
     }
-    r105 = 1.0;
-    for (int64_t k108 = n - 1; k108 >= 0; --k108) {
-        const double t109 = (1.0 / (r7 + k108)[0]);
-        const double t110 = (r105 * t109);
-        double* const tmp111 = r20;  // reuses a dead buffer's space
-        double* const tmp112 = __sum_109_54;  // reuses a dead buffer's space
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            const double x_i114 = t110;
-            const double x_i115 = (r6 + k108 * K)[i113];
-            const double t116 = (x_i114 * x_i115);
-            tmp111[i113] = t116;
-            const double t117 = (t116 * (-1.0));
-            const double t118 = (t117 * 0.5);
-            tmp112[i113] = t118;
+    r111 = 1.0;
+    for (int64_t k114 = n - 1; k114 >= 0; --k114) {
+        const double t115 = (1.0 / (r7 + k114)[0]);
+        const double t116 = (r111 * t115);
+        double* const tmp117 = r20;  // reuses a dead buffer's space
+        double* const tmp118 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i119 = 0; i119 < K; ++i119) {
+            const double x_i120 = t116;
+            const double x_i121 = (r6 + k114 * K)[i119];
+            const double t122 = (x_i120 * x_i121);
+            tmp117[i119] = t122;
+            const double t123 = (t122 * (-1.0));
+            const double t124 = (t123 * 0.5);
+            tmp118[i119] = t124;
         }
-        double* const r119 = r15;  // reuses a dead buffer's space
-        for (int64_t i120 = 0; i120 < K * d; ++i120) {
-            r119[i120] = 0.0;
+        double* const r125 = r15;  // reuses a dead buffer's space
+        for (int64_t i126 = 0; i126 < K * d; ++i126) {
+            r125[i126] = 0.0;
         }
-        for (int64_t k121 = d - 1; k121 >= 0; --k121) {
-            const int64_t t122 = ks::floordiv(k121, int64_t{1});
-            const int64_t t123 = ks::max(t122, int64_t{0});
+        for (int64_t k127 = d - 1; k127 >= 0; --k127) {
+            const int64_t t128 = ks::floordiv(k127, int64_t{1});
+            const int64_t t129 = ks::max(t128, int64_t{0});
             double* const d_row = row;  // reuses a dead buffer's space
-            for (int64_t i124 = 0; i124 < K; ++i124) {
-                const double x_i125 = tmp112[i124];
-                const double x_i126 = ((r5 + k108 * (d * K)) + k121 * K)[i124];
-                const double d_row127 = (x_i125 * x_i126);
-                const double d_row128 = (d_row127 + d_row127);
-                d_row[i124] = d_row128;
-            }
-            double* const r129 = sqnorm;  // reuses a dead buffer's space
             for (int64_t i130 = 0; i130 < K; ++i130) {
-                r129[i130] = d_row[i130];
+                const double x_i131 = tmp118[i130];
+                const double x_i132 = ((r5 + k114 * (d * K)) + k127 * K)[i130];
+                const double d_row133 = (x_i131 * x_i132);
+                const double d_row134 = (d_row133 + d_row133);
+                d_row[i130] = d_row134;
             }
-            for (int64_t k131 = t123 - 1; k131 >= 0; --k131) {
-                const int64_t t132 = ((2*d) - k131);
-                const int64_t t133 = (t132 - int64_t{1});
-                const int64_t t134 = (k131 * t133);
-                const int64_t t135 = ks::floordiv(t134, int64_t{2});
-                const int64_t t136 = (t135 + k121);
-                const int64_t t137 = (t136 - k131);
-                const int64_t t138 = (t137 - int64_t{1});
-                for (int64_t i140 = 0; i140 < K; ++i140) {
-                    const double x_i141 = r129[i140];
-                    const double x_i142 = ((icf + d) + ks::clamp_index(t138, (T - d)))[i140 * T];
-                    const double t143 = (x_i141 * x_i142);
-                    tmp139[i140] = t143;
-                }
-                for (int64_t i144 = 0; i144 < K; ++i144) {
-                    (r119 + k131)[i144 * d] += tmp139[i144];
-                }
-                double* const tmp145 = tmp139;  // reuses a dead buffer's space
+            double* const r135 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i136 = 0; i136 < K; ++i136) {
+                r135[i136] = d_row[i136];
+            }
+            for (int64_t k137 = t129 - 1; k137 >= 0; --k137) {
+                const int64_t t138 = ((2*d) - k137);
+                const int64_t t139 = (t138 - int64_t{1});
+                const int64_t t140 = (k137 * t139);
+                const int64_t t141 = ks::floordiv(t140, int64_t{2});
+                const int64_t t142 = (t141 + k127);
+                const int64_t t143 = (t142 - k137);
+                const int64_t t144 = (t143 - int64_t{1});
                 for (int64_t i146 = 0; i146 < K; ++i146) {
-                    const double x_i147 = r129[i146];
-                    const double x_i148 = ((r + k108 * (K * d)) + k131)[i146 * d];
+                    const double x_i147 = r135[i146];
+                    const double x_i148 = ((icf + d) + ks::clamp_index(t144, (T - d)))[i146 * T];
                     const double t149 = (x_i147 * x_i148);
                     tmp145[i146] = t149;
                 }
                 for (int64_t i150 = 0; i150 < K; ++i150) {
-                    (d_ls + ks::clamp_index(t138, (T - d)))[i150 * ((T - d))] += tmp145[i150];
+                    (r125 + k137)[i150 * d] += tmp145[i150];
+                }
+                double* const tmp151 = tmp145;  // reuses a dead buffer's space
+                for (int64_t i152 = 0; i152 < K; ++i152) {
+                    const double x_i153 = r135[i152];
+                    const double x_i154 = ((r + k114 * (K * d)) + k137)[i152 * d];
+                    const double t155 = (x_i153 * x_i154);
+                    tmp151[i152] = t155;
+                }
+                for (int64_t i156 = 0; i156 < K; ++i156) {
+                    (d_ls + ks::clamp_index(t144, (T - d)))[i156 * ((T - d))] += tmp151[i156];
                 }
             }
-            double* const tmp151 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i152 = 0; i152 < K; ++i152) {
-                const double d_row_i = d_row[i152];
-                const double x_i153 = ((r4 + k108 * (d * K)) + k121 * K)[i152];
-                const double t154 = (d_row_i * x_i153);
-                tmp151[i152] = t154;
+            double* const tmp157 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i158 = 0; i158 < K; ++i158) {
+                const double d_row_i = d_row[i158];
+                const double x_i159 = ((r4 + k114 * (d * K)) + k127 * K)[i158];
+                const double t160 = (d_row_i * x_i159);
+                tmp157[i158] = t160;
             }
-            for (int64_t i155 = 0; i155 < K; ++i155) {
-                (r119 + k121)[i155 * d] += tmp151[i155];
+            for (int64_t i161 = 0; i161 < K; ++i161) {
+                (r125 + k127)[i161 * d] += tmp157[i161];
             }
-            double* const tmp156 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i157 = 0; i157 < K; ++i157) {
-                const double d_row_i158 = d_row[i157];
-                const double x_i159 = ((r + k108 * (K * d)) + k121)[i157 * d];
-                const double t160 = (d_row_i158 * x_i159);
-                const double x_i161 = ((r4 + k108 * (d * K)) + k121 * K)[i157];
-                const double t162 = (t160 * x_i161);
-                tmp156[i157] = t162;
-            }
+            double* const tmp162 = sqnorm;  // reuses a dead buffer's space
             for (int64_t i163 = 0; i163 < K; ++i163) {
-                (d_qs + k121)[i163 * d] += tmp156[i163];
+                const double d_row_i164 = d_row[i163];
+                const double x_i165 = ((r + k114 * (K * d)) + k127)[i163 * d];
+                const double t166 = (d_row_i164 * x_i165);
+                const double x_i167 = ((r4 + k114 * (d * K)) + k127 * K)[i163];
+                const double t168 = (t166 * x_i167);
+                tmp162[i163] = t168;
+            }
+            for (int64_t i169 = 0; i169 < K; ++i169) {
+                (d_qs + k127)[i169 * d] += tmp162[i169];
             }
         }
-        double* const tmp164 = r16;  // reuses a dead buffer's space
-        for (int64_t i165 = 0; i165 < K; ++i165) {
-            for (int64_t i166 = 0; i166 < d; ++i166) {
-                const double x_i167 = r119[i165 * d + i166];
-                const double t168 = (x_i167 * (-1.0));
-                const double x_i169 = out_d_means[i165 * d + i166];
-                const double t170 = (x_i169 + t168);
-                tmp164[i165 * d + i166] = t170;
+        double* const tmp170 = r16;  // reuses a dead buffer's space
+        for (int64_t i171 = 0; i171 < K; ++i171) {
+            for (int64_t i172 = 0; i172 < d; ++i172) {
+                const double x_i173 = r125[i171 * d + i172];
+                const double t174 = (x_i173 * (-1.0));
+                const double x_i175 = out_d_means[i171 * d + i172];
+                const double t176 = (x_i175 + t174);
+                tmp170[i171 * d + i172] = t176;
             }
         }
-        double* const tmp171 = __sum_109_54;  // reuses a dead buffer's space
-        for (int64_t i172 = 0; i172 < K; ++i172) {
-            const double x_i173 = r104[i172];
-            const double x_i174 = tmp111[i172];
-            const double t175 = (x_i173 + x_i174);
-            tmp171[i172] = t175;
+        double* const tmp177 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i178 = 0; i178 < K; ++i178) {
+            const double x_i179 = r110[i178];
+            const double x_i180 = tmp117[i178];
+            const double t181 = (x_i179 + x_i180);
+            tmp177[i178] = t181;
         }
-        for (int64_t i176 = 0; i176 < K * d; ++i176) {
-            out_d_means[i176] = tmp164[i176];
+        for (int64_t i182 = 0; i182 < K * d; ++i182) {
+            out_d_means[i182] = tmp170[i182];
         }
-        for (int64_t i177 = 0; i177 < K; ++i177) {
-            r104[i177] = tmp171[i177];
-        }
-    }
-    for (int64_t i178 = 0; i178 < K; ++i178) {
-        for (int64_t i179 = 0; i179 < d; ++i179) {
-            d_icf[i178 * T + i179] = 0.0;
+        for (int64_t i183 = 0; i183 < K; ++i183) {
+            r110[i183] = tmp177[i183];
         }
     }
-    for (int64_t i180 = 0; i180 < K; ++i180) {
-        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
-            (d_icf + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < d; ++i185) {
+            d_icf[i184 * T + i185] = 0.0;
         }
     }
-    double* const d_qs182 = r15;  // reuses a dead buffer's space
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < d; ++i184) {
-            const double x_i185 = d_qs[i183 * d + i184];
-            const double x_i186 = r104[i183];
-            const double d_qs187 = (x_i185 + x_i186);
-            d_qs182[i183 * d + i184] = d_qs187;
+    for (int64_t i186 = 0; i186 < K; ++i186) {
+        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
+            (d_icf + d)[i186 * T + i187] = d_ls[i186 * ((T - d)) + i187];
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
-            (padded + d)[i188 * T + i189] = 0.0;
+    double* const d_qs188 = r15;  // reuses a dead buffer's space
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        for (int64_t i190 = 0; i190 < d; ++i190) {
+            const double x_i191 = d_qs[i189 * d + i190];
+            const double x_i192 = r110[i189];
+            const double d_qs193 = (x_i191 + x_i192);
+            d_qs188[i189 * d + i190] = d_qs193;
         }
     }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        for (int64_t i191 = 0; i191 < d; ++i191) {
-            padded[i190 * T + i191] = d_qs182[i190 * d + i191];
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
+            (padded + d)[i194 * T + i195] = 0.0;
         }
-    }
-    for (int64_t i192 = 0; i192 < K; ++i192) {
-        const double x_i193 = d_alphas[i192];
-        const double x_i194 = r104[i192];
-        const double d_alphas195 = (x_i193 + x_i194);
-        out_d_alphas[i192] = d_alphas195;
     }
     for (int64_t i196 = 0; i196 < K; ++i196) {
-        for (int64_t i197 = 0; i197 < T; ++i197) {
-            const double d_icf_i = d_icf[i196 * T + i197];
-            const double x_i198 = padded[i196 * T + i197];
-            const double d_icf199 = (d_icf_i + x_i198);
-            out_d_icf[i196 * T + i197] = d_icf199;
+        for (int64_t i197 = 0; i197 < d; ++i197) {
+            padded[i196 * T + i197] = d_qs188[i196 * d + i197];
+        }
+    }
+    for (int64_t i198 = 0; i198 < K; ++i198) {
+        const double x_i199 = d_alphas[i198];
+        const double x_i200 = r110[i198];
+        const double d_alphas201 = (x_i199 + x_i200);
+        out_d_alphas[i198] = d_alphas201;
+    }
+    for (int64_t i202 = 0; i202 < K; ++i202) {
+        for (int64_t i203 = 0; i203 < T; ++i203) {
+            const double d_icf_i = d_icf[i202 * T + i203];
+            const double x_i204 = padded[i202 * T + i203];
+            const double d_icf205 = (d_icf_i + x_i204);
+            out_d_icf[i202 * T + i203] = d_icf205;
         }
     }
     return ks::status::ok;

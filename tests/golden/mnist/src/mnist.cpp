@@ -60,7 +60,7 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     next_slot += ks::aligned_bytes<float>(batch);
     float* const tmp95 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp103 = reinterpret_cast<float*>(next_slot);
+    float* const tmp109 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     ks::tiled_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 256, 1}, {prod, 256, 1}, false);
@@ -184,30 +184,38 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
         tmp91[i92] = acc;
     }
     for (int64_t i96 = 0; i96 < batch; ++i96) {
-        float acc97 = 0;
-        KS_OMP_SIMD(reduction(+:acc97))
-        for (int64_t i98 = 0; i98 < 10; ++i98) {
-            const float x_i99 = tmp85[i96 * 10 + i98];
-            const float x_i100 = tmp91[i96];
-            const float t101 = (x_i99 - x_i100);
-            const float t102 = ks::exp(t101);
-            acc97 += t102;
+        const float x_i97 = tmp91[i96];
+        const float t98 = ks::abs(x_i97);
+        const bool t99 = (t98 == __builtin_huge_valf());
+        const float t100 = (t99 ? 0.0f : x_i97);
+        tmp95[i96] = t100;
+    }
+    float* const tmp101 = tmp91;  // reuses a dead buffer's space
+    for (int64_t i102 = 0; i102 < batch; ++i102) {
+        float acc103 = 0;
+        KS_OMP_SIMD(reduction(+:acc103))
+        for (int64_t i104 = 0; i104 < 10; ++i104) {
+            const float x_i105 = tmp85[i102 * 10 + i104];
+            const float x_i106 = tmp95[i102];
+            const float t107 = (x_i105 - x_i106);
+            const float t108 = ks::exp(t107);
+            acc103 += t108;
         }
-        tmp95[i96] = acc97;
+        tmp101[i102] = acc103;
     }
-    for (int64_t i104 = 0; i104 < batch; ++i104) {
-        const float x_i105 = tmp95[i104];
-        const float t106 = ks::log(x_i105);
-        const float x_i107 = tmp91[i104];
-        const float t108 = (t106 + x_i107);
-        tmp103[i104] = t108;
+    for (int64_t i110 = 0; i110 < batch; ++i110) {
+        const float x_i111 = tmp101[i110];
+        const float t112 = ks::log(x_i111);
+        const float x_i113 = tmp95[i110];
+        const float t114 = (t112 + x_i113);
+        tmp109[i110] = t114;
     }
-    for (int64_t i109 = 0; i109 < batch; ++i109) {
-        for (int64_t i110 = 0; i110 < 10; ++i110) {
-            const float x_i111 = tmp85[i109 * 10 + i110];
-            const float x_i112 = tmp103[i109];
-            const float t113 = (x_i111 - x_i112);
-            out[i109 * 10 + i110] = t113;
+    for (int64_t i115 = 0; i115 < batch; ++i115) {
+        for (int64_t i116 = 0; i116 < 10; ++i116) {
+            const float x_i117 = tmp85[i115 * 10 + i116];
+            const float x_i118 = tmp109[i115];
+            const float t119 = (x_i117 - x_i118);
+            out[i115 * 10 + i116] = t119;
         }
     }
     return ks::status::ok;
