@@ -104,6 +104,15 @@ def test_repeated_calls_take_the_fast_path_and_still_check(relu3_pkg):
         relu3_pkg.vrelu3(x.reshape(2, 3))
 
 
+def test_messages_name_the_parameter_as_written(tmp_path):
+    """An int parameter named k (k1 in C, where k is taken) and a str argument: the message says 'k' and 'a str'."""
+    (tmp_path / "kk.py").write_text('def scale(x: "float[n]", k: int) -> "float[n]":\n    return x * k\n')
+    f = ksbuild.kernel(load(tmp_path / "kk.py", "scale"))
+    np.testing.assert_allclose(f(np.ones(3, np.float32), 2), [2.0, 2.0, 2.0])
+    with pytest.raises(DtypeError, match="argument 'k' takes i64, got a str"):
+        f(np.ones(3, np.float32), "a")
+
+
 def test_free_dims_are_passed_by_name(relu3_pkg):
     with pytest.raises(CallError, match="not dims of this export"):
         relu3_pkg.vrelu3(np.zeros(3, np.float32), dims={"m": 3})

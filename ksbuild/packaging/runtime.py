@@ -179,14 +179,14 @@ class Export:
             s = shapes[i][axis]
             want = dims.setdefault(d, s) if isinstance(d, str) else d
             if want != s:
-                raise CallError(f"argument '{self.ins[i]['name']}': dimension {d} is {want} elsewhere but {s} here")
+                raise CallError(f"argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere but {s} here")
         if len(dims) < len(self.desc["dims"]):
             missing = [d for d in self.desc["dims"] if d not in dims]
             raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
         for a, shape in zip(self.ins, shapes):
             for d, s in zip(a["shape"], shape):
                 if isinstance(d, str) and not d.isidentifier() and dim_value(d, dims) != s:
-                    raise CallError(f"argument '{a['name']}': dimension {d} = {dim_value(d, dims)} but {s} given")
+                    raise CallError(f"argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} but {s} given")
         return dims
 
     def out_shapes(self, dims: dict) -> list[tuple]:
@@ -271,6 +271,11 @@ def _eval_dim(node, dims):
     raise CallError(f"cannot evaluate dimension expression '{ast.unparse(node)}'")
 
 
+def _shown(a: dict) -> str:
+    """An argument's name in messages: the parameter's name in the user's source when the C name differs."""
+    return a.get("param", a["name"])
+
+
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
@@ -279,7 +284,7 @@ def _scalar(x, a: dict, export: str):
     """A Python number for a scalar argument: typed values (numpy, torch) must have its dtype."""
     if isinstance(x, (bool, int, float, np.generic, np.ndarray)) or _is_torch(x):
         return _item(_as_array(x, a, export), a)
-    raise CallError(f"{export}: argument '{a['name']}' must be a number, got {type(x).__name__}")
+    raise CallError(f"{export}: argument '{_shown(a)}' must be a number, got {type(x).__name__}")
 
 
 def _item(arr: np.ndarray, a: dict):
@@ -296,10 +301,10 @@ def _np_view(x, a: dict, export: str) -> np.ndarray:
     if not _is_torch(x):
         return x
     if x.requires_grad:
-        raise CallError(f"{export}: argument '{a['name']}' requires grad; call the export without out= so that "
+        raise CallError(f"{export}: argument '{_shown(a)}' requires grad; call the export without out= so that "
                         "autograd runs through its vjp")
     if x.device.type != "cpu":
-        raise CallError(f"{export}: argument '{a['name']}' is on {x.device}; ksbuild exports run on the CPU")
+        raise CallError(f"{export}: argument '{_shown(a)}' is on {x.device}; ksbuild exports run on the CPU")
     return x.numpy()
 
 
@@ -311,7 +316,7 @@ def _as_array(x, a: dict, export: str) -> np.ndarray:
     if typed and arr.dtype != want:
         rebuild = f" or build the package for {arr.dtype}" if arr.dtype in (np.float32, np.float64) \
             and np.dtype(want).kind == "f" else ""
-        raise DtypeError(f"{export}: argument '{a['name']}' is {arr.dtype} but the export takes {a['dtype']} "
+        raise DtypeError(f"{export}: argument '{_shown(a)}' is {arr.dtype} but the export takes {a['dtype']} "
                          f"({np.dtype(want).name}); ksbuild does not cast silently: convert it yourself "
                          f"(.astype(np.{np.dtype(want).name})){rebuild}")
     if not typed:
@@ -320,7 +325,7 @@ def _as_array(x, a: dict, export: str) -> np.ndarray:
     # np.asarray, not ascontiguousarray: the latter turns a 0-d value into shape [1]
     arr = np.ascontiguousarray(arr) if arr.ndim else arr
     if arr.ndim != len(a["shape"]):
-        raise CallError(f"{export}: argument '{a['name']}' must have {len(a['shape'])} dimension(s), got shape "
+        raise CallError(f"{export}: argument '{_shown(a)}' must have {len(a['shape'])} dimension(s), got shape "
                         f"{list(arr.shape)}")
     return arr
 
@@ -330,8 +335,9 @@ def _check_untyped(arr: np.ndarray, a: dict, export: str) -> None:
     order = "bif"
     have, want = arr.dtype.kind if arr.dtype.kind in order else "?", KINDS[a["dtype"]]
     if have == "?" or order.index(have) > order.index(want) or (want == "b" and have != "b"):
-        raise DtypeError(f"{export}: argument '{a['name']}' takes {a['dtype']}, got a Python value of kind "
-                         f"{arr.dtype.name}")
+        got = f"a {type(arr.flat[0].item()).__name__}" if arr.dtype.kind in "USO" and arr.size else \
+            f"a Python value of kind {arr.dtype.name}"
+        raise DtypeError(f"{export}: argument '{_shown(a)}' takes {a['dtype']}, got {got}")
 
 
 def _results(outs, descs, torch_out: bool):

@@ -235,15 +235,15 @@ def _tensor(x, a: dict, export) -> torch.Tensor:
     want = TORCH_DTYPES[a["dtype"]]
     if not isinstance(x, torch.Tensor):
         if isinstance(x, float) and a["dtype"] not in ("f32", "f64") or isinstance(x, int) and a["dtype"] == "bool":
-            raise export.DtypeError(f"{export.name}: argument '{a['name']}' takes {a['dtype']}, got "
+            raise export.DtypeError(f"{export.name}: argument '{_shown(a)}' takes {a['dtype']}, got "
                                     f"{type(x).__name__} {x!r}")
         return torch.tensor(x, dtype=want)
     if x.dtype != want:
-        raise export.DtypeError(f"{export.name}: argument '{a['name']}' is {x.dtype} but the export takes "
+        raise export.DtypeError(f"{export.name}: argument '{_shown(a)}' is {x.dtype} but the export takes "
                                 f"{a['dtype']} ({want}); ksbuild does not cast silently: convert it yourself or build "
                                 "the package for that dtype")
     if x.dim() != len(a["shape"]):
-        raise export.CallError(f"{export.name}: argument '{a['name']}' must have {len(a['shape'])} dimension(s), "
+        raise export.CallError(f"{export.name}: argument '{_shown(a)}' must have {len(a['shape'])} dimension(s), "
                                f"got shape {list(x.shape)}")
     return x
 
@@ -266,3 +266,8 @@ def _as_list(x) -> list:
 
 def _unpack(outs: list):
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _shown(a: dict) -> str:
+    """An argument's name in messages: the parameter's name in the user's source when the C name differs."""
+    return a.get("param", a["name"])
