@@ -72,13 +72,20 @@ def rk_energy(x: float, v: float, k: float) -> float:
     return 0.5 * v * v + 0.5 * k * x * x + 0.1 * torch.sin(x)
 
 
+def int_poly(x: float, n: int) -> float:
+    r = 1.0 + 0.0 * x
+    for i in range(n):
+        r = r * x * 0.5 + float(i) * 0.1
+    return r
+
+
 def head(q: "float[t, d]", k: "float[t, d]", v: "float[t, d]") -> "float[t, d]":
     s = q @ k.T * 0.5
     mask = torch.tril(torch.ones(q.shape[0], q.shape[0])) > 0.5
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
 '''
 
-NAMES = ["softplus", "kinks", "spread", "cosine", "ties", "max_dim", "lse", "losses", "rk_energy", "head"]
+NAMES = ["softplus", "kinks", "spread", "cosine", "ties", "max_dim", "lse", "losses", "rk_energy", "int_poly", "head"]
 COMPOSITIONS = {  # C name: expression over rk_energy (scalar) and head (tensor)
     "rk_hvp": "jvp(grad(rk_energy))", "rk_gg": "grad(grad(rk_energy, argnums=0), argnums=0)",
     "rk_vv": "vjp(vjp(rk_energy))", "rk_jv": "jvp(vjp(rk_energy))",
@@ -86,6 +93,7 @@ COMPOSITIONS = {  # C name: expression over rk_energy (scalar) and head (tensor)
     "rk_vvm": "vmap(vmap(rk_energy, in_axes=(0, None, None)), in_axes=(None, 0, None))",
     "head_vv": "vjp(vjp(head))", "head_jv": "jvp(vjp(head))", "head_vmvjp": "vmap(vjp(head))",
     "head_bwd": "bwd(head)", "head_fwd": "fwd(head)",
+    "poly_gg": "grad(grad(int_poly))",  # reverse mode through a reverse loop of a run-time count
 }
 MANIFEST = "\n".join(
     ["[package]", 'name = "redcomp"', "[build]", 'dtype = "float64"', "[kernels]"]
@@ -188,6 +196,16 @@ def test_scalar_compositions_against_torch_func(built):
     grid = pkg.rk_vvm(xs, vs[:3], 0.9)
     want = [[f(t(a), t(b), t(0.9)).item() for a in xs] for b in vs[:3]]
     np.testing.assert_allclose(grid, want, rtol=1e-12)
+
+
+def test_second_derivative_through_a_loop_of_run_time_count(built):
+    """grad(grad(f)) with `for i in range(n)`, n an int argument: the reverse loop of grad(f) recomputes its
+    forward steps, and its own reverse pass reruns the reverse loop's steps before each iteration."""
+    pkg, src = built
+    from torch.func import grad
+    for x, n in [(0.7, 0), (0.7, 1), (0.7, 3), (-1.3, 5), (2.0, 7)]:
+        want = grad(grad(lambda a: src.int_poly(a, n)))(t(x)).item()
+        assert pkg.poly_gg(x, n) == pytest.approx(want, rel=1e-11, abs=1e-12)
 
 
 def test_tensor_compositions_against_torch_func(built):

@@ -359,7 +359,7 @@ def _loop_partial_eval(s, eqn, mask):
     inv += [p for p in remat.params[1:] if p not in inv]  # consts the recomputation reads
     n_kc, n_kcar = sum(ck), sum(cark)
     recompute = bool(var) and p["length"] is None  # no size to stack them by: recompute them instead
-    if recompute and (any(xk) or p["reverse"]):
+    if recompute and any(xk):
         raise KsbuildError("reverse mode through this loop needs its count as a dim", eqn.loc,
                            hint="loop over range(<literal>) or over a tensor dimension such as range(len(x))")
     if recompute:
@@ -380,17 +380,29 @@ def _loop_partial_eval(s, eqn, mask):
 
     kcarry_body = permuted(bk, list(range(len(bk.params))), list(range(n_kcar)), f"{body.name}_steps")
 
+    i64 = Type("i64")
+    # a reverse loop's iteration k comes after the steps n-1, ..., k+1: a reverse loop of n-1-k steps whose
+    # index is shifted by k+1 (an extra const) reruns them
+    shifted_body = wrap(f"{body.name}_steps_from", [i64, i64] + list(kcarry_body.in_types[1:]),
+                        lambda b, ps: inline(b, kcarry_body, [b.add(ps[0], ps[1])] + list(ps[2:])))
+
     def recomputed(b, k, start):
-        """Iteration k's residuals, from the known consts and initial carry: rerun the first k steps."""
-        kcs, kcar0 = start[:n_kc], start[n_kc:]
-        kcar = b.bind(PRIMS_LOOP, [k, *kcs, *kcar0], dict(body=kcarry_body, n_consts=n_kc, n_carry=n_kcar,
-                                                          length=None, reverse=False))
+        """Iteration k's residuals, from the known consts and initial carry: rerun the steps before it."""
+        kcs, kcar0 = start[:n_kc], start[n_kc:n_kc + n_kcar]
+        if p["reverse"]:
+            after = b.add(k, Lit(1, i64))
+            kcar = b.bind(PRIMS_LOOP, [b.sub(start[-1], after), after, *kcs, *kcar0],
+                          dict(body=shifted_body, n_consts=n_kc + 1, n_carry=n_kcar, length=None, reverse=True))
+        else:
+            kcar = b.bind(PRIMS_LOOP, [k, *kcs, *kcar0], dict(body=kcarry_body, n_consts=n_kc, n_carry=n_kcar,
+                                                              length=None, reverse=False))
         return inline(b, bk, [k, *kcs, *kcar])[n_kout:]
 
     kcarry_args = [s.read_known(a) for a, k in zip(carry, cark) if k]
     kconst_args = [s.read_known(a) for a, k in zip(consts, ck) if k]
-    # recompute: the unknown loop takes the known consts and initial carries as consts of its own
-    start = kconst_args + kcarry_args if recompute else []
+    # recompute: the unknown loop takes the known consts and initial carries (and, reversed, the count) as
+    # consts of its own
+    start = kconst_args + kcarry_args + ([s.read_known(eqn.ins[0])] if p["reverse"] else []) if recompute else []
 
     def ubody(b, ps):
         i = 0
