@@ -72,6 +72,10 @@ def rk_energy(x: float, v: float, k: float) -> float:
     return 0.5 * v * v + 0.5 * k * x * x + 0.1 * torch.sin(x)
 
 
+def relus(x: "float[n]") -> "float[n]":
+    return torch.relu(x) + 2.0 * F.relu(x)
+
+
 def int_poly(x: float, n: int) -> float:
     r = 1.0 + 0.0 * x
     for i in range(n):
@@ -85,7 +89,8 @@ def head(q: "float[t, d]", k: "float[t, d]", v: "float[t, d]") -> "float[t, d]":
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
 '''
 
-NAMES = ["softplus", "kinks", "spread", "cosine", "ties", "max_dim", "lse", "losses", "rk_energy", "int_poly", "head"]
+NAMES = ["softplus", "kinks", "spread", "cosine", "ties", "max_dim", "lse", "losses", "rk_energy", "int_poly", "relus",
+         "head"]
 COMPOSITIONS = {  # C name: expression over rk_energy (scalar) and head (tensor)
     "rk_hvp": "jvp(grad(rk_energy))", "rk_gg": "grad(grad(rk_energy, argnums=0), argnums=0)",
     "rk_vv": "vjp(vjp(rk_energy))", "rk_jv": "jvp(vjp(rk_energy))",
@@ -161,6 +166,8 @@ def test_nan_and_infinities_as_torch(built):
     np.testing.assert_array_equal(pkg.ties(x, y), src.ties(t(x), t(y)).numpy())
     kinks = np.array([np.nan, np.inf, -np.inf])
     np.testing.assert_array_equal(pkg.kinks(kinks), src.kinks(t(kinks)).numpy())
+    check_against_torch(pkg, src.relus, np.array([-1.0, 0.0, 2.0]))  # relu'(0) = 0
+    np.testing.assert_array_equal(pkg.relus(kinks), src.relus(t(kinks)).numpy())  # relu(nan) is nan
     x = np.array([[1.0, 2.0, -np.inf], [1000.0, 999.0, -np.inf], [1.0, np.inf, 2.0], [-np.inf, -np.inf, -np.inf]])
     np.testing.assert_allclose(pkg.lse(x), src.lse(t(x)).numpy(), rtol=1e-14)
 

@@ -19,8 +19,9 @@ def _c(x: Atom, v: float) -> Lit:
 
 
 def relu(b, x: Atom) -> Atom:
-    """x if x > 0 else 0 (so the derivative at 0 is 0, as torch's)."""
-    return b.select(b.gt(x, _c(x, 0)), x, _c(x, 0))
+    """torch.relu: ops.math.relu (derivative 0 at 0, NaN kept)."""
+    from . import math as m
+    return m.relu(b, x)
 
 
 def leaky_relu(b, x: Atom, slope: float) -> Atom:

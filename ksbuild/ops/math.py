@@ -8,9 +8,10 @@ from ._util import error, scalar_lit
 
 
 def relu(b, x: Atom) -> Atom:
-    """x if x > 0 else 0 (so the derivative at 0 is 0, as torch's and JAX's)."""
+    """0 if x <= 0 else x: the derivative at 0 is 0 (as torch's and JAX's), and NaN stays NaN (as torch's
+    and numpy's maximum(x, 0), which the ONNX reference uses)."""
     zero = scalar_lit(0, x.type.dtype)
-    return b.select(b.gt(x, zero), x, zero)
+    return b.select(b.le(x, zero), zero, x)
 
 
 def norm_root(b, s: Atom, p: float = 2.0) -> Atom:

@@ -127,8 +127,8 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
                     const float x_i = prod[i34 * (8 * 16 * 16) + i35 * (16 * 16) + i36 * 16 + i37];
                     const float x_i38 = ks_data_1[i35];
                     const float t39 = (x_i + x_i38);
-                    const bool t40 = (t39 > 0.0f);
-                    const float t41 = (t40 ? t39 : 0.0f);
+                    const bool t40 = (t39 <= 0.0f);
+                    const float t41 = (t40 ? 0.0f : t39);
                     tmp[i34 * (8 * 16 * 16) + i35 * (16 * 16) + i36 * 16 + i37] = t41;
                 }
             }
@@ -179,8 +179,8 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
                     const float x_i65 = prod57[i61 * (16 * 3 * 3) + i62 * (3 * 3) + i63 * 3 + i64];
                     const float x_i66 = ks_data_3[i62];
                     const float t67 = (x_i65 + x_i66);
-                    const bool t68 = (t67 > 0.0f);
-                    const float t69 = (t68 ? t67 : 0.0f);
+                    const bool t68 = (t67 <= 0.0f);
+                    const float t69 = (t68 ? 0.0f : t67);
                     acc += t69;
                 }
             }
@@ -342,9 +342,9 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                     const float x_i = prod[i35 * (8 * 16 * 16) + i36 * (16 * 16) + i37 * 16 + i38];
                     const float x_i39 = ks_data_1[i36];
                     const float t40 = (x_i + x_i39);
-                    const bool t41 = (t40 > 0.0f);
+                    const bool t41 = (t40 <= 0.0f);
                     tmp[i35 * (8 * 16 * 16) + i36 * (16 * 16) + i37 * 16 + i38] = t41;
-                    const float t42 = (t41 ? t40 : 0.0f);
+                    const float t42 = (t41 ? 0.0f : t40);
                     tmp34[i35 * (8 * 16 * 16) + i36 * (16 * 16) + i37 * 16 + i38] = t42;
                 }
             }
@@ -440,9 +440,9 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                     const float x_i93 = prod77[i89 * (16 * 3 * 3) + i90 * (3 * 3) + i91 * 3 + i92];
                     const float x_i94 = ks_data_3[i90];
                     const float t95 = (x_i93 + x_i94);
-                    const bool t96 = (t95 > 0.0f);
+                    const bool t96 = (t95 <= 0.0f);
                     const float x_i97 = tmp81[i89 * 16 + i90];
-                    const float t98 = (t96 ? x_i97 : 0.0f);
+                    const float t98 = (t96 ? 0.0f : x_i97);
                     tmp88[i89 * (16 * 3 * 3) + i90 * (3 * 3) + i91 * 3 + i92] = t98;
                 }
             }
@@ -556,7 +556,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                 for (int64_t i155 = 0; i155 < 16; ++i155) {
                     const bool x_i156 = tmp[i152 * (8 * 16 * 16) + i153 * (16 * 16) + i154 * 16 + i155];
                     const float x_i157 = folded144[i152 * (8 * 16 * 16) + i153 * (16 * 16) + i154 * 16 + i155];
-                    const float t158 = (x_i156 ? x_i157 : 0.0f);
+                    const float t158 = (x_i156 ? 0.0f : x_i157);
                     tmp151[i152 * (8 * 16 * 16) + i153 * (16 * 16) + i154 * 16 + i155] = t158;
                 }
             }
