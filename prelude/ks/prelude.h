@@ -97,16 +97,16 @@ constexpr T sign(T x) {
     return x > static_cast<T>(0) ? static_cast<T>(1) : (x < static_cast<T>(0) ? static_cast<T>(-1) : x);
 }
 
-// The larger of a and b, branch-free; NaN if a or b is NaN (numpy's maximum, torch's max and amax).
+// The larger of a and b, branch-free; if a or b is NaN the result is b.
 template <class T>
 constexpr T max(T a, T b) {
-    return (a >= b || a != a) ? a : b;  // (a != a only for a NaN a; a NaN b fails a >= b)
+    return a >= b ? a : b;
 }
 
-// The smaller of a and b, branch-free; NaN if a or b is NaN (numpy's minimum, torch's min and amin).
+// The smaller of a and b, branch-free; if a or b is NaN the result is b.
 template <class T>
 constexpr T min(T a, T b) {
-    return (a <= b || a != a) ? a : b;
+    return a <= b ? a : b;
 }
 
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
