@@ -89,6 +89,28 @@ def _fold_ref(stride, dilation, n):
     return ref
 
 
+def _conv_ref(strides, pads, dilations, groups):
+    """conv written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - lo] · w[m, c, t], zero outside x."""
+    def ref(x, w):
+        n, cin = x.shape[:2]
+        m, cg = w.shape[:2]
+        k = x.ndim - 2
+        taps = w.shape[2:]
+        outs = [(x.shape[2 + i] + pads[i] + pads[k + i] - dilations[i] * (taps[i] - 1) - 1) // strides[i] + 1
+                for i in range(k)]
+        y = np.zeros((n, m) + tuple(outs))
+        for idx in np.ndindex(*y.shape):
+            b, oc, o = idx[0], idx[1], idx[2:]
+            g = oc // (m // groups)
+            for c in range(cg):
+                for t in np.ndindex(*taps):
+                    pos = [o[i] * strides[i] + t[i] * dilations[i] - pads[i] for i in range(k)]
+                    if all(0 <= pos[i] < x.shape[2 + i] for i in range(k)):
+                        y[idx] += x[(b, g * cg + c) + tuple(pos)] * w[(oc, c) + t]
+        return y
+    return ref
+
+
 def _bits_ref(op):
     def ref(x, y):
         return np.array([[op(int(a), int(c)) for a, c in zip(r, q)] for r, q in zip(x, y)])
@@ -177,6 +199,15 @@ SAMPLES = {
     "fold": ((Type("f64", (3, 3, 3)),), {"axis": 1, "stride": 2, "dilation": 1, "n": 8}, (normal,), _fold_ref(2, 1, 8)),
     "fold:dilated": ((Type("f64", (3, 2, 3)),), {"axis": 1, "stride": 3, "dilation": 2, "n": 8}, (normal,),
                      _fold_ref(3, 2, 8)),
+    "conv": ((Type("f64", (2, 3, 5, 6)), Type("f64", (4, 3, 3, 2))),
+             {"strides": (1, 2), "pads": (1, 0, 1, 1), "dilations": (1, 1), "groups": 1}, (normal, normal),
+             _conv_ref((1, 2), (1, 0, 1, 1), (1, 1), 1)),
+    "conv:grouped1d": ((Type("f64", (2, 4, 9)), Type("f64", (6, 2, 3))),
+                       {"strides": (2,), "pads": (2, 1), "dilations": (2,), "groups": 2}, (normal, normal),
+                       _conv_ref((2,), (2, 1), (2,), 2)),
+    "conv:3d": ((Type("f64", (1, 2, 3, 4, 4)), Type("f64", (3, 2, 2, 2, 3))),
+                {"strides": (1, 1, 1), "pads": (0, 1, 1, 1, 0, 1), "dilations": (1, 2, 1), "groups": 1},
+                (normal, normal), _conv_ref((1, 1, 1), (0, 1, 1, 1, 0, 1), (1, 2, 1), 1)),
     "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
                     _bits_ref(lambda a, c: a & c)),
     "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,
@@ -202,4 +233,4 @@ def prim_name(key: str) -> str:
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
 STRUCTURED = {"cond", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
-LOWERING = {"fusion", "contract"}
+LOWERING = {"fusion", "contract", "convolve"}

@@ -8,6 +8,7 @@ functions).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence, Union
@@ -130,6 +131,7 @@ class Writer:
         self.local: dict[Var, str] = {}
         self.escaping: dict[Var, Storage] = {}  # inside a fusion: values stored as they are computed
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
+        self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
 
     # ---- output --------------------------------------------------------------------------------
 
@@ -242,6 +244,25 @@ class Writer:
             self.ws.slots.append(Slot(name, c, self.bytes(t)))
         return Storage.buffer(name, t.shape)
 
+    def scratch(self, ctype: str, count: str) -> str:
+        """A workspace buffer of at least `count` (a C++ expression) elements of ctype that a prelude function
+        uses while one equation runs (ks::tiled_gemm packs b into it): one per element type and function,
+        as large as its largest use; "nullptr" where there is no workspace."""
+        if self.ws.on_stack:
+            return "nullptr"
+        if ctype not in self.scratch_slots:
+            slot = Slot(self.namer.fresh(f"scratch_{ctype.replace('_t', '')}"), ctype, "")
+            self.ws.slots.append(slot)
+            self.scratch_slots[ctype] = (slot, [])
+        slot, counts = self.scratch_slots[ctype]
+        if count not in counts:
+            counts.append(count)
+            total = counts[0]
+            for c in counts[1:]:
+                total = f"ks::max<int64_t>({total}, {c})"
+            slot.size = f"ks::aligned_bytes<{ctype}>({total})"
+        return slot.name
+
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
         """dst[...] = src[...] elementwise (one flat loop, a memset/memcpy, when both are dense)."""
         dense = dst.contiguous and dst.literal is None and (src.literal is not None or
@@ -309,6 +330,10 @@ class Writer:
             self.env[out] = name
             return
         dst = self.target(out, kind)
+        if short_window(x.type.shape, axes):
+            self._reduce_unrolled(src, dst, x.type.shape, axes, kind, c)
+            self.env[out] = dst
+            return
         self.fill(dst, reduce_init(kind, c), out.type)
         order = reduce_loop_order(x.type.shape, axes)
         loops = self.open_loops([x.type.shape[j] for j in order])
@@ -317,6 +342,20 @@ class Writer:
         self.line(update.format(a=dst.at(kept), x=src.at(idx)))
         self.close_loops(len(idx))
         self.env[out] = dst
+
+    def _reduce_unrolled(self, src: Storage, dst: Storage, shape, axes, kind: str, c: str) -> None:
+        """A reduction over a few literal taps (a pooling window): loops over the kept axes, the taps written
+        out in one chain per element, so that nothing is read back from the result and the loop along
+        the result's last axis vectorizes."""
+        kept = [j for j in range(len(shape)) if j not in axes]
+        loops = self.open_loops([shape[j] for j in kept])
+        acc = self.namer.fresh("acc")
+        self.line(f"{c} {acc} = {reduce_init(kind, c)};")
+        for tap in itertools.product(*(range(shape[j]) for j in axes)):
+            at = dict(zip(kept, loops)) | dict(zip(axes, (str(t) for t in tap)))
+            self.line(REDUCE_UPDATE[kind].format(a=acc, x=src.at([at[j] for j in range(len(shape))])))
+        self.line(f"{dst.at(loops)} = {acc};")
+        self.close_loops(len(loops))
 
     # ---- tensor prims --------------------------------------------------------------------------
 
@@ -366,6 +405,12 @@ class Writer:
 
 
 SHORT_TAIL = 16  # reduced trailing axes of at most this many elements go outside the last kept axis
+
+
+def short_window(shape, axes) -> bool:
+    """Whether a reduction is over a few taps of literal size (at most SHORT_TAIL) and keeps some axes."""
+    sizes = [shape[j] for j in axes]
+    return len(axes) < len(shape) and all(isinstance(d, int) for d in sizes) and math.prod(sizes) <= SHORT_TAIL
 
 
 def reduce_loop_order(shape, axes) -> list[int]:

@@ -12,8 +12,8 @@ from ..prims.lowering import REDUCTIONS
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 
 
-def emit_fusion(w: Writer, eqn: Eqn) -> None:
-    """The loop nest of one fusion equation."""
+def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
+    """The loop nest of one fusion equation (dests: storages for outputs, instead of their planned places)."""
     body = eqn.params["body"]
     inner_eqns = [e for e in body.eqns if e.prim.name not in REDUCTIONS]
     reductions = [e for e in body.eqns if e.prim.name in REDUCTIONS]
@@ -23,7 +23,9 @@ def emit_fusion(w: Writer, eqn: Eqn) -> None:
     for p, a in zip(body.params, eqn.ins):
         w.env[p] = w.env[a] if isinstance(a, Var) else w.storage(a) if a.type.rank else w.scalar(a)
     reduced = {e.outs[0] for e in reductions}
-    targets = {r: w.target(o, o.hint or "tmp") for r, o in zip(body.results, eqn.outs) if o.type.rank}
+    dests = dests or {}
+    targets = {r: dests[o] if o in dests else w.target(o, o.hint or "tmp")
+               for r, o in zip(body.results, eqn.outs) if o.type.rank}
     stores = {r: t for r, t in targets.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
     accs = [_accumulator(w, e) for e in reductions]

@@ -1,9 +1,10 @@
 """Neural-network layers as decompositions: convolution, pooling, normalization.
 
-Convolution slides `window`s over every spatial axis of the (padded) input and contracts
-them with the kernel in one `einsum`; its transpose (ConvTranspose) contracts first and
-`fold`s the windows back. Pooling reduces over the windows. Layouts are ONNX/PyTorch's:
-x is [N, C, *spatial], a kernel is [M, C / groups, *kernel].
+A float convolution is the `conv` primitive (prims/conv.py, compiled to a ks::conv call); an integer
+one slides `window`s over every spatial axis of the (padded) input and contracts them with the kernel
+in one `einsum`. The transpose (ConvTranspose) contracts first and `fold`s the windows back. Pooling
+reduces over the windows. Layouts are ONNX/PyTorch's: x is [N, C, *spatial], a kernel is
+[M, C / groups, *kernel].
 """
 from __future__ import annotations
 
@@ -93,7 +94,13 @@ def conv(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=None, dilati
     if not (grouped_ok or (groups == 1 and c == cg)):  # one group: symbolic channel counts are fine
         raise error(b, f"conv of {x.type} with kernel {w.type} and {groups} group(s): the channels do not match "
                        f"(input channels / groups must equal the kernel's axis 1)")
-    for i in range(k):
+    if x.type.dtype in ("f32", "f64") and k <= 3:  # the conv primitive (prims/conv.py); negative pads crop first
+        for i in range(k):
+            x = pad_axis(b, x, 2 + i, min(pads[i], 0), min(pads[k + i], 0))
+        y = b.conv(x, w, strides=tuple(strides), pads=tuple(max(p, 0) for p in pads), dilations=tuple(dilations),
+                   groups=groups)
+        return _add_channel_bias(b, y, bias)
+    for i in range(k):  # integers and narrow floats: windows and an einsum
         x = pad_axis(b, x, 2 + i, pads[i], pads[k + i])
     x = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
     patches = windows(b, x, 3, w.type.shape[2:], strides, dilations)  # [N, G, C, O1, K1, O2, K2, ...]

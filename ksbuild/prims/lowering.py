@@ -7,18 +7,30 @@ fusion[body, threads?](*ins) -> outs
     one loop nest over the shape of body's elementwise equations; body's results are the
     values read after the nest. Trailing reductions over a suffix of that shape are
     accumulated in the same nest (see transforms/fuse.py).
-contract[spec, impl, acc, threads?](*ins) -> out
+contract[spec, impl, acc, threads?, epilogue?](acc?, a, b, *extra) -> out
     an einsum; impl "loops" is a loop nest (a dot product when the innermost axis is summed),
     "gemm" is loops over the batch letters around ks::gemm (backend blas: ks/blas.h; aten: ks/aten.h), "tiles"
-    the same around ks::tiled_gemm (backend plain: ks/gemm.h, portable register tiles). With acc, the first
-    operand is an accumulator the product is added to (out = acc + a·b).
+    the same around ks::tiled_gemm (backend plain: ks/gemm.h, portable register tiles), "panels" one
+    ks::packed_gemm call whose b, a [k, n] matrix (spec letters in that order, n = param cols), is a
+    constant stored as panels: [ceil(n / P), k, P] with P = 64 bytes of columns, zero-padded
+    (transforms/layout_constants.py). With acc, the first operand is an accumulator the product is added
+    to (out = acc + a·b).
+convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
+    a conv as one prelude call (prims/convolve.py).
+Both contract and convolve may carry an `epilogue` (transforms/fuse_epilogue.py): a body of elementwise
+equations whose first parameter is the product's value and the rest the equation's extra operands; the
+result is epilogue(product, *extra), stored as the product is computed (codegen/epilogue.py).
 With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ..codegen import epilogue as epilogues
 from ..codegen.storage import dim_expr
 from ..errors import KsbuildError
 from ..ir.core import Eqn, Func
+from ..ir.types import Type, dtype_of, numpy_dtype
 from .base import Prim
 from .tensor import einsum as _einsum_prim
 from .tensor import parse_spec
@@ -65,19 +77,89 @@ fusion = Prim(
 
 # ---- contract ----------------------------------------------------------------------------------
 
-def _contract_rule(in_types, spec, impl, acc, threads: int = 0):
-    if impl not in ("loops", "gemm", "tiles"):
+def panel_width(dtype: str) -> int:
+    """Columns per panel of a panel-stored matrix (ks::panel_width: 64 bytes)."""
+    return 64 // np.dtype(numpy_dtype(dtype)).itemsize
+
+
+def to_panels(b: np.ndarray) -> np.ndarray:
+    """A [k, n] matrix as panels [ceil(n / P), k, P], the last one zero-padded (ks::panels)."""
+    k, n = b.shape
+    p = panel_width(dtype_of(b))
+    j = -(-n // p)
+    padded = np.zeros((k, j * p), dtype=b.dtype)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, j, p).transpose(1, 0, 2))
+
+
+def from_panels(panels: np.ndarray, n: int) -> np.ndarray:
+    """The [k, n] matrix that `to_panels` stored."""
+    j, k, p = panels.shape
+    return panels.transpose(1, 0, 2).reshape(k, j * p)[:, :n]
+
+
+def _logical_b(t: Type, cols) -> Type:
+    """The [k, n] type of a panel-stored operand."""
+    if t.rank != 3 or not isinstance(cols, int) or t.shape[2] != panel_width(t.dtype) or \
+            t.shape[0] != -(-cols // t.shape[2]):
+        raise KsbuildError(f"internal: {t} is not a panel-stored matrix of {cols} columns")
+    return Type(t.dtype, (t.shape[1], cols))
+
+
+def extra_count(eqn_or_params) -> int:
+    """How many operands at the end of a contract or convolve belong to its epilogue."""
+    params = getattr(eqn_or_params, "params", eqn_or_params)
+    epilogue = params.get("epilogue")
+    return len(epilogue.params) - 1 if epilogue is not None else 0
+
+
+def operands(eqn: Eqn):
+    """A contract's two factors (after its accumulator, before its epilogue's operands)."""
+    main = eqn.ins[:len(eqn.ins) - extra_count(eqn)]
+    return main[-2], main[-1]
+
+
+def epilogue_type(product: Type, extra_types, epilogue: Func | None) -> Type:
+    """The type an epilogue makes of a product (the product's when there is none)."""
+    if epilogue is None:
+        return product
+    if list(epilogue.in_types) != [product, *extra_types] or list(epilogue.out_types) != [product]:
+        raise KsbuildError(f"internal: epilogue {epilogue.in_types} -> {epilogue.out_types} does not fit a product "
+                           f"{product} and operands {list(extra_types)}")
+    return product
+
+
+def apply_epilogue(value, extra, epilogue: Func | None, env):
+    """The epilogue evaluated on a product's value (the reference interpreter)."""
+    if epilogue is None:
+        return value
+    from ..ir.interp import eval_func
+    return eval_func(epilogue, [value, *extra], env)[0]
+
+
+def _contract_rule(in_types, spec, impl, acc, threads: int = 0, cols=None, epilogue=None):
+    if impl not in ("loops", "gemm", "tiles", "panels"):
         raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
-    ops = list(in_types[1:]) if acc else list(in_types)
+    n_extra = len(epilogue.params) - 1 if epilogue is not None else 0
+    main, extra = list(in_types[:len(in_types) - n_extra]), list(in_types[len(in_types) - n_extra:])
+    ops = main[1:] if acc else main
+    if impl == "panels":
+        ops[-1] = _logical_b(ops[-1], cols)
     (out,) = _einsum_prim.type_rule(ops, spec=spec)
-    if acc and in_types[0] != out:
-        raise KsbuildError(f"internal: accumulator {in_types[0]} does not match the product {out}")
-    return (out,)
+    if acc and main[0] != out:
+        raise KsbuildError(f"internal: accumulator {main[0]} does not match the product {out}")
+    return (epilogue_type(out, extra, epilogue),)
 
 
-def _contract_eval(*args, spec, impl, acc, env, threads: int = 0):
-    (prod,) = _einsum_prim.eval(*args[-2:], spec=spec, env=env)
-    return ((args[0] + prod).astype(prod.dtype) if acc else prod,)
+def _contract_eval(*args, spec, impl, acc, env, threads: int = 0, cols=None, epilogue=None):
+    n_extra = len(epilogue.params) - 1 if epilogue is not None else 0
+    main, extra = args[:len(args) - n_extra], args[len(args) - n_extra:]
+    x, y = main[-2:]
+    if impl == "panels":
+        y = from_panels(y, cols)
+    (prod,) = _einsum_prim.eval(x, y, spec=spec, env=env)
+    value = (main[0] + prod).astype(prod.dtype) if acc else prod
+    return (apply_epilogue(value, extra, epilogue, env),)
 
 
 def gemm_axes(spec: str):
@@ -98,16 +180,30 @@ def gemm_axes(spec: str):
 def _emit_contract(ctx, eqn: Eqn) -> None:
     """out (+)= Σ a·b: the product is written into the planned buffer of out (acc's, when in place)."""
     p = eqn.params
-    x, y = eqn.ins[-2:]
+    x, y = operands(eqn)
     (out,) = eqn.outs
     dst, into = _contract_target(ctx, eqn)
     sa, sb = ctx.storage(x), ctx.storage(y)
-    if p["impl"] in ("gemm", "tiles") and sa.literal is None and sb.literal is None:
-        _emit_gemm(ctx, eqn, sa, sb, dst, into)
+    fused = False
+    if p["impl"] == "panels":
+        fused = _emit_packed_gemm(ctx, eqn, sa, sb, dst, into)
+    elif p["impl"] in ("gemm", "tiles") and sa.literal is None and sb.literal is None:
+        fused = _emit_gemm(ctx, eqn, sa, sb, dst, into)
     else:
         _emit_loops(ctx, eqn, sa, sb, dst, into)
+    if p.get("epilogue") is not None and not fused:
+        epilogues.apply_in_place(ctx, eqn, dst)
     if out.type.rank:
         ctx.env[out] = dst
+
+
+def _lambda(ctx, eqn: Eqn, out_letters: str, ix: dict, m: str, n: str) -> str | None:
+    """The epilogue as a lambda of the product's (row, column), inside the loops over its batch letters."""
+    if eqn.params.get("epilogue") is None:
+        return None
+    i, j = ctx.namer.fresh("row"), ctx.namer.fresh("col")
+    index = [ix[ch] if ch in ix else i if ch == m else j for ch in out_letters]
+    return epilogues.declare(ctx, eqn, index, eqn.outs[0].type.shape, [i, j])
 
 
 def _contract_target(ctx, eqn: Eqn):
@@ -124,7 +220,7 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     """A loop nest: a dot product per output element when the innermost axis is summed, else
     accumulate into the output with its last axis innermost."""
     a, b, o = parse_spec(eqn.params["spec"])
-    x, y = eqn.ins[-2:]
+    x, y = operands(eqn)
     out = eqn.outs[0]
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
     summed = [ch for ch in dict.fromkeys(a + b) if ch not in o]
@@ -219,11 +315,11 @@ def _emit_dots(ctx, letters, sa, sb, dst, into: bool, sizes: dict, summed: list,
         ctx.line(f"{dst.at(outer + [last])} {'+=' if into else '='} {acc};")
 
 
-def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
+def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     """Loops over the batch letters around one ks::gemm call (ks/blas.h maps strides to CBLAS) or, for impl
-    "tiles", one ks::tiled_gemm call (ks/gemm.h: portable register tiles)."""
+    "tiles", one ks::tiled_gemm call (ks/gemm.h: portable register tiles); whether it applies the epilogue."""
     a, b, o = parse_spec(eqn.params["spec"])
-    x, y = eqn.ins[-2:]
+    x, y = operands(eqn)
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
     batch, m, n, k = gemm_axes(eqn.params["spec"])
     loops = ctx.open_loops([sizes[ch] for ch in batch])
@@ -236,10 +332,32 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
         return f"{{{st.base}, {st.strides[rest.index(rows)]}, {st.strides[rest.index(cols)]}}}"
 
     dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
+    c = ctx.ctype(eqn.outs[0].type)
+    extra, epi = "", None
+    if eqn.params["impl"] == "tiles":  # room to pack b into panels (ks/gemm.h), and the epilogue
+        extra = ", " + ctx.scratch(c, f"ks::tiled_gemm_scratch<{c}>({dims})")
+        epi = _lambda(ctx, eqn, o, ix, m, n)
+        extra += f", {epi}" if epi else ""
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
-    ctx.line(f"{fn}<{ctx.ctype(eqn.outs[0].type)}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
-             f"{matrix(dst, o, m, n)}, {'true' if into else 'false'});")
+    ctx.line(f"{fn}<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
+             f"{matrix(dst, o, m, n)}, {'true' if into else 'false'}{extra});")
     ctx.close_loops(len(loops))
+    return epi is not None
+
+
+def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
+    """One ks::packed_gemm call: b is a constant stored as panels (ks/gemm.h); whether it applies the epilogue."""
+    a, b, o = parse_spec(eqn.params["spec"])
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    x, y = operands(eqn)
+    sizes = dict(zip(a, x.type.shape)) | {n: eqn.params["cols"], k: y.type.shape[1]}
+    dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
+    am = f"{{{sa.base}, {sa.strides[a.index(m)]}, {sa.strides[a.index(k)]}}}"
+    cm = f"{{{dst.base}, {dst.strides[o.index(m)]}, {dst.strides[o.index(n)]}}}"
+    epi = _lambda(ctx, eqn, o, {}, m, n)
+    ctx.line(f"ks::packed_gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, "
+             f"{'true' if into else 'false'}{', ' + epi if epi else ''});")
+    return epi is not None
 
 
 contract = Prim(

@@ -7,7 +7,9 @@ spec names its letters in the new order. A transpose of such a constant read by 
 `weight.t()`) is folded into the stored constant the same way. The transposition happens once, when the package is
 compiled, instead of inside BLAS on every call (OpenBLAS 0.3.21's sgemm on a 64×784 by 784×512
 product takes 0.53 ms with B row-major and 0.57 ms with B transposed), and ks/gemm.h's register
-tiles need b's rows contiguous.
+tiles need b's rows contiguous. With the plain backend (impl "tiles") such a constant b is stored as
+panels, the layout ks/gemm.h's register tiles read (impl "panels", a ks::packed_gemm call): nothing is
+packed when the product runs, and a vector times a matrix reads the weights in one stream.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import collections
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
-from ..prims.lowering import gemm_axes
+from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
 from .rewrite import bind_like, rewrite
@@ -45,20 +47,37 @@ def layout_constants(f: Func) -> Func:
         a, bl, out = parse_spec(spec)
         a_new = _reordered(a, m + k, eqn.ins[-2], single, eqn.ins[-2] in wrapped)
         b_new = _reordered(bl, k + n, eqn.ins[-1], single, eqn.ins[-1] in wrapped)
-        if a_new is None and b_new is None:
+        panel_b = _panel_source(eqn, bl, k + n, b_new, single)
+        if a_new is None and b_new is None and panel_b is None:
             return None
         changed = True
         new_ins = list(ins)
+        params = dict(eqn.params)
         if a_new is not None:
             new_ins[-2] = b.constant(value=a_new)
             a = m + k
-        if b_new is not None:
+        if panel_b is not None:
+            new_ins[-1] = b.constant(value=Dense.of(to_panels(panel_b)))
+            bl = k + n
+            params.update(impl="panels", cols=int(panel_b.shape[1]))
+        elif b_new is not None:
             new_ins[-1] = b.constant(value=b_new)
             bl = k + n
-        return bind_like(b, eqn, eqn.prim, new_ins, dict(eqn.params, spec=f"{a},{bl}->{out}"))
+        return bind_like(b, eqn, eqn.prim, new_ins, dict(params, spec=f"{a},{bl}->{out}"))
 
     g = rewrite(f, rule)
     return dce(g) if changed else f
+
+
+def _panel_source(eqn, letters: str, want: str, reordered: Dense | None, single: dict):
+    """The [k, n] value of a tiles product's b to store as panels (a single-use constant, read
+    row-major once reordered), or None."""
+    operand = eqn.ins[-1]
+    if eqn.params["impl"] != "tiles" or operand not in single or not isinstance(eqn.ins[-2], Var):
+        return None
+    if reordered is not None:
+        return reordered.array()
+    return single[operand] if letters == want else None
 
 
 def _reordered(letters: str, want: str, operand, single: dict, wrapped: bool) -> Dense | None:

@@ -15,6 +15,7 @@ from .accumulate import accumulate
 from .cse import cse
 from .expand import expand
 from .fuse import fuse
+from .fuse_epilogue import fuse_epilogue
 from .layout_constants import layout_constants
 from .parallelize import parallelize
 from .plan_memory import plan_memory
@@ -47,6 +48,8 @@ PASSES = [
          "constants a gemm reads transposed are stored transposed when the package is compiled"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
     Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
+    Pass("fuse_epilogue", lambda f, o: fuse_epilogue(f),
+         "the elementwise run after a matrix product or convolution is applied as it stores"),
     Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),
     Pass("plan_memory", lambda f, o: plan_memory(f), "buffers: output arguments, in-place updates, reused slots"),
 ]

@@ -5,11 +5,14 @@ Requires: a Func after the transformations. Guarantees: every `einsum` is a `con
 "gemm" when the backend is blas or aten (a `ks::gemm` call that ks/blas.h or ks/aten.h
 implements), impl "tiles" with the plain backend on one thread (a `ks::tiled_gemm` call: ks/gemm.h,
 portable register tiles), and every other einsum (or a product in a plain build on several
-threads, whose loops the parallelize pass spreads) impl "loops".
+threads, whose loops the parallelize pass spreads) impl "loops". Every `conv` is a `convolve`: impl
+"tiles" (ks::conv, the register tiles) with the plain backend, "gemm" (ks::conv_rows with the
+backend's ks::gemm) with blas or aten.
 """
 from __future__ import annotations
 
 from ..ir.core import Func
+from ..prims.convolve import convolve
 from ..prims.lowering import contract, gemm_axes
 from .rewrite import bind_like, rewrite
 
@@ -19,6 +22,9 @@ GEMM_BACKENDS = ("blas", "aten")  # backends whose prelude header implements ks:
 def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     """f with einsums lowered to contractions for `backend`."""
     def rule(b, eqn, ins):
+        if eqn.prim.name == "conv":
+            impl = "gemm" if backend in GEMM_BACKENDS else "tiles"
+            return bind_like(b, eqn, convolve, ins, dict(eqn.params, impl=impl))
         if eqn.prim.name != "einsum":
             return None
         spec = eqn.params["spec"]

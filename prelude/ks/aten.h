@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "gemm.h"  // ks::matrix, and ks::tiled_gemm when ATen fails
+#include "conv.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm when ATen fails
 
 extern "C" {
 // c (m x n) = a (m x k) · b (k x n), or c += a · b when accumulate; element (i, j) of x is
@@ -47,6 +47,15 @@ void gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b,
     }
     tiled_gemm<T>(m, n, k, a, b, c, accumulate);
 }
+
+// ks::gemm as a function object: the product ks::conv_rows multiplies its im2col blocks with.
+struct library_gemm {
+    template <class T>
+    void operator()(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c,
+                    bool accumulate) const {
+        gemm<T>(m, n, k, a, b, c, accumulate);
+    }
+};
 
 }  // namespace ks
 

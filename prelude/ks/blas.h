@@ -13,7 +13,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "gemm.h"  // ks::matrix, and ks::tiled_gemm for the layouts BLAS cannot take
+#include "conv.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm for the layouts BLAS cannot take
 
 extern "C" {
 // The standard CBLAS enums are int-sized: RowMajor = 101, NoTrans = 111, Trans = 112.
@@ -108,6 +108,15 @@ void gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b,
     detail::cblas_gemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a.data, lda,
                        b.data, ldb, accumulate ? T(1) : T(0), c.data, ldc);
 }
+
+// ks::gemm as a function object: the product ks::conv_rows multiplies its im2col blocks with.
+struct library_gemm {
+    template <class T>
+    void operator()(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c,
+                    bool accumulate) const {
+        gemm<T>(m, n, k, a, b, c, accumulate);
+    }
+};
 
 }  // namespace ks
 

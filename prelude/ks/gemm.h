@@ -1,22 +1,29 @@
 // ks/gemm.h — matrix products in portable C++ (no heap, no library), for backend = "plain".
 //
 // Generated code calls ks::tiled_gemm for every float contraction shaped like a (batched) matrix
-// product, c = a · b or c += a · b, on strided operands. Three strategies, chosen from the strides
-// (compile-time constants after inlining, so the choice costs nothing):
-//   - b and c with rows contiguous: register tiles. An MR x NR block of c stays in registers while
-//     the k loop adds a[i][p] · b[p][j..j+NR) for each of its MR rows: every b element loaded is used
-//     MR times, every a element NR times, and the NR-wide rows are what compilers vectorize. With
-//     -march=native on an AVX-512 machine GCC 12 runs a 64 x 784 by 784 x 512 product at about
-//     100 GFLOP/s, as fast as OpenBLAS (see docs/performance.md); with the baseline instruction set
-//     (SSE2) 25-35 GFLOP/s, about as fast as dot products.
-//   - a and b both contiguous along k: DOT dot products at a time (one row of a, DOT rows of bᵀ).
-//   - anything else: one dot product per element.
-// The k axis is cut into blocks of KC so that the rows of b a block reads stay in cache while
-// every row block of a passes over them. Nothing is allocated: the stack holds one MR x NR tile.
+// product, c = a · b or c += a · b, on strided operands, and ks::packed_gemm when b is a constant
+// stored as panels when the package was compiled (transforms/layout_constants.py).
+//
+// The work is done by one register tile, `micro`: an MR x (NP panels of P columns) block of c held in
+// vector registers while the k loop adds a[i][p] · b[p][j..j+P) to each of its rows. Every b vector
+// loaded is used MR times, every a element NP·P times. The vectors are GCC/Clang vector extensions of
+// the widest size the target compiles for (AVX-512, AVX, SSE2, NEON; one lane elsewhere), so the
+// accumulators stay in registers without intrinsics. b is read as panels: P = 64 bytes of columns
+// (16 floats, 8 doubles) by k rows, contiguous, the last panel zero-padded. A run-time b is packed
+// into panels block by block in the caller's scratch (`tiled_gemm_scratch` elements); without
+// scratch, or for fewer rows than a tile, b's rows are read where they are.
+//
+// An epilogue runs on every element of c as it is stored for the last time: c[i][j] = epi(i, j, v)
+// where v is the product (plus c's old value when accumulating). Generated code passes a lambda for
+// the elementwise operations that followed the product (a bias and an activation: fuse_epilogue).
+//
+// Measured (docs/performance.md): a 64 x 784 by 784 x 512 float product with b packed runs at about
+// 90 GFLOP/s with AVX2 + FMA on one core of an AMD EPYC (Zen 3).
 #ifndef KS_GEMM_H
 #define KS_GEMM_H
 
 #include <cstdint>
+#include <cstring>
 
 #include "prelude.h"
 
@@ -32,153 +39,353 @@ struct matrix {
     matrix<T> transposed() const { return {data, cs, rs}; }
 };
 
+// Columns per panel: 64 bytes (a cache line).
+template <class T>
+constexpr int panel_width = 64 / static_cast<int>(sizeof(T));
+
+// A k x n matrix stored as ceil(n / P) panels of k rows of P consecutive columns, the last one
+// zero-padded: element (p, j) is data[(j / P) * k * P + p * P + j % P].
+template <class T>
+struct panels {
+    const T* data;
+    int64_t k;
+};
+
+// The epilogue that stores the product as it is (of a matrix product, and of a convolution: ks/conv.h).
+struct no_epilogue {
+    template <class T>
+    T operator()(int64_t, int64_t, T v) const {
+        return v;
+    }
+    template <class T>
+    T operator()(int64_t, int64_t, int64_t, T v) const {
+        return v;
+    }
+};
+
 namespace tiles {
 
-// The widest vector registers the target compiles for, in bytes (16 when unknown: SSE2, NEON).
-#ifndef KS_GEMM_MR
-#if defined(__AVX512F__)
-#define KS_GEMM_MR 8
-#define KS_GEMM_VECTORS 2
-#elif defined(__AVX__)
-#define KS_GEMM_MR 6
-#define KS_GEMM_VECTORS 2
-#else
-#define KS_GEMM_MR 4
-#define KS_GEMM_VECTORS 4
-#endif
-#endif
+// The target's vectors and the register tile: MR rows by NP panels (its accumulators fill about
+// three quarters of the vector registers).
 #if defined(__AVX512F__)
 constexpr int vector_bytes = 64;
+#define KS_GEMM_TILE 8, 2
 #elif defined(__AVX__)
 constexpr int vector_bytes = 32;
-#else
+#define KS_GEMM_TILE 6, 1
+#elif defined(__aarch64__)
 constexpr int vector_bytes = 16;
+#define KS_GEMM_TILE 6, 1
+#elif defined(__SSE2__) || defined(__ARM_NEON)
+constexpr int vector_bytes = 16;
+#define KS_GEMM_TILE 3, 1
+#else
+constexpr int vector_bytes = 0;  // no vector unit: one lane
+#define KS_GEMM_TILE 1, 1
 #endif
-constexpr int row_block = KS_GEMM_MR;
-constexpr int row_vectors = KS_GEMM_VECTORS;
-constexpr int64_t k_block = 256;  // KC
+#ifdef KS_GEMM_TILE_OVERRIDE  // (rows, panels), to measure other shapes
+#undef KS_GEMM_TILE
+#define KS_GEMM_TILE KS_GEMM_TILE_OVERRIDE
+#endif
+constexpr int tile_shape[2] = {KS_GEMM_TILE};
+constexpr int row_block = tile_shape[0];
+constexpr int panel_block = tile_shape[1];
+
+#ifndef KS_GEMM_KC
+#define KS_GEMM_KC 1024
+#endif
+#ifndef KS_GEMM_NCP
+#define KS_GEMM_NCP 4
+#endif
+constexpr int64_t k_block = KS_GEMM_KC;       // KC: the k rows of b a tile runs over before c is stored
+constexpr int64_t panels_per_block = KS_GEMM_NCP;  // NC / P: the columns of b packed at a time
 constexpr int dot_block = 4;
 
-// c[0..MR)[0..NR) (+)= Σ_{p < kc} a[r][p] · b[p][0..NR): the tile in registers (b rows contiguous).
-template <class T, int MR, int NR>
-inline void tile(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, T* c, int64_t c_rs,
-                 bool load) {
-    T acc[MR][NR];
+template <class T>
+struct simd {
+    static constexpr int bytes = vector_bytes > 0 ? vector_bytes : static_cast<int>(sizeof(T));
+    static constexpr int lanes = bytes / static_cast<int>(sizeof(T));
+    typedef T v __attribute__((vector_size(bytes)));
+};
+
+// x in every lane. (x - 0 is x exactly, so GCC and Clang emit one broadcast; a loop over the lanes
+// becomes a chain of inserts.)
+template <class T>
+inline typename simd<T>::v splat(T x) {
+    return x - typename simd<T>::v{};
+}
+
+template <class T>
+inline typename simd<T>::v load(const T* p) {
+    typename simd<T>::v r;
+    std::memcpy(&r, p, sizeof r);
+    return r;
+}
+
+// How many panels a tile of `rows` rows covers: a full tile's, or more when there are fewer rows (a
+// vector times a matrix), so that enough independent accumulators hide the latency of the adds.
+constexpr int panels_for(int rows) {
+    return rows >= row_block ? panel_block
+                             : (row_block * panel_block / rows < 8 ? row_block * panel_block / rows : 8);
+}
+
+// How many k values each block of k_block at most gets: k cut into equal blocks.
+constexpr int64_t k_step(int64_t k) {
+    const int64_t blocks = (k + k_block - 1) / k_block;
+    return blocks > 1 ? (k + blocks - 1) / blocks : k;
+}
+
+// One row of a tile stored: out[q] = row[q] (+ out[q] when load_c), through epi(i, j + q, ·) when last;
+// one loop per case, so that each vectorizes.
+template <class T, class Epi>
+inline void store(const T* row, T* out, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+    if (!last) {
+        for (int q = 0; q < cols; ++q) {
+            out[q] = load_c ? out[q] + row[q] : row[q];
+        }
+    } else if (load_c) {
+        for (int q = 0; q < cols; ++q) {
+            out[q] = epi(i, j + q, out[q] + row[q]);
+        }
+    } else {
+        for (int q = 0; q < cols; ++q) {
+            out[q] = epi(i, j + q, row[q]);
+        }
+    }
+}
+
+// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P. Row p of b's panel u is at
+// b + u * b_ps + p * b_rs (P contiguous elements). `load`: add c's old value; `last`: store
+// epi(i, j, value), else the value (a partial sum of an earlier k block).
+template <class T, int MR, int NP, class Epi>
+inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_ps,
+                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+    using V = typename simd<T>::v;
+    constexpr int P = panel_width<T>;
+    constexpr int W = P / simd<T>::lanes;  // vectors per panel row
+    V acc[MR][NP * W];
     for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NR; ++q) {
-            acc[r][q] = load ? c[r * c_rs + q] : T(0);
+        for (int q = 0; q < NP * W; ++q) {
+            acc[r][q] = splat<T>(T(0));
         }
     }
     for (int64_t p = 0; p < kc; ++p) {
-        const T* row = b + p * b_rs;
+        V bv[NP * W];
+        for (int u = 0; u < NP; ++u) {
+            for (int w = 0; w < W; ++w) {
+                bv[u * W + w] = load<T>(b + u * b_ps + p * b_rs + w * simd<T>::lanes);
+            }
+        }
         for (int r = 0; r < MR; ++r) {
-            const T x = a[r * a_rs + p * a_cs];
-            KS_OMP_SIMD()  // (GCC 12 vectorizes this row for SSE2 only when told to)
-            for (int q = 0; q < NR; ++q) {
-                acc[r][q] += x * row[q];
+            const V x = splat<T>(a[r * a_rs + p * a_cs]);
+            for (int q = 0; q < NP * W; ++q) {
+                acc[r][q] += x * bv[q];
             }
         }
     }
     for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NR; ++q) {
-            c[r * c_rs + q] = acc[r][q];
+        T row[NP * P];
+        for (int q = 0; q < NP * W; ++q) {
+            const V x = acc[r][q];  // (a copy: taking acc's address would keep it out of registers)
+            std::memcpy(row + q * simd<T>::lanes, &x, sizeof x);
         }
+        // (the run-time column count only: with a literal 48 GCC would check the epilogue's reads, e.g. of a
+        // static bias of 10 columns, at columns the tile never stores, and reject them under -Werror)
+        store<T>(row, c + r * c_rs, cols, load_c, last, i + r, j, epi);
     }
 }
 
-// All m rows of an NR-wide column panel of c over kc values of k (a, b and c point at the panel's
-// first element): tiles of MR rows, then single rows.
-template <class T, int MR, int NR>
-inline void panel(int64_t m, int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, T* c,
-                  int64_t c_rs, bool load) {
-    const int64_t whole = m - m % MR;  // (bounds GCC can see: no "iteration ... invokes UB" warnings)
-    for (int64_t i = 0; i < whole; i += MR) {
-        tile<T, MR, NR>(kc, a + i * a_rs, a_rs, a_cs, b, b_rs, c + i * c_rs, c_rs, load);
-    }
-    for (int64_t i = whole; i < m; ++i) {
-        tile<T, 1, NR>(kc, a + i * a_rs, a_rs, a_cs, b, b_rs, c + i * c_rs, c_rs, load);
+// Where a block of b's panels is: panel u's row p at data + u * ps + p * rs.
+template <class T>
+struct panel_block_ref {
+    const T* data;
+    int64_t rs;
+    int64_t ps;
+};
+
+// Where a's rows are: element (r, p) of row tile t (rows [t·MR, t·MR + MR)) is at data + t·ts + r·rs + p·cs.
+// As a is given, ts = MR·rs; packed by pack_a, rs = 1, cs = MR, ts = k·MR: a tile's k loop then reads one
+// stream, and (PACKED, a template flag) the strides are constants the compiler folds into the loop.
+template <class T>
+struct row_tiles {
+    const T* data;
+    int64_t rs;
+    int64_t cs;
+    int64_t ts;
+};
+
+template <class T>
+inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
+    return {a, a_rs, a_cs, row_block * a_rs};
+}
+
+// One tile: micro with a's strides, folded to constants for a packed a.
+template <class T, int MR, int NP, bool PACKED, class Epi>
+inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const T* b, int64_t b_rs, int64_t b_ps, T* c,
+                 int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+    if constexpr (PACKED) {
+        micro<T, MR, NP>(kc, at, 1, row_block, b, b_rs, b_ps, c, c_rs, cols, load_c, last, i, j, epi);
+    } else {
+        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, b_rs, b_ps, c, c_rs, cols, load_c, last, i, j, epi);
     }
 }
 
-// The NR-wide panels over [j0, j1) (j1 - j0 a multiple of NR) for k in [k0, k0 + kc). Where the stack
-// may hold it (x86 with AVX) and enough row tiles reuse it, each kc x NR block of b is first copied
-// to contiguous rows: the tiles then read one stream instead of kc rows a whole row of b apart
-// (which map to a few cache sets and miss when b is wide).
-template <class T, int NR>
-inline void panels(int64_t m, int64_t j0, int64_t j1, int64_t k0, int64_t kc, const matrix<const T>& a,
-                   const matrix<const T>& b, const matrix<T>& c, bool load) {
-    const T* ak = a.data + k0 * a.cs;
-#if defined(__AVX__)
-    if (m >= 2 * row_block && b.rs != NR) {
-        alignas(64) T pack[k_block * NR];
-        for (int64_t j = j0; j < j1; j += NR) {
-            for (int64_t p = 0; p < kc; ++p) {
-                const T* row = b.data + (k0 + p) * b.rs + j;
-                for (int q = 0; q < NR; ++q) {
-                    pack[p * NR + q] = row[q];
+// Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows).
+template <class T, int R, bool PACKED, class Epi>
+inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const panel_block_ref<T>& b,
+                      int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t i, int64_t j,
+                      const Epi& epi) {
+    if constexpr (R >= 1) {
+        if (rows != R) {
+            rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, last, i, j, epi);
+            return;
+        }
+        constexpr int NP = panels_for(R);
+        constexpr int P = panel_width<T>;
+        for (int u = 0; u < panels; u += NP) {
+            const int np = panels - u < NP ? panels - u : NP;
+            const int64_t left = cols - int64_t(u) * P;
+            const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
+            if (np == NP) {
+                tile<T, R, NP, PACKED>(kc, a, at, b.data + u * b.ps, b.rs, b.ps, c + u * P, c_rs, w, load_c, last, i,
+                                       j + u * P, epi);
+            } else {
+                for (int v = 0; v < np; ++v) {
+                    const int wv = w - v * P < P ? w - v * P : P;
+                    tile<T, R, 1, PACKED>(kc, a, at, b.data + (u + v) * b.ps, b.rs, b.ps, c + (u + v) * P, c_rs, wv,
+                                          load_c, last, i, j + (u + v) * P, epi);
                 }
             }
-            panel<T, row_block, NR>(m, kc, ak, a.rs, a.cs, pack, NR, c.data + j, c.rs, load);
-        }
-        return;
-    }
-#endif
-    for (int64_t j = j0; j < j1; j += NR) {
-        panel<T, row_block, NR>(m, kc, ak, a.rs, a.cs, b.data + k0 * b.rs + j, b.rs, c.data + j, c.rs, load);
-    }
-}
-
-// Rows of c one at a time (fewer rows than a tile: a vector times a matrix), each in chunks of 4 NR columns
-// over the whole k: every row of b read is a long contiguous stretch.
-template <class T, int NR>
-void single_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
-                 const matrix<T>& c, bool accumulate) {
-    constexpr int wide = 4 * NR;
-    const int64_t chunks = n - n % wide;
-    const int64_t panels = n - n % NR;
-    for (int64_t i = 0; i < m; ++i) {
-        const T* ai = a.data + i * a.rs;
-        T* ci = c.data + i * c.rs;
-        for (int64_t j = 0; j < chunks; j += wide) {
-            tile<T, 1, wide>(k, ai, a.rs, a.cs, b.data + j, b.rs, ci + j, c.rs, accumulate);
-        }
-        for (int64_t j = chunks; j < panels; j += NR) {
-            tile<T, 1, NR>(k, ai, a.rs, a.cs, b.data + j, b.rs, ci + j, c.rs, accumulate);
-        }
-        for (int64_t j = panels; j < n; ++j) {
-            tile<T, 1, 1>(k, ai, a.rs, a.cs, b.data + j, b.rs, ci + j, c.rs, accumulate);
         }
     }
 }
 
-// The product with b and c rows contiguous (b.cs == c.cs == 1).
+// All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
+// already start at the block's first k): tiles of row_block rows by panel_block panels, then the rows left.
+template <class T, bool PACKED = false, class Epi>
+inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_block_ref<T>& b, int panels, T* c,
+                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi) {
+    constexpr int MR = row_block, NP = panel_block, P = panel_width<T>;
+    const int64_t whole = m - m % MR;
+    for (int u = 0; u < panels; u += NP) {
+        const int np = panels - u < NP ? panels - u : NP;
+        const int64_t left = cols - int64_t(u) * P;
+        const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
+        for (int64_t i = 0; i < whole; i += MR) {
+            const T* at = a.data + (i / MR) * a.ts;
+            if (np == NP) {
+                tile<T, MR, NP, PACKED>(kc, a, at, b.data + u * b.ps, b.rs, b.ps, c + i * c_rs + u * P, c_rs, w,
+                                        load_c, last, i, j + u * P, epi);
+                continue;
+            }
+            for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
+                const int wv = w - v * P < P ? w - v * P : P;
+                tile<T, MR, 1, PACKED>(kc, a, at, b.data + (u + v) * b.ps, b.rs, b.ps, c + i * c_rs + (u + v) * P,
+                                       c_rs, wv, load_c, last, i, j + (u + v) * P, epi);
+            }
+        }
+    }
+    if (whole < m) {
+        rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
+                                     c + whole * c_rs, c_rs, cols, load_c, last, whole, j, epi);
+    }
+}
+
+// a (m x k, any strides) copied into row tiles at dst: [ceil(m / MR)][k][MR], the last tile's missing rows zero.
 template <class T>
-void tiled(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-           bool accumulate) {
-    constexpr int nr = row_vectors * vector_bytes / static_cast<int>(sizeof(T));
-    constexpr int half = nr / 2;
-    if (m < row_block) {
-        single_rows<T, nr>(m, n, k, a, b, c, accumulate);
-        return;
-    }
-    const int64_t wide = n - n % nr;
-    const int64_t narrow = n - n % half;
-    for (int64_t k0 = 0; k0 < k; k0 += k_block) {
-        const int64_t kc = k - k0 > k_block ? k_block : k - k0;
-        const bool load = accumulate || k0 > 0;
-        panels<T, nr>(m, 0, wide, k0, kc, a, b, c, load);
-        panels<T, half>(m, wide, narrow, k0, kc, a, b, c, load);
-        for (int64_t j = narrow; j < n; ++j) {
-            panel<T, row_block, 1>(m, kc, a.data + k0 * a.cs, a.rs, a.cs, b.data + k0 * b.rs + j, b.rs, c.data + j,
-                                   c.rs, load);
+void pack_a(int64_t m, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, T* dst) {
+    constexpr int MR = row_block;
+    for (int64_t t = 0; t * MR < m; ++t) {
+        T* out = dst + t * k * MR;
+        for (int64_t p = 0; p < k; ++p) {
+            for (int r = 0; r < MR; ++r) {
+                const int64_t i = t * MR + r;
+                out[p * MR + r] = i < m ? a[i * a_rs + p * a_cs] : T(0);
+            }
         }
     }
 }
 
-// The product with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time.
+// The elements pack_a writes.
+constexpr int64_t packed_a_size(int64_t m, int64_t k) {
+    return (m + row_block - 1) / row_block * row_block * k;
+}
+
+// Columns [j0, j0 + cols) and k rows [k0, k0 + kc) of b copied into panels at dst (zero-padded).
 template <class T>
+inline void pack(const matrix<const T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
+    constexpr int P = panel_width<T>;
+    for (int64_t u = 0; u * P < cols; ++u) {
+        const int w = static_cast<int>(cols - u * P < P ? cols - u * P : P);
+        T* out = dst + u * kc * P;
+        const T* src = b.data + k0 * b.rs + (j0 + u * P) * b.cs;
+        for (int64_t p = 0; p < kc; ++p) {
+            const T* row = src + p * b.rs;
+            if (w == P && b.cs == 1) {
+                std::memcpy(out + p * P, row, sizeof(T) * P);
+                continue;
+            }
+            for (int q = 0; q < P; ++q) {
+                out[p * P + q] = q < w ? row[q * b.cs] : T(0);
+            }
+        }
+    }
+}
+
+// c (+)= a · b with b packed block by block into scratch (tiled_gemm_scratch<T>(m, n, k) elements).
+template <class T, class Epi>
+void packed_blocks(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
+                   const matrix<T>& c, bool accumulate, T* scratch, const Epi& epi) {
+    constexpr int P = panel_width<T>;
+    const int64_t step = k_step(k), nc = panels_per_block * P;
+    for (int64_t j0 = 0; j0 < n; j0 += nc) {
+        const int64_t cols = n - j0 < nc ? n - j0 : nc;
+        const int count = static_cast<int>((cols + P - 1) / P);
+        for (int64_t k0 = 0; k0 < k; k0 += step) {
+            const int64_t kc = k - k0 < step ? k - k0 : step;
+            pack<T>(b, k0, kc, j0, cols, scratch);
+            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), {scratch, P, kc * P}, count, c.data + j0, c.rs, cols,
+                     accumulate || k0 > 0, k0 + kc >= k, j0, epi);
+        }
+    }
+}
+
+// c (+)= a · b reading b's rows where they are (b.cs == 1): whole panels by tiles, the last n % P
+// columns by dot products.
+template <class T, class Epi>
+void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
+              const matrix<T>& c, bool accumulate, const Epi& epi) {
+    constexpr int P = panel_width<T>;
+    const int64_t whole = n - n % P, step = k_step(k);
+    for (int64_t j0 = 0; j0 < whole; j0 += panels_per_block * P) {
+        const int64_t cols = whole - j0 < panels_per_block * P ? whole - j0 : panels_per_block * P;
+        for (int64_t k0 = 0; k0 < k; k0 += step) {
+            const int64_t kc = k - k0 < step ? k - k0 : step;
+            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), {b.data + k0 * b.rs + j0, b.rs, P},
+                     static_cast<int>(cols / P), c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
+        }
+    }
+    const int tail = static_cast<int>(n - whole);
+    for (int64_t i = 0; tail > 0 && i < m; ++i) {  // the last columns: one row of them at a time
+        T acc[P] = {};
+        for (int64_t p = 0; p < k; ++p) {
+            const T x = a.data[i * a.rs + p * a.cs];
+            const T* row = b.data + p * b.rs + whole;
+            for (int q = 0; q < tail; ++q) {
+                acc[q] += x * row[q];
+            }
+        }
+        T* out = c.data + i * c.rs + whole;
+        for (int q = 0; q < tail; ++q) {
+            out[q] = epi(i, whole + q, accumulate ? out[q] + acc[q] : acc[q]);
+        }
+    }
+}
+
+// c (+)= a · b with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time.
+template <class T, class Epi>
 void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-          bool accumulate) {
+          bool accumulate, const Epi& epi) {
     for (int64_t i = 0; i < m; ++i) {
         const T* x = a.data + i * a.rs;
         const int64_t whole = n - n % dot_block;
@@ -198,7 +405,7 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
             T* out = c.data + i * c.rs + j * c.cs;
             const T d[dot_block] = {d0, d1, d2, d3};
             for (int q = 0; q < dot_block; ++q) {
-                out[q * c.cs] = accumulate ? out[q * c.cs] + d[q] : d[q];
+                out[q * c.cs] = epi(i, j + q, accumulate ? out[q * c.cs] + d[q] : d[q]);
             }
         }
         for (int64_t j = whole; j < n; ++j) {
@@ -209,15 +416,15 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
                 d += x[p] * y[p];
             }
             T& out = c.data[i * c.rs + j * c.cs];
-            out = accumulate ? out + d : d;
+            out = epi(i, j, accumulate ? out + d : d);
         }
     }
 }
 
 // Any strides: one dot product per element.
-template <class T>
+template <class T, class Epi>
 void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-             bool accumulate) {
+             bool accumulate, const Epi& epi) {
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             T d = 0;
@@ -225,40 +432,122 @@ void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const ma
                 d += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
             }
             T& out = c.data[i * c.rs + j * c.cs];
-            out = accumulate ? out + d : d;
+            out = epi(i, j, accumulate ? out + d : d);
+        }
+    }
+}
+
+// c = epi(c or 0) everywhere: the product of an empty sum.
+template <class T, class Epi>
+void empty_sum(int64_t m, int64_t n, const matrix<T>& c, bool accumulate, const Epi& epi) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            T& out = c.data[i * c.rs + j * c.cs];
+            out = epi(i, j, accumulate ? out : T(0));
         }
     }
 }
 
 }  // namespace tiles
 
-// c = a · b (or c += a · b when accumulate): a is m x k, b is k x n, c is m x n.
+namespace tiles {
+// The scratch elements packed_blocks uses for an m x n x k product (0: it packs nothing).
 template <class T>
-void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c,
-                bool accumulate) {
+constexpr int64_t scratch_for(int64_t m, int64_t n, int64_t k) {
+    const int64_t nc = panels_per_block * panel_width<T>;
+    const int64_t cols = n < nc ? (n + panel_width<T> - 1) / panel_width<T> * panel_width<T> : nc;
+    return vector_bytes > 0 && m >= row_block && n > 0 && k > 0 ? k_step(k) * cols : 0;
+}
+}  // namespace tiles
+
+// The scratch elements ks::tiled_gemm may use to pack b for an m x n x k product, in either orientation
+// (a column-major c is computed as cᵀ = bᵀ · aᵀ).
+template <class T>
+constexpr int64_t tiled_gemm_scratch(int64_t m, int64_t n, int64_t k) {
+    const int64_t one = tiles::scratch_for<T>(m, n, k), other = tiles::scratch_for<T>(n, m, k);
+    return one > other ? one : other;
+}
+
+namespace tiles {
+// tiled_gemm for a result with rows contiguous or strided (not column-major).
+template <class T, class Epi>
+void rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
+          bool accumulate, T* scratch, const Epi& epi) {
+    if (k <= 0) {
+        empty_sum<T>(m, n, c, accumulate, epi);
+    } else if (c.cs == 1 && scratch != nullptr && scratch_for<T>(m, n, k) > 0) {
+        packed_blocks<T>(m, n, k, a, b, c, accumulate, scratch, epi);
+    } else if (c.cs == 1 && (b.cs == 1 || n == 1)) {
+        in_place<T>(m, n, k, a, {b.data, b.rs, 1}, c, accumulate, epi);
+    } else if ((a.cs == 1 || k == 1) && (b.rs == 1 || k == 1)) {
+        dots<T>(m, n, k, {a.data, a.rs, 1}, {b.data, 1, b.cs}, c, accumulate, epi);
+    } else {
+        strided<T>(m, n, k, a, b, c, accumulate, epi);
+    }
+}
+
+// An epilogue of cᵀ seen from c: (i, j) swapped.
+template <class Epi>
+struct swapped {
+    const Epi& epi;
+    template <class T>
+    T operator()(int64_t i, int64_t j, T v) const {
+        return epi(j, i, v);
+    }
+};
+}  // namespace tiles
+
+// c = epi(a · b) (or epi(c + a · b) when accumulate): a is m x k, b is k x n, c is m x n, any strides.
+// scratch (tiled_gemm_scratch<T>(m, n, k) elements, or nullptr) lets it pack b into panels.
+template <class T, class Epi = no_epilogue>
+void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c, bool accumulate,
+                T* scratch = nullptr, const Epi& epi = Epi()) {
     if (m <= 0 || n <= 0) {
         return;
     }
     if (c.cs != 1 && c.rs == 1) {  // a column-major result: compute cᵀ = bᵀ · aᵀ instead
-        tiled_gemm<T>(n, m, k, b.transposed(), a.transposed(), c.transposed(), accumulate);
+        tiles::rows<T>(n, m, k, b.transposed(), a.transposed(), c.transposed(), accumulate, scratch,
+                       tiles::swapped<Epi>{epi});
         return;
     }
-    if (k <= 0) {
-        if (!accumulate) {
-            for (int64_t i = 0; i < m; ++i) {
-                for (int64_t j = 0; j < n; ++j) {
-                    c.data[i * c.rs + j * c.cs] = T(0);
+    tiles::rows<T>(m, n, k, a, b, c, accumulate, scratch, epi);
+}
+
+// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call.
+template <class T, class Epi = no_epilogue>
+void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c, bool accumulate,
+                 const Epi& epi = Epi()) {
+    constexpr int P = panel_width<T>;
+    if (m <= 0 || n <= 0) {
+        return;
+    }
+    if (k <= 0 || c.cs != 1) {
+        if (k <= 0) {
+            tiles::empty_sum<T>(m, n, c, accumulate, epi);
+            return;
+        }
+        for (int64_t i = 0; i < m; ++i) {  // (a strided result: one element at a time)
+            for (int64_t j = 0; j < n; ++j) {
+                T d = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                    d += a.data[i * a.rs + p * a.cs] * b.data[(j / P) * b.k * P + p * P + j % P];
                 }
+                T& out = c.data[i * c.rs + j * c.cs];
+                out = epi(i, j, accumulate ? out + d : d);
             }
         }
         return;
     }
-    if ((b.cs == 1 || n == 1) && (c.cs == 1 || n == 1)) {
-        tiles::tiled<T>(m, n, k, a, {b.data, b.rs, 1}, {c.data, c.rs, 1}, accumulate);
-    } else if ((a.cs == 1 || k == 1) && (b.rs == 1 || k == 1)) {
-        tiles::dots<T>(m, n, k, {a.data, a.rs, 1}, {b.data, 1, b.cs}, c, accumulate);
-    } else {
-        tiles::strided<T>(m, n, k, a, b, c, accumulate);
+    const int64_t step = tiles::k_step(k), nc = tiles::panels_per_block * P;
+    for (int64_t j0 = 0; j0 < n; j0 += nc) {
+        const int64_t cols = n - j0 < nc ? n - j0 : nc;
+        const int count = static_cast<int>((cols + P - 1) / P);
+        for (int64_t k0 = 0; k0 < k; k0 += step) {
+            const int64_t kc = k - k0 < step ? k - k0 : step;
+            tiles::block<T>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
+                            {b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P},
+                            count, c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
+        }
     }
 }
 

@@ -1,0 +1,248 @@
+// Tests of prelude/ks/gemm.h and prelude/ks/conv.h against written-out loops (the oracle): every
+// strategy of ks::tiled_gemm (packed blocks, rows in place, dots, strided), ks::packed_gemm on panels,
+// ks::conv with the register tiles and ks::conv_rows with a reference product, with and without an
+// epilogue and an accumulator, over shapes that leave partial tiles and panels, in float and double.
+// Built once with the target's own tile shape and once with KS_GEMM_TILE_OVERRIDE (other shapes, e.g.
+// AVX-512's two panels per tile). No framework: prints each failure and returns nonzero.
+#include <ks/conv.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+int runs = 0;
+int failures = 0;
+
+// A deterministic pseudo-random value in [-1, 1).
+double noise(uint64_t& state) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+template <class T>
+double tolerance(int64_t depth) {
+    return (sizeof(T) == 4 ? 1e-5 : 1e-13) * (1.0 + static_cast<double>(depth));
+}
+
+template <class T>
+void report(double err, int64_t depth, const char* what, int64_t m, int64_t n, int64_t k, int flags) {
+    ++runs;
+    if (!(err <= tolerance<T>(depth))) {
+        ++failures;
+        std::printf("FAIL %s<%s> m=%lld n=%lld k=%lld flags=%d err=%g\n", what, sizeof(T) == 4 ? "float" : "double",
+                    static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), flags, err);
+    }
+}
+
+// c = epi(a·b (+ c)) through one of the entry points, against the loops; flags: bit 0 a transposed,
+// 1 b transposed, 2 c transposed, 3 accumulate, 4 scratch given, 5 epilogue, 6 b as panels.
+template <class T>
+void check_gemm(int64_t m, int64_t n, int64_t k, int flags, uint64_t& state) {
+    const bool ta = flags & 1, tb = flags & 2, tc = flags & 4, acc = flags & 8, scratch = flags & 16,
+               epi_on = flags & 32, packed = flags & 64;
+    std::vector<T> a(m * k), b(k * n), c(m * n), want(m * n), bias(n);
+    for (auto& v : a) v = T(noise(state));
+    for (auto& v : b) v = T(noise(state));
+    for (auto& v : c) v = T(noise(state));
+    for (auto& v : bias) v = T(noise(state));
+    want = c;
+    const ks::matrix<const T> ma = ta ? ks::matrix<const T>{a.data(), 1, m} : ks::matrix<const T>{a.data(), k, 1};
+    const ks::matrix<const T> mb = tb ? ks::matrix<const T>{b.data(), 1, k} : ks::matrix<const T>{b.data(), n, 1};
+    const ks::matrix<T> mc = tc ? ks::matrix<T>{c.data(), 1, m} : ks::matrix<T>{c.data(), n, 1};
+    const auto epi = [&bias](int64_t i, int64_t j, T v) {
+        const T t = v + bias[j] * T(i % 3);
+        return t < T(0) ? T(0) : t;
+    };
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            double d = 0;
+            for (int64_t p = 0; p < k; ++p) {
+                d += double(ma.data[i * ma.rs + p * ma.cs]) * double(mb.data[p * mb.rs + j * mb.cs]);
+            }
+            T& w = want[i * mc.rs + j * mc.cs];
+            const T v = acc ? T(w + d) : T(d);
+            w = epi_on ? epi(i, j, v) : v;
+        }
+    }
+    std::vector<T> room(ks::tiled_gemm_scratch<T>(m, n, k));
+    T* s = scratch ? room.data() : nullptr;
+    if (packed) {
+        constexpr int P = ks::panel_width<T>;
+        std::vector<T> panels((n + P - 1) / P * P * k, T(0));
+        for (int64_t p = 0; p < k; ++p) {
+            for (int64_t j = 0; j < n; ++j) {
+                panels[(j / P) * k * P + p * P + j % P] = mb.data[p * mb.rs + j * mb.cs];
+            }
+        }
+        if (epi_on) {
+            ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, acc, epi);
+        } else {
+            ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, acc);
+        }
+    } else if (epi_on) {
+        ks::tiled_gemm<T>(m, n, k, ma, mb, mc, acc, s, epi);
+    } else {
+        ks::tiled_gemm<T>(m, n, k, ma, mb, mc, acc, s);
+    }
+    double err = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+        err = std::fmax(err, std::fabs(double(c[i]) - double(want[i])) / (1.0 + std::fabs(double(want[i]))));
+    }
+    report<T>(err, k, packed ? "packed_gemm" : "tiled_gemm", m, n, k, flags);
+}
+
+template <class T>
+void gemms(uint64_t& state) {
+    const int64_t ms[] = {1, 2, 5, 6, 7, 13, 64};
+    const int64_t ns[] = {1, 3, 16, 17, 33, 130};
+    const int64_t ks[] = {0, 1, 7, 300, 1100};
+    for (int64_t m : ms) {
+        for (int64_t n : ns) {
+            for (int64_t k : ks) {
+                for (int flags = 0; flags < 128; ++flags) {
+                    const bool packed = flags & 64;
+                    if ((packed && (flags & 18)) || (m * n * k > 100000 && flags % 5)) {
+                        continue;  // (panels come untransposed and need no scratch; big products sampled)
+                    }
+                    check_gemm<T>(m, n, k, flags, state);
+                }
+            }
+        }
+    }
+}
+
+// A product for ks::conv_rows written out.
+struct loop_product {
+    template <class T>
+    void operator()(int64_t m, int64_t n, int64_t k, ks::matrix<const T> a, ks::matrix<const T> b, ks::matrix<T> c,
+                    bool accumulate) const {
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+                T d = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                    d += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
+                }
+                T& out = c.data[i * c.rs + j * c.cs];
+                out = accumulate ? out + d : d;
+            }
+        }
+    }
+};
+
+// The convolution written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - pad] w[m, c, t].
+template <class T>
+std::vector<T> conv_loops(const ks::conv_shape& s, int64_t images, const std::vector<T>& x, const std::vector<T>& w) {
+    const int64_t cg = s.channels / s.groups, mg = s.out_channels / s.groups;
+    std::vector<T> y(images * s.out_channels * s.positions());
+    for (int64_t i = 0; i < images; ++i) {
+        for (int64_t m = 0; m < s.out_channels; ++m) {
+            for (int64_t q = 0; q < s.positions(); ++q) {
+                const int64_t o[3] = {q / (s.out[1] * s.out[2]), q / s.out[2] % s.out[1], q % s.out[2]};
+                double acc = 0;
+                for (int64_t c = 0; c < cg; ++c) {
+                    for (int64_t t = 0; t < s.taps(); ++t) {
+                        const int64_t tap[3] = {t / (s.kernel[1] * s.kernel[2]), t / s.kernel[2] % s.kernel[1],
+                                                t % s.kernel[2]};
+                        int64_t at = (i * s.channels + m / mg * cg + c);
+                        bool inside = true;
+                        for (int a = 0; a < 3; ++a) {
+                            const int64_t pos = o[a] * s.stride[a] + tap[a] * s.dilation[a] - s.pad[a];
+                            inside = inside && pos >= 0 && pos < s.in[a];
+                            at = at * s.in[a] + pos;
+                        }
+                        if (inside) {
+                            acc += double(x[at]) * double(w[(m * cg + c) * s.taps() + t]);
+                        }
+                    }
+                }
+                y[(i * s.out_channels + m) * s.positions() + q] = T(acc);
+            }
+        }
+    }
+    return y;
+}
+
+template <class T>
+void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, bool rows, uint64_t& state) {
+    std::vector<T> x(images * s.channels * s.in_plane()), w(s.out_channels * s.depth()), bias(s.out_channels);
+    for (auto& v : x) v = T(noise(state));
+    for (auto& v : w) v = T(noise(state));
+    for (auto& v : bias) v = T(noise(state));
+    const auto epi = [&bias](int64_t image, int64_t m, int64_t q, T v) {
+        const T t = v + bias[m] - T(0.001) * T(q) + T(0.1) * T(image);
+        return t < T(0) ? T(0) : t;
+    };
+    std::vector<T> want = conv_loops<T>(s, images, x, w);
+    if (epi_on) {
+        for (size_t e = 0; e < want.size(); ++e) {
+            const int64_t q = int64_t(e) % s.positions(), m = int64_t(e) / s.positions() % s.out_channels;
+            want[e] = epi(int64_t(e) / (s.positions() * s.out_channels), m, q, want[e]);
+        }
+    }
+    std::vector<T> y(want.size() + 1, T(7)), room(ks::conv_scratch<T>(s, rows));
+    if (rows) {
+        if (epi_on) {
+            ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{}, epi);
+        } else {
+            ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{});
+        }
+    } else if (epi_on) {
+        ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data(), epi);
+    } else {
+        ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data());
+    }
+    double err = y.back() == T(7) ? 0 : 1e9;  // (nothing written past the result)
+    for (size_t i = 0; i < want.size(); ++i) {
+        err = std::fmax(err, std::fabs(double(y[i]) - double(want[i])));
+    }
+    report<T>(err, s.depth(), rows ? "conv_rows" : "conv", s.out_channels, s.positions(), s.depth(),
+              epi_on + 2 * rows);
+}
+
+template <class T>
+void convs(uint64_t& state) {
+    for (int trial = 0; trial < 700; ++trial) {
+        ks::conv_shape s{};
+        const int dims = 1 + trial % 3;
+        s.groups = 1 + trial / 3 % 3;
+        s.channels = s.groups * (1 + int64_t(noise(state) * 2 + 2));
+        s.out_channels = s.groups * (1 + int64_t(noise(state) * 4.5 + 4.5));
+        bool fits = true;
+        for (int a = 0; a < 3; ++a) {
+            if (a < 3 - dims) {
+                s.in[a] = s.out[a] = s.kernel[a] = s.stride[a] = s.dilation[a] = 1;
+                s.pad[a] = 0;
+                continue;
+            }
+            s.kernel[a] = 1 + int64_t(noise(state) * 1.9 + 1.9);
+            s.stride[a] = 1 + int64_t(noise(state) * 1.4 + 1.4);
+            s.dilation[a] = 1 + int64_t(noise(state) * 0.9 + 0.9);
+            s.in[a] = 1 + int64_t(noise(state) * 9.9 + 9.9);
+            const int64_t span = (s.kernel[a] - 1) * s.dilation[a] + 1;
+            const int64_t lo = int64_t(noise(state) * 1.4 + 1.4) % span, hi = int64_t(noise(state) * 1.4 + 1.4);
+            s.pad[a] = lo;
+            const int64_t room = s.in[a] + lo + hi - span;
+            fits = fits && room >= 0;
+            s.out[a] = fits ? room / s.stride[a] + 1 : 1;
+        }
+        if (fits) {
+            check_conv<T>(s, 1 + trial % 2, trial & 8, trial & 16, state);
+        }
+    }
+}
+
+}  // namespace
+
+int main() {
+    uint64_t state = 42;
+    gemms<float>(state);
+    gemms<double>(state);
+    convs<float>(state);
+    convs<double>(state);
+    std::printf("%d checks, %d failed (tile %d x %d panels)\n", runs, failures, ks::tiles::row_block,
+                ks::tiles::panel_block);
+    return failures != 0;
+}
