@@ -209,14 +209,16 @@ class Export:
         return self._workspace_of(self.ws_fn(*dim_values) if self.desc["workspace"] else 0)
 
     def _workspace_of(self, n: int) -> int | None:
-        """The address of this thread's workspace of at least n bytes (None for none)."""
+        """The address of this thread's workspace of at least n bytes (None for none); its address is kept with
+        it (asking numpy for an array's address costs microseconds, a call to a small kernel not many more)."""
         if not n:
             return None
-        buf = getattr(self._scratch, "buf", None)
-        if buf is None or buf.size < n + 64:
-            buf = self._scratch.buf = np.empty(n + 64, np.uint8)
-        addr = buf.ctypes.data
-        return addr + (-addr % 64)  # the C ABI wants 16-byte alignment; 64 keeps cache lines whole
+        local = self._scratch
+        if getattr(local, "size", -1) < n:
+            local.buf = np.empty(n + 64, np.uint8)
+            addr = local.buf.ctypes.data
+            local.addr, local.size = addr + (-addr % 64), n  # the C ABI wants 16-byte alignment; 64 keeps lines whole
+        return local.addr
 
 
 class _FastPlan(NamedTuple):

@@ -43,12 +43,12 @@ namespace convs {
 constexpr int64_t position_block = tiles::panels_per_block;  // panels of positions copied at a time
 
 // The extent of axis a the windows read: positions [-pad, extent - pad) of the input.
-inline int64_t extent(const conv_shape& s, int a) {
+constexpr int64_t extent(const conv_shape& s, int a) {
     return (s.out[a] - 1) * s.stride[a] + (s.kernel[a] - 1) * s.dilation[a] + 1;
 }
 
 // Whether the windows read outside the image (then it is copied, zero-padded, first).
-inline bool needs_padding(const conv_shape& s) {
+constexpr bool needs_padding(const conv_shape& s) {
     for (int a = 0; a < 3; ++a) {
         if (s.pad[a] > 0 || extent(s, a) - s.pad[a] > s.in[a]) {
             return true;
@@ -57,13 +57,29 @@ inline bool needs_padding(const conv_shape& s) {
     return false;
 }
 
-// The elements of the zero-padded copy of the image (0 when none is needed).
-inline int64_t padded_size(const conv_shape& s) {
-    return needs_padding(s) ? s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2) : 0;
+// Whether the tiles read the windows straight from the image (stride 1 along its rows, rows of at least
+// half a panel of positions): row (c, tap) of the im2col matrix at positions [q, q + P) of one output row
+// is P consecutive elements of the image. Otherwise blocks of the im2col matrix are packed into panels.
+template <class T>
+constexpr bool direct(const conv_shape& s) {
+    return s.stride[2] == 1 && 2 * s.out[2] >= panel_width<T> && s.channels * s.in[0] * s.in[1] * s.in[2] < (1ll << 30);
+}
+
+// Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
+// end in a partial panel read up to a panel past them (the copy has that much room after it).
+template <class T>
+constexpr bool copies_image(const conv_shape& s) {
+    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0);
+}
+
+// The elements of the zero-padded copy of the image and its room after (0 when there is no copy).
+template <class T>
+constexpr int64_t padded_size(const conv_shape& s) {
+    return copies_image<T>(s) ? s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2) + panel_width<T> : 0;
 }
 
 // The same convolution of the padded image: its spatial sizes are the extents, with no padding.
-inline conv_shape padded_shape(const conv_shape& s) {
+constexpr conv_shape padded_shape(const conv_shape& s) {
     conv_shape p = s;
     for (int a = 0; a < 3; ++a) {
         p.in[a] = extent(s, a);
@@ -72,32 +88,25 @@ inline conv_shape padded_shape(const conv_shape& s) {
     return p;
 }
 
-// x [C, in...] copied into dst [C, extents...] with zeros where the windows read padding.
+// x [C, in...] copied into dst [C, extents...] with zeros where the windows read padding (and a panel of
+// zeros after): everything zeroed, then the image's rows copied in.
 template <class T>
 void pad_image(const conv_shape& s, const T* x, T* dst) {
     const int64_t e0 = extent(s, 0), e1 = extent(s, 1), e2 = extent(s, 2);
-    const int64_t lo = s.pad[2] < e2 ? s.pad[2] : e2;
-    const int64_t hi = s.pad[2] + s.in[2] < e2 ? s.pad[2] + s.in[2] : e2;
+    for (int64_t i = 0; i < s.channels * e0 * e1 * e2 + panel_width<T>; ++i) {  // (the room after too)
+        dst[i] = T(0);
+    }
+    // the input's planes, rows and columns that fall inside the extents: [0, d1) x [0, h1) x [0, w1)
+    const int64_t d1 = s.in[0] < e0 - s.pad[0] ? s.in[0] : e0 - s.pad[0];
+    const int64_t h1 = s.in[1] < e1 - s.pad[1] ? s.in[1] : e1 - s.pad[1];
+    const int64_t w1 = s.in[2] < e2 - s.pad[2] ? s.in[2] : e2 - s.pad[2];
     for (int64_t c = 0; c < s.channels; ++c) {
-        for (int64_t d = 0; d < e0; ++d) {
-            for (int64_t h = 0; h < e1; ++h) {
-                T* row = dst + ((c * e0 + d) * e1 + h) * e2;
-                const int64_t id = d - s.pad[0], ih = h - s.pad[1];
-                if (id < 0 || id >= s.in[0] || ih < 0 || ih >= s.in[1]) {
-                    for (int64_t w = 0; w < e2; ++w) {
-                        row[w] = T(0);
-                    }
-                    continue;
-                }
-                const T* src = x + ((c * s.in[0] + id) * s.in[1] + ih) * s.in[2] - s.pad[2];
-                for (int64_t w = 0; w < lo; ++w) {
-                    row[w] = T(0);
-                }
-                for (int64_t w = lo; w < hi; ++w) {
+        for (int64_t d = 0; d < d1; ++d) {
+            for (int64_t h = 0; h < h1; ++h) {
+                const T* src = x + ((c * s.in[0] + d) * s.in[1] + h) * s.in[2];
+                T* row = dst + ((c * e0 + d + s.pad[0]) * e1 + h + s.pad[1]) * e2 + s.pad[2];
+                for (int64_t w = 0; w < w1; ++w) {
                     row[w] = src[w];
-                }
-                for (int64_t w = hi; w < e2; ++w) {
-                    row[w] = T(0);
                 }
             }
         }
@@ -126,6 +135,24 @@ inline void im2col_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc,
         }
         kd = 0;
         ++c;
+    }
+}
+
+// The offset of each row [0, depth) of one group's im2col matrix from the group's image (no padding):
+// row (c, kd, kh, kw) starts at channel c's tap.
+inline void row_offsets(const conv_shape& s, int32_t* out) {
+    const int64_t depth = s.depth();
+    int64_t p = 0;
+    for (int64_t c = 0; p < depth; ++c) {
+        for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+            for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+                for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
+                    out[p++] = static_cast<int32_t>(c * s.in_plane() +
+                                                    (kd * s.dilation[0] * s.in[1] + kh * s.dilation[1]) * s.in[2] +
+                                                    kw * s.dilation[2]);
+                }
+            }
+        }
     }
 }
 
@@ -176,30 +203,40 @@ inline void panel_chunks(const conv_shape& s, int64_t j0, int64_t cols, int64_t 
 }
 
 // Rows [k0, k0 + kc) and positions [j0, j0 + cols) of image x's im2col matrix (x needs no padding), copied
-// into panels at dst ([ceil(cols / P)][kc][P], zero-padded).
+// into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a group of rows at a time, chunk by chunk,
+// so that each panel is written front to back.
 template <class T>
 void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
     constexpr int P = panel_width<T>;
+    constexpr int64_t group = 64;
     const int64_t step = s.stride[2];
     chunks<T> cs;
     panel_chunks<T>(s, j0, cols, kc, cs);
-    im2col_rows<T>(s, x, k0, kc, [&](int64_t p, const T* first) {
-        T* row = dst + p * P;  // panel u's row p is at row + u * kc * P
+    const T* firsts[group];
+    for (int64_t p0 = 0; p0 < kc; p0 += group) {
+        const int64_t rows = kc - p0 < group ? kc - p0 : group;
+        im2col_rows<T>(s, x, k0 + p0, rows, [&firsts](int64_t p, const T* first) { firsts[p] = first; });
         for (int64_t i = 0; i < cs.n; ++i) {
-            const T* src = first + cs.src[i];
-            T* out = row + cs.dst[i];
-            if (step == 1 && cs.count[i] == P) {
-                std::memcpy(out, src, sizeof(T) * P);
+            T* out = dst + cs.dst[i] + p0 * P;  // row p of the chunk's panel at out + p * P
+            const int64_t src = cs.src[i], count = cs.count[i];
+            if (step == 1 && count == P) {
+                for (int64_t p = 0; p < rows; ++p) {
+                    std::memcpy(out + p * P, firsts[p] + src, sizeof(T) * P);
+                }
                 continue;
             }
-            for (int64_t u = 0; u < cs.count[i]; ++u) {
-                out[u] = src[u * step];
+            for (int64_t p = 0; p < rows; ++p) {
+                for (int64_t u = 0; u < count; ++u) {
+                    out[p * P + u] = firsts[p][src + u * step];
+                }
             }
         }
-        for (int64_t q = cols; q % P != 0; ++q) {
-            row[(q / P) * kc * P + q % P] = T(0);
+    }
+    for (int64_t q = cols; q % P != 0; ++q) {  // the last panel's columns past the block: zeros
+        for (int64_t p = 0; p < kc; ++p) {
+            dst[(q / P) * kc * P + p * P + q % P] = T(0);
         }
-    });
+    }
 }
 
 // The same block row-major: dst[p * cols + q].
@@ -255,31 +292,86 @@ constexpr int64_t packed_kernel_size(const conv_shape& s) {
 }  // namespace convs
 
 // The scratch elements ks::conv uses: the kernel packed in row tiles (with the register tiles), the padded
-// image, then one im2col block (panels with the register tiles, rows with a library's gemm).
+// image, then the im2col rows' offsets (direct) or one im2col block (panels with the register tiles, rows
+// with a library's gemm).
 template <class T>
 constexpr int64_t conv_scratch(const conv_shape& s, bool rows = false) {
-    const int64_t block = (rows ? s.depth() : tiles::k_step(s.depth())) * convs::block_columns<T>(s);
-    return (rows ? 0 : convs::aligned(convs::packed_kernel_size(s))) + convs::aligned(convs::padded_size(s)) + block;
+    const int64_t image = convs::aligned(convs::padded_size<T>(s));
+    if (rows) {
+        return image + s.depth() * convs::block_columns<T>(s);
+    }
+    const int64_t rest = convs::direct<T>(s) ? convs::aligned(s.depth())  // (int32 offsets, one per element)
+                                              : tiles::k_step(s.depth()) * convs::block_columns<T>(s);
+    return convs::aligned(convs::packed_kernel_size(s)) + image + rest;
 }
+
+namespace convs {
+
+// One group of one image, the windows read straight from the (padded) image x through the rows' offsets.
+template <class T, class Epi>
+void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const Epi& epi) {
+    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t step = tiles::k_step(depth), block = position_block * P;
+    for (int64_t k0 = 0; k0 < depth; k0 += step) {
+        const int64_t kc = depth - k0 < step ? depth - k0 : step;
+        const tiles::row_tiles<T> a{kernel + k0 * MR, 1, MR, depth * MR};
+        for (int64_t od = 0; od < s.out[0]; ++od) {
+            for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+                const T* row = x + (od * s.stride[0] * s.in[1] + oh * s.stride[1]) * s.in[2];
+                const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
+                for (int64_t ow = 0; ow < s.out[2]; ow += block) {
+                    const int64_t cols = s.out[2] - ow < block ? s.out[2] - ow : block;
+                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0},
+                                          static_cast<int>((cols + P - 1) / P), y + q0 + ow, n, cols, k0 > 0,
+                                          k0 + kc >= depth, q0 + ow, epi);
+                }
+            }
+        }
+    }
+}
+
+// One group of one image, the im2col matrix packed into panels block by block.
+template <class T, class Epi>
+void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T* y, const Epi& epi) {
+    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t step = tiles::k_step(depth), block = position_block * P;
+    for (int64_t j0 = 0; j0 < n; j0 += block) {
+        const int64_t cols = n - j0 < block ? n - j0 : block;
+        for (int64_t k0 = 0; k0 < depth; k0 += step) {
+            const int64_t kc = depth - k0 < step ? depth - k0 : step;
+            pack_panels<T>(s, x, k0, kc, j0, cols, panels);
+            const tiles::row_tiles<T> a{kernel + k0 * MR, 1, MR, depth * MR};
+            tiles::block<T, true>(mg, kc, a, tiles::panel_rows<T>{panels, P, kc * P},
+                                  static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
+                                  epi);
+        }
+    }
+}
+
+}  // namespace convs
 
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
 // epi(image, m, q, value) for output channel m and flat position q.
 template <class T, class Epi = no_epilogue>
 void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y, T* scratch, const Epi& epi = Epi()) {
-    constexpr int P = panel_width<T>, MR = tiles::row_block;
-    const bool pad = convs::needs_padding(shape);
-    const conv_shape s = pad ? convs::padded_shape(shape) : shape;
+    const bool copy = convs::copies_image<T>(shape), direct = convs::direct<T>(shape);
+    const conv_shape s = copy ? convs::padded_shape(shape) : shape;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
-    const int64_t step = tiles::k_step(depth), block = convs::position_block * P;
     const int64_t kernel_size = tiles::packed_a_size(mg, depth);
     T* padded = scratch + convs::aligned(convs::packed_kernel_size(shape));
-    T* panels = padded + convs::aligned(convs::padded_size(shape));
+    T* rest = padded + convs::aligned(convs::padded_size<T>(shape));
+    int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
     for (int64_t g = 0; g < s.groups; ++g) {
         tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, scratch + g * kernel_size);
     }
+    if (direct) {
+        convs::row_offsets(s, offsets);
+    }
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * shape.channels * shape.in_plane();
-        if (pad) {
+        if (copy) {
             convs::pad_image<T>(shape, xi, padded);
             xi = padded;
         }
@@ -287,15 +379,10 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
             const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const convs::channels_from<Epi> eg{epi, image, g * mg};
-            for (int64_t j0 = 0; j0 < n; j0 += block) {
-                const int64_t cols = n - j0 < block ? n - j0 : block;
-                for (int64_t k0 = 0; k0 < depth; k0 += step) {
-                    const int64_t kc = depth - k0 < step ? depth - k0 : step;
-                    convs::pack_panels<T>(s, xg, k0, kc, j0, cols, panels);
-                    const tiles::row_tiles<T> a{scratch + g * kernel_size + k0 * MR, 1, MR, depth * MR};
-                    tiles::block<T, true>(mg, kc, a, {panels, P, kc * P}, static_cast<int>((cols + P - 1) / P),
-                                          yg + j0, n, cols, k0 > 0, k0 + kc >= depth, j0, eg);
-                }
+            if (direct) {
+                convs::direct_group<T>(s, xg, scratch + g * kernel_size, offsets, yg, eg);
+            } else {
+                convs::packed_group<T>(s, xg, scratch + g * kernel_size, rest, yg, eg);
             }
         }
     }
@@ -305,11 +392,11 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
 template <class T, class Product, class Epi = no_epilogue>
 void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y, T* scratch,
                const Product& product, const Epi& epi = Epi()) {
-    const bool pad = convs::needs_padding(shape);
+    const bool pad = convs::copies_image<T>(shape);
     const conv_shape s = pad ? convs::padded_shape(shape) : shape;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t block = convs::position_block * panel_width<T>;
-    T* rows = scratch + convs::aligned(convs::padded_size(shape));
+    T* rows = scratch + convs::aligned(convs::padded_size<T>(shape));
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * shape.channels * shape.in_plane();
         if (pad) {

@@ -154,39 +154,80 @@ inline void store(const T* row, T* out, int cols, bool load_c, bool last, int64_
     }
 }
 
-// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P. Row p of b's panel u is at
-// b + u * b_ps + p * b_rs (P contiguous elements). `load`: add c's old value; `last`: store
+// Where b's rows are, for the tiles: row p of panel u (P contiguous elements) at row(p, u). Panels stored
+// as ks::panels or packed into a block: data + u * ps + p * rs.
+template <class T>
+struct panel_rows {
+    const T* data;
+    int64_t rs;
+    int64_t ps;
+
+    const T* row(int64_t p, int u) const { return data + u * ps + p * rs; }
+    panel_rows from(int u) const { return {data + u * ps, rs, ps}; }  // the panels from u on
+};
+
+// Rows read where they lie, through a table: row p of panel u at base + offsets[p] + u * P (the windows
+// of a stride-1 convolution read straight from the image: ks/conv.h).
+template <class T>
+struct table_rows {
+    const T* base;
+    const int32_t* offsets;
+
+    const T* row(int64_t p, int u) const { return base + offsets[p] + u * panel_width<T>; }
+    table_rows from(int u) const { return {base + u * panel_width<T>, offsets}; }
+};
+
+// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: store
 // epi(i, j, value), else the value (a partial sum of an earlier k block).
-template <class T, int MR, int NP, class Epi>
-inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_ps,
+template <class T, int MR, int NP, class Rows, class Epi>
+inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
                   T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
     constexpr int W = P / simd<T>::lanes;  // vectors per panel row
-    V acc[MR][NP * W];
-    for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NP * W; ++q) {
-            acc[r][q] = splat<T>(T(0));
-        }
-    }
-    for (int64_t p = 0; p < kc; ++p) {
-        V bv[NP * W];
-        for (int u = 0; u < NP; ++u) {
-            for (int w = 0; w < W; ++w) {
-                bv[u * W + w] = load<T>(b + u * b_ps + p * b_rs + w * simd<T>::lanes);
+    // A tile of few accumulators (a vector times one panel) keeps KU sets of them, for KU consecutive values
+    // of k, so that the adds do not all wait on one another; they are summed at the end.
+    constexpr int KU = MR * NP * W >= 8 ? 1 : 8 / (MR * NP * W);
+    V acc[KU][MR][NP * W];
+    for (int h = 0; h < KU; ++h) {
+        for (int r = 0; r < MR; ++r) {
+            for (int q = 0; q < NP * W; ++q) {
+                acc[h][r][q] = splat<T>(T(0));
             }
         }
+    }
+    const int64_t whole = kc - kc % KU;
+    for (int64_t p0 = 0; p0 < kc; p0 += KU) {
+        for (int h = 0; h < KU; ++h) {
+            const int64_t p = p0 + h;
+            if (KU > 1 && p0 >= whole && p >= kc) {
+                break;
+            }
+            V bv[NP * W];
+            for (int u = 0; u < NP; ++u) {
+                for (int w = 0; w < W; ++w) {
+                    bv[u * W + w] = load<T>(b.row(p, u) + w * simd<T>::lanes);
+                }
+            }
+            for (int r = 0; r < MR; ++r) {
+                const V x = splat<T>(a[r * a_rs + p * a_cs]);
+                for (int q = 0; q < NP * W; ++q) {
+                    acc[h][r][q] += x * bv[q];
+                }
+            }
+        }
+    }
+    for (int h = 1; h < KU; ++h) {
         for (int r = 0; r < MR; ++r) {
-            const V x = splat<T>(a[r * a_rs + p * a_cs]);
             for (int q = 0; q < NP * W; ++q) {
-                acc[r][q] += x * bv[q];
+                acc[0][r][q] += acc[h][r][q];
             }
         }
     }
     for (int r = 0; r < MR; ++r) {
         T row[NP * P];
         for (int q = 0; q < NP * W; ++q) {
-            const V x = acc[r][q];  // (a copy: taking acc's address would keep it out of registers)
+            const V x = acc[0][r][q];  // (a copy: taking acc's address would keep it out of registers)
             std::memcpy(row + q * simd<T>::lanes, &x, sizeof x);
         }
         // (the run-time column count only: with a literal 48 GCC would check the epilogue's reads, e.g. of a
@@ -194,14 +235,6 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const T* b
         store<T>(row, c + r * c_rs, cols, load_c, last, i + r, j, epi);
     }
 }
-
-// Where a block of b's panels is: panel u's row p at data + u * ps + p * rs.
-template <class T>
-struct panel_block_ref {
-    const T* data;
-    int64_t rs;
-    int64_t ps;
-};
 
 // Where a's rows are: element (r, p) of row tile t (rows [t·MR, t·MR + MR)) is at data + t·ts + r·rs + p·cs.
 // As a is given, ts = MR·rs; packed by pack_a, rs = 1, cs = MR, ts = k·MR: a tile's k loop then reads one
@@ -220,19 +253,19 @@ inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
 }
 
 // One tile: micro with a's strides, folded to constants for a packed a.
-template <class T, int MR, int NP, bool PACKED, class Epi>
-inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const T* b, int64_t b_rs, int64_t b_ps, T* c,
-                 int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+template <class T, int MR, int NP, bool PACKED, class Rows, class Epi>
+inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
+                 bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
     if constexpr (PACKED) {
-        micro<T, MR, NP>(kc, at, 1, row_block, b, b_rs, b_ps, c, c_rs, cols, load_c, last, i, j, epi);
+        micro<T, MR, NP>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi);
     } else {
-        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, b_rs, b_ps, c, c_rs, cols, load_c, last, i, j, epi);
+        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi);
     }
 }
 
 // Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows).
-template <class T, int R, bool PACKED, class Epi>
-inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const panel_block_ref<T>& b,
+template <class T, int R, bool PACKED, class Rows, class Epi>
+inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
                       int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t i, int64_t j,
                       const Epi& epi) {
     if constexpr (R >= 1) {
@@ -247,13 +280,12 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
             const int64_t left = cols - int64_t(u) * P;
             const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
             if (np == NP) {
-                tile<T, R, NP, PACKED>(kc, a, at, b.data + u * b.ps, b.rs, b.ps, c + u * P, c_rs, w, load_c, last, i,
-                                       j + u * P, epi);
+                tile<T, R, NP, PACKED>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, last, i, j + u * P, epi);
             } else {
                 for (int v = 0; v < np; ++v) {
                     const int wv = w - v * P < P ? w - v * P : P;
-                    tile<T, R, 1, PACKED>(kc, a, at, b.data + (u + v) * b.ps, b.rs, b.ps, c + (u + v) * P, c_rs, wv,
-                                          load_c, last, i, j + (u + v) * P, epi);
+                    tile<T, R, 1, PACKED>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, last, i,
+                                          j + (u + v) * P, epi);
                 }
             }
         }
@@ -262,8 +294,8 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
 
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
 // already start at the block's first k): tiles of row_block rows by panel_block panels, then the rows left.
-template <class T, bool PACKED = false, class Epi>
-inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_block_ref<T>& b, int panels, T* c,
+template <class T, bool PACKED = false, class Rows, class Epi>
+inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi) {
     constexpr int MR = row_block, NP = panel_block, P = panel_width<T>;
     const int64_t whole = m - m % MR;
@@ -274,14 +306,14 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_bloc
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = a.data + (i / MR) * a.ts;
             if (np == NP) {
-                tile<T, MR, NP, PACKED>(kc, a, at, b.data + u * b.ps, b.rs, b.ps, c + i * c_rs + u * P, c_rs, w,
-                                        load_c, last, i, j + u * P, epi);
+                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, last, i,
+                                        j + u * P, epi);
                 continue;
             }
             for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
                 const int wv = w - v * P < P ? w - v * P : P;
-                tile<T, MR, 1, PACKED>(kc, a, at, b.data + (u + v) * b.ps, b.rs, b.ps, c + i * c_rs + (u + v) * P,
-                                       c_rs, wv, load_c, last, i, j + (u + v) * P, epi);
+                tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c,
+                                       last, i, j + (u + v) * P, epi);
             }
         }
     }
@@ -297,10 +329,19 @@ void pack_a(int64_t m, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, T* dst
     constexpr int MR = row_block;
     for (int64_t t = 0; t * MR < m; ++t) {
         T* out = dst + t * k * MR;
+        const T* rows = a + t * MR * a_rs;
+        if ((t + 1) * MR <= m) {
+            for (int64_t p = 0; p < k; ++p) {
+                for (int r = 0; r < MR; ++r) {
+                    out[p * MR + r] = rows[r * a_rs + p * a_cs];
+                }
+            }
+            continue;
+        }
+        const int left = static_cast<int>(m - t * MR);
         for (int64_t p = 0; p < k; ++p) {
             for (int r = 0; r < MR; ++r) {
-                const int64_t i = t * MR + r;
-                out[p * MR + r] = i < m ? a[i * a_rs + p * a_cs] : T(0);
+                out[p * MR + r] = r < left ? rows[r * a_rs + p * a_cs] : T(0);
             }
         }
     }
@@ -344,7 +385,7 @@ void packed_blocks(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, co
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
             pack<T>(b, k0, kc, j0, cols, scratch);
-            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), {scratch, P, kc * P}, count, c.data + j0, c.rs, cols,
+            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), panel_rows<T>{scratch, P, kc * P}, count, c.data + j0, c.rs, cols,
                      accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }
@@ -361,7 +402,7 @@ void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const m
         const int64_t cols = whole - j0 < panels_per_block * P ? whole - j0 : panels_per_block * P;
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
-            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), {b.data + k0 * b.rs + j0, b.rs, P},
+            block<T>(m, kc, rows_of(a.data + k0 * a.cs, a.rs, a.cs), panel_rows<T>{b.data + k0 * b.rs + j0, b.rs, P},
                      static_cast<int>(cols / P), c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }
@@ -545,7 +586,7 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
             tiles::block<T>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
-                            {b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P},
+                            tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P},
                             count, c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }
