@@ -164,3 +164,24 @@ def test_the_elementwise_work_after_a_product_is_its_epilogue(built):
         assert "ks::conv<double>(" in source
     else:
         assert "ks::conv_rows<double>(" in source and "ks::library_gemm{}" in source
+
+
+SMALL_CONSTANT = '''
+import torch
+
+W0 = [[0.5, -1.0, 0.25], [1.5, 0.75, -0.5], [0.1, 0.2, 0.3], [-0.7, 0.9, 1.1], [0.0, -0.3, 0.6]]
+
+
+def const_wt(x: "float[n, 3]") -> "float[n, 5]":
+    return torch.tanh(x @ torch.tensor(W0).T)
+'''
+
+
+def test_a_small_constant_weight_builds_for_the_native_instruction_set(tmp_path):
+    """A 5 x 3 constant weight is one panel, printed as a small C++ array; GCC's -Warray-bounds once rejected
+    the tiles' branches for more panels (found by the held-out red-team pass, float32 with cpu = "native")."""
+    manifest = ('[package]\nname = "constwt"\n[build]\ndtype = "float32"\ncpu = "native"\n'
+                '[kernels.const_wt]\npython = "k.py:const_wt"\n[exports]\nconst_wt = "const_wt"\n')
+    pkg, src = build_kernel_file(tmp_path, SMALL_CONSTANT, manifest, "small_constant")
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_allclose(pkg.const_wt(x), src.const_wt(torch.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)

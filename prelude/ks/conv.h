@@ -356,6 +356,8 @@ void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T
 // epi(image, m, q, value) for output channel m and flat position q.
 template <class T, class Epi = no_epilogue>
 void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y, T* scratch, const Epi& epi = Epi()) {
+    x = tiles::opaque(x);
+    w = tiles::opaque(w);
     const bool copy = convs::copies_image<T>(shape), direct = convs::direct<T>(shape);
     const conv_shape s = copy ? convs::padded_shape(shape) : shape;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
