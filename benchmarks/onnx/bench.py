@@ -95,7 +95,7 @@ def export(folder: Path) -> dict:
 VARIANTS = {"plain": ("plain", ""), "plain native": ("plain", "native"), "blas": ("blas", ""),
             "blas native": ("blas", "native")}
 """The ksbuild builds compared: (backend, cpu). cpu = "native" compiles the C++ for this machine's instruction
-set (AVX-512 here), as onnxruntime's kernels pick it at run time; "" is the portable baseline (SSE2)."""
+set, as onnxruntime's kernels pick it at run time; "" is the portable baseline (SSE2 on x86-64)."""
 
 
 def manifest(folder: Path, names, variant: str) -> Path:

@@ -13,6 +13,7 @@ import re
 from typing import Sequence
 
 from ..ir.core import Eqn, Func, Var
+from ..ir.types import numel
 from .cpp import Writer
 from .storage import Storage
 
@@ -94,7 +95,7 @@ def merge_tail(s: Storage, keep: int) -> Storage | None:
     None when they are laid out otherwise."""
     tail = s.shape[keep:]
     if s.literal is not None:
-        return Storage.splat(s.literal, s.shape[:keep] + (_product(tail),))
+        return Storage.splat(s.literal, s.shape[:keep] + (numel(tail),))
     strides = s.strides[keep:]
     if all(t == "0" for t in strides):
         merged = "0"
@@ -102,12 +103,4 @@ def merge_tail(s: Storage, keep: int) -> Storage | None:
         merged = "1"
     else:
         return None
-    return Storage(s.base, s.shape[:keep] + (_product(tail),), s.strides[:keep] + (merged,), False, root=s.root)
-
-
-def _product(dims):
-    from ..ir.types import dim_mul
-    out = 1
-    for d in dims:
-        out = dim_mul(out, d)
-    return out
+    return Storage(s.base, s.shape[:keep] + (numel(tail),), s.strides[:keep] + (merged,), False, root=s.root)

@@ -217,6 +217,14 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
     return _dim(_times(_poly(a), _poly(b)))
 
 
+
+def numel(dims) -> Dim:
+    """The product of dims (a dim expression when any is symbolic)."""
+    n: Dim = 1
+    for d in dims:
+        n = dim_mul(n, d)
+    return n
+
 def dim_floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from ..errors import KsbuildError
 from ..ir.core import Atom, Lit
-from ..ir.types import Dim, Type, dim_mul
+from ..ir.types import Dim, Type, numel  # noqa: F401 (numel: the ops import it from here)
 
 
 def error(b, message: str, hint: str | None = None) -> KsbuildError:
@@ -29,14 +29,6 @@ def norm_axes(b, axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     if len(out) != len(axes):
         raise error(b, f"an axis is repeated in {list(axes)}")
     return tuple(out)
-
-
-def numel(dims: Sequence[Dim]) -> Dim:
-    """The product of dims (a dim expression when any is symbolic)."""
-    n: Dim = 1
-    for d in dims:
-        n = dim_mul(n, d)
-    return n
 
 
 def size_as(b, dims: Sequence[Dim], dtype: str) -> Atom:

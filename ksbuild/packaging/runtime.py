@@ -99,7 +99,7 @@ class Export:
             return None
         outs = [np.empty(shape, dt) for shape, dt in plan.outs]
         ws = self._workspace_of(plan.ws_size)
-        status = self.fn(*plan.dim_values, *[x.ctypes.data for x in args], *[o.ctypes.data for o in outs], ws)
+        status = self.fn(*plan.dim_values, *[_address(x) for x in args], *[_address(o) for o in outs], ws)
         if status != 0:
             raise CallError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
         return _results(outs, self.outs, False)
@@ -340,6 +340,15 @@ def _check_untyped(arr: np.ndarray, a: dict, export: str) -> None:
         got = f"a {type(arr.flat[0].item()).__name__}" if arr.dtype.kind in "USO" and arr.size else \
             f"a Python value of kind {arr.dtype.name}"
         raise DtypeError(f"{export}: argument '{_shown(a)}' takes {a['dtype']}, got {got}")
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of an array's data: through the buffer protocol where the array is writable (about a
+    microsecond; numpy's `a.ctypes.data` builds an object and takes three), else through numpy."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):  # read-only or empty
+        return a.ctypes.data
 
 
 def _results(outs, descs, torch_out: bool):

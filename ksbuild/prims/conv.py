@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.types import Type, dim_add, dim_mul
+from ..ir.types import Type, dim_add, dim_mul, numel
 from .base import Prim
 from .window import window_count
 
@@ -96,14 +96,7 @@ def _columns(b, ct, groups: int):
     """ȳ [N, M, O...] as [N, G, M/G, O] (the output positions merged)."""
     n, m = ct.type.shape[:2]
     mg = m if groups == 1 else m // groups
-    return b.reshape(ct, shape=(n, groups, mg, _count(ct.type.shape[2:])))
-
-
-def _count(dims):
-    out = 1
-    for d in dims:
-        out = dim_mul(out, d)
-    return out
+    return b.reshape(ct, shape=(n, groups, mg, numel(ct.type.shape[2:])))
 
 
 def input_grad(b, ct, w, x_type: Type, strides, pads, dilations, groups):
@@ -115,7 +108,7 @@ def input_grad(b, ct, w, x_type: Type, strides, pads, dilations, groups):
     m, cg = w.type.shape[:2]
     taps, outs = tuple(w.type.shape[2:]), ct.type.shape[2:]
     mg = m if groups == 1 else m // groups
-    depth = _count((cg,) + taps)
+    depth = numel((cg,) + taps)
     kern = b.broadcast_to(b.reshape(w, shape=(1, groups, mg, depth)), shape=(n, groups, mg, depth))
     cols = b.einsum(kern, _columns(b, ct, groups), spec="ngmd,ngmp->ngdp")  # [N, G, C/G·K, O]
     y = b.reshape(cols, shape=(n, groups, cg) + taps + tuple(outs))
@@ -145,7 +138,7 @@ def weight_grad(b, x, ct, w_type: Type, strides, pads, dilations, groups):
     for i in range(k):
         x = b.window(x, axis=3 + 2 * i, size=w_type.shape[2 + i], stride=strides[i], dilation=dilations[i])
     outs = tuple(x.type.shape[3 + 2 * i] for i in range(k))
-    depth, positions = _count((cg,) + tuple(w_type.shape[2:])), dim_mul(n, _count(outs))
+    depth, positions = numel((cg,) + tuple(w_type.shape[2:])), dim_mul(n, numel(outs))
     order = (1, 2) + tuple(4 + 2 * i for i in range(k)) + (0,) + tuple(3 + 2 * i for i in range(k))
     cols = b.reshape(b.transpose(x, perm=order), shape=(groups, depth, positions))  # [G, C/G·K, N·O]
     g = b.transpose(_columns(b, ct, groups), perm=(1, 2, 0, 3))  # [G, M/G, N, O]

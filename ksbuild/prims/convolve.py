@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..codegen import epilogue as epilogues
 from ..errors import KsbuildError
 from ..ir.core import Eqn
+from ..ir.types import numel
 from .base import Prim
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, epilogue_type
@@ -85,17 +86,10 @@ def _epilogue(ctx, eqn: Eqn) -> str | None:
     if y.type.rank > 3 and any(e.prim.name == "iota" for e in eqn.params["epilogue"].eqns):
         return None  # (an iota along a spatial axis needs that axis's own index)
     n, m, q = (ctx.namer.fresh(h) for h in ("image", "channel", "position"))
-    merged = y.type.shape[:2] + (_positions(y.type.shape[2:]),)
+    merged = y.type.shape[:2] + (numel(y.type.shape[2:]),)
     return epilogues.declare(ctx, eqn, [n, m, q], merged, [n, m, q],
                              views=lambda s: epilogues.merge_tail(s, 2))
 
-
-def _positions(dims):
-    from ..ir.types import dim_mul
-    out = 1
-    for d in dims:
-        out = dim_mul(out, d)
-    return out
 
 
 convolve = Prim(
@@ -105,7 +99,7 @@ convolve = Prim(
     jvp=_lowered_only("convolve"),
     batch=_lowered_only("convolve"),
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
-    doc="a convolution as one ks::conv call per image (or ks::conv_rows with a BLAS)",
+    doc="a convolution as one ks::conv call (or ks::conv_rows with a BLAS) over the batch of images",
     opt_outs=OPT_OUTS,
     lowering=True,
 )
