@@ -313,16 +313,28 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
+    const int64_t row_step = s.stride[1] * s.in[2];  // (the image elements between two output rows)
     for (int64_t k0 = 0; k0 < depth; k0 += step) {
         const int64_t kc = depth - k0 < step ? depth - k0 : step;
         const tiles::row_tiles<T> a{kernel + k0 * MR, 1, MR, depth * MR};
         for (int64_t od = 0; od < s.out[0]; ++od) {
+            const T* plane = x + od * s.stride[0] * s.in[1] * s.in[2];
+            if (s.out[2] <= P) {  // rows of at most one panel: a panel per output row, position_block rows at a time
+                const int width = static_cast<int>(s.out[2]);
+                for (int64_t oh = 0; oh < s.out[1]; oh += position_block) {
+                    const int rows = static_cast<int>(s.out[1] - oh < position_block ? s.out[1] - oh : position_block);
+                    const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
+                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{plane + oh * row_step, offsets + k0, row_step, width},
+                                          rows, y + q0, n, rows * s.out[2], k0 > 0, k0 + kc >= depth, q0, epi);
+                }
+                continue;
+            }
             for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-                const T* row = x + (od * s.stride[0] * s.in[1] + oh * s.stride[1]) * s.in[2];
+                const T* row = plane + oh * row_step;
                 const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
                 for (int64_t ow = 0; ow < s.out[2]; ow += block) {
                     const int64_t cols = s.out[2] - ow < block ? s.out[2] - ow : block;
-                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0},
+                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0, P, P},
                                           static_cast<int>((cols + P - 1) / P), y + q0 + ow, n, cols, k0 > 0,
                                           k0 + kc >= depth, q0 + ow, epi);
                 }

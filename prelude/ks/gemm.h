@@ -164,8 +164,9 @@ inline void store(const T* row, T* out, int cols, bool load_c, bool last, int64_
     }
 }
 
-// Where b's rows are, for the tiles: row p of panel u (P contiguous elements) at row(p, u). Panels stored
-// as ks::panels or packed into a block: data + u * ps + p * rs.
+// Where b's rows are, for the tiles: row p of panel u (P contiguous elements) at row(p, u); and where the
+// panels' columns go in c: panel u's first width() columns at column u * width(). Panels stored as
+// ks::panels or packed into a block: data + u * ps + p * rs, every column stored (width P).
 template <class T>
 struct panel_rows {
     const T* data;
@@ -174,17 +175,23 @@ struct panel_rows {
 
     const T* row(int64_t p, int u) const { return data + u * ps + p * rs; }
     panel_rows from(int u) const { return {data + u * ps, rs, ps}; }  // the panels from u on
+    static constexpr int width() { return panel_width<T>; }
 };
 
-// Rows read where they lie, through a table: row p of panel u at base + offsets[p] + u * P (the windows
-// of a stride-1 convolution read straight from the image: ks/conv.h).
+// Rows read where they lie, through a table: row p of panel u at base + offsets[p] + u * ps (the windows
+// of a stride-1 convolution read straight from the image: ks/conv.h). Panels are P apart along one output
+// row (ps = P, width P), or one output row each when a row has at most P positions (ps: the image rows
+// between two output rows; width: the positions of a row, the rest of the panel not stored).
 template <class T>
 struct table_rows {
     const T* base;
     const int32_t* offsets;
+    int64_t ps;
+    int cols;
 
-    const T* row(int64_t p, int u) const { return base + offsets[p] + u * panel_width<T>; }
-    table_rows from(int u) const { return {base + u * panel_width<T>, offsets}; }
+    const T* row(int64_t p, int u) const { return base + offsets[p] + u * ps; }
+    table_rows from(int u) const { return {base + u * ps, offsets, ps, cols}; }
+    int width() const { return cols; }
 };
 
 // c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: store
@@ -234,6 +241,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             }
         }
     }
+    const int width = b.width();
     for (int r = 0; r < MR; ++r) {
         T row[NP * P];
         for (int q = 0; q < NP * W; ++q) {
@@ -242,7 +250,14 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
         }
         // (the run-time column count only: with a literal 48 GCC would check the epilogue's reads, e.g. of a
         // static bias of 10 columns, at columns the tile never stores, and reject them under -Werror)
-        store<T>(row, c + r * c_rs, cols, load_c, last, i + r, j, epi);
+        if (width == P) {
+            store<T>(row, c + r * c_rs, cols, load_c, last, i + r, j, epi);
+            continue;
+        }
+        for (int u = 0; u < NP && u * width < cols; ++u) {  // panels of fewer stored columns, one by one
+            const int w = cols - u * width < width ? cols - u * width : width;
+            store<T>(row + u * P, c + r * c_rs + u * width, w, load_c, last, i + r, j + u * width, epi);
+        }
     }
 }
 
@@ -284,7 +299,7 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
             return;
         }
         constexpr int NP = panels_for(R);
-        constexpr int P = panel_width<T>;
+        const int P = b.width();  // (the columns of c a panel stores)
         for (int u = 0; u < panels; u += NP) {
             const int np = panels - u < NP ? panels - u : NP;
             const int64_t left = cols - int64_t(u) * P;
@@ -307,7 +322,8 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
 template <class T, bool PACKED = false, class Rows, class Epi>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi) {
-    constexpr int MR = row_block, NP = panel_block, P = panel_width<T>;
+    constexpr int MR = row_block, NP = panel_block;
+    const int P = b.width();  // (the columns of c a panel stores)
     const int64_t whole = m - m % MR;
     for (int u = 0; u < panels; u += NP) {
         const int np = panels - u < NP ? panels - u : NP;
