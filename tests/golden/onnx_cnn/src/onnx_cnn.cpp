@@ -48,6 +48,7 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i5 = 0; i5 < 8; ++i5) {
             for (int64_t i6 = 0; i6 < 8; ++i6) {
+                KS_OMP_SIMD()
                 for (int64_t i7 = 0; i7 < 8; ++i7) {
                     float acc = ks::lowest<float>();
                     acc = ks::max(conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1)], acc);
@@ -163,6 +164,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     for (int64_t i9 = 0; i9 < batch; ++i9) {
         for (int64_t i10 = 0; i10 < 8; ++i10) {
             for (int64_t i11 = 0; i11 < 8; ++i11) {
+                KS_OMP_SIMD()
                 for (int64_t i12 = 0; i12 < 8; ++i12) {
                     float acc = ks::lowest<float>();
                     acc = ks::max(tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1)], acc);
@@ -196,6 +198,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     for (int64_t i25 = 0; i25 < batch; ++i25) {
         for (int64_t i26 = 0; i26 < 8; ++i26) {
             for (int64_t i27 = 0; i27 < 8; ++i27) {
+                KS_OMP_SIMD()
                 for (int64_t i28 = 0; i28 < 8; ++i28) {
                     float acc29 = 0;
                     acc29 += tmp14[i25 * (8 * 8 * 2 * 8 * 2) + i26 * (8 * 2 * 8 * 2) + i27 * (2 * 8 * 2) + i28 * 2];
