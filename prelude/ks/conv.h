@@ -89,27 +89,39 @@ constexpr conv_shape padded_shape(const conv_shape& s) {
 }
 
 // x [C, in...] copied into dst [C, extents...] with zeros where the windows read padding (and a panel of
-// zeros after): everything zeroed, then the image's rows copied in.
+// zeros after): each row of dst written once, the image's part copied and the rest zeroed.
 template <class T>
 void pad_image(const conv_shape& s, const T* x, T* dst) {
     const int64_t e0 = extent(s, 0), e1 = extent(s, 1), e2 = extent(s, 2);
-    for (int64_t i = 0; i < s.channels * e0 * e1 * e2 + panel_width<T>; ++i) {  // (the room after too)
-        dst[i] = T(0);
-    }
     // the input's planes, rows and columns that fall inside the extents: [0, d1) x [0, h1) x [0, w1)
     const int64_t d1 = s.in[0] < e0 - s.pad[0] ? s.in[0] : e0 - s.pad[0];
     const int64_t h1 = s.in[1] < e1 - s.pad[1] ? s.in[1] : e1 - s.pad[1];
     const int64_t w1 = s.in[2] < e2 - s.pad[2] ? s.in[2] : e2 - s.pad[2];
     for (int64_t c = 0; c < s.channels; ++c) {
-        for (int64_t d = 0; d < d1; ++d) {
-            for (int64_t h = 0; h < h1; ++h) {
-                const T* src = x + ((c * s.in[0] + d) * s.in[1] + h) * s.in[2];
-                T* row = dst + ((c * e0 + d + s.pad[0]) * e1 + h + s.pad[1]) * e2 + s.pad[2];
-                for (int64_t w = 0; w < w1; ++w) {
-                    row[w] = src[w];
+        for (int64_t d = 0; d < e0; ++d) {
+            for (int64_t h = 0; h < e1; ++h) {
+                T* row = dst + ((c * e0 + d) * e1 + h) * e2;
+                const int64_t sd = d - s.pad[0], sh = h - s.pad[1];
+                const int64_t w0 = sd >= 0 && sd < d1 && sh >= 0 && sh < h1 ? s.pad[2] : e2;  // (no source row: all zeros)
+                const int64_t w2 = w0 < e2 ? w0 + w1 : e2;
+                for (int64_t w = 0; w < w0; ++w) {
+                    row[w] = T(0);
+                }
+                if (w0 < e2) {
+                    const T* src = x + ((c * s.in[0] + sd) * s.in[1] + sh) * s.in[2];
+                    for (int64_t w = w0; w < w2; ++w) {
+                        row[w] = src[w - w0];
+                    }
+                }
+                for (int64_t w = w2; w < e2; ++w) {
+                    row[w] = T(0);
                 }
             }
         }
+    }
+    T* room = dst + s.channels * e0 * e1 * e2;
+    for (int64_t i = 0; i < panel_width<T>; ++i) {
+        room[i] = T(0);
     }
 }
 
