@@ -137,3 +137,17 @@ def test_scalar_math_against_python_and_finite_differences(name):
             dn[k] -= h
             fd = (getattr(K, name)(*up) - getattr(K, name)(*dn)) / (2 * h)
             assert float(grads[k]) == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+def test_rank0_tensor_annotation_is_a_scalar(tmp_path):
+    """'float[]' (a 0-d tensor, as torch.amax(x, dim=0) of a vector returns) annotates a scalar, like float."""
+    from ksbuild.frontends.tensors import parse_type_text
+    from ksbuild.ir.types import Type
+
+    assert parse_type_text("float[]", "f64") == Type("f64") == parse_type_text("float", "f64")
+    assert parse_type_text("i32[ ]", "f32") == Type("i32")
+    (tmp_path / "k.py").write_text('import torch\n\n\ndef peak(x: "float[n]") -> "float[]":\n'
+                                   '    return torch.amax(x, dim=0)\n')
+    f = compile_python_kernel(tmp_path / "k.py", "peak", "f64")
+    x = np.array([0.5, 3.0, -1.0])
+    assert eval_func(f, [x])[0] == 3.0

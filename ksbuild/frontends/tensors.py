@@ -22,14 +22,14 @@ _DIM_EXPR = re.compile(r"^[A-Za-z0-9_\s+*/()-]+$")
 
 
 def parse_type_text(text: str, float_dtype: str) -> Type | None:
-    """'f32[n, 3]', 'float[n]', 'i64' -> Type; None if the text is not a type."""
+    """'f32[n, 3]', 'float[n]', 'i64', 'float[]' (a scalar) -> Type; None if the text is not a type."""
     m = _TYPE_TEXT.match(text)
     if not m:
         return None
     base = {"float": float_dtype, "int": "i64", "bool": "bool"}.get(m.group(1), m.group(1))
     if base not in DTYPES:
         return None
-    if m.group(2) is None:
+    if m.group(2) is None or not m.group(2).strip():
         return Type(base)
     dims: list[Dim] = []
     for part in m.group(2).split(","):
