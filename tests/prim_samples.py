@@ -208,6 +208,14 @@ SAMPLES = {
     "conv:3d": ((Type("f64", (1, 2, 3, 4, 4)), Type("f64", (3, 2, 2, 2, 3))),
                 {"strides": (1, 1, 1), "pads": (0, 1, 1, 1, 0, 1), "dilations": (1, 2, 1), "groups": 1},
                 (normal, normal), _conv_ref((1, 1, 1), (0, 1, 1, 1, 0, 1), (1, 2, 1), 1)),
+    # stride 1: the input gradient is a convolution with the flipped kernel (groups and a dilation here) ...
+    "conv:grouped_stride1": ((Type("f64", (2, 4, 6, 5)), Type("f64", (6, 2, 3, 2))),
+                             {"strides": (1, 1), "pads": (1, 0, 2, 1), "dilations": (2, 1), "groups": 2},
+                             (normal, normal), _conv_ref((1, 1), (1, 0, 2, 1), (2, 1), 2)),
+    # ... unless a pad is wider than the kernel's reach (then the overlap-add decomposition)
+    "conv:wide_pad": ((Type("f64", (1, 2, 4, 4)), Type("f64", (3, 2, 2, 2))),
+                      {"strides": (1, 1), "pads": (2, 0, 0, 1), "dilations": (1, 1), "groups": 1},
+                      (normal, normal), _conv_ref((1, 1), (2, 0, 0, 1), (1, 1), 1)),
     "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
                     _bits_ref(lambda a, c: a & c)),
     "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,

@@ -10,8 +10,9 @@ The models are torch modules exported here with torch.onnx.export (nothing downl
 Each model is built four ways: backend plain (portable loops and ks/gemm.h's register tiles,
 runtime-free) and blas (CBLAS), each for the portable baseline (SSE2) and with cpu = "native".
 Inference at batch 1 and at the batch above (the batch dim is symbolic: one build serves both):
-the same float32 inputs go to every contender; outputs are compared first (max abs error vs
-onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
+the same float32 inputs go to every contender (onnxruntime, torch eager under no_grad, torch.compile of
+the module in its default mode, warmed up first, compile time not counted; "n/a" if it fails); outputs
+are compared first (max abs error vs onnxruntime). Gradient: d loss / d every weight of mean((model(x) - y)²), ksbuild's
 grad(loss, argnums=weights) of the exported loss (weights = "external") vs torch eager (forward +
 backward); both float32 results are compared with torch in float64 (max error relative to the
 largest gradient entry). Threads: onnxruntime intra/inter-op 1,
@@ -114,6 +115,26 @@ def manifest(folder: Path, names, variant: str) -> Path:
     return path
 
 
+def eager(module, x):
+    """module(x) without autograd's bookkeeping (inference)."""
+    import torch
+    with torch.no_grad():
+        return module(x)
+
+
+def torch_compiled(module, shape: tuple):
+    """torch.compile(module) in its default mode, warmed up at batch 1 and shape[0] (compile time not counted), or
+    the reason it failed (a string)."""
+    import torch
+    try:
+        compiled = torch.compile(copy.deepcopy(module))
+        for batch in (1, shape[0]):
+            eager(compiled, torch.zeros((batch,) + tuple(shape[1:])))
+        return compiled
+    except Exception as e:  # noqa: BLE001 - anything torch.compile raises makes the column n/a
+        return f"{type(e).__name__}"
+
+
 def median_times(fns: list, repeats: int, budget: float, min_ms: float = 20.0) -> list[float]:
     """The median time of one call of each fn. Samples are taken round-robin (one of each fn in turn), so
     that load from other jobs on a shared machine hits every contender alike; a sample is a loop of
@@ -160,19 +181,26 @@ def main(argv=None) -> int:
     print(f"# ONNX benchmark ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; "
           "times in ms)\n")
     names = list(VARIANTS)
-    print(f"| model | onnxruntime | {' | '.join(names)} | {' | '.join('ort / ' + v for v in names)} | max err |")
-    print("|---|" + "---:|" * (2 * len(names) + 2))
+    print(f"| model | onnxruntime | torch eager | torch.compile | {' | '.join(names)} | "
+          f"{' | '.join('ort / ' + v for v in names)} | max err |")
+    print("|---|" + "---:|" * (2 * len(names) + 4))
     grad_rows = []
     for name, (m, shape, yshape) in specs.items():
         sess = ort.InferenceSession(str(folder / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
+        compiled = torch_compiled(m, shape)
         for batch in (1, shape[0]):  # the batch dim is symbolic: one build serves both
             x = rng.standard_normal((batch,) + shape[1:]).astype(np.float32)
+            xt = torch.from_numpy(x)
             want = sess.run(None, {"x": x})[0]
             err = max(float(np.abs(getattr(pkgs[b], name)(x) - want).max()) for b in pkgs)
-            fns = [lambda: sess.run(None, {"x": x})] + [lambda b=b: getattr(pkgs[b], name)(x) for b in pkgs]
-            t_ort, *rest = median_times(fns, a.repeats, a.budget)
-            t = dict(zip(pkgs, rest))
-            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {' | '.join(f'{1e3 * t[v]:.3f}' for v in names)} | "
+            torch_fns = [lambda: eager(m, xt)] + ([lambda: eager(compiled, xt)] if callable(compiled) else [])
+            fns = [lambda: sess.run(None, {"x": x})] + torch_fns + [lambda b=b: getattr(pkgs[b], name)(x) for b in pkgs]
+            times = median_times(fns, a.repeats, a.budget)
+            t_ort, t_eager = times[0], times[1]
+            t_compiled = f"{1e3 * times[2]:.3f}" if callable(compiled) else f"n/a ({compiled})"
+            t = dict(zip(pkgs, times[len(torch_fns) + 1:]))
+            print(f"| {name} {list(x.shape)} | {1e3 * t_ort:.3f} | {1e3 * t_eager:.3f} | {t_compiled} | "
+                  f"{' | '.join(f'{1e3 * t[v]:.3f}' for v in names)} | "
                   f"{' | '.join(f'{t_ort / t[v]:.2f}' for v in names)} | {err:.1e} |")
         x = rng.standard_normal(shape).astype(np.float32)
         y = rng.standard_normal(yshape).astype(np.float32)

@@ -6,9 +6,9 @@ conv[strides, pads, dilations, groups](x, w) -> y
     y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·stride + t·dilation - lo] · w[m, c, t] (g = m's group, x zero
     outside), pads = (lo_1, ..., lo_k, hi_1, ..., hi_k) >= 0: cross-correlation, as in ONNX and PyTorch.
 
-It is bilinear, so its jvp is two convolutions; its transposes are decompositions into windows, folds and
-einsums (the input gradient overlap-adds w·ȳ back into the image, the weight gradient correlates the
-image's windows with ȳ). The codegen passes lower it to `convolve` (prims/convolve.py), which calls
+It is bilinear, so its jvp is two convolutions; its transposes are decompositions: the input gradient of a
+stride-1 convolution is a convolution of ȳ with the flipped kernel, otherwise windows, folds and einsums
+overlap-add w·ȳ back into the image; the weight gradient correlates the image's windows with ȳ. The codegen passes lower it to `convolve` (prims/convolve.py), which calls
 ks::conv (prelude/ks/conv.h: im2col blocks packed for the register tiles).
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
+from ..ir.dense import Dense
 from ..ir.types import Type, dim_add, dim_mul, numel
 from .base import Prim
 from .window import window_count
@@ -101,9 +102,14 @@ def _columns(b, ct, groups: int):
 
 def input_grad(b, ct, w, x_type: Type, strides, pads, dilations, groups):
     """x̄ = Σ_m w·ȳ overlap-added back into the image: x̄[n, c, o·s + t·d - lo] += Σ_m w[m, c, t]·ȳ[n, m, o].
-    Per image and group a matrix product wᵀ [C/G·K, M/G] · ȳ [M/G, O] (the im2col gradient), whose rows
-    are then folded back along each spatial axis, and the pads cropped."""
+    With stride 1 a convolution of ȳ with the flipped kernel (flipped_kernel); otherwise per image and group a matrix product
+    wᵀ [C/G·K, M/G] · ȳ [M/G, O] (the im2col gradient), whose rows are then folded back along each spatial
+    axis, and the pads cropped."""
     k = x_type.rank - 2
+    flipped_pads = tuple((w.type.shape[2 + i % k] - 1) * dilations[i % k] - pads[i] for i in range(2 * k))
+    if all(s == 1 for s in strides) and min(flipped_pads) >= 0:
+        return b.conv(ct, flipped_kernel(b, w, groups), strides=strides, pads=flipped_pads, dilations=dilations,
+                      groups=groups)
     n, c = x_type.shape[:2]
     m, cg = w.type.shape[:2]
     taps, outs = tuple(w.type.shape[2:]), ct.type.shape[2:]
@@ -122,6 +128,23 @@ def input_grad(b, ct, w, x_type: Type, strides, pads, dilations, groups):
         if pads[i] or pads[k + i]:
             y = b.slice(y, axis=2 + i, start=pads[i], stop=dim_add(x_type.shape[2 + i], pads[i]))
     return y
+
+
+def flipped_kernel(b, w, groups: int):
+    """The kernel of a stride-1 convolution's input gradient: w [M, C/G, K...] with its channel axes swapped
+    within each group and every spatial axis reversed, [C, M/G, K...]. For stride 1, x̄[i] = Σ_t ȳ[i + lo - t·d]·w[t]
+    = Σ_t' ȳ[i + t'·d - lo']·w[K-1-t'] with lo' = (K-1)·d - lo: a convolution of ȳ padded by lo' (and hi' alike)."""
+    m, cg = w.type.shape[:2]
+    taps = tuple(w.type.shape[2:])
+    mg = m if groups == 1 else m // groups
+    wt = b.reshape(w, shape=(groups, mg, cg) + taps)
+    wt = b.transpose(wt, perm=(0, 2, 1) + tuple(range(3, 3 + len(taps))))
+    wt = b.reshape(wt, shape=(dim_mul(groups, cg), mg) + taps)
+    for i, size in enumerate(taps):
+        if size > 1:
+            reverse = b.constant(value=Dense.of(np.arange(size - 1, -1, -1, dtype=np.int64)))
+            wt = b.gather(wt, reverse, axis=2 + i)
+    return wt
 
 
 def weight_grad(b, x, ct, w_type: Type, strides, pads, dilations, groups):

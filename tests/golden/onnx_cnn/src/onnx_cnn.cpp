@@ -14,6 +14,7 @@ alignas(16) static const float ks_data_3[16] = {0.009526142850518227f, 0.0371356
 static const float* const ks_data_4 = reinterpret_cast<const float*>(onnx_cnn_data_blob + 5504);  // f32[1, 16, 16]
 alignas(16) static const float ks_data_5[10] = {0.24606382846832275f, 0.08492010831832886f, (-0.023397445678710938f), 0.06248873472213745f, (-0.1440359354019165f), (-0.21006327867507935f), (-0.18792489171028137f), (-0.2097756266593933f), 0.05130487680435181f, 0.04869580268859863f};  // f32[10]
 static const float* const ks_data_6 = reinterpret_cast<const float*>(onnx_cnn_data_blob + 6528);  // f32[1, 10, 16]
+alignas(16) static const int64_t ks_data_7[3] = {int64_t{2}, int64_t{1}, int64_t{0}};  // i64[3]
 
 
 // cnn = cnn   (kernel cnn from cnn.onnx)
@@ -114,7 +115,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     float* const conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::tiled_gemm_scratch<float>(27, 256, 8)));
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
     bool* const tmp = reinterpret_cast<bool*>(next_slot);
     next_slot += ks::aligned_bytes<bool>(batch * 8 * 16 * 16);
     float* const tmp1 = reinterpret_cast<float*>(next_slot);
@@ -137,12 +138,12 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
     float* const tmp64 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const prod105 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 27 * 256);
-    float* const folded108 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 16 * 3);
-    float* const folded117 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 18 * 18);
+    float* const packed = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    float* const gathered = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    float* const gathered106 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     (void)next_slot;
     const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
     ks::conv<float>(geometry, batch, image, ks_data_0, conv, scratch_float);
@@ -333,71 +334,54 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const tmp97 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i98 = 0; i98 < batch; ++i98) {
-        for (int64_t i99 = 0; i99 < 8; ++i99) {
-            for (int64_t i100 = 0; i100 < 16; ++i100) {
-                for (int64_t i101 = 0; i101 < 16; ++i101) {
-                    const bool x_i102 = tmp[i98 * (8 * 16 * 16) + i99 * (16 * 16) + i100 * 16 + i101];
-                    const float x_i103 = folded90[i98 * (8 * 16 * 16) + i99 * (16 * 16) + i100 * 16 + i101];
-                    const float t104 = (x_i102 ? 0.0f : x_i103);
-                    tmp97[i98 * (8 * 16 * 16) + i99 * (16 * 16) + i100 * 16 + i101] = t104;
-                }
-            }
-        }
-    }
-    for (int64_t i106 = 0; i106 < batch; ++i106) {
-        for (int64_t i107 = 0; i107 < 1; ++i107) {
-            ks::tiled_gemm<float>(27, 256, 8, {(ks_data_0 + i107 * (8 * 27)), 1, 27}, {((tmp97 + i107 * (8 * 256)) + i106 * (8 * 256)), 256, 1}, {((prod105 + i107 * (27 * 256)) + i106 * (27 * 256)), 256, 1}, false, scratch_float);
-        }
-    }
-    for (int64_t i109 = 0; i109 < batch * 3 * 18 * 16 * 3; ++i109) {
-        folded108[i109] = 0.0f;
-    }
-    for (int64_t i110 = 0; i110 < batch; ++i110) {
-        for (int64_t i111 = 0; i111 < 1; ++i111) {
-            for (int64_t i112 = 0; i112 < 3; ++i112) {
-                for (int64_t i113 = 0; i113 < 16; ++i113) {
-                    for (int64_t i114 = 0; i114 < 3; ++i114) {
-                        for (int64_t i115 = 0; i115 < 16; ++i115) {
-                            for (int64_t i116 = 0; i116 < 3; ++i116) {
-                                folded108[i110 * (3 * 18 * 16 * 3) + i111 * (3 * 18 * 16 * 3) + i112 * (18 * 16 * 3) + i113 * (16 * 3) + i114 * (16 * 3) + i115 * 3 + i116] += prod105[i110 * (3 * 3 * 3 * 16 * 16) + i111 * (3 * 3 * 3 * 16 * 16) + i112 * (3 * 3 * 16 * 16) + i113 * 16 + i114 * (3 * 16 * 16) + i115 + i116 * (16 * 16)];
-                            }
-                        }
+    for (int64_t i97 = 0; i97 < 1; ++i97) {
+        for (int64_t i98 = 0; i98 < 3; ++i98) {
+            for (int64_t i99 = 0; i99 < 8; ++i99) {
+                for (int64_t i100 = 0; i100 < 3; ++i100) {
+                    for (int64_t i101 = 0; i101 < 3; ++i101) {
+                        packed[i97 * (3 * 8 * 3 * 3) + i98 * (8 * 3 * 3) + i99 * (3 * 3) + i100 * 3 + i101] = ks_data_0[i97 * (8 * 3 * 3 * 3) + i98 * (3 * 3) + i99 * (3 * 3 * 3) + i100 * 3 + i101];
                     }
                 }
             }
         }
     }
-    for (int64_t i118 = 0; i118 < batch * 3 * 18 * 18; ++i118) {
-        folded117[i118] = 0.0f;
-    }
-    for (int64_t i119 = 0; i119 < batch; ++i119) {
-        for (int64_t i120 = 0; i120 < 1; ++i120) {
-            for (int64_t i121 = 0; i121 < 3; ++i121) {
-                for (int64_t i122 = 0; i122 < 18; ++i122) {
-                    for (int64_t i123 = 0; i123 < 3; ++i123) {
-                        for (int64_t i124 = 0; i124 < 16; ++i124) {
-                            folded117[i119 * (3 * 18 * 18) + i120 * (3 * 18 * 18) + i121 * (18 * 18) + i122 * 18 + i124 + i123] += folded108[i119 * (3 * 18 * 16 * 3) + i120 * (3 * 18 * 16 * 3) + i121 * (18 * 16 * 3) + i122 * (16 * 3) + i124 * 3 + i123];
-                        }
-                    }
+    for (int64_t i102 = 0; i102 < 3; ++i102) {
+        for (int64_t i103 = 0; i103 < 8; ++i103) {
+            for (int64_t i104 = 0; i104 < 3; ++i104) {
+                for (int64_t i105 = 0; i105 < 3; ++i105) {
+                    gathered[i102 * (8 * 3 * 3) + i103 * (3 * 3) + i104 * 3 + i105] = packed[i102 * (8 * 3 * 3) + i103 * (3 * 3) + ks::clamp_index(ks_data_7[i104], 3) * 3 + i105];
                 }
             }
         }
     }
-    for (int64_t i125 = 0; i125 < batch; ++i125) {
-        for (int64_t i126 = 0; i126 < 3; ++i126) {
-            for (int64_t i127 = 0; i127 < 16; ++i127) {
-                for (int64_t i128 = 0; i128 < 16; ++i128) {
-                    out[i125 * (3 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128] = ((folded117 + 1 * 18) + 1)[i125 * (3 * 18 * 18) + i126 * (18 * 18) + i127 * 18 + i128];
+    for (int64_t i107 = 0; i107 < 3; ++i107) {
+        for (int64_t i108 = 0; i108 < 8; ++i108) {
+            for (int64_t i109 = 0; i109 < 3; ++i109) {
+                for (int64_t i110 = 0; i110 < 3; ++i110) {
+                    gathered106[i107 * (8 * 3 * 3) + i108 * (3 * 3) + i109 * 3 + i110] = gathered[i107 * (8 * 3 * 3) + i108 * (3 * 3) + i109 * 3 + ks::clamp_index(ks_data_7[i110], 3)];
                 }
             }
         }
     }
+    float* const tmp111 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i112 = 0; i112 < batch; ++i112) {
+        for (int64_t i113 = 0; i113 < 8; ++i113) {
+            for (int64_t i114 = 0; i114 < 16; ++i114) {
+                for (int64_t i115 = 0; i115 < 16; ++i115) {
+                    const bool x_i116 = tmp[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115];
+                    const float x_i117 = folded90[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115];
+                    const float t118 = (x_i116 ? 0.0f : x_i117);
+                    tmp111[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115] = t118;
+                }
+            }
+        }
+    }
+    const ks::conv_shape geometry119{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry119, batch, tmp111, gathered106, out, scratch_float);
     return ks::status::ok;
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::tiled_gemm_scratch<float>(27, 256, 8))) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 27 * 256) + ks::aligned_bytes<float>(batch * 3 * 18 * 16 * 3) + ks::aligned_bytes<float>(batch * 3 * 18 * 18);
+    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
 }
 
