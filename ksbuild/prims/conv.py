@@ -8,8 +8,9 @@ conv[strides, pads, dilations, groups](x, w) -> y
 
 It is bilinear, so its jvp is two convolutions; its transposes are decompositions: the input gradient of a
 stride-1 convolution is a convolution of ȳ with the flipped kernel, otherwise windows, folds and einsums
-overlap-add w·ȳ back into the image; the weight gradient correlates the image's windows with ȳ. The codegen passes lower it to `convolve` (prims/convolve.py), which calls
-ks::conv (prelude/ks/conv.h: im2col blocks packed for the register tiles).
+overlap-add w·ȳ back into the image; the weight gradient correlates the image's windows with ȳ. The
+codegen passes lower it to `convolve` (prims/convolve.py), which calls ks::conv (prelude/ks/conv.h:
+im2col blocks packed for the register tiles).
 """
 from __future__ import annotations
 
@@ -102,9 +103,9 @@ def _columns(b, ct, groups: int):
 
 def input_grad(b, ct, w, x_type: Type, strides, pads, dilations, groups):
     """x̄ = Σ_m w·ȳ overlap-added back into the image: x̄[n, c, o·s + t·d - lo] += Σ_m w[m, c, t]·ȳ[n, m, o].
-    With stride 1 a convolution of ȳ with the flipped kernel (flipped_kernel); otherwise per image and group a matrix product
-    wᵀ [C/G·K, M/G] · ȳ [M/G, O] (the im2col gradient), whose rows are then folded back along each spatial
-    axis, and the pads cropped."""
+    With stride 1 a convolution of ȳ with the flipped kernel (flipped_kernel); otherwise per image and group
+    a matrix product wᵀ [C/G·K, M/G] · ȳ [M/G, O] (the im2col gradient), whose rows are then folded back
+    along each spatial axis, and the pads cropped."""
     k = x_type.rank - 2
     flipped_pads = tuple((w.type.shape[2 + i % k] - 1) * dilations[i % k] - pads[i] for i in range(2 * k))
     if all(s == 1 for s in strides) and min(flipped_pads) >= 0:
