@@ -1,6 +1,7 @@
 """Torch modules the ONNX tests export themselves (nothing downloaded): an MLP, a CNN with
 conv/batchnorm/pooling, GRU and LSTM stacks, a transformer encoder layer, a decoder that upsamples
-(transposed convolution, then nearest-neighbour Resize of the image axes with a dynamic batch)."""
+(transposed convolution, then nearest-neighbour Resize of the image axes with a dynamic batch), a small
+tanh MLP and a causal self-attention layer with a constant mask."""
 from __future__ import annotations
 
 import warnings
@@ -48,6 +49,22 @@ class Decoder(torch.nn.Module):
         return torch.sigmoid(self.up(self.t(x)))
 
 
+class CausalAttention(torch.nn.Module):
+    """Causal self-attention written out (qkv projection, 2 heads, a constant triu mask buffer, softmax):
+    the mask is a small constant the q·kᵀ product's epilogue reads."""
+
+    def __init__(self, d: int = 16, steps: int = 6):
+        super().__init__()
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.register_buffer("mask", torch.triu(torch.ones(steps, steps, dtype=torch.bool), diagonal=1))
+
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = (a.view(n, t, 2, d // 2).transpose(1, 2) for a in self.qkv(x).split(d, dim=2))
+        att = ((q @ k.transpose(-2, -1)) / (d // 2) ** 0.5).masked_fill(self.mask, float("-inf"))
+        return (torch.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(n, t, d)
+
+
 def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     """(module in eval mode, the shape of one sample) for a model name; batchnorm statistics non-trivial."""
     torch.manual_seed(0)
@@ -59,6 +76,9 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
         "lstm": lambda: (Recurrent("LSTM"), (5, 8)),
         "transformer": lambda: (torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), (5, 16)),
         "decoder": lambda: (Decoder(), (4, 5, 5)),
+        "tanh_mlp": lambda: (torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)),
+                             (5,)),
+        "attention": lambda: (CausalAttention(), (6, 16)),
     }[name]()
     for buf in m.buffers():
         if buf.dtype.is_floating_point:
@@ -66,11 +86,15 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     return m.eval(), sample
 
 
-NAMES = ("mlp", "cnn", "gru", "lstm", "transformer", "decoder")
+NAMES = ("mlp", "cnn", "gru", "lstm", "transformer", "decoder", "tanh_mlp", "attention")
+EMBEDDED_VJP = ("tanh_mlp", "attention")
+"""Models whose vjp is also built with the weights embedded: small constants (a bias of 16, a 6 x 6 mask) read
+in a matrix product's epilogue once were out-of-bounds warnings of GCC that -Werror turned into build failures."""
 
 
-def export(name: str, path: Path) -> torch.nn.Module:
-    """Export a model with a dynamic batch dim (parameters keep their names: no constant folding)."""
+def export(name: str, path: Path, fold_constants: bool = False) -> torch.nn.Module:
+    """Export a model with a dynamic batch dim (parameters keep their names unless fold_constants: the exporter's
+    default, which folds e.g. a Linear's weight transposed into a constant)."""
     m, sample = make(name)
     x = torch.randn((2,) + sample)
     with warnings.catch_warnings():
@@ -80,5 +104,5 @@ def export(name: str, path: Path) -> torch.nn.Module:
                               dynamic_shapes=({0: torch.export.Dim("batch")},), optimize=False)
         else:
             torch.onnx.export(m, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"],
-                              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=False)
+                              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=fold_constants)
     return m

@@ -10,7 +10,7 @@ onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from onnx_models import NAMES, export  # noqa: E402
+from onnx_models import EMBEDDED_VJP, NAMES, export  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,23 @@ def test_vjp_matches_torch_autograd(models, name):
             np.testing.assert_allclose(g, params[n].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
             checked += 1
     assert checked == len(params), f"only {checked} of {len(params)} parameters are initializers of the model"
+
+
+@pytest.mark.parametrize("name", EMBEDDED_VJP)
+def test_vjp_with_embedded_weights_matches_torch_autograd(tmp_path, name):
+    """Each model in a package of its own (GCC's inlining, and so its warnings, depend on what else the source
+    holds), exported with the exporter's defaults, its forward and its vjp built with the weights embedded."""
+    import ksbuild
+    m = export(name, tmp_path / "m.onnx", fold_constants=True)
+    (tmp_path / "manifest.toml").write_text(f'[package]\nname = "embedded_{name}"\n\n[kernels.m]\nonnx = "m.onnx"\n\n'
+                                            '[exports]\nm = "m"\nm_vjp = "vjp(m)"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3,) + tuple(pkg.m.ins[0]["shape"][1:])).astype(np.float32)
+    ct = rng.standard_normal(pkg.m(x).shape).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    (m(xt) * torch.tensor(ct)).sum().backward()
+    np.testing.assert_allclose(pkg.m_vjp(x, ct), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def _c(name: str) -> str:
