@@ -18,7 +18,7 @@ from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Type
-from .mathlib import BINOPS, CMPOPS, call_builtin
+from .mathlib import BINOPS, CMPOPS, call_builtin, supported_names
 from .scope import Const, Scope, SymDim, Value, const_lit, const_type
 
 SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
@@ -476,11 +476,11 @@ class KernelCompiler:
         if method:
             return self.call_method(b, scope, e, method, args, kw)
         table = tensors.NAMESPACES.get(target[0], {})
+        shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
+                 "special": "torch.special"}.get(target[0], target[0])
         if target[1] in table:
-            return table[target[1]](self, b, args, kw, e)
+            return self.checked_keywords(table[target[1]], b, args, kw, e, f"{shown}.{target[1]}")
         if target[0] in ("F", "linalg", "nn", "special"):
-            shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
-                     "special": "torch.special"}[target[0]]
             raise self.src.error(e.func, f"unsupported function '{shown}.{target[1]}'",
                                  hint=f"supported: {', '.join(sorted(table)) or 'none'}")
         if target == ("builtin", "len") and len(args) == 1:
@@ -498,8 +498,23 @@ class KernelCompiler:
         if target[0] == "kernel":
             return self.call_kernel(b, target[1], self.bind_args(target[1], args, kw, e), e)
         if kw:
+            if target[0] in ("torch", "math") and target[1] not in supported_names(target[0]):
+                call_builtin(self, b, target[0], target[1], [], e)  # (says: unsupported function)
             raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in this call")
         return call_builtin(self, b, target[0], target[1], [self.plain(b, a) for a in args], e)
+
+    def checked_keywords(self, handler, b, args, kw: dict, e: ast.Call, shown: str) -> Value:
+        """handler(self, b, args, kw, e), and an error for a keyword argument it never read (it would be
+        ignored, silently giving another function's values)."""
+        from .scope import Keywords
+        kw = Keywords(kw)
+        out = handler(self, b, args, kw, e)
+        for name in kw.unread():
+            node = next(k.value for k in e.keywords if k.arg == name)
+            raise self.src.error(node, f"{shown}'s keyword argument '{name}' is not supported",
+                                 hint="ksbuild would compute the function without it; remove it or write the "
+                                      "computation out")
+        return out
 
     def method_target(self, f: ast.expr) -> str | None:
         """The method name of `x.method(...)` on a value (not a module function)."""
@@ -519,7 +534,9 @@ class KernelCompiler:
         from . import tensors
         obj = self.expr(b, scope, e.func.value)
         if name in tensors.SHAPE_METHODS:
-            return tensors.SHAPE_METHODS[name](self, b, obj, args, kw, e)
+            method = tensors.SHAPE_METHODS[name]
+            return self.checked_keywords(lambda fc, bb, a, k, node: method(fc, bb, obj, a, k, node), b, args, kw, e,
+                                         f".{name}()")
         torch_name = tensors.METHODS.get(name)
         if torch_name is None and name.endswith("_") and not name.startswith("_"):
             args_text = ", ".join(ast.unparse(a) for a in e.args)
@@ -530,7 +547,7 @@ class KernelCompiler:
             raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
                                  hint=f"supported: {', '.join(known)}")
         if torch_name in tensors.TORCH_TENSOR:
-            return tensors.TORCH_TENSOR[torch_name](self, b, [obj, *args], kw, e)
+            return self.checked_keywords(tensors.TORCH_TENSOR[torch_name], b, [obj, *args], kw, e, f".{name}()")
         if kw:
             raise self.src.error(e, f".{name}() takes no keyword arguments here")
         return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)

@@ -100,3 +100,36 @@ class Scope:
 
     def child(self) -> "Scope":
         return Scope(parent=self)
+
+
+class Keywords(dict):
+    """A call's keyword arguments that remember which ones the function's handler looked at, so that one it
+    never read (a loss's weight= the decomposition does not implement) is an error instead of being ignored."""
+
+    def __init__(self, values: dict):
+        super().__init__(values)
+        self.seen: set[str] = set()
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key) -> bool:
+        self.seen.add(key)
+        return super().__contains__(key)
+
+    def __iter__(self):
+        self.seen.update(self.keys())
+        return super().__iter__()
+
+    def items(self):
+        self.seen.update(self.keys())
+        return super().items()
+
+    def unread(self) -> list[str]:
+        """The keywords given that nobody read, in the call's order."""
+        return [k for k in self.keys() if k not in self.seen]

@@ -681,13 +681,13 @@ def _linear(fc, b, args, kw, node):
 
 
 def _loss(kind: str):
-    """F.mse_loss / F.l1_loss(input, target, reduction='mean')."""
+    """F.mse_loss / F.l1_loss(input, target, size_average, reduce, reduction='mean')."""
     def fn(fc, b, args, kw, node):
         x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
         t = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
         d = b.sub(*fc.unify(b, x, t, node))
         e = b.ipow(d, n=2) if kind == "mse" else b.abs(d)
-        how = _arg(fc, args, kw, 2, "reduction", node, "mean")
+        how = _arg(fc, args, kw, 4, "reduction", node, "mean")
         if how not in ("mean", "sum", "none"):
             raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
         return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)

@@ -352,60 +352,128 @@ def _np_dtype(dtype: str):
 
 # ---- torch.nn.functional extras ----------------------------------------------------------------
 
-def _reduce_loss(fc, b, e: Atom, args, kw, pos: int, node) -> Atom:
+def _reduction(fc, args, kw, pos: int, node) -> str:
     how = _arg(fc, args, kw, pos, "reduction", node, "mean")
     if how not in ("mean", "sum", "none"):
         raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
+    return how
+
+
+def _reduce_loss(fc, b, e: Atom, args, kw, pos: int, node) -> Atom:
+    """The per-element loss e reduced as reduction= (argument `pos` in torch's signature) says."""
+    how = _reduction(fc, args, kw, pos, node)
     return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
 
 
+def _optional_tensor(fc, b, args, kw, pos: int, name: str, node) -> Atom | None:
+    """A float tensor argument such as weight= (None when not given)."""
+    v = _arg(fc, args, kw, pos, name, node, None)
+    return None if v is None else float_tensor(fc, b, v, node)
+
+
+def _weighted(fc, b, e: Atom, w: Atom | None, node) -> Atom:
+    return e if w is None else b.mul(*fc.unify(b, e, w, node))
+
+
 def _bce_logits(fc, b, args, kw, node):
-    """max(z, 0) - z·y + log(1 + e^-|z|), the stable form of -[y log σ(z) + (1-y) log(1-σ(z))]."""
+    """F.binary_cross_entropy_with_logits(input, target, weight=None, size_average, reduce, reduction='mean',
+    pos_weight=None): w·[p·y·softplus(-z) + (1-y)·softplus(z)], the stable form of -w·[p·y·log σ(z) +
+    (1-y)·log(1-σ(z))] (log σ(z) = -softplus(-z)); without pos_weight softplus(z) - z·y."""
     z = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
     z, y = fc.unify(b, z, y, node)
-    e = b.sub(activations.softplus(b, z), b.mul(z, y))
-    return _reduce_loss(fc, b, e, args, kw, 4, node)
+    pos_weight = _optional_tensor(fc, b, args, kw, 6, "pos_weight", node)
+    if pos_weight is None:
+        e = b.sub(activations.softplus(b, z), b.mul(z, y))
+    else:
+        py = b.mul(*fc.unify(b, y, pos_weight, node))
+        e = b.add(b.mul(py, activations.softplus(b, b.neg(z))), b.mul(b.sub(_c(y, 1.0), y), activations.softplus(b, z)))
+    e = _weighted(fc, b, e, _optional_tensor(fc, b, args, kw, 2, "weight", node), node)
+    return _reduce_loss(fc, b, e, args, kw, 5, node)
 
 
 def _bce(fc, b, args, kw, node):
+    """F.binary_cross_entropy(input, target, weight=None, size_average, reduce, reduction='mean')."""
     p = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
     p, y = fc.unify(b, p, y, node)
     # torch clamps the logs at -100
     lo = _c(p, -100.0)
     e = b.neg(b.add(b.mul(y, b.max(b.log(p), lo)), b.mul(b.sub(_c(p, 1.0), y), b.max(b.log1p(b.neg(p)), lo))))
-    return _reduce_loss(fc, b, e, args, kw, 3, node)
+    e = _weighted(fc, b, e, _optional_tensor(fc, b, args, kw, 2, "weight", node), node)
+    return _reduce_loss(fc, b, e, args, kw, 5, node)
 
 
-def _nll(fc, b, logp: Atom, target: Atom, args, kw, node):
-    """-logp[i, target[i]] over rows (class axis 1), reduced."""
-    if logp.type.rank != 2 or target.type.rank != 1:
-        raise fc.src.error(node, f"class-index targets with [N, C] inputs are supported, got {logp.type} and "
-                                 f"{target.type}")
-    picked = index.gather_elements(b, logp, shape_ops.unsqueeze(b, _i64(b, target), 1), 1)
-    return _reduce_loss(fc, b, b.neg(shape_ops.squeeze(b, picked, [1])), args, kw, 4, node)
+def _class_losses(fc, b, logp: Atom, target: Atom, args, kw, node, smoothing: float = 0.0) -> Atom:
+    """nll_loss / cross_entropy of log-probabilities logp [N, C] (torch's signature: weight=None at 2,
+    ignore_index=-100 at 4, reduction='mean' at 6): with class indices target [N], row i's loss is
+    -w[t_i]·logp[i, t_i], 0 where t_i = ignore_index, and the mean divides by Σ w[t_i] over the rows not
+    ignored; label smoothing ε mixes in ε/C · (-Σ_c w[c]·logp[i, c]) reduced alike (torch's
+    cross_entropy_loss_label_smoothing). With class probabilities target [N, C]: -Σ_c w[c]·t'[i, c]·logp[i, c],
+    t' = (1-ε)·t + ε/C, the mean over rows."""
+    if logp.type.rank != 2 or target.type.rank not in (1, 2):
+        raise fc.src.error(node, f"[N, C] inputs with class indices [N] or class probabilities [N, C] are "
+                                 f"supported, got {logp.type} and {target.type}")
+    weight = _optional_tensor(fc, b, args, kw, 2, "weight", node)
+    how = _reduction(fc, args, kw, 6, node)
+    classes = logp.type.shape[1]
+    if target.type.rank == 2:
+        t = float_tensor(fc, b, target, node)
+        if smoothing:
+            t = b.add(b.mul(t, _c(t, 1.0 - smoothing)), b.div(_c(t, smoothing), _count(b, classes, t.type.dtype)))
+        rows = b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1]))
+        return rows if how == "none" else reduce.mean(b, rows) if how == "mean" else reduce.sum(b, rows)
+    ignore = int_const(fc, _arg(fc, args, kw, 4, "ignore_index", node, Const(-100)), node, "ignore_index")
+    t = _i64(b, target)
+    kept = b.ne(t, Lit(ignore, Type("i64")))
+    safe = b.select(kept, t, Lit(0, Type("i64")))
+    zero = _c(logp, 0.0)
+    picked = b.neg(shape_ops.squeeze(b, index.gather_elements(b, logp, shape_ops.unsqueeze(b, safe, 1), 1), [1]))
+    row_weight = index.gather(b, weight, safe, 0) if weight is not None else None
+    rows = b.select(kept, _weighted(fc, b, picked, row_weight, node), zero)
+    smooth = None
+    if smoothing:
+        smooth = b.select(kept, b.neg(reduce.sum(b, _weighted(fc, b, logp, weight, node), [1])), zero)
+    if how == "none":
+        out, smooth_out = rows, smooth
+    elif how == "sum":
+        out, smooth_out = reduce.sum(b, rows), smooth if smooth is None else reduce.sum(b, smooth)
+    else:
+        total = reduce.sum(b, b.select(kept, row_weight if row_weight is not None else _c(logp, 1.0), zero))
+        out = b.div(reduce.sum(b, rows), total)
+        smooth_out = None if smooth is None else b.div(reduce.sum(b, smooth), total)
+    if smooth_out is None:
+        return out
+    share = b.div(_c(logp, smoothing), _count(b, classes, logp.type.dtype))
+    return b.add(b.mul(out, _c(out, 1.0 - smoothing)), b.mul(smooth_out, share))
 
 
 def _cross_entropy(fc, b, args, kw, node):
+    """F.cross_entropy(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean',
+    label_smoothing=0.0): nll_loss of log_softmax along the class axis (with label smoothing)."""
     logits = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     target = tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-    return _nll(fc, b, reduce.log_softmax(b, logits, 1), target, args, kw, node)
+    smoothing = _float_kw(fc, args, kw, 7, "label_smoothing", node, 0.0)
+    return _class_losses(fc, b, reduce.log_softmax(b, logits, 1), target, args, kw, node, smoothing)
 
 
 def _nll_loss(fc, b, args, kw, node):
+    """F.nll_loss(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean')."""
     logp = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return _nll(fc, b, logp, tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node), args, kw, node)
+    target = tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+    if target.type.rank != 1:
+        raise fc.src.error(node, f"nll_loss takes class indices [N], got {target.type}")
+    return _class_losses(fc, b, logp, target, args, kw, node)
 
 
 def _smooth_l1(fc, b, args, kw, node):
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
                        node, "smooth_l1_loss")
-    beta = _float_kw(fc, args, kw, 4, "beta", node, 1.0)
+    beta = _float_kw(fc, args, kw, 5, "beta", node, 1.0)
     d = b.abs(b.sub(x, y))
     e = b.select(b.lt(d, _c(d, beta)), b.div(b.mul(_c(d, 0.5), b.ipow(d, n=2)), _c(d, beta)),
                  b.sub(d, _c(d, 0.5 * beta)))
-    return _reduce_loss(fc, b, e, args, kw, 3, node)
+    return _reduce_loss(fc, b, e, args, kw, 4, node)
 
 
 def _huber(fc, b, args, kw, node):
