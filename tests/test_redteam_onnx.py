@@ -11,7 +11,9 @@ sizes of the dynamic axes) and torch.autograd (vjp of the inputs).
 - F.interpolate with dynamic height and width, or to size=t.shape[-2:], or to a fixed size with a dynamic
   batch (Resize with symbolic sizes) was rejected;
 - a Reshape whose target holds a traced size where the axis is dynamic (MultiheadAttention with a
-  dynamic sequence length) gave wrong results for other lengths: now a located error.
+  dynamic sequence length) gave wrong results for other lengths: now a located error;
+- torch.arange(0, x.numel(), x.shape[1]) with a dynamic batch (ReduceProd of a shape, a Range whose step is
+  not 1) was rejected.
 """
 from __future__ import annotations
 
@@ -77,6 +79,12 @@ class UpToSkip(torch.nn.Module):
         return x + F.interpolate(d, size=x.shape[-2:], mode="nearest"), F.interpolate(x, size=(5, 7), mode="bilinear")
 
 
+class RowStarts(torch.nn.Module):
+    def forward(self, x):  # [batch, seq]: x.numel() is ReduceProd(Shape(x)), a Range with a step of seq
+        starts = torch.arange(0, x.numel(), x.shape[1])
+        return x.reshape(-1)[starts] * 2.0 + x.reshape(-1)[starts + 1]
+
+
 DYN = {"bs": {0: "batch", 1: "seq"}, "b": {0: "batch"}, "bhw": {0: "batch", 2: "h", 3: "w"}}
 MODELS = {  # name: (module, input shape at export, dynamic axes, other input shapes to run)
     "pos_emb": (PosEmb, (2, 5, 4), "bs", [(3, 7, 4), (1, 2, 4)]),
@@ -86,8 +94,9 @@ MODELS = {  # name: (module, input shape at export, dynamic axes, other input sh
     "sort": (Sort, (2, 5), "bs", [(3, 9), (1, 1)]),
     "upsample": (Upsample, (2, 2, 4, 6), "bhw", [(1, 2, 5, 3), (3, 2, 1, 2)]),
     "up_to_skip": (UpToSkip, (2, 2, 6, 4), "bhw", [(1, 2, 8, 10), (3, 2, 5, 7)]),
+    "row_starts": (RowStarts, (2, 5), "bs", [(3, 7), (1, 2)]),
 }
-VJP = ("pos_emb", "attn", "rev_cumsum", "sort", "upsample", "up_to_skip")
+VJP = ("pos_emb", "attn", "rev_cumsum", "sort", "upsample", "up_to_skip", "row_starts")
 
 
 def _export(m, x, path, dyn, n_out):

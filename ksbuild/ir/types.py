@@ -234,7 +234,29 @@ def dim_floordiv(a: Dim, b: Dim) -> Dim:
         return a
     if k and all(c % k == 0 for c in pa.values()):
         return _dim({m: c // k for m, c in pa.items()})
+    exact = _divided(pa, pb)
+    if exact is not None:
+        return _dim(exact)
     return _dim({(_floordiv_factor(pa, pb),): 1})
+
+
+def _divided(a: Poly, b: Poly) -> Poly | None:
+    """a / b when b is one monomial dividing every term of a exactly ((4*batch*seq) // (2*seq) = 2*batch), else
+    None."""
+    if len(b) != 1:
+        return None
+    ((mb, cb),) = b.items()
+    out: Poly = {}
+    for m, c in a.items():
+        rest = list(m)
+        for factor in mb:
+            if factor not in rest:
+                return None
+            rest.remove(factor)
+        if c % cb:
+            return None
+        out[tuple(rest)] = out.get(tuple(rest), 0) + c // cb
+    return out
 
 
 def dim_names(dim: Dim) -> list[str]:

@@ -2,6 +2,8 @@
 MatMul, Gemm, Einsum."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.core import Lit
 from ...ir.types import Type
 from ...ops import index as ix
@@ -9,7 +11,7 @@ from ...ops import linalg
 from ...ops import reduce as red
 from ...ops import shape as sh
 from ...ops._util import numel, scalar_lit
-from .graph import handler
+from .graph import handler, symbolic
 from .node import Node
 
 AXES_AS_INPUT = {"ReduceSum": 13}  # the others take axes as an input from opset 18
@@ -67,6 +69,18 @@ def reduce(n: Node):
             y = n.b.max(y, Lit(0, Type("i8")))
         return [n.b.ne(y, Lit(0, Type("i8")))]
     return [REDUCERS[n.op](n.b, x, axes, keep)]
+
+
+@symbolic("ReduceProd", "ReduceSum")
+def symbolic_reduce(n: Node, known):
+    """A product or sum of symbolic sizes (x.numel() exports as ReduceProd of Shape(x): batch·7)."""
+    x = known[0].astype(object)
+    axes, keep = _reduce_axes(n, x.ndim)
+    if axes == "noop":
+        return [known[0]]
+    ufunc = np.multiply if n.op == "ReduceProd" else np.add
+    out = ufunc.reduce(x, axis=None if axes is None else tuple(axes), keepdims=keep)
+    return [np.asarray(out, dtype=object)]
 
 
 def _coerced(n: Node, x, fn):

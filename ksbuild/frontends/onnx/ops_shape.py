@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.core import Lit
-from ...ir.types import Dim, Type, dim_add
+from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
 from ...ops import create, nn
 from ...ops import shape as sh
 from ...ops._util import numel
@@ -283,11 +283,32 @@ def range_(n: Node):
     start, limit, delta = (n.const(i, "a bound (the length must be static)") for i in range(3))
     if any(v.dtype == object for v in (start, limit, delta)):
         s, lim, d = (SymDim.unwrap(np.asarray(v).reshape(-1)[0]) for v in (start, limit, delta))
-        if d != 1 or not isinstance(s, int):
-            raise n.unsupported("Range over a symbolic dim with a step other than 1")
-        return [create.arange(n.b, s, lim, "i64")]
+        if d == 1 and isinstance(s, int):
+            return [create.arange(n.b, s, lim, "i64")]
+        if d == 0:
+            raise n.error("Range with a step of 0")
+        return [_symbolic_steps(n, s, lim, d)]
     s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
     return [np.arange(s, lim, d, dtype=start.dtype)]
+
+
+def _symbolic_steps(n: Node, start, limit, step: int):
+    """start, start + step, ... short of limit, some of them symbolic dims: ceil((limit - start) / step)
+    values (torch.arange(0, x.numel(), x.shape[1]) with a dynamic batch: batch values). A symbolic step
+    (a dim, so positive) must divide the span visibly."""
+    span = dim_sub(limit, start) if not isinstance(step, int) or step > 0 else dim_sub(start, limit)
+    size = abs(step) if isinstance(step, int) else step
+    count = dim_floordiv(span, size)
+    if dim_mul(count, size) != span:  # (not a visible multiple: rounded up)
+        if not isinstance(size, int):
+            raise n.unsupported(f"Range from {start} to {limit} by a symbolic step {step} that does not divide "
+                                "the span visibly")
+        count = dim_floordiv(dim_add(span, size - 1), size)
+    stride = Lit(step, Type("i64")) if isinstance(step, int) else n.b.dim_size(dim=step)
+    steps = n.b.mul(n.b.iota(shape=(count,), axis=0, dtype="i64"), stride)
+    if start == 0:
+        return steps
+    return n.b.add(steps, Lit(start, Type("i64")) if isinstance(start, int) else n.b.dim_size(dim=start))
 
 
 @symbolic("Range")
