@@ -106,3 +106,11 @@ def test_vmap_of_a_model_is_a_loop_over_lanes(models, name):
     xs = np.random.default_rng(5).standard_normal((2, 3) + tuple(sess.get_inputs()[0].shape[1:])).astype(np.float32)
     want = np.stack([sess.run(None, {"x": x})[0] for x in xs])
     np.testing.assert_allclose(eval_func(vf, [xs])[0], want, rtol=2e-5, atol=2e-6)
+
+
+def test_a_wrong_fixed_size_names_the_axis_and_the_size(models):
+    """A literal dim of the model (16 features) given another size: the message says which axis and size."""
+    from ksbuild.packaging.runtime import CallError
+    pkg, _, _ = models
+    with pytest.raises(CallError, match=r"mlp: argument 'x' must have size 16 along axis 1, got shape \[3, 15\]"):
+        pkg.mlp(np.zeros((3, 15), np.float32))

@@ -178,8 +178,12 @@ class Export:
         for i, axis, d in self._plan:
             s = shapes[i][axis]
             want = dims.setdefault(d, s) if isinstance(d, str) else d
+            if want != s and not isinstance(d, str):
+                raise CallError(f"{self.name}: argument '{_shown(self.ins[i])}' must have size {d} along axis {axis}, "
+                                f"got shape {list(shapes[i])}")
             if want != s:
-                raise CallError(f"argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere but {s} here")
+                raise CallError(f"{self.name}: argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere "
+                                f"but {s} here (shape {list(shapes[i])})")
         if len(dims) < len(self.desc["dims"]):
             missing = [d for d in self.desc["dims"] if d not in dims]
             raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
