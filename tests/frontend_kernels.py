@@ -245,3 +245,13 @@ def f_conv_pool(x: "float[b, c, h, w]", k: "float[m, c, 3, 3]", bias: "float[m]"
     s = F.conv2d(x, k, stride=(2, 1), dilation=1).sum() + F.conv2d(x, k, padding="same").mean()
     rows = F.conv1d(x[:, :, 0, :], k1, padding=1)
     return z.sum() + s + (F.max_pool1d(rows, 2) ** 2).sum()
+
+
+def f_sort_search(x: "float[n, k]", e: "float[m]") -> "float[n, k]":
+    """torch.sort / topk / searchsorted / bucketize / diff (values and gradients through the sorted values)."""
+    v, i = torch.sort(x, dim=1, descending=True)
+    top = torch.topk(x, 2, dim=1).values
+    edges = torch.sort(e).values
+    pos = torch.searchsorted(edges, x) + torch.bucketize(x, edges, right=True)
+    d = torch.diff(x, dim=1, prepend=x[:, :1])
+    return v * i + top.sum(1, keepdim=True) + pos * x + x.sort(dim=0).values + d + torch.diff(x, n=2, dim=0).sum(0)

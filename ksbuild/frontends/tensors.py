@@ -716,8 +716,10 @@ NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "
 
 
 def _register_more():
+    from . import torch_search
     from .torch_more import register
     register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
+    torch_search.register(TORCH_TENSOR, SHAPE_METHODS)
 
 
 _register_more()

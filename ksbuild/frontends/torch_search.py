@@ -1,0 +1,108 @@
+"""Sorting, searching and differences in Python kernels: torch.sort, torch.topk, torch.searchsorted,
+torch.bucketize, torch.diff (and their methods). Each is a call into the shared op library (ops.index's
+sort and topk, which the ONNX frontend's TopK uses too) or a few core operations."""
+from __future__ import annotations
+
+from ..ir.core import Atom
+from ..ir.types import dim_sub
+from ..ops import index, reduce
+from ..ops import shape as shape_ops
+from .scope import Const
+from .tensors import _arg, int_const, norm_axis, tensor
+from .torch_more import ValuesIndices
+
+
+def _bool(fc, args, kw, pos: int, name: str, node, default: bool) -> bool:
+    v = _arg(fc, args, kw, pos, name, node, Const(default))
+    if not isinstance(v, Const) or not isinstance(v.value, bool):
+        raise fc.src.error(node, f"'{name}' must be True or False here")
+    return v.value
+
+
+def _sort(fc, b, args, kw, node):
+    """torch.sort(input, dim=-1, descending=False, stable=False) -> (values, indices); ties keep their order
+    (what stable=True promises). The values are the input at the indices, so gradients go back there."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(-1)), node, "dim"), x.type.rank, node)
+    descending = _bool(fc, args, kw, 2, "descending", node, False)
+    _bool(fc, args, kw, 3, "stable", node, False)
+    values, indices = index.sort(b, x, axis, descending)
+    return ValuesIndices(values, indices)
+
+
+def _topk(fc, b, args, kw, node):
+    """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices), k a literal."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    k = int_const(fc, _arg(fc, args, kw, 1, "k", node), node, "k")
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(-1)), node, "dim"), x.type.rank, node)
+    largest = _bool(fc, args, kw, 3, "largest", node, True)
+    if not _bool(fc, args, kw, 4, "sorted", node, True):
+        raise fc.src.error(node, "topk with sorted=False is not supported", hint="the values come sorted")
+    values, indices = index.topk(b, x, k, axis, largest)
+    return ValuesIndices(values, indices)
+
+
+def _search(fc, b, boundaries: Atom, values: Atom, right: bool, node) -> Atom:
+    """For each value the number of boundaries below it (right: at or below it): its insertion index into the
+    sorted 1-D boundaries, an i64 tensor of the values' shape."""
+    if boundaries.type.rank != 1:
+        raise fc.src.error(node, f"the sorted sequence must be 1-D, got {boundaries.type}",
+                           hint="search row by row in a loop")
+    if values.type.dtype != boundaries.type.dtype:
+        values = b.convert(values, dtype=boundaries.type.dtype)
+    column = shape_ops.unsqueeze(b, values, values.type.rank)
+    below = b.le(boundaries, column) if right else b.lt(boundaries, column)
+    return reduce.sum(b, b.convert(below, dtype="i64"), [values.type.rank])
+
+
+def _searchsorted(fc, b, args, kw, node):
+    """torch.searchsorted(sorted_sequence, input, right=False, side=None) with a 1-D sequence."""
+    seq = tensor(fc, b, _arg(fc, args, kw, 0, "sorted_sequence", node), node)
+    values = tensor(fc, b, _arg(fc, args, kw, 1, "input", node), node)
+    right = _bool(fc, args, kw, 4, "right", node, False)
+    side = _arg(fc, args, kw, 5, "side", node, None)
+    if side is not None:
+        if side not in ("left", "right"):
+            raise fc.src.error(node, f"side must be 'left' or 'right', got {side!r}")
+        right = side == "right"
+    return _search(fc, b, seq, values, right, node)
+
+
+def _bucketize(fc, b, args, kw, node):
+    """torch.bucketize(input, boundaries, right=False): searchsorted(boundaries, input, right)."""
+    values = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    seq = tensor(fc, b, _arg(fc, args, kw, 1, "boundaries", node), node)
+    return _search(fc, b, seq, values, _bool(fc, args, kw, 3, "right", node, False), node)
+
+
+def _diff(fc, b, args, kw, node):
+    """torch.diff(input, n=1, dim=-1, prepend=None, append=None): x[1:] - x[:-1] along dim, n times."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    times = int_const(fc, _arg(fc, args, kw, 1, "n", node, Const(1)), node, "n")
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(-1)), node, "dim"), x.type.rank, node)
+    ends = [_arg(fc, args, kw, 3, "prepend", node, None), _arg(fc, args, kw, 4, "append", node, None)]
+    if ends[0] is not None or ends[1] is not None:
+        parts = [x] if ends[0] is None else [tensor(fc, b, ends[0], node), x]
+        parts += [] if ends[1] is None else [tensor(fc, b, ends[1], node)]
+        same = [p if p.type.dtype == x.type.dtype else b.convert(p, dtype=x.type.dtype) for p in parts]
+        x = shape_ops.concatenate(b, same, axis)
+    if x.type.dtype == "bool":
+        raise fc.src.error(node, "diff of a bool tensor is not supported")
+    for _ in range(times):
+        n = x.type.shape[axis]
+        if n == 0 or n == 1:
+            raise fc.src.error(node, f"diff of an axis of {n} element(s)")
+        x = b.sub(b.slice(x, axis=axis, start=1, stop=n), b.slice(x, axis=axis, start=0, stop=dim_sub(n, 1)))
+    return x
+
+
+def _method(fn):
+    return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
+
+
+def register(torch_table: dict, methods: dict) -> None:
+    """Add the functions here to the frontend's tables (torch.* and tensor methods)."""
+    functions = {"sort": _sort, "topk": _topk, "diff": _diff}
+    torch_table.update(functions, searchsorted=_searchsorted, bucketize=_bucketize)
+    methods.update({name: _method(fn) for name, fn in functions.items()})
+
