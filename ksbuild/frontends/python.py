@@ -152,7 +152,7 @@ class KernelCompiler:
             scope.names.update({fn.args.args[i].arg: d for i, d in static.items()})
             value = self.run_body(b, scope, fn.body, fn)
             want = result_types or self.result_annotation(fn)
-            results = self.finish_results(b, value, want, fn)
+            results = self.finish_results(b, value, want, fn.returns or fn)  # (a mismatch points at the annotation)
         finally:
             self.active.pop()
         return b.func(fn.name, params, results)
