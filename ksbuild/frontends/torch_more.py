@@ -405,47 +405,50 @@ def _bce(fc, b, args, kw, node):
 
 
 def _class_losses(fc, b, logp: Atom, target: Atom, args, kw, node, smoothing: float = 0.0) -> Atom:
-    """nll_loss / cross_entropy of log-probabilities logp [N, C] (torch's signature: weight=None at 2,
-    ignore_index=-100 at 4, reduction='mean' at 6): with class indices target [N], row i's loss is
-    -w[t_i]·logp[i, t_i], 0 where t_i = ignore_index, and the mean divides by Σ w[t_i] over the rows not
-    ignored; label smoothing ε mixes in ε/C · (-Σ_c w[c]·logp[i, c]) reduced alike (torch's
-    cross_entropy_loss_label_smoothing). With class probabilities target [N, C]: -Σ_c w[c]·t'[i, c]·logp[i, c],
-    t' = (1-ε)·t + ε/C, the mean over rows."""
+    """nll_loss / cross_entropy of log-probabilities logp [N, C], with class indices target [N] or class
+    probabilities target [N, C] (torch's signature: weight=None at 2, ignore_index=-100 at 4, reduction='mean'
+    at 6; cross_entropy's label smoothing ε)."""
     if logp.type.rank != 2 or target.type.rank not in (1, 2):
         raise fc.src.error(node, f"[N, C] inputs with class indices [N] or class probabilities [N, C] are "
                                  f"supported, got {logp.type} and {target.type}")
     weight = _optional_tensor(fc, b, args, kw, 2, "weight", node)
     how = _reduction(fc, args, kw, 6, node)
-    classes = logp.type.shape[1]
     if target.type.rank == 2:
-        t = float_tensor(fc, b, target, node)
-        if smoothing:
-            t = b.add(b.mul(t, _c(t, 1.0 - smoothing)), b.div(_c(t, smoothing), _count(b, classes, t.type.dtype)))
-        rows = b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1]))
-        return rows if how == "none" else reduce.mean(b, rows) if how == "mean" else reduce.sum(b, rows)
+        return _probability_losses(fc, b, logp, float_tensor(fc, b, target, node), weight, how, smoothing, node)
     ignore = int_const(fc, _arg(fc, args, kw, 4, "ignore_index", node, Const(-100)), node, "ignore_index")
-    t = _i64(b, target)
+    return _index_losses(fc, b, logp, _i64(b, target), weight, ignore, how, smoothing, node)
+
+
+def _probability_losses(fc, b, logp: Atom, t: Atom, weight, how: str, smoothing: float, node) -> Atom:
+    """Row i: -Σ_c w[c]·t'[i, c]·logp[i, c] with t' = (1-ε)·t + ε/C; a mean divides by N."""
+    if smoothing:
+        share = b.div(_c(t, smoothing), _count(b, logp.type.shape[1], t.type.dtype))
+        t = b.add(b.mul(t, _c(t, 1.0 - smoothing)), share)
+    rows = b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1]))
+    return rows if how == "none" else reduce.mean(b, rows) if how == "mean" else reduce.sum(b, rows)
+
+
+def _index_losses(fc, b, logp: Atom, t: Atom, weight, ignore: int, how: str, smoothing: float, node) -> Atom:
+    """Row i: -w[t_i]·logp[i, t_i], 0 where t_i = ignore_index; a mean divides by Σ w[t_i] over the rows kept.
+    With label smoothing ε: (1-ε)·that + ε/C·(the same reduction of -Σ_c w[c]·logp[i, c]), as torch's
+    cross_entropy_loss_label_smoothing."""
     kept = b.ne(t, Lit(ignore, Type("i64")))
-    safe = b.select(kept, t, Lit(0, Type("i64")))
+    safe = b.select(kept, t, Lit(0, Type("i64")))  # (an ignored row reads class 0, then counts 0)
     zero = _c(logp, 0.0)
     picked = b.neg(shape_ops.squeeze(b, index.gather_elements(b, logp, shape_ops.unsqueeze(b, safe, 1), 1), [1]))
-    row_weight = index.gather(b, weight, safe, 0) if weight is not None else None
-    rows = b.select(kept, _weighted(fc, b, picked, row_weight, node), zero)
-    smooth = None
-    if smoothing:
-        smooth = b.select(kept, b.neg(reduce.sum(b, _weighted(fc, b, logp, weight, node), [1])), zero)
-    if how == "none":
-        out, smooth_out = rows, smooth
-    elif how == "sum":
-        out, smooth_out = reduce.sum(b, rows), smooth if smooth is None else reduce.sum(b, smooth)
-    else:
-        total = reduce.sum(b, b.select(kept, row_weight if row_weight is not None else _c(logp, 1.0), zero))
-        out = b.div(reduce.sum(b, rows), total)
-        smooth_out = None if smooth is None else b.div(reduce.sum(b, smooth), total)
-    if smooth_out is None:
+    row_weight = index.gather(b, weight, safe, 0) if weight is not None else _c(logp, 1.0)
+    total = reduce.sum(b, b.select(kept, row_weight, zero)) if how == "mean" else None
+    out = _rows_reduced(b, b.select(kept, _weighted(fc, b, picked, row_weight, node), zero), how, total)
+    if not smoothing:
         return out
-    share = b.div(_c(logp, smoothing), _count(b, classes, logp.type.dtype))
-    return b.add(b.mul(out, _c(out, 1.0 - smoothing)), b.mul(smooth_out, share))
+    smooth = b.select(kept, b.neg(reduce.sum(b, _weighted(fc, b, logp, weight, node), [1])), zero)
+    share = b.div(_c(logp, smoothing), _count(b, logp.type.shape[1], logp.type.dtype))
+    return b.add(b.mul(out, _c(out, 1.0 - smoothing)), b.mul(_rows_reduced(b, smooth, how, total), share))
+
+
+def _rows_reduced(b, rows: Atom, how: str, total: Atom | None) -> Atom:
+    """Per-row losses reduced: as they are, summed, or summed over `total` (a weighted mean)."""
+    return rows if how == "none" else reduce.sum(b, rows) if how == "sum" else b.div(reduce.sum(b, rows), total)
 
 
 def _cross_entropy(fc, b, args, kw, node):
