@@ -692,20 +692,6 @@ def _linear(fc, b, args, kw, node):
     return y if bias is None else b.add(*fc.unify(b, y, tensor(fc, b, bias, node), node))
 
 
-def _loss(kind: str):
-    """F.mse_loss / F.l1_loss(input, target, size_average, reduce, reduction='mean')."""
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        t = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-        d = b.sub(*fc.unify(b, x, t, node))
-        e = b.ipow(d, n=2) if kind == "mse" else b.abs(d)
-        how = _arg(fc, args, kw, 4, "reduction", node, "mean")
-        if how not in ("mean", "sum", "none"):
-            raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
-        return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
-    return fn
-
-
 def _dropout(fc, b, args, kw, node):
     """F.dropout(x, p, training=False) is x; random dropout while training is not supported."""
     training = _arg(fc, args, kw, 2, "training", node, Const(True))
@@ -718,7 +704,7 @@ def _dropout(fc, b, args, kw, node):
 F_FUNCS = {
     "relu": _library("relu"), "sigmoid": _library("sigmoid"), "tanh": _library("tanh"),
     "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
-    "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "dropout": _dropout,
+    "dropout": _dropout,
 }
 LINALG: dict = {}
 MATH_EXTRA: dict = {}  # math.* beyond the scalar library (erf, hypot, isnan, ...)
@@ -728,10 +714,11 @@ NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "
 
 
 def _register_more():
-    from . import torch_search
+    from . import torch_losses, torch_search
     from .torch_more import register
     register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
     torch_search.register(TORCH_TENSOR, SHAPE_METHODS)
+    torch_losses.register(F_FUNCS)
 
 
 _register_more()

@@ -352,144 +352,6 @@ def _np_dtype(dtype: str):
 
 # ---- torch.nn.functional extras ----------------------------------------------------------------
 
-def _reduction(fc, args, kw, pos: int, node) -> str:
-    how = _arg(fc, args, kw, pos, "reduction", node, "mean")
-    if how not in ("mean", "sum", "none"):
-        raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
-    return how
-
-
-def _reduce_loss(fc, b, e: Atom, args, kw, pos: int, node) -> Atom:
-    """The per-element loss e reduced as reduction= (argument `pos` in torch's signature) says."""
-    how = _reduction(fc, args, kw, pos, node)
-    return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
-
-
-def _optional_tensor(fc, b, args, kw, pos: int, name: str, node) -> Atom | None:
-    """A float tensor argument such as weight= (None when not given)."""
-    v = _arg(fc, args, kw, pos, name, node, None)
-    return None if v is None else float_tensor(fc, b, v, node)
-
-
-def _weighted(fc, b, e: Atom, w: Atom | None, node) -> Atom:
-    return e if w is None else b.mul(*fc.unify(b, e, w, node))
-
-
-def _bce_logits(fc, b, args, kw, node):
-    """F.binary_cross_entropy_with_logits(input, target, weight=None, size_average, reduce, reduction='mean',
-    pos_weight=None): w·[p·y·softplus(-z) + (1-y)·softplus(z)], the stable form of -w·[p·y·log σ(z) +
-    (1-y)·log(1-σ(z))] (log σ(z) = -softplus(-z)); without pos_weight softplus(z) - z·y."""
-    z = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-    z, y = fc.unify(b, z, y, node)
-    pos_weight = _optional_tensor(fc, b, args, kw, 6, "pos_weight", node)
-    if pos_weight is None:
-        e = b.sub(activations.softplus(b, z), b.mul(z, y))
-    else:
-        py = b.mul(*fc.unify(b, y, pos_weight, node))
-        e = b.add(b.mul(py, activations.softplus(b, b.neg(z))), b.mul(b.sub(_c(y, 1.0), y), activations.softplus(b, z)))
-    e = _weighted(fc, b, e, _optional_tensor(fc, b, args, kw, 2, "weight", node), node)
-    return _reduce_loss(fc, b, e, args, kw, 5, node)
-
-
-def _bce(fc, b, args, kw, node):
-    """F.binary_cross_entropy(input, target, weight=None, size_average, reduce, reduction='mean')."""
-    p = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    y = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-    p, y = fc.unify(b, p, y, node)
-    # torch clamps the logs at -100
-    lo = _c(p, -100.0)
-    e = b.neg(b.add(b.mul(y, b.max(b.log(p), lo)), b.mul(b.sub(_c(p, 1.0), y), b.max(b.log1p(b.neg(p)), lo))))
-    e = _weighted(fc, b, e, _optional_tensor(fc, b, args, kw, 2, "weight", node), node)
-    return _reduce_loss(fc, b, e, args, kw, 5, node)
-
-
-def _class_losses(fc, b, logp: Atom, target: Atom, args, kw, node, smoothing: float = 0.0) -> Atom:
-    """nll_loss / cross_entropy of log-probabilities logp [N, C], with class indices target [N] or class
-    probabilities target [N, C] (torch's signature: weight=None at 2, ignore_index=-100 at 4, reduction='mean'
-    at 6; cross_entropy's label smoothing ε)."""
-    if logp.type.rank != 2 or target.type.rank not in (1, 2):
-        raise fc.src.error(node, f"[N, C] inputs with class indices [N] or class probabilities [N, C] are "
-                                 f"supported, got {logp.type} and {target.type}")
-    weight = _optional_tensor(fc, b, args, kw, 2, "weight", node)
-    how = _reduction(fc, args, kw, 6, node)
-    if target.type.rank == 2:
-        return _probability_losses(fc, b, logp, float_tensor(fc, b, target, node), weight, how, smoothing, node)
-    ignore = int_const(fc, _arg(fc, args, kw, 4, "ignore_index", node, Const(-100)), node, "ignore_index")
-    return _index_losses(fc, b, logp, _i64(b, target), weight, ignore, how, smoothing, node)
-
-
-def _probability_losses(fc, b, logp: Atom, t: Atom, weight, how: str, smoothing: float, node) -> Atom:
-    """Row i: -Σ_c w[c]·t'[i, c]·logp[i, c] with t' = (1-ε)·t + ε/C; a mean divides by N."""
-    if smoothing:
-        share = b.div(_c(t, smoothing), _count(b, logp.type.shape[1], t.type.dtype))
-        t = b.add(b.mul(t, _c(t, 1.0 - smoothing)), share)
-    rows = b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1]))
-    return rows if how == "none" else reduce.mean(b, rows) if how == "mean" else reduce.sum(b, rows)
-
-
-def _index_losses(fc, b, logp: Atom, t: Atom, weight, ignore: int, how: str, smoothing: float, node) -> Atom:
-    """Row i: -w[t_i]·logp[i, t_i], 0 where t_i = ignore_index; a mean divides by Σ w[t_i] over the rows kept.
-    With label smoothing ε: (1-ε)·that + ε/C·(the same reduction of -Σ_c w[c]·logp[i, c]), as torch's
-    cross_entropy_loss_label_smoothing."""
-    kept = b.ne(t, Lit(ignore, Type("i64")))
-    safe = b.select(kept, t, Lit(0, Type("i64")))  # (an ignored row reads class 0, then counts 0)
-    zero = _c(logp, 0.0)
-    picked = b.neg(shape_ops.squeeze(b, index.gather_elements(b, logp, shape_ops.unsqueeze(b, safe, 1), 1), [1]))
-    row_weight = index.gather(b, weight, safe, 0) if weight is not None else _c(logp, 1.0)
-    total = reduce.sum(b, b.select(kept, row_weight, zero)) if how == "mean" else None
-    out = _rows_reduced(b, b.select(kept, _weighted(fc, b, picked, row_weight, node), zero), how, total)
-    if not smoothing:
-        return out
-    smooth = b.select(kept, b.neg(reduce.sum(b, _weighted(fc, b, logp, weight, node), [1])), zero)
-    share = b.div(_c(logp, smoothing), _count(b, logp.type.shape[1], logp.type.dtype))
-    return b.add(b.mul(out, _c(out, 1.0 - smoothing)), b.mul(_rows_reduced(b, smooth, how, total), share))
-
-
-def _rows_reduced(b, rows: Atom, how: str, total: Atom | None) -> Atom:
-    """Per-row losses reduced: as they are, summed, or summed over `total` (a weighted mean)."""
-    return rows if how == "none" else reduce.sum(b, rows) if how == "sum" else b.div(reduce.sum(b, rows), total)
-
-
-def _cross_entropy(fc, b, args, kw, node):
-    """F.cross_entropy(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean',
-    label_smoothing=0.0): nll_loss of log_softmax along the class axis (with label smoothing)."""
-    logits = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    target = tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-    smoothing = _float_kw(fc, args, kw, 7, "label_smoothing", node, 0.0)
-    return _class_losses(fc, b, reduce.log_softmax(b, logits, 1), target, args, kw, node, smoothing)
-
-
-def _nll_loss(fc, b, args, kw, node):
-    """F.nll_loss(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean')."""
-    logp = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    target = tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
-    if target.type.rank != 1:
-        raise fc.src.error(node, f"nll_loss takes class indices [N], got {target.type}")
-    return _class_losses(fc, b, logp, target, args, kw, node)
-
-
-def _smooth_l1(fc, b, args, kw, node):
-    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
-                       node, "smooth_l1_loss")
-    beta = _float_kw(fc, args, kw, 5, "beta", node, 1.0)
-    d = b.abs(b.sub(x, y))
-    e = b.select(b.lt(d, _c(d, beta)), b.div(b.mul(_c(d, 0.5), b.ipow(d, n=2)), _c(d, beta)),
-                 b.sub(d, _c(d, 0.5 * beta)))
-    return _reduce_loss(fc, b, e, args, kw, 4, node)
-
-
-def _huber(fc, b, args, kw, node):
-    """F.huber_loss(input, target, reduction='mean', delta=1.0) = delta · smooth_l1_loss with beta = delta."""
-    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
-                       node, "huber_loss")
-    delta = _float_kw(fc, args, kw, 3, "delta", node, 1.0)
-    d = b.abs(b.sub(x, y))
-    e = b.select(b.lt(d, _c(d, delta)), b.mul(_c(d, 0.5), b.ipow(d, n=2)),
-                 b.mul(_c(d, delta), b.sub(d, _c(d, 0.5 * delta))))
-    return _reduce_loss(fc, b, e, args, kw, 2, node)
-
-
 def _normalize(fc, b, args, kw, node):
     """F.normalize(x, p=2, dim=1, eps=1e-12): x / max(‖x‖_p, eps) along dim."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -676,10 +538,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "hardsigmoid": _unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)),
         "hardswish": _unary(activations.hard_swish), "softsign": _unary(activations.softsign),
         "mish": _unary(activations.mish), "logsigmoid": _unary(_logsigmoid), "relu6": _hardtanh(0.0, 6.0, False),
-        "hardtanh": _hardtanh(-1.0, 1.0, True), "huber_loss": _huber, "normalize": _normalize,
+        "hardtanh": _hardtanh(-1.0, 1.0, True), "normalize": _normalize,
         "layer_norm": _layer_norm,
-        "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
-        "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "smooth_l1_loss": _smooth_l1,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
