@@ -266,3 +266,8 @@ def f_table_lookup(x: "float[n]") -> "float[n]":
     for j in range(x.shape[0]):
         out.append(x[j] * SCALES[j % 3] + SCALES[(j + 1) % 3])
     return torch.stack(out)
+
+
+def f_pool_ties(x: "float[n, c, 4, 6]") -> "float[n, c, 2, 3]":
+    """Max pooling of values with ties (small integers): the gradient goes to each window's first maximum."""
+    return F.max_pool2d(x, 2) + F.max_pool2d(x, (2, 3), stride=(2, 3), padding=(0, 1)).sum(3, keepdim=True)

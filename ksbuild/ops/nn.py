@@ -183,7 +183,8 @@ def pool_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, pads, ceil_mo
 
 
 def max_pool(b, x: Atom, kernel, strides=None, pads=None, dilations=None, ceil_mode: bool = False) -> Atom:
-    """The maximum over each window (padding never wins: it is -inf)."""
+    """The maximum over each window (padding never wins: it is -inf); its derivative goes to the window's first
+    maximum, as torch's max pooling sends it (not shared among ties as amax does)."""
     k = _spatial(b, x)
     strides = _per_axis(b, strides, k, 1, "strides")
     dilations = _per_axis(b, dilations, k, 1, "dilations")
@@ -193,7 +194,7 @@ def max_pool(b, x: Atom, kernel, strides=None, pads=None, dilations=None, ceil_m
     for i in range(k):
         x = pad_axis(b, x, 2 + i, pads[i], pads[k + i], low)
     patches = windows(b, x, 2, kernel, strides, dilations)
-    return b.reduce_max(patches, axes=tuple(3 + 2 * i for i in range(k)))
+    return b.reduce_max(patches, axes=tuple(3 + 2 * i for i in range(k)), ties="first")
 
 
 def _int_lowest(dtype: str) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
+from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
 from .base import PRIMS, Prim
 from .common import zeros
@@ -298,38 +299,63 @@ pad = Prim(
 def _extremum(name: str, fn, kind: str) -> Prim:
     prim: Prim
 
-    def rule(in_types, axes):
+    def rule(in_types, axes, ties="share"):
         from .shape import _reduce_rule
         if in_types[0].dtype == "bool":
             raise KsbuildError(f"{name} does not take bool operands")
+        if ties not in ("share", "first"):
+            raise KsbuildError(f"{name}: ties must be 'share' or 'first', got {ties!r}")
         return _reduce_rule(in_types, axes)
 
-    def jvp(b, p, t, axes):
-        # the derivative flows to the positions attaining the extremum, shared equally among ties
+    def jvp(b, p, t, axes, ties="share"):
+        # the derivative flows to the positions attaining the extremum: shared equally among ties (torch's
+        # amax), or all to the first of them in row-major order of the reduced axes (torch's max pooling)
         (x,), (tx,) = p, t
-        y = b.bind(prim, [x], {"axes": axes})[0]
+        params = {"axes": axes} if ties == "share" else {"axes": axes, "ties": ties}
+        y = b.bind(prim, [x], params)[0]
         if tx is None:
             return [y], [None]
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
-        yb = b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape)
-        hit = b.eq(x, yb)
+        hit = b.eq(x, b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape))
+        if ties == "first":
+            return [y], [b.reduce_sum(b.select(_first(b, hit, axes, kept), tx, zeros(x.type)), axes=axes)]
         count = b.reduce_sum(b.select(hit, _one(x.type), zeros(x.type)), axes=axes)
         picked = b.reduce_sum(b.select(hit, tx, zeros(x.type)), axes=axes)
         return [y], [b.div(picked, count)]
 
+    def batch(b, ins, batched, size, axes, ties="share"):
+        params = {"axes": _shift(axes)} if ties == "share" else {"axes": _shift(axes), "ties": ties}
+        return [b.bind(prim, [ins[0]], params)[0]], [True]
+
     prim = Prim(
         name=name,
         type_rule=rule,
-        eval=lambda x, axes, env: (np.asarray(fn(x, axis=tuple(axes))) if x.size else
-                                   np.full(np.delete(x.shape, list(axes)), np.inf if kind == "min" else -np.inf,
-                                           dtype=x.dtype),),
+        eval=lambda x, axes, env, ties="share": (
+            np.asarray(fn(x, axis=tuple(axes))) if x.size else
+            np.full(np.delete(x.shape, list(axes)), np.inf if kind == "min" else -np.inf, dtype=x.dtype),),
         jvp=jvp,
-        batch=lambda b, ins, batched, size, axes: ([b.bind(prim, [ins[0]], {"axes": _shift(axes)})[0]], [True]),
+        batch=batch,
         emit=lambda ctx, eqn: ctx.reduce(eqn, kind),
-        doc=f"{kind}imum over the given axes",
+        doc=f"{kind}imum over the given axes (ties='first': the derivative goes to the first extremum)",
         opt_outs=("transpose: not linear",),
     )
     return prim
+
+
+def _first(b, hit, axes, kept):
+    """hit where it is the first hit over the reduced axes (row-major order of those axes): its position there
+    equals the least position of a hit."""
+    shape = hit.type.shape
+    if not all(isinstance(shape[a], int) for a in axes[1:]):
+        raise KsbuildError("ties='first' needs literal sizes along the reduced axes")
+    pos, stride = None, 1
+    for a in reversed(axes):
+        term = b.iota(shape=shape, axis=a, dtype="i64")
+        term = term if stride == 1 else b.mul(term, Lit(stride, Type("i64")))
+        pos = term if pos is None else b.add(pos, term)
+        stride = stride * shape[a] if isinstance(shape[a], int) else stride
+    least = b.reduce_min(b.select(hit, pos, Lit(2**62, Type("i64"))), axes=axes)
+    return b.eq(pos, b.broadcast_to(b.reshape(least, shape=kept), shape=shape))
 
 
 def _one(t: Type):

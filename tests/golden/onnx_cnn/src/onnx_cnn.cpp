@@ -122,27 +122,27 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    bool* const tmp13 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const sum = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
+    int64_t* const tmp13 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    int64_t* const tmp14 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp30 = reinterpret_cast<float*>(next_slot);
+    float* const tmp34 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const conv37 = reinterpret_cast<float*>(next_slot);
+    float* const conv41 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod45 = reinterpret_cast<float*>(next_slot);
+    float* const prod49 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
-    float* const tmp64 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const gathered106 = reinterpret_cast<float*>(next_slot);
+    float* const gathered104 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     (void)next_slot;
     const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
@@ -177,7 +177,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const tmp14 = conv;  // reuses a dead buffer's space
     for (int64_t i15 = 0; i15 < batch; ++i15) {
         for (int64_t i16 = 0; i16 < 8; ++i16) {
             for (int64_t i17 = 0; i17 < 8; ++i17) {
@@ -187,68 +186,72 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                             const float x_i21 = tmp1[i15 * (8 * 16 * 16) + i16 * (16 * 16) + i17 * (2 * 16) + i18 * 16 + i19 * (2 * 1) + i20];
                             const float x_i22 = max[i15 * (8 * 8 * 8) + i16 * (8 * 8) + i17 * 8 + i19];
                             const bool t23 = (x_i21 == x_i22);
-                            tmp13[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t23;
-                            const float t24 = (t23 ? 1.0f : 0.0f);
-                            tmp14[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t24;
+                            const int64_t t24 = static_cast<int64_t>(i20);
+                            const int64_t t25 = static_cast<int64_t>(i18);
+                            const int64_t t26 = (t25 * int64_t{2});
+                            const int64_t t27 = (t24 + t26);
+                            tmp13[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t27;
+                            const int64_t t28 = (t23 ? t27 : int64_t{4611686018427387904});
+                            tmp14[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t28;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i25 = 0; i25 < batch; ++i25) {
-        for (int64_t i26 = 0; i26 < 8; ++i26) {
-            for (int64_t i27 = 0; i27 < 8; ++i27) {
+    for (int64_t i29 = 0; i29 < batch; ++i29) {
+        for (int64_t i30 = 0; i30 < 8; ++i30) {
+            for (int64_t i31 = 0; i31 < 8; ++i31) {
                 KS_OMP_SIMD()
-                for (int64_t i28 = 0; i28 < 8; ++i28) {
-                    float acc29 = 0;
-                    acc29 += tmp14[i25 * (8 * 8 * 2 * 8 * 2) + i26 * (8 * 2 * 8 * 2) + i27 * (2 * 8 * 2) + i28 * 2];
-                    acc29 += tmp14[i25 * (8 * 8 * 2 * 8 * 2) + i26 * (8 * 2 * 8 * 2) + i27 * (2 * 8 * 2) + i28 * 2 + 1];
-                    acc29 += tmp14[i25 * (8 * 8 * 2 * 8 * 2) + i26 * (8 * 2 * 8 * 2) + i27 * (2 * 8 * 2) + 1 * (8 * 2) + i28 * 2];
-                    acc29 += tmp14[i25 * (8 * 8 * 2 * 8 * 2) + i26 * (8 * 2 * 8 * 2) + i27 * (2 * 8 * 2) + 1 * (8 * 2) + i28 * 2 + 1];
-                    sum[i25 * (8 * 8 * 8) + i26 * (8 * 8) + i27 * 8 + i28] = acc29;
+                for (int64_t i32 = 0; i32 < 8; ++i32) {
+                    int64_t acc33 = ks::highest<int64_t>();
+                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2], acc33);
+                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2 + 1], acc33);
+                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2], acc33);
+                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2 + 1], acc33);
+                    min[i29 * (8 * 8 * 8) + i30 * (8 * 8) + i31 * 8 + i32] = acc33;
                 }
             }
         }
     }
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
-    for (int64_t i31 = 0; i31 < batch; ++i31) {
-        for (int64_t i32 = 0; i32 < 16; ++i32) {
-            for (int64_t i33 = 0; i33 < 1; ++i33) {
-                for (int64_t i34 = 0; i34 < 1; ++i34) {
-                    const float x_i35 = prod[i31 * 16 + i32 + i33 + i34];
-                    const float t36 = (x_i35 * 0.1111111119389534f);
-                    tmp30[i31 * 16 + i32 + i33 + i34] = t36;
+    for (int64_t i35 = 0; i35 < batch; ++i35) {
+        for (int64_t i36 = 0; i36 < 16; ++i36) {
+            for (int64_t i37 = 0; i37 < 1; ++i37) {
+                for (int64_t i38 = 0; i38 < 1; ++i38) {
+                    const float x_i39 = prod[i35 * 16 + i36 + i37 + i38];
+                    const float t40 = (x_i39 * 0.1111111119389534f);
+                    tmp34[i35 * 16 + i36 + i37 + i38] = t40;
                 }
             }
         }
     }
-    const ks::conv_shape geometry38{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-    const auto epilogue = [&](int64_t image39, int64_t channel, int64_t, float v) {
-        const float x_i40 = ks_data_3[channel];
-        const float t41 = (v + x_i40);
-        const bool t42 = (t41 <= 0.0f);
-        const float x_i43 = tmp30[image39 * 16 + channel];
-        const float t44 = (t42 ? 0.0f : x_i43);
-        return t44;
+    const ks::conv_shape geometry42{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+    const auto epilogue = [&](int64_t image43, int64_t channel, int64_t, float v) {
+        const float x_i44 = ks_data_3[channel];
+        const float t45 = (v + x_i44);
+        const bool t46 = (t45 <= 0.0f);
+        const float x_i47 = tmp34[image43 * 16 + channel];
+        const float t48 = (t46 ? 0.0f : x_i47);
+        return t48;
     };
-    ks::conv<float>(geometry38, batch, max, ks_data_2, conv37, scratch_float, epilogue);
-    for (int64_t i46 = 0; i46 < batch; ++i46) {
-        for (int64_t i47 = 0; i47 < 1; ++i47) {
-            ks::tiled_gemm<float>(72, 9, 16, {(ks_data_2 + i47 * (16 * 72)), 1, 72}, {((conv37 + i47 * (16 * 9)) + i46 * (16 * 9)), 9, 1}, {((prod45 + i47 * (72 * 9)) + i46 * (72 * 9)), 9, 1}, false, scratch_float);
+    ks::conv<float>(geometry42, batch, max, ks_data_2, conv41, scratch_float, epilogue);
+    for (int64_t i50 = 0; i50 < batch; ++i50) {
+        for (int64_t i51 = 0; i51 < 1; ++i51) {
+            ks::tiled_gemm<float>(72, 9, 16, {(ks_data_2 + i51 * (16 * 72)), 1, 72}, {((conv41 + i51 * (16 * 9)) + i50 * (16 * 9)), 9, 1}, {((prod49 + i51 * (72 * 9)) + i50 * (72 * 9)), 9, 1}, false, scratch_float);
         }
     }
-    for (int64_t i48 = 0; i48 < batch * 8 * 8 * 3 * 3; ++i48) {
-        folded[i48] = 0.0f;
+    for (int64_t i52 = 0; i52 < batch * 8 * 8 * 3 * 3; ++i52) {
+        folded[i52] = 0.0f;
     }
-    for (int64_t i49 = 0; i49 < batch; ++i49) {
-        for (int64_t i50 = 0; i50 < 1; ++i50) {
-            for (int64_t i51 = 0; i51 < 8; ++i51) {
-                for (int64_t i52 = 0; i52 < 3; ++i52) {
-                    for (int64_t i53 = 0; i53 < 3; ++i53) {
-                        for (int64_t i54 = 0; i54 < 3; ++i54) {
-                            for (int64_t i55 = 0; i55 < 3; ++i55) {
-                                folded[i49 * (8 * 8 * 3 * 3) + i50 * (8 * 8 * 3 * 3) + i51 * (8 * 3 * 3) + i52 * (2 * (3 * 3)) + i53 * (3 * 3) + i54 * 3 + i55] += prod45[i49 * (8 * 3 * 3 * 3 * 3) + i50 * (8 * 3 * 3 * 3 * 3) + i51 * (3 * 3 * 3 * 3) + i52 * 3 + i53 * (3 * 3 * 3) + i54 + i55 * (3 * 3)];
+    for (int64_t i53 = 0; i53 < batch; ++i53) {
+        for (int64_t i54 = 0; i54 < 1; ++i54) {
+            for (int64_t i55 = 0; i55 < 8; ++i55) {
+                for (int64_t i56 = 0; i56 < 3; ++i56) {
+                    for (int64_t i57 = 0; i57 < 3; ++i57) {
+                        for (int64_t i58 = 0; i58 < 3; ++i58) {
+                            for (int64_t i59 = 0; i59 < 3; ++i59) {
+                                folded[i53 * (8 * 8 * 3 * 3) + i54 * (8 * 8 * 3 * 3) + i55 * (8 * 3 * 3) + i56 * (2 * (3 * 3)) + i57 * (3 * 3) + i58 * 3 + i59] += prod49[i53 * (8 * 3 * 3 * 3 * 3) + i54 * (8 * 3 * 3 * 3 * 3) + i55 * (3 * 3 * 3 * 3) + i56 * 3 + i57 * (3 * 3 * 3) + i58 + i59 * (3 * 3)];
                             }
                         }
                     }
@@ -256,132 +259,122 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded56 = max;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < batch * 8 * 8 * 8; ++i57) {
-        folded56[i57] = 0.0f;
+    float* const folded60 = max;  // reuses a dead buffer's space
+    for (int64_t i61 = 0; i61 < batch * 8 * 8 * 8; ++i61) {
+        folded60[i61] = 0.0f;
     }
-    for (int64_t i58 = 0; i58 < batch; ++i58) {
-        for (int64_t i59 = 0; i59 < 1; ++i59) {
-            for (int64_t i60 = 0; i60 < 8; ++i60) {
-                for (int64_t i61 = 0; i61 < 8; ++i61) {
-                    for (int64_t i62 = 0; i62 < 3; ++i62) {
-                        for (int64_t i63 = 0; i63 < 3; ++i63) {
-                            folded56[i58 * (8 * 8 * 8) + i59 * (8 * 8 * 8) + i60 * (8 * 8) + i61 * 8 + i62 * (2 * 1) + i63] += folded[i58 * (8 * 8 * 3 * 3) + i59 * (8 * 8 * 3 * 3) + i60 * (8 * 3 * 3) + i61 * (3 * 3) + i62 * 3 + i63];
+    for (int64_t i62 = 0; i62 < batch; ++i62) {
+        for (int64_t i63 = 0; i63 < 1; ++i63) {
+            for (int64_t i64 = 0; i64 < 8; ++i64) {
+                for (int64_t i65 = 0; i65 < 8; ++i65) {
+                    for (int64_t i66 = 0; i66 < 3; ++i66) {
+                        for (int64_t i67 = 0; i67 < 3; ++i67) {
+                            folded60[i62 * (8 * 8 * 8) + i63 * (8 * 8 * 8) + i64 * (8 * 8) + i65 * 8 + i66 * (2 * 1) + i67] += folded[i62 * (8 * 8 * 3 * 3) + i63 * (8 * 8 * 3 * 3) + i64 * (8 * 3 * 3) + i65 * (3 * 3) + i66 * 3 + i67];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i65 = 0; i65 < batch; ++i65) {
-        for (int64_t i66 = 0; i66 < 8; ++i66) {
-            for (int64_t i67 = 0; i67 < 8; ++i67) {
-                for (int64_t i68 = 0; i68 < 8; ++i68) {
-                    const float x_i69 = folded56[i65 * (8 * 8 * 8) + i66 * (8 * 8) + i67 * 8 + i68];
-                    const float x_i70 = sum[i65 * (8 * 8 * 8) + i66 * (8 * 8) + i67 * 8 + i68];
-                    const float t71 = (x_i69 / x_i70);
-                    tmp64[i65 * (8 * 8 * 8) + i66 * (8 * 8) + i67 * 8 + i68] = t71;
-                }
-            }
-        }
-    }
-    float* const tmp72 = conv;  // reuses a dead buffer's space
-    for (int64_t i73 = 0; i73 < batch; ++i73) {
-        for (int64_t i74 = 0; i74 < 8; ++i74) {
-            for (int64_t i75 = 0; i75 < 8; ++i75) {
-                for (int64_t i76 = 0; i76 < 2; ++i76) {
-                    for (int64_t i77 = 0; i77 < 8; ++i77) {
-                        for (int64_t i78 = 0; i78 < 2; ++i78) {
-                            const bool x_i79 = tmp13[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78];
-                            const float x_i80 = tmp64[i73 * (8 * 8 * 8) + i74 * (8 * 8) + i75 * 8 + i77];
-                            const float t81 = (x_i79 ? x_i80 : 0.0f);
-                            tmp72[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78] = t81;
+    float* const tmp68 = conv;  // reuses a dead buffer's space
+    for (int64_t i69 = 0; i69 < batch; ++i69) {
+        for (int64_t i70 = 0; i70 < 8; ++i70) {
+            for (int64_t i71 = 0; i71 < 8; ++i71) {
+                for (int64_t i72 = 0; i72 < 2; ++i72) {
+                    for (int64_t i73 = 0; i73 < 8; ++i73) {
+                        for (int64_t i74 = 0; i74 < 2; ++i74) {
+                            const int64_t x_i75 = tmp13[i69 * (8 * 8 * 2 * 8 * 2) + i70 * (8 * 2 * 8 * 2) + i71 * (2 * 8 * 2) + i72 * (8 * 2) + i73 * 2 + i74];
+                            const int64_t x_i76 = min[i69 * (8 * 8 * 8) + i70 * (8 * 8) + i71 * 8 + i73];
+                            const bool t77 = (x_i75 == x_i76);
+                            const float x_i78 = folded60[i69 * (8 * 8 * 8) + i70 * (8 * 8) + i71 * 8 + i73];
+                            const float t79 = (t77 ? x_i78 : 0.0f);
+                            tmp68[i69 * (8 * 8 * 2 * 8 * 2) + i70 * (8 * 2 * 8 * 2) + i71 * (2 * 8 * 2) + i72 * (8 * 2) + i73 * 2 + i74] = t79;
                         }
                     }
                 }
             }
         }
     }
-    float* const folded82 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i83 = 0; i83 < batch * 8 * 8 * 2 * 16; ++i83) {
-        folded82[i83] = 0.0f;
+    float* const folded80 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i81 = 0; i81 < batch * 8 * 8 * 2 * 16; ++i81) {
+        folded80[i81] = 0.0f;
     }
-    for (int64_t i84 = 0; i84 < batch; ++i84) {
-        for (int64_t i85 = 0; i85 < 8; ++i85) {
-            for (int64_t i86 = 0; i86 < 8; ++i86) {
-                for (int64_t i87 = 0; i87 < 2; ++i87) {
-                    for (int64_t i88 = 0; i88 < 8; ++i88) {
-                        for (int64_t i89 = 0; i89 < 2; ++i89) {
-                            folded82[i84 * (8 * 8 * 2 * 16) + i85 * (8 * 2 * 16) + i86 * (2 * 16) + i87 * 16 + i88 * (2 * 1) + i89] += tmp72[i84 * (8 * 8 * 2 * 8 * 2) + i85 * (8 * 2 * 8 * 2) + i86 * (2 * 8 * 2) + i87 * (8 * 2) + i88 * 2 + i89];
+    for (int64_t i82 = 0; i82 < batch; ++i82) {
+        for (int64_t i83 = 0; i83 < 8; ++i83) {
+            for (int64_t i84 = 0; i84 < 8; ++i84) {
+                for (int64_t i85 = 0; i85 < 2; ++i85) {
+                    for (int64_t i86 = 0; i86 < 8; ++i86) {
+                        for (int64_t i87 = 0; i87 < 2; ++i87) {
+                            folded80[i82 * (8 * 8 * 2 * 16) + i83 * (8 * 2 * 16) + i84 * (2 * 16) + i85 * 16 + i86 * (2 * 1) + i87] += tmp68[i82 * (8 * 8 * 2 * 8 * 2) + i83 * (8 * 2 * 8 * 2) + i84 * (2 * 8 * 2) + i85 * (8 * 2) + i86 * 2 + i87];
                         }
                     }
                 }
             }
         }
     }
-    float* const folded90 = conv;  // reuses a dead buffer's space
-    for (int64_t i91 = 0; i91 < batch * 8 * 16 * 16; ++i91) {
-        folded90[i91] = 0.0f;
+    float* const folded88 = conv;  // reuses a dead buffer's space
+    for (int64_t i89 = 0; i89 < batch * 8 * 16 * 16; ++i89) {
+        folded88[i89] = 0.0f;
     }
-    for (int64_t i92 = 0; i92 < batch; ++i92) {
-        for (int64_t i93 = 0; i93 < 8; ++i93) {
-            for (int64_t i94 = 0; i94 < 8; ++i94) {
-                for (int64_t i95 = 0; i95 < 2; ++i95) {
-                    for (int64_t i96 = 0; i96 < 16; ++i96) {
-                        folded90[i92 * (8 * 16 * 16) + i93 * (16 * 16) + i94 * (2 * 16) + i95 * 16 + i96] += folded82[i92 * (8 * 8 * 2 * 16) + i93 * (8 * 2 * 16) + i94 * (2 * 16) + i95 * 16 + i96];
+    for (int64_t i90 = 0; i90 < batch; ++i90) {
+        for (int64_t i91 = 0; i91 < 8; ++i91) {
+            for (int64_t i92 = 0; i92 < 8; ++i92) {
+                for (int64_t i93 = 0; i93 < 2; ++i93) {
+                    for (int64_t i94 = 0; i94 < 16; ++i94) {
+                        folded88[i90 * (8 * 16 * 16) + i91 * (16 * 16) + i92 * (2 * 16) + i93 * 16 + i94] += folded80[i90 * (8 * 8 * 2 * 16) + i91 * (8 * 2 * 16) + i92 * (2 * 16) + i93 * 16 + i94];
                     }
                 }
             }
         }
     }
-    for (int64_t i97 = 0; i97 < 1; ++i97) {
-        for (int64_t i98 = 0; i98 < 3; ++i98) {
-            for (int64_t i99 = 0; i99 < 8; ++i99) {
-                for (int64_t i100 = 0; i100 < 3; ++i100) {
-                    for (int64_t i101 = 0; i101 < 3; ++i101) {
-                        packed[i97 * (3 * 8 * 3 * 3) + i98 * (8 * 3 * 3) + i99 * (3 * 3) + i100 * 3 + i101] = ks_data_0[i97 * (8 * 3 * 3 * 3) + i98 * (3 * 3) + i99 * (3 * 3 * 3) + i100 * 3 + i101];
+    for (int64_t i95 = 0; i95 < 1; ++i95) {
+        for (int64_t i96 = 0; i96 < 3; ++i96) {
+            for (int64_t i97 = 0; i97 < 8; ++i97) {
+                for (int64_t i98 = 0; i98 < 3; ++i98) {
+                    for (int64_t i99 = 0; i99 < 3; ++i99) {
+                        packed[i95 * (3 * 8 * 3 * 3) + i96 * (8 * 3 * 3) + i97 * (3 * 3) + i98 * 3 + i99] = ks_data_0[i95 * (8 * 3 * 3 * 3) + i96 * (3 * 3) + i97 * (3 * 3 * 3) + i98 * 3 + i99];
                     }
                 }
             }
         }
     }
-    for (int64_t i102 = 0; i102 < 3; ++i102) {
-        for (int64_t i103 = 0; i103 < 8; ++i103) {
-            for (int64_t i104 = 0; i104 < 3; ++i104) {
-                for (int64_t i105 = 0; i105 < 3; ++i105) {
-                    gathered[i102 * (8 * 3 * 3) + i103 * (3 * 3) + i104 * 3 + i105] = packed[i102 * (8 * 3 * 3) + i103 * (3 * 3) + ks::clamp_index(ks_data_7[i104], 3) * 3 + i105];
+    for (int64_t i100 = 0; i100 < 3; ++i100) {
+        for (int64_t i101 = 0; i101 < 8; ++i101) {
+            for (int64_t i102 = 0; i102 < 3; ++i102) {
+                for (int64_t i103 = 0; i103 < 3; ++i103) {
+                    gathered[i100 * (8 * 3 * 3) + i101 * (3 * 3) + i102 * 3 + i103] = packed[i100 * (8 * 3 * 3) + i101 * (3 * 3) + ks::clamp_index(ks_data_7[i102], 3) * 3 + i103];
                 }
             }
         }
     }
-    for (int64_t i107 = 0; i107 < 3; ++i107) {
-        for (int64_t i108 = 0; i108 < 8; ++i108) {
-            for (int64_t i109 = 0; i109 < 3; ++i109) {
-                for (int64_t i110 = 0; i110 < 3; ++i110) {
-                    gathered106[i107 * (8 * 3 * 3) + i108 * (3 * 3) + i109 * 3 + i110] = gathered[i107 * (8 * 3 * 3) + i108 * (3 * 3) + i109 * 3 + ks::clamp_index(ks_data_7[i110], 3)];
+    for (int64_t i105 = 0; i105 < 3; ++i105) {
+        for (int64_t i106 = 0; i106 < 8; ++i106) {
+            for (int64_t i107 = 0; i107 < 3; ++i107) {
+                for (int64_t i108 = 0; i108 < 3; ++i108) {
+                    gathered104[i105 * (8 * 3 * 3) + i106 * (3 * 3) + i107 * 3 + i108] = gathered[i105 * (8 * 3 * 3) + i106 * (3 * 3) + i107 * 3 + ks::clamp_index(ks_data_7[i108], 3)];
                 }
             }
         }
     }
-    float* const tmp111 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i112 = 0; i112 < batch; ++i112) {
-        for (int64_t i113 = 0; i113 < 8; ++i113) {
-            for (int64_t i114 = 0; i114 < 16; ++i114) {
-                for (int64_t i115 = 0; i115 < 16; ++i115) {
-                    const bool x_i116 = tmp[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115];
-                    const float x_i117 = folded90[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115];
-                    const float t118 = (x_i116 ? 0.0f : x_i117);
-                    tmp111[i112 * (8 * 16 * 16) + i113 * (16 * 16) + i114 * 16 + i115] = t118;
+    float* const tmp109 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i110 = 0; i110 < batch; ++i110) {
+        for (int64_t i111 = 0; i111 < 8; ++i111) {
+            for (int64_t i112 = 0; i112 < 16; ++i112) {
+                for (int64_t i113 = 0; i113 < 16; ++i113) {
+                    const bool x_i114 = tmp[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113];
+                    const float x_i115 = folded88[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113];
+                    const float t116 = (x_i114 ? 0.0f : x_i115);
+                    tmp109[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113] = t116;
                 }
             }
         }
     }
-    const ks::conv_shape geometry119{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry119, batch, tmp111, gathered106, out, scratch_float);
+    const ks::conv_shape geometry117{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry117, batch, tmp109, gathered104, out, scratch_float);
     return ks::status::ok;
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<bool>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
 }
 
