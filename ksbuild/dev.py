@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -206,12 +207,14 @@ def _source(fn: Callable) -> tuple[Path, str]:
 
 def _dtype_of(args) -> str:
     """The float dtype the arguments ask for: the one of every float tensor/array; float64 for Python numbers."""
+    import numpy as np
+    torch = sys.modules.get("torch")  # (isinstance, not a test of the type's module name: torch.compile traces it)
     found = set()
     for x in args:
-        module = type(x).__module__
-        if module.startswith("torch") and x.is_floating_point():
-            found.add(_TORCH_FLOATS.get(str(x.dtype), str(x.dtype)))
-        elif module == "numpy" and x.dtype.kind == "f":
+        if torch is not None and isinstance(x, torch.Tensor):
+            if x.is_floating_point():
+                found.add(_TORCH_FLOATS.get(str(x.dtype), str(x.dtype)))
+        elif isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "f":
             found.add(x.dtype.name)
     if len(found) > 1:
         raise KsbuildError(f"arguments mix float dtypes {sorted(found)}; ksbuild does not cast silently")

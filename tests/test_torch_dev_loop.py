@@ -197,3 +197,27 @@ def test_export_and_compile_a_model_with_nn_module(vrelu3):
     assert ".fn.default" in ep.graph_module.code and "fn_fwd" not in ep.graph_module.code
     torch.testing.assert_close(ep.module()(x), model(x))
     torch.testing.assert_close(torch.compile(model, fullgraph=True)(x), model(x))
+
+
+def test_compile_fullgraph_with_python_number_arguments():
+    """A Python int and a Python float passed to kernels inside torch.compile(fullgraph=True) (the dtype check
+    used a string method Dynamo cannot trace)."""
+    vp = ksbuild.vmap(dk.power, in_axes=(0, None))
+    vd = ksbuild.kernel(dk.double)
+    f = torch.compile(lambda x: vp(x, 3) + vd(x, 0.5), fullgraph=True)
+    x = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+    torch.testing.assert_close(f(x), x ** 3 + 2.0 * x)
+
+
+def test_forward_mode_ad_is_an_error_not_zero_tangents():
+    """torch.func.jvp / forward_ad through a ksbuild op: torch has no forward derivative for it and used to return
+    zero tangents silently; it is an error naming the kernel's own jvp export instead."""
+    from ksbuild.errors import KsbuildError
+    vs = ksbuild.vmap(dk.scale, in_axes=(0, None))
+    x, t = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64), torch.ones(5, dtype=torch.float64)
+    with pytest.raises(KsbuildError, match="forward-mode AD"):
+        torch.func.jvp(lambda v: vs(v, 2.0), (x,), (t,))
+    import torch.autograd.forward_ad as fwd
+    with fwd.dual_level(), pytest.raises(KsbuildError, match="kernel.jvp"):
+        vs(fwd.make_dual(x, t), 2.0)
+    torch.testing.assert_close(vs.jvp(x, 2.0, t, 0.0), 2 * 2.0 * x + 0.5)  # instead: d/dx (a x² + x/2), da = 0

@@ -50,6 +50,7 @@ class PackageOps:
         """Call export on torch tensors (and Python numbers): results as tensors, one or a tuple."""
         export = self.package.exports[export.name]  # the objects the ops were defined with (one per process)
         tensors = [_tensor(x, a, export) for x, a in zip(args, export.ins)]
+        _no_forward_mode(export.name, tensors)
         need_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         eager = _plain_eager(tensors)
         if not need_grad and eager:
@@ -246,6 +247,19 @@ def _tensor(x, a: dict, export) -> torch.Tensor:
         raise export.CallError(f"{export.name}: argument '{_shown(a)}' must have {len(a['shape'])} dimension(s), "
                                f"got shape {list(x.shape)}")
     return x
+
+
+def _no_forward_mode(name: str, tensors) -> None:
+    """An error when forward-mode AD is on (torch.func.jvp, jacfwd, torch.autograd.forward_ad): the ops have no
+    forward derivative in torch, whose dual tensors would otherwise lose their tangents silently."""
+    if torch.autograd.forward_ad._current_level < 0:
+        return
+    from ..errors import KsbuildError
+    if any(torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise KsbuildError(f"forward-mode AD (torch.func.jvp, jacfwd, forward_ad) through the ksbuild op '{name}' is "
+                           "not supported: torch would drop the tangents",
+                           hint="call the kernel's own jvp export (kernel.jvp(x, dx), or jvp(...) in the manifest); "
+                                "reverse mode through .backward() and torch.autograd.grad works")
 
 
 def _plain_eager(tensors) -> bool:
