@@ -49,6 +49,16 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<ksbuild kernel {self.expression}>"
 
+    def __deepcopy__(self, memo) -> "Kernel":
+        """The kernel itself: it holds no state a copy could change (copy.deepcopy of a model with nnModule())."""
+        return self
+
+    def __getstate__(self) -> dict:
+        """Pickled without its loaded packages (ctypes handles): they are loaded again on the first call."""
+        state = dict(self.__dict__)
+        state["_packages"], state["_dropped"] = {}, {}
+        return state
+
     def __call__(self, *args):
         """The compiled function (torch tensors in: tensors out, differentiable).
 
@@ -267,7 +277,8 @@ def _module_class():
         import torch
 
         class KernelModule(torch.nn.Module):
-            """A ksbuild kernel as a layer: forward(*args) = kernel(*args), with autograd through its vjp."""
+            """A ksbuild kernel as a layer: forward(*args) = kernel(*args), with autograd through its vjp.
+            (Pickled as ksbuild.dev.KernelModule, which the module's __getattr__ defines: torch.save(model).)"""
 
             def __init__(self, kernel: Kernel):
                 super().__init__()
@@ -279,5 +290,13 @@ def _module_class():
             def extra_repr(self) -> str:
                 return self.kernel.expression
 
+        KernelModule.__module__, KernelModule.__qualname__ = __name__, "KernelModule"
         _MODULE_CLASS.append(KernelModule)
     return _MODULE_CLASS[0]
+
+
+def __getattr__(name: str):
+    """ksbuild.dev.KernelModule, defined on first use (torch stays optional): how pickle finds the class."""
+    if name == "KernelModule":
+        return _module_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

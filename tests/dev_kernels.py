@@ -27,3 +27,8 @@ def broken(x: float) -> float:
 def double(x: "float[n]", s: float) -> "float[n]":
     """Linear: bwd(f) reads neither x nor s (unused parameters in the generated C)."""
     return 2.0 * x
+
+
+def softsign(x: float) -> float:
+    """An activation from an importable module (a model holding it can be pickled by reference)."""
+    return x / (1.0 + abs(x))

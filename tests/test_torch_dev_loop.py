@@ -221,3 +221,18 @@ def test_forward_mode_ad_is_an_error_not_zero_tangents():
     with fwd.dual_level(), pytest.raises(KsbuildError, match="kernel.jvp"):
         vs(fwd.make_dual(x, t), 2.0)
     torch.testing.assert_close(vs.jvp(x, 2.0, t, 0.0), 2 * 2.0 * x + 0.5)  # instead: d/dx (a x² + x/2), da = 0
+
+
+def test_a_model_with_nn_module_deep_copies_and_saves(tmp_path):
+    """copy.deepcopy (an EMA or best-checkpoint copy) after the kernel ran, and torch.save / torch.load of the whole
+    model: the kernel is shared, its loaded package (ctypes handles) is not pickled but loaded again."""
+    import copy
+    torch.manual_seed(0)
+    model = seed_model(ksbuild.vmap(dk.softsign).nnModule).eval()
+    x = torch.randn(4, 20)
+    want = model(x)
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(twin(x), want)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    torch.testing.assert_close(loaded(x), want)
