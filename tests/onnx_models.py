@@ -1,7 +1,7 @@
 """Torch modules the ONNX tests export themselves (nothing downloaded): an MLP, a CNN with
 conv/batchnorm/pooling, GRU and LSTM stacks, a transformer encoder layer, a decoder that upsamples
 (transposed convolution, then nearest-neighbour Resize of the image axes with a dynamic batch), a small
-tanh MLP and a causal self-attention layer with a constant mask."""
+tanh MLP, a causal self-attention layer with a constant mask and a mixture density head (three outputs)."""
 from __future__ import annotations
 
 import warnings
@@ -65,6 +65,20 @@ class CausalAttention(torch.nn.Module):
         return (torch.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(n, t, d)
 
 
+class MixtureDensityHead(torch.nn.Module):
+    """A mixture density network's head: three outputs (log weights, means, scales), small biases (3 and 6)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh())
+        self.pi, self.mu, self.sig = torch.nn.Linear(16, 3), torch.nn.Linear(16, 6), torch.nn.Linear(16, 6)
+
+    def forward(self, x):
+        h = self.body(x)
+        sigma = torch.nn.functional.softplus(self.sig(h)).view(-1, 3, 2) + 1e-3
+        return torch.log_softmax(self.pi(h), dim=-1), self.mu(h).view(-1, 3, 2), sigma
+
+
 def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     """(module in eval mode, the shape of one sample) for a model name; batchnorm statistics non-trivial."""
     torch.manual_seed(0)
@@ -79,6 +93,7 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
         "tanh_mlp": lambda: (torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)),
                              (5,)),
         "attention": lambda: (CausalAttention(), (6, 16)),
+        "mdn": lambda: (MixtureDensityHead(), (5,)),
     }[name]()
     for buf in m.buffers():
         if buf.dtype.is_floating_point:
@@ -87,7 +102,7 @@ def make(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
 
 
 NAMES = ("mlp", "cnn", "gru", "lstm", "transformer", "decoder", "tanh_mlp", "attention")
-EMBEDDED_VJP = ("tanh_mlp", "attention")
+EMBEDDED_VJP = ("tanh_mlp", "attention", "mdn")
 """Models whose vjp is also built with the weights embedded: small constants (a bias of 16, a 6 x 6 mask) read
 in a matrix product's epilogue once were out-of-bounds warnings of GCC that -Werror turned into build failures."""
 
@@ -97,12 +112,14 @@ def export(name: str, path: Path, fold_constants: bool = False) -> torch.nn.Modu
     default, which folds e.g. a Linear's weight transposed into a constant)."""
     m, sample = make(name)
     x = torch.randn((2,) + sample)
+    y = m(x)
+    outs = [f"y{i}" for i in range(len(y))] if isinstance(y, tuple) else ["y"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if name == "transformer":  # the TorchScript exporter cannot take this layer; torch.export can
             torch.onnx.export(m, (x,), str(path), dynamo=True, input_names=["x"], output_names=["y"],
                               dynamic_shapes=({0: torch.export.Dim("batch")},), optimize=False)
         else:
-            torch.onnx.export(m, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"],
-                              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=fold_constants)
+            torch.onnx.export(m, (x,), str(path), dynamo=False, input_names=["x"], output_names=outs,
+                              dynamic_axes={n: {0: "batch"} for n in ["x", *outs]}, do_constant_folding=fold_constants)
     return m

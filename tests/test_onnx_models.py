@@ -82,10 +82,12 @@ def test_vjp_with_embedded_weights_matches_torch_autograd(tmp_path, name):
     pkg = ksbuild.build(tmp_path / "manifest.toml")
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3,) + tuple(pkg.m.ins[0]["shape"][1:])).astype(np.float32)
-    ct = rng.standard_normal(pkg.m(x).shape).astype(np.float32)
+    ys = pkg.m(x)
+    cts = [rng.standard_normal(y.shape).astype(np.float32) for y in (ys if isinstance(ys, tuple) else (ys,))]
     xt = torch.tensor(x, requires_grad=True)
-    (m(xt) * torch.tensor(ct)).sum().backward()
-    np.testing.assert_allclose(pkg.m_vjp(x, ct), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    outs = m(xt)
+    sum((y * torch.tensor(c)).sum() for y, c in zip(outs if isinstance(outs, tuple) else (outs,), cts)).backward()
+    np.testing.assert_allclose(pkg.m_vjp(x, *cts), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def _c(name: str) -> str:
