@@ -271,3 +271,11 @@ def f_table_lookup(x: "float[n]") -> "float[n]":
 def f_pool_ties(x: "float[n, c, 4, 6]") -> "float[n, c, 2, 3]":
     """Max pooling of values with ties (small integers): the gradient goes to each window's first maximum."""
     return F.max_pool2d(x, 2) + F.max_pool2d(x, (2, 3), stride=(2, 3), padding=(0, 1)).sum(3, keepdim=True)
+
+
+def f_no_grad(x: "float[n]", w: "float[n]") -> "float[n]":
+    """`with torch.no_grad():` — the names it binds are constants for differentiation (a target, a scale)."""
+    with torch.no_grad():
+        scale = (x * w).abs().max() + 1.0
+        target = torch.tanh(x)
+    return (x * w - target) ** 2 / scale

@@ -317,6 +317,23 @@ W = torch.ones(3)
 def k(x: "float[3]") -> "float[3]":
     return x * W  # <-
 ''', "the module-level 'W' is not a constant a kernel can use", "pass tensors as arguments"),
+    "return inside no_grad": Case('''\
+import torch
+
+
+def k(x: "float[3]") -> "float[3]":
+    with torch.no_grad():  # <-
+        return x * 2.0
+''', "return inside `with torch.no_grad():`", "return it after"),
+    "with other than no_grad": Case('''\
+import torch
+
+
+def k(x: "float[3]") -> "float[3]":
+    with torch.enable_grad():  # <-
+        y = x * 2.0
+    return y
+''', "unsupported syntax: with statement"),
     "missing argument with a default elsewhere": Case('''\
 def helper(x, y, scale=2.0):
     return x * y * scale

@@ -62,6 +62,7 @@ CASES = {
     "f_conv_pool": lambda: (r(2, 3, 6, 6), r(4, 3, 3, 3, seed=1), r(4, seed=2), r(2, 3, 3, seed=3)),
     "f_sort_search": lambda: (r(5, 4), r(6, seed=1)),
     "f_table_lookup": lambda: (r(7),),
+    "f_no_grad": lambda: (r(6), r(6, seed=2)),
     "f_pool_ties": lambda: (np.random.default_rng(4).integers(0, 3, (2, 3, 4, 6)).astype(np.float64),),
 }
 

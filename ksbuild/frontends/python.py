@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Var
+from ..ir.core import Atom, Func, Lit, Var
 from ..ir.types import Type
 from .mathlib import BINOPS, CMPOPS, call_builtin, supported_names
 from .scope import Const, Scope, SymDim, Value, const_lit, const_type
@@ -230,10 +230,34 @@ class KernelCompiler:
             pass
         elif isinstance(s, ast.Assert):
             self.assertion(b, scope, s)
+        elif isinstance(s, ast.With) and self.is_no_grad(s):
+            self.no_grad(b, scope, s)
         elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
             raise self.call_statement(s.value)
         else:
             raise self.unsupported(s)
+
+    def is_no_grad(self, s: ast.With) -> bool:
+        """`with torch.no_grad():` (one context manager, no `as`)."""
+        if len(s.items) != 1 or s.items[0].optional_vars is not None:
+            return False
+        call = s.items[0].context_expr
+        return isinstance(call, ast.Call) and not call.args and not call.keywords and \
+            isinstance(call.func, ast.Attribute) and call.func.attr == "no_grad" and \
+            self.module_of(call.func.value) == "torch"
+
+    def no_grad(self, b: Builder, scope: Scope, s: ast.With) -> None:
+        """`with torch.no_grad():` runs its body; every name it binds to a float tensor or scalar is then a constant
+        for differentiation (stop_gradient), as torch computes those values without tracking them."""
+        before = dict(scope.names)
+        try:
+            self.block(b, scope, s.body)
+        except Returned:
+            raise self.src.error(s, "return inside `with torch.no_grad():`",
+                                 hint="assign the value in the block and return it after") from None
+        for name, value in list(scope.names.items()):
+            if before.get(name) is not value and isinstance(value, (Var, Lit)) and value.type.is_float:
+                scope.names[name] = b.stop_gradient(value)
 
     def assertion(self, b: Builder, scope: Scope, s: ast.Assert) -> None:
         """An assert is checked when the kernel is compiled (shapes, constants); it cannot be checked later."""
