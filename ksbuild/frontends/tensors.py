@@ -123,22 +123,13 @@ def shape_args(fc, args, node) -> tuple[Dim, ...]:
 
 # ---- indexing ----------------------------------------------------------------------------------
 
-def _numbers(fc, b, values: tuple) -> Atom:
-    """A tuple of number constants (a module-level table) as a constant tensor, to index with a computed index."""
-    import numpy as np
-
-    from ..ir.types import NUMPY_DTYPES
-    kinds = {type(v.value) for v in values}
-    dtype = fc.float_dtype if float in kinds else "bool" if kinds == {bool} else "i64"
-    return create.array(b, np.asarray([v.value for v in values], dtype=NUMPY_DTYPES[dtype]))
-
-
 def subscript(fc, b, x, index_node: ast.expr, scope, node):
     """x[...] with ints, computed ints, step-1 slices and None."""
     if isinstance(x, tuple):  # x.shape[k] and friends
         k = fc.expr(b, scope, index_node)
-        if not isinstance(k, Const) and x and all(isinstance(v, Const) for v in x):
-            return subscript(fc, b, _numbers(fc, b, x), index_node, scope, node)  # KNOTS[i]: a constant table
+        if not isinstance(k, Const) and x and all(isinstance(v, Const) for v in x):  # KNOTS[i]: torch.tensor(KNOTS)[i]
+            from .torch_more import _tensor_literal
+            return subscript(fc, b, _tensor_literal(fc, b, [list(x)], {}, node), index_node, scope, node)
         i = int_const(fc, k, index_node, "a tuple index")
         if not -len(x) <= i < len(x):
             raise fc.src.error(index_node, f"index {i} out of range for a tuple of {len(x)}")

@@ -22,7 +22,10 @@ def _reduction(fc, args, kw, pos: int, node) -> str:
 
 def _reduce_loss(fc, b, e: Atom, args, kw, pos: int, node) -> Atom:
     """The per-element loss e reduced as reduction= (argument `pos` in torch's signature) says."""
-    how = _reduction(fc, args, kw, pos, node)
+    return _reduced(b, e, _reduction(fc, args, kw, pos, node))
+
+
+def _reduced(b, e: Atom, how: str) -> Atom:
     return e if how == "none" else reduce.mean(b, e) if how == "mean" else reduce.sum(b, e)
 
 
@@ -85,8 +88,8 @@ def _probability_losses(fc, b, logp: Atom, t: Atom, weight, how: str, smoothing:
     if smoothing:
         share = b.div(_c(t, smoothing), _count(b, logp.type.shape[1], t.type.dtype))
         t = b.add(b.mul(t, _c(t, 1.0 - smoothing)), share)
-    rows = b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1]))
-    return rows if how == "none" else reduce.mean(b, rows) if how == "mean" else reduce.sum(b, rows)
+    return _reduced(b, b.neg(reduce.sum(b, _weighted(fc, b, b.mul(*fc.unify(b, t, logp, node)), weight, node), [1])),
+                    how)
 
 
 def _index_losses(fc, b, logp: Atom, t: Atom, weight, ignore: int, how: str, smoothing: float, node) -> Atom:

@@ -9,7 +9,7 @@ from ..ops import index, reduce
 from ..ops import shape as shape_ops
 from .scope import Const
 from .tensors import _arg, int_const, norm_axis, tensor
-from .torch_more import ValuesIndices
+from .torch_more import ValuesIndices, _method
 
 
 def _bool(fc, args, kw, pos: int, name: str, node, default: bool) -> bool:
@@ -94,10 +94,6 @@ def _diff(fc, b, args, kw, node):
             raise fc.src.error(node, f"diff of an axis of {n} element(s)")
         x = b.sub(b.slice(x, axis=axis, start=1, stop=n), b.slice(x, axis=axis, start=0, stop=dim_sub(n, 1)))
     return x
-
-
-def _method(fn):
-    return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
 
 
 def register(torch_table: dict, methods: dict) -> None:
