@@ -19,7 +19,7 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights")
+BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror")
 KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch")
 SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
@@ -76,6 +76,7 @@ class BuildSpec:
     cpu: str = ""  # a -march value such as "native" or "x86-64-v3"; "" is the target's baseline
     threads: int = 0  # > 1: batch loops run in parallel with OpenMP (not runtime-free); 0, 1: no threads
     weights: str = "embed"  # ONNX kernels: initializers linked into the library, or arguments ("external")
+    werror: bool = True  # compile with -Werror (false: a compiler's warning does not stop the build)
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,11 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
         raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",
                         hint="0 or 1: single-threaded and runtime-free (the default); N > 1: OpenMP with N threads")
     weights = _field(ctx, table, path, "weights", default.weights, WEIGHTS)
-    return BuildSpec(backend, dtype, target, cpu, threads, weights)
+    werror = table.get("werror", default.werror)
+    if type(werror) is not bool:
+        raise ctx.error(path + ("werror",), f"'werror' in [build] must be true or false, got {werror!r}",
+                        hint="true (the default): warnings stop the build; false: they are only printed in the log")
+    return BuildSpec(backend, dtype, target, cpu, threads, weights, werror)
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:

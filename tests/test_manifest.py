@@ -286,3 +286,34 @@ def test_cpu_key_reaches_the_generated_cmake(tmp_path):
         load_manifest(write(tmp_path, text.replace("x86-64-v3", "x86 64")))
     assert info.value.loc.line == 4
     assert load_manifest(write(tmp_path, text.replace("x86-64-v3", ""))).build.cpu == ""  # the README's default
+
+
+def test_werror_key_controls_warnings_as_errors(tmp_path):
+    """[build] werror = false renders KS_WERROR OFF, so a compiler warning no longer stops `cmake --build`; with
+    the default (true) it does, and the error says how to build anyway. The warning is planted in the rendered
+    source (ksbuild's own C++ compiles warning-free), then built through the same CMake step as `ksbuild package`."""
+    from ksbuild.compile.cmake import build_and_install
+    from ksbuild.packaging.package import render
+    text = '[package]\nname = "p"\n[build]\nwerror = false\n[kernels.relu3]\npython = "relu3.py:relu3"\n' \
+           '[exports]\nf = "relu3"\n'
+    assert load_manifest(write(tmp_path, text.replace("werror = false\n", ""))).build.werror is True
+    with pytest.raises(KsbuildError, match="'werror' in \\[build\\] must be true or false, got 'no'") as info:
+        load_manifest(write(tmp_path, text.replace("false", '"no"')))
+    assert info.value.loc.line == 4
+    for werror in (True, False):
+        path = write(tmp_path, text.replace("false", str(werror).lower()))
+        proj = tmp_path / f"proj_{werror}"
+        render(path, proj, lambda s: None)
+        assert f'"Treat warnings as errors ([build] werror)" {"ON" if werror else "OFF"})' in \
+            (proj / "CMakeLists.txt").read_text()
+        with open(proj / "src/p.cpp", "a") as f:
+            f.write("\nstatic int planted_unused_function() { return 0; }\n")  # -Wunused-function
+        build = lambda: build_and_install(proj, tmp_path / f"build_{werror}", tmp_path / f"install_{werror}",
+                                          log=tmp_path / f"log_{werror}", progress=lambda s: None)
+        if werror:
+            with pytest.raises(KsbuildError, match="C\\+\\+ build failed") as info:
+                build()
+            assert "werror = false" in info.value.hint and "planted_unused_function" in str(info.value)
+        else:
+            build()
+            assert (tmp_path / "install_False/lib/libp.a").exists()

@@ -31,7 +31,11 @@ def _run(args: list[str], what: str, log: Path) -> None:
         f.write(f"$ {' '.join(args)}\n{proc.stdout}")
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-40:])
-        raise KsbuildError(f"{what} failed (full log: {log})\n{tail}")
+        hint = None
+        if "[-Werror" in proc.stdout:  # a warning made an error: ksbuild's C++ should not warn, so this is ours
+            hint = ("a compiler warning stopped the build (-Werror); please report it with this log. To build "
+                    "anyway, set werror = false in the manifest's [build] table")
+        raise KsbuildError(f"{what} failed (full log: {log})\n{tail}", hint=hint)
 
 
 def toolchain_args(target: Target, src: Path) -> list[str]:

@@ -90,7 +90,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     vs = views(m, exports, data)
     ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
-               cpu=m.build.cpu, threads=m.build.threads, data_decls=data.declarations(),
+               cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, data_decls=data.declarations(),
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
