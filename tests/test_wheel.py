@@ -169,3 +169,10 @@ def test_cross_wheel_for_aarch64(tmp_path):
         target = json.loads(z.read("activations/share/activations/target.json"))
     assert int.from_bytes(so[18:20], "little") == 183  # EM_AARCH64
     assert target["target"] == "aarch64-linux-gnu"
+
+
+def test_second_wheel_comes_from_the_cache(gmm_wheel, tmp_path, capsys):
+    """`ksbuild wheel` of an unchanged manifest reuses the cached wheel (no render, no compile): same bytes."""
+    assert cli_main(["wheel", str(GMM), "-o", str(tmp_path)]) == 0
+    assert "found a cached wheel" in capsys.readouterr().out
+    assert (tmp_path / gmm_wheel.name).read_bytes() == gmm_wheel.read_bytes()

@@ -2,6 +2,7 @@
 
 Layout under cache_root() ($KSBUILD_CACHE, default ~/.cache/ksbuild):
   <key>/install/          a finished install tree (share/P/ksbuild-hash holds the key)
+  <key>/wheel/            or a finished wheel of `ksbuild wheel`
   <key>/entry.json        what it is: package, target, backend, compiler, ksbuild version
   <key>/build.log         the log of the build that made it (a failed build leaves build-XXXX.log)
   python/<P>/<key>/       the trees ksbuild.build() loads into Python
@@ -83,9 +84,11 @@ class Entry:
     def describe(self) -> str:
         """One line for `ksbuild cache info`."""
         i = self.info
+        kind = " wheel" if i.get("wheel") else " +python" if i.get("python_module") else ""
         what = f"{i.get('package', '?')} {i.get('version', '')} target={i.get('target', '?')} " \
-               f"backend={i.get('backend', '?')}{' +python' if i.get('python_module') else ''}"
-        state = "" if (self.path / "install").is_dir() else "  (no finished tree: failed or in progress)"
+               f"backend={i.get('backend', '?')}{kind}"
+        done = (self.path / "wheel" if i.get("wheel") else self.path / "install").is_dir()
+        state = "" if done else "  (no finished tree: failed or in progress)"
         return f"  {self.key}  {_size(self.size):>9}  {_age(self.mtime):>8}  {what}{state}"
 
 

@@ -159,7 +159,7 @@ def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_m
         build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
                           python_module=python_module, progress=progress)
         (tmp / "install" / "share" / m.name / STAMP).write_text(key + "\n")
-        _write_entry(work, m, t, python_module)
+        write_entry(work, m, t, python_module)
         if (work / "install").exists():  # an unfinished tree left by a killed run (we hold the lock)
             shutil.rmtree(work / "install")
         (tmp / "install").rename(work / "install")
@@ -168,10 +168,11 @@ def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_m
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _write_entry(work: Path, m: Manifest, t: Target, python_module: bool) -> None:
+def write_entry(work: Path, m: Manifest, t: Target, python_module: bool, wheel: bool = False) -> None:
     """entry.json: what a cache entry holds, for `ksbuild cache info`."""
     info = {"package": m.name, "version": m.version, "manifest": str(m.path), "target": t.name,
-            "backend": m.build.backend, "python_module": python_module, "compiler": compiler_identity(t),
+            "backend": m.build.backend, "python_module": python_module, "wheel": wheel,
+            "compiler": compiler_identity(t),
             "ksbuild": VERSION, "built": time.strftime("%Y-%m-%d %H:%M:%S")}
     tmp = work / f".entry-{os.getpid()}.json"
     tmp.write_text(json.dumps(info, indent=2) + "\n")

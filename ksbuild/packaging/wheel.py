@@ -10,6 +10,7 @@ The project folder is self-contained, so `pip wheel DIR` or cibuildwheel can bui
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -28,8 +29,8 @@ from ..errors import KsbuildError
 from ..manifest import Manifest, load_manifest
 from ..resources import VERSION, resource_dir
 from . import runtime
-from .cache import cache_root
-from .package import render, resolve_target
+from .cache import cache_root, file_lock, key_lock
+from .package import content_hash, render, resolve_target, write_entry
 
 Progress = Callable[[str], None]
 # Names the wheel's module defines besides the exports.
@@ -64,12 +65,16 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
                            hint="pip install 'ksbuild[wheel]' (or pip install scikit-build-core)")
     out_dir = Path(out_dir) if out_dir is not None else Path.cwd() / "dist"
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ksbuild-wheel-") as tmp:
-        project = Path(tmp) / "project"
-        m = render_wheel_project(manifest, project, target=target, backend=backend, progress=progress)
-        t = resolve_target(m, target, python_module=True)
-        progress(f"ksbuild: building the wheel of {m.name} for {t.name} (scikit-build-core)")
-        built = _run_backend(project, Path(tmp) / "wheel", t, m.name)
+    m = load_manifest(manifest, backend)
+    t = resolve_target(m, target, python_module=True)
+    skbuild = importlib.metadata.version("scikit-build-core")
+    key = content_hash(m, t.name, f"wheel {skbuild}")  # (what `ksbuild package` hashes, and the wheel builder)
+    with file_lock(key_lock(key)):
+        built = next(iter(sorted((cache_root() / key / "wheel").glob("*.whl"))), None)
+        if built is not None:
+            progress("ksbuild: found a cached wheel")
+        else:
+            built = _build_into_cache(manifest, key, target, backend, progress)
         final = out_dir / built.name
         staged = Path(tempfile.mkdtemp(prefix=".ksbuild-wheel-", dir=out_dir))
         try:
@@ -79,6 +84,23 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
             shutil.rmtree(staged, ignore_errors=True)
     progress(f"ksbuild: wrote {final}")
     return final
+
+
+def _build_into_cache(manifest, key: str, target: str | None, backend: str | None, progress: Progress) -> Path:
+    """Render and build the wheel in a temporary folder; its wheel/ folder is renamed into the cache entry."""
+    work = cache_root() / key
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wheel-", dir=work) as tmp:
+        project = Path(tmp) / "project"
+        m = render_wheel_project(manifest, project, target=target, backend=backend, progress=progress)
+        t = resolve_target(m, target, python_module=True)
+        progress(f"ksbuild: building the wheel of {m.name} for {t.name} (scikit-build-core)")
+        built = _run_backend(project, Path(tmp) / "wheel", t, m.name)
+        write_entry(work, m, t, python_module=True, wheel=True)
+        if (work / "wheel").exists():  # an unfinished folder left by a killed run (we hold the lock)
+            shutil.rmtree(work / "wheel")
+        (Path(tmp) / "wheel").rename(work / "wheel")
+    return work / "wheel" / built.name
 
 
 def _run_backend(project: Path, wheel_dir: Path, t: Target, name: str) -> Path:
