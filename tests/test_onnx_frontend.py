@@ -79,6 +79,16 @@ def test_unsupported_input_type(tmp_path):
     assert "graph input 'x' has element type STRING" in text
 
 
+def test_output_declared_of_another_kind_is_an_error(tmp_path):
+    """A float Relu declared as an int64 output: onnxruntime refuses the model; ksbuild used to truncate the
+    values to integers. Another width of the same kind (an f16 output computed in f32) is stored rounded."""
+    node = helper.make_node("Relu", ["x"], ["y"], name="r")
+    text = compile_error(tmp_path, model([node], [tensor("x", [3])], [tensor("y", [3], TensorProto.INT64)]))
+    assert "output 'y'" in text and "declared i64 but its value is f32" in text
+    compile_onnx_kernel(save(tmp_path, model([node], [tensor("x", [3])], [tensor("y", [3], TensorProto.FLOAT16)]),
+                             "half.onnx"), "k")
+
+
 def test_unreadable_model(tmp_path):
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"this is not protobuf")

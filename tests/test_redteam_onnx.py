@@ -13,7 +13,12 @@ sizes of the dynamic axes) and torch.autograd (vjp of the inputs).
 - a Reshape whose target holds a traced size where the axis is dynamic (MultiheadAttention with a
   dynamic sequence length) gave wrong results for other lengths: now a located error;
 - torch.arange(0, x.numel(), x.shape[1]) with a dynamic batch (ReduceProd of a shape, a Range whose step is
-  not 1) was rejected.
+  not 1) was rejected;
+- F.interpolate(scale_factor=1.5, align_corners=True) gave wrong values (up to 0.9 off): the coordinates
+  divided by n · scale, as onnx.reference does, instead of the output's length, as onnxruntime and torch do;
+- bicubic F.interpolate with a dynamic batch was rejected (the batch counted as a resized axis);
+- scatter_add with a dynamic batch (a Slice whose ends are Shape(index)) was rejected;
+- max_pool2d(return_indices=True) and max_unpool2d with a dynamic batch were rejected.
 """
 from __future__ import annotations
 
@@ -85,6 +90,26 @@ class RowStarts(torch.nn.Module):
         return x.reshape(-1)[starts] * 2.0 + x.reshape(-1)[starts + 1]
 
 
+class FractionalResize(torch.nn.Module):
+    def forward(self, x):  # [batch, 2, 5, 6]
+        return (F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+                F.interpolate(x, scale_factor=(2.5, 1.0), mode="bilinear", align_corners=True),
+                F.interpolate(x, size=(8, 9), mode="bicubic", align_corners=False),
+                F.interpolate(x, scale_factor=1.5, mode="bicubic", align_corners=True))
+
+
+class ScatterAdd(torch.nn.Module):
+    def forward(self, x):  # [batch, 6]: index computed from the input, so the export has one input
+        idx = (x[:, :4].abs() * 100).long() % 6
+        return torch.zeros_like(x).scatter_add(1, idx, x[:, 2:] * 3.0)
+
+
+class Unpool(torch.nn.Module):
+    def forward(self, x):  # [batch, 2, 6, 8]
+        p, i = F.max_pool2d(x, 2, stride=2, return_indices=True)
+        return F.max_unpool2d(p * 2.0, i, 2, stride=2), p
+
+
 DYN = {"bs": {0: "batch", 1: "seq"}, "b": {0: "batch"}, "bhw": {0: "batch", 2: "h", 3: "w"}}
 MODELS = {  # name: (module, input shape at export, dynamic axes, other input shapes to run)
     "pos_emb": (PosEmb, (2, 5, 4), "bs", [(3, 7, 4), (1, 2, 4)]),
@@ -95,15 +120,27 @@ MODELS = {  # name: (module, input shape at export, dynamic axes, other input sh
     "upsample": (Upsample, (2, 2, 4, 6), "bhw", [(1, 2, 5, 3), (3, 2, 1, 2)]),
     "up_to_skip": (UpToSkip, (2, 2, 6, 4), "bhw", [(1, 2, 8, 10), (3, 2, 5, 7)]),
     "row_starts": (RowStarts, (2, 5), "bs", [(3, 7), (1, 2)]),
+    "fractional_resize": (FractionalResize, (2, 2, 5, 6), "b", [(3, 2, 5, 6), (1, 2, 5, 6)]),
+    "scatter_add": (ScatterAdd, (2, 6), "b", [(3, 6), (1, 6)]),
+    "unpool": (Unpool, (2, 2, 6, 8), "b", [(3, 2, 6, 8)]),
 }
-VJP = ("pos_emb", "attn", "rev_cumsum", "sort", "upsample", "up_to_skip", "row_starts")
+VJP = ("pos_emb", "attn", "rev_cumsum", "sort", "upsample", "up_to_skip", "row_starts", "fractional_resize",
+       "scatter_add", "unpool")
 
 
-def _export(m, x, path, dyn, n_out):
+DYNAMO = ("unpool",)  # exported with dynamo=True (TorchScript's tracer cannot export max_unpool2d)
+
+
+def _export(m, x, path, dyn, n_out, dynamo=False):
     outs = [f"y{i}" for i in range(n_out)]
-    axes = {"x": DYN[dyn], **{o: {0: "batch"} for o in outs}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if dynamo:
+            assert dyn == "b"
+            torch.onnx.export(m, (x,), str(path), dynamo=True, input_names=["x"], output_names=outs,
+                              external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},))
+            return
+        axes = {"x": DYN[dyn], **{o: {0: "batch"} for o in outs}}
         torch.onnx.export(m, (x,), str(path), dynamo=False, input_names=["x"], output_names=outs, dynamic_axes=axes)
 
 
@@ -120,7 +157,7 @@ def built(tmp_path_factory):
     for name, (cls, shape, dyn, _) in MODELS.items():
         m = modules[name] = cls().eval()
         x = torch.randn(shape)
-        _export(m, x, d / f"{name}.onnx", dyn, len(_outs(m(x))))
+        _export(m, x, d / f"{name}.onnx", dyn, len(_outs(m(x))), name in DYNAMO)
     kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n' for n in MODELS)
     exports = "".join(f'{n} = "{n}"\n' for n in MODELS) + "".join(f'{n}_vjp = "vjp({n})"\n' for n in VJP)
     (d / "manifest.toml").write_text(f'[package]\nname = "redteam_onnx"\n\n{kernels}[exports]\n{exports}')

@@ -357,8 +357,8 @@ def max_pool_indices(b, x: Atom, kernel, strides, pads, dilations, ceil_mode: bo
     from .index import arg_extremum
     k = _spatial(b, x)
     shape = x.type.shape
-    if not all(isinstance(d, int) for d in shape):
-        raise error(b, "MaxPool indices need static sizes")
+    if not all(isinstance(d, int) for d in shape[1:]):  # (the batch may be symbolic: it only scales the planes)
+        raise error(b, f"MaxPool indices need static channels and spatial sizes, got {x.type}")
     strides = _per_axis(b, strides, k, 1, "strides")
     dilations = _per_axis(b, dilations, k, 1, "dilations")
     pads = pool_pads(b, shape[2:], kernel, strides, dilations, _per_axis(b, pads, 2 * k, 0, "pads"), ceil_mode)

@@ -33,22 +33,26 @@ class ResizeSpec:
 
 
 def source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=None) -> tuple[np.ndarray, np.ndarray]:
-    """The input coordinate of each output position and whether it extrapolates (tf_crop_and_resize)."""
+    """The input coordinate of each output position and whether it extrapolates (tf_crop_and_resize).
+    `length_resized` of the ONNX formulas is the output's length n_out, a whole number, as the operator's
+    text defines it and as onnxruntime and torch compute it; onnx.reference (and so the expected outputs of
+    two backend node tests, downsampling by 0.6 and 0.8 with align_corners) uses n_in · scale, fractional
+    when the scale does not divide evenly. Only half_pixel_symmetric uses that fractional width."""
     y = np.arange(n_out, dtype=np.float64)
     width = scale * n_in
     outside = np.zeros(n_out, dtype=bool)
     mode = spec.coordinates
     if mode == "align_corners":
-        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+        x = np.zeros(n_out) if n_out == 1 else y * (n_in - 1) / (n_out - 1)
     elif mode == "asymmetric":
         x = y / scale
     elif mode == "tf_crop_and_resize":
         lo, hi = roi
-        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if n_out == 1 else y * (hi - lo) * (n_in - 1) / (n_out - 1)
         x = x + lo * (n_in - 1)
         outside = (x < 0) | (x > n_in - 1)
     elif mode == "pytorch_half_pixel":
-        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+        x = np.zeros(n_out) if n_out == 1 else (y + 0.5) / scale - 0.5
     elif mode == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     elif mode == "half_pixel_symmetric":
@@ -251,7 +255,7 @@ def resize_axis_dynamic(b, x: Atom, axis: int, n_out, scale: float | None, spec:
     n_in = x.type.shape[axis]
     fin, fout = (b.convert(dim_atom(b, d), dtype=ft) for d in (n_in, n_out))
     s = b.div(fout, fin) if scale is None else k(scale)
-    coord = _dynamic_coords(b, spec, b.convert(b.iota(shape=(n_out,), axis=0, dtype="i64"), dtype=ft), s, fin, k)
+    coord = _dynamic_coords(b, spec, b.convert(b.iota(shape=(n_out,), axis=0, dtype="i64"), dtype=ft), s, fin, fout, k)
     last = b.sub(fin, k(1))
     clamp = lambda v: b.max(b.min(v, last), k(0))  # noqa: E731
     take = lambda v: b.gather(x, b.convert(clamp(v), dtype="i64"), axis=axis)  # noqa: E731
@@ -266,15 +270,15 @@ def resize_axis_dynamic(b, x: Atom, axis: int, n_out, scale: float | None, spec:
     return b.add(b.mul(lo, b.sub(k(1), ratio)), b.mul(hi, ratio))
 
 
-def _dynamic_coords(b, spec: ResizeSpec, y: Atom, s: Atom, fin: Atom, k) -> Atom:
-    """The input coordinate of output positions y (floats) at run time; see source_coords."""
-    width = b.mul(s, fin)
+def _dynamic_coords(b, spec: ResizeSpec, y: Atom, s: Atom, fin: Atom, fout: Atom, k) -> Atom:
+    """The input coordinate of output positions y (floats) at run time; see source_coords (fout: the
+    output's length, the `length_resized` of the formulas)."""
     if spec.coordinates == "asymmetric":
         return b.div(y, s)
-    one = b.eq(width, k(1))  # one output: y is 0
+    one = b.eq(fout, k(1))  # one output: y is 0
     if spec.coordinates == "align_corners":
-        return b.div(b.mul(y, b.sub(fin, k(1))), b.select(one, k(1), b.sub(width, k(1))))
-    shifted = b.div(b.add(y, k(0.5)), s)
+        return b.div(b.mul(y, b.sub(fin, k(1))), b.select(one, k(1), b.sub(fout, k(1))))
+    shifted = b.sub(b.div(b.add(y, k(0.5)), s), k(0.5))
     if spec.coordinates == "pytorch_half_pixel":
-        shifted = b.mul(shifted, b.select(one, k(0), k(1)))
-    return b.sub(shifted, k(0.5))
+        return b.select(one, k(0), shifted)
+    return shifted

@@ -203,6 +203,8 @@ class Importer:
             want = v.dtype
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 want = onnx_dtype(vi.type.tensor_type.elem_type, f"graph output '{vi.name}'", self.loc())
+                if _kind(want) != _kind(v.dtype):  # (onnxruntime refuses it; a cast would truncate floats or so)
+                    raise node.error(f"graph output '{vi.name}' is declared {want} but its value is {v.dtype}")
             results.append(a if a.type.dtype == want else b.convert(a, dtype=want))
             names.append(c_name(vi.name, "y"))
         return results, names
@@ -301,3 +303,9 @@ def _as_val(b: Builder, r, storage: set[str]) -> Val:
 def _fake_node(name: str):
     from onnx import helper
     return helper.make_node("Identity", [name], [name])
+
+
+def _kind(dtype: str) -> str:
+    """float, bool or integer: a declared output of another width of the same kind is stored rounded (an
+    f16 output of a function body that computes in f32); of another kind, it is a mistake in the model."""
+    return "f" if compute_dtype(dtype) in ("f32", "f64") else "b" if dtype == "bool" else "i"

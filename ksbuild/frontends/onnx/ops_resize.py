@@ -39,8 +39,9 @@ def _plan(n: Node, shape, axes, scales, sizes, policy: str):
     out = list(shape)
     if sizes is not None:
         for a, s in zip(axes, sizes):
-            scale[a] = s / shape[a]
-            out[a] = int(s)
+            if s != shape[a]:  # (an axis kept at its size may be a symbolic dim: the batch)
+                scale[a] = s / shape[a]
+                out[a] = int(s)
         if policy != "stretch":
             pick = min if policy == "not_larger" else max
             k = pick(scale[a] for a in axes)
@@ -59,9 +60,10 @@ def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: st
     axes = [a + r if a < 0 else a for a in (axes or range(r))]
     if scales is None and sizes is None:
         raise n.error("Resize needs scales or sizes")
-    resized = [a for i, a in enumerate(axes) if sizes is not None or not np.isclose(scales[i], 1.0)]
-    if not all(isinstance(shape[a], int) for a in resized) or \
-            (sizes is not None and not all(isinstance(s, int) for s in sizes)):
+    resized = [a for i, a in enumerate(axes)
+               if (sizes is not None and sizes[i] != shape[a]) or (sizes is None and not np.isclose(scales[i], 1.0))]
+    if not all(isinstance(shape[a], int) for a in resized) or (sizes is not None and not all(
+            isinstance(sizes[i], int) for i, a in enumerate(axes) if a in resized or policy != "stretch")):
         return _resize_dynamic(n, x, spec, scales, sizes, roi, axes, policy)
     scale, out = _plan(n, shape, axes, scales, sizes, policy)
     rois = {}

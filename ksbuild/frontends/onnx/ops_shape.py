@@ -173,9 +173,11 @@ def split(n: Node):
     return sh.split(n.b, x, axis, sizes)
 
 
-def _slice_params(n: Node):
+def _slice_params(n: Node, symbolic: bool = False):
+    """starts, ends, axes, steps; with `symbolic`, starts and ends may hold symbolic dims (read off a shape)."""
     if n.opset >= 10:
-        starts, ends = n.ints(1, "starts"), n.ints(2, "ends")
+        bounds = n.dims if symbolic else n.ints
+        starts, ends = bounds(1, "starts"), bounds(2, "ends")
         axes = n.ints(3, "axes") if n.has(3) else None
         steps = n.ints(4, "steps") if n.has(4) else None
     else:
@@ -189,6 +191,11 @@ def clamp_bounds(n: Node, dim: Dim, start: int, end: int, step: int) -> tuple[Di
     """ONNX Slice bound clamping (negative counts from the end; out of range clamps)."""
     if step == 0:
         raise n.error("Slice: a step of 0")
+    if not isinstance(start, int) or not isinstance(end, int):  # a bound read off a shape (symbolic)
+        if start not in (0, dim) or end != dim or step < 0:
+            raise n.error(f"Slice: the bounds {start}:{end} on an axis of size {dim}: a bound that is a symbolic "
+                          "dim must be the axis' own size (the whole axis)")
+        return start, end
     if not isinstance(dim, int):
         return _symbolic_bounds(dim, start, end, step)
     s = start + dim if start < 0 else start
@@ -212,7 +219,7 @@ def _symbolic_bounds(dim: Dim, start: int, end: int, step: int) -> tuple[Dim, Di
 @handler("Slice")
 def slice_(n: Node):
     x = n.x(0)
-    starts, ends, axes, steps = _slice_params(n)
+    starts, ends, axes, steps = _slice_params(n, symbolic=True)
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis = _axis(n, axis, x.type.rank)
         s, e = clamp_bounds(n, x.type.shape[axis], start, end, step)

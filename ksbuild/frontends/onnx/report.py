@@ -18,6 +18,15 @@ COMMON_OPS = (
 )
 """The op types real exported models are made of (the target: every case of these passes)."""
 
+ALIGN_CORNERS = ("the expected output follows onnx.reference, which takes align_corners' length_resized to be "
+                 "n · scale (fractional here); ksbuild computes with the output's length, as the operator's text "
+                 "defines it and as onnxruntime (which fails this case the same way) and torch do")
+DEVIATIONS = {
+    "test_resize_downsample_scales_linear_align_corners": ALIGN_CORNERS,
+    "test_resize_downsample_scales_cubic_align_corners": ALIGN_CORNERS,
+}
+"""Failing cases whose expected outputs ksbuild departs from on purpose: why (they still count as failed)."""
+
 
 def run(filter_op: str | None, mode: str, work: Path, backend: str = "plain", progress=print) -> list[Result]:
     """Run the node tests (one op type, or all) interpreted or compiled."""
@@ -70,7 +79,8 @@ def markdown(results: list[Result], mode: str) -> str:
                   "|---|---|---|---|"]
         for r in sorted(bad, key=lambda r: (r.op, r.case)):
             err = f" ({r.max_error:.3g})" if r.status == FAIL and r.max_error else ""
-            lines.append(f"| {r.case} | {r.op} | {r.status} | {r.detail.replace('|', '/')}{err} |")
+            why = f"; {DEVIATIONS[r.case]}" if r.case in DEVIATIONS else ""
+            lines.append(f"| {r.case} | {r.op} | {r.status} | {r.detail.replace('|', '/')}{err}{why} |")
     return "\n".join(lines) + "\n"
 
 
