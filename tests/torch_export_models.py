@@ -194,7 +194,9 @@ class Resize(nn.Module):
         return (F.interpolate(x, scale_factor=2, mode="bilinear"),
                 F.interpolate(x, size=(7, 5), mode="bicubic", align_corners=True),
                 F.interpolate(x, size=(9, 4), mode="nearest-exact"), self.up(x),
-                self.shuffle(torch.cat([x, x], 1)), self.conv3(x[:, :1].unsqueeze(1)))
+                self.shuffle(torch.cat([x, x], 1)), self.conv3(x[:, :1].unsqueeze(1)),
+                F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),  # 5 x 4 -> 7 x 6
+                F.interpolate(x, size=(1, 3), mode="bilinear"))  # one output row: torch samples the middle
 
 
 class Recurrent(nn.Module):

@@ -203,7 +203,8 @@ def upsample(n: Node):
     x = n.x("input")
     mode, coords = UPSAMPLE[n.op.split(".")[1]]
     if coords is None:
-        coords = "align_corners" if n.a("align_corners") else "pytorch_half_pixel"
+        # (torch's half-pixel formula has no special case for an output of length 1, unlike ONNX's pytorch_half_pixel)
+        coords = "align_corners" if n.a("align_corners") else "half_pixel"
     spec = resize.ResizeSpec(mode=mode, coordinates=coords, nearest_mode="floor" if coords == "asymmetric"
                              else "round_prefer_ceil", cubic_a=-0.75)
     out_shape = n.out_type.shape
