@@ -7,7 +7,7 @@ from pathlib import Path
 from . import prims  # noqa: F401  (registers the primitives)
 from .errors import KsbuildError, Location
 from .ir.core import Func
-from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, parse_signature
+from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, locate, parse_signature
 from .transforms.jvp import jvp_func
 from .transforms.pipeline import Options, lower
 from .transforms.vjp import bwd_func, fwd_func, grad_func, vjp_func
@@ -43,7 +43,8 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
     if k.signature:
         sig_params, results = parse_signature(k.signature, k.loc)
         params = [t for _, t in sig_params]
-    return compile_python_kernel(path, func, m.float_dtype(), params, results)
+    where = locate(m.text, ("kernels", k.name), "python", file=str(m.path))
+    return compile_python_kernel(path, func, m.float_dtype(), params, results, where)
 
 
 def _source_path(m: Manifest, file: str, k: KernelSpec) -> Path:

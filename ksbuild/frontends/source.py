@@ -101,7 +101,13 @@ def _constant(src: Source, e: ast.expr):
 
 
 def compile_python_kernel(path: Path, func: str, float_dtype: str,
-                          params: Sequence[Type] | None = None, results: Sequence[Type] | None = None) -> Func:
-    """The IR of `func` in the Python file at `path`."""
+                          params: Sequence[Type] | None = None, results: Sequence[Type] | None = None,
+                          where: Location | None = None) -> Func:
+    """The IR of `func` in the Python file at `path` (`where`: the manifest line naming it, for an error
+    when the file has no such function)."""
     src = load_source(path)
+    if where is not None and func not in src.functions:
+        raise KsbuildError(f"no function '{func}' in {path}", where,
+                           hint=f"functions defined at the top level of {path.name}: "
+                                f"{', '.join(src.functions) or 'none'}")
     return KernelCompiler(src, float_dtype).compile(func, params, results)

@@ -97,13 +97,14 @@ def _hypot(fc, b, args, kw, node):
 
 
 def _logaddexp(fc, b, args, kw, node):
-    """log(e^x + e^y) = max + log1p(e^-|x - y|); where x = y (also both ±inf) it is (x + y)/2 + log 2, so the
-    derivative there is 1/2 for each, as torch's σ(x - y), instead of all of it going to one side."""
+    """log(e^x + e^y) = hi + log1p(e^(lo - hi)) with hi, lo = x, y where x > y, else y, x: at a tie this is
+    y + log1p(e^(x - y)), whose derivatives are torch's (σ(0) = ½ for each, ¼ for the second); equal
+    infinities give themselves (inf - inf would be NaN)."""
     x, y = _two_floats(fc, b, args[:2], node, "logaddexp")
-    m = b.max(x, y)
-    apart = b.add(m, b.log1p(b.exp(b.neg(b.abs(b.sub(x, y))))))
-    tie = b.add(b.mul(b.add(x, y), _c(x, 0.5)), _c(x, math.log(2.0)))
-    return b.select(b.eq(x, y), tie, apart)
+    first = b.gt(x, y)
+    hi, lo = b.select(first, x, y), b.select(first, y, x)
+    same_inf = math_ops.logical_and(b, b.eq(x, y), b.eq(b.abs(x), _c(x, math.inf)))
+    return b.select(same_inf, x, b.add(hi, b.log1p(b.exp(b.select(same_inf, _c(x, 0), b.sub(lo, hi))))))
 
 
 def _predicate(op):

@@ -17,8 +17,10 @@ def leaky_relu(b, x: Atom, alpha: float) -> Atom:
 
 
 def elu(b, x: Atom, alpha: float) -> Atom:
-    """x if x > 0 else alpha·(e^x - 1)."""
-    return b.select(b.gt(x, _c(x, 0)), x, b.mul(_c(x, alpha), b.expm1(b.min(x, _c(x, 0)))))
+    """alpha·(e^x - 1) if x <= 0 else x: a NaN takes the x branch, so it stays NaN with derivative 1, as torch's
+    (the exponential reads 0 where x > 0, so a large x sends no inf into the derivative)."""
+    low = b.le(x, _c(x, 0))
+    return b.select(low, b.mul(_c(x, alpha), b.expm1(b.select(low, x, _c(x, 0)))), x)
 
 
 def selu(b, x: Atom, alpha: float, gamma: float) -> Atom:
@@ -43,10 +45,12 @@ def hard_swish(b, x: Atom) -> Atom:
 
 
 def softplus(b, x: Atom) -> Atom:
-    """log(1 + e^x), computed as m + log1p(e^(x - 2m)) with m = x if x > 0 else 0, so it never
-    overflows (x - 2m = -|x|) and its derivative is the sigmoid everywhere, ½ at 0 included."""
-    m = b.select(b.gt(x, _c(x, 0)), x, _c(x, 0))
-    return b.add(m, b.log1p(b.exp(b.sub(x, b.mul(m, _c(x, 2))))))
+    """log(1 + e^x), computed as m + log1p(e^-|x|) with m = x if x > 0 else 0, so it never overflows (+inf
+    gives +inf, not inf - inf) and its derivatives are the sigmoid's everywhere, ½ and ¼ at 0 included (-|x|
+    is a select, x there, not abs, whose derivative at 0 is 0)."""
+    pos = b.gt(x, _c(x, 0))
+    m = b.select(pos, x, _c(x, 0))
+    return b.add(m, b.log1p(b.exp(b.select(pos, b.neg(x), x))))
 
 
 def softsign(b, x: Atom) -> Atom:

@@ -134,9 +134,18 @@ def acos(b, x: Atom) -> Atom:
 
 
 def asinh(b, x: Atom) -> Atom:
-    """sign(x)·log(|x| + sqrt(x² + 1))."""
-    a = b.abs(x)
-    return b.mul(b.sign(x), b.log(b.add(a, b.sqrt(b.add(b.mul(a, a), _k(x, 1))))))
+    """±log1p(t + t²/(1 + sqrt(t² + 1))) of t = |x| (precise near 0), log 2 + log t past 2^28 (where t² would
+    overflow in float32 and 1/(4t²) is below float64's precision). |x| and the sign are selects, not abs and
+    sign, whose derivative at 0 is 0 (asinh's is 1); each branch reads a harmless value where it is not
+    taken, so no inf or NaN reaches the derivative through it."""
+    neg = b.lt(x, _k(x, 0))
+    t = b.select(neg, b.neg(x), x)
+    big = b.gt(t, _k(x, 2.0 ** 28))
+    s = b.select(big, _k(x, 1), t)
+    near = b.log1p(b.add(s, b.div(b.mul(s, s), b.add(_k(x, 1), b.sqrt(b.add(b.mul(s, s), _k(x, 1)))))))
+    far = b.add(_k(x, math.log(2.0)), b.log(b.select(big, t, _k(x, 1))))
+    r = b.select(big, far, near)
+    return b.select(neg, b.neg(r), r)
 
 
 def acosh(b, x: Atom) -> Atom:

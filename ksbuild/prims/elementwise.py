@@ -261,17 +261,24 @@ erf = unary("erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x), "ks::e
 
 
 def _np_digamma(x):
-    """ψ(x) for x > 0 (the C++ is ks::digamma): shift up by ψ(x) = ψ(x + 1) - 1/x until x >= 10,
-    then the asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k) (Abramowitz & Stegun 6.3.18)."""
-    x = np.asarray(x, dtype=np.float64)
-    acc = np.zeros_like(x)
-    for _ in range(10):
-        small = x < 10
-        acc = acc - np.where(small, 1.0 / x, 0.0)
-        x = np.where(small, x + 1.0, x)
-    r = 1.0 / (x * x)
-    series = r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r * (1 / 240 - r * (1 / 132 - r * 691 / 32760)))))
-    return acc + np.log(x) - 0.5 / x - series
+    """ψ(x) as ks::digamma computes it: below 0 the reflection ψ(1 - x) - π / tan(πx), then shifts up by
+    ψ(x) = ψ(x + 1) - 1/x until x >= 10, then the asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k)
+    (Abramowitz & Stegun 6.3.7, 6.3.18); ψ(±0) = ∓inf, NaN at the poles and at -inf, as torch."""
+    x0 = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        whole = np.floor(x0)
+        neg, pole = x0 < 0, (x0 < 0) & (x0 == whole)
+        acc = np.where(neg & ~pole, -np.pi / np.tan(np.pi * (x0 - whole)), 0.0)
+        x = np.where(neg, 1.0 - x0, x0)
+        for _ in range(10):
+            small = x < 10
+            acc = acc - np.where(small, 1.0 / x, 0.0)
+            x = np.where(small, x + 1.0, x)
+        r = 1.0 / (x * x)
+        series = r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r * (1 / 240 - r * (1 / 132 - r * 691 / 32760)))))
+        out = acc + np.log(x) - 0.5 / x - series
+    out = np.where(pole, np.nan, out)
+    return np.where(x0 == 0, np.where(np.signbit(x0), np.inf, -np.inf), out)
 
 
 def _no_trigamma(b, x, y):
@@ -282,7 +289,7 @@ def _no_trigamma(b, x, y):
 lgamma = unary("lgamma", lambda x: np.vectorize(math.lgamma, otypes=[x.dtype])(x), "std::lgamma({0})",
                lambda b, x, y: b.digamma(x), "log |Γ(x)|")  # d lgamma = digamma
 digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
-                "ψ(x) = d/dx log Γ(x), for x > 0")
+                "ψ(x) = d/dx log Γ(x)")
 object.__setattr__(digamma, "opt_outs", ("jvp: trigamma is not implemented (raises a KsbuildError)",))
 
 
@@ -319,15 +326,23 @@ ipow = Prim(
 def _pow_partials(b, x, y, z):
     # d x^y = y x^(y-1) dx + log(x) x^y dy, where the dy term is 0 at x = 0 (x^y is 0 there for
     # y > 0, as torch takes it; log reads 1 instead of 0 so no -inf * 0 reaches any derivative)
+    # and the dx term is 0 where y = 0 (x^0 is 1 everywhere; y x^(y-1) would read 0 · inf at x = 0), as torch
     zero = b.eq(x, b.lit(0, x.type.scalar()))
     log_x = b.log(b.select(zero, _one(b, x), x))
-    return b.mul(y, b.pow(x, b.sub(y, _one(b, y)))), b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
+    dx = b.select(b.eq(y, b.lit(0, y.type.scalar())), b.lit(0, z.type.scalar()),
+                  b.mul(y, b.pow(x, b.sub(y, _one(b, y)))))
+    return dx, b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
 
 
 pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False)
-atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})",
-               lambda b, x, y, z: (b.div(y, r2 := b.add(b.mul(x, x), b.mul(y, y))), b.neg(b.div(x, r2))),
-               "atan2(y, x)", numeric=False)  # ∂/∂a atan2(a,c) = c/(a²+c²), ∂/∂c = -a/(a²+c²)
+def _atan2_partials(b, x, y, z):
+    # ∂/∂a atan2(a, c) = c/(a²+c²), ∂/∂c = -a/(a²+c²); both 0 at the origin (as torch), not 0/0
+    r2 = b.add(b.mul(x, x), b.mul(y, y))
+    safe = b.select(b.eq(r2, b.lit(0, r2.type.scalar())), _one(b, r2), r2)
+    return b.div(y, safe), b.neg(b.div(x, safe))
+
+
+atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})", _atan2_partials, "atan2(y, x)", numeric=False)
 
 
 def _max_partials(b, x, y, z):

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "vmath.h"  // ks::exp, ks::log: inline, branch-free, vectorizable
 
@@ -188,11 +189,25 @@ constexpr int64_t clamp_index(int64_t i, int64_t n) {
     return i < 0 ? (i + n < 0 ? 0 : i + n) : (i >= n ? n - 1 : i);
 }
 
-// ψ(x) = d/dx log Γ(x) for x > 0: shift x up to 10 with ψ(x) = ψ(x + 1) - 1/x, then the
-// asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k) (Abramowitz & Stegun 6.3.18).
+// ψ(x) = d/dx log Γ(x): shift x up to 10 with ψ(x) = ψ(x + 1) - 1/x, then the asymptotic series
+// ln x - 1/(2x) - Σ B_2k / (2k x^2k) (Abramowitz & Stegun 6.3.18); below 0 first the reflection
+// ψ(x) = ψ(1 - x) - π / tan(πx) (6.3.7), so the shifting takes at most 10 steps. As torch: ψ(±0) = ∓inf,
+// NaN at the poles (the negative integers; every float past 2^24, or double past 2^53, is one) and at -inf.
 template <class T>
 inline T digamma(T x) {
+    if (x == static_cast<T>(0)) {
+        return std::signbit(x) ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
+    }
     T acc = 0;
+    if (x < static_cast<T>(0)) {
+        const T whole = std::floor(x);
+        if (x == whole) {
+            return std::numeric_limits<T>::quiet_NaN();
+        }
+        const T pi = static_cast<T>(3.14159265358979323846);
+        acc = -pi / std::tan(pi * (x - whole));
+        x = static_cast<T>(1) - x;
+    }
     while (x < static_cast<T>(10)) {
         acc -= static_cast<T>(1) / x;
         x += static_cast<T>(1);
