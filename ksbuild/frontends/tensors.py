@@ -239,11 +239,20 @@ def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
 
 
 def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
+    step = 1
     if s.step is not None:
-        step = fc.expr(b, scope, s.step)
-        if not (isinstance(step, Const) and step.value == 1):
-            raise fc.src.error(s.step, "only slices with step 1 are supported")
+        v = fc.expr(b, scope, s.step)
+        if not (isinstance(v, Const) and type(v.value) is int and v.value > 0):
+            raise fc.src.error(s.step, "a slice's step must be a positive integer literal (as torch's)")
+        step = v.value
     n = x.type.shape[axis]
+    if step != 1:  # x[a:b:k]: static bounds
+        start, stop = _bound(fc, b, scope, s.lower, n, 0), _bound(fc, b, scope, s.upper, n, n)
+        if not (isinstance(start, int) and isinstance(stop, int)):
+            raise fc.src.error(s, f"a slice with a step needs static bounds on an axis of size {n}")
+        if stop <= start:
+            raise fc.src.error(s, "an empty slice is not supported")
+        return shape_ops.strided_slice(b, x, axis, start, stop, step)
     window = _dynamic_window(fc, b, scope, s)
     if window is not None:
         return window(x, axis)
@@ -705,11 +714,12 @@ NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "
 
 
 def _register_more():
-    from . import torch_losses, torch_search
+    from . import torch_extra, torch_losses, torch_search
     from .torch_more import register
     register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
     torch_search.register(TORCH_TENSOR, SHAPE_METHODS)
     torch_losses.register(F_FUNCS)
+    torch_extra.register(TORCH_TENSOR, LINALG, SHAPE_METHODS)
 
 
 _register_more()

@@ -389,14 +389,21 @@ def _layer_norm(fc, b, args, kw, node):
 
 
 def _pad(fc, b, args, kw, node):
-    """F.pad(x, (left, right, top, bottom, ...), value=0): constant padding, last axis first."""
+    """F.pad(x, (left, right, top, bottom, ...), mode='constant', value=0): last axis first; the modes
+    reflect, replicate and circular too (torch_extra.pad_modes)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     pads = _arg(fc, args, kw, 1, "pad", node)
-    mode = _arg(fc, args, kw, 2, "mode", node, "constant")
+    mode = _arg(fc, args, kw, 2, "mode", node, Const("constant"))
+    mode = mode.value if isinstance(mode, Const) else mode
     value = _float_kw(fc, args, kw, 3, "value", node, 0.0)
-    if mode != "constant" or not isinstance(pads, (tuple, list)) or len(pads) % 2:
-        raise fc.src.error(node, "F.pad with a tuple of (low, high) pairs and mode='constant' is supported")
+    if mode not in ("constant", "reflect", "replicate", "circular") or not isinstance(pads, (tuple, list)) \
+            or len(pads) % 2:
+        raise fc.src.error(node, "F.pad takes a tuple of (low, high) pairs and mode 'constant', 'reflect', "
+                                 "'replicate' or 'circular'")
     sizes = [int_const(fc, p, node, "a pad") for p in pads]
+    if mode != "constant":
+        from .torch_extra import pad_modes
+        return pad_modes(fc, b, x, sizes, mode, node)
     for k in range(len(sizes) // 2):
         x = nn.pad_axis(b, x, x.type.rank - 1 - k, sizes[2 * k], sizes[2 * k + 1], value)
     return x

@@ -95,7 +95,8 @@ def permute(b, x: Atom, perm: Sequence[int]) -> Atom:
 
 
 def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
-    """xs joined along axis (dtypes promoted); each piece is padded with zeros and the pieces added."""
+    """xs joined along axis (dtypes promoted); each piece is padded with zeros and the pieces added (or'ed,
+    for bool pieces padded with false)."""
     if not xs:
         raise error(b, "concatenate needs at least one tensor")
     axis = norm_axis(b, axis, xs[0].type.rank)
@@ -115,7 +116,13 @@ def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
     for x in xs:
         n = x.type.shape[axis]
         padded = b.pad(x, axis=axis, lo=lo, hi=dim_sub(total, dim_add(lo, n)))
-        out = padded if out is None else b.add(out, padded)
+        if out is None:
+            out = padded
+        elif dtype == "bool":
+            from .math import logical_or
+            out = logical_or(b, out, padded)
+        else:
+            out = b.add(out, padded)
         lo = dim_add(lo, n)
     return out
 
