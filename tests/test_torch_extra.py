@@ -145,3 +145,62 @@ def test_errors_name_the_call(tmp_path):
         with pytest.raises(KsbuildError) as e:
             ksbuild.build(tmp_path / "manifest.toml")
         assert message in str(e.value) and "k.py:6:" in str(e.value), (expr, str(e.value))
+
+
+SOLVE_KERNELS = '''
+import torch
+
+
+def solve_vec(a: "float[5, 5]", y: "float[5]") -> "float[5]":
+    return torch.linalg.solve(a, y)
+
+
+def solve_mat(a: "float[3, 3]", y: "float[3, 2]") -> "float[3, 2]":
+    return torch.linalg.solve(a, y) + torch.inverse(a) @ y * 0.5
+
+
+def kalman_gain(p: "float[4, 4]", h: "float[2, 4]", r: "float[2, 2]") -> "float[4, 2]":
+    s = h @ p @ h.T + r
+    return p @ h.T @ torch.linalg.inv(s) + torch.det(s)
+'''
+SOLVE = ["solve_vec", "solve_mat", "kalman_gain"]
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    manifest = ('[package]\nname = "solves"\n[build]\ndtype = "float64"\n[kernels]\n'
+                + "".join(f'{n} = {{ python = "k.py:{n}" }}\n' for n in SOLVE) + "[exports]\n"
+                + "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n})"\n' for n in SOLVE)
+                + 'solve_vec_batched = "vmap(solve_vec)"\n')
+    return build_kernel_file(tmp_path_factory.mktemp("solves"), SOLVE_KERNELS, manifest, "solve_kernels")
+
+
+def _solve_inputs(name, rng):
+    m = lambda k: rng.standard_normal((k, k)) + k * np.eye(k) * (rng.random() - 0.5)  # noqa: E731 (pivoting matters)
+    p = rng.standard_normal((4, 4))
+    return {"solve_vec": [m(5), rng.standard_normal(5)], "solve_mat": [m(3), rng.standard_normal((3, 2))],
+            "kalman_gain": [p @ p.T + np.eye(4), rng.standard_normal((2, 4)), np.eye(2) * 0.3]}[name]
+
+
+@pytest.mark.parametrize("name", SOLVE)
+def test_solve_and_inverse_match_torch(solved, name):
+    pkg, source = solved
+    rng = np.random.default_rng(3)
+    args = _solve_inputs(name, rng)
+    ts = [torch.tensor(a, requires_grad=True) for a in args]
+    y = getattr(source, name)(*ts)
+    np.testing.assert_allclose(getattr(pkg, name)(*args), y.detach().numpy(), rtol=1e-10, atol=1e-12)
+    ct = rng.standard_normal(tuple(y.shape))
+    want = torch.autograd.grad(y, ts, torch.tensor(ct))
+    got = getattr(pkg, f"{name}_vjp")(*args, ct)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-9, atol=1e-11)
+
+
+def test_solve_under_vmap_matches_a_loop(solved):
+    pkg, _ = solved
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, 5, 5)) + 3 * np.eye(5)
+    y = rng.standard_normal((6, 5))
+    np.testing.assert_allclose(pkg.solve_vec_batched(a, y), np.stack([np.linalg.solve(a[i], y[i]) for i in range(6)]),
+                               rtol=1e-10)

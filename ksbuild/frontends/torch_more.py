@@ -538,6 +538,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
         "tensor": _tensor_literal, "flip": _flip, "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
+        "det": _det, "inverse": _inv,
     })
     f_table.update({
         "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
@@ -552,7 +553,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
     })
-    linalg_table.update({"norm": _norm, "vector_norm": _norm, "det": _det})
+    linalg_table.update({"norm": _norm, "vector_norm": _norm, "det": _det, "solve": _solve, "inv": _inv})
     math_table.update({name: _math_function(name, unary[name]) for name in (
         "erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "ceil",
         "trunc", "isnan", "isinf", "isfinite")})
@@ -692,3 +693,24 @@ def _flip(fc, b, args, kw, node):
 
 def _det(fc, b, args, kw, node):
     return linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+
+
+def _solve(fc, b, args, kw, node):
+    """torch.linalg.solve(A, B): B a batch of vectors when it has one dim less than A, else of matrices."""
+    a, rhs = _two_floats(fc, b, [_arg(fc, args, kw, 0, "A", node), _arg(fc, args, kw, 1, "B", node)], node,
+                         "linalg.solve")
+    left = _arg(fc, args, kw, 2, "left", node, Const(True))
+    if not (isinstance(left, Const) and left.value is True):
+        raise fc.src.error(node, "torch.linalg.solve with left=False is not supported", hint="solve the transpose")
+    return linalg.solve(b, a, rhs)
+
+
+def _inv(fc, b, args, kw, node):
+    """torch.linalg.inv(A) / torch.inverse(A): A solved against the identity."""
+    from ..ops import create
+    a = float_tensor(fc, b, _arg(fc, args, kw, 0, "A", node), node)
+    n = a.type.shape[-1]
+    if not isinstance(n, int):
+        raise fc.src.error(node, f"inv needs matrices of a static size, got {a.type}")
+    eye = b.broadcast_to(create.eye(b, n, n, a.type.dtype), shape=a.type.shape)
+    return linalg.solve(b, a, eye)

@@ -194,6 +194,53 @@ def det(b, x: Atom) -> Atom:
     return b.bind(PRIMS_LOOP, [i64(n), x, one], dict(body=f, n_consts=0, n_carry=2, length=n, reverse=False))[1]
 
 
+def solve(b, a: Atom, rhs: Atom) -> Atom:
+    """X with a · X = rhs for the trailing [n, n] matrices a and rhs [n] or [n, m] (the same leading dims):
+    Gauss-Jordan elimination with partial pivoting on [a | rhs], one `loop` step per column, as det's (row
+    swaps are gathers, so it stays differentiable). A singular matrix gives infinities or NaN, as torch's
+    LU does not check either."""
+    from ..ir.core import Lit
+    from ..ir.types import Type
+    from ..prims.control import PRIMS_LOOP, wrap
+    from .index import arg_extremum
+    from .shape import concatenate
+    n = a.type.shape[-1]
+    if a.type.rank < 2 or a.type.shape[-2] != n or not isinstance(n, int):
+        raise error(b, f"solve needs square matrices of a static size, got {a.type} (annotate it with a literal "
+                       "size such as \"float[3, 3]\"; the elimination is unrolled per column)")
+    vector = rhs.type.rank == a.type.rank - 1
+    if vector:
+        rhs = b.reshape(rhs, shape=rhs.type.shape + (1,))
+    lead, r, dt = a.type.shape[:-2], a.type.rank, a.type.dtype
+    if rhs.type.rank != r or rhs.type.shape[:-1] != a.type.shape[:-1]:
+        raise error(b, f"solve: the right-hand side {rhs.type} does not fit the matrices {a.type}")
+    aug = concatenate(b, [a, rhs], r - 1)
+    w = aug.type.shape[-1]
+    i64 = lambda v: Lit(v, Type("i64"))  # noqa: E731
+
+    def step(bb, ps):
+        k, g = ps
+        kk = bb.reshape(k, shape=(1,))
+        rows = bb.iota(shape=(n,), axis=0, dtype="i64")
+        col = bb.reshape(bb.gather(g, kk, axis=r - 1), shape=lead + (n,))
+        cand = bb.select(bb.ge(rows, k), bb.abs(col), Lit(-1.0, Type(dt)))
+        p = bb.reshape(arg_extremum(bb, cand, r - 2, False, True), shape=lead + (1,))
+        g = gather_rows(bb, g, bb.select(bb.eq(rows, k), p, bb.select(bb.eq(rows, p), k, rows)), r)
+        row_k = bb.reshape(bb.gather(g, kk, axis=r - 2), shape=lead + (w,))
+        piv = bb.reshape(bb.gather(row_k, kk, axis=r - 2), shape=lead + (1,))
+        row_k = bb.div(row_k, piv)
+        col = bb.reshape(bb.gather(g, kk, axis=r - 1), shape=lead + (n,))
+        factor = bb.mul(col, bb.convert(bb.ne(rows, k), dtype=dt))  # every other row loses its column k
+        g = bb.sub(g, bb.mul(bb.reshape(factor, shape=lead + (n, 1)), bb.reshape(row_k, shape=lead + (1, w))))
+        is_k = bb.reshape(bb.eq(rows, k), shape=(n, 1))
+        return [bb.select(is_k, bb.reshape(row_k, shape=lead + (1, w)), g)]
+
+    f = wrap("solve_step", [Type("i64"), aug.type], step)
+    g = b.bind(PRIMS_LOOP, [i64(n), aug], dict(body=f, n_consts=0, n_carry=1, length=n, reverse=False))[0]
+    x = b.slice(g, axis=r - 1, start=n, stop=w)
+    return b.reshape(x, shape=x.type.shape[:-1]) if vector else x
+
+
 def gather_rows(b, a: Atom, perm: Atom, r: int) -> Atom:
     """a[..., perm[..., i], :]: the rows of each matrix in a per-matrix order."""
     from .index import gather_elements
