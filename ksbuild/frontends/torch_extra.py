@@ -217,10 +217,9 @@ def _nan_to_num(fc, b, args, kw, node):
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     info = np.finfo(np.float32 if x.type.dtype == "f32" else np.float64)
     nan = _float_kw(fc, args, kw, 1, "nan", node, 0.0)
-    pos = _float_kw(fc, args, kw, 2, "posinf", node, float(info.max)) if _arg(fc, args, kw, 2, "posinf", node,
-                                                                             None) is not None else float(info.max)
-    neg = _float_kw(fc, args, kw, 3, "neginf", node, float(info.min)) if _arg(fc, args, kw, 3, "neginf", node,
-                                                                             None) is not None else float(info.min)
+    given = lambda pos, name: _arg(fc, args, kw, pos, name, node, None) is not None  # noqa: E731 (None: default)
+    pos = _float_kw(fc, args, kw, 2, "posinf", node, 0.0) if given(2, "posinf") else float(info.max)
+    neg = _float_kw(fc, args, kw, 3, "neginf", node, 0.0) if given(3, "neginf") else float(info.min)
     y = b.select(b.eq(x, _c(x, math.inf)), _c(x, pos), x)
     y = b.select(b.eq(x, _c(x, -math.inf)), _c(x, neg), y)
     return b.select(b.ne(x, x), _c(x, nan), y)

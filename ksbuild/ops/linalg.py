@@ -159,7 +159,6 @@ def det(b, x: Atom) -> Atom:
     from ..ir.core import Lit
     from ..ir.types import Type
     from ..prims.control import PRIMS_LOOP, wrap
-    from .index import arg_extremum
     n = x.type.shape[-1]
     if x.type.rank < 2 or x.type.shape[-2] != n or not isinstance(n, int):
         raise error(b, f"det needs square matrices of a static size, got {x.type}")
@@ -170,13 +169,7 @@ def det(b, x: Atom) -> Atom:
 
     def step(bb, ps):
         k, a, d = ps
-        rows = bb.iota(shape=(n,), axis=0, dtype="i64")
-        col = bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 1), shape=lead + (n,))
-        cand = bb.select(bb.ge(rows, k), bb.abs(col), Lit(-1.0, Type(dt)))
-        p = arg_extremum(bb, cand, r - 2, False, True)  # the pivot row of each matrix
-        pe = bb.reshape(p, shape=lead + (1,))
-        perm = bb.select(bb.eq(rows, k), pe, bb.select(bb.eq(rows, pe), k, rows))
-        a = gather_rows(bb, a, perm, r)
+        a, p, rows = pivot_rows(bb, a, k)
         piv = bb.reshape(bb.gather(bb.reshape(bb.gather(a, bb.reshape(k, shape=(1,)), axis=r - 2),
                                               shape=lead + (n,)), bb.reshape(k, shape=(1,)), axis=r - 2),
                          shape=lead)
@@ -202,7 +195,6 @@ def solve(b, a: Atom, rhs: Atom) -> Atom:
     from ..ir.core import Lit
     from ..ir.types import Type
     from ..prims.control import PRIMS_LOOP, wrap
-    from .index import arg_extremum
     from .shape import concatenate
     n = a.type.shape[-1]
     if a.type.rank < 2 or a.type.shape[-2] != n or not isinstance(n, int):
@@ -221,11 +213,7 @@ def solve(b, a: Atom, rhs: Atom) -> Atom:
     def step(bb, ps):
         k, g = ps
         kk = bb.reshape(k, shape=(1,))
-        rows = bb.iota(shape=(n,), axis=0, dtype="i64")
-        col = bb.reshape(bb.gather(g, kk, axis=r - 1), shape=lead + (n,))
-        cand = bb.select(bb.ge(rows, k), bb.abs(col), Lit(-1.0, Type(dt)))
-        p = bb.reshape(arg_extremum(bb, cand, r - 2, False, True), shape=lead + (1,))
-        g = gather_rows(bb, g, bb.select(bb.eq(rows, k), p, bb.select(bb.eq(rows, p), k, rows)), r)
+        g, _, rows = pivot_rows(bb, g, k)
         row_k = bb.reshape(bb.gather(g, kk, axis=r - 2), shape=lead + (w,))
         piv = bb.reshape(bb.gather(row_k, kk, axis=r - 2), shape=lead + (1,))
         row_k = bb.div(row_k, piv)
@@ -239,6 +227,22 @@ def solve(b, a: Atom, rhs: Atom) -> Atom:
     g = b.bind(PRIMS_LOOP, [i64(n), aug], dict(body=f, n_consts=0, n_carry=1, length=n, reverse=False))[0]
     x = b.slice(g, axis=r - 1, start=n, stop=w)
     return b.reshape(x, shape=x.type.shape[:-1]) if vector else x
+
+
+def pivot_rows(b, a: Atom, k: Atom) -> tuple[Atom, Atom, Atom]:
+    """Partial pivoting at column k of the trailing [n, ...] matrices (n rows): row k swapped with the row at or
+    below it whose column-k entry is largest in size. (a with rows swapped, the pivot row of each matrix,
+    iota(n))."""
+    from ..ir.core import Lit
+    from ..ir.types import Type
+    from .index import arg_extremum
+    r, n, lead = a.type.rank, a.type.shape[-2], a.type.shape[:-2]
+    rows = b.iota(shape=(n,), axis=0, dtype="i64")
+    col = b.reshape(b.gather(a, b.reshape(k, shape=(1,)), axis=r - 1), shape=lead + (n,))
+    cand = b.select(b.ge(rows, k), b.abs(col), Lit(-1.0, Type(a.type.dtype)))
+    p = arg_extremum(b, cand, r - 2, False, True)
+    pe = b.reshape(p, shape=lead + (1,))
+    return gather_rows(b, a, b.select(b.eq(rows, k), pe, b.select(b.eq(rows, pe), k, rows)), r), p, rows
 
 
 def gather_rows(b, a: Atom, perm: Atom, r: int) -> Atom:
