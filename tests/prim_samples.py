@@ -241,4 +241,4 @@ def prim_name(key: str) -> str:
 # control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
 STRUCTURED = {"cond", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
-LOWERING = {"fusion", "contract", "convolve"}
+LOWERING = {"fusion", "contract", "convolve", "winograd_kernel"}

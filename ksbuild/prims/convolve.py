@@ -4,29 +4,75 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     impl "tiles" is ks::conv (prelude/ks/conv.h: the kernel packed in row tiles, im2col blocks packed in
     panels for ks/gemm.h's register tiles, the epilogue applied as each element is stored), "gemm"
     ks::conv_rows with the backend's ks::gemm (ks/blas.h, ks/aten.h; the epilogue applied to each block
-    just computed). The epilogue (transforms/fuse_epilogue.py) is called with the image, the output
-    channel and the flat output position.
+    just computed), "winograd" ks::conv_winograd (Winograd's F(2×2, 3×3) on the register tiles; w is then
+    the transformed kernel u [16, C, M] that winograd_kernel makes). The epilogue
+    (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
+winograd_kernel(w) -> u
+    u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
+    transformed when the package is compiled (transforms/layout_constants.py).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..codegen import epilogue as epilogues
 from ..errors import KsbuildError
 from ..ir.core import Eqn
-from ..ir.types import numel
+from ..ir.types import Type, numel
 from .base import Prim
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, epilogue_type
 
 
+# Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
+# kernel transform G; prelude/ks/conv.h has the whole algorithm.
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINOGRAD_MIN_CHANNELS = 16  # fewer input or output channels: the transforms cost more than the products save
+WINOGRAD_MIN_SIZE = 8       # a literal output side shorter than this: too few tiles to fill a panel
+
+
+def winograd_transform(w: np.ndarray) -> np.ndarray:
+    """u [16, C, M] of a kernel w [M, C, 3, 3] (in float64, then w's dtype)."""
+    g = w.astype(np.float64)
+    u = np.einsum("ri,mcij,sj->rscm", WINOGRAD_G, g, WINOGRAD_G)
+    return u.reshape((16,) + u.shape[2:]).astype(w.dtype)
+
+
+def winograd_untransform(u: np.ndarray) -> np.ndarray:
+    """The kernel w [M, C, 3, 3] whose transform is u (G has a left inverse)."""
+    inv = np.linalg.pinv(WINOGRAD_G)
+    g = np.einsum("ir,rscm,js->mcij", inv, u.astype(np.float64).reshape((4, 4) + u.shape[1:]), inv)
+    return g.astype(u.dtype)
+
+
+def winograd_applies(x: Type, w: Type, y: Type, strides, dilations, groups) -> bool:
+    """Whether a conv of x with kernel w (output y) is computed by Winograd's F(2×2, 3×3): a 2-d float 3×3
+    convolution with stride 1, dilation 1, one group, and enough channels and output positions."""
+    if x.rank != 4 or x.dtype not in ("f32", "f64") or tuple(w.shape[2:]) != (3, 3) or groups != 1:
+        return False
+    if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
+        return False
+    c, m = w.shape[1], w.shape[0]
+    if not (isinstance(c, int) and isinstance(m, int)) or min(c, m) < WINOGRAD_MIN_CHANNELS:
+        return False
+    return all(not isinstance(d, int) or d >= WINOGRAD_MIN_SIZE for d in y.shape[2:])
+
+
+def _kernel_type(u: Type) -> Type:
+    """The [M, C, 3, 3] kernel type of a transformed kernel u [16, C, M]."""
+    return Type(u.dtype, (u.shape[2], u.shape[1], 3, 3))
+
+
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
-    if impl not in ("tiles", "gemm"):
+    if impl not in ("tiles", "gemm", "winograd"):
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
-    (y,) = _conv_prim.type_rule(in_types[:2], **geometry)
+    x, w = in_types[:2]
+    (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
     return (epilogue_type(y, in_types[2:], epilogue),)
 
 
 def _convolve_eval(x, w, *extra, impl, env, epilogue=None, **geometry):
-    (y,) = _conv_prim.eval(x, w, env=env, **geometry)
+    (y,) = _conv_prim.eval(x, winograd_untransform(w) if impl == "winograd" else w, env=env, **geometry)
     return (apply_epilogue(y, extra, epilogue, env),)
 
 
@@ -44,19 +90,20 @@ def conv_shape(ctx, eqn: Eqn) -> str:
     """The ks::conv_shape of a convolution (ks/conv.h): spatial axes padded in front to three."""
     x, w = eqn.ins[:2]
     p, y = eqn.params, eqn.outs[0]
+    kernel = _kernel_type(w.type) if p.get("impl") == "winograd" else w.type
     k = x.type.rank - 2
     lead = 3 - k
 
     def triple(values, fill) -> str:
         return "{" + ", ".join([str(fill)] * lead + [ctx.dim(v) for v in values]) + "}"
 
-    return (f"ks::conv_shape{{{ctx.dim(x.type.shape[1])}, {ctx.dim(w.type.shape[0])}, {p['groups']}, "
-            f"{triple(x.type.shape[2:], 1)}, {triple(y.type.shape[2:], 1)}, {triple(w.type.shape[2:], 1)}, "
+    return (f"ks::conv_shape{{{ctx.dim(x.type.shape[1])}, {ctx.dim(kernel.shape[0])}, {p['groups']}, "
+            f"{triple(x.type.shape[2:], 1)}, {triple(y.type.shape[2:], 1)}, {triple(kernel.shape[2:], 1)}, "
             f"{triple(p['strides'], 1)}, {triple(p['dilations'], 1)}, {triple(p['pads'][:k], 0)}}}")
 
 
 def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
-    """One ks::conv (or ks::conv_rows) call over all images; x, w and y dense row-major."""
+    """One ks::conv (ks::conv_rows, ks::conv_winograd) call over all images; x, w and y dense row-major."""
     x, w = eqn.ins[:2]
     (y,) = eqn.outs
     c = ctx.ctype(y.type)
@@ -65,11 +112,13 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     out = dst if dst.contiguous or dst.dense() else ctx.alloc(y.type, "conv")
     shape = conv_shape(ctx, eqn)
     rows = impl == "gemm"
-    scratch = ctx.scratch(c, f"ks::conv_scratch<{c}>({shape}{', true' if rows else ''})")
+    size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
+            "winograd": "ks::winograd_scratch<{c}>({s})"}[impl]
+    scratch = ctx.scratch(c, size.format(c=c, s=shape))
     geometry = ctx.namer.fresh("geometry")
     ctx.line(f"const ks::conv_shape {geometry}{shape.removeprefix('ks::conv_shape')};")
     epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None
-    call = "ks::conv_rows" if rows else "ks::conv"
+    call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd"}[impl]
     product = ", ks::library_gemm{}" if rows else ""
     ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
              f"{product}{', ' + epi if epi else ''});")
@@ -91,6 +140,35 @@ def _epilogue(ctx, eqn: Eqn) -> str | None:
                              views=lambda s: epilogues.merge_tail(s, 2))
 
 
+
+def _emit_winograd_kernel(ctx, eqn: Eqn) -> None:
+    (w,), (u,) = eqn.ins, eqn.outs
+    sw = _dense(ctx, w, "kernel")
+    dst = ctx.target(u, "transformed")
+    out = dst if dst.contiguous or dst.dense() else ctx.alloc(u.type, "transformed")
+    ctx.line(f"ks::winograd_kernel<{ctx.ctype(u.type)}>({ctx.dim(w.type.shape[0])}, {ctx.dim(w.type.shape[1])}, "
+             f"{sw.base}, {out.base});")
+    if out is not dst:
+        ctx.copy(out, dst, u.type)
+    ctx.env[u] = dst
+
+
+def _winograd_kernel_rule(in_types):
+    (w,) = in_types
+    return (Type(w.dtype, (16, w.shape[1], w.shape[0])),)
+
+
+winograd_kernel = Prim(
+    name="winograd_kernel",
+    type_rule=_winograd_kernel_rule,
+    eval=lambda w, env: (winograd_transform(w),),
+    jvp=_lowered_only("winograd_kernel"),
+    batch=_lowered_only("winograd_kernel"),
+    emit=_emit_winograd_kernel,
+    doc="a 3×3 kernel [M, C, 3, 3] transformed for Winograd's F(2×2, 3×3): u [16, C, M] (ks::winograd_kernel)",
+    opt_outs=OPT_OUTS,
+    lowering=True,
+)
 
 convolve = Prim(
     name="convolve",

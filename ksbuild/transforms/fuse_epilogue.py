@@ -14,7 +14,7 @@ from ..ir.core import Eqn, Func, Var
 from ..prims.lowering import REDUCTIONS, fusion
 from .rewrite import use_counts
 
-HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm")}  # prim -> impls that take one
+HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd")}  # prim -> impls that take one
 
 
 def fuse_epilogue(f: Func) -> Func:

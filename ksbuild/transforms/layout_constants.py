@@ -9,7 +9,8 @@ compiled, instead of inside BLAS on every call (OpenBLAS 0.3.21's sgemm on a 64Ã
 product takes 0.53 ms with B row-major and 0.57 ms with B transposed), and ks/gemm.h's register
 tiles need b's rows contiguous. With the plain backend (impl "tiles") such a constant b is stored as
 panels, the layout ks/gemm.h's register tiles read (impl "panels", a ks::packed_gemm call): nothing is
-packed when the product runs, and a vector times a matrix reads the weights in one stream.
+packed when the product runs, and a vector times a matrix reads the weights in one stream. The kernel of a
+Winograd convolution (a `winograd_kernel` of a constant) is transformed here too, once (prims/convolve.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import collections
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
+from ..prims.convolve import winograd_transform
 from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
@@ -33,10 +35,14 @@ def layout_constants(f: Func) -> Func:
         if e.prim.name == "transpose" and e.ins[0] in single and uses[e.outs[0]] == 1:
             single[e.outs[0]] = single[e.ins[0]].transpose(e.params["perm"])
     wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
+    kernels = {e.outs[0]: e.params["value"] for e in f.eqns if e.prim.name == "constant"}
     changed = False
 
     def rule(b, eqn, ins):
         nonlocal changed
+        if eqn.prim.name == "winograd_kernel" and eqn.ins[0] in kernels:
+            changed = True
+            return [b.constant(value=Dense.of(winograd_transform(kernels[eqn.ins[0]].array())))]
         if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
             return None
         spec = eqn.params["spec"]

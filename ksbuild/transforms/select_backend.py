@@ -7,12 +7,14 @@ implements), impl "tiles" with the plain backend on one thread (a `ks::tiled_gem
 portable register tiles), and every other einsum (or a product in a plain build on several
 threads, whose loops the parallelize pass spreads) impl "loops". Every `conv` is a `convolve`: impl
 "tiles" (ks::conv, the register tiles) with the plain backend, "gemm" (ks::conv_rows with the
-backend's ks::gemm) with blas or aten.
+backend's ks::gemm) with blas or aten; with the plain backend a 2-d 3×3 convolution with stride 1 and
+enough channels (prims/convolve.py: winograd_applies) is impl "winograd" (ks::conv_winograd) of its kernel
+transformed by a `winograd_kernel` equation.
 """
 from __future__ import annotations
 
 from ..ir.core import Func
-from ..prims.convolve import convolve
+from ..prims.convolve import convolve, winograd_applies, winograd_kernel
 from ..prims.lowering import contract, gemm_axes
 from .rewrite import bind_like, rewrite
 
@@ -23,8 +25,13 @@ def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     """f with einsums lowered to contractions for `backend`."""
     def rule(b, eqn, ins):
         if eqn.prim.name == "conv":
+            p = eqn.params
+            if backend not in GEMM_BACKENDS and winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type,
+                                                                  p["strides"], p["dilations"], p["groups"]):
+                (u,) = b.bind(winograd_kernel, [ins[1]], {})
+                return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
             impl = "gemm" if backend in GEMM_BACKENDS else "tiles"
-            return bind_like(b, eqn, convolve, ins, dict(eqn.params, impl=impl))
+            return bind_like(b, eqn, convolve, ins, dict(p, impl=impl))
         if eqn.prim.name != "einsum":
             return None
         spec = eqn.params["spec"]

@@ -448,6 +448,295 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
     }
 }
 
+// ---- Winograd F(2×2, 3×3) --------------------------------------------------------------------------------
+// A 3×3 convolution with stride 1, dilation 1 and one group computes each 2×2 block of its output from the
+// 4×4 block of (padded) input under it with 16 multiplications per channel pair instead of 36 (Lavin and
+// Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016). With each kernel g [3×3] transformed
+// to u = G g Gᵀ and each input tile d [4×4] to v = Bᵀ d B, an output tile is Aᵀ (Σ_c u ⊙ v) A, where
+//     Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1],  Aᵀ = [1 1 1 0; 0 1 -1 -1].
+// The sum over input channels at each of the 16 points ξ of a tile is a matrix product,
+//     prod_ξ [out channels × tiles] = u_ξ [out channels × in channels] · v_ξ [in channels × tiles],
+// run by ks/gemm.h's register tiles on a block of tiles at a time. The kernel u is stored [16][C][M] (its
+// transpose per point: a tile reads MR consecutive out channels per input channel), transformed when the
+// package is compiled if it is a constant (transforms/layout_constants.py), else by winograd_kernel.
+// The select_backend pass picks this for convolutions with enough channels (prims/convolve.py).
+
+#ifndef KS_WINOGRAD_PANELS
+#define KS_WINOGRAD_PANELS 4
+#endif
+
+namespace winograd {
+
+// The tiles transformed and multiplied at a time: a few panels of them.
+template <class T>
+constexpr int64_t tile_block = KS_WINOGRAD_PANELS * panel_width<T>;
+
+// The tiles the input transform takes at a time: a vector's lanes.
+template <class T>
+constexpr int64_t lanes = tiles::simd<T>::lanes;
+
+// A block of transformed tiles (or of their products) is stored [row][ξ][run]: row c (input channel, or output
+// channel) holds the 16 points' runs one after the other, so that a transform reaches the 16 at constant
+// offsets from one pointer. A run is TB tiles and a vector's room after them (the input transform stores whole
+// vectors). Rows are a cache line more than 16 runs apart: the matrix product reads a point's rows one after
+// the other, which a multiple of 4 KiB apart would compete for the same few sets of the L1 cache.
+template <class T>
+constexpr int64_t run_stride = tile_block<T> + lanes<T>;
+template <class T>
+constexpr int64_t row_stride = 16 * run_stride<T> + panel_width<T>;
+
+// The padded image's rows and their length: the output rounded up to whole 2×2 tiles, plus 2.
+constexpr int64_t padded_rows(const conv_shape& s) {
+    return (s.out[1] + 1) / 2 * 2 + 2;
+}
+constexpr int64_t padded_row(const conv_shape& s) {
+    return (s.out[2] + 1) / 2 * 2 + 2;
+}
+
+// The image x [C][h][w] zero-padded into dst [C][padded_rows][padded_row] with each row's even columns
+// first and its odd columns after (column q of a row at (q % 2)·half + q / 2): a tile, whose columns
+// start at an even position, then reads its four columns from two runs of consecutive elements. A vector of
+// zeros follows (the input transform reads whole vectors).
+template <class T>
+void split_image(const conv_shape& s, const T* x, T* dst) {
+    const int64_t rows = padded_rows(s), ww = padded_row(s), half = ww / 2;
+    const int64_t h = s.in[1], w = s.in[2], top = s.pad[1], left = s.pad[2];
+    for (int64_t c = 0; c < s.channels; ++c) {
+        for (int64_t r = 0; r < rows; ++r) {
+            T* row = dst + (c * rows + r) * ww;
+            for (int64_t q = 0; q < ww; ++q) {
+                row[q] = T(0);
+            }
+            const int64_t sr = r - top;
+            if (sr < 0 || sr >= h) {
+                continue;
+            }
+            const T* src = x + (c * h + sr) * w;
+            const int64_t last = w < ww - left ? w : ww - left;  // (the columns past the padded row are never read)
+            for (int64_t q = left % 2; q < last; q += 2) {
+                row[(q + left) / 2] = src[q];
+            }
+            for (int64_t q = 1 - left % 2; q < last; q += 2) {
+                row[half + (q + left) / 2] = src[q];
+            }
+        }
+    }
+    for (int64_t q = 0; q < lanes<T>; ++q) {
+        dst[s.channels * rows * ww + q] = T(0);
+    }
+}
+
+// Calls run(i, j0, j1, first) for each tile row met by tiles [t0, t0 + count) of a grid tw tiles wide: its
+// tiles j0 .. j1 - 1, the first of them the block's tile `first`.
+template <class Run>
+inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run) {
+    int64_t i = t0 / tw, j0 = t0 % tw;
+    for (int64_t first = 0; first < count; ++i, j0 = 0) {
+        const int64_t n = tw - j0 < count - first ? tw - j0 : count - first;
+        run(i, j0, j0 + n, first);
+        first += n;
+    }
+}
+
+// Tiles j0 .. j1 - 1 of tile row i of one channel of the split image (its first row at r0, rows ww apart)
+// transformed (Bᵀ d B) into out[ξ·run_stride + j], a vector of tiles at a time. The lanes of the last vector
+// past j1 compute tiles that are not there, stored into the run's room or over the next tile row's slots,
+// which input_tiles fills after this row.
+template <class T>
+inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
+    using V = typename tiles::simd<T>::v;
+    constexpr int64_t L = lanes<T>, RUN = run_stride<T>;
+    const int64_t half = ww / 2;
+    {
+        for (int64_t j = j0; j < j1; j += L) {
+            V d[4][4];
+            for (int k = 0; k < 4; ++k) {
+                const T* r = r0 + k * ww + j;
+                d[k][0] = tiles::load<T>(r);
+                d[k][1] = tiles::load<T>(r + half);
+                d[k][2] = tiles::load<T>(r + 1);
+                d[k][3] = tiles::load<T>(r + half + 1);
+            }
+            V a[4][4];  // Bᵀ d: the tile's rows combined
+            for (int k = 0; k < 4; ++k) {
+                a[0][k] = d[0][k] - d[2][k];
+                a[1][k] = d[1][k] + d[2][k];
+                a[2][k] = d[2][k] - d[1][k];
+                a[3][k] = d[1][k] - d[3][k];
+            }
+            for (int r = 0; r < 4; ++r) {  // (Bᵀ d) B: its columns combined
+                const V e0 = a[r][0] - a[r][2], e1 = a[r][1] + a[r][2], e2 = a[r][2] - a[r][1], e3 = a[r][1] - a[r][3];
+                std::memcpy(oc + (4 * r + 0) * RUN + j, &e0, sizeof(V));
+                std::memcpy(oc + (4 * r + 1) * RUN + j, &e1, sizeof(V));
+                std::memcpy(oc + (4 * r + 2) * RUN + j, &e2, sizeof(V));
+                std::memcpy(oc + (4 * r + 3) * RUN + j, &e3, sizeof(V));
+            }
+        }
+    }
+}
+
+// v [C][16][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel (a channel's
+// 16 runs are written while they are in the L1 cache); the block's columns from `count` up to a whole panel
+// are zero.
+template <class T>
+void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
+    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww;
+    const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
+    for (int64_t c = 0; c < s.channels; ++c) {
+        T* vc = v + c * row_stride<T>;
+        for_tile_rows(tw, t0, count, [=](int64_t i, int64_t j0, int64_t j1, int64_t first) {
+            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0);
+        });
+        for (int xi = 0; xi < 16; ++xi) {
+            for (int64_t t = count; t < padded; ++t) {
+                vc[xi * run_stride<T> + t] = T(0);
+            }
+        }
+    }
+}
+
+// One output tile: its 2×2 values, row by row.
+template <class T>
+struct quad {
+    T v00, v01, v10, v11;
+};
+
+// Aᵀ m A of the tile at in[ξ·run_stride].
+template <class T>
+inline quad<T> output_tile(const T* in) {
+    constexpr int64_t RUN = run_stride<T>;
+    T s0[4], s1[4];  // Aᵀ m: the rows combined
+    for (int k = 0; k < 4; ++k) {
+        s0[k] = in[k * RUN] + in[(4 + k) * RUN] + in[(8 + k) * RUN];
+        s1[k] = in[(4 + k) * RUN] - in[(8 + k) * RUN] - in[(12 + k) * RUN];
+    }
+    return {s0[0] + s0[1] + s0[2], s0[1] - s0[2] - s0[3], s1[0] + s1[1] + s1[2], s1[1] - s1[2] - s1[3]};
+}
+
+// Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored through the
+// epilogue into y [oh][ow] of the channel (the parts of the last tiles past the output dropped).
+template <class T, class Epi>
+inline void output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
+                       T* y, const Epi& epi) {
+    const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
+    const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
+    const bool two_rows = 2 * i + 1 < oh;
+    {
+        T* y0 = y + q0;
+        T* y1 = y0 + ow;
+        if (two_rows) {
+            KS_OMP_SIMD()
+            for (int64_t j = j0; j < pairs; ++j) {
+                const quad<T> r = output_tile(io + j);
+                y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+                y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
+                y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
+                y1[2 * j + 1] = epi(image, o, q0 + ow + 2 * j + 1, r.v11);
+            }
+        } else {
+            KS_OMP_SIMD()
+            for (int64_t j = j0; j < pairs; ++j) {
+                const quad<T> r = output_tile(io + j);
+                y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+                y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
+            }
+        }
+        for (int64_t j = pairs > j0 ? pairs : j0; j < j1; ++j) {  // the last tile of an odd width: one column
+            const quad<T> r = output_tile(io + j);
+            y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+            if (two_rows) {
+                y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
+            }
+        }
+    }
+}
+
+// The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow].
+template <class T, class Epi>
+void output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
+                  const Epi& epi) {
+    const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
+    for (int64_t o = 0; o < s.out_channels; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
+        const T* po = prod + o * row_stride<T>;
+        for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first) {
+            output_row<T>(s, po + first - j0, i, j0, j1, image, o, y + o * plane, epi);
+        });
+    }
+}
+
+}  // namespace winograd
+
+// u [16][C][M] = G g Gᵀ for every kernel g = w[m][c] [3×3] of w [M][C][3][3]: element (ξ, c, m) at
+// u[(ξ·C + c)·M + m], ξ = 4·row + column of the transformed 4×4 kernel.
+template <class T>
+void winograd_kernel(int64_t out_channels, int64_t channels, const T* w, T* u) {
+    const int64_t plane = channels * out_channels;
+    for (int64_t c = 0; c < channels; ++c) {
+        T* uc = u + c * out_channels;
+        KS_OMP_SIMD()
+        for (int64_t m = 0; m < out_channels; ++m) {
+            const T* g = w + (m * channels + c) * 9;
+            T t[4][3];  // G g
+            for (int k = 0; k < 3; ++k) {
+                t[0][k] = g[k];
+                t[1][k] = (g[k] + g[3 + k] + g[6 + k]) * T(0.5);
+                t[2][k] = (g[k] - g[3 + k] + g[6 + k]) * T(0.5);
+                t[3][k] = g[6 + k];
+            }
+            for (int r = 0; r < 4; ++r) {  // (G g) Gᵀ
+                uc[(4 * r + 0) * plane + m] = t[r][0];
+                uc[(4 * r + 1) * plane + m] = (t[r][0] + t[r][1] + t[r][2]) * T(0.5);
+                uc[(4 * r + 2) * plane + m] = (t[r][0] - t[r][1] + t[r][2]) * T(0.5);
+                uc[(4 * r + 3) * plane + m] = t[r][2];
+            }
+        }
+    }
+}
+
+// The scratch elements conv_winograd uses: the split image, then a block of transformed tiles and their
+// products.
+template <class T>
+constexpr int64_t winograd_scratch(const conv_shape& s) {
+    return convs::aligned(s.channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>) +
+           (s.channels + s.out_channels) * winograd::row_stride<T>;
+}
+
+// y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
+// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel):
+// epi(image, m, q, value) for output channel m and flat position q.
+template <class T, class Epi = no_epilogue>
+void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y, T* scratch,
+                   const Epi& epi = Epi()) {
+    constexpr int64_t TB = winograd::tile_block<T>;
+    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    x = tiles::opaque(x);
+    u = tiles::opaque(u);
+    const int64_t channels = s.channels, m = s.out_channels;
+    const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2), step = tiles::k_step(channels);
+    T* image = scratch;
+    T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
+    constexpr int64_t RS = winograd::row_stride<T>, RUN = winograd::run_stride<T>;
+    T* prod = v + channels * RS;
+    for (int64_t n = 0; n < images; ++n) {
+        winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
+        T* yn = y + n * m * s.out[1] * s.out[2];
+        for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
+            const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
+            winograd::input_tiles<T>(s, image, t0, count, v);
+            const int panels = static_cast<int>((count + P - 1) / P);
+            for (int xi = 0; xi < 16; ++xi) {
+                for (int64_t k0 = 0; k0 < channels; k0 += step) {
+                    const int64_t kc = channels - k0 < step ? channels - k0 : step;
+                    const tiles::row_tiles<T> a{u + (xi * channels + k0) * m, 1, m, MR};
+                    tiles::block<T>(m, kc, a, tiles::panel_rows<T>{v + k0 * RS + xi * RUN, RS, P}, panels,
+                                    prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, no_epilogue{});
+                }
+            }
+            winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
+        }
+    }
+}
+
 }  // namespace ks
 
 #endif  // KS_CONV_H

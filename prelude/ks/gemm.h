@@ -63,6 +63,12 @@ struct no_epilogue {
     }
 };
 
+// Whether Epi is no_epilogue (the stores then need not go element by element).
+template <class Epi>
+constexpr bool is_no_epilogue = false;
+template <>
+constexpr bool is_no_epilogue<no_epilogue> = true;
+
 namespace tiles {
 
 // The target's vectors and the register tile: MR rows by NP panels (its accumulators fill about
@@ -248,6 +254,21 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
         }
     }
     const int width = b.width();
+    if constexpr (is_no_epilogue<Epi>) {
+        if (width == P && cols == NP * P) {  // nothing to apply, a whole tile: the accumulators stored as they are
+            for (int r = 0; r < MR; ++r) {
+                T* out = c + r * c_rs;
+                for (int q = 0; q < NP * W; ++q) {
+                    V x = acc[0][r][q];
+                    if (load_c) {
+                        x += load<T>(out + q * simd<T>::lanes);
+                    }
+                    std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
+                }
+            }
+            return;
+        }
+    }
     for (int r = 0; r < MR; ++r) {
         T row[NP * P];
         for (int q = 0; q < NP * W; ++q) {
