@@ -298,3 +298,27 @@ def test_onnx_conv_kernel_is_transformed_when_compiled(tmp_path):
         np.testing.assert_allclose(pkg.convs(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     source = (pkg.root / "share" / "wino_onnx" / "src" / "wino_onnx.cpp").read_text()
     assert source.count("ks::conv_winograd<float>(") == 2 and "ks::winograd_kernel" not in source
+
+
+def test_winograd_on_symbolic_image_sizes(tmp_path):
+    """Symbolic image sides choose Winograd at compile time; at run time any size works, down to a 1 × 1
+    output (a single tile, cut) and sides that end in half a tile."""
+    kernels = ('import torch\nimport torch.nn.functional as F\n\n\n'
+               'def anysize(x: "float[n, 16, h, w]", k: "float[16, 16, 3, 3]") -> "float[n, 16, h, w]":\n'
+               '    return torch.tanh(F.conv2d(x, k, padding=1))\n\n\n'
+               'def valid(x: "float[n, 16, h, w]", k: "float[16, 16, 3, 3]") -> "float[n, 16, h - 2, w - 2]":\n'
+               '    return F.conv2d(x, k)\n')
+    manifest = ('[package]\nname = "wino_sym"\n[build]\ndtype = "float64"\n[kernels.anysize]\npython = "k.py:anysize"\n'
+                '[kernels.valid]\npython = "k.py:valid"\n[exports]\nanysize = "anysize"\nvalid = "valid"\n')
+    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "wino_sym")
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((16, 16, 3, 3))
+    for h, wd in [(1, 1), (2, 3), (3, 3), (5, 2), (17, 33), (40, 9)]:
+        x = rng.standard_normal((2, 16, h, wd))
+        want = src.anysize(torch.tensor(x), torch.tensor(w)).numpy()
+        np.testing.assert_allclose(pkg.anysize(x, w), want, rtol=1e-10, atol=1e-10, err_msg=f"{h} x {wd}")
+        if h >= 3 and wd >= 3:
+            want = src.valid(torch.tensor(x), torch.tensor(w)).numpy()
+            np.testing.assert_allclose(pkg.valid(x, w), want, rtol=1e-10, atol=1e-10, err_msg=f"{h} x {wd}")
+    source = (pkg.root / "share" / "wino_sym" / "src" / "wino_sym.cpp").read_text()
+    assert source.count("ks::conv_winograd<double>(") == 2

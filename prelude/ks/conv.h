@@ -501,23 +501,26 @@ template <class T>
 void split_image(const conv_shape& s, const T* x, T* dst) {
     const int64_t rows = padded_rows(s), ww = padded_row(s), half = ww / 2;
     const int64_t h = s.in[1], w = s.in[2], top = s.pad[1], left = s.pad[2];
+    const int64_t last = w < ww - left ? w : ww - left;  // (the columns past the padded row are never read)
+    // column q of the image is column q + left of the padded row: even ones at k = (q + left) / 2 for k in
+    // [(left + 1) / 2, (last + left + 1) / 2), odd ones at half + k for k in [left / 2, (last + left) / 2)
+    const int64_t even0 = (left + 1) / 2, even1 = (last + left + 1) / 2, odd0 = left / 2, odd1 = (last + left) / 2;
+    const int64_t r0 = top > 0 ? top : 0, r1 = h + top < rows ? h + top : rows;  // the padded rows with image rows
     for (int64_t c = 0; c < s.channels; ++c) {
-        for (int64_t r = 0; r < rows; ++r) {
-            T* row = dst + (c * rows + r) * ww;
-            for (int64_t q = 0; q < ww; ++q) {
-                row[q] = T(0);
+        T* plane = dst + c * rows * ww;
+        for (int64_t q = 0; q < rows * ww; ++q) {  // (zeroing the whole plane first is faster than its borders)
+            plane[q] = T(0);
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            T* row = plane + r * ww;
+            const T* src = x + (c * h + r - top) * w - left;  // (src[q + left]: image column q)
+            KS_OMP_SIMD()
+            for (int64_t k = even0; k < even1; ++k) {
+                row[k] = src[2 * k];
             }
-            const int64_t sr = r - top;
-            if (sr < 0 || sr >= h) {
-                continue;
-            }
-            const T* src = x + (c * h + sr) * w;
-            const int64_t last = w < ww - left ? w : ww - left;  // (the columns past the padded row are never read)
-            for (int64_t q = left % 2; q < last; q += 2) {
-                row[(q + left) / 2] = src[q];
-            }
-            for (int64_t q = 1 - left % 2; q < last; q += 2) {
-                row[half + (q + left) / 2] = src[q];
+            KS_OMP_SIMD()
+            for (int64_t k = odd0; k < odd1; ++k) {
+                row[half + k] = src[2 * k + 1];
             }
         }
     }
