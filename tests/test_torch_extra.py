@@ -53,6 +53,12 @@ def cleaned(x: "float[n]") -> "float[2, n]":
     return torch.stack([torch.nan_to_num(x, nan=0.5), torch.nan_to_num(x, posinf=2.0, neginf=-2.0)])
 
 
+def ranges(x: "float[4]") -> "float[3, 4]":
+    """torch.arange with float bounds, a step, a negative step and keywords (values computed when compiled)."""
+    return torch.stack([x + torch.arange(4.0), x * torch.arange(0.5, 2.5, 0.5),
+                        x - torch.arange(10, -2, -3) + torch.arange(start=1, end=5, step=1)])
+
+
 def made(x: "float[n]") -> "float[n]":
     return torch.full_like(x, 2.5) + x.new_zeros(x.shape[0]) + x.new_ones((x.shape[0],)) * x + \\
         x.new_full((x.shape[0],), 0.25) + torch.linspace(0.0, 1.0, 5).sum()
@@ -67,9 +73,9 @@ def strided(x: "float[7, 6]") -> "float[4, 2]":
     return x[::2, 1:5:3] * 2.0
 '''
 
-NAMES = ["divs", "idivs", "rolls", "crosses", "products", "running", "flags", "specials", "cleaned", "made", "pads",
-         "strided"]
-DIFFERENTIABLE = ["rolls", "crosses", "products", "running", "specials", "made", "pads", "strided"]
+NAMES = ["divs", "idivs", "rolls", "crosses", "products", "running", "flags", "specials", "cleaned", "made", "ranges",
+         "pads", "strided"]
+DIFFERENTIABLE = ["rolls", "crosses", "products", "running", "specials", "made", "ranges", "pads", "strided"]
 MANIFEST = ('[package]\nname = "torch_extra"\n[build]\ndtype = "float64"\n[kernels]\n'
             + "".join(f'{n} = {{ python = "k.py:{n}" }}\n' for n in NAMES) + "[exports]\n"
             + "".join(f'{n} = "{n}"\n' for n in NAMES) + "".join(f'{n}_vjp = "vjp({n})"\n' for n in DIFFERENTIABLE))
@@ -83,7 +89,7 @@ def inputs(name: str, rng) -> list[np.ndarray]:
         "rolls": [r(3, 4)], "crosses": [r(4, 3), r(4, 3)], "products": [r(2, 3, 4), r(3, 4, 2), r(2, 3), r(2, 2)],
         "running": [r(3, 5) * 3.0], "flags": [r(4, 3)],
         "specials": [np.array([0.0, 1.5, -0.3, 2.0]), np.array([0.3, 0.05, 0.9, 0.5])],
-        "cleaned": [np.array([np.nan, np.inf, -np.inf, 1.5])], "made": [r(4)], "pads": [r(2, 5)],
+        "cleaned": [np.array([np.nan, np.inf, -np.inf, 1.5])], "made": [r(4)], "ranges": [r(4)], "pads": [r(2, 5)],
         "strided": [r(7, 6)],
     }[name]
 
@@ -140,6 +146,7 @@ def test_errors_name_the_call(tmp_path):
         "F.pad(x, (5, 0), mode='reflect')": "a pad of 5 on an axis of 4",
         "torch.div(x, x, rounding_mode='round')": "rounding_mode must be None, 'trunc' or 'floor'",
         "torch.linalg.cross(x, x)": "cross product along an axis of size 4",
+        "torch.arange(0.0, 1.0, 0.0)": "torch.arange's step must not be zero",
     }
     for expr, message in bad.items():
         (tmp_path / "k.py").write_text(f"import torch\nimport torch.nn.functional as F\n\n\n"

@@ -8,10 +8,14 @@ evaluated arguments and keyword arguments, and the AST node for errors.
 from __future__ import annotations
 
 import ast
+import math
 import re
 
+import numpy as np
+
 from ..ir.core import Atom, Lit
-from ..ir.types import DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import (DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub,
+                        numpy_dtype)
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
@@ -526,14 +530,34 @@ def _like(value):
 
 
 def _arange(fc, b, args, kw, node):
+    kw = dict(kw)
+    named = [kw.pop(k) for k in ("start", "end", "step") if k in kw]
+    if len(args) + len(named) > 3 or (named and len(args) + len(named) < 2):
+        raise fc.src.error(node, "torch.arange(end), arange(start, end) or arange(start, end, step) is supported")
+    args = list(args) + named
+    start, stop, step = ([Const(0)] + args if len(args) == 1 else args) + [Const(1)] * (3 - max(len(args), 2))
+    unit_step = isinstance(step, Const) and type(step.value) is int and step.value == 1
+    if not unit_step or any(isinstance(v, Const) and type(v.value) is float for v in (start, stop)):
+        return _arange_of_numbers(fc, b, (start, stop, step), kw, node)
     dtype = _dtype_kw(fc, kw, node, "i64")
-    if len(args) == 1:
-        start, stop = Const(0), args[0]
-    elif len(args) == 2:
-        start, stop = args
-    else:
-        raise fc.src.error(node, "torch.arange(n) or torch.arange(start, stop) (step 1) is supported")
     return create.arange(b, as_dim(fc, start, node), as_dim(fc, stop, node), dtype)
+
+
+def _arange_of_numbers(fc, b, bounds, kw, node):
+    """torch.arange with a float bound or a step other than 1: every bound a number literal, the values
+    computed when the kernel is compiled as torch does (start + i·step for i < ⌈(end - start) / step⌉), in the
+    build's float dtype when a bound is a float (as torch's default dtype), else int64."""
+    if not all(isinstance(v, Const) and type(v.value) in (int, float) for v in bounds):
+        raise fc.src.error(node, "torch.arange with a float bound or a step needs number literals for start, end "
+                                 "and step", hint="a size known only when the kernel is called needs a step of 1")
+    start, stop, step = (v.value for v in bounds)
+    if step == 0:
+        raise fc.src.error(node, "torch.arange's step must not be zero")
+    count = max(0, math.ceil((stop - start) / step))
+    floats = any(type(v) is float for v in (start, stop, step))
+    dtype = _dtype_kw(fc, kw, node, fc.float_dtype if floats else "i64")
+    values = start + np.arange(count, dtype=np.float64 if floats else np.int64) * step
+    return create.array(b, values.astype(numpy_dtype(dtype)))
 
 
 def _eye(fc, b, args, kw, node):
