@@ -44,25 +44,25 @@ def loss(x: "float[n, 4, 9, 7]", w: "float[6, 2, 3, 2]", b: "float[6]") -> float
     return (block(x, w, b) ** 2).sum()
 
 
-def wide(x: "float[n, 16, 9, 11]", w: "float[20, 16, 3, 3]", b: "float[20]") -> "float[n, 20, 9, 11]":
-    """3×3, stride 1, 16 channels and more: Winograd's F(2×2, 3×3) with the plain backend (odd sizes: the last
+def wide(x: "float[n, 32, 9, 11]", w: "float[64, 32, 3, 3]", b: "float[64]") -> "float[n, 64, 9, 11]":
+    """3×3, stride 1, 2048 channel pairs: Winograd's F(2×2, 3×3) with the plain backend (odd sizes: the last
     tiles are cut), a bias and a ReLU as its epilogue."""
     return torch.relu(F.conv2d(x, w, b, padding=1))
 
 
-def uneven(x: "float[n, 17, 12, 10]", w: "float[16, 17, 3, 3]") -> "float[n, 16, 14, 8]":
+def uneven(x: "float[n, 17, 12, 10]", w: "float[128, 17, 3, 3]") -> "float[n, 128, 14, 8]":
     """Winograd with padding on one axis only."""
     return F.conv2d(x, w, padding=(2, 0)) * 2.0
 
 
-def fixed(x: "float[n, 16, 8, 8]") -> "float[n, 16, 8, 8]":
+def fixed(x: "float[n, 32, 8, 8]") -> "float[n, 64, 8, 8]":
     """Winograd of a kernel computed in the kernel (an ONNX initializer, a constant, is transformed when the
     package is compiled: test_onnx_conv_kernel_is_transformed_when_compiled)."""
-    w = ((torch.arange(2304) % 7 - 3) * 0.25).reshape(16, 16, 3, 3).to(x.dtype)
+    w = ((torch.arange(18432) % 7 - 3) * 0.25).reshape(64, 32, 3, 3).to(x.dtype)
     return F.conv2d(x, w, padding=1)
 
 
-def wide_loss(x: "float[n, 16, 9, 11]", w: "float[20, 16, 3, 3]", b: "float[20]") -> float:
+def wide_loss(x: "float[n, 32, 9, 11]", w: "float[64, 32, 3, 3]", b: "float[64]") -> float:
     return (wide(x, w, b) ** 2).sum()
 '''
 
@@ -128,8 +128,8 @@ def test_convolutions_match_torch(built):
     rng = np.random.default_rng(0)
     cases = {"block": ((3, 4, 9, 7), (6, 2, 3, 2), (6,)), "residual": ((2, 3, 8, 8), (3, 3, 3, 3)),
              "line": ((3, 2, 11), (5, 2, 4)), "ramp": ((2, 2, 6, 6), (3, 2, 3, 3)), "dense": ((5, 20), (20, 33), (33,)),
-             "wide": ((3, 16, 9, 11), (20, 16, 3, 3), (20,)), "uneven": ((2, 17, 12, 10), (16, 17, 3, 3)),
-             "fixed": ((2, 16, 8, 8),)}
+             "wide": ((3, 32, 9, 11), (64, 32, 3, 3), (64,)), "uneven": ((2, 17, 12, 10), (128, 17, 3, 3)),
+             "fixed": ((2, 32, 8, 8),)}
     for name, shapes in cases.items():
         args = _args(rng, *shapes)
         want = getattr(src, name)(*[torch.tensor(a) for a in args]).numpy()
@@ -147,22 +147,22 @@ def test_gradients_through_the_transposes_match_torch_autograd(built):
 
 
 def test_winograd_convolutions_match_torch(built):
-    """The plain backend computes 3×3 stride-1 convolutions of 16+ channels by Winograd's F(2×2, 3×3)
+    """The plain backend computes 3×3 stride-1 convolutions of 2048+ channel pairs by Winograd's F(2×2, 3×3)
     (ks::conv_winograd; a constant kernel transformed when compiled, others by ks::winograd_kernel on each
     call): values at batch 1 and 3, the gradient (its input's cotangent is a Winograd convolution of the
     flipped kernel) and vmap against torch; the blas backend keeps ks::conv_rows."""
     pkg, src = built
     rng = np.random.default_rng(4)
     for n in (1, 3):
-        args = _args(rng, (n, 16, 9, 11), (20, 16, 3, 3), (20,))
+        args = _args(rng, (n, 32, 9, 11), (64, 32, 3, 3), (64,))
         want = src.wide(*map(torch.tensor, args)).numpy()
         np.testing.assert_allclose(pkg.wide(*args), want, rtol=1e-10, atol=1e-10)
-    args = _args(rng, (2, 16, 9, 11), (20, 16, 3, 3), (20,))
+    args = _args(rng, (2, 32, 9, 11), (64, 32, 3, 3), (64,))
     ts = [_t(a) for a in args]
     src.wide_loss(*ts).backward()
     for got, t in zip(pkg.wide_grad(*args), ts):
         np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-9)
-    xs, w, b = _args(rng, (2, 3, 16, 9, 11), (20, 16, 3, 3), (20,))
+    xs, w, b = _args(rng, (2, 3, 32, 9, 11), (64, 32, 3, 3), (64,))
     want = torch.vmap(src.wide, in_dims=(0, None, None))(torch.tensor(xs), torch.tensor(w), torch.tensor(b))
     np.testing.assert_allclose(pkg.wide_lanes(xs, w, b), want.numpy(), rtol=1e-10, atol=1e-10)
     source = (pkg.root / "share" / pkg.desc["package"] / "src" / f"{pkg.desc['package']}.cpp").read_text()
@@ -183,15 +183,15 @@ def test_winograd_float32_against_the_loops():
     w = np.random.default_rng(5).standard_normal((16, 16, 3, 3))
     np.testing.assert_allclose(winograd_untransform(winograd_transform(w)), w, rtol=1e-12, atol=1e-12)
     kernels = ('import torch\nimport torch.nn.functional as F\n\n\n'
-               'def big(x: "f32[n, 24, 23, 37]", w: "f32[32, 24, 3, 3]") -> "f32[n, 32, 23, 37]":\n'
+               'def big(x: "f32[n, 32, 23, 37]", w: "f32[64, 32, 3, 3]") -> "f32[n, 64, 23, 37]":\n'
                '    return F.conv2d(x, w, padding=1)\n')
     manifest = ('[package]\nname = "wino32"\n[build]\ncpu = "native"\n[kernels.big]\npython = "k.py:big"\n'
                 '[exports]\nbig = "big"\n')
     with tempfile.TemporaryDirectory() as d:
         pkg, src = build_kernel_file(Path(d), kernels, manifest, "wino32")
         rng = np.random.default_rng(6)
-        x = rng.standard_normal((2, 24, 23, 37)).astype(np.float32)
-        k = rng.standard_normal((32, 24, 3, 3)).astype(np.float32)
+        x = rng.standard_normal((2, 32, 23, 37)).astype(np.float32)
+        k = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
         want = src.big(torch.tensor(x, dtype=torch.float64), torch.tensor(k, dtype=torch.float64)).numpy()
         got = pkg.big(x, k)
         assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
@@ -276,17 +276,17 @@ def test_a_small_constant_weight_builds_for_the_native_instruction_set(tmp_path)
 
 
 def test_onnx_conv_kernel_is_transformed_when_compiled(tmp_path):
-    """An ONNX model's 3×3 convolutions of 16+ channels run by Winograd with their initializers transformed
+    """An ONNX model's 3×3 convolutions of 2048+ channel pairs run by Winograd with their initializers transformed
     when the package is compiled (no ks::winograd_kernel call), values against onnxruntime at two batch sizes."""
     import warnings
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     import ksbuild
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 16, 3)).eval()
+    m = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 32, 3)).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(m, (torch.randn(2, 16, 13, 12),), str(tmp_path / "convs.onnx"), dynamo=False,
+        torch.onnx.export(m, (torch.randn(2, 32, 13, 12),), str(tmp_path / "convs.onnx"), dynamo=False,
                           input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
     (tmp_path / "manifest.toml").write_text('[package]\nname = "wino_onnx"\n[kernels.convs]\nonnx = "convs.onnx"\n'
                                             '[exports]\nconvs = "convs"\n')
@@ -294,7 +294,7 @@ def test_onnx_conv_kernel_is_transformed_when_compiled(tmp_path):
     sess = ort.InferenceSession(str(tmp_path / "convs.onnx"), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(7)
     for n in (1, 3):
-        x = rng.standard_normal((n, 16, 13, 12)).astype(np.float32)
+        x = rng.standard_normal((n, 32, 13, 12)).astype(np.float32)
         np.testing.assert_allclose(pkg.convs(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     source = (pkg.root / "share" / "wino_onnx" / "src" / "wino_onnx.cpp").read_text()
     assert source.count("ks::conv_winograd<float>(") == 2 and "ks::winograd_kernel" not in source
@@ -304,17 +304,17 @@ def test_winograd_on_symbolic_image_sizes(tmp_path):
     """Symbolic image sides choose Winograd at compile time; at run time any size works, down to a 1 × 1
     output (a single tile, cut) and sides that end in half a tile."""
     kernels = ('import torch\nimport torch.nn.functional as F\n\n\n'
-               'def anysize(x: "float[n, 16, h, w]", k: "float[16, 16, 3, 3]") -> "float[n, 16, h, w]":\n'
+               'def anysize(x: "float[n, 32, h, w]", k: "float[64, 32, 3, 3]") -> "float[n, 64, h, w]":\n'
                '    return torch.tanh(F.conv2d(x, k, padding=1))\n\n\n'
-               'def valid(x: "float[n, 16, h, w]", k: "float[16, 16, 3, 3]") -> "float[n, 16, h - 2, w - 2]":\n'
+               'def valid(x: "float[n, 32, h, w]", k: "float[64, 32, 3, 3]") -> "float[n, 64, h - 2, w - 2]":\n'
                '    return F.conv2d(x, k)\n')
     manifest = ('[package]\nname = "wino_sym"\n[build]\ndtype = "float64"\n[kernels.anysize]\npython = "k.py:anysize"\n'
                 '[kernels.valid]\npython = "k.py:valid"\n[exports]\nanysize = "anysize"\nvalid = "valid"\n')
     pkg, src = build_kernel_file(tmp_path, kernels, manifest, "wino_sym")
     rng = np.random.default_rng(8)
-    w = rng.standard_normal((16, 16, 3, 3))
+    w = rng.standard_normal((64, 32, 3, 3))
     for h, wd in [(1, 1), (2, 3), (3, 3), (5, 2), (17, 33), (40, 9)]:
-        x = rng.standard_normal((2, 16, h, wd))
+        x = rng.standard_normal((2, 32, h, wd))
         want = src.anysize(torch.tensor(x), torch.tensor(w)).numpy()
         np.testing.assert_allclose(pkg.anysize(x, w), want, rtol=1e-10, atol=1e-10, err_msg=f"{h} x {wd}")
         if h >= 3 and wd >= 3:

@@ -27,8 +27,12 @@ from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, epilogue_type
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-WINOGRAD_MIN_CHANNELS = 16  # fewer input or output channels: the transforms cost more than the products save
-WINOGRAD_MIN_SIZE = 8       # a literal output side shorter than this: too few tiles to fill a panel
+# When Winograd is faster than ks::conv's direct path (docs/performance.md, measured on AVX-512 over channels
+# 16..128 and sides 4..56): with fewer than 2048 channel pairs (input x output) the transforms cost about what
+# the products save, and output sides shorter than 6 give too few tiles to fill a panel.
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_PAIRS = 2048
+WINOGRAD_MIN_SIZE = 6
 
 
 def winograd_transform(w: np.ndarray) -> np.ndarray:
@@ -47,13 +51,15 @@ def winograd_untransform(u: np.ndarray) -> np.ndarray:
 
 def winograd_applies(x: Type, w: Type, y: Type, strides, dilations, groups) -> bool:
     """Whether a conv of x with kernel w (output y) is computed by Winograd's F(2×2, 3×3): a 2-d float 3×3
-    convolution with stride 1, dilation 1, one group, and enough channels and output positions."""
+    convolution with stride 1, dilation 1, one group, enough channels (at least 16 each way and 2048 pairs) and
+    literal output sides of at least 6 (symbolic ones are taken to be large)."""
     if x.rank != 4 or x.dtype not in ("f32", "f64") or tuple(w.shape[2:]) != (3, 3) or groups != 1:
         return False
     if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
         return False
     c, m = w.shape[1], w.shape[0]
-    if not (isinstance(c, int) and isinstance(m, int)) or min(c, m) < WINOGRAD_MIN_CHANNELS:
+    if not (isinstance(c, int) and isinstance(m, int)) or min(c, m) < WINOGRAD_MIN_CHANNELS or \
+            c * m < WINOGRAD_MIN_PAIRS:
         return False
     return all(not isinstance(d, int) or d >= WINOGRAD_MIN_SIZE for d in y.shape[2:])
 

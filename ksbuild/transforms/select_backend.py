@@ -8,7 +8,7 @@ portable register tiles), and every other einsum (or a product in a plain build 
 threads, whose loops the parallelize pass spreads) impl "loops". Every `conv` is a `convolve`: impl
 "tiles" (ks::conv, the register tiles) with the plain backend, "gemm" (ks::conv_rows with the
 backend's ks::gemm) with blas or aten; with the plain backend a 2-d 3×3 convolution with stride 1 and
-enough channels (prims/convolve.py: winograd_applies) is impl "winograd" (ks::conv_winograd) of its kernel
+2048 channel pairs or more (prims/convolve.py: winograd_applies) is impl "winograd" (ks::conv_winograd) of its kernel
 transformed by a `winograd_kernel` equation.
 """
 from __future__ import annotations
