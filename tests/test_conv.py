@@ -176,7 +176,9 @@ def test_winograd_convolutions_match_torch(built):
 
 def test_winograd_float32_against_the_loops():
     """ks::conv_winograd in float32 (cpu = "native": the widest vectors) against the direct convolution of the
-    same kernel, over sizes whose tile blocks end mid-row and outputs of odd sides."""
+    same kernel, over sizes whose tile blocks end mid-row and outputs of odd sides; infinite and huge inputs
+    as a direct convolution has them (found by the held-out red-team pass)."""
+    import torch.nn.functional as F
     import tempfile
     from pathlib import Path
     from ksbuild.prims.convolve import winograd_transform, winograd_untransform
@@ -195,6 +197,19 @@ def test_winograd_float32_against_the_loops():
         want = src.big(torch.tensor(x, dtype=torch.float64), torch.tensor(k, dtype=torch.float64)).numpy()
         got = pkg.big(x, k)
         assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+        # an infinite pixel (Winograd's transforms would subtract it from itself: NaN) and an image near the
+        # largest float (they would overflow): those images are computed again directly, as torch does
+        x_inf, pos = np.abs(x), np.abs(k)
+        x_inf[1, 3, 4, 5] = np.inf
+        got, want = pkg.big(x_inf, pos), F.conv2d(torch.tensor(x_inf), torch.tensor(pos), padding=1).numpy()
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        assert not np.isnan(got).any() and np.isinf(got).sum() == 9 * 64
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-3)
+        x_big, small = np.full((1, 32, 23, 37), 2e38, np.float32), np.full((64, 32, 3, 3), 1e-3, np.float32)
+        got = pkg.big(x_big, small)
+        want = F.conv2d(torch.tensor(x_big), torch.tensor(small), padding=1).numpy()
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_jvp_matches_torch_func(built):
@@ -322,3 +337,31 @@ def test_winograd_on_symbolic_image_sizes(tmp_path):
             np.testing.assert_allclose(pkg.valid(x, w), want, rtol=1e-10, atol=1e-10, err_msg=f"{h} x {wd}")
     source = (pkg.root / "share" / "wino_sym" / "src" / "wino_sym.cpp").read_text()
     assert source.count("ks::conv_winograd<double>(") == 2
+    from ksbuild.packaging.runtime import CallError
+    with pytest.raises(CallError, match=r"output 'out' would have h - 2 = -1 elements .*\(h = 1\)"):
+        pkg.valid(rng.standard_normal((1, 32, 1, 5)), w)  # (numpy's "negative dimensions" before)
+
+
+def test_a_convolution_in_a_scalar_function(tmp_path):
+    """A function of scalars keeps its temporaries on its stack (no workspace): a convolution inside one gets
+    its scratch there too (it was handed a null pointer: a crash, or -Werror's array-bounds error for the
+    direct path; found by the held-out red-team pass)."""
+    kernels = ('import torch\nimport torch.nn.functional as F\n\n\n'
+               'def wino(s: float) -> float:\n'
+               '    x = (torch.arange(2048) % 11 - 5.0).reshape(1, 32, 8, 8) * s\n'
+               '    w = ((torch.arange(18432) % 7 - 3) * 0.25).reshape(64, 32, 3, 3)\n'
+               '    return F.conv2d(x, w, padding=1).sum() * 0.001\n\n\n'
+               'def small(s: float) -> float:\n'
+               '    x = (torch.arange(64) % 11 - 5.0).reshape(1, 4, 4, 4) * s\n'
+               '    w = ((torch.arange(72) % 7 - 3) * 0.25).reshape(2, 4, 3, 3)\n'
+               '    return torch.tanh(F.conv2d(x, w, padding=1)).sum()\n')
+    manifest = ('[package]\nname = "scalar_conv"\n[build]\ndtype = "float64"\n[kernels.wino]\npython = "k.py:wino"\n'
+                '[kernels.small]\npython = "k.py:small"\n[exports]\nwino = "wino"\nsmall = "small"\n'
+                'small_grad = "grad(small)"\n')
+    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "scalar_conv")
+    for name in ("wino", "small"):
+        want = getattr(src, name)(torch.tensor(0.5, dtype=torch.float64)).item()
+        assert getattr(pkg, name)(0.5) == pytest.approx(want, rel=1e-6)  # (torch's arange makes float32 here)
+    s = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    src.small(s).backward()
+    assert pkg.small_grad(0.5) == pytest.approx(s.grad.item(), rel=1e-5)

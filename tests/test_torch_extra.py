@@ -24,8 +24,10 @@ def idivs(i: "int[n]", j: "int[n]") -> "int[4, n]":
                         torch.remainder(i, j), torch.floor_divide(i, j)])
 
 
-def rolls(x: "float[3, 4]") -> "float[3, 3, 4]":
-    return torch.stack([torch.roll(x, 1, 1), torch.roll(x, (-1, 6), (0, 1)), x.roll(5)])
+def rolls(x: "float[3, 4]") -> "float[5, 3, 4]":
+    """roll, and flip/tile with dims one by one (x.flip(0, 1) flipped axis 0 only: red-team pass)."""
+    return torch.stack([torch.roll(x, 1, 1), torch.roll(x, (-1, 6), (0, 1)), x.roll(5), x.flip(0, 1),
+                        x.tile(1, 1) + torch.tile(x, (2,))[:, :4]])
 
 
 def crosses(u: "float[n, 3]", v: "float[n, 3]") -> "float[n, 3]":

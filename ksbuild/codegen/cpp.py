@@ -244,12 +244,18 @@ class Writer:
             self.ws.slots.append(Slot(name, c, self.bytes(t)))
         return Storage.buffer(name, t.shape)
 
-    def scratch(self, ctype: str, count: str) -> str:
+    def scratch(self, ctype: str, count: str, required: bool = False) -> str:
         """A workspace buffer of at least `count` (a C++ expression) elements of ctype that a prelude function
         uses while one equation runs (ks::tiled_gemm packs b into it): one per element type and function,
-        as large as its largest use; "nullptr" where there is no workspace."""
+        as large as its largest use. A function without a workspace (the scalar ABI: every size is a literal,
+        so `count` is a constant expression) gets "nullptr", or an array on its stack when the prelude function
+        needs one (`required`: ks::conv)."""
         if self.ws.on_stack:
-            return "nullptr"
+            if not required:
+                return "nullptr"
+            name = self.namer.fresh(f"scratch_{ctype.replace('_t', '')}")
+            self.line(f"alignas(64) {ctype} {name}[{count} + 1];")
+            return name
         if ctype not in self.scratch_slots:
             slot = Slot(self.namer.fresh(f"scratch_{ctype.replace('_t', '')}"), ctype, "")
             self.ws.slots.append(slot)

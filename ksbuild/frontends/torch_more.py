@@ -495,6 +495,13 @@ def _repeat(fc, b, x, args, kw, node):
     return shape_ops.tile(b, x, reps)
 
 
+def _tile(fc, b, x, args, kw, node):
+    """x.tile(*dims) / torch.tile(x, dims): repeat, with fewer counts than axes padded by leading ones."""
+    x = tensor(fc, b, x, node)
+    reps = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
+    return _repeat(fc, b, x, [Const(1)] * max(0, x.type.rank - len(reps)) + reps, kw, node)
+
+
 def _method(fn):
     """A torch function f(x, ...) as the method x.f(...)."""
     return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
@@ -536,7 +543,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
         "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
-        "tensor": _tensor_literal, "flip": _flip, "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
+        "tensor": _tensor_literal, "flip": _flip, "tile": lambda fc, b, args, kw, node: _tile(fc, b, args[0], args[1:], kw, node),
+        "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
         "det": _det, "inverse": _inv,
     })
@@ -567,7 +575,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "cumprod": _method(_cumulative(index.cumprod)), "argmax": _method(_arg_ext(True)),
                     "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
                     "index_select": _method(_index_select), "diagonal": _method(_diagonal),
-                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "flip": _method(_flip),
+                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "tile": _tile, "flip": _method(_flip),
                     "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
                     "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
                     "lerp": _method(_lerp), "addmm": _method(_addmm)})
@@ -684,8 +692,9 @@ def _addmm(fc, b, args, kw, node):
 
 
 def _flip(fc, b, args, kw, node):
+    """torch.flip(x, dims) and x.flip(dims) or x.flip(d0, d1, ...) (a method's dims may come one by one)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    dims = _arg(fc, args, kw, 1, "dims", node)
+    dims = tuple(args[1:]) if len(args) > 2 else _arg(fc, args, kw, 1, "dims", node)
     for d in dims if isinstance(dims, (tuple, list)) else [dims]:
         x = index.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
     return x

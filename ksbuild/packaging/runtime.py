@@ -15,6 +15,7 @@ import ast
 import ctypes
 import json
 import operator
+import re
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -111,11 +112,12 @@ class Export:
             return
         try:
             dims = self.bind_dims([x.shape for x in args])
+            shapes = self.checked_out_shapes(dims)
         except CallError:
             return
         dim_values = [dims[d] for d in self.desc["dims"]]
         self._fast_plans[tuple(x.shape for x in args)] = _FastPlan(
-            [x.dtype for x in args], [(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(self.out_shapes(dims), self.outs)],
+            [x.dtype for x in args], [(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)],
             dim_values, self.ws_fn(*dim_values) if self.desc["workspace"] else 0)
 
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
@@ -197,9 +199,20 @@ class Export:
         """The shape of every output given the dims (works on torch SymInts too)."""
         return [tuple(dim_value(d, dims) for d in a["shape"]) for a in self.outs]
 
+    def checked_out_shapes(self, dims: dict) -> list[tuple]:
+        """out_shapes, with a CallError when the inputs make an output size negative (a `h - 2` for h = 1)."""
+        shapes = self.out_shapes(dims)
+        for shape, a in zip(shapes, self.outs):
+            for size, d in zip(shape, a["shape"]):
+                if isinstance(size, int) and size < 0:
+                    given = ", ".join(f"{k} = {v}" for k, v in dims.items() if re.search(rf"\b{re.escape(k)}\b", str(d)))
+                    raise CallError(f"{self.name}: output '{a['name']}' would have {d} = {size} elements along an "
+                                    f"axis ({given}): the inputs are too small for it")
+        return shapes
+
     def _outputs(self, dims, out):
         given = out if isinstance(out, (tuple, list)) else [out] if out is not None else None
-        shapes = self.out_shapes(dims)
+        shapes = self.checked_out_shapes(dims)
         if given is None:
             return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
         res = [_np_view(o, a, self.name) for o, a in zip(given, self.outs)]

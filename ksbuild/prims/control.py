@@ -521,7 +521,8 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
 
 
 def _loop_prune(eqn, used):
-    # drop unused ys, then carries that are unused after the loop and read by no kept result
+    # drop unused ys, then carries that are unused after the loop and read by no kept result, then the
+    # constants the remaining body does not read (a factor that only a dropped derivative used)
     p = eqn.params
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     keep_c = [i for i in range(ncar) if used[i]]
@@ -533,14 +534,15 @@ def _loop_prune(eqn, used):
         if need == keep_c:
             break
         keep_c = need
-    if len(keep) == len(used):
+    keep_k = [j for j in range(nc) if body.params[1 + j] in read]
+    if len(keep) == len(used) and len(keep_k) == nc:
         return eqn
     cpos = [1 + nc + i for i in keep_c]
     xs_pos = list(range(1 + nc + ncar, len(body.params)))
-    order_in = [0] + list(range(1, 1 + nc)) + cpos + xs_pos
-    nb = permuted(body, order_in, keep, body.name)
+    order_in = [0] + [1 + j for j in keep_k] + cpos + xs_pos
+    nb = permuted(live, order_in, list(range(len(keep))), body.name)
     ins = [eqn.ins[i] for i in order_in]
-    params = dict(p, body=_narrow(nb, list(range(len(keep)))), n_carry=len(keep_c))
+    params = dict(p, body=nb, n_carry=len(keep_c), n_consts=len(keep_k))
     return Eqn(eqn.prim, tuple(ins), tuple(eqn.outs[i] for i in keep), freeze(params), eqn.loc)
 
 

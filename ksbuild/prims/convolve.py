@@ -120,7 +120,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     rows = impl == "gemm"
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
             "winograd": "ks::winograd_scratch<{c}>({s})"}[impl]
-    scratch = ctx.scratch(c, size.format(c=c, s=shape))
+    scratch = ctx.scratch(c, size.format(c=c, s=shape), required=True)
     geometry = ctx.namer.fresh("geometry")
     ctx.line(f"const ks::conv_shape {geometry}{shape.removeprefix('ks::conv_shape')};")
     epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None

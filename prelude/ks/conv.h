@@ -616,54 +616,121 @@ inline quad<T> output_tile(const T* in) {
     return {s0[0] + s0[1] + s0[2], s0[1] - s0[2] - s0[3], s1[0] + s1[1] + s1[2], s1[1] - s1[2] - s1[3]};
 }
 
+// 1 when v is infinite or NaN (v - v is 0 for every finite v), else 0.
+template <class T>
+inline int nonfinite(T v) {
+    return (v - v) != T(0);
+}
+
 // Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored through the
-// epilogue into y [oh][ow] of the channel (the parts of the last tiles past the output dropped).
+// epilogue into y [oh][ow] of the channel (the parts of the last tiles past the output dropped). Returns
+// whether a value (before the epilogue) was infinite or NaN.
 template <class T, class Epi>
-inline void output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
+inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
                        T* y, const Epi& epi) {
     const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
     const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
     const bool two_rows = 2 * i + 1 < oh;
-    {
-        T* y0 = y + q0;
-        T* y1 = y0 + ow;
-        if (two_rows) {
-            KS_OMP_SIMD()
-            for (int64_t j = j0; j < pairs; ++j) {
-                const quad<T> r = output_tile(io + j);
-                y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
-                y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
-                y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
-                y1[2 * j + 1] = epi(image, o, q0 + ow + 2 * j + 1, r.v11);
-            }
-        } else {
-            KS_OMP_SIMD()
-            for (int64_t j = j0; j < pairs; ++j) {
-                const quad<T> r = output_tile(io + j);
-                y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
-                y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
-            }
-        }
-        for (int64_t j = pairs > j0 ? pairs : j0; j < j1; ++j) {  // the last tile of an odd width: one column
+    T* y0 = y + q0;
+    T* y1 = y0 + ow;
+    int bad = 0;
+    if (two_rows) {
+        KS_OMP_SIMD(reduction(| : bad))
+        for (int64_t j = j0; j < pairs; ++j) {
             const quad<T> r = output_tile(io + j);
+            bad |= nonfinite(r.v00) | nonfinite(r.v01) | nonfinite(r.v10) | nonfinite(r.v11);
             y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
-            if (two_rows) {
-                y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
-            }
+            y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
+            y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
+            y1[2 * j + 1] = epi(image, o, q0 + ow + 2 * j + 1, r.v11);
+        }
+    } else {
+        KS_OMP_SIMD(reduction(| : bad))
+        for (int64_t j = j0; j < pairs; ++j) {
+            const quad<T> r = output_tile(io + j);
+            bad |= nonfinite(r.v00) | nonfinite(r.v01);
+            y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+            y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
         }
     }
+    for (int64_t j = pairs > j0 ? pairs : j0; j < j1; ++j) {  // the last tile of an odd width: one column
+        const quad<T> r = output_tile(io + j);
+        bad |= nonfinite(r.v00);
+        y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+        if (two_rows) {
+            bad |= nonfinite(r.v10);
+            y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
+        }
+    }
+    return bad != 0;
 }
 
-// The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow].
+// The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow]; whether a value
+// was infinite or NaN.
 template <class T, class Epi>
-void output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
+bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
                   const Epi& epi) {
     const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
+    bool bad = false;
     for (int64_t o = 0; o < s.out_channels; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
         const T* po = prod + o * row_stride<T>;
         for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            output_row<T>(s, po + first - j0, i, j0, j1, image, o, y + o * plane, epi);
+            bad |= output_row<T>(s, po + first - j0, i, j0, j1, image, o, y + o * plane, epi);
         });
+    }
+    return bad;
+}
+
+// One image's output y [M][oh][ow] computed directly, window by window, with each 3×3 kernel recovered from
+// its transform (g = L u Lᵀ with L = [1 0 0 0; 0 1 -1 0; 0 0 0 1], a left inverse of G: rows 0, 1 - 2 and 3
+// of u). The path for an image whose Winograd result had an infinite or NaN value: an infinite input (whose
+// transforms subtract it from itself) or one near the largest float (whose transforms overflow). Slow (plain
+// loops), and as IEEE arithmetic has it: the same infinities as a direct convolution.
+template <class T, class Epi>
+void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const Epi& epi) {
+    const int64_t channels = s.channels, m = s.out_channels, h = s.in[1], w = s.in[2];
+    const int64_t oh = s.out[1], ow = s.out[2], plane = channels * m;
+    for (int64_t q = 0; q < m * oh * ow; ++q) {
+        y[q] = T(0);
+    }
+    for (int64_t o = 0; o < m; ++o) {
+        for (int64_t c = 0; c < channels; ++c) {
+            const T* uc = u + c * m + o;
+            T lu[3][4];  // L u: u's rows 0, 1 - 2 and 3
+            for (int r = 0; r < 4; ++r) {
+                lu[0][r] = uc[r * plane];
+                lu[1][r] = uc[(4 + r) * plane] - uc[(8 + r) * plane];
+                lu[2][r] = uc[(12 + r) * plane];
+            }
+            T g[3][3];  // (L u) Lᵀ
+            for (int k = 0; k < 3; ++k) {
+                g[k][0] = lu[k][0];
+                g[k][1] = lu[k][1] - lu[k][2];
+                g[k][2] = lu[k][3];
+            }
+            const T* xc = x + c * h * w;
+            T* yo = y + o * oh * ow;
+            for (int64_t r = 0; r < oh; ++r) {
+                for (int64_t q = 0; q < ow; ++q) {
+                    T acc = yo[r * ow + q];
+                    for (int a = 0; a < 3; ++a) {
+                        const int64_t sr = r + a - s.pad[1];
+                        for (int bb = 0; bb < 3; ++bb) {
+                            const int64_t sq = q + bb - s.pad[2];
+                            if (sr >= 0 && sr < h && sq >= 0 && sq < w) {
+                                acc += xc[sr * w + sq] * g[a][bb];
+                            }
+                        }
+                    }
+                    yo[r * ow + q] = acc;
+                }
+            }
+        }
+    }
+    for (int64_t o = 0; o < m; ++o) {
+        for (int64_t q = 0; q < oh * ow; ++q) {
+            y[o * oh * ow + q] = epi(image, o, q, y[o * oh * ow + q]);
+        }
     }
 }
 
@@ -723,6 +790,7 @@ void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, 
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
         T* yn = y + n * m * s.out[1] * s.out[2];
+        bool bad = false;
         for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
             const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
             winograd::input_tiles<T>(s, image, t0, count, v);
@@ -735,7 +803,10 @@ void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, 
                                     prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, no_epilogue{});
                 }
             }
-            winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
+            bad |= winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
+        }
+        if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
+            winograd::direct_image<T>(s, x + n * channels * s.in_plane(), u, n, yn, epi);
         }
     }
 }
