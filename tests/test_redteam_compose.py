@@ -3,12 +3,17 @@ control flow), each compiled and checked against an analytic value or torch:
 
 - grad(grad(f)) of a scalar loop whose first derivative carried a factor (1 / (n + 1)) that the second
   derivative no longer reads: the loop kept it as a constant, and the C++ declared it unused, which
-  -Werror rejected (loops now drop the constants their body does not read).
+  -Werror rejected (loops now drop the constants their body does not read);
+- jvp(grad(e)) of a product of three matrix products (a Hessian-vector product) failed to build: GCC saw
+  ks::tiles::dots read its block of 4 dot products past the end under an opaque count and reported
+  "'d' may be used uninitialized" under -Werror.
 """
 from __future__ import annotations
 
 import pytest
 from conftest import build_kernel_file
+
+torch = pytest.importorskip("torch")
 
 KERNELS = '''
 def power_plus(x: float, n: int) -> float:
@@ -16,6 +21,11 @@ def power_plus(x: float, n: int) -> float:
     for i in range(n // 2):
         acc = acc * x
     return acc + x / (n + 1)
+
+
+def e(x: "float[t, d]", wk: "float[d, d]", wv: "float[d, d]") -> float:
+    o = (x @ (x @ wk).T) @ (x @ wv)
+    return (o * o).sum()
 '''
 
 MANIFEST = '''
@@ -25,7 +35,10 @@ name = "redteam_compose"
 dtype = "float64"
 [kernels.power_plus]
 python = "k.py:power_plus"
+[kernels.e]
+python = "k.py:e"
 [exports]
+e_hvp = "jvp(grad(e, argnums=(0, 1, 2)))"
 power_plus_d = "grad(power_plus)"
 power_plus_dd = "grad(grad(power_plus))"
 '''
@@ -44,3 +57,14 @@ def test_second_derivative_of_a_loop_whose_first_one_has_a_dead_constant(built, 
     assert pkg.power_plus_d(x, n) == pytest.approx(first, rel=1e-12)
     want = k * (k - 1) * x ** (k - 2) if k >= 2 else 0.0
     assert pkg.power_plus_dd(x, n) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_hessian_vector_product_of_chained_matrix_products(built):
+    import numpy as np
+    pkg, src = built
+    rng = np.random.default_rng(0)
+    x, wk, wv, dx, dwk, dwv = (rng.standard_normal((4, 3) if i % 3 == 0 else (3, 3)) for i in range(6))
+    _, want = torch.func.jvp(torch.func.grad(src.e, argnums=(0, 1, 2)), tuple(map(torch.tensor, (x, wk, wv))),
+                             tuple(map(torch.tensor, (dx, dwk, dwv))))
+    for g, w in zip(pkg.e_hvp(x, wk, wv, dx, dwk, dwv), want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-10, atol=1e-10)

@@ -502,8 +502,10 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
             // (a count GCC cannot see: with the literal 4 it checks the epilogue's reads of a static bias of 3 columns
             // at column 3, in blocks that never run for n = 3, and -Werror rejects "iteration 3 invokes undefined
             // behavior")
+            // (and q < dot_block besides, or GCC sees reads of d past its end and reports d "may be used
+            // uninitialized": test_redteam_compose)
             const int count = opaque_count(dot_block);
-            for (int q = 0; q < count; ++q) {
+            for (int q = 0; q < count && q < dot_block; ++q) {
                 out[q * c.cs] = epi(i, j + q, accumulate ? out[q * c.cs] + d[q] : d[q]);
             }
         }
