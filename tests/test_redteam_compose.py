@@ -6,7 +6,9 @@ control flow), each compiled and checked against an analytic value or torch:
   -Werror rejected (loops now drop the constants their body does not read);
 - jvp(grad(e)) of a product of three matrix products (a Hessian-vector product) failed to build: GCC saw
   ks::tiles::dots read its block of 4 dot products past the end under an opaque count and reported
-  "'d' may be used uninitialized" under -Werror.
+  "'d' may be used uninitialized" under -Werror;
+- `y[j:j + 3] += v` with a computed start (reads of such a window worked; assignments now write its
+  positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal).
 """
 from __future__ import annotations
 
@@ -16,11 +18,32 @@ from conftest import build_kernel_file
 torch = pytest.importorskip("torch")
 
 KERNELS = '''
+import torch
+
+
 def power_plus(x: float, n: int) -> float:
     acc = 1.0
     for i in range(n // 2):
         acc = acc * x
     return acc + x / (n + 1)
+
+
+def overlap_add(x: "float[n]", k: "float[3]") -> "float[n + 2]":
+    y = torch.zeros(x.shape[0] + 2)
+    for j in range(x.shape[0]):
+        y[j:j + 3] += k * x[j]
+    return y
+
+
+def rows_add(x: "float[n, 4]", k: "float[2, 4]") -> "float[n + 1, 4]":
+    y = torch.zeros(x.shape[0] + 1, 4)
+    for j in range(x.shape[0]):
+        y[j:j + 2] = y[j:j + 2] + k * x[j]
+    return y
+
+
+def jacobi_split(a: "float[n, n]") -> "float[n, n]":
+    return a - torch.diag(torch.diagonal(a)) + torch.diag(a).sum()
 
 
 def e(x: "float[t, d]", wk: "float[d, d]", wv: "float[d, d]") -> float:
@@ -37,7 +60,17 @@ dtype = "float64"
 python = "k.py:power_plus"
 [kernels.e]
 python = "k.py:e"
+[kernels.overlap_add]
+python = "k.py:overlap_add"
+[kernels.rows_add]
+python = "k.py:rows_add"
+[kernels.jacobi_split]
+python = "k.py:jacobi_split"
 [exports]
+overlap_add = "overlap_add"
+overlap_add_vjp = "vjp(overlap_add)"
+rows_add = "rows_add"
+jacobi_split = "jacobi_split"
 e_hvp = "jvp(grad(e, argnums=(0, 1, 2)))"
 power_plus_d = "grad(power_plus)"
 power_plus_dd = "grad(grad(power_plus))"
@@ -68,3 +101,31 @@ def test_hessian_vector_product_of_chained_matrix_products(built):
                              tuple(map(torch.tensor, (dx, dwk, dwv))))
     for g, w in zip(pkg.e_hvp(x, wk, wv, dx, dwk, dwv), want):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture
+def float64_default():
+    """torch.zeros in the kernels makes float64 tensors, as the float64 build does."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def test_window_assignments_with_a_computed_start_and_diag_of_a_vector(built, float64_default):
+    import numpy as np
+    pkg, src = built
+    rng = np.random.default_rng(1)
+    x, k = rng.standard_normal(5), rng.standard_normal(3)
+    want = src.overlap_add(torch.tensor(x), torch.tensor(k))
+    np.testing.assert_allclose(pkg.overlap_add(x, k), want.numpy(), rtol=1e-12, atol=1e-12)
+    ct = rng.standard_normal(7)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, k)]
+    grads = torch.autograd.grad(src.overlap_add(*ts), ts, torch.tensor(ct))
+    for g, w in zip(pkg.overlap_add_vjp(x, k, ct), grads):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-12, atol=1e-12)
+    x2, k2 = rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
+    want = src.rows_add(torch.tensor(x2), torch.tensor(k2)).numpy()
+    np.testing.assert_allclose(pkg.rows_add(x2, k2), want, rtol=1e-12, atol=1e-12)
+    a = rng.standard_normal((4, 4))
+    np.testing.assert_allclose(pkg.jacobi_split(a), src.jacobi_split(torch.tensor(a)).numpy(), rtol=1e-12)

@@ -198,11 +198,18 @@ def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
 
 
 def _set_key(fc, b, scope, x: Atom, axis: int, it):
-    """One index item of an assignment: ("int", index atom), ("range", start, stop) or ("all",)."""
+    """One index item of an assignment: ("int", index atom), ("range", start, stop), ("window", start atom,
+    literal length) for x[j:j + m] with a computed start, or ("all",)."""
     n = x.type.shape[axis]
     if isinstance(it, ast.Slice):
         if it.step is not None:
             raise fc.src.error(it, "assignment to a slice with a step is not supported")
+        window = _window_bounds(fc, b, scope, it)
+        if window is not None:
+            start, m = window
+            if not isinstance(m, int):
+                raise fc.src.error(it, "an assignment to x[j:j + m] with a computed start needs a literal length m")
+            return ("window", start if start.type.dtype == "i64" else b.convert(start, dtype="i64"), m)
         start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
         return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
     return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
@@ -216,6 +223,18 @@ def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
             raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of type {x.type}")
         return v if v.type.shape == x.type.shape else b.broadcast_to(v, shape=x.type.shape)
     key = keys[k]
+    if key[0] == "window":  # m positions from a computed start, one by one (clamped into range, as reads are)
+        _, start, m = key
+        if any(key[0] != "all" for key in keys[k + 1:]):
+            raise fc.src.error(node, "an assignment to x[j:j + m] with a computed start must take whole axes after it")
+        shape = x.type.shape[:k] + (m,) + x.type.shape[k + 1:]
+        if broadcast_shapes(v.type.shape, shape) != shape:
+            raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of shape {list(shape)}")
+        v = v if v.type.shape == shape else b.broadcast_to(v, shape=shape)
+        for t in range(m):
+            i = b.add(start, Lit(t, Type("i64"))) if t else start
+            x = b.index_set(x, i, b.index(v, Lit(t, Type("i64")), axis=k), axis=k)
+        return x
     if key[0] == "int":
         part = b.index(x, key[1], axis=k)
         new = _set_items(fc, b, part, keys[:k] + keys[k + 1:], v, node)
@@ -266,10 +285,9 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
     return b.slice(x, axis=axis, start=start, stop=stop)
 
 
-def _dynamic_window(fc, b, scope, s: ast.Slice):
-    """x[j:j + m] with a computed start j and a static length m (a literal or a dim): m elements
-    from j, as a gather (positions past the end read the last element, as computed indices do).
-    A function (x, axis) -> the window, or None when the start is static."""
+def _window_bounds(fc, b, scope, s: ast.Slice):
+    """(start atom, static length m) of a slice j:j + m with a computed start j (m a literal or a dim), or
+    None when the start is static."""
     if s.lower is None or s.upper is None or not isinstance(s.upper, ast.BinOp) \
             or not isinstance(s.upper.op, ast.Add):
         return None
@@ -283,7 +301,17 @@ def _dynamic_window(fc, b, scope, s: ast.Slice):
     start = fc.expr(b, scope, s.lower)
     if is_dimlike(start) or not isinstance(start, Atom) or start.type.rank or not start.type.is_int:
         return None
-    m = as_dim(fc, fc.expr(b, scope, length_node), length_node)
+    return start, as_dim(fc, fc.expr(b, scope, length_node), length_node)
+
+
+def _dynamic_window(fc, b, scope, s: ast.Slice):
+    """x[j:j + m] with a computed start j and a static length m (a literal or a dim): m elements
+    from j, as a gather (positions past the end read the last element, as computed indices do).
+    A function (x, axis) -> the window, or None when the start is static."""
+    bounds = _window_bounds(fc, b, scope, s)
+    if bounds is None:
+        return None
+    start, m = bounds
     from ..ops import create, index
 
     def take(x: Atom, axis: int) -> Atom:

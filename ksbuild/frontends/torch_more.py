@@ -281,11 +281,30 @@ def _one_hot(fc, b, args, kw, node):
     return index.one_hot(b, _i64(b, idx), n, Lit(0, Type("i64")), Lit(1, Type("i64")))
 
 
+def _main_diagonal_only(fc, args, kw, node, name: str) -> None:
+    """A located error for the offset (and axis) arguments of diag/diagonal other than the main diagonal."""
+    offset = _arg(fc, args, kw, 1, "diagonal" if name == "diag" else "offset", node, Const(0))
+    extra = len(args) > 2 or any(k not in ("input", "offset", "diagonal") for k in kw)
+    if extra or not (isinstance(offset, Const) and offset.value == 0):
+        raise fc.src.error(node, f"torch.{name}: the main diagonal only (offset 0, the last two axes of a matrix)")
+
+
 def _diagonal(fc, b, args, kw, node):
+    _main_diagonal_only(fc, args, kw, node, "diagonal")
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     if x.type.rank != 2:
         raise fc.src.error(node, f"diagonal of {x.type}: matrices only")
     return linalg.einsum_many(b, "ii->i", [x])
+
+
+def _diag(fc, b, args, kw, node):
+    """torch.diag: the diagonal of a matrix, or the diagonal matrix of a vector."""
+    _main_diagonal_only(fc, args, kw, node, "diag")
+    v = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    if v.type.rank != 1:
+        return _diagonal(fc, b, args[:1], {}, node)
+    n = v.type.shape[0]
+    return linalg.einsum_many(b, "j,ij->ij", [v, create.eye(b, n, n, v.type.dtype)])
 
 
 def _trace(fc, b, args, kw, node):
@@ -542,7 +561,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "hypot": _hypot, "logaddexp": _logaddexp, "var": _var_std(False), "std": _var_std(True),
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
-        "diagonal": _diagonal, "diag": _diagonal, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
+        "diagonal": _diagonal, "diag": _diag, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
         "tensor": _tensor_literal, "flip": _flip, "tile": lambda fc, b, args, kw, node: _tile(fc, b, args[0], args[1:], kw, node),
         "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
