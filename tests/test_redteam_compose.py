@@ -8,7 +8,9 @@ control flow), each compiled and checked against an analytic value or torch:
   ks::tiles::dots read its block of 4 dot products past the end under an opaque count and reported
   "'d' may be used uninitialized" under -Werror;
 - `y[j:j + 3] += v` with a computed start (reads of such a window worked; assignments now write its
-  positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal).
+  positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal);
+- an in-place update through a second name or a view (y = x; y += 1) changed only that name, where torch
+  changes both: now a located error.
 """
 from __future__ import annotations
 
@@ -129,3 +131,31 @@ def test_window_assignments_with_a_computed_start_and_diag_of_a_vector(built, fl
     np.testing.assert_allclose(pkg.rows_add(x2, k2), want, rtol=1e-12, atol=1e-12)
     a = rng.standard_normal((4, 4))
     np.testing.assert_allclose(pkg.jacobi_split(a), src.jacobi_split(torch.tensor(a)).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("y = x\n    y += 1.0\n    return x * 1.0 + y", "in-place update of 'y', which is also 'x'"),
+    ("r = x[0]\n    r += 10.0\n    return x * 1.0", "in-place update of 'r', which is a view of 'x'"),
+    ("g = x\n    g[0] = 0.0\n    return x * 2.0", "in-place update of 'g', which is also 'x'"),
+])
+def test_in_place_updates_of_shared_tensors_are_located_errors(tmp_path, body, message):
+    """(Reading a view and writing back through the base, row = x[i]; x[i] = row * 2, stays allowed.)"""
+    import ksbuild
+    from ksbuild.errors import KsbuildError
+    (tmp_path / "k.py").write_text(f'import torch\n\n\ndef f(x: "float[3, 3]") -> "float[3, 3]":\n    {body}\n')
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "alias"\n[kernels.f]\npython = "k.py:f"\n'
+                                            '[exports]\nf = "f"\n')
+    with pytest.raises(KsbuildError) as e:
+        ksbuild.build(tmp_path / "manifest.toml")
+    assert message in str(e.value) and "k.py:" in str(e.value), str(e.value)
+
+
+def test_a_row_read_then_written_back_is_not_an_alias_error(tmp_path):
+    import numpy as np
+    kernels = ('import torch\n\n\ndef f(x: "float[3, 4]") -> "float[3, 4]":\n    y = x.clone()\n'
+               '    for i in range(3):\n        row = y[i]\n        y[i] = row * 2.0\n    return y\n')
+    manifest = ('[package]\nname = "rowback"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[exports]\nf = "f"\n')
+    pkg, _ = build_kernel_file(tmp_path, kernels, manifest, "rowback")
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(pkg.f(x), 2 * x)

@@ -218,6 +218,7 @@ class KernelCompiler:
                 current = self.expr(b, scope, s.target)  # x[i] += v is x[i] = x[i] + v
             elif isinstance(s.target, ast.Name):
                 current = self.name(scope, s.target)
+                self.check_not_aliased(b, scope, s.target.id, current, s)
             else:
                 raise self.src.error(s.target, "augmented assignment only to a name or x[...]")
             self.assign(b, scope, s.target, self.binop(b, s.op, current, self.expr(b, scope, s.value), s))
@@ -314,6 +315,7 @@ class KernelCompiler:
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             from .tensors import set_subscript
             x = self.name(scope, target.value)
+            self.check_not_aliased(b, scope, target.value.id, x, target)
             new = set_subscript(self, b, x, target.slice, value, scope, target)
             b.name(new, target.value.id)
             scope.names[target.value.id] = new
@@ -327,6 +329,20 @@ class KernelCompiler:
         else:
             raise self.src.error(target, f"unsupported assignment target '{ast.unparse(target)}'",
                                  hint="assign to a name, a tuple of names or x[...]")
+
+    def check_not_aliased(self, b: Builder, scope: Scope, name: str, value: Value, node: ast.AST) -> None:
+        """A located error for an in-place update (x += v, x[i] = v) of a tensor that another name also holds
+        (y = x) or that is a view of another name's tensor (r = x[0]): torch would change both, ksbuild gives
+        each name its own value, so the results would differ silently."""
+        if not isinstance(value, Atom) or not value.type.rank:
+            return
+        alias = _alias_of(b, scope, name, value)
+        if alias is not None:
+            how, other = alias
+            raise self.src.error(node, f"in-place update of '{name}', which {how} '{other}': torch would change "
+                                       f"both, ksbuild gives each name its own value",
+                                 hint=f"update a copy ({name} = ....clone() where {name} is bound), or make a new "
+                                      f"value ({name} = {name} + ... instead of {name} += ...)")
 
     # ---- if ------------------------------------------------------------------------------------
 
@@ -742,6 +758,36 @@ def _returns(s: ast.stmt) -> bool:
 
 def _is_docstring(s: ast.stmt) -> bool:
     return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+
+
+def _alias_of(b: Builder, scope: Scope, name: str, value: Atom) -> tuple[str, str] | None:
+    """How another name shares value's tensor: ("is also", y) (the same value under two names, in this scope or
+    an enclosing one) or ("is a view of", x) (made by a view primitive, x[0], x.T, x.reshape(...), of a value
+    another name holds); None when no other name does."""
+    def names_of(v: Atom) -> list[str]:
+        found, s = [], scope
+        while s is not None:
+            found += [n for n, val in s.names.items() if val is v and n != name]
+            outer = next((o for o, var in s.captured.values() if var is v), None)
+            if outer is None:
+                break
+            s, v = s.parent, outer
+        return found
+    same = names_of(value)
+    if same:
+        return "is also", same[0]
+    def bases(v: Atom):  # the values v is a view of, nearest first
+        source = next((e for e in b.eqns if v in e.outs), None)
+        while source is not None and source.prim.view and source.ins and isinstance(source.ins[0], Var):
+            yield source.ins[0]
+            source = next((e for e in b.eqns if source.ins[0] in e.outs), None)
+    for base in bases(value):
+        holders = names_of(base)
+        if holders:
+            return "is a view of", holders[0]
+    # (not flagged: an update of x while another name holds a view of it, t = x.T; x += 1. Whether that
+    # changes a result depends on t being read afterwards: row = x[i]; x[i] = row * 2 is common and safe.)
+    return None
 
 
 def _assigned(stmts: list[ast.stmt]) -> set[str]:

@@ -521,6 +521,11 @@ def _tile(fc, b, x, args, kw, node):
     return _repeat(fc, b, x, [Const(1)] * max(0, x.type.rank - len(reps)) + reps, kw, node)
 
 
+def _tile_function(fc, b, args, kw, node):
+    """torch.tile(x, dims)."""
+    return _tile(fc, b, args[0], args[1:], kw, node)
+
+
 def _method(fn):
     """A torch function f(x, ...) as the method x.f(...)."""
     return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
@@ -562,7 +567,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
         "diagonal": _diagonal, "diag": _diag, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
-        "tensor": _tensor_literal, "flip": _flip, "tile": lambda fc, b, args, kw, node: _tile(fc, b, args[0], args[1:], kw, node),
+        "tensor": _tensor_literal, "flip": _flip, "tile": _tile_function,
         "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
         "det": _det, "inverse": _inv,
@@ -594,7 +599,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "cumprod": _method(_cumulative(index.cumprod)), "argmax": _method(_arg_ext(True)),
                     "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
                     "index_select": _method(_index_select), "diagonal": _method(_diagonal),
-                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "tile": _tile, "flip": _method(_flip),
+                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "tile": _tile,
+                    "flip": _method(_flip),
                     "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
                     "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
                     "lerp": _method(_lerp), "addmm": _method(_addmm)})

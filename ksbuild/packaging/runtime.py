@@ -205,7 +205,8 @@ class Export:
         for shape, a in zip(shapes, self.outs):
             for size, d in zip(shape, a["shape"]):
                 if isinstance(size, int) and size < 0:
-                    given = ", ".join(f"{k} = {v}" for k, v in dims.items() if re.search(rf"\b{re.escape(k)}\b", str(d)))
+                    named = [k for k in dims if re.search(rf"\b{re.escape(k)}\b", str(d))]
+                    given = ", ".join(f"{k} = {dims[k]}" for k in named)
                     raise CallError(f"{self.name}: output '{a['name']}' would have {d} = {size} elements along an "
                                     f"axis ({given}): the inputs are too small for it")
         return shapes
