@@ -10,7 +10,9 @@ control flow), each compiled and checked against an analytic value or torch:
 - `y[j:j + 3] += v` with a computed start (reads of such a window worked; assignments now write its
   positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal);
 - an in-place update through a second name or a view (y = x; y += 1) changed only that name, where torch
-  changes both: now a located error.
+  changes both: now a located error;
+- an if whose branches both loop over `i` (or both use a loop temporary) was rejected: "'i' is assigned in
+  only one branch"; names a loop introduces stay inside it.
 """
 from __future__ import annotations
 
@@ -159,3 +161,29 @@ def test_a_row_read_then_written_back_is_not_an_alias_error(tmp_path):
     pkg, _ = build_kernel_file(tmp_path, kernels, manifest, "rowback")
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(pkg.f(x), 2 * x)
+
+
+def test_loops_in_both_branches_may_reuse_their_variable(tmp_path):
+    kernels = (
+        "def f(x: float) -> float:\n"
+        "    if x > 0.0:\n        for i in range(3):\n            x = x * 0.5\n"
+        "    else:\n        for i in range(5):\n            t = x * x\n            x = t\n"
+        "    return x\n")
+    manifest = ('[package]\nname = "loopvars"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[exports]\nf = "f"\nf_grad = "grad(f)"\n')
+    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "loopvars")
+    for x in (0.8, -0.9):
+        assert pkg.f(x) == pytest.approx(src.f(x), rel=1e-12)
+    assert pkg.f_grad(0.8) == pytest.approx(0.125, rel=1e-12)
+
+
+def test_updating_a_clone_leaves_the_original(tmp_path):
+    """y = x.clone(); y += 1 is what the alias error suggests: a value of its own (clone was x itself)."""
+    import numpy as np
+    kernels = ('import torch\n\n\ndef f(x: "float[3]") -> "float[2, 3]":\n    y = x.clone()\n    y += 1.0\n'
+               '    y[0] = 7.0\n    return torch.stack([x * 1.0, y])\n')
+    manifest = ('[package]\nname = "cloned"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[exports]\nf = "f"\n')
+    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "cloned")
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(pkg.f(x), src.f(torch.tensor(x)).numpy())

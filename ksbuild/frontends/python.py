@@ -353,7 +353,9 @@ class KernelCompiler:
             self.block(b, scope, s.body if test.value else s.orelse)
             return
         pred = self.condition(b, test, s.test)
-        in_both = _assigned(s.body) & _assigned(s.orelse)
+        # (a name a loop introduces, its variable or a temporary of its body, stays inside the loop: both
+        # branches looping over `i` do not make `i` a result of the if)
+        in_both = _assigned(s.body, loops=False) & _assigned(s.orelse, loops=False)
         names = sorted(_assigned(s.body) | _assigned(s.orelse))
         names = [n for n in names if n in in_both or scope.lookup(n) is not None]
         outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s)
@@ -790,10 +792,16 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom) -> tuple[str, st
     return None
 
 
-def _assigned(stmts: list[ast.stmt]) -> set[str]:
-    """Names stored to anywhere in these statements (x[i] = v stores to x)."""
+def _assigned(stmts: list[ast.stmt], loops: bool = True) -> set[str]:
+    """Names stored to anywhere in these statements (x[i] = v stores to x); with loops=False, not those stored
+    to only inside for/while loops."""
     out = set()
     for s in stmts:
+        if not loops and isinstance(s, (ast.For, ast.While)):
+            continue
+        if not loops and isinstance(s, ast.If):
+            out |= _assigned(s.body, loops) | _assigned(s.orelse, loops)
+            continue
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 out.add(n.id)

@@ -505,8 +505,15 @@ def _item(fc, b, x, args, kw, node):
 
 
 def _same(fc, b, x, args, kw, node):
-    """x.contiguous(), x.clone(): the same values."""
+    """x.contiguous(): the same values (torch returns x itself)."""
     return tensor(fc, b, x, node)
+
+
+def _clone(fc, b, x, args, kw, node):
+    """x.clone(): the same values as a value of its own (y = x.clone(); y += v changes y only), an identity
+    conversion that simplify removes."""
+    x = tensor(fc, b, x, node)
+    return b.convert(x, dtype=x.type.dtype) if isinstance(x, Atom) and x.type.rank else x
 
 
 def _detach(fc, b, x, args, kw, node):
@@ -722,7 +729,7 @@ SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze,
                  "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
                  "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
                  "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
-                 "contiguous": _same, "clone": _same, "to": _to, "item": _item, "detach": _detach,
+                 "contiguous": _same, "clone": _clone, "to": _to, "item": _item, "detach": _detach,
                  "dim": _dim_count, "numel": _numel}
 
 

@@ -493,6 +493,8 @@ convert = Prim(
         b.convert(cts[0], dtype=ins[0].type.dtype) if cts[0] is not None else None],
     elementwise=True,
     doc="cast to another dtype (float→int truncates toward zero)",
+    # convert(x, its own dtype) = x (x.clone() is one, a value of its own for the frontend's alias check)
+    simplify=lambda ins, out, dtype: ins[0] if ins[0].type == out.type else None,
 )
 
 
