@@ -152,13 +152,18 @@ def test_in_place_updates_of_shared_tensors_are_located_errors(tmp_path, body, m
     assert message in str(e.value) and "k.py:" in str(e.value), str(e.value)
 
 
+def _build_f(tmp_path, kernels: str, name: str, exports: str = 'f = "f"\n'):
+    """(package, source module) of one float64 kernel f in k.py."""
+    manifest = (f'[package]\nname = "{name}"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                f'[exports]\n{exports}')
+    return build_kernel_file(tmp_path, kernels, manifest, name)
+
+
 def test_a_row_read_then_written_back_is_not_an_alias_error(tmp_path):
     import numpy as np
     kernels = ('import torch\n\n\ndef f(x: "float[3, 4]") -> "float[3, 4]":\n    y = x.clone()\n'
                '    for i in range(3):\n        row = y[i]\n        y[i] = row * 2.0\n    return y\n')
-    manifest = ('[package]\nname = "rowback"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
-                '[exports]\nf = "f"\n')
-    pkg, _ = build_kernel_file(tmp_path, kernels, manifest, "rowback")
+    pkg, _ = _build_f(tmp_path, kernels, "rowback")
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(pkg.f(x), 2 * x)
 
@@ -169,9 +174,7 @@ def test_loops_in_both_branches_may_reuse_their_variable(tmp_path):
         "    if x > 0.0:\n        for i in range(3):\n            x = x * 0.5\n"
         "    else:\n        for i in range(5):\n            t = x * x\n            x = t\n"
         "    return x\n")
-    manifest = ('[package]\nname = "loopvars"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
-                '[exports]\nf = "f"\nf_grad = "grad(f)"\n')
-    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "loopvars")
+    pkg, src = _build_f(tmp_path, kernels, "loopvars", exports='f = "f"\nf_grad = "grad(f)"\n')
     for x in (0.8, -0.9):
         assert pkg.f(x) == pytest.approx(src.f(x), rel=1e-12)
     assert pkg.f_grad(0.8) == pytest.approx(0.125, rel=1e-12)
@@ -182,8 +185,6 @@ def test_updating_a_clone_leaves_the_original(tmp_path):
     import numpy as np
     kernels = ('import torch\n\n\ndef f(x: "float[3]") -> "float[2, 3]":\n    y = x.clone()\n    y += 1.0\n'
                '    y[0] = 7.0\n    return torch.stack([x * 1.0, y])\n')
-    manifest = ('[package]\nname = "cloned"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
-                '[exports]\nf = "f"\n')
-    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "cloned")
+    pkg, src = _build_f(tmp_path, kernels, "cloned")
     x = np.array([1.0, 2.0, 3.0])
     np.testing.assert_array_equal(pkg.f(x), src.f(torch.tensor(x)).numpy())

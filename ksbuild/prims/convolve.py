@@ -92,6 +92,12 @@ def _dense(ctx, a, hint: str):
     return buf
 
 
+def _dense_target(ctx, v, hint: str):
+    """(v's storage, a dense row-major buffer to compute it into: that storage, or a new one copied into it)."""
+    dst = ctx.target(v, hint)
+    return dst, dst if dst.contiguous or dst.dense() else ctx.alloc(v.type, hint)
+
+
 def conv_shape(ctx, eqn: Eqn) -> str:
     """The ks::conv_shape of a convolution (ks/conv.h): spatial axes padded in front to three."""
     x, w = eqn.ins[:2]
@@ -114,8 +120,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     (y,) = eqn.outs
     c = ctx.ctype(y.type)
     sx, sw = _dense(ctx, x, "image"), _dense(ctx, w, "kernel")
-    dst = ctx.target(y, "conv")
-    out = dst if dst.contiguous or dst.dense() else ctx.alloc(y.type, "conv")
+    dst, out = _dense_target(ctx, y, "conv")
     shape = conv_shape(ctx, eqn)
     rows = impl == "gemm"
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
@@ -150,8 +155,7 @@ def _epilogue(ctx, eqn: Eqn) -> str | None:
 def _emit_winograd_kernel(ctx, eqn: Eqn) -> None:
     (w,), (u,) = eqn.ins, eqn.outs
     sw = _dense(ctx, w, "kernel")
-    dst = ctx.target(u, "transformed")
-    out = dst if dst.contiguous or dst.dense() else ctx.alloc(u.type, "transformed")
+    dst, out = _dense_target(ctx, u, "transformed")
     ctx.line(f"ks::winograd_kernel<{ctx.ctype(u.type)}>({ctx.dim(w.type.shape[0])}, {ctx.dim(w.type.shape[1])}, "
              f"{sw.base}, {out.base});")
     if out is not dst:
