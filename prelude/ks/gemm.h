@@ -96,6 +96,13 @@ constexpr int vector_bytes = 0;  // no vector unit: one lane
 constexpr int tile_shape[2] = {KS_GEMM_TILE};
 constexpr int row_block = tile_shape[0];
 constexpr int panel_block = tile_shape[1];
+// The rows of ks::packed_gemm's tiles: with 32 vector registers, 12 rows x 2 panels (24 accumulators) read
+// each vector of a constant's panels 12 times instead of 8 (measured: docs/performance.md).
+#ifdef KS_GEMM_TALL_OVERRIDE  // (rows), to test the tall tiles on any target
+constexpr int tall_block = KS_GEMM_TALL_OVERRIDE;
+#else
+constexpr int tall_block = vector_bytes == 64 && row_block == 8 && panel_block == 2 ? 12 : row_block;
+#endif
 
 #ifndef KS_GEMM_KC
 #define KS_GEMM_KC 1024
@@ -176,6 +183,16 @@ inline void store(const T* row, T* out, int cols, bool load_c, bool last, int64_
     }
 }
 
+// What a tile prefetches into L2 while it runs: the byte at `from + (p · step >> 16)` as it reaches k row p
+// (step: bytes per row, 16-bit fixed point), or nothing when from is 0. When b is a constant's panels read
+// once per product (packed_gemm: a layer's weights, which rarely fit in L2), the tiles that share a block of
+// panels fetch the panels after it, part by part, so that those arrive from L3 or memory while this block
+// computes (docs/performance.md). Panels packed into scratch just before are in cache already: no prefetch.
+struct ahead {
+    uintptr_t from = 0;
+    int64_t step = 0;
+};
+
 // Where b's rows are, for the tiles: row p of panel u (P contiguous elements) at row(p, u); and where the
 // panels' columns go in c: panel u's first width() columns at column u * width(). Panels stored as
 // ks::panels or packed into a block: data + u * ps + p * rs, every column stored (width P).
@@ -184,10 +201,20 @@ struct panel_rows {
     const T* data;
     int64_t rs;
     int64_t ps;
+    bool streamed = false;  // read from beyond L2 (a constant's panels): prefetch the next ones
 
     const T* row(int64_t p, int u) const { return data + u * ps + p * rs; }
-    panel_rows from(int u) const { return {data + u * ps, rs, ps}; }  // the panels from u on
+    panel_rows from(int u) const { return {data + u * ps, rs, ps, streamed}; }  // the panels from u on
     static constexpr int width() { return panel_width<T>; }
+    // part `part` of `parts` of the np panels from u on, when they are one run of whole panels (kc rows each)
+    ahead next(int u, int np, int64_t kc, int64_t part, int64_t parts) const {
+        if (!streamed || rs != panel_width<T> || ps != kc * panel_width<T> || kc <= 0) {
+            return {};
+        }
+        const int64_t bytes = np * kc * int64_t(sizeof(T)) * panel_width<T> / parts;
+        return {reinterpret_cast<uintptr_t>(data) + uintptr_t(u * ps + part * bytes / int64_t(sizeof(T))) * sizeof(T),
+                (bytes << 16) / kc};
+    }
 };
 
 // Rows read where they lie, through a table: row p of panel u at base + offsets[p] + u * ps (the windows
@@ -204,13 +231,15 @@ struct table_rows {
     const T* row(int64_t p, int u) const { return base + offsets[p] + u * ps; }
     table_rows from(int u) const { return {base + u * ps, offsets, ps, cols}; }
     int width() const { return cols; }
+    ahead next(int, int, int64_t, int64_t, int64_t) const { return {}; }  // (the rows are the image's own)
 };
 
 // c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: store
 // epi(i, j, value), else the value (a partial sum of an earlier k block).
 template <class T, int MR, int NP, class Rows, class Epi>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
-                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi,
+                  ahead pf = {}) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
     constexpr int W = P / simd<T>::lanes;  // vectors per panel row
@@ -231,6 +260,9 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             const int64_t p = p0 + h;
             if (KU > 1 && p0 >= whole && p >= kc) {
                 break;
+            }
+            if (pf.from) {
+                __builtin_prefetch(reinterpret_cast<const char*>(pf.from + uintptr_t((p * pf.step) >> 16)), 0, 2);
             }
             V bv[NP * W];
             for (int u = 0; u < NP; ++u) {
@@ -308,11 +340,11 @@ inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
 // One tile: micro with a's strides, folded to constants for a packed a.
 template <class T, int MR, int NP, bool PACKED, class Rows, class Epi>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
-                 bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
+                 bool load_c, bool last, int64_t i, int64_t j, const Epi& epi, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi);
+        micro<T, MR, NP>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     } else {
-        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi);
+        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     }
 }
 
@@ -346,11 +378,13 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
 }
 
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
-// already start at the block's first k): tiles of row_block rows by panel_block panels, then the rows left.
-template <class T, bool PACKED = false, class Rows, class Epi>
+// already start at the block's first k): tiles of MR rows by panel_block panels, then the rows left (by
+// tiles of row_block rows when MR is taller; c's first row is row i0 for the epilogue).
+template <class T, bool PACKED = false, int MR = row_block, class Rows, class Epi>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
-                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi) {
-    constexpr int MR = row_block, NP = panel_block;
+                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi, int64_t i0 = 0) {
+    static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
+    constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
     const int64_t whole = m - m % MR;
     for (int u = 0; u < panels; u += NP) {
@@ -358,22 +392,28 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
         const int64_t left = cols - int64_t(u) * P;
         const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
         for (int64_t i = 0; i < whole; i += MR) {
-            const T* at = a.data + (i / MR) * a.ts;
+            const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
             if (np == NP) {
-                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, last, i,
-                                        j + u * P, epi);
+                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, last,
+                                        i0 + i, j + u * P, epi, b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
             }
             for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
                 const int wv = w - v * P < P ? w - v * P : P;
                 tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c,
-                                       last, i, j + (u + v) * P, epi);
+                                       last, i0 + i, j + (u + v) * P, epi);
             }
         }
     }
-    if (whole < m) {
+    if (whole == m) {
+        return;
+    }
+    if constexpr (MR != row_block) {
+        block<T>(m - whole, kc, rows_of(a.data + whole * a.rs, a.rs, a.cs), b, panels, c + whole * c_rs, c_rs, cols,
+                 load_c, last, j, epi, i0 + whole);
+    } else {
         rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
-                                     c + whole * c_rs, c_rs, cols, load_c, last, whole, j, epi);
+                                     c + whole * c_rs, c_rs, cols, load_c, last, i0 + whole, j, epi);
     }
 }
 
@@ -649,8 +689,8 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         const int count = static_cast<int>((cols + P - 1) / P);
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
-            tiles::block<T>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
-                            tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P},
+            tiles::block<T, false, tiles::tall_block>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
+                            tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true},
                             count, c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }

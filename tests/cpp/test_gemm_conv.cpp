@@ -96,7 +96,7 @@ void check_gemm(int64_t m, int64_t n, int64_t k, int flags, uint64_t& state) {
 
 template <class T>
 void gemms(uint64_t& state) {
-    const int64_t ms[] = {1, 2, 5, 6, 7, 13, 64};
+    const int64_t ms[] = {1, 2, 5, 6, 7, 13, 20, 25, 64};  // (packed_gemm's tall tiles: 12 + 1, 12 + 8, 2 x 12 + 1)
     const int64_t ns[] = {1, 3, 16, 17, 33, 130};
     const int64_t ks[] = {0, 1, 7, 300, 1100};
     for (int64_t m : ms) {
