@@ -9,8 +9,9 @@ control flow), each compiled and checked against an analytic value or torch:
   "'d' may be used uninitialized" under -Werror;
 - `y[j:j + 3] += v` with a computed start (reads of such a window worked; assignments now write its
   positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal);
-- an in-place update through a second name or a view (y = x; y += 1) changed only that name, where torch
-  changes both: now a located error;
+- an in-place update through a second name or a view (y = x; y += 1), or of a conditional's pick of
+  another name's tensor (y = x if c else w; y += 1), changed only that name, where torch changes both: now a
+  located error;
 - an if whose branches both loop over `i` (or both use a loop temporary) was rejected: "'i' is assigned in
   only one branch"; names a loop introduces stay inside it.
 """
@@ -139,6 +140,9 @@ def test_window_assignments_with_a_computed_start_and_diag_of_a_vector(built, fl
     ("y = x\n    y += 1.0\n    return x * 1.0 + y", "in-place update of 'y', which is also 'x'"),
     ("r = x[0]\n    r += 10.0\n    return x * 1.0", "in-place update of 'r', which is a view of 'x'"),
     ("g = x\n    g[0] = 0.0\n    return x * 2.0", "in-place update of 'g', which is also 'x'"),
+    ("y = x if x.sum() > 0.0 else x * 2.0\n    y += 1.0\n    return x * 1.0 + y", "update of 'y', which may be 'x'"),
+    ("if x.sum() > 0.0:\n        y = x\n    else:\n        y = x * 2.0\n    y[0] = 1.0\n    return x * 1.0 + y",
+     "in-place update of 'y', which may be 'x'"),
 ])
 def test_in_place_updates_of_shared_tensors_are_located_errors(tmp_path, body, message):
     """(Reading a view and writing back through the base, row = x[i]; x[i] = row * 2, stays allowed.)"""
@@ -188,3 +192,31 @@ def test_updating_a_clone_leaves_the_original(tmp_path):
     pkg, src = _build_f(tmp_path, kernels, "cloned")
     x = np.array([1.0, 2.0, 3.0])
     np.testing.assert_array_equal(pkg.f(x), src.f(torch.tensor(x)).numpy())
+
+
+def test_vmap_of_grad_through_a_loop_inside_a_batched_if(tmp_path):
+    """vmap(grad(f), in_axes=(0, None)) where a loop with an unbatched count sits in an if on a batched value:
+    the backward branch read the count as an output of the if (the other branch's 0 in lanes that took it),
+    so under vmap the count differed between lanes and the build was refused. The if's backward branch now
+    recomputes such residuals (counts, indices, views of its operands) from the operands themselves."""
+    import numpy as np
+    kernels = ('import torch\n\n\n'
+               'def f(x: float, n: int) -> float:\n'
+               '    if x > 0.0:\n        for i in range(n):\n            x = x * 0.5 + 1.0\n'
+               '    else:\n        x = x * x\n    return x\n\n\n'
+               'def g(x: "float[d]", w: "float[d, d]") -> float:\n'
+               '    h = x\n    if x.sum() > 0.0:\n        for i in range(x.shape[0]):\n'
+               '            h = torch.tanh(w @ h) + x * h[i]\n    return (h * h).sum()\n')
+    manifest = ('[package]\nname = "vgrad_branch"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[kernels.g]\npython = "k.py:g"\n[exports]\nvgrad_f = "vmap(grad(f), in_axes=(0, None))"\n'
+                'vvjp_f = "vmap(vjp(f), in_axes=(0, None, 0))"\nvgrad_g = "vmap(grad(g), in_axes=(0, None))"\n')
+    pkg, src = build_kernel_file(tmp_path, kernels, manifest, "vgrad_branch")
+    xs, n = np.array([0.7, -0.4, 1.5, 0.0]), 3
+    want = [torch.func.grad(src.f)(torch.tensor(x), n).item() for x in xs]
+    np.testing.assert_allclose(pkg.vgrad_f(xs, n), want, rtol=1e-12)
+    np.testing.assert_allclose(pkg.vvjp_f(xs, n, np.full(4, 2.0)), 2 * np.array(want), rtol=1e-12)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 3)), rng.standard_normal((3, 3))
+    want = np.stack([torch.func.grad(src.g)(torch.tensor(r), torch.tensor(w)).numpy() for r in x])
+    got = pkg.vgrad_g(x, w)
+    np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, want, rtol=1e-10, atol=1e-12)

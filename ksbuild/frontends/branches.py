@@ -25,6 +25,10 @@ def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, no
             captured.setdefault(key, outer)
     fns = [_finish(fc, bb, sc, vals, types, captured, node) for bb, sc, vals in runs]
     outs = b.bind(_prim("cond"), [pred, *captured.values()], {"then_fn": fns[0], "else_fn": fns[1]})
+    for i, out in enumerate(outs):  # a result that is an outer tensor passed through is, in torch, that tensor
+        passed = [outer for _, sc, vals in runs for outer, var in sc.captured.values() if var is vals[i]]
+        if passed and out.type.rank:
+            fc.picks[out] = tuple(passed)
     return list(outs)
 
 

@@ -65,6 +65,9 @@ class KernelCompiler:
         self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
         self.active: list[str] = []
+        # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
+        # branches assign y = x and y = w): an in-place update of y would change x or w there
+        self.picks: dict[Atom, tuple[Atom, ...]] = {}
 
     # ---- entry points ------------------------------------------------------------------------
 
@@ -336,7 +339,7 @@ class KernelCompiler:
         each name its own value, so the results would differ silently."""
         if not isinstance(value, Atom) or not value.type.rank:
             return
-        alias = _alias_of(b, scope, name, value)
+        alias = _alias_of(b, scope, name, value, self.picks)
         if alias is not None:
             how, other = alias
             raise self.src.error(node, f"in-place update of '{name}', which {how} '{other}': torch would change "
@@ -500,7 +503,10 @@ class KernelCompiler:
         pred = self.condition(b, test, e.test)
         x, y = self.expr(b, scope, e.body), self.expr(b, scope, e.orelse)
         x, y = self.unify(b, x, y, e)
-        return b.select(pred, x, y)
+        out = b.select(pred, x, y)
+        if out.type.rank:
+            self.picks[out] = (x, y)
+        return out
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
         from . import tensors
@@ -762,10 +768,11 @@ def _is_docstring(s: ast.stmt) -> bool:
     return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
 
 
-def _alias_of(b: Builder, scope: Scope, name: str, value: Atom) -> tuple[str, str] | None:
+def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> tuple[str, str] | None:
     """How another name shares value's tensor: ("is also", y) (the same value under two names, in this scope or
-    an enclosing one) or ("is a view of", x) (made by a view primitive, x[0], x.T, x.reshape(...), of a value
-    another name holds); None when no other name does."""
+    an enclosing one), ("is a view of", x) (made by a view primitive, x[0], x.T, x.reshape(...), of a value
+    another name holds) or ("may be", x) (one of the values a conditional picks from, see picks); None when no
+    other name does."""
     def names_of(v: Atom) -> list[str]:
         found, s = [], scope
         while s is not None:
@@ -787,6 +794,10 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom) -> tuple[str, st
         holders = names_of(base)
         if holders:
             return "is a view of", holders[0]
+    for option in picks.get(value, ()):
+        shared = _alias_of(b, scope, name, option, picks) if isinstance(option, Atom) else None
+        if shared is not None:
+            return ("may be", shared[1]) if shared[0] != "is a view of" else shared
     # (not flagged: an update of x while another name holds a view of it, t = x.T; x += 1. Whether that
     # changes a result depends on t being read afterwards: row = x[i]; x[i] = row * 2 is common and safe.)
     return None

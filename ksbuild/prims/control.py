@@ -110,18 +110,27 @@ def _cond_partial_eval(s, eqn, mask):
     op_known = mask[1:]
     unknown_out = pe.out_unknown_fixpoint([then_fn, else_fn], op_known)
     splits = [pe.partial_eval(f, op_known, unknown_out) for f in (then_fn, else_fn)]
-    (tk, tu, _, tn), (ek, eu, _, en) = splits
+    (tk, tu, _, _), (ek, eu, _, _) = splits
     n_known_out = unknown_out.count(False)
-    res_t = [r.type for r in tk.results[n_known_out:]]
-    res_e = [r.type for r in ek.results[n_known_out:]]
+    # residuals that are views of the branch's operands or cheap scalar arithmetic on them (a loop count, an
+    # index) are recomputed by the backward branch from those operands, not made outputs of the if: as
+    # outputs they would take the other branch's zeros, and under vmap with a batched condition a loop
+    # count read from one would differ between lanes
+    res_t, res_e = list(tk.results[n_known_out:]), list(ek.results[n_known_out:])
+    remat_t, remat_e = _cheap_part(tk, res_t, tk.params), _cheap_part(ek, res_e, ek.params)
+    own_t = [r for r in res_t if r not in remat_t.results]
+    own_e = [r for r in res_e if r not in remat_e.results]
+    # the known operands the recomputations read (positions among the known operands)
+    reads = sorted({tk.params.index(q) for q in remat_t.params} | {ek.params.index(q) for q in remat_e.params})
     kin = [t for t, k in zip(then_fn.in_types, op_known) if k]
 
     def known_branch(f, first):
         def body(b, ps):
             outs = inline(b, f, ps)
             main, res = outs[:n_known_out], outs[n_known_out:]
-            pad_t = res if first else [zeros(t) for t in res_t]
-            pad_e = [zeros(t) for t in res_e] if first else res
+            own = [v for v, r in zip(res, f.results[n_known_out:]) if r in (own_t if first else own_e)]
+            pad_t = own if first else [zeros(r.type) for r in own_t]
+            pad_e = [zeros(r.type) for r in own_e] if first else own
             return main + pad_t + pad_e
         return wrap(f.name, kin, body)
 
@@ -129,20 +138,26 @@ def _cond_partial_eval(s, eqn, mask):
     pred = s.read_known(eqn.ins[0])
     kouts = s.kb.bind(PRIMS_COND, [pred, *kops], {"then_fn": known_branch(tk, True),
                                                    "else_fn": known_branch(ek, False)})
-    main, rt, re_ = kouts[:n_known_out], kouts[n_known_out:n_known_out + tn], kouts[n_known_out + tn:]
+    main, rest = kouts[:n_known_out], kouts[n_known_out:]
     uin = [t for t, k in zip(then_fn.in_types, op_known) if not k]
+    n_own = len(own_t) + len(own_e)
 
-    def unknown_branch(f, first):
+    def unknown_branch(f, first, known_f, remat, own):
         def body(b, ps):
-            r_t, r_e, ops = ps[:tn], ps[tn:tn + en], ps[tn + en:]
-            return inline(b, f, (r_t if first else r_e) + ops)
-        return wrap(f.name, res_t + res_e + uin, body)
+            mine = ps[:len(own_t)] if first else ps[len(own_t):n_own]
+            read = dict(zip(reads, ps[n_own:n_own + len(reads)]))
+            again = dict(zip(remat.results, inline(b, remat, [read[known_f.params.index(q)] for q in remat.params])))
+            got = dict(zip(own, mine))
+            res = [got[r] if r in got else again[r] for r in known_f.results[n_known_out:]]
+            return inline(b, f, res + ps[n_own + len(reads):])
+        return wrap(f.name, [r.type for r in own_t + own_e] + [kin[j] for j in reads] + uin, body)
 
     uops = [s.read_unknown(a) for a, k in zip(eqn.ins[1:], op_known) if not k]
     upred = s.residual(pred)
-    res_args = [s.residual(r) for r in list(rt) + list(re_)]
-    uouts = s.ub.bind(PRIMS_COND, [upred, *res_args, *uops], {"then_fn": unknown_branch(tu, True),
-                                                             "else_fn": unknown_branch(eu, False)})
+    res_args = [s.residual(r) for r in list(rest) + [kops[j] for j in reads]]
+    uouts = s.ub.bind(PRIMS_COND, [upred, *res_args, *uops],
+                      {"then_fn": unknown_branch(tu, True, tk, remat_t, own_t),
+                       "else_fn": unknown_branch(eu, False, ek, remat_e, own_e)})
     ki, ui = iter(main), iter(uouts)
     for v, unk in zip(eqn.outs, unknown_out):
         if unk:
@@ -451,12 +466,20 @@ def _rematerialized(bk: Func, res, kconst_params) -> Func:
     """remat(k, *the consts it reads) -> the residuals of a loop body that are cheap functions of
     the counter k and loop constants (the index k itself, x[k], L[r, k] - mu[k]): the reverse loop
     recomputes them instead of reading them from a stack of one per iteration."""
-    made = {o: e for e in bk.eqns for o in e.outs}
-    leaves = {bk.params[0]} | set(kconst_params)
+    remat = _cheap_part(bk, [r for r in res if r not in kconst_params], [bk.params[0], *kconst_params])
+    params = [bk.params[0]] + [p for p in remat.params if p is not bk.params[0]]
+    return Func("remat", tuple(params), remat.eqns, remat.results)
+
+
+def _cheap_part(f: Func, res, leaves) -> Func:
+    """part(*the leaves it reads, in f's order) -> those of res that are views of leaves or scalar integer-like
+    arithmetic on them (a loop count, an index), which a backward pass recomputes rather than receives."""
+    made = {o: e for e in f.eqns for o in e.outs}
+    leaf_set = set(leaves)
     cheap: dict[Var, bool] = {}
 
     def is_cheap(a) -> bool:
-        if isinstance(a, Lit) or a in leaves:
+        if isinstance(a, Lit) or a in leaf_set:
             return True
         if a not in cheap:
             e = made.get(a)
@@ -464,15 +487,14 @@ def _rematerialized(bk: Func, res, kconst_params) -> Func:
             cheap[a] = kind_ok and all(is_cheap(x) for x in e.ins)
         return cheap[a]
 
-    out = [r for r in res if r not in kconst_params and is_cheap(r)]
+    out = [r for r in res if is_cheap(r)]
     needed = set(out)
     eqns = []
-    for e in reversed(bk.eqns):
+    for e in reversed(f.eqns):
         if any(o in needed for o in e.outs):
             eqns.append(e)
             needed.update(a for a in e.ins if isinstance(a, Var))
-    params = [bk.params[0]] + [p for p in kconst_params if p in needed]
-    return Func("remat", tuple(params), tuple(reversed(eqns)), tuple(out))
+    return Func("remat", tuple(p for p in leaves if p in needed), tuple(reversed(eqns)), tuple(out))
 
 
 def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, reverse, acc=None):

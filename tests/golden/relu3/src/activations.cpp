@@ -60,36 +60,27 @@ extern "C" size_t activations_vrelu3_workspace_size(int64_t n) {
 extern "C" float activations_relu3_vjp(float x, float ct) {
     const bool t1 = (x < 0.0f);
     bool r;
-    float r2;
     if (t1) {
         r = false;
-        r2 = 0.0f;
     } else {
-        const bool t3 = (x < 1.0f);
-        float r4;
-        if (t3) {
-            r4 = x;
-        } else {
-            r4 = 0.0f;
-        }
-        r = t3;
-        r2 = r4;
+        const bool t2 = (x < 1.0f);
+        r = t2;
     }
     float d_x;
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r5;
+        float r3;
         if (r) {
-            const float t6 = ks::ipow<2>(r2);
-            const float t7 = (3.0f * t6);
-            const float t8 = (ct * 0.3333333432674408f);
-            const float t9 = (t8 * t7);
-            r5 = t9;
+            const float t4 = ks::ipow<2>(x);
+            const float t5 = (3.0f * t4);
+            const float t6 = (ct * 0.3333333432674408f);
+            const float t7 = (t6 * t5);
+            r3 = t7;
         } else {
-            r5 = ct;
+            r3 = ct;
         }
-        d_x = r5;
+        d_x = r3;
     }
     return d_x;
 }
@@ -156,35 +147,26 @@ extern "C" float activations_relu3_jvp(float x, float dx) {
 extern "C" float activations_relu3_grad(float x) {
     const bool t1 = (x < 0.0f);
     bool r;
-    float r2;
     if (t1) {
         r = false;
-        r2 = 0.0f;
     } else {
-        const bool t3 = (x < 1.0f);
-        float r4;
-        if (t3) {
-            r4 = x;
-        } else {
-            r4 = 0.0f;
-        }
-        r = t3;
-        r2 = r4;
+        const bool t2 = (x < 1.0f);
+        r = t2;
     }
     float d_x;
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r5;
+        float r3;
         if (r) {
-            const float t6 = ks::ipow<2>(r2);
-            const float t7 = (3.0f * t6);
-            const float t8 = (0.3333333432674408f * t7);
-            r5 = t8;
+            const float t4 = ks::ipow<2>(x);
+            const float t5 = (3.0f * t4);
+            const float t6 = (0.3333333432674408f * t5);
+            r3 = t6;
         } else {
-            r5 = 1.0f;
+            r3 = 1.0f;
         }
-        d_x = r5;
+        d_x = r3;
     }
     return d_x;
 }
@@ -195,42 +177,27 @@ extern "C" float activations_relu3_grad(float x) {
 extern "C" float activations_relu3_d2(float x, float dx) {
     const bool t1 = (x < 0.0f);
     bool r;
-    float r2;
-    float r3;
     if (t1) {
         r = false;
-        r2 = 0.0f;
-        r3 = 0.0f;
     } else {
-        const bool t4 = (x < 1.0f);
-        float r5;
-        float r6;
-        if (t4) {
-            r5 = x;
-            r6 = dx;
-        } else {
-            r5 = 0.0f;
-            r6 = 0.0f;
-        }
-        r = t4;
-        r2 = r5;
-        r3 = r6;
+        const bool t2 = (x < 1.0f);
+        r = t2;
     }
     float dd_x;
     if (t1) {
         dd_x = 0.0f;
     } else {
-        float r7;
+        float r3;
         if (r) {
-            const float t8 = (2.0f * r2);
-            const float t9 = (t8 * r3);
-            const float t10 = (3.0f * t9);
-            const float t11 = (0.3333333432674408f * t10);
-            r7 = t11;
+            const float t4 = (2.0f * x);
+            const float t5 = (t4 * dx);
+            const float t6 = (3.0f * t5);
+            const float t7 = (0.3333333432674408f * t6);
+            r3 = t7;
         } else {
-            r7 = 0.0f;
+            r3 = 0.0f;
         }
-        dd_x = r7;
+        dd_x = r3;
     }
     return dd_x;
 }

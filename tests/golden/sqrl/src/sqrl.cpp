@@ -63,8 +63,6 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const r2 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
@@ -76,60 +74,54 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     }
     const bool t1 = (y < 0.0f);
     if (t1) {
-        for (int64_t i3 = 0; i3 < n; ++i3) {
-            const float x_i4 = x[i3];
-            const float t5 = ((-0.125f) * x_i4);
-            r[i3] = t5;
-        }
-        for (int64_t i6 = 0; i6 < n; ++i6) {
-            r2[i6] = 0.0f;
+        for (int64_t i2 = 0; i2 < n; ++i2) {
+            const float x_i3 = x[i2];
+            const float t4 = ((-0.125f) * x_i3);
+            r[i2] = t4;
         }
     } else {
-        for (int64_t i7 = 0; i7 < n; ++i7) {
-            const float x_i8 = x[i7];
-            const float t9 = ks::ipow<2>(x_i8);
-            const float t10 = (0.5f * t9);
-            r[i7] = t10;
-        }
-        for (int64_t i11 = 0; i11 < n; ++i11) {
-            r2[i11] = x[i11];
+        for (int64_t i5 = 0; i5 < n; ++i5) {
+            const float x_i6 = x[i5];
+            const float t7 = ks::ipow<2>(x_i6);
+            const float t8 = (0.5f * t7);
+            r[i5] = t8;
         }
     }
-    const float t12 = static_cast<float>(n);
-    const float t13 = (1.0f / t12);
-    const float t14 = (ct * t13);
-    for (int64_t i15 = 0; i15 < n; ++i15) {
-        const float x_i16 = r[i15];
-        const float t17 = std::sin(x_i16);
-        const float x_i18 = t14;
-        const float t19 = (x_i18 * t17);
-        const float t20 = (x_i18 * x_i16);
-        const float t21 = std::cos(x_i16);
-        const float t22 = (t20 * t21);
-        const float t23 = (t19 + t22);
-        tmp[i15] = t23;
+    const float t9 = static_cast<float>(n);
+    const float t10 = (1.0f / t9);
+    const float t11 = (ct * t10);
+    for (int64_t i12 = 0; i12 < n; ++i12) {
+        const float x_i13 = r[i12];
+        const float t14 = std::sin(x_i13);
+        const float x_i15 = t11;
+        const float t16 = (x_i15 * t14);
+        const float t17 = (x_i15 * x_i13);
+        const float t18 = std::cos(x_i13);
+        const float t19 = (t17 * t18);
+        const float t20 = (t16 + t19);
+        tmp[i12] = t20;
     }
     if (t1) {
-        for (int64_t i24 = 0; i24 < n; ++i24) {
-            const float ct_i = tmp[i24];
-            const float t25 = (ct_i * (-0.125f));
-            out[i24] = t25;
+        for (int64_t i21 = 0; i21 < n; ++i21) {
+            const float ct_i = tmp[i21];
+            const float t22 = (ct_i * (-0.125f));
+            out[i21] = t22;
         }
     } else {
-        for (int64_t i26 = 0; i26 < n; ++i26) {
-            const float ct_i27 = tmp[i26];
-            const float t28 = (ct_i27 * 0.5f);
-            const float x_i29 = r2[i26];
-            const float t30 = (2.0f * x_i29);
-            const float t31 = (t28 * t30);
-            out[i26] = t31;
+        for (int64_t i23 = 0; i23 < n; ++i23) {
+            const float ct_i24 = tmp[i23];
+            const float t25 = (ct_i24 * 0.5f);
+            const float x_i26 = x[i23];
+            const float t27 = (2.0f * x_i26);
+            const float t28 = (t25 * t27);
+            out[i23] = t28;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
-    return ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
+    return ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
 }
 
 
