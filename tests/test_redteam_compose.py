@@ -11,7 +11,7 @@ control flow), each compiled and checked against an analytic value or torch:
   positions one by one), and torch.diag of a vector (a diagonal matrix; it was read as torch.diagonal);
 - an in-place update through a second name or a view (y = x; y += 1), or of a conditional's pick of
   another name's tensor (y = x if c else w; y += 1), changed only that name, where torch changes both: now a
-  located error;
+  located error; so is reading a view taken before its base was updated in place (t = x.T; x += 1; t);
 - an if whose branches both loop over `i` (or both use a loop temporary) was rejected: "'i' is assigned in
   only one branch"; names a loop introduces stay inside it.
 """
@@ -143,6 +143,8 @@ def test_window_assignments_with_a_computed_start_and_diag_of_a_vector(built, fl
     ("y = x if x.sum() > 0.0 else x * 2.0\n    y += 1.0\n    return x * 1.0 + y", "update of 'y', which may be 'x'"),
     ("if x.sum() > 0.0:\n        y = x\n    else:\n        y = x * 2.0\n    y[0] = 1.0\n    return x * 1.0 + y",
      "in-place update of 'y', which may be 'x'"),
+    ("t = x.T\n    x += 1.0\n    return t * 1.0", "'t' is a view of 'x', which was updated in place on line 6"),
+    ("r = x[0]\n    x[0] = x[1]\n    return x + r", "'r' is a view of 'x', which was updated in place on line 6"),
 ])
 def test_in_place_updates_of_shared_tensors_are_located_errors(tmp_path, body, message):
     """(Reading a view and writing back through the base, row = x[i]; x[i] = row * 2, stays allowed.)"""
@@ -170,6 +172,15 @@ def test_a_row_read_then_written_back_is_not_an_alias_error(tmp_path):
     pkg, _ = _build_f(tmp_path, kernels, "rowback")
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(pkg.f(x), 2 * x)
+
+
+def test_a_view_taken_again_after_an_update_is_not_an_error(tmp_path):
+    import numpy as np
+    kernels = ('import torch\n\n\ndef f(x: "float[3, 4]") -> "float[4, 3]":\n    t = x.T\n    x += 1.0\n'
+               '    t = x.T\n    return t * 1.0\n')
+    pkg, src = _build_f(tmp_path, kernels, "retaken")
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(pkg.f(x), src.f(torch.tensor(x)).numpy())
 
 
 def test_loops_in_both_branches_may_reuse_their_variable(tmp_path):

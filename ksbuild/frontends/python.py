@@ -68,6 +68,9 @@ class KernelCompiler:
         # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
         # branches assign y = x and y = w): an in-place update of y would change x or w there
         self.picks: dict[Atom, tuple[Atom, ...]] = {}
+        # views another name held of a tensor when it was updated in place (t = x.T; x += 1): torch's t shows
+        # the update, ksbuild's the old values, so reading t afterwards is an error -> (t, x, line of the update)
+        self.stale: dict[Atom, tuple[str, str, int]] = {}
 
     # ---- entry points ------------------------------------------------------------------------
 
@@ -346,6 +349,8 @@ class KernelCompiler:
                                        f"both, ksbuild gives each name its own value",
                                  hint=f"update a copy ({name} = ....clone() where {name} is bound), or make a new "
                                       f"value ({name} = {name} + ... instead of {name} += ...)")
+        for holder, view in _views_held(b, scope, name, value):
+            self.stale[view] = (holder, name, self.src.loc(node).line)
 
     # ---- if ------------------------------------------------------------------------------------
 
@@ -417,6 +422,12 @@ class KernelCompiler:
             raise self.src.error(e, f"the list '{e.id}' can only be passed to torch.stack or torch.cat",
                                  hint=f"fill it in a for loop whose last statement is {e.id}.append(...), then "
                                       f"use torch.stack({e.id}, dim=...) or torch.cat({e.id}, dim=...)")
+        if isinstance(v, Atom) and v in self.stale:
+            view, base, line = self.stale[v]
+            raise self.src.error(e, f"'{view}' is a view of '{base}', which was updated in place on line {line}: "
+                                    f"torch's '{view}' shows the update, ksbuild's keeps the values from before it",
+                                 hint=f"take a copy ({view} = ....clone()) if the old values are meant, or take the "
+                                      f"view again after the update")
         return v
 
     def name(self, scope: Scope, e: ast.Name) -> Value:
@@ -785,12 +796,7 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
     same = names_of(value)
     if same:
         return "is also", same[0]
-    def bases(v: Atom):  # the values v is a view of, nearest first
-        source = next((e for e in b.eqns if v in e.outs), None)
-        while source is not None and source.prim.view and source.ins and isinstance(source.ins[0], Var):
-            yield source.ins[0]
-            source = next((e for e in b.eqns if source.ins[0] in e.outs), None)
-    for base in bases(value):
+    for base in _view_bases(b, value):
         holders = names_of(base)
         if holders:
             return "is a view of", holders[0]
@@ -798,9 +804,21 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
         shared = _alias_of(b, scope, name, option, picks) if isinstance(option, Atom) else None
         if shared is not None:
             return ("may be", shared[1]) if shared[0] != "is a view of" else shared
-    # (not flagged: an update of x while another name holds a view of it, t = x.T; x += 1. Whether that
-    # changes a result depends on t being read afterwards: row = x[i]; x[i] = row * 2 is common and safe.)
     return None
+
+
+def _view_bases(b: Builder, v: Atom):
+    """The values v is a view of (made by view primitives: x[0], x.T, x.reshape(...)), nearest first."""
+    source = next((e for e in b.eqns if v in e.outs), None)
+    while source is not None and source.prim.view and source.ins and isinstance(source.ins[0], Var):
+        yield source.ins[0]
+        source = next((e for e in b.eqns if source.ins[0] in e.outs), None)
+
+
+def _views_held(b: Builder, scope: Scope, name: str, value: Atom) -> list[tuple[str, Atom]]:
+    """(name, view) for every other name of this scope that holds a view of value."""
+    return [(n, v) for n, v in scope.names.items()
+            if n != name and isinstance(v, Atom) and v is not value and any(x is value for x in _view_bases(b, v))]
 
 
 def _assigned(stmts: list[ast.stmt], loops: bool = True) -> set[str]:
