@@ -40,6 +40,7 @@ def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str =
     from .graph import Importer
     from .node import NeedsConstant
     model = model if model is not None else load_model(path)
+    check_model(Path(path), model)
     embedded: set[str] = set()
     while True:
         imp = Importer(Path(path), model, float_dtype, weights, frozenset(embedded))
@@ -49,3 +50,28 @@ def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str =
             if e.value not in imp.external or e.value in embedded:
                 raise
             embedded.add(e.value)  # a weight used as a shape or axes stays embedded; import again
+
+
+def check_model(path: Path, model) -> None:
+    """A KsbuildError naming the model file when it cannot be a kernel: no graph (an empty or truncated
+    file parses as an empty model), a graph with no outputs, or an opset newer than the onnx package knows."""
+    if not model.HasField("graph"):
+        raise KsbuildError("the file holds no graph (an empty or truncated .onnx file?)", Location(str(path)),
+                           hint="export the model again; onnx.checker.check_model(path) tells what is wrong")
+    if not model.graph.output:
+        raise KsbuildError("the graph has no outputs: the kernel would compute nothing", Location(str(path)),
+                           hint="list the values it computes as graph outputs (output_names= in torch.onnx.export)")
+    _check_opset(path, model)
+
+
+def _check_opset(path: Path, model) -> None:
+    """The default domain's opset must be one the installed onnx package defines (its op schemas are how
+    ksbuild reads the ops, and expands those defined as functions)."""
+    import onnx
+    newest = onnx.defs.onnx_opset_version()
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > newest:
+            raise KsbuildError(f"the model imports opset {imp.version} of the default ONNX domain; the installed "
+                               f"onnx {onnx.__version__} knows opsets up to {newest}", Location(str(path)),
+                               hint=f"export with opset_version={newest} or lower, or upgrade onnx "
+                                    "(pip install -U onnx)")

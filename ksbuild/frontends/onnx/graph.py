@@ -9,7 +9,6 @@ Ops without a handler that ONNX defines as a function of other ops are expanded 
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +18,7 @@ from ...errors import KsbuildError, Location
 from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Var
 from ...ir.types import Dim, Type
+from .names import ascii_name, c_name, dim_name
 from .node import NeedsConstant, Node
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic
 
@@ -67,12 +67,6 @@ def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
         raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
                            hint="supported: numeric tensors (float, double, float16, bfloat16, float8, ints, bool)")
     return ONNX_DTYPES[name]
-
-
-def c_name(name: str, prefix: str = "v") -> str:
-    """An ONNX name as a C identifier."""
-    s = re.sub(r"\W", "_", name)
-    return s if s and not s[0].isdigit() else f"{prefix}{s}"
 
 
 class Frame:
@@ -165,7 +159,9 @@ class Importer:
         if d.HasField("dim_value"):
             return int(d.dim_value)
         raw = d.dim_param if d.HasField("dim_param") else f"{where.split(chr(39))[1]}_dim{k}"
-        return self.dim_names.setdefault(raw, c_name(raw, "d"))
+        if raw not in self.dim_names:
+            self.dim_names[raw] = dim_name(raw, set(self.dim_names.values()))
+        return self.dim_names[raw]
 
     def compute(self, b: Builder, p: Atom) -> Atom:
         """A parameter of a storage dtype (f16, ...) converted to the dtype it computes in."""
@@ -206,7 +202,7 @@ class Importer:
                 if _kind(want) != _kind(v.dtype):  # (onnxruntime refuses it; a cast would truncate floats or so)
                     raise node.error(f"graph output '{vi.name}' is declared {want} but its value is {v.dtype}")
             results.append(a if a.type.dtype == want else b.convert(a, dtype=want))
-            names.append(c_name(vi.name, "y"))
+            names.append(ascii_name(vi.name, "y"))  # codegen writes out_<name>: never a keyword or macro
         return results, names
 
     # ---- nodes --------------------------------------------------------------------------------------
