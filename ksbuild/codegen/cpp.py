@@ -141,6 +141,11 @@ class Writer:
     def ctype(self, t: Type) -> str:
         return C_TYPES[t.dtype]
 
+    def buffer_ctype(self, t: Type) -> str:
+        """The element type of a buffer of the function's own: bytes for bool tensors (GCC 12 vectorizes no loop
+        that loads a bool, e.g. relu's backward select through its mask; one that loads a byte it does)."""
+        return "uint8_t" if t.dtype == "bool" else self.ctype(t)
+
     # ---- values --------------------------------------------------------------------------------
 
     def scalar(self, a: Atom) -> str:
@@ -223,18 +228,19 @@ class Writer:
         name = self.namer.fresh(v.hint or hint)
         if k not in self.slot_names:
             self.slot_names[k] = name
-            self.ws.slots.append(Slot(name, self.ctype(v.type), self.bytes(v.type)))
+            self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), self.bytes(v.type)))
         else:
-            self.line(f"{self.ctype(v.type)}* const {name} = {self.slot_names[k]};  // reuses a dead buffer's space")
+            self.line(f"{self.buffer_ctype(v.type)}* const {name} = {self.slot_names[k]};  // reuses a dead buffer's "
+                      "space")
         return Storage.buffer(name, v.type.shape)
 
     def bytes(self, t: Type) -> str:
-        return f"ks::aligned_bytes<{self.ctype(t)}>({product(t.shape)})"
+        return f"ks::aligned_bytes<{self.buffer_ctype(t)}>({product(t.shape)})"
 
     def alloc(self, t: Type, hint: str = "buf") -> Storage:
         """A fresh contiguous buffer of type t of the writer's own (a packed copy, a staged carry)."""
         name = self.namer.fresh(hint)
-        c = self.ctype(t)
+        c = self.buffer_ctype(t)
         if self.ws.on_stack:
             if not all(isinstance(d, int) for d in t.shape):
                 raise KsbuildError(f"a temporary of type {t} has a size known only at run time; a scalar "
@@ -434,7 +440,8 @@ def reduce_loop_order(shape, axes) -> list[int]:
     return [j for j in range(len(shape)) if j != kept[-1]] + [kept[-1]]
 
 
-REDUCE_UPDATE = {"sum": "{a} += {x};", "max": "{a} = ks::max({x}, {a});", "min": "{a} = ks::min({x}, {a});"}
+REDUCE_UPDATE = {"sum": "{a} += {x};", "max": "{a} = ks::running_max({a}, {x});",
+                 "min": "{a} = ks::running_min({a}, {x});"}
 
 
 def reduce_init(kind: str, c: str) -> str:

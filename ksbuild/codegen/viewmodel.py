@@ -7,7 +7,7 @@ from ..ir.core import Func, Var
 from ..ir.types import C_TYPES, dim_names
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer
-from .storage import Storage
+from .storage import Storage, dim_expr
 
 C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
               "short", "signed", "unsigned", "const", "static", "auto", "bool", "true", "false", "case",
@@ -159,23 +159,59 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws, f"{package}_{name}") + body + w.lines + ["    return ks::status::ok;"]
+    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims)) + body + w.lines
+    lines.append("    return ks::status::ok;")
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
     return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
                       w.ws.size_expr(), bool(w.ws.offsets))
 
 
-def _prologue(dims: list[str], ws: Workspace, c_name: str) -> list[str]:
-    """Argument checks: negative dims, a missing workspace."""
+def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = ()) -> list[str]:
+    """Argument checks: negative dims, sizes computed from them that come out negative (x[1:-1] of one element:
+    torch's slice would be empty, ksbuild's tensors have the sizes the kernel's text gives), a missing
+    workspace."""
     lines = []
     if dims:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
+    if derived:
+        lines.append(f"    if ({' || '.join(f'{dim_expr(d)} < 0' for d in derived)}) return ks::status::err_shape;")
     if ws.offsets:
         # NULL is fine when the size is 0 (a zero-sized dim), as P_E_workspace_size promises
         lines.append(f"    if (workspace == nullptr && {c_name}_workspace_size({', '.join(dims)}) != 0) "
                      "return ks::status::err_null;")
         lines += ws.prologue()
     return lines
+
+
+def _differences(f: Func, dims: list[str]) -> list[str]:
+    """The sizes of f's values, and the sizes in its equations' parameters (a pad's widths, a slice's bounds),
+    loop bodies' too but not an if's branches, that subtract dims and so may come out negative (n - 2)."""
+    import re
+    found: set[str] = set()
+
+    def size(d) -> bool:
+        return (isinstance(d, str) and "-" in d and re.fullmatch(r"[\w\s+\-*/()]+", d) is not None
+                and all(n in dims for n in re.findall(r"[A-Za-z_]\w*", d)))
+
+    def visit_param(p) -> None:
+        if isinstance(p, Func):
+            visit(p)
+        elif isinstance(p, (tuple, list)):
+            for q in p:
+                visit_param(q)
+        elif size(p):
+            found.add(p)
+
+    def visit(g: Func) -> None:
+        for v in [*g.params, *(o for e in g.eqns for o in e.outs)]:
+            found.update(d for d in v.type.shape if size(d))
+        for e in g.eqns:
+            if "cond" in e.prim.name:  # (a branch's sizes: the condition may be what guards them, if n > 2)
+                continue
+            for p in e.params.values():
+                visit_param(p)
+    visit(f)
+    return sorted(found)
 
 
 def _void_unused(args: list[ArgView], body: list[str]) -> list[str]:

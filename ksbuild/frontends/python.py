@@ -36,6 +36,7 @@ class Source:
     modules: dict[str, str] = field(default_factory=dict)  # alias -> "math" | "torch"
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, attr)
     globals: set[str] = field(default_factory=set)  # other module-level names (not usable in kernels)
+    foreign: dict[str, str] = field(default_factory=dict)  # alias -> a module kernels cannot use (np -> numpy)
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -177,6 +178,13 @@ class KernelCompiler:
         if want is not None and len(want) != len(values):
             raise self.src.error(where, f"returns {len(values)} values but is annotated with {len(want)}")
         types = want or [None] * len(values)
+        for v, t in zip(values, types):
+            got_float = (isinstance(v, Const) and isinstance(v.value, float) and not v.value.is_integer()) or \
+                (isinstance(v, Atom) and v.type.is_float and not _whole_numbers(b, v))
+            if t is not None and t.is_int and got_float:  # (torch would return the float: no silent truncation)
+                raise self.src.error(where, f"the result is a float but the annotation says {t}",
+                                     hint="annotate it as a float, or convert explicitly: int(...), "
+                                          "x.long(), torch.floor(x).long()")
         return [self.as_atom(b, v, t, where) for v, t in zip(values, types)]
 
     def as_atom(self, b: Builder, v: Value, t: Type | None, where: ast.AST) -> Atom:
@@ -434,6 +442,10 @@ class KernelCompiler:
         v = scope.lookup(e.id)
         if v is None:
             v = self.src.constants.get(e.id)
+        if v is None and e.id in self.src.foreign:
+            raise self.src.error(e, f"'{e.id}' is the module {self.src.foreign[e.id]}, which kernels cannot use: "
+                                    "ksbuild compiles calls of torch, math and Python's builtins",
+                                 hint="use the torch function of the same name (torch.exp, torch.where, ...)")
         if v is None and e.id in self.src.globals:
             raise self.src.error(e, f"the module-level '{e.id}' is not a constant a kernel can use",
                                  hint="module-level constants are numbers, or tuples/lists of numbers; pass "
@@ -740,8 +752,12 @@ class KernelCompiler:
         return _prim(name)
 
     def numeric(self, x: Value, node) -> Value:
-        if isinstance(x, tuple) or (not isinstance(x, Const) and x.type.dtype == "bool"):
-            raise self.src.error(node, "expected a number here")
+        if isinstance(x, tuple):
+            raise self.src.error(node, "expected a number here, got a tuple")
+        if not isinstance(x, Const) and x.type.dtype == "bool":
+            raise self.src.error(node, "a bool (a comparison's result) is not a number here",
+                                 hint="convert it, float(c) or c.float(), or choose with `a if c else b` / "
+                                      "torch.where(c, a, b)")
         return x
 
     def boolean(self, x: Value, node) -> Value:
@@ -805,6 +821,22 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
         if shared is not None:
             return ("may be", shared[1]) if shared[0] != "is a view of" else shared
     return None
+
+
+def _whole_numbers(b: Builder, v: Atom) -> bool:
+    """Whether v is a float that holds whole numbers: made by floor, ceil, round or trunc (math.floor(x) is an int
+    in Python), converted from an integer, or sums, differences, products, extrema and picks of those."""
+    if isinstance(v, Lit):
+        return not v.type.is_float or float(v.value).is_integer()
+    source = next((e for e in b.eqns if v in e.outs), None)
+    if source is None:
+        return False
+    if source.prim.name in ("floor", "ceil", "round", "trunc") or (
+            source.prim.name == "convert" and not source.ins[0].type.is_float):
+        return True
+    ins = source.ins[1:] if source.prim.name == "select" else source.ins
+    return source.prim.name in ("add", "sub", "mul", "neg", "max", "min", "select") and \
+        all(_whole_numbers(b, a) for a in ins)
 
 
 def _view_bases(b: Builder, v: Atom):

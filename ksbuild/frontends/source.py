@@ -44,6 +44,8 @@ def _top_level(src: Source, node: ast.stmt) -> None:
                 src.modules[a.asname] = KNOWN_MODULES[a.name]
             elif a.name.split(".")[0] in KNOWN_MODULES:  # `import torch.nn.functional` binds `torch`
                 src.modules[a.name.split(".")[0]] = KNOWN_MODULES[a.name.split(".")[0]]
+            else:  # numpy, scipy...: a located error where a kernel uses it
+                src.foreign[a.asname or a.name.split(".")[0]] = a.name
     elif isinstance(node, ast.ImportFrom) and node.module in KNOWN_MODULES:
         for a in node.names:
             sub = f"{node.module}.{a.name}"

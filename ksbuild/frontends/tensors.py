@@ -14,8 +14,18 @@ import re
 import numpy as np
 
 from ..ir.core import Atom, Lit
-from ..ir.types import (DTYPES, Dim, Type, broadcast_shapes, canonical_dim, dim_add, dim_floordiv, dim_mul, dim_sub,
-                        numpy_dtype)
+from ..ir.types import (
+    DTYPES,
+    Dim,
+    Type,
+    broadcast_shapes,
+    canonical_dim,
+    dim_add,
+    dim_floordiv,
+    dim_mul,
+    dim_sub,
+    numpy_dtype,
+)
 from ..ops import create, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
@@ -209,7 +219,7 @@ def _set_key(fc, b, scope, x: Atom, axis: int, it):
             start, m = window
             if not isinstance(m, int):
                 raise fc.src.error(it, "an assignment to x[j:j + m] with a computed start needs a literal length m")
-            return ("window", start if start.type.dtype == "i64" else b.convert(start, dtype="i64"), m)
+            return ("window", _window_start(b, start, n, m), m)
         start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
         return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
     return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
@@ -223,7 +233,7 @@ def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
             raise fc.src.error(node, f"cannot assign a value of type {v.type} to a part of type {x.type}")
         return v if v.type.shape == x.type.shape else b.broadcast_to(v, shape=x.type.shape)
     key = keys[k]
-    if key[0] == "window":  # m positions from a computed start, one by one (clamped into range, as reads are)
+    if key[0] == "window":  # m positions from a computed start (moved so that they fit, as for reads), one by one
         _, start, m = key
         if any(key[0] != "all" for key in keys[k + 1:]):
             raise fc.src.error(node, "an assignment to x[j:j + m] with a computed start must take whole axes after it")
@@ -305,9 +315,8 @@ def _window_bounds(fc, b, scope, s: ast.Slice):
 
 
 def _dynamic_window(fc, b, scope, s: ast.Slice):
-    """x[j:j + m] with a computed start j and a static length m (a literal or a dim): m elements
-    from j, as a gather (positions past the end read the last element, as computed indices do).
-    A function (x, axis) -> the window, or None when the start is static."""
+    """x[j:j + m] with a computed start j and a static length m (a literal or a dim): m elements from j
+    (see _window_start), as a gather. A function (x, axis) -> the window, or None when the start is static."""
     bounds = _window_bounds(fc, b, scope, s)
     if bounds is None:
         return None
@@ -315,10 +324,21 @@ def _dynamic_window(fc, b, scope, s: ast.Slice):
     from ..ops import create, index
 
     def take(x: Atom, axis: int) -> Atom:
-        positions = b.add(create.arange(b, 0, m), start if start.type.dtype == "i64" else
-                          b.convert(start, dtype="i64"))
+        positions = b.add(create.arange(b, 0, m), _window_start(b, start, x.type.shape[axis], m))
         return index.gather(b, x, positions, axis)
     return take
+
+
+def _window_start(b, start: Atom, n: Dim, m: Dim) -> Atom:
+    """Where a window of m elements from a computed start j begins on an axis of n, as JAX's dynamic_slice
+    has it: a negative j counts from the end, then the start moves into [0, n - m] so that the whole window
+    lies inside the axis (torch would return a shorter window, which a fixed-size tensor cannot be)."""
+    i64 = Type("i64")
+    j = start if start.type.dtype == "i64" else b.convert(start, dtype="i64")
+    size = Lit(n, i64) if isinstance(n, int) else b.dim_size(dim=n)
+    j = b.select(b.lt(j, Lit(0, i64)), b.add(j, size), j)
+    last = b.sub(size, Lit(m, i64) if isinstance(m, int) else b.dim_size(dim=m))
+    return b.max(b.min(j, last), Lit(0, i64))
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:

@@ -158,13 +158,11 @@ def _vdot(fc, b, args, kw, node):
 
 
 def _logcumsumexp(fc, b, args, kw, node):
-    """torch.logcumsumexp(input, dim): log of the running sum of exp, shifted by the axis' maximum."""
+    """torch.logcumsumexp(input, dim): log of the running sum of exp (a scan that rescales as it goes)."""
     from ..ops import index
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
-    m = b.stop_gradient(reduce.amax(b, x, [axis], keepdim=True))  # (the shift cancels out of the derivative)
-    m = b.select(b.eq(b.abs(m), _c(m, math.inf)), _c(m, 0), m)  # an axis of infinities: no inf - inf
-    return b.add(b.log(index.cumsum(b, b.exp(b.sub(x, m)), axis)), m)
+    return index.logcumsumexp(b, x, axis)
 
 
 def _any_all(is_any: bool):

@@ -92,8 +92,15 @@ def _hardtanh(lo: float, hi: float, bounds: bool):
 
 
 def _hypot(fc, b, args, kw, node):
+    """sqrt(x² + y²) as big · sqrt(1 + (small / big)²), so that it neither overflows (1e300) nor underflows
+    (1e-200) where the result is representable; an infinite side gives inf even against NaN, as C's hypot."""
     x, y = _two_floats(fc, b, args[:2], node, "hypot")
-    return b.sqrt(b.add(b.mul(x, x), b.mul(y, y)))
+    ax, ay = b.abs(x), b.abs(y)
+    first = b.ge(ax, ay)
+    big, small = b.select(first, ax, ay), b.select(first, ay, ax)
+    r = b.div(small, b.select(b.eq(big, _c(x, 0)), _c(x, 1), big))
+    h = b.mul(big, b.sqrt(b.add(_c(x, 1), b.mul(r, r))))
+    return b.select(math_ops.logical_or(b, math_ops.isinf(b, x), math_ops.isinf(b, y)), _c(x, math.inf), h)
 
 
 def _logaddexp(fc, b, args, kw, node):
@@ -193,6 +200,32 @@ def _norm(fc, b, args, kw, node):
         raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
     from ..ops.aten import vector_norm
     return vector_norm(b, x, float(p.value), axes, keep)
+
+
+def _linalg_norm(fc, b, args, kw, node):
+    """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): with an ord, over a matrix (a 2-d input, or dim
+    two axes) the matrix norm (ord 1 / -1: the largest / smallest column sum of |A|, inf / -inf: of row sums;
+    2, -2 and 'nuc' need singular values: an error); otherwise the vector norm, as torch.norm."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    order = _arg(fc, args, kw, 1, "ord", node, None)
+    dim = _arg(fc, args, kw, 2, "dim", node, None)
+    axes = axes_arg(fc, dim, x.type.rank, node) if dim is not None else None
+    matrix = order is not None and ((dim is None and x.type.rank == 2) or (axes is not None and len(axes) == 2))
+    if not matrix:
+        return _norm(fc, b, args, kw, node)
+    if not isinstance(order, Const) or float(order.value) not in (1.0, -1.0, math.inf, -math.inf):
+        shown = order.value if isinstance(order, Const) else "this"
+        raise fc.src.error(node, f"the matrix norm of order {shown!r} is not supported (it needs singular values)",
+                           hint="matrix norms of order 1, -1, inf and -inf are; for the Frobenius norm leave ord "
+                                "out; for a vector norm of all entries use torch.linalg.vector_norm")
+    rows, cols = axes if axes is not None else (0, 1)
+    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
+    o = float(order.value)
+    summed, over = (rows, cols) if abs(o) == 1.0 else (cols, rows)  # ord ±1: sums down columns, then over them
+    sums = reduce.sum(b, b.abs(x), [summed], keepdim=True)
+    out = (reduce.amax if o > 0 else reduce.amin)(b, sums, [over], keepdim=True)
+    kept = tuple(d for i, d in enumerate(x.type.shape) if i not in (rows, cols))
+    return out if keep else shape_ops.reshape(b, out, kept)
 
 
 def _prod(fc, b, args, kw, node):
@@ -348,6 +381,8 @@ def _tensor_literal(fc, b, args, kw, node):
         xs = [tensor(fc, b, v, node) for v in data]
         return shape_ops.stack(b, [x if not dtype or x.type.dtype == dtype else b.convert(x, dtype=dtype)
                                    for x in xs], 0)
+    if isinstance(data, Atom):  # torch.tensor(x) of one computed value (a 0-d tensor) or of a tensor (a copy)
+        return data if not dtype or data.type.dtype == dtype else b.convert(data, dtype=dtype)
     raise fc.src.error(node, "torch.tensor of nested lists of computed values is not supported",
                        hint="use torch.stack")
 
@@ -585,7 +620,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
     })
-    linalg_table.update({"norm": _norm, "vector_norm": _norm, "det": _det, "solve": _solve, "inv": _inv})
+    linalg_table.update({"norm": _linalg_norm, "vector_norm": _norm, "det": _det, "solve": _solve, "inv": _inv})
     math_table.update({name: _math_function(name, unary[name]) for name in (
         "erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "ceil",
         "trunc", "isnan", "isinf", "isfinite")})

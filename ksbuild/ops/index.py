@@ -163,12 +163,21 @@ def one_hot(b, idx: Atom, depth: int, off: Atom, on: Atom, axis: int = -1) -> At
     return b.select(hit, on, off)
 
 
+def same(b, x: Atom, m: Atom) -> Atom:
+    """x == m, NaN matching NaN (where a reduction's NaN came from: torch's max, argmax and topk take NaN as the
+    largest value)."""
+    if not x.type.is_float:
+        return b.eq(x, m)
+    from .math import isnan, logical_and
+    return logical_or(b, b.eq(x, m), logical_and(b, isnan(b, x), isnan(b, m)))
+
+
 def arg_extremum(b, x: Atom, axis: int, keepdims: bool, largest: bool, last: bool = False) -> Atom:
     """The (first, or last) position of the max (or min) along axis, as i64."""
     axis = norm_axis(b, axis, x.type.rank)
     m = b.reduce_max(x, axes=(axis,)) if largest else b.reduce_min(x, axes=(axis,))
     kept = tuple(1 if i == axis else d for i, d in enumerate(x.type.shape))
-    hit = b.eq(x, b.reshape(m, shape=kept))
+    hit = same(b, x, b.reshape(m, shape=kept))
     pos = b.iota(shape=x.type.shape, axis=axis, dtype="i64")
     if last:
         out = b.reduce_max(b.select(hit, pos, Lit(-1, Type("i64"))), axes=(axis,))
@@ -193,10 +202,12 @@ def topk(b, x: Atom, k: int, axis: int, largest: bool = True) -> tuple[Atom, Ato
     for _ in range(k):
         cand = b.select(taken, fill, x)
         m = b.reduce_max(cand, axes=(axis,)) if largest else b.reduce_min(cand, axes=(axis,))
-        hit = logical_and_not(b, b.eq(cand, b.reshape(m, shape=kept)), taken)
+        hit = logical_and_not(b, same(b, cand, b.reshape(m, shape=kept)), taken)
         i = b.reduce_min(b.select(hit, pos, Lit(2**62, Type("i64"))), axes=(axis,))
         i = b.reshape(i, shape=kept)
-        values.append(b.reshape(m, shape=kept))
+        at = b.eq(pos, i)  # the value is read where the index points: its gradient goes there alone, as torch's
+        picked = b.reduce_sum(b.select(at, x, Lit(0, Type(x.type.dtype))), axes=(axis,))
+        values.append(b.reshape(picked, shape=kept))
         indices.append(i)
         taken = logical_or(b, taken, b.eq(pos, i))
     if k == 0:
@@ -218,14 +229,22 @@ def sort(b, x: Atom, axis: int, descending: bool = True) -> tuple[Atom, Atom]:
     pair = lead + (n, n)
     xi, xj = b.reshape(xt, shape=lead + (n, 1)), b.reshape(xt, shape=lead + (1, n))
     i, j = b.iota(shape=pair, axis=r - 1, dtype="i64"), b.iota(shape=pair, axis=r, dtype="i64")
-    ahead = b.gt(xj, xi) if descending else b.lt(xj, xi)
-    before = logical_or(b, ahead, logical_and(b, b.eq(xj, xi), b.lt(j, i)))
+    ahead = _less(b, xi, xj) if descending else _less(b, xj, xi)
+    before = logical_or(b, ahead, logical_and(b, same(b, xj, xi), b.lt(j, i)))
     rank = b.reduce_sum(b.convert(before, dtype="i64"), axes=(r,))
     at = b.eq(b.reshape(rank, shape=lead + (1, n)), i)  # at[..., k, m]: element m has rank k
     values = b.reduce_sum(b.select(at, xj, Lit(0, Type(x.type.dtype))), axes=(r,))
     indices = b.reduce_sum(b.select(at, j, Lit(0, Type("i64"))), axes=(r,))
     back = tuple(perm.index(k) for k in range(r))
     return permute(b, values, back), permute(b, indices, back)
+
+
+def _less(b, x: Atom, y: Atom) -> Atom:
+    """x < y in torch's sort order, where NaN is larger than every number (so each element gets its own rank)."""
+    if not x.type.is_float:
+        return b.lt(x, y)
+    from .math import isnan
+    return logical_or(b, b.lt(x, y), logical_and_not(b, isnan(b, y), isnan(b, x)))
 
 
 def logical_and_not(b, x: Atom, y: Atom) -> Atom:
@@ -241,17 +260,71 @@ def _int_limit(dtype: str, largest: bool) -> int:
     return int(info.min if largest else info.max)
 
 
-def cumsum(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
-    """Running sums along axis, as a contraction with a triangular 0/1 matrix."""
+def scan(b, x: Atom, axis: int, inits: Sequence[Atom], step, reverse: bool = False, name: str = "scan") -> Atom:
+    """The y of a loop along axis (from its end when reverse) that carries values started at inits: at each
+    position step(builder, carries, x at that position) -> (new carries, y at that position); the ys come back
+    stacked along axis. One pass, each element read once: running sums, products, log-sum-exps."""
+    from ..prims.control import PRIMS_LOOP
+    from ..prims.control import wrap as wrap_fn
     axis = norm_axis(b, axis, x.type.rank)
-    n = x.type.shape[axis]
-    i = b.iota(shape=(n, n), axis=0, dtype="i64")
-    j = b.iota(shape=(n, n), axis=1, dtype="i64")
-    keep = {(False, False): b.le, (True, False): b.lt, (False, True): b.ge, (True, True): b.gt}[(exclusive, reverse)]
-    tri = b.convert(keep(i, j), dtype=x.type.dtype)
-    letters = LETTERS[:x.type.rank]
-    out = letters.replace(letters[axis], "z")
-    return b.einsum(x, tri, spec=f"{letters},{letters[axis]}z->{out}")
+    perm = (axis,) + tuple(i for i in range(x.type.rank) if i != axis)
+    moved = b.transpose(x, perm=perm) if axis else x
+    n = moved.type.shape[0]
+    row = Type(x.type.dtype, moved.type.shape[1:])
+
+    def body(bb, ps):
+        carries, y = step(bb, list(ps[1:1 + len(inits)]), ps[-1])
+        return [*carries, y]
+
+    f = wrap_fn(f"{name}_step", [Type("i64"), *(a.type for a in inits), row], body)
+    outs = b.bind(PRIMS_LOOP, [dim_atom(b, n), *inits, moved], dict(body=f, n_consts=0, n_carry=len(inits),
+                                                                       length=n, reverse=reverse))
+    inv = tuple(perm.index(i) for i in range(x.type.rank))
+    return b.transpose(outs[-1], perm=inv) if axis else outs[-1]
+
+
+def _row(x: Atom, axis: int) -> Type:
+    """The type of x without axis (what a scan along axis carries)."""
+    return Type(x.type.dtype, tuple(d for i, d in enumerate(x.type.shape) if i != axis))
+
+
+def cumsum(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
+    """Running sums along axis (a scan: each element added once, so an inf or NaN reaches only the sums after
+    it, as in torch; a product with a triangular matrix made 0 · inf = NaN of the sums before it)."""
+    axis = norm_axis(b, axis, x.type.rank)
+
+    def step(bb, carries, xk):
+        new = bb.add(carries[0], xk)
+        return [new], carries[0] if exclusive else new
+    return scan(b, x, axis, [Lit(0.0 if x.type.is_float else 0, _row(x, axis))], step, reverse, "cumsum")
+
+
+def cumprod(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
+    """Running products along axis: a loop carrying the product (a scan)."""
+    axis = norm_axis(b, axis, x.type.rank)
+
+    def step(bb, carries, xk):
+        new = bb.mul(carries[0], xk)
+        return [new], carries[0] if exclusive else new
+    return scan(b, x, axis, [Lit(1.0 if x.type.is_float else 1, _row(x, axis))], step, reverse, "cumprod")
+
+
+def logcumsumexp(b, x: Atom, axis: int) -> Atom:
+    """log(cumsum(exp(x))) along axis, by a scan carrying the running maximum m and the sum s of exp(x - m),
+    rescaled when m grows: no prefix underflows however far below the axis' maximum it lies ([0, 1000] gives
+    [0, 1000]). Prefixes of -inf give -inf; once an inf is reached, inf."""
+    from .math import isfinite
+    axis = norm_axis(b, axis, x.type.rank)
+    row = _row(x, axis)
+
+    def step(bb, carries, xk):
+        m, s = carries
+        new_m = bb.select(bb.gt(xk, m), xk, m)
+        finite = isfinite(bb, new_m)
+        shift = bb.select(finite, new_m, Lit(0.0, row))
+        new_s = bb.add(bb.mul(s, bb.exp(bb.sub(m, shift))), bb.exp(bb.sub(xk, shift)))
+        return [new_m, new_s], bb.select(finite, bb.add(shift, bb.log(new_s)), new_m)
+    return scan(b, x, axis, [Lit(float("-inf"), row), Lit(0.0, row)], step, name="logcumsumexp")
 
 
 def flip(b, x: Atom, axis: int) -> Atom:
@@ -263,24 +336,3 @@ def flip(b, x: Atom, axis: int) -> Atom:
     return b.gather(x, rev, axis=axis)
 
 
-def cumprod(b, x: Atom, axis: int, exclusive: bool = False, reverse: bool = False) -> Atom:
-    """Running products along axis: a loop carrying the product (a scan)."""
-    from ..prims.control import PRIMS_LOOP
-    from ..prims.control import wrap as wrap_fn
-    axis = norm_axis(b, axis, x.type.rank)
-    perm = (axis,) + tuple(i for i in range(x.type.rank) if i != axis)
-    moved = b.transpose(x, perm=perm) if axis else x
-    n = moved.type.shape[0]
-    row = Type(x.type.dtype, moved.type.shape[1:])
-
-    def body(bb, ps):
-        _, acc, xk = ps
-        new = bb.mul(acc, xk)
-        return [new, acc if exclusive else new]
-
-    f = wrap_fn("cumprod_step", [Type("i64"), row, row], body)
-    one = Lit(1.0 if x.type.is_float else 1, row)
-    ys = b.bind(PRIMS_LOOP, [dim_atom(b, n), one, moved], dict(body=f, n_consts=0, n_carry=1, length=n,
-                                                                reverse=reverse))[1]
-    inv = tuple(perm.index(i) for i in range(x.type.rank))
-    return b.transpose(ys, perm=inv) if axis else ys

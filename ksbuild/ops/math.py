@@ -163,6 +163,11 @@ def isnan(b, x: Atom) -> Atom:
     return b.ne(x, x)
 
 
+def isfinite(b, x: Atom) -> Atom:
+    """Neither NaN nor ±inf."""
+    return logical_not(b, logical_or(b, isnan(b, x), isinf(b, x)))
+
+
 def isinf(b, x: Atom, positive: bool = True, negative: bool = True) -> Atom:
     """x is +inf (if positive) or -inf (if negative)."""
     pos, neg = b.eq(x, _k(x, math.inf)), b.eq(x, _k(x, -math.inf))

@@ -33,7 +33,9 @@ CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, 
           "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16}
 RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
        "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
-STATUS = {1: "a dimension is negative or inconsistent", 2: "a required pointer (workspace) is NULL"}
+STATUS = {1: "a dimension is negative or inconsistent, or a size the kernel computes from the dims (a slice "
+             "x[1:-1], a window) is negative: the inputs are too small for it",
+          2: "a required pointer (workspace) is NULL"}
 KINDS = {"f32": "f", "f64": "f", "i32": "i", "i64": "i", "bool": "b"}  # numpy dtype.kind of each dtype
 KINDS.update({d: "i" for d in NUMPY_DTYPES if d not in KINDS}, f16="f")  # the narrow types' bits are integers
 

@@ -110,6 +110,18 @@ constexpr T min(T a, T b) {
     return a <= b ? a : b;
 }
 
+// A reduction's running maximum (minimum) after x: x when larger (smaller) or NaN, and a NaN stays, so a
+// NaN anywhere makes the result NaN as in torch's max/amax (branch-free; vectorizes).
+template <class T>
+constexpr T running_max(T acc, T x) {
+    return (x > acc || x != x) ? x : acc;
+}
+
+template <class T>
+constexpr T running_min(T acc, T x) {
+    return (x < acc || x != x) ? x : acc;
+}
+
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
 template <class T>
 inline T logistic(T x) {
@@ -158,6 +170,9 @@ inline T mod(T a, T b) {
 // Bytes for count elements of T, rounded up to 16 so the next workspace buffer stays aligned.
 template <class T>
 constexpr size_t aligned_bytes(int64_t count) {
+    if (count < 0) {  // (a size of the inputs' dims that comes out negative: the call itself reports it)
+        return 0;
+    }
     return (static_cast<size_t>(count) * sizeof(T) + 15u) & ~static_cast<size_t>(15u);
 }
 

@@ -10,6 +10,7 @@
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
@@ -123,7 +124,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
         double acc48 = ks::lowest<double>();
         for (int64_t i49 = 0; i49 < K; ++i49) {
             const double x_i50 = scores[i47 * K + i49];
-            acc48 = ks::max(x_i50, acc48);
+            acc48 = ks::running_max(acc48, x_i50);
         }
         tmp46[i47] = acc48;
     }
@@ -160,7 +161,7 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     double acc71 = ks::lowest<double>();
     for (int64_t i72 = 0; i72 < K; ++i72) {
         const double x_i73 = alphas[i72];
-        acc71 = ks::max(x_i73, acc71);
+        acc71 = ks::running_max(acc71, x_i73);
     }
     const double t74 = ks::abs(acc71);
     const bool t75 = (t74 == __builtin_huge_val());
@@ -265,32 +266,33 @@ extern "C" size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    bool* const r2 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
-    bool* const r3 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
     double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
-    bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
+    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
+    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    bool* const r12 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r13 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
+    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
+    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const centered = reinterpret_cast<double*>(next_slot);
@@ -428,7 +430,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
         double acc60 = ks::lowest<double>();
         for (int64_t i61 = 0; i61 < K; ++i61) {
             const double x_i62 = scores[i59 * K + i61];
-            acc60 = ks::max(x_i62, acc60);
+            acc60 = ks::running_max(acc60, x_i62);
         }
         tmp58[i59] = acc60;
     }
@@ -457,7 +459,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     double acc77 = ks::lowest<double>();
     for (int64_t i78 = 0; i78 < K; ++i78) {
         const double x_i79 = alphas[i78];
-        acc77 = ks::max(x_i79, acc77);
+        acc77 = ks::running_max(acc77, x_i79);
     }
     const double t80 = ks::abs(acc77);
     const bool t81 = (t80 == __builtin_huge_val());
@@ -673,7 +675,7 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
 }
 
 extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -681,6 +683,7 @@ extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, i
 //   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32)
 extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const Qs = reinterpret_cast<float*>(next_slot);
@@ -794,7 +797,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
         float acc48 = ks::lowest<float>();
         for (int64_t i49 = 0; i49 < K; ++i49) {
             const float x_i50 = scores[i47 * K + i49];
-            acc48 = ks::max(x_i50, acc48);
+            acc48 = ks::running_max(acc48, x_i50);
         }
         tmp46[i47] = acc48;
     }
@@ -832,7 +835,7 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     float acc72 = ks::lowest<float>();
     for (int64_t i73 = 0; i73 < K; ++i73) {
         const float x_i74 = alphas[i73];
-        acc72 = ks::max(x_i74, acc72);
+        acc72 = ks::running_max(acc72, x_i74);
     }
     const float t75 = ks::abs(acc72);
     const bool t76 = (t75 == __builtin_huge_valf());
@@ -942,32 +945,33 @@ extern "C" size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, in
 //   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T])
 extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
     float* const r1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    bool* const r2 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
-    bool* const r3 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     float* const r5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d * d);
     float* const r6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d * d);
-    bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
+    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
+    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
     float* const r10 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
     float* const r11 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    bool* const r12 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r13 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
+    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
+    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
     float* const centered = reinterpret_cast<float*>(next_slot);
@@ -1105,7 +1109,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         float acc60 = ks::lowest<float>();
         for (int64_t i61 = 0; i61 < K; ++i61) {
             const float x_i62 = scores[i59 * K + i61];
-            acc60 = ks::max(x_i62, acc60);
+            acc60 = ks::running_max(acc60, x_i62);
         }
         tmp58[i59] = acc60;
     }
@@ -1134,7 +1138,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     float acc77 = ks::lowest<float>();
     for (int64_t i78 = 0; i78 < K; ++i78) {
         const float x_i79 = alphas[i78];
-        acc77 = ks::max(x_i79, acc77);
+        acc77 = ks::running_max(acc77, x_i79);
     }
     const float t80 = ks::abs(acc77);
     const bool t81 = (t80 == __builtin_huge_valf());
@@ -1350,7 +1354,7 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
 }
 
 extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1358,6 +1362,7 @@ extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t 
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
@@ -1477,7 +1482,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         double acc48 = ks::lowest<double>();
         for (int64_t i49 = 0; i49 < K; ++i49) {
             const double x_i50 = tmp42[i49];
-            acc48 = ks::max(x_i50, acc48);
+            acc48 = ks::running_max(acc48, x_i50);
         }
         const double t51 = ks::abs(acc48);
         const bool t52 = (t51 == __builtin_huge_val());
@@ -1505,7 +1510,7 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     double acc67 = ks::lowest<double>();
     for (int64_t i68 = 0; i68 < K; ++i68) {
         const double x_i69 = alphas[i68];
-        acc67 = ks::max(x_i69, acc67);
+        acc67 = ks::running_max(acc67, x_i69);
     }
     const double t70 = ks::abs(acc67);
     const bool t71 = (t70 == __builtin_huge_val());
@@ -1611,32 +1616,33 @@ extern "C" size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, i
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    bool* const r2 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
-    bool* const r3 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
     double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d * d);
-    bool* const r7 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
-    bool* const r8 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d * d);
+    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
+    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d * d);
     double* const r10 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    bool* const r12 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
-    bool* const r13 = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(d);
+    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
+    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
@@ -1787,7 +1793,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
         double acc68 = ks::lowest<double>();
         for (int64_t i69 = 0; i69 < K; ++i69) {
             const double x_i70 = tmp62[i69];
-            acc68 = ks::max(x_i70, acc68);
+            acc68 = ks::running_max(acc68, x_i70);
         }
         const double t71 = ks::abs(acc68);
         const bool t72 = (t71 == __builtin_huge_val());
@@ -1817,7 +1823,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     double acc84 = ks::lowest<double>();
     for (int64_t i85 = 0; i85 < K; ++i85) {
         const double x_i86 = alphas[i85];
-        acc84 = ks::max(x_i86, acc84);
+        acc84 = ks::running_max(acc84, x_i86);
     }
     const double t87 = ks::abs(acc84);
     const bool t88 = (t87 == __builtin_huge_val());
@@ -2030,7 +2036,7 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
 }
 
 extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<bool>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<bool>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<bool>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -2038,6 +2044,7 @@ extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const scores = reinterpret_cast<double*>(next_slot);
@@ -2090,7 +2097,7 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
         double acc26 = ks::lowest<double>();
         for (int64_t i27 = 0; i27 < K; ++i27) {
             const double x_i28 = scores[i27];
-            acc26 = ks::max(x_i28, acc26);
+            acc26 = ks::running_max(acc26, x_i28);
         }
         const double t29 = ks::abs(acc26);
         const bool t30 = (t29 == __builtin_huge_val());
@@ -2118,7 +2125,7 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
     double acc45 = ks::lowest<double>();
     for (int64_t i46 = 0; i46 < K; ++i46) {
         const double x_i47 = alphas[i46];
-        acc45 = ks::max(x_i47, acc45);
+        acc45 = ks::running_max(acc45, x_i47);
     }
     const double t48 = ks::abs(acc45);
     const bool t49 = (t48 == __builtin_huge_val());
@@ -2225,6 +2232,7 @@ extern "C" size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, in
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
@@ -2311,7 +2319,7 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
         double acc37 = ks::lowest<double>();
         for (int64_t i38 = 0; i38 < K; ++i38) {
             const double x_i39 = r5[i38];
-            acc37 = ks::max(x_i39, acc37);
+            acc37 = ks::running_max(acc37, x_i39);
         }
         const double t40 = ks::abs(acc37);
         const bool t41 = (t40 == __builtin_huge_val());
@@ -2340,7 +2348,7 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     double acc52 = ks::lowest<double>();
     for (int64_t i53 = 0; i53 < K; ++i53) {
         const double x_i54 = alphas[i53];
-        acc52 = ks::max(x_i54, acc52);
+        acc52 = ks::running_max(acc52, x_i54);
     }
     const double t55 = ks::abs(acc52);
     const bool t56 = (t55 == __builtin_huge_val());
@@ -2516,6 +2524,7 @@ extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t 
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const tmp = reinterpret_cast<double*>(next_slot);
@@ -2613,7 +2622,7 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
         double acc44 = ks::lowest<double>();
         for (int64_t i45 = 0; i45 < K; ++i45) {
             const double x_i46 = tmp38[i45];
-            acc44 = ks::max(x_i46, acc44);
+            acc44 = ks::running_max(acc44, x_i46);
         }
         const double t47 = ks::abs(acc44);
         const bool t48 = (t47 == __builtin_huge_val());
@@ -2641,7 +2650,7 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     double acc64 = ks::lowest<double>();
     for (int64_t i65 = 0; i65 < K; ++i65) {
         const double x_i66 = alphas[i65];
-        acc64 = ks::max(x_i66, acc64);
+        acc64 = ks::running_max(acc64, x_i66);
     }
     const double t67 = ks::abs(acc64);
     const bool t68 = (t67 == __builtin_huge_val());
@@ -2747,6 +2756,7 @@ extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const tmp = reinterpret_cast<double*>(next_slot);
@@ -2876,7 +2886,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
         double acc55 = ks::lowest<double>();
         for (int64_t i56 = 0; i56 < K; ++i56) {
             const double x_i57 = tmp49[i56];
-            acc55 = ks::max(x_i57, acc55);
+            acc55 = ks::running_max(acc55, x_i57);
         }
         const double t58 = ks::abs(acc55);
         const bool t59 = (t58 == __builtin_huge_val());
@@ -2909,7 +2919,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     double acc72 = ks::lowest<double>();
     for (int64_t i73 = 0; i73 < K; ++i73) {
         const double x_i74 = alphas[i73];
-        acc72 = ks::max(x_i74, acc72);
+        acc72 = ks::running_max(acc72, x_i74);
     }
     const double t75 = ks::abs(acc72);
     const bool t76 = (t75 == __builtin_huge_val());

@@ -162,7 +162,7 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
         float acc = ks::lowest<float>();
         for (int64_t i89 = 0; i89 < 10; ++i89) {
             const float x_i90 = prod80[i88 * 10 + i89];
-            acc = ks::max(x_i90, acc);
+            acc = ks::running_max(acc, x_i90);
         }
         tmp87[i88] = acc;
     }

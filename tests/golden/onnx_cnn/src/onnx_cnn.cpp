@@ -52,10 +52,10 @@ extern "C" int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void*
                 KS_OMP_SIMD()
                 for (int64_t i7 = 0; i7 < 8; ++i7) {
                     float acc = ks::lowest<float>();
-                    acc = ks::max(conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1)], acc);
-                    acc = ks::max(conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1) + 1], acc);
-                    acc = ks::max(conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1)], acc);
-                    acc = ks::max(conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1) + 1], acc);
+                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1)]);
+                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1)]);
+                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1) + 1]);
                     max[i * (8 * 8 * 8) + i5 * (8 * 8) + i6 * 8 + i7] = acc;
                 }
             }
@@ -116,8 +116,8 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
-    bool* const tmp = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(batch * 8 * 16 * 16);
+    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
     float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
     float* const max = reinterpret_cast<float*>(next_slot);
@@ -168,10 +168,10 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                 KS_OMP_SIMD()
                 for (int64_t i12 = 0; i12 < 8; ++i12) {
                     float acc = ks::lowest<float>();
-                    acc = ks::max(tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1)], acc);
-                    acc = ks::max(tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1) + 1], acc);
-                    acc = ks::max(tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1)], acc);
-                    acc = ks::max(tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1) + 1], acc);
+                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1)]);
+                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1)]);
+                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1) + 1]);
                     max[i9 * (8 * 8 * 8) + i10 * (8 * 8) + i11 * 8 + i12] = acc;
                 }
             }
@@ -205,10 +205,10 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                 KS_OMP_SIMD()
                 for (int64_t i32 = 0; i32 < 8; ++i32) {
                     int64_t acc33 = ks::highest<int64_t>();
-                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2], acc33);
-                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2 + 1], acc33);
-                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2], acc33);
-                    acc33 = ks::min(tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2 + 1], acc33);
+                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2]);
+                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2 + 1]);
+                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2]);
+                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2 + 1]);
                     min[i29 * (8 * 8 * 8) + i30 * (8 * 8) + i31 * 8 + i32] = acc33;
                 }
             }
@@ -375,6 +375,6 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
 }
 
 extern "C" size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<bool>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
 }
 

@@ -133,8 +133,8 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    bool* const tmp = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(n1);
+    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -178,7 +178,7 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
 
 extern "C" size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n) {
     (void)n;
-    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1);
+    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<uint8_t>(n1);
 }
 
 
@@ -190,8 +190,8 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    bool* const tmp = reinterpret_cast<bool*>(next_slot);
-    next_slot += ks::aligned_bytes<bool>(n1);
+    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -247,7 +247,7 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
 
 extern "C" size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n) {
     (void)n;
-    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<bool>(n1);
+    return ks::aligned_bytes<float>(n1) + ks::aligned_bytes<uint8_t>(n1);
 }
 
 

@@ -1,0 +1,192 @@
+"""Kernels from the fourth held-out red-team pass (2026-11-26, kernels a scientist would write), each compiled
+and checked against torch:
+
+- NaN in max/min/amax/argmax/topk/sort: the reductions skipped NaN (torch returns it, at its position) and
+  sort gave positions past the end;
+- cumsum was a product with a triangular matrix: an inf or NaN made the sums before it NaN (0 · inf), and an
+  axis of 8192 took a 256 MB workspace; it is a scan now, as are cumprod and logcumsumexp (which underflowed:
+  [0, 1000] gave [-inf, 1000]);
+- torch.linalg.norm(A, ord=1 | inf) of a matrix took the vector norm of its entries;
+- a window x[j:j + 3] with j near the end read single positions clamped (x4, x5, x5), not a whole window;
+- math.hypot overflowed at 1e300 and underflowed at 1e-200;
+- the vjp of topk split a tie's cotangent into fractions;
+- x[1:-1] of one element wrote out of bounds (a negative size); it is a CallError now;
+- a float result under an int annotation was truncated silently; numpy calls, bool arithmetic and
+  torch.tensor(scalar) had misleading messages.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import build_kernel_file
+
+torch = pytest.importorskip("torch")
+
+KERNELS = '''
+import math
+import torch
+
+
+def extrema(x: "float[n, d]") -> tuple["float[n]", "i64[n]", "float[n]", "i64[n]", "float[n]"]:
+    v, i = torch.max(x, dim=1)
+    w, j = torch.min(x, dim=1)
+    return v, i, w, j, torch.amax(x, dim=1)
+
+
+def top2(x: "float[n]") -> tuple["float[2]", "i64[2]"]:
+    return torch.topk(x, 2)
+
+
+def top3(x: "float[n]") -> "float[3]":
+    return torch.topk(x, 3).values
+
+
+def sort(x: "float[n]") -> tuple["float[n]", "i64[n]"]:
+    return torch.sort(x)
+
+
+def running(x: "float[n, t]") -> tuple["float[n, t]", "float[n, t]", "float[n, t]"]:
+    return torch.cumsum(x, dim=1), torch.cumprod(x, dim=1), torch.logcumsumexp(x, dim=1)
+
+
+def lse_sum(x: "float[t]") -> float:
+    return torch.logcumsumexp(x, dim=0).sum()
+
+
+def norms(a: "float[3, 4]") -> tuple[float, float, float, float]:
+    return (torch.linalg.norm(a, ord=1), torch.linalg.norm(a, ord=float("inf")),
+            torch.linalg.norm(a, ord=-1), torch.linalg.norm(a))
+
+
+def window_sum(x: "float[n]", j: int) -> float:
+    return torch.sum(x[j:j + 3] * torch.arange(1.0, 4.0))
+
+
+def hyp(x: float, y: float) -> float:
+    return math.hypot(x, y)
+
+
+def heat(u: "float[n]", r: float) -> "float[n]":
+    v = u.clone()
+    v[1:-1] = u[1:-1] + r * (u[2:] - 2 * u[1:-1] + u[:-2])
+    return v
+
+
+def sig(x: float) -> float:
+    return torch.sigmoid(torch.tensor(x))
+'''
+
+NAMES = ["extrema", "top2", "top3", "sort", "running", "lse_sum", "norms", "window_sum", "hyp", "heat", "sig"]
+MANIFEST = ('[package]\nname = "redteam_numerics"\n[build]\ndtype = "float64"\n'
+            + "".join(f'[kernels.{n}]\npython = "k.py:{n}"\n' for n in NAMES)
+            + "[exports]\n" + "".join(f'{n} = "{n}"\n' for n in NAMES)
+            + 'top3_vjp = "vjp(top3)"\nlse_grad = "grad(lse_sum)"\nwindow_grad = "grad(window_sum)"\n'
+              'hyp_grad = "grad(hyp, argnums=(0, 1))"\nnorms_vjp = "vjp(norms)"\n')
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return build_kernel_file(tmp_path_factory.mktemp("redteam_numerics"), KERNELS, MANIFEST, "redteam_numerics")
+
+
+def _same(got, want):
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(np.asarray(g), w.numpy() if hasattr(w, "numpy") else w, rtol=1e-12, atol=0)
+
+
+def test_nan_wins_max_min_topk_and_sorts_last(built):
+    pkg, src = built
+    x = np.array([[1.0, np.nan, 3.0, -2.0], [0.5, 4.0, 1.0, 4.0], [np.nan, np.nan, 0.0, 1.0]])
+    v, i = torch.max(torch.tensor(x), dim=1)
+    w, j = torch.min(torch.tensor(x), dim=1)
+    _same(pkg.extrema(x), (v, i, w, j, torch.amax(torch.tensor(x), dim=1)))
+    row = np.array([1.0, np.nan, 3.0, 0.0, 3.0])
+    values, indices = pkg.top2(row)
+    np.testing.assert_array_equal(indices, [1, 2])
+    assert math.isnan(values[0]) and values[1] == 3.0
+    for xs in ([np.nan, 2.0, 1.0], [2.0, 1.0, np.nan, np.nan, 0.5], [np.inf, np.nan, -np.inf, 0.0]):
+        got_v, got_i = pkg.sort(np.array(xs))
+        want_v, want_i = torch.sort(torch.tensor(xs))
+        np.testing.assert_array_equal(got_v, want_v.numpy())
+        np.testing.assert_array_equal(got_i, want_i.numpy())
+
+
+def test_running_sums_products_and_log_sum_exps(built):
+    pkg, src = built
+    x = np.array([[1.0, 2.0, np.inf, 3.0], [1.0, 2.0, 3.0, np.nan], [0.0, 1000.0, -5.0, 2.0],
+                  [-800.0, -799.0, 0.0, -np.inf]])
+    want = src.running(torch.tensor(x))
+    for g, w in zip(pkg.running(x), want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-12)
+    t = np.array([0.0, 1000.0, -3.0, -800.0])
+    xt = torch.tensor(t, requires_grad=True)
+    src.lse_sum(xt).backward()
+    np.testing.assert_allclose(pkg.lse_grad(t), xt.grad.numpy(), rtol=1e-12)
+
+
+def test_matrix_norms(built):
+    pkg, src = built
+    a = np.random.default_rng(0).standard_normal((3, 4))
+    _same(pkg.norms(a), src.norms(torch.tensor(a)))
+    ct = (1.0, 2.0, 3.0, 4.0)
+    at = torch.tensor(a, requires_grad=True)
+    (g,) = torch.autograd.grad(sum(c * v for c, v in zip(ct, src.norms(at))), at)
+    np.testing.assert_allclose(pkg.norms_vjp(a, *ct), g.numpy(), rtol=1e-12)
+
+
+def test_window_moves_to_fit_as_jax_dynamic_slice(built):
+    pkg, _ = built
+    x = np.array([1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0])
+    for j, start in [(0, 0), (2, 2), (3, 3), (4, 3), (5, 3), (9, 3), (-2, 3), (-6, 0), (-9, 0)]:
+        assert pkg.window_sum(x, j) == pytest.approx(x[start:start + 3] @ [1.0, 2.0, 3.0]), j
+        want = np.zeros(6)
+        want[start:start + 3] = [1.0, 2.0, 3.0]
+        np.testing.assert_array_equal(pkg.window_grad(x, j), want)
+
+
+def test_hypot_without_overflow_and_topk_gradient_at_ties(built):
+    pkg, _ = built
+    for x, y in [(1e300, 1e300), (1e-200, 1e-200), (3e200, -4e200), (0.0, 0.0), (math.inf, math.nan), (3.0, 4.0)]:
+        assert pkg.hyp(x, y) == pytest.approx(math.hypot(x, y), rel=1e-15), (x, y)
+    g = pkg.hyp_grad(3e200, -4e200)
+    assert g[0] == pytest.approx(0.6) and g[1] == pytest.approx(-0.8)
+    got = pkg.top3_vjp(np.array([1.0, 1.0, 1.0, 0.0]), np.array([1.0, 10.0, 100.0]))
+    np.testing.assert_array_equal(got, [1.0, 10.0, 100.0, 0.0])  # each cotangent where its index points
+
+
+def test_slices_of_too_few_elements_are_call_errors_and_torch_tensor_of_a_scalar(built):
+    from ksbuild.packaging.runtime import CallError
+    pkg, src = built
+    u = np.array([1.0, 4.0, 2.0, 8.0])
+    np.testing.assert_allclose(pkg.heat(u, 0.25), src.heat(torch.tensor(u), 0.25).numpy(), rtol=1e-12)
+    for n in (0, 1):
+        with pytest.raises(CallError, match="too small"):
+            pkg.heat(np.zeros(n), 0.25)
+    assert pkg.sig(0.3) == pytest.approx(1 / (1 + math.exp(-0.3)), rel=1e-15)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("import numpy as np\n\n\ndef f(x: float) -> float:\n    return np.exp(x)\n", "'np' is the module numpy"),
+    ("def f(x: float) -> float:\n    return (x > 0) * x\n", "a bool (a comparison's result) is not a number"),
+    ("def f(x: float) -> int:\n    return x * 1.5\n", "the result is a float but the annotation says i64"),
+    ("import torch\n\n\ndef f(a: \"float[3, 3]\") -> float:\n    return torch.linalg.norm(a, ord=2)\n",
+     "the matrix norm of order 2 is not supported"),
+])
+def test_located_errors(tmp_path, body, message):
+    import ksbuild
+    from ksbuild.errors import KsbuildError
+    (tmp_path / "k.py").write_text(body)
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "errs"\n[kernels.f]\npython = "k.py:f"\n'
+                                            '[exports]\nf = "f"\n')
+    with pytest.raises(KsbuildError) as e:
+        ksbuild.build(tmp_path / "manifest.toml")
+    assert message in str(e.value) and "k.py:" in str(e.value), str(e.value)
+
+
+def test_math_floor_still_returns_an_int(tmp_path):
+    pkg, _ = build_kernel_file(tmp_path, "import math\n\n\ndef f(x: float) -> int:\n    return math.floor(x) + 1\n",
+                               '[package]\nname = "floorint"\n[kernels.f]\npython = "k.py:f"\n[exports]\nf = "f"\n',
+                               "floorint")
+    assert pkg.f(2.7) == 3 and pkg.f(-0.5) == 0
