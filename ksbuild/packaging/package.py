@@ -103,6 +103,7 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
     t = resolve_target(m, target)
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
     exports = build_exports(m)
+    check_replaceable(out, m.name, "project")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ksbuild-render-", dir=out.parent))
     try:
@@ -126,6 +127,7 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
     if _is_current(out, m.name, key):
         progress(f"ksbuild: {out} is up to date")
         return out
+    check_replaceable(out, m.name, "tree")  # (before compiling: a refused output costs nothing)
     cached = cache_root() / key / "install"
     with file_lock(key_lock(key)):
         if _is_current(cached, m.name, key):
@@ -177,6 +179,33 @@ def write_entry(work: Path, m: Manifest, t: Target, python_module: bool, wheel: 
     tmp = work / f".entry-{os.getpid()}.json"
     tmp.write_text(json.dumps(info, indent=2) + "\n")
     os.replace(tmp, work / "entry.json")
+
+
+def check_replaceable(out: Path, name: str, what: str) -> None:
+    """A KsbuildError unless `out` may be replaced as a whole by package `name`'s install tree (what = "tree")
+    or rendered project ("project"): it does not exist, is an empty directory, or is an earlier one of the
+    same package. ksbuild never deletes files it did not write (a shared prefix, the manifest's own folder)."""
+    if not out.exists() and not out.is_symlink():
+        if any(p.exists() and not p.is_dir() for p in out.parents):
+            blocker = next(p for p in reversed(out.parents) if p.exists() and not p.is_dir())
+            raise KsbuildError(f"cannot write to {out}: {blocker} is a file, not a directory")
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise KsbuildError(f"cannot write the {what} to {out}: it exists and is not a directory")
+    if out.resolve() == Path.cwd().resolve() or out.resolve() in Path.cwd().resolve().parents:
+        raise KsbuildError(f"cannot write the {what} to {out}: it is the current directory or holds it",
+                           hint=f"give a new directory, e.g. -o dist/{name}")
+    entries = list(out.iterdir())
+    if not entries:
+        return
+    ours = ((out / "share" / name / "ksbuild-hash").is_file() if what == "tree" else
+            (out / "CMakeLists.txt").is_file() and
+            f"package {name}." in (out / "CMakeLists.txt").read_text(errors="replace").split("\n", 1)[0])
+    if not ours:
+        shown = ", ".join(sorted(e.name for e in entries)[:5]) + (", ..." if len(entries) > 5 else "")
+        raise KsbuildError(f"{out} exists and is not an earlier {what} of package '{name}' (it holds {shown}): "
+                           f"ksbuild replaces the output directory as a whole and would delete those files",
+                           hint=f"give a new or empty directory (-o dist/{name}), or remove it first")
 
 
 def _install_copy(src: Path, out: Path) -> None:
