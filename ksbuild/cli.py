@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import __version__
 from .errors import KsbuildError
 
 BACKEND_HELP = ("plain (runtime-free), blas (matrix products through CBLAS) or aten (through libtorch); "
@@ -14,16 +15,28 @@ TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7
                "default: the manifest's [build] target")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of --jobs: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksbuild", description="Compile Python numeric kernels, their vmap and "
                                 "derivatives, into plain runtime-free C++ static libraries.")
+    p.add_argument("--version", action="version", version=f"ksbuild {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pk = sub.add_parser("package", help="render, build and install a manifest into dist/<package>")
     pk.add_argument("manifest")
     pk.add_argument("-o", "--out", help="install tree (default: dist/<package name>)")
     pk.add_argument("--target", default=None, help=TARGET_HELP)
     pk.add_argument("--backend", default=None, help=BACKEND_HELP)
-    pk.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
+    pk.add_argument("--jobs", type=_positive_int, default=None, help="parallel compile jobs (>= 1)")
     r = sub.add_parser("render", help="write the standalone CMake project only")
     r.add_argument("manifest")
     r.add_argument("-o", "--out", required=True, help="project folder to write")
@@ -130,6 +143,15 @@ def _onnx_report(a) -> None:
         print(text)
 
 
+def _blocking_file(path) -> str | None:
+    """'<p> is a file, not a directory' for the first regular file among path and its parents, if any."""
+    if path is None:
+        return None
+    p = Path(os.fsdecode(path))
+    hit = next((q for q in reversed((p, *p.parents)) if q.exists() and not q.is_dir()), None)
+    return f"{hit} is a file, not a directory" if hit is not None else None
+
+
 COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _cache, "check": _check, "ir": _ir,
             "onnx-report": _onnx_report}
 
@@ -147,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except FileNotFoundError as e:
         print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 1
+    except (FileExistsError, NotADirectoryError) as e:  # e.g. -o under a regular file
+        print(f"error: cannot create {e.filename}: {_blocking_file(e.filename) or e.strerror}", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001  a bug in ksbuild: say so, without a traceback
         if a.debug or os.environ.get("KSBUILD_DEBUG"):

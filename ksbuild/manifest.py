@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import keyword
+import os
 import re
+import subprocess
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from .codegen.viewmodel import C_KEYWORDS
 from .errors import KsbuildError, Location
 from .ir.types import Type
 
@@ -32,6 +36,27 @@ _TARGET = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 _CPU = re.compile(r"[A-Za-z0-9_.+-]*\Z")  # "" is the target's baseline, as the README's manifest shows
 _HEADER = re.compile(r"\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(#.*)?$")
 _TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+# The values a compiler lists after rejecting -march=X: gcc (x86, then Arm), then clang
+_MARCH_VALID = re.compile(r"valid (?:arguments(?: to .-march=. switch)?|target CPU values) are: ([^;\n]*)")
+
+WORKSPACE_SUFFIX = "_workspace_size"  # P_E_workspace_size: the C function giving export E's workspace bytes
+# Keywords of C++20 that C_KEYWORDS (C++17) lacks: a consumer compiling the header as C++20 would fail.
+CXX20_KEYWORDS = frozenset(("char8_t", "concept", "consteval", "constinit", "co_await", "co_return", "co_yield",
+                            "requires"))
+# Names in C_KEYWORDS that are not keywords, and what the generated C++ uses them for.
+RESERVED_NAMES = {"ks": "ksbuild's own namespace (and include/ks/, the prelude)", "std": "C++'s standard namespace",
+                  "workspace": "the workspace parameter of generated functions", "main": "the program entry point",
+                  "NULL": "a C macro", "size_t": "a type the generated code uses",
+                  **{f"{u}int{n}_t": "a type the generated code uses" for u in ("", "u") for n in (8, 16, 32, 64)}}
+# A package installs include/<name>.h: a name here would shadow <name.h> for every consumer. The C23 standard
+# headers, POSIX and glibc ones that programs commonly include, and those a ksbuild library may need.
+SYSTEM_HEADERS = frozenset("""
+    assert complex ctype errno fenv float inttypes iso646 limits locale math setjmp signal stdalign stdarg
+    stdatomic stdbit stdbool stdckdint stddef stdint stdio stdlib stdnoreturn string tgmath threads time uchar
+    wchar wctype
+    alloca dirent dlfcn endian fcntl features getopt malloc memory netdb poll pthread regex sched semaphore
+    strings syslog termios unistd
+    cblas omp""".split())
 
 Path_ = tuple[str, ...]  # a key path in the TOML document, e.g. ("kernels", "relu3", "python")
 
@@ -167,12 +192,23 @@ def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
     build = _build(ctx, _table(ctx, data, "build", required=False))
     kernels = {k: _kernel(ctx, k, v, p.parent) for k, v in _table(ctx, data, "kernels").items()}
     exports = {k: _export(ctx, k, v, kernels) for k, v in _table(ctx, data, "exports").items()}
+    _check_symbol_clashes(ctx, name, exports)
     if backend is not None:
         if backend not in AVAILABLE_BACKENDS:
             raise KsbuildError(f"backend '{backend}' is not available" + (" yet" if backend in BACKENDS else ""),
                                hint=f"use one of: {', '.join(AVAILABLE_BACKENDS)}")
         build = replace(build, backend=backend)
     return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
+
+
+def _check_symbol_clashes(ctx: _Ctx, package: str, exports: dict[str, ExportSpec]) -> None:
+    """Export E_workspace_size next to export E: both would define the C function P_E_workspace_size."""
+    for name in exports:
+        base = name.removesuffix(WORKSPACE_SUFFIX)
+        if base != name and base in exports:
+            raise ctx.error(("exports", name), f"export '{name}' collides with the workspace size function of "
+                            f"export '{base}': both would be the C function {package}_{name}",
+                            hint=f"rename export '{name}'")
 
 
 def _parse_toml(ctx: _Ctx) -> dict[str, Any]:
@@ -224,11 +260,26 @@ def _field(ctx: _Ctx, table: dict, path: Path_, key: str, default: str | None = 
     return value
 
 
-def _check_c_name(ctx: _Ctx, path: Path_, name: str, what: str) -> None:
+def _check_c_name(ctx: _Ctx, path: Path_, name: str, what: str, cxx: bool = False) -> None:
+    """A C identifier that is no Python keyword; with cxx (it names a C++ function or namespace in the
+    generated header), also no C++ keyword and no name the generated C++ reserves."""
     if not _IDENT.match(name):
         raise ctx.error(path, f"{what} '{name}' is not a C identifier (letters, digits, _; no leading digit)")
     if keyword.iskeyword(name):
         raise ctx.error(path, f"{what} '{name}' is a Python keyword")
+    if cxx and name in RESERVED_NAMES:
+        raise ctx.error(path, f"{what} '{name}' is reserved in the generated C++: it is {RESERVED_NAMES[name]}",
+                        hint=f"rename it, e.g. '{name}_'")
+    if cxx and (name in C_KEYWORDS or name in CXX20_KEYWORDS):
+        raise ctx.error(path, f"{what} '{name}' is a C++ keyword", hint=f"rename it, e.g. '{name}_'")
+
+
+def _check_header_name(ctx: _Ctx, path: Path_, name: str) -> None:
+    """A package name whose include/<name>.h would shadow a system header is an error."""
+    if name.lower() in SYSTEM_HEADERS:  # case-insensitive file systems (macOS, Windows) confuse Math.h too
+        raise ctx.error(path, f"package name '{name}' would install include/{name}.h, which shadows the system "
+                        f"header <{name.lower()}.h> for every program that uses the package",
+                        hint=f"pick a more specific name, e.g. '{name}_kernels'")
 
 
 def _package(ctx: _Ctx, pkg: dict) -> tuple[str, str]:
@@ -237,7 +288,8 @@ def _package(ctx: _Ctx, pkg: dict) -> tuple[str, str]:
     name = _field(ctx, pkg, path, "name")
     if name is None:
         raise ctx.error(path, "missing 'name' in [package]", hint='add name = "mylib"')
-    _check_c_name(ctx, path + ("name",), name, "package name")
+    _check_c_name(ctx, path + ("name",), name, "package name", cxx=True)
+    _check_header_name(ctx, path + ("name",), name)
     return name, _field(ctx, pkg, path, "version", "0.1.0", _VERSION, 'digits and dots, like "0.1.0"')
 
 
@@ -253,6 +305,8 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
     cpu = _field(ctx, table, path, "cpu", default.cpu, _CPU, 'a -march value such as "native" or "x86-64-v3"')
+    if cpu:
+        _check_cpu(ctx, path + ("cpu",), cpu, get_target(target))
     threads = table.get("threads", default.threads)
     if type(threads) is not int or not 0 <= threads <= 1024:
         raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",
@@ -263,6 +317,41 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
         raise ctx.error(path + ("werror",), f"'werror' in [build] must be true or false, got {werror!r}",
                         hint="true (the default): warnings stop the build; false: they are only printed in the log")
     return BuildSpec(backend, dtype, target, cpu, threads, weights, werror)
+
+
+def _check_cpu(ctx: _Ctx, path: Path_, cpu: str, target) -> None:
+    """A cpu the target's C++ compiler rejects as -march=<cpu> is an error at the key (no compiler: no check)."""
+    from .compile.targets import host_cxx
+
+    try:
+        command = [target.cxx] if target.cross else host_cxx()
+    except KsbuildError:
+        return
+    hint = _march_rejected(tuple(command), target.flags, cpu)
+    if hint is not None:
+        raise ctx.error(path, f"unknown cpu '{cpu}' in [build]: the C++ compiler for target '{target.name}' "
+                        f"({' '.join(command)}) rejects -march={cpu}", hint=hint)
+
+
+@functools.lru_cache(maxsize=None)
+def _march_rejected(command: tuple[str, ...], flags: tuple[str, ...], cpu: str) -> str | None:
+    """None if `command flags -march=cpu` preprocesses an empty file (or cannot run at all); else a hint."""
+    env = {**os.environ, "LC_ALL": "C"}  # ASCII quotes in the compiler's messages
+    try:
+        proc = subprocess.run([*command, *flags, f"-march={cpu}", "-E", "-x", "c++", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=60, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode == 0:
+        return None
+    m = _MARCH_VALID.search(proc.stderr)
+    valid = m[1].split() if m else []
+    close = difflib.get_close_matches(cpu, valid, n=3)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}?"
+    if valid:
+        return f"valid values include {', '.join(valid[:12])}"
+    return (proc.stderr.strip().splitlines() or ["the compiler gave no reason"])[0]
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
@@ -312,7 +401,7 @@ def _check_file(ctx: _Ctx, path: Path_, relative: str, root: Path, what: str) ->
 
 def _export(ctx: _Ctx, name: str, text: Any, kernels: dict[str, KernelSpec]) -> ExportSpec:
     path = ("exports", name)
-    _check_c_name(ctx, path, name, "export name")
+    _check_c_name(ctx, path, name, "export name", cxx=True)
     if not isinstance(text, str):
         raise ctx.error(path, f"export '{name}' must be a string such as \"vmap(f)\", got {type(text).__name__}")
     loc = ctx.loc(path)
