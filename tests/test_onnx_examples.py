@@ -52,6 +52,18 @@ def test_library_is_runtime_free(installed, example):
     assert f"{example}_data_blob" in blob
 
 
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_prelude_code_is_private_to_the_package(installed, example):
+    """The prelude's template code a library defines (weak symbols: tiles, convolutions) is in its own inline
+    namespace ks::ks_<package>: two packages built for different CPUs and linked into one app keep their own
+    copies (the linker kept one, so a baseline library could run another's AVX code: red-team pass)."""
+    lib = installed[example] / "lib" / f"lib{example}.a"
+    out = subprocess.run(["nm", "-C", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    prelude = [line for line in out.splitlines() if "ks::" in line]
+    assert prelude, "expected prelude template code in the library"
+    assert all(f"ks::ks_{example}::" in line for line in prelude), [x for x in prelude if f"ks_{example}" not in x]
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 @pytest.mark.parametrize("example, expect", [("onnx_mlp", r"loss 0\.\d+ -> 0\.0\d+"),
                                              ("onnx_cnn", r"pixel  517: d logit / d pixel")])

@@ -26,6 +26,7 @@ int ks_aten_gemm_f64(int64_t m, int64_t n, int64_t k, const double* a, int64_t a
 }
 
 namespace ks {
+inline namespace KS_PACKAGE {
 
 namespace detail {
 inline int aten_gemm(int64_t m, int64_t n, int64_t k, matrix<const float> a, matrix<const float> b, matrix<float> c,
@@ -57,12 +58,15 @@ struct library_gemm {
     }
 };
 
+}  // inline namespace KS_PACKAGE
 }  // namespace ks
 
 #ifdef KS_ATEN_IMPLEMENTATION
 #include <ATen/ATen.h>
 
-namespace ks::detail {
+namespace ks {
+inline namespace KS_PACKAGE {
+namespace detail {
 template <class T>
 int aten_gemm_impl(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs,
                    int64_t b_cs, T* c, int64_t c_rs, int64_t c_cs, int accumulate) {
@@ -82,7 +86,9 @@ int aten_gemm_impl(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_rs, in
         return 1;
     }
 }
-}  // namespace ks::detail
+}  // namespace detail
+}  // inline namespace KS_PACKAGE
+}  // namespace ks
 
 extern "C" int ks_aten_gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
                                 const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t c_rs, int64_t c_cs,

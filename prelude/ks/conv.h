@@ -18,6 +18,7 @@
 #include "gemm.h"
 
 namespace ks {
+inline namespace KS_PACKAGE {
 
 // The geometry of a convolution: channels, groups, and per spatial axis (d, h, w) the input and output
 // sizes, kernel taps, stride, dilation and leading padding.
@@ -774,9 +775,12 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
 // y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
 // dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel):
 // epi(image, m, q, value) for output channel m and flat position q.
+// (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
+// and GCC then called it out of line, 13% slower: the strides of the transformed kernel and image runs are
+// constants only here)
 template <class T, class Epi = no_epilogue>
-void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y, T* scratch,
-                   const Epi& epi = Epi()) {
+__attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                            T* scratch, const Epi& epi = Epi()) {
     constexpr int64_t TB = winograd::tile_block<T>;
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     x = tiles::opaque(x);
@@ -811,6 +815,7 @@ void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, 
     }
 }
 
+}  // inline namespace KS_PACKAGE
 }  // namespace ks
 
 #endif  // KS_CONV_H

@@ -28,6 +28,7 @@
 #include "prelude.h"
 
 namespace ks {
+inline namespace KS_PACKAGE {
 
 // A strided matrix: element (i, j) is data[i * rs + j * cs].
 template <class T>
@@ -236,7 +237,10 @@ struct table_rows {
 
 // c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: store
 // epi(i, j, value), else the value (a partial sum of an earlier k block).
-template <class T, int MR, int NP, class Rows, class Epi>
+// PACKED: a is packed by pack_a (a_rs = 1, a_cs = row_block), constants in the k loop's address arithmetic; a
+// template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
+// (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
+template <class T, int MR, int NP, bool PACKED = false, class Rows, class Epi>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
                   T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi,
                   ahead pf = {}) {
@@ -271,7 +275,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 }
             }
             for (int r = 0; r < MR; ++r) {
-                const V x = splat<T>(a[r * a_rs + p * a_cs]);
+                const V x = splat<T>(PACKED ? a[r + p * row_block] : a[r * a_rs + p * a_cs]);
                 for (int q = 0; q < NP * W; ++q) {
                     acc[h][r][q] += x * bv[q];
                 }
@@ -342,7 +346,7 @@ template <class T, int MR, int NP, bool PACKED, class Rows, class Epi>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, bool last, int64_t i, int64_t j, const Epi& epi, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
+        micro<T, MR, NP, true>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     } else {
         micro<T, MR, NP>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     }
@@ -696,6 +700,7 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
     }
 }
 
+}  // inline namespace KS_PACKAGE
 }  // namespace ks
 
 #endif  // KS_GEMM_H

@@ -46,7 +46,16 @@
 #define KS_HIDDEN
 #endif
 
+// The prelude's functions live in ks::KS_PACKAGE, an inline namespace that each generated library names
+// after its package (the generated source defines KS_PACKAGE before including this), so two packages
+// linked into one app never share a template instantiation: with one copy kept by the linker, a library
+// built for the baseline CPU could run another's AVX code. Code writes ks::f as usual.
+#ifndef KS_PACKAGE
+#define KS_PACKAGE ks_prelude
+#endif
+
 namespace ks {
+inline namespace KS_PACKAGE {
 
 // Status codes returned by every generated function that takes a tensor (C ABI `int`).
 namespace status {
@@ -457,6 +466,7 @@ constexpr int8_t from_narrow_int(uint8_t v) {
     return static_cast<int8_t>(is_signed && low >= (1 << (bits - 1)) ? low - (1 << bits) : low);
 }
 
+}  // inline namespace KS_PACKAGE
 }  // namespace ks
 
 #endif  // KS_PRELUDE_H

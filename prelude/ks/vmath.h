@@ -1,4 +1,4 @@
-// ks/vmath.h — exp and log that vectorize (included by ks/prelude.h).
+// ks/vmath.h — exp, log and tanh that vectorize (included by ks/prelude.h).
 //
 // std::exp and std::log are library calls, so a loop that uses them runs one element at a
 // time. These are inline, branch-free polynomial approximations with range reduction: bit
@@ -15,7 +15,16 @@
 #include <cstdint>
 #include <cstring>
 
+// The prelude's functions live in ks::KS_PACKAGE, an inline namespace that each generated library names
+// after its package (the generated source defines KS_PACKAGE before including this), so two packages
+// linked into one app never share a template instantiation: with one copy kept by the linker, a library
+// built for the baseline CPU could run another's AVX code. Code writes ks::f as usual.
+#ifndef KS_PACKAGE
+#define KS_PACKAGE ks_prelude
+#endif
+
 namespace ks {
+inline namespace KS_PACKAGE {
 namespace detail {
 
 inline double bits_to_double(uint64_t u) {
@@ -143,6 +152,29 @@ inline float log(float x) {
     return x > 0.0f ? (x < inf ? r : x) : (x == 0.0f ? -inf : __builtin_nanf(""));
 }
 
+// tanh x, odd: for |x| < 0.625 the rational (double) or polynomial (float) approximations of Cephes
+// tanh.c / tanhf.c (Stephen L. Moshier), x + x³ R(x²); above, 1 - 2 / (e^(2|x|) + 1) from ks::exp, which
+// loses nothing there (the result is above 0.55) and saturates to 1 when e^(2|x|) overflows. NaN gives NaN.
+inline double tanh(double x) {
+    const double a = x < 0 ? -x : x;
+    const double big = 1.0 - 2.0 / (ks::exp(2.0 * a) + 1.0);
+    const double z = x * x;
+    const double p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3;
+    const double q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3;
+    const double small = x + x * z * (p / q);
+    return a > 0.625 ? (x < 0 ? -big : big) : (a == 0.0 ? x : small);  // (tanh(-0) = -0)
+}
+
+inline float tanh(float x) {
+    const float a = x < 0 ? -x : x;
+    const float big = 1.0f - 2.0f / (ks::exp(2.0f * a) + 1.0f);
+    const float z = x * x;
+    const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                          1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return a > 0.625f ? (x < 0 ? -big : big) : (a == 0.0f ? x : small);
+}
+
+}  // inline namespace KS_PACKAGE
 }  // namespace ks
 
 #endif  // KS_VMATH_H

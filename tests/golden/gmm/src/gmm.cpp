@@ -2,6 +2,7 @@
 // Plain C++17: no heap, no exceptions, no RTTI. ks:: functions are in ks/prelude.h, ks/gemm.h and ks/conv.h.
 #include "gmm.h"
 
+#define KS_PACKAGE ks_gmm  // the prelude's namespace for this library (ks/prelude.h)
 #include "ks/prelude.h"
 #include "ks/conv.h"
 

@@ -2,6 +2,7 @@
 // Plain C++17: no heap, no exceptions, no RTTI. ks:: functions are in ks/prelude.h, ks/gemm.h and ks/conv.h.
 #include "onnx_mlp.h"
 
+#define KS_PACKAGE ks_onnx_mlp  // the prelude's namespace for this library (ks/prelude.h)
 #include "ks/prelude.h"
 #include "ks/conv.h"
 
@@ -31,14 +32,14 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float x_i = ks_data_1[col];
         const float t1 = (v + x_i);
-        const float t2 = std::tanh(t1);
+        const float t2 = ks::tanh(t1);
         return t2;
     };
     ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {prod, 32, 1}, false, epilogue);
     const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
         const float x_i8 = ks_data_3[col5];
         const float t9 = (v7 + x_i8);
-        const float t10 = std::tanh(t9);
+        const float t10 = ks::tanh(t9);
         return t10;
     };
     ks::packed_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_2, 32}, {prod3, 32, 1}, false, epilogue6);
@@ -74,7 +75,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float x_i = ks_data_1[col];
         const float t1 = (v + x_i);
-        const float t2 = std::tanh(t1);
+        const float t2 = ks::tanh(t1);
         return t2;
     };
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
@@ -91,7 +92,7 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     const auto epilogue16 = [&](int64_t row14, int64_t col15, float v17) {
         const float x_i18 = ks_data_3[col15];
         const float t19 = (v17 + x_i18);
-        const float t20 = std::tanh(t19);
+        const float t20 = ks::tanh(t19);
         const float t21 = (t20 * t20);
         const float t22 = (1.0f - t21);
         const float x_i23 = prod12[row14 * 32 + col15];
@@ -127,14 +128,14 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float mlp_fc1_bias_i = mlp_fc1_bias[col];
         const float t1 = (v + mlp_fc1_bias_i);
-        const float t2 = std::tanh(t1);
+        const float t2 = ks::tanh(t1);
         return t2;
     };
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
     const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
         const float mlp_fc2_bias_i = mlp_fc2_bias[col5];
         const float t8 = (v7 + mlp_fc2_bias_i);
-        const float t9 = std::tanh(t8);
+        const float t9 = ks::tanh(t8);
         return t9;
     };
     ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, epilogue6);
@@ -184,14 +185,14 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float mlp_fc1_bias_i = mlp_fc1_bias[col];
         const float t1 = (v + mlp_fc1_bias_i);
-        const float t2 = std::tanh(t1);
+        const float t2 = ks::tanh(t1);
         return t2;
     };
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
     const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
         const float mlp_fc2_bias_i = mlp_fc2_bias[col5];
         const float t8 = (v7 + mlp_fc2_bias_i);
-        const float t9 = std::tanh(t8);
+        const float t9 = ks::tanh(t8);
         return t9;
     };
     ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, epilogue6);
