@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir.core import Atom
-from ..ir.types import broadcast_shapes
+from ..ir.types import broadcast_shapes, numel
 from ._util import error
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -52,6 +52,11 @@ def matmul(b, x: Atom, y: Atom) -> Atom:
     k1, k2 = x.type.shape[-1], (y.type.shape[-2] if ry > 1 else y.type.shape[0])
     if k1 != k2:
         raise error(b, f"matmul of {x.type} and {y.type}: the contracted dims differ ({k1} and {k2})")
+    if ry == 2 and rx > 2:  # [..., m, k] · [k, n]: one matrix product of the rows of every batch (a Linear
+        # layer on [batch, time, features]), not a batched one the register tiles do not take
+        rows = b.reshape(x, shape=(numel(x.type.shape[:-1]), k1))
+        out2 = b.einsum(rows, y, spec="xy,yz->xz")
+        return b.reshape(out2, shape=tuple(x.type.shape[:-1]) + (y.type.shape[1],))
     nb = len(batch)
     bl = LETTERS[:nb]
     m, k, n = "x", "y", "z"

@@ -81,6 +81,21 @@ def softmax(b, x: Atom, axis: int) -> Atom:
     return b.exp(log_softmax(b, x, axis))
 
 
+def safe_softmax(b, x: Atom, axis: int) -> Atom:
+    """softmax along axis, 0 for a row that is all -inf (attention's query that may attend to nothing: torch's
+    _safe_softmax), with finite derivatives there too: e = exp(x - m) is 0 in such a row and the sum it is
+    divided by is taken as 1, so no 0 · NaN or 0 / 0 reaches the backward pass (exp(x - logsumexp(x)) then
+    masking the NaN would)."""
+    ax = norm_axes(b, [axis], x.type.rank)
+    m = b.reduce_max(b.stop_gradient(x), axes=ax)
+    inf, zero = scalar_lit(float("inf"), x.type.dtype), scalar_lit(0, x.type.dtype)
+    m = b.select(b.eq(b.abs(m), inf), zero, m)
+    e = b.exp(b.sub(x, expand_back(b, m, x, ax)))
+    s = b.reduce_sum(e, axes=ax)
+    s = b.select(b.eq(s, zero), scalar_lit(1, x.type.dtype), s)
+    return b.div(e, expand_back(b, s, x, ax))
+
+
 def _prim(name: str):
     from ..prims import PRIMS
     return PRIMS[name]

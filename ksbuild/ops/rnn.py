@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..ir.core import Atom, Lit, Var
-from ..ir.types import Dim, Type
+from ..ir.types import Dim, Type, numel
 from ._util import error, scalar_lit
 
 Act = Callable[[object, Atom], Atom]
@@ -145,7 +145,9 @@ def _one_direction(b, cell: Cell, x: Atom, w: Atom, r: Atom, bias: Atom | None, 
     from ..prims.control import PRIMS_LOOP, wrap
     seq, batch = x.type.shape[0], x.type.shape[1]
     gh = cell.n_gates * cell.hidden
-    xw = b.einsum(x, w, spec="tbi,gi->tbg")
+    # the input's part of every step at once: one matrix product of the (time · batch) rows
+    rows = b.reshape(x, shape=(numel((seq, batch)), x.type.shape[2]))
+    xw = b.reshape(b.einsum(rows, w, spec="ri,gi->rg"), shape=(seq, batch, gh))
     rb = None
     if bias is not None:
         wb = b.slice(bias, axis=0, start=0, stop=gh)

@@ -241,7 +241,7 @@ log1p = unary("log1p", np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b
 expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1")  # e^x
 sqrt = unary("sqrt", np.sqrt, "std::sqrt({0})",
              lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y), "square root")  # 1/(2 sqrt x)
-tanh = unary("tanh", np.tanh, "std::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
+tanh = unary("tanh", np.tanh, "ks::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
              "hyperbolic tangent")  # 1 - tanh²
 sin = unary("sin", np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine")  # cos x
 cos = unary("cos", np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine")  # -sin x

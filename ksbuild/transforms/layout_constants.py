@@ -37,9 +37,20 @@ def layout_constants(f: Func) -> Func:
     wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
     kernels = {e.outs[0]: e.params["value"] for e in f.eqns if e.prim.name == "constant"}
     changed = False
+    folded = _constant_views(f, kernels)
+    for e in f.eqns:  # a single-use view of a single-use constant (an ONNX LSTM's W[0]) is a constant too
+        if e.prim.name in ("index", "reshape") and e.outs[0] in folded and e.ins[0] in kernels and \
+                uses[e.ins[0]] == 1 and uses[e.outs[0]] == 1 and e.outs[0].type.rank == 2:
+            single[e.outs[0]] = folded[e.outs[0]].array()
 
     def rule(b, eqn, ins):
         nonlocal changed
+        if eqn.prim.name == "loop":
+            body = _loop_body_with_constants(eqn, folded)
+            if body is None:
+                return None
+            changed = True
+            return bind_like(b, eqn, eqn.prim, list(ins), dict(eqn.params, body=body))
         if eqn.prim.name == "winograd_kernel" and eqn.ins[0] in kernels:
             changed = True
             return [b.constant(value=Dense.of(winograd_transform(kernels[eqn.ins[0]].array())))]
@@ -73,6 +84,46 @@ def layout_constants(f: Func) -> Func:
 
     g = rewrite(f, rule)
     return dce(g) if changed else f
+
+
+def _constant_views(f: Func, kernels: dict) -> dict:
+    """The constants of f and the values of its views of them with literal parameters (an ONNX LSTM's W[0]:
+    index, reshape, transpose), computed now."""
+    from ..ir.core import Lit
+    values = dict(kernels)
+    for e in f.eqns:
+        src = e.ins[0] if e.ins else None
+        if src not in values:
+            continue
+        x = values[src].array()
+        if e.prim.name == "index" and isinstance(e.ins[1], Lit) and not e.ins[1].type.rank:
+            values[e.outs[0]] = Dense.of(x.take(int(e.ins[1].value), axis=e.params["axis"]))
+        elif e.prim.name == "reshape" and all(isinstance(d, int) for d in e.outs[0].type.shape):
+            values[e.outs[0]] = Dense.of(x.reshape(e.outs[0].type.shape))
+        elif e.prim.name == "transpose":
+            values[e.outs[0]] = Dense.of(x.transpose(e.params["perm"]))
+    return values
+
+
+def _loop_body_with_constants(eqn, kernels: dict) -> Func | None:
+    """The body of a loop with the constants it receives as loop constants (an RNN's recurrent weights) defined
+    inside it, laid out by layout_constants like top-level ones (panels: a vector times the weights each step
+    reads them in one stream instead of as dot products); None when that changes nothing. The loop keeps
+    passing the original constants, which the body no longer reads (the loop's prune drops them)."""
+    from ..ir.builder import Builder, inline
+    body, n_consts = eqn.params["body"], eqn.params["n_consts"]
+    consts = eqn.ins[1:1 + n_consts]
+    if not any(c in kernels for c in consts):
+        return None
+    b = Builder()
+    params = [Var(v.type, v.hint) for v in body.params]
+    args = list(params)
+    for j, c in enumerate(consts):
+        if c in kernels:
+            args[1 + j] = b.constant(value=kernels[c])
+    sunk = b.func(body.name, params, inline(b, body, args))
+    laid = layout_constants(sunk)
+    return laid if laid is not sunk else None
 
 
 def _panel_source(eqn, letters: str, want: str, reordered: Dense | None, single: dict):

@@ -1,4 +1,4 @@
-// Accuracy of ks::exp and ks::log (prelude/ks/vmath.h) against the C library: the largest
+// Accuracy of ks::exp, ks::log and ks::tanh (prelude/ks/vmath.h) against the C library: the largest
 // error in ulps over a million arguments spread across each function's whole range, plus the
 // special values. Prints the worst cases; returns nonzero if any error exceeds the bound.
 #include <ks/prelude.h>
@@ -75,6 +75,14 @@ int main() {
     sweep<float>("exp f32", exp_f, std_exp_f, -103.0, 88.7, false, 2.0);
     sweep<float>("log f32", log_f, std_log_f, -149.0, 127.9, true, 2.0);
     sweep<float>("log f32 ~1", log_f, std_log_f, -0.1, 0.1, true, 2.0);
+    auto tanh_d = [](double x) { return ks::tanh(x); };
+    auto tanh_f = [](float x) { return ks::tanh(x); };
+    auto std_tanh_d = [](double x) { return std::tanh(x); };
+    auto std_tanh_f = [](float x) { return static_cast<float>(std::tanh(static_cast<double>(x))); };
+    sweep<double>("tanh f64", tanh_d, std_tanh_d, -20.0, 20.0, false, 3.0);
+    sweep<double>("tanh f64 ~0", tanh_d, std_tanh_d, -60.0, 0.0, true, 3.0);
+    sweep<float>("tanh f32", tanh_f, std_tanh_f, -10.0, 10.0, false, 2.0);
+    sweep<float>("tanh f32 ~0", tanh_f, std_tanh_f, -40.0, 0.0, true, 2.0);
     const double inf = std::numeric_limits<double>::infinity();
     const double nan = std::numeric_limits<double>::quiet_NaN();
     special<double>("exp(inf)", ks::exp(inf), inf);
@@ -91,6 +99,12 @@ int main() {
     special<float>("expf(-inf)", ks::exp(-static_cast<float>(inf)), 0.0f);
     special<float>("logf(0)", ks::log(0.0f), -static_cast<float>(inf));
     special<float>("logf(-2)", ks::log(-2.0f), static_cast<float>(nan));
+    special<double>("tanh(inf)", ks::tanh(inf), 1.0);
+    special<double>("tanh(-inf)", ks::tanh(-inf), -1.0);
+    special<double>("tanh(nan)", ks::tanh(nan), nan);
+    special<double>("tanh(-0)", ks::tanh(-0.0), -0.0);
+    special<float>("tanhf(-50)", ks::tanh(-50.0f), -1.0f);
+    special<float>("tanhf(nan)", ks::tanh(static_cast<float>(nan)), static_cast<float>(nan));
     std::printf("%s\n", failed ? "FAILED" : "ok");
     return failed ? 1 : 0;
 }

@@ -288,6 +288,11 @@ def softmax(n: Node):
     return fn(n.b, x, n.a("dim"))
 
 
+@handler("_safe_softmax.default")
+def safe_softmax(n: Node):
+    return red.safe_softmax(n.b, n.operand(n.x(), n.dtype), n.a("dim"))
+
+
 @handler("logsumexp.default")
 def logsumexp(n: Node):
     x = n.x()
