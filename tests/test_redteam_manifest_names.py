@@ -7,25 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_manifest import write  # a manifest.toml with a relu3.py next to it
 
 from ksbuild import __version__
 from ksbuild.cli import main
 from ksbuild.errors import KsbuildError
 from ksbuild.manifest import load_manifest
 
-RELU3 = "def relu3(x: float) -> float:\n    return x * x\n"
-
 
 def manifest(package: str = "pk", exports: str = 'relu3 = "relu3"', build: str = "") -> str:
     return (f'[package]\nname = "{package}"\n{build}\n[kernels.relu3]\npython = "relu3.py:relu3"\n\n'
             f"[exports]\n{exports}\n")
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    (tmp_path / "relu3.py").write_text(RELU3)
-    path = tmp_path / "manifest.toml"
-    path.write_text(text)
-    return path
 
 
 def line_of(text: str, snippet: str) -> int:
