@@ -217,6 +217,20 @@ def test_cortex_m4_links_a_freestanding_program(cross_tree, tmp_path):
     assert not sorted(s for s in symbols if NOT_FREESTANDING.match(s))
 
 
+def test_find_package_refuses_a_tree_of_another_cross_target(cross_tree, tmp_path):
+    """An app configured with aarch64's toolchain does not find a cortex-m7 tree (it was found, and the link
+    failed: 'file in wrong format'; red-team pass)."""
+    for name in ("aarch64-linux-gnu", "cortex-m7"):
+        need(TARGETS[name])
+    m7 = cross_tree(RELU3, "cortex-m7")
+    toolchain = cross_tree(RELU3, "aarch64-linux-gnu") / "share/activations/toolchain.cmake"
+    proc = subprocess.run([cmake_exe(), "-S", str(ROOT / "examples/relu3/app"), "-B", str(tmp_path / "b"),
+                           f"-DCMAKE_TOOLCHAIN_FILE={toolchain}", f"-DCMAKE_PREFIX_PATH={m7}"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "activations was built for cortex-m7 (arm), but this" in proc.stdout + proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("target, manifest, expect, absent", [
     ("cortex-m4", GMM, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: VFPv4-D16", "Tag_ABI_VFP_args: VFP registers"], []),
     ("cortex-m7", RELU3, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: FPv5/FP-D16", "Tag_ABI_VFP_args: VFP registers"], []),

@@ -43,7 +43,22 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
 
 
 def views(m: Manifest, exports: list[Export], data: DataSection | None = None) -> list[ExportView]:
-    return [export_view(m.name, e.name, e.func, export_doc(e, m), data) for e in exports]
+    out = []
+    for e in exports:
+        v = export_view(m.name, e.name, e.func, export_doc(e, m), data)
+        v.doc[1] = _signature_line(v, e.func)
+        out.append(v)
+    return out
+
+
+def _signature_line(v: ExportView, f) -> str:
+    """The doc line of an export's inputs and results by the names of its C parameters (which differ from the
+    kernel's where two would clash, dx and dx1, or one is a C++ name: workspace -> x1; the kernel's name is
+    shown then, as the Python API takes it)."""
+    ins = [a for a in v.args if a.role == "in"]
+    shown = ", ".join(f"{a.name}: {p.type}" + (f" (in Python: {a.param})" if a.param and a.param != a.name else "")
+                      for a, p in zip(ins, f.params))
+    return f"  ({shown}) -> ({', '.join(str(t) for t in f.out_types)})"
 
 
 def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
