@@ -178,9 +178,11 @@ def test_winograd_float32_against_the_loops():
     """ks::conv_winograd in float32 (cpu = "native": the widest vectors) against the direct convolution of the
     same kernel, over sizes whose tile blocks end mid-row and outputs of odd sides; infinite and huge inputs
     as a direct convolution has them (found by the held-out red-team pass)."""
-    import torch.nn.functional as F
     import tempfile
     from pathlib import Path
+
+    import torch.nn.functional as F
+
     from ksbuild.prims.convolve import winograd_transform, winograd_untransform
     w = np.random.default_rng(5).standard_normal((16, 16, 3, 3))
     np.testing.assert_allclose(winograd_untransform(winograd_transform(w)), w, rtol=1e-12, atol=1e-12)

@@ -23,7 +23,6 @@ from .base import Prim
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, epilogue_type
 
-
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])

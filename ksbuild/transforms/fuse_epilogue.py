@@ -14,7 +14,8 @@ from ..ir.core import Eqn, Func, Var
 from ..prims.lowering import REDUCTIONS, fusion
 from .rewrite import use_counts
 
-HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd")}  # prim -> impls that take one
+# prim -> the impls that take an epilogue
+HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd")}
 
 
 def fuse_epilogue(f: Func) -> Func:
