@@ -8,7 +8,7 @@ and checked against torch:
   [0, 1000] gave [-inf, 1000]);
 - torch.linalg.norm(A, ord=1 | inf) of a matrix took the vector norm of its entries;
 - a window x[j:j + 3] with j near the end read single positions clamped (x4, x5, x5), not a whole window;
-- math.hypot overflowed at 1e300 and underflowed at 1e-200;
+- math.hypot overflowed at 1e300 and underflowed at 1e-200; math.copysign(3, -0.0) was 3;
 - the vjp of topk split a tie's cotangent into fractions;
 - x[1:-1] of one element wrote out of bounds (a negative size); it is a CallError now;
 - a float result under an int annotation was truncated silently; numpy calls, bool arithmetic and
@@ -76,9 +76,14 @@ def heat(u: "float[n]", r: float) -> "float[n]":
 
 def sig(x: float) -> float:
     return torch.sigmoid(torch.tensor(x))
+
+
+def cs(x: float, y: float) -> float:
+    return math.copysign(x, y)
 '''
 
-NAMES = ["extrema", "top2", "top3", "sort", "running", "lse_sum", "norms", "window_sum", "hyp", "heat", "sig"]
+NAMES = ["extrema", "top2", "top3", "sort", "running", "lse_sum", "norms", "window_sum", "hyp", "heat", "sig",
+         "cs"]
 MANIFEST = ('[package]\nname = "redteam_numerics"\n[build]\ndtype = "float64"\n'
             + "".join(f'[kernels.{n}]\npython = "k.py:{n}"\n' for n in NAMES)
             + "[exports]\n" + "".join(f'{n} = "{n}"\n' for n in NAMES)
@@ -165,6 +170,8 @@ def test_slices_of_too_few_elements_are_call_errors_and_torch_tensor_of_a_scalar
         with pytest.raises(CallError, match="too small"):
             pkg.heat(np.zeros(n), 0.25)
     assert pkg.sig(0.3) == pytest.approx(1 / (1 + math.exp(-0.3)), rel=1e-15)
+    for x, y in [(3.0, -0.0), (3.0, 0.0), (-3.0, -2.0), (-3.0, 0.0), (2.0, -math.inf)]:
+        assert pkg.cs(x, y) == math.copysign(x, y), (x, y)  # (-0.0 counts as negative)
 
 
 @pytest.mark.parametrize("body, message", [

@@ -580,8 +580,11 @@ def _math_function(name: str, handler):
 
 
 def _copysign(fc, b, args, kw, node):
+    """|x| with the sign of y, -0.0 counting as negative (1 / -0.0 = -inf); a NaN's sign bit is not read."""
     x, y = _two_floats(fc, b, args[:2], node, "copysign")
-    return b.select(b.lt(y, _c(y, 0.0)), b.neg(b.abs(x)), b.abs(x))
+    negative = math_ops.logical_or(b, b.lt(y, _c(y, 0.0)),
+                                   math_ops.logical_and(b, b.eq(y, _c(y, 0.0)), b.lt(b.div(_c(y, 1.0), y), _c(y, 0.0))))
+    return b.select(negative, b.neg(b.abs(x)), b.abs(x))
 
 
 def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict, math_table: dict,
