@@ -271,7 +271,7 @@ def _check_c_name(ctx: _Ctx, path: Path_, name: str, what: str, cxx: bool = Fals
         raise ctx.error(path, f"{what} '{name}' is reserved in the generated C++: it is {RESERVED_NAMES[name]}",
                         hint=f"rename it, e.g. '{name}_'")
     if cxx and (name in C_KEYWORDS or name in CXX20_KEYWORDS):
-        raise ctx.error(path, f"{what} '{name}' is a C++ keyword", hint=f"rename it, e.g. '{name}_'")
+        raise ctx.error(path, f"{what} '{name}' is a C or C++ keyword", hint=f"rename it, e.g. '{name}_'")
 
 
 def _check_header_name(ctx: _Ctx, path: Path_, name: str) -> None:

@@ -43,3 +43,16 @@ def test_doc_lines_use_the_prototypes_names(tmp_path):
         assert all(name in prototype for name in documented), (documented, prototype)
         assert len(set(documented)) == len(documented), documented
     assert "dx1: f32 (in Python: dx)" in header and "x1: f32 (in Python: workspace)" in header
+
+
+def test_parameters_named_like_cxx20_or_c_keywords_are_renamed(tmp_path):
+    """A header included by a C++20 or C program must not use `requires`, `concept` or `restrict` as parameter
+    names (the kernel's own names for them: the Python API keeps those)."""
+    (tmp_path / "k.py").write_text("def f(requires: float, concept: float, restrict: float) -> float:\n"
+                                   "    return requires * concept + restrict\n")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "kw20"\n[kernels.f]\npython = "k.py:f"\n'
+                                            '[exports]\nf = "f"\n')
+    render(tmp_path / "manifest.toml", tmp_path / "proj", progress=lambda s: None)
+    header = (tmp_path / "proj" / "include" / "kw20.h").read_text()
+    prototype = next(line for line in header.splitlines() if line.startswith("float kw20_f("))
+    assert not re.search(r"\b(requires|concept|restrict)\b", prototype), prototype

@@ -38,14 +38,14 @@ def check_error(tmp_path: Path, text: str, capsys) -> str:
 def test_export_named_cxx_keyword(tmp_path, capsys, name):
     text = manifest(exports=f'{name} = "relu3"')
     err = check_error(tmp_path, text, capsys)
-    assert f"manifest.toml:{line_of(text, name + ' =')}:1: error: export name '{name}' is a C++ keyword" in err
+    assert f"manifest.toml:{line_of(text, name + ' =')}:1: error: export name '{name}' is a C or C++ keyword" in err
 
 
 @pytest.mark.parametrize("name", ["int", "delete", "template"])
 def test_package_named_cxx_keyword(tmp_path, capsys, name):
     text = manifest(package=name)
     err = check_error(tmp_path, text, capsys)
-    assert f"manifest.toml:2:1: error: package name '{name}' is a C++ keyword" in err
+    assert f"manifest.toml:2:1: error: package name '{name}' is a C or C++ keyword" in err
 
 
 @pytest.mark.parametrize("name", ["std", "ks", "int64_t", "size_t", "workspace"])
@@ -87,7 +87,7 @@ def test_package_named_like_system_header(tmp_path, capsys, name):
     assert f"<{name.lower()}.h>" in err and "hint: " in err
 
 
-@pytest.mark.parametrize("name, reason", [("assert", "Python keyword"), ("float", "C++ keyword")])
+@pytest.mark.parametrize("name, reason", [("assert", "Python keyword"), ("float", "C or C++ keyword")])
 def test_header_names_that_are_keywords(tmp_path, capsys, name, reason):
     """<assert.h> and <float.h> are covered already: their names are keywords."""
     err = check_error(tmp_path, manifest(package=name), capsys)

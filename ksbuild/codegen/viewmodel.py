@@ -20,7 +20,11 @@ C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", 
               "mutable", "noexcept", "not", "not_eq", "nullptr", "or", "or_eq", "protected", "reinterpret_cast",
               "static_assert", "static_cast", "thread_local", "throw", "try", "typedef", "typeid", "virtual",
               "wchar_t", "xor", "xor_eq", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
-              "uint32_t", "uint64_t", "size_t", "NULL", "main"}
+              "uint32_t", "uint64_t", "size_t", "NULL", "main",
+              # C++20's, for consumers that compile the header as C++20, and C's own (_Bool, restrict)
+              "char8_t", "concept", "consteval", "constinit", "co_await", "co_return", "co_yield", "requires",
+              "restrict", "_Bool", "_Complex", "_Alignas", "_Alignof", "_Atomic", "_Generic", "_Noreturn",
+              "_Static_assert", "_Thread_local"}
 
 
 @dataclass
