@@ -260,27 +260,39 @@ def _int_limit(dtype: str, largest: bool) -> int:
     return int(info.min if largest else info.max)
 
 
+def loop_rows(b, rows: Atom, inits: Sequence[Atom], step, name: str, reverse: bool = False) -> list[Atom]:
+    """A loop over the leading axis of rows (from its end when reverse) carrying values started at inits:
+    step(builder, carries, row) -> (new carries, ys of that row). Returns the final carries, then each y
+    stacked along a new leading axis."""
+    from ..prims.control import PRIMS_LOOP
+    from ..prims.control import wrap as wrap_fn
+    n = rows.type.shape[0]
+    row = Type(rows.type.dtype, rows.type.shape[1:])
+
+    def body(bb, ps):
+        carries, ys = step(bb, list(ps[1:1 + len(inits)]), ps[-1])
+        return [*carries, *ys]
+
+    f = wrap_fn(name, [Type("i64"), *(a.type for a in inits), row], body)
+    return list(b.bind(PRIMS_LOOP, [dim_atom(b, n), *inits, rows], dict(body=f, n_consts=0, n_carry=len(inits),
+                                                                        length=n, reverse=reverse)))
+
+
 def scan(b, x: Atom, axis: int, inits: Sequence[Atom], step, reverse: bool = False, name: str = "scan") -> Atom:
     """The y of a loop along axis (from its end when reverse) that carries values started at inits: at each
     position step(builder, carries, x at that position) -> (new carries, y at that position); the ys come back
     stacked along axis. One pass, each element read once: running sums, products, log-sum-exps."""
-    from ..prims.control import PRIMS_LOOP
-    from ..prims.control import wrap as wrap_fn
     axis = norm_axis(b, axis, x.type.rank)
     perm = (axis,) + tuple(i for i in range(x.type.rank) if i != axis)
     moved = b.transpose(x, perm=perm) if axis else x
-    n = moved.type.shape[0]
-    row = Type(x.type.dtype, moved.type.shape[1:])
 
-    def body(bb, ps):
-        carries, y = step(bb, list(ps[1:1 + len(inits)]), ps[-1])
-        return [*carries, y]
+    def one_y(bb, carries, xk):
+        new, y = step(bb, carries, xk)
+        return new, [y]
 
-    f = wrap_fn(f"{name}_step", [Type("i64"), *(a.type for a in inits), row], body)
-    outs = b.bind(PRIMS_LOOP, [dim_atom(b, n), *inits, moved], dict(body=f, n_consts=0, n_carry=len(inits),
-                                                                       length=n, reverse=reverse))
+    ys = loop_rows(b, moved, inits, one_y, f"{name}_step", reverse)[-1]
     inv = tuple(perm.index(i) for i in range(x.type.rank))
-    return b.transpose(outs[-1], perm=inv) if axis else outs[-1]
+    return b.transpose(ys, perm=inv) if axis else ys
 
 
 def _row(x: Atom, axis: int) -> Type:

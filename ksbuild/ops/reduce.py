@@ -111,8 +111,8 @@ def fold(b, x: Atom, axes: Sequence[int] | None, keepdim: bool, init, name: str,
     """A loop over the reduced elements in order: acc = step(acc, element), from acc = init."""
     from ..ir.core import Lit
     from ..ir.types import Type
-    from ..prims.control import PRIMS_LOOP, wrap
     from ._util import numel
+    from .index import loop_rows
     ax = norm_axes(b, axes, x.type.rank)
     if not ax:
         return x
@@ -123,8 +123,5 @@ def fold(b, x: Atom, axes: Sequence[int] | None, keepdim: bool, init, name: str,
         else x
     flat = b.reshape(moved, shape=(count,) + rest_shape)
     acc_t = Type(x.type.dtype, rest_shape)
-    f = wrap(name, [Type("i64"), acc_t, acc_t], lambda bb, ps: [step(bb, ps[1], ps[2])])
-    trip = Lit(count, Type("i64")) if isinstance(count, int) else b.dim_size(dim=count)
-    y = b.bind(PRIMS_LOOP, [trip, Lit(init, acc_t), flat], dict(body=f, n_consts=0, n_carry=1, length=count,
-                                                             reverse=False))[0]
+    y = loop_rows(b, flat, [Lit(init, acc_t)], lambda bb, accs, v: ([step(bb, accs[0], v)], []), name)[0]
     return keep_dims(b, y, x, ax) if keepdim else y

@@ -31,17 +31,17 @@ def layout_constants(f: Func) -> Func:
     uses.update(r for r in f.results if isinstance(r, Var))
     single = {e.outs[0]: e.params["value"].array() for e in f.eqns
               if e.prim.name == "constant" and uses[e.outs[0]] == 1 and len(e.params["value"].shape) == 2}
-    for e in f.eqns:  # a single-use transpose of such a constant (torch.export's weight.t()) is a constant too
-        if e.prim.name == "transpose" and e.ins[0] in single and uses[e.outs[0]] == 1:
-            single[e.outs[0]] = single[e.ins[0]].transpose(e.params["perm"])
-    wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
     kernels = {e.outs[0]: e.params["value"] for e in f.eqns if e.prim.name == "constant"}
-    changed = False
     folded = _constant_views(f, kernels)
-    for e in f.eqns:  # a single-use view of a single-use constant (an ONNX LSTM's W[0]) is a constant too
-        if e.prim.name in ("index", "reshape") and e.outs[0] in folded and e.ins[0] in kernels and \
-                uses[e.ins[0]] == 1 and uses[e.outs[0]] == 1 and e.outs[0].type.rank == 2:
+    # a single-use view of such a constant (torch.export's weight.t(), an ONNX LSTM's W[0]) is a constant too
+    for e in f.eqns:
+        if e.prim.name == "constant" or not e.outs or e.outs[0] not in folded:
+            continue
+        source = e.ins[0] in single if e.prim.name == "transpose" else e.ins[0] in kernels and uses[e.ins[0]] == 1
+        if source and uses[e.outs[0]] == 1 and e.outs[0].type.rank == 2:
             single[e.outs[0]] = folded[e.outs[0]].array()
+    wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
+    changed = False
 
     def rule(b, eqn, ins):
         nonlocal changed
