@@ -27,6 +27,8 @@ def c_literal(value, t: Type) -> str:
     """A C++ literal of dtype t (a storage dtype's literal is its bit pattern)."""
     if t.dtype == "bool":
         return "true" if value else "false"
+    if t.dtype == "str":
+        return string_literal(value if isinstance(value, (str, bytes)) else "")  # the zero of strings is ""
     if t.dtype in INT_DTYPES:
         return _int_literal(int(value), t.dtype)
     if t.dtype in STORAGE_DTYPES:
@@ -45,6 +47,22 @@ def c_literal(value, t: Type) -> str:
     if "e" not in text and "." not in text:
         text += ".0"
     return f"{text}{suffix}" if v >= 0 else f"({text}{suffix})"
+
+
+def string_literal(value) -> str:
+    """A C string literal of a str (UTF-8) or bytes value: printable ASCII as itself, every other
+    byte as a 3-digit octal escape (which, unlike \\x, cannot run into the next character)."""
+    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    out = []
+    for byte in raw:
+        ch = chr(byte)
+        if ch in '"\\?':  # ? too: no trigraphs in C
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
 
 
 def _int_literal(v: int, dtype: str) -> str:

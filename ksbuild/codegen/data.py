@@ -3,7 +3,8 @@
 Small constants become C++ arrays in the source. Large ones are not printed: their bytes go
 into one binary blob per package (src/<P>_data.bin), assembled into libP.a by an `.incbin`
 directive (src/<P>_data.S), so the generated source stays small however big the model is.
-Each constant is a 64-byte aligned range of the blob, read through a typed pointer.
+Each constant is a 64-byte aligned range of the blob, read through a typed pointer. String
+constants are always arrays of C string literals (a blob would need its pointers relocated).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class DataSection:
         if key not in self.names:
             self.names[key] = f"ks_data_{len(self.names)}"
             self.values[key] = value
-            if len(value.data) > INLINE_MAX_BYTES:
+            if len(value.data) > INLINE_MAX_BYTES and value.dtype != "str":
                 self.offsets[key] = self.blob_size
                 self.blob_size += -(-len(value.data) // ALIGN) * ALIGN
         return self.names[key]
@@ -99,6 +100,8 @@ def _items(v: Dense) -> str:
     from ..ir.types import Type
     from .cpp import c_literal
     arr = v.array().reshape(-1)
+    if v.dtype == "str":
+        return ", ".join(c_literal(x, Type("str")) for x in arr)
     if v.dtype in ("f32", "f64", "bool") or v.dtype in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"):
         return ", ".join(c_literal(x.item(), Type(v.dtype)) for x in arr)
     width = np.uint16 if np.dtype(arr.dtype).itemsize == 2 else np.int8 if C_TYPES[v.dtype] == "int8_t" else np.uint8

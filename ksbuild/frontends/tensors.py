@@ -41,7 +41,7 @@ def parse_type_text(text: str, float_dtype: str) -> Type | None:
     if not m:
         return None
     base = {"float": float_dtype, "int": "i64", "bool": "bool"}.get(m.group(1), m.group(1))
-    if base not in DTYPES:
+    if base not in DTYPES or base == "str":  # (strings are for ONNX models: Python kernels compute numbers)
         return None
     if m.group(2) is None or not m.group(2).strip():
         return Type(base)

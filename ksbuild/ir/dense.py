@@ -25,9 +25,13 @@ class Dense:
 
     @staticmethod
     def of(arr) -> "Dense":
-        """The Dense holding a copy of a numpy array (its dtype must be an IR dtype)."""
+        """The Dense holding a copy of a numpy array (its dtype must be an IR dtype). Strings are
+        held as their UTF-8 bytes, each followed by a NUL."""
         a = np.ascontiguousarray(arr)
-        return Dense(dtype_of(a), tuple(int(d) for d in a.shape), a.tobytes())
+        dtype = dtype_of(a)
+        if dtype == "str":
+            return Dense(dtype, tuple(int(d) for d in a.shape), b"".join(_utf8(s) + b"\0" for s in a.reshape(-1)))
+        return Dense(dtype, tuple(int(d) for d in a.shape), a.tobytes())
 
     @property
     def type(self) -> Type:
@@ -39,6 +43,11 @@ class Dense:
 
     def array(self) -> np.ndarray:
         """The values as a read-only numpy array."""
+        if self.dtype == "str":
+            items = [t.decode("utf-8") for t in self.data.split(b"\0")[:-1]]
+            out = np.empty(len(items), dtype=object)
+            out[:] = items
+            return out.reshape(self.shape)
         return np.frombuffer(self.data, dtype=numpy_dtype(self.dtype)).reshape(self.shape)
 
     @cached_property
@@ -54,6 +63,10 @@ class Dense:
     def from_text(t: Type, text: str) -> "Dense":
         """The inverse of `text` for a tensor type t; ValueError if the bytes do not fit."""
         data = base64.b64decode(text.encode("ascii"), validate=True)
+        if t.dtype == "str":
+            if data.count(b"\0") != int(np.prod(t.shape, dtype=np.int64)) or not data.endswith(b"\0"):
+                raise ValueError(f"{len(data.split(bytes(1))) - 1} strings do not make a dense {t}")
+            return Dense(t.dtype, tuple(t.shape), data)
         want = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(numpy_dtype(t.dtype)).itemsize
         if len(data) != want or not all(isinstance(d, int) for d in t.shape):
             raise ValueError(f"{len(data)} bytes do not make a dense {t}")
@@ -67,3 +80,11 @@ class Dense:
 
     def __repr__(self) -> str:
         return f"Dense({self.type}, sha256:{self.digest[:12]})"
+
+
+def _utf8(s) -> bytes:
+    """A string element as UTF-8 bytes (C strings end at the first NUL, so a NUL inside is refused)."""
+    raw = s if isinstance(s, bytes) else str(s).encode("utf-8")
+    if b"\0" in raw:
+        raise ValueError(f"the string {s!r} holds a NUL character, which a C string cannot")
+    return raw

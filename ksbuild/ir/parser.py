@@ -270,10 +270,12 @@ class _Parser:
             raise self.error(problem, tok)
         return lit
 
-    def scalar(self) -> bool | int | float:
+    def scalar(self) -> bool | int | float | str:
         tok = self.next()
         if tok.kind == "ident" and tok.text in ("True", "False"):
             return tok.text == "True"
+        if tok.kind == "str":
+            return ast.literal_eval(tok.text)
         if tok.kind != "num":
             raise self.error(f"expected a value, got {tok.text or 'end of input'!r}", tok)
         if any(c in tok.text for c in ".eEn"):

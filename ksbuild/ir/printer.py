@@ -151,7 +151,9 @@ def format_name(name: str) -> str:
 
 
 def format_scalar(value: Any) -> str:
-    """A literal's value: `True`, `3`, `0.5`, `-inf` (floats keep a `.` or exponent)."""
+    """A literal's value: `True`, `3`, `0.5`, `-inf` (floats keep a `.` or exponent), `'text'`."""
+    if isinstance(value, str):
+        return repr(value)
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, np.integer)):

@@ -17,16 +17,21 @@ STORAGE_DTYPES = ("f16", "bf16", "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz
 """Storage-only dtypes (ONNX's narrow floats and ints): values are converted to f32 (or an int
 type) to compute; only `convert` and the shape prims take them. One element per byte (two for
 f16/bf16) in memory and in the C ABI."""
-DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + STORAGE_DTYPES
+STRING_DTYPES = ("str",)
+"""Strings (ONNX tensor(string)): NUL-terminated UTF-8, `ks_str` (`const char*`) in the C ABI.
+Generated code only compares them (eq, ne) and moves the pointers (shape prims, select); it never
+allocates or writes characters, so an output string points into an input or a constant."""
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + STORAGE_DTYPES + STRING_DTYPES
 NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16, "i32": np.int32,
                 "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-                "bool": np.bool_, "f16": np.float16}
+                "bool": np.bool_, "f16": np.float16, "str": np.object_}
 C_TYPES = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
            "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t", "bool": "bool",
            "f16": "uint16_t", "bf16": "uint16_t", "f8e4m3fn": "uint8_t", "f8e4m3fnuz": "uint8_t",
            "f8e5m2": "uint8_t", "f8e5m2fnuz": "uint8_t", "f8e8m0": "uint8_t", "f4e2m1": "uint8_t",
-           "i4": "uint8_t", "u4": "uint8_t", "i2": "uint8_t", "u2": "uint8_t"}
-"""C ABI element types; storage floats travel as their bit patterns (IEEE half in uint16_t, ...)."""
+           "i4": "uint8_t", "u4": "uint8_t", "i2": "uint8_t", "u2": "uint8_t", "str": "ks_str"}
+"""C ABI element types; storage floats travel as their bit patterns (IEEE half in uint16_t, ...);
+strings as `ks_str`, a typedef of `const char*` in the header."""
 _ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e4m3fnuz": "float8_e4m3fnuz",
               "f8e5m2": "float8_e5m2", "f8e5m2fnuz": "float8_e5m2fnuz", "f8e8m0": "float8_e8m0fnu",
               "f4e2m1": "float4_e2m1fn", "i4": "int4", "u4": "uint4", "i2": "int2", "u2": "uint2"}
@@ -45,6 +50,8 @@ def numpy_dtype(dtype: str):
 def dtype_of(arr) -> str:
     """The IR dtype of a numpy array or scalar."""
     t = np.asarray(arr).dtype.type
+    if t in (np.str_, np.bytes_):
+        return "str"
     for k, v in NUMPY_DTYPES.items():
         if v is t:
             return k
@@ -83,8 +90,12 @@ class Type:
 
     @property
     def is_storage(self) -> bool:
-        """True for storage-only dtypes (f16, bf16, f8*, i4, ...): convert them before computing."""
-        return self.dtype in STORAGE_DTYPES
+        """True for storage-only dtypes (f16, bf16, f8*, i4, ..., and strings): no arithmetic on them."""
+        return self.dtype in STORAGE_DTYPES or self.dtype in STRING_DTYPES
+
+    @property
+    def is_str(self) -> bool:
+        return self.dtype in STRING_DTYPES
 
     def scalar(self) -> "Type":
         """The element type."""
@@ -291,4 +302,9 @@ _PROMOTION = ["bool", "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f32
 
 def promote(a: str, b: str) -> str:
     """The dtype of a binary op on dtypes a and b (torch-like: float wins, wider wins)."""
+    if a == b:
+        return a
+    if a not in _PROMOTION or b not in _PROMOTION:
+        from ..errors import KsbuildError
+        raise KsbuildError(f"cannot combine {a} and {b} values")
     return a if _PROMOTION.index(a) >= _PROMOTION.index(b) else b

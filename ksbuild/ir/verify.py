@@ -28,6 +28,8 @@ def lit_problem(lit: Lit) -> str | None:
     v, t = lit.value, lit.type
     if not isinstance(t, Type) or t.dtype not in DTYPES:
         return f"literal {v!r} has no valid type: {t!r}"
+    if t.dtype == "str" or type(v) is str:
+        return None if t.dtype == "str" and type(v) is str else f"literal value {v!r} does not fit its type {t}"
     if type(v) not in (bool, int, float):
         return f"literal value {v!r} is a {type(v).__name__}, not a Python bool, int or float"
     if t.dtype == "bool":

@@ -58,6 +58,9 @@ def array(b, arr) -> Atom:
     dtype = dtype_of(a)
     t = Type(dtype, tuple(int(d) for d in a.shape))
     flat = a.reshape(-1)
+    if dtype == "str" and (flat.size == 0 or all(s == flat[0] for s in flat)):
+        v = flat[0] if flat.size else ""
+        return Lit(v.decode("utf-8") if isinstance(v, bytes) else str(v), t)
     if flat.size == 0 or (np.all(flat == flat[0]) and not (a.dtype.kind == "f" and np.isnan(flat[0]))):
         v = flat[0].item() if flat.size else 0
         return Lit(bool(v) if dtype == "bool" else float(v) if dtype in ("f32", "f64") else int(v), t)

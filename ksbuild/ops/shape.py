@@ -96,7 +96,7 @@ def permute(b, x: Atom, perm: Sequence[int]) -> Atom:
 
 def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
     """xs joined along axis (dtypes promoted); each piece is padded with zeros and the pieces added (or'ed,
-    for bool pieces padded with false)."""
+    for bool pieces padded with false; strings, which have no sum, picked by their position along axis)."""
     if not xs:
         raise error(b, "concatenate needs at least one tensor")
     axis = norm_axis(b, axis, xs[0].type.rank)
@@ -121,6 +121,12 @@ def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
         elif dtype == "bool":
             from .math import logical_or
             out = logical_or(b, out, padded)
+        elif dtype == "str":
+            from .index import dim_atom
+            from .math import logical_and
+            at = b.iota(shape=padded.type.shape, axis=axis, dtype="i64")
+            mine = logical_and(b, b.ge(at, dim_atom(b, lo)), b.lt(at, dim_atom(b, dim_add(lo, n))))
+            out = b.select(mine, padded, out)
         else:
             out = b.add(out, padded)
         lo = dim_add(lo, n)

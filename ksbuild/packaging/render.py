@@ -108,7 +108,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
                cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, data_decls=data.declarations(),
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
-               has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs))
+               has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),
+               has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs))
     t = _env("templates")
     files = {
         f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),

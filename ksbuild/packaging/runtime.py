@@ -27,12 +27,14 @@ NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np
                 # ONNX's narrow types travel as their bits (float16 is numpy's own)
                 "f16": np.float16, "bf16": np.uint16, "f8e4m3fn": np.uint8, "f8e4m3fnuz": np.uint8,
                 "f8e5m2": np.uint8, "f8e5m2fnuz": np.uint8, "f8e8m0": np.uint8, "f4e2m1": np.uint8,
-                "i4": np.uint8, "u4": np.uint8, "i2": np.uint8, "u2": np.uint8}
+                "i4": np.uint8, "u4": np.uint8, "i2": np.uint8, "u2": np.uint8,
+                "str": np.uintp}  # strings travel as arrays of pointers (see _strings, _decoded)
 CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
           "bool": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "u8": ctypes.c_uint8,
-          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16}
+          "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f16": ctypes.c_uint16,
+          "str": ctypes.c_char_p}
 RET = {"float": ctypes.c_float, "double": ctypes.c_double, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
-       "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None}
+       "bool": ctypes.c_bool, "int": ctypes.c_int, "void": None, "ks_str": ctypes.c_char_p}
 STATUS = {1: "a dimension is negative or inconsistent, or a size the kernel computes from the dims (a slice "
              "x[1:-1], a window) is negative: the inputs are too small for it",
           2: "a required pointer (workspace) is NULL"}
@@ -68,6 +70,7 @@ class Export:
             self.ws_fn.argtypes = [ctypes.c_int64] * len(desc["dims"])
             self.fn.argtypes = _tensor_argtypes(desc, self.ins, self.outs)
         self._plan = _bind_plan(self.ins)
+        self._strings = any(a["dtype"] == "str" for a in self.ins + self.outs)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
         self._fast_plans: dict[tuple, _FastPlan] = {}  # argument shapes -> what a call with them needs
 
@@ -85,7 +88,7 @@ class Export:
             args = self._by_name(args, kwargs)
         if len(args) != len(self.ins):
             raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
-        if any(_is_torch(x) for x in args) and out is None:
+        if any(_is_torch(x) for x in args) and out is None and not self._strings:
             return self.package.torch_ops().call(self, args, dims)
         return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
 
@@ -93,8 +96,9 @@ class Export:
         """The call on contiguous numpy arrays of the right dtypes, with the dims, output shapes and workspace
         size of their shapes remembered from an earlier call; None when it does not apply (the full path
         then checks everything and explains what is wrong)."""
-        if self.ws_fn is None or len(args) != len(self.ins) or not all(type(x) is np.ndarray for x in args):
-            return None  # (torch tensors may have symbolic shapes, which do not hash)
+        if self.ws_fn is None or len(args) != len(self.ins) or not all(type(x) is np.ndarray for x in args) \
+                or self._strings:
+            return None  # (torch tensors may have symbolic shapes, which do not hash; strings are converted)
         plan = self._fast_plans.get(tuple(x.shape for x in args))
         if plan is None or not all(x.dtype == d and x.flags.c_contiguous for x, d in zip(args, plan.in_dtypes)):
             if plan is None and len(self._fast_plans) < 64:
@@ -152,10 +156,10 @@ class Export:
     def _call_scalar(self, args) -> list[np.ndarray]:
         cargs = [CTYPES[a["dtype"]](_scalar(x, a, self.name)) for a, x in zip(self.ins, args)]
         if self.desc["returns"] != "void":
-            return [np.asarray(_py(self.fn(*cargs)), NUMPY_DTYPES[self.outs[0]["dtype"]])]
+            return [_scalar_result(_py(self.fn(*cargs)), self.outs[0])]
         outs = [CTYPES[a["dtype"]]() for a in self.outs]
         self.fn(*cargs, *[ctypes.byref(o) for o in outs])
-        return [np.asarray(o.value, NUMPY_DTYPES[a["dtype"]]) for o, a in zip(outs, self.outs)]
+        return [_scalar_result(o.value, a) for o, a in zip(outs, self.outs)]
 
     def _call_tensor(self, args, out, given_dims) -> list[np.ndarray]:
         arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
@@ -163,7 +167,7 @@ class Export:
         outs = self._outputs(dims, out)
         ins = [arr.ctypes.data if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
         self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
-        return outs
+        return [_decoded(o) if a["dtype"] == "str" else o for o, a in zip(outs, self.outs)]
 
     def call_pointers(self, dims: dict, ins: list, outs: list) -> None:
         """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs."""
@@ -218,6 +222,8 @@ class Export:
         shapes = self.checked_out_shapes(dims)
         if given is None:
             return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
+        if self._strings:
+            raise CallError(f"{self.name}: out= is not supported for an export with string arguments")
         res = [_np_view(o, a, self.name) for o, a in zip(given, self.outs)]
         for r, s, a in zip(res, shapes, self.outs):
             if r.shape != s or r.dtype != NUMPY_DTYPES[a["dtype"]] or not r.flags.c_contiguous:
@@ -304,14 +310,61 @@ def _is_torch(x) -> bool:
 
 def _scalar(x, a: dict, export: str):
     """A Python number for a scalar argument: typed values (numpy, torch) must have its dtype."""
+    if a["dtype"] == "str":
+        return _encoded(x, a, export)
     if isinstance(x, (bool, int, float, np.generic, np.ndarray)) or _is_torch(x):
         return _item(_as_array(x, a, export), a)
     raise CallError(f"{export}: argument '{_shown(a)}' must be a number, got {type(x).__name__}")
 
 
 def _item(arr: np.ndarray, a: dict):
-    """A scalar argument's value for ctypes (a float16 travels as its bits)."""
+    """A scalar argument's value for ctypes (a float16 travels as its bits, a string as its address)."""
     return arr.view(np.uint16).item() if a["dtype"] == "f16" else arr.item()
+
+
+def _strings(x, a: dict, export: str) -> np.ndarray:
+    """Strings (str or bytes; numpy str, bytes or object arrays; lists) as an array of `const char*`: the
+    addresses of their NUL-terminated UTF-8 bytes, which the array keeps alive."""
+    if _is_torch(x):
+        raise DtypeError(f"{export}: argument '{_shown(a)}' takes strings; torch tensors cannot hold them")
+    arr = np.asarray(x, dtype=object)
+    if arr.ndim != len(a["shape"]):
+        raise CallError(f"{export}: argument '{_shown(a)}' must have {len(a['shape'])} dimension(s), got shape "
+                        f"{list(arr.shape)}")
+    items = [_encoded(v, a, export) for v in arr.reshape(-1)]
+    pointers = (ctypes.c_char_p * max(len(items), 1))(*items)  # holds the bytes objects: they live as long
+    return np.frombuffer(pointers, dtype=np.uintp, count=len(items)).reshape(arr.shape)
+
+
+def _encoded(v, a: dict, export: str) -> bytes:
+    """One string argument's UTF-8 bytes (without the NUL that ctypes adds)."""
+    if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0:
+        v = v.item()
+    if not isinstance(v, (str, bytes)):
+        raise DtypeError(f"{export}: argument '{_shown(a)}' takes strings, got a {type(v).__name__}")
+    raw = v.encode("utf-8") if isinstance(v, str) else v
+    if b"\0" in raw:
+        raise CallError(f"{export}: argument '{_shown(a)}' holds a string with a NUL character, which a C string "
+                        "cannot")
+    return raw
+
+
+def _decoded(arr: np.ndarray) -> np.ndarray:
+    """An array of `const char*` results as an object array of Python str (None for NULL)."""
+    out = np.empty(arr.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, p in enumerate(arr.reshape(-1).tolist()):
+        flat[i] = ctypes.string_at(p).decode("utf-8", "replace") if p else None
+    return out
+
+
+def _scalar_result(v, a: dict) -> np.ndarray:
+    """A scalar result from ctypes as a 0-d array (a string decoded)."""
+    if a["dtype"] == "str":
+        out = np.empty((), dtype=object)
+        out[()] = v.decode("utf-8", "replace") if v is not None else None
+        return out
+    return np.asarray(v, NUMPY_DTYPES[a["dtype"]])
 
 
 def _py(v):
@@ -332,6 +385,8 @@ def _np_view(x, a: dict, export: str) -> np.ndarray:
 
 def _as_array(x, a: dict, export: str) -> np.ndarray:
     """x as a contiguous array of the argument's dtype; typed values of another dtype are an error."""
+    if a["dtype"] == "str":
+        return _strings(x, a, export)
     want = NUMPY_DTYPES[a["dtype"]]
     typed = _is_torch(x) or isinstance(x, (np.ndarray, np.generic))
     arr = np.asarray(_np_view(x, a, export))
@@ -375,7 +430,7 @@ def _results(outs, descs, torch_out: bool):
     """Python values for the caller: numpy arrays and Python numbers, or torch tensors (0-d for scalars)."""
     vals = []
     for o, a in zip(outs, descs):
-        if torch_out:
+        if torch_out and a["dtype"] != "str":  # (torch has no strings: they stay numpy arrays)
             import torch
             vals.append(torch.from_numpy(o))
         else:

@@ -40,7 +40,8 @@ class PackageOps:
     def __init__(self, package, namespace: str):
         self.package, self.namespace = package, namespace
         by_expr = {_norm(d["expression"]): n for n, d in package.desc["exports"].items()}
-        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items() if e.outs}  # none without results
+        # none for an export without results, or with strings (torch tensors cannot hold them)
+        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items() if e.outs and not e._strings}
         self.vjp_of = {n: by_expr.get(f"vjp({_norm(e.desc['expression'])})") for n, e in package.exports.items()}
         self.split_of = {n: _split(by_expr, e) for n, e in package.exports.items()}
         self.backward = {n: _Backward(self, n, self.split_of[n]) for n in package.exports}

@@ -372,7 +372,9 @@ def _cmp_rule(name):
     def rule(in_types, **_):
         if in_types[0].dtype != in_types[1].dtype:
             raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
-        if in_types[0].is_storage:
+        if in_types[0].is_str and name not in ("eq", "ne"):
+            raise KsbuildError(f"strings compare only for equality ('{name}' is not supported on them)")
+        if in_types[0].is_storage and not in_types[0].is_str:
             raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
         return (broadcast_types(name, in_types, "bool"),)
 
@@ -387,7 +389,20 @@ def _no_tangent_jvp(prim):
     return jvp
 
 
-def predicate(name: str, fn, cpp: str, arity: int, doc: str) -> Prim:
+def _emit_compare(cpp: str, strings: str | None):
+    """Compare with the C++ operator; strings (eq, ne) by their characters with `strings`."""
+    plain = emit_format(cpp)
+
+    def emit(ctx, eqn):
+        if strings and eqn.ins[0].type.is_str:
+            ctx.assign(eqn.outs[0], strings.format(*ctx.args(eqn)))
+        else:
+            plain(ctx, eqn)
+
+    return emit
+
+
+def predicate(name: str, fn, cpp: str, arity: int, doc: str, strings: str | None = None) -> Prim:
     """A bool-valued elementwise prim: comparisons and logic have no tangents."""
     prim: Prim
 
@@ -402,7 +417,7 @@ def predicate(name: str, fn, cpp: str, arity: int, doc: str) -> Prim:
         eval=lambda *xs, env=None: (np.asarray(fn(*xs)),),
         jvp=lambda b, primals, tangents: _no_tangent_jvp(prim)(b, primals, tangents),
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
-        emit=emit_format(cpp),
+        emit=_emit_compare(cpp, strings),
         elementwise=True,
         doc=doc,
         opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
@@ -414,8 +429,8 @@ lt = predicate("lt", np.less, "({0} < {1})", 2, "compare x < y")
 le = predicate("le", np.less_equal, "({0} <= {1})", 2, "compare x <= y")
 gt = predicate("gt", np.greater, "({0} > {1})", 2, "compare x > y")
 ge = predicate("ge", np.greater_equal, "({0} >= {1})", 2, "compare x >= y")
-eq = predicate("eq", np.equal, "({0} == {1})", 2, "compare x == y")
-ne = predicate("ne", np.not_equal, "({0} != {1})", 2, "compare x != y")
+eq = predicate("eq", np.equal, "({0} == {1})", 2, "compare x == y", "ks::same_string({0}, {1})")
+ne = predicate("ne", np.not_equal, "({0} != {1})", 2, "compare x != y", "(!ks::same_string({0}, {1}))")
 and_ = predicate("and", np.logical_and, "({0} && {1})", 2, "logical and")
 or_ = predicate("or", np.logical_or, "({0} || {1})", 2, "logical or")
 not_ = predicate("not", np.logical_not, "(!{0})", 1, "logical not")
@@ -481,9 +496,15 @@ def _convert_jvp(b, primals, tangents, dtype):
     return [y], [b.convert(tx, dtype=dtype)]
 
 
+def _convert_rule(in_types, dtype):
+    if (in_types[0].dtype == "str") != (dtype == "str") or dtype not in C_TYPES:
+        raise KsbuildError(f"cannot convert {in_types[0].dtype} to {dtype}")
+    return (in_types[0].with_dtype(dtype),)
+
+
 convert = Prim(
     name="convert",
-    type_rule=lambda in_types, dtype: (in_types[0].with_dtype(dtype),),
+    type_rule=_convert_rule,
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
     jvp=_convert_jvp,
     batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, convert, dtype=dtype),

@@ -255,7 +255,7 @@ def _pad_rule(in_types, axis, lo, hi):
 def _pad_eval(x, axis, lo, hi, env):
     widths = [(0, 0)] * x.ndim
     widths[axis] = (dim_value(lo, env), dim_value(hi, env))
-    return (np.pad(x, widths),)
+    return (np.pad(x, widths, constant_values="" if x.dtype == object else 0),)
 
 
 def _pad_transpose(b, cts, ins, linear, axis, lo, hi):

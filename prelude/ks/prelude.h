@@ -9,7 +9,8 @@
 // Builds with -Wall -Wextra -Werror -fno-exceptions -fno-rtti, also with arm-none-eabi-g++.
 //
 // Element types: float, double, the fixed-width integers and bool; the narrow ONNX formats (float16,
-// bfloat16, float8, float4, int4, int2) are stored as bits and converted with to_*/from_* below.
+// bfloat16, float8, float4, int4, int2) are stored as bits and converted with to_*/from_* below;
+// strings are `const char*` (see same_string).
 #ifndef KS_PRELUDE_H
 #define KS_PRELUDE_H
 
@@ -464,6 +465,23 @@ template <int bits, bool is_signed>
 constexpr int8_t from_narrow_int(uint8_t v) {
     const int low = v & ((1 << bits) - 1);
     return static_cast<int8_t>(is_signed && low >= (1 << (bits - 1)) ? low - (1 << bits) : low);
+}
+
+// Strings (ks_str in the C ABI, ONNX tensor(string)) are NUL-terminated byte strings that generated
+// code only moves (pointer copies) and compares: equal when their bytes are equal up to the NUL.
+// A NULL pointer equals only NULL.
+inline bool same_string(const char* a, const char* b) {
+    if (a == b) {
+        return true;
+    }
+    if (a == nullptr || b == nullptr) {
+        return false;
+    }
+    while (*a != '\0' && *a == *b) {
+        ++a;
+        ++b;
+    }
+    return *a == *b;
 }
 
 }  // inline namespace KS_PACKAGE

@@ -35,7 +35,8 @@ ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "I
                "UINT8": "u8", "UINT16": "u16", "UINT32": "u32", "UINT64": "u64", "BOOL": "bool",
                "FLOAT16": "f16", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8e4m3fn", "FLOAT8E4M3FNUZ": "f8e4m3fnuz",
                "FLOAT8E5M2": "f8e5m2", "FLOAT8E5M2FNUZ": "f8e5m2fnuz", "FLOAT8E8M0": "f8e8m0",
-               "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2"}
+               "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2",
+               "STRING": "str"}
 
 
 HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
@@ -65,7 +66,7 @@ def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
     name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
     if name not in ONNX_DTYPES:
         raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
-                           hint="supported: numeric tensors (float, double, float16, bfloat16, float8, ints, bool)")
+                           hint="supported: numeric tensors (float, double, float16, bfloat16, float8, ints, bool) and strings")
     return ONNX_DTYPES[name]
 
 

@@ -119,7 +119,7 @@ class Val:
 
     def __init__(self, atom: Atom | None = None, known: np.ndarray | None = None, dtype: str | None = None):
         self.atom = atom
-        self.known = known
+        self.known = _strings_as_text(known)
         self.dtype = dtype or (atom.type.dtype if atom is not None else _known_dtype(known))
 
     @property
@@ -127,6 +127,14 @@ class Val:
         if self.atom is not None:
             return self.atom.type.shape
         return tuple(int(d) for d in self.known.shape)
+
+
+def _strings_as_text(arr: np.ndarray | None) -> np.ndarray | None:
+    """Known strings as a numpy str array: object arrays are the symbolic shapes here."""
+    if arr is not None and arr.dtype == object and arr.size and all(isinstance(v, (str, bytes)) for v in arr.flat):
+        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in arr.flat], dtype=str) \
+            .reshape(arr.shape)
+    return arr
 
 
 def _known_dtype(arr: np.ndarray) -> str:
