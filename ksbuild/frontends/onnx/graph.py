@@ -66,7 +66,7 @@ def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
     name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
     if name not in ONNX_DTYPES:
         raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
-                           hint="supported: numeric tensors (float, double, float16, bfloat16, float8, ints, bool) and strings")
+                           hint="supported: tensors of float, double, float16, bfloat16, float8, ints, bool, string")
     return ONNX_DTYPES[name]
 
 
