@@ -22,6 +22,7 @@ class Export:
     func: Func
     spec: ExportSpec
     kernel: KernelSpec
+    notes: tuple[str, ...] = ()  # the kernel's words on its C ABI (Func.notes), for the header
 
 
 def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
@@ -105,7 +106,8 @@ def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
                 kernels[name] = compile_kernel(m, m.kernels[name])
         f = apply_transform(spec.expr, kernels, spec.loc)
         lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend, threads=m.build.threads), after)
-        out.append(Export(spec.name, lowered, spec, m.kernels[_kernel_names(spec.expr)[0]]))
+        kernel = _kernel_names(spec.expr)[0]
+        out.append(Export(spec.name, lowered, spec, m.kernels[kernel], kernels[kernel].notes))
     return out
 
 

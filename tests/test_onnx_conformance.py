@@ -35,13 +35,13 @@ SAMPLE = [
     "test_averagepool_2d_precomputed_strides", "test_batchnorm_example", "test_erf", "test_top_k",
     "test_gather_2d_indices", "test_matmul_1d_1d", "test_convtranspose_group_2",
     "test_attention_4d_causal_fp16", "test_attention_3d_causal_bf16", "test_training_dropout_mask",
-    "test_equal_string_broadcast",
+    "test_equal_string_broadcast", "test_identity_sequence", "test_identity_opt",
 ]
 
 
 def test_sample_is_fixed_and_present():
     from ksbuild.frontends.onnx.conformance import load_cases
-    assert len(SAMPLE) == len(set(SAMPLE)) == 104
+    assert len(SAMPLE) == len(set(SAMPLE)) == 106
     assert {c.name for c in load_cases(names=SAMPLE)} == set(SAMPLE)
 
 

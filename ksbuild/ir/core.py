@@ -68,6 +68,7 @@ class Func:
     results: tuple[Atom, ...]
     result_names: tuple[str, ...] = ()
     plan: Any = None  # the memory plan (transforms.plan_memory.Plan) once the pipeline has made one
+    notes: tuple[str, ...] = ()  # a frontend's words on the C ABI of its parameters (ONNX sequences, optionals)
 
     @property
     def in_types(self) -> tuple[Type, ...]:
@@ -78,7 +79,7 @@ class Func:
         return tuple(r.type for r in self.results)
 
     def renamed(self, name: str) -> "Func":
-        return Func(name, self.params, self.eqns, self.results, self.result_names, self.plan)
+        return Func(name, self.params, self.eqns, self.results, self.result_names, self.plan, self.notes)
 
 
 def sub_funcs(eqn: Eqn) -> list[Func]:

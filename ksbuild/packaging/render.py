@@ -33,6 +33,7 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
         lines.append("  ONNX: graph inputs, then " + ("the float initializers (weights) in the model's order, "
                      "passed by the caller" if external else "nothing else: the initializers are linked into "
                      "the library") + "; results are the graph outputs")
+        lines += [f"  {note}" for note in e.notes]
     if e.kernel.torch is not None:
         external = (e.kernel.weights or m.build.weights) == "external"
         lines.append("  torch.export: the forward's inputs, then " + ("the float parameters and buffers in "

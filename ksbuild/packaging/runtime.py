@@ -389,7 +389,10 @@ def _as_array(x, a: dict, export: str) -> np.ndarray:
         return _strings(x, a, export)
     want = NUMPY_DTYPES[a["dtype"]]
     typed = _is_torch(x) or isinstance(x, (np.ndarray, np.generic))
-    arr = np.asarray(_np_view(x, a, export))
+    try:
+        arr = np.asarray(_np_view(x, a, export))
+    except ValueError as e:  # a list of arrays of different shapes (a ragged ONNX sequence, ...)
+        raise CallError(f"{export}: argument '{_shown(a)}' is not one array: {e}") from None
     if typed and arr.dtype != want:
         rebuild = f" or build the package for {arr.dtype}" if arr.dtype in (np.float32, np.float64) \
             and np.dtype(want).kind == "f" else ""

@@ -32,6 +32,7 @@ class Case:
     rtol: float
     atol: float
     frozen: list[str] = field(default_factory=list)
+    shaped: bool = False  # a sequence input's element shape comes from the data (complete_shapes)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Result:
     status: str
     detail: str = ""
     max_error: float = 0.0
+    shaped: bool = False  # (Case.shaped)
 
 
 def op_names() -> dict[str, str]:
@@ -76,7 +78,8 @@ def load_cases(filter_op: str | None = None, names: list[str] | None = None) -> 
         if names is not None and t.name not in names:
             continue
         data = [([_array(v) for v in ins], [_array(v) for v in outs]) for ins, outs in (t.data_sets or [])]
-        cases.append(Case(t.name, op, t.model, data, t.rtol, t.atol))
+        model = complete_shapes(t.model, data)
+        cases.append(Case(t.name, op, model, data, t.rtol, t.atol, shaped=model is not t.model))
     return cases
 
 
@@ -85,6 +88,8 @@ def _array(v):
     from onnx import TensorProto, numpy_helper
     if isinstance(v, TensorProto):
         return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        return [_array(e) for e in v]
     return v
 
 
@@ -173,16 +178,82 @@ def import_case(case: Case, float_dtype: str = "f32"):
 
 
 def case_inputs(case: Case, data_inputs) -> list:
-    names = [vi.name for vi in case.model.graph.input]
-    return [v for n, v in zip(names, data_inputs) if n not in case.frozen]
+    """A data set's inputs as the C ABI takes them: frozen ones left out, a sequence stacked, an optional
+    value followed by whether it is there."""
+    out = []
+    for vi, v in zip(case.model.graph.input, data_inputs):
+        if vi.name not in case.frozen:
+            out += _abi_value(vi.type, v)
+    return out
+
+
+def _abi_value(t, v) -> list:
+    kind = t.WhichOneof("value")
+    if kind == "optional_type":
+        inner = t.optional_type.elem_type
+        return _abi_value(inner, v if v is not None else _nothing(inner)) + [np.bool_(v is not None)]
+    if kind == "sequence_type":
+        return [np.stack(v) if len(v) else _nothing(t)]
+    return [v]
+
+
+def _nothing(t) -> np.ndarray:
+    """The value passed for an absent optional or an empty sequence: no elements (symbolic dims 0)."""
+    from onnx import helper
+    seq = t.WhichOneof("value") == "sequence_type"
+    tt = (t.sequence_type.elem_type if seq else t).tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
+    return np.zeros(([0] if seq else []) + shape, helper.tensor_dtype_to_np_dtype(tt.elem_type))
+
+
+def graph_outputs(case: Case, outs: list) -> list:
+    """The export's results grouped back into graph outputs: a sequence as a list of its elements, an
+    optional one as its value or None."""
+    rest, grouped = list(outs), []
+    for vi in case.model.graph.output:
+        t = vi.type
+        optional = t.WhichOneof("value") == "optional_type"
+        t = t.optional_type.elem_type if optional else t
+        value = rest.pop(0)
+        if t.WhichOneof("value") == "sequence_type":
+            value = list(np.asarray(value))
+        if optional and not bool(np.asarray(rest.pop(0))):
+            value = None
+        grouped.append(value)
+    return grouped
+
+
+def complete_shapes(model, data):
+    """A copy of the model where the elements of a sequence input that have no shape get the one all of the
+    test's elements have (ksbuild stacks them, so it needs their rank); the model itself when none lacks it."""
+    from onnx import ModelProto
+    todo = []
+    for k, vi in enumerate(model.graph.input):
+        t = vi.type.optional_type.elem_type if vi.type.WhichOneof("value") == "optional_type" else vi.type
+        if t.WhichOneof("value") == "sequence_type" and not t.sequence_type.elem_type.tensor_type.HasField("shape"):
+            shapes = {np.shape(e) for ins, _ in data if k < len(ins) and ins[k] is not None for e in ins[k]}
+            if len(shapes) == 1:
+                todo.append((k, shapes.pop()))
+    if not todo:
+        return model
+    m = ModelProto()
+    m.CopyFrom(model)
+    for k, shape in todo:
+        vi = m.graph.input[k]
+        t = vi.type.optional_type.elem_type if vi.type.WhichOneof("value") == "optional_type" else vi.type
+        dims = t.sequence_type.elem_type.tensor_type.shape
+        for d in shape:
+            dims.dim.add().dim_value = int(d)
+    return m
 
 
 def compare(got, want, rtol: float, atol: float) -> tuple[bool, float, str]:
     """(ok, max error, why not) of one output against the expected one."""
     want = np.asarray(want)
     got = np.asarray(got)
-    if want.dtype == object or want.dtype.kind in "USO":
-        return False, 0.0, "non-numeric expected output"
+    if want.dtype == object or want.dtype.kind in "USO":  # strings
+        same = got.shape == want.shape and got.astype(str).tolist() == want.astype(str).tolist()
+        return same, 0.0, "strings differ"
     if got.shape != want.shape:
         return False, float("inf"), f"shape {list(got.shape)} instead of {list(want.shape)}"
     if want.dtype.kind in "biu":
@@ -200,16 +271,31 @@ def compare(got, want, rtol: float, atol: float) -> tuple[bool, float, str]:
     return ok, float(np.max(diff)) if diff.size else 0.0, "values differ"
 
 
+def compare_value(got, want, rtol: float, atol: float) -> tuple[bool, float, str]:
+    """compare, also for a sequence (a list: element by element) and an absent optional (None)."""
+    if want is None or got is None:
+        return want is None and got is None, 0.0, "an optional value is there in one and not in the other"
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return False, float("inf"), f"a sequence of {len(got) if isinstance(got, list) else 'no'} elements " \
+                                        f"instead of {len(want)}"
+        results = [compare(g, w, rtol, atol) for g, w in zip(got, want)]
+        bad = [r for r in results if not r[0]]
+        return not bad, max((r[1] for r in results), default=0.0), bad[0][2] if bad else ""
+    return compare(got, want, rtol, atol)
+
+
 def check_outputs(case: Case, outs: list, want: list) -> Result:
     worst = 0.0
+    outs = graph_outputs(case, outs)
     if len(outs) != len(want):
         return Result(case.name, case.op, FAIL, f"{len(outs)} outputs instead of {len(want)}")
     for i, (g, w) in enumerate(zip(outs, want)):
-        ok, err, why = compare(g, w, case.rtol, case.atol)
+        ok, err, why = compare_value(g, w, case.rtol, case.atol)
         worst = max(worst, err) if not np.isnan(err) else err
         if not ok:
             return Result(case.name, case.op, FAIL, f"output {i}: {why}", err)
-    return Result(case.name, case.op, PASS, "", worst)
+    return Result(case.name, case.op, PASS, "", worst, case.shaped)
 
 
 def run_interpreted(case: Case) -> Result:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import KsbuildError, Location
 from ...ir.builder import Builder
-from ...ir.core import Atom, Func, Var
+from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Dim, Type
 from .names import ascii_name, c_name, dim_name
 from .node import NeedsConstant, Node
@@ -29,7 +29,9 @@ SYMBOLIC: dict[str, Callable[[Node, list], list]] = {}
 TYPE_ONLY = {"CastLike": 1, "EyeLike": 0, "RandomUniformLike": 0, "RandomNormalLike": 0}
 """Inputs that an op reads only for their type or shape: they do not stop folding."""
 NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "RandomUniform", "RandomNormalLike",
-           "RandomUniformLike", "Bernoulli", "Multinomial", "Constant"}
+           "RandomUniformLike", "Bernoulli", "Multinomial", "Constant", "SequenceConstruct", "SequenceAt",
+           "SequenceLength", "SequenceInsert", "SequenceErase", "SplitToSequence", "ConcatFromSequence", "Optional",
+           "OptionalHasElement", "OptionalGetElement"}
 
 ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "INT32": "i32", "INT64": "i64",
                "UINT8": "u8", "UINT16": "u16", "UINT32": "u32", "UINT64": "u64", "BOOL": "bool",
@@ -119,6 +121,7 @@ class Importer:
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.dim_names: dict[str, str] = {}
         self.external: list[str] = []  # initializers passed by the caller (weights = "external")
+        self.notes: list[str] = []  # how sequence and optional graph inputs and outputs are passed
 
     def loc(self, node_text: str | None = None) -> Location:
         return Location(self.file, node=node_text)
@@ -133,33 +136,69 @@ class Importer:
         inits = {t.name: t for t in g.initializer}
         params = []
         for vi in g.input:
-            if vi.name in inits:
-                continue
-            dtype, shape = self.value_type(vi, f"graph input '{vi.name}'")
-            p = Var(Type(dtype, shape), c_name(vi.name, "x"))
-            params.append(p)
-            frame.vals[vi.name] = Val(self.compute(b, p), None, dtype)
+            if vi.name not in inits:
+                params += self.graph_input(b, frame, vi)
         params += self.add_initializers(b, frame, g.initializer)
         self.run_nodes(frame, g.node, self.opsets)
         results, names = self.outputs(b, frame, g.output)
-        return b.func(name, params, results, names)
+        f = b.func(name, params, results, names)
+        return Func(f.name, f.params, f.eqns, f.results, f.result_names, notes=tuple(self.notes))
 
-    def value_type(self, vi, where: str) -> tuple[str, tuple[Dim, ...]]:
-        """The dtype and shape of a graph input or output."""
-        t = vi.type
+    def graph_input(self, b: Builder, frame: Frame, vi) -> list[Var]:
+        """The parameters of one graph input: a tensor; a sequence as its elements stacked (a length dim
+        `<name>_len` first); an optional value as its value then a bool `<name>_present` (ops_sequence.py)."""
+        where = f"graph input '{vi.name}'"
+        t, optional = vi.type, vi.type.WhichOneof("value") == "optional_type"
+        if optional:
+            t = t.optional_type.elem_type
+        seq = t.WhichOneof("value") == "sequence_type"
+        if seq:
+            t = t.sequence_type.elem_type
+        dtype, shape = self.value_type(t, where, vi.name)
+        if seq:
+            shape = (self.dim_of(f"{vi.name}_len"),) + shape
+        p = Var(Type(dtype, shape), c_name(vi.name, "x"))
+        params = [p]
+        present = None
+        if optional:
+            present = Var(Type("bool"), c_name(f"{vi.name}_present", "x"))
+            params.append(present)
+        self.note(f"input {p.hint}", seq, optional, shape, present.hint if present is not None else "")
+        frame.vals[vi.name] = Val(self.compute(b, p), None, dtype, seq=seq, present=present)
+        return params
+
+    def note(self, what: str, seq: bool, optional: bool, shape, present: str) -> None:
+        """A header line on how a sequence or an optional graph input or output is passed."""
+        parts = []
+        if seq:
+            parts.append(f"a sequence: its {shape[0]} elements stacked along axis 0")
+        if optional:
+            value = "sequence" if seq else "value"
+            parts.append(f"optional: {present} says whether it is there" + (
+                f" (when it is false, give the {value} no elements: 0 for its dims)" if what.startswith("input")
+                else f" (when it is false, the {value} is unspecified)"))
+        if parts:
+            self.notes.append(f"ONNX {what} is " + "; ".join(parts))
+
+    def value_type(self, t, where: str, name: str) -> tuple[str, tuple[Dim, ...]]:
+        """The dtype and shape of a tensor type (of a graph input, or of a sequence's elements)."""
         if t.WhichOneof("value") != "tensor_type":
-            raise KsbuildError(f"{where} is a {t.WhichOneof('value') or 'value of unknown type'}; only tensors "
-                               "are supported", self.loc())
+            raise KsbuildError(f"{where} is a {t.WhichOneof('value') or 'value of unknown type'}; only tensors, "
+                               "sequences of tensors and optional tensors or sequences are supported", self.loc())
         dtype = onnx_dtype(t.tensor_type.elem_type, where, self.loc())
         if not t.tensor_type.HasField("shape"):
             raise KsbuildError(f"{where} has no shape (not even a rank)", self.loc(),
-                               hint="export the model with input shapes, e.g. torch.onnx.export(..., dynamic_axes=)")
-        return dtype, tuple(self.dim(d, where, k) for k, d in enumerate(t.tensor_type.shape.dim))
+                               hint="export the model with input shapes, e.g. torch.onnx.export(..., dynamic_axes=), "
+                                    "or give them with onnx.tools.update_model_dims")
+        return dtype, tuple(self.dim(d, name, k) for k, d in enumerate(t.tensor_type.shape.dim))
 
-    def dim(self, d, where: str, k: int) -> Dim:
+    def dim(self, d, name: str, k: int) -> Dim:
         if d.HasField("dim_value"):
             return int(d.dim_value)
-        raw = d.dim_param if d.HasField("dim_param") else f"{where.split(chr(39))[1]}_dim{k}"
+        return self.dim_of(d.dim_param if d.HasField("dim_param") else f"{name}_dim{k}")
+
+    def dim_of(self, raw: str) -> str:
+        """The symbolic dim of an ONNX dim name (made a C identifier, see names.py)."""
         if raw not in self.dim_names:
             self.dim_names[raw] = dim_name(raw, set(self.dim_names.values()))
         return self.dim_names[raw]
@@ -196,14 +235,23 @@ class Importer:
         for vi in outs:
             node = Node(self, frame, _fake_node(vi.name), self.loc(f"output '{vi.name}'"), 0)
             v = frame.lookup(vi.name, node)
+            t, optional = vi.type, vi.type.WhichOneof("value") == "optional_type"
+            t = t.optional_type.elem_type if optional else t
+            seq = t.WhichOneof("value") == "sequence_type"
+            t = t.sequence_type.elem_type if seq else t
+            _check_output_kind(node, vi.name, v, seq, optional)
             a = frame.atom(vi.name, node)
             want = v.dtype
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                want = onnx_dtype(vi.type.tensor_type.elem_type, f"graph output '{vi.name}'", self.loc())
+            if t.HasField("tensor_type") and t.tensor_type.elem_type:
+                want = onnx_dtype(t.tensor_type.elem_type, f"graph output '{vi.name}'", self.loc())
                 if _kind(want) != _kind(v.dtype):  # (onnxruntime refuses it; a cast would truncate floats or so)
                     raise node.error(f"graph output '{vi.name}' is declared {want} but its value is {v.dtype}")
             results.append(a if a.type.dtype == want else b.convert(a, dtype=want))
             names.append(ascii_name(vi.name, "y"))  # codegen writes out_<name>: never a keyword or macro
+            if optional:
+                results.append(v.present if v.present is not None else Lit(True, Type("bool")))
+                names.append(ascii_name(f"{vi.name}_present", "y"))
+            self.note(f"output out_{names[-1 - optional]}", seq, optional, a.type.shape, f"out_{names[-1]}")
         return results, names
 
     # ---- nodes --------------------------------------------------------------------------------------
@@ -295,6 +343,17 @@ def _as_val(b: Builder, r, storage: set[str]) -> Val:
             from ...ir.types import numpy_dtype
             v.known = v.known.astype(numpy_dtype(v.dtype)).astype(np.float32)
     return v
+
+
+def _check_output_kind(node: Node, name: str, v: Val, seq: bool, optional: bool) -> None:
+    """A graph output's declared type and its value agree on being a sequence, and on being optional
+    (a tensor declared optional is one that is there)."""
+    if seq != v.seq:
+        raise node.error(f"graph output '{name}' is declared a {'sequence' if seq else 'tensor'} but its value is "
+                         f"a {'sequence' if v.seq else 'tensor'}")
+    if v.present is not None and not optional:
+        raise node.error(f"graph output '{name}' is an optional value but is not declared optional",
+                         hint="OptionalGetElement makes its value a plain one")
 
 
 def _fake_node(name: str):

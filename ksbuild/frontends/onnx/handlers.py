@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     ops_reduce,
     ops_resize,
     ops_rnn,
+    ops_sequence,
     ops_shape,
     ops_signal,
     ops_training,

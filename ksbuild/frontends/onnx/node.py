@@ -15,6 +15,9 @@ from ...ir.types import Dim, Type
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, dims_of, is_symbolic
 
 REQUIRED = object()
+TAKES_SEQUENCES = {"Identity", "SequenceAt", "SequenceLength", "SequenceInsert", "SequenceErase", "ConcatFromSequence",
+                   "Optional", "OptionalHasElement", "OptionalGetElement"}
+"""The ops whose inputs may be sequences or optional values (ops_sequence.py)."""
 
 
 class NeedsConstant(KsbuildError):
@@ -102,10 +105,16 @@ class Node:
         return self.frame.lookup(self.proto.input[i], self)
 
     def x(self, i: int) -> Atom:
-        """Input i as an atom (required)."""
+        """Input i as an atom (required); a sequence or an optional only for the ops that take them."""
         if self.fold:
             return self._fold_param(i)
-        return self.frame.atom(self.proto.input[i] if self.has(i) else self._missing(i), self)
+        name = self.proto.input[i] if self.has(i) else self._missing(i)
+        v = self.frame.lookup(name, self)
+        if (v.seq or v.present is not None) and self.op not in TAKES_SEQUENCES:
+            kind = "an optional value" if v.present is not None else "a sequence"
+            raise self.error(f"{self.op}: input {i} ('{name}') is {kind}; {self.op} takes tensors",
+                             hint="OptionalGetElement, SequenceAt or ConcatFromSequence make tensors of them")
+        return self.frame.atom(name, self)
 
     def opt(self, i: int) -> Atom | None:
         """Optional input i as an atom, or None when it is not given."""

@@ -58,7 +58,10 @@ def markdown(results: list[Result], mode: str) -> str:
         "cores with an empty build cache).",
         "Inputs that ksbuild needs when it compiles (a Reshape's shape, Slice bounds, axes, a Loop's",
         "count) are made initializers holding the test's values, as they are in exported models;",
-        "every other input stays a run-time argument.",
+        "every other input stays a run-time argument. A sequence input whose element type has no",
+        "shape gets the shape all of the test's elements have (ksbuild stacks a sequence's elements, so",
+        "it needs their rank; a user gives it when exporting); passing cases where this was done: "
+        + (", ".join(sorted(r.case for r in results if r.shaped)) or "none") + ".",
         "",
         f"**{total[PASS]} of {n} cases pass ({100 * total[PASS] / n:.1f}%)**: {total[FAIL]} fail, "
         f"{total[UNSUPPORTED]} are unsupported.",

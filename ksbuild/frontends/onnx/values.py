@@ -113,12 +113,15 @@ class Val:
     """One ONNX value: an atom, a known array, or both (an atom made from the array on demand).
 
     `dtype` is the ONNX element type (an IR dtype); a storage dtype such as f16 is computed in
-    f32, so the atom's dtype may differ."""
+    f32, so the atom's dtype may differ. A sequence (`seq`) is its elements stacked along axis 0;
+    an optional value has `present`, the bool atom that says whether it is there (ops_sequence.py)."""
 
-    __slots__ = ("atom", "known", "dtype")
+    __slots__ = ("atom", "known", "dtype", "seq", "present")
 
-    def __init__(self, atom: Atom | None = None, known: np.ndarray | None = None, dtype: str | None = None):
+    def __init__(self, atom: Atom | None = None, known: np.ndarray | None = None, dtype: str | None = None,
+                 seq: bool = False, present: Atom | None = None):
         self.atom = atom
+        self.seq, self.present = seq, present
         self.known = _strings_as_text(known)
         self.dtype = dtype or (atom.type.dtype if atom is not None else _known_dtype(known))
 

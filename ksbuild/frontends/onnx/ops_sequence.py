@@ -1,0 +1,179 @@
+"""ONNX sequences and optionals, in the form the C ABI carries them (docs/onnx.md).
+
+A sequence whose elements share one shape is one tensor: its elements stacked along a new first
+axis, whose length is a dim of its own (`<name>_len` for a graph input). An optional value is its
+value (a tensor or a sequence) and a bool scalar that says whether it is there (`<name>_present`).
+The handlers here convert between those forms and tensors; the shape ops do the work. A
+sequence of tensors of different shapes (ragged) has no such form and is a located error.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.core import Lit
+from ...ir.types import Type, dim_add, dim_mul, dim_sub
+from ...ops import index as ix
+from ...ops import shape as sh
+from .graph import handler
+from .node import Node
+from .values import Val
+
+RAGGED_HINT = ("ksbuild passes a sequence as one tensor, its elements stacked, so they must all have one shape "
+               "(docs/onnx.md, 'Sequences and optionals')")
+
+
+def sequence(n: Node, i: int) -> Val:
+    """Input i, which must be a sequence."""
+    v = n.val(i)
+    if not v.seq:
+        raise n.error(f"{n.op}: input {i} ('{n.proto.input[i]}') is a tensor, not a sequence")
+    return v
+
+
+def _stacked(n: Node, i: int):
+    """(the atom of sequence input i: its elements stacked along axis 0, its Val)."""
+    v = sequence(n, i)
+    return n.x(i), v
+
+
+def _seq(atom, dtype: str) -> Val:
+    return Val(atom, None, dtype, seq=True)
+
+
+@handler("SequenceConstruct")
+def sequence_construct(n: Node):
+    xs = n.xs()
+    if len({x.type for x in xs}) > 1:
+        raise n.unsupported("a sequence of tensors of different shapes or types ("
+                            + ", ".join(str(x.type) for x in xs) + ")", RAGGED_HINT)
+    return [_seq(sh.stack(n.b, xs, 0), n.val(0).dtype)]
+
+
+@handler("SequenceLength")
+def sequence_length(n: Node):
+    s, _ = _stacked(n, 0)
+    return [ix.dim_atom(n.b, s.type.shape[0])]
+
+
+@handler("SequenceAt")
+def sequence_at(n: Node):
+    s, v = _stacked(n, 0)
+    pos = n.x(1)
+    if pos.type.rank:
+        raise n.error(f"SequenceAt: the position must be a scalar, got {pos.type}")
+    return [Val(ix.gather(n.b, s, pos, 0), None, v.dtype)]
+
+
+def _known_position(n: Node, i: int, length, default):
+    """Input i (a position in a sequence of `length` elements, negative counting from the end) as an int."""
+    if not n.has(i):
+        return default
+    p = int(np.asarray(n.const(i, "the position")).reshape(()))
+    if p < 0:
+        if not isinstance(length, int):
+            raise n.unsupported("a negative position in a sequence of run-time length")
+        p += length
+    if p < 0 or (isinstance(length, int) and p > length):
+        raise n.error(f"{n.op}: position {p} is outside the sequence of {length} elements")
+    return p
+
+
+def _pieces(n: Node, s, cuts: list) -> list:
+    """The stacked elements of s between consecutive cuts (slices of axis 0; empty ones left out)."""
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        if lo != hi:
+            out.append(n.b.slice(s, axis=0, start=lo, stop=hi))
+    return out
+
+
+@handler("SequenceInsert")
+def sequence_insert(n: Node):
+    (s, v), x = _stacked(n, 0), n.x(1)
+    if x.type.with_shape(s.type.shape[1:]) != x.type or x.type.dtype != s.type.dtype:
+        raise n.unsupported(f"inserting a {x.type} into a sequence of {s.type.with_shape(s.type.shape[1:])}",
+                            RAGGED_HINT)
+    length = s.type.shape[0]
+    at = _known_position(n, 2, length, length)
+    parts = _pieces(n, s, [0, at]) + [sh.unsqueeze(n.b, x, 0)] + _pieces(n, s, [at, length])
+    return [_seq(sh.concatenate(n.b, parts, 0), v.dtype)]
+
+
+@handler("SequenceErase")
+def sequence_erase(n: Node):
+    s, v = _stacked(n, 0)
+    length = s.type.shape[0]
+    at = _known_position(n, 1, length, dim_sub(length, 1))
+    if at == length:
+        raise n.error(f"{n.op}: position {at} is outside the sequence of {length} elements")
+    parts = _pieces(n, s, [0, at]) + _pieces(n, s, [dim_add(at, 1), length])
+    if not parts:
+        raise n.unsupported("erasing the only element of a sequence (an empty sequence has no element shape)")
+    return [_seq(sh.concatenate(n.b, parts, 0), v.dtype)]
+
+
+@handler("SplitToSequence")
+def split_to_sequence(n: Node):
+    x = n.x(0)
+    axis = sh.norm_axis(n.b, n.attr("axis", 0), x.type.rank)
+    keep = bool(n.attr("keepdims", 1))
+    size = x.type.shape[axis]
+    if not n.has(1):
+        chunk = 1
+    else:
+        split = np.asarray(n.const(1, "split")).astype(np.int64)
+        keep = True  # (keepdims applies only without `split`)
+        sizes = [int(split)] if split.ndim == 0 else [int(k) for k in split]
+        chunk = sizes[0]
+        even = (split.ndim == 0 and isinstance(size, int) and size % chunk == 0) or \
+               (split.ndim == 1 and len(set(sizes)) == 1 and dim_mul(chunk, len(sizes)) == size)
+        if not even:
+            raise n.unsupported(f"splitting {size} into pieces of sizes {sizes} (they differ)", RAGGED_HINT)
+    count = sh.dim_floordiv_exact(n.b, size, chunk)
+    shape = list(x.type.shape)
+    pieces = shape[:axis] + [count, chunk] + shape[axis + 1:]
+    y = sh.reshape(n.b, x, pieces)
+    if axis:  # the piece axis (at `axis`) to the front
+        y = n.b.transpose(y, perm=tuple([axis] + [k for k in range(len(pieces)) if k != axis]))
+    if not keep:
+        y = sh.squeeze(n.b, y, [axis + 1])
+    return [_seq(y, n.val(0).dtype)]
+
+
+@handler("ConcatFromSequence")
+def concat_from_sequence(n: Node):
+    s, v = _stacked(n, 0)
+    rank = s.type.rank - 1
+    new_axis = bool(n.attr("new_axis", 0))
+    axis = sh.norm_axis(n.b, n.attr("axis"), rank + 1 if new_axis else rank)
+    if new_axis:
+        return [Val(sh.move_axis0(n.b, s, axis), None, v.dtype)]
+    moved = sh.move_axis0(n.b, s, axis)  # [..., length, d_axis, ...]
+    shape = list(moved.type.shape)
+    merged = shape[:axis] + [dim_mul(shape[axis], shape[axis + 1])] + shape[axis + 2:]
+    return [Val(sh.reshape(n.b, moved, merged), None, v.dtype)]
+
+
+# ---- optionals ---------------------------------------------------------------------------------------
+
+@handler("Optional")
+def optional(n: Node):
+    if n.has(0):
+        v = n.val(0)
+        n.attr("type", None)
+        return [Val(v.atom, v.known, v.dtype, seq=v.seq, present=Lit(True, Type("bool")))]
+    raise n.unsupported("an empty Optional made in the graph (its value has no shape to pass)")
+
+
+@handler("OptionalHasElement")
+def optional_has_element(n: Node):
+    if not n.has(0):
+        return [Lit(False, Type("bool"))]
+    v = n.val(0)
+    return [v.present if v.present is not None else Lit(True, Type("bool"))]
+
+
+@handler("OptionalGetElement")
+def optional_get_element(n: Node):
+    v = n.val(0)
+    return [Val(v.atom, v.known, v.dtype, seq=v.seq)]
