@@ -227,3 +227,54 @@ def test_bad_string_arguments(pkg):
         p.moves(np.array([[1, 2]]))
     with pytest.raises(p.moves.CallError, match="NUL character"):
         p.moves(_strings(["a\0b", "c"], (1, 2)))
+
+
+def _label_encoder_model(x_type, y_type, opset, **attrs):
+    node = h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", x_type, ["n"])],
+                     [h.make_tensor_value_info("y", y_type, ["n"])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 19), h.make_opsetid("ai.onnx.ml", opset)])
+
+
+LABEL_CASES = {  # name: (x type, y type, ai.onnx.ml opset, attributes, x, onnxruntime agrees or the expected y)
+    # onnxruntime keeps the first of repeated keys and matches no NaN key; the spec (and onnx.reference):
+    # "If a key is repeated, the last key takes precedence", and since opset 4 NaN keys match NaN
+    "str_to_int_repeated_key": (T.STRING, T.INT64, 3,
+                                dict(keys_strings=["a", "b", "a"], values_int64s=[1, 2, 3], default_int64=-7),
+                                _strings(["a", "b", "c", "", "a"]), False),
+    "int_to_str": (T.INT64, T.STRING, 3, dict(keys_int64s=[3, 1], values_strings=["three", "one"]),
+                   np.array([1, 2, 3, 3], np.int64), True),
+    "float_nan_key_v3": (T.FLOAT, T.FLOAT, 3, dict(keys_floats=[1.5, float("nan")], values_floats=[10.0, 20.0],
+                                                   default_float=-1.0), np.array([1.5, np.nan, 0.0], np.float32), True),
+    # (onnx.reference looks NaN up in a dict, so it finds no NaN key: the spec's text is the oracle here)
+    "float_nan_key_v4": (T.FLOAT, T.FLOAT, 4, dict(keys_floats=[1.5, float("nan")], values_floats=[10.0, 20.0],
+                                                   default_float=-1.0), np.array([1.5, np.nan, 0.0], np.float32),
+                         np.array([10.0, 20.0, -1.0], np.float32)),
+    "str_to_str": (T.STRING, T.STRING, 3, dict(keys_strings=["x", "y"], values_strings=["ex", "why"],
+                                               default_string="?"), _strings(["y", "x", "z"]), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LABEL_CASES))
+def test_label_encoder_matches_the_reference(tmp_path, case):
+    """LabelEncoder (ai.onnx.ml) against onnx.reference (the spec), and onnxruntime where it follows it."""
+    from onnx.reference import ReferenceEvaluator
+    x_type, y_type, opset, attrs, x, ort_agrees = LABEL_CASES[case]
+    model = _label_encoder_model(x_type, y_type, opset, **attrs)
+    onnx.save(model, str(tmp_path / "le.onnx"))
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "le"\n\n[kernels.le]\nonnx = "le.onnx"\n\n'
+                                            '[exports]\nle = "le"\n')
+    got = ksbuild.build(tmp_path / "manifest.toml", quiet=True).le(x)
+    if isinstance(ort_agrees, np.ndarray):
+        np.testing.assert_array_equal(got, ort_agrees)
+        return
+    wants = [ReferenceEvaluator(model).run(None, {"x": x})[0]]
+    if ort_agrees and pytest.importorskip("onnxruntime"):
+        import onnxruntime as ort
+        wants.append(ort.InferenceSession(str(tmp_path / "le.onnx"), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0])
+    for want in wants:
+        if want.dtype.kind in "OU":
+            assert got.tolist() == want.tolist()
+        else:
+            np.testing.assert_array_equal(got, want)
