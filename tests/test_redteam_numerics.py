@@ -197,3 +197,18 @@ def test_math_floor_still_returns_an_int(tmp_path):
                                '[package]\nname = "floorint"\n[kernels.f]\npython = "k.py:f"\n[exports]\nf = "f"\n',
                                "floorint")
     assert pkg.f(2.7) == 3 and pkg.f(-0.5) == 0
+
+
+def test_builtin_max_min_follow_python_with_nan_and_ties(tmp_path):
+    """max(a, b) is `b if b > a else a` in Python: a NaN counts only where it comes first, and of equal values
+    the first wins (so it also takes the gradient)."""
+    from conftest import build_kernel_file
+    pkg, source = build_kernel_file(
+        tmp_path, "def k(a: float, b: float) -> float:\n    return max(a, b) + 10.0 * min(a, b)\n",
+        '[package]\nname = "maxmin"\n\n[kernels.k]\npython = "k.py:k"\n\n[exports]\nk = "k"\nk_vjp = "vjp(k)"\n',
+        "maxmin_kernels")
+    nan = float("nan")
+    for a, b in [(1.0, nan), (nan, 1.0), (2.0, 2.0), (3.0, 1.0), (1.0, 3.0), (nan, nan)]:
+        got, want = pkg.k(a, b), source.k(a, b)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (a, b, got, want)
+    assert pkg.k_vjp(2.0, 2.0, 1.0) == (11.0, 0.0)

@@ -176,12 +176,23 @@ def _unary(name):
 
 
 def _minmax(prim, py):
+    """Python's max/min builtins: max(a, b) is `b if b > a else a`, so of equal values the first wins, and a
+    NaN counts only where it comes first (max(nan, 1.0) is nan, max(1.0, nan) is 1.0)."""
+    def pick(fc, b, x, y, node):
+        x, y = fc.numeric(x, node), fc.numeric(y, node)
+        if isinstance(x, Const) and isinstance(y, Const):
+            return _fold(fc, py, x, y, node)
+        xa, ya = fc.unify(b, x, y, node)
+        if not xa.type.is_float:
+            return getattr(b, prim)(xa, ya)
+        return b.select(b.gt(ya, xa) if prim == "max" else b.lt(ya, xa), ya, xa)
+
     def fn(fc, b, args, node):
         if len(args) < 2:
             raise fc.src.error(node, f"{prim}() needs at least two arguments here (no iterables)")
         out = args[0]
         for y in args[1:]:
-            out = _arith(prim, py)(fc, b, out, y, node)
+            out = pick(fc, b, out, y, node)
         return out
     return fn
 
