@@ -563,3 +563,12 @@ def test_cli_check_function_not_in_file(tmp_path):
     proc, _, manifest = cli(tmp_path, "def other(x: float) -> float:\n    return x\n", python="kernel_src.py:missing")
     line = manifest.read_text().splitlines().index('python = "kernel_src.py:missing"') + 1
     assert_cli_error(proc, manifest, line, "no function 'missing' in kernel_src.py")
+
+
+@pytest.mark.parametrize("module", ["torch_more", "torch_extra", "torch_losses", "torch_search", "tensors"])
+def test_frontend_modules_import_in_any_order(module):
+    """Each torch-table module imports cleanly as the first ksbuild import of a process (no import cycle)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", f"import ksbuild.frontends.{module}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
