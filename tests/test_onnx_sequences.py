@@ -159,3 +159,20 @@ def test_declared_kind_must_match(tmp_path):
         _compile(tmp_path, [h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.FLOAT, [2])],
                  [h.make_tensor_sequence_value_info("y", T.FLOAT, [2])])
     assert "graph output 'y' is declared a sequence but its value is a tensor" in str(e.value)
+
+
+def test_if_with_sequence_branches(tmp_path):
+    """An If whose branches make sequences (of one shape) gives a sequence; the condition is a run-time input."""
+    def branch(name, a, b):
+        return h.make_graph([h.make_node("SequenceConstruct", [a, b], [name])], name, [],
+                            [h.make_tensor_sequence_value_info(name, T.FLOAT, [3])])
+    nodes = [h.make_node("Neg", ["x"], ["nx"]),
+             h.make_node("If", ["c"], ["s"], then_branch=branch("t", "x", "nx"), else_branch=branch("e", "nx", "nx")),
+             h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)]
+    f = _compile(tmp_path, nodes, [h.make_tensor_value_info("c", T.BOOL, []),
+                                   h.make_tensor_value_info("x", T.FLOAT, [3])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [6])])
+    from ksbuild.ir.interp import eval_func
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(eval_func(f, [np.bool_(True), x])[0], np.concatenate([x, -x]))
+    np.testing.assert_array_equal(eval_func(f, [np.bool_(False), x])[0], np.concatenate([-x, -x]))

@@ -94,9 +94,11 @@ class Frame:
         outer = self.parent.lookup(name, node)
         if outer.atom is None or self.inline:
             return outer
+        if outer.present is not None:
+            raise node.error(f"an optional value ('{name}') read inside a subgraph is not supported")
         p = Var(outer.atom.type, c_name(name))
         self.captured[name] = p
-        self.vals[name] = Val(p, None, outer.dtype)
+        self.vals[name] = Val(p, None, outer.dtype, seq=outer.seq)
         return self.vals[name]
 
     def atom(self, name: str, node: Node) -> Atom:

@@ -68,6 +68,11 @@ def if_(n: Node):
         return body.vals
     pred = _scalar_bool(n, 0)
     bodies = [Body(n, g, []) for g in (then_g, else_g)]
+    for k, (t, e) in enumerate(zip(*(body.vals for body in bodies))):
+        if t.seq != e.seq or t.present is not None or e.present is not None:
+            raise n.unsupported(f"output {k} of the branches being " + (
+                "an optional value" if t.present is not None or e.present is not None else
+                "a sequence in one branch and a tensor in the other"))
     t_types = [r.type for r in bodies[0].results]
     e_types = [r.type for r in bodies[1].results]
     if t_types != e_types:
@@ -78,7 +83,7 @@ def if_(n: Node):
     outer = {c: n.frame.atom(c, n).type for c in caps}
     fns = [body.func(f"{kind}_branch", caps, outer) for body, kind in zip(bodies, ("then", "else"))]
     outs = n.b.bind(PRIMS_COND, [pred, *[n.frame.atom(c, n) for c in caps]], {"then_fn": fns[0], "else_fn": fns[1]})
-    return [Val(o, None, d) for o, d in zip(outs, bodies[0].dtypes)]
+    return [Val(o, None, d, seq=v.seq) for o, d, v in zip(outs, bodies[0].dtypes, bodies[0].vals)]
 
 
 def _trip(n: Node) -> int:
