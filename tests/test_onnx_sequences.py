@@ -176,3 +176,100 @@ def test_if_with_sequence_branches(tmp_path):
     x = np.array([1.0, -2.0, 3.0], np.float32)
     np.testing.assert_array_equal(eval_func(f, [np.bool_(True), x])[0], np.concatenate([x, -x]))
     np.testing.assert_array_equal(eval_func(f, [np.bool_(False), x])[0], np.concatenate([-x, -x]))
+
+
+# ---- red-team findings ----------------------------------------------------------------------------------
+
+def _build(tmp_path, m, exports='k = "k"\n'):
+    onnx.save(m, str(tmp_path / "k.onnx"))
+    (tmp_path / "manifest.toml").write_text(f'[package]\nname = "rt"\n\n[kernels.k]\nonnx = "k.onnx"\n\n'
+                                            f'[exports]\n{exports}')
+    return ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+
+
+def _unbind_model(keepdims_split: bool):
+    """torch's exported unbind then stack: SplitToSequence(split=1 or none, keepdims=0), ConcatFromSequence."""
+    nodes = ([h.make_node("Constant", [], ["one"], value=nh.from_array(np.array(1, np.int64)))] if keepdims_split
+             else []) + [
+        h.make_node("SplitToSequence", ["x", "one"] if keepdims_split else ["x"], ["s"], axis=0, keepdims=0),
+        h.make_node("ConcatFromSequence", ["s"], ["y"], axis=1, new_axis=1)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 6])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [6, "batch"])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("with_split", [False, True])
+def test_unbind_with_a_dynamic_batch_matches_onnxruntime(tmp_path, with_split):
+    ort = pytest.importorskip("onnxruntime")
+    p = _build(tmp_path, _unbind_model(with_split))
+    for batch in (1, 4):
+        x = RNG.standard_normal((batch, 6)).astype(np.float32)
+        want = ort.InferenceSession(str(tmp_path / "k.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_array_equal(p.k(x), want[0])
+
+
+def test_scalar_string_input_none_and_names(tmp_path):
+    """A 0-d string input is callable; None is a CallError naming the argument; ksbuild's own names (a length
+    dim, a present flag) never take a name of the model's."""
+    nodes = [h.make_node("Equal", ["s", "k"], ["eq"]), h.make_node("SequenceLength", ["xs"], ["n"]),
+             h.make_node("OptionalHasElement", ["a"], ["has"])]
+    inputs = [h.make_tensor_value_info("s", T.STRING, []), h.make_tensor_sequence_value_info("xs", T.FLOAT, [2]),
+              h.make_tensor_value_info("xs_len", T.FLOAT, ["xs_len"]),
+              h.make_value_info("a", h.make_optional_type_proto(h.make_tensor_type_proto(T.FLOAT, [3]))),
+              h.make_tensor_value_info("a_present", T.FLOAT, [1])]
+    outputs = [h.make_tensor_value_info("eq", T.BOOL, []), h.make_tensor_value_info("n", T.INT64, []),
+               h.make_tensor_value_info("has", T.BOOL, [])]
+    g = h.make_graph(nodes, "g", inputs, outputs, [nh.from_array(np.array("yes", dtype=object), "k")])
+    p = _build(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+    xs, other, a, flag = np.ones((5, 2), np.float32), np.ones(3, np.float32), np.ones(3, np.float32), \
+        np.ones(1, np.float32)
+    assert p.k("yes", xs, other, a, True, flag) == (True, 5, True)
+    assert p.k(b"no", xs, other, a, False, flag) == (False, 5, False)
+    with pytest.raises(p.k.CallError, match="argument 'a' is None"):
+        p.k("yes", xs, other, None, False, flag)
+    assert [x.get("param", x["name"]) for x in p.k.ins] == ["s", "xs", "xs_len", "a", "a_present2", "a_present"]
+
+
+def test_torch_float16_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    g = h.make_graph([h.make_node("Mul", ["x", "x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT16, [2])],
+                     [h.make_tensor_value_info("y", T.FLOAT16, [2])])
+    p = _build(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+    y = p.k(torch.tensor([1.5, -2.0], dtype=torch.float16))
+    assert y.dtype == torch.float16 and y.tolist() == [2.25, 4.0]
+
+
+def test_initializers_of_a_branch(tmp_path):
+    """A subgraph's own initializers (valid ONNX; onnxruntime runs it) are known values of that subgraph."""
+    def branch(name, value):
+        return h.make_graph([h.make_node("Identity", [f"{name}0"], [name])], name, [],
+                            [h.make_tensor_value_info(name, T.FLOAT, [2])],
+                            [nh.from_array(np.array(value, np.float32), f"{name}0")])
+    node = h.make_node("If", ["c"], ["y"], then_branch=branch("t", [1, 2]), else_branch=branch("e", [3, 4]))
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("c", T.BOOL, [])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    p = _build(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 18)]))
+    assert p.k(True).tolist() == [1, 2] and p.k(False).tolist() == [3, 4]
+
+
+MALFORMED = {
+    "split_zero": ([h.make_node("SplitToSequence", ["x", "z"], ["s"], name="n0")], [np.array(0, np.int64)],
+                   "split must hold positive sizes"),
+    "split_empty": ([h.make_node("SplitToSequence", ["x", "z"], ["s"], name="n0")], [np.zeros(0, np.int64)],
+                    "split must hold positive sizes"),
+    "split_uneven": ([h.make_node("SplitToSequence", ["x", "z"], ["s"], name="n0")], [np.array([1, 3], np.int64)],
+                     "they differ"),
+    "erase_two_positions": ([h.make_node("SplitToSequence", ["x"], ["t"]),
+                             h.make_node("SequenceErase", ["t", "z"], ["s"], name="n0")], [np.array([0, 1], np.int64)],
+                            "the position must be one integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_sequence_ops_are_located_errors(tmp_path, case):
+    nodes, consts, message = MALFORMED[case]
+    inits = [nh.from_array(c, "z") for c in consts]
+    with pytest.raises(KsbuildError) as e:
+        _compile(tmp_path, nodes, [h.make_tensor_value_info("x", T.FLOAT, [4, 2])],
+                 [h.make_tensor_sequence_value_info("s", T.FLOAT, None)], inits)
+    assert "node n0" in str(e.value) and message in str(e.value)

@@ -190,8 +190,8 @@ def test_string_constants_print_and_parse():
 
 
 @pytest.mark.parametrize("op, message", [
-    ("Add", "add does not take str operands"),
-    ("Less", "strings compare only for equality"),
+    ("Add", "'add' does not take them"),
+    ("Less", "'lt' does not take them"),
 ])
 def test_string_arithmetic_is_a_located_error(tmp_path, op, message):
     m = _model([h.make_node(op, ["x", "x"], ["y"], name="bad")], [h.make_tensor_value_info("x", T.STRING, [2])],
@@ -278,3 +278,41 @@ def test_label_encoder_matches_the_reference(tmp_path, case):
             assert got.tolist() == want.tolist()
         else:
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op, attrs, message", [
+    ("ReduceMax", {}, "'reduce_max' does not take them"),
+    ("TopK", {}, "topk needs numbers"),
+    ("MatMul", {}, "does not take them"),
+    ("Pad", {}, "Pad does not take strings"),
+])
+def test_string_ops_that_need_numbers_are_located_errors(tmp_path, op, attrs, message):
+    inputs = {"ReduceMax": ["x"], "TopK": ["x", "k"], "MatMul": ["x", "x"], "Pad": ["x", "pads"]}[op]
+    inits = [nh.from_array(np.array([1], np.int64), "k"), nh.from_array(np.array([1, 1], np.int64), "pads")]
+    m = _model([h.make_node(op, inputs, ["y"], name="bad", **attrs)], [h.make_tensor_value_info("x", T.STRING, [2, 2])],
+               [h.make_tensor_value_info("y", T.STRING, None)], [i for i in inits if i.name in inputs], check=False)
+    path = tmp_path / "bad.onnx"
+    onnx.save(m, str(path))
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(path, "k")
+    assert f"node bad ({op})" in str(e.value) and message in str(e.value)
+
+
+@pytest.mark.parametrize("text", [b"a\0b", b"ab\0"])
+def test_string_constants_with_nul_are_located_errors(tmp_path, text):
+    """onnx's numpy_helper drops a trailing NUL (Equal would then be wrong): ksbuild reads the bytes as stored."""
+    const = T(name="c", data_type=T.STRING, dims=[1], string_data=[text])  # (make_tensor drops a trailing NUL)
+    m = _model([h.make_node("Equal", ["x", "c"], ["y"], name="eq")], [h.make_tensor_value_info("x", T.STRING, [1])],
+               [h.make_tensor_value_info("y", T.BOOL, [1])], [const])
+    path = tmp_path / "nul.onnx"
+    onnx.save(m, str(path))
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(path, "k")
+    assert "node eq (Equal)" in str(e.value) and "NUL character" in str(e.value)
+
+
+def test_string_export_refuses_tensors_that_require_grad(tmp_path, pkg):
+    torch = pytest.importorskip("torch")
+    p, _ = pkg
+    with pytest.raises(p.mixed.CallError, match="not a torch op and autograd cannot run"):
+        p.mixed(_strings(["neg"]), torch.ones(1, requires_grad=True))

@@ -52,7 +52,7 @@ def c_literal(value, t: Type) -> str:
 def string_literal(value) -> str:
     """A C string literal of a str (UTF-8) or bytes value: printable ASCII as itself, every other
     byte as a 3-digit octal escape (which, unlike \\x, cannot run into the next character)."""
-    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
     out = []
     for byte in raw:
         ch = chr(byte)

@@ -44,7 +44,7 @@ class Dense:
     def array(self) -> np.ndarray:
         """The values as a read-only numpy array."""
         if self.dtype == "str":
-            items = [t.decode("utf-8") for t in self.data.split(b"\0")[:-1]]
+            items = [t.decode("utf-8", "surrogateescape") for t in self.data.split(b"\0")[:-1]]
             out = np.empty(len(items), dtype=object)
             out[:] = items
             return out.reshape(self.shape)
@@ -84,7 +84,7 @@ class Dense:
 
 def _utf8(s) -> bytes:
     """A string element as UTF-8 bytes (C strings end at the first NUL, so a NUL inside is refused)."""
-    raw = s if isinstance(s, bytes) else str(s).encode("utf-8")
+    raw = s if isinstance(s, bytes) else str(s).encode("utf-8", "surrogateescape")
     if b"\0" in raw:
         raise ValueError(f"the string {s!r} holds a NUL character, which a C string cannot")
     return raw

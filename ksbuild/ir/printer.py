@@ -92,15 +92,18 @@ class _Namer:
         return name
 
 
-def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str]) -> None:
+def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str], outer: dict | None = None) -> None:
+    """f's lines; `outer` names the enclosing functions' values (a body's result may be placed in the buffer of
+    its equation's output)."""
     pad = INDENT * depth
     scope: dict[Var, str] = {}
     params = ", ".join(f"{namer.define(scope, p)}: {format_type(p.type)}" for p in f.params)
     lines.append(f"{pad}{head} {format_name(f.name)}({params}) -> ({_result_types(f)}) {{")
     for eqn in f.eqns:
-        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, scope))
+        known = {**(outer or {}), **scope}
+        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, {**known, **scope}))
         for key, sub in func_params(eqn):
-            _func_lines(sub, f"{key} = func", namer, depth + 2, lines)
+            _func_lines(sub, f"{key} = func", namer, depth + 2, lines, {**known, **scope})
     results = ", ".join(_atom(r, scope) for r in f.results)
     lines.append(f"{pad}{INDENT}return {results}".rstrip())
     lines.append(f"{pad}}}")

@@ -60,10 +60,17 @@ def array(b, arr) -> Atom:
     flat = a.reshape(-1)
     if dtype == "str" and (flat.size == 0 or all(s == flat[0] for s in flat)):
         v = flat[0] if flat.size else ""
-        return Lit(v.decode("utf-8") if isinstance(v, bytes) else str(v), t)
+        v = v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
+        if "\0" in v:
+            raise error(b, f"the string {v!r} holds a NUL character, which a C string cannot")
+        return Lit(v, t)
     if flat.size == 0 or (np.all(flat == flat[0]) and not (a.dtype.kind == "f" and np.isnan(flat[0]))):
         v = flat[0].item() if flat.size else 0
         return Lit(bool(v) if dtype == "bool" else float(v) if dtype in ("f32", "f64") else int(v), t)
     if a.dtype.kind == "f" and np.all(np.isnan(flat)):
         return Lit(float("nan"), t)
-    return b.constant(value=Dense.of(a))
+    try:
+        value = Dense.of(a)
+    except ValueError as e:  # a string holding a NUL
+        raise error(b, str(e)) from None
+    return b.constant(value=value)

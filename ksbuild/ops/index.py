@@ -189,6 +189,7 @@ def arg_extremum(b, x: Atom, axis: int, keepdims: bool, largest: bool, last: boo
 def topk(b, x: Atom, k: int, axis: int, largest: bool = True) -> tuple[Atom, Atom]:
     """The k largest (or smallest) values along axis, sorted, with their positions (ties: lower first)."""
     from .shape import concatenate
+    _ordered(b, x, "topk")
     axis = norm_axis(b, axis, x.type.rank)
     n = x.type.shape[axis]
     if isinstance(n, int) and not 0 <= k <= n:
@@ -221,6 +222,7 @@ def sort(b, x: Atom, axis: int, descending: bool = True) -> tuple[Atom, Atom]:
     the result at rank r selects the element of that rank."""
     from .math import logical_and
     from .shape import permute
+    _ordered(b, x, "sort")
     axis = norm_axis(b, axis, x.type.rank)
     r = x.type.rank
     perm = tuple(i for i in range(r) if i != axis) + (axis,)
@@ -250,6 +252,12 @@ def _less(b, x: Atom, y: Atom) -> Atom:
 def logical_and_not(b, x: Atom, y: Atom) -> Atom:
     from .math import logical_and, logical_not
     return logical_and(b, x, logical_not(b, y))
+
+
+def _ordered(b, x: Atom, what: str) -> None:
+    """x has an order (strings, which are only compared for equality, do not)."""
+    if x.type.is_str:
+        raise error(b, f"{what} needs numbers: strings are only compared for equality")
 
 
 def _int_limit(dtype: str, largest: bool) -> int:

@@ -90,6 +90,9 @@ class Export:
             raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
         if any(_is_torch(x) for x in args) and out is None and not self._strings:
             return self.package.torch_ops().call(self, args, dims)
+        if self._strings and any(_is_torch(x) and x.requires_grad for x in args):
+            raise CallError(f"{self.name} takes or gives strings, so it is not a torch op and autograd cannot run "
+                            "through it: pass tensors that do not require grad (x.detach())")
         return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
 
     def _fast_call(self, args: tuple):
@@ -259,7 +262,7 @@ class _FastPlan(NamedTuple):
 def _tensor_argtypes(desc: dict, ins: list, outs: list) -> list:
     """ctypes argtypes of a tensor export: dims, inputs (pointers or scalars), outputs, workspace."""
     types = [ctypes.c_int64] * len(desc["dims"])
-    types += [ctypes.c_void_p if a["shape"] else CTYPES[a["dtype"]] for a in ins]
+    types += [ctypes.c_void_p if a["shape"] or a["dtype"] == "str" else CTYPES[a["dtype"]] for a in ins]
     return types + [ctypes.c_void_p] * (len(outs) + 1)
 
 
@@ -385,6 +388,9 @@ def _np_view(x, a: dict, export: str) -> np.ndarray:
 
 def _as_array(x, a: dict, export: str) -> np.ndarray:
     """x as a contiguous array of the argument's dtype; typed values of another dtype are an error."""
+    if x is None:
+        raise CallError(f"{export}: argument '{_shown(a)}' is None; pass a value (for an absent ONNX optional "
+                        "input: a value of its shape, such as zeros, and False for its _present flag)")
     if a["dtype"] == "str":
         return _strings(x, a, export)
     want = NUMPY_DTYPES[a["dtype"]]
@@ -415,7 +421,9 @@ def _check_untyped(arr: np.ndarray, a: dict, export: str) -> None:
     order = "bif"
     have, want = arr.dtype.kind if arr.dtype.kind in order else "?", KINDS[a["dtype"]]
     if have == "?" or order.index(have) > order.index(want) or (want == "b" and have != "b"):
-        got = f"a {type(arr.flat[0].item()).__name__}" if arr.dtype.kind in "USO" and arr.size else \
+        first = arr.flat[0] if arr.size else None
+        first = first.item() if isinstance(first, np.generic) else first
+        got = f"a {type(first).__name__}" if arr.dtype.kind in "USO" and arr.size else \
             f"a Python value of kind {arr.dtype.name}"
         raise DtypeError(f"{export}: argument '{_shown(a)}' takes {a['dtype']}, got {got}")
 

@@ -22,7 +22,12 @@ import keyword
 import torch
 
 TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32, "i64": torch.int64,
-                "bool": torch.bool}
+                "bool": torch.bool, "f16": torch.float16, "bf16": torch.bfloat16, "i8": torch.int8,
+                "i16": torch.int16, "u8": torch.uint8}
+# the types whose torch dtype holds the C ABI's bits as they are (older torch lacks some of them)
+TORCH_DTYPES.update({k: getattr(torch, name) for k, name in (
+    ("u16", "uint16"), ("u32", "uint32"), ("u64", "uint64"), ("f8e4m3fn", "float8_e4m3fn"), ("f8e5m2", "float8_e5m2"),
+    ("f8e4m3fnuz", "float8_e4m3fnuz"), ("f8e5m2fnuz", "float8_e5m2fnuz")) if hasattr(torch, name)})
 _PACKAGES: dict[str, "PackageOps"] = {}  # namespace -> its ops: a package's ops are defined once per process
 
 
@@ -195,7 +200,7 @@ def run(export, tensors, dims: dict) -> list[torch.Tensor]:
     tensors = [t.detach().contiguous() for t in tensors]
     bound = export.bind_dims([t.shape for t in tensors], dims)
     outs = [torch.empty(s, dtype=TORCH_DTYPES[a["dtype"]]) for s, a in zip(export.out_shapes(bound), export.outs)]
-    ins = [t.data_ptr() if a["shape"] else t.item() for t, a in zip(tensors, export.ins)]
+    ins = [t.data_ptr() if a["shape"] else _scalar_arg(t, a) for t, a in zip(tensors, export.ins)]
     export.call_pointers(bound, ins, [o.data_ptr() for o in outs])
     return outs
 
@@ -234,7 +239,10 @@ def _namespace(package) -> str:
 
 def _tensor(x, a: dict, export) -> torch.Tensor:
     """A tensor argument of the export's dtype: a Python number becomes a 0-d tensor; other dtypes are an error."""
-    want = TORCH_DTYPES[a["dtype"]]
+    want = TORCH_DTYPES.get(a["dtype"])
+    if want is None:
+        raise export.DtypeError(f"{export.name}: argument '{_shown(a)}' is {a['dtype']}, which torch has no dtype "
+                                "for: pass a numpy array (of its bits, see docs/onnx.md)")
     if not isinstance(x, torch.Tensor):
         if isinstance(x, float) and a["dtype"] not in ("f32", "f64") or isinstance(x, int) and a["dtype"] == "bool":
             raise export.DtypeError(f"{export.name}: argument '{_shown(a)}' takes {a['dtype']}, got "
@@ -248,6 +256,13 @@ def _tensor(x, a: dict, export) -> torch.Tensor:
         raise export.CallError(f"{export.name}: argument '{_shown(a)}' must have {len(a['shape'])} dimension(s), "
                                f"got shape {list(x.shape)}")
     return x
+
+
+def _scalar_arg(t: torch.Tensor, a: dict):
+    """A 0-d tensor as a scalar argument of the C call (16-bit floats as their bits)."""
+    if a["dtype"] in ("f16", "bf16"):
+        return t.view(torch.int16).item() & 0xFFFF
+    return t.item()
 
 
 def _no_forward_mode(name: str, tensors) -> None:

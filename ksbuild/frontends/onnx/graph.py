@@ -19,7 +19,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Dim, Type
 from .names import ascii_name, c_name, dim_name
-from .node import NeedsConstant, Node
+from .node import NeedsConstant, Node, tensor_array
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic
 
 HANDLERS: dict[str, Callable[[Node], list]] = {}
@@ -124,6 +124,7 @@ class Importer:
         self.dim_names: dict[str, str] = {}
         self.external: list[str] = []  # initializers passed by the caller (weights = "external")
         self.notes: list[str] = []  # how sequence and optional graph inputs and outputs are passed
+        self.input_names: set[str] = set()
 
     def loc(self, node_text: str | None = None) -> Location:
         return Location(self.file, node=node_text)
@@ -137,9 +138,10 @@ class Importer:
         frame = Frame(b)
         inits = {t.name: t for t in g.initializer}
         params = []
-        for vi in g.input:
-            if vi.name not in inits:
-                params += self.graph_input(b, frame, vi)
+        inputs = [vi for vi in g.input if vi.name not in inits]
+        self.reserve_names(inputs)
+        for vi in inputs:
+            params += self.graph_input(b, frame, vi)
         params += self.add_initializers(b, frame, g.initializer)
         self.run_nodes(frame, g.node, self.opsets)
         results, names = self.outputs(b, frame, g.output)
@@ -158,12 +160,12 @@ class Importer:
             t = t.sequence_type.elem_type
         dtype, shape = self.value_type(t, where, vi.name)
         if seq:
-            shape = (self.dim_of(f"{vi.name}_len"),) + shape
+            shape = (self.dim_of(f"{vi.name}_len", key=("len", vi.name)),) + shape
         p = Var(Type(dtype, shape), c_name(vi.name, "x"))
         params = [p]
         present = None
         if optional:
-            present = Var(Type("bool"), c_name(f"{vi.name}_present", "x"))
+            present = Var(Type("bool"), self.fresh_input_name(c_name(f"{vi.name}_present", "x")))
             params.append(present)
         self.note(f"input {p.hint}", seq, optional, shape, present.hint if present is not None else "")
         frame.vals[vi.name] = Val(self.compute(b, p), None, dtype, seq=seq, present=present)
@@ -177,7 +179,8 @@ class Importer:
         if optional:
             value = "sequence" if seq else "value"
             parts.append(f"optional: {present} says whether it is there" + (
-                f" (when it is false, give the {value} no elements: 0 for its dims)" if what.startswith("input")
+                f" (when it is false, the {value} is still read: pass one of its shape, zeros, with 0 for its "
+                "run-time dims if it has any)" if what.startswith("input")
                 else f" (when it is false, the {value} is unspecified)"))
         if parts:
             self.notes.append(f"ONNX {what} is " + "; ".join(parts))
@@ -199,11 +202,35 @@ class Importer:
             return int(d.dim_value)
         return self.dim_of(d.dim_param if d.HasField("dim_param") else f"{name}_dim{k}")
 
-    def dim_of(self, raw: str) -> str:
-        """The symbolic dim of an ONNX dim name (made a C identifier, see names.py)."""
-        if raw not in self.dim_names:
-            self.dim_names[raw] = dim_name(raw, set(self.dim_names.values()))
-        return self.dim_names[raw]
+    def dim_of(self, raw: str, key=None) -> str:
+        """The symbolic dim of an ONNX dim name (made a C identifier, see names.py); `key` tells a dim ksbuild
+        names (a sequence's length) from a model's dim of the same name."""
+        key = raw if key is None else key
+        if key not in self.dim_names:
+            self.dim_names[key] = dim_name(raw, set(self.dim_names.values()))
+        return self.dim_names[key]
+
+    def reserve_names(self, inputs) -> None:
+        """The model's own dim and input names go first, so the names ksbuild makes up (`xs_len`,
+        `a_present`) never take one of them."""
+        for vi in inputs:
+            t = vi.type
+            t = t.optional_type.elem_type if t.WhichOneof("value") == "optional_type" else t
+            t = t.sequence_type.elem_type if t.WhichOneof("value") == "sequence_type" else t
+            if t.WhichOneof("value") == "tensor_type":
+                for d in t.tensor_type.shape.dim:
+                    if d.HasField("dim_param"):
+                        self.dim_of(d.dim_param)
+        self.input_names = {c_name(vi.name, "x") for vi in inputs}
+
+    def fresh_input_name(self, name: str) -> str:
+        """name, or name2, name3, ... when an input of the model is called so."""
+        base, k = name, 1
+        while name in self.input_names:
+            k += 1
+            name = f"{base}{k}"
+        self.input_names.add(name)
+        return name
 
     def compute(self, b: Builder, p: Atom) -> Atom:
         """A parameter of a storage dtype (f16, ...) converted to the dtype it computes in."""
@@ -212,11 +239,10 @@ class Importer:
 
     def add_initializers(self, b: Builder, frame: Frame, inits) -> list[Var]:
         """Initializers become known values, or parameters (weights = "external")."""
-        from onnx import numpy_helper
         params = []
         for t in inits:
             try:
-                arr = numpy_helper.to_array(t, base_dir=str(self.path.parent))
+                arr = tensor_array(t, base_dir=str(self.path.parent))
             except Exception as e:  # noqa: BLE001  a malformed or missing external data file
                 raise KsbuildError(f"cannot read initializer '{t.name}': {e}", self.loc()) from None
             dtype = onnx_dtype(t.data_type, f"initializer '{t.name}'", self.loc())

@@ -29,9 +29,20 @@ class NeedsConstant(KsbuildError):
         self.sources = sources if sources is not None else [value]  # model values it is computed from
 
 
+def tensor_array(t, base_dir: str = "") -> np.ndarray:
+    """A TensorProto's values; strings exactly as stored (onnx's numpy_helper drops their trailing NULs)."""
+    from onnx import TensorProto, numpy_helper
+    if t.data_type == TensorProto.STRING:
+        items = [v.decode("utf-8", "surrogateescape") for v in t.string_data]
+        arr = np.empty(len(items), dtype=object)
+        arr[:] = items
+        return arr.reshape(tuple(t.dims))
+    return numpy_helper.to_array(t, base_dir=base_dir)
+
+
 def attribute_value(a) -> Any:
     """The Python value of an AttributeProto."""
-    from onnx import AttributeProto, numpy_helper
+    from onnx import AttributeProto
     kind = a.type
     if kind == AttributeProto.FLOAT:
         return float(a.f)
@@ -40,7 +51,7 @@ def attribute_value(a) -> Any:
     if kind == AttributeProto.STRING:
         return a.s.decode("utf-8", "replace")
     if kind == AttributeProto.TENSOR:
-        return numpy_helper.to_array(a.t)
+        return tensor_array(a.t)
     if kind == AttributeProto.GRAPH:
         return a.g
     if kind == AttributeProto.FLOATS:
@@ -52,7 +63,7 @@ def attribute_value(a) -> Any:
     if kind == AttributeProto.GRAPHS:
         return list(a.graphs)
     if kind == AttributeProto.TENSORS:
-        return [numpy_helper.to_array(t) for t in a.tensors]
+        return [tensor_array(t) for t in a.tensors]
     return a  # sparse tensors, type protos: handlers that accept them check
 
 

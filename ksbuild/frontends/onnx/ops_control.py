@@ -12,8 +12,8 @@ from ...ir.core import Func, Lit, Var
 from ...ir.types import Type
 from ...ops import index as ix
 from ...prims.control import PRIMS_COND, PRIMS_LOOP
-from .graph import Frame, c_name, handler
-from .node import Node
+from .graph import Frame, c_name, handler, onnx_dtype
+from .node import Node, tensor_array
 from .values import Val
 
 
@@ -30,6 +30,9 @@ class Body:
             p = Var(t, c_name(name))
             self.params.append(p)
             self.frame.vals[name] = Val(p, None, dtype)
+        for t in graph.initializer:  # a subgraph's own initializers: known values (always embedded)
+            self.frame.vals[t.name] = Val(None, tensor_array(t, str(n.imp.path.parent)),
+                                          onnx_dtype(t.data_type, f"initializer '{t.name}'", n.loc))
         n.imp.run_nodes(self.frame, graph.node, n.imp.opsets)
         probe = Node(n.imp, self.frame, n.proto, n.loc, n.opset, b=self.b)
         self.vals = [self.frame.lookup(o.name, probe) for o in graph.output]

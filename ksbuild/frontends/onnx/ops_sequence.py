@@ -68,7 +68,10 @@ def _known_position(n: Node, i: int, length, default):
     """Input i (a position in a sequence of `length` elements, negative counting from the end) as an int."""
     if not n.has(i):
         return default
-    p = int(np.asarray(n.const(i, "the position")).reshape(()))
+    given = np.asarray(n.const(i, "the position"))
+    if given.size != 1 or given.dtype.kind not in "iu":
+        raise n.error(f"{n.op}: the position must be one integer, got {given.tolist()}")
+    p = int(given.reshape(()))
     if p < 0:
         if not isinstance(length, int):
             raise n.unsupported("a negative position in a sequence of run-time length")
@@ -114,22 +117,36 @@ def sequence_erase(n: Node):
 
 @handler("SplitToSequence")
 def split_to_sequence(n: Node):
+    """Pieces of one size along axis, stacked. Without `split` the pieces have size 1 and keepdims=0 drops
+    the axis; with a scalar split keepdims is ignored, as the operator's text says, except for pieces of 1
+    with keepdims=0, which drop it as onnxruntime does (torch exports unbind so)."""
     x = n.x(0)
+    if not x.type.rank:
+        raise n.error("SplitToSequence needs a tensor of rank 1 or more")
     axis = sh.norm_axis(n.b, n.attr("axis", 0), x.type.rank)
     keep = bool(n.attr("keepdims", 1))
     size = x.type.shape[axis]
     if not n.has(1):
-        chunk = 1
+        chunk, count = 1, size
     else:
         split = np.asarray(n.const(1, "split")).astype(np.int64)
-        keep = True  # (keepdims applies only without `split`)
-        sizes = [int(split)] if split.ndim == 0 else [int(k) for k in split]
+        sizes = [int(split)] if split.ndim == 0 else [int(k) for k in split.reshape(-1)]
+        if not sizes or min(sizes) <= 0:
+            raise n.error(f"SplitToSequence: split must hold positive sizes, got {sizes}")
         chunk = sizes[0]
-        even = (split.ndim == 0 and isinstance(size, int) and size % chunk == 0) or \
-               (split.ndim == 1 and len(set(sizes)) == 1 and dim_mul(chunk, len(sizes)) == size)
-        if not even:
-            raise n.unsupported(f"splitting {size} into pieces of sizes {sizes} (they differ)", RAGGED_HINT)
-    count = sh.dim_floordiv_exact(n.b, size, chunk)
+        keep = keep or chunk != 1 or split.ndim == 1
+        if split.ndim == 1 and len(set(sizes)) > 1:
+            raise n.unsupported(f"splitting into pieces of sizes {sizes} (they differ)", RAGGED_HINT)
+        if chunk == 1 and split.ndim == 0:
+            count = size
+        elif not isinstance(size, int):
+            raise n.unsupported(f"pieces of {chunk} along the axis of run-time size {size} (whether they are all "
+                                "of one size depends on it)", RAGGED_HINT)
+        elif size % chunk or (split.ndim == 1 and chunk * len(sizes) != size):
+            raise n.unsupported(f"splitting {size} into pieces of {sizes if split.ndim else chunk} (the pieces "
+                                "differ, or do not make up the axis)", RAGGED_HINT)
+        else:
+            count = size // chunk
     shape = list(x.type.shape)
     pieces = shape[:axis] + [count, chunk] + shape[axis + 1:]
     y = sh.reshape(n.b, x, pieces)
@@ -145,6 +162,8 @@ def concat_from_sequence(n: Node):
     s, v = _stacked(n, 0)
     rank = s.type.rank - 1
     new_axis = bool(n.attr("new_axis", 0))
+    if not rank and not new_axis:
+        raise n.error("ConcatFromSequence of scalars needs new_axis=1 (there is no axis to join them along)")
     axis = sh.norm_axis(n.b, n.attr("axis"), rank + 1 if new_axis else rank)
     if new_axis:
         return [Val(sh.move_axis0(n.b, s, axis), None, v.dtype)]

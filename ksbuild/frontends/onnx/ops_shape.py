@@ -24,16 +24,23 @@ def _axis(n: Node, axis: int, rank: int) -> int:
 
 
 def _shape(n: Node, i: int) -> tuple:
-    return n.val(i).shape
+    v = n.val(i)
+    if v.seq or v.present is not None:
+        raise n.error(f"{n.op}: input {i} is {'a sequence' if v.seq else 'an optional value'}; {n.op} takes tensors")
+    return v.shape
 
 
 @handler("Constant")
 def constant(n: Node):
-    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings"):
         if key in n.attrs:
             v = n.attr(key)
             dtype = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
-                     "value_ints": np.int64}.get(key)
+                     "value_ints": np.int64, "value_string": object, "value_strings": object}.get(key)
+            if dtype is object:  # (np.asarray of a list of str would make numpy str, which drops trailing NULs)
+                arr = np.empty(len(v) if isinstance(v, list) else (), dtype=object)
+                arr[...] = v if isinstance(v, list) else v
+                return [arr]
             return [np.asarray(v, dtype=dtype) if dtype else np.asarray(v)]
     which = next(iter(n.attrs), None)
     raise n.unsupported(f"a constant given as '{which}'" if which else "a Constant without a value")
@@ -250,6 +257,8 @@ def tile(n: Node):
 @handler("Pad")
 def pad(n: Node):
     x = n.x(0)
+    if x.type.is_str:
+        raise n.error("Pad does not take strings (its operator is defined for numbers)")
     mode = n.attr_in("mode", ("constant", "reflect", "edge", "wrap"), "constant")
     if n.opset >= 11:
         pads = n.ints(1, "pads")

@@ -75,8 +75,14 @@ class SymDim:
 
 
 def is_symbolic(arr: np.ndarray | None) -> bool:
-    """True for a known array holding symbolic dims (object dtype)."""
-    return arr is not None and arr.dtype == object
+    """True for a known array holding symbolic dims (object dtype, not strings)."""
+    return arr is not None and arr.dtype == object and not is_strings(arr)
+
+
+def is_strings(arr: np.ndarray | None) -> bool:
+    """True for a known array of strings (object dtype: numpy's str dtype would drop trailing NULs)."""
+    return arr is not None and arr.dtype == object and arr.size > 0 and \
+        all(isinstance(v, (str, bytes)) for v in arr.flat)
 
 
 def shape_array(shape: Sequence[Dim]) -> np.ndarray:
@@ -122,7 +128,7 @@ class Val:
                  seq: bool = False, present: Atom | None = None):
         self.atom = atom
         self.seq, self.present = seq, present
-        self.known = _strings_as_text(known)
+        self.known = known
         self.dtype = dtype or (atom.type.dtype if atom is not None else _known_dtype(known))
 
     @property
@@ -132,16 +138,8 @@ class Val:
         return tuple(int(d) for d in self.known.shape)
 
 
-def _strings_as_text(arr: np.ndarray | None) -> np.ndarray | None:
-    """Known strings as a numpy str array: object arrays are the symbolic shapes here."""
-    if arr is not None and arr.dtype == object and arr.size and all(isinstance(v, (str, bytes)) for v in arr.flat):
-        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in arr.flat], dtype=str) \
-            .reshape(arr.shape)
-    return arr
-
-
 def _known_dtype(arr: np.ndarray) -> str:
-    return "i64" if arr.dtype == object else dtype_of(arr)
+    return "str" if is_strings(arr) else "i64" if arr.dtype == object else dtype_of(arr)
 
 
 COMPUTE_DTYPE = {"f16": "f32", "bf16": "f32", "f8e4m3fn": "f32", "f8e4m3fnuz": "f32", "f8e5m2": "f32",
