@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except KsbuildError as e:
         print(str(e), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all, so there is nothing to undo
+        print("ksbuild: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `ksbuild ir ... | head`: the reader went away, which is fine
         sys.stdout = open(os.devnull, "w")
         return 0

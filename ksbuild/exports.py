@@ -53,9 +53,15 @@ def _source_path(m: Manifest, file: str, k: KernelSpec) -> Path:
         return (m.root / file).resolve()
     import importlib.util
 
-    spec = importlib.util.find_spec(file)
+    try:
+        spec = importlib.util.find_spec(file)
+    except (ImportError, ValueError) as e:  # a parent package that is missing or fails to import
+        raise KsbuildError(f"kernel '{k.name}': cannot find module '{file}': {e}", k.loc) from None
     if spec is None or spec.origin is None:
         raise KsbuildError(f"kernel '{k.name}': cannot find module '{file}'", k.loc)
+    if not spec.origin.endswith(".py") or not Path(spec.origin).is_file():
+        raise KsbuildError(f"kernel '{k.name}': module '{file}' has no Python source file ({spec.origin})", k.loc,
+                           hint="kernels are read from .py source")
     return Path(spec.origin)
 
 

@@ -319,6 +319,11 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     return BuildSpec(backend, dtype, target, cpu, threads, weights, werror)
 
 
+def check_cpu(m: "Manifest", target) -> None:
+    """[build] cpu checked against another target's C++ compiler (package --target): an error at the key."""
+    _check_cpu(_Ctx(str(m.path), m.text), ("build", "cpu"), m.build.cpu, target)
+
+
 def _check_cpu(ctx: _Ctx, path: Path_, cpu: str, target) -> None:
     """A cpu the target's C++ compiler rejects as -march=<cpu> is an error at the key (no compiler: no check)."""
     from .compile.targets import host_cxx

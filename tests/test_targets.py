@@ -231,6 +231,33 @@ def test_find_package_refuses_a_tree_of_another_cross_target(cross_tree, tmp_pat
     assert "activations was built for cortex-m7 (arm), but this" in proc.stdout + proc.stderr, proc.stderr
 
 
+def test_native_project_refuses_a_cross_tree(cross_tree, tmp_path):
+    """A native app does not find an aarch64 tree: Config.cmake said so but went on and set _FOUND TRUE, and the
+    link failed (red-team pass)."""
+    need(TARGETS["aarch64-linux-gnu"])
+    tree = cross_tree(RELU3, "aarch64-linux-gnu")
+    proc = subprocess.run([cmake_exe(), "-S", str(ROOT / "examples/relu3/app"), "-B", str(tmp_path / "b"),
+                           f"-DCMAKE_PREFIX_PATH={tree}"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "activations was built for aarch64-linux-gnu, not for this machine" in proc.stdout + proc.stderr
+
+
+def test_cpu_is_checked_against_the_target_of_the_command_line(tmp_path, capsys):
+    """[build] cpu = "x86-64-v3" passed `check` for the host, then `package --target aarch64-linux-gnu` failed
+    deep in the C++ build: now it is an error at the key, before compiling."""
+    need(TARGETS["aarch64-linux-gnu"])
+    root = tmp_path / "k"
+    shutil.copytree(ROOT / "examples/relu3", root, ignore=shutil.ignore_patterns("app", "build*"))
+    text = (root / "manifest.toml").read_text()
+    (root / "manifest.toml").write_text(text.replace("[build]", '[build]\ncpu = "x86-64-v3"', 1) if "[build]" in text
+                                        else text + '\n[build]\ncpu = "x86-64-v3"\n')
+    assert cli_main(["package", str(root / "manifest.toml"), "--target", "aarch64-linux-gnu", "-o",
+                 str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "manifest.toml:" in err and "unknown cpu 'x86-64-v3'" in err and "aarch64-linux-gnu-g++" in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("target, manifest, expect, absent", [
     ("cortex-m4", GMM, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: VFPv4-D16", "Tag_ABI_VFP_args: VFP registers"], []),
     ("cortex-m7", RELU3, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: FPv5/FP-D16", "Tag_ABI_VFP_args: VFP registers"], []),

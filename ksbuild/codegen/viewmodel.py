@@ -163,28 +163,37 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims)) + body + w.lines
+    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _indexed(f, dims)) + body + w.lines
     lines.append("    return ks::status::ok;")
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
     return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
                       w.ws.size_expr(), bool(w.ws.offsets))
 
 
-def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = ()) -> list[str]:
+def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = (),
+              indexed: list[str] = ()) -> list[str]:
     """Argument checks: negative dims, sizes computed from them that come out negative (x[1:-1] of one element:
-    torch's slice would be empty, ksbuild's tensors have the sizes the kernel's text gives), a missing
-    workspace."""
+    torch's slice would be empty, ksbuild's tensors have the sizes the kernel's text gives), axes of size 0 that
+    an element is taken from (x[0] of an empty x), a missing workspace."""
     lines = []
     if dims:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
-    if derived:
-        lines.append(f"    if ({' || '.join(f'{dim_expr(d)} < 0' for d in derived)}) return ks::status::err_shape;")
+    checks = [f"{dim_expr(d)} < 0" for d in derived] + [f"{dim_expr(d)} < 1" for d in indexed]
+    if checks:
+        lines.append(f"    if ({' || '.join(checks)}) return ks::status::err_shape;")
     if ws.offsets:
         # NULL is fine when the size is 0 (a zero-sized dim), as P_E_workspace_size promises
         lines.append(f"    if (workspace == nullptr && {c_name}_workspace_size({', '.join(dims)}) != 0) "
                      "return ks::status::err_null;")
         lines += ws.prologue()
     return lines
+
+
+def _indexed(f: Func, dims: list[str]) -> list[str]:
+    """The run-time sizes of the axes f's own equations take one element from (x[0], x[i]): there must be
+    one. Only f's own: inside a loop (for i in range(n): x[i]) or an if, the element may never be taken."""
+    found = {e.ins[0].type.shape[e.params["axis"]] for e in f.eqns if e.prim.name == "index"}
+    return sorted(d for d in found if isinstance(d, str) and d in dims)
 
 
 def _differences(f: Func, dims: list[str]) -> list[str]:

@@ -21,7 +21,7 @@ from ..compile.cmake import build_and_install, cmake_identity
 from ..compile.targets import Target, check_backend, compiler_identity, get_target
 from ..errors import KsbuildError
 from ..exports import build_exports
-from ..manifest import Manifest, load_manifest, locate
+from ..manifest import Manifest, check_cpu, load_manifest, locate
 from ..resources import VERSION, resource_dir
 from .cache import cache_root, file_lock, key_lock, out_lock
 from .render import render_project
@@ -88,6 +88,8 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
     loc = locate(m.text, "build", "target", file=str(m.path)) if name == m.build.target else None
     t = get_target(name, loc)
     check_backend(t, m.build.backend)
+    if m.build.cpu and t.name != m.build.target:  # (the manifest's own target was checked when it was read)
+        check_cpu(m, t)
     if m.build.threads > 1 and not t.hosted:
         raise KsbuildError(f"threads = {m.build.threads} needs OpenMP, which bare-metal target '{t.name}' does not "
                            "have", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")

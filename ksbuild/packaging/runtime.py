@@ -231,6 +231,8 @@ class Export:
         for r, s, a in zip(res, shapes, self.outs):
             if r.shape != s or r.dtype != NUMPY_DTYPES[a["dtype"]] or not r.flags.c_contiguous:
                 raise CallError(f"out= for {self.name} must be a contiguous {a['dtype']} array of shape {s}")
+            if not r.flags.writeable:
+                raise CallError(f"out= for {self.name}: the array for '{a['name']}' is read-only")
         return res
 
     def _workspace(self, dim_values: list) -> int | None:

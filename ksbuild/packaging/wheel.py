@@ -64,7 +64,6 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
         raise KsbuildError("ksbuild wheel needs scikit-build-core, which is not installed",
                            hint="pip install 'ksbuild[wheel]' (or pip install scikit-build-core)")
     out_dir = Path(out_dir) if out_dir is not None else Path.cwd() / "dist"
-    out_dir.mkdir(parents=True, exist_ok=True)
     m = load_manifest(manifest, backend)
     t = resolve_target(m, target, python_module=True)
     skbuild = importlib.metadata.version("scikit-build-core")
@@ -76,6 +75,7 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
         else:
             built = _build_into_cache(manifest, key, target, backend, progress)
         final = out_dir / built.name
+        out_dir.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=".ksbuild-wheel-", dir=out_dir))
         try:
             shutil.copyfile(built, staged / built.name)

@@ -1,0 +1,113 @@
+"""Findings of a held-out pass over the shipping flows (CLI, Python API, install tree), each a regression test:
+x[0] of an empty axis, out= arrays that are read-only, module:function kernels that cannot be read, a wheel
+folder left behind by a failed `ksbuild wheel`, and Ctrl-C. (Cross-target checks: tests/test_targets.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ksbuild
+from ksbuild.cli import main
+
+KERNELS = '''
+def first(x: "float[n]") -> float:
+    return x[0]
+
+
+def ema(x: "float[n]", a: float) -> float:
+    m = x[0]
+    for i in range(x.shape[0]):
+        m = a * m + (1.0 - a) * x[i]
+    return m
+
+
+def total(x: "float[n]") -> float:
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + x[i]
+    return s
+
+
+def twice(x: "float[n]") -> "float[n]":
+    return x * 2.0
+'''
+
+MANIFEST = '''[package]
+name = "ship"
+
+[build]
+dtype = "float64"
+
+[kernels]
+first = { python = "k.py:first" }
+ema = { python = "k.py:ema" }
+total = { python = "k.py:total" }
+twice = { python = "k.py:twice" }
+
+[exports]
+first = "first"
+ema = "ema"
+total = "total"
+twice = "twice"
+'''
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ship")
+    (root / "k.py").write_text(KERNELS)
+    (root / "manifest.toml").write_text(MANIFEST)
+    return ksbuild.build(root / "manifest.toml", quiet=True)
+
+
+def test_an_element_of_an_empty_axis_is_status_1(pkg):
+    """x[0] of an empty x read out of bounds (garbage, or an ASan overflow from C); now status 1, as x[-1] was.
+    A loop that takes x[i] takes nothing when x is empty: the sum of nothing is still 0."""
+    empty = np.zeros(0)
+    for export in (pkg.first, pkg.ema):
+        with pytest.raises(export.CallError, match="status 1"):
+            export(empty) if export is pkg.first else export(empty, 0.5)
+    assert pkg.total(empty) == 0.0
+    assert pkg.first(np.array([3.0, 4.0])) == 3.0
+    assert pkg.ema(np.array([2.0]), 0.5) == 2.0
+
+
+def test_read_only_out_arrays_are_refused(pkg):
+    out = np.zeros(3)
+    out.setflags(write=False)
+    with pytest.raises(pkg.twice.CallError, match="read-only"):
+        pkg.twice(np.ones(3), out=out)
+    frozen = np.frombuffer(bytes(24), np.float64)
+    with pytest.raises(pkg.twice.CallError, match="read-only"):
+        pkg.twice(np.ones(3), out=frozen)
+    assert bytes(frozen.tobytes()) == bytes(24)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("no_such_pkg_ks.sub:sp", "cannot find module 'no_such_pkg_ks.sub'"),
+    ("os.path:sp", "module 'os.path' has no Python source file"),
+])
+def test_unreadable_module_kernels_are_located_errors(tmp_path, capsys, source, message):
+    (tmp_path / "manifest.toml").write_text(f'[package]\nname = "m"\n\n[kernels.sp]\npython = "{source}"\n\n'
+                                            '[exports]\nsp = "sp"\n')
+    assert main(["check", str(tmp_path / "manifest.toml")]) == 1
+    err = capsys.readouterr().err
+    assert "manifest.toml:" in err and message in err and "internal error" not in err
+
+
+def test_failed_wheel_leaves_no_folder(tmp_path, capsys):
+    pytest.importorskip("scikit_build_core")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "bad"\n\n[kernels.k]\npython = "nowhere.py:k"\n\n'
+                                            '[exports]\nk = "k"\n')
+    assert main(["wheel", str(tmp_path / "manifest.toml"), "-o", str(tmp_path / "wheels")]) == 1
+    assert not (tmp_path / "wheels").exists()
+
+
+def test_ctrl_c_is_a_message_not_a_traceback(monkeypatch, capsys):
+    from ksbuild import cli
+
+    def interrupted(_):
+        raise KeyboardInterrupt
+    monkeypatch.setitem(cli.COMMANDS, "check", interrupted)
+    assert main(["check", "manifest.toml"]) == 130
+    assert capsys.readouterr().err.strip() == "ksbuild: interrupted"
