@@ -170,8 +170,9 @@ def test_slices_of_too_few_elements_are_call_errors_and_torch_tensor_of_a_scalar
         with pytest.raises(CallError, match="too small"):
             pkg.heat(np.zeros(n), 0.25)
     assert pkg.sig(0.3) == pytest.approx(1 / (1 + math.exp(-0.3)), rel=1e-15)
-    for x, y in [(3.0, -0.0), (3.0, 0.0), (-3.0, -2.0), (-3.0, 0.0), (2.0, -math.inf)]:
-        assert pkg.cs(x, y) == math.copysign(x, y), (x, y)  # (-0.0 counts as negative)
+    nan = float("nan")
+    for x, y in [(3.0, -0.0), (3.0, 0.0), (-3.0, -2.0), (-3.0, 0.0), (2.0, -math.inf), (3.0, -nan), (-3.0, nan)]:
+        assert pkg.cs(x, y) == math.copysign(x, y), (x, y)  # (-0.0 and -nan count as negative: the sign bit)
 
 
 @pytest.mark.parametrize("body, message", [

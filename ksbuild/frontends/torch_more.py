@@ -580,10 +580,11 @@ def _math_function(name: str, handler):
 
 
 def _copysign(fc, b, args, kw, node):
-    """|x| with the sign of y, -0.0 counting as negative (1 / -0.0 = -inf); a NaN's sign bit is not read."""
+    """|x| with the sign bit of y (-0.0 and a NaN with its sign bit set count as negative, as in C and Python):
+    y's bits read as a signed integer are negative exactly then."""
     x, y = _two_floats(fc, b, args[:2], node, "copysign")
-    negative = math_ops.logical_or(b, b.lt(y, _c(y, 0.0)),
-                                   math_ops.logical_and(b, b.eq(y, _c(y, 0.0)), b.lt(b.div(_c(y, 1.0), y), _c(y, 0.0))))
+    bits = "i32" if y.type.dtype == "f32" else "i64"
+    negative = b.lt(b.bitcast(y, dtype=bits), Lit(0, Type(bits)))
     return b.select(negative, b.neg(b.abs(x)), b.abs(x))
 
 
