@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -159,6 +160,7 @@ COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _c
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run one command; user errors print a located message and exit 1."""
     a = _parser().parse_args(argv)
+    previous = _stop_on_sigterm()
     try:
         COMMANDS[a.command](a)
     except KsbuildError as e:
@@ -182,7 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"internal error in ksbuild: {type(e).__name__}: {e}\n  rerun with --debug for the traceback "
               "and please report it", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _stop_on_sigterm():
+    """SIGTERM stops ksbuild as Ctrl-C does (temporary folders removed, CMake's compilers stopped); the handler
+    it replaces, or None off the main thread (where signals cannot be handled)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

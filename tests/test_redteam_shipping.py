@@ -111,3 +111,35 @@ def test_ctrl_c_is_a_message_not_a_traceback(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "check", interrupted)
     assert main(["check", "manifest.toml"]) == 130
     assert capsys.readouterr().err.strip() == "ksbuild: interrupted"
+
+
+def test_sigterm_stops_the_build_and_its_compilers(tmp_path):
+    """SIGTERM to `ksbuild package` left cmake and cc1plus running and a build folder in the cache; now the
+    compilers stop with it (CMake runs in its own process group) and it exits 130, writing nothing."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    shutil.copytree(ROOT / "examples/gmm", tmp_path / "gmm")
+    env = dict(os.environ, KSBUILD_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "ksbuild", "package", str(tmp_path / "gmm/manifest.toml"), "-o",
+                             str(tmp_path / "out")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def compilers():
+        found = subprocess.run(["pgrep", "-f", f"cc1plus.*{tmp_path}"], capture_output=True, text=True).stdout
+        return found.split()
+    deadline = time.time() + 120
+    while not compilers() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.skip("the build finished before a compiler was seen")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "ksbuild: interrupted" in err
+    time.sleep(0.5)
+    assert compilers() == []
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,16 +27,37 @@ def cmake_exe() -> str:
 
 def _run(args: list[str], what: str, log: Path) -> None:
     """Run one CMake step, appending its output to `log`; a failure names the log (kept on disk)."""
-    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # its own process group: when ksbuild is stopped (Ctrl-C, SIGTERM), the compilers CMake started stop too
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate()
+    except BaseException:
+        _stop_group(proc)
+        raise
     with open(log, "a") as f:
-        f.write(f"$ {' '.join(args)}\n{proc.stdout}")
+        f.write(f"$ {' '.join(args)}\n{output}")
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-40:])
+        tail = "\n".join(output.strip().splitlines()[-40:])
         hint = None
-        if "[-Werror" in proc.stdout:  # a warning made an error: ksbuild's C++ should not warn, so this is ours
+        if "[-Werror" in output:  # a warning made an error: ksbuild's C++ should not warn, so this is ours
             hint = ("a compiler warning stopped the build (-Werror); please report it with this log. To build "
                     "anyway, set werror = false in the manifest's [build] table")
         raise KsbuildError(f"{what} failed (full log: {log})\n{tail}", hint=hint)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop a CMake step and every process it started (SIGTERM, then SIGKILL after 10 s)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def toolchain_args(target: Target, src: Path) -> list[str]:
