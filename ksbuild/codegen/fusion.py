@@ -32,10 +32,6 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     sums = [a for a, e in zip(accs, reductions) if e.prim.name == "reduce_sum"]
     inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)
     w.region, w.escaping = (outer + inner, shape), stores
-    roots = {t.root for t in stores.values()}
-    for p in body.params:  # an operand stored into (a loop carry updated in place) is loaded before any store
-        if p.type.rank and not isinstance(w.env[p], str) and w.env[p].root in roots:
-            w.scalar(p)
     for e in inner_eqns:
         e.prim.emit(w, e)
     for acc, e in zip(accs, reductions):

@@ -53,41 +53,6 @@ class Plan:
     slots: tuple[Type, ...]
 
 
-def carry_updates(body: Func, carries, outs) -> dict:
-    """The new carry values a loop body may compute straight into their carry's buffer: those made after
-    the last read of the old value, or by the elementwise fusion that last reads it at the same index
-    (an LSTM's c = f * c + i * g). {body result: the loop's output holding that carry}."""
-    results = list(body.results)
-    new = results[:len(carries)]
-    dests = {}
-    for prm, r, out in zip(carries, new, outs):  # (r may also be a stacked output: it is stored from there)
-        if not isinstance(r, Var) or not r.type.rank or r.type != prm.type or r in body.params or new.count(r) != 1:
-            continue
-        old = {prm}  # the old value and views of it
-        for e in body.eqns:
-            if e.prim.view and e.ins and e.ins[0] in old:
-                old.update(e.outs)
-        made = next((j for j, e in enumerate(body.eqns) if r in e.outs), None)
-        if made is None or any(v in old for v in results):
-            continue
-        safe = True
-        for j, e in enumerate(body.eqns[made:], made):
-            reads = [a for a in e.ins if a in old]
-            if reads and not (e.prim.view or (j == made and _same_index(e, prm, reads))):
-                safe = False
-                break
-        if safe:
-            dests[r] = out
-    return dests
-
-
-def _same_index(e: Eqn, prm: Var, reads) -> bool:
-    """Whether fusion e reads prm only at the index where it writes its outputs (no reduction, no
-    broadcast), so writing one of them into prm's buffer is safe (codegen loads such operands first)."""
-    return e.prim.name == "fusion" and all(a is prm for a in reads) and \
-        all(o.type.shape == prm.type.shape for o in e.outs)
-
-
 def plan_memory(f: Func) -> Func:
     """f with its memory plan attached (f.plan)."""
     w = _Walk()
@@ -239,7 +204,7 @@ class _Walk:
                 self.owner[self.root[out]] = prm  # the body may update its carries in place
         for prm, a in zip(body.params[1 + nc + ncar:], xs):
             self.alias(prm, a)
-        self.body(body, carry_updates(body, carries, eqn.outs[:ncar]))
+        self.body(body, None)
         self.take_back(eqn.outs)
         self.read_all(list(eqn.ins) + list(eqn.outs))
 

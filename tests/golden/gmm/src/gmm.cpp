@@ -1666,15 +1666,15 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const tmp114 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r157 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     double* const r161 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r165 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded193 = reinterpret_cast<double*>(next_slot);
+    double* const padded197 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1900,129 +1900,137 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
                 }
             }
         }
-        for (int64_t i136 = 0; i136 < K; ++i136) {
-            const double x_i137 = r104[i136];
-            const double x_i138 = tmp113[i136];
-            const double t139 = (x_i137 + x_i138);
-            r104[i136] = t139;
+        double* const tmp136 = tmp114;  // reuses a dead buffer's space
+        for (int64_t i137 = 0; i137 < K; ++i137) {
+            const double x_i138 = r104[i137];
+            const double x_i139 = tmp113[i137];
+            const double t140 = (x_i138 + x_i139);
+            tmp136[i137] = t140;
         }
-        for (int64_t i140 = 0; i140 < K; ++i140) {
-            for (int64_t i141 = 0; i141 < d; ++i141) {
-                const double x_i142 = out_d_means[i140 * d + i141];
-                const double x_i143 = prod128[i140 * d + i141];
-                const double t144 = (x_i143 * (-1.0));
-                const double t145 = (x_i142 + t144);
-                out_d_means[i140 * d + i141] = t145;
+        double* const tmp141 = tmp44;  // reuses a dead buffer's space
+        for (int64_t i142 = 0; i142 < K; ++i142) {
+            for (int64_t i143 = 0; i143 < d; ++i143) {
+                const double x_i144 = prod128[i142 * d + i143];
+                const double t145 = (x_i144 * (-1.0));
+                const double x_i146 = out_d_means[i142 * d + i143];
+                const double t147 = (x_i146 + t145);
+                tmp141[i142 * d + i143] = t147;
             }
+        }
+        for (int64_t i148 = 0; i148 < K; ++i148) {
+            r104[i148] = tmp136[i148];
+        }
+        for (int64_t i149 = 0; i149 < K * d; ++i149) {
+            out_d_means[i149] = tmp141[i149];
         }
     }
     double* const d_qs = tmp44;  // reuses a dead buffer's space
-    for (int64_t i146 = 0; i146 < K; ++i146) {
-        for (int64_t i147 = 0; i147 < d; ++i147) {
-            const double qs_i148 = icf[i146 * T + i147];
-            const double t149 = ks::exp(qs_i148);
-            const double t150 = (2.0 * t149);
-            const double x_i151 = t100;
-            const double t152 = (x_i151 * t150);
-            const double t153 = (t152 * t149);
+    for (int64_t i150 = 0; i150 < K; ++i150) {
+        for (int64_t i151 = 0; i151 < d; ++i151) {
+            const double qs_i152 = icf[i150 * T + i151];
+            const double t153 = ks::exp(qs_i152);
+            const double t154 = (2.0 * t153);
+            const double x_i155 = t100;
+            const double t156 = (x_i155 * t154);
+            const double t157 = (t156 * t153);
             const double d_qs_i = t101;
-            const double d_qs154 = (d_qs_i + t153);
-            const double x_i155 = r104[i146];
-            const double d_qs156 = (d_qs154 + x_i155);
-            d_qs[i146 * d + i147] = d_qs156;
+            const double d_qs158 = (d_qs_i + t157);
+            const double x_i159 = r104[i150];
+            const double d_qs160 = (d_qs158 + x_i159);
+            d_qs[i150 * d + i151] = d_qs160;
         }
     }
-    for (int64_t i158 = 0; i158 < K * T; ++i158) {
-        r157[i158] = 0.0;
+    for (int64_t i162 = 0; i162 < K * T; ++i162) {
+        r161[i162] = 0.0;
     }
-    for (int64_t k159 = K - 1; k159 >= 0; --k159) {
-        double* const r160 = r10;  // reuses a dead buffer's space
-        double r162;
-        for (int64_t i163 = 0; i163 < d; ++i163) {
-            r160[i163] = 0.0;
+    for (int64_t k163 = K - 1; k163 >= 0; --k163) {
+        double* const r164 = r10;  // reuses a dead buffer's space
+        double r166;
+        for (int64_t i167 = 0; i167 < d; ++i167) {
+            r164[i167] = 0.0;
         }
-        for (int64_t i164 = 0; i164 < T; ++i164) {
-            r161[i164] = 0.0;
+        for (int64_t i168 = 0; i168 < T; ++i168) {
+            r165[i168] = 0.0;
         }
-        r162 = 0.0;
-        for (int64_t k165 = d - 1; k165 >= 0; --k165) {
-            double r166;
-            double r167;
-            r166 = 0.0;
-            r167 = r162;
-            for (int64_t k168 = d - 1; k168 >= 0; --k168) {
-                const int64_t t169 = ((2*d) - k168);
-                const int64_t t170 = (t169 - int64_t{1});
-                const int64_t t171 = (k168 * t170);
-                const int64_t t172 = ks::floordiv(t171, int64_t{2});
-                const int64_t t173 = (d + t172);
-                const int64_t t174 = (t173 + k165);
-                const int64_t t175 = (t174 - k168);
-                const int64_t t176 = (t175 - int64_t{1});
-                const double t177 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? (((r105 + k159 * (d * d)) + k165 * d) + k168)[0] : 0.0);
-                const double t178 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? 0.0 : (((r105 + k159 * (d * d)) + k165 * d) + k168)[0]);
-                const double t179 = ((((r2 + k159 * (d * d)) + k165 * d) + k168)[0] ? t178 : 0.0);
-                (r161 + ks::clamp_index(t176, T))[0] += t179;
-                const double t180 = (t177 * (((r1 + k159 * (d * d)) + k165 * d) + k168)[0]);
-                const double t181 = (r166 + t180);
-                r166 = t181;
+        r166 = 0.0;
+        for (int64_t k169 = d - 1; k169 >= 0; --k169) {
+            double r170;
+            double r171;
+            r170 = 0.0;
+            r171 = r166;
+            for (int64_t k172 = d - 1; k172 >= 0; --k172) {
+                const int64_t t173 = ((2*d) - k172);
+                const int64_t t174 = (t173 - int64_t{1});
+                const int64_t t175 = (k172 * t174);
+                const int64_t t176 = ks::floordiv(t175, int64_t{2});
+                const int64_t t177 = (d + t176);
+                const int64_t t178 = (t177 + k169);
+                const int64_t t179 = (t178 - k172);
+                const int64_t t180 = (t179 - int64_t{1});
+                const double t181 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? (((r105 + k163 * (d * d)) + k169 * d) + k172)[0] : 0.0);
+                const double t182 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? 0.0 : (((r105 + k163 * (d * d)) + k169 * d) + k172)[0]);
+                const double t183 = ((((r2 + k163 * (d * d)) + k169 * d) + k172)[0] ? t182 : 0.0);
+                (r165 + ks::clamp_index(t180, T))[0] += t183;
+                const double t184 = (t181 * (((r1 + k163 * (d * d)) + k169 * d) + k172)[0]);
+                const double t185 = (r170 + t184);
+                r170 = t185;
             }
-            (r160 + k165)[0] += r166;
-            r162 = r167;
+            (r164 + k169)[0] += r170;
+            r166 = r171;
         }
-        (r160 + ks::clamp_index(int64_t{0}, d))[0] += r162;
-        for (int64_t i182 = 0; i182 < T; ++i182) {
-            (r157 + k159 * T)[i182] += r161[i182];
+        (r164 + ks::clamp_index(int64_t{0}, d))[0] += r166;
+        for (int64_t i186 = 0; i186 < T; ++i186) {
+            (r161 + k163 * T)[i186] += r165[i186];
         }
-        for (int64_t i183 = 0; i183 < d; ++i183) {
-            (d_qs + k159 * d)[i183] += r160[i183];
-        }
-    }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < (T - d); ++i185) {
-            const double ls_i = (icf + d)[i184 * T + i185];
-            const double t186 = (2.0 * ls_i);
-            const double x_i187 = t100;
-            const double d_ls188 = (x_i187 * t186);
-            d_ls[i184 * ((T - d)) + i185] = d_ls188;
+        for (int64_t i187 = 0; i187 < d; ++i187) {
+            (d_qs + k163 * d)[i187] += r164[i187];
         }
     }
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        for (int64_t i190 = 0; i190 < d; ++i190) {
-            padded[i189 * T + i190] = 0.0;
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            const double ls_i = (icf + d)[i188 * T + i189];
+            const double t190 = (2.0 * ls_i);
+            const double x_i191 = t100;
+            const double d_ls192 = (x_i191 * t190);
+            d_ls[i188 * ((T - d)) + i189] = d_ls192;
         }
     }
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < (T - d); ++i192) {
-            (padded + d)[i191 * T + i192] = d_ls[i191 * ((T - d)) + i192];
+    for (int64_t i193 = 0; i193 < K; ++i193) {
+        for (int64_t i194 = 0; i194 < d; ++i194) {
+            padded[i193 * T + i194] = 0.0;
         }
     }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
-            (padded193 + d)[i194 * T + i195] = 0.0;
-        }
-    }
-    for (int64_t i196 = 0; i196 < K; ++i196) {
-        for (int64_t i197 = 0; i197 < d; ++i197) {
-            padded193[i196 * T + i197] = d_qs[i196 * d + i197];
+    for (int64_t i195 = 0; i195 < K; ++i195) {
+        for (int64_t i196 = 0; i196 < (T - d); ++i196) {
+            (padded + d)[i195 * T + i196] = d_ls[i195 * ((T - d)) + i196];
         }
     }
     for (int64_t i198 = 0; i198 < K; ++i198) {
-        const double x_i199 = t103;
-        const double x_i200 = tmp90[i198];
-        const double d_alphas = (x_i199 * x_i200);
-        const double x_i201 = r104[i198];
-        const double d_alphas202 = (d_alphas + x_i201);
-        out_d_alphas[i198] = d_alphas202;
+        for (int64_t i199 = 0; i199 < (T - d); ++i199) {
+            (padded197 + d)[i198 * T + i199] = 0.0;
+        }
     }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < T; ++i204) {
-            const double x_i205 = r157[i203 * T + i204];
-            const double x_i206 = padded[i203 * T + i204];
-            const double d_icf = (x_i205 + x_i206);
-            const double x_i207 = padded193[i203 * T + i204];
-            const double d_icf208 = (d_icf + x_i207);
-            out_d_icf[i203 * T + i204] = d_icf208;
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < d; ++i201) {
+            padded197[i200 * T + i201] = d_qs[i200 * d + i201];
+        }
+    }
+    for (int64_t i202 = 0; i202 < K; ++i202) {
+        const double x_i203 = t103;
+        const double x_i204 = tmp90[i202];
+        const double d_alphas = (x_i203 * x_i204);
+        const double x_i205 = r104[i202];
+        const double d_alphas206 = (d_alphas + x_i205);
+        out_d_alphas[i202] = d_alphas206;
+    }
+    for (int64_t i207 = 0; i207 < K; ++i207) {
+        for (int64_t i208 = 0; i208 < T; ++i208) {
+            const double x_i209 = r161[i207 * T + i208];
+            const double x_i210 = padded[i207 * T + i208];
+            const double d_icf = (x_i209 + x_i210);
+            const double x_i211 = padded197[i207 * T + i208];
+            const double d_icf212 = (d_icf + x_i211);
+            out_d_icf[i207 * T + i208] = d_icf212;
         }
     }
     return ks::status::ok;
@@ -2528,6 +2536,8 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
@@ -2574,165 +2584,172 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
                 const int64_t t20 = (t19 - k14);
                 const int64_t t21 = (t20 - int64_t{1});
                 for (int64_t i22 = 0; i22 < K; ++i22) {
-                    const double sum_i = r[i22];
                     const double x_i23 = ((icf + d) + ks::clamp_index(t21, (T - d)))[i22 * T];
                     const double x_i24 = (xc + k14)[i22 * d];
                     const double t25 = (x_i23 * x_i24);
-                    const double __sum_109_54 = (sum_i + t25);
-                    r[i22] = __sum_109_54;
+                    const double sum_i = r[i22];
+                    const double __sum_109_5426 = (sum_i + t25);
+                    __sum_109_54[i22] = __sum_109_5426;
+                }
+                for (int64_t i27 = 0; i27 < K; ++i27) {
+                    r[i27] = __sum_109_54[i27];
                 }
             }
-            for (int64_t i26 = 0; i26 < K; ++i26) {
-                const double sqnorm_i = sqnorm[i26];
-                const double x_i27 = (icf + k10)[i26 * T];
-                const double t28 = ks::exp(x_i27);
-                const double x_i29 = (xc + k10)[i26 * d];
-                const double t30 = (t28 * x_i29);
-                const double x_i31 = r[i26];
-                const double row = (t30 + x_i31);
-                const double t32 = (row * row);
-                const double sqnorm33 = (sqnorm_i + t32);
-                sqnorm[i26] = sqnorm33;
+            double* const sqnorm28 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i29 = 0; i29 < K; ++i29) {
+                const double x_i30 = (icf + k10)[i29 * T];
+                const double t31 = ks::exp(x_i30);
+                const double x_i32 = (xc + k10)[i29 * d];
+                const double t33 = (t31 * x_i32);
+                const double x_i34 = r[i29];
+                const double row = (t33 + x_i34);
+                const double t35 = (row * row);
+                const double sqnorm_i = sqnorm[i29];
+                const double sqnorm36 = (sqnorm_i + t35);
+                sqnorm28[i29] = sqnorm36;
+            }
+            for (int64_t i37 = 0; i37 < K; ++i37) {
+                sqnorm[i37] = sqnorm28[i37];
             }
         }
-        double* const tmp34 = r;  // reuses a dead buffer's space
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            const double sqnorm_i36 = sqnorm[i35];
-            const double t37 = (0.5 * sqnorm_i36);
-            const double x_i38 = base[i35];
-            const double t39 = (x_i38 - t37);
-            tmp34[i35] = t39;
+        double* const tmp38 = r;  // reuses a dead buffer's space
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double sqnorm_i40 = sqnorm[i39];
+            const double t41 = (0.5 * sqnorm_i40);
+            const double x_i42 = base[i39];
+            const double t43 = (x_i42 - t41);
+            tmp38[i39] = t43;
         }
-        double acc40 = ks::lowest<double>();
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = tmp34[i41];
-            acc40 = ks::running_max(acc40, x_i42);
+        double acc44 = ks::lowest<double>();
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double x_i46 = tmp38[i45];
+            acc44 = ks::running_max(acc44, x_i46);
         }
-        const double t43 = ks::abs(acc40);
-        const bool t44 = (t43 == __builtin_huge_val());
-        const double t45 = (t44 ? 0.0 : acc40);
-        double acc46 = 0;
-        KS_OMP_SIMD(reduction(+:acc46))
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const double x_i48 = tmp34[i47];
-            const double x_i49 = t45;
-            const double t50 = (x_i48 - x_i49);
-            const double t51 = ks::exp(t50);
-            acc46 += t51;
+        const double t47 = ks::abs(acc44);
+        const bool t48 = (t47 == __builtin_huge_val());
+        const double t49 = (t48 ? 0.0 : acc44);
+        double acc50 = 0;
+        KS_OMP_SIMD(reduction(+:acc50))
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            const double x_i52 = tmp38[i51];
+            const double x_i53 = t49;
+            const double t54 = (x_i52 - x_i53);
+            const double t55 = ks::exp(t54);
+            acc50 += t55;
         }
-        const double t52 = ks::log(acc46);
-        const double t53 = (t52 + t45);
-        const double slse54 = (slse + t53);
-        slse = slse54;
+        const double t56 = ks::log(acc50);
+        const double t57 = (t56 + t49);
+        const double slse58 = (slse + t57);
+        slse = slse58;
     }
-    const int64_t t55 = (-n);
-    const int64_t t56 = (t55 * d);
-    const double t57 = static_cast<double>(t56);
-    const double t58 = (t57 * 0.5);
-    const double constant = (t58 * 1.8378770664093453);
-    const double t59 = (constant + slse);
-    double acc60 = ks::lowest<double>();
-    for (int64_t i61 = 0; i61 < K; ++i61) {
-        const double x_i62 = alphas[i61];
-        acc60 = ks::running_max(acc60, x_i62);
+    const int64_t t59 = (-n);
+    const int64_t t60 = (t59 * d);
+    const double t61 = static_cast<double>(t60);
+    const double t62 = (t61 * 0.5);
+    const double constant = (t62 * 1.8378770664093453);
+    const double t63 = (constant + slse);
+    double acc64 = ks::lowest<double>();
+    for (int64_t i65 = 0; i65 < K; ++i65) {
+        const double x_i66 = alphas[i65];
+        acc64 = ks::running_max(acc64, x_i66);
     }
-    const double t63 = ks::abs(acc60);
-    const bool t64 = (t63 == __builtin_huge_val());
-    const double t65 = (t64 ? 0.0 : acc60);
-    double acc66 = 0;
-    KS_OMP_SIMD(reduction(+:acc66))
-    for (int64_t i67 = 0; i67 < K; ++i67) {
-        const double alphas_i68 = alphas[i67];
-        const double x_i69 = t65;
-        const double t70 = (alphas_i68 - x_i69);
-        const double t71 = ks::exp(t70);
-        acc66 += t71;
+    const double t67 = ks::abs(acc64);
+    const bool t68 = (t67 == __builtin_huge_val());
+    const double t69 = (t68 ? 0.0 : acc64);
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t69;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        acc70 += t75;
     }
-    const double t72 = ks::log(acc66);
-    const double t73 = (t72 + t65);
-    const double t74 = static_cast<double>(n);
-    const double t75 = (t74 * t73);
-    const double t76 = (t59 - t75);
-    double r77;
+    const double t76 = ks::log(acc70);
+    const double t77 = (t76 + t69);
+    const double t78 = static_cast<double>(n);
+    const double t79 = (t78 * t77);
+    const double t80 = (t63 - t79);
+    double r81;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t78 = static_cast<double>(d);
-        const double t79 = (t78 + wishart_m);
-        const double n_w = (t79 + 1.0);
-        const double t80 = (n_w * t78);
-        const double t81 = ks::log(wishart_gamma);
-        const double t82 = (t81 - 0.34657359027997264);
-        const double t83 = (t80 * t82);
-        const double t84 = (0.5 * n_w);
-        double r85;
+        const double t82 = static_cast<double>(d);
+        const double t83 = (t82 + wishart_m);
+        const double n_w = (t83 + 1.0);
+        const double t84 = (n_w * t82);
+        const double t85 = ks::log(wishart_gamma);
+        const double t86 = (t85 - 0.34657359027997264);
+        const double t87 = (t84 * t86);
+        const double t88 = (0.5 * n_w);
+        double r89;
         {  // log_gamma_d(a)
-            const double t86 = static_cast<double>(d);
-            const double t87 = (0.25 * t86);
-            const double t88 = static_cast<double>((d - 1));
-            const double t89 = (t87 * t88);
-            const double t90 = (t89 * 1.1447298858494002);
-            double r91;
-            r91 = 0.0;
-            for (int64_t k92 = 0; k92 < d; ++k92) {
-                const int64_t t93 = (k92 + int64_t{1});
-                const int64_t t94 = (int64_t{1} - t93);
-                const double t95 = static_cast<double>(t94);
-                const double t96 = (0.5 * t95);
-                const double t97 = (t84 + t96);
-                const double t98 = std::lgamma(t97);
-                const double __sum_25_55 = (r91 + t98);
-                r91 = __sum_25_55;
+            const double t90 = static_cast<double>(d);
+            const double t91 = (0.25 * t90);
+            const double t92 = static_cast<double>((d - 1));
+            const double t93 = (t91 * t92);
+            const double t94 = (t93 * 1.1447298858494002);
+            double r95;
+            r95 = 0.0;
+            for (int64_t k96 = 0; k96 < d; ++k96) {
+                const int64_t t97 = (k96 + int64_t{1});
+                const int64_t t98 = (int64_t{1} - t97);
+                const double t99 = static_cast<double>(t98);
+                const double t100 = (0.5 * t99);
+                const double t101 = (t88 + t100);
+                const double t102 = std::lgamma(t101);
+                const double __sum_25_55 = (r95 + t102);
+                r95 = __sum_25_55;
             }
-            const double t99 = (t90 + r91);
-            r85 = t99;
+            const double t103 = (t94 + r95);
+            r89 = t103;
         }
-        const double C = (t83 - r85);
-        double acc100 = 0;
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            KS_OMP_SIMD(reduction(+:acc100))
-            for (int64_t i102 = 0; i102 < d; ++i102) {
-                const double qs_i103 = icf[i101 * T + i102];
-                const double t104 = ks::exp(qs_i103);
-                const double t105 = ks::ipow<2>(t104);
-                acc100 += t105;
-            }
-        }
-        double acc106 = 0;
-        for (int64_t i107 = 0; i107 < K; ++i107) {
-            KS_OMP_SIMD(reduction(+:acc106))
-            for (int64_t i108 = 0; i108 < (T - d); ++i108) {
-                const double ls_i = (icf + d)[i107 * T + i108];
-                const double t109 = ks::ipow<2>(ls_i);
-                acc106 += t109;
+        const double C = (t87 - r89);
+        double acc104 = 0;
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            KS_OMP_SIMD(reduction(+:acc104))
+            for (int64_t i106 = 0; i106 < d; ++i106) {
+                const double qs_i107 = icf[i105 * T + i106];
+                const double t108 = ks::exp(qs_i107);
+                const double t109 = ks::ipow<2>(t108);
+                acc104 += t109;
             }
         }
-        const double frobenius = (acc100 + acc106);
-        const double t110 = ks::ipow<2>(wishart_gamma);
-        const double t111 = (0.5 * t110);
-        const double t112 = (t111 * frobenius);
-        double acc113 = 0;
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            KS_OMP_SIMD(reduction(+:acc113))
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                const double qs_i116 = icf[i114 * T + i115];
-                acc113 += qs_i116;
+        double acc110 = 0;
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            KS_OMP_SIMD(reduction(+:acc110))
+            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
+                const double ls_i = (icf + d)[i111 * T + i112];
+                const double t113 = ks::ipow<2>(ls_i);
+                acc110 += t113;
             }
         }
-        const double t117 = (wishart_m * acc113);
-        const double t118 = (t112 - t117);
-        const double t119 = static_cast<double>(K);
-        const double t120 = (t119 * C);
-        const double t121 = (t118 - t120);
-        r77 = t121;
+        const double frobenius = (acc104 + acc110);
+        const double t114 = ks::ipow<2>(wishart_gamma);
+        const double t115 = (0.5 * t114);
+        const double t116 = (t115 * frobenius);
+        double acc117 = 0;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            KS_OMP_SIMD(reduction(+:acc117))
+            for (int64_t i119 = 0; i119 < d; ++i119) {
+                const double qs_i120 = icf[i118 * T + i119];
+                acc117 += qs_i120;
+            }
+        }
+        const double t121 = (wishart_m * acc117);
+        const double t122 = (t116 - t121);
+        const double t123 = static_cast<double>(K);
+        const double t124 = (t123 * C);
+        const double t125 = (t122 - t124);
+        r81 = t125;
     }
-    const double t122 = (t76 + r77);
-    *out = t122;
+    const double t126 = (t80 + r81);
+    *out = t126;
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
 }
 
 
@@ -2765,15 +2782,15 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(d * K);
     double* const r20 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp34 = reinterpret_cast<double*>(next_slot);
+    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const sqnorm = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r131 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp141 = reinterpret_cast<double*>(next_slot);
+    double* const tmp145 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2823,287 +2840,303 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
                 const int64_t t28 = (t27 - k22);
                 const int64_t t29 = (t28 - int64_t{1});
                 for (int64_t i30 = 0; i30 < K; ++i30) {
-                    const double sum_i = r20[i30];
                     const double x_i31 = ((icf + d) + ks::clamp_index(t29, (T - d)))[i30 * T];
                     const double x_i32 = (xc + k22)[i30 * d];
                     const double t33 = (x_i31 * x_i32);
-                    const double __sum_109_54 = (sum_i + t33);
-                    r20[i30] = __sum_109_54;
+                    const double sum_i = r20[i30];
+                    const double __sum_109_5434 = (sum_i + t33);
+                    __sum_109_54[i30] = __sum_109_5434;
+                }
+                for (int64_t i35 = 0; i35 < K; ++i35) {
+                    r20[i35] = __sum_109_54[i35];
                 }
             }
-            for (int64_t i35 = 0; i35 < K; ++i35) {
-                const double sqnorm_i = r13[i35];
-                const double x_i36 = (icf + k17)[i35 * T];
-                const double t37 = ks::exp(x_i36);
-                tmp34[i35] = t37;
-                const double x_i38 = (xc + k17)[i35 * d];
-                const double t39 = (t37 * x_i38);
-                const double x_i40 = r20[i35];
-                const double row41 = (t39 + x_i40);
-                row[i35] = row41;
-                const double t42 = (row41 * row41);
-                const double sqnorm = (sqnorm_i + t42);
-                r13[i35] = sqnorm;
+            double* const tmp36 = __sum_109_54;  // reuses a dead buffer's space
+            for (int64_t i37 = 0; i37 < K; ++i37) {
+                const double x_i38 = (icf + k17)[i37 * T];
+                const double t39 = ks::exp(x_i38);
+                tmp36[i37] = t39;
+                const double x_i40 = (xc + k17)[i37 * d];
+                const double t41 = (t39 * x_i40);
+                const double x_i42 = r20[i37];
+                const double row43 = (t41 + x_i42);
+                row[i37] = row43;
+                const double t44 = (row43 * row43);
+                const double sqnorm_i = r13[i37];
+                const double sqnorm45 = (sqnorm_i + t44);
+                sqnorm[i37] = sqnorm45;
             }
-            for (int64_t i43 = 0; i43 < K; ++i43) {
-                (r15 + k17 * K)[i43] = tmp34[i43];
+            for (int64_t i46 = 0; i46 < K; ++i46) {
+                (r15 + k17 * K)[i46] = tmp36[i46];
             }
-            for (int64_t i44 = 0; i44 < K; ++i44) {
-                (r16 + k17 * K)[i44] = row[i44];
+            for (int64_t i47 = 0; i47 < K; ++i47) {
+                (r16 + k17 * K)[i47] = row[i47];
+            }
+            for (int64_t i48 = 0; i48 < K; ++i48) {
+                r13[i48] = sqnorm[i48];
             }
         }
-        double* const tmp45 = r20;  // reuses a dead buffer's space
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = r13[i46];
-            const double t48 = (0.5 * x_i47);
-            const double x_i49 = base[i46];
-            const double t50 = (x_i49 - t48);
-            tmp45[i46] = t50;
+        double* const tmp49 = r20;  // reuses a dead buffer's space
+        for (int64_t i50 = 0; i50 < K; ++i50) {
+            const double x_i51 = r13[i50];
+            const double t52 = (0.5 * x_i51);
+            const double x_i53 = base[i50];
+            const double t54 = (x_i53 - t52);
+            tmp49[i50] = t54;
         }
-        double acc51 = ks::lowest<double>();
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = tmp45[i52];
-            acc51 = ks::running_max(acc51, x_i53);
+        double acc55 = ks::lowest<double>();
+        for (int64_t i56 = 0; i56 < K; ++i56) {
+            const double x_i57 = tmp49[i56];
+            acc55 = ks::running_max(acc55, x_i57);
         }
-        const double t54 = ks::abs(acc51);
-        const bool t55 = (t54 == __builtin_huge_val());
-        const double t56 = (t55 ? 0.0 : acc51);
-        double* const tmp57 = tmp;  // reuses a dead buffer's space
-        double acc58 = 0;
-        KS_OMP_SIMD(reduction(+:acc58))
-        for (int64_t i59 = 0; i59 < K; ++i59) {
-            const double x_i60 = tmp45[i59];
-            const double x_i61 = t56;
-            const double t62 = (x_i60 - x_i61);
-            const double t63 = ks::exp(t62);
-            tmp57[i59] = t63;
-            acc58 += t63;
+        const double t58 = ks::abs(acc55);
+        const bool t59 = (t58 == __builtin_huge_val());
+        const double t60 = (t59 ? 0.0 : acc55);
+        double* const tmp61 = tmp;  // reuses a dead buffer's space
+        double acc62 = 0;
+        KS_OMP_SIMD(reduction(+:acc62))
+        for (int64_t i63 = 0; i63 < K; ++i63) {
+            const double x_i64 = tmp49[i63];
+            const double x_i65 = t60;
+            const double t66 = (x_i64 - x_i65);
+            const double t67 = ks::exp(t66);
+            tmp61[i63] = t67;
+            acc62 += t67;
         }
-        for (int64_t i64 = 0; i64 < K * d; ++i64) {
-            (r + k8 * (K * d))[i64] = xc[i64];
+        for (int64_t i68 = 0; i68 < K * d; ++i68) {
+            (r + k8 * (K * d))[i68] = xc[i68];
         }
-        for (int64_t i65 = 0; i65 < d * K; ++i65) {
-            (r4 + k8 * (d * K))[i65] = r15[i65];
+        for (int64_t i69 = 0; i69 < d * K; ++i69) {
+            (r4 + k8 * (d * K))[i69] = r15[i69];
         }
-        for (int64_t i66 = 0; i66 < d * K; ++i66) {
-            (r5 + k8 * (d * K))[i66] = r16[i66];
+        for (int64_t i70 = 0; i70 < d * K; ++i70) {
+            (r5 + k8 * (d * K))[i70] = r16[i70];
         }
-        for (int64_t i67 = 0; i67 < K; ++i67) {
-            (r6 + k8 * K)[i67] = tmp57[i67];
+        for (int64_t i71 = 0; i71 < K; ++i71) {
+            (r6 + k8 * K)[i71] = tmp61[i71];
         }
-        (r7 + k8)[0] = acc58;
+        (r7 + k8)[0] = acc62;
     }
-    double acc68 = ks::lowest<double>();
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double x_i70 = alphas[i69];
-        acc68 = ks::running_max(acc68, x_i70);
+    double acc72 = ks::lowest<double>();
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double x_i74 = alphas[i73];
+        acc72 = ks::running_max(acc72, x_i74);
     }
-    const double t71 = ks::abs(acc68);
-    const bool t72 = (t71 == __builtin_huge_val());
-    const double t73 = (t72 ? 0.0 : acc68);
-    double* const tmp74 = tmp;  // reuses a dead buffer's space
-    double acc75 = 0;
-    KS_OMP_SIMD(reduction(+:acc75))
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        const double alphas_i77 = alphas[i76];
-        const double x_i78 = t73;
-        const double t79 = (alphas_i77 - x_i78);
-        const double t80 = ks::exp(t79);
-        tmp74[i76] = t80;
-        acc75 += t80;
+    const double t75 = ks::abs(acc72);
+    const bool t76 = (t75 == __builtin_huge_val());
+    const double t77 = (t76 ? 0.0 : acc72);
+    double* const tmp78 = tmp;  // reuses a dead buffer's space
+    double acc79 = 0;
+    KS_OMP_SIMD(reduction(+:acc79))
+    for (int64_t i80 = 0; i80 < K; ++i80) {
+        const double alphas_i81 = alphas[i80];
+        const double x_i82 = t77;
+        const double t83 = (alphas_i81 - x_i82);
+        const double t84 = ks::exp(t83);
+        tmp78[i80] = t84;
+        acc79 += t84;
     }
-    const double t81 = static_cast<double>(n);
-    const double t82 = (1.0 / acc75);
-    const double t83 = ks::ipow<2>(wishart_gamma);
-    const double t84 = (0.5 * t83);
-    const double t85 = ((-1.0) * wishart_m);
-    const double t86 = ((-1.0) * t81);
-    const double t87 = (t86 * t82);
+    const double t85 = static_cast<double>(n);
+    const double t86 = (1.0 / acc79);
+    const double t87 = ks::ipow<2>(wishart_gamma);
+    const double t88 = (0.5 * t87);
+    const double t89 = ((-1.0) * wishart_m);
+    const double t90 = ((-1.0) * t85);
+    const double t91 = (t90 * t86);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < K; ++i88) {
-        const double x_i89 = t87;
-        const double x_i90 = tmp74[i88];
-        const double d_alphas91 = (x_i89 * x_i90);
-        d_alphas[i88] = d_alphas91;
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        const double x_i93 = t91;
+        const double x_i94 = tmp78[i92];
+        const double d_alphas95 = (x_i93 * x_i94);
+        d_alphas[i92] = d_alphas95;
     }
     double* const d_qs = xc;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        for (int64_t i93 = 0; i93 < d; ++i93) {
-            const double qs_i94 = icf[i92 * T + i93];
-            const double t95 = ks::exp(qs_i94);
-            const double t96 = (2.0 * t95);
-            const double x_i97 = t84;
-            const double t98 = (x_i97 * t96);
-            const double t99 = (t98 * t95);
-            const double d_qs_i = t85;
-            const double d_qs100 = (d_qs_i + t99);
-            d_qs[i92 * d + i93] = d_qs100;
+    for (int64_t i96 = 0; i96 < K; ++i96) {
+        for (int64_t i97 = 0; i97 < d; ++i97) {
+            const double qs_i98 = icf[i96 * T + i97];
+            const double t99 = ks::exp(qs_i98);
+            const double t100 = (2.0 * t99);
+            const double x_i101 = t88;
+            const double t102 = (x_i101 * t100);
+            const double t103 = (t102 * t99);
+            const double d_qs_i = t89;
+            const double d_qs104 = (d_qs_i + t103);
+            d_qs[i96 * d + i97] = d_qs104;
         }
     }
-    for (int64_t i101 = 0; i101 < K; ++i101) {
-        for (int64_t i102 = 0; i102 < (T - d); ++i102) {
-            const double ls_i = (icf + d)[i101 * T + i102];
-            const double t103 = (2.0 * ls_i);
-            const double x_i104 = t84;
-            const double d_ls105 = (x_i104 * t103);
-            d_ls[i101 * ((T - d)) + i102] = d_ls105;
+    for (int64_t i105 = 0; i105 < K; ++i105) {
+        for (int64_t i106 = 0; i106 < (T - d); ++i106) {
+            const double ls_i = (icf + d)[i105 * T + i106];
+            const double t107 = (2.0 * ls_i);
+            const double x_i108 = t88;
+            const double d_ls109 = (x_i108 * t107);
+            d_ls[i105 * ((T - d)) + i106] = d_ls109;
         }
     }
-    double* const r106 = tmp;  // reuses a dead buffer's space
-    double r107;
-    for (int64_t i108 = 0; i108 < K * d; ++i108) {
-        out_d_means[i108] = 0.0;
+    double* const r110 = tmp;  // reuses a dead buffer's space
+    double r111;
+    for (int64_t i112 = 0; i112 < K * d; ++i112) {
+        out_d_means[i112] = 0.0;
     }
-    for (int64_t i109 = 0; i109 < K; ++i109) {
-        r106[i109] = 0.0;
+    for (int64_t i113 = 0; i113 < K; ++i113) {
+        r110[i113] = 0.0;
     }
-    r107 = 1.0;
-    for (int64_t k110 = n - 1; k110 >= 0; --k110) {
-        const double t111 = (1.0 / (r7 + k110)[0]);
-        const double t112 = (r107 * t111);
-        double* const tmp113 = r20;  // reuses a dead buffer's space
-        double* const tmp114 = tmp34;  // reuses a dead buffer's space
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            const double x_i116 = t112;
-            const double x_i117 = (r6 + k110 * K)[i115];
-            const double t118 = (x_i116 * x_i117);
-            tmp113[i115] = t118;
-            const double t119 = (t118 * (-1.0));
-            const double t120 = (t119 * 0.5);
-            tmp114[i115] = t120;
+    r111 = 1.0;
+    for (int64_t k114 = n - 1; k114 >= 0; --k114) {
+        const double t115 = (1.0 / (r7 + k114)[0]);
+        const double t116 = (r111 * t115);
+        double* const tmp117 = r20;  // reuses a dead buffer's space
+        double* const tmp118 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i119 = 0; i119 < K; ++i119) {
+            const double x_i120 = t116;
+            const double x_i121 = (r6 + k114 * K)[i119];
+            const double t122 = (x_i120 * x_i121);
+            tmp117[i119] = t122;
+            const double t123 = (t122 * (-1.0));
+            const double t124 = (t123 * 0.5);
+            tmp118[i119] = t124;
         }
-        double* const r121 = r15;  // reuses a dead buffer's space
-        for (int64_t i122 = 0; i122 < K * d; ++i122) {
-            r121[i122] = 0.0;
+        double* const r125 = r15;  // reuses a dead buffer's space
+        for (int64_t i126 = 0; i126 < K * d; ++i126) {
+            r125[i126] = 0.0;
         }
-        for (int64_t k123 = d - 1; k123 >= 0; --k123) {
-            const int64_t t124 = ks::floordiv(k123, int64_t{1});
-            const int64_t t125 = ks::max(t124, int64_t{0});
+        for (int64_t k127 = d - 1; k127 >= 0; --k127) {
+            const int64_t t128 = ks::floordiv(k127, int64_t{1});
+            const int64_t t129 = ks::max(t128, int64_t{0});
             double* const d_row = row;  // reuses a dead buffer's space
-            for (int64_t i126 = 0; i126 < K; ++i126) {
-                const double x_i127 = tmp114[i126];
-                const double x_i128 = ((r5 + k110 * (d * K)) + k123 * K)[i126];
-                const double d_row129 = (x_i127 * x_i128);
-                const double d_row130 = (d_row129 + d_row129);
-                d_row[i126] = d_row130;
+            for (int64_t i130 = 0; i130 < K; ++i130) {
+                const double x_i131 = tmp118[i130];
+                const double x_i132 = ((r5 + k114 * (d * K)) + k127 * K)[i130];
+                const double d_row133 = (x_i131 * x_i132);
+                const double d_row134 = (d_row133 + d_row133);
+                d_row[i130] = d_row134;
             }
-            for (int64_t i132 = 0; i132 < K; ++i132) {
-                r131[i132] = d_row[i132];
+            double* const r135 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i136 = 0; i136 < K; ++i136) {
+                r135[i136] = d_row[i136];
             }
-            for (int64_t k133 = t125 - 1; k133 >= 0; --k133) {
-                const int64_t t134 = ((2*d) - k133);
-                const int64_t t135 = (t134 - int64_t{1});
-                const int64_t t136 = (k133 * t135);
-                const int64_t t137 = ks::floordiv(t136, int64_t{2});
-                const int64_t t138 = (t137 + k123);
-                const int64_t t139 = (t138 - k133);
-                const int64_t t140 = (t139 - int64_t{1});
-                for (int64_t i142 = 0; i142 < K; ++i142) {
-                    const double x_i143 = r131[i142];
-                    const double x_i144 = ((icf + d) + ks::clamp_index(t140, (T - d)))[i142 * T];
-                    const double t145 = (x_i143 * x_i144);
-                    tmp141[i142] = t145;
-                }
+            for (int64_t k137 = t129 - 1; k137 >= 0; --k137) {
+                const int64_t t138 = ((2*d) - k137);
+                const int64_t t139 = (t138 - int64_t{1});
+                const int64_t t140 = (k137 * t139);
+                const int64_t t141 = ks::floordiv(t140, int64_t{2});
+                const int64_t t142 = (t141 + k127);
+                const int64_t t143 = (t142 - k137);
+                const int64_t t144 = (t143 - int64_t{1});
                 for (int64_t i146 = 0; i146 < K; ++i146) {
-                    (r121 + k133)[i146 * d] += tmp141[i146];
+                    const double x_i147 = r135[i146];
+                    const double x_i148 = ((icf + d) + ks::clamp_index(t144, (T - d)))[i146 * T];
+                    const double t149 = (x_i147 * x_i148);
+                    tmp145[i146] = t149;
                 }
-                double* const tmp147 = tmp141;  // reuses a dead buffer's space
-                for (int64_t i148 = 0; i148 < K; ++i148) {
-                    const double x_i149 = r131[i148];
-                    const double x_i150 = ((r + k110 * (K * d)) + k133)[i148 * d];
-                    const double t151 = (x_i149 * x_i150);
-                    tmp147[i148] = t151;
+                for (int64_t i150 = 0; i150 < K; ++i150) {
+                    (r125 + k137)[i150 * d] += tmp145[i150];
                 }
+                double* const tmp151 = tmp145;  // reuses a dead buffer's space
                 for (int64_t i152 = 0; i152 < K; ++i152) {
-                    (d_ls + ks::clamp_index(t140, (T - d)))[i152 * ((T - d))] += tmp147[i152];
+                    const double x_i153 = r135[i152];
+                    const double x_i154 = ((r + k114 * (K * d)) + k137)[i152 * d];
+                    const double t155 = (x_i153 * x_i154);
+                    tmp151[i152] = t155;
+                }
+                for (int64_t i156 = 0; i156 < K; ++i156) {
+                    (d_ls + ks::clamp_index(t144, (T - d)))[i156 * ((T - d))] += tmp151[i156];
                 }
             }
-            double* const tmp153 = r131;  // reuses a dead buffer's space
-            for (int64_t i154 = 0; i154 < K; ++i154) {
-                const double d_row_i = d_row[i154];
-                const double x_i155 = ((r4 + k110 * (d * K)) + k123 * K)[i154];
-                const double t156 = (d_row_i * x_i155);
-                tmp153[i154] = t156;
+            double* const tmp157 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i158 = 0; i158 < K; ++i158) {
+                const double d_row_i = d_row[i158];
+                const double x_i159 = ((r4 + k114 * (d * K)) + k127 * K)[i158];
+                const double t160 = (d_row_i * x_i159);
+                tmp157[i158] = t160;
             }
-            for (int64_t i157 = 0; i157 < K; ++i157) {
-                (r121 + k123)[i157 * d] += tmp153[i157];
+            for (int64_t i161 = 0; i161 < K; ++i161) {
+                (r125 + k127)[i161 * d] += tmp157[i161];
             }
-            double* const tmp158 = r131;  // reuses a dead buffer's space
-            for (int64_t i159 = 0; i159 < K; ++i159) {
-                const double d_row_i160 = d_row[i159];
-                const double x_i161 = ((r + k110 * (K * d)) + k123)[i159 * d];
-                const double t162 = (d_row_i160 * x_i161);
-                const double x_i163 = ((r4 + k110 * (d * K)) + k123 * K)[i159];
-                const double t164 = (t162 * x_i163);
-                tmp158[i159] = t164;
+            double* const tmp162 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i163 = 0; i163 < K; ++i163) {
+                const double d_row_i164 = d_row[i163];
+                const double x_i165 = ((r + k114 * (K * d)) + k127)[i163 * d];
+                const double t166 = (d_row_i164 * x_i165);
+                const double x_i167 = ((r4 + k114 * (d * K)) + k127 * K)[i163];
+                const double t168 = (t166 * x_i167);
+                tmp162[i163] = t168;
             }
-            for (int64_t i165 = 0; i165 < K; ++i165) {
-                (d_qs + k123)[i165 * d] += tmp158[i165];
-            }
-        }
-        for (int64_t i166 = 0; i166 < K; ++i166) {
-            for (int64_t i167 = 0; i167 < d; ++i167) {
-                const double x_i168 = out_d_means[i166 * d + i167];
-                const double x_i169 = r121[i166 * d + i167];
-                const double t170 = (x_i169 * (-1.0));
-                const double t171 = (x_i168 + t170);
-                out_d_means[i166 * d + i167] = t171;
+            for (int64_t i169 = 0; i169 < K; ++i169) {
+                (d_qs + k127)[i169 * d] += tmp162[i169];
             }
         }
-        for (int64_t i172 = 0; i172 < K; ++i172) {
-            const double x_i173 = r106[i172];
-            const double x_i174 = tmp113[i172];
-            const double t175 = (x_i173 + x_i174);
-            r106[i172] = t175;
+        double* const tmp170 = r16;  // reuses a dead buffer's space
+        for (int64_t i171 = 0; i171 < K; ++i171) {
+            for (int64_t i172 = 0; i172 < d; ++i172) {
+                const double x_i173 = r125[i171 * d + i172];
+                const double t174 = (x_i173 * (-1.0));
+                const double x_i175 = out_d_means[i171 * d + i172];
+                const double t176 = (x_i175 + t174);
+                tmp170[i171 * d + i172] = t176;
+            }
         }
-    }
-    for (int64_t i176 = 0; i176 < K; ++i176) {
-        for (int64_t i177 = 0; i177 < d; ++i177) {
-            d_icf[i176 * T + i177] = 0.0;
+        double* const tmp177 = __sum_109_54;  // reuses a dead buffer's space
+        for (int64_t i178 = 0; i178 < K; ++i178) {
+            const double x_i179 = r110[i178];
+            const double x_i180 = tmp117[i178];
+            const double t181 = (x_i179 + x_i180);
+            tmp177[i178] = t181;
         }
-    }
-    for (int64_t i178 = 0; i178 < K; ++i178) {
-        for (int64_t i179 = 0; i179 < (T - d); ++i179) {
-            (d_icf + d)[i178 * T + i179] = d_ls[i178 * ((T - d)) + i179];
+        for (int64_t i182 = 0; i182 < K * d; ++i182) {
+            out_d_means[i182] = tmp170[i182];
+        }
+        for (int64_t i183 = 0; i183 < K; ++i183) {
+            r110[i183] = tmp177[i183];
         }
     }
-    double* const d_qs180 = r15;  // reuses a dead buffer's space
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < d; ++i182) {
-            const double x_i183 = d_qs[i181 * d + i182];
-            const double x_i184 = r106[i181];
-            const double d_qs185 = (x_i183 + x_i184);
-            d_qs180[i181 * d + i182] = d_qs185;
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < d; ++i185) {
+            d_icf[i184 * T + i185] = 0.0;
         }
     }
     for (int64_t i186 = 0; i186 < K; ++i186) {
         for (int64_t i187 = 0; i187 < (T - d); ++i187) {
-            (padded + d)[i186 * T + i187] = 0.0;
+            (d_icf + d)[i186 * T + i187] = d_ls[i186 * ((T - d)) + i187];
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            padded[i188 * T + i189] = d_qs180[i188 * d + i189];
+    double* const d_qs188 = r15;  // reuses a dead buffer's space
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        for (int64_t i190 = 0; i190 < d; ++i190) {
+            const double x_i191 = d_qs[i189 * d + i190];
+            const double x_i192 = r110[i189];
+            const double d_qs193 = (x_i191 + x_i192);
+            d_qs188[i189 * d + i190] = d_qs193;
         }
-    }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        const double x_i191 = d_alphas[i190];
-        const double x_i192 = r106[i190];
-        const double d_alphas193 = (x_i191 + x_i192);
-        out_d_alphas[i190] = d_alphas193;
     }
     for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < T; ++i195) {
-            const double d_icf_i = d_icf[i194 * T + i195];
-            const double x_i196 = padded[i194 * T + i195];
-            const double d_icf197 = (d_icf_i + x_i196);
-            out_d_icf[i194 * T + i195] = d_icf197;
+        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
+            (padded + d)[i194 * T + i195] = 0.0;
+        }
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        for (int64_t i197 = 0; i197 < d; ++i197) {
+            padded[i196 * T + i197] = d_qs188[i196 * d + i197];
+        }
+    }
+    for (int64_t i198 = 0; i198 < K; ++i198) {
+        const double x_i199 = d_alphas[i198];
+        const double x_i200 = r110[i198];
+        const double d_alphas201 = (x_i199 + x_i200);
+        out_d_alphas[i198] = d_alphas201;
+    }
+    for (int64_t i202 = 0; i202 < K; ++i202) {
+        for (int64_t i203 = 0; i203 < T; ++i203) {
+            const double d_icf_i = d_icf[i202 * T + i203];
+            const double x_i204 = padded[i202 * T + i203];
+            const double d_icf205 = (d_icf_i + x_i204);
+            out_d_icf[i202 * T + i203] = d_icf205;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
