@@ -2,7 +2,8 @@
 products and in nested loops, compiled and compared with the same source run by torch (values, vjp against
 autograd). Several of these came from a held-out pass over an in-place carry update that was then taken out:
 it wrote a new value into the carry's buffer while a view, an index assignment, an inner loop's carry or a
-vjp residual still read the old one there (docs/performance.md)."""
+vjp residual still read the old one there (docs/performance.md). sort_first_two: `a = x[0].clone()` was
+refused as a view of x once x[0] was assigned."""
 from __future__ import annotations
 
 import numpy as np
@@ -97,6 +98,15 @@ def ode_substeps(A: "float[n, n]", y0: "float[n]") -> "float[n]":
     return y
 
 
+def sort_first_two(x0: "float[n]") -> "float[n]":
+    x = x0 * 1.0
+    a = x[0].clone()
+    b = x[1].clone()
+    x[0] = torch.minimum(a, b)
+    x[1] = torch.maximum(a, b)
+    return x
+
+
 def rnn_set_first(W: "float[n, n]", xs: "float[T, n]", h0: "float[n]") -> "float[n]":
     h = h0 * 1.0
     for t in range(xs.shape[0]):
@@ -106,7 +116,8 @@ def rnn_set_first(W: "float[n, n]", xs: "float[T, n]", h0: "float[n]") -> "float
 '''
 
 NAMES = ["lstm_like", "swap", "reversed_read", "transposed_read", "read_after", "nested_matvec",
-         "set_then_transpose", "set_then_matvec", "accumulate_then_transpose", "ode_substeps", "rnn_set_first"]
+         "set_then_transpose", "set_then_matvec", "accumulate_then_transpose", "ode_substeps", "rnn_set_first",
+         "sort_first_two"]
 MANIFEST = ('[package]\nname = "carries"\n\n[build]\ndtype = "float64"\n\n[kernels]\n'
             + "".join(f'{k} = {{ python = "k.py:{k}" }}\n' for k in NAMES) + "\n[exports]\n"
             + "".join(f'{k} = "{k}"\n{k}_vjp = "vjp({k})"\n' for k in NAMES))
@@ -115,7 +126,7 @@ SHAPES = {  # the arguments of each kernel (n = 5: not a multiple of the registe
     "lstm_like": [(7, 5), (5,)], "swap": [(5,), (5,)], "reversed_read": [(5,)], "transposed_read": [(5, 5)],
     "read_after": [(5,)], "nested_matvec": [(5,), (5, 5)], "set_then_transpose": [(5, 5)],
     "set_then_matvec": [(5, 5), (5,)], "accumulate_then_transpose": [(5, 5), (5, 5), (5, 5)],
-    "ode_substeps": [(5, 5), (5,)], "rnn_set_first": [(5, 5), (3, 5), (5,)],
+    "ode_substeps": [(5, 5), (5,)], "rnn_set_first": [(5, 5), (3, 5), (5,)], "sort_first_two": [(5,)],
 }
 
 

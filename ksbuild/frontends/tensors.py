@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from ..ir.core import Atom, Lit
+from ..ir.core import Atom, Lit, Var
 from ..ir.types import (
     DTYPES,
     Dim,
@@ -530,10 +530,10 @@ def _same(fc, b, x, args, kw, node):
 
 
 def _clone(fc, b, x, args, kw, node):
-    """x.clone(): the same values as a value of its own (y = x.clone(); y += v changes y only), an identity
-    conversion that simplify removes."""
+    """x.clone(): the same values as a value of its own (y = x.clone(); y += v changes y only; a = x[0].clone()
+    keeps x[0]'s value when x[0] is assigned later), an identity conversion that simplify removes."""
     x = tensor(fc, b, x, node)
-    return b.convert(x, dtype=x.type.dtype) if isinstance(x, Atom) and x.type.rank else x
+    return b.convert(x, dtype=x.type.dtype) if isinstance(x, Var) else x
 
 
 def _detach(fc, b, x, args, kw, node):
