@@ -209,13 +209,12 @@ def _nothing(t) -> np.ndarray:
 def graph_outputs(case: Case, outs: list) -> list:
     """The export's results grouped back into graph outputs: a sequence as a list of its elements, an
     optional one as its value or None."""
+    from .graph import unwrap_type
     rest, grouped = list(outs), []
     for vi in case.model.graph.output:
-        t = vi.type
-        optional = t.WhichOneof("value") == "optional_type"
-        t = t.optional_type.elem_type if optional else t
+        _, seq, optional = unwrap_type(vi.type)
         value = rest.pop(0)
-        if t.WhichOneof("value") == "sequence_type":
+        if seq:
             value = list(np.asarray(value))
         if optional and not bool(np.asarray(rest.pop(0))):
             value = None
@@ -227,10 +226,12 @@ def complete_shapes(model, data):
     """A copy of the model where the elements of a sequence input that have no shape get the one all of the
     test's elements have (ksbuild stacks them, so it needs their rank); the model itself when none lacks it."""
     from onnx import ModelProto
+
+    from .graph import unwrap_type
     todo = []
     for k, vi in enumerate(model.graph.input):
-        t = vi.type.optional_type.elem_type if vi.type.WhichOneof("value") == "optional_type" else vi.type
-        if t.WhichOneof("value") == "sequence_type" and not t.sequence_type.elem_type.tensor_type.HasField("shape"):
+        t, seq, _ = unwrap_type(vi.type)
+        if seq and not t.tensor_type.HasField("shape"):
             shapes = {np.shape(e) for ins, _ in data if k < len(ins) and ins[k] is not None for e in ins[k]}
             if len(shapes) == 1:
                 todo.append((k, shapes.pop()))
@@ -239,9 +240,7 @@ def complete_shapes(model, data):
     m = ModelProto()
     m.CopyFrom(model)
     for k, shape in todo:
-        vi = m.graph.input[k]
-        t = vi.type.optional_type.elem_type if vi.type.WhichOneof("value") == "optional_type" else vi.type
-        dims = t.sequence_type.elem_type.tensor_type.shape
+        dims = unwrap_type(m.graph.input[k].type)[0].tensor_type.shape
         for d in shape:
             dims.dim.add().dim_value = int(d)
     return m

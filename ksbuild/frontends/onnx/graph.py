@@ -152,12 +152,7 @@ class Importer:
         """The parameters of one graph input: a tensor; a sequence as its elements stacked (a length dim
         `<name>_len` first); an optional value as its value then a bool `<name>_present` (ops_sequence.py)."""
         where = f"graph input '{vi.name}'"
-        t, optional = vi.type, vi.type.WhichOneof("value") == "optional_type"
-        if optional:
-            t = t.optional_type.elem_type
-        seq = t.WhichOneof("value") == "sequence_type"
-        if seq:
-            t = t.sequence_type.elem_type
+        t, seq, optional = unwrap_type(vi.type)
         dtype, shape = self.value_type(t, where, vi.name)
         if seq:
             shape = (self.dim_of(f"{vi.name}_len", key=("len", vi.name)),) + shape
@@ -214,9 +209,7 @@ class Importer:
         """The model's own dim and input names go first, so the names ksbuild makes up (`xs_len`,
         `a_present`) never take one of them."""
         for vi in inputs:
-            t = vi.type
-            t = t.optional_type.elem_type if t.WhichOneof("value") == "optional_type" else t
-            t = t.sequence_type.elem_type if t.WhichOneof("value") == "sequence_type" else t
+            t = unwrap_type(vi.type)[0]
             if t.WhichOneof("value") == "tensor_type":
                 for d in t.tensor_type.shape.dim:
                     if d.HasField("dim_param"):
@@ -263,10 +256,7 @@ class Importer:
         for vi in outs:
             node = Node(self, frame, _fake_node(vi.name), self.loc(f"output '{vi.name}'"), 0)
             v = frame.lookup(vi.name, node)
-            t, optional = vi.type, vi.type.WhichOneof("value") == "optional_type"
-            t = t.optional_type.elem_type if optional else t
-            seq = t.WhichOneof("value") == "sequence_type"
-            t = t.sequence_type.elem_type if seq else t
+            t, seq, optional = unwrap_type(vi.type)
             _check_output_kind(node, vi.name, v, seq, optional)
             a = frame.atom(vi.name, node)
             want = v.dtype
@@ -371,6 +361,15 @@ def _as_val(b: Builder, r, storage: set[str]) -> Val:
             from ...ir.types import numpy_dtype
             v.known = v.known.astype(numpy_dtype(v.dtype)).astype(np.float32)
     return v
+
+
+def unwrap_type(t):
+    """(the element's TypeProto, whether it is a sequence, whether it is optional) of optional(sequence(T)),
+    optional(T), sequence(T) or T."""
+    optional = t.WhichOneof("value") == "optional_type"
+    t = t.optional_type.elem_type if optional else t
+    seq = t.WhichOneof("value") == "sequence_type"
+    return (t.sequence_type.elem_type if seq else t), seq, optional
 
 
 def _check_output_kind(node: Node, name: str, v: Val, seq: bool, optional: bool) -> None:
