@@ -9,8 +9,8 @@ import ast
 import math
 import operator
 
-from ..ir.core import Lit
 from ..ir.types import Type, promote
+from ..ops import math as math_ops
 from .scope import Const
 
 UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
@@ -208,11 +208,7 @@ def _torch_minmax(largest: bool):
         if isinstance(x, Const) and isinstance(y, Const):
             return _fold(fc, max if largest else min, x, y, node)
         xa, ya = fc.unify(b, x, y, node)
-        if not xa.type.is_float:
-            return b.max(xa, ya) if largest else b.min(xa, ya)
-        first, second = (b.gt(xa, ya), b.lt(xa, ya)) if largest else (b.lt(xa, ya), b.gt(xa, ya))
-        tie = b.mul(b.add(xa, ya), Lit(0.5, Type(xa.type.dtype)))  # x itself when equal; NaN if either is
-        return b.select(first, xa, b.select(second, ya, tie))
+        return math_ops.extremum(b, xa, ya, largest)
     return fn
 
 

@@ -12,8 +12,8 @@ def _c(x: Atom, v: float):
 
 
 def leaky_relu(b, x: Atom, alpha: float) -> Atom:
-    """x if x >= 0 else alpha·x."""
-    return b.select(b.ge(x, _c(x, 0)), x, b.mul(x, _c(x, alpha)))
+    """x if x > 0 else alpha·x (so the derivative at 0 is alpha, as torch's)."""
+    return b.select(b.gt(x, _c(x, 0)), x, b.mul(x, _c(x, alpha)))
 
 
 def elu(b, x: Atom, alpha: float) -> Atom:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..ir.core import Atom, Lit
 from ..ir.types import Dim, Type
+from . import activations
 from ._util import error, numel, scalar_lit, size_as
 
 
@@ -25,8 +26,8 @@ def relu(b, x: Atom) -> Atom:
 
 
 def leaky_relu(b, x: Atom, slope: float) -> Atom:
-    """x if x > 0 else slope·x."""
-    return b.select(b.gt(x, _c(x, 0)), x, b.mul(x, _c(x, slope)))
+    """x if x > 0 else slope·x (activations.leaky_relu)."""
+    return activations.leaky_relu(b, x, slope)
 
 
 def elu(b, x: Atom, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Atom:

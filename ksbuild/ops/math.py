@@ -25,13 +25,28 @@ def norm_root(b, s: Atom, p: float = 2.0) -> Atom:
     return b.select(at_zero, zero, root)
 
 
-def clamp(b, x: Atom, lo: Atom | None = None, hi: Atom | None = None) -> Atom:
-    """min(max(x, lo), hi); a missing bound is not applied."""
+def clamp(b, x: Atom, lo: Atom | None = None, hi: Atom | None = None, bound_inside: bool = True) -> Atom:
+    """min(max(x, lo), hi); a missing bound is not applied. A NaN stays NaN (torch, numpy and onnxruntime
+    keep it; max/min would give the bound). x at a bound has derivative 1 when bound_inside (torch.clamp,
+    ONNX Clip), else 0 (hardtanh, relu6)."""
+    if not x.type.is_float:
+        x = b.max(x, lo) if lo is not None else x
+        return b.min(x, hi) if hi is not None else x
     if lo is not None:
-        x = b.max(x, lo)
+        x = b.select(b.lt(x, lo) if bound_inside else b.le(x, lo), lo, x)
     if hi is not None:
-        x = b.min(x, hi)
+        x = b.select(b.gt(x, hi) if bound_inside else b.ge(x, hi), hi, x)
     return x
+
+
+def extremum(b, x: Atom, y: Atom, largest: bool) -> Atom:
+    """The larger (or smaller) of x and y elementwise, as torch.maximum/minimum: a NaN in either gives NaN, and
+    at a tie each side gets half the derivative."""
+    if not x.type.is_float:
+        return b.max(x, y) if largest else b.min(x, y)
+    first, second = (b.gt(x, y), b.lt(x, y)) if largest else (b.lt(x, y), b.gt(x, y))
+    tie = b.mul(b.add(x, y), _k(x, 0.5))  # x itself when equal; NaN if either is
+    return b.select(first, x, b.select(second, y, tie))
 
 
 def where(b, cond: Atom, x: Atom, y: Atom) -> Atom:

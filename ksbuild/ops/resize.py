@@ -55,6 +55,8 @@ def source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=Non
         x = np.zeros(n_out) if n_out == 1 else (y + 0.5) / scale - 0.5
     elif mode == "half_pixel":
         x = (y + 0.5) / scale - 0.5
+    elif mode == "tf_half_pixel_for_nn":  # (Resize-11)
+        x = (y + 0.5) / scale
     elif mode == "half_pixel_symmetric":
         offset = n_in / 2 * (1 - n_out / width)
         x = offset + (y + 0.5) / scale - 0.5

@@ -108,7 +108,13 @@ def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
     first = [d for i, d in enumerate(xs[0].type.shape) if i != axis]
     for x in xs:
         if x.type.rank != xs[0].type.rank or [d for i, d in enumerate(x.type.shape) if i != axis] != first:
-            raise error(b, f"cannot concatenate {xs[0].type} and {x.type} along dim {axis}")
+            rest = [d for i, d in enumerate(x.type.shape) if i != axis]
+            symbolic = x.type.rank == xs[0].type.rank and any(
+                u != v and not (isinstance(u, int) and isinstance(v, int)) for u, v in zip(first, rest))
+            hint = ("these sizes are equal only for some values of the run-time dims (a size halved by pooling "
+                    "and doubled by upsampling is the original only when it is even), which ksbuild cannot know: "
+                    "give those dims fixed sizes when exporting") if symbolic else None
+            raise error(b, f"cannot concatenate {xs[0].type} and {x.type} along dim {axis}", hint)
         total = dim_add(total, x.type.shape[axis])
     if len(xs) == 1:
         return xs[0]

@@ -196,6 +196,8 @@ class Export:
                 raise CallError(f"{self.name}: argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere "
                                 f"but {s} here (shape {list(shapes[i])})")
         if len(dims) < len(self.desc["dims"]):
+            self._solve_dims(shapes, dims)
+        if len(dims) < len(self.desc["dims"]):
             missing = [d for d in self.desc["dims"] if d not in dims]
             raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
         for a, shape in zip(self.ins, shapes):
@@ -203,6 +205,27 @@ class Export:
                 if isinstance(d, str) and not d.isidentifier() and dim_value(d, dims) != s:
                     raise CallError(f"argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} but {s} given")
         return dims
+
+    def _solve_dims(self, shapes, dims: dict) -> None:
+        """Dims that an input's shape shows only inside an expression linear in them (an ONNX `2*hh`): each
+        from a size where it is the one unknown; a size the expression cannot take is a CallError."""
+        progress = True
+        while progress:
+            progress = False
+            for a, shape in zip(self.ins, shapes):
+                for axis, (d, size) in enumerate(zip(a["shape"], shape)):
+                    unknown = [n for n in dim_names(d) if n not in dims] if isinstance(d, str) else []
+                    if len(unknown) != 1 or d.isidentifier():
+                        continue
+                    u = unknown[0]
+                    c = dim_value(d, {**dims, u: 0})
+                    step = dim_value(d, {**dims, u: 1}) - c
+                    value = (size - c) // step if step > 0 else None
+                    if value is None or value < 0 or dim_value(d, {**dims, u: value}) != size:
+                        raise CallError(f"{self.name}: argument '{_shown(a)}' must have a size of the form {d} along "
+                                        f"axis {axis}, got shape {list(shape)}")
+                    dims[u] = value
+                    progress = True
 
     def out_shapes(self, dims: dict) -> list[tuple]:
         """The shape of every output given the dims (works on torch SymInts too)."""
@@ -275,9 +298,18 @@ def _bind_plan(ins: list) -> list[tuple[int, int, int | str]]:
 
 
 def free_dims(desc: dict) -> list[str]:
-    """The dims of an export that no input shape shows by name: the caller passes them (dims=)."""
-    shown = {d for a in desc["args"] if a["role"] == "in" for d in a["shape"] if isinstance(d, str)}
+    """The dims of an export that no input shape shows (by name, or in an expression such as `2*hh`): the
+    caller passes them (dims=)."""
+    shown = {n for a in desc["args"] if a["role"] == "in" for d in a["shape"] if isinstance(d, str)
+             for n in dim_names(d)}
     return [d for d in desc["dims"] if d not in shown]
+
+
+def dim_names(dim: str) -> list[str]:
+    """The names a dim expression reads."""
+    if dim.isidentifier():
+        return [dim]
+    return [e.id for e in ast.walk(ast.parse(dim, mode="eval")) if isinstance(e, ast.Name)]
 
 
 _DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}

@@ -14,6 +14,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - prune(eqn, used) -> Eqn    control flow and calls only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
 - expand(b, ins, **params) -> outs   a decomposition into other prims, applied before codegen
+- fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
+  shape all the same (a gather from a 1-D table: one element read at the current index's position)
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
@@ -43,6 +45,7 @@ class Prim:
     prune: Optional[Callable] = None
     simplify: Optional[Callable] = None
     expand: Optional[Callable] = None
+    fusible: Optional[Callable] = None
     accumulates: bool = False
     elementwise: bool = False
     doc: str = ""

@@ -51,9 +51,17 @@ def _clamp_expr(i: str, n) -> str:
     return f"ks::clamp_index({i}, {dim_expr(n)})"
 
 
+def _gather_fusible(eqn) -> bool:
+    """A gather from a 1-D table: each element of the output reads the table at the same element of idx."""
+    return eqn.params["axis"] == 0 and eqn.ins[0].type.rank == 1
+
+
 def _gather_emit(ctx, eqn) -> None:
     # out[pre, j.., post] = x[pre, clamp(idx[j..]), post]
     (x, idx), (out,), axis = eqn.ins, eqn.outs, eqn.params["axis"]
+    if ctx.region is not None:  # fused (a 1-D table): the element at the current index
+        ctx.assign(out, ctx.storage(x).at([_clamp_expr(ctx.scalar(idx), x.type.shape[0])]))
+        return
     dst = ctx.target(out, "gathered")
     sx, si = ctx.storage(x), ctx.storage(idx)
     loops = ctx.open_loops(out.type.shape)
@@ -75,6 +83,7 @@ gather = Prim(
         b.scatter_add(zeros(ins[0].type), ins[1], cts[0], axis=axis) if cts[0] is not None else None, None],
     batch=_gather_batch,
     emit=_gather_emit,
+    fusible=_gather_fusible,
     doc="x at a tensor of indices along an axis (numpy take); indices are clamped into range",
 )
 

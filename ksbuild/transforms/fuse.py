@@ -3,11 +3,11 @@
 Requires: a Func after the transformations (no fusion yet). Guarantees: each elementwise
 equation with a tensor result is first moved down to just before its first reader (`sink`), so a
 value recomputed in the reverse pass (2·x of d(x²)) joins the loop that reads it; then every maximal run of
-consecutive elementwise equations with the same tensor result shape S is one `fusion`
-equation, together with the reductions that directly follow it over a suffix of S's axes
-(all over the same axes); consecutive reductions over a suffix of their operand's axes also
-form a fusion of their own. The fusion's body holds those equations; its results are the
-values read after the run. Every elementwise equation with a tensor result is in a fusion.
+consecutive elementwise equations (or `fusible` ones: a gather from a 1-D table) with the same
+tensor result shape S is one `fusion` equation, together with the reductions that directly follow
+it over a suffix of S's axes (all over the same axes); consecutive reductions over a suffix of their
+operand's axes also form a fusion of their own. The fusion's body holds those equations; its results
+are the values read after the run. Every elementwise equation with a tensor result is in a fusion.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _recursed(e: Eqn, memo) -> Eqn:
 
 def region_shape(e: Eqn):
     """The loop-nest shape an equation fuses into, or None if it is not fusible."""
-    if e.prim.elementwise and e.outs[0].type.rank > 0:
+    if (e.prim.elementwise or (e.prim.fusible is not None and e.prim.fusible(e))) and e.outs[0].type.rank > 0:
         return e.outs[0].type.shape
     return None
 

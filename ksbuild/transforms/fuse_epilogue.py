@@ -76,7 +76,7 @@ def _fits(f: Eqn, v: Var) -> bool:
         return False
     if any(e.prim.name in REDUCTIONS for e in body.eqns) or f.outs[0].type != v.type:
         return False
-    return all(e.outs[0].type.shape == v.type.shape for e in body.eqns)
+    return all(e.prim.elementwise and e.outs[0].type.shape == v.type.shape for e in body.eqns)
 
 
 def _merged(product: Eqn, f: Eqn) -> Eqn:

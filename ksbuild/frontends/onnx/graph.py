@@ -139,6 +139,11 @@ class Importer:
         inits = {t.name: t for t in g.initializer}
         params = []
         inputs = [vi for vi in g.input if vi.name not in inits]
+        for vi in g.input:  # (an input with an initializer: the initializer is its default, which may be overridden)
+            if vi.name in inits and not self.is_external(vi.name, onnx_dtype(inits[vi.name].data_type, vi.name,
+                                                                               self.loc()), None):
+                self.notes.append(f"ONNX graph input '{vi.name}' has a default value (an initializer of the same "
+                                  "name): it is built in, not an argument (weights = \"external\" makes it one)")
         self.reserve_names(inputs)
         for vi in inputs:
             params += self.graph_input(b, frame, vi)
@@ -195,7 +200,29 @@ class Importer:
     def dim(self, d, name: str, k: int) -> Dim:
         if d.HasField("dim_value"):
             return int(d.dim_value)
+        if d.HasField("dim_param") and not d.dim_param.isidentifier():
+            expr = self.dim_expression(d.dim_param)
+            if expr is not None:
+                return expr
         return self.dim_of(d.dim_param if d.HasField("dim_param") else f"{name}_dim{k}")
+
+    def dim_expression(self, text: str) -> Dim | None:
+        """A dim_param that is an expression of dims with integers, + - * and // (torch.export writes `2*hh` for
+        a size it knows to be even) as that expression of symbolic dims; None for any other name."""
+        import ast
+        try:
+            tree = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError:
+            return None
+        ops = (ast.BinOp, ast.Name, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Load)
+        if not all(isinstance(e, ops) for e in ast.walk(tree)) or \
+                any(isinstance(e, ast.Constant) and type(e.value) is not int for e in ast.walk(tree)):
+            return None
+        for e in ast.walk(tree):
+            if isinstance(e, ast.Name):
+                e.id = self.dim_of(e.id)
+        from ...ir.types import canonical_dim
+        return canonical_dim(ast.unparse(tree))
 
     def dim_of(self, raw: str, key=None) -> str:
         """The symbolic dim of an ONNX dim name (made a C identifier, see names.py); `key` tells a dim ksbuild
@@ -212,7 +239,7 @@ class Importer:
             t = unwrap_type(vi.type)[0]
             if t.WhichOneof("value") == "tensor_type":
                 for d in t.tensor_type.shape.dim:
-                    if d.HasField("dim_param"):
+                    if d.HasField("dim_param") and self.dim_expression(d.dim_param) is None:
                         self.dim_of(d.dim_param)
         self.input_names = {c_name(vi.name, "x") for vi in inputs}
 
@@ -344,6 +371,9 @@ class Importer:
             r = results[i] if i < len(results) else None
             if r is None:
                 raise node.error(f"{node.op}: output {i} ('{name}') is not supported")
+            if name in frame.vals and name not in frame.captured:  # (onnx.checker and onnxruntime refuse it too)
+                raise node.error(f"{node.op}: output {i} ('{name}') is already defined (by a graph input, an "
+                                 "initializer or another node): an ONNX graph defines each value once")
             frame.vals[name] = _as_val(node.b, r, storage)
 
 

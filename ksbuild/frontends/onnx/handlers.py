@@ -13,4 +13,5 @@ from . import (  # noqa: F401
     ops_shape,
     ops_signal,
     ops_training,
+    ops_trees,
 )

@@ -106,8 +106,8 @@ def variadic(n: Node):
     xs = n.xs()
     out = xs[0]
     for x in xs[1:]:
-        if n.op in ("Max", "Min") and x.type.is_float:
-            out = _nan_extremum(n.b, out, x, n.op)
+        if n.op in ("Max", "Min"):
+            out = m.extremum(n.b, out, x, n.op == "Max")
         else:
             out = VARIADIC[n.op](n.b, out, x)
     if n.op == "Mean":
@@ -115,12 +115,6 @@ def variadic(n: Node):
     if len(xs) == 1 and n.op != "Mean":
         return [n.val(0) if not n.fold else out]
     return [out]
-
-
-def _nan_extremum(b, x: Atom, y: Atom, op: str) -> Atom:
-    """max/min that propagates NaN (numpy, ONNX): a NaN operand wins."""
-    out = b.max(x, y) if op == "Max" else b.min(x, y)
-    return b.select(m.isnan(b, x), x, out)
 
 
 @handler("Where")

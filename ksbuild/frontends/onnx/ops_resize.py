@@ -10,7 +10,7 @@ from .graph import handler
 from .node import Node
 
 COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-               "tf_crop_and_resize")
+               "tf_crop_and_resize", "tf_half_pixel_for_nn")  # (the last: Resize-11, TensorFlow converters)
 
 
 def _spec(n: Node) -> rs.ResizeSpec:

@@ -21,9 +21,14 @@ COMMON_OPS = (
 ALIGN_CORNERS = ("the expected output follows onnx.reference, which takes align_corners' length_resized to be "
                  "n · scale (fractional here); ksbuild computes with the output's length, as the operator's text "
                  "defines it and as onnxruntime (which fails this case the same way) and torch do")
+DFT_ZERO = ("the expected output holds 1.9e-7 (float32 rounding in onnx.reference) where the exact inverse "
+            "transform of the input is 0 (7e-16 in float64), beyond the test's atol of 1e-7; onnxruntime "
+            "fails this case too (1.9e-5)")
 DEVIATIONS = {
     "test_resize_downsample_scales_linear_align_corners": ALIGN_CORNERS,
     "test_resize_downsample_scales_cubic_align_corners": ALIGN_CORNERS,
+    "test_dft_inverse": DFT_ZERO,
+    "test_dft_inverse_opset19": DFT_ZERO,
 }
 """Failing cases whose expected outputs ksbuild departs from on purpose: why (they still count as failed)."""
 

@@ -166,7 +166,8 @@ def clamp(n: Node):
 @handler("hardtanh.default")
 def hardtanh(n: Node):
     x = n.x()
-    return m.clamp(n.b, x, n.operand(n.a("min_val"), x.type.dtype), n.operand(n.a("max_val"), x.type.dtype))
+    return m.clamp(n.b, x, n.operand(n.a("min_val"), x.type.dtype), n.operand(n.a("max_val"), x.type.dtype),
+                   bound_inside=False)  # (derivative 0 at the bounds, as torch's hardtanh)
 
 
 # ---- activations with parameters ------------------------------------------------------------------------

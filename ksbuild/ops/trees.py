@@ -1,0 +1,178 @@
+"""Decision-tree ensembles (gradient-boosted trees, random forests): every tree of every sample walked
+at once, one level per step of a `loop`, as gathers from constant node tables.
+
+A `Forest` numbers the nodes of all trees as states. An interior state compares one feature of the
+input with a threshold and moves to its true or its false state; a leaf moves to itself, so after as
+many steps as the deepest tree is deep every walk rests on its leaf. A leaf's votes are a row of
+`values` (one column per target or class). No heap, no recursion and no data-dependent loop count:
+the same C++ runs on a microcontroller. The result is piecewise constant in the input, so its
+derivatives are zero (the comparisons are bools, which AD does not enter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.core import Atom, Lit
+from ..ir.types import Type, dtype_of, numel
+from ._util import error, scalar_lit
+from .math import logical_and, logical_or
+
+LEQ, LT, GTE, GT, EQ, NEQ, MEMBER = range(7)
+MODE_NAMES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "BRANCH_MEMBER")
+AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+
+
+@dataclass(frozen=True)
+class Forest:
+    """The node tables of an ensemble. S states (interior nodes and leaves), T trees, K targets."""
+    feature: np.ndarray        # [S] int64: the feature an interior state reads (0 for leaves)
+    threshold: np.ndarray      # [S] float64 (a leaf's is unused)
+    mode: np.ndarray           # [S] uint8: LEQ .. MEMBER (a leaf's is unused)
+    true_next: np.ndarray      # [S] int64: the state after a true comparison (a leaf: itself)
+    false_next: np.ndarray     # [S] int64
+    missing_true: np.ndarray   # [S] bool: a NaN feature goes the true way
+    members: np.ndarray        # [S, M] float64: a MEMBER state's set, padded with NaN (M = 0: none)
+    roots: np.ndarray          # [T] int64
+    values: np.ndarray         # [S, K] float64: the sum of a leaf's votes per target
+    voted: np.ndarray          # [S, K] bool: the leaf votes for that target at all
+    thresholds_f64: bool       # the model gives thresholds as doubles (compare in f64)
+
+    @property
+    def depth(self) -> int:
+        """The number of steps after which every walk has reached its leaf."""
+        return _depth(self.true_next, self.false_next, self.roots)
+
+
+def _depth(true_next: np.ndarray, false_next: np.ndarray, roots: np.ndarray) -> int:
+    """The longest root-to-leaf path (in edges); a cycle is an error (ValueError naming the state)."""
+    depth = np.full(len(true_next), -1)
+    for root in roots:
+        stack = [(int(root), False)]
+        on_path: set[int] = set()
+        while stack:
+            s, done = stack.pop()
+            kids = {int(true_next[s]), int(false_next[s])}
+            if s in kids and len(kids) == 2:
+                raise ValueError(f"the trees have a cycle: node {s} leads to itself")
+            kids.discard(s)
+            if done:
+                on_path.discard(s)
+                depth[s] = 1 + max((depth[k] for k in kids), default=-1)
+                continue
+            if depth[s] >= 0:
+                continue
+            if s in on_path:
+                raise ValueError(f"the trees have a cycle through node {s}")
+            on_path.add(s)
+            stack.append((s, True))
+            stack.extend((k, False) for k in kids if depth[k] < 0)
+    return int(max((depth[r] for r in roots), default=0))
+
+
+def check(b, forest: Forest, n_features) -> None:
+    """Errors at the builder's location for tables that index outside themselves or the input."""
+    s = len(forest.true_next)
+    for name, ids in (("true node", forest.true_next), ("false node", forest.false_next), ("root", forest.roots)):
+        bad = (ids < 0) | (ids >= s)
+        if np.any(bad):
+            raise error(b, f"a {name} id ({int(ids[bad][0])}) is outside the {s} nodes of the trees")
+    interior = forest.true_next != np.arange(s)
+    if isinstance(n_features, int) and np.any(interior & ((forest.feature < 0) | (forest.feature >= n_features))):
+        f = int(forest.feature[interior & ((forest.feature < 0) | (forest.feature >= n_features))][0])
+        raise error(b, f"a node reads feature {f}, but the input has {n_features} features")
+    if np.any((forest.mode > MEMBER)[interior]):
+        raise error(b, f"unknown node mode {int(forest.mode[interior].max())}")
+    try:
+        forest.depth
+    except ValueError as e:
+        raise error(b, str(e)) from None
+
+
+def leaves(b, forest: Forest, x: Atom) -> Atom:
+    """The leaf state every tree reaches for every row of x [N, F]: an int32 [N, T]. Each level is one loop
+    nest over [N, T] whose table reads are fused gathers: the workspace is the walks' states."""
+    from ..prims.control import PRIMS_LOOP, wrap
+    n, f = x.type.shape
+    t = len(forest.roots)
+    cmp_dtype = "f64" if forest.thresholds_f64 or x.type.dtype == "f64" else "f32"
+    if x.type.dtype != cmp_dtype:
+        x = b.convert(x, dtype=cmp_dtype)
+    flat = b.reshape(x, shape=(numel((n, f)),))
+    start = b.broadcast_to(_array(b, forest.roots.astype(np.int32)), shape=(n, t))
+    s = len(forest.true_next)
+    interior = forest.true_next != np.arange(s)
+    modes = sorted({int(m) for m in forest.mode[interior]}) or [LEQ]
+
+    def step(bb, ps):
+        _, xs, node = ps
+        table = lambda arr: _table(bb, arr, node)  # noqa: E731
+        row = bb.mul(bb.iota(shape=(n, t), axis=0, dtype="i64"), Lit(f, Type("i64")))
+        value = bb.gather(xs, bb.add(row, bb.convert(table(forest.feature.astype(np.int32)), dtype="i64")), axis=0)
+        go = None
+        for m in modes:
+            here = _compare(bb, m, value, forest, table, cmp_dtype)
+            go = here if go is None else bb.select(bb.eq(table(forest.mode.astype(np.int32)),
+                                                         Lit(m, Type("i32"))), here, go)
+        if forest.missing_true[interior].any():
+            nan = bb.ne(value, value)
+            go = logical_or(bb, go, logical_and(bb, table(forest.missing_true), nan))
+        return [bb.select(go, table(forest.true_next.astype(np.int32)), table(forest.false_next.astype(np.int32)))]
+
+    body = wrap("tree_level", [Type("i64"), flat.type, start.type], step)
+    depth = forest.depth
+    return b.bind(PRIMS_LOOP, [Lit(depth, Type("i64")), flat, start],
+                  dict(body=body, n_consts=1, n_carry=1, length=depth, reverse=False))[0] if depth else start
+
+
+def _array(b, arr: np.ndarray) -> Atom:
+    from .create import array
+    return array(b, arr)
+
+
+def _table(b, arr: np.ndarray, node: Atom) -> Atom:
+    """arr[node] for a 1-D table (a fused gather); a scalar when every entry is the same."""
+    if arr.ndim == 1 and arr.size and np.all(arr == arr[0]):
+        return scalar_lit(arr[0].item(), dtype_of(arr))
+    return b.gather(_array(b, arr), node, axis=0)
+
+
+def _compare(bb, mode: int, value: Atom, forest: Forest, table, dtype: str) -> Atom:
+    """The bool [N, T] of one comparison mode at every walk's current state."""
+    if mode == MEMBER:  # one fused gather per position in the sets
+        hit = None
+        for j in range(forest.members.shape[1]):
+            here = bb.eq(value, table(forest.members[:, j].astype(np.float64 if dtype == "f64" else np.float32)))
+            hit = here if hit is None else logical_or(bb, hit, here)
+        return hit
+    threshold = table(forest.threshold.astype(np.float64 if dtype == "f64" else np.float32))
+    return {LEQ: bb.le, LT: bb.lt, GTE: bb.ge, GT: bb.gt, EQ: bb.eq, NEQ: bb.ne}[mode](value, threshold)
+
+
+def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom, Atom]:
+    """(score, voted), each [N, K]: the votes of every tree's leaf aggregated per target (dtype), and
+    whether any tree voted for that target (the MIN and MAX of no votes is 0, as onnxruntime's). Each target
+    is its own fused gather and reduction over the trees."""
+    from . import reduce as red
+    from .shape import stack
+    leaf = leaves(b, forest, x)
+    n, t = leaf.type.shape
+    ft = np.float64 if dtype == "f64" else np.float32
+
+    def per_tree(arr: np.ndarray) -> Atom:  # [N, T]: column arr of every walk's leaf
+        v = _table(b, arr, leaf)
+        return v if v.type.rank else b.broadcast_to(v, shape=(n, t))
+
+    def column(k: int) -> tuple[Atom, Atom]:
+        voted = b.ne(red.amax(b, per_tree(forest.voted[:, k].astype(np.int32)), [1]), Lit(0, Type("i32")))
+        if aggregate in ("SUM", "AVERAGE"):
+            total = red.sum(b, per_tree(forest.values[:, k].astype(ft)), [1])
+            return (b.div(total, Lit(float(t), Type(dtype))) if aggregate == "AVERAGE" else total), voted
+        big = np.inf if aggregate == "MIN" else -np.inf
+        filled = np.where(forest.voted[:, k], forest.values[:, k], big).astype(ft)
+        best = (red.amin if aggregate == "MIN" else red.amax)(b, per_tree(filled), [1])
+        return b.select(voted, best, Lit(0.0, Type(dtype))), voted
+
+    cols = [column(k) for k in range(forest.values.shape[1])]
+    return stack(b, [c[0] for c in cols], 1), stack(b, [c[1] for c in cols], 1)
