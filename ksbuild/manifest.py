@@ -241,7 +241,8 @@ def _table(ctx: _Ctx, data: dict, key: str, required: bool = True) -> dict:
     if not isinstance(value, dict):
         raise ctx.error((key,), f"[{key}] must be a table, got {type(value).__name__}")
     if required and not value:
-        raise ctx.error((key,), f"[{key}] is {'empty' if key in data else 'missing'}; see the manifest in DESIGN.md")
+        raise ctx.error((key,), f"[{key}] is {'empty' if key in data else 'missing'}; "
+                                "see the manifest section of README.md")
     return value
 
 

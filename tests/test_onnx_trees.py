@@ -33,6 +33,7 @@ REGRESSORS = {
     "r_logistic": dict(seed=8, n_targets=2, post="LOGISTIC", missing=True),
     "r_deep": dict(seed=9, n_targets=1, n_trees=12, depth=9, modes=("BRANCH_LT",)),
     "r_doubles": dict(seed=10, n_targets=2, doubles=True, modes=MODES, missing=True),
+    "r_many": dict(seed=35, n_targets=10, aggregate="MIN", all_targets=False, modes=MODES),  # (rows of the table)
 }
 CLASSIFIERS = {
     "c_multi_int": dict(seed=11, labels=[10, 20, 30], post="SOFTMAX", base=[0.1, 0.0, -0.1], modes=MODES,
@@ -47,6 +48,7 @@ CLASSIFIERS = {
     "c_two_base": dict(seed=19, labels=[4, 5], voting="some", weights="mixed", base=[-0.5, 0.5],
                        post="SOFTMAX"),
     "c_two_none": dict(seed=20, labels=["a", "b"], voting="some", weights="mixed", post="LOGISTIC"),
+    "c_many": dict(seed=36, labels=list(range(3, 15)), voting="some", post="SOFTMAX"),
 }
 V5 = {
     "v_sum": dict(seed=21, n_targets=3, aggregate=1, modes=(0, 1, 2, 3, 4, 5)),
@@ -190,3 +192,25 @@ def test_a_cycle_is_a_located_error(tmp_path):
     onnx.save(m, str(tmp_path / "cycle.onnx"))
     with pytest.raises(KsbuildError, match=r"cycle\.onnx: node forest .*the trees have a cycle"):
         compile_onnx_kernel(tmp_path / "cycle.onnx", "cycle")
+
+
+def test_infinite_splits_compare_as_infinities(tmp_path):
+    """HistGradientBoosting and LightGBM write +inf splits; in a double TreeEnsemble they were made finite, so
+    x = +inf went the false way of `x <= inf` (held-out pass with real converters)."""
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from ksbuild.ir.interp import eval_func
+    for split in (np.inf, -np.inf):
+        node = h.make_node("TreeEnsemble", ["X"], ["Y"], domain="ai.onnx.ml", n_targets=1, tree_roots=[0],
+                           nodes_featureids=[0], nodes_splits=nh.from_array(np.array([split]), "s"),
+                           nodes_modes=nh.from_array(np.array([0], np.uint8), "m"), nodes_truenodeids=[0],
+                           nodes_falsenodeids=[1], nodes_trueleafs=[1], nodes_falseleafs=[1], leaf_targetids=[0, 0],
+                           leaf_weights=nh.from_array(np.array([1.0, 2.0]), "w"))
+        m = tm._model(node, onnx.TensorProto.DOUBLE, 1, [h.make_tensor_value_info("Y", onnx.TensorProto.DOUBLE,
+                                                                                  ["N", 1])], ml_opset=5)
+        onnx.save(m, str(tmp_path / "inf.onnx"))
+        x = np.array([[np.inf], [-np.inf], [1e308], [-1e308], [1.0]])
+        want = _onnxruntime(tmp_path, "inf", x)[0]
+        got = eval_func(compile_onnx_kernel(tmp_path / "inf.onnx", "inf"), [x])
+        np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -111,6 +112,29 @@ class Workspace:
         return lines
 
 
+MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]{2,}|[A-Z]_\w*|_[A-Z_]\w*")
+"""Names that may be macros of the C/C++ standard headers (and of ATen, for the aten backend).
+
+A fixed list cannot be complete (each C library and compiler defines its own), so a pattern:
+- all capitals, digits and underscores, three characters or more: NULL, EOF, NAN, EIO, INT64_MAX,
+  M_PI, CHAR_BIT, ATen's C10_.../AT_... One and two characters (N, B, HW: common dim names) are
+  kept: no standard header defines such a macro (glibc's, checked with `g++ -dM -E`);
+- a capital and an underscore, then anything: glibc's M_PIl, M_El, L_tmpnam, P_tmpdir;
+- an underscore and a capital or a second underscore: reserved for the implementation in every
+  scope (__linux__, _GNU_SOURCE). A name like `_x` is kept: it is reserved at global scope only.
+"""
+
+LOWERCASE_MACROS = frozenset({"errno", "linux", "unix", "i386", "stdin", "stdout", "stderr",
+                              "math_errhandling", "sched_priority"})
+"""The object-like macros of glibc's headers that the pattern misses (linux, unix, i386 in GNU mode).
+Function-like macros (offsetof, alloca) expand only before a '(' and never clash with a name."""
+
+
+def is_macro_like(name: str) -> bool:
+    """True when a standard header may define `name` as a macro (see MACRO_LIKE)."""
+    return name in LOWERCASE_MACROS or MACRO_LIKE.fullmatch(name) is not None
+
+
 class Namer:
     """Deterministic, readable C++ names: the IR hint when given, else t<k>."""
 
@@ -120,6 +144,8 @@ class Namer:
 
     def fresh(self, hint: str = "t") -> str:
         base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
+        if is_macro_like(base):  # (a kernel's variable NAN or M_PI would be the macro of <cmath>)
+            base = f"v{base}" if base.startswith("_") else f"v_{base}"
         if base not in self.used and base != "t":
             self.used.add(base)
             return base

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ..ir.core import Func, Var
 from ..ir.types import C_TYPES, dim_names
 from .body import emit_body
-from .cpp import Namer, Workspace, Writer
+from .cpp import Namer, Workspace, Writer, is_macro_like
 from .storage import Storage, dim_expr
 
 C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
@@ -89,7 +89,7 @@ def _dims(f: Func) -> list[str]:
 
 def _c_name(hint: str, namer: Namer, fallback: str) -> str:
     base = hint if hint and hint.isidentifier() and hint not in C_KEYWORDS else fallback
-    return namer.fresh(base) if base in namer.used else (namer.used.add(base) or base)
+    return namer.fresh(base) if base in namer.used or is_macro_like(base) else (namer.used.add(base) or base)
 
 
 def is_scalar_abi(f: Func) -> bool:

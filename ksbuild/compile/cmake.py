@@ -40,7 +40,8 @@ def _run(args: list[str], what: str, log: Path) -> None:
     if proc.returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-40:])
         hint = None
-        if "[-Werror" in output:  # a warning made an error: ksbuild's C++ should not warn, so this is ours
+        errors = [line for line in output.splitlines() if " error: " in line]
+        if errors and all("[-Werror" in line for line in errors):  # warnings made errors: ksbuild's C++ should not warn
             hint = ("a compiler warning stopped the build (-Werror); please report it with this log. To build "
                     "anyway, set werror = false in the manifest's [build] table")
         raise KsbuildError(f"{what} failed (full log: {log})\n{tail}", hint=hint)

@@ -166,7 +166,7 @@ def _unary(name):
     def fn(fc, b, args, node):
         _arity(fc, args, 1, node, name)
         (x,) = args
-        x = fc.numeric(x, node)
+        x = fc.numeric(fc.plain(b, x), node)
         if isinstance(x, Const):
             return _fold(fc, lambda a, _: py(a), x, Const(0), node)
         if prim in ("abs",):
@@ -179,7 +179,7 @@ def _minmax(prim, py):
     """Python's max/min builtins: max(a, b) is `b if b > a else a`, so of equal values the first wins, and a
     NaN counts only where it comes first (max(nan, 1.0) is nan, max(1.0, nan) is 1.0)."""
     def pick(fc, b, x, y, node):
-        x, y = fc.numeric(x, node), fc.numeric(y, node)
+        x, y = fc.numeric(fc.plain(b, x), node), fc.numeric(fc.plain(b, y), node)
         if isinstance(x, Const) and isinstance(y, Const):
             return _fold(fc, py, x, y, node)
         xa, ya = fc.unify(b, x, y, node)
@@ -204,7 +204,7 @@ def _torch_minmax(largest: bool):
 
     def fn(fc, b, args, node):
         _arity(fc, args, 2, node, name)
-        x, y = fc.numeric(args[0], node), fc.numeric(args[1], node)
+        x, y = fc.numeric(fc.plain(b, args[0]), node), fc.numeric(fc.plain(b, args[1]), node)
         if isinstance(x, Const) and isinstance(y, Const):
             return _fold(fc, max if largest else min, x, y, node)
         xa, ya = fc.unify(b, x, y, node)
@@ -215,7 +215,7 @@ def _torch_minmax(largest: bool):
 def clamp_bound(fc, b, x, bound, upper: bool, node):
     """torch.clamp's one bound: the bound where x is beyond it, else x; so the derivative is 1 for x at the
     bound (as torch's) and a NaN stays NaN."""
-    x, bound = fc.numeric(x, node), fc.numeric(bound, node)
+    x, bound = fc.numeric(fc.plain(b, x), node), fc.numeric(fc.plain(b, bound), node)
     if isinstance(x, Const) and isinstance(bound, Const):
         return _fold(fc, min if upper else max, x, bound, node)
     xa, ba = fc.unify(b, x, bound, node)
@@ -290,7 +290,7 @@ def _round(fc, b, args, node):
     if isinstance(x, Const):
         return Const(round(x.value))
     from ..ops.math import round_half_even
-    x = fc.numeric(x, node)
+    x = fc.numeric(fc.plain(b, x), node)
     return b.convert(round_half_even(b, x), dtype="i64") if x.type.is_float else x
 
 

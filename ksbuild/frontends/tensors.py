@@ -361,6 +361,10 @@ def _index_atom(fc, b, x: Atom, axis: int, i, node) -> Atom:
             i = Lit(v, Type("i64"))
     elif isinstance(i, SymDim):
         i = b.dim_size(dim=i.dim)
+    elif not isinstance(i, (tuple, list, Const)) and i.type.dtype == "bool":
+        raise fc.src.error(node, "indexing with a bool mask is not supported: the result's size would depend on "
+                                 "the values", hint="keep the shape and choose instead: torch.where(mask, x, 0), "
+                                                    "or x * mask; integer index tensors (x[idx]) are supported")
     elif isinstance(i, (tuple, list)) or isinstance(i, Const) or i.type.dtype not in ("i32", "i64") or i.type.rank:
         raise fc.src.error(node, "an index must be an integer scalar (tensor indexing is not supported)",
                            hint="use int(...) for a computed index; slices use a:b")

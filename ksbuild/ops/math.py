@@ -122,7 +122,8 @@ def fmod(b, x: Atom, y: Atom) -> Atom:
     """The remainder with the sign of x (C fmod): x - trunc(x / y)·y."""
     if x.type.is_float:
         return b.sub(x, b.mul(trunc(b, b.div(x, y)), y))
-    return b.sub(x, b.mul(b.div(x, y), y))  # integer div truncates toward zero
+    # integer div truncates toward zero; a remainder by 0 is 0 (numpy's fmod, ks::mod), not a trap
+    return b.select(b.eq(y, _k(y, 0)), _k(x, 0), b.sub(x, b.mul(b.div(x, y), y)))
 
 
 def tan(b, x: Atom) -> Atom:

@@ -70,15 +70,25 @@ def logsumexp(b, x: Atom, axes: Sequence[int] | None = None, keepdim: bool = Fal
     return keep_dims(b, y, x, ax) if keepdim else y
 
 
+def _minus_max(b, x: Atom, ax) -> Atom:
+    """x − max x along the axes, the max held constant under differentiation. Subtracting it first keeps the
+    precision softmax needs: x − logsumexp(x) loses log n when |x| is large (a row masked with -1e9 in
+    float32 gave softmax 1 everywhere). An infinite max makes the row NaN, as in torch."""
+    return b.sub(x, expand_back(b, b.reduce_max(b.stop_gradient(x), axes=ax), x, ax))
+
+
 def log_softmax(b, x: Atom, axis: int) -> Atom:
-    """x − logsumexp(x) along one axis."""
+    """(x − max) − log Σ exp(x − max) along one axis."""
     ax = norm_axes(b, [axis], x.type.rank)
-    return b.sub(x, expand_back(b, logsumexp(b, x, ax), x, ax))
+    d = _minus_max(b, x, ax)
+    return b.sub(d, expand_back(b, b.log(b.reduce_sum(b.exp(d), axes=ax)), x, ax))
 
 
 def softmax(b, x: Atom, axis: int) -> Atom:
-    """exp(log_softmax(x))."""
-    return b.exp(log_softmax(b, x, axis))
+    """exp(x − max) / Σ exp(x − max) along one axis."""
+    ax = norm_axes(b, [axis], x.type.rank)
+    e = b.exp(_minus_max(b, x, ax))
+    return b.div(e, expand_back(b, b.reduce_sum(e, axes=ax), x, ax))
 
 
 def safe_softmax(b, x: Atom, axis: int) -> Atom:

@@ -143,6 +143,9 @@ def stack(b, xs: Sequence[Atom], axis: int) -> Atom:
     """xs joined along a new axis."""
     if not xs:
         raise error(b, "stack needs at least one tensor")
+    other = next((x for x in xs if x.type.shape != xs[0].type.shape), None)
+    if other is not None:
+        raise error(b, f"cannot stack {xs[0].type} and {other.type}: the tensors must have one shape")
     a = axis + xs[0].type.rank + 1 if axis < 0 else axis
     return concatenate(b, [unsqueeze(b, x, a) for x in xs], a)
 

@@ -150,29 +150,36 @@ def _compare(bb, mode: int, value: Atom, forest: Forest, table, dtype: str) -> A
     return {LEQ: bb.le, LT: bb.lt, GTE: bb.ge, GT: bb.gt, EQ: bb.eq, NEQ: bb.ne}[mode](value, threshold)
 
 
+FUSED_TARGETS = 8
+"""Up to this many targets, each is its own fused gather and reduction over the trees; more (a classifier of
+hundreds of classes) read whole rows of the leaf table instead, so the code stays one loop nest per table."""
+
+
 def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom, Atom]:
     """(score, voted), each [N, K]: the votes of every tree's leaf aggregated per target (dtype), and
-    whether any tree voted for that target (the MIN and MAX of no votes is 0, as onnxruntime's). Each target
-    is its own fused gather and reduction over the trees."""
+    whether any tree voted for that target (the MIN and MAX of no votes is 0, as onnxruntime's)."""
     from . import reduce as red
     from .shape import stack
     leaf = leaves(b, forest, x)
     n, t = leaf.type.shape
+    k = forest.values.shape[1]
     ft = np.float64 if dtype == "f64" else np.float32
 
-    def per_tree(arr: np.ndarray) -> Atom:  # [N, T]: column arr of every walk's leaf
-        v = _table(b, arr, leaf)
+    def per_tree(arr: np.ndarray) -> Atom:  # [N, T] (column arr) or [N, T, K] (table arr) of every walk's leaf
+        v = _table(b, arr, leaf) if arr.ndim == 1 else b.gather(_array(b, arr), leaf, axis=0)
         return v if v.type.rank else b.broadcast_to(v, shape=(n, t))
 
-    def column(k: int) -> tuple[Atom, Atom]:
-        voted = b.ne(red.amax(b, per_tree(forest.voted[:, k].astype(np.int32)), [1]), Lit(0, Type("i32")))
+    def aggregated(values: np.ndarray, voted: np.ndarray) -> tuple[Atom, Atom]:
+        hit = b.ne(red.amax(b, per_tree(voted.astype(np.int32)), [1]), Lit(0, Type("i32")))
         if aggregate in ("SUM", "AVERAGE"):
-            total = red.sum(b, per_tree(forest.values[:, k].astype(ft)), [1])
-            return (b.div(total, Lit(float(t), Type(dtype))) if aggregate == "AVERAGE" else total), voted
+            total = red.sum(b, per_tree(values.astype(ft)), [1])
+            return (b.div(total, Lit(float(t), Type(dtype))) if aggregate == "AVERAGE" else total), hit
         big = np.inf if aggregate == "MIN" else -np.inf
-        filled = np.where(forest.voted[:, k], forest.values[:, k], big).astype(ft)
-        best = (red.amin if aggregate == "MIN" else red.amax)(b, per_tree(filled), [1])
-        return b.select(voted, best, Lit(0.0, Type(dtype))), voted
+        best = (red.amin if aggregate == "MIN" else red.amax)(b, per_tree(np.where(voted, values, big).astype(ft)),
+                                                              [1])
+        return b.select(hit, best, Lit(0.0, Type(dtype))), hit
 
-    cols = [column(k) for k in range(forest.values.shape[1])]
+    if k > FUSED_TARGETS:
+        return aggregated(forest.values, forest.voted)
+    cols = [aggregated(forest.values[:, j], forest.voted[:, j]) for j in range(k)]
     return stack(b, [c[0] for c in cols], 1), stack(b, [c[1] for c in cols], 1)

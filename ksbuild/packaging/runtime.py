@@ -70,6 +70,7 @@ class Export:
             self.ws_fn.argtypes = [ctypes.c_int64] * len(desc["dims"])
             self.fn.argtypes = _tensor_argtypes(desc, self.ins, self.outs)
         self._plan = _bind_plan(self.ins)
+        self._option_inputs = {a["name"] for a in self.ins} & {"out", "dims"}  # inputs named like call options
         self._strings = any(a["dtype"] == "str" for a in self.ins + self.outs)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
         self._fast_plans: dict[tuple, _FastPlan] = {}  # argument shapes -> what a call with them needs
@@ -79,7 +80,14 @@ class Export:
 
     def __call__(self, *args, out=None, dims: dict[str, int] | None = None, **kwargs):
         """Call the compiled code; inputs by position or by their names in the kernel's source;
-        `dims` gives dims that no input shape shows (see `free_dims`)."""
+        `dims` gives dims that no input shape shows (see `free_dims`). An input named `out` or `dims` takes
+        that keyword (its export then has no out= or dims= of its own)."""
+        if self._option_inputs and (out is not None or dims is not None):
+            for key, value in (("out", out), ("dims", dims)):
+                if key in self._option_inputs and value is not None:
+                    kwargs[key] = value
+            out = None if "out" in self._option_inputs else out
+            dims = None if "dims" in self._option_inputs else dims
         if not kwargs and out is None and dims is None:
             fast = self._fast_call(args)
             if fast is not None:

@@ -223,13 +223,31 @@ mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * 
 div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
              lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
              simplify=_simp_div)
+_float_div = div.emit
+
+
+def _div_emit(ctx, eqn):
+    """Floats: a / b. Integers: ks::truncdiv, which gives 0 for a divisor of 0 and wraps lowest / -1 (C++
+    division traps on both: SIGFPE)."""
+    if eqn.outs[0].type.is_float:
+        return _float_div(ctx, eqn)
+    ctx.assign(eqn.outs[0], "ks::truncdiv({0}, {1})".format(*ctx.args(eqn)))
+
+
+object.__setattr__(div, "emit", _div_emit)
 neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True,
             simplify=_simp_neg)
 object.__setattr__(neg, "transpose", _t_neg)
 
 
 def _trunc_div(x, y):
-    return np.trunc(np.divide(x, y)).astype(x.dtype)
+    """Integer division toward zero; 0 where y is 0, lowest / -1 wraps to lowest (ks::truncdiv)."""
+    x, y = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+    safe = np.where(y == 0, 1, y)
+    with np.errstate(all="ignore"):
+        q = np.abs(x) // np.abs(safe)  # (lowest's abs wraps to lowest, and so does its quotient by 1)
+        q = np.where((x < 0) != (safe < 0), -q, q)
+    return np.where(y == 0, 0, q).astype(x.dtype)
 
 
 # ---- unary math ---------------------------------------------------------------------------

@@ -316,7 +316,10 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         if tx is None:
             return [y], [None]
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
-        hit = b.eq(x, b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape))
+        yb = b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape)
+        hit = b.eq(x, yb)
+        if x.type.is_float:  # a NaN extremum came from the NaNs: they get the derivative (torch's max())
+            hit = getattr(b, "or")(hit, getattr(b, "and")(b.ne(x, x), b.ne(yb, yb)))
         if ties == "first":
             return [y], [b.reduce_sum(b.select(_first(b, hit, axes, kept), tx, zeros(x.type)), axes=axes)]
         count = b.reduce_sum(b.select(hit, _one(x.type), zeros(x.type)), axes=axes)

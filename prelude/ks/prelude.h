@@ -161,6 +161,19 @@ inline T floordiv(T a, T b) {
     }
 }
 
+// C++ a / b of integers (toward zero) without its traps: a / 0 is 0 (as floordiv's) and lowest / -1
+// wraps to lowest (C++ would raise SIGFPE for both: torch.div(rounding_mode="trunc"), torch.fmod, ONNX Div).
+template <class T>
+inline T truncdiv(T a, T b) {
+    if (b == 0) {
+        return 0;
+    }
+    if (T(-1) < T(0) && b == T(-1)) {
+        return static_cast<T>(0ull - static_cast<unsigned long long>(a));  // modular: lowest stays
+    }
+    return a / b;
+}
+
 // Python a % b: the result has the sign of b (integer a % 0 is 0, as in numpy, and a % -1 is 0
 // without the lowest % -1 trap); floats use the exact fmod, moved to b's sign.
 template <class T>

@@ -9,24 +9,7 @@ name, so `dim_name` renames keywords itself.
 """
 from __future__ import annotations
 
-import re
-
-MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]{2,}|[A-Z]_\w*|_[A-Z_]\w*")
-"""Names that may be macros of the C/C++ standard headers (and of ATen, for the aten backend).
-
-A fixed list cannot be complete (each C library and compiler defines its own), so a pattern:
-- all capitals, digits and underscores, three characters or more: NULL, EOF, NAN, EIO, INT64_MAX,
-  M_PI, CHAR_BIT, ATen's C10_.../AT_... One and two characters (N, B, HW: common dim names) are
-  kept: no standard header defines such a macro (glibc's, checked with `g++ -dM -E`);
-- a capital and an underscore, then anything: glibc's M_PIl, M_El, L_tmpnam, P_tmpdir;
-- an underscore and a capital or a second underscore: reserved for the implementation in every
-  scope (__linux__, _GNU_SOURCE). A name like `_x` is kept: it is reserved at global scope only.
-"""
-
-LOWERCASE_MACROS = frozenset({"errno", "linux", "unix", "i386", "stdin", "stdout", "stderr",
-                              "math_errhandling", "sched_priority"})
-"""The object-like macros of glibc's headers that the pattern misses (linux, unix, i386 in GNU mode).
-Function-like macros (offsetof, alloca) expand only before a '(' and never clash with a name."""
+from ...codegen.cpp import is_macro_like  # noqa: F401 (the ONNX names use it, and so do callers)
 
 
 def ascii_name(name: str, prefix: str = "v") -> str:
@@ -40,11 +23,6 @@ def _ascii_char(c: str) -> str:
     if c.isascii():
         return c if c.isalnum() or c == "_" else "_"
     return f"u{ord(c):04x}"
-
-
-def is_macro_like(name: str) -> bool:
-    """True when a standard header may define `name` as a macro (see MACRO_LIKE)."""
-    return name in LOWERCASE_MACROS or MACRO_LIKE.fullmatch(name) is not None
 
 
 def c_name(name: str, prefix: str = "v") -> str:

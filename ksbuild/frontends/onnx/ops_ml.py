@@ -1,4 +1,6 @@
-"""ONNX-ML ops (domain ai.onnx.ml) that are plain tensor code: Binarizer, ArrayFeatureExtractor, LabelEncoder."""
+"""ONNX-ML ops (domain ai.onnx.ml) that are plain tensor code: Binarizer, ArrayFeatureExtractor, LabelEncoder,
+Scaler, Imputer, Normalizer, LinearRegressor, and the post transforms of the ML models (the tree
+ensembles are in ops_trees.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +28,8 @@ def binarizer(n: Node):
 @handler("ArrayFeatureExtractor")
 def array_feature_extractor(n: Node):
     x, idx = n.x(0), n.x(1)
+    if idx.type.rank == 0:  # (skl2onnx's multi-output classifiers pick one column so: [N, 1], as onnxruntime)
+        idx = n.b.reshape(idx, shape=(1,))
     idx = n.b.reshape(idx, shape=(idx.type.shape[-1],)) if idx.type.rank != 1 else idx
     return [ix.gather(n.b, x, idx, x.type.rank - 1)]
 
@@ -82,3 +86,126 @@ def _label_default(n: Node, vname: str, values: np.ndarray):
     if vname == "values_floats":
         return np.float32(n.attr("default_float", LABEL_DEFAULTS["f"]))
     return np.int64(n.attr("default_int64", LABEL_DEFAULTS["i"]))
+
+
+POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+"""The post_transform values of the ONNX-ML models (TreeEnsemble's integer one indexes this)."""
+
+
+def post_transform(n: Node, score, post: str, k: int):
+    """onnxruntime's post transforms of [N, K] scores (for one target it applies none of them but PROBIT)."""
+    b = n.b
+    if post == "PROBIT":
+        raise n.unsupported("post_transform PROBIT (the inverse error function)")
+    if post == "NONE" or k == 1:
+        return score
+    if post == "LOGISTIC":
+        return b.logistic(score)
+    if post == "SOFTMAX":
+        return red.softmax(b, score, 1)
+    return _softmax_zero(b, score)
+
+
+def _softmax_zero(b, score):
+    """onnxruntime's SOFTMAX_ZERO: a softmax over the entries that are not (within 1e-7 of) zero; those stay
+    (nearly) zero."""
+    dt = score.type.dtype
+    top = red.amax(b, score, [1], keepdim=True)
+    nonzero = b.gt(b.abs(score), Lit(1e-7, Type(dt)))
+    e = b.select(nonzero, b.exp(b.sub(score, top)), b.mul(score, b.exp(b.neg(top))))
+    total = red.sum(b, b.select(nonzero, e, Lit(0.0, Type(dt))), [1], keepdim=True)
+    return b.div(e, total)
+
+
+# ---- preprocessing and linear models (what skl2onnx writes for pipelines before a model) -------------
+
+def _per_feature(n: Node, values, x, what: str):
+    """A list attribute of one value, or one per feature of x [N, F], as an f32 row (or scalar)."""
+    arr = np.asarray(values, dtype=np.float32).reshape(-1)
+    f = x.type.shape[-1] if x.type.rank else 1
+    if len(arr) not in (1, f):
+        raise n.error(f"{n.op}: {what} has {len(arr)} values for {f} features (give 1 or {f})")
+    return array(n.b, arr) if len(arr) > 1 else scalar_lit(float(arr[0]), "f32")
+
+
+def _as_f32(n: Node, x):
+    return x if x.type.dtype == "f32" else n.b.convert(x, dtype="f32")
+
+
+@handler("Scaler")
+def scaler(n: Node):
+    """y = (x - offset) * scale, per feature (float output)."""
+    x = _as_f32(n, n.x(0))
+    offset = _per_feature(n, n.attr("offset", [0.0]), x, "offset")
+    scale = _per_feature(n, n.attr("scale", [1.0]), x, "scale")
+    return [n.b.mul(n.b.sub(x, offset), scale)]
+
+
+@handler("Imputer")
+def imputer(n: Node):
+    """x with the elements equal to the replaced value (NaN matches NaN) set to the imputed value of their
+    feature."""
+    x = n.x(0)
+    floats, ints = n.attr("imputed_value_floats", None), n.attr("imputed_value_int64s", None)
+    if (floats is None) == (ints is None):
+        raise n.error(f"{n.op} needs exactly one of imputed_value_floats and imputed_value_int64s")
+    if floats is not None:
+        replaced = float(n.attr("replaced_value_float", 0.0))
+        values = np.asarray(floats, dtype=numpy_dtype(x.type.dtype) if x.type.is_float else np.float32)
+    else:
+        replaced = int(n.attr("replaced_value_int64", 0))
+        values = np.asarray(ints, dtype=numpy_dtype(x.type.dtype))
+    f = x.type.shape[-1]
+    if len(values) not in (1, f):
+        raise n.error(f"{n.op}: {len(values)} imputed values for {f} features (give 1 or {f})")
+    if x.type.is_float != (floats is not None):
+        raise n.error(f"{n.op}: the input is {x.type.dtype} but the imputed values are "
+                      f"{'floats' if floats is not None else 'integers'}")
+    fill = array(n.b, values.astype(numpy_dtype(x.type.dtype)))
+    hit = n.b.ne(x, x) if x.type.is_float and np.isnan(replaced) else n.b.eq(x, scalar_lit(replaced, x.type.dtype))
+    return [n.b.select(hit, n.b.broadcast_to(fill, shape=x.type.shape), x)]
+
+
+@handler("Normalizer")
+def normalizer(n: Node):
+    """Each row divided by its largest element (MAX), the sum of |x| (L1) or its Euclidean norm (L2); a row whose
+    divisor is 0 stays as it is (the operator's text, and onnxruntime: MAX takes the signed maximum)."""
+    x = _as_f32(n, n.x(0))
+    norm = n.attr_in("norm", ("MAX", "L1", "L2"), "MAX")
+    b = n.b
+    axis = x.type.rank - 1
+    if norm == "MAX":
+        div = red.amax(b, x, [axis], keepdim=True)
+    elif norm == "L1":
+        div = red.sum(b, b.abs(x), [axis], keepdim=True)
+    else:
+        div = b.sqrt(red.sum(b, b.mul(x, x), [axis], keepdim=True))
+    zero = b.eq(div, scalar_lit(0.0, "f32"))
+    return [b.select(zero, x, b.div(x, b.select(zero, scalar_lit(1.0, "f32"), div)))]
+
+
+@handler("LinearRegressor")
+def linear_regressor(n: Node):
+    """y = x · coefficientsᵀ + intercepts: the coefficients of each target contiguous (float output)."""
+    x = _as_f32(n, n.x(0))
+    targets = n.attr("targets", 1)
+    coef = np.asarray(n.attr("coefficients"), dtype=np.float32)
+    f = x.type.shape[-1]
+    if not isinstance(f, int) or coef.size != targets * f:
+        raise n.error(f"{n.op}: {coef.size} coefficients for {targets} target(s) of {f} features")
+    post = n.attr_in("post_transform", POST_TRANSFORMS, "NONE")
+    y = n.b.einsum(x, array(n.b, coef.reshape(targets, f)), spec="nf,tf->nt") if x.type.rank == 2 else \
+        n.b.einsum(x, array(n.b, coef.reshape(targets, f)), spec="f,tf->t")
+    intercepts = n.attr("intercepts", None)
+    if intercepts is not None:
+        if len(intercepts) != targets:
+            raise n.error(f"{n.op}: {len(intercepts)} intercepts for {targets} target(s)")
+        y = n.b.add(y, array(n.b, np.asarray(intercepts, dtype=np.float32)))
+    return [post_transform(n, y, post, targets)]
+
+
+@handler("ZipMap")
+def zipmap(n: Node):
+    raise n.unsupported("ZipMap (its output is a sequence of maps, which a C ABI has no type for)",
+                        hint="convert the classifier with its probabilities as a tensor: skl2onnx's "
+                             "options={id(model): {'zipmap': False}} (onnxmltools: zipmap=False)")

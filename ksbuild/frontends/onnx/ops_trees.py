@@ -9,16 +9,15 @@ import numpy as np
 
 from ...ir.core import Lit
 from ...ir.types import Type
-from ...ops import reduce as red
 from ...ops import trees
 from ...ops.create import array
 from ...ops.index import arg_extremum
 from ...ops.math import logical_and
 from .graph import handler
 from .node import Node
+from .ops_ml import POST_TRANSFORMS
+from .ops_ml import post_transform as _post
 from .values import Val
-
-POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
 def _floats(n: Node, name: str) -> tuple[np.ndarray | None, bool]:
@@ -98,7 +97,7 @@ def tree_ensemble(n: Node):
     members = _members(n, modes, n.attr("membership_values", None), s)
     forest = trees.Forest(
         feature=np.concatenate([feature, np.zeros(n_leaves, np.int64)]),
-        threshold=np.concatenate([np.nan_to_num(splits.astype(np.float64)), np.zeros(n_leaves)]),
+        threshold=np.concatenate([splits.astype(np.float64), np.zeros(n_leaves)]),  # (±inf splits stay)
         mode=np.concatenate([modes, np.zeros(n_leaves, np.int64)]).astype(np.uint8),
         true_next=np.concatenate([np.where(true_leaf, k + true_ids, true_ids), states[k:]]),
         false_next=np.concatenate([np.where(false_leaf, k + false_ids, false_ids), states[k:]]),
@@ -243,31 +242,6 @@ def _scores(n: Node, forest: trees.Forest, x, agg: str, dtype: str, base: np.nda
         if k > 1:
             score = n.b.select(voted, score, Lit(0.0, Type(dtype)))
     return score
-
-
-def _post(n: Node, score, post: str, k: int):
-    """onnxruntime's post transforms of [N, K] scores (for one target it applies none of them but PROBIT)."""
-    b = n.b
-    if post == "PROBIT":
-        raise n.unsupported("post_transform PROBIT (the inverse error function)")
-    if post == "NONE" or k == 1:
-        return score
-    if post == "LOGISTIC":
-        return b.logistic(score)
-    if post == "SOFTMAX":
-        return red.softmax(b, score, 1)
-    return _softmax_zero(b, score)
-
-
-def _softmax_zero(b, score):
-    """onnxruntime's SOFTMAX_ZERO: a softmax over the entries that are not (within 1e-7 of) zero; those stay
-    (nearly) zero."""
-    dt = score.type.dtype
-    top = red.amax(b, score, [1], keepdim=True)
-    nonzero = b.gt(b.abs(score), Lit(1e-7, Type(dt)))
-    e = b.select(nonzero, b.exp(b.sub(score, top)), b.mul(score, b.exp(b.neg(top))))
-    total = red.sum(b, b.select(nonzero, e, Lit(0.0, Type(dt))), [1], keepdim=True)
-    return b.div(e, total)
 
 
 @handler("TreeEnsembleClassifier")

@@ -207,8 +207,8 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
                 const double t107 = (0.5 * t106);
                 const double t108 = (t95 + t107);
                 const double t109 = std::lgamma(t108);
-                const double __sum_25_55 = (r102 + t109);
-                r102 = __sum_25_55;
+                const double sum_25_55 = (r102 + t109);
+                r102 = sum_25_55;
             }
             const double t110 = (t101 + r102);
             r96 = t110;
@@ -883,8 +883,8 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
                 const double t110 = static_cast<double>(t97);
                 const double t111 = (t110 + t109);
                 const double t112 = std::lgamma(t111);
-                const double __sum_25_55 = (r104 + t112);
-                r104 = __sum_25_55;
+                const double sum_25_55 = (r104 + t112);
+                r104 = sum_25_55;
             }
             const double t113 = (t103 + r104);
             r98 = t113;
@@ -1499,8 +1499,8 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
         }
         const double t60 = ks::log(acc54);
         const double t61 = (t60 + t53);
-        const double __sum_66_14 = (slse + t61);
-        slse = __sum_66_14;
+        const double sum_66_14 = (slse + t61);
+        slse = sum_66_14;
     }
     const int64_t t62 = (-n);
     const int64_t t63 = (t62 * d);
@@ -1556,8 +1556,8 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
                 const double t103 = (0.5 * t102);
                 const double t104 = (t91 + t103);
                 const double t105 = std::lgamma(t104);
-                const double __sum_25_55 = (r98 + t105);
-                r98 = __sum_25_55;
+                const double sum_25_55 = (r98 + t105);
+                r98 = sum_25_55;
             }
             const double t106 = (t97 + r98);
             r92 = t106;
@@ -2083,13 +2083,13 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
                     const int64_t t19 = (t18 - int64_t{1});
                     const double t20 = (((x + k1 * d) + k11)[0] - ((means + k2 * d) + k11)[0]);
                     const double t21 = (((icf + k2 * T) + ks::clamp_index(t19, T))[0] * t20);
-                    const double __sum_87_22 = (r10 + t21);
-                    r10 = __sum_87_22;
+                    const double sum_87_22 = (r10 + t21);
+                    r10 = sum_87_22;
                 }
                 const double t22 = (t7 + r10);
                 const double t23 = ks::ipow<2>(t22);
-                const double __sum_85_57 = (r + t23);
-                r = __sum_85_57;
+                const double sum_85_57 = (r + t23);
+                r = sum_85_57;
             }
             const double t24 = (0.5 * r);
             const double t25 = (t3 - t24);
@@ -2171,8 +2171,8 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
                 const double t80 = (0.5 * t79);
                 const double t81 = (t68 + t80);
                 const double t82 = std::lgamma(t81);
-                const double __sum_25_55 = (r75 + t82);
-                r75 = __sum_25_55;
+                const double sum_25_55 = (r75 + t82);
+                r75 = sum_25_55;
             }
             const double t83 = (t74 + r75);
             r69 = t83;
@@ -2297,15 +2297,15 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
                     const int64_t t28 = (t27 - int64_t{1});
                     const double t29 = (((x + k4 * d) + k20)[0] - ((means + k8 * d) + k20)[0]);
                     const double t30 = (((icf + k8 * T) + ks::clamp_index(t28, T))[0] * t29);
-                    const double __sum_87_22 = (r19 + t30);
-                    r19 = __sum_87_22;
+                    const double sum_87_22 = (r19 + t30);
+                    r19 = sum_87_22;
                 }
                 const double t31 = (t16 + r19);
                 const double t32 = ks::ipow<2>(t31);
-                const double __sum_85_57 = (r10 + t32);
+                const double sum_85_57 = (r10 + t32);
                 (r11 + k13)[0] = t14;
                 (r12 + k13)[0] = t31;
-                r10 = __sum_85_57;
+                r10 = sum_85_57;
             }
             const double t33 = (0.5 * r10);
             const double t34 = (t9 - t33);
@@ -2536,7 +2536,7 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    double* const sum_109_54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t i = 0; i < K; ++i) {
@@ -2588,14 +2588,14 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
                     const double x_i24 = (xc + k14)[i22 * d];
                     const double t25 = (x_i23 * x_i24);
                     const double sum_i = r[i22];
-                    const double __sum_109_5426 = (sum_i + t25);
-                    __sum_109_54[i22] = __sum_109_5426;
+                    const double sum_109_5426 = (sum_i + t25);
+                    sum_109_54[i22] = sum_109_5426;
                 }
                 for (int64_t i27 = 0; i27 < K; ++i27) {
-                    r[i27] = __sum_109_54[i27];
+                    r[i27] = sum_109_54[i27];
                 }
             }
-            double* const sqnorm28 = __sum_109_54;  // reuses a dead buffer's space
+            double* const sqnorm28 = sum_109_54;  // reuses a dead buffer's space
             for (int64_t i29 = 0; i29 < K; ++i29) {
                 const double x_i30 = (icf + k10)[i29 * T];
                 const double t31 = ks::exp(x_i30);
@@ -2696,8 +2696,8 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
                 const double t100 = (0.5 * t99);
                 const double t101 = (t88 + t100);
                 const double t102 = std::lgamma(t101);
-                const double __sum_25_55 = (r95 + t102);
-                r95 = __sum_25_55;
+                const double sum_25_55 = (r95 + t102);
+                r95 = sum_25_55;
             }
             const double t103 = (t94 + r95);
             r89 = t103;
@@ -2782,7 +2782,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(d * K);
     double* const r20 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const __sum_109_54 = reinterpret_cast<double*>(next_slot);
+    double* const sum_109_54 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2844,14 +2844,14 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
                     const double x_i32 = (xc + k22)[i30 * d];
                     const double t33 = (x_i31 * x_i32);
                     const double sum_i = r20[i30];
-                    const double __sum_109_5434 = (sum_i + t33);
-                    __sum_109_54[i30] = __sum_109_5434;
+                    const double sum_109_5434 = (sum_i + t33);
+                    sum_109_54[i30] = sum_109_5434;
                 }
                 for (int64_t i35 = 0; i35 < K; ++i35) {
-                    r20[i35] = __sum_109_54[i35];
+                    r20[i35] = sum_109_54[i35];
                 }
             }
-            double* const tmp36 = __sum_109_54;  // reuses a dead buffer's space
+            double* const tmp36 = sum_109_54;  // reuses a dead buffer's space
             for (int64_t i37 = 0; i37 < K; ++i37) {
                 const double x_i38 = (icf + k17)[i37 * T];
                 const double t39 = ks::exp(x_i38);
@@ -2986,7 +2986,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
         const double t115 = (1.0 / (r7 + k114)[0]);
         const double t116 = (r111 * t115);
         double* const tmp117 = r20;  // reuses a dead buffer's space
-        double* const tmp118 = __sum_109_54;  // reuses a dead buffer's space
+        double* const tmp118 = sum_109_54;  // reuses a dead buffer's space
         for (int64_t i119 = 0; i119 < K; ++i119) {
             const double x_i120 = t116;
             const double x_i121 = (r6 + k114 * K)[i119];
@@ -3076,7 +3076,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
                 tmp170[i171 * d + i172] = t176;
             }
         }
-        double* const tmp177 = __sum_109_54;  // reuses a dead buffer's space
+        double* const tmp177 = sum_109_54;  // reuses a dead buffer's space
         for (int64_t i178 = 0; i178 < K; ++i178) {
             const double x_i179 = r110[i178];
             const double x_i180 = tmp117[i178];

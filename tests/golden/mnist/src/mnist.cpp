@@ -58,8 +58,8 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
     float* const tmp87 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const tmp91 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp105 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 10);
+    float* const tmp92 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     const auto epilogue = [&](int64_t, int64_t col, float v) {
@@ -167,45 +167,37 @@ extern "C" int mnist_classify(int64_t batch, const float* input, float* out, voi
         }
         tmp87[i88] = acc;
     }
-    for (int64_t i92 = 0; i92 < batch; ++i92) {
-        const float x_i93 = tmp87[i92];
-        const float t94 = ks::abs(x_i93);
-        const bool t95 = (t94 == __builtin_huge_valf());
-        const float t96 = (t95 ? 0.0f : x_i93);
-        tmp91[i92] = t96;
-    }
-    float* const tmp97 = tmp87;  // reuses a dead buffer's space
-    for (int64_t i98 = 0; i98 < batch; ++i98) {
-        float acc99 = 0;
-        KS_OMP_SIMD(reduction(+:acc99))
-        for (int64_t i100 = 0; i100 < 10; ++i100) {
-            const float x_i101 = prod80[i98 * 10 + i100];
-            const float x_i102 = tmp91[i98];
-            const float t103 = (x_i101 - x_i102);
-            const float t104 = ks::exp(t103);
-            acc99 += t104;
+    for (int64_t i93 = 0; i93 < batch; ++i93) {
+        float acc94 = 0;
+        KS_OMP_SIMD(reduction(+:acc94))
+        for (int64_t i95 = 0; i95 < 10; ++i95) {
+            const float x_i96 = prod80[i93 * 10 + i95];
+            const float x_i97 = tmp87[i93];
+            const float t98 = (x_i96 - x_i97);
+            tmp91[i93 * 10 + i95] = t98;
+            const float t99 = ks::exp(t98);
+            acc94 += t99;
         }
-        tmp97[i98] = acc99;
+        tmp92[i93] = acc94;
     }
-    for (int64_t i106 = 0; i106 < batch; ++i106) {
-        const float x_i107 = tmp97[i106];
-        const float t108 = ks::log(x_i107);
-        const float x_i109 = tmp91[i106];
-        const float t110 = (t108 + x_i109);
-        tmp105[i106] = t110;
+    float* const tmp100 = tmp87;  // reuses a dead buffer's space
+    for (int64_t i101 = 0; i101 < batch; ++i101) {
+        const float x_i102 = tmp92[i101];
+        const float t103 = ks::log(x_i102);
+        tmp100[i101] = t103;
     }
-    for (int64_t i111 = 0; i111 < batch; ++i111) {
-        for (int64_t i112 = 0; i112 < 10; ++i112) {
-            const float x_i113 = prod80[i111 * 10 + i112];
-            const float x_i114 = tmp105[i111];
-            const float t115 = (x_i113 - x_i114);
-            out[i111 * 10 + i112] = t115;
+    for (int64_t i104 = 0; i104 < batch; ++i104) {
+        for (int64_t i105 = 0; i105 < 10; ++i105) {
+            const float x_i106 = tmp91[i104 * 10 + i105];
+            const float x_i107 = tmp100[i104];
+            const float t108 = (x_i106 - x_i107);
+            out[i104 * 10 + i105] = t108;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch);
 }
 

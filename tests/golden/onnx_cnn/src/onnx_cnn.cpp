@@ -131,11 +131,11 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp34 = reinterpret_cast<float*>(next_slot);
+    float* const tmp38 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const conv41 = reinterpret_cast<float*>(next_slot);
+    float* const conv45 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod49 = reinterpret_cast<float*>(next_slot);
+    float* const prod53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
@@ -143,7 +143,7 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const gathered104 = reinterpret_cast<float*>(next_slot);
+    float* const gathered108 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     (void)next_slot;
     const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
@@ -187,72 +187,76 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
                             const float x_i21 = tmp1[i15 * (8 * 16 * 16) + i16 * (16 * 16) + i17 * (2 * 16) + i18 * 16 + i19 * (2 * 1) + i20];
                             const float x_i22 = max[i15 * (8 * 8 * 8) + i16 * (8 * 8) + i17 * 8 + i19];
                             const bool t23 = (x_i21 == x_i22);
-                            const int64_t t24 = static_cast<int64_t>(i20);
-                            const int64_t t25 = static_cast<int64_t>(i18);
-                            const int64_t t26 = (t25 * int64_t{2});
-                            const int64_t t27 = (t24 + t26);
-                            tmp13[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t27;
-                            const int64_t t28 = (t23 ? t27 : int64_t{4611686018427387904});
-                            tmp14[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t28;
+                            const bool t24 = (x_i21 != x_i21);
+                            const bool t25 = (x_i22 != x_i22);
+                            const bool t26 = (t24 && t25);
+                            const bool t27 = (t23 || t26);
+                            const int64_t t28 = static_cast<int64_t>(i20);
+                            const int64_t t29 = static_cast<int64_t>(i18);
+                            const int64_t t30 = (t29 * int64_t{2});
+                            const int64_t t31 = (t28 + t30);
+                            tmp13[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t31;
+                            const int64_t t32 = (t27 ? t31 : int64_t{4611686018427387904});
+                            tmp14[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t32;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i29 = 0; i29 < batch; ++i29) {
-        for (int64_t i30 = 0; i30 < 8; ++i30) {
-            for (int64_t i31 = 0; i31 < 8; ++i31) {
+    for (int64_t i33 = 0; i33 < batch; ++i33) {
+        for (int64_t i34 = 0; i34 < 8; ++i34) {
+            for (int64_t i35 = 0; i35 < 8; ++i35) {
                 KS_OMP_SIMD()
-                for (int64_t i32 = 0; i32 < 8; ++i32) {
-                    int64_t acc33 = ks::highest<int64_t>();
-                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2]);
-                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * 2 + 1]);
-                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2]);
-                    acc33 = ks::running_min(acc33, tmp14[i29 * (8 * 8 * 2 * 8 * 2) + i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + 1 * (8 * 2) + i32 * 2 + 1]);
-                    min[i29 * (8 * 8 * 8) + i30 * (8 * 8) + i31 * 8 + i32] = acc33;
+                for (int64_t i36 = 0; i36 < 8; ++i36) {
+                    int64_t acc37 = ks::highest<int64_t>();
+                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + i36 * 2]);
+                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + i36 * 2 + 1]);
+                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + 1 * (8 * 2) + i36 * 2]);
+                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + 1 * (8 * 2) + i36 * 2 + 1]);
+                    min[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i36] = acc37;
                 }
             }
         }
     }
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
-    for (int64_t i35 = 0; i35 < batch; ++i35) {
-        for (int64_t i36 = 0; i36 < 16; ++i36) {
-            for (int64_t i37 = 0; i37 < 1; ++i37) {
-                for (int64_t i38 = 0; i38 < 1; ++i38) {
-                    const float x_i39 = prod[i35 * 16 + i36 + i37 + i38];
-                    const float t40 = (x_i39 * 0.1111111119389534f);
-                    tmp34[i35 * 16 + i36 + i37 + i38] = t40;
+    for (int64_t i39 = 0; i39 < batch; ++i39) {
+        for (int64_t i40 = 0; i40 < 16; ++i40) {
+            for (int64_t i41 = 0; i41 < 1; ++i41) {
+                for (int64_t i42 = 0; i42 < 1; ++i42) {
+                    const float x_i43 = prod[i39 * 16 + i40 + i41 + i42];
+                    const float t44 = (x_i43 * 0.1111111119389534f);
+                    tmp38[i39 * 16 + i40 + i41 + i42] = t44;
                 }
             }
         }
     }
-    const ks::conv_shape geometry42{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-    const auto epilogue = [&](int64_t image43, int64_t channel, int64_t, float v) {
-        const float x_i44 = ks_data_3[channel];
-        const float t45 = (v + x_i44);
-        const bool t46 = (t45 <= 0.0f);
-        const float x_i47 = tmp34[image43 * 16 + channel];
-        const float t48 = (t46 ? 0.0f : x_i47);
-        return t48;
+    const ks::conv_shape geometry46{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+    const auto epilogue = [&](int64_t image47, int64_t channel, int64_t, float v) {
+        const float x_i48 = ks_data_3[channel];
+        const float t49 = (v + x_i48);
+        const bool t50 = (t49 <= 0.0f);
+        const float x_i51 = tmp38[image47 * 16 + channel];
+        const float t52 = (t50 ? 0.0f : x_i51);
+        return t52;
     };
-    ks::conv<float>(geometry42, batch, max, ks_data_2, conv41, scratch_float, epilogue);
-    for (int64_t i50 = 0; i50 < batch; ++i50) {
-        for (int64_t i51 = 0; i51 < 1; ++i51) {
-            ks::tiled_gemm<float>(72, 9, 16, {(ks_data_2 + i51 * (16 * 72)), 1, 72}, {((conv41 + i51 * (16 * 9)) + i50 * (16 * 9)), 9, 1}, {((prod49 + i51 * (72 * 9)) + i50 * (72 * 9)), 9, 1}, false, scratch_float);
+    ks::conv<float>(geometry46, batch, max, ks_data_2, conv45, scratch_float, epilogue);
+    for (int64_t i54 = 0; i54 < batch; ++i54) {
+        for (int64_t i55 = 0; i55 < 1; ++i55) {
+            ks::tiled_gemm<float>(72, 9, 16, {(ks_data_2 + i55 * (16 * 72)), 1, 72}, {((conv45 + i55 * (16 * 9)) + i54 * (16 * 9)), 9, 1}, {((prod53 + i55 * (72 * 9)) + i54 * (72 * 9)), 9, 1}, false, scratch_float);
         }
     }
-    for (int64_t i52 = 0; i52 < batch * 8 * 8 * 3 * 3; ++i52) {
-        folded[i52] = 0.0f;
+    for (int64_t i56 = 0; i56 < batch * 8 * 8 * 3 * 3; ++i56) {
+        folded[i56] = 0.0f;
     }
-    for (int64_t i53 = 0; i53 < batch; ++i53) {
-        for (int64_t i54 = 0; i54 < 1; ++i54) {
-            for (int64_t i55 = 0; i55 < 8; ++i55) {
-                for (int64_t i56 = 0; i56 < 3; ++i56) {
-                    for (int64_t i57 = 0; i57 < 3; ++i57) {
-                        for (int64_t i58 = 0; i58 < 3; ++i58) {
-                            for (int64_t i59 = 0; i59 < 3; ++i59) {
-                                folded[i53 * (8 * 8 * 3 * 3) + i54 * (8 * 8 * 3 * 3) + i55 * (8 * 3 * 3) + i56 * (2 * (3 * 3)) + i57 * (3 * 3) + i58 * 3 + i59] += prod49[i53 * (8 * 3 * 3 * 3 * 3) + i54 * (8 * 3 * 3 * 3 * 3) + i55 * (3 * 3 * 3 * 3) + i56 * 3 + i57 * (3 * 3 * 3) + i58 + i59 * (3 * 3)];
+    for (int64_t i57 = 0; i57 < batch; ++i57) {
+        for (int64_t i58 = 0; i58 < 1; ++i58) {
+            for (int64_t i59 = 0; i59 < 8; ++i59) {
+                for (int64_t i60 = 0; i60 < 3; ++i60) {
+                    for (int64_t i61 = 0; i61 < 3; ++i61) {
+                        for (int64_t i62 = 0; i62 < 3; ++i62) {
+                            for (int64_t i63 = 0; i63 < 3; ++i63) {
+                                folded[i57 * (8 * 8 * 3 * 3) + i58 * (8 * 8 * 3 * 3) + i59 * (8 * 3 * 3) + i60 * (2 * (3 * 3)) + i61 * (3 * 3) + i62 * 3 + i63] += prod53[i57 * (8 * 3 * 3 * 3 * 3) + i58 * (8 * 3 * 3 * 3 * 3) + i59 * (3 * 3 * 3 * 3) + i60 * 3 + i61 * (3 * 3 * 3) + i62 + i63 * (3 * 3)];
                             }
                         }
                     }
@@ -260,118 +264,118 @@ extern "C" int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* 
             }
         }
     }
-    float* const folded60 = max;  // reuses a dead buffer's space
-    for (int64_t i61 = 0; i61 < batch * 8 * 8 * 8; ++i61) {
-        folded60[i61] = 0.0f;
+    float* const folded64 = max;  // reuses a dead buffer's space
+    for (int64_t i65 = 0; i65 < batch * 8 * 8 * 8; ++i65) {
+        folded64[i65] = 0.0f;
     }
-    for (int64_t i62 = 0; i62 < batch; ++i62) {
-        for (int64_t i63 = 0; i63 < 1; ++i63) {
-            for (int64_t i64 = 0; i64 < 8; ++i64) {
-                for (int64_t i65 = 0; i65 < 8; ++i65) {
-                    for (int64_t i66 = 0; i66 < 3; ++i66) {
-                        for (int64_t i67 = 0; i67 < 3; ++i67) {
-                            folded60[i62 * (8 * 8 * 8) + i63 * (8 * 8 * 8) + i64 * (8 * 8) + i65 * 8 + i66 * (2 * 1) + i67] += folded[i62 * (8 * 8 * 3 * 3) + i63 * (8 * 8 * 3 * 3) + i64 * (8 * 3 * 3) + i65 * (3 * 3) + i66 * 3 + i67];
+    for (int64_t i66 = 0; i66 < batch; ++i66) {
+        for (int64_t i67 = 0; i67 < 1; ++i67) {
+            for (int64_t i68 = 0; i68 < 8; ++i68) {
+                for (int64_t i69 = 0; i69 < 8; ++i69) {
+                    for (int64_t i70 = 0; i70 < 3; ++i70) {
+                        for (int64_t i71 = 0; i71 < 3; ++i71) {
+                            folded64[i66 * (8 * 8 * 8) + i67 * (8 * 8 * 8) + i68 * (8 * 8) + i69 * 8 + i70 * (2 * 1) + i71] += folded[i66 * (8 * 8 * 3 * 3) + i67 * (8 * 8 * 3 * 3) + i68 * (8 * 3 * 3) + i69 * (3 * 3) + i70 * 3 + i71];
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp68 = conv;  // reuses a dead buffer's space
-    for (int64_t i69 = 0; i69 < batch; ++i69) {
-        for (int64_t i70 = 0; i70 < 8; ++i70) {
-            for (int64_t i71 = 0; i71 < 8; ++i71) {
-                for (int64_t i72 = 0; i72 < 2; ++i72) {
-                    for (int64_t i73 = 0; i73 < 8; ++i73) {
-                        for (int64_t i74 = 0; i74 < 2; ++i74) {
-                            const int64_t x_i75 = tmp13[i69 * (8 * 8 * 2 * 8 * 2) + i70 * (8 * 2 * 8 * 2) + i71 * (2 * 8 * 2) + i72 * (8 * 2) + i73 * 2 + i74];
-                            const int64_t x_i76 = min[i69 * (8 * 8 * 8) + i70 * (8 * 8) + i71 * 8 + i73];
-                            const bool t77 = (x_i75 == x_i76);
-                            const float x_i78 = folded60[i69 * (8 * 8 * 8) + i70 * (8 * 8) + i71 * 8 + i73];
-                            const float t79 = (t77 ? x_i78 : 0.0f);
-                            tmp68[i69 * (8 * 8 * 2 * 8 * 2) + i70 * (8 * 2 * 8 * 2) + i71 * (2 * 8 * 2) + i72 * (8 * 2) + i73 * 2 + i74] = t79;
+    float* const tmp72 = conv;  // reuses a dead buffer's space
+    for (int64_t i73 = 0; i73 < batch; ++i73) {
+        for (int64_t i74 = 0; i74 < 8; ++i74) {
+            for (int64_t i75 = 0; i75 < 8; ++i75) {
+                for (int64_t i76 = 0; i76 < 2; ++i76) {
+                    for (int64_t i77 = 0; i77 < 8; ++i77) {
+                        for (int64_t i78 = 0; i78 < 2; ++i78) {
+                            const int64_t x_i79 = tmp13[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78];
+                            const int64_t x_i80 = min[i73 * (8 * 8 * 8) + i74 * (8 * 8) + i75 * 8 + i77];
+                            const bool t81 = (x_i79 == x_i80);
+                            const float x_i82 = folded64[i73 * (8 * 8 * 8) + i74 * (8 * 8) + i75 * 8 + i77];
+                            const float t83 = (t81 ? x_i82 : 0.0f);
+                            tmp72[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78] = t83;
                         }
                     }
                 }
             }
         }
     }
-    float* const folded80 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i81 = 0; i81 < batch * 8 * 8 * 2 * 16; ++i81) {
-        folded80[i81] = 0.0f;
+    float* const folded84 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i85 = 0; i85 < batch * 8 * 8 * 2 * 16; ++i85) {
+        folded84[i85] = 0.0f;
     }
-    for (int64_t i82 = 0; i82 < batch; ++i82) {
-        for (int64_t i83 = 0; i83 < 8; ++i83) {
-            for (int64_t i84 = 0; i84 < 8; ++i84) {
-                for (int64_t i85 = 0; i85 < 2; ++i85) {
-                    for (int64_t i86 = 0; i86 < 8; ++i86) {
-                        for (int64_t i87 = 0; i87 < 2; ++i87) {
-                            folded80[i82 * (8 * 8 * 2 * 16) + i83 * (8 * 2 * 16) + i84 * (2 * 16) + i85 * 16 + i86 * (2 * 1) + i87] += tmp68[i82 * (8 * 8 * 2 * 8 * 2) + i83 * (8 * 2 * 8 * 2) + i84 * (2 * 8 * 2) + i85 * (8 * 2) + i86 * 2 + i87];
+    for (int64_t i86 = 0; i86 < batch; ++i86) {
+        for (int64_t i87 = 0; i87 < 8; ++i87) {
+            for (int64_t i88 = 0; i88 < 8; ++i88) {
+                for (int64_t i89 = 0; i89 < 2; ++i89) {
+                    for (int64_t i90 = 0; i90 < 8; ++i90) {
+                        for (int64_t i91 = 0; i91 < 2; ++i91) {
+                            folded84[i86 * (8 * 8 * 2 * 16) + i87 * (8 * 2 * 16) + i88 * (2 * 16) + i89 * 16 + i90 * (2 * 1) + i91] += tmp72[i86 * (8 * 8 * 2 * 8 * 2) + i87 * (8 * 2 * 8 * 2) + i88 * (2 * 8 * 2) + i89 * (8 * 2) + i90 * 2 + i91];
                         }
                     }
                 }
             }
         }
     }
-    float* const folded88 = conv;  // reuses a dead buffer's space
-    for (int64_t i89 = 0; i89 < batch * 8 * 16 * 16; ++i89) {
-        folded88[i89] = 0.0f;
+    float* const folded92 = conv;  // reuses a dead buffer's space
+    for (int64_t i93 = 0; i93 < batch * 8 * 16 * 16; ++i93) {
+        folded92[i93] = 0.0f;
     }
-    for (int64_t i90 = 0; i90 < batch; ++i90) {
-        for (int64_t i91 = 0; i91 < 8; ++i91) {
-            for (int64_t i92 = 0; i92 < 8; ++i92) {
-                for (int64_t i93 = 0; i93 < 2; ++i93) {
-                    for (int64_t i94 = 0; i94 < 16; ++i94) {
-                        folded88[i90 * (8 * 16 * 16) + i91 * (16 * 16) + i92 * (2 * 16) + i93 * 16 + i94] += folded80[i90 * (8 * 8 * 2 * 16) + i91 * (8 * 2 * 16) + i92 * (2 * 16) + i93 * 16 + i94];
+    for (int64_t i94 = 0; i94 < batch; ++i94) {
+        for (int64_t i95 = 0; i95 < 8; ++i95) {
+            for (int64_t i96 = 0; i96 < 8; ++i96) {
+                for (int64_t i97 = 0; i97 < 2; ++i97) {
+                    for (int64_t i98 = 0; i98 < 16; ++i98) {
+                        folded92[i94 * (8 * 16 * 16) + i95 * (16 * 16) + i96 * (2 * 16) + i97 * 16 + i98] += folded84[i94 * (8 * 8 * 2 * 16) + i95 * (8 * 2 * 16) + i96 * (2 * 16) + i97 * 16 + i98];
                     }
                 }
             }
         }
     }
-    for (int64_t i95 = 0; i95 < 1; ++i95) {
-        for (int64_t i96 = 0; i96 < 3; ++i96) {
-            for (int64_t i97 = 0; i97 < 8; ++i97) {
-                for (int64_t i98 = 0; i98 < 3; ++i98) {
-                    for (int64_t i99 = 0; i99 < 3; ++i99) {
-                        packed[i95 * (3 * 8 * 3 * 3) + i96 * (8 * 3 * 3) + i97 * (3 * 3) + i98 * 3 + i99] = ks_data_0[i95 * (8 * 3 * 3 * 3) + i96 * (3 * 3) + i97 * (3 * 3 * 3) + i98 * 3 + i99];
+    for (int64_t i99 = 0; i99 < 1; ++i99) {
+        for (int64_t i100 = 0; i100 < 3; ++i100) {
+            for (int64_t i101 = 0; i101 < 8; ++i101) {
+                for (int64_t i102 = 0; i102 < 3; ++i102) {
+                    for (int64_t i103 = 0; i103 < 3; ++i103) {
+                        packed[i99 * (3 * 8 * 3 * 3) + i100 * (8 * 3 * 3) + i101 * (3 * 3) + i102 * 3 + i103] = ks_data_0[i99 * (8 * 3 * 3 * 3) + i100 * (3 * 3) + i101 * (3 * 3 * 3) + i102 * 3 + i103];
                     }
                 }
             }
         }
     }
-    for (int64_t i100 = 0; i100 < 3; ++i100) {
-        for (int64_t i101 = 0; i101 < 8; ++i101) {
-            for (int64_t i102 = 0; i102 < 3; ++i102) {
-                for (int64_t i103 = 0; i103 < 3; ++i103) {
-                    gathered[i100 * (8 * 3 * 3) + i101 * (3 * 3) + i102 * 3 + i103] = packed[i100 * (8 * 3 * 3) + i101 * (3 * 3) + ks::clamp_index(ks_data_7[i102], 3) * 3 + i103];
+    for (int64_t i104 = 0; i104 < 3; ++i104) {
+        for (int64_t i105 = 0; i105 < 8; ++i105) {
+            for (int64_t i106 = 0; i106 < 3; ++i106) {
+                for (int64_t i107 = 0; i107 < 3; ++i107) {
+                    gathered[i104 * (8 * 3 * 3) + i105 * (3 * 3) + i106 * 3 + i107] = packed[i104 * (8 * 3 * 3) + i105 * (3 * 3) + ks::clamp_index(ks_data_7[i106], 3) * 3 + i107];
                 }
             }
         }
     }
-    for (int64_t i105 = 0; i105 < 3; ++i105) {
-        for (int64_t i106 = 0; i106 < 8; ++i106) {
-            for (int64_t i107 = 0; i107 < 3; ++i107) {
-                for (int64_t i108 = 0; i108 < 3; ++i108) {
-                    gathered104[i105 * (8 * 3 * 3) + i106 * (3 * 3) + i107 * 3 + i108] = gathered[i105 * (8 * 3 * 3) + i106 * (3 * 3) + i107 * 3 + ks::clamp_index(ks_data_7[i108], 3)];
+    for (int64_t i109 = 0; i109 < 3; ++i109) {
+        for (int64_t i110 = 0; i110 < 8; ++i110) {
+            for (int64_t i111 = 0; i111 < 3; ++i111) {
+                for (int64_t i112 = 0; i112 < 3; ++i112) {
+                    gathered108[i109 * (8 * 3 * 3) + i110 * (3 * 3) + i111 * 3 + i112] = gathered[i109 * (8 * 3 * 3) + i110 * (3 * 3) + i111 * 3 + ks::clamp_index(ks_data_7[i112], 3)];
                 }
             }
         }
     }
-    float* const tmp109 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i110 = 0; i110 < batch; ++i110) {
-        for (int64_t i111 = 0; i111 < 8; ++i111) {
-            for (int64_t i112 = 0; i112 < 16; ++i112) {
-                for (int64_t i113 = 0; i113 < 16; ++i113) {
-                    const bool x_i114 = tmp[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113];
-                    const float x_i115 = folded88[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113];
-                    const float t116 = (x_i114 ? 0.0f : x_i115);
-                    tmp109[i110 * (8 * 16 * 16) + i111 * (16 * 16) + i112 * 16 + i113] = t116;
+    float* const tmp113 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i114 = 0; i114 < batch; ++i114) {
+        for (int64_t i115 = 0; i115 < 8; ++i115) {
+            for (int64_t i116 = 0; i116 < 16; ++i116) {
+                for (int64_t i117 = 0; i117 < 16; ++i117) {
+                    const bool x_i118 = tmp[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117];
+                    const float x_i119 = folded92[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117];
+                    const float t120 = (x_i118 ? 0.0f : x_i119);
+                    tmp113[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117] = t120;
                 }
             }
         }
     }
-    const ks::conv_shape geometry117{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry117, batch, tmp109, gathered104, out, scratch_float);
+    const ks::conv_shape geometry121{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry121, batch, tmp113, gathered108, out, scratch_float);
     return ks::status::ok;
 }
 
