@@ -143,3 +143,35 @@ def test_sigterm_stops_the_build_and_its_compilers(tmp_path):
     time.sleep(0.5)
     assert compilers() == []
     assert not (tmp_path / "out").exists()
+
+
+def test_sigterm_to_a_python_build_stops_its_compilers(tmp_path):
+    """ksbuild.build from a Python program killed with SIGTERM left cc1plus running for half an hour (CMake runs
+    in its own process group, and only the CLI stopped it): now the build stops its compilers too."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    shutil.copytree(ROOT / "examples/gmm", tmp_path / "gmm")
+    env = dict(os.environ, KSBUILD_CACHE=str(tmp_path / "cache"))
+    script = f"import ksbuild; ksbuild.build({str(tmp_path / 'gmm/manifest.toml')!r})"
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def compilers():
+        found = subprocess.run(["pgrep", "-f", f"cc1plus.*{tmp_path}"], capture_output=True, text=True).stdout
+        return found.split()
+    deadline = time.time() + 120
+    while not compilers() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.skip("the build finished before a compiler was seen")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    time.sleep(0.5)
+    assert compilers() == []

@@ -30,11 +30,15 @@ def _run(args: list[str], what: str, log: Path) -> None:
     # its own process group: when ksbuild is stopped (Ctrl-C, SIGTERM), the compilers CMake started stop too
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    previous = _sigterm_raises()
     try:
         output, _ = proc.communicate()
     except BaseException:
         _stop_group(proc)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     with open(log, "a") as f:
         f.write(f"$ {' '.join(args)}\n{output}")
     if proc.returncode != 0:
@@ -45,6 +49,20 @@ def _run(args: list[str], what: str, log: Path) -> None:
             hint = ("a compiler warning stopped the build (-Werror); please report it with this log. To build "
                     "anyway, set werror = false in the manifest's [build] table")
         raise KsbuildError(f"{what} failed (full log: {log})\n{tail}", hint=hint)
+
+
+def _sigterm_raises():
+    """While CMake runs from ksbuild's Python API (the CLI has its own handler), a SIGTERM raises SystemExit(143)
+    so that the compilers, which run in their own process group, are stopped too (they outlived a killed
+    Python). The previous handler, or None when it was not replaced (another handler, or not the main thread)."""
+    import threading
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

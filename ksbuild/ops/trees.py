@@ -91,8 +91,10 @@ def check(b, forest: Forest, n_features) -> None:
 
 
 def leaves(b, forest: Forest, x: Atom) -> Atom:
-    """The leaf state every tree reaches for every row of x [N, F]: an int32 [N, T]. Each level is one loop
-    nest over [N, T] whose table reads are fused gathers: the workspace is the walks' states."""
+    """The leaf state every tree reaches for every row of x [N, F]: an int [N, T]. Each level is one loop nest
+    over [N, T] whose table reads are fused gathers: the workspace is the walks' states. A node's feature,
+    threshold and two successors are stored side by side (`_packed`), so a step reads one cache line per
+    walk, not four (a forest of millions of nodes does not fit in the caches)."""
     from ..prims.control import PRIMS_LOOP, wrap
     n, f = x.type.shape
     t = len(forest.roots)
@@ -100,7 +102,9 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
     if x.type.dtype != cmp_dtype:
         x = b.convert(x, dtype=cmp_dtype)
     flat = b.reshape(x, shape=(numel((n, f)),))
-    start = b.broadcast_to(_array(b, forest.roots.astype(np.int32)), shape=(n, t))
+    pack = _packed(forest, cmp_dtype)
+    it = dtype_of(pack)
+    start = b.broadcast_to(_array(b, forest.roots.astype(pack.dtype)), shape=(n, t))
     s = len(forest.true_next)
     interior = forest.true_next != np.arange(s)
     modes = sorted({int(m) for m in forest.mode[interior]}) or [LEQ]
@@ -108,22 +112,37 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
     def step(bb, ps):
         _, xs, node = ps
         table = lambda arr: _table(bb, arr, node)  # noqa: E731
+        packed = _array(bb, pack)
+        base = bb.mul(node, Lit(4, Type(it)))
+        field = lambda c: bb.gather(packed, base if c == 0 else bb.add(base, Lit(c, Type(it))), axis=0)  # noqa: E731
         row = bb.mul(bb.iota(shape=(n, t), axis=0, dtype="i64"), Lit(f, Type("i64")))
-        value = bb.gather(xs, bb.add(row, bb.convert(table(forest.feature.astype(np.int32)), dtype="i64")), axis=0)
+        feature = field(0)
+        value = bb.gather(xs, bb.add(row, feature if it == "i64" else bb.convert(feature, dtype="i64")), axis=0)
+        threshold = bb.bitcast(field(1), dtype=cmp_dtype)
         go = None
         for m in modes:
-            here = _compare(bb, m, value, forest, table, cmp_dtype)
+            here = _compare(bb, m, value, threshold, forest, table, cmp_dtype)
             go = here if go is None else bb.select(bb.eq(table(forest.mode.astype(np.int32)),
                                                          Lit(m, Type("i32"))), here, go)
         if forest.missing_true[interior].any():
             nan = bb.ne(value, value)
             go = logical_or(bb, go, logical_and(bb, table(forest.missing_true), nan))
-        return [bb.select(go, table(forest.true_next.astype(np.int32)), table(forest.false_next.astype(np.int32)))]
+        return [bb.select(go, field(2), field(3))]
 
     body = wrap("tree_level", [Type("i64"), flat.type, start.type], step)
     depth = forest.depth
     return b.bind(PRIMS_LOOP, [Lit(depth, Type("i64")), flat, start],
                   dict(body=body, n_consts=1, n_carry=1, length=depth, reverse=False))[0] if depth else start
+
+
+def _packed(forest: Forest, dtype: str) -> np.ndarray:
+    """[S * 4]: each state's feature, threshold (its bits), true and false successors, side by side; int32 for
+    float32 thresholds, int64 for float64 ones."""
+    ft, it = (np.float64, np.int64) if dtype == "f64" else (np.float32, np.int32)
+    with np.errstate(over="ignore"):  # (a double threshold beyond float32's range is compared in f64 anyway)
+        bits = forest.threshold.astype(ft).view(it)
+    return np.stack([forest.feature.astype(it), bits, forest.true_next.astype(it), forest.false_next.astype(it)],
+                    axis=1).reshape(-1)
 
 
 def _array(b, arr: np.ndarray) -> Atom:
@@ -138,7 +157,7 @@ def _table(b, arr: np.ndarray, node: Atom) -> Atom:
     return b.gather(_array(b, arr), node, axis=0)
 
 
-def _compare(bb, mode: int, value: Atom, forest: Forest, table, dtype: str) -> Atom:
+def _compare(bb, mode: int, value: Atom, threshold: Atom, forest: Forest, table, dtype: str) -> Atom:
     """The bool [N, T] of one comparison mode at every walk's current state."""
     if mode == MEMBER:  # one fused gather per position in the sets
         hit = None
@@ -146,7 +165,6 @@ def _compare(bb, mode: int, value: Atom, forest: Forest, table, dtype: str) -> A
             here = bb.eq(value, table(forest.members[:, j].astype(np.float64 if dtype == "f64" else np.float32)))
             hit = here if hit is None else logical_or(bb, hit, here)
         return hit
-    threshold = table(forest.threshold.astype(np.float64 if dtype == "f64" else np.float32))
     return {LEQ: bb.le, LT: bb.lt, GTE: bb.ge, GT: bb.gt, EQ: bb.eq, NEQ: bb.ne}[mode](value, threshold)
 
 

@@ -7,14 +7,11 @@
 #include "ks/conv.h"
 
 // Constants (codegen/data.py): small ones here, large ones in src/onnx_forest_data.bin.
-extern "C" KS_HIDDEN const unsigned char onnx_forest_data_blob[];  // 12800 bytes, src/onnx_forest_data.bin
+extern "C" KS_HIDDEN const unsigned char onnx_forest_data_blob[];  // 12672 bytes, src/onnx_forest_data.bin
 alignas(16) static const int32_t ks_data_0[40] = {0, 15, 30, 45, 60, 75, 90, 105, 120, 135, 150, 165, 180, 195, 210, 225, 240, 255, 270, 285, 300, 315, 330, 345, 360, 375, 390, 405, 420, 435, 450, 465, 480, 495, 510, 525, 540, 555, 570, 585};  // i32[40]
-static const int32_t* const ks_data_1 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 0);  // i32[600]
-static const float* const ks_data_2 = reinterpret_cast<const float*>(onnx_forest_data_blob + 2432);  // f32[600]
-static const bool* const ks_data_3 = reinterpret_cast<const bool*>(onnx_forest_data_blob + 4864);  // bool[600]
-static const int32_t* const ks_data_4 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 5504);  // i32[600]
-static const int32_t* const ks_data_5 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 7936);  // i32[600]
-static const float* const ks_data_6 = reinterpret_cast<const float*>(onnx_forest_data_blob + 10368);  // f32[600]
+static const int32_t* const ks_data_1 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 0);  // i32[2400]
+static const bool* const ks_data_2 = reinterpret_cast<const bool*>(onnx_forest_data_blob + 9600);  // bool[600]
+static const float* const ks_data_3 = reinterpret_cast<const float*>(onnx_forest_data_blob + 10240);  // f32[600]
 
 
 // forest = forest   (kernel forest from forest.onnx)
@@ -28,7 +25,7 @@ extern "C" int onnx_forest_forest(int64_t batch, const float* x, float* out, voi
     next_slot += ks::aligned_bytes<int32_t>(batch * 40);
     int32_t* const tmp = reinterpret_cast<int32_t*>(next_slot);
     next_slot += ks::aligned_bytes<int32_t>(batch * 40);
-    float* const tmp21 = reinterpret_cast<float*>(next_slot);
+    float* const tmp26 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
@@ -42,41 +39,46 @@ extern "C" int onnx_forest_forest(int64_t batch, const float* x, float* out, voi
                 const int64_t t5 = static_cast<int64_t>(i3);
                 const int64_t t6 = (t5 * int64_t{3});
                 const int32_t x_i = r[i3 * 40 + i4];
-                const int32_t t7 = ks_data_1[ks::clamp_index(x_i, 600)];
-                const int64_t t8 = static_cast<int64_t>(t7);
-                const int64_t t9 = (t6 + t8);
-                const float t10 = x[ks::clamp_index(t9, (3*batch))];
-                const float t11 = ks_data_2[ks::clamp_index(x_i, 600)];
-                const bool t12 = (t10 <= t11);
-                const bool t13 = ks_data_3[ks::clamp_index(x_i, 600)];
-                const bool t14 = (t10 != t10);
-                const bool t15 = (t13 && t14);
-                const bool t16 = (t12 || t15);
-                const int32_t t17 = ks_data_4[ks::clamp_index(x_i, 600)];
-                const int32_t t18 = ks_data_5[ks::clamp_index(x_i, 600)];
-                const int32_t t19 = (t16 ? t17 : t18);
-                tmp[i3 * 40 + i4] = t19;
+                const int32_t t7 = (x_i * 4);
+                const int32_t t8 = ks_data_1[ks::clamp_index(t7, 2400)];
+                const int64_t t9 = static_cast<int64_t>(t8);
+                const int64_t t10 = (t6 + t9);
+                const float t11 = x[ks::clamp_index(t10, (3*batch))];
+                const int32_t t12 = (t7 + 1);
+                const int32_t t13 = ks_data_1[ks::clamp_index(t12, 2400)];
+                const float t14 = ks::bit_cast<float>(t13);
+                const bool t15 = (t11 <= t14);
+                const bool t16 = ks_data_2[ks::clamp_index(x_i, 600)];
+                const bool t17 = (t11 != t11);
+                const bool t18 = (t16 && t17);
+                const bool t19 = (t15 || t18);
+                const int32_t t20 = (t7 + 2);
+                const int32_t t21 = ks_data_1[ks::clamp_index(t20, 2400)];
+                const int32_t t22 = (t7 + 3);
+                const int32_t t23 = ks_data_1[ks::clamp_index(t22, 2400)];
+                const int32_t t24 = (t19 ? t21 : t23);
+                tmp[i3 * 40 + i4] = t24;
             }
         }
-        for (int64_t i20 = 0; i20 < batch * 40; ++i20) {
-            r[i20] = tmp[i20];
+        for (int64_t i25 = 0; i25 < batch * 40; ++i25) {
+            r[i25] = tmp[i25];
         }
     }
-    for (int64_t i22 = 0; i22 < batch; ++i22) {
+    for (int64_t i27 = 0; i27 < batch; ++i27) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i23 = 0; i23 < 40; ++i23) {
-            const int32_t x_i24 = r[i22 * 40 + i23];
-            const float t25 = ks_data_6[ks::clamp_index(x_i24, 600)];
-            acc += t25;
+        for (int64_t i28 = 0; i28 < 40; ++i28) {
+            const int32_t x_i29 = r[i27 * 40 + i28];
+            const float t30 = ks_data_3[ks::clamp_index(x_i29, 600)];
+            acc += t30;
         }
-        tmp21[i22] = acc;
+        tmp26[i27] = acc;
     }
-    for (int64_t i26 = 0; i26 < batch; ++i26) {
-        for (int64_t i27 = 0; i27 < 1; ++i27) {
-            const float x_i28 = tmp21[i26 + i27];
-            const float t29 = (x_i28 + 0.3404572904109955f);
-            out[i26 + i27] = t29;
+    for (int64_t i31 = 0; i31 < batch; ++i31) {
+        for (int64_t i32 = 0; i32 < 1; ++i32) {
+            const float x_i33 = tmp26[i31 + i32];
+            const float t34 = (x_i33 + 0.3404572904109955f);
+            out[i31 + i32] = t34;
         }
     }
     return ks::status::ok;
