@@ -10,6 +10,7 @@ derivatives are zero (the comparisons are bools, which AD does not enter).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from ..ir.core import Atom, Lit
 from ..ir.types import Type, dtype_of, numel
 from ._util import error, scalar_lit
+from .create import array
 from .math import logical_and, logical_or
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER = range(7)
@@ -39,7 +41,7 @@ class Forest:
     voted: np.ndarray          # [S, K] bool: the leaf votes for that target at all
     thresholds_f64: bool       # the model gives thresholds as doubles (compare in f64)
 
-    @property
+    @functools.cached_property
     def depth(self) -> int:
         """The number of steps after which every walk has reached its leaf."""
         return _depth(self.true_next, self.false_next, self.roots)
@@ -104,7 +106,7 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
     flat = b.reshape(x, shape=(numel((n, f)),))
     pack = _packed(forest, cmp_dtype)
     it = dtype_of(pack)
-    start = b.broadcast_to(_array(b, forest.roots.astype(pack.dtype)), shape=(n, t))
+    start = b.broadcast_to(array(b, forest.roots.astype(pack.dtype)), shape=(n, t))
     s = len(forest.true_next)
     interior = forest.true_next != np.arange(s)
     modes = sorted({int(m) for m in forest.mode[interior]}) or [LEQ]
@@ -112,7 +114,7 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
     def step(bb, ps):
         _, xs, node = ps
         table = lambda arr: _table(bb, arr, node)  # noqa: E731
-        packed = _array(bb, pack)
+        packed = array(bb, pack)
         base = bb.mul(node, Lit(4, Type(it)))
         field = lambda c: bb.gather(packed, base if c == 0 else bb.add(base, Lit(c, Type(it))), axis=0)  # noqa: E731
         row = bb.mul(bb.iota(shape=(n, t), axis=0, dtype="i64"), Lit(f, Type("i64")))
@@ -145,16 +147,11 @@ def _packed(forest: Forest, dtype: str) -> np.ndarray:
                     axis=1).reshape(-1)
 
 
-def _array(b, arr: np.ndarray) -> Atom:
-    from .create import array
-    return array(b, arr)
-
-
 def _table(b, arr: np.ndarray, node: Atom) -> Atom:
     """arr[node] for a 1-D table (a fused gather); a scalar when every entry is the same."""
     if arr.ndim == 1 and arr.size and np.all(arr == arr[0]):
         return scalar_lit(arr[0].item(), dtype_of(arr))
-    return b.gather(_array(b, arr), node, axis=0)
+    return b.gather(array(b, arr), node, axis=0)
 
 
 def _compare(bb, mode: int, value: Atom, threshold: Atom, forest: Forest, table, dtype: str) -> Atom:
@@ -184,7 +181,7 @@ def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom
     ft = np.float64 if dtype == "f64" else np.float32
 
     def per_tree(arr: np.ndarray) -> Atom:  # [N, T] (column arr) or [N, T, K] (table arr) of every walk's leaf
-        v = _table(b, arr, leaf) if arr.ndim == 1 else b.gather(_array(b, arr), leaf, axis=0)
+        v = _table(b, arr, leaf) if arr.ndim == 1 else b.gather(array(b, arr), leaf, axis=0)
         return v if v.type.rank else b.broadcast_to(v, shape=(n, t))
 
     def aggregated(values: np.ndarray, voted: np.ndarray) -> tuple[Atom, Atom]:
