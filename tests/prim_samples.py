@@ -187,6 +187,7 @@ SAMPLES = {
     "dim_size": ((), {"dim": 7}, (), lambda: np.array(7)),
     "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),
     "erf": ((V,), {}, (normal,), vec(math.erf)),
+    "erfc": ((V,), {}, (normal,), vec(math.erfc)),
     "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),
     "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-5, 5)),
                        lambda x, i: x[[_wrap_clamp(k, 3) for k in i]]),

@@ -171,13 +171,26 @@ def _set(key, value):
     (_set("nodes_modes", lambda v: [b"BRANCH_ABOUT" if m != b"LEAF" else m for m in v]),
      "unknown node mode 'BRANCH_ABOUT'"),
     (_set("nodes_truenodeids", lambda v: [99] + list(v[1:])), "names node 99 of tree 0"),
-    (_set("post_transform", "PROBIT"), "PROBIT"),
     (_set("base_values", [1.0, 2.0, 3.0]), "base_values has 3 values for 2 targets"),
     (_set("target_ids", lambda v: [5] * len(v)), "target_ids entry is outside [0, 2)"),
     (_set("nodes_falsenodeids", lambda v: [0] * len(v)), "tree 0 has 8 root nodes"),
 ])
 def test_bad_models_are_located_errors(tmp_path, change, message):
     assert message in _broken(tmp_path, change)
+
+
+def test_probit_of_two_classes_is_a_located_error(tmp_path):
+    """(Regressors and classifiers of three or more classes take PROBIT: tests/test_onnx_sklearn.py.)"""
+    from onnx import helper as h
+    m = tm.classifier(35, [0, 1])
+    node = m.graph.node[0]
+    attrs = {a.name: h.get_attribute_value(a) for a in node.attribute}
+    attrs["post_transform"] = "PROBIT"
+    node.CopyFrom(h.make_node(node.op_type, list(node.input), list(node.output), domain="ai.onnx.ml", name="forest",
+                              **attrs))
+    onnx.save(m, str(tmp_path / "probit.onnx"))
+    with pytest.raises(KsbuildError, match=r"probit\.onnx: node forest .*PROBIT of a two-class ensemble"):
+        compile_onnx_kernel(tmp_path / "probit.onnx", "probit")
 
 
 def test_a_cycle_is_a_located_error(tmp_path):

@@ -599,7 +599,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
              "atanh": _unary(math_ops.atanh), "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
              "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
              "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
-             "isfinite": _predicate(_isfinite)}
+             "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
     torch_table.update(unary)
     torch_table.update({
         "hypot": _hypot, "logaddexp": _logaddexp, "var": _var_std(False), "std": _var_std(True),
@@ -630,7 +630,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "trunc", "isnan", "isinf", "isfinite")})
     math_table.update({"hypot": _math_function("hypot", _hypot), "copysign": _math_function("copysign", _copysign)})
     special_table.update({"expit": _unary(lambda b, x: b.logistic(x)), "erf": unary["erf"], "erfc": unary["erfc"],
-                          "log1p": _prim_unary("log1p"), "expm1": _prim_unary("expm1"),
+                          "erfinv": unary["erfinv"], "ndtri": _unary(math_ops.probit), "log1p": _prim_unary("log1p"),
+                          "expm1": _prim_unary("expm1"),
                           "logit": _unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x))))})
     methods.update({name: _method(fn) for name, fn in unary.items()})
     methods.update({"var": _method(_var_std(False)), "std": _method(_var_std(True)), "norm": _method(_norm),

@@ -203,3 +203,70 @@ def safe_pow(b, x: Atom, y: Atom, float_dtype: str = "f64") -> Atom:
     xf = b.convert(x, dtype=float_dtype)
     yf = y if y.type.dtype == float_dtype else b.convert(y, dtype=float_dtype)
     return b.convert(b.pow(xf, yf), dtype=x.type.dtype)
+
+
+# Giles' single-precision erfinv ("Approximating the erfinv function", M. Giles, GPU Computing Gems Jade
+# Edition, 2011): a polynomial in w - 2.5 where w = -log(1 - y²) < 5, else in sqrt(w) - 3.
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _horner(b, coefs, w: Atom) -> Atom:
+    p = _k(w, coefs[0])
+    for c in coefs[1:]:
+        p = b.add(_k(w, c), b.mul(p, w))
+    return p
+
+
+def erfinv(b, y: Atom) -> Atom:
+    """The inverse error function on [-1, 1] (±inf at ±1, NaN outside), computed in float64 whatever y's
+    dtype, to about 1e-14 relative (a float32 result is correctly rounded but for near-ties)."""
+    y64 = cast(b, y, "f64")
+    neg = b.lt(y64, _k(y64, 0))
+    a = b.select(neg, b.neg(y64), y64)
+    return cast(b, _signed(b, neg, _erfinv(b, a, b.sub(_k(a, 1), a))), y.type.dtype)
+
+
+def probit(b, p: Atom) -> Atom:
+    """The standard normal quantile √2 · erfinv(2p - 1) (torch.special.ndtri; the ONNX-ML PROBIT post
+    transform), with 1 - |2p - 1| taken as 2p or 2(1 - p), which keeps it precise for tiny p."""
+    p64 = cast(b, p, "f64")
+    low = b.lt(p64, _k(p64, 0.5))
+    q = b.mul(_k(p64, 2), b.select(low, p64, b.sub(_k(p64, 1), p64)))
+    x = _erfinv(b, b.sub(_k(p64, 1), q), q)
+    return cast(b, b.mul(_k(p64, math.sqrt(2.0)), _signed(b, low, x)), p.type.dtype)
+
+
+def _signed(b, neg: Atom, x: Atom) -> Atom:
+    return b.select(neg, b.neg(x), x)
+
+
+def _erfinv(b, a: Atom, q: Atom) -> Atom:
+    """x ≥ 0 with erf(x) = a (float64), given q = 1 - a to full relative precision. Start: Giles' polynomials
+    while w = -log(q(2 - q)) < 16 (their range), else the asymptote x² ≈ L - log(πL)/2 of L = -log q; then
+    three Newton steps, on erf(x) = a below a = 1/2 and on log erfc(x) = log q above (where erf(x) - a would
+    cancel). Each branch reads a harmless value where it is not taken (no inf reaches a derivative)."""
+    zero = b.eq(q, _k(q, 0))
+    q = b.select(zero, _k(q, 1), q)
+    w = b.neg(b.log(b.mul(q, b.sub(_k(q, 2), q))))
+    central, giles = b.lt(w, _k(q, 5.0)), b.lt(w, _k(q, 16.0))
+    p_central = _horner(b, _ERFINV_CENTRAL, b.sub(b.select(central, w, _k(q, 2.5)), _k(q, 2.5)))
+    p_tail = _horner(b, _ERFINV_TAIL, b.sub(b.sqrt(b.select(central, _k(q, 5.0), b.select(giles, w, _k(q, 5.0)))),
+                                           _k(q, 3.0)))
+    big = b.neg(b.log(b.select(giles, _k(q, 0.5), q)))
+    asymptote = b.sqrt(b.sub(big, b.mul(_k(q, 0.5), b.log(b.mul(_k(q, math.pi), big)))))
+    x = b.select(giles, b.mul(b.select(central, p_central, p_tail), b.select(zero, _k(q, 0), a)), asymptote)
+    tail = b.gt(a, _k(q, 0.5))
+    half_sqrt_pi = _k(q, math.sqrt(math.pi) / 2)
+    log_q = b.log(q)
+    for _ in range(3):
+        xc = b.select(tail, _k(q, 0), x)
+        step_c = b.mul(b.mul(b.sub(b.erf(xc), a), half_sqrt_pi), b.exp(b.mul(xc, xc)))
+        xt = b.select(tail, x, _k(q, 1))
+        e = b.erfc(xt)
+        le = b.log(b.select(b.gt(e, _k(q, 0)), e, _k(q, 1)))  # (erfc underflows past 27: no step)
+        step_t = b.mul(b.mul(b.sub(log_q, le), half_sqrt_pi), b.exp(b.add(le, b.mul(xt, xt))))
+        x = b.select(tail, b.sub(x, b.select(b.gt(e, _k(q, 0)), step_t, _k(q, 0))), b.sub(x, step_c))
+    return b.select(zero, _k(q, math.inf), x)

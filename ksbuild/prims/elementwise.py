@@ -275,6 +275,9 @@ atan = unary("atan", np.arctan, "std::atan({0})",
 erf = unary("erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x), "ks::erf({0})",
             lambda b, x, y: b.mul(b.lit(2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
             "error function 2/√π ∫₀ˣ e^-t² dt")  # d erf = 2/√π e^-x²
+erfc = unary("erfc", lambda x: np.vectorize(math.erfc, otypes=[x.dtype])(x), "ks::erfc({0})",
+             lambda b, x, y: b.mul(b.lit(-2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
+             "complementary error function 1 - erf x, precise where it is tiny")  # d erfc = -2/√π e^-x²
 
 
 

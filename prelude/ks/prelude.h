@@ -297,6 +297,29 @@ inline T erf(T x) {
     }
 }
 
+// erfc(x) = 1 - erf(x) without libm's erfc, to full relative precision where it is tiny: 1 - erf(x)
+// below |x| = 2 (erfc is above 4.6e-3 there, so the subtraction loses at most 8 bits of erf's error), the
+// continued fraction of erf's comment above (exact to rounding from 2 with 60 terms) beyond, and
+// 2 - erfc(-x) for x <= -2. Floats are computed as doubles (an approximation of float precision alone
+// would lose erfc's tail).
+template <class T>
+inline T erfc(T x) {
+    if constexpr (sizeof(T) <= 4) {
+        return static_cast<T>(ks::erfc(static_cast<double>(x)));
+    } else {
+        const T a = ks::abs(x);
+        if (!(a >= T(2))) {  // (NaN too)
+            return T(1) - ks::erf(x);
+        }
+        T cf = a;
+        for (int k = 60; k >= 1; --k) {
+            cf = a + static_cast<T>(k) / T(2) / cf;
+        }
+        const T r = static_cast<T>(0.5641895835477563) * std::exp(-a * a) / cf;  // 1/√π e^-a² / cf
+        return x < T(0) ? T(2) - r : r;
+    }
+}
+
 // The bits of x read as a To of the same size (std::bit_cast of C++20).
 template <class To, class From>
 inline To bit_cast(From x) {

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     ops_sequence,
     ops_shape,
     ops_signal,
+    ops_svm,
     ops_training,
     ops_trees,
 )

@@ -12,6 +12,8 @@ from ...ops import math as m
 from ...ops import reduce as red
 from ...ops._util import scalar_lit
 from ...ops.create import array
+from ...ops.index import arg_extremum
+from ...ops.shape import stack
 from .graph import handler
 from .node import Node
 from .values import Val
@@ -93,10 +95,11 @@ POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
 def post_transform(n: Node, score, post: str, k: int):
-    """onnxruntime's post transforms of [N, K] scores (for one target it applies none of them but PROBIT)."""
+    """onnxruntime's post transforms of [N, K] scores (for one target it applies none of them but PROBIT; its
+    PROBIT is Winitzki's approximation of erfinv, good to about 2e-3, ksbuild's is exact to float precision)."""
     b = n.b
     if post == "PROBIT":
-        raise n.unsupported("post_transform PROBIT (the inverse error function)")
+        return m.probit(b, score)
     if post == "NONE" or k == 1:
         return score
     if post == "LOGISTIC":
@@ -209,3 +212,71 @@ def zipmap(n: Node):
     raise n.unsupported("ZipMap (its output is a sequence of maps, which a C ABI has no type for)",
                         hint="convert the classifier with its probabilities as a tensor: skl2onnx's "
                              "options={id(model): {'zipmap': False}} (onnxmltools: zipmap=False)")
+
+
+# ---- LinearClassifier (scikit-learn's LogisticRegression, LinearSVC, RidgeClassifier, LDA as skl2onnx writes them)
+
+def class_labels(n: Node, ints: str = "classlabels_ints", required: bool = True) -> tuple[np.ndarray | None, str]:
+    """The class labels (int64 or strings) and the label output's dtype; (None, "i64") when none are given and
+    they are not required."""
+    labels_int, labels_str = n.attr(ints, None), n.attr("classlabels_strings", None)
+    if labels_int is not None and labels_str is not None:
+        raise n.error(f"{n.op}: set {ints} or classlabels_strings, not both")
+    if labels_str is not None:
+        arr = np.empty(len(labels_str), dtype=object)
+        arr[:] = [s.decode() if isinstance(s, bytes) else str(s) for s in labels_str]
+        return arr, "str"
+    if labels_int is not None:
+        return np.asarray(labels_int, dtype=np.int64), "i64"
+    if required:
+        raise n.error(f"{n.op} needs {ints} or classlabels_strings")
+    return None, "i64"
+
+
+def feature_rows(n: Node, features: int | None = None):
+    """X as f32 [N, F]: a 1-D X is one row (as onnxruntime reads it); int and double inputs are converted."""
+    x = _as_f32(n, n.x(0))
+    if x.type.rank == 1:
+        x = n.b.reshape(x, shape=(1,) + x.type.shape)
+    if x.type.rank != 2:
+        raise n.error(f"{n.op}: X must be [N, F] (a batch of feature rows) or [F], got {x.type}")
+    if features is not None and x.type.shape[1] != features:
+        raise n.error(f"{n.op}: the model was made for {features} features, X has {x.type.shape[1]}")
+    return x
+
+
+def pick_label(n: Node, labels: np.ndarray, index, dtype: str) -> Val:
+    """labels[index] as the label output."""
+    return Val(n.b.gather(array(n.b, labels), index, axis=0), None, dtype)
+
+
+@handler("LinearClassifier")
+def linear_classifier(n: Node):
+    """scores = x · coefficientsᵀ + intercepts [N, C]; the label is the first class of the highest score. With one
+    score column (a binary model) the label is labels[1] (or 1) where the score is > 0, and for two labels Z is
+    [1 - t(s), t(s)] with t the post transform (onnxruntime 1.32; it garbles PROBIT there, ksbuild applies it)."""
+    intercepts = np.asarray(n.attr("intercepts", []), dtype=np.float32)
+    coef = np.asarray(n.attr("coefficients"), dtype=np.float32)
+    c = len(intercepts)
+    if c == 0 or coef.size % c:
+        raise n.error(f"{n.op}: {coef.size} coefficients do not split into {c} class row(s) "
+                      "(one intercept per class)")
+    x = feature_rows(n, coef.size // c)
+    labels, ldt = class_labels(n, required=c > 1)
+    if c > 1 and len(labels) != c:
+        raise n.error(f"{n.op}: {len(labels)} class labels for {c} score columns")
+    if c == 1 and labels is not None and len(labels) != 2:
+        raise n.error(f"{n.op}: a binary model (one score column) takes 2 class labels (or none), got {len(labels)}")
+    b = n.b
+    post = n.attr_in("post_transform", POST_TRANSFORMS, "NONE")
+    n.attr_in("multi_class", (0, 1), 0)  # (one-vs-rest or multinomial: the scores are the same linear map)
+    score = b.add(b.einsum(x, array(b, coef.reshape(c, -1)), spec="nf,cf->nc"), array(b, intercepts))
+    if c > 1:
+        return [pick_label(n, labels, arg_extremum(b, score, 1, keepdims=False, largest=True), ldt),
+                post_transform(n, score, post, c)]
+    s = b.reshape(score, shape=score.type.shape[:1])
+    positive = b.convert(b.gt(s, scalar_lit(0.0, "f32")), dtype="i64")
+    if labels is None:
+        return [Val(positive, None, "i64"), m.probit(b, score) if post == "PROBIT" else score]
+    t = m.probit(b, s) if post == "PROBIT" else b.logistic(s) if post == "LOGISTIC" else s
+    return [pick_label(n, labels, positive, ldt), stack(b, [b.sub(scalar_lit(1.0, "f32"), t), t], 1)]

@@ -257,8 +257,9 @@ def tree_ensemble_classifier(n: Node):
         raise n.unsupported("a classifier with fewer than two class labels")
     forest = _legacy_forest(n, "class", c)
     post = n.attr_in("post_transform", POST_TRANSFORMS, "NONE")
-    if post == "PROBIT":
-        raise n.unsupported("post_transform PROBIT (the inverse error function)")
+    if post == "PROBIT" and c == 2:
+        raise n.unsupported("post_transform PROBIT of a two-class ensemble (onnxruntime writes one column of Z "
+                            "there, and the operator's text does not say which)")
     base = _base_values(n, c, "classes")
     trees.check(n.b, forest, x.type.shape[1])
     score, voted = trees.scores(n.b, forest, x, "SUM", "f32")
