@@ -1,4 +1,4 @@
-"""torch.erfinv, torch.special.erfinv and torch.special.ndtri (ops.math.erfinv / probit, also the ONNX-ML PROBIT
+"""torch.erfinv, torch.special.erfinv, torch.special.ndtri and torch.erfc (ops.math.erfinv / probit, also the ONNX-ML PROBIT
 post transform) compiled from the Python frontend and from torch.export, float32 and float64, against scipy's
 erfinv/ndtri (Cephes) in ulps, down to the tails; and their vjp against the closed form √π/2 · e^(erfinv(y)²)."""
 from __future__ import annotations
@@ -27,6 +27,9 @@ def nd(p: "f32[n]") -> "f32[n]":
 
 def nd64(p: "f64[n]") -> "f64[n]":
     return torch.special.ndtri(p)
+
+def tails(x: "f64[n]") -> "f64[n]":
+    return torch.erfc(x) + torch.special.erfc(-x)
 '''
 
 MODULE = '''
@@ -35,7 +38,7 @@ from torch.export import Dim
 
 class Quantiles(torch.nn.Module):
     def forward(self, p):
-        return torch.special.ndtri(p) + torch.erfinv(2 * p - 1)
+        return torch.special.ndtri(p) + torch.erfinv(2 * p - 1) + torch.erfc(10 * p)
 
 def make():
     return Quantiles(), (torch.rand(5, dtype=torch.float64),), ({0: Dim("n")},)
@@ -55,12 +58,14 @@ def pkg(tmp_path_factory):
         ei64 = { python = "k.py:ei64" }
         nd = { python = "k.py:nd" }
         nd64 = { python = "k.py:nd64" }
+        tails = { python = "k.py:tails" }
         module = { torch = "m.py:make" }
         [exports]
         ei = "ei"
         ei64 = "ei64"
         nd = "nd"
         nd64 = "nd64"
+        tails = "tails"
         module = "module"
         ei_vjp = "vjp(ei)"
         nd64_vjp = "vjp(nd64)"
@@ -93,9 +98,15 @@ def test_ndtri_down_to_the_tails(pkg, name, dtype, ulps, smallest):
     assert _ulps(getattr(pkg, name)(p), want, dtype).max() <= ulps
 
 
+def test_erfc_keeps_the_tail(pkg):
+    """torch.erfc is the erfc prim, not 1 - erf (which is 0 from x = 6 on)."""
+    x = np.linspace(-3, 26, 300)
+    np.testing.assert_allclose(pkg.tails(x), special.erfc(x) + special.erfc(-x), rtol=1e-13)
+
+
 def test_torch_export_module(pkg):
     p = np.concatenate([np.linspace(0, 1, 101), [1e-200, 1 - 1e-12]])
-    want = special.ndtri(p) + special.erfinv(2 * p - 1)
+    want = special.ndtri(p) + special.erfinv(2 * p - 1) + special.erfc(10 * p)
     np.testing.assert_allclose(pkg.module(p), want, rtol=1e-13)
 
 

@@ -57,10 +57,6 @@ def _prim_unary(name: str):
     return fn
 
 
-def _erfc(b, x):
-    return b.sub(_c(x, 1.0), b.erf(x))
-
-
 def _log_base(base: float):
     def op(b, x):
         return b.mul(b.log(x), _c(x, 1.0 / math.log(base)))
@@ -592,7 +588,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
              special_table: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, F.*, torch.linalg.*, x.method, math.*,
     torch.special.*)."""
-    unary = {"erf": _prim_unary("erf"), "erfc": _unary(lambda b, x: _erfc(b, x)),
+    unary = {"erf": _prim_unary("erf"), "erfc": _prim_unary("erfc"),
              "log2": _unary(_log_base(2.0)), "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan),
              "sinh": _unary(math_ops.sinh), "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin),
              "acos": _unary(math_ops.acos), "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh),

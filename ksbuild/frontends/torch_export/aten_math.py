@@ -29,7 +29,7 @@ UNARY = {
     "tan.default": m.tan, "atan.default": lambda b, x: b.atan(x), "asin.default": m.asin, "acos.default": m.acos,
     "sinh.default": m.sinh, "cosh.default": m.cosh, "asinh.default": m.asinh, "acosh.default": m.acosh,
     "atanh.default": m.atanh, "sigmoid.default": lambda b, x: b.logistic(x), "erf.default": lambda b, x: b.erf(x),
-    "erfinv.default": m.erfinv, "special_ndtri.default": m.probit,
+    "erfc.default": lambda b, x: b.erfc(x), "erfinv.default": m.erfinv, "special_ndtri.default": m.probit,
     "floor.default": lambda b, x: b.floor(x), "ceil.default": m.ceil, "trunc.default": m.trunc,
     "round.default": m.round_half_even, "sign.default": lambda b, x: b.sign(x), "reciprocal.default": m.reciprocal,
     "relu.default": aten.relu, "lgamma.default": lambda b, x: b.lgamma(x), "digamma.default": lambda b, x: b.digamma(x),
@@ -38,7 +38,7 @@ UNARY = {
     "hardswish.default": act.hard_swish, "mish.default": act.mish, "silu.default": act.swish,
 }
 FLOAT_ONLY = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "atan", "asin", "acos",
-              "sinh", "cosh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfinv", "special_ndtri", "lgamma",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "special_ndtri", "lgamma",
               "digamma", "log2", "log10", "exp2", "reciprocal"}
 
 
