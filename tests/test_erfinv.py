@@ -1,6 +1,7 @@
-"""torch.erfinv, torch.special.erfinv, torch.special.ndtri and torch.erfc (ops.math.erfinv / probit, also the
-ONNX-ML PROBIT post transform) compiled from the Python frontend and from torch.export, float32 and float64,
-against scipy's erfinv/ndtri (Cephes) in ulps, down to the tails; and their vjp against the closed form √π/2 · e^(erfinv(y)²)."""
+"""torch.erfinv, torch.special.erfinv, torch.special.ndtri and torch.erfc (ops.math.erfinv / probit, also the ONNX-ML
+PROBIT post transform) compiled from the Python frontend and from torch.export, float32 and float64, against
+scipy's erfinv/ndtri (Cephes) in ulps, down to the tails; and their vjp against the closed form √π/2 ·
+e^(erfinv(y)²)."""
 from __future__ import annotations
 
 import textwrap
