@@ -59,3 +59,12 @@ def test_interpreter_agrees_on_a_few(tmp_path):
     for c in load_cases(names=SAMPLE[::10]):
         r = run_interpreted(c)
         assert r.status == PASS, f"{c.name}: {r.detail}"
+
+
+def test_a_filter_without_cases_names_the_op_types(capsys):
+    """(It was a ZeroDivisionError from inside ksbuild.)"""
+    from ksbuild.cli import main
+    assert main(["onnx-report", "--filter", "OneHotEncoder"]) != 0
+    err = capsys.readouterr().err
+    assert "--filter OneHotEncoder: no ONNX backend node test has that op type" in err and "Conv, " in err
+    assert "Traceback" not in err

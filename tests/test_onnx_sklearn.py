@@ -17,7 +17,18 @@ pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip instal
 skl2onnx = pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install -e .[examples])")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper as h  # noqa: E402
-from sklearn import datasets, discriminant_analysis, linear_model, pipeline, preprocessing, svm  # noqa: E402
+from sklearn import (  # noqa: E402
+    calibration,
+    compose,
+    datasets,
+    discriminant_analysis,
+    ensemble,
+    linear_model,
+    multiclass,
+    pipeline,
+    preprocessing,
+    svm,
+)
 
 import ksbuild  # noqa: E402
 
@@ -27,9 +38,14 @@ def _data():
     d, dy = datasets.load_digits(return_X_y=True)
     keep = dy < 5  # five digits keep the 10-class coupling small enough to train fast
     r, ry = datasets.load_diabetes(return_X_y=True)
+    rng = np.random.default_rng(0)
+    cats = rng.integers(0, 4, (150, 3)).astype(np.int64)
+    mixed = np.concatenate([x[:, :2], rng.integers(0, 3, (150, 1))], axis=1).astype(np.float32)
     return {"iris": (x.astype(np.float32), y), "binary": (x.astype(np.float32), (y > 0).astype(np.int64)),
             "digits": (d[keep].astype(np.float32) / 16, dy[keep]), "diabetes": (r.astype(np.float32), ry),
-            "strings": (x.astype(np.float32), np.array(["setosa", "versicolor", "virginica"])[y])}
+            "strings": (x.astype(np.float32), np.array(["setosa", "versicolor", "virginica"])[y]),
+            "categories": (cats, None), "mixed": (mixed, y), "colors": (np.array(["red", "green", "blue", "cyan"],
+                                                                                 dtype=object)[cats[:, :1]], None)}
 
 
 def _models():
@@ -52,6 +68,18 @@ def _models():
         "nusvc_strings": (svm.NuSVC(), "strings"),
         "svr": (svm.SVR(C=50.0), "diabetes"),
         "nusvr_poly": (svm.NuSVR(kernel="poly", degree=2), "diabetes"),
+        "one_class_svm": (svm.OneClassSVM(nu=0.2), "iris"),
+        "one_vs_rest": (multiclass.OneVsRestClassifier(linear_model.LogisticRegression(max_iter=1000)), "iris"),
+        "calibrated_svc": (calibration.CalibratedClassifierCV(svm.LinearSVC(), cv=3), "iris"),
+        "one_hot": (preprocessing.OneHotEncoder(sparse_output=False), "categories"),
+        "one_hot_strings": (preprocessing.OneHotEncoder(handle_unknown="ignore", sparse_output=False), "colors"),
+        "bins_one_hot": (preprocessing.KBinsDiscretizer(3, encode="onehot-dense"), "iris"),
+        "columns": (pipeline.make_pipeline(compose.ColumnTransformer(
+            [("cat", preprocessing.OneHotEncoder(handle_unknown="ignore"), [2]),
+             ("num", preprocessing.StandardScaler(), [0, 1])]), linear_model.LogisticRegression(max_iter=1000)),
+            "mixed"),
+        "isolation_forest": (ensemble.IsolationForest(n_estimators=5, random_state=0), "iris"),
+        "power": (preprocessing.PowerTransformer(), "diabetes"),
     }
 
 
@@ -104,7 +132,7 @@ def built(tmp_path_factory):
         warnings.simplefilter("ignore")
         for name, (model, which) in _models().items():
             x, y = data[which]
-            model.fit(x, y)
+            model.fit(x, y) if y is not None else model.fit(x)
             opsets = {"": 17, "ai.onnx.ml": 3}
             try:
                 m = skl2onnx.to_onnx(model, x[:1], options={"zipmap": False}, target_opset=opsets)
@@ -142,6 +170,8 @@ def test_sklearn_models_match_onnxruntime_and_sklearn(built, name):
     x = data[which][0]
     rows = np.random.default_rng(0).choice(len(x), 40, replace=False)
     x = x[rows]
+    if which == "colors":
+        x[0, 0] = "purple"  # unknown: a row of zeros (handle_unknown="ignore")
     got = getattr(pkg, name)(x)
     got = got if isinstance(got, tuple) else (got,)
     want = _ort(root, name, x)
@@ -152,6 +182,8 @@ def test_sklearn_models_match_onnxruntime_and_sklearn(built, name):
         np.testing.assert_array_equal(np.asarray(got[0]).astype(str), model.predict(x).astype(str))
         if hasattr(model, "predict_proba") and got[1].shape[1] == len(model.classes_) and "svc" in name:
             np.testing.assert_allclose(got[1], model.predict_proba(x), atol=2e-4)
+    elif hasattr(model, "transform"):
+        np.testing.assert_allclose(got[0], model.transform(x), rtol=1e-4, atol=1e-4)
     else:
         np.testing.assert_allclose(np.asarray(got[0]).reshape(-1), model.predict(x), rtol=1e-4, atol=1e-3)
 

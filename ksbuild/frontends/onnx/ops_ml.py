@@ -1,12 +1,12 @@
 """ONNX-ML ops (domain ai.onnx.ml) that are plain tensor code: Binarizer, ArrayFeatureExtractor, LabelEncoder,
-Scaler, Imputer, Normalizer, LinearRegressor, and the post transforms of the ML models (the tree
-ensembles are in ops_trees.py)."""
+OneHotEncoder, Scaler, Imputer, Normalizer, LinearRegressor, LinearClassifier, and the post transforms of the ML
+models (the tree ensembles are in ops_trees.py, the SVMs in ops_svm.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.core import Lit
-from ...ir.types import Type, dtype_of, numpy_dtype
+from ...ir.types import Type, dtype_of, numel, numpy_dtype
 from ...ops import index as ix
 from ...ops import math as m
 from ...ops import reduce as red
@@ -29,11 +29,14 @@ def binarizer(n: Node):
 
 @handler("ArrayFeatureExtractor")
 def array_feature_extractor(n: Node):
+    """X's last axis gathered at the indices Y, flattened (onnxruntime: Z is X's shape with its last dim the
+    number of indices, [1, k] for a 1-D X). skl2onnx's label lookups pass ArgMax's [N, 1] and a class table."""
     x, idx = n.x(0), n.x(1)
-    if idx.type.rank == 0:  # (skl2onnx's multi-output classifiers pick one column so: [N, 1], as onnxruntime)
-        idx = n.b.reshape(idx, shape=(1,))
-    idx = n.b.reshape(idx, shape=(idx.type.shape[-1],)) if idx.type.rank != 1 else idx
-    return [ix.gather(n.b, x, idx, x.type.rank - 1)]
+    if x.type.rank == 0:
+        raise n.error(f"{n.op}: X must have at least one axis")
+    idx = n.b.reshape(idx, shape=(numel(idx.type.shape),)) if idx.type.rank != 1 else idx
+    z = ix.gather(n.b, x, idx, x.type.rank - 1)
+    return [n.b.reshape(z, shape=(1,) + z.type.shape) if x.type.rank == 1 else z]
 
 
 LABEL_DEFAULTS = {"f": -0.0, "i": -1, "str": "_Unused"}
@@ -280,3 +283,27 @@ def linear_classifier(n: Node):
         return [Val(positive, None, "i64"), m.probit(b, score) if post == "PROBIT" else score]
     t = m.probit(b, s) if post == "PROBIT" else b.logistic(s) if post == "LOGISTIC" else s
     return [pick_label(n, labels, positive, ldt), stack(b, [b.sub(scalar_lit(1.0, "f32"), t), t], 1)]
+
+
+@handler("OneHotEncoder")
+def one_hot_encoder(n: Node):
+    """Y[..., k] = 1.0 where X equals category k (a float X is truncated to an integer first, as onnxruntime
+    reads it), Y of shape X.shape + [len(cats)]. With zeros=0 onnxruntime fails the call on a value that is
+    no category; compiled code has no data-dependent errors, so that row is all zeros, as with zeros=1."""
+    x = n.x(0)
+    ints, strings = n.attr("cats_int64s", None), n.attr("cats_strings", None)
+    if (ints is None) == (strings is None):
+        raise n.error(f"{n.op} needs exactly one of cats_int64s and cats_strings")
+    n.attr_in("zeros", (0, 1), 1)
+    if strings is not None:
+        if x.type.dtype != "str":
+            raise n.error(f"{n.op}: string categories for a {x.type.dtype} input")
+        cats = np.empty(len(strings), dtype=object)
+        cats[:] = [s.decode() if isinstance(s, bytes) else str(s) for s in strings]
+    else:
+        if x.type.dtype == "str":
+            raise n.error(f"{n.op}: integer categories for a string input")
+        cats = np.asarray(ints, dtype=np.int64)
+        x = n.b.convert(m.trunc(n.b, x) if x.type.is_float else x, dtype="i64")
+    hit = n.b.eq(n.b.reshape(x, shape=x.type.shape + (1,)), array(n.b, cats))
+    return [n.b.convert(hit, dtype="f32")]

@@ -38,6 +38,12 @@ def run(filter_op: str | None, mode: str, work: Path, backend: str = "plain", pr
     from .conformance import load_cases, run_compiled, run_interpreted
     progress("onnx-report: loading the ONNX backend node tests")
     cases = load_cases(filter_op)
+    if not cases:
+        from ...errors import KsbuildError
+        from .conformance import _node_tests, op_names, op_of
+        ops = sorted({op_of(t.name, t.model, op_names()) for t in _node_tests()})
+        raise KsbuildError(f"--filter {filter_op}: no ONNX backend node test has that op type",
+                           hint=f"op types with node tests: {', '.join(ops)}")
     progress(f"onnx-report: {len(cases)} case(s), {mode}")
     if mode == "interpreted":
         return [run_interpreted(c) for c in cases]
