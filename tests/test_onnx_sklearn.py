@@ -1,9 +1,9 @@
-"""scikit-learn models as skl2onnx converts them (LinearClassifier, SVMClassifier, SVMRegressor, with the
-Scaler/Normalizer around them), compiled into one package and checked against onnxruntime (every output)
-and scikit-learn itself (labels, probabilities, predictions); plus hand-made LinearClassifier and
-SVMClassifier nodes for the cases converters rarely write (one score column, string labels, each post
-transform, liblinear mode), against onnxruntime, and PROBIT against scipy (onnxruntime's PROBIT is an
-approximation good to about 2e-3)."""
+"""scikit-learn models as skl2onnx converts them (LinearClassifier, SVMClassifier, SVMRegressor, OneHotEncoder, with
+the Scaler/Normalizer around them), compiled into one package and checked against onnxruntime (every output) and
+scikit-learn itself (labels, probabilities, predictions); plus hand-made LinearClassifier and SVMClassifier nodes
+for the cases converters rarely write (one score column, string labels, each post transform, liblinear mode),
+against onnxruntime, and PROBIT against scipy (onnxruntime's PROBIT is an approximation good to about 2e-3); and
+the vjp of three of them against finite differences."""
 from __future__ import annotations
 
 import warnings
@@ -123,6 +123,11 @@ def _node_model(op, attrs):
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)])
 
 
+GRADIENTS = ("svc_proba", "svr", "logreg")
+"""Models whose vjp is exported too: the input's sensitivity of the probabilities (through libsvm's coupling
+loop) or of the prediction."""
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("sklearn")
@@ -144,7 +149,7 @@ def built(tmp_path_factory):
         onnx.save(_node_model(op, attrs), str(root / f"{name}.onnx"))
     names = list(fitted) + list(_hand_made()) + list(PROBIT)
     kernels = "\n".join(f'{k} = {{ onnx = "{k}.onnx" }}' for k in names)
-    exports = "\n".join(f'{k} = "{k}"' for k in names)
+    exports = "\n".join([f'{k} = "{k}"' for k in names] + [f'{k}_vjp = "vjp({k})"' for k in GRADIENTS])
     (root / "manifest.toml").write_text(f'[package]\nname = "sk"\n\n[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
     return ksbuild.build(root / "manifest.toml", quiet=True), root, fitted, data
 
@@ -208,3 +213,25 @@ def test_probit_is_the_normal_quantile(built):
     np.testing.assert_allclose(z, special.ndtri(scores), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(z, _ort(root, "lc_probit", x)[1], atol=3e-3)  # onnxruntime: Winitzki's erfinv
     np.testing.assert_array_equal(label, scores.argmax(1))
+
+
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_vjp_matches_finite_differences(built, name):
+    """d(output · ct)/dx of the compiled vjp against central differences of the compiled model (float32, so
+    a step of 1e-2 in standardised units; the tolerance is relative to the gradient's size)."""
+    pkg, _, fitted, data = built
+    x = data[fitted[name][1]][0][::15].astype(np.float64)
+    scale = x.std(axis=0)
+    f = getattr(pkg, name)
+    out = f(x.astype(np.float32))
+    scores = out[-1] if isinstance(out, tuple) else out
+    ct = np.random.default_rng(1).normal(size=scores.shape).astype(np.float32)
+    g = np.asarray(getattr(pkg, f"{name}_vjp")(x.astype(np.float32), ct), dtype=np.float64)
+    fd = np.zeros_like(x)
+    for j in range(x.shape[1]):
+        step = np.zeros(x.shape[1])
+        step[j] = 1e-2 * scale[j]
+        up, down = f((x + step).astype(np.float32)), f((x - step).astype(np.float32))
+        up, down = (up[-1], down[-1]) if isinstance(up, tuple) else (up, down)
+        fd[:, j] = ((up.astype(np.float64) - down) * ct).sum(axis=1) / (2 * step[j])
+    np.testing.assert_allclose(g, fd, atol=2e-3 * np.abs(fd).max())
