@@ -64,6 +64,46 @@ def _digamma_ref(x, shift=30):
     return tail - sum(1 / (x + k) for k in range(shift))
 
 
+# Two trees for tree_walk, as (feature, mode, NaN goes true, threshold, true, false) per state; a leaf is
+# (None, its number). Tree 0: x0 <= 0.1 ? leaf 0 : (x1 < -0.2 (NaN: true) ? leaf 1 : leaf 2);
+# tree 1: x2 != 0.3 ? leaf 3 : leaf 4.
+TREE_STATES = [(0, 0, False, 0.1, 1, 2), (None, 0), (1, 1, True, -0.2, 3, 4), (None, 1), (None, 2),
+               (2, 5, False, 0.3, 6, 7), (None, 3), (None, 4)]
+
+
+def _tree_table(rng, shape):
+    rows = []
+    for st in TREE_STATES:
+        if st[0] is None:
+            rows.append([1 << 28, 0, st[1], 0])
+        else:
+            f, mode, nan_true, th, t, e = st
+            bits = struct.unpack("<q", struct.pack("<d", th))[0]
+            rows.append([f | (mode << 24) | (int(nan_true) << 27), bits, t, e])
+    return np.broadcast_to(np.array(rows, dtype=np.int64).reshape(-1), shape).copy()
+
+
+def _tree_ref(x, packed, roots):
+    """The walks written out with Python comparisons."""
+    out = np.zeros((x.shape[0], len(roots)), dtype=np.int64)
+    for r in range(x.shape[0]):
+        for t, root in enumerate(roots):
+            st = TREE_STATES[root]
+            while st[0] is not None:
+                f, mode, nan_true, th, yes, no = st
+                v = x[r, f]
+                go = [v <= th, v < th, v >= th, v > th, v == th, v != th][mode] or (nan_true and math.isnan(v))
+                st = TREE_STATES[yes if go else no]
+            out[r, t] = st[1]
+    return out
+
+
+def _tree_rows(rng, shape):
+    x = rng.standard_normal(shape)
+    x[..., 0, 1], x[..., 1, 2] = math.nan, 0.3
+    return x
+
+
 def _scatter_ref(x, i, v):
     out = x.copy()
     for a in range(i.shape[0]):
@@ -188,6 +228,8 @@ SAMPLES = {
     "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),
     "erf": ((V,), {}, (normal,), vec(math.erf)),
     "erfc": ((V,), {}, (normal,), vec(math.erfc)),
+    "tree_walk": ((Type("f64", (6, 3)), Type("i64", (32,)), Type("i64", (2,))), {"depth": 2, "mode": -1, "nan": True},
+                  (_tree_rows, _tree_table, lambda rng, shape: np.broadcast_to([0, 5], shape).copy()), _tree_ref),
     "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),
     "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-5, 5)),
                        lambda x, i: x[[_wrap_clamp(k, 3) for k in i]]),
@@ -232,7 +274,7 @@ SAMPLES = {
 }
 
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
-UNBATCHED: dict[str, tuple[int, ...]] = {}
+UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2)}  # (a forest's tables are constants)
 
 
 def prim_name(key: str) -> str:

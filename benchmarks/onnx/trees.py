@@ -7,7 +7,9 @@ The models (ai.onnx.ml TreeEnsembleRegressor / TreeEnsembleClassifier, as conver
 - boosted: examples/onnx_forest/forest.onnx, 40 trees of depth 3 on 3 features (gradient boosting);
 - forest: a random forest of 100 trees of depth 10 on 20 features, BRANCH_LEQ (random trees of
   tests/tree_models.py);
-- classes: a classifier of 50 trees of depth 6 voting for 3 classes (SOFTMAX), int labels.
+- classes: a classifier of 50 trees of depth 6 voting for 3 classes (SOFTMAX), int labels;
+- sklearn_rf: scikit-learn's RandomForestClassifier with its defaults (100 unpruned trees, depth ~20-30) on
+  5000 samples of 20 features, converted by skl2onnx (needs the examples extra).
 Each at batch 1 and 1000 (the batch dim is symbolic: one build serves both). Outputs are compared first.
 Each time is the MEDIAN of --repeats samples of calls from Python (ctypes for ksbuild, session.run for
 onnxruntime), the contenders sampled in turn. Ratios > 1 mean ksbuild is faster.
@@ -38,6 +40,16 @@ def models(tmp: Path) -> dict:
     classes = tm.classifier(2, [0, 1, 2], post="SOFTMAX", n_trees=50, depth=6)
     onnx.save(classes, str(tmp / "classes.onnx"))
     out["classes"] = (tmp / "classes.onnx", 4)
+    try:  # a random forest as scikit-learn grows it by default: unpruned, depth ~20-30
+        from skl2onnx import to_onnx
+        from sklearn.datasets import make_classification
+        from sklearn.ensemble import RandomForestClassifier
+        x, y = make_classification(5000, 20, n_informative=10, n_classes=3, random_state=0)
+        rf = RandomForestClassifier(100, random_state=0).fit(x.astype(np.float32), y)
+        onnx.save(to_onnx(rf, x[:1].astype(np.float32), options={"zipmap": False}), str(tmp / "sklearn_rf.onnx"))
+        out["sklearn_rf"] = (tmp / "sklearn_rf.onnx", 20)
+    except ImportError:
+        print("(scikit-learn or skl2onnx missing: no sklearn_rf; pip install -e .[examples])")
     return out
 
 

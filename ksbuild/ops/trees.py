@@ -1,11 +1,12 @@
-"""Decision-tree ensembles (gradient-boosted trees, random forests): every tree of every sample walked
+"""Decision-tree ensembles (gradient-boosted trees, random forests): every tree walked for every sample by the
+tree_walk prim (prims/trees.py: each walk stops at its leaf), or, when some split is BRANCH_MEMBER, all walks
 at once, one level per step of a `loop`, as gathers from constant node tables.
 
 A `Forest` numbers the nodes of all trees as states. An interior state compares one feature of the
 input with a threshold and moves to its true or its false state; a leaf moves to itself, so after as
 many steps as the deepest tree is deep every walk rests on its leaf. A leaf's votes are a row of
-`values` (one column per target or class). No heap, no recursion and no data-dependent loop count:
-the same C++ runs on a microcontroller. The result is piecewise constant in the input, so its
+`values` (one column per target or class). No heap, no recursion and no unbounded loop: the same C++
+runs on a microcontroller. The result is piecewise constant in the input, so its
 derivatives are zero (the comparisons are bools, which AD does not enter).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..ir.core import Atom, Lit
 from ..ir.types import Type, dtype_of, numel
+from ..prims.trees import FEATURE_BITS, head, tree_walk
 from ._util import error, scalar_lit
 from .create import array
 from .math import logical_and, logical_or
@@ -92,9 +94,11 @@ def check(b, forest: Forest, n_features) -> None:
         raise error(b, str(e)) from None
 
 
-def leaves(b, forest: Forest, x: Atom) -> Atom:
-    """The leaf state every tree reaches for every row of x [N, F]: an int [N, T]. Each level is one loop nest
-    over [N, T] whose table reads are fused gathers: the workspace is the walks' states. A node's feature,
+def leaves(b, forest: Forest, x: Atom) -> tuple[Atom, np.ndarray]:
+    """(ids, rows): the leaf every tree reaches for every row of x [N, F] as an int [N, T] id, and the state
+    each id stands for (the rows of `values` to read). Without BRANCH_MEMBER nodes the tree_walk prim walks
+    (`_walk`: ids number the leaves alone). Else each level is one loop nest over [N, T] whose table reads
+    are fused gathers, the ids are states and the workspace is the walks' states; a node's feature,
     threshold and two successors are stored side by side (`_packed`), so a step reads one cache line per
     walk, not four (a forest of millions of nodes does not fit in the caches)."""
     from ..prims.control import PRIMS_LOOP, wrap
@@ -103,12 +107,15 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
     cmp_dtype = "f64" if forest.thresholds_f64 or x.type.dtype == "f64" else "f32"
     if x.type.dtype != cmp_dtype:
         x = b.convert(x, dtype=cmp_dtype)
+    s = len(forest.true_next)
+    interior = forest.true_next != np.arange(s)
+    if not np.any(forest.mode[interior] == MEMBER) and (not isinstance(f, int) or f < 2 ** FEATURE_BITS):
+        return _walk(b, forest, x, cmp_dtype)
+    states = np.arange(s)
     flat = b.reshape(x, shape=(numel((n, f)),))
     pack = _packed(forest, cmp_dtype)
     it = dtype_of(pack)
     start = b.broadcast_to(array(b, forest.roots.astype(pack.dtype)), shape=(n, t))
-    s = len(forest.true_next)
-    interior = forest.true_next != np.arange(s)
     modes = sorted({int(m) for m in forest.mode[interior]}) or [LEQ]
 
     def step(bb, ps):
@@ -133,8 +140,32 @@ def leaves(b, forest: Forest, x: Atom) -> Atom:
 
     body = wrap("tree_level", [Type("i64"), flat.type, start.type], step)
     depth = forest.depth
-    return b.bind(PRIMS_LOOP, [Lit(depth, Type("i64")), flat, start],
-                  dict(body=body, n_consts=1, n_carry=1, length=depth, reverse=False))[0] if depth else start
+    return (b.bind(PRIMS_LOOP, [Lit(depth, Type("i64")), flat, start],
+                   dict(body=body, n_consts=1, n_carry=1, length=depth, reverse=False))[0] if depth else start), states
+
+
+def _walk(b, forest: Forest, x: Atom, dtype: str) -> tuple[Atom, np.ndarray]:
+    """The leaves by the tree_walk prim: each walk stops at its leaf (the scalar loop onnxruntime runs), which
+    for deep unpruned forests is about half the steps of walking every level, and answers the leaf's number
+    among the leaves, so the leaf tables hold leaves only (half the rows: fewer cache misses). The table's
+    head word holds the feature, the mode, the NaN way and the leaf flag (prims/trees.py)."""
+    ft, it = (np.float64, np.int64) if dtype == "f64" else (np.float32, np.int32)
+    states = np.arange(len(forest.true_next))
+    leaf = forest.true_next == states
+    rows = states[leaf]
+    number = np.zeros(len(states), dtype=np.int64)
+    number[rows] = np.arange(len(rows))
+    heads = head(np.where(leaf, 0, forest.feature), np.where(leaf, 0, forest.mode), forest.missing_true & ~leaf,
+                 leaf)
+    with np.errstate(over="ignore"):
+        bits = forest.threshold.astype(ft).view(it)
+    pack = np.stack([heads.astype(it), bits, np.where(leaf, number, forest.true_next).astype(it),
+                     forest.false_next.astype(it)], axis=1).reshape(-1)
+    modes = set(forest.mode[~leaf].tolist())
+    params = dict(depth=forest.depth, mode=int(modes.pop()) if len(modes) == 1 else -1,
+                  nan=bool(np.any(forest.missing_true & ~leaf)))
+    ids = b.bind(tree_walk, [x, array(b, pack), array(b, forest.roots.astype(it))], params)[0]
+    return ids, rows
 
 
 def _packed(forest: Forest, dtype: str) -> np.ndarray:
@@ -175,9 +206,10 @@ def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom
     whether any tree voted for that target (the MIN and MAX of no votes is 0, as onnxruntime's)."""
     from . import reduce as red
     from .shape import stack
-    leaf = leaves(b, forest, x)
+    leaf, rows = leaves(b, forest, x)
     n, t = leaf.type.shape
-    k = forest.values.shape[1]
+    values, voted = forest.values[rows], forest.voted[rows]
+    k = values.shape[1]
     ft = np.float64 if dtype == "f64" else np.float32
 
     def per_tree(arr: np.ndarray) -> Atom:  # [N, T] (column arr) or [N, T, K] (table arr) of every walk's leaf
@@ -185,7 +217,10 @@ def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom
         return v if v.type.rank else b.broadcast_to(v, shape=(n, t))
 
     def aggregated(values: np.ndarray, voted: np.ndarray) -> tuple[Atom, Atom]:
-        hit = b.ne(red.amax(b, per_tree(voted.astype(np.int32)), [1]), Lit(0, Type("i32")))
+        if voted.all():  # (every leaf votes for the target: a random forest's class probabilities)
+            hit = b.broadcast_to(Lit(True, Type("bool")), shape=(n,) + values.shape[1:])
+        else:
+            hit = b.ne(red.amax(b, per_tree(voted.astype(np.int32)), [1]), Lit(0, Type("i32")))
         if aggregate in ("SUM", "AVERAGE"):
             total = red.sum(b, per_tree(values.astype(ft)), [1])
             return (b.div(total, Lit(float(t), Type(dtype))) if aggregate == "AVERAGE" else total), hit
@@ -195,6 +230,6 @@ def scores(b, forest: Forest, x: Atom, aggregate: str, dtype: str) -> tuple[Atom
         return b.select(hit, best, Lit(0.0, Type(dtype))), hit
 
     if k > FUSED_TARGETS:
-        return aggregated(forest.values, forest.voted)
-    cols = [aggregated(forest.values[:, j], forest.voted[:, j]) for j in range(k)]
+        return aggregated(values, voted)
+    cols = [aggregated(values[:, j], voted[:, j]) for j in range(k)]
     return stack(b, [c[0] for c in cols], 1), stack(b, [c[1] for c in cols], 1)

@@ -1,5 +1,19 @@
 """The closed core of primitives. Importing this package registers all of them."""
-from . import bits, constant, control, conv, convolve, elementwise, gather, lanes, lowering, shape, tensor, window  # noqa: F401
+from . import (  # noqa: F401
+    bits,
+    constant,
+    control,
+    conv,
+    convolve,
+    elementwise,
+    gather,
+    lanes,
+    lowering,
+    shape,
+    tensor,
+    trees,
+    window,
+)
 from .base import PRIMS, Prim
 
 __all__ = ["PRIMS", "Prim"]

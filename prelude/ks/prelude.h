@@ -329,6 +329,52 @@ inline To bit_cast(From x) {
     return y;
 }
 
+// The leaf each row of x [rows, features] reaches in each tree (ksbuild/prims/trees.py): out[r, t]. A state
+// of `packed` is {head, threshold bits, true successor, false successor}; the head is the feature, the
+// comparison mode in bits 24-26 (0 <=, 1 <, 2 >=, 3 >, 4 ==, 5 !=), in bit 27 whether a NaN feature goes
+// the true way and in bit 28 whether the state is a leaf, whose "true successor" is the answer (the leaf's
+// number). At most depth + 1 steps (the deepest tree's depth), so the loop is bounded whatever the data. One
+// tree at a time over all rows: its nodes stay in cache.
+// kMode: the one comparison every split makes (0-5), or -1 (each state's own); kNan: some state sends a
+// NaN feature the true way (else NaN goes where its comparison, false but for !=, sends it). Converted
+// models mostly have one mode, and scikit-learn's no NaN way: a plain comparison, no switch.
+template <int kMode = -1, bool kNan = true, class T, class I>
+inline void tree_walk(int64_t rows, int64_t features, const T* x, const I* packed, const I* roots, int64_t trees,
+                      int64_t depth, I* out) {
+    static_assert(sizeof(T) == sizeof(I), "ks::tree_walk: thresholds are stored as integers of their size");
+    for (int64_t t = 0; t < trees; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            const T* xr = x + r * features;
+            I node = roots[t];
+            for (int64_t level = 0; level <= depth; ++level) {
+                const I* p = packed + 4 * static_cast<int64_t>(node);
+                const I h = p[0];
+                if ((h >> 28) & I(1)) {
+                    node = p[2];
+                    break;
+                }
+                const T v = xr[h & I(0xFFFFFF)];
+                const T th = ks::bit_cast<T>(p[1]);
+                const int mode = kMode >= 0 ? kMode : static_cast<int>((h >> 24) & I(7));
+                bool go;
+                switch (mode) {
+                    case 0: go = v <= th; break;
+                    case 1: go = v < th; break;
+                    case 2: go = v >= th; break;
+                    case 3: go = v > th; break;
+                    case 4: go = v == th; break;
+                    default: go = v != th; break;
+                }
+                if (kNan && v != v && ((h >> 27) & I(1))) {
+                    go = true;
+                }
+                node = go ? p[2] : p[3];
+            }
+            out[r * trees + t] = node;
+        }
+    }
+}
+
 // x << y and x >> y for an integer type T with ONNX BitShift semantics: a shift by the bit width
 // or more gives 0 (>> of a negative value gives -1); right shifts of signed values are arithmetic.
 template <class T>

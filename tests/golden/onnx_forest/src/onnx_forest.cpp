@@ -7,11 +7,10 @@
 #include "ks/conv.h"
 
 // Constants (codegen/data.py): small ones here, large ones in src/onnx_forest_data.bin.
-extern "C" KS_HIDDEN const unsigned char onnx_forest_data_blob[];  // 12672 bytes, src/onnx_forest_data.bin
-alignas(16) static const int32_t ks_data_0[40] = {0, 15, 30, 45, 60, 75, 90, 105, 120, 135, 150, 165, 180, 195, 210, 225, 240, 255, 270, 285, 300, 315, 330, 345, 360, 375, 390, 405, 420, 435, 450, 465, 480, 495, 510, 525, 540, 555, 570, 585};  // i32[40]
-static const int32_t* const ks_data_1 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 0);  // i32[2400]
-static const bool* const ks_data_2 = reinterpret_cast<const bool*>(onnx_forest_data_blob + 9600);  // bool[600]
-static const float* const ks_data_3 = reinterpret_cast<const float*>(onnx_forest_data_blob + 10240);  // f32[600]
+extern "C" KS_HIDDEN const unsigned char onnx_forest_data_blob[];  // 10880 bytes, src/onnx_forest_data.bin
+static const int32_t* const ks_data_0 = reinterpret_cast<const int32_t*>(onnx_forest_data_blob + 0);  // i32[2400]
+alignas(16) static const int32_t ks_data_1[40] = {0, 15, 30, 45, 60, 75, 90, 105, 120, 135, 150, 165, 180, 195, 210, 225, 240, 255, 270, 285, 300, 315, 330, 345, 360, 375, 390, 405, 420, 435, 450, 465, 480, 495, 510, 525, 540, 555, 570, 585};  // i32[40]
+static const float* const ks_data_2 = reinterpret_cast<const float*>(onnx_forest_data_blob + 9600);  // f32[320]
 
 
 // forest = forest   (kernel forest from forest.onnx)
@@ -21,70 +20,33 @@ extern "C" int onnx_forest_forest(int64_t batch, const float* x, float* out, voi
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_forest_forest_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    int32_t* const r = reinterpret_cast<int32_t*>(next_slot);
+    int32_t* const leaves = reinterpret_cast<int32_t*>(next_slot);
     next_slot += ks::aligned_bytes<int32_t>(batch * 40);
-    int32_t* const tmp = reinterpret_cast<int32_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int32_t>(batch * 40);
-    float* const tmp26 = reinterpret_cast<float*>(next_slot);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 40; ++i1) {
-            r[i * 40 + i1] = ks_data_0[i1];
-        }
-    }
-    for (int64_t k2 = 0; k2 < int64_t{3}; ++k2) {
-        for (int64_t i3 = 0; i3 < batch; ++i3) {
-            for (int64_t i4 = 0; i4 < 40; ++i4) {
-                const int64_t t5 = static_cast<int64_t>(i3);
-                const int64_t t6 = (t5 * int64_t{3});
-                const int32_t x_i = r[i3 * 40 + i4];
-                const int32_t t7 = (x_i * 4);
-                const int32_t t8 = ks_data_1[ks::clamp_index(t7, 2400)];
-                const int64_t t9 = static_cast<int64_t>(t8);
-                const int64_t t10 = (t6 + t9);
-                const float t11 = x[ks::clamp_index(t10, (3*batch))];
-                const int32_t t12 = (t7 + 1);
-                const int32_t t13 = ks_data_1[ks::clamp_index(t12, 2400)];
-                const float t14 = ks::bit_cast<float>(t13);
-                const bool t15 = (t11 <= t14);
-                const bool t16 = ks_data_2[ks::clamp_index(x_i, 600)];
-                const bool t17 = (t11 != t11);
-                const bool t18 = (t16 && t17);
-                const bool t19 = (t15 || t18);
-                const int32_t t20 = (t7 + 2);
-                const int32_t t21 = ks_data_1[ks::clamp_index(t20, 2400)];
-                const int32_t t22 = (t7 + 3);
-                const int32_t t23 = ks_data_1[ks::clamp_index(t22, 2400)];
-                const int32_t t24 = (t19 ? t21 : t23);
-                tmp[i3 * 40 + i4] = t24;
-            }
-        }
-        for (int64_t i25 = 0; i25 < batch * 40; ++i25) {
-            r[i25] = tmp[i25];
-        }
-    }
-    for (int64_t i27 = 0; i27 < batch; ++i27) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i28 = 0; i28 < 40; ++i28) {
-            const int32_t x_i29 = r[i27 * 40 + i28];
-            const float t30 = ks_data_3[ks::clamp_index(x_i29, 600)];
-            acc += t30;
+        for (int64_t i1 = 0; i1 < 40; ++i1) {
+            const int32_t x_i = leaves[i * 40 + i1];
+            const float t2 = ks_data_2[ks::clamp_index(x_i, 320)];
+            acc += t2;
         }
-        tmp26[i27] = acc;
+        tmp[i] = acc;
     }
-    for (int64_t i31 = 0; i31 < batch; ++i31) {
-        for (int64_t i32 = 0; i32 < 1; ++i32) {
-            const float x_i33 = tmp26[i31 + i32];
-            const float t34 = (x_i33 + 0.3404572904109955f);
-            out[i31 + i32] = t34;
+    for (int64_t i3 = 0; i3 < batch; ++i3) {
+        for (int64_t i4 = 0; i4 < 1; ++i4) {
+            const float x_i5 = tmp[i3 + i4];
+            const float t6 = (x_i5 + 0.3404572904109955f);
+            out[i3 + i4] = t6;
         }
     }
     return ks::status::ok;
 }
 
 extern "C" size_t onnx_forest_forest_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<int32_t>(batch * 40) + ks::aligned_bytes<int32_t>(batch * 40) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<int32_t>(batch * 40) + ks::aligned_bytes<float>(batch);
 }
 
