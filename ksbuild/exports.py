@@ -70,6 +70,13 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
     if e.kind == "kernel":
         return kernels[e.name]
     f = apply_transform(e.arg, kernels, loc)
+    if e.kind in ("jvp", "vjp", "grad", "fwd", "bwd") and getattr(e, "argnums", None) is None \
+            and not any(p.type.is_float for p in f.params):
+        shown = ", ".join(str(p.type) for p in f.params) or "none"
+        raise KsbuildError(f"{e.kind}({_shown(e.arg)}): nothing to differentiate: its inputs are not float "
+                           f"({shown})", loc,
+                           hint="derivatives are taken with respect to float inputs; a model's built-in weights "
+                                "become inputs with weights = \"external\"")
     try:
         if e.kind == "vmap":
             return _vmap(f, e.in_axes)
@@ -86,6 +93,11 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
     except KsbuildError as err:
         raise err.at(loc) from None
     raise KsbuildError(f"unknown transformation {e.kind}", loc)
+
+
+def _shown(e: TExpr) -> str:
+    """The manifest's spelling of a transformation expression (without its options)."""
+    return e.name if e.kind == "kernel" else f"{e.kind}({_shown(e.arg)})"
 
 
 def _vmap(f: Func, in_axes) -> Func:

@@ -11,7 +11,8 @@ from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.jvp import jvp_func
 from ksbuild.transforms.vjp import vjp_func
 
-NEW = ("constant", "gather", "scatter_add", "window", "fold", "bitwise", "bitcast", "erf", "erfc", "tree_walk")
+NEW = ("constant", "gather", "scatter_add", "window", "fold", "bitwise", "bitcast", "erf", "erfc", "tree_walk",
+       "fmod")
 NAMES = sorted(n for n in SAMPLES if prim_name(n) in NEW)
 
 

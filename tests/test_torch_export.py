@@ -221,6 +221,15 @@ def test_make_errors_point_at_make(tmp_path):
         _compile(tmp_path, "make_nothing")
 
 
+def test_a_shape_error_in_forward_is_one_located_error(tmp_path, capfd):
+    """(torch's logger printed its own 20-line traceback from fake_tensor before ksbuild's error.)"""
+    with pytest.raises(KsbuildError, match="a and b must have same reduction dim") as e:
+        _compile(tmp_path, "make_shape_bug")
+    assert e.value.loc.file == str(MODELS_FILE) and e.value.loc.line == _line_of("return x @ x")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "fake_tensor" not in err
+
+
 def test_manifest_checks_torch_kernels(tmp_path):
     from ksbuild.manifest import load_manifest
     with pytest.raises(KsbuildError, match="has both 'python' and 'torch'"):

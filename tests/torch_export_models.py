@@ -127,6 +127,15 @@ def make_indices():
     return Indices(), (torch.randn(1, 1, 4, 4),)
 
 
+class ShapeBug(nn.Module):
+    def forward(self, x):
+        return x @ x  # [2, 3] @ [2, 3]: a shape error in the user's forward
+
+
+def make_shape_bug():
+    return ShapeBug(), (torch.randn(2, 3),)
+
+
 def make_raises():
     raise ValueError("no weights here")
 

@@ -742,7 +742,8 @@ TORCH_TENSOR = {
 METHODS = {
     "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "max": "max", "min": "min",
     "logsumexp": "logsumexp", "softmax": "softmax", "log_softmax": "log_softmax",
-    "matmul": "matmul", "dot": "dot", "outer": "outer", "clamp": "clamp", "clip": "clamp", "square": "square",
+    "matmul": "matmul", "mm": "mm", "mv": "mv", "bmm": "bmm", "dot": "dot", "outer": "outer", "clamp": "clamp",
+    "clip": "clamp", "square": "square",
     "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "tanh": "tanh",
     "sin": "sin", "cos": "cos", "abs": "abs", "sigmoid": "sigmoid", "relu": "relu", "pow": "pow",
     "tril": "tril", "triu": "triu", "sign": "sign",

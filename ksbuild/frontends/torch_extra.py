@@ -29,6 +29,30 @@ def _python_op(op: ast.operator, name: str):
     return fn
 
 
+def _scaled_op(op: ast.operator, name: str):
+    """torch.add / torch.sub (input, other, *, alpha=1): input ± alpha·other; torch.mul: input · other."""
+    def fn(fc, b, args, kw, node):
+        x, y = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)
+        alpha = _arg(fc, args, kw, 2, "alpha", node, None) if not isinstance(op, ast.Mult) else None
+        if alpha is not None and not (isinstance(alpha, Const) and alpha.value == 1):
+            y = fc.binop(b, ast.Mult(), alpha, y, node)
+        return fc.binop(b, op, x, y, node)
+    fn.__doc__ = f"torch.{name}(input, other)"
+    return fn
+
+
+def _neg(fc, b, args, kw, node):
+    """torch.neg(input) = -input."""
+    x = fc.plain(b, _arg(fc, args, kw, 0, "input", node))
+    return Const(-x.value) if isinstance(x, Const) else b.neg(tensor(fc, b, x, node))
+
+
+def _exp2(fc, b, args, kw, node):
+    """torch.exp2(input) = 2^input."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return b.exp(b.mul(x, _c(x, math.log(2.0))))
+
+
 def _div(fc, b, args, kw, node):
     """torch.div(input, other, rounding_mode=None | 'trunc' | 'floor')."""
     x, y = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)
@@ -286,8 +310,26 @@ def register(torch_table: dict, linalg_table: dict, methods: dict) -> None:
         "kron": _kron, "tensordot": _tensordot, "vdot": _vdot, "logcumsumexp": _logcumsumexp,
         "any": _any_all(True), "all": _any_all(False), "logit": _logit, "xlogy": _xlogy, "sinc": _sinc,
         "nan_to_num": _nan_to_num, "full_like": _full_like,
+        "add": _scaled_op(ast.Add(), "add"), "sub": _scaled_op(ast.Sub(), "sub"),
+        "subtract": _scaled_op(ast.Sub(), "subtract"), "mul": _scaled_op(ast.Mult(), "mul"),
+        "multiply": _scaled_op(ast.Mult(), "multiply"), "true_divide": _div, "neg": _neg, "negative": _neg,
+        "exp2": _exp2,
     }
     torch_table.update(functions, linspace=_linspace, cosine_similarity=_cosine_similarity)
     linalg_table.update(cross=_cross(Const(-1)))
     methods.update({name: _method(fn) for name, fn in functions.items()})
-    methods.update(new_zeros=_new_full(0), new_ones=_new_full(1), new_full=_new_full(None))
+    methods.update(new_zeros=_new_full(0), new_ones=_new_full(1), new_full=_new_full(None), expand_as=_expand_as,
+                   view_as=_view_as, reshape_as=_view_as)
+
+
+def _expand_as(fc, b, x, args, kw, node):
+    """x.expand_as(other): x broadcast to other's shape."""
+    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    x = tensor(fc, b, x, node)
+    return b.broadcast_to(x, shape=other.type.shape) if x.type.shape != other.type.shape else x
+
+
+def _view_as(fc, b, x, args, kw, node):
+    """x.view_as(other) / x.reshape_as(other): x with other's shape."""
+    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    return shape_ops.reshape(b, tensor(fc, b, x, node), other.type.shape)

@@ -410,7 +410,7 @@ def _normalize(fc, b, args, kw, node):
     axis = int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(1)), node, "dim")
     eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-12)
     norm = _norm(fc, b, [x, Const(p), Const(axis), Const(True)], {}, node)
-    return b.div(x, b.max(norm, _c(x, eps)))
+    return b.div(x, math_ops.clamp(b, norm, _c(x, eps)))  # (a NaN norm stays NaN, as torch's clamp_min)
 
 
 def _cosine_similarity(fc, b, args, kw, node):
@@ -421,8 +421,8 @@ def _cosine_similarity(fc, b, args, kw, node):
     # gradient; a norm's derivative at 0 is 0, ops.math.norm_root)
     nx = math_ops.norm_root(b, reduce.sum(b, b.ipow(x, n=2), [axis], keepdim=True))
     ny = math_ops.norm_root(b, reduce.sum(b, b.ipow(y, n=2), [axis], keepdim=True))
-    xn = b.div(x, b.max(nx, _c(x, eps)))
-    yn = b.div(y, b.max(ny, _c(y, eps)))
+    xn = b.div(x, math_ops.clamp(b, nx, _c(x, eps)))
+    yn = b.div(y, math_ops.clamp(b, ny, _c(y, eps)))
     return reduce.sum(b, b.mul(xn, yn), [axis])
 
 
@@ -596,7 +596,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
              "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
              "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
              "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
-    torch_table.update(unary)
+    torch_table.update(unary, copysign=_copysign)
     torch_table.update({
         "hypot": _hypot, "logaddexp": _logaddexp, "var": _var_std(False), "std": _var_std(True),
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),

@@ -96,9 +96,18 @@ def _diff(fc, b, args, kw, node):
     return x
 
 
+def _argsort(fc, b, args, kw, node):
+    """torch.argsort(input, dim=-1, descending=False, stable=False): sort's indices (ties keep their order)."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(-1)), node, "dim"), x.type.rank, node)
+    descending = _bool(fc, args, kw, 2, "descending", node, False)
+    _bool(fc, args, kw, 3, "stable", node, False)
+    return index.sort(b, x, axis, descending)[1]
+
+
 def register(torch_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.* and tensor methods)."""
-    functions = {"sort": _sort, "topk": _topk, "diff": _diff}
+    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort}
     torch_table.update(functions, searchsorted=_searchsorted, bucketize=_bucketize)
     methods.update({name: _method(fn) for name, fn in functions.items()})
 

@@ -119,9 +119,10 @@ def round_half_even(b, x: Atom) -> Atom:
 
 
 def fmod(b, x: Atom, y: Atom) -> Atom:
-    """The remainder with the sign of x (C fmod): x - trunc(x / y)·y."""
+    """The remainder with the sign of x (C fmod): x - trunc(x / y)·y, exactly for floats (the fmod prim:
+    x - trunc(x/y)·y in floating point loses it for large x/y, and fmod(x, ±inf) is x)."""
     if x.type.is_float:
-        return b.sub(x, b.mul(trunc(b, b.div(x, y)), y))
+        return _bind(b, "fmod", x, y)
     # integer div truncates toward zero; a remainder by 0 is 0 (numpy's fmod, ks::mod), not a trap
     return b.select(b.eq(y, _k(y, 0)), _k(x, 0), b.sub(x, b.mul(b.div(x, y), y)))
 
@@ -131,12 +132,30 @@ def tan(b, x: Atom) -> Atom:
 
 
 def sinh(b, x: Atom) -> Atom:
-    """(e^x - e^-x) / 2, as (expm1(x) - expm1(-x)) / 2 so small x keeps its precision."""
-    return b.mul(_k(x, 0.5), b.sub(b.expm1(x), b.expm1(b.neg(x))))
+    """(e^x - e^-x) / 2, as (expm1(x) - expm1(-x)) / 2 so small x keeps its precision; past |x| = 20 (e^-|x|
+    below the precision) ±(e^(|x|/2) / 2)·e^(|x|/2), finite up to the largest result (e^x alone overflows
+    first)."""
+    big = b.gt(b.abs(x), _k(x, 20.0))
+    small = b.select(big, _k(x, 0), x)
+    near = b.mul(_k(x, 0.5), b.sub(b.expm1(small), b.expm1(b.neg(small))))
+    far = _half_exp_squared(b, b.select(big, x, _k(x, 20.0)))
+    return b.select(big, far, near)
 
 
 def cosh(b, x: Atom) -> Atom:
-    return b.mul(_k(x, 0.5), b.add(b.exp(x), b.exp(b.neg(x))))
+    """(e^x + e^-x) / 2; past |x| = 20 (e^(|x|/2) / 2)·e^(|x|/2), finite up to the largest result."""
+    big = b.gt(b.abs(x), _k(x, 20.0))
+    small = b.select(big, _k(x, 0), x)
+    near = b.mul(_k(x, 0.5), b.add(b.exp(small), b.exp(b.neg(small))))
+    return b.select(big, b.abs(_half_exp_squared(b, b.select(big, x, _k(x, 20.0)))), near)
+
+
+def _half_exp_squared(b, x: Atom) -> Atom:
+    """sign(x)·e^|x| / 2 as (e^(|x|/2) / 2)·e^(|x|/2) (|x| > 0)."""
+    neg = b.lt(x, _k(x, 0))
+    h = b.exp(b.mul(_k(x, 0.5), b.select(neg, b.neg(x), x)))
+    r = b.mul(b.mul(_k(x, 0.5), h), h)
+    return b.select(neg, b.neg(r), r)
 
 
 def asin(b, x: Atom) -> Atom:
@@ -165,8 +184,13 @@ def asinh(b, x: Atom) -> Atom:
 
 
 def acosh(b, x: Atom) -> Atom:
-    """log(x + sqrt(x² - 1))."""
-    return b.log(b.add(x, b.sqrt(b.sub(b.mul(x, x), _k(x, 1)))))
+    """log(x + sqrt(x² - 1)), past 2^28 log 2 + log x (x² would overflow; 1/(4x²) is below float64's
+    precision there); NaN below 1."""
+    big = b.gt(x, _k(x, 2.0 ** 28))
+    s = b.select(big, _k(x, 2), x)
+    near = b.log(b.add(s, b.sqrt(b.sub(b.mul(s, s), _k(x, 1)))))
+    far = b.add(_k(x, math.log(2.0)), b.log(b.select(big, x, _k(x, 2))))
+    return b.select(b.lt(x, _k(x, 1)), _k(x, math.nan), b.select(big, far, near))
 
 
 def atanh(b, x: Atom) -> Atom:
@@ -269,4 +293,5 @@ def _erfinv(b, a: Atom, q: Atom) -> Atom:
         le = b.log(b.select(b.gt(e, _k(q, 0)), e, _k(q, 1)))  # (erfc underflows past 27: no step)
         step_t = b.mul(b.mul(b.sub(log_q, le), half_sqrt_pi), b.exp(b.add(le, b.mul(xt, xt))))
         x = b.select(tail, b.sub(x, b.select(b.gt(e, _k(q, 0)), step_t, _k(q, 0))), b.sub(x, step_c))
-    return b.select(zero, _k(q, math.inf), x)
+    at_one = b.select(zero, a, _k(q, 1))  # (±inf at ±1 with an infinite derivative there, as torch's)
+    return b.select(zero, b.mul(at_one, _k(q, math.inf)), x)

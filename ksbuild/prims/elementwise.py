@@ -282,14 +282,15 @@ erfc = unary("erfc", lambda x: np.vectorize(math.erfc, otypes=[x.dtype])(x), "ks
 
 
 def _np_digamma(x):
-    """ψ(x) as ks::digamma computes it: below 0 the reflection ψ(1 - x) - π / tan(πx), then shifts up by
+    """ψ(x) as ks::digamma computes it: below 0 the reflection ψ(1 - x) - π / tan(πr) of x's distance r to
+    the nearest integer (tan has period π; πx would round away r's digits), then shifts up by
     ψ(x) = ψ(x + 1) - 1/x until x >= 10, then the asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k)
     (Abramowitz & Stegun 6.3.7, 6.3.18); ψ(±0) = ∓inf, NaN at the poles and at -inf, as torch."""
     x0 = np.asarray(x, dtype=np.float64)
     with np.errstate(all="ignore"):
         whole = np.floor(x0)
         neg, pole = x0 < 0, (x0 < 0) & (x0 == whole)
-        acc = np.where(neg & ~pole, -np.pi / np.tan(np.pi * (x0 - whole)), 0.0)
+        acc = np.where(neg & ~pole, -np.pi / np.tan(np.pi * (x0 - np.round(x0))), 0.0)
         x = np.where(neg, 1.0 - x0, x0)
         for _ in range(10):
             small = x < 10
@@ -385,6 +386,9 @@ floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv(
                   "floor(x / y)")
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y")
+fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
+              lambda b, x, y, z: (1, b.neg(b.div(b.sub(x, z), y))),  # d/dy = -trunc(x / y)
+              "x - trunc(x / y) * y, exactly (C fmod: the sign of x; floats only)", numeric=False)
 
 
 # ---- comparisons and logic (no tangents: bool outputs) ----------------------------------

@@ -142,12 +142,24 @@ inline T logistic(T x) {
 
 // Python a // b: the floor of a / b. Integers round toward -infinity; a // 0 is 0 as in numpy
 // (Python raises ZeroDivisionError; C++ would trap), and lowest // -1 wraps to lowest (numpy's
-// result; C++ would trap too). Floats are std::floor(a / b), which may differ from Python by one
-// in rare rounding cases (1.0 // 0.1 is 10 here, 9 in Python).
+// result; C++ would trap too). Floats as Python and numpy divide them: from the exact fmod, not
+// floor(a / b), whose rounded quotient can be one off (1.0 // 0.1 is 9; 710 // 1e-8 is 70999999999).
 template <class T>
 inline T floordiv(T a, T b) {
     if constexpr (detail::is_floating<T>) {
-        return std::floor(a / b);
+        if (b == T(0)) {
+            return std::floor(a / b);  // ±inf, or NaN for 0 // 0 (numpy's and torch's)
+        }
+        const T m = std::fmod(a, b);  // exact: then a - m is a multiple of b (CPython's float floor division)
+        T div = (a - m) / b;
+        if (m != T(0) && ((b < T(0)) != (m < T(0)))) {
+            div -= T(1);
+        }
+        if (div == T(0)) {
+            return std::copysign(T(0), a / b);
+        }
+        const T q = std::floor(div);
+        return div - q > T(0.5) ? q + T(1) : q;
     } else {
         if (b == 0) {
             return 0;
@@ -243,7 +255,8 @@ inline T digamma(T x) {
             return std::numeric_limits<T>::quiet_NaN();
         }
         const T pi = static_cast<T>(3.14159265358979323846);
-        acc = -pi / std::tan(pi * (x - whole));
+        acc = -pi / std::tan(pi * (x - std::round(x)));  // (tan has period π: x's distance to the nearest
+                                                           // integer keeps its digits; x - floor(x) loses them)
         x = static_cast<T>(1) - x;
     }
     while (x < static_cast<T>(10)) {

@@ -8,6 +8,7 @@ is fixed at its example size.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -176,7 +177,8 @@ def _export(model: Model):
     import torch
 
     module = model.module.eval()
-    with _user_code(model.file, "torch.export.export", _with_parent(model.file)), warnings.catch_warnings():
+    with _user_code(model.file, "torch.export.export", _with_parent(model.file)), warnings.catch_warnings(), \
+            _quiet_torch_logs():
         warnings.simplefilter("ignore")  # torch's own deprecation notes are not the user's business here
         program = torch.export.export(module, model.args, dynamic_shapes=model.dynamic_shapes)
         table = torch.export.default_decompositions()
@@ -186,6 +188,24 @@ def _export(model: Model):
             if packet is not None and hasattr(packet, overload):
                 table.pop(getattr(packet, overload), None)
         return program.run_decompositions(table)
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch's loggers muted below CRITICAL while it exports: a shape error in the user's forward otherwise
+    prints torch's own 20-line traceback (fake_tensor's "failed while attempting to run meta") before the
+    located error ksbuild reports from the exception itself."""
+    import logging
+    loggers = [logging.getLogger(name) for name in ("torch", "torch._subclasses.fake_tensor", "torch.export",
+                                                    "torch._dynamo", "torch.fx.experimental.symbolic_shapes")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def dim_names(program, model: Model) -> dict:

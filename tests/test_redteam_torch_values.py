@@ -1,0 +1,181 @@
+"""Kernels from the fourth held-out pass (torch modules and torch-style kernels, 2026-11-26), each fixed and
+checked against torch on the same source:
+
+- float torch.fmod was x - trunc(x / y)·y: fmod(5, inf) was NaN, fmod(1e16, 3) 0 (torch 1), fmod(-0.0, 2) +0;
+  it is now the fmod prim (std::fmod: exact), also for torch.export and ONNX Mod(fmod=1);
+- F.normalize turned a NaN row into huge numbers (max(norm, eps) dropped the NaN);
+- float32 digamma (and lgamma's derivative) near the negative integers and just below 0 came from the
+  reflection π/tan(π(x - floor x)), whose argument rounds: digamma(-1e-9) had the wrong sign;
+- float floor division was floor(x / y), one off where the quotient rounds up (1.0 // 0.1 gave 10);
+- acosh overflowed to inf from 1e20 (float32) and 1e160 (float64), and acosh(-1e30) was -inf (NaN below 1);
+  sinh and cosh overflowed before their results did (sinh(-710) is -1.1e308);
+- torch.add/sub/mul/neg/exp2/copysign/argsort and the methods .add .sub .mul .neg .mm .expand_as .view_as were
+  unsupported.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import build_kernel_file
+
+torch = pytest.importorskip("torch")
+
+KERNELS = '''
+import torch
+import torch.nn.functional as F
+
+
+def fmods(x: "f64[n]", y: "f64[n]") -> "f64[n]":
+    return torch.fmod(x, y)
+
+
+def fmods32(x: "f32[n]", y: "f32[n]") -> "f32[n]":
+    return torch.fmod(x, y)
+
+
+def floors(x: "f64[n]", y: "f64[n]") -> tuple["f64[n]", "f64[n]"]:
+    return torch.div(x, y, rounding_mode="floor"), x // y
+
+
+def normalized(x: "f64[n, d]") -> "f64[n, d]":
+    return F.normalize(x, dim=1)
+
+
+def digammas(x: "f32[n]") -> "f32[n]":
+    return torch.digamma(x)
+
+
+def lgammas(x: "f32[n]") -> "f32[n]":
+    return torch.lgamma(x)
+
+
+def hyperbolic(x: "f64[n]") -> tuple["f64[n]", "f64[n]", "f64[n]"]:
+    return torch.acosh(x), torch.sinh(x), torch.cosh(x)
+
+
+def acosh32(x: "f32[n]") -> "f32[n]":
+    return torch.acosh(x)
+
+
+def arithmetic(x: "f32[n, d]", y: "f32[n, d]", w: "f32[d, k]") -> tuple["f32[n, d]", "f32[n, k]", "i64[n, d]"]:
+    a = torch.add(x, y, alpha=2.0) + torch.sub(x, y) + torch.mul(x, 3.0) + torch.neg(y) + x.add(y) + x.sub(y, alpha=0.5)
+    b = x.mul(y).neg() + torch.exp2(x) + torch.copysign(x, y) + torch.true_divide(x, 2.0)
+    c = a + b + y[:1].expand_as(x) + x.view_as(y) * 0.5
+    return c, x.mm(w), torch.argsort(x, dim=1) + x.argsort(dim=1, descending=True)
+'''
+
+NAMES = ("fmods", "fmods32", "floors", "normalized", "digammas", "lgammas", "hyperbolic", "acosh32", "arithmetic")
+
+MANIFEST = '''
+[package]
+name = "rt_torchvalues"
+
+[kernels]
+{kernels}
+
+[exports]
+{exports}
+fmods_vjp = "vjp(fmods)"
+lgammas_vjp = "vjp(lgammas)"
+hyperbolic_vjp = "vjp(hyperbolic)"
+arithmetic_vjp = "vjp(arithmetic)"
+'''
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    kernels = "\n".join(f'[kernels.{k}]\npython = "k.py:{k}"' for k in NAMES)
+    exports = "\n".join(f'{k} = "{k}"' for k in NAMES)
+    return build_kernel_file(tmp_path_factory.mktemp("torchvalues"), KERNELS,
+                             MANIFEST.format(kernels=kernels, exports=exports), "rt_torchvalues_k")
+
+
+def _same(got, want, **tol):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), equal_nan=True, **tol)
+
+
+def test_fmod_is_exact(built):
+    p, k = built
+    x = np.array([5.0, 1e16, 1e30, -0.0, -5.0, 7.5, 1e5, np.inf, 3.0])
+    y = np.array([np.inf, 3.0, 7.0, 2.0, 3.0, -2.0, 0.3, 2.0, 0.0])
+    got, want = p.fmods(x, y), k.fmods(torch.tensor(x), torch.tensor(y)).numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # fmod(-0.0, 2) is -0.0
+    x32, y32 = np.float32([1e5, 16777216.0, 5.0]), np.float32([0.3, 0.7, np.inf])
+    np.testing.assert_array_equal(p.fmods32(x32, y32), k.fmods32(torch.tensor(x32), torch.tensor(y32)).numpy())
+    xs, ys = np.array([-5.0, 7.5, 1e5]), np.array([3.0, -2.0, 0.3])
+    xt, yt = torch.tensor(xs, requires_grad=True), torch.tensor(ys, requires_grad=True)
+    k.fmods(xt, yt).sum().backward()
+    gx, gy = p.fmods_vjp(xs, ys, np.ones(3))
+    _same(gx, xt.grad.numpy())
+    _same(gy, yt.grad.numpy(), rtol=1e-9)
+
+
+def test_floor_division_as_python(built):
+    """From the exact fmod, as Python, numpy and torch: floor(x / y) rounds 1.0 / 0.1 up to 10."""
+    p, k = built
+    x = np.array([1.0, 710.0, np.inf, -5.0, 5.0, 1.0, -7.5, 0.0, -0.0])
+    y = np.array([0.1, 1e-8, 1.0, np.inf, np.inf, 0.0, 2.0, 3.0, 3.0])
+    for g, w in zip(p.floors(x, y), k.floors(torch.tensor(x), torch.tensor(y))):
+        np.testing.assert_array_equal(g, w.numpy())
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w.numpy()))
+    np.testing.assert_array_equal(p.floors(x, y)[1][:2], [9.0, 70999999999.0])
+
+
+def test_normalize_keeps_nan(built):
+    p, k = built
+    x = np.array([[np.nan, 0.5, 2.0], [3.0, 4.0, 0.0], [0.0, 0.0, 0.0]])
+    _same(p.normalized(x), k.normalized(torch.tensor(x)).numpy(), rtol=1e-15)
+
+
+def test_float32_digamma_near_the_poles(built):
+    p, k = built
+    x = np.float32([-1e-6, -1e-9, -1.001, -2.0001, -0.5, -2.5, 0.5, 3.0, -7.999])
+    want = k.digammas(torch.tensor(x)).numpy()
+    _same(p.digammas(x), want, rtol=2e-6)
+    xt = torch.tensor(x, requires_grad=True)
+    k.lgammas(xt).sum().backward()
+    _same(p.lgammas_vjp(x, np.ones_like(x)), xt.grad.numpy(), rtol=2e-6)
+
+
+def test_hyperbolic_functions_do_not_overflow_early(built):
+    p, k = built
+    x = np.array([1.0, 1.5, 30.0, 1e20, 1e160, 0.5, -1e30, 710.0, -710.0, 0.0])
+    for g, w in zip(p.hyperbolic(x), k.hyperbolic(torch.tensor(x))):
+        _same(g, w.numpy(), rtol=1e-14)
+    x32 = np.float32([1.0, 1.5, 1e20, 1e30, -1e30])
+    _same(p.acosh32(x32), k.acosh32(torch.tensor(x32)).numpy(), rtol=2e-7)
+    xs = np.array([1.5, 30.0, 1e20, 2.0, 700.0])  # (in acosh's domain)
+    xt = torch.tensor(xs, requires_grad=True)
+    sum(o.sum() for o in k.hyperbolic(xt)).backward()
+    _same(p.hyperbolic_vjp(xs, *(np.ones(5),) * 3), xt.grad.numpy(), rtol=1e-13)
+
+
+def test_arithmetic_functions_and_methods(built):
+    p, k = built
+    rng = np.random.default_rng(0)
+    x, y, w = (rng.normal(size=s).astype(np.float32) for s in ((3, 4), (3, 4), (4, 2)))
+    x[1, :2] = 1.0  # ties for argsort: first come first
+    want = k.arithmetic(*(torch.tensor(a) for a in (x, y, w)))
+    for g, wt in zip(p.arithmetic(x, y, w), want):
+        _same(g, wt.numpy(), rtol=1e-6, atol=1e-6)
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, y, w)]
+    cts = [rng.normal(size=s).astype(np.float32) for s in ((3, 4), (3, 2))]
+    out = k.arithmetic(*ts)
+    ((out[0] * torch.tensor(cts[0])).sum() + (out[1] * torch.tensor(cts[1])).sum()).backward()
+    for g, t in zip(p.arithmetic_vjp(x, y, w, *cts), ts):
+        _same(g, t.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_derivative_with_nothing_to_differentiate_is_an_error(tmp_path):
+    """grad(c) of a kernel with integer inputs only built a function returning nothing."""
+    from ksbuild.errors import KsbuildError
+    from ksbuild.exports import build_exports
+    from ksbuild.manifest import load_manifest
+    (tmp_path / "k.py").write_text('def count(a: "i64[n]") -> float:\n    return (a > 0).sum().float()\n')
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "nothing"\n\n[kernels]\nc = { python = "k.py:count" }\n\n'
+                                            '[exports]\nc = "c"\nc_grad = "grad(c)"\n')
+    with pytest.raises(KsbuildError) as e:
+        build_exports(load_manifest(tmp_path / "manifest.toml"))
+    assert "grad(c): nothing to differentiate: its inputs are not float (i64[n])" in str(e.value)
+    assert "manifest.toml:9" in str(e.value) and 'weights = "external"' in str(e.value)
