@@ -173,8 +173,8 @@ def test_a_derivative_with_nothing_to_differentiate_is_an_error(tmp_path):
     from ksbuild.exports import build_exports
     from ksbuild.manifest import load_manifest
     (tmp_path / "k.py").write_text('def count(a: "i64[n]") -> float:\n    return (a > 0).sum().float()\n')
-    (tmp_path / "manifest.toml").write_text('[package]\nname = "nothing"\n\n[kernels]\nc = { python = "k.py:count" }\n\n'
-                                            '[exports]\nc = "c"\nc_grad = "grad(c)"\n')
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "nothing"\n\n[kernels]\n'
+                                            'c = { python = "k.py:count" }\n\n[exports]\nc = "c"\nc_grad = "grad(c)"\n')
     with pytest.raises(KsbuildError) as e:
         build_exports(load_manifest(tmp_path / "manifest.toml"))
     assert "grad(c): nothing to differentiate: its inputs are not float (i64[n])" in str(e.value)
