@@ -410,6 +410,23 @@ import torch
 def k(x: "float[n]") -> "float[n]":
     return torch.frobnicate(x)  # <-
 ''', "unsupported function 'torch.frobnicate'", "einsum, erf"),
+    "halves of a dim by // (held-out pass 4)": Case('''\
+import torch
+
+
+def k(x: "float[t, d]") -> "float[t, d]":
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    return torch.cat([x1 - x2, x1 + x2], dim=1)  # <-
+''', "shapes do not broadcast", '"float[t, 2 * h]"'),
+    "a helper imported from another file (held-out pass 4)": Case('''\
+from attention_helpers import causal_attn
+
+
+def k(x: "float[n]") -> "float[n]":
+    return causal_attn(x)  # <-
+''', "'causal_attn' is imported from attention_helpers: a kernel calls functions defined in its own file",
+         "define causal_attn in"),
 }
 
 XFAIL: dict = {}

@@ -37,6 +37,7 @@ class Source:
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, attr)
     globals: set[str] = field(default_factory=set)  # other module-level names (not usable in kernels)
     foreign: dict[str, str] = field(default_factory=dict)  # alias -> a module kernels cannot use (np -> numpy)
+    borrowed: dict[str, str] = field(default_factory=dict)  # name -> the other module it is imported from
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -682,6 +683,10 @@ class KernelCompiler:
                 return "kernel", f.id
             if f.id in self.src.imported:
                 return self.src.imported[f.id]
+            if f.id in self.src.borrowed:
+                raise self.src.error(f, f"'{f.id}' is imported from {self.src.borrowed[f.id]}: a kernel calls "
+                                        "functions defined in its own file (and torch, math and builtins)",
+                                     hint=f"define {f.id} in {self.src.path.name} (copy it here)")
             return "builtin", f.id
         raise self.src.error(f, f"unsupported call target '{ast.unparse(f)}'",
                              hint="call math.*, torch.*, builtins or functions of this module")

@@ -46,6 +46,9 @@ def _top_level(src: Source, node: ast.stmt) -> None:
                 src.modules[a.name.split(".")[0]] = KNOWN_MODULES[a.name.split(".")[0]]
             else:  # numpy, scipy...: a located error where a kernel uses it
                 src.foreign[a.asname or a.name.split(".")[0]] = a.name
+    elif isinstance(node, ast.ImportFrom) and node.module not in KNOWN_MODULES:  # from helpers import f
+        for a in node.names:
+            src.borrowed[a.asname or a.name] = "." * node.level + (node.module or "")
     elif isinstance(node, ast.ImportFrom) and node.module in KNOWN_MODULES:
         for a in node.names:
             sub = f"{node.module}.{a.name}"

@@ -211,7 +211,8 @@ class Export:
         for a, shape in zip(self.ins, shapes):
             for d, s in zip(a["shape"], shape):
                 if isinstance(d, str) and not d.isidentifier() and dim_value(d, dims) != s:
-                    raise CallError(f"argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} but {s} given")
+                    raise CallError(f"{self.name}: argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} "
+                                    f"but {s} given")
         return dims
 
     def _solve_dims(self, shapes, dims: dict) -> None:

@@ -36,7 +36,11 @@ def broadcast_types(name: str, types: Sequence[Type], dtype: str | None = None) 
         s = broadcast_shapes(shape, t.shape)
         if s is None:
             listed = " and ".join(str(t) for t in types)
-            raise KsbuildError(f"cannot {name} {listed}: shapes do not broadcast")
+            floor = any(isinstance(d, str) and "//" in d for t in types for d in t.shape)
+            raise KsbuildError(f"cannot {name} {listed}: shapes do not broadcast",
+                               hint="a size computed with // (the halves of an odd size differ) is equal to "
+                                    "another only when the dim is a multiple: write it so in the annotation, e.g. "
+                                    '"float[t, 2 * h]"' if floor else None)
         shape = s
     return Type(dtype or types[0].dtype, shape)
 
