@@ -359,8 +359,7 @@ def _einsum(fc, b, args, kw, node):
 def _cdist(fc, b, args, kw, node):
     """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
     x, y = _two_floats(fc, b, args[:2], node, "cdist")
-    d = b.sub(shape_ops.unsqueeze(b, x, -2), shape_ops.unsqueeze(b, y, -3))
-    return math_ops.norm_root(b, reduce.sum(b, b.ipow(d, n=2), [-1]))
+    return linalg.cdist(b, x, y)
 
 
 def _tensor_literal(fc, b, args, kw, node):

@@ -3,9 +3,8 @@ torch.bucketize, torch.diff (and their methods). Each is a call into the shared 
 sort and topk, which the ONNX frontend's TopK uses too) or a few core operations."""
 from __future__ import annotations
 
-from ..ir.core import Atom
 from ..ir.types import dim_sub
-from ..ops import index, reduce
+from ..ops import index
 from ..ops import shape as shape_ops
 from .scope import Const
 from .tensors import _arg, int_const, norm_axis, tensor
@@ -42,19 +41,6 @@ def _topk(fc, b, args, kw, node):
     return ValuesIndices(values, indices)
 
 
-def _search(fc, b, boundaries: Atom, values: Atom, right: bool, node) -> Atom:
-    """For each value the number of boundaries below it (right: at or below it): its insertion index into the
-    sorted 1-D boundaries, an i64 tensor of the values' shape."""
-    if boundaries.type.rank != 1:
-        raise fc.src.error(node, f"the sorted sequence must be 1-D, got {boundaries.type}",
-                           hint="search row by row in a loop")
-    if values.type.dtype != boundaries.type.dtype:
-        values = b.convert(values, dtype=boundaries.type.dtype)
-    column = shape_ops.unsqueeze(b, values, values.type.rank)
-    below = b.le(boundaries, column) if right else b.lt(boundaries, column)
-    return reduce.sum(b, b.convert(below, dtype="i64"), [values.type.rank])
-
-
 def _searchsorted(fc, b, args, kw, node):
     """torch.searchsorted(sorted_sequence, input, right=False, side=None) with a 1-D sequence."""
     seq = tensor(fc, b, _arg(fc, args, kw, 0, "sorted_sequence", node), node)
@@ -65,14 +51,14 @@ def _searchsorted(fc, b, args, kw, node):
         if side not in ("left", "right"):
             raise fc.src.error(node, f"side must be 'left' or 'right', got {side!r}")
         right = side == "right"
-    return _search(fc, b, seq, values, right, node)
+    return index.searchsorted(b, seq, values, right)
 
 
 def _bucketize(fc, b, args, kw, node):
     """torch.bucketize(input, boundaries, right=False): searchsorted(boundaries, input, right)."""
     values = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     seq = tensor(fc, b, _arg(fc, args, kw, 1, "boundaries", node), node)
-    return _search(fc, b, seq, values, _bool(fc, args, kw, 3, "right", node, False), node)
+    return index.searchsorted(b, seq, values, _bool(fc, args, kw, 3, "right", node, False))
 
 
 def _diff(fc, b, args, kw, node):

@@ -347,6 +347,29 @@ def logcumsumexp(b, x: Atom, axis: int) -> Atom:
     return scan(b, x, axis, [Lit(float("-inf"), row), Lit(0.0, row)], step, name="logcumsumexp")
 
 
+def searchsorted(b, boundaries: Atom, values: Atom, right: bool) -> Atom:
+    """For each value the number of sorted 1-D boundaries below it (right: at or below it), its insertion
+    index, an i64 tensor of the values' shape (torch.searchsorted, torch.bucketize): one comparison per
+    boundary, summed."""
+    if boundaries.type.rank != 1:
+        raise error(b, f"the sorted sequence must be 1-D, got {boundaries.type}", hint="search row by row in a loop")
+    if values.type.dtype != boundaries.type.dtype:
+        values = b.convert(values, dtype=boundaries.type.dtype)
+    column = b.reshape(values, shape=values.type.shape + (1,))
+    below = b.le(boundaries, column) if right else b.lt(boundaries, column)
+    return b.reduce_sum(b.convert(below, dtype="i64"), axes=(values.type.rank,))
+
+
+def index_add(b, x: Atom, axis: int, idx: Atom, source: Atom) -> Atom:
+    """x with source's slices added at the positions idx [k] along axis (torch.index_add; repeats add up)."""
+    axis = norm_axis(b, axis, x.type.rank)
+    if idx.type.rank != 1:
+        raise error(b, f"index_add takes a 1-D index, got {idx.type}")
+    along = tuple(idx.type.shape[0] if i == axis else 1 for i in range(source.type.rank))
+    spread = b.broadcast_to(b.reshape(idx, shape=along), shape=source.type.shape)
+    return scatter_elements(b, x, spread, source, axis, "add")
+
+
 def flip(b, x: Atom, axis: int) -> Atom:
     """x reversed along axis."""
     axis = norm_axis(b, axis, x.type.rank)

@@ -158,6 +158,15 @@ def _expand_ellipsis(b, terms: list[str], xs: list[Atom], equation: str) -> tupl
     return out, ell
 
 
+def cdist(b, x: Atom, y: Atom) -> Atom:
+    """Euclidean distances between the rows of x [..., P, M] and y [..., R, M] (torch.cdist, p = 2): the
+    differences squared and summed (not expanded: close rows keep their digits), derivative 0 at 0."""
+    from .math import norm_root
+    from .shape import unsqueeze
+    d = b.sub(unsqueeze(b, x, -2), unsqueeze(b, y, -3))
+    return norm_root(b, b.reduce_sum(b.ipow(d, n=2), axes=(d.type.rank - 1,)))
+
+
 def det(b, x: Atom) -> Atom:
     """The determinant of the trailing [n, n] matrices: Gaussian elimination with partial pivoting,
     one `loop` step per column (row swaps are gathers, so it stays differentiable)."""

@@ -283,6 +283,48 @@ def cumsum(n: Node):
     return ix.cumsum(n.b, n.operand(n.x(), n.dtype), n.a("dim"))
 
 
+@handler("cumprod.default")
+def cumprod(n: Node):
+    return ix.cumprod(n.b, n.operand(n.x(), n.dtype), n.a("dim"))
+
+
+@handler("logcumsumexp.default")
+def logcumsumexp(n: Node):
+    return ix.logcumsumexp(n.b, n.operand(n.x(), n.dtype), n.a("dim"))
+
+
+@handler("sort.default", "sort.stable")
+def sort(n: Node):
+    """(values, indices); ties keep their order (what stable=True promises)."""
+    return ix.sort(n.b, n.x(), n.a("dim", -1), bool(n.a("descending", False)))
+
+
+@handler("argsort.default", "argsort.stable")
+def argsort(n: Node):
+    return ix.sort(n.b, n.x(), n.a("dim", -1), bool(n.a("descending", False)))[1]
+
+
+@handler("bucketize.Tensor")
+def bucketize(n: Node):
+    out = ix.searchsorted(n.b, n.x("boundaries"), n.x(), bool(n.a("right", False)))
+    return n.b.convert(out, dtype="i32") if n.a("out_int32", False) else out
+
+
+@handler("searchsorted.Tensor")
+def searchsorted(n: Node):
+    side = n.a("side", None)
+    out = ix.searchsorted(n.b, n.x("sorted_sequence"), n.x(), bool(n.a("right", False)) or side == "right")
+    return n.b.convert(out, dtype="i32") if n.a("out_int32", False) else out
+
+
+@handler("_cdist_forward.default")
+def cdist(n: Node):
+    if float(n.a("p", 2.0)) != 2.0:
+        raise n.unsupported(f"cdist with p = {n.a('p')}", hint="p = 2 (Euclidean) is")
+    from ...ops import linalg
+    return linalg.cdist(n.b, n.x("x1"), n.x("x2"))
+
+
 @handler("_softmax.default", "_log_softmax.default", "softmax.int", "log_softmax.int")
 def softmax(n: Node):
     x = n.operand(n.x(), n.dtype)

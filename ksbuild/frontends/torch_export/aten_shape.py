@@ -226,6 +226,21 @@ def gather(n: Node):
     return ix.gather_elements(n.b, n.x(), n.x("index"), n.a("dim"))
 
 
+@handler("scatter_add.default")
+def scatter_add(n: Node):
+    """x with src added at index along dim (repeats add up)."""
+    return ix.scatter_elements(n.b, n.x(), n.x("index"), n.x("src"), n.a("dim"), "add")
+
+
+@handler("index_add.default")
+def index_add(n: Node):
+    """x with alpha·source added at the positions index along dim."""
+    source, alpha = n.x("source"), n.a("alpha", 1)
+    if alpha != 1:
+        source = n.b.mul(source, n.operand(alpha, source.type.dtype))
+    return ix.index_add(n.b, n.x(), n.a("dim"), n.x("index"), source)
+
+
 @handler("index.Tensor")
 def index(n: Node):
     """x[..., i, j, ...] with integer index tensors on consecutive axes (None: a whole axis)."""
