@@ -9,8 +9,9 @@ checked against torch on the same source:
 - float floor division was floor(x / y), one off where the quotient rounds up (1.0 // 0.1 gave 10);
 - acosh overflowed to inf from 1e20 (float32) and 1e160 (float64), and acosh(-1e30) was -inf (NaN below 1);
   sinh and cosh overflowed before their results did (sinh(-710) is -1.1e308);
-- torch.add/sub/mul/neg/exp2/copysign/argsort and the methods .add .sub .mul .neg .mm .expand_as .view_as were
-  unsupported.
+- torch.add/sub/mul/neg/exp2/copysign/argsort and the methods .add .sub .mul .neg .mm .expand_as .view_as, and
+  F.scaled_dot_product_attention, F.group_norm, F.kl_div, F.glu were unsupported in Python kernels; cumprod,
+  logcumsumexp, sort, argsort, scatter_add, index_add, bucketize and cdist through torch.export.
 """
 from __future__ import annotations
 
@@ -62,9 +63,23 @@ def arithmetic(x: "f32[n, d]", y: "f32[n, d]", w: "f32[d, k]") -> tuple["f32[n, 
     b = x.mul(y).neg() + torch.exp2(x) + torch.copysign(x, y) + torch.true_divide(x, 2.0)
     c = a + b + y[:1].expand_as(x) + x.view_as(y) * 0.5
     return c, x.mm(w), torch.argsort(x, dim=1) + x.argsort(dim=1, descending=True)
+
+
+def attention(q: "f64[b, h, l, e]", k: "f64[b, h, s, e]", v: "f64[b, h, s, e]", m: "bool[l, s]",
+              f: "f64[l, s]") -> tuple["f64[b, h, l, e]", "f64[b, h, l, e]", "f64[b, h, l, e]"]:
+    return (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=f))
+
+
+def layers(x: "f64[n, 4, t]", w: "f64[4]", p: "f64[n, 4, t]", logq: "f64[n, 4, t]") -> tuple[
+        "f64[n, 4, t]", "f64[n, 4, t]", "f64", "f64", "f64[n, 4, t]"]:
+    return (F.group_norm(x, 2, w, w * 0.5), F.group_norm(x, 4), F.kl_div(logq, p, reduction="batchmean"),
+            F.kl_div(logq, logq * 0.5, reduction="sum", log_target=True), F.glu(torch.cat([x, p], dim=1), dim=1))
 '''
 
-NAMES = ("fmods", "fmods32", "floors", "normalized", "digammas", "lgammas", "hyperbolic", "acosh32", "arithmetic")
+NAMES = ("attention", "layers", "fmods", "fmods32", "floors", "normalized", "digammas", "lgammas", "hyperbolic",
+         "acosh32", "arithmetic")
 
 MANIFEST = '''
 [package]
@@ -78,6 +93,8 @@ name = "rt_torchvalues"
 fmods_vjp = "vjp(fmods)"
 lgammas_vjp = "vjp(lgammas)"
 hyperbolic_vjp = "vjp(hyperbolic)"
+attention_vjp = "vjp(attention)"
+layers_vjp = "vjp(layers)"
 arithmetic_vjp = "vjp(arithmetic)"
 '''
 
@@ -229,3 +246,30 @@ def test_exported_module_ops(built, tmp_path):
     gx, gs = p.ops_vjp(x, idx, src, *cts)
     _same(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
     _same(gs, st.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_norms_and_losses_of_torch_functional(built):
+    """F.scaled_dot_product_attention (causal, bool and float masks, scale), F.group_norm, F.kl_div and F.glu
+    (unsupported in Python kernels before the pass) against torch, values and vjp."""
+    p, k = built
+    rng = np.random.default_rng(2)
+    q, kk, v = (rng.normal(size=(2, 3, 4, 5)) for _ in range(3))
+    m = rng.random((4, 4)) < 0.7
+    m[:, 0] = True  # every query attends to something (torch's NaN rows are 0 here: documented)
+    f = rng.normal(size=(4, 4))
+    x, w = rng.normal(size=(2, 4, 6)), rng.normal(size=4)
+    prob = rng.dirichlet(np.ones(4), size=(2, 6)).transpose(0, 2, 1)
+    logq = np.log(rng.dirichlet(np.ones(4), size=(2, 6)).transpose(0, 2, 1))
+    prob[0, 0, 0] = 0.0  # a zero target contributes 0
+    for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq))):
+        ts = [torch.tensor(a, requires_grad=a.dtype == np.float64) for a in args]
+        want = getattr(k, name)(*ts)
+        got = getattr(p, name)(*args)
+        for g, wt in zip(got, want):
+            _same(g, wt.detach().numpy(), rtol=1e-12, atol=1e-12)
+        cts = [rng.normal(size=tuple(o.shape)) for o in want]
+        sum((o * torch.tensor(c)).sum() for o, c in zip(want, cts)).backward()
+        grads = getattr(p, f"{name}_vjp")(*args, *cts)
+        floats = [t for t in ts if t.requires_grad]
+        for g, t in zip(grads, floats):
+            _same(g, t.grad.numpy(), rtol=1e-10, atol=1e-12)

@@ -165,10 +165,35 @@ def _loss(kind: str):
     return fn
 
 
+def _kl_div(fc, b, args, kw, node):
+    """F.kl_div(input, target, size_average, reduce, reduction='mean', log_target=False): target·(log target -
+    input) per element (0 where target is 0), or e^t·(t - input) with log_target; reduction 'batchmean' divides
+    the sum by the first dim (what the KL divergence is; 'mean' divides by every element, as torch)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    t = float_tensor(fc, b, _arg(fc, args, kw, 1, "target", node), node)
+    how = _arg(fc, args, kw, 4, "reduction", node, "mean")
+    if how not in ("mean", "batchmean", "sum", "none"):
+        raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, batchmean, sum or none")
+    log_target = _arg(fc, args, kw, 5, "log_target", node, Const(False))
+    if not isinstance(log_target, Const):
+        raise fc.src.error(node, "log_target must be a literal")
+    x, t = fc.unify(b, x, t, node)
+    if log_target.value:
+        e = b.mul(b.exp(t), b.sub(t, x))
+    else:
+        positive = b.gt(t, _c(t, 0.0))
+        e = b.select(positive, b.mul(t, b.sub(b.log(b.select(positive, t, _c(t, 1.0))), x)),
+                     b.select(b.eq(t, _c(t, 0.0)), _c(t, 0.0), b.mul(t, b.sub(b.log(t), x))))
+    if how == "batchmean":
+        total = reduce.sum(b, e)
+        return b.div(total, _count(b, e.type.shape[0], total.type.dtype)) if e.type.rank else total
+    return _reduced(b, e, how)
+
+
 def register(f_table: dict) -> None:
     """Add the losses to the frontend's torch.nn.functional table."""
     f_table.update({
         "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "smooth_l1_loss": _smooth_l1, "huber_loss": _huber,
         "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
-        "cross_entropy": _cross_entropy, "nll_loss": _nll_loss,
+        "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "kl_div": _kl_div,
     })

@@ -437,6 +437,49 @@ def _layer_norm(fc, b, args, kw, node):
     return nn.layer_norm(b, x, w, bias, x.type.rank - count, eps)[0]
 
 
+def _sdpa(fc, b, args, kw, node):
+    """F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+    scale=None, enable_gqa=False): ops.nn.attention (a query that attends to nothing gets 0)."""
+    q = float_tensor(fc, b, _arg(fc, args, kw, 0, "query", node), node)
+    k = float_tensor(fc, b, _arg(fc, args, kw, 1, "key", node), node)
+    v = float_tensor(fc, b, _arg(fc, args, kw, 2, "value", node), node)
+    mask = _arg(fc, args, kw, 3, "attn_mask", node, None)
+    if _float_kw(fc, args, kw, 4, "dropout_p", node, 0.0) != 0.0:
+        raise fc.src.error(node, "scaled_dot_product_attention with dropout_p > 0 draws random numbers",
+                           hint="pass dropout_p=0.0 (no dropout at inference)")
+    causal = _arg(fc, args, kw, 5, "is_causal", node, Const(False))
+    scale = _arg(fc, args, kw, 6, "scale", node, None)
+    gqa = _arg(fc, args, kw, 7, "enable_gqa", node, Const(False))
+    if not isinstance(causal, Const) or not isinstance(gqa, Const) or (scale is not None and
+                                                                       not isinstance(scale, Const)):
+        raise fc.src.error(node, "is_causal, scale and enable_gqa must be literals")
+    if gqa.value:
+        raise fc.src.error(node, "scaled_dot_product_attention with enable_gqa=True is not supported",
+                           hint="repeat the key/value heads (k.repeat_interleave) before the call")
+    if mask is not None:
+        mask = tensor(fc, b, mask, node)
+        if mask.type.dtype != "bool" and mask.type.dtype != q.type.dtype:
+            mask = b.convert(mask, dtype=q.type.dtype)
+    return nn.attention(b, q, k, v, mask, bool(causal.value), None if scale is None else float(scale.value))
+
+
+def _group_norm(fc, b, args, kw, node):
+    """F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-5)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    groups = int_const(fc, _arg(fc, args, kw, 1, "num_groups", node), node, "num_groups")
+    c = x.type.shape[1]
+    w, bias = _arg(fc, args, kw, 2, "weight", node, None), _arg(fc, args, kw, 3, "bias", node, None)
+    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
+    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    return nn.group_norm(b, x, w, bias, groups, _float_kw(fc, args, kw, 4, "eps", node, 1e-5))
+
+
+def _glu(fc, b, args, kw, node):
+    """F.glu(input, dim=-1): the first half times the sigmoid of the second."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return activations.glu(b, x, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(-1)), node, "dim"))
+
+
 def _pad(fc, b, args, kw, node):
     """F.pad(x, (left, right, top, bottom, ...), mode='constant', value=0): last axis first; the modes
     reflect, replicate and circular too (torch_extra.pad_modes)."""
@@ -616,6 +659,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "hardtanh": _hardtanh(-1.0, 1.0, True), "normalize": _normalize,
         "layer_norm": _layer_norm,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
+        "scaled_dot_product_attention": _sdpa, "group_norm": _group_norm, "glu": _glu,
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
     })

@@ -90,3 +90,13 @@ def prelu(b, x: Atom, slope: Atom) -> Atom:
 def swish(b, x: Atom, alpha: float = 1.0) -> Atom:
     """x · sigmoid(alpha·x)."""
     return b.mul(x, b.logistic(b.mul(x, _c(x, alpha)) if alpha != 1 else x))
+
+
+def glu(b, x: Atom, axis: int = -1) -> Atom:
+    """The gated linear unit: the first half of x along axis times the sigmoid of the second half."""
+    from ._util import error, norm_axis
+    axis = norm_axis(b, axis, x.type.rank)
+    n = x.type.shape[axis]
+    if not isinstance(n, int) or n % 2:
+        raise error(b, f"glu halves an axis of even size, got {n}")
+    return b.mul(b.slice(x, axis=axis, start=0, stop=n // 2), b.logistic(b.slice(x, axis=axis, start=n // 2, stop=n)))

@@ -8,6 +8,7 @@ reduces over the windows. Layouts are ONNX/PyTorch's: x is [N, C, *spatial], a k
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from ..ir.core import Atom, Lit, Var
@@ -287,13 +288,41 @@ def layer_norm(b, x: Atom, scale: Atom | None, bias: Atom | None, axis: int, eps
 def group_norm(b, x: Atom, scale: Atom, bias: Atom, groups: int, eps: float) -> Atom:
     """Normalization over each group of channels (and the spatial axes), then a per-channel affine."""
     n, c = x.type.shape[:2]
-    if not isinstance(c, int) or c % groups:
+    if isinstance(c, int) and c % groups:
         raise error(b, f"{c} channels do not split into {groups} groups")
+    if not isinstance(c, int):
+        raise error(b, f"{c} channels are not known to split into {groups} groups",
+                    hint=f'give the channel dim as a literal or a multiple, e.g. "float[n, {groups} * g, t]"')
     g = b.reshape(x, shape=(n, groups, c // groups) + x.type.shape[2:])
     y, _, _ = normalize(b, g, tuple(range(2, g.type.rank)), eps)
     y = b.reshape(y, shape=x.type.shape)
     r = x.type.rank
     return b.add(b.mul(y, channel(b, scale, r)), channel(b, bias, r))
+
+
+def attention(b, q: Atom, k: Atom, v: Atom, mask: Atom | None = None, causal: bool = False,
+              scale: float | None = None) -> Atom:
+    """softmax(q kᵀ · scale + mask) v over the last two axes (torch's scaled_dot_product_attention): scale
+    1/√E by default; a bool mask says which keys a query attends to, a float mask is added; causal lets query
+    i attend to keys j <= i. A query that attends to nothing gets 0 (torch's _safe_softmax), not NaN."""
+    from . import reduce as red
+    from .linalg import matmul
+    from .shape import swap_axes
+    e, dt = q.type.shape[-1], q.type.dtype
+    if scale is not None or isinstance(e, int):
+        factor = scalar_lit(scale if scale is not None else 1.0 / math.sqrt(e), dt)
+    else:  # a symbolic head size: 1/√E at run time
+        factor = b.div(scalar_lit(1.0, dt), b.sqrt(b.convert(b.dim_size(dim=e), dtype=dt)))
+    s = b.mul(matmul(b, q, swap_axes(b, k, -1, -2)), factor)
+    ninf = scalar_lit(-math.inf, q.type.dtype)
+    lq, lk = s.type.shape[-2:]
+    if causal:
+        rows = b.iota(shape=(lq, lk), axis=0, dtype="i64")
+        cols = b.iota(shape=(lq, lk), axis=1, dtype="i64")
+        s = b.select(b.le(cols, rows), s, ninf)
+    if mask is not None:
+        s = b.select(mask, s, ninf) if mask.type.dtype == "bool" else b.add(s, mask)
+    return matmul(b, red.safe_softmax(b, s, -1), v)
 
 
 def instance_norm(b, x: Atom, scale: Atom, bias: Atom, eps: float) -> Atom:
