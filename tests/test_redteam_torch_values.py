@@ -76,10 +76,18 @@ def layers(x: "f64[n, 4, t]", w: "f64[4]", p: "f64[n, 4, t]", logq: "f64[n, 4, t
         "f64[n, 4, t]", "f64[n, 4, t]", "f64", "f64", "f64[n, 4, t]"]:
     return (F.group_norm(x, 2, w, w * 0.5), F.group_norm(x, 4), F.kl_div(logq, p, reduction="batchmean"),
             F.kl_div(logq, logq * 0.5, reduction="sum", log_target=True), F.glu(torch.cat([x, p], dim=1), dim=1))
+
+
+def upsampling(x: "f64[n, 4, t]", w: "f64[4, 3, 3]", c: "f64[6]", y: "f64[n, 2, 5, 4]", v: "f64[2, 3, 3, 2]",
+               z: "f64[3, 5]", i: "i64[3, 4]",
+               s: "f64[3, 4]") -> tuple["f64[n, 6, 2 * t]", "f64[n, 3, 11, 8]", "f64[3, 5]"]:
+    scattered = z.scatter_add(1, i, s) + torch.scatter_add(z, 0, i[:, :1] % 3, s[:, :1])
+    return (F.conv_transpose1d(x, w, c, stride=2, padding=1, output_padding=1, groups=2),
+            F.conv_transpose2d(y, v, stride=2, dilation=(1, 1)), scattered)
 '''
 
-NAMES = ("attention", "layers", "fmods", "fmods32", "floors", "normalized", "digammas", "lgammas", "hyperbolic",
-         "acosh32", "arithmetic")
+NAMES = ("attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized", "digammas", "lgammas",
+         "hyperbolic", "acosh32", "arithmetic")
 
 MANIFEST = '''
 [package]
@@ -95,6 +103,7 @@ lgammas_vjp = "vjp(lgammas)"
 hyperbolic_vjp = "vjp(hyperbolic)"
 attention_vjp = "vjp(attention)"
 layers_vjp = "vjp(layers)"
+upsampling_vjp = "vjp(upsampling)"
 arithmetic_vjp = "vjp(arithmetic)"
 '''
 
@@ -249,8 +258,9 @@ def test_exported_module_ops(built, tmp_path):
 
 
 def test_attention_norms_and_losses_of_torch_functional(built):
-    """F.scaled_dot_product_attention (causal, bool and float masks, scale), F.group_norm, F.kl_div and F.glu
-    (unsupported in Python kernels before the pass) against torch, values and vjp."""
+    """F.scaled_dot_product_attention (causal, bool and float masks, scale), F.group_norm, F.kl_div, F.glu,
+    F.conv_transpose1d/2d and scatter_add (unsupported in Python kernels before the pass) against torch, values
+    and vjp."""
     p, k = built
     rng = np.random.default_rng(2)
     q, kk, v = (rng.normal(size=(2, 3, 4, 5)) for _ in range(3))
@@ -261,7 +271,9 @@ def test_attention_norms_and_losses_of_torch_functional(built):
     prob = rng.dirichlet(np.ones(4), size=(2, 6)).transpose(0, 2, 1)
     logq = np.log(rng.dirichlet(np.ones(4), size=(2, 6)).transpose(0, 2, 1))
     prob[0, 0, 0] = 0.0  # a zero target contributes 0
-    for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq))):
+    up = (rng.normal(size=(2, 4, 5)), rng.normal(size=(4, 3, 3)), rng.normal(size=6), rng.normal(size=(2, 2, 5, 4)),
+          rng.normal(size=(2, 3, 3, 2)), rng.normal(size=(3, 5)), rng.integers(0, 5, (3, 4)), rng.normal(size=(3, 4)))
+    for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq)), ("upsampling", up)):
         ts = [torch.tensor(a, requires_grad=a.dtype == np.float64) for a in args]
         want = getattr(k, name)(*ts)
         got = getattr(p, name)(*args)

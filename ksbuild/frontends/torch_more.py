@@ -437,6 +437,41 @@ def _layer_norm(fc, b, args, kw, node):
     return nn.layer_norm(b, x, w, bias, x.type.rank - count, eps)[0]
 
 
+def _conv_transpose(k: int):
+    """F.conv_transpose1d/2d/3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+    dilation=1): the weight is [C_in, C_out / groups, *kernel]."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
+        bias = _arg(fc, args, kw, 2, "bias", node, None)
+        bias = None if bias is None or (isinstance(bias, Const) and bias.value is None) else \
+            float_tensor(fc, b, bias, node)
+        if x.type.rank != k + 2 or w.type.rank != k + 2:
+            raise fc.src.error(node, f"F.conv_transpose{k}d takes an input and a weight of rank {k + 2}, got "
+                                     f"{x.type} and {w.type}")
+        if not all(isinstance(d, int) for d in w.type.shape):
+            raise fc.src.error(node, f"F.conv_transpose{k}d needs a weight of literal sizes, got {w.type}")
+        strides = _ints(fc, _arg(fc, args, kw, 3, "stride", node, Const(1)), k, node, "stride")
+        lo = _ints(fc, _arg(fc, args, kw, 4, "padding", node, Const(0)), k, node, "padding")
+        extra = _ints(fc, _arg(fc, args, kw, 5, "output_padding", node, Const(0)), k, node, "output_padding")
+        groups = int_const(fc, _arg(fc, args, kw, 6, "groups", node, Const(1)), node, "groups")
+        dilations = _ints(fc, _arg(fc, args, kw, 7, "dilation", node, Const(1)), k, node, "dilation")
+        return nn.conv_transpose(b, x, w, bias, strides, lo + lo, dilations, groups, extra)
+    return fn
+
+
+def _scatter_add(fc, b, args, kw, node):
+    """torch.scatter_add(input, dim, index, src) / x.scatter_add(dim, index, src): src added at index along dim
+    (repeated indices add up)."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
+    idx = tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)
+    src = tensor(fc, b, _arg(fc, args, kw, 3, "src", node), node)
+    if src.type.dtype != x.type.dtype:
+        src = b.convert(src, dtype=x.type.dtype)
+    return index.scatter_elements(b, x, idx, src, axis, "add")
+
+
 def _sdpa(fc, b, args, kw, node):
     """F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     scale=None, enable_gqa=False): ops.nn.attention (a query that attends to nothing gets 0)."""
@@ -647,7 +682,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "tensor": _tensor_literal, "flip": _flip, "tile": _tile_function,
         "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
-        "det": _det, "inverse": _inv,
+        "det": _det, "inverse": _inv, "scatter_add": _scatter_add,
     })
     f_table.update({
         "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
@@ -660,6 +695,8 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "layer_norm": _layer_norm,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
         "scaled_dot_product_attention": _sdpa, "group_norm": _group_norm, "glu": _glu,
+        "conv_transpose1d": _conv_transpose(1), "conv_transpose2d": _conv_transpose(2),
+        "conv_transpose3d": _conv_transpose(3),
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
     })
@@ -682,7 +719,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "flip": _method(_flip),
                     "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
                     "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
-                    "lerp": _method(_lerp), "addmm": _method(_addmm)})
+                    "lerp": _method(_lerp), "addmm": _method(_addmm), "scatter_add": _method(_scatter_add)})
 
 
 def _pieces(fc, n, size, node, what: str) -> list:
