@@ -39,3 +39,22 @@ def build_kernel_file(root: Path, kernels: str, manifest: str, module: str):
     source = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(source)
     return ksbuild.build(root / "manifest.toml"), source
+
+
+def undefined_symbols(lib: Path, nm: str = "nm") -> set[str]:
+    """The symbols a static library leaves for the linker (`nm -u`)."""
+    import subprocess
+    out = subprocess.run([nm, "-u", str(lib)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip() and not line.endswith(":")}
+
+
+def build_and_run_app(app: Path, prefix: Path, build: Path, exe: str):
+    """An example's consumer app configured against an installed package (CMAKE_PREFIX_PATH), built, run."""
+    import subprocess
+
+    from ksbuild.compile.cmake import cmake_exe
+    cmake = cmake_exe()
+    subprocess.run([cmake, "-S", str(app), "-B", str(build), f"-DCMAKE_PREFIX_PATH={prefix}"], check=True,
+                   capture_output=True)
+    subprocess.run([cmake, "--build", str(build)], check=True, capture_output=True)
+    return subprocess.run([str(build / exe)], capture_output=True, text=True)

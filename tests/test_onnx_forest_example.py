@@ -9,7 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, build_and_run_app, undefined_symbols
 
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
@@ -28,21 +28,14 @@ def installed(tmp_path_factory):
 
 
 def test_library_is_runtime_free(installed):
-    out = subprocess.run(["nm", "-u", str(installed / "lib/libonnx_forest.a")], capture_output=True, text=True,
-                         check=True).stdout
-    symbols = {line.split()[-1] for line in out.splitlines() if line.strip() and not line.endswith(":")}
+    symbols = undefined_symbols(installed / "lib/libonnx_forest.a")
     symbols.discard("onnx_forest_data_blob")
     assert all(re.match(r"^mem(cpy|set|move)$", s) for s in symbols), sorted(symbols)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 def test_consumer_app(installed, tmp_path):
-    from ksbuild.compile.cmake import cmake_exe
-    cmake = cmake_exe()
-    subprocess.run([cmake, "-S", str(EXAMPLE / "app"), "-B", str(tmp_path), f"-DCMAKE_PREFIX_PATH={installed}"],
-                   check=True, capture_output=True)
-    subprocess.run([cmake, "--build", str(tmp_path)], check=True, capture_output=True)
-    run = subprocess.run([str(tmp_path / "onnx_forest_app")], capture_output=True, text=True)
+    run = build_and_run_app(EXAMPLE / "app", installed, tmp_path, "onnx_forest_app")
     assert run.returncode == 0, run.stdout
     assert re.search(r"rmse 0\.0\d+", run.stdout), run.stdout
 

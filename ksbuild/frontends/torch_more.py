@@ -437,18 +437,23 @@ def _layer_norm(fc, b, args, kw, node):
     return nn.layer_norm(b, x, w, bias, x.type.rank - count, eps)[0]
 
 
+def _conv_operands(fc, b, args, kw, node, what: str, k: int):
+    """(input, weight, bias or None) of a k-d convolution call, both of rank k + 2."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
+    bias = _arg(fc, args, kw, 2, "bias", node, None)
+    bias = None if bias is None or (isinstance(bias, Const) and bias.value is None) else \
+        float_tensor(fc, b, bias, node)
+    if x.type.rank != k + 2 or w.type.rank != k + 2:
+        raise fc.src.error(node, f"{what} takes an input and a weight of rank {k + 2}, got {x.type} and {w.type}")
+    return x, w, bias
+
+
 def _conv_transpose(k: int):
     """F.conv_transpose1d/2d/3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
     dilation=1): the weight is [C_in, C_out / groups, *kernel]."""
     def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
-        bias = _arg(fc, args, kw, 2, "bias", node, None)
-        bias = None if bias is None or (isinstance(bias, Const) and bias.value is None) else \
-            float_tensor(fc, b, bias, node)
-        if x.type.rank != k + 2 or w.type.rank != k + 2:
-            raise fc.src.error(node, f"F.conv_transpose{k}d takes an input and a weight of rank {k + 2}, got "
-                                     f"{x.type} and {w.type}")
+        x, w, bias = _conv_operands(fc, b, args, kw, node, f"F.conv_transpose{k}d", k)
         if not all(isinstance(d, int) for d in w.type.shape):
             raise fc.src.error(node, f"F.conv_transpose{k}d needs a weight of literal sizes, got {w.type}")
         strides = _ints(fc, _arg(fc, args, kw, 3, "stride", node, Const(1)), k, node, "stride")
@@ -548,14 +553,7 @@ def _conv(k: int):
     """F.conv1d/2d/3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be
     'valid' or 'same' (stride 1; an odd total puts the extra zero at the end, as torch does)."""
     def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
-        bias = _arg(fc, args, kw, 2, "bias", node, None)
-        bias = None if bias is None or (isinstance(bias, Const) and bias.value is None) else \
-            float_tensor(fc, b, bias, node)
-        if x.type.rank != k + 2 or w.type.rank != k + 2:
-            raise fc.src.error(node, f"F.conv{k}d takes an input and a weight of rank {k + 2}, got {x.type} "
-                                     f"and {w.type}")
+        x, w, bias = _conv_operands(fc, b, args, kw, node, f"F.conv{k}d", k)
         if not all(isinstance(d, int) for d in w.type.shape[2:]):
             sizes = ", ".join(["3"] * k)
             raise fc.src.error(node, f"F.conv{k}d needs a weight whose kernel sizes are literals, got {w.type}",
