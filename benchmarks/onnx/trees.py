@@ -97,27 +97,36 @@ def main() -> None:
         ms = models(tmp)
         kernels = "\n".join(f'{k} = {{ onnx = "{p}" }}' for k, (p, _) in ms.items())
         exports = "\n".join(f'{k} = "{k}"' for k in ms)
-        (tmp / "manifest.toml").write_text(f'[package]\nname = "bench_trees"\n\n[kernels]\n{kernels}\n\n'
-                                           f'[exports]\n{exports}\n')
-        pkg = ksbuild.build(tmp / "manifest.toml", quiet=True)
+        pkgs = {}
+        for cpu in ("", "native"):  # the portable baseline (SSE2) and this machine's instruction set
+            d = tmp / (cpu or "baseline")
+            d.mkdir()
+            (d / "manifest.toml").write_text(f'[package]\nname = "bench_trees"\n\n[build]\ncpu = "{cpu}"\n\n'
+                                             f'[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
+            pkgs[cpu or "baseline"] = ksbuild.build(d / "manifest.toml", quiet=True)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        print(f"{'model':10} {'batch':>6} {'ksbuild us':>11} {'ort us':>9} {'memcpy us':>10} {'ort/ksbuild':>12}")
+        print(f"{'model':10} {'batch':>6} {'ksbuild us':>11} {'native us':>10} {'ort us':>9} {'memcpy us':>10} "
+              f"{'ort/ksbuild':>12} {'ort/native':>11}")
         for name, (path, features) in ms.items():
             sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             feed = sess.get_inputs()[0].name
             for batch in (1, 1000):
                 x = np.random.default_rng(batch).normal(size=(batch, features)).astype(np.float32)
-                got, want = getattr(pkg, name)(x), sess.run(None, {feed: x})
-                got = got if isinstance(got, tuple) else (got,)
-                for g, w in zip(got, want):
-                    assert np.allclose(g, w, rtol=1e-4, atol=1e-5), name
+                want = sess.run(None, {feed: x})
+                for pkg in pkgs.values():
+                    got = getattr(pkg, name)(x)
+                    got = got if isinstance(got, tuple) else (got,)
+                    for g, w in zip(got, want):
+                        assert np.allclose(g, w, rtol=1e-4, atol=1e-5), name
                 buf = np.empty_like(x)
-                t = median_times({"ksbuild": lambda: getattr(pkg, name)(x),
+                t = median_times({"ksbuild": lambda: getattr(pkgs["baseline"], name)(x),
+                                  "native": lambda: getattr(pkgs["native"], name)(x),
                                   "ort": lambda: sess.run(None, {feed: x}),
                                   "memcpy": lambda: np.copyto(buf, x)}, args.repeats)
-                print(f"{name:10} {batch:>6} {t['ksbuild'] * 1e6:>11.1f} {t['ort'] * 1e6:>9.1f} "
-                      f"{t['memcpy'] * 1e6:>10.2f} {t['ort'] / t['ksbuild']:>12.2f}")
+                print(f"{name:10} {batch:>6} {t['ksbuild'] * 1e6:>11.1f} {t['native'] * 1e6:>10.1f} "
+                      f"{t['ort'] * 1e6:>9.1f} {t['memcpy'] * 1e6:>10.2f} {t['ort'] / t['ksbuild']:>12.2f} "
+                      f"{t['ort'] / t['native']:>11.2f}")
 
 
 if __name__ == "__main__":
