@@ -149,7 +149,8 @@ def built(tmp_path_factory):
         onnx.save(_node_model(op, attrs), str(root / f"{name}.onnx"))
     names = list(fitted) + list(_hand_made()) + list(PROBIT)
     kernels = "\n".join(f'{k} = {{ onnx = "{k}.onnx" }}' for k in names)
-    exports = "\n".join([f'{k} = "{k}"' for k in names] + [f'{k}_vjp = "vjp({k})"' for k in GRADIENTS])
+    exports = "\n".join([f'{k} = "{k}"' for k in names] + [f'{k}_vjp = "vjp({k})"' for k in GRADIENTS] +
+                        ['svc_proba_vmap = "vmap(svc_proba)"'])
     (root / "manifest.toml").write_text(f'[package]\nname = "sk"\n\n[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
     return ksbuild.build(root / "manifest.toml", quiet=True), root, fitted, data
 
@@ -235,3 +236,15 @@ def test_vjp_matches_finite_differences(built, name):
         up, down = (up[-1], down[-1]) if isinstance(up, tuple) else (up, down)
         fd[:, j] = ((up.astype(np.float64) - down) * ct).sum(axis=1) / (2 * step[j])
     np.testing.assert_allclose(g, fd, atol=2e-3 * np.abs(fd).max())
+
+
+def test_vmap_of_the_coupled_probabilities_matches_a_loop(built):
+    """vmap(svc_proba): the coupling loop's early stop (a cond on all rows converged) per lane."""
+    pkg, _, fitted, data = built
+    x = data[fitted["svc_proba"][1]][0]
+    xs = np.stack([x[:12], x[40:52], x[100:112]])
+    labels, probs = pkg.svc_proba_vmap(xs)
+    for xi, li, pi in zip(xs, labels, probs):
+        want_l, want_p = pkg.svc_proba(xi)
+        np.testing.assert_array_equal(li, want_l)
+        np.testing.assert_allclose(pi, want_p, rtol=1e-6, atol=1e-7)

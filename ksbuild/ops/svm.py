@@ -95,7 +95,7 @@ def couple(b, pair_p: Atom, c: int) -> Atom:
     """Class probabilities [N, C] from the pairs' [N, P] (libsvm's multiclass_probability): minimise
     pᵀQp subject to Σp = 1, with Q_ii = Σ_j r_ji², Q_ij = -r_ji r_ij, by sweeps of coordinate updates; a row
     stops changing once its error max_i |(Qp)_i - pᵀQp| is below 0.005 / c, as libsvm's loop breaks."""
-    from ..prims.control import PRIMS_LOOP, wrap
+    from ..prims.control import PRIMS_COND, PRIMS_LOOP, wrap
     n = pair_p.type.shape[0]
     ps = pairs(c)
     # r[i][j] for i != j read from [p, 1 - p] (the pair's own probability, or its complement)
@@ -112,7 +112,15 @@ def couple(b, pair_p: Atom, c: int) -> Atom:
     eps = 0.005 / c
 
     def sweep(bb, params):
+        """A sweep, or nothing once every row has converged (a cond: libsvm needs a handful of the 100)."""
         _, qq, p, done = params
+        finished = bb.ne(bb.reduce_min(bb.convert(done, dtype="i32"), axes=(0,)), Lit(0, Type("i32")))
+        types = [qq.type, p.type, done.type]
+        rest = wrap("couple_converged", types, lambda b2, ps: [ps[1], ps[2]])
+        step = wrap("couple_step", types, lambda b2, ps: coordinate_sweep(b2, *ps))
+        return bb.bind(PRIMS_COND, [finished, qq, p, done], {"then_fn": rest, "else_fn": step})
+
+    def coordinate_sweep(bb, qq, p, done):
         f = lambda v: scalar_lit(float(v), "f32")  # noqa: E731
         col = lambda a, i: bb.reshape(bb.slice(a, axis=1, start=i, stop=i + 1), shape=(n,))  # noqa: E731
         qp = bb.einsum(qq, p, spec="nij,nj->ni")

@@ -67,38 +67,38 @@ extern "C" int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out
     next_slot += ks::aligned_bytes<float>(batch * 9);
     float* const tmp99 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
-    float* const tmp139 = reinterpret_cast<float*>(next_slot);
+    uint8_t* const r134 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch);
+    float* const tmp148 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed150 = reinterpret_cast<float*>(next_slot);
+    float* const packed159 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed153 = reinterpret_cast<float*>(next_slot);
+    float* const packed162 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp156 = reinterpret_cast<float*>(next_slot);
+    float* const tmp165 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp163 = reinterpret_cast<float*>(next_slot);
+    float* const tmp172 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed167 = reinterpret_cast<float*>(next_slot);
+    float* const packed176 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed171 = reinterpret_cast<float*>(next_slot);
+    float* const packed180 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed184 = reinterpret_cast<float*>(next_slot);
+    float* const packed193 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp187 = reinterpret_cast<float*>(next_slot);
+    float* const tmp196 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp188 = reinterpret_cast<float*>(next_slot);
+    float* const tmp197 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed210 = reinterpret_cast<float*>(next_slot);
+    float* const packed219 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed214 = reinterpret_cast<float*>(next_slot);
+    float* const packed223 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed227 = reinterpret_cast<float*>(next_slot);
+    float* const packed236 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp230 = reinterpret_cast<float*>(next_slot);
+    float* const tmp239 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    uint8_t* const tmp252 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t i1 = 0; i1 < 4; ++i1) {
@@ -298,231 +298,247 @@ extern "C" int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out
         r[i126] = false;
     }
     for (int64_t k127 = 0; k127 < int64_t{100}; ++k127) {
-        float* const prod128 = prod;  // reuses a dead buffer's space
+        int32_t acc128 = ks::highest<int32_t>();
         for (int64_t i129 = 0; i129 < batch; ++i129) {
-            for (int64_t i130 = 0; i130 < 3; ++i130) {
-                float dot = 0;
-                KS_OMP_SIMD(reduction(+:dot))
-                for (int64_t i131 = 0; i131 < 3; ++i131) {
-                    dot += tmp113[i129 * (3 * 3) + i130 * 3 + i131] * out_probabilities[i129 * 3 + i131];
-                }
-                prod128[i129 * 3 + i130] = dot;
-            }
+            const bool x_i130 = r[i129];
+            const int32_t t131 = static_cast<int32_t>(x_i130);
+            acc128 = ks::running_min(acc128, t131);
         }
-        float* const tmp132 = tmp34;  // reuses a dead buffer's space
-        for (int64_t i133 = 0; i133 < batch; ++i133) {
-            float acc134 = 0;
-            KS_OMP_SIMD(reduction(+:acc134))
-            for (int64_t i135 = 0; i135 < 3; ++i135) {
-                const float x_i136 = out_probabilities[i133 * 3 + i135];
-                const float x_i137 = prod128[i133 * 3 + i135];
-                const float t138 = (x_i136 * x_i137);
-                acc134 += t138;
+        const bool t132 = (acc128 != 0);
+        float* const r133 = prod;  // reuses a dead buffer's space
+        if (t132) {
+            for (int64_t i135 = 0; i135 < batch * 3; ++i135) {
+                r133[i135] = out_probabilities[i135];
             }
-            tmp132[i133] = acc134;
-        }
-        for (int64_t i140 = 0; i140 < batch; ++i140) {
-            float acc141 = ks::lowest<float>();
-            for (int64_t i142 = 0; i142 < 3; ++i142) {
-                const float x_i143 = prod128[i140 * 3 + i142];
-                const float x_i144 = tmp132[i140];
-                const float t145 = (x_i143 - x_i144);
-                const float t146 = ks::abs(t145);
-                acc141 = ks::running_max(acc141, t146);
+            for (int64_t i136 = 0; i136 < batch; ++i136) {
+                r134[i136] = r[i136];
             }
-            tmp139[i140] = acc141;
-        }
-        for (int64_t i147 = 0; i147 < batch; ++i147) {
-            for (int64_t i148 = 0; i148 < 1; ++i148) {
-                for (int64_t i149 = 0; i149 < 3; ++i149) {
-                    packed[i147 * 3 + i148 * 3 + i149] = tmp113[i147 * (3 * 3) + i148 * 3 + i149];
+        } else {
+            float* const prod137 = tmp19;  // reuses a dead buffer's space
+            for (int64_t i138 = 0; i138 < batch; ++i138) {
+                for (int64_t i139 = 0; i139 < 3; ++i139) {
+                    float dot = 0;
+                    KS_OMP_SIMD(reduction(+:dot))
+                    for (int64_t i140 = 0; i140 < 3; ++i140) {
+                        dot += tmp113[i138 * (3 * 3) + i139 * 3 + i140] * out_probabilities[i138 * 3 + i140];
+                    }
+                    prod137[i138 * 3 + i139] = dot;
                 }
             }
-        }
-        for (int64_t i151 = 0; i151 < batch; ++i151) {
-            for (int64_t i152 = 0; i152 < 1; ++i152) {
-                packed150[i151 + i152] = packed[i151 * 3 + i152];
+            float* const tmp141 = tmp34;  // reuses a dead buffer's space
+            for (int64_t i142 = 0; i142 < batch; ++i142) {
+                float acc143 = 0;
+                KS_OMP_SIMD(reduction(+:acc143))
+                for (int64_t i144 = 0; i144 < 3; ++i144) {
+                    const float x_i145 = out_probabilities[i142 * 3 + i144];
+                    const float x_i146 = prod137[i142 * 3 + i144];
+                    const float t147 = (x_i145 * x_i146);
+                    acc143 += t147;
+                }
+                tmp141[i142] = acc143;
             }
-        }
-        for (int64_t i154 = 0; i154 < batch; ++i154) {
-            for (int64_t i155 = 0; i155 < 1; ++i155) {
-                packed153[i154 + i155] = prod128[i154 * 3 + i155];
+            for (int64_t i149 = 0; i149 < batch; ++i149) {
+                float acc150 = ks::lowest<float>();
+                for (int64_t i151 = 0; i151 < 3; ++i151) {
+                    const float x_i152 = prod137[i149 * 3 + i151];
+                    const float x_i153 = tmp141[i149];
+                    const float t154 = (x_i152 - x_i153);
+                    const float t155 = ks::abs(t154);
+                    acc150 = ks::running_max(acc150, t155);
+                }
+                tmp148[i149] = acc150;
             }
-        }
-        for (int64_t i157 = 0; i157 < batch; ++i157) {
-            const float x_i158 = tmp132[i157];
-            const float x_i159 = packed153[i157];
-            const float t160 = (x_i158 - x_i159);
-            const float x_i161 = packed150[i157];
-            const float t162 = (t160 / x_i161);
-            tmp156[i157] = t162;
-        }
-        for (int64_t i164 = 0; i164 < batch; ++i164) {
-            const float x_i165 = tmp156[i164];
-            const float t166 = (1.0f + x_i165);
-            tmp163[i164] = t166;
-        }
-        for (int64_t i168 = 0; i168 < batch; ++i168) {
-            for (int64_t i169 = 0; i169 < 1; ++i169) {
-                for (int64_t i170 = 0; i170 < 3; ++i170) {
-                    packed167[i168 * 3 + i169 * 3 + i170] = (tmp113 + 1 * 3)[i168 * (3 * 3) + i169 * 3 + i170];
+            for (int64_t i156 = 0; i156 < batch; ++i156) {
+                for (int64_t i157 = 0; i157 < 1; ++i157) {
+                    for (int64_t i158 = 0; i158 < 3; ++i158) {
+                        packed[i156 * 3 + i157 * 3 + i158] = tmp113[i156 * (3 * 3) + i157 * 3 + i158];
+                    }
+                }
+            }
+            for (int64_t i160 = 0; i160 < batch; ++i160) {
+                for (int64_t i161 = 0; i161 < 1; ++i161) {
+                    packed159[i160 + i161] = packed[i160 * 3 + i161];
+                }
+            }
+            for (int64_t i163 = 0; i163 < batch; ++i163) {
+                for (int64_t i164 = 0; i164 < 1; ++i164) {
+                    packed162[i163 + i164] = prod137[i163 * 3 + i164];
+                }
+            }
+            for (int64_t i166 = 0; i166 < batch; ++i166) {
+                const float x_i167 = tmp141[i166];
+                const float x_i168 = packed162[i166];
+                const float t169 = (x_i167 - x_i168);
+                const float x_i170 = packed159[i166];
+                const float t171 = (t169 / x_i170);
+                tmp165[i166] = t171;
+            }
+            for (int64_t i173 = 0; i173 < batch; ++i173) {
+                const float x_i174 = tmp165[i173];
+                const float t175 = (1.0f + x_i174);
+                tmp172[i173] = t175;
+            }
+            for (int64_t i177 = 0; i177 < batch; ++i177) {
+                for (int64_t i178 = 0; i178 < 1; ++i178) {
+                    for (int64_t i179 = 0; i179 < 3; ++i179) {
+                        packed176[i177 * 3 + i178 * 3 + i179] = (tmp113 + 1 * 3)[i177 * (3 * 3) + i178 * 3 + i179];
+                    }
+                }
+            }
+            for (int64_t i181 = 0; i181 < batch; ++i181) {
+                for (int64_t i182 = 0; i182 < 1; ++i182) {
+                    packed180[i181 + i182] = (packed176 + 1)[i181 * 3 + i182];
+                }
+            }
+            float* const tmp183 = tmp20;  // reuses a dead buffer's space
+            for (int64_t i184 = 0; i184 < batch; ++i184) {
+                for (int64_t i185 = 0; i185 < 3; ++i185) {
+                    const float x_i186 = tmp165[i184];
+                    const float x_i187 = packed[i184 * 3 + i185];
+                    const float t188 = (x_i186 * x_i187);
+                    const float x_i189 = prod137[i184 * 3 + i185];
+                    const float t190 = (x_i189 + t188);
+                    const float x_i191 = tmp172[i184];
+                    const float t192 = (t190 / x_i191);
+                    tmp183[i184 * 3 + i185] = t192;
+                }
+            }
+            for (int64_t i194 = 0; i194 < batch; ++i194) {
+                for (int64_t i195 = 0; i195 < 1; ++i195) {
+                    packed193[i194 + i195] = (tmp183 + 1)[i194 * 3 + i195];
+                }
+            }
+            for (int64_t i198 = 0; i198 < batch; ++i198) {
+                const float x_i199 = tmp165[i198];
+                const float x_i200 = packed159[i198];
+                const float t201 = (x_i199 * x_i200);
+                const float x_i202 = packed162[i198];
+                const float t203 = (2.0f * x_i202);
+                const float t204 = (t201 + t203);
+                const float t205 = (x_i199 * t204);
+                const float x_i206 = tmp141[i198];
+                const float t207 = (x_i206 + t205);
+                const float x_i208 = tmp172[i198];
+                const float t209 = (t207 / x_i208);
+                const float t210 = (t209 / x_i208);
+                tmp196[i198] = t210;
+                const float x_i211 = packed193[i198];
+                const float t212 = (t210 - x_i211);
+                const float x_i213 = packed180[i198];
+                const float t214 = (t212 / x_i213);
+                tmp197[i198] = t214;
+            }
+            float* const tmp215 = tmp34;  // reuses a dead buffer's space
+            for (int64_t i216 = 0; i216 < batch; ++i216) {
+                const float x_i217 = tmp197[i216];
+                const float t218 = (1.0f + x_i217);
+                tmp215[i216] = t218;
+            }
+            for (int64_t i220 = 0; i220 < batch; ++i220) {
+                for (int64_t i221 = 0; i221 < 1; ++i221) {
+                    for (int64_t i222 = 0; i222 < 3; ++i222) {
+                        packed219[i220 * 3 + i221 * 3 + i222] = (tmp113 + 2 * 3)[i220 * (3 * 3) + i221 * 3 + i222];
+                    }
+                }
+            }
+            for (int64_t i224 = 0; i224 < batch; ++i224) {
+                for (int64_t i225 = 0; i225 < 1; ++i225) {
+                    packed223[i224 + i225] = (packed219 + 2)[i224 * 3 + i225];
+                }
+            }
+            float* const tmp226 = tmp19;  // reuses a dead buffer's space
+            for (int64_t i227 = 0; i227 < batch; ++i227) {
+                for (int64_t i228 = 0; i228 < 3; ++i228) {
+                    const float x_i229 = tmp197[i227];
+                    const float x_i230 = packed176[i227 * 3 + i228];
+                    const float t231 = (x_i229 * x_i230);
+                    const float x_i232 = tmp183[i227 * 3 + i228];
+                    const float t233 = (x_i232 + t231);
+                    const float x_i234 = tmp215[i227];
+                    const float t235 = (t233 / x_i234);
+                    tmp226[i227 * 3 + i228] = t235;
+                }
+            }
+            for (int64_t i237 = 0; i237 < batch; ++i237) {
+                for (int64_t i238 = 0; i238 < 1; ++i238) {
+                    packed236[i237 + i238] = (tmp226 + 2)[i237 * 3 + i238];
+                }
+            }
+            for (int64_t i240 = 0; i240 < batch; ++i240) {
+                const float x_i241 = tmp197[i240];
+                const float x_i242 = packed180[i240];
+                const float t243 = (x_i241 * x_i242);
+                const float x_i244 = packed193[i240];
+                const float t245 = (2.0f * x_i244);
+                const float t246 = (t243 + t245);
+                const float t247 = (x_i241 * t246);
+                const float x_i248 = tmp196[i240];
+                const float t249 = (x_i248 + t247);
+                const float x_i250 = tmp215[i240];
+                const float t251 = (t249 / x_i250);
+                const float t252 = (t251 / x_i250);
+                const float x_i253 = packed236[i240];
+                const float t254 = (t252 - x_i253);
+                const float x_i255 = packed223[i240];
+                const float t256 = (t254 / x_i255);
+                tmp239[i240] = t256;
+            }
+            float* const tmp257 = tmp196;  // reuses a dead buffer's space
+            for (int64_t i258 = 0; i258 < batch; ++i258) {
+                const float x_i259 = tmp239[i258];
+                const float t260 = (1.0f + x_i259);
+                tmp257[i258] = t260;
+            }
+            for (int64_t i261 = 0; i261 < batch; ++i261) {
+                const float x_i262 = tmp148[i261];
+                const bool t263 = (x_i262 < 0.0016666667070239782f);
+                const bool x_i264 = r[i261];
+                const bool t265 = (x_i264 ? x_i264 : t263);
+                r134[i261] = t265;
+            }
+            for (int64_t i266 = 0; i266 < batch; ++i266) {
+                for (int64_t i267 = 0; i267 < 3; ++i267) {
+                    const float x_i268 = tmp165[i266];
+                    const float x_i269 = ks_data_13[i267];
+                    const float t270 = (x_i268 * x_i269);
+                    const float x_i271 = out_probabilities[i266 * 3 + i267];
+                    const float t272 = (x_i271 + t270);
+                    const float x_i273 = tmp172[i266];
+                    const float t274 = (t272 / x_i273);
+                    const float x_i275 = tmp197[i266];
+                    const float x_i276 = ks_data_14[i267];
+                    const float t277 = (x_i275 * x_i276);
+                    const float t278 = (t274 + t277);
+                    const float x_i279 = tmp215[i266];
+                    const float t280 = (t278 / x_i279);
+                    const float x_i281 = tmp239[i266];
+                    const float x_i282 = ks_data_15[i267];
+                    const float t283 = (x_i281 * x_i282);
+                    const float t284 = (t280 + t283);
+                    const float x_i285 = tmp257[i266];
+                    const float t286 = (t284 / x_i285);
+                    const bool x_i287 = r134[i266];
+                    const float t288 = (x_i287 ? x_i271 : t286);
+                    r133[i266 * 3 + i267] = t288;
                 }
             }
         }
-        for (int64_t i172 = 0; i172 < batch; ++i172) {
-            for (int64_t i173 = 0; i173 < 1; ++i173) {
-                packed171[i172 + i173] = (packed167 + 1)[i172 * 3 + i173];
-            }
+        for (int64_t i289 = 0; i289 < batch * 3; ++i289) {
+            out_probabilities[i289] = r133[i289];
         }
-        float* const tmp174 = tmp19;  // reuses a dead buffer's space
-        for (int64_t i175 = 0; i175 < batch; ++i175) {
-            for (int64_t i176 = 0; i176 < 3; ++i176) {
-                const float x_i177 = tmp156[i175];
-                const float x_i178 = packed[i175 * 3 + i176];
-                const float t179 = (x_i177 * x_i178);
-                const float x_i180 = prod128[i175 * 3 + i176];
-                const float t181 = (x_i180 + t179);
-                const float x_i182 = tmp163[i175];
-                const float t183 = (t181 / x_i182);
-                tmp174[i175 * 3 + i176] = t183;
-            }
-        }
-        for (int64_t i185 = 0; i185 < batch; ++i185) {
-            for (int64_t i186 = 0; i186 < 1; ++i186) {
-                packed184[i185 + i186] = (tmp174 + 1)[i185 * 3 + i186];
-            }
-        }
-        for (int64_t i189 = 0; i189 < batch; ++i189) {
-            const float x_i190 = tmp156[i189];
-            const float x_i191 = packed150[i189];
-            const float t192 = (x_i190 * x_i191);
-            const float x_i193 = packed153[i189];
-            const float t194 = (2.0f * x_i193);
-            const float t195 = (t192 + t194);
-            const float t196 = (x_i190 * t195);
-            const float x_i197 = tmp132[i189];
-            const float t198 = (x_i197 + t196);
-            const float x_i199 = tmp163[i189];
-            const float t200 = (t198 / x_i199);
-            const float t201 = (t200 / x_i199);
-            tmp187[i189] = t201;
-            const float x_i202 = packed184[i189];
-            const float t203 = (t201 - x_i202);
-            const float x_i204 = packed171[i189];
-            const float t205 = (t203 / x_i204);
-            tmp188[i189] = t205;
-        }
-        float* const tmp206 = tmp34;  // reuses a dead buffer's space
-        for (int64_t i207 = 0; i207 < batch; ++i207) {
-            const float x_i208 = tmp188[i207];
-            const float t209 = (1.0f + x_i208);
-            tmp206[i207] = t209;
-        }
-        for (int64_t i211 = 0; i211 < batch; ++i211) {
-            for (int64_t i212 = 0; i212 < 1; ++i212) {
-                for (int64_t i213 = 0; i213 < 3; ++i213) {
-                    packed210[i211 * 3 + i212 * 3 + i213] = (tmp113 + 2 * 3)[i211 * (3 * 3) + i212 * 3 + i213];
-                }
-            }
-        }
-        for (int64_t i215 = 0; i215 < batch; ++i215) {
-            for (int64_t i216 = 0; i216 < 1; ++i216) {
-                packed214[i215 + i216] = (packed210 + 2)[i215 * 3 + i216];
-            }
-        }
-        float* const tmp217 = prod;  // reuses a dead buffer's space
-        for (int64_t i218 = 0; i218 < batch; ++i218) {
-            for (int64_t i219 = 0; i219 < 3; ++i219) {
-                const float x_i220 = tmp188[i218];
-                const float x_i221 = packed167[i218 * 3 + i219];
-                const float t222 = (x_i220 * x_i221);
-                const float x_i223 = tmp174[i218 * 3 + i219];
-                const float t224 = (x_i223 + t222);
-                const float x_i225 = tmp206[i218];
-                const float t226 = (t224 / x_i225);
-                tmp217[i218 * 3 + i219] = t226;
-            }
-        }
-        for (int64_t i228 = 0; i228 < batch; ++i228) {
-            for (int64_t i229 = 0; i229 < 1; ++i229) {
-                packed227[i228 + i229] = (tmp217 + 2)[i228 * 3 + i229];
-            }
-        }
-        for (int64_t i231 = 0; i231 < batch; ++i231) {
-            const float x_i232 = tmp188[i231];
-            const float x_i233 = packed171[i231];
-            const float t234 = (x_i232 * x_i233);
-            const float x_i235 = packed184[i231];
-            const float t236 = (2.0f * x_i235);
-            const float t237 = (t234 + t236);
-            const float t238 = (x_i232 * t237);
-            const float x_i239 = tmp187[i231];
-            const float t240 = (x_i239 + t238);
-            const float x_i241 = tmp206[i231];
-            const float t242 = (t240 / x_i241);
-            const float t243 = (t242 / x_i241);
-            const float x_i244 = packed227[i231];
-            const float t245 = (t243 - x_i244);
-            const float x_i246 = packed214[i231];
-            const float t247 = (t245 / x_i246);
-            tmp230[i231] = t247;
-        }
-        float* const tmp248 = tmp187;  // reuses a dead buffer's space
-        for (int64_t i249 = 0; i249 < batch; ++i249) {
-            const float x_i250 = tmp230[i249];
-            const float t251 = (1.0f + x_i250);
-            tmp248[i249] = t251;
-        }
-        for (int64_t i253 = 0; i253 < batch; ++i253) {
-            const float x_i254 = tmp139[i253];
-            const bool t255 = (x_i254 < 0.0016666667070239782f);
-            const bool x_i256 = r[i253];
-            const bool t257 = (x_i256 ? x_i256 : t255);
-            tmp252[i253] = t257;
-        }
-        float* const tmp258 = prod;  // reuses a dead buffer's space
-        for (int64_t i259 = 0; i259 < batch; ++i259) {
-            for (int64_t i260 = 0; i260 < 3; ++i260) {
-                const float x_i261 = tmp156[i259];
-                const float x_i262 = ks_data_13[i260];
-                const float t263 = (x_i261 * x_i262);
-                const float x_i264 = out_probabilities[i259 * 3 + i260];
-                const float t265 = (x_i264 + t263);
-                const float x_i266 = tmp163[i259];
-                const float t267 = (t265 / x_i266);
-                const float x_i268 = tmp188[i259];
-                const float x_i269 = ks_data_14[i260];
-                const float t270 = (x_i268 * x_i269);
-                const float t271 = (t267 + t270);
-                const float x_i272 = tmp206[i259];
-                const float t273 = (t271 / x_i272);
-                const float x_i274 = tmp230[i259];
-                const float x_i275 = ks_data_15[i260];
-                const float t276 = (x_i274 * x_i275);
-                const float t277 = (t273 + t276);
-                const float x_i278 = tmp248[i259];
-                const float t279 = (t277 / x_i278);
-                const bool x_i280 = tmp252[i259];
-                const float t281 = (x_i280 ? x_i264 : t279);
-                tmp258[i259 * 3 + i260] = t281;
-            }
-        }
-        for (int64_t i282 = 0; i282 < batch * 3; ++i282) {
-            out_probabilities[i282] = tmp258[i282];
-        }
-        for (int64_t i283 = 0; i283 < batch; ++i283) {
-            r[i283] = tmp252[i283];
+        for (int64_t i290 = 0; i290 < batch; ++i290) {
+            r[i290] = r134[i290];
         }
     }
-    for (int64_t i284 = 0; i284 < batch; ++i284) {
-        const int64_t x_i285 = tmp52[i284];
-        const int64_t t286 = ks_data_7[ks::clamp_index(x_i285, 3)];
-        out_label[i284] = t286;
+    for (int64_t i291 = 0; i291 < batch; ++i291) {
+        const int64_t x_i292 = tmp52[i291];
+        const int64_t t293 = ks_data_7[ks::clamp_index(x_i292, 3)];
+        out_label[i291] = t293;
     }
     return ks::status::ok;
 }
 
 extern "C" size_t onnx_sklearn_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch);
+    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
