@@ -65,6 +65,10 @@ MODELS = {
     "afe_scalar": _model([h.make_node("ArrayFeatureExtractor", ["X", "i"], ["Y"], domain="ai.onnx.ml")],
                          out_shape=("N", 1), inits=[nh.from_array(np.array(2, np.int64), "i")]),
     "pipeline": _pipeline(),
+    "feature_vectorizer": _model([h.make_node("FeatureVectorizer", ["X", "X"], ["Y"], domain="ai.onnx.ml",
+                                              inputdimensions=[2, 6])], out_shape=("N", 8)),
+    "feature_vectorizer_int": _model([h.make_node("FeatureVectorizer", ["X"], ["Y"], domain="ai.onnx.ml",
+                                                  inputdimensions=[4])], x_type=T.INT64),
 }
 
 
@@ -114,3 +118,24 @@ def test_zipmap_says_how_to_avoid_it(tmp_path):
     with pytest.raises(KsbuildError) as e:
         compile_onnx_kernel(tmp_path / "zip.onnx", "zip")
     assert "zip.onnx" in str(e.value) and "zipmap" in str(e.value).lower()
+
+
+def test_category_mapper_both_ways(tmp_path):
+    """Strings to int64 and int64 to strings (the input's type picks the way), unknown values to the defaults,
+    a value listed twice as its last pair; against onnxruntime."""
+    cats = dict(cats_strings=["red", "green", "blue", "red"], cats_int64s=[1, 2, 3, 9])
+    for name, x_type, y_type, extra in (("s2i", T.STRING, T.INT64, dict(default_int64=-7)),
+                                        ("i2s", T.INT64, T.STRING, dict(default_string="none"))):
+        g = h.make_graph([h.make_node("CategoryMapper", ["X"], ["Y"], domain="ai.onnx.ml", **cats, **extra)], name,
+                         [h.make_tensor_value_info("X", x_type, ["N"])], [h.make_tensor_value_info("Y", y_type, ["N"])])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)])
+        onnx.checker.check_model(m)
+        onnx.save(m, str(tmp_path / f"{name}.onnx"))
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "catmap"\n\n[kernels]\ns2i = { onnx = "s2i.onnx" }\n'
+                                            'i2s = { onnx = "i2s.onnx" }\n\n[exports]\ns2i = "s2i"\ni2s = "i2s"\n')
+    p = ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+    for name, x in (("s2i", np.array(["blue", "red", "purple", "green", ""], dtype=object)),
+                    ("i2s", np.array([3, 9, 1, 4, -1], dtype=np.int64))):
+        want = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"]).run(
+            None, {"X": x})[0]
+        np.testing.assert_array_equal(np.asarray(getattr(p, name)(x)).astype(str), want.astype(str))

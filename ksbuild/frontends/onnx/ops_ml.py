@@ -1,5 +1,5 @@
 """ONNX-ML ops (domain ai.onnx.ml) that are plain tensor code: Binarizer, ArrayFeatureExtractor, LabelEncoder,
-OneHotEncoder, Scaler, Imputer, Normalizer, LinearRegressor, LinearClassifier, and the post transforms of the ML
+OneHotEncoder, FeatureVectorizer, CategoryMapper, Scaler, Imputer, Normalizer, LinearRegressor, LinearClassifier, and the post transforms of the ML
 models (the tree ensembles are in ops_trees.py, the SVMs in ops_svm.py)."""
 from __future__ import annotations
 
@@ -307,3 +307,55 @@ def one_hot_encoder(n: Node):
         x = n.b.convert(m.trunc(n.b, x) if x.type.is_float else x, dtype="i64")
     hit = n.b.eq(n.b.reshape(x, shape=x.type.shape + (1,)), array(n.b, cats))
     return [n.b.convert(hit, dtype="f32")]
+
+
+@handler("FeatureVectorizer")
+def feature_vectorizer(n: Node):
+    """The inputs side by side as float [N, Σ inputdimensions]: input i gives its first inputdimensions[i]
+    columns, zero-padded when it has fewer (a 1-D input is one row)."""
+    sizes = [int(d) for d in n.attr("inputdimensions", [])]
+    xs = [n.x(i) for i in range(n.n_in)]
+    if len(sizes) != len(xs):
+        raise n.error(f"{n.op}: {len(sizes)} inputdimensions for {len(xs)} inputs")
+    parts = []
+    for x, d in zip(xs, sizes):
+        x = _as_f32(n, x if x.type.rank != 1 else n.b.reshape(x, shape=(1,) + x.type.shape))
+        if x.type.rank != 2:
+            raise n.error(f"{n.op}: inputs must be [N, C] or [C], got {x.type}")
+        c = x.type.shape[1]
+        if not isinstance(c, int):
+            raise n.error(f"{n.op}: an input of a symbolic width ({x.type})")
+        x = n.b.slice(x, axis=1, start=0, stop=d) if c > d else x
+        parts.append(n.b.pad(x, axis=1, lo=0, hi=d - c) if c < d else x)
+    from ...ops.shape import concatenate
+    rows = {p.type.shape[0] for p in parts}
+    if len(rows) > 1:
+        raise n.error(f"{n.op}: the inputs have different numbers of rows ({sorted(map(str, rows))})")
+    return [concatenate(n.b, parts, 1) if len(parts) > 1 else parts[0]]
+
+
+@handler("CategoryMapper")
+def category_mapper(n: Node):
+    """Strings to integers (or integers to strings) by the pairs cats_strings[i] <-> cats_int64s[i]; a value
+    not among them gives default_int64 (-1) or default_string ('_Unused'). The direction is the input's type
+    (as onnxruntime); a value listed twice maps as its last pair (onnxruntime's maps keep the last)."""
+    x = n.x(0)
+    strings = np.asarray([s.decode() if isinstance(s, bytes) else str(s) for s in n.attr("cats_strings")],
+                         dtype=object)
+    ints = np.asarray(n.attr("cats_int64s"), dtype=np.int64)
+    if len(strings) != len(ints):
+        raise n.error(f"{n.op}: {len(strings)} cats_strings but {len(ints)} cats_int64s")
+    default_int, default_str = n.attr("default_int64", -1), n.attr("default_string", "_Unused")
+    if x.type.dtype == "str":
+        keys, values, default, dtype = strings, ints, np.asarray(int(default_int)), "i64"
+    elif x.type.dtype == "i64":
+        keys, values, default, dtype = ints, strings, np.asarray(str(default_str), dtype=object), "str"
+    else:
+        raise n.error(f"{n.op}: the input must be strings or int64, got {x.type.dtype}")
+    b = n.b
+    hit = b.eq(b.reshape(x, shape=x.type.shape + (1,)), array(b, keys))
+    order = b.iota(shape=x.type.shape + (len(keys),), axis=x.type.rank, dtype="i64")
+    last = red.amax(b, b.select(hit, order, Lit(-1, Type("i64"))), [x.type.rank])
+    found = b.ge(last, Lit(0, Type("i64")))
+    picked = ix.gather(b, array(b, values), b.select(found, last, Lit(0, Type("i64"))), 0)
+    return [Val(b.select(found, picked, array(b, default)), None, dtype)]
