@@ -1,6 +1,6 @@
 """ONNX-ML ops (domain ai.onnx.ml) that are plain tensor code: Binarizer, ArrayFeatureExtractor, LabelEncoder,
-OneHotEncoder, FeatureVectorizer, CategoryMapper, Scaler, Imputer, Normalizer, LinearRegressor, LinearClassifier, and the post transforms of the ML
-models (the tree ensembles are in ops_trees.py, the SVMs in ops_svm.py)."""
+OneHotEncoder, FeatureVectorizer, CategoryMapper, Scaler, Imputer, Normalizer, LinearRegressor, LinearClassifier,
+and the post transforms of the ML models (the tree ensembles are in ops_trees.py, the SVMs in ops_svm.py)."""
 from __future__ import annotations
 
 import numpy as np
