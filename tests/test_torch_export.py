@@ -215,8 +215,9 @@ def test_make_errors_point_at_make(tmp_path):
     with pytest.raises(KsbuildError, match="make_raises\\(\\) raised ValueError: no weights here") as e:
         _compile(tmp_path, "make_raises")
     assert e.value.loc.file == str(MODELS_FILE) and e.value.loc.line == _line_of("no weights here")
-    with pytest.raises(KsbuildError, match="must return an nn.Module first"):
+    with pytest.raises(KsbuildError, match="must return an nn.Module first") as e:
         _compile(tmp_path, "make_not_a_module")
+    assert e.value.loc.line == _line_of("return torch.randn(2), (torch.randn(2),)")  # its return
     with pytest.raises(KsbuildError, match="has no function 'make_nothing'"):
         _compile(tmp_path, "make_nothing")
 

@@ -75,7 +75,20 @@ def load_model(source: str, root: Path, make: str, loc: Location | None) -> Mode
                            hint="define make() returning (module, example_args[, dynamic_shapes])")
     with _user_code(file, f"{make}()", _with_parent(file)):
         result = fn()
-    return _check_result(result, file, make)
+    return _check_result(result, file, make, _return_line(fn, file))
+
+
+def _return_line(fn, file: Path) -> Location:
+    """Where make() returns (its last return statement; its def line, or the file, when unknown)."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return Location(str(file))
+    returns = [i for i, text in enumerate(lines) if text.strip().startswith("return")]
+    i = returns[-1] if returns else 0
+    text = lines[i].rstrip("\n")
+    col = len(text) - len(text.lstrip())
+    return Location(str(file), start + i, col, len(text), text)
 
 
 def _import(source: str, root: Path, loc: Location | None):
@@ -156,10 +169,9 @@ def _first_lines(text: str, n: int) -> str:
     return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
 
 
-def _check_result(result, file: Path, make: str) -> Model:
+def _check_result(result, file: Path, make: str, where: Location) -> Model:
     import torch
 
-    where = Location(str(file))
     shape = "(module, example_args) or (module, example_args, dynamic_shapes)"
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise KsbuildError(f"{make}() must return {shape}, got {type(result).__name__}", where)
