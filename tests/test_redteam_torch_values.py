@@ -6,6 +6,7 @@ checked against torch on the same source:
 - F.normalize turned a NaN row into huge numbers (max(norm, eps) dropped the NaN);
 - float32 digamma (and lgamma's derivative) near the negative integers and just below 0 came from the
   reflection π/tan(π(x - floor x)), whose argument rounds: digamma(-1e-9) had the wrong sign;
+- torch.sign(NaN) was NaN (torch: 0);
 - float floor division was floor(x / y), one off where the quotient rounds up (1.0 // 0.1 gave 10);
 - acosh overflowed to inf from 1e20 (float32) and 1e160 (float64), and acosh(-1e30) was -inf (NaN below 1);
   sinh and cosh overflowed before their results did (sinh(-710) is -1.1e308);
@@ -32,6 +33,10 @@ def fmods(x: "f64[n]", y: "f64[n]") -> "f64[n]":
 
 def fmods32(x: "f32[n]", y: "f32[n]") -> "f32[n]":
     return torch.fmod(x, y)
+
+
+def signs(x: "f64[n]") -> "f64[n]":
+    return torch.sign(x) + 2 * x.sign()
 
 
 def floors(x: "f64[n]", y: "f64[n]") -> tuple["f64[n]", "f64[n]"]:
@@ -86,8 +91,8 @@ def upsampling(x: "f64[n, 4, t]", w: "f64[4, 3, 3]", c: "f64[6]", y: "f64[n, 2, 
             F.conv_transpose2d(y, v, stride=2, dilation=(1, 1)), scattered)
 '''
 
-NAMES = ("attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized", "digammas", "lgammas",
-         "hyperbolic", "acosh32", "arithmetic")
+NAMES = ("signs", "attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized", "digammas",
+         "lgammas", "hyperbolic", "acosh32", "arithmetic")
 
 MANIFEST = '''
 [package]
@@ -167,6 +172,13 @@ def test_floor_division_as_python(built):
         np.testing.assert_array_equal(g, w.numpy())
         np.testing.assert_array_equal(np.signbit(g), np.signbit(w.numpy()))
     np.testing.assert_array_equal(p.floors(x, y)[1][:2], [9.0, 70999999999.0])
+
+
+def test_sign_of_nan_is_zero_as_torch(built):
+    """(The sign prim keeps NaN, as numpy and ONNX's Sign; torch.sign gives 0.)"""
+    p, k = built
+    x = np.array([np.nan, -3.0, 0.0, 2.5, -np.inf])
+    np.testing.assert_array_equal(p.signs(x), k.signs(torch.tensor(x)).numpy())
 
 
 def test_normalize_keeps_nan(built):

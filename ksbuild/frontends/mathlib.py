@@ -171,6 +171,9 @@ def _unary(name):
             return _fold(fc, lambda a, _: py(a), x, Const(0), node)
         if prim in ("abs",):
             return b.abs(x)
+        if prim == "sign":  # (torch's: 0 for NaN, as the constant fold)
+            from ..ops.math import torch_sign
+            return torch_sign(b, _as_float(fc, b, x, node))
         return getattr(b, prim)(_as_float(fc, b, x, node))
     return fn
 

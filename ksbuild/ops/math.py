@@ -198,6 +198,12 @@ def atanh(b, x: Atom) -> Atom:
     return b.mul(_k(x, 0.5), b.sub(b.log1p(x), b.log1p(b.neg(x))))
 
 
+def torch_sign(b, x: Atom) -> Atom:
+    """torch.sign: -1, 0 or 1, and 0 for NaN (the sign prim keeps NaN, as numpy and ONNX's Sign)."""
+    y = b.sign(x)
+    return b.select(b.ne(x, x), _k(x, 0), y) if x.type.is_float else y
+
+
 def isnan(b, x: Atom) -> Atom:
     """x != x."""
     return b.ne(x, x)

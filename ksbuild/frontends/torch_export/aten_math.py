@@ -31,7 +31,7 @@ UNARY = {
     "atanh.default": m.atanh, "sigmoid.default": lambda b, x: b.logistic(x), "erf.default": lambda b, x: b.erf(x),
     "erfc.default": lambda b, x: b.erfc(x), "erfinv.default": m.erfinv, "special_ndtri.default": m.probit,
     "floor.default": lambda b, x: b.floor(x), "ceil.default": m.ceil, "trunc.default": m.trunc,
-    "round.default": m.round_half_even, "sign.default": lambda b, x: b.sign(x), "reciprocal.default": m.reciprocal,
+    "round.default": m.round_half_even, "sign.default": m.torch_sign, "reciprocal.default": m.reciprocal,
     "relu.default": aten.relu, "lgamma.default": lambda b, x: b.lgamma(x), "digamma.default": lambda b, x: b.digamma(x),
     "log2.default": lambda b, x: aten.log_base(b, x, 2.0), "log10.default": lambda b, x: aten.log_base(b, x, 10.0),
     "exp2.default": lambda b, x: b.exp(b.mul(x, scalar_lit(0.6931471805599453, x.type.dtype))),
