@@ -139,3 +139,22 @@ def test_category_mapper_both_ways(tmp_path):
         want = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"]).run(
             None, {"X": x})[0]
         np.testing.assert_array_equal(np.asarray(getattr(p, name)(x)).astype(str), want.astype(str))
+
+
+def test_inputs_with_unnamed_first_dims_share_the_batch(tmp_path):
+    """skl2onnx gives each column of a DataFrame its own input with an unnamed first dim; as separate dims the
+    rows could not be concatenated (a located error before). They are one dim, batch."""
+    ins = [h.make_tensor_value_info("num", T.FLOAT, [None, 2]), h.make_tensor_value_info("grade", T.INT64, [None, 1])]
+    nodes = [h.make_node("Cast", ["grade"], ["gradef"], to=T.FLOAT),
+             h.make_node("Concat", ["num", "gradef"], ["Y"], axis=1)]
+    m = h.make_model(h.make_graph(nodes, "cols", ins, [h.make_tensor_value_info("Y", T.FLOAT, [None, 3])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(m, str(tmp_path / "cols.onnx"))
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "cols"\n\n[kernels]\ncols = { onnx = "cols.onnx" }\n\n'
+                                            '[exports]\ncols = "cols"\n')
+    p = ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+    assert "int64_t batch" in (p.root / "include/cols.h").read_text()
+    num, grade = np.float32([[1, 2], [3, 4], [5, 6]]), np.int64([[7], [8], [9]])
+    want = ort.InferenceSession(str(tmp_path / "cols.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"num": num, "grade": grade})[0]
+    np.testing.assert_array_equal(p.cols(num, grade), want)

@@ -125,6 +125,7 @@ class Importer:
         self.external: list[str] = []  # initializers passed by the caller (weights = "external")
         self.notes: list[str] = []  # how sequence and optional graph inputs and outputs are passed
         self.input_names: set[str] = set()
+        self.unnamed_batch: set[str] = set()  # inputs whose unnamed first dims are one dim, `batch`
 
     def loc(self, node_text: str | None = None) -> Location:
         return Location(self.file, node=node_text)
@@ -200,6 +201,8 @@ class Importer:
     def dim(self, d, name: str, k: int) -> Dim:
         if d.HasField("dim_value"):
             return int(d.dim_value)
+        if k == 0 and name in self.unnamed_batch and not d.HasField("dim_param"):
+            return self.dim_of("batch", key=("unnamed batch",))
         if d.HasField("dim_param") and not d.dim_param.isidentifier():
             expr = self.dim_expression(d.dim_param)
             if expr is not None:
@@ -242,6 +245,11 @@ class Importer:
                     if d.HasField("dim_param") and self.dim_expression(d.dim_param) is None:
                         self.dim_of(d.dim_param)
         self.input_names = {c_name(vi.name, "x") for vi in inputs}
+        # skl2onnx writes a model of several inputs (a DataFrame's columns) with an unnamed first dim each: as
+        # dims of their own the rows could not meet (concatenated, added); they are one, called batch
+        unnamed = [vi.name for vi in inputs if _first_dim_unnamed(vi)]
+        if len(unnamed) > 1:
+            self.unnamed_batch = set(unnamed)
 
     def fresh_input_name(self, name: str) -> str:
         """name, or name2, name3, ... when an input of the model is called so."""
@@ -422,3 +430,12 @@ def _kind(dtype: str) -> str:
     """float, bool or integer: a declared output of another width of the same kind is stored rounded (an
     f16 output of a function body that computes in f32); of another kind, it is a mistake in the model."""
     return "f" if compute_dtype(dtype) in ("f32", "f64") else "b" if dtype == "bool" else "i"
+
+
+def _first_dim_unnamed(vi) -> bool:
+    """A tensor graph input whose first dim has neither a size nor a name."""
+    t, seq, _ = unwrap_type(vi.type)
+    if seq or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return False
+    dims = t.tensor_type.shape.dim
+    return bool(dims) and not dims[0].HasField("dim_value") and not dims[0].HasField("dim_param")
