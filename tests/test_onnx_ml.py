@@ -158,3 +158,36 @@ def test_inputs_with_unnamed_first_dims_share_the_batch(tmp_path):
     want = ort.InferenceSession(str(tmp_path / "cols.onnx"), providers=["CPUExecutionProvider"]).run(
         None, {"num": num, "grade": grade})[0]
     np.testing.assert_array_equal(p.cols(num, grade), want)
+
+
+def _broken(tmp_path, node, opset_ml=1, width=F):
+    g = h.make_graph([node], "broken", [h.make_tensor_value_info("X", T.FLOAT, ["N", width])],
+                     [h.make_tensor_value_info(o, T.FLOAT, None) for o in node.output])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", opset_ml)])
+    onnx.save(m, str(tmp_path / "broken.onnx"))
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(tmp_path / "broken.onnx", "broken")
+    assert "broken.onnx" in str(e.value)
+    return str(e.value)
+
+
+def test_bad_ml_models_are_named_errors(tmp_path):
+    """From a held-out pass over converted models: each names what is wrong (a constant index out of range
+    compiled and clamped; a short intercepts blamed the coefficients; an ai.onnx.ml opset of 99 passed)."""
+    afe = h.make_node("ArrayFeatureExtractor", ["X", "i"], ["Y"], domain="ai.onnx.ml", name="afe")
+    g = h.make_graph([afe], "afe", [h.make_tensor_value_info("X", T.FLOAT, ["N", 3])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, None)], [nh.from_array(np.array([7], np.int64), "i")])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)]),
+              str(tmp_path / "afe.onnx"))
+    with pytest.raises(KsbuildError, match="index 7 is outside the 3 columns of X"):
+        compile_onnx_kernel(tmp_path / "afe.onnx", "afe")
+    lc = h.make_node("LinearClassifier", ["X"], ["L", "Z"], domain="ai.onnx.ml", coefficients=[0.5] * 12,
+                     intercepts=[0.1, 0.2], classlabels_ints=[0, 1, 2])
+    assert "2 intercepts (one per class) and 12 coefficients" in _broken(tmp_path, lc) and "3 intercepts would fit" \
+        in _broken(tmp_path, lc)
+    svm = h.make_node("SVMClassifier", ["X"], ["L", "Z"], domain="ai.onnx.ml", vectors_per_class=[2, 5],
+                      support_vectors=[0.1] * 12, coefficients=[0.5] * 3, rho=[0.0], classlabels_ints=[0, 1],
+                      kernel_type="RBF", kernel_params=[0.1, 0.0, 3.0])
+    assert "vectors_per_class adds up to 7 support vectors, but support_vectors holds 3" in _broken(tmp_path, svm)
+    assert "opset 99 of ai.onnx.ml" in _broken(tmp_path, h.make_node("Binarizer", ["X"], ["Y"], domain="ai.onnx.ml"),
+                                               opset_ml=99)

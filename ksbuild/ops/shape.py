@@ -109,11 +109,15 @@ def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
     for x in xs:
         if x.type.rank != xs[0].type.rank or [d for i, d in enumerate(x.type.shape) if i != axis] != first:
             rest = [d for i, d in enumerate(x.type.shape) if i != axis]
-            symbolic = x.type.rank == xs[0].type.rank and any(
-                u != v and not (isinstance(u, int) and isinstance(v, int)) for u, v in zip(first, rest))
-            hint = ("these sizes are equal only for some values of the run-time dims (a size halved by pooling "
-                    "and doubled by upsampling is the original only when it is even), which ksbuild cannot know: "
-                    "give those dims fixed sizes when exporting") if symbolic else None
+            differ = [(u, v) for u, v in zip(first, rest) if u != v and not (isinstance(u, int) and isinstance(v, int))]
+            hint = None
+            if x.type.rank == xs[0].type.rank and differ:
+                names = all(isinstance(d, str) and d.isidentifier() for pair in differ for d in pair)
+                hint = (f"{differ[0][0]} and {differ[0][1]} are run-time sizes of their own, which ksbuild cannot "
+                        "know to be equal: give them one name (a dim_param, Dim or annotation) if they are one") \
+                    if names else ("these sizes are equal only for some values of the run-time dims (a size halved "
+                                   "by pooling and doubled by upsampling is the original only when it is even), "
+                                   "which ksbuild cannot know: give those dims fixed sizes when exporting")
             raise error(b, f"cannot concatenate {xs[0].type} and {x.type} along dim {axis}", hint)
         total = dim_add(total, x.type.shape[axis])
     if len(xs) == 1:

@@ -65,13 +65,19 @@ def check_model(path: Path, model) -> None:
 
 
 def _check_opset(path: Path, model) -> None:
-    """The default domain's opset must be one the installed onnx package defines (its op schemas are how
-    ksbuild reads the ops, and expands those defined as functions)."""
+    """The default domain's and ai.onnx.ml's opsets must be ones the installed onnx package defines (its op
+    schemas are how ksbuild reads the ops, and expands those defined as functions)."""
     import onnx
     newest = onnx.defs.onnx_opset_version()
+    newest_ml = max((v for (domain, v) in onnx.helper.OP_SET_ID_VERSION_MAP if domain == "ai.onnx.ml"), default=0)
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version > newest:
             raise KsbuildError(f"the model imports opset {imp.version} of the default ONNX domain; the installed "
                                f"onnx {onnx.__version__} knows opsets up to {newest}", Location(str(path)),
                                hint=f"export with opset_version={newest} or lower, or upgrade onnx "
                                     "(pip install -U onnx)")
+        if imp.domain == "ai.onnx.ml" and newest_ml and imp.version > newest_ml:
+            raise KsbuildError(f"the model imports opset {imp.version} of ai.onnx.ml; the installed onnx "
+                               f"{onnx.__version__} knows its opsets up to {newest_ml}", Location(str(path)),
+                               hint="convert with a target opset the onnx package knows (skl2onnx: "
+                                    f"target_opset={{'ai.onnx.ml': {newest_ml}}}), or upgrade onnx")

@@ -34,6 +34,11 @@ def array_feature_extractor(n: Node):
     x, idx = n.x(0), n.x(1)
     if x.type.rank == 0:
         raise n.error(f"{n.op}: X must have at least one axis")
+    known, width = n.known(1), x.type.shape[-1]
+    if known is not None and isinstance(width, int) and known.dtype != object and known.size and \
+            (known.min() < 0 or known.max() >= width):
+        bad = int(known.reshape(-1)[(known.reshape(-1) < 0) | (known.reshape(-1) >= width)][0])
+        raise n.error(f"{n.op}: index {bad} is outside the {width} columns of X (onnxruntime refuses the call)")
     idx = n.b.reshape(idx, shape=(numel(idx.type.shape),)) if idx.type.rank != 1 else idx
     z = ix.gather(n.b, x, idx, x.type.rank - 1)
     return [n.b.reshape(z, shape=(1,) + z.type.shape) if x.type.rank == 1 else z]
@@ -261,9 +266,12 @@ def linear_classifier(n: Node):
     intercepts = np.asarray(n.attr("intercepts", []), dtype=np.float32)
     coef = np.asarray(n.attr("coefficients"), dtype=np.float32)
     c = len(intercepts)
-    if c == 0 or coef.size % c:
-        raise n.error(f"{n.op}: {coef.size} coefficients do not split into {c} class row(s) "
-                      "(one intercept per class)")
+    width = n.x(0).type.shape[-1] if n.x(0).type.rank else None
+    if c == 0 or coef.size % c or (isinstance(width, int) and coef.size != c * width):
+        want = f"; X has {width} features, so {coef.size // width} intercepts would fit" \
+            if isinstance(width, int) and width and coef.size % width == 0 else ""
+        raise n.error(f"{n.op}: {c} intercepts (one per class) and {coef.size} coefficients (one row of features "
+                      f"per class) do not agree{want}")
     x = feature_rows(n, coef.size // c)
     labels, ldt = class_labels(n, required=c > 1)
     if c > 1 and len(labels) != c:

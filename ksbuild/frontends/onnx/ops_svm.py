@@ -68,7 +68,8 @@ def svm_classifier(n: Node):
     per_class = np.asarray(n.attr("vectors_per_class", []), dtype=np.int64)
     prob_a, prob_b = _floats(n, "prob_a", []), _floats(n, "prob_b", [])
     if len(prob_a) != len(prob_b):
-        raise n.error(f"{n.op}: prob_a has {len(prob_a)} values, prob_b {len(prob_b)}")
+        raise n.error(f"{n.op}: prob_a has {len(prob_a)} values, prob_b {len(prob_b)} (one each per pair of "
+                      "classes)")
     if c < 2:
         raise n.unsupported("an SVMClassifier with fewer than two class labels")
     if per_class.sum() <= 0:
@@ -76,6 +77,11 @@ def svm_classifier(n: Node):
     if len(per_class) != c:
         raise n.error(f"{n.op}: vectors_per_class has {len(per_class)} entries for {c} class labels")
     b = n.b
+    sv = _floats(n, "support_vectors", [])
+    width = n.x(0).type.shape[-1] if n.x(0).type.rank else None
+    if isinstance(width, int) and width and sv.size != int(per_class.sum()) * width:
+        raise n.error(f"{n.op}: vectors_per_class adds up to {int(per_class.sum())} support vectors, but "
+                      f"support_vectors holds {sv.size / width:g} of the input's {width} features")
     vectors = _vectors(n, int(per_class.sum()))
     npairs = len(svm.pairs(c))
     coef = _floats(n, "coefficients")
