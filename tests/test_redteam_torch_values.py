@@ -35,6 +35,15 @@ def fmods32(x: "f32[n]", y: "f32[n]") -> "f32[n]":
     return torch.fmod(x, y)
 
 
+def resized(x: "f64[n, 2, 5, 4]", y: "f64[n, 3, 6]") -> tuple["f64[n, 2, 10, 8]", "f64[n, 2, 7, 9]",
+                                                                "f64[n, 2, 7, 6]", "f64[n, 2, 10, 8]",
+                                                                "f64[n, 2, 3, 3]", "f64[n, 3, 9]"]:
+    return (F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
+            F.interpolate(x, size=(7, 6), mode="bilinear"), F.interpolate(x, scale_factor=2.0, mode="bicubic"),
+            F.interpolate(x, size=(3, 3), mode="nearest-exact"), F.interpolate(y, scale_factor=1.5, mode="linear"))
+
+
 def signs(x: "f64[n]") -> "f64[n]":
     return torch.sign(x) + 2 * x.sign()
 
@@ -91,8 +100,8 @@ def upsampling(x: "f64[n, 4, t]", w: "f64[4, 3, 3]", c: "f64[6]", y: "f64[n, 2, 
             F.conv_transpose2d(y, v, stride=2, dilation=(1, 1)), scattered)
 '''
 
-NAMES = ("signs", "attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized", "digammas",
-         "lgammas", "hyperbolic", "acosh32", "arithmetic")
+NAMES = ("resized", "signs", "attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized",
+         "digammas", "lgammas", "hyperbolic", "acosh32", "arithmetic")
 
 MANIFEST = '''
 [package]
@@ -109,6 +118,7 @@ hyperbolic_vjp = "vjp(hyperbolic)"
 attention_vjp = "vjp(attention)"
 layers_vjp = "vjp(layers)"
 upsampling_vjp = "vjp(upsampling)"
+resized_vjp = "vjp(resized)"
 arithmetic_vjp = "vjp(arithmetic)"
 '''
 
@@ -271,7 +281,8 @@ def test_exported_module_ops(built, tmp_path):
 
 def test_attention_norms_and_losses_of_torch_functional(built):
     """F.scaled_dot_product_attention (causal, bool and float masks, scale), F.group_norm, F.kl_div, F.glu,
-    F.conv_transpose1d/2d and scatter_add (unsupported in Python kernels before the pass) against torch, values
+    F.conv_transpose1d/2d, F.interpolate (nearest, nearest-exact, linear, bilinear with and without
+    align_corners, bicubic) and scatter_add (unsupported in Python kernels before the pass) against torch, values
     and vjp."""
     p, k = built
     rng = np.random.default_rng(2)
@@ -285,7 +296,9 @@ def test_attention_norms_and_losses_of_torch_functional(built):
     prob[0, 0, 0] = 0.0  # a zero target contributes 0
     up = (rng.normal(size=(2, 4, 5)), rng.normal(size=(4, 3, 3)), rng.normal(size=6), rng.normal(size=(2, 2, 5, 4)),
           rng.normal(size=(2, 3, 3, 2)), rng.normal(size=(3, 5)), rng.integers(0, 5, (3, 4)), rng.normal(size=(3, 4)))
-    for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq)), ("upsampling", up)):
+    rs = (rng.normal(size=(2, 2, 5, 4)), rng.normal(size=(2, 3, 6)))
+    for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq)), ("upsampling", up),
+                       ("resized", rs)):
         ts = [torch.tensor(a, requires_grad=a.dtype == np.float64) for a in args]
         want = getattr(k, name)(*ts)
         got = getattr(p, name)(*args)

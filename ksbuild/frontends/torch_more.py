@@ -477,6 +477,42 @@ def _scatter_add(fc, b, args, kw, node):
     return index.scatter_elements(b, x, idx, src, axis, "add")
 
 
+def _interpolate(fc, b, args, kw, node):
+    """F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+    recompute_scale_factor=None, antialias=False) over literal image sizes (ops.resize.torch_interpolate)."""
+    from ..ops import resize
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    k = x.type.rank - 2
+    size, factor = _arg(fc, args, kw, 1, "size", node, None), _arg(fc, args, kw, 2, "scale_factor", node, None)
+    mode = _arg(fc, args, kw, 3, "mode", node, "nearest")
+    corners = _arg(fc, args, kw, 4, "align_corners", node, None)
+    recompute = _arg(fc, args, kw, 5, "recompute_scale_factor", node, None)
+    antialias = _arg(fc, args, kw, 6, "antialias", node, Const(False))
+    mode = mode.value if isinstance(mode, Const) else mode
+    if k < 1 or mode not in resize.TORCH_MODES:
+        raise fc.src.error(node, f"F.interpolate of {x.type} with mode {mode!r} is not supported",
+                           hint=f"modes: {', '.join(resize.TORCH_MODES)} of [N, C, *spatial] inputs")
+    if isinstance(antialias, Const) and antialias.value:
+        raise fc.src.error(node, "F.interpolate with antialias=True is not supported")
+    if (size is None) == (factor is None):
+        raise fc.src.error(node, "F.interpolate takes one of size and scale_factor")
+    if not all(isinstance(d, int) for d in x.type.shape[2:]):
+        raise fc.src.error(node, f"F.interpolate needs literal image sizes, got {x.type}",
+                           hint='annotate the input with literal sizes, e.g. "float[n, c, 16, 16]"')
+    if size is not None:
+        out = _ints(fc, size, k, node, "size")
+        scales = None
+    else:
+        factors = [float(f.value) if isinstance(f, Const) else f for f in
+                   (factor if isinstance(factor, (tuple, list)) else [factor] * k)]
+        if not all(isinstance(f, float) for f in factors) or len(factors) != k:
+            raise fc.src.error(node, "scale_factor must be a number or one literal per spatial axis")
+        out = [int(math.floor(n * f)) for n, f in zip(x.type.shape[2:], factors)]
+        scales = None if isinstance(recompute, Const) and recompute.value else factors
+    corners = bool(corners.value) if isinstance(corners, Const) and corners.value is not None else False
+    return resize.torch_interpolate(b, x, out, scales, mode, corners)
+
+
 def _sdpa(fc, b, args, kw, node):
     """F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     scale=None, enable_gqa=False): ops.nn.attention (a query that attends to nothing gets 0)."""
@@ -693,7 +729,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "layer_norm": _layer_norm,
         "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
         "scaled_dot_product_attention": _sdpa, "group_norm": _group_norm, "glu": _glu,
-        "conv_transpose1d": _conv_transpose(1), "conv_transpose2d": _conv_transpose(2),
+        "interpolate": _interpolate, "conv_transpose1d": _conv_transpose(1), "conv_transpose2d": _conv_transpose(2),
         "conv_transpose3d": _conv_transpose(3),
         "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
         "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),

@@ -284,3 +284,32 @@ def _dynamic_coords(b, spec: ResizeSpec, y: Atom, s: Atom, fin: Atom, fout: Atom
     if spec.coordinates == "pytorch_half_pixel":
         return b.select(one, k(0), shifted)
     return shifted
+
+
+TORCH_MODES = {"nearest": ("nearest", "asymmetric"), "nearest-exact": ("nearest", "half_pixel"),
+               "linear": ("linear", None), "bilinear": ("linear", None), "trilinear": ("linear", None),
+               "bicubic": ("cubic", None)}
+"""torch's interpolate modes as ONNX Resize specs: nearest is floor(out·in/out_size), nearest-exact rounds
+half-pixel centres; (bi/tri)linear and bicubic follow align_corners."""
+
+
+def torch_interpolate(b, x: Atom, out_sizes, scales, mode: str, align_corners: bool) -> Atom:
+    """torch's interpolate (F.interpolate, aten.upsample_*) of x [N, C, *S] to out_sizes along the spatial
+    axes; scales are the coordinate scales (torch passes the scale_factor when one is given, else the sizes'
+    ratio: None)."""
+    kind, coords = TORCH_MODES[mode]
+    if coords is None:
+        # (torch's half-pixel formula has no special case for an output of length 1, unlike ONNX's pytorch_half_pixel)
+        coords = "align_corners" if align_corners else "half_pixel"
+    spec = ResizeSpec(mode=kind, coordinates=coords, nearest_mode="floor" if coords == "asymmetric"
+                      else "round_prefer_ceil", cubic_a=-0.75)
+    for i, n_out in enumerate(out_sizes):
+        axis = 2 + i
+        n_in = x.type.shape[axis]
+        if not isinstance(n_in, int) or not isinstance(n_out, int):
+            raise error(b, "resizing a symbolic spatial axis is not supported",
+                        hint="give the image sizes as literals in the annotation")
+        scale = float(scales[i]) if scales else n_out / n_in
+        w, outside = weights(spec, n_in, n_out, scale)
+        x = resize_axis(b, x, axis, w, outside, spec)
+    return x

@@ -187,35 +187,20 @@ def recurrent(n: Node):
 
 # ---- resizing -------------------------------------------------------------------------------------------
 
-UPSAMPLE = {"upsample_nearest1d": ("nearest", "asymmetric"), "upsample_nearest2d": ("nearest", "asymmetric"),
-            "upsample_nearest3d": ("nearest", "asymmetric"), "_upsample_nearest_exact1d": ("nearest", "half_pixel"),
-            "_upsample_nearest_exact2d": ("nearest", "half_pixel"),
-            "_upsample_nearest_exact3d": ("nearest", "half_pixel"), "upsample_linear1d": ("linear", None),
-            "upsample_bilinear2d": ("linear", None), "upsample_trilinear3d": ("linear", None),
-            "upsample_bicubic2d": ("cubic", None)}
-"""torch's interpolate modes as ONNX Resize specs (ops/resize.py): nearest is floor(out·in/out_size),
-nearest-exact rounds half-pixel centres; (bi/tri)linear and bicubic follow align_corners."""
+UPSAMPLE = {"upsample_nearest1d": "nearest", "upsample_nearest2d": "nearest", "upsample_nearest3d": "nearest",
+            "_upsample_nearest_exact1d": "nearest-exact", "_upsample_nearest_exact2d": "nearest-exact",
+            "_upsample_nearest_exact3d": "nearest-exact", "upsample_linear1d": "linear",
+            "upsample_bilinear2d": "bilinear", "upsample_trilinear3d": "trilinear", "upsample_bicubic2d": "bicubic"}
+"""aten's upsample ops by torch's interpolate mode (ops/resize.py: torch_interpolate)."""
 
 
 @handler(*[f"{op}.vec" for op in UPSAMPLE])
 def upsample(n: Node):
     from ...ops import resize
     x = n.x("input")
-    mode, coords = UPSAMPLE[n.op.split(".")[1]]
-    if coords is None:
-        # (torch's half-pixel formula has no special case for an output of length 1, unlike ONNX's pytorch_half_pixel)
-        coords = "align_corners" if n.a("align_corners") else "half_pixel"
-    spec = resize.ResizeSpec(mode=mode, coordinates=coords, nearest_mode="floor" if coords == "asymmetric"
-                             else "round_prefer_ceil", cubic_a=-0.75)
-    out_shape = n.out_type.shape
-    factors = n.a("scale_factors", None)
     k = x.type.rank - 2
-    for i in range(k):
-        axis = 2 + i
-        n_in, n_out = x.type.shape[axis], out_shape[axis]
-        if not isinstance(n_in, int) or not isinstance(n_out, int):
-            raise n.unsupported("resizing a symbolic spatial axis")
-        scale = float(factors[i]) if factors else n_out / n_in
-        w, outside = resize.weights(spec, n_in, n_out, scale)
-        x = resize.resize_axis(n.b, x, axis, w, outside, spec)
-    return x
+    out = n.out_type.shape[2:2 + k]
+    if not all(isinstance(d, int) for d in out + x.type.shape[2:]):
+        raise n.unsupported("resizing a symbolic spatial axis")
+    return resize.torch_interpolate(n.b, x, list(out), n.a("scale_factors", None), UPSAMPLE[n.op.split(".")[1]],
+                                    bool(n.a("align_corners", False)))
