@@ -44,6 +44,12 @@ def resized(x: "f64[n, 2, 5, 4]", y: "f64[n, 3, 6]") -> tuple["f64[n, 2, 10, 8]"
             F.interpolate(x, size=(3, 3), mode="nearest-exact"), F.interpolate(y, scale_factor=1.5, mode="linear"))
 
 
+def stats(x: "f64[4, 5]", p: "f64[2, 4, 3]", q: "f64[2, 3, 5]") -> tuple["f64", "f64[4]", "i64[4]", "f64[4, 1]",
+                                                                      "f64[2, 4, 5]"]:
+    v, i = torch.median(x, dim=1)
+    return torch.median(x), v, i, x.median(dim=1, keepdim=True)[0], torch.baddbmm(x, p, q, beta=0.5, alpha=2.0)
+
+
 def signs(x: "f64[n]") -> "f64[n]":
     return torch.sign(x) + 2 * x.sign()
 
@@ -100,7 +106,7 @@ def upsampling(x: "f64[n, 4, t]", w: "f64[4, 3, 3]", c: "f64[6]", y: "f64[n, 2, 
             F.conv_transpose2d(y, v, stride=2, dilation=(1, 1)), scattered)
 '''
 
-NAMES = ("resized", "signs", "attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized",
+NAMES = ("stats", "resized", "signs", "attention", "layers", "upsampling", "fmods", "fmods32", "floors", "normalized",
          "digammas", "lgammas", "hyperbolic", "acosh32", "arithmetic")
 
 MANIFEST = '''
@@ -119,6 +125,7 @@ attention_vjp = "vjp(attention)"
 layers_vjp = "vjp(layers)"
 upsampling_vjp = "vjp(upsampling)"
 resized_vjp = "vjp(resized)"
+stats_vjp = "vjp(stats)"
 arithmetic_vjp = "vjp(arithmetic)"
 '''
 
@@ -282,8 +289,8 @@ def test_exported_module_ops(built, tmp_path):
 def test_attention_norms_and_losses_of_torch_functional(built):
     """F.scaled_dot_product_attention (causal, bool and float masks, scale), F.group_norm, F.kl_div, F.glu,
     F.conv_transpose1d/2d, F.interpolate (nearest, nearest-exact, linear, bilinear with and without
-    align_corners, bicubic) and scatter_add (unsupported in Python kernels before the pass) against torch, values
-    and vjp."""
+    align_corners, bicubic), scatter_add, median and baddbmm (unsupported in Python kernels before the pass)
+    against torch, values and vjp."""
     p, k = built
     rng = np.random.default_rng(2)
     q, kk, v = (rng.normal(size=(2, 3, 4, 5)) for _ in range(3))
@@ -297,15 +304,17 @@ def test_attention_norms_and_losses_of_torch_functional(built):
     up = (rng.normal(size=(2, 4, 5)), rng.normal(size=(4, 3, 3)), rng.normal(size=6), rng.normal(size=(2, 2, 5, 4)),
           rng.normal(size=(2, 3, 3, 2)), rng.normal(size=(3, 5)), rng.integers(0, 5, (3, 4)), rng.normal(size=(3, 4)))
     rs = (rng.normal(size=(2, 2, 5, 4)), rng.normal(size=(2, 3, 6)))
+    st = (rng.normal(size=(4, 5)), rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 3, 5)))
     for name, args in (("attention", (q, kk, v, m, f)), ("layers", (x, w, prob, logq)), ("upsampling", up),
-                       ("resized", rs)):
+                       ("resized", rs), ("stats", st)):
         ts = [torch.tensor(a, requires_grad=a.dtype == np.float64) for a in args]
         want = getattr(k, name)(*ts)
         got = getattr(p, name)(*args)
         for g, wt in zip(got, want):
             _same(g, wt.detach().numpy(), rtol=1e-12, atol=1e-12)
-        cts = [rng.normal(size=tuple(o.shape)) for o in want]
-        sum((o * torch.tensor(c)).sum() for o, c in zip(want, cts)).backward()
+        floats = [o for o in want if o.is_floating_point()]
+        cts = [rng.normal(size=tuple(o.shape)) for o in floats]
+        sum((o * torch.tensor(c)).sum() for o, c in zip(floats, cts)).backward()
         grads = getattr(p, f"{name}_vjp")(*args, *cts)
         floats = [t for t in ts if t.requires_grad]
         for g, t in zip(grads, floats):

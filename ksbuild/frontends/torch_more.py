@@ -716,6 +716,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "tensor": _tensor_literal, "flip": _flip, "tile": _tile_function,
         "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
+        "baddbmm": lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node, ("input", "batch1", "batch2")),
         "det": _det, "inverse": _inv, "scatter_add": _scatter_add,
     })
     f_table.update({
@@ -753,7 +754,9 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
                     "flip": _method(_flip),
                     "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
                     "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
-                    "lerp": _method(_lerp), "addmm": _method(_addmm), "scatter_add": _method(_scatter_add)})
+                    "lerp": _method(_lerp), "addmm": _method(_addmm), "scatter_add": _method(_scatter_add),
+                    "baddbmm": _method(lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node,
+                                                                             ("input", "batch1", "batch2")))})
 
 
 def _pieces(fc, n, size, node, what: str) -> list:
@@ -853,10 +856,11 @@ def _lerp(fc, b, args, kw, node):
                     node)
 
 
-def _addmm(fc, b, args, kw, node):
-    """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2)."""
+def _addmm(fc, b, args, kw, node, names=("input", "mat1", "mat2")):
+    """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2) (baddbmm: of
+    batches, batch1 @ batch2)."""
     import ast
-    x, m1, m2 = (_arg(fc, args, kw, k, name, node) for k, name in enumerate(("input", "mat1", "mat2")))
+    x, m1, m2 = (_arg(fc, args, kw, k, name, node) for k, name in enumerate(names))
     beta, alpha = _arg(fc, args, kw, 3, "beta", node, Const(1)), _arg(fc, args, kw, 4, "alpha", node, Const(1))
     prod = fc.binop(b, ast.MatMult(), m1, m2, node)
     if not (isinstance(alpha, Const) and alpha.value == 1):

@@ -91,9 +91,32 @@ def _argsort(fc, b, args, kw, node):
     return index.sort(b, x, axis, descending)[1]
 
 
+def _median(fc, b, args, kw, node):
+    """torch.median(input): the lower median of all elements; torch.median(input, dim, keepdim=False) ->
+    (values, indices), the lower median along dim and where it is (by sort: ties keep their order)."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    dim = _arg(fc, args, kw, 1, "dim", node, None)
+    keep = _bool(fc, args, kw, 2, "keepdim", node, False)
+    whole = dim is None
+    if whole:
+        x = shape_ops.reshape(b, x, [-1])
+    axis = 0 if whole else norm_axis(fc, int_const(fc, dim, node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise fc.src.error(node, f"torch.median along a symbolic axis ({x.type})", hint="give the axis a literal size")
+    values, indices = index.sort(b, x, axis, False)
+    pick = lambda v: b.slice(v, axis=axis, start=(n - 1) // 2, stop=(n - 1) // 2 + 1)  # noqa: E731
+    v, i = pick(values), pick(indices)
+    if whole:
+        return b.reshape(v, shape=())
+    if not keep:
+        v, i = (b.reshape(a, shape=a.type.shape[:axis] + a.type.shape[axis + 1:]) for a in (v, i))
+    return ValuesIndices(v, i)
+
+
 def register(torch_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.* and tensor methods)."""
-    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort}
+    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort, "median": _median}
     torch_table.update(functions, searchsorted=_searchsorted, bucketize=_bucketize)
     methods.update({name: _method(fn) for name, fn in functions.items()})
 
