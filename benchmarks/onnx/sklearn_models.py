@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trees import median_times  # noqa: E402
+from trees import run_table  # noqa: E402
 
 
 def models(tmp: Path) -> dict:
@@ -57,45 +57,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    import onnxruntime as ort
-
-    import ksbuild
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tmp = Path(tmp)
-        ms = models(tmp)
-        kernels = "\n".join(f'{k} = {{ onnx = "{p}" }}' for k, (p, _) in ms.items())
-        exports = "\n".join(f'{k} = "{k}"' for k in ms)
-        pkgs = {}
-        for cpu in ("", "native"):  # the portable baseline (SSE2) and this machine's instruction set
-            d = tmp / (cpu or "baseline")
-            d.mkdir()
-            (d / "manifest.toml").write_text(f'[package]\nname = "bench_sklearn"\n\n[build]\ncpu = "{cpu}"\n\n'
-                                             f'[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
-            pkgs[cpu or "baseline"] = ksbuild.build(d / "manifest.toml", quiet=True)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        print(f"{'model':10} {'batch':>6} {'ksbuild us':>11} {'native us':>10} {'ort us':>9} {'memcpy us':>10} "
-              f"{'ort/ksbuild':>12} {'ort/native':>11}")
-        for name, (path, data) in ms.items():
-            sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-            feed = sess.get_inputs()[0].name
-            for batch in (1, 1000):
-                x = np.ascontiguousarray(data[:batch])
-                want = sess.run(None, {feed: x})
-                for pkg in pkgs.values():
-                    got = getattr(pkg, name)(x)
-                    got = got if isinstance(got, tuple) else (got,)
-                    for g, w in zip(got, want):
-                        assert np.allclose(np.asarray(g, dtype=np.float64), w, rtol=1e-3, atol=1e-4), name
-                buf = np.empty_like(x)
-                t = median_times({"ksbuild": lambda: getattr(pkgs["baseline"], name)(x),
-                                  "native": lambda: getattr(pkgs["native"], name)(x),
-                                  "ort": lambda: sess.run(None, {feed: x}),
-                                  "memcpy": lambda: np.copyto(buf, x)}, args.repeats)
-                print(f"{name:10} {batch:>6} {t['ksbuild'] * 1e6:>11.1f} {t['native'] * 1e6:>10.1f} "
-                      f"{t['ort'] * 1e6:>9.1f} {t['memcpy'] * 1e6:>10.2f} {t['ort'] / t['ksbuild']:>12.2f} "
-                      f"{t['ort'] / t['native']:>11.2f}")
+        ms = models(Path(tmp))
+        table = {name: (path, lambda batch, d=data: np.ascontiguousarray(d[:batch])) for name, (path, data) in
+                 ms.items()}
+        run_table(table, "bench_sklearn", args.repeats, 1e-3, 1e-4)
 
 
 if __name__ == "__main__":

@@ -85,50 +85,59 @@ def median_times(fns: dict, repeats: int, budget: float = 0.2) -> dict:
     return {name: float(np.median(v)) for name, v in samples.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
+def run_table(ms: dict, package: str, repeats: int, rtol: float, atol: float) -> None:
+    """Build the models {name: (onnx path, inputs(batch) -> x)} for the portable baseline and cpu = "native",
+    check each against onnxruntime (1 thread) at batch 1 and 1000 (99% of the rows within rtol/atol: a label
+    may differ where two classes tie), and print the median times and ratios."""
     import onnxruntime as ort
 
     import ksbuild
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        ms = models(tmp)
         kernels = "\n".join(f'{k} = {{ onnx = "{p}" }}' for k, (p, _) in ms.items())
         exports = "\n".join(f'{k} = "{k}"' for k in ms)
         pkgs = {}
         for cpu in ("", "native"):  # the portable baseline (SSE2) and this machine's instruction set
             d = tmp / (cpu or "baseline")
             d.mkdir()
-            (d / "manifest.toml").write_text(f'[package]\nname = "bench_trees"\n\n[build]\ncpu = "{cpu}"\n\n'
+            (d / "manifest.toml").write_text(f'[package]\nname = "{package}"\n\n[build]\ncpu = "{cpu}"\n\n'
                                              f'[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
             pkgs[cpu or "baseline"] = ksbuild.build(d / "manifest.toml", quiet=True)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         print(f"{'model':10} {'batch':>6} {'ksbuild us':>11} {'native us':>10} {'ort us':>9} {'memcpy us':>10} "
               f"{'ort/ksbuild':>12} {'ort/native':>11}")
-        for name, (path, features) in ms.items():
+        for name, (path, inputs) in ms.items():
             sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             feed = sess.get_inputs()[0].name
             for batch in (1, 1000):
-                x = np.random.default_rng(batch).normal(size=(batch, features)).astype(np.float32)
+                x = inputs(batch)
                 want = sess.run(None, {feed: x})
                 for pkg in pkgs.values():
                     got = getattr(pkg, name)(x)
-                    got = got if isinstance(got, tuple) else (got,)
-                    for g, w in zip(got, want):
-                        close = np.isclose(g, w, rtol=1e-4, atol=1e-5).reshape(len(x), -1).all(axis=1)
-                        # (a label may differ where two classes' votes tie: summed in another order)
+                    for g, w in zip(got if isinstance(got, tuple) else (got,), want):
+                        close = np.isclose(np.asarray(g, dtype=np.float64), w, rtol=rtol, atol=atol)
+                        close = close.reshape(len(x), -1).all(axis=1)
                         assert close.mean() > 0.99, (name, np.flatnonzero(~close)[:5])
                 buf = np.empty_like(x)
                 t = median_times({"ksbuild": lambda: getattr(pkgs["baseline"], name)(x),
                                   "native": lambda: getattr(pkgs["native"], name)(x),
                                   "ort": lambda: sess.run(None, {feed: x}),
-                                  "memcpy": lambda: np.copyto(buf, x)}, args.repeats)
+                                  "memcpy": lambda: np.copyto(buf, x)}, repeats)
                 print(f"{name:10} {batch:>6} {t['ksbuild'] * 1e6:>11.1f} {t['native'] * 1e6:>10.1f} "
                       f"{t['ort'] * 1e6:>9.1f} {t['memcpy'] * 1e6:>10.2f} {t['ort'] / t['ksbuild']:>12.2f} "
                       f"{t['ort'] / t['native']:>11.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ms = models(Path(tmp))
+        table = {name: (path, lambda batch, f=features: np.random.default_rng(batch).normal(
+            size=(batch, f)).astype(np.float32)) for name, (path, features) in ms.items()}
+        run_table(table, "bench_trees", args.repeats, 1e-4, 1e-5)
 
 
 if __name__ == "__main__":
