@@ -798,9 +798,10 @@ NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "
 
 
 def _register_more():
-    from . import torch_extra, torch_losses, torch_search
+    from . import torch_basics, torch_extra, torch_losses, torch_search
     from .torch_more import register
     register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
+    torch_basics.register(TORCH_TENSOR, F_FUNCS, SHAPE_METHODS)
     torch_search.register(TORCH_TENSOR, SHAPE_METHODS)
     torch_losses.register(F_FUNCS)
     torch_extra.register(TORCH_TENSOR, LINALG, SHAPE_METHODS)

@@ -1,0 +1,341 @@
+"""Everyday torch functions and methods a kernel reaches for, each a few ops of the op library: tensor plumbing
+(torch.flatten, broadcast_to, narrow, movedim, swapaxes, t, unflatten, rot90), comparisons and logic as
+functions and methods (torch.lt, x.gt, torch.logical_and, ...), NaN-aware reductions (nansum, nanmean,
+fmax, fmin), count_nonzero, frac, heaviside, std_mean/var_mean, dist, trapezoid, and torch.nn.functional's
+softmin, threshold, tanhshrink, softshrink, hardshrink, prelu, rms_norm, batch_norm (inference),
+instance_norm and pairwise_distance."""
+from __future__ import annotations
+
+import ast
+
+from ..ir.core import Lit
+from ..ir.types import Type
+from ..ops import activations, nn, reduce
+from ..ops import math as math_ops
+from ..ops import shape as shape_ops
+from .mathlib import CMPOPS
+from .scope import Const
+from .tensors import (
+    _arg,
+    _flatten,
+    _like,
+    _transpose,
+    float_tensor,
+    int_const,
+    norm_axis,
+    shape_args,
+    tensor,
+    transpose_2d,
+)
+from .torch_more import _c, _float_kw, _method, _var_std
+
+
+def _x(fc, b, args, kw, node, name="input"):
+    return tensor(fc, b, _arg(fc, args, kw, 0, name, node), node)
+
+
+def _dim(fc, args, kw, pos, node, rank, default=None, name="dim"):
+    d = _arg(fc, args, kw, pos, name, node, default)
+    return None if d is None else norm_axis(fc, int_const(fc, d, node, "dim"), rank, node)
+
+
+# ---- plumbing ---------------------------------------------------------------------------------------
+
+def _flatten_fn(fc, b, args, kw, node):
+    """torch.flatten(input, start_dim=0, end_dim=-1)."""
+    return _flatten(fc, b, _arg(fc, args, kw, 0, "input", node), args[1:], kw, node)
+
+
+def _broadcast_to(fc, b, args, kw, node):
+    """torch.broadcast_to(input, shape)."""
+    x = _x(fc, b, args, kw, node)
+    shape = shape_args(fc, [_arg(fc, args, kw, 1, "size", node)], node)
+    return x if x.type.shape == tuple(shape) else b.broadcast_to(x, shape=tuple(shape))
+
+
+def _narrow(fc, b, args, kw, node):
+    """torch.narrow(input, dim, start, length): length entries from start along dim."""
+    x = _x(fc, b, args, kw, node)
+    axis = _dim(fc, args, kw, 1, node, x.type.rank)
+    start = int_const(fc, _arg(fc, args, kw, 2, "start", node), node, "start")
+    length = int_const(fc, _arg(fc, args, kw, 3, "length", node), node, "length")
+    return b.slice(x, axis=axis, start=start, stop=start + length)
+
+
+def _movedim(fc, b, args, kw, node):
+    """torch.movedim(input, source, destination) with one dim or tuples of dims."""
+    x = _x(fc, b, args, kw, node)
+    src, dst = _arg(fc, args, kw, 1, "source", node), _arg(fc, args, kw, 2, "destination", node)
+    src = [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
+           (src if isinstance(src, (tuple, list)) else [src])]
+    dst = [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
+           (dst if isinstance(dst, (tuple, list)) else [dst])]
+    if len(src) != len(dst):
+        raise fc.src.error(node, "movedim takes as many destinations as sources")
+    rest = iter(i for i in range(x.type.rank) if i not in src)
+    placed = dict(zip(dst, src))
+    return shape_ops.permute(b, x, [placed[i] if i in placed else next(rest) for i in range(x.type.rank)])
+
+
+def _swapaxes(fc, b, args, kw, node):
+    """torch.swapaxes / swapdims(input, axis0, axis1)."""
+    return _transpose(fc, b, _arg(fc, args, kw, 0, "input", node), args[1:], {}, node)
+
+
+def _t(fc, b, args, kw, node):
+    return transpose_2d(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+
+
+def _unflatten(fc, b, x, args, kw, node):
+    """x.unflatten(dim, sizes): dim split into sizes (one may be -1)."""
+    x = tensor(fc, b, x, node)
+    axis = _dim(fc, args, kw, 0, node, x.type.rank)
+    sizes = shape_args(fc, [_arg(fc, args, kw, 1, "sizes", node)], node)
+    return shape_ops.reshape(b, x, x.type.shape[:axis] + tuple(sizes) + x.type.shape[axis + 1:])
+
+
+def _rot90(fc, b, args, kw, node):
+    """torch.rot90(input, k=1, dims=(0, 1)): k quarter turns from the first dim towards the second."""
+    x = _x(fc, b, args, kw, node)
+    k = int_const(fc, _arg(fc, args, kw, 1, "k", node, Const(1)), node, "k") % 4
+    dims = _arg(fc, args, kw, 2, "dims", node, (Const(0), Const(1)))
+    d0, d1 = (norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in dims)
+    from ..ops.index import flip
+    for _ in range(k):  # one turn: flip along d1, then swap d0 and d1
+        x = shape_ops.swap_axes(b, flip(b, x, d1), d0, d1)
+    return x
+
+
+# ---- comparisons and logic --------------------------------------------------------------------------
+
+def _comparison(op: type):
+    """torch.lt(input, other) and friends (x.lt(other) through _method)."""
+    def fn(fc, b, args, kw, node):
+        x, y = fc.plain(b, _arg(fc, args, kw, 0, "input", node)), fc.plain(b, _arg(fc, args, kw, 1, "other", node))
+        return CMPOPS[op](fc, b, x, y, node)
+    return fn
+
+
+def _logical(name: str):
+    """torch.logical_and / or / xor (nonzero is true) and logical_not."""
+    def fn(fc, b, args, kw, node):
+        def truth(v):
+            v = tensor(fc, b, v, node)
+            return v if v.type.dtype == "bool" else b.ne(v, Lit(0, Type(v.type.dtype)))
+        x = truth(_arg(fc, args, kw, 0, "input", node))
+        if name == "not":
+            return math_ops.logical_not(b, x)
+        y = truth(_arg(fc, args, kw, 1, "other", node))
+        if name == "xor":
+            return b.ne(*fc.unify(b, x, y, node))
+        return (math_ops.logical_and if name == "and" else math_ops.logical_or)(b, x, y)
+    return fn
+
+
+# ---- elementwise and reductions -----------------------------------------------------------------------
+
+def _frac(fc, b, args, kw, node):
+    """torch.frac(input) = input - trunc(input)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return b.sub(x, math_ops.trunc(b, x))
+
+
+def _heaviside(fc, b, args, kw, node):
+    """torch.heaviside(input, values): 0 below 0, values at 0, 1 above (NaN stays NaN)."""
+    x = _x(fc, b, args, kw, node)
+    v = tensor(fc, b, _arg(fc, args, kw, 1, "values", node), node)
+    x, v = fc.unify(b, x, v, node)
+    step = b.select(b.gt(x, _c(x, 0)), _c(x, 1), b.select(b.lt(x, _c(x, 0)), _c(x, 0), x))  # (NaN: x)
+    return b.select(b.eq(x, _c(x, 0)), v, step)
+
+
+def _fmax_fmin(largest: bool):
+    """torch.fmax / fmin: the larger (smaller) of the two, ignoring a NaN (NaN only when both are)."""
+    def fn(fc, b, args, kw, node):
+        x, y = fc.unify(b, _x(fc, b, args, kw, node), tensor(fc, b, _arg(fc, args, kw, 1, "other", node), node),
+                        node)
+        pick = math_ops.extremum(b, x, y, largest)
+        return b.select(b.ne(x, x), y, b.select(b.ne(y, y), x, pick)) if x.type.is_float else pick
+    return fn
+
+
+def _nan_reduce(mean: bool):
+    """torch.nansum / nanmean(input, dim=None, keepdim=False): NaN counted as absent."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        dim = _arg(fc, args, kw, 1, "dim", node, None)
+        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False))
+        axes = None if dim is None else [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
+                                         (dim if isinstance(dim, (tuple, list)) else [dim])]
+        keep = bool(keep.value) if isinstance(keep, Const) else False
+        present = b.eq(x, x)
+        total = reduce.sum(b, b.select(present, x, _c(x, 0)), axes, keepdim=keep)
+        if not mean:
+            return total
+        count = reduce.sum(b, b.convert(present, dtype=x.type.dtype), axes, keepdim=keep)
+        return b.div(total, count)
+    return fn
+
+
+def _count_nonzero(fc, b, args, kw, node):
+    """torch.count_nonzero(input, dim=None): an i64 count."""
+    x = _x(fc, b, args, kw, node)
+    dim = _arg(fc, args, kw, 1, "dim", node, None)
+    axes = None if dim is None else [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
+                                     (dim if isinstance(dim, (tuple, list)) else [dim])]
+    nz = b.ne(x, Lit(False if x.type.dtype == "bool" else 0, Type(x.type.dtype)))
+    return reduce.sum(b, b.convert(nz, dtype="i64"), axes)
+
+
+def _stat_mean(std: bool):
+    """torch.std_mean / var_mean(input, dim=None, *, correction=1, keepdim=False) -> (std or var, mean)."""
+    def fn(fc, b, args, kw, node):
+        spread = _var_std(std)(fc, b, args, kw, node)
+        mean_kw = {k: v for k, v in kw.items() if k in ("dim", "keepdim")}
+        from .tensors import TORCH_TENSOR
+        return spread, TORCH_TENSOR["mean"](fc, b, list(args[:2]), mean_kw, node)
+    return fn
+
+
+def _dist(fc, b, args, kw, node):
+    """torch.dist(input, other, p=2): the p-norm of input - other."""
+    x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("input", "other")))
+    p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
+    d = b.abs(b.sub(*fc.unify(b, x, y, node)))
+    if p == float("inf"):
+        return reduce.amax(b, d, None)
+    return math_ops.norm_root(b, reduce.sum(b, d if p == 1 else b.pow(d, _c(d, p)), None), p)
+
+
+def _trapezoid(fc, b, args, kw, node):
+    """torch.trapezoid(y, dx=1, dim=-1): Σ (y[i] + y[i+1]) / 2 · dx along dim."""
+    y = float_tensor(fc, b, _arg(fc, args, kw, 0, "y", node), node)
+    dx = _float_kw(fc, args, kw, 99, "dx", node, 1.0)
+    axis = _dim(fc, args, kw, 99, node, y.type.rank, Const(-1))
+    n = y.type.shape[axis]
+    from ..ir.types import dim_sub
+    inner = b.add(b.slice(y, axis=axis, start=1, stop=n), b.slice(y, axis=axis, start=0, stop=dim_sub(n, 1)))
+    return b.mul(reduce.sum(b, inner, [axis]), _c(y, 0.5 * dx))
+
+
+# ---- torch.nn.functional ------------------------------------------------------------------------------
+
+def _softmin(fc, b, args, kw, node):
+    """F.softmin(input, dim): softmax of -input."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    axis = _dim(fc, args, kw, 1, node, x.type.rank)
+    if axis is None:
+        raise fc.src.error(node, "F.softmin needs dim=")
+    return reduce.softmax(b, b.neg(x), axis)
+
+
+def _threshold(fc, b, args, kw, node):
+    """F.threshold(input, threshold, value): input above threshold, else value."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    th, value = _float_kw(fc, args, kw, 1, "threshold", node, None), _float_kw(fc, args, kw, 2, "value", node, None)
+    return b.select(b.gt(x, _c(x, th)), x, _c(x, value))
+
+
+def _tanhshrink(fc, b, args, kw, node):
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return b.sub(x, b.tanh(x))
+
+
+def _shrink(soft: bool):
+    """F.softshrink / hardshrink(input, lambd=0.5)."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        lambd = _float_kw(fc, args, kw, 1, "lambd", node, 0.5)
+        return activations.shrink(b, x, lambd if soft else 0.0, lambd)
+    return fn
+
+
+def _prelu(fc, b, args, kw, node):
+    """F.prelu(input, weight): x where positive, weight·x else; weight has one value or one per channel (dim 1)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
+    if w.type.rank == 1 and w.type.shape[0] != 1 and x.type.rank >= 2:
+        w = nn.channel(b, w, x.type.rank)
+    return b.select(b.gt(x, _c(x, 0)), x, b.mul(*fc.unify(b, w, x, node)))
+
+
+def _rms_norm(fc, b, args, kw, node):
+    """F.rms_norm(input, normalized_shape, weight=None, eps=None): x / sqrt(mean(x²) + eps) · weight over the
+    last len(normalized_shape) axes; eps None is the dtype's machine epsilon (torch's)."""
+    import numpy as np
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    shape = _arg(fc, args, kw, 1, "normalized_shape", node)
+    count = len(shape) if isinstance(shape, (tuple, list)) else 1
+    w = _arg(fc, args, kw, 2, "weight", node, None)
+    eps = _arg(fc, args, kw, 3, "eps", node, None)
+    eps = float(np.finfo(np.float32 if x.type.dtype == "f32" else np.float64).eps) if eps is None else \
+        float(eps.value)
+    axes = list(range(x.type.rank - count, x.type.rank))
+    ms = reduce.mean(b, b.mul(x, x), axes, keepdim=True)
+    y = b.mul(x, math_ops.reciprocal(b, b.sqrt(b.add(ms, _c(x, eps)))))
+    return y if w is None else b.mul(y, tensor(fc, b, w, node))
+
+
+def _batch_norm(fc, b, args, kw, node):
+    """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum, eps):
+    inference with the running statistics."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    mean, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in ((1, "running_mean"), (2, "running_var")))
+    training = _arg(fc, args, kw, 5, "training", node, Const(False))
+    if not isinstance(training, Const) or training.value:
+        raise fc.src.error(node, "F.batch_norm with training=True updates running statistics in place",
+                           hint="pass training=False (inference), or normalize with the batch's mean and var")
+    c = x.type.shape[1]
+    w, bias = _arg(fc, args, kw, 3, "weight", node, None), _arg(fc, args, kw, 4, "bias", node, None)
+    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
+    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    return nn.batch_norm(b, x, w, bias, mean, var, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
+
+
+def _instance_norm(fc, b, args, kw, node):
+    """F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+    momentum, eps): each sample's channels normalized over their spatial axes."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    c = x.type.shape[1]
+    w, bias = _arg(fc, args, kw, 3, "weight", node, None), _arg(fc, args, kw, 4, "bias", node, None)
+    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
+    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    return nn.instance_norm(b, x, w, bias, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
+
+
+def _pairwise_distance(fc, b, args, kw, node):
+    """F.pairwise_distance(x1, x2, p=2, eps=1e-6, keepdim=False): ‖x1 - x2 + eps‖_p along the last axis."""
+    x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("x1", "x2")))
+    p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
+    eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-6)
+    keep = _arg(fc, args, kw, 4, "keepdim", node, Const(False))
+    d = b.abs(b.add(b.sub(*fc.unify(b, x, y, node)), _c(x, eps)))
+    axis = [d.type.rank - 1]
+    keep = bool(keep.value) if isinstance(keep, Const) else False
+    if p == float("inf"):
+        return reduce.amax(b, d, axis, keepdim=keep)
+    return math_ops.norm_root(b, reduce.sum(b, d if p == 1 else b.pow(d, _c(d, p)), axis, keepdim=keep), p)
+
+
+def register(torch_table: dict, f_table: dict, methods: dict) -> None:
+    """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
+    comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
+                                                           ("ge", ast.GtE), ("eq", ast.Eq), ("ne", ast.NotEq),
+                                                           ("less", ast.Lt), ("greater", ast.Gt))}
+    logic = {f"logical_{n}": _logical(n) for n in ("and", "or", "xor", "not")}
+    functions = {
+        **comparisons, **logic, "frac": _frac, "heaviside": _heaviside, "fmax": _fmax_fmin(True),
+        "fmin": _fmax_fmin(False), "nansum": _nan_reduce(False), "nanmean": _nan_reduce(True),
+        "count_nonzero": _count_nonzero, "std_mean": _stat_mean(True), "var_mean": _stat_mean(False),
+        "dist": _dist, "broadcast_to": _broadcast_to, "narrow": _narrow, "movedim": _movedim,
+        "moveaxis": _movedim, "swapaxes": _swapaxes, "swapdims": _swapaxes, "rot90": _rot90,
+    }
+    torch_table.update(functions, flatten=_flatten_fn, t=_t, empty_like=_like(0.0), trapezoid=_trapezoid,
+                       trapz=_trapezoid)
+    methods.update({name: _method(fn) for name, fn in functions.items()})
+    methods.update(unflatten=_unflatten)
+    f_table.update({"softmin": _softmin, "threshold": _threshold, "tanhshrink": _tanhshrink,
+                    "softshrink": _shrink(True), "hardshrink": _shrink(False), "prelu": _prelu,
+                    "rms_norm": _rms_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm,
+                    "pairwise_distance": _pairwise_distance})

@@ -1,0 +1,87 @@
+"""Everyday torch functions (ksbuild/frontends/torch_basics.py), each compiled from a one-line kernel and
+checked against torch evaluating the same line, values and (where the result is float and smooth) the vjp
+against torch.autograd. Inputs hold a NaN where the function is about NaN."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import build_kernel_file
+
+torch = pytest.importorskip("torch")
+
+LINES = {
+    "flatten": "torch.flatten(x, 0)",
+    "broadcast_to": "torch.broadcast_to(x[:1], (3, 4)) + y",
+    "narrow": "torch.narrow(x, 1, 1, 2)",
+    "movedim": "torch.movedim(x.reshape(3, 2, 2), 0, 2)",
+    "swapaxes": "torch.swapaxes(x, 0, 1) + x.swapaxes(1, 0) + torch.t(x)",
+    "unflatten": "x.unflatten(1, (2, 2))",
+    "rot90": "torch.rot90(x) + torch.rot90(x, 3).flip(0).flip(1)",
+    "compare": "torch.lt(x, y).float() + x.gt(0.1).float() + torch.ge(x, y).float() + x.ne(y).float()",
+    "logic": "torch.logical_and(x > 0, y > 0).float() + torch.logical_or(x, y < 0).float()"
+             " + torch.logical_xor(x > 0, y > 0).float() + torch.logical_not(x > 0).float()",
+    "frac": "torch.frac(x * 3)",
+    "heaviside": "torch.heaviside(torch.round(x), y)",
+    "fmax": "torch.fmax(z, y) + torch.fmin(y, z)",
+    "nansum": "torch.nansum(z, dim=1) + torch.nanmean(z, dim=1)",
+    "nansum_all": "torch.nansum(z) + torch.nanmean(z)",
+    "count_nonzero": "torch.count_nonzero(torch.round(x), dim=1)",
+    "std_mean": "torch.std_mean(x, dim=1)[0] + torch.std_mean(x, dim=1)[1] + torch.var_mean(x, 0)[0].sum()",
+    "dist": "torch.dist(x, y) + torch.dist(x, y, p=1)",
+    "trapezoid": "torch.trapezoid(x) + torch.trapezoid(x, dx=0.5, dim=0).sum()",
+    "softmin": "F.softmin(x, dim=1)",
+    "threshold": "F.threshold(x, 0.1, -2.0)",
+    "shrinks": "F.tanhshrink(x) + F.softshrink(x, 0.3) + F.hardshrink(x, 0.3)",
+    "prelu": "F.prelu(x, torch.tensor([0.25], dtype=torch.float64))"
+             " + F.prelu(x.reshape(1, 3, 4), torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64))[0]",
+    "rms_norm": "F.rms_norm(x, (4,)) + F.rms_norm(x, (4,), y[0], eps=1e-3)",
+    "batch_norm": "F.batch_norm(x, (y[0] * 0.1).detach(), (y[1].abs() + 0.5).detach(), y[2], x[0])",
+    "instance_norm": "F.instance_norm(x.reshape(1, 3, 4)) + F.instance_norm(x.reshape(1, 3, 4), weight=y[0, :3])",
+    "pairwise": "F.pairwise_distance(x, y) + F.pairwise_distance(x, y, p=1.0, keepdim=True)[:, 0]",
+}
+NOT_SMOOTH = {"compare", "logic", "frac", "heaviside", "count_nonzero", "fmax", "nansum", "nansum_all", "threshold",
+              "shrinks"}
+
+
+def _source() -> str:
+    lines = ["import torch", "import torch.nn.functional as F", ""]
+    for name, line in LINES.items():
+        lines += ["", f'def {name}(x: "f64[3, 4]", y: "f64[3, 4]", z: "f64[3, 4]"):', f"    return {line}", ""]
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    kernels = "\n".join(f'{k} = {{ python = "k.py:{k}" }}' for k in LINES)
+    exports = "\n".join([f'{k} = "{k}"' for k in LINES] + [f'{k}_vjp = "vjp({k})"' for k in LINES
+                                                              if k not in NOT_SMOOTH])
+    manifest = f'[package]\nname = "everyday"\n\n[kernels]\n{kernels}\n\n[exports]\n{exports}\n'
+    return build_kernel_file(tmp_path_factory.mktemp("everyday"), _source(), manifest, "everyday_k")
+
+
+def _inputs():
+    rng = np.random.default_rng(4)
+    x, y, z = (rng.normal(size=(3, 4)) for _ in range(3))
+    x[0, 1], y[1, 2] = 0.0, 0.0  # zeros for heaviside, count_nonzero, logic
+    z[0, 0], z[2, 3], y[2, 3] = np.nan, np.nan, np.nan
+    y[2, 3] = 0.5
+    return x, y, z
+
+
+@pytest.mark.parametrize("name", list(LINES))
+def test_matches_torch(built, name):
+    p, k = built
+    x, y, z = _inputs()
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, y, z)]
+    want = getattr(k, name)(*ts)
+    got = getattr(p, name)(x, y, z)
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want.detach().numpy().astype(np.float64),
+                               rtol=1e-12, atol=1e-12, equal_nan=True)
+    if name in NOT_SMOOTH:
+        return
+    ct = np.random.default_rng(5).normal(size=tuple(want.shape))
+    (want * torch.tensor(ct)).sum().backward()
+    grads = getattr(p, f"{name}_vjp")(x, y, z, ct)
+    for g, t in zip(grads, ts):
+        np.testing.assert_allclose(g, t.grad.numpy() if t.grad is not None else np.zeros_like(g), rtol=1e-10,
+                                   atol=1e-12)
