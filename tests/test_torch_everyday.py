@@ -1,6 +1,9 @@
 """Everyday torch functions (ksbuild/frontends/torch_basics.py), each compiled from a one-line kernel and
 checked against torch evaluating the same line, values and (where the result is float and smooth) the vjp
-against torch.autograd. Inputs hold a NaN where the function is about NaN."""
+against torch.autograd. Inputs hold a NaN where the function is about NaN. Found on the way: the vjp of a slice
+of a repeat_interleave did not compile (GCC 12 -Warray-bounds: a workspace it could not prove non-null, now
+checked against the constant size), and |x|'s derivative at NaN was NaN, so nan_to_num(|z|) sent NaN back
+(torch: 0)."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,6 +41,15 @@ LINES = {
     "batch_norm": "F.batch_norm(x, (y[0] * 0.1).detach(), (y[1].abs() + 0.5).detach(), y[2], x[0])",
     "instance_norm": "F.instance_norm(x.reshape(1, 3, 4)) + F.instance_norm(x.reshape(1, 3, 4), weight=y[0, :3])",
     "pairwise": "F.pairwise_distance(x, y) + F.pairwise_distance(x, y, p=1.0, keepdim=True)[:, 0]",
+    "adaptive": "F.adaptive_avg_pool1d(x.reshape(1, 3, 4), 2)[0] + F.adaptive_max_pool2d(x.reshape(1, 1, 3, 4), (3, 1))"
+                "[0, 0].sum() + F.adaptive_avg_pool2d(x.reshape(1, 1, 3, 4), 1)[0, 0, 0]",
+    "type_dtypes": "x.type(torch.float32).type(torch.float64) + torch.softmax(x, dim=1, dtype=torch.float64)"
+                   " + x.sum(dim=1, dtype=torch.float64, keepdim=True) + F.relu(x, inplace=False)",
+    "repeat_interleave": "torch.repeat_interleave(x, 2, dim=1)[:, :4] + x.repeat_interleave(3)[:12].reshape(3, 4)",
+    "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
+    "losses": "F.soft_margin_loss(x, y.sign().detach()) + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"
+              " + F.poisson_nll_loss(x, y.abs()) + F.poisson_nll_loss(x.abs() + 0.1, y.abs() * 3 + 0.5, log_input=False,"
+              " full=True, reduction='sum') + F.gaussian_nll_loss(x, y, z.abs().nan_to_num(1.0) + 0.1, full=True)",
 }
 NOT_SMOOTH = {"compare", "logic", "frac", "heaviside", "count_nonzero", "fmax", "nansum", "nansum_all", "threshold",
               "shrinks"}

@@ -583,6 +583,12 @@ class KernelCompiler:
         out = handler(self, b, args, kw, e)
         for name in kw.unread():
             node = next(k.value for k in e.keywords if k.arg == name)
+            if name == "inplace" and shown.startswith("torch.nn.functional."):
+                flag = kw[name]
+                if isinstance(flag, Const) and flag.value is False:
+                    continue  # (F.relu(x, inplace=False) and friends: the result is a new value anyway)
+                raise self.src.error(node, f"{shown}(inplace=True) updates its input; kernels never update in place",
+                                     hint="drop inplace=True (the result is a new value)")
             raise self.src.error(node, f"{shown}'s keyword argument '{name}' is not supported",
                                  hint="ksbuild would compute the function without it; remove it or write the "
                                       "computation out")

@@ -373,10 +373,22 @@ def _index_atom(fc, b, x: Atom, axis: int, i, node) -> Atom:
 
 # ---- reductions ----------------------------------------------------------------------------------
 
+def _as_dtype_kw(fc, b, x, args, kw, pos: int, node):
+    """x converted to the dtype= keyword (torch.sum, softmax, ...: computed in that dtype), when given."""
+    from .scope import DtypeValue
+    d = _arg(fc, args, kw, pos, "dtype", node, None)
+    if d is None:
+        return x
+    if not isinstance(d, DtypeValue):
+        raise fc.src.error(node, "dtype= must be a torch dtype such as torch.float64")
+    return x if x.type.dtype == d.dtype else b.convert(x, dtype=d.dtype)
+
+
 def _reduce(op, to_float: bool = False):
-    """torch.sum/mean/amax/amin(input, dim=None, keepdim=False)."""
+    """torch.sum/mean/amax/amin(input, dim=None, keepdim=False, *, dtype=None)."""
     def fn(fc, b, args, kw, node):
         x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        x = _as_dtype_kw(fc, b, x, args, kw, 3, node)
         if to_float:
             x = float_tensor(fc, b, x, node)
         axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
@@ -386,8 +398,10 @@ def _reduce(op, to_float: bool = False):
 
 
 def _softmax(log: bool):
+    """torch.softmax / log_softmax(input, dim, dtype=None)."""
     def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        x = float_tensor(fc, b, _as_dtype_kw(fc, b, tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node),
+                                             args, kw, 2, node), node)
         (axis,) = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node), x.type.rank, node)
         return reduce.log_softmax(b, x, axis) if log else reduce.softmax(b, x, axis)
     return fn
@@ -759,10 +773,15 @@ SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze,
 
 
 def _library(name: str):
-    """A function of the scalar library (relu, sigmoid, ...) called from a torch namespace."""
+    """A function of the scalar library (relu, sigmoid, ...) called from a torch namespace (inplace=False, as
+    F.relu takes it, is accepted: kernels never update in place)."""
     def fn(fc, b, args, kw, node):
         from .mathlib import LIBRARY
-        if kw:
+        inplace = _arg(fc, [], kw, 99, "inplace", node, Const(False)) if "inplace" in kw else Const(False)
+        if not isinstance(inplace, Const) or inplace.value:
+            raise fc.src.error(node, f"{name}(inplace=True) updates its input; kernels never update in place",
+                               hint="drop inplace=True (the result is a new value)")
+        if any(k != "inplace" for k in kw):
             raise fc.src.error(node, f"{name}() takes no keyword arguments here")
         return LIBRARY[name](fc, b, [fc.plain(b, a) for a in args], node)
     return fn

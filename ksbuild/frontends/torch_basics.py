@@ -318,6 +318,138 @@ def _pairwise_distance(fc, b, args, kw, node):
     return math_ops.norm_root(b, reduce.sum(b, d if p == 1 else b.pow(d, _c(d, p)), axis, keepdim=keep), p)
 
 
+def _adaptive_pool(k: int, kind: str):
+    """F.adaptive_avg_poolNd / adaptive_max_poolNd(input, output_size) where each input size is a multiple of
+    its output size (windows of in/out, strided by it: equal windows, as torch's then are); None keeps a size."""
+    def fn(fc, b, args, kw, node):
+        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+        out = _arg(fc, args, kw, 1, "output_size", node)
+        out = list(out) if isinstance(out, (tuple, list)) else [out] * k
+        if x.type.rank not in (k + 1, k + 2) or len(out) != k:
+            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d takes [N, C, *{k} sizes] and {k} output sizes, "
+                                     f"got {x.type}")
+        sizes = x.type.shape[-k:]
+        outs = [n if o is None or (isinstance(o, Const) and o.value is None) else int_const(fc, o, node, "size")
+                for n, o in zip(sizes, out)]
+        if not all(isinstance(n, int) and n % o == 0 for n, o in zip(sizes, outs)):
+            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d of sizes {list(sizes)} to {outs}: each size must "
+                                     "be a literal multiple of its output size",
+                               hint="torch's uneven windows (overlapping by a varying amount) are not supported")
+        lead = x.type.rank == k + 1
+        if lead:
+            x = b.reshape(x, shape=(1,) + x.type.shape)
+        win = [n // o for n, o in zip(sizes, outs)]
+        y = nn.max_pool(b, x, win, win) if kind == "max" else nn.avg_pool(b, x, win, win)
+        return b.reshape(y, shape=y.type.shape[1:]) if lead else y
+    return fn
+
+
+def _type(fc, b, x, args, kw, node):
+    """x.type(dtype): a cast (x.type() without a dtype names it, which kernels have no use for)."""
+    from .scope import DtypeValue
+    d = _arg(fc, args, kw, 0, "dtype", node, None)
+    if not isinstance(d, DtypeValue):
+        raise fc.src.error(node, "x.type() needs a torch dtype such as torch.float64", hint="or use x.to(dtype)")
+    x = tensor(fc, b, x, node)
+    return x if x.type.dtype == d.dtype else b.convert(x, dtype=d.dtype)
+
+
+def _repeat_interleave(fc, b, args, kw, node):
+    """torch.repeat_interleave(input, repeats, dim=None) with a literal int repeats: each element repeats times
+    in a row along dim (the flattened input when dim is None)."""
+    x = _x(fc, b, args, kw, node)
+    r = int_const(fc, _arg(fc, args, kw, 1, "repeats", node), node, "repeats")
+    axis = _dim(fc, args, kw, 2, node, max(x.type.rank, 1))
+    if axis is None:
+        x, axis = shape_ops.reshape(b, x, [-1]), 0
+    shape = x.type.shape
+    from ..ir.types import dim_mul
+    spread = b.broadcast_to(b.reshape(x, shape=shape[:axis + 1] + (1,) + shape[axis + 1:]),
+                            shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
+    return b.reshape(spread, shape=shape[:axis] + (dim_mul(shape[axis], r),) + shape[axis + 1:])
+
+
+def _kthvalue(fc, b, args, kw, node):
+    """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
+    from ..ops import index
+    from .torch_more import ValuesIndices
+    x = _x(fc, b, args, kw, node)
+    k = int_const(fc, _arg(fc, args, kw, 1, "k", node), node, "k")
+    axis = _dim(fc, args, kw, 2, node, x.type.rank, Const(-1))
+    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
+    n = x.type.shape[axis]
+    if isinstance(n, int) and not 1 <= k <= n:
+        raise fc.src.error(node, f"kthvalue: k = {k} is outside 1..{n}")
+    values, indices = index.sort(b, x, axis, False)
+    v, i = (b.slice(a, axis=axis, start=k - 1, stop=k) for a in (values, indices))
+    if not (isinstance(keep, Const) and keep.value):
+        v, i = (b.reshape(a, shape=a.type.shape[:axis] + a.type.shape[axis + 1:]) for a in (v, i))
+    return ValuesIndices(v, i)
+
+
+def _loss_reduction(fc, args, kw, pos, node) -> str:
+    how = _arg(fc, args, kw, pos, "reduction", node, "mean")
+    how = how.value if isinstance(how, Const) else how
+    if how not in ("mean", "sum", "none"):
+        raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
+    return how
+
+
+def _reduced(b, e, how: str):
+    return e if how == "none" else reduce.mean(b, e, None) if how == "mean" else reduce.sum(b, e, None)
+
+
+def _soft_margin(fc, b, args, kw, node):
+    """F.soft_margin_loss(input, target, reduction='mean'): log(1 + e^(-y·x))."""
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    return _reduced(b, activations.softplus(b, b.neg(b.mul(y, x))), _loss_reduction(fc, args, kw, 4, node))
+
+
+def _margin_ranking(fc, b, args, kw, node):
+    """F.margin_ranking_loss(input1, input2, target, margin=0, reduction='mean'): max(0, -y·(x1 - x2) + margin)."""
+    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input1", "input2", "target")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
+    e = b.add(b.neg(b.mul(y, b.sub(*fc.unify(b, x1, x2, node)))), _c(x1, margin))
+    return _reduced(b, math_ops.relu(b, e), _loss_reduction(fc, args, kw, 6, node))
+
+
+def _poisson_nll(fc, b, args, kw, node):
+    """F.poisson_nll_loss(input, target, log_input=True, full=False, size_average, eps=1e-8, reduce,
+    reduction='mean'): e^x - y·x (log_input), else x - y·log(x + eps); full adds Stirling's term for y > 1."""
+    import math
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    log_input = _arg(fc, args, kw, 2, "log_input", node, Const(True))
+    full = _arg(fc, args, kw, 3, "full", node, Const(False))
+    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-8)
+    if not isinstance(log_input, Const) or not isinstance(full, Const):
+        raise fc.src.error(node, "log_input and full must be literals")
+    e = b.sub(b.exp(x), b.mul(y, x)) if log_input.value else b.sub(x, b.mul(y, b.log(b.add(x, _c(x, eps)))))
+    if full.value:
+        ys = b.select(b.gt(y, _c(y, 1)), y, _c(y, 2))
+        stirling = b.add(b.sub(b.mul(ys, b.log(ys)), ys), b.mul(_c(y, 0.5), b.log(b.mul(_c(y, 2 * math.pi), ys))))
+        e = b.add(e, b.select(b.gt(y, _c(y, 1)), stirling, _c(y, 0)))
+    return _reduced(b, e, _loss_reduction(fc, args, kw, 7, node))
+
+
+def _gaussian_nll(fc, b, args, kw, node):
+    """F.gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction='mean'):
+    (log max(var, eps) + (x - y)² / max(var, eps)) / 2 (+ log(2π)/2 when full)."""
+    import math
+    x, y, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input", "target", "var")))
+    full = _arg(fc, args, kw, 3, "full", node, Const(False))
+    eps = _float_kw(fc, args, kw, 4, "eps", node, 1e-6)
+    v = math_ops.clamp(b, var, _c(var, eps))
+    d = b.sub(*fc.unify(b, x, y, node))
+    e = b.mul(_c(d, 0.5), b.add(b.log(v), b.div(b.mul(d, d), v)))
+    if isinstance(full, Const) and full.value:
+        e = b.add(e, _c(e, 0.5 * math.log(2 * math.pi)))
+    return _reduced(b, e, _loss_reduction(fc, args, kw, 5, node))
+
+
 def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
     comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
@@ -334,7 +466,14 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     torch_table.update(functions, flatten=_flatten_fn, t=_t, empty_like=_like(0.0), trapezoid=_trapezoid,
                        trapz=_trapezoid)
     methods.update({name: _method(fn) for name, fn in functions.items()})
-    methods.update(unflatten=_unflatten)
+    methods.update(unflatten=_unflatten, type=_type, repeat_interleave=_method(_repeat_interleave),
+                   kthvalue=_method(_kthvalue))
+    torch_table.update(repeat_interleave=_repeat_interleave, kthvalue=_kthvalue)
+    for k in (1, 2, 3):
+        f_table.update({f"adaptive_avg_pool{k}d": _adaptive_pool(k, "avg"),
+                        f"adaptive_max_pool{k}d": _adaptive_pool(k, "max")})
+    f_table.update(soft_margin_loss=_soft_margin, margin_ranking_loss=_margin_ranking,
+                   poisson_nll_loss=_poisson_nll, gaussian_nll_loss=_gaussian_nll)
     f_table.update({"softmin": _softmin, "threshold": _threshold, "tanhshrink": _tanhshrink,
                     "softshrink": _shrink(True), "hardshrink": _shrink(False), "prelu": _prelu,
                     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm,

@@ -263,7 +263,13 @@ tanh = unary("tanh", np.tanh, "ks::tanh({0})", lambda b, x, y: b.sub(_one(b, x),
              "hyperbolic tangent")  # 1 - tanh²
 sin = unary("sin", np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine")  # cos x
 cos = unary("cos", np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine")  # -sin x
-abs_ = unary("abs", np.abs, "ks::abs({0})", lambda b, x, y: b.sign(x), "|x|", numeric=True)  # sign x
+def _abs_partial(b, x, y):
+    """sign x, and 0 at NaN (torch's: a NaN masked away downstream, nan_to_num(|x|), then sends no NaN back)."""
+    s = b.sign(x)
+    return b.select(b.ne(x, x), b.lit(0, x.type.scalar()), s) if x.type.is_float else s
+
+
+abs_ = unary("abs", np.abs, "ks::abs({0})", _abs_partial, "|x|", numeric=True)  # sign x
 sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True)
 floor = unary("floor", np.floor, "std::floor({0})", None, "round down")
 logistic = unary("logistic", lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})",
