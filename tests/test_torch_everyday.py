@@ -47,7 +47,8 @@ LINES = {
                    " + x.sum(dim=1, dtype=torch.float64, keepdim=True) + F.relu(x, inplace=False)",
     "repeat_interleave": "torch.repeat_interleave(x, 2, dim=1)[:, :4] + x.repeat_interleave(3)[:12].reshape(3, 4)",
     "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
-    "losses": "F.soft_margin_loss(x, y.sign().detach()) + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"
+    "losses": "F.soft_margin_loss(x, y.sign().detach())"
+              " + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"
               " + F.poisson_nll_loss(x, y.abs()) + F.poisson_nll_loss(x.abs() + 0.1, y.abs() * 3 + 0.5, log_input=False,"
               " full=True, reduction='sum') + F.gaussian_nll_loss(x, y, z.abs().nan_to_num(1.0) + 0.1, full=True)",
 }
