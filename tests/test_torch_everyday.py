@@ -49,8 +49,9 @@ LINES = {
     "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
     "losses": "F.soft_margin_loss(x, y.sign().detach())"
               " + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"
-              " + F.poisson_nll_loss(x, y.abs()) + F.poisson_nll_loss(x.abs() + 0.1, y.abs() * 3 + 0.5, log_input=False,"
-              " full=True, reduction='sum') + F.gaussian_nll_loss(x, y, z.abs().nan_to_num(1.0) + 0.1, full=True)",
+              " + F.poisson_nll_loss(x, y.abs())"
+              " + F.poisson_nll_loss(x.abs() + 0.1, y.abs() * 3 + 0.5, log_input=False, full=True, reduction='sum')"
+              " + F.gaussian_nll_loss(x, y, z.abs().nan_to_num(1.0) + 0.1, full=True)",
 }
 NOT_SMOOTH = {"compare", "logic", "frac", "heaviside", "count_nonzero", "fmax", "nansum", "nansum_all", "threshold",
               "shrinks"}
