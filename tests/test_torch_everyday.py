@@ -46,6 +46,11 @@ LINES = {
     "type_dtypes": "x.type(torch.float32).type(torch.float64) + torch.softmax(x, dim=1, dtype=torch.float64)"
                    " + x.sum(dim=1, dtype=torch.float64, keepdim=True) + F.relu(x, inplace=False)",
     "repeat_interleave": "torch.repeat_interleave(x, 2, dim=1)[:, :4] + x.repeat_interleave(3)[:12].reshape(3, 4)",
+    "cummax": "torch.cummax(z, dim=1)[0] + torch.cummin(x, 0)[0] + x.cummax(dim=1).indices + torch.cummin(z, 1)[1]",
+    "cov": "torch.cov(x) + torch.cov(x[0]) + torch.cov(x, correction=0)",
+    "logdet": "torch.logdet(x[:, :3] @ x[:, :3].T + torch.eye(3, dtype=torch.float64)) + x[0, :3]",
+    "diag_embed": "torch.diag_embed(x)[1] + torch.block_diag(x[:2, :2], x[2:, 2:], x[0, :1]).sum()",
+    "vander": "torch.vander(x[0]) + torch.vander(x[1], N=4, increasing=True)",
     "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
     "losses": "F.soft_margin_loss(x, y.sign().detach())"
               " + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"
@@ -53,8 +58,9 @@ LINES = {
               " + F.poisson_nll_loss(x.abs() + 0.1, y.abs() * 3 + 0.5, log_input=False, full=True, reduction='sum')"
               " + F.gaussian_nll_loss(x, y, z.abs().nan_to_num(1.0) + 0.1, full=True)",
 }
-NOT_SMOOTH = {"compare", "logic", "frac", "heaviside", "count_nonzero", "fmax", "nansum", "nansum_all", "threshold",
-              "shrinks"}
+NOT_SMOOTH = {"cummax", "vander", "compare", "logic", "frac", "heaviside", "count_nonzero", "fmax", "nansum",
+              "nansum_all", "threshold", "shrinks"}
+"""(Piecewise constant or with a NaN in torch's own gradient; torch.vander's backward fails in torch 2.13.)"""
 
 
 def _source() -> str:

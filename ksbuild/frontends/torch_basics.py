@@ -450,6 +450,94 @@ def _gaussian_nll(fc, b, args, kw, node):
     return _reduced(b, e, _loss_reduction(fc, args, kw, 5, node))
 
 
+def _cumulative_extremum(largest: bool):
+    """torch.cummax / cummin(input, dim) -> (values, indices)."""
+    def fn(fc, b, args, kw, node):
+        from ..ops import index
+        from .torch_more import ValuesIndices
+        x = _x(fc, b, args, kw, node)
+        axis = _dim(fc, args, kw, 1, node, x.type.rank)
+        return ValuesIndices(*index.cumulative_extremum(b, x, axis, largest))
+    return fn
+
+
+def _cov(fc, b, args, kw, node):
+    """torch.cov(input, correction=1): the covariance of the rows (variables) over the columns (observations)
+    of a 2-D input (a 1-D input is one variable)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    correction = int_const(fc, _arg(fc, args, kw, 1, "correction", node, Const(1)), node, "correction")
+    if _arg(fc, args, kw, 2, "fweights", node, None) is not None or _arg(fc, args, kw, 3, "aweights", node, None) \
+            is not None:
+        raise fc.src.error(node, "torch.cov with fweights or aweights is not supported")
+    one = x.type.rank == 1
+    if one:
+        x = b.reshape(x, shape=(1,) + x.type.shape)
+    if x.type.rank != 2:
+        raise fc.src.error(node, f"torch.cov takes a 1-D or 2-D input, got {x.type}")
+    n = x.type.shape[1]
+    from .torch_more import _count
+    centred = b.sub(x, reduce.mean(b, x, [1], keepdim=True))
+    from ..ops import linalg
+    c = linalg.einsum_many(b, "io,jo->ij", [centred, centred])
+    denominator = b.sub(_count(b, n, x.type.dtype), _c(x, float(correction)))
+    c = b.div(c, denominator)
+    return b.reshape(c, shape=()) if one else c
+
+
+def _logdet(fc, b, args, kw, node):
+    """torch.logdet(input): log det (NaN for a negative determinant, -inf for 0), by the LU determinant."""
+    from ..ops import linalg
+    return b.log(linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)))
+
+
+def _diag_embed(fc, b, args, kw, node):
+    """torch.diag_embed(input): the last axis [.., n] as the diagonals of [.., n, n] (offset 0, last two dims)."""
+    from ..ops import create
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    for name, pos in (("offset", 1), ("dim1", 2), ("dim2", 3)):
+        if _arg(fc, args, kw, pos, name, node, None) is not None:
+            raise fc.src.error(node, f"torch.diag_embed's {name}= is not supported", hint="the main diagonal of the "
+                                     "last two dims is")
+    if x.type.rank == 0:
+        raise fc.src.error(node, "torch.diag_embed takes a tensor of at least one dim")
+    n = x.type.shape[-1]
+    return b.mul(b.reshape(x, shape=x.type.shape[:-1] + (1, n)), create.eye(b, n, n, x.type.dtype))
+
+
+def _block_diag(fc, b, args, kw, node):
+    """torch.block_diag(*tensors): the matrices (a vector is one row, a number 1×1) along the diagonal."""
+    from ..ops.shape import concatenate
+    mats = []
+    for a in args:
+        m = float_tensor(fc, b, a, node)
+        m = b.reshape(m, shape=(1, 1) if m.type.rank == 0 else (1,) + m.type.shape) if m.type.rank < 2 else m
+        if m.type.rank != 2 or not all(isinstance(d, int) for d in m.type.shape):
+            raise fc.src.error(node, f"torch.block_diag takes matrices of literal sizes, got {m.type}")
+        mats.append(m)
+    if not mats:
+        raise fc.src.error(node, "torch.block_diag needs at least one tensor")
+    width = sum(m.type.shape[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        c = m.type.shape[1]
+        rows.append(b.pad(m, axis=1, lo=left, hi=width - left - c))
+        left += c
+    return concatenate(b, rows, 0)
+
+
+def _vander(fc, b, args, kw, node):
+    """torch.vander(x, N=None, increasing=False): the columns x^(N-1) .. x^0 (or increasing)."""
+    from ..ops.shape import stack
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "x", node), node)
+    n = _arg(fc, args, kw, 1, "N", node, None)
+    n = x.type.shape[0] if n is None else int_const(fc, n, node, "N")
+    if not isinstance(n, int):
+        raise fc.src.error(node, "torch.vander over a symbolic length needs N= as a literal")
+    increasing = _arg(fc, args, kw, 2, "increasing", node, Const(False))
+    powers = [b.ipow(x, n=k) if k else b.broadcast_to(_c(x, 1.0), shape=x.type.shape) for k in range(n)]
+    return stack(b, powers if isinstance(increasing, Const) and increasing.value else powers[::-1], 1)
+
+
 def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
     comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
@@ -468,7 +556,11 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     methods.update({name: _method(fn) for name, fn in functions.items()})
     methods.update(unflatten=_unflatten, type=_type, repeat_interleave=_method(_repeat_interleave),
                    kthvalue=_method(_kthvalue))
-    torch_table.update(repeat_interleave=_repeat_interleave, kthvalue=_kthvalue)
+    torch_table.update(repeat_interleave=_repeat_interleave, kthvalue=_kthvalue, cummax=_cumulative_extremum(True),
+                       cummin=_cumulative_extremum(False), cov=_cov, logdet=_logdet, diag_embed=_diag_embed,
+                       block_diag=_block_diag, vander=_vander)
+    methods.update(cummax=_method(_cumulative_extremum(True)), cummin=_method(_cumulative_extremum(False)),
+                   logdet=_method(_logdet), diag_embed=_method(_diag_embed))
     for k in (1, 2, 3):
         f_table.update({f"adaptive_avg_pool{k}d": _adaptive_pool(k, "avg"),
                         f"adaptive_max_pool{k}d": _adaptive_pool(k, "max")})

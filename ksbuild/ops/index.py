@@ -347,6 +347,35 @@ def logcumsumexp(b, x: Atom, axis: int) -> Atom:
     return scan(b, x, axis, [Lit(float("-inf"), row), Lit(0.0, row)], step, name="logcumsumexp")
 
 
+def cumulative_extremum(b, x: Atom, axis: int, largest: bool) -> tuple[Atom, Atom]:
+    """(values, indices) of torch.cummax / cummin along axis: the running max (min), a NaN kept from where it
+    appears, and the last position at or before each where that value stands (torch's index at ties). The
+    values are one scan; the indices compare every pair of positions along the axis (n² of them)."""
+    from .math import extremum
+    axis = norm_axis(b, axis, x.type.rank)
+    def step(bb, carries, xk):
+        m = extremum(bb, carries[0], xk, largest)
+        return [m], m
+
+    values = scan(b, x, axis, [_first(b, x, axis)], step, name="cummax" if largest else "cummin")
+    n = x.type.shape[axis]
+    xj = b.reshape(x, shape=x.type.shape[:axis + 1] + (1,) + x.type.shape[axis + 1:])        # x[.., j, 1, ..]
+    vi = b.reshape(values, shape=x.type.shape[:axis] + (1,) + x.type.shape[axis:])           # v[.., 1, i, ..]
+    pair = x.type.shape[:axis] + (n, n) + x.type.shape[axis + 1:]
+    j = b.iota(shape=pair, axis=axis, dtype="i64")
+    i = b.iota(shape=pair, axis=axis + 1, dtype="i64")
+    hit = b.select(b.le(j, i), same(b, b.broadcast_to(xj, shape=pair), b.broadcast_to(vi, shape=pair)),
+                   Lit(False, Type("bool")))
+    indices = b.reduce_max(b.select(hit, j, Lit(-1, Type("i64"))), axes=(axis,))
+    return values, indices
+
+
+def _first(b, x: Atom, axis: int) -> Atom:
+    """x at position 0 of axis, without the axis (a scan's first carry)."""
+    first = b.slice(x, axis=axis, start=0, stop=1)
+    return b.reshape(first, shape=tuple(d for k, d in enumerate(x.type.shape) if k != axis))
+
+
 def searchsorted(b, boundaries: Atom, values: Atom, right: bool) -> Atom:
     """For each value the number of sorted 1-D boundaries below it (right: at or below it), its insertion
     index, an i64 tensor of the values' shape (torch.searchsorted, torch.bucketize): one comparison per
