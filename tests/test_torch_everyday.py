@@ -51,6 +51,10 @@ LINES = {
     "logdet": "torch.logdet(x[:, :3] @ x[:, :3].T + torch.eye(3, dtype=torch.float64)) + x[0, :3]",
     "diag_embed": "torch.diag_embed(x)[1] + torch.block_diag(x[:2, :2], x[2:, 2:], x[0, :1]).sum()",
     "vander": "torch.vander(x[0]) + torch.vander(x[1], N=4, increasing=True)",
+    "more_losses": "F.hinge_embedding_loss(x, y.sign().detach()) + F.cosine_embedding_loss(x, y, z[:, 0].nan_to_num("
+                   "1.0).sign().detach(), margin=0.1) + F.triplet_margin_loss(x, y, x * 0.5 + 0.1, swap=True)",
+    "powers": "torch.float_power(x, 2) + torch.float_power(x.abs(), y) + torch.logspace(0, 2, 4) + x.new_tensor([1.0,"
+              " 2.0, 3.0, 4.0])",
     "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
     "losses": "F.soft_margin_loss(x, y.sign().detach())"
               " + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"

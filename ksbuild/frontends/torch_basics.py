@@ -538,6 +538,85 @@ def _vander(fc, b, args, kw, node):
     return stack(b, powers if isinstance(increasing, Const) and increasing.value else powers[::-1], 1)
 
 
+def _new_tensor(fc, b, x, args, kw, node):
+    """x.new_tensor(data): torch.tensor(data) of x's dtype (unless dtype= says otherwise)."""
+    from .scope import DtypeValue
+    from .torch_more import _tensor_literal
+    x = tensor(fc, b, x, node)
+    given = dict(kw)
+    if "dtype" not in given:
+        given["dtype"] = DtypeValue(x.type.dtype)
+    return _tensor_literal(fc, b, list(args), given, node)
+
+
+def _float_power(fc, b, args, kw, node):
+    """torch.float_power(input, exponent): the power computed in float64."""
+    x, y = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("input", "exponent")))
+    x = tensor(fc, b, x, node)
+    x64 = x if x.type.dtype == "f64" else b.convert(x, dtype="f64")
+    if isinstance(y, Const):
+        return b.pow(x64, Lit(float(y.value), Type("f64")))
+    y = tensor(fc, b, y, node)
+    return b.pow(*fc.unify(b, x64, y if y.type.dtype == "f64" else b.convert(y, dtype="f64"), node))
+
+
+def _logspace(fc, b, args, kw, node):
+    """torch.logspace(start, end, steps, base=10.0) of literals: base ** linspace(start, end, steps)."""
+    import numpy as np
+
+    from ..ops import create
+    start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
+    steps = int_const(fc, _arg(fc, args, kw, 2, "steps", node), node, "steps")
+    base = _float_kw(fc, args, kw, 3, "base", node, 10.0)
+    if not (isinstance(start, Const) and isinstance(end, Const)):
+        raise fc.src.error(node, "torch.logspace needs start and end known when the kernel is compiled")
+    dtype = np.float32 if fc.float_dtype == "f32" else np.float64
+    return create.array(b, np.power(base, np.linspace(float(start.value), float(end.value), steps)).astype(dtype))
+
+
+def _hinge_embedding(fc, b, args, kw, node):
+    """F.hinge_embedding_loss(input, target, margin=1.0, reduction='mean'): x where y = 1, max(0, margin - x)
+    where y = -1."""
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    margin = _float_kw(fc, args, kw, 2, "margin", node, 1.0)
+    clamped = math_ops.relu(b, b.sub(_c(x, margin), x))  # (torch's sum of both parts, for any other target too)
+    e = b.add(b.select(b.ne(y, _c(y, 1)), clamped, _c(x, 0)), b.select(b.ne(y, _c(y, -1)), x, _c(x, 0)))
+    return _reduced(b, e, _loss_reduction(fc, args, kw, 5, node))
+
+
+def _cosine_embedding(fc, b, args, kw, node):
+    """F.cosine_embedding_loss(input1, input2, target, margin=0, reduction='mean') over rows [N, D]: 1 - cos
+    where y = 1, max(0, cos - margin) where y = -1 (cos with eps 1e-12 under the norms' product, as torch)."""
+    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input1", "input2", "target")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
+    axis = [x1.type.rank - 1]
+    dot = reduce.sum(b, b.mul(x1, x2), axis)
+    m1 = b.add(reduce.sum(b, b.mul(x1, x1), axis), _c(x1, 1e-12))
+    m2 = b.add(reduce.sum(b, b.mul(x2, x2), axis), _c(x1, 1e-12))
+    cos = b.div(dot, b.sqrt(b.mul(m1, m2)))
+    e = b.select(b.eq(y, _c(y, 1)), b.sub(_c(cos, 1), cos),
+                 b.select(b.eq(y, _c(y, -1)), math_ops.relu(b, b.sub(cos, _c(cos, margin))), _c(cos, 0)))
+    return _reduced(b, e, _loss_reduction(fc, args, kw, 6, node))
+
+
+def _triplet_margin(fc, b, args, kw, node):
+    """F.triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+    reduction='mean'): max(0, d(a, p) - d(a, n) + margin) with pairwise_distance."""
+    a, pos, neg = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("anchor", "positive", "negative")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 1.0)
+    p = _float_kw(fc, args, kw, 4, "p", node, 2.0)
+    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-6)
+    swap = _arg(fc, args, kw, 6, "swap", node, Const(False))
+    dist = lambda u, v: _pairwise_distance(fc, b, [u, v, Const(p), Const(eps)], {}, node)  # noqa: E731
+    d_ap, d_an = dist(a, pos), dist(a, neg)
+    if isinstance(swap, Const) and swap.value:
+        d_an = math_ops.extremum(b, d_an, dist(pos, neg), False)
+    e = math_ops.relu(b, b.add(b.sub(d_ap, d_an), _c(d_ap, margin)))
+    return _reduced(b, e, _loss_reduction(fc, args, kw, 9, node))
+
+
 def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
     comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
@@ -564,6 +643,10 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     for k in (1, 2, 3):
         f_table.update({f"adaptive_avg_pool{k}d": _adaptive_pool(k, "avg"),
                         f"adaptive_max_pool{k}d": _adaptive_pool(k, "max")})
+    torch_table.update(float_power=_float_power, logspace=_logspace)
+    methods.update(new_tensor=_new_tensor, float_power=_method(_float_power))
+    f_table.update(hinge_embedding_loss=_hinge_embedding, cosine_embedding_loss=_cosine_embedding,
+                   triplet_margin_loss=_triplet_margin)
     f_table.update(soft_margin_loss=_soft_margin, margin_ranking_loss=_margin_ranking,
                    poisson_nll_loss=_poisson_nll, gaussian_nll_loss=_gaussian_nll)
     f_table.update({"softmin": _softmin, "threshold": _threshold, "tanhshrink": _tanhshrink,
