@@ -55,6 +55,9 @@ LINES = {
                    "1.0).sign().detach(), margin=0.1) + F.triplet_margin_loss(x, y, x * 0.5 + 0.1, swap=True)",
     "powers": "torch.float_power(x, 2) + torch.float_power(x.abs(), y) + torch.logspace(0, 2, 4) + x.new_tensor([1.0,"
               " 2.0, 3.0, 4.0])",
+    "attributes": "x.mT.mT + torch.finfo(x.dtype).eps * 1e10 + torch.finfo(torch.float32).tiny * 1e30"
+                  " + torch.zeros(3, 4, dtype=x.dtype, device=x.device) + torch.stack(torch.unbind(x, 0))"
+                  " + sum(x.unbind(1))[:, None]",
     "kthvalue": "torch.kthvalue(x, 2, dim=1)[0] + x.kthvalue(3, dim=0, keepdim=True).values.sum()",
     "losses": "F.soft_margin_loss(x, y.sign().detach())"
               " + F.margin_ranking_loss(x[0], x[1], y[2].sign(), margin=0.1)"

@@ -560,7 +560,7 @@ class KernelCompiler:
             if not x.type.rank:
                 raise self.src.error(e, "len() of a scalar")
             return tensors.dim_value(x.type.shape[0])
-        if target == ("builtin", "sum") and len(args) == 1 and isinstance(args[0], list):
+        if target == ("builtin", "sum") and len(args) == 1 and isinstance(args[0], (list, tuple)):
             out = Const(0)
             for v in args[0]:
                 out = self.binop(b, ast.Add(), out, v, e)
@@ -678,7 +678,17 @@ class KernelCompiler:
         if e.attr == "dtype" and isinstance(x, Var):  # x.to(y.dtype), torch.zeros(n, dtype=x.dtype)
             from .scope import DtypeValue
             return DtypeValue(x.type.dtype)
-        raise self.src.error(e, f"unsupported attribute '.{e.attr}'", hint="supported: .shape, .T, .ndim, .dtype")
+        if e.attr in ("mT", "mH") and isinstance(x, Var):  # the last two axes swapped (real: mH is mT)
+            from ..ops.shape import swap_axes
+            if x.type.rank < 2:
+                raise self.src.error(e, f".{e.attr} of a tensor of rank {x.type.rank} (it needs two axes)")
+            return swap_axes(b, x, -1, -2)
+        if e.attr == "device" and isinstance(x, Var):  # torch.zeros(n, device=x.device): kernels have no devices
+            return Const(None)
+        if isinstance(x, FInfo) and e.attr in FInfo.FIELDS:
+            return Const(x.value(e.attr))
+        raise self.src.error(e, f"unsupported attribute '.{e.attr}'",
+                             hint="supported: .shape, .T, .mT, .ndim, .dtype, .device")
 
     def callee(self, f: ast.expr) -> tuple[str, str]:
         """('math'|'torch'|'builtin'|'kernel', name) of a called function."""
@@ -787,6 +797,20 @@ class KernelCompiler:
 
 SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F",
               ("torch", "special"): "special"}
+
+
+class FInfo:
+    """torch.finfo(dtype): its eps, max, min, tiny and resolution as constants of the kernel."""
+
+    FIELDS = ("eps", "max", "min", "tiny", "smallest_normal", "resolution")
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def value(self, field: str) -> float:
+        import numpy as np
+        info = np.finfo({"f16": np.float16, "f32": np.float32}.get(self.dtype, np.float64))
+        return float(getattr(info, "tiny" if field == "smallest_normal" else field))
 
 
 def _shape(v: Value):

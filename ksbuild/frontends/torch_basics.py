@@ -617,6 +617,29 @@ def _triplet_margin(fc, b, args, kw, node):
     return _reduced(b, e, _loss_reduction(fc, args, kw, 9, node))
 
 
+def _finfo(fc, b, args, kw, node):
+    """torch.finfo(dtype): eps, max, min, tiny, resolution of a float dtype, as constants."""
+    from .python import FInfo
+    from .scope import DtypeValue
+    d = _arg(fc, args, kw, 0, "type", node, None)
+    if d is None:
+        return FInfo(fc.float_dtype)
+    if not isinstance(d, DtypeValue) or d.dtype not in ("f16", "f32", "f64"):
+        raise fc.src.error(node, "torch.finfo takes a float dtype such as torch.float32 or x.dtype")
+    return FInfo(d.dtype)
+
+
+def _unbind(fc, b, args, kw, node):
+    """torch.unbind(input, dim=0) / x.unbind(dim): the slices along dim, a tuple (the size must be a literal)."""
+    x = _x(fc, b, args, kw, node)
+    axis = _dim(fc, args, kw, 1, node, x.type.rank, Const(0))
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise fc.src.error(node, f"unbind along a symbolic axis ({x.type})", hint="index the axis in a loop instead")
+    rest = x.type.shape[:axis] + x.type.shape[axis + 1:]
+    return tuple(b.reshape(b.slice(x, axis=axis, start=i, stop=i + 1), shape=rest) for i in range(n))
+
+
 def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
     comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
@@ -643,7 +666,8 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     for k in (1, 2, 3):
         f_table.update({f"adaptive_avg_pool{k}d": _adaptive_pool(k, "avg"),
                         f"adaptive_max_pool{k}d": _adaptive_pool(k, "max")})
-    torch_table.update(float_power=_float_power, logspace=_logspace)
+    torch_table.update(float_power=_float_power, logspace=_logspace, finfo=_finfo, unbind=_unbind)
+    methods.update(unbind=_method(_unbind))
     methods.update(new_tensor=_new_tensor, float_power=_method(_float_power))
     f_table.update(hinge_embedding_loss=_hinge_embedding, cosine_embedding_loss=_cosine_embedding,
                    triplet_margin_loss=_triplet_margin)
