@@ -3,14 +3,14 @@
 functions and methods (torch.lt, x.gt, torch.logical_and, ...), NaN-aware reductions (nansum, nanmean,
 fmax, fmin), count_nonzero, frac, heaviside, std_mean/var_mean, dist, trapezoid, and torch.nn.functional's
 softmin, threshold, tanhshrink, softshrink, hardshrink, prelu, rms_norm, batch_norm (inference),
-instance_norm and pairwise_distance."""
+instance_norm, pairwise_distance (used by torch_losses' triplet margin) and the adaptive pools."""
 from __future__ import annotations
 
 import ast
 
 from ..ir.core import Lit
 from ..ir.types import Type
-from ..ops import activations, nn, reduce
+from ..ops import activations, aten, nn, reduce
 from ..ops import math as math_ops
 from ..ops import shape as shape_ops
 from .mathlib import CMPOPS
@@ -27,7 +27,7 @@ from .tensors import (
     tensor,
     transpose_2d,
 )
-from .torch_more import _c, _float_kw, _method, _var_std
+from .torch_more import _c, _float_kw, _method, _var_std, channel_affine
 
 
 def _x(fc, b, args, kw, node, name="input"):
@@ -198,13 +198,10 @@ def _stat_mean(std: bool):
 
 
 def _dist(fc, b, args, kw, node):
-    """torch.dist(input, other, p=2): the p-norm of input - other."""
+    """torch.dist(input, other, p=2): the p-norm of input - other (ops.aten.vector_norm)."""
     x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("input", "other")))
-    p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
-    d = b.abs(b.sub(*fc.unify(b, x, y, node)))
-    if p == float("inf"):
-        return reduce.amax(b, d, None)
-    return math_ops.norm_root(b, reduce.sum(b, d if p == 1 else b.pow(d, _c(d, p)), None), p)
+    d = b.sub(*fc.unify(b, x, y, node))
+    return aten.vector_norm(b, d, _float_kw(fc, args, kw, 2, "p", node, 2.0), tuple(range(d.type.rank)), False)
 
 
 def _trapezoid(fc, b, args, kw, node):
@@ -260,8 +257,8 @@ def _prelu(fc, b, args, kw, node):
 
 
 def _rms_norm(fc, b, args, kw, node):
-    """F.rms_norm(input, normalized_shape, weight=None, eps=None): x / sqrt(mean(x²) + eps) · weight over the
-    last len(normalized_shape) axes; eps None is the dtype's machine epsilon (torch's)."""
+    """F.rms_norm(input, normalized_shape, weight=None, eps=None) over the last len(normalized_shape) axes
+    (ops.nn.rms_norm); eps None is the dtype's machine epsilon (torch's)."""
     import numpy as np
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     shape = _arg(fc, args, kw, 1, "normalized_shape", node)
@@ -270,10 +267,7 @@ def _rms_norm(fc, b, args, kw, node):
     eps = _arg(fc, args, kw, 3, "eps", node, None)
     eps = float(np.finfo(np.float32 if x.type.dtype == "f32" else np.float64).eps) if eps is None else \
         float(eps.value)
-    axes = list(range(x.type.rank - count, x.type.rank))
-    ms = reduce.mean(b, b.mul(x, x), axes, keepdim=True)
-    y = b.mul(x, math_ops.reciprocal(b, b.sqrt(b.add(ms, _c(x, eps)))))
-    return y if w is None else b.mul(y, tensor(fc, b, w, node))
+    return nn.rms_norm(b, x, _c(x, 1.0) if w is None else tensor(fc, b, w, node), x.type.rank - count, eps)
 
 
 def _batch_norm(fc, b, args, kw, node):
@@ -286,10 +280,8 @@ def _batch_norm(fc, b, args, kw, node):
     if not isinstance(training, Const) or training.value:
         raise fc.src.error(node, "F.batch_norm with training=True updates running statistics in place",
                            hint="pass training=False (inference), or normalize with the batch's mean and var")
-    c = x.type.shape[1]
-    w, bias = _arg(fc, args, kw, 3, "weight", node, None), _arg(fc, args, kw, 4, "bias", node, None)
-    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
-    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
+                             _arg(fc, args, kw, 4, "bias", node, None), node)
     return nn.batch_norm(b, x, w, bias, mean, var, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
@@ -297,10 +289,8 @@ def _instance_norm(fc, b, args, kw, node):
     """F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
     momentum, eps): each sample's channels normalized over their spatial axes."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    c = x.type.shape[1]
-    w, bias = _arg(fc, args, kw, 3, "weight", node, None), _arg(fc, args, kw, 4, "bias", node, None)
-    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
-    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
+                             _arg(fc, args, kw, 4, "bias", node, None), node)
     return nn.instance_norm(b, x, w, bias, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
@@ -310,12 +300,8 @@ def _pairwise_distance(fc, b, args, kw, node):
     p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
     eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-6)
     keep = _arg(fc, args, kw, 4, "keepdim", node, Const(False))
-    d = b.abs(b.add(b.sub(*fc.unify(b, x, y, node)), _c(x, eps)))
-    axis = [d.type.rank - 1]
-    keep = bool(keep.value) if isinstance(keep, Const) else False
-    if p == float("inf"):
-        return reduce.amax(b, d, axis, keepdim=keep)
-    return math_ops.norm_root(b, reduce.sum(b, d if p == 1 else b.pow(d, _c(d, p)), axis, keepdim=keep), p)
+    d = b.add(b.sub(*fc.unify(b, x, y, node)), _c(x, eps))
+    return aten.vector_norm(b, d, p, (d.type.rank - 1,), bool(keep.value) if isinstance(keep, Const) else False)
 
 
 def _adaptive_pool(k: int, kind: str):
@@ -367,87 +353,6 @@ def _repeat_interleave(fc, b, args, kw, node):
     spread = b.broadcast_to(b.reshape(x, shape=shape[:axis + 1] + (1,) + shape[axis + 1:]),
                             shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
     return b.reshape(spread, shape=shape[:axis] + (dim_mul(shape[axis], r),) + shape[axis + 1:])
-
-
-def _kthvalue(fc, b, args, kw, node):
-    """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
-    from ..ops import index
-    from .torch_more import ValuesIndices
-    x = _x(fc, b, args, kw, node)
-    k = int_const(fc, _arg(fc, args, kw, 1, "k", node), node, "k")
-    axis = _dim(fc, args, kw, 2, node, x.type.rank, Const(-1))
-    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
-    n = x.type.shape[axis]
-    if isinstance(n, int) and not 1 <= k <= n:
-        raise fc.src.error(node, f"kthvalue: k = {k} is outside 1..{n}")
-    values, indices = index.sort(b, x, axis, False)
-    v, i = (b.slice(a, axis=axis, start=k - 1, stop=k) for a in (values, indices))
-    if not (isinstance(keep, Const) and keep.value):
-        v, i = (b.reshape(a, shape=a.type.shape[:axis] + a.type.shape[axis + 1:]) for a in (v, i))
-    return ValuesIndices(v, i)
-
-
-def _loss_reduction(fc, args, kw, pos, node) -> str:
-    how = _arg(fc, args, kw, pos, "reduction", node, "mean")
-    how = how.value if isinstance(how, Const) else how
-    if how not in ("mean", "sum", "none"):
-        raise fc.src.error(node, f"unsupported reduction '{how}'", hint="mean, sum or none")
-    return how
-
-
-def _reduced(b, e, how: str):
-    return e if how == "none" else reduce.mean(b, e, None) if how == "mean" else reduce.sum(b, e, None)
-
-
-def _soft_margin(fc, b, args, kw, node):
-    """F.soft_margin_loss(input, target, reduction='mean'): log(1 + e^(-y·x))."""
-    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                         for i, n in enumerate(("input", "target"))), node)
-    return _reduced(b, activations.softplus(b, b.neg(b.mul(y, x))), _loss_reduction(fc, args, kw, 4, node))
-
-
-def _margin_ranking(fc, b, args, kw, node):
-    """F.margin_ranking_loss(input1, input2, target, margin=0, reduction='mean'): max(0, -y·(x1 - x2) + margin)."""
-    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                 for i, n in enumerate(("input1", "input2", "target")))
-    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
-    e = b.add(b.neg(b.mul(y, b.sub(*fc.unify(b, x1, x2, node)))), _c(x1, margin))
-    return _reduced(b, math_ops.relu(b, e), _loss_reduction(fc, args, kw, 6, node))
-
-
-def _poisson_nll(fc, b, args, kw, node):
-    """F.poisson_nll_loss(input, target, log_input=True, full=False, size_average, eps=1e-8, reduce,
-    reduction='mean'): e^x - y·x (log_input), else x - y·log(x + eps); full adds Stirling's term for y > 1."""
-    import math
-    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                         for i, n in enumerate(("input", "target"))), node)
-    log_input = _arg(fc, args, kw, 2, "log_input", node, Const(True))
-    full = _arg(fc, args, kw, 3, "full", node, Const(False))
-    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-8)
-    if not isinstance(log_input, Const) or not isinstance(full, Const):
-        raise fc.src.error(node, "log_input and full must be literals")
-    e = b.sub(b.exp(x), b.mul(y, x)) if log_input.value else b.sub(x, b.mul(y, b.log(b.add(x, _c(x, eps)))))
-    if full.value:
-        ys = b.select(b.gt(y, _c(y, 1)), y, _c(y, 2))
-        stirling = b.add(b.sub(b.mul(ys, b.log(ys)), ys), b.mul(_c(y, 0.5), b.log(b.mul(_c(y, 2 * math.pi), ys))))
-        e = b.add(e, b.select(b.gt(y, _c(y, 1)), stirling, _c(y, 0)))
-    return _reduced(b, e, _loss_reduction(fc, args, kw, 7, node))
-
-
-def _gaussian_nll(fc, b, args, kw, node):
-    """F.gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction='mean'):
-    (log max(var, eps) + (x - y)² / max(var, eps)) / 2 (+ log(2π)/2 when full)."""
-    import math
-    x, y, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                 for i, n in enumerate(("input", "target", "var")))
-    full = _arg(fc, args, kw, 3, "full", node, Const(False))
-    eps = _float_kw(fc, args, kw, 4, "eps", node, 1e-6)
-    v = math_ops.clamp(b, var, _c(var, eps))
-    d = b.sub(*fc.unify(b, x, y, node))
-    e = b.mul(_c(d, 0.5), b.add(b.log(v), b.div(b.mul(d, d), v)))
-    if isinstance(full, Const) and full.value:
-        e = b.add(e, _c(e, 0.5 * math.log(2 * math.pi)))
-    return _reduced(b, e, _loss_reduction(fc, args, kw, 5, node))
 
 
 def _cumulative_extremum(largest: bool):
@@ -574,49 +479,6 @@ def _logspace(fc, b, args, kw, node):
     return create.array(b, np.power(base, np.linspace(float(start.value), float(end.value), steps)).astype(dtype))
 
 
-def _hinge_embedding(fc, b, args, kw, node):
-    """F.hinge_embedding_loss(input, target, margin=1.0, reduction='mean'): x where y = 1, max(0, margin - x)
-    where y = -1."""
-    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                         for i, n in enumerate(("input", "target"))), node)
-    margin = _float_kw(fc, args, kw, 2, "margin", node, 1.0)
-    clamped = math_ops.relu(b, b.sub(_c(x, margin), x))  # (torch's sum of both parts, for any other target too)
-    e = b.add(b.select(b.ne(y, _c(y, 1)), clamped, _c(x, 0)), b.select(b.ne(y, _c(y, -1)), x, _c(x, 0)))
-    return _reduced(b, e, _loss_reduction(fc, args, kw, 5, node))
-
-
-def _cosine_embedding(fc, b, args, kw, node):
-    """F.cosine_embedding_loss(input1, input2, target, margin=0, reduction='mean') over rows [N, D]: 1 - cos
-    where y = 1, max(0, cos - margin) where y = -1 (cos with eps 1e-12 under the norms' product, as torch)."""
-    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                 for i, n in enumerate(("input1", "input2", "target")))
-    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
-    axis = [x1.type.rank - 1]
-    dot = reduce.sum(b, b.mul(x1, x2), axis)
-    m1 = b.add(reduce.sum(b, b.mul(x1, x1), axis), _c(x1, 1e-12))
-    m2 = b.add(reduce.sum(b, b.mul(x2, x2), axis), _c(x1, 1e-12))
-    cos = b.div(dot, b.sqrt(b.mul(m1, m2)))
-    e = b.select(b.eq(y, _c(y, 1)), b.sub(_c(cos, 1), cos),
-                 b.select(b.eq(y, _c(y, -1)), math_ops.relu(b, b.sub(cos, _c(cos, margin))), _c(cos, 0)))
-    return _reduced(b, e, _loss_reduction(fc, args, kw, 6, node))
-
-
-def _triplet_margin(fc, b, args, kw, node):
-    """F.triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
-    reduction='mean'): max(0, d(a, p) - d(a, n) + margin) with pairwise_distance."""
-    a, pos, neg = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("anchor", "positive", "negative")))
-    margin = _float_kw(fc, args, kw, 3, "margin", node, 1.0)
-    p = _float_kw(fc, args, kw, 4, "p", node, 2.0)
-    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-6)
-    swap = _arg(fc, args, kw, 6, "swap", node, Const(False))
-    dist = lambda u, v: _pairwise_distance(fc, b, [u, v, Const(p), Const(eps)], {}, node)  # noqa: E731
-    d_ap, d_an = dist(a, pos), dist(a, neg)
-    if isinstance(swap, Const) and swap.value:
-        d_an = math_ops.extremum(b, d_an, dist(pos, neg), False)
-    e = math_ops.relu(b, b.add(b.sub(d_ap, d_an), _c(d_ap, margin)))
-    return _reduced(b, e, _loss_reduction(fc, args, kw, 9, node))
-
-
 def _finfo(fc, b, args, kw, node):
     """torch.finfo(dtype): eps, max, min, tiny, resolution of a float dtype, as constants."""
     from .python import FInfo
@@ -656,9 +518,8 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     torch_table.update(functions, flatten=_flatten_fn, t=_t, empty_like=_like(0.0), trapezoid=_trapezoid,
                        trapz=_trapezoid)
     methods.update({name: _method(fn) for name, fn in functions.items()})
-    methods.update(unflatten=_unflatten, type=_type, repeat_interleave=_method(_repeat_interleave),
-                   kthvalue=_method(_kthvalue))
-    torch_table.update(repeat_interleave=_repeat_interleave, kthvalue=_kthvalue, cummax=_cumulative_extremum(True),
+    methods.update(unflatten=_unflatten, type=_type, repeat_interleave=_method(_repeat_interleave))
+    torch_table.update(repeat_interleave=_repeat_interleave, cummax=_cumulative_extremum(True),
                        cummin=_cumulative_extremum(False), cov=_cov, logdet=_logdet, diag_embed=_diag_embed,
                        block_diag=_block_diag, vander=_vander)
     methods.update(cummax=_method(_cumulative_extremum(True)), cummin=_method(_cumulative_extremum(False)),
@@ -669,10 +530,7 @@ def register(torch_table: dict, f_table: dict, methods: dict) -> None:
     torch_table.update(float_power=_float_power, logspace=_logspace, finfo=_finfo, unbind=_unbind)
     methods.update(unbind=_method(_unbind))
     methods.update(new_tensor=_new_tensor, float_power=_method(_float_power))
-    f_table.update(hinge_embedding_loss=_hinge_embedding, cosine_embedding_loss=_cosine_embedding,
-                   triplet_margin_loss=_triplet_margin)
-    f_table.update(soft_margin_loss=_soft_margin, margin_ranking_loss=_margin_ranking,
-                   poisson_nll_loss=_poisson_nll, gaussian_nll_loss=_gaussian_nll)
+
     f_table.update({"softmin": _softmin, "threshold": _threshold, "tanhshrink": _tanhshrink,
                     "softshrink": _shrink(True), "hardshrink": _shrink(False), "prelu": _prelu,
                     "rms_norm": _rms_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm,

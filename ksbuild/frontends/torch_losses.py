@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..ir.core import Atom, Lit
 from ..ir.types import Type
 from ..ops import activations, index, reduce
+from ..ops import math as math_ops
 from ..ops import shape as shape_ops
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, tensor
@@ -190,10 +191,109 @@ def _kl_div(fc, b, args, kw, node):
     return _reduced(b, e, how)
 
 
+def _soft_margin(fc, b, args, kw, node):
+    """F.soft_margin_loss(input, target, reduction='mean'): log(1 + e^(-y·x))."""
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    return _reduce_loss(fc, b, activations.softplus(b, b.neg(b.mul(y, x))), args, kw, 4, node)
+
+
+def _margin_ranking(fc, b, args, kw, node):
+    """F.margin_ranking_loss(input1, input2, target, margin=0, reduction='mean'): max(0, -y·(x1 - x2) + margin)."""
+    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input1", "input2", "target")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
+    e = b.add(b.neg(b.mul(y, b.sub(*fc.unify(b, x1, x2, node)))), _c(x1, margin))
+    return _reduce_loss(fc, b, math_ops.relu(b, e), args, kw, 6, node)
+
+
+def _poisson_nll(fc, b, args, kw, node):
+    """F.poisson_nll_loss(input, target, log_input=True, full=False, size_average, eps=1e-8, reduce,
+    reduction='mean'): e^x - y·x (log_input), else x - y·log(x + eps); full adds Stirling's term for y > 1."""
+    import math
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    log_input = _arg(fc, args, kw, 2, "log_input", node, Const(True))
+    full = _arg(fc, args, kw, 3, "full", node, Const(False))
+    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-8)
+    if not isinstance(log_input, Const) or not isinstance(full, Const):
+        raise fc.src.error(node, "log_input and full must be literals")
+    e = b.sub(b.exp(x), b.mul(y, x)) if log_input.value else b.sub(x, b.mul(y, b.log(b.add(x, _c(x, eps)))))
+    if full.value:
+        ys = b.select(b.gt(y, _c(y, 1)), y, _c(y, 2))
+        stirling = b.add(b.sub(b.mul(ys, b.log(ys)), ys), b.mul(_c(y, 0.5), b.log(b.mul(_c(y, 2 * math.pi), ys))))
+        e = b.add(e, b.select(b.gt(y, _c(y, 1)), stirling, _c(y, 0)))
+    return _reduce_loss(fc, b, e, args, kw, 7, node)
+
+
+def _gaussian_nll(fc, b, args, kw, node):
+    """F.gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction='mean'):
+    (log max(var, eps) + (x - y)² / max(var, eps)) / 2 (+ log(2π)/2 when full)."""
+    import math
+    x, y, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input", "target", "var")))
+    full = _arg(fc, args, kw, 3, "full", node, Const(False))
+    eps = _float_kw(fc, args, kw, 4, "eps", node, 1e-6)
+    v = math_ops.clamp(b, var, _c(var, eps))
+    d = b.sub(*fc.unify(b, x, y, node))
+    e = b.mul(_c(d, 0.5), b.add(b.log(v), b.div(b.mul(d, d), v)))
+    if isinstance(full, Const) and full.value:
+        e = b.add(e, _c(e, 0.5 * math.log(2 * math.pi)))
+    return _reduce_loss(fc, b, e, args, kw, 5, node)
+
+
+
+def _hinge_embedding(fc, b, args, kw, node):
+    """F.hinge_embedding_loss(input, target, margin=1.0, reduction='mean'): x where y = 1, max(0, margin - x)
+    where y = -1."""
+    x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                         for i, n in enumerate(("input", "target"))), node)
+    margin = _float_kw(fc, args, kw, 2, "margin", node, 1.0)
+    clamped = math_ops.relu(b, b.sub(_c(x, margin), x))  # (torch's sum of both parts, for any other target too)
+    e = b.add(b.select(b.ne(y, _c(y, 1)), clamped, _c(x, 0)), b.select(b.ne(y, _c(y, -1)), x, _c(x, 0)))
+    return _reduce_loss(fc, b, e, args, kw, 5, node)
+
+
+def _cosine_embedding(fc, b, args, kw, node):
+    """F.cosine_embedding_loss(input1, input2, target, margin=0, reduction='mean') over rows [N, D]: 1 - cos
+    where y = 1, max(0, cos - margin) where y = -1 (cos with eps 1e-12 under the norms' product, as torch)."""
+    x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in enumerate(("input1", "input2", "target")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 0.0)
+    axis = [x1.type.rank - 1]
+    dot = reduce.sum(b, b.mul(x1, x2), axis)
+    m1 = b.add(reduce.sum(b, b.mul(x1, x1), axis), _c(x1, 1e-12))
+    m2 = b.add(reduce.sum(b, b.mul(x2, x2), axis), _c(x1, 1e-12))
+    cos = b.div(dot, b.sqrt(b.mul(m1, m2)))
+    e = b.select(b.eq(y, _c(y, 1)), b.sub(_c(cos, 1), cos),
+                 b.select(b.eq(y, _c(y, -1)), math_ops.relu(b, b.sub(cos, _c(cos, margin))), _c(cos, 0)))
+    return _reduce_loss(fc, b, e, args, kw, 6, node)
+
+
+def _triplet_margin(fc, b, args, kw, node):
+    """F.triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+    reduction='mean'): max(0, d(a, p) - d(a, n) + margin) with pairwise_distance."""
+    a, pos, neg = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("anchor", "positive", "negative")))
+    margin = _float_kw(fc, args, kw, 3, "margin", node, 1.0)
+    p = _float_kw(fc, args, kw, 4, "p", node, 2.0)
+    eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-6)
+    swap = _arg(fc, args, kw, 6, "swap", node, Const(False))
+    from .torch_basics import _pairwise_distance
+    dist = lambda u, v: _pairwise_distance(fc, b, [u, v, Const(p), Const(eps)], {}, node)  # noqa: E731
+    d_ap, d_an = dist(a, pos), dist(a, neg)
+    if isinstance(swap, Const) and swap.value:
+        d_an = math_ops.extremum(b, d_an, dist(pos, neg), False)
+    e = math_ops.relu(b, b.add(b.sub(d_ap, d_an), _c(d_ap, margin)))
+    return _reduce_loss(fc, b, e, args, kw, 9, node)
+
+
 def register(f_table: dict) -> None:
     """Add the losses to the frontend's torch.nn.functional table."""
     f_table.update({
         "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "smooth_l1_loss": _smooth_l1, "huber_loss": _huber,
         "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
         "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "kl_div": _kl_div,
+        "soft_margin_loss": _soft_margin, "margin_ranking_loss": _margin_ranking, "poisson_nll_loss": _poisson_nll,
+        "gaussian_nll_loss": _gaussian_nll, "hinge_embedding_loss": _hinge_embedding,
+        "cosine_embedding_loss": _cosine_embedding, "triplet_margin_loss": _triplet_margin,
     })

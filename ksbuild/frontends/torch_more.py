@@ -539,14 +539,20 @@ def _sdpa(fc, b, args, kw, node):
     return nn.attention(b, q, k, v, mask, bool(causal.value), None if scale is None else float(scale.value))
 
 
+def channel_affine(fc, b, x, w, bias, node):
+    """A normalization's per-channel weight and bias (dim 1 of x): ones and zeros where not given."""
+    c = x.type.shape[1]
+    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
+    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    return w, bias
+
+
 def _group_norm(fc, b, args, kw, node):
     """F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-5)."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     groups = int_const(fc, _arg(fc, args, kw, 1, "num_groups", node), node, "num_groups")
-    c = x.type.shape[1]
-    w, bias = _arg(fc, args, kw, 2, "weight", node, None), _arg(fc, args, kw, 3, "bias", node, None)
-    w = b.broadcast_to(_c(x, 1.0), shape=(c,)) if w is None else tensor(fc, b, w, node)
-    bias = b.broadcast_to(_c(x, 0.0), shape=(c,)) if bias is None else tensor(fc, b, bias, node)
+    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 2, "weight", node, None),
+                             _arg(fc, args, kw, 3, "bias", node, None), node)
     return nn.group_norm(b, x, w, bias, groups, _float_kw(fc, args, kw, 4, "eps", node, 1e-5))
 
 

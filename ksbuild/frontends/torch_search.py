@@ -91,9 +91,18 @@ def _argsort(fc, b, args, kw, node):
     return index.sort(b, x, axis, descending)[1]
 
 
+def _order_statistic(fc, b, x, axis: int, k: int, keep: bool, node) -> ValuesIndices:
+    """The k-th smallest (0-based) along axis and where it is, by a stable sort (ties keep their order)."""
+    values, indices = index.sort(b, x, axis, False)
+    v, i = (b.slice(a, axis=axis, start=k, stop=k + 1) for a in (values, indices))
+    if not keep:
+        v, i = (b.reshape(a, shape=a.type.shape[:axis] + a.type.shape[axis + 1:]) for a in (v, i))
+    return ValuesIndices(v, i)
+
+
 def _median(fc, b, args, kw, node):
     """torch.median(input): the lower median of all elements; torch.median(input, dim, keepdim=False) ->
-    (values, indices), the lower median along dim and where it is (by sort: ties keep their order)."""
+    (values, indices), the lower median along dim and where it is."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     dim = _arg(fc, args, kw, 1, "dim", node, None)
     keep = _bool(fc, args, kw, 2, "keepdim", node, False)
@@ -104,19 +113,25 @@ def _median(fc, b, args, kw, node):
     n = x.type.shape[axis]
     if not isinstance(n, int):
         raise fc.src.error(node, f"torch.median along a symbolic axis ({x.type})", hint="give the axis a literal size")
-    values, indices = index.sort(b, x, axis, False)
-    pick = lambda v: b.slice(v, axis=axis, start=(n - 1) // 2, stop=(n - 1) // 2 + 1)  # noqa: E731
-    v, i = pick(values), pick(indices)
-    if whole:
-        return b.reshape(v, shape=())
-    if not keep:
-        v, i = (b.reshape(a, shape=a.type.shape[:axis] + a.type.shape[axis + 1:]) for a in (v, i))
-    return ValuesIndices(v, i)
+    picked = _order_statistic(fc, b, x, axis, (n - 1) // 2, keep, node)
+    return b.reshape(picked.values, shape=()) if whole else picked
+
+
+def _kthvalue(fc, b, args, kw, node):
+    """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    k = int_const(fc, _arg(fc, args, kw, 1, "k", node), node, "k")
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(-1)), node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if isinstance(n, int) and not 1 <= k <= n:
+        raise fc.src.error(node, f"kthvalue: k = {k} is outside 1..{n}")
+    return _order_statistic(fc, b, x, axis, k - 1, _bool(fc, args, kw, 3, "keepdim", node, False), node)
 
 
 def register(torch_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.* and tensor methods)."""
-    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort, "median": _median}
+    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort, "median": _median,
+                 "kthvalue": _kthvalue}
     torch_table.update(functions, searchsorted=_searchsorted, bucketize=_bucketize)
     methods.update({name: _method(fn) for name, fn in functions.items()})
 

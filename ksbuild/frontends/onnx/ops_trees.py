@@ -15,7 +15,7 @@ from ...ops.index import arg_extremum
 from ...ops.math import logical_and
 from .graph import handler
 from .node import Node
-from .ops_ml import POST_TRANSFORMS
+from .ops_ml import POST_TRANSFORMS, class_labels
 from .ops_ml import post_transform as _post
 from .values import Val
 
@@ -247,11 +247,7 @@ def _scores(n: Node, forest: trees.Forest, x, agg: str, dtype: str, base: np.nda
 @handler("TreeEnsembleClassifier")
 def tree_ensemble_classifier(n: Node):
     x = _input(n)
-    labels_int = n.attr("classlabels_int64s", None)
-    labels_str = n.attr("classlabels_strings", None)
-    if (labels_int is None) == (labels_str is None):
-        raise n.error(f"{n.op} needs exactly one of classlabels_int64s and classlabels_strings")
-    labels = np.asarray(labels_int, dtype=np.int64) if labels_int is not None else _strings(labels_str)
+    labels, ldt = class_labels(n, "classlabels_int64s")
     c = len(labels)
     if c < 2:
         raise n.unsupported("a classifier with fewer than two class labels")
@@ -269,17 +265,11 @@ def tree_ensemble_classifier(n: Node):
         label, z = _multiclass(n, score, voted, base, post)
     else:
         label, z = _two_classes(n, score, voted, base, post, binary, bool(np.all(weights >= 0)))
-    if labels_int is not None and c == 2 and not binary:
+    if ldt == "i64" and c == 2 and not binary:
         y = label  # onnxruntime answers 1 or 0 here, whatever the labels are
     else:
         y = n.b.gather(array(n.b, labels), label, axis=0)
-    return [Val(y, None, "str" if labels_str is not None else "i64"), z]
-
-
-def _strings(values) -> np.ndarray:
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = list(values)
-    return arr
+    return [Val(y, None, ldt), z]
 
 
 def _multiclass(n: Node, score, voted, base: np.ndarray, post: str):
