@@ -116,8 +116,10 @@ def _cache(a) -> None:
 def _check(a) -> None:
     from .exports import build_exports
     from .manifest import load_manifest
+    from .packaging.package import resolve_target
 
     m = load_manifest(a.manifest)
+    resolve_target(m, None)  # (the target and what it allows: backend, threads)
     for e in build_exports(m):
         ins = ", ".join(str(t) for t in e.func.in_types)
         outs = ", ".join(str(t) for t in e.func.out_types)

@@ -103,7 +103,9 @@ class Kernel:
         if dtype not in DTYPES:
             raise KsbuildError(f"ksbuild kernels are built for {' or '.join(DTYPES)}, not {dtype}")
         if dtype not in self._packages:
-            self._packages[dtype] = self._build(dtype)
+            pkg = self._packages[dtype] = self._build(dtype)
+            for role, export in pkg.exports.items():  # (messages name the kernel: relu3(), relu3.vjp())
+                export.title = self.__name__ + role[2:].replace("_", ".") if role.startswith("fn") else role
         return self._packages[dtype]
 
     def manifest(self, dtype: str = "float32") -> Path:

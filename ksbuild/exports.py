@@ -23,6 +23,7 @@ class Export:
     spec: ExportSpec
     kernel: KernelSpec
     notes: tuple[str, ...] = ()  # the kernel's words on its C ABI (Func.notes), for the header
+    defaults: tuple[tuple[int, object], ...] = ()  # (input position, value): the kernel's defaults, for the Python API
 
 
 def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
@@ -125,8 +126,22 @@ def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
         f = apply_transform(spec.expr, kernels, spec.loc)
         lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend, threads=m.build.threads), after)
         kernel = _kernel_names(spec.expr)[0]
-        out.append(Export(spec.name, lowered, spec, m.kernels[kernel], kernels[kernel].notes))
+        out.append(Export(spec.name, lowered, spec, m.kernels[kernel], kernels[kernel].notes,
+                          input_defaults(f, kernels[kernel])))
     return out
+
+
+def input_defaults(f: Func, kernel: Func) -> tuple[tuple[int, object], ...]:
+    """The kernel's parameter defaults at the export's inputs: the export's first inputs are the kernel's
+    parameters (a vmap, jvp, vjp, grad or fwd keeps them first), a default applies where one is still the scalar
+    it was (not batched by vmap)."""
+    n = len(kernel.params)
+    if not kernel.defaults or len(f.params) < n or \
+            any(p.hint != q.hint for p, q in zip(f.params, kernel.params)):
+        return ()
+    given = dict(kernel.defaults)
+    return tuple((i, given[p.hint]) for i, (p, q) in enumerate(zip(f.params, kernel.params))
+                 if p.hint in given and p.type == q.type and p.type.rank == 0)
 
 
 def _kernel_names(e: TExpr) -> list[str]:

@@ -30,6 +30,15 @@ def total(x: "float[n]") -> float:
 
 def twice(x: "float[n]") -> "float[n]":
     return x * 2.0
+
+
+def scaled(x: float, scale: float = 2.0, flag: bool = False) -> float:
+    return x * scale if flag else x
+
+
+def moments(x: "float[n]"):
+    m = x.mean()
+    return m, ((x - m) ** 2).mean()
 '''
 
 MANIFEST = '''[package]
@@ -43,12 +52,18 @@ first = { python = "k.py:first" }
 ema = { python = "k.py:ema" }
 total = { python = "k.py:total" }
 twice = { python = "k.py:twice" }
+moments = { python = "k.py:moments" }
+scaled = { python = "k.py:scaled" }
 
 [exports]
 first = "first"
 ema = "ema"
 total = "total"
 twice = "twice"
+moments_vjp = "vjp(moments)"
+scaled = "scaled"
+scaled_vjp = "vjp(scaled)"
+vscaled = "vmap(scaled, in_axes=(0, 0, None))"
 '''
 
 
@@ -70,6 +85,30 @@ def test_an_element_of_an_empty_axis_is_status_1(pkg):
     assert pkg.total(empty) == 0.0
     assert pkg.first(np.array([3.0, 4.0])) == 3.0
     assert pkg.ema(np.array([2.0]), 0.5) == 2.0
+
+
+def test_the_cotangents_of_two_results_have_two_keywords(pkg):
+    """vjp of a kernel returning a tuple: both cotangents were the keyword 'ct', so moments_vjp(x, ct=1.0) set
+    both silently; they are ct and ct1 (the C names) and a missing one is an error."""
+    x = np.array([1.0, 2.0, 4.0])
+    want = pkg.moments_vjp(x, 1.0, 2.0)
+    np.testing.assert_allclose(want, 1.0 / 3 + 2.0 * 2 * (x - x.mean()) / 3)
+    np.testing.assert_allclose(pkg.moments_vjp(x, ct=1.0, ct1=2.0), want)
+    np.testing.assert_allclose(pkg.moments_vjp(x, 1.0, ct1=2.0), want)
+    with pytest.raises(TypeError):
+        pkg.moments_vjp(x, ct=1.0)
+
+
+def test_parameter_defaults_apply_in_python(pkg):
+    """def scaled(x, scale=2.0, flag=False): the Python API fills in the defaults, as calling the Python function
+    would (it said 'scaled() takes 3 arguments, 1 given'); a batched parameter of a vmap has none."""
+    assert pkg.scaled(3.0) == 3.0 and pkg.scaled(3.0, flag=True) == 6.0 and pkg.scaled(3.0, 5.0, True) == 15.0
+    np.testing.assert_allclose(pkg.scaled_vjp(3.0, flag=True, ct=1.0), (2.0, 3.0))
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(pkg.vscaled(x, np.array([3.0, 4.0]), True), [3.0, 8.0])
+    np.testing.assert_allclose(pkg.vscaled(x, scale=np.array([3.0, 4.0])), x)
+    with pytest.raises(TypeError, match="missing argument"):
+        pkg.vscaled(x)
 
 
 def test_read_only_out_arrays_are_refused(pkg):

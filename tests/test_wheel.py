@@ -80,6 +80,7 @@ def test_wheel_name_and_contents(gmm_wheel):
                 "gmm/share/gmm/python/libgmm_py.so", "gmm/share/gmm/target.json"} <= names
         # the runtime ships as a verbatim copy, not a fork
         assert z.read("gmm/_runtime.py") == Path(runtime.__file__).read_bytes()
+        assert z.read("gmm/torch_ops.py") == Path(runtime.__file__).with_name("torch_ops.py").read_bytes()
         metadata = z.read("gmm-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: numpy" in metadata
     assert not [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and
@@ -105,6 +106,37 @@ def test_wheel_in_a_fresh_venv_matches_torch(fresh_venv, tmp_path):
     assert float(got["value"]) == pytest.approx(value, rel=1e-10)
     for name, want in zip(("d_alphas", "d_means", "d_icf"), grads):
         np.testing.assert_allclose(got[name], want, rtol=1e-8, atol=1e-10)
+
+
+def test_wheel_where_torch_is_installed(gmm_wheel, tmp_path):
+    """The wheel's module imported next to torch (this venv, without ksbuild on the path): torch tensors in, torch
+    tensors out, the values numpy's (the custom ops ship in the wheel; it said "No module named 'torch_ops'")."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(gmm_wheel) as z:
+        z.extractall(site)
+    data = tmp_path / "in.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, alphas=rng.normal(size=3), means=rng.normal(size=(3, 2)), icf=rng.normal(size=(3, 3)) * 0.1,
+             x=rng.normal(size=(5, 2)), gamma=1.0, m=0.0)
+    script = """
+import sys
+import numpy as np
+import torch
+import gmm
+assert "ksbuild" not in sys.modules
+d = np.load(sys.argv[1])
+args = [d[k] for k in ("alphas", "means", "icf", "x")] + [float(d["gamma"]), float(d["m"])]
+want = gmm.gmm(*args)
+got = gmm.gmm(*[torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args])
+assert isinstance(got, torch.Tensor), type(got)
+np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+print("ok")
+"""
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); exec({script!r})",
+                        str(data)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
 def test_wheel_static_library_links_from_c(fresh_venv, tmp_path):

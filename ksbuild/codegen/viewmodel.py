@@ -104,18 +104,24 @@ def export_view(package: str, name: str, f: Func, doc: list[str], data=None) -> 
     scalar_abi = is_scalar_abi(f)
     w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
+    python_names: set[str] = set()
     for i, p in enumerate(f.params):
         cname = _c_name(p.hint, namer, f"x{i}")
-        args.append(_input_arg(w, p, cname))
+        args.append(_input_arg(w, p, cname, python_names))
     outs = _output_names(f, namer)
     if scalar_abi:
         return _scalar_export(package, name, f, w, args, outs, doc, dims)
     return _tensor_export(package, name, f, w, args, outs, doc, dims)
 
 
-def _input_arg(w: Writer, p: Var, cname: str) -> ArgView:
+def _input_arg(w: Writer, p: Var, cname: str, python_names: set[str]) -> ArgView:
+    """An input's C parameter; its Python keyword is its name in the source, or its C name where that name is
+    taken by an earlier input (the cotangents of a vjp of a tuple-returning kernel are all 'ct')."""
     c = C_TYPES[p.type.dtype]
-    param = p.hint or cname
+    param = p.hint if p.hint and p.hint not in python_names else cname
+    while param in python_names:
+        param += "_"
+    python_names.add(param)
     if p.type.rank == 0:
         w.env[p] = cname
         return ArgView(cname, f"{c} {cname}", "in", p.type.dtype, [], param)

@@ -69,6 +69,7 @@ class Func:
     result_names: tuple[str, ...] = ()
     plan: Any = None  # the memory plan (transforms.plan_memory.Plan) once the pipeline has made one
     notes: tuple[str, ...] = ()  # a frontend's words on the C ABI of its parameters (ONNX sequences, optionals)
+    defaults: tuple[tuple[str, Any], ...] = ()  # a Python kernel's parameter defaults (name, value): the Python API's
 
     @property
     def in_types(self) -> tuple[Type, ...]:
@@ -79,7 +80,8 @@ class Func:
         return tuple(r.type for r in self.results)
 
     def renamed(self, name: str) -> "Func":
-        return Func(name, self.params, self.eqns, self.results, self.result_names, self.plan, self.notes)
+        return Func(name, self.params, self.eqns, self.results, self.result_names, self.plan, self.notes,
+                    self.defaults)
 
 
 def sub_funcs(eqn: Eqn) -> list[Func]:

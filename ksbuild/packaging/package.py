@@ -87,7 +87,7 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
     name = name or m.build.target
     loc = locate(m.text, "build", "target", file=str(m.path)) if name == m.build.target else None
     t = get_target(name, loc)
-    check_backend(t, m.build.backend)
+    check_backend(t, m.build.backend, locate(m.text, "build", "backend", file=str(m.path)))
     if m.build.cpu and t.name != m.build.target:  # (the manifest's own target was checked when it was read)
         check_cpu(m, t)
     if m.build.threads > 1 and not t.hosted:

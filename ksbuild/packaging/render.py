@@ -69,10 +69,23 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
         out["exports"][v.name] = {
             "symbol": v.c_name, "kind": v.kind, "expression": e.spec.text, "kernel": e.kernel.name,
             "dims": v.dims, "returns": v.ret, "workspace": v.needs_workspace,
-            "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": a.shape}
-                     | ({"param": a.param} if a.param else {}) for a in v.args],
+            "args": _args(v, dict(e.defaults)),
             "results": [str(t) for t in e.func.out_types],
         }
+    return out
+
+
+def _args(v: ExportView, defaults: dict[int, object]) -> list[dict]:
+    """The export's C parameters; an input keeps its name in the kernel's source (param) and its default."""
+    out, k = [], 0
+    for a in v.args:
+        d = {"name": a.name, "role": a.role, "dtype": a.dtype, "shape": a.shape}
+        d |= {"param": a.param} if a.param else {}
+        if a.role == "in":
+            if k in defaults:
+                d["default"] = defaults[k]
+            k += 1
+        out.append(d)
     return out
 
 

@@ -57,6 +57,7 @@ class Export:
 
     def __init__(self, lib: ctypes.CDLL, name: str, desc: dict, package: "Package | None" = None):
         self.name, self.desc, self.package = name, desc, package
+        self.title = name  # how messages name it (the dev loop's: the kernel's name, relu3.vjp)
         self.fn = getattr(lib, desc["symbol"])
         self.fn.restype = RET[desc["returns"]]
         self.ins = [a for a in desc["args"] if a["role"] == "in"]
@@ -92,14 +93,14 @@ class Export:
             fast = self._fast_call(args)
             if fast is not None:
                 return fast
-        if kwargs:
+        if kwargs or len(args) < len(self.ins):
             args = self._by_name(args, kwargs)
         if len(args) != len(self.ins):
-            raise TypeError(f"{self.name}() takes {len(self.ins)} arguments, {len(args)} given")
+            raise TypeError(f"{self.title}() takes {len(self.ins)} arguments, {len(args)} given")
         if any(_is_torch(x) for x in args) and out is None and not self._strings:
             return self.package.torch_ops().call(self, args, dims)
         if self._strings and any(_is_torch(x) and x.requires_grad for x in args):
-            raise CallError(f"{self.name} takes or gives strings, so it is not a torch op and autograd cannot run "
+            raise CallError(f"{self.title} takes or gives strings, so it is not a torch op and autograd cannot run "
                             "through it: pass tensors that do not require grad (x.detach())")
         return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
 
@@ -142,16 +143,16 @@ class Export:
         names = [a.get("param", a["name"]) for a in self.ins]
         unknown = [k for k in kwargs if k not in names]
         if unknown:
-            raise TypeError(f"{self.name}() got an unexpected keyword argument '{unknown[0]}' "
+            raise TypeError(f"{self.title}() got an unexpected keyword argument '{unknown[0]}' "
                             f"(its inputs: {', '.join(names)})")
         doubled = [k for k in kwargs if names.index(k) < len(args)]
         if doubled:
-            raise TypeError(f"{self.name}() got multiple values for argument '{doubled[0]}'")
-        rest = names[len(args):]
-        missing = [k for k in rest if k not in kwargs]
+            raise TypeError(f"{self.title}() got multiple values for argument '{doubled[0]}'")
+        rest = self.ins[len(args):]
+        missing = [n for n, a in zip(names[len(args):], rest) if n not in kwargs and "default" not in a]
         if missing:
-            raise TypeError(f"{self.name}() missing argument(s): {', '.join(missing)}")
-        return tuple(args) + tuple(kwargs[k] for k in rest)
+            raise TypeError(f"{self.title}() missing argument(s): {', '.join(missing)}")
+        return tuple(args) + tuple(kwargs.get(n, a.get("default")) for n, a in zip(names[len(args):], rest))
 
     def call_numpy(self, args, out=None, dims=None, torch_out=False):
         """The ctypes call on numpy-compatible values; one result as itself, several as a tuple."""
@@ -165,7 +166,7 @@ class Export:
         return self._call_tensor(args, out, dims)
 
     def _call_scalar(self, args) -> list[np.ndarray]:
-        cargs = [CTYPES[a["dtype"]](_scalar(x, a, self.name)) for a, x in zip(self.ins, args)]
+        cargs = [CTYPES[a["dtype"]](_scalar(x, a, self.title)) for a, x in zip(self.ins, args)]
         if self.desc["returns"] != "void":
             return [_scalar_result(_py(self.fn(*cargs)), self.outs[0])]
         outs = [CTYPES[a["dtype"]]() for a in self.outs]
@@ -173,7 +174,7 @@ class Export:
         return [_scalar_result(o.value, a) for o, a in zip(outs, self.outs)]
 
     def _call_tensor(self, args, out, given_dims) -> list[np.ndarray]:
-        arrays = [_as_array(x, a, self.name) for x, a in zip(args, self.ins)]
+        arrays = [_as_array(x, a, self.title) for x, a in zip(args, self.ins)]
         dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(dims, out)
         ins = [arr.ctypes.data if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
@@ -193,25 +194,25 @@ class Export:
         dims = dict(given) if given else {}
         if given and any(d not in self.desc["dims"] for d in given):
             unknown = [d for d in given if d not in self.desc["dims"]]
-            raise CallError(f"{self.name}: dims {unknown} are not dims of this export (its dims: {self.desc['dims']})")
+            raise CallError(f"{self.title}: dims {unknown} are not dims of this export (its dims: {self.desc['dims']})")
         for i, axis, d in self._plan:
             s = shapes[i][axis]
             want = dims.setdefault(d, s) if isinstance(d, str) else d
             if want != s and not isinstance(d, str):
-                raise CallError(f"{self.name}: argument '{_shown(self.ins[i])}' must have size {d} along axis {axis}, "
+                raise CallError(f"{self.title}: argument '{_shown(self.ins[i])}' must have size {d} along axis {axis}, "
                                 f"got shape {list(shapes[i])}")
             if want != s:
-                raise CallError(f"{self.name}: argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere "
+                raise CallError(f"{self.title}: argument '{_shown(self.ins[i])}': dimension {d} is {want} elsewhere "
                                 f"but {s} here (shape {list(shapes[i])})")
         if len(dims) < len(self.desc["dims"]):
             self._solve_dims(shapes, dims)
         if len(dims) < len(self.desc["dims"]):
             missing = [d for d in self.desc["dims"] if d not in dims]
-            raise CallError(f"{self.name}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
+            raise CallError(f"{self.title}: cannot infer dims {missing} from the inputs; pass dims={{...}}")
         for a, shape in zip(self.ins, shapes):
             for d, s in zip(a["shape"], shape):
                 if isinstance(d, str) and not d.isidentifier() and dim_value(d, dims) != s:
-                    raise CallError(f"{self.name}: argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} "
+                    raise CallError(f"{self.title}: argument '{_shown(a)}': dimension {d} = {dim_value(d, dims)} "
                                     f"but {s} given")
         return dims
 
@@ -231,7 +232,7 @@ class Export:
                     step = dim_value(d, {**dims, u: 1}) - c
                     value = (size - c) // step if step > 0 else None
                     if value is None or value < 0 or dim_value(d, {**dims, u: value}) != size:
-                        raise CallError(f"{self.name}: argument '{_shown(a)}' must have a size of the form {d} along "
+                        raise CallError(f"{self.title}: argument '{_shown(a)}' must have a size of the form {d} along "
                                         f"axis {axis}, got shape {list(shape)}")
                     dims[u] = value
                     progress = True
@@ -248,7 +249,7 @@ class Export:
                 if isinstance(size, int) and size < 0:
                     named = [k for k in dims if re.search(rf"\b{re.escape(k)}\b", str(d))]
                     given = ", ".join(f"{k} = {dims[k]}" for k in named)
-                    raise CallError(f"{self.name}: output '{a['name']}' would have {d} = {size} elements along an "
+                    raise CallError(f"{self.title}: output '{a['name']}' would have {d} = {size} elements along an "
                                     f"axis ({given}): the inputs are too small for it")
         return shapes
 
@@ -258,13 +259,13 @@ class Export:
         if given is None:
             return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
         if self._strings:
-            raise CallError(f"{self.name}: out= is not supported for an export with string arguments")
-        res = [_np_view(o, a, self.name) for o, a in zip(given, self.outs)]
+            raise CallError(f"{self.title}: out= is not supported for an export with string arguments")
+        res = [_np_view(o, a, self.title) for o, a in zip(given, self.outs)]
         for r, s, a in zip(res, shapes, self.outs):
             if r.shape != s or r.dtype != NUMPY_DTYPES[a["dtype"]] or not r.flags.c_contiguous:
-                raise CallError(f"out= for {self.name} must be a contiguous {a['dtype']} array of shape {s}")
+                raise CallError(f"out= for {self.title} must be a contiguous {a['dtype']} array of shape {s}")
             if not r.flags.writeable:
-                raise CallError(f"out= for {self.name}: the array for '{a['name']}' is read-only")
+                raise CallError(f"out= for {self.title}: the array for '{a['name']}' is read-only")
         return res
 
     def _workspace(self, dim_values: list) -> int | None:

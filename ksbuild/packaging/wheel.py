@@ -2,10 +2,12 @@
 
 The wheel project is the standalone CMake project of `ksbuild render` plus, from
 dist_templates/wheel/, a pyproject.toml, a README and the Python package python/<P>/: an
-__init__.py that binds every export and _runtime.py, a verbatim copy of ksbuild's standalone
-runtime (packaging/runtime.py; numpy and ctypes only). scikit-build-core installs the CMake
+__init__.py that binds every export, _runtime.py, a verbatim copy of ksbuild's standalone
+runtime (packaging/runtime.py; numpy and ctypes only), and torch_ops.py, the torch custom ops
+(packaging/torch_ops.py, imported only when torch is). scikit-build-core installs the CMake
 install tree (header, static library, CMake package, the shared library for ctypes) inside
-<P>/, so the installed wheel needs numpy and nothing else: no ksbuild, no torch, no compiler.
+<P>/, so the installed wheel needs numpy and nothing else: no ksbuild, no torch, no compiler
+(where torch is installed, torch tensors in give torch tensors out, with autograd).
 The project folder is self-contained, so `pip wheel DIR` or cibuildwheel can build it too.
 """
 from __future__ import annotations
@@ -34,7 +36,8 @@ from .package import content_hash, render, resolve_target, write_entry
 
 Progress = Callable[[str], None]
 # Names the wheel's module defines besides the exports.
-MODULE_NAMES = ("include_dir", "static_library", "cmake_dir", "__version__", "_runtime", "_package", "_ROOT")
+MODULE_NAMES = ("include_dir", "static_library", "cmake_dir", "__version__", "_runtime", "torch_ops", "_package",
+                "_ROOT")
 BUILD_HOOK = "import sys, scikit_build_core.build as b; b.build_wheel(sys.argv[1])"
 
 
@@ -54,6 +57,8 @@ def render_wheel_project(manifest: str | Path, out: Path, *, target: str | None 
     (out / "README.md").write_text(env.get_template("README.md.j2").render(ctx))
     (pkg / "__init__.py").write_text(env.get_template("__init__.py.j2").render(ctx))
     shutil.copyfile(runtime.__file__, pkg / "_runtime.py")
+    # the torch custom ops, imported by the runtime where torch is installed
+    shutil.copyfile(Path(runtime.__file__).with_name("torch_ops.py"), pkg / "torch_ops.py")
     return m
 
 
