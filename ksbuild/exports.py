@@ -33,7 +33,8 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
     if k.torch is not None:
         from .frontends.torch_export import compile_torch_kernel
         file, make = k.torch.rsplit(":", 1)
-        return compile_torch_kernel(file, m.root, make, k.name, k.weights or m.build.weights, k.loc)
+        return compile_torch_kernel(file, m.root, make, k.name, k.weights or m.build.weights, k.loc,
+                                    compile_export=package_export)
     if k.onnx is not None:
         from .frontends.onnx import compile_onnx_kernel
         return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights)
@@ -47,6 +48,22 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
         params = [t for _, t in sig_params]
     where = locate(m.text, ("kernels", k.name), "python", file=str(m.path))
     return compile_python_kernel(path, func, m.float_dtype(), params, results, where)
+
+
+def package_export(package, export: str, used_by: str, loc: Location) -> Func:
+    """The IR of an export of a ksbuild package loaded in this process (a ksbuild op inside a torch model),
+    compiled again from the manifest the package installs."""
+    from .manifest import load_manifest
+    name = package.desc["package"]
+    try:
+        m = load_manifest(package.root / "share" / name / "manifest.toml")
+    except KsbuildError as e:
+        raise KsbuildError(f"cannot read the manifest of ksbuild package '{name}' (used by {used_by}): {e.message}",
+                           loc, hint="the kernels of a package used inside a model must be found from its installed "
+                                     "manifest (absolute paths, as the dev loop writes)") from None
+    spec = m.exports[export]
+    kernels = {k: compile_kernel(m, m.kernels[k]) for k in _kernel_names(spec.expr)}
+    return apply_transform(spec.expr, kernels, spec.loc)
 
 
 def _source_path(m: Manifest, file: str, k: KernelSpec) -> Path:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..ir.core import Atom, Func, Lit, Var
+from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import Type
 from .cpp import Handle, Writer, c_literal
 from .storage import Storage, dim_expr
@@ -149,3 +149,14 @@ def emit_call(w: Writer, eqn) -> None:
     w.line("}")
     for v, h in zip(eqn.outs, outs):
         w.env[v] = h
+
+
+def emit_cond(w: Writer, eqn: Eqn) -> None:
+    """A cond equation: if/else over the two branches, each inlined, writing the same outputs."""
+    outs = declare_outputs(w, eqn.outs)
+    w.line(f"if ({w.scalar(eqn.ins[0])}) {{")
+    emit_inline(w, eqn.params["then_fn"], list(eqn.ins[1:]), outs)
+    w.line("} else {")
+    emit_inline(w, eqn.params["else_fn"], list(eqn.ins[1:]), outs)
+    w.line("}")
+    w.env.update(zip(eqn.outs, outs))

@@ -439,28 +439,6 @@ class Writer:
             return self.scalar(i)
         return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"
 
-    def emit_fusion(self, eqn: Eqn) -> None:
-        from .fusion import emit_fusion
-        emit_fusion(self, eqn)
-
-    def emit_cond(self, eqn: Eqn) -> None:
-        from .body import declare_outputs, emit_inline
-        outs = declare_outputs(self, eqn.outs)
-        self.line(f"if ({self.scalar(eqn.ins[0])}) {{")
-        emit_inline(self, eqn.params["then_fn"], list(eqn.ins[1:]), outs)
-        self.line("} else {")
-        emit_inline(self, eqn.params["else_fn"], list(eqn.ins[1:]), outs)
-        self.line("}")
-        self.env.update(zip(eqn.outs, outs))
-
-    def emit_loop(self, eqn: Eqn) -> None:
-        from .body import emit_loop
-        emit_loop(self, eqn)
-
-    def emit_call(self, eqn: Eqn) -> None:
-        from .body import emit_call
-        emit_call(self, eqn)
-
 
 SHORT_TAIL = 16  # reduced trailing axes of at most this many elements go outside the last kept axis
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ..ir.core import Eqn, Func, Var
+from ..ir.core import Eqn, Func
 from ..ir.types import numel
 from .cpp import Writer
 from .storage import Storage
@@ -77,17 +77,6 @@ def _unname_unused(w: Writer, header: int, params: Sequence[str]) -> None:
         if not re.search(rf"\b{re.escape(p)}\b", text):
             line = line.replace(f"int64_t {p},", "int64_t,", 1)
     w.lines[header] = line
-
-
-def apply_in_place(w: Writer, eqn: Eqn, dst: Storage) -> None:
-    """The epilogue as a loop nest over the stored product dst, writing the result over it."""
-    from ..prims.lowering import fusion
-    from .fusion import emit_fusion
-    body: Func = eqn.params["epilogue"]
-    product = Var(eqn.outs[0].type, "prod")
-    w.env[product] = dst
-    emit_fusion(w, Eqn(fusion, (product, *extras(eqn)), eqn.outs, {"body": body}, eqn.loc),
-                dests={eqn.outs[0]: dst})
 
 
 def merge_tail(s: Storage, keep: int) -> Storage | None:

@@ -8,8 +8,10 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 from __future__ import annotations
 
 from ..ir.core import Eqn, Var
-from ..prims.lowering import REDUCTIONS
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
+
+REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
+"""The reductions a fused loop nest accumulates (into scalars, each with its REDUCE_UPDATE)."""
 
 
 def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:

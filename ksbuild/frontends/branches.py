@@ -9,7 +9,7 @@ import ast
 
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
-from .scope import Const, Scope, Value
+from .scope import Const, Returned, Scope, Value
 
 
 def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, node: ast.If) -> list[Value]:
@@ -33,7 +33,6 @@ def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, no
 
 
 def _run(fc, scope: Scope, body, names, node):
-    from .python import Returned
 
     bb, sc = Builder(fc.src.loc(node)), scope.child()
     if names is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..ir.builder import Builder
 from ..ir.core import Eqn, Func, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
-from .scope import Const, Scope, SymDim
+from .scope import Const, Returned, Scope, SymDim, assigned_names
 
 I64 = Type("i64")
 
@@ -35,9 +35,8 @@ def for_loop(fc, b: Builder, scope: Scope, s: ast.For) -> None:
     """Compile a for statement into a loop equation and rebind the carried names."""
     if s.orelse:
         raise fc.src.error(s, "for ... else is not supported")
-    from .python import _assigned
     bound = _target_names(fc, s.target)
-    carried = [n for n in sorted(_assigned(s.body)) if n not in bound and scope.lookup(n) is not None]
+    carried = [n for n in sorted(assigned_names(s.body)) if n not in bound and scope.lookup(n) is not None]
     listed, body = _appended(scope, s.body)
     ys = [body_append.value.args[0] for body_append in s.body[len(body):]]
     outs = counted_loop(fc, b, scope, s, s.target, s.iter, body, carried, ys)
@@ -169,15 +168,15 @@ def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
 def _tuple_rows(fc, b: Builder, items, it: ast.expr):
     """A tuple (or list) of numbers, of tuples of numbers, or of tensors of one type as one tensor whose rows
     the loop visits (as torch.tensor / torch.stack would build it)."""
-    from .torch_more import _nested, _tensor_literal
-    leaves = _nested(items)
+    from .tensors import nested_items, tensor_literal
+    leaves = nested_items(items)
     types = {v.type for v in items if not isinstance(v, (Const, tuple, list))}
     if not all(isinstance(v, Const) for v in leaves) and \
             (len(types) != 1 or any(isinstance(v, (tuple, list)) for v in items)):
         shown = ", ".join(sorted(str(t) for t in types)) or "nested tuples of values"
         raise fc.src.error(it, f"a for loop over a tuple needs numbers or tensors of one type (got {shown})",
                            hint="call a helper function once for each item instead")
-    return _tensor_literal(fc, b, [list(items)], {}, it)
+    return tensor_literal(fc, b, [list(items)], {}, it)
 
 
 def _zip_length(fc, b: Builder, scope: Scope, seqs, it: ast.expr):
@@ -239,7 +238,6 @@ def _carry_type(fc, v, node) -> Type:
 
 def _body(fc, scope: Scope, node, bind, stmts, carried, types, counter, y_exprs):
     """The loop body; counter = (start, step, length) of the range (length: the count or a bound)."""
-    from .python import Returned
 
     start, step, length = counter
     bb, sc = Builder(fc.src.loc(node)), scope.child()

@@ -140,16 +140,14 @@ def call_builtin(fc, b, module: str, name: str, args, node):
     if fn is None or name not in allowed:
         shown = name if module == "builtin" else f"{module}.{name}"
         raise fc.src.error(node, f"unsupported function '{shown}'",
-                           hint=f"supported: {', '.join(supported_names(module))}")
+                           hint=f"supported: {', '.join(fc.supported_names(module))}")
     return fn(fc, b, args, node)
 
 
-def supported_names(module: str) -> list[str]:
-    """Every function name the frontend accepts in a namespace ('builtin', 'math', 'torch'), from the
-    tables that dispatch them (the scalar library here and the tensor functions of tensors.py)."""
-    from .tensors import NAMESPACES
-    allowed = {"builtin": BUILTINS | BUILTIN_FORMS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set())
-    return sorted(set(allowed) | set(NAMESPACES.get(module, {})))
+def scalar_names(module: str) -> set[str]:
+    """The names of the scalar library (and the compiler's builtin forms) in a namespace: 'builtin', 'math'
+    or 'torch' (namespaces.supported_names adds the tensor functions)."""
+    return set({"builtin": BUILTINS | BUILTIN_FORMS, "math": MATH_NAMES, "torch": TORCH_NAMES}.get(module, set()))
 
 
 BUILTIN_FORMS = {"len", "sum", "range", "reversed", "enumerate", "zip"}  # handled by the compiler and loops.py

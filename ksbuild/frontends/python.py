@@ -18,8 +18,9 @@ from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Lit, Var
 from ..ir.types import Type
-from .mathlib import BINOPS, CMPOPS, call_builtin, supported_names
-from .scope import Const, Scope, SymDim, Value, const_lit, const_type
+from . import namespaces, tensors
+from .mathlib import BINOPS, CMPOPS, call_builtin
+from .scope import Const, FInfo, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
 
 SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
 
@@ -47,13 +48,6 @@ class Source:
 
     def error(self, node: ast.AST, message: str, hint: str | None = None) -> KsbuildError:
         return KsbuildError(message, self.loc(node), hint)
-
-
-class Returned(Exception):
-    """Internal: raised to unwind a block after a `return`, carrying the returned value."""
-
-    def __init__(self, value: Value):
-        self.value = value
 
 
 class KernelCompiler:
@@ -372,8 +366,8 @@ class KernelCompiler:
         pred = self.condition(b, test, s.test)
         # (a name a loop introduces, its variable or a temporary of its body, stays inside the loop: both
         # branches looping over `i` do not make `i` a result of the if)
-        in_both = _assigned(s.body, loops=False) & _assigned(s.orelse, loops=False)
-        names = sorted(_assigned(s.body) | _assigned(s.orelse))
+        in_both = assigned_names(s.body, loops=False) & assigned_names(s.orelse, loops=False)
+        names = sorted(assigned_names(s.body) | assigned_names(s.orelse))
         names = [n for n in names if n in in_both or scope.lookup(n) is not None]
         outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s)
         for n, v in zip(names, outs):
@@ -464,7 +458,6 @@ class KernelCompiler:
         return self.binop(b, e.op, self.expr(b, scope, e.left), self.expr(b, scope, e.right), e)
 
     def binop(self, b: Builder, op: ast.operator, x: Value, y: Value, node: ast.AST) -> Value:
-        from . import tensors
         if tensors.is_dimlike(x) and tensors.is_dimlike(y) and (isinstance(x, SymDim) or isinstance(y, SymDim)):
             d = tensors.dim_binop(op, x, y)
             if d is not None:
@@ -533,7 +526,6 @@ class KernelCompiler:
         return out
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
-        from . import tensors
         from .loops import comprehension
         method = self.method_target(e.func)
         target = None if method else self.callee(e.func)
@@ -547,7 +539,7 @@ class KernelCompiler:
         self.check_lists(e, target, [*args, *kw.values()])
         if method:
             return self.call_method(b, scope, e, method, args, kw)
-        table = tensors.NAMESPACES.get(target[0], {})
+        table = namespaces.NAMESPACES.get(target[0], {})
         shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
                  "special": "torch.special"}.get(target[0], target[0])
         if target[1] in table:
@@ -570,7 +562,7 @@ class KernelCompiler:
         if target[0] == "kernel":
             return self.call_kernel(b, target[1], self.bind_args(target[1], args, kw, e), e)
         if kw:
-            if target[0] in ("torch", "math") and target[1] not in supported_names(target[0]):
+            if target[0] in ("torch", "math") and target[1] not in namespaces.supported_names(target[0]):
                 call_builtin(self, b, target[0], target[1], [], e)  # (says: unsupported function)
             raise self.src.error(e.keywords[0].value, "keyword arguments are not supported in this call")
         return call_builtin(self, b, target[0], target[1], [self.plain(b, a) for a in args], e)
@@ -609,23 +601,22 @@ class KernelCompiler:
         return None
 
     def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
-        from . import tensors
         obj = self.expr(b, scope, e.func.value)
-        if name in tensors.SHAPE_METHODS:
-            method = tensors.SHAPE_METHODS[name]
+        if name in namespaces.SHAPE_METHODS:
+            method = namespaces.SHAPE_METHODS[name]
             return self.checked_keywords(lambda fc, bb, a, k, node: method(fc, bb, obj, a, k, node), b, args, kw, e,
                                          f".{name}()")
-        torch_name = tensors.METHODS.get(name)
+        torch_name = namespaces.METHODS.get(name)
         if torch_name is None and name.endswith("_") and not name.startswith("_"):
             args_text = ", ".join(ast.unparse(a) for a in e.args)
             raise self.src.error(e.func, f"in-place tensor methods such as '.{name}()' are not supported",
                                  hint=f"use the value: {_out_of_place(ast.unparse(e.func.value), name, args_text)}")
         if torch_name is None:
-            known = sorted(set(tensors.METHODS) | set(tensors.SHAPE_METHODS))
+            known = sorted(set(namespaces.METHODS) | set(namespaces.SHAPE_METHODS))
             raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
                                  hint=f"supported: {', '.join(known)}")
-        if torch_name in tensors.TORCH_TENSOR:
-            return self.checked_keywords(tensors.TORCH_TENSOR[torch_name], b, [obj, *args], kw, e, f".{name}()")
+        if torch_name in namespaces.TORCH:
+            return self.checked_keywords(namespaces.TORCH[torch_name], b, [obj, *args], kw, e, f".{name}()")
         if kw:
             raise self.src.error(e, f".{name}() takes no keyword arguments here")
         return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)
@@ -654,7 +645,6 @@ class KernelCompiler:
         return subscript(self, b, self.expr(b, scope, e.value), e.slice, scope, e)
 
     def expr_Attribute(self, b, scope, e: ast.Attribute) -> Value:
-        from . import tensors
         from .mathlib import MATH_CONSTANTS
         if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
             return Const(MATH_CONSTANTS[e.attr])
@@ -765,6 +755,10 @@ class KernelCompiler:
 
     # ---- typing helpers ------------------------------------------------------------------------
 
+    def supported_names(self, module: str) -> list[str]:
+        """The functions a kernel can call in a namespace (for an error's hint)."""
+        return namespaces.supported_names(module)
+
     def plain(self, b: Builder, v: Value) -> Value:
         """A symbolic dim used as a number becomes an i64 value."""
         return b.dim_size(dim=v.dim) if isinstance(v, SymDim) else v
@@ -797,20 +791,6 @@ class KernelCompiler:
 
 SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "functional"): "F",
               ("torch", "special"): "special"}
-
-
-class FInfo:
-    """torch.finfo(dtype): its eps, max, min, tiny and resolution as constants of the kernel."""
-
-    FIELDS = ("eps", "max", "min", "tiny", "smallest_normal", "resolution")
-
-    def __init__(self, dtype: str):
-        self.dtype = dtype
-
-    def value(self, field: str) -> float:
-        import numpy as np
-        info = np.finfo({"f16": np.float16, "f32": np.float32}.get(self.dtype, np.float64))
-        return float(getattr(info, "tiny" if field == "smallest_normal" else field))
 
 
 def _shape(v: Value):
@@ -886,24 +866,6 @@ def _views_held(b: Builder, scope: Scope, name: str, value: Atom) -> list[tuple[
     """(name, view) for every other name of this scope that holds a view of value."""
     return [(n, v) for n, v in scope.names.items()
             if n != name and isinstance(v, Atom) and v is not value and any(x is value for x in _view_bases(b, v))]
-
-
-def _assigned(stmts: list[ast.stmt], loops: bool = True) -> set[str]:
-    """Names stored to anywhere in these statements (x[i] = v stores to x); with loops=False, not those stored
-    to only inside for/while loops."""
-    out = set()
-    for s in stmts:
-        if not loops and isinstance(s, (ast.For, ast.While)):
-            continue
-        if not loops and isinstance(s, ast.If):
-            out |= _assigned(s.body, loops) | _assigned(s.orelse, loops)
-            continue
-        for n in ast.walk(s):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                out.add(n.id)
-            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
-                out.add(n.value.id)
-    return out
 
 
 _INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/", "pow_": "**"}

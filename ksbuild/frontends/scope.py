@@ -6,6 +6,8 @@ sub-function (an if-branch or a loop body) and captures outer values as its para
 """
 from __future__ import annotations
 
+import ast
+import collections
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -133,3 +135,46 @@ class Keywords(dict):
     def unread(self) -> list[str]:
         """The keywords given that nobody read, in the call's order."""
         return [k for k in self.keys() if k not in self.seen]
+
+
+class Returned(Exception):
+    """Internal: raised to unwind a block after a `return`, carrying the returned value."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+
+class FInfo:
+    """torch.finfo(dtype): its eps, max, min, tiny and resolution as constants of the kernel."""
+
+    FIELDS = ("eps", "max", "min", "tiny", "smallest_normal", "resolution")
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def value(self, field: str) -> float:
+        import numpy as np
+        info = np.finfo({"f16": np.float16, "f32": np.float32}.get(self.dtype, np.float64))
+        return float(getattr(info, "tiny" if field == "smallest_normal" else field))
+
+
+def assigned_names(stmts: list[ast.stmt], loops: bool = True) -> set[str]:
+    """Names stored to anywhere in these statements (x[i] = v stores to x); with loops=False, not those stored
+    to only inside for/while loops."""
+    out = set()
+    for s in stmts:
+        if not loops and isinstance(s, (ast.For, ast.While)):
+            continue
+        if not loops and isinstance(s, ast.If):
+            out |= assigned_names(s.body, loops) | assigned_names(s.orelse, loops)
+            continue
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out.add(n.id)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
+                out.add(n.value.id)
+    return out
+
+
+# torch.max(x, dim) and friends return a pair with .values and .indices
+ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])

@@ -26,10 +26,10 @@ from ..ir.types import (
     dim_sub,
     numpy_dtype,
 )
-from ..ops import create, linalg, reduce
+from ..ops import create, index, linalg, reduce
 from ..ops import shape as shape_ops
 from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
-from .scope import Const, SymDim, dim_value
+from .scope import Const, SymDim, ValuesIndices, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
 _DIM_EXPR = re.compile(r"^[A-Za-z0-9_\s+*/()-]+$")
@@ -142,8 +142,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     if isinstance(x, tuple):  # x.shape[k] and friends
         k = fc.expr(b, scope, index_node)
         if not isinstance(k, Const) and x and all(isinstance(v, Const) for v in x):  # KNOTS[i]: torch.tensor(KNOTS)[i]
-            from .torch_more import _tensor_literal
-            return subscript(fc, b, _tensor_literal(fc, b, [list(x)], {}, node), index_node, scope, node)
+            return subscript(fc, b, tensor_literal(fc, b, [list(x)], {}, node), index_node, scope, node)
         i = int_const(fc, k, index_node, "a tuple index")
         if not -len(x) <= i < len(x):
             raise fc.src.error(index_node, f"index {i} out of range for a tuple of {len(x)}")
@@ -321,7 +320,6 @@ def _dynamic_window(fc, b, scope, s: ast.Slice):
     if bounds is None:
         return None
     start, m = bounds
-    from ..ops import create, index
 
     def take(x: Atom, axis: int) -> Atom:
         positions = b.add(create.arange(b, 0, m), _window_start(b, start, x.type.shape[axis], m))
@@ -407,6 +405,25 @@ def _softmax(log: bool):
     return fn
 
 
+def max_with_dim(largest: bool):
+    """torch.max(x, dim, keepdim=False) -> (values, indices), with .values and .indices."""
+    def fn(fc, b, args, kw, node):
+        x = tensor(fc, b, args[0], node)
+        dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
+        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
+        axes = axes_arg(fc, Const(dim), x.type.rank, node)
+        indices = index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest)
+        if not x.type.is_float:
+            return ValuesIndices((reduce.amax if largest else reduce.amin)(b, x, axes, keep), indices)
+        # the values are read at the indices: among equal maxima, the gradient goes to the one the index names
+        # (torch's), not shared as amax's
+        (axis,) = axes
+        at = indices if keep else shape_ops.unsqueeze(b, indices, axis)
+        values = index.gather_elements(b, x, at, axis)
+        return ValuesIndices(values if keep else shape_ops.squeeze(b, values, [axis]), indices)
+    return fn
+
+
 def _max_or_min(kind: str):
     """torch.max(x) (a full reduction) or torch.max(a, b) (elementwise)."""
     def fn(fc, b, args, kw, node):
@@ -414,7 +431,6 @@ def _max_or_min(kind: str):
             from .mathlib import LIBRARY
             return LIBRARY["maximum" if kind == "max" else "minimum"](fc, b, args, node)
         if len(args) > 1 or kw:
-            from .torch_more import max_with_dim
             return max_with_dim(kind == "max")(fc, b, args, kw, node)
         return _reduce(reduce.amax if kind == "max" else reduce.amin)(fc, b, args, kw, node)
     return fn
@@ -647,6 +663,42 @@ def _tri(lower: bool):
     return fn
 
 
+def tensor_literal(fc, b, args, kw, node):
+    """torch.tensor([...]) of numbers: a constant (or of values: a stack)."""
+    data = _arg(fc, args, kw, 0, "data", node)
+    dtype = _dtype_kw(fc, {k: v for k, v in kw.items() if k != "data"}, node, "")
+    values = nested_items(data)
+    if all(isinstance(v, Const) for v in values):
+        arr = np.asarray(_consts(data), dtype=_np_dtype(dtype or _default(values, fc.float_dtype)))
+        return create.array(b, arr)
+    if isinstance(data, list) and all(not isinstance(v, list) for v in data):
+        xs = [tensor(fc, b, v, node) for v in data]
+        return shape_ops.stack(b, [x if not dtype or x.type.dtype == dtype else b.convert(x, dtype=dtype)
+                                   for x in xs], 0)
+    if isinstance(data, Atom):  # torch.tensor(x) of one computed value (a 0-d tensor) or of a tensor (a copy)
+        return data if not dtype or data.type.dtype == dtype else b.convert(data, dtype=dtype)
+    raise fc.src.error(node, "torch.tensor of nested lists of computed values is not supported",
+                       hint="use torch.stack")
+
+
+def nested_items(v) -> list:
+    return [x for item in v for x in nested_items(item)] if isinstance(v, (list, tuple)) else [v]
+
+
+def _consts(v):
+    return [_consts(x) for x in v] if isinstance(v, (list, tuple)) else v.value
+
+
+def _default(values, float_dtype: str) -> str:
+    kinds = {type(v.value) for v in values}
+    return float_dtype if float in kinds else "bool" if kinds == {bool} else "i64"
+
+
+def _np_dtype(dtype: str):
+    from ..ir.types import NUMPY_DTYPES
+    return NUMPY_DTYPES[dtype]
+
+
 def _tensor_list(fc, b, args, kw, node, name) -> list[Atom]:
     """The list argument of torch.cat / torch.stack, as atoms."""
     items = _arg(fc, args, kw, 0, "tensors", node)
@@ -809,21 +861,3 @@ F_FUNCS = {
     "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
     "dropout": _dropout,
 }
-LINALG: dict = {}
-MATH_EXTRA: dict = {}  # math.* beyond the scalar library (erf, hypot, isnan, ...)
-SPECIAL: dict = {}
-NAMESPACES = {"torch": TORCH_TENSOR, "F": F_FUNCS, "linalg": LINALG, "nn": {}, "special": SPECIAL,
-              "math": MATH_EXTRA}
-
-
-def _register_more():
-    from . import torch_basics, torch_extra, torch_losses, torch_search
-    from .torch_more import register
-    register(TORCH_TENSOR, F_FUNCS, LINALG, SHAPE_METHODS, MATH_EXTRA, SPECIAL)
-    torch_basics.register(TORCH_TENSOR, F_FUNCS, SHAPE_METHODS)
-    torch_search.register(TORCH_TENSOR, SHAPE_METHODS)
-    torch_losses.register(F_FUNCS)
-    torch_extra.register(TORCH_TENSOR, LINALG, SHAPE_METHODS)
-
-
-_register_more()

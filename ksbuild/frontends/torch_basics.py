@@ -14,7 +14,7 @@ from ..ops import activations, aten, nn, reduce
 from ..ops import math as math_ops
 from ..ops import shape as shape_ops
 from .mathlib import CMPOPS
-from .scope import Const
+from .scope import Const, FInfo, ValuesIndices
 from .tensors import (
     _arg,
     _flatten,
@@ -25,6 +25,7 @@ from .tensors import (
     norm_axis,
     shape_args,
     tensor,
+    tensor_literal,
     transpose_2d,
 )
 from .torch_more import _c, _float_kw, _method, _var_std, channel_affine
@@ -100,7 +101,7 @@ def _rot90(fc, b, args, kw, node):
     k = int_const(fc, _arg(fc, args, kw, 1, "k", node, Const(1)), node, "k") % 4
     dims = _arg(fc, args, kw, 2, "dims", node, (Const(0), Const(1)))
     d0, d1 = (norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in dims)
-    from ..ops.index import flip
+    from ..ops.shape import flip
     for _ in range(k):  # one turn: flip along d1, then swap d0 and d1
         x = shape_ops.swap_axes(b, flip(b, x, d1), d0, d1)
     return x
@@ -359,7 +360,6 @@ def _cumulative_extremum(largest: bool):
     """torch.cummax / cummin(input, dim) -> (values, indices)."""
     def fn(fc, b, args, kw, node):
         from ..ops import index
-        from .torch_more import ValuesIndices
         x = _x(fc, b, args, kw, node)
         axis = _dim(fc, args, kw, 1, node, x.type.rank)
         return ValuesIndices(*index.cumulative_extremum(b, x, axis, largest))
@@ -446,12 +446,11 @@ def _vander(fc, b, args, kw, node):
 def _new_tensor(fc, b, x, args, kw, node):
     """x.new_tensor(data): torch.tensor(data) of x's dtype (unless dtype= says otherwise)."""
     from .scope import DtypeValue
-    from .torch_more import _tensor_literal
     x = tensor(fc, b, x, node)
     given = dict(kw)
     if "dtype" not in given:
         given["dtype"] = DtypeValue(x.type.dtype)
-    return _tensor_literal(fc, b, list(args), given, node)
+    return tensor_literal(fc, b, list(args), given, node)
 
 
 def _float_power(fc, b, args, kw, node):
@@ -481,7 +480,6 @@ def _logspace(fc, b, args, kw, node):
 
 def _finfo(fc, b, args, kw, node):
     """torch.finfo(dtype): eps, max, min, tiny, resolution of a float dtype, as constants."""
-    from .python import FInfo
     from .scope import DtypeValue
     d = _arg(fc, args, kw, 0, "type", node, None)
     if d is None:

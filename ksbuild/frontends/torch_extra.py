@@ -286,22 +286,6 @@ def _new_full(value):
     return fn
 
 
-def pad_modes(fc, b, x: Atom, sizes: list[int], mode: str, node) -> Atom:
-    """F.pad's reflect, replicate and circular modes: (low, high) pairs from the last axis back."""
-    ops_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
-    for k in range(len(sizes) // 2):
-        axis = x.type.rank - 1 - k
-        lo, hi = sizes[2 * k], sizes[2 * k + 1]
-        n = x.type.shape[axis]
-        if lo < 0 or hi < 0:
-            raise fc.src.error(node, f"F.pad mode '{mode}' with a negative pad")
-        if mode == "reflect" and isinstance(n, int) and max(lo, hi) >= n:
-            raise fc.src.error(node, f"F.pad mode 'reflect': a pad of {max(lo, hi)} on an axis of {n} (it must be "
-                                     "smaller than the axis)")
-        x = shape_ops.pad_mode(b, x, axis, lo, hi, ops_mode)
-    return x
-
-
 def register(torch_table: dict, linalg_table: dict, methods: dict) -> None:
     """Add the functions here to the frontend's tables (torch.*, torch.linalg.*, tensor methods)."""
     functions = {

@@ -1,10 +1,9 @@
 """More of torch for the Python frontend: elementwise math, activations, losses, statistics,
 indexing with tensors, cumulative ops. Each entry parses torch's calling convention and calls the
-op library (ksbuild/ops), like tensors.py; `register` adds them to its tables.
+op library (ksbuild/ops), like tensors.py; `register` adds them to the tables of namespaces.py.
 """
 from __future__ import annotations
 
-import collections
 import math
 
 from ..ir.core import Atom, Lit
@@ -13,10 +12,16 @@ from ..ops import activations, create, index, linalg, nn, reduce
 from ..ops import math as math_ops
 from ..ops import shape as shape_ops
 from .scope import Const
-from .tensors import _arg, _two_floats, axes_arg, float_tensor, int_const, norm_axis, tensor
-
-# torch.max(x, dim) and friends return a pair with .values and .indices
-ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])
+from .tensors import (
+    _arg,
+    _two_floats,
+    axes_arg,
+    float_tensor,
+    int_const,
+    norm_axis,
+    tensor,
+    tensor_literal,
+)
 
 
 def _c(x: Atom, v: float) -> Lit:
@@ -251,25 +256,6 @@ def _arg_ext(largest: bool):
     return fn
 
 
-def max_with_dim(largest: bool):
-    """torch.max(x, dim, keepdim=False) -> (values, indices), with .values and .indices."""
-    def fn(fc, b, args, kw, node):
-        x = tensor(fc, b, args[0], node)
-        dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
-        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
-        axes = axes_arg(fc, Const(dim), x.type.rank, node)
-        indices = index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest)
-        if not x.type.is_float:
-            return ValuesIndices((reduce.amax if largest else reduce.amin)(b, x, axes, keep), indices)
-        # the values are read at the indices: among equal maxima, the gradient goes to the one the index names
-        # (torch's), not shared as amax's
-        (axis,) = axes
-        at = indices if keep else shape_ops.unsqueeze(b, indices, axis)
-        values = index.gather_elements(b, x, at, axis)
-        return ValuesIndices(values if keep else shape_ops.squeeze(b, values, [axis]), indices)
-    return fn
-
-
 # ---- indexing with tensors -------------------------------------------------------------------------
 
 def _gather(fc, b, args, kw, node):
@@ -360,44 +346,6 @@ def _cdist(fc, b, args, kw, node):
     """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
     x, y = _two_floats(fc, b, args[:2], node, "cdist")
     return linalg.cdist(b, x, y)
-
-
-def _tensor_literal(fc, b, args, kw, node):
-    """torch.tensor([...]) of numbers: a constant (or of values: a stack)."""
-    import numpy as np
-    data = _arg(fc, args, kw, 0, "data", node)
-    from .tensors import _dtype_kw
-    dtype = _dtype_kw(fc, {k: v for k, v in kw.items() if k != "data"}, node, "")
-    values = _nested(data)
-    if all(isinstance(v, Const) for v in values):
-        arr = np.asarray(_consts(data), dtype=_np_dtype(dtype or _default(values, fc.float_dtype)))
-        return create.array(b, arr)
-    if isinstance(data, list) and all(not isinstance(v, list) for v in data):
-        xs = [tensor(fc, b, v, node) for v in data]
-        return shape_ops.stack(b, [x if not dtype or x.type.dtype == dtype else b.convert(x, dtype=dtype)
-                                   for x in xs], 0)
-    if isinstance(data, Atom):  # torch.tensor(x) of one computed value (a 0-d tensor) or of a tensor (a copy)
-        return data if not dtype or data.type.dtype == dtype else b.convert(data, dtype=dtype)
-    raise fc.src.error(node, "torch.tensor of nested lists of computed values is not supported",
-                       hint="use torch.stack")
-
-
-def _nested(v) -> list:
-    return [x for item in v for x in _nested(item)] if isinstance(v, (list, tuple)) else [v]
-
-
-def _consts(v):
-    return [_consts(x) for x in v] if isinstance(v, (list, tuple)) else v.value
-
-
-def _default(values, float_dtype: str) -> str:
-    kinds = {type(v.value) for v in values}
-    return float_dtype if float in kinds else "bool" if kinds == {bool} else "i64"
-
-
-def _np_dtype(dtype: str):
-    from ..ir.types import NUMPY_DTYPES
-    return NUMPY_DTYPES[dtype]
 
 
 # ---- torch.nn.functional extras ----------------------------------------------------------------
@@ -564,7 +512,7 @@ def _glu(fc, b, args, kw, node):
 
 def _pad(fc, b, args, kw, node):
     """F.pad(x, (left, right, top, bottom, ...), mode='constant', value=0): last axis first; the modes
-    reflect, replicate and circular too (torch_extra.pad_modes)."""
+    reflect, replicate and circular too (pad_modes)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     pads = _arg(fc, args, kw, 1, "pad", node)
     mode = _arg(fc, args, kw, 2, "mode", node, Const("constant"))
@@ -576,10 +524,25 @@ def _pad(fc, b, args, kw, node):
                                  "'replicate' or 'circular'")
     sizes = [int_const(fc, p, node, "a pad") for p in pads]
     if mode != "constant":
-        from .torch_extra import pad_modes
         return pad_modes(fc, b, x, sizes, mode, node)
     for k in range(len(sizes) // 2):
         x = nn.pad_axis(b, x, x.type.rank - 1 - k, sizes[2 * k], sizes[2 * k + 1], value)
+    return x
+
+
+def pad_modes(fc, b, x: Atom, sizes: list[int], mode: str, node) -> Atom:
+    """F.pad's reflect, replicate and circular modes: (low, high) pairs from the last axis back."""
+    ops_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
+    for k in range(len(sizes) // 2):
+        axis = x.type.rank - 1 - k
+        lo, hi = sizes[2 * k], sizes[2 * k + 1]
+        n = x.type.shape[axis]
+        if lo < 0 or hi < 0:
+            raise fc.src.error(node, f"F.pad mode '{mode}' with a negative pad")
+        if mode == "reflect" and isinstance(n, int) and max(lo, hi) >= n:
+            raise fc.src.error(node, f"F.pad mode 'reflect': a pad of {max(lo, hi)} on an axis of {n} (it must be "
+                                     "smaller than the axis)")
+        x = shape_ops.pad_mode(b, x, axis, lo, hi, ops_mode)
     return x
 
 
@@ -719,7 +682,7 @@ def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict
         "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
         "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
         "diagonal": _diagonal, "diag": _diag, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
-        "tensor": _tensor_literal, "flip": _flip, "tile": _tile_function,
+        "tensor": tensor_literal, "flip": _flip, "tile": _tile_function,
         "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
         "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
         "baddbmm": lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node, ("input", "batch1", "batch2")),
@@ -881,7 +844,7 @@ def _flip(fc, b, args, kw, node):
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     dims = tuple(args[1:]) if len(args) > 2 else _arg(fc, args, kw, 1, "dims", node)
     for d in dims if isinstance(dims, (tuple, list)) else [dims]:
-        x = index.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
+        x = shape_ops.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
     return x
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from ..ir.types import dim_sub
 from ..ops import index
 from ..ops import shape as shape_ops
-from .scope import Const
+from .scope import Const, ValuesIndices
 from .tensors import _arg, int_const, norm_axis, tensor
-from .torch_more import ValuesIndices, _method
+from .torch_more import _method
 
 
 def _bool(fc, args, kw, pos: int, name: str, node, default: bool) -> bool:

@@ -44,3 +44,8 @@ def scalar_lit(value, dtype: str) -> Lit:
     if dtype == "bool":
         return Lit(bool(value), Type(dtype))
     return Lit(float(value) if dtype in ("f32", "f64") else int(value), Type(dtype))
+
+
+def dim_atom(b, d: Dim) -> Atom:
+    """A dim as an i64 scalar."""
+    return Lit(d, Type("i64")) if isinstance(d, int) else b.dim_size(dim=d)

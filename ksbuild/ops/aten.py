@@ -116,7 +116,8 @@ def gather_axes(b, x: Atom, indices: Sequence[Atom], first: int) -> Atom:
     """x[..., i0, i1, ...] on the consecutive axes from `first` (advanced indexing): the index tensors
     broadcast together and become one row-major position into those axes merged."""
     from ..ir.types import broadcast_shapes, dim_mul
-    from .index import dim_atom, gather, wrap
+    from ._util import dim_atom
+    from .index import gather, wrap
     from .shape import expand
     shape: tuple = ()
     for i in indices:

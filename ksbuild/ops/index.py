@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..ir.core import Atom, Lit
 from ..ir.types import Dim, Type
-from ._util import error, norm_axis, numel, scalar_lit
+from ._util import dim_atom, error, norm_axis, numel, scalar_lit
 from .math import logical_or
 
 LETTERS = "abcdefghijklmnopqrstuvwy"
@@ -20,11 +20,6 @@ def _i64(b, v: Atom) -> Atom:
     if not v.type.is_int:
         raise error(b, f"indices must be integers, got {v.type}")
     return v if v.type.dtype == "i64" else b.convert(v, dtype="i64")
-
-
-def dim_atom(b, d: Dim) -> Atom:
-    """A dim as an i64 scalar."""
-    return Lit(d, Type("i64")) if isinstance(d, int) else b.dim_size(dim=d)
 
 
 def wrap(b, idx: Atom, n: Dim) -> Atom:
@@ -397,14 +392,3 @@ def index_add(b, x: Atom, axis: int, idx: Atom, source: Atom) -> Atom:
     along = tuple(idx.type.shape[0] if i == axis else 1 for i in range(source.type.rank))
     spread = b.broadcast_to(b.reshape(idx, shape=along), shape=source.type.shape)
     return scatter_elements(b, x, spread, source, axis, "add")
-
-
-def flip(b, x: Atom, axis: int) -> Atom:
-    """x reversed along axis."""
-    axis = norm_axis(b, axis, x.type.rank)
-    n = x.type.shape[axis]
-    rev = b.sub(dim_atom(b, n) if not isinstance(n, int) else Lit(n, Type("i64")),
-                b.add(b.iota(shape=(n,), axis=0, dtype="i64"), Lit(1, Type("i64"))))
-    return b.gather(x, rev, axis=axis)
-
-

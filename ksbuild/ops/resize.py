@@ -161,8 +161,7 @@ def grid_sample(b, x: Atom, grid: Atom, mode: str, padding: str, align_corners: 
     import itertools
 
     from ..ir.types import Type
-    from ._util import numel, scalar_lit
-    from .index import dim_atom
+    from ._util import dim_atom, numel, scalar_lit
     from .math import logical_and, round_half_even
     n, c = x.type.shape[:2]
     sizes = x.type.shape[2:]
@@ -250,7 +249,7 @@ def resize_axis_dynamic(b, x: Atom, axis: int, n_out, scale: float | None, spec:
     output position is computed at run time with the ONNX coordinate rules (the same formulas as
     source_coords), then nearest picks one clamped tap and linear blends the two around it.
     scale None means n_out / n_in (ONNX Resize given sizes)."""
-    from .index import dim_atom
+    from ._util import dim_atom
     from .math import ceil
     ft = x.type.dtype if x.type.is_float else "f32"
     k = lambda c: Lit(float(c), Type(ft))  # noqa: E731

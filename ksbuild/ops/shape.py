@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ..ir.core import Atom
-from ..ir.types import Dim, dim_add, dim_floordiv, dim_mul, dim_sub, promote
-from ._util import error, norm_axis, numel
+from ..ir.core import Atom, Lit
+from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub, promote
+from ._util import dim_atom, error, norm_axis, numel
 
 
 def reshape(b, x: Atom, dims: Sequence[Dim]) -> Atom:
@@ -132,7 +132,6 @@ def concatenate(b, xs: Sequence[Atom], axis: int) -> Atom:
             from .math import logical_or
             out = logical_or(b, out, padded)
         elif dtype == "str":
-            from .index import dim_atom
             from .math import logical_and
             at = b.iota(shape=padded.type.shape, axis=axis, dtype="i64")
             mine = logical_and(b, b.ge(at, dim_atom(b, lo)), b.lt(at, dim_atom(b, dim_add(lo, n))))
@@ -190,7 +189,6 @@ def strided_slice(b, x: Atom, axis: int, start: Dim, stop: Dim, step: int) -> At
     if step == 1:
         return x if (start, stop) == (0, x.type.shape[axis]) else b.slice(x, axis=axis, start=start, stop=stop)
     if step < 0:
-        from .index import flip
         n = x.type.shape[axis]
         # reversed positions start, start+step, ... > stop map to n-1-start, ... in flip(x)
         return strided_slice(b, flip(b, x, axis), axis, dim_sub(dim_sub(n, 1), start), dim_sub(dim_sub(n, 1), stop),
@@ -209,7 +207,6 @@ def strided_slice(b, x: Atom, axis: int, start: Dim, stop: Dim, step: int) -> At
 
 def pad_mode(b, x: Atom, axis: int, lo: int, hi: int, mode: str) -> Atom:
     """x extended along axis by `reflect` (mirror, edge excluded), `edge` (repeat) or `wrap` (periodic)."""
-    from .index import dim_atom
     n = x.type.shape[axis]
     if lo == 0 and hi == 0:
         return x
@@ -275,3 +272,12 @@ def dim_floordiv_exact(b, d: Dim, k: int) -> Dim:
     if isinstance(d, int) and d % k:
         raise error(b, f"{d} is not divisible by {k}")
     return dim_floordiv(d, k)
+
+
+def flip(b, x: Atom, axis: int) -> Atom:
+    """x reversed along axis."""
+    axis = norm_axis(b, axis, x.type.rank)
+    n = x.type.shape[axis]
+    rev = b.sub(dim_atom(b, n) if not isinstance(n, int) else Lit(n, Type("i64")),
+                b.add(b.iota(shape=(n,), axis=0, dtype="i64"), Lit(1, Type("i64"))))
+    return b.gather(x, rev, axis=axis)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import body as codegen_body
 from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
@@ -227,7 +228,7 @@ cond = Prim(
     eval=_cond_eval,
     jvp=_cond_jvp,
     batch=_cond_batch,
-    emit=lambda ctx, eqn: ctx.emit_cond(eqn),
+    emit=lambda ctx, eqn: codegen_body.emit_cond(ctx, eqn),
     transpose=_cond_transpose,
     partial_eval=_cond_partial_eval,
     prune=_cond_prune,
@@ -574,7 +575,7 @@ loop = Prim(
     eval=_loop_eval,
     jvp=_loop_jvp,
     batch=_loop_batch,
-    emit=lambda ctx, eqn: ctx.emit_loop(eqn),
+    emit=lambda ctx, eqn: codegen_body.emit_loop(ctx, eqn),
     transpose=_loop_transpose,
     accumulates=True,
     partial_eval=_loop_partial_eval,
@@ -620,7 +621,7 @@ call = Prim(
     eval=lambda *args, fn, env: tuple(_interp()(fn, list(args), env)),
     jvp=_call_jvp,
     batch=_call_batch,
-    emit=lambda ctx, eqn: ctx.emit_call(eqn),
+    emit=lambda ctx, eqn: codegen_body.emit_call(ctx, eqn),
     prune=_call_prune,
     doc="a call to another kernel of the same module",
     opt_outs=("transpose: calls are inlined before linearize",),

@@ -21,7 +21,7 @@ from ..ir.core import Eqn
 from ..ir.types import Type, numel
 from .base import Prim
 from .conv import conv as _conv_prim
-from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, epilogue_type
+from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
 
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
@@ -135,7 +135,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     if out is not dst:
         ctx.copy(out, dst, y.type)
     if eqn.params.get("epilogue") is not None and epi is None:
-        epilogues.apply_in_place(ctx, eqn, dst)
+        apply_in_place(ctx, eqn, dst)
     ctx.env[y] = dst
 
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import epilogue as epilogues
-from ..codegen.storage import dim_expr
+from ..codegen.cpp import Writer
+from ..codegen.fusion import emit_fusion
+from ..codegen.storage import Storage, dim_expr
 from ..errors import KsbuildError
-from ..ir.core import Eqn, Func
+from ..ir.core import Eqn, Func, Var
 from ..ir.types import Type, dtype_of, numpy_dtype
 from .base import Prim
 from .tensor import einsum as _einsum_prim
@@ -43,7 +45,6 @@ def _lowered_only(name: str):
 
 
 # the reductions a fusion body may end with (over the last axes of the nest)
-REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 
 OPT_OUTS = ("jvp: lowering only (transformations run before it)", "batch: lowering only",
             "transpose: lowering only")
@@ -68,7 +69,7 @@ fusion = Prim(
     eval=_fusion_eval,
     jvp=_lowered_only("fusion"),
     batch=_lowered_only("fusion"),
-    emit=lambda ctx, eqn: ctx.emit_fusion(eqn),
+    emit=emit_fusion,
     doc="elementwise equations (and trailing reductions) emitted as one loop nest",
     opt_outs=OPT_OUTS,
     lowering=True,
@@ -192,7 +193,7 @@ def _emit_contract(ctx, eqn: Eqn) -> None:
     else:
         _emit_loops(ctx, eqn, sa, sb, dst, into)
     if p.get("epilogue") is not None and not fused:
-        epilogues.apply_in_place(ctx, eqn, dst)
+        apply_in_place(ctx, eqn, dst)
     if out.type.rank:
         ctx.env[out] = dst
 
@@ -371,3 +372,13 @@ contract = Prim(
     opt_outs=OPT_OUTS,
     lowering=True,
 )
+
+
+def apply_in_place(w: Writer, eqn: Eqn, dst: Storage) -> None:
+    """The epilogue of a contract or convolve (codegen/epilogue.py) as a loop nest over the stored product dst,
+    writing the result over it."""
+    body: Func = eqn.params["epilogue"]
+    product = Var(eqn.outs[0].type, "prod")
+    w.env[product] = dst
+    emit_fusion(w, Eqn(fusion, (product, *epilogues.extras(eqn)), eqn.outs, {"body": body}, eqn.loc),
+                dests={eqn.outs[0]: dst})

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..codegen.fusion import REDUCTIONS
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Var
-from ..prims.lowering import REDUCTIONS, fusion
+from ..prims.lowering import fusion
 from .rewrite import use_counts
 
 

@@ -10,8 +10,9 @@ register tiles store it (codegen/epilogue.py), instead of in a second pass over 
 """
 from __future__ import annotations
 
+from ..codegen.fusion import REDUCTIONS
 from ..ir.core import Eqn, Func, Var
-from ..prims.lowering import REDUCTIONS, fusion
+from ..prims.lowering import fusion
 from .rewrite import use_counts
 
 # prim -> the impls that take an epilogue

@@ -9,8 +9,9 @@ With threads <= 1 the function is unchanged (and runtime-free).
 """
 from __future__ import annotations
 
+from ..codegen.fusion import REDUCTIONS
 from ..ir.core import Eqn, Func
-from ..prims.lowering import REDUCTIONS, contract, fusion
+from ..prims.lowering import contract, fusion
 
 
 def parallelize(f: Func, threads: int) -> Func:

@@ -61,8 +61,8 @@ def _context_function(imp, frame, node, schema, opset: int, loc: Location):
     """The body of an op whose expansion depends on its input types (e.g. LayerNormalization)."""
     from onnx import FunctionProto, helper
 
-    from .graph import ONNX_DTYPES
     from .node import Node
+    from .values import ONNX_DTYPES
     codes = {v: k for k, v in ONNX_DTYPES.items()}
     types = []
     probe = Node(imp, frame, node, loc, opset)

@@ -20,7 +20,7 @@ from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Dim, Type
 from .names import ascii_name, c_name, dim_name
 from .node import NeedsConstant, Node, tensor_array
-from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic
+from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic, onnx_dtype
 
 HANDLERS: dict[str, Callable[[Node], list]] = {}
 """ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
@@ -32,14 +32,6 @@ NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "R
            "RandomUniformLike", "Bernoulli", "Multinomial", "Constant", "SequenceConstruct", "SequenceAt",
            "SequenceLength", "SequenceInsert", "SequenceErase", "SplitToSequence", "ConcatFromSequence", "Optional",
            "OptionalHasElement", "OptionalGetElement"}
-
-ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "INT32": "i32", "INT64": "i64",
-               "UINT8": "u8", "UINT16": "u16", "UINT32": "u32", "UINT64": "u64", "BOOL": "bool",
-               "FLOAT16": "f16", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8e4m3fn", "FLOAT8E4M3FNUZ": "f8e4m3fnuz",
-               "FLOAT8E5M2": "f8e5m2", "FLOAT8E5M2FNUZ": "f8e5m2fnuz", "FLOAT8E8M0": "f8e8m0",
-               "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2",
-               "STRING": "str"}
-
 
 HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
 
@@ -60,16 +52,6 @@ def symbolic(*ops: str):
             SYMBOLIC[op] = fn
         return fn
     return register
-
-
-def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
-    """The IR dtype of an ONNX TensorProto element type."""
-    from onnx import TensorProto
-    name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
-    if name not in ONNX_DTYPES:
-        raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
-                           hint="supported: tensors of float, double, float16, bfloat16, float8, ints, bool, string")
-    return ONNX_DTYPES[name]
 
 
 class Frame:

@@ -10,11 +10,11 @@ import numpy as np
 from ...ir.builder import Builder
 from ...ir.core import Func, Lit, Var
 from ...ir.types import Type
-from ...ops import index as ix
+from ...ops import shape as sh
 from ...prims.control import PRIMS_COND, PRIMS_LOOP
-from .graph import Frame, c_name, handler, onnx_dtype
+from .graph import Frame, c_name, handler
 from .node import Node, tensor_array
-from .values import Val
+from .values import Val, onnx_dtype
 
 
 class Body:
@@ -179,7 +179,7 @@ def _scan_func(body: Body, caps, outer, k: Var, ns: int) -> Func:
 def _to_front(n: Node, x, axis: int, reverse: int):
     axis = axis + x.type.rank if axis < 0 else axis
     if reverse:
-        x = ix.flip(n.b, x, axis)
+        x = sh.flip(n.b, x, axis)
     if axis:
         perm = (axis,) + tuple(i for i in range(x.type.rank) if i != axis)
         x = n.b.transpose(x, perm=perm)
@@ -192,6 +192,6 @@ def _from_front(n: Node, y, axis: int, reverse: int):
         perm = tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, y.type.rank))
         y = n.b.transpose(y, perm=perm)
     if reverse:
-        y = ix.flip(n.b, y, axis)
+        y = sh.flip(n.b, y, axis)
     return y
 

@@ -164,8 +164,7 @@ def cumprod(n: Node):
 
 @handler("BitCast")
 def bitcast(n: Node):
-    from .graph import onnx_dtype
-    from .values import Val
+    from .values import Val, onnx_dtype
     to = onnx_dtype(n.attr("to"), "BitCast's 'to'", n.loc)
     x = n.x(0)
     if x.type.dtype == "bool":

@@ -7,9 +7,9 @@ from ...ir.core import Atom
 from ...ops import activations as act
 from ...ops import math as m
 from ...ops._util import scalar_lit
-from .graph import handler, onnx_dtype, symbolic
+from .graph import handler, symbolic
 from .node import Node
-from .values import Val, atom_of_shape, compute_dtype
+from .values import Val, atom_of_shape, compute_dtype, onnx_dtype
 
 # ---- unary ------------------------------------------------------------------------------------------
 

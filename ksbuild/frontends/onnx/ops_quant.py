@@ -8,11 +8,11 @@ from ...ops import linalg, nn
 from ...ops import quant as q
 from ...ops import reduce as red
 from ...ops.math import round_half_even
-from .graph import handler, onnx_dtype
+from .graph import handler
 from .node import Node
 from .ops_math import cast_atom
 from .ops_nn import _kernel, _window_attrs
-from .values import Val, compute_dtype
+from .values import Val, compute_dtype, onnx_dtype
 
 
 def _params(n: Node):

@@ -9,9 +9,9 @@ from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
 from ...ops import create, nn
 from ...ops import shape as sh
 from ...ops._util import numel
-from .graph import handler, onnx_dtype, symbolic
+from .graph import handler, symbolic
 from .node import Node
-from .values import SymDim, Val, shape_array
+from .values import SymDim, Val, onnx_dtype, shape_array
 
 INT_MAX = 2**62
 

@@ -5,8 +5,9 @@ import numpy as np
 
 from ...ops import shape as sh
 from ...ops import signal as sg
-from .graph import handler, onnx_dtype
+from .graph import handler
 from .node import Node
+from .values import onnx_dtype
 
 
 def _split_complex(n: Node, x):

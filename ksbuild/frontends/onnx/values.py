@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...errors import KsbuildError, Location
 from ...ir.core import Atom, Lit
 from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub, dtype_of
 
@@ -173,3 +174,21 @@ def atom_of_shape(b, arr: np.ndarray) -> Atom:
     from ...ops.shape import stack
     out = stack(b, parts, 0) if len(parts) > 1 else b.reshape(parts[0], shape=(1,))
     return b.reshape(out, shape=tuple(int(d) for d in arr.shape)) if arr.ndim > 1 else out
+
+
+ONNX_DTYPES = {"FLOAT": "f32", "DOUBLE": "f64", "INT8": "i8", "INT16": "i16", "INT32": "i32", "INT64": "i64",
+               "UINT8": "u8", "UINT16": "u16", "UINT32": "u32", "UINT64": "u64", "BOOL": "bool",
+               "FLOAT16": "f16", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8e4m3fn", "FLOAT8E4M3FNUZ": "f8e4m3fnuz",
+               "FLOAT8E5M2": "f8e5m2", "FLOAT8E5M2FNUZ": "f8e5m2fnuz", "FLOAT8E8M0": "f8e8m0",
+               "FLOAT4E2M1": "f4e2m1", "INT4": "i4", "UINT4": "u4", "INT2": "i2", "UINT2": "u2",
+               "STRING": "str"}
+
+
+def onnx_dtype(elem_type: int, where: str, loc: Location) -> str:
+    """The IR dtype of an ONNX TensorProto element type."""
+    from onnx import TensorProto
+    name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+    if name not in ONNX_DTYPES:
+        raise KsbuildError(f"{where} has element type {name}, which is not supported", loc,
+                           hint="supported: tensors of float, double, float16, bfloat16, float8, ints, bool, string")
+    return ONNX_DTYPES[name]

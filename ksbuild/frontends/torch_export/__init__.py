@@ -14,6 +14,7 @@ torch stays optional: nothing here is imported unless a manifest has a `torch =`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from ...errors import KsbuildError, Location
 from ...ir.core import Func
@@ -30,15 +31,16 @@ def require_torch(loc: Location | None):
 
 
 def compile_torch_kernel(source: str, root: Path, make: str, name: str, weights: str = "embed",
-                         loc: Location | None = None) -> Func:
+                         loc: Location | None = None, compile_export: Callable | None = None) -> Func:
     """The IR function of the module that `make` in `source` (a .py file relative to root, or a
-    module name) returns, captured by torch.export."""
+    module name) returns, captured by torch.export. A ksbuild op inside the model is compiled by
+    compile_export(package, export, used_by, loc) (exports.package_export)."""
     require_torch(loc)
     from .capture import capture
     from .importer import Importer
 
     captured = capture(source, root, make, loc)
-    return Importer(captured, weights).run(name)
+    return Importer(captured, weights, compile_export).run(name)
 
 
 def fingerprint(source: str, root: Path, make: str, loc: Location | None = None) -> bytes:

@@ -15,8 +15,7 @@ from ...ops import index as ix
 from ...ops import math as m
 from ...ops import reduce as red
 from ...ops._util import norm_axes, scalar_lit
-from .importer import handler
-from .node import Node, ir_dtype
+from .node import Node, handler, ir_dtype
 
 # ---- unary --------------------------------------------------------------------------------------------
 

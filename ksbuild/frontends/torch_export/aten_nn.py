@@ -6,8 +6,7 @@ from ...ir.core import Lit
 from ...ir.types import Type
 from ...ops import aten, nn
 from ...ops import linalg as la
-from .importer import handler
-from .node import Node
+from .node import Node, handler
 
 # ---- matrix products ------------------------------------------------------------------------------------
 

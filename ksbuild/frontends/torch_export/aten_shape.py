@@ -11,8 +11,7 @@ from ...ops import aten, create, nn
 from ...ops import index as ix
 from ...ops import shape as sh
 from ...ops._util import norm_axis
-from .importer import handler
-from .node import Node
+from .node import Node, handler
 
 BIG = 2**62  # slice ends beyond this mean "to the end" (torch writes sys.maxsize)
 
@@ -196,7 +195,7 @@ def mode_pad(n: Node):
 def flip(n: Node):
     x = n.x()
     for d in n.a("dims"):
-        x = ix.flip(n.b, x, d)
+        x = sh.flip(n.b, x, d)
     return x
 
 

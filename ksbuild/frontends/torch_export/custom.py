@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import KsbuildError
 from ...ir.builder import inline
 from ...ir.core import Atom, Eqn, Func, Lit, Var, freeze
 from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
@@ -48,28 +47,12 @@ def _package_export(n: Node):
 
 
 def _export_func(n: Node, package, export: str) -> Func:
-    """The IR of the export's expression, compiled from the package's installed manifest."""
-    from ...exports import apply_transform, compile_kernel
-    from ...manifest import load_manifest
-    name = package.desc["package"]
-    path = package.root / "share" / name / "manifest.toml"
-    try:
-        m = load_manifest(path)
-    except KsbuildError as e:
-        raise n.error(f"cannot read the manifest of ksbuild package '{name}' (used by {n.op}): {e.message}",
-                      hint="the kernels of a package used inside a model must be found from its installed "
-                           "manifest (absolute paths, as the dev loop writes)") from None
-    spec = m.exports[export]
-    kernels: dict[str, Func] = {}
-    _compile_kernels(m, spec.expr, kernels, compile_kernel)
-    return apply_transform(spec.expr, kernels, spec.loc)
-
-
-def _compile_kernels(m, e, kernels: dict, compile_kernel) -> None:
-    if e.kind == "kernel":
-        kernels.setdefault(e.name, compile_kernel(m, m.kernels[e.name]))
-    else:
-        _compile_kernels(m, e.arg, kernels, compile_kernel)
+    """The IR of the export's expression, compiled from the package's installed manifest (by the caller's
+    compile_export: exports.package_export)."""
+    if n.imp.compile_export is None:
+        raise n.error(f"{n.op}: a ksbuild op inside a model is compiled from its package's manifest, which this "
+                      "import was not given", hint="compile the model through a manifest (ksbuild package)")
+    return n.imp.compile_export(package, export, n.op, n.loc)
 
 
 def _bind(n: Node, f: Func, args: list[Atom], given: dict[str, Any]) -> dict[str, Dim]:

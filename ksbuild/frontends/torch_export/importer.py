@@ -5,8 +5,8 @@ weights = "external", every float parameter and buffer (named after its state-di
 program's order: parameters, then buffers). With weights = "embed" (the default) they are
 constants linked into the library, as are the tensor constants a forward creates. Only the
 nodes the outputs depend on are visited (torch's runtime shape asserts are not). Each
-`call_function` node goes through the table `HANDLERS` (filled by the aten_*.py modules and
-custom.py); its result is checked against the type torch recorded for it.
+`call_function` node goes through the table `HANDLERS` (filled by the aten_*.py modules; ksbuild's
+own ops go to custom.py); its result is checked against the type torch recorded for it.
 """
 from __future__ import annotations
 
@@ -18,19 +18,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Type
 from .capture import Captured, user_frame
-from .node import SYM_OPS, Dims, Node, ir_dtype
-
-HANDLERS: dict[Any, Callable[[Node], Any]] = {}
-"""'aten.<op>.<overload>' (or a Python function such as operator.getitem) -> handler(node) -> value."""
-
-
-def handler(*targets):
-    """Register the decorated function as the handler of these ATen overloads ('add.Tensor') or callables."""
-    def register(fn):
-        for t in targets:
-            HANDLERS["aten." + t if isinstance(t, str) else t] = fn
-        return fn
-    return register
+from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
 
 
 def c_name(name: str, prefix: str = "w") -> str:
@@ -42,9 +30,10 @@ def c_name(name: str, prefix: str = "w") -> str:
 class Importer:
     """Imports one captured module into an IR function."""
 
-    def __init__(self, captured: Captured, weights: str = "embed"):
-        from . import aten_math, aten_nn, aten_shape, custom  # noqa: F401  (fill HANDLERS)
+    def __init__(self, captured: Captured, weights: str = "embed", compile_export: Callable | None = None):
+        from . import aten_math, aten_nn, aten_shape  # noqa: F401  (fill HANDLERS)
         self.captured, self.weights = captured, weights
+        self.compile_export = compile_export  # (package, export, used_by, loc) -> Func: a ksbuild op's kernel
         self.program = captured.program
         self.file = str(captured.file)
         self.dims = Dims(captured.dim_names)

@@ -3,7 +3,7 @@ gives its result, and a location for errors (the user's line that made it, and t
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import KsbuildError, Location
 from ...ir.core import Atom, Lit, Var
@@ -160,3 +160,16 @@ class Node:
 
     def unsupported(self, what: str, hint: str | None = None) -> KsbuildError:
         return KsbuildError(f"{self.op}: {what} is not supported", self.loc, hint)
+
+
+HANDLERS: dict[Any, Callable[["Node"], Any]] = {}
+"""'aten.<op>.<overload>' (or a Python function such as operator.getitem) -> handler(node) -> value."""
+
+
+def handler(*targets):
+    """Register the decorated function as the handler of these ATen overloads ('add.Tensor') or callables."""
+    def register(fn):
+        for t in targets:
+            HANDLERS["aten." + t if isinstance(t, str) else t] = fn
+        return fn
+    return register
