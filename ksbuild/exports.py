@@ -47,7 +47,8 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
         sig_params, results = parse_signature(k.signature, k.loc)
         params = [t for _, t in sig_params]
     where = locate(m.text, ("kernels", k.name), "python", file=str(m.path))
-    return compile_python_kernel(path, func, m.float_dtype(), params, results, where)
+    sig_where = locate(m.text, ("kernels", k.name), "signature", file=str(m.path)) if k.signature else None
+    return compile_python_kernel(path, func, m.float_dtype(), params, results, where, sig_where)
 
 
 def package_export(package, export: str, used_by: str, loc: Location) -> Func:

@@ -99,13 +99,6 @@ def k(x: "float[n]") -> float:
         s = s + x[i]
     return s
 ''', "reversed(range(a, b, step)) with a step other than 1 or -1 needs literal bounds"),
-    "reversed of a tensor": Case('''\
-def k(x: "float[n]") -> float:
-    s = 0.0
-    for v in reversed(x):  # <-
-        s = s + v
-    return s
-''', "reversed(...) of a range(...) is supported"),
     "zip of different dims": Case('''\
 def k(x: "float[n]", y: "float[m]") -> float:
     s = 0.0
@@ -119,7 +112,7 @@ def k(x: float) -> float:
     for v in x:  # <-
         s = s + v
     return s
-''', "a for loop must iterate over range(...), reversed(range(...)), the rows of a tensor"),
+''', "a for loop must iterate over range(...), the rows of a tensor, the items of a tuple"),
     "for over a tuple of different shapes": Case('''\
 def k(x: "float[n]", y: "float[m]") -> float:
     s = 0.0

@@ -14,8 +14,9 @@ import ast
 from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
-from ..ir.core import Eqn, Func, Lit, Var
+from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ops.shape import flip
 from .scope import Const, Returned, Scope, SymDim, assigned_names
 
 I64 = Type("i64")
@@ -146,18 +147,23 @@ def _iteration(fc, b: Builder, scope: Scope, target: ast.expr, it: ast.expr):
 def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
     """((start, stop, step), value(bb, sc, k, i)) of one iterable: range(...), reversed(range(...)) or a
     tensor (its rows along the first axis). value gets i = None when the loop counts 0.. instead."""
-    if _call_of(it, "range") or _call_of(it, "reversed"):
+    backwards = _call_of(it, "reversed") and len(it.args) == 1 and not it.keywords and \
+        not _call_of(it.args[0], "range")
+    if (_call_of(it, "range") or _call_of(it, "reversed")) and not backwards:
         start, stop, step = _range_args(fc, b, scope, it)
 
         def value(bb, sc, k, i):
             return i if i is not None else _index(fc, bb, sc, k, start, step)
         return (start, stop, step), value
-    x = fc.arg(b, scope, it)
+    x = fc.arg(b, scope, it.args[0] if backwards else it)  # reversed(COEFFS), reversed(x): the items last first
     if isinstance(x, (tuple, list)) and x:
-        x = _tuple_rows(fc, b, x, it)
+        x = _tuple_rows(fc, b, x[::-1] if backwards else x, it)
+    elif backwards and isinstance(x, Atom) and x.type.rank:
+        x = flip(b, x, 0)
     if isinstance(x, (Const, SymDim, tuple, list, str)) or not x.type.rank:
-        raise fc.src.error(it, "a for loop must iterate over range(...), reversed(range(...)), the rows of a "
-                               "tensor, or enumerate/zip of those", hint="for i in range(n): ...")
+        raise fc.src.error(it, "a for loop must iterate over range(...), the rows of a tensor, the items of a "
+                               "tuple, reversed(...) of those, or enumerate/zip of those",
+                           hint="for i in range(n): ...")
     from .tensors import dim_value
 
     def row(bb, sc, k, i):

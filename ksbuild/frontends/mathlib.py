@@ -9,6 +9,7 @@ import ast
 import math
 import operator
 
+from ..ir.core import Atom
 from ..ir.types import Type, promote
 from ..ops import math as math_ops
 from .scope import Const
@@ -141,7 +142,19 @@ def call_builtin(fc, b, module: str, name: str, args, node):
         shown = name if module == "builtin" else f"{module}.{name}"
         raise fc.src.error(node, f"unsupported function '{shown}'",
                            hint=f"supported: {', '.join(fc.supported_names(module))}")
+    if module == "math":
+        refuse_tensor_in_math(fc, name, args, node)
     return fn(fc, b, args, node)
+
+
+def refuse_tensor_in_math(fc, name: str, args, node) -> None:
+    """math.f takes numbers: Python's math raises on a tensor of several elements, so the kernel would not run as
+    Python (a scalar kernel under vmap is fine: its values are numbers in the source)."""
+    t = next((a for a in args if isinstance(a, Atom) and a.type.rank), None)
+    if t is not None:
+        torch_name = {"fabs": "abs"}.get(name, name)
+        raise fc.src.error(node, f"math.{name} takes numbers, and this argument is a tensor ({t.type}); Python's "
+                                 "math would raise here", hint=f"torch.{torch_name}(...) works on tensors")
 
 
 def scalar_names(module: str) -> set[str]:

@@ -21,7 +21,7 @@ torch_more.register(TORCH, F, LINALG, SHAPE_METHODS, MATH, SPECIAL)
 torch_basics.register(TORCH, F, SHAPE_METHODS)
 torch_search.register(TORCH, SHAPE_METHODS)
 torch_losses.register(F)
-torch_extra.register(TORCH, LINALG, SHAPE_METHODS)
+torch_extra.register(TORCH, LINALG, SHAPE_METHODS, MATH)
 
 NAMESPACES = {"torch": TORCH, "F": F, "linalg": LINALG, "nn": {}, "special": SPECIAL, "math": MATH}
 

@@ -10,6 +10,8 @@ Anything else is a KsbuildError at the user's line with a caret and what to use 
 from __future__ import annotations
 
 import ast
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +19,7 @@ from typing import Sequence
 from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Lit, Var
-from ..ir.types import Type
+from ..ir.types import DTYPES, Type
 from . import namespaces, tensors
 from .mathlib import BINOPS, CMPOPS, call_builtin
 from .scope import Const, FInfo, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
@@ -60,6 +62,7 @@ class KernelCompiler:
         self.float_dtype = float_dtype
         self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
+        self.signature_loc: Location | None = None
         self.active: list[str] = []
         # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
         # branches assign y = x and y = w): an in-place update of y would change x or w there
@@ -71,8 +74,10 @@ class KernelCompiler:
     # ---- entry points ------------------------------------------------------------------------
 
     def compile(self, name: str, param_types: Sequence[Type] | None = None,
-                result_types: Sequence[Type] | None = None) -> Func:
-        """The IR of top-level function `name`, typed by param_types or by its annotations."""
+                result_types: Sequence[Type] | None = None, signature_loc: Location | None = None) -> Func:
+        """The IR of top-level function `name`, typed by param_types or by its annotations (result_types: the
+        manifest's signature at signature_loc, where a result that does not fit it is reported)."""
+        self.signature_loc = signature_loc
         fn = self.src.functions.get(name)
         if fn is None:
             raise KsbuildError(f"no function '{name}' in {self.src.path.name}",
@@ -120,9 +125,14 @@ class KernelCompiler:
         t = parse_type_text(text, self.float_dtype)
         if t is not None:
             return t
-        raise self.src.error(node, f"unsupported annotation '{ast.unparse(node)}'",
-                             hint='use float, int, bool or a tensor type string such as "float[n, 3]" or '
-                                  '"f32[n]" (or give `signature` in the manifest)')
+        shown = ast.unparse(node) if isinstance(node, ast.Constant) else f"'{ast.unparse(node)}'"
+        hint = 'use float, int, bool or a tensor type string such as "float[n, 3]" or "f32[n]" (or give ' \
+               '`signature` in the manifest)'
+        word = re.match(r"\s*([A-Za-z_]\w*)", text)
+        close = difflib.get_close_matches(word[1], ["float", "int", "bool", *DTYPES], n=1) if word else []
+        if close and close[0] != word[1]:
+            hint = f"did you mean '{close[0]}'? " + hint[0].upper() + hint[1:]
+        raise self.src.error(node, f"unsupported annotation {shown}", hint=hint)
 
     def result_annotation(self, fn: ast.FunctionDef) -> list[Type] | None:
         r = fn.returns
@@ -154,7 +164,14 @@ class KernelCompiler:
             scope.names.update({fn.args.args[i].arg: d for i, d in static.items()})
             value = self.run_body(b, scope, fn.body, fn)
             want = result_types or self.result_annotation(fn)
-            results = self.finish_results(b, value, want, fn.returns or fn)  # (a mismatch points at the annotation)
+            try:
+                results = self.finish_results(b, value, want, fn.returns or fn)  # (a mismatch: at the annotation)
+            except KsbuildError as e:
+                if result_types is None or self.signature_loc is None:
+                    raise
+                raise KsbuildError(f"the signature's results do not fit what '{fn.name}' returns: {e.message}",
+                                   self.signature_loc, hint=f"{fn.name} returns at {e.loc}" if e.loc else None) \
+                    from None
         finally:
             self.active.pop()
         return b.func(fn.name, params, results)
@@ -548,6 +565,8 @@ class KernelCompiler:
             raise self.src.error(e.func, f"unsupported function '{shown}.{target[1]}'",
                                  hint=f"supported: {', '.join(sorted(table)) or 'none'}")
         if target == ("builtin", "len") and len(args) == 1:
+            if isinstance(args[0], (tuple, list)):  # len(COEFFS) of a module-level tuple
+                return Const(len(args[0]))
             x = tensors.tensor(self, b, args[0], e)
             if not x.type.rank:
                 raise self.src.error(e, "len() of a scalar")

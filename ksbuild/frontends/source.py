@@ -108,15 +108,16 @@ def _constant(src: Source, e: ast.expr):
 
 def compile_python_kernel(path: Path, func: str, float_dtype: str,
                           params: Sequence[Type] | None = None, results: Sequence[Type] | None = None,
-                          where: Location | None = None) -> Func:
+                          where: Location | None = None, signature_where: Location | None = None) -> Func:
     """The IR of `func` in the Python file at `path` (`where`: the manifest line naming it, for an error
-    when the file has no such function)."""
+    when the file has no such function; `signature_where`: the line of the signature giving params and
+    results)."""
     src = load_source(path)
     if where is not None and func not in src.functions:
         raise KsbuildError(f"no function '{func}' in {path}", where,
                            hint=f"functions defined at the top level of {path.name}: "
                                 f"{', '.join(src.functions) or 'none'}")
-    f = KernelCompiler(src, float_dtype).compile(func, params, results)
+    f = KernelCompiler(src, float_dtype).compile(func, params, results, signature_where)
     return dataclasses.replace(f, defaults=_defaults(src, src.functions[func])) if func in src.functions else f
 
 

@@ -17,7 +17,7 @@ from ..ops import math as math_ops
 from ..ops import shape as shape_ops
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, norm_axis, tensor
-from .torch_more import _c, _cosine_similarity, _float_kw, _method
+from .torch_more import _c, _cosine_similarity, _float_kw, _math_function, _method
 
 
 def _python_op(op: ast.operator, name: str):
@@ -286,8 +286,8 @@ def _new_full(value):
     return fn
 
 
-def register(torch_table: dict, linalg_table: dict, methods: dict) -> None:
-    """Add the functions here to the frontend's tables (torch.*, torch.linalg.*, tensor methods)."""
+def register(torch_table: dict, linalg_table: dict, methods: dict, math_table: dict) -> None:
+    """Add the functions here to the frontend's tables (torch.*, torch.linalg.*, tensor methods, math.*)."""
     functions = {
         "div": _div, "divide": _div, "fmod": _fmod, "remainder": _python_op(ast.Mod(), "remainder"),
         "floor_divide": _python_op(ast.FloorDiv(), "floor_divide"), "roll": _roll, "cross": _cross(None),
@@ -301,6 +301,7 @@ def register(torch_table: dict, linalg_table: dict, methods: dict) -> None:
     }
     torch_table.update(functions, linspace=_linspace, cosine_similarity=_cosine_similarity)
     linalg_table.update(cross=_cross(Const(-1)))
+    math_table.update(fmod=_math_function("fmod", _fmod))
     methods.update({name: _method(fn) for name, fn in functions.items()})
     methods.update(new_zeros=_new_full(0), new_ones=_new_full(1), new_full=_new_full(None), expand_as=_expand_as,
                    view_as=_view_as, reshape_as=_view_as)

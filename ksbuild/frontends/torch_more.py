@@ -11,6 +11,7 @@ from ..ir.types import Type
 from ..ops import activations, create, index, linalg, nn, reduce
 from ..ops import math as math_ops
 from ..ops import shape as shape_ops
+from .mathlib import refuse_tensor_in_math
 from .scope import Const
 from .tensors import (
     _arg,
@@ -651,6 +652,7 @@ def _math_function(name: str, handler):
             except (ValueError, OverflowError, ZeroDivisionError) as e:
                 raise fc.src.error(node, f"constant expression fails: {e}") from None
             return Const(float(v) if not isinstance(v, bool) else v)
+        refuse_tensor_in_math(fc, name, args, node)
         return handler(fc, b, [a if not isinstance(a, Const) else Const(float(a.value)) for a in args], kw, node)
     return fn
 
