@@ -367,3 +367,49 @@ def test_a_convolution_in_a_scalar_function(tmp_path):
     s = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
     src.small(s).backward()
     assert pkg.small_grad(0.5) == pytest.approx(s.grad.item(), rel=1e-5)
+
+
+def test_inverted_residual_vjp_builds_for_the_native_instruction_set(tmp_path):
+    """A MobileNetV2 inverted residual (1×1, depthwise 3×3, 1×1 with folded batch norms and relu6) and its vjp,
+    built with cpu = "native": with AVX-512, GCC 12 stopped the build on a false 'row may be used uninitialized'
+    in ks/gemm.h's store (held-out pass over dynamo ONNX exports); values and gradients against torch."""
+    import warnings
+    pytest.importorskip("onnx")
+    from torch import nn
+
+    import ksbuild
+    torch.manual_seed(0)
+    h = 32
+    block = nn.Sequential(nn.Conv2d(8, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+                          nn.Conv2d(h, h, 3, 1, 1, groups=h, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+                          nn.Conv2d(h, 8, 1, bias=False), nn.BatchNorm2d(8))
+    for m in block:
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5), m.running_var.uniform_(0.5, 2.0)
+
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            return x + self.block(x)
+
+    model = Residual().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 8, 6, 6),), str(tmp_path / "ir.onnx"), dynamo=False,
+                          input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}, "y": {0: "b", 2: "h", 3: "w"}})
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "ir_native"\n[build]\ncpu = "native"\n'
+                                            '[kernels.ir]\nonnx = "ir.onnx"\n'
+                                            '[exports]\nir = "ir"\nir_vjp = "vjp(ir)"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 8, 7, 5)).astype(np.float32)
+    ct = rng.standard_normal((3, 8, 7, 5)).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    y = model(xt)
+    (y * torch.tensor(ct)).sum().backward()
+    np.testing.assert_allclose(pkg.ir(x), y.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pkg.ir_vjp(x, ct), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
