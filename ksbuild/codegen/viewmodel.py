@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Func, Var
-from ..ir.types import C_TYPES, dim_names
+from ..ir.types import C_TYPES, dim_names, dim_sub
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
 from .storage import Storage, dim_expr
@@ -206,7 +206,8 @@ def _indexed(f: Func, dims: list[str]) -> list[str]:
 
 def _differences(f: Func, dims: list[str]) -> list[str]:
     """The sizes of f's values, and the sizes in its equations' parameters (a pad's widths, a slice's bounds),
-    loop bodies' too but not an if's branches, that subtract dims and so may come out negative (n - 2)."""
+    loop bodies' too but not an if's branches, that subtract dims and so may come out negative (n - 2); and for
+    a slice, what is left after its end (n - k: x[:k] must lie in x)."""
     import re
     found: set[str] = set()
 
@@ -229,6 +230,10 @@ def _differences(f: Func, dims: list[str]) -> list[str]:
         for e in g.eqns:
             if "cond" in e.prim.name:  # (a branch's sizes: the condition may be what guards them, if n > 2)
                 continue
+            if e.prim.name == "slice":  # x[:k] with k another input's dim: k must not pass x's end (n - k >= 0)
+                rest = dim_sub(e.ins[0].type.shape[e.params["axis"]], e.params["stop"])
+                found.update(d for d in (rest, dim_sub(e.params["stop"], e.params["start"]), e.params["start"])
+                             if size(d))
             for p in e.params.values():
                 visit_param(p)
     visit(f)

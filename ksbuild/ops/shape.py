@@ -195,8 +195,10 @@ def strided_slice(b, x: Atom, axis: int, start: Dim, stop: Dim, step: int) -> At
                              -step)
     part = b.slice(x, axis=axis, start=start, stop=stop)
     length = part.type.shape[axis]
-    if not isinstance(length, int):
-        raise error(b, "a slice with a step needs static bounds")
+    if not isinstance(length, int):  # x[:, ::2] of a dynamic axis: ceil(length / step) elements, gathered
+        count = dim_floordiv(dim_add(length, step - 1), step)
+        at = b.mul(b.iota(shape=(count,), axis=0, dtype="i64"), Lit(step, Type("i64")))
+        return b.gather(part, at, axis=axis)
     count = -(-length // step)
     if count == 0:
         raise error(b, "an empty slice is not supported")

@@ -222,7 +222,7 @@ def symbolic_cast(n: Node, known):
     if to in ("i64", "i32"):
         return [known[0]]
     # a dim used as a number (x * x.shape[1], torch.full(..., float(n))): its value at run time
-    return [Val(cast_atom(n, atom_of_shape(n.b, known[0]), "i64", to, saturate), None, to)]
+    return [Val(cast_atom(n, atom_of_shape(n.b, known[0]), "i64", to, saturate), None, to, dims=known[0])]
 
 
 def cast_atom(n: Node, x: Atom, src: str, to: str, saturate: bool) -> Atom:

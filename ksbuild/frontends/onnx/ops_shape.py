@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.core import Lit
+from ...ir.core import Atom, Lit
 from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
 from ...ops import create, nn
 from ...ops import shape as sh
 from ...ops._util import numel
 from .graph import handler, symbolic
 from .node import Node
-from .values import SymDim, Val, onnx_dtype, shape_array
+from .values import SymDim, Val, compute_dtype, onnx_dtype, shape_array
 
 INT_MAX = 2**62
 
@@ -199,10 +199,12 @@ def clamp_bounds(n: Node, dim: Dim, start: int, end: int, step: int) -> tuple[Di
     if step == 0:
         raise n.error("Slice: a step of 0")
     if not isinstance(start, int) or not isinstance(end, int):  # a bound read off a shape (symbolic)
-        if start not in (0, dim) or end != dim or step < 0:
-            raise n.error(f"Slice: the bounds {start}:{end} on an axis of size {dim}: a bound that is a symbolic "
-                          "dim must be the axis' own size (the whole axis)")
-        return start, end
+        if step < 0 and (start not in (0, dim) or end != dim):
+            raise n.error(f"Slice: the bounds {start}:{end} by a negative step on an axis of size {dim}: a bound that "
+                          "is a symbolic dim must be the axis' own size (the whole axis)")
+        # pos[:, :T] of a table, x[:, 1:T - 1]: the bounds must lie in the axis, in order (not clamped as ONNX
+        # does: the exporter's shapes say they fit), which the export checks when it is called (status 1)
+        return _bound_in(dim, start), _bound_in(dim, end)
     if not isinstance(dim, int):
         return _symbolic_bounds(dim, start, end, step)
     s = start + dim if start < 0 else start
@@ -210,6 +212,18 @@ def clamp_bounds(n: Node, dim: Dim, start: int, end: int, step: int) -> tuple[Di
     if step > 0:
         return min(max(s, 0), dim), min(max(e, 0), dim)
     return min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+
+
+def _bound_in(dim: Dim, v: Dim) -> Dim:
+    """A slice bound (step > 0) on an axis of size dim when the other bound is symbolic: a symbolic bound as
+    it is, a number counted from the end when negative, past the end the end."""
+    if not isinstance(v, int):
+        return v
+    if v >= INT_MAX // 4:
+        return dim
+    if v < 0:
+        return max(v + dim, 0) if isinstance(dim, int) else dim_add(dim, v)
+    return min(v, dim) if isinstance(dim, int) else v
 
 
 def _symbolic_bounds(dim: Dim, start: int, end: int, step: int) -> tuple[Dim, Dim]:
@@ -237,6 +251,9 @@ def slice_(n: Node):
 @symbolic("Slice")
 def symbolic_slice(n: Node, known):
     x = known[0]
+    bounds = _slice_params(n, symbolic=True)
+    if any(not isinstance(v, int) for v in [*bounds[0], *bounds[1]]):  # pos[:, :T] of a table: computed
+        return [Val(y) for y in slice_(n)]
     starts, ends, axes, steps = _slice_params(n)
     idx = [slice(None)] * x.ndim
     for start, end, axis, step in zip(starts, ends, axes, steps):
@@ -251,7 +268,7 @@ def expand(n: Node):
 
 @handler("Tile")
 def tile(n: Node):
-    return [sh.tile(n.b, n.x(0), n.ints(1, "repeats"))]
+    return [sh.tile(n.b, n.x(0), n.dims(1, "repeats"))]  # (queries.repeat(batch, 1, 1): a symbolic count)
 
 
 @handler("Pad")
@@ -296,6 +313,8 @@ def constant_of_shape(n: Node):
 
 @handler("Range")
 def range_(n: Node):
+    if any(n.val(i).known is None and n.val(i).dims is not None for i in range(3)):
+        return [_range_of_cast_dims(n)]
     start, limit, delta = (n.const(i, "a bound (the length must be static)") for i in range(3))
     if any(v.dtype == object for v in (start, limit, delta)):
         s, lim, d = (SymDim.unwrap(np.asarray(v).reshape(-1)[0]) for v in (start, limit, delta))
@@ -306,6 +325,26 @@ def range_(n: Node):
         return [_symbolic_steps(n, s, lim, d)]
     s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
     return [np.arange(s, lim, d, dtype=start.dtype)]
+
+
+def _range_of_cast_dims(n: Node) -> Atom:
+    """Range(0.0, Cast(T, float), 1.0), torch.arange(x.shape[1], dtype=torch.float32) as dynamo exports it: the
+    float bounds that are dims cast, whole numbers otherwise, give an integer range, converted."""
+    bounds = []
+    for i in range(3):
+        v = n.val(i)
+        if v.known is None:
+            bounds.append(SymDim.unwrap(np.asarray(v.dims).reshape(-1)[0]))
+            continue
+        x = float(np.asarray(v.known).reshape(-1)[0])
+        if not x.is_integer():
+            raise n.unsupported(f"Range with a bound that is a symbolic dim and a fractional bound {x}")
+        bounds.append(int(x))
+    s, lim, d = bounds
+    if not isinstance(d, int) or d == 0:
+        raise n.unsupported("Range whose step is a symbolic dim or 0, with a float bound that is a dim")
+    ints = create.arange(n.b, s, lim, "i64") if d == 1 and isinstance(s, int) else _symbolic_steps(n, s, lim, d)
+    return n.b.convert(ints, dtype=compute_dtype(n.dtype(0)))
 
 
 def _symbolic_steps(n: Node, start, limit, step: int):

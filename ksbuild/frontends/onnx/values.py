@@ -121,14 +121,16 @@ class Val:
 
     `dtype` is the ONNX element type (an IR dtype); a storage dtype such as f16 is computed in
     f32, so the atom's dtype may differ. A sequence (`seq`) is its elements stacked along axis 0;
-    an optional value has `present`, the bool atom that says whether it is there (ops_sequence.py)."""
+    an optional value has `present`, the bool atom that says whether it is there (ops_sequence.py); a
+    symbolic dim cast to float is an atom that remembers the dims (`dims`), for Range."""
 
-    __slots__ = ("atom", "known", "dtype", "seq", "present")
+    __slots__ = ("atom", "known", "dtype", "seq", "present", "dims")
 
     def __init__(self, atom: Atom | None = None, known: np.ndarray | None = None, dtype: str | None = None,
-                 seq: bool = False, present: Atom | None = None):
+                 seq: bool = False, present: Atom | None = None, dims: np.ndarray | None = None):
         self.atom = atom
         self.seq, self.present = seq, present
+        self.dims = dims  # a float value that is dims cast (Cast(Shape(x)[1]) to float): those dims
         self.known = known
         self.dtype = dtype or (atom.type.dtype if atom is not None else _known_dtype(known))
 
