@@ -7,7 +7,8 @@ that is not a view):
 - `into v`: the result of an if-branch or a call written straight into the buffer of v, the
   enclosing equation's output;
 - `reuse v`: an in-place update (index_add, contract with an accumulator) writing into the
-  buffer of its operand v, which nothing reads afterwards;
+  buffer of its operand v, which nothing reads afterwards; also a loop body's new carry made
+  by a fusion from the old one elementwise (acc = acc * x + c), which then needs no copy back;
 - `slot s`: workspace slot s. Values whose lifetimes do not overlap share a slot when they have
   the same element type and number of elements, so the workspace is the sum of the slots.
 Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
@@ -78,6 +79,7 @@ class _Walk:
     last: dict = field(default_factory=dict)       # root -> last position read
     places: dict = field(default_factory=dict)
     seen_bodies: set = field(default_factory=set)
+    carried: dict = field(default_factory=dict)    # a loop body's carry result -> its carry param
 
     def top(self, f: Func) -> None:
         dests = {}
@@ -172,6 +174,8 @@ class _Walk:
                 self.alias(eqn.outs[0], eqn.ins[0])
             return
         k = inplace_operand(eqn)
+        if k is None and eqn.prim.name == "fusion":
+            k = self.carry_in_place(eqn)
         base = eqn.ins[k] if k is not None else None
         r = self.root.get(base) if isinstance(base, Var) else None
         # in place only when no other operand reads the same buffer: y + W @ y must not update y
@@ -184,6 +188,19 @@ class _Walk:
             return
         for v in eqn.outs:
             self.own(v)
+
+    def carry_in_place(self, eqn: Eqn) -> int | None:
+        """The operand a fusion may overwrite: the old value of the loop carry it makes, read only elementwise
+        at the element being written (same type; not gathered); the caller checks that nothing else reads it."""
+        if len(eqn.outs) != 1 or eqn.outs[0] not in self.carried:
+            return None
+        old = self.carried[eqn.outs[0]]
+        body: Func = eqn.params["body"]
+        for k, (a, prm) in enumerate(zip(eqn.ins, body.params)):
+            if a is old and a.type == eqn.outs[0].type and \
+                    all(e.prim.elementwise for e in body.eqns if any(x is prm for x in e.ins)):
+                return k
+        return None
 
     def loop(self, eqn: Eqn, uses_after: set) -> None:
         p = eqn.params
@@ -204,6 +221,8 @@ class _Walk:
                 self.owner[self.root[out]] = prm  # the body may update its carries in place
         for prm, a in zip(body.params[1 + nc + ncar:], xs):
             self.alias(prm, a)
+        self.carried.update({r: prm for r, prm in zip(body.results[:ncar], carries)
+                             if isinstance(r, Var) and r.type.rank and list(body.results).count(r) == 1})
         self.body(body, None)
         self.take_back(eqn.outs)
         self.read_all(list(eqn.ins) + list(eqn.outs))

@@ -1666,15 +1666,15 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const tmp114 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r161 = reinterpret_cast<double*>(next_slot);
+    double* const r157 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r165 = reinterpret_cast<double*>(next_slot);
+    double* const r161 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded197 = reinterpret_cast<double*>(next_slot);
+    double* const padded193 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1900,137 +1900,129 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
                 }
             }
         }
-        double* const tmp136 = tmp114;  // reuses a dead buffer's space
-        for (int64_t i137 = 0; i137 < K; ++i137) {
-            const double x_i138 = r104[i137];
-            const double x_i139 = tmp113[i137];
-            const double t140 = (x_i138 + x_i139);
-            tmp136[i137] = t140;
+        for (int64_t i136 = 0; i136 < K; ++i136) {
+            const double x_i137 = r104[i136];
+            const double x_i138 = tmp113[i136];
+            const double t139 = (x_i137 + x_i138);
+            r104[i136] = t139;
         }
-        double* const tmp141 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i142 = 0; i142 < K; ++i142) {
-            for (int64_t i143 = 0; i143 < d; ++i143) {
-                const double x_i144 = prod128[i142 * d + i143];
-                const double t145 = (x_i144 * (-1.0));
-                const double x_i146 = out_d_means[i142 * d + i143];
-                const double t147 = (x_i146 + t145);
-                tmp141[i142 * d + i143] = t147;
+        for (int64_t i140 = 0; i140 < K; ++i140) {
+            for (int64_t i141 = 0; i141 < d; ++i141) {
+                const double x_i142 = prod128[i140 * d + i141];
+                const double t143 = (x_i142 * (-1.0));
+                const double x_i144 = out_d_means[i140 * d + i141];
+                const double t145 = (x_i144 + t143);
+                out_d_means[i140 * d + i141] = t145;
             }
-        }
-        for (int64_t i148 = 0; i148 < K; ++i148) {
-            r104[i148] = tmp136[i148];
-        }
-        for (int64_t i149 = 0; i149 < K * d; ++i149) {
-            out_d_means[i149] = tmp141[i149];
         }
     }
     double* const d_qs = tmp44;  // reuses a dead buffer's space
-    for (int64_t i150 = 0; i150 < K; ++i150) {
-        for (int64_t i151 = 0; i151 < d; ++i151) {
-            const double qs_i152 = icf[i150 * T + i151];
-            const double t153 = ks::exp(qs_i152);
-            const double t154 = (2.0 * t153);
-            const double x_i155 = t100;
-            const double t156 = (x_i155 * t154);
-            const double t157 = (t156 * t153);
+    for (int64_t i146 = 0; i146 < K; ++i146) {
+        for (int64_t i147 = 0; i147 < d; ++i147) {
+            const double qs_i148 = icf[i146 * T + i147];
+            const double t149 = ks::exp(qs_i148);
+            const double t150 = (2.0 * t149);
+            const double x_i151 = t100;
+            const double t152 = (x_i151 * t150);
+            const double t153 = (t152 * t149);
             const double d_qs_i = t101;
-            const double d_qs158 = (d_qs_i + t157);
-            const double x_i159 = r104[i150];
-            const double d_qs160 = (d_qs158 + x_i159);
-            d_qs[i150 * d + i151] = d_qs160;
+            const double d_qs154 = (d_qs_i + t153);
+            const double x_i155 = r104[i146];
+            const double d_qs156 = (d_qs154 + x_i155);
+            d_qs[i146 * d + i147] = d_qs156;
         }
     }
-    for (int64_t i162 = 0; i162 < K * T; ++i162) {
-        r161[i162] = 0.0;
+    for (int64_t i158 = 0; i158 < K * T; ++i158) {
+        r157[i158] = 0.0;
     }
-    for (int64_t k163 = K - 1; k163 >= 0; --k163) {
-        double* const r164 = r10;  // reuses a dead buffer's space
-        double r166;
-        for (int64_t i167 = 0; i167 < d; ++i167) {
-            r164[i167] = 0.0;
+    for (int64_t k159 = K - 1; k159 >= 0; --k159) {
+        double* const r160 = r10;  // reuses a dead buffer's space
+        double r162;
+        for (int64_t i163 = 0; i163 < d; ++i163) {
+            r160[i163] = 0.0;
         }
-        for (int64_t i168 = 0; i168 < T; ++i168) {
-            r165[i168] = 0.0;
+        for (int64_t i164 = 0; i164 < T; ++i164) {
+            r161[i164] = 0.0;
         }
-        r166 = 0.0;
-        for (int64_t k169 = d - 1; k169 >= 0; --k169) {
-            double r170;
-            double r171;
-            r170 = 0.0;
-            r171 = r166;
-            for (int64_t k172 = d - 1; k172 >= 0; --k172) {
-                const int64_t t173 = ((2*d) - k172);
-                const int64_t t174 = (t173 - int64_t{1});
-                const int64_t t175 = (k172 * t174);
-                const int64_t t176 = ks::floordiv(t175, int64_t{2});
-                const int64_t t177 = (d + t176);
-                const int64_t t178 = (t177 + k169);
-                const int64_t t179 = (t178 - k172);
-                const int64_t t180 = (t179 - int64_t{1});
-                const double t181 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? (((r105 + k163 * (d * d)) + k169 * d) + k172)[0] : 0.0);
-                const double t182 = ((((r3 + k163 * (d * d)) + k169 * d) + k172)[0] ? 0.0 : (((r105 + k163 * (d * d)) + k169 * d) + k172)[0]);
-                const double t183 = ((((r2 + k163 * (d * d)) + k169 * d) + k172)[0] ? t182 : 0.0);
-                (r165 + ks::clamp_index(t180, T))[0] += t183;
-                const double t184 = (t181 * (((r1 + k163 * (d * d)) + k169 * d) + k172)[0]);
-                const double t185 = (r170 + t184);
-                r170 = t185;
+        r162 = 0.0;
+        for (int64_t k165 = d - 1; k165 >= 0; --k165) {
+            double r166;
+            double r167;
+            r166 = 0.0;
+            r167 = r162;
+            for (int64_t k168 = d - 1; k168 >= 0; --k168) {
+                const int64_t t169 = ((2*d) - k168);
+                const int64_t t170 = (t169 - int64_t{1});
+                const int64_t t171 = (k168 * t170);
+                const int64_t t172 = ks::floordiv(t171, int64_t{2});
+                const int64_t t173 = (d + t172);
+                const int64_t t174 = (t173 + k165);
+                const int64_t t175 = (t174 - k168);
+                const int64_t t176 = (t175 - int64_t{1});
+                const double t177 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? (((r105 + k159 * (d * d)) + k165 * d) + k168)[0] : 0.0);
+                const double t178 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? 0.0 : (((r105 + k159 * (d * d)) + k165 * d) + k168)[0]);
+                const double t179 = ((((r2 + k159 * (d * d)) + k165 * d) + k168)[0] ? t178 : 0.0);
+                (r161 + ks::clamp_index(t176, T))[0] += t179;
+                const double t180 = (t177 * (((r1 + k159 * (d * d)) + k165 * d) + k168)[0]);
+                const double t181 = (r166 + t180);
+                r166 = t181;
             }
-            (r164 + k169)[0] += r170;
-            r166 = r171;
+            (r160 + k165)[0] += r166;
+            r162 = r167;
         }
-        (r164 + ks::clamp_index(int64_t{0}, d))[0] += r166;
-        for (int64_t i186 = 0; i186 < T; ++i186) {
-            (r161 + k163 * T)[i186] += r165[i186];
+        (r160 + ks::clamp_index(int64_t{0}, d))[0] += r162;
+        for (int64_t i182 = 0; i182 < T; ++i182) {
+            (r157 + k159 * T)[i182] += r161[i182];
         }
-        for (int64_t i187 = 0; i187 < d; ++i187) {
-            (d_qs + k163 * d)[i187] += r164[i187];
-        }
-    }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
-            const double ls_i = (icf + d)[i188 * T + i189];
-            const double t190 = (2.0 * ls_i);
-            const double x_i191 = t100;
-            const double d_ls192 = (x_i191 * t190);
-            d_ls[i188 * ((T - d)) + i189] = d_ls192;
+        for (int64_t i183 = 0; i183 < d; ++i183) {
+            (d_qs + k159 * d)[i183] += r160[i183];
         }
     }
-    for (int64_t i193 = 0; i193 < K; ++i193) {
-        for (int64_t i194 = 0; i194 < d; ++i194) {
-            padded[i193 * T + i194] = 0.0;
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < (T - d); ++i185) {
+            const double ls_i = (icf + d)[i184 * T + i185];
+            const double t186 = (2.0 * ls_i);
+            const double x_i187 = t100;
+            const double d_ls188 = (x_i187 * t186);
+            d_ls[i184 * ((T - d)) + i185] = d_ls188;
         }
     }
-    for (int64_t i195 = 0; i195 < K; ++i195) {
-        for (int64_t i196 = 0; i196 < (T - d); ++i196) {
-            (padded + d)[i195 * T + i196] = d_ls[i195 * ((T - d)) + i196];
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        for (int64_t i190 = 0; i190 < d; ++i190) {
+            padded[i189 * T + i190] = 0.0;
+        }
+    }
+    for (int64_t i191 = 0; i191 < K; ++i191) {
+        for (int64_t i192 = 0; i192 < (T - d); ++i192) {
+            (padded + d)[i191 * T + i192] = d_ls[i191 * ((T - d)) + i192];
+        }
+    }
+    for (int64_t i194 = 0; i194 < K; ++i194) {
+        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
+            (padded193 + d)[i194 * T + i195] = 0.0;
+        }
+    }
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        for (int64_t i197 = 0; i197 < d; ++i197) {
+            padded193[i196 * T + i197] = d_qs[i196 * d + i197];
         }
     }
     for (int64_t i198 = 0; i198 < K; ++i198) {
-        for (int64_t i199 = 0; i199 < (T - d); ++i199) {
-            (padded197 + d)[i198 * T + i199] = 0.0;
-        }
+        const double x_i199 = t103;
+        const double x_i200 = tmp90[i198];
+        const double d_alphas = (x_i199 * x_i200);
+        const double x_i201 = r104[i198];
+        const double d_alphas202 = (d_alphas + x_i201);
+        out_d_alphas[i198] = d_alphas202;
     }
-    for (int64_t i200 = 0; i200 < K; ++i200) {
-        for (int64_t i201 = 0; i201 < d; ++i201) {
-            padded197[i200 * T + i201] = d_qs[i200 * d + i201];
-        }
-    }
-    for (int64_t i202 = 0; i202 < K; ++i202) {
-        const double x_i203 = t103;
-        const double x_i204 = tmp90[i202];
-        const double d_alphas = (x_i203 * x_i204);
-        const double x_i205 = r104[i202];
-        const double d_alphas206 = (d_alphas + x_i205);
-        out_d_alphas[i202] = d_alphas206;
-    }
-    for (int64_t i207 = 0; i207 < K; ++i207) {
-        for (int64_t i208 = 0; i208 < T; ++i208) {
-            const double x_i209 = r161[i207 * T + i208];
-            const double x_i210 = padded[i207 * T + i208];
-            const double d_icf = (x_i209 + x_i210);
-            const double x_i211 = padded197[i207 * T + i208];
-            const double d_icf212 = (d_icf + x_i211);
-            out_d_icf[i207 * T + i208] = d_icf212;
+    for (int64_t i203 = 0; i203 < K; ++i203) {
+        for (int64_t i204 = 0; i204 < T; ++i204) {
+            const double x_i205 = r157[i203 * T + i204];
+            const double x_i206 = padded[i203 * T + i204];
+            const double d_icf = (x_i205 + x_i206);
+            const double x_i207 = padded193[i203 * T + i204];
+            const double d_icf208 = (d_icf + x_i207);
+            out_d_icf[i203 * T + i204] = d_icf208;
         }
     }
     return ks::status::ok;
@@ -2536,8 +2528,6 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const sum_109_54 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
@@ -2588,168 +2578,161 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
                     const double x_i24 = (xc + k14)[i22 * d];
                     const double t25 = (x_i23 * x_i24);
                     const double sum_i = r[i22];
-                    const double sum_109_5426 = (sum_i + t25);
-                    sum_109_54[i22] = sum_109_5426;
-                }
-                for (int64_t i27 = 0; i27 < K; ++i27) {
-                    r[i27] = sum_109_54[i27];
+                    const double sum_109_54 = (sum_i + t25);
+                    r[i22] = sum_109_54;
                 }
             }
-            double* const sqnorm28 = sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i29 = 0; i29 < K; ++i29) {
-                const double x_i30 = (icf + k10)[i29 * T];
-                const double t31 = ks::exp(x_i30);
-                const double x_i32 = (xc + k10)[i29 * d];
-                const double t33 = (t31 * x_i32);
-                const double x_i34 = r[i29];
-                const double row = (t33 + x_i34);
-                const double t35 = (row * row);
-                const double sqnorm_i = sqnorm[i29];
-                const double sqnorm36 = (sqnorm_i + t35);
-                sqnorm28[i29] = sqnorm36;
-            }
-            for (int64_t i37 = 0; i37 < K; ++i37) {
-                sqnorm[i37] = sqnorm28[i37];
+            for (int64_t i26 = 0; i26 < K; ++i26) {
+                const double x_i27 = (icf + k10)[i26 * T];
+                const double t28 = ks::exp(x_i27);
+                const double x_i29 = (xc + k10)[i26 * d];
+                const double t30 = (t28 * x_i29);
+                const double x_i31 = r[i26];
+                const double row = (t30 + x_i31);
+                const double t32 = (row * row);
+                const double sqnorm_i = sqnorm[i26];
+                const double sqnorm33 = (sqnorm_i + t32);
+                sqnorm[i26] = sqnorm33;
             }
         }
-        double* const tmp38 = r;  // reuses a dead buffer's space
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const double sqnorm_i40 = sqnorm[i39];
-            const double t41 = (0.5 * sqnorm_i40);
-            const double x_i42 = base[i39];
-            const double t43 = (x_i42 - t41);
-            tmp38[i39] = t43;
+        double* const tmp34 = r;  // reuses a dead buffer's space
+        for (int64_t i35 = 0; i35 < K; ++i35) {
+            const double sqnorm_i36 = sqnorm[i35];
+            const double t37 = (0.5 * sqnorm_i36);
+            const double x_i38 = base[i35];
+            const double t39 = (x_i38 - t37);
+            tmp34[i35] = t39;
         }
-        double acc44 = ks::lowest<double>();
-        for (int64_t i45 = 0; i45 < K; ++i45) {
-            const double x_i46 = tmp38[i45];
-            acc44 = ks::running_max(acc44, x_i46);
+        double acc40 = ks::lowest<double>();
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const double x_i42 = tmp34[i41];
+            acc40 = ks::running_max(acc40, x_i42);
         }
-        const double t47 = ks::abs(acc44);
-        const bool t48 = (t47 == __builtin_huge_val());
-        const double t49 = (t48 ? 0.0 : acc44);
-        double acc50 = 0;
-        KS_OMP_SIMD(reduction(+:acc50))
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            const double x_i52 = tmp38[i51];
-            const double x_i53 = t49;
-            const double t54 = (x_i52 - x_i53);
-            const double t55 = ks::exp(t54);
-            acc50 += t55;
+        const double t43 = ks::abs(acc40);
+        const bool t44 = (t43 == __builtin_huge_val());
+        const double t45 = (t44 ? 0.0 : acc40);
+        double acc46 = 0;
+        KS_OMP_SIMD(reduction(+:acc46))
+        for (int64_t i47 = 0; i47 < K; ++i47) {
+            const double x_i48 = tmp34[i47];
+            const double x_i49 = t45;
+            const double t50 = (x_i48 - x_i49);
+            const double t51 = ks::exp(t50);
+            acc46 += t51;
         }
-        const double t56 = ks::log(acc50);
-        const double t57 = (t56 + t49);
-        const double slse58 = (slse + t57);
-        slse = slse58;
+        const double t52 = ks::log(acc46);
+        const double t53 = (t52 + t45);
+        const double slse54 = (slse + t53);
+        slse = slse54;
     }
-    const int64_t t59 = (-n);
-    const int64_t t60 = (t59 * d);
-    const double t61 = static_cast<double>(t60);
-    const double t62 = (t61 * 0.5);
-    const double constant = (t62 * 1.8378770664093453);
-    const double t63 = (constant + slse);
-    double acc64 = ks::lowest<double>();
-    for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double x_i66 = alphas[i65];
-        acc64 = ks::running_max(acc64, x_i66);
+    const int64_t t55 = (-n);
+    const int64_t t56 = (t55 * d);
+    const double t57 = static_cast<double>(t56);
+    const double t58 = (t57 * 0.5);
+    const double constant = (t58 * 1.8378770664093453);
+    const double t59 = (constant + slse);
+    double acc60 = ks::lowest<double>();
+    for (int64_t i61 = 0; i61 < K; ++i61) {
+        const double x_i62 = alphas[i61];
+        acc60 = ks::running_max(acc60, x_i62);
     }
-    const double t67 = ks::abs(acc64);
-    const bool t68 = (t67 == __builtin_huge_val());
-    const double t69 = (t68 ? 0.0 : acc64);
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = t69;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        acc70 += t75;
+    const double t63 = ks::abs(acc60);
+    const bool t64 = (t63 == __builtin_huge_val());
+    const double t65 = (t64 ? 0.0 : acc60);
+    double acc66 = 0;
+    KS_OMP_SIMD(reduction(+:acc66))
+    for (int64_t i67 = 0; i67 < K; ++i67) {
+        const double alphas_i68 = alphas[i67];
+        const double x_i69 = t65;
+        const double t70 = (alphas_i68 - x_i69);
+        const double t71 = ks::exp(t70);
+        acc66 += t71;
     }
-    const double t76 = ks::log(acc70);
-    const double t77 = (t76 + t69);
-    const double t78 = static_cast<double>(n);
-    const double t79 = (t78 * t77);
-    const double t80 = (t63 - t79);
-    double r81;
+    const double t72 = ks::log(acc66);
+    const double t73 = (t72 + t65);
+    const double t74 = static_cast<double>(n);
+    const double t75 = (t74 * t73);
+    const double t76 = (t59 - t75);
+    double r77;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t82 = static_cast<double>(d);
-        const double t83 = (t82 + wishart_m);
-        const double n_w = (t83 + 1.0);
-        const double t84 = (n_w * t82);
-        const double t85 = ks::log(wishart_gamma);
-        const double t86 = (t85 - 0.34657359027997264);
-        const double t87 = (t84 * t86);
-        const double t88 = (0.5 * n_w);
-        double r89;
+        const double t78 = static_cast<double>(d);
+        const double t79 = (t78 + wishart_m);
+        const double n_w = (t79 + 1.0);
+        const double t80 = (n_w * t78);
+        const double t81 = ks::log(wishart_gamma);
+        const double t82 = (t81 - 0.34657359027997264);
+        const double t83 = (t80 * t82);
+        const double t84 = (0.5 * n_w);
+        double r85;
         {  // log_gamma_d(a)
-            const double t90 = static_cast<double>(d);
-            const double t91 = (0.25 * t90);
-            const double t92 = static_cast<double>((d - 1));
-            const double t93 = (t91 * t92);
-            const double t94 = (t93 * 1.1447298858494002);
-            double r95;
-            r95 = 0.0;
-            for (int64_t k96 = 0; k96 < d; ++k96) {
-                const int64_t t97 = (k96 + int64_t{1});
-                const int64_t t98 = (int64_t{1} - t97);
-                const double t99 = static_cast<double>(t98);
-                const double t100 = (0.5 * t99);
-                const double t101 = (t88 + t100);
-                const double t102 = std::lgamma(t101);
-                const double sum_25_55 = (r95 + t102);
-                r95 = sum_25_55;
+            const double t86 = static_cast<double>(d);
+            const double t87 = (0.25 * t86);
+            const double t88 = static_cast<double>((d - 1));
+            const double t89 = (t87 * t88);
+            const double t90 = (t89 * 1.1447298858494002);
+            double r91;
+            r91 = 0.0;
+            for (int64_t k92 = 0; k92 < d; ++k92) {
+                const int64_t t93 = (k92 + int64_t{1});
+                const int64_t t94 = (int64_t{1} - t93);
+                const double t95 = static_cast<double>(t94);
+                const double t96 = (0.5 * t95);
+                const double t97 = (t84 + t96);
+                const double t98 = std::lgamma(t97);
+                const double sum_25_55 = (r91 + t98);
+                r91 = sum_25_55;
             }
-            const double t103 = (t94 + r95);
-            r89 = t103;
+            const double t99 = (t90 + r91);
+            r85 = t99;
         }
-        const double C = (t87 - r89);
-        double acc104 = 0;
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i106 = 0; i106 < d; ++i106) {
-                const double qs_i107 = icf[i105 * T + i106];
-                const double t108 = ks::exp(qs_i107);
-                const double t109 = ks::ipow<2>(t108);
-                acc104 += t109;
-            }
-        }
-        double acc110 = 0;
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            KS_OMP_SIMD(reduction(+:acc110))
-            for (int64_t i112 = 0; i112 < (T - d); ++i112) {
-                const double ls_i = (icf + d)[i111 * T + i112];
-                const double t113 = ks::ipow<2>(ls_i);
-                acc110 += t113;
+        const double C = (t83 - r85);
+        double acc100 = 0;
+        for (int64_t i101 = 0; i101 < K; ++i101) {
+            KS_OMP_SIMD(reduction(+:acc100))
+            for (int64_t i102 = 0; i102 < d; ++i102) {
+                const double qs_i103 = icf[i101 * T + i102];
+                const double t104 = ks::exp(qs_i103);
+                const double t105 = ks::ipow<2>(t104);
+                acc100 += t105;
             }
         }
-        const double frobenius = (acc104 + acc110);
-        const double t114 = ks::ipow<2>(wishart_gamma);
-        const double t115 = (0.5 * t114);
-        const double t116 = (t115 * frobenius);
-        double acc117 = 0;
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            KS_OMP_SIMD(reduction(+:acc117))
-            for (int64_t i119 = 0; i119 < d; ++i119) {
-                const double qs_i120 = icf[i118 * T + i119];
-                acc117 += qs_i120;
+        double acc106 = 0;
+        for (int64_t i107 = 0; i107 < K; ++i107) {
+            KS_OMP_SIMD(reduction(+:acc106))
+            for (int64_t i108 = 0; i108 < (T - d); ++i108) {
+                const double ls_i = (icf + d)[i107 * T + i108];
+                const double t109 = ks::ipow<2>(ls_i);
+                acc106 += t109;
             }
         }
-        const double t121 = (wishart_m * acc117);
-        const double t122 = (t116 - t121);
-        const double t123 = static_cast<double>(K);
-        const double t124 = (t123 * C);
-        const double t125 = (t122 - t124);
-        r81 = t125;
+        const double frobenius = (acc100 + acc106);
+        const double t110 = ks::ipow<2>(wishart_gamma);
+        const double t111 = (0.5 * t110);
+        const double t112 = (t111 * frobenius);
+        double acc113 = 0;
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            KS_OMP_SIMD(reduction(+:acc113))
+            for (int64_t i115 = 0; i115 < d; ++i115) {
+                const double qs_i116 = icf[i114 * T + i115];
+                acc113 += qs_i116;
+            }
+        }
+        const double t117 = (wishart_m * acc113);
+        const double t118 = (t112 - t117);
+        const double t119 = static_cast<double>(K);
+        const double t120 = (t119 * C);
+        const double t121 = (t118 - t120);
+        r77 = t121;
     }
-    const double t126 = (t80 + r81);
-    *out = t126;
+    const double t122 = (t76 + r77);
+    *out = t122;
     return ks::status::ok;
 }
 
 extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
 }
 
 
@@ -2782,7 +2765,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(d * K);
     double* const r20 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const sum_109_54 = reinterpret_cast<double*>(next_slot);
+    double* const tmp34 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2790,7 +2773,7 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp145 = reinterpret_cast<double*>(next_slot);
+    double* const tmp143 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2844,293 +2827,281 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
                     const double x_i32 = (xc + k22)[i30 * d];
                     const double t33 = (x_i31 * x_i32);
                     const double sum_i = r20[i30];
-                    const double sum_109_5434 = (sum_i + t33);
-                    sum_109_54[i30] = sum_109_5434;
-                }
-                for (int64_t i35 = 0; i35 < K; ++i35) {
-                    r20[i35] = sum_109_54[i35];
+                    const double sum_109_54 = (sum_i + t33);
+                    r20[i30] = sum_109_54;
                 }
             }
-            double* const tmp36 = sum_109_54;  // reuses a dead buffer's space
-            for (int64_t i37 = 0; i37 < K; ++i37) {
-                const double x_i38 = (icf + k17)[i37 * T];
-                const double t39 = ks::exp(x_i38);
-                tmp36[i37] = t39;
-                const double x_i40 = (xc + k17)[i37 * d];
-                const double t41 = (t39 * x_i40);
-                const double x_i42 = r20[i37];
-                const double row43 = (t41 + x_i42);
-                row[i37] = row43;
-                const double t44 = (row43 * row43);
-                const double sqnorm_i = r13[i37];
-                const double sqnorm45 = (sqnorm_i + t44);
-                sqnorm[i37] = sqnorm45;
+            for (int64_t i35 = 0; i35 < K; ++i35) {
+                const double x_i36 = (icf + k17)[i35 * T];
+                const double t37 = ks::exp(x_i36);
+                tmp34[i35] = t37;
+                const double x_i38 = (xc + k17)[i35 * d];
+                const double t39 = (t37 * x_i38);
+                const double x_i40 = r20[i35];
+                const double row41 = (t39 + x_i40);
+                row[i35] = row41;
+                const double t42 = (row41 * row41);
+                const double sqnorm_i = r13[i35];
+                const double sqnorm43 = (sqnorm_i + t42);
+                sqnorm[i35] = sqnorm43;
+            }
+            for (int64_t i44 = 0; i44 < K; ++i44) {
+                (r15 + k17 * K)[i44] = tmp34[i44];
+            }
+            for (int64_t i45 = 0; i45 < K; ++i45) {
+                (r16 + k17 * K)[i45] = row[i45];
             }
             for (int64_t i46 = 0; i46 < K; ++i46) {
-                (r15 + k17 * K)[i46] = tmp36[i46];
-            }
-            for (int64_t i47 = 0; i47 < K; ++i47) {
-                (r16 + k17 * K)[i47] = row[i47];
-            }
-            for (int64_t i48 = 0; i48 < K; ++i48) {
-                r13[i48] = sqnorm[i48];
+                r13[i46] = sqnorm[i46];
             }
         }
-        double* const tmp49 = r20;  // reuses a dead buffer's space
-        for (int64_t i50 = 0; i50 < K; ++i50) {
-            const double x_i51 = r13[i50];
-            const double t52 = (0.5 * x_i51);
-            const double x_i53 = base[i50];
-            const double t54 = (x_i53 - t52);
-            tmp49[i50] = t54;
+        double* const tmp47 = r20;  // reuses a dead buffer's space
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = r13[i48];
+            const double t50 = (0.5 * x_i49);
+            const double x_i51 = base[i48];
+            const double t52 = (x_i51 - t50);
+            tmp47[i48] = t52;
         }
-        double acc55 = ks::lowest<double>();
-        for (int64_t i56 = 0; i56 < K; ++i56) {
-            const double x_i57 = tmp49[i56];
-            acc55 = ks::running_max(acc55, x_i57);
+        double acc53 = ks::lowest<double>();
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            const double x_i55 = tmp47[i54];
+            acc53 = ks::running_max(acc53, x_i55);
         }
-        const double t58 = ks::abs(acc55);
-        const bool t59 = (t58 == __builtin_huge_val());
-        const double t60 = (t59 ? 0.0 : acc55);
-        double* const tmp61 = tmp;  // reuses a dead buffer's space
-        double acc62 = 0;
-        KS_OMP_SIMD(reduction(+:acc62))
-        for (int64_t i63 = 0; i63 < K; ++i63) {
-            const double x_i64 = tmp49[i63];
-            const double x_i65 = t60;
-            const double t66 = (x_i64 - x_i65);
-            const double t67 = ks::exp(t66);
-            tmp61[i63] = t67;
-            acc62 += t67;
+        const double t56 = ks::abs(acc53);
+        const bool t57 = (t56 == __builtin_huge_val());
+        const double t58 = (t57 ? 0.0 : acc53);
+        double* const tmp59 = tmp;  // reuses a dead buffer's space
+        double acc60 = 0;
+        KS_OMP_SIMD(reduction(+:acc60))
+        for (int64_t i61 = 0; i61 < K; ++i61) {
+            const double x_i62 = tmp47[i61];
+            const double x_i63 = t58;
+            const double t64 = (x_i62 - x_i63);
+            const double t65 = ks::exp(t64);
+            tmp59[i61] = t65;
+            acc60 += t65;
         }
-        for (int64_t i68 = 0; i68 < K * d; ++i68) {
-            (r + k8 * (K * d))[i68] = xc[i68];
+        for (int64_t i66 = 0; i66 < K * d; ++i66) {
+            (r + k8 * (K * d))[i66] = xc[i66];
         }
-        for (int64_t i69 = 0; i69 < d * K; ++i69) {
-            (r4 + k8 * (d * K))[i69] = r15[i69];
+        for (int64_t i67 = 0; i67 < d * K; ++i67) {
+            (r4 + k8 * (d * K))[i67] = r15[i67];
         }
-        for (int64_t i70 = 0; i70 < d * K; ++i70) {
-            (r5 + k8 * (d * K))[i70] = r16[i70];
+        for (int64_t i68 = 0; i68 < d * K; ++i68) {
+            (r5 + k8 * (d * K))[i68] = r16[i68];
         }
-        for (int64_t i71 = 0; i71 < K; ++i71) {
-            (r6 + k8 * K)[i71] = tmp61[i71];
+        for (int64_t i69 = 0; i69 < K; ++i69) {
+            (r6 + k8 * K)[i69] = tmp59[i69];
         }
-        (r7 + k8)[0] = acc62;
+        (r7 + k8)[0] = acc60;
     }
-    double acc72 = ks::lowest<double>();
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const double x_i74 = alphas[i73];
-        acc72 = ks::running_max(acc72, x_i74);
+    double acc70 = ks::lowest<double>();
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double x_i72 = alphas[i71];
+        acc70 = ks::running_max(acc70, x_i72);
     }
-    const double t75 = ks::abs(acc72);
-    const bool t76 = (t75 == __builtin_huge_val());
-    const double t77 = (t76 ? 0.0 : acc72);
-    double* const tmp78 = tmp;  // reuses a dead buffer's space
-    double acc79 = 0;
-    KS_OMP_SIMD(reduction(+:acc79))
-    for (int64_t i80 = 0; i80 < K; ++i80) {
-        const double alphas_i81 = alphas[i80];
-        const double x_i82 = t77;
-        const double t83 = (alphas_i81 - x_i82);
-        const double t84 = ks::exp(t83);
-        tmp78[i80] = t84;
-        acc79 += t84;
+    const double t73 = ks::abs(acc70);
+    const bool t74 = (t73 == __builtin_huge_val());
+    const double t75 = (t74 ? 0.0 : acc70);
+    double* const tmp76 = tmp;  // reuses a dead buffer's space
+    double acc77 = 0;
+    KS_OMP_SIMD(reduction(+:acc77))
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const double alphas_i79 = alphas[i78];
+        const double x_i80 = t75;
+        const double t81 = (alphas_i79 - x_i80);
+        const double t82 = ks::exp(t81);
+        tmp76[i78] = t82;
+        acc77 += t82;
     }
-    const double t85 = static_cast<double>(n);
-    const double t86 = (1.0 / acc79);
-    const double t87 = ks::ipow<2>(wishart_gamma);
-    const double t88 = (0.5 * t87);
-    const double t89 = ((-1.0) * wishart_m);
-    const double t90 = ((-1.0) * t85);
-    const double t91 = (t90 * t86);
+    const double t83 = static_cast<double>(n);
+    const double t84 = (1.0 / acc77);
+    const double t85 = ks::ipow<2>(wishart_gamma);
+    const double t86 = (0.5 * t85);
+    const double t87 = ((-1.0) * wishart_m);
+    const double t88 = ((-1.0) * t83);
+    const double t89 = (t88 * t84);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        const double x_i93 = t91;
-        const double x_i94 = tmp78[i92];
-        const double d_alphas95 = (x_i93 * x_i94);
-        d_alphas[i92] = d_alphas95;
+    for (int64_t i90 = 0; i90 < K; ++i90) {
+        const double x_i91 = t89;
+        const double x_i92 = tmp76[i90];
+        const double d_alphas93 = (x_i91 * x_i92);
+        d_alphas[i90] = d_alphas93;
     }
     double* const d_qs = xc;  // reuses a dead buffer's space
-    for (int64_t i96 = 0; i96 < K; ++i96) {
-        for (int64_t i97 = 0; i97 < d; ++i97) {
-            const double qs_i98 = icf[i96 * T + i97];
-            const double t99 = ks::exp(qs_i98);
-            const double t100 = (2.0 * t99);
-            const double x_i101 = t88;
-            const double t102 = (x_i101 * t100);
-            const double t103 = (t102 * t99);
-            const double d_qs_i = t89;
-            const double d_qs104 = (d_qs_i + t103);
-            d_qs[i96 * d + i97] = d_qs104;
+    for (int64_t i94 = 0; i94 < K; ++i94) {
+        for (int64_t i95 = 0; i95 < d; ++i95) {
+            const double qs_i96 = icf[i94 * T + i95];
+            const double t97 = ks::exp(qs_i96);
+            const double t98 = (2.0 * t97);
+            const double x_i99 = t86;
+            const double t100 = (x_i99 * t98);
+            const double t101 = (t100 * t97);
+            const double d_qs_i = t87;
+            const double d_qs102 = (d_qs_i + t101);
+            d_qs[i94 * d + i95] = d_qs102;
         }
     }
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        for (int64_t i106 = 0; i106 < (T - d); ++i106) {
-            const double ls_i = (icf + d)[i105 * T + i106];
-            const double t107 = (2.0 * ls_i);
-            const double x_i108 = t88;
-            const double d_ls109 = (x_i108 * t107);
-            d_ls[i105 * ((T - d)) + i106] = d_ls109;
+    for (int64_t i103 = 0; i103 < K; ++i103) {
+        for (int64_t i104 = 0; i104 < (T - d); ++i104) {
+            const double ls_i = (icf + d)[i103 * T + i104];
+            const double t105 = (2.0 * ls_i);
+            const double x_i106 = t86;
+            const double d_ls107 = (x_i106 * t105);
+            d_ls[i103 * ((T - d)) + i104] = d_ls107;
         }
     }
-    double* const r110 = tmp;  // reuses a dead buffer's space
-    double r111;
-    for (int64_t i112 = 0; i112 < K * d; ++i112) {
-        out_d_means[i112] = 0.0;
+    double* const r108 = tmp;  // reuses a dead buffer's space
+    double r109;
+    for (int64_t i110 = 0; i110 < K * d; ++i110) {
+        out_d_means[i110] = 0.0;
     }
-    for (int64_t i113 = 0; i113 < K; ++i113) {
-        r110[i113] = 0.0;
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        r108[i111] = 0.0;
     }
-    r111 = 1.0;
-    for (int64_t k114 = n - 1; k114 >= 0; --k114) {
-        const double t115 = (1.0 / (r7 + k114)[0]);
-        const double t116 = (r111 * t115);
-        double* const tmp117 = r20;  // reuses a dead buffer's space
-        double* const tmp118 = sum_109_54;  // reuses a dead buffer's space
-        for (int64_t i119 = 0; i119 < K; ++i119) {
-            const double x_i120 = t116;
-            const double x_i121 = (r6 + k114 * K)[i119];
-            const double t122 = (x_i120 * x_i121);
-            tmp117[i119] = t122;
-            const double t123 = (t122 * (-1.0));
-            const double t124 = (t123 * 0.5);
-            tmp118[i119] = t124;
+    r109 = 1.0;
+    for (int64_t k112 = n - 1; k112 >= 0; --k112) {
+        const double t113 = (1.0 / (r7 + k112)[0]);
+        const double t114 = (r109 * t113);
+        double* const tmp115 = r20;  // reuses a dead buffer's space
+        double* const tmp116 = tmp34;  // reuses a dead buffer's space
+        for (int64_t i117 = 0; i117 < K; ++i117) {
+            const double x_i118 = t114;
+            const double x_i119 = (r6 + k112 * K)[i117];
+            const double t120 = (x_i118 * x_i119);
+            tmp115[i117] = t120;
+            const double t121 = (t120 * (-1.0));
+            const double t122 = (t121 * 0.5);
+            tmp116[i117] = t122;
         }
-        double* const r125 = r15;  // reuses a dead buffer's space
-        for (int64_t i126 = 0; i126 < K * d; ++i126) {
-            r125[i126] = 0.0;
+        double* const r123 = r15;  // reuses a dead buffer's space
+        for (int64_t i124 = 0; i124 < K * d; ++i124) {
+            r123[i124] = 0.0;
         }
-        for (int64_t k127 = d - 1; k127 >= 0; --k127) {
-            const int64_t t128 = ks::floordiv(k127, int64_t{1});
-            const int64_t t129 = ks::max(t128, int64_t{0});
+        for (int64_t k125 = d - 1; k125 >= 0; --k125) {
+            const int64_t t126 = ks::floordiv(k125, int64_t{1});
+            const int64_t t127 = ks::max(t126, int64_t{0});
             double* const d_row = row;  // reuses a dead buffer's space
-            for (int64_t i130 = 0; i130 < K; ++i130) {
-                const double x_i131 = tmp118[i130];
-                const double x_i132 = ((r5 + k114 * (d * K)) + k127 * K)[i130];
-                const double d_row133 = (x_i131 * x_i132);
-                const double d_row134 = (d_row133 + d_row133);
-                d_row[i130] = d_row134;
+            for (int64_t i128 = 0; i128 < K; ++i128) {
+                const double x_i129 = tmp116[i128];
+                const double x_i130 = ((r5 + k112 * (d * K)) + k125 * K)[i128];
+                const double d_row131 = (x_i129 * x_i130);
+                const double d_row132 = (d_row131 + d_row131);
+                d_row[i128] = d_row132;
             }
-            double* const r135 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i136 = 0; i136 < K; ++i136) {
-                r135[i136] = d_row[i136];
+            double* const r133 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i134 = 0; i134 < K; ++i134) {
+                r133[i134] = d_row[i134];
             }
-            for (int64_t k137 = t129 - 1; k137 >= 0; --k137) {
-                const int64_t t138 = ((2*d) - k137);
-                const int64_t t139 = (t138 - int64_t{1});
-                const int64_t t140 = (k137 * t139);
-                const int64_t t141 = ks::floordiv(t140, int64_t{2});
-                const int64_t t142 = (t141 + k127);
-                const int64_t t143 = (t142 - k137);
-                const int64_t t144 = (t143 - int64_t{1});
-                for (int64_t i146 = 0; i146 < K; ++i146) {
-                    const double x_i147 = r135[i146];
-                    const double x_i148 = ((icf + d) + ks::clamp_index(t144, (T - d)))[i146 * T];
-                    const double t149 = (x_i147 * x_i148);
-                    tmp145[i146] = t149;
+            for (int64_t k135 = t127 - 1; k135 >= 0; --k135) {
+                const int64_t t136 = ((2*d) - k135);
+                const int64_t t137 = (t136 - int64_t{1});
+                const int64_t t138 = (k135 * t137);
+                const int64_t t139 = ks::floordiv(t138, int64_t{2});
+                const int64_t t140 = (t139 + k125);
+                const int64_t t141 = (t140 - k135);
+                const int64_t t142 = (t141 - int64_t{1});
+                for (int64_t i144 = 0; i144 < K; ++i144) {
+                    const double x_i145 = r133[i144];
+                    const double x_i146 = ((icf + d) + ks::clamp_index(t142, (T - d)))[i144 * T];
+                    const double t147 = (x_i145 * x_i146);
+                    tmp143[i144] = t147;
                 }
+                for (int64_t i148 = 0; i148 < K; ++i148) {
+                    (r123 + k135)[i148 * d] += tmp143[i148];
+                }
+                double* const tmp149 = tmp143;  // reuses a dead buffer's space
                 for (int64_t i150 = 0; i150 < K; ++i150) {
-                    (r125 + k137)[i150 * d] += tmp145[i150];
+                    const double x_i151 = r133[i150];
+                    const double x_i152 = ((r + k112 * (K * d)) + k135)[i150 * d];
+                    const double t153 = (x_i151 * x_i152);
+                    tmp149[i150] = t153;
                 }
-                double* const tmp151 = tmp145;  // reuses a dead buffer's space
-                for (int64_t i152 = 0; i152 < K; ++i152) {
-                    const double x_i153 = r135[i152];
-                    const double x_i154 = ((r + k114 * (K * d)) + k137)[i152 * d];
-                    const double t155 = (x_i153 * x_i154);
-                    tmp151[i152] = t155;
-                }
-                for (int64_t i156 = 0; i156 < K; ++i156) {
-                    (d_ls + ks::clamp_index(t144, (T - d)))[i156 * ((T - d))] += tmp151[i156];
+                for (int64_t i154 = 0; i154 < K; ++i154) {
+                    (d_ls + ks::clamp_index(t142, (T - d)))[i154 * ((T - d))] += tmp149[i154];
                 }
             }
-            double* const tmp157 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i158 = 0; i158 < K; ++i158) {
-                const double d_row_i = d_row[i158];
-                const double x_i159 = ((r4 + k114 * (d * K)) + k127 * K)[i158];
-                const double t160 = (d_row_i * x_i159);
-                tmp157[i158] = t160;
+            double* const tmp155 = sqnorm;  // reuses a dead buffer's space
+            for (int64_t i156 = 0; i156 < K; ++i156) {
+                const double d_row_i = d_row[i156];
+                const double x_i157 = ((r4 + k112 * (d * K)) + k125 * K)[i156];
+                const double t158 = (d_row_i * x_i157);
+                tmp155[i156] = t158;
             }
+            for (int64_t i159 = 0; i159 < K; ++i159) {
+                (r123 + k125)[i159 * d] += tmp155[i159];
+            }
+            double* const tmp160 = sqnorm;  // reuses a dead buffer's space
             for (int64_t i161 = 0; i161 < K; ++i161) {
-                (r125 + k127)[i161 * d] += tmp157[i161];
+                const double d_row_i162 = d_row[i161];
+                const double x_i163 = ((r + k112 * (K * d)) + k125)[i161 * d];
+                const double t164 = (d_row_i162 * x_i163);
+                const double x_i165 = ((r4 + k112 * (d * K)) + k125 * K)[i161];
+                const double t166 = (t164 * x_i165);
+                tmp160[i161] = t166;
             }
-            double* const tmp162 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i163 = 0; i163 < K; ++i163) {
-                const double d_row_i164 = d_row[i163];
-                const double x_i165 = ((r + k114 * (K * d)) + k127)[i163 * d];
-                const double t166 = (d_row_i164 * x_i165);
-                const double x_i167 = ((r4 + k114 * (d * K)) + k127 * K)[i163];
-                const double t168 = (t166 * x_i167);
-                tmp162[i163] = t168;
-            }
-            for (int64_t i169 = 0; i169 < K; ++i169) {
-                (d_qs + k127)[i169 * d] += tmp162[i169];
+            for (int64_t i167 = 0; i167 < K; ++i167) {
+                (d_qs + k125)[i167 * d] += tmp160[i167];
             }
         }
-        double* const tmp170 = r16;  // reuses a dead buffer's space
-        for (int64_t i171 = 0; i171 < K; ++i171) {
-            for (int64_t i172 = 0; i172 < d; ++i172) {
-                const double x_i173 = r125[i171 * d + i172];
-                const double t174 = (x_i173 * (-1.0));
-                const double x_i175 = out_d_means[i171 * d + i172];
-                const double t176 = (x_i175 + t174);
-                tmp170[i171 * d + i172] = t176;
+        for (int64_t i168 = 0; i168 < K; ++i168) {
+            for (int64_t i169 = 0; i169 < d; ++i169) {
+                const double x_i170 = r123[i168 * d + i169];
+                const double t171 = (x_i170 * (-1.0));
+                const double x_i172 = out_d_means[i168 * d + i169];
+                const double t173 = (x_i172 + t171);
+                out_d_means[i168 * d + i169] = t173;
             }
         }
-        double* const tmp177 = sum_109_54;  // reuses a dead buffer's space
-        for (int64_t i178 = 0; i178 < K; ++i178) {
-            const double x_i179 = r110[i178];
-            const double x_i180 = tmp117[i178];
-            const double t181 = (x_i179 + x_i180);
-            tmp177[i178] = t181;
-        }
-        for (int64_t i182 = 0; i182 < K * d; ++i182) {
-            out_d_means[i182] = tmp170[i182];
-        }
-        for (int64_t i183 = 0; i183 < K; ++i183) {
-            r110[i183] = tmp177[i183];
+        for (int64_t i174 = 0; i174 < K; ++i174) {
+            const double x_i175 = r108[i174];
+            const double x_i176 = tmp115[i174];
+            const double t177 = (x_i175 + x_i176);
+            r108[i174] = t177;
         }
     }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < d; ++i185) {
-            d_icf[i184 * T + i185] = 0.0;
+    for (int64_t i178 = 0; i178 < K; ++i178) {
+        for (int64_t i179 = 0; i179 < d; ++i179) {
+            d_icf[i178 * T + i179] = 0.0;
         }
     }
-    for (int64_t i186 = 0; i186 < K; ++i186) {
-        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
-            (d_icf + d)[i186 * T + i187] = d_ls[i186 * ((T - d)) + i187];
+    for (int64_t i180 = 0; i180 < K; ++i180) {
+        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
+            (d_icf + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
         }
     }
-    double* const d_qs188 = r15;  // reuses a dead buffer's space
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        for (int64_t i190 = 0; i190 < d; ++i190) {
-            const double x_i191 = d_qs[i189 * d + i190];
-            const double x_i192 = r110[i189];
-            const double d_qs193 = (x_i191 + x_i192);
-            d_qs188[i189 * d + i190] = d_qs193;
+    double* const d_qs182 = r15;  // reuses a dead buffer's space
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < d; ++i184) {
+            const double x_i185 = d_qs[i183 * d + i184];
+            const double x_i186 = r108[i183];
+            const double d_qs187 = (x_i185 + x_i186);
+            d_qs182[i183 * d + i184] = d_qs187;
         }
     }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
-            (padded + d)[i194 * T + i195] = 0.0;
+    for (int64_t i188 = 0; i188 < K; ++i188) {
+        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
+            (padded + d)[i188 * T + i189] = 0.0;
         }
+    }
+    for (int64_t i190 = 0; i190 < K; ++i190) {
+        for (int64_t i191 = 0; i191 < d; ++i191) {
+            padded[i190 * T + i191] = d_qs182[i190 * d + i191];
+        }
+    }
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        const double x_i193 = d_alphas[i192];
+        const double x_i194 = r108[i192];
+        const double d_alphas195 = (x_i193 + x_i194);
+        out_d_alphas[i192] = d_alphas195;
     }
     for (int64_t i196 = 0; i196 < K; ++i196) {
-        for (int64_t i197 = 0; i197 < d; ++i197) {
-            padded[i196 * T + i197] = d_qs188[i196 * d + i197];
-        }
-    }
-    for (int64_t i198 = 0; i198 < K; ++i198) {
-        const double x_i199 = d_alphas[i198];
-        const double x_i200 = r110[i198];
-        const double d_alphas201 = (x_i199 + x_i200);
-        out_d_alphas[i198] = d_alphas201;
-    }
-    for (int64_t i202 = 0; i202 < K; ++i202) {
-        for (int64_t i203 = 0; i203 < T; ++i203) {
-            const double d_icf_i = d_icf[i202 * T + i203];
-            const double x_i204 = padded[i202 * T + i203];
-            const double d_icf205 = (d_icf_i + x_i204);
-            out_d_icf[i202 * T + i203] = d_icf205;
+        for (int64_t i197 = 0; i197 < T; ++i197) {
+            const double d_icf_i = d_icf[i196 * T + i197];
+            const double x_i198 = padded[i196 * T + i197];
+            const double d_icf199 = (d_icf_i + x_i198);
+            out_d_icf[i196 * T + i197] = d_icf199;
         }
     }
     return ks::status::ok;
