@@ -229,6 +229,7 @@ SAMPLES = {
     "erf": ((V,), {}, (normal,), vec(math.erf)),
     "erfc": ((V,), {}, (normal,), vec(math.erfc)),
     "fmod": ((V, V), {}, (normal, positive), lambda x, y: np.array([math.fmod(a, c) for a, c in zip(x, y)])),
+    "hypot": ((V, V), {}, (normal, normal), vec(math.hypot)),
     "tree_walk": ((Type("f64", (6, 3)), Type("i64", (32,)), Type("i64", (2,))), {"depth": 2, "mode": -1, "nan": True},
                   (_tree_rows, _tree_table, lambda rng, shape: np.broadcast_to([0, 5], shape).copy()), _tree_ref),
     "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),

@@ -6,7 +6,9 @@ checked against the same source run as Python:
 - math.fmod was unsupported (torch.fmod was);
 - math.exp(x) of a tensor x compiled elementwise, where Python's math raises: the file did not run as Python;
 - a misspelt dtype in an annotation read ''flaot[n]'' (doubled quotes) with no suggestion;
-- a signature whose result does not fit the function was reported at the function, not the manifest line.
+- a signature whose result does not fit the function was reported at the function, not the manifest line;
+and from the notes of earlier passes: torch.hypot's derivative was NaN beside an infinite operand (torch: 0; now
+the hypot prim, C's hypot) and F.hardswish's at ±inf and NaN (torch: 1, 0 and 1).
 (The shipping findings of the same pass: tests/test_redteam_shipping.py and tests/test_wheel.py.)
 """
 from __future__ import annotations
@@ -128,3 +130,40 @@ def test_messages(tmp_path, capsys, source, signature, message, where):
     assert message in err and where in err and "Traceback" not in err, err
     if "flaot" in source:
         assert "did you mean 'float'?" in err
+
+
+EDGES = """
+import torch
+import torch.nn.functional as F
+
+
+def hyp(x: "float[n]", y: "float[n]") -> "float[n]":
+    return torch.hypot(x, y)
+
+
+def hsw(x: "float[n]") -> "float[n]":
+    return F.hardswish(x)
+"""
+
+
+def test_hypot_and_hardswish_derivatives_at_the_edges_are_torchs(tmp_path):
+    torch = pytest.importorskip("torch")
+    manifest = ('[package]\nname = "adedges"\n[build]\ndtype = "float64"\n[kernels]\nhyp = { python = "k.py:hyp" }\n'
+                'hsw = { python = "k.py:hsw" }\n[exports]\nhyp = "hyp"\nhsw = "hsw"\nhyp_vjp = "vjp(hyp)"\n'
+                'hsw_vjp = "vjp(hsw)"\n')
+    p, k = build_kernel_file(tmp_path, EDGES, manifest, "adedges_k")
+    inf = math.inf
+    x = np.array([inf, 3.0, -inf, 0.0, 1e300, 1e-200, -4.0, np.nan])
+    y = np.array([1.0, inf, 2.0, 0.0, 1e300, 0.0, 3.0, inf])
+    xt, yt = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    h = k.hyp(xt, yt)
+    h.sum().backward()
+    np.testing.assert_array_equal(p.hyp(x, y), h.detach().numpy())
+    for got, want in zip(p.hyp_vjp(x, y, np.ones(len(x))), (xt.grad, yt.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-15)
+    z = np.array([inf, -inf, 0.0, 3.0, -3.0, 1.0, -2.0, np.nan, 2.999, -2.999, 5.0, -5.0])
+    zt = torch.tensor(z, requires_grad=True)
+    s = k.hsw(zt)
+    s.sum().backward()
+    np.testing.assert_allclose(p.hsw(z), s.detach().numpy(), rtol=1e-15)
+    np.testing.assert_allclose(p.hsw_vjp(z, np.ones(len(z))), zt.grad.numpy(), rtol=1e-14)

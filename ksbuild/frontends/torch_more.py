@@ -94,15 +94,9 @@ def _hardtanh(lo: float, hi: float, bounds: bool):
 
 
 def _hypot(fc, b, args, kw, node):
-    """sqrt(x² + y²) as big · sqrt(1 + (small / big)²), so that it neither overflows (1e300) nor underflows
-    (1e-200) where the result is representable; an infinite side gives inf even against NaN, as C's hypot."""
+    """sqrt(x² + y²), neither overflowing (1e300) nor underflowing (1e-200) (the hypot prim: C's hypot)."""
     x, y = _two_floats(fc, b, args[:2], node, "hypot")
-    ax, ay = b.abs(x), b.abs(y)
-    first = b.ge(ax, ay)
-    big, small = b.select(first, ax, ay), b.select(first, ay, ax)
-    r = b.div(small, b.select(b.eq(big, _c(x, 0)), _c(x, 1), big))
-    h = b.mul(big, b.sqrt(b.add(_c(x, 1), b.mul(r, r))))
-    return b.select(math_ops.logical_or(b, math_ops.isinf(b, x), math_ops.isinf(b, y)), _c(x, math.inf), h)
+    return b.hypot(*fc.unify(b, x, y, node))
 
 
 def _logaddexp(fc, b, args, kw, node):

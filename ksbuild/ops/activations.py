@@ -40,8 +40,18 @@ def hard_sigmoid(b, x: Atom, alpha: float, beta: float) -> Atom:
 
 
 def hard_swish(b, x: Atom) -> Atom:
-    """x · hard_sigmoid(x, 1/6, 1/2)."""
-    return b.mul(x, hard_sigmoid(b, x, 1 / 6, 0.5))
+    """x · hard_sigmoid(x, 1/6, 1/2), as x · 0 from -3 down, x (x + 3) / 6 below 3 and x from 3 up (NaN too): its
+    derivative is then torch's, 0 and 1 out there and at ±inf (x · 0 made it NaN), 1 at NaN; the middle piece
+    reads 0 outside (-3, 3), so an infinite x sends no inf · 0 into it."""
+    below = b.lt(x, _c(x, 3))
+    inner = b.select(below, b.gt(x, _c(x, -3)), below)
+    safe = b.select(inner, x, _c(x, 0))
+    mid = b.div(b.mul(safe, b.add(safe, _c(x, 3))), _c(x, 6))
+    # from -3 down x · hard_sigmoid(x), which is 0 there: -0 below, NaN at -inf (torch's, ONNX's); its derivative
+    # is hard_sigmoid(x) = 0 (held constant: no inf · 0), read at -3 elsewhere (a NaN x sends no NaN through it)
+    low_x = b.le(x, _c(x, -3))
+    low = b.mul(x, b.stop_gradient(hard_sigmoid(b, b.select(low_x, x, _c(x, -3)), 1 / 6, 0.5)))
+    return b.select(low_x, low, b.select(below, mid, x))
 
 
 def softplus(b, x: Atom) -> Atom:

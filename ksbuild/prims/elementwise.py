@@ -371,6 +371,10 @@ def _atan2_partials(b, x, y, z):
 
 
 atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})", _atan2_partials, "atan2(y, x)", numeric=False)
+# d hypot(x, y) = (x dx + y dy) / hypot: x / inf is 0 for a finite x (NaN at the origin, as torch's)
+hypot = binary("hypot", np.hypot, "std::hypot({0}, {1})", lambda b, x, y, z: (b.div(x, z), b.div(y, z)),
+               "sqrt(x² + y²) without overflow or underflow (C hypot: inf if either is, even against NaN)",
+               numeric=False)
 
 
 def _max_partials(b, x, y, z):

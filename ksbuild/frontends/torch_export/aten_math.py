@@ -75,6 +75,7 @@ def isnan(n: Node):
 ARITH = {"add": lambda b, x, y: b.add(x, y), "sub": lambda b, x, y: b.sub(x, y), "mul": lambda b, x, y: b.mul(x, y),
          "maximum": lambda b, x, y: b.max(x, y), "minimum": lambda b, x, y: b.min(x, y),
          "remainder": lambda b, x, y: b.mod(x, y), "fmod": m.fmod, "atan2": lambda b, x, y: b.atan2(x, y),
+         "hypot": lambda b, x, y: b.hypot(x, y),
          "pow": lambda b, x, y: m.safe_pow(b, x, y), "rsub": lambda b, x, y: b.sub(y, x)}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 LOGIC = {"logical_and": m.logical_and, "logical_or": m.logical_or, "logical_xor": lambda b, x, y: b.ne(x, y)}
@@ -91,7 +92,7 @@ def _promoted(n: Node, *names: str) -> str:
 
 @handler("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Tensor", "rsub.Scalar", "mul.Tensor",
          "mul.Scalar", "maximum.default", "minimum.default", "remainder.Tensor", "remainder.Scalar", "fmod.Tensor",
-         "fmod.Scalar", "atan2.default")
+         "fmod.Scalar", "atan2.default", "hypot.default")
 def arith(n: Node):
     """x op y (with alpha: x + alpha·y) in the result dtype."""
     name = n.op.split(".")[1]
