@@ -115,6 +115,45 @@ def test_fused_reduction_is_one_nest(tmp_path):
     assert [e.prim.name for e in fused.eqns[0].params["body"].eqns] == ["tanh", "mul", "reduce_sum"]
 
 
+HORNER = """
+COEFFS = (1.0, -0.5, 0.25, -0.125)
+
+
+def horner(x: float) -> float:
+    acc = 0.0
+    for c in reversed(COEFFS):
+        acc = acc * x + c
+    return acc
+
+
+def steps(x: float) -> float:
+    for _ in range(9):
+        x = x * 0.5 + 1.0
+    return x
+"""
+
+
+def test_a_short_loop_is_unrolled_and_fuses_across_its_steps(tmp_path):
+    """vmap of a scalar Horner loop (4 steps) is one loop nest over the batch after the passes (unroll, then
+    fuse), not a loop of four passes over memory; 9 steps stay a loop, whose carry is updated in place."""
+    (tmp_path / "k.py").write_text(HORNER)
+    for name, looped in (("horner", False), ("steps", True)):
+        f = compile_python_kernel(tmp_path / "k.py", name, "f64")
+        vf, _ = vmap_func(f, [True], fresh_dim(f), [True])
+        done = dict(run_pipeline(vf))["plan_memory"]
+        prims = [e.prim.name for e in done.eqns]
+        assert ("loop" in prims) == looped, print_func(done)
+        assert prims.count("fusion") == (0 if looped else 1)
+        if looped:
+            loop = next(e for e in done.eqns if e.prim.name == "loop")
+            (inner,) = [e for e in loop.params["body"].eqns if e.prim.name == "fusion"]
+            assert done.plan.places[inner.outs[0]].kind == "reuse"
+        x = np.linspace(-2.0, 2.0, 7)
+        (got,) = eval_func(done, [x])
+        want = [eval_func(f, [v])[0] for v in x]
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
 def _gemm_grad_of(tmp_path, body: str, signature: str, argnums=None) -> Func:
     """vjp of a kernel written in `body`, through the passes with backend blas."""
     src = tmp_path / "k.py"

@@ -7,8 +7,10 @@ checked against the same source run as Python:
 - math.exp(x) of a tensor x compiled elementwise, where Python's math raises: the file did not run as Python;
 - a misspelt dtype in an annotation read ''flaot[n]'' (doubled quotes) with no suggestion;
 - a signature whose result does not fit the function was reported at the function, not the manifest line;
-and from the notes of earlier passes: torch.hypot's derivative was NaN beside an infinite operand (torch: 0; now
-the hypot prim, C's hypot) and F.hardswish's at ±inf and NaN (torch: 1, 0 and 1).
+- a gather from a table computed just before (t = x * 2; t[i]) crashed the build with a Python KeyError (the
+  gather joined its table's loop nest);
+- from the notes of earlier passes: torch.hypot's derivative was NaN beside an infinite operand (torch: 0; now
+  the hypot prim, C's hypot) and F.hardswish's at ±inf and NaN (torch: 1, 0 and 1).
 (The shipping findings of the same pass: tests/test_redteam_shipping.py and tests/test_wheel.py.)
 """
 from __future__ import annotations
@@ -167,3 +169,15 @@ def test_hypot_and_hardswish_derivatives_at_the_edges_are_torchs(tmp_path):
     s.sum().backward()
     np.testing.assert_allclose(p.hsw(z), s.detach().numpy(), rtol=1e-15)
     np.testing.assert_allclose(p.hsw_vjp(z, np.ones(len(z))), zt.grad.numpy(), rtol=1e-14)
+
+
+def test_a_gather_from_a_table_computed_just_before(tmp_path):
+    (tmp_path / "k.py").write_text('def f(x: "float[n]", i: "i64[n]") -> "float[n]":\n    t = x * 2.0\n'
+                                   '    return t[i] + 1.0\n')
+    (tmp_path / "m.toml").write_text('[package]\nname = "gfuse"\n[kernels.f]\npython = "k.py:f"\n'
+                                     '[exports]\nf = "f"\nf_vjp = "vjp(f)"\n')
+    import ksbuild
+    p = ksbuild.build(tmp_path / "m.toml")
+    x, i = np.arange(5.0, dtype=np.float32), np.array([4, 3, 3, 1, 0])
+    np.testing.assert_array_equal(p.f(x, i), (x * 2)[i] + 1)
+    np.testing.assert_array_equal(p.f_vjp(x, i, np.ones(5, np.float32)), [2, 2, 0, 4, 2])

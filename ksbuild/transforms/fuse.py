@@ -95,8 +95,12 @@ def run_end(eqns: Sequence[Eqn], i: int) -> int:
         shape = eqns[i].ins[0].type.shape  # a run of reductions only
     if shape is None:
         return i
-    j = i
+    j, made = i, set()
     while j < len(eqns) and region_shape(eqns[j]) == shape:
+        e = eqns[j]
+        if not e.prim.elementwise and e.ins and e.ins[0] in made:  # a gather from a table the run computes
+            break  # (it reads the table at other elements: the table must be whole first)
+        made.update(e.outs)
         j += 1
     axes = None
     while j < len(eqns) and _suffix_reduction(eqns[j], shape, axes):

@@ -21,6 +21,7 @@ from .parallelize import parallelize
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
+from .unroll import unroll
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Pass:
 
 PASSES = [
     Pass("expand", lambda f, o: expand(f), "decompositions: a per-lane if (lane_cond) becomes selects"),
+    Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
     Pass("select_backend", lambda f, o: select_backend(f, o.backend, o.threads),
