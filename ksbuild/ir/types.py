@@ -155,7 +155,7 @@ def _poly_node(e) -> Poly:
         if isinstance(e.op, ast.Mult):
             return _times(a, b)
         if isinstance(e.op, ast.FloorDiv):
-            return {(_floordiv_factor(a, b),): 1} if not _const(b) or _const(b) != 1 else a
+            return _floordiv_poly(a, b)
     raise ValueError(f"bad dim expression {ast.unparse(e)}")
 
 
@@ -239,16 +239,30 @@ def numel(dims) -> Dim:
 def dim_floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    pa, pb = _poly(a), _poly(b)
-    k = _const(pb)
+    return _dim(_floordiv_poly(_poly(a), _poly(b)))
+
+
+def _floordiv_poly(a: Poly, b: Poly) -> Poly:
+    """a // b: exact where b divides every term; by a number k, the multiples of k in a's constant term come
+    out ((seq - 10) // 5 = seq // 5 - 2, so a strided conv's length torch writes as seq // 5 - 1 is the same
+    dim); else an opaque factor."""
+    k = _const(b)
     if k == 1:
         return a
-    if k and all(c % k == 0 for c in pa.values()):
-        return _dim({m: c // k for m, c in pa.items()})
-    exact = _divided(pa, pb)
+    if k and k > 0:
+        ca = _const(a)
+        if ca is not None:
+            return {(): ca // k} if ca // k else {}
+        if all(c % k == 0 for c in a.values()):
+            return {m: c // k for m, c in a.items()}
+        q, r = divmod(a.get((), 0), k)
+        if q:
+            rest = {m: c for m, c in a.items() if m != ()}
+            return _plus(_floordiv_poly(_plus(rest, {(): r} if r else {}), b), {(): q})
+    exact = _divided(a, b)
     if exact is not None:
-        return _dim(exact)
-    return _dim({(_floordiv_factor(pa, pb),): 1})
+        return exact
+    return {(_floordiv_factor(a, b),): 1}
 
 
 def _divided(a: Poly, b: Poly) -> Poly | None:
