@@ -123,3 +123,16 @@ def export(name: str, path: Path, fold_constants: bool = False) -> torch.nn.Modu
             torch.onnx.export(m, (x,), str(path), dynamo=False, input_names=["x"], output_names=outs,
                               dynamic_axes={n: {0: "batch"} for n in ["x", *outs]}, do_constant_folding=fold_constants)
     return m
+
+
+def dynamo_export(model: torch.nn.Module, args: tuple, path: Path, dynamic_shapes: tuple) -> None:
+    """torch.onnx.export(dynamo=True), torch's default exporter, with its warnings and progress log muted."""
+    import logging
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            torch.onnx.export(model, args, str(path), dynamo=True, external_data=False, verbose=False,
+                              dynamic_shapes=dynamic_shapes)
+        finally:
+            logging.disable(logging.NOTSET)

@@ -9,9 +9,6 @@ onnxruntime and torch.autograd, two patterns did not build, each checked here ag
 """
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import pytest
 
@@ -21,6 +18,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+
+from onnx_models import dynamo_export  # noqa: E402
 
 import ksbuild  # noqa: E402
 
@@ -48,16 +47,8 @@ def exported(tmp_path_factory):
     torch.manual_seed(0)
     model = Patterns().eval()
     dim = torch.export.Dim
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            torch.onnx.export(model, (torch.randn(2, 5), torch.randn(2, 60)), str(root / "hf.onnx"), dynamo=True,
-                              external_data=False, verbose=False,
-                              dynamic_shapes=({0: dim("batch"), 1: dim("seq", max=64)}, {0: dim("batch"),
-                                                                                        1: dim("samples", min=10)}))
-        finally:
-            logging.disable(logging.NOTSET)
+    dynamo_export(model, (torch.randn(2, 5), torch.randn(2, 60)), root / "hf.onnx",
+                  ({0: dim("batch"), 1: dim("seq", max=64)}, {0: dim("batch"), 1: dim("samples", min=10)}))
     (root / "manifest.toml").write_text('[package]\nname = "hf_patterns"\n[kernels.p]\nonnx = "hf.onnx"\n'
                                         '[exports]\np = "p"\np_vjp = "vjp(p)"\n')
     return model, ksbuild.build(root / "manifest.toml"), ort.InferenceSession(str(root / "hf.onnx"))

@@ -172,12 +172,10 @@ def test_hypot_and_hardswish_derivatives_at_the_edges_are_torchs(tmp_path):
 
 
 def test_a_gather_from_a_table_computed_just_before(tmp_path):
-    (tmp_path / "k.py").write_text('def f(x: "float[n]", i: "i64[n]") -> "float[n]":\n    t = x * 2.0\n'
-                                   '    return t[i] + 1.0\n')
-    (tmp_path / "m.toml").write_text('[package]\nname = "gfuse"\n[kernels.f]\npython = "k.py:f"\n'
-                                     '[exports]\nf = "f"\nf_vjp = "vjp(f)"\n')
-    import ksbuild
-    p = ksbuild.build(tmp_path / "m.toml")
+    p, _ = build_kernel_file(tmp_path, 'def f(x: "float[n]", i: "i64[n]") -> "float[n]":\n    t = x * 2.0\n'
+                                       '    return t[i] + 1.0\n',
+                             '[package]\nname = "gfuse"\n[kernels.f]\npython = "k.py:f"\n'
+                             '[exports]\nf = "f"\nf_vjp = "vjp(f)"\n', "gfuse_k")
     x, i = np.arange(5.0, dtype=np.float32), np.array([4, 3, 3, 1, 0])
     np.testing.assert_array_equal(p.f(x, i), (x * 2)[i] + 1)
     np.testing.assert_array_equal(p.f_vjp(x, i, np.ones(5, np.float32)), [2, 2, 0, 4, 2])

@@ -12,9 +12,6 @@ the compiled slice read past the end of its input, in Python kernels too (x[:k] 
 """
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import pytest
 
@@ -22,6 +19,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+
+from conftest import build_kernel_file  # noqa: E402
+from onnx_models import dynamo_export  # noqa: E402
 
 import ksbuild  # noqa: E402
 from ksbuild.packaging.runtime import CallError  # noqa: E402
@@ -54,15 +54,8 @@ def exported(tmp_path_factory):
     torch.manual_seed(0)
     model = Patterns().eval()
     dim = torch.export.Dim
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            torch.onnx.export(model, (torch.randn(2, 6, 8),), str(root / "patterns.onnx"), dynamo=True,
-                              external_data=False, verbose=False,
-                              dynamic_shapes=({0: dim("batch"), 1: dim("seq", min=3, max=32)},))
-        finally:
-            logging.disable(logging.NOTSET)
+    dynamo_export(model, (torch.randn(2, 6, 8),), root / "patterns.onnx",
+                  ({0: dim("batch"), 1: dim("seq", min=3, max=32)},))
     (root / "manifest.toml").write_text('[package]\nname = "dyn_patterns"\n[kernels.p]\nonnx = "patterns.onnx"\n'
                                         '[exports]\np = "p"\np_vjp = "vjp(p)"\n')
     return model, ksbuild.build(root / "manifest.toml"), ort.InferenceSession(str(root / "patterns.onnx"))
@@ -97,11 +90,10 @@ def test_a_sequence_longer_than_the_table_is_status_1(exported):
 
 
 def test_a_python_slice_up_to_another_inputs_dim_is_checked(tmp_path):
-    (tmp_path / "k.py").write_text('def head(x: "float[n, 2]", y: "float[k]") -> "float[k, 2]":\n'
-                                   '    return x[:y.shape[0]] * 2.0\n')
-    (tmp_path / "manifest.toml").write_text('[package]\nname = "headk"\n[kernels.head]\npython = "k.py:head"\n'
-                                            '[exports]\nhead = "head"\n')
-    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    pkg, _ = build_kernel_file(tmp_path, 'def head(x: "float[n, 2]", y: "float[k]") -> "float[k, 2]":\n'
+                                         '    return x[:y.shape[0]] * 2.0\n',
+                               '[package]\nname = "headk"\n[kernels.head]\npython = "k.py:head"\n'
+                               '[exports]\nhead = "head"\n', "headk_k")
     x = np.arange(8.0, dtype=np.float32).reshape(4, 2)
     np.testing.assert_array_equal(pkg.head(x, np.zeros(3, np.float32)), x[:3] * 2)
     with pytest.raises(CallError, match="status 1"):
