@@ -214,8 +214,8 @@ def lane_einsum(b, x, w, x_batched: bool, strides, pads, dilations, groups):
 
 
 def _emit(ctx, eqn) -> None:
-    from .convolve import emit_convolve
-    emit_convolve(ctx, eqn, "tiles")
+    raise KsbuildError("internal: a conv reached the C++ writer; the select_backend pass lowers every conv to a "
+                       "convolve (prims/convolve.py)")
 
 
 conv = Prim(
