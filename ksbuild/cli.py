@@ -78,7 +78,7 @@ def _package(a) -> None:
     from .manifest import load_manifest
     from .packaging.package import package
 
-    m = load_manifest(a.manifest, a.backend)
+    m = load_manifest(a.manifest, a.backend, a.target)
     package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=_progress, backend=a.backend)
 
 

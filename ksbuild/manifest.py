@@ -176,10 +176,11 @@ class _Ctx:
         return KsbuildError(message, self.loc(path), hint)
 
 
-def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
+def load_manifest(path: str | Path, backend: str | None = None, target: str | None = None) -> Manifest:
     """Read, parse and validate a manifest.toml (or the manifest.toml in a directory).
 
-    `backend` (from --backend or the Python API) replaces the manifest's [build] backend.
+    `backend` (from --backend or the Python API) replaces the manifest's [build] backend; `target` (from
+    --target) is the one [build] cpu is checked against, instead of the manifest's own.
     """
     p = Path(path) / "manifest.toml" if Path(path).is_dir() else Path(path)
     try:
@@ -189,7 +190,7 @@ def load_manifest(path: str | Path, backend: str | None = None) -> Manifest:
     data = _parse_toml(ctx)
     _check_keys(ctx, (), data, TABLES)
     name, version = _package(ctx, _table(ctx, data, "package"))
-    build = _build(ctx, _table(ctx, data, "build", required=False))
+    build = _build(ctx, _table(ctx, data, "build", required=False), target)
     kernels = {k: _kernel(ctx, k, v, p.parent) for k, v in _table(ctx, data, "kernels").items()}
     exports = {k: _export(ctx, k, v, kernels) for k, v in _table(ctx, data, "exports").items()}
     _check_symbol_clashes(ctx, name, exports)
@@ -294,7 +295,7 @@ def _package(ctx: _Ctx, pkg: dict) -> tuple[str, str]:
     return name, _field(ctx, pkg, path, "version", "0.1.0", _VERSION, 'digits and dots, like "0.1.0"')
 
 
-def _build(ctx: _Ctx, table: dict) -> BuildSpec:
+def _build(ctx: _Ctx, table: dict, given_target: str | None = None) -> BuildSpec:
     path, default = ("build",), BuildSpec()
     _check_keys(ctx, path, table, BUILD_KEYS)
     backend = _field(ctx, table, path, "backend", default.backend, BACKENDS)
@@ -306,8 +307,8 @@ def _build(ctx: _Ctx, table: dict) -> BuildSpec:
     from .compile.targets import get_target
     get_target(target, ctx.loc(path + ("target",)) if "target" in table else None)
     cpu = _field(ctx, table, path, "cpu", default.cpu, _CPU, 'a -march value such as "native" or "x86-64-v3"')
-    if cpu:
-        _check_cpu(ctx, path + ("cpu",), cpu, get_target(target))
+    if cpu:  # (armv8.2-a with --target aarch64-linux-gnu: checked against that target's compiler, not the host's)
+        _check_cpu(ctx, path + ("cpu",), cpu, get_target(given_target or target))
     threads = table.get("threads", default.threads)
     if type(threads) is not int or not 0 <= threads <= 1024:
         raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",

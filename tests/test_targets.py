@@ -258,6 +258,20 @@ def test_cpu_is_checked_against_the_target_of_the_command_line(tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cpu_of_the_command_lines_target_is_accepted(tmp_path, capsys):
+    """cpu = "armv8.2-a" with --target aarch64-linux-gnu was checked against the host's compiler when the manifest
+    was read, and refused (held-out pass over cross builds); it is checked against the target's."""
+    need(TARGETS["aarch64-linux-gnu"])
+    root = tmp_path / "k"
+    shutil.copytree(ROOT / "examples/relu3", root, ignore=shutil.ignore_patterns("app", "build*"))
+    text = (root / "manifest.toml").read_text()
+    (root / "manifest.toml").write_text(text.replace("[build]", '[build]\ncpu = "armv8.2-a"', 1) if "[build]" in text
+                                        else text + '\n[build]\ncpu = "armv8.2-a"\n')
+    assert cli_main(["render", str(root / "manifest.toml"), "--target", "aarch64-linux-gnu", "-o",
+                     str(tmp_path / "proj")]) == 0, capsys.readouterr().err
+    assert 'set(KS_CPU "armv8.2-a"' in (tmp_path / "proj" / "CMakeLists.txt").read_text()
+
+
 @pytest.mark.parametrize("target, manifest, expect, absent", [
     ("cortex-m4", GMM, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: VFPv4-D16", "Tag_ABI_VFP_args: VFP registers"], []),
     ("cortex-m7", RELU3, ["Tag_CPU_arch: v7E-M", "Tag_FP_arch: FPv5/FP-D16", "Tag_ABI_VFP_args: VFP registers"], []),

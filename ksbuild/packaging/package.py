@@ -101,7 +101,7 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
 def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print,
            backend: str | None = None, target: str | None = None) -> Manifest:
     """Write the standalone CMake project of a manifest into `out` (backend, target override [build])."""
-    m = load_manifest(manifest, backend)
+    m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target)
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
     exports = build_exports(m)
@@ -122,7 +122,7 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
             python_module: bool = False, progress: Callable[[str], None] = print,
             backend: str | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed)."""
-    m = load_manifest(manifest, backend)
+    m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target, python_module)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     key = content_hash(m, t.name, "py" if python_module else "")

@@ -44,7 +44,7 @@ BUILD_HOOK = "import sys, scikit_build_core.build as b; b.build_wheel(sys.argv[1
 def render_wheel_project(manifest: str | Path, out: Path, *, target: str | None = None,
                          backend: str | None = None, progress: Progress = print) -> Manifest:
     """Write the scikit-build-core project of a manifest into `out` (replaced if it exists)."""
-    m = load_manifest(manifest, backend)
+    m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target, python_module=True)
     _check_names(m)
     render(manifest, out, progress, backend, t.name)
@@ -69,7 +69,7 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
         raise KsbuildError("ksbuild wheel needs scikit-build-core, which is not installed",
                            hint="pip install 'ksbuild[wheel]' (or pip install scikit-build-core)")
     out_dir = Path(out_dir) if out_dir is not None else Path.cwd() / "dist"
-    m = load_manifest(manifest, backend)
+    m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target, python_module=True)
     skbuild = importlib.metadata.version("scikit-build-core")
     key = content_hash(m, t.name, f"wheel {skbuild}")  # (what `ksbuild package` hashes, and the wheel builder)
