@@ -707,9 +707,9 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp46 = reinterpret_cast<float*>(next_slot);
+    float* const tmp48 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp51 = reinterpret_cast<float*>(next_slot);
+    float* const tmp53 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
@@ -742,10 +742,15 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     }
     for (int64_t i19 = 0; i19 < K; ++i19) {
         float acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const float qs_i = icf[i19 * T + i20];
-            acc += qs_i;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t i20 = block; i20 < block_end; ++i20) {
+                const float qs_i = icf[i19 * T + i20];
+                acc_block += qs_i;
+            }
+            acc += acc_block;
         }
         tmp[i19] = acc;
     }
@@ -771,168 +776,188 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     for (int64_t i31 = 0; i31 < n; ++i31) {
         for (int64_t i32 = 0; i32 < K; ++i32) {
             float acc33 = 0;
-            KS_OMP_SIMD(reduction(+:acc33))
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i34];
-                const float t35 = ks::ipow<2>(mahalanobis_i);
-                acc33 += t35;
+            for (int64_t block34 = 0; block34 < d; block34 += 512) {
+                const int64_t block_end35 = d - block34 < 512 ? d : block34 + 512;
+                float acc33_block = 0;
+                KS_OMP_SIMD(reduction(+:acc33_block))
+                for (int64_t i36 = block34; i36 < block_end35; ++i36) {
+                    const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i36];
+                    const float t37 = ks::ipow<2>(mahalanobis_i);
+                    acc33_block += t37;
+                }
+                acc33 += acc33_block;
             }
             tmp30[i31 * K + i32] = acc33;
         }
     }
-    const int64_t t36 = (-n);
-    const int64_t t37 = (t36 * d);
-    const double t38 = static_cast<double>(t37);
-    const double t39 = (t38 * 0.5);
-    const double constant = (t39 * 1.8378770664093453);
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const float x_i42 = tmp30[i40 * K + i41];
-            const float t43 = (0.5f * x_i42);
-            const float x_i44 = base[i41];
-            const float scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    const int64_t t38 = (-n);
+    const int64_t t39 = (t38 * d);
+    const double t40 = static_cast<double>(t39);
+    const double t41 = (t40 * 0.5);
+    const double constant = (t41 * 1.8378770664093453);
+    for (int64_t i42 = 0; i42 < n; ++i42) {
+        for (int64_t i43 = 0; i43 < K; ++i43) {
+            const float x_i44 = tmp30[i42 * K + i43];
+            const float t45 = (0.5f * x_i44);
+            const float x_i46 = base[i43];
+            const float scores47 = (x_i46 - t45);
+            scores[i42 * K + i43] = scores47;
         }
     }
-    for (int64_t i47 = 0; i47 < n; ++i47) {
-        float acc48 = ks::lowest<float>();
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const float x_i50 = scores[i47 * K + i49];
-            acc48 = ks::running_max(acc48, x_i50);
+    for (int64_t i49 = 0; i49 < n; ++i49) {
+        float acc50 = ks::lowest<float>();
+        for (int64_t i51 = 0; i51 < K; ++i51) {
+            const float x_i52 = scores[i49 * K + i51];
+            acc50 = ks::running_max(acc50, x_i52);
         }
-        tmp46[i47] = acc48;
+        tmp48[i49] = acc50;
     }
-    for (int64_t i52 = 0; i52 < n; ++i52) {
-        const float x_i53 = tmp46[i52];
-        const float t54 = ks::abs(x_i53);
-        const bool t55 = (t54 == __builtin_huge_valf());
-        const float t56 = (t55 ? 0.0f : x_i53);
-        tmp51[i52] = t56;
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        const float x_i55 = tmp48[i54];
+        const float t56 = ks::abs(x_i55);
+        const bool t57 = (t56 == __builtin_huge_valf());
+        const float t58 = (t57 ? 0.0f : x_i55);
+        tmp53[i54] = t58;
     }
-    float* const tmp57 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i58 = 0; i58 < n; ++i58) {
-        float acc59 = 0;
-        KS_OMP_SIMD(reduction(+:acc59))
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const float scores_i = scores[i58 * K + i60];
-            const float x_i61 = tmp51[i58];
-            const float t62 = (scores_i - x_i61);
-            const float t63 = ks::exp(t62);
-            acc59 += t63;
+    float* const tmp59 = tmp48;  // reuses a dead buffer's space
+    for (int64_t i60 = 0; i60 < n; ++i60) {
+        float acc61 = 0;
+        for (int64_t block62 = 0; block62 < K; block62 += 512) {
+            const int64_t block_end63 = K - block62 < 512 ? K : block62 + 512;
+            float acc61_block = 0;
+            KS_OMP_SIMD(reduction(+:acc61_block))
+            for (int64_t i64 = block62; i64 < block_end63; ++i64) {
+                const float scores_i = scores[i60 * K + i64];
+                const float x_i65 = tmp53[i60];
+                const float t66 = (scores_i - x_i65);
+                const float t67 = ks::exp(t66);
+                acc61_block += t67;
+            }
+            acc61 += acc61_block;
         }
-        tmp57[i58] = acc59;
+        tmp59[i60] = acc61;
     }
-    float acc64 = 0;
-    KS_OMP_SIMD(reduction(+:acc64))
-    for (int64_t i65 = 0; i65 < n; ++i65) {
-        const float x_i66 = tmp57[i65];
-        const float t67 = ks::log(x_i66);
-        const float x_i68 = tmp51[i65];
-        const float t69 = (t67 + x_i68);
-        acc64 += t69;
+    float acc68 = 0;
+    for (int64_t block69 = 0; block69 < n; block69 += 512) {
+        const int64_t block_end70 = n - block69 < 512 ? n : block69 + 512;
+        float acc68_block = 0;
+        KS_OMP_SIMD(reduction(+:acc68_block))
+        for (int64_t i71 = block69; i71 < block_end70; ++i71) {
+            const float x_i72 = tmp59[i71];
+            const float t73 = ks::log(x_i72);
+            const float x_i74 = tmp53[i71];
+            const float t75 = (t73 + x_i74);
+            acc68_block += t75;
+        }
+        acc68 += acc68_block;
     }
-    const double t70 = static_cast<double>(acc64);
-    const double t71 = (constant + t70);
-    float acc72 = ks::lowest<float>();
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const float x_i74 = alphas[i73];
-        acc72 = ks::running_max(acc72, x_i74);
-    }
-    const float t75 = ks::abs(acc72);
-    const bool t76 = (t75 == __builtin_huge_valf());
-    const float t77 = (t76 ? 0.0f : acc72);
-    float acc78 = 0;
-    KS_OMP_SIMD(reduction(+:acc78))
+    const double t76 = static_cast<double>(acc68);
+    const double t77 = (constant + t76);
+    float acc78 = ks::lowest<float>();
     for (int64_t i79 = 0; i79 < K; ++i79) {
-        const float alphas_i80 = alphas[i79];
-        const float x_i81 = t77;
-        const float t82 = (alphas_i80 - x_i81);
-        const float t83 = ks::exp(t82);
-        acc78 += t83;
+        const float x_i80 = alphas[i79];
+        acc78 = ks::running_max(acc78, x_i80);
     }
-    const float t84 = ks::log(acc78);
-    const float t85 = (t84 + t77);
-    const float t86 = static_cast<float>(n);
-    const float t87 = (t86 * t85);
-    const double t88 = static_cast<double>(t87);
-    const double t89 = (t71 - t88);
-    double r90;
+    const float t81 = ks::abs(acc78);
+    const bool t82 = (t81 == __builtin_huge_valf());
+    const float t83 = (t82 ? 0.0f : acc78);
+    float acc84 = 0;
+    for (int64_t block85 = 0; block85 < K; block85 += 512) {
+        const int64_t block_end86 = K - block85 < 512 ? K : block85 + 512;
+        float acc84_block = 0;
+        KS_OMP_SIMD(reduction(+:acc84_block))
+        for (int64_t i87 = block85; i87 < block_end86; ++i87) {
+            const float alphas_i88 = alphas[i87];
+            const float x_i89 = t83;
+            const float t90 = (alphas_i88 - x_i89);
+            const float t91 = ks::exp(t90);
+            acc84_block += t91;
+        }
+        acc84 += acc84_block;
+    }
+    const float t92 = ks::log(acc84);
+    const float t93 = (t92 + t83);
+    const float t94 = static_cast<float>(n);
+    const float t95 = (t94 * t93);
+    const double t96 = static_cast<double>(t95);
+    const double t97 = (t77 - t96);
+    double r98;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t91 = static_cast<float>(d);
-        const float t92 = (t91 + wishart_m);
-        const float n_w = (t92 + 1.0f);
-        const float t93 = (n_w * t91);
-        const float t94 = ks::log(wishart_gamma);
-        const float t95 = (t94 - 0.3465735912322998f);
-        const float t96 = (t93 * t95);
-        const float t97 = (0.5f * n_w);
-        double r98;
+        const float t99 = static_cast<float>(d);
+        const float t100 = (t99 + wishart_m);
+        const float n_w = (t100 + 1.0f);
+        const float t101 = (n_w * t99);
+        const float t102 = ks::log(wishart_gamma);
+        const float t103 = (t102 - 0.3465735912322998f);
+        const float t104 = (t101 * t103);
+        const float t105 = (0.5f * n_w);
+        double r106;
         {  // log_gamma_d(a)
-            const double t99 = static_cast<double>(d);
-            const double t100 = (0.25 * t99);
-            const double t101 = static_cast<double>((d - 1));
-            const double t102 = (t100 * t101);
-            const double t103 = (t102 * 1.1447298858494002);
-            double r104;
-            r104 = 0.0;
-            for (int64_t k105 = 0; k105 < d; ++k105) {
-                const int64_t t106 = (k105 + int64_t{1});
-                const int64_t t107 = (int64_t{1} - t106);
-                const double t108 = static_cast<double>(t107);
-                const double t109 = (0.5 * t108);
-                const double t110 = static_cast<double>(t97);
-                const double t111 = (t110 + t109);
-                const double t112 = std::lgamma(t111);
-                const double sum_25_55 = (r104 + t112);
-                r104 = sum_25_55;
+            const double t107 = static_cast<double>(d);
+            const double t108 = (0.25 * t107);
+            const double t109 = static_cast<double>((d - 1));
+            const double t110 = (t108 * t109);
+            const double t111 = (t110 * 1.1447298858494002);
+            double r112;
+            r112 = 0.0;
+            for (int64_t k113 = 0; k113 < d; ++k113) {
+                const int64_t t114 = (k113 + int64_t{1});
+                const int64_t t115 = (int64_t{1} - t114);
+                const double t116 = static_cast<double>(t115);
+                const double t117 = (0.5 * t116);
+                const double t118 = static_cast<double>(t105);
+                const double t119 = (t118 + t117);
+                const double t120 = std::lgamma(t119);
+                const double sum_25_55 = (r112 + t120);
+                r112 = sum_25_55;
             }
-            const double t113 = (t103 + r104);
-            r98 = t113;
+            const double t121 = (t111 + r112);
+            r106 = t121;
         }
-        const double t114 = static_cast<double>(t96);
-        const double C = (t114 - r98);
-        float acc115 = 0;
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            KS_OMP_SIMD(reduction(+:acc115))
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                const float qs_i118 = icf[i116 * T + i117];
-                const float t119 = ks::exp(qs_i118);
-                const float t120 = ks::ipow<2>(t119);
-                acc115 += t120;
-            }
-        }
-        float acc121 = 0;
-        for (int64_t i122 = 0; i122 < K; ++i122) {
-            KS_OMP_SIMD(reduction(+:acc121))
-            for (int64_t i123 = 0; i123 < (T - d); ++i123) {
-                const float ls_i = (icf + d)[i122 * T + i123];
-                const float t124 = ks::ipow<2>(ls_i);
-                acc121 += t124;
+        const double t122 = static_cast<double>(t104);
+        const double C = (t122 - r106);
+        float acc123 = 0;
+        for (int64_t i124 = 0; i124 < K; ++i124) {
+            KS_OMP_SIMD(reduction(+:acc123))
+            for (int64_t i125 = 0; i125 < d; ++i125) {
+                const float qs_i126 = icf[i124 * T + i125];
+                const float t127 = ks::exp(qs_i126);
+                const float t128 = ks::ipow<2>(t127);
+                acc123 += t128;
             }
         }
-        const float frobenius = (acc115 + acc121);
-        const float t125 = ks::ipow<2>(wishart_gamma);
-        const float t126 = (0.5f * t125);
-        const float t127 = (t126 * frobenius);
-        float acc128 = 0;
-        for (int64_t i129 = 0; i129 < K; ++i129) {
-            KS_OMP_SIMD(reduction(+:acc128))
-            for (int64_t i130 = 0; i130 < d; ++i130) {
-                const float qs_i131 = icf[i129 * T + i130];
-                acc128 += qs_i131;
+        float acc129 = 0;
+        for (int64_t i130 = 0; i130 < K; ++i130) {
+            KS_OMP_SIMD(reduction(+:acc129))
+            for (int64_t i131 = 0; i131 < (T - d); ++i131) {
+                const float ls_i = (icf + d)[i130 * T + i131];
+                const float t132 = ks::ipow<2>(ls_i);
+                acc129 += t132;
             }
         }
-        const float t132 = (wishart_m * acc128);
-        const float t133 = (t127 - t132);
-        const double t134 = static_cast<double>(K);
-        const double t135 = (t134 * C);
-        const double t136 = static_cast<double>(t133);
-        const double t137 = (t136 - t135);
-        r90 = t137;
+        const float frobenius = (acc123 + acc129);
+        const float t133 = ks::ipow<2>(wishart_gamma);
+        const float t134 = (0.5f * t133);
+        const float t135 = (t134 * frobenius);
+        float acc136 = 0;
+        for (int64_t i137 = 0; i137 < K; ++i137) {
+            KS_OMP_SIMD(reduction(+:acc136))
+            for (int64_t i138 = 0; i138 < d; ++i138) {
+                const float qs_i139 = icf[i137 * T + i138];
+                acc136 += qs_i139;
+            }
+        }
+        const float t140 = (wishart_m * acc136);
+        const float t141 = (t135 - t140);
+        const double t142 = static_cast<double>(K);
+        const double t143 = (t142 * C);
+        const double t144 = static_cast<double>(t141);
+        const double t145 = (t144 - t143);
+        r98 = t145;
     }
-    const double t138 = (t89 + r90);
-    const float t139 = static_cast<float>(t138);
-    *out = t139;
+    const double t146 = (t97 + r98);
+    const float t147 = static_cast<float>(t146);
+    *out = t147;
     return ks::status::ok;
 }
 
@@ -987,27 +1012,27 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp58 = reinterpret_cast<float*>(next_slot);
+    float* const tmp60 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp63 = reinterpret_cast<float*>(next_slot);
+    float* const tmp65 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum122 = reinterpret_cast<float*>(next_slot);
+    float* const sum128 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod127 = reinterpret_cast<float*>(next_slot);
+    float* const prod133 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r149 = reinterpret_cast<float*>(next_slot);
+    float* const r155 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r153 = reinterpret_cast<float*>(next_slot);
+    float* const r159 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded185 = reinterpret_cast<float*>(next_slot);
+    float* const padded191 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1059,10 +1084,15 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
     for (int64_t i35 = 0; i35 < K; ++i35) {
         float acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i36 = 0; i36 < d; ++i36) {
-            const float qs_i = icf[i35 * T + i36];
-            acc += qs_i;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t i36 = block; i36 < block_end; ++i36) {
+                const float qs_i = icf[i35 * T + i36];
+                acc_block += qs_i;
+            }
+            acc += acc_block;
         }
         tmp[i35] = acc;
     }
@@ -1088,268 +1118,283 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     for (int64_t i47 = 0; i47 < n; ++i47) {
         for (int64_t i48 = 0; i48 < K; ++i48) {
             float acc49 = 0;
-            KS_OMP_SIMD(reduction(+:acc49))
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                const float mahalanobis_i = mahalanobis[i47 * (K * d) + i48 * d + i50];
-                const float t51 = ks::ipow<2>(mahalanobis_i);
-                acc49 += t51;
+            for (int64_t block50 = 0; block50 < d; block50 += 512) {
+                const int64_t block_end51 = d - block50 < 512 ? d : block50 + 512;
+                float acc49_block = 0;
+                KS_OMP_SIMD(reduction(+:acc49_block))
+                for (int64_t i52 = block50; i52 < block_end51; ++i52) {
+                    const float mahalanobis_i = mahalanobis[i47 * (K * d) + i48 * d + i52];
+                    const float t53 = ks::ipow<2>(mahalanobis_i);
+                    acc49_block += t53;
+                }
+                acc49 += acc49_block;
             }
             tmp46[i47 * K + i48] = acc49;
         }
     }
-    for (int64_t i52 = 0; i52 < n; ++i52) {
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const float x_i54 = tmp46[i52 * K + i53];
-            const float t55 = (0.5f * x_i54);
-            const float x_i56 = base[i53];
-            const float scores57 = (x_i56 - t55);
-            scores[i52 * K + i53] = scores57;
+    for (int64_t i54 = 0; i54 < n; ++i54) {
+        for (int64_t i55 = 0; i55 < K; ++i55) {
+            const float x_i56 = tmp46[i54 * K + i55];
+            const float t57 = (0.5f * x_i56);
+            const float x_i58 = base[i55];
+            const float scores59 = (x_i58 - t57);
+            scores[i54 * K + i55] = scores59;
         }
     }
-    for (int64_t i59 = 0; i59 < n; ++i59) {
-        float acc60 = ks::lowest<float>();
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            const float x_i62 = scores[i59 * K + i61];
-            acc60 = ks::running_max(acc60, x_i62);
+    for (int64_t i61 = 0; i61 < n; ++i61) {
+        float acc62 = ks::lowest<float>();
+        for (int64_t i63 = 0; i63 < K; ++i63) {
+            const float x_i64 = scores[i61 * K + i63];
+            acc62 = ks::running_max(acc62, x_i64);
         }
-        tmp58[i59] = acc60;
+        tmp60[i61] = acc62;
     }
-    for (int64_t i64 = 0; i64 < n; ++i64) {
-        const float x_i65 = tmp58[i64];
-        const float t66 = ks::abs(x_i65);
-        const bool t67 = (t66 == __builtin_huge_valf());
-        const float t68 = (t67 ? 0.0f : x_i65);
-        tmp63[i64] = t68;
+    for (int64_t i66 = 0; i66 < n; ++i66) {
+        const float x_i67 = tmp60[i66];
+        const float t68 = ks::abs(x_i67);
+        const bool t69 = (t68 == __builtin_huge_valf());
+        const float t70 = (t69 ? 0.0f : x_i67);
+        tmp65[i66] = t70;
     }
-    float* const tmp69 = tmp46;  // reuses a dead buffer's space
-    float* const tmp70 = tmp58;  // reuses a dead buffer's space
-    for (int64_t i71 = 0; i71 < n; ++i71) {
-        float acc72 = 0;
-        KS_OMP_SIMD(reduction(+:acc72))
-        for (int64_t i73 = 0; i73 < K; ++i73) {
-            const float scores_i = scores[i71 * K + i73];
-            const float x_i74 = tmp63[i71];
-            const float t75 = (scores_i - x_i74);
-            const float t76 = ks::exp(t75);
-            tmp69[i71 * K + i73] = t76;
-            acc72 += t76;
+    float* const tmp71 = tmp46;  // reuses a dead buffer's space
+    float* const tmp72 = tmp60;  // reuses a dead buffer's space
+    for (int64_t i73 = 0; i73 < n; ++i73) {
+        float acc74 = 0;
+        for (int64_t block75 = 0; block75 < K; block75 += 512) {
+            const int64_t block_end76 = K - block75 < 512 ? K : block75 + 512;
+            float acc74_block = 0;
+            KS_OMP_SIMD(reduction(+:acc74_block))
+            for (int64_t i77 = block75; i77 < block_end76; ++i77) {
+                const float scores_i = scores[i73 * K + i77];
+                const float x_i78 = tmp65[i73];
+                const float t79 = (scores_i - x_i78);
+                const float t80 = ks::exp(t79);
+                tmp71[i73 * K + i77] = t80;
+                acc74_block += t80;
+            }
+            acc74 += acc74_block;
         }
-        tmp70[i71] = acc72;
+        tmp72[i73] = acc74;
     }
-    float acc77 = ks::lowest<float>();
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const float x_i79 = alphas[i78];
-        acc77 = ks::running_max(acc77, x_i79);
+    float acc81 = ks::lowest<float>();
+    for (int64_t i82 = 0; i82 < K; ++i82) {
+        const float x_i83 = alphas[i82];
+        acc81 = ks::running_max(acc81, x_i83);
     }
-    const float t80 = ks::abs(acc77);
-    const bool t81 = (t80 == __builtin_huge_valf());
-    const float t82 = (t81 ? 0.0f : acc77);
-    float* const tmp83 = tmp;  // reuses a dead buffer's space
-    float acc84 = 0;
-    KS_OMP_SIMD(reduction(+:acc84))
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const float alphas_i86 = alphas[i85];
-        const float x_i87 = t82;
-        const float t88 = (alphas_i86 - x_i87);
-        const float t89 = ks::exp(t88);
-        tmp83[i85] = t89;
-        acc84 += t89;
+    const float t84 = ks::abs(acc81);
+    const bool t85 = (t84 == __builtin_huge_valf());
+    const float t86 = (t85 ? 0.0f : acc81);
+    float* const tmp87 = tmp;  // reuses a dead buffer's space
+    float acc88 = 0;
+    for (int64_t block89 = 0; block89 < K; block89 += 512) {
+        const int64_t block_end90 = K - block89 < 512 ? K : block89 + 512;
+        float acc88_block = 0;
+        KS_OMP_SIMD(reduction(+:acc88_block))
+        for (int64_t i91 = block89; i91 < block_end90; ++i91) {
+            const float alphas_i92 = alphas[i91];
+            const float x_i93 = t86;
+            const float t94 = (alphas_i92 - x_i93);
+            const float t95 = ks::exp(t94);
+            tmp87[i91] = t95;
+            acc88_block += t95;
+        }
+        acc88 += acc88_block;
     }
-    const float t90 = static_cast<float>(n);
-    const float t91 = (1.0f / acc84);
-    const float t92 = ks::ipow<2>(wishart_gamma);
-    const float t93 = (0.5f * t92);
-    const float t94 = ((-1.0f) * wishart_m);
-    const float t95 = ((-1.0f) * t90);
-    const float t96 = (t95 * t91);
-    float* const tmp97 = tmp63;  // reuses a dead buffer's space
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        const float x_i99 = tmp70[i98];
-        const float t100 = (1.0f / x_i99);
-        tmp97[i98] = t100;
+    const float t96 = static_cast<float>(n);
+    const float t97 = (1.0f / acc88);
+    const float t98 = ks::ipow<2>(wishart_gamma);
+    const float t99 = (0.5f * t98);
+    const float t100 = ((-1.0f) * wishart_m);
+    const float t101 = ((-1.0f) * t96);
+    const float t102 = (t101 * t97);
+    float* const tmp103 = tmp65;  // reuses a dead buffer's space
+    for (int64_t i104 = 0; i104 < n; ++i104) {
+        const float x_i105 = tmp72[i104];
+        const float t106 = (1.0f / x_i105);
+        tmp103[i104] = t106;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            const float x_i103 = tmp97[i101];
-            const float x_i104 = tmp69[i101 * K + i102];
-            const float d_scores105 = (x_i103 * x_i104);
-            d_scores[i101 * K + i102] = d_scores105;
+    for (int64_t i107 = 0; i107 < n; ++i107) {
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            const float x_i109 = tmp103[i107];
+            const float x_i110 = tmp71[i107 * K + i108];
+            const float d_scores111 = (x_i109 * x_i110);
+            d_scores[i107 * K + i108] = d_scores111;
         }
     }
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        sum[i106] = 0;
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        sum[i112] = 0;
     }
-    for (int64_t i107 = 0; i107 < n; ++i107) {
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            sum[i108] += d_scores[i107 * K + i108];
+    for (int64_t i113 = 0; i113 < n; ++i113) {
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            sum[i114] += d_scores[i113 * K + i114];
         }
     }
-    float* const tmp109 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i110 = 0; i110 < n; ++i110) {
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            const float d_scores_i = d_scores[i110 * K + i111];
-            const float t112 = (d_scores_i * (-1.0f));
-            const float t113 = (t112 * 0.5f);
-            tmp109[i110 * K + i111] = t113;
+    float* const tmp115 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i116 = 0; i116 < n; ++i116) {
+        for (int64_t i117 = 0; i117 < K; ++i117) {
+            const float d_scores_i = d_scores[i116 * K + i117];
+            const float t118 = (d_scores_i * (-1.0f));
+            const float t119 = (t118 * 0.5f);
+            tmp115[i116 * K + i117] = t119;
         }
     }
-    for (int64_t i114 = 0; i114 < n; ++i114) {
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                const float mahalanobis_i117 = mahalanobis[i114 * (K * d) + i115 * d + i116];
-                const float t118 = (2.0f * mahalanobis_i117);
-                const float x_i119 = tmp109[i114 * K + i115];
-                const float d_mahalanobis120 = (x_i119 * t118);
-                d_mahalanobis[i114 * (K * d) + i115 * d + i116] = d_mahalanobis120;
+    for (int64_t i120 = 0; i120 < n; ++i120) {
+        for (int64_t i121 = 0; i121 < K; ++i121) {
+            for (int64_t i122 = 0; i122 < d; ++i122) {
+                const float mahalanobis_i123 = mahalanobis[i120 * (K * d) + i121 * d + i122];
+                const float t124 = (2.0f * mahalanobis_i123);
+                const float x_i125 = tmp115[i120 * K + i121];
+                const float d_mahalanobis126 = (x_i125 * t124);
+                d_mahalanobis[i120 * (K * d) + i121 * d + i122] = d_mahalanobis126;
             }
         }
     }
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i121 * d), 1, K * d}, {(centered + i121 * d), K * d, 1}, {(prod + i121 * (d * d)), d, 1}, false, scratch_float);
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i127 * d), 1, K * d}, {(centered + i127 * d), K * d, 1}, {(prod + i127 * (d * d)), d, 1}, false, scratch_float);
     }
-    for (int64_t i123 = 0; i123 < K * d; ++i123) {
-        sum122[i123] = 0;
+    for (int64_t i129 = 0; i129 < K * d; ++i129) {
+        sum128[i129] = 0;
     }
-    for (int64_t i124 = 0; i124 < n; ++i124) {
-        for (int64_t i125 = 0; i125 < K; ++i125) {
-            for (int64_t i126 = 0; i126 < d; ++i126) {
-                sum122[i125 * d + i126] += d_mahalanobis[i124 * (K * d) + i125 * d + i126];
+    for (int64_t i130 = 0; i130 < n; ++i130) {
+        for (int64_t i131 = 0; i131 < K; ++i131) {
+            for (int64_t i132 = 0; i132 < d; ++i132) {
+                sum128[i131 * d + i132] += d_mahalanobis[i130 * (K * d) + i131 * d + i132];
             }
         }
     }
-    for (int64_t i128 = 0; i128 < K * d; ++i128) {
-        prod127[i128] = 0;
+    for (int64_t i134 = 0; i134 < K * d; ++i134) {
+        prod133[i134] = 0;
     }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            for (int64_t i131 = 0; i131 < d; ++i131) {
-                prod127[i129 * d + i131] += sum122[i129 * d + i130] * r[i129 * (d * d) + i130 * d + i131];
+    for (int64_t i135 = 0; i135 < K; ++i135) {
+        for (int64_t i136 = 0; i136 < d; ++i136) {
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                prod133[i135 * d + i137] += sum128[i135 * d + i136] * r[i135 * (d * d) + i136 * d + i137];
             }
         }
     }
-    float* const tmp132 = sum122;  // reuses a dead buffer's space
-    for (int64_t i133 = 0; i133 < 1; ++i133) {
-        for (int64_t i134 = 0; i134 < K; ++i134) {
-            for (int64_t i135 = 0; i135 < d; ++i135) {
-                const float x_i136 = prod127[i133 * (K * d) + i134 * d + i135];
-                const float t137 = (x_i136 * (-1.0f));
-                tmp132[i133 * (K * d) + i134 * d + i135] = t137;
+    float* const tmp138 = sum128;  // reuses a dead buffer's space
+    for (int64_t i139 = 0; i139 < 1; ++i139) {
+        for (int64_t i140 = 0; i140 < K; ++i140) {
+            for (int64_t i141 = 0; i141 < d; ++i141) {
+                const float x_i142 = prod133[i139 * (K * d) + i140 * d + i141];
+                const float t143 = (x_i142 * (-1.0f));
+                tmp138[i139 * (K * d) + i140 * d + i141] = t143;
             }
         }
     }
-    float* const d_qs = prod127;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < K; ++i138) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            const float qs_i140 = icf[i138 * T + i139];
-            const float t141 = ks::exp(qs_i140);
-            const float t142 = (2.0f * t141);
-            const float x_i143 = t93;
-            const float t144 = (x_i143 * t142);
-            const float t145 = (t144 * t141);
-            const float d_qs_i = t94;
-            const float d_qs146 = (d_qs_i + t145);
-            const float x_i147 = sum[i138];
-            const float d_qs148 = (d_qs146 + x_i147);
-            d_qs[i138 * d + i139] = d_qs148;
+    float* const d_qs = prod133;  // reuses a dead buffer's space
+    for (int64_t i144 = 0; i144 < K; ++i144) {
+        for (int64_t i145 = 0; i145 < d; ++i145) {
+            const float qs_i146 = icf[i144 * T + i145];
+            const float t147 = ks::exp(qs_i146);
+            const float t148 = (2.0f * t147);
+            const float x_i149 = t99;
+            const float t150 = (x_i149 * t148);
+            const float t151 = (t150 * t147);
+            const float d_qs_i = t100;
+            const float d_qs152 = (d_qs_i + t151);
+            const float x_i153 = sum[i144];
+            const float d_qs154 = (d_qs152 + x_i153);
+            d_qs[i144 * d + i145] = d_qs154;
         }
     }
-    for (int64_t i150 = 0; i150 < K * T; ++i150) {
-        r149[i150] = 0.0f;
+    for (int64_t i156 = 0; i156 < K * T; ++i156) {
+        r155[i156] = 0.0f;
     }
-    for (int64_t k151 = K - 1; k151 >= 0; --k151) {
-        float* const r152 = r10;  // reuses a dead buffer's space
-        float r154;
-        for (int64_t i155 = 0; i155 < d; ++i155) {
-            r152[i155] = 0.0f;
+    for (int64_t k157 = K - 1; k157 >= 0; --k157) {
+        float* const r158 = r10;  // reuses a dead buffer's space
+        float r160;
+        for (int64_t i161 = 0; i161 < d; ++i161) {
+            r158[i161] = 0.0f;
         }
-        for (int64_t i156 = 0; i156 < T; ++i156) {
-            r153[i156] = 0.0f;
+        for (int64_t i162 = 0; i162 < T; ++i162) {
+            r159[i162] = 0.0f;
         }
-        r154 = 0.0f;
-        for (int64_t k157 = d - 1; k157 >= 0; --k157) {
-            float r158;
-            float r159;
-            r158 = 0.0f;
-            r159 = r154;
-            for (int64_t k160 = d - 1; k160 >= 0; --k160) {
-                const int64_t t161 = ((2*d) - k160);
-                const int64_t t162 = (t161 - int64_t{1});
-                const int64_t t163 = (k160 * t162);
-                const int64_t t164 = ks::floordiv(t163, int64_t{2});
-                const int64_t t165 = (d + t164);
-                const int64_t t166 = (t165 + k157);
-                const int64_t t167 = (t166 - k160);
+        r160 = 0.0f;
+        for (int64_t k163 = d - 1; k163 >= 0; --k163) {
+            float r164;
+            float r165;
+            r164 = 0.0f;
+            r165 = r160;
+            for (int64_t k166 = d - 1; k166 >= 0; --k166) {
+                const int64_t t167 = ((2*d) - k166);
                 const int64_t t168 = (t167 - int64_t{1});
-                const float t169 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? (((prod + k151 * (d * d)) + k157 * d) + k160)[0] : 0.0f);
-                const float t170 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? 0.0f : (((prod + k151 * (d * d)) + k157 * d) + k160)[0]);
-                const float t171 = ((((r2 + k151 * (d * d)) + k157 * d) + k160)[0] ? t170 : 0.0f);
-                (r153 + ks::clamp_index(t168, T))[0] += t171;
-                const float t172 = (t169 * (((r1 + k151 * (d * d)) + k157 * d) + k160)[0]);
-                const float t173 = (r158 + t172);
-                r158 = t173;
+                const int64_t t169 = (k166 * t168);
+                const int64_t t170 = ks::floordiv(t169, int64_t{2});
+                const int64_t t171 = (d + t170);
+                const int64_t t172 = (t171 + k163);
+                const int64_t t173 = (t172 - k166);
+                const int64_t t174 = (t173 - int64_t{1});
+                const float t175 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? (((prod + k157 * (d * d)) + k163 * d) + k166)[0] : 0.0f);
+                const float t176 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? 0.0f : (((prod + k157 * (d * d)) + k163 * d) + k166)[0]);
+                const float t177 = ((((r2 + k157 * (d * d)) + k163 * d) + k166)[0] ? t176 : 0.0f);
+                (r159 + ks::clamp_index(t174, T))[0] += t177;
+                const float t178 = (t175 * (((r1 + k157 * (d * d)) + k163 * d) + k166)[0]);
+                const float t179 = (r164 + t178);
+                r164 = t179;
             }
-            (r152 + k157)[0] += r158;
-            r154 = r159;
+            (r158 + k163)[0] += r164;
+            r160 = r165;
         }
-        (r152 + ks::clamp_index(int64_t{0}, d))[0] += r154;
-        for (int64_t i174 = 0; i174 < T; ++i174) {
-            (r149 + k151 * T)[i174] += r153[i174];
+        (r158 + ks::clamp_index(int64_t{0}, d))[0] += r160;
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            (r155 + k157 * T)[i180] += r159[i180];
         }
-        for (int64_t i175 = 0; i175 < d; ++i175) {
-            (d_qs + k151 * d)[i175] += r152[i175];
-        }
-    }
-    for (int64_t i176 = 0; i176 < K; ++i176) {
-        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
-            const float ls_i = (icf + d)[i176 * T + i177];
-            const float t178 = (2.0f * ls_i);
-            const float x_i179 = t93;
-            const float d_ls180 = (x_i179 * t178);
-            d_ls[i176 * ((T - d)) + i177] = d_ls180;
+        for (int64_t i181 = 0; i181 < d; ++i181) {
+            (d_qs + k157 * d)[i181] += r158[i181];
         }
     }
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < d; ++i182) {
-            padded[i181 * T + i182] = 0.0f;
+    for (int64_t i182 = 0; i182 < K; ++i182) {
+        for (int64_t i183 = 0; i183 < (T - d); ++i183) {
+            const float ls_i = (icf + d)[i182 * T + i183];
+            const float t184 = (2.0f * ls_i);
+            const float x_i185 = t99;
+            const float d_ls186 = (x_i185 * t184);
+            d_ls[i182 * ((T - d)) + i183] = d_ls186;
         }
     }
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < (T - d); ++i184) {
-            (padded + d)[i183 * T + i184] = d_ls[i183 * ((T - d)) + i184];
+    for (int64_t i187 = 0; i187 < K; ++i187) {
+        for (int64_t i188 = 0; i188 < d; ++i188) {
+            padded[i187 * T + i188] = 0.0f;
         }
     }
-    for (int64_t i186 = 0; i186 < K; ++i186) {
-        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
-            (padded185 + d)[i186 * T + i187] = 0.0f;
+    for (int64_t i189 = 0; i189 < K; ++i189) {
+        for (int64_t i190 = 0; i190 < (T - d); ++i190) {
+            (padded + d)[i189 * T + i190] = d_ls[i189 * ((T - d)) + i190];
         }
     }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            padded185[i188 * T + i189] = d_qs[i188 * d + i189];
+    for (int64_t i192 = 0; i192 < K; ++i192) {
+        for (int64_t i193 = 0; i193 < (T - d); ++i193) {
+            (padded191 + d)[i192 * T + i193] = 0.0f;
         }
-    }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        const float x_i191 = t96;
-        const float x_i192 = tmp83[i190];
-        const float d_alphas = (x_i191 * x_i192);
-        const float d_base_i = sum[i190];
-        const float d_alphas193 = (d_alphas + d_base_i);
-        out_d_alphas[i190] = d_alphas193;
     }
     for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < T; ++i195) {
-            const float x_i196 = r149[i194 * T + i195];
-            const float x_i197 = padded[i194 * T + i195];
-            const float d_icf = (x_i196 + x_i197);
-            const float x_i198 = padded185[i194 * T + i195];
-            const float d_icf199 = (d_icf + x_i198);
-            out_d_icf[i194 * T + i195] = d_icf199;
+        for (int64_t i195 = 0; i195 < d; ++i195) {
+            padded191[i194 * T + i195] = d_qs[i194 * d + i195];
         }
     }
-    for (int64_t i200 = 0; i200 < K * d; ++i200) {
-        out_d_means[i200] = tmp132[i200];
+    for (int64_t i196 = 0; i196 < K; ++i196) {
+        const float x_i197 = t102;
+        const float x_i198 = tmp87[i196];
+        const float d_alphas = (x_i197 * x_i198);
+        const float d_base_i = sum[i196];
+        const float d_alphas199 = (d_alphas + d_base_i);
+        out_d_alphas[i196] = d_alphas199;
+    }
+    for (int64_t i200 = 0; i200 < K; ++i200) {
+        for (int64_t i201 = 0; i201 < T; ++i201) {
+            const float x_i202 = r155[i200 * T + i201];
+            const float x_i203 = padded[i200 * T + i201];
+            const float d_icf = (x_i202 + x_i203);
+            const float x_i204 = padded191[i200 * T + i201];
+            const float d_icf205 = (d_icf + x_i204);
+            out_d_icf[i200 * T + i201] = d_icf205;
+        }
+    }
+    for (int64_t i206 = 0; i206 < K * d; ++i206) {
+        out_d_means[i206] = tmp138[i206];
     }
     return ks::status::ok;
 }

@@ -17,10 +17,15 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     float y = 0;
-    KS_OMP_SIMD(reduction(+:y))
-    for (int64_t i = 0; i < n; ++i) {
-        const float x_i = x[i];
-        y += x_i;
+    for (int64_t block = 0; block < n; block += 512) {
+        const int64_t block_end = n - block < 512 ? n : block + 512;
+        float y_block = 0;
+        KS_OMP_SIMD(reduction(+:y_block))
+        for (int64_t i = block; i < block_end; ++i) {
+            const float x_i = x[i];
+            y_block += x_i;
+        }
+        y += y_block;
     }
     const bool t1 = (y < 0.0f);
     if (t1) {
@@ -38,16 +43,21 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
         }
     }
     float acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
-    for (int64_t i10 = 0; i10 < n; ++i10) {
-        const float t_i = t2[i10];
-        const float t11 = std::sin(t_i);
-        const float t12 = (t11 * t_i);
-        acc += t12;
+    for (int64_t block10 = 0; block10 < n; block10 += 512) {
+        const int64_t block_end11 = n - block10 < 512 ? n : block10 + 512;
+        float acc_block = 0;
+        KS_OMP_SIMD(reduction(+:acc_block))
+        for (int64_t i12 = block10; i12 < block_end11; ++i12) {
+            const float t_i = t2[i12];
+            const float t13 = std::sin(t_i);
+            const float t14 = (t13 * t_i);
+            acc_block += t14;
+        }
+        acc += acc_block;
     }
-    const float t13 = static_cast<float>(n);
-    const float t14 = (acc / t13);
-    *out = t14;
+    const float t15 = static_cast<float>(n);
+    const float t16 = (acc / t15);
+    *out = t16;
     return ks::status::ok;
 }
 
@@ -68,10 +78,15 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     float y = 0;
-    KS_OMP_SIMD(reduction(+:y))
-    for (int64_t i = 0; i < n; ++i) {
-        const float x_i = x[i];
-        y += x_i;
+    for (int64_t block = 0; block < n; block += 512) {
+        const int64_t block_end = n - block < 512 ? n : block + 512;
+        float y_block = 0;
+        KS_OMP_SIMD(reduction(+:y_block))
+        for (int64_t i = block; i < block_end; ++i) {
+            const float x_i = x[i];
+            y_block += x_i;
+        }
+        y += y_block;
     }
     const bool t1 = (y < 0.0f);
     if (t1) {
@@ -139,10 +154,15 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
-        KS_OMP_SIMD(reduction(+:y1))
-        for (int64_t i2 = 0; i2 < n; ++i2) {
-            const float x_i = x[i * n + i2];
-            y1 += x_i;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
+            for (int64_t i2 = block; i2 < block_end; ++i2) {
+                const float x_i = x[i * n + i2];
+                y1_block += x_i;
+            }
+            y1 += y1_block;
         }
         y[i] = y1;
     }
@@ -154,25 +174,30 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     float* const tmp5 = y;  // reuses a dead buffer's space
     for (int64_t i6 = 0; i6 < n1; ++i6) {
         float acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i7 = 0; i7 < n; ++i7) {
-            const float x_i8 = x[i6 * n + i7];
-            const float t9 = ((-0.125f) * x_i8);
-            const float t10 = ks::ipow<2>(x_i8);
-            const float t11 = (0.5f * t10);
-            const bool x_i12 = tmp[i6];
-            const float t13 = (x_i12 ? t9 : t11);
-            const float t14 = std::sin(t13);
-            const float t15 = (t14 * t13);
-            acc += t15;
+        for (int64_t block7 = 0; block7 < n; block7 += 512) {
+            const int64_t block_end8 = n - block7 < 512 ? n : block7 + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t i9 = block7; i9 < block_end8; ++i9) {
+                const float x_i10 = x[i6 * n + i9];
+                const float t11 = ((-0.125f) * x_i10);
+                const float t12 = ks::ipow<2>(x_i10);
+                const float t13 = (0.5f * t12);
+                const bool x_i14 = tmp[i6];
+                const float t15 = (x_i14 ? t11 : t13);
+                const float t16 = std::sin(t15);
+                const float t17 = (t16 * t15);
+                acc_block += t17;
+            }
+            acc += acc_block;
         }
         tmp5[i6] = acc;
     }
-    const float t16 = static_cast<float>(n);
-    for (int64_t i17 = 0; i17 < n1; ++i17) {
-        const float x_i18 = tmp5[i17];
-        const float t19 = (x_i18 / t16);
-        out[i17] = t19;
+    const float t18 = static_cast<float>(n);
+    for (int64_t i19 = 0; i19 < n1; ++i19) {
+        const float x_i20 = tmp5[i19];
+        const float t21 = (x_i20 / t18);
+        out[i19] = t21;
     }
     return ks::status::ok;
 }
@@ -196,10 +221,15 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     (void)next_slot;
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
-        KS_OMP_SIMD(reduction(+:y1))
-        for (int64_t i2 = 0; i2 < n; ++i2) {
-            const float x_i = x[i * n + i2];
-            y1 += x_i;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
+            for (int64_t i2 = block; i2 < block_end; ++i2) {
+                const float x_i = x[i * n + i2];
+                y1_block += x_i;
+            }
+            y1 += y1_block;
         }
         y[i] = y1;
     }
