@@ -242,15 +242,21 @@ def test_native_project_refuses_a_cross_tree(cross_tree, tmp_path):
     assert "activations was built for aarch64-linux-gnu, not for this machine" in proc.stdout + proc.stderr
 
 
+def _relu3_with_cpu(tmp_path, cpu: str):
+    """A copy of examples/relu3 whose manifest says [build] cpu = <cpu>."""
+    root = tmp_path / "k"
+    shutil.copytree(ROOT / "examples/relu3", root, ignore=shutil.ignore_patterns("app", "build*"))
+    text = (root / "manifest.toml").read_text()
+    (root / "manifest.toml").write_text(text.replace("[build]", f'[build]\ncpu = "{cpu}"', 1) if "[build]" in text
+                                        else text + f'\n[build]\ncpu = "{cpu}"\n')
+    return root
+
+
 def test_cpu_is_checked_against_the_target_of_the_command_line(tmp_path, capsys):
     """[build] cpu = "x86-64-v3" passed `check` for the host, then `package --target aarch64-linux-gnu` failed
     deep in the C++ build: now it is an error at the key, before compiling."""
     need(TARGETS["aarch64-linux-gnu"])
-    root = tmp_path / "k"
-    shutil.copytree(ROOT / "examples/relu3", root, ignore=shutil.ignore_patterns("app", "build*"))
-    text = (root / "manifest.toml").read_text()
-    (root / "manifest.toml").write_text(text.replace("[build]", '[build]\ncpu = "x86-64-v3"', 1) if "[build]" in text
-                                        else text + '\n[build]\ncpu = "x86-64-v3"\n')
+    root = _relu3_with_cpu(tmp_path, "x86-64-v3")
     assert cli_main(["package", str(root / "manifest.toml"), "--target", "aarch64-linux-gnu", "-o",
                  str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
@@ -262,11 +268,7 @@ def test_a_cpu_of_the_command_lines_target_is_accepted(tmp_path, capsys):
     """cpu = "armv8.2-a" with --target aarch64-linux-gnu was checked against the host's compiler when the manifest
     was read, and refused (held-out pass over cross builds); it is checked against the target's."""
     need(TARGETS["aarch64-linux-gnu"])
-    root = tmp_path / "k"
-    shutil.copytree(ROOT / "examples/relu3", root, ignore=shutil.ignore_patterns("app", "build*"))
-    text = (root / "manifest.toml").read_text()
-    (root / "manifest.toml").write_text(text.replace("[build]", '[build]\ncpu = "armv8.2-a"', 1) if "[build]" in text
-                                        else text + '\n[build]\ncpu = "armv8.2-a"\n')
+    root = _relu3_with_cpu(tmp_path, "armv8.2-a")
     assert cli_main(["render", str(root / "manifest.toml"), "--target", "aarch64-linux-gnu", "-o",
                      str(tmp_path / "proj")]) == 0, capsys.readouterr().err
     assert 'set(KS_CPU "armv8.2-a"' in (tmp_path / "proj" / "CMakeLists.txt").read_text()
