@@ -8,7 +8,9 @@ and torch.autograd (vjp):
 - queries.repeat(B, 1, 1) (Tile by a symbolic count);
 - torch.arange(T, dtype=torch.float32) (Range(0.0, Cast(T, float), 1.0));
 and, found on the way, a bound past the axis (T longer than the table) is status 1 when the export is called:
-the compiled slice read past the end of its input, in Python kernels too (x[:k] with k another input's dim).
+the compiled slice read past the end of its input, in Python kernels too (x[:k] with k another input's dim);
+and an error in a model the exporter wrote inconsistent (nn.LSTM(proj_size=4): onnxruntime refuses it too) now
+says so, from onnx's strict shape inference.
 """
 from __future__ import annotations
 
@@ -98,3 +100,30 @@ def test_a_python_slice_up_to_another_inputs_dim_is_checked(tmp_path):
     np.testing.assert_array_equal(pkg.head(x, np.zeros(3, np.float32)), x[:3] * 2)
     with pytest.raises(CallError, match="status 1"):
         pkg.head(x, np.zeros(5, np.float32))
+
+
+def test_an_inconsistent_model_is_said_to_be_one(tmp_path):
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from ksbuild.errors import KsbuildError
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+
+    def model(y_shape):
+        return h.make_model(h.make_graph([h.make_node("Add", ["X", "Y"], ["Z"], name="add")], "g",
+                                         [h.make_tensor_value_info("X", T.FLOAT, [2, 3]),
+                                          h.make_tensor_value_info("Y", T.FLOAT, y_shape)],
+                                         [h.make_tensor_value_info("Z", T.FLOAT, [2, 3])]),
+                            opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model([4]), str(tmp_path / "bad.onnx"))
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(tmp_path / "bad.onnx", "bad")
+    assert "node add (Add)" in str(e.value) and "shapes do not broadcast" in e.value.message
+    assert "shape inference finds the model itself inconsistent" in e.value.hint
+    ok = model([3])
+    ok.graph.node[0].op_type = "Frobnicate"  # a valid graph of an unknown op: no such verdict
+    onnx.save(ok, str(tmp_path / "unknown.onnx"))
+    with pytest.raises(KsbuildError) as e:
+        compile_onnx_kernel(tmp_path / "unknown.onnx", "unknown")
+    assert "unknown op Frobnicate" in e.value.message and "inconsistent" not in (e.value.hint or "")

@@ -50,6 +50,21 @@ def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str =
             if e.value not in imp.external or e.value in embedded:
                 raise
             embedded.add(e.value)  # a weight used as a shape or axes stays embedded; import again
+        except KsbuildError as e:
+            raise _with_onnx_verdict(e, model) from None
+
+
+def _with_onnx_verdict(e: KsbuildError, model) -> KsbuildError:
+    """e, with onnx's strict shape inference's verdict added when the model itself is invalid (an exporter that wrote
+    inconsistent shapes: nn.LSTM(proj_size=4) through torch's dynamo exporter), which onnxruntime refuses too."""
+    import onnx
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        return e
+    except Exception as bad:  # noqa: BLE001  onnx's own error types vary
+        verdict = str(bad).strip().splitlines()[0][:300] if str(bad).strip() else type(bad).__name__
+    note = f"onnx's shape inference finds the model itself inconsistent ({verdict}): the exporter may be at fault"
+    return KsbuildError(e.message, e.loc, f"{e.hint}; {note}" if e.hint else note)
 
 
 def check_model(path: Path, model) -> None:
