@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..ir.core import Eqn, Var
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
+from .storage import dim_expr
 
 REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 """The reductions a fused loop nest accumulates (into scalars, each with its REDUCE_UPDATE)."""
@@ -78,7 +79,6 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
     block's first index, one past its last); ({}, "", "") when no sum is blocked."""
     if not accs:
         return {}, "", ""
-    from .storage import dim_expr
     size, start, end = dim_expr(n), w.namer.fresh("block"), w.namer.fresh("block_end")
     w.line(f"for (int64_t {start} = 0; {start} < {size}; {start} += {SUM_BLOCK}) {{")
     w.depth += 1

@@ -118,13 +118,12 @@ def compile_python_kernel(path: Path, func: str, float_dtype: str,
                            hint=f"functions defined at the top level of {path.name}: "
                                 f"{', '.join(src.functions) or 'none'}")
     f = KernelCompiler(src, float_dtype).compile(func, params, results, signature_where)
-    return dataclasses.replace(f, defaults=_defaults(src, src.functions[func])) if func in src.functions else f
+    return dataclasses.replace(f, defaults=_defaults(src, src.functions[func]))
 
 
 def _defaults(src: Source, fn: ast.FunctionDef) -> tuple[tuple[str, object], ...]:
     """(name, value) of the parameters with a constant number or bool as their default (def f(x, scale=2.0)):
     the Python API fills them in when a call leaves them out."""
-    pos = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
-    pairs = list(zip(pos, fn.args.defaults)) + [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d]
-    values = [(a.arg, _constant(src, d)) for a, d in pairs]
+    given = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]  # (kernels take no keyword-only parameters)
+    values = [(a.arg, _constant(src, d)) for a, d in zip(given, fn.args.defaults)]
     return tuple((name, v) for name, v in values if isinstance(v, (bool, int, float)))

@@ -194,29 +194,31 @@ def _slice_params(n: Node, symbolic: bool = False):
     return starts, ends, axes, steps
 
 
-def clamp_bounds(n: Node, dim: Dim, start: int, end: int, step: int) -> tuple[Dim, Dim]:
-    """ONNX Slice bound clamping (negative counts from the end; out of range clamps)."""
+def clamp_bounds(n: Node, dim: Dim, start: Dim, end: Dim, step: int) -> tuple[Dim, Dim]:
+    """ONNX Slice bounds on an axis of size dim (negative counts from the end; out of range clamps). Bounds that
+    are symbolic dims (pos[:, :T] of a table, x[:, 1:T - 1]) stay as they are: not clamped as ONNX does (the
+    exporter's shapes say they fit), they must lie in the axis, in order, which the export checks when it is
+    called (status 1)."""
     if step == 0:
         raise n.error("Slice: a step of 0")
-    if not isinstance(start, int) or not isinstance(end, int):  # a bound read off a shape (symbolic)
-        if step < 0 and (start not in (0, dim) or end != dim):
+    if step > 0:
+        return _bound_in(dim, start), _bound_in(dim, end)
+    if not isinstance(start, int) or not isinstance(end, int):
+        if start not in (0, dim) or end != dim:
             raise n.error(f"Slice: the bounds {start}:{end} by a negative step on an axis of size {dim}: a bound that "
                           "is a symbolic dim must be the axis' own size (the whole axis)")
-        # pos[:, :T] of a table, x[:, 1:T - 1]: the bounds must lie in the axis, in order (not clamped as ONNX
-        # does: the exporter's shapes say they fit), which the export checks when it is called (status 1)
-        return _bound_in(dim, start), _bound_in(dim, end)
-    if not isinstance(dim, int):
-        return _symbolic_bounds(dim, start, end, step)
+        return start, end
+    if not isinstance(dim, int):  # torch.flip exports starts=-1, ends=-INT64_MAX, steps=-1: the whole axis reversed
+        s = dim_add(dim, -1) if start >= INT_MAX // 4 else start if start >= 0 else dim_add(dim, start)
+        return s, (-1 if end <= -INT_MAX // 4 else end if end >= 0 else dim_add(dim, end))
     s = start + dim if start < 0 else start
     e = end + dim if end < 0 else end
-    if step > 0:
-        return min(max(s, 0), dim), min(max(e, 0), dim)
     return min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
 
 
 def _bound_in(dim: Dim, v: Dim) -> Dim:
-    """A slice bound (step > 0) on an axis of size dim when the other bound is symbolic: a symbolic bound as
-    it is, a number counted from the end when negative, past the end the end."""
+    """A slice bound (step > 0) on an axis of size dim: a symbolic bound as it is, a number counted from the end
+    when negative and clamped into the axis (past the end: the end)."""
     if not isinstance(v, int):
         return v
     if v >= INT_MAX // 4:
@@ -224,17 +226,6 @@ def _bound_in(dim: Dim, v: Dim) -> Dim:
     if v < 0:
         return max(v + dim, 0) if isinstance(dim, int) else dim_add(dim, v)
     return min(v, dim) if isinstance(dim, int) else v
-
-
-def _symbolic_bounds(dim: Dim, start: int, end: int, step: int) -> tuple[Dim, Dim]:
-    """Slice bounds on a symbolic dim: a bound past either end is that end (torch.flip exports
-    starts=-1, ends=-INT64_MAX, steps=-1: the whole axis reversed); other bounds must lie in the axis."""
-    big = INT_MAX // 4
-    if step > 0:
-        s = start if start >= 0 else dim_add(dim, start)
-        return s, (dim if end >= big else end if end >= 0 else dim_add(dim, end))
-    s = dim_add(dim, -1) if start >= big else start if start >= 0 else dim_add(dim, start)
-    return s, (-1 if end <= -big else end if end >= 0 else dim_add(dim, end))
 
 
 @handler("Slice")
@@ -318,11 +309,7 @@ def range_(n: Node):
     start, limit, delta = (n.const(i, "a bound (the length must be static)") for i in range(3))
     if any(v.dtype == object for v in (start, limit, delta)):
         s, lim, d = (SymDim.unwrap(np.asarray(v).reshape(-1)[0]) for v in (start, limit, delta))
-        if d == 1 and isinstance(s, int):
-            return [create.arange(n.b, s, lim, "i64")]
-        if d == 0:
-            raise n.error("Range with a step of 0")
-        return [_symbolic_steps(n, s, lim, d)]
+        return [_int_range(n, s, lim, d)]
     s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
     return [np.arange(s, lim, d, dtype=start.dtype)]
 
@@ -341,10 +328,18 @@ def _range_of_cast_dims(n: Node) -> Atom:
             raise n.unsupported(f"Range with a bound that is a symbolic dim and a fractional bound {x}")
         bounds.append(int(x))
     s, lim, d = bounds
-    if not isinstance(d, int) or d == 0:
-        raise n.unsupported("Range whose step is a symbolic dim or 0, with a float bound that is a dim")
-    ints = create.arange(n.b, s, lim, "i64") if d == 1 and isinstance(s, int) else _symbolic_steps(n, s, lim, d)
-    return n.b.convert(ints, dtype=compute_dtype(n.dtype(0)))
+    if not isinstance(d, int):
+        raise n.unsupported("Range whose step is a symbolic dim, with a float bound that is a dim")
+    return n.b.convert(_int_range(n, s, lim, d), dtype=compute_dtype(n.dtype(0)))
+
+
+def _int_range(n: Node, start, limit, step) -> Atom:
+    """start, start + step, ... short of limit as i64, some of them symbolic dims."""
+    if step == 0:
+        raise n.error("Range with a step of 0")
+    if step == 1 and isinstance(start, int):
+        return create.arange(n.b, start, limit, "i64")
+    return _symbolic_steps(n, start, limit, step)
 
 
 def _symbolic_steps(n: Node, start, limit, step: int):
