@@ -32,3 +32,7 @@ def double(x: "float[n]", s: float) -> "float[n]":
 def softsign(x: float) -> float:
     """An activation from an importable module (a model holding it can be pickled by reference)."""
     return x / (1.0 + abs(x))
+
+
+def scaled(x: float, scale: float = 2.0, flag: bool = False) -> float:
+    return x * scale if flag else x

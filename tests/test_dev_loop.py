@@ -113,6 +113,15 @@ def test_messages_name_the_parameter_as_written(tmp_path):
         f(np.ones(3, np.float32), "a")
 
 
+def test_parameter_defaults_apply_and_messages_name_the_kernel():
+    """def scaled(x, scale=2.0, flag=False): the dev loop fills in the defaults as Python does (it said 'fn() takes
+    3 arguments, 1 given': the export's role, not the kernel's name)."""
+    k = ksbuild.kernel(dk.scaled)
+    assert k(3.0) == dk.scaled(3.0) and k(3.0, 5.0) == dk.scaled(3.0, 5.0) and k(3.0, 5.0, True) == 15.0
+    with pytest.raises(TypeError, match=r"^scaled\(\) missing argument\(s\): x$"):
+        k()
+
+
 def test_free_dims_are_passed_by_name(relu3_pkg):
     with pytest.raises(CallError, match="not dims of this export"):
         relu3_pkg.vrelu3(np.zeros(3, np.float32), dims={"m": 3})

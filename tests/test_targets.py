@@ -114,6 +114,16 @@ def test_blas_for_a_target_without_one_is_an_error(capsys):
     assert "backend 'blas' needs a BLAS library for target 'cortex-m4'" in capsys.readouterr().err
 
 
+def test_check_refuses_a_backend_the_manifests_target_lacks(tmp_path, capsys):
+    """ksbuild check passed backend = "blas" with target = "cortex-m4"; only package refused it, without a line."""
+    text = RELU3.read_text().replace('dtype = "float32"', 'dtype = "float32"\ntarget = "cortex-m4"\nbackend = "blas"')
+    (tmp_path / "manifest.toml").write_text(text)
+    shutil.copy(RELU3.parent / "relu3.py", tmp_path)
+    assert cli_main(["check", str(tmp_path / "manifest.toml")]) == 1
+    line = text.splitlines().index('backend = "blas"') + 1
+    assert f"manifest.toml:{line}:1: error: backend 'blas' needs a BLAS library" in capsys.readouterr().err
+
+
 def test_rendered_toolchain_file(tmp_path):
     """The project of a cross target carries its toolchain file, uses it by default, records the target."""
     render(RELU3, tmp_path / "p", lambda s: None, target="cortex-m4")
@@ -121,7 +131,8 @@ def test_rendered_toolchain_file(tmp_path):
     for line in ["set(CMAKE_SYSTEM_NAME Generic)", "set(CMAKE_CXX_COMPILER arm-none-eabi-g++)",
                  'set(CMAKE_CXX_FLAGS_INIT "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard")',
                  'set(CMAKE_EXE_LINKER_FLAGS_INIT "--specs=nosys.specs")',
-                 "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)"]:
+                 "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)",
+                 'string(APPEND CMAKE_CXX_FLAGS_INIT " -fno-exceptions -fno-rtti")']:  # (an app pulls no unwinder)
         assert line in toolchain
     assert "CMAKE_CROSSCOMPILING_EMULATOR" not in toolchain
     assert "share/toolchain.cmake" in (tmp_path / "p/CMakeLists.txt").read_text()
