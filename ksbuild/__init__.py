@@ -6,8 +6,8 @@ from .resources import VERSION as __version__
 __all__ = ["Kernel", "KsbuildError", "build", "kernel", "vmap", "__version__"]
 
 
-def build(manifest, *, out=None, target="host", quiet=True, backend=None):
+def build(manifest, *, out=None, target="host", quiet=True, backend=None, portable=False):
     """Build a manifest (cached by content hash) and load its exports; see ksbuild.packaging.loader."""
     from .packaging.loader import build as _build
 
-    return _build(manifest, out=out, target=target, quiet=quiet, backend=backend)
+    return _build(manifest, out=out, target=target, quiet=quiet, backend=backend, portable=portable)

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 import keyword
-import os
 import re
-import subprocess
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,8 +33,6 @@ _TARGET = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 _CPU = re.compile(r"[A-Za-z0-9_.+-]*\Z")  # "" is the target's baseline, as the README's manifest shows
 _HEADER = re.compile(r"\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(#.*)?$")
 _TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
-# The values a compiler lists after rejecting -march=X: gcc (x86, then Arm), then clang
-_MARCH_VALID = re.compile(r"valid (?:arguments(?: to .-march=. switch)?|target CPU values) are: ([^;\n]*)")
 
 WORKSPACE_SUFFIX = "_workspace_size"  # P_E_workspace_size: the C function giving export E's workspace bytes
 # Keywords of C++20 that C_KEYWORDS (C++17) lacks: a consumer compiling the header as C++20 would fail.
@@ -328,37 +323,16 @@ def check_cpu(m: "Manifest", target) -> None:
 
 def _check_cpu(ctx: _Ctx, path: Path_, cpu: str, target) -> None:
     """A cpu the target's C++ compiler rejects as -march=<cpu> is an error at the key (no compiler: no check)."""
-    from .compile.targets import host_cxx
+    from .compile.targets import host_cxx, march_rejected
 
     try:
         command = [target.cxx] if target.cross else host_cxx()
     except KsbuildError:
         return
-    hint = _march_rejected(tuple(command), target.flags, cpu)
+    hint = march_rejected(tuple(command), target.flags, cpu)
     if hint is not None:
         raise ctx.error(path, f"unknown cpu '{cpu}' in [build]: the C++ compiler for target '{target.name}' "
                         f"({' '.join(command)}) rejects -march={cpu}", hint=hint)
-
-
-@functools.lru_cache(maxsize=None)
-def _march_rejected(command: tuple[str, ...], flags: tuple[str, ...], cpu: str) -> str | None:
-    """None if `command flags -march=cpu` preprocesses an empty file (or cannot run at all); else a hint."""
-    env = {**os.environ, "LC_ALL": "C"}  # ASCII quotes in the compiler's messages
-    try:
-        proc = subprocess.run([*command, *flags, f"-march={cpu}", "-E", "-x", "c++", os.devnull, "-o", os.devnull],
-                              capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode == 0:
-        return None
-    m = _MARCH_VALID.search(proc.stderr)
-    valid = m[1].split() if m else []
-    close = difflib.get_close_matches(cpu, valid, n=3)
-    if close:
-        return f"did you mean {' or '.join(repr(c) for c in close)}?"
-    if valid:
-        return f"valid values include {', '.join(valid[:12])}"
-    return (proc.stderr.strip().splitlines() or ["the compiler gave no reason"])[0]
 
 
 def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:

@@ -5,6 +5,7 @@ models."""
 from __future__ import annotations
 
 import importlib.util
+import platform
 import re
 import shutil
 import subprocess
@@ -56,12 +57,20 @@ def test_library_is_runtime_free(installed, example):
 def test_prelude_code_is_private_to_the_package(installed, example):
     """The prelude's template code a library defines (weak symbols: tiles, convolutions) is in its own inline
     namespace ks::ks_<package>: two packages built for different CPUs and linked into one app keep their own
-    copies (the linker kept one, so a baseline library could run another's AVX code: red-team pass)."""
+    copies (the linker kept one, so a baseline library could run another's AVX code: red-team pass). A build
+    for several instruction sets (the x86-64 default) has one namespace per build, ks::ks_<package>_x86_64_v4
+    and so on, and no weak symbol outside them: no code one build compiled for AVX-512 is shared with another."""
     lib = installed[example] / "lib" / f"lib{example}.a"
     out = subprocess.run(["nm", "-C", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
     prelude = [line for line in out.splitlines() if "ks::" in line]
     assert prelude, "expected prelude template code in the library"
-    assert all(f"ks::ks_{example}::" in line for line in prelude), [x for x in prelude if f"ks_{example}" not in x]
+    own = re.compile(rf"ks::ks_{example}(_x86_64(_v[34])?)?::")
+    assert all(own.search(line) for line in prelude), [x for x in prelude if not own.search(x)]
+    weak = [line for line in out.splitlines() if re.search(r" [WVuv] ", line)]
+    assert all(own.search(line) for line in weak), [x for x in weak if not own.search(x)]
+    if platform.machine() == "x86_64":
+        spaces = {m[0] for line in prelude for m in [own.search(line)]}
+        assert spaces >= {f"ks::ks_{example}_x86_64{v}::" for v in ("", "_v3", "_v4")}, spaces
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")

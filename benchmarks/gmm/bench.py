@@ -161,7 +161,7 @@ def load_ksbuild(backend: str, cpu: str = ""):
             text = (folder / "manifest.toml").read_text().replace("[build]\n", f'[build]\ncpu = "{cpu}"\n', 1)
             (folder / "manifest.toml").write_text(text)
             manifest = folder / "manifest.toml"
-        return ksbuild.build(manifest, backend=backend), ""
+        return ksbuild.build(manifest, backend=backend, portable=True), ""
     except Exception as e:  # noqa: BLE001 - any failure makes ksbuild an unavailable column
         return None, short_reason(e)
 

@@ -69,7 +69,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="horner_bench_"))
     (root / "k.py").write_text(KERNEL)
     (root / "manifest.toml").write_text(MANIFEST)
-    pkg = ksbuild.build(root / "manifest.toml")
+    pkg = ksbuild.build(root / "manifest.toml", portable=True)
     try:
         import torch
         torch.set_num_threads(1)

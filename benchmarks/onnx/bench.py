@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     folder = Path(tempfile.mkdtemp(prefix="ksbuild-onnx-bench-"))
     specs = export(folder)
-    pkgs = {v: ksbuild.build(manifest(folder, specs, v), backend=VARIANTS[v][0]) for v in VARIANTS}
+    pkgs = {v: ksbuild.build(manifest(folder, specs, v), backend=VARIANTS[v][0], portable=True) for v in VARIANTS}
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

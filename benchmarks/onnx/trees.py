@@ -102,7 +102,7 @@ def run_table(ms: dict, package: str, repeats: int, rtol: float, atol: float) ->
             d.mkdir()
             (d / "manifest.toml").write_text(f'[package]\nname = "{package}"\n\n[build]\ncpu = "{cpu}"\n\n'
                                              f'[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
-            pkgs[cpu or "baseline"] = ksbuild.build(d / "manifest.toml", quiet=True)
+            pkgs[cpu or "baseline"] = ksbuild.build(d / "manifest.toml", quiet=True, portable=True)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         print(f"{'model':10} {'batch':>6} {'ksbuild us':>11} {'native us':>10} {'ort us':>9} {'memcpy us':>10} "

@@ -334,7 +334,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    pkg = ksbuild.build(MANIFEST)
+    pkg = ksbuild.build(MANIFEST, portable=True)
     print_header(pkg)
     print("  compiling with torch.compile (not timed) ...", flush=True)
     compiled = compile_all()

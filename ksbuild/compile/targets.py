@@ -7,9 +7,11 @@ ksbuild writes a CMake toolchain file from the record (dist_templates/toolchain.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -151,3 +153,73 @@ def _identity(path: str, mtime: int, size: int) -> str:
 def emulator_path(target: Target) -> str | None:
     """The qemu-user program for the target if it is installed here, else None."""
     return shutil.which(target.emulator) if target.emulator else None
+
+
+# The values a compiler lists after rejecting -march=X: gcc (x86, then Arm), then clang
+_MARCH_VALID = re.compile(r"valid (?:arguments(?: to .-march=. switch)?|target CPU values) are: ([^;\n]*)")
+
+
+@functools.lru_cache(maxsize=None)
+def march_rejected(command: tuple[str, ...], flags: tuple[str, ...], cpu: str) -> str | None:
+    """None if `command flags -march=cpu` preprocesses an empty file (or cannot run at all); else a hint."""
+    env = {**os.environ, "LC_ALL": "C"}  # ASCII quotes in the compiler's messages
+    try:
+        proc = subprocess.run([*command, *flags, f"-march={cpu}", "-E", "-x", "c++", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=60, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode == 0:
+        return None
+    m = _MARCH_VALID.search(proc.stderr)
+    valid = m[1].split() if m else []
+    close = difflib.get_close_matches(cpu, valid, n=3)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}?"
+    if valid:
+        return f"valid values include {', '.join(valid[:12])}"
+    return (proc.stderr.strip().splitlines() or ["the compiler gave no reason"])[0]
+
+
+X86_64_LEVELS = ("x86-64", "x86-64-v3", "x86-64-v4")
+"""The instruction set levels (-march values) a portable x86-64 build compiles its kernels for, in the order of
+ks/cpu.h's levels: the exports call the highest one the CPU has."""
+
+
+def cpu_variants(target: Target, cpu: str, backend: str) -> tuple[str, ...]:
+    """The -march values to compile a package's kernels for, one chosen at run time: the x86-64 levels for an
+    x86-64 host without a [build] cpu (backends plain and blas) whose compiler knows them; () for one build."""
+    if cpu or target.cross or target.processor not in ("x86_64", "AMD64") or backend not in ("plain", "blas"):
+        return ()
+    try:
+        command = tuple(host_cxx())
+    except KsbuildError:
+        return ()
+    return () if march_rejected(command, target.flags, X86_64_LEVELS[-1]) is not None else X86_64_LEVELS
+
+
+# /proc/cpuinfo's names of the features each level adds (what the kernel lists is what it enables)
+_LEVEL_FLAGS = {"x86-64-v3": {"cx16", "lahf_lm", "popcnt", "pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "bmi1",
+                              "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
+                "x86-64-v4": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}}
+
+
+@functools.lru_cache(maxsize=None)
+def host_level() -> str:
+    """The highest of X86_64_LEVELS this machine runs (Linux: /proc/cpuinfo's flags; elsewhere the baseline)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return X86_64_LEVELS[0]
+    level = X86_64_LEVELS[0]
+    for name in X86_64_LEVELS[1:]:
+        if not _LEVEL_FLAGS[name] <= flags:
+            break
+        level = name
+    return level
+
+
+def cpu_here(target: Target, cpu: str, backend: str) -> str:
+    """The cpu to compile for when the result runs on this machine only (ksbuild.build loads it here): this
+    machine's level where cpu_variants would compile several (one build instead of three), else cpu."""
+    return host_level() if cpu_variants(target, cpu, backend) else cpu

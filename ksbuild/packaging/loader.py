@@ -13,17 +13,20 @@ from .runtime import Package
 
 
 def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True,
-          backend: str | None = None) -> Package:
+          backend: str | None = None, portable: bool = False) -> Package:
     """Build a manifest (cached by content hash) and load its exports for calling from Python.
 
-    backend ("plain", "blas" or "aten") replaces the manifest's [build] backend."""
+    backend ("plain", "blas" or "aten") replaces the manifest's [build] backend. The build is for this
+    machine's instruction set where [build] cpu leaves it to ksbuild; portable=True compiles every x86-64
+    level and chooses at run time, as `ksbuild package` does (to test or time the library you ship)."""
     from ..manifest import load_manifest
     from .package import cache_root, content_hash, package
 
     if target != "host":
         raise KsbuildError("ksbuild.build loads the result into this Python, so the target must be 'host'")
     m = load_manifest(manifest, backend)
-    root = Path(out) if out is not None else cache_root() / "python" / m.name / content_hash(m, target, "py")
+    root = Path(out) if out is not None else \
+        cache_root() / "python" / m.name / content_hash(m, target, "py portable" if portable else "py")
     package(manifest, root, target=target, python_module=True, progress=(lambda s: None) if quiet else print,
-            backend=backend)
+            backend=backend, here=not portable)
     return Package(root)

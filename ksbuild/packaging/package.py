@@ -14,11 +14,12 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from ..compile.cmake import build_and_install, cmake_identity
-from ..compile.targets import Target, check_backend, compiler_identity, get_target
+from ..compile.targets import Target, check_backend, compiler_identity, cpu_here, get_target
 from ..errors import KsbuildError
 from ..exports import build_exports
 from ..manifest import Manifest, check_cpu, load_manifest, locate
@@ -99,10 +100,12 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
 
 
 def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print,
-           backend: str | None = None, target: str | None = None) -> Manifest:
-    """Write the standalone CMake project of a manifest into `out` (backend, target override [build])."""
+           backend: str | None = None, target: str | None = None, here: bool = False) -> Manifest:
+    """Write the standalone CMake project of a manifest into `out` (backend, target override [build]; here: for
+    this machine's CPU alone, see `for_here`)."""
     m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target)
+    m = for_here(m, t) if here else m
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
     exports = build_exports(m)
     check_replaceable(out, m.name, "project")
@@ -120,12 +123,14 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
 
 def package(manifest: str | Path, out: str | Path | None = None, *, target: str = "host", jobs: int | None = None,
             python_module: bool = False, progress: Callable[[str], None] = print,
-            backend: str | None = None) -> Path:
-    """Render, build and install; returns the install tree (reused when nothing changed)."""
+            backend: str | None = None, here: bool = False) -> Path:
+    """Render, build and install; returns the install tree (reused when nothing changed). here: for this
+    machine's CPU alone (`for_here`)."""
     m = load_manifest(manifest, backend, target)
     t = resolve_target(m, target, python_module)
+    m = for_here(m, t) if here else m
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
-    key = content_hash(m, t.name, "py" if python_module else "")
+    key = content_hash(m, t.name, ("py " if python_module else "") + m.build.cpu)
     if _is_current(out, m.name, key):
         progress(f"ksbuild: {out} is up to date")
         return out
@@ -135,12 +140,18 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
         if _is_current(cached, m.name, key):
             progress("ksbuild: found a cached build")
         else:
-            _build_into_cache(manifest, m, key, t, jobs, python_module, progress)
+            _build_into_cache(manifest, m, key, t, jobs, python_module, progress, here)
         with file_lock(out_lock(out)):
             if not _is_current(out, m.name, key):
                 _install_copy(cached, out)
     progress(f"ksbuild: installed {m.name} ({t.name}) into {out}")
     return out
+
+
+def for_here(m: Manifest, t: Target) -> Manifest:
+    """The manifest as built for loading into this Python (ksbuild.build): compiled for this machine's instruction
+    set when [build] cpu leaves it to ksbuild, once instead of once per x86-64 level (compile time)."""
+    return replace(m, build=replace(m.build, cpu=cpu_here(t, m.build.cpu, m.build.backend)))
 
 
 def _is_current(tree: Path, name: str, key: str) -> bool:
@@ -151,14 +162,14 @@ def _is_current(tree: Path, name: str, key: str) -> bool:
         return False
 
 
-def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_module, progress) -> None:
+def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_module, progress, here) -> None:
     """Build in a temporary folder of the cache entry; rename the finished tree into <key>/install."""
     work = cache_root() / key
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=work))
     log = tmp.with_suffix(".log")  # beside the temporary folder: a failed build's log outlives it
     try:
-        render(manifest, tmp / "project", progress, m.build.backend, t.name)
+        render(manifest, tmp / "project", progress, m.build.backend, t.name, here=here)
         progress(f"ksbuild: building {m.name} for {t.name}")
         build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
                           python_module=python_module, progress=progress)

@@ -9,7 +9,7 @@ import jinja2
 
 from ..codegen.data import DataSection
 from ..codegen.viewmodel import ExportView, export_view
-from ..compile.targets import TARGETS, Target
+from ..compile.targets import TARGETS, Target, cpu_variants
 from ..exports import Export
 from ..manifest import Manifest
 from ..resources import VERSION, resource_dir
@@ -117,7 +117,10 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     data = DataSection(m.name)
     vs = views(m, exports, data)
-    ctx = dict(name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
+    # (a package of scalar functions only is not worth compiling several times)
+    variants = cpu_variants(target, m.build.cpu, m.build.backend) if any(v.kind == "tensor" for v in vs) else ()
+    ctx = dict(variants=variants, variant_spaces=[f"{m.name}_{v.replace('-', '_')}" for v in variants],
+               name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
                cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, data_decls=data.declarations(),
                has_blob=bool(data.blob_size),
@@ -130,6 +133,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         f"src/{m.name}.cpp": t.get_template("source.cpp.j2").render(ctx),
         "CMakeLists.txt": t.get_template("CMakeLists.txt.j2").render(ctx),
     }
+    if variants:
+        files[f"src/{m.name}_dispatch.cpp"] = t.get_template("dispatch.cpp.j2").render(ctx)
     d = _env("dist_templates")
     files[f"cmake/{m.name}Config.cmake"] = d.get_template("Config.cmake.j2").render(ctx)
     files[f"cmake/{m.name}ConfigVersion.cmake"] = d.get_template("ConfigVersion.cmake.j2").render(ctx)
