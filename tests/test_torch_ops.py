@@ -88,3 +88,30 @@ class Activation(torch.nn.Module):
 
     def forward(self, x):
         return self.pkg.vrelu3(x.reshape(-1)).reshape(x.shape)
+
+
+def test_an_export_wider_than_a_custom_op_runs_eagerly(tmp_path):
+    """A network with its weights as arguments (weights = "external": resnet18 has 102) has exports of more than
+    64 arguments, the most a torch custom op takes: loading the package next to torch failed for every export.
+    Those exports now run eagerly, autograd included, and say why where an op is needed (torch.compile)."""
+    import ksbuild
+    n = 70
+    params = ", ".join(f"w{i}: float" for i in range(n))
+    terms = " + ".join(f"w{i} * x ** {i % 3}" for i in range(n))
+    (tmp_path / "k.py").write_text(f'def wide(x: "float[m]", {params}) -> "float[m]":\n    return {terms}\n')
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "wide"\n[kernels.wide]\npython = "k.py:wide"\n'
+                                            '[exports]\nwide = "wide"\nwide_vjp = "vjp(wide)"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    x = torch.linspace(-1, 1, 5, requires_grad=True)
+    w = [torch.tensor(0.1 * i, requires_grad=True) for i in range(n)]
+    y = pkg.wide(x, *w)
+    want = sum(w[i].detach() * x.detach() ** (i % 3) for i in range(n))
+    torch.testing.assert_close(y, want)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, sum(w[i].detach() * (i % 3) * x.detach() ** max(i % 3 - 1, 0)
+                                           for i in range(n) if i % 3), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w[4].grad, x.detach().sum())
+    ops = pkg.torch_ops()
+    assert "wide" not in ops.ops
+    with pytest.raises(RuntimeError, match="at most 64"):
+        ops.invoke("wide", [x.detach(), *[t.detach() for t in w]], {})

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.core import Func, Var
+from ..ir.core import Func, Lit, Var
 from ..ir.types import C_TYPES, dim_names, dim_sub
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
@@ -169,7 +169,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _indexed(f, dims)) + body + w.lines
+    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body + w.lines
     lines.append("    return ks::status::ok;")
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
     return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
@@ -177,14 +177,14 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
 
 
 def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = (),
-              indexed: list[str] = ()) -> list[str]:
+              taken: list[str] = ()) -> list[str]:
     """Argument checks: negative dims, sizes computed from them that come out negative (x[1:-1] of one element:
     torch's slice would be empty, ksbuild's tensors have the sizes the kernel's text gives), axes of size 0 that
     an element is taken from (x[0] of an empty x), a missing workspace."""
     lines = []
     if dims:
         lines.append(f"    if ({' || '.join(f'{d} < 0' for d in dims)}) return ks::status::err_shape;")
-    checks = [f"{dim_expr(d)} < 0" for d in derived] + [f"{dim_expr(d)} < 1" for d in indexed]
+    checks = [f"{dim_expr(d)} < 0" for d in derived] + list(taken)
     if checks:
         lines.append(f"    if ({' || '.join(checks)}) return ks::status::err_shape;")
     if ws.offsets:
@@ -197,11 +197,49 @@ def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = 
     return lines
 
 
-def _indexed(f: Func, dims: list[str]) -> list[str]:
-    """The run-time sizes of the axes f's own equations take one element from (x[0], x[i]): there must be
-    one. Only f's own: inside a loop (for i in range(n): x[i]) or an if, the element may never be taken."""
-    found = {e.ins[0].type.shape[e.params["axis"]] for e in f.eqns if e.prim.name == "index"}
-    return sorted(d for d in found if isinstance(d, str) and d in dims)
+# The equations that take elements at positions along an axis of their first operand (or write there), and, for
+# those whose positions come from an index tensor, the operand that holds them: (prim, index operand or None).
+_TAKES = {"index": None, "index_add": None, "index_set": None, "gather": 1, "scatter_add": 1}
+
+
+def _taken(f: Func, dims: list[str]) -> list[str]:
+    """Conditions under which an element would be taken from (or written into) an axis of size 0, which has none:
+    x[i] and its vjp's add into x[i], a gather from an empty table. In f (its fused loop nests and inlined calls
+    too) and in the bodies of its loops whose
+    step counts are dims (for row in x: row[0]), which count only when they have steps; a gather counts when it
+    has indices. Not in an if's branches (`if n > 0: x[0]` guards), nor in loops of run-time step counts.
+    Each condition makes the call return status 1 before anything is read (ks::clamp_index has no element to
+    clamp to: it gave -1, a read before the buffer)."""
+    checks: list[str] = []
+
+    def expressible(d) -> bool:
+        return isinstance(d, int) or (isinstance(d, str) and set(dim_names(d)) <= set(dims))
+
+    def check(e, runs: tuple) -> None:
+        extent = e.ins[0].type.shape[e.params["axis"]]
+        at = _TAKES[e.prim.name]
+        factors = runs + (tuple(e.ins[at].type.shape) if at is not None else ())
+        if not expressible(extent) or (isinstance(extent, int) and extent > 0) or 0 in factors or extent in factors:
+            return
+        terms = [] if isinstance(extent, int) else [f"{dim_expr(extent)} < 1"]
+        terms += [f"{dim_expr(d)} > 0" for d in dict.fromkeys(factors) if isinstance(d, str) and expressible(d)]
+        checks.append(" && ".join(terms) or "true")
+
+    def visit(g: Func, runs: tuple) -> None:
+        sizes = {e.outs[0]: e.params["dim"] for e in g.eqns if e.prim.name == "dim_size"}
+        for e in g.eqns:
+            if e.prim.name in _TAKES:
+                check(e, runs)
+            elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)
+                visit(e.params["body" if e.prim.name == "fusion" else "fn"], runs)
+            elif e.prim.name == "loop":
+                trip = e.ins[0]
+                steps = int(trip.value) if isinstance(trip, Lit) else sizes.get(trip)
+                if steps is not None and expressible(steps):
+                    visit(e.params["body"], runs + (steps,))
+
+    visit(f, ())
+    return [c if " && " not in c else f"({c})" for c in dict.fromkeys(checks)]
 
 
 def _differences(f: Func, dims: list[str]) -> list[str]:

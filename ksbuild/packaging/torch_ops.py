@@ -45,8 +45,10 @@ class PackageOps:
     def __init__(self, package, namespace: str):
         self.package, self.namespace = package, namespace
         by_expr = {_norm(d["expression"]): n for n, d in package.desc["exports"].items()}
-        # none for an export without results, or with strings (torch tensors cannot hold them)
-        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items() if e.outs and not e._strings}
+        # none for an export without results, with strings (torch tensors cannot hold them), or with more arguments
+        # than a custom op takes (such an export runs eagerly only: `invoke` says so)
+        self.ops = {n: _define(self.namespace, e) for n, e in package.exports.items()
+                    if e.outs and not e._strings and _op_arguments(e) <= MAX_OP_ARGUMENTS}
         self.vjp_of = {n: by_expr.get(f"vjp({_norm(e.desc['expression'])})") for n, e in package.exports.items()}
         self.split_of = {n: _split(by_expr, e) for n, e in package.exports.items()}
         self.backward = {n: _Backward(self, n, self.split_of[n]) for n in package.exports}
@@ -72,6 +74,11 @@ class PackageOps:
     def invoke(self, name: str, tensors, dims: dict):
         """Call the op of export `name`, adding its free dims (taken from `dims`) when it has any."""
         export = self.package.exports[name]
+        if name not in self.ops and _op_arguments(export) > MAX_OP_ARGUMENTS:
+            raise RuntimeError(f"ksbuild: export '{name}' takes {_op_arguments(export)} arguments and a torch custom "
+                               f"op at most {MAX_OP_ARGUMENTS}, so it runs on plain CPU tensors only: not under "
+                               "torch.compile or torch.export, and not in a backward pass that is itself "
+                               "differentiated (create_graph=True)")
         extra = [[dims[d] for d in export.free_dims]] if export.free_dims else []
         return self.ops[name](*tensors, *extra)
 
@@ -170,6 +177,15 @@ def _setup(export, n_outs: int):
         ctx.residuals = residuals
         ctx.save_for_backward(*tensors)
     return setup_context
+
+
+MAX_OP_ARGUMENTS = 64
+"""The most arguments torch.library takes in a custom op's schema (torch's own limit)."""
+
+
+def _op_arguments(export) -> int:
+    """The arguments of an export's op: its inputs, and the list of its free dims when it has any."""
+    return len(export.ins) + (1 if export.free_dims else 0)
 
 
 def _define(namespace: str, export):

@@ -573,9 +573,14 @@ def convert_expr(x: str, src: str, dst: str) -> str:
     c = C_TYPES[dst]
     if dst == "bool":
         return f"({x} != 0)"
-    if dst.startswith("u") and src in ("f32", "f64"):
-        return f"static_cast<{c}>(static_cast<int64_t>({x}))"
+    if dst in INT_DTYPES and src in ("f32", "f64"):
+        return f"ks::float_to_int<{c}, {_WIDE_INT[dst]}>({x})"
     return f"static_cast<{c}>({x})"
+
+
+# The integer a float converts through on its way to an integer type (ks::float_to_int): x86's conversions.
+_WIDE_INT = {"i8": "int32_t", "u8": "int32_t", "i16": "int32_t", "u16": "int32_t", "i32": "int32_t",
+             "u32": "int64_t", "i64": "int64_t", "u64": "int64_t"}
 
 
 def _to_e8m0(x) -> np.ndarray:
@@ -597,6 +602,10 @@ def _convert_np(x, dtype):
         return x != 0
     if dtype == "f8e8m0":
         return _to_e8m0(x).view(target)
-    if dtype in INT_DTYPES and x.dtype.kind == "f":
-        return np.trunc(x).astype(target)
+    if dtype in INT_DTYPES and x.dtype.kind == "f":  # ks::float_to_int
+        wide = np.dtype(_WIDE_INT[dtype].removesuffix("_t"))
+        limit = 2.0 ** (8 * wide.itemsize - 1)
+        t = np.trunc(x)
+        inside = (t >= -limit) & (t < limit)
+        return np.where(inside, np.where(inside, t, 0).astype(wide), np.iinfo(wide).min).astype(target)
     return x.astype(target)

@@ -233,6 +233,17 @@ constexpr T highest() {
     }
 }
 
+// A float converted to an integer type I as ksbuild defines it (C++ leaves it undefined out of range): truncated
+// toward zero into W (int32_t for types of up to 16 bits and int32, int64_t for the others), NaN, the
+// infinities and values outside W giving W's lowest value (what x86's conversions give), then to I keeping
+// the low bits. numpy on x86 gives the same.
+template <class I, class W, class F>
+inline I float_to_int(F x) {
+    constexpr F limit = static_cast<F>(W(1) << (sizeof(W) * 8 - 2)) * F(2);  // 2^31 or 2^63, exact
+    const W wide = (x >= -limit && x < limit) ? static_cast<W>(x) : std::numeric_limits<W>::min();
+    return static_cast<I>(wide);
+}
+
 // A computed index as ksbuild (and JAX) define dynamic indexing: a negative one counts from the
 // end (-1 is n - 1), then it is clamped into [0, n - 1].
 constexpr int64_t clamp_index(int64_t i, int64_t n) {

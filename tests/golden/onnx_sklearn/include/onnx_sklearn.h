@@ -2,8 +2,13 @@
  *
  * C ABI (usable from C and C++). Tensors are dense and row-major; symbolic dims come first.
  * Functions that take tensors return int: 0 = ok, 1 = dims that do not fit (a negative dim, a size
- * they make negative, a slice past the end of its axis: ks::status::err_shape), 2 = NULL workspace
- * where one is needed (err_null). No function allocates or throws.
+ * they make negative, a slice past the end of its axis, an element taken from an axis of size 0:
+ * ks::status::err_shape), 2 = NULL workspace where one is needed (err_null). No function allocates
+ * or throws.
+ *
+ * Instruction sets: the library holds the kernels built for x86-64 (SSE2), x86-64-v3 (AVX2, FMA) and
+ * x86-64-v4 (AVX-512); each function runs the build for the best level this CPU has (asked once). The
+ * workspace sizes are the most any of them needs.
  *
  * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
