@@ -72,6 +72,13 @@ def test_shape_input_computed_at_run_time_is_explained(tmp_path):
     assert "node rs (Reshape)" in text and "must be known when the model is compiled" in text
 
 
+def test_run_time_nonzero_suggests_torch_where(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "z"], ["m"]), helper.make_node("NonZero", ["m"], ["i"], name="nz")]
+    z = numpy_helper.from_array(np.zeros((), np.float32), "z")
+    text = compile_error(tmp_path, model(nodes, [tensor("x", [4])], [tensor("i", None, TensorProto.INT64)], [z]))
+    assert "node nz (NonZero)" in text and "torch.where(mask, v, x)" in text
+
+
 def test_unsupported_input_type(tmp_path):
     node = helper.make_node("Identity", ["x"], ["y"])
     text = compile_error(tmp_path, model([node], [tensor("x", [2], TensorProto.COMPLEX64)],

@@ -108,7 +108,7 @@ def _run_body(imp, frame, proto, fn, defaults: dict, opsets: dict[str, int]) -> 
             imp.run_node(frame, node, k, body_opsets)
         except NeedsConstant as e:
             if e.value.startswith(prefix):  # an internal value: it comes from the node's inputs
-                raise NeedsConstant(e.message, e.loc, e.value, [i for i in proto.input if i]) from None
+                raise NeedsConstant(e.message, e.loc, e.value, [i for i in proto.input if i], e.hint) from None
             raise
 
 

@@ -133,7 +133,9 @@ def _numel(shape):
 
 @handler("NonZero")
 def nonzero(n: Node):
-    x = n.const(0, "the input (the output size depends on its values)")
+    x = n.const(0, "the input (the output size depends on its values)",
+                hint="torch exports a boolean-mask assignment `x[mask] = v` as NonZero: write "
+                     "`torch.where(mask, v, x)` instead")
     return [np.array(np.nonzero(x), dtype=np.int64)]
 
 
