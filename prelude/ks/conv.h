@@ -297,6 +297,19 @@ constexpr int64_t aligned(int64_t count) {
     return (count + 15) / 16 * 16;
 }
 
+// How many times the register tiles read the kernel of a group over a batch of images: once per block of
+// output positions (the direct path: per position_block rows of at most one panel, else per output row).
+template <class T>
+constexpr int64_t kernel_passes(const conv_shape& s, int64_t images) {
+    constexpr int64_t block = position_block * panel_width<T>;
+    if (!direct<T>(s)) {
+        return images * ((s.positions() + block - 1) / block);
+    }
+    const int64_t per_plane = s.out[2] <= panel_width<T> ? (s.out[1] + position_block - 1) / position_block
+                                                         : s.out[1] * ((s.out[2] + block - 1) / block);
+    return images * s.out[0] * per_plane;
+}
+
 // The packed kernel's elements: every group's rows in tiles (tiles::pack_a).
 constexpr int64_t packed_kernel_size(const conv_shape& s) {
     return s.groups * tiles::packed_a_size(s.out_channels / s.groups, s.depth());
@@ -320,16 +333,26 @@ constexpr int64_t conv_scratch(const conv_shape& s, bool rows = false) {
 
 namespace convs {
 
+// The kernel rows k0... of one group: packed in row tiles by pack_a (PACKED), else the group's rows of w [mg, depth].
+template <class T, bool PACKED>
+tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
+    if constexpr (PACKED) {
+        return {kernel + k0 * tiles::row_block, 1, tiles::row_block, depth * tiles::row_block};
+    } else {
+        return tiles::rows_of(kernel + k0, depth, 1);
+    }
+}
+
 // One group of one image, the windows read straight from the (padded) image x through the rows' offsets.
-template <class T, class Epi>
+template <class T, bool PACKED, class Epi>
 void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const Epi& epi) {
-    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
     const int64_t row_step = s.stride[1] * s.in[2];  // (the image elements between two output rows)
     for (int64_t k0 = 0; k0 < depth; k0 += step) {
         const int64_t kc = depth - k0 < step ? depth - k0 : step;
-        const tiles::row_tiles<T> a{kernel + k0 * MR, 1, MR, depth * MR};
+        const tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel, depth, k0);
         for (int64_t od = 0; od < s.out[0]; ++od) {
             const T* plane = x + od * s.stride[0] * s.in[1] * s.in[2];
             if (s.out[2] <= P) {  // rows of at most one panel: a panel per output row, position_block rows at a time
@@ -337,7 +360,7 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
                 for (int64_t oh = 0; oh < s.out[1]; oh += position_block) {
                     const int rows = static_cast<int>(s.out[1] - oh < position_block ? s.out[1] - oh : position_block);
                     const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
-                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{plane + oh * row_step, offsets + k0, row_step, width},
+                    tiles::block<T, PACKED>(mg, kc, a, tiles::table_rows<T>{plane + oh * row_step, offsets + k0, row_step, width},
                                           rows, y + q0, n, rows * s.out[2], k0 > 0, k0 + kc >= depth, q0, epi);
                 }
                 continue;
@@ -347,7 +370,7 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
                 const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
                 for (int64_t ow = 0; ow < s.out[2]; ow += block) {
                     const int64_t cols = s.out[2] - ow < block ? s.out[2] - ow : block;
-                    tiles::block<T, true>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0, P, P},
+                    tiles::block<T, PACKED>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0, P, P},
                                           static_cast<int>((cols + P - 1) / P), y + q0 + ow, n, cols, k0 > 0,
                                           k0 + kc >= depth, q0 + ow, epi);
                 }
@@ -357,9 +380,9 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
 }
 
 // One group of one image, the im2col matrix packed into panels block by block.
-template <class T, class Epi>
+template <class T, bool PACKED, class Epi>
 void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T* y, const Epi& epi) {
-    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
     for (int64_t j0 = 0; j0 < n; j0 += block) {
@@ -367,8 +390,7 @@ void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
             pack_panels<T>(s, x, k0, kc, j0, cols, panels);
-            const tiles::row_tiles<T> a{kernel + k0 * MR, 1, MR, depth * MR};
-            tiles::block<T, true>(mg, kc, a, tiles::panel_rows<T>{panels, P, kc * P},
+            tiles::block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0), tiles::panel_rows<T>{panels, P, kc * P},
                                   static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
                                   epi);
         }
@@ -390,7 +412,10 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
     T* padded = scratch + convs::aligned(convs::packed_kernel_size(shape));
     T* rest = padded + convs::aligned(convs::padded_size<T>(shape));
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
-    for (int64_t g = 0; g < s.groups; ++g) {
+    // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
+    // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
+    const bool pack = convs::kernel_passes<T>(s, images) > 1;
+    for (int64_t g = 0; pack && g < s.groups; ++g) {
         tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, scratch + g * kernel_size);
     }
     if (direct) {
@@ -406,10 +431,16 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
             const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const convs::channels_from<Epi> eg{epi, image, g * mg};
-            if (direct) {
-                convs::direct_group<T>(s, xg, scratch + g * kernel_size, offsets, yg, eg);
+            const T* packed = scratch + g * kernel_size;
+            const T* rows = w + g * mg * depth;
+            if (direct && pack) {
+                convs::direct_group<T, true>(s, xg, packed, offsets, yg, eg);
+            } else if (direct) {
+                convs::direct_group<T, false>(s, xg, rows, offsets, yg, eg);
+            } else if (pack) {
+                convs::packed_group<T, true>(s, xg, packed, rest, yg, eg);
             } else {
-                convs::packed_group<T>(s, xg, scratch + g * kernel_size, rest, yg, eg);
+                convs::packed_group<T, false>(s, xg, rows, rest, yg, eg);
             }
         }
     }
