@@ -32,6 +32,11 @@ WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_PAIRS = 2048
 WINOGRAD_MIN_SIZE = 6
+# Below sides of 8 (at most 16 tiles per image) a kernel of 256 × 256 channel pairs or more stays direct: Winograd's
+# transformed kernel is 16/9 the size of the direct one and is read once per image for those few tiles (AMD EPYC with
+# AVX-512, one image: 512 × 512 at 7 × 7 took 1.8× the direct path's time, 256 × 256 1.2×).
+WINOGRAD_SMALL_SIDE = 8
+WINOGRAD_SMALL_MAX_PAIRS = 256 * 256
 
 
 def winograd_transform(w: np.ndarray) -> np.ndarray:
@@ -51,7 +56,8 @@ def winograd_untransform(u: np.ndarray) -> np.ndarray:
 def winograd_applies(x: Type, w: Type, y: Type, strides, dilations, groups) -> bool:
     """Whether a conv of x with kernel w (output y) is computed by Winograd's F(2×2, 3×3): a 2-d float 3×3
     convolution with stride 1, dilation 1, one group, enough channels (at least 16 each way and 2048 pairs) and
-    literal output sides of at least 6 (symbolic ones are taken to be large)."""
+    literal output sides of at least 6 (symbolic ones are taken to be large), and of at least 8 with 256 × 256
+    channel pairs or more."""
     if x.rank != 4 or x.dtype not in ("f32", "f64") or tuple(w.shape[2:]) != (3, 3) or groups != 1:
         return False
     if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
@@ -60,7 +66,10 @@ def winograd_applies(x: Type, w: Type, y: Type, strides, dilations, groups) -> b
     if not (isinstance(c, int) and isinstance(m, int)) or min(c, m) < WINOGRAD_MIN_CHANNELS or \
             c * m < WINOGRAD_MIN_PAIRS:
         return False
-    return all(not isinstance(d, int) or d >= WINOGRAD_MIN_SIZE for d in y.shape[2:])
+    sides = [d for d in y.shape[2:] if isinstance(d, int)]
+    if c * m >= WINOGRAD_SMALL_MAX_PAIRS and min(sides, default=WINOGRAD_SMALL_SIDE) < WINOGRAD_SMALL_SIDE:
+        return False
+    return min(sides, default=WINOGRAD_MIN_SIZE) >= WINOGRAD_MIN_SIZE
 
 
 def _kernel_type(u: Type) -> Type:
