@@ -36,6 +36,12 @@ def ramp(x: "float[n, 2, 6, 6]", w: "float[3, 2, 3, 3]") -> "float[n, 3, 4, 4]":
     return y + torch.arange(4) * 0.5
 
 
+def tiny(x: "float[n, 6, 7, 9]", w: "float[4, 3, 3, 2]", b: "float[4]") -> "float[n, 4, 2, 3]":
+    """at most 8 output positions (a batch-1 network's last layers): dot products of the kernel's rows with the
+    im2col matrix's columns (ks::tiles::dots); grouped, strided, dilated, padded, with a bias and a ReLU."""
+    return torch.relu(F.conv2d(x, w, b, stride=(3, 4), padding=(1, 2), dilation=(2, 3), groups=2))
+
+
 def dense(x: "float[n, 20]", w: "float[20, 33]", b: "float[33]") -> "float[n, 33]":
     return F.gelu(x @ w + b)
 
@@ -80,6 +86,8 @@ python = "k.py:residual"
 python = "k.py:line"
 [kernels.ramp]
 python = "k.py:ramp"
+[kernels.tiny]
+python = "k.py:tiny"
 [kernels.dense]
 python = "k.py:dense"
 [kernels.loss]
@@ -97,6 +105,7 @@ block = "block"
 residual = "residual"
 line = "line"
 ramp = "ramp"
+tiny = "tiny"
 dense = "dense"
 loss_grad = "grad(loss, argnums=(0, 1, 2))"
 block_lanes = "vmap(block, in_axes=(0, 0, None))"
@@ -127,13 +136,14 @@ def test_convolutions_match_torch(built):
     pkg, src = built
     rng = np.random.default_rng(0)
     cases = {"block": ((3, 4, 9, 7), (6, 2, 3, 2), (6,)), "residual": ((2, 3, 8, 8), (3, 3, 3, 3)),
-             "line": ((3, 2, 11), (5, 2, 4)), "ramp": ((2, 2, 6, 6), (3, 2, 3, 3)), "dense": ((5, 20), (20, 33), (33,)),
+             "line": ((3, 2, 11), (5, 2, 4)), "ramp": ((2, 2, 6, 6), (3, 2, 3, 3)),
+             "tiny": ((1, 6, 7, 9), (4, 3, 3, 2), (4,)), "tiny3": ((3, 6, 7, 9), (4, 3, 3, 2), (4,)), "dense": ((5, 20), (20, 33), (33,)),
              "wide": ((3, 32, 9, 11), (64, 32, 3, 3), (64,)), "uneven": ((2, 17, 12, 10), (128, 17, 3, 3)),
              "fixed": ((2, 32, 8, 8),)}
     for name, shapes in cases.items():
-        args = _args(rng, *shapes)
-        want = getattr(src, name)(*[torch.tensor(a) for a in args]).numpy()
-        np.testing.assert_allclose(getattr(pkg, name)(*args), want, rtol=1e-10, atol=1e-10, err_msg=name)
+        args, fn = _args(rng, *shapes), name.rstrip("3")
+        want = getattr(src, fn)(*[torch.tensor(a) for a in args]).numpy()
+        np.testing.assert_allclose(getattr(pkg, fn)(*args), want, rtol=1e-10, atol=1e-10, err_msg=name)
 
 
 def test_gradients_through_the_transposes_match_torch_autograd(built):

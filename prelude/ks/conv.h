@@ -252,9 +252,10 @@ void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_
     }
 }
 
-// The same block row-major: dst[p * cols + q].
+// The same block at dst[p * p_stride + q * q_stride] (row-major: (cols, 1); columns contiguous: (1, kc)).
 template <class T>
-void pack_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
+void pack_strided(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+                  int64_t p_stride, int64_t q_stride) {
     const int64_t step = s.stride[2];
     chunks<T> cs;
     position_runs(s, j0, cols, [&cs](int64_t r, int64_t offset, int64_t count) {
@@ -265,12 +266,79 @@ void pack_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t 
     im2col_rows<T>(s, x, k0, kc, [&](int64_t p, const T* first) {
         for (int64_t i = 0; i < cs.n; ++i) {
             const T* src = first + cs.src[i];
-            T* out = dst + p * cols + cs.dst[i];
+            T* out = dst + p * p_stride + cs.dst[i] * q_stride;
             for (int64_t u = 0; u < cs.count[i]; ++u) {
-                out[u] = src[u * step];
+                out[u * q_stride] = src[u * step];
             }
         }
     });
+}
+
+// The same block row-major: dst[p * cols + q].
+template <class T>
+void pack_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
+    pack_strided(s, x, k0, kc, j0, cols, dst, cols, 1);
+}
+
+// Whether an image's output positions are so few (at most two blocks of dot_block) that dot products of
+// the kernel's rows with the im2col matrix's columns beat the register tiles, whose panels would be mostly
+// padding (a batch-1 ResNet's last layers at 2 × 2: the kernel, read once, is then loaded as vectors).
+constexpr bool few_positions(const conv_shape& s) {
+    return s.positions() <= 2 * tiles::dot_block;
+}
+
+// y [m, n] = epi(w [m, depth] · colsᵀ) with colsᵀ [n, depth] (n <= 2·dot_block, few_positions): four kernel rows
+// at a time against dot_block columns, 16 vector accumulators along depth, so that four of the kernel's rows
+// stream from memory at once (one row at a time, as ks::tiles::dots goes, left a 512-channel layer at 2 × 2 15%
+// slower than the register tiles). Rows and columns past the end repeat the first ones and are not stored.
+template <class T, class Epi>
+void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const Epi& epi) {
+    using V = typename tiles::simd<T>::v;
+    constexpr int L = tiles::simd<T>::lanes, R = 4, Q = tiles::dot_block;
+    const int64_t whole = depth - depth % L;
+    for (int64_t i0 = 0; i0 < m; i0 += R) {
+        const T* a[R];
+        for (int r = 0; r < R; ++r) {
+            a[r] = w + (i0 + r < m ? i0 + r : i0) * depth;
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += Q) {
+            const T* b[Q];
+            for (int q = 0; q < Q; ++q) {
+                b[q] = cols + (j0 + q < n ? j0 + q : j0) * depth;
+            }
+            V acc[R][Q];
+            for (int r = 0; r < R; ++r) {
+                for (int q = 0; q < Q; ++q) {
+                    acc[r][q] = tiles::splat<T>(T(0));
+                }
+            }
+            for (int64_t p = 0; p < whole; p += L) {
+                V bv[Q];
+                for (int q = 0; q < Q; ++q) {
+                    bv[q] = tiles::load<T>(b[q] + p);
+                }
+                for (int r = 0; r < R; ++r) {
+                    const V av = tiles::load<T>(a[r] + p);
+                    for (int q = 0; q < Q; ++q) {
+                        acc[r][q] += av * bv[q];
+                    }
+                }
+            }
+            for (int64_t i = i0; i < m && i < i0 + R; ++i) {
+                for (int64_t j = j0; j < n && j < j0 + Q; ++j) {
+                    const int r = static_cast<int>(i - i0), q = static_cast<int>(j - j0);
+                    T d = T(0);
+                    for (int l = 0; l < L; ++l) {
+                        d += acc[r][q][l];
+                    }
+                    for (int64_t p = whole; p < depth; ++p) {
+                        d += a[r][p] * b[q][p];
+                    }
+                    y[i * n + j] = epi(i, j, d);
+                }
+            }
+        }
+    }
 }
 
 // An epilogue seen from one group's product for one image: its rows are output channels from `first` on.
@@ -328,7 +396,8 @@ constexpr int64_t conv_scratch(const conv_shape& s, bool rows = false) {
     }
     const int64_t rest = convs::direct<T>(s) ? convs::aligned(s.depth())  // (int32 offsets, one per element)
                                               : tiles::k_step(s.depth()) * convs::block_columns<T>(s);
-    return convs::aligned(convs::packed_kernel_size(s)) + image + rest;
+    const int64_t columns = convs::few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
+    return convs::aligned(convs::packed_kernel_size(s)) + image + (rest > columns ? rest : columns);
 }
 
 namespace convs {
@@ -414,11 +483,12 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
     // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
     // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
-    const bool pack = convs::kernel_passes<T>(s, images) > 1;
+    // With few positions, dot products read it as it is (convs::few_dots).
+    const bool few = convs::few_positions(s), pack = !few && convs::kernel_passes<T>(s, images) > 1;
     for (int64_t g = 0; pack && g < s.groups; ++g) {
         tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, scratch + g * kernel_size);
     }
-    if (direct) {
+    if (direct && !few) {
         convs::row_offsets(s, offsets);
     }
     for (int64_t image = 0; image < images; ++image) {
@@ -433,7 +503,10 @@ void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y,
             const convs::channels_from<Epi> eg{epi, image, g * mg};
             const T* packed = scratch + g * kernel_size;
             const T* rows = w + g * mg * depth;
-            if (direct && pack) {
+            if (few) {
+                convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth);
+                convs::few_dots<T>(mg, n, depth, rows, rest, yg, eg);
+            } else if (direct && pack) {
                 convs::direct_group<T, true>(s, xg, packed, offsets, yg, eg);
             } else if (direct) {
                 convs::direct_group<T, false>(s, xg, rows, offsets, yg, eg);
