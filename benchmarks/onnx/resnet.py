@@ -1,0 +1,122 @@
+"""ResNet-18 inference benchmark: a torch ResNet-18 (defined here: the torchvision architecture, random weights,
+nothing downloaded) exported with torch.onnx.export, compiled by ksbuild (backend plain, the portable build with
+its run-time choice of instruction set), against onnxruntime with one thread, torch eager (one thread, no_grad)
+and memcpy of the weights' bytes (a batch-1 network reads every weight once: the physical limit).
+
+    python benchmarks/onnx/resnet.py [--repeats 20] [--budget 3] [--sides 64 224] [--batches 1 8]
+
+One build per image side (the spatial sizes are fixed, the batch dim symbolic). Outputs are compared with
+onnxruntime first. Each time is the median of --repeats samples of calls from Python, the contenders sampled in
+turn (bench.median_times). Ratios > 1 mean ksbuild is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy loads its BLAS)
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import eager, median_times  # noqa: E402
+
+
+def resnet18():
+    """ResNet-18 (He et al., "Deep Residual Learning for Image Recognition", 2016; torchvision's layout: a 7×7
+    stride-2 stem, max pooling, four stages of two basic blocks, global average pooling, a 1000-way linear layer),
+    in eval mode with running statistics drawn at random so that the folded batch norms are not identities."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = self.b2(self.c2(torch.relu(self.b1(self.c1(x)))))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            blocks, cin = [], 64
+            for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+                blocks += [Block(cin, cout, stride), Block(cout, cout, 1)]
+                cin = cout
+            self.blocks = nn.Sequential(*blocks)
+            self.fc = nn.Linear(512, 1000)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    m = ResNet18().eval()
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.1, 0.1)
+            mod.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--budget", type=float, default=3.0)
+    p.add_argument("--sides", type=int, nargs="+", default=[64, 224])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    a = p.parse_args(argv)
+    import onnxruntime as ort
+    import torch
+
+    import ksbuild
+    torch.set_num_threads(1)
+    model = resnet18()
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    src = np.ones(weights // 4, np.float32)
+    dst = np.empty_like(src)
+    folder = Path(tempfile.mkdtemp(prefix="ksbuild-resnet-bench-"))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    print(f"# ResNet-18 ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; times in "
+          f"ms; weights {weights / 2 ** 20:.1f} MiB)\n")
+    print("| input | onnxruntime | torch eager | ksbuild | memcpy of the weights | ort / ksbuild | eager / ksbuild "
+          "| max err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for side in a.sides:
+        path = folder / f"resnet18_{side}.onnx"
+        torch.onnx.export(model, (torch.zeros(1, 3, side, side),), str(path), dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        manifest = folder / f"manifest_{side}.toml"
+        manifest.write_text(f'[package]\nname = "resnet18_{side}"\n\n[kernels.net]\nonnx = "{path.name}"\n\n'
+                            '[exports]\nnet = "net"\n')
+        pkg = ksbuild.build(manifest, portable=True)
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        for batch in a.batches:
+            x = np.random.default_rng(side + batch).standard_normal((batch, 3, side, side)).astype(np.float32)
+            xt = torch.from_numpy(x)
+            want = sess.run(None, {"x": x})[0]
+            err = float(np.abs(pkg.net(x) - want).max())
+            fns = [lambda: sess.run(None, {"x": x}), lambda: eager(model, xt), lambda: pkg.net(x),
+                   lambda: np.copyto(dst, src)]
+            t_ort, t_eager, t_ks, t_copy = median_times(fns, a.repeats, a.budget)
+            print(f"| [{batch}, 3, {side}, {side}] | {1e3 * t_ort:.2f} | {1e3 * t_eager:.2f} | {1e3 * t_ks:.2f} | "
+                  f"{1e3 * t_copy:.2f} | {t_ort / t_ks:.2f} | {t_eager / t_ks:.2f} | {err:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
