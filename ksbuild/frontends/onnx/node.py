@@ -20,11 +20,14 @@ TAKES_SEQUENCES = {"Identity", "SequenceAt", "SequenceLength", "SequenceInsert",
 """The ops whose inputs may be sequences or optional values (ops_sequence.py)."""
 
 
+STATIC_HINT = "give it as an initializer or a Constant (shapes must be static)"
+
+
 class NeedsConstant(KsbuildError):
     """An input that must be known at import time (a shape, axes, pads) is computed at run time."""
 
     def __init__(self, message: str, loc: Location | None, value: str, sources: list[str] | None = None,
-                 hint: str = "give it as an initializer or a Constant (shapes must be static)"):
+                 hint: str = STATIC_HINT):
         super().__init__(message, loc, hint=hint)
         self.value = value
         self.sources = sources if sources is not None else [value]  # model values it is computed from
@@ -150,14 +153,13 @@ class Node:
         """Input i's value if it is known at import time (else None)."""
         return self.val(i).known if self.has(i) else None
 
-    def const(self, i: int, what: str, hint: str | None = None) -> np.ndarray:
+    def const(self, i: int, what: str, hint: str = STATIC_HINT) -> np.ndarray:
         """Input i's value, which must be known at import time (a shape, axes, ...)."""
         v = self.val(i)
         if v.known is None:
             name = self.proto.input[i]
             raise NeedsConstant(f"{self.op}: {what} (input {i}, '{name}') must be known when the model is "
-                                "compiled, but it is computed at run time", self.loc, name,
-                                **({"hint": hint} if hint else {}))
+                                "compiled, but it is computed at run time", self.loc, name, hint=hint)
         return v.known
 
     def ints(self, i: int, what: str) -> list[int]:
