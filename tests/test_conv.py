@@ -424,3 +424,18 @@ def test_inverted_residual_vjp_builds_for_the_native_instruction_set(tmp_path):
     (y * torch.tensor(ct)).sum().backward()
     np.testing.assert_allclose(pkg.ir(x), y.detach().numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(pkg.ir_vjp(x, ct), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_rule_leaves_few_tiles_of_large_kernels_direct():
+    """select_backend's choice (prims/convolve.py, measured in docs/performance.md): Winograd from 2048 channel
+    pairs and sides of 6, but sides below 8 with 256 × 256 pairs or more stay direct (ResNet-18's 7 × 7 layers)."""
+    from ksbuild.ir.types import Type
+    from ksbuild.prims.convolve import winograd_applies
+
+    def applies(c, m, side):
+        x, w, y = Type("f32", (1, c, side, side)), Type("f32", (m, c, 3, 3)), Type("f32", (1, m, side, side))
+        return winograd_applies(x, w, y, (1, 1), (1, 1), 1)
+
+    assert applies(64, 64, 6) and applies(128, 128, 7) and applies(256, 256, 8) and applies(512, 512, "h")
+    assert not applies(512, 512, 7) and not applies(256, 256, 7) and not applies(64, 64, 5)
+    assert not applies(32, 32, 16)  # fewer than 2048 pairs
