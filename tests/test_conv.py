@@ -70,6 +70,32 @@ def fixed(x: "float[n, 32, 8, 8]") -> "float[n, 64, 8, 8]":
 
 def wide_loss(x: "float[n, 32, 9, 11]", w: "float[64, 32, 3, 3]", b: "float[64]") -> float:
     return (wide(x, w, b) ** 2).sum()
+
+
+def layers(x: "float[n, 3, 10, 10]", w1: "float[8, 3, 3, 3]", w2: "float[6, 8, 3, 3]", v: "float[54, 4]") -> \
+        "float[n, 4]":
+    """two convolutions with a pooling between them, then a matrix product: the per_row pass runs the
+    convolutions image by image (one loop over n), the product over the whole batch."""
+    y = F.max_pool2d(torch.relu(F.conv2d(x, w1, padding=1)), 2)
+    return torch.tanh(F.conv2d(y, w2)).flatten(1) @ v
+
+
+def four(x: "float[4, 3, 10, 10]", w1: "float[8, 3, 3, 3]", w2: "float[6, 8, 3, 3]", v: "float[54, 4]") -> \
+        "float[4, 4]":
+    """layers with a literal batch of 4."""
+    y = F.max_pool2d(torch.relu(F.conv2d(x, w1, padding=1)), 2)
+    return torch.tanh(F.conv2d(y, w2)).flatten(1) @ v
+
+
+def twin(x: "float[n, 4, 8, 8]", wa: "float[4, 4, 3, 3]", wb: "float[4, 4, 1, 1]") -> "float[n, 4, 8, 8]":
+    """two branches reading the same image, joined: one chain reading x twice."""
+    return torch.relu(F.conv2d(x, wa, padding=1)) * torch.sigmoid(F.conv2d(x, wb)) + x
+
+
+def coupled(x: "float[n, 3, 6, 6]", w: "float[4, 3, 3, 3]", w2: "float[4, 4, 3, 3]") -> "float[n, 4, 4, 4]":
+    """a mean over the batch between the convolutions: rows depend on each other there, the chain stops."""
+    y = torch.relu(F.conv2d(x, w, padding=1))
+    return F.conv2d(y - y.mean(0), w2)
 '''
 
 MANIFEST = '''
@@ -100,6 +126,14 @@ python = "k.py:uneven"
 python = "k.py:fixed"
 [kernels.wide_loss]
 python = "k.py:wide_loss"
+[kernels.layers]
+python = "k.py:layers"
+[kernels.four]
+python = "k.py:four"
+[kernels.twin]
+python = "k.py:twin"
+[kernels.coupled]
+python = "k.py:coupled"
 [exports]
 block = "block"
 residual = "residual"
@@ -115,6 +149,11 @@ uneven = "uneven"
 fixed = "fixed"
 wide_grad = "grad(wide_loss, argnums=(0, 1, 2))"
 wide_lanes = "vmap(wide, in_axes=(0, None, None))"
+layers = "layers"
+layers_vjp = "vjp(layers)"
+four = "four"
+twin = "twin"
+coupled = "coupled"
 '''
 
 
@@ -280,6 +319,45 @@ def test_the_elementwise_work_after_a_product_is_its_epilogue(built):
         assert "ks::conv<double>(" in source
     else:
         assert "ks::conv_rows<double>(" in source and "ks::library_gemm{}" in source
+
+
+def test_per_image_chains_match_torch(built):
+    """The per_row pass (transforms/per_row.py): chains of convolutions, pooling and elementwise work run image by
+    image, for any batch size (symbolic and literal), through the vjp, with a second branch reading the same
+    images, and with a mean over the batch between two convolutions (where the chain must stop)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    pkg, src = built
+    rng = np.random.default_rng(5)
+    w = _args(rng, (8, 3, 3, 3), (6, 8, 3, 3), (54, 4))
+    for n in (1, 3):
+        x = rng.standard_normal((n, 3, 10, 10))
+        want = src.layers(*[torch.tensor(a) for a in [x] + w]).numpy()
+        np.testing.assert_allclose(pkg.layers(x, *w), want, rtol=1e-10, atol=1e-10)
+        ts = [_t(a) for a in [x] + w]
+        ct = rng.standard_normal((n, 4))
+        src.layers(*ts).backward(torch.tensor(ct))
+        for got, t in zip(pkg.layers_vjp(x, *w, ct), ts):
+            np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-9)
+    x4 = rng.standard_normal((4, 3, 10, 10))
+    np.testing.assert_allclose(pkg.four(x4, *w), src.four(*[torch.tensor(a) for a in [x4] + w]).numpy(),
+                               rtol=1e-10, atol=1e-10)
+    for name, shapes in {"twin": ((3, 4, 8, 8), (4, 4, 3, 3), (4, 4, 1, 1)),
+                         "coupled": ((3, 3, 6, 6), (4, 3, 3, 3), (4, 4, 3, 3))}.items():
+        args = _args(rng, *shapes)
+        want = getattr(src, name)(*[torch.tensor(a) for a in args]).numpy()
+        np.testing.assert_allclose(getattr(pkg, name)(*args), want, rtol=1e-10, atol=1e-10, err_msg=name)
+    manifest = Path(src.__file__).parent / "manifest.toml"
+    ir = subprocess.run([sys.executable, "-m", "ksbuild", "ir", str(manifest), "--after", "per_row"],
+                        capture_output=True, text=True, check=True).stdout
+    funcs = {chunk.split("(")[0]: chunk for chunk in ir.split("\nfunc ")[1:]}
+    for name in ("layers", "four", "twin"):
+        assert funcs[name].count("func per_row(") == 1, name
+        outer = [ln for ln in funcs[name].splitlines() if ln.startswith("  %")]
+        assert not any("convolve[" in ln for ln in outer), name  # every convolution is inside the loop
+    assert "contract[" in [ln for ln in funcs["layers"].splitlines() if ln.startswith("  %")][-1]
+    assert funcs["coupled"].count("func per_row(") == 0  # one convolution on each side of the mean
 
 
 SMALL_CONSTANT = '''

@@ -74,7 +74,7 @@ def emit_loop(w: Writer, eqn) -> None:
         store(w, handle_of(w, a), h, a.type)
     ys = declare_outputs(w, eqn.outs[ncar:])
     n = w.scalar(trip)
-    k = w.namer.fresh("k")
+    k = w.namer.fresh(body.params[0].hint or "k")
     head = (f"for (int64_t {k} = {n} - 1; {k} >= 0; --{k}) {{" if p["reverse"]
             else f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {{")
     w.line(head)
@@ -89,6 +89,7 @@ def emit_loop(w: Writer, eqn) -> None:
         w.in_range[body.params[0]] = p["length"]
     for prm, a in zip(body.params[1 + nc + ncar:], xs):
         w.env[prm] = w.storage(a).slice0(k)
+    w.row_of.update((v, k) for v in eqn.outs[ncar:])
     results = emit_body(w, body)
     # ys first: a y may be the old value of a carry, which the carry update below overwrites
     for h, dst, r in zip(results[ncar:], ys, body.results[ncar:]):

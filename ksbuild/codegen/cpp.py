@@ -175,6 +175,7 @@ class Writer:
         self.local: dict[Var, str] = {}
         self.escaping: dict[Var, Storage] = {}  # inside a fusion: values stored as they are computed
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
+        self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
 
     # ---- output --------------------------------------------------------------------------------
@@ -253,6 +254,8 @@ class Writer:
             return self.outputs[place.index]
         if place.kind in ("into", "reuse"):
             return self.storage(place.of)
+        if place.kind == "row":
+            return self.storage(place.of).slice0(self.row_of[place.of])
         return self.slot(place.index, v, hint)
 
     def accumulator(self, eqn: Eqn, base: Atom, hint: str) -> Storage:
@@ -332,7 +335,7 @@ class Writer:
             return
         idx = self.open_loops(t.shape)
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
-        self.close_loops(len(idx))
+        self.close_loops(idx)
 
     def fill(self, dst: Storage, expr: str, t: Type) -> None:
         """dst[...] = expr everywhere."""
@@ -340,9 +343,13 @@ class Writer:
 
     def open_loops(self, shape, simd: str | None = None, threads: int = 0) -> list[str]:
         """Open a loop nest over shape; `simd` (a clause, or "" for none) puts an `omp simd` pragma on the
-        innermost loop, threads > 1 runs the outermost one on that many OpenMP threads."""
+        innermost loop, threads > 1 runs the outermost one on that many OpenMP threads. An axis of size 1
+        gets no loop: its index is 0. Close the nest with close_loops(the indices returned)."""
         idx = []
         for j, d in enumerate(shape):
+            if d == 1:
+                idx.append("0")
+                continue
             i = self.namer.fresh("i")
             if threads > 1 and j == 0:
                 self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}))")
@@ -353,7 +360,9 @@ class Writer:
             idx.append(i)
         return idx
 
-    def close_loops(self, n: int) -> None:
+    def close_loops(self, loops) -> None:
+        """Close the loops of open_loops' indices (or n loops opened by hand)."""
+        n = loops if isinstance(loops, int) else sum(1 for i in loops if i != "0")
         for _ in range(n):
             self.depth -= 1
             self.line("}")
@@ -382,7 +391,7 @@ class Writer:
             self.line(f"{c} {name} = {reduce_init(kind, c)};")
             idx = self.open_loops(x.type.shape, f"reduction(+:{name})" if kind == "sum" else None)
             self.line(update.format(a=name, x=src.at(idx)))
-            self.close_loops(len(idx))
+            self.close_loops(idx)
             self.env[out] = name
             return
         dst = self.target(out, kind)
@@ -396,7 +405,7 @@ class Writer:
         idx = [loops[order.index(j)] for j in range(x.type.rank)]
         kept = [i for j, i in enumerate(idx) if j not in axes]
         self.line(update.format(a=dst.at(kept), x=src.at(idx)))
-        self.close_loops(len(idx))
+        self.close_loops(idx)
         self.env[out] = dst
 
     def _reduce_unrolled(self, src: Storage, dst: Storage, shape, axes, kind: str, c: str) -> None:
@@ -413,7 +422,7 @@ class Writer:
             at = dict(zip(kept, loops)) | dict(zip(axes, (str(t) for t in tap)))
             self.line(REDUCE_UPDATE[kind].format(a=acc, x=src.at([at[j] for j in range(len(shape))])))
         self.line(f"{dst.at(loops)} = {acc};")
-        self.close_loops(len(loops))
+        self.close_loops(loops)
 
     # ---- tensor prims --------------------------------------------------------------------------
 

@@ -49,13 +49,13 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.line(REDUCE_UPDATE[_kind(e)].format(a=acc, x=w.scalar(e.ins[0])))
     w.region, w.escaping = None, {}
     w.local.clear()
-    w.close_loops(len(inner))
+    w.close_loops(inner)
     for acc, part in parts.items():
         w.line(f"{acc} += {part};")
     if parts:
         w.close_loops(1)
     scalars = _store_reduced(w, reductions, accs, targets, outer)
-    w.close_loops(len(outer))
+    w.close_loops(outer)
     w.env = saved_env
     for r, o in zip(body.results, eqn.outs):
         w.env[o] = targets[r] if r in targets else scalars[r]

@@ -14,6 +14,10 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - prune(eqn, used) -> Eqn    control flow and calls only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
 - expand(b, ins, **params) -> outs   a decomposition into other prims, applied before codegen
+- rows(eqn, n) -> (params, sliced) | None   when row i (along axis 0, of n rows) of every output depends only
+  on row i of the operands marked in `sliced` (the others are read whole): the params of the same equation
+  on one row ([1, ...] instead of [n, ...]); None otherwise. The per_row pass runs chains of such equations
+  one row at a time. Elementwise prims need no rule: their operands with n rows are sliced.
 - fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
   shape all the same (a gather from a 1-D table: one element read at the current index's position)
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
@@ -46,6 +50,7 @@ class Prim:
     simplify: Optional[Callable] = None
     expand: Optional[Callable] = None
     fusible: Optional[Callable] = None
+    rows: Optional[Callable] = None
     accumulates: bool = False
     elementwise: bool = False
     doc: str = ""
@@ -59,3 +64,33 @@ class Prim:
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
+
+
+# ---- rows rules (see `rows` above) ----------------------------------------------------------------
+
+def leads(a, n) -> bool:
+    """Whether the atom a has n rows: its type's axis 0 is n."""
+    return a.type.rank > 0 and a.type.shape[0] == n
+
+
+def first_rows(eqn, n, shape_param: str | None = None):
+    """The rows rule of a prim whose output row i is computed from row i of its first operand alone (any other
+    operand is read whole); `shape_param` names a param holding the output shape, whose n becomes 1."""
+    if not (eqn.ins and leads(eqn.ins[0], n) and all(leads(v, n) for v in eqn.outs)):
+        return None
+    params = dict(eqn.params)
+    if shape_param is not None:
+        params[shape_param] = (1,) + tuple(params[shape_param][1:])
+    return params, (True,) + (False,) * (len(eqn.ins) - 1)
+
+
+def broadcast_rows(eqn, n, shape_param: str | None = None):
+    """The rows rule of an elementwise (numpy-broadcasting) prim: an operand of the output's rank with n rows is
+    sliced; one of lower rank or with a single row is broadcast to every row and read whole."""
+    if not eqn.outs or not all(leads(v, n) for v in eqn.outs):
+        return None
+    rank = eqn.outs[0].type.rank
+    params = dict(eqn.params)
+    if shape_param is not None:
+        params[shape_param] = (1,) + tuple(params[shape_param][1:])
+    return params, tuple(a.type.rank == rank and leads(a, n) for a in eqn.ins)

@@ -19,7 +19,7 @@ from ..codegen import epilogue as epilogues
 from ..errors import KsbuildError
 from ..ir.core import Eqn
 from ..ir.types import Type, numel
-from .base import Prim
+from .base import Prim, first_rows
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
 
@@ -83,6 +83,12 @@ def _convolve_rule(in_types, impl, epilogue=None, **geometry):
     x, w = in_types[:2]
     (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
     return (epilogue_type(y, in_types[2:], epilogue),)
+
+
+def _convolve_rows(eqn: Eqn, n):
+    """Image i of the result reads image i alone (the kernel and bias whole); not once an epilogue is fused, whose
+    operands may be per image."""
+    return first_rows(eqn, n) if eqn.params.get("epilogue") is None else None
 
 
 def _convolve_eval(x, w, *extra, impl, env, epilogue=None, **geometry):
@@ -195,6 +201,7 @@ convolve = Prim(
     jvp=_lowered_only("convolve"),
     batch=_lowered_only("convolve"),
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
+    rows=_convolve_rows,
     doc="a convolution as one ks::conv call (or ks::conv_rows with a BLAS) over the batch of images",
     opt_outs=OPT_OUTS,
     lowering=True,

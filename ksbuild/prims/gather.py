@@ -69,7 +69,7 @@ def _gather_emit(ctx, eqn) -> None:
     pre, mid, post = loops[:axis], loops[axis:axis + idx.type.rank], loops[axis + idx.type.rank:]
     i = _clamp_expr(si.at(mid), x.type.shape[axis])
     ctx.line(f"{dst.at(loops)} = {sx.at(pre + [i] + post)};")
-    ctx.close_loops(len(loops))
+    ctx.close_loops(loops)
     ctx.env[out] = dst
 
 
@@ -146,7 +146,7 @@ def _scatter_emit(ctx, eqn) -> None:
     pre, mid, post = loops[:axis], loops[axis:axis + idx.type.rank], loops[axis + idx.type.rank:]
     i = _clamp_expr(si.at(mid), x.type.shape[axis])
     ctx.line(f"{dst.at(pre + [i] + post)} += {sv.at(loops)};")
-    ctx.close_loops(len(loops))
+    ctx.close_loops(loops)
     ctx.env[out] = dst
 
 

@@ -242,12 +242,12 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
         red = ctx.open_loops([sizes[ch] for ch in summed], f"reduction(+:{acc})")
         ix = dict(zip(o, outer)) | dict(zip(summed, red))
         ctx.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
-        ctx.close_loops(len(red))
+        ctx.close_loops(red)
         if not o:
             ctx.env[out] = acc
             return
         ctx.line(f"{dst.at(outer)} {'+=' if into else '='} {acc};")
-        ctx.close_loops(len(outer))
+        ctx.close_loops(outer)
         return
     if not into:
         ctx.fill(dst, "0", out.type)
@@ -255,7 +255,7 @@ def _emit_loops(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> None:
     loops = ctx.open_loops([sizes[ch] for ch in order], threads=threads if order[0] in o else 0)
     ix = dict(zip(order, loops))
     ctx.line(f"{dst.at([ix[ch] for ch in o])} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
-    ctx.close_loops(len(loops))
+    ctx.close_loops(loops)
 
 
 DOT_BLOCK = 4  # dot products computed together along the result's last axis
@@ -285,7 +285,7 @@ def _emit_dot_block(ctx, eqn: Eqn, sa, sb, dst, into: bool, sizes: dict, summed:
         ctx.depth += 1
         _emit_dots(ctx, (a, b, o), sa, sb, dst, into, sizes, summed, outer, block if blocked == "block" else [j], c)
         ctx.close_loops(1)
-    ctx.close_loops(len(outer))
+    ctx.close_loops(outer)
 
 
 def _dot_loops(j: str, size) -> list[tuple[str, str]]:
@@ -311,7 +311,7 @@ def _emit_dots(ctx, letters, sa, sb, dst, into: bool, sizes: dict, summed: list,
     for acc, last in zip(accs, lasts):
         ix = dict(zip(o, outer + [last])) | dict(zip(summed, red))
         ctx.line(f"{acc} += {sa.at([ix[ch] for ch in a])} * {sb.at([ix[ch] for ch in b])};")
-    ctx.close_loops(len(red))
+    ctx.close_loops(red)
     for acc, last in zip(accs, lasts):
         ctx.line(f"{dst.at(outer + [last])} {'+=' if into else '='} {acc};")
 
@@ -342,7 +342,7 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
     ctx.line(f"{fn}<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
              f"{matrix(dst, o, m, n)}, {'true' if into else 'false'}{extra});")
-    ctx.close_loops(len(loops))
+    ctx.close_loops(loops)
     return epi is not None
 
 

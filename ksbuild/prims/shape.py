@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape
-from .base import Prim
+from .base import Prim, broadcast_rows, first_rows
 from .common import move_batch_rank, unbroadcast
 
 
@@ -42,6 +42,7 @@ broadcast_to = Prim(
     transpose=lambda b, cts, ins, linear, shape: [unbroadcast(b, cts[0], ins[0].type)],
     batch=_broadcast_batch,
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.broadcast(eqn.params["shape"])),
+    rows=lambda eqn, n: broadcast_rows(eqn, n, "shape"),
     simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="numpy broadcasting to a larger shape",
 )
@@ -64,6 +65,7 @@ reshape = Prim(
     batch=lambda b, ins, batched, size, shape: ([b.reshape(ins[0], shape=(ins[0].type.shape[0],) + tuple(shape))],
                                                 [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.reshape(eqn.params["shape"])),
+    rows=lambda eqn, n: first_rows(eqn, n, "shape"),
     simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="same elements (row-major), new shape",
 )
@@ -94,6 +96,7 @@ reduce_sum = Prim(
     transpose=_reduce_sum_transpose,
     batch=lambda b, ins, batched, size, axes: ([b.reduce_sum(ins[0], axes=tuple(a + 1 for a in axes))], [True]),
     emit=lambda ctx, eqn: ctx.reduce(eqn, "sum"),
+    rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
     doc="sum over the given axes",
 )
 
@@ -125,6 +128,7 @@ transpose = Prim(
     batch=lambda b, ins, batched, size, perm: ([b.transpose(ins[0], perm=(0,) + tuple(p + 1 for p in perm))],
                                                [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.permute(eqn.params["perm"])),
+    rows=lambda eqn, n: first_rows(eqn, n) if eqn.params["perm"][0] == 0 else None,
     simplify=lambda ins, out, perm: _splat(ins[0], out),
     doc="permute axes",
 )

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
-from .base import PRIMS, Prim
+from .base import PRIMS, Prim, first_rows
 from .common import zeros
 
 
@@ -147,7 +147,7 @@ def _index_add_emit(ctx, eqn) -> None:
     src = ctx.storage(v)
     idx = ctx.open_loops(v.type.shape)
     ctx.line(f"{row.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
-    ctx.close_loops(len(idx))
+    ctx.close_loops(idx)
     ctx.env[eqn.outs[0]] = dst
 
 
@@ -339,6 +339,7 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         jvp=jvp,
         batch=batch,
         emit=lambda ctx, eqn: ctx.reduce(eqn, kind),
+        rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
         doc=f"{kind}imum over the given axes (ties='first': the derivative goes to the first extremum)",
         opt_outs=("transpose: not linear",),
     )

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub, dim_value
-from .base import Prim
+from .base import Prim, first_rows
 
 
 def window_count(n: Dim, size: int, stride: int, dilation: int) -> Dim:
@@ -71,6 +71,7 @@ window = Prim(
     batch=lambda b, ins, batched, size_, axis, size, stride, dilation: (
         [b.window(ins[0], axis=axis + 1, size=size, stride=stride, dilation=dilation)], [True]),
     emit=_window_emit,
+    rows=lambda eqn, n: first_rows(eqn, n) if eqn.params["axis"] != 0 else None,
     doc="sliding windows along an axis: [.., n, ..] -> [.., windows, taps, ..] (a strided view)",
 )
 
@@ -108,7 +109,7 @@ def _fold_emit(ctx, eqn) -> None:
     opened = ctx.open_loops([y.type.shape[j] for j in order])
     loops = [opened[order.index(j)] for j in range(y.type.rank)]
     ctx.line(f"{view.at(loops)} += {sy.at(loops)};")
-    ctx.close_loops(len(loops))
+    ctx.close_loops(loops)
     ctx.env[out] = dst
 
 

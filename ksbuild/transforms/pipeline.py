@@ -18,6 +18,7 @@ from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
 from .layout_constants import layout_constants
 from .parallelize import parallelize
+from .per_row import per_row
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
@@ -48,6 +49,8 @@ PASSES = [
          "einsums become loop nests or matrix product calls"),
     Pass("layout_constants", lambda f, o: layout_constants(f),
          "constants a gemm reads transposed are stored transposed when the package is compiled"),
+    Pass("per_row", lambda f, o: per_row(f, o.threads),
+         "a chain of convolutions and pooling that treats each image alone runs image by image"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),
     Pass("fuse", lambda f, o: fuse(f), "elementwise runs and their trailing reductions become one loop nest"),
     Pass("fuse_epilogue", lambda f, o: fuse_epilogue(f),

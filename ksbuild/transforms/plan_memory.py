@@ -6,6 +6,8 @@ that is not a view):
 - `arg k`: a top-level result written straight into the caller's k-th output argument;
 - `into v`: the result of an if-branch or a call written straight into the buffer of v, the
   enclosing equation's output;
+- `row v`: a loop body's per-iteration result written straight into its row of v, the loop's
+  stacked output;
 - `reuse v`: an in-place update (index_add, contract with an accumulator) writing into the
   buffer of its operand v, which nothing reads afterwards; also a loop body's new carry made
   by a fusion from the old one elementwise (acc = acc * x + c), which then needs no copy back;
@@ -143,8 +145,9 @@ class _Walk:
 
     # ---- bodies ---------------------------------------------------------------------------------
 
-    def body(self, f: Func, dests: dict | None) -> None:
-        """Walk a body whose params are already aliased; `dests` maps its results to enclosing outs."""
+    def body(self, f: Func, dests: dict | None, kind: str = "into") -> None:
+        """Walk a body whose params are already aliased; `dests` maps its results to enclosing outs, which they are
+        written into (kind "into") or into a row of (kind "row", a loop's stacked outputs)."""
         shared = id(f) in self.seen_bodies
         self.seen_bodies.add(id(f))
         later = _reads_from(f)
@@ -155,7 +158,7 @@ class _Walk:
         if dests and not shared:
             for r, out in dests.items():
                 if self.root.get(r) is r and self.owner.get(r) is r and r not in self.places:
-                    self.places[r] = Place("into", of=out)
+                    self.places[r] = Place(kind, of=out)
                     self.root[r] = self.root.get(out, out)
         self.read_all(f.results)
 
@@ -223,7 +226,7 @@ class _Walk:
             self.alias(prm, a)
         self.carried.update({r: prm for r, prm in zip(body.results[:ncar], carries)
                              if isinstance(r, Var) and r.type.rank and list(body.results).count(r) == 1})
-        self.body(body, None)
+        self.body(body, _unique_results(body, body.results[ncar:], eqn.outs[ncar:]), "row")
         self.take_back(eqn.outs)
         self.read_all(list(eqn.ins) + list(eqn.outs))
 
@@ -235,9 +238,7 @@ class _Walk:
         for fn in fns:
             for prm, a in zip(fn.params, ops):
                 self.alias(prm, a)
-            dests = {r: o for r, o in zip(fn.results, eqn.outs)
-                     if isinstance(r, Var) and list(fn.results).count(r) == 1 and r not in fn.params}
-            self.body(fn, dests)
+            self.body(fn, _unique_results(fn, fn.results, eqn.outs))
         self.take_back(eqn.outs)
         self.read_all(list(eqn.ins) + list(eqn.outs))
 
@@ -262,6 +263,13 @@ class _Walk:
             free_at[k] = max(free_at[k], end)
             self.places[v] = Place("slot", k)
         return Plan(MappingProxyType(dict(self.places)), tuple(slots))
+
+
+def _unique_results(f: Func, results, outs) -> dict:
+    """The results of body f that may be written straight into (a row of) the matching outs: vars made in the body
+    that are not also another of its results."""
+    return {r: o for r, o in zip(results, outs)
+            if isinstance(r, Var) and list(f.results).count(r) == 1 and r not in f.params}
 
 
 def _slot_key(t: Type) -> tuple:

@@ -24,10 +24,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const centered = reinterpret_cast<double*>(next_slot);
@@ -38,1552 +34,152 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     next_slot += ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp30 = reinterpret_cast<double*>(next_slot);
+    double* const tmp27 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp46 = reinterpret_cast<double*>(next_slot);
+    double* const tmp43 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp51 = reinterpret_cast<double*>(next_slot);
+    double* const tmp48 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     for (int64_t k1 = 0; k1 < K; ++k1) {
         {  // cholesky_factor(q, icf_k)
             for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k4 = 0; k4 < d; ++k4) {
-                    const bool t5 = (k2 == k4);
-                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
-                    const bool t7 = (k2 > k4);
-                    const int64_t t8 = ((2*d) - k4);
-                    const int64_t t9 = (t8 - int64_t{1});
-                    const int64_t t10 = (k4 * t9);
-                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
-                    const int64_t t12 = (d + t11);
-                    const int64_t t13 = (t12 + k2);
-                    const int64_t t14 = (t13 - k4);
-                    const int64_t t15 = (t14 - int64_t{1});
-                    const double t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0);
-                    const double t17 = (t5 ? t6 : t16);
-                    (r3 + k4)[0] = t17;
-                }
-                for (int64_t i = 0; i < d; ++i) {
-                    (r + k2 * d)[i] = r3[i];
+                for (int64_t k3 = 0; k3 < d; ++k3) {
+                    const bool t4 = (k2 == k3);
+                    const double t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const bool t6 = (k2 > k3);
+                    const int64_t t7 = ((2*d) - k3);
+                    const int64_t t8 = (t7 - int64_t{1});
+                    const int64_t t9 = (k3 * t8);
+                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
+                    const int64_t t11 = (d + t10);
+                    const int64_t t12 = (t11 + k2);
+                    const int64_t t13 = (t12 - k3);
+                    const int64_t t14 = (t13 - int64_t{1});
+                    const double t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0);
+                    const double t16 = (t4 ? t5 : t15);
+                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
                 }
             }
         }
-        for (int64_t i18 = 0; i18 < d * d; ++i18) {
-            (Qs + k1 * (d * d))[i18] = r[i18];
-        }
     }
-    for (int64_t i19 = 0; i19 < K; ++i19) {
+    for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i19 * T + i20];
+        for (int64_t i17 = 0; i17 < d; ++i17) {
+            const double qs_i = icf[i * T + i17];
             acc += qs_i;
         }
-        tmp[i19] = acc;
+        tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const double x_i = x[i21 * d + i23];
-                const double x_i24 = means[i22 * d + i23];
-                const double centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+    for (int64_t i18 = 0; i18 < n; ++i18) {
+        for (int64_t i19 = 0; i19 < K; ++i19) {
+            for (int64_t i20 = 0; i20 < d; ++i20) {
+                const double x_i = x[i18 * d + i20];
+                const double x_i21 = means[i19 * d + i20];
+                const double centered22 = (x_i - x_i21);
+                centered[i18 * (K * d) + i19 * d + i20] = centered22;
             }
         }
     }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<double>(d, n, d, {(Qs + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_double);
+    for (int64_t i23 = 0; i23 < K; ++i23) {
+        ks::tiled_gemm<double>(d, n, d, {(Qs + i23 * (d * d)), d, 1}, {(centered + i23 * d), 1, K * d}, {(mahalanobis + i23 * d), 1, K * d}, false, scratch_double);
     }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const double alphas_i = alphas[i27];
-        const double x_i28 = tmp[i27];
-        const double base29 = (alphas_i + x_i28);
-        base[i27] = base29;
+    for (int64_t i24 = 0; i24 < K; ++i24) {
+        const double alphas_i = alphas[i24];
+        const double x_i25 = tmp[i24];
+        const double base26 = (alphas_i + x_i25);
+        base[i24] = base26;
     }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            double acc33 = 0;
-            KS_OMP_SIMD(reduction(+:acc33))
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                const double mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i34];
-                const double t35 = ks::ipow<2>(mahalanobis_i);
-                acc33 += t35;
+    for (int64_t i28 = 0; i28 < n; ++i28) {
+        for (int64_t i29 = 0; i29 < K; ++i29) {
+            double acc30 = 0;
+            KS_OMP_SIMD(reduction(+:acc30))
+            for (int64_t i31 = 0; i31 < d; ++i31) {
+                const double mahalanobis_i = mahalanobis[i28 * (K * d) + i29 * d + i31];
+                const double t32 = ks::ipow<2>(mahalanobis_i);
+                acc30 += t32;
             }
-            tmp30[i31 * K + i32] = acc33;
+            tmp27[i28 * K + i29] = acc30;
         }
     }
-    const int64_t t36 = (-n);
-    const int64_t t37 = (t36 * d);
-    const double t38 = static_cast<double>(t37);
-    const double t39 = (t38 * 0.5);
-    const double constant = (t39 * 1.8378770664093453);
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = tmp30[i40 * K + i41];
-            const double t43 = (0.5 * x_i42);
-            const double x_i44 = base[i41];
-            const double scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
-        }
-    }
-    for (int64_t i47 = 0; i47 < n; ++i47) {
-        double acc48 = ks::lowest<double>();
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const double x_i50 = scores[i47 * K + i49];
-            acc48 = ks::running_max(acc48, x_i50);
-        }
-        tmp46[i47] = acc48;
-    }
-    for (int64_t i52 = 0; i52 < n; ++i52) {
-        const double x_i53 = tmp46[i52];
-        const double t54 = ks::abs(x_i53);
-        const bool t55 = (t54 == __builtin_huge_val());
-        const double t56 = (t55 ? 0.0 : x_i53);
-        tmp51[i52] = t56;
-    }
-    double* const tmp57 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i58 = 0; i58 < n; ++i58) {
-        double acc59 = 0;
-        KS_OMP_SIMD(reduction(+:acc59))
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const double scores_i = scores[i58 * K + i60];
-            const double x_i61 = tmp51[i58];
-            const double t62 = (scores_i - x_i61);
-            const double t63 = ks::exp(t62);
-            acc59 += t63;
-        }
-        tmp57[i58] = acc59;
-    }
-    double acc64 = 0;
-    KS_OMP_SIMD(reduction(+:acc64))
-    for (int64_t i65 = 0; i65 < n; ++i65) {
-        const double x_i66 = tmp57[i65];
-        const double t67 = ks::log(x_i66);
-        const double x_i68 = tmp51[i65];
-        const double t69 = (t67 + x_i68);
-        acc64 += t69;
-    }
-    const double t70 = (constant + acc64);
-    double acc71 = ks::lowest<double>();
-    for (int64_t i72 = 0; i72 < K; ++i72) {
-        const double x_i73 = alphas[i72];
-        acc71 = ks::running_max(acc71, x_i73);
-    }
-    const double t74 = ks::abs(acc71);
-    const bool t75 = (t74 == __builtin_huge_val());
-    const double t76 = (t75 ? 0.0 : acc71);
-    double acc77 = 0;
-    KS_OMP_SIMD(reduction(+:acc77))
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double alphas_i79 = alphas[i78];
-        const double x_i80 = t76;
-        const double t81 = (alphas_i79 - x_i80);
-        const double t82 = ks::exp(t81);
-        acc77 += t82;
-    }
-    const double t83 = ks::log(acc77);
-    const double t84 = (t83 + t76);
-    const double t85 = static_cast<double>(n);
-    const double t86 = (t85 * t84);
-    const double t87 = (t70 - t86);
-    double r88;
-    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t89 = static_cast<double>(d);
-        const double t90 = (t89 + wishart_m);
-        const double n_w = (t90 + 1.0);
-        const double t91 = (n_w * t89);
-        const double t92 = ks::log(wishart_gamma);
-        const double t93 = (t92 - 0.34657359027997264);
-        const double t94 = (t91 * t93);
-        const double t95 = (0.5 * n_w);
-        double r96;
-        {  // log_gamma_d(a)
-            const double t97 = static_cast<double>(d);
-            const double t98 = (0.25 * t97);
-            const double t99 = static_cast<double>((d - 1));
-            const double t100 = (t98 * t99);
-            const double t101 = (t100 * 1.1447298858494002);
-            double r102;
-            r102 = 0.0;
-            for (int64_t k103 = 0; k103 < d; ++k103) {
-                const int64_t t104 = (k103 + int64_t{1});
-                const int64_t t105 = (int64_t{1} - t104);
-                const double t106 = static_cast<double>(t105);
-                const double t107 = (0.5 * t106);
-                const double t108 = (t95 + t107);
-                const double t109 = std::lgamma(t108);
-                const double sum_25_55 = (r102 + t109);
-                r102 = sum_25_55;
-            }
-            const double t110 = (t101 + r102);
-            r96 = t110;
-        }
-        const double C = (t94 - r96);
-        double acc111 = 0;
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            KS_OMP_SIMD(reduction(+:acc111))
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                const double qs_i114 = icf[i112 * T + i113];
-                const double t115 = ks::exp(qs_i114);
-                const double t116 = ks::ipow<2>(t115);
-                acc111 += t116;
-            }
-        }
-        double acc117 = 0;
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            KS_OMP_SIMD(reduction(+:acc117))
-            for (int64_t i119 = 0; i119 < (T - d); ++i119) {
-                const double ls_i = (icf + d)[i118 * T + i119];
-                const double t120 = ks::ipow<2>(ls_i);
-                acc117 += t120;
-            }
-        }
-        const double frobenius = (acc111 + acc117);
-        const double t121 = ks::ipow<2>(wishart_gamma);
-        const double t122 = (0.5 * t121);
-        const double t123 = (t122 * frobenius);
-        double acc124 = 0;
-        for (int64_t i125 = 0; i125 < K; ++i125) {
-            KS_OMP_SIMD(reduction(+:acc124))
-            for (int64_t i126 = 0; i126 < d; ++i126) {
-                const double qs_i127 = icf[i125 * T + i126];
-                acc124 += qs_i127;
-            }
-        }
-        const double t128 = (wishart_m * acc124);
-        const double t129 = (t123 - t128);
-        const double t130 = static_cast<double>(K);
-        const double t131 = (t130 * C);
-        const double t132 = (t129 - t131);
-        r88 = t132;
-    }
-    const double t133 = (t87 + r88);
-    *out = t133;
-    return ks::status::ok;
-}
-
-size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    (void)T;
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n);
-}
-
-
-// gmm_grad = grad(gmm, argnums=(0, 1, 2))   (kernel gmm from gmm.py:gmm_objective)
-//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
-int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
-    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
-    if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
-    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const centered = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const scratch_double = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
-    double* const base = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp46 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
-    double* const scores = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp58 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp63 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n);
-    double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum122 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod127 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r149 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r153 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const d_ls = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const padded = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded185 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    (void)next_slot;
-    for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k9 = 0; k9 < d; ++k9) {
-            for (int64_t k14 = 0; k14 < d; ++k14) {
-                const bool t15 = (k9 == k14);
-                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
-                const bool t17 = (k9 > k14);
-                const int64_t t18 = ((2*d) - k14);
-                const int64_t t19 = (t18 - int64_t{1});
-                const int64_t t20 = (k14 * t19);
-                const int64_t t21 = ks::floordiv(t20, int64_t{2});
-                const int64_t t22 = (d + t21);
-                const int64_t t23 = (t22 + k9);
-                const int64_t t24 = (t23 - k14);
-                const int64_t t25 = (t24 - int64_t{1});
-                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
-                const double t27 = (t15 ? t16 : t26);
-                (r10 + k14)[0] = t27;
-                (r11 + k14)[0] = t16;
-                (r12 + k14)[0] = t17;
-                (r13 + k14)[0] = t15;
-            }
-            for (int64_t i = 0; i < d; ++i) {
-                (r5 + k9 * d)[i] = r10[i];
-            }
-            for (int64_t i28 = 0; i28 < d; ++i28) {
-                (r6 + k9 * d)[i28] = r11[i28];
-            }
-            for (int64_t i29 = 0; i29 < d; ++i29) {
-                (r7 + k9 * d)[i29] = r12[i29];
-            }
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                (r8 + k9 * d)[i30] = r13[i30];
-            }
-        }
-        for (int64_t i31 = 0; i31 < d * d; ++i31) {
-            (r + k4 * (d * d))[i31] = r5[i31];
-        }
-        for (int64_t i32 = 0; i32 < d * d; ++i32) {
-            (r1 + k4 * (d * d))[i32] = r6[i32];
-        }
-        for (int64_t i33 = 0; i33 < d * d; ++i33) {
-            (r2 + k4 * (d * d))[i33] = r7[i33];
-        }
-        for (int64_t i34 = 0; i34 < d * d; ++i34) {
-            (r3 + k4 * (d * d))[i34] = r8[i34];
-        }
-    }
-    for (int64_t i35 = 0; i35 < K; ++i35) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i36 = 0; i36 < d; ++i36) {
-            const double qs_i = icf[i35 * T + i36];
-            acc += qs_i;
-        }
-        tmp[i35] = acc;
-    }
+    const int64_t t33 = (-n);
+    const int64_t t34 = (t33 * d);
+    const double t35 = static_cast<double>(t34);
+    const double t36 = (t35 * 0.5);
+    const double constant = (t36 * 1.8378770664093453);
     for (int64_t i37 = 0; i37 < n; ++i37) {
         for (int64_t i38 = 0; i38 < K; ++i38) {
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                const double x_i = x[i37 * d + i39];
-                const double x_i40 = means[i38 * d + i39];
-                const double centered41 = (x_i - x_i40);
-                centered[i37 * (K * d) + i38 * d + i39] = centered41;
-            }
+            const double x_i39 = tmp27[i37 * K + i38];
+            const double t40 = (0.5 * x_i39);
+            const double x_i41 = base[i38];
+            const double scores42 = (x_i41 - t40);
+            scores[i37 * K + i38] = scores42;
         }
     }
-    for (int64_t i42 = 0; i42 < K; ++i42) {
-        ks::tiled_gemm<double>(d, n, d, {(r + i42 * (d * d)), d, 1}, {(centered + i42 * d), 1, K * d}, {(mahalanobis + i42 * d), 1, K * d}, false, scratch_double);
-    }
-    for (int64_t i43 = 0; i43 < K; ++i43) {
-        const double alphas_i = alphas[i43];
-        const double x_i44 = tmp[i43];
-        const double base45 = (alphas_i + x_i44);
-        base[i43] = base45;
-    }
-    for (int64_t i47 = 0; i47 < n; ++i47) {
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            double acc49 = 0;
-            KS_OMP_SIMD(reduction(+:acc49))
-            for (int64_t i50 = 0; i50 < d; ++i50) {
-                const double mahalanobis_i = mahalanobis[i47 * (K * d) + i48 * d + i50];
-                const double t51 = ks::ipow<2>(mahalanobis_i);
-                acc49 += t51;
-            }
-            tmp46[i47 * K + i48] = acc49;
+    for (int64_t i44 = 0; i44 < n; ++i44) {
+        double acc45 = ks::lowest<double>();
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            const double x_i47 = scores[i44 * K + i46];
+            acc45 = ks::running_max(acc45, x_i47);
         }
-    }
-    for (int64_t i52 = 0; i52 < n; ++i52) {
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const double x_i54 = tmp46[i52 * K + i53];
-            const double t55 = (0.5 * x_i54);
-            const double x_i56 = base[i53];
-            const double scores57 = (x_i56 - t55);
-            scores[i52 * K + i53] = scores57;
-        }
-    }
-    for (int64_t i59 = 0; i59 < n; ++i59) {
-        double acc60 = ks::lowest<double>();
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            const double x_i62 = scores[i59 * K + i61];
-            acc60 = ks::running_max(acc60, x_i62);
-        }
-        tmp58[i59] = acc60;
-    }
-    for (int64_t i64 = 0; i64 < n; ++i64) {
-        const double x_i65 = tmp58[i64];
-        const double t66 = ks::abs(x_i65);
-        const bool t67 = (t66 == __builtin_huge_val());
-        const double t68 = (t67 ? 0.0 : x_i65);
-        tmp63[i64] = t68;
-    }
-    double* const tmp69 = tmp46;  // reuses a dead buffer's space
-    double* const tmp70 = tmp58;  // reuses a dead buffer's space
-    for (int64_t i71 = 0; i71 < n; ++i71) {
-        double acc72 = 0;
-        KS_OMP_SIMD(reduction(+:acc72))
-        for (int64_t i73 = 0; i73 < K; ++i73) {
-            const double scores_i = scores[i71 * K + i73];
-            const double x_i74 = tmp63[i71];
-            const double t75 = (scores_i - x_i74);
-            const double t76 = ks::exp(t75);
-            tmp69[i71 * K + i73] = t76;
-            acc72 += t76;
-        }
-        tmp70[i71] = acc72;
-    }
-    double acc77 = ks::lowest<double>();
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double x_i79 = alphas[i78];
-        acc77 = ks::running_max(acc77, x_i79);
-    }
-    const double t80 = ks::abs(acc77);
-    const bool t81 = (t80 == __builtin_huge_val());
-    const double t82 = (t81 ? 0.0 : acc77);
-    double* const tmp83 = tmp;  // reuses a dead buffer's space
-    double acc84 = 0;
-    KS_OMP_SIMD(reduction(+:acc84))
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const double alphas_i86 = alphas[i85];
-        const double x_i87 = t82;
-        const double t88 = (alphas_i86 - x_i87);
-        const double t89 = ks::exp(t88);
-        tmp83[i85] = t89;
-        acc84 += t89;
-    }
-    const double t90 = static_cast<double>(n);
-    const double t91 = (1.0 / acc84);
-    const double t92 = ks::ipow<2>(wishart_gamma);
-    const double t93 = (0.5 * t92);
-    const double t94 = ((-1.0) * wishart_m);
-    const double t95 = ((-1.0) * t90);
-    const double t96 = (t95 * t91);
-    double* const tmp97 = tmp63;  // reuses a dead buffer's space
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        const double x_i99 = tmp70[i98];
-        const double t100 = (1.0 / x_i99);
-        tmp97[i98] = t100;
-    }
-    double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < n; ++i101) {
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            const double x_i103 = tmp97[i101];
-            const double x_i104 = tmp69[i101 * K + i102];
-            const double d_scores105 = (x_i103 * x_i104);
-            d_scores[i101 * K + i102] = d_scores105;
-        }
-    }
-    double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        sum[i106] = 0;
-    }
-    for (int64_t i107 = 0; i107 < n; ++i107) {
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            sum[i108] += d_scores[i107 * K + i108];
-        }
-    }
-    double* const tmp109 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i110 = 0; i110 < n; ++i110) {
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            const double d_scores_i = d_scores[i110 * K + i111];
-            const double t112 = (d_scores_i * (-1.0));
-            const double t113 = (t112 * 0.5);
-            tmp109[i110 * K + i111] = t113;
-        }
-    }
-    for (int64_t i114 = 0; i114 < n; ++i114) {
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                const double mahalanobis_i117 = mahalanobis[i114 * (K * d) + i115 * d + i116];
-                const double t118 = (2.0 * mahalanobis_i117);
-                const double x_i119 = tmp109[i114 * K + i115];
-                const double d_mahalanobis120 = (x_i119 * t118);
-                d_mahalanobis[i114 * (K * d) + i115 * d + i116] = d_mahalanobis120;
-            }
-        }
-    }
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i121 * d), 1, K * d}, {(centered + i121 * d), K * d, 1}, {(prod + i121 * (d * d)), d, 1}, false, scratch_double);
-    }
-    for (int64_t i123 = 0; i123 < K * d; ++i123) {
-        sum122[i123] = 0;
-    }
-    for (int64_t i124 = 0; i124 < n; ++i124) {
-        for (int64_t i125 = 0; i125 < K; ++i125) {
-            for (int64_t i126 = 0; i126 < d; ++i126) {
-                sum122[i125 * d + i126] += d_mahalanobis[i124 * (K * d) + i125 * d + i126];
-            }
-        }
-    }
-    for (int64_t i128 = 0; i128 < K * d; ++i128) {
-        prod127[i128] = 0;
-    }
-    for (int64_t i129 = 0; i129 < K; ++i129) {
-        for (int64_t i130 = 0; i130 < d; ++i130) {
-            for (int64_t i131 = 0; i131 < d; ++i131) {
-                prod127[i129 * d + i131] += sum122[i129 * d + i130] * r[i129 * (d * d) + i130 * d + i131];
-            }
-        }
-    }
-    double* const tmp132 = sum122;  // reuses a dead buffer's space
-    for (int64_t i133 = 0; i133 < 1; ++i133) {
-        for (int64_t i134 = 0; i134 < K; ++i134) {
-            for (int64_t i135 = 0; i135 < d; ++i135) {
-                const double x_i136 = prod127[i133 * (K * d) + i134 * d + i135];
-                const double t137 = (x_i136 * (-1.0));
-                tmp132[i133 * (K * d) + i134 * d + i135] = t137;
-            }
-        }
-    }
-    double* const d_qs = prod127;  // reuses a dead buffer's space
-    for (int64_t i138 = 0; i138 < K; ++i138) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            const double qs_i140 = icf[i138 * T + i139];
-            const double t141 = ks::exp(qs_i140);
-            const double t142 = (2.0 * t141);
-            const double x_i143 = t93;
-            const double t144 = (x_i143 * t142);
-            const double t145 = (t144 * t141);
-            const double d_qs_i = t94;
-            const double d_qs146 = (d_qs_i + t145);
-            const double x_i147 = sum[i138];
-            const double d_qs148 = (d_qs146 + x_i147);
-            d_qs[i138 * d + i139] = d_qs148;
-        }
-    }
-    for (int64_t i150 = 0; i150 < K * T; ++i150) {
-        r149[i150] = 0.0;
-    }
-    for (int64_t k151 = K - 1; k151 >= 0; --k151) {
-        double* const r152 = r10;  // reuses a dead buffer's space
-        double r154;
-        for (int64_t i155 = 0; i155 < d; ++i155) {
-            r152[i155] = 0.0;
-        }
-        for (int64_t i156 = 0; i156 < T; ++i156) {
-            r153[i156] = 0.0;
-        }
-        r154 = 0.0;
-        for (int64_t k157 = d - 1; k157 >= 0; --k157) {
-            double r158;
-            double r159;
-            r158 = 0.0;
-            r159 = r154;
-            for (int64_t k160 = d - 1; k160 >= 0; --k160) {
-                const int64_t t161 = ((2*d) - k160);
-                const int64_t t162 = (t161 - int64_t{1});
-                const int64_t t163 = (k160 * t162);
-                const int64_t t164 = ks::floordiv(t163, int64_t{2});
-                const int64_t t165 = (d + t164);
-                const int64_t t166 = (t165 + k157);
-                const int64_t t167 = (t166 - k160);
-                const int64_t t168 = (t167 - int64_t{1});
-                const double t169 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? (((prod + k151 * (d * d)) + k157 * d) + k160)[0] : 0.0);
-                const double t170 = ((((r3 + k151 * (d * d)) + k157 * d) + k160)[0] ? 0.0 : (((prod + k151 * (d * d)) + k157 * d) + k160)[0]);
-                const double t171 = ((((r2 + k151 * (d * d)) + k157 * d) + k160)[0] ? t170 : 0.0);
-                (r153 + ks::clamp_index(t168, T))[0] += t171;
-                const double t172 = (t169 * (((r1 + k151 * (d * d)) + k157 * d) + k160)[0]);
-                const double t173 = (r158 + t172);
-                r158 = t173;
-            }
-            (r152 + k157)[0] += r158;
-            r154 = r159;
-        }
-        (r152 + ks::clamp_index(int64_t{0}, d))[0] += r154;
-        for (int64_t i174 = 0; i174 < T; ++i174) {
-            (r149 + k151 * T)[i174] += r153[i174];
-        }
-        for (int64_t i175 = 0; i175 < d; ++i175) {
-            (d_qs + k151 * d)[i175] += r152[i175];
-        }
-    }
-    for (int64_t i176 = 0; i176 < K; ++i176) {
-        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
-            const double ls_i = (icf + d)[i176 * T + i177];
-            const double t178 = (2.0 * ls_i);
-            const double x_i179 = t93;
-            const double d_ls180 = (x_i179 * t178);
-            d_ls[i176 * ((T - d)) + i177] = d_ls180;
-        }
-    }
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < d; ++i182) {
-            padded[i181 * T + i182] = 0.0;
-        }
-    }
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < (T - d); ++i184) {
-            (padded + d)[i183 * T + i184] = d_ls[i183 * ((T - d)) + i184];
-        }
-    }
-    for (int64_t i186 = 0; i186 < K; ++i186) {
-        for (int64_t i187 = 0; i187 < (T - d); ++i187) {
-            (padded185 + d)[i186 * T + i187] = 0.0;
-        }
-    }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < d; ++i189) {
-            padded185[i188 * T + i189] = d_qs[i188 * d + i189];
-        }
-    }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        const double x_i191 = t96;
-        const double x_i192 = tmp83[i190];
-        const double d_alphas = (x_i191 * x_i192);
-        const double d_base_i = sum[i190];
-        const double d_alphas193 = (d_alphas + d_base_i);
-        out_d_alphas[i190] = d_alphas193;
-    }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < T; ++i195) {
-            const double x_i196 = r149[i194 * T + i195];
-            const double x_i197 = padded[i194 * T + i195];
-            const double d_icf = (x_i196 + x_i197);
-            const double x_i198 = padded185[i194 * T + i195];
-            const double d_icf199 = (d_icf + x_i198);
-            out_d_icf[i194 * T + i195] = d_icf199;
-        }
-    }
-    for (int64_t i200 = 0; i200 < K * d; ++i200) {
-        out_d_means[i200] = tmp132[i200];
-    }
-    return ks::status::ok;
-}
-
-size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
-}
-
-
-// gmm_f32 = gmm_f32   (kernel gmm_f32 from gmm.py:gmm_objective)
-//   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32)
-int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace) {
-    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
-    if (workspace == nullptr && gmm_gmm_f32_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const Qs = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const r = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    float* const r3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const centered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
-    float* const base = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp30 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const scores = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp48 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp53 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    (void)next_slot;
-    for (int64_t k1 = 0; k1 < K; ++k1) {
-        {  // cholesky_factor(q, icf_k)
-            for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k4 = 0; k4 < d; ++k4) {
-                    const bool t5 = (k2 == k4);
-                    const float t6 = ks::exp(((icf + k1 * T) + k2)[0]);
-                    const bool t7 = (k2 > k4);
-                    const int64_t t8 = ((2*d) - k4);
-                    const int64_t t9 = (t8 - int64_t{1});
-                    const int64_t t10 = (k4 * t9);
-                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
-                    const int64_t t12 = (d + t11);
-                    const int64_t t13 = (t12 + k2);
-                    const int64_t t14 = (t13 - k4);
-                    const int64_t t15 = (t14 - int64_t{1});
-                    const float t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0f);
-                    const float t17 = (t5 ? t6 : t16);
-                    (r3 + k4)[0] = t17;
-                }
-                for (int64_t i = 0; i < d; ++i) {
-                    (r + k2 * d)[i] = r3[i];
-                }
-            }
-        }
-        for (int64_t i18 = 0; i18 < d * d; ++i18) {
-            (Qs + k1 * (d * d))[i18] = r[i18];
-        }
-    }
-    for (int64_t i19 = 0; i19 < K; ++i19) {
-        float acc = 0;
-        for (int64_t block = 0; block < d; block += 512) {
-            const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i20 = block; i20 < block_end; ++i20) {
-                const float qs_i = icf[i19 * T + i20];
-                acc_block += qs_i;
-            }
-            acc += acc_block;
-        }
-        tmp[i19] = acc;
-    }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const float x_i = x[i21 * d + i23];
-                const float x_i24 = means[i22 * d + i23];
-                const float centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
-            }
-        }
-    }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<float>(d, n, d, {(Qs + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_float);
-    }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const float alphas_i = alphas[i27];
-        const float x_i28 = tmp[i27];
-        const float base29 = (alphas_i + x_i28);
-        base[i27] = base29;
-    }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            float acc33 = 0;
-            for (int64_t block34 = 0; block34 < d; block34 += 512) {
-                const int64_t block_end35 = d - block34 < 512 ? d : block34 + 512;
-                float acc33_block = 0;
-                KS_OMP_SIMD(reduction(+:acc33_block))
-                for (int64_t i36 = block34; i36 < block_end35; ++i36) {
-                    const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i36];
-                    const float t37 = ks::ipow<2>(mahalanobis_i);
-                    acc33_block += t37;
-                }
-                acc33 += acc33_block;
-            }
-            tmp30[i31 * K + i32] = acc33;
-        }
-    }
-    const int64_t t38 = (-n);
-    const int64_t t39 = (t38 * d);
-    const double t40 = static_cast<double>(t39);
-    const double t41 = (t40 * 0.5);
-    const double constant = (t41 * 1.8378770664093453);
-    for (int64_t i42 = 0; i42 < n; ++i42) {
-        for (int64_t i43 = 0; i43 < K; ++i43) {
-            const float x_i44 = tmp30[i42 * K + i43];
-            const float t45 = (0.5f * x_i44);
-            const float x_i46 = base[i43];
-            const float scores47 = (x_i46 - t45);
-            scores[i42 * K + i43] = scores47;
-        }
+        tmp43[i44] = acc45;
     }
     for (int64_t i49 = 0; i49 < n; ++i49) {
-        float acc50 = ks::lowest<float>();
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            const float x_i52 = scores[i49 * K + i51];
-            acc50 = ks::running_max(acc50, x_i52);
-        }
-        tmp48[i49] = acc50;
-    }
-    for (int64_t i54 = 0; i54 < n; ++i54) {
-        const float x_i55 = tmp48[i54];
-        const float t56 = ks::abs(x_i55);
-        const bool t57 = (t56 == __builtin_huge_valf());
-        const float t58 = (t57 ? 0.0f : x_i55);
-        tmp53[i54] = t58;
-    }
-    float* const tmp59 = tmp48;  // reuses a dead buffer's space
-    for (int64_t i60 = 0; i60 < n; ++i60) {
-        float acc61 = 0;
-        for (int64_t block62 = 0; block62 < K; block62 += 512) {
-            const int64_t block_end63 = K - block62 < 512 ? K : block62 + 512;
-            float acc61_block = 0;
-            KS_OMP_SIMD(reduction(+:acc61_block))
-            for (int64_t i64 = block62; i64 < block_end63; ++i64) {
-                const float scores_i = scores[i60 * K + i64];
-                const float x_i65 = tmp53[i60];
-                const float t66 = (scores_i - x_i65);
-                const float t67 = ks::exp(t66);
-                acc61_block += t67;
-            }
-            acc61 += acc61_block;
-        }
-        tmp59[i60] = acc61;
-    }
-    float acc68 = 0;
-    for (int64_t block69 = 0; block69 < n; block69 += 512) {
-        const int64_t block_end70 = n - block69 < 512 ? n : block69 + 512;
-        float acc68_block = 0;
-        KS_OMP_SIMD(reduction(+:acc68_block))
-        for (int64_t i71 = block69; i71 < block_end70; ++i71) {
-            const float x_i72 = tmp59[i71];
-            const float t73 = ks::log(x_i72);
-            const float x_i74 = tmp53[i71];
-            const float t75 = (t73 + x_i74);
-            acc68_block += t75;
-        }
-        acc68 += acc68_block;
-    }
-    const double t76 = static_cast<double>(acc68);
-    const double t77 = (constant + t76);
-    float acc78 = ks::lowest<float>();
-    for (int64_t i79 = 0; i79 < K; ++i79) {
-        const float x_i80 = alphas[i79];
-        acc78 = ks::running_max(acc78, x_i80);
-    }
-    const float t81 = ks::abs(acc78);
-    const bool t82 = (t81 == __builtin_huge_valf());
-    const float t83 = (t82 ? 0.0f : acc78);
-    float acc84 = 0;
-    for (int64_t block85 = 0; block85 < K; block85 += 512) {
-        const int64_t block_end86 = K - block85 < 512 ? K : block85 + 512;
-        float acc84_block = 0;
-        KS_OMP_SIMD(reduction(+:acc84_block))
-        for (int64_t i87 = block85; i87 < block_end86; ++i87) {
-            const float alphas_i88 = alphas[i87];
-            const float x_i89 = t83;
-            const float t90 = (alphas_i88 - x_i89);
-            const float t91 = ks::exp(t90);
-            acc84_block += t91;
-        }
-        acc84 += acc84_block;
-    }
-    const float t92 = ks::log(acc84);
-    const float t93 = (t92 + t83);
-    const float t94 = static_cast<float>(n);
-    const float t95 = (t94 * t93);
-    const double t96 = static_cast<double>(t95);
-    const double t97 = (t77 - t96);
-    double r98;
-    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t99 = static_cast<float>(d);
-        const float t100 = (t99 + wishart_m);
-        const float n_w = (t100 + 1.0f);
-        const float t101 = (n_w * t99);
-        const float t102 = ks::log(wishart_gamma);
-        const float t103 = (t102 - 0.3465735912322998f);
-        const float t104 = (t101 * t103);
-        const float t105 = (0.5f * n_w);
-        double r106;
-        {  // log_gamma_d(a)
-            const double t107 = static_cast<double>(d);
-            const double t108 = (0.25 * t107);
-            const double t109 = static_cast<double>((d - 1));
-            const double t110 = (t108 * t109);
-            const double t111 = (t110 * 1.1447298858494002);
-            double r112;
-            r112 = 0.0;
-            for (int64_t k113 = 0; k113 < d; ++k113) {
-                const int64_t t114 = (k113 + int64_t{1});
-                const int64_t t115 = (int64_t{1} - t114);
-                const double t116 = static_cast<double>(t115);
-                const double t117 = (0.5 * t116);
-                const double t118 = static_cast<double>(t105);
-                const double t119 = (t118 + t117);
-                const double t120 = std::lgamma(t119);
-                const double sum_25_55 = (r112 + t120);
-                r112 = sum_25_55;
-            }
-            const double t121 = (t111 + r112);
-            r106 = t121;
-        }
-        const double t122 = static_cast<double>(t104);
-        const double C = (t122 - r106);
-        float acc123 = 0;
-        for (int64_t i124 = 0; i124 < K; ++i124) {
-            KS_OMP_SIMD(reduction(+:acc123))
-            for (int64_t i125 = 0; i125 < d; ++i125) {
-                const float qs_i126 = icf[i124 * T + i125];
-                const float t127 = ks::exp(qs_i126);
-                const float t128 = ks::ipow<2>(t127);
-                acc123 += t128;
-            }
-        }
-        float acc129 = 0;
-        for (int64_t i130 = 0; i130 < K; ++i130) {
-            KS_OMP_SIMD(reduction(+:acc129))
-            for (int64_t i131 = 0; i131 < (T - d); ++i131) {
-                const float ls_i = (icf + d)[i130 * T + i131];
-                const float t132 = ks::ipow<2>(ls_i);
-                acc129 += t132;
-            }
-        }
-        const float frobenius = (acc123 + acc129);
-        const float t133 = ks::ipow<2>(wishart_gamma);
-        const float t134 = (0.5f * t133);
-        const float t135 = (t134 * frobenius);
-        float acc136 = 0;
-        for (int64_t i137 = 0; i137 < K; ++i137) {
-            KS_OMP_SIMD(reduction(+:acc136))
-            for (int64_t i138 = 0; i138 < d; ++i138) {
-                const float qs_i139 = icf[i137 * T + i138];
-                acc136 += qs_i139;
-            }
-        }
-        const float t140 = (wishart_m * acc136);
-        const float t141 = (t135 - t140);
-        const double t142 = static_cast<double>(K);
-        const double t143 = (t142 * C);
-        const double t144 = static_cast<double>(t141);
-        const double t145 = (t144 - t143);
-        r98 = t145;
-    }
-    const double t146 = (t97 + r98);
-    const float t147 = static_cast<float>(t146);
-    *out = t147;
-    return ks::status::ok;
-}
-
-size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    (void)T;
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
-}
-
-
-// gmm_f32_grad = grad(gmm_f32, argnums=(0, 1, 2))   (kernel gmm_f32 from gmm.py:gmm_objective)
-//   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T])
-int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace) {
-    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
-    if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const r = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const r1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    float* const r6 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d * d);
-    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    float* const r10 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    float* const r11 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
-    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const centered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
-    float* const base = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp46 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const scores = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp60 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp65 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const prod = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum128 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod133 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r155 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r159 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const d_ls = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * (T - d));
-    float* const padded = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded191 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    (void)next_slot;
-    for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k9 = 0; k9 < d; ++k9) {
-            for (int64_t k14 = 0; k14 < d; ++k14) {
-                const bool t15 = (k9 == k14);
-                const float t16 = ks::exp(((icf + k4 * T) + k9)[0]);
-                const bool t17 = (k9 > k14);
-                const int64_t t18 = ((2*d) - k14);
-                const int64_t t19 = (t18 - int64_t{1});
-                const int64_t t20 = (k14 * t19);
-                const int64_t t21 = ks::floordiv(t20, int64_t{2});
-                const int64_t t22 = (d + t21);
-                const int64_t t23 = (t22 + k9);
-                const int64_t t24 = (t23 - k14);
-                const int64_t t25 = (t24 - int64_t{1});
-                const float t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0f);
-                const float t27 = (t15 ? t16 : t26);
-                (r10 + k14)[0] = t27;
-                (r11 + k14)[0] = t16;
-                (r12 + k14)[0] = t17;
-                (r13 + k14)[0] = t15;
-            }
-            for (int64_t i = 0; i < d; ++i) {
-                (r5 + k9 * d)[i] = r10[i];
-            }
-            for (int64_t i28 = 0; i28 < d; ++i28) {
-                (r6 + k9 * d)[i28] = r11[i28];
-            }
-            for (int64_t i29 = 0; i29 < d; ++i29) {
-                (r7 + k9 * d)[i29] = r12[i29];
-            }
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                (r8 + k9 * d)[i30] = r13[i30];
-            }
-        }
-        for (int64_t i31 = 0; i31 < d * d; ++i31) {
-            (r + k4 * (d * d))[i31] = r5[i31];
-        }
-        for (int64_t i32 = 0; i32 < d * d; ++i32) {
-            (r1 + k4 * (d * d))[i32] = r6[i32];
-        }
-        for (int64_t i33 = 0; i33 < d * d; ++i33) {
-            (r2 + k4 * (d * d))[i33] = r7[i33];
-        }
-        for (int64_t i34 = 0; i34 < d * d; ++i34) {
-            (r3 + k4 * (d * d))[i34] = r8[i34];
-        }
-    }
-    for (int64_t i35 = 0; i35 < K; ++i35) {
-        float acc = 0;
-        for (int64_t block = 0; block < d; block += 512) {
-            const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i36 = block; i36 < block_end; ++i36) {
-                const float qs_i = icf[i35 * T + i36];
-                acc_block += qs_i;
-            }
-            acc += acc_block;
-        }
-        tmp[i35] = acc;
-    }
-    for (int64_t i37 = 0; i37 < n; ++i37) {
-        for (int64_t i38 = 0; i38 < K; ++i38) {
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                const float x_i = x[i37 * d + i39];
-                const float x_i40 = means[i38 * d + i39];
-                const float centered41 = (x_i - x_i40);
-                centered[i37 * (K * d) + i38 * d + i39] = centered41;
-            }
-        }
-    }
-    for (int64_t i42 = 0; i42 < K; ++i42) {
-        ks::tiled_gemm<float>(d, n, d, {(r + i42 * (d * d)), d, 1}, {(centered + i42 * d), 1, K * d}, {(mahalanobis + i42 * d), 1, K * d}, false, scratch_float);
-    }
-    for (int64_t i43 = 0; i43 < K; ++i43) {
-        const float alphas_i = alphas[i43];
-        const float x_i44 = tmp[i43];
-        const float base45 = (alphas_i + x_i44);
-        base[i43] = base45;
-    }
-    for (int64_t i47 = 0; i47 < n; ++i47) {
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            float acc49 = 0;
-            for (int64_t block50 = 0; block50 < d; block50 += 512) {
-                const int64_t block_end51 = d - block50 < 512 ? d : block50 + 512;
-                float acc49_block = 0;
-                KS_OMP_SIMD(reduction(+:acc49_block))
-                for (int64_t i52 = block50; i52 < block_end51; ++i52) {
-                    const float mahalanobis_i = mahalanobis[i47 * (K * d) + i48 * d + i52];
-                    const float t53 = ks::ipow<2>(mahalanobis_i);
-                    acc49_block += t53;
-                }
-                acc49 += acc49_block;
-            }
-            tmp46[i47 * K + i48] = acc49;
-        }
-    }
-    for (int64_t i54 = 0; i54 < n; ++i54) {
-        for (int64_t i55 = 0; i55 < K; ++i55) {
-            const float x_i56 = tmp46[i54 * K + i55];
-            const float t57 = (0.5f * x_i56);
-            const float x_i58 = base[i55];
-            const float scores59 = (x_i58 - t57);
-            scores[i54 * K + i55] = scores59;
-        }
-    }
-    for (int64_t i61 = 0; i61 < n; ++i61) {
-        float acc62 = ks::lowest<float>();
-        for (int64_t i63 = 0; i63 < K; ++i63) {
-            const float x_i64 = scores[i61 * K + i63];
-            acc62 = ks::running_max(acc62, x_i64);
-        }
-        tmp60[i61] = acc62;
-    }
-    for (int64_t i66 = 0; i66 < n; ++i66) {
-        const float x_i67 = tmp60[i66];
-        const float t68 = ks::abs(x_i67);
-        const bool t69 = (t68 == __builtin_huge_valf());
-        const float t70 = (t69 ? 0.0f : x_i67);
-        tmp65[i66] = t70;
-    }
-    float* const tmp71 = tmp46;  // reuses a dead buffer's space
-    float* const tmp72 = tmp60;  // reuses a dead buffer's space
-    for (int64_t i73 = 0; i73 < n; ++i73) {
-        float acc74 = 0;
-        for (int64_t block75 = 0; block75 < K; block75 += 512) {
-            const int64_t block_end76 = K - block75 < 512 ? K : block75 + 512;
-            float acc74_block = 0;
-            KS_OMP_SIMD(reduction(+:acc74_block))
-            for (int64_t i77 = block75; i77 < block_end76; ++i77) {
-                const float scores_i = scores[i73 * K + i77];
-                const float x_i78 = tmp65[i73];
-                const float t79 = (scores_i - x_i78);
-                const float t80 = ks::exp(t79);
-                tmp71[i73 * K + i77] = t80;
-                acc74_block += t80;
-            }
-            acc74 += acc74_block;
-        }
-        tmp72[i73] = acc74;
-    }
-    float acc81 = ks::lowest<float>();
-    for (int64_t i82 = 0; i82 < K; ++i82) {
-        const float x_i83 = alphas[i82];
-        acc81 = ks::running_max(acc81, x_i83);
-    }
-    const float t84 = ks::abs(acc81);
-    const bool t85 = (t84 == __builtin_huge_valf());
-    const float t86 = (t85 ? 0.0f : acc81);
-    float* const tmp87 = tmp;  // reuses a dead buffer's space
-    float acc88 = 0;
-    for (int64_t block89 = 0; block89 < K; block89 += 512) {
-        const int64_t block_end90 = K - block89 < 512 ? K : block89 + 512;
-        float acc88_block = 0;
-        KS_OMP_SIMD(reduction(+:acc88_block))
-        for (int64_t i91 = block89; i91 < block_end90; ++i91) {
-            const float alphas_i92 = alphas[i91];
-            const float x_i93 = t86;
-            const float t94 = (alphas_i92 - x_i93);
-            const float t95 = ks::exp(t94);
-            tmp87[i91] = t95;
-            acc88_block += t95;
-        }
-        acc88 += acc88_block;
-    }
-    const float t96 = static_cast<float>(n);
-    const float t97 = (1.0f / acc88);
-    const float t98 = ks::ipow<2>(wishart_gamma);
-    const float t99 = (0.5f * t98);
-    const float t100 = ((-1.0f) * wishart_m);
-    const float t101 = ((-1.0f) * t96);
-    const float t102 = (t101 * t97);
-    float* const tmp103 = tmp65;  // reuses a dead buffer's space
-    for (int64_t i104 = 0; i104 < n; ++i104) {
-        const float x_i105 = tmp72[i104];
-        const float t106 = (1.0f / x_i105);
-        tmp103[i104] = t106;
-    }
-    float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i107 = 0; i107 < n; ++i107) {
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            const float x_i109 = tmp103[i107];
-            const float x_i110 = tmp71[i107 * K + i108];
-            const float d_scores111 = (x_i109 * x_i110);
-            d_scores[i107 * K + i108] = d_scores111;
-        }
-    }
-    float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        sum[i112] = 0;
-    }
-    for (int64_t i113 = 0; i113 < n; ++i113) {
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            sum[i114] += d_scores[i113 * K + i114];
-        }
-    }
-    float* const tmp115 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i116 = 0; i116 < n; ++i116) {
-        for (int64_t i117 = 0; i117 < K; ++i117) {
-            const float d_scores_i = d_scores[i116 * K + i117];
-            const float t118 = (d_scores_i * (-1.0f));
-            const float t119 = (t118 * 0.5f);
-            tmp115[i116 * K + i117] = t119;
-        }
-    }
-    for (int64_t i120 = 0; i120 < n; ++i120) {
-        for (int64_t i121 = 0; i121 < K; ++i121) {
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                const float mahalanobis_i123 = mahalanobis[i120 * (K * d) + i121 * d + i122];
-                const float t124 = (2.0f * mahalanobis_i123);
-                const float x_i125 = tmp115[i120 * K + i121];
-                const float d_mahalanobis126 = (x_i125 * t124);
-                d_mahalanobis[i120 * (K * d) + i121 * d + i122] = d_mahalanobis126;
-            }
-        }
-    }
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i127 * d), 1, K * d}, {(centered + i127 * d), K * d, 1}, {(prod + i127 * (d * d)), d, 1}, false, scratch_float);
-    }
-    for (int64_t i129 = 0; i129 < K * d; ++i129) {
-        sum128[i129] = 0;
-    }
-    for (int64_t i130 = 0; i130 < n; ++i130) {
-        for (int64_t i131 = 0; i131 < K; ++i131) {
-            for (int64_t i132 = 0; i132 < d; ++i132) {
-                sum128[i131 * d + i132] += d_mahalanobis[i130 * (K * d) + i131 * d + i132];
-            }
-        }
-    }
-    for (int64_t i134 = 0; i134 < K * d; ++i134) {
-        prod133[i134] = 0;
-    }
-    for (int64_t i135 = 0; i135 < K; ++i135) {
-        for (int64_t i136 = 0; i136 < d; ++i136) {
-            for (int64_t i137 = 0; i137 < d; ++i137) {
-                prod133[i135 * d + i137] += sum128[i135 * d + i136] * r[i135 * (d * d) + i136 * d + i137];
-            }
-        }
-    }
-    float* const tmp138 = sum128;  // reuses a dead buffer's space
-    for (int64_t i139 = 0; i139 < 1; ++i139) {
-        for (int64_t i140 = 0; i140 < K; ++i140) {
-            for (int64_t i141 = 0; i141 < d; ++i141) {
-                const float x_i142 = prod133[i139 * (K * d) + i140 * d + i141];
-                const float t143 = (x_i142 * (-1.0f));
-                tmp138[i139 * (K * d) + i140 * d + i141] = t143;
-            }
-        }
-    }
-    float* const d_qs = prod133;  // reuses a dead buffer's space
-    for (int64_t i144 = 0; i144 < K; ++i144) {
-        for (int64_t i145 = 0; i145 < d; ++i145) {
-            const float qs_i146 = icf[i144 * T + i145];
-            const float t147 = ks::exp(qs_i146);
-            const float t148 = (2.0f * t147);
-            const float x_i149 = t99;
-            const float t150 = (x_i149 * t148);
-            const float t151 = (t150 * t147);
-            const float d_qs_i = t100;
-            const float d_qs152 = (d_qs_i + t151);
-            const float x_i153 = sum[i144];
-            const float d_qs154 = (d_qs152 + x_i153);
-            d_qs[i144 * d + i145] = d_qs154;
-        }
-    }
-    for (int64_t i156 = 0; i156 < K * T; ++i156) {
-        r155[i156] = 0.0f;
-    }
-    for (int64_t k157 = K - 1; k157 >= 0; --k157) {
-        float* const r158 = r10;  // reuses a dead buffer's space
-        float r160;
-        for (int64_t i161 = 0; i161 < d; ++i161) {
-            r158[i161] = 0.0f;
-        }
-        for (int64_t i162 = 0; i162 < T; ++i162) {
-            r159[i162] = 0.0f;
-        }
-        r160 = 0.0f;
-        for (int64_t k163 = d - 1; k163 >= 0; --k163) {
-            float r164;
-            float r165;
-            r164 = 0.0f;
-            r165 = r160;
-            for (int64_t k166 = d - 1; k166 >= 0; --k166) {
-                const int64_t t167 = ((2*d) - k166);
-                const int64_t t168 = (t167 - int64_t{1});
-                const int64_t t169 = (k166 * t168);
-                const int64_t t170 = ks::floordiv(t169, int64_t{2});
-                const int64_t t171 = (d + t170);
-                const int64_t t172 = (t171 + k163);
-                const int64_t t173 = (t172 - k166);
-                const int64_t t174 = (t173 - int64_t{1});
-                const float t175 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? (((prod + k157 * (d * d)) + k163 * d) + k166)[0] : 0.0f);
-                const float t176 = ((((r3 + k157 * (d * d)) + k163 * d) + k166)[0] ? 0.0f : (((prod + k157 * (d * d)) + k163 * d) + k166)[0]);
-                const float t177 = ((((r2 + k157 * (d * d)) + k163 * d) + k166)[0] ? t176 : 0.0f);
-                (r159 + ks::clamp_index(t174, T))[0] += t177;
-                const float t178 = (t175 * (((r1 + k157 * (d * d)) + k163 * d) + k166)[0]);
-                const float t179 = (r164 + t178);
-                r164 = t179;
-            }
-            (r158 + k163)[0] += r164;
-            r160 = r165;
-        }
-        (r158 + ks::clamp_index(int64_t{0}, d))[0] += r160;
-        for (int64_t i180 = 0; i180 < T; ++i180) {
-            (r155 + k157 * T)[i180] += r159[i180];
-        }
-        for (int64_t i181 = 0; i181 < d; ++i181) {
-            (d_qs + k157 * d)[i181] += r158[i181];
-        }
-    }
-    for (int64_t i182 = 0; i182 < K; ++i182) {
-        for (int64_t i183 = 0; i183 < (T - d); ++i183) {
-            const float ls_i = (icf + d)[i182 * T + i183];
-            const float t184 = (2.0f * ls_i);
-            const float x_i185 = t99;
-            const float d_ls186 = (x_i185 * t184);
-            d_ls[i182 * ((T - d)) + i183] = d_ls186;
-        }
-    }
-    for (int64_t i187 = 0; i187 < K; ++i187) {
-        for (int64_t i188 = 0; i188 < d; ++i188) {
-            padded[i187 * T + i188] = 0.0f;
-        }
-    }
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        for (int64_t i190 = 0; i190 < (T - d); ++i190) {
-            (padded + d)[i189 * T + i190] = d_ls[i189 * ((T - d)) + i190];
-        }
-    }
-    for (int64_t i192 = 0; i192 < K; ++i192) {
-        for (int64_t i193 = 0; i193 < (T - d); ++i193) {
-            (padded191 + d)[i192 * T + i193] = 0.0f;
-        }
-    }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < d; ++i195) {
-            padded191[i194 * T + i195] = d_qs[i194 * d + i195];
-        }
-    }
-    for (int64_t i196 = 0; i196 < K; ++i196) {
-        const float x_i197 = t102;
-        const float x_i198 = tmp87[i196];
-        const float d_alphas = (x_i197 * x_i198);
-        const float d_base_i = sum[i196];
-        const float d_alphas199 = (d_alphas + d_base_i);
-        out_d_alphas[i196] = d_alphas199;
-    }
-    for (int64_t i200 = 0; i200 < K; ++i200) {
-        for (int64_t i201 = 0; i201 < T; ++i201) {
-            const float x_i202 = r155[i200 * T + i201];
-            const float x_i203 = padded[i200 * T + i201];
-            const float d_icf = (x_i202 + x_i203);
-            const float x_i204 = padded191[i200 * T + i201];
-            const float d_icf205 = (d_icf + x_i204);
-            out_d_icf[i200 * T + i201] = d_icf205;
-        }
-    }
-    for (int64_t i206 = 0; i206 < K * d; ++i206) {
-        out_d_means[i206] = tmp138[i206];
-    }
-    return ks::status::ok;
-}
-
-size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<float>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
-}
-
-
-// gmm_loop = gmm_loop   (kernel gmm_loop from gmm.py:gmm_objective_loop)
-//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
-int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
-    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
-    if (workspace == nullptr && gmm_gmm_loop_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const Qs = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const base = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp24 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp42 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    (void)next_slot;
-    for (int64_t k1 = 0; k1 < K; ++k1) {
-        {  // cholesky_factor(q, icf_k)
-            for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k4 = 0; k4 < d; ++k4) {
-                    const bool t5 = (k2 == k4);
-                    const double t6 = ks::exp(((icf + k1 * T) + k2)[0]);
-                    const bool t7 = (k2 > k4);
-                    const int64_t t8 = ((2*d) - k4);
-                    const int64_t t9 = (t8 - int64_t{1});
-                    const int64_t t10 = (k4 * t9);
-                    const int64_t t11 = ks::floordiv(t10, int64_t{2});
-                    const int64_t t12 = (d + t11);
-                    const int64_t t13 = (t12 + k2);
-                    const int64_t t14 = (t13 - k4);
-                    const int64_t t15 = (t14 - int64_t{1});
-                    const double t16 = (t7 ? ((icf + k1 * T) + ks::clamp_index(t15, T))[0] : 0.0);
-                    const double t17 = (t5 ? t6 : t16);
-                    (r3 + k4)[0] = t17;
-                }
-                for (int64_t i = 0; i < d; ++i) {
-                    (r + k2 * d)[i] = r3[i];
-                }
-            }
-        }
-        for (int64_t i18 = 0; i18 < d * d; ++i18) {
-            (Qs + k1 * (d * d))[i18] = r[i18];
-        }
-    }
-    for (int64_t i19 = 0; i19 < K; ++i19) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i19 * T + i20];
-            acc += qs_i;
-        }
-        tmp[i19] = acc;
-    }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
-        const double alphas_i = alphas[i21];
-        const double x_i = tmp[i21];
-        const double base22 = (alphas_i + x_i);
-        base[i21] = base22;
-    }
-    double slse;
-    slse = 0.0;
-    for (int64_t k23 = 0; k23 < n; ++k23) {
-        for (int64_t i25 = 0; i25 < K; ++i25) {
-            for (int64_t i26 = 0; i26 < d; ++i26) {
-                const double x_i27 = (x + k23 * d)[i26];
-                const double means_i = means[i25 * d + i26];
-                const double t28 = (x_i27 - means_i);
-                tmp24[i25 * d + i26] = t28;
-            }
-        }
-        for (int64_t i29 = 0; i29 < K; ++i29) {
-            int64_t j = 0;
-            for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot30 = 0; double dot31 = 0; double dot32 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot30, dot31, dot32))
-                for (int64_t i33 = 0; i33 < d; ++i33) {
-                    dot += Qs[i29 * (d * d) + j * d + i33] * tmp24[i29 * d + i33];
-                    dot30 += Qs[i29 * (d * d) + (j + 1) * d + i33] * tmp24[i29 * d + i33];
-                    dot31 += Qs[i29 * (d * d) + (j + 2) * d + i33] * tmp24[i29 * d + i33];
-                    dot32 += Qs[i29 * (d * d) + (j + 3) * d + i33] * tmp24[i29 * d + i33];
-                }
-                prod[i29 * d + j] = dot;
-                prod[i29 * d + (j + 1)] = dot30;
-                prod[i29 * d + (j + 2)] = dot31;
-                prod[i29 * d + (j + 3)] = dot32;
-            }
-            for (; j < d; ++j) {
-                double dot34 = 0;
-                KS_OMP_SIMD(reduction(+:dot34))
-                for (int64_t i35 = 0; i35 < d; ++i35) {
-                    dot34 += Qs[i29 * (d * d) + j * d + i35] * tmp24[i29 * d + i35];
-                }
-                prod[i29 * d + j] = dot34;
-            }
-        }
-        double* const tmp36 = tmp;  // reuses a dead buffer's space
-        for (int64_t i37 = 0; i37 < K; ++i37) {
-            double acc38 = 0;
-            KS_OMP_SIMD(reduction(+:acc38))
-            for (int64_t i39 = 0; i39 < d; ++i39) {
-                const double x_i40 = prod[i37 * d + i39];
-                const double t41 = ks::ipow<2>(x_i40);
-                acc38 += t41;
-            }
-            tmp36[i37] = acc38;
-        }
-        for (int64_t i43 = 0; i43 < K; ++i43) {
-            const double x_i44 = tmp36[i43];
-            const double t45 = (0.5 * x_i44);
-            const double x_i46 = base[i43];
-            const double t47 = (x_i46 - t45);
-            tmp42[i43] = t47;
-        }
-        double acc48 = ks::lowest<double>();
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const double x_i50 = tmp42[i49];
-            acc48 = ks::running_max(acc48, x_i50);
-        }
-        const double t51 = ks::abs(acc48);
+        const double x_i50 = tmp43[i49];
+        const double t51 = ks::abs(x_i50);
         const bool t52 = (t51 == __builtin_huge_val());
-        const double t53 = (t52 ? 0.0 : acc48);
-        double acc54 = 0;
-        KS_OMP_SIMD(reduction(+:acc54))
-        for (int64_t i55 = 0; i55 < K; ++i55) {
-            const double x_i56 = tmp42[i55];
-            const double x_i57 = t53;
-            const double t58 = (x_i56 - x_i57);
-            const double t59 = ks::exp(t58);
-            acc54 += t59;
+        const double t53 = (t52 ? 0.0 : x_i50);
+        tmp48[i49] = t53;
+    }
+    double* const tmp54 = tmp43;  // reuses a dead buffer's space
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        double acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const double scores_i = scores[i55 * K + i57];
+            const double x_i58 = tmp48[i55];
+            const double t59 = (scores_i - x_i58);
+            const double t60 = ks::exp(t59);
+            acc56 += t60;
         }
-        const double t60 = ks::log(acc54);
-        const double t61 = (t60 + t53);
-        const double sum_66_14 = (slse + t61);
-        slse = sum_66_14;
+        tmp54[i55] = acc56;
     }
-    const int64_t t62 = (-n);
-    const int64_t t63 = (t62 * d);
-    const double t64 = static_cast<double>(t63);
-    const double t65 = (t64 * 0.5);
-    const double constant = (t65 * 1.8378770664093453);
-    const double t66 = (constant + slse);
-    double acc67 = ks::lowest<double>();
-    for (int64_t i68 = 0; i68 < K; ++i68) {
-        const double x_i69 = alphas[i68];
-        acc67 = ks::running_max(acc67, x_i69);
+    double acc61 = 0;
+    KS_OMP_SIMD(reduction(+:acc61))
+    for (int64_t i62 = 0; i62 < n; ++i62) {
+        const double x_i63 = tmp54[i62];
+        const double t64 = ks::log(x_i63);
+        const double x_i65 = tmp48[i62];
+        const double t66 = (t64 + x_i65);
+        acc61 += t66;
     }
-    const double t70 = ks::abs(acc67);
-    const bool t71 = (t70 == __builtin_huge_val());
-    const double t72 = (t71 ? 0.0 : acc67);
-    double acc73 = 0;
-    KS_OMP_SIMD(reduction(+:acc73))
-    for (int64_t i74 = 0; i74 < K; ++i74) {
-        const double alphas_i75 = alphas[i74];
-        const double x_i76 = t72;
-        const double t77 = (alphas_i75 - x_i76);
-        const double t78 = ks::exp(t77);
-        acc73 += t78;
+    const double t67 = (constant + acc61);
+    double acc68 = ks::lowest<double>();
+    for (int64_t i69 = 0; i69 < K; ++i69) {
+        const double x_i70 = alphas[i69];
+        acc68 = ks::running_max(acc68, x_i70);
     }
-    const double t79 = ks::log(acc73);
-    const double t80 = (t79 + t72);
-    const double t81 = static_cast<double>(n);
-    const double t82 = (t81 * t80);
-    const double t83 = (t66 - t82);
-    double r84;
+    const double t71 = ks::abs(acc68);
+    const bool t72 = (t71 == __builtin_huge_val());
+    const double t73 = (t72 ? 0.0 : acc68);
+    double acc74 = 0;
+    KS_OMP_SIMD(reduction(+:acc74))
+    for (int64_t i75 = 0; i75 < K; ++i75) {
+        const double alphas_i76 = alphas[i75];
+        const double x_i77 = t73;
+        const double t78 = (alphas_i76 - x_i77);
+        const double t79 = ks::exp(t78);
+        acc74 += t79;
+    }
+    const double t80 = ks::log(acc74);
+    const double t81 = (t80 + t73);
+    const double t82 = static_cast<double>(n);
+    const double t83 = (t82 * t81);
+    const double t84 = (t67 - t83);
+    double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t85 = static_cast<double>(d);
         const double t86 = (t85 + wishart_m);
@@ -1652,17 +248,1309 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t126 = static_cast<double>(K);
         const double t127 = (t126 * C);
         const double t128 = (t125 - t127);
-        r84 = t128;
+        r = t128;
     }
-    const double t129 = (t83 + r84);
+    const double t129 = (t84 + r);
     *out = t129;
+    return ks::status::ok;
+}
+
+size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)T;
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n);
+}
+
+
+// gmm_grad = grad(gmm, argnums=(0, 1, 2))   (kernel gmm from gmm.py:gmm_objective)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
+int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
+    if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const centered = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const scratch_double = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp30 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const tmp42 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const tmp47 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const prod = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const sum106 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const prod111 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r132 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r135 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const r136 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded168 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    (void)next_slot;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k5 = 0; k5 < d; ++k5) {
+            for (int64_t k6 = 0; k6 < d; ++k6) {
+                const bool t7 = (k5 == k6);
+                const double t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const bool t9 = (k5 > k6);
+                const int64_t t10 = ((2*d) - k6);
+                const int64_t t11 = (t10 - int64_t{1});
+                const int64_t t12 = (k6 * t11);
+                const int64_t t13 = ks::floordiv(t12, int64_t{2});
+                const int64_t t14 = (d + t13);
+                const int64_t t15 = (t14 + k5);
+                const int64_t t16 = (t15 - k6);
+                const int64_t t17 = (t16 - int64_t{1});
+                const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
+                const double t19 = (t7 ? t8 : t18);
+                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+            }
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i * T + i20];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i21 = 0; i21 < n; ++i21) {
+        for (int64_t i22 = 0; i22 < K; ++i22) {
+            for (int64_t i23 = 0; i23 < d; ++i23) {
+                const double x_i = x[i21 * d + i23];
+                const double x_i24 = means[i22 * d + i23];
+                const double centered25 = (x_i - x_i24);
+                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+            }
+        }
+    }
+    for (int64_t i26 = 0; i26 < K; ++i26) {
+        ks::tiled_gemm<double>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_double);
+    }
+    for (int64_t i27 = 0; i27 < K; ++i27) {
+        const double alphas_i = alphas[i27];
+        const double x_i28 = tmp[i27];
+        const double base29 = (alphas_i + x_i28);
+        base[i27] = base29;
+    }
+    for (int64_t i31 = 0; i31 < n; ++i31) {
+        for (int64_t i32 = 0; i32 < K; ++i32) {
+            double acc33 = 0;
+            KS_OMP_SIMD(reduction(+:acc33))
+            for (int64_t i34 = 0; i34 < d; ++i34) {
+                const double mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i34];
+                const double t35 = ks::ipow<2>(mahalanobis_i);
+                acc33 += t35;
+            }
+            tmp30[i31 * K + i32] = acc33;
+        }
+    }
+    for (int64_t i36 = 0; i36 < n; ++i36) {
+        for (int64_t i37 = 0; i37 < K; ++i37) {
+            const double x_i38 = tmp30[i36 * K + i37];
+            const double t39 = (0.5 * x_i38);
+            const double x_i40 = base[i37];
+            const double scores41 = (x_i40 - t39);
+            scores[i36 * K + i37] = scores41;
+        }
+    }
+    for (int64_t i43 = 0; i43 < n; ++i43) {
+        double acc44 = ks::lowest<double>();
+        for (int64_t i45 = 0; i45 < K; ++i45) {
+            const double x_i46 = scores[i43 * K + i45];
+            acc44 = ks::running_max(acc44, x_i46);
+        }
+        tmp42[i43] = acc44;
+    }
+    for (int64_t i48 = 0; i48 < n; ++i48) {
+        const double x_i49 = tmp42[i48];
+        const double t50 = ks::abs(x_i49);
+        const bool t51 = (t50 == __builtin_huge_val());
+        const double t52 = (t51 ? 0.0 : x_i49);
+        tmp47[i48] = t52;
+    }
+    double* const tmp53 = tmp30;  // reuses a dead buffer's space
+    double* const tmp54 = tmp42;  // reuses a dead buffer's space
+    for (int64_t i55 = 0; i55 < n; ++i55) {
+        double acc56 = 0;
+        KS_OMP_SIMD(reduction(+:acc56))
+        for (int64_t i57 = 0; i57 < K; ++i57) {
+            const double scores_i = scores[i55 * K + i57];
+            const double x_i58 = tmp47[i55];
+            const double t59 = (scores_i - x_i58);
+            const double t60 = ks::exp(t59);
+            tmp53[i55 * K + i57] = t60;
+            acc56 += t60;
+        }
+        tmp54[i55] = acc56;
+    }
+    double acc61 = ks::lowest<double>();
+    for (int64_t i62 = 0; i62 < K; ++i62) {
+        const double x_i63 = alphas[i62];
+        acc61 = ks::running_max(acc61, x_i63);
+    }
+    const double t64 = ks::abs(acc61);
+    const bool t65 = (t64 == __builtin_huge_val());
+    const double t66 = (t65 ? 0.0 : acc61);
+    double* const tmp67 = tmp;  // reuses a dead buffer's space
+    double acc68 = 0;
+    KS_OMP_SIMD(reduction(+:acc68))
+    for (int64_t i69 = 0; i69 < K; ++i69) {
+        const double alphas_i70 = alphas[i69];
+        const double x_i71 = t66;
+        const double t72 = (alphas_i70 - x_i71);
+        const double t73 = ks::exp(t72);
+        tmp67[i69] = t73;
+        acc68 += t73;
+    }
+    const double t74 = static_cast<double>(n);
+    const double t75 = (1.0 / acc68);
+    const double t76 = ks::ipow<2>(wishart_gamma);
+    const double t77 = (0.5 * t76);
+    const double t78 = ((-1.0) * wishart_m);
+    const double t79 = ((-1.0) * t74);
+    const double t80 = (t79 * t75);
+    double* const tmp81 = tmp47;  // reuses a dead buffer's space
+    for (int64_t i82 = 0; i82 < n; ++i82) {
+        const double x_i83 = tmp54[i82];
+        const double t84 = (1.0 / x_i83);
+        tmp81[i82] = t84;
+    }
+    double* const d_scores = scores;  // reuses a dead buffer's space
+    for (int64_t i85 = 0; i85 < n; ++i85) {
+        for (int64_t i86 = 0; i86 < K; ++i86) {
+            const double x_i87 = tmp81[i85];
+            const double x_i88 = tmp53[i85 * K + i86];
+            const double d_scores89 = (x_i87 * x_i88);
+            d_scores[i85 * K + i86] = d_scores89;
+        }
+    }
+    double* const sum = base;  // reuses a dead buffer's space
+    for (int64_t i90 = 0; i90 < K; ++i90) {
+        sum[i90] = 0;
+    }
+    for (int64_t i91 = 0; i91 < n; ++i91) {
+        for (int64_t i92 = 0; i92 < K; ++i92) {
+            sum[i92] += d_scores[i91 * K + i92];
+        }
+    }
+    double* const tmp93 = tmp30;  // reuses a dead buffer's space
+    for (int64_t i94 = 0; i94 < n; ++i94) {
+        for (int64_t i95 = 0; i95 < K; ++i95) {
+            const double d_scores_i = d_scores[i94 * K + i95];
+            const double t96 = (d_scores_i * (-1.0));
+            const double t97 = (t96 * 0.5);
+            tmp93[i94 * K + i95] = t97;
+        }
+    }
+    for (int64_t i98 = 0; i98 < n; ++i98) {
+        for (int64_t i99 = 0; i99 < K; ++i99) {
+            for (int64_t i100 = 0; i100 < d; ++i100) {
+                const double mahalanobis_i101 = mahalanobis[i98 * (K * d) + i99 * d + i100];
+                const double t102 = (2.0 * mahalanobis_i101);
+                const double x_i103 = tmp93[i98 * K + i99];
+                const double d_mahalanobis104 = (x_i103 * t102);
+                d_mahalanobis[i98 * (K * d) + i99 * d + i100] = d_mahalanobis104;
+            }
+        }
+    }
+    for (int64_t i105 = 0; i105 < K; ++i105) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i105 * d), 1, K * d}, {(centered + i105 * d), K * d, 1}, {(prod + i105 * (d * d)), d, 1}, false, scratch_double);
+    }
+    for (int64_t i107 = 0; i107 < K * d; ++i107) {
+        sum106[i107] = 0;
+    }
+    for (int64_t i108 = 0; i108 < n; ++i108) {
+        for (int64_t i109 = 0; i109 < K; ++i109) {
+            for (int64_t i110 = 0; i110 < d; ++i110) {
+                sum106[i109 * d + i110] += d_mahalanobis[i108 * (K * d) + i109 * d + i110];
+            }
+        }
+    }
+    for (int64_t i112 = 0; i112 < K * d; ++i112) {
+        prod111[i112] = 0;
+    }
+    for (int64_t i113 = 0; i113 < K; ++i113) {
+        for (int64_t i114 = 0; i114 < d; ++i114) {
+            for (int64_t i115 = 0; i115 < d; ++i115) {
+                prod111[i113 * d + i115] += sum106[i113 * d + i114] * r[i113 * (d * d) + i114 * d + i115];
+            }
+        }
+    }
+    double* const tmp116 = sum106;  // reuses a dead buffer's space
+    for (int64_t i117 = 0; i117 < K; ++i117) {
+        for (int64_t i118 = 0; i118 < d; ++i118) {
+            const double x_i119 = prod111[i117 * d + i118];
+            const double t120 = (x_i119 * (-1.0));
+            tmp116[i117 * d + i118] = t120;
+        }
+    }
+    double* const d_qs = prod111;  // reuses a dead buffer's space
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        for (int64_t i122 = 0; i122 < d; ++i122) {
+            const double qs_i123 = icf[i121 * T + i122];
+            const double t124 = ks::exp(qs_i123);
+            const double t125 = (2.0 * t124);
+            const double x_i126 = t77;
+            const double t127 = (x_i126 * t125);
+            const double t128 = (t127 * t124);
+            const double d_qs_i = t78;
+            const double d_qs129 = (d_qs_i + t128);
+            const double x_i130 = sum[i121];
+            const double d_qs131 = (d_qs129 + x_i130);
+            d_qs[i121 * d + i122] = d_qs131;
+        }
+    }
+    for (int64_t i133 = 0; i133 < K * T; ++i133) {
+        r132[i133] = 0.0;
+    }
+    for (int64_t k134 = K - 1; k134 >= 0; --k134) {
+        double r137;
+        for (int64_t i138 = 0; i138 < d; ++i138) {
+            r135[i138] = 0.0;
+        }
+        for (int64_t i139 = 0; i139 < T; ++i139) {
+            r136[i139] = 0.0;
+        }
+        r137 = 0.0;
+        for (int64_t k140 = d - 1; k140 >= 0; --k140) {
+            double r141;
+            double r142;
+            r141 = 0.0;
+            r142 = r137;
+            for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+                const int64_t t144 = ((2*d) - k143);
+                const int64_t t145 = (t144 - int64_t{1});
+                const int64_t t146 = (k143 * t145);
+                const int64_t t147 = ks::floordiv(t146, int64_t{2});
+                const int64_t t148 = (d + t147);
+                const int64_t t149 = (t148 + k140);
+                const int64_t t150 = (t149 - k143);
+                const int64_t t151 = (t150 - int64_t{1});
+                const double t152 = ((((r3 + k134 * (d * d)) + k140 * d) + k143)[0] ? (((prod + k134 * (d * d)) + k140 * d) + k143)[0] : 0.0);
+                const double t153 = ((((r3 + k134 * (d * d)) + k140 * d) + k143)[0] ? 0.0 : (((prod + k134 * (d * d)) + k140 * d) + k143)[0]);
+                const double t154 = ((((r2 + k134 * (d * d)) + k140 * d) + k143)[0] ? t153 : 0.0);
+                (r136 + ks::clamp_index(t151, T))[0] += t154;
+                const double t155 = (t152 * (((r1 + k134 * (d * d)) + k140 * d) + k143)[0]);
+                const double t156 = (r141 + t155);
+                r141 = t156;
+            }
+            (r135 + k140)[0] += r141;
+            r137 = r142;
+        }
+        (r135 + ks::clamp_index(int64_t{0}, d))[0] += r137;
+        for (int64_t i157 = 0; i157 < T; ++i157) {
+            (r132 + k134 * T)[i157] += r136[i157];
+        }
+        for (int64_t i158 = 0; i158 < d; ++i158) {
+            (d_qs + k134 * d)[i158] += r135[i158];
+        }
+    }
+    for (int64_t i159 = 0; i159 < K; ++i159) {
+        for (int64_t i160 = 0; i160 < (T - d); ++i160) {
+            const double ls_i = (icf + d)[i159 * T + i160];
+            const double t161 = (2.0 * ls_i);
+            const double x_i162 = t77;
+            const double d_ls163 = (x_i162 * t161);
+            d_ls[i159 * ((T - d)) + i160] = d_ls163;
+        }
+    }
+    for (int64_t i164 = 0; i164 < K; ++i164) {
+        for (int64_t i165 = 0; i165 < d; ++i165) {
+            padded[i164 * T + i165] = 0.0;
+        }
+    }
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        for (int64_t i167 = 0; i167 < (T - d); ++i167) {
+            (padded + d)[i166 * T + i167] = d_ls[i166 * ((T - d)) + i167];
+        }
+    }
+    for (int64_t i169 = 0; i169 < K; ++i169) {
+        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
+            (padded168 + d)[i169 * T + i170] = 0.0;
+        }
+    }
+    for (int64_t i171 = 0; i171 < K; ++i171) {
+        for (int64_t i172 = 0; i172 < d; ++i172) {
+            padded168[i171 * T + i172] = d_qs[i171 * d + i172];
+        }
+    }
+    for (int64_t i173 = 0; i173 < K; ++i173) {
+        const double x_i174 = t80;
+        const double x_i175 = tmp67[i173];
+        const double d_alphas = (x_i174 * x_i175);
+        const double d_base_i = sum[i173];
+        const double d_alphas176 = (d_alphas + d_base_i);
+        out_d_alphas[i173] = d_alphas176;
+    }
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        for (int64_t i178 = 0; i178 < T; ++i178) {
+            const double x_i179 = r132[i177 * T + i178];
+            const double x_i180 = padded[i177 * T + i178];
+            const double d_icf = (x_i179 + x_i180);
+            const double x_i181 = padded168[i177 * T + i178];
+            const double d_icf182 = (d_icf + x_i181);
+            out_d_icf[i177 * T + i178] = d_icf182;
+        }
+    }
+    for (int64_t i183 = 0; i183 < K * d; ++i183) {
+        out_d_means[i183] = tmp116[i183];
+    }
+    return ks::status::ok;
+}
+
+size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+}
+
+
+// gmm_f32 = gmm_f32   (kernel gmm_f32 from gmm.py:gmm_objective)
+//   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32)
+int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
+    if (workspace == nullptr && gmm_gmm_f32_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const Qs = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const centered = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
+    float* const base = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const tmp27 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const scores = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const tmp45 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    float* const tmp50 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    (void)next_slot;
+    for (int64_t k1 = 0; k1 < K; ++k1) {
+        {  // cholesky_factor(q, icf_k)
+            for (int64_t k2 = 0; k2 < d; ++k2) {
+                for (int64_t k3 = 0; k3 < d; ++k3) {
+                    const bool t4 = (k2 == k3);
+                    const float t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const bool t6 = (k2 > k3);
+                    const int64_t t7 = ((2*d) - k3);
+                    const int64_t t8 = (t7 - int64_t{1});
+                    const int64_t t9 = (k3 * t8);
+                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
+                    const int64_t t11 = (d + t10);
+                    const int64_t t12 = (t11 + k2);
+                    const int64_t t13 = (t12 - k3);
+                    const int64_t t14 = (t13 - int64_t{1});
+                    const float t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0f);
+                    const float t16 = (t4 ? t5 : t15);
+                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t i17 = block; i17 < block_end; ++i17) {
+                const float qs_i = icf[i * T + i17];
+                acc_block += qs_i;
+            }
+            acc += acc_block;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i18 = 0; i18 < n; ++i18) {
+        for (int64_t i19 = 0; i19 < K; ++i19) {
+            for (int64_t i20 = 0; i20 < d; ++i20) {
+                const float x_i = x[i18 * d + i20];
+                const float x_i21 = means[i19 * d + i20];
+                const float centered22 = (x_i - x_i21);
+                centered[i18 * (K * d) + i19 * d + i20] = centered22;
+            }
+        }
+    }
+    for (int64_t i23 = 0; i23 < K; ++i23) {
+        ks::tiled_gemm<float>(d, n, d, {(Qs + i23 * (d * d)), d, 1}, {(centered + i23 * d), 1, K * d}, {(mahalanobis + i23 * d), 1, K * d}, false, scratch_float);
+    }
+    for (int64_t i24 = 0; i24 < K; ++i24) {
+        const float alphas_i = alphas[i24];
+        const float x_i25 = tmp[i24];
+        const float base26 = (alphas_i + x_i25);
+        base[i24] = base26;
+    }
+    for (int64_t i28 = 0; i28 < n; ++i28) {
+        for (int64_t i29 = 0; i29 < K; ++i29) {
+            float acc30 = 0;
+            for (int64_t block31 = 0; block31 < d; block31 += 512) {
+                const int64_t block_end32 = d - block31 < 512 ? d : block31 + 512;
+                float acc30_block = 0;
+                KS_OMP_SIMD(reduction(+:acc30_block))
+                for (int64_t i33 = block31; i33 < block_end32; ++i33) {
+                    const float mahalanobis_i = mahalanobis[i28 * (K * d) + i29 * d + i33];
+                    const float t34 = ks::ipow<2>(mahalanobis_i);
+                    acc30_block += t34;
+                }
+                acc30 += acc30_block;
+            }
+            tmp27[i28 * K + i29] = acc30;
+        }
+    }
+    const int64_t t35 = (-n);
+    const int64_t t36 = (t35 * d);
+    const double t37 = static_cast<double>(t36);
+    const double t38 = (t37 * 0.5);
+    const double constant = (t38 * 1.8378770664093453);
+    for (int64_t i39 = 0; i39 < n; ++i39) {
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const float x_i41 = tmp27[i39 * K + i40];
+            const float t42 = (0.5f * x_i41);
+            const float x_i43 = base[i40];
+            const float scores44 = (x_i43 - t42);
+            scores[i39 * K + i40] = scores44;
+        }
+    }
+    for (int64_t i46 = 0; i46 < n; ++i46) {
+        float acc47 = ks::lowest<float>();
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const float x_i49 = scores[i46 * K + i48];
+            acc47 = ks::running_max(acc47, x_i49);
+        }
+        tmp45[i46] = acc47;
+    }
+    for (int64_t i51 = 0; i51 < n; ++i51) {
+        const float x_i52 = tmp45[i51];
+        const float t53 = ks::abs(x_i52);
+        const bool t54 = (t53 == __builtin_huge_valf());
+        const float t55 = (t54 ? 0.0f : x_i52);
+        tmp50[i51] = t55;
+    }
+    float* const tmp56 = tmp45;  // reuses a dead buffer's space
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        float acc58 = 0;
+        for (int64_t block59 = 0; block59 < K; block59 += 512) {
+            const int64_t block_end60 = K - block59 < 512 ? K : block59 + 512;
+            float acc58_block = 0;
+            KS_OMP_SIMD(reduction(+:acc58_block))
+            for (int64_t i61 = block59; i61 < block_end60; ++i61) {
+                const float scores_i = scores[i57 * K + i61];
+                const float x_i62 = tmp50[i57];
+                const float t63 = (scores_i - x_i62);
+                const float t64 = ks::exp(t63);
+                acc58_block += t64;
+            }
+            acc58 += acc58_block;
+        }
+        tmp56[i57] = acc58;
+    }
+    float acc65 = 0;
+    for (int64_t block66 = 0; block66 < n; block66 += 512) {
+        const int64_t block_end67 = n - block66 < 512 ? n : block66 + 512;
+        float acc65_block = 0;
+        KS_OMP_SIMD(reduction(+:acc65_block))
+        for (int64_t i68 = block66; i68 < block_end67; ++i68) {
+            const float x_i69 = tmp56[i68];
+            const float t70 = ks::log(x_i69);
+            const float x_i71 = tmp50[i68];
+            const float t72 = (t70 + x_i71);
+            acc65_block += t72;
+        }
+        acc65 += acc65_block;
+    }
+    const double t73 = static_cast<double>(acc65);
+    const double t74 = (constant + t73);
+    float acc75 = ks::lowest<float>();
+    for (int64_t i76 = 0; i76 < K; ++i76) {
+        const float x_i77 = alphas[i76];
+        acc75 = ks::running_max(acc75, x_i77);
+    }
+    const float t78 = ks::abs(acc75);
+    const bool t79 = (t78 == __builtin_huge_valf());
+    const float t80 = (t79 ? 0.0f : acc75);
+    float acc81 = 0;
+    for (int64_t block82 = 0; block82 < K; block82 += 512) {
+        const int64_t block_end83 = K - block82 < 512 ? K : block82 + 512;
+        float acc81_block = 0;
+        KS_OMP_SIMD(reduction(+:acc81_block))
+        for (int64_t i84 = block82; i84 < block_end83; ++i84) {
+            const float alphas_i85 = alphas[i84];
+            const float x_i86 = t80;
+            const float t87 = (alphas_i85 - x_i86);
+            const float t88 = ks::exp(t87);
+            acc81_block += t88;
+        }
+        acc81 += acc81_block;
+    }
+    const float t89 = ks::log(acc81);
+    const float t90 = (t89 + t80);
+    const float t91 = static_cast<float>(n);
+    const float t92 = (t91 * t90);
+    const double t93 = static_cast<double>(t92);
+    const double t94 = (t74 - t93);
+    double r;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const float t95 = static_cast<float>(d);
+        const float t96 = (t95 + wishart_m);
+        const float n_w = (t96 + 1.0f);
+        const float t97 = (n_w * t95);
+        const float t98 = ks::log(wishart_gamma);
+        const float t99 = (t98 - 0.3465735912322998f);
+        const float t100 = (t97 * t99);
+        const float t101 = (0.5f * n_w);
+        double r102;
+        {  // log_gamma_d(a)
+            const double t103 = static_cast<double>(d);
+            const double t104 = (0.25 * t103);
+            const double t105 = static_cast<double>((d - 1));
+            const double t106 = (t104 * t105);
+            const double t107 = (t106 * 1.1447298858494002);
+            double r108;
+            r108 = 0.0;
+            for (int64_t k109 = 0; k109 < d; ++k109) {
+                const int64_t t110 = (k109 + int64_t{1});
+                const int64_t t111 = (int64_t{1} - t110);
+                const double t112 = static_cast<double>(t111);
+                const double t113 = (0.5 * t112);
+                const double t114 = static_cast<double>(t101);
+                const double t115 = (t114 + t113);
+                const double t116 = std::lgamma(t115);
+                const double sum_25_55 = (r108 + t116);
+                r108 = sum_25_55;
+            }
+            const double t117 = (t107 + r108);
+            r102 = t117;
+        }
+        const double t118 = static_cast<double>(t100);
+        const double C = (t118 - r102);
+        float acc119 = 0;
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            KS_OMP_SIMD(reduction(+:acc119))
+            for (int64_t i121 = 0; i121 < d; ++i121) {
+                const float qs_i122 = icf[i120 * T + i121];
+                const float t123 = ks::exp(qs_i122);
+                const float t124 = ks::ipow<2>(t123);
+                acc119 += t124;
+            }
+        }
+        float acc125 = 0;
+        for (int64_t i126 = 0; i126 < K; ++i126) {
+            KS_OMP_SIMD(reduction(+:acc125))
+            for (int64_t i127 = 0; i127 < (T - d); ++i127) {
+                const float ls_i = (icf + d)[i126 * T + i127];
+                const float t128 = ks::ipow<2>(ls_i);
+                acc125 += t128;
+            }
+        }
+        const float frobenius = (acc119 + acc125);
+        const float t129 = ks::ipow<2>(wishart_gamma);
+        const float t130 = (0.5f * t129);
+        const float t131 = (t130 * frobenius);
+        float acc132 = 0;
+        for (int64_t i133 = 0; i133 < K; ++i133) {
+            KS_OMP_SIMD(reduction(+:acc132))
+            for (int64_t i134 = 0; i134 < d; ++i134) {
+                const float qs_i135 = icf[i133 * T + i134];
+                acc132 += qs_i135;
+            }
+        }
+        const float t136 = (wishart_m * acc132);
+        const float t137 = (t131 - t136);
+        const double t138 = static_cast<double>(K);
+        const double t139 = (t138 * C);
+        const double t140 = static_cast<double>(t137);
+        const double t141 = (t140 - t139);
+        r = t141;
+    }
+    const double t142 = (t94 + r);
+    const float t143 = static_cast<float>(t142);
+    *out = t143;
+    return ks::status::ok;
+}
+
+size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    (void)T;
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
+}
+
+
+// gmm_f32_grad = grad(gmm_f32, argnums=(0, 1, 2))   (kernel gmm_f32 from gmm.py:gmm_objective)
+//   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T])
+int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
+    if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const r = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    float* const r1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const centered = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
+    float* const base = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const tmp30 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const scores = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const tmp44 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    float* const tmp49 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    float* const sum112 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d);
+    float* const prod117 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d);
+    float* const r138 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * T);
+    float* const r141 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(d);
+    float* const r142 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(T);
+    float* const d_ls = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * (T - d));
+    float* const padded = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * T);
+    float* const padded174 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * T);
+    (void)next_slot;
+    for (int64_t k4 = 0; k4 < K; ++k4) {
+        for (int64_t k5 = 0; k5 < d; ++k5) {
+            for (int64_t k6 = 0; k6 < d; ++k6) {
+                const bool t7 = (k5 == k6);
+                const float t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const bool t9 = (k5 > k6);
+                const int64_t t10 = ((2*d) - k6);
+                const int64_t t11 = (t10 - int64_t{1});
+                const int64_t t12 = (k6 * t11);
+                const int64_t t13 = ks::floordiv(t12, int64_t{2});
+                const int64_t t14 = (d + t13);
+                const int64_t t15 = (t14 + k5);
+                const int64_t t16 = (t15 - k6);
+                const int64_t t17 = (t16 - int64_t{1});
+                const float t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0f);
+                const float t19 = (t7 ? t8 : t18);
+                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+            }
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t i20 = block; i20 < block_end; ++i20) {
+                const float qs_i = icf[i * T + i20];
+                acc_block += qs_i;
+            }
+            acc += acc_block;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i21 = 0; i21 < n; ++i21) {
+        for (int64_t i22 = 0; i22 < K; ++i22) {
+            for (int64_t i23 = 0; i23 < d; ++i23) {
+                const float x_i = x[i21 * d + i23];
+                const float x_i24 = means[i22 * d + i23];
+                const float centered25 = (x_i - x_i24);
+                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+            }
+        }
+    }
+    for (int64_t i26 = 0; i26 < K; ++i26) {
+        ks::tiled_gemm<float>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_float);
+    }
+    for (int64_t i27 = 0; i27 < K; ++i27) {
+        const float alphas_i = alphas[i27];
+        const float x_i28 = tmp[i27];
+        const float base29 = (alphas_i + x_i28);
+        base[i27] = base29;
+    }
+    for (int64_t i31 = 0; i31 < n; ++i31) {
+        for (int64_t i32 = 0; i32 < K; ++i32) {
+            float acc33 = 0;
+            for (int64_t block34 = 0; block34 < d; block34 += 512) {
+                const int64_t block_end35 = d - block34 < 512 ? d : block34 + 512;
+                float acc33_block = 0;
+                KS_OMP_SIMD(reduction(+:acc33_block))
+                for (int64_t i36 = block34; i36 < block_end35; ++i36) {
+                    const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i36];
+                    const float t37 = ks::ipow<2>(mahalanobis_i);
+                    acc33_block += t37;
+                }
+                acc33 += acc33_block;
+            }
+            tmp30[i31 * K + i32] = acc33;
+        }
+    }
+    for (int64_t i38 = 0; i38 < n; ++i38) {
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const float x_i40 = tmp30[i38 * K + i39];
+            const float t41 = (0.5f * x_i40);
+            const float x_i42 = base[i39];
+            const float scores43 = (x_i42 - t41);
+            scores[i38 * K + i39] = scores43;
+        }
+    }
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        float acc46 = ks::lowest<float>();
+        for (int64_t i47 = 0; i47 < K; ++i47) {
+            const float x_i48 = scores[i45 * K + i47];
+            acc46 = ks::running_max(acc46, x_i48);
+        }
+        tmp44[i45] = acc46;
+    }
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        const float x_i51 = tmp44[i50];
+        const float t52 = ks::abs(x_i51);
+        const bool t53 = (t52 == __builtin_huge_valf());
+        const float t54 = (t53 ? 0.0f : x_i51);
+        tmp49[i50] = t54;
+    }
+    float* const tmp55 = tmp30;  // reuses a dead buffer's space
+    float* const tmp56 = tmp44;  // reuses a dead buffer's space
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        float acc58 = 0;
+        for (int64_t block59 = 0; block59 < K; block59 += 512) {
+            const int64_t block_end60 = K - block59 < 512 ? K : block59 + 512;
+            float acc58_block = 0;
+            KS_OMP_SIMD(reduction(+:acc58_block))
+            for (int64_t i61 = block59; i61 < block_end60; ++i61) {
+                const float scores_i = scores[i57 * K + i61];
+                const float x_i62 = tmp49[i57];
+                const float t63 = (scores_i - x_i62);
+                const float t64 = ks::exp(t63);
+                tmp55[i57 * K + i61] = t64;
+                acc58_block += t64;
+            }
+            acc58 += acc58_block;
+        }
+        tmp56[i57] = acc58;
+    }
+    float acc65 = ks::lowest<float>();
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        const float x_i67 = alphas[i66];
+        acc65 = ks::running_max(acc65, x_i67);
+    }
+    const float t68 = ks::abs(acc65);
+    const bool t69 = (t68 == __builtin_huge_valf());
+    const float t70 = (t69 ? 0.0f : acc65);
+    float* const tmp71 = tmp;  // reuses a dead buffer's space
+    float acc72 = 0;
+    for (int64_t block73 = 0; block73 < K; block73 += 512) {
+        const int64_t block_end74 = K - block73 < 512 ? K : block73 + 512;
+        float acc72_block = 0;
+        KS_OMP_SIMD(reduction(+:acc72_block))
+        for (int64_t i75 = block73; i75 < block_end74; ++i75) {
+            const float alphas_i76 = alphas[i75];
+            const float x_i77 = t70;
+            const float t78 = (alphas_i76 - x_i77);
+            const float t79 = ks::exp(t78);
+            tmp71[i75] = t79;
+            acc72_block += t79;
+        }
+        acc72 += acc72_block;
+    }
+    const float t80 = static_cast<float>(n);
+    const float t81 = (1.0f / acc72);
+    const float t82 = ks::ipow<2>(wishart_gamma);
+    const float t83 = (0.5f * t82);
+    const float t84 = ((-1.0f) * wishart_m);
+    const float t85 = ((-1.0f) * t80);
+    const float t86 = (t85 * t81);
+    float* const tmp87 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i88 = 0; i88 < n; ++i88) {
+        const float x_i89 = tmp56[i88];
+        const float t90 = (1.0f / x_i89);
+        tmp87[i88] = t90;
+    }
+    float* const d_scores = scores;  // reuses a dead buffer's space
+    for (int64_t i91 = 0; i91 < n; ++i91) {
+        for (int64_t i92 = 0; i92 < K; ++i92) {
+            const float x_i93 = tmp87[i91];
+            const float x_i94 = tmp55[i91 * K + i92];
+            const float d_scores95 = (x_i93 * x_i94);
+            d_scores[i91 * K + i92] = d_scores95;
+        }
+    }
+    float* const sum = base;  // reuses a dead buffer's space
+    for (int64_t i96 = 0; i96 < K; ++i96) {
+        sum[i96] = 0;
+    }
+    for (int64_t i97 = 0; i97 < n; ++i97) {
+        for (int64_t i98 = 0; i98 < K; ++i98) {
+            sum[i98] += d_scores[i97 * K + i98];
+        }
+    }
+    float* const tmp99 = tmp30;  // reuses a dead buffer's space
+    for (int64_t i100 = 0; i100 < n; ++i100) {
+        for (int64_t i101 = 0; i101 < K; ++i101) {
+            const float d_scores_i = d_scores[i100 * K + i101];
+            const float t102 = (d_scores_i * (-1.0f));
+            const float t103 = (t102 * 0.5f);
+            tmp99[i100 * K + i101] = t103;
+        }
+    }
+    for (int64_t i104 = 0; i104 < n; ++i104) {
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            for (int64_t i106 = 0; i106 < d; ++i106) {
+                const float mahalanobis_i107 = mahalanobis[i104 * (K * d) + i105 * d + i106];
+                const float t108 = (2.0f * mahalanobis_i107);
+                const float x_i109 = tmp99[i104 * K + i105];
+                const float d_mahalanobis110 = (x_i109 * t108);
+                d_mahalanobis[i104 * (K * d) + i105 * d + i106] = d_mahalanobis110;
+            }
+        }
+    }
+    for (int64_t i111 = 0; i111 < K; ++i111) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i111 * d), 1, K * d}, {(centered + i111 * d), K * d, 1}, {(prod + i111 * (d * d)), d, 1}, false, scratch_float);
+    }
+    for (int64_t i113 = 0; i113 < K * d; ++i113) {
+        sum112[i113] = 0;
+    }
+    for (int64_t i114 = 0; i114 < n; ++i114) {
+        for (int64_t i115 = 0; i115 < K; ++i115) {
+            for (int64_t i116 = 0; i116 < d; ++i116) {
+                sum112[i115 * d + i116] += d_mahalanobis[i114 * (K * d) + i115 * d + i116];
+            }
+        }
+    }
+    for (int64_t i118 = 0; i118 < K * d; ++i118) {
+        prod117[i118] = 0;
+    }
+    for (int64_t i119 = 0; i119 < K; ++i119) {
+        for (int64_t i120 = 0; i120 < d; ++i120) {
+            for (int64_t i121 = 0; i121 < d; ++i121) {
+                prod117[i119 * d + i121] += sum112[i119 * d + i120] * r[i119 * (d * d) + i120 * d + i121];
+            }
+        }
+    }
+    float* const tmp122 = sum112;  // reuses a dead buffer's space
+    for (int64_t i123 = 0; i123 < K; ++i123) {
+        for (int64_t i124 = 0; i124 < d; ++i124) {
+            const float x_i125 = prod117[i123 * d + i124];
+            const float t126 = (x_i125 * (-1.0f));
+            tmp122[i123 * d + i124] = t126;
+        }
+    }
+    float* const d_qs = prod117;  // reuses a dead buffer's space
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        for (int64_t i128 = 0; i128 < d; ++i128) {
+            const float qs_i129 = icf[i127 * T + i128];
+            const float t130 = ks::exp(qs_i129);
+            const float t131 = (2.0f * t130);
+            const float x_i132 = t83;
+            const float t133 = (x_i132 * t131);
+            const float t134 = (t133 * t130);
+            const float d_qs_i = t84;
+            const float d_qs135 = (d_qs_i + t134);
+            const float x_i136 = sum[i127];
+            const float d_qs137 = (d_qs135 + x_i136);
+            d_qs[i127 * d + i128] = d_qs137;
+        }
+    }
+    for (int64_t i139 = 0; i139 < K * T; ++i139) {
+        r138[i139] = 0.0f;
+    }
+    for (int64_t k140 = K - 1; k140 >= 0; --k140) {
+        float r143;
+        for (int64_t i144 = 0; i144 < d; ++i144) {
+            r141[i144] = 0.0f;
+        }
+        for (int64_t i145 = 0; i145 < T; ++i145) {
+            r142[i145] = 0.0f;
+        }
+        r143 = 0.0f;
+        for (int64_t k146 = d - 1; k146 >= 0; --k146) {
+            float r147;
+            float r148;
+            r147 = 0.0f;
+            r148 = r143;
+            for (int64_t k149 = d - 1; k149 >= 0; --k149) {
+                const int64_t t150 = ((2*d) - k149);
+                const int64_t t151 = (t150 - int64_t{1});
+                const int64_t t152 = (k149 * t151);
+                const int64_t t153 = ks::floordiv(t152, int64_t{2});
+                const int64_t t154 = (d + t153);
+                const int64_t t155 = (t154 + k146);
+                const int64_t t156 = (t155 - k149);
+                const int64_t t157 = (t156 - int64_t{1});
+                const float t158 = ((((r3 + k140 * (d * d)) + k146 * d) + k149)[0] ? (((prod + k140 * (d * d)) + k146 * d) + k149)[0] : 0.0f);
+                const float t159 = ((((r3 + k140 * (d * d)) + k146 * d) + k149)[0] ? 0.0f : (((prod + k140 * (d * d)) + k146 * d) + k149)[0]);
+                const float t160 = ((((r2 + k140 * (d * d)) + k146 * d) + k149)[0] ? t159 : 0.0f);
+                (r142 + ks::clamp_index(t157, T))[0] += t160;
+                const float t161 = (t158 * (((r1 + k140 * (d * d)) + k146 * d) + k149)[0]);
+                const float t162 = (r147 + t161);
+                r147 = t162;
+            }
+            (r141 + k146)[0] += r147;
+            r143 = r148;
+        }
+        (r141 + ks::clamp_index(int64_t{0}, d))[0] += r143;
+        for (int64_t i163 = 0; i163 < T; ++i163) {
+            (r138 + k140 * T)[i163] += r142[i163];
+        }
+        for (int64_t i164 = 0; i164 < d; ++i164) {
+            (d_qs + k140 * d)[i164] += r141[i164];
+        }
+    }
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        for (int64_t i166 = 0; i166 < (T - d); ++i166) {
+            const float ls_i = (icf + d)[i165 * T + i166];
+            const float t167 = (2.0f * ls_i);
+            const float x_i168 = t83;
+            const float d_ls169 = (x_i168 * t167);
+            d_ls[i165 * ((T - d)) + i166] = d_ls169;
+        }
+    }
+    for (int64_t i170 = 0; i170 < K; ++i170) {
+        for (int64_t i171 = 0; i171 < d; ++i171) {
+            padded[i170 * T + i171] = 0.0f;
+        }
+    }
+    for (int64_t i172 = 0; i172 < K; ++i172) {
+        for (int64_t i173 = 0; i173 < (T - d); ++i173) {
+            (padded + d)[i172 * T + i173] = d_ls[i172 * ((T - d)) + i173];
+        }
+    }
+    for (int64_t i175 = 0; i175 < K; ++i175) {
+        for (int64_t i176 = 0; i176 < (T - d); ++i176) {
+            (padded174 + d)[i175 * T + i176] = 0.0f;
+        }
+    }
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        for (int64_t i178 = 0; i178 < d; ++i178) {
+            padded174[i177 * T + i178] = d_qs[i177 * d + i178];
+        }
+    }
+    for (int64_t i179 = 0; i179 < K; ++i179) {
+        const float x_i180 = t86;
+        const float x_i181 = tmp71[i179];
+        const float d_alphas = (x_i180 * x_i181);
+        const float d_base_i = sum[i179];
+        const float d_alphas182 = (d_alphas + d_base_i);
+        out_d_alphas[i179] = d_alphas182;
+    }
+    for (int64_t i183 = 0; i183 < K; ++i183) {
+        for (int64_t i184 = 0; i184 < T; ++i184) {
+            const float x_i185 = r138[i183 * T + i184];
+            const float x_i186 = padded[i183 * T + i184];
+            const float d_icf = (x_i185 + x_i186);
+            const float x_i187 = padded174[i183 * T + i184];
+            const float d_icf188 = (d_icf + x_i187);
+            out_d_icf[i183 * T + i184] = d_icf188;
+        }
+    }
+    for (int64_t i189 = 0; i189 < K * d; ++i189) {
+        out_d_means[i189] = tmp122[i189];
+    }
+    return ks::status::ok;
+}
+
+size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+}
+
+
+// gmm_loop = gmm_loop   (kernel gmm_loop from gmm.py:gmm_objective_loop)
+//   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
+int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
+    if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
+    if (workspace == nullptr && gmm_gmm_loop_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp21 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const prod = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp39 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    for (int64_t k1 = 0; k1 < K; ++k1) {
+        {  // cholesky_factor(q, icf_k)
+            for (int64_t k2 = 0; k2 < d; ++k2) {
+                for (int64_t k3 = 0; k3 < d; ++k3) {
+                    const bool t4 = (k2 == k3);
+                    const double t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const bool t6 = (k2 > k3);
+                    const int64_t t7 = ((2*d) - k3);
+                    const int64_t t8 = (t7 - int64_t{1});
+                    const int64_t t9 = (k3 * t8);
+                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
+                    const int64_t t11 = (d + t10);
+                    const int64_t t12 = (t11 + k2);
+                    const int64_t t13 = (t12 - k3);
+                    const int64_t t14 = (t13 - int64_t{1});
+                    const double t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0);
+                    const double t16 = (t4 ? t5 : t15);
+                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t i17 = 0; i17 < d; ++i17) {
+            const double qs_i = icf[i * T + i17];
+            acc += qs_i;
+        }
+        tmp[i] = acc;
+    }
+    for (int64_t i18 = 0; i18 < K; ++i18) {
+        const double alphas_i = alphas[i18];
+        const double x_i = tmp[i18];
+        const double base19 = (alphas_i + x_i);
+        base[i18] = base19;
+    }
+    double slse;
+    slse = 0.0;
+    for (int64_t k20 = 0; k20 < n; ++k20) {
+        for (int64_t i22 = 0; i22 < K; ++i22) {
+            for (int64_t i23 = 0; i23 < d; ++i23) {
+                const double x_i24 = (x + k20 * d)[i23];
+                const double means_i = means[i22 * d + i23];
+                const double t25 = (x_i24 - means_i);
+                tmp21[i22 * d + i23] = t25;
+            }
+        }
+        for (int64_t i26 = 0; i26 < K; ++i26) {
+            int64_t j = 0;
+            for (; j + 4 <= d; j += 4) {
+                double dot = 0; double dot27 = 0; double dot28 = 0; double dot29 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot27, dot28, dot29))
+                for (int64_t i30 = 0; i30 < d; ++i30) {
+                    dot += Qs[i26 * (d * d) + j * d + i30] * tmp21[i26 * d + i30];
+                    dot27 += Qs[i26 * (d * d) + (j + 1) * d + i30] * tmp21[i26 * d + i30];
+                    dot28 += Qs[i26 * (d * d) + (j + 2) * d + i30] * tmp21[i26 * d + i30];
+                    dot29 += Qs[i26 * (d * d) + (j + 3) * d + i30] * tmp21[i26 * d + i30];
+                }
+                prod[i26 * d + j] = dot;
+                prod[i26 * d + (j + 1)] = dot27;
+                prod[i26 * d + (j + 2)] = dot28;
+                prod[i26 * d + (j + 3)] = dot29;
+            }
+            for (; j < d; ++j) {
+                double dot31 = 0;
+                KS_OMP_SIMD(reduction(+:dot31))
+                for (int64_t i32 = 0; i32 < d; ++i32) {
+                    dot31 += Qs[i26 * (d * d) + j * d + i32] * tmp21[i26 * d + i32];
+                }
+                prod[i26 * d + j] = dot31;
+            }
+        }
+        double* const tmp33 = tmp;  // reuses a dead buffer's space
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            double acc35 = 0;
+            KS_OMP_SIMD(reduction(+:acc35))
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                const double x_i37 = prod[i34 * d + i36];
+                const double t38 = ks::ipow<2>(x_i37);
+                acc35 += t38;
+            }
+            tmp33[i34] = acc35;
+        }
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            const double x_i41 = tmp33[i40];
+            const double t42 = (0.5 * x_i41);
+            const double x_i43 = base[i40];
+            const double t44 = (x_i43 - t42);
+            tmp39[i40] = t44;
+        }
+        double acc45 = ks::lowest<double>();
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            const double x_i47 = tmp39[i46];
+            acc45 = ks::running_max(acc45, x_i47);
+        }
+        const double t48 = ks::abs(acc45);
+        const bool t49 = (t48 == __builtin_huge_val());
+        const double t50 = (t49 ? 0.0 : acc45);
+        double acc51 = 0;
+        KS_OMP_SIMD(reduction(+:acc51))
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const double x_i53 = tmp39[i52];
+            const double x_i54 = t50;
+            const double t55 = (x_i53 - x_i54);
+            const double t56 = ks::exp(t55);
+            acc51 += t56;
+        }
+        const double t57 = ks::log(acc51);
+        const double t58 = (t57 + t50);
+        const double sum_66_14 = (slse + t58);
+        slse = sum_66_14;
+    }
+    const int64_t t59 = (-n);
+    const int64_t t60 = (t59 * d);
+    const double t61 = static_cast<double>(t60);
+    const double t62 = (t61 * 0.5);
+    const double constant = (t62 * 1.8378770664093453);
+    const double t63 = (constant + slse);
+    double acc64 = ks::lowest<double>();
+    for (int64_t i65 = 0; i65 < K; ++i65) {
+        const double x_i66 = alphas[i65];
+        acc64 = ks::running_max(acc64, x_i66);
+    }
+    const double t67 = ks::abs(acc64);
+    const bool t68 = (t67 == __builtin_huge_val());
+    const double t69 = (t68 ? 0.0 : acc64);
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t69;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        acc70 += t75;
+    }
+    const double t76 = ks::log(acc70);
+    const double t77 = (t76 + t69);
+    const double t78 = static_cast<double>(n);
+    const double t79 = (t78 * t77);
+    const double t80 = (t63 - t79);
+    double r;
+    {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
+        const double t81 = static_cast<double>(d);
+        const double t82 = (t81 + wishart_m);
+        const double n_w = (t82 + 1.0);
+        const double t83 = (n_w * t81);
+        const double t84 = ks::log(wishart_gamma);
+        const double t85 = (t84 - 0.34657359027997264);
+        const double t86 = (t83 * t85);
+        const double t87 = (0.5 * n_w);
+        double r88;
+        {  // log_gamma_d(a)
+            const double t89 = static_cast<double>(d);
+            const double t90 = (0.25 * t89);
+            const double t91 = static_cast<double>((d - 1));
+            const double t92 = (t90 * t91);
+            const double t93 = (t92 * 1.1447298858494002);
+            double r94;
+            r94 = 0.0;
+            for (int64_t k95 = 0; k95 < d; ++k95) {
+                const int64_t t96 = (k95 + int64_t{1});
+                const int64_t t97 = (int64_t{1} - t96);
+                const double t98 = static_cast<double>(t97);
+                const double t99 = (0.5 * t98);
+                const double t100 = (t87 + t99);
+                const double t101 = std::lgamma(t100);
+                const double sum_25_55 = (r94 + t101);
+                r94 = sum_25_55;
+            }
+            const double t102 = (t93 + r94);
+            r88 = t102;
+        }
+        const double C = (t86 - r88);
+        double acc103 = 0;
+        for (int64_t i104 = 0; i104 < K; ++i104) {
+            KS_OMP_SIMD(reduction(+:acc103))
+            for (int64_t i105 = 0; i105 < d; ++i105) {
+                const double qs_i106 = icf[i104 * T + i105];
+                const double t107 = ks::exp(qs_i106);
+                const double t108 = ks::ipow<2>(t107);
+                acc103 += t108;
+            }
+        }
+        double acc109 = 0;
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            KS_OMP_SIMD(reduction(+:acc109))
+            for (int64_t i111 = 0; i111 < (T - d); ++i111) {
+                const double ls_i = (icf + d)[i110 * T + i111];
+                const double t112 = ks::ipow<2>(ls_i);
+                acc109 += t112;
+            }
+        }
+        const double frobenius = (acc103 + acc109);
+        const double t113 = ks::ipow<2>(wishart_gamma);
+        const double t114 = (0.5 * t113);
+        const double t115 = (t114 * frobenius);
+        double acc116 = 0;
+        for (int64_t i117 = 0; i117 < K; ++i117) {
+            KS_OMP_SIMD(reduction(+:acc116))
+            for (int64_t i118 = 0; i118 < d; ++i118) {
+                const double qs_i119 = icf[i117 * T + i118];
+                acc116 += qs_i119;
+            }
+        }
+        const double t120 = (wishart_m * acc116);
+        const double t121 = (t115 - t120);
+        const double t122 = static_cast<double>(K);
+        const double t123 = (t122 * C);
+        const double t124 = (t121 - t123);
+        r = t124;
+    }
+    const double t125 = (t80 + r);
+    *out = t125;
     return ks::status::ok;
 }
 
 size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
 }
 
 
@@ -1681,408 +1569,357 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * d);
-    uint8_t* const r7 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    uint8_t* const r8 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d * d);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    uint8_t* const r12 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
-    uint8_t* const r13 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r39 = reinterpret_cast<double*>(next_slot);
+    double* const r23 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r40 = reinterpret_cast<double*>(next_slot);
+    double* const r24 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r41 = reinterpret_cast<double*>(next_slot);
+    double* const r25 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r42 = reinterpret_cast<double*>(next_slot);
+    double* const r26 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp44 = reinterpret_cast<double*>(next_slot);
+    double* const tmp45 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r84 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp93 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp100 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp62 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const r105 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp114 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const r157 = reinterpret_cast<double*>(next_slot);
+    double* const r135 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r161 = reinterpret_cast<double*>(next_slot);
+    double* const r138 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const r139 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded193 = reinterpret_cast<double*>(next_slot);
+    double* const padded171 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k9 = 0; k9 < d; ++k9) {
-            for (int64_t k14 = 0; k14 < d; ++k14) {
-                const bool t15 = (k9 == k14);
-                const double t16 = ks::exp(((icf + k4 * T) + k9)[0]);
-                const bool t17 = (k9 > k14);
-                const int64_t t18 = ((2*d) - k14);
-                const int64_t t19 = (t18 - int64_t{1});
-                const int64_t t20 = (k14 * t19);
-                const int64_t t21 = ks::floordiv(t20, int64_t{2});
-                const int64_t t22 = (d + t21);
-                const int64_t t23 = (t22 + k9);
-                const int64_t t24 = (t23 - k14);
-                const int64_t t25 = (t24 - int64_t{1});
-                const double t26 = (t17 ? ((icf + k4 * T) + ks::clamp_index(t25, T))[0] : 0.0);
-                const double t27 = (t15 ? t16 : t26);
-                (r10 + k14)[0] = t27;
-                (r11 + k14)[0] = t16;
-                (r12 + k14)[0] = t17;
-                (r13 + k14)[0] = t15;
+        for (int64_t k5 = 0; k5 < d; ++k5) {
+            for (int64_t k6 = 0; k6 < d; ++k6) {
+                const bool t7 = (k5 == k6);
+                const double t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const bool t9 = (k5 > k6);
+                const int64_t t10 = ((2*d) - k6);
+                const int64_t t11 = (t10 - int64_t{1});
+                const int64_t t12 = (k6 * t11);
+                const int64_t t13 = ks::floordiv(t12, int64_t{2});
+                const int64_t t14 = (d + t13);
+                const int64_t t15 = (t14 + k5);
+                const int64_t t16 = (t15 - k6);
+                const int64_t t17 = (t16 - int64_t{1});
+                const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
+                const double t19 = (t7 ? t8 : t18);
+                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
             }
-            for (int64_t i = 0; i < d; ++i) {
-                (r5 + k9 * d)[i] = r10[i];
-            }
-            for (int64_t i28 = 0; i28 < d; ++i28) {
-                (r6 + k9 * d)[i28] = r11[i28];
-            }
-            for (int64_t i29 = 0; i29 < d; ++i29) {
-                (r7 + k9 * d)[i29] = r12[i29];
-            }
-            for (int64_t i30 = 0; i30 < d; ++i30) {
-                (r8 + k9 * d)[i30] = r13[i30];
-            }
-        }
-        for (int64_t i31 = 0; i31 < d * d; ++i31) {
-            (r + k4 * (d * d))[i31] = r5[i31];
-        }
-        for (int64_t i32 = 0; i32 < d * d; ++i32) {
-            (r1 + k4 * (d * d))[i32] = r6[i32];
-        }
-        for (int64_t i33 = 0; i33 < d * d; ++i33) {
-            (r2 + k4 * (d * d))[i33] = r7[i33];
-        }
-        for (int64_t i34 = 0; i34 < d * d; ++i34) {
-            (r3 + k4 * (d * d))[i34] = r8[i34];
         }
     }
-    for (int64_t i35 = 0; i35 < K; ++i35) {
+    for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i36 = 0; i36 < d; ++i36) {
-            const double qs_i = icf[i35 * T + i36];
+        for (int64_t i20 = 0; i20 < d; ++i20) {
+            const double qs_i = icf[i * T + i20];
             acc += qs_i;
         }
-        tmp[i35] = acc;
+        tmp[i] = acc;
     }
-    for (int64_t i37 = 0; i37 < K; ++i37) {
-        const double alphas_i = alphas[i37];
-        const double x_i = tmp[i37];
-        const double base38 = (alphas_i + x_i);
-        base[i37] = base38;
+    for (int64_t i21 = 0; i21 < K; ++i21) {
+        const double alphas_i = alphas[i21];
+        const double x_i = tmp[i21];
+        const double base22 = (alphas_i + x_i);
+        base[i21] = base22;
     }
-    for (int64_t k43 = 0; k43 < n; ++k43) {
-        for (int64_t i45 = 0; i45 < K; ++i45) {
-            for (int64_t i46 = 0; i46 < d; ++i46) {
-                const double x_i47 = (x + k43 * d)[i46];
-                const double means_i = means[i45 * d + i46];
-                const double t48 = (x_i47 - means_i);
-                tmp44[i45 * d + i46] = t48;
+    for (int64_t k27 = 0; k27 < n; ++k27) {
+        for (int64_t i28 = 0; i28 < K; ++i28) {
+            for (int64_t i29 = 0; i29 < d; ++i29) {
+                const double x_i30 = (x + k27 * d)[i29];
+                const double means_i = means[i28 * d + i29];
+                const double t31 = (x_i30 - means_i);
+                (r23 + k27 * (K * d))[i28 * d + i29] = t31;
             }
         }
-        for (int64_t i49 = 0; i49 < K; ++i49) {
+        for (int64_t i32 = 0; i32 < K; ++i32) {
             int64_t j = 0;
             for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot50 = 0; double dot51 = 0; double dot52 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot50, dot51, dot52))
-                for (int64_t i53 = 0; i53 < d; ++i53) {
-                    dot += r[i49 * (d * d) + j * d + i53] * tmp44[i49 * d + i53];
-                    dot50 += r[i49 * (d * d) + (j + 1) * d + i53] * tmp44[i49 * d + i53];
-                    dot51 += r[i49 * (d * d) + (j + 2) * d + i53] * tmp44[i49 * d + i53];
-                    dot52 += r[i49 * (d * d) + (j + 3) * d + i53] * tmp44[i49 * d + i53];
+                double dot = 0; double dot33 = 0; double dot34 = 0; double dot35 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot33, dot34, dot35))
+                for (int64_t i36 = 0; i36 < d; ++i36) {
+                    dot += r[i32 * (d * d) + j * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
+                    dot33 += r[i32 * (d * d) + (j + 1) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
+                    dot34 += r[i32 * (d * d) + (j + 2) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
+                    dot35 += r[i32 * (d * d) + (j + 3) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
                 }
-                prod[i49 * d + j] = dot;
-                prod[i49 * d + (j + 1)] = dot50;
-                prod[i49 * d + (j + 2)] = dot51;
-                prod[i49 * d + (j + 3)] = dot52;
+                (r24 + k27 * (K * d))[i32 * d + j] = dot;
+                (r24 + k27 * (K * d))[i32 * d + (j + 1)] = dot33;
+                (r24 + k27 * (K * d))[i32 * d + (j + 2)] = dot34;
+                (r24 + k27 * (K * d))[i32 * d + (j + 3)] = dot35;
             }
             for (; j < d; ++j) {
-                double dot54 = 0;
-                KS_OMP_SIMD(reduction(+:dot54))
-                for (int64_t i55 = 0; i55 < d; ++i55) {
-                    dot54 += r[i49 * (d * d) + j * d + i55] * tmp44[i49 * d + i55];
+                double dot37 = 0;
+                KS_OMP_SIMD(reduction(+:dot37))
+                for (int64_t i38 = 0; i38 < d; ++i38) {
+                    dot37 += r[i32 * (d * d) + j * d + i38] * (r23 + k27 * (K * d))[i32 * d + i38];
                 }
-                prod[i49 * d + j] = dot54;
+                (r24 + k27 * (K * d))[i32 * d + j] = dot37;
             }
         }
-        double* const tmp56 = tmp;  // reuses a dead buffer's space
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            double acc58 = 0;
-            KS_OMP_SIMD(reduction(+:acc58))
-            for (int64_t i59 = 0; i59 < d; ++i59) {
-                const double x_i60 = prod[i57 * d + i59];
-                const double t61 = ks::ipow<2>(x_i60);
-                acc58 += t61;
+        double* const tmp39 = tmp;  // reuses a dead buffer's space
+        for (int64_t i40 = 0; i40 < K; ++i40) {
+            double acc41 = 0;
+            KS_OMP_SIMD(reduction(+:acc41))
+            for (int64_t i42 = 0; i42 < d; ++i42) {
+                const double x_i43 = (r24 + k27 * (K * d))[i40 * d + i42];
+                const double t44 = ks::ipow<2>(x_i43);
+                acc41 += t44;
             }
-            tmp56[i57] = acc58;
+            tmp39[i40] = acc41;
         }
-        for (int64_t i63 = 0; i63 < K; ++i63) {
-            const double x_i64 = tmp56[i63];
-            const double t65 = (0.5 * x_i64);
-            const double x_i66 = base[i63];
-            const double t67 = (x_i66 - t65);
-            tmp62[i63] = t67;
+        for (int64_t i46 = 0; i46 < K; ++i46) {
+            const double x_i47 = tmp39[i46];
+            const double t48 = (0.5 * x_i47);
+            const double x_i49 = base[i46];
+            const double t50 = (x_i49 - t48);
+            tmp45[i46] = t50;
         }
-        double acc68 = ks::lowest<double>();
-        for (int64_t i69 = 0; i69 < K; ++i69) {
-            const double x_i70 = tmp62[i69];
-            acc68 = ks::running_max(acc68, x_i70);
+        double acc51 = ks::lowest<double>();
+        for (int64_t i52 = 0; i52 < K; ++i52) {
+            const double x_i53 = tmp45[i52];
+            acc51 = ks::running_max(acc51, x_i53);
         }
-        const double t71 = ks::abs(acc68);
-        const bool t72 = (t71 == __builtin_huge_val());
-        const double t73 = (t72 ? 0.0 : acc68);
-        double* const tmp74 = tmp;  // reuses a dead buffer's space
-        double acc75 = 0;
-        KS_OMP_SIMD(reduction(+:acc75))
-        for (int64_t i76 = 0; i76 < K; ++i76) {
-            const double x_i77 = tmp62[i76];
-            const double x_i78 = t73;
-            const double t79 = (x_i77 - x_i78);
-            const double t80 = ks::exp(t79);
-            tmp74[i76] = t80;
-            acc75 += t80;
+        const double t54 = ks::abs(acc51);
+        const bool t55 = (t54 == __builtin_huge_val());
+        const double t56 = (t55 ? 0.0 : acc51);
+        double acc57 = 0;
+        KS_OMP_SIMD(reduction(+:acc57))
+        for (int64_t i58 = 0; i58 < K; ++i58) {
+            const double x_i59 = tmp45[i58];
+            const double x_i60 = t56;
+            const double t61 = (x_i59 - x_i60);
+            const double t62 = ks::exp(t61);
+            (r25 + k27 * K)[i58] = t62;
+            acc57 += t62;
         }
-        for (int64_t i81 = 0; i81 < K * d; ++i81) {
-            (r39 + k43 * (K * d))[i81] = tmp44[i81];
-        }
-        for (int64_t i82 = 0; i82 < K * d; ++i82) {
-            (r40 + k43 * (K * d))[i82] = prod[i82];
-        }
-        for (int64_t i83 = 0; i83 < K; ++i83) {
-            (r41 + k43 * K)[i83] = tmp74[i83];
-        }
-        (r42 + k43)[0] = acc75;
+        (r26 + k27)[0] = acc57;
     }
-    double acc84 = ks::lowest<double>();
-    for (int64_t i85 = 0; i85 < K; ++i85) {
-        const double x_i86 = alphas[i85];
-        acc84 = ks::running_max(acc84, x_i86);
+    double acc63 = ks::lowest<double>();
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        const double x_i65 = alphas[i64];
+        acc63 = ks::running_max(acc63, x_i65);
     }
-    const double t87 = ks::abs(acc84);
-    const bool t88 = (t87 == __builtin_huge_val());
-    const double t89 = (t88 ? 0.0 : acc84);
-    double* const tmp90 = tmp;  // reuses a dead buffer's space
-    double acc91 = 0;
-    KS_OMP_SIMD(reduction(+:acc91))
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        const double alphas_i93 = alphas[i92];
-        const double x_i94 = t89;
-        const double t95 = (alphas_i93 - x_i94);
-        const double t96 = ks::exp(t95);
-        tmp90[i92] = t96;
-        acc91 += t96;
+    const double t66 = ks::abs(acc63);
+    const bool t67 = (t66 == __builtin_huge_val());
+    const double t68 = (t67 ? 0.0 : acc63);
+    double* const tmp69 = tmp;  // reuses a dead buffer's space
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t68;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        tmp69[i71] = t75;
+        acc70 += t75;
     }
-    const double t97 = static_cast<double>(n);
-    const double t98 = (1.0 / acc91);
-    const double t99 = ks::ipow<2>(wishart_gamma);
-    const double t100 = (0.5 * t99);
-    const double t101 = ((-1.0) * wishart_m);
-    const double t102 = ((-1.0) * t97);
-    const double t103 = (t102 * t98);
-    double* const r104 = base;  // reuses a dead buffer's space
-    double r106;
-    for (int64_t i107 = 0; i107 < K; ++i107) {
-        r104[i107] = 0.0;
+    const double t76 = static_cast<double>(n);
+    const double t77 = (1.0 / acc70);
+    const double t78 = ks::ipow<2>(wishart_gamma);
+    const double t79 = (0.5 * t78);
+    const double t80 = ((-1.0) * wishart_m);
+    const double t81 = ((-1.0) * t76);
+    const double t82 = (t81 * t77);
+    double* const r83 = base;  // reuses a dead buffer's space
+    double r85;
+    for (int64_t i86 = 0; i86 < K; ++i86) {
+        r83[i86] = 0.0;
     }
-    for (int64_t i108 = 0; i108 < K * d * d; ++i108) {
-        r105[i108] = 0.0;
+    for (int64_t i87 = 0; i87 < K * d * d; ++i87) {
+        r84[i87] = 0.0;
     }
-    for (int64_t i109 = 0; i109 < K * d; ++i109) {
-        out_d_means[i109] = 0.0;
+    for (int64_t i88 = 0; i88 < K * d; ++i88) {
+        out_d_means[i88] = 0.0;
     }
-    r106 = 1.0;
-    for (int64_t k110 = n - 1; k110 >= 0; --k110) {
-        const double t111 = (1.0 / (r42 + k110)[0]);
-        const double t112 = (r106 * t111);
-        double* const tmp113 = tmp62;  // reuses a dead buffer's space
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            const double x_i116 = t112;
-            const double x_i117 = (r41 + k110 * K)[i115];
-            const double t118 = (x_i116 * x_i117);
-            tmp113[i115] = t118;
-            const double t119 = (t118 * (-1.0));
-            const double t120 = (t119 * 0.5);
-            tmp114[i115] = t120;
+    r85 = 1.0;
+    for (int64_t k89 = n - 1; k89 >= 0; --k89) {
+        const double t90 = (1.0 / (r26 + k89)[0]);
+        const double t91 = (r85 * t90);
+        double* const tmp92 = tmp45;  // reuses a dead buffer's space
+        for (int64_t i94 = 0; i94 < K; ++i94) {
+            const double x_i95 = t91;
+            const double x_i96 = (r25 + k89 * K)[i94];
+            const double t97 = (x_i95 * x_i96);
+            tmp92[i94] = t97;
+            const double t98 = (t97 * (-1.0));
+            const double t99 = (t98 * 0.5);
+            tmp93[i94] = t99;
         }
-        double* const tmp121 = tmp44;  // reuses a dead buffer's space
-        for (int64_t i122 = 0; i122 < K; ++i122) {
-            for (int64_t i123 = 0; i123 < d; ++i123) {
-                const double x_i124 = (r40 + k110 * (K * d))[i122 * d + i123];
-                const double t125 = (2.0 * x_i124);
-                const double x_i126 = tmp114[i122];
-                const double t127 = (x_i126 * t125);
-                tmp121[i122 * d + i123] = t127;
+        for (int64_t i101 = 0; i101 < K; ++i101) {
+            for (int64_t i102 = 0; i102 < d; ++i102) {
+                const double x_i103 = (r24 + k89 * (K * d))[i101 * d + i102];
+                const double t104 = (2.0 * x_i103);
+                const double x_i105 = tmp93[i101];
+                const double t106 = (x_i105 * t104);
+                tmp100[i101 * d + i102] = t106;
             }
         }
-        double* const prod128 = prod;  // reuses a dead buffer's space
-        for (int64_t i129 = 0; i129 < K * d; ++i129) {
-            prod128[i129] = 0;
+        for (int64_t i107 = 0; i107 < K * d; ++i107) {
+            prod[i107] = 0;
         }
-        for (int64_t i130 = 0; i130 < K; ++i130) {
-            for (int64_t i131 = 0; i131 < d; ++i131) {
-                for (int64_t i132 = 0; i132 < d; ++i132) {
-                    prod128[i130 * d + i132] += tmp121[i130 * d + i131] * r[i130 * (d * d) + i131 * d + i132];
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            for (int64_t i109 = 0; i109 < d; ++i109) {
+                for (int64_t i110 = 0; i110 < d; ++i110) {
+                    prod[i108 * d + i110] += tmp100[i108 * d + i109] * r[i108 * (d * d) + i109 * d + i110];
                 }
             }
         }
-        for (int64_t i133 = 0; i133 < K; ++i133) {
-            for (int64_t i134 = 0; i134 < d; ++i134) {
-                for (int64_t i135 = 0; i135 < d; ++i135) {
-                    r105[i133 * (d * d) + i134 * d + i135] += tmp121[i133 * d + i134] * (r39 + k110 * (K * d))[i133 * d + i135];
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            for (int64_t i112 = 0; i112 < d; ++i112) {
+                for (int64_t i113 = 0; i113 < d; ++i113) {
+                    r84[i111 * (d * d) + i112 * d + i113] += tmp100[i111 * d + i112] * (r23 + k89 * (K * d))[i111 * d + i113];
                 }
             }
         }
-        for (int64_t i136 = 0; i136 < K; ++i136) {
-            const double x_i137 = r104[i136];
-            const double x_i138 = tmp113[i136];
-            const double t139 = (x_i137 + x_i138);
-            r104[i136] = t139;
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            const double x_i115 = r83[i114];
+            const double x_i116 = tmp92[i114];
+            const double t117 = (x_i115 + x_i116);
+            r83[i114] = t117;
         }
-        for (int64_t i140 = 0; i140 < K; ++i140) {
-            for (int64_t i141 = 0; i141 < d; ++i141) {
-                const double x_i142 = prod128[i140 * d + i141];
-                const double t143 = (x_i142 * (-1.0));
-                const double x_i144 = out_d_means[i140 * d + i141];
-                const double t145 = (x_i144 + t143);
-                out_d_means[i140 * d + i141] = t145;
+        for (int64_t i118 = 0; i118 < K; ++i118) {
+            for (int64_t i119 = 0; i119 < d; ++i119) {
+                const double x_i120 = prod[i118 * d + i119];
+                const double t121 = (x_i120 * (-1.0));
+                const double x_i122 = out_d_means[i118 * d + i119];
+                const double t123 = (x_i122 + t121);
+                out_d_means[i118 * d + i119] = t123;
             }
         }
     }
-    double* const d_qs = tmp44;  // reuses a dead buffer's space
-    for (int64_t i146 = 0; i146 < K; ++i146) {
-        for (int64_t i147 = 0; i147 < d; ++i147) {
-            const double qs_i148 = icf[i146 * T + i147];
-            const double t149 = ks::exp(qs_i148);
-            const double t150 = (2.0 * t149);
-            const double x_i151 = t100;
-            const double t152 = (x_i151 * t150);
-            const double t153 = (t152 * t149);
-            const double d_qs_i = t101;
-            const double d_qs154 = (d_qs_i + t153);
-            const double x_i155 = r104[i146];
-            const double d_qs156 = (d_qs154 + x_i155);
-            d_qs[i146 * d + i147] = d_qs156;
+    double* const d_qs = tmp100;  // reuses a dead buffer's space
+    for (int64_t i124 = 0; i124 < K; ++i124) {
+        for (int64_t i125 = 0; i125 < d; ++i125) {
+            const double qs_i126 = icf[i124 * T + i125];
+            const double t127 = ks::exp(qs_i126);
+            const double t128 = (2.0 * t127);
+            const double x_i129 = t79;
+            const double t130 = (x_i129 * t128);
+            const double t131 = (t130 * t127);
+            const double d_qs_i = t80;
+            const double d_qs132 = (d_qs_i + t131);
+            const double x_i133 = r83[i124];
+            const double d_qs134 = (d_qs132 + x_i133);
+            d_qs[i124 * d + i125] = d_qs134;
         }
     }
-    for (int64_t i158 = 0; i158 < K * T; ++i158) {
-        r157[i158] = 0.0;
+    for (int64_t i136 = 0; i136 < K * T; ++i136) {
+        r135[i136] = 0.0;
     }
-    for (int64_t k159 = K - 1; k159 >= 0; --k159) {
-        double* const r160 = r10;  // reuses a dead buffer's space
-        double r162;
-        for (int64_t i163 = 0; i163 < d; ++i163) {
-            r160[i163] = 0.0;
+    for (int64_t k137 = K - 1; k137 >= 0; --k137) {
+        double r140;
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            r138[i141] = 0.0;
         }
-        for (int64_t i164 = 0; i164 < T; ++i164) {
-            r161[i164] = 0.0;
+        for (int64_t i142 = 0; i142 < T; ++i142) {
+            r139[i142] = 0.0;
         }
-        r162 = 0.0;
-        for (int64_t k165 = d - 1; k165 >= 0; --k165) {
-            double r166;
-            double r167;
-            r166 = 0.0;
-            r167 = r162;
-            for (int64_t k168 = d - 1; k168 >= 0; --k168) {
-                const int64_t t169 = ((2*d) - k168);
-                const int64_t t170 = (t169 - int64_t{1});
-                const int64_t t171 = (k168 * t170);
-                const int64_t t172 = ks::floordiv(t171, int64_t{2});
-                const int64_t t173 = (d + t172);
-                const int64_t t174 = (t173 + k165);
-                const int64_t t175 = (t174 - k168);
-                const int64_t t176 = (t175 - int64_t{1});
-                const double t177 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? (((r105 + k159 * (d * d)) + k165 * d) + k168)[0] : 0.0);
-                const double t178 = ((((r3 + k159 * (d * d)) + k165 * d) + k168)[0] ? 0.0 : (((r105 + k159 * (d * d)) + k165 * d) + k168)[0]);
-                const double t179 = ((((r2 + k159 * (d * d)) + k165 * d) + k168)[0] ? t178 : 0.0);
-                (r161 + ks::clamp_index(t176, T))[0] += t179;
-                const double t180 = (t177 * (((r1 + k159 * (d * d)) + k165 * d) + k168)[0]);
-                const double t181 = (r166 + t180);
-                r166 = t181;
+        r140 = 0.0;
+        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+            double r144;
+            double r145;
+            r144 = 0.0;
+            r145 = r140;
+            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
+                const int64_t t147 = ((2*d) - k146);
+                const int64_t t148 = (t147 - int64_t{1});
+                const int64_t t149 = (k146 * t148);
+                const int64_t t150 = ks::floordiv(t149, int64_t{2});
+                const int64_t t151 = (d + t150);
+                const int64_t t152 = (t151 + k143);
+                const int64_t t153 = (t152 - k146);
+                const int64_t t154 = (t153 - int64_t{1});
+                const double t155 = ((((r3 + k137 * (d * d)) + k143 * d) + k146)[0] ? (((r84 + k137 * (d * d)) + k143 * d) + k146)[0] : 0.0);
+                const double t156 = ((((r3 + k137 * (d * d)) + k143 * d) + k146)[0] ? 0.0 : (((r84 + k137 * (d * d)) + k143 * d) + k146)[0]);
+                const double t157 = ((((r2 + k137 * (d * d)) + k143 * d) + k146)[0] ? t156 : 0.0);
+                (r139 + ks::clamp_index(t154, T))[0] += t157;
+                const double t158 = (t155 * (((r1 + k137 * (d * d)) + k143 * d) + k146)[0]);
+                const double t159 = (r144 + t158);
+                r144 = t159;
             }
-            (r160 + k165)[0] += r166;
-            r162 = r167;
+            (r138 + k143)[0] += r144;
+            r140 = r145;
         }
-        (r160 + ks::clamp_index(int64_t{0}, d))[0] += r162;
+        (r138 + ks::clamp_index(int64_t{0}, d))[0] += r140;
+        for (int64_t i160 = 0; i160 < T; ++i160) {
+            (r135 + k137 * T)[i160] += r139[i160];
+        }
+        for (int64_t i161 = 0; i161 < d; ++i161) {
+            (d_qs + k137 * d)[i161] += r138[i161];
+        }
+    }
+    for (int64_t i162 = 0; i162 < K; ++i162) {
+        for (int64_t i163 = 0; i163 < (T - d); ++i163) {
+            const double ls_i = (icf + d)[i162 * T + i163];
+            const double t164 = (2.0 * ls_i);
+            const double x_i165 = t79;
+            const double d_ls166 = (x_i165 * t164);
+            d_ls[i162 * ((T - d)) + i163] = d_ls166;
+        }
+    }
+    for (int64_t i167 = 0; i167 < K; ++i167) {
+        for (int64_t i168 = 0; i168 < d; ++i168) {
+            padded[i167 * T + i168] = 0.0;
+        }
+    }
+    for (int64_t i169 = 0; i169 < K; ++i169) {
+        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
+            (padded + d)[i169 * T + i170] = d_ls[i169 * ((T - d)) + i170];
+        }
+    }
+    for (int64_t i172 = 0; i172 < K; ++i172) {
+        for (int64_t i173 = 0; i173 < (T - d); ++i173) {
+            (padded171 + d)[i172 * T + i173] = 0.0;
+        }
+    }
+    for (int64_t i174 = 0; i174 < K; ++i174) {
+        for (int64_t i175 = 0; i175 < d; ++i175) {
+            padded171[i174 * T + i175] = d_qs[i174 * d + i175];
+        }
+    }
+    for (int64_t i176 = 0; i176 < K; ++i176) {
+        const double x_i177 = t82;
+        const double x_i178 = tmp69[i176];
+        const double d_alphas = (x_i177 * x_i178);
+        const double x_i179 = r83[i176];
+        const double d_alphas180 = (d_alphas + x_i179);
+        out_d_alphas[i176] = d_alphas180;
+    }
+    for (int64_t i181 = 0; i181 < K; ++i181) {
         for (int64_t i182 = 0; i182 < T; ++i182) {
-            (r157 + k159 * T)[i182] += r161[i182];
-        }
-        for (int64_t i183 = 0; i183 < d; ++i183) {
-            (d_qs + k159 * d)[i183] += r160[i183];
-        }
-    }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < (T - d); ++i185) {
-            const double ls_i = (icf + d)[i184 * T + i185];
-            const double t186 = (2.0 * ls_i);
-            const double x_i187 = t100;
-            const double d_ls188 = (x_i187 * t186);
-            d_ls[i184 * ((T - d)) + i185] = d_ls188;
-        }
-    }
-    for (int64_t i189 = 0; i189 < K; ++i189) {
-        for (int64_t i190 = 0; i190 < d; ++i190) {
-            padded[i189 * T + i190] = 0.0;
-        }
-    }
-    for (int64_t i191 = 0; i191 < K; ++i191) {
-        for (int64_t i192 = 0; i192 < (T - d); ++i192) {
-            (padded + d)[i191 * T + i192] = d_ls[i191 * ((T - d)) + i192];
-        }
-    }
-    for (int64_t i194 = 0; i194 < K; ++i194) {
-        for (int64_t i195 = 0; i195 < (T - d); ++i195) {
-            (padded193 + d)[i194 * T + i195] = 0.0;
-        }
-    }
-    for (int64_t i196 = 0; i196 < K; ++i196) {
-        for (int64_t i197 = 0; i197 < d; ++i197) {
-            padded193[i196 * T + i197] = d_qs[i196 * d + i197];
-        }
-    }
-    for (int64_t i198 = 0; i198 < K; ++i198) {
-        const double x_i199 = t103;
-        const double x_i200 = tmp90[i198];
-        const double d_alphas = (x_i199 * x_i200);
-        const double x_i201 = r104[i198];
-        const double d_alphas202 = (d_alphas + x_i201);
-        out_d_alphas[i198] = d_alphas202;
-    }
-    for (int64_t i203 = 0; i203 < K; ++i203) {
-        for (int64_t i204 = 0; i204 < T; ++i204) {
-            const double x_i205 = r157[i203 * T + i204];
-            const double x_i206 = padded[i203 * T + i204];
-            const double d_icf = (x_i205 + x_i206);
-            const double x_i207 = padded193[i203 * T + i204];
-            const double d_icf208 = (d_icf + x_i207);
-            out_d_icf[i203 * T + i204] = d_icf208;
+            const double x_i183 = r135[i181 * T + i182];
+            const double x_i184 = padded[i181 * T + i182];
+            const double d_icf = (x_i183 + x_i184);
+            const double x_i185 = padded171[i181 * T + i182];
+            const double d_icf186 = (d_icf + x_i185);
+            out_d_icf[i181 * T + i182] = d_icf186;
         }
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<double>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<uint8_t>(d * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<uint8_t>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -2291,278 +2128,256 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(n);
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const r12 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp69 = reinterpret_cast<double*>(next_slot);
+    double* const tmp59 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
+    double* const tmp70 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_icf101 = reinterpret_cast<double*>(next_slot);
+    double* const d_alphas = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const d_icf91 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r119 = reinterpret_cast<double*>(next_slot);
+    double* const r109 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
+    double* const r110 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
-        for (int64_t k8 = 0; k8 < K; ++k8) {
+        for (int64_t k6 = 0; k6 < K; ++k6) {
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t i = 0; i < d; ++i) {
-                const double x_i = (icf + k8 * T)[i];
+                const double x_i = (icf + k6 * T)[i];
                 acc += x_i;
             }
-            const double t9 = ((alphas + k8)[0] + acc);
-            double r10;
-            r10 = 0.0;
-            for (int64_t k13 = 0; k13 < d; ++k13) {
-                const double t14 = ks::exp(((icf + k8 * T) + ks::clamp_index(k13, T))[0]);
-                const double t15 = (((x + k4 * d) + k13)[0] - ((means + k8 * d) + k13)[0]);
-                const double t16 = (t14 * t15);
-                const int64_t t17 = ks::floordiv(k13, int64_t{1});
-                const int64_t t18 = ks::max(t17, int64_t{0});
-                double r19;
-                r19 = 0.0;
-                for (int64_t k20 = 0; k20 < t18; ++k20) {
-                    const int64_t t21 = ((2*d) - k20);
-                    const int64_t t22 = (t21 - int64_t{1});
-                    const int64_t t23 = (k20 * t22);
-                    const int64_t t24 = ks::floordiv(t23, int64_t{2});
-                    const int64_t t25 = (d + t24);
-                    const int64_t t26 = (t25 + k13);
-                    const int64_t t27 = (t26 - k20);
-                    const int64_t t28 = (t27 - int64_t{1});
-                    const double t29 = (((x + k4 * d) + k20)[0] - ((means + k8 * d) + k20)[0]);
-                    const double t30 = (((icf + k8 * T) + ks::clamp_index(t28, T))[0] * t29);
-                    const double sum_87_22 = (r19 + t30);
-                    r19 = sum_87_22;
+            const double t7 = ((alphas + k6)[0] + acc);
+            double r8;
+            r8 = 0.0;
+            for (int64_t k9 = 0; k9 < d; ++k9) {
+                const double t10 = ks::exp(((icf + k6 * T) + ks::clamp_index(k9, T))[0]);
+                const double t11 = (((x + k4 * d) + k9)[0] - ((means + k6 * d) + k9)[0]);
+                const double t12 = (t10 * t11);
+                const int64_t t13 = ks::floordiv(k9, int64_t{1});
+                const int64_t t14 = ks::max(t13, int64_t{0});
+                double r15;
+                r15 = 0.0;
+                for (int64_t k16 = 0; k16 < t14; ++k16) {
+                    const int64_t t17 = ((2*d) - k16);
+                    const int64_t t18 = (t17 - int64_t{1});
+                    const int64_t t19 = (k16 * t18);
+                    const int64_t t20 = ks::floordiv(t19, int64_t{2});
+                    const int64_t t21 = (d + t20);
+                    const int64_t t22 = (t21 + k9);
+                    const int64_t t23 = (t22 - k16);
+                    const int64_t t24 = (t23 - int64_t{1});
+                    const double t25 = (((x + k4 * d) + k16)[0] - ((means + k6 * d) + k16)[0]);
+                    const double t26 = (((icf + k6 * T) + ks::clamp_index(t24, T))[0] * t25);
+                    const double sum_87_22 = (r15 + t26);
+                    r15 = sum_87_22;
                 }
-                const double t31 = (t16 + r19);
-                const double t32 = ks::ipow<2>(t31);
-                const double sum_85_57 = (r10 + t32);
-                (r11 + k13)[0] = t14;
-                (r12 + k13)[0] = t31;
-                r10 = sum_85_57;
+                const double t27 = (t12 + r15);
+                const double t28 = ks::ipow<2>(t27);
+                const double sum_85_57 = (r8 + t28);
+                (((r + k4 * (K * d)) + k6 * d) + k9)[0] = t10;
+                (((r1 + k4 * (K * d)) + k6 * d) + k9)[0] = t27;
+                r8 = sum_85_57;
             }
-            const double t33 = (0.5 * r10);
-            const double t34 = (t9 - t33);
-            (r5 + k8)[0] = t34;
-            for (int64_t i35 = 0; i35 < d; ++i35) {
-                (r6 + k8 * d)[i35] = r11[i35];
-            }
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                (r7 + k8 * d)[i36] = r12[i36];
-            }
+            const double t29 = (0.5 * r8);
+            const double t30 = (t7 - t29);
+            (r5 + k6)[0] = t30;
         }
-        double acc37 = ks::lowest<double>();
+        double acc31 = ks::lowest<double>();
+        for (int64_t i32 = 0; i32 < K; ++i32) {
+            const double x_i33 = r5[i32];
+            acc31 = ks::running_max(acc31, x_i33);
+        }
+        const double t34 = ks::abs(acc31);
+        const bool t35 = (t34 == __builtin_huge_val());
+        const double t36 = (t35 ? 0.0 : acc31);
+        double acc37 = 0;
+        KS_OMP_SIMD(reduction(+:acc37))
         for (int64_t i38 = 0; i38 < K; ++i38) {
             const double x_i39 = r5[i38];
-            acc37 = ks::running_max(acc37, x_i39);
+            const double x_i40 = t36;
+            const double t41 = (x_i39 - x_i40);
+            const double t42 = ks::exp(t41);
+            (r2 + k4 * K)[i38] = t42;
+            acc37 += t42;
         }
-        const double t40 = ks::abs(acc37);
-        const bool t41 = (t40 == __builtin_huge_val());
-        const double t42 = (t41 ? 0.0 : acc37);
-        double acc43 = 0;
-        KS_OMP_SIMD(reduction(+:acc43))
-        for (int64_t i44 = 0; i44 < K; ++i44) {
-            const double x_i45 = r5[i44];
-            const double x_i46 = t42;
-            const double t47 = (x_i45 - x_i46);
-            const double t48 = ks::exp(t47);
-            tmp[i44] = t48;
-            acc43 += t48;
-        }
-        for (int64_t i49 = 0; i49 < K * d; ++i49) {
-            (r + k4 * (K * d))[i49] = r6[i49];
-        }
-        for (int64_t i50 = 0; i50 < K * d; ++i50) {
-            (r1 + k4 * (K * d))[i50] = r7[i50];
-        }
-        for (int64_t i51 = 0; i51 < K; ++i51) {
-            (r2 + k4 * K)[i51] = tmp[i51];
-        }
-        (r3 + k4)[0] = acc43;
+        (r3 + k4)[0] = acc37;
     }
-    double acc52 = ks::lowest<double>();
-    for (int64_t i53 = 0; i53 < K; ++i53) {
-        const double x_i54 = alphas[i53];
-        acc52 = ks::running_max(acc52, x_i54);
+    double acc43 = ks::lowest<double>();
+    for (int64_t i44 = 0; i44 < K; ++i44) {
+        const double x_i45 = alphas[i44];
+        acc43 = ks::running_max(acc43, x_i45);
     }
-    const double t55 = ks::abs(acc52);
-    const bool t56 = (t55 == __builtin_huge_val());
-    const double t57 = (t56 ? 0.0 : acc52);
-    double* const tmp58 = r5;  // reuses a dead buffer's space
-    double acc59 = 0;
-    KS_OMP_SIMD(reduction(+:acc59))
+    const double t46 = ks::abs(acc43);
+    const bool t47 = (t46 == __builtin_huge_val());
+    const double t48 = (t47 ? 0.0 : acc43);
+    double* const tmp = r5;  // reuses a dead buffer's space
+    double acc49 = 0;
+    KS_OMP_SIMD(reduction(+:acc49))
+    for (int64_t i50 = 0; i50 < K; ++i50) {
+        const double alphas_i = alphas[i50];
+        const double x_i51 = t48;
+        const double t52 = (alphas_i - x_i51);
+        const double t53 = ks::exp(t52);
+        tmp[i50] = t53;
+        acc49 += t53;
+    }
+    const double t54 = static_cast<double>(n);
+    const double t55 = (1.0 / acc49);
+    const double t56 = ks::ipow<2>(wishart_gamma);
+    const double t57 = (0.5 * t56);
+    const double t58 = ((-1.0) * wishart_m);
     for (int64_t i60 = 0; i60 < K; ++i60) {
-        const double alphas_i = alphas[i60];
-        const double x_i61 = t57;
-        const double t62 = (alphas_i - x_i61);
-        const double t63 = ks::exp(t62);
-        tmp58[i60] = t63;
-        acc59 += t63;
-    }
-    const double t64 = static_cast<double>(n);
-    const double t65 = (1.0 / acc59);
-    const double t66 = ks::ipow<2>(wishart_gamma);
-    const double t67 = (0.5 * t66);
-    const double t68 = ((-1.0) * wishart_m);
-    for (int64_t i70 = 0; i70 < K; ++i70) {
-        for (int64_t i71 = 0; i71 < (T - d); ++i71) {
-            const double x_i72 = (icf + d)[i70 * T + i71];
-            const double t73 = (2.0 * x_i72);
-            const double x_i74 = t67;
-            const double t75 = (x_i74 * t73);
-            tmp69[i70 * ((T - d)) + i71] = t75;
+        for (int64_t i61 = 0; i61 < (T - d); ++i61) {
+            const double x_i62 = (icf + d)[i60 * T + i61];
+            const double t63 = (2.0 * x_i62);
+            const double x_i64 = t57;
+            const double t65 = (x_i64 * t63);
+            tmp59[i60 * ((T - d)) + i61] = t65;
         }
     }
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        for (int64_t i77 = 0; i77 < d; ++i77) {
-            d_icf[i76 * T + i77] = 0.0;
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        for (int64_t i67 = 0; i67 < d; ++i67) {
+            d_icf[i66 * T + i67] = 0.0;
         }
     }
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        for (int64_t i79 = 0; i79 < (T - d); ++i79) {
-            (d_icf + d)[i78 * T + i79] = tmp69[i78 * ((T - d)) + i79];
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        for (int64_t i69 = 0; i69 < (T - d); ++i69) {
+            (d_icf + d)[i68 * T + i69] = tmp59[i68 * ((T - d)) + i69];
         }
     }
-    double* const tmp80 = r6;  // reuses a dead buffer's space
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        for (int64_t i72 = 0; i72 < d; ++i72) {
+            const double x_i73 = icf[i71 * T + i72];
+            const double t74 = ks::exp(x_i73);
+            const double t75 = (2.0 * t74);
+            const double x_i76 = t57;
+            const double t77 = (x_i76 * t75);
+            const double t78 = (t77 * t74);
+            const double x_i79 = t58;
+            const double t80 = (x_i79 + t78);
+            tmp70[i71 * d + i72] = t80;
+        }
+    }
     for (int64_t i81 = 0; i81 < K; ++i81) {
-        for (int64_t i82 = 0; i82 < d; ++i82) {
-            const double x_i83 = icf[i81 * T + i82];
-            const double t84 = ks::exp(x_i83);
-            const double t85 = (2.0 * t84);
-            const double x_i86 = t67;
-            const double t87 = (x_i86 * t85);
-            const double t88 = (t87 * t84);
-            const double x_i89 = t68;
-            const double t90 = (x_i89 + t88);
-            tmp80[i81 * d + i82] = t90;
+        for (int64_t i82 = 0; i82 < (T - d); ++i82) {
+            (padded + d)[i81 * T + i82] = 0.0;
         }
     }
-    for (int64_t i91 = 0; i91 < K; ++i91) {
-        for (int64_t i92 = 0; i92 < (T - d); ++i92) {
-            (padded + d)[i91 * T + i92] = 0.0;
+    for (int64_t i83 = 0; i83 < K; ++i83) {
+        for (int64_t i84 = 0; i84 < d; ++i84) {
+            padded[i83 * T + i84] = tmp70[i83 * d + i84];
         }
     }
-    for (int64_t i93 = 0; i93 < K; ++i93) {
-        for (int64_t i94 = 0; i94 < d; ++i94) {
-            padded[i93 * T + i94] = tmp80[i93 * d + i94];
+    const double t85 = ((-1.0) * t54);
+    const double t86 = (t85 * t55);
+    for (int64_t i87 = 0; i87 < K; ++i87) {
+        const double x_i88 = t86;
+        const double x_i89 = tmp[i87];
+        const double d_alphas90 = (x_i88 * x_i89);
+        d_alphas[i87] = d_alphas90;
+    }
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        for (int64_t i93 = 0; i93 < T; ++i93) {
+            const double d_icf_i = d_icf[i92 * T + i93];
+            const double x_i94 = padded[i92 * T + i93];
+            const double d_icf95 = (d_icf_i + x_i94);
+            d_icf91[i92 * T + i93] = d_icf95;
         }
     }
-    const double t95 = ((-1.0) * t64);
-    const double t96 = (t95 * t65);
-    double* const d_alphas = tmp;  // reuses a dead buffer's space
-    for (int64_t i97 = 0; i97 < K; ++i97) {
-        const double x_i98 = t96;
-        const double x_i99 = tmp58[i97];
-        const double d_alphas100 = (x_i98 * x_i99);
-        d_alphas[i97] = d_alphas100;
+    double r96;
+    for (int64_t i97 = 0; i97 < K * d; ++i97) {
+        out_d_means[i97] = 0.0;
     }
-    for (int64_t i102 = 0; i102 < K; ++i102) {
-        for (int64_t i103 = 0; i103 < T; ++i103) {
-            const double d_icf_i = d_icf[i102 * T + i103];
-            const double x_i104 = padded[i102 * T + i103];
-            const double d_icf105 = (d_icf_i + x_i104);
-            d_icf101[i102 * T + i103] = d_icf105;
+    r96 = 1.0;
+    for (int64_t k98 = n - 1; k98 >= 0; --k98) {
+        const double t99 = (1.0 / (r3 + k98)[0]);
+        const double t100 = (r96 * t99);
+        double* const tmp101 = r5;  // reuses a dead buffer's space
+        for (int64_t i102 = 0; i102 < K; ++i102) {
+            const double x_i103 = t100;
+            const double x_i104 = (r2 + k98 * K)[i102];
+            const double t105 = (x_i103 * x_i104);
+            tmp101[i102] = t105;
         }
-    }
-    double r106;
-    for (int64_t i107 = 0; i107 < K * d; ++i107) {
-        out_d_means[i107] = 0.0;
-    }
-    r106 = 1.0;
-    for (int64_t k108 = n - 1; k108 >= 0; --k108) {
-        const double t109 = (1.0 / (r3 + k108)[0]);
-        const double t110 = (r106 * t109);
-        double* const tmp111 = r5;  // reuses a dead buffer's space
-        for (int64_t i112 = 0; i112 < K; ++i112) {
-            const double x_i113 = t110;
-            const double x_i114 = (r2 + k108 * K)[i112];
-            const double t115 = (x_i113 * x_i114);
-            tmp111[i112] = t115;
-        }
-        for (int64_t k116 = K - 1; k116 >= 0; --k116) {
-            const double t117 = ((tmp111 + k116)[0] * (-1.0));
-            const double t118 = (t117 * 0.5);
-            double* const r120 = r11;  // reuses a dead buffer's space
-            double r121;
-            for (int64_t i122 = 0; i122 < T; ++i122) {
-                r119[i122] = 0.0;
+        for (int64_t k106 = K - 1; k106 >= 0; --k106) {
+            const double t107 = ((tmp101 + k106)[0] * (-1.0));
+            const double t108 = (t107 * 0.5);
+            double r111;
+            for (int64_t i112 = 0; i112 < T; ++i112) {
+                r109[i112] = 0.0;
             }
-            for (int64_t i123 = 0; i123 < d; ++i123) {
-                r120[i123] = 0.0;
+            for (int64_t i113 = 0; i113 < d; ++i113) {
+                r110[i113] = 0.0;
             }
-            r121 = t118;
-            for (int64_t k124 = d - 1; k124 >= 0; --k124) {
-                const double t125 = (((x + k108 * d) + k124)[0] - ((means + k116 * d) + k124)[0]);
-                const int64_t t126 = ks::floordiv(k124, int64_t{1});
-                const int64_t t127 = ks::max(t126, int64_t{0});
-                const double t128 = (2.0 * (((r1 + k108 * (K * d)) + k116 * d) + k124)[0]);
-                const double t129 = (r121 * t128);
-                double r130;
-                r130 = t129;
-                for (int64_t k131 = t127 - 1; k131 >= 0; --k131) {
-                    const int64_t t132 = ((2*d) - k131);
-                    const int64_t t133 = (t132 - int64_t{1});
-                    const int64_t t134 = (k131 * t133);
-                    const int64_t t135 = ks::floordiv(t134, int64_t{2});
-                    const int64_t t136 = (d + t135);
-                    const int64_t t137 = (t136 + k124);
-                    const int64_t t138 = (t137 - k131);
-                    const int64_t t139 = (t138 - int64_t{1});
-                    const double t140 = (((x + k108 * d) + k131)[0] - ((means + k116 * d) + k131)[0]);
-                    const double t141 = (r130 * ((icf + k116 * T) + ks::clamp_index(t139, T))[0]);
-                    const double t142 = (r130 * t140);
-                    const double t143 = (t141 * (-1.0));
-                    (r120 + k131)[0] += t143;
-                    (r119 + ks::clamp_index(t139, T))[0] += t142;
+            r111 = t108;
+            for (int64_t k114 = d - 1; k114 >= 0; --k114) {
+                const double t115 = (((x + k98 * d) + k114)[0] - ((means + k106 * d) + k114)[0]);
+                const int64_t t116 = ks::floordiv(k114, int64_t{1});
+                const int64_t t117 = ks::max(t116, int64_t{0});
+                const double t118 = (2.0 * (((r1 + k98 * (K * d)) + k106 * d) + k114)[0]);
+                const double t119 = (r111 * t118);
+                double r120;
+                r120 = t119;
+                for (int64_t k121 = t117 - 1; k121 >= 0; --k121) {
+                    const int64_t t122 = ((2*d) - k121);
+                    const int64_t t123 = (t122 - int64_t{1});
+                    const int64_t t124 = (k121 * t123);
+                    const int64_t t125 = ks::floordiv(t124, int64_t{2});
+                    const int64_t t126 = (d + t125);
+                    const int64_t t127 = (t126 + k114);
+                    const int64_t t128 = (t127 - k121);
+                    const int64_t t129 = (t128 - int64_t{1});
+                    const double t130 = (((x + k98 * d) + k121)[0] - ((means + k106 * d) + k121)[0]);
+                    const double t131 = (r120 * ((icf + k106 * T) + ks::clamp_index(t129, T))[0]);
+                    const double t132 = (r120 * t130);
+                    const double t133 = (t131 * (-1.0));
+                    (r110 + k121)[0] += t133;
+                    (r109 + ks::clamp_index(t129, T))[0] += t132;
                 }
-                const double t144 = (t129 * (((r + k108 * (K * d)) + k116 * d) + k124)[0]);
-                const double t145 = (t129 * t125);
-                const double t146 = (t144 * (-1.0));
-                (r120 + k124)[0] += t146;
-                const double t147 = (t145 * (((r + k108 * (K * d)) + k116 * d) + k124)[0]);
-                (r119 + ks::clamp_index(k124, T))[0] += t147;
+                const double t134 = (t119 * (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
+                const double t135 = (t119 * t115);
+                const double t136 = (t134 * (-1.0));
+                (r110 + k114)[0] += t136;
+                const double t137 = (t135 * (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
+                (r109 + ks::clamp_index(k114, T))[0] += t137;
             }
-            for (int64_t i148 = 0; i148 < d; ++i148) {
-                (out_d_means + k116 * d)[i148] += r120[i148];
+            for (int64_t i138 = 0; i138 < d; ++i138) {
+                (out_d_means + k106 * d)[i138] += r110[i138];
             }
-            for (int64_t i149 = 0; i149 < T; ++i149) {
-                (d_icf101 + k116 * T)[i149] += r119[i149];
+            for (int64_t i139 = 0; i139 < T; ++i139) {
+                (d_icf91 + k106 * T)[i139] += r109[i139];
             }
-            double* const padded150 = r119;  // reuses a dead buffer's space
-            for (int64_t i151 = 0; i151 < (T - d); ++i151) {
-                (padded150 + d)[i151] = 0.0;
+            double* const padded140 = r109;  // reuses a dead buffer's space
+            for (int64_t i141 = 0; i141 < (T - d); ++i141) {
+                (padded140 + d)[i141] = 0.0;
             }
-            for (int64_t i152 = 0; i152 < d; ++i152) {
-                padded150[i152] = (tmp111 + k116)[0];
+            for (int64_t i142 = 0; i142 < d; ++i142) {
+                padded140[i142] = (tmp101 + k106)[0];
             }
-            for (int64_t i153 = 0; i153 < T; ++i153) {
-                (d_icf101 + k116 * T)[i153] += padded150[i153];
+            for (int64_t i143 = 0; i143 < T; ++i143) {
+                (d_icf91 + k106 * T)[i143] += padded140[i143];
             }
-            (d_alphas + k116)[0] += (tmp111 + k116)[0];
+            (d_alphas + k106)[0] += (tmp101 + k106)[0];
         }
     }
-    for (int64_t i154 = 0; i154 < K; ++i154) {
-        out_d_alphas[i154] = d_alphas[i154];
+    for (int64_t i144 = 0; i144 < K; ++i144) {
+        out_d_alphas[i144] = d_alphas[i144];
     }
-    for (int64_t i155 = 0; i155 < K * T; ++i155) {
-        out_d_icf[i155] = d_icf101[i155];
+    for (int64_t i145 = 0; i145 < K * T; ++i145) {
+        out_d_icf[i145] = d_icf91[i145];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T);
+    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
@@ -2810,23 +2625,21 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const xc = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r15 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * K);
-    double* const r16 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d * K);
-    double* const r20 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp34 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const row = reinterpret_cast<double*>(next_slot);
+    double* const r17 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const d_qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const tmp143 = reinterpret_cast<double*>(next_slot);
+    double* const r111 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const d_row = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r121 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp131 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2853,315 +2666,292 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             for (int64_t i10 = 0; i10 < d; ++i10) {
                 const double x_i11 = (x + k8 * d)[i10];
                 const double means_i = means[i9 * d + i10];
-                const double xc12 = (x_i11 - means_i);
-                xc[i9 * d + i10] = xc12;
+                const double xc = (x_i11 - means_i);
+                (r + k8 * (K * d))[i9 * d + i10] = xc;
             }
         }
-        double* const r13 = tmp;  // reuses a dead buffer's space
-        for (int64_t i14 = 0; i14 < K; ++i14) {
-            r13[i14] = 0.0;
+        double* const r12 = tmp;  // reuses a dead buffer's space
+        for (int64_t i13 = 0; i13 < K; ++i13) {
+            r12[i13] = 0.0;
         }
-        for (int64_t k17 = 0; k17 < d; ++k17) {
-            const int64_t t18 = ks::floordiv(k17, int64_t{1});
-            const int64_t t19 = ks::max(t18, int64_t{0});
-            for (int64_t i21 = 0; i21 < K; ++i21) {
-                r20[i21] = 0.0;
+        for (int64_t k14 = 0; k14 < d; ++k14) {
+            const int64_t t15 = ks::floordiv(k14, int64_t{1});
+            const int64_t t16 = ks::max(t15, int64_t{0});
+            for (int64_t i18 = 0; i18 < K; ++i18) {
+                r17[i18] = 0.0;
             }
-            for (int64_t k22 = 0; k22 < t19; ++k22) {
-                const int64_t t23 = ((2*d) - k22);
-                const int64_t t24 = (t23 - int64_t{1});
-                const int64_t t25 = (k22 * t24);
-                const int64_t t26 = ks::floordiv(t25, int64_t{2});
-                const int64_t t27 = (t26 + k17);
-                const int64_t t28 = (t27 - k22);
-                const int64_t t29 = (t28 - int64_t{1});
-                for (int64_t i30 = 0; i30 < K; ++i30) {
-                    const double x_i31 = ((icf + d) + ks::clamp_index(t29, (T - d)))[i30 * T];
-                    const double x_i32 = (xc + k22)[i30 * d];
-                    const double t33 = (x_i31 * x_i32);
-                    const double sum_i = r20[i30];
-                    const double sum_109_54 = (sum_i + t33);
-                    r20[i30] = sum_109_54;
+            for (int64_t k19 = 0; k19 < t16; ++k19) {
+                const int64_t t20 = ((2*d) - k19);
+                const int64_t t21 = (t20 - int64_t{1});
+                const int64_t t22 = (k19 * t21);
+                const int64_t t23 = ks::floordiv(t22, int64_t{2});
+                const int64_t t24 = (t23 + k14);
+                const int64_t t25 = (t24 - k19);
+                const int64_t t26 = (t25 - int64_t{1});
+                for (int64_t i27 = 0; i27 < K; ++i27) {
+                    const double x_i28 = ((icf + d) + ks::clamp_index(t26, (T - d)))[i27 * T];
+                    const double x_i29 = ((r + k8 * (K * d)) + k19)[i27 * d];
+                    const double t30 = (x_i28 * x_i29);
+                    const double sum_i = r17[i27];
+                    const double sum_109_54 = (sum_i + t30);
+                    r17[i27] = sum_109_54;
                 }
             }
-            for (int64_t i35 = 0; i35 < K; ++i35) {
-                const double x_i36 = (icf + k17)[i35 * T];
-                const double t37 = ks::exp(x_i36);
-                tmp34[i35] = t37;
-                const double x_i38 = (xc + k17)[i35 * d];
-                const double t39 = (t37 * x_i38);
-                const double x_i40 = r20[i35];
-                const double row41 = (t39 + x_i40);
-                row[i35] = row41;
-                const double t42 = (row41 * row41);
-                const double sqnorm_i = r13[i35];
-                const double sqnorm43 = (sqnorm_i + t42);
-                sqnorm[i35] = sqnorm43;
+            for (int64_t i31 = 0; i31 < K; ++i31) {
+                const double x_i32 = (icf + k14)[i31 * T];
+                const double t33 = ks::exp(x_i32);
+                ((r4 + k8 * (d * K)) + k14 * K)[i31] = t33;
+                const double x_i34 = ((r + k8 * (K * d)) + k14)[i31 * d];
+                const double t35 = (t33 * x_i34);
+                const double x_i36 = r17[i31];
+                const double row = (t35 + x_i36);
+                ((r5 + k8 * (d * K)) + k14 * K)[i31] = row;
+                const double t37 = (row * row);
+                const double sqnorm_i = r12[i31];
+                const double sqnorm38 = (sqnorm_i + t37);
+                sqnorm[i31] = sqnorm38;
             }
-            for (int64_t i44 = 0; i44 < K; ++i44) {
-                (r15 + k17 * K)[i44] = tmp34[i44];
-            }
-            for (int64_t i45 = 0; i45 < K; ++i45) {
-                (r16 + k17 * K)[i45] = row[i45];
-            }
-            for (int64_t i46 = 0; i46 < K; ++i46) {
-                r13[i46] = sqnorm[i46];
+            for (int64_t i39 = 0; i39 < K; ++i39) {
+                r12[i39] = sqnorm[i39];
             }
         }
-        double* const tmp47 = r20;  // reuses a dead buffer's space
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            const double x_i49 = r13[i48];
-            const double t50 = (0.5 * x_i49);
-            const double x_i51 = base[i48];
-            const double t52 = (x_i51 - t50);
-            tmp47[i48] = t52;
+        double* const tmp40 = r17;  // reuses a dead buffer's space
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const double x_i42 = r12[i41];
+            const double t43 = (0.5 * x_i42);
+            const double x_i44 = base[i41];
+            const double t45 = (x_i44 - t43);
+            tmp40[i41] = t45;
         }
-        double acc53 = ks::lowest<double>();
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            const double x_i55 = tmp47[i54];
-            acc53 = ks::running_max(acc53, x_i55);
+        double acc46 = ks::lowest<double>();
+        for (int64_t i47 = 0; i47 < K; ++i47) {
+            const double x_i48 = tmp40[i47];
+            acc46 = ks::running_max(acc46, x_i48);
         }
-        const double t56 = ks::abs(acc53);
-        const bool t57 = (t56 == __builtin_huge_val());
-        const double t58 = (t57 ? 0.0 : acc53);
-        double* const tmp59 = tmp;  // reuses a dead buffer's space
-        double acc60 = 0;
-        KS_OMP_SIMD(reduction(+:acc60))
-        for (int64_t i61 = 0; i61 < K; ++i61) {
-            const double x_i62 = tmp47[i61];
-            const double x_i63 = t58;
-            const double t64 = (x_i62 - x_i63);
-            const double t65 = ks::exp(t64);
-            tmp59[i61] = t65;
-            acc60 += t65;
+        const double t49 = ks::abs(acc46);
+        const bool t50 = (t49 == __builtin_huge_val());
+        const double t51 = (t50 ? 0.0 : acc46);
+        double acc52 = 0;
+        KS_OMP_SIMD(reduction(+:acc52))
+        for (int64_t i53 = 0; i53 < K; ++i53) {
+            const double x_i54 = tmp40[i53];
+            const double x_i55 = t51;
+            const double t56 = (x_i54 - x_i55);
+            const double t57 = ks::exp(t56);
+            (r6 + k8 * K)[i53] = t57;
+            acc52 += t57;
         }
-        for (int64_t i66 = 0; i66 < K * d; ++i66) {
-            (r + k8 * (K * d))[i66] = xc[i66];
-        }
-        for (int64_t i67 = 0; i67 < d * K; ++i67) {
-            (r4 + k8 * (d * K))[i67] = r15[i67];
-        }
-        for (int64_t i68 = 0; i68 < d * K; ++i68) {
-            (r5 + k8 * (d * K))[i68] = r16[i68];
-        }
-        for (int64_t i69 = 0; i69 < K; ++i69) {
-            (r6 + k8 * K)[i69] = tmp59[i69];
-        }
-        (r7 + k8)[0] = acc60;
+        (r7 + k8)[0] = acc52;
     }
-    double acc70 = ks::lowest<double>();
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double x_i72 = alphas[i71];
-        acc70 = ks::running_max(acc70, x_i72);
+    double acc58 = ks::lowest<double>();
+    for (int64_t i59 = 0; i59 < K; ++i59) {
+        const double x_i60 = alphas[i59];
+        acc58 = ks::running_max(acc58, x_i60);
     }
-    const double t73 = ks::abs(acc70);
-    const bool t74 = (t73 == __builtin_huge_val());
-    const double t75 = (t74 ? 0.0 : acc70);
-    double* const tmp76 = tmp;  // reuses a dead buffer's space
-    double acc77 = 0;
-    KS_OMP_SIMD(reduction(+:acc77))
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double alphas_i79 = alphas[i78];
-        const double x_i80 = t75;
-        const double t81 = (alphas_i79 - x_i80);
-        const double t82 = ks::exp(t81);
-        tmp76[i78] = t82;
-        acc77 += t82;
+    const double t61 = ks::abs(acc58);
+    const bool t62 = (t61 == __builtin_huge_val());
+    const double t63 = (t62 ? 0.0 : acc58);
+    double* const tmp64 = tmp;  // reuses a dead buffer's space
+    double acc65 = 0;
+    KS_OMP_SIMD(reduction(+:acc65))
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        const double alphas_i67 = alphas[i66];
+        const double x_i68 = t63;
+        const double t69 = (alphas_i67 - x_i68);
+        const double t70 = ks::exp(t69);
+        tmp64[i66] = t70;
+        acc65 += t70;
     }
-    const double t83 = static_cast<double>(n);
-    const double t84 = (1.0 / acc77);
-    const double t85 = ks::ipow<2>(wishart_gamma);
-    const double t86 = (0.5 * t85);
-    const double t87 = ((-1.0) * wishart_m);
-    const double t88 = ((-1.0) * t83);
-    const double t89 = (t88 * t84);
+    const double t71 = static_cast<double>(n);
+    const double t72 = (1.0 / acc65);
+    const double t73 = ks::ipow<2>(wishart_gamma);
+    const double t74 = (0.5 * t73);
+    const double t75 = ((-1.0) * wishart_m);
+    const double t76 = ((-1.0) * t71);
+    const double t77 = (t76 * t72);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < K; ++i90) {
-        const double x_i91 = t89;
-        const double x_i92 = tmp76[i90];
-        const double d_alphas93 = (x_i91 * x_i92);
-        d_alphas[i90] = d_alphas93;
+    for (int64_t i78 = 0; i78 < K; ++i78) {
+        const double x_i79 = t77;
+        const double x_i80 = tmp64[i78];
+        const double d_alphas81 = (x_i79 * x_i80);
+        d_alphas[i78] = d_alphas81;
     }
-    double* const d_qs = xc;  // reuses a dead buffer's space
-    for (int64_t i94 = 0; i94 < K; ++i94) {
-        for (int64_t i95 = 0; i95 < d; ++i95) {
-            const double qs_i96 = icf[i94 * T + i95];
-            const double t97 = ks::exp(qs_i96);
-            const double t98 = (2.0 * t97);
-            const double x_i99 = t86;
-            const double t100 = (x_i99 * t98);
-            const double t101 = (t100 * t97);
-            const double d_qs_i = t87;
-            const double d_qs102 = (d_qs_i + t101);
-            d_qs[i94 * d + i95] = d_qs102;
+    for (int64_t i82 = 0; i82 < K; ++i82) {
+        for (int64_t i83 = 0; i83 < d; ++i83) {
+            const double qs_i84 = icf[i82 * T + i83];
+            const double t85 = ks::exp(qs_i84);
+            const double t86 = (2.0 * t85);
+            const double x_i87 = t74;
+            const double t88 = (x_i87 * t86);
+            const double t89 = (t88 * t85);
+            const double d_qs_i = t75;
+            const double d_qs90 = (d_qs_i + t89);
+            d_qs[i82 * d + i83] = d_qs90;
         }
     }
-    for (int64_t i103 = 0; i103 < K; ++i103) {
-        for (int64_t i104 = 0; i104 < (T - d); ++i104) {
-            const double ls_i = (icf + d)[i103 * T + i104];
-            const double t105 = (2.0 * ls_i);
-            const double x_i106 = t86;
-            const double d_ls107 = (x_i106 * t105);
-            d_ls[i103 * ((T - d)) + i104] = d_ls107;
+    for (int64_t i91 = 0; i91 < K; ++i91) {
+        for (int64_t i92 = 0; i92 < (T - d); ++i92) {
+            const double ls_i = (icf + d)[i91 * T + i92];
+            const double t93 = (2.0 * ls_i);
+            const double x_i94 = t74;
+            const double d_ls95 = (x_i94 * t93);
+            d_ls[i91 * ((T - d)) + i92] = d_ls95;
         }
     }
-    double* const r108 = tmp;  // reuses a dead buffer's space
-    double r109;
-    for (int64_t i110 = 0; i110 < K * d; ++i110) {
-        out_d_means[i110] = 0.0;
+    double* const r96 = tmp;  // reuses a dead buffer's space
+    double r97;
+    for (int64_t i98 = 0; i98 < K * d; ++i98) {
+        out_d_means[i98] = 0.0;
     }
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        r108[i111] = 0.0;
+    for (int64_t i99 = 0; i99 < K; ++i99) {
+        r96[i99] = 0.0;
     }
-    r109 = 1.0;
-    for (int64_t k112 = n - 1; k112 >= 0; --k112) {
-        const double t113 = (1.0 / (r7 + k112)[0]);
-        const double t114 = (r109 * t113);
-        double* const tmp115 = r20;  // reuses a dead buffer's space
-        double* const tmp116 = tmp34;  // reuses a dead buffer's space
-        for (int64_t i117 = 0; i117 < K; ++i117) {
-            const double x_i118 = t114;
-            const double x_i119 = (r6 + k112 * K)[i117];
-            const double t120 = (x_i118 * x_i119);
-            tmp115[i117] = t120;
-            const double t121 = (t120 * (-1.0));
-            const double t122 = (t121 * 0.5);
-            tmp116[i117] = t122;
+    r97 = 1.0;
+    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
+        const double t101 = (1.0 / (r7 + k100)[0]);
+        const double t102 = (r97 * t101);
+        double* const tmp103 = r17;  // reuses a dead buffer's space
+        double* const tmp104 = sqnorm;  // reuses a dead buffer's space
+        for (int64_t i105 = 0; i105 < K; ++i105) {
+            const double x_i106 = t102;
+            const double x_i107 = (r6 + k100 * K)[i105];
+            const double t108 = (x_i106 * x_i107);
+            tmp103[i105] = t108;
+            const double t109 = (t108 * (-1.0));
+            const double t110 = (t109 * 0.5);
+            tmp104[i105] = t110;
         }
-        double* const r123 = r15;  // reuses a dead buffer's space
-        for (int64_t i124 = 0; i124 < K * d; ++i124) {
-            r123[i124] = 0.0;
+        for (int64_t i112 = 0; i112 < K * d; ++i112) {
+            r111[i112] = 0.0;
         }
-        for (int64_t k125 = d - 1; k125 >= 0; --k125) {
-            const int64_t t126 = ks::floordiv(k125, int64_t{1});
-            const int64_t t127 = ks::max(t126, int64_t{0});
-            double* const d_row = row;  // reuses a dead buffer's space
-            for (int64_t i128 = 0; i128 < K; ++i128) {
-                const double x_i129 = tmp116[i128];
-                const double x_i130 = ((r5 + k112 * (d * K)) + k125 * K)[i128];
-                const double d_row131 = (x_i129 * x_i130);
-                const double d_row132 = (d_row131 + d_row131);
-                d_row[i128] = d_row132;
+        for (int64_t k113 = d - 1; k113 >= 0; --k113) {
+            const int64_t t114 = ks::floordiv(k113, int64_t{1});
+            const int64_t t115 = ks::max(t114, int64_t{0});
+            for (int64_t i116 = 0; i116 < K; ++i116) {
+                const double x_i117 = tmp104[i116];
+                const double x_i118 = ((r5 + k100 * (d * K)) + k113 * K)[i116];
+                const double d_row119 = (x_i117 * x_i118);
+                const double d_row120 = (d_row119 + d_row119);
+                d_row[i116] = d_row120;
             }
-            double* const r133 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i134 = 0; i134 < K; ++i134) {
-                r133[i134] = d_row[i134];
+            for (int64_t i122 = 0; i122 < K; ++i122) {
+                r121[i122] = d_row[i122];
             }
-            for (int64_t k135 = t127 - 1; k135 >= 0; --k135) {
-                const int64_t t136 = ((2*d) - k135);
-                const int64_t t137 = (t136 - int64_t{1});
-                const int64_t t138 = (k135 * t137);
-                const int64_t t139 = ks::floordiv(t138, int64_t{2});
-                const int64_t t140 = (t139 + k125);
-                const int64_t t141 = (t140 - k135);
-                const int64_t t142 = (t141 - int64_t{1});
-                for (int64_t i144 = 0; i144 < K; ++i144) {
-                    const double x_i145 = r133[i144];
-                    const double x_i146 = ((icf + d) + ks::clamp_index(t142, (T - d)))[i144 * T];
-                    const double t147 = (x_i145 * x_i146);
-                    tmp143[i144] = t147;
+            for (int64_t k123 = t115 - 1; k123 >= 0; --k123) {
+                const int64_t t124 = ((2*d) - k123);
+                const int64_t t125 = (t124 - int64_t{1});
+                const int64_t t126 = (k123 * t125);
+                const int64_t t127 = ks::floordiv(t126, int64_t{2});
+                const int64_t t128 = (t127 + k113);
+                const int64_t t129 = (t128 - k123);
+                const int64_t t130 = (t129 - int64_t{1});
+                for (int64_t i132 = 0; i132 < K; ++i132) {
+                    const double x_i133 = r121[i132];
+                    const double x_i134 = ((icf + d) + ks::clamp_index(t130, (T - d)))[i132 * T];
+                    const double t135 = (x_i133 * x_i134);
+                    tmp131[i132] = t135;
                 }
-                for (int64_t i148 = 0; i148 < K; ++i148) {
-                    (r123 + k135)[i148 * d] += tmp143[i148];
+                for (int64_t i136 = 0; i136 < K; ++i136) {
+                    (r111 + k123)[i136 * d] += tmp131[i136];
                 }
-                double* const tmp149 = tmp143;  // reuses a dead buffer's space
-                for (int64_t i150 = 0; i150 < K; ++i150) {
-                    const double x_i151 = r133[i150];
-                    const double x_i152 = ((r + k112 * (K * d)) + k135)[i150 * d];
-                    const double t153 = (x_i151 * x_i152);
-                    tmp149[i150] = t153;
+                double* const tmp137 = tmp131;  // reuses a dead buffer's space
+                for (int64_t i138 = 0; i138 < K; ++i138) {
+                    const double x_i139 = r121[i138];
+                    const double x_i140 = ((r + k100 * (K * d)) + k123)[i138 * d];
+                    const double t141 = (x_i139 * x_i140);
+                    tmp137[i138] = t141;
                 }
-                for (int64_t i154 = 0; i154 < K; ++i154) {
-                    (d_ls + ks::clamp_index(t142, (T - d)))[i154 * ((T - d))] += tmp149[i154];
+                for (int64_t i142 = 0; i142 < K; ++i142) {
+                    (d_ls + ks::clamp_index(t130, (T - d)))[i142 * ((T - d))] += tmp137[i142];
                 }
             }
-            double* const tmp155 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i156 = 0; i156 < K; ++i156) {
-                const double d_row_i = d_row[i156];
-                const double x_i157 = ((r4 + k112 * (d * K)) + k125 * K)[i156];
-                const double t158 = (d_row_i * x_i157);
-                tmp155[i156] = t158;
+            double* const tmp143 = r121;  // reuses a dead buffer's space
+            for (int64_t i144 = 0; i144 < K; ++i144) {
+                const double d_row_i = d_row[i144];
+                const double x_i145 = ((r4 + k100 * (d * K)) + k113 * K)[i144];
+                const double t146 = (d_row_i * x_i145);
+                tmp143[i144] = t146;
             }
-            for (int64_t i159 = 0; i159 < K; ++i159) {
-                (r123 + k125)[i159 * d] += tmp155[i159];
+            for (int64_t i147 = 0; i147 < K; ++i147) {
+                (r111 + k113)[i147 * d] += tmp143[i147];
             }
-            double* const tmp160 = sqnorm;  // reuses a dead buffer's space
-            for (int64_t i161 = 0; i161 < K; ++i161) {
-                const double d_row_i162 = d_row[i161];
-                const double x_i163 = ((r + k112 * (K * d)) + k125)[i161 * d];
-                const double t164 = (d_row_i162 * x_i163);
-                const double x_i165 = ((r4 + k112 * (d * K)) + k125 * K)[i161];
-                const double t166 = (t164 * x_i165);
-                tmp160[i161] = t166;
+            double* const tmp148 = r121;  // reuses a dead buffer's space
+            for (int64_t i149 = 0; i149 < K; ++i149) {
+                const double d_row_i150 = d_row[i149];
+                const double x_i151 = ((r + k100 * (K * d)) + k113)[i149 * d];
+                const double t152 = (d_row_i150 * x_i151);
+                const double x_i153 = ((r4 + k100 * (d * K)) + k113 * K)[i149];
+                const double t154 = (t152 * x_i153);
+                tmp148[i149] = t154;
             }
-            for (int64_t i167 = 0; i167 < K; ++i167) {
-                (d_qs + k125)[i167 * d] += tmp160[i167];
-            }
-        }
-        for (int64_t i168 = 0; i168 < K; ++i168) {
-            for (int64_t i169 = 0; i169 < d; ++i169) {
-                const double x_i170 = r123[i168 * d + i169];
-                const double t171 = (x_i170 * (-1.0));
-                const double x_i172 = out_d_means[i168 * d + i169];
-                const double t173 = (x_i172 + t171);
-                out_d_means[i168 * d + i169] = t173;
+            for (int64_t i155 = 0; i155 < K; ++i155) {
+                (d_qs + k113)[i155 * d] += tmp148[i155];
             }
         }
-        for (int64_t i174 = 0; i174 < K; ++i174) {
-            const double x_i175 = r108[i174];
-            const double x_i176 = tmp115[i174];
-            const double t177 = (x_i175 + x_i176);
-            r108[i174] = t177;
+        for (int64_t i156 = 0; i156 < K; ++i156) {
+            for (int64_t i157 = 0; i157 < d; ++i157) {
+                const double x_i158 = r111[i156 * d + i157];
+                const double t159 = (x_i158 * (-1.0));
+                const double x_i160 = out_d_means[i156 * d + i157];
+                const double t161 = (x_i160 + t159);
+                out_d_means[i156 * d + i157] = t161;
+            }
+        }
+        for (int64_t i162 = 0; i162 < K; ++i162) {
+            const double x_i163 = r96[i162];
+            const double x_i164 = tmp103[i162];
+            const double t165 = (x_i163 + x_i164);
+            r96[i162] = t165;
+        }
+    }
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        for (int64_t i167 = 0; i167 < d; ++i167) {
+            d_icf[i166 * T + i167] = 0.0;
+        }
+    }
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < (T - d); ++i169) {
+            (d_icf + d)[i168 * T + i169] = d_ls[i168 * ((T - d)) + i169];
+        }
+    }
+    double* const d_qs170 = r111;  // reuses a dead buffer's space
+    for (int64_t i171 = 0; i171 < K; ++i171) {
+        for (int64_t i172 = 0; i172 < d; ++i172) {
+            const double x_i173 = d_qs[i171 * d + i172];
+            const double x_i174 = r96[i171];
+            const double d_qs175 = (x_i173 + x_i174);
+            d_qs170[i171 * d + i172] = d_qs175;
+        }
+    }
+    for (int64_t i176 = 0; i176 < K; ++i176) {
+        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
+            (padded + d)[i176 * T + i177] = 0.0;
         }
     }
     for (int64_t i178 = 0; i178 < K; ++i178) {
         for (int64_t i179 = 0; i179 < d; ++i179) {
-            d_icf[i178 * T + i179] = 0.0;
+            padded[i178 * T + i179] = d_qs170[i178 * d + i179];
         }
     }
     for (int64_t i180 = 0; i180 < K; ++i180) {
-        for (int64_t i181 = 0; i181 < (T - d); ++i181) {
-            (d_icf + d)[i180 * T + i181] = d_ls[i180 * ((T - d)) + i181];
-        }
+        const double x_i181 = d_alphas[i180];
+        const double x_i182 = r96[i180];
+        const double d_alphas183 = (x_i181 + x_i182);
+        out_d_alphas[i180] = d_alphas183;
     }
-    double* const d_qs182 = r15;  // reuses a dead buffer's space
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < d; ++i184) {
-            const double x_i185 = d_qs[i183 * d + i184];
-            const double x_i186 = r108[i183];
-            const double d_qs187 = (x_i185 + x_i186);
-            d_qs182[i183 * d + i184] = d_qs187;
-        }
-    }
-    for (int64_t i188 = 0; i188 < K; ++i188) {
-        for (int64_t i189 = 0; i189 < (T - d); ++i189) {
-            (padded + d)[i188 * T + i189] = 0.0;
-        }
-    }
-    for (int64_t i190 = 0; i190 < K; ++i190) {
-        for (int64_t i191 = 0; i191 < d; ++i191) {
-            padded[i190 * T + i191] = d_qs182[i190 * d + i191];
-        }
-    }
-    for (int64_t i192 = 0; i192 < K; ++i192) {
-        const double x_i193 = d_alphas[i192];
-        const double x_i194 = r108[i192];
-        const double d_alphas195 = (x_i193 + x_i194);
-        out_d_alphas[i192] = d_alphas195;
-    }
-    for (int64_t i196 = 0; i196 < K; ++i196) {
-        for (int64_t i197 = 0; i197 < T; ++i197) {
-            const double d_icf_i = d_icf[i196 * T + i197];
-            const double x_i198 = padded[i196 * T + i197];
-            const double d_icf199 = (d_icf_i + x_i198);
-            out_d_icf[i196 * T + i197] = d_icf199;
+    for (int64_t i184 = 0; i184 < K; ++i184) {
+        for (int64_t i185 = 0; i185 < T; ++i185) {
+            const double d_icf_i = d_icf[i184 * T + i185];
+            const double x_i186 = padded[i184 * T + i185];
+            const double d_icf187 = (d_icf_i + x_i186);
+            out_d_icf[i184 * T + i185] = d_icf187;
         }
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(d * K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 }  // namespace KS_VARIANT

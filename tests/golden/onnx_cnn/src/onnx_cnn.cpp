@@ -33,84 +33,76 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const stacked = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
     float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
+    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
     float* const max = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const conv8 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
+    float* const conv7 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(16 * 3 * 3);
     float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp20 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
+    next_slot += ks::aligned_bytes<float>(16);
     (void)next_slot;
-    const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
-        const float x_i = ks_data_1[channel];
-        const float t2 = (v + x_i);
-        const bool t3 = (t2 <= 0.0f);
-        const float t4 = (t3 ? 0.0f : t2);
-        return t4;
-    };
-    ks::conv<float>(geometry, batch, image, ks_data_0, conv, scratch_float, epilogue);
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i5 = 0; i5 < 8; ++i5) {
-            for (int64_t i6 = 0; i6 < 8; ++i6) {
+    for (int64_t row = 0; row < batch; ++row) {
+        const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+        const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
+            const float x_i = ks_data_1[channel];
+            const float t2 = (v + x_i);
+            const bool t3 = (t2 <= 0.0f);
+            const float t4 = (t3 ? 0.0f : t2);
+            return t4;
+        };
+        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float, epilogue);
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t i5 = 0; i5 < 8; ++i5) {
                 KS_OMP_SIMD()
-                for (int64_t i7 = 0; i7 < 8; ++i7) {
+                for (int64_t i6 = 0; i6 < 8; ++i6) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + i7 * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (8 * 16 * 16) + i5 * (16 * 16) + i6 * (2 * 16) + 1 * 16 + i7 * (2 * 1) + 1]);
-                    max[i * (8 * 8 * 8) + i5 * (8 * 8) + i6 * 8 + i7] = acc;
+                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + i6 * (2 * 1)]);
+                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + i6 * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + 1 * 16 + i6 * (2 * 1)]);
+                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + 1 * 16 + i6 * (2 * 1) + 1]);
+                    max[i * (8 * 8) + i5 * 8 + i6] = acc;
                 }
             }
         }
-    }
-    const ks::conv_shape geometry9{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-    ks::conv<float>(geometry9, batch, max, ks_data_2, conv8, scratch_float);
-    for (int64_t i10 = 0; i10 < batch; ++i10) {
-        for (int64_t i11 = 0; i11 < 16; ++i11) {
-            float acc12 = 0;
-            for (int64_t i13 = 0; i13 < 3; ++i13) {
-                KS_OMP_SIMD(reduction(+:acc12))
-                for (int64_t i14 = 0; i14 < 3; ++i14) {
-                    const float x_i15 = conv8[i10 * (16 * 3 * 3) + i11 * (3 * 3) + i13 * 3 + i14];
-                    const float x_i16 = ks_data_3[i11];
-                    const float t17 = (x_i15 + x_i16);
-                    const bool t18 = (t17 <= 0.0f);
-                    const float t19 = (t18 ? 0.0f : t17);
-                    acc12 += t19;
+        const ks::conv_shape geometry8{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        ks::conv<float>(geometry8, 1, max, ks_data_2, conv7, scratch_float);
+        for (int64_t i9 = 0; i9 < 16; ++i9) {
+            float acc10 = 0;
+            for (int64_t i11 = 0; i11 < 3; ++i11) {
+                KS_OMP_SIMD(reduction(+:acc10))
+                for (int64_t i12 = 0; i12 < 3; ++i12) {
+                    const float x_i13 = conv7[i9 * (3 * 3) + i11 * 3 + i12];
+                    const float x_i14 = ks_data_3[i9];
+                    const float t15 = (x_i13 + x_i14);
+                    const bool t16 = (t15 <= 0.0f);
+                    const float t17 = (t16 ? 0.0f : t15);
+                    acc10 += t17;
                 }
             }
-            tmp[i10 * 16 + i11] = acc12;
+            tmp[i9] = acc10;
+        }
+        for (int64_t i18 = 0; i18 < 16; ++i18) {
+            const float x_i19 = tmp[i18];
+            const float t20 = (x_i19 / 9.0f);
+            (stacked + row * 16)[i18] = t20;
         }
     }
-    for (int64_t i21 = 0; i21 < batch; ++i21) {
-        for (int64_t i22 = 0; i22 < 16; ++i22) {
-            for (int64_t i23 = 0; i23 < 1; ++i23) {
-                for (int64_t i24 = 0; i24 < 1; ++i24) {
-                    const float x_i25 = tmp[i21 * 16 + i22 + i23 + i24];
-                    const float t26 = (x_i25 / 9.0f);
-                    tmp20[i21 * 16 + i22 + i23 + i24] = t26;
-                }
-            }
-        }
-    }
-    const auto epilogue27 = [&](int64_t, int64_t col, float v28) {
-        const float x_i29 = ks_data_5[col];
-        const float t30 = (v28 + x_i29);
-        return t30;
+    const auto epilogue22 = [&](int64_t, int64_t col, float v23) {
+        const float x_i24 = ks_data_5[col];
+        const float t25 = (v23 + x_i24);
+        return t25;
     };
-    ks::packed_gemm<float>(batch, 10, 16, {tmp20, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, epilogue27);
+    ks::packed_gemm<float>(batch, 10, 16, {stacked, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, epilogue22);
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<float>(16 * 3 * 3) + ks::aligned_bytes<float>(16);
 }
 
 
@@ -121,274 +113,308 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
-    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 16 * 16);
-    float* const max = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    int64_t* const tmp13 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
-    int64_t* const tmp14 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
-    int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const tmp38 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const conv45 = reinterpret_cast<float*>(next_slot);
+    int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    int64_t* const tmp7 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    uint8_t* const stacked = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
+    uint8_t* const stacked15 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
+    float* const stacked16 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const prod53 = reinterpret_cast<float*>(next_slot);
+    float* const conv = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
+    float* const tmp17 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    float* const max = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
+    int64_t* const tmp28 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
+    int64_t* const tmp29 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
+    int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 8);
+    float* const tmp51 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(16);
+    float* const prod70 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
+    float* const folded79 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
+    float* const tmp86 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
+    float* const folded96 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const gathered108 = reinterpret_cast<float*>(next_slot);
+    float* const gathered119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    float* const d_image = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 16);
     (void)next_slot;
-    const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, image, ks_data_0, conv, scratch_float);
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i2 = 0; i2 < 8; ++i2) {
-            for (int64_t i3 = 0; i3 < 16; ++i3) {
-                for (int64_t i4 = 0; i4 < 16; ++i4) {
-                    const float x_i = conv[i * (8 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4];
-                    const float x_i5 = ks_data_1[i2];
-                    const float t6 = (x_i + x_i5);
-                    const bool t7 = (t6 <= 0.0f);
-                    tmp[i * (8 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4] = t7;
-                    const float t8 = (t7 ? 0.0f : t6);
-                    tmp1[i * (8 * 16 * 16) + i2 * (16 * 16) + i3 * 16 + i4] = t8;
-                }
-            }
-        }
-    }
-    for (int64_t i9 = 0; i9 < batch; ++i9) {
-        for (int64_t i10 = 0; i10 < 8; ++i10) {
-            for (int64_t i11 = 0; i11 < 8; ++i11) {
-                KS_OMP_SIMD()
-                for (int64_t i12 = 0; i12 < 8; ++i12) {
-                    float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + i12 * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp1[i9 * (8 * 16 * 16) + i10 * (16 * 16) + i11 * (2 * 16) + 1 * 16 + i12 * (2 * 1) + 1]);
-                    max[i9 * (8 * 8 * 8) + i10 * (8 * 8) + i11 * 8 + i12] = acc;
-                }
-            }
-        }
-    }
-    for (int64_t i15 = 0; i15 < batch; ++i15) {
-        for (int64_t i16 = 0; i16 < 8; ++i16) {
-            for (int64_t i17 = 0; i17 < 8; ++i17) {
-                for (int64_t i18 = 0; i18 < 2; ++i18) {
-                    for (int64_t i19 = 0; i19 < 8; ++i19) {
-                        for (int64_t i20 = 0; i20 < 2; ++i20) {
-                            const float x_i21 = tmp1[i15 * (8 * 16 * 16) + i16 * (16 * 16) + i17 * (2 * 16) + i18 * 16 + i19 * (2 * 1) + i20];
-                            const float x_i22 = max[i15 * (8 * 8 * 8) + i16 * (8 * 8) + i17 * 8 + i19];
-                            const bool t23 = (x_i21 == x_i22);
-                            const bool t24 = (x_i21 != x_i21);
-                            const bool t25 = (x_i22 != x_i22);
-                            const bool t26 = (t24 && t25);
-                            const bool t27 = (t23 || t26);
-                            const int64_t t28 = static_cast<int64_t>(i20);
-                            const int64_t t29 = static_cast<int64_t>(i18);
-                            const int64_t t30 = (t29 * int64_t{2});
-                            const int64_t t31 = (t28 + t30);
-                            tmp13[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t31;
-                            const int64_t t32 = (t27 ? t31 : int64_t{4611686018427387904});
-                            tmp14[i15 * (8 * 8 * 2 * 8 * 2) + i16 * (8 * 2 * 8 * 2) + i17 * (2 * 8 * 2) + i18 * (8 * 2) + i19 * 2 + i20] = t32;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    for (int64_t i33 = 0; i33 < batch; ++i33) {
-        for (int64_t i34 = 0; i34 < 8; ++i34) {
-            for (int64_t i35 = 0; i35 < 8; ++i35) {
-                KS_OMP_SIMD()
-                for (int64_t i36 = 0; i36 < 8; ++i36) {
-                    int64_t acc37 = ks::highest<int64_t>();
-                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + i36 * 2]);
-                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + i36 * 2 + 1]);
-                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + 1 * (8 * 2) + i36 * 2]);
-                    acc37 = ks::running_min(acc37, tmp14[i33 * (8 * 8 * 2 * 8 * 2) + i34 * (8 * 2 * 8 * 2) + i35 * (2 * 8 * 2) + 1 * (8 * 2) + i36 * 2 + 1]);
-                    min[i33 * (8 * 8 * 8) + i34 * (8 * 8) + i35 * 8 + i36] = acc37;
-                }
-            }
-        }
-    }
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 16; ++i40) {
-            for (int64_t i41 = 0; i41 < 1; ++i41) {
-                for (int64_t i42 = 0; i42 < 1; ++i42) {
-                    const float x_i43 = prod[i39 * 16 + i40 + i41 + i42];
-                    const float t44 = (x_i43 * 0.1111111119389534f);
-                    tmp38[i39 * 16 + i40 + i41 + i42] = t44;
-                }
-            }
-        }
-    }
-    const ks::conv_shape geometry46{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-    const auto epilogue = [&](int64_t image47, int64_t channel, int64_t, float v) {
-        const float x_i48 = ks_data_3[channel];
-        const float t49 = (v + x_i48);
-        const bool t50 = (t49 <= 0.0f);
-        const float x_i51 = tmp38[image47 * 16 + channel];
-        const float t52 = (t50 ? 0.0f : x_i51);
-        return t52;
-    };
-    ks::conv<float>(geometry46, batch, max, ks_data_2, conv45, scratch_float, epilogue);
-    for (int64_t i54 = 0; i54 < batch; ++i54) {
-        for (int64_t i55 = 0; i55 < 1; ++i55) {
-            ks::tiled_gemm<float>(72, 9, 16, {(ks_data_2 + i55 * (16 * 72)), 1, 72}, {((conv45 + i55 * (16 * 9)) + i54 * (16 * 9)), 9, 1}, {((prod53 + i55 * (72 * 9)) + i54 * (72 * 9)), 9, 1}, false, scratch_float);
-        }
-    }
-    for (int64_t i56 = 0; i56 < batch * 8 * 8 * 3 * 3; ++i56) {
-        folded[i56] = 0.0f;
-    }
-    for (int64_t i57 = 0; i57 < batch; ++i57) {
-        for (int64_t i58 = 0; i58 < 1; ++i58) {
-            for (int64_t i59 = 0; i59 < 8; ++i59) {
-                for (int64_t i60 = 0; i60 < 3; ++i60) {
-                    for (int64_t i61 = 0; i61 < 3; ++i61) {
-                        for (int64_t i62 = 0; i62 < 3; ++i62) {
-                            for (int64_t i63 = 0; i63 < 3; ++i63) {
-                                folded[i57 * (8 * 8 * 3 * 3) + i58 * (8 * 8 * 3 * 3) + i59 * (8 * 3 * 3) + i60 * (2 * (3 * 3)) + i61 * (3 * 3) + i62 * 3 + i63] += prod53[i57 * (8 * 3 * 3 * 3 * 3) + i58 * (8 * 3 * 3 * 3 * 3) + i59 * (3 * 3 * 3 * 3) + i60 * 3 + i61 * (3 * 3 * 3) + i62 + i63 * (3 * 3)];
-                            }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t i1 = 0; i1 < 8; ++i1) {
+            for (int64_t i2 = 0; i2 < 8; ++i2) {
+                for (int64_t i3 = 0; i3 < 2; ++i3) {
+                    for (int64_t i4 = 0; i4 < 8; ++i4) {
+                        for (int64_t i5 = 0; i5 < 2; ++i5) {
+                            const int64_t t6 = static_cast<int64_t>(i3);
+                            tmp[i * (8 * 8 * 2 * 8 * 2) + i1 * (8 * 2 * 8 * 2) + i2 * (2 * 8 * 2) + i3 * (8 * 2) + i4 * 2 + i5] = t6;
                         }
                     }
                 }
             }
         }
     }
-    float* const folded64 = max;  // reuses a dead buffer's space
-    for (int64_t i65 = 0; i65 < batch * 8 * 8 * 8; ++i65) {
-        folded64[i65] = 0.0f;
-    }
-    for (int64_t i66 = 0; i66 < batch; ++i66) {
-        for (int64_t i67 = 0; i67 < 1; ++i67) {
-            for (int64_t i68 = 0; i68 < 8; ++i68) {
-                for (int64_t i69 = 0; i69 < 8; ++i69) {
-                    for (int64_t i70 = 0; i70 < 3; ++i70) {
-                        for (int64_t i71 = 0; i71 < 3; ++i71) {
-                            folded64[i66 * (8 * 8 * 8) + i67 * (8 * 8 * 8) + i68 * (8 * 8) + i69 * 8 + i70 * (2 * 1) + i71] += folded[i66 * (8 * 8 * 3 * 3) + i67 * (8 * 8 * 3 * 3) + i68 * (8 * 3 * 3) + i69 * (3 * 3) + i70 * 3 + i71];
+    for (int64_t i8 = 0; i8 < batch; ++i8) {
+        for (int64_t i9 = 0; i9 < 8; ++i9) {
+            for (int64_t i10 = 0; i10 < 8; ++i10) {
+                for (int64_t i11 = 0; i11 < 2; ++i11) {
+                    for (int64_t i12 = 0; i12 < 8; ++i12) {
+                        for (int64_t i13 = 0; i13 < 2; ++i13) {
+                            const int64_t t14 = static_cast<int64_t>(i13);
+                            tmp7[i8 * (8 * 8 * 2 * 8 * 2) + i9 * (8 * 2 * 8 * 2) + i10 * (2 * 8 * 2) + i11 * (8 * 2) + i12 * 2 + i13] = t14;
                         }
                     }
                 }
             }
         }
     }
-    float* const tmp72 = conv;  // reuses a dead buffer's space
+    for (int64_t row = 0; row < batch; ++row) {
+        const ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float);
+        for (int64_t i18 = 0; i18 < 8; ++i18) {
+            for (int64_t i19 = 0; i19 < 16; ++i19) {
+                for (int64_t i20 = 0; i20 < 16; ++i20) {
+                    const float x_i = conv[i18 * (16 * 16) + i19 * 16 + i20];
+                    const float x_i21 = ks_data_1[i18];
+                    const float t22 = (x_i + x_i21);
+                    const bool t23 = (t22 <= 0.0f);
+                    (stacked + row * (8 * 16 * 16))[i18 * (16 * 16) + i19 * 16 + i20] = t23;
+                    const float t24 = (t23 ? 0.0f : t22);
+                    tmp17[i18 * (16 * 16) + i19 * 16 + i20] = t24;
+                }
+            }
+        }
+        for (int64_t i25 = 0; i25 < 8; ++i25) {
+            for (int64_t i26 = 0; i26 < 8; ++i26) {
+                KS_OMP_SIMD()
+                for (int64_t i27 = 0; i27 < 8; ++i27) {
+                    float acc = ks::lowest<float>();
+                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + i27 * (2 * 1)]);
+                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + i27 * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + 1 * 16 + i27 * (2 * 1)]);
+                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + 1 * 16 + i27 * (2 * 1) + 1]);
+                    max[i25 * (8 * 8) + i26 * 8 + i27] = acc;
+                }
+            }
+        }
+        for (int64_t i30 = 0; i30 < 8; ++i30) {
+            for (int64_t i31 = 0; i31 < 8; ++i31) {
+                for (int64_t i32 = 0; i32 < 2; ++i32) {
+                    for (int64_t i33 = 0; i33 < 8; ++i33) {
+                        for (int64_t i34 = 0; i34 < 2; ++i34) {
+                            const float x_i35 = tmp17[i30 * (16 * 16) + i31 * (2 * 16) + i32 * 16 + i33 * (2 * 1) + i34];
+                            const float x_i36 = max[i30 * (8 * 8) + i31 * 8 + i33];
+                            const bool t37 = (x_i35 == x_i36);
+                            const bool t38 = (x_i35 != x_i35);
+                            const bool t39 = (x_i36 != x_i36);
+                            const bool t40 = (t38 && t39);
+                            const bool t41 = (t37 || t40);
+                            const int64_t x_i42 = (tmp + row * (8 * 8 * 2 * 8 * 2))[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34];
+                            const int64_t t43 = (x_i42 * int64_t{2});
+                            const int64_t x_i44 = (tmp7 + row * (8 * 8 * 2 * 8 * 2))[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34];
+                            const int64_t t45 = (x_i44 + t43);
+                            tmp28[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34] = t45;
+                            const int64_t t46 = (t41 ? t45 : int64_t{4611686018427387904});
+                            tmp29[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34] = t46;
+                        }
+                    }
+                }
+            }
+        }
+        for (int64_t i47 = 0; i47 < 8; ++i47) {
+            for (int64_t i48 = 0; i48 < 8; ++i48) {
+                KS_OMP_SIMD()
+                for (int64_t i49 = 0; i49 < 8; ++i49) {
+                    int64_t acc50 = ks::highest<int64_t>();
+                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + i49 * 2]);
+                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + i49 * 2 + 1]);
+                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + 1 * (8 * 2) + i49 * 2]);
+                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + 1 * (8 * 2) + i49 * 2 + 1]);
+                    min[i47 * (8 * 8) + i48 * 8 + i49] = acc50;
+                }
+            }
+        }
+        for (int64_t i52 = 0; i52 < 16; ++i52) {
+            const float x_i53 = (prod + row * 16)[i52];
+            const float t54 = (x_i53 * 0.1111111119389534f);
+            tmp51[i52] = t54;
+        }
+        for (int64_t i55 = 0; i55 < 8; ++i55) {
+            for (int64_t i56 = 0; i56 < 8; ++i56) {
+                for (int64_t i57 = 0; i57 < 2; ++i57) {
+                    for (int64_t i58 = 0; i58 < 8; ++i58) {
+                        for (int64_t i59 = 0; i59 < 2; ++i59) {
+                            const int64_t x_i60 = tmp28[i55 * (8 * 2 * 8 * 2) + i56 * (2 * 8 * 2) + i57 * (8 * 2) + i58 * 2 + i59];
+                            const int64_t x_i61 = min[i55 * (8 * 8) + i56 * 8 + i58];
+                            const bool t62 = (x_i60 == x_i61);
+                            (stacked15 + row * (8 * 8 * 2 * 8 * 2))[i55 * (8 * 2 * 8 * 2) + i56 * (2 * 8 * 2) + i57 * (8 * 2) + i58 * 2 + i59] = t62;
+                        }
+                    }
+                }
+            }
+        }
+        const ks::conv_shape geometry63{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        const auto epilogue = [&](int64_t image64, int64_t channel, int64_t, float v) {
+            const float x_i65 = ks_data_3[channel];
+            const float t66 = (v + x_i65);
+            const bool t67 = (t66 <= 0.0f);
+            const float x_i68 = tmp51[image64 * 16 + channel];
+            const float t69 = (t67 ? 0.0f : x_i68);
+            return t69;
+        };
+        ks::conv<float>(geometry63, 1, max, ks_data_2, (stacked16 + row * (16 * 3 * 3)), scratch_float, epilogue);
+    }
+    for (int64_t i71 = 0; i71 < batch; ++i71) {
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(stacked16 + i71 * (16 * 9)), 9, 1}, {(prod70 + i71 * (72 * 9)), 9, 1}, false, scratch_float);
+    }
+    for (int64_t i72 = 0; i72 < batch * 8 * 8 * 3 * 3; ++i72) {
+        folded[i72] = 0.0f;
+    }
     for (int64_t i73 = 0; i73 < batch; ++i73) {
         for (int64_t i74 = 0; i74 < 8; ++i74) {
-            for (int64_t i75 = 0; i75 < 8; ++i75) {
-                for (int64_t i76 = 0; i76 < 2; ++i76) {
-                    for (int64_t i77 = 0; i77 < 8; ++i77) {
-                        for (int64_t i78 = 0; i78 < 2; ++i78) {
-                            const int64_t x_i79 = tmp13[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78];
-                            const int64_t x_i80 = min[i73 * (8 * 8 * 8) + i74 * (8 * 8) + i75 * 8 + i77];
-                            const bool t81 = (x_i79 == x_i80);
-                            const float x_i82 = folded64[i73 * (8 * 8 * 8) + i74 * (8 * 8) + i75 * 8 + i77];
-                            const float t83 = (t81 ? x_i82 : 0.0f);
-                            tmp72[i73 * (8 * 8 * 2 * 8 * 2) + i74 * (8 * 2 * 8 * 2) + i75 * (2 * 8 * 2) + i76 * (8 * 2) + i77 * 2 + i78] = t83;
+            for (int64_t i75 = 0; i75 < 3; ++i75) {
+                for (int64_t i76 = 0; i76 < 3; ++i76) {
+                    for (int64_t i77 = 0; i77 < 3; ++i77) {
+                        for (int64_t i78 = 0; i78 < 3; ++i78) {
+                            folded[i73 * (8 * 8 * 3 * 3) + i74 * (8 * 3 * 3) + i75 * (2 * (3 * 3)) + i76 * (3 * 3) + i77 * 3 + i78] += prod70[i73 * (8 * 3 * 3 * 3 * 3) + i74 * (3 * 3 * 3 * 3) + i75 * 3 + i76 * (3 * 3 * 3) + i77 + i78 * (3 * 3)];
                         }
                     }
                 }
             }
         }
     }
-    float* const folded84 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i85 = 0; i85 < batch * 8 * 8 * 2 * 16; ++i85) {
-        folded84[i85] = 0.0f;
+    for (int64_t i80 = 0; i80 < batch * 8 * 8 * 8; ++i80) {
+        folded79[i80] = 0.0f;
     }
-    for (int64_t i86 = 0; i86 < batch; ++i86) {
-        for (int64_t i87 = 0; i87 < 8; ++i87) {
-            for (int64_t i88 = 0; i88 < 8; ++i88) {
-                for (int64_t i89 = 0; i89 < 2; ++i89) {
-                    for (int64_t i90 = 0; i90 < 8; ++i90) {
-                        for (int64_t i91 = 0; i91 < 2; ++i91) {
-                            folded84[i86 * (8 * 8 * 2 * 16) + i87 * (8 * 2 * 16) + i88 * (2 * 16) + i89 * 16 + i90 * (2 * 1) + i91] += tmp72[i86 * (8 * 8 * 2 * 8 * 2) + i87 * (8 * 2 * 8 * 2) + i88 * (2 * 8 * 2) + i89 * (8 * 2) + i90 * 2 + i91];
+    for (int64_t i81 = 0; i81 < batch; ++i81) {
+        for (int64_t i82 = 0; i82 < 8; ++i82) {
+            for (int64_t i83 = 0; i83 < 8; ++i83) {
+                for (int64_t i84 = 0; i84 < 3; ++i84) {
+                    for (int64_t i85 = 0; i85 < 3; ++i85) {
+                        folded79[i81 * (8 * 8 * 8) + i82 * (8 * 8) + i83 * 8 + i84 * (2 * 1) + i85] += folded[i81 * (8 * 8 * 3 * 3) + i82 * (8 * 3 * 3) + i83 * (3 * 3) + i84 * 3 + i85];
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i87 = 0; i87 < batch; ++i87) {
+        for (int64_t i88 = 0; i88 < 8; ++i88) {
+            for (int64_t i89 = 0; i89 < 8; ++i89) {
+                for (int64_t i90 = 0; i90 < 2; ++i90) {
+                    for (int64_t i91 = 0; i91 < 8; ++i91) {
+                        for (int64_t i92 = 0; i92 < 2; ++i92) {
+                            const bool x_i93 = stacked15[i87 * (8 * 8 * 2 * 8 * 2) + i88 * (8 * 2 * 8 * 2) + i89 * (2 * 8 * 2) + i90 * (8 * 2) + i91 * 2 + i92];
+                            const float x_i94 = folded79[i87 * (8 * 8 * 8) + i88 * (8 * 8) + i89 * 8 + i91];
+                            const float t95 = (x_i93 ? x_i94 : 0.0f);
+                            tmp86[i87 * (8 * 8 * 2 * 8 * 2) + i88 * (8 * 2 * 8 * 2) + i89 * (2 * 8 * 2) + i90 * (8 * 2) + i91 * 2 + i92] = t95;
                         }
                     }
                 }
             }
         }
     }
-    float* const folded92 = conv;  // reuses a dead buffer's space
-    for (int64_t i93 = 0; i93 < batch * 8 * 16 * 16; ++i93) {
-        folded92[i93] = 0.0f;
+    for (int64_t i97 = 0; i97 < batch * 8 * 8 * 2 * 16; ++i97) {
+        folded96[i97] = 0.0f;
     }
-    for (int64_t i94 = 0; i94 < batch; ++i94) {
-        for (int64_t i95 = 0; i95 < 8; ++i95) {
-            for (int64_t i96 = 0; i96 < 8; ++i96) {
-                for (int64_t i97 = 0; i97 < 2; ++i97) {
-                    for (int64_t i98 = 0; i98 < 16; ++i98) {
-                        folded92[i94 * (8 * 16 * 16) + i95 * (16 * 16) + i96 * (2 * 16) + i97 * 16 + i98] += folded84[i94 * (8 * 8 * 2 * 16) + i95 * (8 * 2 * 16) + i96 * (2 * 16) + i97 * 16 + i98];
+    for (int64_t i98 = 0; i98 < batch; ++i98) {
+        for (int64_t i99 = 0; i99 < 8; ++i99) {
+            for (int64_t i100 = 0; i100 < 8; ++i100) {
+                for (int64_t i101 = 0; i101 < 2; ++i101) {
+                    for (int64_t i102 = 0; i102 < 8; ++i102) {
+                        for (int64_t i103 = 0; i103 < 2; ++i103) {
+                            folded96[i98 * (8 * 8 * 2 * 16) + i99 * (8 * 2 * 16) + i100 * (2 * 16) + i101 * 16 + i102 * (2 * 1) + i103] += tmp86[i98 * (8 * 8 * 2 * 8 * 2) + i99 * (8 * 2 * 8 * 2) + i100 * (2 * 8 * 2) + i101 * (8 * 2) + i102 * 2 + i103];
+                        }
                     }
                 }
             }
         }
     }
-    for (int64_t i99 = 0; i99 < 1; ++i99) {
-        for (int64_t i100 = 0; i100 < 3; ++i100) {
-            for (int64_t i101 = 0; i101 < 8; ++i101) {
-                for (int64_t i102 = 0; i102 < 3; ++i102) {
-                    for (int64_t i103 = 0; i103 < 3; ++i103) {
-                        packed[i99 * (3 * 8 * 3 * 3) + i100 * (8 * 3 * 3) + i101 * (3 * 3) + i102 * 3 + i103] = ks_data_0[i99 * (8 * 3 * 3 * 3) + i100 * (3 * 3) + i101 * (3 * 3 * 3) + i102 * 3 + i103];
+    float* const folded104 = tmp86;  // reuses a dead buffer's space
+    for (int64_t i105 = 0; i105 < batch * 8 * 16 * 16; ++i105) {
+        folded104[i105] = 0.0f;
+    }
+    for (int64_t i106 = 0; i106 < batch; ++i106) {
+        for (int64_t i107 = 0; i107 < 8; ++i107) {
+            for (int64_t i108 = 0; i108 < 8; ++i108) {
+                for (int64_t i109 = 0; i109 < 2; ++i109) {
+                    for (int64_t i110 = 0; i110 < 16; ++i110) {
+                        folded104[i106 * (8 * 16 * 16) + i107 * (16 * 16) + i108 * (2 * 16) + i109 * 16 + i110] += folded96[i106 * (8 * 8 * 2 * 16) + i107 * (8 * 2 * 16) + i108 * (2 * 16) + i109 * 16 + i110];
                     }
                 }
             }
         }
     }
-    for (int64_t i104 = 0; i104 < 3; ++i104) {
-        for (int64_t i105 = 0; i105 < 8; ++i105) {
-            for (int64_t i106 = 0; i106 < 3; ++i106) {
-                for (int64_t i107 = 0; i107 < 3; ++i107) {
-                    gathered[i104 * (8 * 3 * 3) + i105 * (3 * 3) + i106 * 3 + i107] = packed[i104 * (8 * 3 * 3) + i105 * (3 * 3) + ks::clamp_index(ks_data_7[i106], 3) * 3 + i107];
+    for (int64_t i111 = 0; i111 < 3; ++i111) {
+        for (int64_t i112 = 0; i112 < 8; ++i112) {
+            for (int64_t i113 = 0; i113 < 3; ++i113) {
+                for (int64_t i114 = 0; i114 < 3; ++i114) {
+                    packed[i111 * (8 * 3 * 3) + i112 * (3 * 3) + i113 * 3 + i114] = ks_data_0[i111 * (3 * 3) + i112 * (3 * 3 * 3) + i113 * 3 + i114];
                 }
             }
         }
     }
-    for (int64_t i109 = 0; i109 < 3; ++i109) {
-        for (int64_t i110 = 0; i110 < 8; ++i110) {
-            for (int64_t i111 = 0; i111 < 3; ++i111) {
-                for (int64_t i112 = 0; i112 < 3; ++i112) {
-                    gathered108[i109 * (8 * 3 * 3) + i110 * (3 * 3) + i111 * 3 + i112] = gathered[i109 * (8 * 3 * 3) + i110 * (3 * 3) + i111 * 3 + ks::clamp_index(ks_data_7[i112], 3)];
+    for (int64_t i115 = 0; i115 < 3; ++i115) {
+        for (int64_t i116 = 0; i116 < 8; ++i116) {
+            for (int64_t i117 = 0; i117 < 3; ++i117) {
+                for (int64_t i118 = 0; i118 < 3; ++i118) {
+                    gathered[i115 * (8 * 3 * 3) + i116 * (3 * 3) + i117 * 3 + i118] = packed[i115 * (8 * 3 * 3) + i116 * (3 * 3) + ks::clamp_index(ks_data_7[i117], 3) * 3 + i118];
                 }
             }
         }
     }
-    float* const tmp113 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i114 = 0; i114 < batch; ++i114) {
-        for (int64_t i115 = 0; i115 < 8; ++i115) {
-            for (int64_t i116 = 0; i116 < 16; ++i116) {
-                for (int64_t i117 = 0; i117 < 16; ++i117) {
-                    const bool x_i118 = tmp[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117];
-                    const float x_i119 = folded92[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117];
-                    const float t120 = (x_i118 ? 0.0f : x_i119);
-                    tmp113[i114 * (8 * 16 * 16) + i115 * (16 * 16) + i116 * 16 + i117] = t120;
+    for (int64_t i120 = 0; i120 < 3; ++i120) {
+        for (int64_t i121 = 0; i121 < 8; ++i121) {
+            for (int64_t i122 = 0; i122 < 3; ++i122) {
+                for (int64_t i123 = 0; i123 < 3; ++i123) {
+                    gathered119[i120 * (8 * 3 * 3) + i121 * (3 * 3) + i122 * 3 + i123] = gathered[i120 * (8 * 3 * 3) + i121 * (3 * 3) + i122 * 3 + ks::clamp_index(ks_data_7[i123], 3)];
                 }
             }
         }
     }
-    const ks::conv_shape geometry121{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry121, batch, tmp113, gathered108, out, scratch_float);
+    for (int64_t row124 = 0; row124 < batch; ++row124) {
+        float* const tmp125 = conv;  // reuses a dead buffer's space
+        for (int64_t i126 = 0; i126 < 8; ++i126) {
+            for (int64_t i127 = 0; i127 < 16; ++i127) {
+                for (int64_t i128 = 0; i128 < 16; ++i128) {
+                    const bool x_i129 = (stacked + row124 * (8 * 16 * 16))[i126 * (16 * 16) + i127 * 16 + i128];
+                    const float x_i130 = (folded104 + row124 * (8 * 16 * 16))[i126 * (16 * 16) + i127 * 16 + i128];
+                    const float t131 = (x_i129 ? 0.0f : x_i130);
+                    tmp125[i126 * (16 * 16) + i127 * 16 + i128] = t131;
+                }
+            }
+        }
+        const ks::conv_shape geometry132{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+        ks::conv<float>(geometry132, 1, tmp125, gathered119, (d_image + row124 * (3 * 16 * 16)), scratch_float);
+    }
+    for (int64_t i133 = 0; i133 < batch * 3 * 16 * 16; ++i133) {
+        out[i133] = d_image[i133];
+    }
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 16 * 16) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 8) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 3 * 16 * 16);
 }
 
 }  // namespace KS_VARIANT

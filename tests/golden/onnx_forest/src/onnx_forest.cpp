@@ -45,11 +45,9 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
         tmp[i] = acc;
     }
     for (int64_t i3 = 0; i3 < batch; ++i3) {
-        for (int64_t i4 = 0; i4 < 1; ++i4) {
-            const float x_i5 = tmp[i3 + i4];
-            const float t6 = (x_i5 + 0.3404572904109955f);
-            out[i3 + i4] = t6;
-        }
+        const float x_i4 = tmp[i3];
+        const float t5 = (x_i4 + 0.3404572904109955f);
+        out[i3] = t5;
     }
     return ks::status::ok;
 }

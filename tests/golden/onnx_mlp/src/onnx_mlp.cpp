@@ -150,20 +150,17 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod10, 1, 1}, false, scratch_float);
     float acc = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i11 = 0; i11 < 1; ++i11) {
-            const float x_i = prod10[i + i11];
-            const float mlp_out_bias_i = mlp_out_bias[i11];
-            const float t12 = (x_i + mlp_out_bias_i);
-            const float target_i = target[i + i11];
-            const float t13 = (t12 - target_i);
-            const float t14 = ks::ipow<2>(t13);
-            acc += t14;
-        }
+        const float x_i = prod10[i];
+        const float mlp_out_bias_i = mlp_out_bias[0];
+        const float t11 = (x_i + mlp_out_bias_i);
+        const float target_i = target[i];
+        const float t12 = (t11 - target_i);
+        const float t13 = ks::ipow<2>(t12);
+        acc += t13;
     }
-    const float t15 = static_cast<float>(batch);
-    const float t16 = (acc / t15);
-    *out = t16;
+    const float t14 = static_cast<float>(batch);
+    const float t15 = (acc / t14);
+    *out = t15;
     return ks::status::ok;
 }
 
@@ -187,7 +184,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const prod12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const prod23 = reinterpret_cast<float*>(next_slot);
+    float* const prod21 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
     const auto epilogue = [&](int64_t, int64_t col, float v) {
@@ -217,50 +214,46 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         return t20;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod12, 1, 1}, false, scratch_float, epilogue15);
-    for (int64_t i = 0; i < 1; ++i) {
-        out_d_mlp_out_bias[i] = 0;
-    }
-    for (int64_t i21 = 0; i21 < batch; ++i21) {
-        for (int64_t i22 = 0; i22 < 1; ++i22) {
-            out_d_mlp_out_bias[i22] += prod12[i21 + i22];
-        }
+    out_d_mlp_out_bias[0] = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+        out_d_mlp_out_bias[0] += prod12[i];
     }
     ks::tiled_gemm<float>(1, 32, batch, {prod12, 1, 1}, {prod3, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    const auto epilogue26 = [&](int64_t row24, int64_t col25, float v27) {
-        const float x_i28 = prod3[row24 * 32 + col25];
-        const float t29 = (x_i28 * x_i28);
-        const float t30 = (1.0f - t29);
-        const float t31 = (v27 * t30);
-        return t31;
+    const auto epilogue24 = [&](int64_t row22, int64_t col23, float v25) {
+        const float x_i26 = prod3[row22 * 32 + col23];
+        const float t27 = (x_i26 * x_i26);
+        const float t28 = (1.0f - t27);
+        const float t29 = (v25 * t28);
+        return t29;
     };
-    ks::tiled_gemm<float>(batch, 32, 1, {prod12, 1, 1}, {mlp_out_weight, 32, 1}, {prod23, 32, 1}, false, scratch_float, epilogue26);
-    for (int64_t i32 = 0; i32 < 32; ++i32) {
-        out_d_mlp_fc2_bias[i32] = 0;
+    ks::tiled_gemm<float>(batch, 32, 1, {prod12, 1, 1}, {mlp_out_weight, 32, 1}, {prod21, 32, 1}, false, scratch_float, epilogue24);
+    for (int64_t i30 = 0; i30 < 32; ++i30) {
+        out_d_mlp_fc2_bias[i30] = 0;
     }
-    for (int64_t i33 = 0; i33 < batch; ++i33) {
-        for (int64_t i34 = 0; i34 < 32; ++i34) {
-            out_d_mlp_fc2_bias[i34] += prod23[i33 * 32 + i34];
+    for (int64_t i31 = 0; i31 < batch; ++i31) {
+        for (int64_t i32 = 0; i32 < 32; ++i32) {
+            out_d_mlp_fc2_bias[i32] += prod21[i31 * 32 + i32];
         }
     }
-    ks::tiled_gemm<float>(32, 32, batch, {prod23, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    float* const prod35 = prod3;  // reuses a dead buffer's space
-    const auto epilogue38 = [&](int64_t row36, int64_t col37, float v39) {
-        const float x_i40 = prod[row36 * 32 + col37];
-        const float t41 = (x_i40 * x_i40);
-        const float t42 = (1.0f - t41);
-        const float t43 = (v39 * t42);
-        return t43;
+    ks::tiled_gemm<float>(32, 32, batch, {prod21, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
+    float* const prod33 = prod3;  // reuses a dead buffer's space
+    const auto epilogue36 = [&](int64_t row34, int64_t col35, float v37) {
+        const float x_i38 = prod[row34 * 32 + col35];
+        const float t39 = (x_i38 * x_i38);
+        const float t40 = (1.0f - t39);
+        const float t41 = (v37 * t40);
+        return t41;
     };
-    ks::tiled_gemm<float>(batch, 32, 32, {prod23, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod35, 32, 1}, false, scratch_float, epilogue38);
-    for (int64_t i44 = 0; i44 < 32; ++i44) {
-        out_d_mlp_fc1_bias[i44] = 0;
+    ks::tiled_gemm<float>(batch, 32, 32, {prod21, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod33, 32, 1}, false, scratch_float, epilogue36);
+    for (int64_t i42 = 0; i42 < 32; ++i42) {
+        out_d_mlp_fc1_bias[i42] = 0;
     }
-    for (int64_t i45 = 0; i45 < batch; ++i45) {
-        for (int64_t i46 = 0; i46 < 32; ++i46) {
-            out_d_mlp_fc1_bias[i46] += prod35[i45 * 32 + i46];
+    for (int64_t i43 = 0; i43 < batch; ++i43) {
+        for (int64_t i44 = 0; i44 < 32; ++i44) {
+            out_d_mlp_fc1_bias[i44] += prod33[i43 * 32 + i44];
         }
     }
-    ks::tiled_gemm<float>(32, 4, batch, {prod35, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
+    ks::tiled_gemm<float>(32, 4, batch, {prod33, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }
 

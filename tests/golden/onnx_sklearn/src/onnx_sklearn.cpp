@@ -63,49 +63,49 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
     uint8_t* const tmp47 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    int64_t* const tmp52 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp51 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const padded86 = reinterpret_cast<float*>(next_slot);
+    float* const padded85 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const tmp91 = reinterpret_cast<float*>(next_slot);
+    float* const tmp90 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp99 = reinterpret_cast<float*>(next_slot);
+    float* const tmp98 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
-    uint8_t* const r134 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r133 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp148 = reinterpret_cast<float*>(next_slot);
+    float* const tmp147 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
+    float* const packed157 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
     float* const packed159 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed162 = reinterpret_cast<float*>(next_slot);
+    float* const tmp161 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp165 = reinterpret_cast<float*>(next_slot);
+    float* const tmp168 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp172 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed176 = reinterpret_cast<float*>(next_slot);
+    float* const packed172 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed180 = reinterpret_cast<float*>(next_slot);
+    float* const packed175 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed193 = reinterpret_cast<float*>(next_slot);
+    float* const packed187 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp196 = reinterpret_cast<float*>(next_slot);
+    float* const tmp189 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp197 = reinterpret_cast<float*>(next_slot);
+    float* const tmp190 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed219 = reinterpret_cast<float*>(next_slot);
+    float* const packed212 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed223 = reinterpret_cast<float*>(next_slot);
+    float* const packed215 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed236 = reinterpret_cast<float*>(next_slot);
+    float* const packed227 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp239 = reinterpret_cast<float*>(next_slot);
+    float* const tmp229 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
@@ -181,367 +181,347 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
     }
     for (int64_t i48 = 0; i48 < batch; ++i48) {
-        for (int64_t i49 = 0; i49 < 1; ++i49) {
-            const float x_i50 = tmp34[i48 + i49];
-            const bool t51 = (x_i50 != x_i50);
-            tmp47[i48 + i49] = t51;
+        const float x_i49 = tmp34[i48];
+        const bool t50 = (x_i49 != x_i49);
+        tmp47[i48] = t50;
+    }
+    for (int64_t i52 = 0; i52 < batch; ++i52) {
+        int64_t acc53 = ks::highest<int64_t>();
+        for (int64_t i54 = 0; i54 < 3; ++i54) {
+            const bool x_i55 = tmp40[i52 * 3 + i54];
+            const bool x_i56 = tmp47[i52];
+            const bool t57 = (x_i55 && x_i56);
+            const bool x_i58 = tmp39[i52 * 3 + i54];
+            const bool t59 = (x_i58 || t57);
+            const int64_t t60 = static_cast<int64_t>(i54);
+            const int64_t t61 = (t59 ? t60 : int64_t{4611686018427387904});
+            acc53 = ks::running_min(acc53, t61);
+        }
+        tmp51[i52] = acc53;
+    }
+    float* const tmp62 = prod;  // reuses a dead buffer's space
+    for (int64_t i63 = 0; i63 < batch; ++i63) {
+        for (int64_t i64 = 0; i64 < 3; ++i64) {
+            const float x_i65 = tmp19[i63 * 3 + i64];
+            const float x_i66 = ks_data_8[i64];
+            const float t67 = (x_i65 * x_i66);
+            const float x_i68 = ks_data_9[i64];
+            const float t69 = (t67 + x_i68);
+            const float t70 = (-t69);
+            const float t71 = ks::logistic(t70);
+            const bool t72 = (t71 < 1.0000000116860974e-07f);
+            const bool t73 = (t71 > 0.9999998807907104f);
+            const float t74 = (t73 ? 0.9999998807907104f : t71);
+            const float t75 = (t72 ? 1.0000000116860974e-07f : t74);
+            tmp62[i63 * 3 + i64] = t75;
         }
     }
-    for (int64_t i53 = 0; i53 < batch; ++i53) {
-        int64_t acc54 = ks::highest<int64_t>();
-        for (int64_t i55 = 0; i55 < 3; ++i55) {
-            const bool x_i56 = tmp40[i53 * 3 + i55];
-            const bool x_i57 = tmp47[i53];
-            const bool t58 = (x_i56 && x_i57);
-            const bool x_i59 = tmp39[i53 * 3 + i55];
-            const bool t60 = (x_i59 || t58);
-            const int64_t t61 = static_cast<int64_t>(i55);
-            const int64_t t62 = (t60 ? t61 : int64_t{4611686018427387904});
-            acc54 = ks::running_min(acc54, t62);
-        }
-        tmp52[i53] = acc54;
-    }
-    float* const tmp63 = prod;  // reuses a dead buffer's space
-    for (int64_t i64 = 0; i64 < batch; ++i64) {
-        for (int64_t i65 = 0; i65 < 3; ++i65) {
-            const float x_i66 = tmp19[i64 * 3 + i65];
-            const float x_i67 = ks_data_8[i65];
-            const float t68 = (x_i66 * x_i67);
-            const float x_i69 = ks_data_9[i65];
-            const float t70 = (t68 + x_i69);
-            const float t71 = (-t70);
-            const float t72 = ks::logistic(t71);
-            const bool t73 = (t72 < 1.0000000116860974e-07f);
-            const bool t74 = (t72 > 0.9999998807907104f);
-            const float t75 = (t74 ? 0.9999998807907104f : t72);
-            const float t76 = (t73 ? 1.0000000116860974e-07f : t75);
-            tmp63[i64 * 3 + i65] = t76;
+    for (int64_t i76 = 0; i76 < batch; ++i76) {
+        for (int64_t i77 = 0; i77 < 3; ++i77) {
+            (padded + 3)[i76 * 6 + i77] = 0.0f;
         }
     }
-    for (int64_t i77 = 0; i77 < batch; ++i77) {
-        for (int64_t i78 = 0; i78 < 3; ++i78) {
-            (padded + 3)[i77 * 6 + i78] = 0.0f;
+    for (int64_t i78 = 0; i78 < batch; ++i78) {
+        for (int64_t i79 = 0; i79 < 3; ++i79) {
+            padded[i78 * 6 + i79] = tmp62[i78 * 3 + i79];
         }
     }
-    for (int64_t i79 = 0; i79 < batch; ++i79) {
-        for (int64_t i80 = 0; i80 < 3; ++i80) {
-            padded[i79 * 6 + i80] = tmp63[i79 * 3 + i80];
+    float* const tmp80 = tmp19;  // reuses a dead buffer's space
+    for (int64_t i81 = 0; i81 < batch; ++i81) {
+        for (int64_t i82 = 0; i82 < 3; ++i82) {
+            const float x_i83 = tmp62[i81 * 3 + i82];
+            const float t84 = (1.0f - x_i83);
+            tmp80[i81 * 3 + i82] = t84;
         }
     }
-    float* const tmp81 = tmp19;  // reuses a dead buffer's space
-    for (int64_t i82 = 0; i82 < batch; ++i82) {
-        for (int64_t i83 = 0; i83 < 3; ++i83) {
-            const float x_i84 = tmp63[i82 * 3 + i83];
-            const float t85 = (1.0f - x_i84);
-            tmp81[i82 * 3 + i83] = t85;
+    for (int64_t i86 = 0; i86 < batch; ++i86) {
+        for (int64_t i87 = 0; i87 < 3; ++i87) {
+            padded85[i86 * 6 + i87] = 0.0f;
         }
     }
-    for (int64_t i87 = 0; i87 < batch; ++i87) {
-        for (int64_t i88 = 0; i88 < 3; ++i88) {
-            padded86[i87 * 6 + i88] = 0.0f;
+    for (int64_t i88 = 0; i88 < batch; ++i88) {
+        for (int64_t i89 = 0; i89 < 3; ++i89) {
+            (padded85 + 3)[i88 * 6 + i89] = tmp80[i88 * 3 + i89];
         }
     }
-    for (int64_t i89 = 0; i89 < batch; ++i89) {
-        for (int64_t i90 = 0; i90 < 3; ++i90) {
-            (padded86 + 3)[i89 * 6 + i90] = tmp81[i89 * 3 + i90];
+    for (int64_t i91 = 0; i91 < batch; ++i91) {
+        for (int64_t i92 = 0; i92 < 6; ++i92) {
+            const float x_i93 = padded[i91 * 6 + i92];
+            const float x_i94 = padded85[i91 * 6 + i92];
+            const float t95 = (x_i93 + x_i94);
+            tmp90[i91 * 6 + i92] = t95;
         }
     }
-    for (int64_t i92 = 0; i92 < batch; ++i92) {
-        for (int64_t i93 = 0; i93 < 6; ++i93) {
-            const float x_i94 = padded[i92 * 6 + i93];
-            const float x_i95 = padded86[i92 * 6 + i93];
-            const float t96 = (x_i94 + x_i95);
-            tmp91[i92 * 6 + i93] = t96;
+    for (int64_t i96 = 0; i96 < batch; ++i96) {
+        for (int64_t i97 = 0; i97 < 9; ++i97) {
+            gathered[i96 * 9 + i97] = tmp90[i96 * 6 + ks::clamp_index(ks_data_10[i97], 6)];
         }
     }
-    for (int64_t i97 = 0; i97 < batch; ++i97) {
-        for (int64_t i98 = 0; i98 < 9; ++i98) {
-            gathered[i97 * 9 + i98] = tmp91[i97 * 6 + ks::clamp_index(ks_data_10[i98], 6)];
-        }
-    }
-    for (int64_t i100 = 0; i100 < batch; ++i100) {
-        for (int64_t i101 = 0; i101 < 3; ++i101) {
-            for (int64_t i102 = 0; i102 < 3; ++i102) {
-                const bool x_i103 = ks_data_11[i101 * 3 + i102];
-                const float x_i104 = gathered[i100 * (3 * 3) + i101 * 3 + i102];
-                const float t105 = (x_i103 ? x_i104 : 0.0f);
-                tmp99[i100 * (3 * 3) + i101 * 3 + i102] = t105;
+    for (int64_t i99 = 0; i99 < batch; ++i99) {
+        for (int64_t i100 = 0; i100 < 3; ++i100) {
+            for (int64_t i101 = 0; i101 < 3; ++i101) {
+                const bool x_i102 = ks_data_11[i100 * 3 + i101];
+                const float x_i103 = gathered[i99 * (3 * 3) + i100 * 3 + i101];
+                const float t104 = (x_i102 ? x_i103 : 0.0f);
+                tmp98[i99 * (3 * 3) + i100 * 3 + i101] = t104;
             }
         }
     }
-    float* const tmp106 = prod;  // reuses a dead buffer's space
-    for (int64_t i107 = 0; i107 < batch; ++i107) {
-        for (int64_t i108 = 0; i108 < 3; ++i108) {
-            float acc109 = 0;
-            KS_OMP_SIMD(reduction(+:acc109))
-            for (int64_t i110 = 0; i110 < 3; ++i110) {
-                const float x_i111 = tmp99[i107 * (3 * 3) + i108 + i110 * 3];
-                const float t112 = (x_i111 * x_i111);
-                acc109 += t112;
+    float* const tmp105 = prod;  // reuses a dead buffer's space
+    for (int64_t i106 = 0; i106 < batch; ++i106) {
+        for (int64_t i107 = 0; i107 < 3; ++i107) {
+            float acc108 = 0;
+            KS_OMP_SIMD(reduction(+:acc108))
+            for (int64_t i109 = 0; i109 < 3; ++i109) {
+                const float x_i110 = tmp98[i106 * (3 * 3) + i107 + i109 * 3];
+                const float t111 = (x_i110 * x_i110);
+                acc108 += t111;
             }
-            tmp106[i107 * 3 + i108] = acc109;
+            tmp105[i106 * 3 + i107] = acc108;
         }
     }
-    float* const tmp113 = gathered;  // reuses a dead buffer's space
-    for (int64_t i114 = 0; i114 < batch; ++i114) {
-        for (int64_t i115 = 0; i115 < 3; ++i115) {
-            for (int64_t i116 = 0; i116 < 3; ++i116) {
-                const float x_i117 = tmp99[i114 * (3 * 3) + i115 + i116 * 3];
-                const float x_i118 = tmp99[i114 * (3 * 3) + i115 * 3 + i116];
-                const float t119 = (x_i117 * x_i118);
-                const float t120 = (-t119);
-                const float x_i121 = tmp106[i114 * 3 + i115];
-                const float x_i122 = ks_data_12[i115 * 3 + i116];
-                const float t123 = (x_i121 * x_i122);
-                const float t124 = (t120 + t123);
-                tmp113[i114 * (3 * 3) + i115 * 3 + i116] = t124;
+    float* const tmp112 = gathered;  // reuses a dead buffer's space
+    for (int64_t i113 = 0; i113 < batch; ++i113) {
+        for (int64_t i114 = 0; i114 < 3; ++i114) {
+            for (int64_t i115 = 0; i115 < 3; ++i115) {
+                const float x_i116 = tmp98[i113 * (3 * 3) + i114 + i115 * 3];
+                const float x_i117 = tmp98[i113 * (3 * 3) + i114 * 3 + i115];
+                const float t118 = (x_i116 * x_i117);
+                const float t119 = (-t118);
+                const float x_i120 = tmp105[i113 * 3 + i114];
+                const float x_i121 = ks_data_12[i114 * 3 + i115];
+                const float t122 = (x_i120 * x_i121);
+                const float t123 = (t119 + t122);
+                tmp112[i113 * (3 * 3) + i114 * 3 + i115] = t123;
             }
         }
     }
     uint8_t* const r = tmp47;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < batch * 3; ++i125) {
-        out_probabilities[i125] = 0.3333333432674408f;
+    for (int64_t i124 = 0; i124 < batch * 3; ++i124) {
+        out_probabilities[i124] = 0.3333333432674408f;
     }
-    for (int64_t i126 = 0; i126 < batch; ++i126) {
-        r[i126] = false;
+    for (int64_t i125 = 0; i125 < batch; ++i125) {
+        r[i125] = false;
     }
-    for (int64_t k127 = 0; k127 < int64_t{100}; ++k127) {
-        int32_t acc128 = ks::highest<int32_t>();
-        for (int64_t i129 = 0; i129 < batch; ++i129) {
-            const bool x_i130 = r[i129];
-            const int32_t t131 = static_cast<int32_t>(x_i130);
-            acc128 = ks::running_min(acc128, t131);
+    for (int64_t k126 = 0; k126 < int64_t{100}; ++k126) {
+        int32_t acc127 = ks::highest<int32_t>();
+        for (int64_t i128 = 0; i128 < batch; ++i128) {
+            const bool x_i129 = r[i128];
+            const int32_t t130 = static_cast<int32_t>(x_i129);
+            acc127 = ks::running_min(acc127, t130);
         }
-        const bool t132 = (acc128 != 0);
-        float* const r133 = prod;  // reuses a dead buffer's space
-        if (t132) {
-            for (int64_t i135 = 0; i135 < batch * 3; ++i135) {
-                r133[i135] = out_probabilities[i135];
+        const bool t131 = (acc127 != 0);
+        float* const r132 = prod;  // reuses a dead buffer's space
+        if (t131) {
+            for (int64_t i134 = 0; i134 < batch * 3; ++i134) {
+                r132[i134] = out_probabilities[i134];
             }
-            for (int64_t i136 = 0; i136 < batch; ++i136) {
-                r134[i136] = r[i136];
+            for (int64_t i135 = 0; i135 < batch; ++i135) {
+                r133[i135] = r[i135];
             }
         } else {
-            float* const prod137 = tmp19;  // reuses a dead buffer's space
-            for (int64_t i138 = 0; i138 < batch; ++i138) {
-                for (int64_t i139 = 0; i139 < 3; ++i139) {
+            float* const prod136 = tmp19;  // reuses a dead buffer's space
+            for (int64_t i137 = 0; i137 < batch; ++i137) {
+                for (int64_t i138 = 0; i138 < 3; ++i138) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i140 = 0; i140 < 3; ++i140) {
-                        dot += tmp113[i138 * (3 * 3) + i139 * 3 + i140] * out_probabilities[i138 * 3 + i140];
+                    for (int64_t i139 = 0; i139 < 3; ++i139) {
+                        dot += tmp112[i137 * (3 * 3) + i138 * 3 + i139] * out_probabilities[i137 * 3 + i139];
                     }
-                    prod137[i138 * 3 + i139] = dot;
+                    prod136[i137 * 3 + i138] = dot;
                 }
             }
-            float* const tmp141 = tmp34;  // reuses a dead buffer's space
-            for (int64_t i142 = 0; i142 < batch; ++i142) {
-                float acc143 = 0;
-                KS_OMP_SIMD(reduction(+:acc143))
-                for (int64_t i144 = 0; i144 < 3; ++i144) {
-                    const float x_i145 = out_probabilities[i142 * 3 + i144];
-                    const float x_i146 = prod137[i142 * 3 + i144];
-                    const float t147 = (x_i145 * x_i146);
-                    acc143 += t147;
+            float* const tmp140 = tmp34;  // reuses a dead buffer's space
+            for (int64_t i141 = 0; i141 < batch; ++i141) {
+                float acc142 = 0;
+                KS_OMP_SIMD(reduction(+:acc142))
+                for (int64_t i143 = 0; i143 < 3; ++i143) {
+                    const float x_i144 = out_probabilities[i141 * 3 + i143];
+                    const float x_i145 = prod136[i141 * 3 + i143];
+                    const float t146 = (x_i144 * x_i145);
+                    acc142 += t146;
                 }
-                tmp141[i142] = acc143;
+                tmp140[i141] = acc142;
             }
-            for (int64_t i149 = 0; i149 < batch; ++i149) {
-                float acc150 = ks::lowest<float>();
-                for (int64_t i151 = 0; i151 < 3; ++i151) {
-                    const float x_i152 = prod137[i149 * 3 + i151];
-                    const float x_i153 = tmp141[i149];
-                    const float t154 = (x_i152 - x_i153);
-                    const float t155 = ks::abs(t154);
-                    acc150 = ks::running_max(acc150, t155);
+            for (int64_t i148 = 0; i148 < batch; ++i148) {
+                float acc149 = ks::lowest<float>();
+                for (int64_t i150 = 0; i150 < 3; ++i150) {
+                    const float x_i151 = prod136[i148 * 3 + i150];
+                    const float x_i152 = tmp140[i148];
+                    const float t153 = (x_i151 - x_i152);
+                    const float t154 = ks::abs(t153);
+                    acc149 = ks::running_max(acc149, t154);
                 }
-                tmp148[i149] = acc150;
+                tmp147[i148] = acc149;
             }
-            for (int64_t i156 = 0; i156 < batch; ++i156) {
-                for (int64_t i157 = 0; i157 < 1; ++i157) {
-                    for (int64_t i158 = 0; i158 < 3; ++i158) {
-                        packed[i156 * 3 + i157 * 3 + i158] = tmp113[i156 * (3 * 3) + i157 * 3 + i158];
-                    }
+            for (int64_t i155 = 0; i155 < batch; ++i155) {
+                for (int64_t i156 = 0; i156 < 3; ++i156) {
+                    packed[i155 * 3 + i156] = tmp112[i155 * (3 * 3) + i156];
                 }
+            }
+            for (int64_t i158 = 0; i158 < batch; ++i158) {
+                packed157[i158] = packed[i158 * 3];
             }
             for (int64_t i160 = 0; i160 < batch; ++i160) {
-                for (int64_t i161 = 0; i161 < 1; ++i161) {
-                    packed159[i160 + i161] = packed[i160 * 3 + i161];
-                }
+                packed159[i160] = prod136[i160 * 3];
             }
-            for (int64_t i163 = 0; i163 < batch; ++i163) {
-                for (int64_t i164 = 0; i164 < 1; ++i164) {
-                    packed162[i163 + i164] = prod137[i163 * 3 + i164];
-                }
+            for (int64_t i162 = 0; i162 < batch; ++i162) {
+                const float x_i163 = tmp140[i162];
+                const float x_i164 = packed159[i162];
+                const float t165 = (x_i163 - x_i164);
+                const float x_i166 = packed157[i162];
+                const float t167 = (t165 / x_i166);
+                tmp161[i162] = t167;
             }
-            for (int64_t i166 = 0; i166 < batch; ++i166) {
-                const float x_i167 = tmp141[i166];
-                const float x_i168 = packed162[i166];
-                const float t169 = (x_i167 - x_i168);
-                const float x_i170 = packed159[i166];
-                const float t171 = (t169 / x_i170);
-                tmp165[i166] = t171;
+            for (int64_t i169 = 0; i169 < batch; ++i169) {
+                const float x_i170 = tmp161[i169];
+                const float t171 = (1.0f + x_i170);
+                tmp168[i169] = t171;
             }
             for (int64_t i173 = 0; i173 < batch; ++i173) {
-                const float x_i174 = tmp165[i173];
-                const float t175 = (1.0f + x_i174);
-                tmp172[i173] = t175;
-            }
-            for (int64_t i177 = 0; i177 < batch; ++i177) {
-                for (int64_t i178 = 0; i178 < 1; ++i178) {
-                    for (int64_t i179 = 0; i179 < 3; ++i179) {
-                        packed176[i177 * 3 + i178 * 3 + i179] = (tmp113 + 1 * 3)[i177 * (3 * 3) + i178 * 3 + i179];
-                    }
+                for (int64_t i174 = 0; i174 < 3; ++i174) {
+                    packed172[i173 * 3 + i174] = (tmp112 + 1 * 3)[i173 * (3 * 3) + i174];
                 }
             }
-            for (int64_t i181 = 0; i181 < batch; ++i181) {
-                for (int64_t i182 = 0; i182 < 1; ++i182) {
-                    packed180[i181 + i182] = (packed176 + 1)[i181 * 3 + i182];
+            for (int64_t i176 = 0; i176 < batch; ++i176) {
+                packed175[i176] = (packed172 + 1)[i176 * 3];
+            }
+            float* const tmp177 = tmp20;  // reuses a dead buffer's space
+            for (int64_t i178 = 0; i178 < batch; ++i178) {
+                for (int64_t i179 = 0; i179 < 3; ++i179) {
+                    const float x_i180 = tmp161[i178];
+                    const float x_i181 = packed[i178 * 3 + i179];
+                    const float t182 = (x_i180 * x_i181);
+                    const float x_i183 = prod136[i178 * 3 + i179];
+                    const float t184 = (x_i183 + t182);
+                    const float x_i185 = tmp168[i178];
+                    const float t186 = (t184 / x_i185);
+                    tmp177[i178 * 3 + i179] = t186;
                 }
             }
-            float* const tmp183 = tmp20;  // reuses a dead buffer's space
-            for (int64_t i184 = 0; i184 < batch; ++i184) {
-                for (int64_t i185 = 0; i185 < 3; ++i185) {
-                    const float x_i186 = tmp165[i184];
-                    const float x_i187 = packed[i184 * 3 + i185];
-                    const float t188 = (x_i186 * x_i187);
-                    const float x_i189 = prod137[i184 * 3 + i185];
-                    const float t190 = (x_i189 + t188);
-                    const float x_i191 = tmp172[i184];
-                    const float t192 = (t190 / x_i191);
-                    tmp183[i184 * 3 + i185] = t192;
+            for (int64_t i188 = 0; i188 < batch; ++i188) {
+                packed187[i188] = (tmp177 + 1)[i188 * 3];
+            }
+            for (int64_t i191 = 0; i191 < batch; ++i191) {
+                const float x_i192 = tmp161[i191];
+                const float x_i193 = packed157[i191];
+                const float t194 = (x_i192 * x_i193);
+                const float x_i195 = packed159[i191];
+                const float t196 = (2.0f * x_i195);
+                const float t197 = (t194 + t196);
+                const float t198 = (x_i192 * t197);
+                const float x_i199 = tmp140[i191];
+                const float t200 = (x_i199 + t198);
+                const float x_i201 = tmp168[i191];
+                const float t202 = (t200 / x_i201);
+                const float t203 = (t202 / x_i201);
+                tmp189[i191] = t203;
+                const float x_i204 = packed187[i191];
+                const float t205 = (t203 - x_i204);
+                const float x_i206 = packed175[i191];
+                const float t207 = (t205 / x_i206);
+                tmp190[i191] = t207;
+            }
+            float* const tmp208 = tmp34;  // reuses a dead buffer's space
+            for (int64_t i209 = 0; i209 < batch; ++i209) {
+                const float x_i210 = tmp190[i209];
+                const float t211 = (1.0f + x_i210);
+                tmp208[i209] = t211;
+            }
+            for (int64_t i213 = 0; i213 < batch; ++i213) {
+                for (int64_t i214 = 0; i214 < 3; ++i214) {
+                    packed212[i213 * 3 + i214] = (tmp112 + 2 * 3)[i213 * (3 * 3) + i214];
                 }
             }
-            for (int64_t i194 = 0; i194 < batch; ++i194) {
-                for (int64_t i195 = 0; i195 < 1; ++i195) {
-                    packed193[i194 + i195] = (tmp183 + 1)[i194 * 3 + i195];
-                }
-            }
-            for (int64_t i198 = 0; i198 < batch; ++i198) {
-                const float x_i199 = tmp165[i198];
-                const float x_i200 = packed159[i198];
-                const float t201 = (x_i199 * x_i200);
-                const float x_i202 = packed162[i198];
-                const float t203 = (2.0f * x_i202);
-                const float t204 = (t201 + t203);
-                const float t205 = (x_i199 * t204);
-                const float x_i206 = tmp141[i198];
-                const float t207 = (x_i206 + t205);
-                const float x_i208 = tmp172[i198];
-                const float t209 = (t207 / x_i208);
-                const float t210 = (t209 / x_i208);
-                tmp196[i198] = t210;
-                const float x_i211 = packed193[i198];
-                const float t212 = (t210 - x_i211);
-                const float x_i213 = packed180[i198];
-                const float t214 = (t212 / x_i213);
-                tmp197[i198] = t214;
-            }
-            float* const tmp215 = tmp34;  // reuses a dead buffer's space
             for (int64_t i216 = 0; i216 < batch; ++i216) {
-                const float x_i217 = tmp197[i216];
-                const float t218 = (1.0f + x_i217);
-                tmp215[i216] = t218;
+                packed215[i216] = (packed212 + 2)[i216 * 3];
             }
-            for (int64_t i220 = 0; i220 < batch; ++i220) {
-                for (int64_t i221 = 0; i221 < 1; ++i221) {
-                    for (int64_t i222 = 0; i222 < 3; ++i222) {
-                        packed219[i220 * 3 + i221 * 3 + i222] = (tmp113 + 2 * 3)[i220 * (3 * 3) + i221 * 3 + i222];
-                    }
+            float* const tmp217 = tmp19;  // reuses a dead buffer's space
+            for (int64_t i218 = 0; i218 < batch; ++i218) {
+                for (int64_t i219 = 0; i219 < 3; ++i219) {
+                    const float x_i220 = tmp190[i218];
+                    const float x_i221 = packed172[i218 * 3 + i219];
+                    const float t222 = (x_i220 * x_i221);
+                    const float x_i223 = tmp177[i218 * 3 + i219];
+                    const float t224 = (x_i223 + t222);
+                    const float x_i225 = tmp208[i218];
+                    const float t226 = (t224 / x_i225);
+                    tmp217[i218 * 3 + i219] = t226;
                 }
             }
-            for (int64_t i224 = 0; i224 < batch; ++i224) {
-                for (int64_t i225 = 0; i225 < 1; ++i225) {
-                    packed223[i224 + i225] = (packed219 + 2)[i224 * 3 + i225];
-                }
+            for (int64_t i228 = 0; i228 < batch; ++i228) {
+                packed227[i228] = (tmp217 + 2)[i228 * 3];
             }
-            float* const tmp226 = tmp19;  // reuses a dead buffer's space
-            for (int64_t i227 = 0; i227 < batch; ++i227) {
-                for (int64_t i228 = 0; i228 < 3; ++i228) {
-                    const float x_i229 = tmp197[i227];
-                    const float x_i230 = packed176[i227 * 3 + i228];
-                    const float t231 = (x_i229 * x_i230);
-                    const float x_i232 = tmp183[i227 * 3 + i228];
-                    const float t233 = (x_i232 + t231);
-                    const float x_i234 = tmp215[i227];
-                    const float t235 = (t233 / x_i234);
-                    tmp226[i227 * 3 + i228] = t235;
-                }
+            for (int64_t i230 = 0; i230 < batch; ++i230) {
+                const float x_i231 = tmp190[i230];
+                const float x_i232 = packed175[i230];
+                const float t233 = (x_i231 * x_i232);
+                const float x_i234 = packed187[i230];
+                const float t235 = (2.0f * x_i234);
+                const float t236 = (t233 + t235);
+                const float t237 = (x_i231 * t236);
+                const float x_i238 = tmp189[i230];
+                const float t239 = (x_i238 + t237);
+                const float x_i240 = tmp208[i230];
+                const float t241 = (t239 / x_i240);
+                const float t242 = (t241 / x_i240);
+                const float x_i243 = packed227[i230];
+                const float t244 = (t242 - x_i243);
+                const float x_i245 = packed215[i230];
+                const float t246 = (t244 / x_i245);
+                tmp229[i230] = t246;
             }
-            for (int64_t i237 = 0; i237 < batch; ++i237) {
-                for (int64_t i238 = 0; i238 < 1; ++i238) {
-                    packed236[i237 + i238] = (tmp226 + 2)[i237 * 3 + i238];
-                }
+            float* const tmp247 = tmp189;  // reuses a dead buffer's space
+            for (int64_t i248 = 0; i248 < batch; ++i248) {
+                const float x_i249 = tmp229[i248];
+                const float t250 = (1.0f + x_i249);
+                tmp247[i248] = t250;
             }
-            for (int64_t i240 = 0; i240 < batch; ++i240) {
-                const float x_i241 = tmp197[i240];
-                const float x_i242 = packed180[i240];
-                const float t243 = (x_i241 * x_i242);
-                const float x_i244 = packed193[i240];
-                const float t245 = (2.0f * x_i244);
-                const float t246 = (t243 + t245);
-                const float t247 = (x_i241 * t246);
-                const float x_i248 = tmp196[i240];
-                const float t249 = (x_i248 + t247);
-                const float x_i250 = tmp215[i240];
-                const float t251 = (t249 / x_i250);
-                const float t252 = (t251 / x_i250);
-                const float x_i253 = packed236[i240];
-                const float t254 = (t252 - x_i253);
-                const float x_i255 = packed223[i240];
-                const float t256 = (t254 / x_i255);
-                tmp239[i240] = t256;
+            for (int64_t i251 = 0; i251 < batch; ++i251) {
+                const float x_i252 = tmp147[i251];
+                const bool t253 = (x_i252 < 0.0016666667070239782f);
+                const bool x_i254 = r[i251];
+                const bool t255 = (x_i254 ? x_i254 : t253);
+                r133[i251] = t255;
             }
-            float* const tmp257 = tmp196;  // reuses a dead buffer's space
-            for (int64_t i258 = 0; i258 < batch; ++i258) {
-                const float x_i259 = tmp239[i258];
-                const float t260 = (1.0f + x_i259);
-                tmp257[i258] = t260;
-            }
-            for (int64_t i261 = 0; i261 < batch; ++i261) {
-                const float x_i262 = tmp148[i261];
-                const bool t263 = (x_i262 < 0.0016666667070239782f);
-                const bool x_i264 = r[i261];
-                const bool t265 = (x_i264 ? x_i264 : t263);
-                r134[i261] = t265;
-            }
-            for (int64_t i266 = 0; i266 < batch; ++i266) {
-                for (int64_t i267 = 0; i267 < 3; ++i267) {
-                    const float x_i268 = tmp165[i266];
-                    const float x_i269 = ks_data_13[i267];
-                    const float t270 = (x_i268 * x_i269);
-                    const float x_i271 = out_probabilities[i266 * 3 + i267];
-                    const float t272 = (x_i271 + t270);
-                    const float x_i273 = tmp172[i266];
-                    const float t274 = (t272 / x_i273);
-                    const float x_i275 = tmp197[i266];
-                    const float x_i276 = ks_data_14[i267];
-                    const float t277 = (x_i275 * x_i276);
-                    const float t278 = (t274 + t277);
-                    const float x_i279 = tmp215[i266];
-                    const float t280 = (t278 / x_i279);
-                    const float x_i281 = tmp239[i266];
-                    const float x_i282 = ks_data_15[i267];
-                    const float t283 = (x_i281 * x_i282);
-                    const float t284 = (t280 + t283);
-                    const float x_i285 = tmp257[i266];
-                    const float t286 = (t284 / x_i285);
-                    const bool x_i287 = r134[i266];
-                    const float t288 = (x_i287 ? x_i271 : t286);
-                    r133[i266 * 3 + i267] = t288;
+            for (int64_t i256 = 0; i256 < batch; ++i256) {
+                for (int64_t i257 = 0; i257 < 3; ++i257) {
+                    const float x_i258 = tmp161[i256];
+                    const float x_i259 = ks_data_13[i257];
+                    const float t260 = (x_i258 * x_i259);
+                    const float x_i261 = out_probabilities[i256 * 3 + i257];
+                    const float t262 = (x_i261 + t260);
+                    const float x_i263 = tmp168[i256];
+                    const float t264 = (t262 / x_i263);
+                    const float x_i265 = tmp190[i256];
+                    const float x_i266 = ks_data_14[i257];
+                    const float t267 = (x_i265 * x_i266);
+                    const float t268 = (t264 + t267);
+                    const float x_i269 = tmp208[i256];
+                    const float t270 = (t268 / x_i269);
+                    const float x_i271 = tmp229[i256];
+                    const float x_i272 = ks_data_15[i257];
+                    const float t273 = (x_i271 * x_i272);
+                    const float t274 = (t270 + t273);
+                    const float x_i275 = tmp247[i256];
+                    const float t276 = (t274 / x_i275);
+                    const bool x_i277 = r133[i256];
+                    const float t278 = (x_i277 ? x_i261 : t276);
+                    r132[i256 * 3 + i257] = t278;
                 }
             }
         }
-        for (int64_t i289 = 0; i289 < batch * 3; ++i289) {
-            out_probabilities[i289] = r133[i289];
+        for (int64_t i279 = 0; i279 < batch * 3; ++i279) {
+            out_probabilities[i279] = r132[i279];
         }
-        for (int64_t i290 = 0; i290 < batch; ++i290) {
-            r[i290] = r134[i290];
+        for (int64_t i280 = 0; i280 < batch; ++i280) {
+            r[i280] = r133[i280];
         }
     }
-    for (int64_t i291 = 0; i291 < batch; ++i291) {
-        const int64_t x_i292 = tmp52[i291];
-        const int64_t t293 = ks_data_7[ks::clamp_index(x_i292, 3)];
-        out_label[i291] = t293;
+    for (int64_t i281 = 0; i281 < batch; ++i281) {
+        const int64_t x_i282 = tmp51[i281];
+        const int64_t t283 = ks_data_7[ks::clamp_index(x_i282, 3)];
+        out_label[i281] = t283;
     }
     return ks::status::ok;
 }
