@@ -740,7 +740,7 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
     T* y1 = y0 + ow;
     int bad = 0;
     if (two_rows) {
-        KS_OMP_SIMD(reduction(| : bad))
+        KS_OMP_SIMD(simdlen(8) reduction(| : bad))
         for (int64_t j = j0; j < pairs; ++j) {
             const quad<T> r = output_tile(io + j);
             bad |= nonfinite(r.v00) | nonfinite(r.v01) | nonfinite(r.v10) | nonfinite(r.v11);
@@ -750,7 +750,7 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
             y1[2 * j + 1] = epi(image, o, q0 + ow + 2 * j + 1, r.v11);
         }
     } else {
-        KS_OMP_SIMD(reduction(| : bad))
+        KS_OMP_SIMD(simdlen(8) reduction(| : bad))
         for (int64_t j = j0; j < pairs; ++j) {
             const quad<T> r = output_tile(io + j);
             bad |= nonfinite(r.v00) | nonfinite(r.v01);

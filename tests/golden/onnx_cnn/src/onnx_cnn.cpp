@@ -157,8 +157,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     float* const gathered119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const d_image = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3 * 16 * 16);
     (void)next_slot;
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
     for (int64_t i = 0; i < batch; ++i) {
@@ -392,29 +390,26 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    for (int64_t row124 = 0; row124 < batch; ++row124) {
-        float* const tmp125 = conv;  // reuses a dead buffer's space
+    float* const tmp124 = folded96;  // reuses a dead buffer's space
+    for (int64_t i125 = 0; i125 < batch; ++i125) {
         for (int64_t i126 = 0; i126 < 8; ++i126) {
             for (int64_t i127 = 0; i127 < 16; ++i127) {
                 for (int64_t i128 = 0; i128 < 16; ++i128) {
-                    const bool x_i129 = (stacked + row124 * (8 * 16 * 16))[i126 * (16 * 16) + i127 * 16 + i128];
-                    const float x_i130 = (folded104 + row124 * (8 * 16 * 16))[i126 * (16 * 16) + i127 * 16 + i128];
+                    const bool x_i129 = stacked[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128];
+                    const float x_i130 = folded104[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128];
                     const float t131 = (x_i129 ? 0.0f : x_i130);
-                    tmp125[i126 * (16 * 16) + i127 * 16 + i128] = t131;
+                    tmp124[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128] = t131;
                 }
             }
         }
-        const ks::conv_shape geometry132{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        ks::conv<float>(geometry132, 1, tmp125, gathered119, (d_image + row124 * (3 * 16 * 16)), scratch_float);
     }
-    for (int64_t i133 = 0; i133 < batch * 3 * 16 * 16; ++i133) {
-        out[i133] = d_image[i133];
-    }
+    const ks::conv_shape geometry132{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry132, batch, tmp124, gathered119, out, scratch_float);
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 8) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 3 * 16 * 16);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 8) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
 }
 
 }  // namespace KS_VARIANT
