@@ -197,10 +197,10 @@ def test_gradients_through_the_transposes_match_torch_autograd(built):
 
 
 def test_winograd_convolutions_match_torch(built):
-    """The plain backend computes 3×3 stride-1 convolutions of 2048+ channel pairs by Winograd's F(2×2, 3×3)
-    (ks::conv_winograd; a constant kernel transformed when compiled, others by ks::winograd_kernel on each
-    call): values at batch 1 and 3, the gradient (its input's cotangent is a Winograd convolution of the
-    flipped kernel) and vmap against torch; the blas backend keeps ks::conv_rows."""
+    """3×3 stride-1 convolutions of 2048+ channel pairs run by Winograd's F(2×2, 3×3) with either backend on
+    one thread (ks::conv_winograd; a constant kernel transformed when compiled, others by ks::winograd_kernel on
+    each call): values at batch 1 and 3, the gradient (its input's cotangent is a Winograd convolution of the
+    flipped kernel) and vmap against torch."""
     pkg, src = built
     rng = np.random.default_rng(4)
     for n in (1, 3):
@@ -218,10 +218,22 @@ def test_winograd_convolutions_match_torch(built):
     source = (pkg.root / "share" / pkg.desc["package"] / "src" / f"{pkg.desc['package']}.cpp").read_text()
     fixed = source[source.index("fixed("):]
     fixed = fixed[:fixed.index("\n}\n")]
-    if pkg.desc["package"].endswith("plain"):
-        assert "ks::conv_winograd<double>(" in fixed and "ks::winograd_kernel<double>(" in source
-    else:
-        assert "ks::conv_winograd" not in source
+    assert "ks::conv_winograd<double>(" in fixed and "ks::winograd_kernel<double>(" in source
+
+
+def test_blas_on_several_threads_keeps_winograd_sized_convolutions_on_the_blas(tmp_path):
+    """With blas and threads > 1 a Winograd-sized convolution stays im2col blocks times the BLAS (ks::conv_rows),
+    whose own threads then run it; on one thread it is Winograd's, as with the plain backend."""
+    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.transforms.pipeline import Options, lower
+    (tmp_path / "k.py").write_text(KERNELS)
+    f = compile_python_kernel(tmp_path / "k.py", "wide", "f64")
+    impls = {}
+    for backend, threads in (("plain", 0), ("blas", 0), ("blas", 2), ("plain", 2)):
+        g = lower(f, Options(backend=backend, threads=threads), after="select_backend")
+        impls[backend, threads] = [e.params["impl"] for e in g.eqns if e.prim.name == "convolve"]
+    assert impls == {("plain", 0): ["winograd"], ("blas", 0): ["winograd"], ("blas", 2): ["gemm"],
+                     ("plain", 2): ["winograd"]}
 
 
 def test_winograd_float32_against_the_loops():

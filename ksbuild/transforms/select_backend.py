@@ -7,9 +7,12 @@ implements), impl "tiles" with the plain backend on one thread (a `ks::tiled_gem
 portable register tiles), and every other einsum (or a product in a plain build on several
 threads, whose loops the parallelize pass spreads) impl "loops". Every `conv` is a `convolve`: impl
 "tiles" (ks::conv, the register tiles) with the plain backend, "gemm" (ks::conv_rows with the
-backend's ks::gemm) with blas or aten; with the plain backend a 2-d 3×3 convolution with stride 1 and
-2048 channel pairs or more (prims/convolve.py: winograd_applies) is impl "winograd" (ks::conv_winograd) of its kernel
-transformed by a `winograd_kernel` equation.
+backend's ks::gemm) with blas or aten; a 2-d 3×3 convolution with stride 1 and 2048 channel pairs or
+more (prims/convolve.py: winograd_applies) is impl "winograd" (ks::conv_winograd, on the register tiles
+of the header-only prelude) of its kernel transformed by a `winograd_kernel` equation, with every
+backend on one thread: its 16 products per tile block are small (C × M by a block of 64 tiles), a
+BLAS call gains nothing on them, and it does 16 multiplications per 4 outputs where im2col and a BLAS
+product do 36. With blas or aten and threads > 1 it stays a ks::conv_rows call (the BLAS's threads).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     def rule(b, eqn, ins):
         if eqn.prim.name == "conv":
             p = eqn.params
-            if backend not in GEMM_BACKENDS and winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type,
+            if (backend not in GEMM_BACKENDS or threads <= 1) and winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type,
                                                                   p["strides"], p["dilations"], p["groups"]):
                 (u,) = b.bind(winograd_kernel, [ins[1]], {})
                 return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
