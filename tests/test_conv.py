@@ -221,6 +221,24 @@ def test_winograd_convolutions_match_torch(built):
     assert "ks::conv_winograd<double>(" in fixed and "ks::winograd_kernel<double>(" in source
 
 
+def test_per_row_runs_image_by_image_only_while_the_weights_are_smaller_than_an_image(tmp_path):
+    """The loop over images reads each weight once per image: a chain of 3×3 convolutions of 64 channels on a
+    2 × 2 map (each kernel 295 KB, each image's activations 2 KB) stays layer by layer; the small CNN's
+    chain (a few KB of weights, 7 KB of activations per image) runs image by image."""
+    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.transforms.pipeline import Options, lower
+    (tmp_path / "k.py").write_text(KERNELS + '''
+
+def deep(x: "float[n, 64, 2, 2]", w: "float[64, 64, 3, 3]", w2: "float[64, 64, 3, 3]") -> "float[n, 64, 2, 2]":
+    return F.conv2d(torch.relu(F.conv2d(x, w, padding=1)), w2, padding=1)
+''')
+    looped = {}
+    for name in ("layers", "deep"):
+        g = lower(compile_python_kernel(tmp_path / "k.py", name, "f64"), Options(), after="per_row")
+        looped[name] = [e.prim.name for e in g.eqns if e.prim.name in ("loop", "convolve")]
+    assert looped == {"layers": ["loop"], "deep": ["convolve", "convolve"]}
+
+
 def test_blas_on_several_threads_keeps_winograd_sized_convolutions_on_the_blas(tmp_path):
     """With blas and threads > 1 a Winograd-sized convolution stays im2col blocks times the BLAS (ks::conv_rows),
     whose own threads then run it; on one thread it is Winograd's, as with the plain backend."""

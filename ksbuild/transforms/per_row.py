@@ -10,10 +10,13 @@ Winograd transform) move before the loop.
 
 Why: a CNN evaluated layer by layer over a batch writes each activation for every image before
 the next layer reads it back, through main memory or L3 once the batch is large; image by image,
-an activation is read again while it is still in L1/L2. A chain is worthwhile when it holds a
-convolution and another layer (a convolution, a pooling or other reduction: not a view, not
-elementwise work, which joins a convolution's epilogue anyway). Matrix products stay outside:
-over the whole batch they read each weight once for all rows.
+an activation is read again while it is still in L1/L2. But the loop reads every weight once per
+row: a chain is cut where its weights so far outweigh one row's activations so far (a ResNet's
+first layers run image by image, its deep 512-channel layers over the batch, where each weight is
+read once for all images). A chain is worthwhile when it (so cut) holds a convolution and another
+layer (a convolution, a pooling or other reduction: not a view, not elementwise work, which joins
+a convolution's epilogue anyway). Matrix products stay outside: over the whole batch they read
+each weight once for all rows.
 
 Which equations are row-wise is each primitive's `rows` rule (prims/base.py); elementwise
 primitives are row-wise by construction. With threads > 1 the function is unchanged: the
@@ -21,9 +24,13 @@ parallelize pass splits the batch loops of the layers instead.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..errors import KsbuildError
 from ..ir.core import Atom, Eqn, Func, Lit, Var, freeze
-from ..ir.types import Dim, Type
+from ..ir.types import Dim, Type, numpy_dtype
 from ..prims.base import PRIMS, broadcast_rows
 
 
@@ -85,8 +92,8 @@ def _chain(eqns: list[Eqn], i: int):
         else:
             break
         j += 1
+    group = group[:_paying_prefix(group)]
     while group and group[-1][0].prim.view:  # a trailing view (the flatten before a matrix product) stays out
-        made.difference_update(group[-1][0].outs)
         group.pop()
     layers = [e for e, _ in group if not (e.prim.view or e.prim.elementwise)]
     if len(layers) < 2 or not any(e.prim.name == "convolve" for e in layers):
@@ -95,6 +102,42 @@ def _chain(eqns: list[Eqn], i: int):
     last = eqns.index(group[-1][0])
     moved = [e for e in moved if eqns.index(e) < last]
     return n, group, moved, last + 1
+
+
+def _paying_prefix(group: list[tuple[Eqn, tuple]]) -> int:
+    """How many of the chain's first equations pay for running row by row: the row loop reads every weight
+    (an operand read whole) once per row, where the layers over the whole batch read it once; that is worth it
+    while the weights read so far take no more bytes than one row's activations made so far (which then stay
+    in cache). Sizes must be literal (else 0: nothing is looped)."""
+    made: set[Var] = set()
+    weights: set[Var] = set()
+    weight_bytes = row_bytes = 0
+    best = 0
+    for k, (e, (_, sliced)) in enumerate(group):
+        for a, s in zip(e.ins, sliced):
+            if isinstance(a, Var) and not s and a not in made and a not in weights:
+                weights.add(a)
+                size = _bytes(a.type.shape, a.type.dtype)
+                if size is None:
+                    return best
+                weight_bytes += size
+        if not e.prim.view:
+            for v in e.outs:
+                size = _bytes(v.type.shape[1:], v.type.dtype)
+                if size is None:
+                    return best
+                row_bytes += size
+        made.update(e.outs)
+        if weight_bytes <= row_bytes:
+            best = k + 1
+    return best
+
+
+def _bytes(shape, dtype: str) -> int | None:
+    """The bytes of a tensor of literal shape (None for a symbolic one)."""
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    return math.prod(shape) * np.dtype(numpy_dtype(dtype)).itemsize
 
 
 def _row_type(t: Type) -> Type:
