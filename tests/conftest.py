@@ -13,9 +13,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
-    """Builds share one cache per session unless KSBUILD_CACHE is set by the caller."""
+    """Builds share one cache per session unless KSBUILD_CACHE is set by the caller. Under pytest-xdist
+    (`-n 2`) the workers share it too: the cache's per-key locks let one worker build a package while
+    another waits and reuses it."""
     if "KSBUILD_CACHE" not in os.environ:
-        os.environ["KSBUILD_CACHE"] = str(tmp_path_factory.mktemp("ksbuild-cache"))
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            base = base.parent  # the run's folder, above each worker's own
+        cache = base / "ksbuild-cache"
+        cache.mkdir(exist_ok=True)
+        os.environ["KSBUILD_CACHE"] = str(cache)
     yield
 
 
