@@ -56,6 +56,20 @@ def test_compiled_derivatives(relu3_pkg):
         assert relu3_pkg.relu3_d2(float(x), 1.0) == pytest.approx(second, rel=1e-5, abs=1e-6)
 
 
+def test_an_export_shows_its_arguments(relu3_pkg):
+    """print(pkg.f), pkg.f.__doc__ and inspect.signature(pkg.f) name the inputs (the source's names, a vjp's
+    cotangent after them), their dtypes and dims, and the results."""
+    import inspect
+    vjp = relu3_pkg.vrelu3_vjp
+    assert repr(vjp) == ("<ksbuild export activations_vrelu3_vjp = vjp(vmap(relu3)): "
+                         "(x: f32[n], ct: f32[n]) -> out: f32[n]>")
+    assert repr(relu3_pkg.relu3).endswith(": (x: f32) -> result: f32>")
+    assert "(x: f32[n], ct: f32[n]) -> out: f32[n]" in vjp.__doc__ and "by their names" in vjp.__doc__
+    assert str(inspect.signature(vjp)) == "(x, ct, *, out=None, dims=None)"
+    x, ct = np.zeros(3, np.float32), np.ones(3, np.float32)
+    assert np.array_equal(vjp(ct=ct, x=x), vjp(x, ct))
+
+
 def test_torch_agrees_on_gradient(relu3_pkg):
     torch = pytest.importorskip("torch")
     x = torch.tensor(POINTS.astype(np.float64), requires_grad=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import inspect
 import json
 import operator
 import re
@@ -75,9 +76,30 @@ class Export:
         self._strings = any(a["dtype"] == "str" for a in self.ins + self.outs)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
         self._fast_plans: dict[tuple, _FastPlan] = {}  # argument shapes -> what a call with them needs
+        # per export: `pkg.f?` (IPython), pkg.f.__doc__ and inspect.signature(pkg.f) show its arguments
+        self.__doc__ = f"{desc['symbol']} = {desc['expression']}\n{self.signature}\n\n{Export.__call__.__doc__}"
+        self.__signature__ = self._call_signature()
+
+    @property
+    def signature(self) -> str:
+        """What the export takes and gives, in the kernel's own names and dims:
+        `(x: f32[batch, 16], ct_y: f32[batch, 16]) -> out: f32[batch, 16]`."""
+        def shown(a: dict) -> str:
+            dims = f"[{', '.join(str(d) for d in a['shape'])}]" if a["shape"] else ""
+            return f"{_shown(a)}: {a['dtype']}{dims}"
+        outs = ", ".join(shown(a) for a in self.outs)
+        return f"({', '.join(shown(a) for a in self.ins)}) -> {outs if len(self.outs) == 1 else f'({outs})'}"
+
+    def _call_signature(self) -> inspect.Signature:
+        """The inputs as Python parameters, for inspect.signature(pkg.f) (editors' call hints)."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params = [inspect.Parameter(_shown(a), kind) for a in self.ins]
+        names = {p.name for p in params}
+        return inspect.Signature(params + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+                                           for n in ("out", "dims") if n not in names])
 
     def __repr__(self) -> str:
-        return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}>"
+        return f"<ksbuild export {self.desc['symbol']} = {self.desc['expression']}: {self.signature}>"
 
     def __call__(self, *args, out=None, dims: dict[str, int] | None = None, **kwargs):
         """Call the compiled code; inputs by position or by their names in the kernel's source;

@@ -29,8 +29,9 @@ def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     def rule(b, eqn, ins):
         if eqn.prim.name == "conv":
             p = eqn.params
-            if (backend not in GEMM_BACKENDS or threads <= 1) and winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type,
-                                                                  p["strides"], p["dilations"], p["groups"]):
+            winograd = winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type, p["strides"],
+                                        p["dilations"], p["groups"])
+            if winograd and (backend not in GEMM_BACKENDS or threads <= 1):
                 (u,) = b.bind(winograd_kernel, [ins[1]], {})
                 return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
             impl = "gemm" if backend in GEMM_BACKENDS else "tiles"
