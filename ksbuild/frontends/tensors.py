@@ -153,19 +153,42 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
     items = _expand_ellipsis(fc, index_items(index_node), x.type.rank, node)
     if sum(1 for it in items if not _is_none(it)) > x.type.rank:
         raise fc.src.error(node, f"too many indices for {x.type}")
-    axis = 0
-    for it in items:
+    values = {k: fc.expr(b, scope, it) for k, it in enumerate(items)
+              if not _is_none(it) and not isinstance(it, ast.Slice)}
+    # several integer tensors (x[torch.arange(n), labels]) pick together, elementwise: index.take_many
+    together = [k for k, v in values.items() if _is_index_tensor(v)]
+    if len(together) > 1 and together != list(range(together[0], together[-1] + 1)):
+        raise fc.src.error(node, "index tensors with other indices between them (x[i, :, j]) are not supported",
+                           hint="index tensors next to one another pick elementwise: x[i, j] or x[:, i, j]")
+    axis, k = 0, 0
+    while k < len(items):
+        it = items[k]
         if _is_none(it):
             x = b.reshape(x, shape=x.type.shape[:axis] + (1,) + x.type.shape[axis:])
             axis += 1
         elif isinstance(it, ast.Slice):
             x = _slice(fc, b, scope, x, axis, it)
             axis += 1
+        elif len(together) > 1 and k == together[0]:
+            rank = x.type.rank - len(together)
+            x = index.take_many(b, x, [_i64(b, values[t]) for t in together], axis)
+            axis += x.type.rank - rank
+            k = together[-1]
         else:
-            i = fc.expr(b, scope, it)
+            i = values[k]
             x = _take(fc, b, x, axis, i, it)
             axis += i.type.rank if isinstance(i, Atom) and not isinstance(i, Lit) else 0
+        k += 1
     return x
+
+
+def _is_index_tensor(v) -> bool:
+    """An integer tensor used as an index (x[idx]: numpy's take, not a position)."""
+    return isinstance(v, Atom) and not isinstance(v, Lit) and bool(v.type.rank) and v.type.dtype in ("i32", "i64")
+
+
+def _i64(b, v: Atom) -> Atom:
+    return v if v.type.dtype == "i64" else b.convert(v, dtype="i64")
 
 
 def index_items(index_node: ast.expr) -> list[ast.expr]:
@@ -340,9 +363,8 @@ def _window_start(b, start: Atom, n: Dim, m: Dim) -> Atom:
 
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
-    if isinstance(i, Atom) and not isinstance(i, Lit) and i.type.rank and i.type.dtype in ("i32", "i64"):
-        from ..ops.index import gather  # x[idx] with an integer tensor: numpy's take (negative indices wrap)
-        return gather(b, x, i if i.type.dtype == "i64" else b.convert(i, dtype="i64"), axis)
+    if _is_index_tensor(i):  # x[idx] with an integer tensor: numpy's take (negative indices wrap)
+        return index.gather(b, x, _i64(b, i), axis)
     return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
 
 

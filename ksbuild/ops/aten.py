@@ -112,30 +112,6 @@ def adaptive_avg_pool(b, x: Atom, out_sizes: Sequence[int]) -> Atom:
     return x
 
 
-def gather_axes(b, x: Atom, indices: Sequence[Atom], first: int) -> Atom:
-    """x[..., i0, i1, ...] on the consecutive axes from `first` (advanced indexing): the index tensors
-    broadcast together and become one row-major position into those axes merged."""
-    from ..ir.types import broadcast_shapes, dim_mul
-    from ._util import dim_atom
-    from .index import gather, wrap
-    from .shape import expand
-    shape: tuple = ()
-    for i in indices:
-        shape = broadcast_shapes(shape, i.type.shape)
-        if shape is None:
-            raise error(b, "index tensors whose shapes do not broadcast")
-    sizes = x.type.shape[first:first + len(indices)]
-    pos = None
-    for i, n in zip(indices, sizes):
-        i = expand(b, wrap(b, i, n), shape)
-        pos = i if pos is None else b.add(b.mul(pos, dim_atom(b, n)), i)
-    merged = sizes[0]
-    for n in sizes[1:]:
-        merged = dim_mul(merged, n)
-    flat = b.reshape(x, shape=x.type.shape[:first] + (merged,) + x.type.shape[first + len(indices):])
-    return gather(b, flat, pos, first)
-
-
 # ---- recurrent layers ------------------------------------------------------------------------------------
 
 GATES = {"gru": (1, 0, 2), "lstm": (0, 3, 1, 2), "rnn_tanh": (0,), "rnn_relu": (0,)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.core import Atom, Lit
-from ..ir.types import Dim, Type
+from ..ir.types import Dim, Type, broadcast_shapes
 from ._util import dim_atom, error, norm_axis, numel, scalar_lit
 from .math import logical_or
 
@@ -34,6 +34,29 @@ def gather(b, x: Atom, idx: Atom, axis: int) -> Atom:
     """numpy take: x.shape[:axis] + idx.shape + x.shape[axis+1:] (negative indices wrap)."""
     axis = norm_axis(b, axis, x.type.rank)
     return b.gather(x, wrap(b, idx, x.type.shape[axis]), axis=axis)
+
+
+def take_many(b, x: Atom, idxs: Sequence[Atom], axis: int) -> Atom:
+    """x[..., i0, i1, ...] with integer tensors on the consecutive axes from `axis` (torch's and numpy's
+    advanced indexing): the indices broadcast together and pick elementwise, x[.., i0[s], i1[s], ..] for each
+    position s of their broadcast shape, which takes the axes' place. Negative indices wrap, and each index is
+    then clamped into its own axis, as one gather's is (a flat position would otherwise reach another row)."""
+    shape: tuple | None = ()
+    for i in idxs:
+        shape = broadcast_shapes(shape, i.type.shape)
+        if shape is None:
+            raise error(b, "index tensors whose shapes do not broadcast: "
+                           f"{', '.join(str(list(i.type.shape)) for i in idxs)}")
+    k = len(idxs)
+    dims = x.type.shape[axis:axis + k]
+    pos = None
+    for j, (i, d) in enumerate(zip(idxs, dims)):
+        w = b.max(b.min(wrap(b, i, d), b.sub(dim_atom(b, d), Lit(1, Type("i64")))), Lit(0, Type("i64")))
+        stride = numel(dims[j + 1:])
+        term = w if stride == 1 else b.mul(w, dim_atom(b, stride))
+        pos = term if pos is None else b.add(pos, term)
+    flat = b.reshape(x, shape=x.type.shape[:axis] + (numel(dims),) + x.type.shape[axis + k:])
+    return b.gather(flat, pos, axis=axis)
 
 
 def _strides(shape: Sequence[Dim]) -> list[Dim]:

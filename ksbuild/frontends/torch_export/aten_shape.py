@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir.core import Lit, Var
 from ...ir.types import Dim, Type, dim_add
-from ...ops import aten, create, nn
+from ...ops import create, nn
 from ...ops import index as ix
 from ...ops import shape as sh
 from ...ops._util import norm_axis
@@ -254,7 +254,7 @@ def index(n: Node):
         raise n.unsupported("indexing with a boolean mask (its result has a data-dependent size)")
     if len(tensors) == 1:
         return ix.gather(n.b, x, tensors[0], given[0])
-    return aten.gather_axes(n.b, x, tensors, given[0])
+    return ix.take_many(n.b, x, tensors, given[0])
 
 
 @handler("topk.default")
