@@ -158,3 +158,23 @@ def test_torch_export_picks_elementwise_too(tmp_path):
     want = np.zeros_like(x)
     np.add.at(want, (np.arange(6), np.minimum(labels, 4)), 2 * ct)
     np.testing.assert_allclose(pkg.pick_vjp(x, labels, ct), want, rtol=1e-6)
+
+
+def test_onnx_gather_nd_clamps_each_index_into_its_axis(tmp_path):
+    """GatherND's index columns go through one flat position as well: in range it is onnxruntime's value, out
+    of range each column is clamped into its own axis ([1, 4] of a [5, 4] x reads x[1, 3], not x[2, 0])."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("GatherND", ["x", "i"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 4]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [3, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "gathernd"\n[kernels]\nm = { onnx = "m.onnx" }\n'
+                                            '[exports]\nm = "m"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    x, i = np.arange(20, dtype=np.float32).reshape(5, 4), np.array([[1, 2], [4, -1], [0, 3]])
+    want = onnxruntime.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": x, "i": i})[0]
+    np.testing.assert_array_equal(pkg.m(x, i), want)
+    np.testing.assert_array_equal(pkg.m(x, np.array([[1, 4], [9, 0], [0, -9]])), [x[1, 3], x[4, 0], x[0, 0]])

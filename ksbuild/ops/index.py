@@ -36,6 +36,12 @@ def gather(b, x: Atom, idx: Atom, axis: int) -> Atom:
     return b.gather(x, wrap(b, idx, x.type.shape[axis]), axis=axis)
 
 
+def _clamped(b, idx: Atom, n: Dim) -> Atom:
+    """An index into one of several axes read through one flat position: wrapped, then clamped into its own
+    axis as one gather's index is (out of range, it would otherwise reach another row)."""
+    return b.max(b.min(wrap(b, idx, n), b.sub(dim_atom(b, n), Lit(1, Type("i64")))), Lit(0, Type("i64")))
+
+
 def take_many(b, x: Atom, idxs: Sequence[Atom], axis: int) -> Atom:
     """x[..., i0, i1, ...] with integer tensors on the consecutive axes from `axis` (torch's and numpy's
     advanced indexing): the indices broadcast together and pick elementwise, x[.., i0[s], i1[s], ..] for each
@@ -51,7 +57,7 @@ def take_many(b, x: Atom, idxs: Sequence[Atom], axis: int) -> Atom:
     dims = x.type.shape[axis:axis + k]
     pos = None
     for j, (i, d) in enumerate(zip(idxs, dims)):
-        w = b.max(b.min(wrap(b, i, d), b.sub(dim_atom(b, d), Lit(1, Type("i64")))), Lit(0, Type("i64")))
+        w = _clamped(b, i, d)
         stride = numel(dims[j + 1:])
         term = w if stride == 1 else b.mul(w, dim_atom(b, stride))
         pos = term if pos is None else b.add(pos, term)
@@ -100,8 +106,8 @@ def _nd_rows(b, x_shape, idx: Atom, batch_dims: int) -> tuple[Atom, int]:
         if j < batch_dims:
             c = _coord(b, out_shape, j)
         else:
-            c = wrap(b, b.reshape(b.slice(idx, axis=idx.type.rank - 1, start=j - batch_dims,
-                                          stop=j - batch_dims + 1), shape=out_shape), x_shape[j])
+            c = _clamped(b, b.reshape(b.slice(idx, axis=idx.type.rank - 1, start=j - batch_dims,
+                                              stop=j - batch_dims + 1), shape=out_shape), x_shape[j])
         term = c if strides[j] == 1 else b.mul(c, dim_atom(b, strides[j]))
         pos = term if pos is None else b.add(pos, term)
     return pos, k
