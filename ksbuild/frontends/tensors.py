@@ -171,7 +171,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
             axis += 1
         elif len(together) > 1 and k == together[0]:
             rank = x.type.rank - len(together)
-            x = index.take_many(b, x, [_i64(b, values[t]) for t in together], axis)
+            x = index.take_many(b, x, [values[t] for t in together], axis)
             axis += x.type.rank - rank
             k = together[-1]
         else:
@@ -185,10 +185,6 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
 def _is_index_tensor(v) -> bool:
     """An integer tensor used as an index (x[idx]: numpy's take, not a position)."""
     return isinstance(v, Atom) and not isinstance(v, Lit) and bool(v.type.rank) and v.type.dtype in ("i32", "i64")
-
-
-def _i64(b, v: Atom) -> Atom:
-    return v if v.type.dtype == "i64" else b.convert(v, dtype="i64")
 
 
 def index_items(index_node: ast.expr) -> list[ast.expr]:
@@ -364,7 +360,7 @@ def _window_start(b, start: Atom, n: Dim, m: Dim) -> Atom:
 
 def _take(fc, b, x: Atom, axis: int, i, node) -> Atom:
     if _is_index_tensor(i):  # x[idx] with an integer tensor: numpy's take (negative indices wrap)
-        return index.gather(b, x, _i64(b, i), axis)
+        return index.gather(b, x, i, axis)  # (i32 indices become i64 in index.wrap)
     return b.index(x, _index_atom(fc, b, x, axis, i, node), axis=axis)
 
 
