@@ -105,6 +105,17 @@ constexpr int tall_block = KS_GEMM_TALL_OVERRIDE;
 constexpr int tall_block = vector_bytes == 64 && row_block == 8 && panel_block == 2 ? 12 : row_block;
 #endif
 
+// Tiles of fewer than min_rows rows use each vector of b's panels at most 4 times per k, and GCC 12 on x86 then
+// reads it again from L1 for every row (a memory operand of each multiply-add) instead of keeping it in a
+// register: on AVX-512, tiles of 2 to 4 rows ran at 40-60% of the FMA peak where tiles of 5 to 8 ran at 95-100%
+// (docs/performance.md). So the rows left below the tall tiles make tiles of min_rows to row_block rows where they
+// can, and 2 to 4 rows left run as a tile of min_rows whose extra rows are computed but not stored.
+#if defined(__x86_64__) || defined(__i386__)
+constexpr int min_rows = 5;
+#else
+constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
+#endif
+
 #ifndef KS_GEMM_KC
 #define KS_GEMM_KC 1024
 #endif
@@ -137,6 +148,16 @@ template <class T>
 inline T* opaque(T* p) {
     __asm__("" : "+r"(p));
     return p;
+}
+
+// x, as if it were read (no instruction is emitted): a tile's rows computed only to keep b's vectors in registers.
+template <class V>
+inline void sink(const V& x) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : : "v"(x));
+#else
+    (void)x;
+#endif
 }
 
 // n, with what the compiler knows of its value forgotten (no instruction is emitted): see opaque.
@@ -249,7 +270,8 @@ struct table_rows {
 // PACKED: a is packed by pack_a (a_rs = 1, a_cs = row_block), constants in the k loop's address arithmetic; a
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
-template <class T, int MR, int NP, bool PACKED = false, class Rows, class Epi>
+// LIVE < MR: only the first LIVE rows are c's; the others repeat a's last row and are not stored (see min_rows).
+template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows, class Epi>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
                   T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi,
                   ahead pf = {}) {
@@ -284,7 +306,9 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 }
             }
             for (int r = 0; r < MR; ++r) {
-                const V x = splat<T>(PACKED ? a[r + p * row_block] : a[r * a_rs + p * a_cs]);
+                const int ra = r < LIVE ? r : r - LIVE;
+                const T ax = PACKED ? a[ra + p * row_block] : a[ra * a_rs + p * a_cs];
+                const V x = splat<T>(r < LIVE ? ax : -ax);  // (negated: else GCC finds the row equal to the last)
                 for (int q = 0; q < NP * W; ++q) {
                     acc[h][r][q] += x * bv[q];
                 }
@@ -298,10 +322,15 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             }
         }
     }
+    for (int r = LIVE; r < MR; ++r) {  // rows kept only to keep b's vectors in registers: computed, not stored
+        for (int q = 0; q < NP * W; ++q) {
+            sink(acc[0][r][q]);
+        }
+    }
     const int width = b.width();
     if constexpr (is_no_epilogue<Epi>) {
         if (width == P && cols == NP * P) {  // nothing to apply, a whole tile: the accumulators stored as they are
-            for (int r = 0; r < MR; ++r) {
+            for (int r = 0; r < LIVE; ++r) {
                 T* out = c + r * c_rs;
                 for (int q = 0; q < NP * W; ++q) {
                     V x = acc[0][r][q];
@@ -314,7 +343,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             return;
         }
     }
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < LIVE; ++r) {
         T row[NP * P];
         for (int q = 0; q < NP * W; ++q) {
             const V x = acc[0][r][q];  // (a copy: taking acc's address would keep it out of registers)
@@ -350,18 +379,27 @@ inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
     return {a, a_rs, a_cs, row_block * a_rs};
 }
 
-// One tile: micro with a's strides, folded to constants for a packed a.
-template <class T, int MR, int NP, bool PACKED, class Rows, class Epi>
+// One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro).
+template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows, class Epi>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, bool last, int64_t i, int64_t j, const Epi& epi, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP, true>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
+        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     } else {
-        micro<T, MR, NP>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
+        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     }
 }
 
-// Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows).
+// Whether a tile of `rows` rows runs as one of min_rows rows, the others computed and not stored (see min_rows):
+// 3 and 4 rows with 64-byte vectors, 4 with 32-byte ones (a 3-row tile of two 32-byte panels ran at 95% of the
+// peak as it is). Measured on AVX-512, per block of 4 panels and 784 values of k: 4 rows 6.4 -> 4.5 us, 3 rows
+// 7.2 -> 4.6 us (5 rows: 4.3 us); on AVX2, 4 rows 6.7 -> 4.5 us.
+constexpr bool padded(int rows) {
+    return rows < min_rows && min_rows < row_block && rows >= (vector_bytes == 64 ? 3 : 4) && 2 * rows >= min_rows;
+}
+
+// Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows), or of
+// min_rows rows when padded(rows).
 template <class T, int R, bool PACKED, class Rows, class Epi>
 inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
                       int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t i, int64_t j,
@@ -371,23 +409,29 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
             rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, last, i, j, epi);
             return;
         }
-        constexpr int NP = panels_for(R);
+        constexpr int MR = padded(R) ? min_rows : R;
+        constexpr int NP = panels_for(MR);
         const int P = b.width();  // (the columns of c a panel stores)
         for (int u = 0; u < panels; u += NP) {
             const int np = panels - u < NP ? panels - u : NP;
             const int64_t left = cols - int64_t(u) * P;
             const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
             if (np == NP) {
-                tile<T, R, NP, PACKED>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, last, i, j + u * P, epi);
+                tile<T, MR, NP, PACKED, R>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, last, i, j + u * P, epi);
             } else {
                 for (int v = 0; v < np; ++v) {
                     const int wv = w - v * P < P ? w - v * P : P;
-                    tile<T, R, 1, PACKED>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, last, i,
-                                          j + (u + v) * P, epi);
+                    tile<T, MR, 1, PACKED, R>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, last, i,
+                                              j + (u + v) * P, epi);
                 }
             }
         }
     }
+}
+
+// Whether `rows` rows split evenly into tiles of min_rows to row_block rows each.
+constexpr bool splits(int64_t rows) {
+    return rows == 0 || rows / ((rows + row_block - 1) / row_block) >= min_rows;
 }
 
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
@@ -399,7 +443,10 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const int64_t whole = m - m % MR;
+    int64_t whole = m - m % MR;
+    if (MR != row_block && whole >= MR && !splits(m - whole) && splits(m - whole + MR)) {
+        whole -= MR;  // one tall tile fewer, so that the rows left make tiles of min_rows or more (64 = 4·12 + 2·8)
+    }
     for (int u = 0; u < panels; u += NP) {
         const int np = panels - u < NP ? panels - u : NP;
         const int64_t left = cols - int64_t(u) * P;
@@ -422,8 +469,13 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
         return;
     }
     if constexpr (MR != row_block) {
-        block<T>(m - whole, kc, rows_of(a.data + whole * a.rs, a.rs, a.cs), b, panels, c + whole * c_rs, c_rs, cols,
-                 load_c, last, j, epi, i0 + whole);
+        const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
+        for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
+            const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
+            block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols, load_c,
+                     last, j, epi, i0 + i);
+            i += rows;
+        }
     } else {
         rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
                                      c + whole * c_rs, c_rs, cols, load_c, last, i0 + whole, j, epi);
@@ -671,7 +723,7 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
 
 // c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call.
 template <class T, class Epi = no_epilogue>
-void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c, bool accumulate,
+__attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c, bool accumulate,
                  const Epi& epi = Epi()) {
     constexpr int P = panel_width<T>;
     if (m <= 0 || n <= 0) {

@@ -96,7 +96,9 @@ void check_gemm(int64_t m, int64_t n, int64_t k, int flags, uint64_t& state) {
 
 template <class T>
 void gemms(uint64_t& state) {
-    const int64_t ms[] = {1, 2, 5, 6, 7, 13, 20, 25, 64};  // (packed_gemm's tall tiles: 12 + 1, 12 + 8, 2 x 12 + 1)
+    // (packed_gemm's tall tiles: 13 = 7 + 6, 16 = 8 + 8, 20 = 12 + 8, 21 = 7 + 7 + 7, 25 = 2 x 12 + 1, 64 = 4 x 12 +
+    // 2 x 8; 3 and 4 rows as padded tiles of 5 where vectors are 64 or 32 bytes)
+    const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 13, 16, 20, 21, 25, 64};
     const int64_t ns[] = {1, 3, 16, 17, 33, 130};
     const int64_t ks[] = {0, 1, 7, 300, 1100};
     for (int64_t m : ms) {
