@@ -721,10 +721,11 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
     tiles::rows<T>(m, n, k, a, b, c, accumulate, scratch, epi);
 }
 
-// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call.
+// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. (flatten: the
+// tiles inlined here; GCC called the 12-row one out of line, and that copy ran 7-10% slower: docs/performance.md)
 template <class T, class Epi = no_epilogue>
-__attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c, bool accumulate,
-                 const Epi& epi = Epi()) {
+__attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
+                                          bool accumulate, const Epi& epi = Epi()) {
     constexpr int P = panel_width<T>;
     if (m <= 0 || n <= 0) {
         return;
