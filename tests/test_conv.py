@@ -92,6 +92,22 @@ def twin(x: "float[n, 4, 8, 8]", wa: "float[4, 4, 3, 3]", wb: "float[4, 4, 1, 1]
     return torch.relu(F.conv2d(x, wa, padding=1)) * torch.sigmoid(F.conv2d(x, wb)) + x
 
 
+def depthwise(x: "float[n, 6, 13, 40]", w: "float[6, 1, 3, 3]", b: "float[6]") -> "float[n, 6, 7, 20]":
+    """one group per channel (ks::conv_depthwise): strided, padded, a bias and relu6 as its epilogue."""
+    return F.relu6(F.conv2d(x, w, b, stride=2, padding=1, groups=6))
+
+
+def depthwise_line(x: "float[n, 4, 75]", w: "float[8, 1, 5]") -> "float[n, 8, 69]":
+    """a Conv1d with groups = channels, two output channels per input channel, dilated and padded on one side
+    in effect (runs of 4 vectors and the vectors after them)."""
+    return F.conv1d(F.pad(x, (2, 0)), w, dilation=2, groups=4)
+
+
+def depthwise_loss(x: "float[n, 6, 13, 40]", w: "float[6, 1, 3, 3]", b: "float[6]", v: "float[n, 4, 75]",
+                   u: "float[8, 1, 5]") -> float:
+    return (depthwise(x, w, b) ** 2).sum() + (depthwise_line(v, u) ** 2).sum()
+
+
 def coupled(x: "float[n, 3, 6, 6]", w: "float[4, 3, 3, 3]", w2: "float[4, 4, 3, 3]") -> "float[n, 4, 4, 4]":
     """a mean over the batch between the convolutions: rows depend on each other there, the chain stops."""
     y = torch.relu(F.conv2d(x, w, padding=1))
@@ -134,6 +150,12 @@ python = "k.py:four"
 python = "k.py:twin"
 [kernels.coupled]
 python = "k.py:coupled"
+[kernels.depthwise]
+python = "k.py:depthwise"
+[kernels.depthwise_line]
+python = "k.py:depthwise_line"
+[kernels.depthwise_loss]
+python = "k.py:depthwise_loss"
 [exports]
 block = "block"
 residual = "residual"
@@ -154,6 +176,9 @@ layers_vjp = "vjp(layers)"
 four = "four"
 twin = "twin"
 coupled = "coupled"
+depthwise = "depthwise"
+depthwise_line = "depthwise_line"
+depthwise_grad = "grad(depthwise_loss, argnums=(0, 1, 2, 3, 4))"
 '''
 
 
@@ -179,7 +204,8 @@ def test_convolutions_match_torch(built):
              "tiny": ((1, 6, 7, 9), (4, 3, 3, 2), (4,)), "tiny3": ((3, 6, 7, 9), (4, 3, 3, 2), (4,)),
              "dense": ((5, 20), (20, 33), (33,)),
              "wide": ((3, 32, 9, 11), (64, 32, 3, 3), (64,)), "uneven": ((2, 17, 12, 10), (128, 17, 3, 3)),
-             "fixed": ((2, 32, 8, 8),)}
+             "fixed": ((2, 32, 8, 8),), "depthwise": ((3, 6, 13, 40), (6, 1, 3, 3), (6,)),
+             "depthwise_line": ((2, 4, 75), (8, 1, 5))}
     for name, shapes in cases.items():
         args, fn = _args(rng, *shapes), name.rstrip("3")
         want = getattr(src, fn)(*[torch.tensor(a) for a in args]).numpy()
@@ -194,6 +220,29 @@ def test_gradients_through_the_transposes_match_torch_autograd(built):
     src.loss(*ts).backward()
     for got, t in zip(pkg.loss_grad(*args), ts):
         np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_depthwise_convolutions_and_their_gradients_match_torch(built):
+    """Convolutions with one group per input channel run as ks::conv_depthwise with either backend (each
+    channel's taps over a zero-padded copy split by stride phase); their gradients through the transposes."""
+    pkg, src = built
+    rng = np.random.default_rng(2)
+    args = _args(rng, (2, 6, 13, 40), (6, 1, 3, 3), (6,), (2, 4, 75), (8, 1, 5))
+    ts = [_t(a) for a in args]
+    src.depthwise_loss(*ts).backward()
+    for got, t in zip(pkg.depthwise_grad(*args), ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_one_group_per_channel_is_depthwise_with_every_backend(tmp_path):
+    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.transforms.pipeline import Options, lower
+    (tmp_path / "k.py").write_text(KERNELS)
+    for name in ("depthwise", "depthwise_line"):
+        f = compile_python_kernel(tmp_path / "k.py", name, "f64")
+        for backend, threads in (("plain", 0), ("blas", 0), ("blas", 2)):
+            g = lower(f, Options(backend=backend, threads=threads), after="select_backend")
+            assert [e.params["impl"] for e in g.eqns if e.prim.name == "convolve"] == ["depthwise"], (name, backend)
 
 
 def test_winograd_convolutions_match_torch(built):

@@ -5,7 +5,8 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     panels for ks/gemm.h's register tiles, the epilogue applied as each element is stored), "gemm"
     ks::conv_rows with the backend's ks::gemm (ks/blas.h, ks/aten.h; the epilogue applied to each block
     just computed), "winograd" ks::conv_winograd (Winograd's F(2×2, 3×3) on the register tiles; w is then
-    the transformed kernel u [16, C, M] that winograd_kernel makes). The epilogue
+    the transformed kernel u [16, C, M] that winograd_kernel makes), "depthwise" ks::conv_depthwise (one group
+    per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
@@ -72,13 +73,20 @@ def winograd_applies(x: Type, w: Type, y: Type, strides, dilations, groups) -> b
     return min(sides, default=WINOGRAD_MIN_SIZE) >= WINOGRAD_MIN_SIZE
 
 
+def depthwise_applies(x: Type, groups: int) -> bool:
+    """Whether a conv of x is computed by ks::conv_depthwise: a float convolution with one group per input channel
+    (more than one: a single-channel image stays with the register tiles), any stride, dilation and padding."""
+    c = x.shape[1] if x.rank >= 3 else None
+    return x.dtype in ("f32", "f64") and isinstance(c, int) and groups == c and groups > 1
+
+
 def _kernel_type(u: Type) -> Type:
     """The [M, C, 3, 3] kernel type of a transformed kernel u [16, C, M]."""
     return Type(u.dtype, (u.shape[2], u.shape[1], 3, 3))
 
 
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
-    if impl not in ("tiles", "gemm", "winograd"):
+    if impl not in ("tiles", "gemm", "winograd", "depthwise"):
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
     x, w = in_types[:2]
     (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
@@ -138,12 +146,13 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     shape = conv_shape(ctx, eqn)
     rows = impl == "gemm"
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
-            "winograd": "ks::winograd_scratch<{c}>({s})"}[impl]
+            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
     scratch = ctx.scratch(c, size.format(c=c, s=shape), required=True)
     geometry = ctx.namer.fresh("geometry")
     ctx.line(f"const ks::conv_shape {geometry}{shape.removeprefix('ks::conv_shape')};")
     epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None
-    call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd"}[impl]
+    call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
+            "depthwise": "ks::conv_depthwise"}[impl]
     product = ", ks::library_gemm{}" if rows else ""
     ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
              f"{product}{', ' + epi if epi else ''});")

@@ -16,7 +16,7 @@ from ..prims.lowering import fusion
 from .rewrite import use_counts
 
 # prim -> the impls that take an epilogue
-HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd")}
+HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd", "depthwise")}
 
 
 def fuse_epilogue(f: Func) -> Func:

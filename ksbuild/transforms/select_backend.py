@@ -13,11 +13,14 @@ of the header-only prelude) of its kernel transformed by a `winograd_kernel` equ
 backend on one thread: its 16 products per tile block are small (C × M by a block of 64 tiles), a
 BLAS call gains nothing on them, and it does 16 multiplications per 4 outputs where im2col and a BLAS
 product do 36. With blas or aten and threads > 1 it stays a ks::conv_rows call (the BLAS's threads).
+A float convolution with one group per input channel (prims/convolve.py: depthwise_applies) is impl
+"depthwise" (ks::conv_depthwise) with every backend: it has no product between channels for a BLAS or
+the tiles to run, only each channel's taps.
 """
 from __future__ import annotations
 
 from ..ir.core import Func
-from ..prims.convolve import convolve, winograd_applies, winograd_kernel
+from ..prims.convolve import convolve, depthwise_applies, winograd_applies, winograd_kernel
 from ..prims.lowering import contract, gemm_axes
 from .rewrite import bind_like, rewrite
 
@@ -34,6 +37,8 @@ def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
             if winograd and (backend not in GEMM_BACKENDS or threads <= 1):
                 (u,) = b.bind(winograd_kernel, [ins[1]], {})
                 return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
+            if depthwise_applies(eqn.ins[0].type, p["groups"]):
+                return bind_like(b, eqn, convolve, ins, dict(p, impl="depthwise"))
             impl = "gemm" if backend in GEMM_BACKENDS else "tiles"
             return bind_like(b, eqn, convolve, ins, dict(p, impl=impl))
         if eqn.prim.name != "einsum":

@@ -919,6 +919,163 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
     }
 }
 
+// ---- Depthwise convolutions ------------------------------------------------------------------------------
+// A convolution with one group per input channel (MobileNet's 3×3 layers, a Conv1d with groups = channels)
+// is, per output channel m (input channel m / (M / C)), a sum over its taps of the channel's plane shifted and
+// scaled: no products between channels, so the register tiles would run rows of one kernel row against
+// panels of a few taps. Here each input channel is copied once, zero-padded, into scratch with its columns
+// split by stride phase (column r + i·stride of a padded row at phase r, place i), so that the inputs of
+// consecutive output columns are consecutive for any stride and dilation; a run of U vectors of an output row
+// adds each tap's weight times U vectors loaded from the copy, and stores epi(image, m, q, value).
+// The select_backend pass picks this for such convolutions (prims/convolve.py: depthwise_applies).
+
+namespace depthwise {
+
+// The places of a phase of a padded row: the output row rounded up to whole vectors, plus the last tap's
+// reach past it (reads of a partial last vector stay inside).
+template <class T>
+constexpr int64_t phase_width(const conv_shape& s) {
+    constexpr int64_t L = tiles::simd<T>::lanes;
+    return (s.out[2] + L - 1) / L * L + (s.kernel[2] - 1) * s.dilation[2] / s.stride[2] + 1;
+}
+
+// One input channel x [in...] copied into dst [extent 0][extent 1][stride][phase_width], zero where the
+// windows read padding.
+template <class T>
+void copy_channel(const conv_shape& s, const T* x, T* dst) {
+    const int64_t e0 = convs::extent(s, 0), e1 = convs::extent(s, 1), sw = s.stride[2], pw = phase_width<T>(s);
+    for (int64_t r = 0; r < sw; ++r) {
+        // places [i0, i1) of phase r hold columns r + i·sw in [pad, pad + in) of the padded row, the rest zeros
+        const int64_t first = s.pad[2] - r, last = s.pad[2] + s.in[2] - r;
+        const int64_t i0 = first > 0 ? ((first + sw - 1) / sw < pw ? (first + sw - 1) / sw : pw) : 0;
+        const int64_t up = last > 0 ? ((last + sw - 1) / sw < pw ? (last + sw - 1) / sw : pw) : 0;
+        const int64_t i1 = up > i0 ? up : i0;
+        for (int64_t d = 0; d < e0; ++d) {
+            for (int64_t h = 0; h < e1; ++h) {
+                T* out = dst + ((d * e1 + h) * sw + r) * pw;
+                const int64_t sd = d - s.pad[0], sh = h - s.pad[1];
+                if (sd < 0 || sd >= s.in[0] || sh < 0 || sh >= s.in[1]) {
+                    for (int64_t i = 0; i < pw; ++i) {
+                        out[i] = T(0);
+                    }
+                    continue;
+                }
+                const T* src = x + (sd * s.in[1] + sh) * s.in[2] + r - s.pad[2];  // (place i: src[i · sw], i in [i0, i1))
+                for (int64_t i = 0; i < i0; ++i) {
+                    out[i] = T(0);
+                }
+                if (sw == 1) {
+                    for (int64_t i = i0; i < i1; ++i) {
+                        out[i] = src[i];
+                    }
+                } else {
+                    for (int64_t i = i0; i < i1; ++i) {
+                        out[i] = src[i * sw];
+                    }
+                }
+                for (int64_t i = i1; i < pw; ++i) {
+                    out[i] = T(0);
+                }
+            }
+        }
+    }
+}
+
+// The elements of a channel's copy, and where each tap reads from an output row's start in it.
+template <class T>
+constexpr int64_t copy_size(const conv_shape& s) {
+    return convs::aligned(convs::extent(s, 0) * convs::extent(s, 1) * s.stride[2] * phase_width<T>(s));
+}
+template <class T>
+void tap_offsets(const conv_shape& s, int64_t* out) {
+    const int64_t e1 = convs::extent(s, 1), sw = s.stride[2], pw = phase_width<T>(s);
+    int64_t t = 0;
+    for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+        for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+            for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t) {
+                const int64_t col = kw * s.dilation[2];  // = phase + place · stride
+                out[t] = ((kd * s.dilation[0] * e1 + kh * s.dilation[1]) * sw + col % sw) * pw + col / sw;
+            }
+        }
+    }
+}
+
+// count <= U·L outputs from the copy: each tap's weight w[t] times U vectors at base + offsets[t].
+template <class T, int U, class Epi>
+inline void run(const T* base, const int64_t* offsets, int64_t taps, const T* w, int count, T* y, int64_t q,
+                const Epi& epi) {
+    using V = typename tiles::simd<T>::v;
+    constexpr int L = tiles::simd<T>::lanes;
+    V acc[U];
+    for (int u = 0; u < U; ++u) {
+        acc[u] = tiles::splat<T>(T(0));
+    }
+    for (int64_t t = 0; t < taps; ++t) {
+        const V wv = tiles::splat<T>(w[t]);
+        const T* p = base + offsets[t];
+        for (int u = 0; u < U; ++u) {
+            acc[u] += wv * tiles::load<T>(p + u * L);
+        }
+    }
+    T out[U * L];
+    for (int u = 0; u < U; ++u) {
+        std::memcpy(out + u * L, &acc[u], sizeof acc[u]);
+    }
+    for (int i = 0; i < count; ++i) {  // (a run-time count: with the literal one GCC unrolls it, branch by branch)
+        y[i] = epi(q + i, out[i]);
+    }
+}
+
+}  // namespace depthwise
+
+// Whether a convolution is depthwise: one group per input channel (each output channel reads one).
+constexpr bool is_depthwise(const conv_shape& s) {
+    return s.groups == s.channels && s.groups > 0 && s.out_channels % s.groups == 0;
+}
+
+// The scratch elements ks::conv_depthwise uses: one input channel's copy and the taps' offsets in it.
+template <class T>
+constexpr int64_t depthwise_scratch(const conv_shape& s) {
+    return depthwise::copy_size<T>(s) + (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
+}
+
+// y [images, M, positions] = epi(conv(x, w)) for a depthwise convolution (is_depthwise): each input channel
+// copied into scratch (depthwise_scratch elements), then its M / C output channels computed from the copy.
+template <class T, class Epi = no_epilogue>
+void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+                    const Epi& epi = Epi()) {
+    constexpr int L = tiles::simd<T>::lanes, U = 4;
+    const int64_t per = s.out_channels / s.channels, taps = s.taps(), n = s.positions();
+    const int64_t row_step = s.stride[1] * s.stride[2] * depthwise::phase_width<T>(s);  // (between output rows)
+    const int64_t plane_step = s.stride[0] * convs::extent(s, 1) * s.stride[2] * depthwise::phase_width<T>(s);
+    const int64_t whole = s.out[2] - s.out[2] % (U * L);  // (columns in runs of U vectors; the rest by vectors)
+    int64_t* offsets = reinterpret_cast<int64_t*>(scratch + depthwise::copy_size<T>(s));
+    depthwise::tap_offsets<T>(s, offsets);
+    for (int64_t image = 0; image < images; ++image) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+            depthwise::copy_channel<T>(s, x + (image * s.channels + c) * s.in_plane(), scratch);
+            for (int64_t m = c * per; m < (c + 1) * per; ++m) {
+                T* ym = y + (image * s.out_channels + m) * n;
+                const T* wm = w + m * taps;
+                const auto at = [&](int64_t q, T v) { return epi(image, m, q, v); };
+                for (int64_t od = 0; od < s.out[0]; ++od) {
+                    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+                        const T* row = scratch + od * plane_step + oh * row_step;
+                        const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
+                        for (int64_t ow = 0; ow < whole; ow += U * L) {
+                            depthwise::run<T, U>(row + ow, offsets, taps, wm, U * L, ym + q0 + ow, q0 + ow, at);
+                        }
+                        for (int64_t ow = whole; ow < s.out[2]; ow += L) {
+                            const int count = static_cast<int>(s.out[2] - ow < L ? s.out[2] - ow : L);
+                            depthwise::run<T, 1>(row + ow, offsets, taps, wm, count, ym + q0 + ow, q0 + ow, at);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 }  // inline namespace KS_PACKAGE
 }  // namespace ks
 

@@ -167,8 +167,10 @@ std::vector<T> conv_loops(const ks::conv_shape& s, int64_t images, const std::ve
     return y;
 }
 
+// how: 0 ks::conv, 1 ks::conv_rows, 2 ks::conv_depthwise.
 template <class T>
-void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, bool rows, uint64_t& state) {
+void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, int how, uint64_t& state) {
+    const bool rows = how == 1;
     std::vector<T> x(images * s.channels * s.in_plane()), w(s.out_channels * s.depth()), bias(s.out_channels);
     for (auto& v : x) v = T(noise(state));
     for (auto& v : w) v = T(noise(state));
@@ -184,8 +186,15 @@ void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, bool rows,
             want[e] = epi(int64_t(e) / (s.positions() * s.out_channels), m, q, want[e]);
         }
     }
-    std::vector<T> y(want.size() + 1, T(7)), room(ks::conv_scratch<T>(s, rows));
-    if (rows) {
+    std::vector<T> y(want.size() + 1, T(7));
+    std::vector<T> room(how == 2 ? ks::depthwise_scratch<T>(s) : ks::conv_scratch<T>(s, rows));
+    if (how == 2) {
+        if (epi_on) {
+            ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data(), epi);
+        } else {
+            ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data());
+        }
+    } else if (rows) {
         if (epi_on) {
             ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{}, epi);
         } else {
@@ -200,38 +209,61 @@ void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, bool rows,
     for (size_t i = 0; i < want.size(); ++i) {
         err = std::fmax(err, std::fabs(double(y[i]) - double(want[i])));
     }
-    report<T>(err, s.depth(), rows ? "conv_rows" : "conv", s.out_channels, s.positions(), s.depth(),
-              epi_on + 2 * rows);
+    report<T>(err, s.depth(), how == 2 ? "conv_depthwise" : rows ? "conv_rows" : "conv", s.out_channels,
+              s.positions(), s.depth(), epi_on + 2 * how);
+}
+
+// Random sizes for the last `dims` spatial axes of s (the others 1): kernel taps up to 1 + 2·taps, strides up to
+// 1 + 2·stride, dilations up to 1 + 2·dilation, inputs up to 1 + 2·in (2·wide along the last axis), leading
+// padding below the window's span and trailing padding up to 2·pad. False when a window does not fit.
+bool random_axes(ks::conv_shape& s, int dims, double taps, double stride, double dilation, double in, double wide,
+                 double pad, uint64_t& state) {
+    bool fits = true;
+    for (int a = 0; a < 3; ++a) {
+        if (a < 3 - dims) {
+            s.in[a] = s.out[a] = s.kernel[a] = s.stride[a] = s.dilation[a] = 1;
+            s.pad[a] = 0;
+            continue;
+        }
+        s.kernel[a] = 1 + int64_t(noise(state) * taps + taps);
+        s.stride[a] = 1 + int64_t(noise(state) * stride + stride);
+        s.dilation[a] = 1 + int64_t(noise(state) * dilation + dilation);
+        const double side = a == 2 ? wide : in;
+        s.in[a] = 1 + int64_t(noise(state) * side + side);
+        const int64_t span = (s.kernel[a] - 1) * s.dilation[a] + 1;
+        const int64_t lo = int64_t(noise(state) * pad + pad) % span, hi = int64_t(noise(state) * pad + pad);
+        s.pad[a] = lo;
+        const int64_t room = s.in[a] + lo + hi - span;
+        fits = fits && room >= 0;
+        s.out[a] = fits ? room / s.stride[a] + 1 : 1;
+    }
+    return fits;
 }
 
 template <class T>
 void convs(uint64_t& state) {
     for (int trial = 0; trial < 700; ++trial) {
         ks::conv_shape s{};
-        const int dims = 1 + trial % 3;
         s.groups = 1 + trial / 3 % 3;
         s.channels = s.groups * (1 + int64_t(noise(state) * 2 + 2));
         s.out_channels = s.groups * (1 + int64_t(noise(state) * 4.5 + 4.5));
-        bool fits = true;
-        for (int a = 0; a < 3; ++a) {
-            if (a < 3 - dims) {
-                s.in[a] = s.out[a] = s.kernel[a] = s.stride[a] = s.dilation[a] = 1;
-                s.pad[a] = 0;
-                continue;
-            }
-            s.kernel[a] = 1 + int64_t(noise(state) * 1.9 + 1.9);
-            s.stride[a] = 1 + int64_t(noise(state) * 1.4 + 1.4);
-            s.dilation[a] = 1 + int64_t(noise(state) * 0.9 + 0.9);
-            s.in[a] = 1 + int64_t(noise(state) * 9.9 + 9.9);
-            const int64_t span = (s.kernel[a] - 1) * s.dilation[a] + 1;
-            const int64_t lo = int64_t(noise(state) * 1.4 + 1.4) % span, hi = int64_t(noise(state) * 1.4 + 1.4);
-            s.pad[a] = lo;
-            const int64_t room = s.in[a] + lo + hi - span;
-            fits = fits && room >= 0;
-            s.out[a] = fits ? room / s.stride[a] + 1 : 1;
+        if (random_axes(s, 1 + trial % 3, 1.9, 1.4, 0.9, 9.9, 9.9, 1.4, state)) {
+            check_conv<T>(s, 1 + trial % 2, trial & 8, (trial & 16) ? 1 : 0, state);
         }
-        if (fits) {
-            check_conv<T>(s, 1 + trial % 2, trial & 8, trial & 16, state);
+    }
+}
+
+// Depthwise convolutions (one group per input channel, one or two output channels each) through
+// ks::conv_depthwise: rows from 1 to 150 columns (runs of 4 vectors and the vectors after them), strides and
+// dilations 1 to 3, padding on either side.
+template <class T>
+void depthwise_convs(uint64_t& state) {
+    for (int trial = 0; trial < 400; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = 1 + int64_t(noise(state) * 1.5 + 1.5);
+        s.out_channels = s.channels * (1 + trial / 3 % 2);
+        if (random_axes(s, 1 + trial % 3, 2.4, 1.4, 1.4, 5.5, 74.5, 1.9, state) && ks::is_depthwise(s)) {
+            check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
         }
     }
 }
@@ -244,6 +276,8 @@ int main() {
     gemms<double>(state);
     convs<float>(state);
     convs<double>(state);
+    depthwise_convs<float>(state);
+    depthwise_convs<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels)\n", runs, failures, ks::tiles::row_block,
                 ks::tiles::panel_block);
     return failures != 0;
