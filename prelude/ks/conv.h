@@ -923,87 +923,134 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
 // A convolution with one group per input channel (MobileNet's 3×3 layers, a Conv1d with groups = channels)
 // is, per output channel m (input channel m / (M / C)), a sum over its taps of the channel's plane shifted and
 // scaled: no products between channels, so the register tiles would run rows of one kernel row against
-// panels of a few taps. Here each input channel is copied once, zero-padded, into scratch with its columns
-// split by stride phase (column r + i·stride of a padded row at phase r, place i), so that the inputs of
-// consecutive output columns are consecutive for any stride and dilation; a run of U vectors of an output row
-// adds each tap's weight times U vectors loaded from the copy, and stores epi(image, m, q, value).
+// panels of a few taps. Here each input channel is copied once into scratch, zero-padded and split by stride
+// phase along rows and columns: padded element (row y, column x) of depth plane z goes to phase plane
+// (y mod stride_h, x mod stride_w) of z, at row y / stride_h and place x / stride_w. The inputs of consecutive
+// outputs are then consecutive for any stride and dilation: tap (kd, kh, kw) of output (od, oh, ow) reads
+// phase plane (kh·dil_h mod stride_h, kw·dil_w mod stride_w) of depth plane od·stride_d + kd·dil_d, at row
+// oh + kh·dil_h / stride_h and place ow + kw·dil_w / stride_w. A run of U vectors of outputs adds each tap's
+// weight times U vectors of the copy; epi(image, m, q, value) is applied as the outputs are stored.
 // The select_backend pass picks this for such convolutions (prims/convolve.py: depthwise_applies).
 
 namespace depthwise {
 
-// The places of a phase of a padded row: the output row rounded up to whole vectors, plus the last tap's
-// reach past it (reads of a partial last vector stay inside).
-template <class T>
-constexpr int64_t phase_width(const conv_shape& s) {
-    constexpr int64_t L = tiles::simd<T>::lanes;
-    return (s.out[2] + L - 1) / L * L + (s.kernel[2] - 1) * s.dilation[2] / s.stride[2] + 1;
+constexpr int run_vectors = 4;  // U: the vectors of a run
+
+// The places of a phase row (an output row and the last tap's reach past it) and the rows of a phase plane.
+constexpr int64_t places(const conv_shape& s) {
+    return s.out[2] + (s.kernel[2] - 1) * s.dilation[2] / s.stride[2];
+}
+constexpr int64_t rows(const conv_shape& s) {
+    return s.out[1] + (s.kernel[1] - 1) * s.dilation[1] / s.stride[1];
+}
+// The elements of a depth plane's phase planes.
+constexpr int64_t depth_plane(const conv_shape& s) {
+    return s.stride[1] * s.stride[2] * rows(s) * places(s);
 }
 
-// One input channel x [in...] copied into dst [extent 0][extent 1][stride][phase_width], zero where the
-// windows read padding.
+// Whether a depth plane's outputs run flat: computed as one run over its phase rows (as if they were one long
+// row), the places past each output row computed too and dropped, and the sums moved together before the
+// epilogue. Rows that end in a partial vector or are shorter than a run (56, 14 or 7 wide) then fill whole
+// runs; rows of whole runs and vectors (112 wide on AVX-512) run row by row, which needs no second pass
+// (measured on AVX-512, one thread: 384 channels at 14 × 14 145 -> 75 us flat; 32 channels at 112 × 112 10%
+// slower flat than row by row).
+template <class T>
+constexpr bool flat(const conv_shape& s) {
+    constexpr int64_t L = tiles::simd<T>::lanes;
+    return s.out[2] % L != 0 || s.out[2] < run_vectors * L;
+}
+
+// The elements of a channel's copy and a run's room after it, and of a flat plane's sums.
+template <class T>
+constexpr int64_t copy_size(const conv_shape& s) {
+    return convs::aligned(convs::extent(s, 0) * depth_plane(s) + run_vectors * tiles::simd<T>::lanes);
+}
+template <class T>
+constexpr int64_t sums_size(const conv_shape& s) {
+    return flat<T>(s) ? convs::aligned(rows(s) * places(s) + run_vectors * tiles::simd<T>::lanes) : 0;
+}
+
+// One input channel x [in...] copied into its phase planes at dst: only the places that hold the channel's
+// elements are written; the others (where the windows read padding) are the zeros ks::conv_depthwise writes
+// once per call, the same for every channel.
+// Places [i0, i1) of column phase r hold columns r + i·sw in [pad, pad + in) of a padded row (clamped to the
+// row's places).
+inline void phase_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& i1) {
+    const int64_t sw = s.stride[2], pw = places(s), first = s.pad[2] - r, last = s.pad[2] + s.in[2] - r;
+    i0 = first > 0 ? ((first + sw - 1) / sw < pw ? (first + sw - 1) / sw : pw) : 0;
+    i1 = last > 0 ? ((last + sw - 1) / sw < pw ? (last + sw - 1) / sw : pw) : 0;
+}
+
 template <class T>
 void copy_channel(const conv_shape& s, const T* x, T* dst) {
-    const int64_t e0 = convs::extent(s, 0), e1 = convs::extent(s, 1), sw = s.stride[2], pw = phase_width<T>(s);
-    for (int64_t r = 0; r < sw; ++r) {
-        // places [i0, i1) of phase r hold columns r + i·sw in [pad, pad + in) of the padded row, the rest zeros
-        const int64_t first = s.pad[2] - r, last = s.pad[2] + s.in[2] - r;
-        const int64_t i0 = first > 0 ? ((first + sw - 1) / sw < pw ? (first + sw - 1) / sw : pw) : 0;
-        const int64_t up = last > 0 ? ((last + sw - 1) / sw < pw ? (last + sw - 1) / sw : pw) : 0;
-        const int64_t i1 = up > i0 ? up : i0;
-        for (int64_t d = 0; d < e0; ++d) {
-            for (int64_t h = 0; h < e1; ++h) {
-                T* out = dst + ((d * e1 + h) * sw + r) * pw;
-                const int64_t sd = d - s.pad[0], sh = h - s.pad[1];
-                if (sd < 0 || sd >= s.in[0] || sh < 0 || sh >= s.in[1]) {
-                    for (int64_t i = 0; i < pw; ++i) {
-                        out[i] = T(0);
-                    }
-                    continue;
+    const int64_t sh = s.stride[1], sw = s.stride[2], pw = places(s), rh = rows(s);
+    const int64_t e0 = convs::extent(s, 0), e1 = convs::extent(s, 1);
+    int64_t a0, a1, b0, b1;  // (stride 2: the spans of phases 0 and 1, and the places both hold)
+    phase_span(s, 0, a0, a1);
+    phase_span(s, 1, b0, b1);
+    const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
+    for (int64_t z = s.pad[0]; z < e0 && z - s.pad[0] < s.in[0]; ++z) {
+        int64_t phase = s.pad[1] % sh, row = s.pad[1] / sh;  // (of padded row y: y = row · sh + phase)
+        for (int64_t y = s.pad[1]; y < e1 && y - s.pad[1] < s.in[1] && row < rh; ++y) {
+            const T* src = x + ((z - s.pad[0]) * s.in[1] + y - s.pad[1]) * s.in[2];
+            T* out = dst + z * depth_plane(s) + (phase * sw * rh + row) * pw;  // (column phase r: out + r · rh · pw)
+            const int64_t at = -s.pad[2];  // (place i of phase r: src[at + r + i · sw])
+            if (sw == 1) {
+                for (int64_t i = a0; i < a1; ++i) {
+                    out[i] = src[at + i];
                 }
-                const T* src = x + (sd * s.in[1] + sh) * s.in[2] + r - s.pad[2];  // (place i: src[i · sw], i in [i0, i1))
-                for (int64_t i = 0; i < i0; ++i) {
-                    out[i] = T(0);
+            } else if (sw == 2) {  // both phases in one loop: GCC vectorizes the pair of strided reads
+                T* odd = out + rh * pw;
+                for (int64_t i = both0; i < both1; ++i) {
+                    out[i] = src[at + 2 * i];
+                    odd[i] = src[at + 2 * i + 1];
                 }
-                if (sw == 1) {
+                for (int64_t i = a0; i < a1 && i < both0; ++i) {  // (the places only one phase holds)
+                    out[i] = src[at + 2 * i];
+                }
+                for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
+                    out[i] = src[at + 2 * i];
+                }
+                for (int64_t i = b0; i < b1 && i < both0; ++i) {
+                    odd[i] = src[at + 2 * i + 1];
+                }
+                for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
+                    odd[i] = src[at + 2 * i + 1];
+                }
+            } else {
+                for (int64_t r = 0; r < sw; ++r) {
+                    int64_t i0, i1;
+                    phase_span(s, r, i0, i1);
                     for (int64_t i = i0; i < i1; ++i) {
-                        out[i] = src[i];
-                    }
-                } else {
-                    for (int64_t i = i0; i < i1; ++i) {
-                        out[i] = src[i * sw];
+                        out[r * rh * pw + i] = src[at + r + i * sw];
                     }
                 }
-                for (int64_t i = i1; i < pw; ++i) {
-                    out[i] = T(0);
-                }
+            }
+            if (++phase == sh) {
+                phase = 0;
+                ++row;
             }
         }
     }
 }
 
-// The elements of a channel's copy, and where each tap reads from an output row's start in it.
-template <class T>
-constexpr int64_t copy_size(const conv_shape& s) {
-    return convs::aligned(convs::extent(s, 0) * convs::extent(s, 1) * s.stride[2] * phase_width<T>(s));
-}
-template <class T>
-void tap_offsets(const conv_shape& s, int64_t* out) {
-    const int64_t e1 = convs::extent(s, 1), sw = s.stride[2], pw = phase_width<T>(s);
+// Where each tap reads, from an output's place in the copy.
+inline void tap_offsets(const conv_shape& s, int64_t* out) {
+    const int64_t sh = s.stride[1], sw = s.stride[2], pw = places(s), rh = rows(s);
     int64_t t = 0;
     for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
         for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
             for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t) {
-                const int64_t col = kw * s.dilation[2];  // = phase + place · stride
-                out[t] = ((kd * s.dilation[0] * e1 + kh * s.dilation[1]) * sw + col % sw) * pw + col / sw;
+                const int64_t y = kh * s.dilation[1], x = kw * s.dilation[2];
+                out[t] = kd * s.dilation[0] * depth_plane(s) + (((y % sh) * sw + x % sw) * rh + y / sh) * pw + x / sw;
             }
         }
     }
 }
 
-// count <= U·L outputs from the copy: each tap's weight w[t] times U vectors at base + offsets[t].
-template <class T, int U, class Epi>
-inline void run(const T* base, const int64_t* offsets, int64_t taps, const T* w, int count, T* y, int64_t q,
-                const Epi& epi) {
+// U vectors of sums from the copy: each tap's weight w[t] times U vectors at base + offsets[t].
+template <class T, int U>
+inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w, T* out) {
     using V = typename tiles::simd<T>::v;
     constexpr int L = tiles::simd<T>::lanes;
     V acc[U];
@@ -1017,11 +1064,19 @@ inline void run(const T* base, const int64_t* offsets, int64_t taps, const T* w,
             acc[u] += wv * tiles::load<T>(p + u * L);
         }
     }
-    T out[U * L];
     for (int u = 0; u < U; ++u) {
         std::memcpy(out + u * L, &acc[u], sizeof acc[u]);
     }
-    for (int i = 0; i < count; ++i) {  // (a run-time count: with the literal one GCC unrolls it, branch by branch)
+}
+
+// U·L outputs from the copy, stored through epi(q + i, ·).
+template <class T, int U, class Epi>
+inline void run(const T* base, const int64_t* offsets, int64_t taps, const T* w, T* y, int64_t q, const Epi& epi) {
+    constexpr int L = tiles::simd<T>::lanes;
+    T out[U * L];
+    sums<T, U>(base, offsets, taps, w, out);
+    const int count = tiles::opaque_count(U * L);  // (with the literal count GCC unrolls it, branch by branch)
+    for (int i = 0; i < count; ++i) {
         y[i] = epi(q + i, out[i]);
     }
 }
@@ -1033,10 +1088,12 @@ constexpr bool is_depthwise(const conv_shape& s) {
     return s.groups == s.channels && s.groups > 0 && s.out_channels % s.groups == 0;
 }
 
-// The scratch elements ks::conv_depthwise uses: one input channel's copy and the taps' offsets in it.
+// The scratch elements ks::conv_depthwise uses: one input channel's copy, a flat plane's sums and the taps'
+// offsets in the copy.
 template <class T>
 constexpr int64_t depthwise_scratch(const conv_shape& s) {
-    return depthwise::copy_size<T>(s) + (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
+    return depthwise::copy_size<T>(s) + depthwise::sums_size<T>(s) +
+           (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
 }
 
 // y [images, M, positions] = epi(conv(x, w)) for a depthwise convolution (is_depthwise): each input channel
@@ -1044,31 +1101,51 @@ constexpr int64_t depthwise_scratch(const conv_shape& s) {
 template <class T, class Epi = no_epilogue>
 void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                     const Epi& epi = Epi()) {
-    constexpr int L = tiles::simd<T>::lanes, U = 4;
-    const int64_t per = s.out_channels / s.channels, taps = s.taps(), n = s.positions();
-    const int64_t row_step = s.stride[1] * s.stride[2] * depthwise::phase_width<T>(s);  // (between output rows)
-    const int64_t plane_step = s.stride[0] * convs::extent(s, 1) * s.stride[2] * depthwise::phase_width<T>(s);
-    const int64_t whole = s.out[2] - s.out[2] % (U * L);  // (columns in runs of U vectors; the rest by vectors)
-    int64_t* offsets = reinterpret_cast<int64_t*>(scratch + depthwise::copy_size<T>(s));
-    depthwise::tap_offsets<T>(s, offsets);
+    constexpr int L = tiles::simd<T>::lanes, U = depthwise::run_vectors;
+    const int64_t per = s.out_channels / s.channels, taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
+    const int64_t pw = depthwise::places(s), depth_step = s.stride[0] * depthwise::depth_plane(s);
+    const int64_t length = (s.out[1] - 1) * pw + s.out[2];  // (a flat run over a depth plane's output rows)
+    const bool flat = depthwise::flat<T>(s);
+    T* sums = scratch + depthwise::copy_size<T>(s);
+    int64_t* offsets = reinterpret_cast<int64_t*>(sums + depthwise::sums_size<T>(s));
+    depthwise::tap_offsets(s, offsets);
+    for (int64_t i = 0; i < depthwise::copy_size<T>(s); ++i) {
+        scratch[i] = T(0);  // (the padding's places, and the room a run reads past the copy)
+    }
     for (int64_t image = 0; image < images; ++image) {
         for (int64_t c = 0; c < s.channels; ++c) {
             depthwise::copy_channel<T>(s, x + (image * s.channels + c) * s.in_plane(), scratch);
             for (int64_t m = c * per; m < (c + 1) * per; ++m) {
                 T* ym = y + (image * s.out_channels + m) * n;
                 const T* wm = w + m * taps;
-                const auto at = [&](int64_t q, T v) { return epi(image, m, q, v); };
                 for (int64_t od = 0; od < s.out[0]; ++od) {
-                    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-                        const T* row = scratch + od * plane_step + oh * row_step;
-                        const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
-                        for (int64_t ow = 0; ow < whole; ow += U * L) {
-                            depthwise::run<T, U>(row + ow, offsets, taps, wm, U * L, ym + q0 + ow, q0 + ow, at);
+                    const T* base = scratch + od * depth_step;
+                    const int64_t q0 = od * plane;
+                    if (!flat) {  // (rows of whole runs and vectors)
+                        const auto at = [&](int64_t q, T v) { return epi(image, m, q, v); };
+                        const int64_t whole = s.out[2] - s.out[2] % (U * L);
+                        for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+                            const T* row = base + oh * pw;
+                            const int64_t q = q0 + oh * s.out[2];
+                            for (int64_t ow = 0; ow < whole; ow += U * L) {
+                                depthwise::run<T, U>(row + ow, offsets, taps, wm, ym + q + ow, q + ow, at);
+                            }
+                            for (int64_t ow = whole; ow < s.out[2]; ow += L) {
+                                depthwise::run<T, 1>(row + ow, offsets, taps, wm, ym + q + ow, q + ow, at);
+                            }
                         }
-                        for (int64_t ow = whole; ow < s.out[2]; ow += L) {
-                            const int count = static_cast<int>(s.out[2] - ow < L ? s.out[2] - ow : L);
-                            depthwise::run<T, 1>(row + ow, offsets, taps, wm, count, ym + q0 + ow, q0 + ow, at);
+                        continue;
+                    }
+                    for (int64_t f = 0; f < length; f += U * L) {
+                        depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f);
+                    }
+                    for (int64_t oh = 1; oh < s.out[1]; ++oh) {  // the output rows' sums made consecutive
+                        for (int64_t ow = 0; ow < s.out[2]; ++ow) {
+                            sums[oh * s.out[2] + ow] = sums[oh * pw + ow];
                         }
+                    }
+                    for (int64_t q = 0; q < plane; ++q) {  // (one loop over the plane: it vectorizes)
+                        ym[q0 + q] = epi(image, m, q0 + q, sums[q]);
                     }
                 }
             }
