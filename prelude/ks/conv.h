@@ -79,6 +79,24 @@ constexpr int64_t padded_size(const conv_shape& s) {
     return copies_image<T>(s) ? s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2) + panel_width<T> : 0;
 }
 
+// A pointwise convolution (one tap, stride 1, no padding) as the same convolution of images of one row
+// holding all positions: the tiles' panels then hold 16 consecutive positions whatever the rows' width (a
+// 14 × 14 layer had panels of 14, and the epilogue's stores of 14 went partly scalar).
+constexpr conv_shape canonical(const conv_shape& s) {
+    for (int a = 0; a < 3; ++a) {
+        if (s.kernel[a] != 1 || s.stride[a] != 1 || s.pad[a] != 0 || s.out[a] != s.in[a]) {
+            return s;
+        }
+    }
+    conv_shape c = s;
+    for (int a = 0; a < 2; ++a) {
+        c.in[a] = c.out[a] = c.dilation[a] = 1;
+    }
+    c.in[2] = c.out[2] = s.positions();
+    c.dilation[2] = 1;
+    return c;
+}
+
 // The same convolution of the padded image: its spatial sizes are the extents, with no padding.
 constexpr conv_shape padded_shape(const conv_shape& s) {
     conv_shape p = s;
@@ -389,7 +407,8 @@ constexpr int64_t packed_kernel_size(const conv_shape& s) {
 // image, then the im2col rows' offsets (direct) or one im2col block (panels with the register tiles, rows
 // with a library's gemm).
 template <class T>
-constexpr int64_t conv_scratch(const conv_shape& s, bool rows = false) {
+constexpr int64_t conv_scratch(const conv_shape& shape, bool rows = false) {
+    const conv_shape s = rows ? shape : convs::canonical(shape);
     const int64_t image = convs::aligned(convs::padded_size<T>(s));
     if (rows) {
         return image + s.depth() * convs::block_columns<T>(s);
@@ -471,9 +490,10 @@ void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
 // epi(image, m, q, value) for output channel m and flat position q.
 template <class T, class Epi = no_epilogue>
-void conv(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y, T* scratch, const Epi& epi = Epi()) {
+void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const Epi& epi = Epi()) {
     x = tiles::opaque(x);
     w = tiles::opaque(w);
+    const conv_shape shape = convs::canonical(given);
     const bool copy = convs::copies_image<T>(shape), direct = convs::direct<T>(shape);
     const conv_shape s = copy ? convs::padded_shape(shape) : shape;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
