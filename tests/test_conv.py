@@ -245,6 +245,21 @@ def test_one_group_per_channel_is_depthwise_with_every_backend(tmp_path):
             assert [e.params["impl"] for e in g.eqns if e.prim.name == "convolve"] == ["depthwise"], (name, backend)
 
 
+def test_a_positional_none_bias(tmp_path):
+    """F.conv2d(x, w, None, stride, padding, dilation, groups), as torch takes it (held-out pass: None was an
+    unsupported constant); checked with the reference interpreter."""
+    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.ir.interp import eval_func
+    (tmp_path / "k.py").write_text(
+        "import torch.nn.functional as F\n\n\n"
+        "def f(x: 'float[n, 6, 13, 40]', w: 'float[6, 1, 3, 3]') -> 'float[n, 6, 7, 20]':\n"
+        "    return F.conv2d(x, w, None, 2, 1, 1, 6)\n")
+    f = compile_python_kernel(tmp_path / "k.py", "f", "f64")
+    x, w = _args(np.random.default_rng(4), (2, 6, 13, 40), (6, 1, 3, 3))
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), None, 2, 1, 1, 6).numpy()
+    np.testing.assert_allclose(eval_func(f, [x, w])[0], want, rtol=1e-12, atol=1e-12)
+
+
 def test_winograd_convolutions_match_torch(built):
     """3×3 stride-1 convolutions of 2048+ channel pairs run by Winograd's F(2×2, 3×3) with either backend on
     one thread (ks::conv_winograd; a constant kernel transformed when compiled, others by ks::winograd_kernel on

@@ -59,6 +59,27 @@ def test_bad_attribute_value(tmp_path):
     assert "node c (Conv)" in text and "auto_pad='DIAGONAL' is not supported" in text
 
 
+def test_auto_pad_same_with_symbolic_sizes_at_stride_one(tmp_path):
+    """torch's padding='same' exports as auto_pad SAME_UPPER; at stride 1 the pads are (k - 1) · d whatever the
+    size, so symbolic spatial sizes compile (held-out pass: they were refused); strided, the pads depend on the
+    size, and the error says what to do."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 3, 4)).astype(np.float32), "w")
+    for auto in ("SAME_UPPER", "SAME_LOWER"):
+        node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto, dilations=[2, 1], group=4)
+        f = compile_onnx_kernel(save(tmp_path, model([node], [tensor("x", [1, 4, "h", "w"])],
+                                                     [tensor("y", [1, 4, "h", "w"])], [w])), "k")
+        x = np.random.default_rng(1).standard_normal((1, 4, 9, 6)).astype(np.float32)
+        torch = pytest.importorskip("torch")
+        lo_w = 1 if auto == "SAME_UPPER" else 2  # (3 columns of padding for a 4-wide kernel)
+        xp = torch.nn.functional.pad(torch.tensor(x), (lo_w, 3 - lo_w, 2, 2))
+        want = torch.nn.functional.conv2d(xp, torch.tensor(numpy_helper.to_array(w)), dilation=(2, 1), groups=4)
+        (got,) = eval_func(f, [x])
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="c2", auto_pad="SAME_UPPER", strides=[2, 2], group=4)
+    text = compile_error(tmp_path, model([node], [tensor("x", [1, 4, "h", "w"])], [tensor("y", [1, 4, "a", "b"])], [w]))
+    assert "node c2 (Conv)" in text and "auto_pad SAME with stride 2 needs static spatial sizes" in text
+
+
 def test_shape_mismatch_names_the_node(tmp_path):
     node = helper.make_node("Add", ["a", "b"], ["y"], name="plus")
     text = compile_error(tmp_path, model([node], [tensor("a", [2, 3]), tensor("b", [4])], [tensor("y", [2, 3])]))

@@ -657,6 +657,8 @@ class KernelCompiler:
             return [self.expr(b, scope, x) for x in e.elts]
         if isinstance(e, ast.Constant) and isinstance(e.value, str):
             return e.value  # an einsum spec
+        if isinstance(e, ast.Constant) and e.value is None:
+            return Const(None)  # an optional argument left out (F.conv2d(x, w, None, ...), dim=None)
         return self.expr(b, scope, e)
 
     def expr_Subscript(self, b, scope, e: ast.Subscript) -> Value:

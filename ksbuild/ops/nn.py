@@ -60,13 +60,14 @@ def _i64(b, d: Dim) -> Atom:
 
 
 def same_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, upper: bool) -> list[int]:
-    """auto_pad SAME_UPPER / SAME_LOWER: pads so that out = ceil(in / stride)."""
+    """auto_pad SAME_UPPER / SAME_LOWER: pads so that out = ceil(in / stride). With stride 1 they are (k - 1) · d
+    whatever the size (torch's padding='same' with symbolic sizes); with a larger stride they depend on the size."""
     lo, hi = [], []
     for n, k, s, d in zip(sizes, kernel, strides, dilations):
-        if not isinstance(n, int):
-            raise error(b, "auto_pad SAME needs static spatial sizes")
-        out = -(-n // s)
-        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        if s != 1 and not isinstance(n, int):
+            raise error(b, f"auto_pad SAME with stride {s} needs static spatial sizes (the padding depends on the "
+                           "size): export with fixed spatial sizes, or with explicit pads")
+        total = (k - 1) * d if s == 1 else max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
         small, big = total // 2, total - total // 2
         lo.append(small if upper else big)
         hi.append(big if upper else small)
