@@ -109,7 +109,7 @@ constexpr int tall_block = vector_bytes == 64 && row_block == 8 && panel_block =
 // reads it again from L1 for every row (a memory operand of each multiply-add) instead of keeping it in a
 // register: on AVX-512, tiles of 2 to 4 rows ran at 40-60% of the FMA peak where tiles of 5 to 8 ran at 95-100%
 // (docs/performance.md). So the rows left below the tall tiles make tiles of min_rows to row_block rows where they
-// can, and 2 to 4 rows left run as a tile of min_rows whose extra rows are computed but not stored.
+// can, and 3 or 4 rows left run as a tile of min_rows whose extra rows are computed but not stored (padded).
 #if defined(__x86_64__) || defined(__i386__)
 constexpr int min_rows = 5;
 #else
@@ -270,7 +270,7 @@ struct table_rows {
 // PACKED: a is packed by pack_a (a_rs = 1, a_cs = row_block), constants in the k loop's address arithmetic; a
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
-// LIVE < MR: only the first LIVE rows are c's; the others repeat a's last row and are not stored (see min_rows).
+// LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows, class Epi>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
                   T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi,
