@@ -5,10 +5,11 @@ import argparse
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import __version__
-from .errors import KsbuildError
+from .errors import KsbuildError, KsbuildWarning
 
 BACKEND_HELP = ("plain (runtime-free), blas (matrix products through CBLAS) or aten (through libtorch); "
                 "default: the manifest's")
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     previous = _stop_on_sigterm()
     try:
-        COMMANDS[a.command](a)
+        with _warnings_on_stderr():
+            COMMANDS[a.command](a)
     except KsbuildError as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -190,6 +192,26 @@ def main(argv: list[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+@contextmanager
+def _warnings_on_stderr():
+    """ksbuild's warnings printed like its errors, each once; other Python warnings as usual."""
+    import warnings
+    seen: set[str] = set()
+    show = warnings.showwarning
+
+    def print_warning(message, category, filename, lineno, file=None, line=None):
+        if not isinstance(message, KsbuildWarning):
+            return show(message, category, filename, lineno, file, line)
+        if str(message) not in seen:
+            seen.add(str(message))
+            print(str(message), file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", KsbuildWarning)
+        warnings.showwarning = print_warning
+        yield
 
 
 def _stop_on_sigterm():

@@ -56,6 +56,25 @@ class KsbuildError(Exception):
         return KsbuildError(self.message, loc, self.hint)
 
 
+class KsbuildWarning(UserWarning):
+    """Something in the user's input that compiles but may not do what they expect: printed like an error,
+    with its location and a hint, and the build goes on."""
+
+    def __init__(self, message: str, loc: Location | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.loc, self.hint = message, loc, hint
+
+    def __str__(self) -> str:
+        text = str(KsbuildError(self.message, self.loc, self.hint))
+        return text.replace(": error: ", ": warning: ", 1) if self.loc else "warning" + text[len("error"):]
+
+
+def warn(message: str, loc: Location | None = None, hint: str | None = None) -> None:
+    """Report a KsbuildWarning (the CLI prints it on stderr; Python callers see it as a warning)."""
+    import warnings
+    warnings.warn(KsbuildWarning(message, loc, hint), stacklevel=2)
+
+
 @contextmanager
 def located(loc: Location | None):
     """Give a KsbuildError raised inside the block the location `loc` if it has none yet."""

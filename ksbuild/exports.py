@@ -37,7 +37,8 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
                                     compile_export=package_export)
     if k.onnx is not None:
         from .frontends.onnx import compile_onnx_kernel
-        return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights)
+        return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights,
+                                   semantics=k.onnx_semantics or "onnxruntime")
     from .frontends.source import compile_python_kernel
 
     file, func = k.python.rsplit(":", 1)

@@ -21,9 +21,10 @@ TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split 
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror")
-KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch")
+KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch", "onnx_semantics")
 SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
+ONNX_SEMANTICS = ("onnxruntime", "reference")  # where onnxruntime and onnx.reference compute differently
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -66,6 +67,7 @@ class KernelSpec:
     loc: Location
     weights: str | None = None  # ONNX and torch kernels: "embed" | "external" (default: [build] weights)
     torch: str | None = None  # "model.py:make": make() returns an nn.Module and example inputs (docs/torch-export.md)
+    onnx_semantics: str | None = None  # ONNX kernels: "onnxruntime" (default) | "reference" (docs/onnx.md)
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,7 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
     _check_keys(ctx, path, spec, KERNEL_KEYS)
     python, signature, onnx, torch = (_field(ctx, spec, path, key) for key in ("python", "signature", "onnx", "torch"))
     weights = _field(ctx, spec, path, "weights", None, WEIGHTS)
+    semantics = _field(ctx, spec, path, "onnx_semantics", None, ONNX_SEMANTICS)
     sources = [key for key in SOURCE_KEYS if spec.get(key) is not None]
     if len(sources) != 1:
         which = "needs 'python' or 'onnx' or 'torch'" if not sources else \
@@ -359,9 +362,11 @@ def _kernel(ctx: _Ctx, name: str, spec: Any, root: Path) -> KernelSpec:
                         f"{'ONNX' if onnx else 'exported torch'} model declares its own inputs and outputs")
     if python is not None and weights is not None:
         raise ctx.error(path + ("weights",), f"kernel '{name}': 'weights' is for ONNX kernels and torch kernels")
+    if onnx is None and semantics is not None:
+        raise ctx.error(path + ("onnx_semantics",), f"kernel '{name}': 'onnx_semantics' is for ONNX kernels")
     if signature is not None:
         parse_signature(signature, ctx.loc(path + ("signature",)))
-    return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights, torch)
+    return KernelSpec(name, python, signature, onnx, ctx.loc(path), weights, torch, semantics)
 
 
 def _check_python(ctx: _Ctx, path: Path_, ref: str, root: Path, key: str = "python", func: str = "function") -> None:

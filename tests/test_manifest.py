@@ -317,3 +317,19 @@ def test_werror_key_controls_warnings_as_errors(tmp_path):
         else:
             build()
             assert (tmp_path / "install_False/lib/libp.a").exists()
+
+
+def test_ksbuild_build_raises_the_users_error_without_ksbuilds_frames(tmp_path):
+    """ksbuild.build from Python: the located error, its traceback ending at the call (ksbuild's internals
+    were a screenful of frames above the message)."""
+    import traceback
+
+    import ksbuild
+    (tmp_path / "k.py").write_text("def k(x: float) -> float:\n    return x +* 2\n")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "bad"\n\n[kernels.k]\npython = "k.py:k"\n\n'
+                                            '[exports]\nk = "k"\n')
+    with pytest.raises(ksbuild.KsbuildError) as e:
+        ksbuild.build(tmp_path / "manifest.toml")
+    assert "k.py:2:15: error: Python syntax error" in str(e.value)
+    frames = [f.filename for f in traceback.extract_tb(e.value.__traceback__)]
+    assert all(f == __file__ or f.endswith("ksbuild/__init__.py") for f in frames), frames

@@ -30,20 +30,22 @@ class ResizeSpec:
     exclude_outside: bool = False
     antialias: bool = False
     extrapolation: float = 0.0
+    scaled_length: bool = False                # align_corners divides by n_in · scale - 1 (onnx.reference)
 
 
 def source_coords(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=None) -> tuple[np.ndarray, np.ndarray]:
     """The input coordinate of each output position and whether it extrapolates (tf_crop_and_resize).
-    `length_resized` of the ONNX formulas is the output's length n_out, a whole number, as the operator's
-    text defines it and as onnxruntime and torch compute it; onnx.reference (and so the expected outputs of
-    two backend node tests, downsampling by 0.6 and 0.8 with align_corners) uses n_in · scale, fractional
-    when the scale does not divide evenly. Only half_pixel_symmetric uses that fractional width."""
+    `length_resized` of align_corners is the output's length n_out, a whole number, as onnxruntime and torch
+    compute it; with spec.scaled_length it is n_in · scale, fractional when the scale does not divide evenly,
+    as onnx.reference computes it (and so the expected outputs of two backend node tests, downsampling by 0.6
+    and 0.8 with align_corners). half_pixel_symmetric always uses that fractional width."""
     y = np.arange(n_out, dtype=np.float64)
     width = scale * n_in
     outside = np.zeros(n_out, dtype=bool)
     mode = spec.coordinates
     if mode == "align_corners":
-        x = np.zeros(n_out) if n_out == 1 else y * (n_in - 1) / (n_out - 1)
+        length = width if spec.scaled_length else n_out
+        x = np.zeros(n_out) if length == 1 else y * (n_in - 1) / (length - 1)
     elif mode == "asymmetric":
         x = y / scale
     elif mode == "tf_crop_and_resize":
@@ -276,12 +278,12 @@ def _dynamic_coords(b, spec: ResizeSpec, y: Atom, s: Atom, fin: Atom, fout: Atom
     output's length, the `length_resized` of the formulas)."""
     if spec.coordinates == "asymmetric":
         return b.div(y, s)
-    one = b.eq(fout, k(1))  # one output: y is 0
     if spec.coordinates == "align_corners":
-        return b.div(b.mul(y, b.sub(fin, k(1))), b.select(one, k(1), b.sub(fout, k(1))))
+        length = b.mul(fin, s) if spec.scaled_length else fout
+        return b.div(b.mul(y, b.sub(fin, k(1))), b.select(b.eq(length, k(1)), k(1), b.sub(length, k(1))))
     shifted = b.sub(b.div(b.add(y, k(0.5)), s), k(0.5))
     if spec.coordinates == "pytorch_half_pixel":
-        return b.select(one, k(0), shifted)
+        return b.select(b.eq(fout, k(1)), k(0), shifted)  # one output: y is 0
     return shifted
 
 

@@ -29,13 +29,15 @@ def load_model(path: Path):
 
 
 def compile_onnx_kernel(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed",
-                        model=None) -> Func:
+                        model=None, semantics: str = "onnxruntime") -> Func:
     """The IR function of an ONNX model's main graph."""
-    return import_model(path, name, float_dtype, weights, model)[0]
+    return import_model(path, name, float_dtype, weights, model, semantics)[0]
 
 
-def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed", model=None):
-    """(IR function, names of the initializers that became parameters) of an ONNX model."""
+def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str = "embed", model=None,
+                 semantics: str = "onnxruntime"):
+    """(IR function, names of the initializers that became parameters) of an ONNX model. `semantics` says
+    whom to follow where onnxruntime and onnx.reference compute differently ("onnxruntime" | "reference")."""
     from . import handlers  # noqa: F401  (registers every op handler)
     from .graph import Importer
     from .node import NeedsConstant
@@ -43,7 +45,7 @@ def import_model(path: Path, name: str, float_dtype: str = "f32", weights: str =
     check_model(Path(path), model)
     embedded: set[str] = set()
     while True:
-        imp = Importer(Path(path), model, float_dtype, weights, frozenset(embedded))
+        imp = Importer(Path(path), model, float_dtype, weights, frozenset(embedded), semantics)
         try:
             return imp.run(name), list(imp.external)
         except NeedsConstant as e:

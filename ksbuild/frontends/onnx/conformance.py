@@ -5,7 +5,9 @@ The node tests ship with the `onnx` package (`onnx.backend.test.loader.load_mode
 needs at compile time (a Reshape's shape, Slice bounds, ...) are made initializers holding
 the test's values, as they are in exported models. Each case is imported and either run in
 the reference interpreter or compiled (many cases per package) and compared with the
-expected outputs under the test's tolerances.
+expected outputs under the test's tolerances. Every case is imported with onnx_semantics =
+"reference": the expected outputs are onnx.reference's, and where onnxruntime computes
+differently (docs/onnx.md, "Where onnxruntime and onnx.reference differ") the tests follow it.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 from ...errors import KsbuildError
 
 PASS, FAIL, UNSUPPORTED = "passed", "failed", "unsupported"
+SEMANTICS = "reference"  # the kernels' onnx_semantics: the node tests' expected outputs are onnx.reference's
 
 
 @dataclass
@@ -157,7 +160,7 @@ def _reads(node) -> list[str]:
     return names
 
 
-def import_case(case: Case, float_dtype: str = "f32"):
+def import_case(case: Case, float_dtype: str = "f32", semantics: str = SEMANTICS):
     """(IR function, the case's model with frozen inputs); frozen inputs come from the first data set."""
     from . import import_model
     from .node import NeedsConstant
@@ -165,7 +168,7 @@ def import_case(case: Case, float_dtype: str = "f32"):
     model = freeze_inputs(case.model, case.frozen, first) if case.frozen else case.model
     for _ in range(8):
         try:
-            f, _ = import_model(Path(f"{case.name}.onnx"), case.name, float_dtype, "embed", model)
+            f, _ = import_model(Path(f"{case.name}.onnx"), case.name, float_dtype, "embed", model, semantics)
             return f, model
         except NeedsConstant as e:
             found = [n for v in e.sources for n in ancestors(model, v)]
@@ -297,11 +300,11 @@ def check_outputs(case: Case, outs: list, want: list) -> Result:
     return Result(case.name, case.op, PASS, "", worst, case.shaped)
 
 
-def run_interpreted(case: Case) -> Result:
+def run_interpreted(case: Case, semantics: str = SEMANTICS) -> Result:
     """Import the case and run it in the reference interpreter."""
     from ...ir.interp import eval_func
     try:
-        f, _ = import_case(case)
+        f, _ = import_case(case, semantics=semantics)
     except KsbuildError as e:
         return Result(case.name, case.op, UNSUPPORTED, short(e))
     if not case.data:
@@ -394,7 +397,7 @@ def _write_package(chunk, folder: Path) -> Path:
     exports = ["\n[exports]"]
     for i, (c, _, model) in enumerate(chunk):
         save(model, str(folder / f"c{i}.onnx"))
-        lines.append(f'c{i} = {{ onnx = "c{i}.onnx" }}')
+        lines.append(f'c{i} = {{ onnx = "c{i}.onnx", onnx_semantics = "{SEMANTICS}" }}')
         exports.append(f'c{i} = "c{i}"  # {c.name}')
     (folder / "manifest.toml").write_text("\n".join(lines + exports) + "\n")
     return folder / "manifest.toml"

@@ -97,8 +97,9 @@ class Importer:
     """Imports one ONNX model file into an IR function."""
 
     def __init__(self, path: Path, model, float_dtype: str = "f32", weights: str = "embed",
-                 embedded: frozenset[str] = frozenset()):
+                 embedded: frozenset[str] = frozenset(), semantics: str = "onnxruntime"):
         self.path, self.model, self.float_dtype = path, model, float_dtype
+        self.semantics = semantics  # whom to follow where onnxruntime and onnx.reference differ
         self.weights, self.embedded = weights, embedded
         self.file = str(path)
         self.opsets = {("" if imp.domain in ("", "ai.onnx") else imp.domain): imp.version for imp in model.opset_import}

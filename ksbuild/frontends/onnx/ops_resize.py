@@ -1,8 +1,11 @@
 """ONNX Resize and Upsample: attributes and scales/sizes parsed here, the maps are ops/resize.py."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from ...errors import warn
 from ...ops import resize as rs
 from ...ops._util import scalar_lit
 from ...ops.math import round_half_even
@@ -50,8 +53,17 @@ def _plan(n: Node, shape, axes, scales, sizes, policy: str):
     else:
         for a, s in zip(axes, scales):
             if not np.isclose(s, 1.0):  # an axis kept at scale 1 may be a symbolic dim (the batch)
-                scale[a], out[a] = s, int(s * shape[a])
+                scale[a], out[a] = s, _scaled_size(n, shape[a], s)
     return scale, out
+
+
+def _scaled_size(n: Node, d: int, s: float) -> int:
+    """floor(d · s), the output length of an axis given a scale (a float32 of the model). onnxruntime multiplies
+    in float32 (and torch, which computes in double from the exact scale, agrees: 10 · 0.7 is 7);
+    onnx.reference multiplies the float32 scale in double (10 · 0.699999988 is 6)."""
+    if n.imp.semantics == "reference":
+        return int(np.floor(float(s) * d))
+    return int(np.floor(np.float32(s) * np.float32(d)))
 
 
 def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: str = "stretch"):
@@ -60,6 +72,7 @@ def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: st
     axes = [a + r if a < 0 else a for a in (axes or range(r))]
     if scales is None and sizes is None:
         raise n.error("Resize needs scales or sizes")
+    spec = _corner_length(n, spec, shape, scales if sizes is None else None, axes)
     resized = [a for i, a in enumerate(axes)
                if (sizes is not None and sizes[i] != shape[a]) or (sizes is None and not np.isclose(scales[i], 1.0))]
     if not all(isinstance(shape[a], int) for a in resized) or (sizes is not None and not all(
@@ -89,6 +102,31 @@ def resize(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: st
     return x
 
 
+def _corner_length(n: Node, spec: rs.ResizeSpec, shape, scales, axes) -> rs.ResizeSpec:
+    """spec with align_corners' `length_resized` as the kernel's onnx_semantics says when the Resize is given
+    scales: the output's length (onnxruntime, torch) or input length · scale (onnx.reference). The two differ
+    where that product is not a whole number; with onnxruntime's rule that is a warning naming the node."""
+    if spec.coordinates != "align_corners" or scales is None:
+        return spec
+    if n.imp.semantics == "reference":
+        return dataclasses.replace(spec, scaled_length=True)
+    for a, s in zip(axes, scales):
+        d = shape[a]
+        if np.isclose(s, 1.0) or float(s).is_integer():
+            continue
+        if isinstance(d, int) and abs(d * s - round(d * s)) <= 1e-6 * d * s:  # whole up to float32 rounding
+            continue
+        length = f"{d * s:g}" if isinstance(d, int) else f"{d} · {s:g}"
+        count = _scaled_size(n, d, s) if isinstance(d, int) else f"floor({length})"
+        warn(f"Resize with align_corners scales axis {a} (length {d}) by {s:g}: its output has {count} "
+             f"positions, spaced as onnxruntime and torch space them; onnx.reference spaces them as if the axis "
+             f"were {length} long and gives other values", n.loc,
+             hint='onnx_semantics = "reference" in the kernel\'s table follows onnx.reference; a model resized '
+                  'to sizes instead of scales (F.interpolate(size=...)) means the same in both')
+        break
+    return spec
+
+
 def _resize_dynamic(n: Node, x, spec: rs.ResizeSpec, scales, sizes, roi, axes, policy: str):
     """Resize where an axis it resizes, or a target size, is a symbolic dim: source coordinates at run time."""
     if not rs.dynamic_supported(spec) or policy != "stretch" or not x.type.is_float:
@@ -113,14 +151,20 @@ def _resize_axis(n: Node, x, axis: int, out, scale: float | None, spec: rs.Resiz
 
 
 def _scaled_dim(n: Node, d, scale: float):
-    """floor(d * scale) as a dim, for a scale that is a simple fraction p/q: (p*d) // q."""
+    """floor(d · scale) as a dim (see _scaled_size), for a scale that is a simple fraction p/q up to float32
+    rounding: (p·d) // q; with onnx.reference's double product, one less at multiples of q where the float32
+    scale lies below p/q."""
     from fractions import Fraction
 
-    from ...ir.types import dim_floordiv, dim_mul
-    f = Fraction(scale).limit_denominator(64)
-    if not np.isclose(float(f), scale, rtol=0, atol=1e-9):
-        raise n.error(f"Resize of an axis of symbolic size {d} by the scale {scale}, which is not a simple fraction")
-    return dim_floordiv(dim_mul(d, f.numerator), f.denominator)
+    from ...ir.types import dim_add, dim_floordiv, dim_mul
+    f = Fraction(float(scale)).limit_denominator(64)
+    if not np.isclose(float(f), scale, rtol=1e-6, atol=1e-9):
+        raise n.error(f"Resize of an axis of symbolic size {d} by the scale {scale:.9g}, which is not a simple "
+                      f"fraction", hint="export the model with a fixed size for this axis, or resize to sizes")
+    scaled = dim_mul(d, f.numerator)
+    if n.imp.semantics == "reference" and float(scale) < float(f):
+        scaled = dim_add(scaled, -1)
+    return dim_floordiv(scaled, f.denominator)
 
 
 @handler("Resize")
