@@ -161,9 +161,10 @@ class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
 
     def __init__(self, namer: Namer, ws: Workspace, plan=None, outputs: dict[int, Storage] | None = None,
-                 indent: int = 1, data=None):
+                 indent: int = 1, data=None, forms=None):
         self.lines: list[str] = []
         self.data = data                     # codegen.data.DataSection: the package's constants
+        self.forms = forms                   # codegen.epilogue.EpilogueForms: the package's epilogue forms
         self.namer = namer
         self.ws = ws
         self.plan = plan                     # transforms.plan_memory.Plan: where each value is written

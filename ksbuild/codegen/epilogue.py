@@ -6,15 +6,27 @@ The prelude's kernels (ks::tiled_gemm, ks::packed_gemm, ks::conv) take the epilo
 equations emitted at one index of the result, as inside a fusion loop nest. Where a kernel takes no
 lambda (a BLAS call, a loop nest) or an operand cannot be read at that index, the product is stored
 first and the epilogue runs over it in place, as the fusion it came from.
+
+Each lambda type instantiates the kernel it is passed to anew (its tiles for every shape: about 200 KB
+of machine code and seconds of compile time per call site of ks::conv). So an epilogue is also written
+as a *form* where it can be: a function at namespace scope returning the lambda, with the pointers of the
+buffers it reads, their outer strides and run-time scalars as arguments. An innermost stride of 1 or 0
+stays in the text (the loads still vectorize), and so do the package's constants (ks_data_*: GCC knows
+they are not written, so a bias is loaded once per row; through a pointer argument it may alias the
+output, which made a small CNN 15% slower) unless the package has many epilogues (EpilogueForms). Call
+sites of a form used more than once (the relu6 after each convolution of a network, the residual adds,
+the masks of a backward pass) share one lambda type and one instantiation; the others keep their
+lambda, as does an epilogue whose text would read anything else of its function.
 """
 from __future__ import annotations
 
+import collections
 import re
 from typing import Sequence
 
-from ..ir.core import Eqn, Func
+from ..ir.core import Eqn, Func, Lit
 from ..ir.types import numel
-from .cpp import Writer
+from .cpp import Namer, Writer
 from .storage import Storage
 
 
@@ -30,11 +42,15 @@ def declare(w: Writer, eqn: Eqn, index: Sequence[str], shape, params: Sequence[s
     `index` (one C++ expression per axis of `shape`, the region the epilogue runs over) from the lambda's
     parameters `params` (index names) and the product's value; the lambda's name, or None when an operand
     cannot be read in `shape` (views(storage) maps an operand's storage, broadcast to the result's shape,
-    to `shape`, or returns None)."""
+    to `shape`, or returns None). With the package's EpilogueForms, the lambda's first line is marked as a
+    site, which EpilogueForms.resolve keeps or replaces by a call of the epilogue's shared form."""
     body: Func = eqn.params["epilogue"]
     bound = _bind(w, body, extras(eqn), eqn.outs[0].type.shape, views)
     if bound is None:
         return None
+    forms = None
+    if w.forms is not None:  # (the form reading the package's constants in place, and with them as arguments)
+        forms = (_form(w, eqn, bound, index, shape, params, True), _form(w, eqn, bound, index, shape, params, False))
     c = w.ctype(eqn.outs[0].type)
     name, value = w.namer.fresh("epilogue"), w.namer.fresh("v")
     header = len(w.lines)
@@ -51,7 +67,159 @@ def declare(w: Writer, eqn: Eqn, index: Sequence[str], shape, params: Sequence[s
     w.line("};")
     w.env, w.local, w.region, w.escaping = saved
     _unname_unused(w, header, params)
+    if forms is not None and None not in forms:
+        w.lines[header] += w.forms.site(name, forms, len(w.lines) - header)
     return name
+
+
+class EpilogueForms:
+    """The epilogue forms of a package. While its functions are written, every epilogue that can be a form
+    is marked as a site (its lambda's first line); resolve() then makes the sites of a form used at least
+    MIN_USES times calls of one shared factory, and leaves the other sites their own lambda (as readable,
+    and no slower). The forms read the package's constants in place, unless that leaves more than
+    LIFT_ABOVE lambda types in the package: then the constants become arguments too, so that the epilogues
+    of a network's layers (bias + relu6, each with its own bias) share their form (MobileNetV2: 449 s to
+    compile with a lambda per call, 45 s shared)."""
+
+    MIN_USES = 2
+    LIFT_ABOVE = 24
+
+    def __init__(self):
+        self.sites: list[tuple[str, tuple, int]] = []  # (lambda's name, ((text, args) in place, lifted), lines)
+        self.names: dict[str, str] = {}  # form text -> the name of its factory, for the shared ones
+        self.texts: list[str] = []
+        self.lifted: bool | None = None  # (decided by the first resolve, for the whole package)
+
+    def site(self, name: str, forms: tuple, lines: int) -> str:
+        """The mark of a site, for the first of the `lines` lines of its lambda (resolve reads it)."""
+        self.sites.append((name, forms, lines))
+        return f"  {SITE_MARK}{len(self.sites) - 1}"
+
+    def resolve(self, body: list[str]) -> list[str]:
+        """The lines of a function with its sites resolved, the shared forms named on first use."""
+        if self.lifted is None:
+            self.lifted = len({forms[0][0] for _, forms, _ in self.sites}) > self.LIFT_ABOVE
+        uses = collections.Counter(forms[self.lifted][0] for _, forms, _ in self.sites)
+        out, skip = [], 0
+        for line in body:
+            if skip:
+                skip -= 1
+                continue
+            head, mark, k = line.partition(f"  {SITE_MARK}")
+            if not mark:
+                out.append(line)
+                continue
+            name, forms, lines = self.sites[int(k)]
+            text, args = forms[self.lifted]
+            if uses[text] < self.MIN_USES:
+                out.append(head)
+                continue
+            if text not in self.names:
+                self.names[text] = f"epilogue_form{len(self.names) + 1}"
+                self.texts.append(text.replace("{name}", self.names[text]))
+            out.append(f"{head[:len(head) - len(head.lstrip())]}const auto {name} = {self.names[text]}({args});")
+            skip = lines - 1
+        return out
+
+    def declarations(self) -> list[str]:
+        return [line for text in self.texts for line in (text.splitlines() + [""])][:-1]
+
+
+SITE_MARK = "// ks-epilogue-site "
+
+
+class _Member:
+    """One argument of a form's factory: its parameter declaration, its name and the caller's expression."""
+
+    def __init__(self, decl: str, name: str, arg: str, template: str | None = None):
+        self.decl, self.name, self.arg, self.template = decl, name, arg, template
+
+
+class _FormNamer(Namer):
+    """Names in a form: loads x_i, others t (not the IR's hints, which differ between call sites)."""
+
+    def fresh(self, hint: str = "t") -> str:
+        return super().fresh("x_i" if hint.endswith("_i") else "t")
+
+
+_NUMBER = re.compile(r"^\(?-?[0-9][0-9.e+\-]*f?\)?$")
+_QUALIFIED = re.compile(r"\b(?:ks|std)::[A-Za-z_][\w:]*")
+_ALLOWED = {"static_cast", "__builtin_huge_valf", "__builtin_huge_val", "__builtin_nanf", "__builtin_nan",
+            "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t"}
+
+
+def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params: Sequence[str], in_place: bool):
+    """(the text of the epilogue's form, with {name} for its factory's name; the arguments of this call), see the
+    module's text; None when the text would read something of the function other than its arguments."""
+    from .viewmodel import C_KEYWORDS
+    body: Func = eqn.params["epilogue"]
+    members: list[_Member] = []
+    form_env = {}
+    count = {"s": 0, "a": 0}
+
+    def fresh(kind: str) -> str:
+        count[kind] += 1
+        return f"{kind}{count[kind] - 1}"
+    for p, a in zip(body.params[1:], extras(eqn)):
+        b = bound[p]
+        if isinstance(b, str) or b.literal is not None:
+            text = b if isinstance(b, str) else b.literal
+            if isinstance(a, Lit) or _NUMBER.match(text):
+                form_env[p] = b
+                continue
+            name = fresh("s")
+            members.append(_Member(f"{w.ctype(a.type)} {name}", name, text))
+            form_env[p] = name if isinstance(b, str) else Storage.splat(name, b.shape)
+            continue
+        if in_place and b.root.startswith("ks_data_"):  # a constant of the package (see the module's text)
+            form_env[p] = b
+            continue
+        ptr = fresh("a")
+        members.append(_Member(f"const T{ptr[1:]}* {ptr}", ptr, b.base, f"T{ptr[1:]}"))
+        strides = []
+        for j, s in enumerate(b.strides):
+            if s in ("0", "1"):
+                strides.append(s)
+            else:
+                members.append(_Member(f"int64_t {ptr}_s{j}", f"{ptr}_s{j}", s))
+                strides.append(f"{ptr}_s{j}")
+        form_env[p] = Storage(ptr, b.shape, tuple(strides), False)
+    names = {q: f"i{j}" for j, q in enumerate(params)}
+    form_index = []
+    for e in index:
+        if e not in names:
+            names[e] = f"k{len(names) - len(params)}"
+            members.append(_Member(f"int64_t {names[e]}", names[e], e))
+        form_index.append(names[e])
+    c = w.ctype(eqn.outs[0].type)
+    own = {m.name for m in members} | {f"i{j}" for j in range(len(params))} | {"v"}
+    saved = (w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping)
+    namer = _FormNamer(sorted(C_KEYWORDS | own))
+    reserved = set(namer.used)
+    w.lines, w.namer, w.depth = [], namer, 2
+    w.env, w.local = dict(form_env), {body.params[0]: "v"}
+    w.region, w.escaping = (form_index, tuple(shape)), {}
+    try:
+        for e in body.eqns:
+            e.prim.emit(w, e)
+        w.line(f"return {w.scalar(body.results[0])};")
+        lines, declared = w.lines, namer.used - reserved
+    except Exception:  # noqa: BLE001  an emit rule that needs its function: a local lambda instead
+        return None
+    finally:
+        w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping = saved
+    text = "\n".join(lines)
+    words = set(re.findall(r"\b[A-Za-z_]\w*", _QUALIFIED.sub(" ", re.sub(r'"[^"]*"', " ", text))))
+    if any(not x.startswith("ks_data_") for x in words - (own | declared | C_KEYWORDS | _ALLOWED)):
+        return None  # (a dim of the function, a variable of an enclosing loop, ...)
+    used = [m for m in members if re.search(rf"\b{m.name}\b", text)]
+    lam = [f"int64_t i{j}" if re.search(rf"\bi{j}\b", text) else "int64_t" for j in range(len(params))]
+    templates = [m.template for m in used if m.template]
+    form = "\n".join(
+        ([f"template <{', '.join(f'class {x}' for x in templates)}>"] if templates else [])
+        + [f"static auto {{name}}({', '.join(m.decl for m in used)}) {{",
+           f"    return [=]({', '.join(lam)}, {c} v) {{", text, "    };", "}"])
+    return form, ", ".join(m.arg for m in used)
 
 
 def _bind(w: Writer, body: Func, operands, out_shape, views) -> dict | None:

@@ -96,13 +96,14 @@ def is_scalar_abi(f: Func) -> bool:
     return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
 
 
-def export_view(package: str, name: str, f: Func, doc: list[str], data=None) -> ExportView:
+def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None) -> ExportView:
     """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
-    `data` (a codegen.data.DataSection) collects the constants it reads."""
+    `data` (a codegen.data.DataSection) collects the constants it reads, `forms` (codegen.epilogue.EpilogueForms)
+    the epilogue forms it applies."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS))
     scalar_abi = is_scalar_abi(f)
-    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data)
+    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data, forms=forms)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     python_names: set[str] = set()
     for i, p in enumerate(f.params):

@@ -8,6 +8,7 @@ from pathlib import Path
 import jinja2
 
 from ..codegen.data import DataSection
+from ..codegen.epilogue import EpilogueForms
 from ..codegen.viewmodel import ExportView, export_view
 from ..compile.targets import TARGETS, Target, cpu_variants
 from ..exports import Export
@@ -43,12 +44,16 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
     return lines
 
 
-def views(m: Manifest, exports: list[Export], data: DataSection | None = None) -> list[ExportView]:
+def views(m: Manifest, exports: list[Export], data: DataSection | None = None,
+          forms: EpilogueForms | None = None) -> list[ExportView]:
     out = []
     for e in exports:
-        v = export_view(m.name, e.name, e.func, export_doc(e, m), data)
+        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms)
         v.doc[1] = _signature_line(v, e.func)
         out.append(v)
+    if forms is not None:  # (the epilogues' sites are known for the whole package now)
+        for v in out:
+            v.body = forms.resolve(v.body)
     return out
 
 
@@ -115,14 +120,15 @@ def target_record(t: Target) -> dict:
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
-    data = DataSection(m.name)
-    vs = views(m, exports, data)
+    data, forms = DataSection(m.name), EpilogueForms()
+    vs = views(m, exports, data, forms)
     # (a package of scalar functions only is not worth compiling several times)
     variants = cpu_variants(target, m.build.cpu, m.build.backend) if any(v.kind == "tensor" for v in vs) else ()
     ctx = dict(variants=variants, variant_spaces=[f"{m.name}_{v.replace('-', '_')}" for v in variants],
                name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
                cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, data_decls=data.declarations(),
+               epilogue_forms=forms.declarations(),
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),

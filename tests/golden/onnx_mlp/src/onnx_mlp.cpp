@@ -25,6 +25,39 @@ static const float* const ks_data_6 = reinterpret_cast<const float*>(onnx_mlp_da
 
 namespace KS_VARIANT {  // onnx_mlp_x86_64, onnx_mlp_x86_64_v3, onnx_mlp_x86_64_v4
 
+// Epilogues shared by several products (codegen/epilogue.py): each form is one lambda type, so the
+// prelude's kernel it is passed to is compiled once per form rather than once per call.
+static auto epilogue_form1() {
+    return [=](int64_t, int64_t i1, float v) {
+        const float x_i = ks_data_1[i1];
+        const float t1 = (v + x_i);
+        const float t2 = ks::tanh(t1);
+        return t2;
+    };
+}
+
+template <class T0>
+static auto epilogue_form2(const T0* a0) {
+    return [=](int64_t, int64_t i1, float v) {
+        const float x_i = a0[i1];
+        const float t1 = (v + x_i);
+        const float t2 = ks::tanh(t1);
+        return t2;
+    };
+}
+
+template <class T0>
+static auto epilogue_form3(const T0* a0, int64_t a0_s0) {
+    return [=](int64_t i0, int64_t i1, float v) {
+        const float x_i = a0[i0 * a0_s0 + i1];
+        const float t1 = (x_i * x_i);
+        const float t2 = (1.0f - t1);
+        const float t3 = (v * t2);
+        return t3;
+    };
+}
+
+
 // mlp = mlp   (kernel mlp from mlp.onnx)
 //   (x: f32[batch, 4]) -> (f32[batch, 1])
 //   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs
@@ -37,12 +70,7 @@ int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace) {
     float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float x_i = ks_data_1[col];
-        const float t1 = (v + x_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
-    };
+    const auto epilogue = epilogue_form1();
     ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {prod, 32, 1}, false, epilogue);
     const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
         const float x_i8 = ks_data_3[col5];
@@ -80,12 +108,7 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     float* const prod12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float x_i = ks_data_1[col];
-        const float t1 = (v + x_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
-    };
+    const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
     const auto epilogue6 = [&](int64_t row4, int64_t col5, float v7) {
         const float x_i8 = prod[row4 * 32 + col5];
@@ -133,19 +156,9 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     float* const prod10 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float mlp_fc1_bias_i = mlp_fc1_bias[col];
-        const float t1 = (v + mlp_fc1_bias_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
-    };
+    const auto epilogue = epilogue_form2(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
-    const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
-        const float mlp_fc2_bias_i = mlp_fc2_bias[col5];
-        const float t8 = (v7 + mlp_fc2_bias_i);
-        const float t9 = ks::tanh(t8);
-        return t9;
-    };
+    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, epilogue6);
     ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod10, 1, 1}, false, scratch_float);
     float acc = 0;
@@ -187,19 +200,9 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     float* const prod21 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float mlp_fc1_bias_i = mlp_fc1_bias[col];
-        const float t1 = (v + mlp_fc1_bias_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
-    };
+    const auto epilogue = epilogue_form2(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, epilogue);
-    const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
-        const float mlp_fc2_bias_i = mlp_fc2_bias[col5];
-        const float t8 = (v7 + mlp_fc2_bias_i);
-        const float t9 = ks::tanh(t8);
-        return t9;
-    };
+    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, epilogue6);
     const float t10 = static_cast<float>(batch);
     const float t11 = (1.0f / t10);
@@ -219,13 +222,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         out_d_mlp_out_bias[0] += prod12[i];
     }
     ks::tiled_gemm<float>(1, 32, batch, {prod12, 1, 1}, {prod3, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    const auto epilogue24 = [&](int64_t row22, int64_t col23, float v25) {
-        const float x_i26 = prod3[row22 * 32 + col23];
-        const float t27 = (x_i26 * x_i26);
-        const float t28 = (1.0f - t27);
-        const float t29 = (v25 * t28);
-        return t29;
-    };
+    const auto epilogue24 = epilogue_form3(prod3, 32);
     ks::tiled_gemm<float>(batch, 32, 1, {prod12, 1, 1}, {mlp_out_weight, 32, 1}, {prod21, 32, 1}, false, scratch_float, epilogue24);
     for (int64_t i30 = 0; i30 < 32; ++i30) {
         out_d_mlp_fc2_bias[i30] = 0;
@@ -237,13 +234,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     }
     ks::tiled_gemm<float>(32, 32, batch, {prod21, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
     float* const prod33 = prod3;  // reuses a dead buffer's space
-    const auto epilogue36 = [&](int64_t row34, int64_t col35, float v37) {
-        const float x_i38 = prod[row34 * 32 + col35];
-        const float t39 = (x_i38 * x_i38);
-        const float t40 = (1.0f - t39);
-        const float t41 = (v37 * t40);
-        return t41;
-    };
+    const auto epilogue36 = epilogue_form3(prod, 32);
     ks::tiled_gemm<float>(batch, 32, 32, {prod21, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod33, 32, 1}, false, scratch_float, epilogue36);
     for (int64_t i42 = 0; i42 < 32; ++i42) {
         out_d_mlp_fc1_bias[i42] = 0;
