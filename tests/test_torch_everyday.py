@@ -3,7 +3,7 @@ checked against torch evaluating the same line, values and (where the result is 
 against torch.autograd. Inputs hold a NaN where the function is about NaN. Found on the way: the vjp of a slice
 of a repeat_interleave did not compile (GCC 12 -Warray-bounds: a workspace it could not prove non-null, now
 checked against the constant size), and |x|'s derivative at NaN was NaN, so nan_to_num(|z|) sent NaN back
-(torch: 0)."""
+(torch: 0); a dim written None (torch.sum(x, None): every axis) was refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +28,8 @@ LINES = {
     "fmax": "torch.fmax(z, y) + torch.fmin(y, z)",
     "nansum": "torch.nansum(z, dim=1) + torch.nanmean(z, dim=1)",
     "nansum_all": "torch.nansum(z) + torch.nanmean(z)",
+    "dim_none": "torch.sum(x, None) + torch.mean(y, dim=None) + x.sum(None) + torch.amax(x, None, keepdim=True)[0, 0]"
+                " + torch.var(x, None)",
     "count_nonzero": "torch.count_nonzero(torch.round(x), dim=1)",
     "std_mean": "torch.std_mean(x, dim=1)[0] + torch.std_mean(x, dim=1)[1] + torch.var_mean(x, 0)[0].sum()",
     "dist": "torch.dist(x, y) + torch.dist(x, y, p=1)",

@@ -122,7 +122,8 @@ def norm_axis(fc, axis: int, rank: int, node) -> int:
 
 
 def axes_arg(fc, v, rank, node) -> tuple[int, ...]:
-    if v is None:
+    """The axes a `dim` argument names: every axis for None (left out, or written: torch.sum(x, None))."""
+    if v is None or (isinstance(v, Const) and v.value is None):
         return tuple(range(rank))
     vals = v if isinstance(v, (tuple, list)) else (v,)
     return tuple(sorted(norm_axis(fc, int_const(fc, a, node, "dim"), rank, node) for a in vals))
@@ -418,7 +419,10 @@ def _softmax(log: bool):
     def fn(fc, b, args, kw, node):
         x = float_tensor(fc, b, _as_dtype_kw(fc, b, tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node),
                                              args, kw, 2, node), node)
-        (axis,) = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node), x.type.rank, node)
+        dim = _arg(fc, args, kw, 1, "dim", node)
+        if isinstance(dim, Const) and dim.value is None:
+            raise fc.src.error(node, "softmax needs its dim (torch's implicit choice for None is deprecated)")
+        (axis,) = axes_arg(fc, dim, x.type.rank, node)
         return reduce.log_softmax(b, x, axis) if log else reduce.softmax(b, x, axis)
     return fn
 
