@@ -50,7 +50,9 @@ def declare(w: Writer, eqn: Eqn, index: Sequence[str], shape, params: Sequence[s
         return None
     forms = None
     if w.forms is not None:  # (the form reading the package's constants in place, and with them as arguments)
-        forms = (_form(w, eqn, bound, index, shape, params, True), _form(w, eqn, bound, index, shape, params, False))
+        in_place = _form(w, eqn, bound, index, shape, params, True)
+        constants = any(isinstance(s, Storage) and s.root.startswith("ks_data_") for s in bound.values())
+        forms = (in_place, _form(w, eqn, bound, index, shape, params, False) if constants else in_place)
     c = w.ctype(eqn.outs[0].type)
     name, value = w.namer.fresh("epilogue"), w.namer.fresh("v")
     header = len(w.lines)
@@ -144,8 +146,7 @@ class _FormNamer(Namer):
 
 _NUMBER = re.compile(r"^\(?-?[0-9][0-9.e+\-]*f?\)?$")
 _QUALIFIED = re.compile(r"\b(?:ks|std)::[A-Za-z_][\w:]*")
-_ALLOWED = {"static_cast", "__builtin_huge_valf", "__builtin_huge_val", "__builtin_nanf", "__builtin_nan",
-            "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t"}
+_BUILTINS = {"__builtin_huge_valf", "__builtin_huge_val", "__builtin_nanf", "__builtin_nan"}  # (c_literal's)
 
 
 def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params: Sequence[str], in_place: bool):
@@ -210,7 +211,7 @@ def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params:
         w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping = saved
     text = "\n".join(lines)
     words = set(re.findall(r"\b[A-Za-z_]\w*", _QUALIFIED.sub(" ", re.sub(r'"[^"]*"', " ", text))))
-    if any(not x.startswith("ks_data_") for x in words - (own | declared | C_KEYWORDS | _ALLOWED)):
+    if any(not x.startswith("ks_data_") for x in words - (own | declared | C_KEYWORDS | _BUILTINS)):
         return None  # (a dim of the function, a variable of an enclosing loop, ...)
     used = [m for m in members if re.search(rf"\b{m.name}\b", text)]
     lam = [f"int64_t i{j}" if re.search(rf"\bi{j}\b", text) else "int64_t" for j in range(len(params))]
