@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shutil
 import signal
 import sys
 from contextlib import contextmanager
@@ -156,6 +158,48 @@ def _blocking_file(path) -> str | None:
     return f"{hit} is a file, not a directory" if hit is not None else None
 
 
+OS_ERROR_HINTS = {
+    errno.EACCES: "check the permissions of that path",
+    errno.EPERM: "check the permissions of that path",
+    errno.EROFS: "pick a writable place (-o, or $KSBUILD_CACHE for the build cache)",
+    errno.ENOSPC: "free some space; `ksbuild cache clean` empties the build cache",
+    errno.EDQUOT: "free some space; `ksbuild cache clean` empties the build cache",
+}
+WRITE_ERRORS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error_line(e: OSError, written: list[str] = ()) -> str:
+    """One line for an OSError: which path, what failed and what to do; `written` names the places the command
+    writes to, shown when the error does not say which path it was."""
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        src, dst, why = e.args[0][0]  # copytree collects (source, destination, reason) triples
+        return f"error: cannot copy {src} to {dst}: {why}"
+    if isinstance(e, (FileExistsError, NotADirectoryError)) and _blocking_file(e.filename):  # -o under a file
+        return f"error: cannot create {e.filename}: {_blocking_file(e.filename)}"
+    if e.strerror is None:  # raised with a message of its own
+        return f"error: {e}"
+    what = e.strerror[:1].lower() + e.strerror[1:]
+    if e.filename is None:
+        head = f"error: {what}" + (f" while writing to {' or '.join(written)}" if written else "")
+    elif e.filename2 is not None:
+        head = f"error: cannot copy {e.filename} to {e.filename2}: {what}"
+    elif e.errno in WRITE_ERRORS:
+        head = f"error: cannot write {e.filename}: {what}"
+    else:
+        head = f"error: {e.filename}: {what}"
+    hint = OS_ERROR_HINTS.get(e.errno)
+    return f"{head}; {hint}" if hint else head
+
+
+def _written_places(a) -> list[str]:
+    """The folders a command writes to: its -o and, for the commands that build, the build cache."""
+    places = [str(Path(a.out).resolve())] if getattr(a, "out", None) else []
+    if a.command in ("package", "wheel"):
+        from .packaging.cache import cache_root
+        places.append(f"the build cache {cache_root()}")
+    return places
+
+
 COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _cache, "check": _check, "ir": _ir,
             "onnx-report": _onnx_report}
 
@@ -176,11 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `ksbuild ir ... | head`: the reader went away, which is fine
         sys.stdout = open(os.devnull, "w")
         return 0
-    except FileNotFoundError as e:
-        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
-        return 1
-    except (FileExistsError, NotADirectoryError) as e:  # e.g. -o under a regular file
-        print(f"error: cannot create {e.filename}: {_blocking_file(e.filename) or e.strerror}", file=sys.stderr)
+    except OSError as e:  # a missing file, a denied permission, a read-only or full disk: the user's to fix
+        print(os_error_line(e, _written_places(a)), file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001  a bug in ksbuild: say so, without a traceback
         if a.debug or os.environ.get("KSBUILD_DEBUG"):
