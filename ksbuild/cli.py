@@ -1,12 +1,18 @@
-"""The `ksbuild` command line: package, render, wheel, cache, check, ir."""
+"""The `ksbuild` command line: package, render, wheel, cache, check, ir.
+
+Exit status: 0 ok, 1 an error in the user's input or files (located message), 2 a usage error (argparse),
+70 an internal error of ksbuild (a bug: -v shows its traceback), 130 interrupted (Ctrl-C, SIGTERM)."""
 from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import shutil
 import signal
 import sys
+import time
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +21,7 @@ from .errors import KsbuildError, KsbuildWarning
 
 BACKEND_HELP = ("plain (runtime-free), blas (matrix products through CBLAS) or aten (through libtorch); "
                 "default: the manifest's")
+EXIT_OK, EXIT_USER, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7 or cortex-m0plus; "
                "default: the manifest's [build] target")
 
@@ -30,11 +37,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_verbosity(p: argparse.ArgumentParser, default) -> None:
+    """-q and -v, before the command (`ksbuild -q package ...`) or after it (the subparsers' default is SUPPRESS,
+    so that they do not overwrite what was given before the command)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="print errors only: no progress, status lines or warnings")
+    g.add_argument("-v", "--verbose", action="store_true", default=default,
+                   help="more detail: timed progress, C signatures in check, tracebacks of internal errors")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ksbuild", description="Compile Python numeric kernels, their vmap and "
-                                "derivatives, into plain runtime-free C++ static libraries.")
+                                "derivatives, into plain runtime-free C++ static libraries.",
+                                epilog="exit status: 0 ok, 1 error in your input or files, 2 usage error, "
+                                "70 internal error of ksbuild (rerun with -v for its traceback), 130 interrupted")
     p.add_argument("--version", action="version", version=f"ksbuild {__version__}")
+    _add_verbosity(p, False)
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)  # older spelling of -v's tracebacks
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_commands(sub)
+    for command in sub.choices.values():
+        _add_verbosity(command, argparse.SUPPRESS)
+    return p
+
+
+def _add_commands(sub) -> None:
+    """The subcommands and their options."""
     pk = sub.add_parser("package", help="render, build and install a manifest into dist/<package>")
     pk.add_argument("manifest")
     pk.add_argument("-o", "--out", help="install tree (default: dist/<package name>)")
@@ -55,8 +84,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="only write the wheel's scikit-build-core project into DIR (for pip wheel or cibuildwheel)")
     ca = sub.add_parser("cache", help="show or empty the build cache")
     ca.add_argument("action", choices=("info", "clean"), help="info: where it is and what it holds; clean: empty it")
+    ca.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
     c.add_argument("manifest")
+    c.add_argument("--json", action="store_true",
+                   help="print one JSON object: the package and a list of its exports (C signature, arguments, "
+                   "workspace)")
     from .transforms.pipeline import PASS_NAMES
     i = sub.add_parser("ir", help="print the IR of every export (after the pass pipeline)")
     i.add_argument("manifest")
@@ -69,12 +102,16 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("-o", "--out", default=None, help="write the markdown report here (default: print it)")
     o.add_argument("--interpreted", action="store_true", help="run the reference interpreter instead of C++")
     o.add_argument("--backend", default="plain", help="plain (default) or blas")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
-    return p
 
 
-def _progress(msg: str) -> None:
-    print(msg, flush=True)
+def _printer(a):
+    """How a command reports progress and status: not at all with -q, with the elapsed time with -v."""
+    if a.quiet:
+        return lambda msg: None
+    if not a.verbose:
+        return lambda msg: print(msg, flush=True)
+    start = time.monotonic()
+    return lambda msg: print(f"[{time.monotonic() - start:6.1f} s] {msg}", flush=True)
 
 
 def _package(a) -> None:
@@ -82,15 +119,15 @@ def _package(a) -> None:
     from .packaging.package import package
 
     m = load_manifest(a.manifest, a.backend, a.target)
-    package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=_progress, backend=a.backend)
+    package(a.manifest, a.out, target=a.target or m.build.target, jobs=a.jobs, progress=a.say, backend=a.backend)
 
 
 def _render(a) -> None:
     from .packaging.package import render
 
     out = Path(a.out).resolve()
-    render(a.manifest, out, _progress, a.backend, a.target)
-    print(f"ksbuild: wrote the CMake project to {out}")
+    render(a.manifest, out, a.say, a.backend, a.target)
+    a.say(f"ksbuild: wrote the CMake project to {out}")
 
 
 def _wheel(a) -> None:
@@ -98,22 +135,34 @@ def _wheel(a) -> None:
 
     if a.project:
         out = Path(a.project).resolve()
-        render_wheel_project(a.manifest, out, target=a.target, backend=a.backend, progress=_progress)
-        print(f"ksbuild: wrote the wheel project to {out} (build it with: pip wheel {out} --no-deps)")
+        render_wheel_project(a.manifest, out, target=a.target, backend=a.backend, progress=a.say)
+        a.say(f"ksbuild: wrote the wheel project to {out} (build it with: pip wheel {out} --no-deps)")
         return
-    build_wheel(a.manifest, a.out, target=a.target, backend=a.backend, progress=_progress)
+    build_wheel(a.manifest, a.out, target=a.target, backend=a.backend, progress=a.say)
 
 
 def _cache(a) -> None:
     from .packaging import cache
 
     if a.action == "info":
-        print(cache.info_text())
+        print(json.dumps(_cache_json(cache), indent=2) if a.json else cache.info_text())
         return
     removed, freed, busy = cache.clean()
-    print(f"ksbuild: removed {removed} build(s) from {cache.cache_root()}, {freed / 2**20:.1f} MiB")
+    if a.json:
+        print(json.dumps({"cache": str(cache.cache_root()), "removed": removed, "freed_bytes": freed, "busy": busy}))
+        return
+    a.say(f"ksbuild: removed {removed} build(s) from {cache.cache_root()}, {freed / 2**20:.1f} MiB")
     if busy:
-        print(f"ksbuild: left {len(busy)} build(s) in progress: {', '.join(busy)}")
+        a.say(f"ksbuild: left {len(busy)} build(s) in progress: {', '.join(busy)}")
+
+
+def _cache_json(cache) -> dict:
+    """`ksbuild cache info --json`: the cache folder and one object per build (key, path, bytes, time, entry.json)."""
+    def entry(e) -> dict:
+        finished = (e.path / ("wheel" if e.info.get("wheel") else "install")).is_dir()
+        return {"key": e.key, "path": str(e.path), "size_bytes": e.size, "mtime": e.mtime, "finished": finished,
+                **e.info}
+    return {"cache": str(cache.cache_root()), "builds": [entry(e) for e in cache.entries()]}
 
 
 def _check(a) -> None:
@@ -122,12 +171,36 @@ def _check(a) -> None:
     from .packaging.package import resolve_target
 
     m = load_manifest(a.manifest)
-    resolve_target(m, None)  # (the target and what it allows: backend, threads)
-    for e in build_exports(m):
+    t = resolve_target(m, None)  # (the target and what it allows: backend, threads)
+    exports = build_exports(m)
+    if a.json:
+        print(json.dumps(_check_json(m, t, exports), indent=2))
+        return
+    described = _check_json(m, t, exports)["exports"] if a.verbose else [{}] * len(exports)
+    for e, d in zip(exports, described):
         ins = ", ".join(str(t) for t in e.func.in_types)
         outs = ", ".join(str(t) for t in e.func.out_types)
-        print(f"{m.name}_{e.name}: ({ins}) -> ({outs})    = {e.spec.text}")
-    print(f"ksbuild: {m.path.name} is fine ({len(m.exports)} exports)")
+        a.show(f"{m.name}_{e.name}: ({ins}) -> ({outs})    = {e.spec.text}")
+        if d:
+            a.show(f"    {d['c_signature']};" + (f"  (workspace: {d['symbol']}_workspace_size bytes)"
+                                                       if d["workspace"] else ""))
+    a.say(f"ksbuild: {m.path.name} is fine ({len(m.exports)} exports)")
+
+
+def _check_json(m, t, exports) -> dict:
+    """`ksbuild check --json`: the package and one object per export, as share/P/P.json describes it plus its C
+    signature and the C expression of its workspace size in bytes (the dims are its variables)."""
+    from .packaging.render import describe, views
+
+    vs = views(m, exports)
+    records = describe(m, vs, exports)["exports"]
+    out = {"package": m.name, "version": m.version, "manifest": str(m.path), "target": t.name,
+           "backend": m.build.backend, "exports": []}
+    for v in vs:
+        signature = {"name": v.name, "c_signature": f"{v.ret} {v.c_name}({v.params})",
+                     "workspace_size": v.workspace if v.kind == "tensor" else None}
+        out["exports"].append(signature | records[v.name])
+    return out
 
 
 def _ir(a) -> None:
@@ -144,7 +217,7 @@ def _ir(a) -> None:
 def _onnx_report(a) -> None:
     from .frontends.onnx.report import main
 
-    text = main(a.filter, a.out, "interpreted" if a.interpreted else "compiled", a.backend, _progress)
+    text = main(a.filter, a.out, "interpreted" if a.interpreted else "compiled", a.backend, a.say)
     if not a.out:
         print(text)
 
@@ -205,39 +278,47 @@ COMMANDS = {"package": _package, "render": _render, "wheel": _wheel, "cache": _c
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run one command; user errors print a located message and exit 1."""
+    """Entry point: run one command and return the exit status (see the module docstring); usage errors exit 2
+    through argparse's SystemExit."""
     a = _parser().parse_args(argv)
+    a.say, a.show = _printer(a), (lambda msg: None) if a.quiet else print  # progress and status; listings
     previous = _stop_on_sigterm()
     try:
-        with _warnings_on_stderr():
+        with _warnings_on_stderr(quiet=a.quiet):
             COMMANDS[a.command](a)
     except KsbuildError as e:
         print(str(e), file=sys.stderr)
-        return 1
+        return EXIT_USER
     except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all, so there is nothing to undo
         print("ksbuild: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `ksbuild ir ... | head`: the reader went away, which is fine
         sys.stdout = open(os.devnull, "w")
-        return 0
+        return EXIT_OK
     except OSError as e:  # a missing file, a denied permission, a read-only or full disk: the user's to fix
         print(os_error_line(e, _written_places(a)), file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001  a bug in ksbuild: say so, without a traceback
-        if a.debug or os.environ.get("KSBUILD_DEBUG"):
-            raise
-        print(f"internal error in ksbuild: {type(e).__name__}: {e}\n  rerun with --debug for the traceback "
-              "and please report it", file=sys.stderr)
-        return 2
+        return EXIT_USER
+    except Exception as e:  # noqa: BLE001  a bug in ksbuild: say so; the traceback only when asked for
+        return _internal_error(e, a.verbose or a.debug or bool(os.environ.get("KSBUILD_DEBUG")))
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    return 0
+    return EXIT_OK
+
+
+def _internal_error(e: Exception, show_traceback: bool) -> int:
+    """Report an unexpected exception inside ksbuild (a bug, not the user's input): exit status 70."""
+    if show_traceback:
+        traceback.print_exc()
+    print(f"internal error in ksbuild: {type(e).__name__}: {e}", file=sys.stderr)
+    if not show_traceback:
+        print("  rerun with -v (or KSBUILD_DEBUG=1) for the traceback, and please report it", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 @contextmanager
-def _warnings_on_stderr():
-    """ksbuild's warnings printed like its errors, each once; other Python warnings as usual."""
+def _warnings_on_stderr(quiet: bool = False):
+    """ksbuild's warnings printed like its errors, each once (none with -q); other Python warnings as usual."""
     import warnings
     seen: set[str] = set()
     show = warnings.showwarning
@@ -245,7 +326,7 @@ def _warnings_on_stderr():
     def print_warning(message, category, filename, lineno, file=None, line=None):
         if not isinstance(message, KsbuildWarning):
             return show(message, category, filename, lineno, file, line)
-        if str(message) not in seen:
+        if str(message) not in seen and not quiet:
             seen.add(str(message))
             print(str(message), file=sys.stderr, flush=True)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -112,3 +113,117 @@ def test_os_error_lines():
     assert os_error_line(shutil.Error([("/a/f", "/b/f", "[Errno 28] No space left on device")])) == \
         "error: cannot copy /a/f to /b/f: [Errno 28] No space left on device"
     assert os_error_line(FileNotFoundError("the folder 'x' is missing")) == "error: the folder 'x' is missing"
+
+
+# ---- exit statuses, -q and -v, --json ------------------------------------------------------------------------------
+
+BUG = ("import ksbuild.exports as x\n"
+       "def broken(m, after=None):\n    raise ZeroDivisionError('a bug planted by the test')\n"
+       "x.build_exports = broken")
+WARNING = ("import ksbuild.exports as x\nfrom ksbuild.errors import warn\nbuild = x.build_exports\n"
+           "def warned(m, after=None):\n    warn('a warning planted by the test')\n    return build(m, after)\n"
+           "x.build_exports = warned")
+
+
+@pytest.fixture(scope="module")
+def relu3_tree(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`ksbuild -q package` of relu3 into its own cache: (the install tree, the run)."""
+    base = tmp_path_factory.mktemp("cli")
+    env = dict(os.environ, KSBUILD_CACHE=str(base / "cache"))
+    return base / "dist", ksbuild("-q", "package", RELU3, "-o", base / "dist", env=env)
+
+
+def test_ok_is_0_and_check_lists_the_exports():
+    proc = ksbuild("check", RELU3)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "activations_vrelu3: (f32[n]) -> (f32[n])    = vmap(relu3)" in proc.stdout
+    assert proc.stdout.rstrip().endswith("manifest.toml is fine (7 exports)")
+
+
+def test_an_error_in_the_manifest_is_1(tmp_path):
+    (tmp_path / "m.toml").write_text(RELU3.read_text().replace("[package]", "[package]\ncolour = 'red'"))
+    (tmp_path / "relu3.py").write_text((RELU3.parent / "relu3.py").read_text())
+    proc = ksbuild("check", tmp_path / "m.toml")
+    assert proc.returncode == 1 and "m.toml" in proc.stderr and "colour" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["package"], ["-q", "-v", "check", "m.toml"],
+                                  ["package", "m.toml", "--jobs", "0"], ["cache", "info", "--nonsense"]])
+def test_a_usage_error_is_2(args):
+    proc = ksbuild(*args)
+    assert proc.returncode == 2 and "usage: ksbuild" in proc.stderr, (proc.returncode, proc.stderr)
+
+
+def test_an_internal_error_is_70_and_says_how_to_see_the_traceback():
+    proc = ksbuild("check", RELU3, prelude=BUG)
+    assert proc.returncode == 70, (proc.returncode, proc.stderr)
+    assert "internal error in ksbuild: ZeroDivisionError: a bug planted by the test" in proc.stderr
+    assert "rerun with -v (or KSBUILD_DEBUG=1)" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("how", [["-v", "check"], ["check", "-v"], ["--debug", "check"], ["KSBUILD_DEBUG"]])
+def test_verbose_shows_the_traceback_of_an_internal_error(how):
+    env = dict(os.environ, KSBUILD_DEBUG="1") if how == ["KSBUILD_DEBUG"] else None
+    args = ["check"] if env else how
+    proc = ksbuild(*args, RELU3, env=env, prelude=BUG)
+    assert proc.returncode == 70, (proc.returncode, proc.stderr)
+    assert "Traceback" in proc.stderr and "in broken" in proc.stderr, proc.stderr
+    assert "internal error in ksbuild: ZeroDivisionError" in proc.stderr
+
+
+def test_quiet_prints_nothing_on_success(relu3_tree):
+    dist, proc = relu3_tree
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
+    assert (dist / "lib/libactivations.a").is_file()
+    proc = ksbuild("check", "-q", RELU3)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_quiet_still_prints_errors_and_drops_warnings(tmp_path):
+    proc = ksbuild("-q", "check", tmp_path / "nowhere.toml")
+    assert proc.returncode == 1 and "nowhere.toml" in proc.stderr and proc.stdout == ""
+    loud, quiet = ksbuild("check", RELU3, prelude=WARNING), ksbuild("-q", "check", RELU3, prelude=WARNING)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    assert "a warning planted by the test" in loud.stderr and quiet.stderr == "", quiet.stderr
+
+
+def test_verbose_times_the_progress_and_shows_c_signatures(tmp_path):
+    proc = ksbuild("-v", "render", RELU3, "-o", tmp_path / "proj")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(line.startswith("[") and " s] ksbuild: " in line for line in lines), proc.stdout
+    proc = ksbuild("check", "-v", RELU3)
+    assert "    int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace);" in proc.stdout
+
+
+def test_check_json_describes_every_export_as_the_installed_header_declares_it(relu3_tree):
+    dist, _ = relu3_tree
+    proc = ksbuild("check", "--json", RELU3)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["package"], info["target"], info["backend"]) == ("activations", "host", "plain")
+    assert [e["name"] for e in info["exports"]] == ["relu3", "vrelu3", "relu3_vjp", "vrelu3_vjp", "relu3_jvp",
+                                                    "relu3_grad", "relu3_d2"]
+    header = (dist / "include/activations.h").read_text()
+    installed = json.loads((dist / "share/activations/activations.json").read_text())["exports"]
+    for e in info["exports"]:
+        assert f"{e['c_signature']};" in header.splitlines(), e["c_signature"]
+        extra = ("name", "c_signature", "workspace_size")
+        assert {k: v for k, v in e.items() if k not in extra} == installed[e["name"]]
+    vrelu3 = info["exports"][1]
+    assert vrelu3["workspace_size"] == "0" and vrelu3["workspace"] is False and vrelu3["dims"] == ["n"]
+    assert info["exports"][0]["workspace_size"] is None  # scalar exports have no workspace function
+
+
+def test_cache_info_json_lists_the_builds(relu3_tree, tmp_path):
+    dist, _ = relu3_tree
+    env = dict(os.environ, KSBUILD_CACHE=str(dist.parent / "cache"))
+    proc = ksbuild("cache", "info", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["cache"] == str(dist.parent / "cache")
+    assert [(b["package"], b["target"], b["finished"]) for b in info["builds"]] == [("activations", "host", True)]
+    assert info["builds"][0]["size_bytes"] > 0 and Path(info["builds"][0]["path"]).is_dir()
+    empty = ksbuild("cache", "info", "--json", env=dict(os.environ, KSBUILD_CACHE=str(tmp_path / "none")))
+    assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "builds": []}
