@@ -29,6 +29,22 @@ if ! command -v aarch64-linux-gnu-g++ > /dev/null || ! command -v riscv64-linux-
              "and its tests" >&2
     fi
 fi
+# apt_install WHY PACKAGE...: install packages with apt, without their recommends, when running as root on
+# Debian/Ubuntu; otherwise say what is missing (the tests that need it skip, naming it).
+apt_install() {
+    local why=$1
+    shift
+    if command -v apt-get > /dev/null && [ "$(id -u)" = 0 ]; then
+        echo "install.sh: installing $* ($why)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
+            > /dev/null || echo "install.sh: WARNING: could not install $*; the tests that need it will skip" >&2
+    else
+        echo "install.sh: WARNING: $* missing; install it (apt) for $why and its tests" >&2
+    fi
+}
+# qemu-system-arm runs a Cortex-M4 program on QEMU's mps2-an386 board (tests/test_baremetal_link.py); its
+# recommends (a GUI, other boards' firmware) are not needed.
+command -v qemu-system-arm > /dev/null || apt_install "running Cortex-M programs under QEMU" qemu-system-arm
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples,onnx]"
