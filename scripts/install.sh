@@ -45,6 +45,8 @@ apt_install() {
 # qemu-system-arm runs a Cortex-M4 program on QEMU's mps2-an386 board (tests/test_baremetal_link.py); its
 # recommends (a GUI, other boards' firmware) are not needed.
 command -v qemu-system-arm > /dev/null || apt_install "running Cortex-M programs under QEMU" qemu-system-arm
+# clang++: the generated C++ must build warning-free with it too (tests/test_clang.py).
+command -v clang++ > /dev/null || apt_install "building with clang" clang
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples,onnx]"
