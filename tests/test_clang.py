@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import platform
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -53,13 +52,6 @@ python = "block.py:block"
 block = "block"
 block_vjp = "vjp(block)"
 '''
-# Known clang warnings in prelude/ (which its owners are rewriting): the warnings test is an expected failure
-# while every warning is one of these, and fails on any other.
-KNOWN_WARNINGS = {
-    re.compile(r"ks/conv\.h:\d+:\d+: warning: loop not vectorized: .*\[-Wpass-failed=transform-warning\]"):
-        "clang 14 cannot vectorize the KS_OMP_SIMD() loop over m in ks::winograd_kernel (prelude/ks/conv.h) "
-        "once the prelude's kernels are compiled into every package",
-}
 SHAPES = {"wqkv": (24, 8), "wo": (8, 8), "g1": (8,), "b1": (8,), "g2": (8,), "b2": (8,), "w1": (16, 8),
           "c1": (16,), "w2": (8, 16), "c2": (8,)}
 
@@ -130,9 +122,6 @@ def test_clang_builds_every_level_without_warnings(builds):
             assert f"tblock_{level}.dir/src/tblock.cpp.o" in log, f"{cxx} did not build level {level}"
     warnings = sorted({f"{cxx}: {line.strip()}" for cxx, (_, log) in builds.items() for line in log.splitlines()
                        if "warning:" in line})
-    known = {reason for w in warnings for pattern, reason in KNOWN_WARNINGS.items() if pattern.search(w)}
-    if warnings and all(any(p.search(w) for p in KNOWN_WARNINGS) for w in warnings):
-        pytest.xfail("; ".join(sorted(known)) + ":\n" + "\n".join(warnings))
     assert not warnings, "\n".join(warnings)
 
 

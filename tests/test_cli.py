@@ -210,7 +210,9 @@ def test_check_json_describes_every_export_as_the_installed_header_declares_it(r
     for e in info["exports"]:
         assert f"{e['c_signature']};" in header.splitlines(), e["c_signature"]
         extra = ("name", "c_signature", "workspace_size")
-        assert {k: v for k, v in e.items() if k not in extra} == installed[e["name"]]
+        measured = ("stack_bytes",)  # (written into P.json by the build, which check does not run)
+        assert {k: v for k, v in e.items() if k not in extra} == \
+            {k: v for k, v in installed[e["name"]].items() if k not in measured}
     vrelu3 = info["exports"][1]
     assert vrelu3["workspace_size"] == "0" and vrelu3["workspace"] is False and vrelu3["dims"] == ["n"]
     assert info["exports"][0]["workspace_size"] is None  # scalar exports have no workspace function

@@ -76,7 +76,7 @@ class DataSection:
     .section __TEXT,__const
 #else
 #define KS_SYMBOL {sym}
-    .section .rodata
+    .section .rodata.ks_blob,"a"
 #endif
     .balign {ALIGN}
     .globl KS_SYMBOL

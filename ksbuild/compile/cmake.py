@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -25,14 +28,54 @@ def cmake_exe() -> str:
     return found
 
 
-def _run(args: list[str], what: str, log: Path) -> None:
-    """Run one CMake step, appending its output to `log`; a failure names the log (kept on disk)."""
+HEARTBEAT = 15.0  # seconds between "still compiling" lines while one object compiles
+
+
+def _compile_step(line: str) -> str | None:
+    """What a line of CMake's build output starts compiling, in words (None for other lines)."""
+    found = re.search(r"Building \w+ object CMakeFiles/(\w+)\.dir/(\S+?)\.o$", line.strip())
+    if not found:
+        return None
+    target, source = found.groups()
+    if source.endswith("ks/kernels.cpp"):
+        return f"the kernel layer ({target.rpartition('_kernels_')[2].replace('_', '-')})"
+    level = re.search(r"_(x86_64(?:_v\d)?)$", target)
+    return f"{Path(source).name}{' (' + level.group(1).replace('_', '-') + ')' if level else ''}"
+
+
+def _communicate(proc: subprocess.Popen, progress: Progress | None) -> str:
+    """proc's whole output; with `progress`, a line (with the elapsed time) as each object starts compiling, and
+    a "still compiling" line every HEARTBEAT seconds of a long one."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    start = last = time.monotonic()
+    seen, current = 0, ""
+    while reader.is_alive():
+        reader.join(timeout=1.0)
+        now = time.monotonic()
+        for line in lines[seen:]:
+            step = _compile_step(line)
+            if step and progress:
+                current, last = step, now
+                progress(f"  compiling {step} ({now - start:.0f} s)")
+        seen = len(lines)
+        if progress and current and now - last >= HEARTBEAT:
+            last = now
+            progress(f"  still compiling {current} ({now - start:.0f} s)")
+    proc.wait()
+    return "".join(lines)
+
+
+def _run(args: list[str], what: str, log: Path, progress: Progress | None = None) -> None:
+    """Run one CMake step, appending its output to `log`; a failure names the log (kept on disk). With
+    `progress`, say what it compiles as it goes."""
     # its own process group: when ksbuild is stopped (Ctrl-C, SIGTERM), the compilers CMake started stop too
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     previous = _sigterm_raises()
     try:
-        output, _ = proc.communicate()
+        output = _communicate(proc, progress)
     except BaseException:
         _stop_group(proc)
         raise
@@ -89,16 +132,18 @@ def toolchain_args(target: Target, src: Path) -> list[str]:
 
 def build_and_install(src: Path, build: Path, prefix: Path, *, log: Path, jobs: int | None = None,
                       target: Target = TARGETS["host"], python_module: bool = False,
-                      progress: Progress = print) -> None:
-    """cmake -S src -B build; cmake --build; cmake --install --prefix prefix; all output goes to `log`."""
+                      progress: Progress = print, kernel_cache: Path | None = None) -> None:
+    """cmake -S src -B build; cmake --build; cmake --install --prefix prefix; all output goes to `log`.
+    kernel_cache: the folder of the kernel layer's objects for this compiler and flags (taken or filled)."""
     exe = cmake_exe()
     build.mkdir(parents=True, exist_ok=True)
     progress("  configuring (cmake)")
     _run([exe, "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-          f"-DKS_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target, src)],
+          f"-DKS_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target, src),
+          *([f"-DKS_KERNEL_CACHE={kernel_cache}"] if kernel_cache else [])],
          "cmake configure", log)
     progress("  compiling C++")
-    _run([exe, "--build", str(build), "--parallel", str(jobs or os.cpu_count() or 2)], "C++ build", log)
+    _run([exe, "--build", str(build), "--parallel", str(jobs or os.cpu_count() or 2)], "C++ build", log, progress)
     progress("  installing")
     _run([exe, "--install", str(build), "--prefix", str(prefix)], "cmake install", log)
 

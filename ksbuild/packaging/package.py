@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..compile.cmake import build_and_install, cmake_identity
+from ..compile.footprint import section_sizes, stack_usage
 from ..compile.targets import Target, check_backend, compiler_identity, cpu_here, get_target
 from ..errors import KsbuildError
 from ..exports import build_exports
@@ -49,9 +50,20 @@ def content_hash(m: Manifest, target: str, extra: str = "") -> str:
     pkg = Path(__file__).resolve().parent.parent
     for folder in (pkg, resource_dir("templates"), resource_dir("prelude"), resource_dir("dist_templates")):
         for f in sorted(folder.rglob("*")):
-            if f.is_file() and f.suffix in (".py", ".j2", ".h"):
+            if f.is_file() and f.suffix in (".py", ".j2", ".h", ".cpp"):
                 h.update(str(f.relative_to(folder)).encode() + f.read_bytes())
     return h.hexdigest()[:20]
+
+
+def kernel_cache(m: Manifest, t: Target) -> Path:
+    """The cache folder of the kernel layer's objects (ks/kernels.h) for the build of m for t: keyed by the
+    prelude, the project template, the target, its compiler and the flags that reach the kernels' compile."""
+    h = hashlib.sha256()
+    for part in (VERSION, m.build.cpu, str(m.build.threads), *build_identity(t)):
+        h.update(part.encode() + b"\0")
+    for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return cache_root() / "kernels" / h.hexdigest()[:20]
 
 
 def build_identity(t: Target) -> list[str]:
@@ -171,8 +183,10 @@ def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_m
     try:
         render(manifest, tmp / "project", progress, m.build.backend, t.name, here=here)
         progress(f"ksbuild: building {m.name} for {t.name}")
+        kernels = kernel_cache(m, t)
         build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
-                          python_module=python_module, progress=progress)
+                          python_module=python_module, progress=progress, kernel_cache=kernels)
+        record_footprint(tmp / "install", m.name, t, [tmp / "build", kernels], progress)
         (tmp / "install" / "share" / m.name / STAMP).write_text(key + "\n")
         write_entry(work, m, t, python_module)
         if (work / "install").exists():  # an unfinished tree left by a killed run (we hold the lock)
@@ -181,6 +195,42 @@ def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_m
         os.replace(log, work / "build.log")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_footprint(tree: Path, name: str, t: Target, graphs: list[Path], progress) -> None:
+    """Measure what the library in install `tree` costs a device (compile/footprint.py) and write it into
+    share/<name>/<name>.json (a "footprint" of section sizes, "stack_bytes" per export) and the header."""
+    described = tree / "share" / name / f"{name}.json"
+    info = json.loads(described.read_text())
+    symbols = {e: d["symbol"] for e, d in info["exports"].items()}
+    stack = stack_usage(graphs, list(symbols.values()))
+    sizes = section_sizes(tree / "lib" / f"lib{name}.a", f"{t.triple}-size" if t.triple else "size")
+    info["footprint"] = dict(sizes, stack_measured=bool(stack))
+    for export, symbol in symbols.items():
+        info["exports"][export]["stack_bytes"] = stack.get(symbol)
+    described.write_text(json.dumps(info, indent=2) + "\n")
+    header = tree / "include" / f"{name}.h"
+    header.write_text(footprint_note(header.read_text(), info))
+    if sizes:
+        deepest = max((v for v in stack.values() if v is not None), default=None)
+        kb = {k: f"{v / 1024:.1f} KB" for k, v in sizes.items()}
+        progress(f"ksbuild: {name}: code {kb['text']}, read-only data {kb['rodata']}, weights {kb['weights']}" +
+                 (f"; at most {deepest} bytes of stack per call" if deepest is not None else ""))
+
+
+def footprint_note(header: str, info: dict) -> str:
+    """The header with a paragraph on stack use (per export) and section sizes added to its first comment."""
+    exports = info["exports"]
+    known = {e: d["stack_bytes"] for e, d in exports.items() if d.get("stack_bytes") is not None}
+    if not known:
+        return header
+    width = max(len(d["symbol"]) for d in exports.values())
+    lines = [" *", " * Stack: the most each function uses, measured when the library was built (GCC's call graphs:",
+             " * its own frame and the deepest chain of calls below it; libm and memcpy not counted). Scratch",
+             " * space is the workspace's, not the stack's.",
+             *(f" *   {exports[e]['symbol']:<{width}}  {n} bytes" for e, n in known.items())]
+    head, sep, tail = header.partition("\n */\n")
+    return head + "\n" + "\n".join(lines) + sep + tail if sep else header
 
 
 def write_entry(work: Path, m: Manifest, t: Target, python_module: bool, wheel: bool = False) -> None:

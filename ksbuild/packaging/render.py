@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -118,6 +119,16 @@ def target_record(t: Target) -> dict:
             "flags": list(t.flags), "link_flags": list(t.link_flags)}
 
 
+KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_rows|conv_winograd|conv_depthwise|"
+                               r"winograd_kernel)<")
+"""A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
+
+
+def uses_kernel_layer(source: str) -> bool:
+    """Whether a generated source calls the kernel layer (a package of loops alone does not compile it)."""
+    return KERNEL_LAYER_CALL.search(source) is not None
+
+
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
     data, forms = DataSection(m.name), EpilogueForms()
@@ -134,9 +145,11 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),
                has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs))
     t = _env("templates")
+    source = t.get_template("source.cpp.j2").render(ctx)
+    ctx["kernels"] = uses_kernel_layer(source)
     files = {
         f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),
-        f"src/{m.name}.cpp": t.get_template("source.cpp.j2").render(ctx),
+        f"src/{m.name}.cpp": source,
         "CMakeLists.txt": t.get_template("CMakeLists.txt.j2").render(ctx),
     }
     if variants:
@@ -161,6 +174,6 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
-    for header in sorted((resource_dir("prelude") / "ks").glob("*.h")):
+    for header in sorted((resource_dir("prelude") / "ks").glob("*.[hc]*")):
         if BACKEND_HEADERS.get(header.name, m.build.backend) == m.build.backend:
             shutil.copyfile(header, out / "src/ks" / header.name)

@@ -14,6 +14,8 @@ winograd_kernel(w) -> u
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..codegen import epilogue as epilogues
@@ -149,13 +151,16 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
             "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
     scratch = ctx.scratch(c, size.format(c=c, s=shape), required=True)
     geometry = ctx.namer.fresh("geometry")
-    ctx.line(f"const ks::conv_shape {geometry}{shape.removeprefix('ks::conv_shape')};")
+    fields = shape.removeprefix("ks::conv_shape")
+    # (literal sizes: a constant in read-only data, not 168 bytes of stack per convolution)
+    storage = "const" if re.search(r"[A-Za-z_]", fields) else "static constexpr"
+    ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
     epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
             "depthwise": "ks::conv_depthwise"}[impl]
     product = ", ks::library_gemm{}" if rows else ""
     ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
-             f"{product}{', ' + epi if epi else ''});")
+             f"{product}{f', ks::conv_epilogue<{c}>({epi})' if epi else ''});")
     if out is not dst:
         ctx.copy(out, dst, y.type)
     if eqn.params.get("epilogue") is not None and epi is None:

@@ -338,7 +338,7 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     if eqn.params["impl"] == "tiles":  # room to pack b into panels (ks/gemm.h), and the epilogue
         extra = ", " + ctx.scratch(c, f"ks::tiled_gemm_scratch<{c}>({dims})")
         epi = _lambda(ctx, eqn, o, ix, m, n)
-        extra += f", {epi}" if epi else ""
+        extra += f", ks::product_epilogue<{c}>({epi})" if epi else ""
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
     ctx.line(f"{fn}<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
              f"{matrix(dst, o, m, n)}, {'true' if into else 'false'}{extra});")
@@ -356,8 +356,9 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     am = f"{{{sa.base}, {sa.strides[a.index(m)]}, {sa.strides[a.index(k)]}}}"
     cm = f"{{{dst.base}, {dst.strides[o.index(m)]}, {dst.strides[o.index(n)]}}}"
     epi = _lambda(ctx, eqn, o, {}, m, n)
-    ctx.line(f"ks::packed_gemm<{ctx.ctype(eqn.outs[0].type)}>({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, "
-             f"{'true' if into else 'false'}{', ' + epi if epi else ''});")
+    c = ctx.ctype(eqn.outs[0].type)
+    ctx.line(f"ks::packed_gemm<{c}>({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, "
+             f"{'true' if into else 'false'}{f', ks::product_epilogue<{c}>({epi})' if epi else ''});")
     return epi is not None
 
 

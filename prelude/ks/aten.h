@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "conv.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm when ATen fails
+#include "kernels.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm when ATen fails
 
 extern "C" {
 // c (m x n) = a (m x k) · b (k x n), or c += a · b when accumulate; element (i, j) of x is

@@ -13,7 +13,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "conv.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm for the layouts BLAS cannot take
+#include "kernels.h"  // ks::conv_rows; gemm.h: ks::matrix, and ks::tiled_gemm for the layouts BLAS cannot take
 
 extern "C" {
 // The standard CBLAS enums are int-sized: RowMajor = 101, NoTrans = 111, Trans = 112.

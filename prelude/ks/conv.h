@@ -6,10 +6,10 @@
 // positions, K: the kernel taps). The kernel is packed once per call into the row tiles of ks/gemm.h's
 // register tiles. The im2col matrix is never built whole: blocks of it are copied from the image into
 // the panels the tiles read (the image is first copied with its zero padding when the windows reach
-// outside it, one small pass), and the tiles store epi(image, m, q, v) for output channel m and flat
-// position q (a bias and an activation fused into the store). With a BLAS (backend blas or aten) the
-// block is copied row-major instead and multiplied by the library's gemm (`product`), and the epilogue
-// runs over the block just computed. 1-d and 2-d convolutions are 3-d ones with leading sizes of 1.
+// outside it, one small pass), and the epilogue (ks::epilogue: a bias and an activation) runs over each
+// tile the tiles store, with i the output channel and j the flat output position. With a BLAS (backend
+// blas or aten) the block is copied row-major instead and multiplied by the library's gemm (`product`),
+// and the epilogue runs over the block just computed. 1-d and 2-d convolutions are 3-d ones with leading sizes of 1.
 #ifndef KS_CONV_H
 #define KS_CONV_H
 
@@ -18,7 +18,7 @@
 #include "gemm.h"
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS {
 
 // The geometry of a convolution: channels, groups, and per spatial axis (d, h, w) the input and output
 // sizes, kernel taps, stride, dilation and leading padding.
@@ -42,6 +42,11 @@ struct conv_shape {
 namespace convs {
 
 constexpr int64_t position_block = tiles::panels_per_block;  // panels of positions copied at a time
+
+// Elements rounded up to a multiple of 16 (so that the next scratch region stays 64-byte aligned).
+constexpr int64_t aligned(int64_t count) {
+    return (count + 15) / 16 * 16;
+}
 
 // The extent of axis a the windows read: positions [-pad, extent - pad) of the input.
 constexpr int64_t extent(const conv_shape& s, int a) {
@@ -205,15 +210,30 @@ inline void position_runs(const conv_shape& s, int64_t j0, int64_t cols, Run run
 }
 
 // The copies that make one im2col row's stretch of a position block, the same for every row: `n` chunks,
-// chunk i copying count[i] elements from the row's first element + src[i] (stride apart) to dst[i].
+// chunk i copying count[i] elements from the row's first element + src[i] (stride apart) to dst[i]. (3 KB:
+// they live in the convolution's scratch, not on the stack: chunks_room.)
 template <class T>
 struct chunks {
     static constexpr int64_t most = 2 * position_block * panel_width<T>;  // runs cut at panel edges
-    int64_t n = 0;
+    int64_t n;
     int64_t src[most];
     int64_t dst[most];
     int64_t count[most];
 };
+
+// The elements of scratch that hold a chunks<T> (at its end, 64-byte aligned).
+template <class T>
+constexpr int64_t chunks_room() {
+    return aligned((int64_t(sizeof(chunks<T>)) + int64_t(sizeof(T)) - 1) / int64_t(sizeof(T)));
+}
+
+// An empty chunks<T> in the last chunks_room<T>() elements of the `size` elements of scratch.
+template <class T>
+inline chunks<T>& chunks_at(T* scratch, int64_t size) {
+    chunks<T>* cs = reinterpret_cast<chunks<T>*>(scratch + size - chunks_room<T>());
+    cs->n = 0;
+    return *cs;
+}
 
 // The chunks of positions [j0, j0 + cols) into panels of kc rows (element q at (q / P)·kc·P + q % P): each
 // output row's run cut where a panel ends.
@@ -237,11 +257,12 @@ inline void panel_chunks(const conv_shape& s, int64_t j0, int64_t cols, int64_t 
 // into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a group of rows at a time, chunk by chunk,
 // so that each panel is written front to back.
 template <class T>
-void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
+void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+                 chunks<T>& cs) {
     constexpr int P = panel_width<T>;
-    constexpr int64_t group = 64;
+    constexpr int64_t group = 16;  // (rows whose first elements are kept: 128 bytes of stack)
     const int64_t step = s.stride[2];
-    chunks<T> cs;
+    cs.n = 0;
     panel_chunks<T>(s, j0, cols, kc, cs);
     const T* firsts[group];
     for (int64_t p0 = 0; p0 < kc; p0 += group) {
@@ -273,9 +294,9 @@ void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_
 // The same block at dst[p * p_stride + q * q_stride] (row-major: (cols, 1); columns contiguous: (1, kc)).
 template <class T>
 void pack_strided(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
-                  int64_t p_stride, int64_t q_stride) {
+                  int64_t p_stride, int64_t q_stride, chunks<T>& cs) {
     const int64_t step = s.stride[2];
-    chunks<T> cs;
+    cs.n = 0;
     position_runs(s, j0, cols, [&cs](int64_t r, int64_t offset, int64_t count) {
         cs.src[cs.n] = offset;
         cs.dst[cs.n] = r;
@@ -294,8 +315,9 @@ void pack_strided(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64
 
 // The same block row-major: dst[p * cols + q].
 template <class T>
-void pack_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst) {
-    pack_strided(s, x, k0, kc, j0, cols, dst, cols, 1);
+void pack_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+               chunks<T>& cs) {
+    pack_strided(s, x, k0, kc, j0, cols, dst, cols, 1, cs);
 }
 
 // Whether an image's output positions are so few (at most two blocks of dot_block) that dot products of
@@ -309,8 +331,8 @@ constexpr bool few_positions(const conv_shape& s) {
 // at a time against dot_block columns, 16 vector accumulators along depth, so that four of the kernel's rows
 // stream from memory at once (one row at a time, as ks::tiles::dots goes, left a 512-channel layer at 2 × 2 15%
 // slower than the register tiles). Rows and columns past the end repeat the first ones and are not stored.
-template <class T, class Epi>
-void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const Epi& epi) {
+template <class T>
+void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const epilogue<T>& epi) {
     using V = typename tiles::simd<T>::v;
     constexpr int L = tiles::simd<T>::lanes, R = 4, Q = tiles::dot_block;
     const int64_t whole = depth - depth % L;
@@ -352,24 +374,13 @@ void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T*
                     for (int64_t p = whole; p < depth; ++p) {
                         d += a[r][p] * b[q][p];
                     }
-                    y[i * n + j] = epi(i, j, d);
+                    y[i * n + j] = d;
                 }
             }
         }
+        epi(i0, 0, y + i0 * n, n, 1, m - i0 < R ? m - i0 : R, n);
     }
 }
-
-// An epilogue seen from one group's product for one image: its rows are output channels from `first` on.
-template <class Epi>
-struct channels_from {
-    const Epi& epi;
-    int64_t image;
-    int64_t first;
-    template <class T>
-    T operator()(int64_t i, int64_t j, T v) const {
-        return epi(image, first + i, j, v);
-    }
-};
 
 // The im2col block's columns: a few panels of positions (all of them when fewer).
 template <class T>
@@ -378,10 +389,6 @@ constexpr int64_t block_columns(const conv_shape& s) {
     return s.positions() < block ? (s.positions() + panel_width<T> - 1) / panel_width<T> * panel_width<T> : block;
 }
 
-// Elements rounded up to a multiple of 16 (so that the next scratch region stays 64-byte aligned).
-constexpr int64_t aligned(int64_t count) {
-    return (count + 15) / 16 * 16;
-}
 
 // How many times the register tiles read the kernel of a group over a batch of images: once per block of
 // output positions (the direct path: per position_block rows of at most one panel, else per output row).
@@ -411,12 +418,13 @@ constexpr int64_t conv_scratch(const conv_shape& shape, bool rows = false) {
     const conv_shape s = rows ? shape : convs::canonical(shape);
     const int64_t image = convs::aligned(convs::padded_size<T>(s));
     if (rows) {
-        return image + s.depth() * convs::block_columns<T>(s);
+        return image + convs::aligned(s.depth() * convs::block_columns<T>(s)) + convs::chunks_room<T>();
     }
     const int64_t rest = convs::direct<T>(s) ? convs::aligned(s.depth())  // (int32 offsets, one per element)
                                               : tiles::k_step(s.depth()) * convs::block_columns<T>(s);
     const int64_t columns = convs::few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
-    return convs::aligned(convs::packed_kernel_size(s)) + image + (rest > columns ? rest : columns);
+    return convs::aligned(convs::packed_kernel_size(s)) + image + convs::aligned(rest > columns ? rest : columns) +
+           convs::chunks_room<T>();
 }
 
 namespace convs {
@@ -432,8 +440,8 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
 }
 
 // One group of one image, the windows read straight from the (padded) image x through the rows' offsets.
-template <class T, bool PACKED, class Epi>
-void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const Epi& epi) {
+template <class T, bool PACKED>
+void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
@@ -468,8 +476,9 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
 }
 
 // One group of one image, the im2col matrix packed into panels block by block.
-template <class T, bool PACKED, class Epi>
-void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T* y, const Epi& epi) {
+template <class T, bool PACKED>
+void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
+                  const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
@@ -477,7 +486,7 @@ void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T
         const int64_t cols = n - j0 < block ? n - j0 : block;
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
-            pack_panels<T>(s, x, k0, kc, j0, cols, panels);
+            pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs);
             tiles::block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0), tiles::panel_rows<T>{panels, P, kc * P},
                                   static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
                                   epi);
@@ -488,9 +497,9 @@ void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, T
 }  // namespace convs
 
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
-// epi(image, m, q, value) for output channel m and flat position q.
-template <class T, class Epi = no_epilogue>
-void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const Epi& epi = Epi()) {
+// the epilogue at (image, output channel m, flat position q).
+template <class T>
+void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
     x = tiles::opaque(x);
     w = tiles::opaque(w);
     const conv_shape shape = convs::canonical(given);
@@ -501,6 +510,7 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
     T* padded = scratch + convs::aligned(convs::packed_kernel_size(shape));
     T* rest = padded + convs::aligned(convs::padded_size<T>(shape));
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
+    convs::chunks<T>& cs = convs::chunks_at(scratch, conv_scratch<T>(given));
     // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
     // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
     // With few positions, dot products read it as it is (convs::few_dots).
@@ -520,34 +530,35 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
         for (int64_t g = 0; g < s.groups; ++g) {
             const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
-            const convs::channels_from<Epi> eg{epi, image, g * mg};
+            const epilogue<T> eg = epi.group(image, g * mg);
             const T* packed = scratch + g * kernel_size;
             const T* rows = w + g * mg * depth;
             if (few) {
-                convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth);
+                convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth, cs);
                 convs::few_dots<T>(mg, n, depth, rows, rest, yg, eg);
             } else if (direct && pack) {
                 convs::direct_group<T, true>(s, xg, packed, offsets, yg, eg);
             } else if (direct) {
                 convs::direct_group<T, false>(s, xg, rows, offsets, yg, eg);
             } else if (pack) {
-                convs::packed_group<T, true>(s, xg, packed, rest, yg, eg);
+                convs::packed_group<T, true>(s, xg, packed, rest, cs, yg, eg);
             } else {
-                convs::packed_group<T, false>(s, xg, rows, rest, yg, eg);
+                convs::packed_group<T, false>(s, xg, rows, rest, cs, yg, eg);
             }
         }
     }
 }
 
 // The same with a library's matrix product: product(m, n, k, a, b, c, accumulate) (ks::library_gemm).
-template <class T, class Product, class Epi = no_epilogue>
+template <class T, class Product>
 void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, T* y, T* scratch,
-               const Product& product, const Epi& epi = Epi()) {
+               const Product& product, const epilogue<T>& epi = {}) {
     const bool pad = convs::copies_image<T>(shape);
     const conv_shape s = pad ? convs::padded_shape(shape) : shape;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t block = convs::position_block * panel_width<T>;
     T* rows = scratch + convs::aligned(convs::padded_size<T>(shape));
+    convs::chunks<T>& cs = convs::chunks_at(scratch, conv_scratch<T>(shape, true));
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * shape.channels * shape.in_plane();
         if (pad) {
@@ -559,15 +570,10 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
             T* yg = y + (image * s.out_channels + g * mg) * n;
             for (int64_t j0 = 0; j0 < n; j0 += block) {
                 const int64_t cols = n - j0 < block ? n - j0 : block;
-                convs::pack_rows<T>(s, xg, 0, depth, j0, cols, rows);
+                convs::pack_rows<T>(s, xg, 0, depth, j0, cols, rows, cs);
                 product(mg, cols, depth, matrix<const T>{w + g * mg * depth, depth, 1},
                         matrix<const T>{rows, cols, 1}, matrix<T>{yg + j0, n, 1}, false);
-                for (int64_t i = 0; i < mg; ++i) {
-                    T* out = yg + i * n + j0;
-                    for (int64_t q = 0; q < cols; ++q) {
-                        out[q] = epi(image, g * mg + i, j0 + q, out[q]);
-                    }
-                }
+                epi.group(image, g * mg)(0, j0, yg + j0, n, 1, mg, cols);
             }
         }
     }
@@ -747,12 +753,12 @@ inline int nonfinite(T v) {
     return (v - v) != T(0);
 }
 
-// Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored through the
-// epilogue into y [oh][ow] of the channel (the parts of the last tiles past the output dropped). Returns
+// Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored into y [oh][ow] of
+// the channel, then the epilogue over them (the parts of the last tiles past the output dropped). Returns
 // whether a value (before the epilogue) was infinite or NaN.
-template <class T, class Epi>
+template <class T>
 inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
-                       T* y, const Epi& epi) {
+                       T* y, const epilogue<T>& epi) {
     const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
     const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
     const bool two_rows = 2 * i + 1 < oh;
@@ -764,37 +770,42 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
         for (int64_t j = j0; j < pairs; ++j) {
             const quad<T> r = output_tile(io + j);
             bad |= nonfinite(r.v00) | nonfinite(r.v01) | nonfinite(r.v10) | nonfinite(r.v11);
-            y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
-            y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
-            y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
-            y1[2 * j + 1] = epi(image, o, q0 + ow + 2 * j + 1, r.v11);
+            y0[2 * j] = r.v00;
+            y0[2 * j + 1] = r.v01;
+            y1[2 * j] = r.v10;
+            y1[2 * j + 1] = r.v11;
         }
     } else {
         KS_OMP_SIMD(simdlen(8) reduction(| : bad))
         for (int64_t j = j0; j < pairs; ++j) {
             const quad<T> r = output_tile(io + j);
             bad |= nonfinite(r.v00) | nonfinite(r.v01);
-            y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
-            y0[2 * j + 1] = epi(image, o, q0 + 2 * j + 1, r.v01);
+            y0[2 * j] = r.v00;
+            y0[2 * j + 1] = r.v01;
         }
     }
     for (int64_t j = pairs > j0 ? pairs : j0; j < j1; ++j) {  // the last tile of an odd width: one column
         const quad<T> r = output_tile(io + j);
         bad |= nonfinite(r.v00);
-        y0[2 * j] = epi(image, o, q0 + 2 * j, r.v00);
+        y0[2 * j] = r.v00;
         if (two_rows) {
             bad |= nonfinite(r.v10);
-            y1[2 * j] = epi(image, o, q0 + ow + 2 * j, r.v10);
+            y1[2 * j] = r.v10;
         }
+    }
+    const int64_t c0 = 2 * j0, c1 = 2 * j1 < ow ? 2 * j1 : ow;  // (the columns stored)
+    epi.group(image, 0)(o, q0 + c0, y0 + c0, 0, 1, 1, c1 - c0);
+    if (two_rows) {
+        epi.group(image, 0)(o, q0 + ow + c0, y1 + c0, 0, 1, 1, c1 - c0);
     }
     return bad != 0;
 }
 
 // The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow]; whether a value
 // was infinite or NaN.
-template <class T, class Epi>
+template <class T>
 bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
-                  const Epi& epi) {
+                  const epilogue<T>& epi) {
     const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
     bool bad = false;
     for (int64_t o = 0; o < s.out_channels; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
@@ -811,8 +822,8 @@ bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count,
 // of u). The path for an image whose Winograd result had an infinite or NaN value: an infinite input (whose
 // transforms subtract it from itself) or one near the largest float (whose transforms overflow). Slow (plain
 // loops), and as IEEE arithmetic has it: the same infinities as a direct convolution.
-template <class T, class Epi>
-void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const Epi& epi) {
+template <class T>
+void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const epilogue<T>& epi) {
     const int64_t channels = s.channels, m = s.out_channels, h = s.in[1], w = s.in[2];
     const int64_t oh = s.out[1], ow = s.out[2], plane = channels * m;
     for (int64_t q = 0; q < m * oh * ow; ++q) {
@@ -852,11 +863,7 @@ void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T*
             }
         }
     }
-    for (int64_t o = 0; o < m; ++o) {
-        for (int64_t q = 0; q < oh * ow; ++q) {
-            y[o * oh * ow + q] = epi(image, o, q, y[o * oh * ow + q]);
-        }
-    }
+    epi.group(image, 0)(0, 0, y, oh * ow, 1, m, oh * ow);
 }
 
 }  // namespace winograd
@@ -868,7 +875,6 @@ void winograd_kernel(int64_t out_channels, int64_t channels, const T* w, T* u) {
     const int64_t plane = channels * out_channels;
     for (int64_t c = 0; c < channels; ++c) {
         T* uc = u + c * out_channels;
-        KS_OMP_SIMD()
         for (int64_t m = 0; m < out_channels; ++m) {
             const T* g = w + (m * channels + c) * 9;
             T t[4][3];  // G g
@@ -897,14 +903,14 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
 }
 
 // y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
-// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel):
-// epi(image, m, q, value) for output channel m and flat position q.
+// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
+// (image, output channel m, flat position q).
 // (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
 // and GCC then called it out of line, 13% slower: the strides of the transformed kernel and image runs are
 // constants only here)
-template <class T, class Epi = no_epilogue>
+template <class T>
 __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
-                                            T* scratch, const Epi& epi = Epi()) {
+                                            T* scratch, const epilogue<T>& epi = {}) {
     constexpr int64_t TB = winograd::tile_block<T>;
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     x = tiles::opaque(x);
@@ -928,7 +934,7 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
                     const int64_t kc = channels - k0 < step ? channels - k0 : step;
                     const tiles::row_tiles<T> a{u + (xi * channels + k0) * m, 1, m, MR};
                     tiles::block<T>(m, kc, a, tiles::panel_rows<T>{v + k0 * RS + xi * RUN, RS, P}, panels,
-                                    prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, no_epilogue{});
+                                    prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
                 }
             }
             bad |= winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
@@ -949,7 +955,7 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
 // outputs are then consecutive for any stride and dilation: tap (kd, kh, kw) of output (od, oh, ow) reads
 // phase plane (kh·dil_h mod stride_h, kw·dil_w mod stride_w) of depth plane od·stride_d + kd·dil_d, at row
 // oh + kh·dil_h / stride_h and place ow + kw·dil_w / stride_w. A run of U vectors of outputs adds each tap's
-// weight times U vectors of the copy; epi(image, m, q, value) is applied as the outputs are stored.
+// weight times U vectors of the copy; the epilogue runs over each output row (each plane, flat) once stored.
 // The select_backend pass picks this for such convolutions (prims/convolve.py: depthwise_applies).
 
 namespace depthwise {
@@ -1089,17 +1095,6 @@ inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w
     }
 }
 
-// U·L outputs from the copy, stored through epi(q + i, ·).
-template <class T, int U, class Epi>
-inline void run(const T* base, const int64_t* offsets, int64_t taps, const T* w, T* y, int64_t q, const Epi& epi) {
-    constexpr int L = tiles::simd<T>::lanes;
-    T out[U * L];
-    sums<T, U>(base, offsets, taps, w, out);
-    const int count = tiles::opaque_count(U * L);  // (with the literal count GCC unrolls it, branch by branch)
-    for (int i = 0; i < count; ++i) {
-        y[i] = epi(q + i, out[i]);
-    }
-}
 
 }  // namespace depthwise
 
@@ -1118,9 +1113,9 @@ constexpr int64_t depthwise_scratch(const conv_shape& s) {
 
 // y [images, M, positions] = epi(conv(x, w)) for a depthwise convolution (is_depthwise): each input channel
 // copied into scratch (depthwise_scratch elements), then its M / C output channels computed from the copy.
-template <class T, class Epi = no_epilogue>
+template <class T>
 void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
-                    const Epi& epi = Epi()) {
+                    const epilogue<T>& epi = {}) {
     constexpr int L = tiles::simd<T>::lanes, U = depthwise::run_vectors;
     const int64_t per = s.out_channels / s.channels, taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
     const int64_t pw = depthwise::places(s), depth_step = s.stride[0] * depthwise::depth_plane(s);
@@ -1133,6 +1128,7 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
         scratch[i] = T(0);  // (the padding's places, and the room a run reads past the copy)
     }
     for (int64_t image = 0; image < images; ++image) {
+        const epilogue<T> eg = epi.group(image, 0);
         for (int64_t c = 0; c < s.channels; ++c) {
             depthwise::copy_channel<T>(s, x + (image * s.channels + c) * s.in_plane(), scratch);
             for (int64_t m = c * per; m < (c + 1) * per; ++m) {
@@ -1142,17 +1138,17 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                     const T* base = scratch + od * depth_step;
                     const int64_t q0 = od * plane;
                     if (!flat) {  // (rows of whole runs and vectors)
-                        const auto at = [&](int64_t q, T v) { return epi(image, m, q, v); };
                         const int64_t whole = s.out[2] - s.out[2] % (U * L);
                         for (int64_t oh = 0; oh < s.out[1]; ++oh) {
                             const T* row = base + oh * pw;
                             const int64_t q = q0 + oh * s.out[2];
                             for (int64_t ow = 0; ow < whole; ow += U * L) {
-                                depthwise::run<T, U>(row + ow, offsets, taps, wm, ym + q + ow, q + ow, at);
+                                depthwise::sums<T, U>(row + ow, offsets, taps, wm, ym + q + ow);
                             }
                             for (int64_t ow = whole; ow < s.out[2]; ow += L) {
-                                depthwise::run<T, 1>(row + ow, offsets, taps, wm, ym + q + ow, q + ow, at);
+                                depthwise::sums<T, 1>(row + ow, offsets, taps, wm, ym + q + ow);
                             }
+                            eg(m, q, ym + q, 0, 1, 1, s.out[2]);
                         }
                         continue;
                     }
@@ -1164,16 +1160,15 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                             sums[oh * s.out[2] + ow] = sums[oh * pw + ow];
                         }
                     }
-                    for (int64_t q = 0; q < plane; ++q) {  // (one loop over the plane: it vectorizes)
-                        ym[q0 + q] = epi(image, m, q0 + q, sums[q]);
-                    }
+                    std::memcpy(ym + q0, sums, sizeof(T) * plane);
+                    eg(m, q0, ym + q0, 0, 1, 1, plane);
                 }
             }
         }
     }
 }
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_CONV_H

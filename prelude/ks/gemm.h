@@ -13,9 +13,11 @@
 // into panels block by block in the caller's scratch (`tiled_gemm_scratch` elements); without
 // scratch, or for fewer rows than a tile, b's rows are read where they are.
 //
-// An epilogue runs on every element of c as it is stored for the last time: c[i][j] = epi(i, j, v)
-// where v is the product (plus c's old value when accumulating). Generated code passes a lambda for
-// the elementwise operations that followed the product (a bias and an activation: fuse_epilogue).
+// An epilogue runs over each block of c once it holds its final values: c[i][j] = f(i, j, c[i][j]), where f is
+// the elementwise work that followed the product (a bias and an activation: fuse_epilogue). It is a run-time
+// value (ks::epilogue: a function pointer and its data) so that these kernels are compiled once per target and
+// instruction set level (src/ks/kernels.cpp) whatever epilogues the generated code passes them; the generated
+// code makes one with ks::product_epilogue / ks::conv_epilogue (ks/kernels.h) from a lambda.
 //
 // Measured (docs/performance.md): a 64 x 784 by 784 x 512 float product with b packed runs at about
 // 90 GFLOP/s with AVX2 + FMA on one core of an AMD EPYC (Zen 3).
@@ -27,8 +29,12 @@
 
 #include "prelude.h"
 
+#ifndef KS_KERNELS
+#define KS_KERNELS ks_kernels  // the kernel layer's namespace (per instruction set level in a portable build)
+#endif
+
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS {
 
 // A strided matrix: element (i, j) is data[i * rs + j * cs].
 template <class T>
@@ -52,23 +58,49 @@ struct panels {
     int64_t k;
 };
 
-// The epilogue that stores the product as it is (of a matrix product, and of a convolution: ks/conv.h).
-struct no_epilogue {
-    template <class T>
-    T operator()(int64_t, int64_t, T v) const {
-        return v;
+// The elementwise work that follows a product or a convolution, applied to a block of results once they are
+// final: run(self, image, i, j, out, rs, cs, rows, cols) sets out[r·rs + q·cs] = f(image, i + r, j + q, that
+// value) for r < rows, q < cols. Of a matrix product, (i, j) is the element of c (image 0); of a convolution,
+// i is the output channel and j the flat output position. No run: nothing to apply.
+template <class T>
+struct epilogue {
+    using run_fn = void (*)(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs,
+                            int64_t rows, int64_t cols);
+    run_fn run = nullptr;
+    const void* self = nullptr;
+    int64_t image = 0;     // (a convolution's image, for its products' blocks)
+    int64_t first = 0;     // (the row of the whole result where this product's rows start: a group's channels)
+    bool swapped = false;  // (the product computed transposed: cᵀ = bᵀ · aᵀ)
+
+    explicit operator bool() const { return run != nullptr; }
+
+    // f over rows x cols results from (i, j) of this product at out (element (r, q) at out[r·rs + q·cs]).
+    void operator()(int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows, int64_t cols) const {
+        if (run == nullptr || rows <= 0 || cols <= 0) {
+            return;
+        }
+        if (swapped) {
+            run(self, image, first + j, i, out, cs, rs, cols, rows);
+        } else {
+            run(self, image, first + i, j, out, rs, cs, rows, cols);
+        }
     }
-    template <class T>
-    T operator()(int64_t, int64_t, int64_t, T v) const {
-        return v;
+
+    // This epilogue as seen by one group's product of one image: its rows are output channels from `from` on.
+    epilogue group(int64_t of_image, int64_t from) const {
+        epilogue e = *this;
+        e.image = of_image;
+        e.first = from;
+        return e;
+    }
+
+    // As seen by the transposed product.
+    epilogue transposed() const {
+        epilogue e = *this;
+        e.swapped = !swapped;
+        return e;
     }
 };
-
-// Whether Epi is no_epilogue (the stores then need not go element by element).
-template <class Epi>
-constexpr bool is_no_epilogue = false;
-template <>
-constexpr bool is_no_epilogue<no_epilogue> = true;
 
 namespace tiles {
 
@@ -186,28 +218,26 @@ constexpr int64_t k_step(int64_t k) {
     return blocks > 1 ? (k + blocks - 1) / blocks : k;
 }
 
-// One row of a tile stored: out[q] = row[q] (+ out[q] when load_c), through epi(i, j + q, ·) when last;
-// one loop per case, so that each vectorizes. (GCC 12 with AVX-512 warns, in a convolution's vjp built with
-// cpu = "native", that row may be read uninitialized here: micro stores every element of it first, and the
-// warning stays even with row zeroed, so it is silenced for this function alone.)
+// The first n lanes of a vector stored at out (added to what is there when load_c). (GCC 12 with AVX-512 warns,
+// in a convolution's vjp built with cpu = "native", that the vector may be read uninitialized here: micro sets
+// every accumulator first, so the warning is silenced for this function alone.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-template <class T, class Epi>
-inline void store(const T* row, T* out, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi) {
-    if (!last) {
-        for (int q = 0; q < cols; ++q) {
-            out[q] = load_c ? out[q] + row[q] : row[q];
+template <class T>
+inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
+    if (n == simd<T>::lanes) {
+        if (load_c) {
+            x += load<T>(out);
         }
-    } else if (load_c) {
-        for (int q = 0; q < cols; ++q) {
-            out[q] = epi(i, j + q, out[q] + row[q]);
-        }
-    } else {
-        for (int q = 0; q < cols; ++q) {
-            out[q] = epi(i, j + q, row[q]);
-        }
+        std::memcpy(out, &x, sizeof x);
+        return;
+    }
+    T lanes[simd<T>::lanes];
+    std::memcpy(lanes, &x, sizeof x);
+    for (int l = 0; l < n; ++l) {
+        out[l] = load_c ? out[l] + lanes[l] : lanes[l];
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -265,15 +295,15 @@ struct table_rows {
     ahead next(int, int, int64_t, int64_t, int64_t) const { return {}; }  // (the rows are the image's own)
 };
 
-// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: store
-// epi(i, j, value), else the value (a partial sum of an earlier k block).
+// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: then
+// apply epi to the tile (else it holds a partial sum of an earlier k block).
 // PACKED: a is packed by pack_a (a_rs = 1, a_cs = row_block), constants in the k loop's address arithmetic; a
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
-template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows, class Epi>
+template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
-                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const Epi& epi,
+                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const epilogue<T>& epi,
                   ahead pf = {}) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
@@ -328,38 +358,33 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
         }
     }
     const int width = b.width();
-    if constexpr (is_no_epilogue<Epi>) {
-        if (width == P && cols == NP * P) {  // nothing to apply, a whole tile: the accumulators stored as they are
-            for (int r = 0; r < LIVE; ++r) {
-                T* out = c + r * c_rs;
-                for (int q = 0; q < NP * W; ++q) {
-                    V x = acc[0][r][q];
-                    if (load_c) {
-                        x += load<T>(out + q * simd<T>::lanes);
-                    }
-                    std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
+    if (width == P && cols == NP * P) {  // a whole tile: the accumulators stored as they are
+        for (int r = 0; r < LIVE; ++r) {
+            T* out = c + r * c_rs;
+            for (int q = 0; q < NP * W; ++q) {
+                V x = acc[0][r][q];
+                if (load_c) {
+                    x += load<T>(out + q * simd<T>::lanes);
                 }
+                std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
             }
-            return;
+        }
+    } else {  // a partial tile: vector by vector, the last of each panel's stored columns lane by lane
+        const int64_t stored = cols;  // (a run-time count: GCC then checks no read at columns never stored)
+        for (int r = 0; r < LIVE; ++r) {
+            for (int q = 0; q < NP * W; ++q) {
+                const int u = q / W, at = (q % W) * simd<T>::lanes;  // (panel u, its columns from `at` on)
+                const int64_t left = stored - int64_t(u) * width, panel = left < width ? left : width;
+                const int n = panel - at < simd<T>::lanes ? static_cast<int>(panel - at) : simd<T>::lanes;
+                if (n <= 0) {
+                    continue;
+                }
+                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c);
+            }
         }
     }
-    for (int r = 0; r < LIVE; ++r) {
-        T row[NP * P];
-        for (int q = 0; q < NP * W; ++q) {
-            const V x = acc[0][r][q];  // (a copy: taking acc's address would keep it out of registers)
-            std::memcpy(row + q * simd<T>::lanes, &x, sizeof x);
-        }
-        // (the run-time column count only: with a literal count GCC checks the epilogue's reads, e.g. of a static
-        // bias of 16 columns, at columns the tile never stores, and rejects them under -Werror, as out of bounds or
-        // as "iteration 16 invokes undefined behavior": test_vjp_with_embedded_weights_matches_torch_autograd)
-        if (width == P) {
-            store<T>(row, c + r * c_rs, cols, load_c, last, i + r, j, epi);
-            continue;
-        }
-        for (int u = 0; u < NP && u * width < cols; ++u) {  // panels of fewer stored columns, one by one
-            const int w = cols - u * width < width ? cols - u * width : width;
-            store<T>(row + u * P, c + r * c_rs + u * width, w, load_c, last, i + r, j + u * width, epi);
-        }
+    if (last) {  // (the tile's columns are consecutive in c, whatever the panels' width)
+        epi(i, j, c, c_rs, 1, LIVE, cols);
     }
 }
 
@@ -380,9 +405,9 @@ inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
 }
 
 // One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro).
-template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows, class Epi>
+template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
-                 bool load_c, bool last, int64_t i, int64_t j, const Epi& epi, ahead pf = {}) {
+                 bool load_c, bool last, int64_t i, int64_t j, const epilogue<T>& epi, ahead pf = {}) {
     if constexpr (PACKED) {
         micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
     } else {
@@ -400,10 +425,10 @@ constexpr bool padded(int rows) {
 
 // Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows), or of
 // min_rows rows when padded(rows).
-template <class T, int R, bool PACKED, class Rows, class Epi>
+template <class T, int R, bool PACKED, class Rows>
 inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
                       int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t i, int64_t j,
-                      const Epi& epi) {
+                      const epilogue<T>& epi) {
     if constexpr (R >= 1) {
         if (rows != R) {
             rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, last, i, j, epi);
@@ -437,9 +462,9 @@ constexpr bool splits(int64_t rows) {
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
 // already start at the block's first k): tiles of MR rows by panel_block panels, then the rows left (by
 // tiles of row_block rows when MR is taller; c's first row is row i0 for the epilogue).
-template <class T, bool PACKED = false, int MR = row_block, class Rows, class Epi>
+template <class T, bool PACKED = false, int MR = row_block, class Rows>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
-                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const Epi& epi, int64_t i0 = 0) {
+                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
@@ -533,9 +558,9 @@ inline void pack(const matrix<const T>& b, int64_t k0, int64_t kc, int64_t j0, i
 }
 
 // c (+)= a · b with b packed block by block into scratch (tiled_gemm_scratch<T>(m, n, k) elements).
-template <class T, class Epi>
+template <class T>
 void packed_blocks(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
-                   const matrix<T>& c, bool accumulate, T* scratch, const Epi& epi) {
+                   const matrix<T>& c, bool accumulate, T* scratch, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t step = k_step(k), nc = panels_per_block * P;
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
@@ -552,9 +577,9 @@ void packed_blocks(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, co
 
 // c (+)= a · b reading b's rows where they are (b.cs == 1): whole panels by tiles, the last n % P
 // columns by dot products.
-template <class T, class Epi>
+template <class T>
 void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
-              const matrix<T>& c, bool accumulate, const Epi& epi) {
+              const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t whole = n - n % P, step = k_step(k);
     for (int64_t j0 = 0; j0 < whole; j0 += panels_per_block * P) {
@@ -577,15 +602,17 @@ void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const m
         }
         T* out = c.data + i * c.rs + whole;
         for (int q = 0; q < tail; ++q) {
-            out[q] = epi(i, whole + q, accumulate ? out[q] + acc[q] : acc[q]);
+            out[q] = accumulate ? out[q] + acc[q] : acc[q];
         }
+        epi(i, whole, out, 0, 1, 1, tail);
     }
 }
 
-// c (+)= a · b with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time.
-template <class T, class Epi>
+// c (+)= a · b with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time; the epilogue
+// over each row of c once it is computed.
+template <class T>
 void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-          bool accumulate, const Epi& epi) {
+          bool accumulate, const epilogue<T>& epi) {
     for (int64_t i = 0; i < m; ++i) {
         const T* x = a.data + i * a.rs;
         const int64_t whole = n - n % dot_block;
@@ -604,14 +631,8 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
             }
             T* out = c.data + i * c.rs + j * c.cs;
             const T d[dot_block] = {d0, d1, d2, d3};
-            // (a count GCC cannot see: with the literal 4 it checks the epilogue's reads of a static bias of 3 columns
-            // at column 3, in blocks that never run for n = 3, and -Werror rejects "iteration 3 invokes undefined
-            // behavior")
-            // (and q < dot_block besides, or GCC sees reads of d past its end and reports d "may be used
-            // uninitialized": test_redteam_compose)
-            const int count = opaque_count(dot_block);
-            for (int q = 0; q < count && q < dot_block; ++q) {
-                out[q * c.cs] = epi(i, j + q, accumulate ? out[q * c.cs] + d[q] : d[q]);
+            for (int q = 0; q < dot_block; ++q) {
+                out[q * c.cs] = accumulate ? out[q * c.cs] + d[q] : d[q];
             }
         }
         for (int64_t j = whole; j < n; ++j) {
@@ -622,15 +643,16 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
                 d += x[p] * y[p];
             }
             T& out = c.data[i * c.rs + j * c.cs];
-            out = epi(i, j, accumulate ? out + d : d);
+            out = accumulate ? out + d : d;
         }
+        epi(i, 0, c.data + i * c.rs, 0, c.cs, 1, n);
     }
 }
 
 // Any strides: one dot product per element.
-template <class T, class Epi>
+template <class T>
 void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-             bool accumulate, const Epi& epi) {
+             bool accumulate, const epilogue<T>& epi) {
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             T d = 0;
@@ -638,20 +660,22 @@ void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const ma
                 d += a.data[i * a.rs + p * a.cs] * b.data[p * b.rs + j * b.cs];
             }
             T& out = c.data[i * c.rs + j * c.cs];
-            out = epi(i, j, accumulate ? out + d : d);
+            out = accumulate ? out + d : d;
         }
     }
+    epi(0, 0, c.data, c.rs, c.cs, m, n);
 }
 
 // c = epi(c or 0) everywhere: the product of an empty sum.
-template <class T, class Epi>
-void empty_sum(int64_t m, int64_t n, const matrix<T>& c, bool accumulate, const Epi& epi) {
+template <class T>
+void empty_sum(int64_t m, int64_t n, const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             T& out = c.data[i * c.rs + j * c.cs];
-            out = epi(i, j, accumulate ? out : T(0));
+            out = accumulate ? out : T(0);
         }
     }
+    epi(0, 0, c.data, c.rs, c.cs, m, n);
 }
 
 }  // namespace tiles
@@ -676,9 +700,9 @@ constexpr int64_t tiled_gemm_scratch(int64_t m, int64_t n, int64_t k) {
 
 namespace tiles {
 // tiled_gemm for a result with rows contiguous or strided (not column-major).
-template <class T, class Epi>
+template <class T>
 void rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b, const matrix<T>& c,
-          bool accumulate, T* scratch, const Epi& epi) {
+          bool accumulate, T* scratch, const epilogue<T>& epi) {
     if (k <= 0) {
         empty_sum<T>(m, n, c, accumulate, epi);
     } else if (c.cs == 1 && scratch != nullptr && scratch_for<T>(m, n, k) > 0) {
@@ -692,22 +716,13 @@ void rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
     }
 }
 
-// An epilogue of cᵀ seen from c: (i, j) swapped.
-template <class Epi>
-struct swapped {
-    const Epi& epi;
-    template <class T>
-    T operator()(int64_t i, int64_t j, T v) const {
-        return epi(j, i, v);
-    }
-};
 }  // namespace tiles
 
 // c = epi(a · b) (or epi(c + a · b) when accumulate): a is m x k, b is k x n, c is m x n, any strides.
 // scratch (tiled_gemm_scratch<T>(m, n, k) elements, or nullptr) lets it pack b into panels.
-template <class T, class Epi = no_epilogue>
+template <class T>
 void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b, matrix<T> c, bool accumulate,
-                T* scratch = nullptr, const Epi& epi = Epi()) {
+                T* scratch = nullptr, const epilogue<T>& epi = {}) {
     if (m <= 0 || n <= 0) {
         return;
     }
@@ -715,7 +730,7 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
     b.data = tiles::opaque(b.data);
     if (c.cs != 1 && c.rs == 1) {  // a column-major result: compute cᵀ = bᵀ · aᵀ instead
         tiles::rows<T>(n, m, k, b.transposed(), a.transposed(), c.transposed(), accumulate, scratch,
-                       tiles::swapped<Epi>{epi});
+                       epi.transposed());
         return;
     }
     tiles::rows<T>(m, n, k, a, b, c, accumulate, scratch, epi);
@@ -723,9 +738,9 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
 
 // c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. (flatten: the
 // tiles inlined here; GCC called the 12-row one out of line, and that copy ran 7-10% slower: docs/performance.md)
-template <class T, class Epi = no_epilogue>
+template <class T>
 __attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
-                                          bool accumulate, const Epi& epi = Epi()) {
+                                          bool accumulate, const epilogue<T>& epi = {}) {
     constexpr int P = panel_width<T>;
     if (m <= 0 || n <= 0) {
         return;
@@ -744,9 +759,10 @@ __attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matri
                     d += a.data[i * a.rs + p * a.cs] * b.data[(j / P) * b.k * P + p * P + j % P];
                 }
                 T& out = c.data[i * c.rs + j * c.cs];
-                out = epi(i, j, accumulate ? out + d : d);
+                out = accumulate ? out + d : d;
             }
         }
+        epi(0, 0, c.data, c.rs, c.cs, m, n);
         return;
     }
     const int64_t step = tiles::k_step(k), nc = tiles::panels_per_block * P;
@@ -762,7 +778,7 @@ __attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matri
     }
 }
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_GEMM_H

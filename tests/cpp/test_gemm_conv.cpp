@@ -1,10 +1,11 @@
-// Tests of prelude/ks/gemm.h and prelude/ks/conv.h against written-out loops (the oracle): every
+// Tests of the kernel layer (prelude/ks/kernels.h: ks/gemm.h and ks/conv.h) against written-out loops (the oracle): every
 // strategy of ks::tiled_gemm (packed blocks, rows in place, dots, strided), ks::packed_gemm on panels,
 // ks::conv with the register tiles and ks::conv_rows with a reference product, with and without an
 // epilogue and an accumulator, over shapes that leave partial tiles and panels, in float and double.
 // Built once with the target's own tile shape and once with KS_GEMM_TILE_OVERRIDE (other shapes, e.g.
 // AVX-512's two panels per tile). No framework: prints each failure and returns nonzero.
-#include <ks/conv.h>
+#define KS_KERNELS_INSTANTIATE  // (the kernels instantiated here, as src/ks/kernels.cpp does)
+#include <ks/kernels.h>
 
 #include <cmath>
 #include <cstdint>
@@ -78,12 +79,12 @@ void check_gemm(int64_t m, int64_t n, int64_t k, int flags, uint64_t& state) {
             }
         }
         if (epi_on) {
-            ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, acc, epi);
+            ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, acc, ks::product_epilogue<T>(epi));
         } else {
             ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, acc);
         }
     } else if (epi_on) {
-        ks::tiled_gemm<T>(m, n, k, ma, mb, mc, acc, s, epi);
+        ks::tiled_gemm<T>(m, n, k, ma, mb, mc, acc, s, ks::product_epilogue<T>(epi));
     } else {
         ks::tiled_gemm<T>(m, n, k, ma, mb, mc, acc, s);
     }
@@ -190,18 +191,18 @@ void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, int how, u
     std::vector<T> room(how == 2 ? ks::depthwise_scratch<T>(s) : ks::conv_scratch<T>(s, rows));
     if (how == 2) {
         if (epi_on) {
-            ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data(), epi);
+            ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data(), ks::conv_epilogue<T>(epi));
         } else {
             ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data());
         }
     } else if (rows) {
         if (epi_on) {
-            ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{}, epi);
+            ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{}, ks::conv_epilogue<T>(epi));
         } else {
             ks::conv_rows<T>(s, images, x.data(), w.data(), y.data(), room.data(), loop_product{});
         }
     } else if (epi_on) {
-        ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data(), epi);
+        ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data(), ks::conv_epilogue<T>(epi));
     } else {
         ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data());
     }

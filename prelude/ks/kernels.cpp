@@ -1,0 +1,18 @@
+// ks/kernels.cpp — the kernel layer's one translation unit (ks/kernels.h): the matrix products and
+// convolutions of ks/gemm.h and ks/conv.h for float and double, compiled once per target and instruction
+// set level. KS_KERNELS names the namespace (the generated CMake project defines it per level).
+#ifndef KS_KERNELS
+#define KS_KERNELS ks_kernels
+#endif
+#define KS_PACKAGE KS_KERNELS  // (the prelude's helpers these kernels use, in the same namespace)
+#define KS_KERNELS_INSTANTIATE
+#include "kernels.h"
+
+namespace ks {
+inline namespace KS_KERNELS {
+
+KS_KERNEL_LAYER(template, float)
+KS_KERNEL_LAYER(template, double)
+
+}  // inline namespace KS_KERNELS
+}  // namespace ks

@@ -1,0 +1,95 @@
+// ks/kernels.h — the kernel layer: matrix products and convolutions compiled once, not per package.
+//
+// ks::tiled_gemm, ks::packed_gemm, ks::conv, ks::conv_winograd, ks::conv_depthwise and ks::winograd_kernel
+// (ks/gemm.h, ks/conv.h) take every shape, stride and epilogue at run time. For float and double they are
+// compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
+// keeps the objects in its cache, shared by every package built with the same compiler and flags), and
+// the generated code only calls them: the declarations below tell its compiler not to instantiate them.
+// Their namespace is ks::KS_KERNELS (one per instruction set level in a portable x86-64 build); a
+// library's relocatable link makes those symbols local to it, so two libraries never share them.
+//
+// The generated code's epilogues are lambdas, f(i, j, v) of a product's element (i, j) or f(image, m, q, v)
+// of a convolution's output channel m and flat position q; ks::product_epilogue and ks::conv_epilogue
+// wrap one in a ks::epilogue, whose one small loop over a block of results is all that is compiled per
+// epilogue.
+#ifndef KS_KERNELS_H
+#define KS_KERNELS_H
+
+#include <cstdint>
+
+#include "conv.h"
+
+namespace ks {
+inline namespace KS_KERNELS {
+
+// The kernels the layer compiles, for one element type T; PREFIX is `extern template` (here, for the
+// generated code) or `template` (src/ks/kernels.cpp, which instantiates them).
+#define KS_KERNEL_LAYER(PREFIX, T)                                                                               \
+    PREFIX void tiled_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, matrix<const T>, matrix<T>, bool, T*,   \
+                              const epilogue<T>&);                                                                \
+    PREFIX void packed_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, panels<T>, matrix<T>, bool,            \
+                               const epilogue<T>&);                                                               \
+    PREFIX void conv<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);              \
+    PREFIX void conv_winograd<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);     \
+    PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
+    PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);
+
+#ifndef KS_KERNELS_INSTANTIATE
+KS_KERNEL_LAYER(extern template, float)
+KS_KERNEL_LAYER(extern template, double)
+#endif
+
+// f(i + r, j + q, v) over a block of a matrix product's results (the run of ks::product_epilogue).
+template <class T, class F>
+void product_run(const void* self, int64_t, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
+                 int64_t cols) {
+    const F& f = *static_cast<const F*>(self);
+    for (int64_t r = 0; r < rows; ++r) {
+        T* o = out + r * rs;
+        if (cs == 1) {  // (the common case, a loop that vectorizes)
+            for (int64_t q = 0; q < cols; ++q) {
+                o[q] = f(i + r, j + q, o[q]);
+            }
+        } else {
+            for (int64_t q = 0; q < cols; ++q) {
+                o[q * cs] = f(i + r, j + q, o[q * cs]);
+            }
+        }
+    }
+}
+
+// f(image, m + r, q0 + q, v) over a block of a convolution's results (the run of ks::conv_epilogue).
+template <class T, class F>
+void conv_run(const void* self, int64_t image, int64_t m, int64_t q0, T* out, int64_t rs, int64_t cs, int64_t rows,
+              int64_t cols) {
+    const F& f = *static_cast<const F*>(self);
+    for (int64_t r = 0; r < rows; ++r) {
+        T* o = out + r * rs;
+        if (cs == 1) {
+            for (int64_t q = 0; q < cols; ++q) {
+                o[q] = f(image, m + r, q0 + q, o[q]);
+            }
+        } else {
+            for (int64_t q = 0; q < cols; ++q) {
+                o[q * cs] = f(image, m + r, q0 + q, o[q * cs]);
+            }
+        }
+    }
+}
+
+// The epilogue f(i, j, v) -> value of a matrix product (f must outlive the call it is passed to).
+template <class T, class F>
+epilogue<T> product_epilogue(const F& f) {
+    return {&product_run<T, F>, &f};
+}
+
+// The epilogue f(image, m, q, v) -> value of a convolution.
+template <class T, class F>
+epilogue<T> conv_epilogue(const F& f) {
+    return {&conv_run<T, F>, &f};
+}
+
+}  // inline namespace KS_KERNELS
+}  // namespace ks
+
+#endif  // KS_KERNELS_H
