@@ -37,6 +37,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> float:
+    """argparse type of --older-than: seconds in 7d, 12h, 30m, 45s."""
+    from .packaging.cache import parse_duration
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _byte_size(text: str) -> int:
+    """argparse type of --max-size: bytes in 2G, 500M, 64K, 1000."""
+    from .packaging.cache import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_verbosity(p: argparse.ArgumentParser, default) -> None:
     """-q and -v, before the command (`ksbuild -q package ...`) or after it (the subparsers' default is SUPPRESS,
     so that they do not overwrite what was given before the command)."""
@@ -83,7 +101,14 @@ def _add_commands(sub) -> None:
     w.add_argument("--project", default=None, metavar="DIR",
                    help="only write the wheel's scikit-build-core project into DIR (for pip wheel or cibuildwheel)")
     ca = sub.add_parser("cache", help="show or empty the build cache")
-    ca.add_argument("action", choices=("info", "clean"), help="info: where it is and what it holds; clean: empty it")
+    ca.add_argument("action", choices=("info", "clean"),
+                    help="info: where it is and what it holds; clean: empty it (or what --older-than and "
+                    "--max-size choose)")
+    ca.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+                    help="clean: remove what was not used for DURATION (e.g. 7d, 12h, 30m, 45s)")
+    ca.add_argument("--max-size", type=_byte_size, default=None, metavar="SIZE",
+                    help="clean: remove the least recently used entries until the cache holds at most SIZE "
+                    "(e.g. 2G, 500M; 1K = 1024 bytes)")
     ca.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     c = sub.add_parser("check", help="parse, type-check and transform without compiling C++")
     c.add_argument("manifest")
@@ -145,24 +170,51 @@ def _cache(a) -> None:
     from .packaging import cache
 
     if a.action == "info":
-        print(json.dumps(_cache_json(cache), indent=2) if a.json else cache.info_text())
+        if a.older_than is not None or a.max_size is not None:
+            print("ksbuild cache: error: --older-than and --max-size go with clean, not info", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        print(json.dumps(cache.info_json(), indent=2) if a.json else cache.info_text())
         return
-    removed, freed, busy = cache.clean()
+    done = cache.clean(a.older_than, a.max_size)
     if a.json:
-        print(json.dumps({"cache": str(cache.cache_root()), "removed": removed, "freed_bytes": freed, "busy": busy}))
+        print(json.dumps(_cleaned_json(cache, done, a.max_size)))
         return
-    a.say(f"ksbuild: removed {removed} build(s) from {cache.cache_root()}, {freed / 2**20:.1f} MiB")
-    if busy:
-        a.say(f"ksbuild: left {len(busy)} build(s) in progress: {', '.join(busy)}")
+    for line in _cleaned_lines(cache, done, a.max_size):
+        a.say(line)
 
 
-def _cache_json(cache) -> dict:
-    """`ksbuild cache info --json`: the cache folder and one object per build (key, path, bytes, time, entry.json)."""
-    def entry(e) -> dict:
-        finished = (e.path / ("wheel" if e.info.get("wheel") else "install")).is_dir()
-        return {"key": e.key, "path": str(e.path), "size_bytes": e.size, "mtime": e.mtime, "finished": finished,
-                **e.info}
-    return {"cache": str(cache.cache_root()), "builds": [entry(e) for e in cache.entries()]}
+def _cleaned_lines(cache, done, max_size: int | None) -> list[str]:
+    """What `ksbuild cache clean` says: what it removed, what it left because another process holds it."""
+    kinds = {k: sum(i.kind == k for i in done.removed) for k in ("build", "kernels", "python", "log")}
+    lines = [f"ksbuild: removed {kinds['build']} build(s), {kinds['kernels']} kernel object folder(s), "
+             f"{kinds['python']} loaded tree(s) and {kinds['log']} log(s) from {cache.cache_root()}, "
+             f"{done.freed / 2**20:.1f} MiB; it holds {done.size_after / 2**20:.1f} MiB"]
+    lines += [f"ksbuild: removed {p}, left by a build that was stopped" for p in done.leftovers]
+    lines += [f"ksbuild: left {i.name} ({_what(i)}): another process holds its lock (a build or install in "
+              "progress)" for i in done.busy]
+    if max_size is not None and done.size_after > max_size:
+        lines.append(f"ksbuild: the cache still holds more than --max-size ({done.size_after} > {max_size} bytes):"
+                     " what is left is in use")
+    return lines
+
+
+def _what(item) -> str:
+    """A cache entry in a few words: package and target of a build, else its kind."""
+    if item.kind == "build" and item.info:
+        return f"{item.info.get('package', '?')} for {item.info.get('target', '?')}"
+    return {"build": "a build", "kernels": "kernel objects", "python": "a loaded tree", "log": "a log"}[item.kind]
+
+
+def _cleaned_json(cache, done, max_size: int | None) -> dict:
+    """`ksbuild cache clean --json`: counts, bytes, and every removed, busy and leftover entry."""
+    def item(i) -> dict:
+        return {"kind": i.kind, "name": i.name, "path": str(i.path), "size_bytes": i.size}
+
+    return {"cache": str(cache.cache_root()), "removed": sum(i.kind == "build" for i in done.removed),
+            "freed_bytes": done.freed, "busy": [i.name for i in done.busy],
+            "removed_entries": [item(i) for i in done.removed], "busy_entries": [item(i) for i in done.busy],
+            "leftovers": [str(p) for p in done.leftovers], "size_bytes_after": done.size_after,
+            "max_size_bytes": max_size}
 
 
 def _check(a) -> None:

@@ -15,6 +15,7 @@ import ksbuild
 from ksbuild.cli import main as cli_main
 from ksbuild.manifest import load_manifest
 from ksbuild.packaging import cache
+from ksbuild.packaging import package as package_module
 from ksbuild.packaging.package import STAMP, content_hash
 
 RELU3 = ROOT / "examples/relu3"
@@ -30,6 +31,33 @@ scale_grad = "grad(scale)"
 """
 
 
+TORCH_MODEL = """import torch
+
+
+class Net(torch.nn.Module):  # (a class of the user's: its file is part of the model's fingerprint)
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def make():
+    torch.manual_seed(0)
+    return Net(), (torch.zeros(4, 3),)
+"""
+TORCH_MANIFEST = """[package]
+name = "lin"
+
+[kernels.lin]
+torch = "model.py:make"
+
+[exports]
+lin = "lin"
+"""
+
+
 @pytest.fixture
 def relu3_copy(tmp_path) -> Path:
     shutil.copytree(RELU3, tmp_path / "relu3", ignore=shutil.ignore_patterns("app"))
@@ -40,6 +68,12 @@ def relu3_copy(tmp_path) -> Path:
 def private_cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("KSBUILD_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def stable_key(monkeypatch):
+    """Keys that do not change when someone edits ksbuild's own files while the test runs."""
+    monkeypatch.setattr(package_module, "_hash_ksbuild", lambda h: None)
 
 
 def module_kernel(tmp_path: Path, monkeypatch, name: str, factor: float) -> Path:
@@ -95,6 +129,57 @@ def test_key_covers_a_module_function_kernel(tmp_path, monkeypatch):
     assert content_hash(load_manifest(manifest), "host") != before
 
 
+def test_key_holds_no_folder(tmp_path, monkeypatch):
+    """The same manifest and kernels in two folders have one key: file kernels, module:function kernels (the
+    module found in another folder of sys.path) and ONNX models are named as the manifest names them."""
+    keys = []
+    for folder in ("one", "two/deeper"):
+        shutil.copytree(RELU3, tmp_path / folder / "relu3", ignore=shutil.ignore_patterns("app"))
+        keys.append(content_hash(load_manifest(tmp_path / folder / "relu3" / "manifest.toml"), "host"))
+        manifest = module_kernel(tmp_path / folder, monkeypatch, "ks_cache_mod_where", 2.0)
+        keys.append(content_hash(load_manifest(manifest), "host"))
+    assert keys[0] == keys[2] and keys[1] == keys[3], keys
+
+
+def test_key_of_a_torch_kernel_holds_no_folder(tmp_path):
+    pytest.importorskip("torch")
+    keys = []
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.py").write_text(TORCH_MODEL)
+        (tmp_path / folder / "manifest.toml").write_text(TORCH_MANIFEST)
+        keys.append(content_hash(load_manifest(tmp_path / folder / "manifest.toml"), "host"))
+    assert keys[0] == keys[1]
+    (tmp_path / "two" / "model.py").write_text(TORCH_MODEL.replace("manual_seed(0)", "manual_seed(1)"))
+    assert content_hash(load_manifest(tmp_path / "two" / "manifest.toml"), "host") != keys[0]  # other weights
+
+
+def test_key_holds_the_cmake_version_not_where_cmake_is(relu3_copy, stable_key, monkeypatch):
+    """Two venvs (checkouts, CI jobs) with one CMake version share keys: cmake's path and time stamp are left out."""
+    m = load_manifest(relu3_copy)
+    base, version = content_hash(m, "host"), package_module._cmake_version()
+    assert version.startswith("cmake version ")
+    monkeypatch.setattr(package_module, "cmake_exe", lambda: "/elsewhere/venv/bin/cmake")
+    monkeypatch.setattr(package_module, "cmake_identity", lambda: f"/elsewhere/venv/bin/cmake {version} 12345")
+    assert content_hash(m, "host") == base
+    monkeypatch.setattr(package_module, "cmake_identity", lambda: "/elsewhere/venv/bin/cmake cmake version 9.9 1")
+    assert content_hash(m, "host") != base
+
+
+def test_same_manifest_in_two_folders_builds_once(tmp_path, private_cache, stable_key, capsys):
+    for folder in ("a", "b"):
+        shutil.copytree(RELU3, tmp_path / folder, ignore=shutil.ignore_patterns("app"))
+        manifest, out = tmp_path / folder / "manifest.toml", tmp_path / f"out-{folder}"
+        assert cli_main(["package", str(manifest), "-o", str(out)]) == 0
+    first, second = capsys.readouterr().out.split("ksbuild: installed", 1)
+    assert "ksbuild: building activations" in first
+    assert "ksbuild: found a cached build" in second and "building" not in second, second
+    assert len(cache.builds()) == 1
+    assert cache.builds()[0].info["manifests"] == [str(tmp_path / f / "manifest.toml") for f in ("a", "b")]
+    assert (tmp_path / "out-b/lib/libactivations.a").read_bytes() == \
+        (tmp_path / "out-a/lib/libactivations.a").read_bytes()
+
+
 def test_editing_a_module_function_kernel_rebuilds(tmp_path, monkeypatch):
     """A module:function kernel edited between two builds gives the new function's values."""
     for factor in (2.0, 3.0):
@@ -135,17 +220,20 @@ def test_failed_build_keeps_its_log(relu3_copy, tmp_path, private_cache, monkeyp
     assert not out.exists()
 
 
-def test_cache_info_and_clean(relu3_copy, tmp_path, private_cache, capsys):
+def test_cache_info_and_clean(relu3_copy, tmp_path, private_cache, stable_key, capsys):
     assert cli_main(["package", str(relu3_copy), "-o", str(tmp_path / "out")]) == 0
     key = content_hash(load_manifest(relu3_copy), "host")
     capsys.readouterr()
     assert cli_main(["cache", "info"]) == 0
     info = capsys.readouterr().out
     assert str(private_cache) in info and "1 build(s)" in info
-    assert key in info and "activations 0.1.0 target=host backend=plain" in info
+    row = next(line for line in info.splitlines() if key in line)
+    assert row.split()[1:5] == ["activations", "0.1.0", "host", "plain"], row
+    assert row.endswith(str(relu3_copy.resolve())), row
     with cache.file_lock(cache.key_lock(key)):  # a build of this key in progress: clean leaves it
         assert cli_main(["cache", "clean"]) == 0
-        assert "left 1 build(s) in progress" in capsys.readouterr().out
+        said = capsys.readouterr().out
+        assert "removed 0 build(s)" in said and f"left {key} (activations for host): another process" in said
         assert (private_cache / key / "install").is_dir()
     assert cli_main(["cache", "clean"]) == 0
     assert "removed 1 build(s)" in capsys.readouterr().out

@@ -228,4 +228,4 @@ def test_cache_info_json_lists_the_builds(relu3_tree, tmp_path):
     assert [(b["package"], b["target"], b["finished"]) for b in info["builds"]] == [("activations", "host", True)]
     assert info["builds"][0]["size_bytes"] > 0 and Path(info["builds"][0]["path"]).is_dir()
     empty = ksbuild("cache", "info", "--json", env=dict(os.environ, KSBUILD_CACHE=str(tmp_path / "none")))
-    assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "builds": []}
+    assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "builds": [], "kernels": [], "python": []}

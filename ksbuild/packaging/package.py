@@ -4,9 +4,12 @@ The install tree appears atomically: it is built in a temporary folder in the ca
 into place only when everything succeeded, so a failed build leaves no partial tree. Runs that
 build the same thing, or into the same output, at the same time wait for each other on locks
 (cache.py) and all succeed. A failed build's log stays in the cache, at the path the error names.
+A cache entry is reused only when its files match the sha256 list written when it was finished;
+a damaged entry is built again, and a build first removes what killed builds of its key left.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -18,13 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..compile.cmake import build_and_install, cmake_identity
+from ..compile.cmake import build_and_install, cmake_exe, cmake_identity
 from ..compile.footprint import section_sizes, stack_usage
 from ..compile.targets import Target, check_backend, compiler_identity, cpu_here, get_target
 from ..errors import KsbuildError
 from ..exports import build_exports
 from ..manifest import Manifest, check_cpu, load_manifest, locate
 from ..resources import VERSION, resource_dir
+from . import cache
 from .cache import cache_root, file_lock, key_lock, out_lock
 from .render import render_project
 
@@ -36,23 +40,29 @@ BUILD_ENV = ("CXX", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "BLA_VENDOR", "CMAKE_GENE
 
 
 def content_hash(m: Manifest, target: str, extra: str = "") -> str:
-    """A hash of everything the output depends on: the manifest and the source of every kernel,
-    the target, its compiler (path, version, machine), CMake, build flags, and ksbuild itself."""
+    """A hash of everything the output depends on, by content alone (the same manifest in two folders has one
+    key): the manifest text and the source of every kernel (named as the manifest names it), the target, its
+    compiler (path, version, machine), CMake, build flags, and ksbuild itself."""
     h = hashlib.sha256()
     for part in (VERSION, extra, m.build.backend, m.text, *build_identity(get_target(target))):
         h.update(part.encode() + b"\0")
-    for f in kernel_sources(m):
-        h.update(str(f).encode() + b"\0" + f.read_bytes())
+    for name, f in _named_sources(m):
+        h.update(name.encode() + b"\0" + f.read_bytes())
     for k in m.kernels.values():
         if k.torch:  # what make() returns: the module's code, weights and example inputs
             from ..frontends.torch_export import fingerprint
             h.update(fingerprint(k.torch.rsplit(":", 1)[0], m.root, k.torch.rsplit(":", 1)[1], k.loc))
+    _hash_ksbuild(h)
+    return h.hexdigest()[:20]
+
+
+def _hash_ksbuild(h) -> None:
+    """Add ksbuild's own code, templates and prelude (by their paths inside ksbuild, and content) to h."""
     pkg = Path(__file__).resolve().parent.parent
     for folder in (pkg, resource_dir("templates"), resource_dir("prelude"), resource_dir("dist_templates")):
         for f in sorted(folder.rglob("*")):
             if f.is_file() and f.suffix in (".py", ".j2", ".h", ".cpp"):
                 h.update(str(f.relative_to(folder)).encode() + f.read_bytes())
-    return h.hexdigest()[:20]
 
 
 def kernel_cache(m: Manifest, t: Target) -> Path:
@@ -69,21 +79,34 @@ def kernel_cache(m: Manifest, t: Target) -> Path:
 def build_identity(t: Target) -> list[str]:
     """The target record, its compiler's identity, CMake's version and the build environment."""
     env = [f"{k}={os.environ.get(k, '')}" for k in BUILD_ENV]
-    return [repr(t), compiler_identity(t), cmake_identity(), *env]
+    return [repr(t), compiler_identity(t), _cmake_version(), *env]
+
+
+def _cmake_version() -> str:
+    """CMake's version line: cmake_identity() without the path and time stamp of the program, which differ between
+    two installs of one version (a venv per checkout or per CI job), so that they share cache entries."""
+    identity, exe = cmake_identity(), cmake_exe()
+    return identity.removeprefix(exe).rsplit(" ", 1)[0].strip() if identity.startswith(exe) else identity
 
 
 def kernel_sources(m: Manifest) -> list[Path]:
     """The source file of every kernel: "file.py:f" relative to the manifest, "module:f" as Python finds it."""
-    files = []
+    return [path for _, path in _named_sources(m)]
+
+
+def _named_sources(m: Manifest) -> list[tuple[str, Path]]:
+    """(name, file) of every kernel's source: named as the manifest writes it (a path relative to the manifest, a
+    module name), never by where the manifest's folder is."""
+    named = []
     for k in m.kernels.values():
         if k.onnx:
-            path: Path | None = m.root / k.onnx
+            name, path = k.onnx, m.root / k.onnx
         else:
-            source = (k.python or k.torch or "").rsplit(":", 1)[0]
-            path = m.root / source if source.endswith(".py") else _module_file(source)
+            name = (k.python or k.torch or "").rsplit(":", 1)[0]
+            path = m.root / name if name.endswith(".py") else _module_file(name)
         if path is not None and path.is_file():
-            files.append(path)
-    return files
+            named.append((name, path))
+    return named
 
 
 def _module_file(module: str) -> Path | None:
@@ -144,18 +167,21 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     key = content_hash(m, t.name, ("py " if python_module else "") + m.build.cpu)
     if _is_current(out, m.name, key):
+        _touch_used(key, out)
         progress(f"ksbuild: {out} is up to date")
         return out
     check_replaceable(out, m.name, "tree")  # (before compiling: a refused output costs nothing)
     cached = cache_root() / key / "install"
     with file_lock(key_lock(key)):
-        if _is_current(cached, m.name, key):
+        if _reusable(cached.parent, m.name, key, progress):
             progress("ksbuild: found a cached build")
+            cache.record_use(cached.parent, m.path)
         else:
             _build_into_cache(manifest, m, key, t, jobs, python_module, progress, here)
         with file_lock(out_lock(out)):
             if not _is_current(out, m.name, key):
                 _install_copy(cached, out)
+    _touch_used(key, out)
     progress(f"ksbuild: installed {m.name} ({t.name}) into {out}")
     return out
 
@@ -174,27 +200,76 @@ def _is_current(tree: Path, name: str, key: str) -> bool:
         return False
 
 
+def _reusable(work: Path, name: str, key: str, progress) -> bool:
+    """True if cache entry `work` holds a finished install tree whose files are those its files.sha256 lists; a
+    damaged one (a file truncated, changed, lost or added) is named in one progress line and rebuilt."""
+    tree = work / "install"
+    if not tree.is_dir():
+        return False
+    why = cache.damage(work, "install") if _is_current(tree, name, key) else "has no stamp of its key"
+    if why is not None:
+        progress(f"ksbuild: the cached build {work} {why}: building it again")
+    return why is None
+
+
+def _touch_used(key: str, out: Path) -> None:
+    """Restart the age of the cache entry `key` and of `out` if it is a tree in the cache (ksbuild.build's)."""
+    cache.touch(cache_root() / key)
+    if cache_root().resolve() in out.resolve().parents:
+        cache.touch(out)
+
+
 def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_module, progress, here) -> None:
-    """Build in a temporary folder of the cache entry; rename the finished tree into <key>/install."""
+    """Build in a temporary folder of the cache entry (after removing what killed builds left there: we hold the
+    key's lock); move the finished tree into <key>/install and write its files.sha256."""
     work = cache_root() / key
     work.mkdir(parents=True, exist_ok=True)
+    for folder in cache.remove_leftovers(work):
+        progress(f"ksbuild: removed {folder}, left by a build that was stopped")
+    write_entry(work, m, t, python_module, finished=False)  # (what a failed or stopped build was)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=work))
     log = tmp.with_suffix(".log")  # beside the temporary folder: a failed build's log outlives it
     try:
         render(manifest, tmp / "project", progress, m.build.backend, t.name, here=here)
         progress(f"ksbuild: building {m.name} for {t.name}")
-        kernels = kernel_cache(m, t)
-        build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
-                          python_module=python_module, progress=progress, kernel_cache=kernels)
-        record_footprint(tmp / "install", m.name, t, [tmp / "build", kernels], progress)
+        _compile(tmp, m, t, log, jobs, python_module, progress)
         (tmp / "install" / "share" / m.name / STAMP).write_text(key + "\n")
         write_entry(work, m, t, python_module)
-        if (work / "install").exists():  # an unfinished tree left by a killed run (we hold the lock)
-            shutil.rmtree(work / "install")
-        (tmp / "install").rename(work / "install")
+        _finish_entry(work, tmp / "install")
         os.replace(log, work / "build.log")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compile(tmp: Path, m: Manifest, t: Target, log: Path, jobs, python_module, progress) -> None:
+    """Build and install tmp/project into tmp/install, holding the kernel object folder's lock shared (so that
+    `ksbuild cache clean` leaves the objects alone meanwhile), and measure the footprint."""
+    kernels = kernel_cache(m, t)
+    with file_lock(cache.kernels_lock(kernels), shared=True):
+        build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
+                          python_module=python_module, progress=progress, kernel_cache=kernels)
+        record_footprint(tmp / "install", m.name, t, [tmp / "build", kernels], progress)
+        _describe_kernels(kernels, m, t)
+
+
+def _describe_kernels(kernels: Path, m: Manifest, t: Target) -> None:
+    """Write what a kernel object folder was built for into its about.json (for `ksbuild cache info`), once, and
+    restart its age."""
+    if kernels.is_dir() and not (kernels / "about.json").exists():
+        about = {"target": t.name, "cpu": m.build.cpu, "threads": m.build.threads, "compiler": compiler_identity(t)}
+        with contextlib.suppress(OSError):  # (a description only: never fails a build)
+            cache.write_atomic(kernels / "about.json", json.dumps(about, indent=2) + "\n")
+    cache.touch(kernels)
+
+
+def _finish_entry(work: Path, tree: Path) -> None:
+    """Move a finished install tree into <work>/install (replacing an unfinished or damaged one: we hold the key's
+    lock) and write <work>/files.sha256, without which the tree is never reused."""
+    cache.unseal(work)
+    if (work / "install").exists():
+        shutil.rmtree(work / "install")
+    tree.rename(work / "install")
+    cache.seal(work, "install")
 
 
 def record_footprint(tree: Path, name: str, t: Target, graphs: list[Path], progress) -> None:
@@ -233,15 +308,16 @@ def footprint_note(header: str, info: dict) -> str:
     return head + "\n" + "\n".join(lines) + sep + tail if sep else header
 
 
-def write_entry(work: Path, m: Manifest, t: Target, python_module: bool, wheel: bool = False) -> None:
-    """entry.json: what a cache entry holds, for `ksbuild cache info`."""
-    info = {"package": m.name, "version": m.version, "manifest": str(m.path), "target": t.name,
-            "backend": m.build.backend, "python_module": python_module, "wheel": wheel,
-            "compiler": compiler_identity(t),
-            "ksbuild": VERSION, "built": time.strftime("%Y-%m-%d %H:%M:%S")}
-    tmp = work / f".entry-{os.getpid()}.json"
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, work / "entry.json")
+def write_entry(work: Path, m: Manifest, t: Target, python_module: bool, wheel: bool = False,
+                finished: bool = True) -> None:
+    """entry.json: what a cache entry holds, for `ksbuild cache info` (finished=False: a build that starts)."""
+    info = {"package": m.name, "version": m.version, "manifest": str(m.path), "manifests": [str(m.path)],
+            "target": t.name, "backend": m.build.backend, "cpu": m.build.cpu, "python_module": python_module,
+            "wheel": wheel, "compiler": compiler_identity(t), "ksbuild": VERSION}
+    if finished:
+        info.update(built=time.strftime("%Y-%m-%d %H:%M:%S"), built_at=time.time())
+    work.mkdir(parents=True, exist_ok=True)
+    cache.write_atomic(work / "entry.json", json.dumps(info, indent=2) + "\n")
 
 
 def check_replaceable(out: Path, name: str, what: str) -> None:

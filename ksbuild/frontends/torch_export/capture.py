@@ -277,9 +277,9 @@ def model_fingerprint(model: Model) -> bytes:
     files = {inspect.getsourcefile(type(m)) or "" for m in model.module.modules()}
     files |= {inspect.getsourcefile(k.fn) or "" for m in model.module.modules() if (k := getattr(m, "kernel", None))
               and hasattr(k, "fn")}
-    for f in sorted(files):
-        if f and Path(f).is_file() and not library_file(Path(f)):
-            h.update(f.encode() + Path(f).read_bytes())
+    sources = [Path(f) for f in files if f and Path(f).is_file() and not library_file(Path(f))]
+    for digest in sorted(hashlib.sha256(f.read_bytes()).digest() for f in sources):  # content, not where it is
+        h.update(digest)
     for key, t in list(model.module.state_dict().items()):
         h.update(key.encode() + str(t.dtype).encode() + repr(tuple(t.shape)).encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes() if t.dtype != torch.bfloat16 else b"")
