@@ -794,9 +794,13 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
         }
     }
     const int64_t c0 = 2 * j0, c1 = 2 * j1 < ow ? 2 * j1 : ow;  // (the columns stored)
-    epi.group(image, 0)(o, q0 + c0, y0 + c0, 0, 1, 1, c1 - c0);
-    if (two_rows) {
-        epi.group(image, 0)(o, q0 + ow + c0, y1 + c0, 0, 1, 1, c1 - c0);
+    if (two_rows && c0 == 0 && c1 == ow) {  // (a whole tile row: its two output rows are consecutive, one call)
+        epi.group(image, 0)(o, q0, y0, 0, 1, 1, 2 * ow);
+    } else {
+        epi.group(image, 0)(o, q0 + c0, y0 + c0, 0, 1, 1, c1 - c0);
+        if (two_rows) {
+            epi.group(image, 0)(o, q0 + ow + c0, y1 + c0, 0, 1, 1, c1 - c0);
+        }
     }
     return bad != 0;
 }

@@ -295,16 +295,15 @@ struct table_rows {
     ahead next(int, int, int64_t, int64_t, int64_t) const { return {}; }  // (the rows are the image's own)
 };
 
-// c[i..i+MR)[j..j+cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`: add c's old value; `last`: then
-// apply epi to the tile (else it holds a partial sum of an earlier k block).
+// c[0..MR)[0..cols) (+)= a[MR x kc] · b[kc x cols], cols <= NP * P, with b's rows where rows(p, u) says. `load`:
+// add c's old value. (The epilogue runs over the whole block of tiles afterwards: ks::tiles::block.)
 // PACKED: a is packed by pack_a (a_rs = 1, a_cs = row_block), constants in the k loop's address arithmetic; a
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
-                  T* c, int64_t c_rs, int cols, bool load_c, bool last, int64_t i, int64_t j, const epilogue<T>& epi,
-                  ahead pf = {}) {
+                  T* c, int64_t c_rs, int cols, bool load_c, ahead pf = {}) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
     constexpr int W = P / simd<T>::lanes;  // vectors per panel row
@@ -383,9 +382,6 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             }
         }
     }
-    if (last) {  // (the tile's columns are consecutive in c, whatever the panels' width)
-        epi(i, j, c, c_rs, 1, LIVE, cols);
-    }
 }
 
 // Where a's rows are: element (r, p) of row tile t (rows [t·MR, t·MR + MR)) is at data + t·ts + r·rs + p·cs.
@@ -404,14 +400,26 @@ inline row_tiles<T> rows_of(const T* a, int64_t a_rs, int64_t a_cs) {
     return {a, a_rs, a_cs, row_block * a_rs};
 }
 
-// One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro).
+// Where a block applies its epilogue tile by tile (see block): the epilogue, and the block's (i, j) in c.
+template <class T>
+struct tile_epilogue {
+    const epilogue<T>* epi = nullptr;
+    int64_t i = 0;
+    int64_t j = 0;
+};
+
+// One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro); then, with `after`,
+// the epilogue over it (its rows r0... and columns c0... of the block).
 template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
-                 bool load_c, bool last, int64_t i, int64_t j, const epilogue<T>& epi, ahead pf = {}) {
+                 bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
+        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf);
     } else {
-        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, last, i, j, epi, pf);
+        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf);
+    }
+    if (after.epi != nullptr) {
+        (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
     }
 }
 
@@ -427,11 +435,11 @@ constexpr bool padded(int rows) {
 // min_rows rows when padded(rows).
 template <class T, int R, bool PACKED, class Rows>
 inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
-                      int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t i, int64_t j,
-                      const epilogue<T>& epi) {
+                      int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, const tile_epilogue<T>& after,
+                      int64_t r0) {
     if constexpr (R >= 1) {
         if (rows != R) {
-            rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, last, i, j, epi);
+            rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, after, r0);
             return;
         }
         constexpr int MR = padded(R) ? min_rows : R;
@@ -442,12 +450,12 @@ inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, 
             const int64_t left = cols - int64_t(u) * P;
             const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
             if (np == NP) {
-                tile<T, MR, NP, PACKED, R>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, last, i, j + u * P, epi);
+                tile<T, MR, NP, PACKED, R>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, after, r0, u * P);
             } else {
                 for (int v = 0; v < np; ++v) {
                     const int wv = w - v * P < P ? w - v * P : P;
-                    tile<T, MR, 1, PACKED, R>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, last, i,
-                                              j + (u + v) * P, epi);
+                    tile<T, MR, 1, PACKED, R>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, after, r0,
+                                              (u + v) * P);
                 }
             }
         }
@@ -461,13 +469,19 @@ constexpr bool splits(int64_t rows) {
 
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
 // already start at the block's first k): tiles of MR rows by panel_block panels, then the rows left (by
-// tiles of row_block rows when MR is taller; c's first row is row i0 for the epilogue).
+// tiles of row_block rows when MR is taller). `last`: then the epilogue (c's first row is row i0 and its first
+// column j for it): over the whole block in one call, while it is in cache (per tile, the calls cost more than
+// the epilogue: MobileNetV2 10-13% slower), except when c's rows are a multiple of 4 KB apart, so that they
+// share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
+// convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
 template <class T, bool PACKED = false, int MR = row_block, class Rows>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
+    const bool per_tile = last && epi && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
+    const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j};
     int64_t whole = m - m % MR;
     if (MR != row_block && whole >= MR && !splits(m - whole) && splits(m - whole + MR)) {
         whole -= MR;  // one tall tile fewer, so that the rows left make tiles of min_rows or more (64 = 4·12 + 2·8)
@@ -479,31 +493,33 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
             if (np == NP) {
-                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, last,
-                                        i0 + i, j + u * P, epi, b.next(u + NP, NP, kc, i / MR, whole / MR));
+                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after, i, u * P,
+                                        b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
             }
             for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
                 const int wv = w - v * P < P ? w - v * P : P;
-                tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c,
-                                       last, i0 + i, j + (u + v) * P, epi);
+                tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c, after, i,
+                                       (u + v) * P);
             }
         }
     }
-    if (whole == m) {
-        return;
-    }
-    if constexpr (MR != row_block) {
-        const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
-        for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
-            const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
-            block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols, load_c,
-                     last, j, epi, i0 + i);
-            i += rows;
+    if (whole < m) {
+        if constexpr (MR != row_block) {
+            const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
+            for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
+                const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
+                block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
+                         load_c, per_tile, j, epi, i0 + i);
+                i += rows;
+            }
+        } else {
+            rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
+                                         c + whole * c_rs, c_rs, cols, load_c, after, whole);
         }
-    } else {
-        rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
-                                     c + whole * c_rs, c_rs, cols, load_c, last, i0 + whole, j, epi);
+    }
+    if (last && !per_tile) {  // (the block's columns are consecutive in c, whatever the panels' width)
+        epi(i0, j, c, c_rs, 1, m, cols);
     }
 }
 

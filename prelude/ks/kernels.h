@@ -39,6 +39,17 @@ KS_KERNEL_LAYER(extern template, float)
 KS_KERNEL_LAYER(extern template, double)
 #endif
 
+// A block of results is often a register tile's: a few rows of a few dozen columns. Each row runs in chunks of
+// `chunk` columns, a loop of known length that compiles to whole vectors (no peeling, no alias checks: each
+// element is read and written at its own index, so KS_OMP_SIMD is safe), then the columns left one by one.
+// (GCC checks a chunk's reads against the arrays the epilogue reads when it can see them, e.g. a static bias of
+// 10 columns, and warns "iteration 10 invokes undefined behavior" for chunks that never run for that product.)
+constexpr int64_t epilogue_chunk = 16;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
+
 // f(i + r, j + q, v) over a block of a matrix product's results (the run of ks::product_epilogue).
 template <class T, class F>
 void product_run(const void* self, int64_t, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
@@ -46,14 +57,21 @@ void product_run(const void* self, int64_t, int64_t i, int64_t j, T* out, int64_
     const F& f = *static_cast<const F*>(self);
     for (int64_t r = 0; r < rows; ++r) {
         T* o = out + r * rs;
-        if (cs == 1) {  // (the common case, a loop that vectorizes)
-            for (int64_t q = 0; q < cols; ++q) {
-                o[q] = f(i + r, j + q, o[q]);
-            }
-        } else {
+        if (cs != 1) {
             for (int64_t q = 0; q < cols; ++q) {
                 o[q * cs] = f(i + r, j + q, o[q * cs]);
             }
+            continue;
+        }
+        int64_t q = 0;
+        for (; q + epilogue_chunk <= cols; q += epilogue_chunk) {
+            KS_OMP_SIMD()
+            for (int64_t l = 0; l < epilogue_chunk; ++l) {
+                o[q + l] = f(i + r, j + q + l, o[q + l]);
+            }
+        }
+        for (; q < cols; ++q) {
+            o[q] = f(i + r, j + q, o[q]);
         }
     }
 }
@@ -65,17 +83,28 @@ void conv_run(const void* self, int64_t image, int64_t m, int64_t q0, T* out, in
     const F& f = *static_cast<const F*>(self);
     for (int64_t r = 0; r < rows; ++r) {
         T* o = out + r * rs;
-        if (cs == 1) {
-            for (int64_t q = 0; q < cols; ++q) {
-                o[q] = f(image, m + r, q0 + q, o[q]);
-            }
-        } else {
+        if (cs != 1) {
             for (int64_t q = 0; q < cols; ++q) {
                 o[q * cs] = f(image, m + r, q0 + q, o[q * cs]);
             }
+            continue;
+        }
+        int64_t q = 0;
+        for (; q + epilogue_chunk <= cols; q += epilogue_chunk) {
+            KS_OMP_SIMD()
+            for (int64_t l = 0; l < epilogue_chunk; ++l) {
+                o[q + l] = f(image, m + r, q0 + q + l, o[q + l]);
+            }
+        }
+        for (; q < cols; ++q) {
+            o[q] = f(image, m + r, q0 + q, o[q]);
         }
     }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // The epilogue f(i, j, v) -> value of a matrix product (f must outlive the call it is passed to).
 template <class T, class F>
