@@ -1,6 +1,6 @@
 """clang++ builds a transformer-like layer (and its vjp) warning-free, as g++ does, for the portable x86-64 library
 (three instruction-set levels and the dispatcher), and both give the same values, which a numpy transcription of
-the layer confirms. The builds turn -Werror off (KS_WERROR=OFF) so that a warning is reported by the warnings test
+the layer confirms. The builds turn -Werror off (tblock_WERROR=OFF) so that a warning is reported by the warnings test
 while the values are still compared; a warning would fail a user's default build (-Werror on). Two builds of
 about a minute each on 2 cores.
 
@@ -71,7 +71,7 @@ def _build(project: Path, compiler: str, where: Path) -> tuple[Package, str]:
     loaded package, the build's output)."""
     log = []
     for args in (["-S", project, "-B", where / "build", f"-DCMAKE_CXX_COMPILER={compiler}",
-                  "-DCMAKE_BUILD_TYPE=Release", "-DKS_PYTHON_MODULE=ON", "-DKS_WERROR=OFF"],
+                  "-DCMAKE_BUILD_TYPE=Release", "-Dtblock_PYTHON_MODULE=ON", "-Dtblock_WERROR=OFF"],
                  ["--build", where / "build", "--parallel", "2"],
                  ["--install", where / "build", "--prefix", where / "install"]):
         proc = subprocess.run([cmake_exe(), *map(str, args)], capture_output=True, text=True, timeout=900)

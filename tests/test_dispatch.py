@@ -109,7 +109,7 @@ def _check_against_torch(pkg) -> None:
 
 
 def test_every_level_computes_what_torch_does(manifest, tmp_path):
-    """The portable library built once; its dispatch source rebuilt with KS_CPU_LEVEL_MAX = 0, 1, 2 (the levels
+    """The portable library built once; its dispatch source rebuilt with levels_CPU_LEVEL_MAX = 0, 1, 2 (the levels
     this CPU has), so that each level's build runs here in turn; each agrees with torch and with the others."""
     src, build = tmp_path / "project", tmp_path / "build"
     render(manifest, src, progress=lambda s: None)
@@ -118,8 +118,8 @@ def test_every_level_computes_what_torch_does(manifest, tmp_path):
     results = []
     for cap in range(X86_64_LEVELS.index(host_level()) + 1):
         prefix = tmp_path / f"level{cap}"
-        subprocess.run([cmake, "-S", str(src), "-B", str(build), "-DKS_PYTHON_MODULE=ON", "-DKS_WERROR=ON",
-                        f"-DKS_CPU_LEVEL_MAX={cap}"], check=True, capture_output=True)
+        subprocess.run([cmake, "-S", str(src), "-B", str(build), "-Dlevels_PYTHON_MODULE=ON", "-Dlevels_WERROR=ON",
+                        f"-Dlevels_CPU_LEVEL_MAX={cap}"], check=True, capture_output=True)
         subprocess.run([cmake, "--build", str(build), "--parallel", "2"], check=True, capture_output=True)
         subprocess.run([cmake, "--install", str(build), "--prefix", str(prefix)], check=True, capture_output=True)
         pkg = Package(prefix)

@@ -274,14 +274,14 @@ def test_backend_override(tmp_path):
 
 
 def test_cpu_key_reaches_the_generated_cmake(tmp_path):
-    """[build] cpu = "x86-64-v3" becomes the project's KS_CPU (-march); a bad value names the key."""
+    """[build] cpu = "x86-64-v3" becomes the default of the project's p_CPU (-march); a bad value names the key."""
     from ksbuild.packaging.package import render
     text = '[package]\nname = "p"\n[build]\ncpu = "x86-64-v3"\n[kernels.relu3]\npython = "relu3.py:relu3"\n' \
            '[exports]\nf = "grad(relu3)"\n'
     path = write(tmp_path, text)
     assert load_manifest(path).build.cpu == "x86-64-v3"
     render(path, tmp_path / "proj", lambda s: None)
-    assert 'set(KS_CPU "x86-64-v3"' in (tmp_path / "proj/CMakeLists.txt").read_text()
+    assert 'p_setting(CPU STRING "x86-64-v3"' in (tmp_path / "proj/CMakeLists.txt").read_text()
     with pytest.raises(KsbuildError, match="cpu 'x86 64' in \\[build\\] must be") as info:
         load_manifest(write(tmp_path, text.replace("x86-64-v3", "x86 64")))
     assert info.value.loc.line == 4
@@ -289,7 +289,7 @@ def test_cpu_key_reaches_the_generated_cmake(tmp_path):
 
 
 def test_werror_key_controls_warnings_as_errors(tmp_path):
-    """[build] werror = false renders KS_WERROR OFF, so a compiler warning no longer stops `cmake --build`; with
+    """[build] werror = false renders p_WERROR OFF, so a compiler warning no longer stops `cmake --build`; with
     the default (true) it does, and the error says how to build anyway. The warning is planted in the rendered
     source (ksbuild's own C++ compiles warning-free), then built through the same CMake step as `ksbuild package`."""
     from ksbuild.compile.cmake import build_and_install
@@ -304,7 +304,7 @@ def test_werror_key_controls_warnings_as_errors(tmp_path):
         path = write(tmp_path, text.replace("false", str(werror).lower()))
         proj = tmp_path / f"proj_{werror}"
         render(path, proj, lambda s: None)
-        assert f'"Treat warnings as errors ([build] werror)" {"ON" if werror else "OFF"})' in \
+        assert f'p_setting(WERROR BOOL {"ON" if werror else "OFF"} "Treat warnings as errors ([build] werror)")' in \
             (proj / "CMakeLists.txt").read_text()
         with open(proj / "src/p.cpp", "a") as f:
             f.write("\nstatic int planted_unused_function() { return 0; }\n")  # -Wunused-function

@@ -282,7 +282,7 @@ def test_a_cpu_of_the_command_lines_target_is_accepted(tmp_path, capsys):
     root = _relu3_with_cpu(tmp_path, "armv8.2-a")
     assert cli_main(["render", str(root / "manifest.toml"), "--target", "aarch64-linux-gnu", "-o",
                      str(tmp_path / "proj")]) == 0, capsys.readouterr().err
-    assert 'set(KS_CPU "armv8.2-a"' in (tmp_path / "proj" / "CMakeLists.txt").read_text()
+    assert 'activations_setting(CPU STRING "armv8.2-a"' in (tmp_path / "proj" / "CMakeLists.txt").read_text()
 
 
 @pytest.mark.parametrize("target, manifest, expect, absent", [

@@ -130,17 +130,26 @@ def toolchain_args(target: Target, src: Path) -> list[str]:
     return [f"-DCMAKE_TOOLCHAIN_FILE={src / 'share' / 'toolchain.cmake'}"]
 
 
+def project_name(src: Path) -> str:
+    """The package name of a rendered project (its CMake options are named after it: <name>_PYTHON_MODULE)."""
+    found = re.search(r"^project\((\w+) ", (src / "CMakeLists.txt").read_text(), re.MULTILINE)
+    if not found:
+        raise KsbuildError(f"{src / 'CMakeLists.txt'} is not a project rendered by ksbuild (no project() line)")
+    return found.group(1)
+
+
 def build_and_install(src: Path, build: Path, prefix: Path, *, log: Path, jobs: int | None = None,
                       target: Target = TARGETS["host"], python_module: bool = False,
                       progress: Progress = print, kernel_cache: Path | None = None) -> None:
     """cmake -S src -B build; cmake --build; cmake --install --prefix prefix; all output goes to `log`.
     kernel_cache: the folder of the kernel layer's objects for this compiler and flags (taken or filled)."""
-    exe = cmake_exe()
+    exe, name = cmake_exe(), project_name(src)
     build.mkdir(parents=True, exist_ok=True)
     progress("  configuring (cmake)")
+    # CMake inherits ksbuild's environment: CMAKE_CXX_COMPILER_LAUNCHER=ccache (or sccache) compiles every object
     _run([exe, "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-          f"-DKS_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target, src),
-          *([f"-DKS_KERNEL_CACHE={kernel_cache}"] if kernel_cache else [])],
+          f"-D{name}_PYTHON_MODULE={'ON' if python_module else 'OFF'}", *toolchain_args(target, src),
+          *([f"-D{name}_KERNEL_CACHE={kernel_cache}"] if kernel_cache else [])],
          "cmake configure", log)
     progress("  compiling C++")
     _run([exe, "--build", str(build), "--parallel", str(jobs or os.cpu_count() or 2)], "C++ build", log, progress)
