@@ -73,7 +73,8 @@ def stack_usage(folders: list[Path], symbols: list[str]) -> dict[str, int | None
     files = [ci for folder in folders if folder.is_dir() for ci in sorted(folder.rglob("*.ci"))]
     for ci in files:
         graph.read(ci)
-    return {s: graph.deepest(s) for s in symbols} if files else {}
+    # (an export whose object has no call graph, e.g. from a compiler launcher's cache: unknown, not 0)
+    return {s: graph.deepest(s) if s in graph.frames else None for s in symbols} if files else {}
 
 
 def section_sizes(library: Path, size_tool: str = "size") -> dict[str, int]:

@@ -1,0 +1,180 @@
+"""The kernel layer (prelude/ks/kernels.h, src/ks/kernels.cpp) and what a build reports about its library.
+
+- The GEMM and convolution kernels are compiled once per target, level and flags and taken from the cache by
+  every later package: a second package's build compiles only its own source.
+- Each library keeps the kernel layer to itself (local symbols): two packages linked into one C program link
+  and compute what numpy computes.
+- The footprint: section sizes and each export's stack, from GCC's call graphs (ksbuild/compile/footprint.py),
+  in share/P/P.json and the header; the call-graph arithmetic against hand-written graphs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ksbuild.compile.footprint import CallGraph, stack_usage
+
+KERNELS = '''
+import torch
+import torch.nn.functional as F
+
+
+def dense(x: "float[n, 12]", w: "float[12, 20]", b: "float[20]") -> "float[n, 20]":
+    return torch.relu(x @ w + b)
+
+
+def conv(x: "float[n, 3, 10, 9]", w: "float[8, 3, 3, 3]", b: "float[8]") -> "float[n, 8, 10, 9]":
+    return torch.tanh(F.conv2d(x, w, b, padding=1))
+'''
+
+MANIFEST = '''[package]
+name = "{name}"
+
+[kernels.{kernel}]
+python = "k.py:{kernel}"
+
+[exports]
+{kernel} = "{kernel}"
+'''
+
+APP = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include "kl_dense.h"
+#include "kl_conv.h"
+
+/* reads x, w, b of each package from stdin, prints both results */
+static void read_all(float* p, int n) { for (int i = 0; i < n; ++i) if (scanf("%f", &p[i]) != 1) exit(3); }
+
+int main(void) {
+    static float x1[2 * 12], w1[12 * 20], b1[20], y1[2 * 20];
+    static float x2[2 * 3 * 10 * 9], w2[8 * 3 * 3 * 3], b2[8], y2[2 * 8 * 10 * 9];
+    read_all(x1, 2 * 12); read_all(w1, 12 * 20); read_all(b1, 20);
+    read_all(x2, 2 * 3 * 10 * 9); read_all(w2, 8 * 3 * 3 * 3); read_all(b2, 8);
+    void* ws1 = malloc(kl_dense_dense_workspace_size(2) + 16);
+    void* ws2 = malloc(kl_conv_conv_workspace_size(2) + 16);
+    if (kl_dense_dense(2, x1, w1, b1, y1, ws1) != 0 || kl_conv_conv(2, x2, w2, b2, y2, ws2) != 0) return 2;
+    for (int i = 0; i < 2 * 20; ++i) printf("%.9g\n", y1[i]);
+    for (int i = 0; i < 2 * 8 * 10 * 9; ++i) printf("%.9g\n", y2[i]);
+    free(ws1); free(ws2);
+    return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    """Two packages with a product and a convolution, installed with `ksbuild package` one after the other;
+    (install trees, the second build's progress lines)."""
+    from ksbuild.packaging.package import package
+    root = tmp_path_factory.mktemp("kernel_layer")
+    out, lines = {}, {}
+    for name, kernel in (("kl_dense", "dense"), ("kl_conv", "conv")):
+        d = root / name
+        d.mkdir()
+        (d / "k.py").write_text(KERNELS)
+        (d / "manifest.toml").write_text(MANIFEST.format(name=name, kernel=kernel))
+        said: list[str] = []
+        out[name] = package(d / "manifest.toml", root / "dist" / name, progress=said.append)
+        lines[name] = said
+    return out, lines
+
+
+def test_the_second_package_takes_the_kernel_layer_from_the_cache(trees):
+    out, lines = trees
+    said = "\n".join(lines["kl_conv"])
+    assert "compiling kl_conv.cpp" in said, said  # (the package's own source is compiled)
+    assert "the kernel layer" not in said, said
+    cached = list((Path(os.environ["KSBUILD_CACHE"]) / "kernels").glob("*/kernels_*.o"))
+    assert cached, "no kernel layer objects in the cache"
+
+
+def test_two_packages_link_into_one_c_program_and_compute_what_numpy_does(trees, tmp_path):
+    out, _ = trees
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    exe = tmp_path / "app"
+    (tmp_path / "app.c").write_text(APP)
+    libs = [str(out[n] / "lib" / f"lib{n}.a") for n in ("kl_dense", "kl_conv")]
+    subprocess.run([cc, "-std=c99", "-O1", str(tmp_path / "app.c"), *[f"-I{out[n] / 'include'}" for n in out],
+                    *libs, "-lm", "-o", str(exe)], check=True, capture_output=True, text=True)
+    rng = np.random.default_rng(3)
+    x1, w1, b1 = rng.standard_normal((2, 12)), rng.standard_normal((12, 20)), rng.standard_normal(20)
+    x2, w2, b2 = rng.standard_normal((2, 3, 10, 9)), rng.standard_normal((8, 3, 3, 3)), rng.standard_normal(8)
+    data = "\n".join(f"{v:.9g}" for a in (x1, w1, b1, x2, w2, b2) for v in a.astype(np.float32).ravel())
+    run = subprocess.run([str(exe)], input=data, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = np.array([float(v) for v in run.stdout.split()])
+    f32 = [a.astype(np.float32).astype(np.float64) for a in (x1, w1, b1, x2, w2, b2)]
+    want1 = np.maximum(f32[0] @ f32[1] + f32[2], 0)
+    xp = np.pad(f32[3], ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # [n, c, 10, 9, 3, 3]
+    want2 = np.tanh(np.einsum("nchwij,mcij->nmhw", windows, f32[4]) + f32[5][None, :, None, None])
+    np.testing.assert_allclose(got[:40], want1.ravel(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[40:], want2.ravel(), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_layer_symbols_are_local_to_each_library(trees):
+    out, _ = trees
+    for name, tree in out.items():
+        listing = subprocess.run(["nm", "-C", "--defined-only", str(tree / "lib" / f"lib{name}.a")],
+                                 capture_output=True, text=True, check=True).stdout
+        kernel = [line for line in listing.splitlines() if "ks::ks_kernels" in line]
+        assert kernel, f"{name}: no kernel layer in the library"
+        assert all(line.split()[1].islower() for line in kernel), [x for x in kernel if not x.split()[1].islower()]
+
+
+def test_the_footprint_is_in_the_description_and_the_header(trees):
+    out, _ = trees
+    for name, tree in out.items():
+        info = json.loads((tree / "share" / name / f"{name}.json").read_text())
+        sizes = info["footprint"]
+        assert sizes["text"] > 0 and sizes["weights"] == 0, sizes
+        (export,) = info["exports"].values()
+        header = (tree / "include" / f"{name}.h").read_text()
+        if shutil.which("g++") and info["footprint"]["stack_measured"]:
+            assert isinstance(export["stack_bytes"], int) and export["stack_bytes"] > 0, export
+            assert f"{export['symbol']}  {export['stack_bytes']} bytes" in header
+
+
+def _graph(text: str, tmp_path: Path) -> CallGraph:
+    (tmp_path / "a.ci").write_text(text)
+    g = CallGraph()
+    g.read(tmp_path / "a.ci")
+    return g
+
+
+def _node(title: str, frame: str) -> str:
+    return f'node: {{ title: "x.cpp:{title}" label: "{title}\\nx.cpp:1:1\\n{frame}" }}\n'
+
+
+def _edge(a: str, b: str) -> str:
+    return f'edge: {{ sourcename: "x.cpp:{a}" targetname: "{b}" }}\n'
+
+
+def test_the_deepest_chain_counts_frames_and_indirect_calls_as_the_deepest_epilogue(tmp_path):
+    run = "_ZN2ks3k1012product_runIfZ1fvEUlllfE_EEvPKvlllPflllll"
+    g = _graph(_node("top", "16 bytes (static)") + _node("mid", "32 bytes (static)") + _node("leaf", "8 bytes (static)")
+               + _node(run, "40 bytes (static)") + _edge("top", "mid") + _edge("top", "leaf")
+               + _edge("mid", "__indirect_call") + _edge("leaf", "memcpy"), tmp_path)
+    assert g.deepest("top") == 16 + 32 + 40
+    assert g.deepest("leaf") == 8  # (memcpy: not counted)
+
+
+def test_recursion_and_unbounded_frames_are_unknown(tmp_path):
+    g = _graph(_node("a", "16 bytes (static)") + _node("b", "16 bytes (static)") + _node("c", "64 bytes (dynamic)")
+               + _edge("a", "b") + _edge("b", "a") + _edge("c", "a"), tmp_path)
+    assert g.deepest("a") is None and g.deepest("c") is None
+
+
+def test_an_export_without_a_call_graph_is_unknown_not_zero(tmp_path):
+    (tmp_path / "a.ci").write_text(_node("f", "16 bytes (static)"))
+    assert stack_usage([tmp_path], ["f", "g"]) == {"f": 16, "g": None}
+    assert stack_usage([tmp_path / "none"], ["f"]) == {}
