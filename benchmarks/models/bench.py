@@ -1,0 +1,141 @@
+"""Real networks, end to end: what a user of each pays and gets from ksbuild, in one table.
+
+    python benchmarks/models/bench.py [--models resnet18 mobilenet_v2] [--side 224] [--batches 1 8]
+                                      [--repeats 10] [--budget 3]
+
+For each network (benchmarks/onnx/resnet.py's: torchvision's layouts, random weights, nothing downloaded),
+exported with torch.onnx.export: the time `ksbuild package` takes (the portable x86-64 build: three instruction
+set levels; the kernel layer comes from ksbuild's cache, compiled once before the first model and timed apart),
+the library's code, read-only data and weights (share/P/P.json's footprint), the most stack one call uses
+(measured at build time from GCC's call graphs), the workspace of one call, and the time of one inference
+against onnxruntime (1 thread, sequential) and torch eager (1 thread, no_grad), with memcpy of the weights' bytes
+as the physical limit of a batch-1 network. Times are medians of samples taken in turn (bench.median_times);
+ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy loads its BLAS)
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "onnx"))
+from bench import eager, median_times  # noqa: E402
+from resnet import MODELS  # noqa: E402
+
+WARMUP_MANIFEST = """[package]
+name = "kernel_layer_warmup"
+
+[kernels.k]
+onnx = "warmup.onnx"
+
+[exports]
+k = "k"
+"""
+
+
+def ksbuild_cli() -> list[str]:
+    """The ksbuild command of this Python."""
+    return [sys.executable, "-m", "ksbuild"]
+
+
+def package(manifest: Path, out: Path, env: dict) -> float:
+    """Seconds `ksbuild package` takes (a failure stops the benchmark with ksbuild's message)."""
+    start = time.perf_counter()
+    proc = subprocess.run([*ksbuild_cli(), "-q", "package", str(manifest), "-o", str(out)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr)
+    return time.perf_counter() - start
+
+
+def warm_kernel_layer(folder: Path, env: dict) -> float:
+    """Build a one-convolution package first: the kernel layer's compile (once per compiler and flags)."""
+    import torch
+    path = folder / "warmup.onnx"
+    torch.onnx.export(torch.nn.Conv2d(3, 8, 3), (torch.zeros(1, 3, 8, 8),), str(path), dynamo=False)
+    (folder / "warmup.toml").write_text(WARMUP_MANIFEST)
+    return package(folder / "warmup.toml", folder / "warmup", env)
+
+
+def export_onnx(model, path: Path, side: int) -> None:
+    """The network as ONNX with a symbolic batch."""
+    import torch
+    torch.onnx.export(model, (torch.zeros(1, 3, side, side),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def footprint(tree: Path, name: str) -> tuple[dict, int | None]:
+    """The install tree's section sizes and the export's stack figure (share/P/P.json)."""
+    info = json.loads((tree / "share" / name / f"{name}.json").read_text())
+    return info.get("footprint", {}), info["exports"]["net"].get("stack_bytes")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    p.add_argument("--side", type=int, default=224)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--budget", type=float, default=3.0)
+    a = p.parse_args(argv)
+    import onnxruntime as ort
+    import torch
+
+    import ksbuild
+    torch.set_num_threads(1)
+    folder = Path(tempfile.mkdtemp(prefix="ksbuild-models-"))
+    env = dict(os.environ, KSBUILD_CACHE=str(folder / "cache"))
+    os.environ["KSBUILD_CACHE"] = env["KSBUILD_CACHE"]  # (ksbuild.build below: the same cache)
+    warm = warm_kernel_layer(folder, env)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    print(f"# Networks ({platform.processor() or platform.machine()}, 1 thread, {a.side}x{a.side}, median of "
+          f"{a.repeats}; times in ms)\n\nThe kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
+    print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
+          "torch eager | memcpy weights | ksbuild / ort | ksbuild / eager | max err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name in a.models:
+        build, _ = MODELS[name]
+        model = build()
+        path = folder / f"{name}.onnx"
+        export_onnx(model, path, a.side)
+        manifest = folder / f"{name}.toml"
+        manifest.write_text(f'[package]\nname = "{name}"\n\n[kernels.net]\nonnx = "{path.name}"\n\n'
+                            '[exports]\nnet = "net"\n')
+        seconds = package(manifest, folder / name, env)
+        sizes, stack = footprint(folder / name, name)
+        pkg = ksbuild.build(manifest, portable=True)
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        weights = sizes.get("weights", 0)
+        src = np.ones(max(weights // 4, 1), np.float32)
+        dst = np.empty_like(src)
+        for batch in a.batches:
+            x = np.random.default_rng(batch).standard_normal((batch, 3, a.side, a.side)).astype(np.float32)
+            xt = torch.from_numpy(x)
+            err = float(np.abs(pkg.net(x) - sess.run(None, {"x": x})[0]).max())
+            workspace = pkg.net.ws_fn(batch) if hasattr(pkg.net, "ws_fn") else None
+            fns = [lambda: pkg.net(x), lambda: sess.run(None, {"x": x}), lambda: eager(model, xt),
+                   lambda: np.copyto(dst, src)]
+            t_ks, t_ort, t_eager, t_copy = median_times(fns, a.repeats, a.budget)
+            ws = f"{workspace / 1024:.0f}" if workspace is not None else "?"
+            print(f"| {name} | {seconds:.1f} | {sizes.get('text', 0) / 1024:.0f} | {weights / 2 ** 20:.1f} | "
+                  f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
+                  f"{1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {t_ks / t_eager:.2f} | "
+                  f"{err:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
