@@ -8,6 +8,12 @@ Values are never cast silently: a numpy array or torch tensor must have exactly 
 export was built for (build a float64 variant of the package for float64 data). Python numbers
 and lists, which carry no dtype, are converted. Torch tensors go through `torch_ops.py` (a
 torch.library custom op per export, with autograd through the package's vjp exports).
+
+What a call needs from its input shapes (dims, output shapes, workspace size) is computed once per
+shapes and kept (`Export.plan`). A repeated call on contiguous numpy arrays of the right dtypes
+(`Export._fast_call`), or on plain CPU tensors (torch_ops.run), checks their types, dtypes and
+layout, looks its plan up and calls C; anything else takes the full path, which checks, converts
+and explains.
 """
 from __future__ import annotations
 
@@ -19,7 +25,8 @@ import operator
 import re
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -75,7 +82,12 @@ class Export:
         self._option_inputs = {a["name"] for a in self.ins} & {"out", "dims"}  # inputs named like call options
         self._strings = any(a["dtype"] == "str" for a in self.ins + self.outs)
         self._scratch = threading.local()  # one workspace per thread: ctypes releases the GIL during calls
-        self._fast_plans: dict[tuple, _FastPlan] = {}  # argument shapes -> what a call with them needs
+        self._fast_plans: dict[tuple, CallPlan] = {}  # input shapes -> what a call with them needs (see `plan`)
+        # the fast path (`_fast_call`): a tensor export whose inputs are all arrays, named like no call option
+        self._fast = desc["kind"] == "tensor" and not self._strings and not self._option_inputs and self.ins \
+            and all(a["shape"] for a in self.ins)
+        self._in_dtypes = [np.dtype(NUMPY_DTYPES[a["dtype"]]) for a in self.ins]
+        self._one_array_out = len(self.outs) == 1 and bool(self.outs[0]["shape"])
         # per export: `pkg.f?` (IPython), pkg.f.__doc__ and inspect.signature(pkg.f) show its arguments
         self.__doc__ = f"{desc['symbol']} = {desc['expression']}\n{self.signature}\n\n{Export.__call__.__doc__}"
         self.__signature__ = self._call_signature()
@@ -105,16 +117,16 @@ class Export:
         """Call the compiled code; inputs by position or by their names in the kernel's source;
         `dims` gives dims that no input shape shows (see `free_dims`). An input named `out` or `dims` takes
         that keyword (its export then has no out= or dims= of its own)."""
+        if self._fast and dims is None and not kwargs:
+            result = self._fast_call(args, out)
+            if result is not _SLOW:
+                return result
         if self._option_inputs and (out is not None or dims is not None):
             for key, value in (("out", out), ("dims", dims)):
                 if key in self._option_inputs and value is not None:
                     kwargs[key] = value
             out = None if "out" in self._option_inputs else out
             dims = None if "dims" in self._option_inputs else dims
-        if not kwargs and out is None and dims is None:
-            fast = self._fast_call(args)
-            if fast is not None:
-                return fast
         if kwargs or len(args) < len(self.ins):
             args = self._by_name(args, kwargs)
         if len(args) != len(self.ins):
@@ -126,39 +138,48 @@ class Export:
                             "through it: pass tensors that do not require grad (x.detach())")
         return self.call_numpy(args, out, dims, torch_out=any(_is_torch(x) for x in args))
 
-    def _fast_call(self, args: tuple):
-        """The call on contiguous numpy arrays of the right dtypes, with the dims, output shapes and workspace
-        size of their shapes remembered from an earlier call; None when it does not apply (the full path
-        then checks everything and explains what is wrong)."""
-        if self.ws_fn is None or len(args) != len(self.ins) or not all(type(x) is np.ndarray for x in args) \
-                or self._strings:
-            return None  # (torch tensors may have symbolic shapes, which do not hash; strings are converted)
-        plan = self._fast_plans.get(tuple(x.shape for x in args))
-        if plan is None or not all(x.dtype == d and x.flags.c_contiguous for x, d in zip(args, plan.in_dtypes)):
-            if plan is None and len(self._fast_plans) < 64:
-                self._remember(args)
-            return None
-        outs = [np.empty(shape, dt) for shape, dt in plan.outs]
-        ws = self._workspace_of(plan.ws_size)
-        status = self.fn(*plan.dim_values, *[_address(x) for x in args], *[_address(o) for o in outs], ws)
-        if status != 0:
-            raise CallError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
-        return _results(outs, self.outs, False)
+    def _fast_call(self, args: tuple, out):
+        """The call on contiguous numpy arrays of the right dtypes and shapes seen before (and out= arrays that fit,
+        if given): a handful of operations. _SLOW when it does not apply: the full path then checks everything and
+        explains what is wrong."""
+        if len(args) != len(self.ins):
+            return _SLOW
+        if type(args[0]) is not np.ndarray and out is None and _is_torch(args[0]):
+            return self.package.torch_ops().call(self, args)  # (what the full path does with a torch argument)
+        for x, dtype in zip(args, self._in_dtypes):
+            if type(x) is not np.ndarray or x.dtype is not dtype or not x.flags.c_contiguous:
+                return _SLOW  # (`is`: numpy's dtypes of native byte order are singletons; others go the full way)
+        plan = self._fast_plans.get(tuple([x.shape for x in args]))
+        outs = None if plan is None else _fitting_outputs(plan, out)
+        if outs is None:
+            return _SLOW
+        self.call_pointers(plan, [_address(x) for x in args], [_address(o) for o in outs])
+        return outs[0] if self._one_array_out else _results(outs, self.outs, False)
 
-    def _remember(self, args: tuple) -> None:
-        """A fast-call plan for these argument shapes, when they are all well-formed arrays (else nothing)."""
-        if not all(a["shape"] and x.ndim == len(a["shape"]) and x.dtype == NUMPY_DTYPES[a["dtype"]]
-                   for x, a in zip(args, self.ins)):
-            return
-        try:
-            dims = self.bind_dims([x.shape for x in args])
-            shapes = self.checked_out_shapes(dims)
-        except CallError:
-            return
-        dim_values = [dims[d] for d in self.desc["dims"]]
-        self._fast_plans[tuple(x.shape for x in args)] = _FastPlan(
-            [x.dtype for x in args], [(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)],
-            dim_values, self.ws_fn(*dim_values) if self.desc["workspace"] else 0)
+    def plan(self, shapes, given: dict | None = None) -> "CallPlan":
+        """What a call with inputs of these shapes (ints, not torch SymInts) needs: its dims, output shapes and
+        workspace size. Remembered per shapes when no dims are `given`; a CallError (as from bind_dims) when the
+        shapes do not fit."""
+        key = tuple(shapes)
+        plan = None if given else self._fast_plans.get(key)
+        if plan is None:
+            plan = self._new_plan(key, given)
+            if not given:
+                self._remember(key, plan)
+        return plan
+
+    def _new_plan(self, shapes: tuple, given: dict | None) -> "CallPlan":
+        dims = self.bind_dims(shapes, given)
+        outs = tuple((tuple(s), np.dtype(NUMPY_DTYPES[a["dtype"]])) for s, a in zip(self.checked_out_shapes(dims),
+                                                                                    self.outs))
+        values = tuple(dims[d] for d in self.desc["dims"])
+        return CallPlan(MappingProxyType(dims), values, outs, self._workspace_size(values))
+
+    def _remember(self, key: tuple, plan: "CallPlan") -> None:
+        """Keep a plan for its input shapes (at most _MAX_PLANS: a program with ever new shapes starts over)."""
+        if len(self._fast_plans) >= _MAX_PLANS:
+            self._fast_plans.clear()
+        self._fast_plans[key] = plan
 
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
         """Positional and keyword inputs as one positional tuple, as Python binds them."""
@@ -197,17 +218,21 @@ class Export:
 
     def _call_tensor(self, args, out, given_dims) -> list[np.ndarray]:
         arrays = [_as_array(x, a, self.title) for x, a in zip(args, self.ins)]
-        dims = self.bind_dims([arr.shape for arr in arrays], given_dims)
-        outs = self._outputs(dims, out)
-        ins = [arr.ctypes.data if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
-        self.call_pointers(dims, ins, [o.ctypes.data for o in outs])
+        plan = self.plan([arr.shape for arr in arrays], given_dims)
+        outs = self._outputs(plan, out)
+        ins = [_address(arr) if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
+        self.call_pointers(plan, ins, [_address(o) for o in outs])
         return [_decoded(o) if a["dtype"] == "str" else o for o, a in zip(outs, self.outs)]
 
-    def call_pointers(self, dims: dict, ins: list, outs: list) -> None:
-        """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs."""
-        dim_values = [dims[d] for d in self.desc["dims"]]
-        ws = self._workspace(dim_values)
-        status = self.fn(*dim_values, *ins, *outs, ws)
+    def call_pointers(self, dims: "dict | CallPlan", ins: list, outs: list) -> None:
+        """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs; `dims` is a plan (see
+        `plan`) or the dims as a dict."""
+        if type(dims) is CallPlan:
+            dim_values, ws_size = dims.dim_values, dims.ws_size
+        else:
+            dim_values = [dims[d] for d in self.desc["dims"]]
+            ws_size = self._workspace_size(dim_values)
+        status = self.fn(*dim_values, *ins, *outs, self._workspace_of(ws_size))
         if status != 0:
             raise CallError(f"{self.desc['symbol']} returned status {status}: {STATUS.get(status, 'unknown')}")
 
@@ -275,11 +300,11 @@ class Export:
                                     f"axis ({given}): the inputs are too small for it")
         return shapes
 
-    def _outputs(self, dims, out):
+    def _outputs(self, plan: "CallPlan", out):
         given = out if isinstance(out, (tuple, list)) else [out] if out is not None else None
-        shapes = self.checked_out_shapes(dims)
+        shapes = [s for s, _ in plan.outs]
         if given is None:
-            return [np.empty(s, NUMPY_DTYPES[a["dtype"]]) for s, a in zip(shapes, self.outs)]
+            return [np.empty(s, dtype) for s, dtype in plan.outs]
         if self._strings:
             raise CallError(f"{self.title}: out= is not supported for an export with string arguments")
         res = [_np_view(o, a, self.title) for o, a in zip(given, self.outs)]
@@ -290,13 +315,14 @@ class Export:
                 raise CallError(f"out= for {self.title}: the array for '{a['name']}' is read-only")
         return res
 
-    def _workspace(self, dim_values: list) -> int | None:
-        """The address of this thread's workspace, grown when a call needs more; reused so calls do not page-fault."""
-        return self._workspace_of(self.ws_fn(*dim_values) if self.desc["workspace"] else 0)
+    def _workspace_size(self, dim_values) -> int:
+        """The bytes of workspace a call with these dims needs (the export's _workspace_size function)."""
+        return self.ws_fn(*dim_values) if self.desc["workspace"] else 0
 
     def _workspace_of(self, n: int) -> int | None:
-        """The address of this thread's workspace of at least n bytes (None for none); its address is kept with
-        it (asking numpy for an array's address costs microseconds, a call to a small kernel not many more)."""
+        """The address of this thread's workspace of at least n bytes (None for none), grown when a call needs more
+        and reused, so that calls do not page-fault; its address is kept with it (asking numpy for an array's
+        address costs microseconds, a call to a small kernel not many more)."""
         if not n:
             return None
         local = self._scratch
@@ -307,13 +333,32 @@ class Export:
         return local.addr
 
 
-class _FastPlan(NamedTuple):
-    """What a call with given argument shapes needs: input dtypes, output (shape, dtype)s, dims, workspace bytes."""
+class CallPlan(NamedTuple):
+    """What a call with given input shapes needs (Export.plan): the dims, their values in the C ABI's order,
+    (shape, numpy dtype) of every output, the workspace's bytes."""
 
-    in_dtypes: list
-    outs: list
-    dim_values: list
+    dims: Mapping[str, int]
+    dim_values: tuple
+    outs: tuple
     ws_size: int
+
+
+_MAX_PLANS = 64  # shapes remembered per export
+_SLOW = object()  # what the fast path returns when it does not apply
+
+
+def _fitting_outputs(plan: CallPlan, out) -> list | None:
+    """New output arrays, or the out= arrays when they fit the plan exactly (else None: the full path explains)."""
+    if out is None:
+        return [np.empty(shape, dtype) for shape, dtype in plan.outs]
+    given = out if isinstance(out, (tuple, list)) else (out,)
+    if len(given) != len(plan.outs):
+        return None
+    for o, (shape, dtype) in zip(given, plan.outs):
+        if type(o) is not np.ndarray or o.shape != shape or o.dtype is not dtype or not o.flags.c_contiguous \
+                or not o.flags.writeable:
+            return None
+    return list(given)
 
 
 def _tensor_argtypes(desc: dict, ins: list, outs: list) -> list:

@@ -57,6 +57,8 @@ class PackageOps:
     def call(self, export, args, dims: dict | None = None):
         """Call export on torch tensors (and Python numbers): results as tensors, one or a tuple."""
         export = self.package.exports[export.name]  # the objects the ops were defined with (one per process)
+        if not dims and _plain_call(export, args):
+            return _unpack(run(export, args, {}))
         tensors = [_tensor(x, a, export) for x, a in zip(args, export.ins)]
         _no_forward_mode(export.name, tensors)
         need_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -213,12 +215,17 @@ def run(export, tensors, dims: dict) -> list[torch.Tensor]:
     """The C call on CPU tensors of the right dtypes (no autograd here): new output tensors."""
     if export.desc["kind"] == "scalar":
         return [torch.from_numpy(o) for o in export.call_arrays([t.item() for t in tensors])]
-    tensors = [t.detach().contiguous() for t in tensors]
-    bound = export.bind_dims([t.shape for t in tensors], dims)
-    outs = [torch.empty(s, dtype=TORCH_DTYPES[a["dtype"]]) for s, a in zip(export.out_shapes(bound), export.outs)]
+    tensors = [t if t.is_contiguous() else t.detach().contiguous() for t in tensors]  # (data_ptr needs no detach)
+    plan = export.plan([t.shape for t in tensors], dims)  # dims, output shapes, workspace size: once per shapes
+    outs = [_empty(shape, TORCH_DTYPES[a["dtype"]]) for (shape, _), a in zip(plan.outs, export.outs)]
     ins = [t.data_ptr() if a["shape"] else _scalar_arg(t, a) for t, a in zip(tensors, export.ins)]
-    export.call_pointers(bound, ins, [o.data_ptr() for o in outs])
+    export.call_pointers(plan, ins, [o.data_ptr() for o in outs])
     return outs
+
+
+def _empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """torch.empty(shape, dtype=dtype); the sizes as separate arguments, which torch parses in half the time."""
+    return torch.empty(*shape, dtype=dtype) if shape else torch.empty((), dtype=dtype)
 
 
 def schema(export) -> str:
@@ -298,8 +305,23 @@ def _plain_eager(tensors) -> bool:
     """True when the ctypes call can run directly: eager, plain CPU tensors, no tracing or functorch wrappers."""
     if torch.compiler.is_compiling():
         return False
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
-    return all(type(t) is torch.Tensor and t.device.type == "cpu" and not wrapped(t) for t in tensors)
+    return all(type(t) is torch.Tensor and t.is_cpu and not _wrapped(t) for t in tensors)
+
+
+def _plain_call(export, args) -> bool:
+    """True for the common call, which `run` does as it is: eager, no forward-mode AD, plain CPU tensors of the
+    export's dtypes and ranks, none needing a gradient (the full path checks, converts and explains the rest)."""
+    if torch.autograd.forward_ad._current_level >= 0 or torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t, a in zip(args, export.ins):
+        if type(t) is not torch.Tensor or t.dtype is not TORCH_DTYPES.get(a["dtype"]) \
+                or t.dim() != len(a["shape"]) or not t.is_cpu or (grad and t.requires_grad) or _wrapped(t):
+            return False
+    return True
+
+
+_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)  # (older torch lacks it)
 
 
 def _device(tensors):
