@@ -20,9 +20,10 @@ FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
 TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
-BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror")
+BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror", "optimize")
 KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch", "onnx_semantics")
 SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
+OPTIMIZE = ("speed", "size")  # -O3 (and, on x86-64, every instruction set level) / -Os, one build
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
 ONNX_SEMANTICS = ("onnxruntime", "reference")  # where onnxruntime and onnx.reference compute differently
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
@@ -99,6 +100,7 @@ class BuildSpec:
     threads: int = 0  # > 1: batch loops run in parallel with OpenMP (not runtime-free); 0, 1: no threads
     weights: str = "embed"  # ONNX kernels: initializers linked into the library, or arguments ("external")
     werror: bool = True  # compile with -Werror (false: a compiler's warning does not stop the build)
+    optimize: str = "speed"  # "size": -Os and one instruction set level (the target's baseline or [build] cpu)
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,8 @@ def _build(ctx: _Ctx, table: dict, given_target: str | None = None) -> BuildSpec
     if type(werror) is not bool:
         raise ctx.error(path + ("werror",), f"'werror' in [build] must be true or false, got {werror!r}",
                         hint="true (the default): warnings stop the build; false: they are only printed in the log")
-    return BuildSpec(backend, dtype, target, cpu, threads, weights, werror)
+    optimize = _field(ctx, table, path, "optimize", default.optimize, OPTIMIZE)
+    return BuildSpec(backend, dtype, target, cpu, threads, weights, werror, optimize)
 
 
 def check_cpu(m: "Manifest", target) -> None:

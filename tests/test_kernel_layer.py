@@ -178,3 +178,35 @@ def test_an_export_without_a_call_graph_is_unknown_not_zero(tmp_path):
     (tmp_path / "a.ci").write_text(_node("f", "16 bytes (static)"))
     assert stack_usage([tmp_path], ["f", "g"]) == {"f": 16, "g": None}
     assert stack_usage([tmp_path / "none"], ["f"]) == {}
+
+
+def test_optimize_size_is_one_level_at_os_and_smaller(tmp_path):
+    """[build] optimize = "size": the library is compiled once (the target's baseline) with -Os, kernel layer
+    included, and its code is smaller than the default's; the values are the same. A bad value names the key."""
+    from ksbuild.errors import KsbuildError
+    from ksbuild.manifest import load_manifest
+    from ksbuild.packaging.package import package
+    trees = {}
+    for optimize in ("speed", "size"):
+        d = tmp_path / optimize
+        d.mkdir()
+        (d / "k.py").write_text(KERNELS)
+        (d / "manifest.toml").write_text(MANIFEST.format(name="kl_opt", kernel="conv") +
+                                         f'\n[build]\noptimize = "{optimize}"\n')
+        trees[optimize] = package(d / "manifest.toml", tmp_path / "dist" / optimize, progress=lambda s: None)
+    cmake = (trees["size"] / "share" / "kl_opt" / "src").parent
+    sizes = {o: json.loads((t / "share/kl_opt/kl_opt.json").read_text())["footprint"]["text"] for o, t in trees.items()}
+    assert sizes["size"] < sizes["speed"], sizes
+    assert not (cmake / "src" / "kl_opt_dispatch.cpp").exists()  # (one build, no run-time choice of level)
+    import ksbuild
+    pkg = ksbuild.build(tmp_path / "size" / "manifest.toml")
+    rng = np.random.default_rng(5)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 10, 9), (8, 3, 3, 3), (8,)))
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    want = np.tanh(np.einsum("nchwij,mcij->nmhw", windows.astype(np.float64), w) + b[None, :, None, None])
+    np.testing.assert_allclose(pkg.conv(x, w, b), want, rtol=1e-5, atol=1e-5)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[package]\nname = "p"\n[build]\noptimize = "fast"\n')
+    with pytest.raises(KsbuildError, match="optimize") as info:
+        load_manifest(bad)
+    assert info.value.loc.line == 4

@@ -69,7 +69,7 @@ def kernel_cache(m: Manifest, t: Target) -> Path:
     """The cache folder of the kernel layer's objects (ks/kernels.h) for the build of m for t: keyed by the
     prelude, the project template, the target, its compiler and the flags that reach the kernels' compile."""
     h = hashlib.sha256()
-    for part in (VERSION, m.build.cpu, str(m.build.threads), *build_identity(t)):
+    for part in (VERSION, m.build.cpu, str(m.build.threads), m.build.optimize, *build_identity(t)):
         h.update(part.encode() + b"\0")
     for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())

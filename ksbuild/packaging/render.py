@@ -134,11 +134,14 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     data, forms = DataSection(m.name), EpilogueForms()
     vs = views(m, exports, data, forms)
     # (a package of scalar functions only is not worth compiling several times)
-    variants = cpu_variants(target, m.build.cpu, m.build.backend) if any(v.kind == "tensor" for v in vs) else ()
+    # (one build for size, and for a package of scalar functions only: not worth compiling several times)
+    several = any(v.kind == "tensor" for v in vs) and m.build.optimize == "speed"
+    variants = cpu_variants(target, m.build.cpu, m.build.backend) if several else ()
     ctx = dict(variants=variants, variant_spaces=[f"{m.name}_{v.replace('-', '_')}" for v in variants],
                name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
                exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
-               cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, data_decls=data.declarations(),
+               cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, optimize=m.build.optimize,
+               data_decls=data.declarations(),
                epilogue_forms=forms.declarations(),
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
