@@ -6,7 +6,7 @@ from .resources import VERSION as __version__
 __all__ = ["Kernel", "KsbuildError", "build", "kernel", "vmap", "__version__"]
 
 
-def build(manifest, *, out=None, target="host", quiet=True, backend=None, portable=False):
+def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False):
     """Build a manifest (cached by content hash) and load its exports; see ksbuild.packaging.loader.
     A KsbuildError (an error in the user's files, located) is raised without ksbuild's own frames, and
     ksbuild's warnings point at the caller's line."""

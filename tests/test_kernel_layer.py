@@ -210,3 +210,16 @@ def test_optimize_size_is_one_level_at_os_and_smaller(tmp_path):
     with pytest.raises(KsbuildError, match="optimize") as info:
         load_manifest(bad)
     assert info.value.loc.line == 4
+
+
+def test_ksbuild_build_says_what_it_compiles_on_stderr_and_nothing_when_cached(tmp_path, capfd):
+    """Progress from the Python API: a line per compiled object on stderr (issue: nothing was printed for minutes);
+    a cache hit is silent; quiet=True is silent."""
+    import ksbuild
+    (tmp_path / "k.py").write_text(KERNELS)
+    (tmp_path / "manifest.toml").write_text(MANIFEST.format(name="kl_progress", kernel="dense"))
+    ksbuild.build(tmp_path / "manifest.toml")
+    first = capfd.readouterr()
+    assert "compiling kl_progress.cpp" in first.err and first.out == "", first
+    ksbuild.build(tmp_path / "manifest.toml")
+    assert capfd.readouterr() == ("", "")

@@ -6,15 +6,31 @@ description installed in share/P/.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import KsbuildError
 from .runtime import Package
 
+COMPILE_LINES = ("ksbuild: building ", "  compiling ", "  still compiling ")
+"""The progress lines ksbuild.build shows by default: those of a build that compiles C++ (compile/cmake.py)."""
 
-def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool = True,
+
+def _progress(quiet: bool | None):
+    """Where progress lines go: nowhere (quiet), all to stdout (not quiet), or compile lines to stderr (None)."""
+    if quiet:
+        return lambda line: None
+    if quiet is False:
+        return print
+    return lambda line: print(line, file=sys.stderr, flush=True) if line.startswith(COMPILE_LINES) else None
+
+
+def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool | None = None,
           backend: str | None = None, portable: bool = False) -> Package:
     """Build a manifest (cached by content hash) and load its exports for calling from Python.
+
+    While it compiles C++, a line per object compiled (with the elapsed time) goes to stderr; a cached build
+    says nothing. quiet=True: nothing at all; quiet=False: every progress line, to stdout.
 
     backend ("plain", "blas" or "aten") replaces the manifest's [build] backend. The build is for this
     machine's instruction set where [build] cpu leaves it to ksbuild; portable=True compiles every x86-64
@@ -27,6 +43,6 @@ def build(manifest: str | Path, *, out: str | Path | None = None, target: str = 
     m = load_manifest(manifest, backend)
     root = Path(out) if out is not None else \
         cache_root() / "python" / m.name / content_hash(m, target, "py portable" if portable else "py")
-    package(manifest, root, target=target, python_module=True, progress=(lambda s: None) if quiet else print,
-            backend=backend, here=not portable)
+    package(manifest, root, target=target, python_module=True, progress=_progress(quiet), backend=backend,
+            here=not portable)
     return Package(root)
