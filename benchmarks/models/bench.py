@@ -3,14 +3,15 @@
     python benchmarks/models/bench.py [--models resnet18 mobilenet_v2] [--side 224] [--batches 1 8]
                                       [--repeats 10] [--budget 3]
 
-For each network (benchmarks/onnx/resnet.py's: torchvision's layouts, random weights, nothing downloaded),
-exported with torch.onnx.export: the time `ksbuild package` takes (the portable x86-64 build: three instruction
-set levels; the kernel layer comes from ksbuild's cache, compiled once before the first model and timed apart),
-the library's code, read-only data and weights (share/P/P.json's footprint), the most stack one call uses
-(measured at build time from GCC's call graphs), the workspace of one call, and the time of one inference
-against onnxruntime (1 thread, sequential) and torch eager (1 thread, no_grad), with memcpy of the weights' bytes
-as the physical limit of a batch-1 network. Times are medians of samples taken in turn (bench.median_times);
-ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime first.
+For each network (benchmarks/onnx/resnet.py's: torchvision's layouts, random weights, nothing downloaded; and a
+BERT-small, transformers' BertModel with 4 layers of 512, 8 heads, on 128 tokens, when transformers is installed:
+pip install -e ".[models]"), exported with torch.onnx.export: the time `ksbuild package` takes (the portable
+x86-64 build: three instruction set levels; the kernel layer comes from ksbuild's cache, compiled once before the
+first model and timed apart), the library's code, read-only data and weights (share/P/P.json's footprint), the
+most stack one call uses (measured at build time from GCC's call graphs), the workspace of one call, and the time
+of one inference against onnxruntime (1 thread, sequential) and torch eager (1 thread, no_grad), with memcpy of
+the weights' bytes as the physical limit of a batch-1 network. Times are medians of samples taken in turn
+(bench.median_times); ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime first.
 """
 from __future__ import annotations
 
@@ -32,6 +33,36 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "onnx"))
 from bench import eager, median_times  # noqa: E402
 from resnet import MODELS  # noqa: E402
+
+
+def bert_small():
+    """transformers' BertModel in a BERT-small configuration (4 layers, hidden 512, 8 heads), random weights, its
+    last hidden state as the output."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048)
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.BertModel(cfg).eval()
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+    return Hidden().eval()
+
+
+def networks(side: int) -> dict:
+    """name -> (module factory, example input as a numpy array for a batch): the images and, if it imports, BERT."""
+    nets = {name: (build, lambda batch: np.random.default_rng(batch).standard_normal((batch, 3, side, side))
+                   .astype(np.float32)) for name, (build, _) in MODELS.items()}
+    try:
+        import transformers  # noqa: F401
+        nets["bert_small"] = (bert_small, lambda batch: np.random.default_rng(batch).integers(0, 1000, (batch, 128)))
+    except ImportError:
+        pass
+    return nets
 
 WARMUP_MANIFEST = """[package]
 name = "kernel_layer_warmup"
@@ -68,10 +99,10 @@ def warm_kernel_layer(folder: Path, env: dict) -> float:
     return package(folder / "warmup.toml", folder / "warmup", env)
 
 
-def export_onnx(model, path: Path, side: int) -> None:
+def export_onnx(model, path: Path, example) -> None:
     """The network as ONNX with a symbolic batch."""
     import torch
-    torch.onnx.export(model, (torch.zeros(1, 3, side, side),), str(path), dynamo=False, input_names=["x"],
+    torch.onnx.export(model, (torch.from_numpy(example),), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
@@ -83,7 +114,7 @@ def footprint(tree: Path, name: str) -> tuple[dict, int | None]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    p.add_argument("--models", nargs="+", default=None, help="resnet18, mobilenet_v2, bert_small (default: all)")
     p.add_argument("--side", type=int, default=224)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--repeats", type=int, default=10)
@@ -106,11 +137,12 @@ def main(argv=None) -> int:
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
           "torch eager | memcpy weights | ksbuild / ort | ksbuild / eager | max err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name in a.models:
-        build, _ = MODELS[name]
+    nets = networks(a.side)
+    for name in a.models or sorted(nets):
+        build, example = nets[name]
         model = build()
         path = folder / f"{name}.onnx"
-        export_onnx(model, path, a.side)
+        export_onnx(model, path, example(1))
         manifest = folder / f"{name}.toml"
         manifest.write_text(f'[package]\nname = "{name}"\n\n[kernels.net]\nonnx = "{path.name}"\n\n'
                             '[exports]\nnet = "net"\n')
@@ -122,7 +154,7 @@ def main(argv=None) -> int:
         src = np.ones(max(weights // 4, 1), np.float32)
         dst = np.empty_like(src)
         for batch in a.batches:
-            x = np.random.default_rng(batch).standard_normal((batch, 3, a.side, a.side)).astype(np.float32)
+            x = example(batch)
             xt = torch.from_numpy(x)
             err = float(np.abs(pkg.net(x) - sess.run(None, {"x": x})[0]).max())
             workspace = pkg.net.ws_fn(batch) if hasattr(pkg.net, "ws_fn") else None
