@@ -160,7 +160,7 @@ def _edge(a: str, b: str) -> str:
 
 
 def test_the_deepest_chain_counts_frames_and_indirect_calls_as_the_deepest_epilogue(tmp_path):
-    run = "_ZN2ks3k1012product_runIfZ1fvEUlllfE_EEvPKvlllPflllll"
+    run = "_ZN2ks3k109run_blockIfZ1fvEUlllfE_Lb0EEEvPKvlllPT_llll"
     g = _graph(_node("top", "16 bytes (static)") + _node("mid", "32 bytes (static)") + _node("leaf", "8 bytes (static)")
                + _node(run, "40 bytes (static)") + _edge("top", "mid") + _edge("top", "leaf")
                + _edge("mid", "__indirect_call") + _edge("leaf", "memcpy"), tmp_path)

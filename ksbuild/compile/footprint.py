@@ -3,7 +3,7 @@
 The stack is measured from GCC's call graphs (-fcallgraph-info=su, which the generated CMake project passes to
 GCC 10 and later: one .ci file per object, in VCG form, listing each function's frame and its calls). An
 export's figure is its frame plus the deepest chain of calls below it. An indirect call is an epilogue's run
-(ks::product_run / ks::conv_run, ks/kernels.h), the only functions the generated code and the kernel layer call
+(ks::run_block, ks/kernels.h), the only functions the generated code and the kernel layer call
 through a pointer: it counts as the deepest of those. Calls into libm and the C library (memcpy) count as 0
 bytes. A frame GCC calls dynamic and unbounded (none in ksbuild's code) makes the figure unknown (None).
 """
@@ -18,7 +18,7 @@ _NODE = re.compile(r'node: \{ title: "([^"]*)" label: "((?:[^"\\]|\\.)*)"')
 _EDGE = re.compile(r'edge: \{ sourcename: "([^"]*)" targetname: "([^"]*)"')
 _FRAME = re.compile(r"\\n(\d+) bytes \(([^)]*)\)")
 INDIRECT = "__indirect_call"
-EPILOGUE_RUNS = ("12product_runI", "8conv_runI")  # (mangled: ks::product_run<...>, ks::conv_run<...>)
+EPILOGUE_RUNS = ("9run_blockI",)  # (mangled: ks::run_block<...>)
 
 
 @dataclass

@@ -50,42 +50,27 @@ constexpr int64_t epilogue_chunk = 16;
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
 
-// f(i + r, j + q, v) over a block of a matrix product's results (the run of ks::product_epilogue).
-template <class T, class F>
-void product_run(const void* self, int64_t, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
-                 int64_t cols) {
-    const F& f = *static_cast<const F*>(self);
-    for (int64_t r = 0; r < rows; ++r) {
-        T* o = out + r * rs;
-        if (cs != 1) {
-            for (int64_t q = 0; q < cols; ++q) {
-                o[q * cs] = f(i + r, j + q, o[q * cs]);
-            }
-            continue;
-        }
-        int64_t q = 0;
-        for (; q + epilogue_chunk <= cols; q += epilogue_chunk) {
-            KS_OMP_SIMD()
-            for (int64_t l = 0; l < epilogue_chunk; ++l) {
-                o[q + l] = f(i + r, j + q + l, o[q + l]);
-            }
-        }
-        for (; q < cols; ++q) {
-            o[q] = f(i + r, j + q, o[q]);
-        }
+// f at one result: f(i, j, v) of a matrix product, f(image, m, q, v) of a convolution (IMAGE).
+template <bool IMAGE, class F, class T>
+inline T apply_at(const F& f, int64_t image, int64_t i, int64_t j, T v) {
+    if constexpr (IMAGE) {
+        return f(image, i, j, v);
+    } else {
+        return f(i, j, v);
     }
 }
 
-// f(image, m + r, q0 + q, v) over a block of a convolution's results (the run of ks::conv_epilogue).
-template <class T, class F>
-void conv_run(const void* self, int64_t image, int64_t m, int64_t q0, T* out, int64_t rs, int64_t cs, int64_t rows,
-              int64_t cols) {
+// f over a block of results, element (r, q) at out[r·rs + q·cs] being (i + r, j + q) (the run of
+// ks::product_epilogue and ks::conv_epilogue).
+template <class T, class F, bool IMAGE>
+void run_block(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
+               int64_t cols) {
     const F& f = *static_cast<const F*>(self);
     for (int64_t r = 0; r < rows; ++r) {
         T* o = out + r * rs;
         if (cs != 1) {
             for (int64_t q = 0; q < cols; ++q) {
-                o[q * cs] = f(image, m + r, q0 + q, o[q * cs]);
+                o[q * cs] = apply_at<IMAGE>(f, image, i + r, j + q, o[q * cs]);
             }
             continue;
         }
@@ -93,11 +78,11 @@ void conv_run(const void* self, int64_t image, int64_t m, int64_t q0, T* out, in
         for (; q + epilogue_chunk <= cols; q += epilogue_chunk) {
             KS_OMP_SIMD()
             for (int64_t l = 0; l < epilogue_chunk; ++l) {
-                o[q + l] = f(image, m + r, q0 + q + l, o[q + l]);
+                o[q + l] = apply_at<IMAGE>(f, image, i + r, j + q + l, o[q + l]);
             }
         }
         for (; q < cols; ++q) {
-            o[q] = f(image, m + r, q0 + q, o[q]);
+            o[q] = apply_at<IMAGE>(f, image, i + r, j + q, o[q]);
         }
     }
 }
@@ -109,13 +94,13 @@ void conv_run(const void* self, int64_t image, int64_t m, int64_t q0, T* out, in
 // The epilogue f(i, j, v) -> value of a matrix product (f must outlive the call it is passed to).
 template <class T, class F>
 epilogue<T> product_epilogue(const F& f) {
-    return {&product_run<T, F>, &f};
+    return {&run_block<T, F, false>, &f};
 }
 
 // The epilogue f(image, m, q, v) -> value of a convolution.
 template <class T, class F>
 epilogue<T> conv_epilogue(const F& f) {
-    return {&conv_run<T, F>, &f};
+    return {&run_block<T, F, true>, &f};
 }
 
 }  // inline namespace KS_KERNELS
