@@ -1,0 +1,64 @@
+"""The kernel layer on a microcontroller: examples/onnx_cnn's network (two convolutions, pooling, a product)
+packaged for cortex-m4, linked into a C99 program with --gc-sections and run on QEMU's mps2-an386 board
+(semihosting); its logits against onnxruntime's for the same image. The footprint the build measured is checked
+to be there (code, stack) and the app's text to be what the linker kept of the library.
+
+Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh installs both as root); skips
+naming what is missing."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from test_targets import build_consumer, need
+
+from ksbuild.compile.targets import TARGETS
+from ksbuild.packaging.package import package
+
+APP = ROOT / "tests/cross/baremetal_cnn"
+MANIFEST = '''[package]
+name = "cnn_m4"
+
+[build]
+optimize = "size"
+
+[kernels.cnn]
+onnx = "cnn.onnx"
+
+[exports]
+cnn = "cnn"
+'''
+
+
+def _image() -> np.ndarray:
+    """The image main.c makes."""
+    i = np.arange(3 * 16 * 16)
+    return (((i * 37) % 101).astype(np.float32) / np.float32(50.0) - np.float32(1.0)).reshape(1, 3, 16, 16)
+
+
+def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path):
+    need(TARGETS["cortex-m4"])
+    if shutil.which("qemu-system-arm") is None:
+        pytest.skip("qemu-system-arm not installed (scripts/install.sh, run as root, installs it with apt)")
+    ort = pytest.importorskip("onnxruntime")
+    (tmp_path / "cnn.onnx").write_bytes((ROOT / "examples/onnx_cnn/cnn.onnx").read_bytes())
+    (tmp_path / "manifest.toml").write_text(MANIFEST)
+    tree = package(tmp_path / "manifest.toml", tmp_path / "dist", target="cortex-m4", progress=lambda s: None)
+    info = json.loads((tree / "share/cnn_m4/cnn_m4.json").read_text())
+    assert info["footprint"]["text"] > 0 and info["footprint"]["weights"] > 0
+    build_consumer(APP, tmp_path / "b", tree / "share/cnn_m4/toolchain.cmake", [tree], "-DKS_SEMIHOSTING=ON")
+    run = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-kernel",
+                          str(tmp_path / "b/cnn_app.elf")], capture_output=True, text=True, timeout=300,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and "status 0" in run.stdout, run.stdout + run.stderr
+    got = np.array([float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("logit ")])
+    sess = ort.InferenceSession(str(tmp_path / "cnn.onnx"), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: _image()})[0].ravel()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    size = subprocess.run(["arm-none-eabi-size", str(tmp_path / "b/cnn_app.elf")], capture_output=True, text=True,
+                          check=True).stdout.splitlines()[1].split()
+    assert int(size[0]) < info["footprint"]["text"] + info["footprint"]["weights"] + 64 * 1024, size
