@@ -192,12 +192,6 @@ inline void sink(const V& x) {
 #endif
 }
 
-// n, with what the compiler knows of its value forgotten (no instruction is emitted): see opaque.
-inline int opaque_count(int n) {
-    __asm__("" : "+r"(n));
-    return n;
-}
-
 template <class T>
 inline typename simd<T>::v load(const T* p) {
     typename simd<T>::v r;
