@@ -3,7 +3,7 @@ from .dev import Kernel, kernel, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "kernel", "vmap", "__version__"]
+__all__ = ["Kernel", "KsbuildError", "build", "kernel", "load", "vmap", "__version__"]
 
 
 def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False):
@@ -33,3 +33,22 @@ def build(manifest, *, out=None, target="host", quiet=None, backend=None, portab
     if error is not None:
         raise error.with_traceback(None) from None
     return pkg
+
+
+def load(path):
+    """The package ksbuild.build wrote into folder `path` (its out=), loaded without building: its exports, and,
+    with torch imported, its torch ops torch.ops.ksbuild_<name>.* (what torch.export.load of a program calling
+    them needs)."""
+    from pathlib import Path
+
+    from .packaging.runtime import Package
+
+    root = Path(path)
+    shares = sorted(root.glob("share/*/python/*.so"))
+    if not shares or not (shares[0].parent.parent / f"{shares[0].parent.parent.name}.json").is_file():
+        error = KsbuildError(f"{root} is not a folder that ksbuild.build(..., out=folder) wrote: it has no "
+                             "share/<package>/python/ library and description",
+                             hint="`ksbuild package` builds for C only; ksbuild.build(manifest, out=folder) also "
+                                  "builds the library Python loads")
+        raise error.with_traceback(None) from None
+    return Package(root, shares[0])

@@ -15,6 +15,7 @@ them raises the error that stopped them.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -27,6 +28,7 @@ from typing import Any, Callable
 from .errors import KsbuildError
 
 DTYPES = ("float32", "float64")
+_SHORT = {"float32": "f32", "float64": "f64"}  # in package names
 ROLES = {  # export name -> expression over X; "fn" must build, the others are dropped if they cannot
     "fn": "{X}", "fn_fwd": "fwd({X})", "fn_bwd": "bwd({X})", "fn_vjp": "vjp({X})",
     "fn_vjp_vjp": "vjp(vjp({X}))", "fn_jvp": "jvp({X})",
@@ -45,6 +47,7 @@ class Kernel:
         self._packages: dict[str, Any] = {}
         self._dropped: dict[str, dict[str, KsbuildError]] = {}
         _mark_for_dynamo()
+        _expect_in_torch(self)
 
     def __repr__(self) -> str:
         return f"<ksbuild kernel {self.expression}>"
@@ -108,6 +111,13 @@ class Kernel:
                 export.title = self.__name__ + role[2:].replace("_", ".") if role.startswith("fn") else role
         return self._packages[dtype]
 
+    def package_name(self, dtype: str = "float32") -> str:
+        """The name of the package built for `dtype`: its torch ops are torch.ops.ksbuild_<name>.fn, .fn_vjp, ...
+        (the kernel's name, the dtype and a hash of its source file's path and the expression)."""
+        fn_path, name = _source(self.fn)
+        h = hashlib.sha256(f"{fn_path}\0{self.expression}".encode()).hexdigest()[:8]
+        return f"{name}_{_SHORT[dtype]}_{h}"
+
     def manifest(self, dtype: str = "float32") -> Path:
         """Where the manifest of this kernel for `dtype` is written (see ksbuild.build)."""
         fn_path, _ = _source(self.fn)
@@ -140,9 +150,9 @@ class Kernel:
 
     def _manifest_text(self, dtype: str, roles: dict[str, str]) -> str:
         fn_path, name = _source(self.fn)
-        h = hashlib.sha256(f"{fn_path}\0{self.expression}".encode()).hexdigest()[:8]
         source = json.dumps(f"{fn_path}:{name}")
-        lines = ["# written by ksbuild's dev loop (ksbuild/dev.py)", "[package]", f'name = "{name}_{h}"', "",
+        package = self.package_name(dtype)
+        lines = ["# written by ksbuild's dev loop (ksbuild/dev.py)", "[package]", f'name = "{package}"', "",
                  "[build]", f'dtype = "{dtype}"', "", f"[kernels.{name}]", f"python = {source}", "", "[exports]"]
         lines += [f"{role} = {json.dumps(expr.format(X=self.expression))}" for role, expr in roles.items()]
         return "\n".join(lines) + "\n"
@@ -152,6 +162,21 @@ def _build_outside_trace(k: Kernel, dtype: str) -> bool:
     """k.build(dtype); torch.compile runs it as plain Python while tracing (see _mark_for_dynamo)."""
     k.build(dtype)
     return True
+
+
+def _expect_in_torch(k: Kernel) -> None:
+    """Once torch is imported: a lookup of one of k's torch ops that are not defined yet (torch.export.load of a
+    program that calls them, in a new process) builds k for that dtype first (from the cache if it was built)."""
+    if sys.modules.get("torch") is None:
+        return
+    try:
+        names = {dtype: k.package_name(dtype) for dtype in DTYPES}
+    except KsbuildError:  # not a module-level function: kernel() and vmap() say so
+        return
+    from .packaging import torch_ops
+
+    for dtype, name in names.items():
+        torch_ops.expect_package(name, functools.partial(k.build, dtype))
 
 
 def _mark_for_dynamo() -> None:

@@ -3,8 +3,9 @@
 The wheel project is the standalone CMake project of `ksbuild render` plus, from
 dist_templates/wheel/, a pyproject.toml, a README and the Python package python/<P>/: an
 __init__.py that binds every export, _runtime.py, a verbatim copy of ksbuild's standalone
-runtime (packaging/runtime.py; numpy and ctypes only), and torch_ops.py, the torch custom ops
-(packaging/torch_ops.py, imported only when torch is). scikit-build-core installs the CMake
+runtime (packaging/runtime.py; numpy and ctypes only), and torch_ops.py, the torch ops
+(packaging/torch_ops.py: torch.ops.ksbuild_<P>.<E>, defined when the module is imported after torch,
+so that programs saved with torch.export load after `import <P>`). scikit-build-core installs the CMake
 install tree (header, static library, CMake package, the shared library for ctypes) inside
 <P>/, so the installed wheel needs numpy and nothing else: no ksbuild, no torch, no compiler
 (where torch is installed, torch tensors in give torch tensors out, with autograd).
