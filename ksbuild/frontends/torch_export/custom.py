@@ -1,5 +1,5 @@
 """ksbuild's own custom ops inside an exported model: a dev-loop kernel used as a layer
-(`ksbuild.vmap(relu3).nnModule()`) appears in the graph as `ksbuild_<package>_<hash>.<export>`.
+(`ksbuild.vmap(relu3).nnModule()`) appears in the graph as `ksbuild_<package>.<export>`.
 
 The op's package (loaded in this process) names the export's transformation expression and
 ships its manifest; the kernel is compiled again from it, the expression applied, its dims
