@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "onnx"))
-from bench import eager, median_times  # noqa: E402
+from bench import eager, median_times, one_thread_options  # noqa: E402
 from resnet import MODELS  # noqa: E402
 
 
@@ -129,9 +129,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, KSBUILD_CACHE=str(folder / "cache"))
     os.environ["KSBUILD_CACHE"] = env["KSBUILD_CACHE"]  # (ksbuild.build below: the same cache)
     warm = warm_kernel_layer(folder, env)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts = one_thread_options()
     print(f"# Networks ({platform.processor() or platform.machine()}, 1 thread, {a.side}x{a.side}, median of "
           f"{a.repeats}; times in ms)\n\nThe kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "

@@ -115,6 +115,15 @@ def manifest(folder: Path, names, variant: str) -> Path:
     return path
 
 
+def one_thread_options():
+    """onnxruntime's session options for one thread, operators run one after another (the contender's setting)."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return opts
+
+
 def eager(module, x):
     """module(x) without autograd's bookkeeping (inference)."""
     import torch
@@ -175,9 +184,7 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="ksbuild-onnx-bench-"))
     specs = export(folder)
     pkgs = {v: ksbuild.build(manifest(folder, specs, v), backend=VARIANTS[v][0], portable=True) for v in VARIANTS}
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts = one_thread_options()
     print(f"# ONNX benchmark ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; "
           "times in ms)\n")
     names = list(VARIANTS)

@@ -25,7 +25,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy loads its BL
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import eager, median_times  # noqa: E402
+from bench import eager, median_times, one_thread_options  # noqa: E402
 
 
 def _with_random_statistics(cls):
@@ -143,9 +143,7 @@ def main(argv=None) -> int:
     src = np.ones(weights // 4, np.float32)
     dst = np.empty_like(src)
     folder = Path(tempfile.mkdtemp(prefix=f"ksbuild-{a.model}-bench-"))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts = one_thread_options()
     print(f"# {title} ({platform.processor() or platform.machine()}, 1 thread, median of {a.repeats}; times in "
           f"ms; weights {weights / 2 ** 20:.1f} MiB)\n")
     print("| input | onnxruntime | torch eager | ksbuild | memcpy of the weights | ort / ksbuild | eager / ksbuild "
