@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     gather,
     lanes,
     lowering,
+    qlinear,
     shape,
     tensor,
     trees,

@@ -1,5 +1,5 @@
 // ks/kernels.cpp — the kernel layer's one translation unit (ks/kernels.h): the matrix products and
-// convolutions of ks/gemm.h and ks/conv.h for float and double, compiled once per target and instruction
+// convolutions of ks/gemm.h and ks/conv.h for float and double, and the int8 ones of ks/qconv.h, compiled once per target and instruction
 // set level. KS_KERNELS names the namespace (the generated CMake project defines it per level).
 #ifndef KS_KERNELS
 #define KS_KERNELS ks_kernels
@@ -13,6 +13,10 @@ inline namespace KS_KERNELS {
 
 KS_KERNEL_LAYER(template, float)
 KS_KERNEL_LAYER(template, double)
+KS_QUANT_LAYER(template, uint8_t, uint8_t)
+KS_QUANT_LAYER(template, uint8_t, int8_t)
+KS_QUANT_LAYER(template, int8_t, uint8_t)
+KS_QUANT_LAYER(template, int8_t, int8_t)
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks

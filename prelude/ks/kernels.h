@@ -1,7 +1,7 @@
 // ks/kernels.h — the kernel layer: matrix products and convolutions compiled once, not per package.
 //
 // ks::tiled_gemm, ks::packed_gemm, ks::conv, ks::conv_winograd, ks::conv_depthwise and ks::winograd_kernel
-// (ks/gemm.h, ks/conv.h) take every shape, stride and epilogue at run time. For float and double they are
+// (ks/gemm.h, ks/conv.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
 // compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
 // keeps the objects in its cache, shared by every package built with the same compiler and flags), and
 // the generated code only calls them: the declarations below tell its compiler not to instantiate them.
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "conv.h"
+#include "qconv.h"
 
 namespace ks {
 inline namespace KS_KERNELS {
@@ -37,6 +38,10 @@ inline namespace KS_KERNELS {
 #ifndef KS_KERNELS_INSTANTIATE
 KS_KERNEL_LAYER(extern template, float)
 KS_KERNEL_LAYER(extern template, double)
+KS_QUANT_LAYER(extern template, uint8_t, uint8_t)
+KS_QUANT_LAYER(extern template, uint8_t, int8_t)
+KS_QUANT_LAYER(extern template, int8_t, uint8_t)
+KS_QUANT_LAYER(extern template, int8_t, int8_t)
 #endif
 
 // A block of results is often a register tile's: a few rows of a few dozen columns. Each row runs in chunks of

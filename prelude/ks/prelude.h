@@ -240,8 +240,10 @@ constexpr T highest() {
 template <class I, class W, class F>
 inline I float_to_int(F x) {
     constexpr F limit = static_cast<F>(W(1) << (sizeof(W) * 8 - 2)) * F(2);  // 2^31 or 2^63, exact
-    const W wide = (x >= -limit && x < limit) ? static_cast<W>(x) : std::numeric_limits<W>::min();
-    return static_cast<I>(wide);
+    // (every value out of range, and NaN, first becomes -limit, whose conversion is W's lowest: two selects and
+    // one conversion, which vectorize, where a branch around the conversion did not)
+    const F below = x < limit ? x : -limit;
+    return static_cast<I>(static_cast<W>(below >= -limit ? below : -limit));
 }
 
 // A computed index as ksbuild (and JAX) define dynamic indexing: a negative one counts from the

@@ -34,6 +34,9 @@ NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "R
            "OptionalHasElement", "OptionalGetElement"}
 
 HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
+MICROSOFT_OPS = frozenset({"QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
+                           "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu"})
+"""The ops of onnxruntime's domain com.microsoft with a handler (ops_quant_contrib.py: its quantized operators)."""
 
 
 def handler(*ops: str):
@@ -307,7 +310,8 @@ class Importer:
         if (proto.domain, proto.op_type) in self.functions:
             from .functions import inline_local_function
             return inline_local_function(self, frame, proto, loc, opsets)
-        fn = HANDLERS.get(proto.op_type) if domain in HANDLED_DOMAINS else None
+        fn = HANDLERS.get(proto.op_type) if domain in HANDLED_DOMAINS or \
+            (domain == "com.microsoft" and proto.op_type in MICROSOFT_OPS) else None
         if fn is None:
             from .functions import expand_schema_function
             return expand_schema_function(self, frame, proto, loc, opsets, domain)

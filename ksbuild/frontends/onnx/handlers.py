@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     ops_ml,
     ops_nn,
     ops_quant,
+    ops_quant_contrib,
     ops_reduce,
     ops_resize,
     ops_rnn,

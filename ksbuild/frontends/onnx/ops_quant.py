@@ -2,7 +2,10 @@
 ConvInteger, QLinearMatMul, QLinearConv."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.core import Lit
+from ...ir.dense import Dense
 from ...ir.types import Type
 from ...ops import linalg, nn
 from ...ops import quant as q
@@ -90,10 +93,15 @@ def conv_integer(n: Node):
 
 
 def _requantize(n: Node, acc, scale, y_scale, y_zp, to: str):
-    """An int32 accumulator as the output type: round(acc · scale / y_scale) + y_zp, saturated."""
+    """An int32 accumulator as the output type: round(acc · scale / y_scale) + y_zp, saturated (to the bounds of
+    a folded Relu or Clip too)."""
     b = n.b
     real = b.mul(b.convert(acc, dtype="f32"), b.div(scale, y_scale))
-    return Val(q.quantize_int(b, real, Lit(1.0, Type("f32")), y_zp, to, compute_dtype(to)), None, to)
+    y = q.quantize_int(b, real, Lit(1.0, Type("f32")), y_zp, to, compute_dtype(to))
+    if to in RANGES and _bounds(n, to) != RANGES[to]:
+        lo, hi = _bounds(n, to)
+        y = b.max(b.min(y, Lit(hi, Type(y.type.dtype))), Lit(lo, Type(y.type.dtype)))
+    return Val(y, None, to)
 
 
 def _f32(n: Node, a):
@@ -102,6 +110,11 @@ def _f32(n: Node, a):
 
 @handler("QLinearMatMul")
 def qlinear_matmul(n: Node):
+    b = n.x(3)
+    if b.type.rank == 2 and n.x(0).type.rank >= 1:
+        k = integer_kernel_params(n, 0, 3, 6, None, b.type.shape[1])
+        if k is not None:
+            return [Val(n.b.qmatmul(n.x(0), b, k["bias"], k["scale"], **k["params"]), None, k["params"]["out"])]
     a = q.integer_operand(n.b, n.x(0), n.x(2))
     bm = q.integer_operand(n.b, n.x(3), n.x(5))
     acc = linalg.matmul(n.b, a, bm)
@@ -110,12 +123,66 @@ def qlinear_matmul(n: Node):
     return [_requantize(n, acc, scale, _f32(n, n.b.reshape(n.x(6), shape=())), y_zp, n.dtype(7))]
 
 
+# ---- the integer kernels (prims/qlinear.py): 8-bit activations, int8 weights with zero point 0, known scales ---------
+
+RANGES = {"u8": (0, 255), "i8": (-128, 127)}
+
+
+def _bounds(n: Node, out: str) -> tuple[int, int]:
+    """The output's saturation bounds: its type's range, narrowed by a Relu or Clip that qdq.py folded into the node
+    (its private attributes ksbuild_lo, ksbuild_hi)."""
+    lo, hi = RANGES[out]
+    return max(lo, n.attr("ksbuild_lo", lo)), min(hi, n.attr("ksbuild_hi", hi))
+
+
+def _scalar(arr) -> int | float | None:
+    return None if arr is None or np.asarray(arr).size != 1 else np.asarray(arr).reshape(-1)[0]
+
+
+def integer_kernel_params(n: Node, x: int, w: int, y: int, bias: int | None, channels) -> dict | None:
+    """The bias, scale and zero points of an integer kernel for node n's inputs (x at x, x_scale, x_zero, w at w,
+    ...), or None when the node is outside what the kernels take (then it runs as int32 IR)."""
+    xd, wd, yd = n.dtype(x), n.dtype(w), n.dtype(y + 1)
+    known = [n.known(i) for i in (x + 1, x + 2, w + 1, w + 2, y, y + 1)]
+    if xd not in RANGES or wd != "i8" or yd not in RANGES or any(k is None for k in known) or \
+            not isinstance(channels, int):
+        return None
+    x_s, x_zp, w_s, w_zp, y_s, y_zp = (np.asarray(k) for k in known)
+    if np.any(w_zp != 0) or any(_scalar(v) is None for v in (x_s, x_zp, y_s, y_zp)) or \
+            w_s.size not in (1, channels):
+        return None
+    b = n.known(bias) if bias is not None and n.has(bias) else np.zeros(channels, np.int32)
+    if b is None or b.size != channels:
+        return None
+    # onnxruntime's output scale: x_scale · w_scale / y_scale in float (qlinearconv.cc, ComputeOutputScale)
+    scale = (np.float32(_scalar(x_s)) * w_s.astype(np.float32).reshape(-1)) / np.float32(_scalar(y_s))
+    lo, hi = _bounds(n, yd)
+    return dict(bias=n.b.constant(value=Dense.of(b.astype(np.int32).reshape(-1))),
+                scale=n.b.constant(value=Dense.of(scale.astype(np.float32))),
+                params=dict(x_zero=int(_scalar(x_zp)), y_zero=int(_scalar(y_zp)), lo=lo, hi=hi, out=yd))
+
+
+def _integer_conv(n: Node, strides, pads, dilations):
+    x, w = n.x(0), n.x(3)
+    if not 3 <= x.type.rank <= 5:
+        return None
+    k = integer_kernel_params(n, 0, 3, 6, 8, w.type.shape[0])
+    if k is None:
+        return None
+    y = n.b.qconv(x, w, k["bias"], k["scale"], strides=tuple(strides), pads=tuple(pads), dilations=tuple(dilations),
+                  groups=n.attr("group", 1), **k["params"])
+    return [Val(y, None, k["params"]["out"])]
+
+
 @handler("QLinearConv")
 def qlinear_conv(n: Node):
+    kernel = _kernel(n, n.x(3))
+    strides, pads, dilations = _window_attrs(n, n.x(0), kernel)
+    fast = _integer_conv(n, strides, pads, dilations)
+    if fast is not None:
+        return fast
     x = q.integer_operand(n.b, n.x(0), n.x(2))
     w = q.integer_operand(n.b, n.x(3), n.x(5), 0)
-    kernel = _kernel(n, n.x(3))
-    strides, pads, dilations = _window_attrs(n, x, kernel)
     acc = nn.conv(n.b, x, w, n.opt(8), strides, pads, dilations, n.attr("group", 1))
     w_scale = n.x(4)
     if w_scale.type.rank and w_scale.type.shape[0] != 1:

@@ -1,0 +1,132 @@
+"""onnxruntime's quantized operators (domain com.microsoft), which its quantizer writes in the QOperator format:
+QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
+QLinearLeakyRelu.
+
+QGemm is an integer product (prims/qlinear.py's qmatmul when its operands allow, else int32 IR); the others are
+what onnxruntime's contrib op schemas define: the inputs dequantized, the float operation, the result quantized.
+onnxruntime computes some of them its own way (QLinearAdd and QLinearMul with precomputed scale ratios, the
+unary ones through a 256-entry table built in float): results agree within one quantization step
+(docs/quantization.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.core import Lit
+from ...ir.types import Type
+from ...ops import activations, linalg, nn
+from ...ops import quant as q
+from ...ops import reduce as red
+from ...ops.shape import concatenate
+from .graph import handler
+from .node import Node
+from .ops_nn import _pool_kernel, _window_attrs
+from .ops_quant import _requantize, integer_kernel_params
+from .values import Val, compute_dtype
+
+def _dequant(n: Node, x: int, scale: int, zero: int):
+    """Input x dequantized with the scale and zero point at those inputs (per tensor), as f32."""
+    s = n.x(scale)
+    s = n.b.reshape(s, shape=()) if s.type.rank else s
+    z = n.opt(zero) if zero is not None else None
+    if z is not None and z.type.rank:
+        z = n.b.reshape(z, shape=())
+    return q.dequantize(n.b, n.x(x), s if s.type.dtype == "f32" else n.b.convert(s, dtype="f32"), z)
+
+
+def _quant(n: Node, y, scale: int, zero: int) -> Val:
+    """A float result quantized with the scale and zero point at those inputs (the zero point's type)."""
+    s = n.x(scale)
+    s = n.b.reshape(s, shape=()) if s.type.rank else s
+    z = n.opt(zero)
+    to = n.dtype(zero) if z is not None else "u8"
+    if z is not None and z.type.rank:
+        z = n.b.reshape(z, shape=())
+    return Val(q.quantize_int(n.b, y, s, z, to, compute_dtype(to)), None, to)
+
+
+@handler("QGemm")
+def qgemm(n: Node):
+    a, bm = n.x(0), n.x(3)
+    trans_a, trans_b, alpha = n.attr("transA", 0), n.attr("transB", 0), n.attr("alpha", 1.0)
+    if trans_a:
+        a = n.b.transpose(a, perm=(1, 0))
+    if trans_b:
+        bm = n.b.transpose(bm, perm=(1, 0))
+    if alpha == 1.0 and n.has(8) and not trans_a:
+        fast = _qgemm_kernel(n, a, bm)
+        if fast is not None:
+            return [fast]
+    acc = linalg.matmul(n.b, q.integer_operand(n.b, a, n.x(2)), q.integer_operand(n.b, bm, n.x(5), 1))
+    if n.has(6):
+        acc = n.b.add(acc, n.x(6))
+    s_b = n.x(4)
+    s_b = n.b.reshape(s_b, shape=()) if s_b.type.rank and s_b.type.shape[0] == 1 else s_b
+    s_a = n.b.reshape(n.x(1), shape=()) if n.x(1).type.rank else n.x(1)
+    scale = n.b.mul(n.b.mul(Lit(float(alpha), Type("f32")), s_a), s_b)  # (onnxruntime: alpha · a_scale · b_scale)
+    if not n.has(7):
+        return [n.b.mul(n.b.convert(acc, dtype="f32"), scale)]
+    y_s = n.b.reshape(n.x(7), shape=()) if n.x(7).type.rank else n.x(7)
+    return [_requantize(n, acc, scale, y_s, n.b.reshape(n.x(8), shape=()) if n.x(8).type.rank else n.x(8),
+                        n.dtype(8))]
+
+
+def _qgemm_kernel(n: Node, a, bm):
+    """QGemm on the integer kernel: B's zero point 0, a bias of one value per column (or none)."""
+    channels = bm.type.shape[1]
+    bias = n.known(6) if n.has(6) else None
+    if n.has(6) and (bias is None or bias.size not in (1, channels) if isinstance(channels, int) else True):
+        return None
+    k = integer_kernel_params(n, 0, 3, 7, None, channels)
+    if k is None:
+        return None
+    if bias is not None:
+        from ...ir.dense import Dense
+        k["bias"] = n.b.constant(value=Dense.of(np.broadcast_to(bias.reshape(-1), (channels,)).astype(np.int32)))
+    return Val(n.b.qmatmul(a, bm, k["bias"], k["scale"], **k["params"]), None, k["params"]["out"])
+
+
+@handler("QLinearAdd", "QLinearMul")
+def qlinear_binary(n: Node):
+    a, b = _dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)
+    y = n.b.add(a, b) if n.op == "QLinearAdd" else n.b.mul(a, b)
+    return [_quant(n, y, 6, 7)]
+
+
+@handler("QLinearConcat")
+def qlinear_concat(n: Node):
+    axis = n.attr("axis")
+    parts = [_dequant(n, i, i + 1, i + 2) for i in range(2, n.n_in, 3)]
+    if axis < 0:
+        axis += parts[0].type.rank
+    return [_quant(n, concatenate(n.b, parts, axis), 0, 1)]
+
+
+@handler("QLinearGlobalAveragePool")
+def qlinear_global_average_pool(n: Node):
+    x = _dequant(n, 0, 1, 2)
+    first = 1 if n.attr("channels_last", 0) else 2
+    axes = [i for i in range(first, x.type.rank) if not (first == 1 and i == x.type.rank - 1)]
+    return [_quant(n, red.mean(n.b, x, axes, keepdim=True), 3, 4)]
+
+
+@handler("QLinearAveragePool")
+def qlinear_average_pool(n: Node):
+    if n.attr("channels_last", 0):
+        raise n.unsupported("QLinearAveragePool with channels_last = 1")
+    x = _dequant(n, 0, 1, 2)
+    kernel = _pool_kernel(n)
+    strides, pads, dilations = _window_attrs(n, x, kernel)
+    y = nn.avg_pool(n.b, x, kernel, strides, pads, dilations, bool(n.attr("ceil_mode", 0)),
+                    bool(n.attr("count_include_pad", 0)))
+    return [_quant(n, y, 3, 4)]
+
+
+@handler("QLinearSigmoid")
+def qlinear_sigmoid(n: Node):
+    return [_quant(n, n.b.logistic(_dequant(n, 0, 1, 2)), 3, 4)]
+
+
+@handler("QLinearLeakyRelu")
+def qlinear_leaky_relu(n: Node):
+    return [_quant(n, activations.leaky_relu(n.b, _dequant(n, 0, 1, 2), n.attr("alpha", 0.01)), 3, 4)]

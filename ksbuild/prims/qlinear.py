@@ -1,0 +1,179 @@
+"""qconv, qmatmul: 8-bit integer convolution and matrix product, requantized (ONNX QLinearConv, QLinearMatMul).
+
+qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias, scale) -> y
+    x [N, C, S...] u8 or i8, w [M, C/G, K...] i8 (zero point 0), bias i32 [M], scale f32 [1] or [M];
+    y [N, M, O...] of dtype `out` (u8 or i8):
+    y = clamp(round_half_even(f32(Σ (x - x_zero)·w + bias) · scale) + y_zero, lo, hi)
+    with the convolution's geometry as in `conv` (prims/conv.py; padding reads x_zero, i.e. x - x_zero = 0).
+qmatmul[x_zero, y_zero, lo, hi, out](a, b, bias, scale) -> y
+    a [..., K] u8 or i8, b [K, N] i8 (zero point 0), bias i32 [N], scale f32 [1] or [N]; y [..., N] alike.
+
+scale is x_scale · w_scale / y_scale in f32 (the frontend computes it as onnxruntime does); lo and hi are the
+output type's range, narrowed by a Relu or Clip folded into the operator. The arithmetic is onnxruntime's
+(f32 scale, round half to even), so results equal its kernels'. Integer operations: no derivative (their
+tangents and cotangents are zero, as for any integer result). The C++ is ks::qconv, ks::qconv_depthwise and
+ks::qmatmul of the kernel layer (prelude/ks/qconv.h).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import KsbuildError
+from ..ir.core import Eqn
+from ..ir.types import Type, dim_mul, numel
+from .base import Prim
+from .conv import conv as _conv_prim
+from .convolve import _dense, _dense_target, conv_shape
+
+ACTIVATIONS = ("u8", "i8")
+
+
+def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channels, x_zero: int, y_zero: int,
+                   lo: int, hi: int, out: str) -> None:
+    if x.dtype not in ACTIVATIONS or w.dtype != "i8":
+        raise KsbuildError(f"{what} takes u8 or i8 activations and i8 weights, got {x} and {w}")
+    if bias.dtype != "i32" or bias.shape != (channels,):
+        raise KsbuildError(f"{what}: the bias must be i32 [{channels}], got {bias}")
+    if scale.dtype != "f32" or scale.rank != 1 or scale.shape[0] not in (1, channels):
+        raise KsbuildError(f"{what}: the scale must be f32 [1] or [{channels}], got {scale}")
+    if out not in ACTIVATIONS:
+        raise KsbuildError(f"{what}: the output type must be u8 or i8, not {out}")
+    lo_t, hi_t = (0, 255) if out == "u8" else (-128, 127)
+    if not (lo_t <= lo <= hi <= hi_t and lo_t <= y_zero <= hi_t):
+        raise KsbuildError(f"{what}: bounds [{lo}, {hi}] and zero point {y_zero} do not fit {out}")
+
+
+def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int, lo: int, hi: int,
+               out: str) -> np.ndarray:
+    """The exact requantization (ks::qtile::requantize): f32 product, clamp, round half to even."""
+    v = (acc + bias).astype(np.float32) * scale.astype(np.float32)
+    v = np.clip(v, np.float32(lo - y_zero), np.float32(hi - y_zero))
+    return (np.rint(v).astype(np.int64) + y_zero).astype(np.uint8 if out == "u8" else np.int8)
+
+
+# ---- qconv ------------------------------------------------------------------------------------------------------
+
+def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out):
+    x, w, bias, scale = in_types
+    _check_requant("qconv", x, w, bias, scale, w.shape[0], x_zero, y_zero, lo, hi, out)
+    (y,) = _conv_prim.type_rule((Type("f32", x.shape), Type("f32", w.shape)), strides=strides, pads=pads,
+                                dilations=dilations, groups=groups)
+    return (Type(out, y.shape),)
+
+
+def _qconv_eval(x, w, bias, scale, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, env):
+    (acc,) = _conv_prim.eval(x.astype(np.int64) - x_zero, w.astype(np.int64), strides=strides, pads=pads,
+                             dilations=dilations, groups=groups, env=env)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return (requantize(acc, bias.reshape(shape), scale.reshape(shape), y_zero, lo, hi, out),)
+
+
+def _no_derivative(name: str):
+    def jvp(b, primals, tangents, **params):
+        return [getattr(b, name)(*primals, **params)], [None]
+    return jvp
+
+
+def _qconv_batch(b, ins, batched, size, **params):
+    x, w, bias, scale = ins
+    if any(batched[1:]):
+        raise KsbuildError("vmap of qconv over its weights, bias or scale is not supported (only over images)")
+    lanes, n = x.type.shape[:2]
+    y = b.qconv(b.reshape(x, shape=(dim_mul(lanes, n),) + x.type.shape[2:]), w, bias, scale, **params)
+    return [b.reshape(y, shape=(lanes, n) + y.type.shape[1:])], [True]
+
+
+def _requant_record(ctx, eqn: Eqn, bias, scale) -> str:
+    """A ks::requant of the equation's bias, scale and zero points (ks/qconv.h)."""
+    p = eqn.params
+    name = ctx.namer.fresh("requant")
+    ctx.line(f"const ks::requant {name}{{{bias.base}, {scale.base}, {ctx.dim(scale_count(eqn))}, {p['x_zero']}, "
+             f"{p['y_zero']}, {p['lo']}, {p['hi']}}};")
+    return name
+
+
+def scale_count(eqn: Eqn):
+    return eqn.ins[3].type.shape[0]
+
+
+def _emit_qconv(ctx, eqn: Eqn) -> None:
+    x, w, bias, scale = eqn.ins
+    (y,) = eqn.outs
+    sx, sw = _dense(ctx, x, "image"), _dense(ctx, w, "kernel")
+    sb, ss = _dense(ctx, bias, "bias"), _dense(ctx, scale, "scale")
+    dst, out = _dense_target(ctx, y, "qconv")
+    shape = conv_shape(ctx, eqn)
+    geometry = ctx.namer.fresh("geometry")
+    fields = shape.removeprefix("ks::conv_shape")
+    ctx.line(f"{'const' if re.search(r'[A-Za-z_]', fields) else 'static constexpr'} ks::conv_shape {geometry}{fields};")
+    depthwise = x.type.shape[1] == eqn.params["groups"] and eqn.params["groups"] > 1
+    call = "ks::qconv_depthwise" if depthwise else "ks::qconv"
+    scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True)
+    q = _requant_record(ctx, eqn, sb, ss)
+    ctx.line(f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, "
+             f"{sw.base}, {out.base}, {scratch}, {q});")
+    if out is not dst:
+        ctx.copy(out, dst, y.type)
+    ctx.env[y] = dst
+
+
+qconv = Prim(
+    name="qconv",
+    type_rule=_qconv_rule,
+    eval=_qconv_eval,
+    jvp=_no_derivative("qconv"),
+    batch=_qconv_batch,
+    emit=_emit_qconv,
+    doc="8-bit integer convolution with int32 sums requantized to 8 bits (ONNX QLinearConv)",
+)
+
+
+# ---- qmatmul ----------------------------------------------------------------------------------------------------
+
+def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out):
+    a, b, bias, scale = in_types
+    if a.rank < 1 or b.rank != 2 or a.shape[-1] != b.shape[0]:
+        raise KsbuildError(f"qmatmul of {a} and {b}: expected [..., K] and [K, N]")
+    _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out)
+    return (Type(out, a.shape[:-1] + (b.shape[1],)),)
+
+
+def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env):
+    acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
+    return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
+
+
+def _qmatmul_batch(b, ins, batched, size, **params):
+    if any(batched[1:]):
+        raise KsbuildError("vmap of qmatmul over its weights, bias or scale is not supported (only over rows)")
+    return [b.qmatmul(*ins, **params)], [True]
+
+
+def _emit_qmatmul(ctx, eqn: Eqn) -> None:
+    a, b, bias, scale = eqn.ins
+    (y,) = eqn.outs
+    sa, sb = _dense(ctx, a, "rows"), _dense(ctx, b, "weights")
+    sbias, ss = _dense(ctx, bias, "bias"), _dense(ctx, scale, "scale")
+    dst, out = _dense_target(ctx, y, "qmatmul")
+    k, n = (ctx.dim(d) for d in b.type.shape)
+    scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True)
+    q = _requant_record(ctx, eqn, sbias, ss)
+    rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
+    ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
+             f"{out.base}, {scratch}, {q});")
+    if out is not dst:
+        ctx.copy(out, dst, y.type)
+    ctx.env[y] = dst
+
+
+qmatmul = Prim(
+    name="qmatmul",
+    type_rule=_qmatmul_rule,
+    eval=_qmatmul_eval,
+    jvp=_no_derivative("qmatmul"),
+    batch=_qmatmul_batch,
+    emit=_emit_qmatmul,
+    doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm)",
+)

@@ -1,0 +1,688 @@
+// ks/qconv.h — integer matrix products and convolutions: 8-bit activations (uint8 or int8) times int8
+// weights, summed in int32 and requantized to 8 bits, as ONNX's QLinearConv and QLinearMatMul (and
+// com.microsoft's QGemm) define them:
+//
+//     y = saturate(round_half_even(float(Σ (x - x_zero)·w + bias) · scale) + y_zero)
+//
+// with the sum over a product's depth (a convolution's channels and taps, padding being x_zero), scale =
+// x_scale · w_scale / y_scale in float (one per output channel or one for all) and the saturation bounds
+// [lo, hi] the output type's range, narrowed by a Relu or Clip folded into the operator. This is onnxruntime's
+// arithmetic (its MLAS kernels convert the int32 sum to float, multiply by the float scale and round to
+// nearest even), so the results are theirs bit for bit.
+//
+// The products run on register tiles of up to 8 rows by 32 columns (qtile::rows × qtile::cols). One operand is
+// packed as [quad][8 rows][4 bytes], the other as [quad][32 columns][4 bytes] (a quad: four consecutive depths),
+// so that each step multiplies four depths of 32 columns by four of each row: AVX-512 VNNI's vpdpbusd does that
+// in one instruction per row and 16 columns (unsigned bytes times signed bytes, summed in int32 without
+// saturation), and requantizes and stores the tile from its registers; AVX2 widens the bytes to int16 pairs
+// (vpmaddwd, exact); elsewhere (Arm, Cortex-M, baseline x86-64) plain loops. A convolution's rows are its output
+// channels (the weights) and its columns the output positions; a matrix product's rows are the rows of a and its
+// columns those of b (so that one row, batch 1, still fills the vectors). int8 activations are flipped to uint8
+// by adding 128 to them and to their zero point, which leaves every x - x_zero unchanged. The weights' zero point
+// is 0 (symmetric int8 weights, what onnxruntime's quantizer and TFLite write); the x_zero·Σw term of the sum is
+// subtracted once per output channel.
+#ifndef KS_QCONV_H
+#define KS_QCONV_H
+
+#include <cstdint>
+
+#include "conv.h"
+#include "cpu.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KS_QTILE_X86 1
+#endif
+
+namespace ks {
+inline namespace KS_KERNELS {
+
+// How an int32 sum becomes an 8-bit output (see the top of this file).
+struct requant {
+    const int32_t* bias;  // per output channel, or null
+    const float* scale;   // per output channel (scales == channels) or one for all (scales == 1)
+    int64_t scales;
+    int32_t x_zero;       // the activations' zero point (as stored: an int8 input's own)
+    int32_t y_zero;
+    int32_t lo, hi;       // saturation bounds of the output
+};
+
+namespace qtile {
+
+constexpr int64_t rows = 8;   // rows of a register tile
+constexpr int64_t cols = 32;  // columns of a register tile
+
+constexpr int64_t quads(int64_t depth) {
+    return (depth + 3) / 4;
+}
+constexpr int64_t round_up(int64_t n, int64_t to) {
+    return (n + to - 1) / to * to;
+}
+// Bytes of an operand of n rows (or columns) packed in tiles of `width`.
+constexpr int64_t packed_size(int64_t n, int64_t depth, int64_t width) {
+    return round_up(round_up(n, width) * quads(depth) * 4, 64);
+}
+
+// An activation as the unsigned byte the tiles multiply (int8: + 128); a weight as its byte.
+inline uint8_t unsigned_byte(uint8_t v) {
+    return v;
+}
+inline uint8_t unsigned_byte(int8_t v) {
+    return static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
+}
+template <class TX>
+constexpr int32_t unsigned_zero(int32_t zero) {
+    return static_cast<TX>(-1) < 0 ? zero + 128 : zero;
+}
+inline uint8_t weight_byte(int8_t v) {
+    return static_cast<uint8_t>(v);
+}
+
+// src [n][depth] (element (i, k) at src[i·rs + k·ks]) packed in tiles of `width` rows, [tile][quad][width][4],
+// each element as byte(element), zeros past the ends.
+template <class T, class Byte>
+void pack(const T* src, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_t width, uint8_t* dst, Byte byte) {
+    const int64_t q = quads(depth);
+    for (int64_t i0 = 0; i0 < n; i0 += width) {
+        uint8_t* tile = dst + i0 * q * 4;
+        const int64_t live = n - i0 < width ? n - i0 : width;
+        for (int64_t k = 0; k < q * 4; ++k) {
+            uint8_t* out = tile + (k / 4) * width * 4 + k % 4;
+            for (int64_t r = 0; r < width; ++r) {
+                out[r * 4] = r < live && k < depth ? byte(src[(i0 + r) * rs + k * ks]) : static_cast<uint8_t>(0);
+            }
+        }
+    }
+}
+
+// offsets[i] = bias[i] - x_zero·Σ_k w[i, k] (w as in pack), the part of the requantized sum that is per output
+// channel.
+inline void channel_offsets(const int8_t* w, int64_t n, int64_t depth, int64_t rs, int64_t ks, const int32_t* bias,
+                            int32_t x_zero, int32_t* offsets) {
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < depth; ++k) {
+            s += w[i * rs + k * ks];
+        }
+        offsets[i] = (bias ? bias[i] : 0) - x_zero * s;
+    }
+}
+
+// Where a tile's results go: `live` rows of `count` columns, row r at y + r·ld (bytes: the int8 and uint8 outputs
+// alike, each value already within its type), requantized with the offsets and scales of its rows (by_row) or of
+// its columns (pointers at the tile's first), one scale for all when one_scale.
+struct tile_out {
+    const int32_t* offsets;
+    const float* scale;
+    bool by_row, one_scale;
+    float lo, hi;  // the bounds less the zero point
+    int32_t zero;
+    uint8_t* y;
+    int64_t ld, live, count;
+    int32_t* acc;  // room for the sums [8][32] (the paths that store from memory)
+};
+
+// One requantized value (see the top of the file): clamped in float to the bounds less the zero point, then
+// rounded half to even by adding and subtracting 1.5·2^23 (exact for the |v| < 2^22 the bounds leave).
+inline int32_t requantize(int32_t sum, float scale, float lo, float hi, int32_t zero) {
+    float v = static_cast<float>(sum) * scale;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    v = (v + 12582912.0f) - 12582912.0f;
+    return static_cast<int32_t>(v) + zero;
+}
+
+// The sums acc [8][32] stored as o says.
+inline void store_sums(const int32_t* acc, const tile_out& o) {
+    for (int64_t r = 0; r < o.live; ++r) {
+        const int32_t* a = acc + r * cols;
+        uint8_t* y = o.y + r * o.ld;
+        if (o.by_row) {
+            const int32_t off = o.offsets[r];
+            const float scale = o.scale[o.one_scale ? 0 : r];
+            KS_OMP_SIMD()
+            for (int64_t c = 0; c < o.count; ++c) {
+                y[c] = static_cast<uint8_t>(requantize(a[c] + off, scale, o.lo, o.hi, o.zero));
+            }
+        } else {
+            KS_OMP_SIMD()
+            for (int64_t c = 0; c < o.count; ++c) {
+                const float scale = o.scale[o.one_scale ? 0 : c];
+                y[c] = static_cast<uint8_t>(requantize(a[c] + o.offsets[c], scale, o.lo, o.hi, o.zero));
+            }
+        }
+    }
+}
+
+// A tile: sums over q quads of a [quad][8][4] (the broadcast operand) times b [quad][32][4]; SWAP says which one
+// holds the unsigned bytes (false: b, the activations of a convolution; true: a, the rows of a matrix product).
+template <bool SWAP>
+void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    int32_t* acc = o.acc;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+        acc[i] = 0;
+    }
+    for (int64_t k = 0; k < q; ++k) {
+        const uint8_t* ak = a + k * rows * 4;
+        const uint8_t* bk = b + k * cols * 4;
+        for (int64_t r = 0; r < o.live; ++r) {
+            int32_t w[4];
+            for (int t = 0; t < 4; ++t) {
+                w[t] = SWAP ? static_cast<int32_t>(ak[r * 4 + t]) : static_cast<int8_t>(ak[r * 4 + t]);
+            }
+            int32_t* out = acc + r * cols;
+            for (int64_t c = 0; c < cols; ++c) {
+                const uint8_t* x = bk + c * 4;
+                int32_t s = 0;
+                for (int t = 0; t < 4; ++t) {
+                    s += w[t] * (SWAP ? static_cast<int32_t>(static_cast<int8_t>(x[t])) : static_cast<int32_t>(x[t]));
+                }
+                out[c] += s;
+            }
+        }
+    }
+    store_sums(acc, o);
+}
+
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_ps() initializes a value with itself)
+#endif
+// AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
+// in registers (vcvtps2dq rounds half to even) and stored with masks.
+template <bool SWAP, int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
+                                                                           int64_t q, const tile_out& o) {
+    __m512i c[R][2];
+    for (int r = 0; r < R; ++r) {
+        c[r][0] = _mm512_setzero_si512();
+        c[r][1] = _mm512_setzero_si512();
+    }
+    for (int64_t k = 0; k < q; ++k) {
+        const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
+        const __m512i b1 = _mm512_loadu_si512(b + k * cols * 4 + 64);
+        const uint8_t* ak = a + k * rows * 4;
+        for (int r = 0; r < R; ++r) {
+            int32_t w;
+            __builtin_memcpy(&w, ak + r * 4, 4);
+            const __m512i wv = _mm512_set1_epi32(w);
+            if (SWAP) {
+                c[r][0] = _mm512_dpbusd_epi32(c[r][0], wv, b0);
+                c[r][1] = _mm512_dpbusd_epi32(c[r][1], wv, b1);
+            } else {
+                c[r][0] = _mm512_dpbusd_epi32(c[r][0], b0, wv);
+                c[r][1] = _mm512_dpbusd_epi32(c[r][1], b1, wv);
+            }
+        }
+    }
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
+    const __m512i zero = _mm512_set1_epi32(o.zero);
+    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
+    const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
+    for (int r = 0; r < R; ++r) {
+        for (int h = 0; h < 2; ++h) {
+            __m512i off;
+            __m512 scale;
+            if (o.by_row) {
+                off = _mm512_set1_epi32(o.offsets[r]);
+                scale = _mm512_set1_ps(o.scale[o.one_scale ? 0 : r]);
+            } else {
+                off = _mm512_maskz_loadu_epi32(m[h], o.offsets + 16 * h);
+                scale = o.one_scale ? _mm512_set1_ps(o.scale[0]) : _mm512_maskz_loadu_ps(m[h], o.scale + 16 * h);
+            }
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[r][h], off)), scale);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            const __m512i y = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
+            _mm512_mask_cvtepi32_storeu_epi8(o.y + r * o.ld + 16 * h, m[h], y);
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+template <bool SWAP>
+void tile_vnni(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    switch (o.live) {
+        case 1: return tile_vnni_rows<SWAP, 1>(a, b, q, o);
+        case 2: return tile_vnni_rows<SWAP, 2>(a, b, q, o);
+        case 3: return tile_vnni_rows<SWAP, 3>(a, b, q, o);
+        case 4: return tile_vnni_rows<SWAP, 4>(a, b, q, o);
+        case 5: return tile_vnni_rows<SWAP, 5>(a, b, q, o);
+        case 6: return tile_vnni_rows<SWAP, 6>(a, b, q, o);
+        case 7: return tile_vnni_rows<SWAP, 7>(a, b, q, o);
+        default: return tile_vnni_rows<SWAP, 8>(a, b, q, o);
+    }
+}
+
+// The bytes of v's quads as int16 pairs: the even bytes and the odd ones, zero- or sign-extended.
+template <bool SIGNED>
+__attribute__((target("avx2"))) inline __m256i even_bytes(__m256i v) {
+    return SIGNED ? _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8) : _mm256_and_si256(v, _mm256_set1_epi16(0x00ff));
+}
+template <bool SIGNED>
+__attribute__((target("avx2"))) inline __m256i odd_bytes(__m256i v) {
+    return SIGNED ? _mm256_srai_epi16(v, 8) : _mm256_srli_epi16(v, 8);
+}
+
+// AVX2: both operands' bytes widened to int16 pairs and multiplied with vpmaddwd, which sums pairs into int32
+// exactly; 4 rows × 2 vectors of 8 columns at a time.
+template <bool SWAP>
+__attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    for (int r0 = 0; r0 < o.live; r0 += 4) {
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            __m256i c[4][2];
+            for (int r = 0; r < 4; ++r) {
+                c[r][0] = _mm256_setzero_si256();
+                c[r][1] = _mm256_setzero_si256();
+            }
+            for (int64_t k = 0; k < q; ++k) {
+                const uint8_t* bk = b + k * cols * 4 + c0 * 4;
+                const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk));
+                const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk + 32));
+                const __m256i e0 = even_bytes<SWAP>(x0), o0 = odd_bytes<SWAP>(x0);
+                const __m256i e1 = even_bytes<SWAP>(x1), o1 = odd_bytes<SWAP>(x1);
+                const uint8_t* ak = a + k * rows * 4 + r0 * 4;
+                for (int r = 0; r < 4; ++r) {
+                    int32_t w;
+                    __builtin_memcpy(&w, ak + r * 4, 4);
+                    const __m256i wv = _mm256_set1_epi32(w);
+                    const __m256i we = even_bytes<!SWAP>(wv), wo = odd_bytes<!SWAP>(wv);
+                    c[r][0] = _mm256_add_epi32(c[r][0], _mm256_add_epi32(_mm256_madd_epi16(e0, we),
+                                                                         _mm256_madd_epi16(o0, wo)));
+                    c[r][1] = _mm256_add_epi32(c[r][1], _mm256_add_epi32(_mm256_madd_epi16(e1, we),
+                                                                         _mm256_madd_epi16(o1, wo)));
+                }
+            }
+            for (int r = 0; r < 4; ++r) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.acc + (r0 + r) * cols + c0), c[r][0]);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.acc + (r0 + r) * cols + c0 + 8), c[r][1]);
+            }
+        }
+    }
+    store_sums(o.acc, o);
+}
+
+// Whether this CPU has AVX-512 VNNI (cpuid leaf 7: ecx bit 11), on top of the AVX-512 level ks::cpu_level()
+// reports (which a build may cap with KS_CPU_LEVEL_MAX).
+#if defined(__GNUC__) || defined(__clang__)
+inline int vnni_cached __attribute__((visibility("hidden"))) = -1;
+#else
+inline int vnni_cached = -1;
+#endif
+
+inline bool has_vnni() {
+    int known = __atomic_load_n(&vnni_cached, __ATOMIC_RELAXED);
+    if (known < 0) {
+        known = cpu_level() >= cpu::x86_64_v4 && (cpu::cpuid(7, 0).c & (1u << 11)) != 0;
+        __atomic_store_n(&vnni_cached, known, __ATOMIC_RELAXED);
+    }
+    return known != 0;
+}
+#endif
+
+using tile_fn = void (*)(const uint8_t*, const uint8_t*, int64_t, const tile_out&);
+
+// The fastest tile this CPU runs.
+template <bool SWAP>
+tile_fn best_tile() {
+#ifdef KS_QTILE_X86
+    if (has_vnni()) {
+        return tile_vnni<SWAP>;
+    }
+    if (cpu_level() >= cpu::x86_64_v3) {
+        return tile_avx2<SWAP>;
+    }
+#endif
+    return tile_portable<SWAP>;
+}
+
+// A convolution's input as the tiles read it. The image is copied once per image and group into `phases`: with
+// its padding (x_zero), as unsigned bytes, and split by the strides into s_d·s_h·s_w phase volumes (phase (a, b, c)
+// holds the padded elements at (i·s_d + a, j·s_h + b, k·s_w + c)). In a phase volume of sides (qd, qh, qw) a
+// kernel tap reads, for the output positions (o_d, o_h, o_w), the elements at (o_d, o_h, o_w) + its own shift:
+// numbered p = (o_d·qh + o_h)·qw + o_w ("wide positions", qw ≥ the output width, the extra ones discarded), those
+// are consecutive bytes, so a block of 32 positions of one im2col row is 32 consecutive bytes of one phase.
+struct wide_geometry {
+    int64_t side[3];  // qd, qh, qw
+    int64_t volume;   // qd·qh·qw: one channel of one phase
+    int64_t phases;   // s_d·s_h·s_w
+    int64_t wide;     // wide positions up to the last output position
+};
+
+constexpr wide_geometry wide_of(const conv_shape& s) {
+    wide_geometry g{};
+    g.phases = 1;
+    for (int a = 0; a < 3; ++a) {
+        g.side[a] = (convs::extent(s, a) + s.stride[a] - 1) / s.stride[a];
+        g.phases *= s.stride[a];
+    }
+    g.volume = g.side[0] * g.side[1] * g.side[2];
+    g.wide = ((s.out[0] - 1) * g.side[1] + s.out[1] - 1) * g.side[2] + s.out[2];
+    return g;
+}
+
+// Whether the wide positions are the output positions (no discarded ones).
+constexpr bool wide_is_dense(const conv_shape& s) {
+    return wide_of(s).side[2] == s.out[2] && (s.out[0] == 1 || wide_of(s).side[1] == s.out[1]);
+}
+
+// Bytes of the phase volumes of `count` channels, with room for the reads past the end that the last block's
+// discarded positions make.
+constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
+    return round_up(wide_of(s).phases * count * wide_of(s).volume + wide_of(s).volume + 2 * cols, 64);
+}
+
+// o[j] = unsigned_byte(src[j·step]) for j < n.
+template <class TX>
+void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
+    int64_t j = 0;
+    if (step == 1) {
+        for (; j < n; ++j) {
+            o[j] = unsigned_byte(src[j]);
+        }
+        return;
+    }
+#ifdef KS_QTILE_X86
+    if (step == 2) {  // (the even bytes of 32 at a time; SSE2)
+        const __m128i low = _mm_set1_epi16(0x00ff), flip = _mm_set1_epi8(static_cast<TX>(-1) < 0 ? -128 : 0);
+        for (; j + 16 <= n; j += 16) {
+            const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * j));
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * j + 16));
+            const __m128i even = _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm_xor_si128(even, flip));
+        }
+    }
+#endif
+    for (; j < n; ++j) {
+        o[j] = unsigned_byte(src[j * step]);
+    }
+}
+
+// Channels [0, count) of image x copied into the phase volumes (see wide_geometry).
+template <class TX>
+void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count, uint8_t zero,
+                  uint8_t* dst) {
+    const int64_t total = g.phases * count * g.volume + g.volume + 2 * cols;
+    for (int64_t i = 0; i < total; ++i) {
+        dst[i] = zero;
+    }
+    const int64_t plane = s.in[1] * s.in[2], step = s.stride[2];
+    for (int64_t d = 0; d < s.in[0]; ++d) {
+        const int64_t pd = d + s.pad[0];
+        for (int64_t h = 0; h < s.in[1]; ++h) {
+            const int64_t ph = h + s.pad[1];
+            if (pd / s.stride[0] >= g.side[0] || ph / s.stride[1] >= g.side[1]) {
+                continue;  // (rows past the extent the windows read)
+            }
+            const int64_t phase_dh = (pd % s.stride[0]) * s.stride[1] + ph % s.stride[1];
+            const int64_t at = ((pd / s.stride[0]) * g.side[1] + ph / s.stride[1]) * g.side[2];
+            for (int64_t b = 0; b < step; ++b) {
+                // input column w lands at padded column w + pad: phase (w + pad) % step, index (w + pad) / step
+                const int64_t first = ((b - s.pad[2]) % step + step) % step, j0 = (first + s.pad[2]) / step;
+                const int64_t fit = g.side[2] - j0, left = (s.in[2] - first + step - 1) / step;
+                const int64_t n = left < fit ? left : fit;
+                const int64_t phase = phase_dh * step + b;
+                for (int64_t c = 0; c < count; ++c) {
+                    const TX* src = x + c * s.in_plane() + d * plane + h * s.in[2] + first;
+                    uint8_t* o = dst + (phase * count + c) * g.volume + at + j0;
+                    copy_bytes(src, step, n, o);
+                }
+            }
+        }
+    }
+}
+
+// Where im2col row k (channel c, taps kd, kh, kw) starts in the phase volumes of `count` channels.
+inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t count, int64_t k) {
+    const int64_t n = s.taps(), c = k / n, t = k % n;
+    const int64_t taps[3] = {t / (s.kernel[2] * s.kernel[1]), t / s.kernel[2] % s.kernel[1], t % s.kernel[2]};
+    int64_t phase = 0, shift = 0;
+    for (int a = 0; a < 3; ++a) {
+        const int64_t at = taps[a] * s.dilation[a];
+        phase = phase * s.stride[a] + at % s.stride[a];
+        shift = shift * g.side[a] + at / s.stride[a];
+    }
+    return static_cast<int32_t>((phase * count + c) * g.volume + shift);
+}
+
+inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count, int32_t* offsets) {
+    for (int64_t k = 0; k < s.depth(); ++k) {
+        offsets[k] = tap_offset(s, g, count, k);
+    }
+}
+
+// d [32][4] = the 32 bytes at r[0], r[1], r[2] and r[3] interleaved (d[4c + t] = r[t][c]).
+inline void interleave4(const uint8_t* const* r, uint8_t* d) {
+#ifdef KS_QTILE_X86
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {  // (SSE2: every x86-64)
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + c0));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + c0));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + c0));
+        const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + c0));
+        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        const __m128i ce0 = _mm_unpacklo_epi8(c, e), ce1 = _mm_unpackhi_epi8(c, e);
+        __m128i* out = reinterpret_cast<__m128i*>(d + c0 * 4);
+        _mm_storeu_si128(out, _mm_unpacklo_epi16(ab0, ce0));
+        _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab0, ce0));
+        _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab1, ce1));
+        _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(ab1, ce1));
+    }
+#else
+    for (int64_t c = 0; c < cols; ++c) {
+        d[4 * c] = r[0][c];
+        d[4 * c + 1] = r[1][c];
+        d[4 * c + 2] = r[2][c];
+        d[4 * c + 3] = r[3][c];
+    }
+#endif
+}
+
+// Wide positions j0 .. j0 + 32 of every im2col row, packed [quad][32][4] (rows past the depth read row 0: their
+// weights are 0).
+inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, uint8_t* dst) {
+    const int64_t q = quads(depth);
+    for (int64_t k = 0; k < q; ++k) {
+        const uint8_t* r[4];
+        for (int t = 0; t < 4; ++t) {
+            r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+        }
+        interleave4(r, dst + k * cols * 4);
+    }
+}
+
+// y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
+template <class TY>
+void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, int64_t ld, int64_t m, TY* y) {
+    const int64_t p = s.positions();
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t d = 0; d < s.out[0]; ++d) {
+            for (int64_t h = 0; h < s.out[1]; ++h) {
+                const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
+                __builtin_memcpy(y + i * p + (d * s.out[1] + h) * s.out[2], src, s.out[2]);  // (TY: one byte)
+            }
+        }
+    }
+}
+
+// The requantization bounds of q less its zero point, as tile_out takes them.
+inline tile_out output_of(const requant& q, const int32_t* offsets, const float* scale, bool by_row, int32_t* acc) {
+    return tile_out{offsets, scale, by_row, q.scales == 1, static_cast<float>(q.lo - q.y_zero),
+                    static_cast<float>(q.hi - q.y_zero), q.y_zero, nullptr, 0, 0, 0, acc};
+}
+
+// Scratch layout of ks::qconv: packed weights, offsets, the sums' room, a block, tap offsets, phases, the wide
+// output (when the wide positions are not the output's).
+struct qconv_room {
+    int64_t weights, offsets, acc, block, taps, phases, wide;
+
+    static constexpr qconv_room of(const conv_shape& s) {
+        const int64_t m = s.out_channels / s.groups, cg = s.channels / s.groups;
+        const int64_t wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
+        return qconv_room{packed_size(m, s.depth(), rows), round_up(m * 4, 64), rows * cols * 4,
+                          packed_size(cols, s.depth(), cols), round_up(s.depth() * 4, 64), phases_size(s, cg),
+                          round_up(wide, 64)};
+    }
+    constexpr int64_t total() const {
+        return weights + offsets + acc + block + taps + phases + wide;
+    }
+};
+
+}  // namespace qtile
+
+// The scratch bytes ks::qconv uses (qtile::qconv_room).
+constexpr int64_t qconv_scratch(const conv_shape& s) {
+    return qtile::qconv_room::of(s).total();
+}
+
+// y [images, M, O...] = the requantized convolution of x [images, C, S...] (uint8 or int8) with w [M, C/G, K...]
+// (int8, zero point 0); scratch: qconv_scratch(s) bytes, 64-byte aligned.
+template <class TX, class TY>
+void qconv(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+           const requant& q) {
+    using namespace qtile;
+    const int64_t m = s.out_channels / s.groups, depth = s.depth(), cg = s.channels / s.groups, p = s.positions();
+    const wide_geometry g = wide_of(s);
+    const qconv_room room = qconv_room::of(s);
+    uint8_t* packed = scratch;
+    int32_t* offsets = reinterpret_cast<int32_t*>(packed + room.weights);
+    int32_t* acc = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(offsets) + room.offsets);
+    uint8_t* block = reinterpret_cast<uint8_t*>(acc) + room.acc;
+    int32_t* taps = reinterpret_cast<int32_t*>(block + room.block);
+    uint8_t* phases = reinterpret_cast<uint8_t*>(taps) + room.taps;
+    uint8_t* wide = phases + room.phases;
+    tap_offsets(s, g, cg, taps);
+    const int32_t zero = unsigned_zero<TX>(q.x_zero);
+    const tile_fn tile = best_tile<false>();
+    const int64_t qd = quads(depth), ld = room.wide ? round_up(g.wide, cols) : p;
+    for (int64_t gi = 0; gi < s.groups; ++gi) {
+        const int8_t* wg = w + gi * m * depth;
+        pack(wg, m, depth, depth, 1, rows, packed, weight_byte);
+        channel_offsets(wg, m, depth, depth, 1, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
+        const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
+        for (int64_t n = 0; n < images; ++n) {
+            split_phases(s, g, x + (n * s.channels + gi * cg) * s.in_plane(), cg, static_cast<uint8_t>(zero), phases);
+            TY* yg = y + (n * s.out_channels + gi * m) * p;
+            uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
+            for (int64_t j0 = 0; j0 < g.wide; j0 += cols) {
+                pack_wide(phases, taps, depth, j0, block);
+                for (int64_t i0 = 0; i0 < m; i0 += rows) {
+                    tile_out o = output_of(q, offsets + i0, q.scales == 1 ? scale : scale + i0, true, acc);
+                    o.y = out + i0 * ld + j0;
+                    o.ld = ld;
+                    o.live = m - i0 < rows ? m - i0 : rows;
+                    o.count = g.wide - j0 < cols ? g.wide - j0 : cols;
+                    tile(packed + i0 * qd * 4, block, qd, o);
+                }
+            }
+            if (room.wide) {
+                compact(s, g, wide, ld, m, yg);
+            }
+        }
+    }
+}
+
+// The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: b packed, the offsets, a block of
+// rows of a, the sums' room.
+constexpr int64_t qmatmul_scratch(int64_t depth, int64_t n) {
+    return qtile::packed_size(n, depth, qtile::cols) + qtile::round_up(n * 4, 64) +
+           qtile::packed_size(qtile::rows, depth, qtile::rows) + qtile::rows * qtile::cols * 4;
+}
+
+// y [count, n] = the requantized product of a [count, depth] (uint8 or int8, rows `lda` apart) with b [depth, n]
+// (int8, zero point 0), bias and scales per column of y (or one scale).
+template <class TX, class TY>
+void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, const int8_t* b, TY* y,
+             uint8_t* scratch, const requant& q) {
+    using namespace qtile;
+    uint8_t* packed = scratch;
+    int32_t* offsets = reinterpret_cast<int32_t*>(packed + packed_size(n, depth, cols));
+    uint8_t* block = reinterpret_cast<uint8_t*>(offsets) + round_up(n * 4, 64);
+    int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
+    const int32_t zero = unsigned_zero<TX>(q.x_zero);
+    pack(b, n, depth, 1, n, cols, packed, weight_byte);  // (b's columns: element (j, k) at b[k·n + j])
+    channel_offsets(b, n, depth, 1, n, q.bias, zero, offsets);
+    const tile_fn tile = best_tile<true>();
+    const int64_t qd = quads(depth);
+    for (int64_t i0 = 0; i0 < count; i0 += rows) {
+        const int64_t live = count - i0 < rows ? count - i0 : rows;
+        pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return unsigned_byte(v); });
+        for (int64_t j0 = 0; j0 < n; j0 += cols) {
+            tile_out o = output_of(q, offsets + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
+            o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
+            o.ld = n;
+            o.live = live;
+            o.count = n - j0 < cols ? n - j0 : cols;
+            tile(block, packed + j0 * qd * 4, qd, o);
+        }
+    }
+}
+
+// The scratch bytes ks::qconv_depthwise uses: one channel's phase volumes, its wide int32 sums and their bytes.
+constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
+    return qtile::phases_size(s, 1) + qtile::round_up(qtile::wide_of(s).wide * 4, 64) +
+           qtile::round_up(qtile::wide_of(s).wide, 64);
+}
+
+// A depthwise convolution (one group per input channel, M = C·multiplier) of 8-bit x, requantized: each channel
+// split into its phase volumes (as ks::qconv does), then every tap's weight times the run of wide positions it
+// reads added into int32 sums, which are requantized into the output positions.
+template <class TX, class TY>
+void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+                     const requant& q) {
+    using namespace qtile;
+    const wide_geometry g = wide_of(s);
+    uint8_t* phases = scratch;
+    int32_t* sums = reinterpret_cast<int32_t*>(scratch + phases_size(s, 1));
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(sums) + round_up(g.wide * 4, 64);
+    const int64_t mult = s.out_channels / s.channels, taps = s.taps(), p = s.positions();
+    const int32_t zero = unsigned_zero<TX>(q.x_zero);
+    const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+    conv_shape one = s;
+    one.channels = one.out_channels = one.groups = 1;
+    for (int64_t n = 0; n < images; ++n) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+            split_phases(one, g, x + (n * s.channels + c) * s.in_plane(), 1, static_cast<uint8_t>(zero), phases);
+            for (int64_t k = 0; k < mult; ++k) {
+                const int64_t m = c * mult + k;
+                const int8_t* wm = w + m * taps;
+                int32_t total = 0;
+                for (int64_t i = 0; i < g.wide; ++i) {
+                    sums[i] = 0;
+                }
+                for (int64_t t = 0; t < taps; ++t) {
+                    const int32_t at = tap_offset(one, g, 1, t);
+                    const uint8_t* src = phases + at;
+                    const int32_t wt = wm[t];
+                    total += wt;
+                    KS_OMP_SIMD()
+                    for (int64_t i = 0; i < g.wide; ++i) {
+                        sums[i] += wt * static_cast<int32_t>(src[i]);
+                    }
+                }
+                const int32_t off = (q.bias ? q.bias[m] : 0) - zero * total;
+                const float scale = q.scale[q.scales == 1 ? 0 : m];
+                KS_OMP_SIMD()
+                for (int64_t i = 0; i < g.wide; ++i) {  // (over all wide positions: one long loop)
+                    bytes[i] = static_cast<uint8_t>(requantize(sums[i] + off, scale, lo, hi, q.y_zero));
+                }
+                compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
+            }
+        }
+    }
+}
+
+// The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
+#define KS_QUANT_LAYER(PREFIX, TX, TY)                                                                            \
+    PREFIX void qconv<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*, const requant&); \
+    PREFIX void qconv_depthwise<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*,         \
+                                        const requant&);                                                           \
+    PREFIX void qmatmul<TX, TY>(int64_t, int64_t, int64_t, const TX*, int64_t, const int8_t*, TY*, uint8_t*,        \
+                                const requant&);
+
+}  // inline namespace KS_KERNELS
+}  // namespace ks
+
+#endif  // KS_QCONV_H
