@@ -3,7 +3,7 @@
     vrelu3 = ksbuild.vmap(relu3)          # relu3(x: float) -> float with if/elif/else
     vrelu3(x)                             # compiled on first call per dtype, cached on disk
     vrelu3.vjp(x, ct); vrelu3.jvp(x, dx)  # derivatives, compiled with it
-    nn.Sequential(..., vrelu3.nnModule(), ...)
+    nn.Sequential(..., vrelu3.nnModule(), ...)   # or vrelu3.nnModule, as Knossos writes it
 
 A Kernel is a transformation expression over one module-level function. On first use with a
 float dtype it writes a manifest (the function's source file, the expression X and its
@@ -94,8 +94,11 @@ class Kernel:
                                hint="use .vjp(*args, cotangent) for tensor or several results")
         return export(*args, 1.0)
 
+    @property
     def nnModule(self):  # noqa: N802 - the name of the Knossos API
-        """A torch.nn.Module whose forward is this kernel (prepared for torch's default dtype)."""
+        """A torch.nn.Module whose forward is this kernel (prepared for torch's default dtype). Knossos writes
+        `vrelu3.nnModule` (the module), ksbuild `vrelu3.nnModule()`: both work, since calling the module with no
+        arguments returns it."""
         import torch
 
         self.build(str(torch.get_default_dtype()).removeprefix("torch."))
@@ -194,6 +197,17 @@ def kernel(fn: Callable) -> Kernel:
         return fn
     _, name = _source(fn)
     return Kernel(fn, name)
+
+
+def register(fn: Callable) -> Kernel:
+    """Knossos's name for ksbuild.kernel: `@knossos.register` keeps working after `import ksbuild as knossos`."""
+    return kernel(fn)
+
+
+def elementwise(fn: Callable | Kernel) -> Kernel:
+    """Knossos's `@knossos.elementwise`: a scalar function applied to every element of tensors of any shape, which
+    is ksbuild.vmap(fn) (extra leading axes are flattened into the mapped one)."""
+    return vmap(fn)
 
 
 def vmap(fn: Callable | Kernel, in_axes: tuple | None = None) -> Kernel:
@@ -310,6 +324,10 @@ def _module_class():
             def __init__(self, kernel: Kernel):
                 super().__init__()
                 self.kernel = kernel
+
+            def __call__(self, *args, **kwargs):
+                """The kernel's results; with no arguments, the module itself (`k.nnModule()` as `k.nnModule`)."""
+                return super().__call__(*args, **kwargs) if args or kwargs else self
 
             def forward(self, *args):
                 return self.kernel(*args)
