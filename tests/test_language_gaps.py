@@ -375,3 +375,41 @@ def test_torch_tensor_annotations_with_a_signature(tmp_path):
     f = compile_kernel(m, m.kernels["f"])
     x, w = r(3, 2), r(2, 4, seed=1)
     np.testing.assert_allclose(eval_func(f, [x, w])[0], np.tanh(x @ w), rtol=1e-12)
+
+
+DEV_TENSOR = '''\
+import torch
+
+
+def affine(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x @ w + b)
+
+
+def scale(x: torch.Tensor, a: float) -> torch.Tensor:
+    return x * a
+'''
+
+
+def test_torch_tensor_annotations_in_the_dev_loop(tmp_path):
+    """ksbuild.kernel of a torch.Tensor-annotated function takes its parameter types from the call: one build per
+    dtype and pattern of shapes, autograd through the generated vjp, against the function run by torch."""
+    (tmp_path / "dev_tensor.py").write_text(DEV_TENSOR)
+    spec = importlib.util.spec_from_file_location("dev_tensor", tmp_path / "dev_tensor.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    k = ksbuild.kernel(mod.affine)
+    for n in (3, 5):  # two batch sizes, one build
+        x = torch.randn(n, 4, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(2, dtype=torch.float64, requires_grad=True)
+        y = k(x, w, b)
+        torch.testing.assert_close(y, mod.affine(x, w, b))
+        got = torch.autograd.grad(y.sum(), (x, w, b))
+        want = torch.autograd.grad(mod.affine(x, w, b).sum(), (x, w, b))
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+    assert len(k._packages) == 1
+    s = ksbuild.kernel(mod.scale)
+    x32 = torch.randn(2, 3)
+    torch.testing.assert_close(s(x32, 2.0), x32 * 2.0)
+    assert s.build("float32", "(x: f32[d0, d1], a: f32)").exports["fn"] is not None
