@@ -3,7 +3,7 @@
     vrelu3 = ksbuild.vmap(relu3)          # relu3(x: float) -> float with if/elif/else
     vrelu3(x)                             # compiled on first call per dtype, cached on disk
     vrelu3.vjp(x, ct); vrelu3.jvp(x, dx)  # derivatives, compiled with it
-    nn.Sequential(..., vrelu3.nnModule(), ...)
+    nn.Sequential(..., vrelu3.nnModule(), ...)   # or vrelu3.nnModule, as Knossos writes it
 
 A Kernel is a transformation expression over one module-level function. On first use with a
 float dtype it writes a manifest (the function's source file, the expression X and its
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from .call_signature import call_signature, needs_call_signature
 from .errors import KsbuildError
 
 DTYPES = ("float32", "float64")
@@ -94,80 +95,95 @@ class Kernel:
                                hint="use .vjp(*args, cotangent) for tensor or several results")
         return export(*args, 1.0)
 
+    @property
     def nnModule(self):  # noqa: N802 - the name of the Knossos API
-        """A torch.nn.Module whose forward is this kernel (prepared for torch's default dtype)."""
+        """A torch.nn.Module whose forward is this kernel (prepared for torch's default dtype). Knossos writes
+        `vrelu3.nnModule` (the module), ksbuild `vrelu3.nnModule()`: both work, since calling the module with no
+        arguments returns it."""
         import torch
 
-        self.build(str(torch.get_default_dtype()).removeprefix("torch."))
+        if not needs_call_signature(self.fn):  # (torch.Tensor annotations: typed by the first call's arguments)
+            self.build(str(torch.get_default_dtype()).removeprefix("torch."))
         return _module_class()(self)
 
-    def build(self, dtype: str = "float32"):
-        """Compile (or load from the cache) the package for `dtype` now; returns it (a runtime Package)."""
+    def build(self, dtype: str = "float32", signature: str | None = None):
+        """Compile (or load from the cache) the package for `dtype` now; returns it (a runtime Package).
+        `signature`: the kernel's parameter types, for a kernel annotated with torch.Tensor (see call_signature)."""
         if dtype not in DTYPES:
             raise KsbuildError(f"ksbuild kernels are built for {' or '.join(DTYPES)}, not {dtype}")
-        if dtype not in self._packages:
-            pkg = self._packages[dtype] = self._build(dtype)
+        key = _key(dtype, signature)
+        if key not in self._packages:
+            pkg = self._packages[key] = self._build(dtype, signature)
             for role, export in pkg.exports.items():  # (messages name the kernel: relu3(), relu3.vjp())
                 export.title = self.__name__ + role[2:].replace("_", ".") if role.startswith("fn") else role
-        return self._packages[dtype]
+        return self._packages[key]
 
-    def package_name(self, dtype: str = "float32") -> str:
+    def package_name(self, dtype: str = "float32", signature: str | None = None) -> str:
         """The name of the package built for `dtype`: its torch ops are torch.ops.ksbuild_<name>.fn, .fn_vjp, ...
-        (the kernel's name, the dtype and a hash of its source file's path and the expression)."""
+        (the kernel's name, the dtype and a hash of its source file's path, the expression and the signature)."""
         fn_path, name = _source(self.fn)
-        h = hashlib.sha256(f"{fn_path}\0{self.expression}".encode()).hexdigest()[:8]
+        h = hashlib.sha256(f"{fn_path}\0{self.expression}{_key('', signature)}".encode()).hexdigest()[:8]
         return f"{name}_{_SHORT[dtype]}_{h}"
 
-    def manifest(self, dtype: str = "float32") -> Path:
+    def manifest(self, dtype: str = "float32", signature: str | None = None) -> Path:
         """Where the manifest of this kernel for `dtype` is written (see ksbuild.build)."""
         fn_path, _ = _source(self.fn)
-        key = hashlib.sha256(f"{fn_path}\0{self.expression}\0{dtype}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{fn_path}\0{self.expression}\0{_key(dtype, signature)}".encode()).hexdigest()[:16]
         return _cache_root() / "dev" / f"{self.__name__}-{dtype}-{key}" / "manifest.toml"
 
     def _export(self, role: str, args):
         dtype = _dtype_of(args)
-        _build_outside_trace(self, dtype)  # first, so that a torch.compile trace reads _packages only after it
-        pkg = self._packages[dtype]
+        signature = call_signature(self.fn, args, dtype, _mask(self.batched, args) if self.batched is not None
+                                   else (False,) * len(args))
+        _build_outside_trace(self, dtype, signature)  # first, so that a torch.compile trace reads _packages after it
+        pkg = self._packages[_key(dtype, signature)]
         if role not in pkg.exports:
-            raise self._dropped[_dtype_of(args)][role]
+            raise self._dropped[_key(dtype, signature)][role]
         return pkg.exports[role]
 
-    def _build(self, dtype: str):
+    def _build(self, dtype: str, signature: str | None):
         from .packaging.loader import build
 
-        path = self.manifest(dtype)
+        path, key = self.manifest(dtype, signature), _key(dtype, signature)
         roles = dict(ROLES)
-        _write(path, self._manifest_text(dtype, roles))
-        self._dropped[dtype] = {}
+        _write(path, self._manifest_text(dtype, roles, signature))
+        self._dropped[key] = {}
         try:
             return build(path)
         except KsbuildError:
-            self._dropped[dtype] = dropped = _failing_exports(path)
+            self._dropped[key] = dropped = _failing_exports(path)
             if "fn" in dropped:
                 raise dropped["fn"] from None
-            _write(path, self._manifest_text(dtype, {r: e for r, e in roles.items() if r not in dropped}))
+            _write(path, self._manifest_text(dtype, {r: e for r, e in roles.items() if r not in dropped}, signature))
             return build(path)
 
-    def _manifest_text(self, dtype: str, roles: dict[str, str]) -> str:
+    def _manifest_text(self, dtype: str, roles: dict[str, str], signature: str | None) -> str:
         fn_path, name = _source(self.fn)
         source = json.dumps(f"{fn_path}:{name}")
-        package = self.package_name(dtype)
+        package = self.package_name(dtype, signature)
+        typed = [f"signature = {json.dumps(signature)}"] if signature else []
         lines = ["# written by ksbuild's dev loop (ksbuild/dev.py)", "[package]", f'name = "{package}"', "",
-                 "[build]", f'dtype = "{dtype}"', "", f"[kernels.{name}]", f"python = {source}", "", "[exports]"]
+                 "[build]", f'dtype = "{dtype}"', "", f"[kernels.{name}]", f"python = {source}", *typed, "",
+                 "[exports]"]
         lines += [f"{role} = {json.dumps(expr.format(X=self.expression))}" for role, expr in roles.items()]
         return "\n".join(lines) + "\n"
 
 
-def _build_outside_trace(k: Kernel, dtype: str) -> bool:
-    """k.build(dtype); torch.compile runs it as plain Python while tracing (see _mark_for_dynamo)."""
-    k.build(dtype)
+def _key(dtype: str, signature: str | None) -> str:
+    """What the packages of a kernel are keyed by: the dtype, and a torch.Tensor-annotated call's signature."""
+    return dtype if signature is None else f"{dtype} {signature}"
+
+
+def _build_outside_trace(k: Kernel, dtype: str, signature: str | None = None) -> bool:
+    """k.build(dtype, signature); torch.compile runs it as plain Python while tracing (see _mark_for_dynamo)."""
+    k.build(dtype, signature)
     return True
 
 
 def _expect_in_torch(k: Kernel) -> None:
     """Once torch is imported: a lookup of one of k's torch ops that are not defined yet (torch.export.load of a
     program that calls them, in a new process) builds k for that dtype first (from the cache if it was built)."""
-    if sys.modules.get("torch") is None:
+    if sys.modules.get("torch") is None or needs_call_signature(k.fn):
         return
     try:
         names = {dtype: k.package_name(dtype) for dtype in DTYPES}
@@ -194,6 +210,17 @@ def kernel(fn: Callable) -> Kernel:
         return fn
     _, name = _source(fn)
     return Kernel(fn, name)
+
+
+def register(fn: Callable) -> Kernel:
+    """Knossos's name for ksbuild.kernel: `@knossos.register` keeps working after `import ksbuild as knossos`."""
+    return kernel(fn)
+
+
+def elementwise(fn: Callable | Kernel) -> Kernel:
+    """Knossos's `@knossos.elementwise`: a scalar function applied to every element of tensors of any shape, which
+    is ksbuild.vmap(fn) (extra leading axes are flattened into the mapped one)."""
+    return vmap(fn)
 
 
 def vmap(fn: Callable | Kernel, in_axes: tuple | None = None) -> Kernel:
@@ -310,6 +337,10 @@ def _module_class():
             def __init__(self, kernel: Kernel):
                 super().__init__()
                 self.kernel = kernel
+
+            def __call__(self, *args, **kwargs):
+                """The kernel's results; with no arguments, the module itself (`k.nnModule()` as `k.nnModule`)."""
+                return super().__call__(*args, **kwargs) if args or kwargs else self
 
             def forward(self, *args):
                 return self.kernel(*args)

@@ -486,8 +486,9 @@ def _in_axes(node: ast.expr, src: _Src) -> tuple[int | None, ...] | None:
     return axes if isinstance(node, ast.Tuple) else None
 
 
-def parse_signature(text: str, loc: Location) -> tuple[list[tuple[str, Type]], list[Type]]:
-    """Parse "(x: f32, w: f32[n, 3]) -> f32" into [(name, type)] parameters and result types."""
+def parse_signature(text: str, loc: Location) -> tuple[list[tuple[str, Type]], list[Type] | None]:
+    """Parse "(x: f32, w: f32[n, 3]) -> f32" into [(name, type)] parameters and result types; without `-> ...`
+    the results are None (what the kernel returns)."""
     src = _Src.of(loc, text, -len("def _"))
     try:
         body = ast.parse(f"def _{text}: pass").body
@@ -496,9 +497,9 @@ def parse_signature(text: str, loc: Location) -> tuple[list[tuple[str, Type]], l
     fn = body[0]
     assert isinstance(fn, ast.FunctionDef)
     results = fn.returns.elts if isinstance(fn.returns, ast.Tuple) else [fn.returns]
-    if len(body) > 1 or len(fn.body) > 1 or not results or None in results:
+    if len(body) > 1 or len(fn.body) > 1 or not results:
         raise KsbuildError(f"a signature must look like '(x: f32, w: f32[n, 3]) -> f32', got '{text}'", loc)
-    return _params(fn.args, src), [_type(n, src) for n in results]
+    return _params(fn.args, src), None if fn.returns is None else [_type(n, src) for n in results]
 
 
 def _params(args: ast.arguments, src: _Src) -> list[tuple[str, Type]]:

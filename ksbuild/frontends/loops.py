@@ -66,6 +66,38 @@ def _appended(scope: Scope, stmts) -> tuple[str | None, list]:
     return name, list(stmts[:-1])
 
 
+def builtin_sum(fc, b: Builder, scope: Scope, call: ast.Call):
+    """Python's sum(items, start=0) = start + items[0] + items[1] + ...: items a comprehension, a list or tuple,
+    a tensor (iterating a tensor visits its rows, so this is start + x.sum(0)) or a list filled by .append."""
+    from .scope import AppendList
+    start_node = _sum_start(fc, call)
+    start = Const(0) if start_node is None else fc.expr(b, scope, start_node)
+    items = call.args[0]
+    if isinstance(items, (ast.ListComp, ast.GeneratorExp)):
+        return comprehension(fc, b, scope, call, "sum", start)
+    value = fc.arg(b, scope, items)
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            start = fc.binop(b, ast.Add(), start, v, call)
+        return start
+    rows = value.rows if isinstance(value, AppendList) else value
+    if not isinstance(rows, Atom) or not rows.type.rank:
+        raise fc.src.error(items, "sum() of a single number: sum takes a tensor, a list, a tuple or a comprehension",
+                           hint="write the number itself, or x.sum() for the sum of a tensor's elements")
+    from .tensors import TORCH_TENSOR
+    return fc.binop(b, ast.Add(), start, TORCH_TENSOR["sum"](fc, b, [rows, Const(0)], {}, call), call)
+
+
+def _sum_start(fc, call: ast.Call) -> ast.expr | None:
+    """The start argument of sum(items, start) / sum(items, start=...), after checking the call's form."""
+    starts = call.args[1:] + [k.value for k in call.keywords if k.arg == "start"]
+    if not call.args or len(starts) > 1 or len(call.args) > 2 or any(k.arg != "start" for k in call.keywords) \
+            or any(isinstance(a, ast.Starred) for a in call.args):
+        raise fc.src.error(call, "sum() takes an iterable and an optional start",
+                           hint="sum(items) or sum(items, start)")
+    return starts[0] if starts else None
+
+
 def counted_loop(fc, b: Builder, scope: Scope, node, target: ast.expr, it: ast.expr, stmts, carried, y_exprs):
     """A loop over `it` (range, reversed(range), a tensor's rows, enumerate or zip of those) running stmts
     with `target` bound each iteration; returns the final carries then the stacked y_exprs."""
@@ -203,8 +235,8 @@ def _zip_length(fc, b: Builder, scope: Scope, seqs, it: ast.expr):
                        hint="zip stops at the shortest; index inside a `for i in range(...)` loop instead")
 
 
-def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
-    """sum(e for i in range(n)) as a carried sum; torch.stack([e for i in range(n)]) as stacked ys."""
+def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str, start=Const(0)):
+    """sum(e for i in range(n)) as a carried sum from `start`; torch.stack([e for i in range(n)]) as stacked ys."""
     comp = call.args[0]
     if len(comp.generators) != 1:
         raise fc.src.error(comp, "a comprehension with one `for` is supported (nest comprehensions instead)")
@@ -223,7 +255,7 @@ def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str):
         from .tensors import move_axis0
         return move_axis0(b, ys, dim + ys.type.rank if dim < 0 else dim)
     acc = f"__sum_{comp.lineno}_{comp.col_offset}"  # not a Python name a user can write twice
-    scope.names[acc] = Const(0)
+    scope.names[acc] = start
     add = ast.Assign(targets=[ast.Name(acc, ast.Store())],
                      value=ast.BinOp(ast.Name(acc, ast.Load()), ast.Add(), comp.elt))
     ast.copy_location(add, comp.elt)

@@ -41,6 +41,8 @@ class Source:
     globals: set[str] = field(default_factory=set)  # other module-level names (not usable in kernels)
     foreign: dict[str, str] = field(default_factory=dict)  # alias -> a module kernels cannot use (np -> numpy)
     borrowed: dict[str, str] = field(default_factory=dict)  # name -> the other module it is imported from
+    const_modules: dict[str, dict] = field(default_factory=dict)  # alias -> constants of a module next to it
+    files: list[Path] = field(default_factory=list)  # the files of those modules (and of their imports)
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -108,8 +110,8 @@ class KernelCompiler:
         if extra:
             raise self.src.error(fn, f"'{fn.name}' uses *args, **kwargs or keyword-only arguments",
                                  hint="kernels take plain parameters (with constant defaults if you like)")
-        if fn.decorator_list:
-            raise self.src.error(fn.decorator_list[0], "decorators are not supported on kernels")
+        from .decorators import check_decorators
+        check_decorators(self.src, fn)
 
     def annotation(self, node: ast.expr | None, where: ast.AST) -> Type:
         """The IR type of a parameter or return annotation."""
@@ -120,6 +122,11 @@ class KernelCompiler:
             return Type(self.float_dtype)
         if isinstance(node, ast.Name) and node.id in SCALAR_ANNOTATIONS:
             return Type(SCALAR_ANNOTATIONS[node.id])
+        if _is_tensor_class(node):
+            name = where.arg if isinstance(where, ast.arg) else "x"
+            raise self.src.error(node, f"'{ast.unparse(node)}' gives no dtype and shape, which ksbuild compiles for",
+                                 hint=f'annotate {name}: "float[n, d]" (a string: the file still runs as PyTorch), or '
+                                      "give `signature` in the manifest, e.g. signature = \"(x: f32[n, d])\"")
         from .tensors import parse_type_text
         text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
         t = parse_type_text(text, self.float_dtype)
@@ -136,8 +143,8 @@ class KernelCompiler:
 
     def result_annotation(self, fn: ast.FunctionDef) -> list[Type] | None:
         r = fn.returns
-        if r is None:
-            return None
+        if r is None or any(_is_tensor_class(e) for e in ast.walk(r)):
+            return None  # (-> torch.Tensor: what the kernel returns)
         if isinstance(r, ast.Subscript) and isinstance(r.value, ast.Name) and r.value.id in ("tuple", "Tuple"):
             elts = r.slice.elts if isinstance(r.slice, ast.Tuple) else [r.slice]
             return [self.annotation(e, e) for e in elts]
@@ -458,6 +465,8 @@ class KernelCompiler:
             raise self.src.error(e, f"'{e.id}' is the module {self.src.foreign[e.id]}, which kernels cannot use: "
                                     "ksbuild compiles calls of torch, math and Python's builtins",
                                  hint="use the torch function of the same name (torch.exp, torch.where, ...)")
+        if v is None and (e.id in self.src.borrowed or e.id in self.src.const_modules):
+            raise self.imported_name_error(e)
         if v is None and e.id in self.src.globals:
             raise self.src.error(e, f"the module-level '{e.id}' is not a constant a kernel can use",
                                  hint="module-level constants are numbers, or tuples/lists of numbers; pass "
@@ -467,6 +476,27 @@ class KernelCompiler:
                                  hint="assign it before use (names assigned only in one branch of an if, "
                                       "or only inside a loop, are not visible after it)")
         return v
+
+    def imported_name_error(self, e: ast.Name) -> KsbuildError:
+        """A name bound by an import from a module that is not torch or math, used where kernels cannot use it."""
+        here = self.src.path.name
+        if e.id in self.src.const_modules:
+            return self.src.error(e, f"'{e.id}' is a module next to {here}: kernels read its constants ({e.id}.NAME)",
+                                  hint=f"define functions that kernels call in {here}")
+        module = self.src.borrowed[e.id]
+        return self.src.error(e, f"'{e.id}' is imported from {module}, and is not a constant of a module next to "
+                                 f"{here} (kernels read numbers, bools and tuples or lists of numbers from there)",
+                              hint=f"put {module.lstrip('.') or 'the module'}.py next to {here} and make {e.id} a "
+                                   f"constant there, or define {e.id} in {here}")
+
+    def module_constant(self, e: ast.Attribute) -> Value:
+        """consts.EPS: a constant of a module next to the kernel file (`import consts`)."""
+        constants = self.src.const_modules[e.value.id]
+        if e.attr not in constants:
+            raise self.src.error(e, f"'{e.attr}' is not a constant of the module {e.value.id} (kernels read numbers, "
+                                    "bools and tuples or lists of numbers from it)",
+                                 hint=f"constants of {e.value.id}: {', '.join(sorted(constants)) or 'none'}")
+        return constants[e.attr]
 
     def expr_Tuple(self, b, scope, e: ast.Tuple) -> Value:
         return tuple(self.expr(b, scope, x) for x in e.elts)
@@ -543,10 +573,12 @@ class KernelCompiler:
         return out
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
-        from .loops import comprehension
+        from .loops import builtin_sum, comprehension
         method = self.method_target(e.func)
         target = None if method else self.callee(e.func)
-        if target in (("builtin", "sum"), ("torch", "stack")) and len(e.args) == 1 and \
+        if target == ("builtin", "sum"):
+            return builtin_sum(self, b, scope, e)
+        if target == ("torch", "stack") and len(e.args) == 1 and \
                 isinstance(e.args[0], (ast.ListComp, ast.GeneratorExp)):
             return comprehension(self, b, scope, e, target[1])
         if any(isinstance(a, ast.Starred) for a in e.args) or any(k.arg is None for k in e.keywords):
@@ -571,11 +603,6 @@ class KernelCompiler:
             if not x.type.rank:
                 raise self.src.error(e, "len() of a scalar")
             return tensors.dim_value(x.type.shape[0])
-        if target == ("builtin", "sum") and len(args) == 1 and isinstance(args[0], (list, tuple)):
-            out = Const(0)
-            for v in args[0]:
-                out = self.binop(b, ast.Add(), out, v, e)
-            return out
         if any(isinstance(a, list) for a in args):
             raise self.src.error(e, "a list argument is only supported in torch.stack, torch.cat and sum")
         if target[0] == "kernel":
@@ -667,6 +694,8 @@ class KernelCompiler:
 
     def expr_Attribute(self, b, scope, e: ast.Attribute) -> Value:
         from .mathlib import MATH_CONSTANTS
+        if isinstance(e.value, ast.Name) and e.value.id in self.src.const_modules and scope.lookup(e.value.id) is None:
+            return self.module_constant(e)
         if isinstance(e.value, ast.Name) and self.src.modules.get(e.value.id) == "math" and e.attr in MATH_CONSTANTS:
             return Const(MATH_CONSTANTS[e.attr])
         if self.module_of(e.value) == "torch":
@@ -756,7 +785,13 @@ class KernelCompiler:
         return out
 
     def call_kernel(self, b: Builder, name: str, args: list[Value], node: ast.AST) -> Value:
+        from .decorators import mapped_by_decorator
         fn = self.src.functions[name]
+        if mapped_by_decorator(self.src, fn) is not None:
+            raise self.src.error(node, f"'{name}' is decorated with @{ast.unparse(mapped_by_decorator(self.src, fn))}"
+                                       ": in Python this call maps it over tensors, which a kernel's call does not",
+                                 hint=f"call a function without the decorator (def {name}_scalar(...), then "
+                                      f"{name} = ksbuild.vmap({name}_scalar)), or map it in the manifest")
         static = {i: a for i, a in enumerate(args) if isinstance(a, SymDim) or
                   (isinstance(a, Const) and fn.args.args[i].annotation is None)}
         args = [a for i, a in enumerate(args) if i not in static]
@@ -821,6 +856,12 @@ def _shape(v: Value):
 def _prim(name: str):
     from ..prims import PRIMS
     return PRIMS[name]
+
+
+def _is_tensor_class(node: ast.expr) -> bool:
+    """torch.Tensor or Tensor as an annotation (no dtype, no shape)."""
+    text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+    return text.strip() in ("torch.Tensor", "Tensor")
 
 
 def _returns(s: ast.stmt) -> bool:

@@ -11,6 +11,7 @@ from typing import Sequence
 from ..errors import KsbuildError, Location
 from ..ir.core import Func
 from ..ir.types import Type
+from .imported import sibling_module
 from .python import KernelCompiler, Source
 from .scope import Const
 
@@ -22,9 +23,11 @@ _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, a
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
 
-def load_source(path: Path) -> Source:
-    """Parse a Python file; a syntax error points at the user's line."""
+def load_source(path: Path, loading: tuple[Path, ...] = ()) -> Source:
+    """Parse a Python file; a syntax error points at the user's line. `loading`: the files whose imports led
+    here (module constants, see imported.py)."""
     text = path.read_text()
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (files saved by Visual Studio start with one)
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as e:
@@ -32,11 +35,20 @@ def load_source(path: Path) -> Source:
         raise KsbuildError(f"Python syntax error: {e.msg}", loc) from None
     src = Source(path, text.splitlines(), tree)
     for node in tree.body:
-        _top_level(src, node)
+        _top_level(src, node, (*loading, path.resolve()))
     return src
 
 
-def _top_level(src: Source, node: ast.stmt) -> None:
+def imported_files(path: Path) -> list[Path]:
+    """The files of the modules whose constants the kernel file at `path` imports, directly or not (a build
+    depends on them); [] when the file cannot be read or parsed (the compile reports that)."""
+    try:
+        return load_source(path).files
+    except (KsbuildError, OSError, UnicodeDecodeError):
+        return []
+
+
+def _top_level(src: Source, node: ast.stmt, loading: tuple[Path, ...]) -> None:
     if isinstance(node, ast.FunctionDef):
         src.functions[node.name] = node
     elif isinstance(node, ast.Import):
@@ -45,11 +57,18 @@ def _top_level(src: Source, node: ast.stmt) -> None:
                 src.modules[a.asname] = KNOWN_MODULES[a.name]
             elif a.name.split(".")[0] in KNOWN_MODULES:  # `import torch.nn.functional` binds `torch`
                 src.modules[a.name.split(".")[0]] = KNOWN_MODULES[a.name.split(".")[0]]
-            else:  # numpy, scipy...: a located error where a kernel uses it
-                src.foreign[a.asname or a.name.split(".")[0]] = a.name
+            elif not _constants_module(src, a.asname or a.name, a.name, 0, loading):
+                src.foreign[a.asname or a.name.split(".")[0]] = a.name  # numpy...: an error where a kernel uses it
     elif isinstance(node, ast.ImportFrom) and node.module not in KNOWN_MODULES:  # from helpers import f
+        found = sibling_module(src.path, node.module, node.level, loading, load_source)
         for a in node.names:
-            src.borrowed[a.asname or a.name] = "." * node.level + (node.module or "")
+            sub = f"{node.module}.{a.name}" if node.module else a.name  # from . import consts
+            if found is not None and a.name in found.constants:
+                src.constants[a.asname or a.name] = found.constants[a.name]
+            elif not _constants_module(src, a.asname or a.name, sub, node.level, loading):
+                src.borrowed[a.asname or a.name] = "." * node.level + (node.module or "")
+        if found is not None:
+            src.files += [found.path, *found.files]
     elif isinstance(node, ast.ImportFrom) and node.module in KNOWN_MODULES:
         for a in node.names:
             sub = f"{node.module}.{a.name}"
@@ -67,6 +86,17 @@ def _top_level(src: Source, node: ast.stmt) -> None:
             src.constants.pop(name, None)
 
 
+def _constants_module(src: Source, alias: str, module: str, level: int, loading: tuple[Path, ...]) -> bool:
+    """Bind `alias` to the constants of `module` if it is a file next to the kernel file (import consts)."""
+    if "." in alias:
+        return False  # (`import a.b` binds `a`: write `import a.b as c` or `from a.b import X`)
+    found = sibling_module(src.path, module, level, loading, load_source)
+    if found is not None:
+        src.const_modules[alias] = found.constants
+        src.files += [found.path, *found.files]
+    return found is not None
+
+
 def _constant(src: Source, e: ast.expr):
     """The value of a module-level constant expression, or None if it is not one."""
     if isinstance(e, ast.Constant) and isinstance(e.value, (bool, int, float)):
@@ -76,6 +106,10 @@ def _constant(src: Source, e: ast.expr):
         return tuple(x if isinstance(x, tuple) else Const(x) for x in items) if None not in items else None
     if isinstance(e, ast.Name) and e.id in src.constants:
         c = src.constants[e.id]
+        return c if isinstance(c, tuple) else c.value
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
+            e.attr in src.const_modules.get(e.value.id, {}):  # TOL = 2 * consts.EPS
+        c = src.const_modules[e.value.id][e.attr]
         return c if isinstance(c, tuple) else c.value
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and src.modules.get(e.value.id) == "math":
         return getattr(math, e.attr, None) if isinstance(getattr(math, e.attr, None), float) else None

@@ -168,7 +168,7 @@ def subscript(fc, b, x, index_node: ast.expr, scope, node):
             x = b.reshape(x, shape=x.type.shape[:axis] + (1,) + x.type.shape[axis:])
             axis += 1
         elif isinstance(it, ast.Slice):
-            x = _slice(fc, b, scope, x, axis, it)
+            x = _slice(fc, b, scope, x, axis, it, ast.unparse(node.value) if isinstance(node, ast.Subscript) else "x")
             axis += 1
         elif len(together) > 1 and k == together[0]:
             rank = x.type.rank - len(together)
@@ -218,7 +218,8 @@ def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
     if any(_is_none(it) for it in items) or len(items) > x.type.rank:
         raise fc.src.error(node, f"unsupported index in an assignment to {x.type}",
                            hint="use integers and slices a:b, one per axis")
-    keys = [_set_key(fc, b, scope, x, axis, it) for axis, it in enumerate(items)]
+    x_text = ast.unparse(node.value) if isinstance(node, ast.Subscript) else "x"
+    keys = [_set_key(fc, b, scope, x, axis, it, x_text) for axis, it in enumerate(items)]
     keys += [("all",)] * (x.type.rank - len(keys))
     v = tensor(fc, b, value, node)
     if v.type.dtype != x.type.dtype:
@@ -226,7 +227,7 @@ def set_subscript(fc, b, x, index_node: ast.expr, value, scope, node):
     return _set_items(fc, b, x, keys, v, node)
 
 
-def _set_key(fc, b, scope, x: Atom, axis: int, it):
+def _set_key(fc, b, scope, x: Atom, axis: int, it, x_text: str = "x"):
     """One index item of an assignment: ("int", index atom), ("range", start, stop), ("window", start atom,
     literal length) for x[j:j + m] with a computed start, or ("all",)."""
     n = x.type.shape[axis]
@@ -239,7 +240,9 @@ def _set_key(fc, b, scope, x: Atom, axis: int, it):
             if not isinstance(m, int):
                 raise fc.src.error(it, "an assignment to x[j:j + m] with a computed start needs a literal length m")
             return ("window", _window_start(b, start, n, m), m)
-        start, stop = _bound(fc, b, scope, it.lower, n, 0), _bound(fc, b, scope, it.upper, n, n)
+        def instead():
+            return _masked_instead(x_text, axis, x.type.rank, it, assign=True)
+        start, stop = _bound(fc, b, scope, it.lower, n, 0, instead), _bound(fc, b, scope, it.upper, n, n, instead)
         return ("all",) if (start, stop) == (0, n) else ("range", start, stop)
     return ("int", _index_atom(fc, b, x, axis, fc.expr(b, scope, it), it))
 
@@ -279,10 +282,17 @@ def _set_items(fc, b, x: Atom, keys: list, v: Atom, node) -> Atom:
     return shape_ops.concatenate(b, pieces, k)
 
 
-def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
+def _bound(fc, b, scope, e, n: Dim, default: Dim, instead=None) -> Dim:
+    """A slice bound as a dim (clamped into the axis when static); `instead()`: what to write when the bound is
+    computed at run time (a loop counter), which would make the slice's size change from run to run."""
     if e is None:
         return default
-    d = as_dim(fc, fc.expr(b, scope, e), e)
+    v = fc.expr(b, scope, e)
+    if instead is not None and isinstance(v, Atom) and not v.type.rank and v.type.is_int:
+        raise fc.src.error(e, f"the slice bound '{ast.unparse(e)}' is computed when the kernel runs (a loop counter "
+                              "or a value), so the slice's size would change with it; a kernel's tensors have sizes "
+                              "fixed when it is called", hint=instead())
+    d = as_dim(fc, v, e)
     if isinstance(d, int) and d < 0:
         d = dim_add(n, d)
     if isinstance(d, int) and isinstance(n, int):
@@ -290,7 +300,22 @@ def _bound(fc, b, scope, e, n: Dim, default: Dim) -> Dim:
     return d
 
 
-def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
+def _masked_instead(x_text: str, axis: int, rank: int, s: ast.Slice, assign: bool) -> str:
+    """What to write instead of a slice with computed bounds: the whole axis and a mask of the positions the
+    slice takes (torch.arange along that axis, broadcast against the others)."""
+    pos = f"torch.arange({x_text}.shape[{axis}])" + (f"[:{', None' * (rank - 1 - axis)}]" if axis < rank - 1 else "")
+    conds = ([f"{pos} >= {ast.unparse(s.lower)}"] if s.lower is not None else []) + \
+            ([f"{pos} < {ast.unparse(s.upper)}"] if s.upper is not None else [])
+    mask = " & ".join(f"({c})" for c in conds) if len(conds) > 1 else conds[0]
+    if assign:
+        return (f"keep the whole axis and select the positions along axis {axis}: "
+                f"{x_text} = torch.where({mask}, value, {x_text})")
+    return (f"keep the whole axis and zero what the slice leaves out: torch.where({mask}, {x_text}, 0.0) (a sum of "
+            f"it is the slice's sum; use 1.0 for a product), or loop over the elements: for j in range(...): "
+            f"... {x_text}[j] ...")
+
+
+def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice, x_text: str = "x") -> Atom:
     step = 1
     if s.step is not None:
         v = fc.expr(b, scope, s.step)
@@ -308,7 +333,9 @@ def _slice(fc, b, scope, x: Atom, axis: int, s: ast.Slice) -> Atom:
     window = _dynamic_window(fc, b, scope, s)
     if window is not None:
         return window(x, axis)
-    start, stop = _bound(fc, b, scope, s.lower, n, 0), _bound(fc, b, scope, s.upper, n, n)
+    def instead():
+        return _masked_instead(x_text, axis, x.type.rank, s, assign=False)
+    start, stop = _bound(fc, b, scope, s.lower, n, 0, instead), _bound(fc, b, scope, s.upper, n, n, instead)
     if start == 0 and stop == n:
         return x
     return b.slice(x, axis=axis, start=start, stop=stop)
@@ -606,7 +633,10 @@ def _numel(fc, b, x, args, kw, node):
 
 
 def transpose_2d(fc, b, x, node):
+    """x.T, x.t(), torch.t(x): a matrix's axes swapped; as torch, a 0-d or 1-d tensor is returned as it is."""
     x = tensor(fc, b, x, node)
+    if x.type.rank < 2:
+        return x
     if x.type.rank != 2:
         raise fc.src.error(node, f".T is supported on matrices, got {x.type}", hint="use permute(...)")
     return shape_ops.swap_axes(b, x, 0, 1)

@@ -106,7 +106,17 @@ def _named_sources(m: Manifest) -> list[tuple[str, Path]]:
             path = m.root / name if name.endswith(".py") else _module_file(name)
         if path is not None and path.is_file():
             named.append((name, path))
+            named += _imported_sources(name, path) if k.python else []
     return named
+
+
+def _imported_sources(name: str, path: Path) -> list[tuple[str, Path]]:
+    """(name, file) of the modules whose constants a kernel file imports (`from consts import EPS`), named by the
+    kernel file's name and their path relative to its folder."""
+    from ..frontends.source import imported_files
+
+    folder = path.resolve().parent
+    return [(f"{name}>{os.path.relpath(f.resolve(), folder)}", f) for f in dict.fromkeys(imported_files(path))]
 
 
 def _module_file(module: str) -> Path | None:
