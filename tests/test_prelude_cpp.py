@@ -3,7 +3,8 @@ with ctest. test_prelude checks ipow, floor division, modulo, selects against Py
 test_vmath measures ks::exp and ks::log against libm (at most 2 ulp) and their special values;
 test_gemm_conv (and its _wide build with another register tile, and its _native build for this machine's
 instruction set) checks ks::tiled_gemm,
-ks::packed_gemm and ks::conv against written-out loops."""
+ks::packed_gemm and ks::conv against written-out loops; test_qconv (best tile, AVX2, portable) the integer kernels
+of ks/qconv.h."""
 from __future__ import annotations
 
 import subprocess
@@ -19,7 +20,8 @@ def test_prelude_cpp_tests_pass(tmp_path):
     subprocess.run([cmake_exe(), "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"], check=True,
                    capture_output=True)
     subprocess.run([cmake_exe(), "--build", str(build), "-j", "2", "--target", "test_prelude", "test_vmath",
-                    "test_gemm_conv", "test_gemm_conv_wide", "test_gemm_conv_native"], check=True, capture_output=True)
+                    "test_gemm_conv", "test_gemm_conv_wide", "test_gemm_conv_native", "test_qconv_best",
+                    "test_qconv_avx2", "test_qconv_portable"], check=True, capture_output=True)
     ctest = subprocess.run([str(Path(cmake_exe()).with_name("ctest")), "--test-dir", str(build), "--output-on-failure"],
                            capture_output=True, text=True)
     assert ctest.returncode == 0, ctest.stdout + ctest.stderr

@@ -20,6 +20,7 @@ from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Dim, Type
 from .names import ascii_name, c_name, dim_name
 from .node import NeedsConstant, Node, tensor_array
+from .qdq import fold_qdq
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic, onnx_dtype
 
 HANDLERS: dict[str, Callable[[Node], list]] = {}
@@ -135,7 +136,8 @@ class Importer:
         for vi in inputs:
             params += self.graph_input(b, frame, vi)
         params += self.add_initializers(b, frame, g.initializer)
-        self.run_nodes(frame, g.node, self.opsets)
+        nodes = fold_qdq(g.node, inits, {o.name for o in g.output})
+        self.run_nodes(frame, nodes, self.opsets)
         results, names = self.outputs(b, frame, g.output)
         f = b.func(name, params, results, names)
         return Func(f.name, f.params, f.eqns, f.results, f.result_names, notes=tuple(self.notes))

@@ -1,0 +1,302 @@
+"""int8 models against onnxruntime (issue: integer kernels in the kernel layer).
+
+- Single operators built with onnx.helper (QLinearConv over strides, padding, dilations, groups, depthwise
+  multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes them); QLinearMatMul; com.microsoft QGemm with
+  a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one package, each
+  compared with onnxruntime: the products bit for bit, the float-defined operators (QLinearAdd, QLinearSigmoid, ...)
+  within one quantization step, since onnxruntime computes those its own way (docs/quantization.md).
+- Whole models: a small CNN (convolutions, a depthwise one, max pooling, a residual Add, global average pooling, a
+  linear layer) and an MLP, quantized with onnxruntime's quantize_static in its QDQ and QOperator formats. The QDQ
+  patterns fold into integer operators (frontends/onnx/qdq.py) as onnxruntime's optimizer folds them: outputs equal
+  onnxruntime's bit for bit except where a float-defined operator rounds differently (at most one step, rare), and
+  the quantized model's top-1 agrees with the float model's (a wrong requantization cannot hide behind "runs").
+- The generated C++ calls the integer kernels (ks::qconv, ks::qmatmul), and the IR interpreter agrees with the
+  compiled code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.RandomState(0)
+U8, I8 = TensorProto.UINT8, TensorProto.INT8
+NP = {U8: np.uint8, I8: np.int8}
+
+
+def _init(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def _model(nodes, inputs, outputs, inits, opset=17, ms=False):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    m = helper.make_model(graph, opset_imports=imports)
+    m.ir_version = 8
+    return m
+
+
+def _bytes(shape, dtype):
+    lo = -128 if dtype == I8 else 0
+    return RNG.randint(lo, lo + 256, size=shape).astype(NP[dtype])
+
+
+def qlinear_conv(c, m, hw, k, stride=1, pad=0, dil=1, group=1, xt=U8, yt=U8, per_channel=False, bias=True,
+                 rank=2):
+    """A QLinearConv model and an input for it."""
+    xs, ws, ys = np.float32(0.02), np.float32(0.01), np.float32(0.05)
+    w_scale = (RNG.rand(m).astype(np.float32) * 0.02 + 0.002) if per_channel else np.array(ws, np.float32)
+    spatial = (hw,) * rank
+    inits = [_init("xs", xs), _init("xz", np.array(7 if xt == U8 else -3, NP[xt])), _init("w", _bytes(
+        (m, c // group) + (k,) * rank, I8)), _init("ws", w_scale), _init("wz", np.zeros(w_scale.shape, np.int8)),
+        _init("ys", ys), _init("yz", np.array(120 if yt == U8 else 5, NP[yt]))]
+    ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias:
+        inits.append(_init("b", RNG.randint(-3000, 3000, size=m).astype(np.int32)))
+        ins.append("b")
+    node = helper.make_node("QLinearConv", ins, ["y"], strides=[stride] * rank, pads=[pad] * 2 * rank,
+                            dilations=[dil] * rank, group=group)
+    x = helper.make_tensor_value_info("x", xt, [1, c, *spatial])
+    y = helper.make_tensor_value_info("y", yt, None)
+    return _model([node], [x], [y], inits), {"x": _bytes((1, c, *spatial), xt)}
+
+
+def qlinear_matmul(rows, k, n, xt=U8, yt=U8):
+    inits = [_init("as", np.float32(0.03)), _init("az", np.array(9 if xt == U8 else -9, NP[xt])),
+             _init("b", _bytes((k, n), I8)), _init("bs", np.float32(0.01)), _init("bz", np.int8(0)),
+             _init("ys", np.float32(0.2)), _init("yz", np.array(100 if yt == U8 else 0, NP[yt]))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    return _model([node], [helper.make_tensor_value_info("a", xt, [rows, k])],
+                  [helper.make_tensor_value_info("y", yt, None)], inits), {"a": _bytes((rows, k), xt)}
+
+
+def qgemm(rows, k, n, trans_b=0, float_out=False, per_column=False):
+    b = _bytes((n, k) if trans_b else (k, n), I8)
+    b_scale = RNG.rand(n).astype(np.float32) * 0.02 + 0.001 if per_column else np.array(0.01, np.float32)
+    inits = [_init("as", np.float32(0.03)), _init("az", np.uint8(11)), _init("b", b), _init("bs", b_scale),
+             _init("bz", np.zeros(b_scale.shape, np.int8)), _init("c", RNG.randint(-500, 500, n).astype(np.int32))]
+    ins = ["a", "as", "az", "b", "bs", "bz", "c"]
+    if not float_out:
+        inits += [_init("ys", np.float32(0.1)), _init("yz", np.uint8(128))]
+        ins += ["ys", "yz"]
+    node = helper.make_node("QGemm", ins, ["y"], domain="com.microsoft", transB=trans_b)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT if float_out else U8, None)
+    return _model([node], [helper.make_tensor_value_info("a", U8, [rows, k])], [out], inits, ms=True), \
+        {"a": _bytes((rows, k), U8)}
+
+
+def contrib(op, **attrs):
+    """A com.microsoft quantized operator of uint8 tensors [1, 8, 5, 5]."""
+    shape = [1, 8, 5, 5]
+    inits = [_init("s1", np.float32(0.05)), _init("z1", np.uint8(100)), _init("s2", np.float32(0.03)),
+             _init("z2", np.uint8(30)), _init("s3", np.float32(0.07)), _init("z3", np.uint8(60))]
+    feeds = {"a": _bytes(shape, U8), "b": _bytes(shape, U8)}
+    inputs = [helper.make_tensor_value_info(n, U8, shape) for n in ("a", "b")]
+    if op in ("QLinearAdd", "QLinearMul"):
+        ins = ["a", "s1", "z1", "b", "s2", "z2", "s3", "z3"]
+    elif op == "QLinearConcat":
+        ins = ["s3", "z3", "a", "s1", "z1", "b", "s2", "z2"]
+    elif op == "QLinearAveragePool":
+        ins = ["a", "s1", "z1", "s3", "z3"]
+        attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], **attrs)
+    else:
+        ins = ["a", "s1", "z1", "s3", "z3"]
+    if "b" not in ins:
+        inputs, feeds = inputs[:1], {"a": feeds["a"]}
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft", **attrs)
+    return _model([node], inputs, [helper.make_tensor_value_info("y", U8, None)], inits, ms=True), feeds
+
+
+EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
+    "conv_3x3": qlinear_conv(8, 16, 12, 3, pad=1),
+    "conv_stride2": qlinear_conv(6, 20, 13, 3, stride=2, pad=1, per_channel=True),
+    "conv_dilated": qlinear_conv(5, 9, 11, 3, dil=2, pad=2, bias=False),
+    "conv_1x1_i8": qlinear_conv(16, 24, 7, 1, xt=I8, yt=I8),
+    "conv_grouped": qlinear_conv(12, 18, 9, 3, group=3, pad=1, xt=I8, yt=I8),
+    "conv_depthwise": qlinear_conv(16, 16, 10, 3, group=16, pad=1, per_channel=True),
+    "conv_depthwise_s2": qlinear_conv(8, 16, 15, 5, stride=2, pad=2, group=8, xt=I8, yt=I8),
+    "conv_1d": qlinear_conv(4, 10, 40, 5, stride=3, pad=2, rank=1),
+    "matmul_one_row": qlinear_matmul(1, 50, 70),
+    "matmul_i8": qlinear_matmul(37, 33, 20, xt=I8, yt=I8),
+    "qgemm": qgemm(5, 40, 30),
+    "qgemm_trans_b_per_column": qgemm(3, 24, 40, trans_b=1, per_column=True),
+    "qgemm_float_out": qgemm(4, 16, 12, float_out=True),
+}
+WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
+    "qlinear_add": contrib("QLinearAdd"),
+    "qlinear_mul": contrib("QLinearMul"),
+    "qlinear_concat": contrib("QLinearConcat", axis=1),
+    "qlinear_gap": contrib("QLinearGlobalAveragePool"),
+    "qlinear_avgpool": contrib("QLinearAveragePool"),
+    "qlinear_sigmoid": contrib("QLinearSigmoid"),
+    "qlinear_leaky_relu": contrib("QLinearLeakyRelu", alpha=0.1),
+}
+
+
+def _ort(model_path, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@pytest.fixture(scope="module")
+def ops_pkg(tmp_path_factory):
+    import ksbuild
+    root = tmp_path_factory.mktemp("int8_ops")
+    lines = ['[package]\nname = "int8_ops"\nversion = "0.1.0"\n']
+    for name, (model, _) in {**EXACT, **WITHIN_ONE_STEP}.items():
+        onnx.save(model, root / f"{name}.onnx")
+        lines.append(f'[kernels.{name}]\nonnx = "{name}.onnx"\n')
+    lines.append("[exports]\n" + "".join(f'{n} = "{n}"\n' for n in {**EXACT, **WITHIN_ONE_STEP}))
+    (root / "manifest.toml").write_text("\n".join(lines))
+    return root, ksbuild.build(root / "manifest.toml", quiet=True)
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_integer_products_equal_onnxruntime(ops_pkg, name):
+    root, pkg = ops_pkg
+    feeds = EXACT[name][1]
+    want = _ort(root / f"{name}.onnx", feeds)
+    got = np.asarray(getattr(pkg, name)(*feeds.values()))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype == np.float32:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    else:
+        assert np.array_equal(got, want), f"{np.count_nonzero(got != want)} of {want.size} differ"
+
+
+@pytest.mark.parametrize("name", sorted(WITHIN_ONE_STEP))
+def test_float_defined_quantized_ops_within_one_step(ops_pkg, name):
+    root, pkg = ops_pkg
+    feeds = WITHIN_ONE_STEP[name][1]
+    want = _ort(root / f"{name}.onnx", feeds).astype(np.int32)
+    got = np.asarray(getattr(pkg, name)(*feeds.values())).astype(np.int32)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1
+
+
+def test_generated_code_calls_the_integer_kernels(ops_pkg):
+    root, _ = ops_pkg
+    from ksbuild.exports import build_exports
+    from ksbuild.manifest import load_manifest
+    from ksbuild.packaging.render import render_project
+    out = root / "rendered"
+    m = load_manifest(root / "manifest.toml")
+    render_project(m, build_exports(m), out)
+    cpp = (out / "src" / "int8_ops.cpp").read_text()
+    assert "ks::qconv<uint8_t, uint8_t>" in cpp and "ks::qconv_depthwise<" in cpp and "ks::qmatmul<int8_t, int8_t>" in cpp
+    assert "ks::qconv<int8_t, int8_t>" in cpp  # (the grouped convolution of int8 activations)
+
+
+def test_interpreter_equals_compiled(ops_pkg):
+    """The prims' reference semantics (prims/qlinear.py, numpy) and the C++ kernels agree."""
+    from ksbuild.exports import build_exports
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.manifest import load_manifest
+    root, pkg = ops_pkg
+    exports = {e.name: e for e in build_exports(load_manifest(root / "manifest.toml"))}
+    for name in ("conv_stride2", "conv_depthwise_s2", "matmul_i8", "qgemm_trans_b_per_column"):
+        feeds = EXACT[name][1]
+        want = eval_func(exports[name].func, list(feeds.values()))[0]
+        assert np.array_equal(np.asarray(getattr(pkg, name)(*feeds.values())), np.asarray(want)), name
+
+
+# ---- whole models quantized by onnxruntime -----------------------------------------------------------------------
+
+def _float_models(root):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Cnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+            self.pw = nn.Conv2d(16, 32, 1)
+            self.c2 = nn.Conv2d(32, 32, 3, padding=1)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.c1(x))
+            x = torch.nn.functional.max_pool2d(torch.relu(self.pw(torch.relu(self.dw(x)))), 2)
+            x = x + torch.relu(self.c2(x))
+            return self.fc(x.mean((2, 3)))
+
+    mlp = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 48), nn.ReLU(), nn.Linear(48, 10))
+    paths = {}
+    for name, model, shape in (("cnn", Cnn().eval(), (1, 3, 24, 24)), ("mlp", mlp.eval(), (1, 64))):
+        paths[name] = (root / f"{name}_f32.onnx", shape)
+        torch.onnx.export(model, torch.randn(*shape), paths[name][0], input_names=["x"], output_names=["y"],
+                          dynamo=False, opset_version=17)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    import ksbuild
+    root = tmp_path_factory.mktemp("int8_models")
+    models = {}
+    for name, (path, shape) in _float_models(root).items():
+        for fmt in ("qdq", "qop"):
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self.batches = iter([{"x": np.random.RandomState(i).randn(*shape).astype(np.float32)}
+                                         for i in range(16)])
+
+                def get_next(self):
+                    return next(self.batches, None)
+            out = root / f"{name}_{fmt}.onnx"
+            quantize_static(str(path), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else
+                            QuantFormat.QOperator, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            per_channel=name == "cnn")
+            models[f"{name}_{fmt}"] = (out, shape)
+        models[f"{name}_f32"] = (path, shape)
+    lines = ['[package]\nname = "int8_models"\nversion = "0.1.0"\n']
+    for name, (path, _) in models.items():
+        lines.append(f'[kernels.{name}]\nonnx = "{path.name}"\n')
+    lines.append("[exports]\n" + "".join(f'{n} = "{n}"\n' for n in models))
+    (root / "manifest.toml").write_text("\n".join(lines))
+    return models, ksbuild.build(root / "manifest.toml", quiet=True)
+
+
+@pytest.mark.parametrize("name", ["cnn_qdq", "cnn_qop", "mlp_qdq", "mlp_qop"])
+def test_quantized_models_match_onnxruntime(quantized, name):
+    models, pkg = quantized
+    path, shape = models[name]
+    for seed in range(4):
+        x = np.random.RandomState(100 + seed).randn(*shape).astype(np.float32)
+        want = _ort(path, {"x": x})
+        got = np.asarray(getattr(pkg, name)(x))
+        step = np.abs(want[want != 0]).min() if np.any(want != 0) else 1.0  # (outputs are dequantized: k·scale)
+        assert np.abs(got - want).max() <= 1.01 * step, name
+
+
+@pytest.mark.parametrize("family", ["cnn", "mlp"])
+def test_quantized_top1_agrees_with_float_model(quantized, family):
+    models, pkg = quantized
+    shape = models[f"{family}_f32"][1]
+    agree, total = 0, 0
+    for seed in range(32):
+        x = np.random.RandomState(1000 + seed).randn(*shape).astype(np.float32)
+        ref = np.asarray(getattr(pkg, f"{family}_f32")(x)).argmax(-1)
+        for fmt in ("qdq", "qop"):
+            agree += int(np.array_equal(np.asarray(getattr(pkg, f"{family}_{fmt}")(x)).argmax(-1), ref))
+            total += 1
+    assert agree / total >= 0.8, f"top-1 agreement {agree}/{total}"
+
+
+def test_qdq_folds_into_integer_operators(quantized):
+    """The QDQ model's convolutions and products run as integer operators, not float ones between Q and DQ."""
+    from ksbuild.frontends.onnx.qdq import fold_qdq
+    models, _ = quantized
+    m = onnx.load(str(models["cnn_qdq"][0]))
+    folded = fold_qdq(m.graph.node, {t.name: t for t in m.graph.initializer}, {o.name for o in m.graph.output})
+    ops = [n.op_type for n in folded]
+    assert "Conv" not in ops and "Gemm" not in ops and ops.count("QLinearConv") == 4 and "QGemm" in ops
+    assert "Relu" not in ops  # (folded into the bounds of the operators before their QuantizeLinear)
