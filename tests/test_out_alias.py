@@ -163,6 +163,23 @@ def _no_temporary(*args, **kwargs):
     raise AssertionError("an in-place call the header allows made a temporary")
 
 
+def test_in_place_takes_the_fast_path_and_overlap_the_full_one(pkg, monkeypatch):
+    """A repeated call with out= the very input of an in-place export stays on the fast path; an overlap that must
+    be computed apart leaves it for the full path."""
+    x, S = rand(50), rand(4, 4)
+    pkg.vrelu3(x), pkg.tr(S)  # (their shapes' plans)
+    full = []
+    for export in (pkg.vrelu3, pkg.tr):
+        monkeypatch.setattr(export, "call_numpy", lambda *a, f=export.call_numpy, **k: full.append(f) or f(*a, **k))
+    want = relu3(x)
+    assert pkg.vrelu3(x, out=x) is x and not full
+    np.testing.assert_allclose(x, want, rtol=1e-12)
+    want = S.T.copy()
+    pkg.tr(S, out=S)
+    assert len(full) == 1
+    np.testing.assert_array_equal(S, want)
+
+
 def test_not_allowed_in_place_computes_apart(pkg, monkeypatch):
     """An exact alias of an export not proven safe (a transpose) goes through a temporary."""
     made = []

@@ -88,6 +88,7 @@ class Export:
         self._fast = desc["kind"] == "tensor" and not self._strings and not self._option_inputs and self.ins \
             and all(a["shape"] for a in self.ins)
         self._in_dtypes = [np.dtype(NUMPY_DTYPES[a["dtype"]]) for a in self.ins]
+        self._in_place = {k for k, a in enumerate(self.ins) if a["name"] in desc.get("in_place", ())}
         self._one_array_out = len(self.outs) == 1 and bool(self.outs[0]["shape"])
         # per export: `pkg.f?` (IPython), pkg.f.__doc__ and inspect.signature(pkg.f) show its arguments
         self.__doc__ = f"{desc['symbol']} = {desc['expression']}\n{self.signature}\n\n{Export.__call__.__doc__}"
@@ -151,7 +152,7 @@ class Export:
             if type(x) is not np.ndarray or x.dtype is not dtype or not x.flags.c_contiguous:
                 return _SLOW  # (`is`: numpy's dtypes of native byte order are singletons; others go the full way)
         plan = self._fast_plans.get(tuple([x.shape for x in args]))
-        outs = None if plan is None else _fitting_outputs(plan, out, args)
+        outs = None if plan is None else _fitting_outputs(plan, out, args, self._in_place)
         if outs is None:
             return _SLOW
         self.call_pointers(plan, [_address(x) for x in args], [_address(o) for o in outs])
@@ -233,11 +234,10 @@ class Export:
         """The arrays the C call writes: each out= array, or a new one where it shares memory with an input
         (then copied into it after the call: numpy's ufunc rule, results as if nothing overlapped), except an
         out= array that is an input itself where the export computes in place (its "in_place" inputs)."""
-        in_place = self.desc.get("in_place", ())
         written = []
         for o in outs:
-            clash = any(np.may_share_memory(o, x) and not (a["name"] in in_place and _same_buffer(o, x))
-                        for x, a in zip(arrays, self.ins) if a["shape"])
+            clash = any(np.may_share_memory(o, x) and not (k in self._in_place and _same_buffer(o, x))
+                        for k, (x, a) in enumerate(zip(arrays, self.ins)) if a["shape"])
             written.append(np.empty_like(o) if clash else o)
         return written
 
@@ -368,9 +368,10 @@ _MAX_PLANS = 64  # shapes remembered per export
 _SLOW = object()  # what the fast path returns when it does not apply
 
 
-def _fitting_outputs(plan: CallPlan, out, args: tuple) -> list | None:
+def _fitting_outputs(plan: CallPlan, out, args: tuple, in_place: set) -> list | None:
     """New output arrays, or the out= arrays when they fit the plan exactly and share no memory with the inputs
-    or each other (else None: the full path explains, or computes apart and copies)."""
+    (but for an input at a position in `in_place` passed as out= itself) or each other (else None: the full path
+    explains, or computes apart and copies)."""
     if out is None:
         return [np.empty(shape, dtype) for shape, dtype in plan.outs]
     given = out if isinstance(out, (tuple, list)) else (out,)
@@ -381,8 +382,12 @@ def _fitting_outputs(plan: CallPlan, out, args: tuple) -> list | None:
                 or not o.flags.writeable:
             return None
     for k, o in enumerate(given):
-        if any(np.may_share_memory(o, x) for x in args) or any(np.may_share_memory(o, p) for p in given[:k]):
-            return None
+        for j, x in enumerate(args):
+            if np.may_share_memory(o, x) and (x is not o or j not in in_place):
+                return None
+        for p in given[:k]:
+            if np.may_share_memory(o, p):
+                return None
     return list(given)
 
 
