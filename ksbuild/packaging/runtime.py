@@ -14,6 +14,10 @@ shapes and kept (`Export.plan`). A repeated call on contiguous numpy arrays of t
 (`Export._fast_call`), or on plain CPU tensors (torch_ops.run), checks their types, dtypes and
 layout, looks its plan up and calls C; anything else takes the full path, which checks, converts
 and explains.
+
+out= arrays that share memory with an input get numpy's ufunc results (as if nothing overlapped): the
+C call writes a new array, copied into out= after it, unless out= is an input the export may compute in
+place (its "in_place" inputs, which the header states: codegen/aliasing.py).
 """
 from __future__ import annotations
 
