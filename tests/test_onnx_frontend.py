@@ -100,6 +100,15 @@ def test_run_time_nonzero_suggests_torch_where(tmp_path):
     assert "node nz (NonZero)" in text and "torch.where(mask, v, x)" in text
 
 
+def test_negative_input_size_is_a_located_error(tmp_path):
+    """ONNX sizes are >= 0; onnx.checker accepts [-5, 3] and ksbuild used to put it in the header (issue 32)."""
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [-5, 3])], [tensor("y", [-5, 3])])
+    onnx.checker.check_model(m)  # (it is a model onnx lets through)
+    text = compile_error(tmp_path, m)
+    assert "model.onnx" in text and "graph input 'x' is declared with shape [-5, 3]" in text
+    assert "size -5 along axis 0 is negative" in text and "dim_param" in text
+
+
 def test_unsupported_input_type(tmp_path):
     node = helper.make_node("Identity", ["x"], ["y"])
     text = compile_error(tmp_path, model([node], [tensor("x", [2], TensorProto.COMPLEX64)],

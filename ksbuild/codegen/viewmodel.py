@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from ..ir.core import Func, Lit, Var
 from ..ir.types import C_TYPES, dim_names, dim_sub
+from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
 from .storage import Storage, dim_expr
@@ -53,6 +54,7 @@ class ExportView:
     dims: list[str]
     workspace: str = "0"
     needs_workspace: bool = False
+    in_place: list[str] = field(default_factory=list)  # the inputs the one output may be (codegen/aliasing.py)
 
     @property
     def params(self) -> str:
@@ -63,6 +65,15 @@ class ExportView:
         """Dims the workspace size expression does not mention (voided in the size function)."""
         import re
         return [d for d in self.dims if not re.search(rf"\b{re.escape(d)}\b", self.workspace)]
+
+    @property
+    def aliasing(self) -> str:
+        """The header's rule on which of a tensor export's buffers may share memory."""
+        outs = [a.name for a in self.args if a.role == "out"]
+        rule = "no output may overlap an input" + (" or another output" if len(outs) > 1 else "")
+        if not self.in_place:
+            return rule
+        return f"{rule}, except that {outs[0]} may be {' or '.join(self.in_place)} itself (the same pointer: in place)"
 
     @property
     def dim_params(self) -> str:
@@ -172,9 +183,10 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
     lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body + w.lines
     lines.append("    return ks::status::ok;")
+    ins = [a.name for a in args if a.role == "in"]
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
     return ExportView(f"{package}_{name}", name, "tensor", "int", args, _void_unused(args, lines), doc, dims,
-                      w.ws.size_expr(), bool(w.ws.offsets))
+                      w.ws.size_expr(), bool(w.ws.offsets), [ins[k] for k in in_place_inputs(f)])
 
 
 def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = (),

@@ -77,6 +77,7 @@ def describe(m: Manifest, vs: list[ExportView], exports: list[Export]) -> dict:
             "dims": v.dims, "returns": v.ret, "workspace": v.needs_workspace,
             "args": _args(v, dict(e.defaults)),
             "results": [str(t) for t in e.func.out_types],
+            "in_place": v.in_place,  # the inputs the one output may be (the same buffer; codegen/aliasing.py)
         }
     return out
 

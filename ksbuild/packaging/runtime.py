@@ -14,6 +14,10 @@ shapes and kept (`Export.plan`). A repeated call on contiguous numpy arrays of t
 (`Export._fast_call`), or on plain CPU tensors (torch_ops.run), checks their types, dtypes and
 layout, looks its plan up and calls C; anything else takes the full path, which checks, converts
 and explains.
+
+out= arrays that share memory with an input get numpy's ufunc results (as if nothing overlapped): the
+C call writes a new array, copied into out= after it, unless out= is an input the export may compute in
+place (its "in_place" inputs, which the header states: codegen/aliasing.py).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import json
 import operator
 import re
 import threading
+from itertools import combinations
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
@@ -87,6 +92,7 @@ class Export:
         self._fast = desc["kind"] == "tensor" and not self._strings and not self._option_inputs and self.ins \
             and all(a["shape"] for a in self.ins)
         self._in_dtypes = [np.dtype(NUMPY_DTYPES[a["dtype"]]) for a in self.ins]
+        self._in_place = {k for k, a in enumerate(self.ins) if a["name"] in desc.get("in_place", ())}
         self._one_array_out = len(self.outs) == 1 and bool(self.outs[0]["shape"])
         # per export: `pkg.f?` (IPython), pkg.f.__doc__ and inspect.signature(pkg.f) show its arguments
         self.__doc__ = f"{desc['symbol']} = {desc['expression']}\n{self.signature}\n\n{Export.__call__.__doc__}"
@@ -150,7 +156,7 @@ class Export:
             if type(x) is not np.ndarray or x.dtype is not dtype or not x.flags.c_contiguous:
                 return _SLOW  # (`is`: numpy's dtypes of native byte order are singletons; others go the full way)
         plan = self._fast_plans.get(tuple([x.shape for x in args]))
-        outs = None if plan is None else _fitting_outputs(plan, out)
+        outs = None if plan is None else _fitting_outputs(plan, out, args, self._in_place)
         if outs is None:
             return _SLOW
         self.call_pointers(plan, [_address(x) for x in args], [_address(o) for o in outs])
@@ -220,9 +226,24 @@ class Export:
         arrays = [_as_array(x, a, self.title) for x, a in zip(args, self.ins)]
         plan = self.plan([arr.shape for arr in arrays], given_dims)
         outs = self._outputs(plan, out)
+        written = outs if out is None else self._written(arrays, outs)
         ins = [_address(arr) if a["shape"] else _item(arr, a) for a, arr in zip(self.ins, arrays)]
-        self.call_pointers(plan, ins, [_address(o) for o in outs])
+        self.call_pointers(plan, ins, [_address(o) for o in written])
+        for o, w in zip(outs, written):
+            if w is not o:
+                np.copyto(o, w)
         return [_decoded(o) if a["dtype"] == "str" else o for o, a in zip(outs, self.outs)]
+
+    def _written(self, arrays: list, outs: list) -> list[np.ndarray]:
+        """The arrays the C call writes: each out= array, or a new one where it shares memory with an input
+        (then copied into it after the call: numpy's ufunc rule, results as if nothing overlapped), except an
+        out= array that is an input itself where the export computes in place (its "in_place" inputs)."""
+        written = []
+        for o in outs:
+            clash = any(np.may_share_memory(o, x) and not (k in self._in_place and _same_buffer(o, x))
+                        for k, (x, a) in enumerate(zip(arrays, self.ins)) if a["shape"])
+            written.append(np.empty_like(o) if clash else o)
+        return written
 
     def call_pointers(self, dims: "dict | CallPlan", ins: list, outs: list) -> None:
         """The C call on raw addresses (ints) of tensors, Python numbers for scalar inputs; `dims` is a plan (see
@@ -313,6 +334,10 @@ class Export:
                 raise CallError(f"out= for {self.title} must be a contiguous {a['dtype']} array of shape {s}")
             if not r.flags.writeable:
                 raise CallError(f"out= for {self.title}: the array for '{a['name']}' is read-only")
+        for i, j in combinations(range(len(res)), 2):
+            if np.may_share_memory(res[i], res[j]):
+                raise CallError(f"out= for {self.title}: the arrays for '{self.outs[i]['name']}' and "
+                                f"'{self.outs[j]['name']}' share memory; give each output its own array")
         return res
 
     def _workspace_size(self, dim_values) -> int:
@@ -347,8 +372,10 @@ _MAX_PLANS = 64  # shapes remembered per export
 _SLOW = object()  # what the fast path returns when it does not apply
 
 
-def _fitting_outputs(plan: CallPlan, out) -> list | None:
-    """New output arrays, or the out= arrays when they fit the plan exactly (else None: the full path explains)."""
+def _fitting_outputs(plan: CallPlan, out, args: tuple, in_place: set) -> list | None:
+    """New output arrays, or the out= arrays when they fit the plan exactly and share no memory with the inputs
+    (but for an input at a position in `in_place` passed as out= itself) or each other (else None: the full path
+    explains, or computes apart and copies)."""
     if out is None:
         return [np.empty(shape, dtype) for shape, dtype in plan.outs]
     given = out if isinstance(out, (tuple, list)) else (out,)
@@ -358,7 +385,19 @@ def _fitting_outputs(plan: CallPlan, out) -> list | None:
         if type(o) is not np.ndarray or o.shape != shape or o.dtype is not dtype or not o.flags.c_contiguous \
                 or not o.flags.writeable:
             return None
+    for k, o in enumerate(given):
+        for j, x in enumerate(args):
+            if np.may_share_memory(o, x) and (x is not o or j not in in_place):
+                return None
+        for p in given[:k]:
+            if np.may_share_memory(o, p):
+                return None
     return list(given)
+
+
+def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two contiguous arrays of one dtype that are the same bytes (the C call gets one pointer twice)."""
+    return a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes
 
 
 def _tensor_argtypes(desc: dict, ins: list, outs: list) -> list:

@@ -184,7 +184,19 @@ class Importer:
             raise KsbuildError(f"{where} has no shape (not even a rank)", self.loc(),
                                hint="export the model with input shapes, e.g. torch.onnx.export(..., dynamic_axes=), "
                                     "or give them with onnx.tools.update_model_dims")
-        return dtype, tuple(self.dim(d, name, k) for k, d in enumerate(t.tensor_type.shape.dim))
+        dims = t.tensor_type.shape.dim
+        self.check_sizes(dims, where)
+        return dtype, tuple(self.dim(d, name, k) for k, d in enumerate(dims))
+
+    def check_sizes(self, dims, where: str) -> None:
+        """A located error for a negative dim_value: ONNX sizes are >= 0 (onnx.checker lets -5 through and
+        onnxruntime reads it as unknown; ksbuild would put it in the header)."""
+        for k, d in enumerate(dims):
+            if d.HasField("dim_value") and d.dim_value < 0:
+                raise KsbuildError(f"{where} is declared with shape {_shape_text(dims)}: size {d.dim_value} along "
+                                   f"axis {k} is negative (an ONNX dim is a size >= 0 or a name, dim_param)",
+                                   self.loc(), hint="for a size known only at run time, name the dim: set its "
+                                   "dim_param (onnx.tools.update_model_dims.update_inputs_outputs_dims does it)")
 
     def dim(self, d, name: str, k: int) -> Dim:
         if d.HasField("dim_value"):
@@ -388,6 +400,11 @@ def _as_val(b: Builder, r, storage: set[str]) -> Val:
             from ...ir.types import numpy_dtype
             v.known = v.known.astype(numpy_dtype(v.dtype)).astype(np.float32)
     return v
+
+
+def _shape_text(dims) -> str:
+    """A declared ONNX shape as the user wrote it: [-5, 3], [batch, 3] ('?' for a dim with neither field)."""
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims) + "]"
 
 
 def unwrap_type(t):

@@ -14,6 +14,11 @@
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
  * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
  *
+ * Aliasing: an output buffer may not overlap an input or another output (inputs may share memory:
+ * they are only read), unless the function's "aliasing" line says that an output may be an input
+ * itself (the same pointer: computed in place, each element read before it is written). To compute
+ * in place otherwise, copy the input first.
+ *
  * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
  * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
  * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
@@ -34,6 +39,7 @@ extern "C" {
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace gmm_gmm needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -42,6 +48,7 @@ size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace gmm_gmm_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -50,6 +57,7 @@ size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 /*   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32) */
 int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace gmm_gmm_f32 needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -58,6 +66,7 @@ size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 /*   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T]) */
 int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace gmm_gmm_f32_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -66,6 +75,7 @@ size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t 
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace gmm_gmm_loop needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -74,6 +84,7 @@ size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace gmm_gmm_loop_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -82,6 +93,7 @@ size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace gmm_gmm_tri needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -90,6 +102,7 @@ size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace gmm_gmm_tri_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -98,6 +111,7 @@ size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t 
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64) */
 int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace gmm_gmm_tri_vec needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 
@@ -106,6 +120,7 @@ size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n
 /*   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T]) */
 int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace);
 /*   shapes: alphas[K], means[K, d], icf[K, T], x[n, d] -> out_d_alphas[K], out_d_means[K, d], out_d_icf[K, T] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace gmm_gmm_tri_vec_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n);
 

@@ -14,6 +14,11 @@
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
  * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
  *
+ * Aliasing: an output buffer may not overlap an input or another output (inputs may share memory:
+ * they are only read), unless the function's "aliasing" line says that an output may be an input
+ * itself (the same pointer: computed in place, each element read before it is written). To compute
+ * in place otherwise, copy the input first.
+ *
  * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
  * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
  * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
@@ -35,6 +40,7 @@ extern "C" {
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace);
 /*   shapes: image[batch, 3, 16, 16] -> out[batch, 10] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace onnx_cnn_cnn needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_cnn_cnn_workspace_size(int64_t batch);
 
@@ -44,6 +50,7 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch);
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace);
 /*   shapes: image[batch, 3, 16, 16], ct_logits[batch, 10] -> out[batch, 3, 16, 16] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace onnx_cnn_cnn_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch);
 

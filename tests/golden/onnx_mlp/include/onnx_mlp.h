@@ -14,6 +14,11 @@
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
  * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
  *
+ * Aliasing: an output buffer may not overlap an input or another output (inputs may share memory:
+ * they are only read), unless the function's "aliasing" line says that an output may be an input
+ * itself (the same pointer: computed in place, each element read before it is written). To compute
+ * in place otherwise, copy the input first.
+ *
  * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
  * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
  * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
@@ -35,6 +40,7 @@ extern "C" {
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace);
 /*   shapes: x[batch, 4] -> out[batch, 1] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace onnx_mlp_mlp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_mlp_workspace_size(int64_t batch);
 
@@ -44,6 +50,7 @@ size_t onnx_mlp_mlp_workspace_size(int64_t batch);
 /*   ONNX: graph inputs, then nothing else: the initializers are linked into the library; results are the graph outputs */
 int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out, void* workspace);
 /*   shapes: x[batch, 4], dx[batch, 4] -> out[batch, 1] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace onnx_mlp_mlp_jvp needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch);
 
@@ -53,6 +60,7 @@ size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch);
 /*   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs */
 int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out, void* workspace);
 /*   shapes: x[batch, 4], target[batch, 1], mlp_fc1_weight[32, 4], mlp_fc1_bias[32], mlp_fc2_weight[32, 32], mlp_fc2_bias[32], mlp_out_weight[1, 32], mlp_out_bias[1] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace onnx_mlp_loss needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_loss_workspace_size(int64_t batch);
 
@@ -62,6 +70,7 @@ size_t onnx_mlp_loss_workspace_size(int64_t batch);
 /*   ONNX: graph inputs, then the float initializers (weights) in the model's order, passed by the caller; results are the graph outputs */
 int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out_d_mlp_fc1_weight, float* out_d_mlp_fc1_bias, float* out_d_mlp_fc2_weight, float* out_d_mlp_fc2_bias, float* out_d_mlp_out_weight, float* out_d_mlp_out_bias, void* workspace);
 /*   shapes: x[batch, 4], target[batch, 1], mlp_fc1_weight[32, 4], mlp_fc1_bias[32], mlp_fc2_weight[32, 32], mlp_fc2_bias[32], mlp_out_weight[1, 32], mlp_out_bias[1] -> out_d_mlp_fc1_weight[32, 4], out_d_mlp_fc1_bias[32], out_d_mlp_fc2_weight[32, 32], out_d_mlp_fc2_bias[32], out_d_mlp_out_weight[1, 32], out_d_mlp_out_bias[1] */
+/*   aliasing: no output may overlap an input or another output. */
 /* Bytes of workspace onnx_mlp_loss_grad needs, 16-byte aligned (0: NULL is fine). */
 size_t onnx_mlp_loss_grad_workspace_size(int64_t batch);
 

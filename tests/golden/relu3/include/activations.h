@@ -14,6 +14,11 @@
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
  * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
  *
+ * Aliasing: an output buffer may not overlap an input or another output (inputs may share memory:
+ * they are only read), unless the function's "aliasing" line says that an output may be an input
+ * itself (the same pointer: computed in place, each element read before it is written). To compute
+ * in place otherwise, copy the input first.
+ *
  * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
  * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
  * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
@@ -39,6 +44,7 @@ float activations_relu3(float x);
 /*   (x: f32[n]) -> (f32[n]) */
 int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace);
 /*   shapes: x[n] -> out[n] */
+/*   aliasing: no output may overlap an input, except that out may be x itself (the same pointer: in place). */
 /* Bytes of workspace activations_vrelu3 needs, 16-byte aligned (0: NULL is fine). */
 size_t activations_vrelu3_workspace_size(int64_t n);
 
@@ -52,6 +58,7 @@ float activations_relu3_vjp(float x, float ct);
 /*   (x: f32[n], ct: f32[n]) -> (f32[n]) */
 int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace);
 /*   shapes: x[n], ct[n] -> out[n] */
+/*   aliasing: no output may overlap an input, except that out may be x or ct itself (the same pointer: in place). */
 /* Bytes of workspace activations_vrelu3_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t activations_vrelu3_vjp_workspace_size(int64_t n);
 

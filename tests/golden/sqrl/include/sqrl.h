@@ -14,6 +14,11 @@
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when
  * that size is 0, NULL is fine. One buffer can serve several functions that do not run at once.
  *
+ * Aliasing: an output buffer may not overlap an input or another output (inputs may share memory:
+ * they are only read), unless the function's "aliasing" line says that an output may be an input
+ * itself (the same pointer: computed in place, each element read before it is written). To compute
+ * in place otherwise, copy the input first.
+ *
  * Dims: each symbolic dim is passed once and is the extent of every axis its name labels in
  * the shapes listed below (same name, same size). Dims are otherwise independent: a relation
  * a kernel assumes between them (such as T = d * (d + 1) / 2) is the caller's promise and is
@@ -34,6 +39,7 @@ extern "C" {
 /*   (x: f32[n]) -> (f32) */
 int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace);
 /*   shapes: x[n] -> out */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace sqrl_sqrl needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_sqrl_workspace_size(int64_t n);
 
@@ -42,6 +48,7 @@ size_t sqrl_sqrl_workspace_size(int64_t n);
 /*   (x: f32[n], ct: f32) -> (f32[n]) */
 int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspace);
 /*   shapes: x[n] -> out[n] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace sqrl_sqrl_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_sqrl_vjp_workspace_size(int64_t n);
 
@@ -50,6 +57,7 @@ size_t sqrl_sqrl_vjp_workspace_size(int64_t n);
 /*   (x: f32[n1, n]) -> (f32[n1]) */
 int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspace);
 /*   shapes: x[n1, n] -> out[n1] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace sqrl_vsqrl needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n);
 
@@ -58,6 +66,7 @@ size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n);
 /*   (x: f32[n1, n], ct: f32[n1]) -> (f32[n1, n]) */
 int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float* out, void* workspace);
 /*   shapes: x[n1, n], ct[n1] -> out[n1, n] */
+/*   aliasing: no output may overlap an input. */
 /* Bytes of workspace sqrl_vsqrl_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n);
 
@@ -66,6 +75,7 @@ size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n);
 /*   (x: f32[n]) -> (f32[n]) */
 int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* workspace);
 /*   shapes: x[n] -> out[n] */
+/*   aliasing: no output may overlap an input, except that out may be x itself (the same pointer: in place). */
 /* Bytes of workspace sqrl_relu3_tensor needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_relu3_tensor_workspace_size(int64_t n);
 
@@ -74,6 +84,7 @@ size_t sqrl_relu3_tensor_workspace_size(int64_t n);
 /*   (x: f32[n], ct: f32[n]) -> (f32[n]) */
 int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace);
 /*   shapes: x[n], ct[n] -> out[n] */
+/*   aliasing: no output may overlap an input, except that out may be x or ct itself (the same pointer: in place). */
 /* Bytes of workspace sqrl_relu3_tensor_vjp needs, 16-byte aligned (0: NULL is fine). */
 size_t sqrl_relu3_tensor_vjp_workspace_size(int64_t n);
 
