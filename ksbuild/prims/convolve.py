@@ -122,11 +122,12 @@ def _dense_target(ctx, v, hint: str):
     return dst, dst if dst.contiguous or dst.dense() else ctx.alloc(v.type, hint)
 
 
-def conv_shape(ctx, eqn: Eqn) -> str:
-    """The ks::conv_shape of a convolution (ks/conv.h): spatial axes padded in front to three."""
+def conv_shape(ctx, eqn: Eqn, kernel: Type | None = None) -> str:
+    """The ks::conv_shape of a convolution (ks/conv.h): spatial axes padded in front to three; `kernel`, the kernel's
+    type when the equation reads it transformed or packed."""
     x, w = eqn.ins[:2]
     p, y = eqn.params, eqn.outs[0]
-    kernel = _kernel_type(w.type) if p.get("impl") == "winograd" else w.type
+    kernel = kernel or (_kernel_type(w.type) if p.get("impl") == "winograd" else w.type)
     k = x.type.rank - 2
     lead = 3 - k
 

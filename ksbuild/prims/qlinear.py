@@ -8,6 +8,13 @@ qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias,
 qmatmul[x_zero, y_zero, lo, hi, out](a, b, bias, scale) -> y
     a [..., K] u8 or i8, b [K, N] i8 (zero point 0), bias i32 [N], scale f32 [1] or [N]; y [..., N] alike.
 
+qpack[layout, groups](w) -> bytes
+    w as the kernels read it (prelude/ks/qconv.h): layout "rows", a convolution's kernel [M, C/G, K...], each
+    group's output channels in tiles of 8 rows of four consecutive depths; layout "columns", a product's b [K, N],
+    its columns in tiles of 32. select_backend makes qconv and qmatmul read their weights through a qpack (param
+    packed = True, the weights' shape in `kernel`); layout_constants packs constant weights when the package is
+    compiled, so nothing is packed at run time.
+
 scale is x_scale · w_scale / y_scale in f32 (the frontend computes it as onnxruntime does); lo and hi are the
 output type's range, narrowed by a Relu or Clip folded into the operator. The arithmetic is onnxruntime's
 (f32 scale, round half to even), so results equal its kernels'. Integer operations: no derivative (their
@@ -45,6 +52,70 @@ def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channel
         raise KsbuildError(f"{what}: bounds [{lo}, {hi}] and zero point {y_zero} do not fit {out}")
 
 
+ROWS, COLS = 8, 32  # the register tile (ks::qtile::rows, ks::qtile::cols)
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def _padded(a: np.ndarray) -> np.ndarray:
+    """The bytes of a, zeros after them up to a multiple of 64."""
+    a = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return np.concatenate([a, np.zeros(_round_up(a.size, 64) - a.size, np.uint8)])
+
+
+def _tiles(w2: np.ndarray, width: int) -> np.ndarray:
+    """w2 [n, depth] int8 packed [tile][quad][width][4] as bytes, zeros past the ends, padded to 64 bytes, then
+    its rows' sums as int32 (little-endian, as the targets are), padded alike (ks::qtile::pack_weights)."""
+    n, depth = w2.shape
+    q = (depth + 3) // 4
+    buf = np.zeros((_round_up(n, width), 4 * q), np.int8)
+    buf[:n, :depth] = w2
+    flat = buf.reshape(-1, width, q, 4).transpose(0, 2, 1, 3)
+    return np.concatenate([_padded(flat), _padded(w2.astype(np.int32).sum(1).astype("<i4"))])
+
+
+def _untiles(packed: np.ndarray, n: int, depth: int, width: int) -> np.ndarray:
+    q = (depth + 3) // 4
+    size = _round_up(n, width) * 4 * q
+    tiles = packed[:size].view(np.int8).reshape(-1, q, width, 4).transpose(0, 2, 1, 3)
+    return tiles.reshape(-1, 4 * q)[:n, :depth]
+
+
+def packed_bytes(layout: str, kernel: tuple, groups: int) -> int:
+    """The bytes of weights of shape `kernel` packed in `layout`."""
+    if layout == "columns":
+        k, n = kernel
+        return _round_up(_round_up(n, COLS) * 4 * ((k + 3) // 4), 64) + _round_up(4 * n, 64)
+    m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
+    return groups * (_round_up(_round_up(m, ROWS) * 4 * ((depth + 3) // 4), 64) + _round_up(4 * m, 64))
+
+
+def pack(w: np.ndarray, layout: str, groups: int) -> np.ndarray:
+    """Weights as the kernels read them (qpack)."""
+    if layout == "columns":
+        return _tiles(w.T, COLS)
+    m = w.shape[0] // groups
+    flat = w.reshape(w.shape[0], -1)
+    return np.concatenate([_tiles(flat[g * m:(g + 1) * m], ROWS) for g in range(groups)])
+
+
+def unpack(packed: np.ndarray, layout: str, kernel: tuple, groups: int) -> np.ndarray:
+    """The weights of shape `kernel` that `pack` packed."""
+    if layout == "columns":
+        k, n = kernel
+        return _untiles(packed, n, k, COLS).T
+    m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
+    one = packed_bytes(layout, (m,) + tuple(kernel[1:]), 1)  # (a group's tiles and sums)
+    parts = [_untiles(packed[g * one:(g + 1) * one], m, depth, ROWS) for g in range(groups)]
+    return np.concatenate(parts).reshape(kernel)
+
+
+def _weights(w: np.ndarray, packed: bool, layout: str, kernel, groups: int) -> np.ndarray:
+    return unpack(w, layout, tuple(kernel), groups) if packed else w
+
+
 def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int, lo: int, hi: int,
                out: str) -> np.ndarray:
     """The exact requantization (ks::qtile::requantize): f32 product, clamp, round half to even."""
@@ -55,15 +126,28 @@ def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int
 
 # ---- qconv ------------------------------------------------------------------------------------------------------
 
-def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out):
+def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str) -> Type:
+    """The weights' own type: w's, or the `kernel` shape that packed bytes w hold."""
+    if not packed:
+        return w
+    if w.dtype != "u8" or w.rank != 1 or w.shape[0] != packed_bytes(layout, tuple(kernel), groups):
+        raise KsbuildError(f"{what}: packed weights must be the u8 [{packed_bytes(layout, tuple(kernel), groups)}] "
+                           f"that qpack makes of {kernel}, got {w}")
+    return Type("i8", tuple(kernel))
+
+
+def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, packed=False, kernel=None):
     x, w, bias, scale = in_types
+    w = _logical(w, packed, kernel, "rows", groups, "qconv")
     _check_requant("qconv", x, w, bias, scale, w.shape[0], x_zero, y_zero, lo, hi, out)
     (y,) = _conv_prim.type_rule((Type("f32", x.shape), Type("f32", w.shape)), strides=strides, pads=pads,
                                 dilations=dilations, groups=groups)
     return (Type(out, y.shape),)
 
 
-def _qconv_eval(x, w, bias, scale, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, env):
+def _qconv_eval(x, w, bias, scale, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, env, packed=False,
+                kernel=None):
+    w = _weights(w, packed, "rows", kernel, groups)
     (acc,) = _conv_prim.eval(x.astype(np.int64) - x_zero, w.astype(np.int64), strides=strides, pads=pads,
                              dilations=dilations, groups=groups, env=env)
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -104,11 +188,12 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     sx, sw = _dense(ctx, x, "image"), _dense(ctx, w, "kernel")
     sb, ss = _dense(ctx, bias, "bias"), _dense(ctx, scale, "scale")
     dst, out = _dense_target(ctx, y, "qconv")
-    shape = conv_shape(ctx, eqn)
+    p = eqn.params
+    shape = conv_shape(ctx, eqn, Type("i8", tuple(p["kernel"])) if p.get("packed") else None)
     geometry = ctx.namer.fresh("geometry")
     fields = shape.removeprefix("ks::conv_shape")
     ctx.line(f"{'const' if re.search(r'[A-Za-z_]', fields) else 'static constexpr'} ks::conv_shape {geometry}{fields};")
-    depthwise = x.type.shape[1] == eqn.params["groups"] and eqn.params["groups"] > 1
+    depthwise = not eqn.params.get("packed")
     call = "ks::qconv_depthwise" if depthwise else "ks::qconv"
     scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True)
     q = _requant_record(ctx, eqn, sb, ss)
@@ -132,15 +217,17 @@ qconv = Prim(
 
 # ---- qmatmul ----------------------------------------------------------------------------------------------------
 
-def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out):
+def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None):
     a, b, bias, scale = in_types
+    b = _logical(b, packed, kernel, "columns", 1, "qmatmul")
     if a.rank < 1 or b.rank != 2 or a.shape[-1] != b.shape[0]:
         raise KsbuildError(f"qmatmul of {a} and {b}: expected [..., K] and [K, N]")
     _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out)
     return (Type(out, a.shape[:-1] + (b.shape[1],)),)
 
 
-def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env):
+def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None):
+    b = _weights(b, packed, "columns", kernel, 1)
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
     return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
 
@@ -157,7 +244,9 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
     sa, sb = _dense(ctx, a, "rows"), _dense(ctx, b, "weights")
     sbias, ss = _dense(ctx, bias, "bias"), _dense(ctx, scale, "scale")
     dst, out = _dense_target(ctx, y, "qmatmul")
-    k, n = (ctx.dim(d) for d in b.type.shape)
+    k, n = (ctx.dim(d) for d in (eqn.params["kernel"] if eqn.params.get("packed") else b.type.shape))
+    if not eqn.params.get("packed"):
+        raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
     scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True)
     q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
@@ -176,4 +265,45 @@ qmatmul = Prim(
     batch=_qmatmul_batch,
     emit=_emit_qmatmul,
     doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm)",
+)
+
+
+# ---- qpack ------------------------------------------------------------------------------------------------------
+
+def _qpack_rule(in_types, layout, groups):
+    (w,) = in_types
+    if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or \
+            (layout == "columns" and w.rank != 2) or layout not in ("rows", "columns"):
+        raise KsbuildError(f"qpack of {w} ({layout}): expected literal i8 weights")
+    return (Type("u8", (packed_bytes(layout, w.shape, groups),)),)
+
+
+def _emit_qpack(ctx, eqn: Eqn) -> None:
+    (w,), (y,) = eqn.ins, eqn.outs
+    sw = _dense(ctx, w, "weights")
+    dst, out = _dense_target(ctx, y, "packed")
+    if eqn.params["layout"] == "columns":
+        k, n = w.type.shape
+        ctx.line(f"ks::qpack_columns({k}, {n}, {sw.base}, {out.base});")
+    else:
+        depth = numel(w.type.shape[1:])
+        ctx.line(f"ks::qpack_rows({w.type.shape[0]}, {depth}, {eqn.params['groups']}, {sw.base}, {out.base});")
+    if out is not dst:
+        ctx.copy(out, dst, y.type)
+    ctx.env[y] = dst
+
+
+def _qpack_batch(b, ins, batched, size, **params):
+    raise KsbuildError("vmap over int8 weights is not supported")
+
+
+qpack = Prim(
+    name="qpack",
+    type_rule=_qpack_rule,
+    eval=lambda w, layout, groups, env: (pack(w, layout, groups),),
+    jvp=_no_derivative("qpack"),
+    batch=_qpack_batch,
+    emit=_emit_qpack,
+    lowering=True,
+    doc="int8 weights packed in the register tiles' layout (ks::qpack_rows, ks::qpack_columns)",
 )

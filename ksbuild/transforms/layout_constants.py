@@ -10,7 +10,8 @@ product takes 0.53 ms with B row-major and 0.57 ms with B transposed), and ks/ge
 tiles need b's rows contiguous. With the plain backend (impl "tiles") such a constant b is stored as
 panels, the layout ks/gemm.h's register tiles read (impl "panels", a ks::packed_gemm call): nothing is
 packed when the product runs, and a vector times a matrix reads the weights in one stream. The kernel of a
-Winograd convolution (a `winograd_kernel` of a constant) is transformed here too, once (prims/convolve.py).
+Winograd convolution (a `winograd_kernel` of a constant) is transformed here too, once (prims/convolve.py), and
+int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import collections
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
 from ..prims.convolve import winograd_transform
+from ..prims.qlinear import pack as qpack
 from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
@@ -54,6 +56,10 @@ def layout_constants(f: Func) -> Func:
         if eqn.prim.name == "winograd_kernel" and eqn.ins[0] in kernels:
             changed = True
             return [b.constant(value=Dense.of(winograd_transform(kernels[eqn.ins[0]].array())))]
+        if eqn.prim.name == "qpack" and (eqn.ins[0] in kernels or eqn.ins[0] in folded):
+            changed = True
+            weights = (kernels.get(eqn.ins[0]) or folded[eqn.ins[0]]).array()  # (a transposed weight too: QGemm's)
+            return [b.constant(value=Dense.of(qpack(weights, **eqn.params)))]
         if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
             return None
         spec = eqn.params["spec"]

@@ -15,13 +15,15 @@ BLAS call gains nothing on them, and it does 16 multiplications per 4 outputs wh
 product do 36. With blas or aten and threads > 1 it stays a ks::conv_rows call (the BLAS's threads).
 A float convolution with one group per input channel (prims/convolve.py: depthwise_applies) is impl
 "depthwise" (ks::conv_depthwise) with every backend: it has no product between channels for a BLAS or
-the tiles to run, only each channel's taps.
+the tiles to run, only each channel's taps. An integer `qconv` (not depthwise) or `qmatmul` reads its weights
+through a `qpack` (the register tiles' layout, prims/qlinear.py).
 """
 from __future__ import annotations
 
 from ..ir.core import Func
 from ..prims.convolve import convolve, depthwise_applies, winograd_applies, winograd_kernel
 from ..prims.lowering import contract, gemm_axes
+from ..prims.qlinear import qpack
 from .rewrite import bind_like, rewrite
 
 GEMM_BACKENDS = ("blas", "aten")  # backends whose prelude header implements ks::gemm
@@ -30,6 +32,8 @@ GEMM_BACKENDS = ("blas", "aten")  # backends whose prelude header implements ks:
 def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
     """f with einsums lowered to contractions for `backend`."""
     def rule(b, eqn, ins):
+        if eqn.prim.name in ("qconv", "qmatmul"):
+            return _packed_weights(b, eqn, ins)
         if eqn.prim.name == "conv":
             p = eqn.params
             winograd = winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type, p["strides"],
@@ -49,3 +53,20 @@ def select_backend(f: Func, backend: str = "plain", threads: int = 0) -> Func:
             impl = "gemm" if backend in GEMM_BACKENDS else "tiles" if threads <= 1 else "loops"
         return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
     return rewrite(f, rule)
+
+
+def _packed_weights(b, eqn, ins):
+    """An integer convolution or product reading its weights packed for the register tiles (a qpack equation, which
+    layout_constants folds when the weights are constant); a depthwise convolution reads them as they are."""
+    p = eqn.params
+    if p.get("packed"):
+        return None
+    w = eqn.ins[1]
+    if eqn.prim.name == "qconv":
+        if eqn.ins[0].type.shape[1] == p["groups"] and p["groups"] > 1:
+            return None  # (ks::qconv_depthwise)
+        layout, groups = "rows", p["groups"]
+    else:
+        layout, groups = "columns", 1
+    (packed,) = b.bind(qpack, [ins[1]], {"layout": layout, "groups": groups})
+    return bind_like(b, eqn, eqn.prim, [ins[0], packed] + list(ins[2:]), dict(p, packed=True, kernel=w.type.shape))

@@ -95,16 +95,33 @@ void pack(const T* src, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_
     }
 }
 
-// offsets[i] = bias[i] - x_zero·Σ_k w[i, k] (w as in pack), the part of the requantized sum that is per output
-// channel.
-inline void channel_offsets(const int8_t* w, int64_t n, int64_t depth, int64_t rs, int64_t ks, const int32_t* bias,
-                            int32_t x_zero, int32_t* offsets) {
+// Weights as the tiles read them: n rows of `depth` int8 weights packed in tiles of `width` (pack), then each row's
+// sum Σ_k w[i, k] as int32 (for the x_zero·Σw part of the requantized sums).
+constexpr int64_t weights_size(int64_t n, int64_t depth, int64_t width) {
+    return packed_size(n, depth, width) + round_up(n * 4, 64);
+}
+
+// w [n][depth] (element (i, k) at w[i·rs + k·ks]) packed as weights_size describes.
+inline void pack_weights(const int8_t* w, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_t width,
+                         uint8_t* dst) {
+    pack(w, n, depth, rs, ks, width, dst, weight_byte);
+    int32_t* sums = reinterpret_cast<int32_t*>(dst + packed_size(n, depth, width));
     for (int64_t i = 0; i < n; ++i) {
         int32_t s = 0;
         for (int64_t k = 0; k < depth; ++k) {
             s += w[i * rs + k * ks];
         }
-        offsets[i] = (bias ? bias[i] : 0) - x_zero * s;
+        sums[i] = s;
+    }
+}
+
+// offsets[i] = bias[i] - x_zero·Σ_k w[i, k] for the n rows of packed weights: the part of the requantized sum that is
+// per output channel.
+inline void channel_offsets(const uint8_t* weights, int64_t n, int64_t depth, int64_t width, const int32_t* bias,
+                            int32_t x_zero, int32_t* offsets) {
+    const int32_t* sums = reinterpret_cast<const int32_t*>(weights + packed_size(n, depth, width));
+    for (int64_t i = 0; i < n; ++i) {
+        offsets[i] = (bias ? bias[i] : 0) - x_zero * sums[i];
     }
 }
 
@@ -513,20 +530,20 @@ inline tile_out output_of(const requant& q, const int32_t* offsets, const float*
                     static_cast<float>(q.hi - q.y_zero), q.y_zero, nullptr, 0, 0, 0, acc};
 }
 
-// Scratch layout of ks::qconv: packed weights, offsets, the sums' room, a block, tap offsets, phases, the wide
-// output (when the wide positions are not the output's).
+// Scratch layout of ks::qconv: offsets, the sums' room, a block, tap offsets, phases, the wide output (when the
+// wide positions are not the output's).
 struct qconv_room {
-    int64_t weights, offsets, acc, block, taps, phases, wide;
+    int64_t offsets, acc, block, taps, phases, wide;
 
     static constexpr qconv_room of(const conv_shape& s) {
         const int64_t m = s.out_channels / s.groups, cg = s.channels / s.groups;
         const int64_t wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
-        return qconv_room{packed_size(m, s.depth(), rows), round_up(m * 4, 64), rows * cols * 4,
+        return qconv_room{round_up(m * 4, 64), rows * cols * 4,
                           packed_size(cols, s.depth(), cols), round_up(s.depth() * 4, 64), phases_size(s, cg),
                           round_up(wide, 64)};
     }
     constexpr int64_t total() const {
-        return weights + offsets + acc + block + taps + phases + wide;
+        return offsets + acc + block + taps + phases + wide;
     }
 };
 
@@ -537,18 +554,32 @@ constexpr int64_t qconv_scratch(const conv_shape& s) {
     return qtile::qconv_room::of(s).total();
 }
 
-// y [images, M, O...] = the requantized convolution of x [images, C, S...] (uint8 or int8) with w [M, C/G, K...]
-// (int8, zero point 0); scratch: qconv_scratch(s) bytes, 64-byte aligned.
+// The bytes of a convolution's weights w [M, C/G, K...] (M = out_channels, depth = C/G·K) packed for ks::qconv:
+// each group's rows in tiles of 8 with their sums (qtile::pack_weights), one group after another.
+constexpr int64_t qconv_packed_size(int64_t out_channels, int64_t depth, int64_t groups) {
+    return groups * qtile::weights_size(out_channels / groups, depth, qtile::rows);
+}
+
+// w packed as ks::qconv reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
+inline void qpack_rows(int64_t out_channels, int64_t depth, int64_t groups, const int8_t* w, uint8_t* dst) {
+    const int64_t m = out_channels / groups;
+    for (int64_t g = 0; g < groups; ++g) {
+        qtile::pack_weights(w + g * m * depth, m, depth, depth, 1, qtile::rows,
+                            dst + g * qtile::weights_size(m, depth, qtile::rows));
+    }
+}
+
+// y [images, M, O...] = the requantized convolution of x [images, C, S...] (uint8 or int8) with the weights w
+// [M, C/G, K...] (int8, zero point 0) packed by qpack_rows; scratch: qconv_scratch(s) bytes, 64-byte aligned.
 template <class TX, class TY>
-void qconv(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* packed, TY* y, uint8_t* scratch,
            const requant& q) {
     using namespace qtile;
     const int64_t m = s.out_channels / s.groups, depth = s.depth(), cg = s.channels / s.groups, p = s.positions();
     const wide_geometry g = wide_of(s);
     const qconv_room room = qconv_room::of(s);
-    uint8_t* packed = scratch;
-    int32_t* offsets = reinterpret_cast<int32_t*>(packed + room.weights);
-    int32_t* acc = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(offsets) + room.offsets);
+    int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
+    int32_t* acc = reinterpret_cast<int32_t*>(scratch + room.offsets);
     uint8_t* block = reinterpret_cast<uint8_t*>(acc) + room.acc;
     int32_t* taps = reinterpret_cast<int32_t*>(block + room.block);
     uint8_t* phases = reinterpret_cast<uint8_t*>(taps) + room.taps;
@@ -558,9 +589,8 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY
     const tile_fn tile = best_tile<false>();
     const int64_t qd = quads(depth), ld = room.wide ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
-        const int8_t* wg = w + gi * m * depth;
-        pack(wg, m, depth, depth, 1, rows, packed, weight_byte);
-        channel_offsets(wg, m, depth, depth, 1, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
+        const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
+        channel_offsets(wg, m, depth, rows, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
         for (int64_t n = 0; n < images; ++n) {
             split_phases(s, g, x + (n * s.channels + gi * cg) * s.in_plane(), cg, static_cast<uint8_t>(zero), phases);
@@ -574,7 +604,7 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY
                     o.ld = ld;
                     o.live = m - i0 < rows ? m - i0 : rows;
                     o.count = g.wide - j0 < cols ? g.wide - j0 : cols;
-                    tile(packed + i0 * qd * 4, block, qd, o);
+                    tile(wg + i0 * qd * 4, block, qd, o);
                 }
             }
             if (room.wide) {
@@ -584,26 +614,34 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY
     }
 }
 
-// The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: b packed, the offsets, a block of
-// rows of a, the sums' room.
+// The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of 32.
+constexpr int64_t qmatmul_packed_size(int64_t depth, int64_t n) {
+    return qtile::weights_size(n, depth, qtile::cols);
+}
+
+// b packed as ks::qmatmul reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
+inline void qpack_columns(int64_t depth, int64_t n, const int8_t* b, uint8_t* dst) {
+    qtile::pack_weights(b, n, depth, 1, n, qtile::cols, dst);  // (column j, depth k at b[k·n + j])
+}
+
+// The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: the offsets, a block of rows of a,
+// the sums' room.
 constexpr int64_t qmatmul_scratch(int64_t depth, int64_t n) {
-    return qtile::packed_size(n, depth, qtile::cols) + qtile::round_up(n * 4, 64) +
-           qtile::packed_size(qtile::rows, depth, qtile::rows) + qtile::rows * qtile::cols * 4;
+    return qtile::round_up(n * 4, 64) + qtile::packed_size(qtile::rows, depth, qtile::rows) +
+           qtile::rows * qtile::cols * 4;
 }
 
 // y [count, n] = the requantized product of a [count, depth] (uint8 or int8, rows `lda` apart) with b [depth, n]
-// (int8, zero point 0), bias and scales per column of y (or one scale).
+// (int8, zero point 0) packed by qpack_columns; bias and scales per column of y (or one scale).
 template <class TX, class TY>
-void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, const int8_t* b, TY* y,
+void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, const uint8_t* packed, TY* y,
              uint8_t* scratch, const requant& q) {
     using namespace qtile;
-    uint8_t* packed = scratch;
-    int32_t* offsets = reinterpret_cast<int32_t*>(packed + packed_size(n, depth, cols));
-    uint8_t* block = reinterpret_cast<uint8_t*>(offsets) + round_up(n * 4, 64);
+    int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
+    uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
     const int32_t zero = unsigned_zero<TX>(q.x_zero);
-    pack(b, n, depth, 1, n, cols, packed, weight_byte);  // (b's columns: element (j, k) at b[k·n + j])
-    channel_offsets(b, n, depth, 1, n, q.bias, zero, offsets);
+    channel_offsets(packed, n, depth, cols, q.bias, zero, offsets);
     const tile_fn tile = best_tile<true>();
     const int64_t qd = quads(depth);
     for (int64_t i0 = 0; i0 < count; i0 += rows) {
@@ -676,10 +714,10 @@ void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int
 
 // The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
 #define KS_QUANT_LAYER(PREFIX, TX, TY)                                                                            \
-    PREFIX void qconv<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*, const requant&); \
+    PREFIX void qconv<TX, TY>(const conv_shape&, int64_t, const TX*, const uint8_t*, TY*, uint8_t*, const requant&); \
     PREFIX void qconv_depthwise<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*,         \
                                         const requant&);                                                           \
-    PREFIX void qmatmul<TX, TY>(int64_t, int64_t, int64_t, const TX*, int64_t, const int8_t*, TY*, uint8_t*,        \
+    PREFIX void qmatmul<TX, TY>(int64_t, int64_t, int64_t, const TX*, int64_t, const uint8_t*, TY*, uint8_t*,       \
                                 const requant&);
 
 }  // inline namespace KS_KERNELS

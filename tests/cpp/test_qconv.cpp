@@ -118,7 +118,9 @@ void test_conv(int64_t trial, bool depthwise) {
     if (depthwise) {
         ks::qconv_depthwise<TX, TY>(s, images, x.data(), w.data(), y.data(), aligned, p.q);
     } else {
-        ks::qconv<TX, TY>(s, images, x.data(), w.data(), y.data(), aligned, p.q);
+        std::vector<uint8_t> packed(static_cast<size_t>(ks::qconv_packed_size(s.out_channels, s.depth(), s.groups)));
+        ks::qpack_rows(s.out_channels, s.depth(), s.groups, w.data(), packed.data());
+        ks::qconv<TX, TY>(s, images, x.data(), packed.data(), y.data(), aligned, p.q);
     }
     std::vector<int32_t> want;
     for (int64_t n = 0; n < images; ++n) {
@@ -163,7 +165,9 @@ void test_matmul(int64_t trial) {
     std::vector<TY> y(static_cast<size_t>(rows * n));
     std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
     uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    ks::qmatmul<TX, TY>(rows, depth, n, a.data(), depth, b.data(), y.data(), aligned, p.q);
+    std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
+    ks::qpack_columns(depth, n, b.data(), packed.data());
+    ks::qmatmul<TX, TY>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, p.q);
     std::vector<int32_t> want;
     for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < n; ++j) {
