@@ -24,7 +24,7 @@ _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, a
 
 def load_source(path: Path) -> Source:
     """Parse a Python file; a syntax error points at the user's line."""
-    text = path.read_text()
+    text = _read_utf8(path)
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as e:
@@ -34,6 +34,21 @@ def load_source(path: Path) -> Source:
     for node in tree.body:
         _top_level(src, node)
     return src
+
+
+def _read_utf8(path: Path) -> str:
+    """The text of a kernel file; bytes that are not UTF-8 are an error at their line and column."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        text = data[start:].split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+        col = len(data[start:e.start].decode("utf-8", "replace"))
+        loc = Location(str(path), line, col, None, text)
+        raise KsbuildError(f"the file is not UTF-8: byte 0x{data[e.start]:02x} is not valid UTF-8 here",
+                           loc, hint="save the file as UTF-8 (Python 3's encoding for source files)") from None
 
 
 def _top_level(src: Source, node: ast.stmt) -> None:
