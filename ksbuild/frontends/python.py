@@ -204,9 +204,10 @@ class KernelCompiler:
             raise self.src.error(where, f"returns {len(values)} values but is annotated with {len(want)}")
         types = want or [None] * len(values)
         for v, t in zip(values, types):
-            got_float = (isinstance(v, Const) and isinstance(v.value, float) and not v.value.is_integer()) or \
-                (isinstance(v, Atom) and v.type.is_float and not _whole_numbers(b, v))
-            if t is not None and t.is_int and got_float:  # (torch would return the float: no silent truncation)
+            got_float = t is not None and t.is_int and (
+                (isinstance(v, Const) and isinstance(v.value, float) and not v.value.is_integer()) or
+                (isinstance(v, Atom) and v.type.is_float and not _whole_numbers(b, v)))
+            if got_float:  # (torch would return the float: no silent truncation)
                 raise self.src.error(where, f"the result is a float but the annotation says {t}",
                                      hint="annotate it as a float, or convert explicitly: int(...), "
                                           "x.long(), torch.floor(x).long()")
@@ -498,7 +499,19 @@ class KernelCompiler:
         return tuple(self.expr(b, scope, x) for x in e.elts)
 
     def expr_BinOp(self, b, scope, e: ast.BinOp) -> Value:
-        return self.binop(b, e.op, self.expr(b, scope, e.left), self.expr(b, scope, e.right), e)
+        """a + b + c + ... is a chain down the left operands: walked in a loop, not by recursion (a sum of
+        5000 terms nests 5000 deep)."""
+        chain = [e]
+        while isinstance(chain[-1].left, ast.BinOp):
+            chain.append(chain[-1].left)
+        value = self.expr(b, scope, chain[-1].left)
+        for node in reversed(chain):
+            outer, b.loc = b.loc, self.src.loc(node)
+            try:
+                value = self.binop(b, node.op, value, self.expr(b, scope, node.right), node)
+            finally:
+                b.loc = outer
+        return value
 
     def binop(self, b: Builder, op: ast.operator, x: Value, y: Value, node: ast.AST) -> Value:
         if tensors.is_dimlike(x) and tensors.is_dimlike(y) and (isinstance(x, SymDim) or isinstance(y, SymDim)):
@@ -894,18 +907,29 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
 
 def _whole_numbers(b: Builder, v: Atom) -> bool:
     """Whether v is a float that holds whole numbers: made by floor, ceil, round or trunc (math.floor(x) is an int
-    in Python), converted from an integer, or sums, differences, products, extrema and picks of those."""
-    if isinstance(v, Lit):
-        return not v.type.is_float or float(v.value).is_integer()
-    source = next((e for e in b.eqns if v in e.outs), None)
-    if source is None:
-        return False
-    if source.prim.name in ("floor", "ceil", "round", "trunc") or (
-            source.prim.name == "convert" and not source.ins[0].type.is_float):
-        return True
-    ins = source.ins[1:] if source.prim.name == "select" else source.ins
-    return source.prim.name in ("add", "sub", "mul", "neg", "max", "min", "select") and \
-        all(_whole_numbers(b, a) for a in ins)
+    in Python), converted from an integer, or sums, differences, products, extrema and picks of those (walked with
+    a stack: a sum of 5000 terms is 5000 deep)."""
+    made = {o: e for e in b.eqns for o in e.outs}
+    todo, seen = [v], set()
+    while todo:
+        a = todo.pop()
+        if isinstance(a, Lit):
+            if a.type.is_float and not float(a.value).is_integer():
+                return False
+            continue
+        if a in seen:
+            continue
+        seen.add(a)
+        source = made.get(a)
+        if source is None:
+            return False
+        if source.prim.name in ("floor", "ceil", "round", "trunc") or (
+                source.prim.name == "convert" and not source.ins[0].type.is_float):
+            continue
+        if source.prim.name not in ("add", "sub", "mul", "neg", "max", "min", "select"):
+            return False
+        todo += source.ins[1:] if source.prim.name == "select" else source.ins
+    return True
 
 
 def _view_bases(b: Builder, v: Atom):

@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import math
 import operator
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +18,7 @@ from .scope import Const
 # importable modules -> the namespace their functions are looked up in
 KNOWN_MODULES = {"math": "math", "torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F",
                  "torch.linalg": "linalg", "torch.special": "special"}
+PARSE_RECURSION_LIMIT = 25_000  # ast.parse of 20000 nested levels fits the 8 MB stack of a main thread
 _MATH_FOLD = {"log", "log2", "log10", "log1p", "exp", "sqrt", "sin", "cos", "tan", "atan", "lgamma", "pow"}
 _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -26,7 +28,7 @@ def load_source(path: Path) -> Source:
     """Parse a Python file; a syntax error points at the user's line."""
     text = _read_utf8(path)
     try:
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, path)
     except SyntaxError as e:
         loc = Location(str(path), e.lineno or 0, (e.offset or 1) - 1, None, (e.text or "").rstrip("\n") or None)
         raise KsbuildError(f"Python syntax error: {e.msg}", loc) from None
@@ -34,6 +36,20 @@ def load_source(path: Path) -> Source:
     for node in tree.body:
         _top_level(src, node)
     return src
+
+
+def _parse(text: str, path: Path) -> ast.Module:
+    """ast.parse, with room for the expressions CPython's parser nests deeply (a sum of 5000 terms is 5000
+    levels of BinOp: more than the default recursion limit lets ast.parse build)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, PARSE_RECURSION_LIMIT))
+    try:
+        return ast.parse(text, filename=str(path))
+    except (RecursionError, MemoryError):
+        raise KsbuildError("an expression in this file nests too deeply for Python's parser", Location(str(path)),
+                           hint="split a long sum or chain into several statements") from None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _read_utf8(path: Path) -> str:
