@@ -136,6 +136,11 @@ def _vmap(f: Func, in_axes) -> Func:
 def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
     """Compile every kernel the exports use, apply each export's transformations, then the pass
     pipeline (up to and including pass `after`, if given)."""
+    from .deep import deeply
+    return deeply(_build_exports, m, after)
+
+
+def _build_exports(m: Manifest, after: str | None) -> list[Export]:
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from .codegen.viewmodel import C_KEYWORDS
+from .codegen.viewmodel import C_KEYWORDS, reserved_dim_name
 from .errors import KsbuildError, Location
 from .ir.types import Type
 
@@ -27,6 +27,9 @@ OPTIMIZE = ("speed", "size")  # -O3 (and, on x86-64, every instruction set level
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
 ONNX_SEMANTICS = ("onnxruntime", "reference")  # where onnxruntime and onnx.reference compute differently
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
+# The package name becomes file names (include/<name>.h, lib/cmake/<name>/<name>ConfigVersion.cmake, ...): file
+# systems allow 255 bytes a name, and the longest generated one adds 25 characters.
+MAX_PACKAGE_NAME = 200
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
@@ -291,6 +294,10 @@ def _package(ctx: _Ctx, pkg: dict) -> tuple[str, str]:
         raise ctx.error(path, "missing 'name' in [package]", hint='add name = "mylib"')
     _check_c_name(ctx, path + ("name",), name, "package name", cxx=True)
     _check_header_name(ctx, path + ("name",), name)
+    if len(name) > MAX_PACKAGE_NAME:
+        raise ctx.error(path + ("name",), f"package name '{name[:20]}...' has {len(name)} characters; at most "
+                        f"{MAX_PACKAGE_NAME} fit in the file names it becomes (include/<name>.h, ...)",
+                        hint="pick a shorter name")
     return name, _field(ctx, pkg, path, "version", "0.1.0", _VERSION, 'digits and dots, like "0.1.0"')
 
 
@@ -528,6 +535,9 @@ def _type(node: ast.expr, src: _Src) -> Type:
 
 
 def _dim(node: ast.expr, src: _Src) -> int | str:
+    if isinstance(node, ast.Name) and reserved_dim_name(node.id):
+        raise src.error(node, f"{reserved_dim_name(node.id)}: dims become parameters of the C functions",
+                        f"rename the dim, e.g. '{node.id.lower()}_'")
     if isinstance(node, ast.Name):
         return node.id
     value = node.value if isinstance(node, ast.Constant) else None

@@ -28,6 +28,16 @@ C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", 
               "_Static_assert", "_Thread_local"}
 
 
+def reserved_dim_name(name: str) -> str | None:
+    """Why a symbolic dim cannot be named `name` (it is spelled verbatim as an int64_t parameter of the
+    generated C functions), or None when it can."""
+    if name in C_KEYWORDS:
+        return f"the dim name '{name}' is a C/C++ keyword or a name the generated C++ uses"
+    if is_macro_like(name):
+        return f"the dim name '{name}' may be a macro of the C/C++ headers (all capitals, or a reserved spelling)"
+    return None
+
+
 @dataclass
 class ArgView:
     """One C parameter: its declaration and what it carries."""

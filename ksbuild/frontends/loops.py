@@ -271,6 +271,8 @@ def _carry_type(fc, v, node) -> Type:
     if isinstance(v, tuple):
         raise fc.src.error(node, "a tuple cannot be carried through a loop; unpack it first")
     from .scope import const_type
+    if isinstance(v, SymDim):  # k = x.shape[0] then k += 1 in the loop: the dim's size as a runtime int
+        return I64
     return const_type(v, fc.float_dtype) if isinstance(v, Const) else v.type
 
 

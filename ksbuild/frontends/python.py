@@ -19,8 +19,9 @@ from typing import Sequence
 from ..errors import KsbuildError, Location
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Lit, Var
-from ..ir.types import DTYPES, Type
+from ..ir.types import DTYPES, Type, dim_names
 from . import namespaces, tensors
+from .branches import FallThrough, always_returns, compile_early_returns, packed
 from .mathlib import BINOPS, CMPOPS, call_builtin
 from .scope import Const, FInfo, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
 
@@ -66,6 +67,7 @@ class KernelCompiler:
         self.cache: dict[tuple, Func] = {}
         self.signature_loc: Location | None = None
         self.active: list[str] = []
+        self.frames: list = []  # branches.Frame: the ifs whose returns are being packed (see branches.py)
         # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
         # branches assign y = x and y = w): an in-place update of y would change x or w there
         self.picks: dict[Atom, tuple[Atom, ...]] = {}
@@ -131,7 +133,7 @@ class KernelCompiler:
         text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
         t = parse_type_text(text, self.float_dtype)
         if t is not None:
-            return t
+            return self.check_dim_names(t, node)
         shown = ast.unparse(node) if isinstance(node, ast.Constant) else f"'{ast.unparse(node)}'"
         hint = 'use float, int, bool or a tensor type string such as "float[n, 3]" or "f32[n]" (or give ' \
                '`signature` in the manifest)'
@@ -140,6 +142,15 @@ class KernelCompiler:
         if close and close[0] != word[1]:
             hint = f"did you mean '{close[0]}'? " + hint[0].upper() + hint[1:]
         raise self.src.error(node, f"unsupported annotation {shown}", hint=hint)
+
+    def check_dim_names(self, t: Type, node: ast.expr) -> Type:
+        """t, unless a dim is named by a word the generated C++ cannot take as a parameter name."""
+        from ..codegen.viewmodel import reserved_dim_name
+        for name in (n for d in t.shape for n in dim_names(d)):
+            if reserved_dim_name(name):
+                raise self.src.error(node, f"{reserved_dim_name(name)}: dims become parameters of the C functions",
+                                     hint=f"rename the dim, e.g. '{name.lower()}_'")
+        return t
 
     def result_annotation(self, fn: ast.FunctionDef) -> list[Type] | None:
         r = fn.returns
@@ -163,6 +174,7 @@ class KernelCompiler:
             raise self.src.error(fn, f"'{fn.name}' has {len(fn.args.args)} parameters but the signature "
                                      f"gives {len(types)}")
         self.active.append(fn.name)
+        frames, self.frames = self.frames, []  # (a helper's returns are its own)
         try:
             b = Builder(self.src.loc(fn))
             dynamic = [a for i, a in enumerate(fn.args.args) if i not in static]
@@ -181,6 +193,7 @@ class KernelCompiler:
                     from None
         finally:
             self.active.pop()
+            self.frames = frames
         return b.func(fn.name, params, results)
 
     def run_body(self, b: Builder, scope: Scope, body: list[ast.stmt], where: ast.AST) -> Value:
@@ -198,9 +211,10 @@ class KernelCompiler:
             raise self.src.error(where, f"returns {len(values)} values but is annotated with {len(want)}")
         types = want or [None] * len(values)
         for v, t in zip(values, types):
-            got_float = (isinstance(v, Const) and isinstance(v.value, float) and not v.value.is_integer()) or \
-                (isinstance(v, Atom) and v.type.is_float and not _whole_numbers(b, v))
-            if t is not None and t.is_int and got_float:  # (torch would return the float: no silent truncation)
+            got_float = t is not None and t.is_int and (
+                (isinstance(v, Const) and isinstance(v.value, float) and not v.value.is_integer()) or
+                (isinstance(v, Atom) and v.type.is_float and not _whole_numbers(b, v)))
+            if got_float:  # (torch would return the float: no silent truncation)
                 raise self.src.error(where, f"the result is a float but the annotation says {t}",
                                      hint="annotate it as a float, or convert explicitly: int(...), "
                                           "x.long(), torch.floor(x).long()")
@@ -213,7 +227,11 @@ class KernelCompiler:
         if isinstance(v, SymDim):
             v = b.dim_size(dim=v.dim)
         if isinstance(v, Const):
-            return const_lit(v, t or const_type(v, self.float_dtype))
+            t = t or const_type(v, self.float_dtype)
+            if t.is_int and not isinstance(v.value, bool) and not _int_fits(int(v.value), t.dtype):
+                raise self.src.error(where, f"the integer {int(v.value)} does not fit in {t.dtype}, the type it "
+                                     "takes here", hint="use a float constant (2.0 ** 63), or a smaller integer")
+            return const_lit(v, t)
         if t is None or v.type == t:
             return v
         if v.type.shape != t.shape or "bool" in (v.type.dtype, t.dtype):
@@ -234,7 +252,10 @@ class KernelCompiler:
         if isinstance(s, ast.Return):
             if s.value is None:
                 raise self.src.error(s, "a kernel must return a value")
-            raise Returned(self.expr(b, scope, s.value))
+            value = self.expr(b, scope, s.value)
+            raise Returned(packed(self, scope, value, s) if self.frames else value)
+        if isinstance(s, FallThrough):
+            raise Returned(packed(self, scope, None, s))
         if isinstance(s, ast.Assign) and isinstance(s.value, ast.List) and not s.value.elts \
                 and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
             from .scope import AppendList
@@ -390,13 +411,17 @@ class KernelCompiler:
         pred = self.condition(b, test, s.test)
         # (a name a loop introduces, its variable or a temporary of its body, stays inside the loop: both
         # branches looping over `i` do not make `i` a result of the if)
-        in_both = assigned_names(s.body, loops=False) & assigned_names(s.orelse, loops=False)
-        names = sorted(assigned_names(s.body) | assigned_names(s.orelse))
-        names = [n for n in names if n in in_both or scope.lookup(n) is not None]
+        names = self.names_after_if(scope, s)
         outs = self.branches(b, scope, pred, [s.body, s.orelse], names, s)
         for n, v in zip(names, outs):
             b.name(v, n)
             scope.names[n] = v
+
+    def names_after_if(self, scope: Scope, s: ast.If) -> list[str]:
+        """The names an if assigns that have a value after it: assigned in both branches, or before the if."""
+        in_both = assigned_names(s.body, loops=False) & assigned_names(s.orelse, loops=False)
+        names = sorted(assigned_names(s.body) | assigned_names(s.orelse))
+        return [n for n in names if n in in_both or scope.lookup(n) is not None]
 
     def if_returning(self, b: Builder, scope: Scope, s: ast.If, rest: list[ast.stmt]) -> None:
         """An if with a return inside: both branches continue with the rest of the block."""
@@ -405,6 +430,8 @@ class KernelCompiler:
             self.block(b, scope, (s.body if test.value else s.orelse) + rest)
             raise self.src.error(s, "this code path does not return")
         pred = self.condition(b, test, s.test)
+        if rest and not always_returns(s.body) and not always_returns(s.orelse):  # rest once, not in both
+            raise compile_early_returns(self, b, scope, pred, s, rest, self.names_after_if(scope, s))
         outs = self.branches(b, scope, pred, [s.body + rest, s.orelse + rest], None, s)
         raise Returned(outs[0] if len(outs) == 1 else tuple(outs))
 
@@ -502,7 +529,19 @@ class KernelCompiler:
         return tuple(self.expr(b, scope, x) for x in e.elts)
 
     def expr_BinOp(self, b, scope, e: ast.BinOp) -> Value:
-        return self.binop(b, e.op, self.expr(b, scope, e.left), self.expr(b, scope, e.right), e)
+        """a + b + c + ... is a chain down the left operands: walked in a loop, not by recursion (a sum of
+        5000 terms nests 5000 deep)."""
+        chain = [e]
+        while isinstance(chain[-1].left, ast.BinOp):
+            chain.append(chain[-1].left)
+        value = self.expr(b, scope, chain[-1].left)
+        for node in reversed(chain):
+            outer, b.loc = b.loc, self.src.loc(node)
+            try:
+                value = self.binop(b, node.op, value, self.expr(b, scope, node.right), node)
+            finally:
+                b.loc = outer
+        return value
 
     def binop(self, b: Builder, op: ast.operator, x: Value, y: Value, node: ast.AST) -> Value:
         if tensors.is_dimlike(x) and tensors.is_dimlike(y) and (isinstance(x, SymDim) or isinstance(y, SymDim)):
@@ -849,6 +888,13 @@ SUBMODULES = {("torch", "nn"): "nn", ("torch", "linalg"): "linalg", ("nn", "func
               ("torch", "special"): "special"}
 
 
+def _int_fits(v: int, dtype: str) -> bool:
+    """Whether v is in the range of the integer dtype (i8 ... u64)."""
+    bits = int(dtype[1:])
+    lo, hi = (0, 2 ** bits) if dtype.startswith("u") else (-2 ** (bits - 1), 2 ** (bits - 1))
+    return lo <= v < hi
+
+
 def _shape(v: Value):
     return () if isinstance(v, Const) else v.type.shape
 
@@ -902,18 +948,29 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
 
 def _whole_numbers(b: Builder, v: Atom) -> bool:
     """Whether v is a float that holds whole numbers: made by floor, ceil, round or trunc (math.floor(x) is an int
-    in Python), converted from an integer, or sums, differences, products, extrema and picks of those."""
-    if isinstance(v, Lit):
-        return not v.type.is_float or float(v.value).is_integer()
-    source = next((e for e in b.eqns if v in e.outs), None)
-    if source is None:
-        return False
-    if source.prim.name in ("floor", "ceil", "round", "trunc") or (
-            source.prim.name == "convert" and not source.ins[0].type.is_float):
-        return True
-    ins = source.ins[1:] if source.prim.name == "select" else source.ins
-    return source.prim.name in ("add", "sub", "mul", "neg", "max", "min", "select") and \
-        all(_whole_numbers(b, a) for a in ins)
+    in Python), converted from an integer, or sums, differences, products, extrema and picks of those (walked with
+    a stack: a sum of 5000 terms is 5000 deep)."""
+    made = {o: e for e in b.eqns for o in e.outs}
+    todo, seen = [v], set()
+    while todo:
+        a = todo.pop()
+        if isinstance(a, Lit):
+            if a.type.is_float and not float(a.value).is_integer():
+                return False
+            continue
+        if a in seen:
+            continue
+        seen.add(a)
+        source = made.get(a)
+        if source is None:
+            return False
+        if source.prim.name in ("floor", "ceil", "round", "trunc") or (
+                source.prim.name == "convert" and not source.ins[0].type.is_float):
+            continue
+        if source.prim.name not in ("add", "sub", "mul", "neg", "max", "min", "select"):
+            return False
+        todo += source.ins[1:] if source.prim.name == "select" else source.ins
+    return True
 
 
 def _view_bases(b: Builder, v: Atom):

@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import math
 import operator
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +19,7 @@ from .scope import Const
 # importable modules -> the namespace their functions are looked up in
 KNOWN_MODULES = {"math": "math", "torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F",
                  "torch.linalg": "linalg", "torch.special": "special"}
+PARSE_RECURSION_LIMIT = 25_000  # ast.parse of 20000 nested levels fits the 8 MB stack of a main thread
 _MATH_FOLD = {"log", "log2", "log10", "log1p", "exp", "sqrt", "sin", "cos", "tan", "atan", "lgamma", "pow"}
 _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
          ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -26,10 +28,10 @@ _FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, a
 def load_source(path: Path, loading: tuple[Path, ...] = ()) -> Source:
     """Parse a Python file; a syntax error points at the user's line. `loading`: the files whose imports led
     here (module constants, see imported.py)."""
-    text = path.read_text()
+    text = _read_utf8(path)
     text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (files saved by Visual Studio start with one)
     try:
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, path)
     except SyntaxError as e:
         loc = Location(str(path), e.lineno or 0, (e.offset or 1) - 1, None, (e.text or "").rstrip("\n") or None)
         raise KsbuildError(f"Python syntax error: {e.msg}", loc) from None
@@ -46,6 +48,35 @@ def imported_files(path: Path) -> list[Path]:
         return load_source(path).files
     except (KsbuildError, OSError, UnicodeDecodeError):
         return []
+
+
+def _parse(text: str, path: Path) -> ast.Module:
+    """ast.parse, with room for the expressions CPython's parser nests deeply (a sum of 5000 terms is 5000
+    levels of BinOp: more than the default recursion limit lets ast.parse build)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, PARSE_RECURSION_LIMIT))
+    try:
+        return ast.parse(text, filename=str(path))
+    except (RecursionError, MemoryError):
+        raise KsbuildError("an expression in this file nests too deeply for Python's parser", Location(str(path)),
+                           hint="split a long sum or chain into several statements") from None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _read_utf8(path: Path) -> str:
+    """The text of a kernel file; bytes that are not UTF-8 are an error at their line and column."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        text = data[start:].split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+        col = len(data[start:e.start].decode("utf-8", "replace"))
+        loc = Location(str(path), line, col, None, text)
+        raise KsbuildError(f"the file is not UTF-8: byte 0x{data[e.start]:02x} is not valid UTF-8 here",
+                           loc, hint="save the file as UTF-8 (Python 3's encoding for source files)") from None
 
 
 def _top_level(src: Source, node: ast.stmt, loading: tuple[Path, ...]) -> None:

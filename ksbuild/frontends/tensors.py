@@ -807,6 +807,14 @@ def _dtype_kw(fc, kw, node, default: str) -> str:
     return d.dtype
 
 
+def _function_form(method):
+    """torch.f(input, *args, **kw) from the handler of the method input.f(*args, **kw)."""
+    def call(fc, b, args, kw, node):
+        x = _arg(fc, args, kw, 0, "input", node)
+        return method(fc, b, x, args[1:], {k: v for k, v in kw.items() if k != "input"}, node)
+    return call
+
+
 def _arg(fc, args, kw, pos, name, node, default=...):
     if pos < len(args):
         if name in kw:
@@ -849,11 +857,11 @@ TORCH_TENSOR = {
     "arange": _arange, "eye": _eye, "tril": _tri(True), "triu": _tri(False),
     "cat": _join(shape_ops.concatenate, "cat"), "concat": _join(shape_ops.concatenate, "cat"),
     "stack": _join(shape_ops.stack, "stack"), "clamp": _clamp, "clip": _clamp,
-    "reshape": lambda fc, b, args, kw, node: _reshape(fc, b, args[0], args[1:], node),
-    "unsqueeze": lambda fc, b, args, kw, node: _unsqueeze(fc, b, args[0], args[1:], node),
-    "squeeze": lambda fc, b, args, kw, node: _squeeze(fc, b, args[0], args[1:], node),
-    "transpose": lambda fc, b, args, kw, node: _transpose(fc, b, args[0], args[1:], node),
-    "permute": lambda fc, b, args, kw, node: _permute(fc, b, args[0], args[1:], node),
+    "reshape": _function_form(_reshape),
+    "unsqueeze": _function_form(_unsqueeze),
+    "squeeze": _function_form(_squeeze),
+    "transpose": _function_form(_transpose),
+    "permute": _function_form(_permute),
 }
 
 # x.method(...) -> the torch function with x first

@@ -132,6 +132,11 @@ def uses_kernel_layer(source: str) -> bool:
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
     """Write the whole project into `out` (created; must not exist or be empty), built for `target`."""
+    from ..deep import deeply
+    deeply(_render_project, m, exports, out, target)
+
+
+def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
     data, forms = DataSection(m.name), EpilogueForms()
     vs = views(m, exports, data, forms)
     # (a package of scalar functions only is not worth compiling several times)

@@ -10,6 +10,7 @@ unknown: (residuals, unknown params) -> (unknown results).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -119,8 +120,7 @@ def out_unknown_fixpoint(funcs: Sequence[Func], known_in: Sequence[bool], n_carr
     while True:
         unknown = [False] * len(funcs[0].results)
         for f in funcs:
-            _, _, out_known, _ = partial_eval(f, known_in)
-            unknown = [u or not k for u, k in zip(unknown, out_known)]
+            unknown = [u or not k for u, k in zip(unknown, _out_known(f, tuple(known_in)))]
         if n_carry_from is None:
             return unknown
         new = list(known_in)
@@ -129,3 +129,17 @@ def out_unknown_fixpoint(funcs: Sequence[Func], known_in: Sequence[bool], n_carr
         if new == known_in:
             return unknown
         known_in = new
+
+
+# Func -> {known inputs: which results are known}. Funcs are immutable, so the answer never changes; without
+# it, an if nested d deep in the other's branches is split 2**d times (once to find its unknown results and
+# once for real, at every level: 24 ifs of early returns in a row never finished).
+_OUT_KNOWN: "weakref.WeakKeyDictionary[Func, dict]" = weakref.WeakKeyDictionary()
+
+
+def _out_known(f: Func, known_in: tuple[bool, ...]) -> list[bool]:
+    """Which of f's results partial_eval finds known when the inputs known_in are (cached)."""
+    cache = _OUT_KNOWN.setdefault(f, {})
+    if known_in not in cache:
+        cache[known_in] = partial_eval(f, known_in)[2]
+    return cache[known_in]

@@ -36,7 +36,7 @@ from ..prims.base import PRIMS, broadcast_rows
 
 def per_row(f: Func, threads: int = 0) -> Func:
     """f with its worthwhile row-wise chains run one row at a time."""
-    if threads > 1:
+    if threads > 1 or not any(e.prim.name == "convolve" for e in f.eqns):  # (a chain needs a convolution)
         return f
     eqns = list(f.eqns)
     out: list[Eqn] = []

@@ -136,7 +136,7 @@ def simplify_once(f: Func) -> Func:
             if new is not None:
                 env[eqn.outs[0]] = new
                 continue
-        sub = {k: simplify(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
+        sub = {k: _sweep(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
         b.loc = eqn.loc
         outs = b.bind(eqn.prim, ins, sub)
         b.name_like(outs, eqn.outs)
@@ -145,16 +145,35 @@ def simplify_once(f: Func) -> Func:
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 
 
-def simplify(f: Func) -> Func:
-    """Rewrite and remove dead code until nothing changes (at most MAX_ROUNDS sweeps)."""
-    from ..ir.printer import print_func
+def _sweep(f: Func) -> Func:
+    """One sweep of rewrites, then dead code removed (dce prunes an if or loop's sub-functions only when
+    their results or operands change, so each sub-function gets its own)."""
     from .dce import dce
+    return dce(simplify_once(f))
+
+
+def simplify(f: Func) -> Func:
+    """Rewrite and remove dead code until nothing changes (at most MAX_ROUNDS sweeps a level of nesting).
+
+    Each sweep covers the whole function, sub-functions included (a fixpoint per sub-function would print
+    and sweep an if nested d deep d times in every sweep of the if around it)."""
+    from ..ir.printer import print_func
 
     text = print_func(f)
-    for _ in range(MAX_ROUNDS):
-        f = dce(simplify_once(f))
+    for _ in range(MAX_ROUNDS * (nesting_depth(f) + 1)):
+        f = _sweep(f)
         new = print_func(f)
         if new == text:
             break
         text = new
     return f
+
+
+def nesting_depth(f: Func) -> int:
+    """How deep sub-functions nest in f (0: none), without recursion."""
+    deepest, stack = 0, [(f, 0)]
+    while stack:
+        g, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack += [(v, depth + 1) for e in g.eqns for v in e.params.values() if isinstance(v, Func)]
+    return deepest
