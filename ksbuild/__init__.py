@@ -1,9 +1,10 @@
 """ksbuild: compile Python numeric kernels, their vmap and derivatives, into plain C++ libraries."""
-from .dev import Kernel, kernel, vmap
+from .dev import Kernel, hessian, jacfwd, jacobian, jacrev, kernel, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "kernel", "load", "vmap", "__version__"]
+__all__ = ["Kernel", "KsbuildError", "build", "hessian", "jacfwd", "jacobian", "jacrev", "kernel", "load", "vmap",
+           "__version__"]
 
 
 def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False):
