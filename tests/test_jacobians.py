@@ -291,3 +291,51 @@ def _autograd_blocks(case, args, nums) -> list[np.ndarray]:
     finally:
         torch.set_default_dtype(old)
     return [b.numpy() for row in jac for b in row]
+
+
+# ---- the dev loop ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    """The kernels as an imported module (the dev loop compiles module-level functions from their file)."""
+    import importlib.util
+    path = tmp_path_factory.mktemp("jac_dev") / "jac_dev_kernels.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("jac_dev_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dev_loop_matches_torch_func(dev):
+    import ksbuild
+    x, W = (torch.tensor(a) for a in ARGS["layer"])
+    got = ksbuild.jacfwd(dev.layer, argnums=(0, 1))(x, W)
+    assert isinstance(got, tuple) and [tuple(g.shape) for g in got] == [(4, 3), (4, 4, 3)]
+    assert_blocks([g.numpy() for g in got], torch_blocks("jacfwd", "layer", (0, 1)), "dev jacfwd")
+    xs = torch.tensor(RNG.standard_normal((5, 3)))
+    got = ksbuild.vmap(ksbuild.jacrev(dev.layer), in_axes=(0, None))(xs, W)
+    want = torch.vmap(torch.func.jacrev(PY["layer"]), in_dims=(0, None))(xs, W)
+    assert_blocks([got.numpy()], [want.numpy()], "dev vmap(jacrev)")
+    assert repr(ksbuild.hessian(dev.cube)) == "<ksbuild kernel hessian(cube, argnums=(0,))>"
+    h = ksbuild.hessian(dev.cube)(torch.tensor(0.7, dtype=torch.float64))
+    assert_blocks([h.numpy()], torch_blocks("hessian", "cube", None), "dev hessian")
+
+
+def test_dev_loop_autograd_through_a_jacobian(dev):
+    """A loss on the Jacobian trains: its gradient goes through the generated vjp of jacobian(residuals)."""
+    import ksbuild
+    theta, A = (torch.tensor(a) for a in ARGS["residuals"])
+    leaf = theta.clone().requires_grad_()
+    (got,) = torch.autograd.grad(ksbuild.jacobian(dev.residuals)(leaf, A).square().sum(), leaf)
+    ref = theta.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch.func.jacfwd(PY["residuals"])(ref, A).square().sum(), ref)
+    assert_blocks([got.numpy()], [want.numpy()], "grad of a loss on the Jacobian", rtol=1e-9)
+
+
+@pytest.mark.parametrize("argnums", [(), (0, 0), -1, 1.0])
+def test_dev_loop_bad_argnums(dev, argnums):
+    import ksbuild
+    with pytest.raises(KsbuildError, match="argnums must be an integer >= 0 or a tuple of distinct ones"):
+        ksbuild.jacrev(dev.layer, argnums=argnums)
