@@ -31,7 +31,7 @@ from .vmap import vmap_func
 
 
 def jacfwd_func(f: Func, argnums: Sequence[int] | None = None, name: str | None = None) -> Func:
-    """Forward mode: per argnum, vmap over the identity basis of its tangents of the jvp of f in it."""
+    """Forward mode: per argnum x, the jvp of f in x alone vmapped over the identity basis of x's tangents."""
     nums, outs = _checked(f, argnums, "jacfwd")
     b = Builder()
     primals = [Var(p.type, p.hint) for p in f.params]
