@@ -1,9 +1,10 @@
 """ksbuild: compile Python numeric kernels, their vmap and derivatives, into plain C++ libraries."""
-from .dev import Kernel, elementwise, kernel, register, vmap
+from .dev import Kernel, elementwise, hessian, jacfwd, jacobian, jacrev, kernel, register, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "elementwise", "kernel", "load", "register", "vmap", "__version__"]
+__all__ = ["Kernel", "KsbuildError", "build", "elementwise", "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
+           "load", "register", "vmap", "__version__"]
 
 
 def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False):

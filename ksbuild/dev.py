@@ -3,6 +3,7 @@
     vrelu3 = ksbuild.vmap(relu3)          # relu3(x: float) -> float with if/elif/else
     vrelu3(x)                             # compiled on first call per dtype, cached on disk
     vrelu3.vjp(x, ct); vrelu3.jvp(x, dx)  # derivatives, compiled with it
+    ksbuild.jacfwd(f, argnums=(0, 1))(x, y)  # whole Jacobians (also jacrev, jacobian, hessian)
     nn.Sequential(..., vrelu3.nnModule(), ...)   # or vrelu3.nnModule, as Knossos writes it
 
 A Kernel is a transformation expression over one module-level function. On first use with a
@@ -233,6 +234,36 @@ def vmap(fn: Callable | Kernel, in_axes: tuple | None = None) -> Kernel:
         raise KsbuildError(f"vmap in_axes must be 0 or None per argument with at least one 0, got {in_axes!r}")
     text = "(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")"
     return Kernel(k.fn, f"vmap({k.expression}, in_axes={text})", tuple(a == 0 for a in axes))
+
+
+def jacfwd(fn: Callable | Kernel, argnums: int | tuple = 0) -> Kernel:
+    """The Jacobian of fn by forward mode (torch.func.jacfwd): one block out.shape + x.shape per float result
+    and argnum, flattened into one tuple (results outer, argnums inner)."""
+    return _jacobian("jacfwd", fn, argnums)
+
+
+def jacrev(fn: Callable | Kernel, argnums: int | tuple = 0) -> Kernel:
+    """The Jacobian of fn by reverse mode (torch.func.jacrev); blocks as jacfwd's."""
+    return _jacobian("jacrev", fn, argnums)
+
+
+def jacobian(fn: Callable | Kernel, argnums: int | tuple = 0) -> Kernel:
+    """The Jacobian of fn by the cheaper mode: forward when the argnums have fewer elements than the float results."""
+    return _jacobian("jacobian", fn, argnums)
+
+
+def hessian(fn: Callable | Kernel, argnums: int | tuple = 0) -> Kernel:
+    """jacfwd(jacrev(fn, argnums), argnums), as torch.func.hessian: blocks out.shape + x.shape + y.shape."""
+    return _jacobian("hessian", fn, argnums)
+
+
+def _jacobian(kind: str, fn: Callable | Kernel, argnums) -> Kernel:
+    k = kernel(fn)
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not nums or any(type(i) is not int or i < 0 for i in nums) or len(set(nums)) != len(nums):
+        raise KsbuildError(f"{kind} argnums must be an integer >= 0 or a tuple of distinct ones, got {argnums!r}")
+    text = "(" + ", ".join(map(str, nums)) + ("," if len(nums) == 1 else "") + ")"
+    return Kernel(k.fn, f"{kind}({k.expression}, argnums={text})")
 
 
 def _mask(batched: tuple, args) -> tuple:

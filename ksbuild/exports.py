@@ -7,7 +7,8 @@ from pathlib import Path
 from . import prims  # noqa: F401  (registers the primitives)
 from .errors import KsbuildError, Location
 from .ir.core import Func
-from .manifest import ExportSpec, KernelSpec, Manifest, TExpr, locate, parse_signature
+from .manifest import JACOBIANS, ExportSpec, KernelSpec, Manifest, TExpr, locate, parse_signature
+from .transforms.jacobian import JACOBIAN_FUNCS
 from .transforms.jvp import jvp_func
 from .transforms.pipeline import Options, lower
 from .transforms.vjp import bwd_func, fwd_func, grad_func, vjp_func
@@ -110,9 +111,21 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
             return grad_func(f, argnums=e.argnums)
         if e.kind in ("fwd", "bwd"):
             return (fwd_func if e.kind == "fwd" else bwd_func)(f, argnums=e.argnums)
+        if e.kind in JACOBIANS:
+            return _jacobian(e, f)
     except KsbuildError as err:
         raise err.at(loc) from None
     raise KsbuildError(f"unknown transformation {e.kind}", loc)
+
+
+def _jacobian(e: TExpr, f: Func) -> Func:
+    """jacfwd/jacrev/jacobian/hessian of f, the function e.arg denotes; argnums defaults to (0,) as in torch.func."""
+    if e.argnums is None and f.params and not f.params[0].type.is_float:
+        shown = f"{e.kind}({_shown(e.arg)})"
+        raise KsbuildError(f"{shown} differentiates argument 0 by default (as torch.func does), and "
+                           f"'{f.params[0].hint or 0}' is {f.params[0].type}, not a float",
+                           hint=f"name the float arguments: {e.kind}({_shown(e.arg)}, argnums=(1,))")
+    return JACOBIAN_FUNCS[e.kind](f, e.argnums)
 
 
 def _shown(e: TExpr) -> str:

@@ -17,7 +17,9 @@ from .ir.types import Type
 BACKENDS = ("plain", "blas", "aten", "ort")
 AVAILABLE_BACKENDS = ("plain", "blas", "aten")  # ort is planned
 FLOAT_DTYPES = {"float32": "f32", "float64": "f64"}
-TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd")  # fwd/bwd: vjp split in two (docs/torch.md)
+TRANSFORMS = ("vmap", "jvp", "vjp", "grad", "fwd", "bwd",  # fwd/bwd: vjp split in two (docs/torch.md)
+              "jacfwd", "jacrev", "jacobian", "hessian")  # whole Jacobians (docs/transformations.md)
+JACOBIANS = ("jacfwd", "jacrev", "jacobian", "hessian")
 TABLES = ("package", "build", "kernels", "exports")
 PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror", "optimize")
@@ -81,7 +83,7 @@ class TExpr:
     name: str = ""
     arg: "TExpr | None" = None
     in_axes: tuple[int | None, ...] | None = None
-    argnums: tuple[int, ...] | None = None  # vjp/grad: differentiate only these arguments
+    argnums: tuple[int, ...] | None = None  # vjp/grad/jac*: differentiate only these arguments
 
 
 @dataclass(frozen=True)
@@ -457,7 +459,7 @@ def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -
     if len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
         raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
     in_axes = argnums = None
-    allowed = {"vmap": "in_axes", "vjp": "argnums", "grad": "argnums", "fwd": "argnums", "bwd": "argnums"}.get(kind)
+    allowed = "in_axes" if kind == "vmap" else None if kind == "jvp" else "argnums"
     for kw in node.keywords:
         if kw.arg != allowed:
             accepts = f"only {allowed}" if allowed else "no keyword arguments"
