@@ -171,6 +171,7 @@ SAMPLES = {
     "add": ((F, F), {}, (normal, normal), lambda x, y: x + y),
     "sub": ((F, F), {}, (normal, normal), lambda x, y: x - y),
     "mul": ((F, F), {}, (normal, normal), lambda x, y: x * y),
+    "mulz": ((V, V), {}, (normal, normal), lambda x, y: x * y),  # (0 ⊙ inf = 0: tests/test_singular_ad.py)
     "div": ((F, F), {}, (normal, positive), lambda x, y: x / y),
     "neg": ((F,), {}, (normal,), lambda x: -x),
     "exp": ((F,), {}, (normal,), vec(math.exp)),

@@ -531,16 +531,15 @@ class KernelCompiler:
         return out
 
     def expr_IfExp(self, b, scope, e: ast.IfExp) -> Value:
+        """`x if p else y` is the if statement `if p: return x else: return y` (a cond): only the side taken
+        runs, and only its derivative counts (a select would differentiate both sides)."""
         test = self.expr(b, scope, e.test)
         if isinstance(test, Const):
             return self.expr(b, scope, e.body if test.value else e.orelse)
         pred = self.condition(b, test, e.test)
-        x, y = self.expr(b, scope, e.body), self.expr(b, scope, e.orelse)
-        x, y = self.unify(b, x, y, e)
-        out = b.select(pred, x, y)
-        if out.type.rank:
-            self.picks[out] = (x, y)
-        return out
+        bodies = [[ast.copy_location(ast.Return(value=side), side)] for side in (e.body, e.orelse)]
+        outs = self.branches(b, scope, pred, bodies, None, e)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
         from .loops import comprehension

@@ -3,6 +3,7 @@
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
+  - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
@@ -105,6 +106,15 @@ def sum_first(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once:
     return None
 
 
+def plain_product(eqn: Eqn, ins: list[Atom]):
+    """x ⊙ c = x * c (mulz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
+    where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
+    from ..prims.base import PRIMS
+
+    finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
+    return PRIMS["mul"] if eqn.prim.name == "mulz" and any(finite) else eqn.prim
+
+
 def used_once(f: Func) -> set[Var]:
     """The variables of f's body read by exactly one equation input or result."""
     count: dict[Var, int] = {}
@@ -138,7 +148,7 @@ def simplify_once(f: Func) -> Func:
                 continue
         sub = {k: simplify(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
         b.loc = eqn.loc
-        outs = b.bind(eqn.prim, ins, sub)
+        outs = b.bind(plain_product(eqn, ins), ins, sub)
         b.name_like(outs, eqn.outs)
         env.update(zip(eqn.outs, outs))
         made.update((o, b.eqns[-1]) for o in outs)
