@@ -372,7 +372,12 @@ def _no_trigamma(b, x, y):
                        "once, not twice")
 
 
-lgamma = unary("lgamma", lambda x: np.vectorize(math.lgamma, otypes=[x.dtype])(x), "std::lgamma({0})",
+def _lgamma1(v: float) -> float:
+    """log |Γ(v)|, inf at the poles 0, -1, -2, ... (C's and torch's; math.lgamma raises there)."""
+    return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
+
+
+lgamma = unary("lgamma", lambda x: np.vectorize(_lgamma1, otypes=[x.dtype])(x), "std::lgamma({0})",
                lambda b, x, y: b.digamma(x), "log |Γ(x)|", singular=True)  # d lgamma = digamma (poles at 0, -1, ...)
 digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
                 "ψ(x) = d/dx log Γ(x)")
