@@ -2,7 +2,8 @@
 
 Two ways a derivative used to come back nan where torch gives a number:
 - an if-expression `math.sqrt(x) if x > 0.0 else 0.0` was a select, so its untaken side was
-  differentiated: 0 * d sqrt(0) = 0 * inf = nan. It is now an `if` (a cond), like the statement;
+  differentiated: 0 * d sqrt(0) = 0 * inf = nan. It is now a cond_select: computed as a select,
+  differentiated as an `if` statement;
 - a value computed before an `if` and read only by the side not taken (ADBench's hand tracking:
   `n = sqrt(sum(aa**2))`, then `if n < 1e-4: return eye(3)`) gets a zero cotangent from the if,
   which sqrt's rule multiplied by 1 / (2 sqrt(0)) = inf. The derivative rules of the prims whose
@@ -289,10 +290,16 @@ def test_zero_tangent_meets_infinite_factor(ir):
     assert eval_func(jvp_func(ir("sqrt_ifexp")), [np.float64(1e-320), np.float64(1.0)])[1] > 1e150
 
 
-def test_if_expression_is_a_cond(ir):
-    """x if p else y becomes a cond (differentiated like the if statement), not a select."""
-    prims = {e.prim.name for e in ir("sqrt_ifexp").eqns}
-    assert "cond" in prims and "select" not in prims
+def test_if_expression_is_a_cond_select(ir):
+    """x if p else y is a cond_select (differentiated as an if); after the pipeline, selects only (branch-free)."""
+    from ksbuild.transforms.pipeline import lower
+    from ksbuild.transforms.rewrite import walk_funcs
+
+    f = ir("nested_ifexp")
+    assert {e.prim.name for e in f.eqns} >= {"cond_select"} and "select" not in {e.prim.name for e in f.eqns}
+    for g in (f, grad_func(f)):
+        lowered = {e.prim.name for h in walk_funcs(lower(g)) for e in h.eqns}
+        assert "select" in lowered and not {"cond", "cond_select"} & lowered
 
 
 # ---- compiled ---------------------------------------------------------------------------------------

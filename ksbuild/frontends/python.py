@@ -531,14 +531,16 @@ class KernelCompiler:
         return out
 
     def expr_IfExp(self, b, scope, e: ast.IfExp) -> Value:
-        """`x if p else y` is the if statement `if p: return x else: return y` (a cond): only the side taken
-        runs, and only its derivative counts (a select would differentiate both sides)."""
+        """`x if p else y`: a cond_select, whose two sides are closed functions as an if statement's branches.
+        It computes both sides and selects (branch-free), and only the side taken has a derivative (a plain
+        select would differentiate both: 0 * d sqrt(0) = nan)."""
+        from .branches import compile_branches
         test = self.expr(b, scope, e.test)
         if isinstance(test, Const):
             return self.expr(b, scope, e.body if test.value else e.orelse)
         pred = self.condition(b, test, e.test)
         bodies = [[ast.copy_location(ast.Return(value=side), side)] for side in (e.body, e.orelse)]
-        outs = self.branches(b, scope, pred, bodies, None, e)
+        outs = compile_branches(self, b, scope, pred, bodies, None, e, "cond_select")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:

@@ -3,9 +3,9 @@
 All broadcast like numpy. Derivative rules are written as the partial derivatives of the
 scalar function; the factories turn them into jvp (sum of partial * tangent), transpose
 (for the linear ones) and batching rules. A prim whose partial derivative can be inf or nan at
-a finite input (sqrt at 0, log at 0, x / 0, exp past overflow: `singular=True`) multiplies it
-by the tangent with `mulz`, where 0 times anything is 0: a zero tangent or cotangent (the side
-of an if not taken) then stays exactly 0 instead of becoming nan (docs/ad-correctness.md).
+a finite input (sqrt at 0, log at 0, x / 0, exp past overflow: `singular=True`) multiplies the
+tangent by it with `mulz`, where a zero tangent times anything is 0: a zero tangent or cotangent
+(the side of an if not taken) then stays exactly 0 instead of becoming nan (docs/ad-correctness.md).
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def scale(b, d, t, singular: bool):
 
 
 def masked_mul(b, x, y):
-    """mulz(x, y): x * y, but 0 where either is 0; a plain mul when one is a finite nonzero literal (the same)."""
+    """mulz(x, y): x * y, but 0 where x is 0; a plain mul when one is a finite nonzero literal (the same)."""
     if any(isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0 and math.isfinite(a.value)
            for a in (x, y)):
         return b.mul(x, y)
@@ -111,12 +111,12 @@ def _dt(arr: np.ndarray) -> str:
 
 
 def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
-           simplify=None, singular: bool = False) -> Prim:
+           simplify=None, singular: bool = False, jvp=None) -> Prim:
     """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero; `singular`: a partial
-    may be inf or nan at finite x, y, so the tangents multiply them with mulz."""
+    may be inf or nan at finite x, y, so the tangents multiply them with mulz; `jvp`: a rule of its own instead."""
     prim: Prim
 
-    def jvp(b, primals, tangents):
+    def partials_jvp(b, primals, tangents):
         x, y = primals
         z = b.bind(prim, [x, y])[0]
         if all(t is None for t in tangents) or partials is None:
@@ -132,7 +132,7 @@ def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, tr
         name=name,
         type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
         eval=lambda x, y, env=None: _np_out(_dt(x), fn(x, y)),
-        jvp=jvp,
+        jvp=jvp or partials_jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=emit_format(cpp),
         transpose=transpose,
@@ -242,24 +242,34 @@ mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * 
 
 def _np_mulz(x, y):
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.where((x == 0) | (y == 0), np.zeros((), x.dtype), x * y)
+        return np.where(x == 0, np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
+
+
+def _mulz_jvp(b, primals, tangents):
+    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: each term masked by its first factor, so a cotangent x = 0 meeting an
+    # infinite dy (a second derivative at a singular point on the side not taken) stays 0
+    (x, y), (tx, ty) = primals, tangents
+    z = b.mulz(x, y)
+    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_mul(b, x, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type)]
 
 
 def _t_mulz(b, cts, ins, linear):
-    # z = x ⊙ y (0 ⊙ anything = 0), linear in exactly one operand: x̄ = z̄ ⊙ y (or ȳ = z̄ ⊙ x)
+    # z = x ⊙ y, linear in exactly one operand: x̄ = z̄ ⊙ y, or ȳ = x ⊙ z̄ (masked by x, as z is)
     (ct,) = cts
+    x, y = ins
     if ct is None:
         return [None, None]
     if linear[0] and linear[1]:
         raise KsbuildError("internal: mulz is not linear in both operands")
-    i = 0 if linear[0] else 1
-    out = [None, None]
-    out[i] = unbroadcast(b, masked_mul(b, ct, ins[1 - i]), ins[i].type)
-    return out
+    if linear[0]:
+        return [unbroadcast(b, masked_mul(b, ct, y), x.type), None]
+    return [None, unbroadcast(b, masked_mul(b, x, ct), y.type)]
 
 
 def _simp_mulz(ins, out):
-    # x ⊙ 1 = 1 ⊙ x = x;  x ⊙ 0 = 0 ⊙ x = 0 (for any x: that is what ⊙ is for)
+    # x ⊙ 1 = x;  1 ⊙ y = y;  0 ⊙ y = 0 (for any y: what ⊙ is for);  x ⊙ 0 = 0 (x finite, as for mul)
     x, y = ins
     if _lit(y, 1) and _same(x, out):
         return x
@@ -268,12 +278,11 @@ def _simp_mulz(ins, out):
     return Lit(0, out.type) if _lit(x, 0) or _lit(y, 0) else None
 
 
-# x ⊙ y: x * y, but 0 where x or y is 0, even against inf or nan. The singular prims' derivative rules
-# multiply with it; d(x ⊙ y) = dx ⊙ y + x ⊙ dy (mulz's own partials are singular: a cotangent x = 0
-# meeting an infinite dy, in a second derivative, stays 0)
-mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", lambda b, x, y, z: (y, x),
-              "x * y, but 0 where either is 0 (0 * inf = 0 * nan = 0): derivative factors that may be infinite",
-              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, singular=True)
+# x ⊙ y: x * y, but 0 where x is 0, even against an inf or nan y. The singular prims' derivative rules
+# multiply the tangent (x) by their partial derivative (y) with it
+mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
+              "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
+              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp)
 # d(x/y) = dx / y - (x/y) dy / y
 div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
              lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
@@ -572,6 +581,15 @@ def _select_transpose(b, cts, ins, linear):
     return [None, x_ct, y_ct]
 
 
+def _simp_select(ins, out):
+    # select(p, a, a) = a;  select(p, c, c) = c for literals c of any shapes (the zeros of masked derivatives)
+    _, x, y = ins
+    if x == y and x.type == out.type:
+        return x
+    same_lit = isinstance(x, Lit) and isinstance(y, Lit) and x.value == y.value and type(x.value) is type(y.value)
+    return Lit(x.value, out.type) if same_lit else None
+
+
 select = Prim(
     name="select",
     type_rule=_select_rule,
@@ -582,8 +600,7 @@ select = Prim(
     transpose=_select_transpose,
     elementwise=True,
     doc="p ? x : y elementwise (branch-free)",
-    # select(p, a, a) = a
-    simplify=lambda ins, out: ins[1] if ins[1] == ins[2] and ins[1].type == out.type else None,
+    simplify=lambda ins, out: _simp_select(ins, out),
 )
 
 

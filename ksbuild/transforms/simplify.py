@@ -3,6 +3,7 @@
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
+  - a select between a scatter into zeros and zeros selects the scattered values (select_into_scatter),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
@@ -64,6 +65,28 @@ def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> A
                 (out,) = b.bind(e.prim, [out, e.ins[1], e.ins[2]], dict(e.params))
                 made[out] = b.eqns[-1]
             return out
+    return None
+
+
+def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
+    """select(p, index_add(...index_add(0, i, v)...), 0) = index_add(...index_add(0, i, select(p, v, 0))...)
+    for a scalar p, and likewise with the sides swapped: the mask that an if-expression's derivative puts on
+    a tensor's cotangent (cond_select) moves onto the few values scattered into it, and the scatter stays one
+    that `accumulate` adds into a loop's gradient in place (not a whole-tensor select per iteration)."""
+    if eqn.prim.name != "select" or ins[0].type.rank:
+        return None
+    p, x, y = ins
+    for k, (s, other) in enumerate(((x, y), (y, x))):
+        chain = _scatter_base(s, made)
+        if chain is None or not (isinstance(other, Lit) and other.value == 0) or s.type != eqn.outs[0].type:
+            continue
+        out = chain[0].ins[0]
+        for e in chain:
+            zero = Lit(0, e.ins[2].type.scalar())
+            v = b.select(p, e.ins[2], zero) if k == 0 else b.select(p, zero, e.ins[2])
+            (out,) = b.bind(e.prim, [out, e.ins[1], v], dict(e.params))
+            made[out] = b.eqns[-1]
+        return out
     return None
 
 
@@ -137,7 +160,8 @@ def simplify_once(f: Func) -> Func:
         b.loc = eqn.loc
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
-        acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once)
+        acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
+            select_into_scatter(b, eqn, ins, made)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
