@@ -171,6 +171,7 @@ SAMPLES = {
     "add": ((F, F), {}, (normal, normal), lambda x, y: x + y),
     "sub": ((F, F), {}, (normal, normal), lambda x, y: x - y),
     "mul": ((F, F), {}, (normal, normal), lambda x, y: x * y),
+    "mulz": ((V, V), {}, (normal, normal), lambda x, y: x * y),  # (0 ⊙ inf = 0: tests/test_singular_ad.py)
     "div": ((F, F), {}, (normal, positive), lambda x, y: x / y),
     "neg": ((F,), {}, (normal,), lambda x: -x),
     "exp": ((F,), {}, (normal,), vec(math.exp)),
@@ -283,7 +284,8 @@ def prim_name(key: str) -> str:
     """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
     return key.split(":")[0]
 
-# control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py)
-STRUCTURED = {"cond", "lane_cond", "loop", "call"}
+# control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py; cond_select,
+# the if-expression: tests/test_singular_ad.py)
+STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract", "convolve", "winograd_kernel"}

@@ -13,8 +13,10 @@ from ..ir.core import Atom, Func, Var
 from .scope import Const, Returned, Scope, Value
 
 
-def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, node: ast.If) -> list[Value]:
-    """Run both bodies; `names` lists the variables to return (None: the bodies return)."""
+def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, node: ast.AST,
+                     prim: str = "cond") -> list[Value]:
+    """Run both bodies; `names` lists the variables to return (None: the bodies return); bind `prim` (cond, or
+    cond_select for an if-expression)."""
     runs = [_run(fc, scope, body, names, node) for body in bodies]
     values = [v for _, _, v in runs]
     if len({len(v) for v in values}) != 1:
@@ -27,7 +29,7 @@ def compile_branches(fc, b: Builder, scope: Scope, pred: Atom, bodies, names, no
             captured.setdefault(key, outer)
     fns = [_finish(fc, bb, sc, [vals[i] for i in kept], [types[i] for i in kept], captured, node)
            for bb, sc, vals in runs]
-    outs = b.bind(_prim("cond"), [pred, *captured.values()], {"then_fn": fns[0], "else_fn": fns[1]})
+    outs = b.bind(_prim(prim), [pred, *captured.values()], {"then_fn": fns[0], "else_fn": fns[1]})
     for i, out in zip(kept, outs):  # a result that is an outer tensor passed through is, in torch, that tensor
         passed = [outer for _, sc, vals in runs for outer, var in sc.captured.values() if var is vals[i]]
         if passed and out.type.rank:

@@ -600,16 +600,17 @@ class KernelCompiler:
         return out
 
     def expr_IfExp(self, b, scope, e: ast.IfExp) -> Value:
+        """`x if p else y`: a cond_select, whose two sides are closed functions as an if statement's branches.
+        It computes both sides and selects (branch-free), and only the side taken has a derivative (a plain
+        select would differentiate both: 0 * d sqrt(0) = nan)."""
+        from .branches import compile_branches
         test = self.expr(b, scope, e.test)
         if isinstance(test, Const):
             return self.expr(b, scope, e.body if test.value else e.orelse)
         pred = self.condition(b, test, e.test)
-        x, y = self.expr(b, scope, e.body), self.expr(b, scope, e.orelse)
-        x, y = self.unify(b, x, y, e)
-        out = b.select(pred, x, y)
-        if out.type.rank:
-            self.picks[out] = (x, y)
-        return out
+        bodies = [[ast.copy_location(ast.Return(value=side), side)] for side in (e.body, e.orelse)]
+        outs = compile_branches(self, b, scope, pred, bodies, None, e, "cond_select")
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
         from .loops import builtin_sum, comprehension

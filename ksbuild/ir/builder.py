@@ -9,7 +9,8 @@ from .types import Type
 
 STRING_PRIMS = frozenset({
     "eq", "ne", "select", "convert", "constant", "window", "index", "slice", "stop_gradient", "broadcast_to",
-    "reshape", "transpose", "gather", "pad", "index_set", "cond", "loop", "fold", "call", "fusion", "lane_cond"})
+    "reshape", "transpose", "gather", "pad", "index_set", "cond", "loop", "fold", "call", "fusion", "lane_cond",
+    "cond_select"})
 """The primitives that take string operands: they compare them (eq, ne) or move them; no other does."""
 
 

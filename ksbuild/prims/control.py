@@ -86,20 +86,25 @@ def _cond_jvp(b, primals, tangents, then_fn, else_fn):
     return outs[:n], [next(it) if t.is_float else None for t in then_fn.out_types]
 
 
-def _cond_batch(b, ins, batched, size, then_fn, else_fn):
-    _, _, vmap, *_ = _tr()
-    pred, ops, op_bt = ins[0], ins[1:], batched[1:]
-    if not batched[0]:
-        # a shared predicate: keep the if, batch both branches alike
-        flags = [any(x) for x in zip(*(vmap.vmap_func(f, op_bt, size)[1] for f in (then_fn, else_fn)))]
-        fs = [vmap.vmap_func(f, op_bt, size, flags)[0] for f in (then_fn, else_fn)]
-        outs = b.bind(PRIMS_COND, [pred, *ops], {"then_fn": fs[0], "else_fn": fs[1]})
-        return outs, flags
-    # a per-lane predicate: a lane_cond (both branches and a select per result once expanded;
-    # differentiated lane by lane until then, see prims/lanes.py)
+def cond_batch(name: str):
+    """The batching rule of an if-like prim `name` (cond, cond_select): with a shared predicate the same prim over
+    both branches batched alike; with a per-lane predicate a lane_cond (both branches and a select per result
+    once expanded; differentiated lane by lane until then, see prims/lanes.py)."""
     from .base import PRIMS
-    outs = b.bind(PRIMS["lane_cond"], [pred, *ops], {"then_fn": then_fn, "else_fn": else_fn, "lanes": tuple(op_bt)})
-    return list(outs), [True] * len(outs)
+
+    def batch(b, ins, batched, size, then_fn, else_fn):
+        _, _, vmap, *_ = _tr()
+        pred, ops, op_bt = ins[0], ins[1:], batched[1:]
+        if not batched[0]:
+            flags = [any(x) for x in zip(*(vmap.vmap_func(f, op_bt, size)[1] for f in (then_fn, else_fn)))]
+            fs = [vmap.vmap_func(f, op_bt, size, flags)[0] for f in (then_fn, else_fn)]
+            outs = b.bind(PRIMS[name], [pred, *ops], {"then_fn": fs[0], "else_fn": fs[1]})
+            return outs, flags
+        outs = b.bind(PRIMS["lane_cond"], [pred, *ops], {"then_fn": then_fn, "else_fn": else_fn,
+                                                         "lanes": tuple(op_bt)})
+        return list(outs), [True] * len(outs)
+
+    return batch
 
 
 def _cond_partial_eval(s, eqn, mask):
@@ -227,7 +232,7 @@ cond = Prim(
     type_rule=_cond_rule,
     eval=_cond_eval,
     jvp=_cond_jvp,
-    batch=_cond_batch,
+    batch=cond_batch("cond"),
     emit=lambda ctx, eqn: codegen_body.emit_cond(ctx, eqn),
     transpose=_cond_transpose,
     partial_eval=_cond_partial_eval,

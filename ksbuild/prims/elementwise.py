@@ -2,7 +2,10 @@
 
 All broadcast like numpy. Derivative rules are written as the partial derivatives of the
 scalar function; the factories turn them into jvp (sum of partial * tangent), transpose
-(for the linear ones) and batching rules.
+(for the linear ones) and batching rules. A prim whose partial derivative can be inf or nan at
+a finite input (sqrt at 0, log at 0, x / 0, exp past overflow: `singular=True`) multiplies the
+tangent by it with `mulz`, where a zero tangent times anything is 0: a zero tangent or cotangent
+(the side of an if not taken) then stays exactly 0 instead of becoming nan (docs/ad-correctness.md).
 """
 from __future__ import annotations
 
@@ -60,8 +63,23 @@ def numeric_type_rule(name: str):
     return rule
 
 
-def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None) -> Prim:
-    """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant)."""
+def scale(b, d, t, singular: bool):
+    """The tangent term d * t of a partial derivative d; with `singular` (d may be inf or nan) 0 where t is 0."""
+    return masked_mul(b, t, d) if singular else b.mul(d, t)
+
+
+def masked_mul(b, x, y):
+    """mulz(x, y): x * y, but 0 where x is 0; a plain mul when one is a finite nonzero literal (the same)."""
+    if any(isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0 and math.isfinite(a.value)
+           for a in (x, y)):
+        return b.mul(x, y)
+    return b.mulz(x, y)
+
+
+def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None,
+          singular: bool = False) -> Prim:
+    """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant); `singular`: dy/dx may be
+    inf or nan at a finite x, so the tangent multiplies it with mulz."""
     prim: Prim
 
     def jvp(b, primals, tangents):
@@ -69,7 +87,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         y = b.bind(prim, [x])[0]
         if tx is None or deriv is None:
             return [y], [None]
-        return [y], [b.mul(deriv(b, x, y), tx)]
+        return [y], [scale(b, deriv(b, x, y), tx, singular)]
 
     def ev(x, env=None):
         return _np_out(_dt(x), fn(x))
@@ -93,11 +111,12 @@ def _dt(arr: np.ndarray) -> str:
 
 
 def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
-           simplify=None) -> Prim:
-    """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero."""
+           simplify=None, singular: bool = False, jvp=None) -> Prim:
+    """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero; `singular`: a partial
+    may be inf or nan at finite x, y, so the tangents multiply them with mulz; `jvp`: a rule of its own instead."""
     prim: Prim
 
-    def jvp(b, primals, tangents):
+    def partials_jvp(b, primals, tangents):
         x, y = primals
         z = b.bind(prim, [x, y])[0]
         if all(t is None for t in tangents) or partials is None:
@@ -106,14 +125,14 @@ def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, tr
         out = None
         for d, t in ((dx, tangents[0]), (dy, tangents[1])):
             if t is not None and d is not None:
-                out = add_cts(b, out, t if d == 1 else b.mul(d, t))
+                out = add_cts(b, out, t if d == 1 else scale(b, d, t, singular))
         return [z], [bcast_to(b, out, z.type) if out is not None else None]
 
     prim = Prim(
         name=name,
         type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
         eval=lambda x, y, env=None: _np_out(_dt(x), fn(x, y)),
-        jvp=jvp,
+        jvp=jvp or partials_jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=emit_format(cpp),
         transpose=transpose,
@@ -219,10 +238,55 @@ sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1,
              "x - y", transpose=_t_sub, simplify=_simp_sub)
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
              simplify=_simp_mul)
+
+
+def _np_mulz(x, y):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(x == 0, np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
+
+
+def _mulz_jvp(b, primals, tangents):
+    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: each term masked by its first factor, so a cotangent x = 0 meeting an
+    # infinite dy (a second derivative at a singular point on the side not taken) stays 0
+    (x, y), (tx, ty) = primals, tangents
+    z = b.mulz(x, y)
+    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_mul(b, x, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type)]
+
+
+def _t_mulz(b, cts, ins, linear):
+    # z = x ⊙ y, linear in exactly one operand: x̄ = z̄ ⊙ y, or ȳ = x ⊙ z̄ (masked by x, as z is)
+    (ct,) = cts
+    x, y = ins
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: mulz is not linear in both operands")
+    if linear[0]:
+        return [unbroadcast(b, masked_mul(b, ct, y), x.type), None]
+    return [None, unbroadcast(b, masked_mul(b, x, ct), y.type)]
+
+
+def _simp_mulz(ins, out):
+    # x ⊙ 1 = x;  1 ⊙ y = y;  0 ⊙ y = 0 (for any y: what ⊙ is for);  x ⊙ 0 = 0 (x finite, as for mul)
+    x, y = ins
+    if _lit(y, 1) and _same(x, out):
+        return x
+    if _lit(x, 1) and _same(y, out):
+        return y
+    return Lit(0, out.type) if _lit(x, 0) or _lit(y, 0) else None
+
+
+# x ⊙ y: x * y, but 0 where x is 0, even against an inf or nan y. The singular prims' derivative rules
+# multiply the tangent (x) by their partial derivative (y) with it
+mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
+              "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
+              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp)
 # d(x/y) = dx / y - (x/y) dy / y
 div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
              lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
-             simplify=_simp_div)
+             simplify=_simp_div, singular=True)  # singular at y = 0
 _float_div = div.emit
 
 
@@ -252,13 +316,16 @@ def _trunc_div(x, y):
 
 # ---- unary math ---------------------------------------------------------------------------
 # each deriv is dy/dx written with the output y where that is cheaper
-exp = unary("exp", np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x")  # d e^x = e^x
-log = unary("log", np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log")  # 1/x
+# singular: exp and expm1 overflow (x > 709 in f64), log at 0, log1p at -1, sqrt at 0 (nan below 0)
+exp = unary("exp", np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x", singular=True)  # d e^x = e^x
+log = unary("log", np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log",
+            singular=True)  # 1/x
 log1p = unary("log1p", np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), x)),
-              "log(1 + x)")  # 1/(1+x)
-expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1")  # e^x
+              "log(1 + x)", singular=True)  # 1/(1+x)
+expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1",
+              singular=True)  # e^x
 sqrt = unary("sqrt", np.sqrt, "std::sqrt({0})",
-             lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y), "square root")  # 1/(2 sqrt x)
+             lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y), "square root", singular=True)  # 1/(2 sqrt x)
 tanh = unary("tanh", np.tanh, "ks::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
              "hyperbolic tangent")  # 1 - tanh²
 sin = unary("sin", np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine")  # cos x
@@ -314,8 +381,13 @@ def _no_trigamma(b, x, y):
                        "once, not twice")
 
 
-lgamma = unary("lgamma", lambda x: np.vectorize(math.lgamma, otypes=[x.dtype])(x), "std::lgamma({0})",
-               lambda b, x, y: b.digamma(x), "log |Γ(x)|")  # d lgamma = digamma
+def _lgamma1(v: float) -> float:
+    """log |Γ(v)|, inf at the poles 0, -1, -2, ... (C's and torch's; math.lgamma raises there)."""
+    return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
+
+
+lgamma = unary("lgamma", lambda x: np.vectorize(_lgamma1, otypes=[x.dtype])(x), "std::lgamma({0})",
+               lambda b, x, y: b.digamma(x), "log |Γ(x)|", singular=True)  # d lgamma = digamma (poles at 0, -1, ...)
 digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
                 "ψ(x) = d/dx log Γ(x)")
 object.__setattr__(digamma, "opt_outs", ("jvp: trigamma is not implemented (raises a KsbuildError)",))
@@ -334,7 +406,7 @@ def _ipow_jvp(b, primals, tangents, n):
     if tx is None:
         return [y], [None]
     d = b.lit(n, x.type.scalar()) if n == 1 else b.mul(b.lit(n, x.type.scalar()), b.ipow(x, n=n - 1))
-    return [y], [b.mul(d, tx)]
+    return [y], [scale(b, d, tx, n < 0)]  # singular at x = 0 for n < 0
 
 
 ipow = Prim(
@@ -362,7 +434,8 @@ def _pow_partials(b, x, y, z):
     return dx, b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
 
 
-pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False)
+pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False,
+              singular=True)  # y x^(y-1) at x = 0, y < 1; nan for x < 0
 def _atan2_partials(b, x, y, z):
     # ∂/∂a atan2(a, c) = c/(a²+c²), ∂/∂c = -a/(a²+c²); both 0 at the origin (as torch), not 0/0
     r2 = b.add(b.mul(x, x), b.mul(y, y))
@@ -374,7 +447,7 @@ atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})", _atan2_partials, "at
 # d hypot(x, y) = (x dx + y dy) / hypot: x / inf is 0 for a finite x (NaN at the origin, as torch's)
 hypot = binary("hypot", np.hypot, "std::hypot({0}, {1})", lambda b, x, y, z: (b.div(x, z), b.div(y, z)),
                "sqrt(x² + y²) without overflow or underflow (C hypot: inf if either is, even against NaN)",
-               numeric=False)
+               numeric=False, singular=True)
 
 
 def _max_partials(b, x, y, z):
@@ -395,10 +468,11 @@ minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
                   "floor(x / y)")
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
-             lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y")
+             lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True)  # y = 0
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
               lambda b, x, y, z: (1, b.neg(b.div(b.sub(x, z), y))),  # d/dy = -trunc(x / y)
-              "x - trunc(x / y) * y, exactly (C fmod: the sign of x; floats only)", numeric=False)
+              "x - trunc(x / y) * y, exactly (C fmod: the sign of x; floats only)", numeric=False,
+              singular=True)  # y = 0
 
 
 # ---- comparisons and logic (no tangents: bool outputs) ----------------------------------
@@ -507,6 +581,15 @@ def _select_transpose(b, cts, ins, linear):
     return [None, x_ct, y_ct]
 
 
+def _simp_select(ins, out):
+    # select(p, a, a) = a;  select(p, c, c) = c for literals c of any shapes (the zeros of masked derivatives)
+    _, x, y = ins
+    if x == y and x.type == out.type:
+        return x
+    same_lit = isinstance(x, Lit) and isinstance(y, Lit) and x.value == y.value and type(x.value) is type(y.value)
+    return Lit(x.value, out.type) if same_lit else None
+
+
 select = Prim(
     name="select",
     type_rule=_select_rule,
@@ -517,8 +600,7 @@ select = Prim(
     transpose=_select_transpose,
     elementwise=True,
     doc="p ? x : y elementwise (branch-free)",
-    # select(p, a, a) = a
-    simplify=lambda ins, out: ins[1] if ins[1] == ins[2] and ins[1].type == out.type else None,
+    simplify=lambda ins, out: _simp_select(ins, out),
 )
 
 

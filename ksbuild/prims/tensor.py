@@ -160,6 +160,9 @@ index_add = Prim(
     batch=_update_batch("index_add"),
     emit=_index_add_emit,
     doc="x with v added at position i along an axis (in place when x is dead afterwards)",
+    # index_add(x, i, 0) = x
+    simplify=lambda ins, out, axis: ins[0] if isinstance(ins[2], Lit) and ins[2].value == 0 and
+    not isinstance(ins[2].value, bool) and ins[0].type == out.type else None,
 )
 
 

@@ -3,6 +3,8 @@
 Requires: a Func. Guarantees: an equivalent Func (same values on every input) where
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
+  - a select between a scatter into zeros and zeros selects the scattered values (select_into_scatter),
+  - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
@@ -66,6 +68,28 @@ def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> A
     return None
 
 
+def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
+    """select(p, index_add(...index_add(0, i, v)...), 0) = index_add(...index_add(0, i, select(p, v, 0))...)
+    for a scalar p, and likewise with the sides swapped: the mask that an if-expression's derivative puts on
+    a tensor's cotangent (cond_select) moves onto the few values scattered into it, and the scatter stays one
+    that `accumulate` adds into a loop's gradient in place (not a whole-tensor select per iteration)."""
+    if eqn.prim.name != "select" or ins[0].type.rank:
+        return None
+    p, x, y = ins
+    for k, (s, other) in enumerate(((x, y), (y, x))):
+        chain = _scatter_base(s, made)
+        if chain is None or not (isinstance(other, Lit) and other.value == 0) or s.type != eqn.outs[0].type:
+            continue
+        out = chain[0].ins[0]
+        for e in chain:
+            zero = Lit(0, e.ins[2].type.scalar())
+            v = b.select(p, e.ins[2], zero) if k == 0 else b.select(p, zero, e.ins[2])
+            (out,) = b.bind(e.prim, [out, e.ins[1], v], dict(e.params))
+            made[out] = b.eqns[-1]
+        return out
+    return None
+
+
 def unnest_select(ins: list[Atom], made: dict[Var, Eqn]) -> list[Atom] | None:
     """select(p, select(p, a, b), c) = select(p, a, c) and select(p, a, select(p, b, c)) =
     select(p, a, c): under the same condition an inner select always takes the same side (the
@@ -105,6 +129,15 @@ def sum_first(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once:
     return None
 
 
+def plain_product(eqn: Eqn, ins: list[Atom]):
+    """x ⊙ c = x * c (mulz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
+    where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
+    from ..prims.base import PRIMS
+
+    finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
+    return PRIMS["mul"] if eqn.prim.name == "mulz" and any(finite) else eqn.prim
+
+
 def used_once(f: Func) -> set[Var]:
     """The variables of f's body read by exactly one equation input or result."""
     count: dict[Var, int] = {}
@@ -127,7 +160,8 @@ def simplify_once(f: Func) -> Func:
         b.loc = eqn.loc
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
-        acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once)
+        acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
+            select_into_scatter(b, eqn, ins, made)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
@@ -138,7 +172,7 @@ def simplify_once(f: Func) -> Func:
                 continue
         sub = {k: _sweep(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
         b.loc = eqn.loc
-        outs = b.bind(eqn.prim, ins, sub)
+        outs = b.bind(plain_product(eqn, ins), ins, sub)
         b.name_like(outs, eqn.outs)
         env.update(zip(eqn.outs, outs))
         made.update((o, b.eqns[-1]) for o in outs)

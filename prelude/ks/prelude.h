@@ -120,6 +120,15 @@ constexpr T min(T a, T b) {
     return a <= b ? a : b;
 }
 
+// a * b, but 0 where a is 0, even against an infinite or NaN b: how a derivative rule multiplies a tangent or
+// cotangent a, which may be exactly 0 (the side of an if that is not taken), by a factor b that may be
+// infinite (d sqrt(x) at x = 0), so that the 0 stays 0 instead of becoming NaN. Branch-free (a compare and a
+// select: vectorizes; gcc did not vectorize the symmetric `a == 0 || b == 0 ? 0 : a * b` next to ks::exp).
+template <class T>
+constexpr T mulz(T a, T b) {
+    return a == static_cast<T>(0) ? static_cast<T>(0) : a * b;
+}
+
 // A reduction's running maximum (minimum) after x: x when larger (smaller) or NaN, and a NaN stays, so a
 // NaN anywhere makes the result NaN as in torch's max/amax (branch-free; vectorizes).
 template <class T>

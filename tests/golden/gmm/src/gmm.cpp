@@ -48,7 +48,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k3 = 0; k3 < d; ++k3) {
                     const bool t4 = (k2 == k3);
-                    const double t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const double t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t6 = (k2 > k3);
                     const int64_t t7 = ((2*d) - k3);
                     const int64_t t8 = (t7 - int64_t{1});
@@ -265,15 +265,15 @@ size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
     uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
@@ -312,14 +312,14 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded168 = reinterpret_cast<double*>(next_slot);
+    double* const padded166 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
         for (int64_t k5 = 0; k5 < d; ++k5) {
             for (int64_t k6 = 0; k6 < d; ++k6) {
                 const bool t7 = (k5 == k6);
-                const double t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const double t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
                 const bool t9 = (k5 > k6);
                 const int64_t t10 = ((2*d) - k6);
                 const int64_t t11 = (t10 - int64_t{1});
@@ -332,9 +332,9 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
             }
         }
     }
@@ -442,7 +442,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t77 = (0.5 * t76);
     const double t78 = ((-1.0) * wishart_m);
     const double t79 = ((-1.0) * t74);
-    const double t80 = (t79 * t75);
+    const double t80 = ks::mulz(t79, t75);
     double* const tmp81 = tmp47;  // reuses a dead buffer's space
     for (int64_t i82 = 0; i82 < n; ++i82) {
         const double x_i83 = tmp54[i82];
@@ -454,7 +454,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i86 = 0; i86 < K; ++i86) {
             const double x_i87 = tmp81[i85];
             const double x_i88 = tmp53[i85 * K + i86];
-            const double d_scores89 = (x_i87 * x_i88);
+            const double d_scores89 = ks::mulz(x_i87, x_i88);
             d_scores[i85 * K + i86] = d_scores89;
         }
     }
@@ -526,7 +526,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             const double t125 = (2.0 * t124);
             const double x_i126 = t77;
             const double t127 = (x_i126 * t125);
-            const double t128 = (t127 * t124);
+            const double t128 = ks::mulz(t127, t124);
             const double d_qs_i = t78;
             const double d_qs129 = (d_qs_i + t128);
             const double x_i130 = sum[i121];
@@ -538,102 +538,94 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         r132[i133] = 0.0;
     }
     for (int64_t k134 = K - 1; k134 >= 0; --k134) {
-        double r137;
-        for (int64_t i138 = 0; i138 < d; ++i138) {
-            r135[i138] = 0.0;
+        for (int64_t i137 = 0; i137 < d; ++i137) {
+            r135[i137] = 0.0;
         }
-        for (int64_t i139 = 0; i139 < T; ++i139) {
-            r136[i139] = 0.0;
+        for (int64_t i138 = 0; i138 < T; ++i138) {
+            r136[i138] = 0.0;
         }
-        r137 = 0.0;
-        for (int64_t k140 = d - 1; k140 >= 0; --k140) {
-            double r141;
-            double r142;
-            r141 = 0.0;
-            r142 = r137;
-            for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-                const int64_t t144 = ((2*d) - k143);
-                const int64_t t145 = (t144 - int64_t{1});
-                const int64_t t146 = (k143 * t145);
-                const int64_t t147 = ks::floordiv(t146, int64_t{2});
-                const int64_t t148 = (d + t147);
-                const int64_t t149 = (t148 + k140);
-                const int64_t t150 = (t149 - k143);
-                const int64_t t151 = (t150 - int64_t{1});
-                const double t152 = ((((r3 + k134 * (d * d)) + k140 * d) + k143)[0] ? (((prod + k134 * (d * d)) + k140 * d) + k143)[0] : 0.0);
-                const double t153 = ((((r3 + k134 * (d * d)) + k140 * d) + k143)[0] ? 0.0 : (((prod + k134 * (d * d)) + k140 * d) + k143)[0]);
-                const double t154 = ((((r2 + k134 * (d * d)) + k140 * d) + k143)[0] ? t153 : 0.0);
-                (r136 + ks::clamp_index(t151, T))[0] += t154;
-                const double t155 = (t152 * (((r1 + k134 * (d * d)) + k140 * d) + k143)[0]);
-                const double t156 = (r141 + t155);
-                r141 = t156;
+        for (int64_t k139 = d - 1; k139 >= 0; --k139) {
+            for (int64_t k140 = d - 1; k140 >= 0; --k140) {
+                const int64_t t141 = ((2*d) - k140);
+                const int64_t t142 = (t141 - int64_t{1});
+                const int64_t t143 = (k140 * t142);
+                const int64_t t144 = ks::floordiv(t143, int64_t{2});
+                const int64_t t145 = (d + t144);
+                const int64_t t146 = (t145 + k139);
+                const int64_t t147 = (t146 - k140);
+                const int64_t t148 = (t147 - int64_t{1});
+                const double t149 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? (((prod + k134 * (d * d)) + k139 * d) + k140)[0] : 0.0);
+                const double t150 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : (((prod + k134 * (d * d)) + k139 * d) + k140)[0]);
+                const double t151 = ((((r3 + k134 * (d * d)) + k139 * d) + k140)[0] ? t150 : 0.0);
+                const double t152 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : t151);
+                (r136 + ks::clamp_index(t148, T))[0] += t152;
+                const double t153 = ks::mulz(t149, (((r2 + k134 * (d * d)) + k139 * d) + k140)[0]);
+                const double t154 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? t153 : 0.0);
+                (r135 + ks::clamp_index(k139, d))[0] += t154;
             }
-            (r135 + k140)[0] += r141;
-            r137 = r142;
         }
-        (r135 + ks::clamp_index(int64_t{0}, d))[0] += r137;
-        for (int64_t i157 = 0; i157 < T; ++i157) {
-            (r132 + k134 * T)[i157] += r136[i157];
+        for (int64_t i155 = 0; i155 < T; ++i155) {
+            (r132 + k134 * T)[i155] += r136[i155];
         }
-        for (int64_t i158 = 0; i158 < d; ++i158) {
-            (d_qs + k134 * d)[i158] += r135[i158];
+        for (int64_t i156 = 0; i156 < d; ++i156) {
+            (d_qs + k134 * d)[i156] += r135[i156];
         }
     }
-    for (int64_t i159 = 0; i159 < K; ++i159) {
-        for (int64_t i160 = 0; i160 < (T - d); ++i160) {
-            const double ls_i = (icf + d)[i159 * T + i160];
-            const double t161 = (2.0 * ls_i);
-            const double x_i162 = t77;
-            const double d_ls163 = (x_i162 * t161);
-            d_ls[i159 * ((T - d)) + i160] = d_ls163;
+    for (int64_t i157 = 0; i157 < K; ++i157) {
+        for (int64_t i158 = 0; i158 < (T - d); ++i158) {
+            const double ls_i = (icf + d)[i157 * T + i158];
+            const double t159 = (2.0 * ls_i);
+            const double x_i160 = t77;
+            const double d_ls161 = (x_i160 * t159);
+            d_ls[i157 * ((T - d)) + i158] = d_ls161;
+        }
+    }
+    for (int64_t i162 = 0; i162 < K; ++i162) {
+        for (int64_t i163 = 0; i163 < d; ++i163) {
+            padded[i162 * T + i163] = 0.0;
         }
     }
     for (int64_t i164 = 0; i164 < K; ++i164) {
-        for (int64_t i165 = 0; i165 < d; ++i165) {
-            padded[i164 * T + i165] = 0.0;
+        for (int64_t i165 = 0; i165 < (T - d); ++i165) {
+            (padded + d)[i164 * T + i165] = d_ls[i164 * ((T - d)) + i165];
         }
     }
-    for (int64_t i166 = 0; i166 < K; ++i166) {
-        for (int64_t i167 = 0; i167 < (T - d); ++i167) {
-            (padded + d)[i166 * T + i167] = d_ls[i166 * ((T - d)) + i167];
+    for (int64_t i167 = 0; i167 < K; ++i167) {
+        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
+            (padded166 + d)[i167 * T + i168] = 0.0;
         }
     }
     for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
-            (padded168 + d)[i169 * T + i170] = 0.0;
+        for (int64_t i170 = 0; i170 < d; ++i170) {
+            padded166[i169 * T + i170] = d_qs[i169 * d + i170];
         }
     }
     for (int64_t i171 = 0; i171 < K; ++i171) {
-        for (int64_t i172 = 0; i172 < d; ++i172) {
-            padded168[i171 * T + i172] = d_qs[i171 * d + i172];
+        const double x_i172 = t80;
+        const double x_i173 = tmp67[i171];
+        const double d_alphas = ks::mulz(x_i172, x_i173);
+        const double d_base_i = sum[i171];
+        const double d_alphas174 = (d_alphas + d_base_i);
+        out_d_alphas[i171] = d_alphas174;
+    }
+    for (int64_t i175 = 0; i175 < K; ++i175) {
+        for (int64_t i176 = 0; i176 < T; ++i176) {
+            const double x_i177 = r132[i175 * T + i176];
+            const double x_i178 = padded[i175 * T + i176];
+            const double d_icf = (x_i177 + x_i178);
+            const double x_i179 = padded166[i175 * T + i176];
+            const double d_icf180 = (d_icf + x_i179);
+            out_d_icf[i175 * T + i176] = d_icf180;
         }
     }
-    for (int64_t i173 = 0; i173 < K; ++i173) {
-        const double x_i174 = t80;
-        const double x_i175 = tmp67[i173];
-        const double d_alphas = (x_i174 * x_i175);
-        const double d_base_i = sum[i173];
-        const double d_alphas176 = (d_alphas + d_base_i);
-        out_d_alphas[i173] = d_alphas176;
-    }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < T; ++i178) {
-            const double x_i179 = r132[i177 * T + i178];
-            const double x_i180 = padded[i177 * T + i178];
-            const double d_icf = (x_i179 + x_i180);
-            const double x_i181 = padded168[i177 * T + i178];
-            const double d_icf182 = (d_icf + x_i181);
-            out_d_icf[i177 * T + i178] = d_icf182;
-        }
-    }
-    for (int64_t i183 = 0; i183 < K * d; ++i183) {
-        out_d_means[i183] = tmp116[i183];
+    for (int64_t i181 = 0; i181 < K * d; ++i181) {
+        out_d_means[i181] = tmp116[i181];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -670,7 +662,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k3 = 0; k3 < d; ++k3) {
                     const bool t4 = (k2 == k3);
-                    const float t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const float t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t6 = (k2 > k3);
                     const int64_t t7 = ((2*d) - k3);
                     const int64_t t8 = (t7 - int64_t{1});
@@ -918,15 +910,15 @@ size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
 //   (alphas: f32[K], means: f32[K, d], icf: f32[K, T], x: f32[n, d], wishart_gamma: f32, wishart_m: f32) -> (f32[K], f32[K, d], f32[K, T])
 int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas, const float* means, const float* icf, const float* x, float wishart_gamma, float wishart_m, float* out_d_alphas, float* out_d_means, float* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const r1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    float* const r2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
     uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
@@ -965,14 +957,14 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded174 = reinterpret_cast<float*>(next_slot);
+    float* const padded172 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
         for (int64_t k5 = 0; k5 < d; ++k5) {
             for (int64_t k6 = 0; k6 < d; ++k6) {
                 const bool t7 = (k5 == k6);
-                const float t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const float t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
                 const bool t9 = (k5 > k6);
                 const int64_t t10 = ((2*d) - k6);
                 const int64_t t11 = (t10 - int64_t{1});
@@ -985,9 +977,9 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const float t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0f);
                 const float t19 = (t7 ? t8 : t18);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
             }
         }
     }
@@ -1115,7 +1107,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t83 = (0.5f * t82);
     const float t84 = ((-1.0f) * wishart_m);
     const float t85 = ((-1.0f) * t80);
-    const float t86 = (t85 * t81);
+    const float t86 = ks::mulz(t85, t81);
     float* const tmp87 = tmp49;  // reuses a dead buffer's space
     for (int64_t i88 = 0; i88 < n; ++i88) {
         const float x_i89 = tmp56[i88];
@@ -1127,7 +1119,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i92 = 0; i92 < K; ++i92) {
             const float x_i93 = tmp87[i91];
             const float x_i94 = tmp55[i91 * K + i92];
-            const float d_scores95 = (x_i93 * x_i94);
+            const float d_scores95 = ks::mulz(x_i93, x_i94);
             d_scores[i91 * K + i92] = d_scores95;
         }
     }
@@ -1199,7 +1191,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const float t131 = (2.0f * t130);
             const float x_i132 = t83;
             const float t133 = (x_i132 * t131);
-            const float t134 = (t133 * t130);
+            const float t134 = ks::mulz(t133, t130);
             const float d_qs_i = t84;
             const float d_qs135 = (d_qs_i + t134);
             const float x_i136 = sum[i127];
@@ -1211,102 +1203,94 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         r138[i139] = 0.0f;
     }
     for (int64_t k140 = K - 1; k140 >= 0; --k140) {
-        float r143;
-        for (int64_t i144 = 0; i144 < d; ++i144) {
-            r141[i144] = 0.0f;
+        for (int64_t i143 = 0; i143 < d; ++i143) {
+            r141[i143] = 0.0f;
         }
-        for (int64_t i145 = 0; i145 < T; ++i145) {
-            r142[i145] = 0.0f;
+        for (int64_t i144 = 0; i144 < T; ++i144) {
+            r142[i144] = 0.0f;
         }
-        r143 = 0.0f;
-        for (int64_t k146 = d - 1; k146 >= 0; --k146) {
-            float r147;
-            float r148;
-            r147 = 0.0f;
-            r148 = r143;
-            for (int64_t k149 = d - 1; k149 >= 0; --k149) {
-                const int64_t t150 = ((2*d) - k149);
-                const int64_t t151 = (t150 - int64_t{1});
-                const int64_t t152 = (k149 * t151);
-                const int64_t t153 = ks::floordiv(t152, int64_t{2});
-                const int64_t t154 = (d + t153);
-                const int64_t t155 = (t154 + k146);
-                const int64_t t156 = (t155 - k149);
-                const int64_t t157 = (t156 - int64_t{1});
-                const float t158 = ((((r3 + k140 * (d * d)) + k146 * d) + k149)[0] ? (((prod + k140 * (d * d)) + k146 * d) + k149)[0] : 0.0f);
-                const float t159 = ((((r3 + k140 * (d * d)) + k146 * d) + k149)[0] ? 0.0f : (((prod + k140 * (d * d)) + k146 * d) + k149)[0]);
-                const float t160 = ((((r2 + k140 * (d * d)) + k146 * d) + k149)[0] ? t159 : 0.0f);
-                (r142 + ks::clamp_index(t157, T))[0] += t160;
-                const float t161 = (t158 * (((r1 + k140 * (d * d)) + k146 * d) + k149)[0]);
-                const float t162 = (r147 + t161);
-                r147 = t162;
+        for (int64_t k145 = d - 1; k145 >= 0; --k145) {
+            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
+                const int64_t t147 = ((2*d) - k146);
+                const int64_t t148 = (t147 - int64_t{1});
+                const int64_t t149 = (k146 * t148);
+                const int64_t t150 = ks::floordiv(t149, int64_t{2});
+                const int64_t t151 = (d + t150);
+                const int64_t t152 = (t151 + k145);
+                const int64_t t153 = (t152 - k146);
+                const int64_t t154 = (t153 - int64_t{1});
+                const float t155 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? (((prod + k140 * (d * d)) + k145 * d) + k146)[0] : 0.0f);
+                const float t156 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : (((prod + k140 * (d * d)) + k145 * d) + k146)[0]);
+                const float t157 = ((((r3 + k140 * (d * d)) + k145 * d) + k146)[0] ? t156 : 0.0f);
+                const float t158 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : t157);
+                (r142 + ks::clamp_index(t154, T))[0] += t158;
+                const float t159 = ks::mulz(t155, (((r2 + k140 * (d * d)) + k145 * d) + k146)[0]);
+                const float t160 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? t159 : 0.0f);
+                (r141 + ks::clamp_index(k145, d))[0] += t160;
             }
-            (r141 + k146)[0] += r147;
-            r143 = r148;
         }
-        (r141 + ks::clamp_index(int64_t{0}, d))[0] += r143;
-        for (int64_t i163 = 0; i163 < T; ++i163) {
-            (r138 + k140 * T)[i163] += r142[i163];
+        for (int64_t i161 = 0; i161 < T; ++i161) {
+            (r138 + k140 * T)[i161] += r142[i161];
         }
-        for (int64_t i164 = 0; i164 < d; ++i164) {
-            (d_qs + k140 * d)[i164] += r141[i164];
+        for (int64_t i162 = 0; i162 < d; ++i162) {
+            (d_qs + k140 * d)[i162] += r141[i162];
         }
     }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        for (int64_t i166 = 0; i166 < (T - d); ++i166) {
-            const float ls_i = (icf + d)[i165 * T + i166];
-            const float t167 = (2.0f * ls_i);
-            const float x_i168 = t83;
-            const float d_ls169 = (x_i168 * t167);
-            d_ls[i165 * ((T - d)) + i166] = d_ls169;
+    for (int64_t i163 = 0; i163 < K; ++i163) {
+        for (int64_t i164 = 0; i164 < (T - d); ++i164) {
+            const float ls_i = (icf + d)[i163 * T + i164];
+            const float t165 = (2.0f * ls_i);
+            const float x_i166 = t83;
+            const float d_ls167 = (x_i166 * t165);
+            d_ls[i163 * ((T - d)) + i164] = d_ls167;
+        }
+    }
+    for (int64_t i168 = 0; i168 < K; ++i168) {
+        for (int64_t i169 = 0; i169 < d; ++i169) {
+            padded[i168 * T + i169] = 0.0f;
         }
     }
     for (int64_t i170 = 0; i170 < K; ++i170) {
-        for (int64_t i171 = 0; i171 < d; ++i171) {
-            padded[i170 * T + i171] = 0.0f;
+        for (int64_t i171 = 0; i171 < (T - d); ++i171) {
+            (padded + d)[i170 * T + i171] = d_ls[i170 * ((T - d)) + i171];
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < (T - d); ++i173) {
-            (padded + d)[i172 * T + i173] = d_ls[i172 * ((T - d)) + i173];
+    for (int64_t i173 = 0; i173 < K; ++i173) {
+        for (int64_t i174 = 0; i174 < (T - d); ++i174) {
+            (padded172 + d)[i173 * T + i174] = 0.0f;
         }
     }
     for (int64_t i175 = 0; i175 < K; ++i175) {
-        for (int64_t i176 = 0; i176 < (T - d); ++i176) {
-            (padded174 + d)[i175 * T + i176] = 0.0f;
+        for (int64_t i176 = 0; i176 < d; ++i176) {
+            padded172[i175 * T + i176] = d_qs[i175 * d + i176];
         }
     }
     for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            padded174[i177 * T + i178] = d_qs[i177 * d + i178];
+        const float x_i178 = t86;
+        const float x_i179 = tmp71[i177];
+        const float d_alphas = ks::mulz(x_i178, x_i179);
+        const float d_base_i = sum[i177];
+        const float d_alphas180 = (d_alphas + d_base_i);
+        out_d_alphas[i177] = d_alphas180;
+    }
+    for (int64_t i181 = 0; i181 < K; ++i181) {
+        for (int64_t i182 = 0; i182 < T; ++i182) {
+            const float x_i183 = r138[i181 * T + i182];
+            const float x_i184 = padded[i181 * T + i182];
+            const float d_icf = (x_i183 + x_i184);
+            const float x_i185 = padded172[i181 * T + i182];
+            const float d_icf186 = (d_icf + x_i185);
+            out_d_icf[i181 * T + i182] = d_icf186;
         }
     }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        const float x_i180 = t86;
-        const float x_i181 = tmp71[i179];
-        const float d_alphas = (x_i180 * x_i181);
-        const float d_base_i = sum[i179];
-        const float d_alphas182 = (d_alphas + d_base_i);
-        out_d_alphas[i179] = d_alphas182;
-    }
-    for (int64_t i183 = 0; i183 < K; ++i183) {
-        for (int64_t i184 = 0; i184 < T; ++i184) {
-            const float x_i185 = r138[i183 * T + i184];
-            const float x_i186 = padded[i183 * T + i184];
-            const float d_icf = (x_i185 + x_i186);
-            const float x_i187 = padded174[i183 * T + i184];
-            const float d_icf188 = (d_icf + x_i187);
-            out_d_icf[i183 * T + i184] = d_icf188;
-        }
-    }
-    for (int64_t i189 = 0; i189 < K * d; ++i189) {
-        out_d_means[i189] = tmp122[i189];
+    for (int64_t i187 = 0; i187 < K * d; ++i187) {
+        out_d_means[i187] = tmp122[i187];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1335,7 +1319,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t k2 = 0; k2 < d; ++k2) {
                 for (int64_t k3 = 0; k3 < d; ++k3) {
                     const bool t4 = (k2 == k3);
-                    const double t5 = ks::exp(((icf + k1 * T) + k2)[0]);
+                    const double t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
                     const bool t6 = (k2 > k3);
                     const int64_t t7 = ((2*d) - k3);
                     const int64_t t8 = (t7 - int64_t{1});
@@ -1558,15 +1542,15 @@ size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (d < 1 && K > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
     uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
@@ -1601,14 +1585,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded171 = reinterpret_cast<double*>(next_slot);
+    double* const padded169 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
         for (int64_t k5 = 0; k5 < d; ++k5) {
             for (int64_t k6 = 0; k6 < d; ++k6) {
                 const bool t7 = (k5 == k6);
-                const double t8 = ks::exp(((icf + k4 * T) + k5)[0]);
+                const double t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
                 const bool t9 = (k5 > k6);
                 const int64_t t10 = ((2*d) - k6);
                 const int64_t t11 = (t10 - int64_t{1});
@@ -1621,9 +1605,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
             }
         }
     }
@@ -1739,7 +1723,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     const double t79 = (0.5 * t78);
     const double t80 = ((-1.0) * wishart_m);
     const double t81 = ((-1.0) * t76);
-    const double t82 = (t81 * t77);
+    const double t82 = ks::mulz(t81, t77);
     double* const r83 = base;  // reuses a dead buffer's space
     double r85;
     for (int64_t i86 = 0; i86 < K; ++i86) {
@@ -1754,12 +1738,12 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     r85 = 1.0;
     for (int64_t k89 = n - 1; k89 >= 0; --k89) {
         const double t90 = (1.0 / (r26 + k89)[0]);
-        const double t91 = (r85 * t90);
+        const double t91 = ks::mulz(r85, t90);
         double* const tmp92 = tmp45;  // reuses a dead buffer's space
         for (int64_t i94 = 0; i94 < K; ++i94) {
             const double x_i95 = t91;
             const double x_i96 = (r25 + k89 * K)[i94];
-            const double t97 = (x_i95 * x_i96);
+            const double t97 = ks::mulz(x_i95, x_i96);
             tmp92[i94] = t97;
             const double t98 = (t97 * (-1.0));
             const double t99 = (t98 * 0.5);
@@ -1815,7 +1799,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double t128 = (2.0 * t127);
             const double x_i129 = t79;
             const double t130 = (x_i129 * t128);
-            const double t131 = (t130 * t127);
+            const double t131 = ks::mulz(t130, t127);
             const double d_qs_i = t80;
             const double d_qs132 = (d_qs_i + t131);
             const double x_i133 = r83[i124];
@@ -1827,99 +1811,91 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         r135[i136] = 0.0;
     }
     for (int64_t k137 = K - 1; k137 >= 0; --k137) {
-        double r140;
-        for (int64_t i141 = 0; i141 < d; ++i141) {
-            r138[i141] = 0.0;
+        for (int64_t i140 = 0; i140 < d; ++i140) {
+            r138[i140] = 0.0;
         }
-        for (int64_t i142 = 0; i142 < T; ++i142) {
-            r139[i142] = 0.0;
+        for (int64_t i141 = 0; i141 < T; ++i141) {
+            r139[i141] = 0.0;
         }
-        r140 = 0.0;
-        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-            double r144;
-            double r145;
-            r144 = 0.0;
-            r145 = r140;
-            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
-                const int64_t t147 = ((2*d) - k146);
-                const int64_t t148 = (t147 - int64_t{1});
-                const int64_t t149 = (k146 * t148);
-                const int64_t t150 = ks::floordiv(t149, int64_t{2});
-                const int64_t t151 = (d + t150);
-                const int64_t t152 = (t151 + k143);
-                const int64_t t153 = (t152 - k146);
-                const int64_t t154 = (t153 - int64_t{1});
-                const double t155 = ((((r3 + k137 * (d * d)) + k143 * d) + k146)[0] ? (((r84 + k137 * (d * d)) + k143 * d) + k146)[0] : 0.0);
-                const double t156 = ((((r3 + k137 * (d * d)) + k143 * d) + k146)[0] ? 0.0 : (((r84 + k137 * (d * d)) + k143 * d) + k146)[0]);
-                const double t157 = ((((r2 + k137 * (d * d)) + k143 * d) + k146)[0] ? t156 : 0.0);
-                (r139 + ks::clamp_index(t154, T))[0] += t157;
-                const double t158 = (t155 * (((r1 + k137 * (d * d)) + k143 * d) + k146)[0]);
-                const double t159 = (r144 + t158);
-                r144 = t159;
+        for (int64_t k142 = d - 1; k142 >= 0; --k142) {
+            for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+                const int64_t t144 = ((2*d) - k143);
+                const int64_t t145 = (t144 - int64_t{1});
+                const int64_t t146 = (k143 * t145);
+                const int64_t t147 = ks::floordiv(t146, int64_t{2});
+                const int64_t t148 = (d + t147);
+                const int64_t t149 = (t148 + k142);
+                const int64_t t150 = (t149 - k143);
+                const int64_t t151 = (t150 - int64_t{1});
+                const double t152 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? (((r84 + k137 * (d * d)) + k142 * d) + k143)[0] : 0.0);
+                const double t153 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : (((r84 + k137 * (d * d)) + k142 * d) + k143)[0]);
+                const double t154 = ((((r3 + k137 * (d * d)) + k142 * d) + k143)[0] ? t153 : 0.0);
+                const double t155 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : t154);
+                (r139 + ks::clamp_index(t151, T))[0] += t155;
+                const double t156 = ks::mulz(t152, (((r2 + k137 * (d * d)) + k142 * d) + k143)[0]);
+                const double t157 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? t156 : 0.0);
+                (r138 + ks::clamp_index(k142, d))[0] += t157;
             }
-            (r138 + k143)[0] += r144;
-            r140 = r145;
         }
-        (r138 + ks::clamp_index(int64_t{0}, d))[0] += r140;
-        for (int64_t i160 = 0; i160 < T; ++i160) {
-            (r135 + k137 * T)[i160] += r139[i160];
+        for (int64_t i158 = 0; i158 < T; ++i158) {
+            (r135 + k137 * T)[i158] += r139[i158];
         }
-        for (int64_t i161 = 0; i161 < d; ++i161) {
-            (d_qs + k137 * d)[i161] += r138[i161];
+        for (int64_t i159 = 0; i159 < d; ++i159) {
+            (d_qs + k137 * d)[i159] += r138[i159];
         }
     }
-    for (int64_t i162 = 0; i162 < K; ++i162) {
-        for (int64_t i163 = 0; i163 < (T - d); ++i163) {
-            const double ls_i = (icf + d)[i162 * T + i163];
-            const double t164 = (2.0 * ls_i);
-            const double x_i165 = t79;
-            const double d_ls166 = (x_i165 * t164);
-            d_ls[i162 * ((T - d)) + i163] = d_ls166;
+    for (int64_t i160 = 0; i160 < K; ++i160) {
+        for (int64_t i161 = 0; i161 < (T - d); ++i161) {
+            const double ls_i = (icf + d)[i160 * T + i161];
+            const double t162 = (2.0 * ls_i);
+            const double x_i163 = t79;
+            const double d_ls164 = (x_i163 * t162);
+            d_ls[i160 * ((T - d)) + i161] = d_ls164;
+        }
+    }
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        for (int64_t i166 = 0; i166 < d; ++i166) {
+            padded[i165 * T + i166] = 0.0;
         }
     }
     for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < d; ++i168) {
-            padded[i167 * T + i168] = 0.0;
+        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
+            (padded + d)[i167 * T + i168] = d_ls[i167 * ((T - d)) + i168];
         }
     }
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
-            (padded + d)[i169 * T + i170] = d_ls[i169 * ((T - d)) + i170];
+    for (int64_t i170 = 0; i170 < K; ++i170) {
+        for (int64_t i171 = 0; i171 < (T - d); ++i171) {
+            (padded169 + d)[i170 * T + i171] = 0.0;
         }
     }
     for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < (T - d); ++i173) {
-            (padded171 + d)[i172 * T + i173] = 0.0;
+        for (int64_t i173 = 0; i173 < d; ++i173) {
+            padded169[i172 * T + i173] = d_qs[i172 * d + i173];
         }
     }
     for (int64_t i174 = 0; i174 < K; ++i174) {
-        for (int64_t i175 = 0; i175 < d; ++i175) {
-            padded171[i174 * T + i175] = d_qs[i174 * d + i175];
-        }
+        const double x_i175 = t82;
+        const double x_i176 = tmp69[i174];
+        const double d_alphas = ks::mulz(x_i175, x_i176);
+        const double x_i177 = r83[i174];
+        const double d_alphas178 = (d_alphas + x_i177);
+        out_d_alphas[i174] = d_alphas178;
     }
-    for (int64_t i176 = 0; i176 < K; ++i176) {
-        const double x_i177 = t82;
-        const double x_i178 = tmp69[i176];
-        const double d_alphas = (x_i177 * x_i178);
-        const double x_i179 = r83[i176];
-        const double d_alphas180 = (d_alphas + x_i179);
-        out_d_alphas[i176] = d_alphas180;
-    }
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < T; ++i182) {
-            const double x_i183 = r135[i181 * T + i182];
-            const double x_i184 = padded[i181 * T + i182];
-            const double d_icf = (x_i183 + x_i184);
-            const double x_i185 = padded171[i181 * T + i182];
-            const double d_icf186 = (d_icf + x_i185);
-            out_d_icf[i181 * T + i182] = d_icf186;
+    for (int64_t i179 = 0; i179 < K; ++i179) {
+        for (int64_t i180 = 0; i180 < T; ++i180) {
+            const double x_i181 = r135[i179 * T + i180];
+            const double x_i182 = padded[i179 * T + i180];
+            const double d_icf = (x_i181 + x_i182);
+            const double x_i183 = padded169[i179 * T + i180];
+            const double d_icf184 = (d_icf + x_i183);
+            out_d_icf[i179 * T + i180] = d_icf184;
         }
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -2259,7 +2235,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double t75 = (2.0 * t74);
             const double x_i76 = t57;
             const double t77 = (x_i76 * t75);
-            const double t78 = (t77 * t74);
+            const double t78 = ks::mulz(t77, t74);
             const double x_i79 = t58;
             const double t80 = (x_i79 + t78);
             tmp70[i71 * d + i72] = t80;
@@ -2276,11 +2252,11 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         }
     }
     const double t85 = ((-1.0) * t54);
-    const double t86 = (t85 * t55);
+    const double t86 = ks::mulz(t85, t55);
     for (int64_t i87 = 0; i87 < K; ++i87) {
         const double x_i88 = t86;
         const double x_i89 = tmp[i87];
-        const double d_alphas90 = (x_i88 * x_i89);
+        const double d_alphas90 = ks::mulz(x_i88, x_i89);
         d_alphas[i87] = d_alphas90;
     }
     for (int64_t i92 = 0; i92 < K; ++i92) {
@@ -2298,12 +2274,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     r96 = 1.0;
     for (int64_t k98 = n - 1; k98 >= 0; --k98) {
         const double t99 = (1.0 / (r3 + k98)[0]);
-        const double t100 = (r96 * t99);
+        const double t100 = ks::mulz(r96, t99);
         double* const tmp101 = r5;  // reuses a dead buffer's space
         for (int64_t i102 = 0; i102 < K; ++i102) {
             const double x_i103 = t100;
             const double x_i104 = (r2 + k98 * K)[i102];
-            const double t105 = (x_i103 * x_i104);
+            const double t105 = ks::mulz(x_i103, x_i104);
             tmp101[i102] = t105;
         }
         for (int64_t k106 = K - 1; k106 >= 0; --k106) {
@@ -2345,7 +2321,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const double t135 = (t119 * t115);
                 const double t136 = (t134 * (-1.0));
                 (r110 + k114)[0] += t136;
-                const double t137 = (t135 * (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
+                const double t137 = ks::mulz(t135, (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
                 (r109 + ks::clamp_index(k114, T))[0] += t137;
             }
             for (int64_t i138 = 0; i138 < d; ++i138) {
@@ -2768,12 +2744,12 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     const double t74 = (0.5 * t73);
     const double t75 = ((-1.0) * wishart_m);
     const double t76 = ((-1.0) * t71);
-    const double t77 = (t76 * t72);
+    const double t77 = ks::mulz(t76, t72);
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i78 = 0; i78 < K; ++i78) {
         const double x_i79 = t77;
         const double x_i80 = tmp64[i78];
-        const double d_alphas81 = (x_i79 * x_i80);
+        const double d_alphas81 = ks::mulz(x_i79, x_i80);
         d_alphas[i78] = d_alphas81;
     }
     for (int64_t i82 = 0; i82 < K; ++i82) {
@@ -2783,7 +2759,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             const double t86 = (2.0 * t85);
             const double x_i87 = t74;
             const double t88 = (x_i87 * t86);
-            const double t89 = (t88 * t85);
+            const double t89 = ks::mulz(t88, t85);
             const double d_qs_i = t75;
             const double d_qs90 = (d_qs_i + t89);
             d_qs[i82 * d + i83] = d_qs90;
@@ -2809,13 +2785,13 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     r97 = 1.0;
     for (int64_t k100 = n - 1; k100 >= 0; --k100) {
         const double t101 = (1.0 / (r7 + k100)[0]);
-        const double t102 = (r97 * t101);
+        const double t102 = ks::mulz(r97, t101);
         double* const tmp103 = r17;  // reuses a dead buffer's space
         double* const tmp104 = sqnorm;  // reuses a dead buffer's space
         for (int64_t i105 = 0; i105 < K; ++i105) {
             const double x_i106 = t102;
             const double x_i107 = (r6 + k100 * K)[i105];
-            const double t108 = (x_i106 * x_i107);
+            const double t108 = ks::mulz(x_i106, x_i107);
             tmp103[i105] = t108;
             const double t109 = (t108 * (-1.0));
             const double t110 = (t109 * 0.5);
@@ -2881,7 +2857,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double x_i151 = ((r + k100 * (K * d)) + k113)[i149 * d];
                 const double t152 = (d_row_i150 * x_i151);
                 const double x_i153 = ((r4 + k100 * (d * K)) + k113 * K)[i149];
-                const double t154 = (t152 * x_i153);
+                const double t154 = ks::mulz(t152, x_i153);
                 tmp148[i149] = t154;
             }
             for (int64_t i155 = 0; i155 < K; ++i155) {

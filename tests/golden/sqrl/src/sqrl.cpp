@@ -113,7 +113,7 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     }
     const float t9 = static_cast<float>(n);
     const float t10 = (1.0f / t9);
-    const float t11 = (ct * t10);
+    const float t11 = ks::mulz(ct, t10);
     for (int64_t i12 = 0; i12 < n; ++i12) {
         const float x_i13 = r[i12];
         const float t14 = std::sin(x_i13);
@@ -251,7 +251,7 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     float* const tmp7 = y;  // reuses a dead buffer's space
     for (int64_t i8 = 0; i8 < n1; ++i8) {
         const float ct_i = ct[i8];
-        const float t9 = (ct_i * t6);
+        const float t9 = ks::mulz(ct_i, t6);
         tmp7[i8] = t9;
     }
     for (int64_t i10 = 0; i10 < n1; ++i10) {
