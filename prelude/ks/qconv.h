@@ -51,9 +51,14 @@ namespace qtile {
 
 constexpr int64_t rows = 8;   // rows of a register tile
 constexpr int64_t cols = 32;  // columns of a register tile
+constexpr int64_t depthwise_chunk = 512;  // wide positions a depthwise convolution sums at a time
 
 constexpr int64_t quads(int64_t depth) {
     return (depth + 3) / 4;
+}
+// The part of an input axis of n elements that a padded copy with `room` elements after the padding holds.
+constexpr int64_t clip(int64_t n, int64_t room) {
+    return n < room ? n : (room > 0 ? room : 0);
 }
 constexpr int64_t round_up(int64_t n, int64_t to) {
     return (n + to - 1) / to * to;
@@ -386,43 +391,42 @@ constexpr bool wide_is_dense(const conv_shape& s) {
     return wide_of(s).side[2] == s.out[2] && (s.out[0] == 1 || wide_of(s).side[1] == s.out[1]);
 }
 
-// Bytes of the phase volumes of `count` channels, with room for the reads past the end that the last block's
-// discarded positions make.
+// Bytes of the phase volumes of `count` channels.
 constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
-    return round_up(wide_of(s).phases * count * wide_of(s).volume + wide_of(s).volume + 2 * cols, 64);
+    return round_up(wide_of(s).phases * count * wide_of(s).volume, 64);
 }
 
-// o[j] = unsigned_byte(src[j·step]) for j < n.
+// o[j] = the byte of src[j·step] for j < n.
 template <class TX>
 void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
     int64_t j = 0;
     if (step == 1) {
-        for (; j < n; ++j) {
-            o[j] = unsigned_byte(src[j]);
-        }
+        __builtin_memcpy(o, in, static_cast<size_t>(n));
         return;
     }
 #ifdef KS_QTILE_X86
     if (step == 2) {  // (the even bytes of 32 at a time; SSE2)
-        const __m128i low = _mm_set1_epi16(0x00ff), flip = _mm_set1_epi8(static_cast<TX>(-1) < 0 ? -128 : 0);
+        const __m128i low = _mm_set1_epi16(0x00ff);
         for (; j + 16 <= n; j += 16) {
-            const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * j));
-            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * j + 16));
-            const __m128i even = _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm_xor_si128(even, flip));
+            const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j));
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j + 16));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm_packus_epi16(_mm_and_si128(a, low),
+                                                                                  _mm_and_si128(b, low)));
         }
     }
 #endif
     for (; j < n; ++j) {
-        o[j] = unsigned_byte(src[j * step]);
+        o[j] = in[j * step];
     }
 }
 
-// Channels [0, count) of image x copied into the phase volumes (see wide_geometry).
+// Channels [0, count) of image x copied into the phase volumes (see wide_geometry), as they are (the padding: the
+// byte of x_zero).
 template <class TX>
 void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count, uint8_t zero,
                   uint8_t* dst) {
-    const int64_t total = g.phases * count * g.volume + g.volume + 2 * cols;
+    const int64_t total = g.phases * count * g.volume;
     for (int64_t i = 0; i < total; ++i) {
         dst[i] = zero;
     }
@@ -471,9 +475,11 @@ inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t cou
     }
 }
 
-// d [32][4] = the 32 bytes at r[0], r[1], r[2] and r[3] interleaved (d[4c + t] = r[t][c]).
-inline void interleave4(const uint8_t* const* r, uint8_t* d) {
+// d [32][4] = the 32 bytes at r[0], r[1], r[2] and r[3] interleaved (d[4c + t] = r[t][c]) and xor'ed with flip
+// (0x80 turns int8 activations into the unsigned bytes the tiles take, unsigned_byte).
+inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
 #ifdef KS_QTILE_X86
+    const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
     for (int64_t c0 = 0; c0 < cols; c0 += 16) {  // (SSE2: every x86-64)
         const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + c0));
         const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + c0));
@@ -482,43 +488,57 @@ inline void interleave4(const uint8_t* const* r, uint8_t* d) {
         const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
         const __m128i ce0 = _mm_unpacklo_epi8(c, e), ce1 = _mm_unpackhi_epi8(c, e);
         __m128i* out = reinterpret_cast<__m128i*>(d + c0 * 4);
-        _mm_storeu_si128(out, _mm_unpacklo_epi16(ab0, ce0));
-        _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab0, ce0));
-        _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab1, ce1));
-        _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(ab1, ce1));
+        _mm_storeu_si128(out, _mm_xor_si128(_mm_unpacklo_epi16(ab0, ce0), f));
+        _mm_storeu_si128(out + 1, _mm_xor_si128(_mm_unpackhi_epi16(ab0, ce0), f));
+        _mm_storeu_si128(out + 2, _mm_xor_si128(_mm_unpacklo_epi16(ab1, ce1), f));
+        _mm_storeu_si128(out + 3, _mm_xor_si128(_mm_unpackhi_epi16(ab1, ce1), f));
     }
 #else
     for (int64_t c = 0; c < cols; ++c) {
-        d[4 * c] = r[0][c];
-        d[4 * c + 1] = r[1][c];
-        d[4 * c + 2] = r[2][c];
-        d[4 * c + 3] = r[3][c];
+        for (int t = 0; t < 4; ++t) {
+            d[4 * c + t] = static_cast<uint8_t>(r[t][c] ^ flip);
+        }
     }
 #endif
 }
 
-// Wide positions j0 .. j0 + 32 of every im2col row, packed [quad][32][4] (rows past the depth read row 0: their
-// weights are 0).
-inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, uint8_t* dst) {
+// Wide positions j0 .. j0 + count (count <= 32) of every im2col row, packed [quad][32][4] (rows past the depth
+// read row 0: their weights are 0; a last block of fewer than 32 is copied first, reading nothing past the data).
+inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
+                      uint8_t flip, uint8_t* dst) {
     const int64_t q = quads(depth);
+    uint8_t tail[4][cols];
     for (int64_t k = 0; k < q; ++k) {
         const uint8_t* r[4];
         for (int t = 0; t < 4; ++t) {
             r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+            if (count < cols) {
+                for (int64_t c = 0; c < cols; ++c) {
+                    tail[t][c] = c < count ? r[t][c] : 0;
+                }
+                r[t] = tail[t];
+            }
         }
-        interleave4(r, dst + k * cols * 4);
+        interleave4(r, flip, dst + k * cols * 4);
     }
 }
 
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
 template <class TY>
 void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, int64_t ld, int64_t m, TY* y) {
-    const int64_t p = s.positions();
+    const int64_t p = s.positions(), width = s.out[2];
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t d = 0; d < s.out[0]; ++d) {
             for (int64_t h = 0; h < s.out[1]; ++h) {
                 const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
-                __builtin_memcpy(y + i * p + (d * s.out[1] + h) * s.out[2], src, s.out[2]);  // (TY: one byte)
+                TY* dst = y + i * p + (d * s.out[1] + h) * s.out[2];
+                if (width >= 32) {
+                    __builtin_memcpy(dst, src, static_cast<size_t>(width));  // (TY: one byte)
+                } else {
+                    for (int64_t v = 0; v < width; ++v) {
+                        dst[v] = static_cast<TY>(src[v]);
+                    }
+                }
             }
         }
     }
@@ -538,9 +558,10 @@ struct qconv_room {
     static constexpr qconv_room of(const conv_shape& s) {
         const int64_t m = s.out_channels / s.groups, cg = s.channels / s.groups;
         const int64_t wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
-        return qconv_room{round_up(m * 4, 64), rows * cols * 4,
-                          packed_size(cols, s.depth(), cols), round_up(s.depth() * 4, 64), phases_size(s, cg),
-                          round_up(wide, 64)};
+        const bool direct = s.pad[0] == 0 && s.pad[1] == 0 && s.pad[2] == 0 && s.stride[0] == 1 && s.stride[1] == 1 &&
+                            s.stride[2] == 1;
+        return qconv_room{round_up(m * 4, 64), rows * cols * 4, packed_size(cols, s.depth(), cols),
+                          round_up(s.depth() * 4, 64), direct ? 0 : phases_size(s, cg), round_up(wide, 64)};
     }
     constexpr int64_t total() const {
         return offsets + acc + block + taps + phases + wide;
@@ -586,6 +607,8 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     uint8_t* wide = phases + room.phases;
     tap_offsets(s, g, cg, taps);
     const int32_t zero = unsigned_zero<TX>(q.x_zero);
+    const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
+    const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
     const int64_t qd = quads(depth), ld = room.wide ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
@@ -593,11 +616,15 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
         channel_offsets(wg, m, depth, rows, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
         for (int64_t n = 0; n < images; ++n) {
-            split_phases(s, g, x + (n * s.channels + gi * cg) * s.in_plane(), cg, static_cast<uint8_t>(zero), phases);
+            const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
+            if (!direct) {
+                split_phases(s, g, xg, cg, static_cast<uint8_t>(q.x_zero), phases);
+            }
+            const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
             uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
             for (int64_t j0 = 0; j0 < g.wide; j0 += cols) {
-                pack_wide(phases, taps, depth, j0, block);
+                pack_wide(image, taps, depth, j0, g.wide - j0 < cols ? g.wide - j0 : cols, flip, block);
                 for (int64_t i0 = 0; i0 < m; i0 += rows) {
                     tile_out o = output_of(q, offsets + i0, q.scales == 1 ? scale : scale + i0, true, acc);
                     o.y = out + i0 * ld + j0;
@@ -658,58 +685,97 @@ void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, 
     }
 }
 
-// The scratch bytes ks::qconv_depthwise uses: one channel's phase volumes, its wide int32 sums and their bytes.
-constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
-    return qtile::phases_size(s, 1) + qtile::round_up(qtile::wide_of(s).wide * 4, 64) +
-           qtile::round_up(qtile::wide_of(s).wide, 64);
+namespace qtile {
+
+// How many channels a depthwise convolution splits into phase volumes at once: about 16 KB of them (the copy's
+// per-row work is then shared by the channels, which matters for small images: MobileNet's 7 × 7 layers).
+constexpr int64_t depthwise_batch(const conv_shape& s) {
+    const int64_t per = wide_of(s).phases * wide_of(s).volume;
+    const int64_t n = 16384 / (per > 0 ? per : 1);
+    return n < 1 ? 1 : (n > 64 ? 64 : n);
 }
 
-// A depthwise convolution (one group per input channel, M = C·multiplier) of 8-bit x, requantized: each channel
-// split into its phase volumes (as ks::qconv does), then every tap's weight times the run of wide positions it
-// reads added into int32 sums, which are requantized into the output positions.
+// The scratch bytes of depthwise_planes: a batch of channels' phase volumes (and 64 bytes after them), the taps'
+// offsets, a chunk of int32 sums and the wide positions' bytes.
+constexpr int64_t planes_scratch(const conv_shape& s) {
+    return phases_size(s, depthwise_batch(s)) + 64 + round_up(s.taps() * 4, 64) + depthwise_chunk * 4 +
+           round_up(wide_of(s).wide, 64);
+}
+
+// A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
+// (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
+// weight times the run of positions it reads, requantized into bytes; the output positions taken from those.
 template <class TX, class TY>
-void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
-                     const requant& q) {
-    using namespace qtile;
+void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+                      const requant& q) {
     const wide_geometry g = wide_of(s);
+    const int64_t batch = depthwise_batch(s);
     uint8_t* phases = scratch;
-    int32_t* sums = reinterpret_cast<int32_t*>(scratch + phases_size(s, 1));
-    uint8_t* bytes = reinterpret_cast<uint8_t*>(sums) + round_up(g.wide * 4, 64);
+    // (after the phases, room for what the last vector reads past the last channel)
+    int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, batch) + 64);
+    int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
     const int64_t mult = s.out_channels / s.channels, taps = s.taps(), p = s.positions();
-    const int32_t zero = unsigned_zero<TX>(q.x_zero);
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
     conv_shape one = s;
     one.channels = one.out_channels = one.groups = 1;
     for (int64_t n = 0; n < images; ++n) {
-        for (int64_t c = 0; c < s.channels; ++c) {
-            split_phases(one, g, x + (n * s.channels + c) * s.in_plane(), 1, static_cast<uint8_t>(zero), phases);
-            for (int64_t k = 0; k < mult; ++k) {
-                const int64_t m = c * mult + k;
+        for (int64_t c0 = 0; c0 < s.channels; c0 += batch) {
+            const int64_t count = s.channels - c0 < batch ? s.channels - c0 : batch;
+            split_phases(one, g, x + (n * s.channels + c0) * s.in_plane(), count, static_cast<uint8_t>(q.x_zero),
+                         phases);
+            for (int64_t t = 0; t < taps; ++t) {
+                at[t] = tap_offset(one, g, count, t);
+            }
+            for (int64_t ci = 0; ci < count * mult; ++ci) {
+                const int64_t m = c0 * mult + ci;
+                const TX* image = reinterpret_cast<const TX*>(phases) + ci / mult * g.volume;
                 const int8_t* wm = w + m * taps;
                 int32_t total = 0;
-                for (int64_t i = 0; i < g.wide; ++i) {
-                    sums[i] = 0;
-                }
                 for (int64_t t = 0; t < taps; ++t) {
-                    const int32_t at = tap_offset(one, g, 1, t);
-                    const uint8_t* src = phases + at;
-                    const int32_t wt = wm[t];
-                    total += wt;
-                    KS_OMP_SIMD()
-                    for (int64_t i = 0; i < g.wide; ++i) {
-                        sums[i] += wt * static_cast<int32_t>(src[i]);
-                    }
+                    total += wm[t];
                 }
-                const int32_t off = (q.bias ? q.bias[m] : 0) - zero * total;
+                const int32_t off = (q.bias ? q.bias[m] : 0) - q.x_zero * total;
                 const float scale = q.scale[q.scales == 1 ? 0 : m];
-                KS_OMP_SIMD()
-                for (int64_t i = 0; i < g.wide; ++i) {  // (over all wide positions: one long loop)
-                    bytes[i] = static_cast<uint8_t>(requantize(sums[i] + off, scale, lo, hi, q.y_zero));
+                // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the
+                // wide ones are computed and never read)
+                for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
+                    const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
+                    for (int64_t i = 0; i < len; ++i) {
+                        sums[i] = off;
+                    }
+                    for (int64_t t = 0; t < taps; ++t) {
+                        const TX* src = image + at[t] + j0;
+                        const int32_t wt = wm[t];
+                        KS_OMP_SIMD()
+                        for (int64_t i = 0; i < len; ++i) {
+                            sums[i] += wt * static_cast<int32_t>(src[i]);
+                        }
+                    }
+                    KS_OMP_SIMD()
+                    for (int64_t i = 0; i < len; ++i) {
+                        bytes[j0 + i] = static_cast<uint8_t>(requantize(sums[i], scale, lo, hi, q.y_zero));
+                    }
                 }
                 compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
             }
         }
     }
+}
+
+}  // namespace qtile
+
+// The scratch bytes ks::qconv_depthwise uses (qtile::planes_scratch).
+constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
+    return qtile::planes_scratch(s);
+}
+
+// A depthwise convolution (one group per input channel, M = C·multiplier) of 8-bit x, requantized (see
+// qtile::depthwise_planes).
+template <class TX, class TY>
+void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+                     const requant& q) {
+    qtile::depthwise_planes(s, images, x, w, y, scratch, q);
 }
 
 // The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
