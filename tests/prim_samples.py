@@ -129,6 +129,31 @@ def _fold_ref(stride, dilation, n):
     return ref
 
 
+def _scales(rng, shape):
+    return rng.uniform(0.0005, 0.02, shape).astype(np.float32)
+
+
+def _requant_ref(acc, bias, scale, y_zero, lo, hi, dtype):
+    """qconv/qmatmul's requantization element by element (the channel: the last axis): the f32 product, Python's
+    round (half to even), clamped."""
+    out = np.empty(acc.shape, dtype)
+    for idx in np.ndindex(*acc.shape):
+        channel = idx[-1]
+        s = scale[0] if scale.shape[0] == 1 else scale[channel]
+        v = float(np.float32(acc[idx] + bias[channel]) * np.float32(s))
+        out[idx] = min(max(round(v) + y_zero, lo), hi)
+    return out
+
+
+def _qconv_ref(strides, pads, dilations, groups, x_zero, y_zero, lo, hi, dtype):
+    """qconv: the convolution of x - x_zero (zero outside x) with w in integers, then requantized per channel."""
+    def ref(x, w, bias, scale):
+        acc = np.rint(_conv_ref(strides, pads, dilations, groups)(x.astype(np.int64) - x_zero, w)).astype(np.int64)
+        moved = np.moveaxis(acc, 1, -1)  # (channels last: _requant_ref's channel is the last axis)
+        return np.moveaxis(_requant_ref(moved, bias, scale, y_zero, lo, hi, dtype), -1, 1)
+    return ref
+
+
 def _conv_ref(strides, pads, dilations, groups):
     """conv written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - lo] · w[m, c, t], zero outside x."""
     def ref(x, w):
@@ -262,6 +287,21 @@ SAMPLES = {
     "conv:wide_pad": ((Type("f64", (1, 2, 4, 4)), Type("f64", (3, 2, 2, 2))),
                       {"strides": (1, 1), "pads": (2, 0, 0, 1), "dilations": (1, 1), "groups": 1},
                       (normal, normal), _conv_ref((1, 1), (2, 0, 0, 1), (1, 1), 1)),
+    "qconv": ((Type("u8", (2, 4, 5, 6)), Type("i8", (6, 2, 3, 3)), Type("i32", (6,)), Type("f32", (6,))),
+              {"strides": (1, 2), "pads": (1, 0, 1, 1), "dilations": (1, 1), "groups": 2, "x_zero": 7, "y_zero": 100,
+               "lo": 100, "hi": 255, "out": "u8"},
+              (index_below(256), index_between(-128, 128), index_between(-3000, 3000), _scales),
+              _qconv_ref((1, 2), (1, 0, 1, 1), (1, 1), 2, 7, 100, 100, 255, np.uint8)),
+    "qconv:int8_1d": ((Type("i8", (1, 3, 7)), Type("i8", (4, 3, 3)), Type("i32", (4,)), Type("f32", (1,))),
+                      {"strides": (2,), "pads": (1, 1), "dilations": (1,), "groups": 1, "x_zero": -5, "y_zero": 3,
+                       "lo": -128, "hi": 127, "out": "i8"},
+                      (index_between(-128, 128), index_between(-128, 128), index_between(-3000, 3000), _scales),
+                      _qconv_ref((2,), (1, 1), (1,), 1, -5, 3, -128, 127, np.int8)),
+    "qmatmul": ((Type("u8", (3, 5, 8)), Type("i8", (8, 6)), Type("i32", (6,)), Type("f32", (6,))),
+                {"x_zero": 12, "y_zero": 128, "lo": 0, "hi": 255, "out": "u8"},
+                (index_below(256), index_between(-128, 128), index_between(-3000, 3000), _scales),
+                lambda a, b, bias, scale: _requant_ref(np.einsum("...k,kn->...n", a.astype(np.int64) - 12, b), bias,
+                                                       scale, 128, 0, 255, np.uint8)),
     "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
                     _bits_ref(lambda a, c: a & c)),
     "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,
@@ -277,7 +317,9 @@ SAMPLES = {
 }
 
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
-UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2)}  # (a forest's tables are constants)
+UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tables are constants)
+                                          "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),  # (int8 weights are constants)
+                                          "qmatmul": (1, 2, 3)}
 
 
 def prim_name(key: str) -> str:
@@ -288,4 +330,4 @@ def prim_name(key: str) -> str:
 # the if-expression: tests/test_singular_ad.py)
 STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
-LOWERING = {"fusion", "contract", "convolve", "winograd_kernel"}
+LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack"}

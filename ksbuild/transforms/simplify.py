@@ -134,8 +134,10 @@ def plain_product(eqn: Eqn, ins: list[Atom]):
     where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
     from ..prims.base import PRIMS
 
+    if eqn.prim.name != "mulz":
+        return eqn.prim
     finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
-    return PRIMS["mul"] if eqn.prim.name == "mulz" and any(finite) else eqn.prim
+    return PRIMS["mul"] if any(finite) else eqn.prim
 
 
 def used_once(f: Func) -> set[Var]:

@@ -327,21 +327,24 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* 
     store_sums(o.acc, o);
 }
 
-// Whether this CPU has AVX-512 VNNI (cpuid leaf 7: ecx bit 11), on top of the AVX-512 level ks::cpu_level()
-// reports (which a build may cap with KS_CPU_LEVEL_MAX).
-#if defined(__GNUC__) || defined(__clang__)
-inline int vnni_cached __attribute__((visibility("hidden"))) = -1;
-#else
-inline int vnni_cached = -1;
-#endif
+// The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level, 1 at the
+// AVX2 level, else 0; the level capped by KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
+// variable of internal linkage (an inline variable would be a GNU unique symbol, which the kernel layer's relocatable
+// object, whose symbols are all its own, must not export).
+[[maybe_unused]] static int tile_level = -1;
 
-inline bool has_vnni() {
-    int known = __atomic_load_n(&vnni_cached, __ATOMIC_RELAXED);
-    if (known < 0) {
-        known = cpu_level() >= cpu::x86_64_v4 && (cpu::cpuid(7, 0).c & (1u << 11)) != 0;
-        __atomic_store_n(&vnni_cached, known, __ATOMIC_RELAXED);
+static inline int best_level() {
+    int level = __atomic_load_n(&tile_level, __ATOMIC_RELAXED);
+    if (level < 0) {
+        int cpu = cpu::detect();
+#ifdef KS_CPU_LEVEL_MAX
+        cpu = cpu < KS_CPU_LEVEL_MAX ? cpu : KS_CPU_LEVEL_MAX;
+#endif
+        const bool vnni = cpu >= cpu::x86_64_v4 && (cpu::cpuid(7, 0).c & (1u << 11)) != 0;
+        level = vnni ? 2 : (cpu >= cpu::x86_64_v3 ? 1 : 0);
+        __atomic_store_n(&tile_level, level, __ATOMIC_RELAXED);
     }
-    return known != 0;
+    return level;
 }
 #endif
 
@@ -351,10 +354,11 @@ using tile_fn = void (*)(const uint8_t*, const uint8_t*, int64_t, const tile_out
 template <bool SWAP>
 tile_fn best_tile() {
 #ifdef KS_QTILE_X86
-    if (has_vnni()) {
+    const int level = best_level();
+    if (level == 2) {
         return tile_vnni<SWAP>;
     }
-    if (cpu_level() >= cpu::x86_64_v3) {
+    if (level == 1) {
         return tile_avx2<SWAP>;
     }
 #endif

@@ -198,6 +198,6 @@ int main() {
     test_types<uint8_t, int8_t>();
     test_types<int8_t, uint8_t>();
     test_types<int8_t, int8_t>();
-    std::printf("%d checks, %d failures (cpu level %d)\n", runs, failures, ks::cpu_level());
+    std::printf("%d checks, %d failures (cpu level %d)\n", runs, failures, ks::cpu::detect());
     return failures == 0 ? 0 : 1;
 }
