@@ -40,12 +40,33 @@ def _image() -> np.ndarray:
     return (((i * 37) % 101).astype(np.float32) / np.float32(50.0) - np.float32(1.0)).reshape(1, 3, 16, 16)
 
 
-def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path):
+def _quantize(src, dst) -> None:
+    """src quantized by onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights per channel)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.RandomState(0)
+            self.batches = iter([{"image": rng.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+
+
+@pytest.mark.parametrize("variant", ["float", "int8"])
+def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, variant):
+    """The float network, and the same network quantized to int8 (QDQ: its convolutions and product run on the
+    integer kernels' portable loops there), each against onnxruntime running the same model file."""
     need(TARGETS["cortex-m4"])
     if shutil.which("qemu-system-arm") is None:
         pytest.skip("qemu-system-arm not installed (scripts/install.sh, run as root, installs it with apt)")
     ort = pytest.importorskip("onnxruntime")
-    (tmp_path / "cnn.onnx").write_bytes((ROOT / "examples/onnx_cnn/cnn.onnx").read_bytes())
+    if variant == "int8":
+        _quantize(ROOT / "examples/onnx_cnn/cnn.onnx", tmp_path / "cnn.onnx")
+    else:
+        (tmp_path / "cnn.onnx").write_bytes((ROOT / "examples/onnx_cnn/cnn.onnx").read_bytes())
     (tmp_path / "manifest.toml").write_text(MANIFEST)
     tree = package(tmp_path / "manifest.toml", tmp_path / "dist", target="cortex-m4", progress=lambda s: None)
     info = json.loads((tree / "share/cnn_m4/cnn_m4.json").read_text())
