@@ -74,7 +74,7 @@ def llsq_value_and_grad(x, n: int) -> tuple[float, np.ndarray]:
     xt = torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True)
     y = llsq_torch(xt, n)
     (g,) = torch.autograd.grad(y, xt)
-    return float(y), g.numpy()
+    return float(y.detach()), g.numpy()
 
 
 # ----------------------------------------------------------------------------- kmeans
@@ -130,5 +130,5 @@ def gmm_value_and_grad(inp: dict) -> tuple[float, dict]:
                                  ("l", (inp["k"], inp["d"] * (inp["d"] - 1) // 2)))}
     x = torch.tensor(np.asarray(inp["x"], dtype=np.float64))
     value = gmm_torch(params["alpha"], params["mu"], params["q"], params["l"], x, inp["gamma"], inp["m"])
-    grads = torch.autograd.grad(value, list(params.values()))
-    return float(value), {key: g.numpy() for key, g in zip(params, grads)}
+    grads = torch.autograd.grad(value, list(params.values()), allow_unused=True, materialize_grads=True)
+    return float(value.detach()), {key: g.numpy() for key, g in zip(params, grads)}
