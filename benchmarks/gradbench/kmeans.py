@@ -7,7 +7,9 @@ import torch
 
 
 def kmeans_cost(points: "float[n, d]", centroids: "float[k, d]") -> float:
-    """Σ over points of the squared distance to the nearest centroid."""
-    diff = points.unsqueeze(1) - centroids.unsqueeze(0)          # [n, k, d]
-    dist = torch.sum(diff * diff, dim=2)                          # [n, k]
+    """Σ over points of the squared distance to the nearest centroid, with ‖C_j - P_i‖² written as
+    ‖P_i‖² - 2 P_i·C_j + ‖C_j‖²: one [n, d] × [d, k] matrix product and no [n, k, d] intermediate (the
+    direct (P_i - C_j)² form kept one for the reverse pass: J/F 5 to 9 against 2.5 to 6 for this one)."""
+    dist = (torch.sum(points * points, dim=1).unsqueeze(1) - 2.0 * (points @ centroids.T)
+            + torch.sum(centroids * centroids, dim=1).unsqueeze(0))
     return torch.sum(torch.amin(dist, dim=1))
