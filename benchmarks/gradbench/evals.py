@@ -6,7 +6,6 @@ import time
 from typing import Any, Callable
 
 import numpy as np
-
 import reference as ref
 
 Call = Callable[[], Any]
