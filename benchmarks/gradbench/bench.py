@@ -1,0 +1,150 @@
+"""GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
+
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm] [--full] [--min-seconds 0.5]
+
+For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
+builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
+times each as GradBench's scorer does: the mean over calls repeated for at least --min-seconds
+(one thread, float64; J includes its forward pass). The published columns are J/F of GradBench's
+nightly run (published.json says exactly where they come from): hand-written C++ ("manual"),
+Enzyme, Tapenade and JAX; "-" where GradBench has no such tool or workload.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import evals  # noqa: E402
+import reference as ref  # noqa: E402
+
+PUBLISHED_TOOLS = ("manual", "enzyme", "tapenade", "jax")
+
+
+# ----------------------------------------------------------------------------- workloads
+def lse_workloads(full: bool):
+    """(name, input) of evals/lse/run.py: n from 2500 to 1280000."""
+    sizes = [2500 * 2 ** i for i in range(10)] if full else [2500, 40000, 640000]
+    return [(f"n={n}", ref.lse_input(n)) for n in sizes]
+
+
+def llsq_workloads(full: bool):
+    """evals/llsq/run.py: m = 128, n from 16 to 16392."""
+    sizes = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8196, 16392] if full else [16, 1024, 16392]
+    return [(f"n={n},m=128", ref.llsq_input(n, 128)) for n in sizes]
+
+
+def kmeans_workloads(full: bool):
+    """evals/kmeans/run.py: k in {10, 100, 1000}, n in {1000, 10000}, d in {8, 16}."""
+    grid = [(k, n, d) for k in (10, 100, 1000) for n in (1000, 10000) for d in (8, 16)]
+    if not full:
+        grid = [(10, 1000, 8), (100, 10000, 8), (1000, 10000, 16)]
+    return [(f"k={k},n={n},d={d}", ref.kmeans_input(k, n, d)) for k, n, d in sorted(grid, key=math.prod)]
+
+
+def gmm_workloads(full: bool):
+    """evals/gmm/run.py: d in {2, 10, 20, 32, 64}, k in {5, 10, 25, 50, 100}, n = 1000."""
+    grid = [(d, k) for d in (2, 10, 20, 32, 64) for k in (5, 10, 25, 50, 100)]
+    if not full:
+        grid = [(2, 5), (10, 25), (20, 50), (64, 10)]
+    return [(f"{d}_{k}_1000", ref.gmm_input(d, k, 1000)) for d, k in sorted(grid, key=math.prod)]
+
+
+WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads}
+
+
+# ----------------------------------------------------------------------------- checks
+def rel_error(a, b) -> float:
+    """max |a - b| / max(1, |a| + |b|) (ADBench's measure)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(a) + np.abs(b)), initial=0.0))
+
+
+def expected(module: str, inp: dict) -> tuple:
+    """(primal, derivative) of the reference, the derivative flattened."""
+    if module == "lse":
+        return ref.lse_numpy(inp["x"]), ref.lse_gradient_numpy(inp["x"])
+    if module == "llsq":
+        return ref.llsq_value_and_grad(inp["x"], inp["n"])
+    if module == "kmeans":
+        return (ref.kmeans_cost_numpy(inp["points"], inp["centroids"]),
+                ref.kmeans_dir_numpy(inp["points"], inp["centroids"]))
+    value, grads = ref.gmm_value_and_grad(inp)
+    return value, np.concatenate([g.ravel() for g in grads.values()])
+
+
+def flat(output) -> np.ndarray:
+    """A JSON output (number, lists, or a dict of lists) as one flat float64 array."""
+    if isinstance(output, dict):
+        return np.concatenate([flat(v) for v in output.values()])
+    return np.asarray(output, dtype=np.float64).ravel()
+
+
+# ----------------------------------------------------------------------------- timing
+def mean_time(call, min_seconds: float) -> tuple[object, float]:
+    """(result, mean seconds per call) over calls repeated for at least min_seconds (after one warm-up)."""
+    call()
+    result, times = evals.run_timed(call, 3, min_seconds)
+    return result, sum(times) / len(times) * 1e-9
+
+
+def measure(pkg, module: str, inp: dict, min_seconds: float) -> dict:
+    """F and J seconds and the larger of the two relative errors."""
+    want = expected(module, inp)
+    row = {}
+    for key, function, target in zip(("f", "j"), evals.FUNCTIONS[module], want):
+        call, to_json = evals.calls(pkg, module, function, inp)
+        result, row[key] = mean_time(call, min_seconds)
+        row["err_" + key] = rel_error(flat(to_json(result)), np.ravel(target))
+    return row
+
+
+# ----------------------------------------------------------------------------- table
+def published_ratios(published: dict, module: str, workload: str) -> list[str]:
+    """J/F of each published tool at this workload, '-' where missing."""
+    tools = published["evals"][module]["tools"]
+    cells = []
+    for tool in PUBLISHED_TOOLS:
+        f_j = tools.get(tool, {}).get(workload)
+        cells.append(f"{f_j[1] / f_j[0]:.2f}" if f_j and f_j[0] > 0 else "-")
+    return cells
+
+
+def print_eval(pkg, module: str, published: dict, args) -> None:
+    """One table: a line per workload."""
+    print(f"\n{module}: ksbuild F ms, J ms, J/F, max rel. error | published J/F: " + ", ".join(PUBLISHED_TOOLS))
+    head = ["workload", "F ms", "J ms", "J/F", "err"] + list(PUBLISHED_TOOLS)
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for name, inp in WORKLOADS[module](args.full):
+        r = measure(pkg, module, inp, args.min_seconds)
+        cells = [name, f"{r['f'] * 1e3:.4g}", f"{r['j'] * 1e3:.4g}", f"{r['j'] / r['f']:.2f}",
+                 f"{max(r['err_f'], r['err_j']):.0e}"] + published_ratios(published, module, name)
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """Build, then print each eval's table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--evals", default=",".join(WORKLOADS), help="comma-separated subset of " + ",".join(WORKLOADS))
+    p.add_argument("--full", action="store_true", help="every workload of GradBench's defaults (slow)")
+    p.add_argument("--min-seconds", type=float, default=0.5, help="time each function for at least this long")
+    args = p.parse_args(argv)
+    import ksbuild
+
+    pkg = ksbuild.build(HERE / "manifest.toml", quiet=True)
+    published = json.loads((HERE / "published.json").read_text())
+    print("GradBench evals on ksbuild, float64, one thread; published figures from:\n  " + published["source"])
+    for module in args.evals.split(","):
+        print_eval(pkg, module, published, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,134 @@
+"""Independent references for the GradBench evals: numpy formulas from each eval's README, torch
+autograd for the derivatives, and GradBench's input generators (evals/<name>/run.py), float64.
+
+Used by tests/test_gradbench.py and bench.py to check ksbuild's results.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------- inputs (as GradBench makes them)
+def lse_input(n: int, seed: int = 31337) -> dict:
+    """evals/lse/run.py: x ~ U(0, 1)."""
+    return {"x": np.random.RandomState(seed).rand(n).tolist()}
+
+
+def llsq_input(n: int, m: int, seed: int = 31337) -> dict:
+    """evals/llsq/run.py: x ~ U(0, 1) of length m, and n."""
+    return {"x": np.random.RandomState(seed).rand(m).tolist(), "n": n}
+
+
+def kmeans_input(k: int, n: int, d: int, seed: int = 31337) -> dict:
+    """evals/kmeans/run.py: points ~ U(0, 1); the centroids are the last k points."""
+    points = np.random.RandomState(seed).rand(n, d).tolist()
+    return {"points": points, "centroids": points[-k:]}
+
+
+def gmm_input(d: int, k: int, n: int, m: int = 0, gamma: float = 1.0, seed: int = 31337) -> dict:
+    """evals/gmm/run.py's generate: x, alpha, q, l ~ N(0, 1), mu ~ U(0, 1)."""
+    rng = np.random.default_rng(seed=seed)
+    return {"d": d, "k": k, "n": n, "x": [list(rng.normal(size=d)) for _ in range(n)], "m": m, "gamma": gamma,
+            "alpha": list(rng.normal(size=k)), "mu": [list(rng.uniform(size=d)) for _ in range(k)],
+            "q": [list(rng.normal(size=d)) for _ in range(k)],
+            "l": [list(rng.normal(size=d * (d - 1) // 2)) for _ in range(k)]}
+
+
+# ----------------------------------------------------------------------------- lse
+def lse_numpy(x) -> float:
+    """max x + log Σ exp(x - max x)."""
+    x = np.asarray(x, dtype=np.float64)
+    a = x.max()
+    return float(a + np.log(np.exp(x - a).sum()))
+
+
+def lse_gradient_numpy(x) -> np.ndarray:
+    """softmax(x), the gradient of LSE."""
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+# ----------------------------------------------------------------------------- llsq
+def llsq_t(n: int) -> np.ndarray:
+    """t_i = -1 + 2 i / (n - 1)."""
+    return -1.0 + np.arange(n, dtype=np.float64) * 2.0 / (n - 1)
+
+
+def llsq_torch(x, n: int):
+    """½ Σ_i (sign(t_i) - Σ_j x_j t_i^j)² on a torch tensor x (a 0-d tensor)."""
+    import torch
+
+    t = torch.as_tensor(llsq_t(n))
+    powers = t[:, None] ** torch.arange(x.shape[0], dtype=torch.float64)
+    r = torch.sign(t) - powers @ x
+    return 0.5 * (r * r).sum()
+
+
+def llsq_value_and_grad(x, n: int) -> tuple[float, np.ndarray]:
+    """(y(x), ∇y(x)) through torch.autograd."""
+    import torch
+
+    xt = torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True)
+    y = llsq_torch(xt, n)
+    (g,) = torch.autograd.grad(y, xt)
+    return float(y.detach()), g.numpy()
+
+
+# ----------------------------------------------------------------------------- kmeans
+def kmeans_cost_numpy(points, centroids) -> float:
+    """Σ_i min_j ‖C_j - P_i‖²."""
+    P, C = np.asarray(points, dtype=np.float64), np.asarray(centroids, dtype=np.float64)
+    dist = ((P[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)
+    return float(dist.min(axis=1).sum())
+
+
+def kmeans_dir_numpy(points, centroids) -> np.ndarray:
+    """J H⁻¹ = C_j - (mean of the points nearest to C_j), from J = Σ 2 (C_j - P_i), H = 2 count_j."""
+    P, C = np.asarray(points, dtype=np.float64), np.asarray(centroids, dtype=np.float64)
+    nearest = ((P[:, None, :] - C[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    sums = np.zeros_like(C)
+    np.add.at(sums, nearest, P)
+    counts = np.bincount(nearest, minlength=C.shape[0])[:, None]
+    return C - sums / counts
+
+
+# ----------------------------------------------------------------------------- gmm
+def gmm_torch(alpha, mu, q, l, x, gamma: float, m: float):
+    """The log posterior of evals/gmm/README.md ("Implementation"), one component at a time."""
+    import torch
+
+    n, d = x.shape
+    K = alpha.shape[0]
+    betas = []
+    frobenius = 0.0
+    rows, cols = zip(*[(r, c) for c in range(d) for r in range(c + 1, d)]) if d > 1 else ((), ())
+    for k in range(K):
+        Q = torch.diag(torch.exp(q[k]))
+        if d > 1:
+            Q = Q.index_put((torch.tensor(rows), torch.tensor(cols)), l[k])
+        Qx = (x - mu[k]) @ Q.T
+        betas.append(alpha[k] + q[k].sum() - 0.5 * (Qx * Qx).sum(dim=1))
+        frobenius = frobenius + (Q * Q).sum()
+    n_w = d + m + 1
+    log_gamma_d = d * (d - 1) / 4 * math.log(math.pi) + sum(math.lgamma(0.5 * n_w + (1 - j) / 2)
+                                                            for j in range(1, d + 1))
+    C = n_w * d * math.log(gamma / math.sqrt(2.0)) - log_gamma_d
+    loglik = -n * (d / 2 * math.log(2 * math.pi) + torch.logsumexp(alpha, 0)) + \
+        torch.logsumexp(torch.stack(betas, dim=1), dim=1).sum()
+    return loglik + K * C - gamma ** 2 / 2 * frobenius + m * q.sum()
+
+
+def gmm_value_and_grad(inp: dict) -> tuple[float, dict]:
+    """(objective, {alpha, mu, q, l: gradient}) through torch.autograd."""
+    import torch
+
+    params = {key: torch.tensor(np.asarray(inp[key], dtype=np.float64).reshape(shape), requires_grad=True)
+              for key, shape in (("alpha", (inp["k"],)), ("mu", (inp["k"], inp["d"])), ("q", (inp["k"], inp["d"])),
+                                 ("l", (inp["k"], inp["d"] * (inp["d"] - 1) // 2)))}
+    x = torch.tensor(np.asarray(inp["x"], dtype=np.float64))
+    value = gmm_torch(params["alpha"], params["mu"], params["q"], params["l"], x, inp["gamma"], inp["m"])
+    grads = torch.autograd.grad(value, list(params.values()), allow_unused=True, materialize_grads=True)
+    return float(value.detach()), {key: g.numpy() for key, g in zip(params, grads)}

@@ -1,0 +1,103 @@
+"""GradBench's evals as ksbuild kernels (benchmarks/gradbench): each primal and derivative against an
+independent numpy / torch.autograd reference on small inputs made by GradBench's generators, and the
+GradBench protocol spoken by benchmarks/gradbench/tool.py. The package is built once per session."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GRADBENCH = ROOT / "benchmarks" / "gradbench"
+sys.path.insert(0, str(GRADBENCH))
+
+import bench  # noqa: E402
+import evals  # noqa: E402
+import reference as ref  # noqa: E402
+
+SMALL = {
+    "lse": [ref.lse_input(7), {"x": [-1e3, 2.0, 1e3, 999.0]}],
+    "llsq": [ref.llsq_input(9, 5), ref.llsq_input(33, 12)],
+    "kmeans": [ref.kmeans_input(3, 40, 2), ref.kmeans_input(5, 60, 4)],
+    "gmm": [ref.gmm_input(2, 3, 10), ref.gmm_input(4, 5, 17, m=2, gamma=1.5)],
+}
+CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
+
+
+@pytest.fixture(scope="module")
+def pkg():
+    """The benchmark's package, built once."""
+    import ksbuild
+
+    return ksbuild.build(GRADBENCH / "manifest.toml", quiet=True)
+
+
+@pytest.mark.parametrize(("module", "index"), CASES)
+def test_eval_matches_reference(pkg, module, index):
+    """Primal and derivative, as the tool answers them (JSON form), equal the reference's."""
+    inp = SMALL[module][index]
+    for function, want in zip(evals.FUNCTIONS[module], bench.expected(module, inp)):
+        call, to_json = evals.calls(pkg, module, function, inp)
+        got = bench.flat(to_json(call()))
+        np.testing.assert_allclose(got, np.ravel(want), rtol=1e-10, atol=1e-10, err_msg=f"{module}.{function}")
+
+
+def test_gmm_reference_matches_gradbench_definition():
+    """The torch reference equals evals/gmm/run.py's log_posterior (the naive densities) on a tiny input."""
+    import math
+
+    import torch
+
+    inp = ref.gmm_input(2, 2, 3, m=1, gamma=1.3)
+    x, alpha = np.array(inp["x"]), np.array(inp["alpha"])
+    phi = np.exp(alpha) / np.exp(alpha).sum()
+    precisions = []
+    for k in range(2):
+        Q = np.diag(np.exp(inp["q"][k]))
+        Q[1, 0] = inp["l"][k][0]
+        precisions.append(Q.T @ Q)
+    likelihood = np.prod([sum(phi[k] * np.exp(-0.5 * (xi - inp["mu"][k]) @ precisions[k] @ (xi - inp["mu"][k]))
+                              / np.sqrt((2 * np.pi) ** 2 / np.linalg.det(precisions[k])) for k in range(2))
+                          for xi in x])
+    n_w, g = 2 + 1 + 1, 1.3
+    log_gamma_2 = 0.5 * math.log(math.pi) + math.lgamma(n_w / 2) + math.lgamma(n_w / 2 - 0.5)
+    log_prior = sum((n_w - 3) / 2 * np.log(np.linalg.det(P)) - g * g * np.trace(P) / 2 - n_w * math.log(2)
+                    + n_w * 2 * math.log(g) - log_gamma_2 for P in precisions)
+    t = {key: torch.tensor(np.array(inp[key], dtype=np.float64)) for key in ("alpha", "mu", "q", "l", "x")}
+    got = float(ref.gmm_torch(t["alpha"], t["mu"], t["q"], t["l"], t["x"], 1.3, 1))
+    assert got == pytest.approx(math.log(likelihood) + log_prior, rel=1e-10)
+
+
+def protocol_session(messages: list[dict]) -> list[dict]:
+    """The tool's responses to these messages, one JSON line each way."""
+    text = "".join(json.dumps(m) + "\n" for m in messages)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, str(GRADBENCH / "tool.py")], input=text, capture_output=True, text=True,
+                          env=env, timeout=600, check=True)
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_tool_speaks_the_protocol(pkg):
+    """start, define, evaluate (with min_runs timings), analysis and an unknown module, as GradBench sends them."""
+    inp = ref.kmeans_input(3, 20, 2) | {"min_runs": 3, "min_seconds": 0}
+    replies = protocol_session([
+        {"id": 0, "kind": "start", "eval": "kmeans"},
+        {"id": 1, "kind": "define", "module": "kmeans"},
+        {"id": 2, "kind": "evaluate", "module": "kmeans", "function": "dir", "input": inp},
+        {"id": 3, "kind": "analysis", "of": 2, "valid": True},
+        {"id": 4, "kind": "evaluate", "module": "kmeans", "function": "hessian", "input": inp},
+        {"id": 5, "kind": "define", "module": "det"},
+    ])
+    assert [r["id"] for r in replies] == list(range(6))
+    assert replies[0] == {"id": 0, "tool": "ksbuild"} and replies[3] == {"id": 3}
+    assert replies[1]["success"] is True
+    assert replies[2]["success"] is True
+    np.testing.assert_allclose(replies[2]["output"], ref.kmeans_dir_numpy(inp["points"], inp["centroids"]), rtol=1e-12)
+    assert sum(t["name"] == "evaluate" for t in replies[2]["timings"]) >= 3
+    assert replies[4]["success"] is False and "no function 'hessian'" in replies[4]["error"]
+    assert replies[5]["success"] is False and "det" in replies[5]["error"]
