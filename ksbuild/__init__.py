@@ -4,7 +4,8 @@ from .dev import Kernel, elementwise, hessian, jacfwd, jacobian, jacrev, kernel,
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "elementwise", "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
+__all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "elementwise",
+           "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
            "load", "register", "vmap", "__version__"]
 
 

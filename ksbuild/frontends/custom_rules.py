@@ -138,7 +138,7 @@ def _compile_rule(kc, rule_name: str, fn: Func, types: list, role: str) -> Func:
     node = kc.src.functions[rule_name]
     got = len(node.args.args)
     if got != len(types):
-        raise kc.src.error(node, f"the {_role(role)} '{rule_name}' of '{fn.name}' takes {got} arguments, but it "
+        raise kc.src.error(node, f"the {_role(role)} '{rule_name}' of '{fn.name}' takes {got} argument(s), but it "
                                  f"must take {len(types)}: {SHAPES[role]} ({_shown(types)})")
     return kc.compile(rule_name, types)
 

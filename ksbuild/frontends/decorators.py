@@ -34,7 +34,8 @@ def check_decorators(src, fn: ast.FunctionDef) -> None:
         if dev_decorator(src, d) is None and rule_decorator(src, d) != "defjvp":
             raise src.error(d, f"unsupported decorator '@{ast.unparse(d)}' on the kernel '{fn.name}'",
                             hint="kernels take ksbuild's decorators only: @ksbuild.kernel, @ksbuild.vmap, "
-                                 "@ksbuild.custom_jvp, @ksbuild.custom_vjp, @f.defjvp and the Knossos names @ksbuild.register, @ksbuild.elementwise (for Knossos code: import "
+                                 "@ksbuild.custom_jvp, @ksbuild.custom_vjp, @f.defjvp and the Knossos names "
+                                 "@ksbuild.register, @ksbuild.elementwise (for Knossos code: import "
                                  "ksbuild as knossos); or remove it and apply the transformation in the manifest")
 
 

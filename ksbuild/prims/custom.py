@@ -160,8 +160,9 @@ def forward_of(bwd: Func, n_res: int) -> Func:
     try:
         return transpose.transpose_func(bwd, [False] * n_res + [True] * (len(bwd.params) - n_res))
     except KsbuildError as e:
+        why = e.message.removeprefix("internal: ")
         raise KsbuildError(f"forward mode (jvp) of a custom_vjp function runs its backward rule '{bwd.name}' "
-                           f"transposed, and it is not linear in its cotangents: {e.message}", e.loc,
+                           f"transposed, and it is not linear in its cotangents: {why}", e.loc,
                            hint="use ksbuild.custom_jvp for a function differentiated in forward mode; reverse "
                                 "mode (vjp, grad) calls the rule as written") from None
 
