@@ -16,6 +16,7 @@ from ksbuild.errors import KsbuildError
 from ksbuild.frontends.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.verify import verify
+from ksbuild.transforms.jacobian import hessian_func
 from ksbuild.transforms.jvp import jvp_func
 from ksbuild.transforms.pipeline import lower
 from ksbuild.transforms.vjp import grad_func, vjp_func
@@ -293,6 +294,15 @@ def test_a_nonlinear_backward_rule(ir):
     assert e.value.loc is not None and "torch.clamp(g" in (e.value.loc.source_line or "")
 
 
+def test_second_derivatives(ir):
+    """hessian through a custom_jvp differentiates the rule (sigmoid' = s (1 - s)); through a custom_vjp, bwd."""
+    for x in XS:
+        s = float(torch.sigmoid(t(x)))
+        close(eval_func(hessian_func(ir("log1pexp")), [x]), [s * (1.0 - s)], f"hessian at {x}")
+    want = torch.autograd.functional.hessian(lambda a: SinTimes.apply(a, t(1.7)), t(0.3)).numpy()
+    close(eval_func(hessian_func(ir("sin_times")), [0.3, 1.7]), [want])
+
+
 def test_lowered_ir_is_the_body(ir):
     """Compiled, a custom function is a call of its body; the lowered IR computes the same values."""
     for name, args in [("softplus_loss", [XS, 0.7]), ("lengths", [P]), ("sin_loss", [XS[1:4], 1.3])]:
@@ -338,6 +348,20 @@ def test_compiled(pkg):
     close(pkg.gsl(XS[1:4], 1.3), torch_grad(sin_loss, XS[1:4], 1.3), "grad(sin_loss)")
     x = np.array([0.5, -2.0, 3.0])
     close(pkg.gc(x), torch_grad(clipped_loss, x), "grad(clipped_loss)")
+
+
+def test_dev_loop(tmp_path, monkeypatch):
+    """ksbuild.vmap / ksbuild.kernel of a decorated function: compiled, and torch's autograd gets the rule."""
+    import importlib
+
+    import ksbuild
+    (tmp_path / "custom_dev.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("custom_dev")
+    x = t(XS).requires_grad_()
+    ksbuild.vmap(mod.log1pexp)(x).sum().backward()
+    close([x.grad.numpy()], torch_grad(lambda a: torch.sum(Log1pexp.apply(a)), XS))
+    close(ksbuild.kernel(mod.sin_times).grad(t(0.3), t(1.7)), torch_grad(SinTimes.apply, 0.3, 1.7))
 
 
 # ---- misuse: located errors --------------------------------------------------------------------------------------
