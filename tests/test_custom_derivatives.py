@@ -445,3 +445,20 @@ def test_misuse_is_a_located_error(tmp_path, case):
     assert message in e.value.message, e.value.message
     assert e.value.loc is not None and e.value.loc.file == str(path)
     assert line in (e.value.loc.source_line or ""), (e.value.loc, e.value.message)
+
+
+def test_the_docs_example(tmp_path):
+    """docs/custom-derivatives.md's kernels compile and do what the page says."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / "docs" / "custom-derivatives.md").read_text()
+    path = tmp_path / "kernels.py"
+    path.write_text("\n\n".join(re.findall(r"```python\n(.*?)```", page, re.S)))
+    dlog, _ = vmap_func(grad_func(compile_python_kernel(path, "log1pexp", "f64")), [True], "n")
+    close(eval_func(dlog, [np.array([-1000.0, 0.0, 1000.0])]), [np.array([0.0, 0.5, 1.0])])
+    close(eval_func(grad_func(compile_python_kernel(path, "safe_norm", "f64")), [np.zeros(3)]), [np.zeros(3)])
+    clip = compile_python_kernel(path, "clip_gradient", "f64")
+    close(eval_func(vjp_func(clip), [np.zeros(3), np.array([-5.0, 0.5, 3.0])]), [np.array([-1.0, 0.5, 1.0])])
+    with pytest.raises(KsbuildError, match="not linear in its cotangents"):
+        lower(jvp_func(clip))
