@@ -15,6 +15,8 @@ from source_kernels import build_source, ir_getter
 from ksbuild.errors import KsbuildError
 from ksbuild.frontends.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
+from ksbuild.ir.parser import parse_func
+from ksbuild.ir.printer import print_func
 from ksbuild.ir.verify import verify
 from ksbuild.transforms.jacobian import hessian_func
 from ksbuild.transforms.jvp import jvp_func
@@ -301,6 +303,15 @@ def test_second_derivatives(ir):
         close(eval_func(hessian_func(ir("log1pexp")), [x]), [s * (1.0 - s)], f"hessian at {x}")
     want = torch.autograd.functional.hessian(lambda a: SinTimes.apply(a, t(1.7)), t(0.3)).numpy()
     close(eval_func(hessian_func(ir("sin_times")), [0.3, 1.7]), [want])
+
+
+def test_text_form_keeps_the_rules(ir):
+    """print -> parse -> print is the identity, and the parsed function still differentiates by the rules."""
+    for name, args in [("softplus_loss", [XS, 0.7]), ("sin_loss", [XS[1:4], 1.3])]:
+        f = ir(name)
+        g = parse_func(print_func(f))
+        assert print_func(g) == print_func(f)
+        close(eval_func(grad_func(g), args), eval_func(grad_func(f), args), name)
 
 
 def test_lowered_ir_is_the_body(ir):
