@@ -1,9 +1,11 @@
 """ksbuild: compile Python numeric kernels, their vmap and derivatives, into plain C++ libraries."""
+from .custom import custom_jvp, custom_vjp
 from .dev import Kernel, elementwise, hessian, jacfwd, jacobian, jacrev, kernel, register, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "elementwise", "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
+__all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "elementwise",
+           "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
            "load", "register", "vmap", "__version__"]
 
 

@@ -326,8 +326,9 @@ def prim_name(key: str) -> str:
     """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
     return key.split(":")[0]
 
-# control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py; cond_select,
+# control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py; custom_*:
+# tests/test_custom_derivatives.py; cond_select,
 # the if-expression: tests/test_singular_ad.py)
-STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call"}
+STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp", "custom_vjp_lin"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack"}

@@ -12,6 +12,7 @@ import ast
 
 PLAIN = {"kernel", "register"}  # the function itself
 MAPPED = {"vmap", "elementwise"}  # the function mapped over tensors
+CUSTOM = {"custom_jvp", "custom_vjp"}  # the function with derivative rules the user wrote (custom_rules.py)
 
 
 def dev_decorator(src, d: ast.expr) -> str | None:
@@ -23,16 +24,18 @@ def dev_decorator(src, d: ast.expr) -> str | None:
         name = d.id
     else:
         return None
-    return name if name in PLAIN | MAPPED else None
+    return name if name in PLAIN | MAPPED | CUSTOM else None
 
 
 def check_decorators(src, fn: ast.FunctionDef) -> None:
-    """A located error for a decorator that is not one of ksbuild's dev loop."""
+    """A located error for a decorator that is not one of ksbuild's dev loop (or `@f.defjvp`)."""
+    from .custom_rules import rule_decorator
     for d in fn.decorator_list:
-        if dev_decorator(src, d) is None:
+        if dev_decorator(src, d) is None and rule_decorator(src, d) != "defjvp":
             raise src.error(d, f"unsupported decorator '@{ast.unparse(d)}' on the kernel '{fn.name}'",
-                            hint="kernels take ksbuild's decorators only: @ksbuild.kernel, @ksbuild.vmap and the "
-                                 "Knossos names @ksbuild.register, @ksbuild.elementwise (for Knossos code: import "
+                            hint="kernels take ksbuild's decorators only: @ksbuild.kernel, @ksbuild.vmap, "
+                                 "@ksbuild.custom_jvp, @ksbuild.custom_vjp, @f.defjvp and the Knossos names "
+                                 "@ksbuild.register, @ksbuild.elementwise (for Knossos code: import "
                                  "ksbuild as knossos); or remove it and apply the transformation in the manifest")
 
 

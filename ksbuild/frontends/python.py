@@ -44,6 +44,7 @@ class Source:
     borrowed: dict[str, str] = field(default_factory=dict)  # name -> the other module it is imported from
     const_modules: dict[str, dict] = field(default_factory=dict)  # alias -> constants of a module next to it
     files: list[Path] = field(default_factory=list)  # the files of those modules (and of their imports)
+    custom: dict = field(default_factory=dict)  # name -> custom_rules.Rule: functions with derivative rules
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -67,6 +68,7 @@ class KernelCompiler:
         self.cache: dict[tuple, Func] = {}
         self.signature_loc: Location | None = None
         self.active: list[str] = []
+        self.rule_of: list[str] = []  # the custom functions whose rules are being compiled (custom_rules.py)
         self.frames: list = []  # branches.Frame: the ifs whose returns are being packed (see branches.py)
         # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
         # branches assign y = x and y = w): an in-place update of y would change x or w there
@@ -839,7 +841,13 @@ class KernelCompiler:
         types = [self.arg_type(a, p, node) for a, p in zip(args, params)]
         callee = self.compile_static(name, types, static) if static else self.compile(name, types)
         atoms = [self.as_atom(b, a, t, node) for a, t in zip(args, types)]
-        outs = b.bind(_prim("call"), atoms, {"fn": callee})
+        if name in self.src.custom and name not in self.rule_of:
+            from .custom_rules import bind_custom, no_static_args
+            if static:
+                raise no_static_args(self, name, node)
+            outs = bind_custom(self, b, name, callee, atoms, node)
+        else:
+            outs = b.bind(_prim("call"), atoms, {"fn": callee})
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def arg_type(self, a: Value, p: ast.arg, node) -> Type:

@@ -12,6 +12,7 @@ from typing import Sequence
 from ..errors import KsbuildError, Location
 from ..ir.core import Func
 from ..ir.types import Type
+from .custom_rules import collect_rules, wrap_entry
 from .imported import sibling_module
 from .python import KernelCompiler, Source
 from .scope import Const
@@ -38,6 +39,7 @@ def load_source(path: Path, loading: tuple[Path, ...] = ()) -> Source:
     src = Source(path, text.splitlines(), tree)
     for node in tree.body:
         _top_level(src, node, (*loading, path.resolve()))
+    src.custom = collect_rules(src)
     return src
 
 
@@ -182,7 +184,8 @@ def compile_python_kernel(path: Path, func: str, float_dtype: str,
         raise KsbuildError(f"no function '{func}' in {path}", where,
                            hint=f"functions defined at the top level of {path.name}: "
                                 f"{', '.join(src.functions) or 'none'}")
-    f = KernelCompiler(src, float_dtype).compile(func, params, results, signature_where)
+    kc = KernelCompiler(src, float_dtype)
+    f = wrap_entry(kc, func, kc.compile(func, params, results, signature_where))
     return dataclasses.replace(f, defaults=_defaults(src, src.functions[func]))
 
 
