@@ -8,6 +8,7 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 from __future__ import annotations
 
 from ..ir.core import Eqn, Var
+from ..ir.types import numel
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 from .storage import dim_expr
 
@@ -29,7 +30,9 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     dests = dests or {}
     targets = {r: dests[o] if o in dests else w.target(o, o.hint or "tmp")
                for r, o in zip(body.results, eqn.outs) if o.type.rank}
-    stores = {r: t for r, t in targets.items() if r not in reduced}
+    flat = _flat_views(w, eqn, body, shape, targets) if not reductions else None
+    shape, written = flat if flat is not None else (shape, targets)  # (the results keep their own views)
+    stores = {r: t for r, t in written.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
     accs = [_accumulator(w, e) for e in reductions]
     sums = [a for a, e in zip(accs, reductions) if e.prim.name == "reduce_sum"]
@@ -59,6 +62,32 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     w.env = saved_env
     for r, o in zip(body.results, eqn.outs):
         w.env[o] = targets[r] if r in targets else scalars[r]
+
+
+def _flat_views(w: Writer, eqn: Eqn, body, shape, targets: dict):
+    """(the nest's shape as one axis, the targets as 1-D views) when every operand and result of an elementwise nest
+    is a whole row-major tensor of its shape or a scalar (the operands' views in w.env made 1-D too): one loop then
+    covers it, e.g. the [C, 7, 7] residual adds of a MobileNet, whose innermost loops of 7 did not vectorize; None
+    when the nest must keep its axes (a broadcast operand, a strided view, an index-dependent iota, threads)."""
+    if len([d for d in shape if d != 1]) < 2 or eqn.params.get("threads", 0) > 1:
+        return None
+    if any(not e.prim.elementwise or e.prim.name == "iota" for e in body.eqns):
+        return None
+    views = {}
+    for p in body.params:
+        h = w.env[p]
+        if p.type.rank == 0 or isinstance(h, str):
+            continue
+        if tuple(h.shape) != tuple(shape) or not (h.literal is not None or h.contiguous or h.dense()):
+            return None
+        views[p] = h
+    if any(tuple(t.shape) != tuple(shape) or t.literal is not None or not (t.contiguous or t.dense())
+           for t in targets.values()):
+        return None
+    flat = (numel(shape),)
+    for p, h in views.items():
+        w.env[p] = h.reshape(flat)
+    return flat, {r: t.reshape(flat) for r, t in targets.items()}
 
 
 SUM_BLOCK = 512

@@ -298,21 +298,21 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum106 = reinterpret_cast<double*>(next_slot);
+    double* const sum105 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod111 = reinterpret_cast<double*>(next_slot);
+    double* const prod110 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r132 = reinterpret_cast<double*>(next_slot);
+    double* const r130 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r135 = reinterpret_cast<double*>(next_slot);
+    double* const r133 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r136 = reinterpret_cast<double*>(next_slot);
+    double* const r134 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded166 = reinterpret_cast<double*>(next_slot);
+    double* const padded164 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -468,158 +468,152 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     double* const tmp93 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i94 = 0; i94 < n; ++i94) {
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            const double d_scores_i = d_scores[i94 * K + i95];
-            const double t96 = (d_scores_i * (-1.0));
-            const double t97 = (t96 * 0.5);
-            tmp93[i94 * K + i95] = t97;
-        }
+    for (int64_t i94 = 0; i94 < (K*n); ++i94) {
+        const double d_scores_i = d_scores[i94];
+        const double t95 = (d_scores_i * (-1.0));
+        const double t96 = (t95 * 0.5);
+        tmp93[i94] = t96;
     }
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                const double mahalanobis_i101 = mahalanobis[i98 * (K * d) + i99 * d + i100];
-                const double t102 = (2.0 * mahalanobis_i101);
-                const double x_i103 = tmp93[i98 * K + i99];
-                const double d_mahalanobis104 = (x_i103 * t102);
-                d_mahalanobis[i98 * (K * d) + i99 * d + i100] = d_mahalanobis104;
+    for (int64_t i97 = 0; i97 < n; ++i97) {
+        for (int64_t i98 = 0; i98 < K; ++i98) {
+            for (int64_t i99 = 0; i99 < d; ++i99) {
+                const double mahalanobis_i100 = mahalanobis[i97 * (K * d) + i98 * d + i99];
+                const double t101 = (2.0 * mahalanobis_i100);
+                const double x_i102 = tmp93[i97 * K + i98];
+                const double d_mahalanobis103 = (x_i102 * t101);
+                d_mahalanobis[i97 * (K * d) + i98 * d + i99] = d_mahalanobis103;
             }
         }
     }
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i105 * d), 1, K * d}, {(centered + i105 * d), K * d, 1}, {(prod + i105 * (d * d)), d, 1}, false, scratch_double);
+    for (int64_t i104 = 0; i104 < K; ++i104) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i104 * d), 1, K * d}, {(centered + i104 * d), K * d, 1}, {(prod + i104 * (d * d)), d, 1}, false, scratch_double);
     }
-    for (int64_t i107 = 0; i107 < K * d; ++i107) {
-        sum106[i107] = 0;
+    for (int64_t i106 = 0; i106 < K * d; ++i106) {
+        sum105[i106] = 0;
     }
-    for (int64_t i108 = 0; i108 < n; ++i108) {
-        for (int64_t i109 = 0; i109 < K; ++i109) {
-            for (int64_t i110 = 0; i110 < d; ++i110) {
-                sum106[i109 * d + i110] += d_mahalanobis[i108 * (K * d) + i109 * d + i110];
+    for (int64_t i107 = 0; i107 < n; ++i107) {
+        for (int64_t i108 = 0; i108 < K; ++i108) {
+            for (int64_t i109 = 0; i109 < d; ++i109) {
+                sum105[i108 * d + i109] += d_mahalanobis[i107 * (K * d) + i108 * d + i109];
             }
         }
     }
-    for (int64_t i112 = 0; i112 < K * d; ++i112) {
-        prod111[i112] = 0;
+    for (int64_t i111 = 0; i111 < K * d; ++i111) {
+        prod110[i111] = 0;
     }
-    for (int64_t i113 = 0; i113 < K; ++i113) {
-        for (int64_t i114 = 0; i114 < d; ++i114) {
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                prod111[i113 * d + i115] += sum106[i113 * d + i114] * r[i113 * (d * d) + i114 * d + i115];
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        for (int64_t i113 = 0; i113 < d; ++i113) {
+            for (int64_t i114 = 0; i114 < d; ++i114) {
+                prod110[i112 * d + i114] += sum105[i112 * d + i113] * r[i112 * (d * d) + i113 * d + i114];
             }
         }
     }
-    double* const tmp116 = sum106;  // reuses a dead buffer's space
-    for (int64_t i117 = 0; i117 < K; ++i117) {
-        for (int64_t i118 = 0; i118 < d; ++i118) {
-            const double x_i119 = prod111[i117 * d + i118];
-            const double t120 = (x_i119 * (-1.0));
-            tmp116[i117 * d + i118] = t120;
-        }
+    double* const tmp115 = sum105;  // reuses a dead buffer's space
+    for (int64_t i116 = 0; i116 < (K*d); ++i116) {
+        const double x_i117 = prod110[i116];
+        const double t118 = (x_i117 * (-1.0));
+        tmp115[i116] = t118;
     }
-    double* const d_qs = prod111;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        for (int64_t i122 = 0; i122 < d; ++i122) {
-            const double qs_i123 = icf[i121 * T + i122];
-            const double t124 = ks::exp(qs_i123);
-            const double t125 = (2.0 * t124);
-            const double x_i126 = t77;
-            const double t127 = (x_i126 * t125);
-            const double t128 = ks::mulz(t127, t124);
+    double* const d_qs = prod110;  // reuses a dead buffer's space
+    for (int64_t i119 = 0; i119 < K; ++i119) {
+        for (int64_t i120 = 0; i120 < d; ++i120) {
+            const double qs_i121 = icf[i119 * T + i120];
+            const double t122 = ks::exp(qs_i121);
+            const double t123 = (2.0 * t122);
+            const double x_i124 = t77;
+            const double t125 = (x_i124 * t123);
+            const double t126 = ks::mulz(t125, t122);
             const double d_qs_i = t78;
-            const double d_qs129 = (d_qs_i + t128);
-            const double x_i130 = sum[i121];
-            const double d_qs131 = (d_qs129 + x_i130);
-            d_qs[i121 * d + i122] = d_qs131;
+            const double d_qs127 = (d_qs_i + t126);
+            const double x_i128 = sum[i119];
+            const double d_qs129 = (d_qs127 + x_i128);
+            d_qs[i119 * d + i120] = d_qs129;
         }
     }
-    for (int64_t i133 = 0; i133 < K * T; ++i133) {
-        r132[i133] = 0.0;
+    for (int64_t i131 = 0; i131 < K * T; ++i131) {
+        r130[i131] = 0.0;
     }
-    for (int64_t k134 = K - 1; k134 >= 0; --k134) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            r135[i137] = 0.0;
+    for (int64_t k132 = K - 1; k132 >= 0; --k132) {
+        for (int64_t i135 = 0; i135 < d; ++i135) {
+            r133[i135] = 0.0;
         }
-        for (int64_t i138 = 0; i138 < T; ++i138) {
-            r136[i138] = 0.0;
+        for (int64_t i136 = 0; i136 < T; ++i136) {
+            r134[i136] = 0.0;
         }
-        for (int64_t k139 = d - 1; k139 >= 0; --k139) {
-            for (int64_t k140 = d - 1; k140 >= 0; --k140) {
-                const int64_t t141 = ((2*d) - k140);
-                const int64_t t142 = (t141 - int64_t{1});
-                const int64_t t143 = (k140 * t142);
-                const int64_t t144 = ks::floordiv(t143, int64_t{2});
-                const int64_t t145 = (d + t144);
-                const int64_t t146 = (t145 + k139);
-                const int64_t t147 = (t146 - k140);
-                const int64_t t148 = (t147 - int64_t{1});
-                const double t149 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? (((prod + k134 * (d * d)) + k139 * d) + k140)[0] : 0.0);
-                const double t150 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : (((prod + k134 * (d * d)) + k139 * d) + k140)[0]);
-                const double t151 = ((((r3 + k134 * (d * d)) + k139 * d) + k140)[0] ? t150 : 0.0);
-                const double t152 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : t151);
-                (r136 + ks::clamp_index(t148, T))[0] += t152;
-                const double t153 = ks::mulz(t149, (((r2 + k134 * (d * d)) + k139 * d) + k140)[0]);
-                const double t154 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? t153 : 0.0);
-                (r135 + ks::clamp_index(k139, d))[0] += t154;
+        for (int64_t k137 = d - 1; k137 >= 0; --k137) {
+            for (int64_t k138 = d - 1; k138 >= 0; --k138) {
+                const int64_t t139 = ((2*d) - k138);
+                const int64_t t140 = (t139 - int64_t{1});
+                const int64_t t141 = (k138 * t140);
+                const int64_t t142 = ks::floordiv(t141, int64_t{2});
+                const int64_t t143 = (d + t142);
+                const int64_t t144 = (t143 + k137);
+                const int64_t t145 = (t144 - k138);
+                const int64_t t146 = (t145 - int64_t{1});
+                const double t147 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? (((prod + k132 * (d * d)) + k137 * d) + k138)[0] : 0.0);
+                const double t148 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? 0.0 : (((prod + k132 * (d * d)) + k137 * d) + k138)[0]);
+                const double t149 = ((((r3 + k132 * (d * d)) + k137 * d) + k138)[0] ? t148 : 0.0);
+                const double t150 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? 0.0 : t149);
+                (r134 + ks::clamp_index(t146, T))[0] += t150;
+                const double t151 = ks::mulz(t147, (((r2 + k132 * (d * d)) + k137 * d) + k138)[0]);
+                const double t152 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? t151 : 0.0);
+                (r133 + ks::clamp_index(k137, d))[0] += t152;
             }
         }
-        for (int64_t i155 = 0; i155 < T; ++i155) {
-            (r132 + k134 * T)[i155] += r136[i155];
+        for (int64_t i153 = 0; i153 < T; ++i153) {
+            (r130 + k132 * T)[i153] += r134[i153];
         }
-        for (int64_t i156 = 0; i156 < d; ++i156) {
-            (d_qs + k134 * d)[i156] += r135[i156];
+        for (int64_t i154 = 0; i154 < d; ++i154) {
+            (d_qs + k132 * d)[i154] += r133[i154];
         }
     }
-    for (int64_t i157 = 0; i157 < K; ++i157) {
-        for (int64_t i158 = 0; i158 < (T - d); ++i158) {
-            const double ls_i = (icf + d)[i157 * T + i158];
-            const double t159 = (2.0 * ls_i);
-            const double x_i160 = t77;
-            const double d_ls161 = (x_i160 * t159);
-            d_ls[i157 * ((T - d)) + i158] = d_ls161;
+    for (int64_t i155 = 0; i155 < K; ++i155) {
+        for (int64_t i156 = 0; i156 < (T - d); ++i156) {
+            const double ls_i = (icf + d)[i155 * T + i156];
+            const double t157 = (2.0 * ls_i);
+            const double x_i158 = t77;
+            const double d_ls159 = (x_i158 * t157);
+            d_ls[i155 * ((T - d)) + i156] = d_ls159;
+        }
+    }
+    for (int64_t i160 = 0; i160 < K; ++i160) {
+        for (int64_t i161 = 0; i161 < d; ++i161) {
+            padded[i160 * T + i161] = 0.0;
         }
     }
     for (int64_t i162 = 0; i162 < K; ++i162) {
-        for (int64_t i163 = 0; i163 < d; ++i163) {
-            padded[i162 * T + i163] = 0.0;
+        for (int64_t i163 = 0; i163 < (T - d); ++i163) {
+            (padded + d)[i162 * T + i163] = d_ls[i162 * ((T - d)) + i163];
         }
     }
-    for (int64_t i164 = 0; i164 < K; ++i164) {
-        for (int64_t i165 = 0; i165 < (T - d); ++i165) {
-            (padded + d)[i164 * T + i165] = d_ls[i164 * ((T - d)) + i165];
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        for (int64_t i166 = 0; i166 < (T - d); ++i166) {
+            (padded164 + d)[i165 * T + i166] = 0.0;
         }
     }
     for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
-            (padded166 + d)[i167 * T + i168] = 0.0;
+        for (int64_t i168 = 0; i168 < d; ++i168) {
+            padded164[i167 * T + i168] = d_qs[i167 * d + i168];
         }
     }
     for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < d; ++i170) {
-            padded166[i169 * T + i170] = d_qs[i169 * d + i170];
-        }
+        const double x_i170 = t80;
+        const double x_i171 = tmp67[i169];
+        const double d_alphas = ks::mulz(x_i170, x_i171);
+        const double d_base_i = sum[i169];
+        const double d_alphas172 = (d_alphas + d_base_i);
+        out_d_alphas[i169] = d_alphas172;
     }
-    for (int64_t i171 = 0; i171 < K; ++i171) {
-        const double x_i172 = t80;
-        const double x_i173 = tmp67[i171];
-        const double d_alphas = ks::mulz(x_i172, x_i173);
-        const double d_base_i = sum[i171];
-        const double d_alphas174 = (d_alphas + d_base_i);
-        out_d_alphas[i171] = d_alphas174;
+    for (int64_t i173 = 0; i173 < (K*T); ++i173) {
+        const double x_i174 = r130[i173];
+        const double x_i175 = padded[i173];
+        const double d_icf = (x_i174 + x_i175);
+        const double x_i176 = padded164[i173];
+        const double d_icf177 = (d_icf + x_i176);
+        out_d_icf[i173] = d_icf177;
     }
-    for (int64_t i175 = 0; i175 < K; ++i175) {
-        for (int64_t i176 = 0; i176 < T; ++i176) {
-            const double x_i177 = r132[i175 * T + i176];
-            const double x_i178 = padded[i175 * T + i176];
-            const double d_icf = (x_i177 + x_i178);
-            const double x_i179 = padded166[i175 * T + i176];
-            const double d_icf180 = (d_icf + x_i179);
-            out_d_icf[i175 * T + i176] = d_icf180;
-        }
-    }
-    for (int64_t i181 = 0; i181 < K * d; ++i181) {
-        out_d_means[i181] = tmp116[i181];
+    for (int64_t i178 = 0; i178 < K * d; ++i178) {
+        out_d_means[i178] = tmp115[i178];
     }
     return ks::status::ok;
 }
@@ -943,21 +937,21 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum112 = reinterpret_cast<float*>(next_slot);
+    float* const sum111 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod117 = reinterpret_cast<float*>(next_slot);
+    float* const prod116 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r138 = reinterpret_cast<float*>(next_slot);
+    float* const r136 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r141 = reinterpret_cast<float*>(next_slot);
+    float* const r139 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r142 = reinterpret_cast<float*>(next_slot);
+    float* const r140 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded172 = reinterpret_cast<float*>(next_slot);
+    float* const padded170 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1133,158 +1127,152 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     float* const tmp99 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i100 = 0; i100 < n; ++i100) {
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            const float d_scores_i = d_scores[i100 * K + i101];
-            const float t102 = (d_scores_i * (-1.0f));
-            const float t103 = (t102 * 0.5f);
-            tmp99[i100 * K + i101] = t103;
-        }
+    for (int64_t i100 = 0; i100 < (K*n); ++i100) {
+        const float d_scores_i = d_scores[i100];
+        const float t101 = (d_scores_i * (-1.0f));
+        const float t102 = (t101 * 0.5f);
+        tmp99[i100] = t102;
     }
-    for (int64_t i104 = 0; i104 < n; ++i104) {
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            for (int64_t i106 = 0; i106 < d; ++i106) {
-                const float mahalanobis_i107 = mahalanobis[i104 * (K * d) + i105 * d + i106];
-                const float t108 = (2.0f * mahalanobis_i107);
-                const float x_i109 = tmp99[i104 * K + i105];
-                const float d_mahalanobis110 = (x_i109 * t108);
-                d_mahalanobis[i104 * (K * d) + i105 * d + i106] = d_mahalanobis110;
+    for (int64_t i103 = 0; i103 < n; ++i103) {
+        for (int64_t i104 = 0; i104 < K; ++i104) {
+            for (int64_t i105 = 0; i105 < d; ++i105) {
+                const float mahalanobis_i106 = mahalanobis[i103 * (K * d) + i104 * d + i105];
+                const float t107 = (2.0f * mahalanobis_i106);
+                const float x_i108 = tmp99[i103 * K + i104];
+                const float d_mahalanobis109 = (x_i108 * t107);
+                d_mahalanobis[i103 * (K * d) + i104 * d + i105] = d_mahalanobis109;
             }
         }
     }
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i111 * d), 1, K * d}, {(centered + i111 * d), K * d, 1}, {(prod + i111 * (d * d)), d, 1}, false, scratch_float);
+    for (int64_t i110 = 0; i110 < K; ++i110) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i110 * d), 1, K * d}, {(centered + i110 * d), K * d, 1}, {(prod + i110 * (d * d)), d, 1}, false, scratch_float);
     }
-    for (int64_t i113 = 0; i113 < K * d; ++i113) {
-        sum112[i113] = 0;
+    for (int64_t i112 = 0; i112 < K * d; ++i112) {
+        sum111[i112] = 0;
     }
-    for (int64_t i114 = 0; i114 < n; ++i114) {
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                sum112[i115 * d + i116] += d_mahalanobis[i114 * (K * d) + i115 * d + i116];
+    for (int64_t i113 = 0; i113 < n; ++i113) {
+        for (int64_t i114 = 0; i114 < K; ++i114) {
+            for (int64_t i115 = 0; i115 < d; ++i115) {
+                sum111[i114 * d + i115] += d_mahalanobis[i113 * (K * d) + i114 * d + i115];
             }
         }
     }
-    for (int64_t i118 = 0; i118 < K * d; ++i118) {
-        prod117[i118] = 0;
+    for (int64_t i117 = 0; i117 < K * d; ++i117) {
+        prod116[i117] = 0;
     }
-    for (int64_t i119 = 0; i119 < K; ++i119) {
-        for (int64_t i120 = 0; i120 < d; ++i120) {
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                prod117[i119 * d + i121] += sum112[i119 * d + i120] * r[i119 * (d * d) + i120 * d + i121];
+    for (int64_t i118 = 0; i118 < K; ++i118) {
+        for (int64_t i119 = 0; i119 < d; ++i119) {
+            for (int64_t i120 = 0; i120 < d; ++i120) {
+                prod116[i118 * d + i120] += sum111[i118 * d + i119] * r[i118 * (d * d) + i119 * d + i120];
             }
         }
     }
-    float* const tmp122 = sum112;  // reuses a dead buffer's space
-    for (int64_t i123 = 0; i123 < K; ++i123) {
-        for (int64_t i124 = 0; i124 < d; ++i124) {
-            const float x_i125 = prod117[i123 * d + i124];
-            const float t126 = (x_i125 * (-1.0f));
-            tmp122[i123 * d + i124] = t126;
-        }
+    float* const tmp121 = sum111;  // reuses a dead buffer's space
+    for (int64_t i122 = 0; i122 < (K*d); ++i122) {
+        const float x_i123 = prod116[i122];
+        const float t124 = (x_i123 * (-1.0f));
+        tmp121[i122] = t124;
     }
-    float* const d_qs = prod117;  // reuses a dead buffer's space
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        for (int64_t i128 = 0; i128 < d; ++i128) {
-            const float qs_i129 = icf[i127 * T + i128];
-            const float t130 = ks::exp(qs_i129);
-            const float t131 = (2.0f * t130);
-            const float x_i132 = t83;
-            const float t133 = (x_i132 * t131);
-            const float t134 = ks::mulz(t133, t130);
+    float* const d_qs = prod116;  // reuses a dead buffer's space
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        for (int64_t i126 = 0; i126 < d; ++i126) {
+            const float qs_i127 = icf[i125 * T + i126];
+            const float t128 = ks::exp(qs_i127);
+            const float t129 = (2.0f * t128);
+            const float x_i130 = t83;
+            const float t131 = (x_i130 * t129);
+            const float t132 = ks::mulz(t131, t128);
             const float d_qs_i = t84;
-            const float d_qs135 = (d_qs_i + t134);
-            const float x_i136 = sum[i127];
-            const float d_qs137 = (d_qs135 + x_i136);
-            d_qs[i127 * d + i128] = d_qs137;
+            const float d_qs133 = (d_qs_i + t132);
+            const float x_i134 = sum[i125];
+            const float d_qs135 = (d_qs133 + x_i134);
+            d_qs[i125 * d + i126] = d_qs135;
         }
     }
-    for (int64_t i139 = 0; i139 < K * T; ++i139) {
-        r138[i139] = 0.0f;
+    for (int64_t i137 = 0; i137 < K * T; ++i137) {
+        r136[i137] = 0.0f;
     }
-    for (int64_t k140 = K - 1; k140 >= 0; --k140) {
-        for (int64_t i143 = 0; i143 < d; ++i143) {
-            r141[i143] = 0.0f;
+    for (int64_t k138 = K - 1; k138 >= 0; --k138) {
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            r139[i141] = 0.0f;
         }
-        for (int64_t i144 = 0; i144 < T; ++i144) {
-            r142[i144] = 0.0f;
+        for (int64_t i142 = 0; i142 < T; ++i142) {
+            r140[i142] = 0.0f;
         }
-        for (int64_t k145 = d - 1; k145 >= 0; --k145) {
-            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
-                const int64_t t147 = ((2*d) - k146);
-                const int64_t t148 = (t147 - int64_t{1});
-                const int64_t t149 = (k146 * t148);
-                const int64_t t150 = ks::floordiv(t149, int64_t{2});
-                const int64_t t151 = (d + t150);
-                const int64_t t152 = (t151 + k145);
-                const int64_t t153 = (t152 - k146);
-                const int64_t t154 = (t153 - int64_t{1});
-                const float t155 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? (((prod + k140 * (d * d)) + k145 * d) + k146)[0] : 0.0f);
-                const float t156 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : (((prod + k140 * (d * d)) + k145 * d) + k146)[0]);
-                const float t157 = ((((r3 + k140 * (d * d)) + k145 * d) + k146)[0] ? t156 : 0.0f);
-                const float t158 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : t157);
-                (r142 + ks::clamp_index(t154, T))[0] += t158;
-                const float t159 = ks::mulz(t155, (((r2 + k140 * (d * d)) + k145 * d) + k146)[0]);
-                const float t160 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? t159 : 0.0f);
-                (r141 + ks::clamp_index(k145, d))[0] += t160;
+        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+            for (int64_t k144 = d - 1; k144 >= 0; --k144) {
+                const int64_t t145 = ((2*d) - k144);
+                const int64_t t146 = (t145 - int64_t{1});
+                const int64_t t147 = (k144 * t146);
+                const int64_t t148 = ks::floordiv(t147, int64_t{2});
+                const int64_t t149 = (d + t148);
+                const int64_t t150 = (t149 + k143);
+                const int64_t t151 = (t150 - k144);
+                const int64_t t152 = (t151 - int64_t{1});
+                const float t153 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? (((prod + k138 * (d * d)) + k143 * d) + k144)[0] : 0.0f);
+                const float t154 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0f : (((prod + k138 * (d * d)) + k143 * d) + k144)[0]);
+                const float t155 = ((((r3 + k138 * (d * d)) + k143 * d) + k144)[0] ? t154 : 0.0f);
+                const float t156 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0f : t155);
+                (r140 + ks::clamp_index(t152, T))[0] += t156;
+                const float t157 = ks::mulz(t153, (((r2 + k138 * (d * d)) + k143 * d) + k144)[0]);
+                const float t158 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? t157 : 0.0f);
+                (r139 + ks::clamp_index(k143, d))[0] += t158;
             }
         }
-        for (int64_t i161 = 0; i161 < T; ++i161) {
-            (r138 + k140 * T)[i161] += r142[i161];
+        for (int64_t i159 = 0; i159 < T; ++i159) {
+            (r136 + k138 * T)[i159] += r140[i159];
         }
-        for (int64_t i162 = 0; i162 < d; ++i162) {
-            (d_qs + k140 * d)[i162] += r141[i162];
+        for (int64_t i160 = 0; i160 < d; ++i160) {
+            (d_qs + k138 * d)[i160] += r139[i160];
         }
     }
-    for (int64_t i163 = 0; i163 < K; ++i163) {
-        for (int64_t i164 = 0; i164 < (T - d); ++i164) {
-            const float ls_i = (icf + d)[i163 * T + i164];
-            const float t165 = (2.0f * ls_i);
-            const float x_i166 = t83;
-            const float d_ls167 = (x_i166 * t165);
-            d_ls[i163 * ((T - d)) + i164] = d_ls167;
+    for (int64_t i161 = 0; i161 < K; ++i161) {
+        for (int64_t i162 = 0; i162 < (T - d); ++i162) {
+            const float ls_i = (icf + d)[i161 * T + i162];
+            const float t163 = (2.0f * ls_i);
+            const float x_i164 = t83;
+            const float d_ls165 = (x_i164 * t163);
+            d_ls[i161 * ((T - d)) + i162] = d_ls165;
+        }
+    }
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        for (int64_t i167 = 0; i167 < d; ++i167) {
+            padded[i166 * T + i167] = 0.0f;
         }
     }
     for (int64_t i168 = 0; i168 < K; ++i168) {
-        for (int64_t i169 = 0; i169 < d; ++i169) {
-            padded[i168 * T + i169] = 0.0f;
+        for (int64_t i169 = 0; i169 < (T - d); ++i169) {
+            (padded + d)[i168 * T + i169] = d_ls[i168 * ((T - d)) + i169];
         }
     }
-    for (int64_t i170 = 0; i170 < K; ++i170) {
-        for (int64_t i171 = 0; i171 < (T - d); ++i171) {
-            (padded + d)[i170 * T + i171] = d_ls[i170 * ((T - d)) + i171];
+    for (int64_t i171 = 0; i171 < K; ++i171) {
+        for (int64_t i172 = 0; i172 < (T - d); ++i172) {
+            (padded170 + d)[i171 * T + i172] = 0.0f;
         }
     }
     for (int64_t i173 = 0; i173 < K; ++i173) {
-        for (int64_t i174 = 0; i174 < (T - d); ++i174) {
-            (padded172 + d)[i173 * T + i174] = 0.0f;
+        for (int64_t i174 = 0; i174 < d; ++i174) {
+            padded170[i173 * T + i174] = d_qs[i173 * d + i174];
         }
     }
     for (int64_t i175 = 0; i175 < K; ++i175) {
-        for (int64_t i176 = 0; i176 < d; ++i176) {
-            padded172[i175 * T + i176] = d_qs[i175 * d + i176];
-        }
+        const float x_i176 = t86;
+        const float x_i177 = tmp71[i175];
+        const float d_alphas = ks::mulz(x_i176, x_i177);
+        const float d_base_i = sum[i175];
+        const float d_alphas178 = (d_alphas + d_base_i);
+        out_d_alphas[i175] = d_alphas178;
     }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        const float x_i178 = t86;
-        const float x_i179 = tmp71[i177];
-        const float d_alphas = ks::mulz(x_i178, x_i179);
-        const float d_base_i = sum[i177];
-        const float d_alphas180 = (d_alphas + d_base_i);
-        out_d_alphas[i177] = d_alphas180;
+    for (int64_t i179 = 0; i179 < (K*T); ++i179) {
+        const float x_i180 = r136[i179];
+        const float x_i181 = padded[i179];
+        const float d_icf = (x_i180 + x_i181);
+        const float x_i182 = padded170[i179];
+        const float d_icf183 = (d_icf + x_i182);
+        out_d_icf[i179] = d_icf183;
     }
-    for (int64_t i181 = 0; i181 < K; ++i181) {
-        for (int64_t i182 = 0; i182 < T; ++i182) {
-            const float x_i183 = r138[i181 * T + i182];
-            const float x_i184 = padded[i181 * T + i182];
-            const float d_icf = (x_i183 + x_i184);
-            const float x_i185 = padded172[i181 * T + i182];
-            const float d_icf186 = (d_icf + x_i185);
-            out_d_icf[i181 * T + i182] = d_icf186;
-        }
-    }
-    for (int64_t i187 = 0; i187 < K * d; ++i187) {
-        out_d_means[i187] = tmp122[i187];
+    for (int64_t i184 = 0; i184 < K * d; ++i184) {
+        out_d_means[i184] = tmp121[i184];
     }
     return ks::status::ok;
 }
@@ -1575,17 +1563,17 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r135 = reinterpret_cast<double*>(next_slot);
+    double* const r134 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r138 = reinterpret_cast<double*>(next_slot);
+    double* const r137 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r139 = reinterpret_cast<double*>(next_slot);
+    double* const r138 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded169 = reinterpret_cast<double*>(next_slot);
+    double* const padded168 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < K; ++k4) {
@@ -1781,115 +1769,111 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double t117 = (x_i115 + x_i116);
             r83[i114] = t117;
         }
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            for (int64_t i119 = 0; i119 < d; ++i119) {
-                const double x_i120 = prod[i118 * d + i119];
-                const double t121 = (x_i120 * (-1.0));
-                const double x_i122 = out_d_means[i118 * d + i119];
-                const double t123 = (x_i122 + t121);
-                out_d_means[i118 * d + i119] = t123;
-            }
+        for (int64_t i118 = 0; i118 < (K*d); ++i118) {
+            const double x_i119 = prod[i118];
+            const double t120 = (x_i119 * (-1.0));
+            const double x_i121 = out_d_means[i118];
+            const double t122 = (x_i121 + t120);
+            out_d_means[i118] = t122;
         }
     }
     double* const d_qs = tmp100;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < d; ++i125) {
-            const double qs_i126 = icf[i124 * T + i125];
-            const double t127 = ks::exp(qs_i126);
-            const double t128 = (2.0 * t127);
-            const double x_i129 = t79;
-            const double t130 = (x_i129 * t128);
-            const double t131 = ks::mulz(t130, t127);
+    for (int64_t i123 = 0; i123 < K; ++i123) {
+        for (int64_t i124 = 0; i124 < d; ++i124) {
+            const double qs_i125 = icf[i123 * T + i124];
+            const double t126 = ks::exp(qs_i125);
+            const double t127 = (2.0 * t126);
+            const double x_i128 = t79;
+            const double t129 = (x_i128 * t127);
+            const double t130 = ks::mulz(t129, t126);
             const double d_qs_i = t80;
-            const double d_qs132 = (d_qs_i + t131);
-            const double x_i133 = r83[i124];
-            const double d_qs134 = (d_qs132 + x_i133);
-            d_qs[i124 * d + i125] = d_qs134;
+            const double d_qs131 = (d_qs_i + t130);
+            const double x_i132 = r83[i123];
+            const double d_qs133 = (d_qs131 + x_i132);
+            d_qs[i123 * d + i124] = d_qs133;
         }
     }
-    for (int64_t i136 = 0; i136 < K * T; ++i136) {
-        r135[i136] = 0.0;
+    for (int64_t i135 = 0; i135 < K * T; ++i135) {
+        r134[i135] = 0.0;
     }
-    for (int64_t k137 = K - 1; k137 >= 0; --k137) {
-        for (int64_t i140 = 0; i140 < d; ++i140) {
+    for (int64_t k136 = K - 1; k136 >= 0; --k136) {
+        for (int64_t i139 = 0; i139 < d; ++i139) {
+            r137[i139] = 0.0;
+        }
+        for (int64_t i140 = 0; i140 < T; ++i140) {
             r138[i140] = 0.0;
         }
-        for (int64_t i141 = 0; i141 < T; ++i141) {
-            r139[i141] = 0.0;
-        }
-        for (int64_t k142 = d - 1; k142 >= 0; --k142) {
-            for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-                const int64_t t144 = ((2*d) - k143);
-                const int64_t t145 = (t144 - int64_t{1});
-                const int64_t t146 = (k143 * t145);
-                const int64_t t147 = ks::floordiv(t146, int64_t{2});
-                const int64_t t148 = (d + t147);
-                const int64_t t149 = (t148 + k142);
-                const int64_t t150 = (t149 - k143);
-                const int64_t t151 = (t150 - int64_t{1});
-                const double t152 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? (((r84 + k137 * (d * d)) + k142 * d) + k143)[0] : 0.0);
-                const double t153 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : (((r84 + k137 * (d * d)) + k142 * d) + k143)[0]);
-                const double t154 = ((((r3 + k137 * (d * d)) + k142 * d) + k143)[0] ? t153 : 0.0);
-                const double t155 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : t154);
-                (r139 + ks::clamp_index(t151, T))[0] += t155;
-                const double t156 = ks::mulz(t152, (((r2 + k137 * (d * d)) + k142 * d) + k143)[0]);
-                const double t157 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? t156 : 0.0);
-                (r138 + ks::clamp_index(k142, d))[0] += t157;
+        for (int64_t k141 = d - 1; k141 >= 0; --k141) {
+            for (int64_t k142 = d - 1; k142 >= 0; --k142) {
+                const int64_t t143 = ((2*d) - k142);
+                const int64_t t144 = (t143 - int64_t{1});
+                const int64_t t145 = (k142 * t144);
+                const int64_t t146 = ks::floordiv(t145, int64_t{2});
+                const int64_t t147 = (d + t146);
+                const int64_t t148 = (t147 + k141);
+                const int64_t t149 = (t148 - k142);
+                const int64_t t150 = (t149 - int64_t{1});
+                const double t151 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? (((r84 + k136 * (d * d)) + k141 * d) + k142)[0] : 0.0);
+                const double t152 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? 0.0 : (((r84 + k136 * (d * d)) + k141 * d) + k142)[0]);
+                const double t153 = ((((r3 + k136 * (d * d)) + k141 * d) + k142)[0] ? t152 : 0.0);
+                const double t154 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? 0.0 : t153);
+                (r138 + ks::clamp_index(t150, T))[0] += t154;
+                const double t155 = ks::mulz(t151, (((r2 + k136 * (d * d)) + k141 * d) + k142)[0]);
+                const double t156 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? t155 : 0.0);
+                (r137 + ks::clamp_index(k141, d))[0] += t156;
             }
         }
-        for (int64_t i158 = 0; i158 < T; ++i158) {
-            (r135 + k137 * T)[i158] += r139[i158];
+        for (int64_t i157 = 0; i157 < T; ++i157) {
+            (r134 + k136 * T)[i157] += r138[i157];
         }
-        for (int64_t i159 = 0; i159 < d; ++i159) {
-            (d_qs + k137 * d)[i159] += r138[i159];
-        }
-    }
-    for (int64_t i160 = 0; i160 < K; ++i160) {
-        for (int64_t i161 = 0; i161 < (T - d); ++i161) {
-            const double ls_i = (icf + d)[i160 * T + i161];
-            const double t162 = (2.0 * ls_i);
-            const double x_i163 = t79;
-            const double d_ls164 = (x_i163 * t162);
-            d_ls[i160 * ((T - d)) + i161] = d_ls164;
+        for (int64_t i158 = 0; i158 < d; ++i158) {
+            (d_qs + k136 * d)[i158] += r137[i158];
         }
     }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        for (int64_t i166 = 0; i166 < d; ++i166) {
-            padded[i165 * T + i166] = 0.0;
+    for (int64_t i159 = 0; i159 < K; ++i159) {
+        for (int64_t i160 = 0; i160 < (T - d); ++i160) {
+            const double ls_i = (icf + d)[i159 * T + i160];
+            const double t161 = (2.0 * ls_i);
+            const double x_i162 = t79;
+            const double d_ls163 = (x_i162 * t161);
+            d_ls[i159 * ((T - d)) + i160] = d_ls163;
         }
     }
-    for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
-            (padded + d)[i167 * T + i168] = d_ls[i167 * ((T - d)) + i168];
+    for (int64_t i164 = 0; i164 < K; ++i164) {
+        for (int64_t i165 = 0; i165 < d; ++i165) {
+            padded[i164 * T + i165] = 0.0;
         }
     }
-    for (int64_t i170 = 0; i170 < K; ++i170) {
-        for (int64_t i171 = 0; i171 < (T - d); ++i171) {
-            (padded169 + d)[i170 * T + i171] = 0.0;
+    for (int64_t i166 = 0; i166 < K; ++i166) {
+        for (int64_t i167 = 0; i167 < (T - d); ++i167) {
+            (padded + d)[i166 * T + i167] = d_ls[i166 * ((T - d)) + i167];
         }
     }
-    for (int64_t i172 = 0; i172 < K; ++i172) {
-        for (int64_t i173 = 0; i173 < d; ++i173) {
-            padded169[i172 * T + i173] = d_qs[i172 * d + i173];
+    for (int64_t i169 = 0; i169 < K; ++i169) {
+        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
+            (padded168 + d)[i169 * T + i170] = 0.0;
         }
     }
-    for (int64_t i174 = 0; i174 < K; ++i174) {
-        const double x_i175 = t82;
-        const double x_i176 = tmp69[i174];
-        const double d_alphas = ks::mulz(x_i175, x_i176);
-        const double x_i177 = r83[i174];
-        const double d_alphas178 = (d_alphas + x_i177);
-        out_d_alphas[i174] = d_alphas178;
-    }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        for (int64_t i180 = 0; i180 < T; ++i180) {
-            const double x_i181 = r135[i179 * T + i180];
-            const double x_i182 = padded[i179 * T + i180];
-            const double d_icf = (x_i181 + x_i182);
-            const double x_i183 = padded169[i179 * T + i180];
-            const double d_icf184 = (d_icf + x_i183);
-            out_d_icf[i179 * T + i180] = d_icf184;
+    for (int64_t i171 = 0; i171 < K; ++i171) {
+        for (int64_t i172 = 0; i172 < d; ++i172) {
+            padded168[i171 * T + i172] = d_qs[i171 * d + i172];
         }
+    }
+    for (int64_t i173 = 0; i173 < K; ++i173) {
+        const double x_i174 = t82;
+        const double x_i175 = tmp69[i173];
+        const double d_alphas = ks::mulz(x_i174, x_i175);
+        const double x_i176 = r83[i173];
+        const double d_alphas177 = (d_alphas + x_i176);
+        out_d_alphas[i173] = d_alphas177;
+    }
+    for (int64_t i178 = 0; i178 < (K*T); ++i178) {
+        const double x_i179 = r134[i178];
+        const double x_i180 = padded[i178];
+        const double d_icf = (x_i179 + x_i180);
+        const double x_i181 = padded168[i178];
+        const double d_icf182 = (d_icf + x_i181);
+        out_d_icf[i178] = d_icf182;
     }
     return ks::status::ok;
 }
@@ -2116,9 +2100,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf91 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r109 = reinterpret_cast<double*>(next_slot);
+    double* const r108 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r110 = reinterpret_cast<double*>(next_slot);
+    double* const r109 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     for (int64_t k4 = 0; k4 < n; ++k4) {
@@ -2259,95 +2243,93 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         const double d_alphas90 = ks::mulz(x_i88, x_i89);
         d_alphas[i87] = d_alphas90;
     }
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        for (int64_t i93 = 0; i93 < T; ++i93) {
-            const double d_icf_i = d_icf[i92 * T + i93];
-            const double x_i94 = padded[i92 * T + i93];
-            const double d_icf95 = (d_icf_i + x_i94);
-            d_icf91[i92 * T + i93] = d_icf95;
-        }
+    for (int64_t i92 = 0; i92 < (K*T); ++i92) {
+        const double d_icf_i = d_icf[i92];
+        const double x_i93 = padded[i92];
+        const double d_icf94 = (d_icf_i + x_i93);
+        d_icf91[i92] = d_icf94;
     }
-    double r96;
-    for (int64_t i97 = 0; i97 < K * d; ++i97) {
-        out_d_means[i97] = 0.0;
+    double r95;
+    for (int64_t i96 = 0; i96 < K * d; ++i96) {
+        out_d_means[i96] = 0.0;
     }
-    r96 = 1.0;
-    for (int64_t k98 = n - 1; k98 >= 0; --k98) {
-        const double t99 = (1.0 / (r3 + k98)[0]);
-        const double t100 = ks::mulz(r96, t99);
-        double* const tmp101 = r5;  // reuses a dead buffer's space
-        for (int64_t i102 = 0; i102 < K; ++i102) {
-            const double x_i103 = t100;
-            const double x_i104 = (r2 + k98 * K)[i102];
-            const double t105 = ks::mulz(x_i103, x_i104);
-            tmp101[i102] = t105;
+    r95 = 1.0;
+    for (int64_t k97 = n - 1; k97 >= 0; --k97) {
+        const double t98 = (1.0 / (r3 + k97)[0]);
+        const double t99 = ks::mulz(r95, t98);
+        double* const tmp100 = r5;  // reuses a dead buffer's space
+        for (int64_t i101 = 0; i101 < K; ++i101) {
+            const double x_i102 = t99;
+            const double x_i103 = (r2 + k97 * K)[i101];
+            const double t104 = ks::mulz(x_i102, x_i103);
+            tmp100[i101] = t104;
         }
-        for (int64_t k106 = K - 1; k106 >= 0; --k106) {
-            const double t107 = ((tmp101 + k106)[0] * (-1.0));
-            const double t108 = (t107 * 0.5);
-            double r111;
-            for (int64_t i112 = 0; i112 < T; ++i112) {
+        for (int64_t k105 = K - 1; k105 >= 0; --k105) {
+            const double t106 = ((tmp100 + k105)[0] * (-1.0));
+            const double t107 = (t106 * 0.5);
+            double r110;
+            for (int64_t i111 = 0; i111 < T; ++i111) {
+                r108[i111] = 0.0;
+            }
+            for (int64_t i112 = 0; i112 < d; ++i112) {
                 r109[i112] = 0.0;
             }
-            for (int64_t i113 = 0; i113 < d; ++i113) {
-                r110[i113] = 0.0;
-            }
-            r111 = t108;
-            for (int64_t k114 = d - 1; k114 >= 0; --k114) {
-                const double t115 = (((x + k98 * d) + k114)[0] - ((means + k106 * d) + k114)[0]);
-                const int64_t t116 = ks::floordiv(k114, int64_t{1});
-                const int64_t t117 = ks::max(t116, int64_t{0});
-                const double t118 = (2.0 * (((r1 + k98 * (K * d)) + k106 * d) + k114)[0]);
-                const double t119 = (r111 * t118);
-                double r120;
-                r120 = t119;
-                for (int64_t k121 = t117 - 1; k121 >= 0; --k121) {
-                    const int64_t t122 = ((2*d) - k121);
-                    const int64_t t123 = (t122 - int64_t{1});
-                    const int64_t t124 = (k121 * t123);
-                    const int64_t t125 = ks::floordiv(t124, int64_t{2});
-                    const int64_t t126 = (d + t125);
-                    const int64_t t127 = (t126 + k114);
-                    const int64_t t128 = (t127 - k121);
-                    const int64_t t129 = (t128 - int64_t{1});
-                    const double t130 = (((x + k98 * d) + k121)[0] - ((means + k106 * d) + k121)[0]);
-                    const double t131 = (r120 * ((icf + k106 * T) + ks::clamp_index(t129, T))[0]);
-                    const double t132 = (r120 * t130);
-                    const double t133 = (t131 * (-1.0));
-                    (r110 + k121)[0] += t133;
-                    (r109 + ks::clamp_index(t129, T))[0] += t132;
+            r110 = t107;
+            for (int64_t k113 = d - 1; k113 >= 0; --k113) {
+                const double t114 = (((x + k97 * d) + k113)[0] - ((means + k105 * d) + k113)[0]);
+                const int64_t t115 = ks::floordiv(k113, int64_t{1});
+                const int64_t t116 = ks::max(t115, int64_t{0});
+                const double t117 = (2.0 * (((r1 + k97 * (K * d)) + k105 * d) + k113)[0]);
+                const double t118 = (r110 * t117);
+                double r119;
+                r119 = t118;
+                for (int64_t k120 = t116 - 1; k120 >= 0; --k120) {
+                    const int64_t t121 = ((2*d) - k120);
+                    const int64_t t122 = (t121 - int64_t{1});
+                    const int64_t t123 = (k120 * t122);
+                    const int64_t t124 = ks::floordiv(t123, int64_t{2});
+                    const int64_t t125 = (d + t124);
+                    const int64_t t126 = (t125 + k113);
+                    const int64_t t127 = (t126 - k120);
+                    const int64_t t128 = (t127 - int64_t{1});
+                    const double t129 = (((x + k97 * d) + k120)[0] - ((means + k105 * d) + k120)[0]);
+                    const double t130 = (r119 * ((icf + k105 * T) + ks::clamp_index(t128, T))[0]);
+                    const double t131 = (r119 * t129);
+                    const double t132 = (t130 * (-1.0));
+                    (r109 + k120)[0] += t132;
+                    (r108 + ks::clamp_index(t128, T))[0] += t131;
                 }
-                const double t134 = (t119 * (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
-                const double t135 = (t119 * t115);
-                const double t136 = (t134 * (-1.0));
-                (r110 + k114)[0] += t136;
-                const double t137 = ks::mulz(t135, (((r + k98 * (K * d)) + k106 * d) + k114)[0]);
-                (r109 + ks::clamp_index(k114, T))[0] += t137;
+                const double t133 = (t118 * (((r + k97 * (K * d)) + k105 * d) + k113)[0]);
+                const double t134 = (t118 * t114);
+                const double t135 = (t133 * (-1.0));
+                (r109 + k113)[0] += t135;
+                const double t136 = ks::mulz(t134, (((r + k97 * (K * d)) + k105 * d) + k113)[0]);
+                (r108 + ks::clamp_index(k113, T))[0] += t136;
             }
-            for (int64_t i138 = 0; i138 < d; ++i138) {
-                (out_d_means + k106 * d)[i138] += r110[i138];
+            for (int64_t i137 = 0; i137 < d; ++i137) {
+                (out_d_means + k105 * d)[i137] += r109[i137];
             }
-            for (int64_t i139 = 0; i139 < T; ++i139) {
-                (d_icf91 + k106 * T)[i139] += r109[i139];
+            for (int64_t i138 = 0; i138 < T; ++i138) {
+                (d_icf91 + k105 * T)[i138] += r108[i138];
             }
-            double* const padded140 = r109;  // reuses a dead buffer's space
-            for (int64_t i141 = 0; i141 < (T - d); ++i141) {
-                (padded140 + d)[i141] = 0.0;
+            double* const padded139 = r108;  // reuses a dead buffer's space
+            for (int64_t i140 = 0; i140 < (T - d); ++i140) {
+                (padded139 + d)[i140] = 0.0;
             }
-            for (int64_t i142 = 0; i142 < d; ++i142) {
-                padded140[i142] = (tmp101 + k106)[0];
+            for (int64_t i141 = 0; i141 < d; ++i141) {
+                padded139[i141] = (tmp100 + k105)[0];
             }
-            for (int64_t i143 = 0; i143 < T; ++i143) {
-                (d_icf91 + k106 * T)[i143] += padded140[i143];
+            for (int64_t i142 = 0; i142 < T; ++i142) {
+                (d_icf91 + k105 * T)[i142] += padded139[i142];
             }
-            (d_alphas + k106)[0] += (tmp101 + k106)[0];
+            (d_alphas + k105)[0] += (tmp100 + k105)[0];
         }
     }
-    for (int64_t i144 = 0; i144 < K; ++i144) {
-        out_d_alphas[i144] = d_alphas[i144];
+    for (int64_t i143 = 0; i143 < K; ++i143) {
+        out_d_alphas[i143] = d_alphas[i143];
     }
-    for (int64_t i145 = 0; i145 < K * T; ++i145) {
-        out_d_icf[i145] = d_icf91[i145];
+    for (int64_t i144 = 0; i144 < K * T; ++i144) {
+        out_d_icf[i144] = d_icf91[i144];
     }
     return ks::status::ok;
 }
@@ -2864,64 +2846,60 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 (d_qs + k113)[i155 * d] += tmp148[i155];
             }
         }
-        for (int64_t i156 = 0; i156 < K; ++i156) {
-            for (int64_t i157 = 0; i157 < d; ++i157) {
-                const double x_i158 = r111[i156 * d + i157];
-                const double t159 = (x_i158 * (-1.0));
-                const double x_i160 = out_d_means[i156 * d + i157];
-                const double t161 = (x_i160 + t159);
-                out_d_means[i156 * d + i157] = t161;
-            }
+        for (int64_t i156 = 0; i156 < (K*d); ++i156) {
+            const double x_i157 = r111[i156];
+            const double t158 = (x_i157 * (-1.0));
+            const double x_i159 = out_d_means[i156];
+            const double t160 = (x_i159 + t158);
+            out_d_means[i156] = t160;
         }
-        for (int64_t i162 = 0; i162 < K; ++i162) {
-            const double x_i163 = r96[i162];
-            const double x_i164 = tmp103[i162];
-            const double t165 = (x_i163 + x_i164);
-            r96[i162] = t165;
+        for (int64_t i161 = 0; i161 < K; ++i161) {
+            const double x_i162 = r96[i161];
+            const double x_i163 = tmp103[i161];
+            const double t164 = (x_i162 + x_i163);
+            r96[i161] = t164;
         }
     }
-    for (int64_t i166 = 0; i166 < K; ++i166) {
-        for (int64_t i167 = 0; i167 < d; ++i167) {
-            d_icf[i166 * T + i167] = 0.0;
+    for (int64_t i165 = 0; i165 < K; ++i165) {
+        for (int64_t i166 = 0; i166 < d; ++i166) {
+            d_icf[i165 * T + i166] = 0.0;
         }
     }
-    for (int64_t i168 = 0; i168 < K; ++i168) {
-        for (int64_t i169 = 0; i169 < (T - d); ++i169) {
-            (d_icf + d)[i168 * T + i169] = d_ls[i168 * ((T - d)) + i169];
+    for (int64_t i167 = 0; i167 < K; ++i167) {
+        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
+            (d_icf + d)[i167 * T + i168] = d_ls[i167 * ((T - d)) + i168];
         }
     }
-    double* const d_qs170 = r111;  // reuses a dead buffer's space
-    for (int64_t i171 = 0; i171 < K; ++i171) {
-        for (int64_t i172 = 0; i172 < d; ++i172) {
-            const double x_i173 = d_qs[i171 * d + i172];
-            const double x_i174 = r96[i171];
-            const double d_qs175 = (x_i173 + x_i174);
-            d_qs170[i171 * d + i172] = d_qs175;
+    double* const d_qs169 = r111;  // reuses a dead buffer's space
+    for (int64_t i170 = 0; i170 < K; ++i170) {
+        for (int64_t i171 = 0; i171 < d; ++i171) {
+            const double x_i172 = d_qs[i170 * d + i171];
+            const double x_i173 = r96[i170];
+            const double d_qs174 = (x_i172 + x_i173);
+            d_qs169[i170 * d + i171] = d_qs174;
         }
     }
-    for (int64_t i176 = 0; i176 < K; ++i176) {
-        for (int64_t i177 = 0; i177 < (T - d); ++i177) {
-            (padded + d)[i176 * T + i177] = 0.0;
+    for (int64_t i175 = 0; i175 < K; ++i175) {
+        for (int64_t i176 = 0; i176 < (T - d); ++i176) {
+            (padded + d)[i175 * T + i176] = 0.0;
         }
     }
-    for (int64_t i178 = 0; i178 < K; ++i178) {
-        for (int64_t i179 = 0; i179 < d; ++i179) {
-            padded[i178 * T + i179] = d_qs170[i178 * d + i179];
+    for (int64_t i177 = 0; i177 < K; ++i177) {
+        for (int64_t i178 = 0; i178 < d; ++i178) {
+            padded[i177 * T + i178] = d_qs169[i177 * d + i178];
         }
     }
-    for (int64_t i180 = 0; i180 < K; ++i180) {
-        const double x_i181 = d_alphas[i180];
-        const double x_i182 = r96[i180];
-        const double d_alphas183 = (x_i181 + x_i182);
-        out_d_alphas[i180] = d_alphas183;
+    for (int64_t i179 = 0; i179 < K; ++i179) {
+        const double x_i180 = d_alphas[i179];
+        const double x_i181 = r96[i179];
+        const double d_alphas182 = (x_i180 + x_i181);
+        out_d_alphas[i179] = d_alphas182;
     }
-    for (int64_t i184 = 0; i184 < K; ++i184) {
-        for (int64_t i185 = 0; i185 < T; ++i185) {
-            const double d_icf_i = d_icf[i184 * T + i185];
-            const double x_i186 = padded[i184 * T + i185];
-            const double d_icf187 = (d_icf_i + x_i186);
-            out_d_icf[i184 * T + i185] = d_icf187;
-        }
+    for (int64_t i183 = 0; i183 < (K*T); ++i183) {
+        const double d_icf_i = d_icf[i183];
+        const double x_i184 = padded[i183];
+        const double d_icf185 = (d_icf_i + x_i184);
+        out_d_icf[i183] = d_icf185;
     }
     return ks::status::ok;
 }

@@ -391,20 +391,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     float* const tmp124 = folded96;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < batch; ++i125) {
-        for (int64_t i126 = 0; i126 < 8; ++i126) {
-            for (int64_t i127 = 0; i127 < 16; ++i127) {
-                for (int64_t i128 = 0; i128 < 16; ++i128) {
-                    const bool x_i129 = stacked[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128];
-                    const float x_i130 = folded104[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128];
-                    const float t131 = (x_i129 ? 0.0f : x_i130);
-                    tmp124[i125 * (8 * 16 * 16) + i126 * (16 * 16) + i127 * 16 + i128] = t131;
-                }
-            }
-        }
+    for (int64_t i125 = 0; i125 < (2048*batch); ++i125) {
+        const bool x_i126 = stacked[i125];
+        const float x_i127 = folded104[i125];
+        const float t128 = (x_i126 ? 0.0f : x_i127);
+        tmp124[i125] = t128;
     }
-    static constexpr ks::conv_shape geometry132{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry132, batch, tmp124, gathered119, out, scratch_float);
+    static constexpr ks::conv_shape geometry129{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry129, batch, tmp124, gathered119, out, scratch_float);
     return ks::status::ok;
 }
 

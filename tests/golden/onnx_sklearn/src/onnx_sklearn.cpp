@@ -49,63 +49,63 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch * 51);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
+    float* const tmp18 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 3);
     float* const tmp19 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp20 = reinterpret_cast<float*>(next_slot);
+    float* const tmp28 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp29 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp34 = reinterpret_cast<float*>(next_slot);
+    float* const tmp32 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    uint8_t* const tmp39 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp37 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp40 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp38 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp47 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp45 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    int64_t* const tmp51 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp49 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const padded85 = reinterpret_cast<float*>(next_slot);
+    float* const padded82 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const tmp90 = reinterpret_cast<float*>(next_slot);
+    float* const tmp87 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp98 = reinterpret_cast<float*>(next_slot);
+    float* const tmp94 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
-    uint8_t* const r133 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r129 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp147 = reinterpret_cast<float*>(next_slot);
+    float* const tmp143 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed157 = reinterpret_cast<float*>(next_slot);
+    float* const packed153 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed159 = reinterpret_cast<float*>(next_slot);
+    float* const packed155 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp161 = reinterpret_cast<float*>(next_slot);
+    float* const tmp157 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp168 = reinterpret_cast<float*>(next_slot);
+    float* const tmp164 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed172 = reinterpret_cast<float*>(next_slot);
+    float* const packed168 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed175 = reinterpret_cast<float*>(next_slot);
+    float* const packed171 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed187 = reinterpret_cast<float*>(next_slot);
+    float* const packed183 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp189 = reinterpret_cast<float*>(next_slot);
+    float* const tmp185 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp190 = reinterpret_cast<float*>(next_slot);
+    float* const tmp186 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed212 = reinterpret_cast<float*>(next_slot);
+    float* const packed208 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed215 = reinterpret_cast<float*>(next_slot);
+    float* const packed211 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed227 = reinterpret_cast<float*>(next_slot);
+    float* const packed223 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp229 = reinterpret_cast<float*>(next_slot);
+    float* const tmp225 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     for (int64_t i = 0; i < batch; ++i) {
@@ -132,396 +132,388 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp5[i6 * 51 + i7] = acc;
         }
     }
-    for (int64_t i14 = 0; i14 < batch; ++i14) {
-        for (int64_t i15 = 0; i15 < 51; ++i15) {
-            const float x_i16 = tmp5[i14 * 51 + i15];
-            const float t17 = ((-0.25f) * x_i16);
-            const float t18 = ks::exp(t17);
-            tmp13[i14 * 51 + i15] = t18;
-        }
+    for (int64_t i14 = 0; i14 < (51*batch); ++i14) {
+        const float x_i15 = tmp5[i14];
+        const float t16 = ((-0.25f) * x_i15);
+        const float t17 = ks::exp(t16);
+        tmp13[i14] = t17;
     }
     ks::packed_gemm<float>(batch, 3, 51, {tmp13, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
-    for (int64_t i21 = 0; i21 < batch; ++i21) {
-        for (int64_t i22 = 0; i22 < 3; ++i22) {
-            const float x_i23 = prod[i21 * 3 + i22];
-            const float x_i24 = ks_data_4[i22];
-            const float t25 = (x_i23 + x_i24);
-            tmp19[i21 * 3 + i22] = t25;
-            const bool t26 = (t25 > 0.0f);
-            const float t27 = static_cast<float>(t26);
-            tmp20[i21 * 3 + i22] = t27;
+    for (int64_t i20 = 0; i20 < batch; ++i20) {
+        for (int64_t i21 = 0; i21 < 3; ++i21) {
+            const float x_i22 = prod[i20 * 3 + i21];
+            const float x_i23 = ks_data_4[i21];
+            const float t24 = (x_i22 + x_i23);
+            tmp18[i20 * 3 + i21] = t24;
+            const bool t25 = (t24 > 0.0f);
+            const float t26 = static_cast<float>(t25);
+            tmp19[i20 * 3 + i21] = t26;
         }
     }
-    float* const prod28 = prod;  // reuses a dead buffer's space
-    ks::packed_gemm<float>(batch, 3, 3, {tmp20, 3, 1}, {ks_data_5, 3}, {prod28, 3, 1}, false);
-    for (int64_t i30 = 0; i30 < batch; ++i30) {
-        for (int64_t i31 = 0; i31 < 3; ++i31) {
-            const float x_i32 = tmp20[i30 * 3 + i31];
-            const float t33 = (1.0f - x_i32);
-            tmp29[i30 * 3 + i31] = t33;
+    float* const prod27 = prod;  // reuses a dead buffer's space
+    ks::packed_gemm<float>(batch, 3, 3, {tmp19, 3, 1}, {ks_data_5, 3}, {prod27, 3, 1}, false);
+    for (int64_t i29 = 0; i29 < (3*batch); ++i29) {
+        const float x_i30 = tmp19[i29];
+        const float t31 = (1.0f - x_i30);
+        tmp28[i29] = t31;
+    }
+    ks::packed_gemm<float>(batch, 3, 3, {tmp28, 3, 1}, {ks_data_6, 3}, {prod27, 3, 1}, true);
+    for (int64_t i33 = 0; i33 < batch; ++i33) {
+        float acc34 = ks::lowest<float>();
+        for (int64_t i35 = 0; i35 < 3; ++i35) {
+            const float x_i36 = prod27[i33 * 3 + i35];
+            acc34 = ks::running_max(acc34, x_i36);
+        }
+        tmp32[i33] = acc34;
+    }
+    for (int64_t i39 = 0; i39 < batch; ++i39) {
+        for (int64_t i40 = 0; i40 < 3; ++i40) {
+            const float x_i41 = prod27[i39 * 3 + i40];
+            const float x_i42 = tmp32[i39];
+            const bool t43 = (x_i41 == x_i42);
+            tmp37[i39 * 3 + i40] = t43;
+            const bool t44 = (x_i41 != x_i41);
+            tmp38[i39 * 3 + i40] = t44;
         }
     }
-    ks::packed_gemm<float>(batch, 3, 3, {tmp29, 3, 1}, {ks_data_6, 3}, {prod28, 3, 1}, true);
-    for (int64_t i35 = 0; i35 < batch; ++i35) {
-        float acc36 = ks::lowest<float>();
-        for (int64_t i37 = 0; i37 < 3; ++i37) {
-            const float x_i38 = prod28[i35 * 3 + i37];
-            acc36 = ks::running_max(acc36, x_i38);
+    for (int64_t i46 = 0; i46 < batch; ++i46) {
+        const float x_i47 = tmp32[i46];
+        const bool t48 = (x_i47 != x_i47);
+        tmp45[i46] = t48;
+    }
+    for (int64_t i50 = 0; i50 < batch; ++i50) {
+        int64_t acc51 = ks::highest<int64_t>();
+        for (int64_t i52 = 0; i52 < 3; ++i52) {
+            const bool x_i53 = tmp38[i50 * 3 + i52];
+            const bool x_i54 = tmp45[i50];
+            const bool t55 = (x_i53 && x_i54);
+            const bool x_i56 = tmp37[i50 * 3 + i52];
+            const bool t57 = (x_i56 || t55);
+            const int64_t t58 = static_cast<int64_t>(i52);
+            const int64_t t59 = (t57 ? t58 : int64_t{4611686018427387904});
+            acc51 = ks::running_min(acc51, t59);
         }
-        tmp34[i35] = acc36;
+        tmp49[i50] = acc51;
     }
-    for (int64_t i41 = 0; i41 < batch; ++i41) {
-        for (int64_t i42 = 0; i42 < 3; ++i42) {
-            const float x_i43 = prod28[i41 * 3 + i42];
-            const float x_i44 = tmp34[i41];
-            const bool t45 = (x_i43 == x_i44);
-            tmp39[i41 * 3 + i42] = t45;
-            const bool t46 = (x_i43 != x_i43);
-            tmp40[i41 * 3 + i42] = t46;
+    float* const tmp60 = prod;  // reuses a dead buffer's space
+    for (int64_t i61 = 0; i61 < batch; ++i61) {
+        for (int64_t i62 = 0; i62 < 3; ++i62) {
+            const float x_i63 = tmp18[i61 * 3 + i62];
+            const float x_i64 = ks_data_8[i62];
+            const float t65 = (x_i63 * x_i64);
+            const float x_i66 = ks_data_9[i62];
+            const float t67 = (t65 + x_i66);
+            const float t68 = (-t67);
+            const float t69 = ks::logistic(t68);
+            const bool t70 = (t69 < 1.0000000116860974e-07f);
+            const bool t71 = (t69 > 0.9999998807907104f);
+            const float t72 = (t71 ? 0.9999998807907104f : t69);
+            const float t73 = (t70 ? 1.0000000116860974e-07f : t72);
+            tmp60[i61 * 3 + i62] = t73;
         }
     }
-    for (int64_t i48 = 0; i48 < batch; ++i48) {
-        const float x_i49 = tmp34[i48];
-        const bool t50 = (x_i49 != x_i49);
-        tmp47[i48] = t50;
-    }
-    for (int64_t i52 = 0; i52 < batch; ++i52) {
-        int64_t acc53 = ks::highest<int64_t>();
-        for (int64_t i54 = 0; i54 < 3; ++i54) {
-            const bool x_i55 = tmp40[i52 * 3 + i54];
-            const bool x_i56 = tmp47[i52];
-            const bool t57 = (x_i55 && x_i56);
-            const bool x_i58 = tmp39[i52 * 3 + i54];
-            const bool t59 = (x_i58 || t57);
-            const int64_t t60 = static_cast<int64_t>(i54);
-            const int64_t t61 = (t59 ? t60 : int64_t{4611686018427387904});
-            acc53 = ks::running_min(acc53, t61);
-        }
-        tmp51[i52] = acc53;
-    }
-    float* const tmp62 = prod;  // reuses a dead buffer's space
-    for (int64_t i63 = 0; i63 < batch; ++i63) {
-        for (int64_t i64 = 0; i64 < 3; ++i64) {
-            const float x_i65 = tmp19[i63 * 3 + i64];
-            const float x_i66 = ks_data_8[i64];
-            const float t67 = (x_i65 * x_i66);
-            const float x_i68 = ks_data_9[i64];
-            const float t69 = (t67 + x_i68);
-            const float t70 = (-t69);
-            const float t71 = ks::logistic(t70);
-            const bool t72 = (t71 < 1.0000000116860974e-07f);
-            const bool t73 = (t71 > 0.9999998807907104f);
-            const float t74 = (t73 ? 0.9999998807907104f : t71);
-            const float t75 = (t72 ? 1.0000000116860974e-07f : t74);
-            tmp62[i63 * 3 + i64] = t75;
+    for (int64_t i74 = 0; i74 < batch; ++i74) {
+        for (int64_t i75 = 0; i75 < 3; ++i75) {
+            (padded + 3)[i74 * 6 + i75] = 0.0f;
         }
     }
     for (int64_t i76 = 0; i76 < batch; ++i76) {
         for (int64_t i77 = 0; i77 < 3; ++i77) {
-            (padded + 3)[i76 * 6 + i77] = 0.0f;
+            padded[i76 * 6 + i77] = tmp60[i76 * 3 + i77];
         }
     }
-    for (int64_t i78 = 0; i78 < batch; ++i78) {
-        for (int64_t i79 = 0; i79 < 3; ++i79) {
-            padded[i78 * 6 + i79] = tmp62[i78 * 3 + i79];
+    float* const tmp78 = tmp18;  // reuses a dead buffer's space
+    for (int64_t i79 = 0; i79 < (3*batch); ++i79) {
+        const float x_i80 = tmp60[i79];
+        const float t81 = (1.0f - x_i80);
+        tmp78[i79] = t81;
+    }
+    for (int64_t i83 = 0; i83 < batch; ++i83) {
+        for (int64_t i84 = 0; i84 < 3; ++i84) {
+            padded82[i83 * 6 + i84] = 0.0f;
         }
     }
-    float* const tmp80 = tmp19;  // reuses a dead buffer's space
-    for (int64_t i81 = 0; i81 < batch; ++i81) {
-        for (int64_t i82 = 0; i82 < 3; ++i82) {
-            const float x_i83 = tmp62[i81 * 3 + i82];
-            const float t84 = (1.0f - x_i83);
-            tmp80[i81 * 3 + i82] = t84;
+    for (int64_t i85 = 0; i85 < batch; ++i85) {
+        for (int64_t i86 = 0; i86 < 3; ++i86) {
+            (padded82 + 3)[i85 * 6 + i86] = tmp78[i85 * 3 + i86];
         }
     }
-    for (int64_t i86 = 0; i86 < batch; ++i86) {
-        for (int64_t i87 = 0; i87 < 3; ++i87) {
-            padded85[i86 * 6 + i87] = 0.0f;
+    for (int64_t i88 = 0; i88 < (6*batch); ++i88) {
+        const float x_i89 = padded[i88];
+        const float x_i90 = padded82[i88];
+        const float t91 = (x_i89 + x_i90);
+        tmp87[i88] = t91;
+    }
+    for (int64_t i92 = 0; i92 < batch; ++i92) {
+        for (int64_t i93 = 0; i93 < 9; ++i93) {
+            gathered[i92 * 9 + i93] = tmp87[i92 * 6 + ks::clamp_index(ks_data_10[i93], 6)];
         }
     }
-    for (int64_t i88 = 0; i88 < batch; ++i88) {
-        for (int64_t i89 = 0; i89 < 3; ++i89) {
-            (padded85 + 3)[i88 * 6 + i89] = tmp80[i88 * 3 + i89];
-        }
-    }
-    for (int64_t i91 = 0; i91 < batch; ++i91) {
-        for (int64_t i92 = 0; i92 < 6; ++i92) {
-            const float x_i93 = padded[i91 * 6 + i92];
-            const float x_i94 = padded85[i91 * 6 + i92];
-            const float t95 = (x_i93 + x_i94);
-            tmp90[i91 * 6 + i92] = t95;
-        }
-    }
-    for (int64_t i96 = 0; i96 < batch; ++i96) {
-        for (int64_t i97 = 0; i97 < 9; ++i97) {
-            gathered[i96 * 9 + i97] = tmp90[i96 * 6 + ks::clamp_index(ks_data_10[i97], 6)];
-        }
-    }
-    for (int64_t i99 = 0; i99 < batch; ++i99) {
-        for (int64_t i100 = 0; i100 < 3; ++i100) {
-            for (int64_t i101 = 0; i101 < 3; ++i101) {
-                const bool x_i102 = ks_data_11[i100 * 3 + i101];
-                const float x_i103 = gathered[i99 * (3 * 3) + i100 * 3 + i101];
-                const float t104 = (x_i102 ? x_i103 : 0.0f);
-                tmp98[i99 * (3 * 3) + i100 * 3 + i101] = t104;
+    for (int64_t i95 = 0; i95 < batch; ++i95) {
+        for (int64_t i96 = 0; i96 < 3; ++i96) {
+            for (int64_t i97 = 0; i97 < 3; ++i97) {
+                const bool x_i98 = ks_data_11[i96 * 3 + i97];
+                const float x_i99 = gathered[i95 * (3 * 3) + i96 * 3 + i97];
+                const float t100 = (x_i98 ? x_i99 : 0.0f);
+                tmp94[i95 * (3 * 3) + i96 * 3 + i97] = t100;
             }
         }
     }
-    float* const tmp105 = prod;  // reuses a dead buffer's space
-    for (int64_t i106 = 0; i106 < batch; ++i106) {
-        for (int64_t i107 = 0; i107 < 3; ++i107) {
-            float acc108 = 0;
-            KS_OMP_SIMD(reduction(+:acc108))
-            for (int64_t i109 = 0; i109 < 3; ++i109) {
-                const float x_i110 = tmp98[i106 * (3 * 3) + i107 + i109 * 3];
-                const float t111 = (x_i110 * x_i110);
-                acc108 += t111;
+    float* const tmp101 = prod;  // reuses a dead buffer's space
+    for (int64_t i102 = 0; i102 < batch; ++i102) {
+        for (int64_t i103 = 0; i103 < 3; ++i103) {
+            float acc104 = 0;
+            KS_OMP_SIMD(reduction(+:acc104))
+            for (int64_t i105 = 0; i105 < 3; ++i105) {
+                const float x_i106 = tmp94[i102 * (3 * 3) + i103 + i105 * 3];
+                const float t107 = (x_i106 * x_i106);
+                acc104 += t107;
             }
-            tmp105[i106 * 3 + i107] = acc108;
+            tmp101[i102 * 3 + i103] = acc104;
         }
     }
-    float* const tmp112 = gathered;  // reuses a dead buffer's space
-    for (int64_t i113 = 0; i113 < batch; ++i113) {
-        for (int64_t i114 = 0; i114 < 3; ++i114) {
-            for (int64_t i115 = 0; i115 < 3; ++i115) {
-                const float x_i116 = tmp98[i113 * (3 * 3) + i114 + i115 * 3];
-                const float x_i117 = tmp98[i113 * (3 * 3) + i114 * 3 + i115];
+    float* const tmp108 = gathered;  // reuses a dead buffer's space
+    for (int64_t i109 = 0; i109 < batch; ++i109) {
+        for (int64_t i110 = 0; i110 < 3; ++i110) {
+            for (int64_t i111 = 0; i111 < 3; ++i111) {
+                const float x_i112 = tmp94[i109 * (3 * 3) + i110 + i111 * 3];
+                const float x_i113 = tmp94[i109 * (3 * 3) + i110 * 3 + i111];
+                const float t114 = (x_i112 * x_i113);
+                const float t115 = (-t114);
+                const float x_i116 = tmp101[i109 * 3 + i110];
+                const float x_i117 = ks_data_12[i110 * 3 + i111];
                 const float t118 = (x_i116 * x_i117);
-                const float t119 = (-t118);
-                const float x_i120 = tmp105[i113 * 3 + i114];
-                const float x_i121 = ks_data_12[i114 * 3 + i115];
-                const float t122 = (x_i120 * x_i121);
-                const float t123 = (t119 + t122);
-                tmp112[i113 * (3 * 3) + i114 * 3 + i115] = t123;
+                const float t119 = (t115 + t118);
+                tmp108[i109 * (3 * 3) + i110 * 3 + i111] = t119;
             }
         }
     }
-    uint8_t* const r = tmp47;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < batch * 3; ++i124) {
-        out_probabilities[i124] = 0.3333333432674408f;
+    uint8_t* const r = tmp45;  // reuses a dead buffer's space
+    for (int64_t i120 = 0; i120 < batch * 3; ++i120) {
+        out_probabilities[i120] = 0.3333333432674408f;
     }
-    for (int64_t i125 = 0; i125 < batch; ++i125) {
-        r[i125] = false;
+    for (int64_t i121 = 0; i121 < batch; ++i121) {
+        r[i121] = false;
     }
-    for (int64_t k126 = 0; k126 < int64_t{100}; ++k126) {
-        int32_t acc127 = ks::highest<int32_t>();
-        for (int64_t i128 = 0; i128 < batch; ++i128) {
-            const bool x_i129 = r[i128];
-            const int32_t t130 = static_cast<int32_t>(x_i129);
-            acc127 = ks::running_min(acc127, t130);
+    for (int64_t k122 = 0; k122 < int64_t{100}; ++k122) {
+        int32_t acc123 = ks::highest<int32_t>();
+        for (int64_t i124 = 0; i124 < batch; ++i124) {
+            const bool x_i125 = r[i124];
+            const int32_t t126 = static_cast<int32_t>(x_i125);
+            acc123 = ks::running_min(acc123, t126);
         }
-        const bool t131 = (acc127 != 0);
-        float* const r132 = prod;  // reuses a dead buffer's space
-        if (t131) {
-            for (int64_t i134 = 0; i134 < batch * 3; ++i134) {
-                r132[i134] = out_probabilities[i134];
+        const bool t127 = (acc123 != 0);
+        float* const r128 = prod;  // reuses a dead buffer's space
+        if (t127) {
+            for (int64_t i130 = 0; i130 < batch * 3; ++i130) {
+                r128[i130] = out_probabilities[i130];
             }
-            for (int64_t i135 = 0; i135 < batch; ++i135) {
-                r133[i135] = r[i135];
+            for (int64_t i131 = 0; i131 < batch; ++i131) {
+                r129[i131] = r[i131];
             }
         } else {
-            float* const prod136 = tmp19;  // reuses a dead buffer's space
-            for (int64_t i137 = 0; i137 < batch; ++i137) {
-                for (int64_t i138 = 0; i138 < 3; ++i138) {
+            float* const prod132 = tmp18;  // reuses a dead buffer's space
+            for (int64_t i133 = 0; i133 < batch; ++i133) {
+                for (int64_t i134 = 0; i134 < 3; ++i134) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i139 = 0; i139 < 3; ++i139) {
-                        dot += tmp112[i137 * (3 * 3) + i138 * 3 + i139] * out_probabilities[i137 * 3 + i139];
+                    for (int64_t i135 = 0; i135 < 3; ++i135) {
+                        dot += tmp108[i133 * (3 * 3) + i134 * 3 + i135] * out_probabilities[i133 * 3 + i135];
                     }
-                    prod136[i137 * 3 + i138] = dot;
+                    prod132[i133 * 3 + i134] = dot;
                 }
             }
-            float* const tmp140 = tmp34;  // reuses a dead buffer's space
-            for (int64_t i141 = 0; i141 < batch; ++i141) {
-                float acc142 = 0;
-                KS_OMP_SIMD(reduction(+:acc142))
-                for (int64_t i143 = 0; i143 < 3; ++i143) {
-                    const float x_i144 = out_probabilities[i141 * 3 + i143];
-                    const float x_i145 = prod136[i141 * 3 + i143];
-                    const float t146 = (x_i144 * x_i145);
-                    acc142 += t146;
+            float* const tmp136 = tmp32;  // reuses a dead buffer's space
+            for (int64_t i137 = 0; i137 < batch; ++i137) {
+                float acc138 = 0;
+                KS_OMP_SIMD(reduction(+:acc138))
+                for (int64_t i139 = 0; i139 < 3; ++i139) {
+                    const float x_i140 = out_probabilities[i137 * 3 + i139];
+                    const float x_i141 = prod132[i137 * 3 + i139];
+                    const float t142 = (x_i140 * x_i141);
+                    acc138 += t142;
                 }
-                tmp140[i141] = acc142;
+                tmp136[i137] = acc138;
             }
-            for (int64_t i148 = 0; i148 < batch; ++i148) {
-                float acc149 = ks::lowest<float>();
-                for (int64_t i150 = 0; i150 < 3; ++i150) {
-                    const float x_i151 = prod136[i148 * 3 + i150];
-                    const float x_i152 = tmp140[i148];
-                    const float t153 = (x_i151 - x_i152);
-                    const float t154 = ks::abs(t153);
-                    acc149 = ks::running_max(acc149, t154);
+            for (int64_t i144 = 0; i144 < batch; ++i144) {
+                float acc145 = ks::lowest<float>();
+                for (int64_t i146 = 0; i146 < 3; ++i146) {
+                    const float x_i147 = prod132[i144 * 3 + i146];
+                    const float x_i148 = tmp136[i144];
+                    const float t149 = (x_i147 - x_i148);
+                    const float t150 = ks::abs(t149);
+                    acc145 = ks::running_max(acc145, t150);
                 }
-                tmp147[i148] = acc149;
+                tmp143[i144] = acc145;
             }
-            for (int64_t i155 = 0; i155 < batch; ++i155) {
-                for (int64_t i156 = 0; i156 < 3; ++i156) {
-                    packed[i155 * 3 + i156] = tmp112[i155 * (3 * 3) + i156];
+            for (int64_t i151 = 0; i151 < batch; ++i151) {
+                for (int64_t i152 = 0; i152 < 3; ++i152) {
+                    packed[i151 * 3 + i152] = tmp108[i151 * (3 * 3) + i152];
                 }
+            }
+            for (int64_t i154 = 0; i154 < batch; ++i154) {
+                packed153[i154] = packed[i154 * 3];
+            }
+            for (int64_t i156 = 0; i156 < batch; ++i156) {
+                packed155[i156] = prod132[i156 * 3];
             }
             for (int64_t i158 = 0; i158 < batch; ++i158) {
-                packed157[i158] = packed[i158 * 3];
+                const float x_i159 = tmp136[i158];
+                const float x_i160 = packed155[i158];
+                const float t161 = (x_i159 - x_i160);
+                const float x_i162 = packed153[i158];
+                const float t163 = (t161 / x_i162);
+                tmp157[i158] = t163;
             }
-            for (int64_t i160 = 0; i160 < batch; ++i160) {
-                packed159[i160] = prod136[i160 * 3];
-            }
-            for (int64_t i162 = 0; i162 < batch; ++i162) {
-                const float x_i163 = tmp140[i162];
-                const float x_i164 = packed159[i162];
-                const float t165 = (x_i163 - x_i164);
-                const float x_i166 = packed157[i162];
-                const float t167 = (t165 / x_i166);
-                tmp161[i162] = t167;
+            for (int64_t i165 = 0; i165 < batch; ++i165) {
+                const float x_i166 = tmp157[i165];
+                const float t167 = (1.0f + x_i166);
+                tmp164[i165] = t167;
             }
             for (int64_t i169 = 0; i169 < batch; ++i169) {
-                const float x_i170 = tmp161[i169];
-                const float t171 = (1.0f + x_i170);
-                tmp168[i169] = t171;
-            }
-            for (int64_t i173 = 0; i173 < batch; ++i173) {
-                for (int64_t i174 = 0; i174 < 3; ++i174) {
-                    packed172[i173 * 3 + i174] = (tmp112 + 1 * 3)[i173 * (3 * 3) + i174];
+                for (int64_t i170 = 0; i170 < 3; ++i170) {
+                    packed168[i169 * 3 + i170] = (tmp108 + 1 * 3)[i169 * (3 * 3) + i170];
                 }
             }
-            for (int64_t i176 = 0; i176 < batch; ++i176) {
-                packed175[i176] = (packed172 + 1)[i176 * 3];
+            for (int64_t i172 = 0; i172 < batch; ++i172) {
+                packed171[i172] = (packed168 + 1)[i172 * 3];
             }
-            float* const tmp177 = tmp20;  // reuses a dead buffer's space
-            for (int64_t i178 = 0; i178 < batch; ++i178) {
-                for (int64_t i179 = 0; i179 < 3; ++i179) {
-                    const float x_i180 = tmp161[i178];
-                    const float x_i181 = packed[i178 * 3 + i179];
-                    const float t182 = (x_i180 * x_i181);
-                    const float x_i183 = prod136[i178 * 3 + i179];
-                    const float t184 = (x_i183 + t182);
-                    const float x_i185 = tmp168[i178];
-                    const float t186 = (t184 / x_i185);
-                    tmp177[i178 * 3 + i179] = t186;
+            float* const tmp173 = tmp19;  // reuses a dead buffer's space
+            for (int64_t i174 = 0; i174 < batch; ++i174) {
+                for (int64_t i175 = 0; i175 < 3; ++i175) {
+                    const float x_i176 = tmp157[i174];
+                    const float x_i177 = packed[i174 * 3 + i175];
+                    const float t178 = (x_i176 * x_i177);
+                    const float x_i179 = prod132[i174 * 3 + i175];
+                    const float t180 = (x_i179 + t178);
+                    const float x_i181 = tmp164[i174];
+                    const float t182 = (t180 / x_i181);
+                    tmp173[i174 * 3 + i175] = t182;
                 }
             }
-            for (int64_t i188 = 0; i188 < batch; ++i188) {
-                packed187[i188] = (tmp177 + 1)[i188 * 3];
+            for (int64_t i184 = 0; i184 < batch; ++i184) {
+                packed183[i184] = (tmp173 + 1)[i184 * 3];
             }
-            for (int64_t i191 = 0; i191 < batch; ++i191) {
-                const float x_i192 = tmp161[i191];
-                const float x_i193 = packed157[i191];
-                const float t194 = (x_i192 * x_i193);
-                const float x_i195 = packed159[i191];
-                const float t196 = (2.0f * x_i195);
-                const float t197 = (t194 + t196);
-                const float t198 = (x_i192 * t197);
-                const float x_i199 = tmp140[i191];
-                const float t200 = (x_i199 + t198);
-                const float x_i201 = tmp168[i191];
-                const float t202 = (t200 / x_i201);
-                const float t203 = (t202 / x_i201);
-                tmp189[i191] = t203;
-                const float x_i204 = packed187[i191];
-                const float t205 = (t203 - x_i204);
-                const float x_i206 = packed175[i191];
-                const float t207 = (t205 / x_i206);
-                tmp190[i191] = t207;
+            for (int64_t i187 = 0; i187 < batch; ++i187) {
+                const float x_i188 = tmp157[i187];
+                const float x_i189 = packed153[i187];
+                const float t190 = (x_i188 * x_i189);
+                const float x_i191 = packed155[i187];
+                const float t192 = (2.0f * x_i191);
+                const float t193 = (t190 + t192);
+                const float t194 = (x_i188 * t193);
+                const float x_i195 = tmp136[i187];
+                const float t196 = (x_i195 + t194);
+                const float x_i197 = tmp164[i187];
+                const float t198 = (t196 / x_i197);
+                const float t199 = (t198 / x_i197);
+                tmp185[i187] = t199;
+                const float x_i200 = packed183[i187];
+                const float t201 = (t199 - x_i200);
+                const float x_i202 = packed171[i187];
+                const float t203 = (t201 / x_i202);
+                tmp186[i187] = t203;
             }
-            float* const tmp208 = tmp34;  // reuses a dead buffer's space
+            float* const tmp204 = tmp32;  // reuses a dead buffer's space
+            for (int64_t i205 = 0; i205 < batch; ++i205) {
+                const float x_i206 = tmp186[i205];
+                const float t207 = (1.0f + x_i206);
+                tmp204[i205] = t207;
+            }
             for (int64_t i209 = 0; i209 < batch; ++i209) {
-                const float x_i210 = tmp190[i209];
-                const float t211 = (1.0f + x_i210);
-                tmp208[i209] = t211;
-            }
-            for (int64_t i213 = 0; i213 < batch; ++i213) {
-                for (int64_t i214 = 0; i214 < 3; ++i214) {
-                    packed212[i213 * 3 + i214] = (tmp112 + 2 * 3)[i213 * (3 * 3) + i214];
+                for (int64_t i210 = 0; i210 < 3; ++i210) {
+                    packed208[i209 * 3 + i210] = (tmp108 + 2 * 3)[i209 * (3 * 3) + i210];
                 }
             }
-            for (int64_t i216 = 0; i216 < batch; ++i216) {
-                packed215[i216] = (packed212 + 2)[i216 * 3];
+            for (int64_t i212 = 0; i212 < batch; ++i212) {
+                packed211[i212] = (packed208 + 2)[i212 * 3];
             }
-            float* const tmp217 = tmp19;  // reuses a dead buffer's space
-            for (int64_t i218 = 0; i218 < batch; ++i218) {
-                for (int64_t i219 = 0; i219 < 3; ++i219) {
-                    const float x_i220 = tmp190[i218];
-                    const float x_i221 = packed172[i218 * 3 + i219];
-                    const float t222 = (x_i220 * x_i221);
-                    const float x_i223 = tmp177[i218 * 3 + i219];
-                    const float t224 = (x_i223 + t222);
-                    const float x_i225 = tmp208[i218];
-                    const float t226 = (t224 / x_i225);
-                    tmp217[i218 * 3 + i219] = t226;
+            float* const tmp213 = tmp18;  // reuses a dead buffer's space
+            for (int64_t i214 = 0; i214 < batch; ++i214) {
+                for (int64_t i215 = 0; i215 < 3; ++i215) {
+                    const float x_i216 = tmp186[i214];
+                    const float x_i217 = packed168[i214 * 3 + i215];
+                    const float t218 = (x_i216 * x_i217);
+                    const float x_i219 = tmp173[i214 * 3 + i215];
+                    const float t220 = (x_i219 + t218);
+                    const float x_i221 = tmp204[i214];
+                    const float t222 = (t220 / x_i221);
+                    tmp213[i214 * 3 + i215] = t222;
                 }
             }
-            for (int64_t i228 = 0; i228 < batch; ++i228) {
-                packed227[i228] = (tmp217 + 2)[i228 * 3];
+            for (int64_t i224 = 0; i224 < batch; ++i224) {
+                packed223[i224] = (tmp213 + 2)[i224 * 3];
             }
-            for (int64_t i230 = 0; i230 < batch; ++i230) {
-                const float x_i231 = tmp190[i230];
-                const float x_i232 = packed175[i230];
-                const float t233 = (x_i231 * x_i232);
-                const float x_i234 = packed187[i230];
-                const float t235 = (2.0f * x_i234);
-                const float t236 = (t233 + t235);
-                const float t237 = (x_i231 * t236);
-                const float x_i238 = tmp189[i230];
-                const float t239 = (x_i238 + t237);
-                const float x_i240 = tmp208[i230];
-                const float t241 = (t239 / x_i240);
-                const float t242 = (t241 / x_i240);
-                const float x_i243 = packed227[i230];
-                const float t244 = (t242 - x_i243);
-                const float x_i245 = packed215[i230];
-                const float t246 = (t244 / x_i245);
-                tmp229[i230] = t246;
+            for (int64_t i226 = 0; i226 < batch; ++i226) {
+                const float x_i227 = tmp186[i226];
+                const float x_i228 = packed171[i226];
+                const float t229 = (x_i227 * x_i228);
+                const float x_i230 = packed183[i226];
+                const float t231 = (2.0f * x_i230);
+                const float t232 = (t229 + t231);
+                const float t233 = (x_i227 * t232);
+                const float x_i234 = tmp185[i226];
+                const float t235 = (x_i234 + t233);
+                const float x_i236 = tmp204[i226];
+                const float t237 = (t235 / x_i236);
+                const float t238 = (t237 / x_i236);
+                const float x_i239 = packed223[i226];
+                const float t240 = (t238 - x_i239);
+                const float x_i241 = packed211[i226];
+                const float t242 = (t240 / x_i241);
+                tmp225[i226] = t242;
             }
-            float* const tmp247 = tmp189;  // reuses a dead buffer's space
-            for (int64_t i248 = 0; i248 < batch; ++i248) {
-                const float x_i249 = tmp229[i248];
-                const float t250 = (1.0f + x_i249);
-                tmp247[i248] = t250;
+            float* const tmp243 = tmp185;  // reuses a dead buffer's space
+            for (int64_t i244 = 0; i244 < batch; ++i244) {
+                const float x_i245 = tmp225[i244];
+                const float t246 = (1.0f + x_i245);
+                tmp243[i244] = t246;
             }
-            for (int64_t i251 = 0; i251 < batch; ++i251) {
-                const float x_i252 = tmp147[i251];
-                const bool t253 = (x_i252 < 0.0016666667070239782f);
-                const bool x_i254 = r[i251];
-                const bool t255 = (x_i254 ? x_i254 : t253);
-                r133[i251] = t255;
+            for (int64_t i247 = 0; i247 < batch; ++i247) {
+                const float x_i248 = tmp143[i247];
+                const bool t249 = (x_i248 < 0.0016666667070239782f);
+                const bool x_i250 = r[i247];
+                const bool t251 = (x_i250 ? x_i250 : t249);
+                r129[i247] = t251;
             }
-            for (int64_t i256 = 0; i256 < batch; ++i256) {
-                for (int64_t i257 = 0; i257 < 3; ++i257) {
-                    const float x_i258 = tmp161[i256];
-                    const float x_i259 = ks_data_13[i257];
-                    const float t260 = (x_i258 * x_i259);
-                    const float x_i261 = out_probabilities[i256 * 3 + i257];
-                    const float t262 = (x_i261 + t260);
-                    const float x_i263 = tmp168[i256];
-                    const float t264 = (t262 / x_i263);
-                    const float x_i265 = tmp190[i256];
-                    const float x_i266 = ks_data_14[i257];
-                    const float t267 = (x_i265 * x_i266);
-                    const float t268 = (t264 + t267);
-                    const float x_i269 = tmp208[i256];
-                    const float t270 = (t268 / x_i269);
-                    const float x_i271 = tmp229[i256];
-                    const float x_i272 = ks_data_15[i257];
-                    const float t273 = (x_i271 * x_i272);
-                    const float t274 = (t270 + t273);
-                    const float x_i275 = tmp247[i256];
-                    const float t276 = (t274 / x_i275);
-                    const bool x_i277 = r133[i256];
-                    const float t278 = (x_i277 ? x_i261 : t276);
-                    r132[i256 * 3 + i257] = t278;
+            for (int64_t i252 = 0; i252 < batch; ++i252) {
+                for (int64_t i253 = 0; i253 < 3; ++i253) {
+                    const float x_i254 = tmp157[i252];
+                    const float x_i255 = ks_data_13[i253];
+                    const float t256 = (x_i254 * x_i255);
+                    const float x_i257 = out_probabilities[i252 * 3 + i253];
+                    const float t258 = (x_i257 + t256);
+                    const float x_i259 = tmp164[i252];
+                    const float t260 = (t258 / x_i259);
+                    const float x_i261 = tmp186[i252];
+                    const float x_i262 = ks_data_14[i253];
+                    const float t263 = (x_i261 * x_i262);
+                    const float t264 = (t260 + t263);
+                    const float x_i265 = tmp204[i252];
+                    const float t266 = (t264 / x_i265);
+                    const float x_i267 = tmp225[i252];
+                    const float x_i268 = ks_data_15[i253];
+                    const float t269 = (x_i267 * x_i268);
+                    const float t270 = (t266 + t269);
+                    const float x_i271 = tmp243[i252];
+                    const float t272 = (t270 / x_i271);
+                    const bool x_i273 = r129[i252];
+                    const float t274 = (x_i273 ? x_i257 : t272);
+                    r128[i252 * 3 + i253] = t274;
                 }
             }
         }
-        for (int64_t i279 = 0; i279 < batch * 3; ++i279) {
-            out_probabilities[i279] = r132[i279];
+        for (int64_t i275 = 0; i275 < batch * 3; ++i275) {
+            out_probabilities[i275] = r128[i275];
         }
-        for (int64_t i280 = 0; i280 < batch; ++i280) {
-            r[i280] = r133[i280];
+        for (int64_t i276 = 0; i276 < batch; ++i276) {
+            r[i276] = r129[i276];
         }
     }
-    for (int64_t i281 = 0; i281 < batch; ++i281) {
-        const int64_t x_i282 = tmp51[i281];
-        const int64_t t283 = ks_data_7[ks::clamp_index(x_i282, 3)];
-        out_label[i281] = t283;
+    for (int64_t i277 = 0; i277 < batch; ++i277) {
+        const int64_t x_i278 = tmp49[i277];
+        const int64_t t279 = ks_data_7[ks::clamp_index(x_i278, 3)];
+        out_label[i277] = t279;
     }
     return ks::status::ok;
 }
