@@ -210,6 +210,7 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_ps() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 // AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
 // in registers (vcvtps2dq rounds half to even) and stored with masks.
@@ -327,8 +328,8 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* 
     store_sums(o.acc, o);
 }
 
-// The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level, 1 at the
-// AVX2 level, else 0; the level capped by KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
+// The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
+// AVX-512 VBMI too, for depthwise_rows), 1 at the AVX2 level, else 0; the level capped by KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
 // variable of internal linkage (an inline variable would be a GNU unique symbol, which the kernel layer's relocatable
 // object, whose symbols are all its own, must not export).
 [[maybe_unused]] static int tile_level = -1;
@@ -340,8 +341,9 @@ static inline int best_level() {
 #ifdef KS_CPU_LEVEL_MAX
         cpu = cpu < KS_CPU_LEVEL_MAX ? cpu : KS_CPU_LEVEL_MAX;
 #endif
-        const bool vnni = cpu >= cpu::x86_64_v4 && (cpu::cpuid(7, 0).c & (1u << 11)) != 0;
-        level = vnni ? 2 : (cpu >= cpu::x86_64_v3 ? 1 : 0);
+        const uint32_t ecx = cpu::cpuid(7, 0).c;
+        const bool vnni = cpu >= cpu::x86_64_v4 && (ecx & (1u << 11)) != 0;
+        level = vnni ? ((ecx & (1u << 1)) != 0 ? 3 : 2) : (cpu >= cpu::x86_64_v3 ? 1 : 0);  // (ecx bit 1: AVX-512 VBMI)
         __atomic_store_n(&tile_level, level, __ATOMIC_RELAXED);
     }
     return level;
@@ -355,7 +357,7 @@ template <bool SWAP>
 tile_fn best_tile() {
 #ifdef KS_QTILE_X86
     const int level = best_level();
-    if (level == 2) {
+    if (level >= 2) {
         return tile_vnni<SWAP>;
     }
     if (level == 1) {
@@ -699,12 +701,86 @@ constexpr int64_t depthwise_batch(const conv_shape& s) {
     return n < 1 ? 1 : (n > 64 ? 64 : n);
 }
 
-// The scratch bytes of depthwise_planes: a batch of channels' phase volumes (and 64 bytes after them), the taps'
+// The scratch bytes of depthwise_planes: a batch of channels' phase volumes (and 128 bytes after them), the taps'
 // offsets, a chunk of int32 sums and the wide positions' bytes.
 constexpr int64_t planes_scratch(const conv_shape& s) {
-    return phases_size(s, depthwise_batch(s)) + 64 + round_up(s.taps() * 4, 64) + depthwise_chunk * 4 +
+    return phases_size(s, depthwise_batch(s)) + 128 + round_up(s.taps() * 4, 64) + depthwise_chunk * 4 +
            round_up(wide_of(s).wide, 64);
 }
+
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// One channel of a stride-1 depthwise convolution with AVX-512 VBMI and VNNI: for each kernel row, groups of up to 4
+// taps along it (their weights a quad) read 16 wide positions each from one 64-byte load, whose bytes vpermb arranges
+// as 16 quads (position p, tap t: byte p + t's shift), and one vpdpbusd adds them: 64 positions at a time in four
+// registers over the whole kernel, requantized there into bytes. image: the channel's padded volume (raw bytes; flip
+// 0x80 for int8), 128 bytes readable past it. Returns false when a kernel row's taps span more than 48 bytes or 16
+// taps (then the loops run).
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline bool depthwise_rows(
+    const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int8_t* w, int32_t off, float scale,
+    float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
+    const int64_t kw = s.kernel[2], dw = s.dilation[2];
+    const int64_t rows = s.kernel[0] * s.kernel[1], groups = (kw + 3) / 4;
+    if ((kw - 1) * dw > 48 || groups > 4 || rows * groups > 64) {
+        return false;
+    }
+    // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4) and each row's weight quads
+    __m512i index[4];
+    int32_t quads[64];
+    for (int64_t q0 = 0; q0 < groups; ++q0) {
+        alignas(64) uint8_t lanes[64];
+        for (int i = 0; i < 64; ++i) {
+            const int64_t t = q0 * 4 + i % 4;
+            lanes[i] = static_cast<uint8_t>(i / 4 + (t < kw ? t * dw : 0));
+        }
+        index[q0] = _mm512_load_si512(lanes);
+        for (int64_t r = 0; r < rows; ++r) {
+            int32_t quad = 0;
+            for (int t = 0; t < 4; ++t) {
+                const int64_t tap = q0 * 4 + t;
+                const int8_t v = tap < kw ? w[r * kw + tap] : static_cast<int8_t>(0);
+                quad |= static_cast<int32_t>(static_cast<uint8_t>(v)) << (8 * t);
+            }
+            quads[r * groups + q0] = quad;
+        }
+    }
+    const __m512i fl = _mm512_set1_epi8(static_cast<char>(flip));
+    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), sc = _mm512_set1_ps(scale);
+    const __m512i zero_v = _mm512_set1_epi32(y_zero);
+    for (int64_t j0 = 0; j0 < g.wide; j0 += 64) {
+        __m512i acc[4];
+        for (int k = 0; k < 4; ++k) {
+            acc[k] = _mm512_set1_epi32(off);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t kd = r / s.kernel[1], kh = r % s.kernel[1];
+            const uint8_t* row = image + (kd * s.dilation[0] * g.side[1] + kh * s.dilation[1]) * g.side[2] + j0;
+            for (int64_t q0 = 0; q0 < groups; ++q0) {
+                const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i v = _mm512_loadu_si512(row + 16 * k);
+                    const __m512i quads4 = _mm512_xor_si512(_mm512_permutexvar_epi8(index[q0], v), fl);
+                    acc[k] = _mm512_dpbusd_epi32(acc[k], quads4, wq);
+                }
+            }
+        }
+        for (int k = 0; k < 4; ++k) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo_v), hi_v);
+            _mm512_mask_cvtepi32_storeu_epi8(bytes + j0 + 16 * k, static_cast<__mmask16>(0xffff),
+                                             _mm512_add_epi32(_mm512_cvtps_epi32(v), zero_v));
+        }
+    }
+    return true;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
@@ -716,7 +792,7 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
     const int64_t batch = depthwise_batch(s);
     uint8_t* phases = scratch;
     // (after the phases, room for what the last vector reads past the last channel)
-    int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, batch) + 64);
+    int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, batch) + 128);
     int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
     uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
     const int64_t mult = s.out_channels / s.channels, taps = s.taps(), p = s.positions();
@@ -741,6 +817,15 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 }
                 const int32_t off = (q.bias ? q.bias[m] : 0) - q.x_zero * total;
                 const float scale = q.scale[q.scales == 1 ? 0 : m];
+#ifdef KS_QTILE_X86
+                const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
+                if (g.phases == 1 && best_level() == 3 &&
+                    depthwise_rows(s, g, phases + ci / mult * g.volume, wm, (q.bias ? q.bias[m] : 0) - zero_u * total,
+                                   scale, lo, hi, q.y_zero, static_cast<TX>(-1) < 0 ? 0x80 : 0, bytes)) {
+                    compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
+                    continue;
+                }
+#endif
                 // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the
                 // wide ones are computed and never read)
                 for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
