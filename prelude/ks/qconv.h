@@ -714,28 +714,31 @@ constexpr int64_t planes_scratch(const conv_shape& s) {
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// One channel of a stride-1 depthwise convolution with AVX-512 VBMI and VNNI: for each kernel row, groups of up to 4
-// taps along it (their weights a quad) read 16 wide positions each from one 64-byte load, whose bytes vpermb arranges
-// as 16 quads (position p, tap t: byte p + t's shift), and one vpdpbusd adds them: 64 positions at a time in four
-// registers over the whole kernel, requantized there into bytes. image: the channel's padded volume (raw bytes; flip
-// 0x80 for int8), 128 bytes readable past it. Returns false when a kernel row's taps span more than 48 bytes or 16
-// taps (then the loops run).
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline bool depthwise_rows(
-    const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int8_t* w, int32_t off, float scale,
-    float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
-    const int64_t kw = s.kernel[2], dw = s.dilation[2];
+// One channel of a depthwise convolution (width stride 1 or 2) with AVX-512 VBMI and VNNI: for each kernel row, groups
+// of up to 4 taps along it (their weights a quad) read 16 wide positions each from one 64-byte load of each column
+// phase the row's taps fall in (two with a stride of 2), whose bytes vpermi2b arranges as 16 quads (position p, tap t:
+// byte p + t's shift in t's phase), and one vpdpbusd adds them: 64 positions at a time in four registers over the
+// whole kernel, requantized there into bytes. image: the channel's first phase volume (raw bytes; flip 0x80 for
+// int8), the next phase `phase_step` bytes on, 128 bytes readable past the last. Returns false for a width stride
+// above 2 or a row's taps spanning more than 48 bytes or 16 taps (then the loops run).
+template <int SW>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise_rows(
+    const conv_shape& s, const wide_geometry& g, const uint8_t* image, int64_t phase_step, const int8_t* w,
+    int32_t off, float scale, float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
+    const int64_t kw = s.kernel[2], dw = s.dilation[2], sw = SW;
     const int64_t rows = s.kernel[0] * s.kernel[1], groups = (kw + 3) / 4;
-    if ((kw - 1) * dw > 48 || groups > 4 || rows * groups > 64) {
+    if ((kw - 1) * dw / sw > 48 || groups > 4 || rows * groups > 64) {
         return false;
     }
-    // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4) and each row's weight quads
+    // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4; bytes 64.. from the second column phase)
+    // and each row's weight quads
     __m512i index[4];
     int32_t quads[64];
     for (int64_t q0 = 0; q0 < groups; ++q0) {
         alignas(64) uint8_t lanes[64];
         for (int i = 0; i < 64; ++i) {
-            const int64_t t = q0 * 4 + i % 4;
-            lanes[i] = static_cast<uint8_t>(i / 4 + (t < kw ? t * dw : 0));
+            const int64_t t = q0 * 4 + i % 4, at = t < kw ? t * dw : 0;
+            lanes[i] = static_cast<uint8_t>((at % sw) * 64 + i / 4 + at / sw);
         }
         index[q0] = _mm512_load_si512(lanes);
         for (int64_t r = 0; r < rows; ++r) {
@@ -748,6 +751,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline bool de
             quads[r * groups + q0] = quad;
         }
     }
+    int64_t starts[64];  // where each kernel row's first column phase starts
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t ad = r / s.kernel[1] * s.dilation[0], ah = r % s.kernel[1] * s.dilation[1];
+        const int64_t phase = ((ad % s.stride[0]) * s.stride[1] + ah % s.stride[1]) * sw;
+        starts[r] = phase * phase_step + ((ad / s.stride[0]) * g.side[1] + ah / s.stride[1]) * g.side[2];
+    }
     const __m512i fl = _mm512_set1_epi8(static_cast<char>(flip));
     const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), sc = _mm512_set1_ps(scale);
     const __m512i zero_v = _mm512_set1_epi32(y_zero);
@@ -757,14 +766,16 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline bool de
             acc[k] = _mm512_set1_epi32(off);
         }
         for (int64_t r = 0; r < rows; ++r) {
-            const int64_t kd = r / s.kernel[1], kh = r % s.kernel[1];
-            const uint8_t* row = image + (kd * s.dilation[0] * g.side[1] + kh * s.dilation[1]) * g.side[2] + j0;
+            const uint8_t* row = image + starts[r] + j0;
+            const uint8_t* second = row + (SW == 2 ? phase_step : 0);  // (the odd columns' phase)
             for (int64_t q0 = 0; q0 < groups; ++q0) {
                 const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
                 for (int k = 0; k < 4; ++k) {
-                    const __m512i v = _mm512_loadu_si512(row + 16 * k);
-                    const __m512i quads4 = _mm512_xor_si512(_mm512_permutexvar_epi8(index[q0], v), fl);
-                    acc[k] = _mm512_dpbusd_epi32(acc[k], quads4, wq);
+                    const __m512i v0 = _mm512_loadu_si512(row + 16 * k);
+                    const __m512i arranged = SW == 1 ? _mm512_permutexvar_epi8(index[q0], v0)
+                                                     : _mm512_permutex2var_epi8(v0, index[q0],
+                                                                                _mm512_loadu_si512(second + 16 * k));
+                    acc[k] = _mm512_dpbusd_epi32(acc[k], _mm512_xor_si512(arranged, fl), wq);
                 }
             }
         }
@@ -819,9 +830,11 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 const float scale = q.scale[q.scales == 1 ? 0 : m];
 #ifdef KS_QTILE_X86
                 const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
-                if (g.phases == 1 && best_level() == 3 &&
-                    depthwise_rows(s, g, phases + ci / mult * g.volume, wm, (q.bias ? q.bias[m] : 0) - zero_u * total,
-                                   scale, lo, hi, q.y_zero, static_cast<TX>(-1) < 0 ? 0x80 : 0, bytes)) {
+                const auto rows_kernel = s.stride[2] == 1 ? depthwise_rows<1> : depthwise_rows<2>;
+                if (best_level() == 3 && s.stride[2] <= 2 &&
+                    rows_kernel(one, g, phases + ci / mult * g.volume, count * g.volume, wm,
+                                (q.bias ? q.bias[m] : 0) - zero_u * total, scale, lo, hi, q.y_zero,
+                                static_cast<TX>(-1) < 0 ? 0x80 : 0, bytes)) {
                     compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
                     continue;
                 }
