@@ -407,8 +407,14 @@ template <class TX>
 void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
     int64_t j = 0;
-    if (step == 1) {
+    if (step == 1 && n >= 64) {
         __builtin_memcpy(o, in, static_cast<size_t>(n));
+        return;
+    }
+    if (step == 1) {  // (a short row: a call of memcpy costs more than the copy)
+        for (; j < n; ++j) {
+            o[j] = in[j];
+        }
         return;
     }
 #ifdef KS_QTILE_X86
