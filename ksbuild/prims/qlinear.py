@@ -178,6 +178,13 @@ def _requant_record(ctx, eqn: Eqn, bias, scale) -> str:
     return name
 
 
+def _finish(ctx, y, out, dst) -> None:
+    """y is what the kernel wrote into out: copied into y's place dst when that is another buffer."""
+    if out is not dst:
+        ctx.copy(out, dst, y.type)
+    ctx.env[y] = dst
+
+
 def scale_count(eqn: Eqn):
     return eqn.ins[3].type.shape[0]
 
@@ -199,9 +206,7 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     q = _requant_record(ctx, eqn, sb, ss)
     ctx.line(f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, "
              f"{sw.base}, {out.base}, {scratch}, {q});")
-    if out is not dst:
-        ctx.copy(out, dst, y.type)
-    ctx.env[y] = dst
+    _finish(ctx, y, out, dst)
 
 
 qconv = Prim(
@@ -252,9 +257,7 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
     ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
              f"{out.base}, {scratch}, {q});")
-    if out is not dst:
-        ctx.copy(out, dst, y.type)
-    ctx.env[y] = dst
+    _finish(ctx, y, out, dst)
 
 
 qmatmul = Prim(
@@ -288,9 +291,7 @@ def _emit_qpack(ctx, eqn: Eqn) -> None:
     else:
         depth = numel(w.type.shape[1:])
         ctx.line(f"ks::qpack_rows({w.type.shape[0]}, {depth}, {eqn.params['groups']}, {sw.base}, {out.base});")
-    if out is not dst:
-        ctx.copy(out, dst, y.type)
-    ctx.env[y] = dst
+    _finish(ctx, y, out, dst)
 
 
 def _qpack_batch(b, ins, batched, size, **params):
