@@ -286,27 +286,27 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp30 = reinterpret_cast<double*>(next_slot);
+    double* const tmp32 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp42 = reinterpret_cast<double*>(next_slot);
+    double* const tmp44 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp47 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum106 = reinterpret_cast<double*>(next_slot);
+    double* const sum108 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod111 = reinterpret_cast<double*>(next_slot);
+    double* const prod113 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r132 = reinterpret_cast<double*>(next_slot);
+    double* const r134 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r135 = reinterpret_cast<double*>(next_slot);
+    double* const r137 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r136 = reinterpret_cast<double*>(next_slot);
+    double* const r138 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -331,251 +331,251 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const int64_t t17 = (t16 - int64_t{1});
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
+                const double t20 = (t7 ? t8 : 0.0);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i * T + i20];
+        for (int64_t i22 = 0; i22 < d; ++i22) {
+            const double qs_i = icf[i * T + i22];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const double x_i = x[i21 * d + i23];
-                const double x_i24 = means[i22 * d + i23];
-                const double centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const double x_i = x[i23 * d + i25];
+                const double x_i26 = means[i24 * d + i25];
+                const double centered27 = (x_i - x_i26);
+                centered[i23 * (K * d) + i24 * d + i25] = centered27;
             }
         }
     }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<double>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_double);
+    for (int64_t i28 = 0; i28 < K; ++i28) {
+        ks::tiled_gemm<double>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_double);
     }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const double alphas_i = alphas[i27];
-        const double x_i28 = tmp[i27];
-        const double base29 = (alphas_i + x_i28);
-        base[i27] = base29;
+    for (int64_t i29 = 0; i29 < K; ++i29) {
+        const double alphas_i = alphas[i29];
+        const double x_i30 = tmp[i29];
+        const double base31 = (alphas_i + x_i30);
+        base[i29] = base31;
     }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            double acc33 = 0;
-            KS_OMP_SIMD(reduction(+:acc33))
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                const double mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i34];
-                const double t35 = ks::ipow<2>(mahalanobis_i);
-                acc33 += t35;
+    for (int64_t i33 = 0; i33 < n; ++i33) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            double acc35 = 0;
+            KS_OMP_SIMD(reduction(+:acc35))
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                const double mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i36];
+                const double t37 = ks::ipow<2>(mahalanobis_i);
+                acc35 += t37;
             }
-            tmp30[i31 * K + i32] = acc33;
+            tmp32[i33 * K + i34] = acc35;
         }
     }
-    for (int64_t i36 = 0; i36 < n; ++i36) {
-        for (int64_t i37 = 0; i37 < K; ++i37) {
-            const double x_i38 = tmp30[i36 * K + i37];
-            const double t39 = (0.5 * x_i38);
-            const double x_i40 = base[i37];
-            const double scores41 = (x_i40 - t39);
-            scores[i36 * K + i37] = scores41;
+    for (int64_t i38 = 0; i38 < n; ++i38) {
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = tmp32[i38 * K + i39];
+            const double t41 = (0.5 * x_i40);
+            const double x_i42 = base[i39];
+            const double scores43 = (x_i42 - t41);
+            scores[i38 * K + i39] = scores43;
         }
     }
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        double acc44 = ks::lowest<double>();
-        for (int64_t i45 = 0; i45 < K; ++i45) {
-            const double x_i46 = scores[i43 * K + i45];
-            acc44 = ks::running_max(acc44, x_i46);
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        double acc46 = ks::lowest<double>();
+        for (int64_t i47 = 0; i47 < K; ++i47) {
+            const double x_i48 = scores[i45 * K + i47];
+            acc46 = ks::running_max(acc46, x_i48);
         }
-        tmp42[i43] = acc44;
+        tmp44[i45] = acc46;
     }
-    for (int64_t i48 = 0; i48 < n; ++i48) {
-        const double x_i49 = tmp42[i48];
-        const double t50 = ks::abs(x_i49);
-        const bool t51 = (t50 == __builtin_huge_val());
-        const double t52 = (t51 ? 0.0 : x_i49);
-        tmp47[i48] = t52;
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        const double x_i51 = tmp44[i50];
+        const double t52 = ks::abs(x_i51);
+        const bool t53 = (t52 == __builtin_huge_val());
+        const double t54 = (t53 ? 0.0 : x_i51);
+        tmp49[i50] = t54;
     }
-    double* const tmp53 = tmp30;  // reuses a dead buffer's space
-    double* const tmp54 = tmp42;  // reuses a dead buffer's space
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        double acc56 = 0;
-        KS_OMP_SIMD(reduction(+:acc56))
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            const double scores_i = scores[i55 * K + i57];
-            const double x_i58 = tmp47[i55];
-            const double t59 = (scores_i - x_i58);
-            const double t60 = ks::exp(t59);
-            tmp53[i55 * K + i57] = t60;
-            acc56 += t60;
+    double* const tmp55 = tmp32;  // reuses a dead buffer's space
+    double* const tmp56 = tmp44;  // reuses a dead buffer's space
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        double acc58 = 0;
+        KS_OMP_SIMD(reduction(+:acc58))
+        for (int64_t i59 = 0; i59 < K; ++i59) {
+            const double scores_i = scores[i57 * K + i59];
+            const double x_i60 = tmp49[i57];
+            const double t61 = (scores_i - x_i60);
+            const double t62 = ks::exp(t61);
+            tmp55[i57 * K + i59] = t62;
+            acc58 += t62;
         }
-        tmp54[i55] = acc56;
+        tmp56[i57] = acc58;
     }
-    double acc61 = ks::lowest<double>();
-    for (int64_t i62 = 0; i62 < K; ++i62) {
-        const double x_i63 = alphas[i62];
-        acc61 = ks::running_max(acc61, x_i63);
+    double acc63 = ks::lowest<double>();
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        const double x_i65 = alphas[i64];
+        acc63 = ks::running_max(acc63, x_i65);
     }
-    const double t64 = ks::abs(acc61);
-    const bool t65 = (t64 == __builtin_huge_val());
-    const double t66 = (t65 ? 0.0 : acc61);
-    double* const tmp67 = tmp;  // reuses a dead buffer's space
-    double acc68 = 0;
-    KS_OMP_SIMD(reduction(+:acc68))
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double alphas_i70 = alphas[i69];
-        const double x_i71 = t66;
-        const double t72 = (alphas_i70 - x_i71);
-        const double t73 = ks::exp(t72);
-        tmp67[i69] = t73;
-        acc68 += t73;
+    const double t66 = ks::abs(acc63);
+    const bool t67 = (t66 == __builtin_huge_val());
+    const double t68 = (t67 ? 0.0 : acc63);
+    double* const tmp69 = tmp;  // reuses a dead buffer's space
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t68;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        tmp69[i71] = t75;
+        acc70 += t75;
     }
-    const double t74 = static_cast<double>(n);
-    const double t75 = (1.0 / acc68);
-    const double t76 = ks::ipow<2>(wishart_gamma);
-    const double t77 = (0.5 * t76);
-    const double t78 = ((-1.0) * wishart_m);
-    const double t79 = ((-1.0) * t74);
-    const double t80 = ks::mulz(t79, t75);
-    double* const tmp81 = tmp47;  // reuses a dead buffer's space
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        const double x_i83 = tmp54[i82];
-        const double t84 = (1.0 / x_i83);
-        tmp81[i82] = t84;
+    const double t76 = static_cast<double>(n);
+    const double t77 = (1.0 / acc70);
+    const double t78 = ks::ipow<2>(wishart_gamma);
+    const double t79 = (0.5 * t78);
+    const double t80 = ((-1.0) * wishart_m);
+    const double t81 = ((-1.0) * t76);
+    const double t82 = ks::mulz(t81, t77);
+    double* const tmp83 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i84 = 0; i84 < n; ++i84) {
+        const double x_i85 = tmp56[i84];
+        const double t86 = (1.0 / x_i85);
+        tmp83[i84] = t86;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i85 = 0; i85 < n; ++i85) {
-        for (int64_t i86 = 0; i86 < K; ++i86) {
-            const double x_i87 = tmp81[i85];
-            const double x_i88 = tmp53[i85 * K + i86];
-            const double d_scores89 = ks::mulz(x_i87, x_i88);
-            d_scores[i85 * K + i86] = d_scores89;
+    for (int64_t i87 = 0; i87 < n; ++i87) {
+        for (int64_t i88 = 0; i88 < K; ++i88) {
+            const double x_i89 = tmp83[i87];
+            const double x_i90 = tmp55[i87 * K + i88];
+            const double d_scores91 = ks::mulz(x_i89, x_i90);
+            d_scores[i87 * K + i88] = d_scores91;
         }
     }
     double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < K; ++i90) {
-        sum[i90] = 0;
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        sum[i92] = 0;
     }
-    for (int64_t i91 = 0; i91 < n; ++i91) {
-        for (int64_t i92 = 0; i92 < K; ++i92) {
-            sum[i92] += d_scores[i91 * K + i92];
+    for (int64_t i93 = 0; i93 < n; ++i93) {
+        for (int64_t i94 = 0; i94 < K; ++i94) {
+            sum[i94] += d_scores[i93 * K + i94];
         }
     }
-    double* const tmp93 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i94 = 0; i94 < n; ++i94) {
-        for (int64_t i95 = 0; i95 < K; ++i95) {
-            const double d_scores_i = d_scores[i94 * K + i95];
-            const double t96 = (d_scores_i * (-1.0));
-            const double t97 = (t96 * 0.5);
-            tmp93[i94 * K + i95] = t97;
+    double* const tmp95 = tmp32;  // reuses a dead buffer's space
+    for (int64_t i96 = 0; i96 < n; ++i96) {
+        for (int64_t i97 = 0; i97 < K; ++i97) {
+            const double d_scores_i = d_scores[i96 * K + i97];
+            const double t98 = (d_scores_i * (-1.0));
+            const double t99 = (t98 * 0.5);
+            tmp95[i96 * K + i97] = t99;
         }
     }
-    for (int64_t i98 = 0; i98 < n; ++i98) {
-        for (int64_t i99 = 0; i99 < K; ++i99) {
-            for (int64_t i100 = 0; i100 < d; ++i100) {
-                const double mahalanobis_i101 = mahalanobis[i98 * (K * d) + i99 * d + i100];
-                const double t102 = (2.0 * mahalanobis_i101);
-                const double x_i103 = tmp93[i98 * K + i99];
-                const double d_mahalanobis104 = (x_i103 * t102);
-                d_mahalanobis[i98 * (K * d) + i99 * d + i100] = d_mahalanobis104;
+    for (int64_t i100 = 0; i100 < n; ++i100) {
+        for (int64_t i101 = 0; i101 < K; ++i101) {
+            for (int64_t i102 = 0; i102 < d; ++i102) {
+                const double mahalanobis_i103 = mahalanobis[i100 * (K * d) + i101 * d + i102];
+                const double t104 = (2.0 * mahalanobis_i103);
+                const double x_i105 = tmp95[i100 * K + i101];
+                const double d_mahalanobis106 = (x_i105 * t104);
+                d_mahalanobis[i100 * (K * d) + i101 * d + i102] = d_mahalanobis106;
             }
         }
     }
-    for (int64_t i105 = 0; i105 < K; ++i105) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i105 * d), 1, K * d}, {(centered + i105 * d), K * d, 1}, {(prod + i105 * (d * d)), d, 1}, false, scratch_double);
+    for (int64_t i107 = 0; i107 < K; ++i107) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i107 * d), 1, K * d}, {(centered + i107 * d), K * d, 1}, {(prod + i107 * (d * d)), d, 1}, false, scratch_double);
     }
-    for (int64_t i107 = 0; i107 < K * d; ++i107) {
-        sum106[i107] = 0;
+    for (int64_t i109 = 0; i109 < K * d; ++i109) {
+        sum108[i109] = 0;
     }
-    for (int64_t i108 = 0; i108 < n; ++i108) {
-        for (int64_t i109 = 0; i109 < K; ++i109) {
-            for (int64_t i110 = 0; i110 < d; ++i110) {
-                sum106[i109 * d + i110] += d_mahalanobis[i108 * (K * d) + i109 * d + i110];
+    for (int64_t i110 = 0; i110 < n; ++i110) {
+        for (int64_t i111 = 0; i111 < K; ++i111) {
+            for (int64_t i112 = 0; i112 < d; ++i112) {
+                sum108[i111 * d + i112] += d_mahalanobis[i110 * (K * d) + i111 * d + i112];
             }
         }
     }
-    for (int64_t i112 = 0; i112 < K * d; ++i112) {
-        prod111[i112] = 0;
+    for (int64_t i114 = 0; i114 < K * d; ++i114) {
+        prod113[i114] = 0;
     }
-    for (int64_t i113 = 0; i113 < K; ++i113) {
-        for (int64_t i114 = 0; i114 < d; ++i114) {
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                prod111[i113 * d + i115] += sum106[i113 * d + i114] * r[i113 * (d * d) + i114 * d + i115];
+    for (int64_t i115 = 0; i115 < K; ++i115) {
+        for (int64_t i116 = 0; i116 < d; ++i116) {
+            for (int64_t i117 = 0; i117 < d; ++i117) {
+                prod113[i115 * d + i117] += sum108[i115 * d + i116] * r[i115 * (d * d) + i116 * d + i117];
             }
         }
     }
-    double* const tmp116 = sum106;  // reuses a dead buffer's space
-    for (int64_t i117 = 0; i117 < K; ++i117) {
-        for (int64_t i118 = 0; i118 < d; ++i118) {
-            const double x_i119 = prod111[i117 * d + i118];
-            const double t120 = (x_i119 * (-1.0));
-            tmp116[i117 * d + i118] = t120;
+    double* const tmp118 = sum108;  // reuses a dead buffer's space
+    for (int64_t i119 = 0; i119 < K; ++i119) {
+        for (int64_t i120 = 0; i120 < d; ++i120) {
+            const double x_i121 = prod113[i119 * d + i120];
+            const double t122 = (x_i121 * (-1.0));
+            tmp118[i119 * d + i120] = t122;
         }
     }
-    double* const d_qs = prod111;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        for (int64_t i122 = 0; i122 < d; ++i122) {
-            const double qs_i123 = icf[i121 * T + i122];
-            const double t124 = ks::exp(qs_i123);
-            const double t125 = (2.0 * t124);
-            const double x_i126 = t77;
-            const double t127 = (x_i126 * t125);
-            const double t128 = ks::mulz(t127, t124);
-            const double d_qs_i = t78;
-            const double d_qs129 = (d_qs_i + t128);
-            const double x_i130 = sum[i121];
-            const double d_qs131 = (d_qs129 + x_i130);
-            d_qs[i121 * d + i122] = d_qs131;
+    double* const d_qs = prod113;  // reuses a dead buffer's space
+    for (int64_t i123 = 0; i123 < K; ++i123) {
+        for (int64_t i124 = 0; i124 < d; ++i124) {
+            const double qs_i125 = icf[i123 * T + i124];
+            const double t126 = ks::exp(qs_i125);
+            const double t127 = (2.0 * t126);
+            const double x_i128 = t79;
+            const double t129 = (x_i128 * t127);
+            const double t130 = ks::mulz(t129, t126);
+            const double d_qs_i = t80;
+            const double d_qs131 = (d_qs_i + t130);
+            const double x_i132 = sum[i123];
+            const double d_qs133 = (d_qs131 + x_i132);
+            d_qs[i123 * d + i124] = d_qs133;
         }
     }
-    for (int64_t i133 = 0; i133 < K * T; ++i133) {
-        r132[i133] = 0.0;
+    for (int64_t i135 = 0; i135 < K * T; ++i135) {
+        r134[i135] = 0.0;
     }
-    for (int64_t k134 = K - 1; k134 >= 0; --k134) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            r135[i137] = 0.0;
+    for (int64_t k136 = K - 1; k136 >= 0; --k136) {
+        for (int64_t i139 = 0; i139 < d; ++i139) {
+            r137[i139] = 0.0;
         }
-        for (int64_t i138 = 0; i138 < T; ++i138) {
-            r136[i138] = 0.0;
+        for (int64_t i140 = 0; i140 < T; ++i140) {
+            r138[i140] = 0.0;
         }
-        for (int64_t k139 = d - 1; k139 >= 0; --k139) {
-            for (int64_t k140 = d - 1; k140 >= 0; --k140) {
-                const int64_t t141 = ((2*d) - k140);
-                const int64_t t142 = (t141 - int64_t{1});
-                const int64_t t143 = (k140 * t142);
-                const int64_t t144 = ks::floordiv(t143, int64_t{2});
-                const int64_t t145 = (d + t144);
-                const int64_t t146 = (t145 + k139);
-                const int64_t t147 = (t146 - k140);
-                const int64_t t148 = (t147 - int64_t{1});
-                const double t149 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? (((prod + k134 * (d * d)) + k139 * d) + k140)[0] : 0.0);
-                const double t150 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : (((prod + k134 * (d * d)) + k139 * d) + k140)[0]);
-                const double t151 = ((((r3 + k134 * (d * d)) + k139 * d) + k140)[0] ? t150 : 0.0);
-                const double t152 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : t151);
-                (r136 + ks::clamp_index(t148, T))[0] += t152;
-                const double t153 = ks::mulz(t149, (((r2 + k134 * (d * d)) + k139 * d) + k140)[0]);
-                const double t154 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? t153 : 0.0);
-                (r135 + ks::clamp_index(k139, d))[0] += t154;
+        for (int64_t k141 = d - 1; k141 >= 0; --k141) {
+            for (int64_t k142 = d - 1; k142 >= 0; --k142) {
+                const double t143 = ks::mulz((((prod + k136 * (d * d)) + k141 * d) + k142)[0], (((r2 + k136 * (d * d)) + k141 * d) + k142)[0]);
+                const int64_t t144 = ((2*d) - k142);
+                const int64_t t145 = (t144 - int64_t{1});
+                const int64_t t146 = (k142 * t145);
+                const int64_t t147 = ks::floordiv(t146, int64_t{2});
+                const int64_t t148 = (d + t147);
+                const int64_t t149 = (t148 + k141);
+                const int64_t t150 = (t149 - k142);
+                const int64_t t151 = (t150 - int64_t{1});
+                const double t152 = ((((r3 + k136 * (d * d)) + k141 * d) + k142)[0] ? (((prod + k136 * (d * d)) + k141 * d) + k142)[0] : 0.0);
+                const double t153 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? t143 : 0.0);
+                const double t154 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? 0.0 : t152);
+                (r137 + ks::clamp_index(k141, d))[0] += t153;
+                (r138 + ks::clamp_index(t151, T))[0] += t154;
             }
         }
         for (int64_t i155 = 0; i155 < T; ++i155) {
-            (r132 + k134 * T)[i155] += r136[i155];
+            (r134 + k136 * T)[i155] += r138[i155];
         }
         for (int64_t i156 = 0; i156 < d; ++i156) {
-            (d_qs + k134 * d)[i156] += r135[i156];
+            (d_qs + k136 * d)[i156] += r137[i156];
         }
     }
     for (int64_t i157 = 0; i157 < K; ++i157) {
         for (int64_t i158 = 0; i158 < (T - d); ++i158) {
             const double ls_i = (icf + d)[i157 * T + i158];
             const double t159 = (2.0 * ls_i);
-            const double x_i160 = t77;
+            const double x_i160 = t79;
             const double d_ls161 = (x_i160 * t159);
             d_ls[i157 * ((T - d)) + i158] = d_ls161;
         }
@@ -601,8 +601,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     for (int64_t i171 = 0; i171 < K; ++i171) {
-        const double x_i172 = t80;
-        const double x_i173 = tmp67[i171];
+        const double x_i172 = t82;
+        const double x_i173 = tmp69[i171];
         const double d_alphas = ks::mulz(x_i172, x_i173);
         const double d_base_i = sum[i171];
         const double d_alphas174 = (d_alphas + d_base_i);
@@ -610,7 +610,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     for (int64_t i175 = 0; i175 < K; ++i175) {
         for (int64_t i176 = 0; i176 < T; ++i176) {
-            const double x_i177 = r132[i175 * T + i176];
+            const double x_i177 = r134[i175 * T + i176];
             const double x_i178 = padded[i175 * T + i176];
             const double d_icf = (x_i177 + x_i178);
             const double x_i179 = padded166[i175 * T + i176];
@@ -619,7 +619,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     for (int64_t i181 = 0; i181 < K * d; ++i181) {
-        out_d_means[i181] = tmp116[i181];
+        out_d_means[i181] = tmp118[i181];
     }
     return ks::status::ok;
 }
@@ -931,27 +931,27 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp30 = reinterpret_cast<float*>(next_slot);
+    float* const tmp32 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp44 = reinterpret_cast<float*>(next_slot);
+    float* const tmp46 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp49 = reinterpret_cast<float*>(next_slot);
+    float* const tmp51 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum112 = reinterpret_cast<float*>(next_slot);
+    float* const sum114 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod117 = reinterpret_cast<float*>(next_slot);
+    float* const prod119 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r138 = reinterpret_cast<float*>(next_slot);
+    float* const r140 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r141 = reinterpret_cast<float*>(next_slot);
+    float* const r143 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r142 = reinterpret_cast<float*>(next_slot);
+    float* const r144 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
@@ -976,10 +976,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const int64_t t17 = (t16 - int64_t{1});
                 const float t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0f);
                 const float t19 = (t7 ? t8 : t18);
+                const float t20 = (t7 ? t8 : 0.0f);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
@@ -989,258 +991,256 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const int64_t block_end = d - block < 512 ? d : block + 512;
             float acc_block = 0;
             KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i20 = block; i20 < block_end; ++i20) {
-                const float qs_i = icf[i * T + i20];
+            for (int64_t i22 = block; i22 < block_end; ++i22) {
+                const float qs_i = icf[i * T + i22];
                 acc_block += qs_i;
             }
             acc += acc_block;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const float x_i = x[i21 * d + i23];
-                const float x_i24 = means[i22 * d + i23];
-                const float centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const float x_i = x[i23 * d + i25];
+                const float x_i26 = means[i24 * d + i25];
+                const float centered27 = (x_i - x_i26);
+                centered[i23 * (K * d) + i24 * d + i25] = centered27;
             }
         }
     }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<float>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_float);
+    for (int64_t i28 = 0; i28 < K; ++i28) {
+        ks::tiled_gemm<float>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_float);
     }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const float alphas_i = alphas[i27];
-        const float x_i28 = tmp[i27];
-        const float base29 = (alphas_i + x_i28);
-        base[i27] = base29;
+    for (int64_t i29 = 0; i29 < K; ++i29) {
+        const float alphas_i = alphas[i29];
+        const float x_i30 = tmp[i29];
+        const float base31 = (alphas_i + x_i30);
+        base[i29] = base31;
     }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            float acc33 = 0;
-            for (int64_t block34 = 0; block34 < d; block34 += 512) {
-                const int64_t block_end35 = d - block34 < 512 ? d : block34 + 512;
-                float acc33_block = 0;
-                KS_OMP_SIMD(reduction(+:acc33_block))
-                for (int64_t i36 = block34; i36 < block_end35; ++i36) {
-                    const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i36];
-                    const float t37 = ks::ipow<2>(mahalanobis_i);
-                    acc33_block += t37;
+    for (int64_t i33 = 0; i33 < n; ++i33) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            float acc35 = 0;
+            for (int64_t block36 = 0; block36 < d; block36 += 512) {
+                const int64_t block_end37 = d - block36 < 512 ? d : block36 + 512;
+                float acc35_block = 0;
+                KS_OMP_SIMD(reduction(+:acc35_block))
+                for (int64_t i38 = block36; i38 < block_end37; ++i38) {
+                    const float mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i38];
+                    const float t39 = ks::ipow<2>(mahalanobis_i);
+                    acc35_block += t39;
                 }
-                acc33 += acc33_block;
+                acc35 += acc35_block;
             }
-            tmp30[i31 * K + i32] = acc33;
+            tmp32[i33 * K + i34] = acc35;
         }
     }
-    for (int64_t i38 = 0; i38 < n; ++i38) {
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const float x_i40 = tmp30[i38 * K + i39];
-            const float t41 = (0.5f * x_i40);
-            const float x_i42 = base[i39];
-            const float scores43 = (x_i42 - t41);
-            scores[i38 * K + i39] = scores43;
+    for (int64_t i40 = 0; i40 < n; ++i40) {
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const float x_i42 = tmp32[i40 * K + i41];
+            const float t43 = (0.5f * x_i42);
+            const float x_i44 = base[i41];
+            const float scores45 = (x_i44 - t43);
+            scores[i40 * K + i41] = scores45;
         }
     }
-    for (int64_t i45 = 0; i45 < n; ++i45) {
-        float acc46 = ks::lowest<float>();
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const float x_i48 = scores[i45 * K + i47];
-            acc46 = ks::running_max(acc46, x_i48);
+    for (int64_t i47 = 0; i47 < n; ++i47) {
+        float acc48 = ks::lowest<float>();
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            const float x_i50 = scores[i47 * K + i49];
+            acc48 = ks::running_max(acc48, x_i50);
         }
-        tmp44[i45] = acc46;
+        tmp46[i47] = acc48;
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        const float x_i51 = tmp44[i50];
-        const float t52 = ks::abs(x_i51);
-        const bool t53 = (t52 == __builtin_huge_valf());
-        const float t54 = (t53 ? 0.0f : x_i51);
-        tmp49[i50] = t54;
+    for (int64_t i52 = 0; i52 < n; ++i52) {
+        const float x_i53 = tmp46[i52];
+        const float t54 = ks::abs(x_i53);
+        const bool t55 = (t54 == __builtin_huge_valf());
+        const float t56 = (t55 ? 0.0f : x_i53);
+        tmp51[i52] = t56;
     }
-    float* const tmp55 = tmp30;  // reuses a dead buffer's space
-    float* const tmp56 = tmp44;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        float acc58 = 0;
-        for (int64_t block59 = 0; block59 < K; block59 += 512) {
-            const int64_t block_end60 = K - block59 < 512 ? K : block59 + 512;
-            float acc58_block = 0;
-            KS_OMP_SIMD(reduction(+:acc58_block))
-            for (int64_t i61 = block59; i61 < block_end60; ++i61) {
-                const float scores_i = scores[i57 * K + i61];
-                const float x_i62 = tmp49[i57];
-                const float t63 = (scores_i - x_i62);
-                const float t64 = ks::exp(t63);
-                tmp55[i57 * K + i61] = t64;
-                acc58_block += t64;
+    float* const tmp57 = tmp32;  // reuses a dead buffer's space
+    float* const tmp58 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        float acc60 = 0;
+        for (int64_t block61 = 0; block61 < K; block61 += 512) {
+            const int64_t block_end62 = K - block61 < 512 ? K : block61 + 512;
+            float acc60_block = 0;
+            KS_OMP_SIMD(reduction(+:acc60_block))
+            for (int64_t i63 = block61; i63 < block_end62; ++i63) {
+                const float scores_i = scores[i59 * K + i63];
+                const float x_i64 = tmp51[i59];
+                const float t65 = (scores_i - x_i64);
+                const float t66 = ks::exp(t65);
+                tmp57[i59 * K + i63] = t66;
+                acc60_block += t66;
             }
-            acc58 += acc58_block;
+            acc60 += acc60_block;
         }
-        tmp56[i57] = acc58;
+        tmp58[i59] = acc60;
     }
-    float acc65 = ks::lowest<float>();
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        const float x_i67 = alphas[i66];
-        acc65 = ks::running_max(acc65, x_i67);
+    float acc67 = ks::lowest<float>();
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        const float x_i69 = alphas[i68];
+        acc67 = ks::running_max(acc67, x_i69);
     }
-    const float t68 = ks::abs(acc65);
-    const bool t69 = (t68 == __builtin_huge_valf());
-    const float t70 = (t69 ? 0.0f : acc65);
-    float* const tmp71 = tmp;  // reuses a dead buffer's space
-    float acc72 = 0;
-    for (int64_t block73 = 0; block73 < K; block73 += 512) {
-        const int64_t block_end74 = K - block73 < 512 ? K : block73 + 512;
-        float acc72_block = 0;
-        KS_OMP_SIMD(reduction(+:acc72_block))
-        for (int64_t i75 = block73; i75 < block_end74; ++i75) {
-            const float alphas_i76 = alphas[i75];
-            const float x_i77 = t70;
-            const float t78 = (alphas_i76 - x_i77);
-            const float t79 = ks::exp(t78);
-            tmp71[i75] = t79;
-            acc72_block += t79;
+    const float t70 = ks::abs(acc67);
+    const bool t71 = (t70 == __builtin_huge_valf());
+    const float t72 = (t71 ? 0.0f : acc67);
+    float* const tmp73 = tmp;  // reuses a dead buffer's space
+    float acc74 = 0;
+    for (int64_t block75 = 0; block75 < K; block75 += 512) {
+        const int64_t block_end76 = K - block75 < 512 ? K : block75 + 512;
+        float acc74_block = 0;
+        KS_OMP_SIMD(reduction(+:acc74_block))
+        for (int64_t i77 = block75; i77 < block_end76; ++i77) {
+            const float alphas_i78 = alphas[i77];
+            const float x_i79 = t72;
+            const float t80 = (alphas_i78 - x_i79);
+            const float t81 = ks::exp(t80);
+            tmp73[i77] = t81;
+            acc74_block += t81;
         }
-        acc72 += acc72_block;
+        acc74 += acc74_block;
     }
-    const float t80 = static_cast<float>(n);
-    const float t81 = (1.0f / acc72);
-    const float t82 = ks::ipow<2>(wishart_gamma);
-    const float t83 = (0.5f * t82);
-    const float t84 = ((-1.0f) * wishart_m);
-    const float t85 = ((-1.0f) * t80);
-    const float t86 = ks::mulz(t85, t81);
-    float* const tmp87 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        const float x_i89 = tmp56[i88];
-        const float t90 = (1.0f / x_i89);
-        tmp87[i88] = t90;
+    const float t82 = static_cast<float>(n);
+    const float t83 = (1.0f / acc74);
+    const float t84 = ks::ipow<2>(wishart_gamma);
+    const float t85 = (0.5f * t84);
+    const float t86 = ((-1.0f) * wishart_m);
+    const float t87 = ((-1.0f) * t82);
+    const float t88 = ks::mulz(t87, t83);
+    float* const tmp89 = tmp51;  // reuses a dead buffer's space
+    for (int64_t i90 = 0; i90 < n; ++i90) {
+        const float x_i91 = tmp58[i90];
+        const float t92 = (1.0f / x_i91);
+        tmp89[i90] = t92;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i91 = 0; i91 < n; ++i91) {
-        for (int64_t i92 = 0; i92 < K; ++i92) {
-            const float x_i93 = tmp87[i91];
-            const float x_i94 = tmp55[i91 * K + i92];
-            const float d_scores95 = ks::mulz(x_i93, x_i94);
-            d_scores[i91 * K + i92] = d_scores95;
+    for (int64_t i93 = 0; i93 < n; ++i93) {
+        for (int64_t i94 = 0; i94 < K; ++i94) {
+            const float x_i95 = tmp89[i93];
+            const float x_i96 = tmp57[i93 * K + i94];
+            const float d_scores97 = ks::mulz(x_i95, x_i96);
+            d_scores[i93 * K + i94] = d_scores97;
         }
     }
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i96 = 0; i96 < K; ++i96) {
-        sum[i96] = 0;
+    for (int64_t i98 = 0; i98 < K; ++i98) {
+        sum[i98] = 0;
     }
-    for (int64_t i97 = 0; i97 < n; ++i97) {
-        for (int64_t i98 = 0; i98 < K; ++i98) {
-            sum[i98] += d_scores[i97 * K + i98];
+    for (int64_t i99 = 0; i99 < n; ++i99) {
+        for (int64_t i100 = 0; i100 < K; ++i100) {
+            sum[i100] += d_scores[i99 * K + i100];
         }
     }
-    float* const tmp99 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i100 = 0; i100 < n; ++i100) {
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            const float d_scores_i = d_scores[i100 * K + i101];
-            const float t102 = (d_scores_i * (-1.0f));
-            const float t103 = (t102 * 0.5f);
-            tmp99[i100 * K + i101] = t103;
+    float* const tmp101 = tmp32;  // reuses a dead buffer's space
+    for (int64_t i102 = 0; i102 < n; ++i102) {
+        for (int64_t i103 = 0; i103 < K; ++i103) {
+            const float d_scores_i = d_scores[i102 * K + i103];
+            const float t104 = (d_scores_i * (-1.0f));
+            const float t105 = (t104 * 0.5f);
+            tmp101[i102 * K + i103] = t105;
         }
     }
-    for (int64_t i104 = 0; i104 < n; ++i104) {
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            for (int64_t i106 = 0; i106 < d; ++i106) {
-                const float mahalanobis_i107 = mahalanobis[i104 * (K * d) + i105 * d + i106];
-                const float t108 = (2.0f * mahalanobis_i107);
-                const float x_i109 = tmp99[i104 * K + i105];
-                const float d_mahalanobis110 = (x_i109 * t108);
-                d_mahalanobis[i104 * (K * d) + i105 * d + i106] = d_mahalanobis110;
+    for (int64_t i106 = 0; i106 < n; ++i106) {
+        for (int64_t i107 = 0; i107 < K; ++i107) {
+            for (int64_t i108 = 0; i108 < d; ++i108) {
+                const float mahalanobis_i109 = mahalanobis[i106 * (K * d) + i107 * d + i108];
+                const float t110 = (2.0f * mahalanobis_i109);
+                const float x_i111 = tmp101[i106 * K + i107];
+                const float d_mahalanobis112 = (x_i111 * t110);
+                d_mahalanobis[i106 * (K * d) + i107 * d + i108] = d_mahalanobis112;
             }
         }
     }
-    for (int64_t i111 = 0; i111 < K; ++i111) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i111 * d), 1, K * d}, {(centered + i111 * d), K * d, 1}, {(prod + i111 * (d * d)), d, 1}, false, scratch_float);
+    for (int64_t i113 = 0; i113 < K; ++i113) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i113 * d), 1, K * d}, {(centered + i113 * d), K * d, 1}, {(prod + i113 * (d * d)), d, 1}, false, scratch_float);
     }
-    for (int64_t i113 = 0; i113 < K * d; ++i113) {
-        sum112[i113] = 0;
+    for (int64_t i115 = 0; i115 < K * d; ++i115) {
+        sum114[i115] = 0;
     }
-    for (int64_t i114 = 0; i114 < n; ++i114) {
-        for (int64_t i115 = 0; i115 < K; ++i115) {
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                sum112[i115 * d + i116] += d_mahalanobis[i114 * (K * d) + i115 * d + i116];
+    for (int64_t i116 = 0; i116 < n; ++i116) {
+        for (int64_t i117 = 0; i117 < K; ++i117) {
+            for (int64_t i118 = 0; i118 < d; ++i118) {
+                sum114[i117 * d + i118] += d_mahalanobis[i116 * (K * d) + i117 * d + i118];
             }
         }
     }
-    for (int64_t i118 = 0; i118 < K * d; ++i118) {
-        prod117[i118] = 0;
+    for (int64_t i120 = 0; i120 < K * d; ++i120) {
+        prod119[i120] = 0;
     }
-    for (int64_t i119 = 0; i119 < K; ++i119) {
-        for (int64_t i120 = 0; i120 < d; ++i120) {
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                prod117[i119 * d + i121] += sum112[i119 * d + i120] * r[i119 * (d * d) + i120 * d + i121];
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        for (int64_t i122 = 0; i122 < d; ++i122) {
+            for (int64_t i123 = 0; i123 < d; ++i123) {
+                prod119[i121 * d + i123] += sum114[i121 * d + i122] * r[i121 * (d * d) + i122 * d + i123];
             }
         }
     }
-    float* const tmp122 = sum112;  // reuses a dead buffer's space
-    for (int64_t i123 = 0; i123 < K; ++i123) {
-        for (int64_t i124 = 0; i124 < d; ++i124) {
-            const float x_i125 = prod117[i123 * d + i124];
-            const float t126 = (x_i125 * (-1.0f));
-            tmp122[i123 * d + i124] = t126;
+    float* const tmp124 = sum114;  // reuses a dead buffer's space
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        for (int64_t i126 = 0; i126 < d; ++i126) {
+            const float x_i127 = prod119[i125 * d + i126];
+            const float t128 = (x_i127 * (-1.0f));
+            tmp124[i125 * d + i126] = t128;
         }
     }
-    float* const d_qs = prod117;  // reuses a dead buffer's space
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        for (int64_t i128 = 0; i128 < d; ++i128) {
-            const float qs_i129 = icf[i127 * T + i128];
-            const float t130 = ks::exp(qs_i129);
-            const float t131 = (2.0f * t130);
-            const float x_i132 = t83;
-            const float t133 = (x_i132 * t131);
-            const float t134 = ks::mulz(t133, t130);
-            const float d_qs_i = t84;
-            const float d_qs135 = (d_qs_i + t134);
-            const float x_i136 = sum[i127];
-            const float d_qs137 = (d_qs135 + x_i136);
-            d_qs[i127 * d + i128] = d_qs137;
+    float* const d_qs = prod119;  // reuses a dead buffer's space
+    for (int64_t i129 = 0; i129 < K; ++i129) {
+        for (int64_t i130 = 0; i130 < d; ++i130) {
+            const float qs_i131 = icf[i129 * T + i130];
+            const float t132 = ks::exp(qs_i131);
+            const float t133 = (2.0f * t132);
+            const float x_i134 = t85;
+            const float t135 = (x_i134 * t133);
+            const float t136 = ks::mulz(t135, t132);
+            const float d_qs_i = t86;
+            const float d_qs137 = (d_qs_i + t136);
+            const float x_i138 = sum[i129];
+            const float d_qs139 = (d_qs137 + x_i138);
+            d_qs[i129 * d + i130] = d_qs139;
         }
     }
-    for (int64_t i139 = 0; i139 < K * T; ++i139) {
-        r138[i139] = 0.0f;
+    for (int64_t i141 = 0; i141 < K * T; ++i141) {
+        r140[i141] = 0.0f;
     }
-    for (int64_t k140 = K - 1; k140 >= 0; --k140) {
-        for (int64_t i143 = 0; i143 < d; ++i143) {
-            r141[i143] = 0.0f;
+    for (int64_t k142 = K - 1; k142 >= 0; --k142) {
+        for (int64_t i145 = 0; i145 < d; ++i145) {
+            r143[i145] = 0.0f;
         }
-        for (int64_t i144 = 0; i144 < T; ++i144) {
-            r142[i144] = 0.0f;
+        for (int64_t i146 = 0; i146 < T; ++i146) {
+            r144[i146] = 0.0f;
         }
-        for (int64_t k145 = d - 1; k145 >= 0; --k145) {
-            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
-                const int64_t t147 = ((2*d) - k146);
-                const int64_t t148 = (t147 - int64_t{1});
-                const int64_t t149 = (k146 * t148);
-                const int64_t t150 = ks::floordiv(t149, int64_t{2});
-                const int64_t t151 = (d + t150);
-                const int64_t t152 = (t151 + k145);
-                const int64_t t153 = (t152 - k146);
-                const int64_t t154 = (t153 - int64_t{1});
-                const float t155 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? (((prod + k140 * (d * d)) + k145 * d) + k146)[0] : 0.0f);
-                const float t156 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : (((prod + k140 * (d * d)) + k145 * d) + k146)[0]);
-                const float t157 = ((((r3 + k140 * (d * d)) + k145 * d) + k146)[0] ? t156 : 0.0f);
-                const float t158 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : t157);
-                (r142 + ks::clamp_index(t154, T))[0] += t158;
-                const float t159 = ks::mulz(t155, (((r2 + k140 * (d * d)) + k145 * d) + k146)[0]);
-                const float t160 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? t159 : 0.0f);
-                (r141 + ks::clamp_index(k145, d))[0] += t160;
+        for (int64_t k147 = d - 1; k147 >= 0; --k147) {
+            for (int64_t k148 = d - 1; k148 >= 0; --k148) {
+                const float t149 = ks::mulz((((prod + k142 * (d * d)) + k147 * d) + k148)[0], (((r2 + k142 * (d * d)) + k147 * d) + k148)[0]);
+                const int64_t t150 = ((2*d) - k148);
+                const int64_t t151 = (t150 - int64_t{1});
+                const int64_t t152 = (k148 * t151);
+                const int64_t t153 = ks::floordiv(t152, int64_t{2});
+                const int64_t t154 = (d + t153);
+                const int64_t t155 = (t154 + k147);
+                const int64_t t156 = (t155 - k148);
+                const int64_t t157 = (t156 - int64_t{1});
+                const float t158 = ((((r3 + k142 * (d * d)) + k147 * d) + k148)[0] ? (((prod + k142 * (d * d)) + k147 * d) + k148)[0] : 0.0f);
+                const float t159 = ((((r1 + k142 * (d * d)) + k147 * d) + k148)[0] ? t149 : 0.0f);
+                const float t160 = ((((r1 + k142 * (d * d)) + k147 * d) + k148)[0] ? 0.0f : t158);
+                (r143 + ks::clamp_index(k147, d))[0] += t159;
+                (r144 + ks::clamp_index(t157, T))[0] += t160;
             }
         }
         for (int64_t i161 = 0; i161 < T; ++i161) {
-            (r138 + k140 * T)[i161] += r142[i161];
+            (r140 + k142 * T)[i161] += r144[i161];
         }
         for (int64_t i162 = 0; i162 < d; ++i162) {
-            (d_qs + k140 * d)[i162] += r141[i162];
+            (d_qs + k142 * d)[i162] += r143[i162];
         }
     }
     for (int64_t i163 = 0; i163 < K; ++i163) {
         for (int64_t i164 = 0; i164 < (T - d); ++i164) {
             const float ls_i = (icf + d)[i163 * T + i164];
             const float t165 = (2.0f * ls_i);
-            const float x_i166 = t83;
+            const float x_i166 = t85;
             const float d_ls167 = (x_i166 * t165);
             d_ls[i163 * ((T - d)) + i164] = d_ls167;
         }
@@ -1266,8 +1266,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     for (int64_t i177 = 0; i177 < K; ++i177) {
-        const float x_i178 = t86;
-        const float x_i179 = tmp71[i177];
+        const float x_i178 = t88;
+        const float x_i179 = tmp73[i177];
         const float d_alphas = ks::mulz(x_i178, x_i179);
         const float d_base_i = sum[i177];
         const float d_alphas180 = (d_alphas + d_base_i);
@@ -1275,7 +1275,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     for (int64_t i181 = 0; i181 < K; ++i181) {
         for (int64_t i182 = 0; i182 < T; ++i182) {
-            const float x_i183 = r138[i181 * T + i182];
+            const float x_i183 = r140[i181 * T + i182];
             const float x_i184 = padded[i181 * T + i182];
             const float d_icf = (x_i183 + x_i184);
             const float x_i185 = padded172[i181 * T + i182];
@@ -1284,7 +1284,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     for (int64_t i187 = 0; i187 < K * d; ++i187) {
-        out_d_means[i187] = tmp122[i187];
+        out_d_means[i187] = tmp124[i187];
     }
     return ks::status::ok;
 }
@@ -1557,29 +1557,29 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r23 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r24 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r25 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r26 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r27 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r28 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp45 = reinterpret_cast<double*>(next_slot);
+    double* const tmp47 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r84 = reinterpret_cast<double*>(next_slot);
+    double* const r86 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp93 = reinterpret_cast<double*>(next_slot);
+    double* const tmp95 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp100 = reinterpret_cast<double*>(next_slot);
+    double* const tmp102 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r135 = reinterpret_cast<double*>(next_slot);
+    double* const r137 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r138 = reinterpret_cast<double*>(next_slot);
+    double* const r140 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r139 = reinterpret_cast<double*>(next_slot);
+    double* const r141 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -1604,251 +1604,251 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const int64_t t17 = (t16 - int64_t{1});
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
+                const double t20 = (t7 ? t8 : 0.0);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i * T + i20];
+        for (int64_t i22 = 0; i22 < d; ++i22) {
+            const double qs_i = icf[i * T + i22];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
-        const double alphas_i = alphas[i21];
-        const double x_i = tmp[i21];
-        const double base22 = (alphas_i + x_i);
-        base[i21] = base22;
+    for (int64_t i23 = 0; i23 < K; ++i23) {
+        const double alphas_i = alphas[i23];
+        const double x_i = tmp[i23];
+        const double base24 = (alphas_i + x_i);
+        base[i23] = base24;
     }
-    for (int64_t k27 = 0; k27 < n; ++k27) {
-        for (int64_t i28 = 0; i28 < K; ++i28) {
-            for (int64_t i29 = 0; i29 < d; ++i29) {
-                const double x_i30 = (x + k27 * d)[i29];
-                const double means_i = means[i28 * d + i29];
-                const double t31 = (x_i30 - means_i);
-                (r23 + k27 * (K * d))[i28 * d + i29] = t31;
+    for (int64_t k29 = 0; k29 < n; ++k29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
+                const double x_i32 = (x + k29 * d)[i31];
+                const double means_i = means[i30 * d + i31];
+                const double t33 = (x_i32 - means_i);
+                (r25 + k29 * (K * d))[i30 * d + i31] = t33;
             }
         }
-        for (int64_t i32 = 0; i32 < K; ++i32) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
             int64_t j = 0;
             for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot33 = 0; double dot34 = 0; double dot35 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot33, dot34, dot35))
-                for (int64_t i36 = 0; i36 < d; ++i36) {
-                    dot += r[i32 * (d * d) + j * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot33 += r[i32 * (d * d) + (j + 1) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot34 += r[i32 * (d * d) + (j + 2) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot35 += r[i32 * (d * d) + (j + 3) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
+                double dot = 0; double dot35 = 0; double dot36 = 0; double dot37 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot35, dot36, dot37))
+                for (int64_t i38 = 0; i38 < d; ++i38) {
+                    dot += r[i34 * (d * d) + j * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot35 += r[i34 * (d * d) + (j + 1) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot36 += r[i34 * (d * d) + (j + 2) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot37 += r[i34 * (d * d) + (j + 3) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
                 }
-                (r24 + k27 * (K * d))[i32 * d + j] = dot;
-                (r24 + k27 * (K * d))[i32 * d + (j + 1)] = dot33;
-                (r24 + k27 * (K * d))[i32 * d + (j + 2)] = dot34;
-                (r24 + k27 * (K * d))[i32 * d + (j + 3)] = dot35;
+                (r26 + k29 * (K * d))[i34 * d + j] = dot;
+                (r26 + k29 * (K * d))[i34 * d + (j + 1)] = dot35;
+                (r26 + k29 * (K * d))[i34 * d + (j + 2)] = dot36;
+                (r26 + k29 * (K * d))[i34 * d + (j + 3)] = dot37;
             }
             for (; j < d; ++j) {
-                double dot37 = 0;
-                KS_OMP_SIMD(reduction(+:dot37))
-                for (int64_t i38 = 0; i38 < d; ++i38) {
-                    dot37 += r[i32 * (d * d) + j * d + i38] * (r23 + k27 * (K * d))[i32 * d + i38];
+                double dot39 = 0;
+                KS_OMP_SIMD(reduction(+:dot39))
+                for (int64_t i40 = 0; i40 < d; ++i40) {
+                    dot39 += r[i34 * (d * d) + j * d + i40] * (r25 + k29 * (K * d))[i34 * d + i40];
                 }
-                (r24 + k27 * (K * d))[i32 * d + j] = dot37;
+                (r26 + k29 * (K * d))[i34 * d + j] = dot39;
             }
         }
-        double* const tmp39 = tmp;  // reuses a dead buffer's space
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            double acc41 = 0;
-            KS_OMP_SIMD(reduction(+:acc41))
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                const double x_i43 = (r24 + k27 * (K * d))[i40 * d + i42];
-                const double t44 = ks::ipow<2>(x_i43);
-                acc41 += t44;
+        double* const tmp41 = tmp;  // reuses a dead buffer's space
+        for (int64_t i42 = 0; i42 < K; ++i42) {
+            double acc43 = 0;
+            KS_OMP_SIMD(reduction(+:acc43))
+            for (int64_t i44 = 0; i44 < d; ++i44) {
+                const double x_i45 = (r26 + k29 * (K * d))[i42 * d + i44];
+                const double t46 = ks::ipow<2>(x_i45);
+                acc43 += t46;
             }
-            tmp39[i40] = acc41;
+            tmp41[i42] = acc43;
         }
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = tmp39[i46];
-            const double t48 = (0.5 * x_i47);
-            const double x_i49 = base[i46];
-            const double t50 = (x_i49 - t48);
-            tmp45[i46] = t50;
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp41[i48];
+            const double t50 = (0.5 * x_i49);
+            const double x_i51 = base[i48];
+            const double t52 = (x_i51 - t50);
+            tmp47[i48] = t52;
         }
-        double acc51 = ks::lowest<double>();
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = tmp45[i52];
-            acc51 = ks::running_max(acc51, x_i53);
+        double acc53 = ks::lowest<double>();
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            const double x_i55 = tmp47[i54];
+            acc53 = ks::running_max(acc53, x_i55);
         }
-        const double t54 = ks::abs(acc51);
-        const bool t55 = (t54 == __builtin_huge_val());
-        const double t56 = (t55 ? 0.0 : acc51);
-        double acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const double x_i59 = tmp45[i58];
-            const double x_i60 = t56;
-            const double t61 = (x_i59 - x_i60);
-            const double t62 = ks::exp(t61);
-            (r25 + k27 * K)[i58] = t62;
-            acc57 += t62;
+        const double t56 = ks::abs(acc53);
+        const bool t57 = (t56 == __builtin_huge_val());
+        const double t58 = (t57 ? 0.0 : acc53);
+        double acc59 = 0;
+        KS_OMP_SIMD(reduction(+:acc59))
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const double x_i61 = tmp47[i60];
+            const double x_i62 = t58;
+            const double t63 = (x_i61 - x_i62);
+            const double t64 = ks::exp(t63);
+            (r27 + k29 * K)[i60] = t64;
+            acc59 += t64;
         }
-        (r26 + k27)[0] = acc57;
+        (r28 + k29)[0] = acc59;
     }
-    double acc63 = ks::lowest<double>();
-    for (int64_t i64 = 0; i64 < K; ++i64) {
-        const double x_i65 = alphas[i64];
-        acc63 = ks::running_max(acc63, x_i65);
+    double acc65 = ks::lowest<double>();
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        const double x_i67 = alphas[i66];
+        acc65 = ks::running_max(acc65, x_i67);
     }
-    const double t66 = ks::abs(acc63);
-    const bool t67 = (t66 == __builtin_huge_val());
-    const double t68 = (t67 ? 0.0 : acc63);
-    double* const tmp69 = tmp;  // reuses a dead buffer's space
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = t68;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        tmp69[i71] = t75;
-        acc70 += t75;
+    const double t68 = ks::abs(acc65);
+    const bool t69 = (t68 == __builtin_huge_val());
+    const double t70 = (t69 ? 0.0 : acc65);
+    double* const tmp71 = tmp;  // reuses a dead buffer's space
+    double acc72 = 0;
+    KS_OMP_SIMD(reduction(+:acc72))
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double alphas_i74 = alphas[i73];
+        const double x_i75 = t70;
+        const double t76 = (alphas_i74 - x_i75);
+        const double t77 = ks::exp(t76);
+        tmp71[i73] = t77;
+        acc72 += t77;
     }
-    const double t76 = static_cast<double>(n);
-    const double t77 = (1.0 / acc70);
-    const double t78 = ks::ipow<2>(wishart_gamma);
-    const double t79 = (0.5 * t78);
-    const double t80 = ((-1.0) * wishart_m);
-    const double t81 = ((-1.0) * t76);
-    const double t82 = ks::mulz(t81, t77);
-    double* const r83 = base;  // reuses a dead buffer's space
-    double r85;
-    for (int64_t i86 = 0; i86 < K; ++i86) {
-        r83[i86] = 0.0;
+    const double t78 = static_cast<double>(n);
+    const double t79 = (1.0 / acc72);
+    const double t80 = ks::ipow<2>(wishart_gamma);
+    const double t81 = (0.5 * t80);
+    const double t82 = ((-1.0) * wishart_m);
+    const double t83 = ((-1.0) * t78);
+    const double t84 = ks::mulz(t83, t79);
+    double* const r85 = base;  // reuses a dead buffer's space
+    double r87;
+    for (int64_t i88 = 0; i88 < K; ++i88) {
+        r85[i88] = 0.0;
     }
-    for (int64_t i87 = 0; i87 < K * d * d; ++i87) {
-        r84[i87] = 0.0;
+    for (int64_t i89 = 0; i89 < K * d * d; ++i89) {
+        r86[i89] = 0.0;
     }
-    for (int64_t i88 = 0; i88 < K * d; ++i88) {
-        out_d_means[i88] = 0.0;
+    for (int64_t i90 = 0; i90 < K * d; ++i90) {
+        out_d_means[i90] = 0.0;
     }
-    r85 = 1.0;
-    for (int64_t k89 = n - 1; k89 >= 0; --k89) {
-        const double t90 = (1.0 / (r26 + k89)[0]);
-        const double t91 = ks::mulz(r85, t90);
-        double* const tmp92 = tmp45;  // reuses a dead buffer's space
-        for (int64_t i94 = 0; i94 < K; ++i94) {
-            const double x_i95 = t91;
-            const double x_i96 = (r25 + k89 * K)[i94];
-            const double t97 = ks::mulz(x_i95, x_i96);
-            tmp92[i94] = t97;
-            const double t98 = (t97 * (-1.0));
-            const double t99 = (t98 * 0.5);
-            tmp93[i94] = t99;
+    r87 = 1.0;
+    for (int64_t k91 = n - 1; k91 >= 0; --k91) {
+        const double t92 = (1.0 / (r28 + k91)[0]);
+        const double t93 = ks::mulz(r87, t92);
+        double* const tmp94 = tmp47;  // reuses a dead buffer's space
+        for (int64_t i96 = 0; i96 < K; ++i96) {
+            const double x_i97 = t93;
+            const double x_i98 = (r27 + k91 * K)[i96];
+            const double t99 = ks::mulz(x_i97, x_i98);
+            tmp94[i96] = t99;
+            const double t100 = (t99 * (-1.0));
+            const double t101 = (t100 * 0.5);
+            tmp95[i96] = t101;
         }
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            for (int64_t i102 = 0; i102 < d; ++i102) {
-                const double x_i103 = (r24 + k89 * (K * d))[i101 * d + i102];
-                const double t104 = (2.0 * x_i103);
-                const double x_i105 = tmp93[i101];
-                const double t106 = (x_i105 * t104);
-                tmp100[i101 * d + i102] = t106;
-            }
-        }
-        for (int64_t i107 = 0; i107 < K * d; ++i107) {
-            prod[i107] = 0;
-        }
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            for (int64_t i109 = 0; i109 < d; ++i109) {
-                for (int64_t i110 = 0; i110 < d; ++i110) {
-                    prod[i108 * d + i110] += tmp100[i108 * d + i109] * r[i108 * (d * d) + i109 * d + i110];
-                }
+        for (int64_t i103 = 0; i103 < K; ++i103) {
+            for (int64_t i104 = 0; i104 < d; ++i104) {
+                const double x_i105 = (r26 + k91 * (K * d))[i103 * d + i104];
+                const double t106 = (2.0 * x_i105);
+                const double x_i107 = tmp95[i103];
+                const double t108 = (x_i107 * t106);
+                tmp102[i103 * d + i104] = t108;
             }
         }
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                for (int64_t i113 = 0; i113 < d; ++i113) {
-                    r84[i111 * (d * d) + i112 * d + i113] += tmp100[i111 * d + i112] * (r23 + k89 * (K * d))[i111 * d + i113];
+        for (int64_t i109 = 0; i109 < K * d; ++i109) {
+            prod[i109] = 0;
+        }
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                for (int64_t i112 = 0; i112 < d; ++i112) {
+                    prod[i110 * d + i112] += tmp102[i110 * d + i111] * r[i110 * (d * d) + i111 * d + i112];
                 }
             }
         }
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            const double x_i115 = r83[i114];
-            const double x_i116 = tmp92[i114];
-            const double t117 = (x_i115 + x_i116);
-            r83[i114] = t117;
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            for (int64_t i114 = 0; i114 < d; ++i114) {
+                for (int64_t i115 = 0; i115 < d; ++i115) {
+                    r86[i113 * (d * d) + i114 * d + i115] += tmp102[i113 * d + i114] * (r25 + k91 * (K * d))[i113 * d + i115];
+                }
+            }
         }
-        for (int64_t i118 = 0; i118 < K; ++i118) {
-            for (int64_t i119 = 0; i119 < d; ++i119) {
-                const double x_i120 = prod[i118 * d + i119];
-                const double t121 = (x_i120 * (-1.0));
-                const double x_i122 = out_d_means[i118 * d + i119];
-                const double t123 = (x_i122 + t121);
-                out_d_means[i118 * d + i119] = t123;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            const double x_i117 = r85[i116];
+            const double x_i118 = tmp94[i116];
+            const double t119 = (x_i117 + x_i118);
+            r85[i116] = t119;
+        }
+        for (int64_t i120 = 0; i120 < K; ++i120) {
+            for (int64_t i121 = 0; i121 < d; ++i121) {
+                const double x_i122 = prod[i120 * d + i121];
+                const double t123 = (x_i122 * (-1.0));
+                const double x_i124 = out_d_means[i120 * d + i121];
+                const double t125 = (x_i124 + t123);
+                out_d_means[i120 * d + i121] = t125;
             }
         }
     }
-    double* const d_qs = tmp100;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < K; ++i124) {
-        for (int64_t i125 = 0; i125 < d; ++i125) {
-            const double qs_i126 = icf[i124 * T + i125];
-            const double t127 = ks::exp(qs_i126);
-            const double t128 = (2.0 * t127);
-            const double x_i129 = t79;
-            const double t130 = (x_i129 * t128);
-            const double t131 = ks::mulz(t130, t127);
-            const double d_qs_i = t80;
-            const double d_qs132 = (d_qs_i + t131);
-            const double x_i133 = r83[i124];
-            const double d_qs134 = (d_qs132 + x_i133);
-            d_qs[i124 * d + i125] = d_qs134;
+    double* const d_qs = tmp102;  // reuses a dead buffer's space
+    for (int64_t i126 = 0; i126 < K; ++i126) {
+        for (int64_t i127 = 0; i127 < d; ++i127) {
+            const double qs_i128 = icf[i126 * T + i127];
+            const double t129 = ks::exp(qs_i128);
+            const double t130 = (2.0 * t129);
+            const double x_i131 = t81;
+            const double t132 = (x_i131 * t130);
+            const double t133 = ks::mulz(t132, t129);
+            const double d_qs_i = t82;
+            const double d_qs134 = (d_qs_i + t133);
+            const double x_i135 = r85[i126];
+            const double d_qs136 = (d_qs134 + x_i135);
+            d_qs[i126 * d + i127] = d_qs136;
         }
     }
-    for (int64_t i136 = 0; i136 < K * T; ++i136) {
-        r135[i136] = 0.0;
+    for (int64_t i138 = 0; i138 < K * T; ++i138) {
+        r137[i138] = 0.0;
     }
-    for (int64_t k137 = K - 1; k137 >= 0; --k137) {
-        for (int64_t i140 = 0; i140 < d; ++i140) {
-            r138[i140] = 0.0;
+    for (int64_t k139 = K - 1; k139 >= 0; --k139) {
+        for (int64_t i142 = 0; i142 < d; ++i142) {
+            r140[i142] = 0.0;
         }
-        for (int64_t i141 = 0; i141 < T; ++i141) {
-            r139[i141] = 0.0;
+        for (int64_t i143 = 0; i143 < T; ++i143) {
+            r141[i143] = 0.0;
         }
-        for (int64_t k142 = d - 1; k142 >= 0; --k142) {
-            for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-                const int64_t t144 = ((2*d) - k143);
-                const int64_t t145 = (t144 - int64_t{1});
-                const int64_t t146 = (k143 * t145);
-                const int64_t t147 = ks::floordiv(t146, int64_t{2});
-                const int64_t t148 = (d + t147);
-                const int64_t t149 = (t148 + k142);
-                const int64_t t150 = (t149 - k143);
-                const int64_t t151 = (t150 - int64_t{1});
-                const double t152 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? (((r84 + k137 * (d * d)) + k142 * d) + k143)[0] : 0.0);
-                const double t153 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : (((r84 + k137 * (d * d)) + k142 * d) + k143)[0]);
-                const double t154 = ((((r3 + k137 * (d * d)) + k142 * d) + k143)[0] ? t153 : 0.0);
-                const double t155 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? 0.0 : t154);
-                (r139 + ks::clamp_index(t151, T))[0] += t155;
-                const double t156 = ks::mulz(t152, (((r2 + k137 * (d * d)) + k142 * d) + k143)[0]);
-                const double t157 = ((((r1 + k137 * (d * d)) + k142 * d) + k143)[0] ? t156 : 0.0);
-                (r138 + ks::clamp_index(k142, d))[0] += t157;
+        for (int64_t k144 = d - 1; k144 >= 0; --k144) {
+            for (int64_t k145 = d - 1; k145 >= 0; --k145) {
+                const double t146 = ks::mulz((((r86 + k139 * (d * d)) + k144 * d) + k145)[0], (((r2 + k139 * (d * d)) + k144 * d) + k145)[0]);
+                const int64_t t147 = ((2*d) - k145);
+                const int64_t t148 = (t147 - int64_t{1});
+                const int64_t t149 = (k145 * t148);
+                const int64_t t150 = ks::floordiv(t149, int64_t{2});
+                const int64_t t151 = (d + t150);
+                const int64_t t152 = (t151 + k144);
+                const int64_t t153 = (t152 - k145);
+                const int64_t t154 = (t153 - int64_t{1});
+                const double t155 = ((((r3 + k139 * (d * d)) + k144 * d) + k145)[0] ? (((r86 + k139 * (d * d)) + k144 * d) + k145)[0] : 0.0);
+                const double t156 = ((((r1 + k139 * (d * d)) + k144 * d) + k145)[0] ? t146 : 0.0);
+                const double t157 = ((((r1 + k139 * (d * d)) + k144 * d) + k145)[0] ? 0.0 : t155);
+                (r140 + ks::clamp_index(k144, d))[0] += t156;
+                (r141 + ks::clamp_index(t154, T))[0] += t157;
             }
         }
         for (int64_t i158 = 0; i158 < T; ++i158) {
-            (r135 + k137 * T)[i158] += r139[i158];
+            (r137 + k139 * T)[i158] += r141[i158];
         }
         for (int64_t i159 = 0; i159 < d; ++i159) {
-            (d_qs + k137 * d)[i159] += r138[i159];
+            (d_qs + k139 * d)[i159] += r140[i159];
         }
     }
     for (int64_t i160 = 0; i160 < K; ++i160) {
         for (int64_t i161 = 0; i161 < (T - d); ++i161) {
             const double ls_i = (icf + d)[i160 * T + i161];
             const double t162 = (2.0 * ls_i);
-            const double x_i163 = t79;
+            const double x_i163 = t81;
             const double d_ls164 = (x_i163 * t162);
             d_ls[i160 * ((T - d)) + i161] = d_ls164;
         }
@@ -1874,16 +1874,16 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
     }
     for (int64_t i174 = 0; i174 < K; ++i174) {
-        const double x_i175 = t82;
-        const double x_i176 = tmp69[i174];
+        const double x_i175 = t84;
+        const double x_i176 = tmp71[i174];
         const double d_alphas = ks::mulz(x_i175, x_i176);
-        const double x_i177 = r83[i174];
+        const double x_i177 = r85[i174];
         const double d_alphas178 = (d_alphas + x_i177);
         out_d_alphas[i174] = d_alphas178;
     }
     for (int64_t i179 = 0; i179 < K; ++i179) {
         for (int64_t i180 = 0; i180 < T; ++i180) {
-            const double x_i181 = r135[i179 * T + i180];
+            const double x_i181 = r137[i179 * T + i180];
             const double x_i182 = padded[i179 * T + i180];
             const double d_icf = (x_i181 + x_i182);
             const double x_i183 = padded169[i179 * T + i180];
