@@ -244,6 +244,16 @@ def _check_compiled(cases, work, module, ok, interp_results, report, log) -> Non
     try:
         pkg = ksbuild.build(work / "manifest.toml", out=work / "dist", quiet=True)
     except Exception as err:  # noqa: BLE001
+        named = _exports_in_error(str(err), module, ok)
+        if named:  # the compiler named the functions: record them, build the rest
+            for i, e in named:
+                c = next(c for c in cases if c.index == i)
+                _fail(report, log, Failure(c, e, "build", _msg(err, KsbuildError)[-3000:]))
+            rest = {i: [e for e in es if (i, e) not in named] for i, es in ok.items()}
+            rest = {i: es for i, es in rest.items() if es}
+            if rest:
+                _check_compiled(cases, work / f"rest{len(named)}", module, rest, interp_results, report, log)
+            return
         if len([e for es in ok.values() for e in es]) == 1:
             c = next(c for c in cases if c.index in ok)
             _fail(report, log, Failure(c, ok[c.index][0], "build", _msg(err, KsbuildError)))
@@ -261,6 +271,13 @@ def _check_compiled(cases, work, module, ok, interp_results, report, log) -> Non
                 if msg:
                     _fail(report, log, Failure(by_index[i], e, "compiled-vs-interpreter", msg, xs))
                     break
+
+
+def _exports_in_error(text: str, module: str, ok) -> set[tuple[int, str]]:
+    """The exports whose C functions (`<module>_<export>(`) a compiler error names."""
+    import re
+    names = set(re.findall(rf"\b{module}_(k\d+_e\d+)\(", text))
+    return {(i, e) for i, es in ok.items() for e in es if e in names}
 
 
 def _halves(cases, ok) -> list[list[tuple[int, str]]]:

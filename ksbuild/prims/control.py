@@ -564,7 +564,7 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
 
 def _loop_prune(eqn, used):
     # drop unused ys, then carries that are unused after the loop and read by no kept result, then the
-    # constants the remaining body does not read (a factor that only a dropped derivative used)
+    # constants and stacked inputs the remaining body does not read (a factor that only a dropped derivative used)
     p = eqn.params
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     keep_c = [i for i in range(ncar) if used[i]]
@@ -577,10 +577,11 @@ def _loop_prune(eqn, used):
             break
         keep_c = need
     keep_k = [j for j in range(nc) if body.params[1 + j] in read]
-    if len(keep) == len(used) and len(keep_k) == nc:
+    all_xs = range(1 + nc + ncar, len(body.params))
+    xs_pos = [i for i in all_xs if body.params[i] in read]  # (a stacked input the body no longer reads)
+    if len(keep) == len(used) and len(keep_k) == nc and len(xs_pos) == len(all_xs):
         return eqn
     cpos = [1 + nc + i for i in keep_c]
-    xs_pos = list(range(1 + nc + ncar, len(body.params)))
     order_in = [0] + [1 + j for j in keep_k] + cpos + xs_pos
     nb = permuted(live, order_in, list(range(len(keep))), body.name)
     ins = [eqn.ins[i] for i in order_in]
