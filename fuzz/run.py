@@ -153,10 +153,10 @@ def compare_all(gots, wants, rtol, atol, nan_free, skips=None) -> str | None:
 def check_batch(cases: list[Case], work: Path, report: Report, log=print, compiled: bool = True) -> None:
     """Check every export of `cases`: interpreter vs torch, then (one package for all) compiled vs interpreter."""
     from ksbuild.errors import KsbuildError, Location
-    from ksbuild.frontends.source import compile_python_kernel
-    from ksbuild.manifest import parse_transform
     from ksbuild.exports import apply_transform
+    from ksbuild.frontends.source import compile_python_kernel
     from ksbuild.ir.interp import eval_func
+    from ksbuild.manifest import parse_transform
 
     module = f"fz{cases[0].seed}_{cases[0].index}"
     work.mkdir(parents=True, exist_ok=True)

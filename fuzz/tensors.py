@@ -163,7 +163,9 @@ class _Gen:
 
     def _s_if(self) -> list[str]:
         shape, t = self.shape((S, N, M)), self.fresh()
-        out = [f"    if {self.expr(S, 2)} > {self.pick(('0.0', '0.5', '-0.5'))}:", f"        {t} = {self.expr(shape, 2)}"]
+        cond = self.expr(S, 2)
+        cut = self.pick(("0.0", "0.5", "-0.5"))
+        out = [f"    if {cond} > {cut}:", f"        {t} = {self.expr(shape, 2)}"]
         if self.chance(0.4):
             out += [f"    elif {self.expr(S, 2)} < 0.0:", f"        {t} = {self.expr(shape, 2)}"]
         out += ["    else:", f"        {t} = {self.expr(shape, 2)}"]
