@@ -118,3 +118,39 @@ def test_loop_keeps_only_the_stacked_inputs_it_reads(tmp_path_factory):
         got = list(got) if isinstance(got, tuple) else [got]
         for g_, w in zip(got, want):
             np.testing.assert_allclose(g_, w, rtol=1e-12)
+
+
+# ---- defects the fuzzer found that are not fixed yet (strict xfail: they flip when fixed) --------------------
+
+OPEN_SOURCE = '''\
+import math
+
+
+def nan_before_if(x: float, y: float) -> float:
+    t = math.tanh(math.sqrt(x))
+    if y > 0.0:
+        return t
+    return y
+
+
+def nan_factor_before_if(x: float) -> float:
+    t = math.pow(x, x)
+    if x > 0.5:
+        return t
+    return 2.0 * x
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz/known.py 'nonfinite-intermediate': tanh'(nan) * 0 in the cotangent of t")
+def test_nan_value_before_an_if(tmp_path_factory):
+    f = ir_getter(tmp_path_factory, OPEN_SOURCE, "open_defects")("nan_before_if")
+    dx, dy = eval_func(grad_func(f), [np.float64(-1.0), np.float64(-1.0)])
+    assert dx == 0.0 and dy == 1.0  # torch.func.grad: (0, 1)
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz seed 200 kernel 59: pow's exponent derivative log(x) = nan at x < 0, "
+                                       "on the side not taken, reaches the second derivative")
+def test_nan_derivative_factor_before_an_if_second_order(tmp_path_factory):
+    f = ir_getter(tmp_path_factory, OPEN_SOURCE, "open_defects2")("nan_factor_before_if")
+    assert eval_func(grad_func(f), [np.float64(-1.0)])[0] == 2.0
+    assert eval_func(grad_func(grad_func(f)), [np.float64(-1.0)])[0] == 0.0  # torch.func: 0
