@@ -15,6 +15,8 @@ from ksbuild.transforms.vjp import grad_func
 SOURCE = '''\
 import math
 
+import torch
+
 
 def ignores(a: float, b: float = 0.25) -> float:
     return b
@@ -30,10 +32,16 @@ def dead_call(x: float) -> float:
 
 def nan_side(x: float, y: float) -> float:
     return y if x > 0.5 else math.exp(x) * math.log(y)
+
+
+def where_shared(y: "float[n]", s: float) -> float:
+    return torch.where(y[0] > 0.5, s, y[1])
 '''
 
 EXPORTS = {"dead_call": "dead_call", "nan_side_gg": "grad(grad(nan_side, argnums=(0,)), argnums=(0,))",
-           "nan_side_h": "hessian(nan_side, argnums=(0, 1))"}
+           "nan_side_h": "hessian(nan_side, argnums=(0, 1))",
+           "where_jacrev": "jacrev(vmap(where_shared, in_axes=(None, 0)), argnums=(0,))",
+           "where_jacfwd": "jacfwd(vmap(where_shared, in_axes=(None, 0)), argnums=(0,))"}
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +162,15 @@ def test_nan_derivative_factor_before_an_if_second_order(tmp_path_factory):
     f = ir_getter(tmp_path_factory, OPEN_SOURCE, "open_defects2")("nan_factor_before_if")
     assert eval_func(grad_func(f), [np.float64(-1.0)])[0] == 2.0
     assert eval_func(grad_func(grad_func(f)), [np.float64(-1.0)])[0] == 0.0  # torch.func: 0
+
+
+@pytest.mark.parametrize("y0", [0.0, 1.0])
+def test_jacobian_of_select_with_a_shared_operand(pkg, y0):
+    """fuzz seed 100 kernel 105: under vmap(in_axes=(None, 0)) the select torch.where(y[0] > 0.5, s, y[1]) has a
+    shared condition and y[1], a batched s; its jvp in y alone (s's tangent missing) was a scalar, not one per
+    lane, so jacfwd and jacrev in y returned [n] instead of [lanes, n]. A missing tangent is now a zero of the
+    result's whole type."""
+    y, s = np.array([y0, 2.0, 3.0]), np.array([0.5, -1.0])
+    want = np.zeros((2, 3)) if y0 > 0.5 else np.array([[0.0, 1.0, 0.0]] * 2)
+    for name in ("where_jacrev", "where_jacfwd"):
+        np.testing.assert_array_equal(getattr(pkg, name)(y, s), want, err_msg=name)

@@ -25,8 +25,18 @@ from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type, dim_mul
 from .base import Prim
 from .common import bcast_to, move_batch_rank, zeros
-from .control import (_bind_literals, _cond_eval, _cond_prune, _cond_rule, _narrow, _reads, cond_batch, if_jvp,
-                      if_partial_eval, if_transpose)
+from .control import (
+    _bind_literals,
+    _cond_eval,
+    _cond_prune,
+    _cond_rule,
+    _narrow,
+    _reads,
+    cond_batch,
+    if_jvp,
+    if_partial_eval,
+    if_transpose,
+)
 
 
 def _tr():
