@@ -19,7 +19,7 @@ from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type
-from .base import Prim
+from .base import PRIMS, Prim
 from .common import add_cts, zeros
 
 
@@ -73,14 +73,21 @@ def _cond_eval(pred, *ops, then_fn, else_fn, env):
     return tuple(_interp()(then_fn if bool(pred) else else_fn, list(ops), env))
 
 
-def _cond_jvp(b, primals, tangents, then_fn, else_fn):
+def if_jvp(name: str):
+    """The jvp rule of the if-like prim `name` (cond, cond_select): the same prim over the jvps of its branches,
+    so that only the branch taken has a derivative, at every order."""
+    def rule(b, primals, tangents, then_fn, else_fn):
+        return _if_jvp(b, PRIMS[name], primals, tangents, then_fn, else_fn)
+    return rule
+
+
+def _if_jvp(b, prim, primals, tangents, then_fn, else_fn):
     # the derivative of an if is the derivative of the branch taken
     _, jvp, *_ = _tr()
     has_t = [t is not None for t in tangents[1:]]
     branches = [jvp.jvp_func(f, has_t) for f in (then_fn, else_fn)]
     ts = [t for t in tangents[1:] if t is not None]
-    outs = b.cond(primals[0], *primals[1:], *ts, then_fn=branches[0], else_fn=branches[1])
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    outs = list(b.bind(prim, [primals[0], *primals[1:], *ts], {"then_fn": branches[0], "else_fn": branches[1]}))
     n = len(then_fn.results)
     it = iter(outs[n:])
     return outs[:n], [next(it) if t.is_float else None for t in then_fn.out_types]
@@ -107,8 +114,8 @@ def cond_batch(name: str):
     return batch
 
 
-def _cond_partial_eval(s, eqn, mask):
-    """Split an if whose operands are partly known into a known if and an unknown if."""
+def if_partial_eval(s, eqn, mask):
+    """Split an if (cond, cond_select) whose operands are partly known into a known if and an unknown if."""
     _, _, _, pe, _ = _tr()
     then_fn, else_fn = eqn.params["then_fn"], eqn.params["else_fn"]
     if not mask[0]:
@@ -142,7 +149,7 @@ def _cond_partial_eval(s, eqn, mask):
 
     kops = [s.read_known(a) for a, k in zip(eqn.ins[1:], op_known) if k]
     pred = s.read_known(eqn.ins[0])
-    kouts = s.kb.bind(PRIMS_COND, [pred, *kops], {"then_fn": known_branch(tk, True),
+    kouts = s.kb.bind(eqn.prim, [pred, *kops], {"then_fn": known_branch(tk, True),
                                                    "else_fn": known_branch(ek, False)})
     main, rest = kouts[:n_known_out], kouts[n_known_out:]
     uin = [t for t, k in zip(then_fn.in_types, op_known) if not k]
@@ -161,7 +168,7 @@ def _cond_partial_eval(s, eqn, mask):
     uops = [s.read_unknown(a) for a, k in zip(eqn.ins[1:], op_known) if not k]
     upred = s.residual(pred)
     res_args = [s.residual(r) for r in list(rest) + [kops[j] for j in reads]]
-    uouts = s.ub.bind(PRIMS_COND, [upred, *res_args, *uops],
+    uouts = s.ub.bind(eqn.prim, [upred, *res_args, *uops],
                       {"then_fn": unknown_branch(tu, True, tk, remat_t, own_t),
                        "else_fn": unknown_branch(eu, False, ek, remat_e, own_e)})
     ki, ui = iter(main), iter(uouts)
@@ -172,14 +179,21 @@ def _cond_partial_eval(s, eqn, mask):
             s.known[v] = next(ki)
 
 
-def _cond_transpose(b, cts, ins, linear, then_fn, else_fn):
+def if_transpose(name: str):
+    """The transpose rule of the if-like prim `name`: the same prim over the adjoints of its branches."""
+    def rule(b, cts, ins, linear, then_fn, else_fn):
+        return _if_transpose(b, PRIMS[name], cts, ins, linear, then_fn, else_fn)
+    return rule
+
+
+def _if_transpose(b, prim, cts, ins, linear, then_fn, else_fn):
     # the adjoint of an if is the if of the adjoints of its branches
     *_, tp = _tr()
     mask = linear[1:]
     fs = [tp.transpose_func(f, mask) for f in (then_fn, else_fn)]
     nonlin = [a for a, m in zip(ins[1:], mask) if not m]
     cts = [c if c is not None else zeros(t) for c, t in zip(cts, then_fn.out_types)]
-    outs = b.bind(PRIMS_COND, [ins[0], *nonlin, *cts], {"then_fn": fs[0], "else_fn": fs[1]})
+    outs = b.bind(prim, [ins[0], *nonlin, *cts], {"then_fn": fs[0], "else_fn": fs[1]})
     it = iter(outs)
     return [None] + [next(it) if m else None for m in mask]
 
@@ -231,11 +245,11 @@ cond = Prim(
     name="cond",
     type_rule=_cond_rule,
     eval=_cond_eval,
-    jvp=_cond_jvp,
+    jvp=if_jvp("cond"),
     batch=cond_batch("cond"),
     emit=lambda ctx, eqn: codegen_body.emit_cond(ctx, eqn),
-    transpose=_cond_transpose,
-    partial_eval=_cond_partial_eval,
+    transpose=if_transpose("cond"),
+    partial_eval=if_partial_eval,
     prune=_cond_prune,
     doc="if/else: runs then_fn or else_fn on the operands",
 )
@@ -550,7 +564,7 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
 
 def _loop_prune(eqn, used):
     # drop unused ys, then carries that are unused after the loop and read by no kept result, then the
-    # constants the remaining body does not read (a factor that only a dropped derivative used)
+    # constants and stacked inputs the remaining body does not read (a factor that only a dropped derivative used)
     p = eqn.params
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     keep_c = [i for i in range(ncar) if used[i]]
@@ -563,10 +577,11 @@ def _loop_prune(eqn, used):
             break
         keep_c = need
     keep_k = [j for j in range(nc) if body.params[1 + j] in read]
-    if len(keep) == len(used) and len(keep_k) == nc:
+    all_xs = range(1 + nc + ncar, len(body.params))
+    xs_pos = [i for i in all_xs if body.params[i] in read]  # (a stacked input the body no longer reads)
+    if len(keep) == len(used) and len(keep_k) == nc and len(xs_pos) == len(all_xs):
         return eqn
     cpos = [1 + nc + i for i in keep_c]
-    xs_pos = list(range(1 + nc + ncar, len(body.params)))
     order_in = [0] + [1 + j for j in keep_k] + cpos + xs_pos
     nb = permuted(live, order_in, list(range(len(keep))), body.name)
     ins = [eqn.ins[i] for i in order_in]
@@ -612,12 +627,16 @@ def _call_batch(b, ins, batched, size, fn):
 
 
 def _call_prune(eqn, used):
-    # results nobody reads are dropped from the callee (a helper's `p, q = pair(x)` with q unused)
+    # results nobody reads are dropped from the callee (a helper's `p, q = pair(x)` with q unused), then the
+    # arguments the callee does not read (`h(g(x))` with h ignoring its argument: g's call is then dead)
     keep = [i for i, u in enumerate(used) if u]
-    if len(keep) == len(used):
+    fn = _narrow(eqn.params["fn"], keep) if len(keep) < len(used) else eqn.params["fn"]
+    args = [i for i, p in enumerate(fn.params) if _reads(fn, p)]
+    if len(keep) == len(used) and len(args) == len(fn.params):
         return eqn
-    fn = _narrow(eqn.params["fn"], keep)
-    return Eqn(eqn.prim, eqn.ins, tuple(eqn.outs[i] for i in keep), freeze(dict(eqn.params, fn=fn)), eqn.loc)
+    fn = Func(fn.name, tuple(fn.params[i] for i in args), fn.eqns, fn.results, fn.result_names)
+    return Eqn(eqn.prim, tuple(eqn.ins[i] for i in args), tuple(eqn.outs[i] for i in keep),
+               freeze(dict(eqn.params, fn=fn)), eqn.loc)
 
 
 call = Prim(

@@ -563,8 +563,10 @@ def _select_jvp(b, primals, tangents):
     tx, ty = tangents[1], tangents[2]
     if tx is None and ty is None:
         return [z], [None]
-    tx = tx if tx is not None else zeros(z.type.scalar())
-    ty = ty if ty is not None else zeros(z.type.scalar())
+    # a missing tangent is a zero of z's whole type: select(p, 0, dy) with a scalar p and dy (y shared by the
+    # lanes of a vmap, x batched) must still have z's shape
+    tx = tx if tx is not None else zeros(z.type)
+    ty = ty if ty is not None else zeros(z.type)
     return [z], [b.select(p, tx, ty)]
 
 

@@ -12,8 +12,10 @@ lane by lane (see `_lane_jvp`): the untaken branch's derivative never reaches a 
 
 cond_select[then_fn, else_fn](pred, *ops) -> outs
     pred: a bool scalar. The if-expression `x if p else y`: computed as both sides and a select
-    (as it always was: branch-free, vectorizes in a loop), differentiated as an if (the same
-    masking as lane_cond's, with one condition), so only the side taken has a derivative.
+    (as it always was: branch-free, vectorizes in a loop), differentiated as an if: its jvp, partial
+    evaluation and transpose are cond's, making cond_selects of the sides' derivatives, so only the
+    side taken has a derivative, at every order (the NaN *values* of the side not taken never meet a
+    zero cotangent in a product: a second derivative of `x if x > 0 else log(y)` at y < 0 is 0).
 """
 from __future__ import annotations
 
@@ -23,7 +25,18 @@ from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type, dim_mul
 from .base import Prim
 from .common import bcast_to, move_batch_rank, zeros
-from .control import _bind_literals, _cond_eval, _cond_prune, _cond_rule, _narrow, _reads, cond_batch
+from .control import (
+    _bind_literals,
+    _cond_eval,
+    _cond_prune,
+    _cond_rule,
+    _narrow,
+    _reads,
+    cond_batch,
+    if_jvp,
+    if_partial_eval,
+    if_transpose,
+)
 
 
 def _tr():
@@ -187,26 +200,6 @@ def _select_expand(b, ins, then_fn, else_fn):
     return [b.select(ins[0], x, y) for x, y in zip(*sides)]
 
 
-def _select_jvp(b, primals, tangents, then_fn, else_fn):
-    # as _lane_jvp with one condition: each branch sees the tangents zeroed unless it is the one taken
-    # (select(p, t, 0) for then_fn, select(p, 0, t) for else_fn), and the results are selected; transposed,
-    # the branch not taken gets zero cotangents in and sends zeros out, whatever its derivatives are
-    jvp, _ = _tr()
-    pred, ts = primals[0], list(tangents[1:])
-    sides = []
-    for f, own in ((then_fn, True), (else_fn, False)):
-        zero = [None if t is None else zeros(t.type.scalar()) for t in ts]
-        owned = [None if t is None else b.select(pred, t, z) if own else b.select(pred, z, t) for t, z in zip(ts, zero)]
-        sides.append(jvp.jvp_eqns(b, f, list(primals[1:]), owned))
-    (t_outs, t_tans), (e_outs, e_tans) = sides
-    touts = []
-    for o, x, y in zip(t_outs, t_tans, e_tans):
-        zero = zeros(o.type.scalar())
-        touts.append(None if not o.type.is_float or (x is None and y is None) else
-                     b.select(pred, zero if x is None else x, zero if y is None else y))
-    return [b.select(pred, x, y) for x, y in zip(t_outs, e_outs)], touts
-
-
 def _select_emit(ctx, eqn):
     raise KsbuildError("internal: a cond_select reached codegen; run the pipeline (transforms.pipeline.lower) first")
 
@@ -215,11 +208,12 @@ cond_select = Prim(
     name="cond_select",
     type_rule=_cond_rule,
     eval=_cond_eval,
-    jvp=_select_jvp,
+    jvp=if_jvp("cond_select"),
     batch=cond_batch("cond_select"),
     emit=_select_emit,
+    transpose=if_transpose("cond_select"),
+    partial_eval=if_partial_eval,
     prune=_cond_prune,
     expand=_select_expand,
     doc="x if p else y: both sides and a select, differentiated as an if (only the side taken)",
-    opt_outs=("transpose: not linear (its jvp is made of selects, which are)",),
 )

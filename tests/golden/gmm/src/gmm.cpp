@@ -286,27 +286,27 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp30 = reinterpret_cast<double*>(next_slot);
+    double* const tmp32 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp42 = reinterpret_cast<double*>(next_slot);
+    double* const tmp44 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp47 = reinterpret_cast<double*>(next_slot);
+    double* const tmp49 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum105 = reinterpret_cast<double*>(next_slot);
+    double* const sum107 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod110 = reinterpret_cast<double*>(next_slot);
+    double* const prod112 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r130 = reinterpret_cast<double*>(next_slot);
+    double* const r132 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r133 = reinterpret_cast<double*>(next_slot);
+    double* const r135 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r134 = reinterpret_cast<double*>(next_slot);
+    double* const r136 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -331,247 +331,247 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const int64_t t17 = (t16 - int64_t{1});
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
+                const double t20 = (t7 ? t8 : 0.0);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i * T + i20];
+        for (int64_t i22 = 0; i22 < d; ++i22) {
+            const double qs_i = icf[i * T + i22];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const double x_i = x[i21 * d + i23];
-                const double x_i24 = means[i22 * d + i23];
-                const double centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const double x_i = x[i23 * d + i25];
+                const double x_i26 = means[i24 * d + i25];
+                const double centered27 = (x_i - x_i26);
+                centered[i23 * (K * d) + i24 * d + i25] = centered27;
             }
         }
     }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<double>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_double);
+    for (int64_t i28 = 0; i28 < K; ++i28) {
+        ks::tiled_gemm<double>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_double);
     }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const double alphas_i = alphas[i27];
-        const double x_i28 = tmp[i27];
-        const double base29 = (alphas_i + x_i28);
-        base[i27] = base29;
+    for (int64_t i29 = 0; i29 < K; ++i29) {
+        const double alphas_i = alphas[i29];
+        const double x_i30 = tmp[i29];
+        const double base31 = (alphas_i + x_i30);
+        base[i29] = base31;
     }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            double acc33 = 0;
-            KS_OMP_SIMD(reduction(+:acc33))
-            for (int64_t i34 = 0; i34 < d; ++i34) {
-                const double mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i34];
-                const double t35 = ks::ipow<2>(mahalanobis_i);
-                acc33 += t35;
+    for (int64_t i33 = 0; i33 < n; ++i33) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            double acc35 = 0;
+            KS_OMP_SIMD(reduction(+:acc35))
+            for (int64_t i36 = 0; i36 < d; ++i36) {
+                const double mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i36];
+                const double t37 = ks::ipow<2>(mahalanobis_i);
+                acc35 += t37;
             }
-            tmp30[i31 * K + i32] = acc33;
+            tmp32[i33 * K + i34] = acc35;
         }
     }
-    for (int64_t i36 = 0; i36 < n; ++i36) {
-        for (int64_t i37 = 0; i37 < K; ++i37) {
-            const double x_i38 = tmp30[i36 * K + i37];
-            const double t39 = (0.5 * x_i38);
-            const double x_i40 = base[i37];
-            const double scores41 = (x_i40 - t39);
-            scores[i36 * K + i37] = scores41;
+    for (int64_t i38 = 0; i38 < n; ++i38) {
+        for (int64_t i39 = 0; i39 < K; ++i39) {
+            const double x_i40 = tmp32[i38 * K + i39];
+            const double t41 = (0.5 * x_i40);
+            const double x_i42 = base[i39];
+            const double scores43 = (x_i42 - t41);
+            scores[i38 * K + i39] = scores43;
         }
     }
-    for (int64_t i43 = 0; i43 < n; ++i43) {
-        double acc44 = ks::lowest<double>();
-        for (int64_t i45 = 0; i45 < K; ++i45) {
-            const double x_i46 = scores[i43 * K + i45];
-            acc44 = ks::running_max(acc44, x_i46);
+    for (int64_t i45 = 0; i45 < n; ++i45) {
+        double acc46 = ks::lowest<double>();
+        for (int64_t i47 = 0; i47 < K; ++i47) {
+            const double x_i48 = scores[i45 * K + i47];
+            acc46 = ks::running_max(acc46, x_i48);
         }
-        tmp42[i43] = acc44;
+        tmp44[i45] = acc46;
     }
-    for (int64_t i48 = 0; i48 < n; ++i48) {
-        const double x_i49 = tmp42[i48];
-        const double t50 = ks::abs(x_i49);
-        const bool t51 = (t50 == __builtin_huge_val());
-        const double t52 = (t51 ? 0.0 : x_i49);
-        tmp47[i48] = t52;
+    for (int64_t i50 = 0; i50 < n; ++i50) {
+        const double x_i51 = tmp44[i50];
+        const double t52 = ks::abs(x_i51);
+        const bool t53 = (t52 == __builtin_huge_val());
+        const double t54 = (t53 ? 0.0 : x_i51);
+        tmp49[i50] = t54;
     }
-    double* const tmp53 = tmp30;  // reuses a dead buffer's space
-    double* const tmp54 = tmp42;  // reuses a dead buffer's space
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        double acc56 = 0;
-        KS_OMP_SIMD(reduction(+:acc56))
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            const double scores_i = scores[i55 * K + i57];
-            const double x_i58 = tmp47[i55];
-            const double t59 = (scores_i - x_i58);
-            const double t60 = ks::exp(t59);
-            tmp53[i55 * K + i57] = t60;
-            acc56 += t60;
+    double* const tmp55 = tmp32;  // reuses a dead buffer's space
+    double* const tmp56 = tmp44;  // reuses a dead buffer's space
+    for (int64_t i57 = 0; i57 < n; ++i57) {
+        double acc58 = 0;
+        KS_OMP_SIMD(reduction(+:acc58))
+        for (int64_t i59 = 0; i59 < K; ++i59) {
+            const double scores_i = scores[i57 * K + i59];
+            const double x_i60 = tmp49[i57];
+            const double t61 = (scores_i - x_i60);
+            const double t62 = ks::exp(t61);
+            tmp55[i57 * K + i59] = t62;
+            acc58 += t62;
         }
-        tmp54[i55] = acc56;
+        tmp56[i57] = acc58;
     }
-    double acc61 = ks::lowest<double>();
-    for (int64_t i62 = 0; i62 < K; ++i62) {
-        const double x_i63 = alphas[i62];
-        acc61 = ks::running_max(acc61, x_i63);
+    double acc63 = ks::lowest<double>();
+    for (int64_t i64 = 0; i64 < K; ++i64) {
+        const double x_i65 = alphas[i64];
+        acc63 = ks::running_max(acc63, x_i65);
     }
-    const double t64 = ks::abs(acc61);
-    const bool t65 = (t64 == __builtin_huge_val());
-    const double t66 = (t65 ? 0.0 : acc61);
-    double* const tmp67 = tmp;  // reuses a dead buffer's space
-    double acc68 = 0;
-    KS_OMP_SIMD(reduction(+:acc68))
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double alphas_i70 = alphas[i69];
-        const double x_i71 = t66;
-        const double t72 = (alphas_i70 - x_i71);
-        const double t73 = ks::exp(t72);
-        tmp67[i69] = t73;
-        acc68 += t73;
+    const double t66 = ks::abs(acc63);
+    const bool t67 = (t66 == __builtin_huge_val());
+    const double t68 = (t67 ? 0.0 : acc63);
+    double* const tmp69 = tmp;  // reuses a dead buffer's space
+    double acc70 = 0;
+    KS_OMP_SIMD(reduction(+:acc70))
+    for (int64_t i71 = 0; i71 < K; ++i71) {
+        const double alphas_i72 = alphas[i71];
+        const double x_i73 = t68;
+        const double t74 = (alphas_i72 - x_i73);
+        const double t75 = ks::exp(t74);
+        tmp69[i71] = t75;
+        acc70 += t75;
     }
-    const double t74 = static_cast<double>(n);
-    const double t75 = (1.0 / acc68);
-    const double t76 = ks::ipow<2>(wishart_gamma);
-    const double t77 = (0.5 * t76);
-    const double t78 = ((-1.0) * wishart_m);
-    const double t79 = ((-1.0) * t74);
-    const double t80 = ks::mulz(t79, t75);
-    double* const tmp81 = tmp47;  // reuses a dead buffer's space
-    for (int64_t i82 = 0; i82 < n; ++i82) {
-        const double x_i83 = tmp54[i82];
-        const double t84 = (1.0 / x_i83);
-        tmp81[i82] = t84;
+    const double t76 = static_cast<double>(n);
+    const double t77 = (1.0 / acc70);
+    const double t78 = ks::ipow<2>(wishart_gamma);
+    const double t79 = (0.5 * t78);
+    const double t80 = ((-1.0) * wishart_m);
+    const double t81 = ((-1.0) * t76);
+    const double t82 = ks::mulz(t81, t77);
+    double* const tmp83 = tmp49;  // reuses a dead buffer's space
+    for (int64_t i84 = 0; i84 < n; ++i84) {
+        const double x_i85 = tmp56[i84];
+        const double t86 = (1.0 / x_i85);
+        tmp83[i84] = t86;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i85 = 0; i85 < n; ++i85) {
-        for (int64_t i86 = 0; i86 < K; ++i86) {
-            const double x_i87 = tmp81[i85];
-            const double x_i88 = tmp53[i85 * K + i86];
-            const double d_scores89 = ks::mulz(x_i87, x_i88);
-            d_scores[i85 * K + i86] = d_scores89;
+    for (int64_t i87 = 0; i87 < n; ++i87) {
+        for (int64_t i88 = 0; i88 < K; ++i88) {
+            const double x_i89 = tmp83[i87];
+            const double x_i90 = tmp55[i87 * K + i88];
+            const double d_scores91 = ks::mulz(x_i89, x_i90);
+            d_scores[i87 * K + i88] = d_scores91;
         }
     }
     double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < K; ++i90) {
-        sum[i90] = 0;
+    for (int64_t i92 = 0; i92 < K; ++i92) {
+        sum[i92] = 0;
     }
-    for (int64_t i91 = 0; i91 < n; ++i91) {
-        for (int64_t i92 = 0; i92 < K; ++i92) {
-            sum[i92] += d_scores[i91 * K + i92];
+    for (int64_t i93 = 0; i93 < n; ++i93) {
+        for (int64_t i94 = 0; i94 < K; ++i94) {
+            sum[i94] += d_scores[i93 * K + i94];
         }
     }
-    double* const tmp93 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i94 = 0; i94 < (K*n); ++i94) {
-        const double d_scores_i = d_scores[i94];
-        const double t95 = (d_scores_i * (-1.0));
-        const double t96 = (t95 * 0.5);
-        tmp93[i94] = t96;
+    double* const tmp95 = tmp32;  // reuses a dead buffer's space
+    for (int64_t i96 = 0; i96 < (K*n); ++i96) {
+        const double d_scores_i = d_scores[i96];
+        const double t97 = (d_scores_i * (-1.0));
+        const double t98 = (t97 * 0.5);
+        tmp95[i96] = t98;
     }
-    for (int64_t i97 = 0; i97 < n; ++i97) {
-        for (int64_t i98 = 0; i98 < K; ++i98) {
-            for (int64_t i99 = 0; i99 < d; ++i99) {
-                const double mahalanobis_i100 = mahalanobis[i97 * (K * d) + i98 * d + i99];
-                const double t101 = (2.0 * mahalanobis_i100);
-                const double x_i102 = tmp93[i97 * K + i98];
-                const double d_mahalanobis103 = (x_i102 * t101);
-                d_mahalanobis[i97 * (K * d) + i98 * d + i99] = d_mahalanobis103;
+    for (int64_t i99 = 0; i99 < n; ++i99) {
+        for (int64_t i100 = 0; i100 < K; ++i100) {
+            for (int64_t i101 = 0; i101 < d; ++i101) {
+                const double mahalanobis_i102 = mahalanobis[i99 * (K * d) + i100 * d + i101];
+                const double t103 = (2.0 * mahalanobis_i102);
+                const double x_i104 = tmp95[i99 * K + i100];
+                const double d_mahalanobis105 = (x_i104 * t103);
+                d_mahalanobis[i99 * (K * d) + i100 * d + i101] = d_mahalanobis105;
             }
         }
     }
-    for (int64_t i104 = 0; i104 < K; ++i104) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i104 * d), 1, K * d}, {(centered + i104 * d), K * d, 1}, {(prod + i104 * (d * d)), d, 1}, false, scratch_double);
+    for (int64_t i106 = 0; i106 < K; ++i106) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i106 * d), 1, K * d}, {(centered + i106 * d), K * d, 1}, {(prod + i106 * (d * d)), d, 1}, false, scratch_double);
     }
-    for (int64_t i106 = 0; i106 < K * d; ++i106) {
-        sum105[i106] = 0;
+    for (int64_t i108 = 0; i108 < K * d; ++i108) {
+        sum107[i108] = 0;
     }
-    for (int64_t i107 = 0; i107 < n; ++i107) {
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            for (int64_t i109 = 0; i109 < d; ++i109) {
-                sum105[i108 * d + i109] += d_mahalanobis[i107 * (K * d) + i108 * d + i109];
+    for (int64_t i109 = 0; i109 < n; ++i109) {
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                sum107[i110 * d + i111] += d_mahalanobis[i109 * (K * d) + i110 * d + i111];
             }
         }
     }
-    for (int64_t i111 = 0; i111 < K * d; ++i111) {
-        prod110[i111] = 0;
+    for (int64_t i113 = 0; i113 < K * d; ++i113) {
+        prod112[i113] = 0;
     }
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        for (int64_t i113 = 0; i113 < d; ++i113) {
-            for (int64_t i114 = 0; i114 < d; ++i114) {
-                prod110[i112 * d + i114] += sum105[i112 * d + i113] * r[i112 * (d * d) + i113 * d + i114];
+    for (int64_t i114 = 0; i114 < K; ++i114) {
+        for (int64_t i115 = 0; i115 < d; ++i115) {
+            for (int64_t i116 = 0; i116 < d; ++i116) {
+                prod112[i114 * d + i116] += sum107[i114 * d + i115] * r[i114 * (d * d) + i115 * d + i116];
             }
         }
     }
-    double* const tmp115 = sum105;  // reuses a dead buffer's space
-    for (int64_t i116 = 0; i116 < (K*d); ++i116) {
-        const double x_i117 = prod110[i116];
-        const double t118 = (x_i117 * (-1.0));
-        tmp115[i116] = t118;
+    double* const tmp117 = sum107;  // reuses a dead buffer's space
+    for (int64_t i118 = 0; i118 < (K*d); ++i118) {
+        const double x_i119 = prod112[i118];
+        const double t120 = (x_i119 * (-1.0));
+        tmp117[i118] = t120;
     }
-    double* const d_qs = prod110;  // reuses a dead buffer's space
-    for (int64_t i119 = 0; i119 < K; ++i119) {
-        for (int64_t i120 = 0; i120 < d; ++i120) {
-            const double qs_i121 = icf[i119 * T + i120];
-            const double t122 = ks::exp(qs_i121);
-            const double t123 = (2.0 * t122);
-            const double x_i124 = t77;
-            const double t125 = (x_i124 * t123);
-            const double t126 = ks::mulz(t125, t122);
-            const double d_qs_i = t78;
-            const double d_qs127 = (d_qs_i + t126);
-            const double x_i128 = sum[i119];
-            const double d_qs129 = (d_qs127 + x_i128);
-            d_qs[i119 * d + i120] = d_qs129;
+    double* const d_qs = prod112;  // reuses a dead buffer's space
+    for (int64_t i121 = 0; i121 < K; ++i121) {
+        for (int64_t i122 = 0; i122 < d; ++i122) {
+            const double qs_i123 = icf[i121 * T + i122];
+            const double t124 = ks::exp(qs_i123);
+            const double t125 = (2.0 * t124);
+            const double x_i126 = t79;
+            const double t127 = (x_i126 * t125);
+            const double t128 = ks::mulz(t127, t124);
+            const double d_qs_i = t80;
+            const double d_qs129 = (d_qs_i + t128);
+            const double x_i130 = sum[i121];
+            const double d_qs131 = (d_qs129 + x_i130);
+            d_qs[i121 * d + i122] = d_qs131;
         }
     }
-    for (int64_t i131 = 0; i131 < K * T; ++i131) {
-        r130[i131] = 0.0;
+    for (int64_t i133 = 0; i133 < K * T; ++i133) {
+        r132[i133] = 0.0;
     }
-    for (int64_t k132 = K - 1; k132 >= 0; --k132) {
-        for (int64_t i135 = 0; i135 < d; ++i135) {
-            r133[i135] = 0.0;
+    for (int64_t k134 = K - 1; k134 >= 0; --k134) {
+        for (int64_t i137 = 0; i137 < d; ++i137) {
+            r135[i137] = 0.0;
         }
-        for (int64_t i136 = 0; i136 < T; ++i136) {
-            r134[i136] = 0.0;
+        for (int64_t i138 = 0; i138 < T; ++i138) {
+            r136[i138] = 0.0;
         }
-        for (int64_t k137 = d - 1; k137 >= 0; --k137) {
-            for (int64_t k138 = d - 1; k138 >= 0; --k138) {
-                const int64_t t139 = ((2*d) - k138);
-                const int64_t t140 = (t139 - int64_t{1});
-                const int64_t t141 = (k138 * t140);
-                const int64_t t142 = ks::floordiv(t141, int64_t{2});
-                const int64_t t143 = (d + t142);
-                const int64_t t144 = (t143 + k137);
-                const int64_t t145 = (t144 - k138);
-                const int64_t t146 = (t145 - int64_t{1});
-                const double t147 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? (((prod + k132 * (d * d)) + k137 * d) + k138)[0] : 0.0);
-                const double t148 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? 0.0 : (((prod + k132 * (d * d)) + k137 * d) + k138)[0]);
-                const double t149 = ((((r3 + k132 * (d * d)) + k137 * d) + k138)[0] ? t148 : 0.0);
-                const double t150 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? 0.0 : t149);
-                (r134 + ks::clamp_index(t146, T))[0] += t150;
-                const double t151 = ks::mulz(t147, (((r2 + k132 * (d * d)) + k137 * d) + k138)[0]);
-                const double t152 = ((((r1 + k132 * (d * d)) + k137 * d) + k138)[0] ? t151 : 0.0);
-                (r133 + ks::clamp_index(k137, d))[0] += t152;
+        for (int64_t k139 = d - 1; k139 >= 0; --k139) {
+            for (int64_t k140 = d - 1; k140 >= 0; --k140) {
+                const double t141 = ks::mulz((((prod + k134 * (d * d)) + k139 * d) + k140)[0], (((r2 + k134 * (d * d)) + k139 * d) + k140)[0]);
+                const int64_t t142 = ((2*d) - k140);
+                const int64_t t143 = (t142 - int64_t{1});
+                const int64_t t144 = (k140 * t143);
+                const int64_t t145 = ks::floordiv(t144, int64_t{2});
+                const int64_t t146 = (d + t145);
+                const int64_t t147 = (t146 + k139);
+                const int64_t t148 = (t147 - k140);
+                const int64_t t149 = (t148 - int64_t{1});
+                const double t150 = ((((r3 + k134 * (d * d)) + k139 * d) + k140)[0] ? (((prod + k134 * (d * d)) + k139 * d) + k140)[0] : 0.0);
+                const double t151 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? t141 : 0.0);
+                const double t152 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : t150);
+                (r135 + ks::clamp_index(k139, d))[0] += t151;
+                (r136 + ks::clamp_index(t149, T))[0] += t152;
             }
         }
         for (int64_t i153 = 0; i153 < T; ++i153) {
-            (r130 + k132 * T)[i153] += r134[i153];
+            (r132 + k134 * T)[i153] += r136[i153];
         }
         for (int64_t i154 = 0; i154 < d; ++i154) {
-            (d_qs + k132 * d)[i154] += r133[i154];
+            (d_qs + k134 * d)[i154] += r135[i154];
         }
     }
     for (int64_t i155 = 0; i155 < K; ++i155) {
         for (int64_t i156 = 0; i156 < (T - d); ++i156) {
             const double ls_i = (icf + d)[i155 * T + i156];
             const double t157 = (2.0 * ls_i);
-            const double x_i158 = t77;
+            const double x_i158 = t79;
             const double d_ls159 = (x_i158 * t157);
             d_ls[i155 * ((T - d)) + i156] = d_ls159;
         }
@@ -597,15 +597,15 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     for (int64_t i169 = 0; i169 < K; ++i169) {
-        const double x_i170 = t80;
-        const double x_i171 = tmp67[i169];
+        const double x_i170 = t82;
+        const double x_i171 = tmp69[i169];
         const double d_alphas = ks::mulz(x_i170, x_i171);
         const double d_base_i = sum[i169];
         const double d_alphas172 = (d_alphas + d_base_i);
         out_d_alphas[i169] = d_alphas172;
     }
     for (int64_t i173 = 0; i173 < (K*T); ++i173) {
-        const double x_i174 = r130[i173];
+        const double x_i174 = r132[i173];
         const double x_i175 = padded[i173];
         const double d_icf = (x_i174 + x_i175);
         const double x_i176 = padded164[i173];
@@ -613,7 +613,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         out_d_icf[i173] = d_icf177;
     }
     for (int64_t i178 = 0; i178 < K * d; ++i178) {
-        out_d_means[i178] = tmp115[i178];
+        out_d_means[i178] = tmp117[i178];
     }
     return ks::status::ok;
 }
@@ -925,27 +925,27 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp30 = reinterpret_cast<float*>(next_slot);
+    float* const tmp32 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp44 = reinterpret_cast<float*>(next_slot);
+    float* const tmp46 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp49 = reinterpret_cast<float*>(next_slot);
+    float* const tmp51 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum111 = reinterpret_cast<float*>(next_slot);
+    float* const sum113 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod116 = reinterpret_cast<float*>(next_slot);
+    float* const prod118 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r136 = reinterpret_cast<float*>(next_slot);
+    float* const r138 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r139 = reinterpret_cast<float*>(next_slot);
+    float* const r141 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r140 = reinterpret_cast<float*>(next_slot);
+    float* const r142 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
@@ -970,10 +970,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const int64_t t17 = (t16 - int64_t{1});
                 const float t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0f);
                 const float t19 = (t7 ? t8 : t18);
+                const float t20 = (t7 ? t8 : 0.0f);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
@@ -983,254 +985,252 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const int64_t block_end = d - block < 512 ? d : block + 512;
             float acc_block = 0;
             KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i20 = block; i20 < block_end; ++i20) {
-                const float qs_i = icf[i * T + i20];
+            for (int64_t i22 = block; i22 < block_end; ++i22) {
+                const float qs_i = icf[i * T + i22];
                 acc_block += qs_i;
             }
             acc += acc_block;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < n; ++i21) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const float x_i = x[i21 * d + i23];
-                const float x_i24 = means[i22 * d + i23];
-                const float centered25 = (x_i - x_i24);
-                centered[i21 * (K * d) + i22 * d + i23] = centered25;
+    for (int64_t i23 = 0; i23 < n; ++i23) {
+        for (int64_t i24 = 0; i24 < K; ++i24) {
+            for (int64_t i25 = 0; i25 < d; ++i25) {
+                const float x_i = x[i23 * d + i25];
+                const float x_i26 = means[i24 * d + i25];
+                const float centered27 = (x_i - x_i26);
+                centered[i23 * (K * d) + i24 * d + i25] = centered27;
             }
         }
     }
-    for (int64_t i26 = 0; i26 < K; ++i26) {
-        ks::tiled_gemm<float>(d, n, d, {(r + i26 * (d * d)), d, 1}, {(centered + i26 * d), 1, K * d}, {(mahalanobis + i26 * d), 1, K * d}, false, scratch_float);
+    for (int64_t i28 = 0; i28 < K; ++i28) {
+        ks::tiled_gemm<float>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_float);
     }
-    for (int64_t i27 = 0; i27 < K; ++i27) {
-        const float alphas_i = alphas[i27];
-        const float x_i28 = tmp[i27];
-        const float base29 = (alphas_i + x_i28);
-        base[i27] = base29;
+    for (int64_t i29 = 0; i29 < K; ++i29) {
+        const float alphas_i = alphas[i29];
+        const float x_i30 = tmp[i29];
+        const float base31 = (alphas_i + x_i30);
+        base[i29] = base31;
     }
-    for (int64_t i31 = 0; i31 < n; ++i31) {
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            float acc33 = 0;
-            for (int64_t block34 = 0; block34 < d; block34 += 512) {
-                const int64_t block_end35 = d - block34 < 512 ? d : block34 + 512;
-                float acc33_block = 0;
-                KS_OMP_SIMD(reduction(+:acc33_block))
-                for (int64_t i36 = block34; i36 < block_end35; ++i36) {
-                    const float mahalanobis_i = mahalanobis[i31 * (K * d) + i32 * d + i36];
-                    const float t37 = ks::ipow<2>(mahalanobis_i);
-                    acc33_block += t37;
+    for (int64_t i33 = 0; i33 < n; ++i33) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
+            float acc35 = 0;
+            for (int64_t block36 = 0; block36 < d; block36 += 512) {
+                const int64_t block_end37 = d - block36 < 512 ? d : block36 + 512;
+                float acc35_block = 0;
+                KS_OMP_SIMD(reduction(+:acc35_block))
+                for (int64_t i38 = block36; i38 < block_end37; ++i38) {
+                    const float mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i38];
+                    const float t39 = ks::ipow<2>(mahalanobis_i);
+                    acc35_block += t39;
                 }
-                acc33 += acc33_block;
+                acc35 += acc35_block;
             }
-            tmp30[i31 * K + i32] = acc33;
+            tmp32[i33 * K + i34] = acc35;
         }
     }
-    for (int64_t i38 = 0; i38 < n; ++i38) {
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const float x_i40 = tmp30[i38 * K + i39];
-            const float t41 = (0.5f * x_i40);
-            const float x_i42 = base[i39];
-            const float scores43 = (x_i42 - t41);
-            scores[i38 * K + i39] = scores43;
+    for (int64_t i40 = 0; i40 < n; ++i40) {
+        for (int64_t i41 = 0; i41 < K; ++i41) {
+            const float x_i42 = tmp32[i40 * K + i41];
+            const float t43 = (0.5f * x_i42);
+            const float x_i44 = base[i41];
+            const float scores45 = (x_i44 - t43);
+            scores[i40 * K + i41] = scores45;
         }
     }
-    for (int64_t i45 = 0; i45 < n; ++i45) {
-        float acc46 = ks::lowest<float>();
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const float x_i48 = scores[i45 * K + i47];
-            acc46 = ks::running_max(acc46, x_i48);
+    for (int64_t i47 = 0; i47 < n; ++i47) {
+        float acc48 = ks::lowest<float>();
+        for (int64_t i49 = 0; i49 < K; ++i49) {
+            const float x_i50 = scores[i47 * K + i49];
+            acc48 = ks::running_max(acc48, x_i50);
         }
-        tmp44[i45] = acc46;
+        tmp46[i47] = acc48;
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        const float x_i51 = tmp44[i50];
-        const float t52 = ks::abs(x_i51);
-        const bool t53 = (t52 == __builtin_huge_valf());
-        const float t54 = (t53 ? 0.0f : x_i51);
-        tmp49[i50] = t54;
+    for (int64_t i52 = 0; i52 < n; ++i52) {
+        const float x_i53 = tmp46[i52];
+        const float t54 = ks::abs(x_i53);
+        const bool t55 = (t54 == __builtin_huge_valf());
+        const float t56 = (t55 ? 0.0f : x_i53);
+        tmp51[i52] = t56;
     }
-    float* const tmp55 = tmp30;  // reuses a dead buffer's space
-    float* const tmp56 = tmp44;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        float acc58 = 0;
-        for (int64_t block59 = 0; block59 < K; block59 += 512) {
-            const int64_t block_end60 = K - block59 < 512 ? K : block59 + 512;
-            float acc58_block = 0;
-            KS_OMP_SIMD(reduction(+:acc58_block))
-            for (int64_t i61 = block59; i61 < block_end60; ++i61) {
-                const float scores_i = scores[i57 * K + i61];
-                const float x_i62 = tmp49[i57];
-                const float t63 = (scores_i - x_i62);
-                const float t64 = ks::exp(t63);
-                tmp55[i57 * K + i61] = t64;
-                acc58_block += t64;
+    float* const tmp57 = tmp32;  // reuses a dead buffer's space
+    float* const tmp58 = tmp46;  // reuses a dead buffer's space
+    for (int64_t i59 = 0; i59 < n; ++i59) {
+        float acc60 = 0;
+        for (int64_t block61 = 0; block61 < K; block61 += 512) {
+            const int64_t block_end62 = K - block61 < 512 ? K : block61 + 512;
+            float acc60_block = 0;
+            KS_OMP_SIMD(reduction(+:acc60_block))
+            for (int64_t i63 = block61; i63 < block_end62; ++i63) {
+                const float scores_i = scores[i59 * K + i63];
+                const float x_i64 = tmp51[i59];
+                const float t65 = (scores_i - x_i64);
+                const float t66 = ks::exp(t65);
+                tmp57[i59 * K + i63] = t66;
+                acc60_block += t66;
             }
-            acc58 += acc58_block;
+            acc60 += acc60_block;
         }
-        tmp56[i57] = acc58;
+        tmp58[i59] = acc60;
     }
-    float acc65 = ks::lowest<float>();
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        const float x_i67 = alphas[i66];
-        acc65 = ks::running_max(acc65, x_i67);
+    float acc67 = ks::lowest<float>();
+    for (int64_t i68 = 0; i68 < K; ++i68) {
+        const float x_i69 = alphas[i68];
+        acc67 = ks::running_max(acc67, x_i69);
     }
-    const float t68 = ks::abs(acc65);
-    const bool t69 = (t68 == __builtin_huge_valf());
-    const float t70 = (t69 ? 0.0f : acc65);
-    float* const tmp71 = tmp;  // reuses a dead buffer's space
-    float acc72 = 0;
-    for (int64_t block73 = 0; block73 < K; block73 += 512) {
-        const int64_t block_end74 = K - block73 < 512 ? K : block73 + 512;
-        float acc72_block = 0;
-        KS_OMP_SIMD(reduction(+:acc72_block))
-        for (int64_t i75 = block73; i75 < block_end74; ++i75) {
-            const float alphas_i76 = alphas[i75];
-            const float x_i77 = t70;
-            const float t78 = (alphas_i76 - x_i77);
-            const float t79 = ks::exp(t78);
-            tmp71[i75] = t79;
-            acc72_block += t79;
+    const float t70 = ks::abs(acc67);
+    const bool t71 = (t70 == __builtin_huge_valf());
+    const float t72 = (t71 ? 0.0f : acc67);
+    float* const tmp73 = tmp;  // reuses a dead buffer's space
+    float acc74 = 0;
+    for (int64_t block75 = 0; block75 < K; block75 += 512) {
+        const int64_t block_end76 = K - block75 < 512 ? K : block75 + 512;
+        float acc74_block = 0;
+        KS_OMP_SIMD(reduction(+:acc74_block))
+        for (int64_t i77 = block75; i77 < block_end76; ++i77) {
+            const float alphas_i78 = alphas[i77];
+            const float x_i79 = t72;
+            const float t80 = (alphas_i78 - x_i79);
+            const float t81 = ks::exp(t80);
+            tmp73[i77] = t81;
+            acc74_block += t81;
         }
-        acc72 += acc72_block;
+        acc74 += acc74_block;
     }
-    const float t80 = static_cast<float>(n);
-    const float t81 = (1.0f / acc72);
-    const float t82 = ks::ipow<2>(wishart_gamma);
-    const float t83 = (0.5f * t82);
-    const float t84 = ((-1.0f) * wishart_m);
-    const float t85 = ((-1.0f) * t80);
-    const float t86 = ks::mulz(t85, t81);
-    float* const tmp87 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i88 = 0; i88 < n; ++i88) {
-        const float x_i89 = tmp56[i88];
-        const float t90 = (1.0f / x_i89);
-        tmp87[i88] = t90;
+    const float t82 = static_cast<float>(n);
+    const float t83 = (1.0f / acc74);
+    const float t84 = ks::ipow<2>(wishart_gamma);
+    const float t85 = (0.5f * t84);
+    const float t86 = ((-1.0f) * wishart_m);
+    const float t87 = ((-1.0f) * t82);
+    const float t88 = ks::mulz(t87, t83);
+    float* const tmp89 = tmp51;  // reuses a dead buffer's space
+    for (int64_t i90 = 0; i90 < n; ++i90) {
+        const float x_i91 = tmp58[i90];
+        const float t92 = (1.0f / x_i91);
+        tmp89[i90] = t92;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i91 = 0; i91 < n; ++i91) {
-        for (int64_t i92 = 0; i92 < K; ++i92) {
-            const float x_i93 = tmp87[i91];
-            const float x_i94 = tmp55[i91 * K + i92];
-            const float d_scores95 = ks::mulz(x_i93, x_i94);
-            d_scores[i91 * K + i92] = d_scores95;
+    for (int64_t i93 = 0; i93 < n; ++i93) {
+        for (int64_t i94 = 0; i94 < K; ++i94) {
+            const float x_i95 = tmp89[i93];
+            const float x_i96 = tmp57[i93 * K + i94];
+            const float d_scores97 = ks::mulz(x_i95, x_i96);
+            d_scores[i93 * K + i94] = d_scores97;
         }
     }
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i96 = 0; i96 < K; ++i96) {
-        sum[i96] = 0;
+    for (int64_t i98 = 0; i98 < K; ++i98) {
+        sum[i98] = 0;
     }
-    for (int64_t i97 = 0; i97 < n; ++i97) {
-        for (int64_t i98 = 0; i98 < K; ++i98) {
-            sum[i98] += d_scores[i97 * K + i98];
+    for (int64_t i99 = 0; i99 < n; ++i99) {
+        for (int64_t i100 = 0; i100 < K; ++i100) {
+            sum[i100] += d_scores[i99 * K + i100];
         }
     }
-    float* const tmp99 = tmp30;  // reuses a dead buffer's space
-    for (int64_t i100 = 0; i100 < (K*n); ++i100) {
-        const float d_scores_i = d_scores[i100];
-        const float t101 = (d_scores_i * (-1.0f));
-        const float t102 = (t101 * 0.5f);
-        tmp99[i100] = t102;
+    float* const tmp101 = tmp32;  // reuses a dead buffer's space
+    for (int64_t i102 = 0; i102 < (K*n); ++i102) {
+        const float d_scores_i = d_scores[i102];
+        const float t103 = (d_scores_i * (-1.0f));
+        const float t104 = (t103 * 0.5f);
+        tmp101[i102] = t104;
     }
-    for (int64_t i103 = 0; i103 < n; ++i103) {
-        for (int64_t i104 = 0; i104 < K; ++i104) {
-            for (int64_t i105 = 0; i105 < d; ++i105) {
-                const float mahalanobis_i106 = mahalanobis[i103 * (K * d) + i104 * d + i105];
-                const float t107 = (2.0f * mahalanobis_i106);
-                const float x_i108 = tmp99[i103 * K + i104];
-                const float d_mahalanobis109 = (x_i108 * t107);
-                d_mahalanobis[i103 * (K * d) + i104 * d + i105] = d_mahalanobis109;
+    for (int64_t i105 = 0; i105 < n; ++i105) {
+        for (int64_t i106 = 0; i106 < K; ++i106) {
+            for (int64_t i107 = 0; i107 < d; ++i107) {
+                const float mahalanobis_i108 = mahalanobis[i105 * (K * d) + i106 * d + i107];
+                const float t109 = (2.0f * mahalanobis_i108);
+                const float x_i110 = tmp101[i105 * K + i106];
+                const float d_mahalanobis111 = (x_i110 * t109);
+                d_mahalanobis[i105 * (K * d) + i106 * d + i107] = d_mahalanobis111;
             }
         }
     }
-    for (int64_t i110 = 0; i110 < K; ++i110) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i110 * d), 1, K * d}, {(centered + i110 * d), K * d, 1}, {(prod + i110 * (d * d)), d, 1}, false, scratch_float);
+    for (int64_t i112 = 0; i112 < K; ++i112) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i112 * d), 1, K * d}, {(centered + i112 * d), K * d, 1}, {(prod + i112 * (d * d)), d, 1}, false, scratch_float);
     }
-    for (int64_t i112 = 0; i112 < K * d; ++i112) {
-        sum111[i112] = 0;
+    for (int64_t i114 = 0; i114 < K * d; ++i114) {
+        sum113[i114] = 0;
     }
-    for (int64_t i113 = 0; i113 < n; ++i113) {
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                sum111[i114 * d + i115] += d_mahalanobis[i113 * (K * d) + i114 * d + i115];
+    for (int64_t i115 = 0; i115 < n; ++i115) {
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            for (int64_t i117 = 0; i117 < d; ++i117) {
+                sum113[i116 * d + i117] += d_mahalanobis[i115 * (K * d) + i116 * d + i117];
             }
         }
     }
-    for (int64_t i117 = 0; i117 < K * d; ++i117) {
-        prod116[i117] = 0;
+    for (int64_t i119 = 0; i119 < K * d; ++i119) {
+        prod118[i119] = 0;
     }
-    for (int64_t i118 = 0; i118 < K; ++i118) {
-        for (int64_t i119 = 0; i119 < d; ++i119) {
-            for (int64_t i120 = 0; i120 < d; ++i120) {
-                prod116[i118 * d + i120] += sum111[i118 * d + i119] * r[i118 * (d * d) + i119 * d + i120];
+    for (int64_t i120 = 0; i120 < K; ++i120) {
+        for (int64_t i121 = 0; i121 < d; ++i121) {
+            for (int64_t i122 = 0; i122 < d; ++i122) {
+                prod118[i120 * d + i122] += sum113[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
             }
         }
     }
-    float* const tmp121 = sum111;  // reuses a dead buffer's space
-    for (int64_t i122 = 0; i122 < (K*d); ++i122) {
-        const float x_i123 = prod116[i122];
-        const float t124 = (x_i123 * (-1.0f));
-        tmp121[i122] = t124;
+    float* const tmp123 = sum113;  // reuses a dead buffer's space
+    for (int64_t i124 = 0; i124 < (K*d); ++i124) {
+        const float x_i125 = prod118[i124];
+        const float t126 = (x_i125 * (-1.0f));
+        tmp123[i124] = t126;
     }
-    float* const d_qs = prod116;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < K; ++i125) {
-        for (int64_t i126 = 0; i126 < d; ++i126) {
-            const float qs_i127 = icf[i125 * T + i126];
-            const float t128 = ks::exp(qs_i127);
-            const float t129 = (2.0f * t128);
-            const float x_i130 = t83;
-            const float t131 = (x_i130 * t129);
-            const float t132 = ks::mulz(t131, t128);
-            const float d_qs_i = t84;
-            const float d_qs133 = (d_qs_i + t132);
-            const float x_i134 = sum[i125];
-            const float d_qs135 = (d_qs133 + x_i134);
-            d_qs[i125 * d + i126] = d_qs135;
+    float* const d_qs = prod118;  // reuses a dead buffer's space
+    for (int64_t i127 = 0; i127 < K; ++i127) {
+        for (int64_t i128 = 0; i128 < d; ++i128) {
+            const float qs_i129 = icf[i127 * T + i128];
+            const float t130 = ks::exp(qs_i129);
+            const float t131 = (2.0f * t130);
+            const float x_i132 = t85;
+            const float t133 = (x_i132 * t131);
+            const float t134 = ks::mulz(t133, t130);
+            const float d_qs_i = t86;
+            const float d_qs135 = (d_qs_i + t134);
+            const float x_i136 = sum[i127];
+            const float d_qs137 = (d_qs135 + x_i136);
+            d_qs[i127 * d + i128] = d_qs137;
         }
     }
-    for (int64_t i137 = 0; i137 < K * T; ++i137) {
-        r136[i137] = 0.0f;
+    for (int64_t i139 = 0; i139 < K * T; ++i139) {
+        r138[i139] = 0.0f;
     }
-    for (int64_t k138 = K - 1; k138 >= 0; --k138) {
-        for (int64_t i141 = 0; i141 < d; ++i141) {
-            r139[i141] = 0.0f;
+    for (int64_t k140 = K - 1; k140 >= 0; --k140) {
+        for (int64_t i143 = 0; i143 < d; ++i143) {
+            r141[i143] = 0.0f;
         }
-        for (int64_t i142 = 0; i142 < T; ++i142) {
-            r140[i142] = 0.0f;
+        for (int64_t i144 = 0; i144 < T; ++i144) {
+            r142[i144] = 0.0f;
         }
-        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-            for (int64_t k144 = d - 1; k144 >= 0; --k144) {
-                const int64_t t145 = ((2*d) - k144);
-                const int64_t t146 = (t145 - int64_t{1});
-                const int64_t t147 = (k144 * t146);
-                const int64_t t148 = ks::floordiv(t147, int64_t{2});
-                const int64_t t149 = (d + t148);
-                const int64_t t150 = (t149 + k143);
-                const int64_t t151 = (t150 - k144);
-                const int64_t t152 = (t151 - int64_t{1});
-                const float t153 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? (((prod + k138 * (d * d)) + k143 * d) + k144)[0] : 0.0f);
-                const float t154 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0f : (((prod + k138 * (d * d)) + k143 * d) + k144)[0]);
-                const float t155 = ((((r3 + k138 * (d * d)) + k143 * d) + k144)[0] ? t154 : 0.0f);
-                const float t156 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0f : t155);
-                (r140 + ks::clamp_index(t152, T))[0] += t156;
-                const float t157 = ks::mulz(t153, (((r2 + k138 * (d * d)) + k143 * d) + k144)[0]);
-                const float t158 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? t157 : 0.0f);
-                (r139 + ks::clamp_index(k143, d))[0] += t158;
+        for (int64_t k145 = d - 1; k145 >= 0; --k145) {
+            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
+                const float t147 = ks::mulz((((prod + k140 * (d * d)) + k145 * d) + k146)[0], (((r2 + k140 * (d * d)) + k145 * d) + k146)[0]);
+                const int64_t t148 = ((2*d) - k146);
+                const int64_t t149 = (t148 - int64_t{1});
+                const int64_t t150 = (k146 * t149);
+                const int64_t t151 = ks::floordiv(t150, int64_t{2});
+                const int64_t t152 = (d + t151);
+                const int64_t t153 = (t152 + k145);
+                const int64_t t154 = (t153 - k146);
+                const int64_t t155 = (t154 - int64_t{1});
+                const float t156 = ((((r3 + k140 * (d * d)) + k145 * d) + k146)[0] ? (((prod + k140 * (d * d)) + k145 * d) + k146)[0] : 0.0f);
+                const float t157 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? t147 : 0.0f);
+                const float t158 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : t156);
+                (r141 + ks::clamp_index(k145, d))[0] += t157;
+                (r142 + ks::clamp_index(t155, T))[0] += t158;
             }
         }
         for (int64_t i159 = 0; i159 < T; ++i159) {
-            (r136 + k138 * T)[i159] += r140[i159];
+            (r138 + k140 * T)[i159] += r142[i159];
         }
         for (int64_t i160 = 0; i160 < d; ++i160) {
-            (d_qs + k138 * d)[i160] += r139[i160];
+            (d_qs + k140 * d)[i160] += r141[i160];
         }
     }
     for (int64_t i161 = 0; i161 < K; ++i161) {
         for (int64_t i162 = 0; i162 < (T - d); ++i162) {
             const float ls_i = (icf + d)[i161 * T + i162];
             const float t163 = (2.0f * ls_i);
-            const float x_i164 = t83;
+            const float x_i164 = t85;
             const float d_ls165 = (x_i164 * t163);
             d_ls[i161 * ((T - d)) + i162] = d_ls165;
         }
@@ -1256,15 +1256,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     for (int64_t i175 = 0; i175 < K; ++i175) {
-        const float x_i176 = t86;
-        const float x_i177 = tmp71[i175];
+        const float x_i176 = t88;
+        const float x_i177 = tmp73[i175];
         const float d_alphas = ks::mulz(x_i176, x_i177);
         const float d_base_i = sum[i175];
         const float d_alphas178 = (d_alphas + d_base_i);
         out_d_alphas[i175] = d_alphas178;
     }
     for (int64_t i179 = 0; i179 < (K*T); ++i179) {
-        const float x_i180 = r136[i179];
+        const float x_i180 = r138[i179];
         const float x_i181 = padded[i179];
         const float d_icf = (x_i180 + x_i181);
         const float x_i182 = padded170[i179];
@@ -1272,7 +1272,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         out_d_icf[i179] = d_icf183;
     }
     for (int64_t i184 = 0; i184 < K * d; ++i184) {
-        out_d_means[i184] = tmp121[i184];
+        out_d_means[i184] = tmp123[i184];
     }
     return ks::status::ok;
 }
@@ -1545,29 +1545,29 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r23 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r24 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r25 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r26 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r27 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r28 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp45 = reinterpret_cast<double*>(next_slot);
+    double* const tmp47 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r84 = reinterpret_cast<double*>(next_slot);
+    double* const r86 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp93 = reinterpret_cast<double*>(next_slot);
+    double* const tmp95 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp100 = reinterpret_cast<double*>(next_slot);
+    double* const tmp102 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r134 = reinterpret_cast<double*>(next_slot);
+    double* const r136 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r137 = reinterpret_cast<double*>(next_slot);
+    double* const r139 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r138 = reinterpret_cast<double*>(next_slot);
+    double* const r140 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -1592,249 +1592,249 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const int64_t t17 = (t16 - int64_t{1});
                 const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
                 const double t19 = (t7 ? t8 : t18);
+                const double t20 = (t7 ? t8 : 0.0);
+                const bool t21 = (t7 ? false : t9);
                 (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
                 (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t8;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t9;
+                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
+                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
             }
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i20 = 0; i20 < d; ++i20) {
-            const double qs_i = icf[i * T + i20];
+        for (int64_t i22 = 0; i22 < d; ++i22) {
+            const double qs_i = icf[i * T + i22];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i21 = 0; i21 < K; ++i21) {
-        const double alphas_i = alphas[i21];
-        const double x_i = tmp[i21];
-        const double base22 = (alphas_i + x_i);
-        base[i21] = base22;
+    for (int64_t i23 = 0; i23 < K; ++i23) {
+        const double alphas_i = alphas[i23];
+        const double x_i = tmp[i23];
+        const double base24 = (alphas_i + x_i);
+        base[i23] = base24;
     }
-    for (int64_t k27 = 0; k27 < n; ++k27) {
-        for (int64_t i28 = 0; i28 < K; ++i28) {
-            for (int64_t i29 = 0; i29 < d; ++i29) {
-                const double x_i30 = (x + k27 * d)[i29];
-                const double means_i = means[i28 * d + i29];
-                const double t31 = (x_i30 - means_i);
-                (r23 + k27 * (K * d))[i28 * d + i29] = t31;
+    for (int64_t k29 = 0; k29 < n; ++k29) {
+        for (int64_t i30 = 0; i30 < K; ++i30) {
+            for (int64_t i31 = 0; i31 < d; ++i31) {
+                const double x_i32 = (x + k29 * d)[i31];
+                const double means_i = means[i30 * d + i31];
+                const double t33 = (x_i32 - means_i);
+                (r25 + k29 * (K * d))[i30 * d + i31] = t33;
             }
         }
-        for (int64_t i32 = 0; i32 < K; ++i32) {
+        for (int64_t i34 = 0; i34 < K; ++i34) {
             int64_t j = 0;
             for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot33 = 0; double dot34 = 0; double dot35 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot33, dot34, dot35))
-                for (int64_t i36 = 0; i36 < d; ++i36) {
-                    dot += r[i32 * (d * d) + j * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot33 += r[i32 * (d * d) + (j + 1) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot34 += r[i32 * (d * d) + (j + 2) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
-                    dot35 += r[i32 * (d * d) + (j + 3) * d + i36] * (r23 + k27 * (K * d))[i32 * d + i36];
+                double dot = 0; double dot35 = 0; double dot36 = 0; double dot37 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot35, dot36, dot37))
+                for (int64_t i38 = 0; i38 < d; ++i38) {
+                    dot += r[i34 * (d * d) + j * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot35 += r[i34 * (d * d) + (j + 1) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot36 += r[i34 * (d * d) + (j + 2) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+                    dot37 += r[i34 * (d * d) + (j + 3) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
                 }
-                (r24 + k27 * (K * d))[i32 * d + j] = dot;
-                (r24 + k27 * (K * d))[i32 * d + (j + 1)] = dot33;
-                (r24 + k27 * (K * d))[i32 * d + (j + 2)] = dot34;
-                (r24 + k27 * (K * d))[i32 * d + (j + 3)] = dot35;
+                (r26 + k29 * (K * d))[i34 * d + j] = dot;
+                (r26 + k29 * (K * d))[i34 * d + (j + 1)] = dot35;
+                (r26 + k29 * (K * d))[i34 * d + (j + 2)] = dot36;
+                (r26 + k29 * (K * d))[i34 * d + (j + 3)] = dot37;
             }
             for (; j < d; ++j) {
-                double dot37 = 0;
-                KS_OMP_SIMD(reduction(+:dot37))
-                for (int64_t i38 = 0; i38 < d; ++i38) {
-                    dot37 += r[i32 * (d * d) + j * d + i38] * (r23 + k27 * (K * d))[i32 * d + i38];
+                double dot39 = 0;
+                KS_OMP_SIMD(reduction(+:dot39))
+                for (int64_t i40 = 0; i40 < d; ++i40) {
+                    dot39 += r[i34 * (d * d) + j * d + i40] * (r25 + k29 * (K * d))[i34 * d + i40];
                 }
-                (r24 + k27 * (K * d))[i32 * d + j] = dot37;
+                (r26 + k29 * (K * d))[i34 * d + j] = dot39;
             }
         }
-        double* const tmp39 = tmp;  // reuses a dead buffer's space
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            double acc41 = 0;
-            KS_OMP_SIMD(reduction(+:acc41))
-            for (int64_t i42 = 0; i42 < d; ++i42) {
-                const double x_i43 = (r24 + k27 * (K * d))[i40 * d + i42];
-                const double t44 = ks::ipow<2>(x_i43);
-                acc41 += t44;
+        double* const tmp41 = tmp;  // reuses a dead buffer's space
+        for (int64_t i42 = 0; i42 < K; ++i42) {
+            double acc43 = 0;
+            KS_OMP_SIMD(reduction(+:acc43))
+            for (int64_t i44 = 0; i44 < d; ++i44) {
+                const double x_i45 = (r26 + k29 * (K * d))[i42 * d + i44];
+                const double t46 = ks::ipow<2>(x_i45);
+                acc43 += t46;
             }
-            tmp39[i40] = acc41;
+            tmp41[i42] = acc43;
         }
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = tmp39[i46];
-            const double t48 = (0.5 * x_i47);
-            const double x_i49 = base[i46];
-            const double t50 = (x_i49 - t48);
-            tmp45[i46] = t50;
+        for (int64_t i48 = 0; i48 < K; ++i48) {
+            const double x_i49 = tmp41[i48];
+            const double t50 = (0.5 * x_i49);
+            const double x_i51 = base[i48];
+            const double t52 = (x_i51 - t50);
+            tmp47[i48] = t52;
         }
-        double acc51 = ks::lowest<double>();
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = tmp45[i52];
-            acc51 = ks::running_max(acc51, x_i53);
+        double acc53 = ks::lowest<double>();
+        for (int64_t i54 = 0; i54 < K; ++i54) {
+            const double x_i55 = tmp47[i54];
+            acc53 = ks::running_max(acc53, x_i55);
         }
-        const double t54 = ks::abs(acc51);
-        const bool t55 = (t54 == __builtin_huge_val());
-        const double t56 = (t55 ? 0.0 : acc51);
-        double acc57 = 0;
-        KS_OMP_SIMD(reduction(+:acc57))
-        for (int64_t i58 = 0; i58 < K; ++i58) {
-            const double x_i59 = tmp45[i58];
-            const double x_i60 = t56;
-            const double t61 = (x_i59 - x_i60);
-            const double t62 = ks::exp(t61);
-            (r25 + k27 * K)[i58] = t62;
-            acc57 += t62;
+        const double t56 = ks::abs(acc53);
+        const bool t57 = (t56 == __builtin_huge_val());
+        const double t58 = (t57 ? 0.0 : acc53);
+        double acc59 = 0;
+        KS_OMP_SIMD(reduction(+:acc59))
+        for (int64_t i60 = 0; i60 < K; ++i60) {
+            const double x_i61 = tmp47[i60];
+            const double x_i62 = t58;
+            const double t63 = (x_i61 - x_i62);
+            const double t64 = ks::exp(t63);
+            (r27 + k29 * K)[i60] = t64;
+            acc59 += t64;
         }
-        (r26 + k27)[0] = acc57;
+        (r28 + k29)[0] = acc59;
     }
-    double acc63 = ks::lowest<double>();
-    for (int64_t i64 = 0; i64 < K; ++i64) {
-        const double x_i65 = alphas[i64];
-        acc63 = ks::running_max(acc63, x_i65);
+    double acc65 = ks::lowest<double>();
+    for (int64_t i66 = 0; i66 < K; ++i66) {
+        const double x_i67 = alphas[i66];
+        acc65 = ks::running_max(acc65, x_i67);
     }
-    const double t66 = ks::abs(acc63);
-    const bool t67 = (t66 == __builtin_huge_val());
-    const double t68 = (t67 ? 0.0 : acc63);
-    double* const tmp69 = tmp;  // reuses a dead buffer's space
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = t68;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        tmp69[i71] = t75;
-        acc70 += t75;
+    const double t68 = ks::abs(acc65);
+    const bool t69 = (t68 == __builtin_huge_val());
+    const double t70 = (t69 ? 0.0 : acc65);
+    double* const tmp71 = tmp;  // reuses a dead buffer's space
+    double acc72 = 0;
+    KS_OMP_SIMD(reduction(+:acc72))
+    for (int64_t i73 = 0; i73 < K; ++i73) {
+        const double alphas_i74 = alphas[i73];
+        const double x_i75 = t70;
+        const double t76 = (alphas_i74 - x_i75);
+        const double t77 = ks::exp(t76);
+        tmp71[i73] = t77;
+        acc72 += t77;
     }
-    const double t76 = static_cast<double>(n);
-    const double t77 = (1.0 / acc70);
-    const double t78 = ks::ipow<2>(wishart_gamma);
-    const double t79 = (0.5 * t78);
-    const double t80 = ((-1.0) * wishart_m);
-    const double t81 = ((-1.0) * t76);
-    const double t82 = ks::mulz(t81, t77);
-    double* const r83 = base;  // reuses a dead buffer's space
-    double r85;
-    for (int64_t i86 = 0; i86 < K; ++i86) {
-        r83[i86] = 0.0;
+    const double t78 = static_cast<double>(n);
+    const double t79 = (1.0 / acc72);
+    const double t80 = ks::ipow<2>(wishart_gamma);
+    const double t81 = (0.5 * t80);
+    const double t82 = ((-1.0) * wishart_m);
+    const double t83 = ((-1.0) * t78);
+    const double t84 = ks::mulz(t83, t79);
+    double* const r85 = base;  // reuses a dead buffer's space
+    double r87;
+    for (int64_t i88 = 0; i88 < K; ++i88) {
+        r85[i88] = 0.0;
     }
-    for (int64_t i87 = 0; i87 < K * d * d; ++i87) {
-        r84[i87] = 0.0;
+    for (int64_t i89 = 0; i89 < K * d * d; ++i89) {
+        r86[i89] = 0.0;
     }
-    for (int64_t i88 = 0; i88 < K * d; ++i88) {
-        out_d_means[i88] = 0.0;
+    for (int64_t i90 = 0; i90 < K * d; ++i90) {
+        out_d_means[i90] = 0.0;
     }
-    r85 = 1.0;
-    for (int64_t k89 = n - 1; k89 >= 0; --k89) {
-        const double t90 = (1.0 / (r26 + k89)[0]);
-        const double t91 = ks::mulz(r85, t90);
-        double* const tmp92 = tmp45;  // reuses a dead buffer's space
-        for (int64_t i94 = 0; i94 < K; ++i94) {
-            const double x_i95 = t91;
-            const double x_i96 = (r25 + k89 * K)[i94];
-            const double t97 = ks::mulz(x_i95, x_i96);
-            tmp92[i94] = t97;
-            const double t98 = (t97 * (-1.0));
-            const double t99 = (t98 * 0.5);
-            tmp93[i94] = t99;
+    r87 = 1.0;
+    for (int64_t k91 = n - 1; k91 >= 0; --k91) {
+        const double t92 = (1.0 / (r28 + k91)[0]);
+        const double t93 = ks::mulz(r87, t92);
+        double* const tmp94 = tmp47;  // reuses a dead buffer's space
+        for (int64_t i96 = 0; i96 < K; ++i96) {
+            const double x_i97 = t93;
+            const double x_i98 = (r27 + k91 * K)[i96];
+            const double t99 = ks::mulz(x_i97, x_i98);
+            tmp94[i96] = t99;
+            const double t100 = (t99 * (-1.0));
+            const double t101 = (t100 * 0.5);
+            tmp95[i96] = t101;
         }
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            for (int64_t i102 = 0; i102 < d; ++i102) {
-                const double x_i103 = (r24 + k89 * (K * d))[i101 * d + i102];
-                const double t104 = (2.0 * x_i103);
-                const double x_i105 = tmp93[i101];
-                const double t106 = (x_i105 * t104);
-                tmp100[i101 * d + i102] = t106;
-            }
-        }
-        for (int64_t i107 = 0; i107 < K * d; ++i107) {
-            prod[i107] = 0;
-        }
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            for (int64_t i109 = 0; i109 < d; ++i109) {
-                for (int64_t i110 = 0; i110 < d; ++i110) {
-                    prod[i108 * d + i110] += tmp100[i108 * d + i109] * r[i108 * (d * d) + i109 * d + i110];
-                }
+        for (int64_t i103 = 0; i103 < K; ++i103) {
+            for (int64_t i104 = 0; i104 < d; ++i104) {
+                const double x_i105 = (r26 + k91 * (K * d))[i103 * d + i104];
+                const double t106 = (2.0 * x_i105);
+                const double x_i107 = tmp95[i103];
+                const double t108 = (x_i107 * t106);
+                tmp102[i103 * d + i104] = t108;
             }
         }
-        for (int64_t i111 = 0; i111 < K; ++i111) {
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                for (int64_t i113 = 0; i113 < d; ++i113) {
-                    r84[i111 * (d * d) + i112 * d + i113] += tmp100[i111 * d + i112] * (r23 + k89 * (K * d))[i111 * d + i113];
+        for (int64_t i109 = 0; i109 < K * d; ++i109) {
+            prod[i109] = 0;
+        }
+        for (int64_t i110 = 0; i110 < K; ++i110) {
+            for (int64_t i111 = 0; i111 < d; ++i111) {
+                for (int64_t i112 = 0; i112 < d; ++i112) {
+                    prod[i110 * d + i112] += tmp102[i110 * d + i111] * r[i110 * (d * d) + i111 * d + i112];
                 }
             }
         }
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            const double x_i115 = r83[i114];
-            const double x_i116 = tmp92[i114];
-            const double t117 = (x_i115 + x_i116);
-            r83[i114] = t117;
+        for (int64_t i113 = 0; i113 < K; ++i113) {
+            for (int64_t i114 = 0; i114 < d; ++i114) {
+                for (int64_t i115 = 0; i115 < d; ++i115) {
+                    r86[i113 * (d * d) + i114 * d + i115] += tmp102[i113 * d + i114] * (r25 + k91 * (K * d))[i113 * d + i115];
+                }
+            }
         }
-        for (int64_t i118 = 0; i118 < (K*d); ++i118) {
-            const double x_i119 = prod[i118];
-            const double t120 = (x_i119 * (-1.0));
-            const double x_i121 = out_d_means[i118];
-            const double t122 = (x_i121 + t120);
-            out_d_means[i118] = t122;
+        for (int64_t i116 = 0; i116 < K; ++i116) {
+            const double x_i117 = r85[i116];
+            const double x_i118 = tmp94[i116];
+            const double t119 = (x_i117 + x_i118);
+            r85[i116] = t119;
         }
-    }
-    double* const d_qs = tmp100;  // reuses a dead buffer's space
-    for (int64_t i123 = 0; i123 < K; ++i123) {
-        for (int64_t i124 = 0; i124 < d; ++i124) {
-            const double qs_i125 = icf[i123 * T + i124];
-            const double t126 = ks::exp(qs_i125);
-            const double t127 = (2.0 * t126);
-            const double x_i128 = t79;
-            const double t129 = (x_i128 * t127);
-            const double t130 = ks::mulz(t129, t126);
-            const double d_qs_i = t80;
-            const double d_qs131 = (d_qs_i + t130);
-            const double x_i132 = r83[i123];
-            const double d_qs133 = (d_qs131 + x_i132);
-            d_qs[i123 * d + i124] = d_qs133;
+        for (int64_t i120 = 0; i120 < (K*d); ++i120) {
+            const double x_i121 = prod[i120];
+            const double t122 = (x_i121 * (-1.0));
+            const double x_i123 = out_d_means[i120];
+            const double t124 = (x_i123 + t122);
+            out_d_means[i120] = t124;
         }
     }
-    for (int64_t i135 = 0; i135 < K * T; ++i135) {
-        r134[i135] = 0.0;
+    double* const d_qs = tmp102;  // reuses a dead buffer's space
+    for (int64_t i125 = 0; i125 < K; ++i125) {
+        for (int64_t i126 = 0; i126 < d; ++i126) {
+            const double qs_i127 = icf[i125 * T + i126];
+            const double t128 = ks::exp(qs_i127);
+            const double t129 = (2.0 * t128);
+            const double x_i130 = t81;
+            const double t131 = (x_i130 * t129);
+            const double t132 = ks::mulz(t131, t128);
+            const double d_qs_i = t82;
+            const double d_qs133 = (d_qs_i + t132);
+            const double x_i134 = r85[i125];
+            const double d_qs135 = (d_qs133 + x_i134);
+            d_qs[i125 * d + i126] = d_qs135;
+        }
     }
-    for (int64_t k136 = K - 1; k136 >= 0; --k136) {
-        for (int64_t i139 = 0; i139 < d; ++i139) {
-            r137[i139] = 0.0;
+    for (int64_t i137 = 0; i137 < K * T; ++i137) {
+        r136[i137] = 0.0;
+    }
+    for (int64_t k138 = K - 1; k138 >= 0; --k138) {
+        for (int64_t i141 = 0; i141 < d; ++i141) {
+            r139[i141] = 0.0;
         }
-        for (int64_t i140 = 0; i140 < T; ++i140) {
-            r138[i140] = 0.0;
+        for (int64_t i142 = 0; i142 < T; ++i142) {
+            r140[i142] = 0.0;
         }
-        for (int64_t k141 = d - 1; k141 >= 0; --k141) {
-            for (int64_t k142 = d - 1; k142 >= 0; --k142) {
-                const int64_t t143 = ((2*d) - k142);
-                const int64_t t144 = (t143 - int64_t{1});
-                const int64_t t145 = (k142 * t144);
-                const int64_t t146 = ks::floordiv(t145, int64_t{2});
-                const int64_t t147 = (d + t146);
-                const int64_t t148 = (t147 + k141);
-                const int64_t t149 = (t148 - k142);
-                const int64_t t150 = (t149 - int64_t{1});
-                const double t151 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? (((r84 + k136 * (d * d)) + k141 * d) + k142)[0] : 0.0);
-                const double t152 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? 0.0 : (((r84 + k136 * (d * d)) + k141 * d) + k142)[0]);
-                const double t153 = ((((r3 + k136 * (d * d)) + k141 * d) + k142)[0] ? t152 : 0.0);
-                const double t154 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? 0.0 : t153);
-                (r138 + ks::clamp_index(t150, T))[0] += t154;
-                const double t155 = ks::mulz(t151, (((r2 + k136 * (d * d)) + k141 * d) + k142)[0]);
-                const double t156 = ((((r1 + k136 * (d * d)) + k141 * d) + k142)[0] ? t155 : 0.0);
-                (r137 + ks::clamp_index(k141, d))[0] += t156;
+        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
+            for (int64_t k144 = d - 1; k144 >= 0; --k144) {
+                const double t145 = ks::mulz((((r86 + k138 * (d * d)) + k143 * d) + k144)[0], (((r2 + k138 * (d * d)) + k143 * d) + k144)[0]);
+                const int64_t t146 = ((2*d) - k144);
+                const int64_t t147 = (t146 - int64_t{1});
+                const int64_t t148 = (k144 * t147);
+                const int64_t t149 = ks::floordiv(t148, int64_t{2});
+                const int64_t t150 = (d + t149);
+                const int64_t t151 = (t150 + k143);
+                const int64_t t152 = (t151 - k144);
+                const int64_t t153 = (t152 - int64_t{1});
+                const double t154 = ((((r3 + k138 * (d * d)) + k143 * d) + k144)[0] ? (((r86 + k138 * (d * d)) + k143 * d) + k144)[0] : 0.0);
+                const double t155 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? t145 : 0.0);
+                const double t156 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0 : t154);
+                (r139 + ks::clamp_index(k143, d))[0] += t155;
+                (r140 + ks::clamp_index(t153, T))[0] += t156;
             }
         }
         for (int64_t i157 = 0; i157 < T; ++i157) {
-            (r134 + k136 * T)[i157] += r138[i157];
+            (r136 + k138 * T)[i157] += r140[i157];
         }
         for (int64_t i158 = 0; i158 < d; ++i158) {
-            (d_qs + k136 * d)[i158] += r137[i158];
+            (d_qs + k138 * d)[i158] += r139[i158];
         }
     }
     for (int64_t i159 = 0; i159 < K; ++i159) {
         for (int64_t i160 = 0; i160 < (T - d); ++i160) {
             const double ls_i = (icf + d)[i159 * T + i160];
             const double t161 = (2.0 * ls_i);
-            const double x_i162 = t79;
+            const double x_i162 = t81;
             const double d_ls163 = (x_i162 * t161);
             d_ls[i159 * ((T - d)) + i160] = d_ls163;
         }
@@ -1860,15 +1860,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
     }
     for (int64_t i173 = 0; i173 < K; ++i173) {
-        const double x_i174 = t82;
-        const double x_i175 = tmp69[i173];
+        const double x_i174 = t84;
+        const double x_i175 = tmp71[i173];
         const double d_alphas = ks::mulz(x_i174, x_i175);
-        const double x_i176 = r83[i173];
+        const double x_i176 = r85[i173];
         const double d_alphas177 = (d_alphas + x_i176);
         out_d_alphas[i173] = d_alphas177;
     }
     for (int64_t i178 = 0; i178 < (K*T); ++i178) {
-        const double x_i179 = r134[i178];
+        const double x_i179 = r136[i178];
         const double x_i180 = padded[i178];
         const double d_icf = (x_i179 + x_i180);
         const double x_i181 = padded168[i178];
