@@ -125,6 +125,11 @@ KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_ro
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 
 
+INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qpack_rows|qpack_columns)\b")
+"""A call of the kernel layer's integer kernels (ks/qconv.h): the project then compiles them too (KS_KERNELS_INT8;
+a package of float kernels only does not carry their code)."""
+
+
 def uses_kernel_layer(source: str) -> bool:
     """Whether a generated source calls the kernel layer (a package of loops alone does not compile it)."""
     return KERNEL_LAYER_CALL.search(source) is not None
@@ -156,6 +161,7 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
     t = _env("templates")
     source = t.get_template("source.cpp.j2").render(ctx)
     ctx["kernels"] = uses_kernel_layer(source)
+    ctx["kernels_int8"] = INTEGER_KERNEL_CALL.search(source) is not None
     files = {
         f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),
         f"src/{m.name}.cpp": source,
