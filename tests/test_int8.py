@@ -300,3 +300,27 @@ def test_qdq_folds_into_integer_operators(quantized):
     ops = [n.op_type for n in folded]
     assert "Conv" not in ops and "Gemm" not in ops and ops.count("QLinearConv") == 4 and "QGemm" in ops
     assert "Relu" not in ops  # (folded into the bounds of the operators before their QuantizeLinear)
+
+
+def test_a_malformed_quantized_convolution_is_an_error_at_its_node(tmp_path):
+    """A QLinearConv whose kernel does not match its input's channels: an error naming the node and the 8-bit types
+    (not the float stand-ins the geometry is checked with), and an unknown com.microsoft op named as such."""
+    import ksbuild
+    from ksbuild.errors import KsbuildError
+    inits = [_init("s", np.float32(0.1)), _init("z", np.uint8(0)), _init("w", np.ones((4, 3, 3), np.int8)),
+             _init("wz", np.int8(0))]
+    node = helper.make_node("QLinearConv", ["x", "s", "z", "w", "s", "wz", "s", "z"], ["y"], name="qc")
+    onnx.save(_model([node], [helper.make_tensor_value_info("x", U8, [1, 5, 8])],
+                     [helper.make_tensor_value_info("y", U8, None)], inits), tmp_path / "bad.onnx")
+    soft = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft", name="soft",
+                            axis=1, opset=13)
+    onnx.save(_model([soft], [helper.make_tensor_value_info("x", U8, [1, 10])],
+                     [helper.make_tensor_value_info("y", U8, None)], inits[:2], ms=True), tmp_path / "soft.onnx")
+    for model, words in (("bad.onnx", ["node qc (QLinearConv)", "qconv of u8[1, 5, 8] with kernel i8[4, 3, 3]",
+                                       "channels do not match"]),
+                         ("soft.onnx", ["node soft (QLinearSoftmax)", "unknown op QLinearSoftmax"])):
+        (tmp_path / "manifest.toml").write_text(f'[package]\nname = "bad"\n[kernels.m]\nonnx = "{model}"\n'
+                                                '[exports]\nm = "m"\n')
+        with pytest.raises(KsbuildError) as e:
+            ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+        assert all(w in str(e.value) for w in words), str(e.value)

@@ -140,8 +140,12 @@ def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, 
     x, w, bias, scale = in_types
     w = _logical(w, packed, kernel, "rows", groups, "qconv")
     _check_requant("qconv", x, w, bias, scale, w.shape[0], x_zero, y_zero, lo, hi, out)
-    (y,) = _conv_prim.type_rule((Type("f32", x.shape), Type("f32", w.shape)), strides=strides, pads=pads,
-                                dilations=dilations, groups=groups)
+    try:  # (conv's geometry rule, on stand-in float types)
+        (y,) = _conv_prim.type_rule((Type("f32", x.shape), Type("f32", w.shape)), strides=strides, pads=pads,
+                                    dilations=dilations, groups=groups)
+    except KsbuildError as e:
+        reason = str(e.args[0]).split(": ", 1)[-1]
+        raise KsbuildError(f"qconv of {x} with kernel {w}: {reason}") from None
     return (Type(out, y.shape),)
 
 
