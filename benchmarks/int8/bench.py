@@ -1,6 +1,6 @@
 """int8 inference: ksbuild's integer kernels against onnxruntime's, and each against its float model.
 
-    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp] [--side 224] [--repeats 10] [--budget 3]
+    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp resnet18] [--side 224] [--repeats 10] [--budget 3]
 
 Models (random weights, nothing downloaded): MobileNetV2 in torchvision's layout (benchmarks/onnx/resnet.py;
 224×224 by default), a keyword-spotting
@@ -46,11 +46,12 @@ def kws_cnn():
 def models(side: int) -> dict:
     """name -> (torch module, input shape)."""
     import torch
-    from resnet import mobilenet_v2
+    from resnet import mobilenet_v2, resnet18
     from torch import nn
     torch.manual_seed(0)
     return {
         "mobilenet_v2": (mobilenet_v2(), (1, 3, side, side)),
+        "resnet18": (resnet18(), (1, 3, side, side)),  # (not in the default list: --models resnet18)
         "kws": (kws_cnn(), (1, 1, 49, 10)),
         "mlp": (nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)),
                 (1, 784)),
