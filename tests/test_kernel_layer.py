@@ -144,6 +144,36 @@ def test_the_footprint_is_in_the_description_and_the_header(trees):
             assert f"{export['symbol']}  {export['stack_bytes']} bytes" in header
 
 
+# The largest stack frame any kernel-layer function may have, in bytes. (Issue 36 aims at 512: scratch in the
+# workspace, accumulators in registers; the register tiles' frames were 1.2-3 KB before KS_UNROLL.)
+FRAME_BOUND = 1024
+
+
+def test_no_kernel_layer_function_has_a_frame_above_the_bound(trees):
+    """The kernel layer's own call graphs (the cached objects' .ci files, every level the packages built): each
+    function's frame, named when it is too large. A frame grows when a tile's accumulators, indexed by a loop GCC
+    did not unroll, move from registers into the stack (ks/gemm.h: micro)."""
+    from ksbuild.manifest import load_manifest
+    from ksbuild.packaging.package import kernel_cache, resolve_target
+    out, _ = trees
+    manifest = out["kl_conv"].parent.parent / "kl_conv" / "manifest.toml"
+    m = load_manifest(manifest)
+    graphs = sorted(kernel_cache(m, resolve_target(m, None)).glob("kernels_*.ci"))
+    if not graphs:
+        pytest.skip("the compiler wrote no call graphs (-fcallgraph-info: GCC 10 and later)")
+    g = CallGraph()
+    for ci in graphs:
+        g.read(ci)
+    assert len(g.frames) > 50, graphs
+    large = {name: frame for name, frame in g.frames.items() if frame is None or frame > FRAME_BOUND}
+    assert not large, _demangled(large)
+
+
+def _demangled(frames: dict) -> dict:
+    names = subprocess.run(["c++filt"], input="\n".join(frames), capture_output=True, text=True).stdout.split("\n")
+    return {n[:160]: f for n, f in zip(names, frames.values())}
+
+
 def _graph(text: str, tmp_path: Path) -> CallGraph:
     (tmp_path / "a.ci").write_text(text)
     g = CallGraph()

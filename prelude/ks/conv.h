@@ -332,7 +332,7 @@ constexpr bool few_positions(const conv_shape& s) {
 // stream from memory at once (one row at a time, as ks::tiles::dots goes, left a 512-channel layer at 2 × 2 15%
 // slower than the register tiles). Rows and columns past the end repeat the first ones and are not stored.
 template <class T>
-void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const epilogue<T>& epi) {
+__attribute__((noinline)) void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const epilogue<T>& epi) {
     using V = typename tiles::simd<T>::v;
     constexpr int L = tiles::simd<T>::lanes, R = 4, Q = tiles::dot_block;
     const int64_t whole = depth - depth % L;
@@ -364,17 +364,19 @@ void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T*
                     }
                 }
             }
-            for (int64_t i = i0; i < m && i < i0 + R; ++i) {
-                for (int64_t j = j0; j < n && j < j0 + Q; ++j) {
-                    const int r = static_cast<int>(i - i0), q = static_cast<int>(j - j0);
+            KS_UNROLL for (int r = 0; r < R; ++r) {  // (unrolled: the accumulators stay in registers)
+                KS_UNROLL for (int q = 0; q < Q; ++q) {
+                    if (i0 + r >= m || j0 + q >= n) {
+                        continue;
+                    }
                     T d = T(0);
-                    for (int l = 0; l < L; ++l) {
+                    KS_UNROLL for (int l = 0; l < L; ++l) {
                         d += acc[r][q][l];
                     }
                     for (int64_t p = whole; p < depth; ++p) {
                         d += a[r][p] * b[q][p];
                     }
-                    y[i * n + j] = d;
+                    y[(i0 + r) * n + j0 + q] = d;
                 }
             }
         }
@@ -441,7 +443,7 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
 
 // One group of one image, the windows read straight from the (padded) image x through the rows' offsets.
 template <class T, bool PACKED>
-void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const epilogue<T>& epi) {
+__attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
@@ -477,7 +479,7 @@ void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_
 
 // One group of one image, the im2col matrix packed into panels block by block.
 template <class T, bool PACKED>
-void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
+__attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
                   const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
@@ -629,7 +631,7 @@ constexpr int64_t padded_row(const conv_shape& s) {
 // start at an even position, then reads its four columns from two runs of consecutive elements. A vector of
 // zeros follows (the input transform reads whole vectors).
 template <class T>
-void split_image(const conv_shape& s, const T* x, T* dst) {
+__attribute__((noinline)) void split_image(const conv_shape& s, const T* x, T* dst) {
     const int64_t rows = padded_rows(s), ww = padded_row(s), half = ww / 2;
     const int64_t h = s.in[1], w = s.in[2], top = s.pad[1], left = s.pad[2];
     const int64_t last = w < ww - left ? w : ww - left;  // (the columns past the padded row are never read)
@@ -713,7 +715,7 @@ inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
 // 16 runs are written while they are in the L1 cache); the block's columns from `count` up to a whole panel
 // are zero.
 template <class T>
-void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
+__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
     const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww;
     const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
     for (int64_t c = 0; c < s.channels; ++c) {
@@ -808,7 +810,7 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
 // The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow]; whether a value
 // was infinite or NaN.
 template <class T>
-bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
+__attribute__((noinline)) bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
                   const epilogue<T>& epi) {
     const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
     bool bad = false;
@@ -827,7 +829,7 @@ bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count,
 // transforms subtract it from itself) or one near the largest float (whose transforms overflow). Slow (plain
 // loops), and as IEEE arithmetic has it: the same infinities as a direct convolution.
 template <class T>
-void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const epilogue<T>& epi) {
+__attribute__((noinline)) void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const epilogue<T>& epi) {
     const int64_t channels = s.channels, m = s.out_channels, h = s.in[1], w = s.in[2];
     const int64_t oh = s.out[1], ow = s.out[2], plane = channels * m;
     for (int64_t q = 0; q < m * oh * ow; ++q) {
@@ -910,8 +912,8 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
 // dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
 // (image, output channel m, flat position q).
 // (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
-// and GCC then called it out of line, 13% slower: the strides of the transformed kernel and image runs are
-// constants only here)
+// and GCC then called it out of line, 13% slower (measured again: 10-15%): the strides of the transformed kernel
+// and image runs are constants only here)
 template <class T>
 __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
                                             T* scratch, const epilogue<T>& epi = {}) {

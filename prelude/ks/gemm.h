@@ -29,6 +29,10 @@
 
 #include "prelude.h"
 
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #ifndef KS_KERNELS
 #define KS_KERNELS ks_kernels  // the kernel layer's namespace (per instruction set level in a portable build)
 #endif
@@ -228,10 +232,43 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
         std::memcpy(out, &x, sizeof x);
         return;
     }
+#if defined(__AVX512F__)
+    if constexpr (sizeof x == 64) {  // (a masked store: the vector stays in its register, out of the frame)
+        const unsigned mask = (1u << n) - 1;
+        if constexpr (sizeof(T) == 4) {
+            __m512 v = reinterpret_cast<__m512&>(x);
+            v = load_c ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(__mmask16(mask), out)) : v;
+            _mm512_mask_storeu_ps(out, __mmask16(mask), v);
+        } else {
+            __m512d v = reinterpret_cast<__m512d&>(x);
+            v = load_c ? _mm512_add_pd(v, _mm512_maskz_loadu_pd(__mmask8(mask), out)) : v;
+            _mm512_mask_storeu_pd(out, __mmask8(mask), v);
+        }
+        return;
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (sizeof x == 32) {  // (the same with AVX2's masked moves)
+        if constexpr (sizeof(T) == 4) {
+            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            __m256 v = reinterpret_cast<__m256&>(x);
+            v = load_c ? _mm256_add_ps(v, _mm256_maskload_ps(out, mask)) : v;
+            _mm256_maskstore_ps(out, mask, v);
+        } else {
+            const __m256i mask = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+            __m256d v = reinterpret_cast<__m256d&>(x);
+            v = load_c ? _mm256_add_pd(v, _mm256_maskload_pd(out, mask)) : v;
+            _mm256_maskstore_pd(out, mask, v);
+        }
+        return;
+    }
+#endif
     T lanes[simd<T>::lanes];
     std::memcpy(lanes, &x, sizeof x);
-    for (int l = 0; l < n; ++l) {
-        out[l] = load_c ? out[l] + lanes[l] : lanes[l];
+    for (int l = 0; l < simd<T>::lanes; ++l) {
+        if (l < n) {
+            out[l] = load_c ? out[l] + lanes[l] : lanes[l];
+        }
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -305,16 +342,16 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
     // of k, so that the adds do not all wait on one another; they are summed at the end.
     constexpr int KU = MR * NP * W >= 8 ? 1 : 8 / (MR * NP * W);
     V acc[KU][MR][NP * W];
-    for (int h = 0; h < KU; ++h) {
-        for (int r = 0; r < MR; ++r) {
-            for (int q = 0; q < NP * W; ++q) {
+    KS_UNROLL for (int h = 0; h < KU; ++h) {
+        KS_UNROLL for (int r = 0; r < MR; ++r) {
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
                 acc[h][r][q] = splat<T>(T(0));
             }
         }
     }
     const int64_t whole = kc - kc % KU;
     for (int64_t p0 = 0; p0 < kc; p0 += KU) {
-        for (int h = 0; h < KU; ++h) {
+        KS_UNROLL for (int h = 0; h < KU; ++h) {
             const int64_t p = p0 + h;
             if (KU > 1 && p0 >= whole && p >= kc) {
                 break;
@@ -323,38 +360,39 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 __builtin_prefetch(reinterpret_cast<const char*>(pf.from + uintptr_t((p * pf.step) >> 16)), 0, 2);
             }
             V bv[NP * W];
-            for (int u = 0; u < NP; ++u) {
-                for (int w = 0; w < W; ++w) {
+            KS_UNROLL for (int u = 0; u < NP; ++u) {
+                KS_UNROLL for (int w = 0; w < W; ++w) {
                     bv[u * W + w] = load<T>(b.row(p, u) + w * simd<T>::lanes);
                 }
             }
-            for (int r = 0; r < MR; ++r) {
+            KS_UNROLL for (int r = 0; r < MR; ++r) {
                 const int ra = r < LIVE ? r : r - LIVE;
                 const T ax = PACKED ? a[ra + p * row_block] : a[ra * a_rs + p * a_cs];
                 const V x = splat<T>(r < LIVE ? ax : -ax);  // (negated: else GCC finds the row equal to the last)
-                for (int q = 0; q < NP * W; ++q) {
+                KS_UNROLL for (int q = 0; q < NP * W; ++q) {
                     acc[h][r][q] += x * bv[q];
                 }
             }
         }
     }
-    for (int h = 1; h < KU; ++h) {
-        for (int r = 0; r < MR; ++r) {
-            for (int q = 0; q < NP * W; ++q) {
+    KS_UNROLL for (int h = 1; h < KU; ++h) {
+        KS_UNROLL for (int r = 0; r < MR; ++r) {
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
                 acc[0][r][q] += acc[h][r][q];
             }
         }
     }
-    for (int r = LIVE; r < MR; ++r) {  // rows kept only to keep b's vectors in registers: computed, not stored
-        for (int q = 0; q < NP * W; ++q) {
+    KS_UNROLL for (int r = LIVE; r < MR; ++r) {  // rows kept only to keep b's vectors in registers: computed, not stored
+        KS_UNROLL for (int q = 0; q < NP * W; ++q) {
             sink(acc[0][r][q]);
         }
     }
     const int width = b.width();
+    // (Both stores unrolled: the accumulators stay in registers, and the frame small: KS_UNROLL.)
     if (width == P && cols == NP * P) {  // a whole tile: the accumulators stored as they are
-        for (int r = 0; r < LIVE; ++r) {
+        KS_UNROLL for (int r = 0; r < LIVE; ++r) {
             T* out = c + r * c_rs;
-            for (int q = 0; q < NP * W; ++q) {
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
                 V x = acc[0][r][q];
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
@@ -364,8 +402,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
         }
     } else {  // a partial tile: vector by vector, the last of each panel's stored columns lane by lane
         const int64_t stored = cols;  // (a run-time count: GCC then checks no read at columns never stored)
-        for (int r = 0; r < LIVE; ++r) {
-            for (int q = 0; q < NP * W; ++q) {
+        KS_UNROLL for (int r = 0; r < LIVE; ++r) {
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
                 const int u = q / W, at = (q % W) * simd<T>::lanes;  // (panel u, its columns from `at` on)
                 const int64_t left = stored - int64_t(u) * width, panel = left < width ? left : width;
                 const int n = panel - at < simd<T>::lanes ? static_cast<int>(panel - at) : simd<T>::lanes;
@@ -427,32 +465,41 @@ constexpr bool padded(int rows) {
 
 // Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows), or of
 // min_rows rows when padded(rows).
+// (Out of line, one function per row count, called from rest_rows' chain of tests: the chain inlined adds no
+// frames, and each count's tiles have a frame of their own, not one frame holding all of them.)
 template <class T, int R, bool PACKED, class Rows>
-inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
-                      int panels, T* c, int64_t c_rs, int64_t cols, bool load_c, const tile_epilogue<T>& after,
-                      int64_t r0) {
+__attribute__((noinline)) void rows_tiles(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b,
+                                          int panels, T* c, int64_t c_rs, int64_t cols, bool load_c,
+                                          const tile_epilogue<T>& after, int64_t r0) {
+    constexpr int MR = padded(R) ? min_rows : R;
+    constexpr int NP = panels_for(MR);
+    const int P = b.width();  // (the columns of c a panel stores)
+    for (int u = 0; u < panels; u += NP) {
+        const int np = panels - u < NP ? panels - u : NP;
+        const int64_t left = cols - int64_t(u) * P;
+        const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
+        if (np == NP) {
+            tile<T, MR, NP, PACKED, R>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, after, r0, u * P);
+        } else {
+            for (int v = 0; v < np; ++v) {
+                const int wv = w - v * P < P ? w - v * P : P;
+                tile<T, MR, 1, PACKED, R>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, after, r0,
+                                          (u + v) * P);
+            }
+        }
+    }
+}
+
+template <class T, int R, bool PACKED, class Rows>
+__attribute__((always_inline)) inline void rest_rows(int rows, int64_t kc, const row_tiles<T>& a, const T* at,
+                                                     const Rows& b, int panels, T* c, int64_t c_rs, int64_t cols,
+                                                     bool load_c, const tile_epilogue<T>& after, int64_t r0) {
     if constexpr (R >= 1) {
         if (rows != R) {
             rest_rows<T, R - 1, PACKED>(rows, kc, a, at, b, panels, c, c_rs, cols, load_c, after, r0);
             return;
         }
-        constexpr int MR = padded(R) ? min_rows : R;
-        constexpr int NP = panels_for(MR);
-        const int P = b.width();  // (the columns of c a panel stores)
-        for (int u = 0; u < panels; u += NP) {
-            const int np = panels - u < NP ? panels - u : NP;
-            const int64_t left = cols - int64_t(u) * P;
-            const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
-            if (np == NP) {
-                tile<T, MR, NP, PACKED, R>(kc, a, at, b.from(u), c + u * P, c_rs, w, load_c, after, r0, u * P);
-            } else {
-                for (int v = 0; v < np; ++v) {
-                    const int wv = w - v * P < P ? w - v * P : P;
-                    tile<T, MR, 1, PACKED, R>(kc, a, at, b.from(u + v), c + (u + v) * P, c_rs, wv, load_c, after, r0,
-                                              (u + v) * P);
-                }
-            }
-        }
+        rows_tiles<T, R, PACKED>(kc, a, at, b, panels, c, c_rs, cols, load_c, after, r0);
     }
 }
 
@@ -468,6 +515,10 @@ constexpr bool splits(int64_t rows) {
 // the epilogue: MobileNetV2 10-13% slower), except when c's rows are a multiple of 4 KB apart, so that they
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
+template <class T, class Rows>
+void short_block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c, int64_t c_rs,
+                 int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0);
+
 template <class T, bool PACKED = false, int MR = row_block, class Rows>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
@@ -503,8 +554,8 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
             const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
             for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
                 const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
-                block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
-                         load_c, per_tile, j, epi, i0 + i);
+                short_block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs,
+                               cols, load_c, per_tile, j, epi, i0 + i);
                 i += rows;
             }
         } else {
@@ -515,6 +566,14 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
     if (last && !per_tile) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
     }
+}
+
+// The rows a block of taller tiles leaves, in tiles of row_block rows (out of line: in a frame of its own).
+template <class T, class Rows>
+__attribute__((noinline)) void short_block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels,
+                                           T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j,
+                                           const epilogue<T>& epi, int64_t i0) {
+    block<T>(m, kc, a, b, panels, c, c_rs, cols, load_c, last, j, epi, i0);
 }
 
 // a (m x k, any strides) copied into row tiles at dst: [ceil(m / MR)][k][MR], the last tile's missing rows zero.
@@ -746,10 +805,11 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
     tiles::rows<T>(m, n, k, a, b, c, accumulate, scratch, epi);
 }
 
-// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. (flatten: the
-// tiles inlined here; GCC called the 12-row one out of line, and that copy ran 7-10% slower: docs/performance.md)
+// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. (It was
+// `flatten`, after GCC had called the 12-row tile out of line 7-10% slower (docs/performance.md); with the tiles'
+// accumulators in registers (KS_UNROLL) it runs as fast without, in a 0.5 KB frame instead of 3 KB.)
 template <class T>
-__attribute__((flatten)) void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
+void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
                                           bool accumulate, const epilogue<T>& epi = {}) {
     constexpr int P = panel_width<T>;
     if (m <= 0 || n <= 0) {

@@ -41,6 +41,16 @@
 #endif
 
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
+// KS_UNROLL: the loop after it unrolled completely (a register tile's loops over its accumulators: an array of
+// vectors indexed by a loop counter GCC did not unroll lives in the stack frame instead of in registers).
+#if defined(__clang__)
+#define KS_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define KS_UNROLL _Pragma("GCC unroll 64")
+#else
+#define KS_UNROLL
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define KS_HIDDEN __attribute__((visibility("hidden")))
 #else

@@ -218,7 +218,7 @@ template <bool SWAP, int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
                                                                            int64_t q, const tile_out& o) {
     __m512i c[R][2];
-    for (int r = 0; r < R; ++r) {
+    KS_UNROLL for (int r = 0; r < R; ++r) {
         c[r][0] = _mm512_setzero_si512();
         c[r][1] = _mm512_setzero_si512();
     }
@@ -226,7 +226,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
         const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
         const __m512i b1 = _mm512_loadu_si512(b + k * cols * 4 + 64);
         const uint8_t* ak = a + k * rows * 4;
-        for (int r = 0; r < R; ++r) {
+        KS_UNROLL for (int r = 0; r < R; ++r) {
             int32_t w;
             __builtin_memcpy(&w, ak + r * 4, 4);
             const __m512i wv = _mm512_set1_epi32(w);
@@ -243,8 +243,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const __m512i zero = _mm512_set1_epi32(o.zero);
     const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
     const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
-    for (int r = 0; r < R; ++r) {
-        for (int h = 0; h < 2; ++h) {
+    KS_UNROLL for (int r = 0; r < R; ++r) {
+        KS_UNROLL for (int h = 0; h < 2; ++h) {
             __m512i off;
             __m512 scale;
             if (o.by_row) {
@@ -726,20 +726,21 @@ constexpr int64_t planes_scratch(const conv_shape& s) {
 // byte p + t's shift in t's phase), and one vpdpbusd adds them: 64 positions at a time in four registers over the
 // whole kernel, requantized there into bytes. image: the channel's first phase volume (raw bytes; flip 0x80 for
 // int8), the next phase `phase_step` bytes on, 128 bytes readable past the last. Returns false for a width stride
-// above 2 or a row's taps spanning more than 48 bytes or 16 taps (then the loops run).
+// above 2 or a row's taps spanning more than 48 bytes or 16 taps, or more than 16 quads of taps in all (then the
+// loops run).
 template <int SW>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise_rows(
     const conv_shape& s, const wide_geometry& g, const uint8_t* image, int64_t phase_step, const int8_t* w,
     int32_t off, float scale, float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
     const int64_t kw = s.kernel[2], dw = s.dilation[2], sw = SW;
     const int64_t rows = s.kernel[0] * s.kernel[1], groups = (kw + 3) / 4;
-    if ((kw - 1) * dw / sw > 48 || groups > 4 || rows * groups > 64) {
+    if ((kw - 1) * dw / sw > 48 || groups > 4 || rows * groups > 16) {  // (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9)
         return false;
     }
     // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4; bytes 64.. from the second column phase)
     // and each row's weight quads
     __m512i index[4];
-    int32_t quads[64];
+    int32_t quads[16];
     for (int64_t q0 = 0; q0 < groups; ++q0) {
         alignas(64) uint8_t lanes[64];
         for (int i = 0; i < 64; ++i) {
@@ -757,7 +758,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise
             quads[r * groups + q0] = quad;
         }
     }
-    int64_t starts[64];  // where each kernel row's first column phase starts
+    int64_t starts[16];  // where each kernel row's first column phase starts
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t ad = r / s.kernel[1] * s.dilation[0], ah = r % s.kernel[1] * s.dilation[1];
         const int64_t phase = ((ad % s.stride[0]) * s.stride[1] + ah % s.stride[1]) * sw;
