@@ -122,6 +122,16 @@ def _add_commands(sub) -> None:
                    help=f"stop after this pass: {', '.join(PASS_NAMES)} (default: all)")
     i.add_argument("--before-passes", action="store_true", help="print the IR straight from the transformations")
     i.add_argument("--backend", default=None, help=BACKEND_HELP)
+    i.add_argument("--export", action="append", default=None, metavar="NAME",
+                   help="only this export (repeatable; default: every export)")
+    i.add_argument("--dot", action="store_true",
+                   help="print Graphviz text instead: fusion groups as clusters, the memory plan as labels")
+    i.add_argument("--svg", default=None, metavar="FILE", help="draw the picture into FILE (needs Graphviz's dot)")
+    i.add_argument("--html", default=None, metavar="FILE",
+                   help="write one self-contained page: the picture (when dot is installed), fusion groups, "
+                   "buffers and the IR text")
+    i.add_argument("-o", "--out", default=None, metavar="FILE",
+                   help="with --dot: write the text to FILE, or draw it when FILE ends in .svg, or a page (.html)")
     o = sub.add_parser("onnx-report", help="run the ONNX backend node tests through ksbuild, per op type")
     o.add_argument("--filter", default=None, metavar="OP", help="only the cases of this op type")
     o.add_argument("-o", "--out", default=None, help="write the markdown report here (default: print it)")
@@ -261,9 +271,54 @@ def _ir(a) -> None:
     from .manifest import load_manifest
 
     after = "transforms" if a.before_passes else a.after
-    for e in build_exports(load_manifest(a.manifest, a.backend), after):
+    m = load_manifest(a.manifest, a.backend)
+    exports = _selected(m, build_exports(m, after), a.export)
+    if a.dot or a.svg or a.html or a.out:
+        _ir_picture(a, m, exports)
+        return
+    for e in exports:
         print(f"// {e.name} = {e.spec.text}")
         print(print_func(e.func, elide_over=64))  # large constants (ONNX weights) by digest only
+
+
+def _selected(m, exports: list, names: list[str] | None) -> list:
+    """The exports `--export` names (all without it); an error names an export the manifest lacks."""
+    missing = sorted(set(names or ()) - {e.name for e in exports})
+    if missing:
+        raise KsbuildError(f"no export named {', '.join(missing)} in {m.path.name}",
+                           hint=f"its exports: {', '.join(m.exports)}")
+    return [e for e in exports if names is None or e.name in names]
+
+
+def _ir_picture(a, m, exports) -> None:
+    """`ksbuild ir --dot / --svg / --html / -o`: the IR drawn (ir/dot.py), printed or written."""
+    from .codegen.data import DataSection
+    from .codegen.epilogue import EpilogueForms
+    from .ir.dot import Drawn, run_dot, to_dot, to_html
+    from .packaging.render import views
+
+    planned = a.after in (None, "plan_memory") and not a.before_passes  # (the codegen needs the memory plan)
+    vs = views(m, exports, DataSection(m.name), EpilogueForms()) if planned else []
+    sizes = {v.name: v.workspace for v in vs if v.kind == "tensor"}
+    drawn = [Drawn(e.name, e.spec.text, e.func, sizes.get(e.name)) for e in exports]
+    text = to_dot(drawn)
+    out = Path(a.out) if a.out else None
+    svg_file = a.svg or (out if out is not None and out.suffix == ".svg" else None)
+    html_file = a.html or (out if out is not None and out.suffix in (".html", ".htm") else None)
+    if svg_file is None and html_file is None:
+        if out is None:
+            print(text, end="")
+            return
+        out.write_text(text)
+        a.say(f"ksbuild: wrote {out}")
+        return
+    if svg_file is not None:
+        Path(svg_file).write_text(run_dot(text))
+        a.say(f"ksbuild: drew {svg_file}")
+    if html_file is not None:
+        svg = run_dot(text) if shutil.which("dot") else None
+        Path(html_file).write_text(to_html(drawn, svg))
+        a.say(f"ksbuild: wrote {html_file}" + ("" if svg else " (no picture: Graphviz's dot is not installed)"))
 
 
 def _onnx_report(a) -> None:

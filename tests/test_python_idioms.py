@@ -11,7 +11,7 @@ checked against the same source run as Python:
   gather joined its table's loop nest);
 - from the notes of earlier passes: torch.hypot's derivative was NaN beside an infinite operand (torch: 0; now
   the hypot prim, C's hypot) and F.hardswish's at ±inf and NaN (torch: 1, 0 and 1).
-(The shipping findings of the same pass: tests/test_redteam_shipping.py and tests/test_wheel.py.)
+(The shipping findings of the same pass: tests/test_shipping.py and tests/test_wheel.py.)
 """
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def _outs(y):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Every model exported with its dynamic axes into one package: the model and the vjp of some."""
-    d = tmp_path_factory.mktemp("redteam_onnx")
+    d = tmp_path_factory.mktemp("onnx_torch_exports")
     torch.manual_seed(0)
     modules = {}
     for name, (cls, shape, dyn, _) in MODELS.items():
@@ -160,7 +160,7 @@ def built(tmp_path_factory):
         _export(m, x, d / f"{name}.onnx", dyn, len(_outs(m(x))), name in DYNAMO)
     kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n' for n in MODELS)
     exports = "".join(f'{n} = "{n}"\n' for n in MODELS) + "".join(f'{n}_vjp = "vjp({n})"\n' for n in VJP)
-    (d / "manifest.toml").write_text(f'[package]\nname = "redteam_onnx"\n\n{kernels}[exports]\n{exports}')
+    (d / "manifest.toml").write_text(f'[package]\nname = "onnx_torch_exports"\n\n{kernels}[exports]\n{exports}')
     return ksbuild.build(d / "manifest.toml"), modules, d
 
 
