@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import __version__
+from .compile.backends import BACKENDS
 from .errors import KsbuildError, KsbuildWarning
 
-BACKEND_HELP = ("plain (runtime-free), blas (matrix products through CBLAS) or aten (through libtorch); "
-                "default: the manifest's")
+BACKEND_HELP = "; ".join(f"{b.name}: {b.doc}" for b in BACKENDS.values()) + "; default: the manifest's"
 EXIT_OK, EXIT_USER, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7 or cortex-m0plus; "
                "default: the manifest's [build] target")
@@ -136,7 +136,7 @@ def _add_commands(sub) -> None:
     o.add_argument("--filter", default=None, metavar="OP", help="only the cases of this op type")
     o.add_argument("-o", "--out", default=None, help="write the markdown report here (default: print it)")
     o.add_argument("--interpreted", action="store_true", help="run the reference interpreter instead of C++")
-    o.add_argument("--backend", default="plain", help="plain (default) or blas")
+    o.add_argument("--backend", default="plain", help=BACKEND_HELP.replace("the manifest's", "plain"))
 
 
 def _printer(a):

@@ -50,3 +50,27 @@ command -v clang++ > /dev/null || apt_install "building with clang" clang
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,torch,plot,wheel,examples,onnx]"
+# backend = "ort" compiles against ONNX Runtime's C API header (onnxruntime_c_api.h and the headers it includes),
+# which no Python wheel and no Debian package of this machine ships. The npm package com.github.asus4.onnxruntime
+# (MIT; ONNX Runtime's own Apple framework repackaged for Unity) has them: fetched once (about 150 MB, of which the
+# headers are kept) into .venv/include/onnxruntime, where ksbuild looks (or set KSBUILD_ORT_INCLUDE).
+ORT_NPM="com.github.asus4.onnxruntime@0.4.9"
+ORT_INCLUDE=.venv/include/onnxruntime
+if [ ! -f "$ORT_INCLUDE/onnxruntime_c_api.h" ]; then
+    if command -v npm > /dev/null; then
+        echo "install.sh: fetching ONNX Runtime's C API headers ($ORT_NPM, npm) for backend = \"ort\""
+        ort_tmp=$(mktemp -d)
+        if (cd "$ort_tmp" && npm pack --silent "$ORT_NPM" > /dev/null && tar -xzf ./*.tgz --wildcards \
+                '*ios-arm64_x86_64-simulator/onnxruntime.framework/Headers/*.h'); then
+            mkdir -p "$ORT_INCLUDE"
+            cp "$ort_tmp"/package/Plugins/*/onnxruntime.xcframework/ios-arm64_x86_64-simulator/onnxruntime.framework/Headers/*.h \
+                "$ORT_INCLUDE"/
+        else
+            echo "install.sh: WARNING: could not fetch $ORT_NPM; the ort backend's tests will skip" >&2
+        fi
+        rm -rf "$ort_tmp"
+    else
+        echo "install.sh: WARNING: npm missing; the ort backend needs ONNX Runtime's C API headers (see" \
+             "docs/backends.md) and its tests will skip" >&2
+    fi
+fi

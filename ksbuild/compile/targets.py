@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 
 from ..errors import KsbuildError, Location
+from .backends import get_backend
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Target:
     link_flags: tuple[str, ...] = ()    # flags for linking executables
     emulator: str = ""                  # qemu-user program that runs its executables on this machine
     sysroot: str = ""                   # the target's libc (qemu -L); Debian/Ubuntu cross-package layout
-    blas: bool = False                  # a BLAS library is known for it (backend = "blas")
+    blas: bool = False                  # a BLAS library is known for it (Backend.needs_target_blas)
     apt: tuple[str, ...] = ()           # Debian packages that provide the toolchain (and emulator)
 
     @property
@@ -98,18 +99,6 @@ def get_target(name: str, loc: Location | None = None) -> Target:
     close = difflib.get_close_matches(name, TARGETS, n=1)
     hint = f"did you mean '{close[0]}'?" if close else "see docs/shipping.md for what each target is"
     raise KsbuildError(f"unknown target '{name}'; known targets: {', '.join(TARGETS)}", loc, hint)
-
-
-def check_backend(target: Target, backend: str, loc: Location | None = None) -> None:
-    """backend = "blas" needs a BLAS for the target (no cross target has one); backend = "aten"
-    links the libtorch of this Python, so only an x86-64 host."""
-    if backend == "blas" and not target.blas:
-        raise KsbuildError(f"backend 'blas' needs a BLAS library for target '{target.name}', and ksbuild knows "
-                           "none for it", loc, hint='use backend = "plain" (loops only) for this target')
-    if backend == "aten" and (target.cross or target.processor not in ("x86_64", "AMD64")):
-        raise KsbuildError(f"backend 'aten' links libtorch, which ksbuild supports on x86-64 hosts only, not on "
-                           f"'{target.name}' ({target.processor})", loc,
-                           hint='use backend = "plain" (loops only) for this target')
 
 
 def host_cxx() -> list[str]:
@@ -187,8 +176,9 @@ ks/cpu.h's levels: the exports call the highest one the CPU has."""
 
 def cpu_variants(target: Target, cpu: str, backend: str) -> tuple[str, ...]:
     """The -march values to compile a package's kernels for, one chosen at run time: the x86-64 levels for an
-    x86-64 host without a [build] cpu (backends plain and blas) whose compiler knows them; () for one build."""
-    if cpu or target.cross or target.processor not in ("x86_64", "AMD64") or backend not in ("plain", "blas"):
+    x86-64 host without a [build] cpu (a backend whose record allows it) whose compiler knows them; () for one
+    build."""
+    if cpu or target.cross or target.processor not in ("x86_64", "AMD64") or not get_backend(backend).cpu_variants:
         return ()
     try:
         command = tuple(host_cxx())

@@ -32,7 +32,7 @@ def build(manifest: str | Path, *, out: str | Path | None = None, target: str = 
     While it compiles C++, a line per object compiled (with the elapsed time) goes to stderr; a cached build
     says nothing. quiet=True: nothing at all; quiet=False: every progress line, to stdout.
 
-    backend ("plain", "blas" or "aten") replaces the manifest's [build] backend. The build is for this
+    backend (a name in compile/backends.py's BACKENDS) replaces the manifest's [build] backend. The build is for this
     machine's instruction set where [build] cpu leaves it to ksbuild; portable=True compiles every x86-64
     level and chooses at run time, as `ksbuild package` does (to test or time the library you ship)."""
     from ..manifest import load_manifest

@@ -21,9 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from ..compile.backends import get_backend
 from ..compile.cmake import build_and_install, cmake_exe, cmake_identity
 from ..compile.footprint import section_sizes, stack_usage
-from ..compile.targets import Target, check_backend, compiler_identity, cpu_here, get_target
+from ..compile.targets import Target, compiler_identity, cpu_here, get_target
 from ..errors import KsbuildError
 from ..exports import build_exports
 from ..manifest import Manifest, check_cpu, load_manifest, locate
@@ -133,7 +134,7 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
     name = name or m.build.target
     loc = locate(m.text, "build", "target", file=str(m.path)) if name == m.build.target else None
     t = get_target(name, loc)
-    check_backend(t, m.build.backend, locate(m.text, "build", "backend", file=str(m.path)))
+    get_backend(m.build.backend).check_target(t, locate(m.text, "build", "backend", file=str(m.path)))
     if m.build.cpu and t.name != m.build.target:  # (the manifest's own target was checked when it was read)
         check_cpu(m, t)
     if m.build.threads > 1 and not t.hosted:

@@ -11,6 +11,7 @@ import jinja2
 from ..codegen.data import DataSection
 from ..codegen.epilogue import EpilogueForms
 from ..codegen.viewmodel import ExportView, export_view
+from ..compile.backends import OWN_HEADERS, get_backend
 from ..compile.targets import TARGETS, Target, cpu_variants
 from ..exports import Export
 from ..manifest import Manifest
@@ -96,24 +97,6 @@ def _args(v: ExportView, defaults: dict[int, object]) -> list[dict]:
     return out
 
 
-ATEN_BRIDGE = ('// ATen bridge of backend = "aten": ks/aten.h\'s implementation, compiled with exceptions\n'
-               '#define KS_ATEN_IMPLEMENTATION\n#include "ks/aten.h"\n')
-BACKEND_HEADERS = {"blas.h": "blas", "aten.h": "aten"}
-"""Prelude headers copied only for the backend that includes them."""
-
-
-def torch_paths() -> dict:
-    """Where this Python's libtorch is: its CMake package prefix and its library folder (backend = "aten")."""
-    from ..errors import KsbuildError
-    try:
-        import torch
-        import torch.utils
-    except ImportError:
-        raise KsbuildError('backend = "aten" links libtorch, but PyTorch is not installed in this Python',
-                           hint="pip install torch (the CPU build), or use backend = \"plain\"") from None
-    return {"cmake_prefix": torch.utils.cmake_prefix_path, "lib": str(Path(torch.__file__).parent / "lib")}
-
-
 def target_record(t: Target) -> dict:
     """What share/P/target.json records about the target the tree was built for."""
     return {"target": t.name, "triple": t.triple, "system": t.system, "processor": t.processor,
@@ -147,15 +130,16 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
     # (a package of scalar functions only is not worth compiling several times)
     # (one build for size, and for a package of scalar functions only: not worth compiling several times)
     several = any(v.kind == "tensor" for v in vs) and m.build.optimize == "speed"
+    backend = get_backend(m.build.backend).located()
     variants = cpu_variants(target, m.build.cpu, m.build.backend) if several else ()
     ctx = dict(variants=variants, variant_spaces=[f"{m.name}_{v.replace('-', '_')}" for v in variants],
                name=m.name, version=m.version, ksbuild_version=VERSION, manifest_name=m.path.name,
-               exports=vs, backend=m.build.backend, guard=f"{m.name.upper()}_H_", target=target,
+               exports=vs, backend=backend, guard=f"{m.name.upper()}_H_", target=target,
                cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, optimize=m.build.optimize,
                data_decls=data.declarations(),
                epilogue_forms=forms.declarations(),
                has_blob=bool(data.blob_size),
-               description=f"ksbuild package {m.name}", torch=torch_paths() if m.build.backend == "aten" else None,
+               description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),
                has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs))
     t = _env("templates")
@@ -167,6 +151,9 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
         f"src/{m.name}.cpp": source,
         "CMakeLists.txt": t.get_template("CMakeLists.txt.j2").render(ctx),
     }
+    if backend.adapter:
+        view = ctx | backend.adapter_view(vs)
+        files[f"src/{m.name}_{backend.name}.cpp"] = t.get_template(backend.adapter).render(view)
     if variants:
         files[f"src/{m.name}_dispatch.cpp"] = t.get_template("dispatch.cpp.j2").render(ctx)
     d = _env("dist_templates")
@@ -178,8 +165,8 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
     files["share/target.json"] = json.dumps(target_record(target), indent=2) + "\n"
     if target.cross:
         files["share/toolchain.cmake"] = d.get_template("toolchain.cmake.j2").render(ctx)
-    if m.build.backend == "aten":
-        files["src/ks_aten.cpp"] = ATEN_BRIDGE
+    if backend.bridge[0]:
+        files[backend.bridge[0]] = backend.bridge[1]
     if data.blob_size:
         files[f"src/{m.name}_data.S"] = data.assembly()
         (out / "src").mkdir(parents=True, exist_ok=True)
@@ -190,5 +177,5 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
         path.write_text(text)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
     for header in sorted((resource_dir("prelude") / "ks").glob("*.[hc]*")):
-        if BACKEND_HEADERS.get(header.name, m.build.backend) == m.build.backend:
+        if header.name not in OWN_HEADERS or header.name in backend.own_headers:
             shutil.copyfile(header, out / "src/ks" / header.name)

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from ..compile.backends import get_backend
 from ..ir.core import Func
 from .accumulate import accumulate
 from .cse import cse
@@ -29,7 +30,7 @@ from .unroll import unroll
 class Options:
     """What the passes may depend on besides the IR."""
 
-    backend: str = "plain"
+    backend: str = "plain"  # a name in compile/backends.py's BACKENDS
     threads: int = 0  # > 1: the parallelize pass marks batch loops for OpenMP
 
 
@@ -45,7 +46,7 @@ PASSES = [
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
-    Pass("select_backend", lambda f, o: select_backend(f, o.backend, o.threads),
+    Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
     Pass("layout_constants", lambda f, o: layout_constants(f),
          "constants a gemm reads transposed are stored transposed when the package is compiled"),
