@@ -178,6 +178,7 @@ def _lane_emit(ctx, eqn):
 
 lane_cond = Prim(
     name="lane_cond",
+    strings=True,
     type_rule=_lane_rule,
     eval=_lane_eval,
     jvp=_lane_jvp,
@@ -206,6 +207,7 @@ def _select_emit(ctx, eqn):
 
 cond_select = Prim(
     name="cond_select",
+    strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,
     jvp=if_jvp("cond_select"),

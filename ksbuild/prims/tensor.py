@@ -72,6 +72,8 @@ def _index_batch(b, ins, batched, size, axis):
 
 index = Prim(
     name="index",
+    strings=True,
+    takes=(),
     view=True,
     type_rule=_index_rule,
     eval=_index_eval,
@@ -153,6 +155,8 @@ def _index_add_emit(ctx, eqn) -> None:
 
 index_add = Prim(
     name="index_add",
+    inplace=lambda eqn: 0,
+    takes=(),
     type_rule=_index_add_rule,
     eval=_index_add_eval,
     jvp=_update_jvp("index_add"),
@@ -196,6 +200,9 @@ def _index_set_emit(ctx, eqn) -> None:
 
 index_set = Prim(
     name="index_set",
+    strings=True,
+    inplace=lambda eqn: 0,
+    takes=(),
     type_rule=_index_add_rule,
     eval=_index_set_eval,
     jvp=_update_jvp("index_set"),
@@ -231,6 +238,7 @@ def _slice_transpose(b, cts, ins, linear, axis, start, stop):
 
 slice_ = Prim(
     name="slice",
+    strings=True,
     view=True,
     type_rule=_slice_rule,
     eval=_slice_eval,
@@ -286,6 +294,7 @@ def _pad_emit(ctx, eqn) -> None:
 
 pad = Prim(
     name="pad",
+    strings=True,
     type_rule=_pad_rule,
     eval=_pad_eval,
     jvp=lambda b, p, t, axis, lo, hi: ([b.pad(p[0], axis=axis, lo=lo, hi=hi)],
@@ -342,6 +351,7 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         jvp=jvp,
         batch=batch,
         emit=lambda ctx, eqn: ctx.reduce(eqn, kind),
+        reduction=kind,
         rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
         doc=f"{kind}imum over the given axes (ties='first': the derivative goes to the first extremum)",
         opt_outs=("transpose: not linear",),
@@ -376,6 +386,7 @@ reduce_min = _extremum("reduce_min", np.min, "min")
 
 stop_gradient = Prim(
     name="stop_gradient",
+    strings=True,
     view=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),

@@ -10,7 +10,6 @@ register tiles store it (codegen/epilogue.py), instead of in a second pass over 
 """
 from __future__ import annotations
 
-from ..codegen.fusion import REDUCTIONS
 from ..ir.core import Eqn, Func, Var
 from ..prims.lowering import fusion
 from .rewrite import use_counts
@@ -75,7 +74,7 @@ def _fits(f: Eqn, v: Var) -> bool:
     body: Func = f.params["body"]
     if list(f.ins).count(v) != 1 or len(body.results) != 1 or len(f.outs) != 1 or f.params.get("threads"):
         return False
-    if any(e.prim.name in REDUCTIONS for e in body.eqns) or f.outs[0].type != v.type:
+    if any(e.prim.reduction for e in body.eqns) or f.outs[0].type != v.type:
         return False
     return all(e.prim.elementwise and e.outs[0].type.shape == v.type.shape for e in body.eqns)
 
