@@ -8,12 +8,30 @@ from prim_samples import LOWERING, SAMPLES, STRUCTURED, UNBATCHED, prim_name
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
 from ksbuild.ir.interp import eval_func
+from ksbuild.ir.verify import verify
 from ksbuild.prims import PRIMS
-from ksbuild.transforms.jvp import jvp_func
-from ksbuild.transforms.vjp import vjp_func
-from ksbuild.transforms.vmap import vmap_func
+from ksbuild.transforms import jvp, vjp, vmap
 
 NAMES = sorted(SAMPLES)
+
+
+def verified(f):
+    """f after the IR verifier: a malformed function fails naming its equation and prim ("equation 2 (mul)")."""
+    verify(f)
+    return f
+
+
+def jvp_func(f):
+    return verified(jvp.jvp_func(verified(f)))
+
+
+def vjp_func(f):
+    return verified(vjp.vjp_func(verified(f)))
+
+
+def vmap_func(f, *args):
+    vf, flags = vmap.vmap_func(verified(f), *args)
+    return verified(vf), flags
 
 
 def one_eqn(name):
@@ -21,7 +39,7 @@ def one_eqn(name):
     b = Builder()
     ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
     outs = b.bind(PRIMS[prim_name(name)], ps, params)
-    return b.func(name, ps, list(outs))
+    return verified(b.func(name, ps, list(outs)))
 
 
 def sample(name, rng, batch=()):
