@@ -21,6 +21,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
   shape all the same (a gather from a 1-D table: one element read at the current index's position)
 - inplace(eqn) -> int | None   the operand the equation may update in place (its output takes that storage)
+- bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
+  result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
@@ -69,6 +71,7 @@ class Prim:
     view: bool = False      # the output is a view of the first operand's storage (no copy)
     lowering: bool = False  # made by the codegen passes; has no jvp/transpose/batching rules
     inplace: Optional[Callable] = None
+    bounds: Optional[Callable] = None
     reduction: str = ""
     remat: bool = False
     strings: bool = False

@@ -16,7 +16,17 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, dtype_of, numpy_dtype
+from ..ir.types import (
+    C_TYPES,
+    INT_DTYPES,
+    STORAGE_DTYPES,
+    dim_add,
+    dim_floordiv,
+    dim_mul,
+    dim_sub,
+    dtype_of,
+    numpy_dtype,
+)
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
@@ -189,6 +199,53 @@ def _simp_neg(ins, out):
     return Lit(0, out.type) if _lit(ins[0], 0) else None
 
 
+# ---- bounds rules: the range [lo, hi) of an integer result from its operands' (interval arithmetic) --------
+
+def _operand_ranges(eqn, range_of):
+    rs = [range_of(a) for a in eqn.ins]
+    return None if any(r is None for r in rs) else rs
+
+
+def _bounds_add(eqn, range_of):
+    # [a, b) + [c, e) = [a + c, b + e - 1)
+    rs = _operand_ranges(eqn, range_of)
+    if rs is None:
+        return None
+    (a, b), (c, e) = rs
+    return dim_add(a, c), dim_sub(dim_add(b, e), 1)
+
+
+def _bounds_sub(eqn, range_of):
+    # [a, b) - [c, e) = [a - e + 1, b - c)
+    rs = _operand_ranges(eqn, range_of)
+    if rs is None:
+        return None
+    (a, b), (c, e) = rs
+    return dim_add(dim_sub(a, e), 1), dim_sub(b, c)
+
+
+def _literal_operand(eqn):
+    return next((x.value for x in eqn.ins if isinstance(x, Lit)), None)
+
+
+def _bounds_mul(eqn, range_of):
+    # [a, b) * c = [a c, (b - 1) c + 1) for a literal c >= 0
+    rs, c = _operand_ranges(eqn, range_of), _literal_operand(eqn)
+    if rs is None or not isinstance(c, int) or isinstance(c, bool) or c < 0:
+        return None
+    a, b = rs[0] if not isinstance(eqn.ins[0], Lit) else rs[1]
+    return dim_mul(a, c), dim_add(dim_mul(dim_sub(b, 1), c), 1)
+
+
+def _bounds_floordiv(eqn, range_of):
+    # [a, b) // c = [a // c, (b - 1) // c + 1) for a literal divisor c > 0
+    rs, c = _operand_ranges(eqn, range_of), _literal_operand(eqn)
+    if rs is None or not isinstance(eqn.ins[1], Lit) or c <= 0:
+        return None
+    a, b = rs[0]
+    return dim_floordiv(a, c), dim_add(dim_floordiv(dim_sub(b, 1), c), 1)
+
+
 # ---- linear arithmetic -------------------------------------------------------------------
 
 def _t_add(b, cts, ins, linear):
@@ -236,11 +293,12 @@ def _one(b, x):
 
 
 add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add,
-             simplify=_simp_add, remat=True, whole="if_operands")
+             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add)
 sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
-             "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands")
+             "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands",
+             bounds=_bounds_sub)
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
-             simplify=_simp_mul, remat=True, whole="if_operands")
+             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul)
 
 
 def _np_mulz(x, y):
@@ -468,7 +526,7 @@ minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller
                  whole="if_operands")
 # Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
-                  "floor(x / y)")
+                  "floor(x / y)", bounds=_bounds_floordiv)
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True)  # y = 0
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
@@ -630,6 +688,7 @@ convert = Prim(
     name="convert",
     strings=True,
     whole="if_operands",
+    bounds=lambda eqn, range_of: range_of(eqn.ins[0]),  # (an integer converted to another keeps its range)
     type_rule=_convert_rule,
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
     jvp=_convert_jvp,

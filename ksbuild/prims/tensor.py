@@ -510,6 +510,7 @@ iota = Prim(
 
 dim_size = Prim(
     name="dim_size",
+    bounds=lambda eqn, range_of: (eqn.params["dim"], dim_add(eqn.params["dim"], 1)),  # [n, n + 1)
     type_rule=lambda in_types, dim: (Type("i64"),),
     eval=lambda dim, env: (np.int64(dim_value(dim, env)),),
     jvp=lambda b, p, t, dim: ([b.dim_size(dim=dim)], [None]),
