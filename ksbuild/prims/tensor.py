@@ -394,7 +394,8 @@ stop_gradient = Prim(
     batch=lambda b, ins, batched, size: ([b.stop_gradient(ins[0])], [True]),
     emit=lambda ctx, eqn: ctx.alias(eqn),
     doc="x, treated as a constant by differentiation",
-    opt_outs=("transpose: not linear (its derivative is zero)",),
+    opt_outs=("jvp: zero by definition (not the derivative finite differences see)",
+              "transpose: not linear (its derivative is zero)"),
 )
 
 
