@@ -68,7 +68,7 @@ def _flat_views(w: Writer, eqn: Eqn, body, shape, targets: dict):
     when the nest must keep its axes (a broadcast operand, a strided view, an index-dependent iota, threads)."""
     if len([d for d in shape if d != 1]) < 2 or eqn.params.get("threads", 0) > 1:
         return None
-    if any(not e.prim.elementwise or e.prim.name == "iota" for e in body.eqns):
+    if any(not e.prim.elementwise or e.prim.positional for e in body.eqns):
         return None
     views = {}
     for p in body.params:

@@ -283,7 +283,7 @@ def _differences(f: Func, dims: list[str]) -> list[str]:
         for v in [*g.params, *(o for e in g.eqns for o in e.outs)]:
             found.update(d for d in v.type.shape if size(d))
         for e in g.eqns:
-            if "cond" in e.prim.name:  # (a branch's sizes: the condition may be what guards them, if n > 2)
+            if e.prim.branches:  # (a branch's sizes: the condition may be what guards them, if n > 2)
                 continue
             if e.prim.name == "slice":  # x[:k] with k another input's dim: k must not pass x's end (n - k >= 0)
                 rest = dim_sub(e.ins[0].type.shape[e.params["axis"]], e.params["stop"])

@@ -34,6 +34,12 @@ Facts the passes read instead of testing a prim's name:
 - strings: it takes string operands (compares them for equality or moves them); no other prim may
 - whole: its float result holds whole numbers: "always" (floor), "if_operands" (when its operands do:
   add, max, select, ...), "" (unknown)
+- branches: its sub-functions are alternatives, each run only where its condition holds (cond and the per-lane
+  ifs): what they compute may be guarded by the condition (a size n - 2 meant only for n > 2)
+- epilogue_impls: the impls (params["impl"]) of a product whose kernel applies an elementwise epilogue to each
+  result tile (the fuse_epilogue pass moves a fusion after the product into it)
+- positional: an elementwise prim whose value is its element's position (iota): it reads no operand rows, and a
+  loop nest computing it keeps its axes
 - takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
   there: the operands holding index tensors (() when the positions are scalars); None if it does not
 """
@@ -77,6 +83,9 @@ class Prim:
     strings: bool = False
     whole: str = ""
     takes: Optional[tuple[int, ...]] = None
+    positional: bool = False
+    branches: bool = False
+    epilogue_impls: tuple[str, ...] = ()
 
     def __post_init__(self):
         assert self.name not in PRIMS, f"primitive {self.name} defined twice"

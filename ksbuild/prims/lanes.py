@@ -178,6 +178,7 @@ def _lane_emit(ctx, eqn):
 
 lane_cond = Prim(
     name="lane_cond",
+    branches=True,
     strings=True,
     type_rule=_lane_rule,
     eval=_lane_eval,
@@ -207,6 +208,7 @@ def _select_emit(ctx, eqn):
 
 cond_select = Prim(
     name="cond_select",
+    branches=True,
     strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,

@@ -365,6 +365,7 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 contract = Prim(
     name="contract",
+    epilogue_impls=("tiles", "panels", "gemm"),
     inplace=lambda eqn: 0 if eqn.params["acc"] else None,  # (acc: adds the product into its first operand)
     type_rule=_contract_rule,
     eval=_contract_eval,

@@ -504,6 +504,7 @@ iota = Prim(
                                                            [False]),
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], ctx.iota(eqn)),
     elementwise=True,
+    positional=True,
     doc="arange along one axis of a shape (torch.arange, eye, tril masks)",
     opt_outs=("transpose: takes no operands",),
 )

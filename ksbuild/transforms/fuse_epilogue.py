@@ -14,9 +14,6 @@ from ..ir.core import Eqn, Func, Var
 from ..prims.lowering import fusion
 from .rewrite import use_counts
 
-# prim -> the impls that take an epilogue
-HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd", "depthwise")}
-
 
 def fuse_epilogue(f: Func) -> Func:
     """f (and every body nested in it) with fusions after products moved into them."""
@@ -64,8 +61,7 @@ def _pairs(eqns: list[Eqn], results) -> dict[int, int]:
 
 def _host(e: Eqn) -> bool:
     """Whether an equation is a product whose kernel can take an epilogue."""
-    impls = HOSTS.get(e.prim.name)
-    return impls is not None and e.params.get("impl") in impls and e.params.get("epilogue") is None \
+    return e.params.get("impl") in e.prim.epilogue_impls and e.params.get("epilogue") is None \
         and len(e.outs) == 1 and e.outs[0].type.rank >= 2
 
 
