@@ -77,3 +77,24 @@ def test_facts_are_well_formed():
     for p in PRIMS.values():
         assert not p.remat or p.elementwise, f"{p.name}: remat is for cheap elementwise prims"
         assert not (p.reduction and p.elementwise), p.name
+
+
+def test_a_rule_that_crashes_names_its_prim():
+    """A bug in a rule (here a jvp rule raising KeyError) keeps its exception, with a note naming the rule and prim."""
+    import dataclasses
+
+    from ksbuild.transforms.jvp import jvp_func
+
+    def broken(b, primals, tangents):
+        raise KeyError("oops")
+
+    prim = dataclasses.replace(PRIMS["mul"], name="mul_broken_for_a_test", jvp=broken)
+    try:
+        b = Builder()
+        x = Var(Type("f64"), "x")
+        f = b.func("f", [x], list(b.bind(prim, [x, x])))
+        with pytest.raises(KeyError) as e:
+            jvp_func(f)
+        assert "in the jvp rule of the primitive 'mul_broken_for_a_test'" in e.value.__notes__
+    finally:
+        del PRIMS[prim.name]
