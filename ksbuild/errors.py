@@ -76,6 +76,19 @@ def warn(message: str, loc: Location | None = None, hint: str | None = None) -> 
 
 
 @contextmanager
+def in_rule(eqn, rule: str):
+    """Note on an exception other than a KsbuildError raised inside the block (a bug in a rule: a KeyError, an
+    AttributeError) which rule of which primitive raised it; the exception is re-raised as it is."""
+    try:
+        yield
+    except KsbuildError:
+        raise
+    except Exception as e:
+        e.add_note(f"in the {rule} rule of the primitive '{eqn.prim.name}'")
+        raise
+
+
+@contextmanager
 def located(loc: Location | None):
     """Give a KsbuildError raised inside the block the location `loc` if it has none yet."""
     try:

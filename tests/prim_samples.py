@@ -176,6 +176,14 @@ def _conv_ref(strides, pads, dilations, groups):
     return ref
 
 
+def _conv_same_3x3(x, w):
+    """A 3×3 convolution, stride 1, a pad of 1 each side: y[n, m] = Σ_{c,i,j} xpad[n, c, i:, j:] w[m, c, i, j]."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, v = x.shape[2:]
+    return sum(np.einsum("nchw,mc->nmhw", xp[:, :, i:i + h, j:j + v], w[:, :, i, j])
+               for i in range(3) for j in range(3))
+
+
 def _bits_ref(op):
     def ref(x, y):
         return np.array([[op(int(a), int(c)) for a, c in zip(r, q)] for r, q in zip(x, y)])
@@ -230,6 +238,7 @@ SAMPLES = {
     "not": ((B,), {}, (None,), lambda x: ~x),
     "select": ((B, F, F), {}, (None, normal, normal), lambda p, x, y: np.where(p, x, y)),
     "convert": ((F,), {"dtype": "f32"}, (normal,), lambda x: x.astype(np.float32)),
+    "convert:same": ((V,), {"dtype": "f64"}, (normal,), lambda x: x.copy()),  # (its transpose, by the dot product)
     "broadcast_to": ((V,), {"shape": (3, 4)}, (normal,), lambda x: np.broadcast_to(x, (3, 4))),
     "reshape": ((M,), {"shape": (4, 3)}, (normal,), lambda x: x.reshape(4, 3)),
     "reduce_sum": ((M,), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
@@ -284,6 +293,10 @@ SAMPLES = {
                              {"strides": (1, 1), "pads": (1, 0, 2, 1), "dilations": (2, 1), "groups": 2},
                              (normal, normal), _conv_ref((1, 1), (1, 0, 2, 1), (2, 1), 2)),
     # ... unless a pad is wider than the kernel's reach (then the overlap-add decomposition)
+    # 3×3, stride 1, 32 × 64 channels: Winograd's F(2×2, 3×3) (prims/convolve.py: winograd_applies)
+    "conv:winograd": ((Type("f64", (1, 32, 6, 6)), Type("f64", (64, 32, 3, 3))),
+                      {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1}, (normal, normal),
+                      _conv_same_3x3),
     "conv:wide_pad": ((Type("f64", (1, 2, 4, 4)), Type("f64", (3, 2, 2, 2))),
                       {"strides": (1, 1), "pads": (2, 0, 0, 1), "dilations": (1, 1), "groups": 1},
                       (normal, normal), _conv_ref((1, 1), (2, 0, 0, 1), (1, 1), 1)),

@@ -12,15 +12,12 @@ from ..ir.types import numel
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 from .storage import dim_expr
 
-REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
-"""The reductions a fused loop nest accumulates (into scalars, each with its REDUCE_UPDATE)."""
-
 
 def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     """The loop nest of one fusion equation (dests: storages for outputs, instead of their planned places)."""
     body = eqn.params["body"]
-    inner_eqns = [e for e in body.eqns if e.prim.name not in REDUCTIONS]
-    reductions = [e for e in body.eqns if e.prim.name in REDUCTIONS]
+    inner_eqns = [e for e in body.eqns if not e.prim.reduction]
+    reductions = [e for e in body.eqns if e.prim.reduction]  # (accumulated into scalars, each by REDUCE_UPDATE)
     shape = (inner_eqns[0].outs[0] if inner_eqns else reductions[0].ins[0]).type.shape
     n_red = len(reductions[0].params["axes"]) if reductions else 0
     saved_env = dict(w.env)
@@ -35,7 +32,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     stores = {r: t for r, t in written.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
     accs = [_accumulator(w, e) for e in reductions]
-    sums = [a for a, e in zip(accs, reductions) if e.prim.name == "reduce_sum"]
+    sums = [a for a, e in zip(accs, reductions) if e.prim.reduction == "sum"]
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
     updated = [parts.get(a, a) for a in accs]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
@@ -49,7 +46,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     for e in inner_eqns:
         e.prim.emit(w, e)
     for acc, e in zip(updated, reductions):
-        w.line(REDUCE_UPDATE[_kind(e)].format(a=acc, x=w.scalar(e.ins[0])))
+        w.line(REDUCE_UPDATE[e.prim.reduction].format(a=acc, x=w.scalar(e.ins[0])))
     w.region, w.escaping = None, {}
     w.local.clear()
     w.close_loops(inner)
@@ -71,7 +68,7 @@ def _flat_views(w: Writer, eqn: Eqn, body, shape, targets: dict):
     when the nest must keep its axes (a broadcast operand, a strided view, an index-dependent iota, threads)."""
     if len([d for d in shape if d != 1]) < 2 or eqn.params.get("threads", 0) > 1:
         return None
-    if any(not e.prim.elementwise or e.prim.name == "iota" for e in body.eqns):
+    if any(not e.prim.elementwise or e.prim.positional for e in body.eqns):
         return None
     views = {}
     for p in body.params:
@@ -99,7 +96,7 @@ pairwise, 2e-8); in blocks it is within about 1e-7, at the speed of the plain lo
 def _blocked(e: Eqn, n_red: int, shape) -> bool:
     """A float sum over one last axis that is long or symbolic."""
     n = shape[-1]
-    return e.prim.name == "reduce_sum" and n_red == 1 and e.outs[0].type.dtype == "f32" and \
+    return e.prim.reduction == "sum" and n_red == 1 and e.outs[0].type.dtype == "f32" and \
         (not isinstance(n, int) or n > 2 * SUM_BLOCK)
 
 
@@ -119,14 +116,10 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
     return parts, start, end
 
 
-def _kind(e: Eqn) -> str:
-    return e.prim.name.removeprefix("reduce_")
-
-
 def _accumulator(w: Writer, e: Eqn) -> str:
     name = w.namer.fresh(e.outs[0].hint or "acc")
     c = w.ctype(e.outs[0].type)
-    w.line(f"{c} {name} = {reduce_init(_kind(e), c)};")
+    w.line(f"{c} {name} = {reduce_init(e.prim.reduction, c)};")
     return name
 
 

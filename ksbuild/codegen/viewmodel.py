@@ -220,11 +220,6 @@ def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = 
     return lines
 
 
-# The equations that take elements at positions along an axis of their first operand (or write there), and, for
-# those whose positions come from an index tensor, the operand that holds them: (prim, index operand or None).
-_TAKES = {"index": None, "index_add": None, "index_set": None, "gather": 1, "scatter_add": 1}
-
-
 def _taken(f: Func, dims: list[str]) -> list[str]:
     """Conditions under which an element would be taken from (or written into) an axis of size 0, which has none:
     x[i] and its vjp's add into x[i], a gather from an empty table. In f (its fused loop nests and inlined calls
@@ -240,8 +235,7 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
 
     def check(e, runs: tuple) -> None:
         extent = e.ins[0].type.shape[e.params["axis"]]
-        at = _TAKES[e.prim.name]
-        factors = runs + (tuple(e.ins[at].type.shape) if at is not None else ())
+        factors = runs + tuple(d for at in e.prim.takes for d in e.ins[at].type.shape)
         if not expressible(extent) or (isinstance(extent, int) and extent > 0) or 0 in factors or extent in factors:
             return
         terms = [] if isinstance(extent, int) else [f"{dim_expr(extent)} < 1"]
@@ -251,7 +245,7 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
     def visit(g: Func, runs: tuple) -> None:
         sizes = {e.outs[0]: e.params["dim"] for e in g.eqns if e.prim.name == "dim_size"}
         for e in g.eqns:
-            if e.prim.name in _TAKES:
+            if e.prim.takes is not None:
                 check(e, runs)
             elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)
                 visit(e.params["body" if e.prim.name == "fusion" else "fn"], runs)
@@ -289,7 +283,7 @@ def _differences(f: Func, dims: list[str]) -> list[str]:
         for v in [*g.params, *(o for e in g.eqns for o in e.outs)]:
             found.update(d for d in v.type.shape if size(d))
         for e in g.eqns:
-            if "cond" in e.prim.name:  # (a branch's sizes: the condition may be what guards them, if n > 2)
+            if e.prim.branches:  # (a branch's sizes: the condition may be what guards them, if n > 2)
                 continue
             if e.prim.name == "slice":  # x[:k] with k another input's dim: k must not pass x's end (n - k >= 0)
                 rest = dim_sub(e.ins[0].type.shape[e.params["axis"]], e.params["stop"])

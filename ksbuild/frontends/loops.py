@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
-from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_mul, dim_sub
+from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub
 from ..ops.shape import flip
 from .scope import Const, Returned, Scope, SymDim, assigned_names
 
@@ -450,29 +450,8 @@ def _int_range(fc, b: Builder, scope: Scope, v) -> tuple[Dim, Dim] | None:
 
 
 def _eqn_range(eqn: Eqn, range_of) -> tuple[Dim, Dim] | None:
-    """The range of an int equation's result from the ranges of its operands (interval arithmetic)."""
-    name = eqn.prim.name
-    if name == "dim_size":
-        return eqn.params["dim"], dim_add(eqn.params["dim"], 1)
-    if name == "convert":
-        return range_of(eqn.ins[0])
-    rs = [range_of(a) for a in eqn.ins]
-    if any(r is None for r in rs):
-        return None
-    if name == "add":  # [a, b) + [c, e) = [a + c, b + e - 1)
-        (a, b_), (c, e) = rs
-        return dim_add(a, c), dim_sub(dim_add(b_, e), 1)
-    if name == "sub":  # [a, b) - [c, e) = [a - e + 1, b - c)
-        (a, b_), (c, e) = rs
-        return dim_add(dim_sub(a, e), 1), dim_sub(b_, c)
-    lit = next((x.value for x in eqn.ins if isinstance(x, Lit)), None)
-    if name == "mul" and isinstance(lit, int) and lit >= 0:  # [a, b) * c = [a c, (b - 1) c + 1)
-        (a, b_) = rs[0] if not isinstance(eqn.ins[0], Lit) else rs[1]
-        return dim_mul(a, lit), dim_add(dim_mul(dim_sub(b_, 1), lit), 1)
-    if name == "floordiv" and isinstance(eqn.ins[1], Lit) and lit > 0:  # [a, b) // c = [a // c, (b - 1) // c + 1)
-        (a, b_) = rs[0]
-        return dim_floordiv(a, lit), dim_add(dim_floordiv(dim_sub(b_, 1), lit), 1)
-    return None
+    """The range of an int equation's result from the ranges of its operands (its prim's bounds rule)."""
+    return eqn.prim.bounds(eqn, range_of) if eqn.prim.bounds is not None else None
 
 
 def _prim(name: str):

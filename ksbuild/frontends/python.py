@@ -956,29 +956,28 @@ def _alias_of(b: Builder, scope: Scope, name: str, value: Atom, picks: dict) -> 
 
 
 def _whole_numbers(b: Builder, v: Atom) -> bool:
-    """Whether v is a float that holds whole numbers: made by floor, ceil, round or trunc (math.floor(x) is an int
-    in Python), converted from an integer, or sums, differences, products, extrema and picks of those (walked with
-    a stack: a sum of 5000 terms is 5000 deep)."""
+    """Whether v is a float that holds whole numbers: made by a prim whose results always do (floor; ceil, round
+    and trunc are built from it: math.floor(x) is an int in Python), or by one whose results do when its operands
+    do (sums, differences, products, extrema, picks, conversions: its `whole` fact) from such values, integers
+    and whole literals (walked with a stack: a sum of 5000 terms is 5000 deep)."""
     made = {o: e for e in b.eqns for o in e.outs}
     todo, seen = [v], set()
     while todo:
         a = todo.pop()
+        if not a.type.is_float:  # (an integer or a bool: a select's condition, a conversion's operand)
+            continue
         if isinstance(a, Lit):
-            if a.type.is_float and not float(a.value).is_integer():
+            if not float(a.value).is_integer():
                 return False
             continue
         if a in seen:
             continue
         seen.add(a)
         source = made.get(a)
-        if source is None:
+        if source is None or not source.prim.whole:
             return False
-        if source.prim.name in ("floor", "ceil", "round", "trunc") or (
-                source.prim.name == "convert" and not source.ins[0].type.is_float):
-            continue
-        if source.prim.name not in ("add", "sub", "mul", "neg", "max", "min", "select"):
-            return False
-        todo += source.ins[1:] if source.prim.name == "select" else source.ins
+        if source.prim.whole == "if_operands":
+            todo += source.ins
     return True
 
 

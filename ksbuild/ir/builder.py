@@ -7,12 +7,6 @@ from ..errors import KsbuildError, Location
 from .core import Atom, Eqn, Func, Lit, Var, freeze
 from .types import Type
 
-STRING_PRIMS = frozenset({
-    "eq", "ne", "select", "convert", "constant", "window", "index", "slice", "stop_gradient", "broadcast_to",
-    "reshape", "transpose", "gather", "pad", "index_set", "cond", "loop", "fold", "call", "fusion", "lane_cond",
-    "cond_select"})
-"""The primitives that take string operands: they compare them (eq, ne) or move them; no other does."""
-
 
 class Builder:
     """Collects equations for one function body. `b.add(x, y)` binds the prim named `add`."""
@@ -25,7 +19,7 @@ class Builder:
     def bind(self, prim: Any, ins: Sequence[Atom], params: dict[str, Any] | None = None) -> tuple[Var, ...]:
         """Append `outs = prim[params](ins)` and return the new output vars."""
         params = dict(params or {})
-        if prim.name not in STRING_PRIMS and any(a.type.dtype == "str" for a in ins):
+        if not prim.strings and any(a.type.dtype == "str" for a in ins):
             raise KsbuildError(f"strings are only compared for equality and moved: '{prim.name}' does not take them",
                                self.loc)
         try:

@@ -20,9 +20,28 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   one row at a time. Elementwise prims need no rule: their operands with n rows are sliced.
 - fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
   shape all the same (a gather from a 1-D table: one element read at the current index's position)
+- inplace(eqn) -> int | None   the operand the equation may update in place (its output takes that storage)
+- bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
+  result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
+Facts the passes read instead of testing a prim's name:
+- reduction: "sum", "max" or "min" for a reduction a fused loop nest accumulates into a scalar; "" otherwise
+- remat: an elementwise prim so cheap that the unknown part of a partial evaluation recomputes it from
+  its one tensor operand rather than reading its stored result (2·x from the derivative of x², −x,
+  x − 1): the forward pass then writes one array fewer, and the operand is often stored anyway
+- strings: it takes string operands (compares them for equality or moves them); no other prim may
+- whole: its float result holds whole numbers: "always" (floor), "if_operands" (when its operands do:
+  add, max, select, ...), "" (unknown)
+- branches: its sub-functions are alternatives, each run only where its condition holds (cond and the per-lane
+  ifs): what they compute may be guarded by the condition (a size n - 2 meant only for n > 2)
+- epilogue_impls: the impls (params["impl"]) of a product whose kernel applies an elementwise epilogue to each
+  result tile (the fuse_epilogue pass moves a fusion after the product into it)
+- positional: an elementwise prim whose value is its element's position (iota): it reads no operand rows, and a
+  loop nest computing it keeps its axes
+- takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
+  there: the operands holding index tensors (() when the positions are scalars); None if it does not
 """
 from __future__ import annotations
 
@@ -57,9 +76,20 @@ class Prim:
     opt_outs: tuple[str, ...] = field(default=())
     view: bool = False      # the output is a view of the first operand's storage (no copy)
     lowering: bool = False  # made by the codegen passes; has no jvp/transpose/batching rules
+    inplace: Optional[Callable] = None
+    bounds: Optional[Callable] = None
+    reduction: str = ""
+    remat: bool = False
+    strings: bool = False
+    whole: str = ""
+    takes: Optional[tuple[int, ...]] = None
+    positional: bool = False
+    branches: bool = False
+    epilogue_impls: tuple[str, ...] = ()
 
     def __post_init__(self):
         assert self.name not in PRIMS, f"primitive {self.name} defined twice"
+        assert self.reduction in ("", "sum", "max", "min") and self.whole in ("", "always", "if_operands")
         PRIMS[self.name] = self
 
     def __repr__(self) -> str:

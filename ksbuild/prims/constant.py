@@ -27,6 +27,7 @@ def _emit_constant(ctx, eqn):
 
 constant = Prim(
     name="constant",
+    strings=True,
     view=True,
     type_rule=_constant_rule,
     eval=lambda value, env: (value.array(),),

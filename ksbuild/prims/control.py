@@ -243,6 +243,8 @@ def _bind_literals(f: Func, args) -> Func:
 
 cond = Prim(
     name="cond",
+    branches=True,
+    strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,
     jvp=if_jvp("cond"),
@@ -591,6 +593,7 @@ def _loop_prune(eqn, used):
 
 loop = Prim(
     name="loop",
+    strings=True,
     type_rule=_loop_rule,
     eval=_loop_eval,
     jvp=_loop_jvp,
@@ -641,6 +644,7 @@ def _call_prune(eqn, used):
 
 call = Prim(
     name="call",
+    strings=True,
     type_rule=_call_rule,
     eval=lambda *args, fn, env: tuple(_interp()(fn, list(args), env)),
     jvp=_call_jvp,

@@ -211,6 +211,7 @@ winograd_kernel = Prim(
 
 convolve = Prim(
     name="convolve",
+    epilogue_impls=("tiles", "gemm", "winograd", "depthwise"),
     type_rule=_convolve_rule,
     eval=_convolve_eval,
     jvp=_lowered_only("convolve"),

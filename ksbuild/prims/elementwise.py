@@ -16,7 +16,17 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, dtype_of, numpy_dtype
+from ..ir.types import (
+    C_TYPES,
+    INT_DTYPES,
+    STORAGE_DTYPES,
+    dim_add,
+    dim_floordiv,
+    dim_mul,
+    dim_sub,
+    dtype_of,
+    numpy_dtype,
+)
 from .base import Prim
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
@@ -77,9 +87,9 @@ def masked_mul(b, x, y):
 
 
 def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None,
-          singular: bool = False) -> Prim:
+          singular: bool = False, **facts) -> Prim:
     """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant); `singular`: dy/dx may be
-    inf or nan at a finite x, so the tangent multiplies it with mulz."""
+    inf or nan at a finite x, so the tangent multiplies it with mulz; `facts`: other fields of the record."""
     prim: Prim
 
     def jvp(b, primals, tangents):
@@ -98,10 +108,11 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         eval=ev,
         jvp=jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
-        emit=emit_format(cpp),
+        emit=facts.pop("emit", emit_format(cpp)),
         elementwise=True,
         doc=doc,
         simplify=simplify,
+        **facts,
     )
     return prim
 
@@ -111,9 +122,10 @@ def _dt(arr: np.ndarray) -> str:
 
 
 def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, transpose=None,
-           simplify=None, singular: bool = False, jvp=None) -> Prim:
+           simplify=None, singular: bool = False, jvp=None, **facts) -> Prim:
     """A binary elementwise prim; partials(b, x, y, z) -> (dz/dx, dz/dy), None for zero; `singular`: a partial
-    may be inf or nan at finite x, y, so the tangents multiply them with mulz; `jvp`: a rule of its own instead."""
+    may be inf or nan at finite x, y, so the tangents multiply them with mulz; `jvp`: a rule of its own instead;
+    `facts`: other fields of the record."""
     prim: Prim
 
     def partials_jvp(b, primals, tangents):
@@ -134,11 +146,12 @@ def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, tr
         eval=lambda x, y, env=None: _np_out(_dt(x), fn(x, y)),
         jvp=jvp or partials_jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
-        emit=emit_format(cpp),
+        emit=facts.pop("emit", emit_format(cpp)),
         transpose=transpose,
         elementwise=True,
         doc=doc,
         simplify=simplify,
+        **facts,
     )
     return prim
 
@@ -184,6 +197,53 @@ def _simp_div(ins, out):
 def _simp_neg(ins, out):
     # -0 = 0
     return Lit(0, out.type) if _lit(ins[0], 0) else None
+
+
+# ---- bounds rules: the range [lo, hi) of an integer result from its operands' (interval arithmetic) --------
+
+def _operand_ranges(eqn, range_of):
+    rs = [range_of(a) for a in eqn.ins]
+    return None if any(r is None for r in rs) else rs
+
+
+def _bounds_add(eqn, range_of):
+    # [a, b) + [c, e) = [a + c, b + e - 1)
+    rs = _operand_ranges(eqn, range_of)
+    if rs is None:
+        return None
+    (a, b), (c, e) = rs
+    return dim_add(a, c), dim_sub(dim_add(b, e), 1)
+
+
+def _bounds_sub(eqn, range_of):
+    # [a, b) - [c, e) = [a - e + 1, b - c)
+    rs = _operand_ranges(eqn, range_of)
+    if rs is None:
+        return None
+    (a, b), (c, e) = rs
+    return dim_add(dim_sub(a, e), 1), dim_sub(b, c)
+
+
+def _literal_operand(eqn):
+    return next((x.value for x in eqn.ins if isinstance(x, Lit)), None)
+
+
+def _bounds_mul(eqn, range_of):
+    # [a, b) * c = [a c, (b - 1) c + 1) for a literal c >= 0
+    rs, c = _operand_ranges(eqn, range_of), _literal_operand(eqn)
+    if rs is None or not isinstance(c, int) or isinstance(c, bool) or c < 0:
+        return None
+    a, b = rs[0] if not isinstance(eqn.ins[0], Lit) else rs[1]
+    return dim_mul(a, c), dim_add(dim_mul(dim_sub(b, 1), c), 1)
+
+
+def _bounds_floordiv(eqn, range_of):
+    # [a, b) // c = [a // c, (b - 1) // c + 1) for a literal divisor c > 0
+    rs, c = _operand_ranges(eqn, range_of), _literal_operand(eqn)
+    if rs is None or not isinstance(eqn.ins[1], Lit) or c <= 0:
+        return None
+    a, b = rs[0]
+    return dim_floordiv(a, c), dim_add(dim_floordiv(dim_sub(b, 1), c), 1)
 
 
 # ---- linear arithmetic -------------------------------------------------------------------
@@ -233,11 +293,12 @@ def _one(b, x):
 
 
 add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add,
-             simplify=_simp_add)
+             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add)
 sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
-             "x - y", transpose=_t_sub, simplify=_simp_sub)
+             "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands",
+             bounds=_bounds_sub)
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
-             simplify=_simp_mul)
+             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul)
 
 
 def _np_mulz(x, y):
@@ -283,11 +344,7 @@ def _simp_mulz(ins, out):
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
               numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp)
-# d(x/y) = dx / y - (x/y) dy / y
-div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
-             lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
-             simplify=_simp_div, singular=True)  # singular at y = 0
-_float_div = div.emit
+_float_div = emit_format("({0} / {1})")
 
 
 def _div_emit(ctx, eqn):
@@ -298,10 +355,12 @@ def _div_emit(ctx, eqn):
     ctx.assign(eqn.outs[0], "ks::truncdiv({0}, {1})".format(*ctx.args(eqn)))
 
 
-object.__setattr__(div, "emit", _div_emit)
+# d(x/y) = dx / y - (x/y) dy / y
+div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
+             lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
+             simplify=_simp_div, singular=True, emit=_div_emit, remat=True)  # singular at y = 0
 neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True,
-            simplify=_simp_neg)
-object.__setattr__(neg, "transpose", _t_neg)
+            simplify=_simp_neg, transpose=_t_neg, remat=True, whole="if_operands")
 
 
 def _trunc_div(x, y):
@@ -338,7 +397,7 @@ def _abs_partial(b, x, y):
 
 abs_ = unary("abs", np.abs, "ks::abs({0})", _abs_partial, "|x|", numeric=True)  # sign x
 sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True)
-floor = unary("floor", np.floor, "std::floor({0})", None, "round down")
+floor = unary("floor", np.floor, "std::floor({0})", None, "round down", whole="always")
 logistic = unary("logistic", lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})",
                  lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)")  # y (1 - y)
 atan = unary("atan", np.arctan, "std::atan({0})",
@@ -389,8 +448,7 @@ def _lgamma1(v: float) -> float:
 lgamma = unary("lgamma", lambda x: np.vectorize(_lgamma1, otypes=[x.dtype])(x), "std::lgamma({0})",
                lambda b, x, y: b.digamma(x), "log |Γ(x)|", singular=True)  # d lgamma = digamma (poles at 0, -1, ...)
 digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
-                "ψ(x) = d/dx log Γ(x)")
-object.__setattr__(digamma, "opt_outs", ("jvp: trigamma is not implemented (raises a KsbuildError)",))
+                "ψ(x) = d/dx log Γ(x)", opt_outs=("jvp: trigamma is not implemented (raises a KsbuildError)",))
 
 
 def _ipow_rule(in_types, n):
@@ -411,6 +469,7 @@ def _ipow_jvp(b, primals, tangents, n):
 
 ipow = Prim(
     name="ipow",
+    remat=True,
     type_rule=_ipow_rule,
     eval=lambda x, n, env=None: _np_out(_dt(x), x ** n if n >= 0 else 1 / x ** (-n)),
     jvp=_ipow_jvp,
@@ -462,11 +521,12 @@ def _min_partials(b, x, y, z):
     return b.select(le, _one(b, x), zeros(x.type.scalar())), b.select(le, zeros(x.type.scalar()), _one(b, x))
 
 
-maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y")
-minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y")
+maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y", whole="if_operands")
+minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y",
+                 whole="if_operands")
 # Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
-                  "floor(x / y)")
+                  "floor(x / y)", bounds=_bounds_floordiv)
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True)  # y = 0
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
@@ -527,6 +587,7 @@ def predicate(name: str, fn, cpp: str, arity: int, doc: str, strings: str | None
         jvp=lambda b, primals, tangents: _no_tangent_jvp(prim)(b, primals, tangents),
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=_emit_compare(cpp, strings),
+        strings=strings is not None,
         elementwise=True,
         doc=doc,
         opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
@@ -594,6 +655,8 @@ def _simp_select(ins, out):
 
 select = Prim(
     name="select",
+    strings=True,
+    whole="if_operands",
     type_rule=_select_rule,
     eval=lambda p, x, y, env=None: (np.where(p, x, y).astype(x.dtype),),
     jvp=_select_jvp,
@@ -623,6 +686,9 @@ def _convert_rule(in_types, dtype):
 
 convert = Prim(
     name="convert",
+    strings=True,
+    whole="if_operands",
+    bounds=lambda eqn, range_of: range_of(eqn.ins[0]),  # (an integer converted to another keeps its range)
     type_rule=_convert_rule,
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),
     jvp=_convert_jvp,

@@ -75,6 +75,8 @@ def _gather_emit(ctx, eqn) -> None:
 
 gather = Prim(
     name="gather",
+    strings=True,
+    takes=(1,),
     type_rule=_gather_rule,
     eval=lambda x, idx, axis, env: (np.take(x, _clip(idx, x.shape[axis]), axis=axis),),
     # linear in x: d x[idx] = dx[idx]; x̄ = zeros with ȳ added at idx (repeats accumulate)
@@ -152,6 +154,8 @@ def _scatter_emit(ctx, eqn) -> None:
 
 scatter_add = Prim(
     name="scatter_add",
+    inplace=lambda eqn: 0,
+    takes=(1,),
     type_rule=_scatter_rule,
     eval=_scatter_eval,
     jvp=_scatter_jvp,

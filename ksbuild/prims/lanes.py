@@ -178,6 +178,8 @@ def _lane_emit(ctx, eqn):
 
 lane_cond = Prim(
     name="lane_cond",
+    branches=True,
+    strings=True,
     type_rule=_lane_rule,
     eval=_lane_eval,
     jvp=_lane_jvp,
@@ -206,6 +208,8 @@ def _select_emit(ctx, eqn):
 
 cond_select = Prim(
     name="cond_select",
+    branches=True,
+    strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,
     jvp=if_jvp("cond_select"),

@@ -65,6 +65,7 @@ def _fusion_eval(*args, body: Func, env, threads: int = 0):
 
 fusion = Prim(
     name="fusion",
+    strings=True,
     type_rule=_fusion_rule,
     eval=_fusion_eval,
     jvp=_lowered_only("fusion"),
@@ -364,6 +365,8 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 contract = Prim(
     name="contract",
+    epilogue_impls=("tiles", "panels", "gemm"),
+    inplace=lambda eqn: 0 if eqn.params["acc"] else None,  # (acc: adds the product into its first operand)
     type_rule=_contract_rule,
     eval=_contract_eval,
     jvp=_lowered_only("contract"),

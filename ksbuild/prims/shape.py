@@ -32,6 +32,7 @@ def _broadcast_batch(b, ins, batched, size, shape):
 
 broadcast_to = Prim(
     name="broadcast_to",
+    strings=True,
     view=True,
     type_rule=_broadcast_rule,
     eval=lambda x, shape, env: (np.broadcast_to(x, concrete_shape(Type("f32", shape), env)).copy(),),
@@ -54,6 +55,7 @@ def _reshape_rule(in_types, shape):
 
 reshape = Prim(
     name="reshape",
+    strings=True,
     view=True,
     type_rule=_reshape_rule,
     eval=lambda x, shape, env: (np.reshape(x, concrete_shape(Type("f32", shape), env)),),
@@ -96,6 +98,7 @@ reduce_sum = Prim(
     transpose=_reduce_sum_transpose,
     batch=lambda b, ins, batched, size, axes: ([b.reduce_sum(ins[0], axes=tuple(a + 1 for a in axes))], [True]),
     emit=lambda ctx, eqn: ctx.reduce(eqn, "sum"),
+    reduction="sum",
     rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
     doc="sum over the given axes",
 )
@@ -117,6 +120,7 @@ def _inverse(perm):
 
 transpose = Prim(
     name="transpose",
+    strings=True,
     view=True,
     type_rule=_transpose_rule,
     eval=lambda x, perm, env: (np.ascontiguousarray(np.transpose(x, perm)),),

@@ -72,6 +72,8 @@ def _index_batch(b, ins, batched, size, axis):
 
 index = Prim(
     name="index",
+    strings=True,
+    takes=(),
     view=True,
     type_rule=_index_rule,
     eval=_index_eval,
@@ -153,6 +155,8 @@ def _index_add_emit(ctx, eqn) -> None:
 
 index_add = Prim(
     name="index_add",
+    inplace=lambda eqn: 0,
+    takes=(),
     type_rule=_index_add_rule,
     eval=_index_add_eval,
     jvp=_update_jvp("index_add"),
@@ -196,6 +200,9 @@ def _index_set_emit(ctx, eqn) -> None:
 
 index_set = Prim(
     name="index_set",
+    strings=True,
+    inplace=lambda eqn: 0,
+    takes=(),
     type_rule=_index_add_rule,
     eval=_index_set_eval,
     jvp=_update_jvp("index_set"),
@@ -231,6 +238,7 @@ def _slice_transpose(b, cts, ins, linear, axis, start, stop):
 
 slice_ = Prim(
     name="slice",
+    strings=True,
     view=True,
     type_rule=_slice_rule,
     eval=_slice_eval,
@@ -286,6 +294,7 @@ def _pad_emit(ctx, eqn) -> None:
 
 pad = Prim(
     name="pad",
+    strings=True,
     type_rule=_pad_rule,
     eval=_pad_eval,
     jvp=lambda b, p, t, axis, lo, hi: ([b.pad(p[0], axis=axis, lo=lo, hi=hi)],
@@ -342,6 +351,7 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         jvp=jvp,
         batch=batch,
         emit=lambda ctx, eqn: ctx.reduce(eqn, kind),
+        reduction=kind,
         rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
         doc=f"{kind}imum over the given axes (ties='first': the derivative goes to the first extremum)",
         opt_outs=("transpose: not linear",),
@@ -376,6 +386,7 @@ reduce_min = _extremum("reduce_min", np.min, "min")
 
 stop_gradient = Prim(
     name="stop_gradient",
+    strings=True,
     view=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),
@@ -383,7 +394,8 @@ stop_gradient = Prim(
     batch=lambda b, ins, batched, size: ([b.stop_gradient(ins[0])], [True]),
     emit=lambda ctx, eqn: ctx.alias(eqn),
     doc="x, treated as a constant by differentiation",
-    opt_outs=("transpose: not linear (its derivative is zero)",),
+    opt_outs=("jvp: zero by definition (not the derivative finite differences see)",
+              "transpose: not linear (its derivative is zero)"),
 )
 
 
@@ -492,6 +504,7 @@ iota = Prim(
                                                            [False]),
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], ctx.iota(eqn)),
     elementwise=True,
+    positional=True,
     doc="arange along one axis of a shape (torch.arange, eye, tril masks)",
     opt_outs=("transpose: takes no operands",),
 )
@@ -499,6 +512,7 @@ iota = Prim(
 
 dim_size = Prim(
     name="dim_size",
+    bounds=lambda eqn, range_of: (eqn.params["dim"], dim_add(eqn.params["dim"], 1)),  # [n, n + 1)
     type_rule=lambda in_types, dim: (Type("i64"),),
     eval=lambda dim, env: (np.int64(dim_value(dim, env)),),
     jvp=lambda b, p, t, dim: ([b.dim_size(dim=dim)], [None]),

@@ -58,6 +58,7 @@ def _window_emit(ctx, eqn) -> None:
 
 window = Prim(
     name="window",
+    strings=True,
     view=True,
     type_rule=_window_rule,
     eval=_window_eval,
@@ -125,6 +126,7 @@ def _fold_loop_order(shape, axis: int, stride: int) -> list[int]:
 
 fold = Prim(
     name="fold",
+    strings=True,
     type_rule=_fold_rule,
     eval=_fold_eval,
     # linear: d fold(y) = fold(dy); ȳ = window(x̄)

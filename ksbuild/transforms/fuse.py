@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..codegen.fusion import REDUCTIONS
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Var
 from ..prims.lowering import fusion
@@ -111,7 +110,7 @@ def run_end(eqns: Sequence[Eqn], i: int) -> int:
 
 def _suffix_reduction(e: Eqn, shape, axes) -> bool:
     """A sum/max/min of a value of the run's shape over trailing axes (the same as earlier ones)."""
-    if e.prim.name not in REDUCTIONS or e.ins[0].type.shape != shape:
+    if not e.prim.reduction or e.ins[0].type.shape != shape:
         return False
     ax = tuple(e.params["axes"])
     suffix = bool(ax) and ax == tuple(range(len(shape) - len(ax), len(shape)))

@@ -10,13 +10,9 @@ register tiles store it (codegen/epilogue.py), instead of in a second pass over 
 """
 from __future__ import annotations
 
-from ..codegen.fusion import REDUCTIONS
 from ..ir.core import Eqn, Func, Var
 from ..prims.lowering import fusion
 from .rewrite import use_counts
-
-# prim -> the impls that take an epilogue
-HOSTS = {"contract": ("tiles", "panels", "gemm"), "convolve": ("tiles", "gemm", "winograd", "depthwise")}
 
 
 def fuse_epilogue(f: Func) -> Func:
@@ -65,8 +61,7 @@ def _pairs(eqns: list[Eqn], results) -> dict[int, int]:
 
 def _host(e: Eqn) -> bool:
     """Whether an equation is a product whose kernel can take an epilogue."""
-    impls = HOSTS.get(e.prim.name)
-    return impls is not None and e.params.get("impl") in impls and e.params.get("epilogue") is None \
+    return e.params.get("impl") in e.prim.epilogue_impls and e.params.get("epilogue") is None \
         and len(e.outs) == 1 and e.outs[0].type.rank >= 2
 
 
@@ -75,7 +70,7 @@ def _fits(f: Eqn, v: Var) -> bool:
     body: Func = f.params["body"]
     if list(f.ins).count(v) != 1 or len(body.results) != 1 or len(f.outs) != 1 or f.params.get("threads"):
         return False
-    if any(e.prim.name in REDUCTIONS for e in body.eqns) or f.outs[0].type != v.type:
+    if any(e.prim.reduction for e in body.eqns) or f.outs[0].type != v.type:
         return False
     return all(e.prim.elementwise and e.outs[0].type.shape == v.type.shape for e in body.eqns)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import located
+from ..errors import in_rule, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import zeros
@@ -31,7 +31,7 @@ def jvp_eqns(b: Builder, f: Func, primals: Sequence[Atom], tangents: Sequence[At
         if all(t is None for t in tins):
             outs, touts = b.bind(eqn.prim, ins, dict(eqn.params)), [None] * len(eqn.outs)
         else:
-            with located(eqn.loc):
+            with located(eqn.loc), in_rule(eqn, "jvp"):
                 outs, touts = eqn.prim.jvp(b, ins, tins, **eqn.params)
         b.name_like(outs, eqn.outs)
         b.name_like(touts, eqn.outs, "d")

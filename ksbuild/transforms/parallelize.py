@@ -9,7 +9,6 @@ With threads <= 1 the function is unchanged (and runtime-free).
 """
 from __future__ import annotations
 
-from ..codegen.fusion import REDUCTIONS
 from ..ir.core import Eqn, Func
 from ..prims.lowering import contract, fusion
 
@@ -33,7 +32,7 @@ def _parallel_outer(e: Eqn) -> bool:
         return e.outs[0].type.rank > 0 and e.params["impl"] == "loops"
     if e.prim is fusion:
         body = e.params["body"]
-        reductions = [b for b in body.eqns if b.prim.name in REDUCTIONS]
+        reductions = [b for b in body.eqns if b.prim.reduction]
         shape = (reductions[0].ins[0] if reductions else body.eqns[0].outs[0]).type.shape
         kept = len(shape) - (len(reductions[0].params["axes"]) if reductions else 0)
         return kept > 0

@@ -18,11 +18,6 @@ from ..errors import located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 
-# Elementwise prims so cheap that the unknown part recomputes them from their one tensor operand
-# rather than reading their stored result (2·x from the derivative of x², −x, x − 1): the forward
-# pass then writes one array fewer, and the operand is often stored anyway (a matrix product's result).
-REMAT = {"add", "sub", "mul", "neg", "ipow", "div"}
-
 
 @dataclass
 class Split:
@@ -67,9 +62,9 @@ class Split:
         return self.residuals[id(k)][1]
 
     def cheap(self, k: Atom) -> Eqn | None:
-        """k's equation if the unknown part should recompute k (see REMAT), else None."""
+        """k's equation if the unknown part should recompute k (its prim's `remat`), else None."""
         e = self.made.get(id(k))
-        if e is None or e.prim.name not in REMAT or len(e.outs) != 1:
+        if e is None or not e.prim.remat or len(e.outs) != 1:
             return None
         operands = [a for a in e.ins if isinstance(a, Var)]
         return e if len(operands) == 1 and operands[0].type == k.type else None

@@ -61,7 +61,7 @@ def row_rule(eqn: Eqn, n: Dim):
     """(params on one row, which operands are sliced) when eqn is row-wise over n rows, else None."""
     if eqn.prim.rows is not None:
         return eqn.prim.rows(eqn, n)
-    if eqn.prim.elementwise and "shape" not in eqn.params:  # (iota makes its shape: it reads no rows)
+    if eqn.prim.elementwise and not eqn.prim.positional:  # (iota makes its shape: it reads no rows)
         return broadcast_rows(eqn, n)
     return None
 

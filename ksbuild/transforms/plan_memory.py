@@ -29,8 +29,6 @@ from typing import Mapping
 from ..ir.core import Atom, Eqn, Func, Var
 from ..ir.types import Type, dim_mul
 
-INPLACE_BASE = {"index_add": 0, "index_set": 0, "scatter_add": 0}  # prims that may update their operand in place
-
 
 @dataclass(frozen=True)
 class Place:
@@ -65,9 +63,7 @@ def plan_memory(f: Func) -> Func:
 
 def inplace_operand(eqn: Eqn) -> int | None:
     """The operand an equation may update in place, if any."""
-    if eqn.prim.name == "contract":
-        return 0 if eqn.params["acc"] else None
-    return INPLACE_BASE.get(eqn.prim.name)
+    return eqn.prim.inplace(eqn) if eqn.prim.inplace is not None else None
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import KsbuildError, located
+from ..errors import KsbuildError, in_rule, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import add_cts, zeros
@@ -60,10 +60,10 @@ def transpose_eqns(b: Builder, f: Func, linear: Sequence[bool], nonlin_args: Seq
         mask = [isinstance(a, Var) and a in lin for a in eqn.ins]
         b.loc = eqn.loc
         if eqn.prim.accumulates:
-            with located(eqn.loc):
+            with located(eqn.loc), in_rule(eqn, "transpose"):
                 _transpose_accumulating(b, eqn, couts, [read(a) for a in eqn.ins], mask, ct)
             continue
-        with located(eqn.loc):
+        with located(eqn.loc), in_rule(eqn, "transpose"):
             cins = eqn.prim.transpose(b, couts, [read(a) for a in eqn.ins], mask, **eqn.params)
         for a, m, c in zip(eqn.ins, mask, cins):
             if m and c is not None:

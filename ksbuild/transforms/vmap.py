@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import located
+from ..errors import in_rule, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
@@ -32,7 +32,7 @@ def vmap_eqns(b: Builder, f: Func, args: Sequence[Atom], batched: Sequence[bool]
         if not any(bts):
             outs, obts = b.bind(eqn.prim, ins, dict(eqn.params)), [False] * len(eqn.outs)
         else:
-            with located(eqn.loc):
+            with located(eqn.loc), in_rule(eqn, "batch"):
                 outs, obts = eqn.prim.batch(b, list(ins), list(bts), size, **eqn.params)
         b.name_like(outs, eqn.outs)
         for v, o, bt in zip(eqn.outs, outs, obts):
