@@ -63,3 +63,19 @@ def test_recurrent_models_match_torch(lowered, name):
     got = eval_func(lowered[name][0], [a.numpy() for a in args])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_values_independent_of_the_inputs_are_constants():
+    """The causal mask (arange, comparisons, and, not) is computed by torch when the kernel is built, as
+    torch.onnx.export's optimizer folds it into an initializer; the weight used transposed stays one weight."""
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.ir.interp import eval_func
+    f = compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, "make_causal_scores", "scores")
+    names = [e.prim.name for e in f.eqns]
+    assert not {"iota", "le", "ge", "and", "not"} & set(names), names
+    floats = [e for e in f.eqns if e.prim.name == "constant" and e.outs[0].type.dtype == "f32"]
+    assert len(floats) == 1 and any(e.prim.name == "transpose" for e in f.eqns)  # w, and w.t() computed
+    module, (x,) = models.make_causal_scores()
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(eval_func(f, [x.numpy()])[0], want, rtol=1e-5, atol=1e-6)

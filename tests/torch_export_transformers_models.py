@@ -131,6 +131,25 @@ def make_text_gru():
 RECURRENT = {"text_lstm": make_text_lstm, "text_gru": make_text_gru}
 
 
+class CausalScores(nn.Module):
+    """Attention scores under a causal mask made from arange at every call, as transformers' models do; the
+    weight is used transposed (a computation on a weight, which stays one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(SEQ, SEQ, generator=torch.Generator().manual_seed(6)))
+
+    def forward(self, x):
+        pos = torch.arange(SEQ)
+        mask = (pos[None, :] <= pos[:, None]) & torch.ones(SEQ, SEQ, dtype=torch.bool)
+        scores = x @ self.w.t()
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def make_causal_scores():
+    return CausalScores(), (torch.randn(2, SEQ, SEQ, generator=torch.Generator().manual_seed(7)),)
+
+
 # ---- errors ----------------------------------------------------------------------------------------------
 
 class UsesHelper(nn.Module):

@@ -9,6 +9,7 @@ is fixed at its example size.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -173,30 +174,35 @@ def _frame_loc(fr) -> Location:
     return Location(fr.filename, fr.lineno or 0, col, source_line=text)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every frame of every node's trace
 def torch_file(path: Path) -> bool:
     """True for torch's, ksbuild's and Python's own files: frames that never made a node the user wrote."""
-    import sysconfig
-
     import torch
 
     if path.suffix != ".py":
         return True
-    roots = [Path(__file__).resolve().parents[2], Path(torch.__file__).resolve().parent,
-             Path(sysconfig.get_paths()["stdlib"]).resolve()]
+    roots = (_roots()[0], Path(torch.__file__).resolve().parent, _roots()[1])
     resolved = path.resolve()
     return any(resolved.is_relative_to(r) for r in roots)
 
 
+@functools.lru_cache(maxsize=4096)
 def library_file(path: Path) -> bool:
     """True for Python's, torch's, ksbuild's and installed packages' files (not the user's code)."""
-    import sysconfig
-
     if path.suffix != ".py":
         return True
-    roots = [Path(__file__).resolve().parents[2]] + [Path(sysconfig.get_paths()[k]).resolve()
-                                                     for k in ("stdlib", "purelib", "platlib")]
     resolved = path.resolve()
-    return any(resolved.is_relative_to(r) for r in roots) or "site-packages" in resolved.parts
+    return any(resolved.is_relative_to(r) for r in _roots()) or "site-packages" in resolved.parts
+
+
+@functools.lru_cache(maxsize=1)
+def _roots() -> tuple[Path, ...]:
+    """ksbuild's folder, then Python's stdlib, purelib and platlib folders."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return (Path(__file__).resolve().parents[2],) + tuple(Path(paths[k]).resolve()
+                                                          for k in ("stdlib", "purelib", "platlib"))
 
 
 def _first_lines(text: str, n: int) -> str:

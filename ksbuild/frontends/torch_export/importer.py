@@ -18,7 +18,9 @@ from ...errors import KsbuildError, Location
 from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Type
+from ...ops.create import array
 from .capture import Captured, origin_frame, parse_trace
+from .fold import evaluate
 from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
 
 
@@ -41,6 +43,7 @@ class Importer:
         self.b = Builder(Location(self.file))
         self.env: dict[Any, Any] = {}
         self.arrays: dict[Atom, Any] = {}  # embedded weights and constants -> their numpy values
+        self.known: dict[Any, Any] = {}  # FX nodes independent of inputs and weights -> their values (fold.py)
 
     # ---- the graph ---------------------------------------------------------------------------------
 
@@ -87,7 +90,6 @@ class Importer:
 
     def weight(self, node, target: str, kind: str) -> Var | None:
         """A parameter, buffer or lifted constant: a new parameter (external weights) or a constant."""
-        from ...ops.create import array
         tensor = self.program.state_dict.get(target)
         if tensor is None:
             tensor = self.program.constants.get(target)
@@ -103,6 +105,8 @@ class Importer:
         value = tensor.detach().cpu().contiguous().numpy()
         self.env[node] = array(self.b, value)
         self.arrays[self.env[node]] = value
+        if kind == "CONSTANT_TENSOR":
+            self.known[node] = value
         return None
 
     def check_dim_names(self, inputs: list[Var]) -> None:
@@ -147,6 +151,11 @@ class Importer:
         self.b.loc = loc
         if node.target in SYM_OPS:
             self.env[node] = self.sym_op(node, loc)
+            return
+        value = evaluate(node, self.known)
+        if value is not None:
+            self.known[node] = value
+            self.env[node] = self.checked(node, array(self.b, value), loc)
             return
         fn = HANDLERS.get(self.target_name(node)) or HANDLERS.get(node.target)
         if fn is None:
