@@ -16,6 +16,7 @@ class Location:
     end_col: int | None = None
     source_line: str | None = None
     node: str | None = None
+    called_from: tuple["Location", ...] = ()  # the callers of this place, innermost first (a traceback)
 
     def __str__(self) -> str:
         head = f"{self.file}:{self.line}:{self.col + 1}" if self.line else self.file
@@ -45,6 +46,9 @@ class KsbuildError(Exception):
         parts = [head]
         if self.loc is not None and self.loc.caret():
             parts.append(self.loc.caret())
+        for caller in self.loc.called_from if self.loc is not None else ():
+            code = f": {caller.source_line.strip()}" if caller.source_line else ""
+            parts.append(f"  called from {caller}{code}")
         if self.hint:
             parts.append(f"  hint: {self.hint}")
         return "\n".join(parts)

@@ -144,9 +144,30 @@ def _layer_weights(b, kind: str, params: Sequence[Atom], has_biases: bool) -> tu
     return w, r, bias
 
 
+def _known_layer_weights(b, kind: str, params: Sequence[np.ndarray], has_biases: bool) -> tuple[Atom, ...]:
+    """_layer_weights of embedded weights, reordered now: W, R and the bias are constants (as an ONNX
+    model's initializers are), which a matrix product reads prepacked, not gate blocks joined at run time."""
+    from .create import array
+    order = GATES[kind]
+
+    def onnx_order(a: np.ndarray) -> np.ndarray:
+        h = a.shape[0] // len(order)
+        return np.concatenate([a[g * h:(g + 1) * h] for g in order], 0)
+
+    per = 4 if has_biases else 2
+    groups = [params[d:d + per] for d in range(0, len(params), per)]
+    w = array(b, np.stack([onnx_order(p[0]) for p in groups]))
+    r = array(b, np.stack([onnx_order(p[1]) for p in groups]))
+    if not has_biases:
+        return w, r, None
+    return w, r, array(b, np.stack([np.concatenate([onnx_order(p[2]), onnx_order(p[3])]) for p in groups]))
+
+
 def recurrent(b, kind: str, x: Atom, hx: Sequence[Atom], params: Sequence[Atom], has_biases: bool,
-              num_layers: int, bidirectional: bool, batch_first: bool) -> list[Atom]:
-    """torch's RNN / GRU / LSTM (aten.<kind>.input): [output, h_n] (+ [c_n] for LSTM), torch layouts."""
+              num_layers: int, bidirectional: bool, batch_first: bool,
+              known: Sequence[np.ndarray] | None = None) -> list[Atom]:
+    """torch's RNN / GRU / LSTM (aten.<kind>.input): [output, h_n] (+ [c_n] for LSTM), torch layouts.
+    `known`: the params' values when they are all embedded weights (their gates are reordered here)."""
     from . import rnn
     from .shape import concatenate, permute
     dirs = 2 if bidirectional else 1
@@ -160,7 +181,9 @@ def recurrent(b, kind: str, x: Atom, hx: Sequence[Atom], params: Sequence[Atom],
     onnx_kind = {"gru": "gru", "lstm": "lstm"}.get(kind, "rnn")
     finals: list[list[Atom]] = [[] for _ in hx]
     for layer in range(num_layers):
-        w, r, bias = _layer_weights(b, kind, params[layer * per_layer:(layer + 1) * per_layer], has_biases)
+        mine = slice(layer * per_layer, (layer + 1) * per_layer)
+        w, r, bias = _layer_weights(b, kind, params[mine], has_biases) if known is None else \
+            _known_layer_weights(b, kind, known[mine], has_biases)
         init = [b.slice(h, axis=0, start=layer * dirs, stop=(layer + 1) * dirs) for h in hx]
         outs = rnn.run_layer(b, onnx_kind, x, w, r, bias, init + [None] * (2 - len(init)), None, hidden,
                              "bidirectional" if bidirectional else "forward", acts, None, None, kind == "gru")

@@ -81,6 +81,14 @@ def logical_or(b, x: Atom, y: Atom) -> Atom:
     return _bind(b, "or", x, y)
 
 
+def bitwise_not(b, x: Atom) -> Atom:
+    """~x: not x for bool, every bit flipped for integers (x xor all ones)."""
+    if x.type.dtype == "bool":
+        return logical_not(b, x)
+    ones = -1 if x.type.dtype.startswith("i") else (1 << int(x.type.dtype[1:])) - 1
+    return b.bitwise(x, scalar_lit(ones, x.type.dtype), op="xor")
+
+
 def logical_not(b, x: Atom) -> Atom:
     """not x elementwise (bool)."""
     return _bind(b, "not", x)

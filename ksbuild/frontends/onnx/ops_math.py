@@ -70,13 +70,7 @@ def symbolic_binary(n: Node, known):
 
 @handler("BitwiseNot")
 def bitwise_not(n: Node):
-    x = n.x(0)
-    return [n.b.bitwise(x, scalar_lit(-1 if x.type.dtype.startswith("i") else _umax(x.type.dtype), x.type.dtype),
-                        op="xor")]
-
-
-def _umax(dtype: str) -> int:
-    return {"u8": 255, "u16": 65535, "u32": 2**32 - 1, "u64": 2**64 - 1}[dtype]
+    return [m.bitwise_not(n.b, n.x(0))]
 
 
 @handler("BitShift")

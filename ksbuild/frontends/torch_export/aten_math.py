@@ -55,10 +55,8 @@ def logical_not(n: Node):
 
 @handler("bitwise_not.default")
 def bitwise_not(n: Node):
-    x = n.x()
-    if x.type.dtype != "bool":
-        raise n.unsupported("bitwise_not of integers")
-    return m.logical_not(n.b, x)
+    """~x: logical not of bools (attention masks), the bits of integers flipped."""
+    return m.bitwise_not(n.b, n.x())
 
 
 @handler("isnan.default", "isinf.default")
@@ -143,6 +141,17 @@ def compare(n: Node):
 def logic(n: Node):
     x, y = n.operand(n.a("self"), "bool"), n.operand(n.a("other"), "bool")
     return LOGIC[n.op.split(".")[1]](n.b, x, y)
+
+
+@handler(*[f"bitwise_{op}.{o}" for op in ("and", "or", "xor") for o in ("Tensor", "Scalar")])
+def bitwise(n: Node):
+    """x & y, x | y, x ^ y: logical for bools (masks), bitwise for integers, in torch's promoted dtype."""
+    op = n.op.split(".")[1].removeprefix("bitwise_")
+    dtype = n.dtype
+    x, y = n.operand(n.a("self"), dtype), n.operand(n.a("other"), dtype)
+    if dtype == "bool":
+        return LOGIC["logical_" + op](n.b, x, y)
+    return n.b.bitwise(x, y, op=op)
 
 
 @handler("where.self")

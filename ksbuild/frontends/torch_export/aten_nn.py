@@ -179,8 +179,11 @@ def recurrent(n: Node):
     kind = n.op.split(".")[1]
     hx = n.a("hx")
     hx = list(hx) if isinstance(hx, (list, tuple)) else [hx]
-    outs = aten.recurrent(n.b, kind, n.x("input"), hx, list(n.a("params")), bool(n.a("has_biases")),
-                          int(n.a("num_layers")), bool(n.a("bidirectional")), bool(n.a("batch_first")))
+    params = list(n.a("params"))
+    known = [n.array(p) for p in params]
+    outs = aten.recurrent(n.b, kind, n.x("input"), hx, params, bool(n.a("has_biases")), int(n.a("num_layers")),
+                          bool(n.a("bidirectional")), bool(n.a("batch_first")),
+                          known if all(k is not None for k in known) else None)
     return tuple(outs)
 
 

@@ -104,9 +104,14 @@ def squeeze(n: Node):
 
 @handler("cat.default")
 def cat(n: Node):
+    """Concatenation; as torch.cat, operands of shape (0,) are skipped whatever their rank (a key/value
+    cache starts from torch.tensor([]))."""
     dtype = n.dtype
     xs = [n.operand(x, dtype) for x in n.a("tensors")]
-    return sh.concatenate(n.b, xs, n.a("dim", 0))
+    kept = [x for x in xs if x.type.shape != (0,)]
+    if not kept:
+        return xs[0]
+    return sh.concatenate(n.b, kept, n.a("dim", 0))
 
 
 @handler("split_with_sizes.default", "split.Tensor", "split_with_sizes_copy.default")

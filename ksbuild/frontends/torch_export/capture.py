@@ -9,15 +9,17 @@ is fixed at its example size.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import linecache
+import re
 import sys
 import traceback
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,22 +148,61 @@ def user_frame(frames, file: Path) -> Location | None:
     users = own or [fr for fr in frames if not library_file(Path(fr.filename))]
     if not users:
         return None
-    fr = users[-1]
+    return _frame_loc(users[-1])
+
+
+def origin_frame(frames, file: Path, limit: int = 4) -> Location | None:
+    """Where a node was made: the innermost frame outside torch (a library's line, e.g. transformers'
+    modeling_gpt2.py, or the user's), called from the frames outside torch up to the user's (user_frame;
+    at most `limit` callers: the innermost ones and the user's)."""
+    outside = [fr for fr in frames if not torch_file(Path(fr.filename))]
+    if not outside:
+        return None
+    user = user_frame(frames, file)
+    chain = [_frame_loc(fr) for fr in reversed(outside)]
+    stop = next((i for i, loc in enumerate(chain) if user and (loc.file, loc.line) == (user.file, user.line)),
+                len(chain) - 1)
+    callers = chain[1:stop + 1]
+    if len(callers) > limit:
+        callers = callers[:limit - 1] + callers[-1:]
+    return replace(chain[0], called_from=tuple(callers))
+
+
+def _frame_loc(fr) -> Location:
     text = linecache.getline(fr.filename, fr.lineno or 0).rstrip("\n") or None
     col = len(text) - len(text.lstrip()) if text else 0
     return Location(fr.filename, fr.lineno or 0, col, source_line=text)
 
 
-def library_file(path: Path) -> bool:
-    """True for Python's, torch's, ksbuild's and installed packages' files (not the user's code)."""
-    import sysconfig
+@functools.lru_cache(maxsize=4096)  # asked for every frame of every node's trace
+def torch_file(path: Path) -> bool:
+    """True for torch's, ksbuild's and Python's own files: frames that never made a node the user wrote."""
+    import torch
 
     if path.suffix != ".py":
         return True
-    roots = [Path(__file__).resolve().parents[2]] + [Path(sysconfig.get_paths()[k]).resolve()
-                                                     for k in ("stdlib", "purelib", "platlib")]
+    roots = (_roots()[0], Path(torch.__file__).resolve().parent, _roots()[1])
     resolved = path.resolve()
-    return any(resolved.is_relative_to(r) for r in roots) or "site-packages" in resolved.parts
+    return any(resolved.is_relative_to(r) for r in roots)
+
+
+@functools.lru_cache(maxsize=4096)
+def library_file(path: Path) -> bool:
+    """True for Python's, torch's, ksbuild's and installed packages' files (not the user's code)."""
+    if path.suffix != ".py":
+        return True
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(r) for r in _roots()) or "site-packages" in resolved.parts
+
+
+@functools.lru_cache(maxsize=1)
+def _roots() -> tuple[Path, ...]:
+    """ksbuild's folder, then Python's stdlib, purelib and platlib folders."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return (Path(__file__).resolve().parents[2],) + tuple(Path(paths[k]).resolve()
+                                                          for k in ("stdlib", "purelib", "platlib"))
 
 
 def _first_lines(text: str, n: int) -> str:
@@ -190,17 +231,151 @@ def _export(model: Model):
     import torch
 
     module = model.module.eval()
-    with _user_code(model.file, "torch.export.export", _with_parent(model.file)), warnings.catch_warnings(), \
-            _quiet_torch_logs():
+    with warnings.catch_warnings(), _quiet_torch_logs():
         warnings.simplefilter("ignore")  # torch's own deprecation notes are not the user's business here
-        program = torch.export.export(module, model.args, dynamic_shapes=model.dynamic_shapes)
-        table = torch.export.default_decompositions()
-        for name in KEEP_WHOLE:
-            op, overload = name.split(".")
-            packet = getattr(torch.ops.aten, op, None)
-            if packet is not None and hasattr(packet, overload):
-                table.pop(getattr(packet, overload), None)
-        return program.run_decompositions(table)
+        exporting = _user_code(model.file, "torch.export.export", _with_parent(model.file))
+        with exporting, _flat_outputs(module, model.file), _whole_stack_traces():
+            program = torch.export.export(module, model.args, dynamic_shapes=model.dynamic_shapes)
+        with _with_parent(model.file):
+            return _decompose(program, model.file)
+
+
+def _decompose(program, file: Path):
+    """program.run_decompositions(); an exception torch raises there is reported at the node it was lowering."""
+    try:
+        return program.run_decompositions(_decomposition_table())
+    except KsbuildError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (any failure inside torch's lowering is the model's)
+        raise _decomposition_error(exc, file) from None
+
+
+def _decomposition_error(exc: Exception, file: Path) -> KsbuildError:
+    """The error of a failed run_decompositions(): its stage, and the node being lowered (its op, and the line
+    that made it) when torch's interpreter frames name one."""
+    text = str(exc).split("\n\nWhile executing")[0]  # torch appends the node and its trace; named below
+    message = (f"run_decompositions() (torch.export's lowering to core ATen, after torch.export.export "
+               f"succeeded) raised {type(exc).__name__}: {_first_lines(text, 6)}")
+    node = _node_being_run(exc.__traceback__)
+    if node is None:
+        return KsbuildError(message, user_frame(traceback.extract_tb(exc.__traceback__), file) or Location(str(file)))
+    label = f"{node.name} ({node.target})"
+    frames = traceback.StackSummary.from_list(parse_trace(node.meta.get("stack_trace") or ""))
+    loc = origin_frame(frames, file)
+    return KsbuildError(message, replace(loc, node=label) if loc else Location(str(file), node=label))
+
+
+def _node_being_run(tb):
+    """The innermost FX node an fx.Interpreter was running (run_node's `n`) in a traceback, or None."""
+    import torch
+
+    node = None
+    while tb is not None:
+        n = tb.tb_frame.f_locals.get("n") if tb.tb_frame.f_code.co_name == "run_node" else None
+        if isinstance(n, torch.fx.Node):
+            node = n
+        tb = tb.tb_next
+    return node
+
+
+_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def parse_trace(text: str) -> list[tuple[str, int, str, str]]:
+    """(file, line, function, code) for each frame of an FX node's recorded stack trace."""
+    frames = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+            frames.append((m[1], int(m[2]), m[3], code))
+    return frames
+
+
+def _unflattened_output(leaf, file: Path) -> KsbuildError:
+    """The error for an output torch's pytree cannot split into tensors (a transformers cache, say)."""
+    name = type(leaf).__name__
+    return KsbuildError(f"the model's output contains a value of type {name}, which torch.export cannot "
+                        "flatten into tensors",
+                        Location(str(file)),
+                        hint=f"register {name} as a pytree node (torch.utils._pytree.register_pytree_node; for "
+                             "transformers' DynamicCache: transformers.integrations.executorch."
+                             "register_dynamic_cache_export_support() in make()), or leave it out of the "
+                             "outputs (use_cache=False)")
+
+
+def _decomposition_table() -> dict:
+    """torch.export's core ATen decompositions without those of KEEP_WHOLE."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    for name in KEEP_WHOLE:
+        op, overload = name.split(".")
+        packet = getattr(torch.ops.aten, op, None)
+        if packet is not None and hasattr(packet, overload):
+            table.pop(getattr(packet, overload), None)
+    return table
+
+
+@contextlib.contextmanager
+def _flat_outputs(module, file: Path):
+    """module.forward returning the leaves of its output pytree (a tuple of tensors) while it is exported.
+
+    The importer flattens the outputs anyway; flattening inside the trace keeps container types out of the
+    program. run_decompositions() traces the program again and rebuilds its outputs: a transformers
+    DynamicCache, rebuilt, runs its update() (a new torch.tensor([]) and cat) and torch loses those constants
+    ("Constant tensor lifted_tensor_0 is not in the constants dictionary")."""
+    import functools
+
+    import torch
+
+    own = module.__dict__.get("forward")  # a forward set on the instance comes back afterwards
+    forward = module.forward
+
+    @functools.wraps(forward)  # the signature stays forward's (dynamic_shapes may name its parameters)
+    def flat(*args, **kwargs):
+        leaves = torch.utils._pytree.tree_leaves(forward(*args, **kwargs))
+        for leaf in leaves:
+            if not isinstance(leaf, (torch.Tensor, int, float, bool)):
+                raise _unflattened_output(leaf, file)
+        return tuple(leaves)
+
+    module.forward = flat
+    try:
+        yield
+    finally:
+        del module.forward
+        if own is not None:
+            module.forward = own
+
+
+@contextlib.contextmanager
+def _whole_stack_traces():
+    """Nodes record every frame from the first forward inward, not only the frames of functions named
+    `forward`: an error then names the helper function's line that made the node (a library's, or one of
+    the user's in another file), not only the forward that called it. torch.export records forwards only
+    (fx.proxy.TracerBase._record_forward_stack_traces_only); without that private switch, nothing changes."""
+    from torch.fx.proxy import TracerBase
+
+    keep = TracerBase.__dict__.get("_filter_traceback_frames")
+    if keep is None or not hasattr(TracerBase, "_record_forward_stack_traces_only"):
+        yield
+        return
+
+    def every_frame(self, summary):
+        forward_only = self._record_forward_stack_traces_only
+        self._record_forward_stack_traces_only = False
+        try:
+            return keep(self, summary)
+        finally:
+            self._record_forward_stack_traces_only = forward_only
+
+    TracerBase._filter_traceback_frames = every_frame
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = keep
 
 
 @contextlib.contextmanager

@@ -11,13 +11,16 @@ own ops go to custom.py); its result is checked against the type torch recorded 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Callable
 
 from ...errors import KsbuildError, Location
 from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Type
-from .capture import Captured, user_frame
+from ...ops.create import array
+from .capture import Captured, origin_frame, parse_trace
+from .fold import evaluate
 from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
 
 
@@ -39,6 +42,8 @@ class Importer:
         self.dims = Dims(captured.dim_names)
         self.b = Builder(Location(self.file))
         self.env: dict[Any, Any] = {}
+        self.arrays: dict[Atom, Any] = {}  # embedded weights and constants -> their numpy values
+        self.known: dict[Any, Any] = {}  # FX nodes independent of inputs and weights -> their values (fold.py)
 
     # ---- the graph ---------------------------------------------------------------------------------
 
@@ -85,7 +90,6 @@ class Importer:
 
     def weight(self, node, target: str, kind: str) -> Var | None:
         """A parameter, buffer or lifted constant: a new parameter (external weights) or a constant."""
-        from ...ops.create import array
         tensor = self.program.state_dict.get(target)
         if tensor is None:
             tensor = self.program.constants.get(target)
@@ -98,7 +102,11 @@ class Importer:
             self.env[node] = p
             return p
         self.b.loc = loc
-        self.env[node] = array(self.b, tensor.detach().cpu().contiguous().numpy())
+        value = tensor.detach().cpu().contiguous().numpy()
+        self.env[node] = array(self.b, value)
+        self.arrays[self.env[node]] = value
+        if kind == "CONSTANT_TENSOR":
+            self.known[node] = value
         return None
 
     def check_dim_names(self, inputs: list[Var]) -> None:
@@ -129,20 +137,25 @@ class Importer:
         return str(t) if hasattr(t, "_schema") else getattr(t, "__name__", str(t))
 
     def node_loc(self, node) -> Location:
-        """The user's line that made the node (from its stack trace), naming the node and its op."""
+        """The line that made the node (from its stack trace: a library's line, called from the user's),
+        naming the node and its op."""
         import traceback
         label = f"{node.name} ({self.target_name(node)})"
         trace = node.meta.get("stack_trace") or ""
-        frames = traceback.StackSummary.from_list(_parse_trace(trace))
-        loc = user_frame(frames, self.captured.file)
-        return Location(loc.file, loc.line, loc.col, None, loc.source_line, label) if loc else \
-            Location(self.file, node=label)
+        frames = traceback.StackSummary.from_list(parse_trace(trace))
+        loc = origin_frame(frames, self.captured.file)
+        return replace(loc, node=label) if loc else Location(self.file, node=label)
 
     def visit(self, node) -> None:
         loc = self.node_loc(node)
         self.b.loc = loc
         if node.target in SYM_OPS:
             self.env[node] = self.sym_op(node, loc)
+            return
+        value = evaluate(node, self.known)
+        if value is not None:
+            self.known[node] = value
+            self.env[node] = self.checked(node, array(self.b, value), loc)
             return
         fn = HANDLERS.get(self.target_name(node)) or HANDLERS.get(node.target)
         if fn is None:
@@ -213,18 +226,3 @@ def _flat(v) -> list:
     if isinstance(v, (list, tuple)):
         return [x for e in v for x in _flat(e)]
     return [v]
-
-
-_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in (\S+)')
-
-
-def _parse_trace(text: str) -> list[tuple[str, int, str, str]]:
-    """(file, line, function, code) for each frame of an FX node's recorded stack trace."""
-    frames = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _FRAME.match(line)
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
-            frames.append((m[1], int(m[2]), m[3], code))
-    return frames

@@ -119,6 +119,11 @@ class Node:
             raise self.error(f"{self.op}: argument '{name}' must be a tensor, got {type(v).__name__}")
         return v
 
+    def array(self, v: Any):
+        """The numpy value of an embedded weight or tensor constant, or None (an input, a computed value, or an
+        external weight)."""
+        return self.imp.arrays.get(v) if isinstance(v, (Var, Lit)) else None
+
     def meta(self, name: str):
         """The FakeTensor (or number) torch recorded for argument `name` (for type promotion)."""
         schema = self.node.target._schema
