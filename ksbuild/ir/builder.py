@@ -56,8 +56,10 @@ class Builder:
         """Give a var made here without a name the user's name for it (e.g. the variable it is
         assigned to); the first name given wins."""
         if isinstance(a, Var) and not a.hint and hint and hint.isidentifier():
-            # (a leading __ is reserved in C++: a comprehension's accumulator __sum_3_8 is sum_3_8)
-            self.names.setdefault(a, hint.lstrip("_") if hint.startswith("__") and hint.strip("_") else hint)
+            # (a leading __ is reserved in C++, and marks a frontend's own name: a comprehension's accumulator
+            # __sum_3_8 is sum)
+            self.names.setdefault(a, hint.strip("_").split("_")[0] if hint.startswith("__") and hint.strip("_")
+                                  else hint)
 
     def name_like(self, outs: Sequence[Atom], like: Sequence[Var], prefix: str = "") -> None:
         """Name each of outs after the var it stands for in like (prefixed, e.g. d for a tangent)."""

@@ -67,23 +67,26 @@ int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace) {
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {prod, 32, 1}, false, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
-        const float x_i8 = ks_data_3[col5];
-        const float t9 = (v7 + x_i8);
-        const float t10 = ks::tanh(t9);
-        return t10;
+    // ONNX node /fc2/Gemm (Gemm)
+    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
+        const float x_i = ks_data_3[col2];
+        const float t1 = (v2 + x_i);
+        const float t2 = ks::tanh(t1);
+        return t2;
     };
-    ks::packed_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_2, 32}, {prod3, 32, 1}, false, ks::product_epilogue<float>(epilogue6));
-    const auto epilogue13 = [&](int64_t, int64_t, float v14) {
-        const float t15 = (v14 + 0.14628951251506805f);
-        return t15;
+    ks::packed_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_2, 32}, {prod2, 32, 1}, false, ks::product_epilogue<float>(epilogue2));
+    // ONNX node /out/Gemm (Gemm)
+    const auto epilogue3 = [&](int64_t, int64_t, float v3) {
+        const float t1 = (v3 + 0.14628951251506805f);
+        return t1;
     };
-    ks::packed_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue13));
+    ks::packed_gemm<float>(batch, 1, 32, {prod2, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue3));
     return ks::status::ok;
 }
 
@@ -103,35 +106,40 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)));
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod12 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = [&](int64_t row4, int64_t col5, float v7) {
-        const float x_i8 = prod[row4 * 32 + col5];
-        const float t9 = (x_i8 * x_i8);
-        const float t10 = (1.0f - t9);
-        const float t11 = (t10 * v7);
-        return t11;
+    // ONNX node /fc1/Gemm (Gemm)
+    const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
+        const float x_i = prod[row2 * 32 + col2];
+        const float t1 = (x_i * x_i);
+        const float t2 = (1.0f - t1);
+        const float t3 = (t2 * v2);
+        return t3;
     };
-    ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    ks::tiled_gemm<float>(batch, 32, 32, {prod3, 32, 1}, {ks_data_6, 1, 32}, {prod12, 32, 1}, false, scratch_float);
-    float* const prod13 = prod3;  // reuses a dead buffer's space
-    const auto epilogue16 = [&](int64_t row14, int64_t col15, float v17) {
-        const float x_i18 = ks_data_3[col15];
-        const float t19 = (v17 + x_i18);
-        const float t20 = ks::tanh(t19);
-        const float t21 = (t20 * t20);
-        const float t22 = (1.0f - t21);
-        const float x_i23 = prod12[row14 * 32 + col15];
-        const float t24 = (t22 * x_i23);
-        return t24;
+    ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {prod2, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    // ONNX node /fc2/Gemm (Gemm)
+    ks::tiled_gemm<float>(batch, 32, 32, {prod2, 32, 1}, {ks_data_6, 1, 32}, {prod3, 32, 1}, false, scratch_float);
+    // ONNX node /fc2/Gemm (Gemm)
+    float* const prod4 = prod2;  // reuses a dead buffer's space
+    const auto epilogue3 = [&](int64_t row3, int64_t col3, float v3) {
+        const float x_i = ks_data_3[col3];
+        const float t1 = (v3 + x_i);
+        const float t2 = ks::tanh(t1);
+        const float t3 = (t2 * t2);
+        const float t4 = (1.0f - t3);
+        const float x_i2 = prod3[row3 * 32 + col3];
+        const float t5 = (t4 * x_i2);
+        return t5;
     };
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_6, 1, 32}, {prod13, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue16));
-    ks::packed_gemm<float>(batch, 1, 32, {prod13, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
+    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_6, 1, 32}, {prod4, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
+    // ONNX node /out/Gemm (Gemm)
+    ks::packed_gemm<float>(batch, 1, 32, {prod4, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
     return ks::status::ok;
 }
 
@@ -151,29 +159,33 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)));
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod10 = reinterpret_cast<float*>(next_slot);
+    float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    // ONNX node /mlp/fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form2(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod10, 1, 1}, false, scratch_float);
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    const auto epilogue2 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod2, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    // ONNX node /mlp/out/Gemm (Gemm)
+    ks::tiled_gemm<float>(batch, 1, 32, {prod2, 32, 1}, {mlp_out_weight, 1, 32}, {prod3, 1, 1}, false, scratch_float);
+    // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
     float acc = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = prod10[i];
+        const float x_i = prod3[i];
         const float mlp_out_bias_i = mlp_out_bias[0];
-        const float t11 = (x_i + mlp_out_bias_i);
+        const float t1 = (x_i + mlp_out_bias_i);
         const float target_i = target[i];
-        const float t12 = (t11 - target_i);
-        const float t13 = ks::ipow<2>(t12);
-        acc += t13;
+        const float t2 = (t1 - target_i);
+        const float t3 = ks::ipow<2>(t2);
+        acc += t3;
     }
-    const float t14 = static_cast<float>(batch);
-    const float t15 = (acc / t14);
-    *out = t15;
+    const float t1 = static_cast<float>(batch);
+    const float t2 = (acc / t1);
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -193,58 +205,69 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch)));
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod12 = reinterpret_cast<float*>(next_slot);
+    float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const prod21 = reinterpret_cast<float*>(next_slot);
+    float* const prod4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /mlp/fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form2(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    const float t10 = static_cast<float>(batch);
-    const float t11 = (1.0f / t10);
-    const auto epilogue15 = [&](int64_t row13, int64_t col14, float v16) {
-        const float mlp_out_bias_i = mlp_out_bias[col14];
-        const float t17 = (v16 + mlp_out_bias_i);
-        const float target_i = target[row13 + col14];
-        const float t18 = (t17 - target_i);
-        const float t19 = (2.0f * t18);
-        const float x_i = t11;
-        const float t20 = (x_i * t19);
-        return t20;
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    const auto epilogue2 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod2, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    const float t1 = static_cast<float>(batch);
+    const float t2 = (1.0f / t1);
+    // ONNX node /mlp/out/Gemm (Gemm)
+    const auto epilogue3 = [&](int64_t row3, int64_t col3, float v3) {
+        const float mlp_out_bias_i = mlp_out_bias[col3];
+        const float t3 = (v3 + mlp_out_bias_i);
+        const float target_i = target[row3 + col3];
+        const float t4 = (t3 - target_i);
+        const float t5 = (2.0f * t4);
+        const float x_i = t2;
+        const float t6 = (x_i * t5);
+        return t6;
     };
-    ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod12, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue15));
+    ks::tiled_gemm<float>(batch, 1, 32, {prod2, 32, 1}, {mlp_out_weight, 1, 32}, {prod3, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
+    // ONNX node /mlp/out/Gemm (Gemm)
     out_d_mlp_out_bias[0] = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        out_d_mlp_out_bias[0] += prod12[i];
+        out_d_mlp_out_bias[0] += prod3[i];
     }
-    ks::tiled_gemm<float>(1, 32, batch, {prod12, 1, 1}, {prod3, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    const auto epilogue24 = epilogue_form3(prod3, 32);
-    ks::tiled_gemm<float>(batch, 32, 1, {prod12, 1, 1}, {mlp_out_weight, 32, 1}, {prod21, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue24));
-    for (int64_t i30 = 0; i30 < 32; ++i30) {
-        out_d_mlp_fc2_bias[i30] = 0;
+    // ONNX node /mlp/out/Gemm (Gemm)
+    ks::tiled_gemm<float>(1, 32, batch, {prod3, 1, 1}, {prod2, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
+    // ONNX node /mlp/out/Gemm (Gemm)
+    const auto epilogue4 = epilogue_form3(prod2, 32);
+    ks::tiled_gemm<float>(batch, 32, 1, {prod3, 1, 1}, {mlp_out_weight, 32, 1}, {prod4, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc2_bias[i] = 0;
     }
-    for (int64_t i31 = 0; i31 < batch; ++i31) {
-        for (int64_t i32 = 0; i32 < 32; ++i32) {
-            out_d_mlp_fc2_bias[i32] += prod21[i31 * 32 + i32];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc2_bias[j] += prod4[i * 32 + j];
         }
     }
-    ks::tiled_gemm<float>(32, 32, batch, {prod21, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    float* const prod33 = prod3;  // reuses a dead buffer's space
-    const auto epilogue36 = epilogue_form3(prod, 32);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod21, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod33, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue36));
-    for (int64_t i42 = 0; i42 < 32; ++i42) {
-        out_d_mlp_fc1_bias[i42] = 0;
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    ks::tiled_gemm<float>(32, 32, batch, {prod4, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    float* const prod5 = prod2;  // reuses a dead buffer's space
+    const auto epilogue5 = epilogue_form3(prod, 32);
+    ks::tiled_gemm<float>(batch, 32, 32, {prod4, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod5, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue5));
+    // ONNX node /mlp/fc1/Gemm (Gemm)
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc1_bias[i] = 0;
     }
-    for (int64_t i43 = 0; i43 < batch; ++i43) {
-        for (int64_t i44 = 0; i44 < 32; ++i44) {
-            out_d_mlp_fc1_bias[i44] += prod33[i43 * 32 + i44];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc1_bias[j] += prod5[i * 32 + j];
         }
     }
-    ks::tiled_gemm<float>(32, 4, batch, {prod33, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
+    // ONNX node /mlp/fc1/Gemm (Gemm)
+    ks::tiled_gemm<float>(32, 4, batch, {prod5, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }
 
