@@ -63,9 +63,16 @@ def test_gmm_index_arithmetic_is_one_subscript_and_paths_are_relative(gmm_cpp):
     assert str(ROOT) not in gmm_cpp and "// gmm.py:" in gmm_cpp
 
 
-def test_onnx_loops_name_their_nodes(tmp_path):
+def test_onnx_loops_name_their_nodes_and_values_their_tensors(tmp_path):
     cpp = _render("onnx_mlp", "onnx_mlp", tmp_path)
     assert re.search(r"^ +// ONNX nodes? \S+ \(\w+\)", cpp, re.M)
+    assert "fc2_Gemm_i" in cpp and "* const Tanh_1 = " in cpp   # /fc2/Gemm_output_0, /Tanh_1_output_0
+
+
+def test_onnx_tensor_names_become_identifiers():
+    from ksbuild.frontends.onnx.names import value_hint
+    assert value_hint("/conv1/Conv_output_0") == "conv1_Conv" and value_hint("y") == "y"
+    assert value_hint("onnx::Gemm_12") == "onnx_Gemm_12" and value_hint("123") == ""
 
 
 def test_names_are_scoped_like_blocks_and_never_shadow():
@@ -73,13 +80,18 @@ def test_names_are_scoped_like_blocks_and_never_shadow():
     namer.enter(1)
     assert namer.index(2) == "i"            # a loop's counter lives inside it
     namer.enter(2)
-    assert namer.fresh("x") == "x" and namer.fresh("x") == "x2" and namer.index(3) == "j"
+    assert namer.fresh("x") == "x" and namer.fresh("x") == "x1" and namer.index(3) == "j"
     namer.enter(1)                          # both loops closed: a sibling loop counts with i again
     assert namer.index(2) == "i" and namer.fresh("x") == "x"
-    assert namer.fresh("n") == "n2" and namer.fresh("int") == "int2"   # a dim, a keyword
-    assert namer.fresh("r") == "r2" and namer.fresh("r", source=True) == "r"  # generated r leaves r to the user
+    assert namer.fresh("n") == "n1" and namer.fresh("int") == "int1"   # a dim, a keyword
+    assert namer.fresh("r") == "r1" and namer.fresh("r", source=True) == "r"  # generated r leaves r to the user
     namer.enter(3)
     assert namer.fresh("y") == "y"
     namer.enter(1)
-    assert namer.fresh("y", depth=0) == "y2"   # a workspace pointer is in scope where y was
+    assert namer.fresh("y", depth=0) == "y1"   # a workspace pointer is in scope where y was
     assert namer.fresh("NAN") == "v_NAN"       # a macro of <cmath>
+
+
+def test_a_users_name_never_hides_the_packages_constants_or_the_prologues_pointer():
+    namer = Namer()
+    assert namer.fresh("ks_data_0", source=True) == "v_ks_data_0" and namer.fresh("next_slot") == "next_slot1"

@@ -143,7 +143,7 @@ class Namer:
     writer leaves depth d, so sibling loops both count with `i`; a name never shadows one of an enclosing block."""
 
     def __init__(self, reserved: Sequence[str] = (), source_names: Sequence[str] = ()):
-        self.used: set[str] = set(reserved) | {"workspace", "ws"}
+        self.used: set[str] = set(reserved) | {"workspace", "ws", "next_slot"}  # (next_slot: the prologue's)
         self.source_names = frozenset(source_names)  # the IR's hints: names a generated one leaves to them
         self.declared: set[str] = set()       # every name given, released or not
         self.depth = 0
@@ -155,15 +155,15 @@ class Namer:
         """A new name from hint, living at `depth` (the current depth by default; 0: the whole function). A hint
         that is not a `source` name (acc, r, tmp) gets a number where it is one of source_names: r is the user's."""
         base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
-        if is_macro_like(base):  # (a kernel's variable NAN or M_PI would be the macro of <cmath>)
-            base = f"v{base}" if base.startswith("_") else f"v_{base}"
+        if is_macro_like(base) or base.startswith("ks_"):  # (NAN or M_PI would be <cmath>'s macro; ks_data_0 a
+            base = f"v{base}" if base.startswith("_") else f"v_{base}"  # constant of the package)
         taken = base in self.used or base == "t" or (not source and base in self.source_names) or \
             (depth == 0 and base in self.declared)  # (a workspace slot's pointer, in scope everywhere)
         name = self._numbered(base, depth == 0) if taken else base
         return self._take(name, self.depth if depth is None else depth)
 
     def index(self, depth: int) -> str:
-        """A loop counter living at `depth`: the first free of i, j, k, l, m, then i2, i3, ..."""
+        """A loop counter living at `depth`: the first free of i, j, k, l, m, then i1, i2, ..."""
         free = next((c for c in INDEX_NAMES if c not in self.used), None)
         return self._take(free or self._numbered("i"), depth)
 
@@ -179,7 +179,7 @@ class Namer:
 
     def _numbered(self, base: str, everywhere: bool = False) -> str:
         sep = "_" if base[-1].isdigit() else ""
-        k = self.next.get(base, 1 if base == "t" else 2)
+        k = self.next.get(base, 1)
         taken = self.used | self.declared if everywhere else self.used
         while f"{base}{sep}{k}" in taken:
             k += 1

@@ -111,7 +111,8 @@ def _dims(f: Func) -> list[str]:
 
 def _c_name(hint: str, namer: Namer, fallback: str) -> str:
     base = hint if hint and hint.isidentifier() and hint not in C_KEYWORDS else fallback
-    return namer.fresh(base) if base in namer.used or is_macro_like(base) else (namer.used.add(base) or base)
+    taken = base in namer.used or is_macro_like(base) or base.startswith("ks_")
+    return namer.fresh(base) if taken else (namer.used.add(base) or base)
 
 
 def is_scalar_abi(f: Func) -> bool:

@@ -34,13 +34,13 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     next_slot += ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -83,8 +83,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
-                const double x_i2 = means[j * d + k];
-                const double centered_i = (x_i - x_i2);
+                const double x_i1 = means[j * d + k];
+                const double centered_i = (x_i - x_i1);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -110,7 +110,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double t1 = ks::ipow<2>(mahalanobis_i);
                 acc += t1;
             }
-            tmp2[i * K + j] = acc;
+            tmp1[i * K + j] = acc;
         }
     }
     const int64_t t1 = (-n);
@@ -121,10 +121,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[i * K + j];
+            const double x_i = tmp1[i * K + j];
             const double t5 = (0.5 * x_i);
-            const double x_i2 = base[j];
-            const double scores_i = (x_i2 - t5);
+            const double x_i1 = base[j];
+            const double scores_i = (x_i1 - t5);
             scores[i * K + j] = scores_i;
         }
     }
@@ -135,61 +135,61 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
             const double x_i = scores[i * K + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp3[i] = acc;
+        tmp2[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp3[i];
+        const double x_i = tmp2[i];
         const double t5 = ks::abs(x_i);
         const bool t6 = (t5 == __builtin_huge_val());
         const double t7 = (t6 ? 0.0 : x_i);
-        tmp4[i] = t7;
+        tmp3[i] = t7;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    double* const tmp5 = tmp3;  // reuses a dead buffer's space
+    double* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
-            const double x_i = tmp4[i];
+            const double x_i = tmp3[i];
             const double t5 = (scores_i - x_i);
             const double t6 = ks::exp(t5);
             acc += t6;
         }
-        tmp5[i] = acc;
+        tmp4[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp5[i];
+        const double x_i = tmp4[i];
         const double t5 = ks::log(x_i);
-        const double x_i2 = tmp4[i];
-        const double t6 = (t5 + x_i2);
+        const double x_i1 = tmp3[i];
+        const double t6 = (t5 + x_i1);
         acc += t6;
     }
     const double t5 = (constant + acc);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    double acc2 = ks::lowest<double>();
+    double acc1 = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = alphas[i];
-        acc2 = ks::running_max(acc2, x_i);
+        acc1 = ks::running_max(acc1, x_i);
     }
-    const double t6 = ks::abs(acc2);
+    const double t6 = ks::abs(acc1);
     const bool t7 = (t6 == __builtin_huge_val());
-    const double t8 = (t7 ? 0.0 : acc2);
+    const double t8 = (t7 ? 0.0 : acc1);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    double acc3 = 0;
-    KS_OMP_SIMD(reduction(+:acc3))
+    double acc2 = 0;
+    KS_OMP_SIMD(reduction(+:acc2))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t8;
         const double t9 = (alphas_i - x_i);
         const double t10 = ks::exp(t9);
-        acc3 += t10;
+        acc2 += t10;
     }
-    const double t9 = ks::log(acc3);
+    const double t9 = ks::log(acc2);
     const double t10 = (t9 + t8);
     const double t11 = static_cast<double>(n);
     const double t12 = (t11 * t10);
@@ -206,7 +206,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
+        double r1;
         {  // log_gamma_d(a)
             const double t21 = static_cast<double>(d);
             const double t22 = (0.25 * t21);
@@ -223,48 +223,48 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double t29 = (0.5 * t28);
                 const double t30 = (t20 + t29);
                 const double t31 = std::lgamma(t30);
-                const double sum2 = (sum + t31);
-                sum = sum2;
+                const double sum1 = (sum + t31);
+                sum = sum1;
             }
             const double t26 = (t25 + sum);
-            r2 = t26;
+            r1 = t26;
         }
-        const double C = (t19 - r2);
+        const double C = (t19 - r1);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc4 = 0;
+        double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
                 const double t21 = ks::exp(qs_i);
                 const double t22 = ks::ipow<2>(t21);
-                acc4 += t22;
+                acc3 += t22;
             }
         }
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc5 = 0;
+        double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
                 const double t21 = ks::ipow<2>(ls_i);
-                acc5 += t21;
+                acc4 += t21;
             }
         }
-        const double frobenius = (acc4 + acc5);
+        const double frobenius = (acc3 + acc4);
         const double t21 = ks::ipow<2>(wishart_gamma);
         const double t22 = (0.5 * t21);
         const double t23 = (t22 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc6 = 0;
+        double acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc6))
+            KS_OMP_SIMD(reduction(+:acc5))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc6 += qs_i;
+                acc5 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc6);
+        const double t24 = (wishart_m * acc5);
         const double t25 = (t23 - t24);
         const double t26 = static_cast<double>(K);
         const double t27 = (t26 * C);
@@ -291,11 +291,11 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r4 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -307,33 +307,33 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum2 = reinterpret_cast<double*>(next_slot);
+    double* const sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod2 = reinterpret_cast<double*>(next_slot);
+    double* const prod1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded2 = reinterpret_cast<double*>(next_slot);
+    double* const padded1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -358,9 +358,9 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t14 = (t1 ? t2 : 0.0);
                 const bool t15 = (t1 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r2[k * (d * d) + i * d + j] = t1;
-                r3[k * (d * d) + i * d + j] = t14;
-                r4[k * (d * d) + i * d + j] = t15;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
@@ -379,8 +379,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
-                const double x_i2 = means[j * d + k];
-                const double centered_i = (x_i - x_i2);
+                const double x_i1 = means[j * d + k];
+                const double centered_i = (x_i - x_i1);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -406,16 +406,16 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t1 = ks::ipow<2>(mahalanobis_i);
                 acc += t1;
             }
-            tmp2[i * K + j] = acc;
+            tmp1[i * K + j] = acc;
         }
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[i * K + j];
+            const double x_i = tmp1[i * K + j];
             const double t1 = (0.5 * x_i);
-            const double x_i2 = base[j];
-            const double scores_i = (x_i2 - t1);
+            const double x_i1 = base[j];
+            const double scores_i = (x_i1 - t1);
             scores[i * K + j] = scores_i;
         }
     }
@@ -426,31 +426,31 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             const double x_i = scores[i * K + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp3[i] = acc;
+        tmp2[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp3[i];
+        const double x_i = tmp2[i];
         const double t1 = ks::abs(x_i);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : x_i);
-        tmp4[i] = t3;
+        tmp3[i] = t3;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    double* const tmp4 = tmp1;  // reuses a dead buffer's space
     double* const tmp5 = tmp2;  // reuses a dead buffer's space
-    double* const tmp6 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
-            const double x_i = tmp4[i];
+            const double x_i = tmp3[i];
             const double t1 = (scores_i - x_i);
             const double t2 = ks::exp(t1);
-            tmp5[i * K + j] = t2;
+            tmp4[i * K + j] = t2;
             acc += t2;
         }
-        tmp6[i] = acc;
+        tmp5[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc = ks::lowest<double>();
@@ -462,38 +462,38 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    double* const tmp7 = tmp;  // reuses a dead buffer's space
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double* const tmp6 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t3;
         const double t4 = (alphas_i - x_i);
         const double t5 = ks::exp(t4);
-        tmp7[i] = t5;
-        acc2 += t5;
+        tmp6[i] = t5;
+        acc1 += t5;
     }
     const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc2);
+    const double t5 = (1.0 / acc1);
     const double t6 = ks::ipow<2>(wishart_gamma);
     const double t7 = (0.5 * t6);
     const double t8 = ((-1.0) * wishart_m);
     const double t9 = ((-1.0) * t4);
     const double t10 = ks::mulz(t9, t5);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    double* const tmp8 = tmp4;  // reuses a dead buffer's space
+    double* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp6[i];
+        const double x_i = tmp5[i];
         const double t11 = (1.0 / x_i);
-        tmp8[i] = t11;
+        tmp7[i] = t11;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp8[i];
-            const double x_i2 = tmp5[i * K + j];
-            const double d_scores_i = ks::mulz(x_i, x_i2);
+            const double x_i = tmp7[i];
+            const double x_i1 = tmp4[i * K + j];
+            const double d_scores_i = ks::mulz(x_i, x_i1);
             d_scores[i * K + j] = d_scores_i;
         }
     }
@@ -508,12 +508,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    double* const tmp9 = tmp2;  // reuses a dead buffer's space
+    double* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const double d_scores_i = d_scores[i];
         const double t11 = (d_scores_i * (-1.0));
         const double t12 = (t11 * 0.5);
-        tmp9[i] = t12;
+        tmp8[i] = t12;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
@@ -521,7 +521,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t k = 0; k < d; ++k) {
                 const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
                 const double t11 = (2.0 * mahalanobis_i);
-                const double x_i = tmp9[i * K + j];
+                const double x_i = tmp8[i * K + j];
                 const double d_mahalanobis_i = (x_i * t11);
                 d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
@@ -533,35 +533,35 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
-        sum2[i] = 0;
+        sum1[i] = 0;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                sum2[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
+                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
-        prod2[i] = 0;
+        prod1[i] = 0;
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                prod2[i * d + k] += sum2[i * d + j] * r[i * (d * d) + j * d + k];
+                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
             }
         }
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    double* const tmp10 = sum2;  // reuses a dead buffer's space
+    double* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
-        const double x_i = prod2[i];
+        const double x_i = prod1[i];
         const double t11 = (x_i * (-1.0));
-        tmp10[i] = t11;
+        tmp9[i] = t11;
     }
     // gmm.py:32, 48
-    double* const d_qs = prod2;  // reuses a dead buffer's space
+    double* const d_qs = prod1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
@@ -571,28 +571,28 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             const double t13 = (x_i * t12);
             const double t14 = ks::mulz(t13, t11);
             const double d_qs_i = t8;
-            const double d_qs_i2 = (d_qs_i + t14);
-            const double x_i2 = sum[i];
-            const double d_qs_i3 = (d_qs_i2 + x_i2);
-            d_qs[i * d + j] = d_qs_i3;
+            const double d_qs_i1 = (d_qs_i + t14);
+            const double x_i1 = sum[i];
+            const double d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r5[i] = 0.0;
+        r4[i] = 0.0;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r6[i] = 0.0;
+            r5[i] = 0.0;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r7[i] = 0.0;
+            r6[i] = 0.0;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t11 = ks::mulz(prod[k * (d * d) + i * d + j], r3[k * (d * d) + i * d + j]);
+                const double t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
                 const int64_t t12 = ((2*d) - j);
                 const int64_t t13 = (t12 - int64_t{1});
                 const int64_t t14 = (j * t13);
@@ -601,20 +601,20 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const int64_t t17 = (t16 + i);
                 const int64_t t18 = (t17 - j);
                 const int64_t t19 = (t18 - int64_t{1});
-                const double t20 = (r4[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
-                const double t21 = (r2[k * (d * d) + i * d + j] ? t11 : 0.0);
-                const double t22 = (r2[k * (d * d) + i * d + j] ? 0.0 : t20);
-                r6[ks::clamp_index(i, d)] += t21;
-                r7[ks::clamp_index(t19, T)] += t22;
+                const double t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
+                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
+                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
+                r5[ks::clamp_index(i, d)] += t21;
+                r6[ks::clamp_index(t19, T)] += t22;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r5[k * T + i] += r7[i];
+            r4[k * T + i] += r6[i];
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r6[i];
+            d_qs[k * d + i] += r5[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -641,34 +641,34 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:45: qs = icf[:, :d]
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            padded2[d + i * T + j] = 0.0;
+            padded1[d + i * T + j] = 0.0;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded2[i * T + j] = d_qs[i * d + j];
+            padded1[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
-        const double x_i2 = tmp7[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i2);
+        const double x_i1 = tmp6[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
         const double d_base_i = sum[i];
-        const double d_alphas_i2 = (d_alphas_i + d_base_i);
-        out_d_alphas[i] = d_alphas_i2;
+        const double d_alphas_i1 = (d_alphas_i + d_base_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r5[i];
-        const double x_i2 = padded[i];
-        const double d_icf_i = (x_i + x_i2);
-        const double x_i3 = padded2[i];
-        const double d_icf_i2 = (d_icf_i + x_i3);
-        out_d_icf[i] = d_icf_i2;
+        const double x_i = r4[i];
+        const double x_i1 = padded[i];
+        const double d_icf_i = (x_i + x_i1);
+        const double x_i2 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = tmp10[i];
+        out_d_means[i] = tmp9[i];
     }
     return ks::status::ok;
 }
@@ -697,13 +697,13 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -751,8 +751,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float x_i = x[i * d + k];
-                const float x_i2 = means[j * d + k];
-                const float centered_i = (x_i - x_i2);
+                const float x_i1 = means[j * d + k];
+                const float centered_i = (x_i - x_i1);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -783,7 +783,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 }
                 acc += acc_block;
             }
-            tmp2[i * K + j] = acc;
+            tmp1[i * K + j] = acc;
         }
     }
     const int64_t t1 = (-n);
@@ -794,10 +794,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp2[i * K + j];
+            const float x_i = tmp1[i * K + j];
             const float t5 = (0.5f * x_i);
-            const float x_i2 = base[j];
-            const float scores_i = (x_i2 - t5);
+            const float x_i1 = base[j];
+            const float scores_i = (x_i1 - t5);
             scores[i * K + j] = scores_i;
         }
     }
@@ -808,18 +808,18 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             const float x_i = scores[i * K + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp3[i] = acc;
+        tmp2[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp3[i];
+        const float x_i = tmp2[i];
         const float t5 = ks::abs(x_i);
         const bool t6 = (t5 == __builtin_huge_valf());
         const float t7 = (t6 ? 0.0f : x_i);
-        tmp4[i] = t7;
+        tmp3[i] = t7;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    float* const tmp5 = tmp3;  // reuses a dead buffer's space
+    float* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < K; block += 512) {
@@ -828,14 +828,14 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
-                const float x_i = tmp4[i];
+                const float x_i = tmp3[i];
                 const float t5 = (scores_i - x_i);
                 const float t6 = ks::exp(t5);
                 acc_block += t6;
             }
             acc += acc_block;
         }
-        tmp5[i] = acc;
+        tmp4[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc = 0;
@@ -844,10 +844,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         float acc_block = 0;
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
-            const float x_i = tmp5[i];
+            const float x_i = tmp4[i];
             const float t5 = ks::log(x_i);
-            const float x_i2 = tmp4[i];
-            const float t6 = (t5 + x_i2);
+            const float x_i1 = tmp3[i];
+            const float t6 = (t5 + x_i1);
             acc_block += t6;
         }
         acc += acc_block;
@@ -855,30 +855,30 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const double t5 = static_cast<double>(acc);
     const double t6 = (constant + t5);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    float acc2 = ks::lowest<float>();
+    float acc1 = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = alphas[i];
-        acc2 = ks::running_max(acc2, x_i);
+        acc1 = ks::running_max(acc1, x_i);
     }
-    const float t7 = ks::abs(acc2);
+    const float t7 = ks::abs(acc1);
     const bool t8 = (t7 == __builtin_huge_valf());
-    const float t9 = (t8 ? 0.0f : acc2);
+    const float t9 = (t8 ? 0.0f : acc1);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    float acc3 = 0;
+    float acc2 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc3_block = 0;
-        KS_OMP_SIMD(reduction(+:acc3_block))
+        float acc2_block = 0;
+        KS_OMP_SIMD(reduction(+:acc2_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
             const float x_i = t9;
             const float t10 = (alphas_i - x_i);
             const float t11 = ks::exp(t10);
-            acc3_block += t11;
+            acc2_block += t11;
         }
-        acc3 += acc3_block;
+        acc2 += acc2_block;
     }
-    const float t10 = ks::log(acc3);
+    const float t10 = ks::log(acc2);
     const float t11 = (t10 + t9);
     const float t12 = static_cast<float>(n);
     const float t13 = (t12 * t11);
@@ -896,7 +896,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float t21 = (t18 * t20);
         const float t22 = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
+        double r1;
         {  // log_gamma_d(a)
             const double t23 = static_cast<double>(d);
             const double t24 = (0.25 * t23);
@@ -914,49 +914,49 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 const double t32 = static_cast<double>(t22);
                 const double t33 = (t32 + t31);
                 const double t34 = std::lgamma(t33);
-                const double sum2 = (sum + t34);
-                sum = sum2;
+                const double sum1 = (sum + t34);
+                sum = sum1;
             }
             const double t28 = (t27 + sum);
-            r2 = t28;
+            r1 = t28;
         }
         const double t23 = static_cast<double>(t21);
-        const double C = (t23 - r2);
+        const double C = (t23 - r1);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        float acc4 = 0;
+        float acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
                 const float t24 = ks::exp(qs_i);
                 const float t25 = ks::ipow<2>(t24);
-                acc4 += t25;
+                acc3 += t25;
             }
         }
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        float acc5 = 0;
+        float acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
                 const float t24 = ks::ipow<2>(ls_i);
-                acc5 += t24;
+                acc4 += t24;
             }
         }
-        const float frobenius = (acc4 + acc5);
+        const float frobenius = (acc3 + acc4);
         const float t24 = ks::ipow<2>(wishart_gamma);
         const float t25 = (0.5f * t24);
         const float t26 = (t25 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        float acc6 = 0;
+        float acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc6))
+            KS_OMP_SIMD(reduction(+:acc5))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc6 += qs_i;
+                acc5 += qs_i;
             }
         }
-        const float t27 = (wishart_m * acc6);
+        const float t27 = (wishart_m * acc5);
         const float t28 = (t26 - t27);
         const double t29 = static_cast<double>(K);
         const double t30 = (t29 * C);
@@ -985,11 +985,11 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    float* const r3 = reinterpret_cast<float*>(next_slot);
+    float* const r2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r4 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
@@ -1001,33 +1001,33 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum2 = reinterpret_cast<float*>(next_slot);
+    float* const sum1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod2 = reinterpret_cast<float*>(next_slot);
+    float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
+    float* const r4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r6 = reinterpret_cast<float*>(next_slot);
+    float* const r5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r7 = reinterpret_cast<float*>(next_slot);
+    float* const r6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded2 = reinterpret_cast<float*>(next_slot);
+    float* const padded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1052,9 +1052,9 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const float t14 = (t1 ? t2 : 0.0f);
                 const bool t15 = (t1 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r2[k * (d * d) + i * d + j] = t1;
-                r3[k * (d * d) + i * d + j] = t14;
-                r4[k * (d * d) + i * d + j] = t15;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
@@ -1078,8 +1078,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float x_i = x[i * d + k];
-                const float x_i2 = means[j * d + k];
-                const float centered_i = (x_i - x_i2);
+                const float x_i1 = means[j * d + k];
+                const float centered_i = (x_i - x_i1);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -1110,16 +1110,16 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 }
                 acc += acc_block;
             }
-            tmp2[i * K + j] = acc;
+            tmp1[i * K + j] = acc;
         }
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp2[i * K + j];
+            const float x_i = tmp1[i * K + j];
             const float t1 = (0.5f * x_i);
-            const float x_i2 = base[j];
-            const float scores_i = (x_i2 - t1);
+            const float x_i1 = base[j];
+            const float scores_i = (x_i1 - t1);
             scores[i * K + j] = scores_i;
         }
     }
@@ -1130,19 +1130,19 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const float x_i = scores[i * K + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp3[i] = acc;
+        tmp2[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp3[i];
+        const float x_i = tmp2[i];
         const float t1 = ks::abs(x_i);
         const bool t2 = (t1 == __builtin_huge_valf());
         const float t3 = (t2 ? 0.0f : x_i);
-        tmp4[i] = t3;
+        tmp3[i] = t3;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    float* const tmp4 = tmp1;  // reuses a dead buffer's space
     float* const tmp5 = tmp2;  // reuses a dead buffer's space
-    float* const tmp6 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < K; block += 512) {
@@ -1151,15 +1151,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
-                const float x_i = tmp4[i];
+                const float x_i = tmp3[i];
                 const float t1 = (scores_i - x_i);
                 const float t2 = ks::exp(t1);
-                tmp5[i * K + j] = t2;
+                tmp4[i * K + j] = t2;
                 acc_block += t2;
             }
             acc += acc_block;
         }
-        tmp6[i] = acc;
+        tmp5[i] = acc;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc = ks::lowest<float>();
@@ -1171,43 +1171,43 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const bool t2 = (t1 == __builtin_huge_valf());
     const float t3 = (t2 ? 0.0f : acc);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    float* const tmp7 = tmp;  // reuses a dead buffer's space
-    float acc2 = 0;
+    float* const tmp6 = tmp;  // reuses a dead buffer's space
+    float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc2_block = 0;
-        KS_OMP_SIMD(reduction(+:acc2_block))
+        float acc1_block = 0;
+        KS_OMP_SIMD(reduction(+:acc1_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
             const float x_i = t3;
             const float t4 = (alphas_i - x_i);
             const float t5 = ks::exp(t4);
-            tmp7[i] = t5;
-            acc2_block += t5;
+            tmp6[i] = t5;
+            acc1_block += t5;
         }
-        acc2 += acc2_block;
+        acc1 += acc1_block;
     }
     const float t4 = static_cast<float>(n);
-    const float t5 = (1.0f / acc2);
+    const float t5 = (1.0f / acc1);
     const float t6 = ks::ipow<2>(wishart_gamma);
     const float t7 = (0.5f * t6);
     const float t8 = ((-1.0f) * wishart_m);
     const float t9 = ((-1.0f) * t4);
     const float t10 = ks::mulz(t9, t5);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    float* const tmp8 = tmp4;  // reuses a dead buffer's space
+    float* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp6[i];
+        const float x_i = tmp5[i];
         const float t11 = (1.0f / x_i);
-        tmp8[i] = t11;
+        tmp7[i] = t11;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp8[i];
-            const float x_i2 = tmp5[i * K + j];
-            const float d_scores_i = ks::mulz(x_i, x_i2);
+            const float x_i = tmp7[i];
+            const float x_i1 = tmp4[i * K + j];
+            const float d_scores_i = ks::mulz(x_i, x_i1);
             d_scores[i * K + j] = d_scores_i;
         }
     }
@@ -1222,12 +1222,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    float* const tmp9 = tmp2;  // reuses a dead buffer's space
+    float* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const float d_scores_i = d_scores[i];
         const float t11 = (d_scores_i * (-1.0f));
         const float t12 = (t11 * 0.5f);
-        tmp9[i] = t12;
+        tmp8[i] = t12;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
@@ -1235,7 +1235,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             for (int64_t k = 0; k < d; ++k) {
                 const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
                 const float t11 = (2.0f * mahalanobis_i);
-                const float x_i = tmp9[i * K + j];
+                const float x_i = tmp8[i * K + j];
                 const float d_mahalanobis_i = (x_i * t11);
                 d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
@@ -1247,35 +1247,35 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
-        sum2[i] = 0;
+        sum1[i] = 0;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                sum2[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
+                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
-        prod2[i] = 0;
+        prod1[i] = 0;
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                prod2[i * d + k] += sum2[i * d + j] * r[i * (d * d) + j * d + k];
+                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
             }
         }
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    float* const tmp10 = sum2;  // reuses a dead buffer's space
+    float* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
-        const float x_i = prod2[i];
+        const float x_i = prod1[i];
         const float t11 = (x_i * (-1.0f));
-        tmp10[i] = t11;
+        tmp9[i] = t11;
     }
     // gmm.py:32, 48
-    float* const d_qs = prod2;  // reuses a dead buffer's space
+    float* const d_qs = prod1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const float qs_i = icf[i * T + j];
@@ -1285,28 +1285,28 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const float t13 = (x_i * t12);
             const float t14 = ks::mulz(t13, t11);
             const float d_qs_i = t8;
-            const float d_qs_i2 = (d_qs_i + t14);
-            const float x_i2 = sum[i];
-            const float d_qs_i3 = (d_qs_i2 + x_i2);
-            d_qs[i * d + j] = d_qs_i3;
+            const float d_qs_i1 = (d_qs_i + t14);
+            const float x_i1 = sum[i];
+            const float d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r5[i] = 0.0f;
+        r4[i] = 0.0f;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r6[i] = 0.0f;
+            r5[i] = 0.0f;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r7[i] = 0.0f;
+            r6[i] = 0.0f;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const float t11 = ks::mulz(prod[k * (d * d) + i * d + j], r3[k * (d * d) + i * d + j]);
+                const float t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
                 const int64_t t12 = ((2*d) - j);
                 const int64_t t13 = (t12 - int64_t{1});
                 const int64_t t14 = (j * t13);
@@ -1315,20 +1315,20 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const int64_t t17 = (t16 + i);
                 const int64_t t18 = (t17 - j);
                 const int64_t t19 = (t18 - int64_t{1});
-                const float t20 = (r4[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
-                const float t21 = (r2[k * (d * d) + i * d + j] ? t11 : 0.0f);
-                const float t22 = (r2[k * (d * d) + i * d + j] ? 0.0f : t20);
-                r6[ks::clamp_index(i, d)] += t21;
-                r7[ks::clamp_index(t19, T)] += t22;
+                const float t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
+                const float t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0f);
+                const float t22 = (r1[k * (d * d) + i * d + j] ? 0.0f : t20);
+                r5[ks::clamp_index(i, d)] += t21;
+                r6[ks::clamp_index(t19, T)] += t22;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r5[k * T + i] += r7[i];
+            r4[k * T + i] += r6[i];
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r6[i];
+            d_qs[k * d + i] += r5[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -1355,34 +1355,34 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:45: qs = icf[:, :d]
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            padded2[d + i * T + j] = 0.0f;
+            padded1[d + i * T + j] = 0.0f;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded2[i * T + j] = d_qs[i * d + j];
+            padded1[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = t10;
-        const float x_i2 = tmp7[i];
-        const float d_alphas_i = ks::mulz(x_i, x_i2);
+        const float x_i1 = tmp6[i];
+        const float d_alphas_i = ks::mulz(x_i, x_i1);
         const float d_base_i = sum[i];
-        const float d_alphas_i2 = (d_alphas_i + d_base_i);
-        out_d_alphas[i] = d_alphas_i2;
+        const float d_alphas_i1 = (d_alphas_i + d_base_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
     for (int64_t i = 0; i < (K*T); ++i) {
-        const float x_i = r5[i];
-        const float x_i2 = padded[i];
-        const float d_icf_i = (x_i + x_i2);
-        const float x_i3 = padded2[i];
-        const float d_icf_i2 = (d_icf_i + x_i3);
-        out_d_icf[i] = d_icf_i2;
+        const float x_i = r4[i];
+        const float x_i1 = padded[i];
+        const float d_icf_i = (x_i + x_i1);
+        const float x_i2 = padded1[i];
+        const float d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = tmp10[i];
+        out_d_means[i] = tmp9[i];
     }
     return ks::status::ok;
 }
@@ -1405,11 +1405,11 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1464,37 +1464,37 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double t1 = (x_i - means_i);
-                tmp2[j * d + k] = t1;
+                tmp1[j * d + k] = t1;
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
-            int64_t j2 = 0;
-            for (; j2 + 4 <= d; j2 += 4) {
-                double dot = 0; double dot2 = 0; double dot3 = 0; double dot4 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot2, dot3, dot4))
+            int64_t j1 = 0;
+            for (; j1 + 4 <= d; j1 += 4) {
+                double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j2 * d + k] * tmp2[j * d + k];
-                    dot2 += Qs[j * (d * d) + (j2 + 1) * d + k] * tmp2[j * d + k];
-                    dot3 += Qs[j * (d * d) + (j2 + 2) * d + k] * tmp2[j * d + k];
-                    dot4 += Qs[j * (d * d) + (j2 + 3) * d + k] * tmp2[j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * tmp1[j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * tmp1[j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * tmp1[j * d + k];
                 }
-                prod[j * d + j2] = dot;
-                prod[j * d + (j2 + 1)] = dot2;
-                prod[j * d + (j2 + 2)] = dot3;
-                prod[j * d + (j2 + 3)] = dot4;
+                prod[j * d + j1] = dot;
+                prod[j * d + (j1 + 1)] = dot1;
+                prod[j * d + (j1 + 2)] = dot2;
+                prod[j * d + (j1 + 3)] = dot3;
             }
-            for (; j2 < d; ++j2) {
+            for (; j1 < d; ++j1) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j2 * d + k] * tmp2[j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
                 }
-                prod[j * d + j2] = dot;
+                prod[j * d + j1] = dot;
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp3 = tmp;  // reuses a dead buffer's space
+        double* const tmp2 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
@@ -1503,39 +1503,39 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t1 = ks::ipow<2>(x_i);
                 acc += t1;
             }
-            tmp3[j] = acc;
+            tmp2[j] = acc;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp3[j];
+            const double x_i = tmp2[j];
             const double t1 = (0.5 * x_i);
-            const double x_i2 = base[j];
-            const double t2 = (x_i2 - t1);
-            tmp4[j] = t2;
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp3[j] = t2;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp4[j];
+            const double x_i = tmp3[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp4[j];
-            const double x_i2 = t3;
-            const double t4 = (x_i - x_i2);
+            const double x_i = tmp3[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            acc2 += t5;
+            acc1 += t5;
         }
-        const double t4 = ks::log(acc2);
+        const double t4 = ks::log(acc1);
         const double t5 = (t4 + t3);
-        const double sum2 = (sum + t5);
-        sum = sum2;
+        const double sum1 = (sum + t5);
+        sum = sum1;
     }
     const int64_t t1 = (-n);
     const int64_t t2 = (t1 * d);
@@ -1553,16 +1553,16 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t8;
         const double t9 = (alphas_i - x_i);
         const double t10 = ks::exp(t9);
-        acc2 += t10;
+        acc1 += t10;
     }
-    const double t9 = ks::log(acc2);
+    const double t9 = ks::log(acc1);
     const double t10 = (t9 + t8);
     const double t11 = static_cast<double>(n);
     const double t12 = (t11 * t10);
@@ -1579,7 +1579,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
+        double r1;
         {  // log_gamma_d(a)
             const double t21 = static_cast<double>(d);
             const double t22 = (0.25 * t21);
@@ -1587,8 +1587,8 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             const double t24 = (t22 * t23);
             const double t25 = (t24 * 1.1447298858494002);
             // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum2;
-            sum2 = 0.0;
+            double sum1;
+            sum1 = 0.0;
             for (int64_t i = 0; i < d; ++i) {
                 const int64_t t26 = (i + int64_t{1});
                 const int64_t t27 = (int64_t{1} - t26);
@@ -1596,48 +1596,48 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t29 = (0.5 * t28);
                 const double t30 = (t20 + t29);
                 const double t31 = std::lgamma(t30);
-                const double sum3 = (sum2 + t31);
-                sum2 = sum3;
+                const double sum2 = (sum1 + t31);
+                sum1 = sum2;
             }
-            const double t26 = (t25 + sum2);
-            r2 = t26;
+            const double t26 = (t25 + sum1);
+            r1 = t26;
         }
-        const double C = (t19 - r2);
+        const double C = (t19 - r1);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc3 = 0;
+        double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
+            KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
                 const double t21 = ks::exp(qs_i);
                 const double t22 = ks::ipow<2>(t21);
-                acc3 += t22;
+                acc2 += t22;
             }
         }
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc4 = 0;
+        double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
                 const double t21 = ks::ipow<2>(ls_i);
-                acc4 += t21;
+                acc3 += t21;
             }
         }
-        const double frobenius = (acc3 + acc4);
+        const double frobenius = (acc2 + acc3);
         const double t21 = ks::ipow<2>(wishart_gamma);
         const double t22 = (0.5 * t21);
         const double t23 = (t22 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc5 = 0;
+        double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc5);
+        const double t24 = (wishart_m * acc4);
         const double t25 = (t23 - t24);
         const double t26 = static_cast<double>(K);
         const double t27 = (t26 * C);
@@ -1665,45 +1665,45 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r4 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r6 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp5 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp6 = reinterpret_cast<double*>(next_slot);
+    double* const tmp5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r12 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r14 = reinterpret_cast<double*>(next_slot);
+    double* const r13 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded2 = reinterpret_cast<double*>(next_slot);
+    double* const padded1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1728,9 +1728,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const double t14 = (t1 ? t2 : 0.0);
                 const bool t15 = (t1 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r2[k * (d * d) + i * d + j] = t1;
-                r3[k * (d * d) + i * d + j] = t14;
-                r4[k * (d * d) + i * d + j] = t15;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
@@ -1759,76 +1759,76 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double t1 = (x_i - means_i);
-                r5[i * (K * d) + j * d + k] = t1;
+                r4[i * (K * d) + j * d + k] = t1;
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
-            int64_t j2 = 0;
-            for (; j2 + 4 <= d; j2 += 4) {
-                double dot = 0; double dot2 = 0; double dot3 = 0; double dot4 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot2, dot3, dot4))
+            int64_t j1 = 0;
+            for (; j1 + 4 <= d; j1 += 4) {
+                double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += r[j * (d * d) + j2 * d + k] * r5[i * (K * d) + j * d + k];
-                    dot2 += r[j * (d * d) + (j2 + 1) * d + k] * r5[i * (K * d) + j * d + k];
-                    dot3 += r[j * (d * d) + (j2 + 2) * d + k] * r5[i * (K * d) + j * d + k];
-                    dot4 += r[j * (d * d) + (j2 + 3) * d + k] * r5[i * (K * d) + j * d + k];
+                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
+                    dot1 += r[j * (d * d) + (j1 + 1) * d + k] * r4[i * (K * d) + j * d + k];
+                    dot2 += r[j * (d * d) + (j1 + 2) * d + k] * r4[i * (K * d) + j * d + k];
+                    dot3 += r[j * (d * d) + (j1 + 3) * d + k] * r4[i * (K * d) + j * d + k];
                 }
-                r6[i * (K * d) + j * d + j2] = dot;
-                r6[i * (K * d) + j * d + (j2 + 1)] = dot2;
-                r6[i * (K * d) + j * d + (j2 + 2)] = dot3;
-                r6[i * (K * d) + j * d + (j2 + 3)] = dot4;
+                r5[i * (K * d) + j * d + j1] = dot;
+                r5[i * (K * d) + j * d + (j1 + 1)] = dot1;
+                r5[i * (K * d) + j * d + (j1 + 2)] = dot2;
+                r5[i * (K * d) + j * d + (j1 + 3)] = dot3;
             }
-            for (; j2 < d; ++j2) {
+            for (; j1 < d; ++j1) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += r[j * (d * d) + j2 * d + k] * r5[i * (K * d) + j * d + k];
+                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
                 }
-                r6[i * (K * d) + j * d + j2] = dot;
+                r5[i * (K * d) + j * d + j1] = dot;
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp2 = tmp;  // reuses a dead buffer's space
+        double* const tmp1 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r6[i * (K * d) + j * d + k];
+                const double x_i = r5[i * (K * d) + j * d + k];
                 const double t1 = ks::ipow<2>(x_i);
                 acc += t1;
             }
-            tmp2[j] = acc;
+            tmp1[j] = acc;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
+            const double x_i = tmp1[j];
             const double t1 = (0.5 * x_i);
-            const double x_i2 = base[j];
-            const double t2 = (x_i2 - t1);
-            tmp3[j] = t2;
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp2[j] = t2;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp3[j];
+            const double x_i = tmp2[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp3[j];
-            const double x_i2 = t3;
-            const double t4 = (x_i - x_i2);
+            const double x_i = tmp2[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            r7[i * K + j] = t5;
-            acc2 += t5;
+            r6[i * K + j] = t5;
+            acc1 += t5;
         }
-        r8[i] = acc2;
+        r7[i] = acc1;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
@@ -1840,59 +1840,59 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double* const tmp2 = tmp;  // reuses a dead buffer's space
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double* const tmp1 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t3;
         const double t4 = (alphas_i - x_i);
         const double t5 = ks::exp(t4);
-        tmp2[i] = t5;
-        acc2 += t5;
+        tmp1[i] = t5;
+        acc1 += t5;
     }
     const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc2);
+    const double t5 = (1.0 / acc1);
     const double t6 = ks::ipow<2>(wishart_gamma);
     const double t7 = (0.5 * t6);
     const double t8 = ((-1.0) * wishart_m);
     const double t9 = ((-1.0) * t4);
     const double t10 = ks::mulz(t9, t5);
     // gmm.py:66: slse = sum(
-    double* const r9 = base;  // reuses a dead buffer's space
-    double r11;
+    double* const r8 = base;  // reuses a dead buffer's space
+    double r10;
     for (int64_t i = 0; i < K; ++i) {
-        r9[i] = 0.0;
+        r8[i] = 0.0;
     }
     for (int64_t i = 0; i < K * d * d; ++i) {
-        r10[i] = 0.0;
+        r9[i] = 0.0;
     }
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r11 = 1.0;
+    r10 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r8[i]);
-        const double t12 = ks::mulz(r11, t11);
+        const double t11 = (1.0 / r7[i]);
+        const double t12 = ks::mulz(r10, t11);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp4 = tmp3;  // reuses a dead buffer's space
+        double* const tmp3 = tmp2;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = t12;
-            const double x_i2 = r7[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i2);
-            tmp4[j] = t13;
+            const double x_i1 = r6[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp3[j] = t13;
             const double t14 = (t13 * (-1.0));
             const double t15 = (t14 * 0.5);
-            tmp5[j] = t15;
+            tmp4[j] = t15;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r6[i * (K * d) + j * d + k];
+                const double x_i = r5[i * (K * d) + j * d + k];
                 const double t13 = (2.0 * x_i);
-                const double x_i2 = tmp5[j];
-                const double t14 = (x_i2 * t13);
-                tmp6[j * d + k] = t14;
+                const double x_i1 = tmp4[j];
+                const double t14 = (x_i1 * t13);
+                tmp5[j * d + k] = t14;
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
@@ -1902,7 +1902,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    prod[j * d + l] += tmp6[j * d + k] * r[j * (d * d) + k * d + l];
+                    prod[j * d + l] += tmp5[j * d + k] * r[j * (d * d) + k * d + l];
                 }
             }
         }
@@ -1910,28 +1910,28 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    r10[j * (d * d) + k * d + l] += tmp6[j * d + k] * r5[i * (K * d) + j * d + l];
+                    r9[j * (d * d) + k * d + l] += tmp5[j * d + k] * r4[i * (K * d) + j * d + l];
                 }
             }
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r9[j];
-            const double x_i2 = tmp4[j];
-            const double t13 = (x_i + x_i2);
-            r9[j] = t13;
+            const double x_i = r8[j];
+            const double x_i1 = tmp3[j];
+            const double t13 = (x_i + x_i1);
+            r8[j] = t13;
         }
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < (K*d); ++j) {
             const double x_i = prod[j];
             const double t13 = (x_i * (-1.0));
-            const double x_i2 = out_d_means[j];
-            const double t14 = (x_i2 + t13);
+            const double x_i1 = out_d_means[j];
+            const double t14 = (x_i1 + t13);
             out_d_means[j] = t14;
         }
     }
     // gmm.py:32, 65
-    double* const d_qs = tmp6;  // reuses a dead buffer's space
+    double* const d_qs = tmp5;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
@@ -1941,28 +1941,28 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double t13 = (x_i * t12);
             const double t14 = ks::mulz(t13, t11);
             const double d_qs_i = t8;
-            const double d_qs_i2 = (d_qs_i + t14);
-            const double x_i2 = r9[i];
-            const double d_qs_i3 = (d_qs_i2 + x_i2);
-            d_qs[i * d + j] = d_qs_i3;
+            const double d_qs_i1 = (d_qs_i + t14);
+            const double x_i1 = r8[i];
+            const double d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r12[i] = 0.0;
+        r11[i] = 0.0;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r13[i] = 0.0;
+            r12[i] = 0.0;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r14[i] = 0.0;
+            r13[i] = 0.0;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t11 = ks::mulz(r10[k * (d * d) + i * d + j], r3[k * (d * d) + i * d + j]);
+                const double t11 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
                 const int64_t t12 = ((2*d) - j);
                 const int64_t t13 = (t12 - int64_t{1});
                 const int64_t t14 = (j * t13);
@@ -1971,20 +1971,20 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const int64_t t17 = (t16 + i);
                 const int64_t t18 = (t17 - j);
                 const int64_t t19 = (t18 - int64_t{1});
-                const double t20 = (r4[k * (d * d) + i * d + j] ? r10[k * (d * d) + i * d + j] : 0.0);
-                const double t21 = (r2[k * (d * d) + i * d + j] ? t11 : 0.0);
-                const double t22 = (r2[k * (d * d) + i * d + j] ? 0.0 : t20);
-                r13[ks::clamp_index(i, d)] += t21;
-                r14[ks::clamp_index(t19, T)] += t22;
+                const double t20 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
+                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
+                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
+                r12[ks::clamp_index(i, d)] += t21;
+                r13[ks::clamp_index(t19, T)] += t22;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r12[k * T + i] += r14[i];
+            r11[k * T + i] += r13[i];
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r13[i];
+            d_qs[k * d + i] += r12[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -2011,31 +2011,31 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     // gmm.py:62: qs = icf[:, :d]
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            padded2[d + i * T + j] = 0.0;
+            padded1[d + i * T + j] = 0.0;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded2[i * T + j] = d_qs[i * d + j];
+            padded1[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
-        const double x_i2 = tmp2[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i2);
-        const double x_i3 = r9[i];
-        const double d_alphas_i2 = (d_alphas_i + x_i3);
-        out_d_alphas[i] = d_alphas_i2;
+        const double x_i1 = tmp1[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double x_i2 = r8[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i2);
+        out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r12[i];
-        const double x_i2 = padded[i];
-        const double d_icf_i = (x_i + x_i2);
-        const double x_i3 = padded2[i];
-        const double d_icf_i2 = (d_icf_i + x_i3);
-        out_d_icf[i] = d_icf_i2;
+        const double x_i = r11[i];
+        const double x_i1 = padded[i];
+        const double d_icf_i = (x_i + x_i1);
+        const double x_i2 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
 }
@@ -2079,8 +2079,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 const int64_t t5 = ks::floordiv(r, int64_t{1});
                 const int64_t t6 = ks::max(t5, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double sum2;
-                sum2 = 0.0;
+                double sum1;
+                sum1 = 0.0;
                 for (int64_t c = 0; c < t6; ++c) {
                     const int64_t t7 = ((2*d) - c);
                     const int64_t t8 = (t7 - int64_t{1});
@@ -2092,13 +2092,13 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                     const int64_t t14 = (t13 - int64_t{1});
                     const double t15 = (x[i * d + c] - means[k * d + c]);
                     const double t16 = (icf[k * T + ks::clamp_index(t14, T)] * t15);
-                    const double sum3 = (sum2 + t16);
-                    sum2 = sum3;
+                    const double sum2 = (sum1 + t16);
+                    sum1 = sum2;
                 }
-                const double t7 = (t4 + sum2);
+                const double t7 = (t4 + sum1);
                 const double t8 = ks::ipow<2>(t7);
-                const double sum3 = (sum + t8);
-                sum = sum3;
+                const double sum2 = (sum + t8);
+                sum = sum2;
             }
             const double t2 = (0.5 * sum);
             const double t3 = (t1 - t2);
@@ -2114,19 +2114,19 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
             const double x_i = t3;
             const double t4 = (scores_i - x_i);
             const double t5 = ks::exp(t4);
-            acc2 += t5;
+            acc1 += t5;
         }
-        const double t4 = ks::log(acc2);
+        const double t4 = ks::log(acc1);
         const double t5 = (t4 + t3);
-        const double slse2 = (slse + t5);
-        slse = slse2;
+        const double slse1 = (slse + t5);
+        slse = slse1;
     }
     const int64_t t1 = (-n);
     const int64_t t2 = (t1 * d);
@@ -2144,22 +2144,22 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t8;
         const double t9 = (alphas_i - x_i);
         const double t10 = ks::exp(t9);
-        acc2 += t10;
+        acc1 += t10;
     }
-    const double t9 = ks::log(acc2);
+    const double t9 = ks::log(acc1);
     const double t10 = (t9 + t8);
     const double t11 = static_cast<double>(n);
     const double t12 = (t11 * t10);
     const double t13 = (t5 - t12);
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    double r2;
+    double r1;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t14 = static_cast<double>(d);
         const double t15 = (t14 + wishart_m);
@@ -2170,7 +2170,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r3;
+        double r2;
         {  // log_gamma_d(a)
             const double t21 = static_cast<double>(d);
             const double t22 = (0.25 * t21);
@@ -2187,55 +2187,55 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 const double t29 = (0.5 * t28);
                 const double t30 = (t20 + t29);
                 const double t31 = std::lgamma(t30);
-                const double sum2 = (sum + t31);
-                sum = sum2;
+                const double sum1 = (sum + t31);
+                sum = sum1;
             }
             const double t26 = (t25 + sum);
-            r3 = t26;
+            r2 = t26;
         }
-        const double C = (t19 - r3);
+        const double C = (t19 - r2);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc3 = 0;
+        double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
+            KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
                 const double t21 = ks::exp(qs_i);
                 const double t22 = ks::ipow<2>(t21);
-                acc3 += t22;
+                acc2 += t22;
             }
         }
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc4 = 0;
+        double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
                 const double t21 = ks::ipow<2>(ls_i);
-                acc4 += t21;
+                acc3 += t21;
             }
         }
-        const double frobenius = (acc3 + acc4);
+        const double frobenius = (acc2 + acc3);
         const double t21 = ks::ipow<2>(wishart_gamma);
         const double t22 = (0.5 * t21);
         const double t23 = (t22 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc5 = 0;
+        double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc5);
+        const double t24 = (wishart_m * acc4);
         const double t25 = (t23 - t24);
         const double t26 = static_cast<double>(K);
         const double t27 = (t26 * C);
         const double t28 = (t25 - t27);
-        r2 = t28;
+        r1 = t28;
     }
-    const double t14 = (t13 + r2);
+    const double t14 = (t13 + r1);
     *out = t14;
     return ks::status::ok;
 }
@@ -2255,31 +2255,31 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     if ((T - d) < 0 || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const d_icf2 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r9 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:83: for i in range(n):
@@ -2295,8 +2295,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             }
             const double t1 = (alphas[k] + acc);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r7;
-            r7 = 0.0;
+            double r6;
+            r6 = 0.0;
             for (int64_t r = 0; r < d; ++r) {
                 const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
                 const double t3 = (x[i * d + r] - means[k * d + r]);
@@ -2304,8 +2304,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const int64_t t5 = ks::floordiv(r, int64_t{1});
                 const int64_t t6 = ks::max(t5, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r8;
-                r8 = 0.0;
+                double r7;
+                r7 = 0.0;
                 for (int64_t c = 0; c < t6; ++c) {
                     const int64_t t7 = ((2*d) - c);
                     const int64_t t8 = (t7 - int64_t{1});
@@ -2317,41 +2317,41 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const int64_t t14 = (t13 - int64_t{1});
                     const double t15 = (x[i * d + c] - means[k * d + c]);
                     const double t16 = (icf[k * T + ks::clamp_index(t14, T)] * t15);
-                    const double sum = (r8 + t16);
-                    r8 = sum;
+                    const double sum = (r7 + t16);
+                    r7 = sum;
                 }
-                const double t7 = (t4 + r8);
+                const double t7 = (t4 + r7);
                 const double t8 = ks::ipow<2>(t7);
-                const double sum = (r7 + t8);
-                r2[i * (K * d) + k * d + r] = t2;
-                r3[i * (K * d) + k * d + r] = t7;
-                r7 = sum;
+                const double sum = (r6 + t8);
+                r1[i * (K * d) + k * d + r] = t2;
+                r2[i * (K * d) + k * d + r] = t7;
+                r6 = sum;
             }
-            const double t2 = (0.5 * r7);
+            const double t2 = (0.5 * r6);
             const double t3 = (t1 - t2);
-            r6[k] = t3;
+            r5[k] = t3;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
+            const double x_i = r5[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
-            const double x_i2 = t3;
-            const double t4 = (x_i - x_i2);
+            const double x_i = r5[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            r4[i * K + j] = t5;
-            acc2 += t5;
+            r3[i * K + j] = t5;
+            acc1 += t5;
         }
-        r5[i] = acc2;
+        r4[i] = acc1;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
@@ -2363,19 +2363,19 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double* const tmp = r6;  // reuses a dead buffer's space
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double* const tmp = r5;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t3;
         const double t4 = (alphas_i - x_i);
         const double t5 = ks::exp(t4);
         tmp[i] = t5;
-        acc2 += t5;
+        acc1 += t5;
     }
     const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc2);
+    const double t5 = (1.0 / acc1);
     const double t6 = ks::ipow<2>(wishart_gamma);
     const double t7 = (0.5 * t6);
     const double t8 = ((-1.0) * wishart_m);
@@ -2384,9 +2384,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         for (int64_t j = 0; j < (T - d); ++j) {
             const double x_i = icf[d + i * T + j];
             const double t9 = (2.0 * x_i);
-            const double x_i2 = t7;
-            const double t10 = (x_i2 * t9);
-            tmp2[i * ((T - d)) + j] = t10;
+            const double x_i1 = t7;
+            const double t10 = (x_i1 * t9);
+            tmp1[i * ((T - d)) + j] = t10;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2397,7 +2397,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
+            d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -2406,12 +2406,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double x_i = icf[i * T + j];
             const double t9 = ks::exp(x_i);
             const double t10 = (2.0 * t9);
-            const double x_i2 = t7;
-            const double t11 = (x_i2 * t10);
+            const double x_i1 = t7;
+            const double t11 = (x_i1 * t10);
             const double t12 = ks::mulz(t11, t9);
-            const double x_i3 = t8;
-            const double t13 = (x_i3 + t12);
-            tmp3[i * d + j] = t13;
+            const double x_i2 = t8;
+            const double t13 = (x_i2 + t12);
+            tmp2[i * d + j] = t13;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2422,7 +2422,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = tmp3[i * d + j];
+            padded[i * T + j] = tmp2[i * d + j];
         }
     }
     const double t9 = ((-1.0) * t4);
@@ -2430,56 +2430,56 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
-        const double x_i2 = tmp[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i2);
+        const double x_i1 = tmp[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     for (int64_t i = 0; i < (K*T); ++i) {
         const double d_icf_i = d_icf[i];
         const double x_i = padded[i];
-        const double d_icf_i2 = (d_icf_i + x_i);
-        d_icf2[i] = d_icf_i2;
+        const double d_icf_i1 = (d_icf_i + x_i);
+        d_icf1[i] = d_icf_i1;
     }
     // gmm.py:83: for i in range(n):
-    double r7;
+    double r6;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r7 = 1.0;
+    r6 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r5[i]);
-        const double t12 = ks::mulz(r7, t11);
+        const double t11 = (1.0 / r4[i]);
+        const double t12 = ks::mulz(r6, t11);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double* const tmp4 = r6;  // reuses a dead buffer's space
+        double* const tmp3 = r5;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = t12;
-            const double x_i2 = r4[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i2);
-            tmp4[j] = t13;
+            const double x_i1 = r3[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp3[j] = t13;
         }
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = K - 1; k >= 0; --k) {
-            const double t13 = (tmp4[k] * (-1.0));
+            const double t13 = (tmp3[k] * (-1.0));
             const double t14 = (t13 * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r11;
+            double r10;
             for (int64_t j = 0; j < T; ++j) {
-                r9[j] = 0.0;
+                r8[j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                r10[j] = 0.0;
+                r9[j] = 0.0;
             }
-            r11 = t14;
+            r10 = t14;
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double t15 = (x[i * d + r] - means[k * d + r]);
                 const int64_t t16 = ks::floordiv(r, int64_t{1});
                 const int64_t t17 = ks::max(t16, int64_t{0});
-                const double t18 = (2.0 * r3[i * (K * d) + k * d + r]);
-                const double t19 = (r11 * t18);
+                const double t18 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double t19 = (r10 * t18);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r12;
-                r12 = t19;
+                double r11;
+                r11 = t19;
                 for (int64_t c = t17 - 1; c >= 0; --c) {
                     const int64_t t20 = ((2*d) - c);
                     const int64_t t21 = (t20 - int64_t{1});
@@ -2490,47 +2490,47 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const int64_t t26 = (t25 - c);
                     const int64_t t27 = (t26 - int64_t{1});
                     const double t28 = (x[i * d + c] - means[k * d + c]);
-                    const double t29 = (r12 * icf[k * T + ks::clamp_index(t27, T)]);
-                    const double t30 = (r12 * t28);
+                    const double t29 = (r11 * icf[k * T + ks::clamp_index(t27, T)]);
+                    const double t30 = (r11 * t28);
                     const double t31 = (t29 * (-1.0));
-                    r10[c] += t31;
-                    r9[ks::clamp_index(t27, T)] += t30;
+                    r9[c] += t31;
+                    r8[ks::clamp_index(t27, T)] += t30;
                 }
-                const double t20 = (t19 * r2[i * (K * d) + k * d + r]);
+                const double t20 = (t19 * r1[i * (K * d) + k * d + r]);
                 const double t21 = (t19 * t15);
                 const double t22 = (t20 * (-1.0));
-                r10[r] += t22;
-                const double t23 = ks::mulz(t21, r2[i * (K * d) + k * d + r]);
-                r9[ks::clamp_index(r, T)] += t23;
+                r9[r] += t22;
+                const double t23 = ks::mulz(t21, r1[i * (K * d) + k * d + r]);
+                r8[ks::clamp_index(r, T)] += t23;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r10[j];
+                out_d_means[k * d + j] += r9[j];
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < T; ++j) {
-                d_icf2[k * T + j] += r9[j];
+                d_icf1[k * T + j] += r8[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded2 = r9;  // reuses a dead buffer's space
+            double* const padded1 = r8;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded2[d + j] = 0.0;
+                padded1[d + j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                padded2[j] = tmp4[k];
+                padded1[j] = tmp3[k];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             for (int64_t j = 0; j < T; ++j) {
-                d_icf2[k * T + j] += padded2[j];
+                d_icf1[k * T + j] += padded1[j];
             }
-            d_alphas[k] += tmp4[k];
+            d_alphas[k] += tmp3[k];
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         out_d_alphas[i] = d_alphas[i];
     }
     for (int64_t i = 0; i < K * T; ++i) {
-        out_d_icf[i] = d_icf2[i];
+        out_d_icf[i] = d_icf1[i];
     }
     return ks::status::ok;
 }
@@ -2609,59 +2609,59 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = icf[d + ks::clamp_index(t9, (T - d)) + j * T];
-                    const double x_i2 = xc[c + j * d];
-                    const double t10 = (x_i * x_i2);
+                    const double x_i1 = xc[c + j * d];
+                    const double t10 = (x_i * x_i1);
                     const double sum_i = sum[j];
-                    const double sum_i2 = (sum_i + t10);
-                    sum[j] = sum_i2;
+                    const double sum_i1 = (sum_i + t10);
+                    sum[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = icf[r + j * T];
                 const double t3 = ks::exp(x_i);
-                const double x_i2 = xc[r + j * d];
-                const double t4 = (t3 * x_i2);
+                const double x_i1 = xc[r + j * d];
+                const double t4 = (t3 * x_i1);
                 const double sum_i = sum[j];
                 const double row_i = (t4 + sum_i);
                 const double t5 = (row_i * row_i);
                 const double sqnorm_i = sqnorm[j];
-                const double sqnorm_i2 = (sqnorm_i + t5);
-                sqnorm[j] = sqnorm_i2;
+                const double sqnorm_i1 = (sqnorm_i + t5);
+                sqnorm[j] = sqnorm_i1;
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp2 = sum;  // reuses a dead buffer's space
+        double* const tmp1 = sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double sqnorm_i = sqnorm[j];
             const double t1 = (0.5 * sqnorm_i);
             const double x_i = base[j];
             const double t2 = (x_i - t1);
-            tmp2[j] = t2;
+            tmp1[j] = t2;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
+            const double x_i = tmp1[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
-            const double x_i2 = t3;
-            const double t4 = (x_i - x_i2);
+            const double x_i = tmp1[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            acc2 += t5;
+            acc1 += t5;
         }
-        const double t4 = ks::log(acc2);
+        const double t4 = ks::log(acc1);
         const double t5 = (t4 + t3);
-        const double slse2 = (slse + t5);
-        slse = slse2;
+        const double slse1 = (slse + t5);
+        slse = slse1;
     }
     const int64_t t1 = (-n);
     const int64_t t2 = (t1 * d);
@@ -2679,22 +2679,22 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t8;
         const double t9 = (alphas_i - x_i);
         const double t10 = ks::exp(t9);
-        acc2 += t10;
+        acc1 += t10;
     }
-    const double t9 = ks::log(acc2);
+    const double t9 = ks::log(acc1);
     const double t10 = (t9 + t8);
     const double t11 = static_cast<double>(n);
     const double t12 = (t11 * t10);
     const double t13 = (t5 - t12);
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
-    double r2;
+    double r1;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t14 = static_cast<double>(d);
         const double t15 = (t14 + wishart_m);
@@ -2705,7 +2705,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r3;
+        double r2;
         {  // log_gamma_d(a)
             const double t21 = static_cast<double>(d);
             const double t22 = (0.25 * t21);
@@ -2713,8 +2713,8 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             const double t24 = (t22 * t23);
             const double t25 = (t24 * 1.1447298858494002);
             // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum2;
-            sum2 = 0.0;
+            double sum1;
+            sum1 = 0.0;
             for (int64_t i = 0; i < d; ++i) {
                 const int64_t t26 = (i + int64_t{1});
                 const int64_t t27 = (int64_t{1} - t26);
@@ -2722,55 +2722,55 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 const double t29 = (0.5 * t28);
                 const double t30 = (t20 + t29);
                 const double t31 = std::lgamma(t30);
-                const double sum3 = (sum2 + t31);
-                sum2 = sum3;
+                const double sum2 = (sum1 + t31);
+                sum1 = sum2;
             }
-            const double t26 = (t25 + sum2);
-            r3 = t26;
+            const double t26 = (t25 + sum1);
+            r2 = t26;
         }
-        const double C = (t19 - r3);
+        const double C = (t19 - r2);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc3 = 0;
+        double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
+            KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
                 const double t21 = ks::exp(qs_i);
                 const double t22 = ks::ipow<2>(t21);
-                acc3 += t22;
+                acc2 += t22;
             }
         }
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc4 = 0;
+        double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
                 const double t21 = ks::ipow<2>(ls_i);
-                acc4 += t21;
+                acc3 += t21;
             }
         }
-        const double frobenius = (acc3 + acc4);
+        const double frobenius = (acc2 + acc3);
         const double t21 = ks::ipow<2>(wishart_gamma);
         const double t22 = (0.5 * t21);
         const double t23 = (t22 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc5 = 0;
+        double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc5);
+        const double t24 = (wishart_m * acc4);
         const double t25 = (t23 - t24);
         const double t26 = static_cast<double>(K);
         const double t27 = (t26 * C);
         const double t28 = (t25 - t27);
-        r2 = t28;
+        r1 = t28;
     }
-    const double t14 = (t13 + r2);
+    const double t14 = (t13 + r1);
     *out = t14;
     return ks::status::ok;
 }
@@ -2793,17 +2793,17 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const r4 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2811,13 +2811,13 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
+    double* const r10 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp5 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
@@ -2849,20 +2849,20 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double xc_i = (x_i - means_i);
-                r2[i * (K * d) + j * d + k] = xc_i;
+                r1[i * (K * d) + j * d + k] = xc_i;
             }
         }
         // gmm.py:108: for r in range(d):
-        double* const r7 = tmp;  // reuses a dead buffer's space
+        double* const r6 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            r7[j] = 0.0;
+            r6[j] = 0.0;
         }
         for (int64_t r = 0; r < d; ++r) {
             const int64_t t1 = ks::floordiv(r, int64_t{1});
             const int64_t t2 = ks::max(t1, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r8[j] = 0.0;
+                r7[j] = 0.0;
             }
             for (int64_t c = 0; c < t2; ++c) {
                 const int64_t t3 = ((2*d) - c);
@@ -2875,62 +2875,62 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = icf[d + ks::clamp_index(t9, (T - d)) + j * T];
-                    const double x_i2 = r2[i * (K * d) + c + j * d];
-                    const double t10 = (x_i * x_i2);
-                    const double sum_i = r8[j];
-                    const double sum_i2 = (sum_i + t10);
-                    r8[j] = sum_i2;
+                    const double x_i1 = r1[i * (K * d) + c + j * d];
+                    const double t10 = (x_i * x_i1);
+                    const double sum_i = r7[j];
+                    const double sum_i1 = (sum_i + t10);
+                    r7[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = icf[r + j * T];
                 const double t3 = ks::exp(x_i);
-                r3[i * (d * K) + r * K + j] = t3;
-                const double x_i2 = r2[i * (K * d) + r + j * d];
-                const double t4 = (t3 * x_i2);
-                const double x_i3 = r8[j];
-                const double row_i = (t4 + x_i3);
-                r4[i * (d * K) + r * K + j] = row_i;
+                r2[i * (d * K) + r * K + j] = t3;
+                const double x_i1 = r1[i * (K * d) + r + j * d];
+                const double t4 = (t3 * x_i1);
+                const double x_i2 = r7[j];
+                const double row_i = (t4 + x_i2);
+                r3[i * (d * K) + r * K + j] = row_i;
                 const double t5 = (row_i * row_i);
-                const double sqnorm_i = r7[j];
-                const double sqnorm_i2 = (sqnorm_i + t5);
-                sqnorm[j] = sqnorm_i2;
+                const double sqnorm_i = r6[j];
+                const double sqnorm_i1 = (sqnorm_i + t5);
+                sqnorm[j] = sqnorm_i1;
             }
             for (int64_t j = 0; j < K; ++j) {
-                r7[j] = sqnorm[j];
+                r6[j] = sqnorm[j];
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp2 = r8;  // reuses a dead buffer's space
+        double* const tmp1 = r7;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r7[j];
+            const double x_i = r6[j];
             const double t1 = (0.5 * x_i);
-            const double x_i2 = base[j];
-            const double t2 = (x_i2 - t1);
-            tmp2[j] = t2;
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp1[j] = t2;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
+            const double x_i = tmp1[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double acc2 = 0;
-        KS_OMP_SIMD(reduction(+:acc2))
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
-            const double x_i2 = t3;
-            const double t4 = (x_i - x_i2);
+            const double x_i = tmp1[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            r5[i * K + j] = t5;
-            acc2 += t5;
+            r4[i * K + j] = t5;
+            acc1 += t5;
         }
-        r6[i] = acc2;
+        r5[i] = acc1;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
@@ -2942,19 +2942,19 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double* const tmp2 = tmp;  // reuses a dead buffer's space
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    double* const tmp1 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = t3;
         const double t4 = (alphas_i - x_i);
         const double t5 = ks::exp(t4);
-        tmp2[i] = t5;
-        acc2 += t5;
+        tmp1[i] = t5;
+        acc1 += t5;
     }
     const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc2);
+    const double t5 = (1.0 / acc1);
     const double t6 = ks::ipow<2>(wishart_gamma);
     const double t7 = (0.5 * t6);
     const double t8 = ((-1.0) * wishart_m);
@@ -2964,8 +2964,8 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
-        const double x_i2 = tmp2[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i2);
+        const double x_i1 = tmp1[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -2978,8 +2978,8 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             const double t13 = (x_i * t12);
             const double t14 = ks::mulz(t13, t11);
             const double d_qs_i = t8;
-            const double d_qs_i2 = (d_qs_i + t14);
-            d_qs[i * d + j] = d_qs_i2;
+            const double d_qs_i1 = (d_qs_i + t14);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
@@ -2993,48 +2993,48 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
     }
     // gmm.py:105: for i in range(n):
-    double* const r7 = tmp;  // reuses a dead buffer's space
-    double r9;
+    double* const r6 = tmp;  // reuses a dead buffer's space
+    double r8;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
     for (int64_t i = 0; i < K; ++i) {
-        r7[i] = 0.0;
+        r6[i] = 0.0;
     }
-    r9 = 1.0;
+    r8 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r6[i]);
-        const double t12 = ks::mulz(r9, t11);
+        const double t11 = (1.0 / r5[i]);
+        const double t12 = ks::mulz(r8, t11);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp3 = r8;  // reuses a dead buffer's space
-        double* const tmp4 = sqnorm;  // reuses a dead buffer's space
+        double* const tmp2 = r7;  // reuses a dead buffer's space
+        double* const tmp3 = sqnorm;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = t12;
-            const double x_i2 = r5[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i2);
-            tmp3[j] = t13;
+            const double x_i1 = r4[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp2[j] = t13;
             const double t14 = (t13 * (-1.0));
             const double t15 = (t14 * 0.5);
-            tmp4[j] = t15;
+            tmp3[j] = t15;
         }
         // gmm.py:108: for r in range(d):
         for (int64_t j = 0; j < K * d; ++j) {
-            r10[j] = 0.0;
+            r9[j] = 0.0;
         }
         for (int64_t r = d - 1; r >= 0; --r) {
             const int64_t t13 = ks::floordiv(r, int64_t{1});
             const int64_t t14 = ks::max(t13, int64_t{0});
             // gmm.py:111: sqnorm = sqnorm + row * row
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp4[j];
-                const double x_i2 = r4[i * (d * K) + r * K + j];
-                const double d_row_i = (x_i * x_i2);
-                const double d_row_i2 = (d_row_i + d_row_i);
-                d_row[j] = d_row_i2;
+                const double x_i = tmp3[j];
+                const double x_i1 = r3[i * (d * K) + r * K + j];
+                const double d_row_i = (x_i * x_i1);
+                const double d_row_i1 = (d_row_i + d_row_i);
+                d_row[j] = d_row_i1;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r11[j] = d_row[j];
+                r10[j] = d_row[j];
             }
             for (int64_t c = t14 - 1; c >= 0; --c) {
                 const int64_t t15 = ((2*d) - c);
@@ -3046,69 +3046,69 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const int64_t t21 = (t20 - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r11[j];
-                    const double x_i2 = icf[d + ks::clamp_index(t21, (T - d)) + j * T];
-                    const double t22 = (x_i * x_i2);
+                    const double x_i = r10[j];
+                    const double x_i1 = icf[d + ks::clamp_index(t21, (T - d)) + j * T];
+                    const double t22 = (x_i * x_i1);
+                    tmp4[j] = t22;
+                }
+                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+                for (int64_t j = 0; j < K; ++j) {
+                    r9[c + j * d] += tmp4[j];
+                }
+                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+                double* const tmp5 = tmp4;  // reuses a dead buffer's space
+                for (int64_t j = 0; j < K; ++j) {
+                    const double x_i = r10[j];
+                    const double x_i1 = r1[i * (K * d) + c + j * d];
+                    const double t22 = (x_i * x_i1);
                     tmp5[j] = t22;
                 }
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    r10[c + j * d] += tmp5[j];
-                }
-                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
-                double* const tmp6 = tmp5;  // reuses a dead buffer's space
-                for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r11[j];
-                    const double x_i2 = r2[i * (K * d) + c + j * d];
-                    const double t22 = (x_i * x_i2);
-                    tmp6[j] = t22;
-                }
-                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
-                for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t21, (T - d)) + j * ((T - d))] += tmp6[j];
+                    d_ls[ks::clamp_index(t21, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
-            double* const tmp6 = r11;  // reuses a dead buffer's space
+            double* const tmp5 = r10;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = r3[i * (d * K) + r * K + j];
+                const double x_i = r2[i * (d * K) + r * K + j];
                 const double t15 = (d_row_i * x_i);
-                tmp6[j] = t15;
+                tmp5[j] = t15;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r10[r + j * d] += tmp6[j];
+                r9[r + j * d] += tmp5[j];
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
-            double* const tmp7 = r11;  // reuses a dead buffer's space
+            double* const tmp6 = r10;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = r2[i * (K * d) + r + j * d];
+                const double x_i = r1[i * (K * d) + r + j * d];
                 const double t15 = (d_row_i * x_i);
-                const double x_i2 = r3[i * (d * K) + r * K + j];
-                const double t16 = ks::mulz(t15, x_i2);
-                tmp7[j] = t16;
+                const double x_i1 = r2[i * (d * K) + r * K + j];
+                const double t16 = ks::mulz(t15, x_i1);
+                tmp6[j] = t16;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                d_qs[r + j * d] += tmp7[j];
+                d_qs[r + j * d] += tmp6[j];
             }
         }
         // gmm.py:106: xc = x[i] - means # [K, d]
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double x_i = r10[j];
+            const double x_i = r9[j];
             const double t13 = (x_i * (-1.0));
-            const double x_i2 = out_d_means[j];
-            const double t14 = (x_i2 + t13);
+            const double x_i1 = out_d_means[j];
+            const double t14 = (x_i1 + t13);
             out_d_means[j] = t14;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r7[j];
-            const double x_i2 = tmp3[j];
-            const double t13 = (x_i + x_i2);
-            r7[j] = t13;
+            const double x_i = r6[j];
+            const double x_i1 = tmp2[j];
+            const double t13 = (x_i + x_i1);
+            r6[j] = t13;
         }
     }
     // gmm.py:102: ls = icf[:, d:]
@@ -3123,13 +3123,13 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    double* const d_qs2 = r10;  // reuses a dead buffer's space
+    double* const d_qs1 = r9;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = d_qs[i * d + j];
-            const double x_i2 = r7[i];
-            const double d_qs_i = (x_i + x_i2);
-            d_qs2[i * d + j] = d_qs_i;
+            const double x_i1 = r6[i];
+            const double d_qs_i = (x_i + x_i1);
+            d_qs1[i * d + j] = d_qs_i;
         }
     }
     // gmm.py:101: qs = icf[:, :d]
@@ -3140,22 +3140,22 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = d_qs2[i * d + j];
+            padded[i * T + j] = d_qs1[i * d + j];
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = d_alphas[i];
-        const double x_i2 = r7[i];
-        const double d_alphas_i = (x_i + x_i2);
+        const double x_i1 = r6[i];
+        const double d_alphas_i = (x_i + x_i1);
         out_d_alphas[i] = d_alphas_i;
     }
     // gmm.py:101: qs = icf[:, :d]
     for (int64_t i = 0; i < (K*T); ++i) {
         const double d_icf_i = d_icf[i];
         const double x_i = padded[i];
-        const double d_icf_i2 = (d_icf_i + x_i);
-        out_d_icf[i] = d_icf_i2;
+        const double d_icf_i1 = (d_icf_i + x_i);
+        out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
 }

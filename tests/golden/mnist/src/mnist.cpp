@@ -45,29 +45,29 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     next_slot += ks::aligned_bytes<float>(batch * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((256*batch));
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(128);
     float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(128);
-    float* const prod2 = reinterpret_cast<float*>(next_slot);
+    float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((128*batch));
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(64);
     float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(64);
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((64*batch));
-    float* const prod4 = reinterpret_cast<float*>(next_slot);
+    float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp9 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp10 = reinterpret_cast<float*>(next_slot);
+    float* const tmp9 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // export.py: node addmm (aten.addmm.default)
@@ -94,32 +94,73 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float x_i = ks_data_9[i];
         const float t1 = (x_i + 9.999999747378752e-06f);
         const float t2 = std::sqrt(t1);
-        const float x_i2 = ks_data_2[i];
-        const float t3 = (x_i2 / t2);
-        tmp2[i] = t3;
+        const float x_i1 = ks_data_2[i];
+        const float t3 = (x_i1 / t2);
+        tmp1[i] = t3;
     }
     // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_8[i];
-        const float x_i2 = tmp2[i];
-        const float t1 = (x_i * x_i2);
-        const float x_i3 = ks_data_3[i];
-        const float t2 = (x_i3 - t1);
-        tmp3[i] = t2;
+        const float x_i1 = tmp1[i];
+        const float t1 = (x_i * x_i1);
+        const float x_i2 = ks_data_3[i];
+        const float t2 = (x_i2 - t1);
+        tmp2[i] = t2;
     }
     // export.py: node addmm_1 (aten.addmm.default)
-    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
-        const float x_i = ks_data_1[col2];
-        const float t1 = (x_i + v2);
-        const float x_i2 = tmp2[col2];
-        const float t2 = (t1 * x_i2);
-        const float x_i3 = tmp3[col2];
-        const float t3 = (t2 + x_i3);
+    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_1[col1];
+        const float t1 = (x_i + v1);
+        const float x_i1 = tmp1[col1];
+        const float t2 = (t1 * x_i1);
+        const float x_i2 = tmp2[col1];
+        const float t3 = (t2 + x_i2);
         return t3;
     };
-    ks::packed_gemm<float>(batch, 128, 256, {tmp, 256, 1}, {ks_data_13, 256}, {prod2, 128, 1}, false, ks::product_epilogue<float>(epilogue2));
+    ks::packed_gemm<float>(batch, 128, 256, {tmp, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
     // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (128*batch); ++i) {
+        const float x_i = prod1[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<3>(x_i);
+        const float t4 = (0.3333333432674408f * t3);
+        const float t5 = (x_i - 0.6666666865348816f);
+        const float t6 = (t2 ? t4 : t5);
+        const float t7 = (t1 ? 0.0f : t6);
+        tmp3[i] = t7;
+    }
+    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_11[i];
+        const float t1 = (x_i + 9.999999747378752e-06f);
+        const float t2 = std::sqrt(t1);
+        const float x_i1 = ks_data_5[i];
+        const float t3 = (x_i1 / t2);
+        tmp4[i] = t3;
+    }
+    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_10[i];
+        const float x_i1 = tmp4[i];
+        const float t1 = (x_i * x_i1);
+        const float x_i2 = ks_data_6[i];
+        const float t2 = (x_i2 - t1);
+        tmp5[i] = t2;
+    }
+    // export.py: node addmm_2 (aten.addmm.default)
+    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
+        const float x_i = ks_data_4[col2];
+        const float t1 = (x_i + v2);
+        const float x_i1 = tmp4[col2];
+        const float t2 = (t1 * x_i1);
+        const float x_i2 = tmp5[col2];
+        const float t3 = (t2 + x_i2);
+        return t3;
+    };
+    ks::packed_gemm<float>(batch, 64, 128, {tmp3, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
+    // ../relu3/relu3.py:6, 8, 9, 11
+    for (int64_t i = 0; i < (64*batch); ++i) {
         const float x_i = prod2[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
@@ -128,92 +169,51 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t5 = (x_i - 0.6666666865348816f);
         const float t6 = (t2 ? t4 : t5);
         const float t7 = (t1 ? 0.0f : t6);
-        tmp4[i] = t7;
-    }
-    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
-    for (int64_t i = 0; i < 64; ++i) {
-        const float x_i = ks_data_11[i];
-        const float t1 = (x_i + 9.999999747378752e-06f);
-        const float t2 = std::sqrt(t1);
-        const float x_i2 = ks_data_5[i];
-        const float t3 = (x_i2 / t2);
-        tmp5[i] = t3;
-    }
-    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
-    for (int64_t i = 0; i < 64; ++i) {
-        const float x_i = ks_data_10[i];
-        const float x_i2 = tmp5[i];
-        const float t1 = (x_i * x_i2);
-        const float x_i3 = ks_data_6[i];
-        const float t2 = (x_i3 - t1);
-        tmp6[i] = t2;
-    }
-    // export.py: node addmm_2 (aten.addmm.default)
-    const auto epilogue3 = [&](int64_t, int64_t col3, float v3) {
-        const float x_i = ks_data_4[col3];
-        const float t1 = (x_i + v3);
-        const float x_i2 = tmp5[col3];
-        const float t2 = (t1 * x_i2);
-        const float x_i3 = tmp6[col3];
-        const float t3 = (t2 + x_i3);
-        return t3;
-    };
-    ks::packed_gemm<float>(batch, 64, 128, {tmp4, 128, 1}, {ks_data_14, 128}, {prod3, 64, 1}, false, ks::product_epilogue<float>(epilogue3));
-    // ../relu3/relu3.py:6, 8, 9, 11
-    for (int64_t i = 0; i < (64*batch); ++i) {
-        const float x_i = prod3[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        tmp7[i] = t7;
+        tmp6[i] = t7;
     }
     // export.py: node addmm_3 (aten.addmm.default)
-    const auto epilogue4 = [&](int64_t, int64_t col4, float v4) {
-        const float x_i = ks_data_7[col4];
-        const float t1 = (x_i + v4);
+    const auto epilogue3 = [&](int64_t, int64_t col3, float v3) {
+        const float x_i = ks_data_7[col3];
+        const float t1 = (x_i + v3);
         return t1;
     };
-    ks::packed_gemm<float>(batch, 10, 64, {tmp7, 64, 1}, {ks_data_15, 64}, {prod4, 10, 1}, false, ks::product_epilogue<float>(epilogue4));
+    ks::packed_gemm<float>(batch, 10, 64, {tmp6, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false, ks::product_epilogue<float>(epilogue3));
     // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = prod4[i * 10 + j];
+            const float x_i = prod3[i * 10 + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp8[i] = acc;
+        tmp7[i] = acc;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = prod4[i * 10 + j];
-            const float x_i2 = tmp8[i];
-            const float t1 = (x_i - x_i2);
-            tmp9[i * 10 + j] = t1;
+            const float x_i = prod3[i * 10 + j];
+            const float x_i1 = tmp7[i];
+            const float t1 = (x_i - x_i1);
+            tmp8[i * 10 + j] = t1;
             const float t2 = ks::exp(t1);
             acc += t2;
         }
-        tmp10[i] = acc;
+        tmp9[i] = acc;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
-    float* const tmp11 = tmp8;  // reuses a dead buffer's space
+    float* const tmp10 = tmp7;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp10[i];
+        const float x_i = tmp9[i];
         const float t1 = ks::log(x_i);
-        tmp11[i] = t1;
+        tmp10[i] = t1;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = tmp9[i * 10 + j];
-            const float x_i2 = tmp11[i];
-            const float t1 = (x_i - x_i2);
+            const float x_i = tmp8[i * 10 + j];
+            const float x_i1 = tmp10[i];
+            const float t1 = (x_i - x_i1);
             out[i * 10 + j] = t1;
         }
     }

@@ -33,15 +33,15 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const stacked = reinterpret_cast<float*>(next_slot);
+    float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const conv = reinterpret_cast<float*>(next_slot);
+    float* const Relu = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
-    float* const max = reinterpret_cast<float*>(next_slot);
+    float* const MaxPool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
-    float* const conv2 = reinterpret_cast<float*>(next_slot);
+    float* const conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16 * 3 * 3);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
@@ -51,41 +51,41 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
         const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
             const float x_i = ks_data_1[channel];
-            const float t1 = (v + x_i);
-            const bool t2 = (t1 <= 0.0f);
-            const float t3 = (t2 ? 0.0f : t1);
-            return t3;
+            const float conv1_Conv_i = (v + x_i);
+            const bool t1 = (conv1_Conv_i <= 0.0f);
+            const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+            return Relu_i;
         };
-        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
-                    max[i * (8 * 8) + j * 8 + k] = acc;
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
+                    MaxPool[i * (8 * 8) + j * 8 + k] = acc;
                 }
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static constexpr ks::conv_shape geometry2{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        ks::conv<float>(geometry2, 1, max, ks_data_2, conv2, scratch_float);
+        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, conv, scratch_float);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float acc = 0;
             for (int64_t j = 0; j < 3; ++j) {
                 KS_OMP_SIMD(reduction(+:acc))
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = conv2[i * (3 * 3) + j * 3 + k];
-                    const float x_i2 = ks_data_3[i];
-                    const float t1 = (x_i + x_i2);
-                    const bool t2 = (t1 <= 0.0f);
-                    const float t3 = (t2 ? 0.0f : t1);
-                    acc += t3;
+                    const float x_i = conv[i * (3 * 3) + j * 3 + k];
+                    const float x_i1 = ks_data_3[i];
+                    const float conv2_Conv_i = (x_i + x_i1);
+                    const bool t1 = (conv2_Conv_i <= 0.0f);
+                    const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
+                    acc += Relu_1_i;
                 }
             }
             tmp[i] = acc;
@@ -93,17 +93,17 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         // ONNX node /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             const float x_i = tmp[i];
-            const float t1 = (x_i / 9.0f);
-            stacked[row * 16 + i] = t1;
+            const float GlobalAveragePool_i = (x_i / 9.0f);
+            GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
         }
     }
     // ONNX node /fc/Gemm (Gemm)
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float x_i = ks_data_5[col];
-        const float t1 = (v + x_i);
-        return t1;
+        const float logits_i = (v + x_i);
+        return logits_i;
     };
-    ks::packed_gemm<float>(batch, 10, 16, {stacked, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
+    ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
     return ks::status::ok;
 }
 
@@ -119,62 +119,62 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const d_Flatten = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
     int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
-    int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp1 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
     uint8_t* const stacked = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
-    uint8_t* const stacked2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const stacked1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const stacked3 = reinterpret_cast<float*>(next_slot);
+    float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
     float* const conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const Relu = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
-    float* const max = reinterpret_cast<float*>(next_slot);
+    float* const MaxPool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
-    int64_t* const tmp4 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
-    int64_t* const tmp5 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp3 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
     int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 8);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
-    float* const prod2 = reinterpret_cast<float*>(next_slot);
+    float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
-    float* const folded2 = reinterpret_cast<float*>(next_slot);
+    float* const folded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const folded3 = reinterpret_cast<float*>(next_slot);
+    float* const folded2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const gathered2 = reinterpret_cast<float*>(next_slot);
+    float* const gathered1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
     (void)next_slot;
     // ONNX node /fc/Gemm (Gemm)
-    ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
+    ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
     // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
-                        for (int64_t i2 = 0; i2 < 2; ++i2) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
                             const int64_t t1 = static_cast<int64_t>(l);
-                            tmp[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i2] = t1;
+                            tmp[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -187,9 +187,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
-                        for (int64_t i2 = 0; i2 < 2; ++i2) {
-                            const int64_t t1 = static_cast<int64_t>(i2);
-                            tmp2[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i2] = t1;
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const int64_t t1 = static_cast<int64_t>(i1);
+                            tmp1[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -205,12 +205,12 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t j = 0; j < 16; ++j) {
                 for (int64_t k = 0; k < 16; ++k) {
                     const float x_i = conv[i * (16 * 16) + j * 16 + k];
-                    const float x_i2 = ks_data_1[i];
-                    const float t1 = (x_i + x_i2);
-                    const bool t2 = (t1 <= 0.0f);
-                    stacked[row * (8 * 16 * 16) + i * (16 * 16) + j * 16 + k] = t2;
-                    const float t3 = (t2 ? 0.0f : t1);
-                    tmp3[i * (16 * 16) + j * 16 + k] = t3;
+                    const float x_i1 = ks_data_1[i];
+                    const float conv1_Conv_i = (x_i + x_i1);
+                    const bool t1 = (conv1_Conv_i <= 0.0f);
+                    stacked[row * (8 * 16 * 16) + i * (16 * 16) + j * 16 + k] = t1;
+                    const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                    Relu[i * (16 * 16) + j * 16 + k] = Relu_i;
                 }
             }
         }
@@ -220,11 +220,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, tmp3[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp3[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, tmp3[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp3[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
-                    max[i * (8 * 8) + j * 8 + k] = acc;
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
+                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
+                    MaxPool[i * (8 * 8) + j * 8 + k] = acc;
                 }
             }
         }
@@ -234,20 +234,20 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 2; ++k) {
                     for (int64_t l = 0; l < 8; ++l) {
                         for (int64_t m = 0; m < 2; ++m) {
-                            const float x_i = tmp3[i * (16 * 16) + j * (2 * 16) + k * 16 + l * (2 * 1) + m];
-                            const float x_i2 = max[i * (8 * 8) + j * 8 + l];
-                            const bool t1 = (x_i == x_i2);
+                            const float x_i = Relu[i * (16 * 16) + j * (2 * 16) + k * 16 + l * (2 * 1) + m];
+                            const float x_i1 = MaxPool[i * (8 * 8) + j * 8 + l];
+                            const bool t1 = (x_i == x_i1);
                             const bool t2 = (x_i != x_i);
-                            const bool t3 = (x_i2 != x_i2);
+                            const bool t3 = (x_i1 != x_i1);
                             const bool t4 = (t2 && t3);
                             const bool t5 = (t1 || t4);
-                            const int64_t x_i3 = tmp[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
-                            const int64_t t6 = (x_i3 * int64_t{2});
-                            const int64_t x_i4 = tmp2[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
-                            const int64_t t7 = (x_i4 + t6);
-                            tmp4[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t7;
+                            const int64_t x_i2 = tmp[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
+                            const int64_t t6 = (x_i2 * int64_t{2});
+                            const int64_t x_i3 = tmp1[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
+                            const int64_t t7 = (x_i3 + t6);
+                            tmp2[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t7;
                             const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
-                            tmp5[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t8;
+                            tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t8;
                         }
                     }
                 }
@@ -259,19 +259,19 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     int64_t acc = ks::highest<int64_t>();
-                    acc = ks::running_min(acc, tmp5[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2]);
-                    acc = ks::running_min(acc, tmp5[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2 + 1]);
-                    acc = ks::running_min(acc, tmp5[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2]);
-                    acc = ks::running_min(acc, tmp5[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2 + 1]);
+                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2 + 1]);
+                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2 + 1]);
                     min[i * (8 * 8) + j * 8 + k] = acc;
                 }
             }
         }
         // ONNX node /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            const float x_i = prod[row * 16 + i];
-            const float t1 = (x_i * 0.1111111119389534f);
-            tmp6[i] = t1;
+            const float d_GlobalAveragePool_i = d_Flatten[row * 16 + i];
+            const float t1 = (d_GlobalAveragePool_i * 0.1111111119389534f);
+            tmp4[i] = t1;
         }
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
@@ -279,30 +279,30 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 2; ++k) {
                     for (int64_t l = 0; l < 8; ++l) {
                         for (int64_t m = 0; m < 2; ++m) {
-                            const int64_t x_i = tmp4[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
-                            const int64_t x_i2 = min[i * (8 * 8) + j * 8 + l];
-                            const bool t1 = (x_i == x_i2);
-                            stacked2[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t1;
+                            const int64_t x_i = tmp2[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
+                            const int64_t x_i1 = min[i * (8 * 8) + j * 8 + l];
+                            const bool t1 = (x_i == x_i1);
+                            stacked1[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t1;
                         }
                     }
                 }
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static constexpr ks::conv_shape geometry2{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        const auto epilogue = [&](int64_t image2, int64_t channel, int64_t, float v) {
+        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
             const float x_i = ks_data_3[channel];
-            const float t1 = (v + x_i);
-            const bool t2 = (t1 <= 0.0f);
-            const float x_i2 = tmp6[image2 * 16 + channel];
-            const float t3 = (t2 ? 0.0f : x_i2);
-            return t3;
+            const float conv2_Conv_i = (v + x_i);
+            const bool t1 = (conv2_Conv_i <= 0.0f);
+            const float d_Relu_1_i = tmp4[image1 * 16 + channel];
+            const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
+            return d_conv2_Conv_i;
         };
-        ks::conv<float>(geometry2, 1, max, ks_data_2, (stacked3 + row * (16 * 3 * 3)), scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * (16 * 3 * 3)), scratch_float, ks::conv_epilogue<float>(epilogue));
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch; ++i) {
-        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(stacked3 + i * (16 * 9)), 9, 1}, {(prod2 + i * (72 * 9)), 9, 1}, false, scratch_float);
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * (16 * 9)), 9, 1}, {(prod + i * (72 * 9)), 9, 1}, false, scratch_float);
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
@@ -313,8 +313,8 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t k = 0; k < 3; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
                     for (int64_t m = 0; m < 3; ++m) {
-                        for (int64_t i2 = 0; i2 < 3; ++i2) {
-                            folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (2 * (3 * 3)) + l * (3 * 3) + m * 3 + i2] += prod2[i * (8 * 3 * 3 * 3 * 3) + j * (3 * 3 * 3 * 3) + k * 3 + l * (3 * 3 * 3) + m + i2 * (3 * 3)];
+                        for (int64_t i1 = 0; i1 < 3; ++i1) {
+                            folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (2 * (3 * 3)) + l * (3 * 3) + m * 3 + i1] += prod[i * (8 * 3 * 3 * 3 * 3) + j * (3 * 3 * 3 * 3) + k * 3 + l * (3 * 3 * 3) + m + i1 * (3 * 3)];
                         }
                     }
                 }
@@ -323,14 +323,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
-        folded2[i] = 0.0f;
+        folded1[i] = 0.0f;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
                     for (int64_t m = 0; m < 3; ++m) {
-                        folded2[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + l * (2 * 1) + m] += folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (3 * 3) + l * 3 + m];
+                        folded1[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + l * (2 * 1) + m] += folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (3 * 3) + l * 3 + m];
                     }
                 }
             }
@@ -342,11 +342,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
-                        for (int64_t i2 = 0; i2 < 2; ++i2) {
-                            const bool x_i = stacked2[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i2];
-                            const float x_i2 = folded2[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + m];
-                            const float t1 = (x_i ? x_i2 : 0.0f);
-                            tmp7[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i2] = t1;
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const bool x_i = stacked1[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1];
+                            const float x_i1 = folded1[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + m];
+                            const float t1 = (x_i ? x_i1 : 0.0f);
+                            tmp5[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -355,15 +355,15 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     }
     // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
-        folded3[i] = 0.0f;
+        folded2[i] = 0.0f;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
-                        for (int64_t i2 = 0; i2 < 2; ++i2) {
-                            folded3[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m * (2 * 1) + i2] += tmp7[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i2];
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            folded2[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m * (2 * 1) + i1] += tmp5[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1];
                         }
                     }
                 }
@@ -371,16 +371,16 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     // ONNX node /MaxPool (MaxPool)
-    float* const folded4 = tmp7;  // reuses a dead buffer's space
+    float* const d_Relu = tmp5;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
-        folded4[i] = 0.0f;
+        d_Relu[i] = 0.0f;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 16; ++m) {
-                        folded4[i * (8 * 16 * 16) + j * (16 * 16) + k * (2 * 16) + l * 16 + m] += folded3[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m];
+                        d_Relu[i * (8 * 16 * 16) + j * (16 * 16) + k * (2 * 16) + l * 16 + m] += folded2[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m];
                     }
                 }
             }
@@ -411,22 +411,22 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
-                    gathered2[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + l] = gathered[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
+                    gathered1[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + l] = gathered[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
                 }
             }
         }
     }
     // ONNX node /Relu (Relu)
-    float* const tmp8 = folded3;  // reuses a dead buffer's space
+    float* const d_conv1_Conv = folded2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (2048*batch); ++i) {
         const bool x_i = stacked[i];
-        const float x_i2 = folded4[i];
-        const float t1 = (x_i ? 0.0f : x_i2);
-        tmp8[i] = t1;
+        const float d_Relu_i = d_Relu[i];
+        const float d_conv1_Conv_i = (x_i ? 0.0f : d_Relu_i);
+        d_conv1_Conv[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)
     static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, tmp8, gathered2, out, scratch_float);
+    ks::conv<float>(geometry, batch, d_conv1_Conv, gathered1, out, scratch_float);
     return ks::status::ok;
 }
 

@@ -49,8 +49,8 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
     // ONNX node boosted_trees (TreeEnsembleRegressor)
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp[i];
-        const float t1 = (x_i + 0.3404572904109955f);
-        out[i] = t1;
+        const float y_i = (x_i + 0.3404572904109955f);
+        out[i] = y_i;
     }
     return ks::status::ok;
 }

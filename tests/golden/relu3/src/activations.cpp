@@ -24,16 +24,16 @@ float activations_relu3(float x) {
         r = 0.0f;
     } else {
         const bool t2 = (x < 1.0f);
-        float r2;
+        float r1;
         if (t2) {
             const float t3 = ks::ipow<3>(x);
             const float t4 = (0.3333333432674408f * t3);
-            r2 = t4;
+            r1 = t4;
         } else {
             const float t3 = (x - 0.6666666865348816f);
-            r2 = t3;
+            r1 = t3;
         }
-        r = r2;
+        r = r1;
     }
     return r;
 }
@@ -80,17 +80,17 @@ float activations_relu3_vjp(float x, float ct) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r2;
+        float r1;
         if (r) {
             const float t2 = ks::ipow<2>(x);
             const float t3 = (3.0f * t2);
             const float t4 = (ct * 0.3333333432674408f);
             const float t5 = (t4 * t3);
-            r2 = t5;
+            r1 = t5;
         } else {
-            r2 = ct;
+            r1 = ct;
         }
-        d_x = r2;
+        d_x = r1;
     }
     return d_x;
 }
@@ -137,17 +137,17 @@ float activations_relu3_jvp(float x, float dx) {
         r = 0.0f;
     } else {
         const bool t2 = (x < 1.0f);
-        float r2;
+        float r1;
         if (t2) {
             const float t3 = ks::ipow<2>(x);
             const float t4 = (3.0f * t3);
             const float t5 = (t4 * dx);
             const float t6 = (0.3333333432674408f * t5);
-            r2 = t6;
+            r1 = t6;
         } else {
-            r2 = dx;
+            r1 = dx;
         }
-        r = r2;
+        r = r1;
     }
     return r;
 }
@@ -168,16 +168,16 @@ float activations_relu3_grad(float x) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r2;
+        float r1;
         if (r) {
             const float t2 = ks::ipow<2>(x);
             const float t3 = (3.0f * t2);
             const float t4 = (0.3333333432674408f * t3);
-            r2 = t4;
+            r1 = t4;
         } else {
-            r2 = 1.0f;
+            r1 = 1.0f;
         }
-        d_x = r2;
+        d_x = r1;
     }
     return d_x;
 }
@@ -198,17 +198,17 @@ float activations_relu3_d2(float x, float dx) {
     if (t1) {
         dd_x = 0.0f;
     } else {
-        float r2;
+        float r1;
         if (r) {
             const float t2 = (2.0f * x);
             const float t3 = (t2 * dx);
             const float t4 = (3.0f * t3);
             const float t5 = (0.3333333432674408f * t4);
-            r2 = t5;
+            r1 = t5;
         } else {
-            r2 = 0.0f;
+            r1 = 0.0f;
         }
-        dd_x = r2;
+        dd_x = r1;
     }
     return dd_x;
 }

@@ -127,9 +127,9 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = r[i];
         const float t5 = std::sin(x_i);
-        const float x_i2 = t4;
-        const float t6 = (x_i2 * t5);
-        const float t7 = (x_i2 * x_i);
+        const float x_i1 = t4;
+        const float t6 = (x_i1 * t5);
+        const float t7 = (x_i1 * x_i);
         const float t8 = std::cos(x_i);
         const float t9 = (t7 * t8);
         const float t10 = (t6 + t9);
@@ -175,18 +175,18 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
-        float y2 = 0;
+        float y1 = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
-            float y2_block = 0;
-            KS_OMP_SIMD(reduction(+:y2_block))
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
-                y2_block += x_i;
+                y1_block += x_i;
             }
-            y2 += y2_block;
+            y1 += y1_block;
         }
-        y[i] = y2;
+        y[i] = y1;
     }
     // sqrl.py:11: if y < 0.0:
     for (int64_t i = 0; i < n1; ++i) {
@@ -195,7 +195,7 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
         tmp[i] = t1;
     }
     // sqrl.py:12, 14, 15
-    float* const tmp2 = y;  // reuses a dead buffer's space
+    float* const tmp1 = y;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n1; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < n; block += 512) {
@@ -207,20 +207,20 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
                 const float t1 = ((-0.125f) * x_i);
                 const float t2 = ks::ipow<2>(x_i);
                 const float t3 = (0.5f * t2);
-                const bool x_i2 = tmp[i];
-                const float t4 = (x_i2 ? t1 : t3);
+                const bool x_i1 = tmp[i];
+                const float t4 = (x_i1 ? t1 : t3);
                 const float t5 = std::sin(t4);
                 const float t6 = (t5 * t4);
                 acc_block += t6;
             }
             acc += acc_block;
         }
-        tmp2[i] = acc;
+        tmp1[i] = acc;
     }
     const float t1 = static_cast<float>(n);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
-        const float x_i = tmp2[i];
+        const float x_i = tmp1[i];
         const float t2 = (x_i / t1);
         out[i] = t2;
     }
@@ -246,18 +246,18 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
-        float y2 = 0;
+        float y1 = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
-            float y2_block = 0;
-            KS_OMP_SIMD(reduction(+:y2_block))
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
-                y2_block += x_i;
+                y1_block += x_i;
             }
-            y2 += y2_block;
+            y1 += y1_block;
         }
-        y[i] = y2;
+        y[i] = y1;
     }
     // sqrl.py:11: if y < 0.0:
     for (int64_t i = 0; i < n1; ++i) {
@@ -268,11 +268,11 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     const float t1 = static_cast<float>(n);
     const float t2 = (1.0f / t1);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    float* const tmp2 = y;  // reuses a dead buffer's space
+    float* const tmp1 = y;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n1; ++i) {
         const float ct_i = ct[i];
         const float t3 = ks::mulz(ct_i, t2);
-        tmp2[i] = t3;
+        tmp1[i] = t3;
     }
     // sqrl.py:11, 12, 14, 15
     for (int64_t i = 0; i < n1; ++i) {
@@ -280,26 +280,26 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
             const float x_i = x[i * n + j];
             const float t_i = ((-0.125f) * x_i);
             const float t3 = ks::ipow<2>(x_i);
-            const float t_i2 = (0.5f * t3);
-            const bool x_i2 = tmp[i];
-            const float t_i3 = (x_i2 ? t_i : t_i2);
-            const float t4 = std::sin(t_i3);
-            const float x_i3 = tmp2[i];
-            const float d_t_i = (x_i3 * t4);
-            const float t5 = (x_i3 * t_i3);
-            const float t6 = std::cos(t_i3);
+            const float t_i1 = (0.5f * t3);
+            const bool x_i1 = tmp[i];
+            const float t_i2 = (x_i1 ? t_i : t_i1);
+            const float t4 = std::sin(t_i2);
+            const float x_i2 = tmp1[i];
+            const float d_t_i = (x_i2 * t4);
+            const float t5 = (x_i2 * t_i2);
+            const float t6 = std::cos(t_i2);
             const float t7 = (t5 * t6);
-            const float d_t_i2 = (d_t_i + t7);
-            const float d_t_i3 = (x_i2 ? 0.0f : d_t_i2);
-            const float t8 = (d_t_i3 * 0.5f);
+            const float d_t_i1 = (d_t_i + t7);
+            const float d_t_i2 = (x_i1 ? 0.0f : d_t_i1);
+            const float t8 = (d_t_i2 * 0.5f);
             const float t9 = (2.0f * x_i);
             const float t10 = (t8 * t9);
-            const float d_x_i = (x_i2 ? 0.0f : t10);
-            const float d_t_i4 = (x_i2 ? d_t_i2 : 0.0f);
-            const float t11 = (d_t_i4 * (-0.125f));
-            const float t12 = (x_i2 ? t11 : 0.0f);
-            const float d_x_i2 = (d_x_i + t12);
-            out[i * n + j] = d_x_i2;
+            const float d_x_i = (x_i1 ? 0.0f : t10);
+            const float d_t_i3 = (x_i1 ? d_t_i1 : 0.0f);
+            const float t11 = (d_t_i3 * (-0.125f));
+            const float t12 = (x_i1 ? t11 : 0.0f);
+            const float d_x_i1 = (d_x_i + t12);
+            out[i * n + j] = d_x_i1;
         }
     }
     return ks::status::ok;
@@ -355,8 +355,8 @@ int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out
         const float t6 = ks::ipow<2>(x_i);
         const float t7 = (3.0f * t6);
         const float t8 = (t5 * t7);
-        const float d_x_i2 = (d_x_i + t8);
-        out[i] = d_x_i2;
+        const float d_x_i1 = (d_x_i + t8);
+        out[i] = d_x_i1;
     }
     return ks::status::ok;
 }
