@@ -95,3 +95,19 @@ def test_names_are_scoped_like_blocks_and_never_shadow():
 def test_a_users_name_never_hides_the_packages_constants_or_the_prologues_pointer():
     namer = Namer()
     assert namer.fresh("ks_data_0", source=True) == "v_ks_data_0" and namer.fresh("next_slot") == "next_slot1"
+
+
+def test_integer_floordiv_by_one_folds_and_a_floats_does_not(gmm_cpp):
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Lit, Var
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.ir.types import Type
+    from ksbuild.transforms.simplify import simplify
+    for dtype, value, folded in (("i64", -7, True), ("f32", 2.5, False)):
+        b = Builder()
+        x = Var(Type(dtype))
+        f = b.func("f", [x], [b.floordiv(x, Lit(1, Type(dtype)))])
+        g = simplify(f)
+        assert (not g.eqns and g.results[0] is g.params[0]) == folded
+        assert eval_func(g, [value]) == eval_func(f, [value])  # floor(2.5 / 1) = 2.0, not 2.5
+    assert not re.search(r"floordiv\(\w+, int64_t\{1\}\)", gmm_cpp)  # range(r)'s count r // 1 is r

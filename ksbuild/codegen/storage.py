@@ -5,6 +5,7 @@ the same base, so they cost nothing at run time. A splat literal has all strides
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -19,7 +20,9 @@ def dim_expr(d: Dim) -> str:
 
 
 def product(dims: Sequence[Dim]) -> str:
-    """A C++ expression for the product of dims ('1' for none)."""
+    """A C++ expression for the product of dims ('1' for none; one number when every dim is one: 256, not 16 * 16)."""
+    if all(isinstance(d, int) for d in dims):
+        return str(math.prod(dims))
     parts = [dim_expr(d) for d in dims if d != 1]
     return " * ".join(parts) if parts else "1"
 
@@ -132,10 +135,15 @@ class Storage:
 def _scaled(s: str, k: int) -> str:
     if s == "0" or k == 1:
         return s
+    if s.isdigit():
+        return str(k * int(s))
     return f"{k} * {s}" if " " not in s else f"{k} * ({s})"
 
 
 def _term(i: str, s: str) -> str:
+    """The offset of index i along an axis of stride s ("" for none): i, s, a number, or i * s."""
     if s == "0" or i == "0":
         return ""
+    if i == "1" or (i.isdigit() and s.isdigit()):
+        return s if i == "1" else str(int(i) * int(s))
     return i if s == "1" else f"{i} * {s}" if " " not in s else f"{i} * ({s})"

@@ -2076,28 +2076,27 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
                 const double t3 = (x[i * d + r] - means[k * d + r]);
                 const double t4 = (t2 * t3);
-                const int64_t t5 = ks::floordiv(r, int64_t{1});
-                const int64_t t6 = ks::max(t5, int64_t{0});
+                const int64_t t5 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < t6; ++c) {
-                    const int64_t t7 = ((2*d) - c);
-                    const int64_t t8 = (t7 - int64_t{1});
-                    const int64_t t9 = (c * t8);
-                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
-                    const int64_t t11 = (d + t10);
-                    const int64_t t12 = (t11 + r);
-                    const int64_t t13 = (t12 - c);
-                    const int64_t t14 = (t13 - int64_t{1});
-                    const double t15 = (x[i * d + c] - means[k * d + c]);
-                    const double t16 = (icf[k * T + ks::clamp_index(t14, T)] * t15);
-                    const double sum2 = (sum1 + t16);
+                for (int64_t c = 0; c < t5; ++c) {
+                    const int64_t t6 = ((2*d) - c);
+                    const int64_t t7 = (t6 - int64_t{1});
+                    const int64_t t8 = (c * t7);
+                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
+                    const int64_t t10 = (d + t9);
+                    const int64_t t11 = (t10 + r);
+                    const int64_t t12 = (t11 - c);
+                    const int64_t t13 = (t12 - int64_t{1});
+                    const double t14 = (x[i * d + c] - means[k * d + c]);
+                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
+                    const double sum2 = (sum1 + t15);
                     sum1 = sum2;
                 }
-                const double t7 = (t4 + sum1);
-                const double t8 = ks::ipow<2>(t7);
-                const double sum2 = (sum + t8);
+                const double t6 = (t4 + sum1);
+                const double t7 = ks::ipow<2>(t6);
+                const double sum2 = (sum + t7);
                 sum = sum2;
             }
             const double t2 = (0.5 * sum);
@@ -2301,30 +2300,29 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
                 const double t3 = (x[i * d + r] - means[k * d + r]);
                 const double t4 = (t2 * t3);
-                const int64_t t5 = ks::floordiv(r, int64_t{1});
-                const int64_t t6 = ks::max(t5, int64_t{0});
+                const int64_t t5 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double r7;
                 r7 = 0.0;
-                for (int64_t c = 0; c < t6; ++c) {
-                    const int64_t t7 = ((2*d) - c);
-                    const int64_t t8 = (t7 - int64_t{1});
-                    const int64_t t9 = (c * t8);
-                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
-                    const int64_t t11 = (d + t10);
-                    const int64_t t12 = (t11 + r);
-                    const int64_t t13 = (t12 - c);
-                    const int64_t t14 = (t13 - int64_t{1});
-                    const double t15 = (x[i * d + c] - means[k * d + c]);
-                    const double t16 = (icf[k * T + ks::clamp_index(t14, T)] * t15);
-                    const double sum = (r7 + t16);
+                for (int64_t c = 0; c < t5; ++c) {
+                    const int64_t t6 = ((2*d) - c);
+                    const int64_t t7 = (t6 - int64_t{1});
+                    const int64_t t8 = (c * t7);
+                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
+                    const int64_t t10 = (d + t9);
+                    const int64_t t11 = (t10 + r);
+                    const int64_t t12 = (t11 - c);
+                    const int64_t t13 = (t12 - int64_t{1});
+                    const double t14 = (x[i * d + c] - means[k * d + c]);
+                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
+                    const double sum = (r7 + t15);
                     r7 = sum;
                 }
-                const double t7 = (t4 + r7);
-                const double t8 = ks::ipow<2>(t7);
-                const double sum = (r6 + t8);
+                const double t6 = (t4 + r7);
+                const double t7 = ks::ipow<2>(t6);
+                const double sum = (r6 + t7);
                 r1[i * (K * d) + k * d + r] = t2;
-                r2[i * (K * d) + k * d + r] = t7;
+                r2[i * (K * d) + k * d + r] = t6;
                 r6 = sum;
             }
             const double t2 = (0.5 * r6);
@@ -2473,35 +2471,34 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             r10 = t14;
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double t15 = (x[i * d + r] - means[k * d + r]);
-                const int64_t t16 = ks::floordiv(r, int64_t{1});
-                const int64_t t17 = ks::max(t16, int64_t{0});
-                const double t18 = (2.0 * r2[i * (K * d) + k * d + r]);
-                const double t19 = (r10 * t18);
+                const int64_t t16 = ks::max(r, int64_t{0});
+                const double t17 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double t18 = (r10 * t17);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double r11;
-                r11 = t19;
-                for (int64_t c = t17 - 1; c >= 0; --c) {
-                    const int64_t t20 = ((2*d) - c);
-                    const int64_t t21 = (t20 - int64_t{1});
-                    const int64_t t22 = (c * t21);
-                    const int64_t t23 = ks::floordiv(t22, int64_t{2});
-                    const int64_t t24 = (d + t23);
-                    const int64_t t25 = (t24 + r);
-                    const int64_t t26 = (t25 - c);
-                    const int64_t t27 = (t26 - int64_t{1});
-                    const double t28 = (x[i * d + c] - means[k * d + c]);
-                    const double t29 = (r11 * icf[k * T + ks::clamp_index(t27, T)]);
-                    const double t30 = (r11 * t28);
-                    const double t31 = (t29 * (-1.0));
-                    r9[c] += t31;
-                    r8[ks::clamp_index(t27, T)] += t30;
+                r11 = t18;
+                for (int64_t c = t16 - 1; c >= 0; --c) {
+                    const int64_t t19 = ((2*d) - c);
+                    const int64_t t20 = (t19 - int64_t{1});
+                    const int64_t t21 = (c * t20);
+                    const int64_t t22 = ks::floordiv(t21, int64_t{2});
+                    const int64_t t23 = (d + t22);
+                    const int64_t t24 = (t23 + r);
+                    const int64_t t25 = (t24 - c);
+                    const int64_t t26 = (t25 - int64_t{1});
+                    const double t27 = (x[i * d + c] - means[k * d + c]);
+                    const double t28 = (r11 * icf[k * T + ks::clamp_index(t26, T)]);
+                    const double t29 = (r11 * t27);
+                    const double t30 = (t28 * (-1.0));
+                    r9[c] += t30;
+                    r8[ks::clamp_index(t26, T)] += t29;
                 }
-                const double t20 = (t19 * r1[i * (K * d) + k * d + r]);
-                const double t21 = (t19 * t15);
-                const double t22 = (t20 * (-1.0));
-                r9[r] += t22;
-                const double t23 = ks::mulz(t21, r1[i * (K * d) + k * d + r]);
-                r8[ks::clamp_index(r, T)] += t23;
+                const double t19 = (t18 * r1[i * (K * d) + k * d + r]);
+                const double t20 = (t18 * t15);
+                const double t21 = (t19 * (-1.0));
+                r9[r] += t21;
+                const double t22 = ks::mulz(t20, r1[i * (K * d) + k * d + r]);
+                r8[ks::clamp_index(r, T)] += t22;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
@@ -2592,41 +2589,40 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             sqnorm[j] = 0.0;
         }
         for (int64_t r = 0; r < d; ++r) {
-            const int64_t t1 = ks::floordiv(r, int64_t{1});
-            const int64_t t2 = ks::max(t1, int64_t{0});
+            const int64_t t1 = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 sum[j] = 0.0;
             }
-            for (int64_t c = 0; c < t2; ++c) {
-                const int64_t t3 = ((2*d) - c);
-                const int64_t t4 = (t3 - int64_t{1});
-                const int64_t t5 = (c * t4);
-                const int64_t t6 = ks::floordiv(t5, int64_t{2});
-                const int64_t t7 = (t6 + r);
-                const int64_t t8 = (t7 - c);
-                const int64_t t9 = (t8 - int64_t{1});
+            for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = ((2*d) - c);
+                const int64_t t3 = (t2 - int64_t{1});
+                const int64_t t4 = (c * t3);
+                const int64_t t5 = ks::floordiv(t4, int64_t{2});
+                const int64_t t6 = (t5 + r);
+                const int64_t t7 = (t6 - c);
+                const int64_t t8 = (t7 - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t9, (T - d)) + j * T];
+                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
                     const double x_i1 = xc[c + j * d];
-                    const double t10 = (x_i * x_i1);
+                    const double t9 = (x_i * x_i1);
                     const double sum_i = sum[j];
-                    const double sum_i1 = (sum_i + t10);
+                    const double sum_i1 = (sum_i + t9);
                     sum[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = icf[r + j * T];
-                const double t3 = ks::exp(x_i);
+                const double t2 = ks::exp(x_i);
                 const double x_i1 = xc[r + j * d];
-                const double t4 = (t3 * x_i1);
+                const double t3 = (t2 * x_i1);
                 const double sum_i = sum[j];
-                const double row_i = (t4 + sum_i);
-                const double t5 = (row_i * row_i);
+                const double row_i = (t3 + sum_i);
+                const double t4 = (row_i * row_i);
                 const double sqnorm_i = sqnorm[j];
-                const double sqnorm_i1 = (sqnorm_i + t5);
+                const double sqnorm_i1 = (sqnorm_i + t4);
                 sqnorm[j] = sqnorm_i1;
             }
         }
@@ -2858,43 +2854,42 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             r6[j] = 0.0;
         }
         for (int64_t r = 0; r < d; ++r) {
-            const int64_t t1 = ks::floordiv(r, int64_t{1});
-            const int64_t t2 = ks::max(t1, int64_t{0});
+            const int64_t t1 = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 r7[j] = 0.0;
             }
-            for (int64_t c = 0; c < t2; ++c) {
-                const int64_t t3 = ((2*d) - c);
-                const int64_t t4 = (t3 - int64_t{1});
-                const int64_t t5 = (c * t4);
-                const int64_t t6 = ks::floordiv(t5, int64_t{2});
-                const int64_t t7 = (t6 + r);
-                const int64_t t8 = (t7 - c);
-                const int64_t t9 = (t8 - int64_t{1});
+            for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = ((2*d) - c);
+                const int64_t t3 = (t2 - int64_t{1});
+                const int64_t t4 = (c * t3);
+                const int64_t t5 = ks::floordiv(t4, int64_t{2});
+                const int64_t t6 = (t5 + r);
+                const int64_t t7 = (t6 - c);
+                const int64_t t8 = (t7 - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t9, (T - d)) + j * T];
+                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
                     const double x_i1 = r1[i * (K * d) + c + j * d];
-                    const double t10 = (x_i * x_i1);
+                    const double t9 = (x_i * x_i1);
                     const double sum_i = r7[j];
-                    const double sum_i1 = (sum_i + t10);
+                    const double sum_i1 = (sum_i + t9);
                     r7[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = icf[r + j * T];
-                const double t3 = ks::exp(x_i);
-                r2[i * (d * K) + r * K + j] = t3;
+                const double t2 = ks::exp(x_i);
+                r2[i * (d * K) + r * K + j] = t2;
                 const double x_i1 = r1[i * (K * d) + r + j * d];
-                const double t4 = (t3 * x_i1);
+                const double t3 = (t2 * x_i1);
                 const double x_i2 = r7[j];
-                const double row_i = (t4 + x_i2);
+                const double row_i = (t3 + x_i2);
                 r3[i * (d * K) + r * K + j] = row_i;
-                const double t5 = (row_i * row_i);
+                const double t4 = (row_i * row_i);
                 const double sqnorm_i = r6[j];
-                const double sqnorm_i1 = (sqnorm_i + t5);
+                const double sqnorm_i1 = (sqnorm_i + t4);
                 sqnorm[j] = sqnorm_i1;
             }
             for (int64_t j = 0; j < K; ++j) {
@@ -3022,8 +3017,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             r9[j] = 0.0;
         }
         for (int64_t r = d - 1; r >= 0; --r) {
-            const int64_t t13 = ks::floordiv(r, int64_t{1});
-            const int64_t t14 = ks::max(t13, int64_t{0});
+            const int64_t t13 = ks::max(r, int64_t{0});
             // gmm.py:111: sqnorm = sqnorm + row * row
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = tmp3[j];
@@ -3036,20 +3030,20 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             for (int64_t j = 0; j < K; ++j) {
                 r10[j] = d_row[j];
             }
-            for (int64_t c = t14 - 1; c >= 0; --c) {
-                const int64_t t15 = ((2*d) - c);
-                const int64_t t16 = (t15 - int64_t{1});
-                const int64_t t17 = (c * t16);
-                const int64_t t18 = ks::floordiv(t17, int64_t{2});
-                const int64_t t19 = (t18 + r);
-                const int64_t t20 = (t19 - c);
-                const int64_t t21 = (t20 - int64_t{1});
+            for (int64_t c = t13 - 1; c >= 0; --c) {
+                const int64_t t14 = ((2*d) - c);
+                const int64_t t15 = (t14 - int64_t{1});
+                const int64_t t16 = (c * t15);
+                const int64_t t17 = ks::floordiv(t16, int64_t{2});
+                const int64_t t18 = (t17 + r);
+                const int64_t t19 = (t18 - c);
+                const int64_t t20 = (t19 - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = r10[j];
-                    const double x_i1 = icf[d + ks::clamp_index(t21, (T - d)) + j * T];
-                    const double t22 = (x_i * x_i1);
-                    tmp4[j] = t22;
+                    const double x_i1 = icf[d + ks::clamp_index(t20, (T - d)) + j * T];
+                    const double t21 = (x_i * x_i1);
+                    tmp4[j] = t21;
                 }
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
@@ -3060,12 +3054,12 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = r10[j];
                     const double x_i1 = r1[i * (K * d) + c + j * d];
-                    const double t22 = (x_i * x_i1);
-                    tmp5[j] = t22;
+                    const double t21 = (x_i * x_i1);
+                    tmp5[j] = t21;
                 }
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t21, (T - d)) + j * ((T - d))] += tmp5[j];
+                    d_ls[ks::clamp_index(t20, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
@@ -3073,8 +3067,8 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double x_i = r2[i * (d * K) + r * K + j];
-                const double t15 = (d_row_i * x_i);
-                tmp5[j] = t15;
+                const double t14 = (d_row_i * x_i);
+                tmp5[j] = t14;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
@@ -3085,10 +3079,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double x_i = r1[i * (K * d) + r + j * d];
-                const double t15 = (d_row_i * x_i);
+                const double t14 = (d_row_i * x_i);
                 const double x_i1 = r2[i * (d * K) + r * K + j];
-                const double t16 = ks::mulz(t15, x_i1);
-                tmp6[j] = t16;
+                const double t15 = ks::mulz(t14, x_i1);
+                tmp6[j] = t15;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {

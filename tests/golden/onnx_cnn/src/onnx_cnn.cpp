@@ -36,13 +36,13 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
     float* const Relu = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
     float* const MaxPool = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
+    next_slot += ks::aligned_bytes<float>(512);
     float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(16 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(144);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
     (void)next_slot;
@@ -56,18 +56,18 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
             return Relu_i;
         };
-        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
-                    MaxPool[i * (8 * 8) + j * 8 + k] = acc;
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    MaxPool[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
@@ -80,7 +80,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             for (int64_t j = 0; j < 3; ++j) {
                 KS_OMP_SIMD(reduction(+:acc))
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = conv[i * (3 * 3) + j * 3 + k];
+                    const float x_i = conv[i * 9 + j * 3 + k];
                     const float x_i1 = ks_data_3[i];
                     const float conv2_Conv_i = (x_i + x_i1);
                     const bool t1 = (conv2_Conv_i <= 0.0f);
@@ -108,7 +108,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
 }
 
 size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<float>(16 * 3 * 3) + ks::aligned_bytes<float>(16);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<float>(144) + ks::aligned_bytes<float>(16);
 }
 
 
@@ -132,19 +132,19 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
     float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
     float* const Relu = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    next_slot += ks::aligned_bytes<float>(2048);
     float* const MaxPool = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
+    next_slot += ks::aligned_bytes<float>(512);
     int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
+    next_slot += ks::aligned_bytes<int64_t>(2048);
     int64_t* const tmp3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
+    next_slot += ks::aligned_bytes<int64_t>(2048);
     int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 8);
+    next_slot += ks::aligned_bytes<int64_t>(512);
     float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
     float* const prod = reinterpret_cast<float*>(next_slot);
@@ -158,11 +158,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     float* const folded2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
     float* const packed = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(216);
     float* const gathered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(216);
     float* const gathered1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(216);
     (void)next_slot;
     // ONNX node /fc/Gemm (Gemm)
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
@@ -174,7 +174,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                     for (int64_t m = 0; m < 8; ++m) {
                         for (int64_t i1 = 0; i1 < 2; ++i1) {
                             const int64_t t1 = static_cast<int64_t>(l);
-                            tmp[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
+                            tmp[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -189,7 +189,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                     for (int64_t m = 0; m < 8; ++m) {
                         for (int64_t i1 = 0; i1 < 2; ++i1) {
                             const int64_t t1 = static_cast<int64_t>(i1);
-                            tmp1[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
+                            tmp1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -199,18 +199,18 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float);
+        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 16; ++j) {
                 for (int64_t k = 0; k < 16; ++k) {
-                    const float x_i = conv[i * (16 * 16) + j * 16 + k];
+                    const float x_i = conv[i * 256 + j * 16 + k];
                     const float x_i1 = ks_data_1[i];
                     const float conv1_Conv_i = (x_i + x_i1);
                     const bool t1 = (conv1_Conv_i <= 0.0f);
-                    stacked[row * (8 * 16 * 16) + i * (16 * 16) + j * 16 + k] = t1;
+                    stacked[row * 2048 + i * 256 + j * 16 + k] = t1;
                     const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
-                    Relu[i * (16 * 16) + j * 16 + k] = Relu_i;
+                    Relu[i * 256 + j * 16 + k] = Relu_i;
                 }
             }
         }
@@ -220,11 +220,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1)]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + k * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1)]);
-                    acc = ks::running_max(acc, Relu[i * (16 * 16) + j * (2 * 16) + 1 * 16 + k * (2 * 1) + 1]);
-                    MaxPool[i * (8 * 8) + j * 8 + k] = acc;
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    MaxPool[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
@@ -234,20 +234,20 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 2; ++k) {
                     for (int64_t l = 0; l < 8; ++l) {
                         for (int64_t m = 0; m < 2; ++m) {
-                            const float x_i = Relu[i * (16 * 16) + j * (2 * 16) + k * 16 + l * (2 * 1) + m];
-                            const float x_i1 = MaxPool[i * (8 * 8) + j * 8 + l];
+                            const float x_i = Relu[i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const float x_i1 = MaxPool[i * 64 + j * 8 + l];
                             const bool t1 = (x_i == x_i1);
                             const bool t2 = (x_i != x_i);
                             const bool t3 = (x_i1 != x_i1);
                             const bool t4 = (t2 && t3);
                             const bool t5 = (t1 || t4);
-                            const int64_t x_i2 = tmp[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
+                            const int64_t x_i2 = tmp[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
                             const int64_t t6 = (x_i2 * int64_t{2});
-                            const int64_t x_i3 = tmp1[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
+                            const int64_t x_i3 = tmp1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
                             const int64_t t7 = (x_i3 + t6);
-                            tmp2[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t7;
+                            tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m] = t7;
                             const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
-                            tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t8;
+                            tmp3[i * 256 + j * 32 + k * 16 + l * 2 + m] = t8;
                         }
                     }
                 }
@@ -259,11 +259,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
                     int64_t acc = ks::highest<int64_t>();
-                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2]);
-                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * 2 + 1]);
-                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2]);
-                    acc = ks::running_min(acc, tmp3[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + 1 * (8 * 2) + k * 2 + 1]);
-                    min[i * (8 * 8) + j * 8 + k] = acc;
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    min[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
@@ -279,10 +279,10 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 2; ++k) {
                     for (int64_t l = 0; l < 8; ++l) {
                         for (int64_t m = 0; m < 2; ++m) {
-                            const int64_t x_i = tmp2[i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m];
-                            const int64_t x_i1 = min[i * (8 * 8) + j * 8 + l];
+                            const int64_t x_i = tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const int64_t x_i1 = min[i * 64 + j * 8 + l];
                             const bool t1 = (x_i == x_i1);
-                            stacked1[row * (8 * 8 * 2 * 8 * 2) + i * (8 * 2 * 8 * 2) + j * (2 * 8 * 2) + k * (8 * 2) + l * 2 + m] = t1;
+                            stacked1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m] = t1;
                         }
                     }
                 }
@@ -298,11 +298,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
             return d_conv2_Conv_i;
         };
-        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * (16 * 3 * 3)), scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch; ++i) {
-        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * (16 * 9)), 9, 1}, {(prod + i * (72 * 9)), 9, 1}, false, scratch_float);
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float);
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
@@ -314,7 +314,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t l = 0; l < 3; ++l) {
                     for (int64_t m = 0; m < 3; ++m) {
                         for (int64_t i1 = 0; i1 < 3; ++i1) {
-                            folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (2 * (3 * 3)) + l * (3 * 3) + m * 3 + i1] += prod[i * (8 * 3 * 3 * 3 * 3) + j * (3 * 3 * 3 * 3) + k * 3 + l * (3 * 3 * 3) + m + i1 * (3 * 3)];
+                            folded[i * 576 + j * 72 + k * 18 + l * 9 + m * 3 + i1] += prod[i * 648 + j * 81 + k * 3 + l * 27 + m + i1 * 9];
                         }
                     }
                 }
@@ -330,7 +330,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
                     for (int64_t m = 0; m < 3; ++m) {
-                        folded1[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + l * (2 * 1) + m] += folded[i * (8 * 8 * 3 * 3) + j * (8 * 3 * 3) + k * (3 * 3) + l * 3 + m];
+                        folded1[i * 512 + j * 64 + k * 8 + l * 2 + m] += folded[i * 576 + j * 72 + k * 9 + l * 3 + m];
                     }
                 }
             }
@@ -343,10 +343,10 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
                         for (int64_t i1 = 0; i1 < 2; ++i1) {
-                            const bool x_i = stacked1[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1];
-                            const float x_i1 = folded1[i * (8 * 8 * 8) + j * (8 * 8) + k * 8 + m];
+                            const bool x_i = stacked1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
+                            const float x_i1 = folded1[i * 512 + j * 64 + k * 8 + m];
                             const float t1 = (x_i ? x_i1 : 0.0f);
-                            tmp5[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1] = t1;
+                            tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -363,7 +363,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 8; ++m) {
                         for (int64_t i1 = 0; i1 < 2; ++i1) {
-                            folded2[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m * (2 * 1) + i1] += tmp5[i * (8 * 8 * 2 * 8 * 2) + j * (8 * 2 * 8 * 2) + k * (2 * 8 * 2) + l * (8 * 2) + m * 2 + i1];
+                            folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] += tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
                         }
                     }
                 }
@@ -380,7 +380,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
                     for (int64_t m = 0; m < 16; ++m) {
-                        d_Relu[i * (8 * 16 * 16) + j * (16 * 16) + k * (2 * 16) + l * 16 + m] += folded2[i * (8 * 8 * 2 * 16) + j * (8 * 2 * 16) + k * (2 * 16) + l * 16 + m];
+                        d_Relu[i * 2048 + j * 256 + k * 32 + l * 16 + m] += folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m];
                     }
                 }
             }
@@ -391,7 +391,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
-                    packed[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + l] = ks_data_0[i * (3 * 3) + j * (3 * 3 * 3) + k * 3 + l];
+                    packed[i * 72 + j * 9 + k * 3 + l] = ks_data_0[i * 9 + j * 27 + k * 3 + l];
                 }
             }
         }
@@ -401,7 +401,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
-                    gathered[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + l] = packed[i * (8 * 3 * 3) + j * (3 * 3) + ks::clamp_index(ks_data_7[k], 3) * 3 + l];
+                    gathered[i * 72 + j * 9 + k * 3 + l] = packed[i * 72 + j * 9 + ks::clamp_index(ks_data_7[k], 3) * 3 + l];
                 }
             }
         }
@@ -411,7 +411,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 for (int64_t l = 0; l < 3; ++l) {
-                    gathered1[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + l] = gathered[i * (8 * 3 * 3) + j * (3 * 3) + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
+                    gathered1[i * 72 + j * 9 + k * 3 + l] = gathered[i * 72 + j * 9 + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
                 }
             }
         }
@@ -431,7 +431,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 8) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(512) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216);
 }
 
 }  // namespace KS_VARIANT

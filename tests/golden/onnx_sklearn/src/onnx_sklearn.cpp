@@ -272,9 +272,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 const bool x_i = ks_data_11[j * 3 + k];
-                const float x_i1 = gathered[i * (3 * 3) + j * 3 + k];
+                const float x_i1 = gathered[i * 9 + j * 3 + k];
                 const float t1 = (x_i ? x_i1 : 0.0f);
-                tmp13[i * (3 * 3) + j * 3 + k] = t1;
+                tmp13[i * 9 + j * 3 + k] = t1;
             }
         }
     }
@@ -285,7 +285,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             float acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = tmp13[i * (3 * 3) + j + k * 3];
+                const float x_i = tmp13[i * 9 + j + k * 3];
                 const float t1 = (x_i * x_i);
                 acc += t1;
             }
@@ -297,15 +297,15 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = tmp13[i * (3 * 3) + j + k * 3];
-                const float x_i1 = tmp13[i * (3 * 3) + j * 3 + k];
+                const float x_i = tmp13[i * 9 + j + k * 3];
+                const float x_i1 = tmp13[i * 9 + j * 3 + k];
                 const float t1 = (x_i * x_i1);
                 const float t2 = (-t1);
                 const float x_i2 = tmp14[i * 3 + j];
                 const float x_i3 = ks_data_12[j * 3 + k];
                 const float t3 = (x_i2 * x_i3);
                 const float t4 = (t2 + t3);
-                tmp15[i * (3 * 3) + j * 3 + k] = t4;
+                tmp15[i * 9 + j * 3 + k] = t4;
             }
         }
     }
@@ -340,7 +340,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t l = 0; l < 3; ++l) {
-                        dot += tmp15[j * (3 * 3) + k * 3 + l] * out_probabilities[j * 3 + l];
+                        dot += tmp15[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
                     }
                     prod2[j * 3 + k] = dot;
                 }
@@ -370,7 +370,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed[j * 3 + k] = tmp15[j * (3 * 3) + k];
+                    packed[j * 3 + k] = tmp15[j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -394,7 +394,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed3[j * 3 + k] = tmp15[1 * 3 + j * (3 * 3) + k];
+                    packed3[j * 3 + k] = tmp15[3 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -444,7 +444,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed6[j * 3 + k] = tmp15[2 * 3 + j * (3 * 3) + k];
+                    packed6[j * 3 + k] = tmp15[6 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
