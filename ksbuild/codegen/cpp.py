@@ -239,17 +239,29 @@ class Writer:
 
     def note_source(self, start: int, locs) -> None:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
-        loop nest or a call of a kernel of the prelude (ks::conv(...);) and do not start with a comment already."""
+        loop nest or a call of a kernel of the prelude (ks::conv(...);), do not start with a comment already and
+        do not follow code of the same place (the block's last such comment says it)."""
         new = [line.strip() for line in self.lines[start:]]
         if not any(line.startswith(("for (", "KS_OMP", "ks::")) for line in new) or new[0].startswith("//"):
             return
         text = source_comment(locs, self.source_root)
-        if text is None:
+        pad = self.lines[start][:len(self.lines[start]) - len(new[0])]
+        if text is None or self._last_comment(start, pad) == "// " + text:
             return
         inner = next((j for j, line in enumerate(new[:3]) if line == "// " + text), None)
         if inner is not None:  # the same line's comment on the first loop inside: this one says it
             del self.lines[start + inner]
-        self.lines.insert(start, self.lines[start][:len(self.lines[start]) - len(new[0])] + "// " + text)
+        self.lines.insert(start, pad + "// " + text)
+
+    def _last_comment(self, end: int, pad: str) -> str | None:
+        """The last comment line at indent `pad` in the block that lines[end] is in (None if there is none)."""
+        for line in reversed(self.lines[:end]):
+            indent = len(line) - len(line.lstrip())
+            if indent < len(pad):
+                return None
+            if indent == len(pad) and line.lstrip().startswith("// "):
+                return line.strip()
+        return None
 
     def ctype(self, t: Type) -> str:
         return C_TYPES[t.dtype]

@@ -118,7 +118,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     const double t3 = static_cast<double>(t2);
     const double t4 = (t3 * 0.5);
     const double constant = (t4 * 1.8378770664093453);
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
@@ -137,7 +136,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         }
         tmp2[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
         const double t5 = ks::abs(x_i);
@@ -145,7 +143,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double t7 = (t6 ? 0.0 : x_i);
         tmp3[i] = t7;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
@@ -159,7 +156,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         }
         tmp4[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
@@ -170,7 +166,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         acc += t6;
     }
     const double t5 = (constant + acc);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc1 = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = alphas[i];
@@ -179,7 +174,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     const double t6 = ks::abs(acc1);
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc1);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc2 = 0;
     KS_OMP_SIMD(reduction(+:acc2))
     for (int64_t i = 0; i < K; ++i) {
@@ -241,7 +235,6 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 acc3 += t22;
             }
         }
-        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc4))
@@ -409,7 +402,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             tmp1[i * K + j] = acc;
         }
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
@@ -428,7 +420,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         tmp2[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
         const double t1 = ks::abs(x_i);
@@ -436,7 +427,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t3 = (t2 ? 0.0 : x_i);
         tmp3[i] = t3;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const tmp4 = tmp1;  // reuses a dead buffer's space
     double* const tmp5 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -452,7 +442,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         tmp5[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = alphas[i];
@@ -461,7 +450,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const tmp6 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
@@ -480,14 +468,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t8 = ((-1.0) * wishart_m);
     const double t9 = ((-1.0) * t4);
     const double t10 = ks::mulz(t9, t5);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp5[i];
         const double t11 = (1.0 / x_i);
         tmp7[i] = t11;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     double* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
@@ -507,7 +493,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             sum[j] += d_scores[i * K + j];
         }
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     double* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const double d_scores_i = d_scores[i];
@@ -515,7 +500,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t12 = (t11 * 0.5);
         tmp8[i] = t12;
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
@@ -542,7 +526,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
         }
     }
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
         prod1[i] = 0;
     }
@@ -553,7 +536,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
         }
     }
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     double* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
         const double x_i = prod1[i];
@@ -612,7 +594,6 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i = 0; i < T; ++i) {
             r4[k * T + i] += r6[i];
         }
-        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
             d_qs[k * d + i] += r5[i];
         }
@@ -791,7 +772,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const double t3 = static_cast<double>(t2);
     const double t4 = (t3 * 0.5);
     const double constant = (t4 * 1.8378770664093453);
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
@@ -810,7 +790,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         }
         tmp2[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
         const float t5 = ks::abs(x_i);
@@ -818,7 +797,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float t7 = (t6 ? 0.0f : x_i);
         tmp3[i] = t7;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
@@ -837,7 +815,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         }
         tmp4[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
@@ -854,7 +831,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     }
     const double t5 = static_cast<double>(acc);
     const double t6 = (constant + t5);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc1 = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = alphas[i];
@@ -863,7 +839,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const float t7 = ks::abs(acc1);
     const bool t8 = (t7 == __builtin_huge_valf());
     const float t9 = (t8 ? 0.0f : acc1);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc2 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
@@ -933,7 +908,6 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 acc3 += t25;
             }
         }
-        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         float acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc4))
@@ -1113,7 +1087,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             tmp1[i * K + j] = acc;
         }
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
@@ -1132,7 +1105,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
         tmp2[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
         const float t1 = ks::abs(x_i);
@@ -1140,7 +1112,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         const float t3 = (t2 ? 0.0f : x_i);
         tmp3[i] = t3;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const tmp4 = tmp1;  // reuses a dead buffer's space
     float* const tmp5 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -1161,7 +1132,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
         tmp5[i] = acc;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float acc = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = alphas[i];
@@ -1170,7 +1140,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_valf());
     const float t3 = (t2 ? 0.0f : acc);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const tmp6 = tmp;  // reuses a dead buffer's space
     float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
@@ -1194,14 +1163,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t8 = ((-1.0f) * wishart_m);
     const float t9 = ((-1.0f) * t4);
     const float t10 = ks::mulz(t9, t5);
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp5[i];
         const float t11 = (1.0f / x_i);
         tmp7[i] = t11;
     }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     float* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
@@ -1221,7 +1188,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             sum[j] += d_scores[i * K + j];
         }
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     float* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const float d_scores_i = d_scores[i];
@@ -1229,7 +1195,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         const float t12 = (t11 * 0.5f);
         tmp8[i] = t12;
     }
-    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
@@ -1256,7 +1221,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             }
         }
     }
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
         prod1[i] = 0;
     }
@@ -1267,7 +1231,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             }
         }
     }
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     float* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
         const float x_i = prod1[i];
@@ -1326,7 +1289,6 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = 0; i < T; ++i) {
             r4[k * T + i] += r6[i];
         }
-        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
             d_qs[k * d + i] += r5[i];
         }
@@ -1447,7 +1409,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         tmp[i] = acc;
     }
-    // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = tmp[i];
@@ -1467,7 +1428,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 tmp1[j * d + k] = t1;
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             int64_t j1 = 0;
             for (; j1 + 4 <= d; j1 += 4) {
@@ -1493,7 +1453,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 prod[j * d + j1] = dot;
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp2 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             double acc = 0;
@@ -1505,7 +1464,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
             tmp2[j] = acc;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
             const double t1 = (0.5 * x_i);
@@ -1513,7 +1471,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             const double t2 = (x_i1 - t1);
             tmp3[j] = t2;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp3[j];
@@ -1522,7 +1479,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -1552,7 +1508,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
-    // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
@@ -1614,7 +1569,6 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 acc2 += t22;
             }
         }
-        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
@@ -1744,7 +1698,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
         tmp[i] = acc;
     }
-    // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = tmp[i];
@@ -1762,7 +1715,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 r4[i * (K * d) + j * d + k] = t1;
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             int64_t j1 = 0;
             for (; j1 + 4 <= d; j1 += 4) {
@@ -1788,7 +1740,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 r5[i * (K * d) + j * d + j1] = dot;
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp1 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             double acc = 0;
@@ -1800,7 +1751,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             }
             tmp1[j] = acc;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
             const double t1 = (0.5 * x_i);
@@ -1808,7 +1758,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double t2 = (x_i1 - t1);
             tmp2[j] = t2;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
@@ -1817,7 +1766,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -1839,7 +1787,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
@@ -1885,7 +1832,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double t15 = (t14 * 0.5);
             tmp4[j] = t15;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = r5[i * (K * d) + j * d + k];
@@ -1895,7 +1841,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 tmp5[j * d + k] = t14;
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K * d; ++j) {
             prod[j] = 0;
         }
@@ -1906,7 +1851,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 }
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
@@ -1914,14 +1858,12 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 }
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r8[j];
             const double x_i1 = tmp3[j];
             const double t13 = (x_i + x_i1);
             r8[j] = t13;
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < (K*d); ++j) {
             const double x_i = prod[j];
             const double t13 = (x_i * (-1.0));
@@ -1982,7 +1924,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t i = 0; i < T; ++i) {
             r11[k * T + i] += r13[i];
         }
-        // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < d; ++i) {
             d_qs[k * d + i] += r12[i];
         }
@@ -2069,7 +2010,6 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 acc += x_i;
             }
             const double t1 = (alphas[k] + acc);
-            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -2112,7 +2052,6 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -2142,7 +2081,6 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
-    // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
@@ -2204,7 +2142,6 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 acc2 += t22;
             }
         }
-        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
@@ -2293,7 +2230,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 acc += x_i;
             }
             const double t1 = (alphas[k] + acc);
-            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double r6;
             r6 = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -2338,7 +2274,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -2360,7 +2295,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double* const tmp = r5;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
@@ -2504,7 +2438,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             for (int64_t j = 0; j < d; ++j) {
                 out_d_means[k * d + j] += r9[j];
             }
-            // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < T; ++j) {
                 d_icf1[k * T + j] += r8[j];
             }
@@ -2516,7 +2449,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             for (int64_t j = 0; j < d; ++j) {
                 padded1[j] = tmp3[k];
             }
-            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             for (int64_t j = 0; j < T; ++j) {
                 d_icf1[k * T + j] += padded1[j];
             }
@@ -2563,7 +2495,6 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         }
         tmp[i] = acc;
     }
-    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = tmp[i];
@@ -2635,7 +2566,6 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             const double t2 = (x_i - t1);
             tmp1[j] = t2;
         }
-        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
@@ -2644,7 +2574,6 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -2674,7 +2603,6 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
     const double t8 = (t7 ? 0.0 : acc);
-    // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
@@ -2736,7 +2664,6 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 acc2 += t22;
             }
         }
-        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
@@ -2830,7 +2757,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
         tmp[i] = acc;
     }
-    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double x_i = tmp[i];
@@ -2905,7 +2831,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             const double t2 = (x_i1 - t1);
             tmp1[j] = t2;
         }
-        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
@@ -2914,7 +2839,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : acc);
-        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
@@ -2936,7 +2860,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
@@ -2955,7 +2878,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     const double t8 = ((-1.0) * wishart_m);
     const double t9 = ((-1.0) * t4);
     const double t10 = ks::mulz(t9, t5);
-    // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
@@ -2977,7 +2899,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             d_qs[i * d + j] = d_qs_i1;
         }
     }
-    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
@@ -3045,11 +2966,9 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                     const double t21 = (x_i * x_i1);
                     tmp4[j] = t21;
                 }
-                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     r9[c + j * d] += tmp4[j];
                 }
-                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 double* const tmp5 = tmp4;  // reuses a dead buffer's space
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = r10[j];
@@ -3057,12 +2976,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                     const double t21 = (x_i * x_i1);
                     tmp5[j] = t21;
                 }
-                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     d_ls[ks::clamp_index(t20, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
-            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             double* const tmp5 = r10;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
@@ -3070,11 +2987,9 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double t14 = (d_row_i * x_i);
                 tmp5[j] = t14;
             }
-            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 r9[r + j * d] += tmp5[j];
             }
-            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             double* const tmp6 = r10;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
@@ -3084,7 +2999,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double t15 = ks::mulz(t14, x_i1);
                 tmp6[j] = t15;
             }
-            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 d_qs[r + j * d] += tmp6[j];
             }

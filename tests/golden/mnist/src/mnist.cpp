@@ -98,7 +98,6 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t3 = (x_i1 / t2);
         tmp1[i] = t3;
     }
-    // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_8[i];
         const float x_i1 = tmp1[i];
@@ -139,7 +138,6 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t3 = (x_i1 / t2);
         tmp4[i] = t3;
     }
-    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 64; ++i) {
         const float x_i = ks_data_10[i];
         const float x_i1 = tmp4[i];
@@ -187,7 +185,6 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         }
         tmp7[i] = acc;
     }
-    // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
@@ -201,14 +198,12 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         }
         tmp9[i] = acc;
     }
-    // export.py: node _log_softmax (aten._log_softmax.default)
     float* const tmp10 = tmp7;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp9[i];
         const float t1 = ks::log(x_i);
         tmp10[i] = t1;
     }
-    // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
             const float x_i = tmp8[i * 10 + j];

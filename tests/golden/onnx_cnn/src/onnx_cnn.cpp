@@ -181,7 +181,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
@@ -228,7 +227,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 }
             }
         }
-        // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 for (int64_t k = 0; k < 2; ++k) {
@@ -253,7 +251,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 }
             }
         }
-        // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
@@ -304,7 +301,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     for (int64_t i = 0; i < batch; ++i) {
         ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float);
     }
-    // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
         folded[i] = 0.0f;
     }
@@ -321,7 +317,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
         folded1[i] = 0.0f;
     }
@@ -353,7 +348,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
         folded2[i] = 0.0f;
     }
@@ -370,7 +364,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /MaxPool (MaxPool)
     float* const d_Relu = tmp5;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
         d_Relu[i] = 0.0f;
@@ -396,7 +389,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /conv1/Conv (Conv)
     for (int64_t i = 0; i < 3; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
@@ -406,7 +398,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /conv1/Conv (Conv)
     for (int64_t i = 0; i < 3; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {

@@ -35,7 +35,6 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
     (void)next_slot;
     // ONNX node boosted_trees (TreeEnsembleRegressor)
     ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
-    // ONNX node boosted_trees (TreeEnsembleRegressor)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
@@ -46,7 +45,6 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
         }
         tmp[i] = acc;
     }
-    // ONNX node boosted_trees (TreeEnsembleRegressor)
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp[i];
         const float y_i = (x_i + 0.3404572904109955f);

@@ -114,7 +114,6 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue1 = [&](int64_t row1, int64_t col1, float v1) {
         const float Tanh_i = Tanh[row1 * 32 + col1];
         const float t1 = (Tanh_i * Tanh_i);
@@ -125,7 +124,6 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /fc2/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
-    // ONNX node /fc2/Gemm (Gemm)
     float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float x_i = ks_data_3[col2];
@@ -232,14 +230,11 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         return d_mlp_out_Gemm_i;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
-    // ONNX node /mlp/out/Gemm (Gemm)
     out_d_mlp_out_bias[0] = 0;
     for (int64_t i = 0; i < batch; ++i) {
         out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
     }
-    // ONNX node /mlp/out/Gemm (Gemm)
     ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    // ONNX node /mlp/out/Gemm (Gemm)
     const auto epilogue3 = epilogue_form3(mlp_Tanh_1, 32);
     ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
     // ONNX node /mlp/fc2/Gemm (Gemm)
@@ -251,9 +246,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
             out_d_mlp_fc2_bias[j] += d_mlp_fc2_Gemm[i * 32 + j];
         }
     }
-    // ONNX node /mlp/fc2/Gemm (Gemm)
     ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    // ONNX node /mlp/fc2/Gemm (Gemm)
     float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
     const auto epilogue4 = epilogue_form3(mlp_Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
@@ -266,7 +259,6 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
             out_d_mlp_fc1_bias[j] += d_mlp_fc1_Gemm[i * 32 + j];
         }
     }
-    // ONNX node /mlp/fc1/Gemm (Gemm)
     ks::tiled_gemm<float>(32, 4, batch, {d_mlp_fc1_Gemm, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }

@@ -134,16 +134,13 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp[i * 51 + j] = acc;
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < (51*batch); ++i) {
         const float x_i = tmp[i];
         const float t1 = ((-0.25f) * x_i);
         const float t2 = ks::exp(t1);
         tmp1[i] = t2;
     }
-    // ONNX node SVMc (SVMClassifier)
     ks::packed_gemm<float>(batch, 3, 51, {tmp1, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod[i * 3 + j];
@@ -155,18 +152,14 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp3[i * 3 + j] = t3;
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     float* const prod1 = prod;  // reuses a dead buffer's space
     ks::packed_gemm<float>(batch, 3, 3, {tmp3, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < (3*batch); ++i) {
         const float x_i = tmp3[i];
         const float t1 = (1.0f - x_i);
         tmp4[i] = t1;
     }
-    // ONNX node SVMc (SVMClassifier)
     ks::packed_gemm<float>(batch, 3, 3, {tmp4, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
         for (int64_t j = 0; j < 3; ++j) {
@@ -175,7 +168,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
         tmp5[i] = acc;
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
@@ -186,13 +178,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp7[i * 3 + j] = t2;
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp5[i];
         const bool t1 = (x_i != x_i);
         tmp8[i] = t1;
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         int64_t acc = ks::highest<int64_t>();
         for (int64_t j = 0; j < 3; ++j) {
@@ -207,7 +197,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
         tmp9[i] = acc;
     }
-    // ONNX node SVMc (SVMClassifier)
     float* const tmp10 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
@@ -225,7 +214,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp10[i * 3 + j] = t8;
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             padded[3 + i * 6 + j] = 0.0f;
@@ -236,14 +224,12 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             padded[i * 6 + j] = tmp10[i * 3 + j];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     float* const tmp11 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (3*batch); ++i) {
         const float x_i = tmp10[i];
         const float t1 = (1.0f - x_i);
         tmp11[i] = t1;
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             padded1[i * 6 + j] = 0.0f;
@@ -254,20 +240,17 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             padded1[3 + i * 6 + j] = tmp11[i * 3 + j];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < (6*batch); ++i) {
         const float x_i = padded[i];
         const float x_i1 = padded1[i];
         const float t1 = (x_i + x_i1);
         tmp12[i] = t1;
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
             gathered[i * 9 + j] = tmp12[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
@@ -278,7 +261,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     float* const tmp14 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
@@ -292,7 +274,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp14[i * 3 + j] = acc;
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     float* const tmp15 = gathered;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
@@ -309,7 +290,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     uint8_t* const r = tmp8;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 3; ++i) {
         out_probabilities[i] = 0.3333333432674408f;
@@ -532,7 +512,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             r[j] = r2[j];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         const int64_t x_i = tmp9[i];
         const int64_t label_i = ks_data_7[ks::clamp_index(x_i, 3)];
