@@ -12,7 +12,9 @@ from .storage import Storage, dim_expr
 def emit_body(w: Writer, f: Func) -> list[Handle]:
     """Emit f's equations (params already bound in w.env); the handles of its results."""
     for eqn in f.eqns:
+        start = len(w.lines)
         eqn.prim.emit(w, eqn)
+        w.note_source(start, [eqn.loc])
     return [handle_of(w, r) for r in f.results]
 
 
@@ -28,7 +30,7 @@ def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
     handles: list[Handle] = []
     for v in outs:
         if v.type.rank == 0:
-            name = w.namer.fresh(v.hint or "r")
+            name = w.namer.fresh(v.hint or "r", source=bool(v.hint))
             w.line(f"{w.ctype(v.type)} {name};")
             handles.append(name)
         else:
@@ -74,7 +76,8 @@ def emit_loop(w: Writer, eqn) -> None:
         store(w, handle_of(w, a), h, a.type)
     ys = declare_outputs(w, eqn.outs[ncar:])
     n = w.scalar(trip)
-    k = w.namer.fresh(body.params[0].hint or "k")
+    hint = body.params[0].hint  # the source's name of the counter, if it has one
+    k = w.namer.fresh(hint, depth=w.depth + 1, source=True) if hint else w.namer.index(w.depth + 1)
     head = (f"for (int64_t {k} = {n} - 1; {k} >= 0; --{k}) {{" if p["reverse"]
             else f"for (int64_t {k} = 0; {k} < {n}; ++{k}) {{")
     w.line(head)
@@ -115,7 +118,7 @@ def _runs_full_length(trip: Atom, n: str, length) -> bool:
 
 def _zero_rows(w: Writer, ys, outs, start: str, length) -> None:
     """Rows start..length-1 of the stacked ys (past a count below its bound) are zero."""
-    k = w.namer.fresh("k")
+    k = w.namer.index(w.depth + 1)
     w.line(f"for (int64_t {k} = {start}; {k} < {dim_expr(length)}; ++{k}) {{")
     w.depth += 1
     for h, v in zip(ys, outs):

@@ -20,6 +20,7 @@ from ..errors import KsbuildError
 from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, Type, numpy_dtype
 from .storage import Storage, dim_expr, product
+from .trace import source_comment
 
 Handle = Union[str, Storage]
 
@@ -136,33 +137,75 @@ def is_macro_like(name: str) -> bool:
 
 
 class Namer:
-    """Deterministic, readable C++ names: the IR hint when given, else t<k>."""
+    """Deterministic, readable C++ names: the IR hint when given (with a number only where it clashes), else t<N>.
 
-    def __init__(self, reserved: Sequence[str] = ()):
-        self.used: set[str] = set(reserved) | {"workspace", "ws", "k", "n"}
-        self.count = 0
+    Names are scoped like C++ blocks: a name given at depth d (the Writer's brace depth) is free again once the
+    writer leaves depth d, so sibling loops both count with `i`; a name never shadows one of an enclosing block."""
 
-    def fresh(self, hint: str = "t") -> str:
+    def __init__(self, reserved: Sequence[str] = (), source_names: Sequence[str] = ()):
+        self.used: set[str] = set(reserved) | {"workspace", "ws", "next_slot"}  # (next_slot: the prologue's)
+        self.source_names = frozenset(source_names)  # the IR's hints: names a generated one leaves to them
+        self.declared: set[str] = set()       # every name given, released or not
+        self.depth = 0
+        self.scoped: dict[str, int] = {}      # a name given inside a block -> the depth it lives at
+        self.next: dict[str, int] = {}        # base -> the lowest number that may be free
+        self.base_of: dict[str, str] = {}     # a numbered name -> its base
+
+    def fresh(self, hint: str = "t", depth: int | None = None, source: bool = False) -> str:
+        """A new name from hint, living at `depth` (the current depth by default; 0: the whole function). A hint
+        that is not a `source` name (acc, r, tmp) gets a number where it is one of source_names: r is the user's."""
         base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
-        if is_macro_like(base):  # (a kernel's variable NAN or M_PI would be the macro of <cmath>)
-            base = f"v{base}" if base.startswith("_") else f"v_{base}"
-        if base not in self.used and base != "t":
-            self.used.add(base)
-            return base
-        while True:
-            self.count += 1
-            name = f"{base}{self.count}"
-            if name not in self.used:
-                self.used.add(name)
-                return name
+        if is_macro_like(base) or base.startswith("ks_"):  # (NAN or M_PI would be <cmath>'s macro; ks_data_0 a
+            base = f"v{base}" if base.startswith("_") else f"v_{base}"  # constant of the package)
+        taken = base in self.used or base == "t" or (not source and base in self.source_names) or \
+            (depth == 0 and base in self.declared)  # (a workspace slot's pointer, in scope everywhere)
+        name = self._numbered(base, depth == 0) if taken else base
+        return self._take(name, self.depth if depth is None else depth)
+
+    def index(self, depth: int) -> str:
+        """A loop counter living at `depth`: the first free of i, j, k, l, m, then i1, i2, ..."""
+        free = next((c for c in INDEX_NAMES if c not in self.used), None)
+        return self._take(free or self._numbered("i"), depth)
+
+    def enter(self, depth: int) -> None:
+        """The writer is now at `depth`: names of deeper blocks are free again."""
+        self.depth = depth
+        for name in [n for n, d in self.scoped.items() if d > depth]:
+            del self.scoped[name]
+            self.used.discard(name)
+            if name in self.base_of:
+                base = self.base_of[name]
+                self.next[base] = min(self.next[base], int(name[len(base):].lstrip("_")))
+
+    def _numbered(self, base: str, everywhere: bool = False) -> str:
+        sep = "_" if base[-1].isdigit() else ""
+        k = self.next.get(base, 1)
+        taken = self.used | self.declared if everywhere else self.used
+        while f"{base}{sep}{k}" in taken:
+            k += 1
+        self.next[base] = k + 1
+        self.base_of[f"{base}{sep}{k}"] = base
+        return f"{base}{sep}{k}"
+
+    def _take(self, name: str, depth: int) -> str:
+        self.used.add(name)
+        self.declared.add(name)
+        if depth > 0:
+            self.scoped[name] = depth
+        return name
+
+
+INDEX_NAMES = ("i", "j", "k", "l", "m")
+"""The names of loop counters that have no name in the source, outermost first."""
 
 
 class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
 
     def __init__(self, namer: Namer, ws: Workspace, plan=None, outputs: dict[int, Storage] | None = None,
-                 indent: int = 1, data=None, forms=None):
+                 indent: int = 1, data=None, forms=None, source_root=None):
         self.lines: list[str] = []
+        self.source_root = source_root       # the manifest's directory: source paths in comments are relative to it
         self.data = data                     # codegen.data.DataSection: the package's constants
         self.forms = forms                   # codegen.epilogue.EpilogueForms: the package's epilogue forms
         self.namer = namer
@@ -179,10 +222,46 @@ class Writer:
         self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
 
+    @property
+    def depth(self) -> int:
+        """The brace depth of the next line (its indent); leaving a depth frees the names given in it."""
+        return self._depth
+
+    @depth.setter
+    def depth(self, depth: int) -> None:
+        self._depth = depth
+        self.namer.enter(depth)
+
     # ---- output --------------------------------------------------------------------------------
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
+
+    def note_source(self, start: int, locs) -> None:
+        """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
+        loop nest or a call of a kernel of the prelude (ks::conv(...);), do not start with a comment already and
+        do not follow code of the same place (the block's last such comment says it)."""
+        new = [line.strip() for line in self.lines[start:]]
+        if not any(line.startswith(("for (", "KS_OMP", "ks::")) for line in new) or new[0].startswith("//"):
+            return
+        text = source_comment(locs, self.source_root)
+        pad = self.lines[start][:len(self.lines[start]) - len(new[0])]
+        if text is None or self._last_comment(start, pad) == "// " + text:
+            return
+        inner = next((j for j, line in enumerate(new[:3]) if line == "// " + text), None)
+        if inner is not None:  # the same line's comment on the first loop inside: this one says it
+            del self.lines[start + inner]
+        self.lines.insert(start, pad + "// " + text)
+
+    def _last_comment(self, end: int, pad: str) -> str | None:
+        """The last comment line at indent `pad` in the block that lines[end] is in (None if there is none)."""
+        for line in reversed(self.lines[:end]):
+            indent = len(line) - len(line.lstrip())
+            if indent < len(pad):
+                return None
+            if indent == len(pad) and line.lstrip().startswith("// "):
+                return line.strip()
+        return None
 
     def ctype(self, t: Type) -> str:
         return C_TYPES[t.dtype]
@@ -209,7 +288,7 @@ class Writer:
             raise KsbuildError(f"internal: tensor {a} read as a scalar outside a loop")
         idx, shape = self.region
         # load each element once, unconditionally: a load inside `p ? a : b` blocks if-conversion
-        name = self.namer.fresh((a.hint or "x") + "_i")
+        name = self.namer.fresh((a.hint or "x") + "_i", source=bool(a.hint))
         self.line(f"const {self.ctype(a.type)} {name} = {h.broadcast(shape).at(idx)};")
         self.local[a] = name
         return name
@@ -234,9 +313,10 @@ class Writer:
 
     def assign(self, v: Var, expr: str) -> None:
         """Define v = expr (an element expression inside a loop nest)."""
-        name = self.namer.fresh(v.hint)
+        element = self.region is not None and v.type.rank > 0  # (one element of tensor v: v_i, as loads are named)
+        name = self.namer.fresh(f"{v.hint}_i" if element and v.hint else v.hint, source=bool(v.hint))
         self.line(f"const {self.ctype(v.type)} {name} = {expr};")
-        if self.region is not None and v.type.rank > 0:
+        if element:
             self.local[v] = name
             if v in self.escaping:
                 self.line(f"{self.escaping[v].at(self.region[0])} = {name};")
@@ -250,7 +330,7 @@ class Writer:
         equation's output or of the operand it updates, or a workspace slot."""
         place = self.plan.places.get(v) if self.plan is not None else None
         if place is None:
-            return self.alloc(v.type, v.hint or hint)
+            return self.alloc(v.type, v.hint or hint, bool(v.hint))
         if place.kind == "arg":
             return self.outputs[place.index]
         if place.kind in ("into", "reuse"):
@@ -272,8 +352,8 @@ class Writer:
     def slot(self, k: int, v: Var, hint: str) -> Storage:
         """Planned workspace slot k holding v (the slot's pointer is named after its first value)."""
         if self.ws.on_stack:
-            return self.alloc(v.type, v.hint or hint)
-        name = self.namer.fresh(v.hint or hint)
+            return self.alloc(v.type, v.hint or hint, bool(v.hint))
+        name = self.namer.fresh(v.hint or hint, depth=0 if k not in self.slot_names else None, source=bool(v.hint))
         if k not in self.slot_names:
             self.slot_names[k] = name
             self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), self.bytes(v.type)))
@@ -285,9 +365,10 @@ class Writer:
     def bytes(self, t: Type) -> str:
         return f"ks::aligned_bytes<{self.buffer_ctype(t)}>({product(t.shape)})"
 
-    def alloc(self, t: Type, hint: str = "buf") -> Storage:
-        """A fresh contiguous buffer of type t of the writer's own (a packed copy, a staged carry)."""
-        name = self.namer.fresh(hint)
+    def alloc(self, t: Type, hint: str = "buf", source: bool = False) -> Storage:
+        """A fresh contiguous buffer of type t of the writer's own (a packed copy, a staged carry); `source`: hint
+        is the name of a value."""
+        name = self.namer.fresh(hint, depth=None if self.ws.on_stack else 0, source=source)
         c = self.buffer_ctype(t)
         if self.ws.on_stack:
             if not all(isinstance(d, int) for d in t.shape):
@@ -311,7 +392,7 @@ class Writer:
             self.line(f"alignas(64) {ctype} {name}[{count} + 1];")
             return name
         if ctype not in self.scratch_slots:
-            slot = Slot(self.namer.fresh(f"scratch_{ctype.replace('_t', '')}"), ctype, "")
+            slot = Slot(self.namer.fresh(f"scratch_{ctype.replace('_t', '')}", depth=0), ctype, "")
             self.ws.slots.append(slot)
             self.scratch_slots[ctype] = (slot, [])
         slot, counts = self.scratch_slots[ctype]
@@ -328,11 +409,12 @@ class Writer:
         dense = dst.contiguous and dst.literal is None and (src.literal is not None or
                                                              (src.contiguous and tuple(src.shape) == tuple(t.shape)))
         if t.rank > 1 and dense:
-            i = self.namer.fresh("i")
+            i = self.namer.index(self.depth + 1)
             self.line(f"for (int64_t {i} = 0; {i} < {product(t.shape)}; ++{i}) {{")
             value = src.literal if src.literal is not None else f"{src.base}[{i}]"
-            self.line(f"    {dst.base}[{i}] = {value};")
-            self.line("}")
+            self.depth += 1
+            self.line(f"{dst.base}[{i}] = {value};")
+            self.close_loops(1)
             return
         idx = self.open_loops(t.shape)
         self.line(f"{dst.at(idx)} = {src.broadcast(t.shape).at(idx)};")
@@ -351,7 +433,7 @@ class Writer:
             if d == 1:
                 idx.append("0")
                 continue
-            i = self.namer.fresh("i")
+            i = self.namer.index(self.depth + 1)
             if threads > 1 and j == 0:
                 self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}))")
             if simd is not None and j == len(shape) - 1:

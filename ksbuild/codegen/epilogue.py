@@ -140,8 +140,8 @@ class _Member:
 class _FormNamer(Namer):
     """Names in a form: loads x_i, others t (not the IR's hints, which differ between call sites)."""
 
-    def fresh(self, hint: str = "t") -> str:
-        return super().fresh("x_i" if hint.endswith("_i") else "t")
+    def fresh(self, hint: str = "t", depth: int | None = None, source: bool = False) -> str:
+        return super().fresh("x_i" if hint.endswith("_i") else "t", depth)
 
 
 _NUMBER = re.compile(r"^\(?-?[0-9][0-9.e+\-]*f?\)?$")
@@ -204,7 +204,7 @@ def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params:
         for e in body.eqns:
             e.prim.emit(w, e)
         w.line(f"return {w.scalar(body.results[0])};")
-        lines, declared = w.lines, namer.used - reserved
+        lines, declared = w.lines, namer.declared - reserved
     except Exception:  # noqa: BLE001  an emit rule that needs its function: a local lambda instead
         return None
     finally:

@@ -16,6 +16,7 @@ from .storage import dim_expr
 def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     """The loop nest of one fusion equation (dests: storages for outputs, instead of their planned places)."""
     body = eqn.params["body"]
+    first_line = len(w.lines)
     inner_eqns = [e for e in body.eqns if not e.prim.reduction]
     reductions = [e for e in body.eqns if e.prim.reduction]  # (accumulated into scalars, each by REDUCE_UPDATE)
     shape = (inner_eqns[0].outs[0] if inner_eqns else reductions[0].ins[0]).type.shape
@@ -36,7 +37,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
     updated = [parts.get(a, a) for a in accs]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
-        inner = [w.namer.fresh("i")]
+        inner = [w.namer.index(w.depth + 1)]
         w.line(f"KS_OMP_SIMD(reduction(+:{', '.join(parts.get(a, a) for a in sums)}))")
         w.line(f"for (int64_t {inner[0]} = {start}; {inner[0]} < {end}; ++{inner[0]}) {{")
         w.depth += 1
@@ -59,6 +60,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     w.env = saved_env
     for r, o in zip(body.results, eqn.outs):
         w.env[o] = targets[r] if r in targets else scalars[r]
+    w.note_source(first_line, [e.loc for e in body.eqns])  # (every line the group computes)
 
 
 def _flat_views(w: Writer, eqn: Eqn, body, shape, targets: dict):
@@ -105,7 +107,7 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
     block's first index, one past its last); ({}, "", "") when no sum is blocked."""
     if not accs:
         return {}, "", ""
-    size, start, end = dim_expr(n), w.namer.fresh("block"), w.namer.fresh("block_end")
+    size, start, end = dim_expr(n), w.namer.fresh("block", w.depth + 1), w.namer.fresh("block_end", w.depth + 1)
     w.line(f"for (int64_t {start} = 0; {start} < {size}; {start} += {SUM_BLOCK}) {{")
     w.depth += 1
     w.line(f"const int64_t {end} = {size} - {start} < {SUM_BLOCK} ? {size} : {start} + {SUM_BLOCK};")
@@ -117,7 +119,7 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
 
 
 def _accumulator(w: Writer, e: Eqn) -> str:
-    name = w.namer.fresh(e.outs[0].hint or "acc")
+    name = w.namer.fresh(e.outs[0].hint or "acc", source=bool(e.outs[0].hint))
     c = w.ctype(e.outs[0].type)
     w.line(f"{c} {name} = {reduce_init(e.prim.reduction, c)};")
     return name

@@ -5,7 +5,8 @@ the same base, so they cost nothing at run time. A splat literal has all strides
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..ir.types import Dim
@@ -19,7 +20,9 @@ def dim_expr(d: Dim) -> str:
 
 
 def product(dims: Sequence[Dim]) -> str:
-    """A C++ expression for the product of dims ('1' for none)."""
+    """A C++ expression for the product of dims ('1' for none; one number when every dim is one: 256, not 16 * 16)."""
+    if all(isinstance(d, int) for d in dims):
+        return str(math.prod(dims))
     parts = [dim_expr(d) for d in dims if d != 1]
     return " * ".join(parts) if parts else "1"
 
@@ -38,6 +41,8 @@ class Storage:
     contiguous: bool = True
     literal: str | None = None  # a splat constant: every element is this expression
     root: str = ""              # the buffer this view points into ("" for splats)
+    origin: str = ""            # with offset: base is (origin + offset), and elements are origin[offset + ...]
+    offset: str = ""
 
     def __post_init__(self):
         if not self.root and self.literal is None:
@@ -57,6 +62,8 @@ class Storage:
             return self.literal
         terms = [_term(i, s) for i, s in zip(idx, self.strides)]
         terms = [t for t in terms if t]
+        if self.offset:  # x[k * n + i], not (x + k * n)[i]
+            return f"{self.origin}[{' + '.join([self.offset] + terms)}]"
         return f"{self.base}[{' + '.join(terms) if terms else '0'}]"
 
     def broadcast(self, shape) -> "Storage":
@@ -64,11 +71,11 @@ class Storage:
         lead = len(shape) - len(self.shape)
         strides = ["0"] * lead + [("0" if d == 1 and shape[lead + i] != 1 else s)
                                   for i, (d, s) in enumerate(zip(self.shape, self.strides))]
-        return Storage(self.base, tuple(shape), tuple(strides), False, self.literal, self.root)
+        return replace(self, shape=tuple(shape), strides=tuple(strides), contiguous=False)
 
     def permute(self, perm) -> "Storage":
-        return Storage(self.base, tuple(self.shape[p] for p in perm), tuple(self.strides[p] for p in perm),
-                       False, self.literal, self.root)
+        return replace(self, shape=tuple(self.shape[p] for p in perm), strides=tuple(self.strides[p] for p in perm),
+                       contiguous=False)
 
     def reshape(self, shape) -> "Storage | None":
         """A view with a new shape, or None if this view is not contiguous."""
@@ -76,7 +83,7 @@ class Storage:
             return Storage.splat(self.literal, shape)
         if not (self.contiguous or self.dense()):
             return None
-        return Storage(self.base, tuple(shape), contiguous_strides(shape), root=self.root)
+        return replace(self, shape=tuple(shape), strides=contiguous_strides(shape), contiguous=True)
 
     def dense(self) -> bool:
         """Whether this view's strides are those of a row-major buffer of its shape (axes of size 1 aside),
@@ -88,20 +95,14 @@ class Storage:
         """Element k along axis 0 (a loop's per-iteration slice)."""
         if self.literal is not None:
             return Storage.splat(self.literal, self.shape[1:])
-        off = _term(k, self.strides[0])
-        base = f"({self.base} + {off})" if off else self.base
-        return Storage(base, self.shape[1:], self.strides[1:], self.contiguous, root=self.root)
-
+        return self._moved(_term(k, self.strides[0]), self.shape[1:], self.strides[1:], self.contiguous)
 
     def take(self, axis: int, i: str) -> "Storage":
         """Element i along `axis` (that axis dropped)."""
         if self.literal is not None:
             return Storage.splat(self.literal, self.shape[:axis] + self.shape[axis + 1:])
-        off = _term(i, self.strides[axis])
-        base = f"({self.base} + {off})" if off else self.base
-        contiguous = self.contiguous and axis == 0
-        return Storage(base, self.shape[:axis] + self.shape[axis + 1:], self.strides[:axis] + self.strides[axis + 1:],
-                       contiguous, root=self.root)
+        return self._moved(_term(i, self.strides[axis]), self.shape[:axis] + self.shape[axis + 1:],
+                           self.strides[:axis] + self.strides[axis + 1:], self.contiguous and axis == 0)
 
     def window(self, axis: int, count, size: int, stride: int, dilation: int) -> "Storage":
         """Sliding windows along axis: [.., n, ..] -> [.., count, size, ..], element [o, k] at o*stride + k*dilation."""
@@ -110,26 +111,39 @@ class Storage:
             return Storage.splat(self.literal, shape)
         s = self.strides[axis]
         strides = self.strides[:axis] + (_scaled(s, stride), _scaled(s, dilation)) + self.strides[axis + 1:]
-        return Storage(self.base, shape, strides, False, root=self.root)
+        return replace(self, shape=shape, strides=strides, contiguous=False)
 
     def narrow(self, axis: int, start, size) -> "Storage":
         """The range start:start+size of `axis`."""
         shape = self.shape[:axis] + (size,) + self.shape[axis + 1:]
         if self.literal is not None:
             return Storage.splat(self.literal, shape)
-        off = _term(dim_expr(start), self.strides[axis])
-        base = f"({self.base} + {off})" if off else self.base
         contiguous = self.contiguous and all(d == 1 for d in self.shape[:axis])
-        return Storage(base, shape, self.strides, contiguous, root=self.root)
+        return self._moved(_term(dim_expr(start), self.strides[axis]), shape, self.strides, contiguous)
+
+    def _moved(self, off: str, shape, strides, contiguous: bool) -> "Storage":
+        """This view moved on by the offset off (a C++ expression, "" for none) with a new shape and strides;
+        offsets add up into one (x + k * n + i, not ((x + k * n) + i))."""
+        if not off:
+            return replace(self, shape=tuple(shape), strides=tuple(strides), contiguous=contiguous)
+        origin = self.origin or self.base
+        offset = f"{self.offset} + {off}" if self.offset else off
+        return Storage(f"({origin} + {offset})", tuple(shape), tuple(strides), contiguous, root=self.root,
+                       origin=origin, offset=offset)
 
 
 def _scaled(s: str, k: int) -> str:
     if s == "0" or k == 1:
         return s
+    if s.isdigit():
+        return str(k * int(s))
     return f"{k} * {s}" if " " not in s else f"{k} * ({s})"
 
 
 def _term(i: str, s: str) -> str:
+    """The offset of index i along an axis of stride s ("" for none): i, s, a number, or i * s."""
     if s == "0" or i == "0":
         return ""
+    if i == "1" or (i.isdigit() and s.isdigit()):
+        return s if i == "1" else str(int(i) * int(s))
     return i if s == "1" else f"{i} * {s}" if " " not in s else f"{i} * ({s})"

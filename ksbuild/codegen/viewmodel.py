@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Func, Lit, Var
+from ..ir.printer import walk_vars
 from ..ir.types import C_TYPES, dim_names, dim_sub
 from .aliasing import in_place_inputs
 from .body import emit_body
@@ -110,21 +111,24 @@ def _dims(f: Func) -> list[str]:
 
 def _c_name(hint: str, namer: Namer, fallback: str) -> str:
     base = hint if hint and hint.isidentifier() and hint not in C_KEYWORDS else fallback
-    return namer.fresh(base) if base in namer.used or is_macro_like(base) else (namer.used.add(base) or base)
+    taken = base in namer.used or is_macro_like(base) or base.startswith("ks_")
+    return namer.fresh(base) if taken else (namer.used.add(base) or base)
 
 
 def is_scalar_abi(f: Func) -> bool:
     return all(t.rank == 0 for t in list(f.in_types) + list(f.out_types))
 
 
-def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None) -> ExportView:
+def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None,
+                source_root=None) -> ExportView:
     """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
     `data` (a codegen.data.DataSection) collects the constants it reads, `forms` (codegen.epilogue.EpilogueForms)
-    the epilogue forms it applies."""
+    the epilogue forms it applies; source_root (the manifest's directory) is what source paths in comments are
+    relative to."""
     dims = _dims(f)
-    namer = Namer(dims + list(C_KEYWORDS))
+    namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(f) if v.hint])
     scalar_abi = is_scalar_abi(f)
-    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data, forms=forms)
+    w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data, forms=forms, source_root=source_root)
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     python_names: set[str] = set()
     for i, p in enumerate(f.params):

@@ -106,7 +106,8 @@ def counted_loop(fc, b: Builder, scope: Scope, node, target: ast.expr, it: ast.e
     init = [scope.lookup(n) for n in carried]
     types = [_carry_type(fc, v, node) for v in init]
     for _ in range(3):  # a weak constant carry may need to widen (x = 0 then x = x + 0.5)
-        body, sc, raw = _body(fc, scope, node, bind, stmts, carried, types, (start, step, length), y_exprs)
+        body, sc, raw = _body(fc, scope, node, bind, stmts, carried, types,
+                              (start, step, length, _counter_name(target, it, start, step)), y_exprs)
         widened = [w if isinstance(v, Const) and w is not None else t for t, w, v in zip(types, raw, init)]
         if widened == types:
             break
@@ -117,8 +118,12 @@ def counted_loop(fc, b: Builder, scope: Scope, node, target: ast.expr, it: ast.e
     consts = [outer for outer, _ in sc.captured.values()]
     body, consts = _hoist_rows(b, body, consts)
     init_atoms = [fc.as_atom(b, v, t, node) for v, t in zip(init, types)]
-    return b.bind(_prim("loop"), [trip, *consts, *init_atoms],
-                  dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
+    outer, b.loc = b.loc, fc.src.loc(node)  # (the loop's line: the for statement or the comprehension)
+    try:
+        return b.bind(_prim("loop"), [trip, *consts, *init_atoms],
+                      dict(body=body, n_consts=len(consts), n_carry=len(carried), length=length, reverse=False))
+    finally:
+        b.loc = outer
 
 
 # ---- what a loop iterates over -------------------------------------------------------------------
@@ -130,6 +135,17 @@ def _target_names(fc, target: ast.expr) -> list[str]:
     if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
         return [t.id for t in target.elts]
     raise fc.src.error(target, "the loop variable must be a name or a tuple of names (for i, x in ...)")
+
+
+def _counter_name(target: ast.expr, it: ast.expr, start, step) -> str:
+    """The source's name of a loop's iteration number, where a name is bound to it: `i` of `for i in range(n)`
+    and of `for i, x in enumerate(xs)`; "" otherwise (range(1, n) counts from 0 to n - 2, and i is 1 more)."""
+    if _call_of(it, "enumerate") and isinstance(target, ast.Tuple) and isinstance(target.elts[0], ast.Name):
+        return target.elts[0].id
+    counts_from_0 = isinstance(start, Const) and start.value == 0 and isinstance(step, Const) and step.value == 1
+    if _call_of(it, "range") and isinstance(target, ast.Name) and counts_from_0:
+        return target.id
+    return ""
 
 
 def _call_of(it: ast.expr, name: str) -> bool:
@@ -263,6 +279,7 @@ def comprehension(fc, b: Builder, scope: Scope, call: ast.Call, kind: str, start
     ast.copy_location(add.value, comp.elt)
     ast.copy_location(add.value.left, comp.elt)
     (out,) = counted_loop(fc, b, scope, comp, g.target, g.iter, [add], [acc], [])
+    b.name(out, "sum")
     del scope.names[acc]
     return out
 
@@ -277,11 +294,12 @@ def _carry_type(fc, v, node) -> Type:
 
 
 def _body(fc, scope: Scope, node, bind, stmts, carried, types, counter, y_exprs):
-    """The loop body; counter = (start, step, length) of the range (length: the count or a bound)."""
+    """The loop body; counter = (start, step, length, name) of the range (length: the count or a bound; name: the
+    counter's name in the source, or "")."""
 
-    start, step, length = counter
+    start, step, length, name = counter
     bb, sc = Builder(fc.src.loc(node)), scope.child()
-    k = Var(I64, "k")
+    k = Var(I64, name)
     if length is not None:
         fc.int_facts.known[k] = (0, length)
     fc.int_facts.bodies[id(sc)] = (sc, bb)

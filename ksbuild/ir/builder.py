@@ -1,6 +1,7 @@
 """Builder: appends equations, inferring output types with each primitive's type rule."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from ..errors import KsbuildError, Location
@@ -50,8 +51,9 @@ class Builder:
         """Give a var made here without a name the user's name for it (e.g. the variable it is
         assigned to); the first name given wins."""
         if isinstance(a, Var) and not a.hint and hint and hint.isidentifier():
-            # (a leading __ is reserved in C++: a comprehension's accumulator __sum_3_8 is sum_3_8)
-            self.names.setdefault(a, hint.lstrip("_") if hint.startswith("__") and hint.strip("_") else hint)
+            # (a leading __ is reserved in C++; a comprehension's accumulator __sum_3_8 is sum, __x is x)
+            bare = re.sub(r"(_\d+)+$", "", hint.lstrip("_")) if hint.startswith("__") else hint
+            self.names.setdefault(a, bare or hint.lstrip("_") or hint)
 
     def name_like(self, outs: Sequence[Atom], like: Sequence[Var], prefix: str = "") -> None:
         """Name each of outs after the var it stands for in like (prefixed, e.g. d for a tangent)."""

@@ -50,7 +50,7 @@ def views(m: Manifest, exports: list[Export], data: DataSection | None = None,
           forms: EpilogueForms | None = None) -> list[ExportView]:
     out = []
     for e in exports:
-        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms)
+        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms, m.root)
         v.doc[1] = _signature_line(v, e.func)
         out.append(v)
     if forms is not None:  # (the epilogues' sites are known for the whole package now)

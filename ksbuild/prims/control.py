@@ -47,10 +47,11 @@ def permuted(f: Func, order_in: list[int], order_out: list[int], name: str | Non
     return b.func(name or f.name, params, [outs[j] for j in order_out])
 
 
-def wrap(name: str, param_types, body) -> Func:
-    """A Func built by body(b, params) -> results."""
+def wrap(name: str, param_types, body, hints=()) -> Func:
+    """A Func built by body(b, params) -> results; hints name the first params (a loop body's counter keeps the
+    source's name: i of `for i in range(n)` in the loop that runs it backwards)."""
     b = Builder()
-    params = [Var(t) for t in param_types]
+    params = [Var(t, h) for t, h in zip(param_types, list(hints) + [""] * len(param_types))]
     return b.func(name, params, body(b, params))
 
 
@@ -461,7 +462,7 @@ def _loop_partial_eval(s, eqn, mask):
     inv_args = [s.residual(kconst_args[j]) for j in inv_pos]
     stacked = kouts[n_kout:]
     ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + [a.type for a in start] + uc_types
-                   + ucar_types + ux_types + [r.type for r in var], ubody)
+                   + ucar_types + ux_types + [r.type for r in var], ubody, [body.params[0].hint])
     ucar_args = []
     for a, u, k in zip(carry, unknown_out[:n_carry], cark):
         if u:
@@ -552,7 +553,8 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
         fresh = [zeros(t) for t in car_types + lin_x_types]
         return inline(bb, body_t, [k, *ncs, *nxs, *ctc, *cty, *sums, *fresh])
 
-    tb = wrap(f"{body.name}_T", [Type("i64")] + nl_c_types + lin_c_types + car_types + nl_x_types + ys_types, tbody)
+    tb = wrap(f"{body.name}_T", [Type("i64")] + nl_c_types + lin_c_types + car_types + nl_x_types + ys_types, tbody,
+              [body.params[0].hint])
     nl_consts = [a for a, m in zip(consts, cl) if not m]
     acc0 = [a if a is not None else zeros(t) for a, t in zip([a for a, m in zip(acc_c, cl) if m], lin_c_types)]
     nl_xs = [a for a, m in zip(xs, xl) if not m]

@@ -194,6 +194,11 @@ def _simp_div(ins, out):
     return ins[0] if _lit(ins[1], 1) and _same(ins[0], out) else None
 
 
+def _simp_floordiv(ins, out):
+    # x // 1 = x for integers (a float's floor(x / 1) is not x); range(r)'s count is (r - 0 + 1 - 1) // 1
+    return ins[0] if _lit(ins[1], 1) and not out.type.is_float and _same(ins[0], out) else None
+
+
 def _simp_neg(ins, out):
     # -0 = 0
     return Lit(0, out.type) if _lit(ins[0], 0) else None
@@ -526,7 +531,7 @@ minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller
                  whole="if_operands")
 # Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
-                  "floor(x / y)", bounds=_bounds_floordiv)
+                  "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv)
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True)  # y = 0
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",

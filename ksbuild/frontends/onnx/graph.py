@@ -18,7 +18,7 @@ from ...errors import KsbuildError, Location
 from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Dim, Type
-from .names import ascii_name, c_name, dim_name
+from .names import ascii_name, c_name, dim_name, value_hint
 from .node import NeedsConstant, Node, tensor_array
 from .qdq import fold_qdq
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic, onnx_dtype
@@ -384,6 +384,7 @@ class Importer:
                 raise node.error(f"{node.op}: output {i} ('{name}') is already defined (by a graph input, an "
                                  "initializer or another node): an ONNX graph defines each value once")
             frame.vals[name] = _as_val(node.b, r, storage)
+            node.b.name(frame.vals[name].atom, value_hint(name))  # (the tensor's name in the C++)
 
 
 def _as_val(b: Builder, r, storage: set[str]) -> Val:

@@ -32,6 +32,14 @@ def c_name(name: str, prefix: str = "v") -> str:
     return _prefixed(s, prefix) if is_macro_like(s) else s
 
 
+def value_hint(name: str) -> str:
+    """A node output's name as the hint of its value (the generated C++ names it so): ASCII, without an exporter's
+    path and `_output_0` (`/conv1/Conv_output_0` -> `conv1_Conv`); "" for a name that is only a number."""
+    import re
+    s = re.sub(r"_+", "_", ascii_name(re.sub(r"_output_0$", "", name), "")).strip("_")
+    return s if s.isidentifier() and not s[0].isdigit() else ""
+
+
 def dim_name(name: str, taken: set[str]) -> str:
     """A `dim_param` as the name of a symbolic dim: ASCII, prefixed with `d` when it is a C++ keyword or
     may be a macro (`new` -> `d_new`, `NULL` -> `d_NULL`), and not one of the names `taken` by other

@@ -34,224 +34,238 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     next_slot += ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp27 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp43 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp48 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
-    for (int64_t k1 = 0; k1 < K; ++k1) {
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k3 = 0; k3 < d; ++k3) {
-                    const bool t4 = (k2 == k3);
-                    const double t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
-                    const bool t6 = (k2 > k3);
-                    const int64_t t7 = ((2*d) - k3);
-                    const int64_t t8 = (t7 - int64_t{1});
-                    const int64_t t9 = (k3 * t8);
-                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
-                    const int64_t t11 = (d + t10);
-                    const int64_t t12 = (t11 + k2);
-                    const int64_t t13 = (t12 - k3);
-                    const int64_t t14 = (t13 - int64_t{1});
-                    const double t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0);
-                    const double t16 = (t4 ? t5 : t15);
-                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const bool t1 = (i == j);
+                    const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t3 = (i > j);
+                    const int64_t t4 = ((2*d) - j);
+                    const int64_t t5 = (t4 - int64_t{1});
+                    const int64_t t6 = (j * t5);
+                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                    const int64_t t8 = (d + t7);
+                    const int64_t t9 = (t8 + i);
+                    const int64_t t10 = (t9 - j);
+                    const int64_t t11 = (t10 - int64_t{1});
+                    const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
+                    const double t13 = (t1 ? t2 : t12);
+                    Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
         }
     }
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i17 = 0; i17 < d; ++i17) {
-            const double qs_i = icf[i * T + i17];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i18 = 0; i18 < n; ++i18) {
-        for (int64_t i19 = 0; i19 < K; ++i19) {
-            for (int64_t i20 = 0; i20 < d; ++i20) {
-                const double x_i = x[i18 * d + i20];
-                const double x_i21 = means[i19 * d + i20];
-                const double centered22 = (x_i - x_i21);
-                centered[i18 * (K * d) + i19 * d + i20] = centered22;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double x_i1 = means[j * d + k];
+                const double centered_i = (x_i - x_i1);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
-    for (int64_t i23 = 0; i23 < K; ++i23) {
-        ks::tiled_gemm<double>(d, n, d, {(Qs + i23 * (d * d)), d, 1}, {(centered + i23 * d), 1, K * d}, {(mahalanobis + i23 * d), 1, K * d}, false, scratch_double);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
     }
-    for (int64_t i24 = 0; i24 < K; ++i24) {
-        const double alphas_i = alphas[i24];
-        const double x_i25 = tmp[i24];
-        const double base26 = (alphas_i + x_i25);
-        base[i24] = base26;
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t i28 = 0; i28 < n; ++i28) {
-        for (int64_t i29 = 0; i29 < K; ++i29) {
-            double acc30 = 0;
-            KS_OMP_SIMD(reduction(+:acc30))
-            for (int64_t i31 = 0; i31 < d; ++i31) {
-                const double mahalanobis_i = mahalanobis[i28 * (K * d) + i29 * d + i31];
-                const double t32 = ks::ipow<2>(mahalanobis_i);
-                acc30 += t32;
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < d; ++k) {
+                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                const double t1 = ks::ipow<2>(mahalanobis_i);
+                acc += t1;
             }
-            tmp27[i28 * K + i29] = acc30;
+            tmp1[i * K + j] = acc;
         }
     }
-    const int64_t t33 = (-n);
-    const int64_t t34 = (t33 * d);
-    const double t35 = static_cast<double>(t34);
-    const double t36 = (t35 * 0.5);
-    const double constant = (t36 * 1.8378770664093453);
-    for (int64_t i37 = 0; i37 < n; ++i37) {
-        for (int64_t i38 = 0; i38 < K; ++i38) {
-            const double x_i39 = tmp27[i37 * K + i38];
-            const double t40 = (0.5 * x_i39);
-            const double x_i41 = base[i38];
-            const double scores42 = (x_i41 - t40);
-            scores[i37 * K + i38] = scores42;
+    const int64_t t1 = (-n);
+    const int64_t t2 = (t1 * d);
+    const double t3 = static_cast<double>(t2);
+    const double t4 = (t3 * 0.5);
+    const double constant = (t4 * 1.8378770664093453);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[i * K + j];
+            const double t5 = (0.5 * x_i);
+            const double x_i1 = base[j];
+            const double scores_i = (x_i1 - t5);
+            scores[i * K + j] = scores_i;
         }
     }
-    for (int64_t i44 = 0; i44 < n; ++i44) {
-        double acc45 = ks::lowest<double>();
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = scores[i44 * K + i46];
-            acc45 = ks::running_max(acc45, x_i47);
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    for (int64_t i = 0; i < n; ++i) {
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = scores[i * K + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp43[i44] = acc45;
+        tmp2[i] = acc;
     }
-    for (int64_t i49 = 0; i49 < n; ++i49) {
-        const double x_i50 = tmp43[i49];
-        const double t51 = ks::abs(x_i50);
-        const bool t52 = (t51 == __builtin_huge_val());
-        const double t53 = (t52 ? 0.0 : x_i50);
-        tmp48[i49] = t53;
+    for (int64_t i = 0; i < n; ++i) {
+        const double x_i = tmp2[i];
+        const double t5 = ks::abs(x_i);
+        const bool t6 = (t5 == __builtin_huge_val());
+        const double t7 = (t6 ? 0.0 : x_i);
+        tmp3[i] = t7;
     }
-    double* const tmp54 = tmp43;  // reuses a dead buffer's space
-    for (int64_t i55 = 0; i55 < n; ++i55) {
-        double acc56 = 0;
-        KS_OMP_SIMD(reduction(+:acc56))
-        for (int64_t i57 = 0; i57 < K; ++i57) {
-            const double scores_i = scores[i55 * K + i57];
-            const double x_i58 = tmp48[i55];
-            const double t59 = (scores_i - x_i58);
-            const double t60 = ks::exp(t59);
-            acc56 += t60;
+    double* const tmp4 = tmp2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[i * K + j];
+            const double x_i = tmp3[i];
+            const double t5 = (scores_i - x_i);
+            const double t6 = ks::exp(t5);
+            acc += t6;
         }
-        tmp54[i55] = acc56;
+        tmp4[i] = acc;
     }
-    double acc61 = 0;
-    KS_OMP_SIMD(reduction(+:acc61))
-    for (int64_t i62 = 0; i62 < n; ++i62) {
-        const double x_i63 = tmp54[i62];
-        const double t64 = ks::log(x_i63);
-        const double x_i65 = tmp48[i62];
-        const double t66 = (t64 + x_i65);
-        acc61 += t66;
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
+    for (int64_t i = 0; i < n; ++i) {
+        const double x_i = tmp4[i];
+        const double t5 = ks::log(x_i);
+        const double x_i1 = tmp3[i];
+        const double t6 = (t5 + x_i1);
+        acc += t6;
     }
-    const double t67 = (constant + acc61);
-    double acc68 = ks::lowest<double>();
-    for (int64_t i69 = 0; i69 < K; ++i69) {
-        const double x_i70 = alphas[i69];
-        acc68 = ks::running_max(acc68, x_i70);
+    const double t5 = (constant + acc);
+    double acc1 = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc1 = ks::running_max(acc1, x_i);
     }
-    const double t71 = ks::abs(acc68);
-    const bool t72 = (t71 == __builtin_huge_val());
-    const double t73 = (t72 ? 0.0 : acc68);
-    double acc74 = 0;
-    KS_OMP_SIMD(reduction(+:acc74))
-    for (int64_t i75 = 0; i75 < K; ++i75) {
-        const double alphas_i76 = alphas[i75];
-        const double x_i77 = t73;
-        const double t78 = (alphas_i76 - x_i77);
-        const double t79 = ks::exp(t78);
-        acc74 += t79;
+    const double t6 = ks::abs(acc1);
+    const bool t7 = (t6 == __builtin_huge_val());
+    const double t8 = (t7 ? 0.0 : acc1);
+    double acc2 = 0;
+    KS_OMP_SIMD(reduction(+:acc2))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t8;
+        const double t9 = (alphas_i - x_i);
+        const double t10 = ks::exp(t9);
+        acc2 += t10;
     }
-    const double t80 = ks::log(acc74);
-    const double t81 = (t80 + t73);
-    const double t82 = static_cast<double>(n);
-    const double t83 = (t82 * t81);
-    const double t84 = (t67 - t83);
+    const double t9 = ks::log(acc2);
+    const double t10 = (t9 + t8);
+    const double t11 = static_cast<double>(n);
+    const double t12 = (t11 * t10);
+    const double t13 = (t5 - t12);
+    // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t85 = static_cast<double>(d);
-        const double t86 = (t85 + wishart_m);
-        const double n_w = (t86 + 1.0);
-        const double t87 = (n_w * t85);
-        const double t88 = ks::log(wishart_gamma);
-        const double t89 = (t88 - 0.34657359027997264);
-        const double t90 = (t87 * t89);
-        const double t91 = (0.5 * n_w);
-        double r92;
+        const double t14 = static_cast<double>(d);
+        const double t15 = (t14 + wishart_m);
+        const double n_w = (t15 + 1.0);
+        const double t16 = (n_w * t14);
+        const double t17 = ks::log(wishart_gamma);
+        const double t18 = (t17 - 0.34657359027997264);
+        const double t19 = (t16 * t18);
+        const double t20 = (0.5 * n_w);
+        // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
+        double r1;
         {  // log_gamma_d(a)
-            const double t93 = static_cast<double>(d);
-            const double t94 = (0.25 * t93);
-            const double t95 = static_cast<double>((d - 1));
-            const double t96 = (t94 * t95);
-            const double t97 = (t96 * 1.1447298858494002);
-            double r98;
-            r98 = 0.0;
-            for (int64_t k99 = 0; k99 < d; ++k99) {
-                const int64_t t100 = (k99 + int64_t{1});
-                const int64_t t101 = (int64_t{1} - t100);
-                const double t102 = static_cast<double>(t101);
-                const double t103 = (0.5 * t102);
-                const double t104 = (t91 + t103);
-                const double t105 = std::lgamma(t104);
-                const double sum_25_55 = (r98 + t105);
-                r98 = sum_25_55;
+            const double t21 = static_cast<double>(d);
+            const double t22 = (0.25 * t21);
+            const double t23 = static_cast<double>((d - 1));
+            const double t24 = (t22 * t23);
+            const double t25 = (t24 * 1.1447298858494002);
+            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+            double sum;
+            sum = 0.0;
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t t26 = (i + int64_t{1});
+                const int64_t t27 = (int64_t{1} - t26);
+                const double t28 = static_cast<double>(t27);
+                const double t29 = (0.5 * t28);
+                const double t30 = (t20 + t29);
+                const double t31 = std::lgamma(t30);
+                const double sum1 = (sum + t31);
+                sum = sum1;
             }
-            const double t106 = (t97 + r98);
-            r92 = t106;
+            const double t26 = (t25 + sum);
+            r1 = t26;
         }
-        const double C = (t90 - r92);
-        double acc107 = 0;
-        for (int64_t i108 = 0; i108 < K; ++i108) {
-            KS_OMP_SIMD(reduction(+:acc107))
-            for (int64_t i109 = 0; i109 < d; ++i109) {
-                const double qs_i110 = icf[i108 * T + i109];
-                const double t111 = ks::exp(qs_i110);
-                const double t112 = ks::ipow<2>(t111);
-                acc107 += t112;
-            }
-        }
-        double acc113 = 0;
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            KS_OMP_SIMD(reduction(+:acc113))
-            for (int64_t i115 = 0; i115 < (T - d); ++i115) {
-                const double ls_i = (icf + d)[i114 * T + i115];
-                const double t116 = ks::ipow<2>(ls_i);
-                acc113 += t116;
+        const double C = (t19 - r1);
+        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc3 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc3))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                const double t21 = ks::exp(qs_i);
+                const double t22 = ks::ipow<2>(t21);
+                acc3 += t22;
             }
         }
-        const double frobenius = (acc107 + acc113);
-        const double t117 = ks::ipow<2>(wishart_gamma);
-        const double t118 = (0.5 * t117);
-        const double t119 = (t118 * frobenius);
-        double acc120 = 0;
-        for (int64_t i121 = 0; i121 < K; ++i121) {
-            KS_OMP_SIMD(reduction(+:acc120))
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                const double qs_i123 = icf[i121 * T + i122];
-                acc120 += qs_i123;
+        double acc4 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc4))
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const double ls_i = icf[d + i * T + j];
+                const double t21 = ks::ipow<2>(ls_i);
+                acc4 += t21;
             }
         }
-        const double t124 = (wishart_m * acc120);
-        const double t125 = (t119 - t124);
-        const double t126 = static_cast<double>(K);
-        const double t127 = (t126 * C);
-        const double t128 = (t125 - t127);
-        r = t128;
+        const double frobenius = (acc3 + acc4);
+        const double t21 = ks::ipow<2>(wishart_gamma);
+        const double t22 = (0.5 * t21);
+        const double t23 = (t22 * frobenius);
+        // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
+        double acc5 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc5))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc5 += qs_i;
+            }
+        }
+        const double t24 = (wishart_m * acc5);
+        const double t25 = (t23 - t24);
+        const double t26 = static_cast<double>(K);
+        const double t27 = (t26 * C);
+        const double t28 = (t25 - t27);
+        r = t28;
     }
-    const double t129 = (t84 + r);
-    *out = t129;
+    const double t14 = (t13 + r);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -286,334 +300,356 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp32 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp44 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp49 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum107 = reinterpret_cast<double*>(next_slot);
+    double* const sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod112 = reinterpret_cast<double*>(next_slot);
+    double* const prod1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r132 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r135 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r136 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded164 = reinterpret_cast<double*>(next_slot);
+    double* const padded1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k5 = 0; k5 < d; ++k5) {
-            for (int64_t k6 = 0; k6 < d; ++k6) {
-                const bool t7 = (k5 == k6);
-                const double t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
-                const bool t9 = (k5 > k6);
-                const int64_t t10 = ((2*d) - k6);
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = 0; j < d; ++j) {
+                const bool t1 = (i == j);
+                const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t3 = (i > j);
+                const int64_t t4 = ((2*d) - j);
+                const int64_t t5 = (t4 - int64_t{1});
+                const int64_t t6 = (j * t5);
+                const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                const int64_t t8 = (d + t7);
+                const int64_t t9 = (t8 + i);
+                const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
-                const int64_t t12 = (k6 * t11);
-                const int64_t t13 = ks::floordiv(t12, int64_t{2});
-                const int64_t t14 = (d + t13);
-                const int64_t t15 = (t14 + k5);
-                const int64_t t16 = (t15 - k6);
-                const int64_t t17 = (t16 - int64_t{1});
-                const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
-                const double t19 = (t7 ? t8 : t18);
-                const double t20 = (t7 ? t8 : 0.0);
-                const bool t21 = (t7 ? false : t9);
-                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
+                const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
+                const double t13 = (t1 ? t2 : t12);
+                const double t14 = (t1 ? t2 : 0.0);
+                const bool t15 = (t1 ? false : t3);
+                r[k * (d * d) + i * d + j] = t13;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i22 = 0; i22 < d; ++i22) {
-            const double qs_i = icf[i * T + i22];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i23 = 0; i23 < n; ++i23) {
-        for (int64_t i24 = 0; i24 < K; ++i24) {
-            for (int64_t i25 = 0; i25 < d; ++i25) {
-                const double x_i = x[i23 * d + i25];
-                const double x_i26 = means[i24 * d + i25];
-                const double centered27 = (x_i - x_i26);
-                centered[i23 * (K * d) + i24 * d + i25] = centered27;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double x_i1 = means[j * d + k];
+                const double centered_i = (x_i - x_i1);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
-    for (int64_t i28 = 0; i28 < K; ++i28) {
-        ks::tiled_gemm<double>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_double);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<double>(d, n, d, {(r + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
     }
-    for (int64_t i29 = 0; i29 < K; ++i29) {
-        const double alphas_i = alphas[i29];
-        const double x_i30 = tmp[i29];
-        const double base31 = (alphas_i + x_i30);
-        base[i29] = base31;
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t i33 = 0; i33 < n; ++i33) {
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            double acc35 = 0;
-            KS_OMP_SIMD(reduction(+:acc35))
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                const double mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i36];
-                const double t37 = ks::ipow<2>(mahalanobis_i);
-                acc35 += t37;
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < d; ++k) {
+                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                const double t1 = ks::ipow<2>(mahalanobis_i);
+                acc += t1;
             }
-            tmp32[i33 * K + i34] = acc35;
+            tmp1[i * K + j] = acc;
         }
     }
-    for (int64_t i38 = 0; i38 < n; ++i38) {
-        for (int64_t i39 = 0; i39 < K; ++i39) {
-            const double x_i40 = tmp32[i38 * K + i39];
-            const double t41 = (0.5 * x_i40);
-            const double x_i42 = base[i39];
-            const double scores43 = (x_i42 - t41);
-            scores[i38 * K + i39] = scores43;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[i * K + j];
+            const double t1 = (0.5 * x_i);
+            const double x_i1 = base[j];
+            const double scores_i = (x_i1 - t1);
+            scores[i * K + j] = scores_i;
         }
     }
-    for (int64_t i45 = 0; i45 < n; ++i45) {
-        double acc46 = ks::lowest<double>();
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const double x_i48 = scores[i45 * K + i47];
-            acc46 = ks::running_max(acc46, x_i48);
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    for (int64_t i = 0; i < n; ++i) {
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = scores[i * K + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp44[i45] = acc46;
+        tmp2[i] = acc;
     }
-    for (int64_t i50 = 0; i50 < n; ++i50) {
-        const double x_i51 = tmp44[i50];
-        const double t52 = ks::abs(x_i51);
-        const bool t53 = (t52 == __builtin_huge_val());
-        const double t54 = (t53 ? 0.0 : x_i51);
-        tmp49[i50] = t54;
+    for (int64_t i = 0; i < n; ++i) {
+        const double x_i = tmp2[i];
+        const double t1 = ks::abs(x_i);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : x_i);
+        tmp3[i] = t3;
     }
-    double* const tmp55 = tmp32;  // reuses a dead buffer's space
-    double* const tmp56 = tmp44;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        double acc58 = 0;
-        KS_OMP_SIMD(reduction(+:acc58))
-        for (int64_t i59 = 0; i59 < K; ++i59) {
-            const double scores_i = scores[i57 * K + i59];
-            const double x_i60 = tmp49[i57];
-            const double t61 = (scores_i - x_i60);
-            const double t62 = ks::exp(t61);
-            tmp55[i57 * K + i59] = t62;
-            acc58 += t62;
+    double* const tmp4 = tmp1;  // reuses a dead buffer's space
+    double* const tmp5 = tmp2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[i * K + j];
+            const double x_i = tmp3[i];
+            const double t1 = (scores_i - x_i);
+            const double t2 = ks::exp(t1);
+            tmp4[i * K + j] = t2;
+            acc += t2;
         }
-        tmp56[i57] = acc58;
+        tmp5[i] = acc;
     }
-    double acc63 = ks::lowest<double>();
-    for (int64_t i64 = 0; i64 < K; ++i64) {
-        const double x_i65 = alphas[i64];
-        acc63 = ks::running_max(acc63, x_i65);
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t66 = ks::abs(acc63);
-    const bool t67 = (t66 == __builtin_huge_val());
-    const double t68 = (t67 ? 0.0 : acc63);
-    double* const tmp69 = tmp;  // reuses a dead buffer's space
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = t68;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        tmp69[i71] = t75;
-        acc70 += t75;
+    const double t1 = ks::abs(acc);
+    const bool t2 = (t1 == __builtin_huge_val());
+    const double t3 = (t2 ? 0.0 : acc);
+    double* const tmp6 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t3;
+        const double t4 = (alphas_i - x_i);
+        const double t5 = ks::exp(t4);
+        tmp6[i] = t5;
+        acc1 += t5;
     }
-    const double t76 = static_cast<double>(n);
-    const double t77 = (1.0 / acc70);
-    const double t78 = ks::ipow<2>(wishart_gamma);
-    const double t79 = (0.5 * t78);
-    const double t80 = ((-1.0) * wishart_m);
-    const double t81 = ((-1.0) * t76);
-    const double t82 = ks::mulz(t81, t77);
-    double* const tmp83 = tmp49;  // reuses a dead buffer's space
-    for (int64_t i84 = 0; i84 < n; ++i84) {
-        const double x_i85 = tmp56[i84];
-        const double t86 = (1.0 / x_i85);
-        tmp83[i84] = t86;
+    const double t4 = static_cast<double>(n);
+    const double t5 = (1.0 / acc1);
+    const double t6 = ks::ipow<2>(wishart_gamma);
+    const double t7 = (0.5 * t6);
+    const double t8 = ((-1.0) * wishart_m);
+    const double t9 = ((-1.0) * t4);
+    const double t10 = ks::mulz(t9, t5);
+    double* const tmp7 = tmp3;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        const double x_i = tmp5[i];
+        const double t11 = (1.0 / x_i);
+        tmp7[i] = t11;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i87 = 0; i87 < n; ++i87) {
-        for (int64_t i88 = 0; i88 < K; ++i88) {
-            const double x_i89 = tmp83[i87];
-            const double x_i90 = tmp55[i87 * K + i88];
-            const double d_scores91 = ks::mulz(x_i89, x_i90);
-            d_scores[i87 * K + i88] = d_scores91;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp7[i];
+            const double x_i1 = tmp4[i * K + j];
+            const double d_scores_i = ks::mulz(x_i, x_i1);
+            d_scores[i * K + j] = d_scores_i;
         }
     }
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i92 = 0; i92 < K; ++i92) {
-        sum[i92] = 0;
+    for (int64_t i = 0; i < K; ++i) {
+        sum[i] = 0;
     }
-    for (int64_t i93 = 0; i93 < n; ++i93) {
-        for (int64_t i94 = 0; i94 < K; ++i94) {
-            sum[i94] += d_scores[i93 * K + i94];
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            sum[j] += d_scores[i * K + j];
         }
     }
-    double* const tmp95 = tmp32;  // reuses a dead buffer's space
-    for (int64_t i96 = 0; i96 < (K*n); ++i96) {
-        const double d_scores_i = d_scores[i96];
-        const double t97 = (d_scores_i * (-1.0));
-        const double t98 = (t97 * 0.5);
-        tmp95[i96] = t98;
+    double* const tmp8 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (K*n); ++i) {
+        const double d_scores_i = d_scores[i];
+        const double t11 = (d_scores_i * (-1.0));
+        const double t12 = (t11 * 0.5);
+        tmp8[i] = t12;
     }
-    for (int64_t i99 = 0; i99 < n; ++i99) {
-        for (int64_t i100 = 0; i100 < K; ++i100) {
-            for (int64_t i101 = 0; i101 < d; ++i101) {
-                const double mahalanobis_i102 = mahalanobis[i99 * (K * d) + i100 * d + i101];
-                const double t103 = (2.0 * mahalanobis_i102);
-                const double x_i104 = tmp95[i99 * K + i100];
-                const double d_mahalanobis105 = (x_i104 * t103);
-                d_mahalanobis[i99 * (K * d) + i100 * d + i101] = d_mahalanobis105;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                const double t11 = (2.0 * mahalanobis_i);
+                const double x_i = tmp8[i * K + j];
+                const double d_mahalanobis_i = (x_i * t11);
+                d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
-    for (int64_t i106 = 0; i106 < K; ++i106) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i106 * d), 1, K * d}, {(centered + i106 * d), K * d, 1}, {(prod + i106 * (d * d)), d, 1}, false, scratch_double);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_double);
     }
-    for (int64_t i108 = 0; i108 < K * d; ++i108) {
-        sum107[i108] = 0;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < K * d; ++i) {
+        sum1[i] = 0;
     }
-    for (int64_t i109 = 0; i109 < n; ++i109) {
-        for (int64_t i110 = 0; i110 < K; ++i110) {
-            for (int64_t i111 = 0; i111 < d; ++i111) {
-                sum107[i110 * d + i111] += d_mahalanobis[i109 * (K * d) + i110 * d + i111];
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
-    for (int64_t i113 = 0; i113 < K * d; ++i113) {
-        prod112[i113] = 0;
+    for (int64_t i = 0; i < K * d; ++i) {
+        prod1[i] = 0;
     }
-    for (int64_t i114 = 0; i114 < K; ++i114) {
-        for (int64_t i115 = 0; i115 < d; ++i115) {
-            for (int64_t i116 = 0; i116 < d; ++i116) {
-                prod112[i114 * d + i116] += sum107[i114 * d + i115] * r[i114 * (d * d) + i115 * d + i116];
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
             }
         }
     }
-    double* const tmp117 = sum107;  // reuses a dead buffer's space
-    for (int64_t i118 = 0; i118 < (K*d); ++i118) {
-        const double x_i119 = prod112[i118];
-        const double t120 = (x_i119 * (-1.0));
-        tmp117[i118] = t120;
+    double* const tmp9 = sum1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (K*d); ++i) {
+        const double x_i = prod1[i];
+        const double t11 = (x_i * (-1.0));
+        tmp9[i] = t11;
     }
-    double* const d_qs = prod112;  // reuses a dead buffer's space
-    for (int64_t i121 = 0; i121 < K; ++i121) {
-        for (int64_t i122 = 0; i122 < d; ++i122) {
-            const double qs_i123 = icf[i121 * T + i122];
-            const double t124 = ks::exp(qs_i123);
-            const double t125 = (2.0 * t124);
-            const double x_i126 = t79;
-            const double t127 = (x_i126 * t125);
-            const double t128 = ks::mulz(t127, t124);
-            const double d_qs_i = t80;
-            const double d_qs129 = (d_qs_i + t128);
-            const double x_i130 = sum[i121];
-            const double d_qs131 = (d_qs129 + x_i130);
-            d_qs[i121 * d + i122] = d_qs131;
+    // gmm.py:32, 48
+    double* const d_qs = prod1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            const double t11 = ks::exp(qs_i);
+            const double t12 = (2.0 * t11);
+            const double x_i = t7;
+            const double t13 = (x_i * t12);
+            const double t14 = ks::mulz(t13, t11);
+            const double d_qs_i = t8;
+            const double d_qs_i1 = (d_qs_i + t14);
+            const double x_i1 = sum[i];
+            const double d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
-    for (int64_t i133 = 0; i133 < K * T; ++i133) {
-        r132[i133] = 0.0;
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t i = 0; i < K * T; ++i) {
+        r4[i] = 0.0;
     }
-    for (int64_t k134 = K - 1; k134 >= 0; --k134) {
-        for (int64_t i137 = 0; i137 < d; ++i137) {
-            r135[i137] = 0.0;
+    for (int64_t k = K - 1; k >= 0; --k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            r5[i] = 0.0;
         }
-        for (int64_t i138 = 0; i138 < T; ++i138) {
-            r136[i138] = 0.0;
+        for (int64_t i = 0; i < T; ++i) {
+            r6[i] = 0.0;
         }
-        for (int64_t k139 = d - 1; k139 >= 0; --k139) {
-            for (int64_t k140 = d - 1; k140 >= 0; --k140) {
-                const double t141 = ks::mulz((((prod + k134 * (d * d)) + k139 * d) + k140)[0], (((r2 + k134 * (d * d)) + k139 * d) + k140)[0]);
-                const int64_t t142 = ((2*d) - k140);
-                const int64_t t143 = (t142 - int64_t{1});
-                const int64_t t144 = (k140 * t143);
-                const int64_t t145 = ks::floordiv(t144, int64_t{2});
-                const int64_t t146 = (d + t145);
-                const int64_t t147 = (t146 + k139);
-                const int64_t t148 = (t147 - k140);
-                const int64_t t149 = (t148 - int64_t{1});
-                const double t150 = ((((r3 + k134 * (d * d)) + k139 * d) + k140)[0] ? (((prod + k134 * (d * d)) + k139 * d) + k140)[0] : 0.0);
-                const double t151 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? t141 : 0.0);
-                const double t152 = ((((r1 + k134 * (d * d)) + k139 * d) + k140)[0] ? 0.0 : t150);
-                (r135 + ks::clamp_index(k139, d))[0] += t151;
-                (r136 + ks::clamp_index(t149, T))[0] += t152;
+        for (int64_t i = d - 1; i >= 0; --i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = d - 1; j >= 0; --j) {
+                const double t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t12 = ((2*d) - j);
+                const int64_t t13 = (t12 - int64_t{1});
+                const int64_t t14 = (j * t13);
+                const int64_t t15 = ks::floordiv(t14, int64_t{2});
+                const int64_t t16 = (d + t15);
+                const int64_t t17 = (t16 + i);
+                const int64_t t18 = (t17 - j);
+                const int64_t t19 = (t18 - int64_t{1});
+                const double t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
+                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
+                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
+                r5[ks::clamp_index(i, d)] += t21;
+                r6[ks::clamp_index(t19, T)] += t22;
             }
         }
-        for (int64_t i153 = 0; i153 < T; ++i153) {
-            (r132 + k134 * T)[i153] += r136[i153];
+        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+        for (int64_t i = 0; i < T; ++i) {
+            r4[k * T + i] += r6[i];
         }
-        for (int64_t i154 = 0; i154 < d; ++i154) {
-            (d_qs + k134 * d)[i154] += r135[i154];
-        }
-    }
-    for (int64_t i155 = 0; i155 < K; ++i155) {
-        for (int64_t i156 = 0; i156 < (T - d); ++i156) {
-            const double ls_i = (icf + d)[i155 * T + i156];
-            const double t157 = (2.0 * ls_i);
-            const double x_i158 = t79;
-            const double d_ls159 = (x_i158 * t157);
-            d_ls[i155 * ((T - d)) + i156] = d_ls159;
+        for (int64_t i = 0; i < d; ++i) {
+            d_qs[k * d + i] += r5[i];
         }
     }
-    for (int64_t i160 = 0; i160 < K; ++i160) {
-        for (int64_t i161 = 0; i161 < d; ++i161) {
-            padded[i160 * T + i161] = 0.0;
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double ls_i = icf[d + i * T + j];
+            const double t11 = (2.0 * ls_i);
+            const double x_i = t7;
+            const double d_ls_i = (x_i * t11);
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
-    for (int64_t i162 = 0; i162 < K; ++i162) {
-        for (int64_t i163 = 0; i163 < (T - d); ++i163) {
-            (padded + d)[i162 * T + i163] = d_ls[i162 * ((T - d)) + i163];
+    // gmm.py:46: ls = icf[:, d:]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = 0.0;
         }
     }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        for (int64_t i166 = 0; i166 < (T - d); ++i166) {
-            (padded164 + d)[i165 * T + i166] = 0.0;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
-    for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < d; ++i168) {
-            padded164[i167 * T + i168] = d_qs[i167 * d + i168];
+    // gmm.py:45: qs = icf[:, :d]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded1[d + i * T + j] = 0.0;
         }
     }
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        const double x_i170 = t82;
-        const double x_i171 = tmp69[i169];
-        const double d_alphas = ks::mulz(x_i170, x_i171);
-        const double d_base_i = sum[i169];
-        const double d_alphas172 = (d_alphas + d_base_i);
-        out_d_alphas[i169] = d_alphas172;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded1[i * T + j] = d_qs[i * d + j];
+        }
     }
-    for (int64_t i173 = 0; i173 < (K*T); ++i173) {
-        const double x_i174 = r132[i173];
-        const double x_i175 = padded[i173];
-        const double d_icf = (x_i174 + x_i175);
-        const double x_i176 = padded164[i173];
-        const double d_icf177 = (d_icf + x_i176);
-        out_d_icf[i173] = d_icf177;
+    // gmm.py:48, 53
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = t10;
+        const double x_i1 = tmp6[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double d_base_i = sum[i];
+        const double d_alphas_i1 = (d_alphas_i + d_base_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
-    for (int64_t i178 = 0; i178 < K * d; ++i178) {
-        out_d_means[i178] = tmp117[i178];
+    // gmm.py:45, 46
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const double x_i = r4[i];
+        const double x_i1 = padded[i];
+        const double d_icf_i = (x_i + x_i1);
+        const double x_i2 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
+    }
+    for (int64_t i = 0; i < K * d; ++i) {
+        out_d_means[i] = tmp9[i];
     }
     return ks::status::ok;
 }
@@ -642,255 +678,269 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp27 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp45 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp50 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
-    for (int64_t k1 = 0; k1 < K; ++k1) {
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k3 = 0; k3 < d; ++k3) {
-                    const bool t4 = (k2 == k3);
-                    const float t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
-                    const bool t6 = (k2 > k3);
-                    const int64_t t7 = ((2*d) - k3);
-                    const int64_t t8 = (t7 - int64_t{1});
-                    const int64_t t9 = (k3 * t8);
-                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
-                    const int64_t t11 = (d + t10);
-                    const int64_t t12 = (t11 + k2);
-                    const int64_t t13 = (t12 - k3);
-                    const int64_t t14 = (t13 - int64_t{1});
-                    const float t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0f);
-                    const float t16 = (t4 ? t5 : t15);
-                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const bool t1 = (i == j);
+                    const float t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t3 = (i > j);
+                    const int64_t t4 = ((2*d) - j);
+                    const int64_t t5 = (t4 - int64_t{1});
+                    const int64_t t6 = (j * t5);
+                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                    const int64_t t8 = (d + t7);
+                    const int64_t t9 = (t8 + i);
+                    const int64_t t10 = (t9 - j);
+                    const int64_t t11 = (t10 - int64_t{1});
+                    const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
+                    const float t13 = (t1 ? t2 : t12);
+                    Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
         }
     }
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
             float acc_block = 0;
             KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i17 = block; i17 < block_end; ++i17) {
-                const float qs_i = icf[i * T + i17];
+            for (int64_t j = block; j < block_end; ++j) {
+                const float qs_i = icf[i * T + j];
                 acc_block += qs_i;
             }
             acc += acc_block;
         }
         tmp[i] = acc;
     }
-    for (int64_t i18 = 0; i18 < n; ++i18) {
-        for (int64_t i19 = 0; i19 < K; ++i19) {
-            for (int64_t i20 = 0; i20 < d; ++i20) {
-                const float x_i = x[i18 * d + i20];
-                const float x_i21 = means[i19 * d + i20];
-                const float centered22 = (x_i - x_i21);
-                centered[i18 * (K * d) + i19 * d + i20] = centered22;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const float x_i = x[i * d + k];
+                const float x_i1 = means[j * d + k];
+                const float centered_i = (x_i - x_i1);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
-    for (int64_t i23 = 0; i23 < K; ++i23) {
-        ks::tiled_gemm<float>(d, n, d, {(Qs + i23 * (d * d)), d, 1}, {(centered + i23 * d), 1, K * d}, {(mahalanobis + i23 * d), 1, K * d}, false, scratch_float);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
     }
-    for (int64_t i24 = 0; i24 < K; ++i24) {
-        const float alphas_i = alphas[i24];
-        const float x_i25 = tmp[i24];
-        const float base26 = (alphas_i + x_i25);
-        base[i24] = base26;
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
+    for (int64_t i = 0; i < K; ++i) {
+        const float alphas_i = alphas[i];
+        const float x_i = tmp[i];
+        const float base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t i28 = 0; i28 < n; ++i28) {
-        for (int64_t i29 = 0; i29 < K; ++i29) {
-            float acc30 = 0;
-            for (int64_t block31 = 0; block31 < d; block31 += 512) {
-                const int64_t block_end32 = d - block31 < 512 ? d : block31 + 512;
-                float acc30_block = 0;
-                KS_OMP_SIMD(reduction(+:acc30_block))
-                for (int64_t i33 = block31; i33 < block_end32; ++i33) {
-                    const float mahalanobis_i = mahalanobis[i28 * (K * d) + i29 * d + i33];
-                    const float t34 = ks::ipow<2>(mahalanobis_i);
-                    acc30_block += t34;
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            float acc = 0;
+            for (int64_t block = 0; block < d; block += 512) {
+                const int64_t block_end = d - block < 512 ? d : block + 512;
+                float acc_block = 0;
+                KS_OMP_SIMD(reduction(+:acc_block))
+                for (int64_t k = block; k < block_end; ++k) {
+                    const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                    const float t1 = ks::ipow<2>(mahalanobis_i);
+                    acc_block += t1;
                 }
-                acc30 += acc30_block;
+                acc += acc_block;
             }
-            tmp27[i28 * K + i29] = acc30;
+            tmp1[i * K + j] = acc;
         }
     }
-    const int64_t t35 = (-n);
-    const int64_t t36 = (t35 * d);
-    const double t37 = static_cast<double>(t36);
-    const double t38 = (t37 * 0.5);
-    const double constant = (t38 * 1.8378770664093453);
-    for (int64_t i39 = 0; i39 < n; ++i39) {
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const float x_i41 = tmp27[i39 * K + i40];
-            const float t42 = (0.5f * x_i41);
-            const float x_i43 = base[i40];
-            const float scores44 = (x_i43 - t42);
-            scores[i39 * K + i40] = scores44;
+    const int64_t t1 = (-n);
+    const int64_t t2 = (t1 * d);
+    const double t3 = static_cast<double>(t2);
+    const double t4 = (t3 * 0.5);
+    const double constant = (t4 * 1.8378770664093453);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = tmp1[i * K + j];
+            const float t5 = (0.5f * x_i);
+            const float x_i1 = base[j];
+            const float scores_i = (x_i1 - t5);
+            scores[i * K + j] = scores_i;
         }
     }
-    for (int64_t i46 = 0; i46 < n; ++i46) {
-        float acc47 = ks::lowest<float>();
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            const float x_i49 = scores[i46 * K + i48];
-            acc47 = ks::running_max(acc47, x_i49);
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = ks::lowest<float>();
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = scores[i * K + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp45[i46] = acc47;
+        tmp2[i] = acc;
     }
-    for (int64_t i51 = 0; i51 < n; ++i51) {
-        const float x_i52 = tmp45[i51];
-        const float t53 = ks::abs(x_i52);
-        const bool t54 = (t53 == __builtin_huge_valf());
-        const float t55 = (t54 ? 0.0f : x_i52);
-        tmp50[i51] = t55;
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = tmp2[i];
+        const float t5 = ks::abs(x_i);
+        const bool t6 = (t5 == __builtin_huge_valf());
+        const float t7 = (t6 ? 0.0f : x_i);
+        tmp3[i] = t7;
     }
-    float* const tmp56 = tmp45;  // reuses a dead buffer's space
-    for (int64_t i57 = 0; i57 < n; ++i57) {
-        float acc58 = 0;
-        for (int64_t block59 = 0; block59 < K; block59 += 512) {
-            const int64_t block_end60 = K - block59 < 512 ? K : block59 + 512;
-            float acc58_block = 0;
-            KS_OMP_SIMD(reduction(+:acc58_block))
-            for (int64_t i61 = block59; i61 < block_end60; ++i61) {
-                const float scores_i = scores[i57 * K + i61];
-                const float x_i62 = tmp50[i57];
-                const float t63 = (scores_i - x_i62);
-                const float t64 = ks::exp(t63);
-                acc58_block += t64;
+    float* const tmp4 = tmp2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < K; block += 512) {
+            const int64_t block_end = K - block < 512 ? K : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float scores_i = scores[i * K + j];
+                const float x_i = tmp3[i];
+                const float t5 = (scores_i - x_i);
+                const float t6 = ks::exp(t5);
+                acc_block += t6;
             }
-            acc58 += acc58_block;
+            acc += acc_block;
         }
-        tmp56[i57] = acc58;
+        tmp4[i] = acc;
     }
-    float acc65 = 0;
-    for (int64_t block66 = 0; block66 < n; block66 += 512) {
-        const int64_t block_end67 = n - block66 < 512 ? n : block66 + 512;
-        float acc65_block = 0;
-        KS_OMP_SIMD(reduction(+:acc65_block))
-        for (int64_t i68 = block66; i68 < block_end67; ++i68) {
-            const float x_i69 = tmp56[i68];
-            const float t70 = ks::log(x_i69);
-            const float x_i71 = tmp50[i68];
-            const float t72 = (t70 + x_i71);
-            acc65_block += t72;
+    float acc = 0;
+    for (int64_t block = 0; block < n; block += 512) {
+        const int64_t block_end = n - block < 512 ? n : block + 512;
+        float acc_block = 0;
+        KS_OMP_SIMD(reduction(+:acc_block))
+        for (int64_t i = block; i < block_end; ++i) {
+            const float x_i = tmp4[i];
+            const float t5 = ks::log(x_i);
+            const float x_i1 = tmp3[i];
+            const float t6 = (t5 + x_i1);
+            acc_block += t6;
         }
-        acc65 += acc65_block;
+        acc += acc_block;
     }
-    const double t73 = static_cast<double>(acc65);
-    const double t74 = (constant + t73);
-    float acc75 = ks::lowest<float>();
-    for (int64_t i76 = 0; i76 < K; ++i76) {
-        const float x_i77 = alphas[i76];
-        acc75 = ks::running_max(acc75, x_i77);
+    const double t5 = static_cast<double>(acc);
+    const double t6 = (constant + t5);
+    float acc1 = ks::lowest<float>();
+    for (int64_t i = 0; i < K; ++i) {
+        const float x_i = alphas[i];
+        acc1 = ks::running_max(acc1, x_i);
     }
-    const float t78 = ks::abs(acc75);
-    const bool t79 = (t78 == __builtin_huge_valf());
-    const float t80 = (t79 ? 0.0f : acc75);
-    float acc81 = 0;
-    for (int64_t block82 = 0; block82 < K; block82 += 512) {
-        const int64_t block_end83 = K - block82 < 512 ? K : block82 + 512;
-        float acc81_block = 0;
-        KS_OMP_SIMD(reduction(+:acc81_block))
-        for (int64_t i84 = block82; i84 < block_end83; ++i84) {
-            const float alphas_i85 = alphas[i84];
-            const float x_i86 = t80;
-            const float t87 = (alphas_i85 - x_i86);
-            const float t88 = ks::exp(t87);
-            acc81_block += t88;
+    const float t7 = ks::abs(acc1);
+    const bool t8 = (t7 == __builtin_huge_valf());
+    const float t9 = (t8 ? 0.0f : acc1);
+    float acc2 = 0;
+    for (int64_t block = 0; block < K; block += 512) {
+        const int64_t block_end = K - block < 512 ? K : block + 512;
+        float acc2_block = 0;
+        KS_OMP_SIMD(reduction(+:acc2_block))
+        for (int64_t i = block; i < block_end; ++i) {
+            const float alphas_i = alphas[i];
+            const float x_i = t9;
+            const float t10 = (alphas_i - x_i);
+            const float t11 = ks::exp(t10);
+            acc2_block += t11;
         }
-        acc81 += acc81_block;
+        acc2 += acc2_block;
     }
-    const float t89 = ks::log(acc81);
-    const float t90 = (t89 + t80);
-    const float t91 = static_cast<float>(n);
-    const float t92 = (t91 * t90);
-    const double t93 = static_cast<double>(t92);
-    const double t94 = (t74 - t93);
+    const float t10 = ks::log(acc2);
+    const float t11 = (t10 + t9);
+    const float t12 = static_cast<float>(n);
+    const float t13 = (t12 * t11);
+    const double t14 = static_cast<double>(t13);
+    const double t15 = (t6 - t14);
+    // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t95 = static_cast<float>(d);
-        const float t96 = (t95 + wishart_m);
-        const float n_w = (t96 + 1.0f);
-        const float t97 = (n_w * t95);
-        const float t98 = ks::log(wishart_gamma);
-        const float t99 = (t98 - 0.3465735912322998f);
-        const float t100 = (t97 * t99);
-        const float t101 = (0.5f * n_w);
-        double r102;
+        const float t16 = static_cast<float>(d);
+        const float t17 = (t16 + wishart_m);
+        const float n_w = (t17 + 1.0f);
+        const float t18 = (n_w * t16);
+        const float t19 = ks::log(wishart_gamma);
+        const float t20 = (t19 - 0.3465735912322998f);
+        const float t21 = (t18 * t20);
+        const float t22 = (0.5f * n_w);
+        // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
+        double r1;
         {  // log_gamma_d(a)
-            const double t103 = static_cast<double>(d);
-            const double t104 = (0.25 * t103);
-            const double t105 = static_cast<double>((d - 1));
-            const double t106 = (t104 * t105);
-            const double t107 = (t106 * 1.1447298858494002);
-            double r108;
-            r108 = 0.0;
-            for (int64_t k109 = 0; k109 < d; ++k109) {
-                const int64_t t110 = (k109 + int64_t{1});
-                const int64_t t111 = (int64_t{1} - t110);
-                const double t112 = static_cast<double>(t111);
-                const double t113 = (0.5 * t112);
-                const double t114 = static_cast<double>(t101);
-                const double t115 = (t114 + t113);
-                const double t116 = std::lgamma(t115);
-                const double sum_25_55 = (r108 + t116);
-                r108 = sum_25_55;
+            const double t23 = static_cast<double>(d);
+            const double t24 = (0.25 * t23);
+            const double t25 = static_cast<double>((d - 1));
+            const double t26 = (t24 * t25);
+            const double t27 = (t26 * 1.1447298858494002);
+            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+            double sum;
+            sum = 0.0;
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t t28 = (i + int64_t{1});
+                const int64_t t29 = (int64_t{1} - t28);
+                const double t30 = static_cast<double>(t29);
+                const double t31 = (0.5 * t30);
+                const double t32 = static_cast<double>(t22);
+                const double t33 = (t32 + t31);
+                const double t34 = std::lgamma(t33);
+                const double sum1 = (sum + t34);
+                sum = sum1;
             }
-            const double t117 = (t107 + r108);
-            r102 = t117;
+            const double t28 = (t27 + sum);
+            r1 = t28;
         }
-        const double t118 = static_cast<double>(t100);
-        const double C = (t118 - r102);
-        float acc119 = 0;
-        for (int64_t i120 = 0; i120 < K; ++i120) {
-            KS_OMP_SIMD(reduction(+:acc119))
-            for (int64_t i121 = 0; i121 < d; ++i121) {
-                const float qs_i122 = icf[i120 * T + i121];
-                const float t123 = ks::exp(qs_i122);
-                const float t124 = ks::ipow<2>(t123);
-                acc119 += t124;
-            }
-        }
-        float acc125 = 0;
-        for (int64_t i126 = 0; i126 < K; ++i126) {
-            KS_OMP_SIMD(reduction(+:acc125))
-            for (int64_t i127 = 0; i127 < (T - d); ++i127) {
-                const float ls_i = (icf + d)[i126 * T + i127];
-                const float t128 = ks::ipow<2>(ls_i);
-                acc125 += t128;
+        const double t23 = static_cast<double>(t21);
+        const double C = (t23 - r1);
+        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        float acc3 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc3))
+            for (int64_t j = 0; j < d; ++j) {
+                const float qs_i = icf[i * T + j];
+                const float t24 = ks::exp(qs_i);
+                const float t25 = ks::ipow<2>(t24);
+                acc3 += t25;
             }
         }
-        const float frobenius = (acc119 + acc125);
-        const float t129 = ks::ipow<2>(wishart_gamma);
-        const float t130 = (0.5f * t129);
-        const float t131 = (t130 * frobenius);
-        float acc132 = 0;
-        for (int64_t i133 = 0; i133 < K; ++i133) {
-            KS_OMP_SIMD(reduction(+:acc132))
-            for (int64_t i134 = 0; i134 < d; ++i134) {
-                const float qs_i135 = icf[i133 * T + i134];
-                acc132 += qs_i135;
+        float acc4 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc4))
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const float ls_i = icf[d + i * T + j];
+                const float t24 = ks::ipow<2>(ls_i);
+                acc4 += t24;
             }
         }
-        const float t136 = (wishart_m * acc132);
-        const float t137 = (t131 - t136);
-        const double t138 = static_cast<double>(K);
-        const double t139 = (t138 * C);
-        const double t140 = static_cast<double>(t137);
-        const double t141 = (t140 - t139);
-        r = t141;
+        const float frobenius = (acc3 + acc4);
+        const float t24 = ks::ipow<2>(wishart_gamma);
+        const float t25 = (0.5f * t24);
+        const float t26 = (t25 * frobenius);
+        // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
+        float acc5 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc5))
+            for (int64_t j = 0; j < d; ++j) {
+                const float qs_i = icf[i * T + j];
+                acc5 += qs_i;
+            }
+        }
+        const float t27 = (wishart_m * acc5);
+        const float t28 = (t26 - t27);
+        const double t29 = static_cast<double>(K);
+        const double t30 = (t29 * C);
+        const double t31 = static_cast<double>(t28);
+        const double t32 = (t31 - t30);
+        r = t32;
     }
-    const double t142 = (t94 + r);
-    const float t143 = static_cast<float>(t142);
-    *out = t143;
+    const double t16 = (t15 + r);
+    const float t17 = static_cast<float>(t16);
+    *out = t17;
     return ks::status::ok;
 }
 
@@ -925,354 +975,376 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp32 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp46 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp51 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum113 = reinterpret_cast<float*>(next_slot);
+    float* const sum1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod118 = reinterpret_cast<float*>(next_slot);
+    float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r138 = reinterpret_cast<float*>(next_slot);
+    float* const r4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r141 = reinterpret_cast<float*>(next_slot);
+    float* const r5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r142 = reinterpret_cast<float*>(next_slot);
+    float* const r6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded170 = reinterpret_cast<float*>(next_slot);
+    float* const padded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
     (void)next_slot;
-    for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k5 = 0; k5 < d; ++k5) {
-            for (int64_t k6 = 0; k6 < d; ++k6) {
-                const bool t7 = (k5 == k6);
-                const float t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
-                const bool t9 = (k5 > k6);
-                const int64_t t10 = ((2*d) - k6);
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = 0; j < d; ++j) {
+                const bool t1 = (i == j);
+                const float t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t3 = (i > j);
+                const int64_t t4 = ((2*d) - j);
+                const int64_t t5 = (t4 - int64_t{1});
+                const int64_t t6 = (j * t5);
+                const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                const int64_t t8 = (d + t7);
+                const int64_t t9 = (t8 + i);
+                const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
-                const int64_t t12 = (k6 * t11);
-                const int64_t t13 = ks::floordiv(t12, int64_t{2});
-                const int64_t t14 = (d + t13);
-                const int64_t t15 = (t14 + k5);
-                const int64_t t16 = (t15 - k6);
-                const int64_t t17 = (t16 - int64_t{1});
-                const float t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0f);
-                const float t19 = (t7 ? t8 : t18);
-                const float t20 = (t7 ? t8 : 0.0f);
-                const bool t21 = (t7 ? false : t9);
-                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
+                const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
+                const float t13 = (t1 ? t2 : t12);
+                const float t14 = (t1 ? t2 : 0.0f);
+                const bool t15 = (t1 ? false : t3);
+                r[k * (d * d) + i * d + j] = t13;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
             float acc_block = 0;
             KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i22 = block; i22 < block_end; ++i22) {
-                const float qs_i = icf[i * T + i22];
+            for (int64_t j = block; j < block_end; ++j) {
+                const float qs_i = icf[i * T + j];
                 acc_block += qs_i;
             }
             acc += acc_block;
         }
         tmp[i] = acc;
     }
-    for (int64_t i23 = 0; i23 < n; ++i23) {
-        for (int64_t i24 = 0; i24 < K; ++i24) {
-            for (int64_t i25 = 0; i25 < d; ++i25) {
-                const float x_i = x[i23 * d + i25];
-                const float x_i26 = means[i24 * d + i25];
-                const float centered27 = (x_i - x_i26);
-                centered[i23 * (K * d) + i24 * d + i25] = centered27;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const float x_i = x[i * d + k];
+                const float x_i1 = means[j * d + k];
+                const float centered_i = (x_i - x_i1);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
-    for (int64_t i28 = 0; i28 < K; ++i28) {
-        ks::tiled_gemm<float>(d, n, d, {(r + i28 * (d * d)), d, 1}, {(centered + i28 * d), 1, K * d}, {(mahalanobis + i28 * d), 1, K * d}, false, scratch_float);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<float>(d, n, d, {(r + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
     }
-    for (int64_t i29 = 0; i29 < K; ++i29) {
-        const float alphas_i = alphas[i29];
-        const float x_i30 = tmp[i29];
-        const float base31 = (alphas_i + x_i30);
-        base[i29] = base31;
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
+    for (int64_t i = 0; i < K; ++i) {
+        const float alphas_i = alphas[i];
+        const float x_i = tmp[i];
+        const float base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t i33 = 0; i33 < n; ++i33) {
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            float acc35 = 0;
-            for (int64_t block36 = 0; block36 < d; block36 += 512) {
-                const int64_t block_end37 = d - block36 < 512 ? d : block36 + 512;
-                float acc35_block = 0;
-                KS_OMP_SIMD(reduction(+:acc35_block))
-                for (int64_t i38 = block36; i38 < block_end37; ++i38) {
-                    const float mahalanobis_i = mahalanobis[i33 * (K * d) + i34 * d + i38];
-                    const float t39 = ks::ipow<2>(mahalanobis_i);
-                    acc35_block += t39;
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            float acc = 0;
+            for (int64_t block = 0; block < d; block += 512) {
+                const int64_t block_end = d - block < 512 ? d : block + 512;
+                float acc_block = 0;
+                KS_OMP_SIMD(reduction(+:acc_block))
+                for (int64_t k = block; k < block_end; ++k) {
+                    const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                    const float t1 = ks::ipow<2>(mahalanobis_i);
+                    acc_block += t1;
                 }
-                acc35 += acc35_block;
+                acc += acc_block;
             }
-            tmp32[i33 * K + i34] = acc35;
+            tmp1[i * K + j] = acc;
         }
     }
-    for (int64_t i40 = 0; i40 < n; ++i40) {
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const float x_i42 = tmp32[i40 * K + i41];
-            const float t43 = (0.5f * x_i42);
-            const float x_i44 = base[i41];
-            const float scores45 = (x_i44 - t43);
-            scores[i40 * K + i41] = scores45;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = tmp1[i * K + j];
+            const float t1 = (0.5f * x_i);
+            const float x_i1 = base[j];
+            const float scores_i = (x_i1 - t1);
+            scores[i * K + j] = scores_i;
         }
     }
-    for (int64_t i47 = 0; i47 < n; ++i47) {
-        float acc48 = ks::lowest<float>();
-        for (int64_t i49 = 0; i49 < K; ++i49) {
-            const float x_i50 = scores[i47 * K + i49];
-            acc48 = ks::running_max(acc48, x_i50);
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = ks::lowest<float>();
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = scores[i * K + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp46[i47] = acc48;
+        tmp2[i] = acc;
     }
-    for (int64_t i52 = 0; i52 < n; ++i52) {
-        const float x_i53 = tmp46[i52];
-        const float t54 = ks::abs(x_i53);
-        const bool t55 = (t54 == __builtin_huge_valf());
-        const float t56 = (t55 ? 0.0f : x_i53);
-        tmp51[i52] = t56;
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = tmp2[i];
+        const float t1 = ks::abs(x_i);
+        const bool t2 = (t1 == __builtin_huge_valf());
+        const float t3 = (t2 ? 0.0f : x_i);
+        tmp3[i] = t3;
     }
-    float* const tmp57 = tmp32;  // reuses a dead buffer's space
-    float* const tmp58 = tmp46;  // reuses a dead buffer's space
-    for (int64_t i59 = 0; i59 < n; ++i59) {
-        float acc60 = 0;
-        for (int64_t block61 = 0; block61 < K; block61 += 512) {
-            const int64_t block_end62 = K - block61 < 512 ? K : block61 + 512;
-            float acc60_block = 0;
-            KS_OMP_SIMD(reduction(+:acc60_block))
-            for (int64_t i63 = block61; i63 < block_end62; ++i63) {
-                const float scores_i = scores[i59 * K + i63];
-                const float x_i64 = tmp51[i59];
-                const float t65 = (scores_i - x_i64);
-                const float t66 = ks::exp(t65);
-                tmp57[i59 * K + i63] = t66;
-                acc60_block += t66;
+    float* const tmp4 = tmp1;  // reuses a dead buffer's space
+    float* const tmp5 = tmp2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < K; block += 512) {
+            const int64_t block_end = K - block < 512 ? K : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float scores_i = scores[i * K + j];
+                const float x_i = tmp3[i];
+                const float t1 = (scores_i - x_i);
+                const float t2 = ks::exp(t1);
+                tmp4[i * K + j] = t2;
+                acc_block += t2;
             }
-            acc60 += acc60_block;
+            acc += acc_block;
         }
-        tmp58[i59] = acc60;
+        tmp5[i] = acc;
     }
-    float acc67 = ks::lowest<float>();
-    for (int64_t i68 = 0; i68 < K; ++i68) {
-        const float x_i69 = alphas[i68];
-        acc67 = ks::running_max(acc67, x_i69);
+    float acc = ks::lowest<float>();
+    for (int64_t i = 0; i < K; ++i) {
+        const float x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const float t70 = ks::abs(acc67);
-    const bool t71 = (t70 == __builtin_huge_valf());
-    const float t72 = (t71 ? 0.0f : acc67);
-    float* const tmp73 = tmp;  // reuses a dead buffer's space
-    float acc74 = 0;
-    for (int64_t block75 = 0; block75 < K; block75 += 512) {
-        const int64_t block_end76 = K - block75 < 512 ? K : block75 + 512;
-        float acc74_block = 0;
-        KS_OMP_SIMD(reduction(+:acc74_block))
-        for (int64_t i77 = block75; i77 < block_end76; ++i77) {
-            const float alphas_i78 = alphas[i77];
-            const float x_i79 = t72;
-            const float t80 = (alphas_i78 - x_i79);
-            const float t81 = ks::exp(t80);
-            tmp73[i77] = t81;
-            acc74_block += t81;
+    const float t1 = ks::abs(acc);
+    const bool t2 = (t1 == __builtin_huge_valf());
+    const float t3 = (t2 ? 0.0f : acc);
+    float* const tmp6 = tmp;  // reuses a dead buffer's space
+    float acc1 = 0;
+    for (int64_t block = 0; block < K; block += 512) {
+        const int64_t block_end = K - block < 512 ? K : block + 512;
+        float acc1_block = 0;
+        KS_OMP_SIMD(reduction(+:acc1_block))
+        for (int64_t i = block; i < block_end; ++i) {
+            const float alphas_i = alphas[i];
+            const float x_i = t3;
+            const float t4 = (alphas_i - x_i);
+            const float t5 = ks::exp(t4);
+            tmp6[i] = t5;
+            acc1_block += t5;
         }
-        acc74 += acc74_block;
+        acc1 += acc1_block;
     }
-    const float t82 = static_cast<float>(n);
-    const float t83 = (1.0f / acc74);
-    const float t84 = ks::ipow<2>(wishart_gamma);
-    const float t85 = (0.5f * t84);
-    const float t86 = ((-1.0f) * wishart_m);
-    const float t87 = ((-1.0f) * t82);
-    const float t88 = ks::mulz(t87, t83);
-    float* const tmp89 = tmp51;  // reuses a dead buffer's space
-    for (int64_t i90 = 0; i90 < n; ++i90) {
-        const float x_i91 = tmp58[i90];
-        const float t92 = (1.0f / x_i91);
-        tmp89[i90] = t92;
+    const float t4 = static_cast<float>(n);
+    const float t5 = (1.0f / acc1);
+    const float t6 = ks::ipow<2>(wishart_gamma);
+    const float t7 = (0.5f * t6);
+    const float t8 = ((-1.0f) * wishart_m);
+    const float t9 = ((-1.0f) * t4);
+    const float t10 = ks::mulz(t9, t5);
+    float* const tmp7 = tmp3;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = tmp5[i];
+        const float t11 = (1.0f / x_i);
+        tmp7[i] = t11;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i93 = 0; i93 < n; ++i93) {
-        for (int64_t i94 = 0; i94 < K; ++i94) {
-            const float x_i95 = tmp89[i93];
-            const float x_i96 = tmp57[i93 * K + i94];
-            const float d_scores97 = ks::mulz(x_i95, x_i96);
-            d_scores[i93 * K + i94] = d_scores97;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = tmp7[i];
+            const float x_i1 = tmp4[i * K + j];
+            const float d_scores_i = ks::mulz(x_i, x_i1);
+            d_scores[i * K + j] = d_scores_i;
         }
     }
+    // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i98 = 0; i98 < K; ++i98) {
-        sum[i98] = 0;
+    for (int64_t i = 0; i < K; ++i) {
+        sum[i] = 0;
     }
-    for (int64_t i99 = 0; i99 < n; ++i99) {
-        for (int64_t i100 = 0; i100 < K; ++i100) {
-            sum[i100] += d_scores[i99 * K + i100];
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            sum[j] += d_scores[i * K + j];
         }
     }
-    float* const tmp101 = tmp32;  // reuses a dead buffer's space
-    for (int64_t i102 = 0; i102 < (K*n); ++i102) {
-        const float d_scores_i = d_scores[i102];
-        const float t103 = (d_scores_i * (-1.0f));
-        const float t104 = (t103 * 0.5f);
-        tmp101[i102] = t104;
+    float* const tmp8 = tmp1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (K*n); ++i) {
+        const float d_scores_i = d_scores[i];
+        const float t11 = (d_scores_i * (-1.0f));
+        const float t12 = (t11 * 0.5f);
+        tmp8[i] = t12;
     }
-    for (int64_t i105 = 0; i105 < n; ++i105) {
-        for (int64_t i106 = 0; i106 < K; ++i106) {
-            for (int64_t i107 = 0; i107 < d; ++i107) {
-                const float mahalanobis_i108 = mahalanobis[i105 * (K * d) + i106 * d + i107];
-                const float t109 = (2.0f * mahalanobis_i108);
-                const float x_i110 = tmp101[i105 * K + i106];
-                const float d_mahalanobis111 = (x_i110 * t109);
-                d_mahalanobis[i105 * (K * d) + i106 * d + i107] = d_mahalanobis111;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                const float t11 = (2.0f * mahalanobis_i);
+                const float x_i = tmp8[i * K + j];
+                const float d_mahalanobis_i = (x_i * t11);
+                d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
-    for (int64_t i112 = 0; i112 < K; ++i112) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i112 * d), 1, K * d}, {(centered + i112 * d), K * d, 1}, {(prod + i112 * (d * d)), d, 1}, false, scratch_float);
+    // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_float);
     }
-    for (int64_t i114 = 0; i114 < K * d; ++i114) {
-        sum113[i114] = 0;
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    for (int64_t i = 0; i < K * d; ++i) {
+        sum1[i] = 0;
     }
-    for (int64_t i115 = 0; i115 < n; ++i115) {
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            for (int64_t i117 = 0; i117 < d; ++i117) {
-                sum113[i116 * d + i117] += d_mahalanobis[i115 * (K * d) + i116 * d + i117];
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
-    for (int64_t i119 = 0; i119 < K * d; ++i119) {
-        prod118[i119] = 0;
+    for (int64_t i = 0; i < K * d; ++i) {
+        prod1[i] = 0;
     }
-    for (int64_t i120 = 0; i120 < K; ++i120) {
-        for (int64_t i121 = 0; i121 < d; ++i121) {
-            for (int64_t i122 = 0; i122 < d; ++i122) {
-                prod118[i120 * d + i122] += sum113[i120 * d + i121] * r[i120 * (d * d) + i121 * d + i122];
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
             }
         }
     }
-    float* const tmp123 = sum113;  // reuses a dead buffer's space
-    for (int64_t i124 = 0; i124 < (K*d); ++i124) {
-        const float x_i125 = prod118[i124];
-        const float t126 = (x_i125 * (-1.0f));
-        tmp123[i124] = t126;
+    float* const tmp9 = sum1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (K*d); ++i) {
+        const float x_i = prod1[i];
+        const float t11 = (x_i * (-1.0f));
+        tmp9[i] = t11;
     }
-    float* const d_qs = prod118;  // reuses a dead buffer's space
-    for (int64_t i127 = 0; i127 < K; ++i127) {
-        for (int64_t i128 = 0; i128 < d; ++i128) {
-            const float qs_i129 = icf[i127 * T + i128];
-            const float t130 = ks::exp(qs_i129);
-            const float t131 = (2.0f * t130);
-            const float x_i132 = t85;
-            const float t133 = (x_i132 * t131);
-            const float t134 = ks::mulz(t133, t130);
-            const float d_qs_i = t86;
-            const float d_qs135 = (d_qs_i + t134);
-            const float x_i136 = sum[i127];
-            const float d_qs137 = (d_qs135 + x_i136);
-            d_qs[i127 * d + i128] = d_qs137;
+    // gmm.py:32, 48
+    float* const d_qs = prod1;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const float qs_i = icf[i * T + j];
+            const float t11 = ks::exp(qs_i);
+            const float t12 = (2.0f * t11);
+            const float x_i = t7;
+            const float t13 = (x_i * t12);
+            const float t14 = ks::mulz(t13, t11);
+            const float d_qs_i = t8;
+            const float d_qs_i1 = (d_qs_i + t14);
+            const float x_i1 = sum[i];
+            const float d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
-    for (int64_t i139 = 0; i139 < K * T; ++i139) {
-        r138[i139] = 0.0f;
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t i = 0; i < K * T; ++i) {
+        r4[i] = 0.0f;
     }
-    for (int64_t k140 = K - 1; k140 >= 0; --k140) {
-        for (int64_t i143 = 0; i143 < d; ++i143) {
-            r141[i143] = 0.0f;
+    for (int64_t k = K - 1; k >= 0; --k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            r5[i] = 0.0f;
         }
-        for (int64_t i144 = 0; i144 < T; ++i144) {
-            r142[i144] = 0.0f;
+        for (int64_t i = 0; i < T; ++i) {
+            r6[i] = 0.0f;
         }
-        for (int64_t k145 = d - 1; k145 >= 0; --k145) {
-            for (int64_t k146 = d - 1; k146 >= 0; --k146) {
-                const float t147 = ks::mulz((((prod + k140 * (d * d)) + k145 * d) + k146)[0], (((r2 + k140 * (d * d)) + k145 * d) + k146)[0]);
-                const int64_t t148 = ((2*d) - k146);
-                const int64_t t149 = (t148 - int64_t{1});
-                const int64_t t150 = (k146 * t149);
-                const int64_t t151 = ks::floordiv(t150, int64_t{2});
-                const int64_t t152 = (d + t151);
-                const int64_t t153 = (t152 + k145);
-                const int64_t t154 = (t153 - k146);
-                const int64_t t155 = (t154 - int64_t{1});
-                const float t156 = ((((r3 + k140 * (d * d)) + k145 * d) + k146)[0] ? (((prod + k140 * (d * d)) + k145 * d) + k146)[0] : 0.0f);
-                const float t157 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? t147 : 0.0f);
-                const float t158 = ((((r1 + k140 * (d * d)) + k145 * d) + k146)[0] ? 0.0f : t156);
-                (r141 + ks::clamp_index(k145, d))[0] += t157;
-                (r142 + ks::clamp_index(t155, T))[0] += t158;
+        for (int64_t i = d - 1; i >= 0; --i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = d - 1; j >= 0; --j) {
+                const float t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t12 = ((2*d) - j);
+                const int64_t t13 = (t12 - int64_t{1});
+                const int64_t t14 = (j * t13);
+                const int64_t t15 = ks::floordiv(t14, int64_t{2});
+                const int64_t t16 = (d + t15);
+                const int64_t t17 = (t16 + i);
+                const int64_t t18 = (t17 - j);
+                const int64_t t19 = (t18 - int64_t{1});
+                const float t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
+                const float t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0f);
+                const float t22 = (r1[k * (d * d) + i * d + j] ? 0.0f : t20);
+                r5[ks::clamp_index(i, d)] += t21;
+                r6[ks::clamp_index(t19, T)] += t22;
             }
         }
-        for (int64_t i159 = 0; i159 < T; ++i159) {
-            (r138 + k140 * T)[i159] += r142[i159];
+        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+        for (int64_t i = 0; i < T; ++i) {
+            r4[k * T + i] += r6[i];
         }
-        for (int64_t i160 = 0; i160 < d; ++i160) {
-            (d_qs + k140 * d)[i160] += r141[i160];
-        }
-    }
-    for (int64_t i161 = 0; i161 < K; ++i161) {
-        for (int64_t i162 = 0; i162 < (T - d); ++i162) {
-            const float ls_i = (icf + d)[i161 * T + i162];
-            const float t163 = (2.0f * ls_i);
-            const float x_i164 = t85;
-            const float d_ls165 = (x_i164 * t163);
-            d_ls[i161 * ((T - d)) + i162] = d_ls165;
+        for (int64_t i = 0; i < d; ++i) {
+            d_qs[k * d + i] += r5[i];
         }
     }
-    for (int64_t i166 = 0; i166 < K; ++i166) {
-        for (int64_t i167 = 0; i167 < d; ++i167) {
-            padded[i166 * T + i167] = 0.0f;
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const float ls_i = icf[d + i * T + j];
+            const float t11 = (2.0f * ls_i);
+            const float x_i = t7;
+            const float d_ls_i = (x_i * t11);
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
-    for (int64_t i168 = 0; i168 < K; ++i168) {
-        for (int64_t i169 = 0; i169 < (T - d); ++i169) {
-            (padded + d)[i168 * T + i169] = d_ls[i168 * ((T - d)) + i169];
+    // gmm.py:46: ls = icf[:, d:]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = 0.0f;
         }
     }
-    for (int64_t i171 = 0; i171 < K; ++i171) {
-        for (int64_t i172 = 0; i172 < (T - d); ++i172) {
-            (padded170 + d)[i171 * T + i172] = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
-    for (int64_t i173 = 0; i173 < K; ++i173) {
-        for (int64_t i174 = 0; i174 < d; ++i174) {
-            padded170[i173 * T + i174] = d_qs[i173 * d + i174];
+    // gmm.py:45: qs = icf[:, :d]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded1[d + i * T + j] = 0.0f;
         }
     }
-    for (int64_t i175 = 0; i175 < K; ++i175) {
-        const float x_i176 = t88;
-        const float x_i177 = tmp73[i175];
-        const float d_alphas = ks::mulz(x_i176, x_i177);
-        const float d_base_i = sum[i175];
-        const float d_alphas178 = (d_alphas + d_base_i);
-        out_d_alphas[i175] = d_alphas178;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded1[i * T + j] = d_qs[i * d + j];
+        }
     }
-    for (int64_t i179 = 0; i179 < (K*T); ++i179) {
-        const float x_i180 = r138[i179];
-        const float x_i181 = padded[i179];
-        const float d_icf = (x_i180 + x_i181);
-        const float x_i182 = padded170[i179];
-        const float d_icf183 = (d_icf + x_i182);
-        out_d_icf[i179] = d_icf183;
+    // gmm.py:48, 53
+    for (int64_t i = 0; i < K; ++i) {
+        const float x_i = t10;
+        const float x_i1 = tmp6[i];
+        const float d_alphas_i = ks::mulz(x_i, x_i1);
+        const float d_base_i = sum[i];
+        const float d_alphas_i1 = (d_alphas_i + d_base_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
-    for (int64_t i184 = 0; i184 < K * d; ++i184) {
-        out_d_means[i184] = tmp123[i184];
+    // gmm.py:45, 46
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const float x_i = r4[i];
+        const float x_i1 = padded[i];
+        const float d_icf_i = (x_i + x_i1);
+        const float x_i2 = padded1[i];
+        const float d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
+    }
+    for (int64_t i = 0; i < K * d; ++i) {
+        out_d_means[i] = tmp9[i];
     }
     return ks::status::ok;
 }
@@ -1295,227 +1367,239 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp21 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp39 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
-    for (int64_t k1 = 0; k1 < K; ++k1) {
+    // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
         {  // cholesky_factor(q, icf_k)
-            for (int64_t k2 = 0; k2 < d; ++k2) {
-                for (int64_t k3 = 0; k3 < d; ++k3) {
-                    const bool t4 = (k2 == k3);
-                    const double t5 = ks::exp(((icf + k1 * T) + ks::clamp_index(k2, d))[0]);
-                    const bool t6 = (k2 > k3);
-                    const int64_t t7 = ((2*d) - k3);
-                    const int64_t t8 = (t7 - int64_t{1});
-                    const int64_t t9 = (k3 * t8);
-                    const int64_t t10 = ks::floordiv(t9, int64_t{2});
-                    const int64_t t11 = (d + t10);
-                    const int64_t t12 = (t11 + k2);
-                    const int64_t t13 = (t12 - k3);
-                    const int64_t t14 = (t13 - int64_t{1});
-                    const double t15 = (t6 ? ((icf + k1 * T) + ks::clamp_index(t14, T))[0] : 0.0);
-                    const double t16 = (t4 ? t5 : t15);
-                    (((Qs + k1 * (d * d)) + k2 * d) + k3)[0] = t16;
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const bool t1 = (i == j);
+                    const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t3 = (i > j);
+                    const int64_t t4 = ((2*d) - j);
+                    const int64_t t5 = (t4 - int64_t{1});
+                    const int64_t t6 = (j * t5);
+                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                    const int64_t t8 = (d + t7);
+                    const int64_t t9 = (t8 + i);
+                    const int64_t t10 = (t9 - j);
+                    const int64_t t11 = (t10 - int64_t{1});
+                    const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
+                    const double t13 = (t1 ? t2 : t12);
+                    Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
         }
     }
+    // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i17 = 0; i17 < d; ++i17) {
-            const double qs_i = icf[i * T + i17];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i18 = 0; i18 < K; ++i18) {
-        const double alphas_i = alphas[i18];
-        const double x_i = tmp[i18];
-        const double base19 = (alphas_i + x_i);
-        base[i18] = base19;
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    double slse;
-    slse = 0.0;
-    for (int64_t k20 = 0; k20 < n; ++k20) {
-        for (int64_t i22 = 0; i22 < K; ++i22) {
-            for (int64_t i23 = 0; i23 < d; ++i23) {
-                const double x_i24 = (x + k20 * d)[i23];
-                const double means_i = means[i22 * d + i23];
-                const double t25 = (x_i24 - means_i);
-                tmp21[i22 * d + i23] = t25;
+    // gmm.py:66: slse = sum(
+    double sum;
+    sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double t1 = (x_i - means_i);
+                tmp1[j * d + k] = t1;
             }
         }
-        for (int64_t i26 = 0; i26 < K; ++i26) {
-            int64_t j = 0;
-            for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot27 = 0; double dot28 = 0; double dot29 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot27, dot28, dot29))
-                for (int64_t i30 = 0; i30 < d; ++i30) {
-                    dot += Qs[i26 * (d * d) + j * d + i30] * tmp21[i26 * d + i30];
-                    dot27 += Qs[i26 * (d * d) + (j + 1) * d + i30] * tmp21[i26 * d + i30];
-                    dot28 += Qs[i26 * (d * d) + (j + 2) * d + i30] * tmp21[i26 * d + i30];
-                    dot29 += Qs[i26 * (d * d) + (j + 3) * d + i30] * tmp21[i26 * d + i30];
+        for (int64_t j = 0; j < K; ++j) {
+            int64_t j1 = 0;
+            for (; j1 + 4 <= d; j1 += 4) {
+                double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * tmp1[j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * tmp1[j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * tmp1[j * d + k];
                 }
-                prod[i26 * d + j] = dot;
-                prod[i26 * d + (j + 1)] = dot27;
-                prod[i26 * d + (j + 2)] = dot28;
-                prod[i26 * d + (j + 3)] = dot29;
+                prod[j * d + j1] = dot;
+                prod[j * d + (j1 + 1)] = dot1;
+                prod[j * d + (j1 + 2)] = dot2;
+                prod[j * d + (j1 + 3)] = dot3;
             }
-            for (; j < d; ++j) {
-                double dot31 = 0;
-                KS_OMP_SIMD(reduction(+:dot31))
-                for (int64_t i32 = 0; i32 < d; ++i32) {
-                    dot31 += Qs[i26 * (d * d) + j * d + i32] * tmp21[i26 * d + i32];
+            for (; j1 < d; ++j1) {
+                double dot = 0;
+                KS_OMP_SIMD(reduction(+:dot))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
                 }
-                prod[i26 * d + j] = dot31;
+                prod[j * d + j1] = dot;
             }
         }
-        double* const tmp33 = tmp;  // reuses a dead buffer's space
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            double acc35 = 0;
-            KS_OMP_SIMD(reduction(+:acc35))
-            for (int64_t i36 = 0; i36 < d; ++i36) {
-                const double x_i37 = prod[i34 * d + i36];
-                const double t38 = ks::ipow<2>(x_i37);
-                acc35 += t38;
+        double* const tmp2 = tmp;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = prod[j * d + k];
+                const double t1 = ks::ipow<2>(x_i);
+                acc += t1;
             }
-            tmp33[i34] = acc35;
+            tmp2[j] = acc;
         }
-        for (int64_t i40 = 0; i40 < K; ++i40) {
-            const double x_i41 = tmp33[i40];
-            const double t42 = (0.5 * x_i41);
-            const double x_i43 = base[i40];
-            const double t44 = (x_i43 - t42);
-            tmp39[i40] = t44;
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp2[j];
+            const double t1 = (0.5 * x_i);
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp3[j] = t2;
         }
-        double acc45 = ks::lowest<double>();
-        for (int64_t i46 = 0; i46 < K; ++i46) {
-            const double x_i47 = tmp39[i46];
-            acc45 = ks::running_max(acc45, x_i47);
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp3[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t48 = ks::abs(acc45);
-        const bool t49 = (t48 == __builtin_huge_val());
-        const double t50 = (t49 ? 0.0 : acc45);
-        double acc51 = 0;
-        KS_OMP_SIMD(reduction(+:acc51))
-        for (int64_t i52 = 0; i52 < K; ++i52) {
-            const double x_i53 = tmp39[i52];
-            const double x_i54 = t50;
-            const double t55 = (x_i53 - x_i54);
-            const double t56 = ks::exp(t55);
-            acc51 += t56;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp3[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
+            const double t5 = ks::exp(t4);
+            acc1 += t5;
         }
-        const double t57 = ks::log(acc51);
-        const double t58 = (t57 + t50);
-        const double sum_66_14 = (slse + t58);
-        slse = sum_66_14;
+        const double t4 = ks::log(acc1);
+        const double t5 = (t4 + t3);
+        const double sum1 = (sum + t5);
+        sum = sum1;
     }
-    const int64_t t59 = (-n);
-    const int64_t t60 = (t59 * d);
-    const double t61 = static_cast<double>(t60);
-    const double t62 = (t61 * 0.5);
-    const double constant = (t62 * 1.8378770664093453);
-    const double t63 = (constant + slse);
-    double acc64 = ks::lowest<double>();
-    for (int64_t i65 = 0; i65 < K; ++i65) {
-        const double x_i66 = alphas[i65];
-        acc64 = ks::running_max(acc64, x_i66);
+    const int64_t t1 = (-n);
+    const int64_t t2 = (t1 * d);
+    const double t3 = static_cast<double>(t2);
+    const double t4 = (t3 * 0.5);
+    const double constant = (t4 * 1.8378770664093453);
+    const double t5 = (constant + sum);
+    // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t67 = ks::abs(acc64);
-    const bool t68 = (t67 == __builtin_huge_val());
-    const double t69 = (t68 ? 0.0 : acc64);
-    double acc70 = 0;
-    KS_OMP_SIMD(reduction(+:acc70))
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        const double alphas_i72 = alphas[i71];
-        const double x_i73 = t69;
-        const double t74 = (alphas_i72 - x_i73);
-        const double t75 = ks::exp(t74);
-        acc70 += t75;
+    const double t6 = ks::abs(acc);
+    const bool t7 = (t6 == __builtin_huge_val());
+    const double t8 = (t7 ? 0.0 : acc);
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t8;
+        const double t9 = (alphas_i - x_i);
+        const double t10 = ks::exp(t9);
+        acc1 += t10;
     }
-    const double t76 = ks::log(acc70);
-    const double t77 = (t76 + t69);
-    const double t78 = static_cast<double>(n);
-    const double t79 = (t78 * t77);
-    const double t80 = (t63 - t79);
+    const double t9 = ks::log(acc1);
+    const double t10 = (t9 + t8);
+    const double t11 = static_cast<double>(n);
+    const double t12 = (t11 * t10);
+    const double t13 = (t5 - t12);
+    // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t81 = static_cast<double>(d);
-        const double t82 = (t81 + wishart_m);
-        const double n_w = (t82 + 1.0);
-        const double t83 = (n_w * t81);
-        const double t84 = ks::log(wishart_gamma);
-        const double t85 = (t84 - 0.34657359027997264);
-        const double t86 = (t83 * t85);
-        const double t87 = (0.5 * n_w);
-        double r88;
+        const double t14 = static_cast<double>(d);
+        const double t15 = (t14 + wishart_m);
+        const double n_w = (t15 + 1.0);
+        const double t16 = (n_w * t14);
+        const double t17 = ks::log(wishart_gamma);
+        const double t18 = (t17 - 0.34657359027997264);
+        const double t19 = (t16 * t18);
+        const double t20 = (0.5 * n_w);
+        // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
+        double r1;
         {  // log_gamma_d(a)
-            const double t89 = static_cast<double>(d);
-            const double t90 = (0.25 * t89);
-            const double t91 = static_cast<double>((d - 1));
-            const double t92 = (t90 * t91);
-            const double t93 = (t92 * 1.1447298858494002);
-            double r94;
-            r94 = 0.0;
-            for (int64_t k95 = 0; k95 < d; ++k95) {
-                const int64_t t96 = (k95 + int64_t{1});
-                const int64_t t97 = (int64_t{1} - t96);
-                const double t98 = static_cast<double>(t97);
-                const double t99 = (0.5 * t98);
-                const double t100 = (t87 + t99);
-                const double t101 = std::lgamma(t100);
-                const double sum_25_55 = (r94 + t101);
-                r94 = sum_25_55;
+            const double t21 = static_cast<double>(d);
+            const double t22 = (0.25 * t21);
+            const double t23 = static_cast<double>((d - 1));
+            const double t24 = (t22 * t23);
+            const double t25 = (t24 * 1.1447298858494002);
+            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+            double sum1;
+            sum1 = 0.0;
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t t26 = (i + int64_t{1});
+                const int64_t t27 = (int64_t{1} - t26);
+                const double t28 = static_cast<double>(t27);
+                const double t29 = (0.5 * t28);
+                const double t30 = (t20 + t29);
+                const double t31 = std::lgamma(t30);
+                const double sum2 = (sum1 + t31);
+                sum1 = sum2;
             }
-            const double t102 = (t93 + r94);
-            r88 = t102;
+            const double t26 = (t25 + sum1);
+            r1 = t26;
         }
-        const double C = (t86 - r88);
-        double acc103 = 0;
-        for (int64_t i104 = 0; i104 < K; ++i104) {
-            KS_OMP_SIMD(reduction(+:acc103))
-            for (int64_t i105 = 0; i105 < d; ++i105) {
-                const double qs_i106 = icf[i104 * T + i105];
-                const double t107 = ks::exp(qs_i106);
-                const double t108 = ks::ipow<2>(t107);
-                acc103 += t108;
-            }
-        }
-        double acc109 = 0;
-        for (int64_t i110 = 0; i110 < K; ++i110) {
-            KS_OMP_SIMD(reduction(+:acc109))
-            for (int64_t i111 = 0; i111 < (T - d); ++i111) {
-                const double ls_i = (icf + d)[i110 * T + i111];
-                const double t112 = ks::ipow<2>(ls_i);
-                acc109 += t112;
+        const double C = (t19 - r1);
+        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                const double t21 = ks::exp(qs_i);
+                const double t22 = ks::ipow<2>(t21);
+                acc2 += t22;
             }
         }
-        const double frobenius = (acc103 + acc109);
-        const double t113 = ks::ipow<2>(wishart_gamma);
-        const double t114 = (0.5 * t113);
-        const double t115 = (t114 * frobenius);
-        double acc116 = 0;
-        for (int64_t i117 = 0; i117 < K; ++i117) {
-            KS_OMP_SIMD(reduction(+:acc116))
-            for (int64_t i118 = 0; i118 < d; ++i118) {
-                const double qs_i119 = icf[i117 * T + i118];
-                acc116 += qs_i119;
+        double acc3 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc3))
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const double ls_i = icf[d + i * T + j];
+                const double t21 = ks::ipow<2>(ls_i);
+                acc3 += t21;
             }
         }
-        const double t120 = (wishart_m * acc116);
-        const double t121 = (t115 - t120);
-        const double t122 = static_cast<double>(K);
-        const double t123 = (t122 * C);
-        const double t124 = (t121 - t123);
-        r = t124;
+        const double frobenius = (acc2 + acc3);
+        const double t21 = ks::ipow<2>(wishart_gamma);
+        const double t22 = (0.5 * t21);
+        const double t23 = (t22 * frobenius);
+        // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
+        double acc4 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc4))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc4 += qs_i;
+            }
+        }
+        const double t24 = (wishart_m * acc4);
+        const double t25 = (t23 - t24);
+        const double t26 = static_cast<double>(K);
+        const double t27 = (t26 * C);
+        const double t28 = (t25 - t27);
+        r = t28;
     }
-    const double t125 = (t80 + r);
-    *out = t125;
+    const double t14 = (t13 + r);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -1545,335 +1629,354 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r25 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r26 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r27 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r28 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp47 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r86 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp95 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp102 = reinterpret_cast<double*>(next_slot);
+    double* const tmp5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r136 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r139 = reinterpret_cast<double*>(next_slot);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r140 = reinterpret_cast<double*>(next_slot);
+    double* const r13 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded168 = reinterpret_cast<double*>(next_slot);
+    double* const padded1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    for (int64_t k4 = 0; k4 < K; ++k4) {
-        for (int64_t k5 = 0; k5 < d; ++k5) {
-            for (int64_t k6 = 0; k6 < d; ++k6) {
-                const bool t7 = (k5 == k6);
-                const double t8 = ks::exp(((icf + k4 * T) + ks::clamp_index(k5, d))[0]);
-                const bool t9 = (k5 > k6);
-                const int64_t t10 = ((2*d) - k6);
+    // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t k = 0; k < K; ++k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = 0; j < d; ++j) {
+                const bool t1 = (i == j);
+                const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t3 = (i > j);
+                const int64_t t4 = ((2*d) - j);
+                const int64_t t5 = (t4 - int64_t{1});
+                const int64_t t6 = (j * t5);
+                const int64_t t7 = ks::floordiv(t6, int64_t{2});
+                const int64_t t8 = (d + t7);
+                const int64_t t9 = (t8 + i);
+                const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
-                const int64_t t12 = (k6 * t11);
-                const int64_t t13 = ks::floordiv(t12, int64_t{2});
-                const int64_t t14 = (d + t13);
-                const int64_t t15 = (t14 + k5);
-                const int64_t t16 = (t15 - k6);
-                const int64_t t17 = (t16 - int64_t{1});
-                const double t18 = (t9 ? ((icf + k4 * T) + ks::clamp_index(t17, T))[0] : 0.0);
-                const double t19 = (t7 ? t8 : t18);
-                const double t20 = (t7 ? t8 : 0.0);
-                const bool t21 = (t7 ? false : t9);
-                (((r + k4 * (d * d)) + k5 * d) + k6)[0] = t19;
-                (((r1 + k4 * (d * d)) + k5 * d) + k6)[0] = t7;
-                (((r2 + k4 * (d * d)) + k5 * d) + k6)[0] = t20;
-                (((r3 + k4 * (d * d)) + k5 * d) + k6)[0] = t21;
+                const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
+                const double t13 = (t1 ? t2 : t12);
+                const double t14 = (t1 ? t2 : 0.0);
+                const bool t15 = (t1 ? false : t3);
+                r[k * (d * d) + i * d + j] = t13;
+                r1[k * (d * d) + i * d + j] = t1;
+                r2[k * (d * d) + i * d + j] = t14;
+                r3[k * (d * d) + i * d + j] = t15;
             }
         }
     }
+    // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i22 = 0; i22 < d; ++i22) {
-            const double qs_i = icf[i * T + i22];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i23 = 0; i23 < K; ++i23) {
-        const double alphas_i = alphas[i23];
-        const double x_i = tmp[i23];
-        const double base24 = (alphas_i + x_i);
-        base[i23] = base24;
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t k29 = 0; k29 < n; ++k29) {
-        for (int64_t i30 = 0; i30 < K; ++i30) {
-            for (int64_t i31 = 0; i31 < d; ++i31) {
-                const double x_i32 = (x + k29 * d)[i31];
-                const double means_i = means[i30 * d + i31];
-                const double t33 = (x_i32 - means_i);
-                (r25 + k29 * (K * d))[i30 * d + i31] = t33;
+    // gmm.py:66: slse = sum(
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double t1 = (x_i - means_i);
+                r4[i * (K * d) + j * d + k] = t1;
             }
         }
-        for (int64_t i34 = 0; i34 < K; ++i34) {
-            int64_t j = 0;
-            for (; j + 4 <= d; j += 4) {
-                double dot = 0; double dot35 = 0; double dot36 = 0; double dot37 = 0;
-                KS_OMP_SIMD(reduction(+:dot, dot35, dot36, dot37))
-                for (int64_t i38 = 0; i38 < d; ++i38) {
-                    dot += r[i34 * (d * d) + j * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
-                    dot35 += r[i34 * (d * d) + (j + 1) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
-                    dot36 += r[i34 * (d * d) + (j + 2) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
-                    dot37 += r[i34 * (d * d) + (j + 3) * d + i38] * (r25 + k29 * (K * d))[i34 * d + i38];
+        for (int64_t j = 0; j < K; ++j) {
+            int64_t j1 = 0;
+            for (; j1 + 4 <= d; j1 += 4) {
+                double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
+                    dot1 += r[j * (d * d) + (j1 + 1) * d + k] * r4[i * (K * d) + j * d + k];
+                    dot2 += r[j * (d * d) + (j1 + 2) * d + k] * r4[i * (K * d) + j * d + k];
+                    dot3 += r[j * (d * d) + (j1 + 3) * d + k] * r4[i * (K * d) + j * d + k];
                 }
-                (r26 + k29 * (K * d))[i34 * d + j] = dot;
-                (r26 + k29 * (K * d))[i34 * d + (j + 1)] = dot35;
-                (r26 + k29 * (K * d))[i34 * d + (j + 2)] = dot36;
-                (r26 + k29 * (K * d))[i34 * d + (j + 3)] = dot37;
+                r5[i * (K * d) + j * d + j1] = dot;
+                r5[i * (K * d) + j * d + (j1 + 1)] = dot1;
+                r5[i * (K * d) + j * d + (j1 + 2)] = dot2;
+                r5[i * (K * d) + j * d + (j1 + 3)] = dot3;
             }
-            for (; j < d; ++j) {
-                double dot39 = 0;
-                KS_OMP_SIMD(reduction(+:dot39))
-                for (int64_t i40 = 0; i40 < d; ++i40) {
-                    dot39 += r[i34 * (d * d) + j * d + i40] * (r25 + k29 * (K * d))[i34 * d + i40];
+            for (; j1 < d; ++j1) {
+                double dot = 0;
+                KS_OMP_SIMD(reduction(+:dot))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
                 }
-                (r26 + k29 * (K * d))[i34 * d + j] = dot39;
+                r5[i * (K * d) + j * d + j1] = dot;
             }
         }
-        double* const tmp41 = tmp;  // reuses a dead buffer's space
-        for (int64_t i42 = 0; i42 < K; ++i42) {
-            double acc43 = 0;
-            KS_OMP_SIMD(reduction(+:acc43))
-            for (int64_t i44 = 0; i44 < d; ++i44) {
-                const double x_i45 = (r26 + k29 * (K * d))[i42 * d + i44];
-                const double t46 = ks::ipow<2>(x_i45);
-                acc43 += t46;
+        double* const tmp1 = tmp;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = r5[i * (K * d) + j * d + k];
+                const double t1 = ks::ipow<2>(x_i);
+                acc += t1;
             }
-            tmp41[i42] = acc43;
+            tmp1[j] = acc;
         }
-        for (int64_t i48 = 0; i48 < K; ++i48) {
-            const double x_i49 = tmp41[i48];
-            const double t50 = (0.5 * x_i49);
-            const double x_i51 = base[i48];
-            const double t52 = (x_i51 - t50);
-            tmp47[i48] = t52;
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            const double t1 = (0.5 * x_i);
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp2[j] = t2;
         }
-        double acc53 = ks::lowest<double>();
-        for (int64_t i54 = 0; i54 < K; ++i54) {
-            const double x_i55 = tmp47[i54];
-            acc53 = ks::running_max(acc53, x_i55);
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp2[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t56 = ks::abs(acc53);
-        const bool t57 = (t56 == __builtin_huge_val());
-        const double t58 = (t57 ? 0.0 : acc53);
-        double acc59 = 0;
-        KS_OMP_SIMD(reduction(+:acc59))
-        for (int64_t i60 = 0; i60 < K; ++i60) {
-            const double x_i61 = tmp47[i60];
-            const double x_i62 = t58;
-            const double t63 = (x_i61 - x_i62);
-            const double t64 = ks::exp(t63);
-            (r27 + k29 * K)[i60] = t64;
-            acc59 += t64;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp2[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
+            const double t5 = ks::exp(t4);
+            r6[i * K + j] = t5;
+            acc1 += t5;
         }
-        (r28 + k29)[0] = acc59;
+        r7[i] = acc1;
     }
-    double acc65 = ks::lowest<double>();
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        const double x_i67 = alphas[i66];
-        acc65 = ks::running_max(acc65, x_i67);
+    // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t68 = ks::abs(acc65);
-    const bool t69 = (t68 == __builtin_huge_val());
-    const double t70 = (t69 ? 0.0 : acc65);
-    double* const tmp71 = tmp;  // reuses a dead buffer's space
-    double acc72 = 0;
-    KS_OMP_SIMD(reduction(+:acc72))
-    for (int64_t i73 = 0; i73 < K; ++i73) {
-        const double alphas_i74 = alphas[i73];
-        const double x_i75 = t70;
-        const double t76 = (alphas_i74 - x_i75);
-        const double t77 = ks::exp(t76);
-        tmp71[i73] = t77;
-        acc72 += t77;
+    const double t1 = ks::abs(acc);
+    const bool t2 = (t1 == __builtin_huge_val());
+    const double t3 = (t2 ? 0.0 : acc);
+    double* const tmp1 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t3;
+        const double t4 = (alphas_i - x_i);
+        const double t5 = ks::exp(t4);
+        tmp1[i] = t5;
+        acc1 += t5;
     }
-    const double t78 = static_cast<double>(n);
-    const double t79 = (1.0 / acc72);
-    const double t80 = ks::ipow<2>(wishart_gamma);
-    const double t81 = (0.5 * t80);
-    const double t82 = ((-1.0) * wishart_m);
-    const double t83 = ((-1.0) * t78);
-    const double t84 = ks::mulz(t83, t79);
-    double* const r85 = base;  // reuses a dead buffer's space
-    double r87;
-    for (int64_t i88 = 0; i88 < K; ++i88) {
-        r85[i88] = 0.0;
+    const double t4 = static_cast<double>(n);
+    const double t5 = (1.0 / acc1);
+    const double t6 = ks::ipow<2>(wishart_gamma);
+    const double t7 = (0.5 * t6);
+    const double t8 = ((-1.0) * wishart_m);
+    const double t9 = ((-1.0) * t4);
+    const double t10 = ks::mulz(t9, t5);
+    // gmm.py:66: slse = sum(
+    double* const r8 = base;  // reuses a dead buffer's space
+    double r10;
+    for (int64_t i = 0; i < K; ++i) {
+        r8[i] = 0.0;
     }
-    for (int64_t i89 = 0; i89 < K * d * d; ++i89) {
-        r86[i89] = 0.0;
+    for (int64_t i = 0; i < K * d * d; ++i) {
+        r9[i] = 0.0;
     }
-    for (int64_t i90 = 0; i90 < K * d; ++i90) {
-        out_d_means[i90] = 0.0;
+    for (int64_t i = 0; i < K * d; ++i) {
+        out_d_means[i] = 0.0;
     }
-    r87 = 1.0;
-    for (int64_t k91 = n - 1; k91 >= 0; --k91) {
-        const double t92 = (1.0 / (r28 + k91)[0]);
-        const double t93 = ks::mulz(r87, t92);
-        double* const tmp94 = tmp47;  // reuses a dead buffer's space
-        for (int64_t i96 = 0; i96 < K; ++i96) {
-            const double x_i97 = t93;
-            const double x_i98 = (r27 + k91 * K)[i96];
-            const double t99 = ks::mulz(x_i97, x_i98);
-            tmp94[i96] = t99;
-            const double t100 = (t99 * (-1.0));
-            const double t101 = (t100 * 0.5);
-            tmp95[i96] = t101;
+    r10 = 1.0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+        const double t11 = (1.0 / r7[i]);
+        const double t12 = ks::mulz(r10, t11);
+        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
+        double* const tmp3 = tmp2;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = t12;
+            const double x_i1 = r6[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp3[j] = t13;
+            const double t14 = (t13 * (-1.0));
+            const double t15 = (t14 * 0.5);
+            tmp4[j] = t15;
         }
-        for (int64_t i103 = 0; i103 < K; ++i103) {
-            for (int64_t i104 = 0; i104 < d; ++i104) {
-                const double x_i105 = (r26 + k91 * (K * d))[i103 * d + i104];
-                const double t106 = (2.0 * x_i105);
-                const double x_i107 = tmp95[i103];
-                const double t108 = (x_i107 * t106);
-                tmp102[i103 * d + i104] = t108;
-            }
-        }
-        for (int64_t i109 = 0; i109 < K * d; ++i109) {
-            prod[i109] = 0;
-        }
-        for (int64_t i110 = 0; i110 < K; ++i110) {
-            for (int64_t i111 = 0; i111 < d; ++i111) {
-                for (int64_t i112 = 0; i112 < d; ++i112) {
-                    prod[i110 * d + i112] += tmp102[i110 * d + i111] * r[i110 * (d * d) + i111 * d + i112];
-                }
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = r5[i * (K * d) + j * d + k];
+                const double t13 = (2.0 * x_i);
+                const double x_i1 = tmp4[j];
+                const double t14 = (x_i1 * t13);
+                tmp5[j * d + k] = t14;
             }
         }
-        for (int64_t i113 = 0; i113 < K; ++i113) {
-            for (int64_t i114 = 0; i114 < d; ++i114) {
-                for (int64_t i115 = 0; i115 < d; ++i115) {
-                    r86[i113 * (d * d) + i114 * d + i115] += tmp102[i113 * d + i114] * (r25 + k91 * (K * d))[i113 * d + i115];
+        for (int64_t j = 0; j < K * d; ++j) {
+            prod[j] = 0;
+        }
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                for (int64_t l = 0; l < d; ++l) {
+                    prod[j * d + l] += tmp5[j * d + k] * r[j * (d * d) + k * d + l];
                 }
             }
         }
-        for (int64_t i116 = 0; i116 < K; ++i116) {
-            const double x_i117 = r85[i116];
-            const double x_i118 = tmp94[i116];
-            const double t119 = (x_i117 + x_i118);
-            r85[i116] = t119;
-        }
-        for (int64_t i120 = 0; i120 < (K*d); ++i120) {
-            const double x_i121 = prod[i120];
-            const double t122 = (x_i121 * (-1.0));
-            const double x_i123 = out_d_means[i120];
-            const double t124 = (x_i123 + t122);
-            out_d_means[i120] = t124;
-        }
-    }
-    double* const d_qs = tmp102;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < K; ++i125) {
-        for (int64_t i126 = 0; i126 < d; ++i126) {
-            const double qs_i127 = icf[i125 * T + i126];
-            const double t128 = ks::exp(qs_i127);
-            const double t129 = (2.0 * t128);
-            const double x_i130 = t81;
-            const double t131 = (x_i130 * t129);
-            const double t132 = ks::mulz(t131, t128);
-            const double d_qs_i = t82;
-            const double d_qs133 = (d_qs_i + t132);
-            const double x_i134 = r85[i125];
-            const double d_qs135 = (d_qs133 + x_i134);
-            d_qs[i125 * d + i126] = d_qs135;
-        }
-    }
-    for (int64_t i137 = 0; i137 < K * T; ++i137) {
-        r136[i137] = 0.0;
-    }
-    for (int64_t k138 = K - 1; k138 >= 0; --k138) {
-        for (int64_t i141 = 0; i141 < d; ++i141) {
-            r139[i141] = 0.0;
-        }
-        for (int64_t i142 = 0; i142 < T; ++i142) {
-            r140[i142] = 0.0;
-        }
-        for (int64_t k143 = d - 1; k143 >= 0; --k143) {
-            for (int64_t k144 = d - 1; k144 >= 0; --k144) {
-                const double t145 = ks::mulz((((r86 + k138 * (d * d)) + k143 * d) + k144)[0], (((r2 + k138 * (d * d)) + k143 * d) + k144)[0]);
-                const int64_t t146 = ((2*d) - k144);
-                const int64_t t147 = (t146 - int64_t{1});
-                const int64_t t148 = (k144 * t147);
-                const int64_t t149 = ks::floordiv(t148, int64_t{2});
-                const int64_t t150 = (d + t149);
-                const int64_t t151 = (t150 + k143);
-                const int64_t t152 = (t151 - k144);
-                const int64_t t153 = (t152 - int64_t{1});
-                const double t154 = ((((r3 + k138 * (d * d)) + k143 * d) + k144)[0] ? (((r86 + k138 * (d * d)) + k143 * d) + k144)[0] : 0.0);
-                const double t155 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? t145 : 0.0);
-                const double t156 = ((((r1 + k138 * (d * d)) + k143 * d) + k144)[0] ? 0.0 : t154);
-                (r139 + ks::clamp_index(k143, d))[0] += t155;
-                (r140 + ks::clamp_index(t153, T))[0] += t156;
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                for (int64_t l = 0; l < d; ++l) {
+                    r9[j * (d * d) + k * d + l] += tmp5[j * d + k] * r4[i * (K * d) + j * d + l];
+                }
             }
         }
-        for (int64_t i157 = 0; i157 < T; ++i157) {
-            (r136 + k138 * T)[i157] += r140[i157];
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = r8[j];
+            const double x_i1 = tmp3[j];
+            const double t13 = (x_i + x_i1);
+            r8[j] = t13;
         }
-        for (int64_t i158 = 0; i158 < d; ++i158) {
-            (d_qs + k138 * d)[i158] += r139[i158];
-        }
-    }
-    for (int64_t i159 = 0; i159 < K; ++i159) {
-        for (int64_t i160 = 0; i160 < (T - d); ++i160) {
-            const double ls_i = (icf + d)[i159 * T + i160];
-            const double t161 = (2.0 * ls_i);
-            const double x_i162 = t81;
-            const double d_ls163 = (x_i162 * t161);
-            d_ls[i159 * ((T - d)) + i160] = d_ls163;
+        for (int64_t j = 0; j < (K*d); ++j) {
+            const double x_i = prod[j];
+            const double t13 = (x_i * (-1.0));
+            const double x_i1 = out_d_means[j];
+            const double t14 = (x_i1 + t13);
+            out_d_means[j] = t14;
         }
     }
-    for (int64_t i164 = 0; i164 < K; ++i164) {
-        for (int64_t i165 = 0; i165 < d; ++i165) {
-            padded[i164 * T + i165] = 0.0;
+    // gmm.py:32, 65
+    double* const d_qs = tmp5;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            const double t11 = ks::exp(qs_i);
+            const double t12 = (2.0 * t11);
+            const double x_i = t7;
+            const double t13 = (x_i * t12);
+            const double t14 = ks::mulz(t13, t11);
+            const double d_qs_i = t8;
+            const double d_qs_i1 = (d_qs_i + t14);
+            const double x_i1 = r8[i];
+            const double d_qs_i2 = (d_qs_i1 + x_i1);
+            d_qs[i * d + j] = d_qs_i2;
         }
     }
-    for (int64_t i166 = 0; i166 < K; ++i166) {
-        for (int64_t i167 = 0; i167 < (T - d); ++i167) {
-            (padded + d)[i166 * T + i167] = d_ls[i166 * ((T - d)) + i167];
+    // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    for (int64_t i = 0; i < K * T; ++i) {
+        r11[i] = 0.0;
+    }
+    for (int64_t k = K - 1; k >= 0; --k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            r12[i] = 0.0;
+        }
+        for (int64_t i = 0; i < T; ++i) {
+            r13[i] = 0.0;
+        }
+        for (int64_t i = d - 1; i >= 0; --i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = d - 1; j >= 0; --j) {
+                const double t11 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t12 = ((2*d) - j);
+                const int64_t t13 = (t12 - int64_t{1});
+                const int64_t t14 = (j * t13);
+                const int64_t t15 = ks::floordiv(t14, int64_t{2});
+                const int64_t t16 = (d + t15);
+                const int64_t t17 = (t16 + i);
+                const int64_t t18 = (t17 - j);
+                const int64_t t19 = (t18 - int64_t{1});
+                const double t20 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
+                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
+                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
+                r12[ks::clamp_index(i, d)] += t21;
+                r13[ks::clamp_index(t19, T)] += t22;
+            }
+        }
+        // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+        for (int64_t i = 0; i < T; ++i) {
+            r11[k * T + i] += r13[i];
+        }
+        for (int64_t i = 0; i < d; ++i) {
+            d_qs[k * d + i] += r12[i];
         }
     }
-    for (int64_t i169 = 0; i169 < K; ++i169) {
-        for (int64_t i170 = 0; i170 < (T - d); ++i170) {
-            (padded168 + d)[i169 * T + i170] = 0.0;
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double ls_i = icf[d + i * T + j];
+            const double t11 = (2.0 * ls_i);
+            const double x_i = t7;
+            const double d_ls_i = (x_i * t11);
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
-    for (int64_t i171 = 0; i171 < K; ++i171) {
-        for (int64_t i172 = 0; i172 < d; ++i172) {
-            padded168[i171 * T + i172] = d_qs[i171 * d + i172];
+    // gmm.py:63: ls = icf[:, d:]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = 0.0;
         }
     }
-    for (int64_t i173 = 0; i173 < K; ++i173) {
-        const double x_i174 = t84;
-        const double x_i175 = tmp71[i173];
-        const double d_alphas = ks::mulz(x_i174, x_i175);
-        const double x_i176 = r85[i173];
-        const double d_alphas177 = (d_alphas + x_i176);
-        out_d_alphas[i173] = d_alphas177;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+        }
     }
-    for (int64_t i178 = 0; i178 < (K*T); ++i178) {
-        const double x_i179 = r136[i178];
-        const double x_i180 = padded[i178];
-        const double d_icf = (x_i179 + x_i180);
-        const double x_i181 = padded168[i178];
-        const double d_icf182 = (d_icf + x_i181);
-        out_d_icf[i178] = d_icf182;
+    // gmm.py:62: qs = icf[:, :d]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded1[d + i * T + j] = 0.0;
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded1[i * T + j] = d_qs[i * d + j];
+        }
+    }
+    // gmm.py:65, 70
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = t10;
+        const double x_i1 = tmp1[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double x_i2 = r8[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i2);
+        out_d_alphas[i] = d_alphas_i1;
+    }
+    // gmm.py:62, 63
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const double x_i = r11[i];
+        const double x_i1 = padded[i];
+        const double d_icf_i = (x_i + x_i1);
+        const double x_i2 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i2);
+        out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
 }
@@ -1893,173 +1996,183 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
+    // gmm.py:83: for i in range(n):
     double slse;
     slse = 0.0;
-    for (int64_t k1 = 0; k1 < n; ++k1) {
-        for (int64_t k2 = 0; k2 < K; ++k2) {
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:84: scores = torch.stack([
+        for (int64_t k = 0; k < K; ++k) {
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t i = 0; i < d; ++i) {
-                const double x_i = (icf + k2 * T)[i];
+            for (int64_t j = 0; j < d; ++j) {
+                const double x_i = icf[k * T + j];
                 acc += x_i;
             }
-            const double t3 = ((alphas + k2)[0] + acc);
-            double r;
-            r = 0.0;
-            for (int64_t k4 = 0; k4 < d; ++k4) {
-                const double t5 = ks::exp(((icf + k2 * T) + ks::clamp_index(k4, T))[0]);
-                const double t6 = (((x + k1 * d) + k4)[0] - ((means + k2 * d) + k4)[0]);
-                const double t7 = (t5 * t6);
-                const int64_t t8 = ks::floordiv(k4, int64_t{1});
-                const int64_t t9 = ks::max(t8, int64_t{0});
-                double r10;
-                r10 = 0.0;
-                for (int64_t k11 = 0; k11 < t9; ++k11) {
-                    const int64_t t12 = ((2*d) - k11);
+            const double t1 = (alphas[k] + acc);
+            double sum;
+            sum = 0.0;
+            for (int64_t r = 0; r < d; ++r) {
+                const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
+                const double t3 = (x[i * d + r] - means[k * d + r]);
+                const double t4 = (t2 * t3);
+                const int64_t t5 = ks::max(r, int64_t{0});
+                // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                double sum1;
+                sum1 = 0.0;
+                for (int64_t c = 0; c < t5; ++c) {
+                    const int64_t t6 = ((2*d) - c);
+                    const int64_t t7 = (t6 - int64_t{1});
+                    const int64_t t8 = (c * t7);
+                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
+                    const int64_t t10 = (d + t9);
+                    const int64_t t11 = (t10 + r);
+                    const int64_t t12 = (t11 - c);
                     const int64_t t13 = (t12 - int64_t{1});
-                    const int64_t t14 = (k11 * t13);
-                    const int64_t t15 = ks::floordiv(t14, int64_t{2});
-                    const int64_t t16 = (d + t15);
-                    const int64_t t17 = (t16 + k4);
-                    const int64_t t18 = (t17 - k11);
-                    const int64_t t19 = (t18 - int64_t{1});
-                    const double t20 = (((x + k1 * d) + k11)[0] - ((means + k2 * d) + k11)[0]);
-                    const double t21 = (((icf + k2 * T) + ks::clamp_index(t19, T))[0] * t20);
-                    const double sum_87_22 = (r10 + t21);
-                    r10 = sum_87_22;
+                    const double t14 = (x[i * d + c] - means[k * d + c]);
+                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
+                    const double sum2 = (sum1 + t15);
+                    sum1 = sum2;
                 }
-                const double t22 = (t7 + r10);
-                const double t23 = ks::ipow<2>(t22);
-                const double sum_85_57 = (r + t23);
-                r = sum_85_57;
+                const double t6 = (t4 + sum1);
+                const double t7 = ks::ipow<2>(t6);
+                const double sum2 = (sum + t7);
+                sum = sum2;
             }
-            const double t24 = (0.5 * r);
-            const double t25 = (t3 - t24);
-            (scores + k2)[0] = t25;
+            const double t2 = (0.5 * sum);
+            const double t3 = (t1 - t2);
+            scores[k] = t3;
         }
-        double acc26 = ks::lowest<double>();
-        for (int64_t i27 = 0; i27 < K; ++i27) {
-            const double x_i28 = scores[i27];
-            acc26 = ks::running_max(acc26, x_i28);
+        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = scores[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t29 = ks::abs(acc26);
-        const bool t30 = (t29 == __builtin_huge_val());
-        const double t31 = (t30 ? 0.0 : acc26);
-        double acc32 = 0;
-        KS_OMP_SIMD(reduction(+:acc32))
-        for (int64_t i33 = 0; i33 < K; ++i33) {
-            const double scores_i = scores[i33];
-            const double x_i34 = t31;
-            const double t35 = (scores_i - x_i34);
-            const double t36 = ks::exp(t35);
-            acc32 += t36;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[j];
+            const double x_i = t3;
+            const double t4 = (scores_i - x_i);
+            const double t5 = ks::exp(t4);
+            acc1 += t5;
         }
-        const double t37 = ks::log(acc32);
-        const double t38 = (t37 + t31);
-        const double slse39 = (slse + t38);
-        slse = slse39;
+        const double t4 = ks::log(acc1);
+        const double t5 = (t4 + t3);
+        const double slse1 = (slse + t5);
+        slse = slse1;
     }
-    const int64_t t40 = (-n);
-    const int64_t t41 = (t40 * d);
-    const double t42 = static_cast<double>(t41);
-    const double t43 = (t42 * 0.5);
-    const double constant = (t43 * 1.8378770664093453);
-    const double t44 = (constant + slse);
-    double acc45 = ks::lowest<double>();
-    for (int64_t i46 = 0; i46 < K; ++i46) {
-        const double x_i47 = alphas[i46];
-        acc45 = ks::running_max(acc45, x_i47);
+    const int64_t t1 = (-n);
+    const int64_t t2 = (t1 * d);
+    const double t3 = static_cast<double>(t2);
+    const double t4 = (t3 * 0.5);
+    const double constant = (t4 * 1.8378770664093453);
+    const double t5 = (constant + slse);
+    // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t48 = ks::abs(acc45);
-    const bool t49 = (t48 == __builtin_huge_val());
-    const double t50 = (t49 ? 0.0 : acc45);
-    double acc51 = 0;
-    KS_OMP_SIMD(reduction(+:acc51))
-    for (int64_t i52 = 0; i52 < K; ++i52) {
-        const double alphas_i = alphas[i52];
-        const double x_i53 = t50;
-        const double t54 = (alphas_i - x_i53);
-        const double t55 = ks::exp(t54);
-        acc51 += t55;
+    const double t6 = ks::abs(acc);
+    const bool t7 = (t6 == __builtin_huge_val());
+    const double t8 = (t7 ? 0.0 : acc);
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t8;
+        const double t9 = (alphas_i - x_i);
+        const double t10 = ks::exp(t9);
+        acc1 += t10;
     }
-    const double t56 = ks::log(acc51);
-    const double t57 = (t56 + t50);
-    const double t58 = static_cast<double>(n);
-    const double t59 = (t58 * t57);
-    const double t60 = (t44 - t59);
-    double r61;
+    const double t9 = ks::log(acc1);
+    const double t10 = (t9 + t8);
+    const double t11 = static_cast<double>(n);
+    const double t12 = (t11 * t10);
+    const double t13 = (t5 - t12);
+    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
+    double r1;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t62 = static_cast<double>(d);
-        const double t63 = (t62 + wishart_m);
-        const double n_w = (t63 + 1.0);
-        const double t64 = (n_w * t62);
-        const double t65 = ks::log(wishart_gamma);
-        const double t66 = (t65 - 0.34657359027997264);
-        const double t67 = (t64 * t66);
-        const double t68 = (0.5 * n_w);
-        double r69;
+        const double t14 = static_cast<double>(d);
+        const double t15 = (t14 + wishart_m);
+        const double n_w = (t15 + 1.0);
+        const double t16 = (n_w * t14);
+        const double t17 = ks::log(wishart_gamma);
+        const double t18 = (t17 - 0.34657359027997264);
+        const double t19 = (t16 * t18);
+        const double t20 = (0.5 * n_w);
+        // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
+        double r2;
         {  // log_gamma_d(a)
-            const double t70 = static_cast<double>(d);
-            const double t71 = (0.25 * t70);
-            const double t72 = static_cast<double>((d - 1));
-            const double t73 = (t71 * t72);
-            const double t74 = (t73 * 1.1447298858494002);
-            double r75;
-            r75 = 0.0;
-            for (int64_t k76 = 0; k76 < d; ++k76) {
-                const int64_t t77 = (k76 + int64_t{1});
-                const int64_t t78 = (int64_t{1} - t77);
-                const double t79 = static_cast<double>(t78);
-                const double t80 = (0.5 * t79);
-                const double t81 = (t68 + t80);
-                const double t82 = std::lgamma(t81);
-                const double sum_25_55 = (r75 + t82);
-                r75 = sum_25_55;
+            const double t21 = static_cast<double>(d);
+            const double t22 = (0.25 * t21);
+            const double t23 = static_cast<double>((d - 1));
+            const double t24 = (t22 * t23);
+            const double t25 = (t24 * 1.1447298858494002);
+            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+            double sum;
+            sum = 0.0;
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t t26 = (i + int64_t{1});
+                const int64_t t27 = (int64_t{1} - t26);
+                const double t28 = static_cast<double>(t27);
+                const double t29 = (0.5 * t28);
+                const double t30 = (t20 + t29);
+                const double t31 = std::lgamma(t30);
+                const double sum1 = (sum + t31);
+                sum = sum1;
             }
-            const double t83 = (t74 + r75);
-            r69 = t83;
+            const double t26 = (t25 + sum);
+            r2 = t26;
         }
-        const double C = (t67 - r69);
-        double acc84 = 0;
-        for (int64_t i85 = 0; i85 < K; ++i85) {
-            KS_OMP_SIMD(reduction(+:acc84))
-            for (int64_t i86 = 0; i86 < d; ++i86) {
-                const double qs_i = icf[i85 * T + i86];
-                const double t87 = ks::exp(qs_i);
-                const double t88 = ks::ipow<2>(t87);
-                acc84 += t88;
-            }
-        }
-        double acc89 = 0;
-        for (int64_t i90 = 0; i90 < K; ++i90) {
-            KS_OMP_SIMD(reduction(+:acc89))
-            for (int64_t i91 = 0; i91 < (T - d); ++i91) {
-                const double ls_i = (icf + d)[i90 * T + i91];
-                const double t92 = ks::ipow<2>(ls_i);
-                acc89 += t92;
+        const double C = (t19 - r2);
+        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                const double t21 = ks::exp(qs_i);
+                const double t22 = ks::ipow<2>(t21);
+                acc2 += t22;
             }
         }
-        const double frobenius = (acc84 + acc89);
-        const double t93 = ks::ipow<2>(wishart_gamma);
-        const double t94 = (0.5 * t93);
-        const double t95 = (t94 * frobenius);
-        double acc96 = 0;
-        for (int64_t i97 = 0; i97 < K; ++i97) {
-            KS_OMP_SIMD(reduction(+:acc96))
-            for (int64_t i98 = 0; i98 < d; ++i98) {
-                const double qs_i99 = icf[i97 * T + i98];
-                acc96 += qs_i99;
+        double acc3 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc3))
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const double ls_i = icf[d + i * T + j];
+                const double t21 = ks::ipow<2>(ls_i);
+                acc3 += t21;
             }
         }
-        const double t100 = (wishart_m * acc96);
-        const double t101 = (t95 - t100);
-        const double t102 = static_cast<double>(K);
-        const double t103 = (t102 * C);
-        const double t104 = (t101 - t103);
-        r61 = t104;
+        const double frobenius = (acc2 + acc3);
+        const double t21 = ks::ipow<2>(wishart_gamma);
+        const double t22 = (0.5 * t21);
+        const double t23 = (t22 * frobenius);
+        // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
+        double acc4 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc4))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc4 += qs_i;
+            }
+        }
+        const double t24 = (wishart_m * acc4);
+        const double t25 = (t23 - t24);
+        const double t26 = static_cast<double>(K);
+        const double t27 = (t26 * C);
+        const double t28 = (t25 - t27);
+        r1 = t28;
     }
-    const double t105 = (t60 + r61);
-    *out = t105;
+    const double t14 = (t13 + r1);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -2078,258 +2191,275 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     if ((T - d) < 0 || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r2 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp59 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const tmp70 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const d_icf91 = reinterpret_cast<double*>(next_slot);
+    double* const d_icf1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r108 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r109 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
-    for (int64_t k4 = 0; k4 < n; ++k4) {
-        for (int64_t k6 = 0; k6 < K; ++k6) {
+    // gmm.py:83: for i in range(n):
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:84: scores = torch.stack([
+        for (int64_t k = 0; k < K; ++k) {
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t i = 0; i < d; ++i) {
-                const double x_i = (icf + k6 * T)[i];
+            for (int64_t j = 0; j < d; ++j) {
+                const double x_i = icf[k * T + j];
                 acc += x_i;
             }
-            const double t7 = ((alphas + k6)[0] + acc);
-            double r8;
-            r8 = 0.0;
-            for (int64_t k9 = 0; k9 < d; ++k9) {
-                const double t10 = ks::exp(((icf + k6 * T) + ks::clamp_index(k9, T))[0]);
-                const double t11 = (((x + k4 * d) + k9)[0] - ((means + k6 * d) + k9)[0]);
-                const double t12 = (t10 * t11);
-                const int64_t t13 = ks::floordiv(k9, int64_t{1});
-                const int64_t t14 = ks::max(t13, int64_t{0});
-                double r15;
-                r15 = 0.0;
-                for (int64_t k16 = 0; k16 < t14; ++k16) {
-                    const int64_t t17 = ((2*d) - k16);
-                    const int64_t t18 = (t17 - int64_t{1});
-                    const int64_t t19 = (k16 * t18);
-                    const int64_t t20 = ks::floordiv(t19, int64_t{2});
-                    const int64_t t21 = (d + t20);
-                    const int64_t t22 = (t21 + k9);
-                    const int64_t t23 = (t22 - k16);
-                    const int64_t t24 = (t23 - int64_t{1});
-                    const double t25 = (((x + k4 * d) + k16)[0] - ((means + k6 * d) + k16)[0]);
-                    const double t26 = (((icf + k6 * T) + ks::clamp_index(t24, T))[0] * t25);
-                    const double sum_87_22 = (r15 + t26);
-                    r15 = sum_87_22;
+            const double t1 = (alphas[k] + acc);
+            double r6;
+            r6 = 0.0;
+            for (int64_t r = 0; r < d; ++r) {
+                const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
+                const double t3 = (x[i * d + r] - means[k * d + r]);
+                const double t4 = (t2 * t3);
+                const int64_t t5 = ks::max(r, int64_t{0});
+                // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                double r7;
+                r7 = 0.0;
+                for (int64_t c = 0; c < t5; ++c) {
+                    const int64_t t6 = ((2*d) - c);
+                    const int64_t t7 = (t6 - int64_t{1});
+                    const int64_t t8 = (c * t7);
+                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
+                    const int64_t t10 = (d + t9);
+                    const int64_t t11 = (t10 + r);
+                    const int64_t t12 = (t11 - c);
+                    const int64_t t13 = (t12 - int64_t{1});
+                    const double t14 = (x[i * d + c] - means[k * d + c]);
+                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
+                    const double sum = (r7 + t15);
+                    r7 = sum;
                 }
-                const double t27 = (t12 + r15);
-                const double t28 = ks::ipow<2>(t27);
-                const double sum_85_57 = (r8 + t28);
-                (((r + k4 * (K * d)) + k6 * d) + k9)[0] = t10;
-                (((r1 + k4 * (K * d)) + k6 * d) + k9)[0] = t27;
-                r8 = sum_85_57;
+                const double t6 = (t4 + r7);
+                const double t7 = ks::ipow<2>(t6);
+                const double sum = (r6 + t7);
+                r1[i * (K * d) + k * d + r] = t2;
+                r2[i * (K * d) + k * d + r] = t6;
+                r6 = sum;
             }
-            const double t29 = (0.5 * r8);
-            const double t30 = (t7 - t29);
-            (r5 + k6)[0] = t30;
+            const double t2 = (0.5 * r6);
+            const double t3 = (t1 - t2);
+            r5[k] = t3;
         }
-        double acc31 = ks::lowest<double>();
-        for (int64_t i32 = 0; i32 < K; ++i32) {
-            const double x_i33 = r5[i32];
-            acc31 = ks::running_max(acc31, x_i33);
+        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = r5[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t34 = ks::abs(acc31);
-        const bool t35 = (t34 == __builtin_huge_val());
-        const double t36 = (t35 ? 0.0 : acc31);
-        double acc37 = 0;
-        KS_OMP_SIMD(reduction(+:acc37))
-        for (int64_t i38 = 0; i38 < K; ++i38) {
-            const double x_i39 = r5[i38];
-            const double x_i40 = t36;
-            const double t41 = (x_i39 - x_i40);
-            const double t42 = ks::exp(t41);
-            (r2 + k4 * K)[i38] = t42;
-            acc37 += t42;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = r5[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
+            const double t5 = ks::exp(t4);
+            r3[i * K + j] = t5;
+            acc1 += t5;
         }
-        (r3 + k4)[0] = acc37;
+        r4[i] = acc1;
     }
-    double acc43 = ks::lowest<double>();
-    for (int64_t i44 = 0; i44 < K; ++i44) {
-        const double x_i45 = alphas[i44];
-        acc43 = ks::running_max(acc43, x_i45);
+    // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t46 = ks::abs(acc43);
-    const bool t47 = (t46 == __builtin_huge_val());
-    const double t48 = (t47 ? 0.0 : acc43);
+    const double t1 = ks::abs(acc);
+    const bool t2 = (t1 == __builtin_huge_val());
+    const double t3 = (t2 ? 0.0 : acc);
     double* const tmp = r5;  // reuses a dead buffer's space
-    double acc49 = 0;
-    KS_OMP_SIMD(reduction(+:acc49))
-    for (int64_t i50 = 0; i50 < K; ++i50) {
-        const double alphas_i = alphas[i50];
-        const double x_i51 = t48;
-        const double t52 = (alphas_i - x_i51);
-        const double t53 = ks::exp(t52);
-        tmp[i50] = t53;
-        acc49 += t53;
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t3;
+        const double t4 = (alphas_i - x_i);
+        const double t5 = ks::exp(t4);
+        tmp[i] = t5;
+        acc1 += t5;
     }
-    const double t54 = static_cast<double>(n);
-    const double t55 = (1.0 / acc49);
-    const double t56 = ks::ipow<2>(wishart_gamma);
-    const double t57 = (0.5 * t56);
-    const double t58 = ((-1.0) * wishart_m);
-    for (int64_t i60 = 0; i60 < K; ++i60) {
-        for (int64_t i61 = 0; i61 < (T - d); ++i61) {
-            const double x_i62 = (icf + d)[i60 * T + i61];
-            const double t63 = (2.0 * x_i62);
-            const double x_i64 = t57;
-            const double t65 = (x_i64 * t63);
-            tmp59[i60 * ((T - d)) + i61] = t65;
+    const double t4 = static_cast<double>(n);
+    const double t5 = (1.0 / acc1);
+    const double t6 = ks::ipow<2>(wishart_gamma);
+    const double t7 = (0.5 * t6);
+    const double t8 = ((-1.0) * wishart_m);
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double x_i = icf[d + i * T + j];
+            const double t9 = (2.0 * x_i);
+            const double x_i1 = t7;
+            const double t10 = (x_i1 * t9);
+            tmp1[i * ((T - d)) + j] = t10;
         }
     }
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        for (int64_t i67 = 0; i67 < d; ++i67) {
-            d_icf[i66 * T + i67] = 0.0;
+    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            d_icf[i * T + j] = 0.0;
         }
     }
-    for (int64_t i68 = 0; i68 < K; ++i68) {
-        for (int64_t i69 = 0; i69 < (T - d); ++i69) {
-            (d_icf + d)[i68 * T + i69] = tmp59[i68 * ((T - d)) + i69];
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
         }
     }
-    for (int64_t i71 = 0; i71 < K; ++i71) {
-        for (int64_t i72 = 0; i72 < d; ++i72) {
-            const double x_i73 = icf[i71 * T + i72];
-            const double t74 = ks::exp(x_i73);
-            const double t75 = (2.0 * t74);
-            const double x_i76 = t57;
-            const double t77 = (x_i76 * t75);
-            const double t78 = ks::mulz(t77, t74);
-            const double x_i79 = t58;
-            const double t80 = (x_i79 + t78);
-            tmp70[i71 * d + i72] = t80;
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double x_i = icf[i * T + j];
+            const double t9 = ks::exp(x_i);
+            const double t10 = (2.0 * t9);
+            const double x_i1 = t7;
+            const double t11 = (x_i1 * t10);
+            const double t12 = ks::mulz(t11, t9);
+            const double x_i2 = t8;
+            const double t13 = (x_i2 + t12);
+            tmp2[i * d + j] = t13;
         }
     }
-    for (int64_t i81 = 0; i81 < K; ++i81) {
-        for (int64_t i82 = 0; i82 < (T - d); ++i82) {
-            (padded + d)[i81 * T + i82] = 0.0;
+    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = 0.0;
         }
     }
-    for (int64_t i83 = 0; i83 < K; ++i83) {
-        for (int64_t i84 = 0; i84 < d; ++i84) {
-            padded[i83 * T + i84] = tmp70[i83 * d + i84];
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = tmp2[i * d + j];
         }
     }
-    const double t85 = ((-1.0) * t54);
-    const double t86 = ks::mulz(t85, t55);
-    for (int64_t i87 = 0; i87 < K; ++i87) {
-        const double x_i88 = t86;
-        const double x_i89 = tmp[i87];
-        const double d_alphas90 = ks::mulz(x_i88, x_i89);
-        d_alphas[i87] = d_alphas90;
+    const double t9 = ((-1.0) * t4);
+    const double t10 = ks::mulz(t9, t5);
+    // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = t10;
+        const double x_i1 = tmp[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        d_alphas[i] = d_alphas_i;
     }
-    for (int64_t i92 = 0; i92 < (K*T); ++i92) {
-        const double d_icf_i = d_icf[i92];
-        const double x_i93 = padded[i92];
-        const double d_icf94 = (d_icf_i + x_i93);
-        d_icf91[i92] = d_icf94;
+    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const double d_icf_i = d_icf[i];
+        const double x_i = padded[i];
+        const double d_icf_i1 = (d_icf_i + x_i);
+        d_icf1[i] = d_icf_i1;
     }
-    double r95;
-    for (int64_t i96 = 0; i96 < K * d; ++i96) {
-        out_d_means[i96] = 0.0;
+    // gmm.py:83: for i in range(n):
+    double r6;
+    for (int64_t i = 0; i < K * d; ++i) {
+        out_d_means[i] = 0.0;
     }
-    r95 = 1.0;
-    for (int64_t k97 = n - 1; k97 >= 0; --k97) {
-        const double t98 = (1.0 / (r3 + k97)[0]);
-        const double t99 = ks::mulz(r95, t98);
-        double* const tmp100 = r5;  // reuses a dead buffer's space
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            const double x_i102 = t99;
-            const double x_i103 = (r2 + k97 * K)[i101];
-            const double t104 = ks::mulz(x_i102, x_i103);
-            tmp100[i101] = t104;
+    r6 = 1.0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+        const double t11 = (1.0 / r4[i]);
+        const double t12 = ks::mulz(r6, t11);
+        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
+        double* const tmp3 = r5;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = t12;
+            const double x_i1 = r3[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp3[j] = t13;
         }
-        for (int64_t k105 = K - 1; k105 >= 0; --k105) {
-            const double t106 = ((tmp100 + k105)[0] * (-1.0));
-            const double t107 = (t106 * 0.5);
-            double r110;
-            for (int64_t i111 = 0; i111 < T; ++i111) {
-                r108[i111] = 0.0;
+        // gmm.py:84: scores = torch.stack([
+        for (int64_t k = K - 1; k >= 0; --k) {
+            const double t13 = (tmp3[k] * (-1.0));
+            const double t14 = (t13 * 0.5);
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+            double r10;
+            for (int64_t j = 0; j < T; ++j) {
+                r8[j] = 0.0;
             }
-            for (int64_t i112 = 0; i112 < d; ++i112) {
-                r109[i112] = 0.0;
+            for (int64_t j = 0; j < d; ++j) {
+                r9[j] = 0.0;
             }
-            r110 = t107;
-            for (int64_t k113 = d - 1; k113 >= 0; --k113) {
-                const double t114 = (((x + k97 * d) + k113)[0] - ((means + k105 * d) + k113)[0]);
-                const int64_t t115 = ks::floordiv(k113, int64_t{1});
-                const int64_t t116 = ks::max(t115, int64_t{0});
-                const double t117 = (2.0 * (((r1 + k97 * (K * d)) + k105 * d) + k113)[0]);
-                const double t118 = (r110 * t117);
-                double r119;
-                r119 = t118;
-                for (int64_t k120 = t116 - 1; k120 >= 0; --k120) {
-                    const int64_t t121 = ((2*d) - k120);
-                    const int64_t t122 = (t121 - int64_t{1});
-                    const int64_t t123 = (k120 * t122);
-                    const int64_t t124 = ks::floordiv(t123, int64_t{2});
-                    const int64_t t125 = (d + t124);
-                    const int64_t t126 = (t125 + k113);
-                    const int64_t t127 = (t126 - k120);
-                    const int64_t t128 = (t127 - int64_t{1});
-                    const double t129 = (((x + k97 * d) + k120)[0] - ((means + k105 * d) + k120)[0]);
-                    const double t130 = (r119 * ((icf + k105 * T) + ks::clamp_index(t128, T))[0]);
-                    const double t131 = (r119 * t129);
-                    const double t132 = (t130 * (-1.0));
-                    (r109 + k120)[0] += t132;
-                    (r108 + ks::clamp_index(t128, T))[0] += t131;
+            r10 = t14;
+            for (int64_t r = d - 1; r >= 0; --r) {
+                const double t15 = (x[i * d + r] - means[k * d + r]);
+                const int64_t t16 = ks::max(r, int64_t{0});
+                const double t17 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double t18 = (r10 * t17);
+                // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                double r11;
+                r11 = t18;
+                for (int64_t c = t16 - 1; c >= 0; --c) {
+                    const int64_t t19 = ((2*d) - c);
+                    const int64_t t20 = (t19 - int64_t{1});
+                    const int64_t t21 = (c * t20);
+                    const int64_t t22 = ks::floordiv(t21, int64_t{2});
+                    const int64_t t23 = (d + t22);
+                    const int64_t t24 = (t23 + r);
+                    const int64_t t25 = (t24 - c);
+                    const int64_t t26 = (t25 - int64_t{1});
+                    const double t27 = (x[i * d + c] - means[k * d + c]);
+                    const double t28 = (r11 * icf[k * T + ks::clamp_index(t26, T)]);
+                    const double t29 = (r11 * t27);
+                    const double t30 = (t28 * (-1.0));
+                    r9[c] += t30;
+                    r8[ks::clamp_index(t26, T)] += t29;
                 }
-                const double t133 = (t118 * (((r + k97 * (K * d)) + k105 * d) + k113)[0]);
-                const double t134 = (t118 * t114);
-                const double t135 = (t133 * (-1.0));
-                (r109 + k113)[0] += t135;
-                const double t136 = ks::mulz(t134, (((r + k97 * (K * d)) + k105 * d) + k113)[0]);
-                (r108 + ks::clamp_index(k113, T))[0] += t136;
+                const double t19 = (t18 * r1[i * (K * d) + k * d + r]);
+                const double t20 = (t18 * t15);
+                const double t21 = (t19 * (-1.0));
+                r9[r] += t21;
+                const double t22 = ks::mulz(t20, r1[i * (K * d) + k * d + r]);
+                r8[ks::clamp_index(r, T)] += t22;
             }
-            for (int64_t i137 = 0; i137 < d; ++i137) {
-                (out_d_means + k105 * d)[i137] += r109[i137];
+            // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
+            for (int64_t j = 0; j < d; ++j) {
+                out_d_means[k * d + j] += r9[j];
             }
-            for (int64_t i138 = 0; i138 < T; ++i138) {
-                (d_icf91 + k105 * T)[i138] += r108[i138];
+            for (int64_t j = 0; j < T; ++j) {
+                d_icf1[k * T + j] += r8[j];
             }
-            double* const padded139 = r108;  // reuses a dead buffer's space
-            for (int64_t i140 = 0; i140 < (T - d); ++i140) {
-                (padded139 + d)[i140] = 0.0;
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+            double* const padded1 = r8;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < (T - d); ++j) {
+                padded1[d + j] = 0.0;
             }
-            for (int64_t i141 = 0; i141 < d; ++i141) {
-                padded139[i141] = (tmp100 + k105)[0];
+            for (int64_t j = 0; j < d; ++j) {
+                padded1[j] = tmp3[k];
             }
-            for (int64_t i142 = 0; i142 < T; ++i142) {
-                (d_icf91 + k105 * T)[i142] += padded139[i142];
+            for (int64_t j = 0; j < T; ++j) {
+                d_icf1[k * T + j] += padded1[j];
             }
-            (d_alphas + k105)[0] += (tmp100 + k105)[0];
+            d_alphas[k] += tmp3[k];
         }
     }
-    for (int64_t i143 = 0; i143 < K; ++i143) {
-        out_d_alphas[i143] = d_alphas[i143];
+    for (int64_t i = 0; i < K; ++i) {
+        out_d_alphas[i] = d_alphas[i];
     }
-    for (int64_t i144 = 0; i144 < K * T; ++i144) {
-        out_d_icf[i144] = d_icf91[i144];
+    for (int64_t i = 0; i < K * T; ++i) {
+        out_d_icf[i] = d_icf1[i];
     }
     return ks::status::ok;
 }
@@ -2352,206 +2482,219 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     next_slot += ks::aligned_bytes<double>(K);
     double* const xc = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
+    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i1 = 0; i1 < d; ++i1) {
-            const double qs_i = icf[i * T + i1];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i2 = 0; i2 < K; ++i2) {
-        const double alphas_i = alphas[i2];
-        const double x_i = tmp[i2];
-        const double base3 = (alphas_i + x_i);
-        base[i2] = base3;
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
+    // gmm.py:105: for i in range(n):
     double slse;
     slse = 0.0;
-    for (int64_t k4 = 0; k4 < n; ++k4) {
-        for (int64_t i5 = 0; i5 < K; ++i5) {
-            for (int64_t i6 = 0; i6 < d; ++i6) {
-                const double x_i7 = (x + k4 * d)[i6];
-                const double means_i = means[i5 * d + i6];
-                const double xc8 = (x_i7 - means_i);
-                xc[i5 * d + i6] = xc8;
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:106: xc = x[i] - means # [K, d]
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double xc_i = (x_i - means_i);
+                xc[j * d + k] = xc_i;
             }
         }
+        // gmm.py:108: for r in range(d):
         double* const sqnorm = tmp;  // reuses a dead buffer's space
-        for (int64_t i9 = 0; i9 < K; ++i9) {
-            sqnorm[i9] = 0.0;
+        for (int64_t j = 0; j < K; ++j) {
+            sqnorm[j] = 0.0;
         }
-        for (int64_t k10 = 0; k10 < d; ++k10) {
-            const int64_t t11 = ks::floordiv(k10, int64_t{1});
-            const int64_t t12 = ks::max(t11, int64_t{0});
-            for (int64_t i13 = 0; i13 < K; ++i13) {
-                r[i13] = 0.0;
+        for (int64_t r = 0; r < d; ++r) {
+            const int64_t t1 = ks::max(r, int64_t{0});
+            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+            for (int64_t j = 0; j < K; ++j) {
+                sum[j] = 0.0;
             }
-            for (int64_t k14 = 0; k14 < t12; ++k14) {
-                const int64_t t15 = ((2*d) - k14);
-                const int64_t t16 = (t15 - int64_t{1});
-                const int64_t t17 = (k14 * t16);
-                const int64_t t18 = ks::floordiv(t17, int64_t{2});
-                const int64_t t19 = (t18 + k10);
-                const int64_t t20 = (t19 - k14);
-                const int64_t t21 = (t20 - int64_t{1});
-                for (int64_t i22 = 0; i22 < K; ++i22) {
-                    const double x_i23 = ((icf + d) + ks::clamp_index(t21, (T - d)))[i22 * T];
-                    const double x_i24 = (xc + k14)[i22 * d];
-                    const double t25 = (x_i23 * x_i24);
-                    const double sum_i = r[i22];
-                    const double sum_109_54 = (sum_i + t25);
-                    r[i22] = sum_109_54;
+            for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = ((2*d) - c);
+                const int64_t t3 = (t2 - int64_t{1});
+                const int64_t t4 = (c * t3);
+                const int64_t t5 = ks::floordiv(t4, int64_t{2});
+                const int64_t t6 = (t5 + r);
+                const int64_t t7 = (t6 - c);
+                const int64_t t8 = (t7 - int64_t{1});
+                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+                for (int64_t j = 0; j < K; ++j) {
+                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
+                    const double x_i1 = xc[c + j * d];
+                    const double t9 = (x_i * x_i1);
+                    const double sum_i = sum[j];
+                    const double sum_i1 = (sum_i + t9);
+                    sum[j] = sum_i1;
                 }
             }
-            for (int64_t i26 = 0; i26 < K; ++i26) {
-                const double x_i27 = (icf + k10)[i26 * T];
-                const double t28 = ks::exp(x_i27);
-                const double x_i29 = (xc + k10)[i26 * d];
-                const double t30 = (t28 * x_i29);
-                const double x_i31 = r[i26];
-                const double row = (t30 + x_i31);
-                const double t32 = (row * row);
-                const double sqnorm_i = sqnorm[i26];
-                const double sqnorm33 = (sqnorm_i + t32);
-                sqnorm[i26] = sqnorm33;
+            // gmm.py:109, 111
+            for (int64_t j = 0; j < K; ++j) {
+                const double x_i = icf[r + j * T];
+                const double t2 = ks::exp(x_i);
+                const double x_i1 = xc[r + j * d];
+                const double t3 = (t2 * x_i1);
+                const double sum_i = sum[j];
+                const double row_i = (t3 + sum_i);
+                const double t4 = (row_i * row_i);
+                const double sqnorm_i = sqnorm[j];
+                const double sqnorm_i1 = (sqnorm_i + t4);
+                sqnorm[j] = sqnorm_i1;
             }
         }
-        double* const tmp34 = r;  // reuses a dead buffer's space
-        for (int64_t i35 = 0; i35 < K; ++i35) {
-            const double sqnorm_i36 = sqnorm[i35];
-            const double t37 = (0.5 * sqnorm_i36);
-            const double x_i38 = base[i35];
-            const double t39 = (x_i38 - t37);
-            tmp34[i35] = t39;
+        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+        double* const tmp1 = sum;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            const double sqnorm_i = sqnorm[j];
+            const double t1 = (0.5 * sqnorm_i);
+            const double x_i = base[j];
+            const double t2 = (x_i - t1);
+            tmp1[j] = t2;
         }
-        double acc40 = ks::lowest<double>();
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = tmp34[i41];
-            acc40 = ks::running_max(acc40, x_i42);
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t43 = ks::abs(acc40);
-        const bool t44 = (t43 == __builtin_huge_val());
-        const double t45 = (t44 ? 0.0 : acc40);
-        double acc46 = 0;
-        KS_OMP_SIMD(reduction(+:acc46))
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const double x_i48 = tmp34[i47];
-            const double x_i49 = t45;
-            const double t50 = (x_i48 - x_i49);
-            const double t51 = ks::exp(t50);
-            acc46 += t51;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
+            const double t5 = ks::exp(t4);
+            acc1 += t5;
         }
-        const double t52 = ks::log(acc46);
-        const double t53 = (t52 + t45);
-        const double slse54 = (slse + t53);
-        slse = slse54;
+        const double t4 = ks::log(acc1);
+        const double t5 = (t4 + t3);
+        const double slse1 = (slse + t5);
+        slse = slse1;
     }
-    const int64_t t55 = (-n);
-    const int64_t t56 = (t55 * d);
-    const double t57 = static_cast<double>(t56);
-    const double t58 = (t57 * 0.5);
-    const double constant = (t58 * 1.8378770664093453);
-    const double t59 = (constant + slse);
-    double acc60 = ks::lowest<double>();
-    for (int64_t i61 = 0; i61 < K; ++i61) {
-        const double x_i62 = alphas[i61];
-        acc60 = ks::running_max(acc60, x_i62);
+    const int64_t t1 = (-n);
+    const int64_t t2 = (t1 * d);
+    const double t3 = static_cast<double>(t2);
+    const double t4 = (t3 * 0.5);
+    const double constant = (t4 * 1.8378770664093453);
+    const double t5 = (constant + slse);
+    // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t63 = ks::abs(acc60);
-    const bool t64 = (t63 == __builtin_huge_val());
-    const double t65 = (t64 ? 0.0 : acc60);
-    double acc66 = 0;
-    KS_OMP_SIMD(reduction(+:acc66))
-    for (int64_t i67 = 0; i67 < K; ++i67) {
-        const double alphas_i68 = alphas[i67];
-        const double x_i69 = t65;
-        const double t70 = (alphas_i68 - x_i69);
-        const double t71 = ks::exp(t70);
-        acc66 += t71;
+    const double t6 = ks::abs(acc);
+    const bool t7 = (t6 == __builtin_huge_val());
+    const double t8 = (t7 ? 0.0 : acc);
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t8;
+        const double t9 = (alphas_i - x_i);
+        const double t10 = ks::exp(t9);
+        acc1 += t10;
     }
-    const double t72 = ks::log(acc66);
-    const double t73 = (t72 + t65);
-    const double t74 = static_cast<double>(n);
-    const double t75 = (t74 * t73);
-    const double t76 = (t59 - t75);
-    double r77;
+    const double t9 = ks::log(acc1);
+    const double t10 = (t9 + t8);
+    const double t11 = static_cast<double>(n);
+    const double t12 = (t11 * t10);
+    const double t13 = (t5 - t12);
+    // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
+    double r1;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t78 = static_cast<double>(d);
-        const double t79 = (t78 + wishart_m);
-        const double n_w = (t79 + 1.0);
-        const double t80 = (n_w * t78);
-        const double t81 = ks::log(wishart_gamma);
-        const double t82 = (t81 - 0.34657359027997264);
-        const double t83 = (t80 * t82);
-        const double t84 = (0.5 * n_w);
-        double r85;
+        const double t14 = static_cast<double>(d);
+        const double t15 = (t14 + wishart_m);
+        const double n_w = (t15 + 1.0);
+        const double t16 = (n_w * t14);
+        const double t17 = ks::log(wishart_gamma);
+        const double t18 = (t17 - 0.34657359027997264);
+        const double t19 = (t16 * t18);
+        const double t20 = (0.5 * n_w);
+        // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
+        double r2;
         {  // log_gamma_d(a)
-            const double t86 = static_cast<double>(d);
-            const double t87 = (0.25 * t86);
-            const double t88 = static_cast<double>((d - 1));
-            const double t89 = (t87 * t88);
-            const double t90 = (t89 * 1.1447298858494002);
-            double r91;
-            r91 = 0.0;
-            for (int64_t k92 = 0; k92 < d; ++k92) {
-                const int64_t t93 = (k92 + int64_t{1});
-                const int64_t t94 = (int64_t{1} - t93);
-                const double t95 = static_cast<double>(t94);
-                const double t96 = (0.5 * t95);
-                const double t97 = (t84 + t96);
-                const double t98 = std::lgamma(t97);
-                const double sum_25_55 = (r91 + t98);
-                r91 = sum_25_55;
+            const double t21 = static_cast<double>(d);
+            const double t22 = (0.25 * t21);
+            const double t23 = static_cast<double>((d - 1));
+            const double t24 = (t22 * t23);
+            const double t25 = (t24 * 1.1447298858494002);
+            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+            double sum1;
+            sum1 = 0.0;
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t t26 = (i + int64_t{1});
+                const int64_t t27 = (int64_t{1} - t26);
+                const double t28 = static_cast<double>(t27);
+                const double t29 = (0.5 * t28);
+                const double t30 = (t20 + t29);
+                const double t31 = std::lgamma(t30);
+                const double sum2 = (sum1 + t31);
+                sum1 = sum2;
             }
-            const double t99 = (t90 + r91);
-            r85 = t99;
+            const double t26 = (t25 + sum1);
+            r2 = t26;
         }
-        const double C = (t83 - r85);
-        double acc100 = 0;
-        for (int64_t i101 = 0; i101 < K; ++i101) {
-            KS_OMP_SIMD(reduction(+:acc100))
-            for (int64_t i102 = 0; i102 < d; ++i102) {
-                const double qs_i103 = icf[i101 * T + i102];
-                const double t104 = ks::exp(qs_i103);
-                const double t105 = ks::ipow<2>(t104);
-                acc100 += t105;
-            }
-        }
-        double acc106 = 0;
-        for (int64_t i107 = 0; i107 < K; ++i107) {
-            KS_OMP_SIMD(reduction(+:acc106))
-            for (int64_t i108 = 0; i108 < (T - d); ++i108) {
-                const double ls_i = (icf + d)[i107 * T + i108];
-                const double t109 = ks::ipow<2>(ls_i);
-                acc106 += t109;
+        const double C = (t19 - r2);
+        // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                const double t21 = ks::exp(qs_i);
+                const double t22 = ks::ipow<2>(t21);
+                acc2 += t22;
             }
         }
-        const double frobenius = (acc100 + acc106);
-        const double t110 = ks::ipow<2>(wishart_gamma);
-        const double t111 = (0.5 * t110);
-        const double t112 = (t111 * frobenius);
-        double acc113 = 0;
-        for (int64_t i114 = 0; i114 < K; ++i114) {
-            KS_OMP_SIMD(reduction(+:acc113))
-            for (int64_t i115 = 0; i115 < d; ++i115) {
-                const double qs_i116 = icf[i114 * T + i115];
-                acc113 += qs_i116;
+        double acc3 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc3))
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const double ls_i = icf[d + i * T + j];
+                const double t21 = ks::ipow<2>(ls_i);
+                acc3 += t21;
             }
         }
-        const double t117 = (wishart_m * acc113);
-        const double t118 = (t112 - t117);
-        const double t119 = static_cast<double>(K);
-        const double t120 = (t119 * C);
-        const double t121 = (t118 - t120);
-        r77 = t121;
+        const double frobenius = (acc2 + acc3);
+        const double t21 = ks::ipow<2>(wishart_gamma);
+        const double t22 = (0.5 * t21);
+        const double t23 = (t22 * frobenius);
+        // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
+        double acc4 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc4))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc4 += qs_i;
+            }
+        }
+        const double t24 = (wishart_m * acc4);
+        const double t25 = (t23 - t24);
+        const double t26 = static_cast<double>(K);
+        const double t27 = (t26 * C);
+        const double t28 = (t25 - t27);
+        r1 = t28;
     }
-    const double t122 = (t76 + r77);
-    *out = t122;
+    const double t14 = (t13 + r1);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -2573,17 +2716,17 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const r4 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r17 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2591,315 +2734,336 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r111 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r121 = reinterpret_cast<double*>(next_slot);
+    double* const r10 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp131 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
+    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i1 = 0; i1 < d; ++i1) {
-            const double qs_i = icf[i * T + i1];
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
             acc += qs_i;
         }
         tmp[i] = acc;
     }
-    for (int64_t i2 = 0; i2 < K; ++i2) {
-        const double alphas_i = alphas[i2];
-        const double x_i = tmp[i2];
-        const double base3 = (alphas_i + x_i);
-        base[i2] = base3;
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = tmp[i];
+        const double base_i = (alphas_i + x_i);
+        base[i] = base_i;
     }
-    for (int64_t k8 = 0; k8 < n; ++k8) {
-        for (int64_t i9 = 0; i9 < K; ++i9) {
-            for (int64_t i10 = 0; i10 < d; ++i10) {
-                const double x_i11 = (x + k8 * d)[i10];
-                const double means_i = means[i9 * d + i10];
-                const double xc = (x_i11 - means_i);
-                (r + k8 * (K * d))[i9 * d + i10] = xc;
+    // gmm.py:105: for i in range(n):
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:106: xc = x[i] - means # [K, d]
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double xc_i = (x_i - means_i);
+                r1[i * (K * d) + j * d + k] = xc_i;
             }
         }
-        double* const r12 = tmp;  // reuses a dead buffer's space
-        for (int64_t i13 = 0; i13 < K; ++i13) {
-            r12[i13] = 0.0;
+        // gmm.py:108: for r in range(d):
+        double* const r6 = tmp;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            r6[j] = 0.0;
         }
-        for (int64_t k14 = 0; k14 < d; ++k14) {
-            const int64_t t15 = ks::floordiv(k14, int64_t{1});
-            const int64_t t16 = ks::max(t15, int64_t{0});
-            for (int64_t i18 = 0; i18 < K; ++i18) {
-                r17[i18] = 0.0;
+        for (int64_t r = 0; r < d; ++r) {
+            const int64_t t1 = ks::max(r, int64_t{0});
+            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+            for (int64_t j = 0; j < K; ++j) {
+                r7[j] = 0.0;
             }
-            for (int64_t k19 = 0; k19 < t16; ++k19) {
-                const int64_t t20 = ((2*d) - k19);
-                const int64_t t21 = (t20 - int64_t{1});
-                const int64_t t22 = (k19 * t21);
-                const int64_t t23 = ks::floordiv(t22, int64_t{2});
-                const int64_t t24 = (t23 + k14);
-                const int64_t t25 = (t24 - k19);
-                const int64_t t26 = (t25 - int64_t{1});
-                for (int64_t i27 = 0; i27 < K; ++i27) {
-                    const double x_i28 = ((icf + d) + ks::clamp_index(t26, (T - d)))[i27 * T];
-                    const double x_i29 = ((r + k8 * (K * d)) + k19)[i27 * d];
-                    const double t30 = (x_i28 * x_i29);
-                    const double sum_i = r17[i27];
-                    const double sum_109_54 = (sum_i + t30);
-                    r17[i27] = sum_109_54;
+            for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = ((2*d) - c);
+                const int64_t t3 = (t2 - int64_t{1});
+                const int64_t t4 = (c * t3);
+                const int64_t t5 = ks::floordiv(t4, int64_t{2});
+                const int64_t t6 = (t5 + r);
+                const int64_t t7 = (t6 - c);
+                const int64_t t8 = (t7 - int64_t{1});
+                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+                for (int64_t j = 0; j < K; ++j) {
+                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
+                    const double x_i1 = r1[i * (K * d) + c + j * d];
+                    const double t9 = (x_i * x_i1);
+                    const double sum_i = r7[j];
+                    const double sum_i1 = (sum_i + t9);
+                    r7[j] = sum_i1;
                 }
             }
-            for (int64_t i31 = 0; i31 < K; ++i31) {
-                const double x_i32 = (icf + k14)[i31 * T];
-                const double t33 = ks::exp(x_i32);
-                ((r4 + k8 * (d * K)) + k14 * K)[i31] = t33;
-                const double x_i34 = ((r + k8 * (K * d)) + k14)[i31 * d];
-                const double t35 = (t33 * x_i34);
-                const double x_i36 = r17[i31];
-                const double row = (t35 + x_i36);
-                ((r5 + k8 * (d * K)) + k14 * K)[i31] = row;
-                const double t37 = (row * row);
-                const double sqnorm_i = r12[i31];
-                const double sqnorm38 = (sqnorm_i + t37);
-                sqnorm[i31] = sqnorm38;
+            // gmm.py:109, 111
+            for (int64_t j = 0; j < K; ++j) {
+                const double x_i = icf[r + j * T];
+                const double t2 = ks::exp(x_i);
+                r2[i * (d * K) + r * K + j] = t2;
+                const double x_i1 = r1[i * (K * d) + r + j * d];
+                const double t3 = (t2 * x_i1);
+                const double x_i2 = r7[j];
+                const double row_i = (t3 + x_i2);
+                r3[i * (d * K) + r * K + j] = row_i;
+                const double t4 = (row_i * row_i);
+                const double sqnorm_i = r6[j];
+                const double sqnorm_i1 = (sqnorm_i + t4);
+                sqnorm[j] = sqnorm_i1;
             }
-            for (int64_t i39 = 0; i39 < K; ++i39) {
-                r12[i39] = sqnorm[i39];
+            for (int64_t j = 0; j < K; ++j) {
+                r6[j] = sqnorm[j];
             }
         }
-        double* const tmp40 = r17;  // reuses a dead buffer's space
-        for (int64_t i41 = 0; i41 < K; ++i41) {
-            const double x_i42 = r12[i41];
-            const double t43 = (0.5 * x_i42);
-            const double x_i44 = base[i41];
-            const double t45 = (x_i44 - t43);
-            tmp40[i41] = t45;
+        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+        double* const tmp1 = r7;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = r6[j];
+            const double t1 = (0.5 * x_i);
+            const double x_i1 = base[j];
+            const double t2 = (x_i1 - t1);
+            tmp1[j] = t2;
         }
-        double acc46 = ks::lowest<double>();
-        for (int64_t i47 = 0; i47 < K; ++i47) {
-            const double x_i48 = tmp40[i47];
-            acc46 = ks::running_max(acc46, x_i48);
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            acc = ks::running_max(acc, x_i);
         }
-        const double t49 = ks::abs(acc46);
-        const bool t50 = (t49 == __builtin_huge_val());
-        const double t51 = (t50 ? 0.0 : acc46);
-        double acc52 = 0;
-        KS_OMP_SIMD(reduction(+:acc52))
-        for (int64_t i53 = 0; i53 < K; ++i53) {
-            const double x_i54 = tmp40[i53];
-            const double x_i55 = t51;
-            const double t56 = (x_i54 - x_i55);
-            const double t57 = ks::exp(t56);
-            (r6 + k8 * K)[i53] = t57;
-            acc52 += t57;
+        const double t1 = ks::abs(acc);
+        const bool t2 = (t1 == __builtin_huge_val());
+        const double t3 = (t2 ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            const double x_i1 = t3;
+            const double t4 = (x_i - x_i1);
+            const double t5 = ks::exp(t4);
+            r4[i * K + j] = t5;
+            acc1 += t5;
         }
-        (r7 + k8)[0] = acc52;
+        r5[i] = acc1;
     }
-    double acc58 = ks::lowest<double>();
-    for (int64_t i59 = 0; i59 < K; ++i59) {
-        const double x_i60 = alphas[i59];
-        acc58 = ks::running_max(acc58, x_i60);
+    // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
+    double acc = ks::lowest<double>();
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = alphas[i];
+        acc = ks::running_max(acc, x_i);
     }
-    const double t61 = ks::abs(acc58);
-    const bool t62 = (t61 == __builtin_huge_val());
-    const double t63 = (t62 ? 0.0 : acc58);
-    double* const tmp64 = tmp;  // reuses a dead buffer's space
-    double acc65 = 0;
-    KS_OMP_SIMD(reduction(+:acc65))
-    for (int64_t i66 = 0; i66 < K; ++i66) {
-        const double alphas_i67 = alphas[i66];
-        const double x_i68 = t63;
-        const double t69 = (alphas_i67 - x_i68);
-        const double t70 = ks::exp(t69);
-        tmp64[i66] = t70;
-        acc65 += t70;
+    const double t1 = ks::abs(acc);
+    const bool t2 = (t1 == __builtin_huge_val());
+    const double t3 = (t2 ? 0.0 : acc);
+    double* const tmp1 = tmp;  // reuses a dead buffer's space
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double x_i = t3;
+        const double t4 = (alphas_i - x_i);
+        const double t5 = ks::exp(t4);
+        tmp1[i] = t5;
+        acc1 += t5;
     }
-    const double t71 = static_cast<double>(n);
-    const double t72 = (1.0 / acc65);
-    const double t73 = ks::ipow<2>(wishart_gamma);
-    const double t74 = (0.5 * t73);
-    const double t75 = ((-1.0) * wishart_m);
-    const double t76 = ((-1.0) * t71);
-    const double t77 = ks::mulz(t76, t72);
+    const double t4 = static_cast<double>(n);
+    const double t5 = (1.0 / acc1);
+    const double t6 = ks::ipow<2>(wishart_gamma);
+    const double t7 = (0.5 * t6);
+    const double t8 = ((-1.0) * wishart_m);
+    const double t9 = ((-1.0) * t4);
+    const double t10 = ks::mulz(t9, t5);
     double* const d_alphas = base;  // reuses a dead buffer's space
-    for (int64_t i78 = 0; i78 < K; ++i78) {
-        const double x_i79 = t77;
-        const double x_i80 = tmp64[i78];
-        const double d_alphas81 = ks::mulz(x_i79, x_i80);
-        d_alphas[i78] = d_alphas81;
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = t10;
+        const double x_i1 = tmp1[i];
+        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        d_alphas[i] = d_alphas_i;
     }
-    for (int64_t i82 = 0; i82 < K; ++i82) {
-        for (int64_t i83 = 0; i83 < d; ++i83) {
-            const double qs_i84 = icf[i82 * T + i83];
-            const double t85 = ks::exp(qs_i84);
-            const double t86 = (2.0 * t85);
-            const double x_i87 = t74;
-            const double t88 = (x_i87 * t86);
-            const double t89 = ks::mulz(t88, t85);
-            const double d_qs_i = t75;
-            const double d_qs90 = (d_qs_i + t89);
-            d_qs[i82 * d + i83] = d_qs90;
+    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            const double t11 = ks::exp(qs_i);
+            const double t12 = (2.0 * t11);
+            const double x_i = t7;
+            const double t13 = (x_i * t12);
+            const double t14 = ks::mulz(t13, t11);
+            const double d_qs_i = t8;
+            const double d_qs_i1 = (d_qs_i + t14);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
-    for (int64_t i91 = 0; i91 < K; ++i91) {
-        for (int64_t i92 = 0; i92 < (T - d); ++i92) {
-            const double ls_i = (icf + d)[i91 * T + i92];
-            const double t93 = (2.0 * ls_i);
-            const double x_i94 = t74;
-            const double d_ls95 = (x_i94 * t93);
-            d_ls[i91 * ((T - d)) + i92] = d_ls95;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double ls_i = icf[d + i * T + j];
+            const double t11 = (2.0 * ls_i);
+            const double x_i = t7;
+            const double d_ls_i = (x_i * t11);
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
-    double* const r96 = tmp;  // reuses a dead buffer's space
-    double r97;
-    for (int64_t i98 = 0; i98 < K * d; ++i98) {
-        out_d_means[i98] = 0.0;
+    // gmm.py:105: for i in range(n):
+    double* const r6 = tmp;  // reuses a dead buffer's space
+    double r8;
+    for (int64_t i = 0; i < K * d; ++i) {
+        out_d_means[i] = 0.0;
     }
-    for (int64_t i99 = 0; i99 < K; ++i99) {
-        r96[i99] = 0.0;
+    for (int64_t i = 0; i < K; ++i) {
+        r6[i] = 0.0;
     }
-    r97 = 1.0;
-    for (int64_t k100 = n - 1; k100 >= 0; --k100) {
-        const double t101 = (1.0 / (r7 + k100)[0]);
-        const double t102 = ks::mulz(r97, t101);
-        double* const tmp103 = r17;  // reuses a dead buffer's space
-        double* const tmp104 = sqnorm;  // reuses a dead buffer's space
-        for (int64_t i105 = 0; i105 < K; ++i105) {
-            const double x_i106 = t102;
-            const double x_i107 = (r6 + k100 * K)[i105];
-            const double t108 = ks::mulz(x_i106, x_i107);
-            tmp103[i105] = t108;
-            const double t109 = (t108 * (-1.0));
-            const double t110 = (t109 * 0.5);
-            tmp104[i105] = t110;
+    r8 = 1.0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+        const double t11 = (1.0 / r5[i]);
+        const double t12 = ks::mulz(r8, t11);
+        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+        double* const tmp2 = r7;  // reuses a dead buffer's space
+        double* const tmp3 = sqnorm;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = t12;
+            const double x_i1 = r4[i * K + j];
+            const double t13 = ks::mulz(x_i, x_i1);
+            tmp2[j] = t13;
+            const double t14 = (t13 * (-1.0));
+            const double t15 = (t14 * 0.5);
+            tmp3[j] = t15;
         }
-        for (int64_t i112 = 0; i112 < K * d; ++i112) {
-            r111[i112] = 0.0;
+        // gmm.py:108: for r in range(d):
+        for (int64_t j = 0; j < K * d; ++j) {
+            r9[j] = 0.0;
         }
-        for (int64_t k113 = d - 1; k113 >= 0; --k113) {
-            const int64_t t114 = ks::floordiv(k113, int64_t{1});
-            const int64_t t115 = ks::max(t114, int64_t{0});
-            for (int64_t i116 = 0; i116 < K; ++i116) {
-                const double x_i117 = tmp104[i116];
-                const double x_i118 = ((r5 + k100 * (d * K)) + k113 * K)[i116];
-                const double d_row119 = (x_i117 * x_i118);
-                const double d_row120 = (d_row119 + d_row119);
-                d_row[i116] = d_row120;
+        for (int64_t r = d - 1; r >= 0; --r) {
+            const int64_t t13 = ks::max(r, int64_t{0});
+            // gmm.py:111: sqnorm = sqnorm + row * row
+            for (int64_t j = 0; j < K; ++j) {
+                const double x_i = tmp3[j];
+                const double x_i1 = r3[i * (d * K) + r * K + j];
+                const double d_row_i = (x_i * x_i1);
+                const double d_row_i1 = (d_row_i + d_row_i);
+                d_row[j] = d_row_i1;
             }
-            for (int64_t i122 = 0; i122 < K; ++i122) {
-                r121[i122] = d_row[i122];
+            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+            for (int64_t j = 0; j < K; ++j) {
+                r10[j] = d_row[j];
             }
-            for (int64_t k123 = t115 - 1; k123 >= 0; --k123) {
-                const int64_t t124 = ((2*d) - k123);
-                const int64_t t125 = (t124 - int64_t{1});
-                const int64_t t126 = (k123 * t125);
-                const int64_t t127 = ks::floordiv(t126, int64_t{2});
-                const int64_t t128 = (t127 + k113);
-                const int64_t t129 = (t128 - k123);
-                const int64_t t130 = (t129 - int64_t{1});
-                for (int64_t i132 = 0; i132 < K; ++i132) {
-                    const double x_i133 = r121[i132];
-                    const double x_i134 = ((icf + d) + ks::clamp_index(t130, (T - d)))[i132 * T];
-                    const double t135 = (x_i133 * x_i134);
-                    tmp131[i132] = t135;
+            for (int64_t c = t13 - 1; c >= 0; --c) {
+                const int64_t t14 = ((2*d) - c);
+                const int64_t t15 = (t14 - int64_t{1});
+                const int64_t t16 = (c * t15);
+                const int64_t t17 = ks::floordiv(t16, int64_t{2});
+                const int64_t t18 = (t17 + r);
+                const int64_t t19 = (t18 - c);
+                const int64_t t20 = (t19 - int64_t{1});
+                // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
+                for (int64_t j = 0; j < K; ++j) {
+                    const double x_i = r10[j];
+                    const double x_i1 = icf[d + ks::clamp_index(t20, (T - d)) + j * T];
+                    const double t21 = (x_i * x_i1);
+                    tmp4[j] = t21;
                 }
-                for (int64_t i136 = 0; i136 < K; ++i136) {
-                    (r111 + k123)[i136 * d] += tmp131[i136];
+                for (int64_t j = 0; j < K; ++j) {
+                    r9[c + j * d] += tmp4[j];
                 }
-                double* const tmp137 = tmp131;  // reuses a dead buffer's space
-                for (int64_t i138 = 0; i138 < K; ++i138) {
-                    const double x_i139 = r121[i138];
-                    const double x_i140 = ((r + k100 * (K * d)) + k123)[i138 * d];
-                    const double t141 = (x_i139 * x_i140);
-                    tmp137[i138] = t141;
+                double* const tmp5 = tmp4;  // reuses a dead buffer's space
+                for (int64_t j = 0; j < K; ++j) {
+                    const double x_i = r10[j];
+                    const double x_i1 = r1[i * (K * d) + c + j * d];
+                    const double t21 = (x_i * x_i1);
+                    tmp5[j] = t21;
                 }
-                for (int64_t i142 = 0; i142 < K; ++i142) {
-                    (d_ls + ks::clamp_index(t130, (T - d)))[i142 * ((T - d))] += tmp137[i142];
+                for (int64_t j = 0; j < K; ++j) {
+                    d_ls[ks::clamp_index(t20, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
-            double* const tmp143 = r121;  // reuses a dead buffer's space
-            for (int64_t i144 = 0; i144 < K; ++i144) {
-                const double d_row_i = d_row[i144];
-                const double x_i145 = ((r4 + k100 * (d * K)) + k113 * K)[i144];
-                const double t146 = (d_row_i * x_i145);
-                tmp143[i144] = t146;
+            double* const tmp5 = r10;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < K; ++j) {
+                const double d_row_i = d_row[j];
+                const double x_i = r2[i * (d * K) + r * K + j];
+                const double t14 = (d_row_i * x_i);
+                tmp5[j] = t14;
             }
-            for (int64_t i147 = 0; i147 < K; ++i147) {
-                (r111 + k113)[i147 * d] += tmp143[i147];
+            for (int64_t j = 0; j < K; ++j) {
+                r9[r + j * d] += tmp5[j];
             }
-            double* const tmp148 = r121;  // reuses a dead buffer's space
-            for (int64_t i149 = 0; i149 < K; ++i149) {
-                const double d_row_i150 = d_row[i149];
-                const double x_i151 = ((r + k100 * (K * d)) + k113)[i149 * d];
-                const double t152 = (d_row_i150 * x_i151);
-                const double x_i153 = ((r4 + k100 * (d * K)) + k113 * K)[i149];
-                const double t154 = ks::mulz(t152, x_i153);
-                tmp148[i149] = t154;
+            double* const tmp6 = r10;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < K; ++j) {
+                const double d_row_i = d_row[j];
+                const double x_i = r1[i * (K * d) + r + j * d];
+                const double t14 = (d_row_i * x_i);
+                const double x_i1 = r2[i * (d * K) + r * K + j];
+                const double t15 = ks::mulz(t14, x_i1);
+                tmp6[j] = t15;
             }
-            for (int64_t i155 = 0; i155 < K; ++i155) {
-                (d_qs + k113)[i155 * d] += tmp148[i155];
+            for (int64_t j = 0; j < K; ++j) {
+                d_qs[r + j * d] += tmp6[j];
             }
         }
-        for (int64_t i156 = 0; i156 < (K*d); ++i156) {
-            const double x_i157 = r111[i156];
-            const double t158 = (x_i157 * (-1.0));
-            const double x_i159 = out_d_means[i156];
-            const double t160 = (x_i159 + t158);
-            out_d_means[i156] = t160;
+        // gmm.py:106: xc = x[i] - means # [K, d]
+        for (int64_t j = 0; j < (K*d); ++j) {
+            const double x_i = r9[j];
+            const double t13 = (x_i * (-1.0));
+            const double x_i1 = out_d_means[j];
+            const double t14 = (x_i1 + t13);
+            out_d_means[j] = t14;
         }
-        for (int64_t i161 = 0; i161 < K; ++i161) {
-            const double x_i162 = r96[i161];
-            const double x_i163 = tmp103[i161];
-            const double t164 = (x_i162 + x_i163);
-            r96[i161] = t164;
-        }
-    }
-    for (int64_t i165 = 0; i165 < K; ++i165) {
-        for (int64_t i166 = 0; i166 < d; ++i166) {
-            d_icf[i165 * T + i166] = 0.0;
+        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = r6[j];
+            const double x_i1 = tmp2[j];
+            const double t13 = (x_i + x_i1);
+            r6[j] = t13;
         }
     }
-    for (int64_t i167 = 0; i167 < K; ++i167) {
-        for (int64_t i168 = 0; i168 < (T - d); ++i168) {
-            (d_icf + d)[i167 * T + i168] = d_ls[i167 * ((T - d)) + i168];
+    // gmm.py:102: ls = icf[:, d:]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            d_icf[i * T + j] = 0.0;
         }
     }
-    double* const d_qs169 = r111;  // reuses a dead buffer's space
-    for (int64_t i170 = 0; i170 < K; ++i170) {
-        for (int64_t i171 = 0; i171 < d; ++i171) {
-            const double x_i172 = d_qs[i170 * d + i171];
-            const double x_i173 = r96[i170];
-            const double d_qs174 = (x_i172 + x_i173);
-            d_qs169[i170 * d + i171] = d_qs174;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
-    for (int64_t i175 = 0; i175 < K; ++i175) {
-        for (int64_t i176 = 0; i176 < (T - d); ++i176) {
-            (padded + d)[i175 * T + i176] = 0.0;
+    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
+    double* const d_qs1 = r9;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double x_i = d_qs[i * d + j];
+            const double x_i1 = r6[i];
+            const double d_qs_i = (x_i + x_i1);
+            d_qs1[i * d + j] = d_qs_i;
         }
     }
-    for (int64_t i177 = 0; i177 < K; ++i177) {
-        for (int64_t i178 = 0; i178 < d; ++i178) {
-            padded[i177 * T + i178] = d_qs169[i177 * d + i178];
+    // gmm.py:101: qs = icf[:, :d]
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = 0.0;
         }
     }
-    for (int64_t i179 = 0; i179 < K; ++i179) {
-        const double x_i180 = d_alphas[i179];
-        const double x_i181 = r96[i179];
-        const double d_alphas182 = (x_i180 + x_i181);
-        out_d_alphas[i179] = d_alphas182;
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = d_qs1[i * d + j];
+        }
     }
-    for (int64_t i183 = 0; i183 < (K*T); ++i183) {
-        const double d_icf_i = d_icf[i183];
-        const double x_i184 = padded[i183];
-        const double d_icf185 = (d_icf_i + x_i184);
-        out_d_icf[i183] = d_icf185;
+    // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = d_alphas[i];
+        const double x_i1 = r6[i];
+        const double d_alphas_i = (x_i + x_i1);
+        out_d_alphas[i] = d_alphas_i;
+    }
+    // gmm.py:101: qs = icf[:, :d]
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const double d_icf_i = d_icf[i];
+        const double x_i = padded[i];
+        const double d_icf_i1 = (d_icf_i + x_i);
+        out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
 }

@@ -45,161 +45,171 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     next_slot += ks::aligned_bytes<float>(batch * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((256*batch));
-    float* const tmp10 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp17 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const prod24 = reinterpret_cast<float*>(next_slot);
+    float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp35 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((128*batch));
-    float* const tmp45 = reinterpret_cast<float*>(next_slot);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp52 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const prod59 = reinterpret_cast<float*>(next_slot);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp70 = reinterpret_cast<float*>(next_slot);
+    float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>((64*batch));
-    float* const prod80 = reinterpret_cast<float*>(next_slot);
+    float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp87 = reinterpret_cast<float*>(next_slot);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp91 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp92 = reinterpret_cast<float*>(next_slot);
+    float* const tmp9 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    // export.py: node addmm (aten.addmm.default)
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float x_i = ks_data_0[col];
         const float t1 = (x_i + v);
         return t1;
     };
     ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::product_epilogue<float>(epilogue));
+    // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (256*batch); ++i) {
-        const float x_i2 = prod[i];
-        const bool t3 = (x_i2 < 0.0f);
-        const bool t4 = (x_i2 < 1.0f);
-        const float t5 = ks::ipow<3>(x_i2);
-        const float t6 = (0.3333333432674408f * t5);
-        const float t7 = (x_i2 - 0.6666666865348816f);
-        const float t8 = (t4 ? t6 : t7);
-        const float t9 = (t3 ? 0.0f : t8);
-        tmp[i] = t9;
+        const float x_i = prod[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<3>(x_i);
+        const float t4 = (0.3333333432674408f * t3);
+        const float t5 = (x_i - 0.6666666865348816f);
+        const float t6 = (t2 ? t4 : t5);
+        const float t7 = (t1 ? 0.0f : t6);
+        tmp[i] = t7;
     }
-    for (int64_t i11 = 0; i11 < 128; ++i11) {
-        const float x_i12 = ks_data_9[i11];
-        const float t13 = (x_i12 + 9.999999747378752e-06f);
-        const float t14 = std::sqrt(t13);
-        const float x_i15 = ks_data_2[i11];
-        const float t16 = (x_i15 / t14);
-        tmp10[i11] = t16;
+    // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
+    for (int64_t i = 0; i < 128; ++i) {
+        const float x_i = ks_data_9[i];
+        const float t1 = (x_i + 9.999999747378752e-06f);
+        const float t2 = std::sqrt(t1);
+        const float x_i1 = ks_data_2[i];
+        const float t3 = (x_i1 / t2);
+        tmp1[i] = t3;
     }
-    for (int64_t i18 = 0; i18 < 128; ++i18) {
-        const float x_i19 = ks_data_8[i18];
-        const float x_i20 = tmp10[i18];
-        const float t21 = (x_i19 * x_i20);
-        const float x_i22 = ks_data_3[i18];
-        const float t23 = (x_i22 - t21);
-        tmp17[i18] = t23;
+    for (int64_t i = 0; i < 128; ++i) {
+        const float x_i = ks_data_8[i];
+        const float x_i1 = tmp1[i];
+        const float t1 = (x_i * x_i1);
+        const float x_i2 = ks_data_3[i];
+        const float t2 = (x_i2 - t1);
+        tmp2[i] = t2;
     }
-    const auto epilogue27 = [&](int64_t, int64_t col26, float v28) {
-        const float x_i29 = ks_data_1[col26];
-        const float t30 = (x_i29 + v28);
-        const float x_i31 = tmp10[col26];
-        const float t32 = (t30 * x_i31);
-        const float x_i33 = tmp17[col26];
-        const float t34 = (t32 + x_i33);
-        return t34;
+    // export.py: node addmm_1 (aten.addmm.default)
+    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_1[col1];
+        const float t1 = (x_i + v1);
+        const float x_i1 = tmp1[col1];
+        const float t2 = (t1 * x_i1);
+        const float x_i2 = tmp2[col1];
+        const float t3 = (t2 + x_i2);
+        return t3;
     };
-    ks::packed_gemm<float>(batch, 128, 256, {tmp, 256, 1}, {ks_data_13, 256}, {prod24, 128, 1}, false, ks::product_epilogue<float>(epilogue27));
-    for (int64_t i36 = 0; i36 < (128*batch); ++i36) {
-        const float x_i37 = prod24[i36];
-        const bool t38 = (x_i37 < 0.0f);
-        const bool t39 = (x_i37 < 1.0f);
-        const float t40 = ks::ipow<3>(x_i37);
-        const float t41 = (0.3333333432674408f * t40);
-        const float t42 = (x_i37 - 0.6666666865348816f);
-        const float t43 = (t39 ? t41 : t42);
-        const float t44 = (t38 ? 0.0f : t43);
-        tmp35[i36] = t44;
+    ks::packed_gemm<float>(batch, 128, 256, {tmp, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
+    // ../relu3/relu3.py:6, 8, 9, 11
+    for (int64_t i = 0; i < (128*batch); ++i) {
+        const float x_i = prod1[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<3>(x_i);
+        const float t4 = (0.3333333432674408f * t3);
+        const float t5 = (x_i - 0.6666666865348816f);
+        const float t6 = (t2 ? t4 : t5);
+        const float t7 = (t1 ? 0.0f : t6);
+        tmp3[i] = t7;
     }
-    for (int64_t i46 = 0; i46 < 64; ++i46) {
-        const float x_i47 = ks_data_11[i46];
-        const float t48 = (x_i47 + 9.999999747378752e-06f);
-        const float t49 = std::sqrt(t48);
-        const float x_i50 = ks_data_5[i46];
-        const float t51 = (x_i50 / t49);
-        tmp45[i46] = t51;
+    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_11[i];
+        const float t1 = (x_i + 9.999999747378752e-06f);
+        const float t2 = std::sqrt(t1);
+        const float x_i1 = ks_data_5[i];
+        const float t3 = (x_i1 / t2);
+        tmp4[i] = t3;
     }
-    for (int64_t i53 = 0; i53 < 64; ++i53) {
-        const float x_i54 = ks_data_10[i53];
-        const float x_i55 = tmp45[i53];
-        const float t56 = (x_i54 * x_i55);
-        const float x_i57 = ks_data_6[i53];
-        const float t58 = (x_i57 - t56);
-        tmp52[i53] = t58;
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_10[i];
+        const float x_i1 = tmp4[i];
+        const float t1 = (x_i * x_i1);
+        const float x_i2 = ks_data_6[i];
+        const float t2 = (x_i2 - t1);
+        tmp5[i] = t2;
     }
-    const auto epilogue62 = [&](int64_t, int64_t col61, float v63) {
-        const float x_i64 = ks_data_4[col61];
-        const float t65 = (x_i64 + v63);
-        const float x_i66 = tmp45[col61];
-        const float t67 = (t65 * x_i66);
-        const float x_i68 = tmp52[col61];
-        const float t69 = (t67 + x_i68);
-        return t69;
+    // export.py: node addmm_2 (aten.addmm.default)
+    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
+        const float x_i = ks_data_4[col2];
+        const float t1 = (x_i + v2);
+        const float x_i1 = tmp4[col2];
+        const float t2 = (t1 * x_i1);
+        const float x_i2 = tmp5[col2];
+        const float t3 = (t2 + x_i2);
+        return t3;
     };
-    ks::packed_gemm<float>(batch, 64, 128, {tmp35, 128, 1}, {ks_data_14, 128}, {prod59, 64, 1}, false, ks::product_epilogue<float>(epilogue62));
-    for (int64_t i71 = 0; i71 < (64*batch); ++i71) {
-        const float x_i72 = prod59[i71];
-        const bool t73 = (x_i72 < 0.0f);
-        const bool t74 = (x_i72 < 1.0f);
-        const float t75 = ks::ipow<3>(x_i72);
-        const float t76 = (0.3333333432674408f * t75);
-        const float t77 = (x_i72 - 0.6666666865348816f);
-        const float t78 = (t74 ? t76 : t77);
-        const float t79 = (t73 ? 0.0f : t78);
-        tmp70[i71] = t79;
+    ks::packed_gemm<float>(batch, 64, 128, {tmp3, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
+    // ../relu3/relu3.py:6, 8, 9, 11
+    for (int64_t i = 0; i < (64*batch); ++i) {
+        const float x_i = prod2[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = ks::ipow<3>(x_i);
+        const float t4 = (0.3333333432674408f * t3);
+        const float t5 = (x_i - 0.6666666865348816f);
+        const float t6 = (t2 ? t4 : t5);
+        const float t7 = (t1 ? 0.0f : t6);
+        tmp6[i] = t7;
     }
-    const auto epilogue83 = [&](int64_t, int64_t col82, float v84) {
-        const float x_i85 = ks_data_7[col82];
-        const float t86 = (x_i85 + v84);
-        return t86;
+    // export.py: node addmm_3 (aten.addmm.default)
+    const auto epilogue3 = [&](int64_t, int64_t col3, float v3) {
+        const float x_i = ks_data_7[col3];
+        const float t1 = (x_i + v3);
+        return t1;
     };
-    ks::packed_gemm<float>(batch, 10, 64, {tmp70, 64, 1}, {ks_data_15, 64}, {prod80, 10, 1}, false, ks::product_epilogue<float>(epilogue83));
-    for (int64_t i88 = 0; i88 < batch; ++i88) {
+    ks::packed_gemm<float>(batch, 10, 64, {tmp6, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false, ks::product_epilogue<float>(epilogue3));
+    // export.py: node _log_softmax (aten._log_softmax.default)
+    for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
-        for (int64_t i89 = 0; i89 < 10; ++i89) {
-            const float x_i90 = prod80[i88 * 10 + i89];
-            acc = ks::running_max(acc, x_i90);
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = prod3[i * 10 + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp87[i88] = acc;
+        tmp7[i] = acc;
     }
-    for (int64_t i93 = 0; i93 < batch; ++i93) {
-        float acc94 = 0;
-        KS_OMP_SIMD(reduction(+:acc94))
-        for (int64_t i95 = 0; i95 < 10; ++i95) {
-            const float x_i96 = prod80[i93 * 10 + i95];
-            const float x_i97 = tmp87[i93];
-            const float t98 = (x_i96 - x_i97);
-            tmp91[i93 * 10 + i95] = t98;
-            const float t99 = ks::exp(t98);
-            acc94 += t99;
+    for (int64_t i = 0; i < batch; ++i) {
+        float acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = prod3[i * 10 + j];
+            const float x_i1 = tmp7[i];
+            const float t1 = (x_i - x_i1);
+            tmp8[i * 10 + j] = t1;
+            const float t2 = ks::exp(t1);
+            acc += t2;
         }
-        tmp92[i93] = acc94;
+        tmp9[i] = acc;
     }
-    float* const tmp100 = tmp87;  // reuses a dead buffer's space
-    for (int64_t i101 = 0; i101 < batch; ++i101) {
-        const float x_i102 = tmp92[i101];
-        const float t103 = ks::log(x_i102);
-        tmp100[i101] = t103;
+    float* const tmp10 = tmp7;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch; ++i) {
+        const float x_i = tmp9[i];
+        const float t1 = ks::log(x_i);
+        tmp10[i] = t1;
     }
-    for (int64_t i104 = 0; i104 < batch; ++i104) {
-        for (int64_t i105 = 0; i105 < 10; ++i105) {
-            const float x_i106 = tmp91[i104 * 10 + i105];
-            const float x_i107 = tmp100[i104];
-            const float t108 = (x_i106 - x_i107);
-            out[i104 * 10 + i105] = t108;
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = tmp8[i * 10 + j];
+            const float x_i1 = tmp10[i];
+            const float t1 = (x_i - x_i1);
+            out[i * 10 + j] = t1;
         }
     }
     return ks::status::ok;

@@ -33,76 +33,82 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const stacked = reinterpret_cast<float*>(next_slot);
+    float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    float* const Relu = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
-    float* const max = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
-    float* const conv7 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(16 * 3 * 3);
+    float* const MaxPool = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(512);
+    float* const conv = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(144);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
     (void)next_slot;
+    // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
         const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
             const float x_i = ks_data_1[channel];
-            const float t2 = (v + x_i);
-            const bool t3 = (t2 <= 0.0f);
-            const float t4 = (t3 ? 0.0f : t2);
-            return t4;
+            const float conv1_Conv_i = (v + x_i);
+            const bool t1 = (conv1_Conv_i <= 0.0f);
+            const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+            return Relu_i;
         };
-        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+        // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
-            for (int64_t i5 = 0; i5 < 8; ++i5) {
+            for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
-                for (int64_t i6 = 0; i6 < 8; ++i6) {
+                for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + i6 * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + i6 * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + 1 * 16 + i6 * (2 * 1)]);
-                    acc = ks::running_max(acc, conv[i * (16 * 16) + i5 * (2 * 16) + 1 * 16 + i6 * (2 * 1) + 1]);
-                    max[i * (8 * 8) + i5 * 8 + i6] = acc;
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    MaxPool[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
-        static constexpr ks::conv_shape geometry8{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        ks::conv<float>(geometry8, 1, max, ks_data_2, conv7, scratch_float);
-        for (int64_t i9 = 0; i9 < 16; ++i9) {
-            float acc10 = 0;
-            for (int64_t i11 = 0; i11 < 3; ++i11) {
-                KS_OMP_SIMD(reduction(+:acc10))
-                for (int64_t i12 = 0; i12 < 3; ++i12) {
-                    const float x_i13 = conv7[i9 * (3 * 3) + i11 * 3 + i12];
-                    const float x_i14 = ks_data_3[i9];
-                    const float t15 = (x_i13 + x_i14);
-                    const bool t16 = (t15 <= 0.0f);
-                    const float t17 = (t16 ? 0.0f : t15);
-                    acc10 += t17;
+        // ONNX node /conv2/Conv (Conv)
+        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, conv, scratch_float);
+        // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            float acc = 0;
+            for (int64_t j = 0; j < 3; ++j) {
+                KS_OMP_SIMD(reduction(+:acc))
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = conv[i * 9 + j * 3 + k];
+                    const float x_i1 = ks_data_3[i];
+                    const float conv2_Conv_i = (x_i + x_i1);
+                    const bool t1 = (conv2_Conv_i <= 0.0f);
+                    const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
+                    acc += Relu_1_i;
                 }
             }
-            tmp[i9] = acc10;
+            tmp[i] = acc;
         }
-        for (int64_t i18 = 0; i18 < 16; ++i18) {
-            const float x_i19 = tmp[i18];
-            const float t20 = (x_i19 / 9.0f);
-            (stacked + row * 16)[i18] = t20;
+        // ONNX node /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            const float x_i = tmp[i];
+            const float GlobalAveragePool_i = (x_i / 9.0f);
+            GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
         }
     }
-    const auto epilogue22 = [&](int64_t, int64_t col, float v23) {
-        const float x_i24 = ks_data_5[col];
-        const float t25 = (v23 + x_i24);
-        return t25;
+    // ONNX node /fc/Gemm (Gemm)
+    const auto epilogue = [&](int64_t, int64_t col, float v) {
+        const float x_i = ks_data_5[col];
+        const float logits_i = (v + x_i);
+        return logits_i;
     };
-    ks::packed_gemm<float>(batch, 10, 16, {stacked, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue22));
+    ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<float>(16 * 3 * 3) + ks::aligned_bytes<float>(16);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<float>(144) + ks::aligned_bytes<float>(16);
 }
 
 
@@ -113,297 +119,310 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const d_Flatten = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
     int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
-    int64_t* const tmp7 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp1 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
     uint8_t* const stacked = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
-    uint8_t* const stacked15 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const stacked1 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const stacked16 = reinterpret_cast<float*>(next_slot);
+    float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
     float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
+    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
-    float* const tmp17 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 16 * 16);
-    float* const max = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(8 * 8 * 8);
-    int64_t* const tmp28 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
-    int64_t* const tmp29 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2);
+    float* const Relu = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(2048);
+    float* const MaxPool = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(512);
+    int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(2048);
+    int64_t* const tmp3 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(2048);
     int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(8 * 8 * 8);
-    float* const tmp51 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(512);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(16);
-    float* const prod70 = reinterpret_cast<float*>(next_slot);
+    float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
-    float* const folded79 = reinterpret_cast<float*>(next_slot);
+    float* const folded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
-    float* const tmp86 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
-    float* const folded96 = reinterpret_cast<float*>(next_slot);
+    float* const folded2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
     float* const packed = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(216);
     float* const gathered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
-    float* const gathered119 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    next_slot += ks::aligned_bytes<float>(216);
+    float* const gathered1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(216);
     (void)next_slot;
-    ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {prod, 16, 1}, false);
+    // ONNX node /fc/Gemm (Gemm)
+    ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
+    // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 8; ++i1) {
-            for (int64_t i2 = 0; i2 < 8; ++i2) {
-                for (int64_t i3 = 0; i3 < 2; ++i3) {
-                    for (int64_t i4 = 0; i4 < 8; ++i4) {
-                        for (int64_t i5 = 0; i5 < 2; ++i5) {
-                            const int64_t t6 = static_cast<int64_t>(i3);
-                            tmp[i * (8 * 8 * 2 * 8 * 2) + i1 * (8 * 2 * 8 * 2) + i2 * (2 * 8 * 2) + i3 * (8 * 2) + i4 * 2 + i5] = t6;
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const int64_t t1 = static_cast<int64_t>(l);
+                            tmp[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i8 = 0; i8 < batch; ++i8) {
-        for (int64_t i9 = 0; i9 < 8; ++i9) {
-            for (int64_t i10 = 0; i10 < 8; ++i10) {
-                for (int64_t i11 = 0; i11 < 2; ++i11) {
-                    for (int64_t i12 = 0; i12 < 8; ++i12) {
-                        for (int64_t i13 = 0; i13 < 2; ++i13) {
-                            const int64_t t14 = static_cast<int64_t>(i13);
-                            tmp7[i8 * (8 * 8 * 2 * 8 * 2) + i9 * (8 * 2 * 8 * 2) + i10 * (2 * 8 * 2) + i11 * (8 * 2) + i12 * 2 + i13] = t14;
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const int64_t t1 = static_cast<int64_t>(i1);
+                            tmp1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
             }
         }
     }
+    // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        ks::conv<float>(geometry, 1, (image + row * (3 * 16 * 16)), ks_data_0, conv, scratch_float);
-        for (int64_t i18 = 0; i18 < 8; ++i18) {
-            for (int64_t i19 = 0; i19 < 16; ++i19) {
-                for (int64_t i20 = 0; i20 < 16; ++i20) {
-                    const float x_i = conv[i18 * (16 * 16) + i19 * 16 + i20];
-                    const float x_i21 = ks_data_1[i18];
-                    const float t22 = (x_i + x_i21);
-                    const bool t23 = (t22 <= 0.0f);
-                    (stacked + row * (8 * 16 * 16))[i18 * (16 * 16) + i19 * 16 + i20] = t23;
-                    const float t24 = (t23 ? 0.0f : t22);
-                    tmp17[i18 * (16 * 16) + i19 * 16 + i20] = t24;
+        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
+        // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 16; ++j) {
+                for (int64_t k = 0; k < 16; ++k) {
+                    const float x_i = conv[i * 256 + j * 16 + k];
+                    const float x_i1 = ks_data_1[i];
+                    const float conv1_Conv_i = (x_i + x_i1);
+                    const bool t1 = (conv1_Conv_i <= 0.0f);
+                    stacked[row * 2048 + i * 256 + j * 16 + k] = t1;
+                    const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                    Relu[i * 256 + j * 16 + k] = Relu_i;
                 }
             }
         }
-        for (int64_t i25 = 0; i25 < 8; ++i25) {
-            for (int64_t i26 = 0; i26 < 8; ++i26) {
+        // ONNX node /MaxPool (MaxPool)
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
-                for (int64_t i27 = 0; i27 < 8; ++i27) {
+                for (int64_t k = 0; k < 8; ++k) {
                     float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + i27 * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + i27 * (2 * 1) + 1]);
-                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + 1 * 16 + i27 * (2 * 1)]);
-                    acc = ks::running_max(acc, tmp17[i25 * (16 * 16) + i26 * (2 * 16) + 1 * 16 + i27 * (2 * 1) + 1]);
-                    max[i25 * (8 * 8) + i26 * 8 + i27] = acc;
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    MaxPool[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
-        for (int64_t i30 = 0; i30 < 8; ++i30) {
-            for (int64_t i31 = 0; i31 < 8; ++i31) {
-                for (int64_t i32 = 0; i32 < 2; ++i32) {
-                    for (int64_t i33 = 0; i33 < 8; ++i33) {
-                        for (int64_t i34 = 0; i34 < 2; ++i34) {
-                            const float x_i35 = tmp17[i30 * (16 * 16) + i31 * (2 * 16) + i32 * 16 + i33 * (2 * 1) + i34];
-                            const float x_i36 = max[i30 * (8 * 8) + i31 * 8 + i33];
-                            const bool t37 = (x_i35 == x_i36);
-                            const bool t38 = (x_i35 != x_i35);
-                            const bool t39 = (x_i36 != x_i36);
-                            const bool t40 = (t38 && t39);
-                            const bool t41 = (t37 || t40);
-                            const int64_t x_i42 = (tmp + row * (8 * 8 * 2 * 8 * 2))[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34];
-                            const int64_t t43 = (x_i42 * int64_t{2});
-                            const int64_t x_i44 = (tmp7 + row * (8 * 8 * 2 * 8 * 2))[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34];
-                            const int64_t t45 = (x_i44 + t43);
-                            tmp28[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34] = t45;
-                            const int64_t t46 = (t41 ? t45 : int64_t{4611686018427387904});
-                            tmp29[i30 * (8 * 2 * 8 * 2) + i31 * (2 * 8 * 2) + i32 * (8 * 2) + i33 * 2 + i34] = t46;
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 8; ++j) {
+                for (int64_t k = 0; k < 2; ++k) {
+                    for (int64_t l = 0; l < 8; ++l) {
+                        for (int64_t m = 0; m < 2; ++m) {
+                            const float x_i = Relu[i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const float x_i1 = MaxPool[i * 64 + j * 8 + l];
+                            const bool t1 = (x_i == x_i1);
+                            const bool t2 = (x_i != x_i);
+                            const bool t3 = (x_i1 != x_i1);
+                            const bool t4 = (t2 && t3);
+                            const bool t5 = (t1 || t4);
+                            const int64_t x_i2 = tmp[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const int64_t t6 = (x_i2 * int64_t{2});
+                            const int64_t x_i3 = tmp1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const int64_t t7 = (x_i3 + t6);
+                            tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m] = t7;
+                            const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
+                            tmp3[i * 256 + j * 32 + k * 16 + l * 2 + m] = t8;
                         }
                     }
                 }
             }
         }
-        for (int64_t i47 = 0; i47 < 8; ++i47) {
-            for (int64_t i48 = 0; i48 < 8; ++i48) {
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
-                for (int64_t i49 = 0; i49 < 8; ++i49) {
-                    int64_t acc50 = ks::highest<int64_t>();
-                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + i49 * 2]);
-                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + i49 * 2 + 1]);
-                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + 1 * (8 * 2) + i49 * 2]);
-                    acc50 = ks::running_min(acc50, tmp29[i47 * (8 * 2 * 8 * 2) + i48 * (2 * 8 * 2) + 1 * (8 * 2) + i49 * 2 + 1]);
-                    min[i47 * (8 * 8) + i48 * 8 + i49] = acc50;
+                for (int64_t k = 0; k < 8; ++k) {
+                    int64_t acc = ks::highest<int64_t>();
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    min[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
-        for (int64_t i52 = 0; i52 < 16; ++i52) {
-            const float x_i53 = (prod + row * 16)[i52];
-            const float t54 = (x_i53 * 0.1111111119389534f);
-            tmp51[i52] = t54;
+        // ONNX node /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            const float d_GlobalAveragePool_i = d_Flatten[row * 16 + i];
+            const float t1 = (d_GlobalAveragePool_i * 0.1111111119389534f);
+            tmp4[i] = t1;
         }
-        for (int64_t i55 = 0; i55 < 8; ++i55) {
-            for (int64_t i56 = 0; i56 < 8; ++i56) {
-                for (int64_t i57 = 0; i57 < 2; ++i57) {
-                    for (int64_t i58 = 0; i58 < 8; ++i58) {
-                        for (int64_t i59 = 0; i59 < 2; ++i59) {
-                            const int64_t x_i60 = tmp28[i55 * (8 * 2 * 8 * 2) + i56 * (2 * 8 * 2) + i57 * (8 * 2) + i58 * 2 + i59];
-                            const int64_t x_i61 = min[i55 * (8 * 8) + i56 * 8 + i58];
-                            const bool t62 = (x_i60 == x_i61);
-                            (stacked15 + row * (8 * 8 * 2 * 8 * 2))[i55 * (8 * 2 * 8 * 2) + i56 * (2 * 8 * 2) + i57 * (8 * 2) + i58 * 2 + i59] = t62;
+        // ONNX node /MaxPool (MaxPool)
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 8; ++j) {
+                for (int64_t k = 0; k < 2; ++k) {
+                    for (int64_t l = 0; l < 8; ++l) {
+                        for (int64_t m = 0; m < 2; ++m) {
+                            const int64_t x_i = tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m];
+                            const int64_t x_i1 = min[i * 64 + j * 8 + l];
+                            const bool t1 = (x_i == x_i1);
+                            stacked1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m] = t1;
                         }
                     }
                 }
             }
         }
-        static constexpr ks::conv_shape geometry63{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        const auto epilogue = [&](int64_t image64, int64_t channel, int64_t, float v) {
-            const float x_i65 = ks_data_3[channel];
-            const float t66 = (v + x_i65);
-            const bool t67 = (t66 <= 0.0f);
-            const float x_i68 = tmp51[image64 * 16 + channel];
-            const float t69 = (t67 ? 0.0f : x_i68);
-            return t69;
+        // ONNX node /conv2/Conv (Conv)
+        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
+            const float x_i = ks_data_3[channel];
+            const float conv2_Conv_i = (v + x_i);
+            const bool t1 = (conv2_Conv_i <= 0.0f);
+            const float d_Relu_1_i = tmp4[image1 * 16 + channel];
+            const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
+            return d_conv2_Conv_i;
         };
-        ks::conv<float>(geometry63, 1, max, ks_data_2, (stacked16 + row * (16 * 3 * 3)), scratch_float, ks::conv_epilogue<float>(epilogue));
+        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
     }
-    for (int64_t i71 = 0; i71 < batch; ++i71) {
-        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(stacked16 + i71 * (16 * 9)), 9, 1}, {(prod70 + i71 * (72 * 9)), 9, 1}, false, scratch_float);
+    // ONNX node /conv2/Conv (Conv)
+    for (int64_t i = 0; i < batch; ++i) {
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float);
     }
-    for (int64_t i72 = 0; i72 < batch * 8 * 8 * 3 * 3; ++i72) {
-        folded[i72] = 0.0f;
+    for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
+        folded[i] = 0.0f;
     }
-    for (int64_t i73 = 0; i73 < batch; ++i73) {
-        for (int64_t i74 = 0; i74 < 8; ++i74) {
-            for (int64_t i75 = 0; i75 < 3; ++i75) {
-                for (int64_t i76 = 0; i76 < 3; ++i76) {
-                    for (int64_t i77 = 0; i77 < 3; ++i77) {
-                        for (int64_t i78 = 0; i78 < 3; ++i78) {
-                            folded[i73 * (8 * 8 * 3 * 3) + i74 * (8 * 3 * 3) + i75 * (2 * (3 * 3)) + i76 * (3 * 3) + i77 * 3 + i78] += prod70[i73 * (8 * 3 * 3 * 3 * 3) + i74 * (3 * 3 * 3 * 3) + i75 * 3 + i76 * (3 * 3 * 3) + i77 + i78 * (3 * 3)];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    for (int64_t m = 0; m < 3; ++m) {
+                        for (int64_t i1 = 0; i1 < 3; ++i1) {
+                            folded[i * 576 + j * 72 + k * 18 + l * 9 + m * 3 + i1] += prod[i * 648 + j * 81 + k * 3 + l * 27 + m + i1 * 9];
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i80 = 0; i80 < batch * 8 * 8 * 8; ++i80) {
-        folded79[i80] = 0.0f;
+    for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
+        folded1[i] = 0.0f;
     }
-    for (int64_t i81 = 0; i81 < batch; ++i81) {
-        for (int64_t i82 = 0; i82 < 8; ++i82) {
-            for (int64_t i83 = 0; i83 < 8; ++i83) {
-                for (int64_t i84 = 0; i84 < 3; ++i84) {
-                    for (int64_t i85 = 0; i85 < 3; ++i85) {
-                        folded79[i81 * (8 * 8 * 8) + i82 * (8 * 8) + i83 * 8 + i84 * (2 * 1) + i85] += folded[i81 * (8 * 8 * 3 * 3) + i82 * (8 * 3 * 3) + i83 * (3 * 3) + i84 * 3 + i85];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    for (int64_t m = 0; m < 3; ++m) {
+                        folded1[i * 512 + j * 64 + k * 8 + l * 2 + m] += folded[i * 576 + j * 72 + k * 9 + l * 3 + m];
                     }
                 }
             }
         }
     }
-    for (int64_t i87 = 0; i87 < batch; ++i87) {
-        for (int64_t i88 = 0; i88 < 8; ++i88) {
-            for (int64_t i89 = 0; i89 < 8; ++i89) {
-                for (int64_t i90 = 0; i90 < 2; ++i90) {
-                    for (int64_t i91 = 0; i91 < 8; ++i91) {
-                        for (int64_t i92 = 0; i92 < 2; ++i92) {
-                            const bool x_i93 = stacked15[i87 * (8 * 8 * 2 * 8 * 2) + i88 * (8 * 2 * 8 * 2) + i89 * (2 * 8 * 2) + i90 * (8 * 2) + i91 * 2 + i92];
-                            const float x_i94 = folded79[i87 * (8 * 8 * 8) + i88 * (8 * 8) + i89 * 8 + i91];
-                            const float t95 = (x_i93 ? x_i94 : 0.0f);
-                            tmp86[i87 * (8 * 8 * 2 * 8 * 2) + i88 * (8 * 2 * 8 * 2) + i89 * (2 * 8 * 2) + i90 * (8 * 2) + i91 * 2 + i92] = t95;
+    // ONNX node /MaxPool (MaxPool)
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const bool x_i = stacked1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
+                            const float x_i1 = folded1[i * 512 + j * 64 + k * 8 + m];
+                            const float t1 = (x_i ? x_i1 : 0.0f);
+                            tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
             }
         }
     }
-    for (int64_t i97 = 0; i97 < batch * 8 * 8 * 2 * 16; ++i97) {
-        folded96[i97] = 0.0f;
+    for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
+        folded2[i] = 0.0f;
     }
-    for (int64_t i98 = 0; i98 < batch; ++i98) {
-        for (int64_t i99 = 0; i99 < 8; ++i99) {
-            for (int64_t i100 = 0; i100 < 8; ++i100) {
-                for (int64_t i101 = 0; i101 < 2; ++i101) {
-                    for (int64_t i102 = 0; i102 < 8; ++i102) {
-                        for (int64_t i103 = 0; i103 < 2; ++i103) {
-                            folded96[i98 * (8 * 8 * 2 * 16) + i99 * (8 * 2 * 16) + i100 * (2 * 16) + i101 * 16 + i102 * (2 * 1) + i103] += tmp86[i98 * (8 * 8 * 2 * 8 * 2) + i99 * (8 * 2 * 8 * 2) + i100 * (2 * 8 * 2) + i101 * (8 * 2) + i102 * 2 + i103];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] += tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
                         }
                     }
                 }
             }
         }
     }
-    float* const folded104 = tmp86;  // reuses a dead buffer's space
-    for (int64_t i105 = 0; i105 < batch * 8 * 16 * 16; ++i105) {
-        folded104[i105] = 0.0f;
+    float* const d_Relu = tmp5;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
+        d_Relu[i] = 0.0f;
     }
-    for (int64_t i106 = 0; i106 < batch; ++i106) {
-        for (int64_t i107 = 0; i107 < 8; ++i107) {
-            for (int64_t i108 = 0; i108 < 8; ++i108) {
-                for (int64_t i109 = 0; i109 < 2; ++i109) {
-                    for (int64_t i110 = 0; i110 < 16; ++i110) {
-                        folded104[i106 * (8 * 16 * 16) + i107 * (16 * 16) + i108 * (2 * 16) + i109 * 16 + i110] += folded96[i106 * (8 * 8 * 2 * 16) + i107 * (8 * 2 * 16) + i108 * (2 * 16) + i109 * 16 + i110];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 16; ++m) {
+                        d_Relu[i * 2048 + j * 256 + k * 32 + l * 16 + m] += folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m];
                     }
                 }
             }
         }
     }
-    for (int64_t i111 = 0; i111 < 3; ++i111) {
-        for (int64_t i112 = 0; i112 < 8; ++i112) {
-            for (int64_t i113 = 0; i113 < 3; ++i113) {
-                for (int64_t i114 = 0; i114 < 3; ++i114) {
-                    packed[i111 * (8 * 3 * 3) + i112 * (3 * 3) + i113 * 3 + i114] = ks_data_0[i111 * (3 * 3) + i112 * (3 * 3 * 3) + i113 * 3 + i114];
+    // ONNX node /conv1/Conv (Conv)
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    packed[i * 72 + j * 9 + k * 3 + l] = ks_data_0[i * 9 + j * 27 + k * 3 + l];
                 }
             }
         }
     }
-    for (int64_t i115 = 0; i115 < 3; ++i115) {
-        for (int64_t i116 = 0; i116 < 8; ++i116) {
-            for (int64_t i117 = 0; i117 < 3; ++i117) {
-                for (int64_t i118 = 0; i118 < 3; ++i118) {
-                    gathered[i115 * (8 * 3 * 3) + i116 * (3 * 3) + i117 * 3 + i118] = packed[i115 * (8 * 3 * 3) + i116 * (3 * 3) + ks::clamp_index(ks_data_7[i117], 3) * 3 + i118];
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    gathered[i * 72 + j * 9 + k * 3 + l] = packed[i * 72 + j * 9 + ks::clamp_index(ks_data_7[k], 3) * 3 + l];
                 }
             }
         }
     }
-    for (int64_t i120 = 0; i120 < 3; ++i120) {
-        for (int64_t i121 = 0; i121 < 8; ++i121) {
-            for (int64_t i122 = 0; i122 < 3; ++i122) {
-                for (int64_t i123 = 0; i123 < 3; ++i123) {
-                    gathered119[i120 * (8 * 3 * 3) + i121 * (3 * 3) + i122 * 3 + i123] = gathered[i120 * (8 * 3 * 3) + i121 * (3 * 3) + i122 * 3 + ks::clamp_index(ks_data_7[i123], 3)];
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    gathered1[i * 72 + j * 9 + k * 3 + l] = gathered[i * 72 + j * 9 + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
                 }
             }
         }
     }
-    float* const tmp124 = folded96;  // reuses a dead buffer's space
-    for (int64_t i125 = 0; i125 < (2048*batch); ++i125) {
-        const bool x_i126 = stacked[i125];
-        const float x_i127 = folded104[i125];
-        const float t128 = (x_i126 ? 0.0f : x_i127);
-        tmp124[i125] = t128;
+    // ONNX node /Relu (Relu)
+    float* const d_conv1_Conv = folded2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (2048*batch); ++i) {
+        const bool x_i = stacked[i];
+        const float d_Relu_i = d_Relu[i];
+        const float d_conv1_Conv_i = (x_i ? 0.0f : d_Relu_i);
+        d_conv1_Conv[i] = d_conv1_Conv_i;
     }
-    static constexpr ks::conv_shape geometry129{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry129, batch, tmp124, gathered119, out, scratch_float);
+    // ONNX node /conv1/Conv (Conv)
+    static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry, batch, d_conv1_Conv, gathered1, out, scratch_float);
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(8 * 16 * 16) + ks::aligned_bytes<float>(8 * 8 * 8) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(8 * 8 * 8) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3) + ks::aligned_bytes<float>(3 * 8 * 3 * 3);
+    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(512) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216);
 }
 
 }  // namespace KS_VARIANT

@@ -33,21 +33,22 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    // ONNX node boosted_trees (TreeEnsembleRegressor)
     ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t i1 = 0; i1 < 40; ++i1) {
-            const int32_t x_i = leaves[i * 40 + i1];
-            const float t2 = ks_data_2[ks::clamp_index(x_i, 320)];
-            acc += t2;
+        for (int64_t j = 0; j < 40; ++j) {
+            const int32_t x_i = leaves[i * 40 + j];
+            const float t1 = ks_data_2[ks::clamp_index(x_i, 320)];
+            acc += t1;
         }
         tmp[i] = acc;
     }
-    for (int64_t i3 = 0; i3 < batch; ++i3) {
-        const float x_i4 = tmp[i3];
-        const float t5 = (x_i4 + 0.3404572904109955f);
-        out[i3] = t5;
+    for (int64_t i = 0; i < batch; ++i) {
+        const float x_i = tmp[i];
+        const float y_i = (x_i + 0.3404572904109955f);
+        out[i] = y_i;
     }
     return ks::status::ok;
 }

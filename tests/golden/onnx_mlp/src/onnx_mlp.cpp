@@ -30,9 +30,9 @@ namespace KS_VARIANT {  // onnx_mlp_x86_64, onnx_mlp_x86_64_v3, onnx_mlp_x86_64_
 static auto epilogue_form1() {
     return [=](int64_t, int64_t i1, float v) {
         const float x_i = ks_data_1[i1];
-        const float t1 = (v + x_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
+        const float x_i1 = (v + x_i);
+        const float x_i2 = ks::tanh(x_i1);
+        return x_i2;
     };
 }
 
@@ -40,9 +40,9 @@ template <class T0>
 static auto epilogue_form2(const T0* a0) {
     return [=](int64_t, int64_t i1, float v) {
         const float x_i = a0[i1];
-        const float t1 = (v + x_i);
-        const float t2 = ks::tanh(t1);
-        return t2;
+        const float x_i1 = (v + x_i);
+        const float x_i2 = ks::tanh(x_i1);
+        return x_i2;
     };
 }
 
@@ -52,8 +52,8 @@ static auto epilogue_form3(const T0* a0, int64_t a0_s0) {
         const float x_i = a0[i0 * a0_s0 + i1];
         const float t1 = (x_i * x_i);
         const float t2 = (1.0f - t1);
-        const float t3 = (v * t2);
-        return t3;
+        const float x_i1 = (v * t2);
+        return x_i1;
     };
 }
 
@@ -65,25 +65,28 @@ int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_mlp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const Tanh = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const Tanh_1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
-    ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {prod, 32, 1}, false, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = [&](int64_t, int64_t col5, float v7) {
-        const float x_i8 = ks_data_3[col5];
-        const float t9 = (v7 + x_i8);
-        const float t10 = ks::tanh(t9);
-        return t10;
+    ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {Tanh, 32, 1}, false, ks::product_epilogue<float>(epilogue));
+    // ONNX node /fc2/Gemm (Gemm)
+    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_3[col1];
+        const float fc2_Gemm_i = (v1 + x_i);
+        const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
+        return Tanh_1_i;
     };
-    ks::packed_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_2, 32}, {prod3, 32, 1}, false, ks::product_epilogue<float>(epilogue6));
-    const auto epilogue13 = [&](int64_t, int64_t, float v14) {
-        const float t15 = (v14 + 0.14628951251506805f);
-        return t15;
+    ks::packed_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_2, 32}, {Tanh_1, 32, 1}, false, ks::product_epilogue<float>(epilogue1));
+    // ONNX node /out/Gemm (Gemm)
+    const auto epilogue2 = [&](int64_t, int64_t, float v2) {
+        const float y_i = (v2 + 0.14628951251506805f);
+        return y_i;
     };
-    ks::packed_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue13));
+    ks::packed_gemm<float>(batch, 1, 32, {Tanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue2));
     return ks::status::ok;
 }
 
@@ -99,39 +102,42 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_mlp_jvp_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const Tanh = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)));
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const dTanh = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod12 = reinterpret_cast<float*>(next_slot);
+    float* const dfc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
-    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = [&](int64_t row4, int64_t col5, float v7) {
-        const float x_i8 = prod[row4 * 32 + col5];
-        const float t9 = (x_i8 * x_i8);
-        const float t10 = (1.0f - t9);
-        const float t11 = (t10 * v7);
-        return t11;
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
+    const auto epilogue1 = [&](int64_t row1, int64_t col1, float v1) {
+        const float Tanh_i = Tanh[row1 * 32 + col1];
+        const float t1 = (Tanh_i * Tanh_i);
+        const float t2 = (1.0f - t1);
+        const float dTanh_i = (t2 * v1);
+        return dTanh_i;
     };
-    ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    ks::tiled_gemm<float>(batch, 32, 32, {prod3, 32, 1}, {ks_data_6, 1, 32}, {prod12, 32, 1}, false, scratch_float);
-    float* const prod13 = prod3;  // reuses a dead buffer's space
-    const auto epilogue16 = [&](int64_t row14, int64_t col15, float v17) {
-        const float x_i18 = ks_data_3[col15];
-        const float t19 = (v17 + x_i18);
-        const float t20 = ks::tanh(t19);
-        const float t21 = (t20 * t20);
-        const float t22 = (1.0f - t21);
-        const float x_i23 = prod12[row14 * 32 + col15];
-        const float t24 = (t22 * x_i23);
-        return t24;
+    ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
+    // ONNX node /fc2/Gemm (Gemm)
+    ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
+    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
+    const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
+        const float x_i = ks_data_3[col2];
+        const float fc2_Gemm_i = (v2 + x_i);
+        const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
+        const float t1 = (Tanh_1_i * Tanh_1_i);
+        const float t2 = (1.0f - t1);
+        const float dfc2_Gemm_i = dfc2_Gemm[row2 * 32 + col2];
+        const float dTanh_1_i = (t2 * dfc2_Gemm_i);
+        return dTanh_1_i;
     };
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {ks_data_6, 1, 32}, {prod13, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue16));
-    ks::packed_gemm<float>(batch, 1, 32, {prod13, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
+    ks::tiled_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_6, 1, 32}, {dTanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    // ONNX node /out/Gemm (Gemm)
+    ks::packed_gemm<float>(batch, 1, 32, {dTanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
     return ks::status::ok;
 }
 
@@ -147,33 +153,37 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_loss_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const mlp_Tanh = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)));
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod10 = reinterpret_cast<float*>(next_slot);
+    float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    // ONNX node /mlp/fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form2(mlp_fc1_bias);
-    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod10, 1, 1}, false, scratch_float);
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
+    // ONNX node /mlp/out/Gemm (Gemm)
+    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
+    // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
     float acc = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = prod10[i];
+        const float x_i = prod[i];
         const float mlp_out_bias_i = mlp_out_bias[0];
-        const float t11 = (x_i + mlp_out_bias_i);
+        const float mlp_out_Gemm_i = (x_i + mlp_out_bias_i);
         const float target_i = target[i];
-        const float t12 = (t11 - target_i);
-        const float t13 = ks::ipow<2>(t12);
-        acc += t13;
+        const float Sub_i = (mlp_out_Gemm_i - target_i);
+        const float Pow_i = ks::ipow<2>(Sub_i);
+        acc += Pow_i;
     }
-    const float t14 = static_cast<float>(batch);
-    const float t15 = (acc / t14);
-    *out = t15;
+    const float t1 = static_cast<float>(batch);
+    const float loss = (acc / t1);
+    *out = loss;
     return ks::status::ok;
 }
 
@@ -189,62 +199,67 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_loss_grad_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const mlp_Tanh = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch)));
-    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    float* const mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod12 = reinterpret_cast<float*>(next_slot);
+    float* const d_mlp_out_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const prod21 = reinterpret_cast<float*>(next_slot);
+    float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    // ONNX node /mlp/fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form2(mlp_fc1_bias);
-    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {prod, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue6 = epilogue_form2(mlp_fc2_bias);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod, 32, 1}, {mlp_fc2_weight, 1, 32}, {prod3, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue6));
-    const float t10 = static_cast<float>(batch);
-    const float t11 = (1.0f / t10);
-    const auto epilogue15 = [&](int64_t row13, int64_t col14, float v16) {
-        const float mlp_out_bias_i = mlp_out_bias[col14];
-        const float t17 = (v16 + mlp_out_bias_i);
-        const float target_i = target[row13 + col14];
-        const float t18 = (t17 - target_i);
-        const float t19 = (2.0f * t18);
-        const float x_i = t11;
-        const float t20 = (x_i * t19);
-        return t20;
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
+    const float t1 = static_cast<float>(batch);
+    const float t2 = (1.0f / t1);
+    // ONNX node /mlp/out/Gemm (Gemm)
+    const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
+        const float mlp_out_bias_i = mlp_out_bias[col2];
+        const float mlp_out_Gemm_i = (v2 + mlp_out_bias_i);
+        const float target_i = target[row2 + col2];
+        const float Sub_i = (mlp_out_Gemm_i - target_i);
+        const float t3 = (2.0f * Sub_i);
+        const float d_Pow_i = t2;
+        const float d_mlp_out_Gemm_i = (d_Pow_i * t3);
+        return d_mlp_out_Gemm_i;
     };
-    ks::tiled_gemm<float>(batch, 1, 32, {prod3, 32, 1}, {mlp_out_weight, 1, 32}, {prod12, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue15));
+    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
     out_d_mlp_out_bias[0] = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        out_d_mlp_out_bias[0] += prod12[i];
+        out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
     }
-    ks::tiled_gemm<float>(1, 32, batch, {prod12, 1, 1}, {prod3, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    const auto epilogue24 = epilogue_form3(prod3, 32);
-    ks::tiled_gemm<float>(batch, 32, 1, {prod12, 1, 1}, {mlp_out_weight, 32, 1}, {prod21, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue24));
-    for (int64_t i30 = 0; i30 < 32; ++i30) {
-        out_d_mlp_fc2_bias[i30] = 0;
+    ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
+    const auto epilogue3 = epilogue_form3(mlp_Tanh_1, 32);
+    ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
+    // ONNX node /mlp/fc2/Gemm (Gemm)
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc2_bias[i] = 0;
     }
-    for (int64_t i31 = 0; i31 < batch; ++i31) {
-        for (int64_t i32 = 0; i32 < 32; ++i32) {
-            out_d_mlp_fc2_bias[i32] += prod21[i31 * 32 + i32];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc2_bias[j] += d_mlp_fc2_Gemm[i * 32 + j];
         }
     }
-    ks::tiled_gemm<float>(32, 32, batch, {prod21, 1, 32}, {prod, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    float* const prod33 = prod3;  // reuses a dead buffer's space
-    const auto epilogue36 = epilogue_form3(prod, 32);
-    ks::tiled_gemm<float>(batch, 32, 32, {prod21, 32, 1}, {mlp_fc2_weight, 32, 1}, {prod33, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue36));
-    for (int64_t i42 = 0; i42 < 32; ++i42) {
-        out_d_mlp_fc1_bias[i42] = 0;
+    ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
+    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
+    const auto epilogue4 = epilogue_form3(mlp_Tanh, 32);
+    ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
+    // ONNX node /mlp/fc1/Gemm (Gemm)
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc1_bias[i] = 0;
     }
-    for (int64_t i43 = 0; i43 < batch; ++i43) {
-        for (int64_t i44 = 0; i44 < 32; ++i44) {
-            out_d_mlp_fc1_bias[i44] += prod33[i43 * 32 + i44];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc1_bias[j] += d_mlp_fc1_Gemm[i * 32 + j];
         }
     }
-    ks::tiled_gemm<float>(32, 4, batch, {prod33, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
+    ks::tiled_gemm<float>(32, 4, batch, {d_mlp_fc1_Gemm, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }
 

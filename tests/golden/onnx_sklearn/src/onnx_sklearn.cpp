@@ -41,479 +41,481 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_sklearn_classify_workspace_size(batch) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
+    float* const variable = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 4);
-    float* const tmp5 = reinterpret_cast<float*>(next_slot);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 51);
-    float* const tmp13 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 51);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp18 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp19 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp28 = reinterpret_cast<float*>(next_slot);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp32 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    uint8_t* const tmp37 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp6 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp38 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp7 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp45 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const tmp8 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    int64_t* const tmp49 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp9 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const padded82 = reinterpret_cast<float*>(next_slot);
+    float* const padded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const tmp87 = reinterpret_cast<float*>(next_slot);
+    float* const tmp12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp94 = reinterpret_cast<float*>(next_slot);
+    float* const tmp13 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
-    uint8_t* const r129 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp143 = reinterpret_cast<float*>(next_slot);
+    float* const tmp17 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed153 = reinterpret_cast<float*>(next_slot);
+    float* const packed1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed155 = reinterpret_cast<float*>(next_slot);
+    float* const packed2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp157 = reinterpret_cast<float*>(next_slot);
+    float* const tmp18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp164 = reinterpret_cast<float*>(next_slot);
+    float* const tmp19 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed168 = reinterpret_cast<float*>(next_slot);
+    float* const packed3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed171 = reinterpret_cast<float*>(next_slot);
+    float* const packed4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed183 = reinterpret_cast<float*>(next_slot);
+    float* const packed5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp185 = reinterpret_cast<float*>(next_slot);
+    float* const tmp21 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp186 = reinterpret_cast<float*>(next_slot);
+    float* const tmp22 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed208 = reinterpret_cast<float*>(next_slot);
+    float* const packed6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const packed211 = reinterpret_cast<float*>(next_slot);
+    float* const packed7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const packed223 = reinterpret_cast<float*>(next_slot);
+    float* const packed8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp225 = reinterpret_cast<float*>(next_slot);
+    float* const tmp25 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    // ONNX node Scaler (Scaler)
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t i1 = 0; i1 < 4; ++i1) {
-            const float v_X_i = X[i * 4 + i1];
-            const float x_i = ks_data_0[i1];
-            const float t2 = (v_X_i - x_i);
-            const float x_i3 = ks_data_1[i1];
-            const float t4 = (t2 * x_i3);
-            tmp[i * 4 + i1] = t4;
+        for (int64_t j = 0; j < 4; ++j) {
+            const float v_X_i = X[i * 4 + j];
+            const float x_i = ks_data_0[j];
+            const float t1 = (v_X_i - x_i);
+            const float x_i1 = ks_data_1[j];
+            const float variable_i = (t1 * x_i1);
+            variable[i * 4 + j] = variable_i;
         }
     }
-    for (int64_t i6 = 0; i6 < batch; ++i6) {
-        for (int64_t i7 = 0; i7 < 51; ++i7) {
+    // ONNX node SVMc (SVMClassifier)
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 51; ++j) {
             float acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t i8 = 0; i8 < 4; ++i8) {
-                const float x_i9 = tmp[i6 * 4 + i8];
-                const float x_i10 = ks_data_2[i7 * 4 + i8];
-                const float t11 = (x_i9 - x_i10);
-                const float t12 = (t11 * t11);
-                acc += t12;
+            for (int64_t k = 0; k < 4; ++k) {
+                const float x_i = variable[i * 4 + k];
+                const float x_i1 = ks_data_2[j * 4 + k];
+                const float t1 = (x_i - x_i1);
+                const float t2 = (t1 * t1);
+                acc += t2;
             }
-            tmp5[i6 * 51 + i7] = acc;
+            tmp[i * 51 + j] = acc;
         }
     }
-    for (int64_t i14 = 0; i14 < (51*batch); ++i14) {
-        const float x_i15 = tmp5[i14];
-        const float t16 = ((-0.25f) * x_i15);
-        const float t17 = ks::exp(t16);
-        tmp13[i14] = t17;
+    for (int64_t i = 0; i < (51*batch); ++i) {
+        const float x_i = tmp[i];
+        const float t1 = ((-0.25f) * x_i);
+        const float t2 = ks::exp(t1);
+        tmp1[i] = t2;
     }
-    ks::packed_gemm<float>(batch, 3, 51, {tmp13, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
-    for (int64_t i20 = 0; i20 < batch; ++i20) {
-        for (int64_t i21 = 0; i21 < 3; ++i21) {
-            const float x_i22 = prod[i20 * 3 + i21];
-            const float x_i23 = ks_data_4[i21];
-            const float t24 = (x_i22 + x_i23);
-            tmp18[i20 * 3 + i21] = t24;
-            const bool t25 = (t24 > 0.0f);
-            const float t26 = static_cast<float>(t25);
-            tmp19[i20 * 3 + i21] = t26;
+    ks::packed_gemm<float>(batch, 3, 51, {tmp1, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            const float x_i = prod[i * 3 + j];
+            const float x_i1 = ks_data_4[j];
+            const float t1 = (x_i + x_i1);
+            tmp2[i * 3 + j] = t1;
+            const bool t2 = (t1 > 0.0f);
+            const float t3 = static_cast<float>(t2);
+            tmp3[i * 3 + j] = t3;
         }
     }
-    float* const prod27 = prod;  // reuses a dead buffer's space
-    ks::packed_gemm<float>(batch, 3, 3, {tmp19, 3, 1}, {ks_data_5, 3}, {prod27, 3, 1}, false);
-    for (int64_t i29 = 0; i29 < (3*batch); ++i29) {
-        const float x_i30 = tmp19[i29];
-        const float t31 = (1.0f - x_i30);
-        tmp28[i29] = t31;
+    float* const prod1 = prod;  // reuses a dead buffer's space
+    ks::packed_gemm<float>(batch, 3, 3, {tmp3, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
+    for (int64_t i = 0; i < (3*batch); ++i) {
+        const float x_i = tmp3[i];
+        const float t1 = (1.0f - x_i);
+        tmp4[i] = t1;
     }
-    ks::packed_gemm<float>(batch, 3, 3, {tmp28, 3, 1}, {ks_data_6, 3}, {prod27, 3, 1}, true);
-    for (int64_t i33 = 0; i33 < batch; ++i33) {
-        float acc34 = ks::lowest<float>();
-        for (int64_t i35 = 0; i35 < 3; ++i35) {
-            const float x_i36 = prod27[i33 * 3 + i35];
-            acc34 = ks::running_max(acc34, x_i36);
+    ks::packed_gemm<float>(batch, 3, 3, {tmp4, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
+    for (int64_t i = 0; i < batch; ++i) {
+        float acc = ks::lowest<float>();
+        for (int64_t j = 0; j < 3; ++j) {
+            const float x_i = prod1[i * 3 + j];
+            acc = ks::running_max(acc, x_i);
         }
-        tmp32[i33] = acc34;
+        tmp5[i] = acc;
     }
-    for (int64_t i39 = 0; i39 < batch; ++i39) {
-        for (int64_t i40 = 0; i40 < 3; ++i40) {
-            const float x_i41 = prod27[i39 * 3 + i40];
-            const float x_i42 = tmp32[i39];
-            const bool t43 = (x_i41 == x_i42);
-            tmp37[i39 * 3 + i40] = t43;
-            const bool t44 = (x_i41 != x_i41);
-            tmp38[i39 * 3 + i40] = t44;
-        }
-    }
-    for (int64_t i46 = 0; i46 < batch; ++i46) {
-        const float x_i47 = tmp32[i46];
-        const bool t48 = (x_i47 != x_i47);
-        tmp45[i46] = t48;
-    }
-    for (int64_t i50 = 0; i50 < batch; ++i50) {
-        int64_t acc51 = ks::highest<int64_t>();
-        for (int64_t i52 = 0; i52 < 3; ++i52) {
-            const bool x_i53 = tmp38[i50 * 3 + i52];
-            const bool x_i54 = tmp45[i50];
-            const bool t55 = (x_i53 && x_i54);
-            const bool x_i56 = tmp37[i50 * 3 + i52];
-            const bool t57 = (x_i56 || t55);
-            const int64_t t58 = static_cast<int64_t>(i52);
-            const int64_t t59 = (t57 ? t58 : int64_t{4611686018427387904});
-            acc51 = ks::running_min(acc51, t59);
-        }
-        tmp49[i50] = acc51;
-    }
-    float* const tmp60 = prod;  // reuses a dead buffer's space
-    for (int64_t i61 = 0; i61 < batch; ++i61) {
-        for (int64_t i62 = 0; i62 < 3; ++i62) {
-            const float x_i63 = tmp18[i61 * 3 + i62];
-            const float x_i64 = ks_data_8[i62];
-            const float t65 = (x_i63 * x_i64);
-            const float x_i66 = ks_data_9[i62];
-            const float t67 = (t65 + x_i66);
-            const float t68 = (-t67);
-            const float t69 = ks::logistic(t68);
-            const bool t70 = (t69 < 1.0000000116860974e-07f);
-            const bool t71 = (t69 > 0.9999998807907104f);
-            const float t72 = (t71 ? 0.9999998807907104f : t69);
-            const float t73 = (t70 ? 1.0000000116860974e-07f : t72);
-            tmp60[i61 * 3 + i62] = t73;
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            const float x_i = prod1[i * 3 + j];
+            const float x_i1 = tmp5[i];
+            const bool t1 = (x_i == x_i1);
+            tmp6[i * 3 + j] = t1;
+            const bool t2 = (x_i != x_i);
+            tmp7[i * 3 + j] = t2;
         }
     }
-    for (int64_t i74 = 0; i74 < batch; ++i74) {
-        for (int64_t i75 = 0; i75 < 3; ++i75) {
-            (padded + 3)[i74 * 6 + i75] = 0.0f;
+    for (int64_t i = 0; i < batch; ++i) {
+        const float x_i = tmp5[i];
+        const bool t1 = (x_i != x_i);
+        tmp8[i] = t1;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        int64_t acc = ks::highest<int64_t>();
+        for (int64_t j = 0; j < 3; ++j) {
+            const bool x_i = tmp7[i * 3 + j];
+            const bool x_i1 = tmp8[i];
+            const bool t1 = (x_i && x_i1);
+            const bool x_i2 = tmp6[i * 3 + j];
+            const bool t2 = (x_i2 || t1);
+            const int64_t t3 = static_cast<int64_t>(j);
+            const int64_t t4 = (t2 ? t3 : int64_t{4611686018427387904});
+            acc = ks::running_min(acc, t4);
+        }
+        tmp9[i] = acc;
+    }
+    float* const tmp10 = prod;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            const float x_i = tmp2[i * 3 + j];
+            const float x_i1 = ks_data_8[j];
+            const float t1 = (x_i * x_i1);
+            const float x_i2 = ks_data_9[j];
+            const float t2 = (t1 + x_i2);
+            const float t3 = (-t2);
+            const float t4 = ks::logistic(t3);
+            const bool t5 = (t4 < 1.0000000116860974e-07f);
+            const bool t6 = (t4 > 0.9999998807907104f);
+            const float t7 = (t6 ? 0.9999998807907104f : t4);
+            const float t8 = (t5 ? 1.0000000116860974e-07f : t7);
+            tmp10[i * 3 + j] = t8;
         }
     }
-    for (int64_t i76 = 0; i76 < batch; ++i76) {
-        for (int64_t i77 = 0; i77 < 3; ++i77) {
-            padded[i76 * 6 + i77] = tmp60[i76 * 3 + i77];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            padded[3 + i * 6 + j] = 0.0f;
         }
     }
-    float* const tmp78 = tmp18;  // reuses a dead buffer's space
-    for (int64_t i79 = 0; i79 < (3*batch); ++i79) {
-        const float x_i80 = tmp60[i79];
-        const float t81 = (1.0f - x_i80);
-        tmp78[i79] = t81;
-    }
-    for (int64_t i83 = 0; i83 < batch; ++i83) {
-        for (int64_t i84 = 0; i84 < 3; ++i84) {
-            padded82[i83 * 6 + i84] = 0.0f;
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            padded[i * 6 + j] = tmp10[i * 3 + j];
         }
     }
-    for (int64_t i85 = 0; i85 < batch; ++i85) {
-        for (int64_t i86 = 0; i86 < 3; ++i86) {
-            (padded82 + 3)[i85 * 6 + i86] = tmp78[i85 * 3 + i86];
+    float* const tmp11 = tmp2;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < (3*batch); ++i) {
+        const float x_i = tmp10[i];
+        const float t1 = (1.0f - x_i);
+        tmp11[i] = t1;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            padded1[i * 6 + j] = 0.0f;
         }
     }
-    for (int64_t i88 = 0; i88 < (6*batch); ++i88) {
-        const float x_i89 = padded[i88];
-        const float x_i90 = padded82[i88];
-        const float t91 = (x_i89 + x_i90);
-        tmp87[i88] = t91;
-    }
-    for (int64_t i92 = 0; i92 < batch; ++i92) {
-        for (int64_t i93 = 0; i93 < 9; ++i93) {
-            gathered[i92 * 9 + i93] = tmp87[i92 * 6 + ks::clamp_index(ks_data_10[i93], 6)];
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            padded1[3 + i * 6 + j] = tmp11[i * 3 + j];
         }
     }
-    for (int64_t i95 = 0; i95 < batch; ++i95) {
-        for (int64_t i96 = 0; i96 < 3; ++i96) {
-            for (int64_t i97 = 0; i97 < 3; ++i97) {
-                const bool x_i98 = ks_data_11[i96 * 3 + i97];
-                const float x_i99 = gathered[i95 * (3 * 3) + i96 * 3 + i97];
-                const float t100 = (x_i98 ? x_i99 : 0.0f);
-                tmp94[i95 * (3 * 3) + i96 * 3 + i97] = t100;
-            }
+    for (int64_t i = 0; i < (6*batch); ++i) {
+        const float x_i = padded[i];
+        const float x_i1 = padded1[i];
+        const float t1 = (x_i + x_i1);
+        tmp12[i] = t1;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 9; ++j) {
+            gathered[i * 9 + j] = tmp12[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
         }
     }
-    float* const tmp101 = prod;  // reuses a dead buffer's space
-    for (int64_t i102 = 0; i102 < batch; ++i102) {
-        for (int64_t i103 = 0; i103 < 3; ++i103) {
-            float acc104 = 0;
-            KS_OMP_SIMD(reduction(+:acc104))
-            for (int64_t i105 = 0; i105 < 3; ++i105) {
-                const float x_i106 = tmp94[i102 * (3 * 3) + i103 + i105 * 3];
-                const float t107 = (x_i106 * x_i106);
-                acc104 += t107;
-            }
-            tmp101[i102 * 3 + i103] = acc104;
-        }
-    }
-    float* const tmp108 = gathered;  // reuses a dead buffer's space
-    for (int64_t i109 = 0; i109 < batch; ++i109) {
-        for (int64_t i110 = 0; i110 < 3; ++i110) {
-            for (int64_t i111 = 0; i111 < 3; ++i111) {
-                const float x_i112 = tmp94[i109 * (3 * 3) + i110 + i111 * 3];
-                const float x_i113 = tmp94[i109 * (3 * 3) + i110 * 3 + i111];
-                const float t114 = (x_i112 * x_i113);
-                const float t115 = (-t114);
-                const float x_i116 = tmp101[i109 * 3 + i110];
-                const float x_i117 = ks_data_12[i110 * 3 + i111];
-                const float t118 = (x_i116 * x_i117);
-                const float t119 = (t115 + t118);
-                tmp108[i109 * (3 * 3) + i110 * 3 + i111] = t119;
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                const bool x_i = ks_data_11[j * 3 + k];
+                const float x_i1 = gathered[i * 9 + j * 3 + k];
+                const float t1 = (x_i ? x_i1 : 0.0f);
+                tmp13[i * 9 + j * 3 + k] = t1;
             }
         }
     }
-    uint8_t* const r = tmp45;  // reuses a dead buffer's space
-    for (int64_t i120 = 0; i120 < batch * 3; ++i120) {
-        out_probabilities[i120] = 0.3333333432674408f;
-    }
-    for (int64_t i121 = 0; i121 < batch; ++i121) {
-        r[i121] = false;
-    }
-    for (int64_t k122 = 0; k122 < int64_t{100}; ++k122) {
-        int32_t acc123 = ks::highest<int32_t>();
-        for (int64_t i124 = 0; i124 < batch; ++i124) {
-            const bool x_i125 = r[i124];
-            const int32_t t126 = static_cast<int32_t>(x_i125);
-            acc123 = ks::running_min(acc123, t126);
-        }
-        const bool t127 = (acc123 != 0);
-        float* const r128 = prod;  // reuses a dead buffer's space
-        if (t127) {
-            for (int64_t i130 = 0; i130 < batch * 3; ++i130) {
-                r128[i130] = out_probabilities[i130];
+    float* const tmp14 = prod;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            float acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < 3; ++k) {
+                const float x_i = tmp13[i * 9 + j + k * 3];
+                const float t1 = (x_i * x_i);
+                acc += t1;
             }
-            for (int64_t i131 = 0; i131 < batch; ++i131) {
-                r129[i131] = r[i131];
+            tmp14[i * 3 + j] = acc;
+        }
+    }
+    float* const tmp15 = gathered;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                const float x_i = tmp13[i * 9 + j + k * 3];
+                const float x_i1 = tmp13[i * 9 + j * 3 + k];
+                const float t1 = (x_i * x_i1);
+                const float t2 = (-t1);
+                const float x_i2 = tmp14[i * 3 + j];
+                const float x_i3 = ks_data_12[j * 3 + k];
+                const float t3 = (x_i2 * x_i3);
+                const float t4 = (t2 + t3);
+                tmp15[i * 9 + j * 3 + k] = t4;
+            }
+        }
+    }
+    uint8_t* const r = tmp8;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < batch * 3; ++i) {
+        out_probabilities[i] = 0.3333333432674408f;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        r[i] = false;
+    }
+    for (int64_t i = 0; i < int64_t{100}; ++i) {
+        int32_t acc = ks::highest<int32_t>();
+        for (int64_t j = 0; j < batch; ++j) {
+            const bool x_i = r[j];
+            const int32_t t1 = static_cast<int32_t>(x_i);
+            acc = ks::running_min(acc, t1);
+        }
+        const bool t1 = (acc != 0);
+        float* const r1 = prod;  // reuses a dead buffer's space
+        if (t1) {
+            for (int64_t j = 0; j < batch * 3; ++j) {
+                r1[j] = out_probabilities[j];
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                r2[j] = r[j];
             }
         } else {
-            float* const prod132 = tmp18;  // reuses a dead buffer's space
-            for (int64_t i133 = 0; i133 < batch; ++i133) {
-                for (int64_t i134 = 0; i134 < 3; ++i134) {
+            float* const prod2 = tmp2;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t i135 = 0; i135 < 3; ++i135) {
-                        dot += tmp108[i133 * (3 * 3) + i134 * 3 + i135] * out_probabilities[i133 * 3 + i135];
+                    for (int64_t l = 0; l < 3; ++l) {
+                        dot += tmp15[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
                     }
-                    prod132[i133 * 3 + i134] = dot;
+                    prod2[j * 3 + k] = dot;
                 }
             }
-            float* const tmp136 = tmp32;  // reuses a dead buffer's space
-            for (int64_t i137 = 0; i137 < batch; ++i137) {
-                float acc138 = 0;
-                KS_OMP_SIMD(reduction(+:acc138))
-                for (int64_t i139 = 0; i139 < 3; ++i139) {
-                    const float x_i140 = out_probabilities[i137 * 3 + i139];
-                    const float x_i141 = prod132[i137 * 3 + i139];
-                    const float t142 = (x_i140 * x_i141);
-                    acc138 += t142;
+            float* const tmp16 = tmp5;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                float acc1 = 0;
+                KS_OMP_SIMD(reduction(+:acc1))
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = out_probabilities[j * 3 + k];
+                    const float x_i1 = prod2[j * 3 + k];
+                    const float t2 = (x_i * x_i1);
+                    acc1 += t2;
                 }
-                tmp136[i137] = acc138;
+                tmp16[j] = acc1;
             }
-            for (int64_t i144 = 0; i144 < batch; ++i144) {
-                float acc145 = ks::lowest<float>();
-                for (int64_t i146 = 0; i146 < 3; ++i146) {
-                    const float x_i147 = prod132[i144 * 3 + i146];
-                    const float x_i148 = tmp136[i144];
-                    const float t149 = (x_i147 - x_i148);
-                    const float t150 = ks::abs(t149);
-                    acc145 = ks::running_max(acc145, t150);
+            for (int64_t j = 0; j < batch; ++j) {
+                float acc1 = ks::lowest<float>();
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = prod2[j * 3 + k];
+                    const float x_i1 = tmp16[j];
+                    const float t2 = (x_i - x_i1);
+                    const float t3 = ks::abs(t2);
+                    acc1 = ks::running_max(acc1, t3);
                 }
-                tmp143[i144] = acc145;
+                tmp17[j] = acc1;
             }
-            for (int64_t i151 = 0; i151 < batch; ++i151) {
-                for (int64_t i152 = 0; i152 < 3; ++i152) {
-                    packed[i151 * 3 + i152] = tmp108[i151 * (3 * 3) + i152];
-                }
-            }
-            for (int64_t i154 = 0; i154 < batch; ++i154) {
-                packed153[i154] = packed[i154 * 3];
-            }
-            for (int64_t i156 = 0; i156 < batch; ++i156) {
-                packed155[i156] = prod132[i156 * 3];
-            }
-            for (int64_t i158 = 0; i158 < batch; ++i158) {
-                const float x_i159 = tmp136[i158];
-                const float x_i160 = packed155[i158];
-                const float t161 = (x_i159 - x_i160);
-                const float x_i162 = packed153[i158];
-                const float t163 = (t161 / x_i162);
-                tmp157[i158] = t163;
-            }
-            for (int64_t i165 = 0; i165 < batch; ++i165) {
-                const float x_i166 = tmp157[i165];
-                const float t167 = (1.0f + x_i166);
-                tmp164[i165] = t167;
-            }
-            for (int64_t i169 = 0; i169 < batch; ++i169) {
-                for (int64_t i170 = 0; i170 < 3; ++i170) {
-                    packed168[i169 * 3 + i170] = (tmp108 + 1 * 3)[i169 * (3 * 3) + i170];
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    packed[j * 3 + k] = tmp15[j * 9 + k];
                 }
             }
-            for (int64_t i172 = 0; i172 < batch; ++i172) {
-                packed171[i172] = (packed168 + 1)[i172 * 3];
+            for (int64_t j = 0; j < batch; ++j) {
+                packed1[j] = packed[j * 3];
             }
-            float* const tmp173 = tmp19;  // reuses a dead buffer's space
-            for (int64_t i174 = 0; i174 < batch; ++i174) {
-                for (int64_t i175 = 0; i175 < 3; ++i175) {
-                    const float x_i176 = tmp157[i174];
-                    const float x_i177 = packed[i174 * 3 + i175];
-                    const float t178 = (x_i176 * x_i177);
-                    const float x_i179 = prod132[i174 * 3 + i175];
-                    const float t180 = (x_i179 + t178);
-                    const float x_i181 = tmp164[i174];
-                    const float t182 = (t180 / x_i181);
-                    tmp173[i174 * 3 + i175] = t182;
+            for (int64_t j = 0; j < batch; ++j) {
+                packed2[j] = prod2[j * 3];
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp16[j];
+                const float x_i1 = packed2[j];
+                const float t2 = (x_i - x_i1);
+                const float x_i2 = packed1[j];
+                const float t3 = (t2 / x_i2);
+                tmp18[j] = t3;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp18[j];
+                const float t2 = (1.0f + x_i);
+                tmp19[j] = t2;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    packed3[j * 3 + k] = tmp15[3 + j * 9 + k];
                 }
             }
-            for (int64_t i184 = 0; i184 < batch; ++i184) {
-                packed183[i184] = (tmp173 + 1)[i184 * 3];
+            for (int64_t j = 0; j < batch; ++j) {
+                packed4[j] = packed3[1 + j * 3];
             }
-            for (int64_t i187 = 0; i187 < batch; ++i187) {
-                const float x_i188 = tmp157[i187];
-                const float x_i189 = packed153[i187];
-                const float t190 = (x_i188 * x_i189);
-                const float x_i191 = packed155[i187];
-                const float t192 = (2.0f * x_i191);
-                const float t193 = (t190 + t192);
-                const float t194 = (x_i188 * t193);
-                const float x_i195 = tmp136[i187];
-                const float t196 = (x_i195 + t194);
-                const float x_i197 = tmp164[i187];
-                const float t198 = (t196 / x_i197);
-                const float t199 = (t198 / x_i197);
-                tmp185[i187] = t199;
-                const float x_i200 = packed183[i187];
-                const float t201 = (t199 - x_i200);
-                const float x_i202 = packed171[i187];
-                const float t203 = (t201 / x_i202);
-                tmp186[i187] = t203;
-            }
-            float* const tmp204 = tmp32;  // reuses a dead buffer's space
-            for (int64_t i205 = 0; i205 < batch; ++i205) {
-                const float x_i206 = tmp186[i205];
-                const float t207 = (1.0f + x_i206);
-                tmp204[i205] = t207;
-            }
-            for (int64_t i209 = 0; i209 < batch; ++i209) {
-                for (int64_t i210 = 0; i210 < 3; ++i210) {
-                    packed208[i209 * 3 + i210] = (tmp108 + 2 * 3)[i209 * (3 * 3) + i210];
+            float* const tmp20 = tmp3;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = tmp18[j];
+                    const float x_i1 = packed[j * 3 + k];
+                    const float t2 = (x_i * x_i1);
+                    const float x_i2 = prod2[j * 3 + k];
+                    const float t3 = (x_i2 + t2);
+                    const float x_i3 = tmp19[j];
+                    const float t4 = (t3 / x_i3);
+                    tmp20[j * 3 + k] = t4;
                 }
             }
-            for (int64_t i212 = 0; i212 < batch; ++i212) {
-                packed211[i212] = (packed208 + 2)[i212 * 3];
+            for (int64_t j = 0; j < batch; ++j) {
+                packed5[j] = tmp20[1 + j * 3];
             }
-            float* const tmp213 = tmp18;  // reuses a dead buffer's space
-            for (int64_t i214 = 0; i214 < batch; ++i214) {
-                for (int64_t i215 = 0; i215 < 3; ++i215) {
-                    const float x_i216 = tmp186[i214];
-                    const float x_i217 = packed168[i214 * 3 + i215];
-                    const float t218 = (x_i216 * x_i217);
-                    const float x_i219 = tmp173[i214 * 3 + i215];
-                    const float t220 = (x_i219 + t218);
-                    const float x_i221 = tmp204[i214];
-                    const float t222 = (t220 / x_i221);
-                    tmp213[i214 * 3 + i215] = t222;
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp18[j];
+                const float x_i1 = packed1[j];
+                const float t2 = (x_i * x_i1);
+                const float x_i2 = packed2[j];
+                const float t3 = (2.0f * x_i2);
+                const float t4 = (t2 + t3);
+                const float t5 = (x_i * t4);
+                const float x_i3 = tmp16[j];
+                const float t6 = (x_i3 + t5);
+                const float x_i4 = tmp19[j];
+                const float t7 = (t6 / x_i4);
+                const float t8 = (t7 / x_i4);
+                tmp21[j] = t8;
+                const float x_i5 = packed5[j];
+                const float t9 = (t8 - x_i5);
+                const float x_i6 = packed4[j];
+                const float t10 = (t9 / x_i6);
+                tmp22[j] = t10;
+            }
+            float* const tmp23 = tmp5;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp22[j];
+                const float t2 = (1.0f + x_i);
+                tmp23[j] = t2;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    packed6[j * 3 + k] = tmp15[6 + j * 9 + k];
                 }
             }
-            for (int64_t i224 = 0; i224 < batch; ++i224) {
-                packed223[i224] = (tmp213 + 2)[i224 * 3];
+            for (int64_t j = 0; j < batch; ++j) {
+                packed7[j] = packed6[2 + j * 3];
             }
-            for (int64_t i226 = 0; i226 < batch; ++i226) {
-                const float x_i227 = tmp186[i226];
-                const float x_i228 = packed171[i226];
-                const float t229 = (x_i227 * x_i228);
-                const float x_i230 = packed183[i226];
-                const float t231 = (2.0f * x_i230);
-                const float t232 = (t229 + t231);
-                const float t233 = (x_i227 * t232);
-                const float x_i234 = tmp185[i226];
-                const float t235 = (x_i234 + t233);
-                const float x_i236 = tmp204[i226];
-                const float t237 = (t235 / x_i236);
-                const float t238 = (t237 / x_i236);
-                const float x_i239 = packed223[i226];
-                const float t240 = (t238 - x_i239);
-                const float x_i241 = packed211[i226];
-                const float t242 = (t240 / x_i241);
-                tmp225[i226] = t242;
+            float* const tmp24 = tmp2;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = tmp22[j];
+                    const float x_i1 = packed3[j * 3 + k];
+                    const float t2 = (x_i * x_i1);
+                    const float x_i2 = tmp20[j * 3 + k];
+                    const float t3 = (x_i2 + t2);
+                    const float x_i3 = tmp23[j];
+                    const float t4 = (t3 / x_i3);
+                    tmp24[j * 3 + k] = t4;
+                }
             }
-            float* const tmp243 = tmp185;  // reuses a dead buffer's space
-            for (int64_t i244 = 0; i244 < batch; ++i244) {
-                const float x_i245 = tmp225[i244];
-                const float t246 = (1.0f + x_i245);
-                tmp243[i244] = t246;
+            for (int64_t j = 0; j < batch; ++j) {
+                packed8[j] = tmp24[2 + j * 3];
             }
-            for (int64_t i247 = 0; i247 < batch; ++i247) {
-                const float x_i248 = tmp143[i247];
-                const bool t249 = (x_i248 < 0.0016666667070239782f);
-                const bool x_i250 = r[i247];
-                const bool t251 = (x_i250 ? x_i250 : t249);
-                r129[i247] = t251;
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp22[j];
+                const float x_i1 = packed4[j];
+                const float t2 = (x_i * x_i1);
+                const float x_i2 = packed5[j];
+                const float t3 = (2.0f * x_i2);
+                const float t4 = (t2 + t3);
+                const float t5 = (x_i * t4);
+                const float x_i3 = tmp21[j];
+                const float t6 = (x_i3 + t5);
+                const float x_i4 = tmp23[j];
+                const float t7 = (t6 / x_i4);
+                const float t8 = (t7 / x_i4);
+                const float x_i5 = packed8[j];
+                const float t9 = (t8 - x_i5);
+                const float x_i6 = packed7[j];
+                const float t10 = (t9 / x_i6);
+                tmp25[j] = t10;
             }
-            for (int64_t i252 = 0; i252 < batch; ++i252) {
-                for (int64_t i253 = 0; i253 < 3; ++i253) {
-                    const float x_i254 = tmp157[i252];
-                    const float x_i255 = ks_data_13[i253];
-                    const float t256 = (x_i254 * x_i255);
-                    const float x_i257 = out_probabilities[i252 * 3 + i253];
-                    const float t258 = (x_i257 + t256);
-                    const float x_i259 = tmp164[i252];
-                    const float t260 = (t258 / x_i259);
-                    const float x_i261 = tmp186[i252];
-                    const float x_i262 = ks_data_14[i253];
-                    const float t263 = (x_i261 * x_i262);
-                    const float t264 = (t260 + t263);
-                    const float x_i265 = tmp204[i252];
-                    const float t266 = (t264 / x_i265);
-                    const float x_i267 = tmp225[i252];
-                    const float x_i268 = ks_data_15[i253];
-                    const float t269 = (x_i267 * x_i268);
-                    const float t270 = (t266 + t269);
-                    const float x_i271 = tmp243[i252];
-                    const float t272 = (t270 / x_i271);
-                    const bool x_i273 = r129[i252];
-                    const float t274 = (x_i273 ? x_i257 : t272);
-                    r128[i252 * 3 + i253] = t274;
+            float* const tmp26 = tmp21;  // reuses a dead buffer's space
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp25[j];
+                const float t2 = (1.0f + x_i);
+                tmp26[j] = t2;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp17[j];
+                const bool t2 = (x_i < 0.0016666667070239782f);
+                const bool x_i1 = r[j];
+                const bool t3 = (x_i1 ? x_i1 : t2);
+                r2[j] = t3;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                for (int64_t k = 0; k < 3; ++k) {
+                    const float x_i = tmp18[j];
+                    const float x_i1 = ks_data_13[k];
+                    const float t2 = (x_i * x_i1);
+                    const float x_i2 = out_probabilities[j * 3 + k];
+                    const float t3 = (x_i2 + t2);
+                    const float x_i3 = tmp19[j];
+                    const float t4 = (t3 / x_i3);
+                    const float x_i4 = tmp22[j];
+                    const float x_i5 = ks_data_14[k];
+                    const float t5 = (x_i4 * x_i5);
+                    const float t6 = (t4 + t5);
+                    const float x_i6 = tmp23[j];
+                    const float t7 = (t6 / x_i6);
+                    const float x_i7 = tmp25[j];
+                    const float x_i8 = ks_data_15[k];
+                    const float t8 = (x_i7 * x_i8);
+                    const float t9 = (t7 + t8);
+                    const float x_i9 = tmp26[j];
+                    const float t10 = (t9 / x_i9);
+                    const bool x_i10 = r2[j];
+                    const float t11 = (x_i10 ? x_i2 : t10);
+                    r1[j * 3 + k] = t11;
                 }
             }
         }
-        for (int64_t i275 = 0; i275 < batch * 3; ++i275) {
-            out_probabilities[i275] = r128[i275];
+        for (int64_t j = 0; j < batch * 3; ++j) {
+            out_probabilities[j] = r1[j];
         }
-        for (int64_t i276 = 0; i276 < batch; ++i276) {
-            r[i276] = r129[i276];
+        for (int64_t j = 0; j < batch; ++j) {
+            r[j] = r2[j];
         }
     }
-    for (int64_t i277 = 0; i277 < batch; ++i277) {
-        const int64_t x_i278 = tmp49[i277];
-        const int64_t t279 = ks_data_7[ks::clamp_index(x_i278, 3)];
-        out_label[i277] = t279;
+    for (int64_t i = 0; i < batch; ++i) {
+        const int64_t x_i = tmp9[i];
+        const int64_t label_i = ks_data_7[ks::clamp_index(x_i, 3)];
+        out_label[i] = label_i;
     }
     return ks::status::ok;
 }

@@ -24,16 +24,16 @@ float activations_relu3(float x) {
         r = 0.0f;
     } else {
         const bool t2 = (x < 1.0f);
-        float r3;
+        float r1;
         if (t2) {
-            const float t4 = ks::ipow<3>(x);
-            const float t5 = (0.3333333432674408f * t4);
-            r3 = t5;
+            const float t3 = ks::ipow<3>(x);
+            const float t4 = (0.3333333432674408f * t3);
+            r1 = t4;
         } else {
-            const float t6 = (x - 0.6666666865348816f);
-            r3 = t6;
+            const float t3 = (x - 0.6666666865348816f);
+            r1 = t3;
         }
-        r = r3;
+        r = r1;
     }
     return r;
 }
@@ -44,6 +44,7 @@ float activations_relu3(float x) {
 int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace) {
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
+    // relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
@@ -79,17 +80,17 @@ float activations_relu3_vjp(float x, float ct) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r3;
+        float r1;
         if (r) {
-            const float t4 = ks::ipow<2>(x);
-            const float t5 = (3.0f * t4);
-            const float t6 = (ct * 0.3333333432674408f);
-            const float t7 = (t6 * t5);
-            r3 = t7;
+            const float t2 = ks::ipow<2>(x);
+            const float t3 = (3.0f * t2);
+            const float t4 = (ct * 0.3333333432674408f);
+            const float t5 = (t4 * t3);
+            r1 = t5;
         } else {
-            r3 = ct;
+            r1 = ct;
         }
-        d_x = r3;
+        d_x = r1;
     }
     return d_x;
 }
@@ -100,6 +101,7 @@ float activations_relu3_vjp(float x, float ct) {
 int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace) {
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
+    // relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
@@ -114,8 +116,8 @@ int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* ou
         const float t9 = (t6 * t8);
         const float t10 = (t2 ? t9 : 0.0f);
         const float t11 = (t4 + t10);
-        const float d_x = (t1 ? 0.0f : t11);
-        out[i] = d_x;
+        const float d_x_i = (t1 ? 0.0f : t11);
+        out[i] = d_x_i;
     }
     return ks::status::ok;
 }
@@ -135,17 +137,17 @@ float activations_relu3_jvp(float x, float dx) {
         r = 0.0f;
     } else {
         const bool t2 = (x < 1.0f);
-        float r3;
+        float r1;
         if (t2) {
-            const float t4 = ks::ipow<2>(x);
-            const float t5 = (3.0f * t4);
-            const float t6 = (t5 * dx);
-            const float t7 = (0.3333333432674408f * t6);
-            r3 = t7;
+            const float t3 = ks::ipow<2>(x);
+            const float t4 = (3.0f * t3);
+            const float t5 = (t4 * dx);
+            const float t6 = (0.3333333432674408f * t5);
+            r1 = t6;
         } else {
-            r3 = dx;
+            r1 = dx;
         }
-        r = r3;
+        r = r1;
     }
     return r;
 }
@@ -166,16 +168,16 @@ float activations_relu3_grad(float x) {
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r3;
+        float r1;
         if (r) {
-            const float t4 = ks::ipow<2>(x);
-            const float t5 = (3.0f * t4);
-            const float t6 = (0.3333333432674408f * t5);
-            r3 = t6;
+            const float t2 = ks::ipow<2>(x);
+            const float t3 = (3.0f * t2);
+            const float t4 = (0.3333333432674408f * t3);
+            r1 = t4;
         } else {
-            r3 = 1.0f;
+            r1 = 1.0f;
         }
-        d_x = r3;
+        d_x = r1;
     }
     return d_x;
 }
@@ -196,17 +198,17 @@ float activations_relu3_d2(float x, float dx) {
     if (t1) {
         dd_x = 0.0f;
     } else {
-        float r3;
+        float r1;
         if (r) {
-            const float t4 = (2.0f * x);
-            const float t5 = (t4 * dx);
-            const float t6 = (3.0f * t5);
-            const float t7 = (0.3333333432674408f * t6);
-            r3 = t7;
+            const float t2 = (2.0f * x);
+            const float t3 = (t2 * dx);
+            const float t4 = (3.0f * t3);
+            const float t5 = (0.3333333432674408f * t4);
+            r1 = t5;
         } else {
-            r3 = 0.0f;
+            r1 = 0.0f;
         }
-        dd_x = r3;
+        dd_x = r1;
     }
     return dd_x;
 }

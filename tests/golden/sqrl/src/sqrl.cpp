@@ -24,6 +24,7 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     float* const t2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
+    // sqrl.py:10: y = torch.sum(x)
     float y = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
@@ -36,36 +37,40 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         y += y_block;
     }
     const bool t1 = (y < 0.0f);
+    // sqrl.py:11: if y < 0.0:
     if (t1) {
-        for (int64_t i3 = 0; i3 < n; ++i3) {
-            const float x_i4 = x[i3];
-            const float t5 = ((-0.125f) * x_i4);
-            t2[i3] = t5;
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = ((-0.125f) * x_i);
+            t2[i] = t_i;
         }
     } else {
-        for (int64_t i6 = 0; i6 < n; ++i6) {
-            const float x_i7 = x[i6];
-            const float t8 = ks::ipow<2>(x_i7);
-            const float t9 = (0.5f * t8);
-            t2[i6] = t9;
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t3 = ks::ipow<2>(x_i);
+            const float t_i = (0.5f * t3);
+            t2[i] = t_i;
         }
     }
+    // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     float acc = 0;
-    for (int64_t block10 = 0; block10 < n; block10 += 512) {
-        const int64_t block_end11 = n - block10 < 512 ? n : block10 + 512;
+    for (int64_t block = 0; block < n; block += 512) {
+        const int64_t block_end = n - block < 512 ? n : block + 512;
         float acc_block = 0;
         KS_OMP_SIMD(reduction(+:acc_block))
-        for (int64_t i12 = block10; i12 < block_end11; ++i12) {
-            const float t_i = t2[i12];
-            const float t13 = std::sin(t_i);
-            const float t14 = (t13 * t_i);
-            acc_block += t14;
+        for (int64_t i = block; i < block_end; ++i) {
+            const float t_i = t2[i];
+            const float t3 = std::sin(t_i);
+            const float t4 = (t3 * t_i);
+            acc_block += t4;
         }
         acc += acc_block;
     }
-    const float t15 = static_cast<float>(n);
-    const float t16 = (acc / t15);
-    *out = t16;
+    const float t3 = static_cast<float>(n);
+    const float t4 = (acc / t3);
+    *out = t4;
     return ks::status::ok;
 }
 
@@ -85,6 +90,7 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
+    // sqrl.py:10: y = torch.sum(x)
     float y = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
@@ -97,48 +103,55 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
         y += y_block;
     }
     const bool t1 = (y < 0.0f);
+    // sqrl.py:11: if y < 0.0:
     if (t1) {
-        for (int64_t i2 = 0; i2 < n; ++i2) {
-            const float x_i3 = x[i2];
-            const float t4 = ((-0.125f) * x_i3);
-            r[i2] = t4;
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = ((-0.125f) * x_i);
+            r[i] = t_i;
         }
     } else {
-        for (int64_t i5 = 0; i5 < n; ++i5) {
-            const float x_i6 = x[i5];
-            const float t7 = ks::ipow<2>(x_i6);
-            const float t8 = (0.5f * t7);
-            r[i5] = t8;
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t2 = ks::ipow<2>(x_i);
+            const float t_i = (0.5f * t2);
+            r[i] = t_i;
         }
     }
-    const float t9 = static_cast<float>(n);
-    const float t10 = (1.0f / t9);
-    const float t11 = ks::mulz(ct, t10);
-    for (int64_t i12 = 0; i12 < n; ++i12) {
-        const float x_i13 = r[i12];
-        const float t14 = std::sin(x_i13);
-        const float x_i15 = t11;
-        const float t16 = (x_i15 * t14);
-        const float t17 = (x_i15 * x_i13);
-        const float t18 = std::cos(x_i13);
-        const float t19 = (t17 * t18);
-        const float t20 = (t16 + t19);
-        tmp[i12] = t20;
+    const float t2 = static_cast<float>(n);
+    const float t3 = (1.0f / t2);
+    const float t4 = ks::mulz(ct, t3);
+    // sqrl.py:15: return torch.mean(torch.sin(t) * t)
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = r[i];
+        const float t5 = std::sin(x_i);
+        const float x_i1 = t4;
+        const float t6 = (x_i1 * t5);
+        const float t7 = (x_i1 * x_i);
+        const float t8 = std::cos(x_i);
+        const float t9 = (t7 * t8);
+        const float t10 = (t6 + t9);
+        tmp[i] = t10;
     }
+    // sqrl.py:11: if y < 0.0:
     if (t1) {
-        for (int64_t i21 = 0; i21 < n; ++i21) {
-            const float ct_i = tmp[i21];
-            const float t22 = (ct_i * (-0.125f));
-            out[i21] = t22;
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float ct_i = tmp[i];
+            const float t5 = (ct_i * (-0.125f));
+            out[i] = t5;
         }
     } else {
-        for (int64_t i23 = 0; i23 < n; ++i23) {
-            const float ct_i24 = tmp[i23];
-            const float t25 = (ct_i24 * 0.5f);
-            const float x_i26 = x[i23];
-            const float t27 = (2.0f * x_i26);
-            const float t28 = (t25 * t27);
-            out[i23] = t28;
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float ct_i = tmp[i];
+            const float t5 = (ct_i * 0.5f);
+            const float x_i = x[i];
+            const float t6 = (2.0f * x_i);
+            const float t7 = (t5 * t6);
+            out[i] = t7;
         }
     }
     return ks::status::ok;
@@ -160,52 +173,56 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
+    // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
             float y1_block = 0;
             KS_OMP_SIMD(reduction(+:y1_block))
-            for (int64_t i2 = block; i2 < block_end; ++i2) {
-                const float x_i = x[i * n + i2];
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
                 y1_block += x_i;
             }
             y1 += y1_block;
         }
         y[i] = y1;
     }
-    for (int64_t i3 = 0; i3 < n1; ++i3) {
-        const float y_i = y[i3];
-        const bool t4 = (y_i < 0.0f);
-        tmp[i3] = t4;
+    // sqrl.py:11: if y < 0.0:
+    for (int64_t i = 0; i < n1; ++i) {
+        const float y_i = y[i];
+        const bool t1 = (y_i < 0.0f);
+        tmp[i] = t1;
     }
-    float* const tmp5 = y;  // reuses a dead buffer's space
-    for (int64_t i6 = 0; i6 < n1; ++i6) {
+    // sqrl.py:12, 14, 15
+    float* const tmp1 = y;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n1; ++i) {
         float acc = 0;
-        for (int64_t block7 = 0; block7 < n; block7 += 512) {
-            const int64_t block_end8 = n - block7 < 512 ? n : block7 + 512;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
             float acc_block = 0;
             KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t i9 = block7; i9 < block_end8; ++i9) {
-                const float x_i10 = x[i6 * n + i9];
-                const float t11 = ((-0.125f) * x_i10);
-                const float t12 = ks::ipow<2>(x_i10);
-                const float t13 = (0.5f * t12);
-                const bool x_i14 = tmp[i6];
-                const float t15 = (x_i14 ? t11 : t13);
-                const float t16 = std::sin(t15);
-                const float t17 = (t16 * t15);
-                acc_block += t17;
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
+                const float t1 = ((-0.125f) * x_i);
+                const float t2 = ks::ipow<2>(x_i);
+                const float t3 = (0.5f * t2);
+                const bool x_i1 = tmp[i];
+                const float t4 = (x_i1 ? t1 : t3);
+                const float t5 = std::sin(t4);
+                const float t6 = (t5 * t4);
+                acc_block += t6;
             }
             acc += acc_block;
         }
-        tmp5[i6] = acc;
+        tmp1[i] = acc;
     }
-    const float t18 = static_cast<float>(n);
-    for (int64_t i19 = 0; i19 < n1; ++i19) {
-        const float x_i20 = tmp5[i19];
-        const float t21 = (x_i20 / t18);
-        out[i19] = t21;
+    const float t1 = static_cast<float>(n);
+    // sqrl.py:15: return torch.mean(torch.sin(t) * t)
+    for (int64_t i = 0; i < n1; ++i) {
+        const float x_i = tmp1[i];
+        const float t2 = (x_i / t1);
+        out[i] = t2;
     }
     return ks::status::ok;
 }
@@ -227,58 +244,62 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
+    // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
             float y1_block = 0;
             KS_OMP_SIMD(reduction(+:y1_block))
-            for (int64_t i2 = block; i2 < block_end; ++i2) {
-                const float x_i = x[i * n + i2];
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
                 y1_block += x_i;
             }
             y1 += y1_block;
         }
         y[i] = y1;
     }
-    for (int64_t i3 = 0; i3 < n1; ++i3) {
-        const float y_i = y[i3];
-        const bool t4 = (y_i < 0.0f);
-        tmp[i3] = t4;
+    // sqrl.py:11: if y < 0.0:
+    for (int64_t i = 0; i < n1; ++i) {
+        const float y_i = y[i];
+        const bool t1 = (y_i < 0.0f);
+        tmp[i] = t1;
     }
-    const float t5 = static_cast<float>(n);
-    const float t6 = (1.0f / t5);
-    float* const tmp7 = y;  // reuses a dead buffer's space
-    for (int64_t i8 = 0; i8 < n1; ++i8) {
-        const float ct_i = ct[i8];
-        const float t9 = ks::mulz(ct_i, t6);
-        tmp7[i8] = t9;
+    const float t1 = static_cast<float>(n);
+    const float t2 = (1.0f / t1);
+    // sqrl.py:15: return torch.mean(torch.sin(t) * t)
+    float* const tmp1 = y;  // reuses a dead buffer's space
+    for (int64_t i = 0; i < n1; ++i) {
+        const float ct_i = ct[i];
+        const float t3 = ks::mulz(ct_i, t2);
+        tmp1[i] = t3;
     }
-    for (int64_t i10 = 0; i10 < n1; ++i10) {
-        for (int64_t i11 = 0; i11 < n; ++i11) {
-            const float x_i12 = x[i10 * n + i11];
-            const float t13 = ((-0.125f) * x_i12);
-            const float t14 = ks::ipow<2>(x_i12);
-            const float t15 = (0.5f * t14);
-            const bool x_i16 = tmp[i10];
-            const float t17 = (x_i16 ? t13 : t15);
-            const float t18 = std::sin(t17);
-            const float x_i19 = tmp7[i10];
-            const float d_t = (x_i19 * t18);
-            const float t20 = (x_i19 * t17);
-            const float t21 = std::cos(t17);
-            const float t22 = (t20 * t21);
-            const float d_t23 = (d_t + t22);
-            const float d_t24 = (x_i16 ? 0.0f : d_t23);
-            const float t25 = (d_t24 * 0.5f);
-            const float t26 = (2.0f * x_i12);
-            const float t27 = (t25 * t26);
-            const float d_x = (x_i16 ? 0.0f : t27);
-            const float d_t28 = (x_i16 ? d_t23 : 0.0f);
-            const float t29 = (d_t28 * (-0.125f));
-            const float t30 = (x_i16 ? t29 : 0.0f);
-            const float d_x31 = (d_x + t30);
-            out[i10 * n + i11] = d_x31;
+    // sqrl.py:11, 12, 14, 15
+    for (int64_t i = 0; i < n1; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            const float x_i = x[i * n + j];
+            const float t_i = ((-0.125f) * x_i);
+            const float t3 = ks::ipow<2>(x_i);
+            const float t_i1 = (0.5f * t3);
+            const bool x_i1 = tmp[i];
+            const float t_i2 = (x_i1 ? t_i : t_i1);
+            const float t4 = std::sin(t_i2);
+            const float x_i2 = tmp1[i];
+            const float d_t_i = (x_i2 * t4);
+            const float t5 = (x_i2 * t_i2);
+            const float t6 = std::cos(t_i2);
+            const float t7 = (t5 * t6);
+            const float d_t_i1 = (d_t_i + t7);
+            const float d_t_i2 = (x_i1 ? 0.0f : d_t_i1);
+            const float t8 = (d_t_i2 * 0.5f);
+            const float t9 = (2.0f * x_i);
+            const float t10 = (t8 * t9);
+            const float d_x_i = (x_i1 ? 0.0f : t10);
+            const float d_t_i3 = (x_i1 ? d_t_i1 : 0.0f);
+            const float t11 = (d_t_i3 * (-0.125f));
+            const float t12 = (x_i1 ? t11 : 0.0f);
+            const float d_x_i1 = (d_x_i + t12);
+            out[i * n + j] = d_x_i1;
         }
     }
     return ks::status::ok;
@@ -295,6 +316,7 @@ size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n) {
 int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* workspace) {
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
+    // sqrl.py:20: return torch.where(x < 0.0, 0.0 * x, torch.where(x < 1.0, x ** 3 / 3.0, x - 2.0 / 3.0))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
@@ -320,20 +342,21 @@ size_t sqrl_relu3_tensor_workspace_size(int64_t n) {
 int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out, void* workspace) {
     (void)workspace;
     if (n < 0) return ks::status::err_shape;
+    // sqrl.py:20: return torch.where(x < 0.0, 0.0 * x, torch.where(x < 1.0, x ** 3 / 3.0, x - 2.0 / 3.0))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
         const bool t1 = (x_i < 1.0f);
         const bool t2 = (x_i < 0.0f);
         const float ct_i = ct[i];
         const float t3 = (t2 ? 0.0f : ct_i);
-        const float d_x = (t1 ? 0.0f : t3);
+        const float d_x_i = (t1 ? 0.0f : t3);
         const float t4 = (t1 ? t3 : 0.0f);
         const float t5 = (t4 * 0.3333333432674408f);
         const float t6 = ks::ipow<2>(x_i);
         const float t7 = (3.0f * t6);
         const float t8 = (t5 * t7);
-        const float d_x9 = (d_x + t8);
-        out[i] = d_x9;
+        const float d_x_i1 = (d_x_i + t8);
+        out[i] = d_x_i1;
     }
     return ks::status::ok;
 }

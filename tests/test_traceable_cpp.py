@@ -1,0 +1,113 @@
+"""Generated C++ a reader can trace back to the source: the user's names for loop counters and values, a
+`// file:line` (or ONNX node) comment before each loop nest, index arithmetic folded into one subscript.
+
+examples/gmm's C++ compiles and matches torch in test_examples_tensor.py; here, what it reads like.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+from conftest import ROOT
+
+from ksbuild.cli import main as cli_main
+from ksbuild.codegen.cpp import Namer
+
+
+def _render(example: str, package: str, out) -> str:
+    """The generated source of an example's package (not its dispatch file)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli_main(["render", str(ROOT / "examples" / example / "manifest.toml"), "-o", str(out)]) == 0
+    return (out / "src" / f"{package}.cpp").read_text()
+
+
+def _function(cpp: str, name: str) -> list[str]:
+    """The lines of one generated function's body."""
+    lines = cpp.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"(extern \"C\" )?int {name}\(", line))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    return lines[start:end]
+
+
+@pytest.fixture(scope="module")
+def gmm_cpp(tmp_path_factory):
+    return _render("gmm", "gmm", tmp_path_factory.mktemp("gmm"))
+
+
+def test_gmm_loops_count_with_the_users_names_under_a_comment_naming_their_line(gmm_cpp):
+    body = [line.strip() for line in _function(gmm_cpp, "gmm_gmm_tri")]
+    source = (ROOT / "examples/gmm/gmm.py").read_text().splitlines()
+    for counter, text in [("i", "for i in range(n):"), ("k", "scores = torch.stack(["),
+                          ("r", "alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum("),
+                          ("c", "+ sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1]")]:
+        head = next(j for j, line in enumerate(body) if line.startswith(f"for (int64_t {counter} = 0; {counter} < "))
+        line = next(n for n, s in enumerate(source, 1) if s.strip().startswith(text))
+        comment = next(body[j] for j in range(head, 0, -1) if body[j].startswith("// "))
+        assert comment.startswith(f"// gmm.py:{line}: {text}"), (counter, comment)
+    assert not any(re.search(r"\b(k|i)\d+\b", line) for line in body), "a numbered counter where the user named one"
+
+
+def test_gmm_names_values_after_the_users_variables(gmm_cpp):
+    body = "\n".join(_function(gmm_cpp, "gmm_gmm"))
+    for name in ("Qs", "base", "centered", "scores", "constant", "n_w"):  # gmm.py's own names
+        assert re.search(rf"\b{name}\b", body), name
+    grad = "\n".join(_function(gmm_cpp, "gmm_gmm_tri_grad"))
+    assert re.search(r"for \(int64_t r = ", grad) and re.search(r"\bd_alphas\b", grad)
+
+
+def test_gmm_index_arithmetic_is_one_subscript_and_paths_are_relative(gmm_cpp):
+    assert ")[0]" not in gmm_cpp  # x[k * n + i], not ((x + k * n) + i)[0]
+    assert "Qs[k * (d * d) + i * d + j] = " in gmm_cpp
+    assert str(ROOT) not in gmm_cpp and "// gmm.py:" in gmm_cpp
+
+
+def test_onnx_loops_name_their_nodes_and_values_their_tensors(tmp_path):
+    cpp = _render("onnx_mlp", "onnx_mlp", tmp_path)
+    assert re.search(r"^ +// ONNX nodes? \S+ \(\w+\)", cpp, re.M)
+    assert "fc2_Gemm_i" in cpp and "* const Tanh_1 = " in cpp   # /fc2/Gemm_output_0, /Tanh_1_output_0
+
+
+def test_onnx_tensor_names_become_identifiers():
+    from ksbuild.frontends.onnx.names import value_hint
+    assert value_hint("/conv1/Conv_output_0") == "conv1_Conv" and value_hint("y") == "y"
+    assert value_hint("onnx::Gemm_12") == "onnx_Gemm_12" and value_hint("123") == ""
+
+
+def test_names_are_scoped_like_blocks_and_never_shadow():
+    namer = Namer(["n", "int"], source_names=["r"])
+    namer.enter(1)
+    assert namer.index(2) == "i"            # a loop's counter lives inside it
+    namer.enter(2)
+    assert namer.fresh("x") == "x" and namer.fresh("x") == "x1" and namer.index(3) == "j"
+    namer.enter(1)                          # both loops closed: a sibling loop counts with i again
+    assert namer.index(2) == "i" and namer.fresh("x") == "x"
+    assert namer.fresh("n") == "n1" and namer.fresh("int") == "int1"   # a dim, a keyword
+    assert namer.fresh("r") == "r1" and namer.fresh("r", source=True) == "r"  # generated r leaves r to the user
+    namer.enter(3)
+    assert namer.fresh("y") == "y"
+    namer.enter(1)
+    assert namer.fresh("y", depth=0) == "y1"   # a workspace pointer is in scope where y was
+    assert namer.fresh("NAN") == "v_NAN"       # a macro of <cmath>
+
+
+def test_a_users_name_never_hides_the_packages_constants_or_the_prologues_pointer():
+    namer = Namer()
+    assert namer.fresh("ks_data_0", source=True) == "v_ks_data_0" and namer.fresh("next_slot") == "next_slot1"
+
+
+def test_integer_floordiv_by_one_folds_and_a_floats_does_not(gmm_cpp):
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Lit, Var
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.ir.types import Type
+    from ksbuild.transforms.simplify import simplify
+    for dtype, value, folded in (("i64", -7, True), ("f32", 2.5, False)):
+        b = Builder()
+        x = Var(Type(dtype))
+        f = b.func("f", [x], [b.floordiv(x, Lit(1, Type(dtype)))])
+        g = simplify(f)
+        assert (not g.eqns and g.results[0] is g.params[0]) == folded
+        assert eval_func(g, [value]) == eval_func(f, [value])  # floor(2.5 / 1) = 2.0, not 2.5
+    assert not re.search(r"floordiv\(\w+, int64_t\{1\}\)", gmm_cpp)  # range(r)'s count r // 1 is r
