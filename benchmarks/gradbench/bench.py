@@ -1,6 +1,6 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
-    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm] [--full] [--min-seconds 0.5]
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba] [--full] [--min-seconds 0.5]
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
 builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
@@ -57,7 +57,20 @@ def gmm_workloads(full: bool):
     return [(f"{d}_{k}_1000", ref.gmm_input(d, k, 1000)) for d, k in sorted(grid, key=math.prod)]
 
 
-WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads}
+BA_FILES = ("ba1_n49_m7776_p31843 ba2_n21_m11315_p36455 ba3_n161_m48126_p182072 ba4_n372_m47423_p204472 "
+            "ba5_n257_m65132_p225911 ba6_n539_m65220_p277273 ba7_n93_m61203_p287451 ba8_n88_m64298_p383937 "
+            "ba9_n810_m88814_p393775 ba10_n1197_m126327_p563734 ba11_n1723_m156502_p678718 "
+            "ba12_n253_m163691_p899155 ba13_n245_m198739_p1091386 ba14_n356_m226730_p1255268").split()
+
+
+def ba_workloads(full: bool):
+    """evals/ba/run.py: the data files ba1 to ba14 (n, m, p in the name; the same camera, point, weight, feature)."""
+    names = BA_FILES if full else BA_FILES[:3]
+    return [(name, ref.ba_input(*(int(part[1:]) for part in name.split("_")[1:]))) for name in names]
+
+
+WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads,
+             "ba": ba_workloads}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -76,6 +89,8 @@ def expected(module: str, inp: dict) -> tuple:
     if module == "kmeans":
         return (ref.kmeans_cost_numpy(inp["points"], inp["centroids"]),
                 ref.kmeans_dir_numpy(inp["points"], inp["centroids"]))
+    if module == "ba":
+        return tuple(flat(output) for output in ref.ba_expected(inp))
     value, grads = ref.gmm_value_and_grad(inp)
     return value, np.concatenate([g.ravel() for g in grads.values()])
 

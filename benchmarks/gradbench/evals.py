@@ -62,9 +62,80 @@ def gmm_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     return lambda: pkg.gmm_grad(*args, out=outs), lambda gs: {n: g.tolist() for n, g in zip(names, gs)}
 
 
-MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls}
+class BASparse:
+    """GradBench's sparse Jacobian of bundle adjustment in preallocated buffers: rows as CSR offsets (two rows
+    of 15 per observation, then one per weight), cols (camera c: 11 c + j; point q: 11 n + 3 q + j; weight i:
+    11 n + 3 m + i) and vals, whose first 30 p entries are the [p, 2, 15] blocks the kernel writes in place."""
+
+    def __init__(self, n: int, m: int, p: int):
+        self.n, self.m, self.p = n, m, p
+        self.rows, self.cols, self.vals = np.empty(3 * p + 1, np.int32), np.empty(31 * p, np.int32), np.empty(31 * p)
+        self.blocks, self.w_vals = self.vals[:30 * p].reshape(p, 2, 15), self.vals[30 * p:]
+
+    def fill_structure(self, obs: np.ndarray) -> dict:
+        """rows and cols of the observations obs [p, 2] (camera, point); vals as the kernels left them."""
+        n, m, p = self.n, self.m, self.p
+        self.rows[:2 * p + 1] = np.arange(0, 30 * p + 1, 15, dtype=np.int32)
+        self.rows[2 * p + 1:] = np.arange(30 * p + 1, 31 * p + 1, dtype=np.int32)
+        w_cols = self.cols[30 * p:]
+        w_cols[:] = np.arange(11 * n + 3 * m, 11 * n + 3 * m + p, dtype=np.int32)
+        cols = self.cols[:30 * p].reshape(p, 2, 15)
+        cols[:, 0, :11] = 11 * obs[:, :1] + np.arange(11, dtype=np.int32)
+        cols[:, 0, 11:14] = 11 * n + 3 * obs[:, 1:] + np.arange(3, dtype=np.int32)
+        cols[:, 0, 14] = w_cols
+        cols[:, 1] = cols[:, 0]
+        return {"rows": self.rows, "cols": self.cols, "vals": self.vals}
+
+
+def ba_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """ba_array_calls on the input's n cameras, m points and p observations (reference.ba_expand)."""
+    return ba_array_calls(pkg, function, *ref.ba_expand(inp))
+
+
+def ba_array_calls(pkg, function: str, cams, X, w, obs, feats) -> tuple[Call, Callable]:
+    """objective: reprojection and weight errors; jacobian: GradBench's sparse Jacobian (the whole lists),
+    from each observation's [2, 15] block (vmap of jacrev) and the weights' derivatives (vmap of grad).
+    Both gather each observation's camera, point and weight into one row of 15 (part of the timed call)."""
+    p = w.shape[0]
+    params = np.empty((p, 15))
+
+    def gather():
+        np.take(cams, obs[:, 0], axis=0, out=params[:, :11])
+        np.take(X, obs[:, 1], axis=0, out=params[:, 11:14])
+        params[:, 14] = w
+
+    if function == "objective":
+        err, w_err = np.empty((p, 2)), np.empty(p)
+
+        def objective():
+            gather()
+            return pkg.ba_reproj(params, feats, out=err), pkg.ba_werr(w, out=w_err)
+        return objective, ba_objective_json
+    sparse = BASparse(cams.shape[0], X.shape[0], p)
+
+    def jacobian():
+        gather()
+        pkg.ba_reproj_J(params, feats, out=sparse.blocks)
+        pkg.ba_werr_J(w, out=sparse.w_vals)
+        return sparse.fill_structure(obs)
+    return jacobian, ba_jacobian_json
+
+
+def ba_objective_json(errors) -> dict:
+    """ba.hpp's to_json: the first observation's errors and how many there are."""
+    err, w_err = errors
+    return {"reproj_error": {"elements": err[0].tolist(), "repeated": len(w_err)},
+            "w_err": {"element": float(w_err[0]), "repeated": len(w_err)}}
+
+
+def ba_jacobian_json(sparse: dict) -> dict:
+    """ba.hpp's to_json: the first 30 and the last entry of each list."""
+    return {key: np.concatenate([a[:30], a[-1:]]).tolist() for key, a in sparse.items()}
+
+
+MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls}
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
-             "gmm": ("objective", "jacobian")}   # (primal, derivative) of each module, as GradBench names them
+             "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian")}   # (primal, derivative) of each module, as GradBench names them
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:

@@ -36,6 +36,26 @@ def gmm_input(d: int, k: int, n: int, m: int = 0, gamma: float = 1.0, seed: int 
             "l": [list(rng.normal(size=d * (d - 1) // 2)) for _ in range(k)]}
 
 
+BA_DATA = {   # evals/ba/data/ba<i>_n<n>_m<m>_p<p>.txt: n, m, p; every file has the same camera, point, weight, feature
+    "cam": [-0.758453, -1.109613, -0.845551, 34.556073, 39.676747, 53.881673, 419.194514, 5.864426, -8.518870,
+            0.087812, 0.002739],
+    "x": [7.203245, 0.001144, 3.023326], "w": 0.417022, "feat": [271.760969, 834.209256]}
+
+
+def ba_input(n: int, m: int, p: int) -> dict:
+    """evals/ba/run.py's parse of a data file with these n, m, p."""
+    return {"n": n, "m": m, "p": p} | BA_DATA
+
+
+def ba_expand(inp: dict) -> tuple:
+    """(cams [n, 11], X [m, 3], w [p], obs int32 [p, 2], feats [p, 2]): the one camera, point, weight and
+    feature repeated, observation i of camera i mod n and point i mod m (ba.hpp's from_json)."""
+    n, m, p = int(inp["n"]), int(inp["m"]), int(inp["p"])
+    obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1).astype(np.int32)
+    return (np.tile(np.asarray(inp["cam"], dtype=np.float64), (n, 1)), np.tile(np.asarray(inp["x"], dtype=np.float64), (m, 1)),
+            np.full(p, float(inp["w"])), obs, np.tile(np.asarray(inp["feat"], dtype=np.float64), (p, 1)))
+
+
 # ----------------------------------------------------------------------------- lse
 def lse_numpy(x) -> float:
     """max x + log Σ exp(x - max x)."""
@@ -132,3 +152,64 @@ def gmm_value_and_grad(inp: dict) -> tuple[float, dict]:
     value = gmm_torch(params["alpha"], params["mu"], params["q"], params["l"], x, inp["gamma"], inp["m"])
     grads = torch.autograd.grad(value, list(params.values()), allow_unused=True, materialize_grads=True)
     return float(value.detach()), {key: g.numpy() for key, g in zip(params, grads)}
+
+
+# ----------------------------------------------------------------------------- ba
+def ba_reproj_torch(cam, X, w, feat):
+    """ba.hpp's computeReprojError, batched over a leading axis: w (f distort(Xcam / Xcam_z) + (u0, v0) - feat),
+    Xcam = R(r) (X - C) by Rodrigues' rotation (X + r × X where r = 0)."""
+    import torch
+
+    rot, Xo = cam[:, 0:3], X - cam[:, 3:6]
+    sq = (rot * rot).sum(1, keepdim=True)
+    theta = torch.sqrt(torch.where(sq == 0, torch.ones_like(sq), sq))
+    k = rot / theta
+    rotated = (Xo * torch.cos(theta) + torch.linalg.cross(k, Xo) * torch.sin(theta)
+               + k * (k * Xo).sum(1, keepdim=True) * (1 - torch.cos(theta)))
+    Xcam = torch.where(sq == 0, Xo + torch.linalg.cross(rot, Xo), rotated)
+    proj = Xcam[:, 0:2] / Xcam[:, 2:3]
+    rsq = (proj * proj).sum(1, keepdim=True)
+    proj = proj * (1 + cam[:, 9:10] * rsq + cam[:, 10:11] * rsq * rsq)
+    return w[:, None] * (proj * cam[:, 6:7] + cam[:, 7:9] - feat)
+
+
+def ba_blocks(cams, X, w, obs, feats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reprojection errors [p, 2], their Jacobian blocks [p, 2, 15] in (camera, point, weight), w errors [p])
+    by torch.autograd: observation i's error depends on its own gathered copies only, so the gradient of
+    Σ_i err[i, r] in the copies is row r of every block (two backward passes)."""
+    import torch
+
+    leaves = [torch.tensor(a[idx], requires_grad=True) for a, idx in ((cams, obs[:, 0]), (X, obs[:, 1]))]
+    wt = torch.tensor(w, requires_grad=True)
+    err = ba_reproj_torch(leaves[0], leaves[1], wt, torch.tensor(feats))
+    rows = [torch.cat([g.reshape(len(w), -1) for g in torch.autograd.grad(err[:, r].sum(), leaves + [wt],
+                                                                            retain_graph=True)], dim=1)
+            for r in range(2)]
+    return err.detach().numpy(), torch.stack(rows, dim=1).numpy(), 1 - w * w
+
+
+def ba_sparse_loop(n: int, m: int, obs, blocks, w) -> tuple[list, list, list]:
+    """GradBench's sparse BA Jacobian (rows as CSR offsets, cols, vals) built entry by entry as
+    ba.hpp's SparseMat does: per observation two rows of 15 (camera, point, weight), then a row per weight."""
+    rows, cols, vals = [0], [], []
+    for i, (cam, pt) in enumerate(obs.tolist()):
+        for r in range(2):
+            rows.append(rows[-1] + 15)
+            cols += [11 * cam + j for j in range(11)] + [11 * n + 3 * pt + j for j in range(3)] + [11 * n + 3 * m + i]
+            vals += blocks[i, r].tolist()
+    for i, wi in enumerate(w.tolist()):
+        rows.append(rows[-1] + 1)
+        cols.append(11 * n + 3 * m + i)
+        vals.append(-2.0 * wi)
+    return rows, cols, vals
+
+
+def ba_expected(inp: dict) -> tuple[dict, dict]:
+    """(objective, jacobian) in GradBench's output form (ba.hpp's to_json: the first observation's errors,
+    and the first 30 and the last entry of rows, cols, vals)."""
+    cams, X, w, obs, feats = ba_expand(inp)
+    err, blocks, w_err = ba_blocks(cams, X, w, obs, feats)
+    objective = {"reproj_error": {"elements": err[0].tolist(), "repeated": len(w)},
+                 "w_err": {"element": float(w_err[0]), "repeated": len(w)}}
+    rows, cols, vals = ba_sparse_loop(int(inp["n"]), int(inp["m"]), obs, blocks, w)
+    return objective, {"rows": rows[:30] + rows[-1:], "cols": cols[:30] + cols[-1:], "vals": vals[:30] + vals[-1:]}
