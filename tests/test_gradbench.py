@@ -26,6 +26,8 @@ SMALL = {
     "kmeans": [ref.kmeans_input(3, 40, 2), ref.kmeans_input(5, 60, 4)],
     "gmm": [ref.gmm_input(2, 3, 10), ref.gmm_input(4, 5, 17, m=2, gamma=1.5)],
     "ba": [ref.ba_input(3, 5, 17), ref.ba_input(2, 11, 31)],
+    "ht": [ref.ht_synthetic(7, 30, 20, complicated=True), ref.ht_synthetic(6, 25, 10, complicated=False, mirrored=True),
+           ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3)],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
 

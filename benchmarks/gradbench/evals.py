@@ -133,9 +133,45 @@ def ba_jacobian_json(sparse: dict) -> dict:
     return {key: np.concatenate([a[:30], a[-1:]]).tolist() for key, a in sparse.items()}
 
 
-MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls}
+def ht_arguments(inp: dict) -> tuple:
+    """The kernels' arguments: theta, (du = 0, us,) the model (mirror as a sign per axis), (triangles,)
+    correspondences, points; the complicated variant's (us given) in parentheses."""
+    data, model = inp["data"], inp["data"]["model"]
+    mirror = f64([-1.0 if model["is_mirrored"] else 1.0, 1.0, 1.0])
+    skeleton = (np.asarray(model["parents"], dtype=np.int64), f64(model["base_relatives"]),
+                f64(model["inverse_base_absolutes"]), f64(model["base_positions"]), f64(model["weights"]), mirror)
+    corr, points = np.asarray(data["correspondences"], dtype=np.int64), f64(data["points"])
+    if len(inp["us"]) == 0:
+        return (f64(inp["theta"]), *skeleton, corr, points)
+    triangles = np.asarray(model["triangles"], dtype=np.int64)
+    return (f64(inp["theta"]), np.zeros(2), f64(inp["us"]), *skeleton, triangles, corr, points)
+
+
+def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """objective: the errors [3 c]; jacobian: [3 c, 26] by jacfwd in theta, or for the complicated variant
+    (us given) [3 c, 2 + 26], the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py)."""
+    args, c = ht_arguments(inp), len(inp["data"]["correspondences"])
+    simple = len(inp["us"]) == 0
+    if function == "objective":
+        err = np.empty((c, 3))
+        export = pkg.ht_simple if simple else pkg.ht_complicated
+        return lambda: export(*args, out=err), lambda e: e.ravel().tolist()
+    J_theta, J_us = np.empty((c, 3, 26)), np.empty((c, 3, 2))
+    if simple:
+        return lambda: pkg.ht_simple_J(*args, out=J_theta).reshape(3 * c, 26), lambda J: J.tolist()
+
+    def jacobian():
+        pkg.ht_complicated_J(*args, out=(J_theta, J_us))
+        return np.concatenate([J_us.reshape(3 * c, 2), J_theta.reshape(3 * c, 26)], axis=1)
+    return jacobian, lambda J: J.tolist()
+
+
+MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,
+           "ht": ht_calls}
+# (primal, derivative) of each module, as GradBench names them
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
-             "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian")}   # (primal, derivative) of each module, as GradBench names them
+             "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian"),
+             "ht": ("objective", "jacobian")}
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:

@@ -52,8 +52,9 @@ def ba_expand(inp: dict) -> tuple:
     feature repeated, observation i of camera i mod n and point i mod m (ba.hpp's from_json)."""
     n, m, p = int(inp["n"]), int(inp["m"]), int(inp["p"])
     obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1).astype(np.int32)
-    return (np.tile(np.asarray(inp["cam"], dtype=np.float64), (n, 1)), np.tile(np.asarray(inp["x"], dtype=np.float64), (m, 1)),
-            np.full(p, float(inp["w"])), obs, np.tile(np.asarray(inp["feat"], dtype=np.float64), (p, 1)))
+    def repeat(value, times: int) -> np.ndarray:
+        return np.tile(np.asarray(value, dtype=np.float64), (times, 1))
+    return repeat(inp["cam"], n), repeat(inp["x"], m), np.full(p, float(inp["w"])), obs, repeat(inp["feat"], p)
 
 
 # ----------------------------------------------------------------------------- lse
@@ -213,3 +214,137 @@ def ba_expected(inp: dict) -> tuple[dict, dict]:
                  "w_err": {"element": float(w_err[0]), "repeated": len(w)}}
     rows, cols, vals = ba_sparse_loop(int(inp["n"]), int(inp["m"]), obs, blocks, w)
     return objective, {"rows": rows[:30] + rows[-1:], "cols": cols[:30] + cols[-1:], "vals": vals[:30] + vals[-1:]}
+
+
+# ----------------------------------------------------------------------------- ht
+HT_PARENTS = [-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 19, 0]   # model/bones.txt
+
+
+def ht_read(data_dir, name: str, complicated: bool = True) -> dict:
+    """evals/ht/run.py's input of evals/ht/data/<variant>_<size>/<name>.txt and its model/ folder
+    (evals/ht/io.py's read_hand_instance): bones.txt rows are name:parent:relative (16):inverse absolute (16);
+    vertices.txt rows x:y:z:(5 unused):count:(bone:weight)*count; triangles.txt rows a:b:c; the instance file
+    is "c 26", c lines "correspondence x y z", c lines "u0 u1" (complicated only), 26 lines of theta."""
+    from pathlib import Path
+
+    model_dir, bones = Path(data_dir) / "model", []
+    for line in (Path(data_dir) / "model" / "bones.txt").read_text().splitlines():
+        atoms = line.split(":")
+        bones.append((atoms[0], int(atoms[1]), [float(a) for a in atoms[2:34]]))
+    vertex_rows = [line.split(":") for line in (model_dir / "vertices.txt").read_text().splitlines()]
+    weights = np.zeros((len(vertex_rows), len(bones)))
+    for v, atoms in enumerate(vertex_rows):
+        for k in range(int(atoms[8])):
+            weights[v, int(atoms[9 + 2 * k])] = float(atoms[10 + 2 * k])
+    lines = (Path(data_dir) / f"{name}.txt").read_text().splitlines()
+    c = int(lines[0].split()[0])
+    rows = [line.split() for line in lines[1:1 + c]]
+    us = [[float(a) for a in line.split()] for line in lines[1 + c:1 + 2 * c]] if complicated else []
+    model = {"bone_count": len(bones), "bone_names": [b[0] for b in bones], "parents": [b[1] for b in bones],
+             "base_relatives": [np.reshape(b[2][:16], (4, 4)).tolist() for b in bones],
+             "inverse_base_absolutes": [np.reshape(b[2][16:], (4, 4)).tolist() for b in bones],
+             "base_positions": [[float(a) for a in atoms[:3]] + [1.0] for atoms in vertex_rows],
+             "weights": weights.tolist(), "is_mirrored": False,
+             "triangles": [[int(a) for a in line.split(":")]
+                           for line in (model_dir / "triangles.txt").read_text().split()]}
+    theta = [float(line) for line in lines[1 + (2 if complicated else 1) * c:][:26]]
+    return {"theta": theta, "us": us, "data": {"model": model, "correspondences": [int(r[0]) for r in rows],
+                                               "points": [[float(a) for a in r[1:4]] for r in rows]}}
+
+
+def ht_synthetic(c: int, V: int, T: int, complicated: bool, mirrored: bool = False, seed: int = 7) -> dict:
+    """An input of GradBench's form with GradBench's 22-bone skeleton and random everything else: bone
+    transforms (rotation and translation), vertices, skinning weights (1 to 3 bones each, summing to 1),
+    triangles, correspondences, points, theta and us."""
+    rng = np.random.default_rng(seed)
+
+    def rigid() -> list:
+        q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+        return np.block([[q, rng.normal(size=(3, 1))], [np.zeros((1, 3)), np.ones((1, 1))]]).tolist()
+    weights = np.zeros((V, 22))
+    for v in range(V):
+        bones = rng.choice(22, size=rng.integers(1, 4), replace=False)
+        weights[v, bones] = rng.dirichlet(np.ones(len(bones)))
+    model = {"bone_count": 22, "bone_names": [f"bone{i}" for i in range(22)], "parents": HT_PARENTS,
+             "base_relatives": [rigid() for _ in range(22)], "inverse_base_absolutes": [rigid() for _ in range(22)],
+             "base_positions": np.hstack([rng.normal(size=(V, 3)), np.ones((V, 1))]).tolist(),
+             "weights": weights.tolist(), "triangles": rng.integers(0, V, size=(T, 3)).tolist(),
+             "is_mirrored": mirrored}
+    us = rng.uniform(size=(c, 2)).tolist() if complicated else []
+    return {"theta": rng.normal(scale=0.5, size=26).tolist(), "us": us,
+            "data": {"model": model, "correspondences": rng.integers(0, T if complicated else V, size=c).tolist(),
+                     "points": rng.normal(size=(c, 3)).tolist()}}
+
+
+def ht_euler(col):
+    """ht.hpp's euler_angles_to_rotation_matrix: R_z R_y R_x with (x, z, y) = col."""
+    import torch
+
+    def rotation(t, i, j, sign):
+        R = [[torch.tensor(1.0 if a == b else 0.0, dtype=torch.float64) for b in range(3)] for a in range(3)]
+        R[i][i], R[j][j], R[j][i], R[i][j] = torch.cos(t), torch.cos(t), sign * torch.sin(t), -sign * torch.sin(t)
+        return torch.stack([torch.stack(row) for row in R])
+    return rotation(col[1], 0, 1, 1.0) @ rotation(col[2], 2, 0, 1.0) @ rotation(col[0], 1, 2, 1.0)
+
+
+def ht_objective_torch(theta, us, inp: dict):
+    """ht.hpp's objective, bone by bone, on torch tensors theta [26] and us [c, 2] (None: simple)."""
+    import torch
+
+    model, data = inp["data"]["model"], inp["data"]
+    b = model["bone_count"]
+    cols = [torch.zeros(3, dtype=torch.float64) for _ in range(b + 3)]   # to_pose_params
+    cols[0], cols[2] = theta[0:3], theta[3:6]
+    it, ip = 6, 5
+    for _ in range(5):
+        for joint in range(3):
+            cols[ip] = torch.stack([theta[it], theta[it + 1] if joint == 0 else 0.0 * theta[0], 0.0 * theta[0]])
+            it, ip = it + (2 if joint == 0 else 1), ip + 1
+        ip += 1
+    base_rel = torch.tensor(model["base_relatives"], dtype=torch.float64)
+    absolutes = []
+    for i in range(b):
+        local = torch.eye(4, dtype=torch.float64)
+        local = torch.cat([torch.cat([ht_euler(cols[i + 3]), local[0:3, 3:]], 1), local[3:]], 0)
+        rel = base_rel[i] @ local
+        absolutes.append(rel if model["parents"][i] == -1 else absolutes[model["parents"][i]] @ rel)
+    base = torch.tensor(model["base_positions"], dtype=torch.float64).T                      # [4, V]
+    weights = torch.tensor(model["weights"], dtype=torch.float64)                            # [V, b]
+    inv = torch.tensor(model["inverse_base_absolutes"], dtype=torch.float64)
+    positions = sum((absolutes[i] @ inv[i] @ base)[0:3] * weights[:, i] for i in range(b))
+    if model["is_mirrored"]:
+        positions = positions * torch.tensor([[-1.0], [1.0], [1.0]], dtype=torch.float64)
+    norm = torch.sqrt((theta[0:3] ** 2).sum())
+    R = torch.eye(3, dtype=torch.float64)
+    if norm >= 1e-4:
+        x, y, z = theta[0] / norm, theta[1] / norm, theta[2] / norm
+        s, c = torch.sin(norm), torch.cos(norm)
+        R = torch.stack([torch.stack([x * x + (1 - x * x) * c, x * y * (1 - c) - z * s, x * z * (1 - c) + y * s]),
+                         torch.stack([x * y * (1 - c) + z * s, y * y + (1 - y * y) * c, y * z * (1 - c) - x * s]),
+                         torch.stack([x * z * (1 - c) - y * s, z * y * (1 - c) + x * s, z * z + (1 - z * z) * c])])
+    positions = (R @ positions + theta[3:6, None]).T                   # [V, 3]
+    points = torch.tensor(data["points"], dtype=torch.float64)
+    corr = torch.tensor(data["correspondences"])
+    if us is None:
+        return (points - positions[corr]).reshape(-1)
+    tri = torch.tensor(model["triangles"])[corr]
+    hand = us[:, 0:1] * positions[tri[:, 0]] + us[:, 1:2] * positions[tri[:, 1]] + \
+        (1 - us[:, 0:1] - us[:, 1:2]) * positions[tri[:, 2]]
+    return (points - hand).reshape(-1)
+
+
+def ht_expected(inp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(objective [3 c], Jacobian [3 c, 26] or, complicated, [3 c, 2 + 26] with the us columns first: row
+    3 i + j's derivatives in u_i) by torch.autograd.functional.jacobian."""
+    import torch
+    from torch.autograd.functional import jacobian
+
+    theta = torch.tensor(inp["theta"], dtype=torch.float64)
+    if not inp["us"]:
+        f = lambda t: ht_objective_torch(t, None, inp)  # noqa: E731
+        return f(theta).numpy(), jacobian(f, theta).numpy()
+    us = torch.tensor(inp["us"], dtype=torch.float64)
+    J_theta, J_us = jacobian(lambda t, u: ht_objective_torch(t, u, inp), (theta, us))
+    c = us.shape[0]
+    us_block = J_us.reshape(c, 3, c, 2)[torch.arange(c), :, torch.arange(c), :].reshape(3 * c, 2)
+    return ht_objective_torch(theta, us, inp).numpy(), torch.cat([us_block, J_theta], 1).numpy()
