@@ -28,6 +28,7 @@ SMALL = {
     "ba": [ref.ba_input(3, 5, 17), ref.ba_input(2, 11, 31)],
     "ht": [ref.ht_synthetic(7, 30, 20, complicated=True), ref.ht_synthetic(6, 25, 10, complicated=False, mirrored=True),
            ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3)],
+    "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
 
@@ -121,8 +122,13 @@ def test_tool_speaks_the_protocol(pkg):
         {"id": 3, "kind": "analysis", "of": 2, "valid": True},
         {"id": 4, "kind": "evaluate", "module": "kmeans", "function": "hessian", "input": inp},
         {"id": 5, "kind": "define", "module": "det"},
+        {"id": 6, "kind": "define", "module": "ba"},
+        {"id": 7, "kind": "evaluate", "module": "ba", "function": "jacobian", "input": ref.ba_input(3, 4, 20)},
     ])
-    assert [r["id"] for r in replies] == list(range(6))
+    assert [r["id"] for r in replies] == list(range(8))
+    assert replies[7]["success"] is True and replies[7]["output"] == json.loads(json.dumps(replies[7]["output"]))
+    want = ref.ba_expected(ref.ba_input(3, 4, 20))[1]
+    assert replies[7]["output"]["rows"] == want["rows"] and replies[7]["output"]["cols"] == want["cols"]
     assert replies[0] == {"id": 0, "tool": "ksbuild"} and replies[3] == {"id": 3}
     assert replies[1]["success"] is True
     assert replies[2]["success"] is True

@@ -1,7 +1,7 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
-    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht] [--full] [--min-seconds 0.5]
-        [--gradbench DIR]   # a gradbench/gradbench checkout: ht's data files
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm] [--full]
+        [--min-seconds 0.5] [--clock cpu] [--gradbench DIR]   # a gradbench/gradbench checkout: ht's data files
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
 builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,17 @@ def ht_workloads(args):
     return [(name, ref.ht_read(data, name)) for name in (names if args.full else names[:3])]
 
 
+def lstm_workloads(args):
+    """evals/lstm/run.py: l in {2, 4, 6}, c in {1024, 4096, 8192}, ordered by l c (random 7-bit text: see
+    reference.lstm_input)."""
+    grid = sorted([(layers, c) for layers in (2, 4, 6) for c in (1024, 4096, 8192)], key=math.prod)
+    if not args.full:
+        grid = [(2, 1024), (6, 1024), (2, 8192)]
+    return [(f"l={layers},c={c}", ref.lstm_input(layers, c)) for layers, c in grid]
+
+
 WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads,
-             "ba": ba_workloads, "ht": ht_workloads}
+             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -106,6 +116,8 @@ def expected(module: str, inp: dict) -> tuple:
         return tuple(flat(output) for output in ref.ba_expected(inp))
     if module == "ht":
         return ref.ht_expected(inp)
+    if module == "lstm":
+        return ref.lstm_expected(inp)
     value, grads = ref.gmm_value_and_grad(inp)
     return value, np.concatenate([g.ravel() for g in grads.values()])
 
@@ -118,20 +130,21 @@ def flat(output) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- timing
-def mean_time(call, min_seconds: float) -> tuple[object, float]:
+def mean_time(call, min_seconds: float, clock) -> tuple[object, float]:
     """(result, mean seconds per call) over calls repeated for at least min_seconds (after one warm-up)."""
     call()
-    result, times = evals.run_timed(call, 3, min_seconds)
+    result, times = evals.run_timed(call, 3, min_seconds, clock)
     return result, sum(times) / len(times) * 1e-9
 
 
-def measure(pkg, module: str, inp: dict, min_seconds: float) -> dict:
+def measure(pkg, module: str, inp: dict, args) -> dict:
     """F and J seconds and the larger of the two relative errors."""
     want = expected(module, inp)
+    clock = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
     row = {}
     for key, function, target in zip(("f", "j"), evals.FUNCTIONS[module], want):
         call, to_json = evals.calls(pkg, module, function, inp)
-        result, row[key] = mean_time(call, min_seconds)
+        result, row[key] = mean_time(call, args.min_seconds, clock)
         row["err_" + key] = rel_error(flat(to_json(result)), np.ravel(target))
     return row
 
@@ -153,7 +166,7 @@ def print_eval(pkg, module: str, published: dict, args) -> None:
     head = ["workload", "F ms", "J ms", "J/F", "err"] + list(PUBLISHED_TOOLS)
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for name, inp in WORKLOADS[module](args):
-        r = measure(pkg, module, inp, args.min_seconds)
+        r = measure(pkg, module, inp, args)
         cells = [name, f"{r['f'] * 1e3:.4g}", f"{r['j'] * 1e3:.4g}", f"{r['j'] / r['f']:.2f}",
                  f"{max(r['err_f'], r['err_j']):.0e}"] + published_ratios(published, module, name)
         print("| " + " | ".join(cells) + " |", flush=True)
@@ -166,13 +179,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--full", action="store_true", help="every workload of GradBench's defaults (slow)")
     p.add_argument("--gradbench", default=os.environ.get("GRADBENCH"),
                    help="a gradbench/gradbench checkout, for ht's data files (default: $GRADBENCH)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time as GradBench, or this thread's CPU time (a shared machine's waits left out)")
     p.add_argument("--min-seconds", type=float, default=0.5, help="time each function for at least this long")
     args = p.parse_args(argv)
     import ksbuild
 
     pkg = ksbuild.build(HERE / "manifest.toml", quiet=True)
     published = json.loads((HERE / "published.json").read_text())
-    print("GradBench evals on ksbuild, float64, one thread; published figures from:\n  " + published["source"])
+    print(f"GradBench evals on ksbuild, float64, one thread, {args.clock} time; published figures from:\n  "
+          + published["source"])
     for module in args.evals.split(","):
         print_eval(pkg, module, published, args)
     return 0

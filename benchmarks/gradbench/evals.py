@@ -133,6 +133,15 @@ def ba_jacobian_json(sparse: dict) -> dict:
     return {key: np.concatenate([a[:30], a[-1:]]).tolist() for key, a in sparse.items()}
 
 
+def lstm_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """objective: the loss; jacobian: its gradient in main_params and extra_params, flattened by rows."""
+    args = tuple(f64(inp[key]) for key in ("main_params", "extra_params", "state", "sequence"))
+    if function == "objective":
+        return lambda: pkg.lstm(*args), float
+    outs = (np.empty_like(args[0]), np.empty_like(args[1]))
+    return lambda: pkg.lstm_grad(*args, out=outs), lambda gs: np.concatenate([g.ravel() for g in gs]).tolist()
+
+
 def ht_arguments(inp: dict) -> tuple:
     """The kernels' arguments: theta, (du = 0, us,) the model (mirror as a sign per axis), (triangles,)
     correspondences, points; the complicated variant's (us given) in parentheses."""
@@ -167,11 +176,11 @@ def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
 
 
 MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,
-           "ht": ht_calls}
+           "ht": ht_calls, "lstm": lstm_calls}
 # (primal, derivative) of each module, as GradBench names them
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
              "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian"),
-             "ht": ("objective", "jacobian")}
+             "ht": ("objective", "jacobian"), "lstm": ("objective", "jacobian")}
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:
@@ -181,12 +190,14 @@ def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:
     return MODULES[module](pkg, function, inp)
 
 
-def run_timed(call: Call, min_runs: int, min_seconds: float) -> tuple[Any, list[int]]:
-    """Call at least min_runs times and until min_seconds have passed; the last result and each call's ns."""
+def run_timed(call: Call, min_runs: int, min_seconds: float,
+              clock: Callable[[], int] = time.perf_counter_ns) -> tuple[Any, list[int]]:
+    """Call at least min_runs times and until min_seconds have passed; the last result and each call's ns
+    (wall time by default; time.thread_time_ns counts only this thread's CPU time)."""
     timings, total, result = [], 0, None
     while len(timings) < max(min_runs, 1) or total < min_seconds * 1e9:
-        start = time.perf_counter_ns()
+        start = clock()
         result = call()
-        timings.append(time.perf_counter_ns() - start)
+        timings.append(clock() - start)
         total += timings[-1]
     return result, timings

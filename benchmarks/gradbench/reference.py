@@ -348,3 +348,55 @@ def ht_expected(inp: dict) -> tuple[np.ndarray, np.ndarray]:
     c = us.shape[0]
     us_block = J_us.reshape(c, 3, c, 2)[torch.arange(c), :, torch.arange(c), :].reshape(3 * c, 2)
     return ht_objective_torch(theta, us, inp).numpy(), torch.cat([us_block, J_theta], 1).numpy()
+
+
+# ----------------------------------------------------------------------------- lstm
+def lstm_input(l: int, c: int, text: str | None = None, seed: int = 31337) -> dict:
+    """evals/lstm/run.py's gen_lstm: the text's first c characters as rows of char_bits = ⌈log2 max ord⌉
+    bits (most significant first), state, main_params, extra_params ~ U(0, 1). GradBench's text
+    (evals/lstm/data/lstm_full.txt) is not in our copy: by default random printable ASCII (7 bits, as
+    English text has)."""
+    rng = np.random.RandomState(seed)
+    text = text[:c] if text is not None else "".join(chr(k) for k in rng.randint(32, 127, size=c))
+    bits = math.ceil(math.log2(max(ord(ch) for ch in text)))
+    sequence = [[float(bit) for bit in bin(ord(ch))[2:].zfill(bits)] for ch in text]
+    return {"main_params": rng.random_sample((2 * l, 4 * bits)).tolist(),
+            "extra_params": rng.random_sample((3, bits)).tolist(),
+            "state": rng.random_sample((2 * l, bits)).tolist(), "sequence": sequence}
+
+
+def lstm_torch(main_params, extra_params, state, sequence):
+    """lstm.hpp's objective, element by element in the layer and the gate (one loop per step and layer)."""
+    import torch
+
+    l, b = main_params.shape[0] // 2, sequence.shape[1]
+    hidden = [state[2 * i] for i in range(l)]
+    cell = [state[2 * i + 1] for i in range(l)]
+    total = 0.0
+    for t in range(sequence.shape[0] - 1):
+        x = sequence[t] * extra_params[0]
+        for i in range(l):
+            w, bias = main_params[2 * i], main_params[2 * i + 1]
+            forget = torch.sigmoid(x * w[0:b] + bias[0:b])
+            ingate = torch.sigmoid(hidden[i] * w[b:2 * b] + bias[b:2 * b])
+            outgate = torch.sigmoid(x * w[2 * b:3 * b] + bias[2 * b:3 * b])
+            change = torch.tanh(hidden[i] * w[3 * b:] + bias[3 * b:])
+            cell[i] = cell[i] * forget + ingate * change
+            hidden[i] = outgate * torch.tanh(cell[i])
+            x = hidden[i]
+        ypred = x * extra_params[1] + extra_params[2]
+        lse = torch.log(torch.exp(ypred).sum() + 2)
+        total = total + (sequence[t + 1] * (ypred - lse)).sum()
+    return -total / ((sequence.shape[0] - 1) * b)
+
+
+def lstm_expected(inp: dict) -> tuple[float, np.ndarray]:
+    """(objective, gradient in main_params then extra_params, each flattened by rows) by torch.autograd."""
+    import torch
+
+    main, extra = (torch.tensor(inp[key], dtype=torch.float64, requires_grad=True)
+                   for key in ("main_params", "extra_params"))
+    value = lstm_torch(main, extra, torch.tensor(inp["state"], dtype=torch.float64),
+                       torch.tensor(inp["sequence"], dtype=torch.float64))
+    grads = torch.autograd.grad(value, (main, extra))
+    return float(value.detach()), np.concatenate([g.numpy().ravel() for g in grads])
