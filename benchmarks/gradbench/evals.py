@@ -35,7 +35,8 @@ def llsq_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
 
 
 def kmeans_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
-    """cost: Σ_i min_j ‖C_j - P_i‖²; dir: J / diag(H), J by grad, diag(H) = H·1 by jvp of grad."""
+    """cost: Σ_i min_j ‖C_j - P_i‖²; dir: J / diag(H): J = grad and diag(H) = H·1 from one export, the jvp of
+    grad with its primal results (J) kept, so the forward pass runs once."""
     P, C = f64(inp["points"]), f64(inp["centroids"])
     if function == "cost":
         return lambda: pkg.kmeans(P, C), float
@@ -43,8 +44,7 @@ def kmeans_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     g, h = np.empty_like(C), np.empty_like(C)
 
     def direction():
-        pkg.kmeans_grad(P, C, out=g)
-        pkg.kmeans_hess1(P, C, zeros, ones, out=h)
+        pkg.kmeans_dir(P, C, zeros, ones, out=(g, h))
         return g / h
     return direction, lambda v: v.tolist()
 
