@@ -27,7 +27,8 @@ SMALL = {
     "gmm": [ref.gmm_input(2, 3, 10), ref.gmm_input(4, 5, 17, m=2, gamma=1.5)],
     "ba": [ref.ba_input(3, 5, 17), ref.ba_input(2, 11, 31)],
     "ht": [ref.ht_synthetic(7, 30, 20, complicated=True), ref.ht_synthetic(6, 25, 10, complicated=False, mirrored=True),
-           ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3)],
+           ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3),
+           ref.ht_synthetic(5, 20, 9, complicated=True) | {"theta": [0.0] * 3 + [0.3] * 23}],   # rotation 0
     "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
