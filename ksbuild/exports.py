@@ -103,6 +103,8 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
             return _vmap(f, e.in_axes)
         if e.kind == "jvp":
             jf = jvp_func(f)
+            if e.primals:
+                return jf
             return Func(jf.name, jf.params, jf.eqns, jf.results[len(f.results):],
                         jf.result_names[len(f.results):] if jf.result_names else ())
         if e.kind == "vjp":

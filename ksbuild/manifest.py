@@ -84,6 +84,7 @@ class TExpr:
     arg: "TExpr | None" = None
     in_axes: tuple[int | None, ...] | None = None
     argnums: tuple[int, ...] | None = None  # vjp/grad/jac*: differentiate only these arguments
+    primals: bool = False  # jvp(f, primals=True): f's results before the tangents
 
 
 @dataclass(frozen=True)
@@ -456,16 +457,25 @@ def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -
     if len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
         raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
     in_axes = argnums = None
-    allowed = "in_axes" if kind == "vmap" else None if kind == "jvp" else "argnums"
+    primals = False
+    allowed = "in_axes" if kind == "vmap" else "primals" if kind == "jvp" else "argnums"
     for kw in node.keywords:
         if kw.arg != allowed:
-            accepts = f"only {allowed}" if allowed else "no keyword arguments"
-            raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes {accepts}")
+            raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes only {allowed}")
         if kind == "vmap":
             in_axes = _in_axes(kw.value, src)
+        elif kind == "jvp":
+            primals = _flag(kw, src)
         else:
             argnums = _argnums(kw.value, src)
-    return TExpr(kind, arg=_texpr(node.args[0], src, kernels), in_axes=in_axes, argnums=argnums)
+    return TExpr(kind, arg=_texpr(node.args[0], src, kernels), in_axes=in_axes, argnums=argnums, primals=primals)
+
+
+def _flag(kw: ast.keyword, src: _Src) -> bool:
+    """primals=True or primals=False."""
+    if not (isinstance(kw.value, ast.Constant) and type(kw.value.value) is bool):
+        raise src.error(kw.value, f"bad {kw.arg} '{ast.unparse(kw.value)}': True or False")
+    return kw.value.value
 
 
 def _argnums(node: ast.expr, src: _Src) -> tuple[int, ...]:

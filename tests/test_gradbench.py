@@ -25,6 +25,11 @@ SMALL = {
     "llsq": [ref.llsq_input(9, 5), ref.llsq_input(33, 12)],
     "kmeans": [ref.kmeans_input(3, 40, 2), ref.kmeans_input(5, 60, 4)],
     "gmm": [ref.gmm_input(2, 3, 10), ref.gmm_input(4, 5, 17, m=2, gamma=1.5)],
+    "ba": [ref.ba_input(3, 5, 17), ref.ba_input(2, 11, 31)],
+    "ht": [ref.ht_synthetic(7, 30, 20, complicated=True), ref.ht_synthetic(6, 25, 10, complicated=False, mirrored=True),
+           ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3),
+           ref.ht_synthetic(5, 20, 9, complicated=True) | {"theta": [0.0] * 3 + [0.3] * 23}],   # rotation 0
+    "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
 
@@ -45,6 +50,32 @@ def test_eval_matches_reference(pkg, module, index):
         call, to_json = evals.calls(pkg, module, function, inp)
         got = bench.flat(to_json(call()))
         np.testing.assert_allclose(got, np.ravel(want), rtol=1e-10, atol=1e-10, err_msg=f"{module}.{function}")
+
+
+def ba_random_problem(n: int, m: int, p: int, seed: int = 5) -> tuple:
+    """cams, X, w, obs, feats near GradBench's camera and point, all different, observations at random."""
+    rng = np.random.default_rng(seed)
+    cams = np.asarray(ref.BA_DATA["cam"]) * (1.0 + 0.1 * rng.normal(size=(n, 11)))
+    X = np.asarray(ref.BA_DATA["x"]) + rng.normal(size=(m, 3))
+    obs = np.stack([rng.integers(0, n, p), rng.integers(0, m, p)], axis=1).astype(np.int32)
+    return cams, X, rng.uniform(0.2, 1.5, size=p), obs, 100.0 * rng.normal(size=(p, 2))
+
+
+def test_ba_whole_sparse_jacobian(pkg):
+    """Every entry of the sparse BA Jacobian (not only GradBench's first 30) equals the reference's, on
+    observations whose cameras, points, weights and features all differ (GradBench's inputs repeat one)."""
+    problem = ba_random_problem(4, 6, 23)
+    err, blocks, w_err = ref.ba_blocks(*problem)
+    rows, cols, vals = ref.ba_sparse_loop(4, 6, problem[3], blocks, problem[2])
+    objective, _ = evals.ba_array_calls(pkg, "objective", *problem)
+    got_err, got_w_err = objective()
+    np.testing.assert_allclose(got_err, err, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_w_err, w_err, rtol=1e-15)
+    jacobian, _ = evals.ba_array_calls(pkg, "jacobian", *problem)
+    got = jacobian()
+    np.testing.assert_array_equal(got["rows"], rows)
+    np.testing.assert_array_equal(got["cols"], cols)
+    np.testing.assert_allclose(got["vals"], vals, rtol=1e-11, atol=1e-11)
 
 
 def test_gmm_reference_matches_gradbench_definition():
@@ -92,8 +123,13 @@ def test_tool_speaks_the_protocol(pkg):
         {"id": 3, "kind": "analysis", "of": 2, "valid": True},
         {"id": 4, "kind": "evaluate", "module": "kmeans", "function": "hessian", "input": inp},
         {"id": 5, "kind": "define", "module": "det"},
+        {"id": 6, "kind": "define", "module": "ba"},
+        {"id": 7, "kind": "evaluate", "module": "ba", "function": "jacobian", "input": ref.ba_input(3, 4, 20)},
     ])
-    assert [r["id"] for r in replies] == list(range(6))
+    assert [r["id"] for r in replies] == list(range(8))
+    assert replies[7]["success"] is True and replies[7]["output"] == json.loads(json.dumps(replies[7]["output"]))
+    want = ref.ba_expected(ref.ba_input(3, 4, 20))[1]
+    assert replies[7]["output"]["rows"] == want["rows"] and replies[7]["output"]["cols"] == want["cols"]
     assert replies[0] == {"id": 0, "tool": "ksbuild"} and replies[3] == {"id": 3}
     assert replies[1]["success"] is True
     assert replies[2]["success"] is True

@@ -242,6 +242,7 @@ def test_signature_error_caret_points_into_the_string():
     ("vmap(relu3, in_axes=0)", TExpr("vmap", arg=kernel("relu3"))),
     ("vmap(vmap(g, in_axes=(None, 0)))", TExpr("vmap", arg=TExpr("vmap", arg=kernel("g"), in_axes=(None, 0)))),
     ("grad(jvp(vjp(relu3)))", TExpr("grad", arg=TExpr("jvp", arg=TExpr("vjp", arg=kernel("relu3"))))),
+    ("jvp(grad(relu3), primals=True)", TExpr("jvp", arg=TExpr("grad", arg=kernel("relu3")), primals=True)),
 ])
 def test_parse_transform(text, expr):
     assert parse_transform(text, LOC, ["relu3", "g"]) == expr
@@ -254,6 +255,8 @@ def test_parse_transform(text, expr):
     ("vmap(relu3, in_axes=(None, None))", "bad in_axes"),
     ("vmap(relu3, in_axes=[0])", "bad in_axes entry"),
     ("vjp(relu3, in_axes=(0,))", "unexpected keyword argument 'in_axes' to vjp"),
+    ("jvp(relu3, argnums=0)", "unexpected keyword argument 'argnums' to jvp; jvp takes only primals"),
+    ("jvp(relu3, primals=1)", "bad primals '1': True or False"),
     ("vmap()", "wrong number of arguments"),
     ("", "syntax error"),
 ])
@@ -334,3 +337,22 @@ def test_ksbuild_build_raises_the_users_error_without_ksbuilds_frames(tmp_path):
     assert "k.py:2:15: error: Python syntax error" in str(e.value)
     frames = [f.filename for f in traceback.extract_tb(e.value.__traceback__)]
     assert all(f == __file__ or f.endswith("ksbuild/__init__.py") for f in frames), frames
+
+
+def test_jvp_with_primals_returns_both(tmp_path):
+    """jvp(f, primals=True) returns f's results, then the tangents jvp(f) returns (one forward pass), in the
+    C ABI's order; jvp(grad(f)) that way gives the gradient and a Hessian-vector product at once."""
+    import numpy as np
+    from conftest import build_kernel_file
+
+    kernels = 'import torch\n\ndef f(x: "float[n]") -> float:\n    return torch.sum(torch.sin(x) * x)\n'
+    manifest = ('[package]\nname = "jvp_primals"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[exports]\nboth = "jvp(f, primals=True)"\nhvp = "jvp(grad(f), primals=True)"\n')
+    pkg, _ = build_kernel_file(tmp_path, kernels, manifest, "jvp_primals_kernels")
+    x, v = np.linspace(-1.0, 2.0, 5), np.linspace(0.5, -0.5, 5)
+    value, tangent = pkg.both(x, v)
+    assert value == pytest.approx(np.sum(np.sin(x) * x))
+    assert tangent == pytest.approx(np.sum((np.cos(x) * x + np.sin(x)) * v))
+    grad, hv = pkg.hvp(x, v)
+    np.testing.assert_allclose(grad, np.cos(x) * x + np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * v, rtol=1e-12)

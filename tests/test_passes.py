@@ -291,3 +291,38 @@ def test_constants_a_plain_gemm_reads_are_stored_as_panels():
         assert [e.params.get("impl") for e in g.eqns] == [None, "panels"]
         args = [rng.standard_normal((4, 9)).astype(w.dtype)]
         np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ w, rtol=1e-5)
+
+
+ONE_SIDE_KERNEL = 'def mm(x: "float[n, 6]", w: "float[6, 5]") -> "float[n, 5]":\n    return x @ w\n'
+ONE_SIDE_MANIFEST = """[package]
+name = "one_side"
+[build]
+dtype = "float64"
+[kernels.mm]
+python = "k.py:mm"
+[exports]
+over_x = "vmap(mm, in_axes=(0, None))"
+over_w = "vmap(mm, in_axes=(None, 0))"
+"""
+
+
+def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
+    """vmap of x @ w over x only or over w only (jacfwd's tangents of w·x are the second) is a ks::tiled_gemm
+    per batch index, the other operand shared, not a loop nest: gemm_axes takes batch letters of one operand."""
+    from conftest import build_kernel_file
+
+    from ksbuild.prims.lowering import gemm_axes
+
+    assert gemm_axes("zvb,bk->zvk") == (["z"], "v", "k", "b")
+    assert gemm_axes("vb,zbk->zvk") == (["z"], "v", "k", "b")
+    assert gemm_axes("mk,k->m") is None and gemm_axes("zmk,kn->mn") is None
+    pkg, _ = build_kernel_file(tmp_path, ONE_SIDE_KERNEL, ONE_SIDE_MANIFEST, "one_side_kernels")
+    rng = np.random.default_rng(3)
+    xs, w = rng.normal(size=(4, 7, 6)), rng.normal(size=(6, 5))
+    x, ws = rng.normal(size=(7, 6)), rng.normal(size=(3, 6, 5))
+    np.testing.assert_allclose(pkg.over_x(xs, w), xs @ w, rtol=1e-12)
+    np.testing.assert_allclose(pkg.over_w(x, ws), x @ ws, rtol=1e-12)
+    src = (pkg.root / "share" / "one_side" / "src" / "one_side.cpp").read_text()
+    for export in ("over_x", "over_w"):
+        body = src.split(f"one_side_{export}(", 1)[1].split("\n}\n", 1)[0]
+        assert "ks::tiled_gemm<double>(n, 5, 6" in body and "for (int64_t i = 0; i < " in body, export

@@ -1,6 +1,7 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
-    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm] [--full] [--min-seconds 0.5]
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm] [--full]
+        [--min-seconds 0.5] [--clock cpu] [--gradbench DIR]   # a gradbench/gradbench checkout: ht's data files
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
 builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,35 +32,68 @@ PUBLISHED_TOOLS = ("manual", "enzyme", "tapenade", "jax")
 
 
 # ----------------------------------------------------------------------------- workloads
-def lse_workloads(full: bool):
+def lse_workloads(args):
     """(name, input) of evals/lse/run.py: n from 2500 to 1280000."""
-    sizes = [2500 * 2 ** i for i in range(10)] if full else [2500, 40000, 640000]
+    sizes = [2500 * 2 ** i for i in range(10)] if args.full else [2500, 40000, 640000]
     return [(f"n={n}", ref.lse_input(n)) for n in sizes]
 
 
-def llsq_workloads(full: bool):
+def llsq_workloads(args):
     """evals/llsq/run.py: m = 128, n from 16 to 16392."""
-    sizes = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8196, 16392] if full else [16, 1024, 16392]
+    sizes = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8196, 16392] if args.full else [16, 1024, 16392]
     return [(f"n={n},m=128", ref.llsq_input(n, 128)) for n in sizes]
 
 
-def kmeans_workloads(full: bool):
+def kmeans_workloads(args):
     """evals/kmeans/run.py: k in {10, 100, 1000}, n in {1000, 10000}, d in {8, 16}."""
     grid = [(k, n, d) for k in (10, 100, 1000) for n in (1000, 10000) for d in (8, 16)]
-    if not full:
+    if not args.full:
         grid = [(10, 1000, 8), (100, 10000, 8), (1000, 10000, 16)]
     return [(f"k={k},n={n},d={d}", ref.kmeans_input(k, n, d)) for k, n, d in sorted(grid, key=math.prod)]
 
 
-def gmm_workloads(full: bool):
+def gmm_workloads(args):
     """evals/gmm/run.py: d in {2, 10, 20, 32, 64}, k in {5, 10, 25, 50, 100}, n = 1000."""
     grid = [(d, k) for d in (2, 10, 20, 32, 64) for k in (5, 10, 25, 50, 100)]
-    if not full:
+    if not args.full:
         grid = [(2, 5), (10, 25), (20, 50), (64, 10)]
     return [(f"{d}_{k}_1000", ref.gmm_input(d, k, 1000)) for d, k in sorted(grid, key=math.prod)]
 
 
-WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads}
+BA_FILES = ("ba1_n49_m7776_p31843 ba2_n21_m11315_p36455 ba3_n161_m48126_p182072 ba4_n372_m47423_p204472 "
+            "ba5_n257_m65132_p225911 ba6_n539_m65220_p277273 ba7_n93_m61203_p287451 ba8_n88_m64298_p383937 "
+            "ba9_n810_m88814_p393775 ba10_n1197_m126327_p563734 ba11_n1723_m156502_p678718 "
+            "ba12_n253_m163691_p899155 ba13_n245_m198739_p1091386 ba14_n356_m226730_p1255268").split()
+
+
+def ba_workloads(args):
+    """evals/ba/run.py: the data files ba1 to ba14 (n, m, p in the name; the same camera, point, weight, feature)."""
+    names = BA_FILES if args.full else BA_FILES[:3]
+    return [(name, ref.ba_input(*(int(part[1:]) for part in name.split("_")[1:]))) for name in names]
+
+
+def ht_workloads(args):
+    """evals/ht/run.py's defaults: evals/ht/data/complicated_big/hand1..12 of a gradbench/gradbench checkout
+    (--gradbench; GradBench generates none); none without one."""
+    if not args.gradbench:
+        print("ht: skipped (its inputs are GradBench's data files: pass --gradbench DIR, a gradbench checkout)")
+        return []
+    data = Path(args.gradbench) / "evals" / "ht" / "data" / "complicated_big"
+    names = sorted((f.stem for f in data.glob("hand*.txt")), key=lambda name: int(name[4:].split("_")[0]))
+    return [(name, ref.ht_read(data, name)) for name in (names if args.full else names[:3])]
+
+
+def lstm_workloads(args):
+    """evals/lstm/run.py: l in {2, 4, 6}, c in {1024, 4096, 8192}, ordered by l c (random 7-bit text: see
+    reference.lstm_input)."""
+    grid = sorted([(layers, c) for layers in (2, 4, 6) for c in (1024, 4096, 8192)], key=math.prod)
+    if not args.full:
+        grid = [(2, 1024), (6, 1024), (2, 8192)]
+    return [(f"l={layers},c={c}", ref.lstm_input(layers, c)) for layers, c in grid]
+
+
+WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads,
+             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -76,6 +112,12 @@ def expected(module: str, inp: dict) -> tuple:
     if module == "kmeans":
         return (ref.kmeans_cost_numpy(inp["points"], inp["centroids"]),
                 ref.kmeans_dir_numpy(inp["points"], inp["centroids"]))
+    if module == "ba":
+        return tuple(flat(output) for output in ref.ba_expected(inp))
+    if module == "ht":
+        return ref.ht_expected(inp)
+    if module == "lstm":
+        return ref.lstm_expected(inp)
     value, grads = ref.gmm_value_and_grad(inp)
     return value, np.concatenate([g.ravel() for g in grads.values()])
 
@@ -88,20 +130,21 @@ def flat(output) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- timing
-def mean_time(call, min_seconds: float) -> tuple[object, float]:
+def mean_time(call, min_seconds: float, clock) -> tuple[object, float]:
     """(result, mean seconds per call) over calls repeated for at least min_seconds (after one warm-up)."""
     call()
-    result, times = evals.run_timed(call, 3, min_seconds)
+    result, times = evals.run_timed(call, 3, min_seconds, clock)
     return result, sum(times) / len(times) * 1e-9
 
 
-def measure(pkg, module: str, inp: dict, min_seconds: float) -> dict:
+def measure(pkg, module: str, inp: dict, args) -> dict:
     """F and J seconds and the larger of the two relative errors."""
     want = expected(module, inp)
+    clock = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
     row = {}
     for key, function, target in zip(("f", "j"), evals.FUNCTIONS[module], want):
         call, to_json = evals.calls(pkg, module, function, inp)
-        result, row[key] = mean_time(call, min_seconds)
+        result, row[key] = mean_time(call, args.min_seconds, clock)
         row["err_" + key] = rel_error(flat(to_json(result)), np.ravel(target))
     return row
 
@@ -122,8 +165,8 @@ def print_eval(pkg, module: str, published: dict, args) -> None:
     print(f"\n{module}: ksbuild F ms, J ms, J/F, max rel. error | published J/F: " + ", ".join(PUBLISHED_TOOLS))
     head = ["workload", "F ms", "J ms", "J/F", "err"] + list(PUBLISHED_TOOLS)
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for name, inp in WORKLOADS[module](args.full):
-        r = measure(pkg, module, inp, args.min_seconds)
+    for name, inp in WORKLOADS[module](args):
+        r = measure(pkg, module, inp, args)
         cells = [name, f"{r['f'] * 1e3:.4g}", f"{r['j'] * 1e3:.4g}", f"{r['j'] / r['f']:.2f}",
                  f"{max(r['err_f'], r['err_j']):.0e}"] + published_ratios(published, module, name)
         print("| " + " | ".join(cells) + " |", flush=True)
@@ -134,13 +177,18 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--evals", default=",".join(WORKLOADS), help="comma-separated subset of " + ",".join(WORKLOADS))
     p.add_argument("--full", action="store_true", help="every workload of GradBench's defaults (slow)")
+    p.add_argument("--gradbench", default=os.environ.get("GRADBENCH"),
+                   help="a gradbench/gradbench checkout, for ht's data files (default: $GRADBENCH)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time as GradBench, or this thread's CPU time (a shared machine's waits left out)")
     p.add_argument("--min-seconds", type=float, default=0.5, help="time each function for at least this long")
     args = p.parse_args(argv)
     import ksbuild
 
     pkg = ksbuild.build(HERE / "manifest.toml", quiet=True)
     published = json.loads((HERE / "published.json").read_text())
-    print("GradBench evals on ksbuild, float64, one thread; published figures from:\n  " + published["source"])
+    print(f"GradBench evals on ksbuild, float64, one thread, {args.clock} time; published figures from:\n  "
+          + published["source"])
     for module in args.evals.split(","):
         print_eval(pkg, module, published, args)
     return 0

@@ -35,7 +35,8 @@ def llsq_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
 
 
 def kmeans_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
-    """cost: Σ_i min_j ‖C_j - P_i‖²; dir: J / diag(H), J by grad, diag(H) = H·1 by jvp of grad."""
+    """cost: Σ_i min_j ‖C_j - P_i‖²; dir: J / diag(H): J = grad and diag(H) = H·1 from one export, the jvp of
+    grad with its primal results (J) kept, so the forward pass runs once."""
     P, C = f64(inp["points"]), f64(inp["centroids"])
     if function == "cost":
         return lambda: pkg.kmeans(P, C), float
@@ -43,8 +44,7 @@ def kmeans_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     g, h = np.empty_like(C), np.empty_like(C)
 
     def direction():
-        pkg.kmeans_grad(P, C, out=g)
-        pkg.kmeans_hess1(P, C, zeros, ones, out=h)
+        pkg.kmeans_dir(P, C, zeros, ones, out=(g, h))
         return g / h
     return direction, lambda v: v.tolist()
 
@@ -62,9 +62,125 @@ def gmm_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     return lambda: pkg.gmm_grad(*args, out=outs), lambda gs: {n: g.tolist() for n, g in zip(names, gs)}
 
 
-MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls}
+class BASparse:
+    """GradBench's sparse Jacobian of bundle adjustment in preallocated buffers: rows as CSR offsets (two rows
+    of 15 per observation, then one per weight), cols (camera c: 11 c + j; point q: 11 n + 3 q + j; weight i:
+    11 n + 3 m + i) and vals, whose first 30 p entries are the [p, 2, 15] blocks the kernel writes in place."""
+
+    def __init__(self, n: int, m: int, p: int):
+        self.n, self.m, self.p = n, m, p
+        self.rows, self.cols, self.vals = np.empty(3 * p + 1, np.int32), np.empty(31 * p, np.int32), np.empty(31 * p)
+        self.blocks, self.w_vals = self.vals[:30 * p].reshape(p, 2, 15), self.vals[30 * p:]
+
+    def fill_structure(self, obs: np.ndarray) -> dict:
+        """rows and cols of the observations obs [p, 2] (camera, point); vals as the kernels left them."""
+        n, m, p = self.n, self.m, self.p
+        self.rows[:2 * p + 1] = np.arange(0, 30 * p + 1, 15, dtype=np.int32)
+        self.rows[2 * p + 1:] = np.arange(30 * p + 1, 31 * p + 1, dtype=np.int32)
+        w_cols = self.cols[30 * p:]
+        w_cols[:] = np.arange(11 * n + 3 * m, 11 * n + 3 * m + p, dtype=np.int32)
+        cols = self.cols[:30 * p].reshape(p, 2, 15)
+        cols[:, 0, :11] = 11 * obs[:, :1] + np.arange(11, dtype=np.int32)
+        cols[:, 0, 11:14] = 11 * n + 3 * obs[:, 1:] + np.arange(3, dtype=np.int32)
+        cols[:, 0, 14] = w_cols
+        cols[:, 1] = cols[:, 0]
+        return {"rows": self.rows, "cols": self.cols, "vals": self.vals}
+
+
+def ba_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """ba_array_calls on the input's n cameras, m points and p observations (reference.ba_expand)."""
+    return ba_array_calls(pkg, function, *ref.ba_expand(inp))
+
+
+def ba_array_calls(pkg, function: str, cams, X, w, obs, feats) -> tuple[Call, Callable]:
+    """objective: reprojection and weight errors; jacobian: GradBench's sparse Jacobian (the whole lists),
+    from each observation's [2, 15] block (vmap of jacrev) and the weights' derivatives (vmap of grad).
+    Both gather each observation's camera, point and weight into one row of 15 (part of the timed call)."""
+    p = w.shape[0]
+    params = np.empty((p, 15))
+
+    def gather():
+        np.take(cams, obs[:, 0], axis=0, out=params[:, :11])
+        np.take(X, obs[:, 1], axis=0, out=params[:, 11:14])
+        params[:, 14] = w
+
+    if function == "objective":
+        err, w_err = np.empty((p, 2)), np.empty(p)
+
+        def objective():
+            gather()
+            return pkg.ba_reproj(params, feats, out=err), pkg.ba_werr(w, out=w_err)
+        return objective, ba_objective_json
+    sparse = BASparse(cams.shape[0], X.shape[0], p)
+
+    def jacobian():
+        gather()
+        pkg.ba_reproj_J(params, feats, out=sparse.blocks)
+        pkg.ba_werr_J(w, out=sparse.w_vals)
+        return sparse.fill_structure(obs)
+    return jacobian, ba_jacobian_json
+
+
+def ba_objective_json(errors) -> dict:
+    """ba.hpp's to_json: the first observation's errors and how many there are."""
+    err, w_err = errors
+    return {"reproj_error": {"elements": err[0].tolist(), "repeated": len(w_err)},
+            "w_err": {"element": float(w_err[0]), "repeated": len(w_err)}}
+
+
+def ba_jacobian_json(sparse: dict) -> dict:
+    """ba.hpp's to_json: the first 30 and the last entry of each list."""
+    return {key: np.concatenate([a[:30], a[-1:]]).tolist() for key, a in sparse.items()}
+
+
+def lstm_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """objective: the loss; jacobian: its gradient in main_params and extra_params, flattened by rows."""
+    args = tuple(f64(inp[key]) for key in ("main_params", "extra_params", "state", "sequence"))
+    if function == "objective":
+        return lambda: pkg.lstm(*args), float
+    outs = (np.empty_like(args[0]), np.empty_like(args[1]))
+    return lambda: pkg.lstm_grad(*args, out=outs), lambda gs: np.concatenate([g.ravel() for g in gs]).tolist()
+
+
+def ht_arguments(inp: dict) -> tuple:
+    """The kernels' arguments: theta, (du = 0, us,) the model (mirror as a sign per axis), (triangles,)
+    correspondences, points; the complicated variant's (us given) in parentheses."""
+    data, model = inp["data"], inp["data"]["model"]
+    mirror = f64([-1.0 if model["is_mirrored"] else 1.0, 1.0, 1.0])
+    skeleton = (np.asarray(model["parents"], dtype=np.int64), f64(model["base_relatives"]),
+                f64(model["inverse_base_absolutes"]), f64(model["base_positions"]), f64(model["weights"]), mirror)
+    corr, points = np.asarray(data["correspondences"], dtype=np.int64), f64(data["points"])
+    if len(inp["us"]) == 0:
+        return (f64(inp["theta"]), *skeleton, corr, points)
+    triangles = np.asarray(model["triangles"], dtype=np.int64)
+    return (f64(inp["theta"]), np.zeros(2), f64(inp["us"]), *skeleton, triangles, corr, points)
+
+
+def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """objective: the errors [3 c]; jacobian: [3 c, 26] by jacfwd in theta, or for the complicated variant
+    (us given) [3 c, 2 + 26], the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py)."""
+    args, c = ht_arguments(inp), len(inp["data"]["correspondences"])
+    simple = len(inp["us"]) == 0
+    if function == "objective":
+        err = np.empty((c, 3))
+        export = pkg.ht_simple if simple else pkg.ht_complicated
+        return lambda: export(*args, out=err), lambda e: e.ravel().tolist()
+    J_theta, J_us = np.empty((c, 3, 26)), np.empty((c, 3, 2))
+    if simple:
+        return lambda: pkg.ht_simple_J(*args, out=J_theta).reshape(3 * c, 26), lambda J: J.tolist()
+
+    def jacobian():
+        pkg.ht_complicated_J(*args, out=(J_theta, J_us))
+        return np.concatenate([J_us.reshape(3 * c, 2), J_theta.reshape(3 * c, 26)], axis=1)
+    return jacobian, lambda J: J.tolist()
+
+
+MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,
+           "ht": ht_calls, "lstm": lstm_calls}
+# (primal, derivative) of each module, as GradBench names them
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
-             "gmm": ("objective", "jacobian")}   # (primal, derivative) of each module, as GradBench names them
+             "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian"),
+             "ht": ("objective", "jacobian"), "lstm": ("objective", "jacobian")}
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:
@@ -74,12 +190,14 @@ def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:
     return MODULES[module](pkg, function, inp)
 
 
-def run_timed(call: Call, min_runs: int, min_seconds: float) -> tuple[Any, list[int]]:
-    """Call at least min_runs times and until min_seconds have passed; the last result and each call's ns."""
+def run_timed(call: Call, min_runs: int, min_seconds: float,
+              clock: Callable[[], int] = time.perf_counter_ns) -> tuple[Any, list[int]]:
+    """Call at least min_runs times and until min_seconds have passed; the last result and each call's ns
+    (wall time by default; time.thread_time_ns counts only this thread's CPU time)."""
     timings, total, result = [], 0, None
     while len(timings) < max(min_runs, 1) or total < min_seconds * 1e9:
-        start = time.perf_counter_ns()
+        start = clock()
         result = call()
-        timings.append(time.perf_counter_ns() - start)
+        timings.append(clock() - start)
         total += timings[-1]
     return result, timings

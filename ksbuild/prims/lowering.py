@@ -166,17 +166,19 @@ def _contract_eval(*args, spec, impl, acc, env, threads: int = 0, cols=None, epi
 
 def gemm_axes(spec: str):
     """(batch letters, m, n, k) when einsum spec a,b->o is a batched matrix product
-    c[m,n] = Σ_k a[m,k]·b[k,n] with one letter each for m, n and k; None otherwise."""
+    c[m,n] = Σ_k a[m,k]·b[k,n] with one summed letter k: m is a's last letter kept in o and not in b, n is
+    b's last such letter, and every other letter of o is a batch letter, in a, b or both (vmap of x @ W
+    batches one operand only: a product per batch index, the other operand shared)."""
     a, b, o = parse_spec(spec)
-    if len(set(a)) != len(a) or len(set(b)) != len(b):
+    if len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(o)) != len(o):
         return None
-    batch = [ch for ch in o if ch in a and ch in b]
+    k = [ch for ch in a if ch in b and ch not in o]
     m = [ch for ch in a if ch in o and ch not in b]
     n = [ch for ch in b if ch in o and ch not in a]
-    k = [ch for ch in a if ch in b and ch not in o]
-    if len(m) != 1 or len(n) != 1 or len(k) != 1 or len(a) + len(b) != 2 * len(batch) + 4:
+    if len(k) != 1 or not m or not n or not set(a + b) <= set(o + k[0]) or not set(o) <= set(a + b):
         return None
-    return batch, m[0], n[0], k[0]
+    batch = [ch for ch in o if ch not in (m[-1], n[-1])]
+    return batch, m[-1], n[-1], k[0]
 
 
 def _emit_contract(ctx, eqn: Eqn) -> None:
