@@ -151,6 +151,10 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
             "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
     scratch = ctx.scratch(c, size.format(c=c, s=shape), required=True)
+    scoped = eqn.params.get("epilogue") is not None  # (its lambda in a block of its own: frames share the room)
+    if scoped:
+        ctx.line("{")
+        ctx.depth += 1
     geometry = ctx.namer.fresh("geometry")
     fields = shape.removeprefix("ks::conv_shape")
     # (literal sizes: a constant in read-only data, not 168 bytes of stack per convolution)
@@ -162,6 +166,9 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     product = ", ks::library_gemm{}" if rows else ""
     ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
              f"{product}{f', ks::conv_epilogue<{c}>({epi})' if epi else ''});")
+    if scoped:
+        ctx.depth -= 1
+        ctx.line("}")
     if out is not dst:
         ctx.copy(out, dst, y.type)
     if eqn.params.get("epilogue") is not None and epi is None:

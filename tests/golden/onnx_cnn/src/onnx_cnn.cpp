@@ -48,15 +48,17 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     (void)next_slot;
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
-        static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
-            const float x_i = ks_data_1[channel];
-            const float conv1_Conv_i = (v + x_i);
-            const bool t1 = (conv1_Conv_i <= 0.0f);
-            const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
-            return Relu_i;
-        };
-        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+        {
+            static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+            const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
+                const float x_i = ks_data_1[channel];
+                const float conv1_Conv_i = (v + x_i);
+                const bool t1 = (conv1_Conv_i <= 0.0f);
+                const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                return Relu_i;
+            };
+            ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+        }
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
@@ -72,8 +74,8 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, conv, scratch_float);
+        static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        ks::conv<float>(geometry, 1, MaxPool, ks_data_2, conv, scratch_float);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float acc = 0;
@@ -286,16 +288,18 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
-            const float x_i = ks_data_3[channel];
-            const float conv2_Conv_i = (v + x_i);
-            const bool t1 = (conv2_Conv_i <= 0.0f);
-            const float d_Relu_1_i = tmp4[image1 * 16 + channel];
-            const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
-            return d_conv2_Conv_i;
-        };
-        ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
+        {
+            static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+            const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
+                const float x_i = ks_data_3[channel];
+                const float conv2_Conv_i = (v + x_i);
+                const bool t1 = (conv2_Conv_i <= 0.0f);
+                const float d_Relu_1_i = tmp4[image1 * 16 + channel];
+                const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
+                return d_conv2_Conv_i;
+            };
+            ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
+        }
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch; ++i) {
