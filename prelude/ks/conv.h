@@ -115,7 +115,7 @@ constexpr conv_shape padded_shape(const conv_shape& s) {
 // x [C, in...] copied into dst [C, extents...] with zeros where the windows read padding (and a panel of
 // zeros after): each row of dst written once, the image's part copied and the rest zeroed.
 template <class T>
-void pad_image(const conv_shape& s, const T* x, T* dst) {
+__attribute__((noinline)) void pad_image(const conv_shape& s, const T* x, T* dst) {
     const int64_t e0 = extent(s, 0), e1 = extent(s, 1), e2 = extent(s, 2);
     // the input's planes, rows and columns that fall inside the extents: [0, d1) x [0, h1) x [0, w1)
     const int64_t d1 = s.in[0] < e0 - s.pad[0] ? s.in[0] : e0 - s.pad[0];
@@ -176,7 +176,7 @@ inline void im2col_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc,
 
 // The offset of each row [0, depth) of one group's im2col matrix from the group's image (no padding):
 // row (c, kd, kh, kw) starts at channel c's tap.
-inline void row_offsets(const conv_shape& s, int32_t* out) {
+__attribute__((noinline)) inline void row_offsets(const conv_shape& s, int32_t* out) {
     const int64_t depth = s.depth();
     int64_t p = 0;
     for (int64_t c = 0; p < depth; ++c) {
@@ -293,7 +293,7 @@ void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_
 
 // The same block at dst[p * p_stride + q * q_stride] (row-major: (cols, 1); columns contiguous: (1, kc)).
 template <class T>
-void pack_strided(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+__attribute__((noinline)) void pack_strided(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
                   int64_t p_stride, int64_t q_stride, chunks<T>& cs) {
     const int64_t step = s.stride[2];
     cs.n = 0;

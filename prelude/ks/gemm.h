@@ -578,7 +578,7 @@ __attribute__((noinline)) void short_block(int64_t m, int64_t kc, const row_tile
 
 // a (m x k, any strides) copied into row tiles at dst: [ceil(m / MR)][k][MR], the last tile's missing rows zero.
 template <class T>
-void pack_a(int64_t m, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, T* dst) {
+__attribute__((noinline)) void pack_a(int64_t m, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, T* dst) {
     constexpr int MR = row_block;
     for (int64_t t = 0; t * MR < m; ++t) {
         T* out = dst + t * k * MR;
