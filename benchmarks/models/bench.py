@@ -203,6 +203,7 @@ def main(argv=None) -> int:
           "torch eager | memcpy weights | ksbuild / ort | ksbuild / eager | max err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     nets = networks(a.side)
+    failed = []
     for name in a.models or sorted(nets):
         build, example = nets[name]
         model = build()
@@ -217,6 +218,7 @@ def main(argv=None) -> int:
         except SystemExit as failure:  # the other networks still run; ksbuild's message on stderr
             print(f"| {name} | failed: see stderr |", flush=True)
             print(f"{name}: ksbuild package failed ({path}):\n{failure.code}", file=sys.stderr, flush=True)
+            failed.append(name)
             continue
         sizes, stack = footprint(folder / name, name)
         pkg = ksbuild.build(manifest, portable=True)
@@ -237,7 +239,7 @@ def main(argv=None) -> int:
                   f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
                   f"{1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {t_ks / t_eager:.2f} | "
                   f"{err:.1e} |", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
