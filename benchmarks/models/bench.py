@@ -1,17 +1,21 @@
 """Real networks, end to end: what a user of each pays and gets from ksbuild, in one table.
 
     python benchmarks/models/bench.py [--models resnet18 mobilenet_v2] [--side 224] [--batches 1 8]
-                                      [--repeats 10] [--budget 3]
+                                      [--repeats 10] [--budget 3] [--clock wall|cpu]
 
-For each network (benchmarks/onnx/resnet.py's: torchvision's layouts, random weights, nothing downloaded; and a
-BERT-small, transformers' BertModel with 4 layers of 512, 8 heads, on 128 tokens, when transformers is installed:
-pip install -e ".[models]"), exported with torch.onnx.export: the time `ksbuild package` takes (the portable
-x86-64 build: three instruction set levels; the kernel layer comes from ksbuild's cache, compiled once before the
-first model and timed apart), the library's code, read-only data and weights (share/P/P.json's footprint), the
-most stack one call uses (measured at build time from GCC's call graphs), the workspace of one call, and the time
-of one inference against onnxruntime (1 thread, sequential) and torch eager (1 thread, no_grad), with memcpy of
-the weights' bytes as the physical limit of a batch-1 network. Times are medians of samples taken in turn
-(bench.median_times); ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime first.
+For each network (benchmarks/onnx/resnet.py's and mobilenets.py's: resnet18, mobilenet_v2, mobilenet_v3_small,
+efficientnet_b0, written after torchvision's layouts, random weights, nothing downloaded; lstm_text, an embedding
+and a 2-layer torch.nn.LSTM on 64 tokens; and, when transformers is installed (pip install -e ".[models]"),
+bert_small and gpt2_small, transformers' BertModel and GPT2Model with 4 layers of 512, 8 heads, on 128 tokens),
+exported with torch.onnx.export (gpt2_small through torch.export, dynamo=True): the time `ksbuild package` takes
+(the portable x86-64 build: three instruction set levels; the kernel layer comes from ksbuild's cache, compiled once
+before the first model and timed apart), the library's code, read-only data and weights (share/P/P.json's
+footprint), the most stack one call uses (measured at build time from GCC's call graphs), the workspace of one
+call, and the time of one inference against onnxruntime (1 thread, sequential) and torch eager (1 thread,
+no_grad), with memcpy of the weights' bytes as the physical limit of a batch-1 network. Times are medians of
+samples taken in turn (bench.median_times), wall clock or (--clock cpu) the process's CPU time; ratios < 1 mean
+ksbuild is faster. Outputs are checked against onnxruntime first. A network whose build fails gets a "failed" row
+and ksbuild's message on stderr; the others still run.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "onnx"))
 from bench import eager, median_times, one_thread_options  # noqa: E402
+from mobilenets import MODELS as MOBILE  # noqa: E402
 from resnet import MODELS  # noqa: E402
 
 
@@ -53,13 +58,63 @@ def bert_small():
     return Hidden().eval()
 
 
+def gpt2_small():
+    """transformers' GPT2Model in the configuration of bert_small (4 layers, hidden 512, 8 heads, 128 positions),
+    no key/value cache, random weights, its last hidden state as the output."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_embd=512, n_layer=4, n_head=8, n_positions=128, use_cache=False)
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.GPT2Model(cfg).eval()
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).last_hidden_state
+    return Hidden().eval()
+
+
+def lstm_text():
+    """A text classifier: a 10000-word embedding of 128, a 2-layer LSTM of 256 (torch.nn.LSTM, batch first), a
+    linear layer of the last step's hidden state to 2 classes; 64 tokens in."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+
+    class LSTMText(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10000, 128)
+            self.lstm = nn.LSTM(128, 256, num_layers=2, batch_first=True)
+            self.fc = nn.Linear(256, 2)
+
+        def forward(self, ids):
+            out, _ = self.lstm(self.embed(ids))
+            return self.fc(out[:, -1])
+    return LSTMText().eval()
+
+
+def tokens(length: int):
+    """Example ids for a batch: length int64 tokens below 1000 each."""
+    return lambda batch: np.random.default_rng(batch).integers(0, 1000, (batch, length))
+
+
+# networks torch.onnx.export's TorchScript path cannot export (GPT-2: `aten::diff` in transformers 5's mask code)
+DYNAMO = {"gpt2_small"}
+
+
 def networks(side: int) -> dict:
-    """name -> (module factory, example input as a numpy array for a batch): the images and, if it imports, BERT."""
+    """name -> (module factory, example input as a numpy array for a batch): the images, the LSTM and, if it
+    imports, BERT and GPT-2."""
     nets = {name: (build, lambda batch: np.random.default_rng(batch).standard_normal((batch, 3, side, side))
-                   .astype(np.float32)) for name, (build, _) in MODELS.items()}
+                   .astype(np.float32)) for name, (build, _) in {**MODELS, **MOBILE}.items()}
+    nets["lstm_text"] = (lstm_text, tokens(64))
     try:
         import transformers  # noqa: F401
-        nets["bert_small"] = (bert_small, lambda batch: np.random.default_rng(batch).integers(0, 1000, (batch, 128)))
+        nets["bert_small"] = (bert_small, tokens(128))
+        nets["gpt2_small"] = (gpt2_small, tokens(128))
     except ImportError:
         pass
     return nets
@@ -99,11 +154,17 @@ def warm_kernel_layer(folder: Path, env: dict) -> float:
     return package(folder / "warmup.toml", folder / "warmup", env)
 
 
-def export_onnx(model, path: Path, example) -> None:
-    """The network as ONNX with a symbolic batch."""
+def export_onnx(model, path: Path, example, dynamo: bool = False) -> None:
+    """The network as ONNX with a symbolic batch (dynamo: through torch.export, torch.onnx.export(dynamo=True))."""
     import torch
-    torch.onnx.export(model, (torch.from_numpy(example),), str(path), dynamo=False, input_names=["x"],
-                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    x = torch.from_numpy(example)
+    if dynamo:
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        torch.onnx.export(model, (x,), str(path), dynamo=True, input_names=["x"], output_names=["y"],
+                          dynamic_shapes=({0: batch},), external_data=False)
+        return
+    torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
 def footprint(tree: Path, name: str) -> tuple[dict, int | None]:
@@ -114,7 +175,11 @@ def footprint(tree: Path, name: str) -> tuple[dict, int | None]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=None, help="resnet18, mobilenet_v2, bert_small (default: all)")
+    p.add_argument("--models", nargs="+", default=None,
+                   help="resnet18, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, lstm_text, bert_small, "
+                        "gpt2_small (default: all)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: the process's CPU time (time.process_time), less sensitive to a loaded machine")
     p.add_argument("--side", type=int, default=224)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--repeats", type=int, default=10)
@@ -130,21 +195,31 @@ def main(argv=None) -> int:
     os.environ["KSBUILD_CACHE"] = env["KSBUILD_CACHE"]  # (ksbuild.build below: the same cache)
     warm = warm_kernel_layer(folder, env)
     opts = one_thread_options()
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
     print(f"# Networks ({platform.processor() or platform.machine()}, 1 thread, {a.side}x{a.side}, median of "
-          f"{a.repeats}; times in ms)\n\nThe kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
+          f"{a.repeats}; times in ms, {a.clock} clock; load average {os.getloadavg()[0]:.1f})\n\n"
+          f"The kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
           "torch eager | memcpy weights | ksbuild / ort | ksbuild / eager | max err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     nets = networks(a.side)
+    failed = []
     for name in a.models or sorted(nets):
         build, example = nets[name]
         model = build()
         path = folder / f"{name}.onnx"
-        export_onnx(model, path, example(1))
+        dynamo = name in DYNAMO
+        export_onnx(model, path, example(2 if dynamo else 1), dynamo)  # (torch.export specializes a dim of 1)
         manifest = folder / f"{name}.toml"
         manifest.write_text(f'[package]\nname = "{name}"\n\n[kernels.net]\nonnx = "{path.name}"\n\n'
                             '[exports]\nnet = "net"\n')
-        seconds = package(manifest, folder / name, env)
+        try:
+            seconds = package(manifest, folder / name, env)
+        except SystemExit as failure:  # the other networks still run; ksbuild's message on stderr
+            print(f"| {name} | failed: see stderr |", flush=True)
+            print(f"{name}: ksbuild package failed ({path}):\n{failure.code}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
         sizes, stack = footprint(folder / name, name)
         pkg = ksbuild.build(manifest, portable=True)
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
@@ -158,13 +233,13 @@ def main(argv=None) -> int:
             workspace = pkg.net.ws_fn(batch) if hasattr(pkg.net, "ws_fn") else None
             fns = [lambda: pkg.net(x), lambda: sess.run(None, {"x": x}), lambda: eager(model, xt),
                    lambda: np.copyto(dst, src)]
-            t_ks, t_ort, t_eager, t_copy = median_times(fns, a.repeats, a.budget)
+            t_ks, t_ort, t_eager, t_copy = median_times(fns, a.repeats, a.budget, clock=clock)
             ws = f"{workspace / 1024:.0f}" if workspace is not None else "?"
             print(f"| {name} | {seconds:.1f} | {sizes.get('text', 0) / 1024:.0f} | {weights / 2 ** 20:.1f} | "
                   f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
                   f"{1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {t_ks / t_eager:.2f} | "
-                  f"{err:.1e} |")
-    return 0
+                  f"{err:.1e} |", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
