@@ -1,32 +1,33 @@
 """The names a kernel can call: torch.*, F.*, torch.linalg.*, torch.special.*, math.* and x.method(...).
 
-Each table starts from tensors.py's core (reductions, creation, shapes, matmul) and every module of
-torch functions adds its own through its `register`; the compiler (python.py) dispatches through the
-tables here, so a new function is one entry in one module's register.
+Every module of torch functions registers its handlers with `@torch_function` (registry.py) when it is
+imported; importing them here fills the registry, and the compiler (python.py) looks names up through
+`functions` here, so a new function is one decorated handler.
 """
 from __future__ import annotations
 
-from . import tensors, torch_basics, torch_extra, torch_losses, torch_more, torch_search
+import functools
+
+from . import tensors, torch_basics, torch_extra, torch_losses, torch_more, torch_search  # noqa: F401 (they register)
 from .mathlib import scalar_names
+from .registry import REGISTRY
+from .registry import functions as _registered
 
-TORCH = dict(tensors.TORCH_TENSOR)   # torch.f(...)
-F = dict(tensors.F_FUNCS)            # torch.nn.functional.f(...)
-LINALG: dict = {}                    # torch.linalg.f(...)
-SPECIAL: dict = {}                   # torch.special.f(...)
-MATH: dict = {}                      # math.* beyond the scalar library (erf, hypot, isnan, ...)
-METHODS = dict(tensors.METHODS)      # x.f(...) -> the torch function of that name, with x first
-SHAPE_METHODS = dict(tensors.SHAPE_METHODS)  # x.f(...) handled as (fc, b, x, args, kw, node)
+NAMESPACE_NAMES = {"torch": "torch", "F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
+                   "special": "torch.special", "math": "math", "Tensor": "Tensor"}
+"""The compiler's namespace keys (python.py's SUBMODULES) -> the prefixes of registered names."""
 
-torch_more.register(TORCH, F, LINALG, SHAPE_METHODS, MATH, SPECIAL)
-torch_basics.register(TORCH, F, SHAPE_METHODS)
-torch_search.register(TORCH, SHAPE_METHODS)
-torch_losses.register(F)
-torch_extra.register(TORCH, LINALG, SHAPE_METHODS, MATH)
 
-NAMESPACES = {"torch": TORCH, "F": F, "linalg": LINALG, "nn": {}, "special": SPECIAL, "math": MATH}
+@functools.cache
+def functions(namespace: str) -> dict:
+    """The handlers of a namespace key ('torch', 'F', 'linalg', 'special', 'math', 'nn', 'Tensor' for methods)."""
+    return _registered(NAMESPACE_NAMES[namespace]) if namespace in NAMESPACE_NAMES else {}
 
 
 def supported_names(module: str) -> list[str]:
     """Every function name the frontend accepts in a namespace ('builtin', 'math', 'torch', 'F', ...): the
-    scalar library's and this module's tables."""
-    return sorted(scalar_names(module) | set(NAMESPACES.get(module, {})))
+    scalar library's and the registry's."""
+    return sorted(scalar_names(module) | set(functions(module)))
+
+
+__all__ = ["REGISTRY", "functions", "supported_names"]

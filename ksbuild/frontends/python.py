@@ -630,7 +630,7 @@ class KernelCompiler:
         self.check_lists(e, target, [*args, *kw.values()])
         if method:
             return self.call_method(b, scope, e, method, args, kw)
-        table = namespaces.NAMESPACES.get(target[0], {})
+        table = namespaces.functions(target[0])
         shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
                  "special": "torch.special"}.get(target[0], target[0])
         if target[1] in table:
@@ -690,24 +690,16 @@ class KernelCompiler:
 
     def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
         obj = self.expr(b, scope, e.func.value)
-        if name in namespaces.SHAPE_METHODS:
-            method = namespaces.SHAPE_METHODS[name]
-            return self.checked_keywords(lambda fc, bb, a, k, node: method(fc, bb, obj, a, k, node), b, args, kw, e,
-                                         f".{name}()")
-        torch_name = namespaces.METHODS.get(name)
-        if torch_name is None and name.endswith("_") and not name.startswith("_"):
+        handler = namespaces.functions("Tensor").get(name)
+        if handler is None and name.endswith("_") and not name.startswith("_"):
             args_text = ", ".join(ast.unparse(a) for a in e.args)
             raise self.src.error(e.func, f"in-place tensor methods such as '.{name}()' are not supported",
                                  hint=f"use the value: {_out_of_place(ast.unparse(e.func.value), name, args_text)}")
-        if torch_name is None:
-            known = sorted(set(namespaces.METHODS) | set(namespaces.SHAPE_METHODS))
+        if handler is None:
+            known = sorted(namespaces.functions("Tensor"))
             raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
                                  hint=f"supported: {', '.join(known)}")
-        if torch_name in namespaces.TORCH:
-            return self.checked_keywords(namespaces.TORCH[torch_name], b, [obj, *args], kw, e, f".{name}()")
-        if kw:
-            raise self.src.error(e, f".{name}() takes no keyword arguments here")
-        return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)
+        return self.checked_keywords(handler, b, [obj, *args], kw, e, f".{name}()")
 
     def check_lists(self, e: ast.Call, target, values) -> None:
         """A list filled by .append goes only to torch.stack and torch.cat."""
