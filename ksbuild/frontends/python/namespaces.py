@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from . import tensors, torch_basics, torch_extra, torch_losses, torch_more, torch_search  # noqa: F401 (they register)
+from . import losses, search, tensors, torch_basics, torch_extra, torch_more  # noqa: F401 (they register)
 from .mathlib import scalar_names
 from .registry import REGISTRY
 from .registry import functions as _registered

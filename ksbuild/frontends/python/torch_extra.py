@@ -10,11 +10,11 @@ import math
 
 import numpy as np
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type, dim_mul
-from ..ops import create, linalg, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type, dim_mul
+from ...ops import create, linalg, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .registry import torch_function
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, norm_axis, tensor
@@ -193,7 +193,7 @@ def _vdot(fc, b, args, kw, node):
 @torch_function("torch.logcumsumexp", "Tensor.logcumsumexp")
 def _logcumsumexp(fc, b, args, kw, node):
     """torch.logcumsumexp(input, dim): log of the running sum of exp (a scan that rescales as it goes)."""
-    from ..ops import index
+    from ...ops import index
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
     return index.logcumsumexp(b, x, axis)

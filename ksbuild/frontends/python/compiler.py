@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import KsbuildError, Location
-from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Lit, Var
-from ..ir.types import DTYPES, Type, dim_names
+from ...errors import KsbuildError, Location
+from ...ir.builder import Builder
+from ...ir.core import Atom, Func, Lit, Var
+from ...ir.types import DTYPES, Type, dim_names
 from . import namespaces, tensors
 from .branches import FallThrough, always_returns, compile_early_returns, packed
 from .mathlib import BINOPS, CMPOPS, call_builtin
@@ -147,7 +147,7 @@ class KernelCompiler:
 
     def check_dim_names(self, t: Type, node: ast.expr) -> Type:
         """t, unless a dim is named by a word the generated C++ cannot take as a parameter name."""
-        from ..codegen.viewmodel import reserved_dim_name
+        from ...codegen.viewmodel import reserved_dim_name
         for name in (n for d in t.shape for n in dim_names(d)):
             if reserved_dim_name(name):
                 raise self.src.error(node, f"{reserved_dim_name(name)}: dims become parameters of the C functions",
@@ -753,7 +753,7 @@ class KernelCompiler:
             from .scope import DtypeValue
             return DtypeValue(x.type.dtype)
         if e.attr in ("mT", "mH") and isinstance(x, Var):  # the last two axes swapped (real: mH is mT)
-            from ..ops.shape import swap_axes
+            from ...ops.shape import swap_axes
             if x.type.rank < 2:
                 raise self.src.error(e, f".{e.attr} of a tensor of rank {x.type.rank} (it needs two axes)")
             return swap_axes(b, x, -1, -2)
@@ -901,7 +901,7 @@ def _shape(v: Value):
 
 
 def _prim(name: str):
-    from ..prims import PRIMS
+    from ...prims import PRIMS
     return PRIMS[name]
 
 

@@ -3,9 +3,9 @@ torch.bucketize, torch.diff (and their methods). Each is a call into the shared 
 sort and topk, which the ONNX frontend's TopK uses too) or a few core operations."""
 from __future__ import annotations
 
-from ..ir.types import dim_sub
-from ..ops import index
-from ..ops import shape as shape_ops
+from ...ir.types import dim_sub
+from ...ops import index
+from ...ops import shape as shape_ops
 from .registry import torch_function
 from .scope import Const, ValuesIndices
 from .tensors import _arg, int_const, norm_axis, tensor

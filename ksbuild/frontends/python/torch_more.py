@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type
-from ..ops import activations, create, index, linalg, nn, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type
+from ...ops import activations, create, index, linalg, nn, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .mathlib import refuse_tensor_in_math
 from .registry import torch_function
 from .scope import Const
@@ -145,7 +145,7 @@ def _selu(b, x):
 @torch_function("torch.nn.functional.softplus")
 def _softplus(fc, b, args, kw, node):
     """F.softplus(x, beta=1, threshold=20): x itself where beta·x > threshold, as torch's."""
-    from ..ops import aten
+    from ...ops import aten
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     beta = _float_kw(fc, args, kw, 1, "beta", node, 1.0)
     threshold = _float_kw(fc, args, kw, 2, "threshold", node, 20.0)
@@ -155,7 +155,7 @@ def _softplus(fc, b, args, kw, node):
 def _torch_alpha(op, name: str, default: float):
     """F.leaky_relu / F.celu with torch's derivative at 0 (ops/aten.py: the slope for leaky_relu, 1 for celu)."""
     def fn(fc, b, args, kw, node):
-        from ..ops import aten
+        from ...ops import aten
         x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
         alpha = _float_kw(fc, args, kw, 1, name, node, default)
         if op == "leaky_relu":
@@ -176,7 +176,7 @@ def _var_std(std: bool):
         keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
         mu = reduce.mean(b, x, axes, keepdim=True)
         ss = reduce.sum(b, b.ipow(b.sub(x, mu), n=2), axes, keepdim=keep.value)
-        from ..ops._util import numel
+        from ...ops._util import numel
         count = numel([x.type.shape[a] for a in axes])
         denom = b.sub(_count(b, count, x.type.dtype), _c(x, correction.value))
         v = b.div(ss, denom)
@@ -199,7 +199,7 @@ def _norm(fc, b, args, kw, node):
     keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
     if not isinstance(p, Const) or isinstance(p.value, bool):
         raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
-    from ..ops.aten import vector_norm
+    from ...ops.aten import vector_norm
     return vector_norm(b, x, float(p.value), axes, keep)
 
 
@@ -444,7 +444,7 @@ def _scatter_add(fc, b, args, kw, node):
 def _interpolate(fc, b, args, kw, node):
     """F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
     recompute_scale_factor=None, antialias=False) over literal image sizes (ops.resize.torch_interpolate)."""
-    from ..ops import resize
+    from ...ops import resize
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     k = x.type.rank - 2
     size, factor = _arg(fc, args, kw, 1, "size", node, None), _arg(fc, args, kw, 2, "scale_factor", node, None)
@@ -693,7 +693,7 @@ def _copysign(fc, b, args, kw, node):
 def _pieces(fc, n, size, node, what: str) -> list:
     """The sizes of consecutive pieces of `size` covering an axis of n (the last one shorter, as in torch), or
     equal pieces when both are dims and n is visibly a multiple of size."""
-    from ..ir.types import dim_floordiv, dim_mul
+    from ...ir.types import dim_floordiv, dim_mul
     if isinstance(n, int) and isinstance(size, int):
         if size <= 0:
             raise fc.src.error(node, f"{what}: the piece size must be positive, got {size}")
@@ -711,7 +711,7 @@ def _pieces(fc, n, size, node, what: str) -> list:
 def _chunk(fc, b, args, kw, node):
     """torch.chunk(x, chunks, dim=0): pieces of ceil(n / chunks) (for a symbolic n: n / chunks each, n must be
     a visible multiple such as 4 * h)."""
-    from ..ir.types import dim_floordiv, dim_mul
+    from ...ir.types import dim_floordiv, dim_mul
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     chunks = int_const(fc, _arg(fc, args, kw, 1, "chunks", node), node, "chunks")
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
@@ -739,7 +739,7 @@ def _split(fc, b, args, kw, node):
     n = x.type.shape[axis]
     if isinstance(spec, (list, tuple)):
         sizes = [as_dim(fc, v, node) for v in spec]
-        from ..ir.types import dim_add
+        from ...ir.types import dim_add
         total = 0
         for v in sizes:
             total = dim_add(total, v)
@@ -835,7 +835,7 @@ def _solve(fc, b, args, kw, node):
 @torch_function("torch.inverse", "torch.linalg.inv")
 def _inv(fc, b, args, kw, node):
     """torch.linalg.inv(A) / torch.inverse(A): A solved against the identity."""
-    from ..ops import create
+    from ...ops import create
     a = float_tensor(fc, b, _arg(fc, args, kw, 0, "A", node), node)
     n = a.type.shape[-1]
     if not isinstance(n, int):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..ir.builder import Builder
-from ..ir.core import Atom, Eqn, Func, Lit, Var
-from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub
-from ..ops.shape import flip
+from ...ir.builder import Builder
+from ...ir.core import Atom, Eqn, Func, Lit, Var
+from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub
+from ...ops.shape import flip
 from .scope import Const, Returned, Scope, SymDim, assigned_names
 
 I64 = Type("i64")
@@ -473,5 +473,5 @@ def _eqn_range(eqn: Eqn, range_of) -> tuple[Dim, Dim] | None:
 
 
 def _prim(name: str):
-    from ..prims import PRIMS
+    from ...prims import PRIMS
     return PRIMS[name]

@@ -4,11 +4,11 @@ ignore_index=, label_smoothing=, class-probability targets), reduction= everywhe
 positions. Each is a decomposition into the shared op library (log_softmax, gather, softplus, reductions)."""
 from __future__ import annotations
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type
-from ..ops import activations, index, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type
+from ...ops import activations, index, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .registry import torch_function
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, tensor

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import ast
 
-from ..ir.core import Lit
-from ..ir.types import Type
-from ..ops import activations, aten, nn, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Lit
+from ...ir.types import Type
+from ...ops import activations, aten, nn, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .mathlib import CMPOPS
 from .registry import torch_function
 from .scope import Const, FInfo, ValuesIndices
@@ -110,7 +110,7 @@ def _rot90(fc, b, args, kw, node):
     k = int_const(fc, _arg(fc, args, kw, 1, "k", node, Const(1)), node, "k") % 4
     dims = _arg(fc, args, kw, 2, "dims", node, (Const(0), Const(1)))
     d0, d1 = (norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in dims)
-    from ..ops.shape import flip
+    from ...ops.shape import flip
     for _ in range(k):  # one turn: flip along d1, then swap d0 and d1
         x = shape_ops.swap_axes(b, flip(b, x, d1), d0, d1)
     return x
@@ -225,7 +225,7 @@ def _trapezoid(fc, b, args, kw, node):
     dx = _float_kw(fc, args, kw, 99, "dx", node, 1.0)
     axis = _dim(fc, args, kw, 99, node, y.type.rank, Const(-1))
     n = y.type.shape[axis]
-    from ..ir.types import dim_sub
+    from ...ir.types import dim_sub
     inner = b.add(b.slice(y, axis=axis, start=1, stop=n), b.slice(y, axis=axis, start=0, stop=dim_sub(n, 1)))
     return b.mul(reduce.sum(b, inner, [axis]), _c(y, 0.5 * dx))
 
@@ -374,7 +374,7 @@ def _repeat_interleave(fc, b, args, kw, node):
     if axis is None:
         x, axis = shape_ops.reshape(b, x, [-1]), 0
     shape = x.type.shape
-    from ..ir.types import dim_mul
+    from ...ir.types import dim_mul
     spread = b.broadcast_to(b.reshape(x, shape=shape[:axis + 1] + (1,) + shape[axis + 1:]),
                             shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
     return b.reshape(spread, shape=shape[:axis] + (dim_mul(shape[axis], r),) + shape[axis + 1:])
@@ -383,7 +383,7 @@ def _repeat_interleave(fc, b, args, kw, node):
 def _cumulative_extremum(largest: bool):
     """torch.cummax / cummin(input, dim) -> (values, indices)."""
     def fn(fc, b, args, kw, node):
-        from ..ops import index
+        from ...ops import index
         x = _x(fc, b, args, kw, node)
         axis = _dim(fc, args, kw, 1, node, x.type.rank)
         return ValuesIndices(*index.cumulative_extremum(b, x, axis, largest))
@@ -407,7 +407,7 @@ def _cov(fc, b, args, kw, node):
     n = x.type.shape[1]
     from .torch_more import _count
     centred = b.sub(x, reduce.mean(b, x, [1], keepdim=True))
-    from ..ops import linalg
+    from ...ops import linalg
     c = linalg.einsum_many(b, "io,jo->ij", [centred, centred])
     denominator = b.sub(_count(b, n, x.type.dtype), _c(x, float(correction)))
     c = b.div(c, denominator)
@@ -417,14 +417,14 @@ def _cov(fc, b, args, kw, node):
 @torch_function("torch.logdet", "Tensor.logdet")
 def _logdet(fc, b, args, kw, node):
     """torch.logdet(input): log det (NaN for a negative determinant, -inf for 0), by the LU determinant."""
-    from ..ops import linalg
+    from ...ops import linalg
     return b.log(linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)))
 
 
 @torch_function("torch.diag_embed", "Tensor.diag_embed")
 def _diag_embed(fc, b, args, kw, node):
     """torch.diag_embed(input): the last axis [.., n] as the diagonals of [.., n, n] (offset 0, last two dims)."""
-    from ..ops import create
+    from ...ops import create
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     for name, pos in (("offset", 1), ("dim1", 2), ("dim2", 3)):
         if _arg(fc, args, kw, pos, name, node, None) is not None:
@@ -439,7 +439,7 @@ def _diag_embed(fc, b, args, kw, node):
 @torch_function("torch.block_diag")
 def _block_diag(fc, b, args, kw, node):
     """torch.block_diag(*tensors): the matrices (a vector is one row, a number 1×1) along the diagonal."""
-    from ..ops.shape import concatenate
+    from ...ops.shape import concatenate
     mats = []
     for a in args:
         m = float_tensor(fc, b, a, node)
@@ -461,7 +461,7 @@ def _block_diag(fc, b, args, kw, node):
 @torch_function("torch.vander")
 def _vander(fc, b, args, kw, node):
     """torch.vander(x, N=None, increasing=False): the columns x^(N-1) .. x^0 (or increasing)."""
-    from ..ops.shape import stack
+    from ...ops.shape import stack
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "x", node), node)
     n = _arg(fc, args, kw, 1, "N", node, None)
     n = x.type.shape[0] if n is None else int_const(fc, n, node, "N")
@@ -500,7 +500,7 @@ def _logspace(fc, b, args, kw, node):
     """torch.logspace(start, end, steps, base=10.0) of literals: base ** linspace(start, end, steps)."""
     import numpy as np
 
-    from ..ops import create
+    from ...ops import create
     start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
     steps = int_const(fc, _arg(fc, args, kw, 2, "steps", node), node, "steps")
     base = _float_kw(fc, args, kw, 3, "base", node, 10.0)

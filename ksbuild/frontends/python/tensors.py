@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from ..ir.core import Atom, Lit, Var
-from ..ir.types import (
+from ...ir.core import Atom, Lit, Var
+from ...ir.types import (
     DTYPES,
     Dim,
     Type,
@@ -26,9 +26,9 @@ from ..ir.types import (
     dim_sub,
     numpy_dtype,
 )
-from ..ops import create, index, linalg, reduce
-from ..ops import shape as shape_ops
-from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
+from ...ops import create, index, linalg, reduce
+from ...ops import shape as shape_ops
+from ...ops.shape import move_axis0  # noqa: F401  (used by loops.py)
 from .registry import torch_function
 from .scope import Const, SymDim, ValuesIndices, dim_value
 
@@ -762,7 +762,7 @@ def _default(values, float_dtype: str) -> str:
 
 
 def _np_dtype(dtype: str):
-    from ..ir.types import NUMPY_DTYPES
+    from ...ir.types import NUMPY_DTYPES
     return NUMPY_DTYPES[dtype]
 
 
@@ -858,7 +858,7 @@ def _clamp(fc, b, args, kw, node):
 
 @torch_function("torch.square", "Tensor.square")
 def _square(fc, b, args, kw, node):
-    from ..ops.math import square
+    from ...ops.math import square
     return square(b, tensor(fc, b, args[0], node))
 
 
