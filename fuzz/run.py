@@ -154,7 +154,7 @@ def check_batch(cases: list[Case], work: Path, report: Report, log=print, compil
     """Check every export of `cases`: interpreter vs torch, then (one package for all) compiled vs interpreter."""
     from ksbuild.errors import KsbuildError, Location
     from ksbuild.exports import apply_transform
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     from ksbuild.ir.interp import eval_func
     from ksbuild.manifest import parse_transform
 

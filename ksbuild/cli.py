@@ -322,7 +322,7 @@ def _ir_picture(a, m, exports) -> None:
 
 
 def _onnx_report(a) -> None:
-    from .frontends.onnx.report import main
+    from .tools.onnx_report import main
 
     text = main(a.filter, a.out, "interpreted" if a.interpreted else "compiled", a.backend, a.say)
     if not a.out:

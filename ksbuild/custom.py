@@ -1,6 +1,6 @@
 """ksbuild.custom_jvp / ksbuild.custom_vjp in Python: what the decorators do when the kernel file runs as Python.
 
-ksbuild reads the decorators from the source (frontends/custom_rules.py); when the same file runs as Python the
+ksbuild reads the decorators from the source (frontends/python/custom_rules.py); when the same file runs as Python the
 decorated function is called as written, and torch's autograd uses the rule too: a custom_vjp function through
 its fwd and bwd, a custom_jvp function through the rule's tangent map, which is linear, transposed by torch.
 """

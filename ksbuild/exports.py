@@ -40,7 +40,7 @@ def compile_kernel(m: Manifest, k: KernelSpec) -> Func:
         from .frontends.onnx import compile_onnx_kernel
         return compile_onnx_kernel((m.root / k.onnx).resolve(), k.name, m.float_dtype(), k.weights or m.build.weights,
                                    semantics=k.onnx_semantics or "onnxruntime")
-    from .frontends.source import compile_python_kernel
+    from .frontends.python.source import compile_python_kernel
 
     file, func = k.python.rsplit(":", 1)
     path = _source_path(m, file, k)

@@ -1,7 +1,7 @@
 """Test helper: compile kernels from a Python source string written to a temporary file."""
 from __future__ import annotations
 
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 
 
 def ir_getter(tmp_path_factory, source: str, stem: str):

@@ -21,7 +21,7 @@ from source_kernels import build_source, ir_getter
 
 import ksbuild
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.core import Func
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.parser import parse_func

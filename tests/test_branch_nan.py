@@ -16,7 +16,7 @@ import pytest
 import torch
 from source_kernels import build_source, ir_getter
 
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.jvp import jvp_func
 from ksbuild.transforms.vjp import vjp_func

@@ -275,7 +275,7 @@ BAD = {
 @pytest.mark.parametrize("case", ["conv_symbolic", "inplace", "decimals"])
 def test_unsupported_arguments_are_located_errors(tmp_path, case):
     from ksbuild.errors import KsbuildError
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     body = BAD[case]
     body, match = body if isinstance(body, tuple) else (body, "not supported here")
     path = tmp_path / "k.py"

@@ -237,7 +237,7 @@ def test_depthwise_convolutions_and_their_gradients_match_torch(built):
 
 
 def test_one_group_per_channel_is_depthwise_with_every_backend(tmp_path):
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     from ksbuild.transforms.pipeline import Options, lower
     (tmp_path / "k.py").write_text(KERNELS)
     for name in ("depthwise", "depthwise_line"):
@@ -250,7 +250,7 @@ def test_one_group_per_channel_is_depthwise_with_every_backend(tmp_path):
 def test_a_positional_none_bias(tmp_path):
     """F.conv2d(x, w, None, stride, padding, dilation, groups), as torch takes it (held-out pass: None was an
     unsupported constant); checked with the reference interpreter."""
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     from ksbuild.ir.interp import eval_func
     (tmp_path / "k.py").write_text(
         "import torch.nn.functional as F\n\n\n"
@@ -291,7 +291,7 @@ def test_per_row_runs_image_by_image_only_while_the_weights_are_smaller_than_an_
     """The loop over images reads each weight once per image: a chain of 3×3 convolutions of 64 channels on a
     2 × 2 map (each kernel 295 KB, each image's activations 2 KB) stays layer by layer; the small CNN's
     chain (a few KB of weights, 7 KB of activations per image) runs image by image."""
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     from ksbuild.transforms.pipeline import Options, lower
     (tmp_path / "k.py").write_text(KERNELS + '''
 
@@ -308,7 +308,7 @@ def deep(x: "float[n, 64, 2, 2]", w: "float[64, 64, 3, 3]", w2: "float[64, 64, 3
 def test_blas_on_several_threads_keeps_winograd_sized_convolutions_on_the_blas(tmp_path):
     """With blas and threads > 1 a Winograd-sized convolution stays im2col blocks times the BLAS (ks::conv_rows),
     whose own threads then run it; on one thread it is Winograd's, as with the plain backend."""
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     from ksbuild.transforms.pipeline import Options, lower
     (tmp_path / "k.py").write_text(KERNELS)
     f = compile_python_kernel(tmp_path / "k.py", "wide", "f64")

@@ -13,7 +13,7 @@ import torch
 from source_kernels import build_source, ir_getter
 
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.parser import parse_func
 from ksbuild.ir.printer import print_func

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "# <-"
@@ -575,7 +575,8 @@ def test_cli_check_function_not_in_file(tmp_path):
     assert_cli_error(proc, manifest, line, "no function 'missing' in kernel_src.py")
 
 
-@pytest.mark.parametrize("module", ["torch_more", "torch_extra", "torch_losses", "torch_search", "tensors"])
+@pytest.mark.parametrize("module", ["python.torch_more", "python.torch_extra", "python.losses",
+                                    "python.search", "python.tensors"])
 def test_frontend_modules_import_in_any_order(module):
     """Each torch-table module imports cleanly as the first ksbuild import of a process (no import cycle)."""
     import subprocess

@@ -15,7 +15,7 @@ import pytest
 from conftest import build_kernel_file
 
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.manifest import load_manifest
 
 torch = pytest.importorskip("torch")

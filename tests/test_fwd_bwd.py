@@ -24,7 +24,7 @@ CASES = T.CASES if T is not None else []
 
 @pytest.fixture(scope="module")
 def ir():
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     cache = {}
 
     def get(name):

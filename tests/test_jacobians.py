@@ -264,7 +264,7 @@ except ImportError:
 @pytest.mark.skipif(T is None, reason="the kernel corpus's table needs torch")
 @pytest.mark.parametrize("case", T.CASES if T is not None else [], ids=str)
 def test_corpus(case):
-    from ksbuild.frontends.source import compile_python_kernel
+    from ksbuild.frontends.python.source import compile_python_kernel
     f = compile_python_kernel(T.KERNELS_FILE, case.kernel, "f64")
     args = case.args()
     nums = tuple(i for i, t in enumerate(case.types) if t.is_float)

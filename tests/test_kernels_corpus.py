@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import ksbuild
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.jvp import jvp_func
 from ksbuild.transforms.vjp import grad_func, vjp_func

@@ -17,7 +17,7 @@ import pytest
 
 import ksbuild
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.vjp import vjp_func
 

@@ -40,13 +40,13 @@ SAMPLE = [
 
 
 def test_sample_is_fixed_and_present():
-    from ksbuild.frontends.onnx.conformance import load_cases
+    from ksbuild.tools.onnx_conformance import load_cases
     assert len(SAMPLE) == len(set(SAMPLE)) == 106
     assert {c.name for c in load_cases(names=SAMPLE)} == set(SAMPLE)
 
 
 def test_sample_passes_compiled(tmp_path):
-    from ksbuild.frontends.onnx.conformance import PASS, load_cases, run_compiled
+    from ksbuild.tools.onnx_conformance import PASS, load_cases, run_compiled
     results = run_compiled(load_cases(names=SAMPLE), tmp_path, progress=lambda s: None)
     bad = [f"{r.case}: {r.status}: {r.detail}" for r in results if r.status != PASS]
     assert not bad, "\n".join(bad)
@@ -55,7 +55,7 @@ def test_sample_passes_compiled(tmp_path):
 def test_interpreter_agrees_on_a_few(tmp_path):
     """The reference interpreter runs the same cases (the compiled run's oracle is the expected outputs;
     this keeps the interpreter path of `onnx-report --interpreted` honest too)."""
-    from ksbuild.frontends.onnx.conformance import PASS, load_cases, run_interpreted
+    from ksbuild.tools.onnx_conformance import PASS, load_cases, run_interpreted
     for c in load_cases(names=SAMPLE[::10]):
         r = run_interpreted(c)
         assert r.status == PASS, f"{c.name}: {r.detail}"
@@ -76,8 +76,8 @@ def test_only_the_named_cases_need_the_reference_semantics():
     exact for the op where the readings differ, and those cases pass with the reference's reading."""
     import warnings
 
-    from ksbuild.frontends.onnx.conformance import PASS, load_cases, run_interpreted
-    from ksbuild.frontends.onnx.report import SEMANTICS_CASES
+    from ksbuild.tools.onnx_conformance import PASS, load_cases, run_interpreted
+    from ksbuild.tools.onnx_report import SEMANTICS_CASES
     cases = load_cases("Resize") + load_cases("Upsample")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -13,7 +13,7 @@ import pytest
 from test_tensor_corpus import CASES, KERNELS_FILE, lanes, stacked
 
 from ksbuild.cli import main as cli_main
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.core import Func
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.printer import print_func

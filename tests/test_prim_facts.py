@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
 from ksbuild.ir.interp import eval_func

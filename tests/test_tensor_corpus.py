@@ -30,7 +30,7 @@ import torch
 
 import ksbuild
 from ksbuild.errors import KsbuildError
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.vjp import vjp_func
 from ksbuild.transforms.vmap import fresh_dim, vmap_func

@@ -1,4 +1,4 @@
-"""Everyday torch functions (ksbuild/frontends/torch_basics.py), each compiled from a one-line kernel and
+"""Everyday torch functions (ksbuild/frontends/python/torch_basics.py), each compiled from a one-line kernel and
 checked against torch evaluating the same line, values and (where the result is float and smooth) the vjp
 against torch.autograd. Inputs hold a NaN where the function is about NaN. Found on the way: the vjp of a slice
 of a repeat_interleave did not compile (GCC 12 -Warray-bounds: a workspace it could not prove non-null, now

@@ -1,4 +1,4 @@
-"""torch functions of frontends/torch_extra.py (and slices with a step, F.pad's other modes), asked for by the
+"""torch functions of frontends/python/torch_extra.py (and slices with a step, F.pad's other modes), asked for by the
 held-out red-team pass: each kernel compiled in float64 and checked against torch on the same source,
 values and (where differentiable) the vjp against torch.autograd."""
 from __future__ import annotations

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ksbuild
-from ksbuild.frontends.source import compile_python_kernel
+from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.interp import eval_func
 from ksbuild.transforms.vjp import vjp_func
 
@@ -145,7 +145,7 @@ def test_scalar_math_against_python_and_finite_differences(name):
 
 def test_rank0_tensor_annotation_is_a_scalar(tmp_path):
     """'float[]' (a 0-d tensor, as torch.amax(x, dim=0) of a vector returns) annotates a scalar, like float."""
-    from ksbuild.frontends.tensors import parse_type_text
+    from ksbuild.frontends.python.tensors import parse_type_text
     from ksbuild.ir.types import Type
 
     assert parse_type_text("float[]", "f64") == Type("f64") == parse_type_text("float", "f64")

@@ -114,7 +114,7 @@ def _named_sources(m: Manifest) -> list[tuple[str, Path]]:
 def _imported_sources(name: str, path: Path) -> list[tuple[str, Path]]:
     """(name, file) of the modules whose constants a kernel file imports (`from consts import EPS`), named by the
     kernel file's name and their path relative to its folder."""
-    from ..frontends.source import imported_files
+    from ..frontends.python.source import imported_files
 
     folder = path.resolve().parent
     return [(f"{name}>{os.path.relpath(f.resolve(), folder)}", f) for f in dict.fromkeys(imported_files(path))]

@@ -11,8 +11,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Union
 
-from ..ir.core import Atom, Lit, Var
-from ..ir.types import Type
+from ...ir.core import Atom, Lit, Var
+from ...ir.types import Type
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..errors import KsbuildError
-from ..ir.builder import Builder
-from ..ir.core import Func, Var
+from ...errors import KsbuildError
+from ...ir.builder import Builder
+from ...ir.core import Func, Var
 from .decorators import CUSTOM, dev_decorator
 
 ATTACH = {"defjvp": "custom_jvp", "defvjp": "custom_vjp"}  # the method that gives a custom function its rules
@@ -90,7 +90,7 @@ def _attach(src, kinds, rules, d: ast.Attribute, fns: tuple[str, ...]) -> None:
 
 def bind_custom(kc, b: Builder, name: str, fn: Func, atoms, node: ast.AST) -> tuple[Var, ...]:
     """Bind a call of the custom function `name` (body fn) with its rules compiled for fn's types."""
-    from ..prims import PRIMS
+    from ...prims import PRIMS
 
     rule = kc.src.custom[name]
     kc.rule_of.append(name)  # (inside its rules, `name` is its plain body)

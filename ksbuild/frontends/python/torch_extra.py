@@ -10,14 +10,15 @@ import math
 
 import numpy as np
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type, dim_mul
-from ..ops import create, linalg, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type, dim_mul
+from ...ops import create, linalg, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
+from .registry import torch_function
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, norm_axis, tensor
-from .torch_more import _c, _cosine_similarity, _float_kw, _math_function, _method
+from .torch_more import _c, _float_kw, _math_function
 
 
 def _python_op(op: ast.operator, name: str):
@@ -41,18 +42,21 @@ def _scaled_op(op: ast.operator, name: str):
     return fn
 
 
+@torch_function("torch.neg", "torch.negative", "Tensor.neg", "Tensor.negative")
 def _neg(fc, b, args, kw, node):
     """torch.neg(input) = -input."""
     x = fc.plain(b, _arg(fc, args, kw, 0, "input", node))
     return Const(-x.value) if isinstance(x, Const) else b.neg(tensor(fc, b, x, node))
 
 
+@torch_function("torch.exp2", "Tensor.exp2")
 def _exp2(fc, b, args, kw, node):
     """torch.exp2(input) = 2^input."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return b.exp(b.mul(x, _c(x, math.log(2.0))))
 
 
+@torch_function("torch.div", "torch.divide", "torch.true_divide", "Tensor.div", "Tensor.divide", "Tensor.true_divide")
 def _div(fc, b, args, kw, node):
     """torch.div(input, other, rounding_mode=None | 'trunc' | 'floor')."""
     x, y = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)
@@ -68,6 +72,7 @@ def _div(fc, b, args, kw, node):
     return math_ops.trunc(b, b.div(x, y)) if x.type.is_float else b.div(x, y)  # (integer div truncates)
 
 
+@torch_function("torch.fmod", "Tensor.fmod")
 def _fmod(fc, b, args, kw, node):
     """torch.fmod(input, other): the remainder with the sign of the dividend (C's fmod)."""
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
@@ -91,6 +96,7 @@ def _roll_axis(b, x: Atom, shift: int, axis: int, fc, node) -> Atom:
                                                                                            stop=n - s)], axis)
 
 
+@torch_function("torch.roll", "Tensor.roll")
 def _roll(fc, b, args, kw, node):
     """torch.roll(input, shifts, dims=None): elements shifted along each dim, wrapping around; without dims
     over the flattened tensor."""
@@ -136,6 +142,7 @@ def _cross(default_dim):
     return fn
 
 
+@torch_function("torch.kron", "Tensor.kron")
 def _kron(fc, b, args, kw, node):
     """torch.kron(input, other): the Kronecker product (the rank of the larger; the other gets leading 1s)."""
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
@@ -147,6 +154,7 @@ def _kron(fc, b, args, kw, node):
     return b.reshape(b.mul(xi, yi), shape=tuple(dim_mul(a, c) for a, c in zip(xs, ys)))
 
 
+@torch_function("torch.tensordot", "Tensor.tensordot")
 def _tensordot(fc, b, args, kw, node):
     """torch.tensordot(a, b, dims=2): the last `dims` axes of a against the first of b, or explicit axis
     lists dims=([a axes], [b axes])."""
@@ -172,6 +180,7 @@ def _tensordot(fc, b, args, kw, node):
     return linalg.einsum_many(b, f"{''.join(tx)},{''.join(ty)}->{''.join(out)}", [x, y])
 
 
+@torch_function("torch.vdot", "Tensor.vdot")
 def _vdot(fc, b, args, kw, node):
     """torch.vdot(input, other) of real 1-D tensors: their dot product."""
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
@@ -181,9 +190,10 @@ def _vdot(fc, b, args, kw, node):
     return linalg.dot(b, x, y)
 
 
+@torch_function("torch.logcumsumexp", "Tensor.logcumsumexp")
 def _logcumsumexp(fc, b, args, kw, node):
     """torch.logcumsumexp(input, dim): log of the running sum of exp (a scan that rescales as it goes)."""
-    from ..ops import index
+    from ...ops import index
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
     return index.logcumsumexp(b, x, axis)
@@ -204,6 +214,7 @@ def _any_all(is_any: bool):
     return fn
 
 
+@torch_function("torch.logit", "Tensor.logit")
 def _logit(fc, b, args, kw, node):
     """torch.logit(input, eps=None): log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -214,6 +225,7 @@ def _logit(fc, b, args, kw, node):
     return b.log(b.div(x, b.sub(_c(x, 1.0), x)))
 
 
+@torch_function("torch.xlogy", "Tensor.xlogy")
 def _xlogy(fc, b, args, kw, node):
     """torch.xlogy(input, other): x·log(y), 0 where x = 0 (unless y is NaN). Where x = 0 and y <= 0 the log reads
     1 instead of y, so neither the value nor a derivative is NaN; elsewhere d/dx is log(y), as torch's."""
@@ -225,6 +237,7 @@ def _xlogy(fc, b, args, kw, node):
     return b.mul(x, b.log(b.select(no_log, _c(y, 1), y)))
 
 
+@torch_function("torch.sinc", "Tensor.sinc")
 def _sinc(fc, b, args, kw, node):
     """torch.sinc(input): sin(πx)/(πx), 1 at 0."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -233,6 +246,7 @@ def _sinc(fc, b, args, kw, node):
     return b.select(zero, _c(x, 1), b.div(b.sin(px), px))
 
 
+@torch_function("torch.nan_to_num", "Tensor.nan_to_num")
 def _nan_to_num(fc, b, args, kw, node):
     """torch.nan_to_num(input, nan=0.0, posinf=None, neginf=None): the dtype's largest and lowest finite
     values replace the infinities by default."""
@@ -247,6 +261,7 @@ def _nan_to_num(fc, b, args, kw, node):
     return b.select(b.ne(x, x), _c(x, nan), y)
 
 
+@torch_function("torch.full_like", "Tensor.full_like")
 def _full_like(fc, b, args, kw, node):
     """torch.full_like(input, fill_value): input's shape and dtype."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -259,6 +274,7 @@ def _full_like(fc, b, args, kw, node):
     return create.fill(b, x.type.shape, v if v.type.dtype == x.type.dtype else b.convert(v, dtype=x.type.dtype))
 
 
+@torch_function("torch.linspace")
 def _linspace(fc, b, args, kw, node):
     """torch.linspace(start, end, steps) with number literals (or constants) and a literal count."""
     start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
@@ -286,27 +302,7 @@ def _new_full(value):
     return fn
 
 
-def register(torch_table: dict, linalg_table: dict, methods: dict, math_table: dict) -> None:
-    """Add the functions here to the frontend's tables (torch.*, torch.linalg.*, tensor methods, math.*)."""
-    functions = {
-        "div": _div, "divide": _div, "fmod": _fmod, "remainder": _python_op(ast.Mod(), "remainder"),
-        "floor_divide": _python_op(ast.FloorDiv(), "floor_divide"), "roll": _roll, "cross": _cross(None),
-        "kron": _kron, "tensordot": _tensordot, "vdot": _vdot, "logcumsumexp": _logcumsumexp,
-        "any": _any_all(True), "all": _any_all(False), "logit": _logit, "xlogy": _xlogy, "sinc": _sinc,
-        "nan_to_num": _nan_to_num, "full_like": _full_like,
-        "add": _scaled_op(ast.Add(), "add"), "sub": _scaled_op(ast.Sub(), "sub"),
-        "subtract": _scaled_op(ast.Sub(), "subtract"), "mul": _scaled_op(ast.Mult(), "mul"),
-        "multiply": _scaled_op(ast.Mult(), "multiply"), "true_divide": _div, "neg": _neg, "negative": _neg,
-        "exp2": _exp2,
-    }
-    torch_table.update(functions, linspace=_linspace, cosine_similarity=_cosine_similarity)
-    linalg_table.update(cross=_cross(Const(-1)))
-    math_table.update(fmod=_math_function("fmod", _fmod))
-    methods.update({name: _method(fn) for name, fn in functions.items()})
-    methods.update(new_zeros=_new_full(0), new_ones=_new_full(1), new_full=_new_full(None), expand_as=_expand_as,
-                   view_as=_view_as, reshape_as=_view_as)
-
-
+@torch_function("Tensor.expand_as", receiver=True)
 def _expand_as(fc, b, x, args, kw, node):
     """x.expand_as(other): x broadcast to other's shape."""
     other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
@@ -314,7 +310,23 @@ def _expand_as(fc, b, x, args, kw, node):
     return b.broadcast_to(x, shape=other.type.shape) if x.type.shape != other.type.shape else x
 
 
+@torch_function("Tensor.view_as", "Tensor.reshape_as", receiver=True)
 def _view_as(fc, b, x, args, kw, node):
     """x.view_as(other) / x.reshape_as(other): x with other's shape."""
     other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
     return shape_ops.reshape(b, tensor(fc, b, x, node), other.type.shape)
+
+
+torch_function("torch.remainder", "Tensor.remainder")(_python_op(ast.Mod(), "remainder"))
+torch_function("torch.floor_divide", "Tensor.floor_divide")(_python_op(ast.FloorDiv(), "floor_divide"))
+torch_function("torch.cross", "Tensor.cross")(_cross(None))
+torch_function("torch.linalg.cross")(_cross(Const(-1)))
+torch_function("torch.any", "Tensor.any")(_any_all(True))
+torch_function("torch.all", "Tensor.all")(_any_all(False))
+for _name, _op in (("add", ast.Add()), ("sub", ast.Sub()), ("subtract", ast.Sub()), ("mul", ast.Mult()),
+                   ("multiply", ast.Mult())):
+    torch_function(f"torch.{_name}", f"Tensor.{_name}")(_scaled_op(_op, _name))
+torch_function("math.fmod")(_math_function("fmod", _fmod))
+torch_function("Tensor.new_zeros", receiver=True)(_new_full(0))
+torch_function("Tensor.new_ones", receiver=True)(_new_full(1))
+torch_function("Tensor.new_full", receiver=True)(_new_full(None))

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import KsbuildError, Location
-from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Lit, Var
-from ..ir.types import DTYPES, Type, dim_names
+from ...errors import KsbuildError, Location
+from ...ir.builder import Builder
+from ...ir.core import Atom, Func, Lit, Var
+from ...ir.types import DTYPES, Type, dim_names
 from . import namespaces, tensors
 from .branches import FallThrough, always_returns, compile_early_returns, packed
 from .mathlib import BINOPS, CMPOPS, call_builtin
@@ -147,7 +147,7 @@ class KernelCompiler:
 
     def check_dim_names(self, t: Type, node: ast.expr) -> Type:
         """t, unless a dim is named by a word the generated C++ cannot take as a parameter name."""
-        from ..codegen.viewmodel import reserved_dim_name
+        from ...codegen.viewmodel import reserved_dim_name
         for name in (n for d in t.shape for n in dim_names(d)):
             if reserved_dim_name(name):
                 raise self.src.error(node, f"{reserved_dim_name(name)}: dims become parameters of the C functions",
@@ -630,7 +630,7 @@ class KernelCompiler:
         self.check_lists(e, target, [*args, *kw.values()])
         if method:
             return self.call_method(b, scope, e, method, args, kw)
-        table = namespaces.NAMESPACES.get(target[0], {})
+        table = namespaces.functions(target[0])
         shown = {"F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
                  "special": "torch.special"}.get(target[0], target[0])
         if target[1] in table:
@@ -690,24 +690,16 @@ class KernelCompiler:
 
     def call_method(self, b, scope, e: ast.Call, name: str, args, kw) -> Value:
         obj = self.expr(b, scope, e.func.value)
-        if name in namespaces.SHAPE_METHODS:
-            method = namespaces.SHAPE_METHODS[name]
-            return self.checked_keywords(lambda fc, bb, a, k, node: method(fc, bb, obj, a, k, node), b, args, kw, e,
-                                         f".{name}()")
-        torch_name = namespaces.METHODS.get(name)
-        if torch_name is None and name.endswith("_") and not name.startswith("_"):
+        handler = namespaces.functions("Tensor").get(name)
+        if handler is None and name.endswith("_") and not name.startswith("_"):
             args_text = ", ".join(ast.unparse(a) for a in e.args)
             raise self.src.error(e.func, f"in-place tensor methods such as '.{name}()' are not supported",
                                  hint=f"use the value: {_out_of_place(ast.unparse(e.func.value), name, args_text)}")
-        if torch_name is None:
-            known = sorted(set(namespaces.METHODS) | set(namespaces.SHAPE_METHODS))
+        if handler is None:
+            known = sorted(namespaces.functions("Tensor"))
             raise self.src.error(e.func, f"unsupported tensor method '.{name}()'",
                                  hint=f"supported: {', '.join(known)}")
-        if torch_name in namespaces.TORCH:
-            return self.checked_keywords(namespaces.TORCH[torch_name], b, [obj, *args], kw, e, f".{name}()")
-        if kw:
-            raise self.src.error(e, f".{name}() takes no keyword arguments here")
-        return call_builtin(self, b, "torch", torch_name, [obj, *[self.plain(b, a) for a in args]], e)
+        return self.checked_keywords(handler, b, [obj, *args], kw, e, f".{name}()")
 
     def check_lists(self, e: ast.Call, target, values) -> None:
         """A list filled by .append goes only to torch.stack and torch.cat."""
@@ -761,7 +753,7 @@ class KernelCompiler:
             from .scope import DtypeValue
             return DtypeValue(x.type.dtype)
         if e.attr in ("mT", "mH") and isinstance(x, Var):  # the last two axes swapped (real: mH is mT)
-            from ..ops.shape import swap_axes
+            from ...ops.shape import swap_axes
             if x.type.rank < 2:
                 raise self.src.error(e, f".{e.attr} of a tensor of rank {x.type.rank} (it needs two axes)")
             return swap_axes(b, x, -1, -2)
@@ -909,7 +901,7 @@ def _shape(v: Value):
 
 
 def _prim(name: str):
-    from ..prims import PRIMS
+    from ...prims import PRIMS
     return PRIMS[name]
 
 

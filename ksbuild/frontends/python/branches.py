@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..ir.builder import Builder
-from ..ir.core import Atom, Func, Var
+from ...ir.builder import Builder
+from ...ir.core import Atom, Func, Var
 from .scope import Const, Returned, Scope, Value
 
 
@@ -91,12 +91,12 @@ def _finish(fc, bb: Builder, sc: Scope, vals, types, captured: dict[int, Atom], 
 
 
 def _zeros(t) -> Atom:
-    from ..ops.create import full
+    from ...ops.create import full
     return full(t.shape, 0, t.dtype)
 
 
 def _prim(name: str):
-    from ..prims import PRIMS
+    from ...prims import PRIMS
     return PRIMS[name]
 
 

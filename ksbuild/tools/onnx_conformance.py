@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import KsbuildError
+from ..errors import KsbuildError
 
 PASS, FAIL, UNSUPPORTED = "passed", "failed", "unsupported"
 SEMANTICS = "reference"  # the kernels' onnx_semantics: the node tests' expected outputs are onnx.reference's
@@ -162,8 +162,8 @@ def _reads(node) -> list[str]:
 
 def import_case(case: Case, float_dtype: str = "f32", semantics: str = SEMANTICS):
     """(IR function, the case's model with frozen inputs); frozen inputs come from the first data set."""
-    from . import import_model
-    from .node import NeedsConstant
+    from ..frontends.onnx import import_model
+    from ..frontends.onnx.node import NeedsConstant
     first = dict(zip([vi.name for vi in case.model.graph.input], case.data[0][0])) if case.data else {}
     model = freeze_inputs(case.model, case.frozen, first) if case.frozen else case.model
     for _ in range(8):
@@ -212,7 +212,7 @@ def _nothing(t) -> np.ndarray:
 def graph_outputs(case: Case, outs: list) -> list:
     """The export's results grouped back into graph outputs: a sequence as a list of its elements, an
     optional one as its value or None."""
-    from .graph import unwrap_type
+    from ..frontends.onnx.graph import unwrap_type
     rest, grouped = list(outs), []
     for vi in case.model.graph.output:
         _, seq, optional = unwrap_type(vi.type)
@@ -230,7 +230,7 @@ def complete_shapes(model, data):
     test's elements have (ksbuild stacks them, so it needs their rank); the model itself when none lacks it."""
     from onnx import ModelProto
 
-    from .graph import unwrap_type
+    from ..frontends.onnx.graph import unwrap_type
     todo = []
     for k, vi in enumerate(model.graph.input):
         t, seq, _ = unwrap_type(vi.type)
@@ -302,7 +302,7 @@ def check_outputs(case: Case, outs: list, want: list) -> Result:
 
 def run_interpreted(case: Case, semantics: str = SEMANTICS) -> Result:
     """Import the case and run it in the reference interpreter."""
-    from ...ir.interp import eval_func
+    from ..ir.interp import eval_func
     try:
         f, _ = import_case(case, semantics=semantics)
     except KsbuildError as e:
@@ -334,7 +334,7 @@ def short(e: KsbuildError) -> str:
 
 def _bits(arr: np.ndarray, dtype: str) -> np.ndarray:
     """A test array as the C ABI wants it: the narrow types as their raw bits."""
-    from ...ir.types import STORAGE_DTYPES
+    from ..ir.types import STORAGE_DTYPES
     arr = np.asarray(arr)
     if dtype in STORAGE_DTYPES and dtype != "f16":
         return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
@@ -342,7 +342,7 @@ def _bits(arr: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _from_bits(arr: np.ndarray, dtype: str) -> np.ndarray:
-    from ...ir.types import STORAGE_DTYPES, numpy_dtype
+    from ..ir.types import STORAGE_DTYPES, numpy_dtype
     if dtype in STORAGE_DTYPES and dtype != "f16":
         return arr.view(numpy_dtype(dtype))
     return arr
@@ -375,7 +375,7 @@ BATCH = 160
 
 def _run_batch(chunk, folder: Path, backend: str) -> list[Result]:
     """Build one package of these cases and run each; a batch that does not build is split in two."""
-    from ...packaging.loader import build
+    from ..packaging.loader import build
     try:
         pkg = build(_write_package(chunk, folder), backend=backend)
     except Exception as e:  # noqa: BLE001  a C++ build error: find the case that causes it

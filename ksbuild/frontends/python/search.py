@@ -3,12 +3,12 @@ torch.bucketize, torch.diff (and their methods). Each is a call into the shared 
 sort and topk, which the ONNX frontend's TopK uses too) or a few core operations."""
 from __future__ import annotations
 
-from ..ir.types import dim_sub
-from ..ops import index
-from ..ops import shape as shape_ops
+from ...ir.types import dim_sub
+from ...ops import index
+from ...ops import shape as shape_ops
+from .registry import torch_function
 from .scope import Const, ValuesIndices
 from .tensors import _arg, int_const, norm_axis, tensor
-from .torch_more import _method
 
 
 def _bool(fc, args, kw, pos: int, name: str, node, default: bool) -> bool:
@@ -18,6 +18,7 @@ def _bool(fc, args, kw, pos: int, name: str, node, default: bool) -> bool:
     return v.value
 
 
+@torch_function("torch.sort", "Tensor.sort")
 def _sort(fc, b, args, kw, node):
     """torch.sort(input, dim=-1, descending=False, stable=False) -> (values, indices); ties keep their order
     (what stable=True promises). The values are the input at the indices, so gradients go back there."""
@@ -29,6 +30,7 @@ def _sort(fc, b, args, kw, node):
     return ValuesIndices(values, indices)
 
 
+@torch_function("torch.topk", "Tensor.topk")
 def _topk(fc, b, args, kw, node):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices), k a literal."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -41,6 +43,7 @@ def _topk(fc, b, args, kw, node):
     return ValuesIndices(values, indices)
 
 
+@torch_function("torch.searchsorted")
 def _searchsorted(fc, b, args, kw, node):
     """torch.searchsorted(sorted_sequence, input, right=False, side=None) with a 1-D sequence."""
     seq = tensor(fc, b, _arg(fc, args, kw, 0, "sorted_sequence", node), node)
@@ -54,6 +57,7 @@ def _searchsorted(fc, b, args, kw, node):
     return index.searchsorted(b, seq, values, right)
 
 
+@torch_function("torch.bucketize")
 def _bucketize(fc, b, args, kw, node):
     """torch.bucketize(input, boundaries, right=False): searchsorted(boundaries, input, right)."""
     values = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -61,6 +65,7 @@ def _bucketize(fc, b, args, kw, node):
     return index.searchsorted(b, seq, values, _bool(fc, args, kw, 3, "right", node, False))
 
 
+@torch_function("torch.diff", "Tensor.diff")
 def _diff(fc, b, args, kw, node):
     """torch.diff(input, n=1, dim=-1, prepend=None, append=None): x[1:] - x[:-1] along dim, n times."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -82,6 +87,7 @@ def _diff(fc, b, args, kw, node):
     return x
 
 
+@torch_function("torch.argsort", "Tensor.argsort")
 def _argsort(fc, b, args, kw, node):
     """torch.argsort(input, dim=-1, descending=False, stable=False): sort's indices (ties keep their order)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -100,6 +106,7 @@ def _order_statistic(fc, b, x, axis: int, k: int, keep: bool, node) -> ValuesInd
     return ValuesIndices(v, i)
 
 
+@torch_function("torch.median", "Tensor.median")
 def _median(fc, b, args, kw, node):
     """torch.median(input): the lower median of all elements; torch.median(input, dim, keepdim=False) ->
     (values, indices), the lower median along dim and where it is."""
@@ -117,6 +124,7 @@ def _median(fc, b, args, kw, node):
     return b.reshape(picked.values, shape=()) if whole else picked
 
 
+@torch_function("torch.kthvalue", "Tensor.kthvalue")
 def _kthvalue(fc, b, args, kw, node):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -126,12 +134,3 @@ def _kthvalue(fc, b, args, kw, node):
     if isinstance(n, int) and not 1 <= k <= n:
         raise fc.src.error(node, f"kthvalue: k = {k} is outside 1..{n}")
     return _order_statistic(fc, b, x, axis, k - 1, _bool(fc, args, kw, 3, "keepdim", node, False), node)
-
-
-def register(torch_table: dict, methods: dict) -> None:
-    """Add the functions here to the frontend's tables (torch.* and tensor methods)."""
-    functions = {"sort": _sort, "topk": _topk, "diff": _diff, "argsort": _argsort, "median": _median,
-                 "kthvalue": _kthvalue}
-    torch_table.update(functions, searchsorted=_searchsorted, bucketize=_bucketize)
-    methods.update({name: _method(fn) for name, fn in functions.items()})
-

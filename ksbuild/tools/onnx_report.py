@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from .conformance import FAIL, PASS, UNSUPPORTED, Result
+from .onnx_conformance import FAIL, PASS, UNSUPPORTED, Result
 
 COMMON_OPS = (
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Relu", "LeakyRelu",
@@ -33,12 +33,12 @@ SEMANTICS_CASES = ("test_resize_downsample_scales_linear_align_corners",
 
 def run(filter_op: str | None, mode: str, work: Path, backend: str = "plain", progress=print) -> list[Result]:
     """Run the node tests (one op type, or all) interpreted or compiled."""
-    from .conformance import load_cases, run_compiled, run_interpreted
+    from .onnx_conformance import load_cases, run_compiled, run_interpreted
     progress("onnx-report: loading the ONNX backend node tests")
     cases = load_cases(filter_op)
     if not cases:
-        from ...errors import KsbuildError
-        from .conformance import _node_tests, op_names, op_of
+        from ..errors import KsbuildError
+        from .onnx_conformance import _node_tests, op_names, op_of
         ops = sorted({op_of(t.name, t.model, op_names()) for t in _node_tests()})
         raise KsbuildError(f"--filter {filter_op}: no ONNX backend node test has that op type",
                            hint=f"op types with node tests: {', '.join(ops)}")
@@ -78,7 +78,7 @@ def markdown(results: list[Result], mode: str) -> str:
         "",
         f"**{total[PASS]} of {n} cases pass ({100 * total[PASS] / n:.1f}%)**: {total[FAIL]} fail, "
         f"{total[UNSUPPORTED]} are unsupported.",
-        f"The {len(COMMON_OPS)} op types of exported models (`COMMON_OPS` in ksbuild/frontends/onnx/report.py): "
+        f"The {len(COMMON_OPS)} op types of exported models (`COMMON_OPS` in ksbuild/tools/onnx_report.py): "
         f"{common_pass} of {len(common)} cases pass ({100 * common_pass / max(len(common), 1):.1f}%).",
         "",
         "| op type | cases | passed | failed | unsupported | common |",

@@ -1,17 +1,18 @@
 """More of torch for the Python frontend: elementwise math, activations, losses, statistics,
 indexing with tensors, cumulative ops. Each entry parses torch's calling convention and calls the
-op library (ksbuild/ops), like tensors.py; `register` adds them to the tables of namespaces.py.
+op library (ksbuild/ops), like tensors.py; `@torch_function` (registry.py) registers each under its names.
 """
 from __future__ import annotations
 
 import math
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type
-from ..ops import activations, create, index, linalg, nn, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type
+from ...ops import activations, create, index, linalg, nn, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .mathlib import refuse_tensor_in_math
+from .registry import torch_function
 from .scope import Const
 from .tensors import (
     _arg,
@@ -21,7 +22,6 @@ from .tensors import (
     int_const,
     norm_axis,
     tensor,
-    tensor_literal,
 )
 
 
@@ -93,12 +93,14 @@ def _hardtanh(lo: float, hi: float, bounds: bool):
     return fn
 
 
+@torch_function("torch.hypot")
 def _hypot(fc, b, args, kw, node):
     """sqrt(x² + y²), neither overflowing (1e300) nor underflowing (1e-200) (the hypot prim: C's hypot)."""
     x, y = _two_floats(fc, b, args[:2], node, "hypot")
     return b.hypot(*fc.unify(b, x, y, node))
 
 
+@torch_function("torch.logaddexp")
 def _logaddexp(fc, b, args, kw, node):
     """log(e^x + e^y) = hi + log1p(e^(lo - hi)) with hi, lo = x, y where x > y, else y, x: at a tie this is
     y + log1p(e^(x - y)), whose derivatives are torch's (σ(0) = ½ for each, ¼ for the second); equal
@@ -122,6 +124,7 @@ def _isfinite(b, x):
 
 # ---- activations (torch.nn.functional) -----------------------------------------------------------
 
+@torch_function("torch.nn.functional.gelu")
 def _gelu(fc, b, args, kw, node):
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return activations.gelu(b, x, _arg(fc, args, kw, 1, "approximate", node, "none"))
@@ -139,9 +142,10 @@ def _selu(b, x):
     return activations.selu(b, x, 1.6732632423543772, 1.0507009873554805)
 
 
+@torch_function("torch.nn.functional.softplus")
 def _softplus(fc, b, args, kw, node):
     """F.softplus(x, beta=1, threshold=20): x itself where beta·x > threshold, as torch's."""
-    from ..ops import aten
+    from ...ops import aten
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     beta = _float_kw(fc, args, kw, 1, "beta", node, 1.0)
     threshold = _float_kw(fc, args, kw, 2, "threshold", node, 20.0)
@@ -151,7 +155,7 @@ def _softplus(fc, b, args, kw, node):
 def _torch_alpha(op, name: str, default: float):
     """F.leaky_relu / F.celu with torch's derivative at 0 (ops/aten.py: the slope for leaky_relu, 1 for celu)."""
     def fn(fc, b, args, kw, node):
-        from ..ops import aten
+        from ...ops import aten
         x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
         alpha = _float_kw(fc, args, kw, 1, name, node, default)
         if op == "leaky_relu":
@@ -172,7 +176,7 @@ def _var_std(std: bool):
         keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
         mu = reduce.mean(b, x, axes, keepdim=True)
         ss = reduce.sum(b, b.ipow(b.sub(x, mu), n=2), axes, keepdim=keep.value)
-        from ..ops._util import numel
+        from ...ops._util import numel
         count = numel([x.type.shape[a] for a in axes])
         denom = b.sub(_count(b, count, x.type.dtype), _c(x, correction.value))
         v = b.div(ss, denom)
@@ -186,6 +190,7 @@ def _count(b, n, dtype: str) -> Atom:
     return b.convert(b.dim_size(dim=n), dtype=dtype)
 
 
+@torch_function("torch.norm", "torch.linalg.vector_norm", "Tensor.norm")
 def _norm(fc, b, args, kw, node):
     """torch.norm / torch.linalg.norm / x.norm(p=2, dim=None, keepdim=False) for vector p-norms."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -194,10 +199,11 @@ def _norm(fc, b, args, kw, node):
     keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
     if not isinstance(p, Const) or isinstance(p.value, bool):
         raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
-    from ..ops.aten import vector_norm
+    from ...ops.aten import vector_norm
     return vector_norm(b, x, float(p.value), axes, keep)
 
 
+@torch_function("torch.linalg.norm")
 def _linalg_norm(fc, b, args, kw, node):
     """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): with an ord, over a matrix (a 2-d input, or dim
     two axes) the matrix norm (ord 1 / -1: the largest / smallest column sum of |A|, inf / -inf: of row sums;
@@ -224,6 +230,7 @@ def _linalg_norm(fc, b, args, kw, node):
     return out if keep else shape_ops.reshape(b, out, kept)
 
 
+@torch_function("torch.prod", "Tensor.prod")
 def _prod(fc, b, args, kw, node):
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
@@ -253,6 +260,7 @@ def _arg_ext(largest: bool):
 
 # ---- indexing with tensors -------------------------------------------------------------------------
 
+@torch_function("torch.gather", "Tensor.gather")
 def _gather(fc, b, args, kw, node):
     """torch.gather(x, dim, index): out[i][j] = x[i][index[i][j]] along dim."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -261,6 +269,7 @@ def _gather(fc, b, args, kw, node):
     return index.gather_elements(b, x, _i64(b, idx), axis)
 
 
+@torch_function("torch.index_select", "Tensor.index_select")
 def _index_select(fc, b, args, kw, node):
     """torch.index_select(x, dim, index): whole slices of x picked along dim."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -272,12 +281,14 @@ def _i64(b, idx: Atom) -> Atom:
     return idx if idx.type.dtype == "i64" else b.convert(idx, dtype="i64")
 
 
+@torch_function("torch.nn.functional.embedding")
 def _embedding(fc, b, args, kw, node):
     idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     weight = tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
     return index.gather(b, weight, _i64(b, idx), 0)
 
 
+@torch_function("torch.nn.functional.one_hot")
 def _one_hot(fc, b, args, kw, node):
     """F.one_hot(i, num_classes) with num_classes a literal or a dim (x.shape[1]); torch's -1 (infer it from the
     data) is not possible for a size known before the kernel runs."""
@@ -299,6 +310,7 @@ def _main_diagonal_only(fc, args, kw, node, name: str) -> None:
         raise fc.src.error(node, f"torch.{name}: the main diagonal only (offset 0, the last two axes of a matrix)")
 
 
+@torch_function("torch.diagonal", "Tensor.diagonal")
 def _diagonal(fc, b, args, kw, node):
     _main_diagonal_only(fc, args, kw, node, "diagonal")
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -307,6 +319,7 @@ def _diagonal(fc, b, args, kw, node):
     return linalg.einsum_many(b, "ii->i", [x])
 
 
+@torch_function("torch.diag")
 def _diag(fc, b, args, kw, node):
     """torch.diag: the diagonal of a matrix, or the diagonal matrix of a vector."""
     _main_diagonal_only(fc, args, kw, node, "diag")
@@ -317,11 +330,13 @@ def _diag(fc, b, args, kw, node):
     return linalg.einsum_many(b, "j,ij->ij", [v, create.eye(b, n, n, v.type.dtype)])
 
 
+@torch_function("torch.trace", "Tensor.trace")
 def _trace(fc, b, args, kw, node):
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return linalg.einsum_many(b, "ii->", [x])
 
 
+@torch_function("torch.einsum")
 def _einsum(fc, b, args, kw, node):
     """torch.einsum(spec, *operands) with any number of operands (and ... / repeated letters)."""
     if not args or not isinstance(args[0], str):
@@ -337,6 +352,7 @@ def _einsum(fc, b, args, kw, node):
     return linalg.einsum_many(b, args[0], xs)
 
 
+@torch_function("torch.cdist")
 def _cdist(fc, b, args, kw, node):
     """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
     x, y = _two_floats(fc, b, args[:2], node, "cdist")
@@ -345,6 +361,7 @@ def _cdist(fc, b, args, kw, node):
 
 # ---- torch.nn.functional extras ----------------------------------------------------------------
 
+@torch_function("torch.nn.functional.normalize")
 def _normalize(fc, b, args, kw, node):
     """F.normalize(x, p=2, dim=1, eps=1e-12): x / max(‖x‖_p, eps) along dim."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -355,6 +372,7 @@ def _normalize(fc, b, args, kw, node):
     return b.div(x, math_ops.clamp(b, norm, _c(x, eps)))  # (a NaN norm stays NaN, as torch's clamp_min)
 
 
+@torch_function("torch.cosine_similarity", "torch.nn.functional.cosine_similarity")
 def _cosine_similarity(fc, b, args, kw, node):
     x, y = _two_floats(fc, b, args[:2], node, "cosine_similarity")
     axis = int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(1)), node, "dim")
@@ -368,6 +386,7 @@ def _cosine_similarity(fc, b, args, kw, node):
     return reduce.sum(b, b.mul(xn, yn), [axis])
 
 
+@torch_function("torch.nn.functional.layer_norm")
 def _layer_norm(fc, b, args, kw, node):
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     shape = _arg(fc, args, kw, 1, "normalized_shape", node)
@@ -408,6 +427,7 @@ def _conv_transpose(k: int):
     return fn
 
 
+@torch_function("torch.scatter_add", "Tensor.scatter_add")
 def _scatter_add(fc, b, args, kw, node):
     """torch.scatter_add(input, dim, index, src) / x.scatter_add(dim, index, src): src added at index along dim
     (repeated indices add up)."""
@@ -420,10 +440,11 @@ def _scatter_add(fc, b, args, kw, node):
     return index.scatter_elements(b, x, idx, src, axis, "add")
 
 
+@torch_function("torch.nn.functional.interpolate")
 def _interpolate(fc, b, args, kw, node):
     """F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
     recompute_scale_factor=None, antialias=False) over literal image sizes (ops.resize.torch_interpolate)."""
-    from ..ops import resize
+    from ...ops import resize
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     k = x.type.rank - 2
     size, factor = _arg(fc, args, kw, 1, "size", node, None), _arg(fc, args, kw, 2, "scale_factor", node, None)
@@ -456,6 +477,7 @@ def _interpolate(fc, b, args, kw, node):
     return resize.torch_interpolate(b, x, out, scales, mode, corners)
 
 
+@torch_function("torch.nn.functional.scaled_dot_product_attention")
 def _sdpa(fc, b, args, kw, node):
     """F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     scale=None, enable_gqa=False): ops.nn.attention (a query that attends to nothing gets 0)."""
@@ -490,6 +512,7 @@ def channel_affine(fc, b, x, w, bias, node):
     return w, bias
 
 
+@torch_function("torch.nn.functional.group_norm")
 def _group_norm(fc, b, args, kw, node):
     """F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-5)."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -499,12 +522,14 @@ def _group_norm(fc, b, args, kw, node):
     return nn.group_norm(b, x, w, bias, groups, _float_kw(fc, args, kw, 4, "eps", node, 1e-5))
 
 
+@torch_function("torch.nn.functional.glu")
 def _glu(fc, b, args, kw, node):
     """F.glu(input, dim=-1): the first half times the sigmoid of the second."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return activations.glu(b, x, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(-1)), node, "dim"))
 
 
+@torch_function("torch.nn.functional.pad")
 def _pad(fc, b, args, kw, node):
     """F.pad(x, (left, right, top, bottom, ...), mode='constant', value=0): last axis first; the modes
     reflect, replicate and circular too (pad_modes)."""
@@ -597,6 +622,7 @@ def _pool(k: int, kind: str):
     return fn
 
 
+@torch_function("Tensor.expand", receiver=True)
 def _expand(fc, b, x, args, kw, node):
     """x.expand(*sizes): -1 keeps a size."""
     from .tensors import shape_args
@@ -607,6 +633,7 @@ def _expand(fc, b, x, args, kw, node):
     return shape_ops.expand(b, x, dims)
 
 
+@torch_function("Tensor.repeat", receiver=True)
 def _repeat(fc, b, x, args, kw, node):
     """x.repeat(*repeats) (tile)."""
     x = tensor(fc, b, x, node)
@@ -620,6 +647,7 @@ def _repeat(fc, b, x, args, kw, node):
     return shape_ops.tile(b, x, reps)
 
 
+@torch_function("Tensor.tile", receiver=True)
 def _tile(fc, b, x, args, kw, node):
     """x.tile(*dims) / torch.tile(x, dims): repeat, with fewer counts than axes padded by leading ones."""
     x = tensor(fc, b, x, node)
@@ -627,6 +655,7 @@ def _tile(fc, b, x, args, kw, node):
     return _repeat(fc, b, x, [Const(1)] * max(0, x.type.rank - len(reps)) + reps, kw, node)
 
 
+@torch_function("torch.tile")
 def _tile_function(fc, b, args, kw, node):
     """torch.tile(x, dims)."""
     return _tile(fc, b, args[0], args[1:], kw, node)
@@ -651,6 +680,7 @@ def _math_function(name: str, handler):
     return fn
 
 
+@torch_function("torch.copysign")
 def _copysign(fc, b, args, kw, node):
     """|x| with the sign bit of y (-0.0 and a NaN with its sign bit set count as negative, as in C and Python):
     y's bits read as a signed integer are negative exactly then."""
@@ -660,74 +690,10 @@ def _copysign(fc, b, args, kw, node):
     return b.select(negative, b.neg(b.abs(x)), b.abs(x))
 
 
-def register(torch_table: dict, f_table: dict, linalg_table: dict, methods: dict, math_table: dict,
-             special_table: dict) -> None:
-    """Add the functions here to the frontend's tables (torch.*, F.*, torch.linalg.*, x.method, math.*,
-    torch.special.*)."""
-    unary = {"erf": _prim_unary("erf"), "erfc": _prim_unary("erfc"),
-             "log2": _unary(_log_base(2.0)), "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan),
-             "sinh": _unary(math_ops.sinh), "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin),
-             "acos": _unary(math_ops.acos), "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh),
-             "atanh": _unary(math_ops.atanh), "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
-             "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
-             "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
-             "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
-    torch_table.update(unary, copysign=_copysign)
-    torch_table.update({
-        "hypot": _hypot, "logaddexp": _logaddexp, "var": _var_std(False), "std": _var_std(True),
-        "norm": _norm, "prod": _prod, "cumsum": _cumulative(index.cumsum), "cumprod": _cumulative(index.cumprod),
-        "argmax": _arg_ext(True), "argmin": _arg_ext(False), "gather": _gather, "index_select": _index_select,
-        "diagonal": _diagonal, "diag": _diag, "trace": _trace, "einsum": _einsum, "cdist": _cdist,
-        "tensor": tensor_literal, "flip": _flip, "tile": _tile_function,
-        "chunk": _chunk, "split": _split, "masked_fill": _masked_fill,
-        "clamp_min": _clamp_one("maximum"), "clamp_max": _clamp_one("minimum"), "lerp": _lerp, "addmm": _addmm,
-        "baddbmm": lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node, ("input", "batch1", "batch2")),
-        "det": _det, "inverse": _inv, "scatter_add": _scatter_add,
-    })
-    f_table.update({
-        "gelu": _gelu, "silu": _unary(activations.swish), "softplus": _softplus,
-        "elu": _with_alpha(activations.elu, "alpha", 1.0), "celu": _torch_alpha("celu", "alpha", 1.0),
-        "leaky_relu": _torch_alpha("leaky_relu", "negative_slope", 0.01), "selu": _unary(_selu),
-        "hardsigmoid": _unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)),
-        "hardswish": _unary(activations.hard_swish), "softsign": _unary(activations.softsign),
-        "mish": _unary(activations.mish), "logsigmoid": _unary(_logsigmoid), "relu6": _hardtanh(0.0, 6.0, False),
-        "hardtanh": _hardtanh(-1.0, 1.0, True), "normalize": _normalize,
-        "layer_norm": _layer_norm,
-        "cosine_similarity": _cosine_similarity, "pad": _pad, "one_hot": _one_hot, "embedding": _embedding,
-        "scaled_dot_product_attention": _sdpa, "group_norm": _group_norm, "glu": _glu,
-        "interpolate": _interpolate, "conv_transpose1d": _conv_transpose(1), "conv_transpose2d": _conv_transpose(2),
-        "conv_transpose3d": _conv_transpose(3),
-        "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3), "max_pool1d": _pool(1, "max"),
-        "max_pool2d": _pool(2, "max"), "avg_pool1d": _pool(1, "avg"), "avg_pool2d": _pool(2, "avg"),
-    })
-    linalg_table.update({"norm": _linalg_norm, "vector_norm": _norm, "det": _det, "solve": _solve, "inv": _inv})
-    math_table.update({name: _math_function(name, unary[name]) for name in (
-        "erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "ceil",
-        "trunc", "isnan", "isinf", "isfinite")})
-    math_table.update({"hypot": _math_function("hypot", _hypot), "copysign": _math_function("copysign", _copysign)})
-    special_table.update({"expit": _unary(lambda b, x: b.logistic(x)), "erf": unary["erf"], "erfc": unary["erfc"],
-                          "erfinv": unary["erfinv"], "ndtri": _unary(math_ops.probit), "log1p": _prim_unary("log1p"),
-                          "expm1": _prim_unary("expm1"),
-                          "logit": _unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x))))})
-    methods.update({name: _method(fn) for name, fn in unary.items()})
-    methods.update({"var": _method(_var_std(False)), "std": _method(_var_std(True)), "norm": _method(_norm),
-                    "prod": _method(_prod), "cumsum": _method(_cumulative(index.cumsum)),
-                    "cumprod": _method(_cumulative(index.cumprod)), "argmax": _method(_arg_ext(True)),
-                    "argmin": _method(_arg_ext(False)), "gather": _method(_gather),
-                    "index_select": _method(_index_select), "diagonal": _method(_diagonal),
-                    "trace": _method(_trace), "expand": _expand, "repeat": _repeat, "tile": _tile,
-                    "flip": _method(_flip),
-                    "chunk": _method(_chunk), "split": _method(_split), "masked_fill": _method(_masked_fill),
-                    "clamp_min": _method(_clamp_one("maximum")), "clamp_max": _method(_clamp_one("minimum")),
-                    "lerp": _method(_lerp), "addmm": _method(_addmm), "scatter_add": _method(_scatter_add),
-                    "baddbmm": _method(lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node,
-                                                                             ("input", "batch1", "batch2")))})
-
-
 def _pieces(fc, n, size, node, what: str) -> list:
     """The sizes of consecutive pieces of `size` covering an axis of n (the last one shorter, as in torch), or
     equal pieces when both are dims and n is visibly a multiple of size."""
-    from ..ir.types import dim_floordiv, dim_mul
+    from ...ir.types import dim_floordiv, dim_mul
     if isinstance(n, int) and isinstance(size, int):
         if size <= 0:
             raise fc.src.error(node, f"{what}: the piece size must be positive, got {size}")
@@ -741,10 +707,11 @@ def _pieces(fc, n, size, node, what: str) -> list:
                                                   '"float[4 * h]" for four pieces of h')
 
 
+@torch_function("torch.chunk", "Tensor.chunk")
 def _chunk(fc, b, args, kw, node):
     """torch.chunk(x, chunks, dim=0): pieces of ceil(n / chunks) (for a symbolic n: n / chunks each, n must be
     a visible multiple such as 4 * h)."""
-    from ..ir.types import dim_floordiv, dim_mul
+    from ...ir.types import dim_floordiv, dim_mul
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     chunks = int_const(fc, _arg(fc, args, kw, 1, "chunks", node), node, "chunks")
     axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
@@ -762,6 +729,7 @@ def _chunk(fc, b, args, kw, node):
     return tuple(shape_ops.split(b, x, axis, sizes))
 
 
+@torch_function("torch.split", "Tensor.split")
 def _split(fc, b, args, kw, node):
     """torch.split(x, size_or_sizes, dim=0): pieces of one size (the last shorter) or of the listed sizes."""
     from .tensors import as_dim
@@ -771,7 +739,7 @@ def _split(fc, b, args, kw, node):
     n = x.type.shape[axis]
     if isinstance(spec, (list, tuple)):
         sizes = [as_dim(fc, v, node) for v in spec]
-        from ..ir.types import dim_add
+        from ...ir.types import dim_add
         total = 0
         for v in sizes:
             total = dim_add(total, v)
@@ -782,6 +750,7 @@ def _split(fc, b, args, kw, node):
     return tuple(shape_ops.split(b, x, axis, sizes))
 
 
+@torch_function("torch.masked_fill", "Tensor.masked_fill")
 def _masked_fill(fc, b, args, kw, node):
     """x.masked_fill(mask, value): value where mask is True (mask broadcasts to x), x elsewhere; x's dtype."""
     from .mathlib import LIBRARY
@@ -812,6 +781,7 @@ def _clamp_one(name: str):
     return fn
 
 
+@torch_function("torch.lerp", "Tensor.lerp")
 def _lerp(fc, b, args, kw, node):
     """torch.lerp(start, end, weight) = start + weight * (end - start)."""
     import ast
@@ -821,6 +791,7 @@ def _lerp(fc, b, args, kw, node):
                     node)
 
 
+@torch_function("torch.addmm", "Tensor.addmm")
 def _addmm(fc, b, args, kw, node, names=("input", "mat1", "mat2")):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2) (baddbmm: of
     batches, batch1 @ batch2)."""
@@ -835,6 +806,7 @@ def _addmm(fc, b, args, kw, node, names=("input", "mat1", "mat2")):
     return fc.binop(b, ast.Add(), x, prod, node)
 
 
+@torch_function("torch.flip", "Tensor.flip")
 def _flip(fc, b, args, kw, node):
     """torch.flip(x, dims) and x.flip(dims) or x.flip(d0, d1, ...) (a method's dims may come one by one)."""
     x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -844,10 +816,12 @@ def _flip(fc, b, args, kw, node):
     return x
 
 
+@torch_function("torch.det", "torch.linalg.det")
 def _det(fc, b, args, kw, node):
     return linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
 
 
+@torch_function("torch.linalg.solve")
 def _solve(fc, b, args, kw, node):
     """torch.linalg.solve(A, B): B a batch of vectors when it has one dim less than A, else of matrices."""
     a, rhs = _two_floats(fc, b, [_arg(fc, args, kw, 0, "A", node), _arg(fc, args, kw, 1, "B", node)], node,
@@ -858,12 +832,64 @@ def _solve(fc, b, args, kw, node):
     return linalg.solve(b, a, rhs)
 
 
+@torch_function("torch.inverse", "torch.linalg.inv")
 def _inv(fc, b, args, kw, node):
     """torch.linalg.inv(A) / torch.inverse(A): A solved against the identity."""
-    from ..ops import create
+    from ...ops import create
     a = float_tensor(fc, b, _arg(fc, args, kw, 0, "A", node), node)
     n = a.type.shape[-1]
     if not isinstance(n, int):
         raise fc.src.error(node, f"inv needs matrices of a static size, got {a.type}")
     eye = b.broadcast_to(create.eye(b, n, n, a.type.dtype), shape=a.type.shape)
     return linalg.solve(b, a, eye)
+
+
+_UNARY = {"erf": _prim_unary("erf"), "erfc": _prim_unary("erfc"), "log2": _unary(_log_base(2.0)),
+          "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan), "sinh": _unary(math_ops.sinh),
+          "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin), "acos": _unary(math_ops.acos),
+          "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh), "atanh": _unary(math_ops.atanh),
+          "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
+          "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
+          "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
+          "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
+for _name, _fn in _UNARY.items():
+    torch_function(f"torch.{_name}", f"Tensor.{_name}",
+                   *[f"torch.special.{_name}"] * (_name in ("erf", "erfc", "erfinv")))(_fn)
+for _name in ("erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh",
+              "ceil", "trunc", "isnan", "isinf", "isfinite"):
+    torch_function(f"math.{_name}")(_math_function(_name, _UNARY[_name]))
+torch_function("math.hypot")(_math_function("hypot", _hypot))
+torch_function("math.copysign")(_math_function("copysign", _copysign))
+torch_function("torch.var", "Tensor.var")(_var_std(False))
+torch_function("torch.std", "Tensor.std")(_var_std(True))
+torch_function("torch.cumsum", "Tensor.cumsum")(_cumulative(index.cumsum))
+torch_function("torch.cumprod", "Tensor.cumprod")(_cumulative(index.cumprod))
+torch_function("torch.argmax", "Tensor.argmax")(_arg_ext(True))
+torch_function("torch.argmin", "Tensor.argmin")(_arg_ext(False))
+torch_function("torch.clamp_min", "Tensor.clamp_min")(_clamp_one("maximum"))
+torch_function("torch.clamp_max", "Tensor.clamp_max")(_clamp_one("minimum"))
+torch_function("torch.baddbmm", "Tensor.baddbmm")(
+    lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node, ("input", "batch1", "batch2")))
+torch_function("torch.nn.functional.silu")(_unary(activations.swish))
+torch_function("torch.nn.functional.elu")(_with_alpha(activations.elu, "alpha", 1.0))
+torch_function("torch.nn.functional.celu")(_torch_alpha("celu", "alpha", 1.0))
+torch_function("torch.nn.functional.leaky_relu")(_torch_alpha("leaky_relu", "negative_slope", 0.01))
+torch_function("torch.nn.functional.selu")(_unary(_selu))
+torch_function("torch.nn.functional.hardsigmoid")(_unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)))
+torch_function("torch.nn.functional.hardswish")(_unary(activations.hard_swish))
+torch_function("torch.nn.functional.softsign")(_unary(activations.softsign))
+torch_function("torch.nn.functional.mish")(_unary(activations.mish))
+torch_function("torch.nn.functional.logsigmoid")(_unary(_logsigmoid))
+torch_function("torch.nn.functional.relu6")(_hardtanh(0.0, 6.0, False))
+torch_function("torch.nn.functional.hardtanh")(_hardtanh(-1.0, 1.0, True))
+for _k in (1, 2, 3):
+    torch_function(f"torch.nn.functional.conv{_k}d")(_conv(_k))
+    torch_function(f"torch.nn.functional.conv_transpose{_k}d")(_conv_transpose(_k))
+for _k in (1, 2):
+    torch_function(f"torch.nn.functional.max_pool{_k}d")(_pool(_k, "max"))
+    torch_function(f"torch.nn.functional.avg_pool{_k}d")(_pool(_k, "avg"))
+torch_function("torch.special.expit")(_unary(lambda b, x: b.logistic(x)))
+torch_function("torch.special.ndtri")(_unary(math_ops.probit))
+torch_function("torch.special.log1p")(_prim_unary("log1p"))
+torch_function("torch.special.expm1")(_prim_unary("expm1"))
+torch_function("torch.special.logit")(_unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x)))))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..ir.builder import Builder
-from ..ir.core import Atom, Eqn, Func, Lit, Var
-from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub
-from ..ops.shape import flip
+from ...ir.builder import Builder
+from ...ir.core import Atom, Eqn, Func, Lit, Var
+from ...ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub
+from ...ops.shape import flip
 from .scope import Const, Returned, Scope, SymDim, assigned_names
 
 I64 = Type("i64")
@@ -84,8 +84,8 @@ def builtin_sum(fc, b: Builder, scope: Scope, call: ast.Call):
     if not isinstance(rows, Atom) or not rows.type.rank:
         raise fc.src.error(items, "sum() of a single number: sum takes a tensor, a list, a tuple or a comprehension",
                            hint="write the number itself, or x.sum() for the sum of a tensor's elements")
-    from .tensors import TORCH_TENSOR
-    return fc.binop(b, ast.Add(), start, TORCH_TENSOR["sum"](fc, b, [rows, Const(0)], {}, call), call)
+    from .registry import REGISTRY
+    return fc.binop(b, ast.Add(), start, REGISTRY["torch.sum"](fc, b, [rows, Const(0)], {}, call), call)
 
 
 def _sum_start(fc, call: ast.Call) -> ast.expr | None:
@@ -473,5 +473,5 @@ def _eqn_range(eqn: Eqn, range_of) -> tuple[Dim, Dim] | None:
 
 
 def _prim(name: str):
-    from ..prims import PRIMS
+    from ...prims import PRIMS
     return PRIMS[name]

@@ -4,11 +4,12 @@ ignore_index=, label_smoothing=, class-probability targets), reduction= everywhe
 positions. Each is a decomposition into the shared op library (log_softmax, gather, softplus, reductions)."""
 from __future__ import annotations
 
-from ..ir.core import Atom, Lit
-from ..ir.types import Type
-from ..ops import activations, index, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Atom, Lit
+from ...ir.types import Type
+from ...ops import activations, index, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
+from .registry import torch_function
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, tensor
 from .torch_more import _c, _count, _float_kw, _i64
@@ -40,6 +41,7 @@ def _weighted(fc, b, e: Atom, w: Atom | None, node) -> Atom:
     return e if w is None else b.mul(*fc.unify(b, e, w, node))
 
 
+@torch_function("torch.nn.functional.binary_cross_entropy_with_logits")
 def _bce_logits(fc, b, args, kw, node):
     """F.binary_cross_entropy_with_logits(input, target, weight=None, size_average, reduce, reduction='mean',
     pos_weight=None): w·[p·y·softplus(-z) + (1-y)·softplus(z)], the stable form of -w·[p·y·log σ(z) +
@@ -57,6 +59,7 @@ def _bce_logits(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 5, node)
 
 
+@torch_function("torch.nn.functional.binary_cross_entropy")
 def _bce(fc, b, args, kw, node):
     """F.binary_cross_entropy(input, target, weight=None, size_average, reduce, reduction='mean')."""
     p = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -116,6 +119,7 @@ def _rows_reduced(b, rows: Atom, how: str, total: Atom | None) -> Atom:
     return rows if how == "none" else reduce.sum(b, rows) if how == "sum" else b.div(reduce.sum(b, rows), total)
 
 
+@torch_function("torch.nn.functional.cross_entropy")
 def _cross_entropy(fc, b, args, kw, node):
     """F.cross_entropy(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean',
     label_smoothing=0.0): nll_loss of log_softmax along the class axis (with label smoothing)."""
@@ -125,6 +129,7 @@ def _cross_entropy(fc, b, args, kw, node):
     return _class_losses(fc, b, reduce.log_softmax(b, logits, 1), target, args, kw, node, smoothing)
 
 
+@torch_function("torch.nn.functional.nll_loss")
 def _nll_loss(fc, b, args, kw, node):
     """F.nll_loss(input, target, weight=None, size_average, ignore_index=-100, reduce, reduction='mean')."""
     logp = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -134,6 +139,7 @@ def _nll_loss(fc, b, args, kw, node):
     return _class_losses(fc, b, logp, target, args, kw, node)
 
 
+@torch_function("torch.nn.functional.smooth_l1_loss")
 def _smooth_l1(fc, b, args, kw, node):
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
                        node, "smooth_l1_loss")
@@ -144,6 +150,7 @@ def _smooth_l1(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 4, node)
 
 
+@torch_function("torch.nn.functional.huber_loss")
 def _huber(fc, b, args, kw, node):
     """F.huber_loss(input, target, reduction='mean', delta=1.0) = delta · smooth_l1_loss with beta = delta."""
     x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "target", node)],
@@ -166,6 +173,7 @@ def _loss(kind: str):
     return fn
 
 
+@torch_function("torch.nn.functional.kl_div")
 def _kl_div(fc, b, args, kw, node):
     """F.kl_div(input, target, size_average, reduce, reduction='mean', log_target=False): target·(log target -
     input) per element (0 where target is 0), or e^t·(t - input) with log_target; reduction 'batchmean' divides
@@ -191,6 +199,7 @@ def _kl_div(fc, b, args, kw, node):
     return _reduced(b, e, how)
 
 
+@torch_function("torch.nn.functional.soft_margin_loss")
 def _soft_margin(fc, b, args, kw, node):
     """F.soft_margin_loss(input, target, reduction='mean'): log(1 + e^(-y·x))."""
     x, y = fc.unify(b, *(float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
@@ -198,6 +207,7 @@ def _soft_margin(fc, b, args, kw, node):
     return _reduce_loss(fc, b, activations.softplus(b, b.neg(b.mul(y, x))), args, kw, 4, node)
 
 
+@torch_function("torch.nn.functional.margin_ranking_loss")
 def _margin_ranking(fc, b, args, kw, node):
     """F.margin_ranking_loss(input1, input2, target, margin=0, reduction='mean'): max(0, -y·(x1 - x2) + margin)."""
     x1, x2, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
@@ -207,6 +217,7 @@ def _margin_ranking(fc, b, args, kw, node):
     return _reduce_loss(fc, b, math_ops.relu(b, e), args, kw, 6, node)
 
 
+@torch_function("torch.nn.functional.poisson_nll_loss")
 def _poisson_nll(fc, b, args, kw, node):
     """F.poisson_nll_loss(input, target, log_input=True, full=False, size_average, eps=1e-8, reduce,
     reduction='mean'): e^x - y·x (log_input), else x - y·log(x + eps); full adds Stirling's term for y > 1."""
@@ -226,6 +237,7 @@ def _poisson_nll(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 7, node)
 
 
+@torch_function("torch.nn.functional.gaussian_nll_loss")
 def _gaussian_nll(fc, b, args, kw, node):
     """F.gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction='mean'):
     (log max(var, eps) + (x - y)² / max(var, eps)) / 2 (+ log(2π)/2 when full)."""
@@ -243,6 +255,7 @@ def _gaussian_nll(fc, b, args, kw, node):
 
 
 
+@torch_function("torch.nn.functional.hinge_embedding_loss")
 def _hinge_embedding(fc, b, args, kw, node):
     """F.hinge_embedding_loss(input, target, margin=1.0, reduction='mean'): x where y = 1, max(0, margin - x)
     where y = -1."""
@@ -254,6 +267,7 @@ def _hinge_embedding(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 5, node)
 
 
+@torch_function("torch.nn.functional.cosine_embedding_loss")
 def _cosine_embedding(fc, b, args, kw, node):
     """F.cosine_embedding_loss(input1, input2, target, margin=0, reduction='mean') over rows [N, D]: 1 - cos
     where y = 1, max(0, cos - margin) where y = -1 (cos with eps 1e-12 under the norms' product, as torch)."""
@@ -270,6 +284,7 @@ def _cosine_embedding(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 6, node)
 
 
+@torch_function("torch.nn.functional.triplet_margin_loss")
 def _triplet_margin(fc, b, args, kw, node):
     """F.triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
     reduction='mean'): max(0, d(a, p) - d(a, n) + margin) with pairwise_distance."""
@@ -287,13 +302,5 @@ def _triplet_margin(fc, b, args, kw, node):
     return _reduce_loss(fc, b, e, args, kw, 9, node)
 
 
-def register(f_table: dict) -> None:
-    """Add the losses to the frontend's torch.nn.functional table."""
-    f_table.update({
-        "mse_loss": _loss("mse"), "l1_loss": _loss("l1"), "smooth_l1_loss": _smooth_l1, "huber_loss": _huber,
-        "binary_cross_entropy_with_logits": _bce_logits, "binary_cross_entropy": _bce,
-        "cross_entropy": _cross_entropy, "nll_loss": _nll_loss, "kl_div": _kl_div,
-        "soft_margin_loss": _soft_margin, "margin_ranking_loss": _margin_ranking, "poisson_nll_loss": _poisson_nll,
-        "gaussian_nll_loss": _gaussian_nll, "hinge_embedding_loss": _hinge_embedding,
-        "cosine_embedding_loss": _cosine_embedding, "triplet_margin_loss": _triplet_margin,
-    })
+torch_function("torch.nn.functional.mse_loss")(_loss("mse"))
+torch_function("torch.nn.functional.l1_loss")(_loss("l1"))

@@ -9,9 +9,9 @@ import ast
 import math
 import operator
 
-from ..ir.core import Atom
-from ..ir.types import Type, promote
-from ..ops import math as math_ops
+from ...ir.core import Atom
+from ...ir.types import Type, promote
+from ...ops import math as math_ops
 from .scope import Const
 
 UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
@@ -183,7 +183,7 @@ def _unary(name):
         if prim in ("abs",):
             return b.abs(x)
         if prim == "sign":  # (torch's: 0 for NaN, as the constant fold)
-            from ..ops.math import torch_sign
+            from ...ops.math import torch_sign
             return torch_sign(b, _as_float(fc, b, x, node))
         return getattr(b, prim)(_as_float(fc, b, x, node))
     return fn
@@ -288,7 +288,7 @@ def _relu(fc, b, args, node):
     (x,) = args
     if isinstance(x, Const):
         return _minmax("max", max)(fc, b, [x, Const(0.0)], node)
-    from ..ops.math import relu
+    from ...ops.math import relu
     return relu(b, x)
 
 
@@ -303,7 +303,7 @@ def _round(fc, b, args, node):
     (x,) = args
     if isinstance(x, Const):
         return Const(round(x.value))
-    from ..ops.math import round_half_even
+    from ...ops.math import round_half_even
     x = fc.numeric(fc.plain(b, x), node)
     return b.convert(round_half_even(b, x), dtype="i64") if x.type.is_float else x
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import KsbuildError, Location
-from ..ir.core import Func
-from ..ir.types import Type
+from ...errors import KsbuildError, Location
+from ...ir.core import Func
+from ...ir.types import Type
+from .compiler import KernelCompiler, Source
 from .custom_rules import collect_rules, wrap_entry
 from .imported import sibling_module
-from .python import KernelCompiler, Source
 from .scope import Const
 
 # importable modules -> the namespace their functions are looked up in

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import ast
 
-from ..ir.core import Lit
-from ..ir.types import Type
-from ..ops import activations, aten, nn, reduce
-from ..ops import math as math_ops
-from ..ops import shape as shape_ops
+from ...ir.core import Lit
+from ...ir.types import Type
+from ...ops import activations, aten, nn, reduce
+from ...ops import math as math_ops
+from ...ops import shape as shape_ops
 from .mathlib import CMPOPS
+from .registry import torch_function
 from .scope import Const, FInfo, ValuesIndices
 from .tensors import (
     _arg,
@@ -28,7 +29,7 @@ from .tensors import (
     tensor_literal,
     transpose_2d,
 )
-from .torch_more import _c, _float_kw, _method, _var_std, channel_affine
+from .torch_more import _c, _float_kw, _var_std, channel_affine
 
 
 def _x(fc, b, args, kw, node, name="input"):
@@ -42,11 +43,13 @@ def _dim(fc, args, kw, pos, node, rank, default=None, name="dim"):
 
 # ---- plumbing ---------------------------------------------------------------------------------------
 
+@torch_function("torch.flatten")
 def _flatten_fn(fc, b, args, kw, node):
     """torch.flatten(input, start_dim=0, end_dim=-1)."""
     return _flatten(fc, b, _arg(fc, args, kw, 0, "input", node), args[1:], kw, node)
 
 
+@torch_function("torch.broadcast_to", "Tensor.broadcast_to")
 def _broadcast_to(fc, b, args, kw, node):
     """torch.broadcast_to(input, shape)."""
     x = _x(fc, b, args, kw, node)
@@ -54,6 +57,7 @@ def _broadcast_to(fc, b, args, kw, node):
     return x if x.type.shape == tuple(shape) else b.broadcast_to(x, shape=tuple(shape))
 
 
+@torch_function("torch.narrow", "Tensor.narrow")
 def _narrow(fc, b, args, kw, node):
     """torch.narrow(input, dim, start, length): length entries from start along dim."""
     x = _x(fc, b, args, kw, node)
@@ -63,6 +67,7 @@ def _narrow(fc, b, args, kw, node):
     return b.slice(x, axis=axis, start=start, stop=start + length)
 
 
+@torch_function("torch.movedim", "torch.moveaxis", "Tensor.movedim", "Tensor.moveaxis")
 def _movedim(fc, b, args, kw, node):
     """torch.movedim(input, source, destination) with one dim or tuples of dims."""
     x = _x(fc, b, args, kw, node)
@@ -78,15 +83,18 @@ def _movedim(fc, b, args, kw, node):
     return shape_ops.permute(b, x, [placed[i] if i in placed else next(rest) for i in range(x.type.rank)])
 
 
+@torch_function("torch.swapaxes", "torch.swapdims", "Tensor.swapaxes", "Tensor.swapdims")
 def _swapaxes(fc, b, args, kw, node):
     """torch.swapaxes / swapdims(input, axis0, axis1)."""
     return _transpose(fc, b, _arg(fc, args, kw, 0, "input", node), args[1:], {}, node)
 
 
+@torch_function("torch.t")
 def _t(fc, b, args, kw, node):
     return transpose_2d(fc, b, _arg(fc, args, kw, 0, "input", node), node)
 
 
+@torch_function("Tensor.unflatten", receiver=True)
 def _unflatten(fc, b, x, args, kw, node):
     """x.unflatten(dim, sizes): dim split into sizes (one may be -1)."""
     x = tensor(fc, b, x, node)
@@ -95,13 +103,14 @@ def _unflatten(fc, b, x, args, kw, node):
     return shape_ops.reshape(b, x, x.type.shape[:axis] + tuple(sizes) + x.type.shape[axis + 1:])
 
 
+@torch_function("torch.rot90", "Tensor.rot90")
 def _rot90(fc, b, args, kw, node):
     """torch.rot90(input, k=1, dims=(0, 1)): k quarter turns from the first dim towards the second."""
     x = _x(fc, b, args, kw, node)
     k = int_const(fc, _arg(fc, args, kw, 1, "k", node, Const(1)), node, "k") % 4
     dims = _arg(fc, args, kw, 2, "dims", node, (Const(0), Const(1)))
     d0, d1 = (norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in dims)
-    from ..ops.shape import flip
+    from ...ops.shape import flip
     for _ in range(k):  # one turn: flip along d1, then swap d0 and d1
         x = shape_ops.swap_axes(b, flip(b, x, d1), d0, d1)
     return x
@@ -135,12 +144,14 @@ def _logical(name: str):
 
 # ---- elementwise and reductions -----------------------------------------------------------------------
 
+@torch_function("torch.frac", "Tensor.frac")
 def _frac(fc, b, args, kw, node):
     """torch.frac(input) = input - trunc(input)."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return b.sub(x, math_ops.trunc(b, x))
 
 
+@torch_function("torch.heaviside", "Tensor.heaviside")
 def _heaviside(fc, b, args, kw, node):
     """torch.heaviside(input, values): 0 below 0, values at 0, 1 above (NaN stays NaN)."""
     x = _x(fc, b, args, kw, node)
@@ -178,6 +189,7 @@ def _nan_reduce(mean: bool):
     return fn
 
 
+@torch_function("torch.count_nonzero", "Tensor.count_nonzero")
 def _count_nonzero(fc, b, args, kw, node):
     """torch.count_nonzero(input, dim=None): an i64 count."""
     x = _x(fc, b, args, kw, node)
@@ -193,11 +205,12 @@ def _stat_mean(std: bool):
     def fn(fc, b, args, kw, node):
         spread = _var_std(std)(fc, b, args, kw, node)
         mean_kw = {k: v for k, v in kw.items() if k in ("dim", "keepdim")}
-        from .tensors import TORCH_TENSOR
-        return spread, TORCH_TENSOR["mean"](fc, b, list(args[:2]), mean_kw, node)
+        from .registry import REGISTRY
+        return spread, REGISTRY["torch.mean"](fc, b, list(args[:2]), mean_kw, node)
     return fn
 
 
+@torch_function("torch.dist", "Tensor.dist")
 def _dist(fc, b, args, kw, node):
     """torch.dist(input, other, p=2): the p-norm of input - other (ops.aten.vector_norm)."""
     x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("input", "other")))
@@ -205,19 +218,21 @@ def _dist(fc, b, args, kw, node):
     return aten.vector_norm(b, d, _float_kw(fc, args, kw, 2, "p", node, 2.0), tuple(range(d.type.rank)), False)
 
 
+@torch_function("torch.trapezoid", "torch.trapz")
 def _trapezoid(fc, b, args, kw, node):
     """torch.trapezoid(y, dx=1, dim=-1): Σ (y[i] + y[i+1]) / 2 · dx along dim."""
     y = float_tensor(fc, b, _arg(fc, args, kw, 0, "y", node), node)
     dx = _float_kw(fc, args, kw, 99, "dx", node, 1.0)
     axis = _dim(fc, args, kw, 99, node, y.type.rank, Const(-1))
     n = y.type.shape[axis]
-    from ..ir.types import dim_sub
+    from ...ir.types import dim_sub
     inner = b.add(b.slice(y, axis=axis, start=1, stop=n), b.slice(y, axis=axis, start=0, stop=dim_sub(n, 1)))
     return b.mul(reduce.sum(b, inner, [axis]), _c(y, 0.5 * dx))
 
 
 # ---- torch.nn.functional ------------------------------------------------------------------------------
 
+@torch_function("torch.nn.functional.softmin")
 def _softmin(fc, b, args, kw, node):
     """F.softmin(input, dim): softmax of -input."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -227,6 +242,7 @@ def _softmin(fc, b, args, kw, node):
     return reduce.softmax(b, b.neg(x), axis)
 
 
+@torch_function("torch.nn.functional.threshold")
 def _threshold(fc, b, args, kw, node):
     """F.threshold(input, threshold, value): input above threshold, else value."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -234,6 +250,7 @@ def _threshold(fc, b, args, kw, node):
     return b.select(b.gt(x, _c(x, th)), x, _c(x, value))
 
 
+@torch_function("torch.nn.functional.tanhshrink")
 def _tanhshrink(fc, b, args, kw, node):
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     return b.sub(x, b.tanh(x))
@@ -248,6 +265,7 @@ def _shrink(soft: bool):
     return fn
 
 
+@torch_function("torch.nn.functional.prelu")
 def _prelu(fc, b, args, kw, node):
     """F.prelu(input, weight): x where positive, weight·x else; weight has one value or one per channel (dim 1)."""
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
@@ -257,6 +275,7 @@ def _prelu(fc, b, args, kw, node):
     return b.select(b.gt(x, _c(x, 0)), x, b.mul(*fc.unify(b, w, x, node)))
 
 
+@torch_function("torch.nn.functional.rms_norm")
 def _rms_norm(fc, b, args, kw, node):
     """F.rms_norm(input, normalized_shape, weight=None, eps=None) over the last len(normalized_shape) axes
     (ops.nn.rms_norm); eps None is the dtype's machine epsilon (torch's)."""
@@ -271,6 +290,7 @@ def _rms_norm(fc, b, args, kw, node):
     return nn.rms_norm(b, x, _c(x, 1.0) if w is None else tensor(fc, b, w, node), x.type.rank - count, eps)
 
 
+@torch_function("torch.nn.functional.batch_norm")
 def _batch_norm(fc, b, args, kw, node):
     """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum, eps):
     inference with the running statistics."""
@@ -286,6 +306,7 @@ def _batch_norm(fc, b, args, kw, node):
     return nn.batch_norm(b, x, w, bias, mean, var, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
+@torch_function("torch.nn.functional.instance_norm")
 def _instance_norm(fc, b, args, kw, node):
     """F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
     momentum, eps): each sample's channels normalized over their spatial axes."""
@@ -295,6 +316,7 @@ def _instance_norm(fc, b, args, kw, node):
     return nn.instance_norm(b, x, w, bias, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
+@torch_function("torch.nn.functional.pairwise_distance")
 def _pairwise_distance(fc, b, args, kw, node):
     """F.pairwise_distance(x1, x2, p=2, eps=1e-6, keepdim=False): ‖x1 - x2 + eps‖_p along the last axis."""
     x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("x1", "x2")))
@@ -331,6 +353,7 @@ def _adaptive_pool(k: int, kind: str):
     return fn
 
 
+@torch_function("Tensor.type", receiver=True)
 def _type(fc, b, x, args, kw, node):
     """x.type(dtype): a cast (x.type() without a dtype names it, which kernels have no use for)."""
     from .scope import DtypeValue
@@ -341,6 +364,7 @@ def _type(fc, b, x, args, kw, node):
     return x if x.type.dtype == d.dtype else b.convert(x, dtype=d.dtype)
 
 
+@torch_function("torch.repeat_interleave", "Tensor.repeat_interleave")
 def _repeat_interleave(fc, b, args, kw, node):
     """torch.repeat_interleave(input, repeats, dim=None) with a literal int repeats: each element repeats times
     in a row along dim (the flattened input when dim is None)."""
@@ -350,7 +374,7 @@ def _repeat_interleave(fc, b, args, kw, node):
     if axis is None:
         x, axis = shape_ops.reshape(b, x, [-1]), 0
     shape = x.type.shape
-    from ..ir.types import dim_mul
+    from ...ir.types import dim_mul
     spread = b.broadcast_to(b.reshape(x, shape=shape[:axis + 1] + (1,) + shape[axis + 1:]),
                             shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
     return b.reshape(spread, shape=shape[:axis] + (dim_mul(shape[axis], r),) + shape[axis + 1:])
@@ -359,13 +383,14 @@ def _repeat_interleave(fc, b, args, kw, node):
 def _cumulative_extremum(largest: bool):
     """torch.cummax / cummin(input, dim) -> (values, indices)."""
     def fn(fc, b, args, kw, node):
-        from ..ops import index
+        from ...ops import index
         x = _x(fc, b, args, kw, node)
         axis = _dim(fc, args, kw, 1, node, x.type.rank)
         return ValuesIndices(*index.cumulative_extremum(b, x, axis, largest))
     return fn
 
 
+@torch_function("torch.cov")
 def _cov(fc, b, args, kw, node):
     """torch.cov(input, correction=1): the covariance of the rows (variables) over the columns (observations)
     of a 2-D input (a 1-D input is one variable)."""
@@ -382,22 +407,24 @@ def _cov(fc, b, args, kw, node):
     n = x.type.shape[1]
     from .torch_more import _count
     centred = b.sub(x, reduce.mean(b, x, [1], keepdim=True))
-    from ..ops import linalg
+    from ...ops import linalg
     c = linalg.einsum_many(b, "io,jo->ij", [centred, centred])
     denominator = b.sub(_count(b, n, x.type.dtype), _c(x, float(correction)))
     c = b.div(c, denominator)
     return b.reshape(c, shape=()) if one else c
 
 
+@torch_function("torch.logdet", "Tensor.logdet")
 def _logdet(fc, b, args, kw, node):
     """torch.logdet(input): log det (NaN for a negative determinant, -inf for 0), by the LU determinant."""
-    from ..ops import linalg
+    from ...ops import linalg
     return b.log(linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)))
 
 
+@torch_function("torch.diag_embed", "Tensor.diag_embed")
 def _diag_embed(fc, b, args, kw, node):
     """torch.diag_embed(input): the last axis [.., n] as the diagonals of [.., n, n] (offset 0, last two dims)."""
-    from ..ops import create
+    from ...ops import create
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
     for name, pos in (("offset", 1), ("dim1", 2), ("dim2", 3)):
         if _arg(fc, args, kw, pos, name, node, None) is not None:
@@ -409,9 +436,10 @@ def _diag_embed(fc, b, args, kw, node):
     return b.mul(b.reshape(x, shape=x.type.shape[:-1] + (1, n)), create.eye(b, n, n, x.type.dtype))
 
 
+@torch_function("torch.block_diag")
 def _block_diag(fc, b, args, kw, node):
     """torch.block_diag(*tensors): the matrices (a vector is one row, a number 1×1) along the diagonal."""
-    from ..ops.shape import concatenate
+    from ...ops.shape import concatenate
     mats = []
     for a in args:
         m = float_tensor(fc, b, a, node)
@@ -430,9 +458,10 @@ def _block_diag(fc, b, args, kw, node):
     return concatenate(b, rows, 0)
 
 
+@torch_function("torch.vander")
 def _vander(fc, b, args, kw, node):
     """torch.vander(x, N=None, increasing=False): the columns x^(N-1) .. x^0 (or increasing)."""
-    from ..ops.shape import stack
+    from ...ops.shape import stack
     x = float_tensor(fc, b, _arg(fc, args, kw, 0, "x", node), node)
     n = _arg(fc, args, kw, 1, "N", node, None)
     n = x.type.shape[0] if n is None else int_const(fc, n, node, "N")
@@ -443,6 +472,7 @@ def _vander(fc, b, args, kw, node):
     return stack(b, powers if isinstance(increasing, Const) and increasing.value else powers[::-1], 1)
 
 
+@torch_function("Tensor.new_tensor", receiver=True)
 def _new_tensor(fc, b, x, args, kw, node):
     """x.new_tensor(data): torch.tensor(data) of x's dtype (unless dtype= says otherwise)."""
     from .scope import DtypeValue
@@ -453,6 +483,7 @@ def _new_tensor(fc, b, x, args, kw, node):
     return tensor_literal(fc, b, list(args), given, node)
 
 
+@torch_function("torch.float_power", "Tensor.float_power")
 def _float_power(fc, b, args, kw, node):
     """torch.float_power(input, exponent): the power computed in float64."""
     x, y = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("input", "exponent")))
@@ -464,11 +495,12 @@ def _float_power(fc, b, args, kw, node):
     return b.pow(*fc.unify(b, x64, y if y.type.dtype == "f64" else b.convert(y, dtype="f64"), node))
 
 
+@torch_function("torch.logspace")
 def _logspace(fc, b, args, kw, node):
     """torch.logspace(start, end, steps, base=10.0) of literals: base ** linspace(start, end, steps)."""
     import numpy as np
 
-    from ..ops import create
+    from ...ops import create
     start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
     steps = int_const(fc, _arg(fc, args, kw, 2, "steps", node), node, "steps")
     base = _float_kw(fc, args, kw, 3, "base", node, 10.0)
@@ -478,6 +510,7 @@ def _logspace(fc, b, args, kw, node):
     return create.array(b, np.power(base, np.linspace(float(start.value), float(end.value), steps)).astype(dtype))
 
 
+@torch_function("torch.finfo")
 def _finfo(fc, b, args, kw, node):
     """torch.finfo(dtype): eps, max, min, tiny, resolution of a float dtype, as constants."""
     from .scope import DtypeValue
@@ -489,6 +522,7 @@ def _finfo(fc, b, args, kw, node):
     return FInfo(d.dtype)
 
 
+@torch_function("torch.unbind", "Tensor.unbind")
 def _unbind(fc, b, args, kw, node):
     """torch.unbind(input, dim=0) / x.unbind(dim): the slices along dim, a tuple (the size must be a literal)."""
     x = _x(fc, b, args, kw, node)
@@ -500,36 +534,22 @@ def _unbind(fc, b, args, kw, node):
     return tuple(b.reshape(b.slice(x, axis=axis, start=i, stop=i + 1), shape=rest) for i in range(n))
 
 
-def register(torch_table: dict, f_table: dict, methods: dict) -> None:
-    """Add the functions here to the frontend's tables (torch.*, torch.nn.functional, tensor methods)."""
-    comparisons = {name: _comparison(op) for name, op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt),
-                                                           ("ge", ast.GtE), ("eq", ast.Eq), ("ne", ast.NotEq),
-                                                           ("less", ast.Lt), ("greater", ast.Gt))}
-    logic = {f"logical_{n}": _logical(n) for n in ("and", "or", "xor", "not")}
-    functions = {
-        **comparisons, **logic, "frac": _frac, "heaviside": _heaviside, "fmax": _fmax_fmin(True),
-        "fmin": _fmax_fmin(False), "nansum": _nan_reduce(False), "nanmean": _nan_reduce(True),
-        "count_nonzero": _count_nonzero, "std_mean": _stat_mean(True), "var_mean": _stat_mean(False),
-        "dist": _dist, "broadcast_to": _broadcast_to, "narrow": _narrow, "movedim": _movedim,
-        "moveaxis": _movedim, "swapaxes": _swapaxes, "swapdims": _swapaxes, "rot90": _rot90,
-    }
-    torch_table.update(functions, flatten=_flatten_fn, t=_t, empty_like=_like(0.0), trapezoid=_trapezoid,
-                       trapz=_trapezoid)
-    methods.update({name: _method(fn) for name, fn in functions.items()})
-    methods.update(unflatten=_unflatten, type=_type, repeat_interleave=_method(_repeat_interleave))
-    torch_table.update(repeat_interleave=_repeat_interleave, cummax=_cumulative_extremum(True),
-                       cummin=_cumulative_extremum(False), cov=_cov, logdet=_logdet, diag_embed=_diag_embed,
-                       block_diag=_block_diag, vander=_vander)
-    methods.update(cummax=_method(_cumulative_extremum(True)), cummin=_method(_cumulative_extremum(False)),
-                   logdet=_method(_logdet), diag_embed=_method(_diag_embed))
-    for k in (1, 2, 3):
-        f_table.update({f"adaptive_avg_pool{k}d": _adaptive_pool(k, "avg"),
-                        f"adaptive_max_pool{k}d": _adaptive_pool(k, "max")})
-    torch_table.update(float_power=_float_power, logspace=_logspace, finfo=_finfo, unbind=_unbind)
-    methods.update(unbind=_method(_unbind))
-    methods.update(new_tensor=_new_tensor, float_power=_method(_float_power))
-
-    f_table.update({"softmin": _softmin, "threshold": _threshold, "tanhshrink": _tanhshrink,
-                    "softshrink": _shrink(True), "hardshrink": _shrink(False), "prelu": _prelu,
-                    "rms_norm": _rms_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm,
-                    "pairwise_distance": _pairwise_distance})
+for _name, _op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt), ("ge", ast.GtE), ("eq", ast.Eq),
+                   ("ne", ast.NotEq), ("less", ast.Lt), ("greater", ast.Gt)):
+    torch_function(f"torch.{_name}", f"Tensor.{_name}")(_comparison(_op))
+for _name in ("and", "or", "xor", "not"):
+    torch_function(f"torch.logical_{_name}", f"Tensor.logical_{_name}")(_logical(_name))
+torch_function("torch.fmax", "Tensor.fmax")(_fmax_fmin(True))
+torch_function("torch.fmin", "Tensor.fmin")(_fmax_fmin(False))
+torch_function("torch.nansum", "Tensor.nansum")(_nan_reduce(False))
+torch_function("torch.nanmean", "Tensor.nanmean")(_nan_reduce(True))
+torch_function("torch.std_mean", "Tensor.std_mean")(_stat_mean(True))
+torch_function("torch.var_mean", "Tensor.var_mean")(_stat_mean(False))
+torch_function("torch.empty_like")(_like(0.0))
+torch_function("torch.cummax", "Tensor.cummax")(_cumulative_extremum(True))
+torch_function("torch.cummin", "Tensor.cummin")(_cumulative_extremum(False))
+for _k in (1, 2, 3):
+    torch_function(f"torch.nn.functional.adaptive_avg_pool{_k}d")(_adaptive_pool(_k, "avg"))
+    torch_function(f"torch.nn.functional.adaptive_max_pool{_k}d")(_adaptive_pool(_k, "max"))
+torch_function("torch.nn.functional.softshrink")(_shrink(True))
+torch_function("torch.nn.functional.hardshrink")(_shrink(False))

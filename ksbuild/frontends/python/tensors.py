@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from ..ir.core import Atom, Lit, Var
-from ..ir.types import (
+from ...ir.core import Atom, Lit, Var
+from ...ir.types import (
     DTYPES,
     Dim,
     Type,
@@ -26,9 +26,10 @@ from ..ir.types import (
     dim_sub,
     numpy_dtype,
 )
-from ..ops import create, index, linalg, reduce
-from ..ops import shape as shape_ops
-from ..ops.shape import move_axis0  # noqa: F401  (used by loops.py)
+from ...ops import create, index, linalg, reduce
+from ...ops import shape as shape_ops
+from ...ops.shape import move_axis0  # noqa: F401  (used by loops.py)
+from .registry import torch_function
 from .scope import Const, SymDim, ValuesIndices, dim_value
 
 _TYPE_TEXT = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[(.*)\])?\s*$")
@@ -487,6 +488,8 @@ def _max_or_min(kind: str):
 
 # ---- products ------------------------------------------------------------------------------------
 
+@torch_function("torch.matmul", "torch.mm", "torch.mv", "torch.bmm", "Tensor.matmul", "Tensor.mm", "Tensor.mv",
+                "Tensor.bmm")
 def _matmul(fc, b, args, kw, node):
     x, y = _two_floats(fc, b, args, node, "matmul")
     return matmul(fc, b, x, y, node)
@@ -494,13 +497,6 @@ def _matmul(fc, b, args, kw, node):
 
 def matmul(fc, b, x: Atom, y: Atom, node) -> Atom:
     return linalg.matmul(b, x, y)
-
-
-def _einsum_call(fc, b, args, kw, node):
-    if len(args) != 3 or not isinstance(args[0], str):
-        raise fc.src.error(node, "torch.einsum takes a spec string and exactly two tensors")
-    x, y = _two_floats(fc, b, args[1:], node, "einsum")
-    return linalg.einsum(b, args[0], x, y)
 
 
 def _product(op, name):
@@ -518,27 +514,32 @@ def _two_floats(fc, b, args, node, name):
 
 # ---- shapes --------------------------------------------------------------------------------------
 
+@torch_function("Tensor.reshape", "Tensor.view", receiver=True)
 def _reshape(fc, b, x, args, kw, node) -> Atom:
     args = args or [_arg(fc, args, kw, 0, "shape", node)]
     return shape_ops.reshape(b, tensor(fc, b, x, node), shape_args(fc, args, node))
 
 
+@torch_function("Tensor.unsqueeze", receiver=True)
 def _unsqueeze(fc, b, x, args, kw, node):
     axis = int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim")
     return shape_ops.unsqueeze(b, tensor(fc, b, x, node), axis)
 
 
+@torch_function("Tensor.squeeze", receiver=True)
 def _squeeze(fc, b, x, args, kw, node):
     dim = _arg(fc, args, kw, 0, "dim", node, None)
     axes = None if dim is None else [int_const(fc, d, node, "dim") for d in (dim if isinstance(dim, tuple) else [dim])]
     return shape_ops.squeeze(b, tensor(fc, b, x, node), axes)
 
 
+@torch_function("Tensor.transpose", receiver=True)
 def _transpose(fc, b, x, args, kw, node):
     i, j = (int_const(fc, _arg(fc, args, kw, k, name, node), node, "dim") for k, name in enumerate(("dim0", "dim1")))
     return shape_ops.swap_axes(b, tensor(fc, b, x, node), i, j)
 
 
+@torch_function("Tensor.permute", receiver=True)
 def _permute(fc, b, x, args, kw, node):
     if not args and "dims" in kw:
         args = [kw["dims"]]
@@ -546,6 +547,7 @@ def _permute(fc, b, x, args, kw, node):
     return shape_ops.permute(b, tensor(fc, b, x, node), [int_const(fc, a, node, "dim") for a in vals])
 
 
+@torch_function("Tensor.flatten", receiver=True)
 def _flatten(fc, b, x, args, kw, node):
     """x.flatten(start_dim=0, end_dim=-1): the dims start..end merged into one."""
     x = tensor(fc, b, x, node)
@@ -564,6 +566,7 @@ def _numel_dims(dims) -> Dim:
     return n
 
 
+@torch_function("Tensor.size", receiver=True)
 def _size(fc, b, x, args, kw, node):
     """x.size() -> the shape; x.size(k) -> one dim."""
     x = tensor(fc, b, x, node)
@@ -582,11 +585,13 @@ def _cast_to(dtype: str | None):
     return fn
 
 
+@torch_function("Tensor.type_as", receiver=True)
 def _type_as(fc, b, x, args, kw, node):
     x, other = tensor(fc, b, x, node), tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
     return x if x.type.dtype == other.type.dtype else b.convert(x, dtype=other.type.dtype)
 
 
+@torch_function("Tensor.to", receiver=True)
 def _to(fc, b, x, args, kw, node):
     """x.to(torch.float64) / x.to(y.dtype) / x.to(dtype=...) / x.to(y): a cast (devices are ignored: kernels run
     where they are linked); the same dtype is a no-op."""
@@ -599,6 +604,7 @@ def _to(fc, b, x, args, kw, node):
     return x if wanted[0] == x.type.dtype else b.convert(x, dtype=wanted[0])
 
 
+@torch_function("Tensor.item", receiver=True)
 def _item(fc, b, x, args, kw, node):
     """x.item() of a one-element tensor: the scalar, a constant for differentiation (a Python number in torch)."""
     x = tensor(fc, b, x, node)
@@ -607,11 +613,13 @@ def _item(fc, b, x, args, kw, node):
     return b.stop_gradient(b.reshape(x, shape=()) if x.type.rank else x)
 
 
+@torch_function("Tensor.contiguous", receiver=True)
 def _same(fc, b, x, args, kw, node):
     """x.contiguous(): the same values (torch returns x itself)."""
     return tensor(fc, b, x, node)
 
 
+@torch_function("Tensor.clone", receiver=True)
 def _clone(fc, b, x, args, kw, node):
     """x.clone(): the same values as a value of its own (y = x.clone(); y += v changes y only; a = x[0].clone()
     keeps x[0]'s value when x[0] is assigned later), an identity conversion that simplify removes."""
@@ -619,15 +627,18 @@ def _clone(fc, b, x, args, kw, node):
     return b.convert(x, dtype=x.type.dtype) if isinstance(x, Var) else x
 
 
+@torch_function("Tensor.detach", receiver=True)
 def _detach(fc, b, x, args, kw, node):
     """x.detach(): the same values, a constant for differentiation."""
     return b.stop_gradient(tensor(fc, b, x, node))
 
 
+@torch_function("Tensor.dim", receiver=True)
 def _dim_count(fc, b, x, args, kw, node):
     return Const(tensor(fc, b, x, node).type.rank)
 
 
+@torch_function("Tensor.numel", receiver=True)
 def _numel(fc, b, x, args, kw, node):
     return dim_value(_numel_dims(tensor(fc, b, x, node).type.shape))
 
@@ -650,6 +661,7 @@ def _filled(value):
     return fn
 
 
+@torch_function("torch.full")
 def _full(fc, b, args, kw, node):
     dtype = _dtype_kw(fc, kw, node, fc.float_dtype)
     if len(args) != 2:
@@ -670,6 +682,7 @@ def _like(value):
     return fn
 
 
+@torch_function("torch.arange")
 def _arange(fc, b, args, kw, node):
     kw = dict(kw)
     named = [kw.pop(k) for k in ("start", "end", "step") if k in kw]
@@ -701,6 +714,7 @@ def _arange_of_numbers(fc, b, bounds, kw, node):
     return create.array(b, values.astype(numpy_dtype(dtype)))
 
 
+@torch_function("torch.eye")
 def _eye(fc, b, args, kw, node):
     n = as_dim(fc, args[0], node)
     m = as_dim(fc, args[1], node) if len(args) > 1 else n
@@ -715,6 +729,7 @@ def _tri(lower: bool):
     return fn
 
 
+@torch_function("torch.tensor")
 def tensor_literal(fc, b, args, kw, node):
     """torch.tensor([...]) of numbers: a constant (or of values: a stack)."""
     data = _arg(fc, args, kw, 0, "data", node)
@@ -747,7 +762,7 @@ def _default(values, float_dtype: str) -> str:
 
 
 def _np_dtype(dtype: str):
-    from ..ir.types import NUMPY_DTYPES
+    from ...ir.types import NUMPY_DTYPES
     return NUMPY_DTYPES[dtype]
 
 
@@ -827,6 +842,7 @@ def _arg(fc, args, kw, pos, name, node, default=...):
     return default
 
 
+@torch_function("torch.clamp", "torch.clip", "Tensor.clamp", "Tensor.clip")
 def _clamp(fc, b, args, kw, node):
     """torch.clamp(x, min=None, max=None): each bound as torch's (mathlib.clamp_bound; weak constants adapt)."""
     from .mathlib import clamp_bound
@@ -840,48 +856,57 @@ def _clamp(fc, b, args, kw, node):
     return x
 
 
+@torch_function("torch.square", "Tensor.square")
 def _square(fc, b, args, kw, node):
-    from ..ops.math import square
+    from ...ops.math import square
     return square(b, tensor(fc, b, args[0], node))
 
 
-TORCH_TENSOR = {
-    "sum": _reduce(reduce.sum), "mean": _reduce(reduce.mean, to_float=True),
-    "amax": _reduce(reduce.amax), "amin": _reduce(reduce.amin),
-    "max": _max_or_min("max"), "min": _max_or_min("min"),
-    "logsumexp": _reduce(reduce.logsumexp, to_float=True), "softmax": _softmax(False), "log_softmax": _softmax(True),
-    "matmul": _matmul, "mm": _matmul, "mv": _matmul, "bmm": _matmul, "dot": _product(linalg.dot, "dot"),
-    "inner": _product(linalg.dot, "dot"), "outer": _product(linalg.outer, "outer"), "einsum": _einsum_call,
-    "square": _square,
-    "zeros": _filled(0.0), "ones": _filled(1.0), "full": _full, "zeros_like": _like(0.0), "ones_like": _like(1.0),
-    "arange": _arange, "eye": _eye, "tril": _tri(True), "triu": _tri(False),
-    "cat": _join(shape_ops.concatenate, "cat"), "concat": _join(shape_ops.concatenate, "cat"),
-    "stack": _join(shape_ops.stack, "stack"), "clamp": _clamp, "clip": _clamp,
-    "reshape": _function_form(_reshape),
-    "unsqueeze": _function_form(_unsqueeze),
-    "squeeze": _function_form(_squeeze),
-    "transpose": _function_form(_transpose),
-    "permute": _function_form(_permute),
-}
+torch_function("torch.sum", "Tensor.sum")(_reduce(reduce.sum))
+torch_function("torch.mean", "Tensor.mean")(_reduce(reduce.mean, to_float=True))
+torch_function("torch.amax", "Tensor.amax")(_reduce(reduce.amax))
+torch_function("torch.amin", "Tensor.amin")(_reduce(reduce.amin))
+torch_function("torch.logsumexp", "Tensor.logsumexp")(_reduce(reduce.logsumexp, to_float=True))
+torch_function("torch.max", "Tensor.max")(_max_or_min("max"))
+torch_function("torch.min", "Tensor.min")(_max_or_min("min"))
+torch_function("torch.softmax", "torch.nn.functional.softmax", "Tensor.softmax")(_softmax(False))
+torch_function("torch.log_softmax", "torch.nn.functional.log_softmax", "Tensor.log_softmax")(_softmax(True))
+torch_function("torch.dot", "torch.inner", "Tensor.dot")(_product(linalg.dot, "dot"))
+torch_function("torch.outer", "Tensor.outer")(_product(linalg.outer, "outer"))
+torch_function("torch.zeros")(_filled(0.0))
+torch_function("torch.ones")(_filled(1.0))
+torch_function("torch.zeros_like")(_like(0.0))
+torch_function("torch.ones_like")(_like(1.0))
+torch_function("torch.tril", "Tensor.tril")(_tri(True))
+torch_function("torch.triu", "Tensor.triu")(_tri(False))
+torch_function("torch.cat", "torch.concat")(_join(shape_ops.concatenate, "cat"))
+torch_function("torch.stack")(_join(shape_ops.stack, "stack"))
+torch_function("torch.reshape")(_function_form(_reshape))
+torch_function("torch.unsqueeze")(_function_form(_unsqueeze))
+torch_function("torch.squeeze")(_function_form(_squeeze))
+torch_function("torch.transpose")(_function_form(_transpose))
+torch_function("torch.permute")(_function_form(_permute))
+torch_function("Tensor.t", receiver=True)(lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node))
+torch_function("Tensor.float", receiver=True)(_cast_to("f32"))
+torch_function("Tensor.double", receiver=True)(_cast_to("f64"))
+torch_function("Tensor.int", receiver=True)(_cast_to("i32"))
+torch_function("Tensor.long", receiver=True)(_cast_to("i64"))
+torch_function("Tensor.bool", receiver=True)(_cast_to("bool"))
 
-# x.method(...) -> the torch function with x first
-METHODS = {
-    "sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "max": "max", "min": "min",
-    "logsumexp": "logsumexp", "softmax": "softmax", "log_softmax": "log_softmax",
-    "matmul": "matmul", "mm": "mm", "mv": "mv", "bmm": "bmm", "dot": "dot", "outer": "outer", "clamp": "clamp",
-    "clip": "clamp", "square": "square",
-    "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "tanh": "tanh",
-    "sin": "sin", "cos": "cos", "abs": "abs", "sigmoid": "sigmoid", "relu": "relu", "pow": "pow",
-    "tril": "tril", "triu": "triu", "sign": "sign",
-}
-# x.method(...) handled here: (fc, b, x, args, kw, node)
-SHAPE_METHODS = {"reshape": _reshape, "view": _reshape, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
-                 "transpose": _transpose, "permute": _permute, "flatten": _flatten, "size": _size,
-                 "t": lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node),
-                 "float": _cast_to("f32"), "double": _cast_to("f64"), "int": _cast_to("i32"),
-                 "long": _cast_to("i64"), "bool": _cast_to("bool"), "type_as": _type_as,
-                 "contiguous": _same, "clone": _clone, "to": _to, "item": _item, "detach": _detach,
-                 "dim": _dim_count, "numel": _numel}
+
+def _scalar_method(name: str):
+    """x.name(...) of a function of the scalar library (exp, relu, pow, ...): x first, the arguments plain."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import call_builtin
+        if kw:
+            raise fc.src.error(node, f".{name}() takes no keyword arguments here")
+        return call_builtin(fc, b, "torch", name, [args[0], *[fc.plain(b, a) for a in args[1:]]], node)
+    return fn
+
+
+for _name in ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "abs", "sigmoid", "relu", "pow",
+              "sign"):
+    torch_function(f"Tensor.{_name}")(_scalar_method(_name))
 
 
 def _library(name: str):
@@ -899,6 +924,7 @@ def _library(name: str):
     return fn
 
 
+@torch_function("torch.nn.functional.linear")
 def _linear(fc, b, args, kw, node):
     """F.linear(x, w, b=None) = x @ wᵀ + b."""
     x, w = _two_floats(fc, b, args[:2], node, "linear")
@@ -907,6 +933,7 @@ def _linear(fc, b, args, kw, node):
     return y if bias is None else b.add(*fc.unify(b, y, tensor(fc, b, bias, node), node))
 
 
+@torch_function("torch.nn.functional.dropout")
 def _dropout(fc, b, args, kw, node):
     """F.dropout(x, p, training=False) is x; random dropout while training is not supported."""
     training = _arg(fc, args, kw, 2, "training", node, Const(True))
@@ -916,8 +943,5 @@ def _dropout(fc, b, args, kw, node):
     return tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
 
 
-F_FUNCS = {
-    "relu": _library("relu"), "sigmoid": _library("sigmoid"), "tanh": _library("tanh"),
-    "softmax": _softmax(False), "log_softmax": _softmax(True), "linear": _linear,
-    "dropout": _dropout,
-}
+for _name in ("relu", "sigmoid", "tanh"):
+    torch_function(f"torch.nn.functional.{_name}")(_library(_name))
