@@ -35,6 +35,7 @@ def pkg(tmp_path_factory):
     """GPT-2 (without and with its cache), BERT and the op modules, compiled once."""
     import ksbuild
     kernels = {k: make.__name__ for k, make in {**models.TRANSFORMERS, **models.OPS}.items()}
+    kernels["gpt2_batch"] = models.make_gpt2_batch.__name__
     return ksbuild.build(_manifest(tmp_path_factory.mktemp("tfm"), kernels))
 
 
@@ -64,6 +65,16 @@ def test_transformers_match_torch(pkg, name):
     args, want = _eager(models.TRANSFORMERS[name])
     _check(pkg.exports[name](*args), want)
     assert len(want) == {"gpt2": 1, "gpt2_lm": 5, "bert": 2}[name]
+
+
+def test_gpt2_with_a_symbolic_batch_matches_torch_at_two_batch_sizes(pkg):
+    """The batch a dim of the export (torch.export.Dim): scaled_dot_product_attention kept whole."""
+    module, _ = models.make_gpt2()
+    for batch in (1, 3):
+        ids = torch.randint(0, models.VOCAB, (batch, models.SEQ), generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            want = module.eval()(ids).last_hidden_state.numpy()
+        _check(pkg.exports["gpt2_batch"](ids.numpy()), [want])
 
 
 @pytest.mark.parametrize("name", list(models.OPS))

@@ -55,6 +55,14 @@ def make_bert():
     return BertModel(config), (_ids(2), _mask())
 
 
+def make_gpt2_batch():
+    """GPT2Model (use_cache=False) with a symbolic batch: torch's own decomposition of
+    scaled_dot_product_attention left strides under which GPT-2's .view of the attention output failed inside
+    run_decompositions() (pytorch/pytorch#136543); the frontend keeps the op whole (capture.KEEP_WHOLE)."""
+    module, (ids,) = make_gpt2()
+    return module, (torch.cat([ids, _ids(3)]),), ({0: torch.export.Dim("batch", min=1, max=64)},)
+
+
 TRANSFORMERS = {"gpt2": make_gpt2, "gpt2_lm": make_gpt2_lm, "bert": make_bert}
 
 
