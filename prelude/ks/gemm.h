@@ -515,10 +515,6 @@ constexpr bool splits(int64_t rows) {
 // the epilogue: MobileNetV2 10-13% slower), except when c's rows are a multiple of 4 KB apart, so that they
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
-template <class T, class Rows>
-void short_block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c, int64_t c_rs,
-                 int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0);
-
 template <class T, bool PACKED = false, int MR = row_block, class Rows>
 inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
@@ -554,8 +550,8 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
             const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
             for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
                 const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
-                short_block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs,
-                               cols, load_c, per_tile, j, epi, i0 + i);
+                block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
+                         load_c, per_tile, j, epi, i0 + i);
                 i += rows;
             }
         } else {
@@ -566,14 +562,6 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
     if (last && !per_tile) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
     }
-}
-
-// The rows a block of taller tiles leaves, in tiles of row_block rows (out of line: in a frame of its own).
-template <class T, class Rows>
-__attribute__((noinline)) void short_block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels,
-                                           T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j,
-                                           const epilogue<T>& epi, int64_t i0) {
-    block<T>(m, kc, a, b, panels, c, c_rs, cols, load_c, last, j, epi, i0);
 }
 
 // a (m x k, any strides) copied into row tiles at dst: [ceil(m / MR)][k][MR], the last tile's missing rows zero.
