@@ -393,6 +393,8 @@ stop_gradient = Prim(
     jvp=lambda b, p, t: ([b.stop_gradient(p[0])], [None]),
     batch=lambda b, ins, batched, size: ([b.stop_gradient(ins[0])], [True]),
     emit=lambda ctx, eqn: ctx.alias(eqn),
+    # the pass pipeline runs after every transformation: there it is x, and fusion sees through it
+    simplify=lambda ins, out: ins[0],
     doc="x, treated as a constant by differentiation",
     opt_outs=("jvp: zero by definition (not the derivative finite differences see)",
               "transpose: not linear (its derivative is zero)"),

@@ -101,41 +101,35 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t k = 0; k < d; ++k) {
-                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const double t1 = ks::ipow<2>(mahalanobis_i);
-                acc += t1;
-            }
-            tmp1[i * K + j] = acc;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < d; ++j) {
+            const double mahalanobis_i = mahalanobis[i * d + j];
+            const double t1 = ks::ipow<2>(mahalanobis_i);
+            acc += t1;
         }
+        tmp1[i] = acc;
     }
     const int64_t t1 = (-n);
     const int64_t t2 = (t1 * d);
     const double t3 = static_cast<double>(t2);
     const double t4 = (t3 * 0.5);
     const double constant = (t4 * 1.8378770664093453);
+    // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
             const double t5 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double scores_i = (x_i1 - t5);
             scores[i * K + j] = scores_i;
-        }
-    }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = scores[i * K + j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, scores_i);
         }
         tmp2[i] = acc;
     }
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
         const double t5 = ks::abs(x_i);
@@ -168,8 +162,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     const double t5 = (constant + acc);
     double acc1 = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc1 = ks::running_max(acc1, x_i);
+        const double alphas_i = alphas[i];
+        acc1 = ks::running_max(acc1, alphas_i);
     }
     const double t6 = ks::abs(acc1);
     const bool t7 = (t6 == __builtin_huge_val());
@@ -390,36 +384,30 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t k = 0; k < d; ++k) {
-                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const double t1 = ks::ipow<2>(mahalanobis_i);
-                acc += t1;
-            }
-            tmp1[i * K + j] = acc;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < d; ++j) {
+            const double mahalanobis_i = mahalanobis[i * d + j];
+            const double t1 = ks::ipow<2>(mahalanobis_i);
+            acc += t1;
         }
+        tmp1[i] = acc;
     }
+    // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
             const double t1 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double scores_i = (x_i1 - t1);
             scores[i * K + j] = scores_i;
-        }
-    }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = scores[i * K + j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, scores_i);
         }
         tmp2[i] = acc;
     }
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
         const double t1 = ks::abs(x_i);
@@ -444,8 +432,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
@@ -750,46 +738,40 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            float acc = 0;
-            for (int64_t block = 0; block < d; block += 512) {
-                const int64_t block_end = d - block < 512 ? d : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
-                for (int64_t k = block; k < block_end; ++k) {
-                    const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                    const float t1 = ks::ipow<2>(mahalanobis_i);
-                    acc_block += t1;
-                }
-                acc += acc_block;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float mahalanobis_i = mahalanobis[i * d + j];
+                const float t1 = ks::ipow<2>(mahalanobis_i);
+                acc_block += t1;
             }
-            tmp1[i * K + j] = acc;
+            acc += acc_block;
         }
+        tmp1[i] = acc;
     }
     const int64_t t1 = (-n);
     const int64_t t2 = (t1 * d);
     const double t3 = static_cast<double>(t2);
     const double t4 = (t3 * 0.5);
     const double constant = (t4 * 1.8378770664093453);
+    // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
+        float acc = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
             const float t5 = (0.5f * x_i);
             const float x_i1 = base[j];
             const float scores_i = (x_i1 - t5);
             scores[i * K + j] = scores_i;
-        }
-    }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
-        for (int64_t j = 0; j < K; ++j) {
-            const float x_i = scores[i * K + j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, scores_i);
         }
         tmp2[i] = acc;
     }
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
         const float t5 = ks::abs(x_i);
@@ -833,8 +815,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const double t6 = (constant + t5);
     float acc1 = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
-        const float x_i = alphas[i];
-        acc1 = ks::running_max(acc1, x_i);
+        const float alphas_i = alphas[i];
+        acc1 = ks::running_max(acc1, alphas_i);
     }
     const float t7 = ks::abs(acc1);
     const bool t8 = (t7 == __builtin_huge_valf());
@@ -1070,41 +1052,35 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            float acc = 0;
-            for (int64_t block = 0; block < d; block += 512) {
-                const int64_t block_end = d - block < 512 ? d : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
-                for (int64_t k = block; k < block_end; ++k) {
-                    const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                    const float t1 = ks::ipow<2>(mahalanobis_i);
-                    acc_block += t1;
-                }
-                acc += acc_block;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float mahalanobis_i = mahalanobis[i * d + j];
+                const float t1 = ks::ipow<2>(mahalanobis_i);
+                acc_block += t1;
             }
-            tmp1[i * K + j] = acc;
+            acc += acc_block;
         }
+        tmp1[i] = acc;
     }
+    // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
+        float acc = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
             const float t1 = (0.5f * x_i);
             const float x_i1 = base[j];
             const float scores_i = (x_i1 - t1);
             scores[i * K + j] = scores_i;
-        }
-    }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
-        for (int64_t j = 0; j < K; ++j) {
-            const float x_i = scores[i * K + j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, scores_i);
         }
         tmp2[i] = acc;
     }
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
         const float t1 = ks::abs(x_i);
@@ -1134,8 +1110,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     float acc = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
-        const float x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const float alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const float t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_valf());
@@ -1464,17 +1440,14 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
             tmp2[j] = acc;
         }
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
             const double t1 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double t2 = (x_i1 - t1);
             tmp3[j] = t2;
-        }
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp3[j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
@@ -1502,8 +1475,8 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
@@ -1751,17 +1724,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             }
             tmp1[j] = acc;
         }
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
             const double t1 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double t2 = (x_i1 - t1);
             tmp2[j] = t2;
-        }
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
@@ -1781,8 +1751,8 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
@@ -2046,8 +2016,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = scores[j];
-            acc = ks::running_max(acc, x_i);
+            const double scores_i = scores[j];
+            acc = ks::running_max(acc, scores_i);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
@@ -2075,8 +2045,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
@@ -2289,8 +2259,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
@@ -2559,17 +2529,14 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const tmp1 = sum;  // reuses a dead buffer's space
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double sqnorm_i = sqnorm[j];
             const double t1 = (0.5 * sqnorm_i);
             const double x_i = base[j];
             const double t2 = (x_i - t1);
             tmp1[j] = t2;
-        }
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
@@ -2597,8 +2564,8 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t6 = ks::abs(acc);
     const bool t7 = (t6 == __builtin_huge_val());
@@ -2824,17 +2791,14 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const tmp1 = r7;  // reuses a dead buffer's space
+        double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r6[j];
             const double t1 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double t2 = (x_i1 - t1);
             tmp1[j] = t2;
-        }
-        double acc = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[j];
-            acc = ks::running_max(acc, x_i);
+            acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
         const bool t2 = (t1 == __builtin_huge_val());
@@ -2854,8 +2818,8 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = alphas[i];
-        acc = ks::running_max(acc, x_i);
+        const double alphas_i = alphas[i];
+        acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());

@@ -64,10 +64,10 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
     float* const tmp7 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp9 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    float* const tmp10 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // export.py: node addmm (aten.addmm.default)
@@ -170,44 +170,44 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         tmp6[i] = t7;
     }
     // export.py: node addmm_3 (aten.addmm.default)
-    const auto epilogue3 = [&](int64_t, int64_t col3, float v3) {
-        const float x_i = ks_data_7[col3];
-        const float t1 = (x_i + v3);
-        return t1;
-    };
-    ks::packed_gemm<float>(batch, 10, 64, {tmp6, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false, ks::product_epilogue<float>(epilogue3));
-    // export.py: node _log_softmax (aten._log_softmax.default)
+    ks::packed_gemm<float>(batch, 10, 64, {tmp6, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
+    // export.py: nodes addmm_3 (aten.addmm.default), _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = prod3[i * 10 + j];
-            acc = ks::running_max(acc, x_i);
+            const float x_i = ks_data_7[j];
+            const float x_i1 = prod3[i * 10 + j];
+            const float t1 = (x_i + x_i1);
+            tmp7[i * 10 + j] = t1;
+            acc = ks::running_max(acc, t1);
         }
-        tmp7[i] = acc;
+        tmp8[i] = acc;
     }
+    // export.py: node _log_softmax (aten._log_softmax.default)
+    float* const tmp9 = prod3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = prod3[i * 10 + j];
-            const float x_i1 = tmp7[i];
+            const float x_i = tmp7[i * 10 + j];
+            const float x_i1 = tmp8[i];
             const float t1 = (x_i - x_i1);
-            tmp8[i * 10 + j] = t1;
+            tmp9[i * 10 + j] = t1;
             const float t2 = ks::exp(t1);
             acc += t2;
         }
-        tmp9[i] = acc;
+        tmp10[i] = acc;
     }
-    float* const tmp10 = tmp7;  // reuses a dead buffer's space
+    float* const tmp11 = tmp8;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp9[i];
+        const float x_i = tmp10[i];
         const float t1 = ks::log(x_i);
-        tmp10[i] = t1;
+        tmp11[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = tmp8[i * 10 + j];
-            const float x_i1 = tmp10[i];
+            const float x_i = tmp9[i * 10 + j];
+            const float x_i1 = tmp11[i];
             const float t1 = (x_i - x_i1);
             out[i * 10 + j] = t1;
         }
@@ -216,7 +216,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
 }
 
 size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
 }  // namespace KS_VARIANT

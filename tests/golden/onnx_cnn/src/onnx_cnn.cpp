@@ -79,16 +79,14 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float acc = 0;
-            for (int64_t j = 0; j < 3; ++j) {
-                KS_OMP_SIMD(reduction(+:acc))
-                for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = conv[i * 9 + j * 3 + k];
-                    const float x_i1 = ks_data_3[i];
-                    const float conv2_Conv_i = (x_i + x_i1);
-                    const bool t1 = (conv2_Conv_i <= 0.0f);
-                    const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
-                    acc += Relu_1_i;
-                }
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t j = 0; j < 9; ++j) {
+                const float x_i = conv[i * 9 + j];
+                const float x_i1 = ks_data_3[i];
+                const float conv2_Conv_i = (x_i + x_i1);
+                const bool t1 = (conv2_Conv_i <= 0.0f);
+                const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
+                acc += Relu_1_i;
             }
             tmp[i] = acc;
         }
@@ -203,16 +201,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
-            for (int64_t j = 0; j < 16; ++j) {
-                for (int64_t k = 0; k < 16; ++k) {
-                    const float x_i = conv[i * 256 + j * 16 + k];
-                    const float x_i1 = ks_data_1[i];
-                    const float conv1_Conv_i = (x_i + x_i1);
-                    const bool t1 = (conv1_Conv_i <= 0.0f);
-                    stacked[row * 2048 + i * 256 + j * 16 + k] = t1;
-                    const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
-                    Relu[i * 256 + j * 16 + k] = Relu_i;
-                }
+            for (int64_t j = 0; j < 256; ++j) {
+                const float x_i = conv[i * 256 + j];
+                const float x_i1 = ks_data_1[i];
+                const float conv1_Conv_i = (x_i + x_i1);
+                const bool t1 = (conv1_Conv_i <= 0.0f);
+                stacked[row * 2048 + i * 256 + j] = t1;
+                const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                Relu[i * 256 + j] = Relu_i;
             }
         }
         // ONNX node /MaxPool (MaxPool)
@@ -229,26 +225,24 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 }
             }
         }
-        for (int64_t i = 0; i < 8; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 2; ++k) {
-                    for (int64_t l = 0; l < 8; ++l) {
-                        for (int64_t m = 0; m < 2; ++m) {
-                            const float x_i = Relu[i * 256 + j * 32 + k * 16 + l * 2 + m];
-                            const float x_i1 = MaxPool[i * 64 + j * 8 + l];
-                            const bool t1 = (x_i == x_i1);
-                            const bool t2 = (x_i != x_i);
-                            const bool t3 = (x_i1 != x_i1);
-                            const bool t4 = (t2 && t3);
-                            const bool t5 = (t1 || t4);
-                            const int64_t x_i2 = tmp[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
-                            const int64_t t6 = (x_i2 * int64_t{2});
-                            const int64_t x_i3 = tmp1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m];
-                            const int64_t t7 = (x_i3 + t6);
-                            tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m] = t7;
-                            const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
-                            tmp3[i * 256 + j * 32 + k * 16 + l * 2 + m] = t8;
-                        }
+        for (int64_t i = 0; i < 64; ++i) {
+            for (int64_t j = 0; j < 2; ++j) {
+                for (int64_t k = 0; k < 8; ++k) {
+                    for (int64_t l = 0; l < 2; ++l) {
+                        const float x_i = Relu[i * 32 + j * 16 + k * 2 + l];
+                        const float x_i1 = MaxPool[i * 8 + k];
+                        const bool t1 = (x_i == x_i1);
+                        const bool t2 = (x_i != x_i);
+                        const bool t3 = (x_i1 != x_i1);
+                        const bool t4 = (t2 && t3);
+                        const bool t5 = (t1 || t4);
+                        const int64_t x_i2 = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t6 = (x_i2 * int64_t{2});
+                        const int64_t x_i3 = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t7 = (x_i3 + t6);
+                        tmp2[i * 32 + j * 16 + k * 2 + l] = t7;
+                        const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
+                        tmp3[i * 32 + j * 16 + k * 2 + l] = t8;
                     }
                 }
             }
@@ -273,16 +267,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             tmp4[i] = t1;
         }
         // ONNX node /MaxPool (MaxPool)
-        for (int64_t i = 0; i < 8; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 2; ++k) {
-                    for (int64_t l = 0; l < 8; ++l) {
-                        for (int64_t m = 0; m < 2; ++m) {
-                            const int64_t x_i = tmp2[i * 256 + j * 32 + k * 16 + l * 2 + m];
-                            const int64_t x_i1 = min[i * 64 + j * 8 + l];
-                            const bool t1 = (x_i == x_i1);
-                            stacked1[row * 2048 + i * 256 + j * 32 + k * 16 + l * 2 + m] = t1;
-                        }
+        for (int64_t i = 0; i < 64; ++i) {
+            for (int64_t j = 0; j < 2; ++j) {
+                for (int64_t k = 0; k < 8; ++k) {
+                    for (int64_t l = 0; l < 2; ++l) {
+                        const int64_t x_i = tmp2[i * 32 + j * 16 + k * 2 + l];
+                        const int64_t x_i1 = min[i * 8 + k];
+                        const bool t1 = (x_i == x_i1);
+                        stacked1[row * 2048 + i * 32 + j * 16 + k * 2 + l] = t1;
                     }
                 }
             }
@@ -336,18 +328,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     // ONNX node /MaxPool (MaxPool)
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t j = 0; j < 8; ++j) {
+    for (int64_t i = 0; i < (64*batch); ++i) {
+        for (int64_t j = 0; j < 2; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
                 for (int64_t l = 0; l < 2; ++l) {
-                    for (int64_t m = 0; m < 8; ++m) {
-                        for (int64_t i1 = 0; i1 < 2; ++i1) {
-                            const bool x_i = stacked1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
-                            const float x_i1 = folded1[i * 512 + j * 64 + k * 8 + m];
-                            const float t1 = (x_i ? x_i1 : 0.0f);
-                            tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
-                        }
-                    }
+                    const bool x_i = stacked1[i * 32 + j * 16 + k * 2 + l];
+                    const float x_i1 = folded1[i * 8 + k];
+                    const float t1 = (x_i ? x_i1 : 0.0f);
+                    tmp5[i * 32 + j * 16 + k * 2 + l] = t1;
                 }
             }
         }

@@ -252,13 +252,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t j = 0; j < 3; ++j) {
-            for (int64_t k = 0; k < 3; ++k) {
-                const bool x_i = ks_data_11[j * 3 + k];
-                const float x_i1 = gathered[i * 9 + j * 3 + k];
-                const float t1 = (x_i ? x_i1 : 0.0f);
-                tmp13[i * 9 + j * 3 + k] = t1;
-            }
+        for (int64_t j = 0; j < 9; ++j) {
+            const bool x_i = ks_data_11[j];
+            const float x_i1 = gathered[i * 9 + j];
+            const float t1 = (x_i ? x_i1 : 0.0f);
+            tmp13[i * 9 + j] = t1;
         }
     }
     float* const tmp14 = prod;  // reuses a dead buffer's space
