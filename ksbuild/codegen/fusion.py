@@ -7,10 +7,12 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
-from .storage import dim_expr
+from .storage import Storage, dim_expr
 
 
 def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
@@ -28,8 +30,8 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     dests = dests or {}
     targets = {r: dests[o] if o in dests else w.target(o, o.hint or "tmp")
                for r, o in zip(body.results, eqn.outs) if o.type.rank}
-    flat = _flat_views(w, eqn, body, shape, targets) if not reductions else None
-    shape, written = flat if flat is not None else (shape, targets)  # (the results keep their own views)
+    merged = _merged_views(w, eqn, body, shape, targets, n_red)
+    shape, written, n_red = merged if merged is not None else (shape, targets, n_red)  # (results keep their views)
     stores = {r: t for r, t in written.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
     accs = [_accumulator(w, e) for e in reductions]
@@ -55,7 +57,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.line(f"{acc} += {part};")
     if parts:
         w.close_loops(1)
-    scalars = _store_reduced(w, reductions, accs, targets, outer)
+    scalars = _store_reduced(w, reductions, accs, written, outer)
     w.close_loops(outer)
     w.env = saved_env
     for r, o in zip(body.results, eqn.outs):
@@ -63,30 +65,79 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     w.note_source(first_line, [e.loc for e in body.eqns])  # (every line the group computes)
 
 
-def _flat_views(w: Writer, eqn: Eqn, body, shape, targets: dict):
-    """(the nest's shape as one axis, the targets as 1-D views) when every operand and result of an elementwise nest
-    is a whole row-major tensor of its shape or a scalar (the operands' views in w.env made 1-D too): one loop then
-    covers it, e.g. the [C, 7, 7] residual adds of a MobileNet, whose innermost loops of 7 did not vectorize; None
-    when the nest must keep its axes (a broadcast operand, a strided view, an index-dependent iota, threads)."""
-    if len([d for d in shape if d != 1]) < 2 or eqn.params.get("threads", 0) > 1:
+def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
+    """(the nest's shape with adjacent axes merged, the targets' views, the number of reduced axes left) when every
+    operand and result walks two neighbouring axes as one, i.e. row-major over the pair (stride of the outer = size
+    x stride of the inner) or broadcast along both; the operands' views in w.env are replaced by merged ones. One
+    loop then covers what were several: the [C, 7, 7] residual adds of a MobileNet, or the mean over [7, 7] of a
+    squeeze-excite block with its [C, 1, 1] bias, whose innermost loops of 7 did not vectorize. Reduced axes merge
+    only with reduced axes. None when nothing merges or the nest must keep its axes (an index-dependent iota,
+    threads)."""
+    if eqn.params.get("threads", 0) > 1 or any(e.prim.positional for e in body.eqns):
         return None
-    if any(not e.prim.elementwise or e.prim.positional for e in body.eqns):
+    views = {p: _broadcast(w.env[p], shape) for p in body.params if p.type.rank and not isinstance(w.env[p], str)}
+    n_outer = len(shape) - n_red
+    reduced = [t for t in targets.values() if len(t.shape) == n_outer and n_red]
+    full = [v for v in [*views.values(), *targets.values()] if tuple(v.shape) == tuple(shape)]
+    if len(full) != len(views) + len(targets) - len(reduced):
         return None
-    views = {}
-    for p in body.params:
-        h = w.env[p]
-        if p.type.rank == 0 or isinstance(h, str):
-            continue
-        if tuple(h.shape) != tuple(shape) or not (h.literal is not None or h.contiguous or h.dense()):
-            return None
-        views[p] = h
-    if any(tuple(t.shape) != tuple(shape) or t.literal is not None or not (t.contiguous or t.dense())
-           for t in targets.values()):
+    groups = _axis_groups(shape, n_outer, full, reduced)
+    if len([g for g in groups if _size(shape, g) != 1]) >= len([d for d in shape if d != 1]):
         return None
-    flat = (numel(shape),)
-    for p, h in views.items():
-        w.env[p] = h.reshape(flat)
-    return flat, {r: t.reshape(flat) for r, t in targets.items()}
+    merged_shape = tuple(_size(shape, g) for g in groups)
+    for p, v in views.items():
+        w.env[p] = _merge(v, groups, merged_shape)
+    outer_groups = [g for g in groups if g[0] < n_outer]
+    new_targets = {r: _merge(t, groups, merged_shape) if t in full else
+                   _merge(t, outer_groups, merged_shape[:len(outer_groups)]) for r, t in targets.items()}
+    return merged_shape, new_targets, len(groups) - len(outer_groups)
+
+
+def _broadcast(v, shape):
+    return v if tuple(v.shape) == tuple(shape) else v.broadcast(shape)
+
+
+def _axis_groups(shape, n_outer: int, full: list, reduced: list) -> list[tuple[int, int]]:
+    """Runs [lo, hi) of adjacent axes every view walks as one axis (reduced views: over the outer axes). Axes of
+    size 1 join any run; the others are checked against the run's last axis that is not of size 1."""
+    groups: list[tuple[int, int]] = []
+    last = None  # (the current run's last axis of size > 1)
+    for j, d in enumerate(shape):
+        views = full + (reduced if j < n_outer else [])
+        if groups and j != n_outer and (d == 1 or last is None or all(_joins(v, last, j, shape) for v in views)):
+            groups[-1] = (groups[-1][0], j + 1)
+        else:
+            groups.append((j, j + 1))
+            last = None
+        last = j if d != 1 else last
+    return groups
+
+
+def _joins(v, i: int, j: int, shape) -> bool:
+    """Whether view v walks axis i and axis j (the next of size > 1 after i) as one axis."""
+    if v.literal is not None or v.contiguous or v.dense():
+        return True
+    si, sj = v.strides[i], v.strides[j]
+    if si == "0" and sj == "0":
+        return True
+    return si.isdigit() and sj.isdigit() and isinstance(shape[j], int) and int(si) == int(sj) * shape[j]
+
+
+def _size(shape, g: tuple[int, int]):
+    dims = [d for d in shape[g[0]:g[1]] if d != 1]
+    return dims[0] if len(dims) == 1 else numel(dims)
+
+
+def _merge(v, groups, merged_shape):
+    """v with each group of axes as one: the stride of the group's innermost axis that is not of size 1."""
+    if v.literal is not None:
+        return Storage.splat(v.literal, merged_shape)
+    strides = []
+    for lo, hi in groups:
+        walked = [s for d, s in zip(v.shape[lo:hi], v.strides[lo:hi]) if d != 1]
+        strides.append(walked[-1] if walked else "0")
+    return replace(v, shape=tuple(merged_shape), strides=tuple(strides),
+                   contiguous=v.contiguous or v.dense())
 
 
 SUM_BLOCK = 512
