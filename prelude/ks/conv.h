@@ -1013,6 +1013,59 @@ inline void phase_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& i1)
     i1 = last > 0 ? ((last + sw - 1) / sw < pw ? (last + sw - 1) / sw : pw) : 0;
 }
 
+#if defined(__AVX512F__)
+// The lanes l of a 16-lane vector whose place base + l lies in [lo, hi), as a mask.
+inline __mmask16 lanes_in(int64_t lo, int64_t hi, int64_t base) {
+    const int64_t a = lo - base > 0 ? lo - base : 0, b = hi - base < 16 ? hi - base : 16;
+    return b > a ? __mmask16(((1u << b) - 1) & ~((1u << a) - 1)) : __mmask16(0);
+}
+
+// Row y's places [a0, a1) of phase 0 (and [b0, b1) of phase 1 at odd, when stride 2) from src, 16 places a step:
+// masked loads of the 16 (stride 2: 32) elements they read, of those inside the row [0, n), split into the phases
+// by vpermt2ps, masked stores. A row of 7 or 14 is then one step, not 7 or 14 scalar moves (the loops below).
+template <int S>
+inline void copy_row_avx512(const float* src, int64_t at, int64_t n, float* out, float* odd, int64_t a0,
+                            int64_t a1, int64_t b0, int64_t b1) {
+    const int64_t lo = S == 1 || a0 < b0 ? a0 : b0, hi = S == 1 || a1 > b1 ? a1 : b1;
+    const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd_lanes = _mm512_add_epi32(even_lanes, _mm512_set1_epi32(1));
+    for (int64_t i = lo; i < hi; i += 16) {
+        const int64_t p = at + S * i;  // (the row's element that place i of phase 0 reads)
+        const float* from = src + p;
+        const __m512 first = _mm512_maskz_loadu_ps(lanes_in(0, n, p), from);
+        if constexpr (S == 1) {
+            _mm512_mask_storeu_ps(out + i, lanes_in(a0, a1, i), first);
+        } else {
+            const __m512 second = _mm512_maskz_loadu_ps(lanes_in(0, n, p + 16), from + 16);
+            _mm512_mask_storeu_ps(out + i, lanes_in(a0, a1, i), _mm512_permutex2var_ps(first, even_lanes, second));
+            _mm512_mask_storeu_ps(odd + i, lanes_in(b0, b1, i), _mm512_permutex2var_ps(first, odd_lanes, second));
+        }
+    }
+}
+
+// copy_channel for floats with a column stride of 1 or 2: the shape's sizes read once into locals (the masked
+// stores may alias anything, so GCC re-read and re-divided them for every row), each row by copy_row_avx512.
+template <int S>
+void copy_channel_avx512(const conv_shape& s, const float* x, float* dst, int64_t a0, int64_t a1, int64_t b0,
+                         int64_t b1) {
+    const int64_t sh = s.stride[1], pw = places(s), rh = rows(s), plane = depth_plane(s), odd = rh * pw;
+    const int64_t e0 = convs::extent(s, 0), e1 = convs::extent(s, 1), at = -s.pad[2];
+    const int64_t p0 = s.pad[0], p1 = s.pad[1], in0 = s.in[0], in1 = s.in[1], in2 = s.in[2];
+    for (int64_t z = p0; z < e0 && z - p0 < in0; ++z) {
+        int64_t phase = p1 % sh, row = p1 / sh;  // (of padded row y: y = row · sh + phase)
+        const float* src = x + (z - p0) * in1 * in2;
+        for (int64_t y = p1; y < e1 && y - p1 < in1 && row < rh; ++y, src += in2) {
+            float* out = dst + z * plane + (phase * S * rh + row) * pw;
+            copy_row_avx512<S>(src, at, in2, out, out + odd, a0, a1, b0, b1);
+            if (++phase == sh) {
+                phase = 0;
+                ++row;
+            }
+        }
+    }
+}
+#endif
+
 template <class T>
 void copy_channel(const conv_shape& s, const T* x, T* dst) {
     const int64_t sh = s.stride[1], sw = s.stride[2], pw = places(s), rh = rows(s);
@@ -1020,6 +1073,16 @@ void copy_channel(const conv_shape& s, const T* x, T* dst) {
     int64_t a0, a1, b0, b1;  // (stride 2: the spans of phases 0 and 1, and the places both hold)
     phase_span(s, 0, a0, a1);
     phase_span(s, 1, b0, b1);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(T) == 4) {
+        if (sw <= 2) {
+            const float* from = reinterpret_cast<const float*>(x);
+            float* to = reinterpret_cast<float*>(dst);
+            return sw == 1 ? copy_channel_avx512<1>(s, from, to, a0, a1, a0, a1)
+                           : copy_channel_avx512<2>(s, from, to, a0, a1, b0, b1);
+        }
+    }
+#endif
     const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
     for (int64_t z = s.pad[0]; z < e0 && z - s.pad[0] < s.in[0]; ++z) {
         int64_t phase = s.pad[1] % sh, row = s.pad[1] / sh;  // (of padded row y: y = row · sh + phase)
