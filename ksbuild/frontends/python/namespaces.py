@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from . import losses, search, tensors, torch_basics, torch_extra, torch_more  # noqa: F401 (they register)
+from . import losses, math, nn, search, shape, tensors  # noqa: F401 (they register)
 from .mathlib import scalar_names
 from .registry import REGISTRY
 from .registry import functions as _registered

@@ -15,10 +15,10 @@ from ...ir.types import Type, dim_mul
 from ...ops import create, linalg, reduce
 from ...ops import math as math_ops
 from ...ops import shape as shape_ops
+from .nn import _c, _float_kw, _math_function
 from .registry import torch_function
 from .scope import Const
 from .tensors import _arg, _two_floats, float_tensor, int_const, norm_axis, tensor
-from .torch_more import _c, _float_kw, _math_function
 
 
 def _python_op(op: ast.operator, name: str):

@@ -14,6 +14,7 @@ from ...ops import activations, aten, nn, reduce
 from ...ops import math as math_ops
 from ...ops import shape as shape_ops
 from .mathlib import CMPOPS
+from .nn import _c, _float_kw, _var_std, channel_affine
 from .registry import torch_function
 from .scope import Const, FInfo, ValuesIndices
 from .tensors import (
@@ -29,7 +30,6 @@ from .tensors import (
     tensor_literal,
     transpose_2d,
 )
-from .torch_more import _c, _float_kw, _var_std, channel_affine
 
 
 def _x(fc, b, args, kw, node, name="input"):
