@@ -22,8 +22,10 @@ from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import DTYPES, Type, dim_names
 from . import namespaces, tensors
 from .branches import FallThrough, always_returns, compile_early_returns, packed
+from .linalg import matmul
 from .mathlib import BINOPS, CMPOPS, call_builtin
 from .scope import Const, FInfo, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
+from .shape import transpose_2d
 
 SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
 
@@ -369,7 +371,7 @@ class KernelCompiler:
             b.name(value, target.id)
             scope.names[target.id] = value
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-            from .tensors import set_subscript
+            from .index import set_subscript
             x = self.name(scope, target.value)
             self.check_not_aliased(b, scope, target.value.id, x, target)
             new = set_subscript(self, b, x, target.slice, value, scope, target)
@@ -552,8 +554,8 @@ class KernelCompiler:
                 return d
         x, y = self.plain(b, x), self.plain(b, y)
         if isinstance(op, ast.MatMult):
-            return tensors.matmul(self, b, *self.unify(b, tensors.tensor(self, b, x, node),
-                                                       tensors.tensor(self, b, y, node), node), node)
+            return matmul(self, b, *self.unify(b, tensors.tensor(self, b, x, node),
+                                               tensors.tensor(self, b, y, node), node), node)
         rule = BINOPS.get(type(op))
         if rule is None:
             raise self.src.error(node, f"unsupported operator '{_op_symbol(op)}'")
@@ -723,7 +725,7 @@ class KernelCompiler:
         return self.expr(b, scope, e)
 
     def expr_Subscript(self, b, scope, e: ast.Subscript) -> Value:
-        from .tensors import subscript
+        from .index import subscript
         return subscript(self, b, self.expr(b, scope, e.value), e.slice, scope, e)
 
     def expr_Attribute(self, b, scope, e: ast.Attribute) -> Value:
@@ -746,7 +748,7 @@ class KernelCompiler:
         if e.attr == "shape" and isinstance(x, Var):
             return tuple(tensors.dim_value(d) for d in x.type.shape)
         if e.attr == "T":
-            return tensors.transpose_2d(self, b, x, e)
+            return transpose_2d(self, b, x, e)
         if e.attr == "ndim" and isinstance(x, Var):
             return Const(x.type.rank)
         if e.attr == "dtype" and isinstance(x, Var):  # x.to(y.dtype), torch.zeros(n, dtype=x.dtype)

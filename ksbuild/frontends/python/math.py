@@ -1,8 +1,8 @@
-"""More torch functions in Python kernels, each a few operations of the shared op library: division and
-remainders (torch.div with rounding_mode, fmod, remainder, floor_divide), roll, cross, kron, tensordot,
-vdot, logcumsumexp, any/all, logit, xlogy, sinc, nan_to_num, full_like, linspace, x.new_zeros/new_ones/
-new_full, and F.pad's reflect, replicate and circular modes. Where a formula has a removable singularity
-(sinc at 0, xlogy at x = 0) the branch not taken reads a harmless value, so no NaN reaches a derivative."""
+"""Elementwise torch functions (ops/math.py): arithmetic as functions and methods (torch.add, sub, mul,
+div, remainder, fmod, neg, ...), the unary library (erf, log2, tan, asinh, ceil, round, rsqrt, ...) and its
+math.* forms, comparisons and logic (torch.lt, x.gt, torch.logical_and, ...), predicates (isnan, isinf,
+isfinite), clamps, lerp, hypot, logaddexp, copysign, xlogy, sinc, nan_to_num, heaviside, fmax/fmin and
+torch.special's elementwise functions. Each handler is registered with `@torch_function` (registry.py)."""
 from __future__ import annotations
 
 import ast
@@ -10,15 +10,224 @@ import math
 
 import numpy as np
 
-from ...ir.core import Atom, Lit
-from ...ir.types import Type, dim_mul
-from ...ops import create, linalg, reduce
+from ...ir.core import Lit
+from ...ir.types import Type
 from ...ops import math as math_ops
-from ...ops import shape as shape_ops
-from .nn import _c, _float_kw, _math_function
+from .mathlib import CMPOPS, refuse_tensor_in_math
 from .registry import torch_function
 from .scope import Const
-from .tensors import _arg, _two_floats, float_tensor, int_const, norm_axis, tensor
+from .tensors import _arg, _c, _float_kw, _two_floats, _x, float_tensor, tensor
+
+
+@torch_function("torch.clamp", "torch.clip", "Tensor.clamp", "Tensor.clip")
+def _clamp(fc, b, args, kw, node):
+    """torch.clamp(x, min=None, max=None): each bound as torch's (mathlib.clamp_bound; weak constants adapt)."""
+    from .mathlib import clamp_bound
+    x = args[0]
+    lo = _arg(fc, args, kw, 1, "min", node, None)
+    hi = _arg(fc, args, kw, 2, "max", node, None)
+    if lo is not None:
+        x = clamp_bound(fc, b, x, lo, False, node)
+    if hi is not None:
+        x = clamp_bound(fc, b, x, hi, True, node)
+    return x
+
+
+@torch_function("torch.square", "Tensor.square")
+def _square(fc, b, args, kw, node):
+    from ...ops.math import square
+    return square(b, tensor(fc, b, args[0], node))
+
+
+def _scalar_method(name: str):
+    """x.name(...) of a function of the scalar library (exp, relu, pow, ...): x first, the arguments plain."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import call_builtin
+        if kw:
+            raise fc.src.error(node, f".{name}() takes no keyword arguments here")
+        return call_builtin(fc, b, "torch", name, [args[0], *[fc.plain(b, a) for a in args[1:]]], node)
+    return fn
+
+
+def _comparison(op: type):
+    """torch.lt(input, other) and friends (x.lt(other) through _method)."""
+    def fn(fc, b, args, kw, node):
+        x, y = fc.plain(b, _arg(fc, args, kw, 0, "input", node)), fc.plain(b, _arg(fc, args, kw, 1, "other", node))
+        return CMPOPS[op](fc, b, x, y, node)
+    return fn
+
+
+def _logical(name: str):
+    """torch.logical_and / or / xor (nonzero is true) and logical_not."""
+    def fn(fc, b, args, kw, node):
+        def truth(v):
+            v = tensor(fc, b, v, node)
+            return v if v.type.dtype == "bool" else b.ne(v, Lit(0, Type(v.type.dtype)))
+        x = truth(_arg(fc, args, kw, 0, "input", node))
+        if name == "not":
+            return math_ops.logical_not(b, x)
+        y = truth(_arg(fc, args, kw, 1, "other", node))
+        if name == "xor":
+            return b.ne(*fc.unify(b, x, y, node))
+        return (math_ops.logical_and if name == "and" else math_ops.logical_or)(b, x, y)
+    return fn
+
+
+@torch_function("torch.frac", "Tensor.frac")
+def _frac(fc, b, args, kw, node):
+    """torch.frac(input) = input - trunc(input)."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    return b.sub(x, math_ops.trunc(b, x))
+
+
+@torch_function("torch.heaviside", "Tensor.heaviside")
+def _heaviside(fc, b, args, kw, node):
+    """torch.heaviside(input, values): 0 below 0, values at 0, 1 above (NaN stays NaN)."""
+    x = _x(fc, b, args, kw, node)
+    v = tensor(fc, b, _arg(fc, args, kw, 1, "values", node), node)
+    x, v = fc.unify(b, x, v, node)
+    step = b.select(b.gt(x, _c(x, 0)), _c(x, 1), b.select(b.lt(x, _c(x, 0)), _c(x, 0), x))  # (NaN: x)
+    return b.select(b.eq(x, _c(x, 0)), v, step)
+
+
+def _fmax_fmin(largest: bool):
+    """torch.fmax / fmin: the larger (smaller) of the two, ignoring a NaN (NaN only when both are)."""
+    def fn(fc, b, args, kw, node):
+        x, y = fc.unify(b, _x(fc, b, args, kw, node), tensor(fc, b, _arg(fc, args, kw, 1, "other", node), node),
+                        node)
+        pick = math_ops.extremum(b, x, y, largest)
+        return b.select(b.ne(x, x), y, b.select(b.ne(y, y), x, pick)) if x.type.is_float else pick
+    return fn
+
+
+@torch_function("torch.float_power", "Tensor.float_power")
+def _float_power(fc, b, args, kw, node):
+    """torch.float_power(input, exponent): the power computed in float64."""
+    x, y = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("input", "exponent")))
+    x = tensor(fc, b, x, node)
+    x64 = x if x.type.dtype == "f64" else b.convert(x, dtype="f64")
+    if isinstance(y, Const):
+        return b.pow(x64, Lit(float(y.value), Type("f64")))
+    y = tensor(fc, b, y, node)
+    return b.pow(*fc.unify(b, x64, y if y.type.dtype == "f64" else b.convert(y, dtype="f64"), node))
+
+
+def _unary(op):
+    """torch.f(x) for an op of ops/math or ops/activations taking (b, x); any other argument is an error
+    (F.hardtanh(x, -2.0, 2.0) or torch.round(x, decimals=2) must not quietly compute something else)."""
+    def fn(fc, b, args, kw, node):
+        _only_input(fc, args, kw, node)
+        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _only_input(fc, args, kw, node) -> None:
+    """The call passes its input and at most inplace=False."""
+    extra = [k for k in kw if k not in ("input", "inplace")]
+    inplace = args[1] if len(args) == 2 and not kw else kw.get("inplace", Const(False))
+    if len(args) > 2 or (len(args) == 2 and kw) or extra or not (isinstance(inplace, Const) and inplace.value is False):
+        what = f"argument '{extra[0]}'" if extra else "inplace=True" if len(args) <= 2 else "extra arguments"
+        raise fc.src.error(node, f"{what} not supported here", hint="pass the input only (kernels never update "
+                                                                     "a tensor in place)")
+
+
+def _prim_unary(name: str):
+    def fn(fc, b, args, kw, node):
+        return getattr(b, name)(float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _log_base(base: float):
+    def op(b, x):
+        return b.mul(b.log(x), _c(x, 1.0 / math.log(base)))
+    return op
+
+
+def _rsqrt(b, x):
+    return b.div(_c(x, 1.0), b.sqrt(x))
+
+
+@torch_function("torch.hypot")
+def _hypot(fc, b, args, kw, node):
+    """sqrt(x² + y²), neither overflowing (1e300) nor underflowing (1e-200) (the hypot prim: C's hypot)."""
+    x, y = _two_floats(fc, b, args[:2], node, "hypot")
+    return b.hypot(*fc.unify(b, x, y, node))
+
+
+@torch_function("torch.logaddexp")
+def _logaddexp(fc, b, args, kw, node):
+    """log(e^x + e^y) = hi + log1p(e^(lo - hi)) with hi, lo = x, y where x > y, else y, x: at a tie this is
+    y + log1p(e^(x - y)), whose derivatives are torch's (σ(0) = ½ for each, ¼ for the second); equal
+    infinities give themselves (inf - inf would be NaN)."""
+    x, y = _two_floats(fc, b, args[:2], node, "logaddexp")
+    first = b.gt(x, y)
+    hi, lo = b.select(first, x, y), b.select(first, y, x)
+    same_inf = math_ops.logical_and(b, b.eq(x, y), b.eq(b.abs(x), _c(x, math.inf)))
+    return b.select(same_inf, x, b.add(hi, b.log1p(b.exp(b.select(same_inf, _c(x, 0), b.sub(lo, hi))))))
+
+
+def _predicate(op):
+    def fn(fc, b, args, kw, node):
+        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
+    return fn
+
+
+def _isfinite(b, x):
+    return math_ops.logical_not(b, math_ops.logical_or(b, math_ops.isnan(b, x), math_ops.isinf(b, x)))
+
+
+def _math_function(name: str, handler):
+    """math.name(...): folded with Python's math on constants, else the torch function on values."""
+    def fn(fc, b, args, kw, node):
+        if all(isinstance(a, Const) for a in args) and not kw:
+            try:
+                v = getattr(math, name)(*[a.value for a in args])
+            except (ValueError, OverflowError, ZeroDivisionError) as e:
+                raise fc.src.error(node, f"constant expression fails: {e}") from None
+            return Const(float(v) if not isinstance(v, bool) else v)
+        refuse_tensor_in_math(fc, name, args, node)
+        return handler(fc, b, [a if not isinstance(a, Const) else Const(float(a.value)) for a in args], kw, node)
+    return fn
+
+
+@torch_function("torch.copysign")
+def _copysign(fc, b, args, kw, node):
+    """|x| with the sign bit of y (-0.0 and a NaN with its sign bit set count as negative, as in C and Python):
+    y's bits read as a signed integer are negative exactly then."""
+    x, y = _two_floats(fc, b, args[:2], node, "copysign")
+    bits = "i32" if y.type.dtype == "f32" else "i64"
+    negative = b.lt(b.bitcast(y, dtype=bits), Lit(0, Type(bits)))
+    return b.select(negative, b.neg(b.abs(x)), b.abs(x))
+
+
+def _clamp_one(name: str):
+    """torch.clamp_min(x, min) / torch.clamp_max(x, max): one bound of torch.clamp (mathlib.clamp_bound)."""
+    def fn(fc, b, args, kw, node):
+        from .mathlib import clamp_bound
+        x = _arg(fc, args, kw, 0, "input", node)
+        bound = _arg(fc, args, kw, 1, "min" if name == "maximum" else "max", node)
+        return clamp_bound(fc, b, fc.plain(b, x), fc.plain(b, bound), name == "minimum", node)
+    return fn
+
+
+@torch_function("torch.lerp", "Tensor.lerp")
+def _lerp(fc, b, args, kw, node):
+    """torch.lerp(start, end, weight) = start + weight * (end - start)."""
+    import ast
+    start, end = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "end", node)
+    w = _arg(fc, args, kw, 2, "weight", node)
+    return fc.binop(b, ast.Add(), start, fc.binop(b, ast.Mult(), w, fc.binop(b, ast.Sub(), end, start, node), node),
+                    node)
+
+
+_UNARY = {"erf": _prim_unary("erf"), "erfc": _prim_unary("erfc"), "log2": _unary(_log_base(2.0)),
+          "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan), "sinh": _unary(math_ops.sinh),
+          "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin), "acos": _unary(math_ops.acos),
+          "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh), "atanh": _unary(math_ops.atanh),
+          "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
+          "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
+          "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
+          "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
 
 
 def _python_op(op: ast.operator, name: str):
@@ -80,140 +289,6 @@ def _fmod(fc, b, args, kw, node):
     return math_ops.fmod(b, x, y)
 
 
-def _ints(fc, v, node, what: str) -> list[int]:
-    vals = v if isinstance(v, (tuple, list)) else [v]
-    return [int_const(fc, a, node, what) for a in vals]
-
-
-def _roll_axis(b, x: Atom, shift: int, axis: int, fc, node) -> Atom:
-    n = x.type.shape[axis]
-    if not isinstance(n, int):
-        raise fc.src.error(node, f"torch.roll along an axis of symbolic size {n}: the size must be static")
-    s = shift % n if n else 0
-    if s == 0:
-        return x
-    return shape_ops.concatenate(b, [b.slice(x, axis=axis, start=n - s, stop=n), b.slice(x, axis=axis, start=0,
-                                                                                           stop=n - s)], axis)
-
-
-@torch_function("torch.roll", "Tensor.roll")
-def _roll(fc, b, args, kw, node):
-    """torch.roll(input, shifts, dims=None): elements shifted along each dim, wrapping around; without dims
-    over the flattened tensor."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    shifts = _ints(fc, _arg(fc, args, kw, 1, "shifts", node), node, "shifts")
-    dims = _arg(fc, args, kw, 2, "dims", node, None)
-    if dims is None:
-        if len(shifts) != 1:
-            raise fc.src.error(node, "torch.roll without dims takes one shift")
-        flat = b.reshape(x, shape=(math.prod(x.type.shape),)) if all(isinstance(d, int) for d in x.type.shape) \
-            else None
-        if flat is None:
-            raise fc.src.error(node, "torch.roll without dims needs static sizes")
-        return b.reshape(_roll_axis(b, flat, shifts[0], 0, fc, node), shape=x.type.shape)
-    axes = [norm_axis(fc, a, x.type.rank, node) for a in _ints(fc, dims, node, "dims")]
-    if len(axes) != len(shifts):
-        raise fc.src.error(node, f"torch.roll: {len(shifts)} shift(s) for {len(axes)} dim(s)")
-    for s, a in zip(shifts, axes):
-        x = _roll_axis(b, x, s, a, fc, node)
-    return x
-
-
-def _cross(default_dim):
-    """torch.cross(input, other, dim=None) (the first axis of size 3 when dim is None) and
-    torch.linalg.cross(input, other, dim=-1): u × v along an axis of 3."""
-    def fn(fc, b, args, kw, node):
-        u, v = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
-                           node, "cross")
-        dim = _arg(fc, args, kw, 2, "dim", node, default_dim)
-        if dim is None:
-            axis = next((i for i, d in enumerate(u.type.shape) if d == 3), None)
-            if axis is None:
-                raise fc.src.error(node, f"torch.cross: no axis of size 3 in {u.type}")
-        else:
-            axis = norm_axis(fc, int_const(fc, dim, node, "dim"), u.type.rank, node)
-        if u.type.shape[axis] != 3:
-            raise fc.src.error(node, f"cross product along an axis of size {u.type.shape[axis]} (it needs 3)")
-        uc = [b.slice(u, axis=axis, start=i, stop=i + 1) for i in range(3)]
-        vc = [b.slice(v, axis=axis, start=i, stop=i + 1) for i in range(3)]
-        parts = [b.sub(b.mul(uc[(i + 1) % 3], vc[(i + 2) % 3]), b.mul(uc[(i + 2) % 3], vc[(i + 1) % 3]))
-                 for i in range(3)]
-        return shape_ops.concatenate(b, parts, axis)
-    return fn
-
-
-@torch_function("torch.kron", "Tensor.kron")
-def _kron(fc, b, args, kw, node):
-    """torch.kron(input, other): the Kronecker product (the rank of the larger; the other gets leading 1s)."""
-    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
-                       node, "kron")
-    r = max(x.type.rank, y.type.rank)
-    xs, ys = (1,) * (r - x.type.rank) + x.type.shape, (1,) * (r - y.type.rank) + y.type.shape
-    xi = b.reshape(x, shape=tuple(d for a in xs for d in (a, 1)))  # [x0, 1, x1, 1, ...]
-    yi = b.reshape(y, shape=tuple(d for a in ys for d in (1, a)))  # [1, y0, 1, y1, ...]
-    return b.reshape(b.mul(xi, yi), shape=tuple(dim_mul(a, c) for a, c in zip(xs, ys)))
-
-
-@torch_function("torch.tensordot", "Tensor.tensordot")
-def _tensordot(fc, b, args, kw, node):
-    """torch.tensordot(a, b, dims=2): the last `dims` axes of a against the first of b, or explicit axis
-    lists dims=([a axes], [b axes])."""
-    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "a", node), _arg(fc, args, kw, 1, "b", node)], node,
-                       "tensordot")
-    dims = _arg(fc, args, kw, 2, "dims", node, Const(2))
-    if isinstance(dims, Const):
-        k = int_const(fc, dims, node, "dims")
-        ax, ay = list(range(x.type.rank - k, x.type.rank)), list(range(k))
-    elif isinstance(dims, (tuple, list)) and len(dims) == 2:
-        ax = [norm_axis(fc, a, x.type.rank, node) for a in _ints(fc, dims[0], node, "dims")]
-        ay = [norm_axis(fc, a, y.type.rank, node) for a in _ints(fc, dims[1], node, "dims")]
-    else:
-        raise fc.src.error(node, "tensordot: dims must be an integer or two lists of axes")
-    if len(ax) != len(ay):
-        raise fc.src.error(node, f"tensordot: {len(ax)} axes of a against {len(ay)} of b")
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    tx = [next(letters) for _ in range(x.type.rank)]
-    ty = [next(letters) for _ in range(y.type.rank)]
-    for i, j in zip(ax, ay):
-        ty[j] = tx[i]
-    out = [t for i, t in enumerate(tx) if i not in ax] + [t for j, t in enumerate(ty) if j not in ay]
-    return linalg.einsum_many(b, f"{''.join(tx)},{''.join(ty)}->{''.join(out)}", [x, y])
-
-
-@torch_function("torch.vdot", "Tensor.vdot")
-def _vdot(fc, b, args, kw, node):
-    """torch.vdot(input, other) of real 1-D tensors: their dot product."""
-    x, y = _two_floats(fc, b, [_arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "other", node)],
-                       node, "vdot")
-    if x.type.rank != 1 or y.type.rank != 1:
-        raise fc.src.error(node, f"vdot takes two 1-D tensors, got {x.type} and {y.type}")
-    return linalg.dot(b, x, y)
-
-
-@torch_function("torch.logcumsumexp", "Tensor.logcumsumexp")
-def _logcumsumexp(fc, b, args, kw, node):
-    """torch.logcumsumexp(input, dim): log of the running sum of exp (a scan that rescales as it goes)."""
-    from ...ops import index
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
-    return index.logcumsumexp(b, x, axis)
-
-
-def _any_all(is_any: bool):
-    """torch.any / torch.all(input, dim=None, keepdim=False): a bool tensor (whether any / every element is
-    nonzero)."""
-    def fn(fc, b, args, kw, node):
-        x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        dim = _arg(fc, args, kw, 1, "dim", node, None)
-        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False))
-        axes = None if dim is None else [norm_axis(fc, a, x.type.rank, node) for a in _ints(fc, dim, node, "dim")]
-        nonzero = x if x.type.dtype == "bool" else b.ne(x, Lit(0, Type(x.type.dtype)))
-        flags = b.convert(nonzero, dtype="i64")
-        pick = reduce.amax if is_any else reduce.amin
-        return b.ne(pick(b, flags, axes, keepdim=bool(keep.value)), Lit(0, Type("i64")))
-    return fn
-
-
 @torch_function("torch.logit", "Tensor.logit")
 def _logit(fc, b, args, kw, node):
     """torch.logit(input, eps=None): log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given."""
@@ -261,72 +336,34 @@ def _nan_to_num(fc, b, args, kw, node):
     return b.select(b.ne(x, x), _c(x, nan), y)
 
 
-@torch_function("torch.full_like", "Tensor.full_like")
-def _full_like(fc, b, args, kw, node):
-    """torch.full_like(input, fill_value): input's shape and dtype."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    value = _arg(fc, args, kw, 1, "fill_value", node)
-    if isinstance(value, Const):
-        return create.full(x.type.shape, value.value, x.type.dtype)
-    v = tensor(fc, b, value, node)
-    if v.type.rank:
-        raise fc.src.error(node, "full_like's fill_value must be a number")
-    return create.fill(b, x.type.shape, v if v.type.dtype == x.type.dtype else b.convert(v, dtype=x.type.dtype))
-
-
-@torch_function("torch.linspace")
-def _linspace(fc, b, args, kw, node):
-    """torch.linspace(start, end, steps) with number literals (or constants) and a literal count."""
-    start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
-    steps = int_const(fc, _arg(fc, args, kw, 2, "steps", node), node, "steps")
-    if not (isinstance(start, Const) and isinstance(end, Const)):
-        raise fc.src.error(node, "torch.linspace needs start and end known when the kernel is compiled")
-    dtype = np.float32 if fc.float_dtype == "f32" else np.float64
-    return create.array(b, np.linspace(float(start.value), float(end.value), steps).astype(dtype))
-
-
-def _new_full(value):
-    """x.new_zeros(*size) / x.new_ones(*size) (ints or one tuple) and x.new_full(size, fill_value): x's dtype."""
-    def fn(fc, b, x, args, kw, node):
-        from .tensors import as_dim
-        x = tensor(fc, b, x, node)
-        if value is None:
-            size, fill = _arg(fc, args, kw, 0, "size", node), _arg(fc, args, kw, 1, "fill_value", node)
-        else:
-            size = args[0] if len(args) == 1 else tuple(args) if args else _arg(fc, args, kw, 0, "size", node)
-            fill = Const(value)
-        if not isinstance(fill, Const):
-            raise fc.src.error(node, "new_full's fill_value must be a number literal")
-        sizes = size if isinstance(size, (tuple, list)) else [size]
-        return create.full(tuple(as_dim(fc, s, node) for s in sizes), fill.value, x.type.dtype)
-    return fn
-
-
-@torch_function("Tensor.expand_as", receiver=True)
-def _expand_as(fc, b, x, args, kw, node):
-    """x.expand_as(other): x broadcast to other's shape."""
-    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
-    x = tensor(fc, b, x, node)
-    return b.broadcast_to(x, shape=other.type.shape) if x.type.shape != other.type.shape else x
-
-
-@torch_function("Tensor.view_as", "Tensor.reshape_as", receiver=True)
-def _view_as(fc, b, x, args, kw, node):
-    """x.view_as(other) / x.reshape_as(other): x with other's shape."""
-    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
-    return shape_ops.reshape(b, tensor(fc, b, x, node), other.type.shape)
-
-
+for _name in ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "abs", "sigmoid", "relu", "pow",
+              "sign"):
+    torch_function(f"Tensor.{_name}")(_scalar_method(_name))
+for _name, _op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt), ("ge", ast.GtE), ("eq", ast.Eq),
+                   ("ne", ast.NotEq), ("less", ast.Lt), ("greater", ast.Gt)):
+    torch_function(f"torch.{_name}", f"Tensor.{_name}")(_comparison(_op))
+for _name in ("and", "or", "xor", "not"):
+    torch_function(f"torch.logical_{_name}", f"Tensor.logical_{_name}")(_logical(_name))
+torch_function("torch.fmax", "Tensor.fmax")(_fmax_fmin(True))
+torch_function("torch.fmin", "Tensor.fmin")(_fmax_fmin(False))
+for _name, _fn in _UNARY.items():
+    torch_function(f"torch.{_name}", f"Tensor.{_name}",
+                   *[f"torch.special.{_name}"] * (_name in ("erf", "erfc", "erfinv")))(_fn)
+for _name in ("erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh",
+              "ceil", "trunc", "isnan", "isinf", "isfinite"):
+    torch_function(f"math.{_name}")(_math_function(_name, _UNARY[_name]))
+torch_function("math.hypot")(_math_function("hypot", _hypot))
+torch_function("math.copysign")(_math_function("copysign", _copysign))
+torch_function("torch.clamp_min", "Tensor.clamp_min")(_clamp_one("maximum"))
+torch_function("torch.clamp_max", "Tensor.clamp_max")(_clamp_one("minimum"))
+torch_function("torch.special.expit")(_unary(lambda b, x: b.logistic(x)))
+torch_function("torch.special.ndtri")(_unary(math_ops.probit))
+torch_function("torch.special.log1p")(_prim_unary("log1p"))
+torch_function("torch.special.expm1")(_prim_unary("expm1"))
+torch_function("torch.special.logit")(_unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x)))))
 torch_function("torch.remainder", "Tensor.remainder")(_python_op(ast.Mod(), "remainder"))
 torch_function("torch.floor_divide", "Tensor.floor_divide")(_python_op(ast.FloorDiv(), "floor_divide"))
-torch_function("torch.cross", "Tensor.cross")(_cross(None))
-torch_function("torch.linalg.cross")(_cross(Const(-1)))
-torch_function("torch.any", "Tensor.any")(_any_all(True))
-torch_function("torch.all", "Tensor.all")(_any_all(False))
 for _name, _op in (("add", ast.Add()), ("sub", ast.Sub()), ("subtract", ast.Sub()), ("mul", ast.Mult()),
                    ("multiply", ast.Mult())):
     torch_function(f"torch.{_name}", f"Tensor.{_name}")(_scaled_op(_op, _name))
 torch_function("math.fmod")(_math_function("fmod", _fmod))
-torch_function("Tensor.new_zeros", receiver=True)(_new_full(0))
-torch_function("Tensor.new_ones", receiver=True)(_new_full(1))
-torch_function("Tensor.new_full", receiver=True)(_new_full(None))

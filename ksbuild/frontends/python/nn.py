@@ -1,365 +1,117 @@
-"""More of torch for the Python frontend: elementwise math, activations, losses, statistics,
-indexing with tensors, cumulative ops. Each entry parses torch's calling convention and calls the
-op library (ksbuild/ops), like tensors.py; `@torch_function` (registry.py) registers each under its names.
-"""
+"""torch.nn.functional's layers (ops/nn.py): linear, dropout (at inference), the convolutions and their
+transposes, the pools (also adaptive), the normalizations (layer_norm, group_norm, batch_norm, instance_norm,
+rms_norm, normalize), pad, interpolate, scaled_dot_product_attention, cosine_similarity and pairwise_distance.
+Each handler is registered with `@torch_function` (registry.py)."""
 from __future__ import annotations
 
 import math
 
-from ...ir.core import Atom, Lit
-from ...ir.types import Type
-from ...ops import activations, create, index, linalg, nn, reduce
+from ...ir.core import Atom
+from ...ops import aten, linalg, nn, reduce
 from ...ops import math as math_ops
 from ...ops import shape as shape_ops
-from .mathlib import refuse_tensor_in_math
+from .linalg import _norm
 from .registry import torch_function
 from .scope import Const
-from .tensors import (
-    _arg,
-    _two_floats,
-    axes_arg,
-    float_tensor,
-    int_const,
-    norm_axis,
-    tensor,
-)
+from .tensors import _arg, _c, _float_kw, _two_floats, float_tensor, int_const, tensor
 
 
-def _c(x: Atom, v: float) -> Lit:
-    return Lit(float(v), Type(x.type.dtype))
+@torch_function("torch.nn.functional.linear")
+def _linear(fc, b, args, kw, node):
+    """F.linear(x, w, b=None) = x @ wᵀ + b."""
+    x, w = _two_floats(fc, b, args[:2], node, "linear")
+    y = linalg.matmul(b, x, shape_ops.swap_axes(b, w, -1, -2) if w.type.rank == 2 else w)
+    bias = _arg(fc, args, kw, 2, "bias", node, None)
+    return y if bias is None else b.add(*fc.unify(b, y, tensor(fc, b, bias, node), node))
 
 
-def _float_kw(fc, args, kw, pos, name, node, default: float) -> float:
-    v = _arg(fc, args, kw, pos, name, node, Const(default))
-    if not isinstance(v, Const):
-        raise fc.src.error(node, f"'{name}' must be a number literal here")
-    return float(v.value)
+@torch_function("torch.nn.functional.dropout")
+def _dropout(fc, b, args, kw, node):
+    """F.dropout(x, p, training=False) is x; random dropout while training is not supported."""
+    training = _arg(fc, args, kw, 2, "training", node, Const(True))
+    if not isinstance(training, Const) or training.value:
+        raise fc.src.error(node, "F.dropout with training=True draws random numbers; kernels are deterministic",
+                           hint="pass training=False (dropout is the identity at inference)")
+    return tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
 
 
-# ---- elementwise -------------------------------------------------------------------------------
-
-def _unary(op):
-    """torch.f(x) for an op of ops/math or ops/activations taking (b, x); any other argument is an error
-    (F.hardtanh(x, -2.0, 2.0) or torch.round(x, decimals=2) must not quietly compute something else)."""
-    def fn(fc, b, args, kw, node):
-        _only_input(fc, args, kw, node)
-        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
-    return fn
-
-
-def _only_input(fc, args, kw, node) -> None:
-    """The call passes its input and at most inplace=False."""
-    extra = [k for k in kw if k not in ("input", "inplace")]
-    inplace = args[1] if len(args) == 2 and not kw else kw.get("inplace", Const(False))
-    if len(args) > 2 or (len(args) == 2 and kw) or extra or not (isinstance(inplace, Const) and inplace.value is False):
-        what = f"argument '{extra[0]}'" if extra else "inplace=True" if len(args) <= 2 else "extra arguments"
-        raise fc.src.error(node, f"{what} not supported here", hint="pass the input only (kernels never update "
-                                                                     "a tensor in place)")
+@torch_function("torch.nn.functional.rms_norm")
+def _rms_norm(fc, b, args, kw, node):
+    """F.rms_norm(input, normalized_shape, weight=None, eps=None) over the last len(normalized_shape) axes
+    (ops.nn.rms_norm); eps None is the dtype's machine epsilon (torch's)."""
+    import numpy as np
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    shape = _arg(fc, args, kw, 1, "normalized_shape", node)
+    count = len(shape) if isinstance(shape, (tuple, list)) else 1
+    w = _arg(fc, args, kw, 2, "weight", node, None)
+    eps = _arg(fc, args, kw, 3, "eps", node, None)
+    eps = float(np.finfo(np.float32 if x.type.dtype == "f32" else np.float64).eps) if eps is None else \
+        float(eps.value)
+    return nn.rms_norm(b, x, _c(x, 1.0) if w is None else tensor(fc, b, w, node), x.type.rank - count, eps)
 
 
-def _prim_unary(name: str):
-    def fn(fc, b, args, kw, node):
-        return getattr(b, name)(float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
-    return fn
+@torch_function("torch.nn.functional.batch_norm")
+def _batch_norm(fc, b, args, kw, node):
+    """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum, eps):
+    inference with the running statistics."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    mean, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
+                 for i, n in ((1, "running_mean"), (2, "running_var")))
+    training = _arg(fc, args, kw, 5, "training", node, Const(False))
+    if not isinstance(training, Const) or training.value:
+        raise fc.src.error(node, "F.batch_norm with training=True updates running statistics in place",
+                           hint="pass training=False (inference), or normalize with the batch's mean and var")
+    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
+                             _arg(fc, args, kw, 4, "bias", node, None), node)
+    return nn.batch_norm(b, x, w, bias, mean, var, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
-def _log_base(base: float):
-    def op(b, x):
-        return b.mul(b.log(x), _c(x, 1.0 / math.log(base)))
-    return op
+@torch_function("torch.nn.functional.instance_norm")
+def _instance_norm(fc, b, args, kw, node):
+    """F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+    momentum, eps): each sample's channels normalized over their spatial axes."""
+    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
+                             _arg(fc, args, kw, 4, "bias", node, None), node)
+    return nn.instance_norm(b, x, w, bias, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
 
 
-def _rsqrt(b, x):
-    return b.div(_c(x, 1.0), b.sqrt(x))
+@torch_function("torch.nn.functional.pairwise_distance")
+def _pairwise_distance(fc, b, args, kw, node):
+    """F.pairwise_distance(x1, x2, p=2, eps=1e-6, keepdim=False): ‖x1 - x2 + eps‖_p along the last axis."""
+    x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("x1", "x2")))
+    p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
+    eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-6)
+    keep = _arg(fc, args, kw, 4, "keepdim", node, Const(False))
+    d = b.add(b.sub(*fc.unify(b, x, y, node)), _c(x, eps))
+    return aten.vector_norm(b, d, p, (d.type.rank - 1,), bool(keep.value) if isinstance(keep, Const) else False)
 
 
-def _logsigmoid(b, x):
-    return b.neg(activations.softplus(b, b.neg(x)))
-
-
-def _hardtanh(lo: float, hi: float, bounds: bool):
-    """F.hardtanh(x, min_val=-1, max_val=1) (bounds=True) and F.relu6(x): as torch's, the derivative is 0 at
-    the bounds (a clamp's is 1 there) and a NaN stays NaN."""
+def _adaptive_pool(k: int, kind: str):
+    """F.adaptive_avg_poolNd / adaptive_max_poolNd(input, output_size) where each input size is a multiple of
+    its output size (windows of in/out, strided by it: equal windows, as torch's then are); None keeps a size."""
     def fn(fc, b, args, kw, node):
         x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        low, high = lo, hi
-        if bounds:
-            low = _float_kw(fc, args, kw, 1, "min_val", node, lo)
-            high = _float_kw(fc, args, kw, 2, "max_val", node, hi)
-            args, kw = args[:1] + args[3:], {k: v for k, v in kw.items() if k not in ("min_val", "max_val")}
-        _only_input(fc, args, kw, node)
-        low_c, high_c = _c(x, low), _c(x, high)
-        return b.select(b.le(x, low_c), low_c, b.select(b.ge(x, high_c), high_c, x))
+        out = _arg(fc, args, kw, 1, "output_size", node)
+        out = list(out) if isinstance(out, (tuple, list)) else [out] * k
+        if x.type.rank not in (k + 1, k + 2) or len(out) != k:
+            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d takes [N, C, *{k} sizes] and {k} output sizes, "
+                                     f"got {x.type}")
+        sizes = x.type.shape[-k:]
+        outs = [n if o is None or (isinstance(o, Const) and o.value is None) else int_const(fc, o, node, "size")
+                for n, o in zip(sizes, out)]
+        if not all(isinstance(n, int) and n % o == 0 for n, o in zip(sizes, outs)):
+            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d of sizes {list(sizes)} to {outs}: each size must "
+                                     "be a literal multiple of its output size",
+                               hint="torch's uneven windows (overlapping by a varying amount) are not supported")
+        lead = x.type.rank == k + 1
+        if lead:
+            x = b.reshape(x, shape=(1,) + x.type.shape)
+        win = [n // o for n, o in zip(sizes, outs)]
+        y = nn.max_pool(b, x, win, win) if kind == "max" else nn.avg_pool(b, x, win, win)
+        return b.reshape(y, shape=y.type.shape[1:]) if lead else y
     return fn
 
-
-@torch_function("torch.hypot")
-def _hypot(fc, b, args, kw, node):
-    """sqrt(x² + y²), neither overflowing (1e300) nor underflowing (1e-200) (the hypot prim: C's hypot)."""
-    x, y = _two_floats(fc, b, args[:2], node, "hypot")
-    return b.hypot(*fc.unify(b, x, y, node))
-
-
-@torch_function("torch.logaddexp")
-def _logaddexp(fc, b, args, kw, node):
-    """log(e^x + e^y) = hi + log1p(e^(lo - hi)) with hi, lo = x, y where x > y, else y, x: at a tie this is
-    y + log1p(e^(x - y)), whose derivatives are torch's (σ(0) = ½ for each, ¼ for the second); equal
-    infinities give themselves (inf - inf would be NaN)."""
-    x, y = _two_floats(fc, b, args[:2], node, "logaddexp")
-    first = b.gt(x, y)
-    hi, lo = b.select(first, x, y), b.select(first, y, x)
-    same_inf = math_ops.logical_and(b, b.eq(x, y), b.eq(b.abs(x), _c(x, math.inf)))
-    return b.select(same_inf, x, b.add(hi, b.log1p(b.exp(b.select(same_inf, _c(x, 0), b.sub(lo, hi))))))
-
-
-def _predicate(op):
-    def fn(fc, b, args, kw, node):
-        return op(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
-    return fn
-
-
-def _isfinite(b, x):
-    return math_ops.logical_not(b, math_ops.logical_or(b, math_ops.isnan(b, x), math_ops.isinf(b, x)))
-
-
-# ---- activations (torch.nn.functional) -----------------------------------------------------------
-
-@torch_function("torch.nn.functional.gelu")
-def _gelu(fc, b, args, kw, node):
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return activations.gelu(b, x, _arg(fc, args, kw, 1, "approximate", node, "none"))
-
-
-def _with_alpha(op, name: str, default: float):
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        return op(b, x, _float_kw(fc, args, kw, 1, name, node, default))
-    return fn
-
-
-def _selu(b, x):
-    # torch's constants (Klambauer et al. 2017)
-    return activations.selu(b, x, 1.6732632423543772, 1.0507009873554805)
-
-
-@torch_function("torch.nn.functional.softplus")
-def _softplus(fc, b, args, kw, node):
-    """F.softplus(x, beta=1, threshold=20): x itself where beta·x > threshold, as torch's."""
-    from ...ops import aten
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    beta = _float_kw(fc, args, kw, 1, "beta", node, 1.0)
-    threshold = _float_kw(fc, args, kw, 2, "threshold", node, 20.0)
-    return aten.softplus(b, x, beta, threshold)
-
-
-def _torch_alpha(op, name: str, default: float):
-    """F.leaky_relu / F.celu with torch's derivative at 0 (ops/aten.py: the slope for leaky_relu, 1 for celu)."""
-    def fn(fc, b, args, kw, node):
-        from ...ops import aten
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        alpha = _float_kw(fc, args, kw, 1, name, node, default)
-        if op == "leaky_relu":
-            return aten.leaky_relu(b, x, alpha)
-        return aten.elu(b, x, alpha, 1.0, 1.0 / alpha)  # celu(x, α) = elu with input scale 1/α
-    return fn
-
-
-# ---- reductions and statistics --------------------------------------------------------------------
-
-def _var_std(std: bool):
-    """x.var(dim=None, unbiased=True, keepdim=False) (also correction=): Σ(x - mean)² / (N - correction)."""
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
-        unbiased = _arg(fc, args, kw, 2, "unbiased", node, Const(True))
-        correction = kw.get("correction", Const(1 if unbiased.value else 0))
-        keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False))
-        mu = reduce.mean(b, x, axes, keepdim=True)
-        ss = reduce.sum(b, b.ipow(b.sub(x, mu), n=2), axes, keepdim=keep.value)
-        from ...ops._util import numel
-        count = numel([x.type.shape[a] for a in axes])
-        denom = b.sub(_count(b, count, x.type.dtype), _c(x, correction.value))
-        v = b.div(ss, denom)
-        return math_ops.norm_root(b, v) if std else v  # the std of equal values has gradient 0, as torch's
-    return fn
-
-
-def _count(b, n, dtype: str) -> Atom:
-    if isinstance(n, int):
-        return Lit(float(n), Type(dtype))
-    return b.convert(b.dim_size(dim=n), dtype=dtype)
-
-
-@torch_function("torch.norm", "torch.linalg.vector_norm", "Tensor.norm")
-def _norm(fc, b, args, kw, node):
-    """torch.norm / torch.linalg.norm / x.norm(p=2, dim=None, keepdim=False) for vector p-norms."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    p = _arg(fc, args, kw, 1, "p", node, kw.get("ord", Const(2)))
-    axes = axes_arg(fc, _arg(fc, args, kw, 2, "dim", node, None), x.type.rank, node)
-    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
-    if not isinstance(p, Const) or isinstance(p.value, bool):
-        raise fc.src.error(node, "the norm order must be a number literal (p=2, p=1, p=float('inf'))")
-    from ...ops.aten import vector_norm
-    return vector_norm(b, x, float(p.value), axes, keep)
-
-
-@torch_function("torch.linalg.norm")
-def _linalg_norm(fc, b, args, kw, node):
-    """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): with an ord, over a matrix (a 2-d input, or dim
-    two axes) the matrix norm (ord 1 / -1: the largest / smallest column sum of |A|, inf / -inf: of row sums;
-    2, -2 and 'nuc' need singular values: an error); otherwise the vector norm, as torch.norm."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    order = _arg(fc, args, kw, 1, "ord", node, None)
-    dim = _arg(fc, args, kw, 2, "dim", node, None)
-    axes = axes_arg(fc, dim, x.type.rank, node) if dim is not None else None
-    matrix = order is not None and ((dim is None and x.type.rank == 2) or (axes is not None and len(axes) == 2))
-    if not matrix:
-        return _norm(fc, b, args, kw, node)
-    if not isinstance(order, Const) or float(order.value) not in (1.0, -1.0, math.inf, -math.inf):
-        shown = order.value if isinstance(order, Const) else "this"
-        raise fc.src.error(node, f"the matrix norm of order {shown!r} is not supported (it needs singular values)",
-                           hint="matrix norms of order 1, -1, inf and -inf are; for the Frobenius norm leave ord "
-                                "out; for a vector norm of all entries use torch.linalg.vector_norm")
-    rows, cols = axes if axes is not None else (0, 1)
-    keep = _arg(fc, args, kw, 3, "keepdim", node, Const(False)).value
-    o = float(order.value)
-    summed, over = (rows, cols) if abs(o) == 1.0 else (cols, rows)  # ord ±1: sums down columns, then over them
-    sums = reduce.sum(b, b.abs(x), [summed], keepdim=True)
-    out = (reduce.amax if o > 0 else reduce.amin)(b, sums, [over], keepdim=True)
-    kept = tuple(d for i, d in enumerate(x.type.shape) if i not in (rows, cols))
-    return out if keep else shape_ops.reshape(b, out, kept)
-
-
-@torch_function("torch.prod", "Tensor.prod")
-def _prod(fc, b, args, kw, node):
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axes = axes_arg(fc, _arg(fc, args, kw, 1, "dim", node, None), x.type.rank, node)
-    return reduce.prod(b, x, axes, _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value)
-
-
-def _cumulative(op):
-    def fn(fc, b, args, kw, node):
-        x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
-        return op(b, x, norm_axis(fc, axis, x.type.rank, node))
-    return fn
-
-
-def _arg_ext(largest: bool):
-    """torch.argmax(x, dim=None, keepdim=False): the first position of the maximum (flattened without dim)."""
-    def fn(fc, b, args, kw, node):
-        x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        dim = _arg(fc, args, kw, 1, "dim", node, None)
-        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False)).value
-        if dim is None:
-            flat = shape_ops.reshape(b, x, (-1,)) if x.type.rank != 1 else x
-            return index.arg_extremum(b, flat, 0, False, largest)
-        return index.arg_extremum(b, x, int_const(fc, dim, node, "dim"), keep, largest)
-    return fn
-
-
-# ---- indexing with tensors -------------------------------------------------------------------------
-
-@torch_function("torch.gather", "Tensor.gather")
-def _gather(fc, b, args, kw, node):
-    """torch.gather(x, dim, index): out[i][j] = x[i][index[i][j]] along dim."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
-    idx = tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)
-    return index.gather_elements(b, x, _i64(b, idx), axis)
-
-
-@torch_function("torch.index_select", "Tensor.index_select")
-def _index_select(fc, b, args, kw, node):
-    """torch.index_select(x, dim, index): whole slices of x picked along dim."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axis = int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim")
-    return index.gather(b, x, _i64(b, tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)), axis)
-
-
-def _i64(b, idx: Atom) -> Atom:
-    return idx if idx.type.dtype == "i64" else b.convert(idx, dtype="i64")
-
-
-@torch_function("torch.nn.functional.embedding")
-def _embedding(fc, b, args, kw, node):
-    idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    weight = tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
-    return index.gather(b, weight, _i64(b, idx), 0)
-
-
-@torch_function("torch.nn.functional.one_hot")
-def _one_hot(fc, b, args, kw, node):
-    """F.one_hot(i, num_classes) with num_classes a literal or a dim (x.shape[1]); torch's -1 (infer it from the
-    data) is not possible for a size known before the kernel runs."""
-    from .tensors import as_dim
-    idx = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    num = _arg(fc, args, kw, 1, "num_classes", node, Const(-1))
-    if isinstance(num, Const) and num.value == -1:
-        raise fc.src.error(node, "F.one_hot needs num_classes (its size must be known when the kernel is called)",
-                           hint="pass a literal or a dim, e.g. F.one_hot(i, x.shape[1])")
-    n = as_dim(fc, num, node)
-    return index.one_hot(b, _i64(b, idx), n, Lit(0, Type("i64")), Lit(1, Type("i64")))
-
-
-def _main_diagonal_only(fc, args, kw, node, name: str) -> None:
-    """A located error for the offset (and axis) arguments of diag/diagonal other than the main diagonal."""
-    offset = _arg(fc, args, kw, 1, "diagonal" if name == "diag" else "offset", node, Const(0))
-    extra = len(args) > 2 or any(k not in ("input", "offset", "diagonal") for k in kw)
-    if extra or not (isinstance(offset, Const) and offset.value == 0):
-        raise fc.src.error(node, f"torch.{name}: the main diagonal only (offset 0, the last two axes of a matrix)")
-
-
-@torch_function("torch.diagonal", "Tensor.diagonal")
-def _diagonal(fc, b, args, kw, node):
-    _main_diagonal_only(fc, args, kw, node, "diagonal")
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    if x.type.rank != 2:
-        raise fc.src.error(node, f"diagonal of {x.type}: matrices only")
-    return linalg.einsum_many(b, "ii->i", [x])
-
-
-@torch_function("torch.diag")
-def _diag(fc, b, args, kw, node):
-    """torch.diag: the diagonal of a matrix, or the diagonal matrix of a vector."""
-    _main_diagonal_only(fc, args, kw, node, "diag")
-    v = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    if v.type.rank != 1:
-        return _diagonal(fc, b, args[:1], {}, node)
-    n = v.type.shape[0]
-    return linalg.einsum_many(b, "j,ij->ij", [v, create.eye(b, n, n, v.type.dtype)])
-
-
-@torch_function("torch.trace", "Tensor.trace")
-def _trace(fc, b, args, kw, node):
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return linalg.einsum_many(b, "ii->", [x])
-
-
-@torch_function("torch.einsum")
-def _einsum(fc, b, args, kw, node):
-    """torch.einsum(spec, *operands) with any number of operands (and ... / repeated letters)."""
-    if not args or not isinstance(args[0], str):
-        raise fc.src.error(node, "torch.einsum takes a spec string and its operands")
-    ops = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
-    xs = [float_tensor(fc, b, a, node) for a in ops]
-    if len(xs) == 2 and "..." not in args[0]:
-        x, y = fc.unify(b, xs[0], xs[1], node)
-        spec = args[0].replace(" ", "")
-        lhs = spec.split("->")[0].split(",")
-        if "->" in spec and all(len(set(t)) == len(t) for t in lhs):
-            return linalg.einsum(b, args[0], x, y)
-    return linalg.einsum_many(b, args[0], xs)
-
-
-@torch_function("torch.cdist")
-def _cdist(fc, b, args, kw, node):
-    """torch.cdist(x1, x2) for p = 2: Euclidean distances between rows."""
-    x, y = _two_floats(fc, b, args[:2], node, "cdist")
-    return linalg.cdist(b, x, y)
-
-
-# ---- torch.nn.functional extras ----------------------------------------------------------------
 
 @torch_function("torch.nn.functional.normalize")
 def _normalize(fc, b, args, kw, node):
@@ -425,19 +177,6 @@ def _conv_transpose(k: int):
         dilations = _ints(fc, _arg(fc, args, kw, 7, "dilation", node, Const(1)), k, node, "dilation")
         return nn.conv_transpose(b, x, w, bias, strides, lo + lo, dilations, groups, extra)
     return fn
-
-
-@torch_function("torch.scatter_add", "Tensor.scatter_add")
-def _scatter_add(fc, b, args, kw, node):
-    """torch.scatter_add(input, dim, index, src) / x.scatter_add(dim, index, src): src added at index along dim
-    (repeated indices add up)."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "dim", node), node, "dim"), x.type.rank, node)
-    idx = tensor(fc, b, _arg(fc, args, kw, 2, "index", node), node)
-    src = tensor(fc, b, _arg(fc, args, kw, 3, "src", node), node)
-    if src.type.dtype != x.type.dtype:
-        src = b.convert(src, dtype=x.type.dtype)
-    return index.scatter_elements(b, x, idx, src, axis, "add")
 
 
 @torch_function("torch.nn.functional.interpolate")
@@ -520,13 +259,6 @@ def _group_norm(fc, b, args, kw, node):
     w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 2, "weight", node, None),
                              _arg(fc, args, kw, 3, "bias", node, None), node)
     return nn.group_norm(b, x, w, bias, groups, _float_kw(fc, args, kw, 4, "eps", node, 1e-5))
-
-
-@torch_function("torch.nn.functional.glu")
-def _glu(fc, b, args, kw, node):
-    """F.glu(input, dim=-1): the first half times the sigmoid of the second."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return activations.glu(b, x, int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(-1)), node, "dim"))
 
 
 @torch_function("torch.nn.functional.pad")
@@ -622,274 +354,12 @@ def _pool(k: int, kind: str):
     return fn
 
 
-@torch_function("Tensor.expand", receiver=True)
-def _expand(fc, b, x, args, kw, node):
-    """x.expand(*sizes): -1 keeps a size."""
-    from .tensors import shape_args
-    x = tensor(fc, b, x, node)
-    dims = list(shape_args(fc, args, node))
-    lead = len(dims) - x.type.rank
-    dims = [x.type.shape[i - lead] if d == -1 else d for i, d in enumerate(dims)]
-    return shape_ops.expand(b, x, dims)
-
-
-@torch_function("Tensor.repeat", receiver=True)
-def _repeat(fc, b, x, args, kw, node):
-    """x.repeat(*repeats) (tile)."""
-    x = tensor(fc, b, x, node)
-    reps = [int_const(fc, r, node, "a repeat count") for r in
-            (list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)]
-    lead = len(reps) - x.type.rank
-    if lead < 0:
-        raise fc.src.error(node, f"repeat needs at least {x.type.rank} counts")
-    if lead:
-        x = shape_ops.reshape(b, x, (1,) * lead + x.type.shape)
-    return shape_ops.tile(b, x, reps)
-
-
-@torch_function("Tensor.tile", receiver=True)
-def _tile(fc, b, x, args, kw, node):
-    """x.tile(*dims) / torch.tile(x, dims): repeat, with fewer counts than axes padded by leading ones."""
-    x = tensor(fc, b, x, node)
-    reps = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
-    return _repeat(fc, b, x, [Const(1)] * max(0, x.type.rank - len(reps)) + reps, kw, node)
-
-
-@torch_function("torch.tile")
-def _tile_function(fc, b, args, kw, node):
-    """torch.tile(x, dims)."""
-    return _tile(fc, b, args[0], args[1:], kw, node)
-
-
-def _method(fn):
-    """A torch function f(x, ...) as the method x.f(...)."""
-    return lambda fc, b, x, args, kw, node: fn(fc, b, [x, *args], kw, node)
-
-
-def _math_function(name: str, handler):
-    """math.name(...): folded with Python's math on constants, else the torch function on values."""
-    def fn(fc, b, args, kw, node):
-        if all(isinstance(a, Const) for a in args) and not kw:
-            try:
-                v = getattr(math, name)(*[a.value for a in args])
-            except (ValueError, OverflowError, ZeroDivisionError) as e:
-                raise fc.src.error(node, f"constant expression fails: {e}") from None
-            return Const(float(v) if not isinstance(v, bool) else v)
-        refuse_tensor_in_math(fc, name, args, node)
-        return handler(fc, b, [a if not isinstance(a, Const) else Const(float(a.value)) for a in args], kw, node)
-    return fn
-
-
-@torch_function("torch.copysign")
-def _copysign(fc, b, args, kw, node):
-    """|x| with the sign bit of y (-0.0 and a NaN with its sign bit set count as negative, as in C and Python):
-    y's bits read as a signed integer are negative exactly then."""
-    x, y = _two_floats(fc, b, args[:2], node, "copysign")
-    bits = "i32" if y.type.dtype == "f32" else "i64"
-    negative = b.lt(b.bitcast(y, dtype=bits), Lit(0, Type(bits)))
-    return b.select(negative, b.neg(b.abs(x)), b.abs(x))
-
-
-def _pieces(fc, n, size, node, what: str) -> list:
-    """The sizes of consecutive pieces of `size` covering an axis of n (the last one shorter, as in torch), or
-    equal pieces when both are dims and n is visibly a multiple of size."""
-    from ...ir.types import dim_floordiv, dim_mul
-    if isinstance(n, int) and isinstance(size, int):
-        if size <= 0:
-            raise fc.src.error(node, f"{what}: the piece size must be positive, got {size}")
-        return [min(size, n - k) for k in range(0, n, size)]
-    count = dim_floordiv(n, size) if isinstance(size, int) else \
-        next((k for k in range(1, 65) if dim_mul(size, k) == n), None)  # 4*h in pieces of h
-    if isinstance(count, int) and dim_mul(count, size) == n:
-        return [size] * count
-    raise fc.src.error(node, f"{what}: the number of pieces of an axis of size {n} must be known when the kernel "
-                             f"is compiled", hint="write the dim as a multiple in the annotation, e.g. "
-                                                  '"float[4 * h]" for four pieces of h')
-
-
-@torch_function("torch.chunk", "Tensor.chunk")
-def _chunk(fc, b, args, kw, node):
-    """torch.chunk(x, chunks, dim=0): pieces of ceil(n / chunks) (for a symbolic n: n / chunks each, n must be
-    a visible multiple such as 4 * h)."""
-    from ...ir.types import dim_floordiv, dim_mul
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    chunks = int_const(fc, _arg(fc, args, kw, 1, "chunks", node), node, "chunks")
-    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
-    n = x.type.shape[axis]
-    if chunks <= 0:
-        raise fc.src.error(node, f"torch.chunk needs a positive number of chunks, got {chunks}")
-    if isinstance(n, int):
-        sizes = _pieces(fc, n, -(-n // chunks), node, "torch.chunk")
-    elif dim_mul(dim_floordiv(n, chunks), chunks) == n:
-        sizes = [dim_floordiv(n, chunks)] * chunks
-    else:
-        raise fc.src.error(node, f"torch.chunk of an axis of size {n} into {chunks}: the size must be a visible "
-                                 f"multiple of {chunks}",
-                           hint=f'write the dim as a multiple in the annotation, e.g. "float[{chunks} * h]"')
-    return tuple(shape_ops.split(b, x, axis, sizes))
-
-
-@torch_function("torch.split", "Tensor.split")
-def _split(fc, b, args, kw, node):
-    """torch.split(x, size_or_sizes, dim=0): pieces of one size (the last shorter) or of the listed sizes."""
-    from .tensors import as_dim
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "tensor", node), node)
-    spec = _arg(fc, args, kw, 1, "split_size_or_sections", node)
-    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
-    n = x.type.shape[axis]
-    if isinstance(spec, (list, tuple)):
-        sizes = [as_dim(fc, v, node) for v in spec]
-        from ...ir.types import dim_add
-        total = 0
-        for v in sizes:
-            total = dim_add(total, v)
-        if total != n:
-            raise fc.src.error(node, f"torch.split sizes {sizes} do not add up to {n}")
-    else:
-        sizes = _pieces(fc, n, as_dim(fc, spec, node), node, "torch.split")
-    return tuple(shape_ops.split(b, x, axis, sizes))
-
-
-@torch_function("torch.masked_fill", "Tensor.masked_fill")
-def _masked_fill(fc, b, args, kw, node):
-    """x.masked_fill(mask, value): value where mask is True (mask broadcasts to x), x elsewhere; x's dtype."""
-    from .mathlib import LIBRARY
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    mask = tensor(fc, b, _arg(fc, args, kw, 1, "mask", node), node)
-    value = _arg(fc, args, kw, 2, "value", node)
-    if mask.type.dtype != "bool":
-        raise fc.src.error(node, f"masked_fill needs a bool mask, got {mask.type}", hint="compare, e.g. m > 0")
-    if not isinstance(value, Const):
-        value = tensor(fc, b, value, node)
-        if value.type.rank:
-            raise fc.src.error(node, f"masked_fill needs a scalar value, got {value.type}", hint="use torch.where")
-        value = value if value.type.dtype == x.type.dtype else b.convert(value, dtype=x.type.dtype)
-    shape = x.type.shape
-    if mask.type.shape != shape:
-        mask = shape_ops.expand(b, mask, shape)
-    out = LIBRARY["where"](fc, b, [mask, value, x], node)
-    return out if out.type.dtype == x.type.dtype else b.convert(out, dtype=x.type.dtype)
-
-
-def _clamp_one(name: str):
-    """torch.clamp_min(x, min) / torch.clamp_max(x, max): one bound of torch.clamp (mathlib.clamp_bound)."""
-    def fn(fc, b, args, kw, node):
-        from .mathlib import clamp_bound
-        x = _arg(fc, args, kw, 0, "input", node)
-        bound = _arg(fc, args, kw, 1, "min" if name == "maximum" else "max", node)
-        return clamp_bound(fc, b, fc.plain(b, x), fc.plain(b, bound), name == "minimum", node)
-    return fn
-
-
-@torch_function("torch.lerp", "Tensor.lerp")
-def _lerp(fc, b, args, kw, node):
-    """torch.lerp(start, end, weight) = start + weight * (end - start)."""
-    import ast
-    start, end = _arg(fc, args, kw, 0, "input", node), _arg(fc, args, kw, 1, "end", node)
-    w = _arg(fc, args, kw, 2, "weight", node)
-    return fc.binop(b, ast.Add(), start, fc.binop(b, ast.Mult(), w, fc.binop(b, ast.Sub(), end, start, node), node),
-                    node)
-
-
-@torch_function("torch.addmm", "Tensor.addmm")
-def _addmm(fc, b, args, kw, node, names=("input", "mat1", "mat2")):
-    """torch.addmm(input, mat1, mat2, beta=1, alpha=1) = beta * input + alpha * (mat1 @ mat2) (baddbmm: of
-    batches, batch1 @ batch2)."""
-    import ast
-    x, m1, m2 = (_arg(fc, args, kw, k, name, node) for k, name in enumerate(names))
-    beta, alpha = _arg(fc, args, kw, 3, "beta", node, Const(1)), _arg(fc, args, kw, 4, "alpha", node, Const(1))
-    prod = fc.binop(b, ast.MatMult(), m1, m2, node)
-    if not (isinstance(alpha, Const) and alpha.value == 1):
-        prod = fc.binop(b, ast.Mult(), alpha, prod, node)
-    if not (isinstance(beta, Const) and beta.value == 1):
-        x = fc.binop(b, ast.Mult(), beta, x, node)
-    return fc.binop(b, ast.Add(), x, prod, node)
-
-
-@torch_function("torch.flip", "Tensor.flip")
-def _flip(fc, b, args, kw, node):
-    """torch.flip(x, dims) and x.flip(dims) or x.flip(d0, d1, ...) (a method's dims may come one by one)."""
-    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    dims = tuple(args[1:]) if len(args) > 2 else _arg(fc, args, kw, 1, "dims", node)
-    for d in dims if isinstance(dims, (tuple, list)) else [dims]:
-        x = shape_ops.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
-    return x
-
-
-@torch_function("torch.det", "torch.linalg.det")
-def _det(fc, b, args, kw, node):
-    return linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node))
-
-
-@torch_function("torch.linalg.solve")
-def _solve(fc, b, args, kw, node):
-    """torch.linalg.solve(A, B): B a batch of vectors when it has one dim less than A, else of matrices."""
-    a, rhs = _two_floats(fc, b, [_arg(fc, args, kw, 0, "A", node), _arg(fc, args, kw, 1, "B", node)], node,
-                         "linalg.solve")
-    left = _arg(fc, args, kw, 2, "left", node, Const(True))
-    if not (isinstance(left, Const) and left.value is True):
-        raise fc.src.error(node, "torch.linalg.solve with left=False is not supported", hint="solve the transpose")
-    return linalg.solve(b, a, rhs)
-
-
-@torch_function("torch.inverse", "torch.linalg.inv")
-def _inv(fc, b, args, kw, node):
-    """torch.linalg.inv(A) / torch.inverse(A): A solved against the identity."""
-    from ...ops import create
-    a = float_tensor(fc, b, _arg(fc, args, kw, 0, "A", node), node)
-    n = a.type.shape[-1]
-    if not isinstance(n, int):
-        raise fc.src.error(node, f"inv needs matrices of a static size, got {a.type}")
-    eye = b.broadcast_to(create.eye(b, n, n, a.type.dtype), shape=a.type.shape)
-    return linalg.solve(b, a, eye)
-
-
-_UNARY = {"erf": _prim_unary("erf"), "erfc": _prim_unary("erfc"), "log2": _unary(_log_base(2.0)),
-          "log10": _unary(_log_base(10.0)), "tan": _unary(math_ops.tan), "sinh": _unary(math_ops.sinh),
-          "cosh": _unary(math_ops.cosh), "asin": _unary(math_ops.asin), "acos": _unary(math_ops.acos),
-          "asinh": _unary(math_ops.asinh), "acosh": _unary(math_ops.acosh), "atanh": _unary(math_ops.atanh),
-          "ceil": _unary(math_ops.ceil), "trunc": _unary(math_ops.trunc),
-          "round": _unary(math_ops.round_half_even), "reciprocal": _unary(math_ops.reciprocal),
-          "rsqrt": _unary(_rsqrt), "isnan": _predicate(math_ops.isnan), "isinf": _predicate(math_ops.isinf),
-          "isfinite": _predicate(_isfinite), "erfinv": _unary(math_ops.erfinv)}
-for _name, _fn in _UNARY.items():
-    torch_function(f"torch.{_name}", f"Tensor.{_name}",
-                   *[f"torch.special.{_name}"] * (_name in ("erf", "erfc", "erfinv")))(_fn)
-for _name in ("erf", "erfc", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh",
-              "ceil", "trunc", "isnan", "isinf", "isfinite"):
-    torch_function(f"math.{_name}")(_math_function(_name, _UNARY[_name]))
-torch_function("math.hypot")(_math_function("hypot", _hypot))
-torch_function("math.copysign")(_math_function("copysign", _copysign))
-torch_function("torch.var", "Tensor.var")(_var_std(False))
-torch_function("torch.std", "Tensor.std")(_var_std(True))
-torch_function("torch.cumsum", "Tensor.cumsum")(_cumulative(index.cumsum))
-torch_function("torch.cumprod", "Tensor.cumprod")(_cumulative(index.cumprod))
-torch_function("torch.argmax", "Tensor.argmax")(_arg_ext(True))
-torch_function("torch.argmin", "Tensor.argmin")(_arg_ext(False))
-torch_function("torch.clamp_min", "Tensor.clamp_min")(_clamp_one("maximum"))
-torch_function("torch.clamp_max", "Tensor.clamp_max")(_clamp_one("minimum"))
-torch_function("torch.baddbmm", "Tensor.baddbmm")(
-    lambda fc, b, args, kw, node: _addmm(fc, b, args, kw, node, ("input", "batch1", "batch2")))
-torch_function("torch.nn.functional.silu")(_unary(activations.swish))
-torch_function("torch.nn.functional.elu")(_with_alpha(activations.elu, "alpha", 1.0))
-torch_function("torch.nn.functional.celu")(_torch_alpha("celu", "alpha", 1.0))
-torch_function("torch.nn.functional.leaky_relu")(_torch_alpha("leaky_relu", "negative_slope", 0.01))
-torch_function("torch.nn.functional.selu")(_unary(_selu))
-torch_function("torch.nn.functional.hardsigmoid")(_unary(lambda b, x: activations.hard_sigmoid(b, x, 1.0 / 6.0, 0.5)))
-torch_function("torch.nn.functional.hardswish")(_unary(activations.hard_swish))
-torch_function("torch.nn.functional.softsign")(_unary(activations.softsign))
-torch_function("torch.nn.functional.mish")(_unary(activations.mish))
-torch_function("torch.nn.functional.logsigmoid")(_unary(_logsigmoid))
-torch_function("torch.nn.functional.relu6")(_hardtanh(0.0, 6.0, False))
-torch_function("torch.nn.functional.hardtanh")(_hardtanh(-1.0, 1.0, True))
+for _k in (1, 2, 3):
+    torch_function(f"torch.nn.functional.adaptive_avg_pool{_k}d")(_adaptive_pool(_k, "avg"))
+    torch_function(f"torch.nn.functional.adaptive_max_pool{_k}d")(_adaptive_pool(_k, "max"))
 for _k in (1, 2, 3):
     torch_function(f"torch.nn.functional.conv{_k}d")(_conv(_k))
     torch_function(f"torch.nn.functional.conv_transpose{_k}d")(_conv_transpose(_k))
 for _k in (1, 2):
     torch_function(f"torch.nn.functional.max_pool{_k}d")(_pool(_k, "max"))
     torch_function(f"torch.nn.functional.avg_pool{_k}d")(_pool(_k, "avg"))
-torch_function("torch.special.expit")(_unary(lambda b, x: b.logistic(x)))
-torch_function("torch.special.ndtri")(_unary(math_ops.probit))
-torch_function("torch.special.log1p")(_prim_unary("log1p"))
-torch_function("torch.special.expm1")(_prim_unary("expm1"))
-torch_function("torch.special.logit")(_unary(lambda b, x: b.log(b.div(x, b.sub(_c(x, 1.0), x)))))

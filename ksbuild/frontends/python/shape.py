@@ -1,47 +1,171 @@
-"""Everyday torch functions and methods a kernel reaches for, each a few ops of the op library: tensor plumbing
-(torch.flatten, broadcast_to, narrow, movedim, swapaxes, t, unflatten, rot90), comparisons and logic as
-functions and methods (torch.lt, x.gt, torch.logical_and, ...), NaN-aware reductions (nansum, nanmean,
-fmax, fmin), count_nonzero, frac, heaviside, std_mean/var_mean, dist, trapezoid, and torch.nn.functional's
-softmin, threshold, tanhshrink, softshrink, hardshrink, prelu, rms_norm, batch_norm (inference),
-instance_norm, pairwise_distance (used by torch_losses' triplet margin) and the adaptive pools."""
+"""torch functions and methods that change a tensor's shape (ops/shape.py): views and reshapes (x.view,
+reshape, unsqueeze, squeeze, flatten, unflatten, transpose, permute, movedim, swapaxes, t, x.T), broadcasting and
+repeats (expand, expand_as, broadcast_to, repeat, tile, repeat_interleave), pieces and joins (narrow, chunk,
+split, unbind, torch.cat, torch.stack), reorderings (flip, roll, rot90) and a shape's facts (x.size(), x.dim(),
+x.numel()). Each handler is registered with `@torch_function` (registry.py)."""
 from __future__ import annotations
 
-import ast
+import math
 
-from ...ir.core import Lit
-from ...ir.types import Type
-from ...ops import activations, aten, nn, reduce
-from ...ops import math as math_ops
+from ...ir.core import Atom, Var
+from ...ir.types import Dim, dim_mul
 from ...ops import shape as shape_ops
-from .mathlib import CMPOPS
-from .nn import _c, _float_kw, _var_std, channel_affine
 from .registry import torch_function
-from .scope import Const, FInfo, ValuesIndices
-from .tensors import (
-    _arg,
-    _flatten,
-    _like,
-    _transpose,
-    float_tensor,
-    int_const,
-    norm_axis,
-    shape_args,
-    tensor,
-    tensor_literal,
-    transpose_2d,
-)
+from .scope import Const, dim_value
+from .tensors import _arg, _dim, _ints, _x, int_const, norm_axis, shape_args, tensor
 
 
-def _x(fc, b, args, kw, node, name="input"):
-    return tensor(fc, b, _arg(fc, args, kw, 0, name, node), node)
+@torch_function("Tensor.reshape", "Tensor.view", receiver=True)
+def _reshape(fc, b, x, args, kw, node) -> Atom:
+    args = args or [_arg(fc, args, kw, 0, "shape", node)]
+    return shape_ops.reshape(b, tensor(fc, b, x, node), shape_args(fc, args, node))
 
 
-def _dim(fc, args, kw, pos, node, rank, default=None, name="dim"):
-    d = _arg(fc, args, kw, pos, name, node, default)
-    return None if d is None else norm_axis(fc, int_const(fc, d, node, "dim"), rank, node)
+@torch_function("Tensor.unsqueeze", receiver=True)
+def _unsqueeze(fc, b, x, args, kw, node):
+    axis = int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim")
+    return shape_ops.unsqueeze(b, tensor(fc, b, x, node), axis)
 
 
-# ---- plumbing ---------------------------------------------------------------------------------------
+@torch_function("Tensor.squeeze", receiver=True)
+def _squeeze(fc, b, x, args, kw, node):
+    dim = _arg(fc, args, kw, 0, "dim", node, None)
+    axes = None if dim is None else [int_const(fc, d, node, "dim") for d in (dim if isinstance(dim, tuple) else [dim])]
+    return shape_ops.squeeze(b, tensor(fc, b, x, node), axes)
+
+
+@torch_function("Tensor.transpose", receiver=True)
+def _transpose(fc, b, x, args, kw, node):
+    i, j = (int_const(fc, _arg(fc, args, kw, k, name, node), node, "dim") for k, name in enumerate(("dim0", "dim1")))
+    return shape_ops.swap_axes(b, tensor(fc, b, x, node), i, j)
+
+
+@torch_function("Tensor.permute", receiver=True)
+def _permute(fc, b, x, args, kw, node):
+    if not args and "dims" in kw:
+        args = [kw["dims"]]
+    vals = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    return shape_ops.permute(b, tensor(fc, b, x, node), [int_const(fc, a, node, "dim") for a in vals])
+
+
+@torch_function("Tensor.flatten", receiver=True)
+def _flatten(fc, b, x, args, kw, node):
+    """x.flatten(start_dim=0, end_dim=-1): the dims start..end merged into one."""
+    x = tensor(fc, b, x, node)
+    rank = max(x.type.rank, 1)
+    lo = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "start_dim", node, Const(0)), node, "dim"), rank, node)
+    hi = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 1, "end_dim", node, Const(-1)), node, "dim"), rank, node)
+    shape = x.type.shape
+    merged = shape[:lo] + (_numel_dims(shape[lo:hi + 1]),) + shape[hi + 1:]
+    return shape_ops.reshape(b, x, merged) if x.type.rank else shape_ops.reshape(b, x, (1,))
+
+
+def _numel_dims(dims) -> Dim:
+    n: Dim = 1
+    for d in dims:
+        n = dim_mul(n, d)
+    return n
+
+
+@torch_function("Tensor.size", receiver=True)
+def _size(fc, b, x, args, kw, node):
+    """x.size() -> the shape; x.size(k) -> one dim."""
+    x = tensor(fc, b, x, node)
+    dims = tuple(dim_value(d) for d in x.type.shape)
+    if not args and "dim" not in kw:
+        return dims
+    return dims[norm_axis(fc, int_const(fc, _arg(fc, args, kw, 0, "dim", node), node, "dim"), x.type.rank, node)]
+
+
+@torch_function("Tensor.contiguous", receiver=True)
+def _same(fc, b, x, args, kw, node):
+    """x.contiguous(): the same values (torch returns x itself)."""
+    return tensor(fc, b, x, node)
+
+
+@torch_function("Tensor.clone", receiver=True)
+def _clone(fc, b, x, args, kw, node):
+    """x.clone(): the same values as a value of its own (y = x.clone(); y += v changes y only; a = x[0].clone()
+    keeps x[0]'s value when x[0] is assigned later), an identity conversion that simplify removes."""
+    x = tensor(fc, b, x, node)
+    return b.convert(x, dtype=x.type.dtype) if isinstance(x, Var) else x
+
+
+@torch_function("Tensor.detach", receiver=True)
+def _detach(fc, b, x, args, kw, node):
+    """x.detach(): the same values, a constant for differentiation."""
+    return b.stop_gradient(tensor(fc, b, x, node))
+
+
+@torch_function("Tensor.dim", receiver=True)
+def _dim_count(fc, b, x, args, kw, node):
+    return Const(tensor(fc, b, x, node).type.rank)
+
+
+@torch_function("Tensor.numel", receiver=True)
+def _numel(fc, b, x, args, kw, node):
+    return dim_value(_numel_dims(tensor(fc, b, x, node).type.shape))
+
+
+def transpose_2d(fc, b, x, node):
+    """x.T, x.t(), torch.t(x): a matrix's axes swapped; as torch, a 0-d or 1-d tensor is returned as it is."""
+    x = tensor(fc, b, x, node)
+    if x.type.rank < 2:
+        return x
+    if x.type.rank != 2:
+        raise fc.src.error(node, f".T is supported on matrices, got {x.type}", hint="use permute(...)")
+    return shape_ops.swap_axes(b, x, 0, 1)
+
+
+def _tensor_list(fc, b, args, kw, node, name) -> list[Atom]:
+    """The list argument of torch.cat / torch.stack, as atoms."""
+    items = _arg(fc, args, kw, 0, "tensors", node)
+    if not isinstance(items, (list, tuple)) or not items:
+        raise fc.src.error(node, f"torch.{name} takes a non-empty list of tensors")
+    return [tensor(fc, b, v, node) for v in items]
+
+
+def _join(op, name):
+    """torch.cat / torch.stack(tensors, dim=0)."""
+    def fn(fc, b, args, kw, node):
+        from .scope import AppendList
+        items = _arg(fc, args, kw, 0, "tensors", node)
+        dim = int_const(fc, _arg(fc, args, kw, 1, "dim", node, Const(0)), node, "dim")
+        if isinstance(items, AppendList):
+            return _join_appended(fc, b, items, dim, name, node)
+        xs = _tensor_list(fc, b, args, kw, node, name)
+        return op(b, xs, dim)
+    return fn
+
+
+def _join_appended(fc, b, items, dim: int, name: str, node) -> Atom:
+    """torch.stack / torch.cat of a list a loop filled with .append: the loop's rows along axis 0,
+    moved to `dim` (stack) or merged into it (cat)."""
+    rows = items.rows
+    if rows is None:
+        raise fc.src.error(node, f"torch.{name} of a list no loop has filled",
+                           hint="fill it with out.append(...) as the last statement of a for loop")
+    rank = rows.type.rank - (name == "cat")
+    dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < max(rank, 1):
+        raise fc.src.error(node, f"dim {dim} is out of range for torch.{name} of these rows")
+    if name == "stack":
+        perm = list(range(1, rows.type.rank))
+        perm.insert(dim, 0)
+        return rows if dim == 0 else shape_ops.permute(b, rows, perm)
+    moved = rows if dim == 0 else shape_ops.permute(b, rows, [*range(1, dim + 1), 0, *range(dim + 1, rows.type.rank)])
+    shape = list(moved.type.shape)
+    merged = shape[:dim] + [dim_mul(shape[dim], shape[dim + 1])] + shape[dim + 2:]
+    return b.reshape(moved, shape=tuple(merged))
+
+
+def _function_form(method):
+    """torch.f(input, *args, **kw) from the handler of the method input.f(*args, **kw)."""
+    def call(fc, b, args, kw, node):
+        x = _arg(fc, args, kw, 0, "input", node)
+        return method(fc, b, x, args[1:], {k: v for k, v in kw.items() if k != "input"}, node)
+    return call
+
 
 @torch_function("torch.flatten")
 def _flatten_fn(fc, b, args, kw, node):
@@ -116,254 +240,6 @@ def _rot90(fc, b, args, kw, node):
     return x
 
 
-# ---- comparisons and logic --------------------------------------------------------------------------
-
-def _comparison(op: type):
-    """torch.lt(input, other) and friends (x.lt(other) through _method)."""
-    def fn(fc, b, args, kw, node):
-        x, y = fc.plain(b, _arg(fc, args, kw, 0, "input", node)), fc.plain(b, _arg(fc, args, kw, 1, "other", node))
-        return CMPOPS[op](fc, b, x, y, node)
-    return fn
-
-
-def _logical(name: str):
-    """torch.logical_and / or / xor (nonzero is true) and logical_not."""
-    def fn(fc, b, args, kw, node):
-        def truth(v):
-            v = tensor(fc, b, v, node)
-            return v if v.type.dtype == "bool" else b.ne(v, Lit(0, Type(v.type.dtype)))
-        x = truth(_arg(fc, args, kw, 0, "input", node))
-        if name == "not":
-            return math_ops.logical_not(b, x)
-        y = truth(_arg(fc, args, kw, 1, "other", node))
-        if name == "xor":
-            return b.ne(*fc.unify(b, x, y, node))
-        return (math_ops.logical_and if name == "and" else math_ops.logical_or)(b, x, y)
-    return fn
-
-
-# ---- elementwise and reductions -----------------------------------------------------------------------
-
-@torch_function("torch.frac", "Tensor.frac")
-def _frac(fc, b, args, kw, node):
-    """torch.frac(input) = input - trunc(input)."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return b.sub(x, math_ops.trunc(b, x))
-
-
-@torch_function("torch.heaviside", "Tensor.heaviside")
-def _heaviside(fc, b, args, kw, node):
-    """torch.heaviside(input, values): 0 below 0, values at 0, 1 above (NaN stays NaN)."""
-    x = _x(fc, b, args, kw, node)
-    v = tensor(fc, b, _arg(fc, args, kw, 1, "values", node), node)
-    x, v = fc.unify(b, x, v, node)
-    step = b.select(b.gt(x, _c(x, 0)), _c(x, 1), b.select(b.lt(x, _c(x, 0)), _c(x, 0), x))  # (NaN: x)
-    return b.select(b.eq(x, _c(x, 0)), v, step)
-
-
-def _fmax_fmin(largest: bool):
-    """torch.fmax / fmin: the larger (smaller) of the two, ignoring a NaN (NaN only when both are)."""
-    def fn(fc, b, args, kw, node):
-        x, y = fc.unify(b, _x(fc, b, args, kw, node), tensor(fc, b, _arg(fc, args, kw, 1, "other", node), node),
-                        node)
-        pick = math_ops.extremum(b, x, y, largest)
-        return b.select(b.ne(x, x), y, b.select(b.ne(y, y), x, pick)) if x.type.is_float else pick
-    return fn
-
-
-def _nan_reduce(mean: bool):
-    """torch.nansum / nanmean(input, dim=None, keepdim=False): NaN counted as absent."""
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        dim = _arg(fc, args, kw, 1, "dim", node, None)
-        keep = _arg(fc, args, kw, 2, "keepdim", node, Const(False))
-        axes = None if dim is None else [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
-                                         (dim if isinstance(dim, (tuple, list)) else [dim])]
-        keep = bool(keep.value) if isinstance(keep, Const) else False
-        present = b.eq(x, x)
-        total = reduce.sum(b, b.select(present, x, _c(x, 0)), axes, keepdim=keep)
-        if not mean:
-            return total
-        count = reduce.sum(b, b.convert(present, dtype=x.type.dtype), axes, keepdim=keep)
-        return b.div(total, count)
-    return fn
-
-
-@torch_function("torch.count_nonzero", "Tensor.count_nonzero")
-def _count_nonzero(fc, b, args, kw, node):
-    """torch.count_nonzero(input, dim=None): an i64 count."""
-    x = _x(fc, b, args, kw, node)
-    dim = _arg(fc, args, kw, 1, "dim", node, None)
-    axes = None if dim is None else [norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node) for d in
-                                     (dim if isinstance(dim, (tuple, list)) else [dim])]
-    nz = b.ne(x, Lit(False if x.type.dtype == "bool" else 0, Type(x.type.dtype)))
-    return reduce.sum(b, b.convert(nz, dtype="i64"), axes)
-
-
-def _stat_mean(std: bool):
-    """torch.std_mean / var_mean(input, dim=None, *, correction=1, keepdim=False) -> (std or var, mean)."""
-    def fn(fc, b, args, kw, node):
-        spread = _var_std(std)(fc, b, args, kw, node)
-        mean_kw = {k: v for k, v in kw.items() if k in ("dim", "keepdim")}
-        from .registry import REGISTRY
-        return spread, REGISTRY["torch.mean"](fc, b, list(args[:2]), mean_kw, node)
-    return fn
-
-
-@torch_function("torch.dist", "Tensor.dist")
-def _dist(fc, b, args, kw, node):
-    """torch.dist(input, other, p=2): the p-norm of input - other (ops.aten.vector_norm)."""
-    x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("input", "other")))
-    d = b.sub(*fc.unify(b, x, y, node))
-    return aten.vector_norm(b, d, _float_kw(fc, args, kw, 2, "p", node, 2.0), tuple(range(d.type.rank)), False)
-
-
-@torch_function("torch.trapezoid", "torch.trapz")
-def _trapezoid(fc, b, args, kw, node):
-    """torch.trapezoid(y, dx=1, dim=-1): Σ (y[i] + y[i+1]) / 2 · dx along dim."""
-    y = float_tensor(fc, b, _arg(fc, args, kw, 0, "y", node), node)
-    dx = _float_kw(fc, args, kw, 99, "dx", node, 1.0)
-    axis = _dim(fc, args, kw, 99, node, y.type.rank, Const(-1))
-    n = y.type.shape[axis]
-    from ...ir.types import dim_sub
-    inner = b.add(b.slice(y, axis=axis, start=1, stop=n), b.slice(y, axis=axis, start=0, stop=dim_sub(n, 1)))
-    return b.mul(reduce.sum(b, inner, [axis]), _c(y, 0.5 * dx))
-
-
-# ---- torch.nn.functional ------------------------------------------------------------------------------
-
-@torch_function("torch.nn.functional.softmin")
-def _softmin(fc, b, args, kw, node):
-    """F.softmin(input, dim): softmax of -input."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    axis = _dim(fc, args, kw, 1, node, x.type.rank)
-    if axis is None:
-        raise fc.src.error(node, "F.softmin needs dim=")
-    return reduce.softmax(b, b.neg(x), axis)
-
-
-@torch_function("torch.nn.functional.threshold")
-def _threshold(fc, b, args, kw, node):
-    """F.threshold(input, threshold, value): input above threshold, else value."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    th, value = _float_kw(fc, args, kw, 1, "threshold", node, None), _float_kw(fc, args, kw, 2, "value", node, None)
-    return b.select(b.gt(x, _c(x, th)), x, _c(x, value))
-
-
-@torch_function("torch.nn.functional.tanhshrink")
-def _tanhshrink(fc, b, args, kw, node):
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    return b.sub(x, b.tanh(x))
-
-
-def _shrink(soft: bool):
-    """F.softshrink / hardshrink(input, lambd=0.5)."""
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        lambd = _float_kw(fc, args, kw, 1, "lambd", node, 0.5)
-        return activations.shrink(b, x, lambd if soft else 0.0, lambd)
-    return fn
-
-
-@torch_function("torch.nn.functional.prelu")
-def _prelu(fc, b, args, kw, node):
-    """F.prelu(input, weight): x where positive, weight·x else; weight has one value or one per channel (dim 1)."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    w = float_tensor(fc, b, _arg(fc, args, kw, 1, "weight", node), node)
-    if w.type.rank == 1 and w.type.shape[0] != 1 and x.type.rank >= 2:
-        w = nn.channel(b, w, x.type.rank)
-    return b.select(b.gt(x, _c(x, 0)), x, b.mul(*fc.unify(b, w, x, node)))
-
-
-@torch_function("torch.nn.functional.rms_norm")
-def _rms_norm(fc, b, args, kw, node):
-    """F.rms_norm(input, normalized_shape, weight=None, eps=None) over the last len(normalized_shape) axes
-    (ops.nn.rms_norm); eps None is the dtype's machine epsilon (torch's)."""
-    import numpy as np
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    shape = _arg(fc, args, kw, 1, "normalized_shape", node)
-    count = len(shape) if isinstance(shape, (tuple, list)) else 1
-    w = _arg(fc, args, kw, 2, "weight", node, None)
-    eps = _arg(fc, args, kw, 3, "eps", node, None)
-    eps = float(np.finfo(np.float32 if x.type.dtype == "f32" else np.float64).eps) if eps is None else \
-        float(eps.value)
-    return nn.rms_norm(b, x, _c(x, 1.0) if w is None else tensor(fc, b, w, node), x.type.rank - count, eps)
-
-
-@torch_function("torch.nn.functional.batch_norm")
-def _batch_norm(fc, b, args, kw, node):
-    """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum, eps):
-    inference with the running statistics."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    mean, var = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node)
-                 for i, n in ((1, "running_mean"), (2, "running_var")))
-    training = _arg(fc, args, kw, 5, "training", node, Const(False))
-    if not isinstance(training, Const) or training.value:
-        raise fc.src.error(node, "F.batch_norm with training=True updates running statistics in place",
-                           hint="pass training=False (inference), or normalize with the batch's mean and var")
-    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
-                             _arg(fc, args, kw, 4, "bias", node, None), node)
-    return nn.batch_norm(b, x, w, bias, mean, var, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
-
-
-@torch_function("torch.nn.functional.instance_norm")
-def _instance_norm(fc, b, args, kw, node):
-    """F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
-    momentum, eps): each sample's channels normalized over their spatial axes."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    w, bias = channel_affine(fc, b, x, _arg(fc, args, kw, 3, "weight", node, None),
-                             _arg(fc, args, kw, 4, "bias", node, None), node)
-    return nn.instance_norm(b, x, w, bias, _float_kw(fc, args, kw, 7, "eps", node, 1e-5))
-
-
-@torch_function("torch.nn.functional.pairwise_distance")
-def _pairwise_distance(fc, b, args, kw, node):
-    """F.pairwise_distance(x1, x2, p=2, eps=1e-6, keepdim=False): ‖x1 - x2 + eps‖_p along the last axis."""
-    x, y = (float_tensor(fc, b, _arg(fc, args, kw, i, n, node), node) for i, n in enumerate(("x1", "x2")))
-    p = _float_kw(fc, args, kw, 2, "p", node, 2.0)
-    eps = _float_kw(fc, args, kw, 3, "eps", node, 1e-6)
-    keep = _arg(fc, args, kw, 4, "keepdim", node, Const(False))
-    d = b.add(b.sub(*fc.unify(b, x, y, node)), _c(x, eps))
-    return aten.vector_norm(b, d, p, (d.type.rank - 1,), bool(keep.value) if isinstance(keep, Const) else False)
-
-
-def _adaptive_pool(k: int, kind: str):
-    """F.adaptive_avg_poolNd / adaptive_max_poolNd(input, output_size) where each input size is a multiple of
-    its output size (windows of in/out, strided by it: equal windows, as torch's then are); None keeps a size."""
-    def fn(fc, b, args, kw, node):
-        x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-        out = _arg(fc, args, kw, 1, "output_size", node)
-        out = list(out) if isinstance(out, (tuple, list)) else [out] * k
-        if x.type.rank not in (k + 1, k + 2) or len(out) != k:
-            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d takes [N, C, *{k} sizes] and {k} output sizes, "
-                                     f"got {x.type}")
-        sizes = x.type.shape[-k:]
-        outs = [n if o is None or (isinstance(o, Const) and o.value is None) else int_const(fc, o, node, "size")
-                for n, o in zip(sizes, out)]
-        if not all(isinstance(n, int) and n % o == 0 for n, o in zip(sizes, outs)):
-            raise fc.src.error(node, f"F.adaptive_{kind}_pool{k}d of sizes {list(sizes)} to {outs}: each size must "
-                                     "be a literal multiple of its output size",
-                               hint="torch's uneven windows (overlapping by a varying amount) are not supported")
-        lead = x.type.rank == k + 1
-        if lead:
-            x = b.reshape(x, shape=(1,) + x.type.shape)
-        win = [n // o for n, o in zip(sizes, outs)]
-        y = nn.max_pool(b, x, win, win) if kind == "max" else nn.avg_pool(b, x, win, win)
-        return b.reshape(y, shape=y.type.shape[1:]) if lead else y
-    return fn
-
-
-@torch_function("Tensor.type", receiver=True)
-def _type(fc, b, x, args, kw, node):
-    """x.type(dtype): a cast (x.type() without a dtype names it, which kernels have no use for)."""
-    from .scope import DtypeValue
-    d = _arg(fc, args, kw, 0, "dtype", node, None)
-    if not isinstance(d, DtypeValue):
-        raise fc.src.error(node, "x.type() needs a torch dtype such as torch.float64", hint="or use x.to(dtype)")
-    x = tensor(fc, b, x, node)
-    return x if x.type.dtype == d.dtype else b.convert(x, dtype=d.dtype)
-
-
 @torch_function("torch.repeat_interleave", "Tensor.repeat_interleave")
 def _repeat_interleave(fc, b, args, kw, node):
     """torch.repeat_interleave(input, repeats, dim=None) with a literal int repeats: each element repeats times
@@ -380,148 +256,6 @@ def _repeat_interleave(fc, b, args, kw, node):
     return b.reshape(spread, shape=shape[:axis] + (dim_mul(shape[axis], r),) + shape[axis + 1:])
 
 
-def _cumulative_extremum(largest: bool):
-    """torch.cummax / cummin(input, dim) -> (values, indices)."""
-    def fn(fc, b, args, kw, node):
-        from ...ops import index
-        x = _x(fc, b, args, kw, node)
-        axis = _dim(fc, args, kw, 1, node, x.type.rank)
-        return ValuesIndices(*index.cumulative_extremum(b, x, axis, largest))
-    return fn
-
-
-@torch_function("torch.cov")
-def _cov(fc, b, args, kw, node):
-    """torch.cov(input, correction=1): the covariance of the rows (variables) over the columns (observations)
-    of a 2-D input (a 1-D input is one variable)."""
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    correction = int_const(fc, _arg(fc, args, kw, 1, "correction", node, Const(1)), node, "correction")
-    if _arg(fc, args, kw, 2, "fweights", node, None) is not None or _arg(fc, args, kw, 3, "aweights", node, None) \
-            is not None:
-        raise fc.src.error(node, "torch.cov with fweights or aweights is not supported")
-    one = x.type.rank == 1
-    if one:
-        x = b.reshape(x, shape=(1,) + x.type.shape)
-    if x.type.rank != 2:
-        raise fc.src.error(node, f"torch.cov takes a 1-D or 2-D input, got {x.type}")
-    n = x.type.shape[1]
-    from .torch_more import _count
-    centred = b.sub(x, reduce.mean(b, x, [1], keepdim=True))
-    from ...ops import linalg
-    c = linalg.einsum_many(b, "io,jo->ij", [centred, centred])
-    denominator = b.sub(_count(b, n, x.type.dtype), _c(x, float(correction)))
-    c = b.div(c, denominator)
-    return b.reshape(c, shape=()) if one else c
-
-
-@torch_function("torch.logdet", "Tensor.logdet")
-def _logdet(fc, b, args, kw, node):
-    """torch.logdet(input): log det (NaN for a negative determinant, -inf for 0), by the LU determinant."""
-    from ...ops import linalg
-    return b.log(linalg.det(b, float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)))
-
-
-@torch_function("torch.diag_embed", "Tensor.diag_embed")
-def _diag_embed(fc, b, args, kw, node):
-    """torch.diag_embed(input): the last axis [.., n] as the diagonals of [.., n, n] (offset 0, last two dims)."""
-    from ...ops import create
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
-    for name, pos in (("offset", 1), ("dim1", 2), ("dim2", 3)):
-        if _arg(fc, args, kw, pos, name, node, None) is not None:
-            raise fc.src.error(node, f"torch.diag_embed's {name}= is not supported", hint="the main diagonal of the "
-                                     "last two dims is")
-    if x.type.rank == 0:
-        raise fc.src.error(node, "torch.diag_embed takes a tensor of at least one dim")
-    n = x.type.shape[-1]
-    return b.mul(b.reshape(x, shape=x.type.shape[:-1] + (1, n)), create.eye(b, n, n, x.type.dtype))
-
-
-@torch_function("torch.block_diag")
-def _block_diag(fc, b, args, kw, node):
-    """torch.block_diag(*tensors): the matrices (a vector is one row, a number 1×1) along the diagonal."""
-    from ...ops.shape import concatenate
-    mats = []
-    for a in args:
-        m = float_tensor(fc, b, a, node)
-        m = b.reshape(m, shape=(1, 1) if m.type.rank == 0 else (1,) + m.type.shape) if m.type.rank < 2 else m
-        if m.type.rank != 2 or not all(isinstance(d, int) for d in m.type.shape):
-            raise fc.src.error(node, f"torch.block_diag takes matrices of literal sizes, got {m.type}")
-        mats.append(m)
-    if not mats:
-        raise fc.src.error(node, "torch.block_diag needs at least one tensor")
-    width = sum(m.type.shape[1] for m in mats)
-    rows, left = [], 0
-    for m in mats:
-        c = m.type.shape[1]
-        rows.append(b.pad(m, axis=1, lo=left, hi=width - left - c))
-        left += c
-    return concatenate(b, rows, 0)
-
-
-@torch_function("torch.vander")
-def _vander(fc, b, args, kw, node):
-    """torch.vander(x, N=None, increasing=False): the columns x^(N-1) .. x^0 (or increasing)."""
-    from ...ops.shape import stack
-    x = float_tensor(fc, b, _arg(fc, args, kw, 0, "x", node), node)
-    n = _arg(fc, args, kw, 1, "N", node, None)
-    n = x.type.shape[0] if n is None else int_const(fc, n, node, "N")
-    if not isinstance(n, int):
-        raise fc.src.error(node, "torch.vander over a symbolic length needs N= as a literal")
-    increasing = _arg(fc, args, kw, 2, "increasing", node, Const(False))
-    powers = [b.ipow(x, n=k) if k else b.broadcast_to(_c(x, 1.0), shape=x.type.shape) for k in range(n)]
-    return stack(b, powers if isinstance(increasing, Const) and increasing.value else powers[::-1], 1)
-
-
-@torch_function("Tensor.new_tensor", receiver=True)
-def _new_tensor(fc, b, x, args, kw, node):
-    """x.new_tensor(data): torch.tensor(data) of x's dtype (unless dtype= says otherwise)."""
-    from .scope import DtypeValue
-    x = tensor(fc, b, x, node)
-    given = dict(kw)
-    if "dtype" not in given:
-        given["dtype"] = DtypeValue(x.type.dtype)
-    return tensor_literal(fc, b, list(args), given, node)
-
-
-@torch_function("torch.float_power", "Tensor.float_power")
-def _float_power(fc, b, args, kw, node):
-    """torch.float_power(input, exponent): the power computed in float64."""
-    x, y = (_arg(fc, args, kw, i, n, node) for i, n in enumerate(("input", "exponent")))
-    x = tensor(fc, b, x, node)
-    x64 = x if x.type.dtype == "f64" else b.convert(x, dtype="f64")
-    if isinstance(y, Const):
-        return b.pow(x64, Lit(float(y.value), Type("f64")))
-    y = tensor(fc, b, y, node)
-    return b.pow(*fc.unify(b, x64, y if y.type.dtype == "f64" else b.convert(y, dtype="f64"), node))
-
-
-@torch_function("torch.logspace")
-def _logspace(fc, b, args, kw, node):
-    """torch.logspace(start, end, steps, base=10.0) of literals: base ** linspace(start, end, steps)."""
-    import numpy as np
-
-    from ...ops import create
-    start, end = (_arg(fc, args, kw, i, n, node) for i, n in ((0, "start"), (1, "end")))
-    steps = int_const(fc, _arg(fc, args, kw, 2, "steps", node), node, "steps")
-    base = _float_kw(fc, args, kw, 3, "base", node, 10.0)
-    if not (isinstance(start, Const) and isinstance(end, Const)):
-        raise fc.src.error(node, "torch.logspace needs start and end known when the kernel is compiled")
-    dtype = np.float32 if fc.float_dtype == "f32" else np.float64
-    return create.array(b, np.power(base, np.linspace(float(start.value), float(end.value), steps)).astype(dtype))
-
-
-@torch_function("torch.finfo")
-def _finfo(fc, b, args, kw, node):
-    """torch.finfo(dtype): eps, max, min, tiny, resolution of a float dtype, as constants."""
-    from .scope import DtypeValue
-    d = _arg(fc, args, kw, 0, "type", node, None)
-    if d is None:
-        return FInfo(fc.float_dtype)
-    if not isinstance(d, DtypeValue) or d.dtype not in ("f16", "f32", "f64"):
-        raise fc.src.error(node, "torch.finfo takes a float dtype such as torch.float32 or x.dtype")
-    return FInfo(d.dtype)
-
-
 @torch_function("torch.unbind", "Tensor.unbind")
 def _unbind(fc, b, args, kw, node):
     """torch.unbind(input, dim=0) / x.unbind(dim): the slices along dim, a tuple (the size must be a literal)."""
@@ -534,22 +268,169 @@ def _unbind(fc, b, args, kw, node):
     return tuple(b.reshape(b.slice(x, axis=axis, start=i, stop=i + 1), shape=rest) for i in range(n))
 
 
-for _name, _op in (("lt", ast.Lt), ("le", ast.LtE), ("gt", ast.Gt), ("ge", ast.GtE), ("eq", ast.Eq),
-                   ("ne", ast.NotEq), ("less", ast.Lt), ("greater", ast.Gt)):
-    torch_function(f"torch.{_name}", f"Tensor.{_name}")(_comparison(_op))
-for _name in ("and", "or", "xor", "not"):
-    torch_function(f"torch.logical_{_name}", f"Tensor.logical_{_name}")(_logical(_name))
-torch_function("torch.fmax", "Tensor.fmax")(_fmax_fmin(True))
-torch_function("torch.fmin", "Tensor.fmin")(_fmax_fmin(False))
-torch_function("torch.nansum", "Tensor.nansum")(_nan_reduce(False))
-torch_function("torch.nanmean", "Tensor.nanmean")(_nan_reduce(True))
-torch_function("torch.std_mean", "Tensor.std_mean")(_stat_mean(True))
-torch_function("torch.var_mean", "Tensor.var_mean")(_stat_mean(False))
-torch_function("torch.empty_like")(_like(0.0))
-torch_function("torch.cummax", "Tensor.cummax")(_cumulative_extremum(True))
-torch_function("torch.cummin", "Tensor.cummin")(_cumulative_extremum(False))
-for _k in (1, 2, 3):
-    torch_function(f"torch.nn.functional.adaptive_avg_pool{_k}d")(_adaptive_pool(_k, "avg"))
-    torch_function(f"torch.nn.functional.adaptive_max_pool{_k}d")(_adaptive_pool(_k, "max"))
-torch_function("torch.nn.functional.softshrink")(_shrink(True))
-torch_function("torch.nn.functional.hardshrink")(_shrink(False))
+@torch_function("Tensor.expand", receiver=True)
+def _expand(fc, b, x, args, kw, node):
+    """x.expand(*sizes): -1 keeps a size."""
+    from .tensors import shape_args
+    x = tensor(fc, b, x, node)
+    dims = list(shape_args(fc, args, node))
+    lead = len(dims) - x.type.rank
+    dims = [x.type.shape[i - lead] if d == -1 else d for i, d in enumerate(dims)]
+    return shape_ops.expand(b, x, dims)
+
+
+@torch_function("Tensor.repeat", receiver=True)
+def _repeat(fc, b, x, args, kw, node):
+    """x.repeat(*repeats) (tile)."""
+    x = tensor(fc, b, x, node)
+    reps = [int_const(fc, r, node, "a repeat count") for r in
+            (list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)]
+    lead = len(reps) - x.type.rank
+    if lead < 0:
+        raise fc.src.error(node, f"repeat needs at least {x.type.rank} counts")
+    if lead:
+        x = shape_ops.reshape(b, x, (1,) * lead + x.type.shape)
+    return shape_ops.tile(b, x, reps)
+
+
+@torch_function("Tensor.tile", receiver=True)
+def _tile(fc, b, x, args, kw, node):
+    """x.tile(*dims) / torch.tile(x, dims): repeat, with fewer counts than axes padded by leading ones."""
+    x = tensor(fc, b, x, node)
+    reps = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
+    return _repeat(fc, b, x, [Const(1)] * max(0, x.type.rank - len(reps)) + reps, kw, node)
+
+
+@torch_function("torch.tile")
+def _tile_function(fc, b, args, kw, node):
+    """torch.tile(x, dims)."""
+    return _tile(fc, b, args[0], args[1:], kw, node)
+
+
+def _pieces(fc, n, size, node, what: str) -> list:
+    """The sizes of consecutive pieces of `size` covering an axis of n (the last one shorter, as in torch), or
+    equal pieces when both are dims and n is visibly a multiple of size."""
+    from ...ir.types import dim_floordiv, dim_mul
+    if isinstance(n, int) and isinstance(size, int):
+        if size <= 0:
+            raise fc.src.error(node, f"{what}: the piece size must be positive, got {size}")
+        return [min(size, n - k) for k in range(0, n, size)]
+    count = dim_floordiv(n, size) if isinstance(size, int) else \
+        next((k for k in range(1, 65) if dim_mul(size, k) == n), None)  # 4*h in pieces of h
+    if isinstance(count, int) and dim_mul(count, size) == n:
+        return [size] * count
+    raise fc.src.error(node, f"{what}: the number of pieces of an axis of size {n} must be known when the kernel "
+                             f"is compiled", hint="write the dim as a multiple in the annotation, e.g. "
+                                                  '"float[4 * h]" for four pieces of h')
+
+
+@torch_function("torch.chunk", "Tensor.chunk")
+def _chunk(fc, b, args, kw, node):
+    """torch.chunk(x, chunks, dim=0): pieces of ceil(n / chunks) (for a symbolic n: n / chunks each, n must be
+    a visible multiple such as 4 * h)."""
+    from ...ir.types import dim_floordiv, dim_mul
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    chunks = int_const(fc, _arg(fc, args, kw, 1, "chunks", node), node, "chunks")
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if chunks <= 0:
+        raise fc.src.error(node, f"torch.chunk needs a positive number of chunks, got {chunks}")
+    if isinstance(n, int):
+        sizes = _pieces(fc, n, -(-n // chunks), node, "torch.chunk")
+    elif dim_mul(dim_floordiv(n, chunks), chunks) == n:
+        sizes = [dim_floordiv(n, chunks)] * chunks
+    else:
+        raise fc.src.error(node, f"torch.chunk of an axis of size {n} into {chunks}: the size must be a visible "
+                                 f"multiple of {chunks}",
+                           hint=f'write the dim as a multiple in the annotation, e.g. "float[{chunks} * h]"')
+    return tuple(shape_ops.split(b, x, axis, sizes))
+
+
+@torch_function("torch.split", "Tensor.split")
+def _split(fc, b, args, kw, node):
+    """torch.split(x, size_or_sizes, dim=0): pieces of one size (the last shorter) or of the listed sizes."""
+    from .tensors import as_dim
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "tensor", node), node)
+    spec = _arg(fc, args, kw, 1, "split_size_or_sections", node)
+    axis = norm_axis(fc, int_const(fc, _arg(fc, args, kw, 2, "dim", node, Const(0)), node, "dim"), x.type.rank, node)
+    n = x.type.shape[axis]
+    if isinstance(spec, (list, tuple)):
+        sizes = [as_dim(fc, v, node) for v in spec]
+        from ...ir.types import dim_add
+        total = 0
+        for v in sizes:
+            total = dim_add(total, v)
+        if total != n:
+            raise fc.src.error(node, f"torch.split sizes {sizes} do not add up to {n}")
+    else:
+        sizes = _pieces(fc, n, as_dim(fc, spec, node), node, "torch.split")
+    return tuple(shape_ops.split(b, x, axis, sizes))
+
+
+@torch_function("torch.flip", "Tensor.flip")
+def _flip(fc, b, args, kw, node):
+    """torch.flip(x, dims) and x.flip(dims) or x.flip(d0, d1, ...) (a method's dims may come one by one)."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    dims = tuple(args[1:]) if len(args) > 2 else _arg(fc, args, kw, 1, "dims", node)
+    for d in dims if isinstance(dims, (tuple, list)) else [dims]:
+        x = shape_ops.flip(b, x, norm_axis(fc, int_const(fc, d, node, "dim"), x.type.rank, node))
+    return x
+
+
+def _roll_axis(b, x: Atom, shift: int, axis: int, fc, node) -> Atom:
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise fc.src.error(node, f"torch.roll along an axis of symbolic size {n}: the size must be static")
+    s = shift % n if n else 0
+    if s == 0:
+        return x
+    return shape_ops.concatenate(b, [b.slice(x, axis=axis, start=n - s, stop=n), b.slice(x, axis=axis, start=0,
+                                                                                           stop=n - s)], axis)
+
+
+@torch_function("torch.roll", "Tensor.roll")
+def _roll(fc, b, args, kw, node):
+    """torch.roll(input, shifts, dims=None): elements shifted along each dim, wrapping around; without dims
+    over the flattened tensor."""
+    x = tensor(fc, b, _arg(fc, args, kw, 0, "input", node), node)
+    shifts = _ints(fc, _arg(fc, args, kw, 1, "shifts", node), node, "shifts")
+    dims = _arg(fc, args, kw, 2, "dims", node, None)
+    if dims is None:
+        if len(shifts) != 1:
+            raise fc.src.error(node, "torch.roll without dims takes one shift")
+        flat = b.reshape(x, shape=(math.prod(x.type.shape),)) if all(isinstance(d, int) for d in x.type.shape) \
+            else None
+        if flat is None:
+            raise fc.src.error(node, "torch.roll without dims needs static sizes")
+        return b.reshape(_roll_axis(b, flat, shifts[0], 0, fc, node), shape=x.type.shape)
+    axes = [norm_axis(fc, a, x.type.rank, node) for a in _ints(fc, dims, node, "dims")]
+    if len(axes) != len(shifts):
+        raise fc.src.error(node, f"torch.roll: {len(shifts)} shift(s) for {len(axes)} dim(s)")
+    for s, a in zip(shifts, axes):
+        x = _roll_axis(b, x, s, a, fc, node)
+    return x
+
+
+@torch_function("Tensor.expand_as", receiver=True)
+def _expand_as(fc, b, x, args, kw, node):
+    """x.expand_as(other): x broadcast to other's shape."""
+    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    x = tensor(fc, b, x, node)
+    return b.broadcast_to(x, shape=other.type.shape) if x.type.shape != other.type.shape else x
+
+
+@torch_function("Tensor.view_as", "Tensor.reshape_as", receiver=True)
+def _view_as(fc, b, x, args, kw, node):
+    """x.view_as(other) / x.reshape_as(other): x with other's shape."""
+    other = tensor(fc, b, _arg(fc, args, kw, 0, "other", node), node)
+    return shape_ops.reshape(b, tensor(fc, b, x, node), other.type.shape)
+
+
+torch_function("torch.cat", "torch.concat")(_join(shape_ops.concatenate, "cat"))
+torch_function("torch.stack")(_join(shape_ops.stack, "stack"))
+torch_function("torch.reshape")(_function_form(_reshape))
+torch_function("torch.unsqueeze")(_function_form(_unsqueeze))
+torch_function("torch.squeeze")(_function_form(_squeeze))
+torch_function("torch.transpose")(_function_form(_transpose))
+torch_function("torch.permute")(_function_form(_permute))
+torch_function("Tensor.t", receiver=True)(lambda fc, b, x, args, kw, node: transpose_2d(fc, b, x, node))
