@@ -16,7 +16,7 @@ from .registry import functions as _registered
 
 NAMESPACE_NAMES = {"torch": "torch", "F": "torch.nn.functional", "linalg": "torch.linalg", "nn": "torch.nn",
                    "special": "torch.special", "math": "math", "Tensor": "Tensor"}
-"""The compiler's namespace keys (compiler.py's SUBMODULES) -> the prefixes of registered names."""
+"""The compiler's namespace keys (expressions.py's SUBMODULES) -> the prefixes of registered names."""
 
 
 @functools.cache
