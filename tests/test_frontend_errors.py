@@ -575,8 +575,10 @@ def test_cli_check_function_not_in_file(tmp_path):
     assert_cli_error(proc, manifest, line, "no function 'missing' in kernel_src.py")
 
 
-@pytest.mark.parametrize("module", ["python.torch_more", "python.torch_extra", "python.losses",
-                                    "python.search", "python.tensors"])
+@pytest.mark.parametrize("module", ["python.activations", "python.casts", "python.create", "python.index",
+                                    "python.linalg", "python.losses", "python.math", "python.nn", "python.reduce",
+                                    "python.search", "python.shape", "python.tensors", "python.namespaces",
+                                    "python.expressions", "python.compiler"])
 def test_frontend_modules_import_in_any_order(module):
     """Each torch-table module imports cleanly as the first ksbuild import of a process (no import cycle)."""
     import subprocess

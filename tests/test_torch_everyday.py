@@ -1,9 +1,9 @@
-"""Everyday torch functions (ksbuild/frontends/python/torch_basics.py), each compiled from a one-line kernel and
-checked against torch evaluating the same line, values and (where the result is float and smooth) the vjp
-against torch.autograd. Inputs hold a NaN where the function is about NaN. Found on the way: the vjp of a slice
-of a repeat_interleave did not compile (GCC 12 -Warray-bounds: a workspace it could not prove non-null, now
-checked against the constant size), and |x|'s derivative at NaN was NaN, so nan_to_num(|z|) sent NaN back
-(torch: 0); a dim written None (torch.sum(x, None): every axis) was refused."""
+"""Everyday torch functions (in ksbuild/frontends/python/ by domain: shape.py, math.py, reduce.py, nn.py, ...), each
+compiled from a one-line kernel and checked against torch evaluating the same line, values and (where the result is
+float and smooth) the vjp against torch.autograd. Inputs hold a NaN where the function is about NaN. Found on the
+way: the vjp of a slice of a repeat_interleave did not compile (GCC 12 -Warray-bounds: a workspace it could not
+prove non-null, now checked against the constant size), and |x|'s derivative at NaN was NaN, so nan_to_num(|z|) sent
+NaN back (torch: 0); a dim written None (torch.sum(x, None): every axis) was refused."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""torch functions of frontends/python/torch_extra.py (and slices with a step, F.pad's other modes), asked for by the
-held-out red-team pass: each kernel compiled in float64 and checked against torch on the same source,
+"""torch functions asked for by the held-out red-team pass (once frontends/python/torch_extra.py, now in the
+modules of their domain: math.py, shape.py, linalg.py, reduce.py, create.py; and slices with a step, F.pad's
+other modes): each kernel compiled in float64 and checked against torch on the same source,
 values and (where differentiable) the vjp against torch.autograd."""
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ def _sequence(fc, b: Builder, scope: Scope, it: ast.expr):
 def _tuple_rows(fc, b: Builder, items, it: ast.expr):
     """A tuple (or list) of numbers, of tuples of numbers, or of tensors of one type as one tensor whose rows
     the loop visits (as torch.tensor / torch.stack would build it)."""
-    from .tensors import nested_items, tensor_literal
+    from .create import nested_items, tensor_literal
     leaves = nested_items(items)
     types = {v.type for v in items if not isinstance(v, (Const, tuple, list))}
     if not all(isinstance(v, Const) for v in leaves) and \

@@ -11,8 +11,7 @@ from ...ops import math as math_ops
 from ...ops import shape as shape_ops
 from .registry import torch_function
 from .scope import Const
-from .tensors import _arg, _two_floats, float_tensor, int_const, tensor
-from .torch_more import _c, _count, _float_kw, _i64
+from .tensors import _arg, _c, _count, _float_kw, _i64, _two_floats, float_tensor, int_const, tensor
 
 
 def _reduction(fc, args, kw, pos: int, node) -> str:
@@ -293,7 +292,7 @@ def _triplet_margin(fc, b, args, kw, node):
     p = _float_kw(fc, args, kw, 4, "p", node, 2.0)
     eps = _float_kw(fc, args, kw, 5, "eps", node, 1e-6)
     swap = _arg(fc, args, kw, 6, "swap", node, Const(False))
-    from .torch_basics import _pairwise_distance
+    from .nn import _pairwise_distance
     dist = lambda u, v: _pairwise_distance(fc, b, [u, v, Const(p), Const(eps)], {}, node)  # noqa: E731
     d_ap, d_an = dist(a, pos), dist(a, neg)
     if isinstance(swap, Const) and swap.value:
