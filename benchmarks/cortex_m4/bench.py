@@ -4,7 +4,7 @@
     python benchmarks/cortex_m4/bench.py [--models mlp cnn gru lstm transformer mobilenet_like] [--symbols]
 
 Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh, as root). The networks are
-models.py's torch modules (random weights, nothing downloaded) exported to ONNX with a static batch of 1. Each is
+networks.py's torch modules (random weights, nothing downloaded) exported to ONNX with a static batch of 1. Each is
 built four ways: ksbuild for target cortex-m4 with [build] optimize = "speed" and "size", and emx-onnx-cgen's C
 compiled with arm-none-eabi-gcc -O3 and -Os (-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16), each
 linked into the same C99 program (app/main.c, --gc-sections, newlib with semihosting) and run once on QEMU's
@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 import firmware  # noqa: E402
-from models import export, models  # noqa: E402
+from networks import export, models  # noqa: E402
 
 VARIANTS = (("ksbuild", "speed"), ("ksbuild", "size"), ("emx", "-O3"), ("emx", "-Os"))
 PAIRS = (("speed", "-O3"), ("size", "-Os"))   # which ksbuild build is compared with which emx build
