@@ -1,7 +1,7 @@
 """Six small networks on a Cortex-M4: ksbuild against emx-onnx-cgen, in flash, RAM and instructions per inference.
 
     pip install -e .[onnx,bench]        # torch, onnxruntime, emx-onnx-cgen
-    python benchmarks/cortex_m4/bench.py [--models mlp cnn gru lstm transformer mobilenet_like] [--symbols]
+    python benchmarks/cortex_m4/bench.py [--models mlp cnn gru lstm transformer mobilenet_like] [--symbols] [--profile]
 
 Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh, as root). The networks are
 networks.py's torch modules (random weights, nothing downloaded) exported to ONNX with a static batch of 1. Each is
@@ -114,11 +114,22 @@ def print_symbols(name: str, got: dict) -> None:
         print(f"{name} {variant}: " + "; ".join(f"{s[:100]} {b} B" for s, b in own))
 
 
+def print_profile(name: str, got: dict) -> None:
+    """The functions that execute most of one inference's instructions (firmware.profile)."""
+    for variant, entry in (("speed", f"m4bench_{name}"), ("-O3", name)):
+        counts = firmware.profile(got["runs"][variant].elf, entry)
+        total = sum(c for _, c in counts)
+        print(f"{name} {variant}, {total} instructions: "
+              + "; ".join(f"{f[:90]} {c} ({100 * c / total:.0f}%)" for f, c in counts[:4]))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=list(models()), choices=list(models()))
     p.add_argument("--work", type=Path, help="build directory (default: a temporary one)")
     p.add_argument("--symbols", action="store_true", help="print each program's largest functions and objects")
+    p.add_argument("--profile", action="store_true",
+                   help="instructions per function of ksbuild (speed) and emx-onnx-cgen (-O3), one more run each")
     a = p.parse_args(argv)
     if firmware.missing_tools():
         raise SystemExit(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them)")
@@ -129,6 +140,9 @@ def main(argv=None) -> int:
         results[name] = build_and_run(name, made[name], work)
         check(name, results[name])
     report(results, a.symbols)
+    if a.profile:
+        for name, got in results.items():
+            print_profile(name, got)
     return 0
 
 

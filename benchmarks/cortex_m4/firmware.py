@@ -7,10 +7,15 @@ at the flags its tool was asked for), linked against newlib's semihosting specs 
 is what `flash` and `ram` subtract: they are the model's share of the program."""
 from __future__ import annotations
 
+import bisect
+import collections
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +28,7 @@ CPU = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
 ICOUNT_SHIFT = 7                                  # 2**7 ns of virtual time per instruction
 INSTRUCTIONS_PER_TICK = 40 / 2 ** ICOUNT_SHIFT    # timer 0 ticks at 25 MHz: 40 ns
 TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "qemu-system-arm")
+TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")  # QEMU's -d exec line: the guest's pc
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,54 @@ def largest_symbols(elf: Path, count: int = 6) -> list[tuple[str, int]]:
     """The `count` largest functions and objects the program holds (name, bytes)."""
     rows = _run(["arm-none-eabi-nm", "--size-sort", "-S", "-C", "--reverse-sort", str(elf)]).splitlines()
     return [(" ".join(r.split()[3:]), int(r.split()[1], 16)) for r in rows[:count]]
+
+
+def profile(elf: Path, entry: str) -> list[tuple[str, int]]:
+    """Instructions per function during one call of `entry` (the model's C function), most first: QEMU runs
+    one instruction per translation block (-singlestep) and logs each block's address (-d exec,nochain) into a
+    pipe read here; counting starts at `entry` and stops at the first instruction back in main."""
+    symbols = _functions(elf)
+    starts = [s[0] for s in symbols]
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = Path(tmp) / "exec"
+        os.mkfifo(fifo)
+        qemu = subprocess.Popen(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-icount",
+                                 f"shift={ICOUNT_SHIFT}", "-singlestep", "-d", "exec,nochain", "-D", str(fifo),
+                                 "-kernel", str(elf)], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        with open(fifo) as log:
+            counts = _count(log, symbols, starts, entry)
+        qemu.wait(timeout=600)
+    return counts.most_common()
+
+
+def _count(log, symbols, starts, entry: str) -> collections.Counter:
+    """Functions of the logged addresses between `entry` and main."""
+    counts, inside = collections.Counter(), False
+    for line in log:
+        m = TRACE.match(line)
+        if not m:
+            continue
+        pc = int(m.group(1), 16)
+        i = bisect.bisect_right(starts, pc) - 1
+        name = symbols[i][2] if i >= 0 and pc < symbols[i][0] + symbols[i][1] else "?"
+        inside = inside or name == entry
+        if inside and name == "main":
+            break
+        if inside:
+            counts[name] += 1
+    for _ in log:  # (drain the pipe: QEMU writes until the program ends)
+        pass
+    return counts
+
+
+def _functions(elf: Path) -> list[tuple[int, int, str]]:
+    """(address, size, demangled name) of the ELF's functions, by address."""
+    rows = []
+    for line in _run(["arm-none-eabi-nm", "-S", "-C", "--defined-only", str(elf)]).splitlines():
+        f = line.split(maxsplit=3)
+        if len(f) == 4 and f[2] in "tTwW":
+            rows.append((int(f[0], 16) & ~1, int(f[1], 16), f[3]))
+    return sorted(rows)
 
 
 def _run(cmd: list[str], timeout: float = 300) -> str:
