@@ -91,6 +91,28 @@ def models() -> dict:
     return made
 
 
+INT8 = ("mlp", "cnn", "mobilenet_like")  # the networks --int8 quantizes (the others' recurrences stay float)
+
+
+def quantize(src: Path, dst: Path, shape, fmt: str) -> None:
+    """src quantized by onnxruntime's quantize_static as benchmarks/int8 does: uint8 activations, int8 weights per
+    channel, calibrated on 16 random inputs; fmt "qdq" (QuantizeLinear/DequantizeLinear pairs) or "qop"
+    (QLinearConv, QGemm, ...)."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": np.random.RandomState(i).uniform(-1, 1, shape).astype(np.float32)}
+                                 for i in range(16)])
+
+        def get_next(self):
+            return next(self.batches, None)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else
+                    QuantFormat.QOperator, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    per_channel=True)
+
+
 def export(module, shape, path: Path) -> None:
     """module to ONNX (torch.onnx.export's TorchScript path, opset 17, static shapes: input `x`, output `y`)."""
     import torch
