@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 import firmware  # noqa: E402
-from networks import INT8, export, models, quantize  # noqa: E402
+from networks import INT8, SIX, export, models, quantize  # noqa: E402
 
 VARIANTS = (("ksbuild", "speed"), ("ksbuild", "size"), ("emx", "-O3"), ("emx", "-Os"))
 PAIRS = (("speed", "-O3"), ("size", "-Os"))   # which ksbuild build is compared with which emx build
@@ -162,7 +162,7 @@ def print_profile(name: str, got: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(models()), choices=list(models()))
+    p.add_argument("--models", nargs="+", default=list(SIX), choices=list(models()))
     p.add_argument("--work", type=Path, help="build directory (default: a temporary one)")
     p.add_argument("--symbols", action="store_true", help="print each program's largest functions and objects")
     p.add_argument("--profile", action="store_true",

@@ -77,6 +77,20 @@ def _mobilenet_like():
     return nn.Sequential(*layers), (1, 3, 32, 32)
 
 
+def _kws():
+    """A DS-CNN keyword spotter as benchmarks/int8 builds it ("Hello Edge", Zhang et al. 2017): 49x10 MFCC features,
+    a 10x4 convolution to 64 channels (stride 2), four depthwise-separable blocks, average pool, 12 classes."""
+    from torch import nn
+
+    def separable(c):
+        return [nn.Conv2d(c, c, 3, padding=1, groups=c), nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c, 1),
+                nn.BatchNorm2d(c), nn.ReLU()]
+    layers = [nn.Conv2d(1, 64, (10, 4), stride=2, padding=(5, 1)), nn.BatchNorm2d(64), nn.ReLU()]
+    for _ in range(4):
+        layers += separable(64)
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 12)), (1, 1, 49, 10)
+
+
 def models() -> dict:
     """name -> (torch module in eval mode with fixed random weights, input shape)."""
     import torch
@@ -84,14 +98,15 @@ def models() -> dict:
     made = {}
     for name, make in [("mlp", _mlp), ("cnn", _cnn), ("gru", lambda: _recurrent(nn.GRU)),
                        ("lstm", lambda: _recurrent(nn.LSTM)), ("transformer", _transformer),
-                       ("mobilenet_like", _mobilenet_like)]:
+                       ("mobilenet_like", _mobilenet_like), ("kws", _kws)]:
         torch.manual_seed(0)
         module, shape = make()
         made[name] = (module.eval(), shape)
     return made
 
 
-INT8 = ("mlp", "cnn", "mobilenet_like")  # the networks --int8 quantizes (the others' recurrences stay float)
+INT8 = ("mlp", "cnn", "mobilenet_like", "kws")  # the networks --int8 quantizes (the others' recurrences stay float)
+SIX = ("mlp", "cnn", "gru", "lstm", "transformer", "mobilenet_like")  # bench.py's default (kws: with --models)
 
 
 def quantize(src: Path, dst: Path, shape, fmt: str) -> None:

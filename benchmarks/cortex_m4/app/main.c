@@ -15,7 +15,7 @@
 #include "call.h"
 
 #define TIMER0 ((volatile uint32_t *)0x40000000u) /* CTRL, VALUE, RELOAD */
-#define WINDOW (512u * 1024u) /* bytes of stack painted below main's (newlib's crt0 puts it at the top of the
+#define WINDOW (4096u * 1024u) /* bytes of stack painted below main's (newlib's crt0 puts it at the top of the
                                  16 MiB PSRAM from semihosting's HEAPINFO, not where mps2_an386.ld says) */
 #define PAINT 0xA5A5A5A5u
 #define LOOP_ITERATIONS 100000u
