@@ -1,0 +1,40 @@
+"""benchmarks/cortex_m4's harness on one network (its MLP): ksbuild's package and emx-onnx-cgen's C for the same ONNX
+file, each linked into the benchmark's program and run on QEMU's mps2-an386 board (a Cortex-M4), both outputs
+against onnxruntime's. Also checked: the instruction counter on the program's loop of known length, and that the
+stack the inference wrote stays within what ksbuild's build measured (P.json's stack_bytes).
+
+Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh, as root) and emx-onnx-cgen (the
+test extra); skips naming what is missing."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks/cortex_m4"))
+import firmware  # noqa: E402
+
+
+def test_ksbuild_and_emx_onnx_cgen_agree_with_onnxruntime_on_a_cortex_m4(tmp_path):
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    pytest.importorskip("emx_onnx_cgen", reason="emx-onnx-cgen not installed (pip install -e .[test])")
+    ort = pytest.importorskip("onnxruntime")
+    from networks import export, models
+    module, shape = models()["mlp"]
+    export(module, shape, tmp_path / "mlp.onnx")
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(tmp_path / "mlp.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    tree = firmware.ksbuild_package("mlp", tmp_path / "mlp.onnx", tmp_path / "ks", "size")
+    ks = firmware.ksbuild_app(tree, "mlp", (x.size, want.size), tmp_path / "ks_app")
+    source = firmware.emx_source(tmp_path / "mlp.onnx", "mlp", tmp_path / "emx")
+    emx = firmware.emx_app(source, "mlp", (x.size, want.size), tmp_path / "emx_app", "-Os")
+    for run in (ks, emx):
+        np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-6)
+        assert run.loop_expected <= run.loop_instructions <= run.loop_expected + 8, run.loop_instructions
+        assert 10_000 < run.instructions < 10_000_000, run.instructions  # (196 x 64 + 64 x 64 + 64 x 10 products)
+    assert 64 < ks.stack <= firmware.ksbuild_stack(tree, "mlp"), ks.stack
+    assert ks.workspace > 0 and ks.flash > emx.flash - 4096  # (both hold the 68 KB of weights)
