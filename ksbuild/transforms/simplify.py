@@ -4,6 +4,7 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
   - a select between a scatter into zeros and zeros selects the scattered values (select_into_scatter),
+  - a scatter into a zero row added at a row adds at the elements directly (nest_updates),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
@@ -43,7 +44,8 @@ def fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
 
 
 def _scatter_base(c: Atom, made: dict[Var, Eqn]) -> list[Eqn] | None:
-    """If c = index_add(...(index_add(0, i1, v1)...), ik, vk), those equations, innermost first."""
+    """If c = index_add(...(index_add(0, i1, v1)...), ik, vk), those equations, innermost first (each may
+    take several indices: index_add(0, i, j, v))."""
     chain = []
     while isinstance(c, Var) and c in made and made[c].prim.name == "index_add":
         chain.append(made[c])
@@ -62,10 +64,27 @@ def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> A
         if chain is not None and a.type == c.type == eqn.outs[0].type:
             out = a
             for e in chain:
-                (out,) = b.bind(e.prim, [out, e.ins[1], e.ins[2]], dict(e.params))
+                (out,) = b.bind(e.prim, [out, *e.ins[1:]], dict(e.params))
                 made[out] = b.eqns[-1]
             return out
     return None
+
+
+def nest_updates(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
+    """index_add(a, i, index_add(...index_add(0, j, v)...)) = index_add(...index_add(a, i, j, v)...) when both
+    update the same axis (x[i, j] reads x[i] then its element j; its transpose scatters into a zero row and
+    adds that row at i): each value is added at its element directly, with no zeroed row and no whole-row
+    add (per loop iteration in a reverse loop). Only when the row feeds nothing else (`once`)."""
+    if eqn.prim.name != "index_add" or eqn.ins[-1] not in once:
+        return None
+    chain = _scatter_base(ins[-1], made)
+    if chain is None or any(e.params["axis"] != eqn.params["axis"] for e in chain):
+        return None
+    out = ins[0]
+    for e in chain:
+        (out,) = b.bind(eqn.prim, [out, *ins[1:-1], *e.ins[1:]], dict(eqn.params))
+        made[out] = b.eqns[-1]
+    return out
 
 
 def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
@@ -82,9 +101,9 @@ def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, E
             continue
         out = chain[0].ins[0]
         for e in chain:
-            zero = Lit(0, e.ins[2].type.scalar())
-            v = b.select(p, e.ins[2], zero) if k == 0 else b.select(p, zero, e.ins[2])
-            (out,) = b.bind(e.prim, [out, e.ins[1], v], dict(e.params))
+            zero = Lit(0, e.ins[-1].type.scalar())
+            v = b.select(p, e.ins[-1], zero) if k == 0 else b.select(p, zero, e.ins[-1])
+            (out,) = b.bind(e.prim, [out, *e.ins[1:-1], v], dict(e.params))
             made[out] = b.eqns[-1]
         return out
     return None
@@ -163,7 +182,7 @@ def simplify_once(f: Func) -> Func:
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
         acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
-            select_into_scatter(b, eqn, ins, made)
+            select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
