@@ -1990,7 +1990,7 @@ size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0) || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r1 = reinterpret_cast<double*>(next_slot);
@@ -2202,26 +2202,26 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
     double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_icf1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r9 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:83: for i in range(n):
@@ -2242,15 +2242,15 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 acc += x_i;
             }
             const double t1 = (alphas[k] + acc);
-            double r7;
-            r7 = 0.0;
+            double r6;
+            r6 = 0.0;
             for (int64_t r = 0; r < d; ++r) {
                 const double t2 = (x[i * d + r] - means[k * d + r]);
                 const double t3 = (r1[k * d + r] * t2);
                 const int64_t t4 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r8;
-                r8 = 0.0;
+                double r7;
+                r7 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
                     const int64_t t5 = ((2*d) - c);
                     const int64_t t6 = (t5 - int64_t{1});
@@ -2262,24 +2262,23 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const int64_t t12 = (t11 - int64_t{1});
                     const double t13 = (x[i * d + c] - means[k * d + c]);
                     const double t14 = (icf[k * T + ks::clamp_index(t12, T)] * t13);
-                    const double sum = (r8 + t14);
-                    r8 = sum;
+                    const double sum = (r7 + t14);
+                    r7 = sum;
                 }
-                const double t5 = (t3 + r8);
+                const double t5 = (t3 + r7);
                 const double t6 = ks::ipow<2>(t5);
-                const double sum = (r7 + t6);
-                r2[i * (K * d) + k * d + r] = r1[k * d + r];
-                r3[i * (K * d) + k * d + r] = t5;
-                r7 = sum;
+                const double sum = (r6 + t6);
+                r2[i * (K * d) + k * d + r] = t5;
+                r6 = sum;
             }
-            const double t2 = (0.5 * r7);
+            const double t2 = (0.5 * r6);
             const double t3 = (t1 - t2);
-            r6[k] = t3;
+            r5[k] = t3;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
+            const double x_i = r5[j];
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
@@ -2288,14 +2287,14 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
+            const double x_i = r5[j];
             const double x_i1 = t3;
             const double t4 = (x_i - x_i1);
             const double t5 = ks::exp(t4);
-            r4[i * K + j] = t5;
+            r3[i * K + j] = t5;
             acc1 += t5;
         }
-        r5[i] = acc1;
+        r4[i] = acc1;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
@@ -2306,7 +2305,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    double* const tmp = r6;  // reuses a dead buffer's space
+    double* const tmp = r5;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
@@ -2344,7 +2343,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    double* const tmp2 = r1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = icf[i * T + j];
@@ -2386,19 +2384,19 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         d_icf1[i] = d_icf_i1;
     }
     // gmm.py:83: for i in range(n):
-    double r7;
+    double r6;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r7 = 1.0;
+    r6 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r5[i]);
-        const double t12 = ks::mulz(r7, t11);
+        const double t11 = (1.0 / r4[i]);
+        const double t12 = ks::mulz(r6, t11);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double* const tmp3 = r6;  // reuses a dead buffer's space
+        double* const tmp3 = r5;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = t12;
-            const double x_i1 = r4[i * K + j];
+            const double x_i1 = r3[i * K + j];
             const double t13 = ks::mulz(x_i, x_i1);
             tmp3[j] = t13;
         }
@@ -2407,22 +2405,22 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double t13 = (tmp3[k] * (-1.0));
             const double t14 = (t13 * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r11;
+            double r10;
             for (int64_t j = 0; j < T; ++j) {
-                r9[j] = 0.0;
+                r8[j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                r10[j] = 0.0;
+                r9[j] = 0.0;
             }
-            r11 = t14;
+            r10 = t14;
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double t15 = (x[i * d + r] - means[k * d + r]);
                 const int64_t t16 = ks::max(r, int64_t{0});
-                const double t17 = (2.0 * r3[i * (K * d) + k * d + r]);
-                const double t18 = (r11 * t17);
+                const double t17 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double t18 = (r10 * t17);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r12;
-                r12 = t18;
+                double r11;
+                r11 = t18;
                 for (int64_t c = t16 - 1; c >= 0; --c) {
                     const int64_t t19 = ((2*d) - c);
                     const int64_t t20 = (t19 - int64_t{1});
@@ -2433,28 +2431,28 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const int64_t t25 = (t24 - c);
                     const int64_t t26 = (t25 - int64_t{1});
                     const double t27 = (x[i * d + c] - means[k * d + c]);
-                    const double t28 = (r12 * icf[k * T + ks::clamp_index(t26, T)]);
-                    const double t29 = (r12 * t27);
+                    const double t28 = (r11 * icf[k * T + ks::clamp_index(t26, T)]);
+                    const double t29 = (r11 * t27);
                     const double t30 = (t28 * (-1.0));
-                    r10[c] += t30;
-                    r9[ks::clamp_index(t26, T)] += t29;
+                    r9[c] += t30;
+                    r8[ks::clamp_index(t26, T)] += t29;
                 }
-                const double t19 = (t18 * r2[i * (K * d) + k * d + r]);
+                const double t19 = (t18 * r1[k * d + r]);
                 const double t20 = (t18 * t15);
                 const double t21 = (t19 * (-1.0));
-                r10[r] += t21;
-                const double t22 = ks::mulz(t20, r2[i * (K * d) + k * d + r]);
-                r9[ks::clamp_index(r, T)] += t22;
+                r9[r] += t21;
+                const double t22 = ks::mulz(t20, r1[k * d + r]);
+                r8[ks::clamp_index(r, T)] += t22;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r10[j];
+                out_d_means[k * d + j] += r9[j];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf1[k * T + j] += r9[j];
+                d_icf1[k * T + j] += r8[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded1 = r9;  // reuses a dead buffer's space
+            double* const padded1 = r8;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 padded1[d + j] = 0.0;
             }
@@ -2477,7 +2475,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
