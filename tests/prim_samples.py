@@ -57,6 +57,12 @@ def _index_add_ref(x, i, v):
     return out
 
 
+def _element_add_ref(x, i, j, v):
+    out = x.copy()
+    out[_wrap_clamp(i, x.shape[0]), _wrap_clamp(j, x.shape[1])] += v
+    return out
+
+
 def _digamma_ref(x, shift=30):
     # ψ(x) = ψ(x + N) - Σ_{k<N} 1/(x + k), with ψ(y) ≈ ln y - 1/(2y) - 1/(12y²) + 1/(120y⁴) - 1/(252y⁶) at y = x + N
     y = x + shift
@@ -246,6 +252,8 @@ SAMPLES = {
     "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
     "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-5, 6)), lambda x, i: x[_wrap_clamp(i, 3)]),
     "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),
+    "index_add:element": ((M, I, I, F), {"axis": 0}, (normal, index_between(-5, 6), index_below(4), normal),
+                          _element_add_ref),
     "index_set": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_set_ref),
     "slice": ((M,), {"axis": 1, "start": 1, "stop": 3}, (normal,), lambda x: x[:, 1:3]),
     "pad": ((M,), {"axis": 0, "lo": 1, "hi": 2}, (normal,), lambda x: np.concatenate([0 * x[:1], x, 0 * x[:2]])),

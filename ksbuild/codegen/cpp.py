@@ -521,10 +521,11 @@ class Writer:
         idx, _ = self.region
         return f"static_cast<{self.ctype(eqn.outs[0].type)}>({idx[eqn.params['axis']]})"
 
-    def clamped_index(self, eqn: Eqn) -> str:
-        """The index operand of index/index_add clamped into its axis."""
-        x, i, axis = eqn.ins[0], eqn.ins[1], eqn.params["axis"]
-        n = x.type.shape[axis]
+    def clamped_index(self, eqn: Eqn, k: int = 1) -> str:
+        """Index operand k of index/index_add clamped into its axis (operand k of an update at several
+        indices is for axis `axis + k - 1`)."""
+        x, i = eqn.ins[0], eqn.ins[k]
+        n = x.type.shape[eqn.params["axis"] + k - 1]
         if isinstance(i, Lit) and isinstance(n, int):
             return str(min(max(int(i.value), 0), n - 1))
         if self.in_range.get(i) == n:

@@ -40,6 +40,8 @@ Facts the passes read instead of testing a prim's name:
   result tile (the fuse_epilogue pass moves a fusion after the product into it)
 - positional: an elementwise prim whose value is its element's position (iota): it reads no operand rows, and a
   loop nest computing it keeps its axes
+- costly: a function call worth computing once rather than in every iteration of a loop (exp, log, sin, pow):
+  the hoist pass computes such a value that is the same in every iteration before the loop, into a table
 - takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
   there: the operands holding index tensors (() when the positions are scalars); None if it does not
 """
@@ -86,6 +88,7 @@ class Prim:
     positional: bool = False
     branches: bool = False
     epilogue_impls: tuple[str, ...] = ()
+    costly: bool = False
 
     def __post_init__(self):
         assert self.name not in PRIMS, f"primitive {self.name} defined twice"

@@ -109,6 +109,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         jvp=jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=facts.pop("emit", emit_format(cpp)),
+        costly=facts.pop("costly", not numeric and not facts.get("whole")),  # a float function (not floor)
         elementwise=True,
         doc=doc,
         simplify=simplify,
@@ -147,6 +148,7 @@ def binary(name: str, fn, cpp: str, partials, doc: str, numeric: bool = True, tr
         jvp=jvp or partials_jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=facts.pop("emit", emit_format(cpp)),
+        costly=facts.pop("costly", not numeric),  # pow, atan2, hypot, fmod
         transpose=transpose,
         elementwise=True,
         doc=doc,
@@ -348,7 +350,7 @@ def _simp_mulz(ins, out):
 # multiply the tangent (x) by their partial derivative (y) with it
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
-              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp)
+              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False)
 _float_div = emit_format("({0} / {1})")
 
 

@@ -1,7 +1,8 @@
 """Tensor primitives: indexing and slicing, max/min reductions, contraction, index grids.
 
 index[axis](x, i)          x at position i of `axis` (i clamped into range, as JAX does)
-index_add[axis](x, i, v)   x with v added at position i of `axis` (the transpose of index)
+index_add[axis](x, i, v)   x with v added at position i of `axis` (the transpose of index);
+                           index_add[axis](x, i, j, v) at x[..., i, j, ...] (axes axis, axis + 1)
 index_set[axis](x, i, v)   x with position i of `axis` replaced by v (x[i] = v)
 slice[axis, start, stop]   the static range start:stop of `axis` (a view)
 pad[axis, lo, hi]          zeros before and after along `axis` (the transpose of slice)
@@ -92,60 +93,79 @@ index = Prim(
 # ---- index_add ---------------------------------------------------------------------------------
 
 def _index_add_rule(in_types, axis):
-    x, i, v = in_types
-    (want,) = _index_rule([x, i], axis)
+    x, *idx, v = in_types
+    if not idx:
+        raise KsbuildError("an update takes a position: x, at least one index, then the value")
+    want = x
+    for i in idx:
+        (want,) = _index_rule([want, i], axis)
     if v != want:
-        raise KsbuildError(f"index_add: the added value must be {want}, got {v}")
+        raise KsbuildError(f"{'index_add' if len(idx) == 1 else 'an update'}: the added value must be {want}, got {v}")
     return (x,)
 
 
-def _index_add_eval(x, i, v, axis, env):
-    out = np.array(x, copy=True)
+def _position(x, idx, axis):
+    """The numpy index of the clamped position idx (consecutive axes from `axis`) in x."""
     sl = [slice(None)] * x.ndim
-    sl[axis] = _clamp(i, x.shape[axis])
-    out[tuple(sl)] += v
+    for k, i in enumerate(idx):
+        sl[axis + k] = _clamp(i, x.shape[axis + k])
+    return tuple(sl)
+
+
+def _index_add_eval(x, *rest, axis, env):
+    *idx, v = rest
+    out = np.array(x, copy=True)
+    out[_position(x, idx, axis)] += v
     return (out,)
 
 
 def _update_jvp(name: str):
-    """jvp of an update at position i (index_add, index_set), linear in (x, v): the same update of
-    the tangents, d out = update(dx, i, dv)."""
+    """jvp of an update at a position (index_add, index_set), linear in (x, v): the same update of
+    the tangents, d out = update(dx, i..., dv)."""
     def jvp(b, p, t, axis):
-        x, i, v = p
-        y = b.bind(PRIMS[name], [x, i, v], {"axis": axis})[0]
-        if t[0] is None and t[2] is None:
+        x, *idx, v = p
+        y = b.bind(PRIMS[name], p, {"axis": axis})[0]
+        if t[0] is None and t[-1] is None:
             return [y], [None]
         tx = t[0] if t[0] is not None else zeros(x.type)
-        tv = t[2] if t[2] is not None else zeros(v.type)
-        return [y], [b.bind(PRIMS[name], [tx, i, tv], {"axis": axis})[0]]
+        tv = t[-1] if t[-1] is not None else zeros(v.type)
+        return [y], [b.bind(PRIMS[name], [tx, *idx, tv], {"axis": axis})[0]]
     return jvp
 
 
 def _index_add_transpose(b, cts, ins, linear, axis):
-    (ct,), i = cts, ins[1]
+    # x̄ = ȳ; v̄ = ȳ at the position (one index per axis from `axis`)
+    (ct,), idx = cts, ins[1:-1]
     if ct is None:
-        return [None, None, None]
-    return [ct if linear[0] else None, None, b.index(ct, i, axis=axis) if linear[2] else None]
+        return [None] * len(ins)
+    v_ct = None
+    if linear[-1]:
+        v_ct = ct
+        for i in idx:
+            v_ct = b.index(v_ct, i, axis=axis)
+    return [ct if linear[0] else None, *(None for _ in idx), v_ct]
 
 
 def _update_batch(name: str):
-    """Batching of an update at position i: a loop over lanes for a per-lane i, else the update
+    """Batching of an update at a position: a loop over lanes for a per-lane index, else the update
     one axis further in with x and v both batched."""
     def batch(b, ins, batched, size, axis):
-        x, i, v = ins
-        if batched[1]:
+        x, *idx, v = ins
+        if any(batched[1:-1]):
             return _per_lane(b, name, ins, batched, size, {"axis": axis})
         x = x if batched[0] else b.broadcast_to(x, shape=(size,) + x.type.shape)
-        v = v if batched[2] else b.broadcast_to(v, shape=(size,) + v.type.shape)
-        return [b.bind(PRIMS[name], [x, i, v], {"axis": axis + 1})[0]], [True]
+        v = v if batched[-1] else b.broadcast_to(v, shape=(size,) + v.type.shape)
+        return [b.bind(PRIMS[name], [x, *idx, v], {"axis": axis + 1})[0]], [True]
     return batch
 
 
 def _index_add_emit(ctx, eqn) -> None:
-    # out = x with v added at i, in x's buffer when the memory plan says x is dead afterwards
-    x, _, v = eqn.ins
+    # out = x with v added at the position, in x's buffer when the memory plan says x is dead afterwards
+    x, v = eqn.ins[0], eqn.ins[-1]
     dst = ctx.accumulator(eqn, x, "acc")
-    row = dst.take(eqn.params["axis"], ctx.clamped_index(eqn))
+    row = dst
+    for k in range(1, len(eqn.ins) - 1):
+        row = row.take(eqn.params["axis"], ctx.clamped_index(eqn, k))
     src = ctx.storage(v)
     idx = ctx.open_loops(v.type.shape)
     ctx.line(f"{row.at(idx)} += {src.broadcast(v.type.shape).at(idx)};")
@@ -163,14 +183,21 @@ index_add = Prim(
     transpose=_index_add_transpose,
     batch=_update_batch("index_add"),
     emit=_index_add_emit,
-    doc="x with v added at position i along an axis (in place when x is dead afterwards)",
-    # index_add(x, i, 0) = x
-    simplify=lambda ins, out, axis: ins[0] if isinstance(ins[2], Lit) and ins[2].value == 0 and
-    not isinstance(ins[2].value, bool) and ins[0].type == out.type else None,
+    doc="x with v added at position i along an axis, or at x[..., i, j, ...] given several indices for the "
+        "axes from `axis` on (in place when x is dead afterwards)",
+    # index_add(x, i..., 0) = x
+    simplify=lambda ins, out, axis: ins[0] if isinstance(ins[-1], Lit) and ins[-1].value == 0 and
+    not isinstance(ins[-1].value, bool) and ins[0].type == out.type else None,
 )
 
 
 # ---- index_set ----------------------------------------------------------------------------------
+
+def _index_set_rule(in_types, axis):
+    if len(in_types) != 3:
+        raise KsbuildError(f"index_set takes x, one index and the value, got {len(in_types)} operands")
+    return _index_add_rule(in_types, axis)
+
 
 def _index_set_eval(x, i, v, axis, env):
     out = np.array(x, copy=True)
@@ -203,7 +230,7 @@ index_set = Prim(
     strings=True,
     inplace=lambda eqn: 0,
     takes=(),
-    type_rule=_index_add_rule,
+    type_rule=_index_set_rule,
     eval=_index_set_eval,
     jvp=_update_jvp("index_set"),
     transpose=_index_set_transpose,

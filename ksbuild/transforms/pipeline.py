@@ -17,6 +17,7 @@ from .cse import cse
 from .expand import expand
 from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
+from .hoist import hoist
 from .layout_constants import layout_constants
 from .parallelize import parallelize
 from .per_row import per_row
@@ -46,6 +47,8 @@ PASSES = [
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
+    Pass("hoist", lambda f, o: simplify(hoist(f)),
+         "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
     Pass("layout_constants", lambda f, o: layout_constants(f),

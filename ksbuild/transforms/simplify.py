@@ -4,6 +4,9 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - each primitive's own `simplify` rule (x + 0 = x, x * 1 = x, select(p, a, a) = a, ...) is applied,
   - nested selects on one condition are flattened (unnest_select),
   - a select between a scatter into zeros and zeros selects the scattered values (select_into_scatter),
+  - a scatter into a zero row added at a row adds at the elements directly (nest_updates),
+  - a loop's stacked output that is the same every iteration is a broadcast, or the const it reads a row of
+    by the counter (invariant_stacks); one value stacked twice is stacked once (repeated_stacks),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - an equation whose inputs are all scalar literals is folded to a literal,
@@ -43,7 +46,8 @@ def fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
 
 
 def _scatter_base(c: Atom, made: dict[Var, Eqn]) -> list[Eqn] | None:
-    """If c = index_add(...(index_add(0, i1, v1)...), ik, vk), those equations, innermost first."""
+    """If c = index_add(...(index_add(0, i1, v1)...), ik, vk), those equations, innermost first (each may
+    take several indices: index_add(0, i, j, v))."""
     chain = []
     while isinstance(c, Var) and c in made and made[c].prim.name == "index_add":
         chain.append(made[c])
@@ -62,10 +66,27 @@ def accumulate(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> A
         if chain is not None and a.type == c.type == eqn.outs[0].type:
             out = a
             for e in chain:
-                (out,) = b.bind(e.prim, [out, e.ins[1], e.ins[2]], dict(e.params))
+                (out,) = b.bind(e.prim, [out, *e.ins[1:]], dict(e.params))
                 made[out] = b.eqns[-1]
             return out
     return None
+
+
+def nest_updates(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
+    """index_add(a, i, index_add(...index_add(0, j, v)...)) = index_add(...index_add(a, i, j, v)...) when both
+    update the same axis (x[i, j] reads x[i] then its element j; its transpose scatters into a zero row and
+    adds that row at i): each value is added at its element directly, with no zeroed row and no whole-row
+    add (per loop iteration in a reverse loop). Only when the row feeds nothing else (`once`)."""
+    if eqn.prim.name != "index_add" or eqn.ins[-1] not in once:
+        return None
+    chain = _scatter_base(ins[-1], made)
+    if chain is None or any(e.params["axis"] != eqn.params["axis"] for e in chain):
+        return None
+    out = ins[0]
+    for e in chain:
+        (out,) = b.bind(eqn.prim, [out, *ins[1:-1], *e.ins[1:]], dict(eqn.params))
+        made[out] = b.eqns[-1]
+    return out
 
 
 def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
@@ -82,9 +103,9 @@ def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, E
             continue
         out = chain[0].ins[0]
         for e in chain:
-            zero = Lit(0, e.ins[2].type.scalar())
-            v = b.select(p, e.ins[2], zero) if k == 0 else b.select(p, zero, e.ins[2])
-            (out,) = b.bind(e.prim, [out, e.ins[1], v], dict(e.params))
+            zero = Lit(0, e.ins[-1].type.scalar())
+            v = b.select(p, e.ins[-1], zero) if k == 0 else b.select(p, zero, e.ins[-1])
+            (out,) = b.bind(e.prim, [out, *e.ins[1:-1], v], dict(e.params))
             made[out] = b.eqns[-1]
         return out
     return None
@@ -129,6 +150,54 @@ def sum_first(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once:
     return None
 
 
+def invariant_stacks(b: Builder, e: Eqn, made: dict[Var, Eqn]) -> dict[Var, Atom]:
+    """A loop's stacked output that every iteration gives the same value needs no stacking: a const (or literal)
+    of the loop stacked n times is that value broadcast to [n, ...] (a view, no memory), and row `counter` of a
+    const with n rows stacked over the counter is the const itself. Only for a loop that runs its whole length
+    (otherwise the rows past its count are zeros). After hoist, a vjp's forward pass keeps a table's values as a
+    residual per iteration like this (GMM: an [n, K, d] copy of the [K, d] exp table)."""
+    p = e.params
+    if e.prim.name != "loop" or not _full_length(e.ins[0], p["length"], made):
+        return {}
+    body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+    consts = dict(zip(body.params[1:1 + nc], e.ins[1:1 + nc]))
+    inner = {o: q for q in body.eqns for o in q.outs}
+    out: dict[Var, Atom] = {}
+    for r, v in zip(body.results[ncar:], e.outs[ncar:]):
+        if isinstance(r, Lit) or r in consts:
+            out[v] = b.broadcast_to(consts.get(r, r), shape=v.type.shape)
+        elif r in inner and _row_at_counter(inner[r], body.params[0], consts, v):
+            out[v] = consts[inner[r].ins[0]]
+    return out
+
+
+def repeated_stacks(e: Eqn) -> dict[Var, Atom]:
+    """A loop whose body gives one value as two stacked outputs stacks it once: the second output is the first
+    (a vjp's forward pass keeps sin θ and cos θ of a BA observation as residuals of two derivative terms each)."""
+    if e.prim.name != "loop":
+        return {}
+    ncar = e.params["n_carry"]
+    first: dict[Var, Var] = {}
+    out: dict[Var, Atom] = {}
+    for r, v in zip(e.params["body"].results[ncar:], e.outs[ncar:]):
+        if isinstance(r, Var) and first.setdefault(r, v) is not v:
+            out[v] = first[r]
+    return out
+
+
+def _full_length(trip: Atom, length, made: dict[Var, Eqn]) -> bool:
+    if isinstance(trip, Lit):
+        return trip.value == length
+    e = made.get(trip)
+    return e is not None and e.prim.name == "dim_size" and e.params["dim"] == length
+
+
+def _row_at_counter(e: Eqn, counter: Var, consts: dict, stacked: Var) -> bool:
+    """Whether e is index[axis=0](c, counter) of a const c whose outer value has the stacked output's type."""
+    return (e.prim.name == "index" and e.params["axis"] == 0 and e.ins[1] is counter and e.ins[0] in consts
+            and consts[e.ins[0]].type == stacked.type)
+
+
 def plain_product(eqn: Eqn, ins: list[Atom]):
     """x ⊙ c = x * c (mulz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
     where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
@@ -163,7 +232,7 @@ def simplify_once(f: Func) -> Func:
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
         acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
-            select_into_scatter(b, eqn, ins, made)
+            select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
@@ -176,8 +245,9 @@ def simplify_once(f: Func) -> Func:
         b.loc = eqn.loc
         outs = b.bind(plain_product(eqn, ins), ins, sub)
         b.name_like(outs, eqn.outs)
-        env.update(zip(eqn.outs, outs))
         made.update((o, b.eqns[-1]) for o in outs)
+        stacks = invariant_stacks(b, b.eqns[-1], made) | repeated_stacks(b.eqns[-1])
+        env.update(zip(eqn.outs, (stacks.get(o, o) for o in outs)))
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 
 

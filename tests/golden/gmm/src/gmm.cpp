@@ -48,10 +48,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
+                const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t1 = (i == j);
-                    const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t2 = (i == j);
                     const bool t3 = (i > j);
                     const int64_t t4 = ((2*d) - j);
                     const int64_t t5 = (t4 - int64_t{1});
@@ -62,7 +62,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                     const int64_t t10 = (t9 - j);
                     const int64_t t11 = (t10 - int64_t{1});
                     const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                    const double t13 = (t1 ? t2 : t12);
+                    const double t13 = (t2 ? t1 : t12);
                     Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
@@ -327,10 +327,10 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     for (int64_t k = 0; k < K; ++k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
+            const double t1 = ks::exp(icf[k * T + i]);
             // gmm.py:16: torch.stack([
             for (int64_t j = 0; j < d; ++j) {
-                const bool t1 = (i == j);
-                const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t2 = (i == j);
                 const bool t3 = (i > j);
                 const int64_t t4 = ((2*d) - j);
                 const int64_t t5 = (t4 - int64_t{1});
@@ -341,11 +341,11 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
                 const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                const double t13 = (t1 ? t2 : t12);
-                const double t14 = (t1 ? t2 : 0.0);
-                const bool t15 = (t1 ? false : t3);
+                const double t13 = (t2 ? t1 : t12);
+                const double t14 = (t2 ? t1 : 0.0);
+                const bool t15 = (t2 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r1[k * (d * d) + i * d + j] = t1;
+                r1[k * (d * d) + i * d + j] = t2;
                 r2[k * (d * d) + i * d + j] = t14;
                 r3[k * (d * d) + i * d + j] = t15;
             }
@@ -680,10 +680,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
+                const float t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t1 = (i == j);
-                    const float t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t2 = (i == j);
                     const bool t3 = (i > j);
                     const int64_t t4 = ((2*d) - j);
                     const int64_t t5 = (t4 - int64_t{1});
@@ -694,7 +694,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                     const int64_t t10 = (t9 - j);
                     const int64_t t11 = (t10 - int64_t{1});
                     const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
-                    const float t13 = (t1 ? t2 : t12);
+                    const float t13 = (t2 ? t1 : t12);
                     Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
@@ -990,10 +990,10 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     for (int64_t k = 0; k < K; ++k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
+            const float t1 = ks::exp(icf[k * T + i]);
             // gmm.py:16: torch.stack([
             for (int64_t j = 0; j < d; ++j) {
-                const bool t1 = (i == j);
-                const float t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t2 = (i == j);
                 const bool t3 = (i > j);
                 const int64_t t4 = ((2*d) - j);
                 const int64_t t5 = (t4 - int64_t{1});
@@ -1004,11 +1004,11 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
                 const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
-                const float t13 = (t1 ? t2 : t12);
-                const float t14 = (t1 ? t2 : 0.0f);
-                const bool t15 = (t1 ? false : t3);
+                const float t13 = (t2 ? t1 : t12);
+                const float t14 = (t2 ? t1 : 0.0f);
+                const bool t15 = (t2 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r1[k * (d * d) + i * d + j] = t1;
+                r1[k * (d * d) + i * d + j] = t2;
                 r2[k * (d * d) + i * d + j] = t14;
                 r3[k * (d * d) + i * d + j] = t15;
             }
@@ -1355,10 +1355,10 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
+                const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t1 = (i == j);
-                    const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                    const bool t2 = (i == j);
                     const bool t3 = (i > j);
                     const int64_t t4 = ((2*d) - j);
                     const int64_t t5 = (t4 - int64_t{1});
@@ -1369,7 +1369,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                     const int64_t t10 = (t9 - j);
                     const int64_t t11 = (t10 - int64_t{1});
                     const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                    const double t13 = (t1 ? t2 : t12);
+                    const double t13 = (t2 ? t1 : t12);
                     Qs[k * (d * d) + i * d + j] = t13;
                 }
             }
@@ -1637,10 +1637,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t k = 0; k < K; ++k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
+            const double t1 = ks::exp(icf[k * T + i]);
             // gmm.py:16: torch.stack([
             for (int64_t j = 0; j < d; ++j) {
-                const bool t1 = (i == j);
-                const double t2 = ks::exp(icf[k * T + ks::clamp_index(i, d)]);
+                const bool t2 = (i == j);
                 const bool t3 = (i > j);
                 const int64_t t4 = ((2*d) - j);
                 const int64_t t5 = (t4 - int64_t{1});
@@ -1651,11 +1651,11 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const int64_t t10 = (t9 - j);
                 const int64_t t11 = (t10 - int64_t{1});
                 const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                const double t13 = (t1 ? t2 : t12);
-                const double t14 = (t1 ? t2 : 0.0);
-                const bool t15 = (t1 ? false : t3);
+                const double t13 = (t2 ? t1 : t12);
+                const double t14 = (t2 ? t1 : 0.0);
+                const bool t15 = (t2 ? false : t3);
                 r[k * (d * d) + i * d + j] = t13;
-                r1[k * (d * d) + i * d + j] = t1;
+                r1[k * (d * d) + i * d + j] = t2;
                 r2[k * (d * d) + i * d + j] = t14;
                 r3[k * (d * d) + i * d + j] = t15;
             }
@@ -1960,13 +1960,21 @@ size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     // gmm.py:83: for i in range(n):
+    for (int64_t k = 0; k < K; ++k) {
+        for (int64_t r = 0; r < d; ++r) {
+            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            r1[k * d + r] = t1;
+        }
+    }
     double slse;
     slse = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -1983,30 +1991,29 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
-                const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
-                const double t3 = (x[i * d + r] - means[k * d + r]);
-                const double t4 = (t2 * t3);
-                const int64_t t5 = ks::max(r, int64_t{0});
+                const double t2 = (x[i * d + r] - means[k * d + r]);
+                const double t3 = (r1[k * d + r] * t2);
+                const int64_t t4 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < t5; ++c) {
-                    const int64_t t6 = ((2*d) - c);
-                    const int64_t t7 = (t6 - int64_t{1});
-                    const int64_t t8 = (c * t7);
-                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
-                    const int64_t t10 = (d + t9);
-                    const int64_t t11 = (t10 + r);
-                    const int64_t t12 = (t11 - c);
-                    const int64_t t13 = (t12 - int64_t{1});
-                    const double t14 = (x[i * d + c] - means[k * d + c]);
-                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
-                    const double sum2 = (sum1 + t15);
+                for (int64_t c = 0; c < t4; ++c) {
+                    const int64_t t5 = ((2*d) - c);
+                    const int64_t t6 = (t5 - int64_t{1});
+                    const int64_t t7 = (c * t6);
+                    const int64_t t8 = ks::floordiv(t7, int64_t{2});
+                    const int64_t t9 = (d + t8);
+                    const int64_t t10 = (t9 + r);
+                    const int64_t t11 = (t10 - c);
+                    const int64_t t12 = (t11 - int64_t{1});
+                    const double t13 = (x[i * d + c] - means[k * d + c]);
+                    const double t14 = (icf[k * T + ks::clamp_index(t12, T)] * t13);
+                    const double sum2 = (sum1 + t14);
                     sum1 = sum2;
                 }
-                const double t6 = (t4 + sum1);
-                const double t7 = ks::ipow<2>(t6);
-                const double sum2 = (sum + t7);
+                const double t5 = (t3 + sum1);
+                const double t6 = ks::ipow<2>(t5);
+                const double sum2 = (sum + t6);
                 sum = sum2;
             }
             const double t2 = (0.5 * sum);
@@ -2066,7 +2073,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     const double t12 = (t11 * t10);
     const double t13 = (t5 - t12);
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    double r1;
+    double r2;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t14 = static_cast<double>(d);
         const double t15 = (t14 + wishart_m);
@@ -2077,7 +2084,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
+        double r3;
         {  // log_gamma_d(a)
             const double t21 = static_cast<double>(d);
             const double t22 = (0.25 * t21);
@@ -2098,9 +2105,9 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 sum = sum1;
             }
             const double t26 = (t25 + sum);
-            r2 = t26;
+            r3 = t26;
         }
-        const double C = (t19 - r2);
+        const double C = (t19 - r3);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2139,18 +2146,17 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t26 = static_cast<double>(K);
         const double t27 = (t26 * C);
         const double t28 = (t25 - t27);
-        r1 = t28;
+        r2 = t28;
     }
-    const double t14 = (t13 + r1);
+    const double t14 = (t13 + r2);
     *out = t14;
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    (void)d;
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
 }
 
 
@@ -2158,11 +2164,11 @@ size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64[K], f64[K, d], f64[K, T])
 int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out_d_alphas, double* out_d_means, double* out_d_icf, void* workspace) {
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
-    if ((T - d) < 0 || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
+    if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const r1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
+    next_slot += ks::aligned_bytes<double>(K * d);
     double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r3 = reinterpret_cast<double*>(next_slot);
@@ -2189,6 +2195,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:83: for i in range(n):
+    for (int64_t k = 0; k < K; ++k) {
+        for (int64_t r = 0; r < d; ++r) {
+            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            r1[k * d + r] = t1;
+        }
+    }
     for (int64_t i = 0; i < n; ++i) {
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
@@ -2203,32 +2215,30 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             double r6;
             r6 = 0.0;
             for (int64_t r = 0; r < d; ++r) {
-                const double t2 = ks::exp(icf[k * T + ks::clamp_index(r, T)]);
-                const double t3 = (x[i * d + r] - means[k * d + r]);
-                const double t4 = (t2 * t3);
-                const int64_t t5 = ks::max(r, int64_t{0});
+                const double t2 = (x[i * d + r] - means[k * d + r]);
+                const double t3 = (r1[k * d + r] * t2);
+                const int64_t t4 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double r7;
                 r7 = 0.0;
-                for (int64_t c = 0; c < t5; ++c) {
-                    const int64_t t6 = ((2*d) - c);
-                    const int64_t t7 = (t6 - int64_t{1});
-                    const int64_t t8 = (c * t7);
-                    const int64_t t9 = ks::floordiv(t8, int64_t{2});
-                    const int64_t t10 = (d + t9);
-                    const int64_t t11 = (t10 + r);
-                    const int64_t t12 = (t11 - c);
-                    const int64_t t13 = (t12 - int64_t{1});
-                    const double t14 = (x[i * d + c] - means[k * d + c]);
-                    const double t15 = (icf[k * T + ks::clamp_index(t13, T)] * t14);
-                    const double sum = (r7 + t15);
+                for (int64_t c = 0; c < t4; ++c) {
+                    const int64_t t5 = ((2*d) - c);
+                    const int64_t t6 = (t5 - int64_t{1});
+                    const int64_t t7 = (c * t6);
+                    const int64_t t8 = ks::floordiv(t7, int64_t{2});
+                    const int64_t t9 = (d + t8);
+                    const int64_t t10 = (t9 + r);
+                    const int64_t t11 = (t10 - c);
+                    const int64_t t12 = (t11 - int64_t{1});
+                    const double t13 = (x[i * d + c] - means[k * d + c]);
+                    const double t14 = (icf[k * T + ks::clamp_index(t12, T)] * t13);
+                    const double sum = (r7 + t14);
                     r7 = sum;
                 }
-                const double t6 = (t4 + r7);
-                const double t7 = ks::ipow<2>(t6);
-                const double sum = (r6 + t7);
-                r1[i * (K * d) + k * d + r] = t2;
-                r2[i * (K * d) + k * d + r] = t6;
+                const double t5 = (t3 + r7);
+                const double t6 = ks::ipow<2>(t5);
+                const double sum = (r6 + t6);
+                r2[i * (K * d) + k * d + r] = t5;
                 r6 = sum;
             }
             const double t2 = (0.5 * r6);
@@ -2397,11 +2407,11 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     r9[c] += t30;
                     r8[ks::clamp_index(t26, T)] += t29;
                 }
-                const double t19 = (t18 * r1[i * (K * d) + k * d + r]);
+                const double t19 = (t18 * r1[k * d + r]);
                 const double t20 = (t18 * t15);
                 const double t21 = (t19 * (-1.0));
                 r9[r] += t21;
-                const double t22 = ks::mulz(t20, r1[i * (K * d) + k * d + r]);
+                const double t22 = ks::mulz(t20, r1[k * d + r]);
                 r8[ks::clamp_index(r, T)] += t22;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
@@ -2435,7 +2445,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
