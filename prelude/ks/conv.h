@@ -264,9 +264,10 @@ inline void panel_chunks(const conv_shape& s, int64_t j0, int64_t cols, int64_t 
 
 // Rows [k0, k0 + kc) and positions [j0, j0 + cols) of image x's im2col matrix (x needs no padding), copied
 // into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a group of rows at a time, chunk by chunk,
-// so that each panel is written front to back.
+// so that each panel is written front to back. (Out of line: inlined in packed_group, its row table and loops'
+// values shared the register tiles' frame.)
 template <class T>
-void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+__attribute__((noinline)) void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
                  chunks<T>& cs) {
     constexpr int P = panel_width<T>;
     constexpr int64_t group = 16;  // (rows whose first elements are kept: 128 bytes of stack)

@@ -593,6 +593,26 @@ __attribute__((noinline)) inline void group_offsets(const uint8_t* weights, int6
     channel_offsets(weights, n, depth, rows, bias, x_zero, offsets);
 }
 
+// One image of one group: each block of 32 wide positions packed, then m rows of weights wg times it, 8 at a time,
+// the results where o says (its y, ld, offsets and scales at the first row and position).
+__attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int32_t* taps, int64_t depth, int64_t wide,
+                                                 const uint8_t* wg, int64_t m, const tile_out& o, uint8_t flip,
+                                                 uint8_t* block, tile_fn tile) {
+    const int64_t qd = quads(depth);
+    for (int64_t j0 = 0; j0 < wide; j0 += cols) {
+        pack_wide(image, taps, depth, j0, wide - j0 < cols ? wide - j0 : cols, flip, block);
+        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+            tile_out t = o;
+            t.offsets = o.offsets + i0;
+            t.scale = o.one_scale ? o.scale : o.scale + i0;
+            t.y = o.y + i0 * o.ld + j0;
+            t.live = m - i0 < rows ? m - i0 : rows;
+            t.count = wide - j0 < cols ? wide - j0 : cols;
+            tile(wg + i0 * qd * 4, block, qd, t);
+        }
+    }
+}
+
 template <class TY>
 __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geometry& g, const uint8_t* wide,
                                              int64_t ld, int64_t m, TY* y) {
@@ -641,7 +661,7 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
     const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
-    const int64_t qd = quads(depth), ld = room.wide ? round_up(g.wide, cols) : p;
+    const int64_t ld = room.wide ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
@@ -654,17 +674,10 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
             uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
-            for (int64_t j0 = 0; j0 < g.wide; j0 += cols) {
-                pack_wide(image, taps, depth, j0, g.wide - j0 < cols ? g.wide - j0 : cols, flip, block);
-                for (int64_t i0 = 0; i0 < m; i0 += rows) {
-                    tile_out o = output_of(q, offsets + i0, q.scales == 1 ? scale : scale + i0, true, acc);
-                    o.y = out + i0 * ld + j0;
-                    o.ld = ld;
-                    o.live = m - i0 < rows ? m - i0 : rows;
-                    o.count = g.wide - j0 < cols ? g.wide - j0 : cols;
-                    tile(wg + i0 * qd * 4, block, qd, o);
-                }
-            }
+            tile_out o = output_of(q, offsets, scale, true, acc);
+            o.y = out;
+            o.ld = ld;
+            wide_tiles(image, taps, depth, g.wide, wg, m, o, flip, block, tile);
             if (room.wide) {
                 compact_image(s, g, wide, ld, m, yg);
             }
