@@ -144,15 +144,44 @@ def test_the_footprint_is_in_the_description_and_the_header(trees):
             assert f"{export['symbol']}  {export['stack_bytes']} bytes" in header
 
 
-# The largest stack frame any kernel-layer function may have, in bytes. (Issue 36 aims at 512: scratch in the
-# workspace, accumulators in registers; the register tiles' frames were 1.2-3 KB before KS_UNROLL.)
-FRAME_BOUND = 1024
+# The largest stack frame a kernel-layer function may have, in bytes (issue 36: scratch in the workspace,
+# accumulators in registers; the register tiles' frames were 1.2-3 KB before KS_UNROLL). The functions below are
+# still above it, each with the bound it must not exceed (the most an x86-64 level, or Cortex-M4 as
+# tests/test_kernel_layer_m4.py builds it, measured, rounded up to 64; docs/performance.md, "Stack and footprint"):
+# GCC keeps the values of the register tiles' loops in their frames (tiles::block, inlined in direct_group,
+# packed_group and conv_winograd, and few_dots, tiles::dots, winograd::output_tiles), AVX-512's vectorized
+# transposition its pointers (pack_a); the depthwise kernels are being reworked.
+FRAME_BOUND = 512
+LARGER_FRAMES = {
+    "convs::direct_group": 896, "winograd::output_tiles": 896, "tiles::pack_a": 832, "tiles::block": 704,
+    "convs::packed_group": 576, "conv_winograd": 640, "convs::few_dots": 640, "tiles::dots": 640,
+    "depthwise::copy_channel": 960, "qtile::depthwise_planes": 832, "conv_depthwise": 704,
+}
+
+
+def frame_bound(name: str) -> int:
+    """The bound of a kernel-layer function's frame, by its demangled name."""
+    for key, bound in LARGER_FRAMES.items():
+        if f"::{key}<" in name or f"::{key}(" in name:
+            return bound
+    return FRAME_BOUND
+
+
+def frames_too_large(graphs: list[Path]) -> dict:
+    """The functions of the call graphs (.ci files) whose frames are unbounded or above their bound, demangled."""
+    g = CallGraph()
+    for ci in graphs:
+        g.read(ci)
+    assert len(g.frames) > 50, graphs
+    named = _demangled(g.frames)
+    return {name: frame for name, frame in named.items() if frame is None or frame > frame_bound(name)}
 
 
 def test_no_kernel_layer_function_has_a_frame_above_the_bound(trees):
     """The kernel layer's own call graphs (the cached objects' .ci files, every level the packages built): each
     function's frame, named when it is too large. A frame grows when a tile's accumulators, indexed by a loop GCC
-    did not unroll, move from registers into the stack (ks/gemm.h: micro)."""
+    did not unroll, move from registers into the stack (ks/gemm.h: micro), or when long helpers inlined into one
+    function spill their values beside its own (ks::qconv and ks::conv call theirs out of line)."""
     from ksbuild.manifest import load_manifest
     from ksbuild.packaging.package import kernel_cache, resolve_target
     out, _ = trees
@@ -161,17 +190,12 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound(trees):
     graphs = sorted(kernel_cache(m, resolve_target(m, None)).glob("kernels_*.ci"))
     if not graphs:
         pytest.skip("the compiler wrote no call graphs (-fcallgraph-info: GCC 10 and later)")
-    g = CallGraph()
-    for ci in graphs:
-        g.read(ci)
-    assert len(g.frames) > 50, graphs
-    large = {name: frame for name, frame in g.frames.items() if frame is None or frame > FRAME_BOUND}
-    assert not large, _demangled(large)
+    assert not frames_too_large(graphs)
 
 
 def _demangled(frames: dict) -> dict:
     names = subprocess.run(["c++filt"], input="\n".join(frames), capture_output=True, text=True).stdout.split("\n")
-    return {n[:160]: f for n, f in zip(names, frames.values())}
+    return {n: f for n, f in zip(names, frames.values())}
 
 
 def _graph(text: str, tmp_path: Path) -> CallGraph:

@@ -14,10 +14,12 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import ROOT
+from test_kernel_layer import FRAME_BOUND, frames_too_large
 from test_targets import build_consumer, need
 
 from ksbuild.compile.targets import TARGETS
-from ksbuild.packaging.package import package
+from ksbuild.manifest import load_manifest
+from ksbuild.packaging.package import kernel_cache, package
 
 APP = ROOT / "tests/cross/baremetal_cnn"
 MANIFEST = '''[package]
@@ -83,3 +85,22 @@ def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, varian
     size = subprocess.run(["arm-none-eabi-size", str(tmp_path / "b/cnn_app.elf")], capture_output=True, text=True,
                           check=True).stdout.splitlines()[1].split()
     assert int(size[0]) < info["footprint"]["text"] + info["footprint"]["weights"] + 64 * 1024, size
+
+
+@pytest.mark.parametrize("variant", ["float", "int8"])
+def test_no_kernel_layer_function_has_a_frame_above_the_bound_on_a_cortex_m4(tmp_path, variant):
+    """The kernel layer's frames as the network's Cortex-M4 build compiles it (size-optimized; the integer kernels
+    too for the quantized network), against the bounds of tests/test_kernel_layer.py (FRAME_BOUND and the
+    functions still above it)."""
+    need(TARGETS["cortex-m4"])
+    if variant == "int8":
+        pytest.importorskip("onnxruntime")
+        _quantize(ROOT / "examples/onnx_cnn/cnn.onnx", tmp_path / "cnn.onnx")
+    else:
+        (tmp_path / "cnn.onnx").write_bytes((ROOT / "examples/onnx_cnn/cnn.onnx").read_bytes())
+    (tmp_path / "manifest.toml").write_text(MANIFEST)
+    package(tmp_path / "manifest.toml", tmp_path / "dist", target="cortex-m4", progress=lambda s: None)
+    cache = kernel_cache(load_manifest(tmp_path / "manifest.toml"), TARGETS["cortex-m4"])
+    graphs = sorted(cache.glob("kernels_*_int8.ci" if variant == "int8" else "kernels_*.ci"))
+    assert graphs, sorted(cache.iterdir())
+    assert FRAME_BOUND == 512 and not frames_too_large(graphs)

@@ -87,28 +87,37 @@ constexpr int64_t padded_size(const conv_shape& s) {
 // A pointwise convolution (one tap, stride 1, no padding) as the same convolution of images of one row
 // holding all positions: the tiles' panels then hold 16 consecutive positions whatever the rows' width (a
 // 14 × 14 layer had panels of 14, and the epilogue's stores of 14 went partly scalar).
-constexpr conv_shape canonical(const conv_shape& s) {
+constexpr void to_canonical(conv_shape& c) {
     for (int a = 0; a < 3; ++a) {
-        if (s.kernel[a] != 1 || s.stride[a] != 1 || s.pad[a] != 0 || s.out[a] != s.in[a]) {
-            return s;
+        if (c.kernel[a] != 1 || c.stride[a] != 1 || c.pad[a] != 0 || c.out[a] != c.in[a]) {
+            return;
         }
     }
-    conv_shape c = s;
+    const int64_t positions = c.positions();
     for (int a = 0; a < 2; ++a) {
         c.in[a] = c.out[a] = c.dilation[a] = 1;
     }
-    c.in[2] = c.out[2] = s.positions();
+    c.in[2] = c.out[2] = positions;
     c.dilation[2] = 1;
+}
+
+constexpr conv_shape canonical(const conv_shape& s) {
+    conv_shape c = s;
+    to_canonical(c);
     return c;
 }
 
 // The same convolution of the padded image: its spatial sizes are the extents, with no padding.
-constexpr conv_shape padded_shape(const conv_shape& s) {
-    conv_shape p = s;
+constexpr void to_padded(conv_shape& p) {
     for (int a = 0; a < 3; ++a) {
-        p.in[a] = extent(s, a);
+        p.in[a] = extent(p, a);  // (the extent reads neither in nor pad)
         p.pad[a] = 0;
     }
+}
+
+constexpr conv_shape padded_shape(const conv_shape& s) {
+    conv_shape p = s;
+    to_padded(p);
     return p;
 }
 
@@ -255,9 +264,10 @@ inline void panel_chunks(const conv_shape& s, int64_t j0, int64_t cols, int64_t 
 
 // Rows [k0, k0 + kc) and positions [j0, j0 + cols) of image x's im2col matrix (x needs no padding), copied
 // into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a group of rows at a time, chunk by chunk,
-// so that each panel is written front to back.
+// so that each panel is written front to back. (Out of line: inlined in packed_group, its row table and loops'
+// values shared the register tiles' frame.)
 template <class T>
-void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
+__attribute__((noinline)) void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
                  chunks<T>& cs) {
     constexpr int P = panel_width<T>;
     constexpr int64_t group = 16;  // (rows whose first elements are kept: 128 bytes of stack)
@@ -410,23 +420,51 @@ constexpr int64_t packed_kernel_size(const conv_shape& s) {
     return s.groups * tiles::packed_a_size(s.out_channels / s.groups, s.depth());
 }
 
+// What ks::conv runs for a given shape: the convolution of the canonical shape's image, or of its padded copy,
+// and where its scratch regions start (elements). It lives at the start of the scratch (plan_room), written by
+// plan_at: the given shape's canonical and padded copies in ks::conv's frame had it at 0.7-0.9 KB.
+struct conv_plan {
+    conv_shape s;     // the shape the tiles run (padded_shape(canonical(given)) when the image is copied)
+    bool copy;        // the image copied first (pad_given)
+    int64_t image;    // elements of one image as given
+    int64_t padded;   // the padded copy of the image in scratch
+    int64_t rest;     // the rows' offsets or the im2col block in scratch
+    int64_t room;     // the scratch's size (conv_scratch)
+};
+
+// The elements of scratch that hold a conv_plan (64-byte aligned after it).
+template <class T>
+constexpr int64_t plan_room() {
+    return aligned((int64_t(sizeof(conv_plan)) + int64_t(sizeof(T)) - 1) / int64_t(sizeof(T)));
+}
+
 }  // namespace convs
 
-// The scratch elements ks::conv uses: the kernel packed in row tiles (with the register tiles), the padded
-// image, then the im2col rows' offsets (direct) or one im2col block (panels with the register tiles, rows
-// with a library's gemm).
+// The scratch elements ks::conv uses: its plan (convs::conv_plan), the kernel packed in row tiles (with the
+// register tiles), the padded image, then the im2col rows' offsets (direct) or one im2col block (panels with the
+// register tiles, rows with a library's gemm).
+namespace convs {
+
+// conv_scratch of a canonical shape (not rows).
+template <class T>
+constexpr int64_t tiles_room(const conv_shape& s) {
+    const int64_t image = aligned(padded_size<T>(s));
+    const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
+                                      : tiles::k_step(s.depth()) * block_columns<T>(s);
+    const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
+    return plan_room<T>() + aligned(packed_kernel_size(s)) + image + aligned(rest > columns ? rest : columns) +
+           chunks_room<T>();
+}
+
+}  // namespace convs
+
 template <class T>
 constexpr int64_t conv_scratch(const conv_shape& shape, bool rows = false) {
-    const conv_shape s = rows ? shape : convs::canonical(shape);
-    const int64_t image = convs::aligned(convs::padded_size<T>(s));
     if (rows) {
-        return image + convs::aligned(s.depth() * convs::block_columns<T>(s)) + convs::chunks_room<T>();
+        return convs::aligned(convs::padded_size<T>(shape)) +
+               convs::aligned(shape.depth() * convs::block_columns<T>(shape)) + convs::chunks_room<T>();
     }
-    const int64_t rest = convs::direct<T>(s) ? convs::aligned(s.depth())  // (int32 offsets, one per element)
-                                              : tiles::k_step(s.depth()) * convs::block_columns<T>(s);
-    const int64_t columns = convs::few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
-    return convs::aligned(convs::packed_kernel_size(s)) + image + convs::aligned(rest > columns ? rest : columns) +
-           convs::chunks_room<T>();
+    return convs::tiles_room<T>(convs::canonical(shape));
 }
 
 namespace convs {
@@ -441,37 +479,34 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
     }
 }
 
-// One group of one image, the windows read straight from the (padded) image x through the rows' offsets.
+// One group of one image, the windows read straight from the (padded) image x through the rows' offsets: per
+// output plane, `items` blocks of positions, each position_block output rows of at most one panel (a panel per
+// row), or up to position_block panels of one output row. (One call of tiles::block, inlined once: two calls had
+// the frame at 0.7-0.9 KB.)
 template <class T, bool PACKED>
 __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
     const int64_t row_step = s.stride[1] * s.in[2];  // (the image elements between two output rows)
+    const bool narrow = s.out[2] <= P;  // rows of at most one panel
+    const int64_t per_row = narrow ? 1 : (s.out[2] + block - 1) / block;
+    const int64_t items = narrow ? (s.out[1] + position_block - 1) / position_block : s.out[1] * per_row;
     for (int64_t k0 = 0; k0 < depth; k0 += step) {
         const int64_t kc = depth - k0 < step ? depth - k0 : step;
         const tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel, depth, k0);
         for (int64_t od = 0; od < s.out[0]; ++od) {
             const T* plane = x + od * s.stride[0] * s.in[1] * s.in[2];
-            if (s.out[2] <= P) {  // rows of at most one panel: a panel per output row, position_block rows at a time
-                const int width = static_cast<int>(s.out[2]);
-                for (int64_t oh = 0; oh < s.out[1]; oh += position_block) {
-                    const int rows = static_cast<int>(s.out[1] - oh < position_block ? s.out[1] - oh : position_block);
-                    const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
-                    tiles::block<T, PACKED>(mg, kc, a, tiles::table_rows<T>{plane + oh * row_step, offsets + k0, row_step, width},
-                                          rows, y + q0, n, rows * s.out[2], k0 > 0, k0 + kc >= depth, q0, epi);
-                }
-                continue;
-            }
-            for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-                const T* row = plane + oh * row_step;
-                const int64_t q0 = (od * s.out[1] + oh) * s.out[2];
-                for (int64_t ow = 0; ow < s.out[2]; ow += block) {
-                    const int64_t cols = s.out[2] - ow < block ? s.out[2] - ow : block;
-                    tiles::block<T, PACKED>(mg, kc, a, tiles::table_rows<T>{row + ow, offsets + k0, P, P},
-                                          static_cast<int>((cols + P - 1) / P), y + q0 + ow, n, cols, k0 > 0,
-                                          k0 + kc >= depth, q0 + ow, epi);
-                }
+            for (int64_t item = 0; item < items; ++item) {
+                const int64_t oh = narrow ? item * position_block : item / per_row;
+                const int64_t ow = narrow ? 0 : item % per_row * block;
+                const int64_t rows = s.out[1] - oh < position_block ? s.out[1] - oh : position_block;
+                const int64_t cols = narrow ? rows * s.out[2] : (s.out[2] - ow < block ? s.out[2] - ow : block);
+                const int64_t q = (od * s.out[1] + oh) * s.out[2] + ow;
+                const tiles::table_rows<T> b{plane + oh * row_step + ow, offsets + k0, narrow ? row_step : P,
+                                             static_cast<int>(narrow ? s.out[2] : P)};
+                tiles::block<T, PACKED>(mg, kc, a, b, static_cast<int>(narrow ? rows : (cols + P - 1) / P), y + q, n,
+                                        cols, k0 > 0, k0 + kc >= depth, q, epi);
             }
         }
     }
@@ -498,42 +533,70 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
 
 }  // namespace convs
 
+namespace convs {
+
+// ks::conv's plan for `given`, written at the start of its scratch.
+template <class T>
+__attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
+    conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
+    p.s = given;
+    to_canonical(p.s);
+    p.copy = copies_image<T>(p.s);
+    p.image = p.s.channels * p.s.in_plane();
+    p.padded = plan_room<T>() + aligned(packed_kernel_size(p.s));
+    p.rest = p.padded + aligned(padded_size<T>(p.s));
+    p.room = tiles_room<T>(p.s);
+    if (p.copy) {
+        to_padded(p.s);
+    }
+    return p;
+}
+
+// pad_image of the canonical shape of `given`.
+template <class T>
+__attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T* dst) {
+    pad_image<T>(canonical(given), x, dst);
+}
+
+}  // namespace convs
+
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
 // the epilogue at (image, output channel m, flat position q).
 template <class T>
 void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
     x = tiles::opaque(x);
     w = tiles::opaque(w);
-    const conv_shape shape = convs::canonical(given);
-    const bool copy = convs::copies_image<T>(shape), direct = convs::direct<T>(shape);
-    const conv_shape s = copy ? convs::padded_shape(shape) : shape;
+    const convs::conv_plan& plan = convs::plan_at<T>(scratch, given);
+    const conv_shape& s = plan.s;
+    const bool direct = convs::direct<T>(s);
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t kernel_size = tiles::packed_a_size(mg, depth);
-    T* padded = scratch + convs::aligned(convs::packed_kernel_size(shape));
-    T* rest = padded + convs::aligned(convs::padded_size<T>(shape));
+    T* kernels = scratch + convs::plan_room<T>();  // (the kernel packed in row tiles, group by group)
+    T* padded = scratch + plan.padded;
+    T* rest = scratch + plan.rest;
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
-    convs::chunks<T>& cs = convs::chunks_at(scratch, conv_scratch<T>(given));
+    convs::chunks<T>& cs = convs::chunks_at(scratch, plan.room);
     // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
     // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
     // With few positions, dot products read it as it is (convs::few_dots).
     const bool few = convs::few_positions(s), pack = !few && convs::kernel_passes<T>(s, images) > 1;
     for (int64_t g = 0; pack && g < s.groups; ++g) {
-        tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, scratch + g * kernel_size);
+        tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, kernels + g * kernel_size);
     }
     if (direct && !few) {
         convs::row_offsets(s, offsets);
     }
     for (int64_t image = 0; image < images; ++image) {
-        const T* xi = x + image * shape.channels * shape.in_plane();
-        if (copy) {
-            convs::pad_image<T>(shape, xi, padded);
+        const T* xi = x + image * plan.image;
+        if (plan.copy) {
+            convs::pad_given<T>(given, xi, padded);
             xi = padded;
         }
         for (int64_t g = 0; g < s.groups; ++g) {
             const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const epilogue<T> eg = epi.group(image, g * mg);
-            const T* packed = scratch + g * kernel_size;
+            const T* packed = kernels + g * kernel_size;
             const T* rows = w + g * mg * depth;
             if (few) {
                 convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth, cs);

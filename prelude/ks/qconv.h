@@ -481,7 +481,7 @@ inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t c
     return static_cast<int32_t>((phase * count + c) * g.volume + shift);
 }
 
-inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count, int32_t* offsets) {
+__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count, int32_t* offsets) {
     for (int64_t k = 0; k < s.depth(); ++k) {
         offsets[k] = tap_offset(s, g, count, k);
     }
@@ -516,7 +516,7 @@ inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
 
 // Wide positions j0 .. j0 + count (count <= 32) of every im2col row, packed [quad][32][4] (rows past the depth
 // read row 0: their weights are 0; a last block of fewer than 32 is copied first, reading nothing past the data).
-inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
+__attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
                       uint8_t flip, uint8_t* dst) {
     const int64_t q = quads(depth);
     uint8_t tail[4][cols];
@@ -580,6 +580,45 @@ struct qconv_room {
     }
 };
 
+// ks::qconv's once-per-image and once-per-group steps out of line (split_phases, compact and channel_offsets inlined
+// into it had its frame at 0.6-1 KB: their loops' values spilled beside the tiles' loop's).
+template <class TX>
+__attribute__((noinline)) void split_image(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count,
+                                           uint8_t zero, uint8_t* dst) {
+    split_phases(s, g, x, count, zero, dst);
+}
+
+__attribute__((noinline)) inline void group_offsets(const uint8_t* weights, int64_t n, int64_t depth, const int32_t* bias,
+                                                    int32_t x_zero, int32_t* offsets) {
+    channel_offsets(weights, n, depth, rows, bias, x_zero, offsets);
+}
+
+// One image of one group: each block of 32 wide positions packed, then m rows of weights wg times it, 8 at a time,
+// the results where o says (its y, ld, offsets and scales at the first row and position).
+__attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int32_t* taps, int64_t depth, int64_t wide,
+                                                 const uint8_t* wg, int64_t m, const tile_out& o, uint8_t flip,
+                                                 uint8_t* block, tile_fn tile) {
+    const int64_t qd = quads(depth);
+    for (int64_t j0 = 0; j0 < wide; j0 += cols) {
+        pack_wide(image, taps, depth, j0, wide - j0 < cols ? wide - j0 : cols, flip, block);
+        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+            tile_out t = o;
+            t.offsets = o.offsets + i0;
+            t.scale = o.one_scale ? o.scale : o.scale + i0;
+            t.y = o.y + i0 * o.ld + j0;
+            t.live = m - i0 < rows ? m - i0 : rows;
+            t.count = wide - j0 < cols ? wide - j0 : cols;
+            tile(wg + i0 * qd * 4, block, qd, t);
+        }
+    }
+}
+
+template <class TY>
+__attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geometry& g, const uint8_t* wide,
+                                             int64_t ld, int64_t m, TY* y) {
+    compact(s, g, wide, ld, m, y);
+}
+
 }  // namespace qtile
 
 // The scratch bytes ks::qconv uses (qtile::qconv_room).
@@ -622,32 +661,25 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
     const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
-    const int64_t qd = quads(depth), ld = room.wide ? round_up(g.wide, cols) : p;
+    const int64_t ld = room.wide ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
-        channel_offsets(wg, m, depth, rows, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
+        group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
         for (int64_t n = 0; n < images; ++n) {
             const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
             if (!direct) {
-                split_phases(s, g, xg, cg, static_cast<uint8_t>(q.x_zero), phases);
+                split_image(s, g, xg, cg, static_cast<uint8_t>(q.x_zero), phases);
             }
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
             uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
-            for (int64_t j0 = 0; j0 < g.wide; j0 += cols) {
-                pack_wide(image, taps, depth, j0, g.wide - j0 < cols ? g.wide - j0 : cols, flip, block);
-                for (int64_t i0 = 0; i0 < m; i0 += rows) {
-                    tile_out o = output_of(q, offsets + i0, q.scales == 1 ? scale : scale + i0, true, acc);
-                    o.y = out + i0 * ld + j0;
-                    o.ld = ld;
-                    o.live = m - i0 < rows ? m - i0 : rows;
-                    o.count = g.wide - j0 < cols ? g.wide - j0 : cols;
-                    tile(wg + i0 * qd * 4, block, qd, o);
-                }
-            }
+            tile_out o = output_of(q, offsets, scale, true, acc);
+            o.y = out;
+            o.ld = ld;
+            wide_tiles(image, taps, depth, g.wide, wg, m, o, flip, block, tile);
             if (room.wide) {
-                compact(s, g, wide, ld, m, yg);
+                compact_image(s, g, wide, ld, m, yg);
             }
         }
     }
