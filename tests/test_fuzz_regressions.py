@@ -244,3 +244,38 @@ def test_jacobian_of_select_with_a_shared_operand(pkg, y0):
     want = np.zeros((2, 3)) if y0 > 0.5 else np.array([[0.0, 1.0, 0.0]] * 2)
     for name in ("where_jacrev", "where_jacfwd"):
         np.testing.assert_array_equal(getattr(pkg, name)(y, s), want, err_msg=name)
+
+
+ELU_SOURCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+def elu1(x: float) -> float:
+    return F.elu(x)
+
+
+def elu2(x: float) -> float:
+    return F.elu(x, alpha=2.0)
+
+
+def selu(x: float) -> float:
+    return F.selu(x)
+
+
+def celu(x: float) -> float:
+    return F.celu(x, alpha=0.5)
+'''
+
+
+@pytest.mark.parametrize("kernel", ["elu1", "elu2", "selu", "celu"])
+@pytest.mark.parametrize("x", [0.0, -0.5, 0.7])
+def test_elu_derivatives_at_0(tmp_path_factory, kernel, x):
+    """fuzz seed 100 kernel 37: F.elu's second derivative at x = 0 was alpha (the x <= 0 side); torch's is 0
+    (elu_backward takes x <= 0, its own derivative x < 0). Orders 1 to 3, against torch.func.grad."""
+    from fuzz.torch_shim import load
+    f, tf = ir_getter(tmp_path_factory, ELU_SOURCE, "elu_orders")(kernel), load(ELU_SOURCE)[kernel]
+    for order in range(1, 4):
+        f, tf = grad_func(f), torch.func.grad(tf)
+        want = tf(torch.tensor(x, dtype=torch.float64)).item()
+        assert eval_func(f, [np.float64(x)])[0] == pytest.approx(want, rel=1e-12, abs=1e-15), order
