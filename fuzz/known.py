@@ -32,8 +32,8 @@ KNOWN = [
           "not reach the result meets a zero (co)tangent in a derivative rule with a plain product (tanh, mul, ...): "
           "0 * nan = nan where torch, which never differentiates what the result does not read, gives a number. "
           "A value (or derivative) that one branch of an if alone reads is computed in that branch (transforms/"
-          "sink.py), which fixed the common case; left: a value read by several ifs or by a later statement too "
-          "(a loop's result read by two if-expressions: seed 200 kernels 3, 36, 48, 179), a value the condition of "
+          "sink.py), which fixed the common case; left: a value read in several places (two ifs, both branches of "
+          "one, an if and later code: seed 200 kernels 3, 36, 48, seed 400 kernels 84, 221), a value the condition of "
           "a per-lane if reads, under vmap (seed 100 kernel 44, vjp(vmap(f))), a value that min, max, clamp or "
           "torch.where discard (seed 200 kernel 179, at second order). "
           "docs/ad-correctness.md, 'What is not covered'",
