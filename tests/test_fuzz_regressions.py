@@ -279,3 +279,29 @@ def test_elu_derivatives_at_0(tmp_path_factory, kernel, x):
         f, tf = grad_func(f), torch.func.grad(tf)
         want = tf(torch.tensor(x, dtype=torch.float64)).item()
         assert eval_func(f, [np.float64(x)])[0] == pytest.approx(want, rel=1e-12, abs=1e-15), order
+
+
+# ---- found by the fuzzer, not fixed yet (strict xfail: it flips when fixed; fuzz/known.py names it) -----------
+
+LANE_SOURCE = '''\
+import math
+
+
+def lane_if(x: float) -> float:
+    if x < 0.25:
+        return x * x
+    return math.tanh(math.sqrt(x))
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz/known.py 'per-lane-if-reverse-over-reverse' (seed 300 kernel 154)")
+def test_reverse_over_reverse_of_a_per_lane_if(tmp_path_factory):
+    from ksbuild.errors import Location
+    from ksbuild.exports import apply_transform
+    from ksbuild.manifest import parse_transform
+
+    ir = ir_getter(tmp_path_factory, LANE_SOURCE, "lane_if")("lane_if")
+    expr = "jacrev(vjp(vmap(lane_if)), argnums=(0,))"
+    f = apply_transform(parse_transform(expr, Location("m"), ["lane_if"]), {"lane_if": ir}, Location("m"))
+    got = eval_func(f, [np.array([0.1, -0.5]), np.array([1.0, 1.0])])[0]
+    np.testing.assert_array_equal(got, [[2.0, 0.0], [0.0, 2.0]])  # torch: d/dx (2 x * ct) lane by lane
