@@ -22,30 +22,52 @@ def _order(t: tuple) -> int:
     return here + _order(t[1])
 
 
+def _vmap_inside(t: tuple) -> bool:
+    """Whether nesting t differentiates a vmap (a vmap under a derivative transformation)."""
+    return t[0] != "kernel" and (t[1][0] == "vmap" or _vmap_inside(t[1]))
+
+
 def _nesting(f):
     return f.case.exports.get(f.export, ("kernel",))
 
 
 KNOWN = [
     Known("nonfinite-intermediate",
-          "an inf or nan *value* computed on the way (sqrt or pow of a negative, x ** -2 at 0, ...) that does not "
-          "reach the result (it is read only by the side of an if not taken, or its effect is clamped away) meets a "
-          "zero (co)tangent in a derivative rule with a plain product (tanh, mul, ...): 0 * nan = nan where torch, "
-          "which never differentiates what the result does not read, gives a number. Reproducer: "
-          "`t = math.tanh(math.sqrt(x)); return t if y > 0.0 else y`, grad at x = y = -1: ksbuild d/dx = nan, torch 0. "
-          "docs/ad-correctness.md lists it under 'What is not covered'",
+          "an inf or nan *value* computed on the way (sqrt, log or pow of a negative, x ** -2 at 0, ...) that does "
+          "not reach the result meets a zero (co)tangent in a derivative rule with a plain product (tanh, mul, ...): "
+          "0 * nan = nan where torch, which never differentiates what the result does not read, gives a number. "
+          "A value (or derivative) that one branch of an if alone reads is computed in that branch (transforms/"
+          "sink.py), which fixed the common case; left: a value read in several places (two ifs, both branches of "
+          "one, an if and later code: seed 200 kernels 3, 36, 48, seed 400 kernels 84, 221), a value the condition of "
+          "a per-lane if reads, under vmap (seed 100 kernel 44, vjp(vmap(f))), a value that min, max, clamp or "
+          "torch.where discard (seed 200 kernel 179, at second order). "
+          "docs/ad-correctness.md, 'What is not covered'",
           lambda f: f.stage == "nonfinite-intermediate"),
     Known("inf-vs-nan",
           "where torch's derivative is infinite (sqrt at 0 with a nonzero tangent, reached through several paths), "
           "ksbuild may give nan: inf - inf or 0 * inf in a different order of operations than torch's. "
           "Reproducer: seed 200 kernel 161, jacfwd of `t1 = F.elu(x) ** 0.5; t1.mean() / torch.logsumexp(t1, dim=0)` "
-          "at x[0] = 0 (docs/ad-correctness.md promises 'the same inf or NaN')",
+          "at x[0] = 0. Reduced (t1 = sqrt(x); t1.mean() / logsumexp(t1)): forward mode's quotient rule is "
+          "inf / L - m * inf / L**2 = nan, and torch.func.jacfwd gives nan there too; the fuzzer's oracle computes "
+          "every Jacobian in reverse mode (torch.func.vjp), which gives inf. Not a ksbuild defect so much as "
+          "forward and reverse mode disagreeing on inf arithmetic",
           lambda f: f.stage == "interpreter-vs-torch" and "got np.float64(nan), want np.float64(" in f.message
           and ("want np.float64(inf)" in f.message or "want np.float64(-inf)" in f.message)),
-    Known("elu-second-derivative-at-0",
-          "F.elu's second derivative exactly at x = 0 is alpha (the x <= 0 side) in ksbuild and 0 in torch (torch "
-          "takes the x <= 0 side for the first derivative and the x > 0 side for the second)",
-          lambda f: f.stage == "interpreter-vs-torch" and "F.elu" in f.case.kernel.source and _order(_nesting(f)) >= 2),
+    Known("hypot-origin-third-order",
+          "math.hypot is not differentiable at the origin; from the third derivative on, torch's own answer there "
+          "depends on how it nests its derivatives (seed 100 kernel 47: hessian(jacfwd(f)) at x1 = 0 through "
+          "hypot(x1, c * x1): torch.func.hessian gives nan, the fuzzer's reverse-over-reverse oracle 0, ksbuild nan)",
+          lambda f: f.stage == "interpreter-vs-torch" and "math.hypot" in f.case.kernel.source
+          and _order(_nesting(f)) >= 3 and "got np.float64(nan)" in f.message),
+    Known("per-lane-if-reverse-over-reverse",
+          "a second reverse-mode derivative of a vmapped if whose condition differs between lanes: the first "
+          "derivative of a per-lane if (lane_cond) is plain selects, masked lane by lane (docs/ad-correctness.md), "
+          "but a second reverse pass through those selects gives the branch not taken a zero cotangent that meets "
+          "its nan values in plain products. Reduced: `if x < 0.25: return x * x` else `tanh(sqrt(x))`, "
+          "jacrev(vjp(vmap(f))) at lanes x = [0.1, -0.5]: [[2, nan], [0, nan]], torch [[2, 0], [0, 2]] "
+          "(jacfwd of the same, vmap(grad(grad(f))) and jvp(vjp(vmap(f))) are right). Seed 300 kernel 154",
+          lambda f: f.stage == "interpreter-vs-torch" and "got np.float64(nan)" in f.message
+          and _order(_nesting(f)) >= 2 and _vmap_inside(_nesting(f))),
 ]
 
 

@@ -47,6 +47,10 @@ def load(source: str) -> dict:
     g = namespace()
     exec(compile(source, "<fuzz kernel>", "exec", dont_inherit=True), g)
     g.update(namespace())  # the source's own `import math` / `import torch` rebound them
+    for fn in list(g.values()):
+        if isinstance(fn, types.FunctionType) and fn.__defaults__:
+            # a float default is a float64 as in ksbuild: (-1.0) ** 0.5 is nan, not Python's complex number
+            fn.__defaults__ = tuple(tensor(d) if isinstance(d, float) else d for d in fn.__defaults__)
     return g
 
 

@@ -18,9 +18,21 @@ def leaky_relu(b, x: Atom, alpha: float) -> Atom:
 
 def elu(b, x: Atom, alpha: float) -> Atom:
     """alpha·(e^x - 1) if x <= 0 else x: a NaN takes the x branch, so it stays NaN with derivative 1, as torch's
-    (the exponential reads 0 where x > 0, so a large x sends no inf into the derivative)."""
-    low = b.le(x, _c(x, 0))
-    return b.select(low, b.mul(_c(x, alpha), b.expm1(b.select(low, x, _c(x, 0)))), x)
+    (the exponential reads 0 where x >= 0, so a large x sends no inf into the derivative). At x = 0 the
+    derivative is alpha and every higher one 0, as torch's (elu_backward takes x <= 0, its own derivative
+    x < 0): see elu_below."""
+    return b.select(b.le(x, _c(x, 0)), b.mul(_c(x, alpha), elu_below(b, x, 1.0)), x)
+
+
+def elu_below(b, x: Atom, scale: float) -> Atom:
+    """e^(scale·x) - 1 for x <= 0, written expm1(scale·n) + scale·z with n = x below 0 (else 0) and z = x at 0
+    (else 0): z is 0, but its derivative is 1 at x = 0 alone, so the first derivative at 0 is scale and the
+    higher ones are 0 (n's derivative is 0 there)."""
+    n = b.select(b.lt(x, _c(x, 0)), x, _c(x, 0))
+    z = b.select(b.eq(x, _c(x, 0)), x, _c(x, 0))
+    if scale != 1:
+        n, z = b.mul(n, _c(x, scale)), b.mul(z, _c(x, scale))
+    return b.add(b.expm1(n), z)
 
 
 def selu(b, x: Atom, alpha: float, gamma: float) -> Atom:

@@ -32,9 +32,8 @@ def leaky_relu(b, x: Atom, slope: float) -> Atom:
 
 def elu(b, x: Atom, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Atom:
     """scale·alpha·(e^(input_scale·x) - 1) if x <= 0 else scale·x (a NaN stays NaN: activations.elu)."""
-    low = b.le(x, _c(x, 0))
-    neg = b.mul(_c(x, scale * alpha), b.expm1(b.mul(b.select(low, x, _c(x, 0)), _c(x, input_scale))))
-    return b.select(low, neg, b.mul(x, _c(x, scale)) if scale != 1 else x)
+    neg = b.mul(_c(x, scale * alpha), activations.elu_below(b, x, input_scale))
+    return b.select(b.le(x, _c(x, 0)), neg, b.mul(x, _c(x, scale)) if scale != 1 else x)
 
 
 def softplus(b, x: Atom, beta: float, threshold: float) -> Atom:

@@ -36,6 +36,8 @@ Facts the passes read instead of testing a prim's name:
   add, max, select, ...), "" (unknown)
 - branches: its sub-functions are alternatives, each run only where its condition holds (cond and the per-lane
   ifs): what they compute may be guarded by the condition (a size n - 2 meant only for n > 2)
+- sinks: an if whose operands (all but the condition) are the params of both of its branches, then_fn and
+  else_fn: a value only one branch reads may be computed inside it (transforms/sink.py)
 - epilogue_impls: the impls (params["impl"]) of a product whose kernel applies an elementwise epilogue to each
   result tile (the fuse_epilogue pass moves a fusion after the product into it)
 - positional: an elementwise prim whose value is its element's position (iota): it reads no operand rows, and a
@@ -87,6 +89,7 @@ class Prim:
     takes: Optional[tuple[int, ...]] = None
     positional: bool = False
     branches: bool = False
+    sinks: bool = False
     epilogue_impls: tuple[str, ...] = ()
     costly: bool = False
 

@@ -245,6 +245,7 @@ def _bind_literals(f: Func, args) -> Func:
 cond = Prim(
     name="cond",
     branches=True,
+    sinks=True,
     strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,

@@ -209,6 +209,7 @@ def _select_emit(ctx, eqn):
 cond_select = Prim(
     name="cond_select",
     branches=True,
+    sinks=True,
     strings=True,
     type_rule=_cond_rule,
     eval=_cond_eval,

@@ -12,6 +12,7 @@ from ..errors import in_rule, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import zeros
+from .sink import sink
 
 
 def jvp_eqns(b: Builder, f: Func, primals: Sequence[Atom], tangents: Sequence[Atom | None]):
@@ -57,4 +58,6 @@ def jvp_func(f: Func, has_tangent: Sequence[bool] | None = None, name: str | Non
     outs, touts = jvp_eqns(b, f, primals, tangents)
     tres = [t if t is not None else zeros(o.type) for o, t in zip(outs, touts) if o.type.is_float]
     names = tuple(f.result_names) + tuple("d" + n for n, o in zip(f.result_names, outs) if o.type.is_float)
-    return b.func(name or f"jvp_{f.name}", primals + tparams, outs + tres, names if f.result_names else ())
+    # what only one branch of an if reads is computed there: the other branch's zero tangent is then a symbolic
+    # zero, never a 0 * nan with a value that branch did not need (transforms/sink.py)
+    return sink(b.func(name or f"jvp_{f.name}", primals + tparams, outs + tres, names if f.result_names else ()))

@@ -13,6 +13,7 @@ from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
 from ..prims.common import bcast_to
+from .sink import sink
 
 
 def batched_type(t: Type, size: Dim) -> Type:
@@ -44,6 +45,8 @@ def vmap_eqns(b: Builder, f: Func, args: Sequence[Atom], batched: Sequence[bool]
 def vmap_func(f: Func, batched: Sequence[bool], size: Dim, force_out: Sequence[bool] | None = None,
               name: str | None = None) -> tuple[Func, list[bool]]:
     """The batched f; results marked in force_out are broadcast to batched if they were not."""
+    f = sink(f)  # what one branch of an if alone reads is computed in it (transforms/sink.py): under a per-lane
+    # if, reverse mode then masks it with the branch, as it masks the branch's own work
     b = Builder()
     params = [Var(batched_type(p.type, size) if bt else p.type, p.hint) for p, bt in zip(f.params, batched)]
     outs, obts = vmap_eqns(b, f, params, batched, size)

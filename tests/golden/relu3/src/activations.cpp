@@ -187,17 +187,17 @@ float activations_relu3_grad(float x) {
 //   (x: f32, dx: f32) -> (f32)
 float activations_relu3_d2(float x, float dx) {
     const bool t1 = (x < 0.0f);
-    bool r;
-    if (t1) {
-        r = false;
-    } else {
-        const bool t2 = (x < 1.0f);
-        r = t2;
-    }
     float dd_x;
     if (t1) {
         dd_x = 0.0f;
     } else {
+        bool r;
+        if (t1) {
+            r = false;
+        } else {
+            const bool t2 = (x < 1.0f);
+            r = t2;
+        }
         float r1;
         if (r) {
             const float t2 = (2.0f * x);
