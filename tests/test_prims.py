@@ -57,7 +57,10 @@ def differentiable(name):
     """Whether the sample's derivatives are checked: an f64 result (finite differences in f32 are too coarse) of a
     prim that does not opt out of its jvp (digamma: no trigamma; stop_gradient: zero by definition)."""
     opted_out = any(o.startswith("jvp:") for o in PRIMS[prim_name(name)].opt_outs)
-    return one_eqn(name).out_types[0].dtype == "f64" and not opted_out
+    try:
+        return one_eqn(name).out_types[0].dtype == "f64" and not opted_out
+    except Exception:  # noqa: BLE001  (a broken rule: the sample's own tests fail, naming it, not the collection)
+        return not opted_out
 
 
 def _prims_in(f) -> set[str]:
