@@ -1,4 +1,4 @@
-"""Every primitive, from one sample table: eval, jvp, vjp, vmap, and rule completeness."""
+"""Every primitive, from one sample table: eval, jvp, vjp, each transpose rule on its own, vmap, and rule completeness."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from ksbuild.ir.core import Var
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.verify import verify
 from ksbuild.prims import PRIMS
-from ksbuild.transforms import jvp, vjp, vmap
+from ksbuild.transforms import jvp, transpose, vjp, vmap
 
 NAMES = sorted(SAMPLES)
 
@@ -155,6 +155,43 @@ def test_vjp_dot_product(name):
     lhs = float(np.sum(u * jv))
     rhs = sum(float(np.sum(a * b)) for a, b in zip(jtu, v))
     assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-12)
+
+
+def _linear_in(f, args, ks, rng, tol: float) -> bool:
+    """Whether f is linear in the operands ks, the others fixed: f(a·x + z) = a·f(x) + f(z) at random x, z."""
+    z = [rng.standard_normal(np.shape(args[k])) for k in ks]
+
+    def at(values):
+        moved = list(args)
+        for k, v in zip(ks, values):
+            moved[k] = v
+        return np.asarray(eval_func(f, moved)[0], dtype=np.float64)
+    lhs = at([1.7 * np.asarray(args[k]) + zk for k, zk in zip(ks, z)])
+    return np.allclose(lhs, 1.7 * at([args[k] for k in ks]) + at(z), rtol=tol, atol=tol)
+
+
+TRANSPOSED = [n for n in NAMES if PRIMS[prim_name(n)].transpose is not None and prim_name(n) not in STRUCTURED]
+
+
+@pytest.mark.parametrize("name", TRANSPOSED)
+def test_transpose_rule_dot_product(name):
+    """Each transpose rule on its own, not only where the prim's own jvp reaches it (div's is reached from other
+    prims' jvps): for each operand the prim is linear in (or all its float operands together), the others fixed,
+    <u, f(x)> == <fᵀ(u), x>."""
+    rng = np.random.default_rng(5)
+    f = one_eqn(name)
+    args = sample(name, rng)
+    floats = [k for k, p in enumerate(f.params) if p.type.is_float]
+    tol = 1e-5 if f.out_types[0].dtype == "f32" else 1e-10
+    sets = [ks for ks in [(k,) for k in floats] + [tuple(floats)] if ks and _linear_in(f, args, ks, rng, tol)]
+    assert sets, f"{name} has a transpose rule but the sample is linear in none of its operands"
+    for ks in dict.fromkeys(sets):
+        ft = verified(transpose.transpose_func(verified(f), [k in ks for k in range(len(args))]))
+        u = rng.standard_normal(np.shape(eval_func(f, args)[0]))
+        cts = eval_func(ft, [a for k, a in enumerate(args) if k not in ks] + [u])
+        lhs = float(np.sum(u * np.asarray(eval_func(f, args)[0], dtype=np.float64)))
+        rhs = sum(float(np.sum(np.asarray(c, dtype=np.float64) * args[k])) for c, k in zip(cts, ks))
+        assert lhs == pytest.approx(rhs, rel=tol, abs=tol), f"linear in operands {ks}"
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if SAMPLES[n][0]])
