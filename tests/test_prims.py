@@ -1,4 +1,5 @@
-"""Every primitive, from one sample table: eval, jvp, vjp, each transpose rule on its own, vmap, and rule completeness."""
+"""Every primitive, from one sample table: eval, jvp, vjp, each transpose rule on its own, vmap, and rule
+completeness."""
 from __future__ import annotations
 
 import numpy as np
