@@ -241,11 +241,14 @@ SAMPLES = {
     "convert:same": ((V,), {"dtype": "f64"}, (normal,), lambda x: x.copy()),  # (its transpose, by the dot product)
     "broadcast_to": ((V,), {"shape": (3, 4)}, (normal,), lambda x: np.broadcast_to(x, (3, 4))),
     "reshape": ((M,), {"shape": (4, 3)}, (normal,), lambda x: x.reshape(4, 3)),
+    # (keeping axis 0: the rows rule applies, test_rows_rule)
+    "reshape:rows": ((Type("f64", (3, 4, 2)),), {"shape": (3, 8)}, (normal,), lambda x: x.reshape(3, 8)),
     "reduce_sum": ((M,), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
     # (a reduction over trailing axes joins a loop nest; over others its own emit rule writes the loops: these)
     "reduce_sum:leading": ((M,), {"axes": (0,)}, (normal,), lambda x: x.sum(axis=0)),
     "reduce_sum:middle": ((Type("f64", (2, 9, 3)),), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
     "transpose": ((M,), {"perm": (1, 0)}, (normal,), lambda x: x.T),
+    "transpose:rows": ((Type("f64", (3, 4, 2)),), {"perm": (0, 2, 1)}, (normal,), lambda x: x.transpose(0, 2, 1)),
     "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
     "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-5, 6)), lambda x, i: x[_wrap_clamp(i, 3)]),
     "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),

@@ -195,6 +195,28 @@ def test_transpose_rule_dot_product(name):
         assert lhs == pytest.approx(rhs, rel=tol, abs=tol), f"linear in operands {ks}"
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if PRIMS[prim_name(n)].rows is not None])
+def test_rows_rule(name):
+    """Prim.rows: where the rule says that row i of the output depends only on row i of the operands it slices, the
+    equation with the rule's params on those rows gives that row (the per_row pass runs chains one row at a time)."""
+    from ksbuild.ir.types import Type
+    rng = np.random.default_rng(6)
+    f = one_eqn(name)
+    eqn, args = f.eqns[0], sample(name, rng)
+    n = eqn.outs[0].type.shape[0] if eqn.outs[0].type.rank else None
+    rule = eqn.prim.rows(eqn, n) if isinstance(n, int) else None
+    if rule is None:
+        pytest.skip(f"the rows rule refuses sample {name} (its row i reads other rows)")
+    params, sliced = rule
+    full = eval_func(f, args)[0]
+    for i in range(n):
+        ins = [np.asarray(a)[i:i + 1] if s else a for a, s in zip(args, sliced)]
+        b = Builder()
+        ps = [Var(Type(p.type.dtype, np.shape(a)), p.hint) for p, a in zip(f.params, ins)]
+        row = b.func("row", ps, list(b.bind(eqn.prim, ps, params)))
+        np.testing.assert_allclose(eval_func(verified(row), ins)[0], full[i:i + 1], rtol=1e-13, err_msg=f"row {i}")
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if SAMPLES[n][0]])
 def test_vmap_matches_loop(name):
     """vmap over every argument (but the opted-out ones) equals a Python loop of the function."""
