@@ -152,3 +152,29 @@ def test_precompute_folds_a_transform_of_constant_weights(name):
         y = b.conv(params[0], w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1)
     names = [n for n, _ in _lowered_prims(b.func("f", params, [y]))]
     assert name not in names and names, names
+
+
+BOUNDED = {"add": 2, "sub": 2, "mul": 1, "floordiv": 1, "convert": 1, "dim_size": 0}  # prim: its variable operands
+"""The prims with a bounds rule (interval arithmetic of an integer result); mul and floordiv by the literal 3."""
+
+
+def test_the_bounded_prims_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.bounds is not None) == sorted(BOUNDED)
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDED))
+def test_bounds_rule_is_the_exact_range(name):
+    """Prim.bounds: the range [lo, hi) it gives for operands in [-4, 7) is what the interpreter's results span (the
+    Python frontend sizes loops and indices by it)."""
+    import itertools
+
+    from ksbuild.ir.core import Lit
+    i64 = Type("i64")
+    xs = [Var(i64, f"x{k}") for k in range(BOUNDED[name])]
+    ins = xs + ([Lit(3, i64)] if name in ("mul", "floordiv") else [])
+    params = {"dtype": "i32"} if name == "convert" else {"dim": 7} if name == "dim_size" else {}
+    b = Builder()
+    f = b.func("f", xs, list(b.bind(PRIMS[name], ins, params)))
+    lo, hi = PRIMS[name].bounds(f.eqns[0], lambda a: (a.value, a.value + 1) if isinstance(a, Lit) else (-4, 7))
+    got = [int(eval_func(f, list(v))[0]) for v in itertools.product(range(-4, 7), repeat=len(xs))]
+    assert (min(got), max(got) + 1) == (lo, hi)
