@@ -31,6 +31,12 @@ def unit(rng, shape):
     return rng.uniform(-0.9, 0.9, shape)
 
 
+def both(rng, shape):
+    """Booleans holding both values (once there are two): a one-element predicate tests half a select."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return (rng.permutation(n) % 2 == 0).reshape(shape)
+
+
 def index_below(n):
     return lambda rng, shape: rng.integers(0, n, shape)
 
@@ -236,7 +242,7 @@ SAMPLES = {
     "and": ((B, B), {}, (None, None), lambda x, y: x & y),
     "or": ((B, B), {}, (None, None), lambda x, y: x | y),
     "not": ((B,), {}, (None,), lambda x: ~x),
-    "select": ((B, F, F), {}, (None, normal, normal), lambda p, x, y: np.where(p, x, y)),
+    "select": ((Type("bool", (4,)), V, V), {}, (both, normal, normal), lambda p, x, y: np.where(p, x, y)),
     "convert": ((F,), {"dtype": "f32"}, (normal,), lambda x: x.astype(np.float32)),
     "convert:same": ((V,), {"dtype": "f64"}, (normal,), lambda x: x.copy()),  # (its transpose, by the dot product)
     "broadcast_to": ((V,), {"shape": (3, 4)}, (normal,), lambda x: np.broadcast_to(x, (3, 4))),
