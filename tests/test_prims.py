@@ -142,6 +142,17 @@ def test_jvp_matches_finite_differences(name):
     np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if not differentiable(n) and prim_name(n) != "digamma"])
+def test_jvp_without_a_checked_derivative_runs(name):
+    """The jvp rule of a sample whose derivative is not checked (an integer or bool result, f32, stop_gradient) still
+    runs whenever a function holding it is differentiated: its jvp is a verified function (digamma's raises on
+    purpose: test_digamma_derivative_is_an_explicit_error)."""
+    f = one_eqn(name)
+    args = sample(name, np.random.default_rng(8))
+    dirs = [np.zeros(np.shape(a)) for a, p in zip(args, f.params) if p.type.is_float]
+    assert len(eval_func(jvp_func(f), args + dirs)) >= len(f.results)
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if differentiable(n)])
 def test_vjp_dot_product(name):
     """<u, J v> == <Jᵀ u, v> with J v from jvp and Jᵀ u from vjp."""
