@@ -18,12 +18,12 @@ from pathlib import Path
 
 from . import __version__
 from .compile.backends import BACKENDS
+from .compile.targets import TARGETS
 from .errors import KsbuildError, KsbuildWarning
 
 BACKEND_HELP = "; ".join(f"{b.name}: {b.doc}" for b in BACKENDS.values()) + "; default: the manifest's"
 EXIT_OK, EXIT_USER, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
-TARGET_HELP = ("host, aarch64-linux-gnu, riscv64-linux-gnu, cortex-m4, cortex-m7 or cortex-m0plus; "
-               "default: the manifest's [build] target")
+TARGET_HELP = ", ".join(TARGETS) + "; default: the manifest's [build] target"
 
 
 def _positive_int(text: str) -> int:

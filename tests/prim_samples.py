@@ -31,6 +31,12 @@ def unit(rng, shape):
     return rng.uniform(-0.9, 0.9, shape)
 
 
+def both(rng, shape):
+    """Booleans holding both values (once there are two): a one-element predicate tests half a select."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return (rng.permutation(n) % 2 == 0).reshape(shape)
+
+
 def index_below(n):
     return lambda rng, shape: rng.integers(0, n, shape)
 
@@ -242,13 +248,19 @@ SAMPLES = {
     "and": ((B, B), {}, (None, None), lambda x, y: x & y),
     "or": ((B, B), {}, (None, None), lambda x, y: x | y),
     "not": ((B,), {}, (None,), lambda x: ~x),
-    "select": ((B, F, F), {}, (None, normal, normal), lambda p, x, y: np.where(p, x, y)),
+    "select": ((Type("bool", (4,)), V, V), {}, (both, normal, normal), lambda p, x, y: np.where(p, x, y)),
     "convert": ((F,), {"dtype": "f32"}, (normal,), lambda x: x.astype(np.float32)),
     "convert:same": ((V,), {"dtype": "f64"}, (normal,), lambda x: x.copy()),  # (its transpose, by the dot product)
     "broadcast_to": ((V,), {"shape": (3, 4)}, (normal,), lambda x: np.broadcast_to(x, (3, 4))),
     "reshape": ((M,), {"shape": (4, 3)}, (normal,), lambda x: x.reshape(4, 3)),
+    # (keeping axis 0: the rows rule applies, test_rows_rule)
+    "reshape:rows": ((Type("f64", (3, 4, 2)),), {"shape": (3, 8)}, (normal,), lambda x: x.reshape(3, 8)),
     "reduce_sum": ((M,), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
+    # (a reduction over trailing axes joins a loop nest; over others its own emit rule writes the loops: these)
+    "reduce_sum:leading": ((M,), {"axes": (0,)}, (normal,), lambda x: x.sum(axis=0)),
+    "reduce_sum:middle": ((Type("f64", (2, 9, 3)),), {"axes": (1,)}, (normal,), lambda x: x.sum(axis=1)),
     "transpose": ((M,), {"perm": (1, 0)}, (normal,), lambda x: x.T),
+    "transpose:rows": ((Type("f64", (3, 4, 2)),), {"perm": (0, 2, 1)}, (normal,), lambda x: x.transpose(0, 2, 1)),
     "index": ((M, I), {"axis": 1}, (normal, index_below(4)), lambda x, i: x[:, i]),
     "index:clamped": ((M, I), {"axis": 0}, (normal, index_between(-5, 6)), lambda x, i: x[_wrap_clamp(i, 3)]),
     "index_add": ((M, I, Type("f64", (3,))), {"axis": 1}, (normal, index_below(4), normal), _index_add_ref),
@@ -258,7 +270,9 @@ SAMPLES = {
     "slice": ((M,), {"axis": 1, "start": 1, "stop": 3}, (normal,), lambda x: x[:, 1:3]),
     "pad": ((M,), {"axis": 0, "lo": 1, "hi": 2}, (normal,), lambda x: np.concatenate([0 * x[:1], x, 0 * x[:2]])),
     "reduce_max": ((M,), {"axes": (1,)}, (normal,), lambda x: np.array([max(r) for r in x])),
+    "reduce_max:leading": ((M,), {"axes": (0,)}, (normal,), lambda x: np.array([max(c) for c in x.T])),
     "reduce_min": ((M,), {"axes": (0, 1)}, (normal,), lambda x: np.array(min(x.ravel()))),
+    "reduce_min:middle": ((Type("f64", (2, 9, 3)),), {"axes": (1,)}, (normal,), lambda x: x.min(axis=1)),
     "stop_gradient": ((M,), {}, (normal,), lambda x: x),
     "einsum": ((M, Type("f64", (4, 2))), {"spec": "ij,jk->ik"}, (normal, normal), lambda x, y: x @ y),
     "einsum:dot": ((V, V), {"spec": "i,i->"}, (normal, normal), lambda x, y: np.array(sum(x * y))),

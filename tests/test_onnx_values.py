@@ -200,3 +200,23 @@ def test_dim_expressions_of_torch_export_make_a_unet_skip_work_at_any_even_size(
     assert "int unet_skip_u(int64_t hh, int64_t ww, const float* x, float* out, void* workspace);" in header
     with pytest.raises(CallError, match=r"argument 'x' must have a size of the form 2\*hh along axis 2"):
         p.u(np.zeros((1, 2, 5, 6), np.float32))
+
+
+@pytest.mark.parametrize("domain", ["com.microsoft", ""])
+def test_quick_gelu_is_an_op_of_com_microsoft_only(tmp_path, domain):
+    """A handler belongs to its domain: com.microsoft QuickGelu matches onnxruntime; the same op type in the ONNX
+    domain is an unknown op, located at its node."""
+    from ksbuild.ir.interp import eval_func
+    m = h.make_model(h.make_graph([h.make_node("QuickGelu", ["x"], ["y"], domain=domain, alpha=1.5, name="qg")],
+                                  "g", [X], [Y]),
+                     opset_imports=[h.make_opsetid("", 13), h.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "q.onnx"))
+    if not domain:
+        with pytest.raises(KsbuildError, match=r"q\.onnx: node qg \(QuickGelu\).*unknown op QuickGelu"):
+            compile_onnx_kernel(tmp_path / "q.onnx", "q")
+        return
+    x = np.linspace(-4, 4, 12, dtype=np.float32).reshape(4, 3)
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = eval_func(compile_onnx_kernel(tmp_path / "q.onnx", "q"), [x])
+    np.testing.assert_allclose(np.asarray(got[0]), want, rtol=1e-6, atol=1e-7)

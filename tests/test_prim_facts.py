@@ -1,5 +1,6 @@
-"""The facts a prim record states for the passes (reduction, remat, strings, whole, takes, inplace), read where
-the passes once tested prim names: each is checked through the pass that reads it."""
+"""The facts a prim record states for the passes (reduction, remat, strings, whole, takes, inplace, parallel,
+precompute, select_backend), read where the passes once tested prim names: each is checked through the pass that
+reads it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -98,3 +99,82 @@ def test_a_rule_that_crashes_names_its_prim():
         assert "in the jvp rule of the primitive 'mul_broken_for_a_test'" in e.value.__notes__
     finally:
         del PRIMS[prim.name]
+
+
+def _lowered_prims(f, threads: int = 0) -> list:
+    from ksbuild.transforms.pipeline import Options, lower
+    return [(e.prim.name, dict(e.params)) for e in lower(f, Options(threads=threads)).eqns]
+
+
+@pytest.mark.parametrize("name", ["fusion", "contract"])
+def test_parallel_rule_marks_the_outer_loop_for_threads(name):
+    """Prim.parallel: a fusion with an axis left after its reductions, a contraction as loops with an output, runs its
+    outer loop on the threads (param threads); a full reduction does not."""
+    b = Builder()
+    x, y = Var(Type("f64", (64, 32)), "x"), Var(Type("f64", (64, 32)), "y")
+    rows = b.reduce_sum(b.exp(x), axes=(1,))  # a fusion keeping axis 0
+    total = b.reduce_sum(b.exp(y), axes=(0, 1))  # a fusion reducing everything: sequential
+    product = b.einsum(x, y, spec="ij,ij->i")  # (not a matrix product: a contract of impl "loops")
+    eqns = _lowered_prims(b.func("f", [x, y], [b.add(rows, product), total]), threads=2)
+    marked = [p.get("threads") for n, p in eqns if n == name]
+    assert marked and 2 in marked, eqns
+    if name == "fusion":
+        assert None in marked, "a fusion reducing every axis has no parallel outer loop"
+
+
+PRECOMPUTED = ("qpack", "winograd_kernel")  # (each needs a case below)
+
+
+def test_the_precomputed_prims_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.precompute) == sorted(PRECOMPUTED)
+
+
+@pytest.mark.parametrize("name", PRECOMPUTED)
+def test_precompute_folds_a_transform_of_constant_weights(name):
+    """Prim.precompute: layout_constants computes a weight transform of a constant when the package is compiled (its
+    eval), so no equation of it is left."""
+    import numpy as np
+
+    from ksbuild.ir.dense import Dense
+    rng = np.random.default_rng(0)
+    if name == "qpack":
+        a = Var(Type("u8", (4, 8)), "a")
+        b = Builder()
+        w = b.constant(value=Dense.of(rng.integers(-128, 128, (8, 6)).astype(np.int8)))
+        bias = b.constant(value=Dense.of(np.zeros(6, np.int32)))
+        scale = b.constant(value=Dense.of(np.ones(6, np.float32)))
+        y = b.qmatmul(a, w, bias, scale, x_zero=0, y_zero=0, lo=0, hi=255, out="u8")
+        params = [a]
+    else:
+        params = [Var(Type("f32", (1, 32, 6, 6)), "x")]
+        b = Builder()
+        w = b.constant(value=Dense.of(rng.standard_normal((64, 32, 3, 3)).astype(np.float32)))
+        y = b.conv(params[0], w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1)
+    names = [n for n, _ in _lowered_prims(b.func("f", params, [y]))]
+    assert name not in names and names, names
+
+
+BOUNDED = {"add": 2, "sub": 2, "mul": 1, "floordiv": 1, "convert": 1, "dim_size": 0}  # prim: its variable operands
+"""The prims with a bounds rule (interval arithmetic of an integer result); mul and floordiv by the literal 3."""
+
+
+def test_the_bounded_prims_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.bounds is not None) == sorted(BOUNDED)
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDED))
+def test_bounds_rule_is_the_exact_range(name):
+    """Prim.bounds: the range [lo, hi) it gives for operands in [-4, 7) is what the interpreter's results span (the
+    Python frontend sizes loops and indices by it)."""
+    import itertools
+
+    from ksbuild.ir.core import Lit
+    i64 = Type("i64")
+    xs = [Var(i64, f"x{k}") for k in range(BOUNDED[name])]
+    ins = xs + ([Lit(3, i64)] if name in ("mul", "floordiv") else [])
+    params = {"dtype": "i32"} if name == "convert" else {"dim": 7} if name == "dim_size" else {}
+    b = Builder()
+    f = b.func("f", xs, list(b.bind(PRIMS[name], ins, params)))
+    lo, hi = PRIMS[name].bounds(f.eqns[0], lambda a: (a.value, a.value + 1) if isinstance(a, Lit) else (-4, 7))
+    got = [int(eval_func(f, list(v))[0]) for v in itertools.product(range(-4, 7), repeat=len(xs))]
+    assert (min(got), max(got) + 1) == (lo, hi)

@@ -21,6 +21,11 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
 - fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
   shape all the same (a gather from a 1-D table: one element read at the current index's position)
 - inplace(eqn) -> int | None   the operand the equation may update in place (its output takes that storage)
+- select_backend(b, eqn, ins, backend, threads) -> outs | None   what the select_backend pass binds in its place for a
+  backend record and a thread count (einsum: a contract; conv: a convolve of one impl; qconv, qmatmul: their
+  weights through a qpack); None keeps the equation
+- parallel(eqn) -> bool   whether the outermost loop of the equation's loop nest writes each output element from
+  one iteration only, so that the parallelize pass may spread it over threads (param threads = N)
 - bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
   result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
@@ -44,6 +49,8 @@ Facts the passes read instead of testing a prim's name:
   loop nest computing it keeps its axes
 - costly: a function call worth computing once rather than in every iteration of a loop (exp, log, sin, pow):
   the hoist pass computes such a value that is the same in every iteration before the loop, into a table
+- precompute: a transform of weights (a Winograd kernel, int8 packing): an equation of it whose operand is a
+  constant is computed by its eval when the package is compiled (layout_constants) instead of at run time
 - takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
   there: the operands holding index tensors (() when the positions are scalars); None if it does not
 """
@@ -82,12 +89,15 @@ class Prim:
     lowering: bool = False  # made by the codegen passes; has no jvp/transpose/batching rules
     inplace: Optional[Callable] = None
     bounds: Optional[Callable] = None
+    select_backend: Optional[Callable] = None
+    parallel: Optional[Callable] = None
     reduction: str = ""
     remat: bool = False
     strings: bool = False
     whole: str = ""
     takes: Optional[tuple[int, ...]] = None
     positional: bool = False
+    precompute: bool = False
     branches: bool = False
     sinks: bool = False
     epilogue_impls: tuple[str, ...] = ()

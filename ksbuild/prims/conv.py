@@ -218,6 +218,23 @@ def _emit(ctx, eqn) -> None:
                        "convolve (prims/convolve.py)")
 
 
+def _select(b, eqn, ins, backend, threads):
+    """A convolve: impl "winograd" where winograd_applies (one thread, or a backend without its own conv), else
+    "depthwise" for one group per channel, else "gemm" when the backend's record takes conv, else "tiles"
+    (transforms/select_backend.py says why)."""
+    from ..transforms.rewrite import bind_like
+    from .convolve import convolve, depthwise_applies, winograd_applies, winograd_kernel
+    p = eqn.params
+    winograd = winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type, p["strides"], p["dilations"],
+                                p["groups"])
+    if winograd and (not backend.gemm("conv") or threads <= 1):
+        (u,) = b.bind(winograd_kernel, [ins[1]], {})
+        return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
+    if depthwise_applies(eqn.ins[0].type, p["groups"]):
+        return bind_like(b, eqn, convolve, ins, dict(p, impl="depthwise"))
+    return bind_like(b, eqn, convolve, ins, dict(p, impl="gemm" if backend.gemm("conv") else "tiles"))
+
+
 conv = Prim(
     name="conv",
     type_rule=_rule,
@@ -226,5 +243,6 @@ conv = Prim(
     transpose=_transpose,
     batch=_batch,
     emit=_emit,
+    select_backend=_select,
     doc="N-d convolution (cross-correlation) with zero padding, strides, dilations and groups",
 )

@@ -211,6 +211,7 @@ winograd_kernel = Prim(
     jvp=_lowered_only("winograd_kernel"),
     batch=_lowered_only("winograd_kernel"),
     emit=_emit_winograd_kernel,
+    precompute=True,
     doc="a 3×3 kernel [M, C, 3, 3] transformed for Winograd's F(2×2, 3×3): u [16, C, M] (ks::winograd_kernel)",
     opt_outs=OPT_OUTS,
     lowering=True,

@@ -63,6 +63,14 @@ def _fusion_eval(*args, body: Func, env, threads: int = 0):
     return tuple(eval_func(body, list(args), env))
 
 
+def _fusion_parallel(eqn: Eqn) -> bool:
+    """A fusion's outer loop is parallel when an axis is left after its reductions."""
+    body = eqn.params["body"]
+    reductions = [e for e in body.eqns if e.prim.reduction]
+    shape = (reductions[0].ins[0] if reductions else body.eqns[0].outs[0]).type.shape
+    return len(shape) - (len(reductions[0].params["axes"]) if reductions else 0) > 0
+
+
 fusion = Prim(
     name="fusion",
     strings=True,
@@ -71,6 +79,7 @@ fusion = Prim(
     jvp=_lowered_only("fusion"),
     batch=_lowered_only("fusion"),
     emit=emit_fusion,
+    parallel=_fusion_parallel,
     doc="elementwise equations (and trailing reductions) emitted as one loop nest",
     opt_outs=OPT_OUTS,
     lowering=True,
@@ -374,6 +383,7 @@ contract = Prim(
     jvp=_lowered_only("contract"),
     batch=_lowered_only("contract"),
     emit=_emit_contract,
+    parallel=lambda eqn: eqn.outs[0].type.rank > 0 and eqn.params["impl"] == "loops",  # (loops: a call threads itself)
     doc="an einsum as loops or a gemm call, optionally added to an accumulator",
     opt_outs=OPT_OUTS,
     lowering=True,

@@ -213,6 +213,23 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     _finish(ctx, y, out, dst)
 
 
+def _pack_weights(layout: str):
+    """The select_backend rule of an integer convolution (layout "rows") or product ("columns"): it reads its
+    weights packed for the register tiles through a qpack equation (which layout_constants folds when the weights
+    are constant); a depthwise convolution (ks::qconv_depthwise) reads them as they are."""
+    def select(b, eqn, ins, backend, threads):
+        from ..transforms.rewrite import bind_like
+        p = eqn.params
+        depthwise = layout == "rows" and eqn.ins[0].type.shape[1] == p["groups"] and p["groups"] > 1
+        if p.get("packed") or depthwise:
+            return None
+        groups = p["groups"] if layout == "rows" else 1
+        (packed,) = b.bind(qpack, [ins[1]], {"layout": layout, "groups": groups})
+        return bind_like(b, eqn, eqn.prim, [ins[0], packed] + list(ins[2:]),
+                         dict(p, packed=True, kernel=eqn.ins[1].type.shape))
+    return select
+
+
 qconv = Prim(
     name="qconv",
     type_rule=_qconv_rule,
@@ -220,6 +237,7 @@ qconv = Prim(
     jvp=_no_derivative("qconv"),
     batch=_qconv_batch,
     emit=_emit_qconv,
+    select_backend=_pack_weights("rows"),
     doc="8-bit integer convolution with int32 sums requantized to 8 bits (ONNX QLinearConv)",
 )
 
@@ -271,6 +289,7 @@ qmatmul = Prim(
     jvp=_no_derivative("qmatmul"),
     batch=_qmatmul_batch,
     emit=_emit_qmatmul,
+    select_backend=_pack_weights("columns"),
     doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm)",
 )
 
@@ -309,6 +328,7 @@ qpack = Prim(
     jvp=_no_derivative("qpack"),
     batch=_qpack_batch,
     emit=_emit_qpack,
+    precompute=True,
     lowering=True,
     doc="int8 weights packed in the register tiles' layout (ks::qpack_rows, ks::qpack_columns)",
 )

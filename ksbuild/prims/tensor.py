@@ -498,6 +498,23 @@ def _einsum_batch(b, ins, batched, size, spec):
     return [b.einsum(ins[0], ins[1], spec=f"{a2},{b2}->{z}{out}")], [True]
 
 
+def _einsum_emit(ctx, eqn) -> None:
+    raise KsbuildError("internal: an einsum reached the C++ writer; the select_backend pass lowers every einsum to a "
+                       "contract (prims/lowering.py)")
+
+
+def _einsum_select(b, eqn, ins, backend, threads):
+    """A contract: impl "gemm" (the backend's ks::gemm) for a float matrix product when the backend's record takes
+    einsum, else "tiles" on one thread; "loops" for any other contraction (transforms/select_backend.py)."""
+    from ..transforms.rewrite import bind_like
+    from .lowering import contract, gemm_axes
+    spec = eqn.params["spec"]
+    impl = "loops"
+    if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
+        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 else "loops"
+    return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
+
+
 einsum = Prim(
     name="einsum",
     type_rule=_einsum_rule,
@@ -505,7 +522,8 @@ einsum = Prim(
     jvp=_einsum_jvp,
     transpose=_einsum_transpose,
     batch=_einsum_batch,
-    emit=lambda ctx, eqn: ctx.einsum(eqn),
+    emit=_einsum_emit,
+    select_backend=_einsum_select,
     doc="a two-operand contraction: matmul 'ij,jk->ik', dot 'i,i->', outer 'i,j->ij', batched forms",
 )
 

@@ -19,8 +19,6 @@ import collections
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
-from ..prims.convolve import winograd_transform
-from ..prims.qlinear import pack as qpack
 from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
@@ -53,13 +51,10 @@ def layout_constants(f: Func) -> Func:
                 return None
             changed = True
             return bind_like(b, eqn, eqn.prim, list(ins), dict(eqn.params, body=body))
-        if eqn.prim.name == "winograd_kernel" and eqn.ins[0] in kernels:
+        if eqn.prim.precompute and eqn.ins[0] in folded:  # (a view of a constant too: QGemm's transposed weight)
             changed = True
-            return [b.constant(value=Dense.of(winograd_transform(kernels[eqn.ins[0]].array())))]
-        if eqn.prim.name == "qpack" and (eqn.ins[0] in kernels or eqn.ins[0] in folded):
-            changed = True
-            weights = (kernels.get(eqn.ins[0]) or folded[eqn.ins[0]]).array()  # (a transposed weight too: QGemm's)
-            return [b.constant(value=Dense.of(qpack(weights, **eqn.params)))]
+            (value,) = eqn.prim.eval(folded[eqn.ins[0]].array(), env={}, **eqn.params)
+            return [b.constant(value=Dense.of(value))]
         if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
             return None
         spec = eqn.params["spec"]

@@ -10,7 +10,6 @@ With threads <= 1 the function is unchanged (and runtime-free).
 from __future__ import annotations
 
 from ..ir.core import Eqn, Func
-from ..prims.lowering import contract, fusion
 
 
 def parallelize(f: Func, threads: int) -> Func:
@@ -27,13 +26,6 @@ def _marked(e: Eqn, threads: int) -> Eqn:
 
 
 def _parallel_outer(e: Eqn) -> bool:
-    """Whether the outermost loop of e's nest writes each output element from one iteration only."""
-    if e.prim is contract:
-        return e.outs[0].type.rank > 0 and e.params["impl"] == "loops"
-    if e.prim is fusion:
-        body = e.params["body"]
-        reductions = [b for b in body.eqns if b.prim.reduction]
-        shape = (reductions[0].ins[0] if reductions else body.eqns[0].outs[0]).type.shape
-        kept = len(shape) - (len(reductions[0].params["axes"]) if reductions else 0)
-        return kept > 0
-    return False
+    """Whether the outermost loop of e's nest writes each output element from one iteration only (its record's
+    parallel rule: Prim.parallel)."""
+    return e.prim.parallel is not None and e.prim.parallel(e)

@@ -23,50 +23,13 @@ from __future__ import annotations
 
 from ..compile.backends import BACKENDS, Backend
 from ..ir.core import Func
-from ..prims.convolve import convolve, depthwise_applies, winograd_applies, winograd_kernel
-from ..prims.lowering import contract, gemm_axes
-from ..prims.qlinear import qpack
-from .rewrite import bind_like, rewrite
+from .rewrite import rewrite
 
 
 def select_backend(f: Func, backend: Backend = BACKENDS["plain"], threads: int = 0) -> Func:
-    """f with einsums lowered to contractions for `backend`."""
+    """f with einsums lowered to contractions, convolutions to convolves, for `backend` (each prim's record says
+    how: Prim.select_backend)."""
     def rule(b, eqn, ins):
-        if eqn.prim.name in ("qconv", "qmatmul"):
-            return _packed_weights(b, eqn, ins)
-        if eqn.prim.name == "conv":
-            p = eqn.params
-            winograd = winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type, p["strides"],
-                                        p["dilations"], p["groups"])
-            if winograd and (not backend.gemm("conv") or threads <= 1):
-                (u,) = b.bind(winograd_kernel, [ins[1]], {})
-                return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
-            if depthwise_applies(eqn.ins[0].type, p["groups"]):
-                return bind_like(b, eqn, convolve, ins, dict(p, impl="depthwise"))
-            impl = "gemm" if backend.gemm("conv") else "tiles"
-            return bind_like(b, eqn, convolve, ins, dict(p, impl=impl))
-        if eqn.prim.name != "einsum":
-            return None
-        spec = eqn.params["spec"]
-        impl = "loops"
-        if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
-            impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 else "loops"
-        return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
+        lower = eqn.prim.select_backend
+        return lower(b, eqn, ins, backend, threads) if lower is not None else None
     return rewrite(f, rule)
-
-
-def _packed_weights(b, eqn, ins):
-    """An integer convolution or product reading its weights packed for the register tiles (a qpack equation, which
-    layout_constants folds when the weights are constant); a depthwise convolution reads them as they are."""
-    p = eqn.params
-    if p.get("packed"):
-        return None
-    w = eqn.ins[1]
-    if eqn.prim.name == "qconv":
-        if eqn.ins[0].type.shape[1] == p["groups"] and p["groups"] > 1:
-            return None  # (ks::qconv_depthwise)
-        layout, groups = "rows", p["groups"]
-    else:
-        layout, groups = "columns", 1
-    (packed,) = b.bind(qpack, [ins[1]], {"layout": layout, "groups": groups})
-    return bind_like(b, eqn, eqn.prim, [ins[0], packed] + list(ins[2:]), dict(p, packed=True, kernel=w.type.shape))

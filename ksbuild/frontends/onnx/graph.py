@@ -23,8 +23,9 @@ from .node import NeedsConstant, Node, tensor_array
 from .qdq import fold_qdq
 from .values import Val, atom_of_array, atom_of_shape, compute_dtype, is_symbolic, normalize_symbolic, onnx_dtype
 
-HANDLERS: dict[str, Callable[[Node], list]] = {}
-"""ONNX op type -> handler(node) -> one result per output (Atom, Val, known array or None)."""
+HANDLERS: dict[tuple[str, str], Callable[[Node], list]] = {}
+"""(domain, ONNX op type) -> handler(node) -> one result per output (Atom, Val, known array or None); the
+domain is "" for every domain of HANDLED_DOMAINS."""
 SYMBOLIC: dict[str, Callable[[Node, list], list]] = {}
 """ONNX op type -> fold of known arrays holding symbolic dims (shape arithmetic)."""
 TYPE_ONLY = {"CastLike": 1, "EyeLike": 0, "RandomUniformLike": 0, "RandomNormalLike": 0}
@@ -35,18 +36,23 @@ NO_FOLD = {"If", "Loop", "Scan", "Shape", "Size", "Identity", "RandomNormal", "R
            "OptionalHasElement", "OptionalGetElement"}
 
 HANDLED_DOMAINS = ("", "ai.onnx.preview.training", "ai.onnx.ml")
-MICROSOFT_OPS = frozenset({"QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
-                           "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu"})
-"""The ops of onnxruntime's domain com.microsoft with a handler (ops_quant_contrib.py: its quantized operators)."""
+"""The ONNX domains whose ops share one namespace of handlers (registered with the default domain "")."""
 
 
-def handler(*ops: str):
-    """Register the decorated function as the handler of these ONNX op types."""
+def handler(*ops: str, domain: str = ""):
+    """Register the decorated function as the handler of these ONNX op types of `domain` ("" for the ONNX
+    domains of HANDLED_DOMAINS; e.g. "com.microsoft" for onnxruntime's contrib ops)."""
     def register(fn):
         for op in ops:
-            HANDLERS[op] = fn
+            assert (domain, op) not in HANDLERS, f"ONNX op {domain}:{op} has two handlers"
+            HANDLERS[(domain, op)] = fn
         return fn
     return register
+
+
+def handler_of(domain: str, op_type: str) -> Callable[[Node], list] | None:
+    """The handler of an op type of a domain, if any."""
+    return HANDLERS.get(("" if domain in HANDLED_DOMAINS else domain, op_type))
 
 
 def symbolic(*ops: str):
@@ -324,8 +330,7 @@ class Importer:
         if (proto.domain, proto.op_type) in self.functions:
             from .functions import inline_local_function
             return inline_local_function(self, frame, proto, loc, opsets)
-        fn = HANDLERS.get(proto.op_type) if domain in HANDLED_DOMAINS or \
-            (domain == "com.microsoft" and proto.op_type in MICROSOFT_OPS) else None
+        fn = handler_of(domain, proto.op_type)
         if fn is None:
             from .functions import expand_schema_function
             return expand_schema_function(self, frame, proto, loc, opsets, domain)

@@ -177,6 +177,12 @@ def gelu(n: Node):
     return [act.gelu(n.b, n.x(0), n.attr_in("approximate", ("none", "tanh"), "none"))]
 
 
+@handler("QuickGelu", domain="com.microsoft")
+def quick_gelu(n: Node):
+    """onnxruntime's QuickGelu (its transformer optimizer fuses CLIP's x · sigmoid(1.702 x) into it)."""
+    return [act.swish(n.b, n.x(0), n.attr("alpha", 1.702))]
+
+
 @handler("PRelu")
 def prelu(n: Node):
     return [act.prelu(n.b, n.x(0), n.x(1))]

@@ -24,6 +24,10 @@ from .ops_nn import _pool_kernel, _window_attrs
 from .ops_quant import _requantize, integer_kernel_params
 from .values import Val, compute_dtype
 
+MS = "com.microsoft"
+"""The domain of onnxruntime's contrib operators."""
+
+
 def _dequant(n: Node, x: int, scale: int, zero: int):
     """Input x dequantized with the scale and zero point at those inputs (per tensor), as f32."""
     s = n.x(scale)
@@ -45,7 +49,7 @@ def _quant(n: Node, y, scale: int, zero: int) -> Val:
     return Val(q.quantize_int(n.b, y, s, z, to, compute_dtype(to)), None, to)
 
 
-@handler("QGemm")
+@handler("QGemm", domain=MS)
 def qgemm(n: Node):
     a, bm = n.x(0), n.x(3)
     trans_a, trans_b, alpha = n.attr("transA", 0), n.attr("transB", 0), n.attr("alpha", 1.0)
@@ -86,14 +90,14 @@ def _qgemm_kernel(n: Node, a, bm):
     return Val(n.b.qmatmul(a, bm, k["bias"], k["scale"], **k["params"]), None, k["params"]["out"])
 
 
-@handler("QLinearAdd", "QLinearMul")
+@handler("QLinearAdd", "QLinearMul", domain=MS)
 def qlinear_binary(n: Node):
     a, b = _dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)
     y = n.b.add(a, b) if n.op == "QLinearAdd" else n.b.mul(a, b)
     return [_quant(n, y, 6, 7)]
 
 
-@handler("QLinearConcat")
+@handler("QLinearConcat", domain=MS)
 def qlinear_concat(n: Node):
     axis = n.attr("axis")
     parts = [_dequant(n, i, i + 1, i + 2) for i in range(2, n.n_in, 3)]
@@ -102,7 +106,7 @@ def qlinear_concat(n: Node):
     return [_quant(n, concatenate(n.b, parts, axis), 0, 1)]
 
 
-@handler("QLinearGlobalAveragePool")
+@handler("QLinearGlobalAveragePool", domain=MS)
 def qlinear_global_average_pool(n: Node):
     x = _dequant(n, 0, 1, 2)
     first = 1 if n.attr("channels_last", 0) else 2
@@ -110,7 +114,7 @@ def qlinear_global_average_pool(n: Node):
     return [_quant(n, red.mean(n.b, x, axes, keepdim=True), 3, 4)]
 
 
-@handler("QLinearAveragePool")
+@handler("QLinearAveragePool", domain=MS)
 def qlinear_average_pool(n: Node):
     if n.attr("channels_last", 0):
         raise n.unsupported("QLinearAveragePool with channels_last = 1")
@@ -122,11 +126,11 @@ def qlinear_average_pool(n: Node):
     return [_quant(n, y, 3, 4)]
 
 
-@handler("QLinearSigmoid")
+@handler("QLinearSigmoid", domain=MS)
 def qlinear_sigmoid(n: Node):
     return [_quant(n, n.b.logistic(_dequant(n, 0, 1, 2)), 3, 4)]
 
 
-@handler("QLinearLeakyRelu")
+@handler("QLinearLeakyRelu", domain=MS)
 def qlinear_leaky_relu(n: Node):
     return [_quant(n, activations.leaky_relu(n.b, _dequant(n, 0, 1, 2), n.attr("alpha", 0.01)), 3, 4)]
