@@ -53,7 +53,18 @@ def _one_hot():
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
 
 
-MODELS = {"se": _squeeze_excite_head, "hs": _conv_hardswish, "oh": _one_hot}
+def _gather():
+    """y = x[idx] with idx [N, 1, 5, 1] (transformers' packed-sequence mask): the gather's loop nest keeps its axes,
+    its source is no operand broadcast over them (merged as one, it read x[0] everywhere: GPT-2 through torch.export
+    failed to build on the unused index)."""
+    nodes = [h.make_node("Gather", ["x", "idx"], ["y"], axis=0)]
+    g = h.make_graph(nodes, "ga", [h.make_tensor_value_info("x", T.FLOAT, [16]),
+                                   h.make_tensor_value_info("idx", T.INT64, ["N", 1, 5, 1])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 1, 5, 1])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+MODELS = {"se": _squeeze_excite_head, "hs": _conv_hardswish, "oh": _one_hot, "ga": _gather}
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +116,11 @@ def test_a_broadcast_through_axes_of_size_1_stays_exact(built):
     got = pkg.oh(x)
     np.testing.assert_array_equal(got, _ort(root, "oh", {"x": x})[0])
     np.testing.assert_array_equal(got, (x == np.arange(4)).astype(np.float32))
+
+
+def test_a_gather_in_a_loop_nest_reads_by_each_index(built):
+    pkg, _, root = built
+    x = np.arange(16, dtype=np.float32) - 4
+    idx = np.random.default_rng(3).integers(0, 16, (3, 1, 5, 1))
+    np.testing.assert_array_equal(pkg.ga(x, idx), x[idx])
+    np.testing.assert_array_equal(pkg.ga(x, idx), _ort(root, "ga", {"x": x, "idx": idx})[0])

@@ -71,10 +71,11 @@ def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
     x stride of the inner) or broadcast along both; the operands' views in w.env are replaced by merged ones. One
     loop then covers what were several: the [C, 7, 7] residual adds of a MobileNet, or the mean over [7, 7] of a
     squeeze-excite block with its [C, 1, 1] bias, whose innermost loops of 7 did not vectorize. Reduced axes merge
-    only with reduced axes. None when nothing merges or the nest must keep its axes (an index-dependent iota,
-    threads)."""
-    if eqn.params.get("threads", 0) > 1 or any(e.prim.positional for e in body.eqns):
-        return None
+    only with reduced axes. None when nothing merges or the nest must keep its axes (a gather or an iota, whose
+    elements depend on each axis' index; threads)."""
+    if eqn.params.get("threads", 0) > 1 or any(not (e.prim.elementwise or e.prim.reduction) or e.prim.positional
+                                                   for e in body.eqns):
+        return None  # (a gather's or an iota's element depends on each axis' index)
     views = {p: _broadcast(w.env[p], shape) for p in body.params if p.type.rank and not isinstance(w.env[p], str)}
     n_outer = len(shape) - n_red
     reduced = [t for t in targets.values() if len(t.shape) == n_outer and n_red]
