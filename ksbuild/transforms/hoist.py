@@ -114,6 +114,7 @@ def _ordered(deps: frozenset, path: tuple) -> list[int]:
 def _table(b: Builder, c: Candidate) -> Atom:
     """The candidate's values for every value of its axes' counters: a loop nest before the hoisting loop."""
     leaves: dict = {}
+    b.loc = c.recipe[1].loc  # (the table's loops trace back to the expression it holds, not to the loop it left)
     for r in (c.recipe, *(a.trip for a in c.axes)):
         _leaves(r, leaves)
     return _level(b, c, 0, leaves)

@@ -1968,13 +1968,14 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
-    // gmm.py:83: for i in range(n):
+    // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
             const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
             r1[k * d + r] = t1;
         }
     }
+    // gmm.py:83: for i in range(n):
     double slse;
     slse = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -2194,13 +2195,14 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double* const r9 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
-    // gmm.py:83: for i in range(n):
+    // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
             const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
             r1[k * d + r] = t1;
         }
     }
+    // gmm.py:83: for i in range(n):
     for (int64_t i = 0; i < n; ++i) {
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
