@@ -2,7 +2,6 @@
 as float32), each with one float input and one float output, exported to ONNX with a static batch of 1."""
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,9 +16,11 @@ def _mlp():
 
 def _cnn():
     """examples/onnx_cnn's network (conv 3->8, batchnorm, relu, maxpool, conv 8->16 stride 2, average, linear)."""
-    sys.path.insert(0, str(ROOT / "examples/onnx_cnn"))
-    from model import make
-    return make(), (1, 3, 16, 16)
+    import importlib.util  # (by path: another example's model.py may already be imported as `model`)
+    spec = importlib.util.spec_from_file_location("onnx_cnn_model", ROOT / "examples/onnx_cnn/model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make(), (1, 3, 16, 16)
 
 
 def _recurrent(cell):
