@@ -20,10 +20,14 @@ from .dce import dce
 
 def sink(f: Func) -> Func:
     """f with what only one branch of an if reads computed in that branch (sub-functions too)."""
-    return _sink(dce(f))  # a dead reader (a tangent nothing uses) would keep a value out of the branch
+    return _sink(dce(f), {})  # a dead reader (a tangent nothing uses) would keep a value out of the branch
 
 
-def _sink(f: Func) -> Func:
+def _sink(f: Func, memo: dict) -> Func:
+    """f sunk; a sub-function shared by several equations (two calls of one callee) is sunk once and stays shared
+    (two copies would define the same variables twice)."""
+    if id(f) in memo:
+        return memo[id(f)][1]
     eqns: list[Eqn | None] = list(f.eqns)
     readers = _readers(eqns, f.results)
     index = {id(e): k for k, e in enumerate(eqns)}
@@ -39,8 +43,10 @@ def _sink(f: Func) -> Func:
         for a in host.ins + moved.ins:  # the vars the new if reads: the old if's and the moved equation's
             if isinstance(a, Var):
                 readers[a] = (readers[a] - {id(moved), id(host)}) | {id(eqns[j])}
-    body = tuple(_sink_inside(e) for e in eqns if e is not None)
-    return Func(f.name, f.params, body, f.results, f.result_names, f.plan, f.notes, f.defaults)
+    body = tuple(_sink_inside(e, memo) for e in eqns if e is not None)
+    out = Func(f.name, f.params, body, f.results, f.result_names, f.plan, f.notes, f.defaults)
+    memo[id(f)] = (f, out)  # (f kept alive with its id)
+    return out
 
 
 def _readers(eqns, results) -> dict[Var, set]:
@@ -107,8 +113,8 @@ def _branch_with(fn: Func, ops, keep, moved: Eqn, new_ops) -> Func:
     return b.func(fn.name, kept + fresh, res, fn.result_names)
 
 
-def _sink_inside(e: Eqn) -> Eqn:
+def _sink_inside(e: Eqn, memo: dict) -> Eqn:
     subs = {k: v for k, v in e.params.items() if isinstance(v, Func)}
     if not subs:
         return e
-    return Eqn(e.prim, e.ins, e.outs, freeze(dict(e.params, **{k: _sink(v) for k, v in subs.items()})), e.loc)
+    return Eqn(e.prim, e.ins, e.outs, freeze(dict(e.params, **{k: _sink(v, memo) for k, v in subs.items()})), e.loc)
