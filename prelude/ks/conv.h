@@ -380,8 +380,12 @@ __attribute__((noinline)) void few_dots(int64_t m, int64_t n, int64_t depth, con
                         continue;
                     }
                     T d = T(0);
-                    KS_UNROLL for (int l = 0; l < L; ++l) {
-                        d += acc[r][q][l];
+                    if constexpr (L == 1) {
+                        d += acc[r][q];
+                    } else {
+                        KS_UNROLL for (int l = 0; l < L; ++l) {
+                            d += acc[r][q][l];
+                        }
                     }
                     for (int64_t p = whole; p < depth; ++p) {
                         d += a[r][p] * b[q][p];

@@ -162,11 +162,24 @@ constexpr int64_t k_block = KS_GEMM_KC;       // KC: the k rows of b a tile runs
 constexpr int64_t panels_per_block = KS_GEMM_NCP;  // NC / P: the columns of b packed at a time
 constexpr int dot_block = 4;
 
+// A vector of B bytes of T; with one lane (no vector unit: Cortex-M) the element type itself: GCC kept a 1-lane
+// vector type in memory, so a Cortex-M4 tile loaded and stored every accumulator around each multiply-add (126
+// instructions per k step of a 16-column panel); as floats they stay in the FPU's registers. (A member typedef,
+// not std::conditional: a template argument would drop the vector_size attribute.)
+template <class T, int B, bool one_lane>
+struct vector_of {
+    typedef T type __attribute__((vector_size(B)));
+};
+template <class T, int B>
+struct vector_of<T, B, true> {
+    typedef T type;
+};
+
 template <class T>
 struct simd {
     static constexpr int bytes = vector_bytes > 0 ? vector_bytes : static_cast<int>(sizeof(T));
     static constexpr int lanes = bytes / static_cast<int>(sizeof(T));
-    typedef T v __attribute__((vector_size(bytes)));
+    typedef typename vector_of<T, bytes, lanes == 1>::type v;
 };
 
 // x in every lane. (x - 0 is x exactly, so GCC and Clang emit one broadcast; a loop over the lanes
@@ -198,6 +211,9 @@ inline void sink(const V& x) {
 
 template <class T>
 inline typename simd<T>::v load(const T* p) {
+    if constexpr (simd<T>::lanes == 1) {
+        return *p;
+    }
     typename simd<T>::v r;
     std::memcpy(&r, p, sizeof r);
     return r;
