@@ -104,3 +104,19 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound_on_a_cortex_m4(tmp
     graphs = sorted(cache.glob("kernels_*_int8.ci" if variant == "int8" else "kernels_*.ci"))
     assert graphs, sorted(cache.iterdir())
     assert FRAME_BOUND == 512 and not frames_too_large(graphs)
+
+
+def test_a_tile_without_a_vector_unit_computes_in_scalar_registers(tmp_path):
+    """On a core without a vector unit the tiles' "vectors" are the element type itself: as a 1-lane vector type
+    GCC kept every accumulator of a Cortex-M4 tile in memory (126 instructions per k step of a panel, about
+    twice emx-onnx-cgen's instructions per inference; benchmarks/README.md, Cortex-M4). Compiled for the
+    Cortex-M4, the register tile's vector type must be the element type."""
+    m4 = TARGETS["cortex-m4"]
+    need(m4)
+    src = tmp_path / "lane.cpp"
+    src.write_text('#include "ks/gemm.h"\n#include <type_traits>\n'
+                   "static_assert(std::is_same<ks::tiles::simd<float>::v, float>::value, \"one lane is a float\");\n"
+                   "static_assert(std::is_same<ks::tiles::simd<double>::v, double>::value, \"one lane is a double\");\n")
+    proc = subprocess.run([m4.cxx, "-std=c++17", *m4.flags, "-O2", "-fsyntax-only", "-I", str(ROOT / "prelude"),
+                           str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
