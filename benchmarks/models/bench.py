@@ -11,11 +11,17 @@ exported with torch.onnx.export (gpt2_small through torch.export, dynamo=True): 
 (the portable x86-64 build: three instruction set levels; the kernel layer comes from ksbuild's cache, compiled once
 before the first model and timed apart), the library's code, read-only data and weights (share/P/P.json's
 footprint), the most stack one call uses (measured at build time from GCC's call graphs), the workspace of one
-call, and the time of one inference against onnxruntime (1 thread, sequential) and torch eager (1 thread,
-no_grad), with memcpy of the weights' bytes as the physical limit of a batch-1 network. Times are medians of
-samples taken in turn (bench.median_times), wall clock or (--clock cpu) the process's CPU time; ratios < 1 mean
-ksbuild is faster. Outputs are checked against onnxruntime first. A network whose build fails gets a "failed" row
-and ksbuild's message on stderr; the others still run.
+call, and the time of one inference against onnxruntime (1 thread, sequential), ExecuTorch with its XNNPACK
+delegate (executorch_run.py, in the venv scripts/install_executorch.sh makes; "n/a" without it) and torch eager
+(1 thread, no_grad), with memcpy of the weights' bytes as the physical limit of a batch-1 network. Times are medians
+of samples taken in turn (bench.median_times; ExecuTorch's in its own process, after the others), wall clock or
+(--clock cpu) the process's CPU time; ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime
+first (ExecuTorch's against torch eager's). A network whose build fails gets a "failed" row and ksbuild's message
+on stderr; the others still run.
+
+--threads N builds with `[build] threads = N` (OpenMP) and gives every contender N threads: onnxruntime's
+intra_op_num_threads, ExecuTorch's thread pool, torch.set_num_threads; it needs the wall clock (CPU time adds the
+threads up).
 """
 from __future__ import annotations
 
@@ -167,10 +173,52 @@ def export_onnx(model, path: Path, example, dynamo: bool = False) -> None:
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
+EXECUTORCH_PYTHON = HERE.parent.parent / ".venv-executorch" / "bin" / "python"
+NO_EXECUTORCH = "n/a (run scripts/install_executorch.sh)"
+
+
+def executorch(model, x: np.ndarray, folder: Path, threads: int, repeats: int, budget: float, clock: str,
+               python: Path = EXECUTORCH_PYTHON) -> dict | None:
+    """ExecuTorch + XNNPACK on model(x): executorch_run.py's figures (ms, calling_thread_share, pte_bytes,
+    delegates) and its output as "y", run by the python of scripts/install_executorch.sh's venv on the program
+    torch.export makes of model here; None when that venv is absent. A failure raises RuntimeError with its
+    message."""
+    if not python.exists():
+        return None
+    import torch
+    program, xs, ys = folder / "program.pt2", folder / "x.npy", folder / "y.npy"
+    torch.export.save(torch.export.export(model, (torch.from_numpy(x),)), str(program))
+    np.save(xs, x)
+    proc = subprocess.run([str(python), str(HERE / "executorch_run.py"), str(program), str(xs), str(ys),
+                           "--threads", str(threads), "--repeats", str(repeats), "--budget", str(budget),
+                           "--clock", clock], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"executorch_run.py failed:\n{proc.stderr[-4000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), y=np.load(ys))
+
+
 def footprint(tree: Path, name: str) -> tuple[dict, int | None]:
     """The install tree's section sizes and the export's stack figure (share/P/P.json)."""
     info = json.loads((tree / "share" / name / f"{name}.json").read_text())
     return info.get("footprint", {}), info["exports"]["net"].get("stack_bytes")
+
+
+def executorch_columns(name: str, model, x: np.ndarray, expected: np.ndarray, t_ks: float, folder: Path,
+                       a) -> tuple[str, str, str]:
+    """The ExecuTorch, ksbuild / ET and ET err cells of a row (ET err: the largest difference from torch eager's
+    output); "n/a" without the venv, "failed" when ExecuTorch fails (its message and its figures on stderr)."""
+    try:
+        run = executorch(model, x, folder, a.threads, a.repeats, a.budget, a.clock)
+    except RuntimeError as failure:
+        print(f"{name}: ExecuTorch failed: {failure}", file=sys.stderr, flush=True)
+        return "failed", "", ""
+    if run is None:
+        return NO_EXECUTORCH, "", ""
+    print(f"{name}, batch {len(x)}: ExecuTorch ran {run['delegates']} XNNPACK subgraph(s), .pte "
+          f"{run['pte_bytes'] / 2 ** 20:.1f} MB, {run['threads']} thread(s), the calling thread's share of its CPU "
+          f"time {run['calling_thread_share']:.2f}", file=sys.stderr, flush=True)
+    t_et = run["ms"] / 1e3
+    return f"{1e3 * t_et:.2f}", f"{t_ks / t_et:.2f}", f"{float(np.abs(run['y'] - expected).max()):.1e}"
 
 
 def main(argv=None) -> int:
@@ -184,24 +232,31 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--budget", type=float, default=3.0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="N > 1: [build] threads = N, onnxruntime's intra_op_num_threads = N, ExecuTorch's and "
+                        "torch's N threads (wall clock only)")
     a = p.parse_args(argv)
+    if a.threads > 1 and a.clock == "cpu":
+        p.error("--threads > 1 needs --clock wall: the process's CPU time adds up the time of its threads")
     import onnxruntime as ort
     import torch
 
     import ksbuild
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     folder = Path(tempfile.mkdtemp(prefix="ksbuild-models-"))
     env = dict(os.environ, KSBUILD_CACHE=str(folder / "cache"))
     os.environ["KSBUILD_CACHE"] = env["KSBUILD_CACHE"]  # (ksbuild.build below: the same cache)
     warm = warm_kernel_layer(folder, env)
     opts = one_thread_options()
+    opts.intra_op_num_threads = a.threads
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
-    print(f"# Networks ({platform.processor() or platform.machine()}, 1 thread, {a.side}x{a.side}, median of "
+    print(f"# Networks ({platform.processor() or platform.machine()}, {a.threads} thread(s), {a.side}x{a.side}, median of "
           f"{a.repeats}; times in ms, {a.clock} clock; load average {os.getloadavg()[0]:.1f})\n\n"
           f"The kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
-          "torch eager | memcpy weights | ksbuild / ort | ksbuild / eager | max err |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "ExecuTorch | torch eager | memcpy weights | ksbuild / ort | ksbuild / ET | ksbuild / eager | max err | "
+          "ET err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     nets = networks(a.side)
     failed = []
     for name in a.models or sorted(nets):
@@ -211,7 +266,8 @@ def main(argv=None) -> int:
         dynamo = name in DYNAMO
         export_onnx(model, path, example(2 if dynamo else 1), dynamo)  # (torch.export specializes a dim of 1)
         manifest = folder / f"{name}.toml"
-        manifest.write_text(f'[package]\nname = "{name}"\n\n[kernels.net]\nonnx = "{path.name}"\n\n'
+        threads = f"[build]\nthreads = {a.threads}\n\n" if a.threads > 1 else ""
+        manifest.write_text(f'[package]\nname = "{name}"\n\n{threads}[kernels.net]\nonnx = "{path.name}"\n\n'
                             '[exports]\nnet = "net"\n')
         try:
             seconds = package(manifest, folder / name, env)
@@ -234,11 +290,12 @@ def main(argv=None) -> int:
             fns = [lambda: pkg.net(x), lambda: sess.run(None, {"x": x}), lambda: eager(model, xt),
                    lambda: np.copyto(dst, src)]
             t_ks, t_ort, t_eager, t_copy = median_times(fns, a.repeats, a.budget, clock=clock)
+            et, et_ratio, et_err = executorch_columns(name, model, x, eager(model, xt).numpy(), t_ks, folder, a)
             ws = f"{workspace / 1024:.0f}" if workspace is not None else "?"
             print(f"| {name} | {seconds:.1f} | {sizes.get('text', 0) / 1024:.0f} | {weights / 2 ** 20:.1f} | "
                   f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
-                  f"{1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {t_ks / t_eager:.2f} | "
-                  f"{err:.1e} |", flush=True)
+                  f"{et} | {1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {et_ratio} | "
+                  f"{t_ks / t_eager:.2f} | {err:.1e} | {et_err} |", flush=True)
     return 1 if failed else 0
 
 
