@@ -178,11 +178,12 @@ NO_EXECUTORCH = "n/a (run scripts/install_executorch.sh)"
 
 
 def executorch(model, x: np.ndarray, folder: Path, threads: int, repeats: int, budget: float, clock: str,
-               python: Path = EXECUTORCH_PYTHON) -> dict | None:
+               python: Path | None = None) -> dict | None:
     """ExecuTorch + XNNPACK on model(x): executorch_run.py's figures (ms, calling_thread_share, pte_bytes,
     delegates) and its output as "y", run by the python of scripts/install_executorch.sh's venv on the program
     torch.export makes of model here; None when that venv is absent. A failure raises RuntimeError with its
     message."""
+    python = python or EXECUTORCH_PYTHON
     if not python.exists():
         return None
     import torch
@@ -250,13 +251,14 @@ def main(argv=None) -> int:
     opts = one_thread_options()
     opts.intra_op_num_threads = a.threads
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
-    print(f"# Networks ({platform.processor() or platform.machine()}, {a.threads} thread(s), {a.side}x{a.side}, median of "
-          f"{a.repeats}; times in ms, {a.clock} clock; load average {os.getloadavg()[0]:.1f})\n\n"
+    print(f"# Networks ({platform.processor() or platform.machine()}, {a.threads} thread(s), {a.side}x{a.side}, "
+          f"median of {a.repeats}; times in ms, {a.clock} clock; load average {os.getloadavg()[0]:.1f})\n\n"
           f"The kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
+    sequential = " | ksbuild 1 thread | onnxruntime 1 thread" if a.threads > 1 else ""
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
-          "ExecuTorch | torch eager | memcpy weights | ksbuild / ort | ksbuild / ET | ksbuild / eager | max err | "
-          "ET err |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"ExecuTorch | torch eager | memcpy weights | ksbuild / ort | ksbuild / ET | ksbuild / eager | max err | "
+          f"ET err{sequential} |")
+    print("|---|" + "---:|" * (16 + 2 * bool(sequential)))
     nets = networks(a.side)
     failed = []
     for name in a.models or sorted(nets):
@@ -269,6 +271,9 @@ def main(argv=None) -> int:
         threads = f"[build]\nthreads = {a.threads}\n\n" if a.threads > 1 else ""
         manifest.write_text(f'[package]\nname = "{name}"\n\n{threads}[kernels.net]\nonnx = "{path.name}"\n\n'
                             '[exports]\nnet = "net"\n')
+        if a.threads > 1:  # (the same network on one thread, timed in the same samples)
+            (folder / f"{name}_1.toml").write_text(f'[package]\nname = "{name}_1"\n\n[kernels.net]\n'
+                                                   f'onnx = "{path.name}"\n\n[exports]\nnet = "net"\n')
         try:
             seconds = package(manifest, folder / name, env)
         except SystemExit as failure:  # the other networks still run; ksbuild's message on stderr
@@ -279,6 +284,9 @@ def main(argv=None) -> int:
         sizes, stack = footprint(folder / name, name)
         pkg = ksbuild.build(manifest, portable=True)
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        if a.threads > 1:
+            pkg1 = ksbuild.build(folder / f"{name}_1.toml", portable=True)
+            sess1 = ort.InferenceSession(str(path), one_thread_options(), providers=["CPUExecutionProvider"])
         weights = sizes.get("weights", 0)
         src = np.ones(max(weights // 4, 1), np.float32)
         dst = np.empty_like(src)
@@ -289,13 +297,16 @@ def main(argv=None) -> int:
             workspace = pkg.net.ws_fn(batch) if hasattr(pkg.net, "ws_fn") else None
             fns = [lambda: pkg.net(x), lambda: sess.run(None, {"x": x}), lambda: eager(model, xt),
                    lambda: np.copyto(dst, src)]
-            t_ks, t_ort, t_eager, t_copy = median_times(fns, a.repeats, a.budget, clock=clock)
+            if a.threads > 1:
+                fns += [lambda: pkg1.net(x), lambda: sess1.run(None, {"x": x})]
+            t_ks, t_ort, t_eager, t_copy, *t_one = median_times(fns, a.repeats, a.budget, clock=clock)
             et, et_ratio, et_err = executorch_columns(name, model, x, eager(model, xt).numpy(), t_ks, folder, a)
             ws = f"{workspace / 1024:.0f}" if workspace is not None else "?"
             print(f"| {name} | {seconds:.1f} | {sizes.get('text', 0) / 1024:.0f} | {weights / 2 ** 20:.1f} | "
                   f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
                   f"{et} | {1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {et_ratio} | "
-                  f"{t_ks / t_eager:.2f} | {err:.1e} | {et_err} |", flush=True)
+                  f"{t_ks / t_eager:.2f} | {err:.1e} | {et_err} |" + "".join(f" {1e3 * t:.2f} |" for t in t_one),
+                  flush=True)
     return 1 if failed else 0
 
 
