@@ -72,3 +72,44 @@ def test_threads_is_checked(tmp_path):
     with pytest.raises(KsbuildError, match="'threads' in \\[build\\] must be an integer") as info:
         load_manifest(path)
     assert info.value.loc.line == 5
+
+
+def _cnn_onnx(path):
+    """A small MobileNet-like network as ONNX with a symbolic batch: a strided convolution with Hardswish, a
+    depthwise one, a squeeze-excite block, a pointwise one, global average pooling and a linear layer."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.Hardswish())
+            self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.ReLU())
+            self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 8, 1), nn.ReLU(), nn.Conv2d(8, 16, 1),
+                                    nn.Hardsigmoid())
+            self.pw = nn.Sequential(nn.Conv2d(16, 24, 1), nn.SiLU())
+            self.head = nn.Linear(24, 10)
+
+        def forward(self, x):
+            h = self.dw(self.stem(x))
+            h = self.pw(h * self.se(h))
+            return self.head(h.mean((2, 3)))
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 3, 32, 32),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
+    """threads = 2 on a network from ONNX (convolutions, depthwise, squeeze-excite, hardswish): the same outputs as
+    onnxruntime's at batch 1 and 5, and the generated C++ runs loops on the threads."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _cnn_onnx(tmp_path / "cnn.onnx")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "cnn2"\n\n[build]\nthreads = 2\n\n'
+                                            '[kernels.net]\nonnx = "cnn.onnx"\n\n[exports]\nnet = "net"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    sess = ort.InferenceSession(str(tmp_path / "cnn.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
+    assert "KS_OMP_PARALLEL_FOR(num_threads(2))" in source
