@@ -155,7 +155,7 @@ FRAME_BOUND = 512
 LARGER_FRAMES = {
     "convs::direct_group": 896, "winograd::output_tiles": 896, "tiles::pack_a": 832, "tiles::block": 704,
     "convs::packed_group": 576, "conv_winograd": 640, "convs::few_dots": 640, "tiles::dots": 640,
-    "depthwise::copy_channel": 960, "qtile::depthwise_planes": 832, "conv_depthwise": 704,
+    "depthwise::copy_channel": 960, "qtile::depthwise_planes": 832, "conv_depthwise": 768,
 }
 
 

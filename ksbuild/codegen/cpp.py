@@ -434,8 +434,10 @@ class Writer:
                 idx.append("0")
                 continue
             i = self.namer.index(self.depth + 1)
-            if threads > 1 and j == 0:
-                self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}))")
+            if threads > 1 and j == 0:  # (a loop of one iteration, batch 1, runs on the calling thread alone:
+                # a region of N threads there only made them wait at its barrier, 33 per call of a MobileNet)
+                when = "" if isinstance(d, int) else f" if({dim_expr(d)} > 1)"
+                self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}){when})")
             if simd is not None and j == len(shape) - 1:
                 self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
             self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")

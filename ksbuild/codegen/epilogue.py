@@ -262,3 +262,45 @@ def merge_tail(s: Storage, keep: int) -> Storage | None:
     else:
         return None
     return Storage(s.base, s.shape[:keep] + (numel(tail),), s.strides[:keep] + (merged,), False, root=s.root)
+
+
+# The clamps an affine epilogue applies, by the equations that write them: (prim, the literal's place) -> bit of
+# ks::affine's bounds. select(lt(x, lo), lo, x) and select(gt(x, hi), hi, x) are how ReLU and Clip arrive.
+_BOUNDS = {"lt": 1, "gt": 2}
+
+
+def affine(w: Writer, eqn: Eqn, views) -> str | None:
+    """The epilogue as a ks::make_affine call (ks/kernels.h), which the kernels apply as they store,
+    when it is v + bias[channel] then clamps (each optional, in that order), or None. The bias must read one
+    element per output channel (axis 1 of the result, with `views` merging the rest), the bounds be literals."""
+    body: Func = eqn.params["epilogue"]
+    bound = _bind(w, body, extras(eqn), eqn.outs[0].type.shape, views)
+    if bound is None or eqn.outs[0].type.dtype not in ("f32", "f64"):
+        return None
+    x, bias, bits, limits, compares = body.params[0], "nullptr", 0, {}, {}
+    for e in body.eqns:
+        name, ins = e.prim.name, list(e.ins)
+        if name == "add" and bias == "nullptr" and not bits and x in ins and len(ins) == 2:
+            other = ins[1 - ins.index(x)]
+            s = bound.get(other)
+            if not isinstance(s, Storage) or s.literal is not None or s.strides[0] != "0" or s.strides[2:] != ("0",):
+                return None
+            bias = s.base if s.strides[1] == "1" and not s.offset else None
+            if bias is None:
+                return None
+        elif name in _BOUNDS and ins[0] is x and isinstance(ins[1], Lit):
+            compares[e.outs[0]] = (_BOUNDS[name], ins[1])
+            continue
+        elif name == "select" and ins[0] in compares and ins[2] is x and isinstance(ins[1], Lit):
+            bit, lit = compares.pop(ins[0])
+            if bits & bit or lit.value != ins[1].value or (bit == 1 and bits & 2):
+                return None
+            bits |= bit
+            limits[bit] = w.scalar(lit)
+        else:
+            return None
+        x = e.outs[0]
+    if compares or body.results[0] is not x or (bias == "nullptr" and not bits):
+        return None
+    c = w.ctype(eqn.outs[0].type)
+    return f"ks::make_affine<{c}>({bias}, {bits}, {limits.get(1, '0')}, {limits.get(2, '0')})"

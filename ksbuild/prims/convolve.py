@@ -160,12 +160,12 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     # (literal sizes: a constant in read-only data, not 168 bytes of stack per convolution)
     storage = "const" if re.search(r"[A-Za-z_]", fields) else "static constexpr"
     ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
-    epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None
+    epi = _epilogue(ctx, eqn, impl) if eqn.params.get("epilogue") is not None else None
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
             "depthwise": "ks::conv_depthwise"}[impl]
     product = ", ks::library_gemm{}" if rows else ""
     ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
-             f"{product}{f', ks::conv_epilogue<{c}>({epi})' if epi else ''});")
+             f"{product}{f', {epi}' if epi else ''});")
     if scoped:
         ctx.depth -= 1
         ctx.line("}")
@@ -176,15 +176,23 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     ctx.env[y] = dst
 
 
-def _epilogue(ctx, eqn: Eqn) -> str | None:
-    """The epilogue lambda, called with (image, channel, flat position): the result's spatial axes merged."""
+def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
+    """The kernel's epilogue argument: a bias and clamps as data (ks::affine_epilogue, applied in registers by
+    the tiles and depthwise kernels), else a lambda called with (image, channel, flat position), the result's
+    spatial axes merged."""
     y = eqn.outs[0]
+    views = lambda s: epilogues.merge_tail(s, 2)  # noqa: E731
+    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise") else None
+    if simple is not None:
+        name = ctx.namer.fresh("epilogue")
+        ctx.line(f"const auto {name} = {simple};")
+        return f"ks::affine_epilogue<{ctx.ctype(y.type)}>({name})"
     if y.type.rank > 3 and any(e.prim.name == "iota" for e in eqn.params["epilogue"].eqns):
         return None  # (an iota along a spatial axis needs that axis's own index)
     n, m, q = (ctx.namer.fresh(h) for h in ("image", "channel", "position"))
     merged = y.type.shape[:2] + (numel(y.type.shape[2:]),)
-    return epilogues.declare(ctx, eqn, [n, m, q], merged, [n, m, q],
-                             views=lambda s: epilogues.merge_tail(s, 2))
+    name = epilogues.declare(ctx, eqn, [n, m, q], merged, [n, m, q], views=views)
+    return f"ks::conv_epilogue<{ctx.ctype(y.type)}>({name})" if name else None
 
 
 

@@ -1212,7 +1212,7 @@ inline void tap_offsets(const conv_shape& s, int64_t* out) {
 
 // U vectors of sums from the copy: each tap's weight w[t] times U vectors at base + offsets[t].
 template <class T, int U>
-inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w, T* out) {
+inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w, T* out, const affine<T>& fin) {
     using V = typename tiles::simd<T>::v;
     constexpr int L = tiles::simd<T>::lanes;
     V acc[U];
@@ -1227,6 +1227,9 @@ inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w
         }
     }
     for (int u = 0; u < U; ++u) {
+        if (fin) {  // (the channel's bias at fin.bias[0])
+            acc[u] = tiles::finish<T>(acc[u], fin, fin.bias != nullptr ? fin.bias[0] : T(0));
+        }
         std::memcpy(out + u * L, &acc[u], sizeof acc[u]);
     }
 }
@@ -1270,6 +1273,7 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
             for (int64_t m = c * per; m < (c + 1) * per; ++m) {
                 T* ym = y + (image * s.out_channels + m) * n;
                 const T* wm = w + m * taps;
+                const affine<T> fin = eg.in_registers(m);  // (the epilogue sums applies, or none)
                 for (int64_t od = 0; od < s.out[0]; ++od) {
                     const T* base = scratch + od * depth_step;
                     const int64_t q0 = od * plane;
@@ -1279,17 +1283,19 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                             const T* row = base + oh * pw;
                             const int64_t q = q0 + oh * s.out[2];
                             for (int64_t ow = 0; ow < whole; ow += U * L) {
-                                depthwise::sums<T, U>(row + ow, offsets, taps, wm, ym + q + ow);
+                                depthwise::sums<T, U>(row + ow, offsets, taps, wm, ym + q + ow, fin);
                             }
                             for (int64_t ow = whole; ow < s.out[2]; ow += L) {
-                                depthwise::sums<T, 1>(row + ow, offsets, taps, wm, ym + q + ow);
+                                depthwise::sums<T, 1>(row + ow, offsets, taps, wm, ym + q + ow, fin);
                             }
-                            eg(m, q, ym + q, 0, 1, 1, s.out[2]);
+                            if (!fin) {
+                                eg(m, q, ym + q, 0, 1, 1, s.out[2]);
+                            }
                         }
                         continue;
                     }
                     for (int64_t f = 0; f < length; f += U * L) {
-                        depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f);
+                        depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f, fin);
                     }
                     for (int64_t oh = 1; oh < s.out[1]; ++oh) {  // the output rows' sums made consecutive
                         for (int64_t ow = 0; ow < s.out[2]; ++ow) {
@@ -1297,7 +1303,9 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                         }
                     }
                     std::memcpy(ym + q0, sums, sizeof(T) * plane);
-                    eg(m, q0, ym + q0, 0, 1, 1, plane);
+                    if (!fin) {
+                        eg(m, q0, ym + q0, 0, 1, 1, plane);
+                    }
                 }
             }
         }

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "prelude.h"
 
@@ -62,10 +63,42 @@ struct panels {
     int64_t k;
 };
 
+// The commonest epilogue as data: v + bias[i] (i: the row of the result, a convolution's output channel), then
+// clamped below at lo and above at hi (no bias: nullptr; no bound: an infinite one, which changes nothing). The
+// kernels that can apply it to their accumulators before they store do (ks::tiles::micro, the depthwise sums):
+// no call and no second pass over the results. The comparisons are the generated code's own (v < lo ? lo : v),
+// so the results are the lambda's, bit for bit, NaN included.
+template <class T>
+struct affine {
+    const T* bias = nullptr;
+    T lo = -std::numeric_limits<T>::infinity();
+    T hi = std::numeric_limits<T>::infinity();
+    bool on = false;
+
+    explicit operator bool() const { return on; }
+
+    // This epilogue from the result's row `from` on.
+    affine from(int64_t i) const {
+        affine a = *this;
+        a.bias = bias != nullptr ? bias + i : nullptr;
+        return a;
+    }
+
+    // Row i's value v with the bias added and the bounds applied (ks::tiles::finish: a vector of them).
+    T at(int64_t i, T v) const { return apply(v, bias != nullptr ? bias[i] : T(0)); }
+    T apply(T v, T b) const {
+        v = bias != nullptr ? v + b : v;
+        v = v < lo ? lo : v;
+        return v > hi ? hi : v;
+    }
+};
+
 // The elementwise work that follows a product or a convolution, applied to a block of results once they are
 // final: run(self, image, i, j, out, rs, cs, rows, cols) sets out[r·rs + q·cs] = f(image, i + r, j + q, that
 // value) for r < rows, q < cols. Of a matrix product, (i, j) is the element of c (image 0); of a convolution,
-// i is the output channel and j the flat output position. No run: nothing to apply.
+// i is the output channel and j the flat output position. No run: nothing to apply, or, with self, self is a
+// ks::affine (ks::affine_epilogue: no member of its own, so that the epilogues the kernels copy stay small; one
+// more made GCC's frames of tiles::block 60% larger).
 template <class T>
 struct epilogue {
     using run_fn = void (*)(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs,
@@ -76,17 +109,40 @@ struct epilogue {
     int64_t first = 0;     // (the row of the whole result where this product's rows start: a group's channels)
     bool swapped = false;  // (the product computed transposed: cᵀ = bᵀ · aᵀ)
 
-    explicit operator bool() const { return run != nullptr; }
+    explicit operator bool() const { return run != nullptr || self != nullptr; }
+
+    // The affine epilogue a kernel applies itself to the rows of its result from row i on, as it stores them, or
+    // none (then it calls this epilogue over what it stored).
+    affine<T> in_registers(int64_t i) const {
+        return run == nullptr && self != nullptr && !swapped ? simple().from(first + i) : affine<T>{};
+    }
+    const affine<T>& simple() const { return *static_cast<const affine<T>*>(self); }
 
     // f over rows x cols results from (i, j) of this product at out (element (r, q) at out[r·rs + q·cs]).
     void operator()(int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows, int64_t cols) const {
-        if (run == nullptr || rows <= 0 || cols <= 0) {
+        if (rows <= 0 || cols <= 0) {
+            return;
+        }
+        if (run == nullptr) {
+            if (self != nullptr) {
+                apply_simple(i, j, out, rs, cs, rows, cols);
+            }
             return;
         }
         if (swapped) {
             run(self, image, first + j, i, out, cs, rs, cols, rows);
         } else {
             run(self, image, first + i, j, out, rs, cs, rows, cols);
+        }
+    }
+
+    __attribute__((noinline)) void apply_simple(int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
+                                                int64_t cols) const {
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t q = 0; q < cols; ++q) {
+                T& o = out[r * rs + q * cs];
+                o = simple().at(first + (swapped ? j + q : i + r), o);
+            }
         }
     }
 
@@ -239,11 +295,26 @@ constexpr int64_t k_step(int64_t k) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// x, a vector of row values, with an affine epilogue applied (ks::affine::at): b is the row's bias.
 template <class T>
-inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
+inline typename simd<T>::v finish(typename simd<T>::v x, const affine<T>& e, T b) {
+    using V = typename simd<T>::v;
+    if (e.bias != nullptr) {
+        x += splat<T>(b);
+    }
+    const V lo = splat<T>(e.lo), hi = splat<T>(e.hi);
+    x = x < lo ? lo : x;
+    return x > hi ? hi : x;
+}
+
+template <class T>
+inline void store(typename simd<T>::v x, T* out, int n, bool load_c, const affine<T>* fin = nullptr, T b = T(0)) {
     if (n == simd<T>::lanes) {
         if (load_c) {
             x += load<T>(out);
+        }
+        if (fin != nullptr) {
+            x = finish<T>(x, *fin, b);
         }
         std::memcpy(out, &x, sizeof x);
         return;
@@ -254,10 +325,18 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
         if constexpr (sizeof(T) == 4) {
             __m512 v = reinterpret_cast<__m512&>(x);
             v = load_c ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(__mmask16(mask), out)) : v;
+            if (fin != nullptr) {
+                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
+                v = reinterpret_cast<__m512&>(x);
+            }
             _mm512_mask_storeu_ps(out, __mmask16(mask), v);
         } else {
             __m512d v = reinterpret_cast<__m512d&>(x);
             v = load_c ? _mm512_add_pd(v, _mm512_maskz_loadu_pd(__mmask8(mask), out)) : v;
+            if (fin != nullptr) {
+                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
+                v = reinterpret_cast<__m512d&>(x);
+            }
             _mm512_mask_storeu_pd(out, __mmask8(mask), v);
         }
         return;
@@ -269,11 +348,19 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
             const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
             __m256 v = reinterpret_cast<__m256&>(x);
             v = load_c ? _mm256_add_ps(v, _mm256_maskload_ps(out, mask)) : v;
+            if (fin != nullptr) {
+                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
+                v = reinterpret_cast<__m256&>(x);
+            }
             _mm256_maskstore_ps(out, mask, v);
         } else {
             const __m256i mask = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
             __m256d v = reinterpret_cast<__m256d&>(x);
             v = load_c ? _mm256_add_pd(v, _mm256_maskload_pd(out, mask)) : v;
+            if (fin != nullptr) {
+                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
+                v = reinterpret_cast<__m256d&>(x);
+            }
             _mm256_maskstore_pd(out, mask, v);
         }
         return;
@@ -283,13 +370,34 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
     std::memcpy(lanes, &x, sizeof x);
     for (int l = 0; l < simd<T>::lanes; ++l) {
         if (l < n) {
-            out[l] = load_c ? out[l] + lanes[l] : lanes[l];
+            const T v = load_c ? out[l] + lanes[l] : lanes[l];
+            out[l] = fin != nullptr ? fin->apply(v, b) : v;
         }
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// An affine epilogue over rows just stored (rows x cols at c, rows c_rs apart; its rows are fin's from r0 on),
+// read back from cache and written again: the rows a tall block leaves to ks::tiles::block's default tiles.
+template <class T>
+__attribute__((noinline)) void finish_rows(const affine<T>& fin, int64_t r0, T* c, int64_t c_rs, int64_t rows,
+                                           int64_t cols) {
+    constexpr int L = simd<T>::lanes;
+    for (int64_t r = 0; r < rows; ++r) {
+        T* o = c + r * c_rs;
+        const T b = fin.bias != nullptr ? fin.bias[r0 + r] : T(0);
+        int64_t q = 0;
+        for (; q + L <= cols; q += L) {
+            const typename simd<T>::v x = finish<T>(load<T>(o + q), fin, b);
+            std::memcpy(o + q, &x, sizeof x);
+        }
+        for (; q < cols; ++q) {
+            o[q] = fin.apply(o[q], b);
+        }
+    }
+}
 
 // What a tile prefetches into L2 while it runs: the byte at `from + (p · step >> 16)` as it reaches k row p
 // (step: bytes per row, 16-bit fixed point), or nothing when from is 0. When b is a constant's panels read
@@ -349,8 +457,9 @@ struct table_rows {
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
-inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b,
-                  T* c, int64_t c_rs, int cols, bool load_c, ahead pf = {}) {
+__attribute__((noinline)) void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
+                                     int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
+                                     int64_t r0 = 0) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
     constexpr int W = P / simd<T>::lanes;  // vectors per panel row
@@ -413,6 +522,9 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
                 }
+                if (fin != nullptr) {
+                    x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
+                }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
             }
         }
@@ -426,7 +538,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (n <= 0) {
                     continue;
                 }
-                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c);
+                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c, fin,
+                         fin != nullptr && fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
             }
         }
     }
@@ -454,6 +567,7 @@ struct tile_epilogue {
     const epilogue<T>* epi = nullptr;
     int64_t i = 0;
     int64_t j = 0;
+    const affine<T>* regs = nullptr;  // (the block's affine epilogue, from its first row on: each tile applies it)
 };
 
 // One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro); then, with `after`,
@@ -462,9 +576,9 @@ template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf);
+        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     } else {
-        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf);
+        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -537,8 +651,9 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const bool per_tile = last && epi && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
-    const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j};
+    const affine<T> regs = last ? epi.in_registers(i0) : affine<T>{};
+    const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
+    const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j, regs ? &regs : nullptr};
     int64_t whole = m - m % MR;
     if (MR != row_block && whole >= MR && !splits(m - whole) && splits(m - whole + MR)) {
         whole -= MR;  // one tall tile fewer, so that the rows left make tiles of min_rows or more (64 = 4·12 + 2·8)
@@ -570,12 +685,15 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
                          load_c, per_tile, j, epi, i0 + i);
                 i += rows;
             }
+            if (regs) {  // (here, not in the call above: its tiles made this frame 70% larger)
+                finish_rows<T>(regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
+            }
         } else {
             rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
                                          c + whole * c_rs, c_rs, cols, load_c, after, whole);
         }
     }
-    if (last && !per_tile) {  // (the block's columns are consecutive in c, whatever the panels' width)
+    if (last && !per_tile && !regs) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
     }
 }

@@ -108,6 +108,24 @@ epilogue<T> conv_epilogue(const F& f) {
     return {&run_block<T, F, true>, &f};
 }
 
+// The epilogue v + bias[channel] (no bias: nullptr), then clamped below at lo (bounds bit 1) and above at hi
+// (bit 2): a ks::affine, which the kernels apply as they store (no call), passed by ks::affine_epilogue (f
+// must outlive the call it is passed to).
+template <class T>
+affine<T> make_affine(const T* bias, unsigned bounds = 0, T lo = T(0), T hi = T(0)) {
+    affine<T> a;
+    a.bias = bias;
+    a.lo = (bounds & 1) != 0 ? lo : a.lo;
+    a.hi = (bounds & 2) != 0 ? hi : a.hi;
+    a.on = true;
+    return a;
+}
+
+template <class T>
+epilogue<T> affine_epilogue(const affine<T>& f) {
+    return {nullptr, &f};
+}
+
 }  // inline namespace KS_KERNELS
 }  // namespace ks
 

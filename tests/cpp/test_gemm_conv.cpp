@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -168,6 +170,25 @@ std::vector<T> conv_loops(const ks::conv_shape& s, int64_t images, const std::ve
     return y;
 }
 
+// The kernel with ks::affine_epilogue (bias, clamps) against the same epilogue as a lambda: equal bit for bit
+// (the bias of channel 0 NaN, so that the NaN rules are compared too).
+template <class T, class Run>
+void check_affine(const ks::conv_shape& s, std::vector<T>& bias, unsigned bounds, const Run& run) {
+    bias[0] = std::numeric_limits<T>::quiet_NaN();
+    const T lo = T(-0.25), hi = T(0.5);
+    const auto lambda = [&](int64_t, int64_t m, int64_t, T v) {
+        T t = v + bias[m];
+        t = (bounds & 1) && t < lo ? lo : t;
+        return (bounds & 2) && t > hi ? hi : t;
+    };
+    const ks::affine<T> f = ks::make_affine<T>(bias.data(), bounds, lo, hi);
+    const std::vector<T> a = run(ks::affine_epilogue<T>(f));
+    const std::vector<T> b = run(ks::conv_epilogue<T>(lambda));
+    const bool same = std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0;
+    report<T>(same ? 0.0 : 1e9, s.depth(), "conv with ks::affine_epilogue", s.out_channels, s.positions(), s.depth(),
+              int(bounds));
+}
+
 // how: 0 ks::conv, 1 ks::conv_rows, 2 ks::conv_depthwise.
 template <class T>
 void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, int how, uint64_t& state) {
@@ -176,6 +197,19 @@ void check_conv(const ks::conv_shape& s, int64_t images, bool epi_on, int how, u
     for (auto& v : x) v = T(noise(state));
     for (auto& v : w) v = T(noise(state));
     for (auto& v : bias) v = T(noise(state));
+    if (epi_on && !rows) {
+        check_affine<T>(s, bias, 1 + unsigned(state % 3), [&](const ks::epilogue<T>& e) {
+            std::vector<T> y(images * s.out_channels * s.positions());
+            std::vector<T> room(how == 2 ? ks::depthwise_scratch<T>(s) : ks::conv_scratch<T>(s));
+            if (how == 2) {
+                ks::conv_depthwise<T>(s, images, x.data(), w.data(), y.data(), room.data(), e);
+            } else {
+                ks::conv<T>(s, images, x.data(), w.data(), y.data(), room.data(), e);
+            }
+            return y;
+        });
+        bias[0] = T(noise(state));
+    }
     const auto epi = [&bias](int64_t image, int64_t m, int64_t q, T v) {
         const T t = v + bias[m] - T(0.001) * T(q) + T(0.1) * T(image);
         return t < T(0) ? T(0) : t;
