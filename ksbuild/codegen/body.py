@@ -145,14 +145,30 @@ def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:
 
 
 def emit_call(w: Writer, eqn) -> None:
-    """A call to another kernel: inlined as a block (the callee keeps its own names)."""
+    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the callee keeps one
+    (prims/control.py keeps_call), else inlined as a block (the callee keeps its own names)."""
+    from ..prims.control import keeps_call
     fn = eqn.params["fn"]
+    if keeps_call(fn) and w.helpers is not None:
+        _call_helper(w, eqn, w.helpers.get(fn, w.dims, w))
+        return
     outs = declare_outputs(w, eqn.outs)
     w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
     emit_inline(w, fn, list(eqn.ins), outs)
     w.line("}")
     for v, h in zip(eqn.outs, outs):
         w.env[v] = h
+
+
+def _call_helper(w: Writer, eqn, helper) -> None:
+    """outs = detail::helper(dims, args): one result is returned, several written through pointers."""
+    args = helper.dims + [w.scalar(a) for a in eqn.ins]
+    if len(eqn.outs) == 1:
+        w.assign(eqn.outs[0], f"detail::{helper.name}({', '.join(args)})")
+        return
+    outs = declare_outputs(w, eqn.outs)
+    w.line(f"detail::{helper.name}({', '.join(args + [f'&{o}' for o in outs])});")
+    w.env.update(zip(eqn.outs, outs))
 
 
 def emit_cond(w: Writer, eqn: Eqn) -> None:

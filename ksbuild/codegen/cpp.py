@@ -221,6 +221,8 @@ class Writer:
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
         self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
+        self.helpers = None                  # codegen.helpers.Helpers: the package's helper functions
+        self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
 
     @property
     def depth(self) -> int:
@@ -239,10 +241,11 @@ class Writer:
 
     def note_source(self, start: int, locs) -> None:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
-        loop nest or a call of a kernel of the prelude (ks::conv(...);), do not start with a comment already and
-        do not follow code of the same place (the block's last such comment says it)."""
+        loop nest, a call of a kernel of the prelude (ks::conv(...);) or of a helper (detail::f), do not start with
+        a comment already and do not follow code of the same place (the block's last such comment says it)."""
         new = [line.strip() for line in self.lines[start:]]
-        if not any(line.startswith(("for (", "KS_OMP", "ks::")) for line in new) or new[0].startswith("//"):
+        if not any(line.startswith(("for (", "KS_OMP", "ks::")) or "detail::" in line for line in new) or \
+                new[0].startswith("//"):
             return
         text = source_comment(locs, self.source_root)
         pad = self.lines[start][:len(self.lines[start]) - len(new[0])]

@@ -15,6 +15,58 @@
 
 namespace KS_VARIANT {  // gmm_x86_64, gmm_x86_64_v3, gmm_x86_64_v4
 
+namespace detail {  // the kernels' helper functions (codegen/helpers.py), called from the exports below
+
+static double log_gamma_d(int64_t d, double a) {  // log_gamma_d(a)
+    const double t1 = static_cast<double>(d);
+    const double t2 = (0.25 * t1);
+    const double t3 = static_cast<double>((d - 1));
+    const double t4 = (t2 * t3);
+    const double t5 = (t4 * 1.1447298858494002);
+    // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+    double sum;
+    sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+        const int64_t t6 = (i + int64_t{1});
+        const int64_t t7 = (int64_t{1} - t6);
+        const double t8 = static_cast<double>(t7);
+        const double t9 = (0.5 * t8);
+        const double t10 = (a + t9);
+        const double t11 = std::lgamma(t10);
+        const double sum1 = (sum + t11);
+        sum = sum1;
+    }
+    const double t6 = (t5 + sum);
+    return t6;
+}
+
+static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
+    const double t1 = static_cast<double>(d);
+    const double t2 = (0.25 * t1);
+    const double t3 = static_cast<double>((d - 1));
+    const double t4 = (t2 * t3);
+    const double t5 = (t4 * 1.1447298858494002);
+    // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+    double sum;
+    sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+        const int64_t t6 = (i + int64_t{1});
+        const int64_t t7 = (int64_t{1} - t6);
+        const double t8 = static_cast<double>(t7);
+        const double t9 = (0.5 * t8);
+        const double t10 = static_cast<double>(a);
+        const double t11 = (t10 + t9);
+        const double t12 = std::lgamma(t11);
+        const double sum1 = (sum + t12);
+        sum = sum1;
+    }
+    const double t6 = (t5 + sum);
+    return t6;
+}
+
+}  // namespace detail
+
+
 // gmm = gmm   (kernel gmm from gmm.py:gmm_objective)
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
@@ -194,39 +246,17 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum1 = (sum + t31);
-                sum = sum1;
-            }
-            const double t26 = (t25 + sum);
-            r1 = t26;
-        }
-        const double C = (t19 - r1);
+        const double t21 = detail::log_gamma_d(d, t20);
+        const double C = (t19 - t21);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc3 += t22;
+                const double t22 = ks::exp(qs_i);
+                const double t23 = ks::ipow<2>(t22);
+                acc3 += t23;
             }
         }
         double acc4 = 0;
@@ -234,14 +264,14 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
             KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc4 += t21;
+                const double t22 = ks::ipow<2>(ls_i);
+                acc4 += t22;
             }
         }
         const double frobenius = (acc3 + acc4);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t22 = ks::ipow<2>(wishart_gamma);
+        const double t23 = (0.5 * t22);
+        const double t24 = (t23 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -251,12 +281,12 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 acc5 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc5);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r = t28;
+        const double t25 = (wishart_m * acc5);
+        const double t26 = (t24 - t25);
+        const double t27 = static_cast<double>(K);
+        const double t28 = (t27 * C);
+        const double t29 = (t26 - t28);
+        r = t29;
     }
     const double t14 = (t13 + r);
     *out = t14;
@@ -853,41 +883,18 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float t21 = (t18 * t20);
         const float t22 = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t23 = static_cast<double>(d);
-            const double t24 = (0.25 * t23);
-            const double t25 = static_cast<double>((d - 1));
-            const double t26 = (t24 * t25);
-            const double t27 = (t26 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t28 = (i + int64_t{1});
-                const int64_t t29 = (int64_t{1} - t28);
-                const double t30 = static_cast<double>(t29);
-                const double t31 = (0.5 * t30);
-                const double t32 = static_cast<double>(t22);
-                const double t33 = (t32 + t31);
-                const double t34 = std::lgamma(t33);
-                const double sum1 = (sum + t34);
-                sum = sum1;
-            }
-            const double t28 = (t27 + sum);
-            r1 = t28;
-        }
-        const double t23 = static_cast<double>(t21);
-        const double C = (t23 - r1);
+        const double t23 = detail::log_gamma_d_2(d, t22);
+        const double t24 = static_cast<double>(t21);
+        const double C = (t24 - t23);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         float acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                const float t24 = ks::exp(qs_i);
-                const float t25 = ks::ipow<2>(t24);
-                acc3 += t25;
+                const float t25 = ks::exp(qs_i);
+                const float t26 = ks::ipow<2>(t25);
+                acc3 += t26;
             }
         }
         float acc4 = 0;
@@ -895,14 +902,14 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                const float t24 = ks::ipow<2>(ls_i);
-                acc4 += t24;
+                const float t25 = ks::ipow<2>(ls_i);
+                acc4 += t25;
             }
         }
         const float frobenius = (acc3 + acc4);
-        const float t24 = ks::ipow<2>(wishart_gamma);
-        const float t25 = (0.5f * t24);
-        const float t26 = (t25 * frobenius);
+        const float t25 = ks::ipow<2>(wishart_gamma);
+        const float t26 = (0.5f * t25);
+        const float t27 = (t26 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         float acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -912,13 +919,13 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 acc5 += qs_i;
             }
         }
-        const float t27 = (wishart_m * acc5);
-        const float t28 = (t26 - t27);
-        const double t29 = static_cast<double>(K);
-        const double t30 = (t29 * C);
-        const double t31 = static_cast<double>(t28);
-        const double t32 = (t31 - t30);
-        r = t32;
+        const float t28 = (wishart_m * acc5);
+        const float t29 = (t27 - t28);
+        const double t30 = static_cast<double>(K);
+        const double t31 = (t30 * C);
+        const double t32 = static_cast<double>(t29);
+        const double t33 = (t32 - t31);
+        r = t33;
     }
     const double t16 = (t15 + r);
     const float t17 = static_cast<float>(t16);
@@ -1507,39 +1514,17 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum1;
-            sum1 = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum2 = (sum1 + t31);
-                sum1 = sum2;
-            }
-            const double t26 = (t25 + sum1);
-            r1 = t26;
-        }
-        const double C = (t19 - r1);
+        const double t21 = detail::log_gamma_d(d, t20);
+        const double C = (t19 - t21);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t22 = ks::exp(qs_i);
+                const double t23 = ks::ipow<2>(t22);
+                acc2 += t23;
             }
         }
         double acc3 = 0;
@@ -1547,14 +1532,14 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t22 = ks::ipow<2>(ls_i);
+                acc3 += t22;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t22 = ks::ipow<2>(wishart_gamma);
+        const double t23 = (0.5 * t22);
+        const double t24 = (t23 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -1564,12 +1549,12 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r = t28;
+        const double t25 = (wishart_m * acc4);
+        const double t26 = (t24 - t25);
+        const double t27 = static_cast<double>(K);
+        const double t28 = (t27 * C);
+        const double t29 = (t26 - t28);
+        r = t29;
     }
     const double t14 = (t13 + r);
     *out = t14;
@@ -2085,39 +2070,17 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r3;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum1 = (sum + t31);
-                sum = sum1;
-            }
-            const double t26 = (t25 + sum);
-            r3 = t26;
-        }
-        const double C = (t19 - r3);
+        const double t21 = detail::log_gamma_d(d, t20);
+        const double C = (t19 - t21);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t22 = ks::exp(qs_i);
+                const double t23 = ks::ipow<2>(t22);
+                acc2 += t23;
             }
         }
         double acc3 = 0;
@@ -2125,14 +2088,14 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t22 = ks::ipow<2>(ls_i);
+                acc3 += t22;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t22 = ks::ipow<2>(wishart_gamma);
+        const double t23 = (0.5 * t22);
+        const double t24 = (t23 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2142,12 +2105,12 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r2 = t28;
+        const double t25 = (wishart_m * acc4);
+        const double t26 = (t24 - t25);
+        const double t27 = static_cast<double>(K);
+        const double t28 = (t27 * C);
+        const double t29 = (t26 - t28);
+        r2 = t29;
     }
     const double t14 = (t13 + r2);
     *out = t14;
@@ -2608,39 +2571,17 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double t19 = (t16 * t18);
         const double t20 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum1;
-            sum1 = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum2 = (sum1 + t31);
-                sum1 = sum2;
-            }
-            const double t26 = (t25 + sum1);
-            r2 = t26;
-        }
-        const double C = (t19 - r2);
+        const double t21 = detail::log_gamma_d(d, t20);
+        const double C = (t19 - t21);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t22 = ks::exp(qs_i);
+                const double t23 = ks::ipow<2>(t22);
+                acc2 += t23;
             }
         }
         double acc3 = 0;
@@ -2648,14 +2589,14 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t22 = ks::ipow<2>(ls_i);
+                acc3 += t22;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t22 = ks::ipow<2>(wishart_gamma);
+        const double t23 = (0.5 * t22);
+        const double t24 = (t23 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2665,12 +2606,12 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r1 = t28;
+        const double t25 = (wishart_m * acc4);
+        const double t26 = (t24 - t25);
+        const double t27 = static_cast<double>(K);
+        const double t28 = (t27 * C);
+        const double t29 = (t26 - t28);
+        r1 = t29;
     }
     const double t14 = (t13 + r1);
     *out = t14;
