@@ -20,11 +20,14 @@ def emit_body(w: Writer, f: Func) -> list[Handle]:
 
 
 def read_once(f: Func) -> set[Var]:
-    """The values of f that exactly one equation of f reads, an equation without a body (a loop's or an if's would
-    read it in another block), and that are not results of f."""
+    """The values of f that exactly one equation of f reads, and that are not results of f, where that equation
+    reads it once, right where it is emitted: one with scalar results, no body (a loop's or an if's would read it
+    in another block) and not a view (a view's subscript is read wherever the view is, in later loops too)."""
     count: dict[Var, int] = {}
     for eqn in f.eqns:
-        weight = 2 if any(isinstance(v, Func) for v in eqn.params.values()) else 1
+        once = not eqn.prim.view and all(v.type.rank == 0 for v in eqn.outs) and \
+            not any(isinstance(v, Func) for v in eqn.params.values())
+        weight = 1 if once else 2
         for a in eqn.ins:  # (x * x reads x twice: it stays a local)
             if isinstance(a, Var):
                 count[a] = count.get(a, 0) + weight

@@ -700,6 +700,24 @@ def _call_batch(b, ins, batched, size, fn):
     return vmap.vmap_eqns(b, fn, ins, batched, size)
 
 
+def fresh_copy(f: Func, memo: dict | None = None) -> Func:
+    """f with new vars at every depth (a body shared inside f stays shared in the copy)."""
+    memo = {} if memo is None else memo
+    if id(f) in memo:
+        return memo[id(f)]
+    env: dict = {p: Var(p.type, p.hint) for p in f.params}
+    eqns = []
+    for e in f.eqns:
+        params = {k: fresh_copy(v, memo) if isinstance(v, Func) else v for k, v in e.params.items()}
+        outs = tuple(Var(v.type, v.hint) for v in e.outs)
+        eqns.append(Eqn(e.prim, tuple(env.get(a, a) if isinstance(a, Var) else a for a in e.ins), outs,
+                        freeze(params), e.loc))
+        env.update(zip(e.outs, outs))
+    memo[id(f)] = Func(f.name, tuple(env[p] for p in f.params), tuple(eqns),
+                       tuple(env.get(r, r) if isinstance(r, Var) else r for r in f.results), f.result_names)
+    return memo[id(f)]
+
+
 def _call_prune(eqn, used):
     # results nobody reads are dropped from the callee (a helper's `p, q = pair(x)` with q unused), then the
     # arguments the callee does not read (`h(g(x))` with h ignoring its argument: g's call is then dead)
@@ -708,7 +726,9 @@ def _call_prune(eqn, used):
     args = [i for i, p in enumerate(fn.params) if _reads(fn, p)]
     if len(keep) == len(used) and len(args) == len(fn.params):
         return eqn
-    fn = Func(fn.name, tuple(fn.params[i] for i in args), fn.eqns, fn.results, fn.result_names)
+    # (a narrowed callee gets vars of its own at every depth: the whole one may still be called elsewhere, and a
+    # var is defined once)
+    fn = fresh_copy(Func(fn.name, tuple(fn.params[i] for i in args), fn.eqns, fn.results, fn.result_names))
     return Eqn(eqn.prim, tuple(eqn.ins[i] for i in args), tuple(eqn.outs[i] for i in keep),
                freeze(dict(eqn.params, fn=fn)), eqn.loc)
 

@@ -99,9 +99,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const double t2 = ((i > j) ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0);
-                    const double t3 = ((i == j) ? t1 : t2);
-                    Qs[k * (d * d) + i * d + j] = t3;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -344,14 +345,15 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const double t4 = (t3 ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0);
-                const double t5 = (t2 ? t1 : t4);
-                const double t6 = (t2 ? t1 : 0.0);
-                const bool t7 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t5;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const double t6 = (t2 ? t1 : t5);
+                const double t7 = (t2 ? t1 : 0.0);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t6;
-                r3[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -563,11 +565,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
                 const double t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const double t11 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
-                const double t12 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
-                const double t13 = (r1[k * (d * d) + i * d + j] ? 0.0 : t11);
-                r5[ks::clamp_index(i, d)] += t12;
-                r6[ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] += t13;
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
+                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
+                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
+                r5[ks::clamp_index(i, d)] += t13;
+                r6[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -673,9 +676,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 const float t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const float t2 = ((i > j) ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0f);
-                    const float t3 = ((i == j) ? t1 : t2);
-                    Qs[k * (d * d) + i * d + j] = t3;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0f);
+                    const float t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -948,14 +952,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const float t4 = (t3 ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0f);
-                const float t5 = (t2 ? t1 : t4);
-                const float t6 = (t2 ? t1 : 0.0f);
-                const bool t7 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t5;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const float t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0f);
+                const float t6 = (t2 ? t1 : t5);
+                const float t7 = (t2 ? t1 : 0.0f);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t6;
-                r3[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -1187,11 +1192,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
                 const float t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const float t11 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
-                const float t12 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0f);
-                const float t13 = (r1[k * (d * d) + i * d + j] ? 0.0f : t11);
-                r5[ks::clamp_index(i, d)] += t12;
-                r6[ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] += t13;
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const float t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
+                const float t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0f);
+                const float t14 = (r1[k * (d * d) + i * d + j] ? 0.0f : t12);
+                r5[ks::clamp_index(i, d)] += t13;
+                r6[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1289,9 +1295,10 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const double t2 = ((i > j) ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0);
-                    const double t3 = ((i == j) ? t1 : t2);
-                    Qs[k * (d * d) + i * d + j] = t3;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -1535,14 +1542,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const double t4 = (t3 ? icf[k * T + ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] : 0.0);
-                const double t5 = (t2 ? t1 : t4);
-                const double t6 = (t2 ? t1 : 0.0);
-                const bool t7 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t5;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const double t6 = (t2 ? t1 : t5);
+                const double t7 = (t2 ? t1 : 0.0);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t6;
-                r3[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -1753,11 +1761,12 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
                 const double t10 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const double t11 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
-                const double t12 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
-                const double t13 = (r1[k * (d * d) + i * d + j] ? 0.0 : t11);
-                r12[ks::clamp_index(i, d)] += t12;
-                r13[ks::clamp_index(((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1}), T)] += t13;
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t12 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
+                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
+                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
+                r12[ks::clamp_index(i, d)] += t13;
+                r13[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1867,9 +1876,10 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 double sum1;
                 sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const double t5 = (x[i * d + c] - means[k * d + c]);
-                    const double t6 = (icf[k * T + ks::clamp_index(((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1}), T)] * t5);
-                    const double sum2 = (sum1 + t6);
+                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t6 = (x[i * d + c] - means[k * d + c]);
+                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double sum2 = (sum1 + t7);
                     sum1 = sum2;
                 }
                 const double t5 = (t3 + sum1);
@@ -2056,9 +2066,10 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 double sum1;
                 sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const double t5 = (x[i * d + c] - means[k * d + c]);
-                    const double t6 = (icf[k * T + ks::clamp_index(((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1}), T)] * t5);
-                    const double sum2 = (sum1 + t6);
+                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t6 = (x[i * d + c] - means[k * d + c]);
+                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double sum2 = (sum1 + t7);
                     sum1 = sum2;
                 }
                 const double t5 = (t3 + sum1);
@@ -2316,13 +2327,14 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 sum[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index((((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1}), (T - d)) + j * T];
+                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
                     const double x_i1 = xc[c + j * d];
-                    const double t2 = (x_i * x_i1);
+                    const double t3 = (x_i * x_i1);
                     const double sum_i = sum[j];
-                    const double sum_i1 = (sum_i + t2);
+                    const double sum_i1 = (sum_i + t3);
                     sum[j] = sum_i1;
                 }
             }
@@ -2538,13 +2550,14 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 sum1[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index((((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1}), (T - d)) + j * T];
+                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
                     const double x_i1 = xc1[i * (K * d) + c + j * d];
-                    const double t2 = (x_i * x_i1);
+                    const double t3 = (x_i * x_i1);
                     const double sum_i = sum1[j];
-                    const double sum_i1 = (sum_i + t2);
+                    const double sum_i1 = (sum_i + t3);
                     sum1[j] = sum_i1;
                 }
             }
