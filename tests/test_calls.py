@@ -32,7 +32,8 @@ def pair(a: float, b: float):
 
 
 def two(x: float, y: float) -> float:
-    return softplus(x) * softplus(y) + softplus(x * y)
+    detail = softplus(x)  # (a local named like the namespace: `detail::` looks up namespaces and types only)
+    return detail * softplus(y) + softplus(x * y)
 
 
 def nested(x: float, y: float) -> float:
