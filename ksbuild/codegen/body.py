@@ -11,11 +11,30 @@ from .storage import Storage, dim_expr
 
 def emit_body(w: Writer, f: Func) -> list[Handle]:
     """Emit f's equations (params already bound in w.env); the handles of its results."""
+    w.foldable |= read_once(f)
     for eqn in f.eqns:
         start = len(w.lines)
         eqn.prim.emit(w, eqn)
         w.note_source(start, [eqn.loc])
     return [handle_of(w, r) for r in f.results]
+
+
+def read_once(f: Func) -> set[Var]:
+    """The values of f that exactly one equation of f reads, and that are not results of f, where that equation
+    reads it once, right where it is emitted: one with scalar results, no body (a loop's or an if's would read it
+    in another block) and not a view (a view's subscript is read wherever the view is, in later loops too)."""
+    count: dict[Var, int] = {}
+    for eqn in f.eqns:
+        once = not eqn.prim.view and all(v.type.rank == 0 for v in eqn.outs) and \
+            not any(isinstance(v, Func) for v in eqn.params.values())
+        weight = 1 if once else 2
+        for a in eqn.ins:  # (x * x reads x twice: it stays a local)
+            if isinstance(a, Var):
+                count[a] = count.get(a, 0) + weight
+    for r in f.results:
+        if isinstance(r, Var):
+            count[r] = 2
+    return {v for v, n in count.items() if n == 1}
 
 
 def handle_of(w: Writer, a: Atom) -> Handle:
@@ -24,19 +43,30 @@ def handle_of(w: Writer, a: Atom) -> Handle:
     return w.env[a]
 
 
-def declare_outputs(w: Writer, outs: Sequence[Var]) -> list[Handle]:
+def declare_outputs(w: Writer, outs: Sequence[Var], inner: Sequence[str] = ()) -> list[Handle]:
     """Declare mutable targets for a cond's or loop's results (scalars: locals, tensors: their
-    planned buffers); the tensor ones are bound at once, so bodies can write into them."""
+    planned buffers); the tensor ones are bound at once, so bodies can write into them. A result without a name
+    takes the name its body gives it (`inner`: a loop's `sum` of sum(...), an if's `x` of both branches)."""
     handles: list[Handle] = []
-    for v in outs:
+    for v, hint in zip(outs, list(inner) + [""] * len(outs)):
+        hint = v.hint or hint
         if v.type.rank == 0:
-            name = w.namer.fresh(v.hint or "r", source=bool(v.hint))
+            name = w.namer.fresh(hint or "r", source=bool(hint))
             w.line(f"{w.ctype(v.type)} {name};")
             handles.append(name)
         else:
-            handles.append(w.target(v, "r"))
+            handles.append(w.target(v, hint or "r"))
             w.env[v] = handles[-1]
     return handles
+
+
+def _hints(*groups: Sequence[Atom], skip: Sequence[Var] = ()) -> list[str]:
+    """Per position, the first name any group gives it (a result of a body, a loop's carried parameter), but the
+    names of `skip` (an if's operands passed through: the branch's `ct` is not what the if computes)."""
+    out = []
+    for atoms in zip(*groups):
+        out.append(next((a.hint for a in atoms if isinstance(a, Var) and a.hint and a not in skip), ""))
+    return out
 
 
 def store(w: Writer, src: Handle, dst: Handle, t) -> None:
@@ -71,10 +101,11 @@ def emit_loop(w: Writer, eqn) -> None:
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
     trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
     init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
-    carry = declare_outputs(w, eqn.outs[:ncar])  # a dead initial value's buffer, if the plan says so
-    for h, a in zip(carry, init):
+    carried = body.params[1 + nc:1 + nc + ncar]
+    carry = declare_outputs(w, eqn.outs[:ncar], _hints(carried, body.results[:ncar], skip=body.params[:1 + nc]))
+    for h, a in zip(carry, init):  # (into a dead initial value's buffer, if the plan says so)
         store(w, handle_of(w, a), h, a.type)
-    ys = declare_outputs(w, eqn.outs[ncar:])
+    ys = declare_outputs(w, eqn.outs[ncar:], _hints(body.results[ncar:], skip=body.params))
     n = w.scalar(trip)
     hint = body.params[0].hint  # the source's name of the counter, if it has one
     k = w.namer.fresh(hint, depth=w.depth + 1, source=True) if hint else w.namer.index(w.depth + 1)
@@ -145,8 +176,13 @@ def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:
 
 
 def emit_call(w: Writer, eqn) -> None:
-    """A call to another kernel: inlined as a block (the callee keeps its own names)."""
+    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the callee keeps one
+    (prims/control.py keeps_call), else inlined as a block (the callee keeps its own names)."""
+    from ..prims.control import keeps_call
     fn = eqn.params["fn"]
+    if keeps_call(fn) and w.helpers is not None:
+        _call_helper(w, eqn, w.helpers.get(fn, w.dims, w))
+        return
     outs = declare_outputs(w, eqn.outs)
     w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
     emit_inline(w, fn, list(eqn.ins), outs)
@@ -155,9 +191,21 @@ def emit_call(w: Writer, eqn) -> None:
         w.env[v] = h
 
 
+def _call_helper(w: Writer, eqn, helper) -> None:
+    """outs = detail::helper(dims, args): one result is returned, several written through pointers."""
+    args = helper.dims + [w.scalar(a) for a in eqn.ins]
+    if len(eqn.outs) == 1:
+        w.assign(eqn.outs[0], f"detail::{helper.name}({', '.join(args)})")
+        return
+    outs = declare_outputs(w, eqn.outs)
+    w.line(f"detail::{helper.name}({', '.join(args + [f'&{o}' for o in outs])});")
+    w.env.update(zip(eqn.outs, outs))
+
+
 def emit_cond(w: Writer, eqn: Eqn) -> None:
     """A cond equation: if/else over the two branches, each inlined, writing the same outputs."""
-    outs = declare_outputs(w, eqn.outs)
+    then_fn, else_fn = eqn.params["then_fn"], eqn.params["else_fn"]
+    outs = declare_outputs(w, eqn.outs, _hints(then_fn.results, else_fn.results, skip=then_fn.params + else_fn.params))
     w.line(f"if ({w.scalar(eqn.ins[0])}) {{")
     emit_inline(w, eqn.params["then_fn"], list(eqn.ins[1:]), outs)
     w.line("} else {")

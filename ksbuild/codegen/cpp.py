@@ -221,6 +221,9 @@ class Writer:
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
         self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
+        self.helpers = None                  # codegen.helpers.Helpers: the package's helper functions
+        self.foldable: set[Var] = set()      # scalars read once, by an equation of their own block (body.py)
+        self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
 
     @property
     def depth(self) -> int:
@@ -239,10 +242,11 @@ class Writer:
 
     def note_source(self, start: int, locs) -> None:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
-        loop nest or a call of a kernel of the prelude (ks::conv(...);), do not start with a comment already and
-        do not follow code of the same place (the block's last such comment says it)."""
+        loop nest, a call of a kernel of the prelude (ks::conv(...);) or of a helper (detail::f), do not start with
+        a comment already and do not follow code of the same place (the block's last such comment says it)."""
         new = [line.strip() for line in self.lines[start:]]
-        if not any(line.startswith(("for (", "KS_OMP", "ks::")) for line in new) or new[0].startswith("//"):
+        if not any(line.startswith(("for (", "KS_OMP", "ks::")) or "detail::" in line for line in new) or \
+                new[0].startswith("//"):
             return
         text = source_comment(locs, self.source_root)
         pad = self.lines[start][:len(self.lines[start]) - len(new[0])]
@@ -286,6 +290,8 @@ class Writer:
             return h.at([])
         if self.region is None:
             raise KsbuildError(f"internal: tensor {a} read as a scalar outside a loop")
+        if h.literal is not None:  # a splat of a scalar or a literal: no element to load
+            return h.literal
         idx, shape = self.region
         # load each element once, unconditionally: a load inside `p ? a : b` blocks if-conversion
         name = self.namer.fresh((a.hint or "x") + "_i", source=bool(a.hint))
@@ -312,8 +318,14 @@ class Writer:
         return [self.scalar(a) for a in eqn.ins]
 
     def assign(self, v: Var, expr: str) -> None:
-        """Define v = expr (an element expression inside a loop nest)."""
+        """Define v = expr (an element expression inside a loop nest). An integer or bool scalar that one equation
+        of the same block reads (foldable: index arithmetic, a comparison) is no local: its expression is written
+        where it is read, so `c * (2 * d - c - 1) // 2 + r` is one expression, not a chain of t5, t6, ..."""
         element = self.region is not None and v.type.rank > 0  # (one element of tensor v: v_i, as loads are named)
+        if not element and v in self.foldable and (v.type.dtype in INT_DTYPES or v.type.dtype == "bool") \
+                and "[" not in expr:  # (a load stays where it is: unconditional, once)
+            self.env[v] = expr
+            return
         name = self.namer.fresh(f"{v.hint}_i" if element and v.hint else v.hint, source=bool(v.hint))
         self.line(f"const {self.ctype(v.type)} {name} = {expr};")
         if element:

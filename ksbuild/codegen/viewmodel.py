@@ -9,6 +9,7 @@ from ..ir.types import C_TYPES, dim_names, dim_sub
 from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
+from .helpers import Helpers
 from .storage import Storage, dim_expr
 
 C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
@@ -109,7 +110,8 @@ def _dims(f: Func) -> list[str]:
     return dims
 
 
-def _c_name(hint: str, namer: Namer, fallback: str) -> str:
+def c_identifier(hint: str, namer: Namer, fallback: str) -> str:
+    """A parameter's C name: its hint where that is a free identifier, else `fallback` (numbered if taken)."""
     base = hint if hint and hint.isidentifier() and hint not in C_KEYWORDS else fallback
     taken = base in namer.used or is_macro_like(base) or base.startswith("ks_")
     return namer.fresh(base) if taken else (namer.used.add(base) or base)
@@ -120,19 +122,20 @@ def is_scalar_abi(f: Func) -> bool:
 
 
 def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None,
-                source_root=None) -> ExportView:
+                source_root=None, helpers=None) -> ExportView:
     """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
     `data` (a codegen.data.DataSection) collects the constants it reads, `forms` (codegen.epilogue.EpilogueForms)
-    the epilogue forms it applies; source_root (the manifest's directory) is what source paths in comments are
-    relative to."""
+    the epilogue forms it applies, `helpers` (codegen.helpers.Helpers) the helper functions its calls call;
+    source_root (the manifest's directory) is what source paths in comments are relative to."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(f) if v.hint])
     scalar_abi = is_scalar_abi(f)
     w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data, forms=forms, source_root=source_root)
+    w.helpers, w.dims = helpers if helpers is not None else Helpers(), dims
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     python_names: set[str] = set()
     for i, p in enumerate(f.params):
-        cname = _c_name(p.hint, namer, f"x{i}")
+        cname = c_identifier(p.hint, namer, f"x{i}")
         args.append(_input_arg(w, p, cname, python_names))
     outs = _output_names(f, namer)
     if scalar_abi:

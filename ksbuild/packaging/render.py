@@ -10,6 +10,7 @@ import jinja2
 
 from ..codegen.data import DataSection
 from ..codegen.epilogue import EpilogueForms
+from ..codegen.helpers import Helpers
 from ..codegen.viewmodel import ExportView, export_view
 from ..compile.backends import OWN_HEADERS, get_backend
 from ..compile.targets import TARGETS, Target, cpu_variants
@@ -47,10 +48,11 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
 
 
 def views(m: Manifest, exports: list[Export], data: DataSection | None = None,
-          forms: EpilogueForms | None = None) -> list[ExportView]:
+          forms: EpilogueForms | None = None, helpers: Helpers | None = None) -> list[ExportView]:
+    """The view of every export (`data`, `forms` and `helpers` collect what they share in the source file)."""
     out = []
     for e in exports:
-        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms, m.root)
+        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms, m.root, helpers)
         v.doc[1] = _signature_line(v, e.func)
         out.append(v)
     if forms is not None:  # (the epilogues' sites are known for the whole package now)
@@ -125,8 +127,8 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
 
 
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
-    data, forms = DataSection(m.name), EpilogueForms()
-    vs = views(m, exports, data, forms)
+    data, forms, helpers = DataSection(m.name), EpilogueForms(), Helpers()
+    vs = views(m, exports, data, forms, helpers)
     # (a package of scalar functions only is not worth compiling several times)
     # (one build for size, and for a package of scalar functions only: not worth compiling several times)
     several = any(v.kind == "tensor" for v in vs) and m.build.optimize == "speed"
@@ -138,6 +140,7 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
                cpu=m.build.cpu, threads=m.build.threads, werror=m.build.werror, optimize=m.build.optimize,
                data_decls=data.declarations(),
                epilogue_forms=forms.declarations(),
+               helpers=helpers.declarations(),
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),

@@ -12,6 +12,8 @@ call[fn](*args) -> outs
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..codegen import body as codegen_body
@@ -613,6 +615,15 @@ PRIMS_LOOP = loop
 
 # ---- call ------------------------------------------------------------------------------------
 
+def keeps_call(fn: Func) -> bool:
+    """Whether a call of fn stays a call: in the C++ a function of its own (codegen/helpers.py), and under jvp and
+    vjp a call of its transformed callee. The rule: fn's values are all scalars (non-string), nested bodies
+    included. Other calls are inlined by the transformations and emitted as blocks: a callee with tensors needs
+    its own memory plan and strided arguments before it can be a function (docs/architecture.md, "Calls")."""
+    from ..ir.printer import walk_vars
+    return all(v.type.rank == 0 and v.type.dtype != "str" for v in walk_vars(fn))
+
+
 def _call_rule(in_types, fn):
     if list(in_types) != list(fn.in_types):
         want = ", ".join(map(str, fn.in_types))
@@ -622,14 +633,89 @@ def _call_rule(in_types, fn):
 
 
 def _call_jvp(b, primals, tangents, fn):
-    # calls are transformed by transforming the callee inline
+    # d f(x) = (jvp f)(x, dx): a kept call (keeps_call) calls the jvp of its callee, the others are inlined
     _, jvp, *_ = _tr()
-    return jvp.jvp_eqns(b, fn, primals, tangents)
+    if not keeps_call(fn):
+        return jvp.jvp_eqns(b, fn, primals, tangents)
+    has_t = tuple(t is not None for t in tangents)
+    jf = _derived(fn, ("jvp", has_t), lambda: jvp.jvp_func(fn, has_t, f"jvp_{fn.name}"))
+    outs = b.bind(call, [*primals, *(t for t in tangents if t is not None)], {"fn": jf})
+    n = len(fn.results)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if t.is_float else None for t in fn.out_types]
+
+
+def _call_partial_eval(s, eqn, mask):
+    # a kept call of (jvp f) splits into a call of its known part (the primal results and the residuals) and a
+    # call of its unknown part (residuals, tangents) -> tangents: the forward and the linear half of its callee
+    _, _, _, pe, _ = _tr()
+    fn = eqn.params["fn"]
+    unknown_out = tuple(pe.out_unknown_fixpoint([fn], mask))
+    known, unknown, _, _ = _derived(fn, ("split", tuple(mask), unknown_out),
+                                    lambda: _split_callee(fn, list(mask), list(unknown_out)))
+    n_known = unknown_out.count(False)
+    kouts = s.kb.bind(call, [s.read_known(a) for a, k in zip(eqn.ins, mask) if k], {"fn": known})
+    uins = [s.residual(r) for r in kouts[n_known:]] + [s.read_unknown(a) for a, k in zip(eqn.ins, mask) if not k]
+    uouts = s.ub.bind(call, uins, {"fn": unknown})
+    ki, ui = iter(kouts[:n_known]), iter(uouts)
+    for v, unk in zip(eqn.outs, unknown_out):
+        if unk:
+            s.unknown[v] = next(ui)
+        else:
+            s.known[v] = next(ki)
+
+
+def _split_callee(fn: Func, mask, unknown_out):
+    _, _, _, pe, _ = _tr()
+    known, unknown, out_known, n_res = pe.partial_eval(fn, mask, unknown_out)
+    base = fn.name[4:] if fn.name.startswith("jvp_") else fn.name
+    return known.renamed(f"fwd_{base}"), unknown.renamed(f"lin_{base}"), out_known, n_res
+
+
+def _call_transpose(b, cts, ins, linear, fn):
+    # the adjoint of a call of a linear function is a call of the adjoint of that function
+    *_, tp = _tr()
+    base = fn.name[4:] if fn.name.startswith("lin_") else fn.name
+    ft = _derived(fn, ("transpose", tuple(linear)), lambda: tp.transpose_func(fn, linear, f"bwd_{base}"))
+    nonlin = [a for a, m in zip(ins, linear) if not m]
+    cts = [c if c is not None else zeros(t) for c, t in zip(cts, fn.out_types)]
+    it = iter(b.bind(call, [*nonlin, *cts], {"fn": ft}))
+    return [next(it) if m else None for m in linear]
+
+
+# callee -> {what was derived from it: the derived Func}. Funcs are immutable, so every call of one callee transformed
+# alike gets the same transformed callee (one C++ function, codegen/helpers.py), and it is built once.
+_DERIVED: "weakref.WeakKeyDictionary[Func, dict]" = weakref.WeakKeyDictionary()
+
+
+def _derived(fn: Func, key: tuple, make):
+    table = _DERIVED.setdefault(fn, {})
+    if key not in table:
+        table[key] = make()
+    return table[key]
 
 
 def _call_batch(b, ins, batched, size, fn):
     _, _, vmap, *_ = _tr()
     return vmap.vmap_eqns(b, fn, ins, batched, size)
+
+
+def fresh_copy(f: Func, memo: dict | None = None) -> Func:
+    """f with new vars at every depth (a body shared inside f stays shared in the copy)."""
+    memo = {} if memo is None else memo
+    if id(f) in memo:
+        return memo[id(f)]
+    env: dict = {p: Var(p.type, p.hint) for p in f.params}
+    eqns = []
+    for e in f.eqns:
+        params = {k: fresh_copy(v, memo) if isinstance(v, Func) else v for k, v in e.params.items()}
+        outs = tuple(Var(v.type, v.hint) for v in e.outs)
+        eqns.append(Eqn(e.prim, tuple(env.get(a, a) if isinstance(a, Var) else a for a in e.ins), outs,
+                        freeze(params), e.loc))
+        env.update(zip(e.outs, outs))
+    memo[id(f)] = Func(f.name, tuple(env[p] for p in f.params), tuple(eqns),
+                       tuple(env.get(r, r) if isinstance(r, Var) else r for r in f.results), f.result_names)
+    return memo[id(f)]
 
 
 def _call_prune(eqn, used):
@@ -640,7 +726,9 @@ def _call_prune(eqn, used):
     args = [i for i, p in enumerate(fn.params) if _reads(fn, p)]
     if len(keep) == len(used) and len(args) == len(fn.params):
         return eqn
-    fn = Func(fn.name, tuple(fn.params[i] for i in args), fn.eqns, fn.results, fn.result_names)
+    # (a narrowed callee gets vars of its own at every depth: the whole one may still be called elsewhere, and a
+    # var is defined once)
+    fn = fresh_copy(Func(fn.name, tuple(fn.params[i] for i in args), fn.eqns, fn.results, fn.result_names))
     return Eqn(eqn.prim, tuple(eqn.ins[i] for i in args), tuple(eqn.outs[i] for i in keep),
                freeze(dict(eqn.params, fn=fn)), eqn.loc)
 
@@ -653,7 +741,8 @@ call = Prim(
     jvp=_call_jvp,
     batch=_call_batch,
     emit=lambda ctx, eqn: codegen_body.emit_call(ctx, eqn),
+    transpose=_call_transpose,
+    partial_eval=_call_partial_eval,
     prune=_call_prune,
     doc="a call to another kernel of the same module",
-    opt_outs=("transpose: calls are inlined before linearize",),
 )

@@ -225,8 +225,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         const float target_i = target[row2 + col2];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
         const float t3 = (2.0f * Sub_i);
-        const float d_Pow_i = t2;
-        const float d_mlp_out_Gemm_i = (d_Pow_i * t3);
+        const float d_mlp_out_Gemm_i = (t2 * t3);
         return d_mlp_out_Gemm_i;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));

@@ -1,0 +1,98 @@
+"""The kernels' helper functions: a `call` whose callee keeps its own C++ function.
+
+A call of a function whose values are all scalars (prims/control.py `keeps_call`) is emitted as
+`detail::<name>(dims..., args...)`, and its callee once per package as a `static` function in
+`namespace detail` of the source file (not in the header: internal linkage; the C++ compiler still
+inlines it where that pays). Its parameters are the package's dims it reads, then its inputs; one
+result is returned, several are written through trailing pointers. Callees with the same text share
+one function, so a helper called from several places, or from several exports, is written once.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..ir.core import Func
+from ..ir.printer import print_func, walk_vars
+from ..ir.types import C_TYPES
+
+
+@dataclass
+class Helper:
+    """One generated helper function: its C++ name, the dims it takes first, its text."""
+
+    name: str
+    dims: list[str]
+    lines: list[str]
+    results: int
+
+
+@dataclass
+class Helpers:
+    """The package's helper functions, in the order they must be defined (a callee before its callers)."""
+
+    by_text: dict[str, Helper] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+
+    def get(self, fn: Func, dims: list[str], writer) -> Helper:
+        """The helper of callee fn (written on first use; `writer` is the caller's, for the package's
+        constants, epilogue forms and source root; `dims` the caller's dims)."""
+        key = print_func(fn)
+        if key not in self.by_text:
+            self.by_text[key] = _write(fn, dims, writer, self._name(fn.name))
+        return self.by_text[key]
+
+    def _name(self, base: str) -> str:
+        base = base if base.isidentifier() else "helper"
+        name, k = base, 1
+        while name in self.names:
+            k += 1
+            name = f"{base}_{k}"
+        self.names.add(name)
+        return name
+
+    def declarations(self) -> list[str]:
+        """The `namespace detail` block of the source file (empty without helpers)."""
+        if not self.by_text:
+            return []
+        lines = ["namespace detail {  // the kernels' helper functions (codegen/helpers.py), called from the "
+                 "exports below", ""]
+        for h in self.by_text.values():
+            lines += h.lines + [""]
+        return lines + ["}  // namespace detail"]
+
+
+def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
+    """Emit fn as a static C++ function with its own names; its dims are those of the caller it mentions."""
+    from .body import emit_body
+    from .cpp import Namer, Workspace, Writer
+    from .storage import Storage
+    from .viewmodel import C_KEYWORDS, c_identifier
+
+    namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
+    w = Writer(namer, Workspace(on_stack=True), data=caller.data, forms=caller.forms, source_root=caller.source_root)
+    w.helpers, w.dims = caller.helpers, dims
+    args = [c_identifier(p.hint, namer, f"x{i}") for i, p in enumerate(fn.params)]
+    w.env.update(zip(fn.params, args))
+    results = [h.at([]) if isinstance(h, Storage) else h for h in emit_body(w, fn)]
+    body = list(w.lines)
+    text = "\n".join(re.sub(r"//.*", "", line) for line in body + results)
+    params = [f"{C_TYPES[p.type.dtype]} {a}" for p, a in zip(fn.params, args)]
+    unused = [f"    (void){a};" for a in args if not re.search(rf"\b{re.escape(a)}\b", text)]
+    if len(results) == 1:
+        ret, tail = C_TYPES[fn.results[0].type.dtype], [f"    return {results[0]};"]
+    else:
+        outs = [namer.fresh(f"out_{n}" if n.isidentifier() or n.isdigit() else "out") for n in _names(fn)]
+        params += [f"{C_TYPES[r.type.dtype]}* {o}" for o, r in zip(outs, fn.results)]
+        ret, tail = "void", [f"    *{o} = {r};" for o, r in zip(outs, results)]
+    used = [d for d in dims if re.search(rf"\b{re.escape(d)}\b", text)]
+    signature = ", ".join([f"int64_t {d}" for d in used] + params) or "void"
+    head = f"static {ret} {name}({signature}) {{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})"
+    return Helper(name, used, [head, *unused, *body, *tail, "}"], len(fn.results))
+
+
+def _names(fn: Func) -> list[str]:
+    """A name per result: the kernel's, else the hint of the value returned, else its position."""
+    if len(fn.result_names) == len(fn.results):
+        return list(fn.result_names)
+    return [getattr(r, "hint", "") or str(i) for i, r in enumerate(fn.results)]

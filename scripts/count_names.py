@@ -1,0 +1,54 @@
+"""How many of the locals and loop counters in a generated C++ source are numbered (t12, sum1, r2, i1).
+
+    python scripts/count_names.py build/src/gmm.cpp [more.cpp ...]
+
+A name is numbered when it ends in a digit: a generated temporary (t12) or a name taken twice in one scope
+(sum1). The rest are the user's names (Qs, n_w, k) or short generated ones (acc, i). Declarations counted:
+`const T name =`, `T name;`, `T name[..]`, `T* const name =` (workspace slots) and `for (int64_t name = ...`.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+TYPES = r"(?:double|float|bool|u?int(?:8|16|32|64)_t|ks::\w+|unsigned char|int)"
+LOCAL = re.compile(rf"^\s*(?:alignas\(\d+\) )?(?:const )?{TYPES}\*?(?: const)? (\w+)(?: =|;|\[)")
+COUNTER = re.compile(r"\bfor \(int64_t (\w+) = ")
+
+
+def declared_names(cpp: str) -> tuple[list[str], list[str]]:
+    """(locals, loop counters) declared in function bodies of the source, one entry per declaration."""
+    locals_, counters = [], []
+    for line in cpp.splitlines():
+        if not line.startswith(" "):  # (a function's signature, a namespace, a constant of the package)
+            continue
+        counters += COUNTER.findall(line)
+        m = LOCAL.match(line)
+        if m and "(" not in m.group(1):
+            locals_.append(m.group(1))
+    return locals_, counters
+
+
+def numbered(names: list[str]) -> int:
+    return sum(1 for n in names if n[-1].isdigit())
+
+
+def shares(cpp: str) -> dict[str, float]:
+    """The counts and numbered shares of locals and loop counters of one source."""
+    locals_, counters = declared_names(cpp)
+    return {"locals": len(locals_), "numbered_locals": numbered(locals_),
+            "local_share": numbered(locals_) / max(1, len(locals_)),
+            "counters": len(counters), "numbered_counters": numbered(counters),
+            "counter_share": numbered(counters) / max(1, len(counters))}
+
+
+def main(paths: list[str]) -> None:
+    for p in paths:
+        s = shares(Path(p).read_text())
+        print(f"{p}: {s['numbered_locals']}/{s['locals']} locals numbered ({s['local_share']:.0%}), "
+              f"{s['numbered_counters']}/{s['counters']} loop counters ({s['counter_share']:.0%})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

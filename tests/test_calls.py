@@ -1,0 +1,172 @@
+"""Calls stay calls: a helper kernel whose values are all scalars (prims/control.py keeps_call) is a function of its
+own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp and vjp its call is a call of its transformed
+callee (jvp_softplus; fwd_softplus and bwd_softplus), each written once however often it is called.
+
+Oracles: the reference interpreter on the same exports built with every call inlined first (the path every
+transformation took before calls stayed calls), and the interpreter on the export's own IR (with its calls)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import build_kernel_file
+
+from ksbuild.exports import apply_transform, compile_kernel
+from ksbuild.ir.interp import eval_func
+from ksbuild.manifest import load_manifest
+from ksbuild.transforms.inline_calls import inline_calls
+
+KERNELS = '''import math
+import torch
+
+
+def softplus(x: float) -> float:
+    if x > 20.0:
+        return x
+    return math.log(1.0 + math.exp(x))
+
+
+def pair(a: float, b: float):
+    return a * b, a + b
+
+
+def two(x: float, y: float) -> float:
+    detail = softplus(x)  # (a local named like the namespace: `detail::` looks up namespaces and types only)
+    return detail * softplus(y) + softplus(x * y)
+
+
+def nested(x: float, y: float) -> float:
+    p, q = pair(x, y)
+    r, s = pair(p, softplus(q))
+    return r + s * softplus(r)
+
+
+def looped(x: "float[n]", y: float) -> float:
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            s = s + softplus(x[i] * y)
+        else:
+            s = s - softplus(y) * x[i]
+    return s
+
+
+def mixed(x: "float[n]", y: float) -> "float[n]":
+    return torch.sin(x) * softplus(y)
+'''
+
+EXPORTS = {
+    "two": "two", "two_jvp": "jvp(two)", "two_vjp": "vjp(two)", "two_grad": "grad(two)",
+    "two_hess": "jvp(grad(two))", "vtwo": "vmap(two)", "vtwo_vjp": "vjp(vmap(two))", "vtwo_grad": "vmap(grad(two))",
+    "two_fwd": "fwd(two)", "two_bwd": "bwd(two)",
+    "nested": "nested", "nested_jvp": "jvp(nested)", "nested_grad": "grad(nested)",
+    "looped": "looped", "looped_jvp": "jvp(looped)", "looped_grad": "grad(looped)",
+    "mixed": "mixed", "mixed_vjp": "vjp(mixed)",
+}
+MANIFEST = "\n".join(['[package]', 'name = "calls"', '[build]', 'dtype = "float64"']
+                     + [f'[kernels.{k}]\npython = "k.py:{k}"' for k in ("two", "nested", "looped", "mixed")]
+                     + ['[exports]'] + [f'{k} = "{v}"' for k, v in EXPORTS.items()]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calls")
+    pkg, _ = build_kernel_file(root, KERNELS, MANIFEST, "calls_k")
+    return pkg, root
+
+
+def _inlined_reference(root, export: str):
+    """The export built with every call inlined before its transformations, as a function of numpy inputs."""
+    m = load_manifest(root / "manifest.toml")
+    spec = m.exports[export]
+    kernels = {name: inline_calls(compile_kernel(m, k)) for name, k in m.kernels.items()}
+    f = apply_transform(spec.expr, kernels, spec.loc)
+    return lambda *args: eval_func(f, list(args))
+
+
+def _args(export: str, rng):
+    n = 5
+    scalars = {"two": 2, "two_fwd": 2, "two_jvp": 4, "two_vjp": 3, "two_grad": 2, "two_hess": 4, "nested": 2,
+               "nested_jvp": 4, "nested_grad": 2}
+    if export in scalars:
+        return [float(v) for v in rng.uniform(-2, 2, scalars[export])]
+    if export in ("vtwo", "vtwo_grad"):
+        return [rng.uniform(-2, 2, n), rng.uniform(-2, 2, n)]
+    if export == "vtwo_vjp":
+        return [rng.uniform(-2, 2, n) for _ in range(3)]
+    if export in ("looped", "looped_grad", "mixed"):
+        return [rng.uniform(-2, 2, n), 0.7]
+    if export == "looped_jvp":
+        return [rng.uniform(-2, 2, n), 0.7, rng.uniform(-1, 1, n), 0.3]
+    return [rng.uniform(-2, 2, n), 0.7, rng.uniform(-1, 1, n)]  # mixed_vjp
+
+
+@pytest.mark.parametrize("export", [e for e in EXPORTS if e != "two_bwd"])
+def test_compiled_calls_equal_the_interpreter_with_everything_inlined(built, export):
+    pkg, root = built
+    args = _args(export, np.random.default_rng(len(export)))
+    got = getattr(pkg, export)(*args)
+    want = _inlined_reference(root, export)(*args)
+    got = got if isinstance(got, tuple) else (got,)
+    if export == "two_fwd":  # (its residuals are its own: bwd reads them)
+        got, want = got[:1], want[:1]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12)
+
+
+def test_bwd_of_the_residuals_fwd_stored_is_the_vjp(built):
+    pkg, root = built
+    x, y, ct = 0.3, -1.2, 0.8
+    got = pkg.two_bwd(x, y, *pkg.two_fwd(x, y)[1:], ct)
+    want = _inlined_reference(root, "two_vjp")(x, y, ct)
+    np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-12)
+
+
+def test_each_transformed_helper_is_one_static_function_called_from_every_use(built, tmp_path):
+    from ksbuild.cli import main as cli_main
+    _, root = built
+    assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
+    cpp = (tmp_path / "out/src/calls.cpp").read_text()
+    header = (tmp_path / "out/include/calls.h").read_text()
+    for name in ("softplus", "jvp_softplus", "fwd_softplus", "bwd_softplus", "pair", "fwd_pair", "bwd_pair"):
+        assert len(re.findall(rf"^static \w+ {name}\(", cpp, re.M)) == 1, name
+        assert name + "(" not in header
+    body = cpp[cpp.index("double calls_two(double x"):]
+    body = body[:body.index("\n}\n")]
+    assert body.count("detail::softplus(") == 3 and "ks::log" not in body
+    grad = cpp[cpp.index("calls_two_vjp("):]
+    grad = grad[:grad.index("\n}\n")]
+    assert grad.count("detail::fwd_softplus(") == 2 and grad.count("detail::bwd_softplus(") == 3
+    assert "ks::exp" not in grad
+
+
+def test_a_helper_with_tensors_and_vmap_still_inline(built, tmp_path):
+    """The rule's other side: vmap batches a scalar helper into tensor code (inlined, so its loop vectorizes)."""
+    from ksbuild.cli import main as cli_main
+    _, root = built
+    assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
+    cpp = (tmp_path / "out/src/calls.cpp").read_text()
+    vtwo = cpp[cpp.index("int calls_vtwo("):]
+    assert "detail::" not in vtwo[:vtwo.index("\n}\n")]
+
+
+@pytest.mark.parametrize("export", ["two_vjp", "two_hess", "nested_grad", "looped_grad"])
+def test_kept_calls_verify_and_round_trip_through_the_text_form(built, export):
+    """The transformed IR keeps its calls (of fwd_/bwd_ callees), passes the verifier, and its text parses back to
+    a function the interpreter gives the same values."""
+    from ksbuild.ir.parser import parse_func
+    from ksbuild.ir.printer import print_func
+    from ksbuild.ir.verify import verify
+    _, root = built
+    m = load_manifest(root / "manifest.toml")
+    spec = m.exports[export]
+    kernels = {name: compile_kernel(m, k) for name, k in m.kernels.items()}
+    f = apply_transform(spec.expr, kernels, spec.loc)
+    verify(f)
+    text = print_func(f)
+    assert re.search(r"fn = func (bwd|jvp)_\w+\(", text), text
+    args = _args(export, np.random.default_rng(1))
+    for got, want in zip(eval_func(parse_func(text), list(args)), _inlined_reference(root, export)(*args)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
