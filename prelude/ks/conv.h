@@ -539,11 +539,10 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
 
 namespace convs {
 
-// ks::conv's plan for `given`, written at the start of its scratch.
+// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked).
 template <class T>
-__attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
-    conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
-    p.s = given;
+constexpr conv_plan plan_of(const conv_shape& given) {
+    conv_plan p{given, false, 0, 0, 0, 0};
     to_canonical(p.s);
     p.copy = copies_image<T>(p.s);
     p.image = p.s.channels * p.s.in_plane();
@@ -556,6 +555,14 @@ __attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape&
     return p;
 }
 
+// The same written at the start of scratch (not in ks::conv's frame).
+template <class T>
+__attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
+    conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
+    p = plan_of<T>(given);
+    return p;
+}
+
 // pad_image of the canonical shape of `given`.
 template <class T>
 __attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T* dst) {
@@ -564,15 +571,49 @@ __attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T*
 
 }  // namespace convs
 
-// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
-// the epilogue at (image, output channel m, flat position q).
+namespace convs {
+
+// The algorithm ks::conv runs (one per call: method_of): dot products for few positions (few_dots), the windows
+// read straight from the image (direct_group) or packed into panels (packed_group), each with the kernel packed in
+// row tiles (_packed) or read as it is.
+enum class method { few, direct_packed, direct, panels_packed, panels };
+
+// The method for `given` over `images` images: a constant when they are (then the generated code calls
+// conv_as<T, method_of<T>(...)> and links that method's code alone, not all five: issue 36, a Cortex-M4's flash).
+// The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose positions
+// fit one block: a batch-1 network's deep layers), packing would only copy it. With few positions, dot products
+// read it as it is.
 template <class T>
-void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
+constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the plan's shape)
+    if (few_positions(s)) {
+        return method::few;
+    }
+    const bool pack = kernel_passes<T>(s, images) > 1;
+    if (direct<T>(s)) {
+        return pack ? method::direct_packed : method::direct;
+    }
+    return pack ? method::panels_packed : method::panels;
+}
+
+template <class T>
+constexpr method method_of(const conv_shape& given, int64_t images) {
+    return method_for<T>(plan_of<T>(given).s, images);
+}
+
+}  // namespace convs
+
+// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles by
+// method M (convs::method_of<T>(given, images)) and plan convs::plan_of<T>(given): the epilogue at (image, output
+// channel m, flat position q).
+template <class T, convs::method M>
+void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
+             T* scratch, const epilogue<T>& epi = {}) {
+    using convs::method;
+    constexpr bool few = M == method::few, direct = M == method::direct_packed || M == method::direct;
+    constexpr bool pack = M == method::direct_packed || M == method::panels_packed;
     x = tiles::opaque(x);
     w = tiles::opaque(w);
-    const convs::conv_plan& plan = convs::plan_at<T>(scratch, given);
     const conv_shape& s = plan.s;
-    const bool direct = convs::direct<T>(s);
     const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
     const int64_t kernel_size = tiles::packed_a_size(mg, depth);
     T* kernels = scratch + convs::plan_room<T>();  // (the kernel packed in row tiles, group by group)
@@ -580,14 +621,10 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
     T* rest = scratch + plan.rest;
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
     convs::chunks<T>& cs = convs::chunks_at(scratch, plan.room);
-    // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
-    // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
-    // With few positions, dot products read it as it is (convs::few_dots).
-    const bool few = convs::few_positions(s), pack = !few && convs::kernel_passes<T>(s, images) > 1;
     for (int64_t g = 0; pack && g < s.groups; ++g) {
         tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, kernels + g * kernel_size);
     }
-    if (direct && !few) {
+    if constexpr (direct) {
         convs::row_offsets(s, offsets);
     }
     for (int64_t image = 0; image < images; ++image) {
@@ -600,21 +637,35 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
             const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const epilogue<T> eg = epi.group(image, g * mg);
-            const T* packed = kernels + g * kernel_size;
-            const T* rows = w + g * mg * depth;
-            if (few) {
+            const T* kernel = pack ? kernels + g * kernel_size : w + g * mg * depth;
+            if constexpr (few) {
                 convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth, cs);
-                convs::few_dots<T>(mg, n, depth, rows, rest, yg, eg);
-            } else if (direct && pack) {
-                convs::direct_group<T, true>(s, xg, packed, offsets, yg, eg);
-            } else if (direct) {
-                convs::direct_group<T, false>(s, xg, rows, offsets, yg, eg);
-            } else if (pack) {
-                convs::packed_group<T, true>(s, xg, packed, rest, cs, yg, eg);
+                convs::few_dots<T>(mg, n, depth, kernel, rest, yg, eg);
+            } else if constexpr (direct) {
+                convs::direct_group<T, pack>(s, xg, kernel, offsets, yg, eg);
             } else {
-                convs::packed_group<T, false>(s, xg, rows, rest, cs, yg, eg);
+                convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg);
             }
         }
+    }
+}
+
+// The same, the method chosen at run time (shapes known only then).
+template <class T>
+void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
+    using convs::method;
+    const convs::conv_plan& plan = convs::plan_at<T>(scratch, given);
+    switch (convs::method_for<T>(plan.s, images)) {
+    case method::few:
+        return conv_as<T, method::few>(plan, given, images, x, w, y, scratch, epi);
+    case method::direct_packed:
+        return conv_as<T, method::direct_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::direct:
+        return conv_as<T, method::direct>(plan, given, images, x, w, y, scratch, epi);
+    case method::panels_packed:
+        return conv_as<T, method::panels_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::panels:
+        return conv_as<T, method::panels>(plan, given, images, x, w, y, scratch, epi);
     }
 }
 

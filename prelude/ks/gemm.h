@@ -416,6 +416,16 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
             }
         }
+    } else if constexpr (simd<T>::lanes == 1) {  // a partial tile of one lane (no vector unit): each stored column
+        KS_UNROLL for (int r = 0; r < LIVE; ++r) {  // (32-bit tests: 64-bit ones made each tile 2 KB of a Cortex-M's flash)
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
+                const int u = q / W, at = q % W;  // (panel u, its column at)
+                if (at < width && u * width + at < cols) {
+                    T* out = c + r * c_rs + u * width + at;
+                    *out = load_c ? *out + acc[0][r][q] : acc[0][r][q];
+                }
+            }
+        }
     } else {  // a partial tile: vector by vector, the last of each panel's stored columns lane by lane
         const int64_t stored = cols;  // (a run-time count: GCC then checks no read at columns never stored)
         KS_UNROLL for (int r = 0; r < LIVE; ++r) {
@@ -549,7 +559,7 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
         const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
-            if (np == NP) {
+            if (NP == 1 || np == NP) {  // (NP == 1: always, and one copy of the tile's code, not two)
                 tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after, i, u * P,
                                         b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
