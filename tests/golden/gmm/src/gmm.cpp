@@ -135,27 +135,26 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double t5 = ks::abs(x_i);
         const bool t6 = (t5 == __builtin_huge_val());
         const double t7 = (t6 ? 0.0 : x_i);
-        tmp3[i] = t7;
+        tmp2[i] = t7;
     }
-    double* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
-            const double x_i = tmp3[i];
+            const double x_i = tmp2[i];
             const double t5 = (scores_i - x_i);
             const double t6 = ks::exp(t5);
             acc += t6;
         }
-        tmp4[i] = acc;
+        tmp3[i] = acc;
     }
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp4[i];
+        const double x_i = tmp3[i];
         const double t5 = ks::log(x_i);
-        const double x_i1 = tmp3[i];
+        const double x_i1 = tmp2[i];
         const double t6 = (t5 + x_i1);
         acc += t6;
     }
@@ -300,10 +299,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const d_mahalanobis = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const sum1 = reinterpret_cast<double*>(next_slot);
@@ -413,22 +410,21 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t1 = ks::abs(x_i);
         const bool t2 = (t1 == __builtin_huge_val());
         const double t3 = (t2 ? 0.0 : x_i);
-        tmp3[i] = t3;
+        tmp2[i] = t3;
     }
-    double* const tmp4 = tmp1;  // reuses a dead buffer's space
-    double* const tmp5 = tmp2;  // reuses a dead buffer's space
+    double* const tmp3 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
-            const double x_i = tmp3[i];
+            const double x_i = tmp2[i];
             const double t1 = (scores_i - x_i);
             const double t2 = ks::exp(t1);
-            tmp4[i * K + j] = t2;
+            tmp3[i * K + j] = t2;
             acc += t2;
         }
-        tmp5[i] = acc;
+        tmp4[i] = acc;
     }
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
@@ -438,7 +434,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_val());
     const double t3 = (t2 ? 0.0 : acc);
-    double* const tmp6 = tmp;  // reuses a dead buffer's space
+    double* const tmp5 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
@@ -446,7 +442,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double x_i = t3;
         const double t4 = (alphas_i - x_i);
         const double t5 = ks::exp(t4);
-        tmp6[i] = t5;
+        tmp5[i] = t5;
         acc1 += t5;
     }
     const double t4 = static_cast<double>(n);
@@ -456,17 +452,16 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t8 = ((-1.0) * wishart_m);
     const double t9 = ((-1.0) * t4);
     const double t10 = ks::mulz(t9, t5);
-    double* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp5[i];
+        const double x_i = tmp4[i];
         const double t11 = (1.0 / x_i);
-        tmp7[i] = t11;
+        tmp4[i] = t11;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp7[i];
-            const double x_i1 = tmp4[i * K + j];
+            const double x_i = tmp4[i];
+            const double x_i1 = tmp3[i * K + j];
             const double d_scores_i = ks::mulz(x_i, x_i1);
             d_scores[i * K + j] = d_scores_i;
         }
@@ -481,27 +476,26 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             sum[j] += d_scores[i * K + j];
         }
     }
-    double* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const double d_scores_i = d_scores[i];
         const double t11 = (d_scores_i * (-1.0));
         const double t12 = (t11 * 0.5);
-        tmp8[i] = t12;
+        d_scores[i] = t12;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
                 const double t11 = (2.0 * mahalanobis_i);
-                const double x_i = tmp8[i * K + j];
+                const double x_i = d_scores[i * K + j];
                 const double d_mahalanobis_i = (x_i * t11);
-                d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+                mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<double>(d, d, n, {(d_mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_double);
+        ks::tiled_gemm<double>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_double);
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
@@ -510,7 +504,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
+                sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
@@ -524,14 +518,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
         }
     }
-    double* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
         const double x_i = prod1[i];
         const double t11 = (x_i * (-1.0));
-        tmp9[i] = t11;
+        prod1[i] = t11;
     }
     // gmm.py:32, 48
-    double* const d_qs = prod1;  // reuses a dead buffer's space
+    double* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
@@ -621,7 +614,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = t10;
-        const double x_i1 = tmp6[i];
+        const double x_i1 = tmp5[i];
         const double d_alphas_i = ks::mulz(x_i, x_i1);
         const double d_base_i = sum[i];
         const double d_alphas_i1 = (d_alphas_i + d_base_i);
@@ -637,13 +630,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = tmp9[i];
+        out_d_means[i] = prod1[i];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -777,9 +770,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float t5 = ks::abs(x_i);
         const bool t6 = (t5 == __builtin_huge_valf());
         const float t7 = (t6 ? 0.0f : x_i);
-        tmp3[i] = t7;
+        tmp2[i] = t7;
     }
-    float* const tmp4 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < K; block += 512) {
@@ -788,14 +780,14 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
-                const float x_i = tmp3[i];
+                const float x_i = tmp2[i];
                 const float t5 = (scores_i - x_i);
                 const float t6 = ks::exp(t5);
                 acc_block += t6;
             }
             acc += acc_block;
         }
-        tmp4[i] = acc;
+        tmp3[i] = acc;
     }
     float acc = 0;
     for (int64_t block = 0; block < n; block += 512) {
@@ -803,9 +795,9 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         float acc_block = 0;
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
-            const float x_i = tmp4[i];
+            const float x_i = tmp3[i];
             const float t5 = ks::log(x_i);
-            const float x_i1 = tmp3[i];
+            const float x_i1 = tmp2[i];
             const float t6 = (t5 + x_i1);
             acc_block += t6;
         }
@@ -963,10 +955,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const d_mahalanobis = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
     float* const sum1 = reinterpret_cast<float*>(next_slot);
@@ -1086,10 +1076,9 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         const float t1 = ks::abs(x_i);
         const bool t2 = (t1 == __builtin_huge_valf());
         const float t3 = (t2 ? 0.0f : x_i);
-        tmp3[i] = t3;
+        tmp2[i] = t3;
     }
-    float* const tmp4 = tmp1;  // reuses a dead buffer's space
-    float* const tmp5 = tmp2;  // reuses a dead buffer's space
+    float* const tmp3 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < K; block += 512) {
@@ -1098,15 +1087,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
-                const float x_i = tmp3[i];
+                const float x_i = tmp2[i];
                 const float t1 = (scores_i - x_i);
                 const float t2 = ks::exp(t1);
-                tmp4[i * K + j] = t2;
+                tmp3[i * K + j] = t2;
                 acc_block += t2;
             }
             acc += acc_block;
         }
-        tmp5[i] = acc;
+        tmp4[i] = acc;
     }
     float acc = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
@@ -1116,7 +1105,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t1 = ks::abs(acc);
     const bool t2 = (t1 == __builtin_huge_valf());
     const float t3 = (t2 ? 0.0f : acc);
-    float* const tmp6 = tmp;  // reuses a dead buffer's space
+    float* const tmp5 = tmp;  // reuses a dead buffer's space
     float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
@@ -1127,7 +1116,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             const float x_i = t3;
             const float t4 = (alphas_i - x_i);
             const float t5 = ks::exp(t4);
-            tmp6[i] = t5;
+            tmp5[i] = t5;
             acc1_block += t5;
         }
         acc1 += acc1_block;
@@ -1139,17 +1128,16 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t8 = ((-1.0f) * wishart_m);
     const float t9 = ((-1.0f) * t4);
     const float t10 = ks::mulz(t9, t5);
-    float* const tmp7 = tmp3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp5[i];
+        const float x_i = tmp4[i];
         const float t11 = (1.0f / x_i);
-        tmp7[i] = t11;
+        tmp4[i] = t11;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp7[i];
-            const float x_i1 = tmp4[i * K + j];
+            const float x_i = tmp4[i];
+            const float x_i1 = tmp3[i * K + j];
             const float d_scores_i = ks::mulz(x_i, x_i1);
             d_scores[i * K + j] = d_scores_i;
         }
@@ -1164,27 +1152,26 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             sum[j] += d_scores[i * K + j];
         }
     }
-    float* const tmp8 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*n); ++i) {
         const float d_scores_i = d_scores[i];
         const float t11 = (d_scores_i * (-1.0f));
         const float t12 = (t11 * 0.5f);
-        tmp8[i] = t12;
+        d_scores[i] = t12;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
                 const float t11 = (2.0f * mahalanobis_i);
-                const float x_i = tmp8[i * K + j];
+                const float x_i = d_scores[i * K + j];
                 const float d_mahalanobis_i = (x_i * t11);
-                d_mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+                mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<float>(d, d, n, {(d_mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_float);
+        ks::tiled_gemm<float>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_float);
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
@@ -1193,7 +1180,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                sum1[j * d + k] += d_mahalanobis[i * (K * d) + j * d + k];
+                sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
             }
         }
     }
@@ -1207,14 +1194,13 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             }
         }
     }
-    float* const tmp9 = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (K*d); ++i) {
         const float x_i = prod1[i];
         const float t11 = (x_i * (-1.0f));
-        tmp9[i] = t11;
+        prod1[i] = t11;
     }
     // gmm.py:32, 48
-    float* const d_qs = prod1;  // reuses a dead buffer's space
+    float* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const float qs_i = icf[i * T + j];
@@ -1304,7 +1290,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = t10;
-        const float x_i1 = tmp6[i];
+        const float x_i1 = tmp5[i];
         const float d_alphas_i = ks::mulz(x_i, x_i1);
         const float d_base_i = sum[i];
         const float d_alphas_i1 = (d_alphas_i + d_base_i);
@@ -1320,13 +1306,13 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = tmp9[i];
+        out_d_means[i] = prod1[i];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -2188,8 +2174,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const d_icf1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const r9 = reinterpret_cast<double*>(next_slot);
@@ -2353,7 +2337,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         const double d_icf_i = d_icf[i];
         const double x_i = padded[i];
         const double d_icf_i1 = (d_icf_i + x_i);
-        d_icf1[i] = d_icf_i1;
+        d_icf[i] = d_icf_i1;
     }
     // gmm.py:83: for i in range(n):
     double r6;
@@ -2421,7 +2405,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 out_d_means[k * d + j] += r9[j];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf1[k * T + j] += r8[j];
+                d_icf[k * T + j] += r8[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double* const padded1 = r8;  // reuses a dead buffer's space
@@ -2432,7 +2416,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 padded1[j] = tmp3[k];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf1[k * T + j] += padded1[j];
+                d_icf[k * T + j] += padded1[j];
             }
             d_alphas[k] += tmp3[k];
         }
@@ -2441,13 +2425,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         out_d_alphas[i] = d_alphas[i];
     }
     for (int64_t i = 0; i < K * T; ++i) {
-        out_d_icf[i] = d_icf1[i];
+        out_d_icf[i] = d_icf[i];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
@@ -2966,17 +2950,16 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             for (int64_t j = 0; j < K; ++j) {
                 r9[r + j * d] += tmp5[j];
             }
-            double* const tmp6 = r10;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double x_i = r1[i * (K * d) + r + j * d];
                 const double t14 = (d_row_i * x_i);
                 const double x_i1 = r2[i * (d * K) + r * K + j];
                 const double t15 = ks::mulz(t14, x_i1);
-                tmp6[j] = t15;
+                d_row[j] = t15;
             }
             for (int64_t j = 0; j < K; ++j) {
-                d_qs[r + j * d] += tmp6[j];
+                d_qs[r + j * d] += d_row[j];
             }
         }
         // gmm.py:106: xc = x[i] - means # [K, d]
@@ -3007,13 +2990,12 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    double* const d_qs1 = r9;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = d_qs[i * d + j];
             const double x_i1 = r6[i];
             const double d_qs_i = (x_i + x_i1);
-            d_qs1[i * d + j] = d_qs_i;
+            d_qs[i * d + j] = d_qs_i;
         }
     }
     // gmm.py:101: qs = icf[:, :d]
@@ -3024,7 +3006,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = d_qs1[i * d + j];
+            padded[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)

@@ -404,16 +404,15 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     // ONNX node /Relu (Relu)
-    float* const d_conv1_Conv = folded2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (2048*batch); ++i) {
         const bool x_i = stacked[i];
         const float d_Relu_i = d_Relu[i];
         const float d_conv1_Conv_i = (x_i ? 0.0f : d_Relu_i);
-        d_conv1_Conv[i] = d_conv1_Conv_i;
+        d_Relu[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)
     static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, d_conv1_Conv, gathered1, out, scratch_float);
+    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float);
     return ks::status::ok;
 }
 

@@ -87,8 +87,6 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const r = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
     float y = 0;
@@ -133,20 +131,20 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
         const float t8 = std::cos(x_i);
         const float t9 = (t7 * t8);
         const float t10 = (t6 + t9);
-        tmp[i] = t10;
+        r[i] = t10;
     }
     // sqrl.py:11: if y < 0.0:
     if (t1) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = tmp[i];
+            const float ct_i = r[i];
             const float t5 = (ct_i * (-0.125f));
             out[i] = t5;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = tmp[i];
+            const float ct_i = r[i];
             const float t5 = (ct_i * 0.5f);
             const float x_i = x[i];
             const float t6 = (2.0f * x_i);
@@ -158,7 +156,7 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
 }
 
 size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
-    return ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n);
+    return ks::aligned_bytes<float>(n);
 }
 
 
