@@ -152,6 +152,29 @@ constexpr int min_rows = 5;
 constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 #endif
 
+// Whether the tiles prefetch a constant's next panels (panel_rows::next): not on a microcontroller (an M-profile
+// Arm core: no data cache to fetch into), where the arithmetic only added code and two 64-bit divisions per tile.
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr bool prefetch_ahead = false;
+#else
+constexpr bool prefetch_ahead = true;
+#endif
+
+// a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
+// 64-bit division is compiled there (on a Cortex-M a call of libgcc's __aeabi_ldivmod: 0.7 KB of code, ~100
+// instructions a call).
+constexpr int64_t index_div(int64_t a, int64_t b) {
+    if (sizeof(void*) < 8) {
+        return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+    }
+    return a / b;
+}
+
+// a % b of indices (a >= 0, b > 0), the same way.
+constexpr int64_t index_mod(int64_t a, int64_t b) {
+    return a - index_div(a, b) * b;
+}
+
 #ifndef KS_GEMM_KC
 #define KS_GEMM_KC 1024
 #endif
@@ -229,7 +252,7 @@ constexpr int panels_for(int rows) {
 // How many k values each block of k_block at most gets: k cut into equal blocks.
 constexpr int64_t k_step(int64_t k) {
     const int64_t blocks = (k + k_block - 1) / k_block;
-    return blocks > 1 ? (k + blocks - 1) / blocks : k;
+    return blocks > 1 ? index_div(k + blocks - 1, blocks) : k;
 }
 
 // The first n lanes of a vector stored at out (added to what is there when load_c). (GCC 12 with AVX-512 warns,
@@ -316,7 +339,7 @@ struct panel_rows {
     static constexpr int width() { return panel_width<T>; }
     // part `part` of `parts` of the np panels from u on, when they are one run of whole panels (kc rows each)
     ahead next(int u, int np, int64_t kc, int64_t part, int64_t parts) const {
-        if (!streamed || rs != panel_width<T> || ps != kc * panel_width<T> || kc <= 0) {
+        if (!prefetch_ahead || !streamed || rs != panel_width<T> || ps != kc * panel_width<T> || kc <= 0) {
             return {};
         }
         const int64_t bytes = np * kc * int64_t(sizeof(T)) * panel_width<T> / parts;
