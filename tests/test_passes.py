@@ -326,3 +326,33 @@ def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
     for export in ("over_x", "over_w"):
         body = src.split(f"one_side_{export}(", 1)[1].split("\n}\n", 1)[0]
         assert "ks::tiled_gemm<double>(n, 5, 6" in body and "for (int64_t i = 0; i < " in body, export
+
+
+PROJECTION = """
+import torch
+
+
+def k(x: "float[20, 16]", w: "float[16, 96]", b: "float[96]", v: "float[96, 4]") -> "float[20, 4]":
+    p = (x @ w).reshape(20, 1, 96)
+    return (torch.tanh(p + b) * 2.0).reshape(20, 96) @ v
+
+
+def kept(x: "float[20, 16]", w: "float[16, 96]", b: "float[96]", v: "float[96, 4]") -> "float[20, 4]":
+    p = x @ w
+    return (torch.tanh(p.reshape(20, 1, 96) + b).reshape(20, 96) * p) @ v
+"""
+
+
+def test_an_elementwise_fusion_overwrites_a_dying_operand_through_a_reshape(tmp_path):
+    """An RNN's input projection: a product, a reshape the epilogue cannot take, then a bias and an activation. The
+    fusion writes into the product's buffer (the GRU of benchmarks/cortex_m4 needed a second 7.5 KB buffer), not
+    when the product is still read after it; the values are the interpreter's either way."""
+    (tmp_path / "k.py").write_text(PROJECTION)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s) for s in ((20, 16), (16, 96), (96,), (96, 4))]
+    for name, in_place in (("k", True), ("kept", False)):
+        f = compile_python_kernel(tmp_path / "k.py", name, "f64")
+        done = dict(run_pipeline(f))["plan_memory"]
+        (last,) = [e for e in done.eqns if e.prim.name == "fusion" and e.outs[0].type.rank == 3]
+        assert (done.plan.places[last.outs[0]].kind == "reuse") == in_place, print_func(done)
+        np.testing.assert_allclose(eval_func(done, args)[0], eval_func(f, args)[0], rtol=1e-13)
