@@ -787,7 +787,7 @@ __attribute__((noinline)) void split_image(const conv_shape& s, const T* x, T* d
 // tiles j0 .. j1 - 1, the first of them the block's tile `first`.
 template <class Run>
 inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run) {
-    int64_t i = t0 / tw, j0 = t0 % tw;
+    int64_t i = tiles::index_div(t0, tw), j0 = t0 - i * tw;
     for (int64_t first = 0; first < count; ++i, j0 = 0) {
         const int64_t n = tw - j0 < count - first ? tw - j0 : count - first;
         run(i, j0, j0 + n, first);

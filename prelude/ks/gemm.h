@@ -154,10 +154,18 @@ constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 
 // Whether the tiles prefetch a constant's next panels (panel_rows::next): not on a microcontroller (an M-profile
 // Arm core: no data cache to fetch into), where the arithmetic only added code and two 64-bit divisions per tile.
+// There a block of tiles is also called, not inlined (KS_BLOCK): one copy of the tile for all the products and
+// convolutions that use it (inlined into packed_gemm, in_place and packed_group: 2.3-5.6 KB each at -O3).
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 constexpr bool prefetch_ahead = false;
+#if defined(__GNUC__) && !defined(__clang__)
+#define KS_BLOCK __attribute__((noinline, noclone))  // (GCC cloned it per caller's constants: two copies again)
+#else
+#define KS_BLOCK __attribute__((noinline))
+#endif
 #else
 constexpr bool prefetch_ahead = true;
+#define KS_BLOCK inline
 #endif
 
 // a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
@@ -565,7 +573,7 @@ constexpr bool splits(int64_t rows) {
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
 template <class T, bool PACKED = false, int MR = row_block, class Rows>
-inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
+KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
@@ -582,7 +590,7 @@ inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, i
         const int w = static_cast<int>(left < int64_t(np) * P ? left : int64_t(np) * P);
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
-            if (NP == 1 || np == NP) {  // (NP == 1: always, and one copy of the tile's code, not two)
+            if (np == NP) {
                 tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after, i, u * P,
                                         b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
