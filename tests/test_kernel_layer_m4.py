@@ -110,8 +110,8 @@ def _linked_conv_code(elf) -> set:
 @pytest.mark.parametrize("variant", ["float", "int8"])
 def test_no_kernel_layer_function_has_a_frame_above_the_bound_on_a_cortex_m4(tmp_path, variant):
     """The kernel layer's frames as the network's Cortex-M4 build compiles it (size-optimized; the integer kernels
-    too for the quantized network), against the bounds of tests/test_kernel_layer.py (FRAME_BOUND and the
-    functions still above it); and its objects call no 64-bit division."""
+    too for the quantized network), against tests/test_kernel_layer.py's FRAME_BOUND with no exception (issue 36:
+    no frame above 512 B on a microcontroller); and its objects call no 64-bit division."""
     need(TARGETS["cortex-m4"])
     if variant == "int8":
         pytest.importorskip("onnxruntime")
@@ -123,7 +123,9 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound_on_a_cortex_m4(tmp
     cache = kernel_cache(load_manifest(tmp_path / "manifest.toml"), TARGETS["cortex-m4"])
     graphs = sorted(cache.glob("kernels_*_int8.ci" if variant == "int8" else "kernels_*.ci"))
     assert graphs, sorted(cache.iterdir())
-    assert FRAME_BOUND == 512 and not frames_too_large(graphs)
+    # (no exceptions here: LARGER_FRAMES are x86's AVX-512 tiles and depthwise code; on the M4 the largest frame is
+    # 496 B, the int8 depthwise kernel at -O3, 432 B at -Os)
+    assert FRAME_BOUND == 512 and not frames_too_large(graphs, bound=lambda name: FRAME_BOUND)
     # No 64-bit division (libgcc's __aeabi_ldivmod / __aeabi_uldivmod: 0.7 KB of flash, ~100 instructions a call):
     # indices are divided in 32 bits on a 32-bit target (ks::tiles::index_div).
     for obj in (g.with_suffix(".o") for g in graphs):
