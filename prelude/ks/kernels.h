@@ -1,6 +1,7 @@
 // ks/kernels.h — the kernel layer: matrix products and convolutions compiled once, not per package.
 //
-// ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd, ks::conv_depthwise and ks::winograd_kernel
+// ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd,
+// ks::conv_depthwise and ks::winograd_kernel
 // (ks/gemm.h, ks/conv.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
 // compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
 // keeps the objects in its cache, shared by every package built with the same compiler and flags), and
