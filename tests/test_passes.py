@@ -326,3 +326,91 @@ def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
     for export in ("over_x", "over_w"):
         body = src.split(f"one_side_{export}(", 1)[1].split("\n}\n", 1)[0]
         assert "ks::tiled_gemm<double>(n, 5, 6" in body and "for (int64_t i = 0; i < " in body, export
+
+
+PROJECTION = """
+import torch
+
+
+def k(x: "float[20, 16]", w: "float[16, 96]", b: "float[96]", v: "float[96, 4]") -> "float[20, 4]":
+    p = (x @ w).reshape(20, 1, 96)
+    return (torch.tanh(p + b) * 2.0).reshape(20, 96) @ v
+
+
+def kept(x: "float[20, 16]", w: "float[16, 96]", b: "float[96]", v: "float[96, 4]") -> "float[20, 4]":
+    p = x @ w
+    return (torch.tanh(p.reshape(20, 1, 96) + b).reshape(20, 96) * p) @ v
+"""
+
+
+def test_an_elementwise_fusion_overwrites_a_dying_operand_through_a_reshape(tmp_path):
+    """An RNN's input projection: a product, a reshape the epilogue cannot take, then a bias and an activation. The
+    fusion writes into the product's buffer (the GRU of benchmarks/cortex_m4 needed a second 7.5 KB buffer), not
+    when the product is still read after it; the values are the interpreter's either way."""
+    (tmp_path / "k.py").write_text(PROJECTION)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s) for s in ((20, 16), (16, 96), (96,), (96, 4))]
+    for name, in_place in (("k", True), ("kept", False)):
+        f = compile_python_kernel(tmp_path / "k.py", name, "f64")
+        done = dict(run_pipeline(f))["plan_memory"]
+        (last,) = [e for e in done.eqns if e.prim.name == "fusion" and e.outs[0].type.rank == 3]
+        assert (done.plan.places[last.outs[0]].kind == "reuse") == in_place, print_func(done)
+        np.testing.assert_allclose(eval_func(done, args)[0], eval_func(f, args)[0], rtol=1e-13)
+
+
+@pytest.mark.parametrize("cell", ["GRU", "LSTM", "bidirectional"])
+def test_the_last_row_of_a_recurrent_output_is_read_from_the_final_carry(tmp_path, cell):
+    """An ONNX GRU or LSTM whose network reads only Y[:, -1] (the last step's hidden state): simplify's last_step reads
+    it from the loop's final carry, so that the loop keeps no stacked Y (steps × hidden: 2.5 KB of the Cortex-M4
+    benchmark's 11 KB GRU workspace). Not for a reverse loop (a bidirectional LSTM's backward direction computes its
+    row n - 1 first). The values are onnxruntime's."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    rnn = {"GRU": torch.nn.GRU(6, 5, batch_first=True), "LSTM": torch.nn.LSTM(6, 5, batch_first=True),
+           "bidirectional": torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True)}[cell]
+
+    class Last(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = rnn
+
+        def forward(self, x):
+            return self.rnn(x)[0][:, -1]
+    torch.onnx.export(Last(), (torch.zeros(1, 7, 6),), str(tmp_path / "m.onnx"), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    f = compile_onnx_kernel(tmp_path / "m.onnx", "k")
+    done = dict(run_pipeline(f))["plan_memory"]
+    loops = [e for g in walk_funcs(done) for e in g.eqns if e.prim.name == "loop"]
+    stacked = [len(e.outs) - e.params["n_carry"] for e in loops]
+    # (bidirectional: Y[:, -1] is a concat of both directions' rows, which last_step does not follow; the reverse
+    # loop's stacked output must stay)
+    assert stacked == ([0] if cell != "bidirectional" else [1, 1]), print_func(done)
+    x = np.random.default_rng(4).standard_normal((1, 7, 6)).astype(np.float32)
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(eval_func(done, [x])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_last_row_of_a_reverse_recurrent_output_is_not_its_final_carry(tmp_path):
+    """An ONNX LSTM run in reverse computes Y's last row first: Y[n - 1] is not the final carry (simplify's last_step
+    leaves it alone); the values are onnxruntime's."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    rng = np.random.default_rng(5)
+    w, r = (numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.4, name)
+            for name, s in (("W", (1, 20, 6)), ("R", (1, 20, 5))))
+    last = numpy_helper.from_array(np.array(6, dtype=np.int64), "last")
+    nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["Y"], hidden_size=5, direction="reverse"),
+             helper.make_node("Gather", ["Y", "last"], ["y"], axis=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 1, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 5])], [w, r, last])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    done = dict(run_pipeline(compile_onnx_kernel(tmp_path / "m.onnx", "k")))["plan_memory"]
+    loops = [e for g in walk_funcs(done) for e in g.eqns if e.prim.name == "loop"]
+    assert [len(e.outs) - e.params["n_carry"] for e in loops] == [1], print_func(done)
+    x = rng.standard_normal((7, 1, 6)).astype(np.float32)
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(eval_func(done, [x])[0], want, rtol=1e-5, atol=1e-6)

@@ -161,10 +161,17 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     storage = "const" if re.search(r"[A-Za-z_]", fields) else "static constexpr"
     ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
     epi = _epilogue(ctx, eqn, impl) if eqn.params.get("epilogue") is not None else None
+    images = ctx.dim(x.type.shape[0])
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise"}[impl]
+            "depthwise": "ks::conv_depthwise"}[impl] + f"<{c}"
+    args = f"{geometry}, {images}"
+    if impl == "tiles" and storage == "static constexpr" and images.isdigit():
+        # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
+        plan = ctx.namer.fresh("plan")
+        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry});")
+        call, args = f"ks::conv_as<{c}, ks::convs::method_of<{c}>({geometry}, {images})", f"{plan}, {args}"
     product = ", ks::library_gemm{}" if rows else ""
-    ctx.line(f"{call}<{c}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}"
+    ctx.line(f"{call}>({args}, {sx.base}, {sw.base}, {out.base}, {scratch}"
              f"{product}{f', {epi}' if epi else ''});")
     if scoped:
         ctx.depth -= 1

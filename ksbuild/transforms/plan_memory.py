@@ -78,6 +78,8 @@ class _Walk:
     places: dict = field(default_factory=dict)
     seen_bodies: set = field(default_factory=set)
     carried: dict = field(default_factory=dict)    # a loop body's carry result -> its carry param
+    reshaped: dict = field(default_factory=dict)   # a reshape's result -> its operand
+    results: set = field(default_factory=set)      # every body's results
 
     def top(self, f: Func) -> None:
         dests = {}
@@ -146,6 +148,7 @@ class _Walk:
         written into (kind "into") or into a row of (kind "row", a loop's stacked outputs)."""
         shared = id(f) in self.seen_bodies
         self.seen_bodies.add(id(f))
+        self.results.update(r for r in f.results if isinstance(r, Var))
         later = _reads_from(f)
         for i, eqn in enumerate(f.eqns):
             self.pos += 1
@@ -171,15 +174,18 @@ class _Walk:
         if eqn.prim.view:  # a view of its operand, or of static data (a constant)
             if eqn.ins:
                 self.alias(eqn.outs[0], eqn.ins[0])
+                if eqn.prim.name == "reshape" and isinstance(eqn.ins[0], Var):
+                    self.reshaped[eqn.outs[0]] = eqn.ins[0]
             return
         k = inplace_operand(eqn)
         if k is None and eqn.prim.name == "fusion":
             k = self.carry_in_place(eqn)
+            k = self.elementwise_in_place(eqn) if k is None else k
         base = eqn.ins[k] if k is not None else None
         r = self.root.get(base) if isinstance(base, Var) else None
         # in place only when no other operand reads the same buffer: y + W @ y must not update y
         # while the product still reads it
-        if r is not None and self.owner.get(r) is base and not self.live_after(r, uses_after) \
+        if r is not None and self.owner.get(r) is self.unreshaped(base) and not self.live_after(r, uses_after) \
                 and self.readers(eqn, r) == 1:
             self.root[eqn.outs[0]] = r
             self.owner[r] = eqn.outs[0]
@@ -200,6 +206,22 @@ class _Walk:
                     all(e.prim.elementwise for e in body.eqns if any(x is prm for x in e.ins)):
                 return k
         return None
+
+    def elementwise_in_place(self, eqn: Eqn) -> int | None:
+        """The operand a fusion of elementwise equations alone may overwrite: one of its result's type, which each
+        element of the result reads at its own index (the caller checks that nothing else reads it). A bias added
+        after a product the epilogue could not take (a reshape between them: an RNN's input projection) then needs
+        no second buffer of the product's size."""
+        body: Func = eqn.params["body"]
+        if len(eqn.outs) != 1 or eqn.outs[0] in self.results or not all(e.prim.elementwise for e in body.eqns):
+            return None  # (a body's result is written where the enclosing equation wants it instead)
+        return next((k for k, a in enumerate(eqn.ins) if isinstance(a, Var) and a.type == eqn.outs[0].type), None)
+
+    def unreshaped(self, v: Atom) -> Atom:
+        """The value v is a reshape of (through reshapes: the same elements in the same order), else v."""
+        while v in self.reshaped:
+            v = self.reshaped[v]
+        return v
 
     def loop(self, eqn: Eqn, uses_after: set) -> None:
         p = eqn.params

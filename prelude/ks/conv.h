@@ -34,7 +34,8 @@ struct conv_shape {
     int64_t pad[3];
 
     constexpr int64_t taps() const { return kernel[0] * kernel[1] * kernel[2]; }
-    constexpr int64_t depth() const { return channels / groups * taps(); }  // K: the rows of a group's im2col
+    // K: the rows of a group's im2col
+    constexpr int64_t depth() const { return tiles::index_div(channels, groups) * taps(); }
     constexpr int64_t positions() const { return out[0] * out[1] * out[2]; }
     constexpr int64_t in_plane() const { return in[0] * in[1] * in[2]; }
 };
@@ -163,8 +164,9 @@ __attribute__((noinline)) void pad_image(const conv_shape& s, const T* x, T* dst
 template <class T, class Row>
 inline void im2col_rows(const conv_shape& s, const T* x, int64_t k0, int64_t kc, Row row) {
     const int64_t taps = s.taps(), plane = s.in_plane();
-    int64_t c = k0 / taps, t = k0 % taps;
-    int64_t kw = t % s.kernel[2], kh = t / s.kernel[2] % s.kernel[1], kd = t / (s.kernel[2] * s.kernel[1]);
+    const int64_t c0 = tiles::index_div(k0, taps), t = k0 - c0 * taps, th = tiles::index_div(t, s.kernel[2]);
+    int64_t c = c0, kw = t - th * s.kernel[2], kh = tiles::index_mod(th, s.kernel[1]);
+    int64_t kd = tiles::index_div(th, s.kernel[1]);
     for (int64_t p = 0; p < kc; ++p) {
         row(p, x + c * plane + (kd * s.dilation[0] * s.in[1] + kh * s.dilation[1]) * s.in[2] + kw * s.dilation[2]);
         if (++kw < s.kernel[2]) {
@@ -205,7 +207,8 @@ __attribute__((noinline)) inline void row_offsets(const conv_shape& s, int32_t* 
 // [r, r + count) read the im2col row's first element + offset + u * stride[2].
 template <class Run>
 inline void position_runs(const conv_shape& s, int64_t j0, int64_t cols, Run run) {
-    int64_t ow = j0 % s.out[2], oh = j0 / s.out[2] % s.out[1], od = j0 / (s.out[2] * s.out[1]);
+    const int64_t rows = tiles::index_div(j0, s.out[2]);
+    int64_t ow = j0 - rows * s.out[2], oh = tiles::index_mod(rows, s.out[1]), od = tiles::index_div(rows, s.out[1]);
     for (int64_t r = 0; r < cols;) {
         const int64_t count = s.out[2] - ow < cols - r ? s.out[2] - ow : cols - r;
         run(r, (od * s.stride[0] * s.in[1] + oh * s.stride[1]) * s.in[2] + ow * s.stride[2], count);
@@ -421,7 +424,7 @@ constexpr int64_t kernel_passes(const conv_shape& s, int64_t images) {
 
 // The packed kernel's elements: every group's rows in tiles (tiles::pack_a).
 constexpr int64_t packed_kernel_size(const conv_shape& s) {
-    return s.groups * tiles::packed_a_size(s.out_channels / s.groups, s.depth());
+    return s.groups * tiles::packed_a_size(tiles::index_div(s.out_channels, s.groups), s.depth());
 }
 
 // What ks::conv runs for a given shape: the convolution of the canonical shape's image, or of its padded copy,
@@ -490,11 +493,11 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
 template <class T, bool PACKED>
 __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets, T* y, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
-    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
     const int64_t row_step = s.stride[1] * s.in[2];  // (the image elements between two output rows)
     const bool narrow = s.out[2] <= P;  // rows of at most one panel
-    const int64_t per_row = narrow ? 1 : (s.out[2] + block - 1) / block;
+    const int64_t per_row = narrow ? 1 : tiles::index_div(s.out[2] + block - 1, block);
     const int64_t items = narrow ? (s.out[1] + position_block - 1) / position_block : s.out[1] * per_row;
     for (int64_t k0 = 0; k0 < depth; k0 += step) {
         const int64_t kc = depth - k0 < step ? depth - k0 : step;
@@ -502,8 +505,8 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
         for (int64_t od = 0; od < s.out[0]; ++od) {
             const T* plane = x + od * s.stride[0] * s.in[1] * s.in[2];
             for (int64_t item = 0; item < items; ++item) {
-                const int64_t oh = narrow ? item * position_block : item / per_row;
-                const int64_t ow = narrow ? 0 : item % per_row * block;
+                const int64_t oh = narrow ? item * position_block : tiles::index_div(item, per_row);
+                const int64_t ow = narrow ? 0 : (item - oh * per_row) * block;
                 const int64_t rows = s.out[1] - oh < position_block ? s.out[1] - oh : position_block;
                 const int64_t cols = narrow ? rows * s.out[2] : (s.out[2] - ow < block ? s.out[2] - ow : block);
                 const int64_t q = (od * s.out[1] + oh) * s.out[2] + ow;
@@ -521,7 +524,7 @@ template <class T, bool PACKED>
 __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
                   const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
-    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
     for (int64_t j0 = 0; j0 < n; j0 += block) {
         const int64_t cols = n - j0 < block ? n - j0 : block;
@@ -539,11 +542,10 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
 
 namespace convs {
 
-// ks::conv's plan for `given`, written at the start of its scratch.
+// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked).
 template <class T>
-__attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
-    conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
-    p.s = given;
+constexpr conv_plan plan_of(const conv_shape& given) {
+    conv_plan p{given, false, 0, 0, 0, 0};
     to_canonical(p.s);
     p.copy = copies_image<T>(p.s);
     p.image = p.s.channels * p.s.in_plane();
@@ -556,6 +558,14 @@ __attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape&
     return p;
 }
 
+// The same written at the start of scratch (not in ks::conv's frame).
+template <class T>
+__attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
+    conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
+    p = plan_of<T>(given);
+    return p;
+}
+
 // pad_image of the canonical shape of `given`.
 template <class T>
 __attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T* dst) {
@@ -564,30 +574,60 @@ __attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T*
 
 }  // namespace convs
 
-// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles:
-// the epilogue at (image, output channel m, flat position q).
+namespace convs {
+
+// The algorithm ks::conv runs (one per call: method_of): dot products for few positions (few_dots), the windows
+// read straight from the image (direct_group) or packed into panels (packed_group), each with the kernel packed in
+// row tiles (_packed) or read as it is.
+enum class method { few, direct_packed, direct, panels_packed, panels };
+
+// The method for `given` over `images` images: a constant when they are (then the generated code calls
+// conv_as<T, method_of<T>(...)> and links that method's code alone, not all five: issue 36, a Cortex-M4's flash).
+// The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose positions
+// fit one block: a batch-1 network's deep layers), packing would only copy it. With few positions, dot products
+// read it as it is.
 template <class T>
-void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
+constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the plan's shape)
+    if (few_positions(s)) {
+        return method::few;
+    }
+    const bool pack = kernel_passes<T>(s, images) > 1;
+    if (direct<T>(s)) {
+        return pack ? method::direct_packed : method::direct;
+    }
+    return pack ? method::panels_packed : method::panels;
+}
+
+template <class T>
+constexpr method method_of(const conv_shape& given, int64_t images) {
+    return method_for<T>(plan_of<T>(given).s, images);
+}
+
+}  // namespace convs
+
+// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) with the register tiles by
+// method M (convs::method_of<T>(given, images)) and plan convs::plan_of<T>(given): the epilogue at (image, output
+// channel m, flat position q).
+template <class T, convs::method M>
+void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
+             T* scratch, const epilogue<T>& epi = {}) {
+    using convs::method;
+    constexpr bool few = M == method::few, direct = M == method::direct_packed || M == method::direct;
+    constexpr bool pack = M == method::direct_packed || M == method::panels_packed;
     x = tiles::opaque(x);
     w = tiles::opaque(w);
-    const convs::conv_plan& plan = convs::plan_at<T>(scratch, given);
     const conv_shape& s = plan.s;
-    const bool direct = convs::direct<T>(s);
-    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), n = s.positions();
     const int64_t kernel_size = tiles::packed_a_size(mg, depth);
     T* kernels = scratch + convs::plan_room<T>();  // (the kernel packed in row tiles, group by group)
     T* padded = scratch + plan.padded;
     T* rest = scratch + plan.rest;
     int32_t* offsets = reinterpret_cast<int32_t*>(rest);  // (direct: the rows' offsets; else the im2col block)
     convs::chunks<T>& cs = convs::chunks_at(scratch, plan.room);
-    // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose
-    // positions fit one block: a batch-1 network's deep layers), packing would only copy it.
-    // With few positions, dot products read it as it is (convs::few_dots).
-    const bool few = convs::few_positions(s), pack = !few && convs::kernel_passes<T>(s, images) > 1;
     for (int64_t g = 0; pack && g < s.groups; ++g) {
         tiles::pack_a<T>(mg, depth, w + g * mg * depth, depth, 1, kernels + g * kernel_size);
     }
-    if (direct && !few) {
+    if constexpr (direct) {
         convs::row_offsets(s, offsets);
     }
     for (int64_t image = 0; image < images; ++image) {
@@ -597,24 +637,38 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
             xi = padded;
         }
         for (int64_t g = 0; g < s.groups; ++g) {
-            const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
+            const T* xg = xi + g * tiles::index_div(s.channels, s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const epilogue<T> eg = epi.group(image, g * mg);
-            const T* packed = kernels + g * kernel_size;
-            const T* rows = w + g * mg * depth;
-            if (few) {
+            const T* kernel = pack ? kernels + g * kernel_size : w + g * mg * depth;
+            if constexpr (few) {
                 convs::pack_strided<T>(s, xg, 0, depth, 0, n, rest, 1, depth, cs);
-                convs::few_dots<T>(mg, n, depth, rows, rest, yg, eg);
-            } else if (direct && pack) {
-                convs::direct_group<T, true>(s, xg, packed, offsets, yg, eg);
-            } else if (direct) {
-                convs::direct_group<T, false>(s, xg, rows, offsets, yg, eg);
-            } else if (pack) {
-                convs::packed_group<T, true>(s, xg, packed, rest, cs, yg, eg);
+                convs::few_dots<T>(mg, n, depth, kernel, rest, yg, eg);
+            } else if constexpr (direct) {
+                convs::direct_group<T, pack>(s, xg, kernel, offsets, yg, eg);
             } else {
-                convs::packed_group<T, false>(s, xg, rows, rest, cs, yg, eg);
+                convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg);
             }
         }
+    }
+}
+
+// The same, the method chosen at run time (shapes known only then).
+template <class T>
+void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y, T* scratch, const epilogue<T>& epi = {}) {
+    using convs::method;
+    const convs::conv_plan& plan = convs::plan_at<T>(scratch, given);
+    switch (convs::method_for<T>(plan.s, images)) {
+    case method::few:
+        return conv_as<T, method::few>(plan, given, images, x, w, y, scratch, epi);
+    case method::direct_packed:
+        return conv_as<T, method::direct_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::direct:
+        return conv_as<T, method::direct>(plan, given, images, x, w, y, scratch, epi);
+    case method::panels_packed:
+        return conv_as<T, method::panels_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::panels:
+        return conv_as<T, method::panels>(plan, given, images, x, w, y, scratch, epi);
     }
 }
 
@@ -624,7 +678,7 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
                const Product& product, const epilogue<T>& epi = {}) {
     const bool pad = convs::copies_image<T>(shape);
     const conv_shape s = pad ? convs::padded_shape(shape) : shape;
-    const int64_t mg = s.out_channels / s.groups, depth = s.depth(), n = s.positions();
+    const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), n = s.positions();
     const int64_t block = convs::position_block * panel_width<T>;
     T* rows = scratch + convs::aligned(convs::padded_size<T>(shape));
     convs::chunks<T>& cs = convs::chunks_at(scratch, conv_scratch<T>(shape, true));
@@ -635,7 +689,7 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
             xi = scratch;
         }
         for (int64_t g = 0; g < s.groups; ++g) {
-            const T* xg = xi + g * (s.channels / s.groups) * s.in_plane();
+            const T* xg = xi + g * tiles::index_div(s.channels, s.groups) * s.in_plane();
             T* yg = y + (image * s.out_channels + g * mg) * n;
             for (int64_t j0 = 0; j0 < n; j0 += block) {
                 const int64_t cols = n - j0 < block ? n - j0 : block;
@@ -733,7 +787,7 @@ __attribute__((noinline)) void split_image(const conv_shape& s, const T* x, T* d
 // tiles j0 .. j1 - 1, the first of them the block's tile `first`.
 template <class Run>
 inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run) {
-    int64_t i = t0 / tw, j0 = t0 % tw;
+    int64_t i = tiles::index_div(t0, tw), j0 = t0 - i * tw;
     for (int64_t first = 0; first < count; ++i, j0 = 0) {
         const int64_t n = tw - j0 < count - first ? tw - j0 : count - first;
         run(i, j0, j0 + n, first);
@@ -1037,10 +1091,10 @@ constexpr int run_vectors = 4;  // U: the vectors of a run
 
 // The places of a phase row (an output row and the last tap's reach past it) and the rows of a phase plane.
 constexpr int64_t places(const conv_shape& s) {
-    return s.out[2] + (s.kernel[2] - 1) * s.dilation[2] / s.stride[2];
+    return s.out[2] + tiles::index_div((s.kernel[2] - 1) * s.dilation[2], s.stride[2]);
 }
 constexpr int64_t rows(const conv_shape& s) {
-    return s.out[1] + (s.kernel[1] - 1) * s.dilation[1] / s.stride[1];
+    return s.out[1] + tiles::index_div((s.kernel[1] - 1) * s.dilation[1], s.stride[1]);
 }
 // The elements of a depth plane's phase planes.
 constexpr int64_t depth_plane(const conv_shape& s) {
@@ -1076,8 +1130,10 @@ constexpr int64_t sums_size(const conv_shape& s) {
 // row's places).
 inline void phase_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& i1) {
     const int64_t sw = s.stride[2], pw = places(s), first = s.pad[2] - r, last = s.pad[2] + s.in[2] - r;
-    i0 = first > 0 ? ((first + sw - 1) / sw < pw ? (first + sw - 1) / sw : pw) : 0;
-    i1 = last > 0 ? ((last + sw - 1) / sw < pw ? (last + sw - 1) / sw : pw) : 0;
+    const int64_t q0 = first > 0 ? tiles::index_div(first + sw - 1, sw) : 0;
+    const int64_t q1 = last > 0 ? tiles::index_div(last + sw - 1, sw) : 0;
+    i0 = q0 < pw ? q0 : pw;
+    i1 = q1 < pw ? q1 : pw;
 }
 
 #if defined(__AVX512F__)
@@ -1152,7 +1208,7 @@ void copy_channel(const conv_shape& s, const T* x, T* dst) {
 #endif
     const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
     for (int64_t z = s.pad[0]; z < e0 && z - s.pad[0] < s.in[0]; ++z) {
-        int64_t phase = s.pad[1] % sh, row = s.pad[1] / sh;  // (of padded row y: y = row · sh + phase)
+        int64_t row = tiles::index_div(s.pad[1], sh), phase = s.pad[1] - row * sh;  // (padded row y = row · sh + phase)
         for (int64_t y = s.pad[1]; y < e1 && y - s.pad[1] < s.in[1] && row < rh; ++y) {
             const T* src = x + ((z - s.pad[0]) * s.in[1] + y - s.pad[1]) * s.in[2];
             T* out = dst + z * depth_plane(s) + (phase * sw * rh + row) * pw;  // (column phase r: out + r · rh · pw)
@@ -1204,7 +1260,8 @@ inline void tap_offsets(const conv_shape& s, int64_t* out) {
         for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
             for (int64_t kw = 0; kw < s.kernel[2]; ++kw, ++t) {
                 const int64_t y = kh * s.dilation[1], x = kw * s.dilation[2];
-                out[t] = kd * s.dilation[0] * depth_plane(s) + (((y % sh) * sw + x % sw) * rh + y / sh) * pw + x / sw;
+                const int64_t yq = tiles::index_div(y, sh), xq = tiles::index_div(x, sw);
+                out[t] = kd * s.dilation[0] * depth_plane(s) + (((y - yq * sh) * sw + x - xq * sw) * rh + yq) * pw + xq;
             }
         }
     }
@@ -1256,7 +1313,7 @@ template <class T>
 void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                     const epilogue<T>& epi = {}) {
     constexpr int L = tiles::simd<T>::lanes, U = depthwise::run_vectors;
-    const int64_t per = s.out_channels / s.channels, taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
+    const int64_t per = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
     const int64_t pw = depthwise::places(s), depth_step = s.stride[0] * depthwise::depth_plane(s);
     const int64_t length = (s.out[1] - 1) * pw + s.out[2];  // (a flat run over a depth plane's output rows)
     const bool flat = depthwise::flat<T>(s);

@@ -208,6 +208,37 @@ constexpr int min_rows = 5;
 constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 #endif
 
+// Whether the tiles prefetch a constant's next panels (panel_rows::next): not on a microcontroller (an M-profile
+// Arm core: no data cache to fetch into), where the arithmetic only added code and two 64-bit divisions per tile.
+// There a block of tiles is also called, not inlined (KS_BLOCK): one copy of the tile for all the products and
+// convolutions that use it (inlined into packed_gemm, in_place and packed_group: 2.3-5.6 KB each at -O3).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr bool prefetch_ahead = false;
+#if defined(__GNUC__) && !defined(__clang__)
+#define KS_BLOCK __attribute__((noinline, noclone))  // (GCC cloned it per caller's constants: two copies again)
+#else
+#define KS_BLOCK __attribute__((noinline))
+#endif
+#else
+constexpr bool prefetch_ahead = true;
+#define KS_BLOCK inline
+#endif
+
+// a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
+// 64-bit division is compiled there (on a Cortex-M a call of libgcc's __aeabi_ldivmod: 0.7 KB of code, ~100
+// instructions a call).
+constexpr int64_t index_div(int64_t a, int64_t b) {
+    if (sizeof(void*) < 8) {
+        return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+    }
+    return a / b;
+}
+
+// a % b of indices (a >= 0, b > 0), the same way.
+constexpr int64_t index_mod(int64_t a, int64_t b) {
+    return a - index_div(a, b) * b;
+}
+
 #ifndef KS_GEMM_KC
 #define KS_GEMM_KC 1024
 #endif
@@ -285,7 +316,7 @@ constexpr int panels_for(int rows) {
 // How many k values each block of k_block at most gets: k cut into equal blocks.
 constexpr int64_t k_step(int64_t k) {
     const int64_t blocks = (k + k_block - 1) / k_block;
-    return blocks > 1 ? (k + blocks - 1) / blocks : k;
+    return blocks > 1 ? index_div(k + blocks - 1, blocks) : k;
 }
 
 // The first n lanes of a vector stored at out (added to what is there when load_c). (GCC 12 with AVX-512 warns,
@@ -424,7 +455,7 @@ struct panel_rows {
     static constexpr int width() { return panel_width<T>; }
     // part `part` of `parts` of the np panels from u on, when they are one run of whole panels (kc rows each)
     ahead next(int u, int np, int64_t kc, int64_t part, int64_t parts) const {
-        if (!streamed || rs != panel_width<T> || ps != kc * panel_width<T> || kc <= 0) {
+        if (!prefetch_ahead || !streamed || rs != panel_width<T> || ps != kc * panel_width<T> || kc <= 0) {
             return {};
         }
         const int64_t bytes = np * kc * int64_t(sizeof(T)) * panel_width<T> / parts;
@@ -526,6 +557,16 @@ __attribute__((noinline)) void micro(int64_t kc, const T* a, int64_t a_rs, int64
                     x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
                 }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
+            }
+        }
+    } else if constexpr (simd<T>::lanes == 1) {  // a partial tile of one lane (no vector unit): each stored column
+        KS_UNROLL for (int r = 0; r < LIVE; ++r) {  // (32-bit tests: 64-bit ones made each tile 2 KB of a Cortex-M's flash)
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
+                const int u = q / W, at = q % W;  // (panel u, its column at)
+                if (at < width && u * width + at < cols) {
+                    T* out = c + r * c_rs + u * width + at;
+                    *out = load_c ? *out + acc[0][r][q] : acc[0][r][q];
+                }
             }
         }
     } else {  // a partial tile: vector by vector, the last of each panel's stored columns lane by lane
@@ -646,7 +687,7 @@ constexpr bool splits(int64_t rows) {
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
 template <class T, bool PACKED = false, int MR = row_block, class Rows>
-inline void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
+KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;

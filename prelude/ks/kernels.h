@@ -1,6 +1,7 @@
 // ks/kernels.h — the kernel layer: matrix products and convolutions compiled once, not per package.
 //
-// ks::tiled_gemm, ks::packed_gemm, ks::conv, ks::conv_winograd, ks::conv_depthwise and ks::winograd_kernel
+// ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd,
+// ks::conv_depthwise and ks::winograd_kernel
 // (ks/gemm.h, ks/conv.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
 // compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
 // keeps the objects in its cache, shared by every package built with the same compiler and flags), and
@@ -23,6 +24,11 @@
 namespace ks {
 inline namespace KS_KERNELS {
 
+// ks::conv by one method (ks::conv_as), which the generated code calls when a convolution's shapes are constants.
+#define KS_CONV_METHOD(PREFIX, T, M)                                                                             \
+    PREFIX void conv_as<T, convs::method::M>(const convs::conv_plan&, const conv_shape&, int64_t, const T*,       \
+                                             const T*, T*, T*, const epilogue<T>&);
+
 // The kernels the layer compiles, for one element type T; PREFIX is `extern template` (here, for the
 // generated code) or `template` (src/ks/kernels.cpp, which instantiates them).
 #define KS_KERNEL_LAYER(PREFIX, T)                                                                               \
@@ -31,6 +37,11 @@ inline namespace KS_KERNELS {
     PREFIX void packed_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, panels<T>, matrix<T>, bool,            \
                                const epilogue<T>&);                                                               \
     PREFIX void conv<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);              \
+    KS_CONV_METHOD(PREFIX, T, few)                                                                                \
+    KS_CONV_METHOD(PREFIX, T, direct_packed)                                                                      \
+    KS_CONV_METHOD(PREFIX, T, direct)                                                                             \
+    KS_CONV_METHOD(PREFIX, T, panels_packed)                                                                      \
+    KS_CONV_METHOD(PREFIX, T, panels)                                                                             \
     PREFIX void conv_winograd<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);     \
     PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);
@@ -47,6 +58,8 @@ KS_QUANT_LAYER(extern template, int8_t, int8_t)
 // A block of results is often a register tile's: a few rows of a few dozen columns. Each row runs in chunks of
 // `chunk` columns, a loop of known length that compiles to whole vectors (no peeling, no alias checks: each
 // element is read and written at its own index, so KS_OMP_SIMD is safe), then the columns left one by one.
+// Without a vector unit (one lane: Cortex-M) there are no chunks: unrolled, they made each epilogue 1-2 KB of a
+// Cortex-M4's flash at -O3.
 // (GCC checks a chunk's reads against the arrays the epilogue reads when it can see them, e.g. a static bias of
 // 10 columns, and warns "iteration 10 invokes undefined behavior" for chunks that never run for that product.)
 constexpr int64_t epilogue_chunk = 16;
@@ -80,7 +93,7 @@ void run_block(const void* self, int64_t image, int64_t i, int64_t j, T* out, in
             continue;
         }
         int64_t q = 0;
-        for (; q + epilogue_chunk <= cols; q += epilogue_chunk) {
+        for (; tiles::simd<T>::lanes > 1 && q + epilogue_chunk <= cols; q += epilogue_chunk) {
             KS_OMP_SIMD()
             for (int64_t l = 0; l < epilogue_chunk; ++l) {
                 o[q + l] = apply_at<IMAGE>(f, image, i + r, j + q + l, o[q + l]);

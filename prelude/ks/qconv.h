@@ -61,7 +61,7 @@ constexpr int64_t clip(int64_t n, int64_t room) {
     return n < room ? n : (room > 0 ? room : 0);
 }
 constexpr int64_t round_up(int64_t n, int64_t to) {
-    return (n + to - 1) / to * to;
+    return tiles::index_div(n + to - 1, to) * to;
 }
 // Bytes of an operand of n rows (or columns) packed in tiles of `width`.
 constexpr int64_t packed_size(int64_t n, int64_t depth, int64_t width) {
@@ -384,7 +384,7 @@ constexpr wide_geometry wide_of(const conv_shape& s) {
     wide_geometry g{};
     g.phases = 1;
     for (int a = 0; a < 3; ++a) {
-        g.side[a] = (convs::extent(s, a) + s.stride[a] - 1) / s.stride[a];
+        g.side[a] = tiles::index_div(convs::extent(s, a) + s.stride[a] - 1, s.stride[a]);
         g.phases *= s.stride[a];
     }
     g.volume = g.side[0] * g.side[1] * g.side[2];
@@ -447,15 +447,18 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
         const int64_t pd = d + s.pad[0];
         for (int64_t h = 0; h < s.in[1]; ++h) {
             const int64_t ph = h + s.pad[1];
-            if (pd / s.stride[0] >= g.side[0] || ph / s.stride[1] >= g.side[1]) {
+            const int64_t qd = tiles::index_div(pd, s.stride[0]), qh = tiles::index_div(ph, s.stride[1]);
+            if (qd >= g.side[0] || qh >= g.side[1]) {
                 continue;  // (rows past the extent the windows read)
             }
-            const int64_t phase_dh = (pd % s.stride[0]) * s.stride[1] + ph % s.stride[1];
-            const int64_t at = ((pd / s.stride[0]) * g.side[1] + ph / s.stride[1]) * g.side[2];
+            const int64_t phase_dh = (pd - qd * s.stride[0]) * s.stride[1] + ph - qh * s.stride[1];
+            const int64_t at = (qd * g.side[1] + qh) * g.side[2];
             for (int64_t b = 0; b < step; ++b) {
                 // input column w lands at padded column w + pad: phase (w + pad) % step, index (w + pad) / step
-                const int64_t first = ((b - s.pad[2]) % step + step) % step, j0 = (first + s.pad[2]) / step;
-                const int64_t fit = g.side[2] - j0, left = (s.in[2] - first + step - 1) / step;
+                // (b - pad mod step, as b + step - pad % step >= 0 is: 32-bit divisions on a 32-bit target)
+                const int64_t first = tiles::index_mod(b + step - tiles::index_mod(s.pad[2], step), step);
+                const int64_t j0 = tiles::index_div(first + s.pad[2], step), fit = g.side[2] - j0;
+                const int64_t left = tiles::index_div(s.in[2] - first + step - 1, step);
                 const int64_t n = left < fit ? left : fit;
                 const int64_t phase = phase_dh * step + b;
                 for (int64_t c = 0; c < count; ++c) {
@@ -470,13 +473,14 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
 
 // Where im2col row k (channel c, taps kd, kh, kw) starts in the phase volumes of `count` channels.
 inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t count, int64_t k) {
-    const int64_t n = s.taps(), c = k / n, t = k % n;
-    const int64_t taps[3] = {t / (s.kernel[2] * s.kernel[1]), t / s.kernel[2] % s.kernel[1], t % s.kernel[2]};
+    const int64_t n = s.taps(), c = tiles::index_div(k, n), t = k - c * n, th = tiles::index_div(t, s.kernel[2]);
+    const int64_t taps[3] = {tiles::index_div(th, s.kernel[1]), tiles::index_mod(th, s.kernel[1]),
+                             t - th * s.kernel[2]};
     int64_t phase = 0, shift = 0;
     for (int a = 0; a < 3; ++a) {
-        const int64_t at = taps[a] * s.dilation[a];
-        phase = phase * s.stride[a] + at % s.stride[a];
-        shift = shift * g.side[a] + at / s.stride[a];
+        const int64_t at = taps[a] * s.dilation[a], q = tiles::index_div(at, s.stride[a]);
+        phase = phase * s.stride[a] + at - q * s.stride[a];
+        shift = shift * g.side[a] + q;
     }
     return static_cast<int32_t>((phase * count + c) * g.volume + shift);
 }
@@ -568,7 +572,7 @@ struct qconv_room {
     int64_t offsets, acc, block, taps, phases, wide;
 
     static constexpr qconv_room of(const conv_shape& s) {
-        const int64_t m = s.out_channels / s.groups, cg = s.channels / s.groups;
+        const int64_t m = tiles::index_div(s.out_channels, s.groups), cg = tiles::index_div(s.channels, s.groups);
         const int64_t wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
         const bool direct = s.pad[0] == 0 && s.pad[1] == 0 && s.pad[2] == 0 && s.stride[0] == 1 && s.stride[1] == 1 &&
                             s.stride[2] == 1;
@@ -647,7 +651,8 @@ template <class TX, class TY>
 void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* packed, TY* y, uint8_t* scratch,
            const requant& q) {
     using namespace qtile;
-    const int64_t m = s.out_channels / s.groups, depth = s.depth(), cg = s.channels / s.groups, p = s.positions();
+    const int64_t m = tiles::index_div(s.out_channels, s.groups), depth = s.depth();
+    const int64_t cg = tiles::index_div(s.channels, s.groups), p = s.positions();
     const wide_geometry g = wide_of(s);
     const qconv_room room = qconv_room::of(s);
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
@@ -735,7 +740,7 @@ namespace qtile {
 // per-row work is then shared by the channels, which matters for small images: MobileNet's 7 × 7 layers).
 constexpr int64_t depthwise_batch(const conv_shape& s) {
     const int64_t per = wide_of(s).phases * wide_of(s).volume;
-    const int64_t n = 16384 / (per > 0 ? per : 1);
+    const int64_t n = tiles::index_div(16384, per > 0 ? per : 1);
     return n < 1 ? 1 : (n > 64 ? 64 : n);
 }
 
@@ -845,7 +850,7 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
     int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, batch) + 128);
     int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
     uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
-    const int64_t mult = s.out_channels / s.channels, taps = s.taps(), p = s.positions();
+    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
     conv_shape one = s;
     one.channels = one.out_channels = one.groups = 1;
@@ -859,7 +864,7 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
             }
             for (int64_t ci = 0; ci < count * mult; ++ci) {
                 const int64_t m = c0 * mult + ci;
-                const TX* image = reinterpret_cast<const TX*>(phases) + ci / mult * g.volume;
+                const TX* image = reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume;
                 const int8_t* wm = w + m * taps;
                 int32_t total = 0;
                 for (int64_t t = 0; t < taps; ++t) {

@@ -44,30 +44,24 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
     float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((256*batch));
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(128);
     float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((128*batch));
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp5 = reinterpret_cast<float*>(next_slot);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(64);
     float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
-    float* const tmp6 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>((64*batch));
     float* const prod3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 10);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp10 = reinterpret_cast<float*>(next_slot);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // export.py: node addmm (aten.addmm.default)
@@ -87,7 +81,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t5 = (x_i - 0.6666666865348816f);
         const float t6 = (t2 ? t4 : t5);
         const float t7 = (t1 ? 0.0f : t6);
-        tmp[i] = t7;
+        prod[i] = t7;
     }
     // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 128; ++i) {
@@ -96,27 +90,27 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t2 = std::sqrt(t1);
         const float x_i1 = ks_data_2[i];
         const float t3 = (x_i1 / t2);
-        tmp1[i] = t3;
+        tmp[i] = t3;
     }
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_8[i];
-        const float x_i1 = tmp1[i];
+        const float x_i1 = tmp[i];
         const float t1 = (x_i * x_i1);
         const float x_i2 = ks_data_3[i];
         const float t2 = (x_i2 - t1);
-        tmp2[i] = t2;
+        tmp1[i] = t2;
     }
     // export.py: node addmm_1 (aten.addmm.default)
     const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
         const float x_i = ks_data_1[col1];
         const float t1 = (x_i + v1);
-        const float x_i1 = tmp1[col1];
+        const float x_i1 = tmp[col1];
         const float t2 = (t1 * x_i1);
-        const float x_i2 = tmp2[col1];
+        const float x_i2 = tmp1[col1];
         const float t3 = (t2 + x_i2);
         return t3;
     };
-    ks::packed_gemm<float>(batch, 128, 256, {tmp, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
+    ks::packed_gemm<float>(batch, 128, 256, {prod, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
     // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (128*batch); ++i) {
         const float x_i = prod1[i];
@@ -127,7 +121,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t5 = (x_i - 0.6666666865348816f);
         const float t6 = (t2 ? t4 : t5);
         const float t7 = (t1 ? 0.0f : t6);
-        tmp3[i] = t7;
+        prod1[i] = t7;
     }
     // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 64; ++i) {
@@ -136,27 +130,27 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t2 = std::sqrt(t1);
         const float x_i1 = ks_data_5[i];
         const float t3 = (x_i1 / t2);
-        tmp4[i] = t3;
+        tmp2[i] = t3;
     }
     for (int64_t i = 0; i < 64; ++i) {
         const float x_i = ks_data_10[i];
-        const float x_i1 = tmp4[i];
+        const float x_i1 = tmp2[i];
         const float t1 = (x_i * x_i1);
         const float x_i2 = ks_data_6[i];
         const float t2 = (x_i2 - t1);
-        tmp5[i] = t2;
+        tmp3[i] = t2;
     }
     // export.py: node addmm_2 (aten.addmm.default)
     const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
         const float x_i = ks_data_4[col2];
         const float t1 = (x_i + v2);
-        const float x_i1 = tmp4[col2];
+        const float x_i1 = tmp2[col2];
         const float t2 = (t1 * x_i1);
-        const float x_i2 = tmp5[col2];
+        const float x_i2 = tmp3[col2];
         const float t3 = (t2 + x_i2);
         return t3;
     };
-    ks::packed_gemm<float>(batch, 64, 128, {tmp3, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
+    ks::packed_gemm<float>(batch, 64, 128, {prod1, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
     // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (64*batch); ++i) {
         const float x_i = prod2[i];
@@ -167,10 +161,10 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t5 = (x_i - 0.6666666865348816f);
         const float t6 = (t2 ? t4 : t5);
         const float t7 = (t1 ? 0.0f : t6);
-        tmp6[i] = t7;
+        prod2[i] = t7;
     }
     // export.py: node addmm_3 (aten.addmm.default)
-    ks::packed_gemm<float>(batch, 10, 64, {tmp6, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
+    ks::packed_gemm<float>(batch, 10, 64, {prod2, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
     // export.py: nodes addmm_3 (aten.addmm.default), _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
@@ -178,36 +172,35 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
             const float x_i = ks_data_7[j];
             const float x_i1 = prod3[i * 10 + j];
             const float t1 = (x_i + x_i1);
-            tmp7[i * 10 + j] = t1;
+            tmp4[i * 10 + j] = t1;
             acc = ks::running_max(acc, t1);
         }
-        tmp8[i] = acc;
+        tmp5[i] = acc;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
-    float* const tmp9 = prod3;  // reuses a dead buffer's space
+    float* const tmp6 = prod3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = tmp7[i * 10 + j];
-            const float x_i1 = tmp8[i];
+            const float x_i = tmp4[i * 10 + j];
+            const float x_i1 = tmp5[i];
             const float t1 = (x_i - x_i1);
-            tmp9[i * 10 + j] = t1;
+            tmp6[i * 10 + j] = t1;
             const float t2 = ks::exp(t1);
             acc += t2;
         }
-        tmp10[i] = acc;
+        tmp7[i] = acc;
     }
-    float* const tmp11 = tmp8;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp10[i];
+        const float x_i = tmp7[i];
         const float t1 = ks::log(x_i);
-        tmp11[i] = t1;
+        tmp7[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = tmp9[i * 10 + j];
-            const float x_i1 = tmp11[i];
+            const float x_i = tmp6[i * 10 + j];
+            const float x_i1 = tmp7[i];
             const float t1 = (x_i - x_i1);
             out[i * 10 + j] = t1;
         }
@@ -216,7 +209,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
 }
 
 size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>((256*batch)) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>((128*batch)) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>((64*batch)) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
 }  // namespace KS_VARIANT

@@ -57,7 +57,8 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
                 const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
                 return Relu_i;
             };
-            ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
         }
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
@@ -75,7 +76,8 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         }
         // ONNX node /conv2/Conv (Conv)
         static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        ks::conv<float>(geometry, 1, MaxPool, ks_data_2, conv, scratch_float);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float acc = 0;
@@ -198,7 +200,8 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        ks::conv<float>(geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 256; ++j) {
@@ -290,7 +293,8 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
                 return d_conv2_Conv_i;
             };
-            ks::conv<float>(geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
+            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1);
+            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
         }
     }
     // ONNX node /conv2/Conv (Conv)
@@ -400,16 +404,15 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     // ONNX node /Relu (Relu)
-    float* const d_conv1_Conv = folded2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (2048*batch); ++i) {
         const bool x_i = stacked[i];
         const float d_Relu_i = d_Relu[i];
         const float d_conv1_Conv_i = (x_i ? 0.0f : d_Relu_i);
-        d_conv1_Conv[i] = d_conv1_Conv_i;
+        d_Relu[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)
     static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, d_conv1_Conv, gathered1, out, scratch_float);
+    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float);
     return ks::status::ok;
 }
 

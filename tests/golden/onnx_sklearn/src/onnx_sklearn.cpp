@@ -45,39 +45,33 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch * 4);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 51);
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 51);
     float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 3);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
     float* const tmp2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
     float* const tmp3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
+    uint8_t* const tmp4 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
+    uint8_t* const tmp5 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
     uint8_t* const tmp6 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp7 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(batch * 3);
-    uint8_t* const tmp8 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    int64_t* const tmp9 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp7 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
     float* const padded = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const padded1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const tmp12 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp13 = reinterpret_cast<float*>(next_slot);
+    float* const tmp9 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
     uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp17 = reinterpret_cast<float*>(next_slot);
+    float* const tmp11 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -85,9 +79,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp18 = reinterpret_cast<float*>(next_slot);
+    float* const tmp12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp19 = reinterpret_cast<float*>(next_slot);
+    float* const tmp13 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -95,9 +89,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp21 = reinterpret_cast<float*>(next_slot);
+    float* const tmp15 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp22 = reinterpret_cast<float*>(next_slot);
+    float* const tmp16 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -105,7 +99,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp25 = reinterpret_cast<float*>(next_slot);
+    float* const tmp19 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // ONNX node Scaler (Scaler)
@@ -138,69 +132,68 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         const float x_i = tmp[i];
         const float t1 = ((-0.25f) * x_i);
         const float t2 = ks::exp(t1);
-        tmp1[i] = t2;
+        tmp[i] = t2;
     }
-    ks::packed_gemm<float>(batch, 3, 51, {tmp1, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
+    ks::packed_gemm<float>(batch, 3, 51, {tmp, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod[i * 3 + j];
             const float x_i1 = ks_data_4[j];
             const float t1 = (x_i + x_i1);
-            tmp2[i * 3 + j] = t1;
+            tmp1[i * 3 + j] = t1;
             const bool t2 = (t1 > 0.0f);
             const float t3 = static_cast<float>(t2);
-            tmp3[i * 3 + j] = t3;
+            tmp2[i * 3 + j] = t3;
         }
     }
     float* const prod1 = prod;  // reuses a dead buffer's space
-    ks::packed_gemm<float>(batch, 3, 3, {tmp3, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
+    ks::packed_gemm<float>(batch, 3, 3, {tmp2, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
     for (int64_t i = 0; i < (3*batch); ++i) {
-        const float x_i = tmp3[i];
+        const float x_i = tmp2[i];
         const float t1 = (1.0f - x_i);
-        tmp4[i] = t1;
+        tmp2[i] = t1;
     }
-    ks::packed_gemm<float>(batch, 3, 3, {tmp4, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
+    ks::packed_gemm<float>(batch, 3, 3, {tmp2, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
     for (int64_t i = 0; i < batch; ++i) {
         float acc = ks::lowest<float>();
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
             acc = ks::running_max(acc, x_i);
         }
-        tmp5[i] = acc;
+        tmp3[i] = acc;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
-            const float x_i1 = tmp5[i];
+            const float x_i1 = tmp3[i];
             const bool t1 = (x_i == x_i1);
-            tmp6[i * 3 + j] = t1;
+            tmp4[i * 3 + j] = t1;
             const bool t2 = (x_i != x_i);
-            tmp7[i * 3 + j] = t2;
+            tmp5[i * 3 + j] = t2;
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp5[i];
+        const float x_i = tmp3[i];
         const bool t1 = (x_i != x_i);
-        tmp8[i] = t1;
+        tmp6[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         int64_t acc = ks::highest<int64_t>();
         for (int64_t j = 0; j < 3; ++j) {
-            const bool x_i = tmp7[i * 3 + j];
-            const bool x_i1 = tmp8[i];
+            const bool x_i = tmp5[i * 3 + j];
+            const bool x_i1 = tmp6[i];
             const bool t1 = (x_i && x_i1);
-            const bool x_i2 = tmp6[i * 3 + j];
+            const bool x_i2 = tmp4[i * 3 + j];
             const bool t2 = (x_i2 || t1);
             const int64_t t3 = static_cast<int64_t>(j);
             const int64_t t4 = (t2 ? t3 : int64_t{4611686018427387904});
             acc = ks::running_min(acc, t4);
         }
-        tmp9[i] = acc;
+        tmp7[i] = acc;
     }
-    float* const tmp10 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            const float x_i = tmp2[i * 3 + j];
+            const float x_i = tmp1[i * 3 + j];
             const float x_i1 = ks_data_8[j];
             const float t1 = (x_i * x_i1);
             const float x_i2 = ks_data_9[j];
@@ -211,7 +204,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const bool t6 = (t4 > 0.9999998807907104f);
             const float t7 = (t6 ? 0.9999998807907104f : t4);
             const float t8 = (t5 ? 1.0000000116860974e-07f : t7);
-            tmp10[i * 3 + j] = t8;
+            tmp1[i * 3 + j] = t8;
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
@@ -221,14 +214,13 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            padded[i * 6 + j] = tmp10[i * 3 + j];
+            padded[i * 6 + j] = tmp1[i * 3 + j];
         }
     }
-    float* const tmp11 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < (3*batch); ++i) {
-        const float x_i = tmp10[i];
+        const float x_i = tmp1[i];
         const float t1 = (1.0f - x_i);
-        tmp11[i] = t1;
+        tmp1[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
@@ -237,18 +229,18 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            padded1[3 + i * 6 + j] = tmp11[i * 3 + j];
+            padded1[3 + i * 6 + j] = tmp1[i * 3 + j];
         }
     }
     for (int64_t i = 0; i < (6*batch); ++i) {
         const float x_i = padded[i];
         const float x_i1 = padded1[i];
         const float t1 = (x_i + x_i1);
-        tmp12[i] = t1;
+        padded[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
-            gathered[i * 9 + j] = tmp12[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
+            gathered[i * 9 + j] = padded[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
@@ -256,39 +248,38 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const bool x_i = ks_data_11[j];
             const float x_i1 = gathered[i * 9 + j];
             const float t1 = (x_i ? x_i1 : 0.0f);
-            tmp13[i * 9 + j] = t1;
+            gathered[i * 9 + j] = t1;
         }
     }
-    float* const tmp14 = prod;  // reuses a dead buffer's space
+    float* const tmp8 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             float acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = tmp13[i * 9 + j + k * 3];
+                const float x_i = gathered[i * 9 + j + k * 3];
                 const float t1 = (x_i * x_i);
                 acc += t1;
             }
-            tmp14[i * 3 + j] = acc;
+            tmp8[i * 3 + j] = acc;
         }
     }
-    float* const tmp15 = gathered;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = tmp13[i * 9 + j + k * 3];
-                const float x_i1 = tmp13[i * 9 + j * 3 + k];
+                const float x_i = gathered[i * 9 + j + k * 3];
+                const float x_i1 = gathered[i * 9 + j * 3 + k];
                 const float t1 = (x_i * x_i1);
                 const float t2 = (-t1);
-                const float x_i2 = tmp14[i * 3 + j];
+                const float x_i2 = tmp8[i * 3 + j];
                 const float x_i3 = ks_data_12[j * 3 + k];
                 const float t3 = (x_i2 * x_i3);
                 const float t4 = (t2 + t3);
-                tmp15[i * 9 + j * 3 + k] = t4;
+                tmp9[i * 9 + j * 3 + k] = t4;
             }
         }
     }
-    uint8_t* const r = tmp8;  // reuses a dead buffer's space
+    uint8_t* const r = tmp6;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 3; ++i) {
         out_probabilities[i] = 0.3333333432674408f;
     }
@@ -312,18 +303,18 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 r2[j] = r[j];
             }
         } else {
-            float* const prod2 = tmp2;  // reuses a dead buffer's space
+            float* const prod2 = tmp1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t l = 0; l < 3; ++l) {
-                        dot += tmp15[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
+                        dot += tmp9[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
                     }
                     prod2[j * 3 + k] = dot;
                 }
             }
-            float* const tmp16 = tmp5;  // reuses a dead buffer's space
+            float* const tmp10 = tmp3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 float acc1 = 0;
                 KS_OMP_SIMD(reduction(+:acc1))
@@ -333,22 +324,22 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                     const float t2 = (x_i * x_i1);
                     acc1 += t2;
                 }
-                tmp16[j] = acc1;
+                tmp10[j] = acc1;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 float acc1 = ks::lowest<float>();
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = prod2[j * 3 + k];
-                    const float x_i1 = tmp16[j];
+                    const float x_i1 = tmp10[j];
                     const float t2 = (x_i - x_i1);
                     const float t3 = ks::abs(t2);
                     acc1 = ks::running_max(acc1, t3);
                 }
-                tmp17[j] = acc1;
+                tmp11[j] = acc1;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed[j * 3 + k] = tmp15[j * 9 + k];
+                    packed[j * 3 + k] = tmp9[j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -358,119 +349,119 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 packed2[j] = prod2[j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp16[j];
+                const float x_i = tmp10[j];
                 const float x_i1 = packed2[j];
                 const float t2 = (x_i - x_i1);
                 const float x_i2 = packed1[j];
                 const float t3 = (t2 / x_i2);
-                tmp18[j] = t3;
+                tmp12[j] = t3;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp18[j];
+                const float x_i = tmp12[j];
                 const float t2 = (1.0f + x_i);
-                tmp19[j] = t2;
+                tmp13[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed3[j * 3 + k] = tmp15[3 + j * 9 + k];
+                    packed3[j * 3 + k] = tmp9[3 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed4[j] = packed3[1 + j * 3];
             }
-            float* const tmp20 = tmp3;  // reuses a dead buffer's space
+            float* const tmp14 = tmp2;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp18[j];
+                    const float x_i = tmp12[j];
                     const float x_i1 = packed[j * 3 + k];
                     const float t2 = (x_i * x_i1);
                     const float x_i2 = prod2[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp19[j];
+                    const float x_i3 = tmp13[j];
                     const float t4 = (t3 / x_i3);
-                    tmp20[j * 3 + k] = t4;
+                    tmp14[j * 3 + k] = t4;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed5[j] = tmp20[1 + j * 3];
+                packed5[j] = tmp14[1 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp18[j];
+                const float x_i = tmp12[j];
                 const float x_i1 = packed1[j];
                 const float t2 = (x_i * x_i1);
                 const float x_i2 = packed2[j];
                 const float t3 = (2.0f * x_i2);
                 const float t4 = (t2 + t3);
                 const float t5 = (x_i * t4);
-                const float x_i3 = tmp16[j];
+                const float x_i3 = tmp10[j];
                 const float t6 = (x_i3 + t5);
-                const float x_i4 = tmp19[j];
+                const float x_i4 = tmp13[j];
                 const float t7 = (t6 / x_i4);
                 const float t8 = (t7 / x_i4);
-                tmp21[j] = t8;
+                tmp15[j] = t8;
                 const float x_i5 = packed5[j];
                 const float t9 = (t8 - x_i5);
                 const float x_i6 = packed4[j];
                 const float t10 = (t9 / x_i6);
-                tmp22[j] = t10;
+                tmp16[j] = t10;
             }
-            float* const tmp23 = tmp5;  // reuses a dead buffer's space
+            float* const tmp17 = tmp3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp22[j];
+                const float x_i = tmp16[j];
                 const float t2 = (1.0f + x_i);
-                tmp23[j] = t2;
+                tmp17[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed6[j * 3 + k] = tmp15[6 + j * 9 + k];
+                    packed6[j * 3 + k] = tmp9[6 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed7[j] = packed6[2 + j * 3];
             }
-            float* const tmp24 = tmp2;  // reuses a dead buffer's space
+            float* const tmp18 = tmp1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp22[j];
+                    const float x_i = tmp16[j];
                     const float x_i1 = packed3[j * 3 + k];
                     const float t2 = (x_i * x_i1);
-                    const float x_i2 = tmp20[j * 3 + k];
+                    const float x_i2 = tmp14[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp23[j];
+                    const float x_i3 = tmp17[j];
                     const float t4 = (t3 / x_i3);
-                    tmp24[j * 3 + k] = t4;
+                    tmp18[j * 3 + k] = t4;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed8[j] = tmp24[2 + j * 3];
+                packed8[j] = tmp18[2 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp22[j];
+                const float x_i = tmp16[j];
                 const float x_i1 = packed4[j];
                 const float t2 = (x_i * x_i1);
                 const float x_i2 = packed5[j];
                 const float t3 = (2.0f * x_i2);
                 const float t4 = (t2 + t3);
                 const float t5 = (x_i * t4);
-                const float x_i3 = tmp21[j];
+                const float x_i3 = tmp15[j];
                 const float t6 = (x_i3 + t5);
-                const float x_i4 = tmp23[j];
+                const float x_i4 = tmp17[j];
                 const float t7 = (t6 / x_i4);
                 const float t8 = (t7 / x_i4);
                 const float x_i5 = packed8[j];
                 const float t9 = (t8 - x_i5);
                 const float x_i6 = packed7[j];
                 const float t10 = (t9 / x_i6);
-                tmp25[j] = t10;
+                tmp19[j] = t10;
             }
-            float* const tmp26 = tmp21;  // reuses a dead buffer's space
+            float* const tmp20 = tmp15;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp25[j];
+                const float x_i = tmp19[j];
                 const float t2 = (1.0f + x_i);
-                tmp26[j] = t2;
+                tmp20[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp17[j];
+                const float x_i = tmp11[j];
                 const bool t2 = (x_i < 0.0016666667070239782f);
                 const bool x_i1 = r[j];
                 const bool t3 = (x_i1 ? x_i1 : t2);
@@ -478,24 +469,24 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp18[j];
+                    const float x_i = tmp12[j];
                     const float x_i1 = ks_data_13[k];
                     const float t2 = (x_i * x_i1);
                     const float x_i2 = out_probabilities[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp19[j];
+                    const float x_i3 = tmp13[j];
                     const float t4 = (t3 / x_i3);
-                    const float x_i4 = tmp22[j];
+                    const float x_i4 = tmp16[j];
                     const float x_i5 = ks_data_14[k];
                     const float t5 = (x_i4 * x_i5);
                     const float t6 = (t4 + t5);
-                    const float x_i6 = tmp23[j];
+                    const float x_i6 = tmp17[j];
                     const float t7 = (t6 / x_i6);
-                    const float x_i7 = tmp25[j];
+                    const float x_i7 = tmp19[j];
                     const float x_i8 = ks_data_15[k];
                     const float t8 = (x_i7 * x_i8);
                     const float t9 = (t7 + t8);
-                    const float x_i9 = tmp26[j];
+                    const float x_i9 = tmp20[j];
                     const float t10 = (t9 / x_i9);
                     const bool x_i10 = r2[j];
                     const float t11 = (x_i10 ? x_i2 : t10);
@@ -511,7 +502,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
-        const int64_t x_i = tmp9[i];
+        const int64_t x_i = tmp7[i];
         const int64_t label_i = ks_data_7[ks::clamp_index(x_i, 3)];
         out_label[i] = label_i;
     }
@@ -519,7 +510,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
 }
 
 size_t onnx_sklearn_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
 }  // namespace KS_VARIANT
