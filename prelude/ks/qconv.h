@@ -752,80 +752,264 @@ constexpr int64_t planes_scratch(const conv_shape& s) {
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// One channel of a depthwise convolution (width stride 1 or 2) with AVX-512 VBMI and VNNI: for each kernel row, groups
-// of up to 4 taps along it (their weights a quad) read 16 wide positions each from one 64-byte load of each column
-// phase the row's taps fall in (two with a stride of 2), whose bytes vpermi2b arranges as 16 quads (position p, tap t:
-// byte p + t's shift in t's phase), and one vpdpbusd adds them: 64 positions at a time in four registers over the
-// whole kernel, requantized there into bytes. image: the channel's first phase volume (raw bytes; flip 0x80 for
-// int8), the next phase `phase_step` bytes on, 128 bytes readable past the last. Returns false for a width stride
-// above 2 or a row's taps spanning more than 48 bytes or 16 taps, or more than 16 quads of taps in all (then the
-// loops run).
-template <int SW>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise_rows(
-    const conv_shape& s, const wide_geometry& g, const uint8_t* image, int64_t phase_step, const int8_t* w,
-    int32_t off, float scale, float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
-    const int64_t kw = s.kernel[2], dw = s.dilation[2], sw = SW;
-    const int64_t rows = s.kernel[0] * s.kernel[1], groups = (kw + 3) / 4;
-    if ((kw - 1) * dw / sw > 48 || groups > 4 || rows * groups > 16) {  // (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9)
-        return false;
+// The depthwise convolutions AVX-512 VBMI and VNNI run straight from the image (no padded copy): a kernel row's taps
+// for 16 output positions all lie in one 64-byte window of the input row (15·s_w + (k_w - 1)·d_w < 64), at most 4
+// quads of taps per kernel row and 16 in all (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9).
+constexpr bool direct_fits(const conv_shape& s) {
+    const int64_t groups = (s.kernel[2] + 3) / 4;
+    return 15 * s.stride[2] + (s.kernel[2] - 1) * s.dilation[2] < 64 && groups <= 4 &&
+           s.kernel[0] * s.kernel[1] * groups <= 16;
+}
+
+// The lanes i of a 64-byte window starting at column c of a row of n bytes with 0 <= c + i < n.
+inline uint64_t window_lanes(int64_t c, int64_t n) {
+    const int64_t a = c < 0 ? -c : 0, b = n - c < 64 ? n - c : 64;
+    if (b <= a) {
+        return 0;
     }
-    // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4; bytes 64.. from the second column phase)
-    // and each row's weight quads
+    return (b >= 64 ? ~0ull : (1ull << b) - 1) & ~((1ull << a) - 1);
+}
+
+// What the channel kernels share over a layer. depthwise_channel: index[q], the vpermb indices (lane i: position
+// i / 4, tap 4·q + i % 4 of a kernel row, at byte position·s_w + tap·d_w of the window). depthwise_narrow (output rows
+// of at most 8 positions): a block of 16 positions holds `rows` whole output rows, whose taps of one kernel row all
+// lie in one 64-byte window of the input (from the first output row's input row, the next ones s_h input rows on);
+// index[q]: lane (position p = i / 4: output row j, column c; tap t) takes byte j·s_h·W_in + c·s_w + (4q + t)·d_w;
+// columns[q]: the lanes whose input column lies in the row (the others, and rows outside the image, take the zero
+// point: a masked vpermb); row_lanes[j]: the lanes of output row j.
+struct direct_layout {
     __m512i index[4];
-    int32_t quads[16];
-    for (int64_t q0 = 0; q0 < groups; ++q0) {
-        alignas(64) uint8_t lanes[64];
-        for (int i = 0; i < 64; ++i) {
-            const int64_t t = q0 * 4 + i % 4, at = t < kw ? t * dw : 0;
-            lanes[i] = static_cast<uint8_t>((at % sw) * 64 + i / 4 + at / sw);
-        }
-        index[q0] = _mm512_load_si512(lanes);
-        for (int64_t r = 0; r < rows; ++r) {
-            int32_t quad = 0;
-            for (int t = 0; t < 4; ++t) {
-                const int64_t tap = q0 * 4 + t;
-                const int8_t v = tap < kw ? w[r * kw + tap] : static_cast<int8_t>(0);
-                quad |= static_cast<int32_t>(static_cast<uint8_t>(v)) << (8 * t);
-            }
-            quads[r * groups + q0] = quad;
-        }
-    }
-    int64_t starts[16];  // where each kernel row's first column phase starts
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t ad = r / s.kernel[1] * s.dilation[0], ah = r % s.kernel[1] * s.dilation[1];
-        const int64_t phase = ((ad % s.stride[0]) * s.stride[1] + ah % s.stride[1]) * sw;
-        starts[r] = phase * phase_step + ((ad / s.stride[0]) * g.side[1] + ah / s.stride[1]) * g.side[2];
-    }
-    const __m512i fl = _mm512_set1_epi8(static_cast<char>(flip));
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), sc = _mm512_set1_ps(scale);
-    const __m512i zero_v = _mm512_set1_epi32(y_zero);
-    for (int64_t j0 = 0; j0 < g.wide; j0 += 64) {
-        __m512i acc[4];
-        for (int k = 0; k < 4; ++k) {
-            acc[k] = _mm512_set1_epi32(off);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-            const uint8_t* row = image + starts[r] + j0;
-            const uint8_t* second = row + (SW == 2 ? phase_step : 0);  // (the odd columns' phase)
-            for (int64_t q0 = 0; q0 < groups; ++q0) {
-                const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
-                for (int k = 0; k < 4; ++k) {
-                    const __m512i v0 = _mm512_loadu_si512(row + 16 * k);
-                    const __m512i arranged = SW == 1 ? _mm512_permutexvar_epi8(index[q0], v0)
-                                                     : _mm512_permutex2var_epi8(v0, index[q0],
-                                                                                _mm512_loadu_si512(second + 16 * k));
-                    acc[k] = _mm512_dpbusd_epi32(acc[k], _mm512_xor_si512(arranged, fl), wq);
+    uint64_t columns[4];
+    uint64_t row_lanes[16];
+    int64_t rows;
+};
+
+// One channel of a depthwise convolution for AVX-512 VBMI and VNNI (x: its input plane, raw bytes; y: its output
+// plane): for each output row, NB blocks of 16 positions at a time, one accumulator each. Per kernel row, each block
+// loads the 64-byte window of the input row its taps read (masked: columns outside the row, and rows outside the
+// image, read the zero point, as the padding does), vpermb arranges its bytes as 16 quads (position p, tap t of the
+// row's quad q: byte p·s_w + (4q + t)·d_w; index[q]) and one vpdpbusd adds them times the quad's weights. The sums
+// are requantized in registers and stored with masks. FLIP: int8 activations, their bytes xor'ed with 0x80.
+template <bool FLIP, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_channel(
+    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
+    const tile_out& o, uint8_t x_zero, uint8_t* y) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, sw = s.stride[2];
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
+    const __m512i y_zero = _mm512_set1_epi32(o.zero);
+    for (int64_t od = 0; od < s.out[0]; ++od) {
+        for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+            uint8_t* yr = y + (od * s.out[1] + oh) * s.out[2];
+            for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+                __m512i acc[NB];
+                uint64_t lanes[NB];
+                __mmask16 stores[NB];
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    acc[k] = _mm512_set1_epi32(off);
+                    lanes[k] = window_lanes((ow0 + 16 * k) * sw - s.pad[2], s.in[2]);
+                    const int64_t left = s.out[2] - ow0 - 16 * k;
+                    stores[k] = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                }
+                for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+                    const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+                    for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+                        const int64_t ih = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+                        const bool inside = id >= 0 && id < s.in[0] && ih >= 0 && ih < s.in[1];
+                        const uint8_t* row = x + (inside ? (id * s.in[1] + ih) * s.in[2] : 0) - s.pad[2];
+                        const int32_t* wq = quads + (kd * s.kernel[1] + kh) * groups;
+                        KS_UNROLL for (int k = 0; k < NB; ++k) {
+                            __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
+                            if (FLIP) {
+                                v = _mm512_xor_si512(v, flip);
+                            }
+                            for (int64_t q0 = 0; q0 < groups; ++q0) {
+                                acc[k] = _mm512_dpbusd_epi32(acc[k], _mm512_permutexvar_epi8(l.index[q0], v),
+                                                             _mm512_set1_epi32(wq[q0]));
+                            }
+                        }
+                    }
+                }
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                    _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, stores[k],
+                                                     _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
                 }
             }
         }
-        for (int k = 0; k < 4; ++k) {
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
-            v = _mm512_min_ps(_mm512_max_ps(v, lo_v), hi_v);
-            _mm512_mask_cvtepi32_storeu_epi8(bytes + j0 + 16 * k, static_cast<__mmask16>(0xffff),
-                                             _mm512_add_epi32(_mm512_cvtps_epi32(v), zero_v));
+    }
+}
+
+constexpr int64_t narrow_rows(const conv_shape& s) {
+    return s.out[2] <= 8 ? 16 / s.out[2] : 1;
+}
+
+// Whether depthwise_narrow takes the shape (direct_fits, and narrow_rows output rows' taps in one window).
+constexpr bool narrow_fits(const conv_shape& s) {
+    return s.out[2] <= 8 && (narrow_rows(s) - 1) * s.stride[1] * s.in[2] + (s.out[2] - 1) * s.stride[2] +
+                                (s.kernel[2] - 1) * s.dilation[2] < 64;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout narrow_of(const conv_shape& s) {
+    direct_layout l{};
+    const int64_t kw = s.kernel[2], width = s.out[2];
+    l.rows = narrow_rows(s);
+    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+        alignas(64) uint8_t lanes[64];
+        for (int i = 0; i < 64; ++i) {
+            const int64_t p = i / 4, j = p / width, t = q0 * 4 + i % 4;
+            const int64_t column = p % width * s.stride[2] - s.pad[2] + (t < kw ? t * s.dilation[2] : 0);
+            const bool live = j < l.rows && column >= 0 && column < s.in[2];
+            lanes[i] = static_cast<uint8_t>(live ? j * s.stride[1] * s.in[2] + column + s.pad[2] : 0);
+            l.columns[q0] |= static_cast<uint64_t>(live) << i;
+        }
+        l.index[q0] = _mm512_load_si512(lanes);
+    }
+    for (int i = 0; i < 64; ++i) {
+        const int64_t j = i / 4 / width;
+        if (j < l.rows) {
+            l.row_lanes[j] |= 1ull << i;
         }
     }
-    return true;
+    return l;
+}
+
+// One channel of a narrow depthwise convolution (narrow_fits(s); x, y: the channel's planes; as depthwise_channel):
+// NB blocks of l.rows output rows at a time.
+template <bool FLIP, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
+    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
+    const tile_out& o, uint8_t x_zero, uint8_t* y) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, rows = l.rows, width = s.out[2];
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
+    const __m512i y_zero = _mm512_set1_epi32(o.zero);
+    for (int64_t od = 0; od < s.out[0]; ++od) {
+        for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += NB * rows) {
+            __m512i acc[NB];
+            __mmask16 stores[NB];
+            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                acc[k] = _mm512_set1_epi32(off);
+                const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
+                stores[k] = static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0);
+            }
+            for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+                const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+                const bool depth_inside = id >= 0 && id < s.in[0];
+                for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+                    const int32_t* wq = quads + (kd * s.kernel[1] + kh) * groups;
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const int64_t ih0 = (oh0 + k * rows) * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+                        uint64_t inside = 0;
+                        for (int64_t j = 0; j < rows && depth_inside; ++j) {
+                            const int64_t ih = ih0 + j * s.stride[1];
+                            inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
+                        }
+                        const int64_t start = (id * s.in[1] + ih0) * s.in[2] - s.pad[2];
+                        const __m512i v = _mm512_maskz_loadu_epi8(inside ? window_lanes(start, s.in_plane()) : 0,
+                                                                  x + start);
+                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                            __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & inside, l.index[q0], v);
+                            if (FLIP) {
+                                a = _mm512_xor_si512(a, flip);
+                            }
+                            acc[k] = _mm512_dpbusd_epi32(acc[k], a, _mm512_set1_epi32(wq[q0]));
+                        }
+                    }
+                }
+            }
+            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+                v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                _mm512_mask_cvtepi32_storeu_epi8(y + (od * s.out[1] + oh0 + k * rows) * width, stores[k],
+                                                 _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+            }
+        }
+    }
+}
+
+// The weights of channel m's kernel rows as quads (row r, quad q at quads[r·groups + q]; taps past the row's end 0).
+inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
+    const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t q0 = 0; q0 < groups; ++q0) {
+            uint32_t quad = 0;
+            for (int t = 0; t < 4; ++t) {
+                const int64_t tap = q0 * 4 + t;
+                const uint8_t v = tap < kw ? static_cast<uint8_t>(w[r * kw + tap]) : 0;
+                quad |= static_cast<uint32_t>(v) << (8 * t);
+            }
+            quads[r * groups + q0] = static_cast<int32_t>(quad);
+        }
+    }
+}
+
+using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const direct_layout&, const int32_t*, int32_t,
+                                      float, const tile_out&, uint8_t, uint8_t*);
+
+// The channel kernel for s: narrow or by row segments, NB blocks of 16 positions at a time, NB <= 4 chosen so that
+// the last step computes few blocks nobody reads.
+template <bool FLIP>
+depthwise_channel_fn direct_kernel(const conv_shape& s) {
+    const bool narrow = narrow_fits(s);
+    const int64_t blocks = narrow ? (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s) : (s.out[2] + 15) / 16;
+    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    if (narrow) {
+        return nb <= 1 ? depthwise_narrow<FLIP, 1>
+                       : (nb == 2 ? depthwise_narrow<FLIP, 2>
+                                  : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
+    }
+    return nb <= 1 ? depthwise_channel<FLIP, 1>
+                   : (nb == 2 ? depthwise_channel<FLIP, 2>
+                              : (nb == 3 ? depthwise_channel<FLIP, 3> : depthwise_channel<FLIP, 4>));
+}
+
+// The layout depthwise_channel reads (its vpermb indices), or narrow_of(s) for depthwise_narrow.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout direct_of(const conv_shape& s) {
+    if (narrow_fits(s)) {
+        return narrow_of(s);
+    }
+    direct_layout l{};
+    const int64_t kw = s.kernel[2];
+    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+        alignas(64) uint8_t lanes[64];
+        for (int i = 0; i < 64; ++i) {
+            const int64_t t = q0 * 4 + i % 4;
+            lanes[i] = static_cast<uint8_t>(i / 4 * s.stride[2] + (t < kw ? t * s.dilation[2] : 0));
+        }
+        l.index[q0] = _mm512_load_si512(lanes);
+    }
+    return l;
+}
+
+// A depthwise convolution (M = C·multiplier, direct_fits(s)) of 8-bit x with AVX-512 VBMI and VNNI, read in place
+// (depthwise_channel, depthwise_narrow); y written in place.
+template <class TX, class TY>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_direct(
+    const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, const requant& q) {
+    constexpr bool flip = static_cast<TX>(-1) < 0;
+    const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
+    const direct_layout layout = direct_of(s);
+    const depthwise_channel_fn channel = direct_kernel<flip>(s);
+    const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
+    const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
+    int32_t quads[16];
+    for (int64_t n = 0; n < images; ++n) {
+        for (int64_t m = 0; m < s.out_channels; ++m) {
+            const int8_t* wm = w + m * taps;
+            int32_t total = 0;
+            for (int64_t t = 0; t < taps; ++t) {
+                total += wm[t];
+            }
+            row_quads(s, wm, quads);
+            const uint8_t* xc = reinterpret_cast<const uint8_t*>(x + (n * s.channels + m / mult) * s.in_plane());
+            channel(s, xc, layout, quads, (q.bias ? q.bias[m] : 0) - zero_u * total, q.scale[q.scales == 1 ? 0 : m], o,
+                    static_cast<uint8_t>(q.x_zero), reinterpret_cast<uint8_t*>(y + (n * s.out_channels + m) * s.positions()));
+        }
+    }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -838,6 +1022,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise
 template <class TX, class TY>
 void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                       const requant& q) {
+#ifdef KS_QTILE_X86
+    if (best_level() == 3 && direct_fits(s)) {
+        depthwise_direct(s, images, x, w, y, q);
+        return;
+    }
+#endif
     const wide_geometry g = wide_of(s);
     const int64_t batch = depthwise_batch(s);
     uint8_t* phases = scratch;
@@ -867,17 +1057,6 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 }
                 const int32_t off = (q.bias ? q.bias[m] : 0) - q.x_zero * total;
                 const float scale = q.scale[q.scales == 1 ? 0 : m];
-#ifdef KS_QTILE_X86
-                const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
-                const auto rows_kernel = s.stride[2] == 1 ? depthwise_rows<1> : depthwise_rows<2>;
-                if (best_level() == 3 && s.stride[2] <= 2 &&
-                    rows_kernel(one, g, phases + ci / mult * g.volume, count * g.volume, wm,
-                                (q.bias ? q.bias[m] : 0) - zero_u * total, scale, lo, hi, q.y_zero,
-                                static_cast<TX>(-1) < 0 ? 0x80 : 0, bytes)) {
-                    compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
-                    continue;
-                }
-#endif
                 // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the
                 // wide ones are computed and never read)
                 for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
