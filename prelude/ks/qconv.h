@@ -212,6 +212,18 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_ps() initializes a value with itself)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// acc + the sums of a's unsigned bytes times b's signed bytes, four to an int32 lane (vpdpbusd). GCC 12 gives
+// _mm512_dpbusd_epi32's sums registers 16-31 and copies each one to a low register and back around every
+// instruction (twice the tile's instructions, and spills), so for GCC the instruction is written out.
+__attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+#if defined(__GNUC__) && !defined(__clang__)
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, a, b);
+#endif
+}
+
 // AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
 // in registers (vcvtps2dq rounds half to even) and stored with masks.
 template <bool SWAP, int R>
@@ -231,11 +243,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
             __builtin_memcpy(&w, ak + r * 4, 4);
             const __m512i wv = _mm512_set1_epi32(w);
             if (SWAP) {
-                c[r][0] = _mm512_dpbusd_epi32(c[r][0], wv, b0);
-                c[r][1] = _mm512_dpbusd_epi32(c[r][1], wv, b1);
+                c[r][0] = dpbusd(c[r][0], wv, b0);
+                c[r][1] = dpbusd(c[r][1], wv, b1);
             } else {
-                c[r][0] = _mm512_dpbusd_epi32(c[r][0], b0, wv);
-                c[r][1] = _mm512_dpbusd_epi32(c[r][1], b1, wv);
+                c[r][0] = dpbusd(c[r][0], b0, wv);
+                c[r][1] = dpbusd(c[r][1], b1, wv);
             }
         }
     }
@@ -481,9 +493,15 @@ inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t c
     return static_cast<int32_t>((phase * count + c) * g.volume + shift);
 }
 
-__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count, int32_t* offsets) {
-    for (int64_t k = 0; k < s.depth(); ++k) {
-        offsets[k] = tap_offset(s, g, count, k);
+// tap_offset of every im2col row: those of channel 0's taps, the other channels' one volume per channel on.
+__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count,
+                                                  int32_t* offsets) {
+    const int64_t n = s.taps();
+    for (int64_t t = 0; t < n; ++t) {
+        offsets[t] = tap_offset(s, g, count, t);
+    }
+    for (int64_t k = n; k < s.depth(); ++k) {
+        offsets[k] = offsets[k - n] + static_cast<int32_t>(g.volume);
     }
 }
 
@@ -785,57 +803,77 @@ struct direct_layout {
 };
 
 // One channel of a depthwise convolution for AVX-512 VBMI and VNNI (x: its input plane, raw bytes; y: its output
-// plane): for each output row, NB blocks of 16 positions at a time, one accumulator each. Per kernel row, each block
-// loads the 64-byte window of the input row its taps read (masked: columns outside the row, and rows outside the
-// image, read the zero point, as the padding does), vpermb arranges its bytes as 16 quads (position p, tap t of the
-// row's quad q: byte p·s_w + (4q + t)·d_w; index[q]) and one vpdpbusd adds them times the quad's weights. The sums
-// are requantized in registers and stored with masks. FLIP: int8 activations, their bytes xor'ed with 0x80.
-template <bool FLIP, int NB>
+// plane): R output rows × NB blocks of 16 positions at a time, one accumulator each (R·NB independent sums). Each
+// input row those output rows read is loaded once per block, as the 64-byte window its taps read (masked: columns
+// outside the row, and rows outside the image, read the zero point, as the padding does); vpermb arranges its bytes
+// as 16 quads (position p, tap t of quad q: byte p·s_w + (4q + t)·d_w; l.index[q]), and one vpdpbusd adds them,
+// times the quad's weights of the kernel row that links the input row to each output row, to that row's sum. The
+// sums are requantized in registers and stored with masks. FLIP: int8 activations, their bytes xor'ed with 0x80.
+template <bool FLIP, int NB, int R>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_channel(
     const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
     const tile_out& o, uint8_t x_zero, uint8_t* y) {
-    const int64_t groups = (s.kernel[2] + 3) / 4, sw = s.stride[2];
+    const int64_t groups = (s.kernel[2] + 3) / 4, sw = s.stride[2], sh = s.stride[1], dh = s.dilation[1];
+    const int64_t kh_n = s.kernel[1];
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
     const __m512i y_zero = _mm512_set1_epi32(o.zero);
     for (int64_t od = 0; od < s.out[0]; ++od) {
-        for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-            uint8_t* yr = y + (od * s.out[1] + oh) * s.out[2];
+        for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
             for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
-                __m512i acc[NB];
+                __m512i acc[R][NB];
                 uint64_t lanes[NB];
-                __mmask16 stores[NB];
                 KS_UNROLL for (int k = 0; k < NB; ++k) {
-                    acc[k] = _mm512_set1_epi32(off);
                     lanes[k] = window_lanes((ow0 + 16 * k) * sw - s.pad[2], s.in[2]);
-                    const int64_t left = s.out[2] - ow0 - 16 * k;
-                    stores[k] = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                    KS_UNROLL for (int j = 0; j < R; ++j) {
+                        acc[j][k] = _mm512_set1_epi32(off);
+                    }
                 }
                 for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
                     const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
-                    for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
-                        const int64_t ih = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
-                        const bool inside = id >= 0 && id < s.in[0] && ih >= 0 && ih < s.in[1];
+                    const bool depth_inside = id >= 0 && id < s.in[0];
+                    const int32_t* wd = quads + kd * kh_n * groups;
+                    const int64_t first = oh0 * sh - s.pad[1], last = first + (R - 1) * sh + (kh_n - 1) * dh;
+                    for (int64_t ih = first; ih <= last; ++ih) {
+                        const bool inside = depth_inside && ih >= 0 && ih < s.in[1];
                         const uint8_t* row = x + (inside ? (id * s.in[1] + ih) * s.in[2] : 0) - s.pad[2];
-                        const int32_t* wq = quads + (kd * s.kernel[1] + kh) * groups;
-                        KS_UNROLL for (int k = 0; k < NB; ++k) {
-                            __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
-                            if (FLIP) {
-                                v = _mm512_xor_si512(v, flip);
+                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                            __m512i arranged[NB];
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0,
+                                                                         row + (ow0 + 16 * k) * sw);
+                                arranged[k] = _mm512_permutexvar_epi8(l.index[q0], v);
+                                if (FLIP) {
+                                    arranged[k] = _mm512_xor_si512(arranged[k], flip);
+                                }
                             }
-                            for (int64_t q0 = 0; q0 < groups; ++q0) {
-                                acc[k] = _mm512_dpbusd_epi32(acc[k], _mm512_permutexvar_epi8(l.index[q0], v),
-                                                             _mm512_set1_epi32(wq[q0]));
+                            KS_UNROLL for (int j = 0; j < R; ++j) {
+                                const int64_t d = ih - first - j * sh;  // (kernel row d / d_h of output row j)
+                                if (d < 0 || d >= kh_n * dh || (dh != 1 && d % dh != 0)) {
+                                    continue;
+                                }
+                                const __m512i wq = _mm512_set1_epi32(wd[(dh == 1 ? d : d / dh) * groups + q0]);
+                                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                    acc[j][k] = dpbusd(acc[j][k], arranged[k], wq);
+                                }
                             }
                         }
                     }
                 }
-                KS_UNROLL for (int k = 0; k < NB; ++k) {
-                    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
-                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-                    _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, stores[k],
-                                                     _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+                KS_UNROLL for (int j = 0; j < R; ++j) {
+                    if (oh0 + j >= s.out[1]) {
+                        break;
+                    }
+                    uint8_t* yr = y + (od * s.out[1] + oh0 + j) * s.out[2];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const int64_t left = s.out[2] - ow0 - 16 * k;
+                        const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
+                        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                        _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, store,
+                                                         _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+                    }
                 }
             }
         }
@@ -916,7 +954,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                             if (FLIP) {
                                 a = _mm512_xor_si512(a, flip);
                             }
-                            acc[k] = _mm512_dpbusd_epi32(acc[k], a, _mm512_set1_epi32(wq[q0]));
+                            acc[k] = dpbusd(acc[k], a, _mm512_set1_epi32(wq[q0]));
                         }
                     }
                 }
@@ -951,7 +989,7 @@ using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const d
                                       float, const tile_out&, uint8_t, uint8_t*);
 
 // The channel kernel for s: narrow or by row segments, NB blocks of 16 positions at a time, NB <= 4 chosen so that
-// the last step computes few blocks nobody reads.
+// the last step computes few blocks nobody reads (and 4 or 2 output rows at a time: 8 sums or fewer in flight).
 template <bool FLIP>
 depthwise_channel_fn direct_kernel(const conv_shape& s) {
     const bool narrow = narrow_fits(s);
@@ -962,9 +1000,9 @@ depthwise_channel_fn direct_kernel(const conv_shape& s) {
                        : (nb == 2 ? depthwise_narrow<FLIP, 2>
                                   : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
     }
-    return nb <= 1 ? depthwise_channel<FLIP, 1>
-                   : (nb == 2 ? depthwise_channel<FLIP, 2>
-                              : (nb == 3 ? depthwise_channel<FLIP, 3> : depthwise_channel<FLIP, 4>));
+    return nb <= 1 ? depthwise_channel<FLIP, 1, 4>
+                   : (nb == 2 ? depthwise_channel<FLIP, 2, 4>
+                              : (nb == 3 ? depthwise_channel<FLIP, 3, 2> : depthwise_channel<FLIP, 4, 2>));
 }
 
 // The layout depthwise_channel reads (its vpermb indices), or narrow_of(s) for depthwise_narrow.
