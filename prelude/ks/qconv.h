@@ -969,6 +969,75 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     }
 }
 
+// depthwise_channel for the common layers, their loops known when compiled: 2-d, a K × K kernel (3 or 5) without
+// dilation, a row stride SH (1 or 2). Which input row meets which kernel row of which output row is then fixed, the
+// weights stay in registers and nothing but the borders is decided at run time.
+template <bool FLIP, int NB, int R, int K, int SH>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_square(
+    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
+    const tile_out& o, uint8_t x_zero, uint8_t* y) {
+    constexpr int G = (K + 3) / 4, span = (R - 1) * SH + K;
+    const int64_t sw = s.stride[2];
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
+    const __m512i y_zero = _mm512_set1_epi32(o.zero);
+    __m512i weights[K * G];
+    KS_UNROLL for (int i = 0; i < K * G; ++i) {
+        weights[i] = _mm512_set1_epi32(quads[i]);
+    }
+    for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
+        const int64_t first = oh0 * SH - s.pad[1];
+        for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+            __m512i acc[R][NB];
+            uint64_t lanes[NB];
+            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                lanes[k] = window_lanes((ow0 + 16 * k) * sw - s.pad[2], s.in[2]);
+                KS_UNROLL for (int j = 0; j < R; ++j) {
+                    acc[j][k] = _mm512_set1_epi32(off);
+                }
+            }
+            KS_UNROLL for (int r = 0; r < span; ++r) {
+                const int64_t ih = first + r;
+                const bool inside = ih >= 0 && ih < s.in[1];
+                const uint8_t* row = x + (inside ? ih * s.in[2] : 0) - s.pad[2];
+                KS_UNROLL for (int q0 = 0; q0 < G; ++q0) {
+                    __m512i arranged[NB];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
+                        arranged[k] = _mm512_permutexvar_epi8(l.index[q0], v);
+                        if (FLIP) {
+                            arranged[k] = _mm512_xor_si512(arranged[k], flip);
+                        }
+                    }
+                    KS_UNROLL for (int j = 0; j < R; ++j) {
+                        const int kh = r - j * SH;  // (the kernel row linking input row r to output row j)
+                        if (kh >= 0 && kh < K) {
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                acc[j][k] = dpbusd(acc[j][k], arranged[k], weights[kh * G + q0]);
+                            }
+                        }
+                    }
+                }
+            }
+            KS_UNROLL for (int j = 0; j < R; ++j) {
+                if (oh0 + j >= s.out[1]) {
+                    break;
+                }
+                uint8_t* yr = y + (oh0 + j) * s.out[2];
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    const int64_t left = s.out[2] - ow0 - 16 * k;
+                    const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
+                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                    _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, store,
+                                                     _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+                }
+            }
+        }
+    }
+}
+
 // The weights of channel m's kernel rows as quads (row r, quad q at quads[r·groups + q]; taps past the row's end 0).
 inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
     const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
@@ -988,6 +1057,22 @@ inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
 using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const direct_layout&, const int32_t*, int32_t,
                                       float, const tile_out&, uint8_t, uint8_t*);
 
+// depthwise_square for NB blocks (4 output rows at a time for 1 or 2 blocks, else 2), a K × K kernel and row stride SH.
+template <bool FLIP, int K, int SH>
+depthwise_channel_fn square_of(int64_t nb) {
+    return nb <= 1 ? depthwise_square<FLIP, 1, 4, K, SH>
+                   : (nb == 2 ? depthwise_square<FLIP, 2, 4, K, SH>
+                              : (nb == 3 ? depthwise_square<FLIP, 3, 2, K, SH> : depthwise_square<FLIP, 4, 2, K, SH>));
+}
+
+template <bool FLIP>
+depthwise_channel_fn square_kernel(int64_t nb, int64_t k, int64_t sh) {
+    if (k == 3) {
+        return sh == 1 ? square_of<FLIP, 3, 1>(nb) : square_of<FLIP, 3, 2>(nb);
+    }
+    return sh == 1 ? square_of<FLIP, 5, 1>(nb) : square_of<FLIP, 5, 2>(nb);
+}
+
 // The channel kernel for s: narrow or by row segments, NB blocks of 16 positions at a time, NB <= 4 chosen so that
 // the last step computes few blocks nobody reads (and 4 or 2 output rows at a time: 8 sums or fewer in flight).
 template <bool FLIP>
@@ -999,6 +1084,12 @@ depthwise_channel_fn direct_kernel(const conv_shape& s) {
         return nb <= 1 ? depthwise_narrow<FLIP, 1>
                        : (nb == 2 ? depthwise_narrow<FLIP, 2>
                                   : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
+    }
+    const int64_t k = s.kernel[1];
+    const bool square = s.in[0] == 1 && s.kernel[0] == 1 && s.kernel[2] == k && (k == 3 || k == 5) &&
+                        s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[1] <= 2;
+    if (square) {
+        return square_kernel<FLIP>(nb, k, s.stride[1]);
     }
     return nb <= 1 ? depthwise_channel<FLIP, 1, 4>
                    : (nb == 2 ? depthwise_channel<FLIP, 2, 4>
