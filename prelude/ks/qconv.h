@@ -229,10 +229,17 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbu
 template <bool SWAP, int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
                                                                            int64_t q, const tile_out& o) {
-    __m512i c[R][2];
+    // (o's fields copied first: the byte stores below may alias them, so GCC would load them again after each)
+    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
+    const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
+    const bool by_row = o.by_row, one_scale = o.one_scale;
+    const int32_t* offsets = o.offsets;
+    const float* scales = o.scale;
+    __m512i c[R][2];  // (starting from the offsets)
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        c[r][0] = _mm512_setzero_si512();
-        c[r][1] = _mm512_setzero_si512();
+        KS_UNROLL for (int h = 0; h < 2; ++h) {
+            c[r][h] = by_row ? _mm512_set1_epi32(offsets[r]) : _mm512_maskz_loadu_epi32(m[h], offsets + 16 * h);
+        }
     }
     for (int64_t k = 0; k < q; ++k) {
         const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
@@ -253,23 +260,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     }
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
     const __m512i zero = _mm512_set1_epi32(o.zero);
-    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
-    const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
+    uint8_t* y = o.y;
+    const int64_t ld = o.ld;
     KS_UNROLL for (int r = 0; r < R; ++r) {
         KS_UNROLL for (int h = 0; h < 2; ++h) {
-            __m512i off;
-            __m512 scale;
-            if (o.by_row) {
-                off = _mm512_set1_epi32(o.offsets[r]);
-                scale = _mm512_set1_ps(o.scale[o.one_scale ? 0 : r]);
-            } else {
-                off = _mm512_maskz_loadu_epi32(m[h], o.offsets + 16 * h);
-                scale = o.one_scale ? _mm512_set1_ps(o.scale[0]) : _mm512_maskz_loadu_ps(m[h], o.scale + 16 * h);
-            }
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[r][h], off)), scale);
+            const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
+                                        : (one_scale ? _mm512_set1_ps(scales[0])
+                                                     : _mm512_maskz_loadu_ps(m[h], scales + 16 * h));
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c[r][h]), scale);
             v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            const __m512i y = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
-            _mm512_mask_cvtepi32_storeu_epi8(o.y + r * o.ld + 16 * h, m[h], y);
+            _mm512_mask_cvtepi32_storeu_epi8(y + r * ld + 16 * h, m[h], _mm512_add_epi32(_mm512_cvtps_epi32(v), zero));
         }
     }
 }
@@ -794,11 +794,12 @@ inline uint64_t window_lanes(int64_t c, int64_t n) {
 // lie in one 64-byte window of the input (from the first output row's input row, the next ones s_h input rows on);
 // index[q]: lane (position p = i / 4: output row j, column c; tap t) takes byte j·s_h·W_in + c·s_w + (4q + t)·d_w;
 // columns[q]: the lanes whose input column lies in the row (the others, and rows outside the image, take the zero
-// point: a masked vpermb); row_lanes[j]: the lanes of output row j.
+// point: a masked vpermb); row_lanes[j]: the lanes of output row j; all_rows: those of all.
 struct direct_layout {
     __m512i index[4];
     uint64_t columns[4];
     uint64_t row_lanes[16];
+    uint64_t all_rows;  // (the lanes of all `rows` output rows)
     int64_t rows;
 };
 
@@ -909,6 +910,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout narr
         const int64_t j = i / 4 / width;
         if (j < l.rows) {
             l.row_lanes[j] |= 1ull << i;
+            l.all_rows |= 1ull << i;
         }
     }
     return l;
@@ -942,9 +944,13 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                     KS_UNROLL for (int k = 0; k < NB; ++k) {
                         const int64_t ih0 = (oh0 + k * rows) * s.stride[1] - s.pad[1] + kh * s.dilation[1];
                         uint64_t inside = 0;
-                        for (int64_t j = 0; j < rows && depth_inside; ++j) {
-                            const int64_t ih = ih0 + j * s.stride[1];
-                            inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
+                        if (ih0 >= 0 && ih0 + (rows - 1) * s.stride[1] < s.in[1]) {
+                            inside = depth_inside ? l.all_rows : 0;  // (every row inside: the common case)
+                        } else {
+                            for (int64_t j = 0; j < rows && depth_inside; ++j) {
+                                const int64_t ih = ih0 + j * s.stride[1];
+                                inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
+                            }
                         }
                         const int64_t start = (id * s.in[1] + ih0) * s.in[2] - s.pad[2];
                         const __m512i v = _mm512_maskz_loadu_epi8(inside ? window_lanes(start, s.in_plane()) : 0,
@@ -1043,13 +1049,9 @@ inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
     const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t q0 = 0; q0 < groups; ++q0) {
-            uint32_t quad = 0;
-            for (int t = 0; t < 4; ++t) {
-                const int64_t tap = q0 * 4 + t;
-                const uint8_t v = tap < kw ? static_cast<uint8_t>(w[r * kw + tap]) : 0;
-                quad |= static_cast<uint32_t>(v) << (8 * t);
-            }
-            quads[r * groups + q0] = static_cast<int32_t>(quad);
+            int32_t quad = 0;  // (x86: little-endian, tap t in byte t)
+            __builtin_memcpy(&quad, w + r * kw + 4 * q0, static_cast<size_t>(kw - 4 * q0 < 4 ? kw - 4 * q0 : 4));
+            quads[r * groups + q0] = quad;
         }
     }
 }
