@@ -916,64 +916,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout narr
     return l;
 }
 
-// One channel of a narrow depthwise convolution (narrow_fits(s); x, y: the channel's planes; as depthwise_channel):
-// NB blocks of l.rows output rows at a time.
-template <bool FLIP, int NB>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
-    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
-    const tile_out& o, uint8_t x_zero, uint8_t* y) {
-    const int64_t groups = (s.kernel[2] + 3) / 4, rows = l.rows, width = s.out[2];
-    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
-    const __m512i y_zero = _mm512_set1_epi32(o.zero);
-    for (int64_t od = 0; od < s.out[0]; ++od) {
-        for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += NB * rows) {
-            __m512i acc[NB];
-            __mmask16 stores[NB];
-            KS_UNROLL for (int k = 0; k < NB; ++k) {
-                acc[k] = _mm512_set1_epi32(off);
-                const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
-                stores[k] = static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0);
-            }
-            for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
-                const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
-                const bool depth_inside = id >= 0 && id < s.in[0];
-                for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
-                    const int32_t* wq = quads + (kd * s.kernel[1] + kh) * groups;
-                    KS_UNROLL for (int k = 0; k < NB; ++k) {
-                        const int64_t ih0 = (oh0 + k * rows) * s.stride[1] - s.pad[1] + kh * s.dilation[1];
-                        uint64_t inside = 0;
-                        if (ih0 >= 0 && ih0 + (rows - 1) * s.stride[1] < s.in[1]) {
-                            inside = depth_inside ? l.all_rows : 0;  // (every row inside: the common case)
-                        } else {
-                            for (int64_t j = 0; j < rows && depth_inside; ++j) {
-                                const int64_t ih = ih0 + j * s.stride[1];
-                                inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
-                            }
-                        }
-                        const int64_t start = (id * s.in[1] + ih0) * s.in[2] - s.pad[2];
-                        const __m512i v = _mm512_maskz_loadu_epi8(inside ? window_lanes(start, s.in_plane()) : 0,
-                                                                  x + start);
-                        for (int64_t q0 = 0; q0 < groups; ++q0) {
-                            __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & inside, l.index[q0], v);
-                            if (FLIP) {
-                                a = _mm512_xor_si512(a, flip);
-                            }
-                            acc[k] = dpbusd(acc[k], a, _mm512_set1_epi32(wq[q0]));
-                        }
-                    }
-                }
-            }
-            KS_UNROLL for (int k = 0; k < NB; ++k) {
-                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
-                v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-                _mm512_mask_cvtepi32_storeu_epi8(y + (od * s.out[1] + oh0 + k * rows) * width, stores[k],
-                                                 _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
-            }
-        }
-    }
-}
 
 // depthwise_channel for the common layers, their loops known when compiled: 2-d, a K × K kernel (3 or 5) without
 // dilation, a row stride SH (1 or 2). Which input row meets which kernel row of which output row is then fixed, the
@@ -1056,6 +998,127 @@ inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
     }
 }
 
+// One 64-byte window a block of depthwise_narrow reads: where it starts in the channel's volume, the bytes loaded
+// (those in the volume), the lanes of output rows whose input row lies in the image.
+struct narrow_read {
+    int64_t start;
+    uint64_t load, inside;
+};
+constexpr int64_t narrow_reads = 256;  // (the most windows planned at a time)
+
+// The windows of output depth od, steps [first, first + count) (a step: NB blocks of l.rows output rows), in the order
+// depthwise_narrow reads them: step, kernel row (kd, kh), block.
+inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb, int64_t od, int64_t first,
+                        int64_t count, narrow_read* reads) {
+    const int64_t rows = l.rows, sh = s.stride[1];
+    for (int64_t i = 0; i < count; ++i) {
+        for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+            const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+            const bool depth_inside = id >= 0 && id < s.in[0];
+            for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+                for (int64_t k = 0; k < nb; ++k) {
+                    const int64_t ih0 = ((first + i) * nb + k) * rows * sh - s.pad[1] + kh * s.dilation[1];
+                    uint64_t inside = 0;
+                    for (int64_t j = 0; j < rows && depth_inside; ++j) {
+                        const int64_t ih = ih0 + j * sh;
+                        inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
+                    }
+                    narrow_read& r = *reads++;
+                    r.start = (id * s.in[1] + ih0) * s.in[2] - s.pad[2];
+                    r.load = inside ? window_lanes(r.start, s.in_plane()) : 0;
+                    r.inside = inside;
+                }
+            }
+        }
+    }
+}
+
+// One image of a narrow depthwise convolution (narrow_fits(s); x, y: the image's first channel planes, raw bytes;
+// M = C·mult): the windows of a run of steps planned once for all channels, then each channel's NB blocks of l.rows
+// output rows at a time, one accumulator each. Per kernel row, a block's window (masked loads: bytes outside the
+// volume are not read) is arranged by a masked vpermb (lanes of columns outside the row, or of rows outside the image,
+// take the zero point, as the padding does) and one vpdpbusd per quad of taps adds it times the quad's weights.
+template <bool FLIP, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
+    const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y, const requant& q,
+    int32_t zero_u) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1], taps = s.taps();
+    const int64_t rows = l.rows, width = s.out[2], mult = s.out_channels / s.channels;
+    const int64_t steps = (s.out[1] + NB * rows - 1) / (NB * rows), chunk = narrow_reads / (krows * NB);
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(q.x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(static_cast<float>(q.lo - q.y_zero));
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(q.hi - q.y_zero));
+    const __m512i y_zero = _mm512_set1_epi32(q.y_zero);
+    narrow_read reads[narrow_reads];
+    int32_t quads[16];
+    for (int64_t od = 0; od < s.out[0]; ++od) {
+        for (int64_t first = 0; first < steps; first += chunk) {
+            const int64_t count = steps - first < chunk ? steps - first : chunk;
+            plan_narrow(s, l, NB, od, first, count, reads);
+            for (int64_t m = 0; m < s.out_channels; ++m) {
+                const int8_t* wm = w + m * taps;
+                int32_t total = 0;
+                for (int64_t t = 0; t < taps; ++t) {
+                    total += wm[t];
+                }
+                row_quads(s, wm, quads);
+                const int32_t off = (q.bias ? q.bias[m] : 0) - zero_u * total;
+                const __m512 sc = _mm512_set1_ps(q.scale[q.scales == 1 ? 0 : m]);
+                const uint8_t* xc = x + m / mult * s.in_plane();
+                uint8_t* yc = y + m * s.positions() + od * s.out[1] * width;
+                const narrow_read* rd = reads;
+                for (int64_t i = 0; i < count; ++i) {
+                    __m512i acc[NB];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        acc[k] = _mm512_set1_epi32(off);
+                    }
+                    for (int64_t r = 0; r < krows; ++r, rd += NB) {
+                        __m512i v[NB];
+                        KS_UNROLL for (int k = 0; k < NB; ++k) {
+                            v[k] = _mm512_maskz_loadu_epi8(rd[k].load, xc + rd[k].start);
+                        }
+                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                            const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
+                                                                         l.index[q0], v[k]);
+                                if (FLIP) {
+                                    a = _mm512_xor_si512(a, flip);
+                                }
+                                acc[k] = dpbusd(acc[k], a, wq);
+                            }
+                        }
+                    }
+                    const int64_t oh0 = (first + i) * NB * rows;
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
+                        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+                        u = _mm512_min_ps(_mm512_max_ps(u, lo), hi);
+                        _mm512_mask_cvtepi32_storeu_epi8(yc + (oh0 + k * rows) * width,
+                                                         static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0),
+                                                         _mm512_add_epi32(_mm512_cvtps_epi32(u), y_zero));
+                    }
+                }
+            }
+        }
+    }
+}
+
+using narrow_fn = void (*)(const conv_shape&, const direct_layout&, const uint8_t*, const int8_t*, uint8_t*,
+                           const requant&, int32_t);
+
+// depthwise_narrow for s: NB blocks (at most 4) at a time, chosen so that the last step computes few blocks nobody
+// reads.
+template <bool FLIP>
+narrow_fn narrow_kernel(const conv_shape& s) {
+    const int64_t blocks = (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s);
+    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    return nb <= 1 ? depthwise_narrow<FLIP, 1>
+                   : (nb == 2 ? depthwise_narrow<FLIP, 2>
+                              : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
+}
+
 using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const direct_layout&, const int32_t*, int32_t,
                                       float, const tile_out&, uint8_t, uint8_t*);
 
@@ -1075,18 +1138,12 @@ depthwise_channel_fn square_kernel(int64_t nb, int64_t k, int64_t sh) {
     return sh == 1 ? square_of<FLIP, 5, 1>(nb) : square_of<FLIP, 5, 2>(nb);
 }
 
-// The channel kernel for s: narrow or by row segments, NB blocks of 16 positions at a time, NB <= 4 chosen so that
+// The channel kernel for s (not narrow): NB blocks of 16 positions at a time, NB <= 4 chosen so that
 // the last step computes few blocks nobody reads (and 4 or 2 output rows at a time: 8 sums or fewer in flight).
 template <bool FLIP>
 depthwise_channel_fn direct_kernel(const conv_shape& s) {
-    const bool narrow = narrow_fits(s);
-    const int64_t blocks = narrow ? (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s) : (s.out[2] + 15) / 16;
+    const int64_t blocks = (s.out[2] + 15) / 16;
     const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
-    if (narrow) {
-        return nb <= 1 ? depthwise_narrow<FLIP, 1>
-                       : (nb == 2 ? depthwise_narrow<FLIP, 2>
-                                  : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
-    }
     const int64_t k = s.kernel[1];
     const bool square = s.in[0] == 1 && s.kernel[0] == 1 && s.kernel[2] == k && (k == 3 || k == 5) &&
                         s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[1] <= 2;
@@ -1127,6 +1184,14 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     const depthwise_channel_fn channel = direct_kernel<flip>(s);
     const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
     const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
+    if (narrow_fits(s)) {
+        const narrow_fn narrow = narrow_kernel<flip>(s);
+        for (int64_t n = 0; n < images; ++n) {
+            narrow(s, layout, reinterpret_cast<const uint8_t*>(x + n * s.channels * s.in_plane()), w,
+                   reinterpret_cast<uint8_t*>(y + n * s.out_channels * s.positions()), q, zero_u);
+        }
+        return;
+    }
     int32_t quads[16];
     for (int64_t n = 0; n < images; ++n) {
         for (int64_t m = 0; m < s.out_channels; ++m) {
