@@ -341,7 +341,8 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* 
 }
 
 // The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
-// AVX-512 VBMI too, for depthwise_rows), 1 at the AVX2 level, else 0; the level capped by KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
+// AVX-512 VBMI too, for the in-place depthwise kernels: depthwise_direct), 1 at the AVX2 level, else 0; the level capped by
+// KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
 // variable of internal linkage (an inline variable would be a GNU unique symbol, which the kernel layer's relocatable
 // object, whose symbols are all its own, must not export).
 [[maybe_unused]] static int tile_level = -1;
@@ -534,8 +535,55 @@ inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
 
 // Wide positions j0 .. j0 + count (count <= 32) of every im2col row, packed [quad][32][4] (rows past the depth
 // read row 0: their weights are 0; a last block of fewer than 32 is copied first, reading nothing past the data).
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The 32 bytes at p in the low half, the 32 at q in the high half.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i pair(const uint8_t* p, const uint8_t* q) {
+    const __m512i low = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_inserti64x4(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 1);
+}
+
+// pack_wide's full blocks with AVX-512 VBMI: the 32 bytes of rows 0 and 1 in one register, of rows 2 and 3 in
+// another, and two vpermt2b interleave them (byte 4c + t of the result: row t, position c).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbmi(const uint8_t* phases,
+                                                                                 const int32_t* offsets, int64_t depth,
+                                                                                 int64_t j0, uint8_t flip,
+                                                                                 uint8_t* dst) {
+    alignas(64) uint8_t lanes[2][64];
+    for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < 64; ++i) {
+            lanes[h][i] = static_cast<uint8_t>((i % 4 & 1) * 32 + (i % 4 >> 1) * 64 + 16 * h + i / 4);
+        }
+    }
+    const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
+    const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
+    for (int64_t k = 0; k < quads(depth); ++k) {
+        const uint8_t* r[4];
+        KS_UNROLL for (int t = 0; t < 4; ++t) {
+            r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+        }
+        const __m512i a = pair(r[0], r[1]), b = pair(r[2], r[3]);
+        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(a, low, b), f));
+        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(a, high, b), f));
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
                       uint8_t flip, uint8_t* dst) {
+#ifdef KS_QTILE_X86
+    if (count == cols && best_level() == 3) {
+        pack_wide_vbmi(phases, offsets, depth, j0, flip, dst);
+        return;
+    }
+#endif
     const int64_t q = quads(depth);
     uint8_t tail[4][cols];
     for (int64_t k = 0; k < q; ++k) {
@@ -991,9 +1039,12 @@ inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
     const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t q0 = 0; q0 < groups; ++q0) {
-            int32_t quad = 0;  // (x86: little-endian, tap t in byte t)
-            __builtin_memcpy(&quad, w + r * kw + 4 * q0, static_cast<size_t>(kw - 4 * q0 < 4 ? kw - 4 * q0 : 4));
-            quads[r * groups + q0] = quad;
+            const int64_t n = kw - 4 * q0 < 4 ? kw - 4 * q0 : 4;
+            uint32_t quad = 0;
+            for (int64_t t = 0; t < n; ++t) {
+                quad |= static_cast<uint32_t>(static_cast<uint8_t>(w[r * kw + 4 * q0 + t])) << (8 * t);
+            }
+            quads[r * groups + q0] = static_cast<int32_t>(quad);
         }
     }
 }
@@ -1181,8 +1232,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     constexpr bool flip = static_cast<TX>(-1) < 0;
     const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
     const direct_layout layout = direct_of(s);
-    const depthwise_channel_fn channel = direct_kernel<flip>(s);
-    const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
     const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
     if (narrow_fits(s)) {
         const narrow_fn narrow = narrow_kernel<flip>(s);
@@ -1192,6 +1241,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
         }
         return;
     }
+    const depthwise_channel_fn channel = direct_kernel<flip>(s);
+    const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
     int32_t quads[16];
     for (int64_t n = 0; n < images; ++n) {
         for (int64_t m = 0; m < s.out_channels; ++m) {
@@ -1214,7 +1265,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
 
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
-// weight times the run of positions it reads, requantized into bytes; the output positions taken from those.
+// weight times the run of positions it reads, requantized into bytes; the output positions taken from those. With
+// AVX-512 VBMI and VNNI (and a kernel depthwise_direct takes), depthwise_direct instead, from the image in place.
 template <class TX, class TY>
 void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                       const requant& q) {
