@@ -844,12 +844,13 @@ inline uint64_t window_lanes(int64_t c, int64_t n) {
 // columns[q]: the lanes whose input column lies in the row (the others, and rows outside the image, take the zero
 // point: a masked vpermb); row_lanes[j]: the lanes of output row j; all_rows: those of all.
 struct direct_layout {
-    __m512i index[4];
+    alignas(64) uint8_t index[4][64];
     uint64_t columns[4];
     uint64_t row_lanes[16];
     uint64_t all_rows;  // (the lanes of all `rows` output rows)
     int64_t rows;
 };
+constexpr int64_t direct_layout_size = round_up(sizeof(direct_layout), 64);  // (its room at the scratch's start)
 
 // One channel of a depthwise convolution for AVX-512 VBMI and VNNI (x: its input plane, raw bytes; y: its output
 // plane): R output rows × NB blocks of 16 positions at a time, one accumulator each (R·NB independent sums). Each
@@ -892,7 +893,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                             KS_UNROLL for (int k = 0; k < NB; ++k) {
                                 const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0,
                                                                          row + (ow0 + 16 * k) * sw);
-                                arranged[k] = _mm512_permutexvar_epi8(l.index[q0], v);
+                                arranged[k] = _mm512_permutexvar_epi8(_mm512_load_si512(l.index[q0]), v);
                                 if (FLIP) {
                                     arranged[k] = _mm512_xor_si512(arranged[k], flip);
                                 }
@@ -939,20 +940,17 @@ constexpr bool narrow_fits(const conv_shape& s) {
                                 (s.kernel[2] - 1) * s.dilation[2] < 64;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout narrow_of(const conv_shape& s) {
-    direct_layout l{};
+inline void narrow_of(const conv_shape& s, direct_layout& l) {
     const int64_t kw = s.kernel[2], width = s.out[2];
     l.rows = narrow_rows(s);
     for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
-        alignas(64) uint8_t lanes[64];
         for (int i = 0; i < 64; ++i) {
             const int64_t p = i / 4, j = p / width, t = q0 * 4 + i % 4;
             const int64_t column = p % width * s.stride[2] - s.pad[2] + (t < kw ? t * s.dilation[2] : 0);
             const bool live = j < l.rows && column >= 0 && column < s.in[2];
-            lanes[i] = static_cast<uint8_t>(live ? j * s.stride[1] * s.in[2] + column + s.pad[2] : 0);
+            l.index[q0][i] = static_cast<uint8_t>(live ? j * s.stride[1] * s.in[2] + column + s.pad[2] : 0);
             l.columns[q0] |= static_cast<uint64_t>(live) << i;
         }
-        l.index[q0] = _mm512_load_si512(lanes);
     }
     for (int i = 0; i < 64; ++i) {
         const int64_t j = i / 4 / width;
@@ -961,7 +959,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout narr
             l.all_rows |= 1ull << i;
         }
     }
-    return l;
 }
 
 
@@ -1001,7 +998,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                     __m512i arranged[NB];
                     KS_UNROLL for (int k = 0; k < NB; ++k) {
                         const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
-                        arranged[k] = _mm512_permutexvar_epi8(l.index[q0], v);
+                        arranged[k] = _mm512_permutexvar_epi8(_mm512_load_si512(l.index[q0]), v);
                         if (FLIP) {
                             arranged[k] = _mm512_xor_si512(arranged[k], flip);
                         }
@@ -1055,7 +1052,6 @@ struct narrow_read {
     int64_t start;
     uint64_t load, inside;
 };
-constexpr int64_t narrow_reads = 256;  // (the most windows planned at a time)
 
 // The windows of output depth od, steps [first, first + count) (a step: NB blocks of l.rows output rows), in the order
 // depthwise_narrow reads them: step, kernel row (kd, kh), block.
@@ -1089,19 +1085,19 @@ inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb,
 // output rows at a time, one accumulator each. Per kernel row, a block's window (masked loads: bytes outside the
 // volume are not read) is arranged by a masked vpermb (lanes of columns outside the row, or of rows outside the image,
 // take the zero point, as the padding does) and one vpdpbusd per quad of taps adds it times the quad's weights.
+// reads: room for `room` windows (at least the 16 kernel rows × 4 blocks of one step: planes_scratch leaves 77).
 template <bool FLIP, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
     const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y, const requant& q,
-    int32_t zero_u) {
+    int32_t zero_u, narrow_read* reads, int64_t room) {
     const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1], taps = s.taps();
     const int64_t rows = l.rows, width = s.out[2], mult = s.out_channels / s.channels;
-    const int64_t steps = (s.out[1] + NB * rows - 1) / (NB * rows), chunk = narrow_reads / (krows * NB);
+    const int64_t steps = (s.out[1] + NB * rows - 1) / (NB * rows), chunk = room / (krows * NB);
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(q.x_zero));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512 lo = _mm512_set1_ps(static_cast<float>(q.lo - q.y_zero));
     const __m512 hi = _mm512_set1_ps(static_cast<float>(q.hi - q.y_zero));
     const __m512i y_zero = _mm512_set1_epi32(q.y_zero);
-    narrow_read reads[narrow_reads];
     int32_t quads[16];
     for (int64_t od = 0; od < s.out[0]; ++od) {
         for (int64_t first = 0; first < steps; first += chunk) {
@@ -1133,7 +1129,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                             const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
                             KS_UNROLL for (int k = 0; k < NB; ++k) {
                                 __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
-                                                                         l.index[q0], v[k]);
+                                                                         _mm512_load_si512(l.index[q0]), v[k]);
                                 if (FLIP) {
                                     a = _mm512_xor_si512(a, flip);
                                 }
@@ -1157,7 +1153,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
 }
 
 using narrow_fn = void (*)(const conv_shape&, const direct_layout&, const uint8_t*, const int8_t*, uint8_t*,
-                           const requant&, int32_t);
+                           const requant&, int32_t, narrow_read*, int64_t);
 
 // depthwise_narrow for s: NB blocks (at most 4) at a time, chosen so that the last step computes few blocks nobody
 // reads.
@@ -1206,38 +1202,40 @@ depthwise_channel_fn direct_kernel(const conv_shape& s) {
                               : (nb == 3 ? depthwise_channel<FLIP, 3, 2> : depthwise_channel<FLIP, 4, 2>));
 }
 
-// The layout depthwise_channel reads (its vpermb indices), or narrow_of(s) for depthwise_narrow.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline direct_layout direct_of(const conv_shape& s) {
+// The layout depthwise_channel reads (its vpermb indices), or narrow_of(s) for depthwise_narrow, into l (zeroed).
+inline void direct_of(const conv_shape& s, direct_layout& l) {
     if (narrow_fits(s)) {
-        return narrow_of(s);
+        narrow_of(s, l);
+        return;
     }
-    direct_layout l{};
     const int64_t kw = s.kernel[2];
     for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
-        alignas(64) uint8_t lanes[64];
         for (int i = 0; i < 64; ++i) {
             const int64_t t = q0 * 4 + i % 4;
-            lanes[i] = static_cast<uint8_t>(i / 4 * s.stride[2] + (t < kw ? t * s.dilation[2] : 0));
+            l.index[q0][i] = static_cast<uint8_t>(i / 4 * s.stride[2] + (t < kw ? t * s.dilation[2] : 0));
         }
-        l.index[q0] = _mm512_load_si512(lanes);
     }
-    return l;
 }
 
 // A depthwise convolution (M = C·multiplier, direct_fits(s)) of 8-bit x with AVX-512 VBMI and VNNI, read in place
-// (depthwise_channel, depthwise_narrow); y written in place.
+// (depthwise_channel, depthwise_narrow); y written in place; scratch (planes_scratch(s) bytes) holds the layout and
+// the narrow kernels' planned windows.
 template <class TX, class TY>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_direct(
-    const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, const requant& q) {
+    const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch, const requant& q) {
     constexpr bool flip = static_cast<TX>(-1) < 0;
     const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
-    const direct_layout layout = direct_of(s);
+    __builtin_memset(scratch, 0, sizeof(direct_layout));
+    direct_layout& layout = *reinterpret_cast<direct_layout*>(scratch);
+    direct_of(s, layout);
     const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
     if (narrow_fits(s)) {
         const narrow_fn narrow = narrow_kernel<flip>(s);
+        narrow_read* reads = reinterpret_cast<narrow_read*>(scratch + direct_layout_size);
+        const int64_t room = (planes_scratch(s) - direct_layout_size) / static_cast<int64_t>(sizeof(narrow_read));
         for (int64_t n = 0; n < images; ++n) {
             narrow(s, layout, reinterpret_cast<const uint8_t*>(x + n * s.channels * s.in_plane()), w,
-                   reinterpret_cast<uint8_t*>(y + n * s.out_channels * s.positions()), q, zero_u);
+                   reinterpret_cast<uint8_t*>(y + n * s.out_channels * s.positions()), q, zero_u, reads, room);
         }
         return;
     }
@@ -1272,7 +1270,7 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                       const requant& q) {
 #ifdef KS_QTILE_X86
     if (best_level() == 3 && direct_fits(s)) {
-        depthwise_direct(s, images, x, w, y, q);
+        depthwise_direct(s, images, x, w, y, scratch, q);
         return;
     }
 #endif
