@@ -843,8 +843,8 @@ inline uint64_t window_lanes(int64_t c, int64_t n) {
 // index[q]: lane (position p = i / 4: output row j, column c; tap t) takes byte j·s_h·W_in + c·s_w + (4q + t)·d_w;
 // columns[q]: the lanes whose input column lies in the row (the others, and rows outside the image, take the zero
 // point: a masked vpermb); row_lanes[j]: the lanes of output row j; all_rows: those of all.
-struct direct_layout {
-    alignas(64) uint8_t index[4][64];
+struct direct_layout {  // (in the scratch, whose alignment is the workspace's: read with unaligned loads)
+    uint8_t index[4][64];
     uint64_t columns[4];
     uint64_t row_lanes[16];
     uint64_t all_rows;  // (the lanes of all `rows` output rows)
@@ -893,7 +893,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                             KS_UNROLL for (int k = 0; k < NB; ++k) {
                                 const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0,
                                                                          row + (ow0 + 16 * k) * sw);
-                                arranged[k] = _mm512_permutexvar_epi8(_mm512_load_si512(l.index[q0]), v);
+                                arranged[k] = _mm512_permutexvar_epi8(_mm512_loadu_si512(l.index[q0]), v);
                                 if (FLIP) {
                                     arranged[k] = _mm512_xor_si512(arranged[k], flip);
                                 }
@@ -998,7 +998,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                     __m512i arranged[NB];
                     KS_UNROLL for (int k = 0; k < NB; ++k) {
                         const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
-                        arranged[k] = _mm512_permutexvar_epi8(_mm512_load_si512(l.index[q0]), v);
+                        arranged[k] = _mm512_permutexvar_epi8(_mm512_loadu_si512(l.index[q0]), v);
                         if (FLIP) {
                             arranged[k] = _mm512_xor_si512(arranged[k], flip);
                         }
@@ -1129,7 +1129,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                             const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
                             KS_UNROLL for (int k = 0; k < NB; ++k) {
                                 __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
-                                                                         _mm512_load_si512(l.index[q0]), v[k]);
+                                                                         _mm512_loadu_si512(l.index[q0]), v[k]);
                                 if (FLIP) {
                                     a = _mm512_xor_si512(a, flip);
                                 }

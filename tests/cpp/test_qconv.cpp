@@ -134,8 +134,10 @@ void test_conv(int64_t trial, bool depthwise, bool mobile = false) {
     const params p = make_params<TX, TY>(m);
     std::vector<TY> y(static_cast<size_t>(images * m * s.positions()));
     const int64_t room = depthwise ? ks::qconv_depthwise_scratch(s) : ks::qconv_scratch(s);
-    std::vector<uint64_t> scratch(static_cast<size_t>(room / 8 + 8));
-    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    std::vector<uint64_t> scratch(static_cast<size_t>(room / 8 + 16));
+    // (64-byte aligned, or 16 bytes past that: the generated code's workspace slots are 16-byte aligned)
+    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64) +
+                       (draw(2) ? 16 : 0);
     if (depthwise) {
         ks::qconv_depthwise<TX, TY>(s, images, x.data(), w.data(), y.data(), aligned, p.q);
     } else {
