@@ -1,9 +1,11 @@
 """int8 inference: ksbuild's integer kernels against onnxruntime's, and each against its float model.
 
-    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp resnet18] [--side 224] [--repeats 10] [--budget 3]
+    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp resnet18 mobilenet_v3_small efficientnet_b0]
+                                    [--side 224] [--repeats 10] [--budget 3]
 
-Models (random weights, nothing downloaded): MobileNetV2 in torchvision's layout (benchmarks/onnx/resnet.py;
-224×224 by default), a keyword-spotting
+Models (random weights, nothing downloaded): MobileNetV2 and ResNet-18 in torchvision's layout
+(benchmarks/onnx/resnet.py), MobileNetV3-small and EfficientNet-B0 (benchmarks/onnx/mobilenets.py; 224×224 by
+default), a keyword-spotting
 CNN in the style of the DS-CNN of "Hello Edge" (Zhang et al. 2017: a 10×4 convolution over 49×10 MFCC features,
 four depthwise-separable blocks, average pooling, 12 classes) and an MLP 784-256-256-10. Each is exported with
 torch.onnx.export and quantized with onnxruntime's quantize_static (uint8 activations, int8 weights per channel,
@@ -46,12 +48,16 @@ def kws_cnn():
 def models(side: int) -> dict:
     """name -> (torch module, input shape)."""
     import torch
+    from mobilenets import efficientnet_b0, mobilenet_v3_small
     from resnet import mobilenet_v2, resnet18
     from torch import nn
     torch.manual_seed(0)
     return {
         "mobilenet_v2": (mobilenet_v2(), (1, 3, side, side)),
-        "resnet18": (resnet18(), (1, 3, side, side)),  # (not in the default list: --models resnet18)
+        # (not in the default list: --models resnet18 mobilenet_v3_small efficientnet_b0)
+        "resnet18": (resnet18(), (1, 3, side, side)),
+        "mobilenet_v3_small": (mobilenet_v3_small(), (1, 3, side, side)),
+        "efficientnet_b0": (efficientnet_b0(), (1, 3, side, side)),
         "kws": (kws_cnn(), (1, 1, 49, 10)),
         "mlp": (nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)),
                 (1, 784)),

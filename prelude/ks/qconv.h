@@ -212,15 +212,34 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_ps() initializes a value with itself)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// acc + the sums of a's unsigned bytes times b's signed bytes, four to an int32 lane (vpdpbusd). GCC 12 gives
+// _mm512_dpbusd_epi32's sums registers 16-31 and copies each one to a low register and back around every
+// instruction (twice the tile's instructions, and spills), so for GCC the instruction is written out.
+__attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+#if defined(__GNUC__) && !defined(__clang__)
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, a, b);
+#endif
+}
+
 // AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
 // in registers (vcvtps2dq rounds half to even) and stored with masks.
 template <bool SWAP, int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
                                                                            int64_t q, const tile_out& o) {
-    __m512i c[R][2];
+    // (o's fields copied first: the byte stores below may alias them, so GCC would load them again after each)
+    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
+    const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
+    const bool by_row = o.by_row, one_scale = o.one_scale;
+    const int32_t* offsets = o.offsets;
+    const float* scales = o.scale;
+    __m512i c[R][2];  // (starting from the offsets)
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        c[r][0] = _mm512_setzero_si512();
-        c[r][1] = _mm512_setzero_si512();
+        KS_UNROLL for (int h = 0; h < 2; ++h) {
+            c[r][h] = by_row ? _mm512_set1_epi32(offsets[r]) : _mm512_maskz_loadu_epi32(m[h], offsets + 16 * h);
+        }
     }
     for (int64_t k = 0; k < q; ++k) {
         const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
@@ -231,33 +250,26 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
             __builtin_memcpy(&w, ak + r * 4, 4);
             const __m512i wv = _mm512_set1_epi32(w);
             if (SWAP) {
-                c[r][0] = _mm512_dpbusd_epi32(c[r][0], wv, b0);
-                c[r][1] = _mm512_dpbusd_epi32(c[r][1], wv, b1);
+                c[r][0] = dpbusd(c[r][0], wv, b0);
+                c[r][1] = dpbusd(c[r][1], wv, b1);
             } else {
-                c[r][0] = _mm512_dpbusd_epi32(c[r][0], b0, wv);
-                c[r][1] = _mm512_dpbusd_epi32(c[r][1], b1, wv);
+                c[r][0] = dpbusd(c[r][0], b0, wv);
+                c[r][1] = dpbusd(c[r][1], b1, wv);
             }
         }
     }
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
     const __m512i zero = _mm512_set1_epi32(o.zero);
-    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
-    const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
+    uint8_t* y = o.y;
+    const int64_t ld = o.ld;
     KS_UNROLL for (int r = 0; r < R; ++r) {
         KS_UNROLL for (int h = 0; h < 2; ++h) {
-            __m512i off;
-            __m512 scale;
-            if (o.by_row) {
-                off = _mm512_set1_epi32(o.offsets[r]);
-                scale = _mm512_set1_ps(o.scale[o.one_scale ? 0 : r]);
-            } else {
-                off = _mm512_maskz_loadu_epi32(m[h], o.offsets + 16 * h);
-                scale = o.one_scale ? _mm512_set1_ps(o.scale[0]) : _mm512_maskz_loadu_ps(m[h], o.scale + 16 * h);
-            }
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[r][h], off)), scale);
+            const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
+                                        : (one_scale ? _mm512_set1_ps(scales[0])
+                                                     : _mm512_maskz_loadu_ps(m[h], scales + 16 * h));
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c[r][h]), scale);
             v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            const __m512i y = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
-            _mm512_mask_cvtepi32_storeu_epi8(o.y + r * o.ld + 16 * h, m[h], y);
+            _mm512_mask_cvtepi32_storeu_epi8(y + r * ld + 16 * h, m[h], _mm512_add_epi32(_mm512_cvtps_epi32(v), zero));
         }
     }
 }
@@ -329,7 +341,8 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* 
 }
 
 // The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
-// AVX-512 VBMI too, for depthwise_rows), 1 at the AVX2 level, else 0; the level capped by KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
+// AVX-512 VBMI too, for the in-place depthwise kernels: depthwise_direct), 1 at the AVX2 level, else 0; the level capped by
+// KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
 // variable of internal linkage (an inline variable would be a GNU unique symbol, which the kernel layer's relocatable
 // object, whose symbols are all its own, must not export).
 [[maybe_unused]] static int tile_level = -1;
@@ -485,9 +498,15 @@ inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t c
     return static_cast<int32_t>((phase * count + c) * g.volume + shift);
 }
 
-__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count, int32_t* offsets) {
-    for (int64_t k = 0; k < s.depth(); ++k) {
-        offsets[k] = tap_offset(s, g, count, k);
+// tap_offset of every im2col row: those of channel 0's taps, the other channels' one volume per channel on.
+__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count,
+                                                  int32_t* offsets) {
+    const int64_t n = s.taps();
+    for (int64_t t = 0; t < n; ++t) {
+        offsets[t] = tap_offset(s, g, count, t);
+    }
+    for (int64_t k = n; k < s.depth(); ++k) {
+        offsets[k] = offsets[k - n] + static_cast<int32_t>(g.volume);
     }
 }
 
@@ -520,8 +539,55 @@ inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
 
 // Wide positions j0 .. j0 + count (count <= 32) of every im2col row, packed [quad][32][4] (rows past the depth
 // read row 0: their weights are 0; a last block of fewer than 32 is copied first, reading nothing past the data).
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The 32 bytes at p in the low half, the 32 at q in the high half.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i pair(const uint8_t* p, const uint8_t* q) {
+    const __m512i low = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_inserti64x4(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 1);
+}
+
+// pack_wide's full blocks with AVX-512 VBMI: the 32 bytes of rows 0 and 1 in one register, of rows 2 and 3 in
+// another, and two vpermt2b interleave them (byte 4c + t of the result: row t, position c).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbmi(const uint8_t* phases,
+                                                                                 const int32_t* offsets, int64_t depth,
+                                                                                 int64_t j0, uint8_t flip,
+                                                                                 uint8_t* dst) {
+    alignas(64) uint8_t lanes[2][64];
+    for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < 64; ++i) {
+            lanes[h][i] = static_cast<uint8_t>((i % 4 & 1) * 32 + (i % 4 >> 1) * 64 + 16 * h + i / 4);
+        }
+    }
+    const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
+    const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
+    for (int64_t k = 0; k < quads(depth); ++k) {
+        const uint8_t* r[4];
+        KS_UNROLL for (int t = 0; t < 4; ++t) {
+            r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+        }
+        const __m512i a = pair(r[0], r[1]), b = pair(r[2], r[3]);
+        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(a, low, b), f));
+        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(a, high, b), f));
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
                       uint8_t flip, uint8_t* dst) {
+#ifdef KS_QTILE_X86
+    if (count == cols && best_level() == 3) {
+        pack_wide_vbmi(phases, offsets, depth, j0, flip, dst);
+        return;
+    }
+#endif
     const int64_t q = quads(depth);
     uint8_t tail[4][cols];
     for (int64_t k = 0; k < q; ++k) {
@@ -757,80 +823,443 @@ constexpr int64_t planes_scratch(const conv_shape& s) {
 #pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// One channel of a depthwise convolution (width stride 1 or 2) with AVX-512 VBMI and VNNI: for each kernel row, groups
-// of up to 4 taps along it (their weights a quad) read 16 wide positions each from one 64-byte load of each column
-// phase the row's taps fall in (two with a stride of 2), whose bytes vpermi2b arranges as 16 quads (position p, tap t:
-// byte p + t's shift in t's phase), and one vpdpbusd adds them: 64 positions at a time in four registers over the
-// whole kernel, requantized there into bytes. image: the channel's first phase volume (raw bytes; flip 0x80 for
-// int8), the next phase `phase_step` bytes on, 128 bytes readable past the last. Returns false for a width stride
-// above 2 or a row's taps spanning more than 48 bytes or 16 taps, or more than 16 quads of taps in all (then the
-// loops run).
-template <int SW>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise_rows(
-    const conv_shape& s, const wide_geometry& g, const uint8_t* image, int64_t phase_step, const int8_t* w,
-    int32_t off, float scale, float lo, float hi, int32_t y_zero, uint8_t flip, uint8_t* bytes) {
-    const int64_t kw = s.kernel[2], dw = s.dilation[2], sw = SW;
-    const int64_t rows = s.kernel[0] * s.kernel[1], groups = (kw + 3) / 4;
-    if ((kw - 1) * dw / sw > 48 || groups > 4 || rows * groups > 16) {  // (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9)
-        return false;
+// The depthwise convolutions AVX-512 VBMI and VNNI run straight from the image (no padded copy): a kernel row's taps
+// for 16 output positions all lie in one 64-byte window of the input row (15·s_w + (k_w - 1)·d_w < 64), at most 4
+// quads of taps per kernel row and 16 in all (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9).
+constexpr bool direct_fits(const conv_shape& s) {
+    const int64_t groups = (s.kernel[2] + 3) / 4;
+    return 15 * s.stride[2] + (s.kernel[2] - 1) * s.dilation[2] < 64 && groups <= 4 &&
+           s.kernel[0] * s.kernel[1] * groups <= 16;
+}
+
+// The lanes i of a 64-byte window starting at column c of a row of n bytes with 0 <= c + i < n.
+inline uint64_t window_lanes(int64_t c, int64_t n) {
+    const int64_t a = c < 0 ? -c : 0, b = n - c < 64 ? n - c : 64;
+    if (b <= a) {
+        return 0;
     }
-    // the byte each lane takes (lane i: position i / 4, tap 4·group + i % 4; bytes 64.. from the second column phase)
-    // and each row's weight quads
-    __m512i index[4];
-    int32_t quads[16];
-    for (int64_t q0 = 0; q0 < groups; ++q0) {
-        alignas(64) uint8_t lanes[64];
-        for (int i = 0; i < 64; ++i) {
-            const int64_t t = q0 * 4 + i % 4, at = t < kw ? t * dw : 0;
-            lanes[i] = static_cast<uint8_t>((at % sw) * 64 + i / 4 + at / sw);
-        }
-        index[q0] = _mm512_load_si512(lanes);
-        for (int64_t r = 0; r < rows; ++r) {
-            int32_t quad = 0;
-            for (int t = 0; t < 4; ++t) {
-                const int64_t tap = q0 * 4 + t;
-                const int8_t v = tap < kw ? w[r * kw + tap] : static_cast<int8_t>(0);
-                quad |= static_cast<int32_t>(static_cast<uint8_t>(v)) << (8 * t);
-            }
-            quads[r * groups + q0] = quad;
-        }
-    }
-    int64_t starts[16];  // where each kernel row's first column phase starts
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t ad = r / s.kernel[1] * s.dilation[0], ah = r % s.kernel[1] * s.dilation[1];
-        const int64_t phase = ((ad % s.stride[0]) * s.stride[1] + ah % s.stride[1]) * sw;
-        starts[r] = phase * phase_step + ((ad / s.stride[0]) * g.side[1] + ah / s.stride[1]) * g.side[2];
-    }
-    const __m512i fl = _mm512_set1_epi8(static_cast<char>(flip));
-    const __m512 lo_v = _mm512_set1_ps(lo), hi_v = _mm512_set1_ps(hi), sc = _mm512_set1_ps(scale);
-    const __m512i zero_v = _mm512_set1_epi32(y_zero);
-    for (int64_t j0 = 0; j0 < g.wide; j0 += 64) {
-        __m512i acc[4];
-        for (int k = 0; k < 4; ++k) {
-            acc[k] = _mm512_set1_epi32(off);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-            const uint8_t* row = image + starts[r] + j0;
-            const uint8_t* second = row + (SW == 2 ? phase_step : 0);  // (the odd columns' phase)
-            for (int64_t q0 = 0; q0 < groups; ++q0) {
-                const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
-                for (int k = 0; k < 4; ++k) {
-                    const __m512i v0 = _mm512_loadu_si512(row + 16 * k);
-                    const __m512i arranged = SW == 1 ? _mm512_permutexvar_epi8(index[q0], v0)
-                                                     : _mm512_permutex2var_epi8(v0, index[q0],
-                                                                                _mm512_loadu_si512(second + 16 * k));
-                    acc[k] = _mm512_dpbusd_epi32(acc[k], _mm512_xor_si512(arranged, fl), wq);
+    return (b >= 64 ? ~0ull : (1ull << b) - 1) & ~((1ull << a) - 1);
+}
+
+// What the channel kernels share over a layer. depthwise_channel: index[q], the vpermb indices (lane i: position
+// i / 4, tap 4·q + i % 4 of a kernel row, at byte position·s_w + tap·d_w of the window). depthwise_narrow (output rows
+// of at most 8 positions): a block of 16 positions holds `rows` whole output rows, whose taps of one kernel row all
+// lie in one 64-byte window of the input (from the first output row's input row, the next ones s_h input rows on);
+// index[q]: lane (position p = i / 4: output row j, column c; tap t) takes byte j·s_h·W_in + c·s_w + (4q + t)·d_w;
+// columns[q]: the lanes whose input column lies in the row (the others, and rows outside the image, take the zero
+// point: a masked vpermb); row_lanes[j]: the lanes of output row j; all_rows: those of all.
+struct direct_layout {  // (in the scratch, whose alignment is the workspace's: read with unaligned loads)
+    uint8_t index[4][64];
+    uint64_t columns[4];
+    uint64_t row_lanes[16];
+    uint64_t all_rows;  // (the lanes of all `rows` output rows)
+    int64_t rows;
+};
+constexpr int64_t direct_layout_size = round_up(sizeof(direct_layout), 64);  // (its room at the scratch's start)
+
+// One channel of a depthwise convolution for AVX-512 VBMI and VNNI (x: its input plane, raw bytes; y: its output
+// plane): R output rows × NB blocks of 16 positions at a time, one accumulator each (R·NB independent sums). Each
+// input row those output rows read is loaded once per block, as the 64-byte window its taps read (masked: columns
+// outside the row, and rows outside the image, read the zero point, as the padding does); vpermb arranges its bytes
+// as 16 quads (position p, tap t of quad q: byte p·s_w + (4q + t)·d_w; l.index[q]), and one vpdpbusd adds them,
+// times the quad's weights of the kernel row that links the input row to each output row, to that row's sum. The
+// sums are requantized in registers and stored with masks. FLIP: int8 activations, their bytes xor'ed with 0x80.
+template <bool FLIP, int NB, int R>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_channel(
+    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
+    const tile_out& o, uint8_t x_zero, uint8_t* y) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, sw = s.stride[2], sh = s.stride[1], dh = s.dilation[1];
+    const int64_t kh_n = s.kernel[1];
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
+    const __m512i y_zero = _mm512_set1_epi32(o.zero);
+    for (int64_t od = 0; od < s.out[0]; ++od) {
+        for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
+            for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+                __m512i acc[R][NB];
+                uint64_t lanes[NB];
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    lanes[k] = window_lanes((ow0 + 16 * k) * sw - s.pad[2], s.in[2]);
+                    KS_UNROLL for (int j = 0; j < R; ++j) {
+                        acc[j][k] = _mm512_set1_epi32(off);
+                    }
+                }
+                for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+                    const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+                    const bool depth_inside = id >= 0 && id < s.in[0];
+                    const int32_t* wd = quads + kd * kh_n * groups;
+                    const int64_t first = oh0 * sh - s.pad[1], last = first + (R - 1) * sh + (kh_n - 1) * dh;
+                    for (int64_t ih = first; ih <= last; ++ih) {
+                        const bool inside = depth_inside && ih >= 0 && ih < s.in[1];
+                        const uint8_t* row = x + (inside ? (id * s.in[1] + ih) * s.in[2] : 0) - s.pad[2];
+                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                            __m512i arranged[NB];
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0,
+                                                                         row + (ow0 + 16 * k) * sw);
+                                arranged[k] = _mm512_permutexvar_epi8(_mm512_loadu_si512(l.index[q0]), v);
+                                if (FLIP) {
+                                    arranged[k] = _mm512_xor_si512(arranged[k], flip);
+                                }
+                            }
+                            KS_UNROLL for (int j = 0; j < R; ++j) {
+                                const int64_t d = ih - first - j * sh;  // (kernel row d / d_h of output row j)
+                                if (d < 0 || d >= kh_n * dh || (dh != 1 && d % dh != 0)) {
+                                    continue;
+                                }
+                                const __m512i wq = _mm512_set1_epi32(wd[(dh == 1 ? d : d / dh) * groups + q0]);
+                                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                    acc[j][k] = dpbusd(acc[j][k], arranged[k], wq);
+                                }
+                            }
+                        }
+                    }
+                }
+                KS_UNROLL for (int j = 0; j < R; ++j) {
+                    if (oh0 + j >= s.out[1]) {
+                        break;
+                    }
+                    uint8_t* yr = y + (od * s.out[1] + oh0 + j) * s.out[2];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const int64_t left = s.out[2] - ow0 - 16 * k;
+                        const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
+                        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                        _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, store,
+                                                         _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+                    }
                 }
             }
         }
-        for (int k = 0; k < 4; ++k) {
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
-            v = _mm512_min_ps(_mm512_max_ps(v, lo_v), hi_v);
-            _mm512_mask_cvtepi32_storeu_epi8(bytes + j0 + 16 * k, static_cast<__mmask16>(0xffff),
-                                             _mm512_add_epi32(_mm512_cvtps_epi32(v), zero_v));
+    }
+}
+
+constexpr int64_t narrow_rows(const conv_shape& s) {
+    return s.out[2] <= 8 ? 16 / s.out[2] : 1;
+}
+
+// Whether depthwise_narrow takes the shape (direct_fits, and narrow_rows output rows' taps in one window).
+constexpr bool narrow_fits(const conv_shape& s) {
+    return s.out[2] <= 8 && (narrow_rows(s) - 1) * s.stride[1] * s.in[2] + (s.out[2] - 1) * s.stride[2] +
+                                (s.kernel[2] - 1) * s.dilation[2] < 64;
+}
+
+inline void narrow_of(const conv_shape& s, direct_layout& l) {
+    const int64_t kw = s.kernel[2], width = s.out[2];
+    l.rows = narrow_rows(s);
+    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+        for (int i = 0; i < 64; ++i) {
+            const int64_t p = i / 4, j = p / width, t = q0 * 4 + i % 4;
+            const int64_t column = p % width * s.stride[2] - s.pad[2] + (t < kw ? t * s.dilation[2] : 0);
+            const bool live = j < l.rows && column >= 0 && column < s.in[2];
+            l.index[q0][i] = static_cast<uint8_t>(live ? j * s.stride[1] * s.in[2] + column + s.pad[2] : 0);
+            l.columns[q0] |= static_cast<uint64_t>(live) << i;
         }
     }
-    return true;
+    for (int i = 0; i < 64; ++i) {
+        const int64_t j = i / 4 / width;
+        if (j < l.rows) {
+            l.row_lanes[j] |= 1ull << i;
+            l.all_rows |= 1ull << i;
+        }
+    }
+}
+
+
+// depthwise_channel for the common layers, their loops known when compiled: 2-d, a K × K kernel (3 or 5) without
+// dilation, a row stride SH (1 or 2). Which input row meets which kernel row of which output row is then fixed, the
+// weights stay in registers and nothing but the borders is decided at run time.
+template <bool FLIP, int NB, int R, int K, int SH>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_square(
+    const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
+    const tile_out& o, uint8_t x_zero, uint8_t* y) {
+    constexpr int G = (K + 3) / 4, span = (R - 1) * SH + K;
+    const int64_t sw = s.stride[2];
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
+    const __m512i y_zero = _mm512_set1_epi32(o.zero);
+    __m512i weights[K * G];
+    KS_UNROLL for (int i = 0; i < K * G; ++i) {
+        weights[i] = _mm512_set1_epi32(quads[i]);
+    }
+    for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
+        const int64_t first = oh0 * SH - s.pad[1];
+        for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+            __m512i acc[R][NB];
+            uint64_t lanes[NB];
+            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                lanes[k] = window_lanes((ow0 + 16 * k) * sw - s.pad[2], s.in[2]);
+                KS_UNROLL for (int j = 0; j < R; ++j) {
+                    acc[j][k] = _mm512_set1_epi32(off);
+                }
+            }
+            KS_UNROLL for (int r = 0; r < span; ++r) {
+                const int64_t ih = first + r;
+                const bool inside = ih >= 0 && ih < s.in[1];
+                const uint8_t* row = x + (inside ? ih * s.in[2] : 0) - s.pad[2];
+                KS_UNROLL for (int q0 = 0; q0 < G; ++q0) {
+                    __m512i arranged[NB];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0, row + (ow0 + 16 * k) * sw);
+                        arranged[k] = _mm512_permutexvar_epi8(_mm512_loadu_si512(l.index[q0]), v);
+                        if (FLIP) {
+                            arranged[k] = _mm512_xor_si512(arranged[k], flip);
+                        }
+                    }
+                    KS_UNROLL for (int j = 0; j < R; ++j) {
+                        const int kh = r - j * SH;  // (the kernel row linking input row r to output row j)
+                        if (kh >= 0 && kh < K) {
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                acc[j][k] = dpbusd(acc[j][k], arranged[k], weights[kh * G + q0]);
+                            }
+                        }
+                    }
+                }
+            }
+            KS_UNROLL for (int j = 0; j < R; ++j) {
+                if (oh0 + j >= s.out[1]) {
+                    break;
+                }
+                uint8_t* yr = y + (oh0 + j) * s.out[2];
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    const int64_t left = s.out[2] - ow0 - 16 * k;
+                    const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
+                    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
+                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                    _mm512_mask_cvtepi32_storeu_epi8(yr + ow0 + 16 * k, store,
+                                                     _mm512_add_epi32(_mm512_cvtps_epi32(v), y_zero));
+                }
+            }
+        }
+    }
+}
+
+// The weights of channel m's kernel rows as quads (row r, quad q at quads[r·groups + q]; taps past the row's end 0).
+inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
+    const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t q0 = 0; q0 < groups; ++q0) {
+            const int64_t n = kw - 4 * q0 < 4 ? kw - 4 * q0 : 4;
+            uint32_t quad = 0;
+            for (int64_t t = 0; t < n; ++t) {
+                quad |= static_cast<uint32_t>(static_cast<uint8_t>(w[r * kw + 4 * q0 + t])) << (8 * t);
+            }
+            quads[r * groups + q0] = static_cast<int32_t>(quad);
+        }
+    }
+}
+
+// One 64-byte window a block of depthwise_narrow reads: where it starts in the channel's volume, the bytes loaded
+// (those in the volume), the lanes of output rows whose input row lies in the image.
+struct narrow_read {
+    int64_t start;
+    uint64_t load, inside;
+};
+
+// The windows of output depth od, steps [first, first + count) (a step: NB blocks of l.rows output rows), in the order
+// depthwise_narrow reads them: step, kernel row (kd, kh), block.
+inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb, int64_t od, int64_t first,
+                        int64_t count, narrow_read* reads) {
+    const int64_t rows = l.rows, sh = s.stride[1];
+    for (int64_t i = 0; i < count; ++i) {
+        for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+            const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+            const bool depth_inside = id >= 0 && id < s.in[0];
+            for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+                for (int64_t k = 0; k < nb; ++k) {
+                    const int64_t ih0 = ((first + i) * nb + k) * rows * sh - s.pad[1] + kh * s.dilation[1];
+                    uint64_t inside = 0;
+                    for (int64_t j = 0; j < rows && depth_inside; ++j) {
+                        const int64_t ih = ih0 + j * sh;
+                        inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
+                    }
+                    narrow_read& r = *reads++;
+                    r.start = (id * s.in[1] + ih0) * s.in[2] - s.pad[2];
+                    r.load = inside ? window_lanes(r.start, s.in_plane()) : 0;
+                    r.inside = inside;
+                }
+            }
+        }
+    }
+}
+
+// One image of a narrow depthwise convolution (narrow_fits(s); x, y: the image's first channel planes, raw bytes;
+// M = C·mult): the windows of a run of steps planned once for all channels, then each channel's NB blocks of l.rows
+// output rows at a time, one accumulator each. Per kernel row, a block's window (masked loads: bytes outside the
+// volume are not read) is arranged by a masked vpermb (lanes of columns outside the row, or of rows outside the image,
+// take the zero point, as the padding does) and one vpdpbusd per quad of taps adds it times the quad's weights.
+// reads: room for `room` windows (at least the 16 kernel rows × 4 blocks of one step: planes_scratch leaves 77).
+template <bool FLIP, int NB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
+    const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y, const requant& q,
+    int32_t zero_u, narrow_read* reads, int64_t room) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1], taps = s.taps();
+    const int64_t rows = l.rows, width = s.out[2], mult = s.out_channels / s.channels;
+    const int64_t steps = (s.out[1] + NB * rows - 1) / (NB * rows), chunk = room / (krows * NB);
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(q.x_zero));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512 lo = _mm512_set1_ps(static_cast<float>(q.lo - q.y_zero));
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(q.hi - q.y_zero));
+    const __m512i y_zero = _mm512_set1_epi32(q.y_zero);
+    int32_t quads[16];
+    for (int64_t od = 0; od < s.out[0]; ++od) {
+        for (int64_t first = 0; first < steps; first += chunk) {
+            const int64_t count = steps - first < chunk ? steps - first : chunk;
+            plan_narrow(s, l, NB, od, first, count, reads);
+            for (int64_t m = 0; m < s.out_channels; ++m) {
+                const int8_t* wm = w + m * taps;
+                int32_t total = 0;
+                for (int64_t t = 0; t < taps; ++t) {
+                    total += wm[t];
+                }
+                row_quads(s, wm, quads);
+                const int32_t off = (q.bias ? q.bias[m] : 0) - zero_u * total;
+                const __m512 sc = _mm512_set1_ps(q.scale[q.scales == 1 ? 0 : m]);
+                const uint8_t* xc = x + m / mult * s.in_plane();
+                uint8_t* yc = y + m * s.positions() + od * s.out[1] * width;
+                const narrow_read* rd = reads;
+                for (int64_t i = 0; i < count; ++i) {
+                    __m512i acc[NB];
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        acc[k] = _mm512_set1_epi32(off);
+                    }
+                    for (int64_t r = 0; r < krows; ++r, rd += NB) {
+                        __m512i v[NB];
+                        KS_UNROLL for (int k = 0; k < NB; ++k) {
+                            v[k] = _mm512_maskz_loadu_epi8(rd[k].load, xc + rd[k].start);
+                        }
+                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                            const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
+                            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                                __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
+                                                                         _mm512_loadu_si512(l.index[q0]), v[k]);
+                                if (FLIP) {
+                                    a = _mm512_xor_si512(a, flip);
+                                }
+                                acc[k] = dpbusd(acc[k], a, wq);
+                            }
+                        }
+                    }
+                    const int64_t oh0 = (first + i) * NB * rows;
+                    KS_UNROLL for (int k = 0; k < NB; ++k) {
+                        const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
+                        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+                        u = _mm512_min_ps(_mm512_max_ps(u, lo), hi);
+                        _mm512_mask_cvtepi32_storeu_epi8(yc + (oh0 + k * rows) * width,
+                                                         static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0),
+                                                         _mm512_add_epi32(_mm512_cvtps_epi32(u), y_zero));
+                    }
+                }
+            }
+        }
+    }
+}
+
+using narrow_fn = void (*)(const conv_shape&, const direct_layout&, const uint8_t*, const int8_t*, uint8_t*,
+                           const requant&, int32_t, narrow_read*, int64_t);
+
+// depthwise_narrow for s: NB blocks (at most 4) at a time, chosen so that the last step computes few blocks nobody
+// reads.
+template <bool FLIP>
+narrow_fn narrow_kernel(const conv_shape& s) {
+    const int64_t blocks = (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s);
+    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    return nb <= 1 ? depthwise_narrow<FLIP, 1>
+                   : (nb == 2 ? depthwise_narrow<FLIP, 2>
+                              : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
+}
+
+using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const direct_layout&, const int32_t*, int32_t,
+                                      float, const tile_out&, uint8_t, uint8_t*);
+
+// depthwise_square for NB blocks (4 output rows at a time for 1 or 2 blocks, else 2), a K × K kernel and row stride SH.
+template <bool FLIP, int K, int SH>
+depthwise_channel_fn square_of(int64_t nb) {
+    return nb <= 1 ? depthwise_square<FLIP, 1, 4, K, SH>
+                   : (nb == 2 ? depthwise_square<FLIP, 2, 4, K, SH>
+                              : (nb == 3 ? depthwise_square<FLIP, 3, 2, K, SH> : depthwise_square<FLIP, 4, 2, K, SH>));
+}
+
+template <bool FLIP>
+depthwise_channel_fn square_kernel(int64_t nb, int64_t k, int64_t sh) {
+    if (k == 3) {
+        return sh == 1 ? square_of<FLIP, 3, 1>(nb) : square_of<FLIP, 3, 2>(nb);
+    }
+    return sh == 1 ? square_of<FLIP, 5, 1>(nb) : square_of<FLIP, 5, 2>(nb);
+}
+
+// The channel kernel for s (not narrow): NB blocks of 16 positions at a time, NB <= 4 chosen so that
+// the last step computes few blocks nobody reads (and 4 or 2 output rows at a time: 8 sums or fewer in flight).
+template <bool FLIP>
+depthwise_channel_fn direct_kernel(const conv_shape& s) {
+    const int64_t blocks = (s.out[2] + 15) / 16;
+    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    const int64_t k = s.kernel[1];
+    const bool square = s.in[0] == 1 && s.kernel[0] == 1 && s.kernel[2] == k && (k == 3 || k == 5) &&
+                        s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[1] <= 2;
+    if (square) {
+        return square_kernel<FLIP>(nb, k, s.stride[1]);
+    }
+    return nb <= 1 ? depthwise_channel<FLIP, 1, 4>
+                   : (nb == 2 ? depthwise_channel<FLIP, 2, 4>
+                              : (nb == 3 ? depthwise_channel<FLIP, 3, 2> : depthwise_channel<FLIP, 4, 2>));
+}
+
+// The layout depthwise_channel reads (its vpermb indices), or narrow_of(s) for depthwise_narrow, into l (zeroed).
+inline void direct_of(const conv_shape& s, direct_layout& l) {
+    if (narrow_fits(s)) {
+        narrow_of(s, l);
+        return;
+    }
+    const int64_t kw = s.kernel[2];
+    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+        for (int i = 0; i < 64; ++i) {
+            const int64_t t = q0 * 4 + i % 4;
+            l.index[q0][i] = static_cast<uint8_t>(i / 4 * s.stride[2] + (t < kw ? t * s.dilation[2] : 0));
+        }
+    }
+}
+
+// A depthwise convolution (M = C·multiplier, direct_fits(s)) of 8-bit x with AVX-512 VBMI and VNNI, read in place
+// (depthwise_channel, depthwise_narrow); y written in place; scratch (planes_scratch(s) bytes) holds the layout and
+// the narrow kernels' planned windows.
+template <class TX, class TY>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_direct(
+    const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch, const requant& q) {
+    constexpr bool flip = static_cast<TX>(-1) < 0;
+    const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
+    __builtin_memset(scratch, 0, sizeof(direct_layout));
+    direct_layout& layout = *reinterpret_cast<direct_layout*>(scratch);
+    direct_of(s, layout);
+    const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
+    if (narrow_fits(s)) {
+        const narrow_fn narrow = narrow_kernel<flip>(s);
+        narrow_read* reads = reinterpret_cast<narrow_read*>(scratch + direct_layout_size);
+        const int64_t room = (planes_scratch(s) - direct_layout_size) / static_cast<int64_t>(sizeof(narrow_read));
+        for (int64_t n = 0; n < images; ++n) {
+            narrow(s, layout, reinterpret_cast<const uint8_t*>(x + n * s.channels * s.in_plane()), w,
+                   reinterpret_cast<uint8_t*>(y + n * s.out_channels * s.positions()), q, zero_u, reads, room);
+        }
+        return;
+    }
+    const depthwise_channel_fn channel = direct_kernel<flip>(s);
+    const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
+    int32_t quads[16];
+    for (int64_t n = 0; n < images; ++n) {
+        for (int64_t m = 0; m < s.out_channels; ++m) {
+            const int8_t* wm = w + m * taps;
+            int32_t total = 0;
+            for (int64_t t = 0; t < taps; ++t) {
+                total += wm[t];
+            }
+            row_quads(s, wm, quads);
+            const uint8_t* xc = reinterpret_cast<const uint8_t*>(x + (n * s.channels + m / mult) * s.in_plane());
+            channel(s, xc, layout, quads, (q.bias ? q.bias[m] : 0) - zero_u * total, q.scale[q.scales == 1 ? 0 : m], o,
+                    static_cast<uint8_t>(q.x_zero), reinterpret_cast<uint8_t*>(y + (n * s.out_channels + m) * s.positions()));
+        }
+    }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -839,10 +1268,17 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) bool depthwise
 
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
-// weight times the run of positions it reads, requantized into bytes; the output positions taken from those.
+// weight times the run of positions it reads, requantized into bytes; the output positions taken from those. With
+// AVX-512 VBMI and VNNI (and a kernel depthwise_direct takes), depthwise_direct instead, from the image in place.
 template <class TX, class TY>
 void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                       const requant& q) {
+#ifdef KS_QTILE_X86
+    if (best_level() == 3 && direct_fits(s)) {
+        depthwise_direct(s, images, x, w, y, scratch, q);
+        return;
+    }
+#endif
     const wide_geometry g = wide_of(s);
     const int64_t batch = depthwise_batch(s);
     uint8_t* phases = scratch;
@@ -872,17 +1308,6 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 }
                 const int32_t off = (q.bias ? q.bias[m] : 0) - q.x_zero * total;
                 const float scale = q.scale[q.scales == 1 ? 0 : m];
-#ifdef KS_QTILE_X86
-                const int32_t zero_u = unsigned_zero<TX>(q.x_zero);
-                const auto rows_kernel = s.stride[2] == 1 ? depthwise_rows<1> : depthwise_rows<2>;
-                if (best_level() == 3 && s.stride[2] <= 2 &&
-                    rows_kernel(one, g, phases + ci / mult * g.volume, count * g.volume, wm,
-                                (q.bias ? q.bias[m] : 0) - zero_u * total, scale, lo, hi, q.y_zero,
-                                static_cast<TX>(-1) < 0 ? 0x80 : 0, bytes)) {
-                    compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
-                    continue;
-                }
-#endif
                 // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the
                 // wide ones are computed and never read)
                 for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {

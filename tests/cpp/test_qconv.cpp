@@ -1,5 +1,6 @@
 // Tests of the integer kernels (prelude/ks/qconv.h) against written-out loops (the oracle): ks::qconv over 1-d,
-// 2-d and 3-d shapes with strides, dilations, padding and groups, ks::qconv_depthwise with channel multipliers,
+// 2-d and 3-d shapes with strides, dilations, padding and groups, ks::qconv_depthwise with channel multipliers (and
+// over MobileNet-like layers: 3×3 to 7×7 kernels, images up to 130 wide),
 // ks::qmatmul from one row up; uint8 and int8 activations and outputs, one scale or one per channel, with and
 // without a bias, with bounds narrowed as a folded Relu narrows them. The reference rounds with nearbyintf
 // (half to even) after clamping in float, as onnxruntime's kernels do. Built three times: with the best tile
@@ -104,17 +105,39 @@ ks::conv_shape random_shape(bool depthwise) {
     return s;
 }
 
+// A depthwise layer as MobileNets and keyword spotters have them: 2-d, square kernels of 3, 5 or 7 taps a side
+// (dilated 2 at times), stride 1 or 2, "same" padding, images from 1 to 130 wide (rows of one to nine blocks of 16
+// output positions; the narrow ones several output rows to a block).
+ks::conv_shape mobile_shape() {
+    ks::conv_shape s{};
+    const int64_t k = 3 + 2 * draw(3);
+    s.groups = s.channels = 1 + draw(4);
+    s.out_channels = s.channels * (draw(4) == 0 ? 2 : 1);
+    s.kernel[0] = s.stride[0] = s.dilation[0] = s.in[0] = s.out[0] = 1;
+    for (int a = 1; a < 3; ++a) {
+        s.kernel[a] = k;
+        s.stride[a] = 1 + draw(2);
+        s.dilation[a] = draw(5) == 0 ? 2 : 1;
+        s.pad[a] = (k - 1) * s.dilation[a] / 2;
+        s.in[a] = 1 + draw(a == 2 ? 130 : 20);
+        s.out[a] = (s.in[a] + 2 * s.pad[a] - (k - 1) * s.dilation[a] - 1) / s.stride[a] + 1;
+    }
+    return s;
+}
+
 template <class TX, class TY>
-void test_conv(int64_t trial, bool depthwise) {
-    const ks::conv_shape s = random_shape(depthwise);
+void test_conv(int64_t trial, bool depthwise, bool mobile = false) {
+    const ks::conv_shape s = mobile ? mobile_shape() : random_shape(depthwise);
     const int64_t images = 1 + draw(2), cg = s.channels / s.groups, m = s.out_channels, mg = m / s.groups;
     const auto x = random_bytes<TX>(images * s.channels * s.in_plane());
     const auto w = random_bytes<int8_t>(m * cg * s.taps());
     const params p = make_params<TX, TY>(m);
     std::vector<TY> y(static_cast<size_t>(images * m * s.positions()));
     const int64_t room = depthwise ? ks::qconv_depthwise_scratch(s) : ks::qconv_scratch(s);
-    std::vector<uint64_t> scratch(static_cast<size_t>(room / 8 + 8));
-    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    std::vector<uint64_t> scratch(static_cast<size_t>(room / 8 + 16));
+    // (64-byte aligned, or 16 bytes past that: the generated code's workspace slots are 16-byte aligned)
+    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64) +
+                       (draw(2) ? 16 : 0);
     if (depthwise) {
         ks::qconv_depthwise<TX, TY>(s, images, x.data(), w.data(), y.data(), aligned, p.q);
     } else {
@@ -187,6 +210,7 @@ void test_types() {
     for (int64_t trial = 0; trial < 60; ++trial) {
         test_conv<TX, TY>(trial, false);
         test_conv<TX, TY>(trial, true);
+        test_conv<TX, TY>(trial, true, true);
         test_matmul<TX, TY>(trial);
     }
 }
