@@ -15,6 +15,54 @@
 
 namespace KS_VARIANT {  // gmm_x86_64, gmm_x86_64_v3, gmm_x86_64_v4
 
+namespace detail {  // the kernels' helper functions (codegen/helpers.py), called from the exports below
+
+static double log_gamma_d(int64_t d, double a) {  // log_gamma_d(a)
+    const double t1 = static_cast<double>(d);
+    const double t2 = (0.25 * t1);
+    const double t3 = static_cast<double>((d - 1));
+    const double t4 = (t2 * t3);
+    const double t5 = (t4 * 1.1447298858494002);
+    // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+    double sum;
+    sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+        const double t6 = static_cast<double>((int64_t{1} - (i + int64_t{1})));
+        const double t7 = (0.5 * t6);
+        const double t8 = (a + t7);
+        const double t9 = std::lgamma(t8);
+        const double sum1 = (sum + t9);
+        sum = sum1;
+    }
+    const double t6 = (t5 + sum);
+    return t6;
+}
+
+static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
+    const double t1 = static_cast<double>(d);
+    const double t2 = (0.25 * t1);
+    const double t3 = static_cast<double>((d - 1));
+    const double t4 = (t2 * t3);
+    const double t5 = (t4 * 1.1447298858494002);
+    // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
+    double sum;
+    sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+        const double t6 = static_cast<double>((int64_t{1} - (i + int64_t{1})));
+        const double t7 = (0.5 * t6);
+        const double t8 = static_cast<double>(a);
+        const double t9 = (t8 + t7);
+        const double t10 = std::lgamma(t9);
+        const double sum1 = (sum + t10);
+        sum = sum1;
+    }
+    const double t6 = (t5 + sum);
+    return t6;
+}
+
+}  // namespace detail
+
+
 // gmm = gmm   (kernel gmm from gmm.py:gmm_objective)
 //   (alphas: f64[K], means: f64[K, d], icf: f64[K, T], x: f64[n, d], wishart_gamma: f64, wishart_m: f64) -> (f64)
 int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, const double* means, const double* icf, const double* x, double wishart_gamma, double wishart_m, double* out, void* workspace) {
@@ -51,19 +99,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t2 = (i == j);
-                    const bool t3 = (i > j);
-                    const int64_t t4 = ((2*d) - j);
-                    const int64_t t5 = (t4 - int64_t{1});
-                    const int64_t t6 = (j * t5);
-                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                    const int64_t t8 = (d + t7);
-                    const int64_t t9 = (t8 + i);
-                    const int64_t t10 = (t9 - j);
-                    const int64_t t11 = (t10 - int64_t{1});
-                    const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                    const double t13 = (t2 ? t1 : t12);
-                    Qs[k * (d * d) + i * d + j] = t13;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -111,19 +150,17 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         }
         tmp1[i] = acc;
     }
-    const int64_t t1 = (-n);
-    const int64_t t2 = (t1 * d);
-    const double t3 = static_cast<double>(t2);
-    const double t4 = (t3 * 0.5);
-    const double constant = (t4 * 1.8378770664093453);
+    const double t1 = static_cast<double>(((-n) * d));
+    const double t2 = (t1 * 0.5);
+    const double constant = (t2 * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
-            const double t5 = (0.5 * x_i);
+            const double t3 = (0.5 * x_i);
             const double x_i1 = base[j];
-            const double scores_i = (x_i1 - t5);
+            const double scores_i = (x_i1 - t3);
             scores[i * K + j] = scores_i;
             acc = ks::running_max(acc, scores_i);
         }
@@ -132,10 +169,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
-        const double t5 = ks::abs(x_i);
-        const bool t6 = (t5 == __builtin_huge_val());
-        const double t7 = (t6 ? 0.0 : x_i);
-        tmp2[i] = t7;
+        const double t3 = ks::abs(x_i);
+        const bool t4 = (t3 == __builtin_huge_val());
+        const double t5 = (t4 ? 0.0 : x_i);
+        tmp2[i] = t5;
     }
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
@@ -143,9 +180,9 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
             const double x_i = tmp2[i];
-            const double t5 = (scores_i - x_i);
-            const double t6 = ks::exp(t5);
-            acc += t6;
+            const double t3 = (scores_i - x_i);
+            const double t4 = ks::exp(t3);
+            acc += t4;
         }
         tmp3[i] = acc;
     }
@@ -153,79 +190,55 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp3[i];
-        const double t5 = ks::log(x_i);
+        const double t3 = ks::log(x_i);
         const double x_i1 = tmp2[i];
-        const double t6 = (t5 + x_i1);
-        acc += t6;
+        const double t4 = (t3 + x_i1);
+        acc += t4;
     }
-    const double t5 = (constant + acc);
+    const double t3 = (constant + acc);
     double acc1 = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         acc1 = ks::running_max(acc1, alphas_i);
     }
-    const double t6 = ks::abs(acc1);
-    const bool t7 = (t6 == __builtin_huge_val());
-    const double t8 = (t7 ? 0.0 : acc1);
+    const double t4 = ks::abs(acc1);
+    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc1);
     double acc2 = 0;
     KS_OMP_SIMD(reduction(+:acc2))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t8;
-        const double t9 = (alphas_i - x_i);
-        const double t10 = ks::exp(t9);
-        acc2 += t10;
+        const double t6 = (alphas_i - t5);
+        const double t7 = ks::exp(t6);
+        acc2 += t7;
     }
-    const double t9 = ks::log(acc2);
-    const double t10 = (t9 + t8);
-    const double t11 = static_cast<double>(n);
-    const double t12 = (t11 * t10);
-    const double t13 = (t5 - t12);
+    const double t6 = ks::log(acc2);
+    const double t7 = (t6 + t5);
+    const double t8 = static_cast<double>(n);
+    const double t9 = (t8 * t7);
+    const double t10 = (t3 - t9);
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t14 = static_cast<double>(d);
-        const double t15 = (t14 + wishart_m);
-        const double n_w = (t15 + 1.0);
-        const double t16 = (n_w * t14);
-        const double t17 = ks::log(wishart_gamma);
-        const double t18 = (t17 - 0.34657359027997264);
-        const double t19 = (t16 * t18);
-        const double t20 = (0.5 * n_w);
+        const double t11 = static_cast<double>(d);
+        const double t12 = (t11 + wishart_m);
+        const double n_w = (t12 + 1.0);
+        const double t13 = (n_w * t11);
+        const double t14 = ks::log(wishart_gamma);
+        const double t15 = (t14 - 0.34657359027997264);
+        const double t16 = (t13 * t15);
+        const double t17 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum1 = (sum + t31);
-                sum = sum1;
-            }
-            const double t26 = (t25 + sum);
-            r1 = t26;
-        }
-        const double C = (t19 - r1);
+        const double t18 = detail::log_gamma_d(d, t17);
+        const double C = (t16 - t18);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc3 += t22;
+                const double t19 = ks::exp(qs_i);
+                const double t20 = ks::ipow<2>(t19);
+                acc3 += t20;
             }
         }
         double acc4 = 0;
@@ -233,14 +246,14 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
             KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc4 += t21;
+                const double t19 = ks::ipow<2>(ls_i);
+                acc4 += t19;
             }
         }
         const double frobenius = (acc3 + acc4);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t19 = ks::ipow<2>(wishart_gamma);
+        const double t20 = (0.5 * t19);
+        const double t21 = (t20 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -250,15 +263,15 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 acc5 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc5);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r = t28;
+        const double t22 = (wishart_m * acc5);
+        const double t23 = (t21 - t22);
+        const double t24 = static_cast<double>(K);
+        const double t25 = (t24 * C);
+        const double t26 = (t23 - t25);
+        r = t26;
     }
-    const double t14 = (t13 + r);
-    *out = t14;
+    const double t11 = (t10 + r);
+    *out = t11;
     return ks::status::ok;
 }
 
@@ -329,22 +342,15 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const int64_t t4 = ((2*d) - j);
-                const int64_t t5 = (t4 - int64_t{1});
-                const int64_t t6 = (j * t5);
-                const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                const int64_t t8 = (d + t7);
-                const int64_t t9 = (t8 + i);
-                const int64_t t10 = (t9 - j);
-                const int64_t t11 = (t10 - int64_t{1});
-                const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                const double t13 = (t2 ? t1 : t12);
-                const double t14 = (t2 ? t1 : 0.0);
-                const bool t15 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t13;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const double t6 = (t2 ? t1 : t5);
+                const double t7 = (t2 ? t1 : 0.0);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t14;
-                r3[k * (d * d) + i * d + j] = t15;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -432,30 +438,28 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
-    const bool t2 = (t1 == __builtin_huge_val());
-    const double t3 = (t2 ? 0.0 : acc);
+    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
     double* const tmp5 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t3;
-        const double t4 = (alphas_i - x_i);
-        const double t5 = ks::exp(t4);
-        tmp5[i] = t5;
-        acc1 += t5;
+        const double t3 = (alphas_i - t2);
+        const double t4 = ks::exp(t3);
+        tmp5[i] = t4;
+        acc1 += t4;
     }
-    const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc1);
-    const double t6 = ks::ipow<2>(wishart_gamma);
-    const double t7 = (0.5 * t6);
-    const double t8 = ((-1.0) * wishart_m);
-    const double t9 = ((-1.0) * t4);
-    const double t10 = ks::mulz(t9, t5);
+    const double t3 = static_cast<double>(n);
+    const double t4 = (1.0 / acc1);
+    const double t5 = ks::ipow<2>(wishart_gamma);
+    const double t6 = (0.5 * t5);
+    const double t7 = ((-1.0) * wishart_m);
+    const double t8 = ((-1.0) * t3);
+    const double t9 = ks::mulz(t8, t4);
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp4[i];
-        const double t11 = (1.0 / x_i);
-        tmp4[i] = t11;
+        const double t10 = (1.0 / x_i);
+        tmp4[i] = t10;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -478,17 +482,17 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     for (int64_t i = 0; i < (K*n); ++i) {
         const double d_scores_i = d_scores[i];
-        const double t11 = (d_scores_i * (-1.0));
-        const double t12 = (t11 * 0.5);
-        d_scores[i] = t12;
+        const double t10 = (d_scores_i * (-1.0));
+        const double t11 = (t10 * 0.5);
+        d_scores[i] = t11;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const double t11 = (2.0 * mahalanobis_i);
+                const double t10 = (2.0 * mahalanobis_i);
                 const double x_i = d_scores[i * K + j];
-                const double d_mahalanobis_i = (x_i * t11);
+                const double d_mahalanobis_i = (x_i * t10);
                 mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
@@ -520,24 +524,22 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     for (int64_t i = 0; i < (K*d); ++i) {
         const double x_i = prod1[i];
-        const double t11 = (x_i * (-1.0));
-        prod1[i] = t11;
+        const double t10 = (x_i * (-1.0));
+        prod1[i] = t10;
     }
     // gmm.py:32, 48
     double* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t11 = ks::exp(qs_i);
-            const double t12 = (2.0 * t11);
-            const double x_i = t7;
-            const double t13 = (x_i * t12);
-            const double t14 = ks::mulz(t13, t11);
-            const double d_qs_i = t8;
-            const double d_qs_i1 = (d_qs_i + t14);
-            const double x_i1 = sum[i];
-            const double d_qs_i2 = (d_qs_i1 + x_i1);
-            d_qs[i * d + j] = d_qs_i2;
+            const double t10 = ks::exp(qs_i);
+            const double t11 = (2.0 * t10);
+            const double t12 = (t6 * t11);
+            const double t13 = ks::mulz(t12, t10);
+            const double d_qs_i = (t7 + t13);
+            const double x_i = sum[i];
+            const double d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -555,20 +557,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t12 = ((2*d) - j);
-                const int64_t t13 = (t12 - int64_t{1});
-                const int64_t t14 = (j * t13);
-                const int64_t t15 = ks::floordiv(t14, int64_t{2});
-                const int64_t t16 = (d + t15);
-                const int64_t t17 = (t16 + i);
-                const int64_t t18 = (t17 - j);
-                const int64_t t19 = (t18 - int64_t{1});
-                const double t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
-                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
-                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
-                r5[ks::clamp_index(i, d)] += t21;
-                r6[ks::clamp_index(t19, T)] += t22;
+                const double t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
+                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
+                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
+                r5[ks::clamp_index(i, d)] += t13;
+                r6[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -583,9 +578,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t11 = (2.0 * ls_i);
-            const double x_i = t7;
-            const double d_ls_i = (x_i * t11);
+            const double t10 = (2.0 * ls_i);
+            const double d_ls_i = (t6 * t10);
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -613,9 +607,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = t10;
-        const double x_i1 = tmp5[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double x_i = tmp5[i];
+        const double d_alphas_i = ks::mulz(t9, x_i);
         const double d_base_i = sum[i];
         const double d_alphas_i1 = (d_alphas_i + d_base_i);
         out_d_alphas[i] = d_alphas_i1;
@@ -676,19 +669,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 const float t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t2 = (i == j);
-                    const bool t3 = (i > j);
-                    const int64_t t4 = ((2*d) - j);
-                    const int64_t t5 = (t4 - int64_t{1});
-                    const int64_t t6 = (j * t5);
-                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                    const int64_t t8 = (d + t7);
-                    const int64_t t9 = (t8 + i);
-                    const int64_t t10 = (t9 - j);
-                    const int64_t t11 = (t10 - int64_t{1});
-                    const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
-                    const float t13 = (t2 ? t1 : t12);
-                    Qs[k * (d * d) + i * d + j] = t13;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0f);
+                    const float t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -746,19 +730,17 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         }
         tmp1[i] = acc;
     }
-    const int64_t t1 = (-n);
-    const int64_t t2 = (t1 * d);
-    const double t3 = static_cast<double>(t2);
-    const double t4 = (t3 * 0.5);
-    const double constant = (t4 * 1.8378770664093453);
+    const double t1 = static_cast<double>(((-n) * d));
+    const double t2 = (t1 * 0.5);
+    const double constant = (t2 * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
         float acc = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
-            const float t5 = (0.5f * x_i);
+            const float t3 = (0.5f * x_i);
             const float x_i1 = base[j];
-            const float scores_i = (x_i1 - t5);
+            const float scores_i = (x_i1 - t3);
             scores[i * K + j] = scores_i;
             acc = ks::running_max(acc, scores_i);
         }
@@ -767,10 +749,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
-        const float t5 = ks::abs(x_i);
-        const bool t6 = (t5 == __builtin_huge_valf());
-        const float t7 = (t6 ? 0.0f : x_i);
-        tmp2[i] = t7;
+        const float t3 = ks::abs(x_i);
+        const bool t4 = (t3 == __builtin_huge_valf());
+        const float t5 = (t4 ? 0.0f : x_i);
+        tmp2[i] = t5;
     }
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
@@ -781,9 +763,9 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
                 const float x_i = tmp2[i];
-                const float t5 = (scores_i - x_i);
-                const float t6 = ks::exp(t5);
-                acc_block += t6;
+                const float t3 = (scores_i - x_i);
+                const float t4 = ks::exp(t3);
+                acc_block += t4;
             }
             acc += acc_block;
         }
@@ -796,23 +778,22 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float x_i = tmp3[i];
-            const float t5 = ks::log(x_i);
+            const float t3 = ks::log(x_i);
             const float x_i1 = tmp2[i];
-            const float t6 = (t5 + x_i1);
-            acc_block += t6;
+            const float t4 = (t3 + x_i1);
+            acc_block += t4;
         }
         acc += acc_block;
     }
-    const double t5 = static_cast<double>(acc);
-    const double t6 = (constant + t5);
+    const double t3 = static_cast<double>(acc);
+    const double t4 = (constant + t3);
     float acc1 = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
         acc1 = ks::running_max(acc1, alphas_i);
     }
-    const float t7 = ks::abs(acc1);
-    const bool t8 = (t7 == __builtin_huge_valf());
-    const float t9 = (t8 ? 0.0f : acc1);
+    const float t5 = ks::abs(acc1);
+    const float t6 = ((t5 == __builtin_huge_valf()) ? 0.0f : acc1);
     float acc2 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
@@ -820,66 +801,42 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         KS_OMP_SIMD(reduction(+:acc2_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            const float x_i = t9;
-            const float t10 = (alphas_i - x_i);
-            const float t11 = ks::exp(t10);
-            acc2_block += t11;
+            const float t7 = (alphas_i - t6);
+            const float t8 = ks::exp(t7);
+            acc2_block += t8;
         }
         acc2 += acc2_block;
     }
-    const float t10 = ks::log(acc2);
-    const float t11 = (t10 + t9);
-    const float t12 = static_cast<float>(n);
-    const float t13 = (t12 * t11);
-    const double t14 = static_cast<double>(t13);
-    const double t15 = (t6 - t14);
+    const float t7 = ks::log(acc2);
+    const float t8 = (t7 + t6);
+    const float t9 = static_cast<float>(n);
+    const float t10 = (t9 * t8);
+    const double t11 = static_cast<double>(t10);
+    const double t12 = (t4 - t11);
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t16 = static_cast<float>(d);
-        const float t17 = (t16 + wishart_m);
-        const float n_w = (t17 + 1.0f);
-        const float t18 = (n_w * t16);
-        const float t19 = ks::log(wishart_gamma);
-        const float t20 = (t19 - 0.3465735912322998f);
-        const float t21 = (t18 * t20);
-        const float t22 = (0.5f * n_w);
+        const float t13 = static_cast<float>(d);
+        const float t14 = (t13 + wishart_m);
+        const float n_w = (t14 + 1.0f);
+        const float t15 = (n_w * t13);
+        const float t16 = ks::log(wishart_gamma);
+        const float t17 = (t16 - 0.3465735912322998f);
+        const float t18 = (t15 * t17);
+        const float t19 = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t23 = static_cast<double>(d);
-            const double t24 = (0.25 * t23);
-            const double t25 = static_cast<double>((d - 1));
-            const double t26 = (t24 * t25);
-            const double t27 = (t26 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t28 = (i + int64_t{1});
-                const int64_t t29 = (int64_t{1} - t28);
-                const double t30 = static_cast<double>(t29);
-                const double t31 = (0.5 * t30);
-                const double t32 = static_cast<double>(t22);
-                const double t33 = (t32 + t31);
-                const double t34 = std::lgamma(t33);
-                const double sum1 = (sum + t34);
-                sum = sum1;
-            }
-            const double t28 = (t27 + sum);
-            r1 = t28;
-        }
-        const double t23 = static_cast<double>(t21);
-        const double C = (t23 - r1);
+        const double t20 = detail::log_gamma_d_2(d, t19);
+        const double t21 = static_cast<double>(t18);
+        const double C = (t21 - t20);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         float acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                const float t24 = ks::exp(qs_i);
-                const float t25 = ks::ipow<2>(t24);
-                acc3 += t25;
+                const float t22 = ks::exp(qs_i);
+                const float t23 = ks::ipow<2>(t22);
+                acc3 += t23;
             }
         }
         float acc4 = 0;
@@ -887,14 +844,14 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                const float t24 = ks::ipow<2>(ls_i);
-                acc4 += t24;
+                const float t22 = ks::ipow<2>(ls_i);
+                acc4 += t22;
             }
         }
         const float frobenius = (acc3 + acc4);
-        const float t24 = ks::ipow<2>(wishart_gamma);
-        const float t25 = (0.5f * t24);
-        const float t26 = (t25 * frobenius);
+        const float t22 = ks::ipow<2>(wishart_gamma);
+        const float t23 = (0.5f * t22);
+        const float t24 = (t23 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         float acc5 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -904,17 +861,17 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 acc5 += qs_i;
             }
         }
-        const float t27 = (wishart_m * acc5);
-        const float t28 = (t26 - t27);
-        const double t29 = static_cast<double>(K);
-        const double t30 = (t29 * C);
-        const double t31 = static_cast<double>(t28);
-        const double t32 = (t31 - t30);
-        r = t32;
+        const float t25 = (wishart_m * acc5);
+        const float t26 = (t24 - t25);
+        const double t27 = static_cast<double>(K);
+        const double t28 = (t27 * C);
+        const double t29 = static_cast<double>(t26);
+        const double t30 = (t29 - t28);
+        r = t30;
     }
-    const double t16 = (t15 + r);
-    const float t17 = static_cast<float>(t16);
-    *out = t17;
+    const double t13 = (t12 + r);
+    const float t14 = static_cast<float>(t13);
+    *out = t14;
     return ks::status::ok;
 }
 
@@ -985,22 +942,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const int64_t t4 = ((2*d) - j);
-                const int64_t t5 = (t4 - int64_t{1});
-                const int64_t t6 = (j * t5);
-                const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                const int64_t t8 = (d + t7);
-                const int64_t t9 = (t8 + i);
-                const int64_t t10 = (t9 - j);
-                const int64_t t11 = (t10 - int64_t{1});
-                const float t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0f);
-                const float t13 = (t2 ? t1 : t12);
-                const float t14 = (t2 ? t1 : 0.0f);
-                const bool t15 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t13;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const float t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0f);
+                const float t6 = (t2 ? t1 : t5);
+                const float t7 = (t2 ? t1 : 0.0f);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t14;
-                r3[k * (d * d) + i * d + j] = t15;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -1103,8 +1053,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         acc = ks::running_max(acc, alphas_i);
     }
     const float t1 = ks::abs(acc);
-    const bool t2 = (t1 == __builtin_huge_valf());
-    const float t3 = (t2 ? 0.0f : acc);
+    const float t2 = ((t1 == __builtin_huge_valf()) ? 0.0f : acc);
     float* const tmp5 = tmp;  // reuses a dead buffer's space
     float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
@@ -1113,25 +1062,24 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         KS_OMP_SIMD(reduction(+:acc1_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            const float x_i = t3;
-            const float t4 = (alphas_i - x_i);
-            const float t5 = ks::exp(t4);
-            tmp5[i] = t5;
-            acc1_block += t5;
+            const float t3 = (alphas_i - t2);
+            const float t4 = ks::exp(t3);
+            tmp5[i] = t4;
+            acc1_block += t4;
         }
         acc1 += acc1_block;
     }
-    const float t4 = static_cast<float>(n);
-    const float t5 = (1.0f / acc1);
-    const float t6 = ks::ipow<2>(wishart_gamma);
-    const float t7 = (0.5f * t6);
-    const float t8 = ((-1.0f) * wishart_m);
-    const float t9 = ((-1.0f) * t4);
-    const float t10 = ks::mulz(t9, t5);
+    const float t3 = static_cast<float>(n);
+    const float t4 = (1.0f / acc1);
+    const float t5 = ks::ipow<2>(wishart_gamma);
+    const float t6 = (0.5f * t5);
+    const float t7 = ((-1.0f) * wishart_m);
+    const float t8 = ((-1.0f) * t3);
+    const float t9 = ks::mulz(t8, t4);
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp4[i];
-        const float t11 = (1.0f / x_i);
-        tmp4[i] = t11;
+        const float t10 = (1.0f / x_i);
+        tmp4[i] = t10;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -1154,17 +1102,17 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     for (int64_t i = 0; i < (K*n); ++i) {
         const float d_scores_i = d_scores[i];
-        const float t11 = (d_scores_i * (-1.0f));
-        const float t12 = (t11 * 0.5f);
-        d_scores[i] = t12;
+        const float t10 = (d_scores_i * (-1.0f));
+        const float t11 = (t10 * 0.5f);
+        d_scores[i] = t11;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const float t11 = (2.0f * mahalanobis_i);
+                const float t10 = (2.0f * mahalanobis_i);
                 const float x_i = d_scores[i * K + j];
-                const float d_mahalanobis_i = (x_i * t11);
+                const float d_mahalanobis_i = (x_i * t10);
                 mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
@@ -1196,24 +1144,22 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     for (int64_t i = 0; i < (K*d); ++i) {
         const float x_i = prod1[i];
-        const float t11 = (x_i * (-1.0f));
-        prod1[i] = t11;
+        const float t10 = (x_i * (-1.0f));
+        prod1[i] = t10;
     }
     // gmm.py:32, 48
     float* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const float qs_i = icf[i * T + j];
-            const float t11 = ks::exp(qs_i);
-            const float t12 = (2.0f * t11);
-            const float x_i = t7;
-            const float t13 = (x_i * t12);
-            const float t14 = ks::mulz(t13, t11);
-            const float d_qs_i = t8;
-            const float d_qs_i1 = (d_qs_i + t14);
-            const float x_i1 = sum[i];
-            const float d_qs_i2 = (d_qs_i1 + x_i1);
-            d_qs[i * d + j] = d_qs_i2;
+            const float t10 = ks::exp(qs_i);
+            const float t11 = (2.0f * t10);
+            const float t12 = (t6 * t11);
+            const float t13 = ks::mulz(t12, t10);
+            const float d_qs_i = (t7 + t13);
+            const float x_i = sum[i];
+            const float d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1231,20 +1177,13 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const float t11 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t12 = ((2*d) - j);
-                const int64_t t13 = (t12 - int64_t{1});
-                const int64_t t14 = (j * t13);
-                const int64_t t15 = ks::floordiv(t14, int64_t{2});
-                const int64_t t16 = (d + t15);
-                const int64_t t17 = (t16 + i);
-                const int64_t t18 = (t17 - j);
-                const int64_t t19 = (t18 - int64_t{1});
-                const float t20 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
-                const float t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0f);
-                const float t22 = (r1[k * (d * d) + i * d + j] ? 0.0f : t20);
-                r5[ks::clamp_index(i, d)] += t21;
-                r6[ks::clamp_index(t19, T)] += t22;
+                const float t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const float t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
+                const float t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0f);
+                const float t14 = (r1[k * (d * d) + i * d + j] ? 0.0f : t12);
+                r5[ks::clamp_index(i, d)] += t13;
+                r6[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1259,9 +1198,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const float ls_i = icf[d + i * T + j];
-            const float t11 = (2.0f * ls_i);
-            const float x_i = t7;
-            const float d_ls_i = (x_i * t11);
+            const float t10 = (2.0f * ls_i);
+            const float d_ls_i = (t6 * t10);
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -1289,9 +1227,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
-        const float x_i = t10;
-        const float x_i1 = tmp5[i];
-        const float d_alphas_i = ks::mulz(x_i, x_i1);
+        const float x_i = tmp5[i];
+        const float d_alphas_i = ks::mulz(t9, x_i);
         const float d_base_i = sum[i];
         const float d_alphas_i1 = (d_alphas_i + d_base_i);
         out_d_alphas[i] = d_alphas_i1;
@@ -1344,19 +1281,10 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const bool t2 = (i == j);
-                    const bool t3 = (i > j);
-                    const int64_t t4 = ((2*d) - j);
-                    const int64_t t5 = (t4 - int64_t{1});
-                    const int64_t t6 = (j * t5);
-                    const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                    const int64_t t8 = (d + t7);
-                    const int64_t t9 = (t8 + i);
-                    const int64_t t10 = (t9 - j);
-                    const int64_t t11 = (t10 - int64_t{1});
-                    const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                    const double t13 = (t2 ? t1 : t12);
-                    Qs[k * (d * d) + i * d + j] = t13;
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
@@ -1436,96 +1364,68 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp3[j];
-            const double x_i1 = t3;
-            const double t4 = (x_i - x_i1);
-            const double t5 = ks::exp(t4);
-            acc1 += t5;
+            const double t3 = (x_i - t2);
+            const double t4 = ks::exp(t3);
+            acc1 += t4;
         }
-        const double t4 = ks::log(acc1);
-        const double t5 = (t4 + t3);
-        const double sum1 = (sum + t5);
+        const double t3 = ks::log(acc1);
+        const double t4 = (t3 + t2);
+        const double sum1 = (sum + t4);
         sum = sum1;
     }
-    const int64_t t1 = (-n);
-    const int64_t t2 = (t1 * d);
-    const double t3 = static_cast<double>(t2);
-    const double t4 = (t3 * 0.5);
-    const double constant = (t4 * 1.8378770664093453);
-    const double t5 = (constant + sum);
+    const double t1 = static_cast<double>(((-n) * d));
+    const double t2 = (t1 * 0.5);
+    const double constant = (t2 * 1.8378770664093453);
+    const double t3 = (constant + sum);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         acc = ks::running_max(acc, alphas_i);
     }
-    const double t6 = ks::abs(acc);
-    const bool t7 = (t6 == __builtin_huge_val());
-    const double t8 = (t7 ? 0.0 : acc);
+    const double t4 = ks::abs(acc);
+    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t8;
-        const double t9 = (alphas_i - x_i);
-        const double t10 = ks::exp(t9);
-        acc1 += t10;
+        const double t6 = (alphas_i - t5);
+        const double t7 = ks::exp(t6);
+        acc1 += t7;
     }
-    const double t9 = ks::log(acc1);
-    const double t10 = (t9 + t8);
-    const double t11 = static_cast<double>(n);
-    const double t12 = (t11 * t10);
-    const double t13 = (t5 - t12);
+    const double t6 = ks::log(acc1);
+    const double t7 = (t6 + t5);
+    const double t8 = static_cast<double>(n);
+    const double t9 = (t8 * t7);
+    const double t10 = (t3 - t9);
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t14 = static_cast<double>(d);
-        const double t15 = (t14 + wishart_m);
-        const double n_w = (t15 + 1.0);
-        const double t16 = (n_w * t14);
-        const double t17 = ks::log(wishart_gamma);
-        const double t18 = (t17 - 0.34657359027997264);
-        const double t19 = (t16 * t18);
-        const double t20 = (0.5 * n_w);
+        const double t11 = static_cast<double>(d);
+        const double t12 = (t11 + wishart_m);
+        const double n_w = (t12 + 1.0);
+        const double t13 = (n_w * t11);
+        const double t14 = ks::log(wishart_gamma);
+        const double t15 = (t14 - 0.34657359027997264);
+        const double t16 = (t13 * t15);
+        const double t17 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r1;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum1;
-            sum1 = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum2 = (sum1 + t31);
-                sum1 = sum2;
-            }
-            const double t26 = (t25 + sum1);
-            r1 = t26;
-        }
-        const double C = (t19 - r1);
+        const double t18 = detail::log_gamma_d(d, t17);
+        const double C = (t16 - t18);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t19 = ks::exp(qs_i);
+                const double t20 = ks::ipow<2>(t19);
+                acc2 += t20;
             }
         }
         double acc3 = 0;
@@ -1533,14 +1433,14 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t19 = ks::ipow<2>(ls_i);
+                acc3 += t19;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t19 = ks::ipow<2>(wishart_gamma);
+        const double t20 = (0.5 * t19);
+        const double t21 = (t20 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -1550,15 +1450,15 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r = t28;
+        const double t22 = (wishart_m * acc4);
+        const double t23 = (t21 - t22);
+        const double t24 = static_cast<double>(K);
+        const double t25 = (t24 * C);
+        const double t26 = (t23 - t25);
+        r = t26;
     }
-    const double t14 = (t13 + r);
-    *out = t14;
+    const double t11 = (t10 + r);
+    *out = t11;
     return ks::status::ok;
 }
 
@@ -1628,22 +1528,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const int64_t t4 = ((2*d) - j);
-                const int64_t t5 = (t4 - int64_t{1});
-                const int64_t t6 = (j * t5);
-                const int64_t t7 = ks::floordiv(t6, int64_t{2});
-                const int64_t t8 = (d + t7);
-                const int64_t t9 = (t8 + i);
-                const int64_t t10 = (t9 - j);
-                const int64_t t11 = (t10 - int64_t{1});
-                const double t12 = (t3 ? icf[k * T + ks::clamp_index(t11, T)] : 0.0);
-                const double t13 = (t2 ? t1 : t12);
-                const double t14 = (t2 ? t1 : 0.0);
-                const bool t15 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t13;
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const double t6 = (t2 ? t1 : t5);
+                const double t7 = (t2 ? t1 : 0.0);
+                const bool t8 = (t2 ? false : t3);
+                r[k * (d * d) + i * d + j] = t6;
                 r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t14;
-                r3[k * (d * d) + i * d + j] = t15;
+                r2[k * (d * d) + i * d + j] = t7;
+                r3[k * (d * d) + i * d + j] = t8;
             }
         }
     }
@@ -1720,17 +1613,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
-            const double x_i1 = t3;
-            const double t4 = (x_i - x_i1);
-            const double t5 = ks::exp(t4);
-            r6[i * K + j] = t5;
-            acc1 += t5;
+            const double t3 = (x_i - t2);
+            const double t4 = ks::exp(t3);
+            r6[i * K + j] = t4;
+            acc1 += t4;
         }
         r7[i] = acc1;
     }
@@ -1741,26 +1632,24 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
-    const bool t2 = (t1 == __builtin_huge_val());
-    const double t3 = (t2 ? 0.0 : acc);
+    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t3;
-        const double t4 = (alphas_i - x_i);
-        const double t5 = ks::exp(t4);
-        tmp1[i] = t5;
-        acc1 += t5;
+        const double t3 = (alphas_i - t2);
+        const double t4 = ks::exp(t3);
+        tmp1[i] = t4;
+        acc1 += t4;
     }
-    const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc1);
-    const double t6 = ks::ipow<2>(wishart_gamma);
-    const double t7 = (0.5 * t6);
-    const double t8 = ((-1.0) * wishart_m);
-    const double t9 = ((-1.0) * t4);
-    const double t10 = ks::mulz(t9, t5);
+    const double t3 = static_cast<double>(n);
+    const double t4 = (1.0 / acc1);
+    const double t5 = ks::ipow<2>(wishart_gamma);
+    const double t6 = (0.5 * t5);
+    const double t7 = ((-1.0) * wishart_m);
+    const double t8 = ((-1.0) * t3);
+    const double t9 = ks::mulz(t8, t4);
     // gmm.py:66: slse = sum(
     double* const r8 = base;  // reuses a dead buffer's space
     double r10;
@@ -1775,26 +1664,25 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     r10 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r7[i]);
-        const double t12 = ks::mulz(r10, t11);
+        const double t10 = (1.0 / r7[i]);
+        const double t11 = ks::mulz(r10, t10);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp3 = tmp2;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = t12;
-            const double x_i1 = r6[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i1);
-            tmp3[j] = t13;
-            const double t14 = (t13 * (-1.0));
-            const double t15 = (t14 * 0.5);
-            tmp4[j] = t15;
+            const double x_i = r6[i * K + j];
+            const double t12 = ks::mulz(t11, x_i);
+            tmp3[j] = t12;
+            const double t13 = (t12 * (-1.0));
+            const double t14 = (t13 * 0.5);
+            tmp4[j] = t14;
         }
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = r5[i * (K * d) + j * d + k];
-                const double t13 = (2.0 * x_i);
+                const double t12 = (2.0 * x_i);
                 const double x_i1 = tmp4[j];
-                const double t14 = (x_i1 * t13);
-                tmp5[j * d + k] = t14;
+                const double t13 = (x_i1 * t12);
+                tmp5[j * d + k] = t13;
             }
         }
         for (int64_t j = 0; j < K * d; ++j) {
@@ -1817,15 +1705,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r8[j];
             const double x_i1 = tmp3[j];
-            const double t13 = (x_i + x_i1);
-            r8[j] = t13;
+            const double t12 = (x_i + x_i1);
+            r8[j] = t12;
         }
         for (int64_t j = 0; j < (K*d); ++j) {
             const double x_i = prod[j];
-            const double t13 = (x_i * (-1.0));
+            const double t12 = (x_i * (-1.0));
             const double x_i1 = out_d_means[j];
-            const double t14 = (x_i1 + t13);
-            out_d_means[j] = t14;
+            const double t13 = (x_i1 + t12);
+            out_d_means[j] = t13;
         }
     }
     // gmm.py:32, 65
@@ -1833,16 +1721,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t11 = ks::exp(qs_i);
-            const double t12 = (2.0 * t11);
-            const double x_i = t7;
-            const double t13 = (x_i * t12);
-            const double t14 = ks::mulz(t13, t11);
-            const double d_qs_i = t8;
-            const double d_qs_i1 = (d_qs_i + t14);
-            const double x_i1 = r8[i];
-            const double d_qs_i2 = (d_qs_i1 + x_i1);
-            d_qs[i * d + j] = d_qs_i2;
+            const double t10 = ks::exp(qs_i);
+            const double t11 = (2.0 * t10);
+            const double t12 = (t6 * t11);
+            const double t13 = ks::mulz(t12, t10);
+            const double d_qs_i = (t7 + t13);
+            const double x_i = r8[i];
+            const double d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1860,20 +1746,13 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t11 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t12 = ((2*d) - j);
-                const int64_t t13 = (t12 - int64_t{1});
-                const int64_t t14 = (j * t13);
-                const int64_t t15 = ks::floordiv(t14, int64_t{2});
-                const int64_t t16 = (d + t15);
-                const int64_t t17 = (t16 + i);
-                const int64_t t18 = (t17 - j);
-                const int64_t t19 = (t18 - int64_t{1});
-                const double t20 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
-                const double t21 = (r1[k * (d * d) + i * d + j] ? t11 : 0.0);
-                const double t22 = (r1[k * (d * d) + i * d + j] ? 0.0 : t20);
-                r12[ks::clamp_index(i, d)] += t21;
-                r13[ks::clamp_index(t19, T)] += t22;
+                const double t10 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
+                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t12 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
+                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
+                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
+                r12[ks::clamp_index(i, d)] += t13;
+                r13[ks::clamp_index(t11, T)] += t14;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1888,9 +1767,8 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t11 = (2.0 * ls_i);
-            const double x_i = t7;
-            const double d_ls_i = (x_i * t11);
+            const double t10 = (2.0 * ls_i);
+            const double d_ls_i = (t6 * t10);
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -1918,11 +1796,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = t10;
-        const double x_i1 = tmp1[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i1);
-        const double x_i2 = r8[i];
-        const double d_alphas_i1 = (d_alphas_i + x_i2);
+        const double x_i = tmp1[i];
+        const double d_alphas_i = ks::mulz(t9, x_i);
+        const double x_i1 = r8[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i1);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
@@ -1985,17 +1862,10 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 double sum1;
                 sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const int64_t t5 = ((2*d) - c);
-                    const int64_t t6 = (t5 - int64_t{1});
-                    const int64_t t7 = (c * t6);
-                    const int64_t t8 = ks::floordiv(t7, int64_t{2});
-                    const int64_t t9 = (d + t8);
-                    const int64_t t10 = (t9 + r);
-                    const int64_t t11 = (t10 - c);
-                    const int64_t t12 = (t11 - int64_t{1});
-                    const double t13 = (x[i * d + c] - means[k * d + c]);
-                    const double t14 = (icf[k * T + ks::clamp_index(t12, T)] * t13);
-                    const double sum2 = (sum1 + t14);
+                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t6 = (x[i * d + c] - means[k * d + c]);
+                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double sum2 = (sum1 + t7);
                     sum1 = sum2;
                 }
                 const double t5 = (t3 + sum1);
@@ -2014,96 +1884,68 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             acc = ks::running_max(acc, scores_i);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            const double x_i = t3;
-            const double t4 = (scores_i - x_i);
-            const double t5 = ks::exp(t4);
-            acc1 += t5;
+            const double t3 = (scores_i - t2);
+            const double t4 = ks::exp(t3);
+            acc1 += t4;
         }
-        const double t4 = ks::log(acc1);
-        const double t5 = (t4 + t3);
-        const double slse1 = (slse + t5);
+        const double t3 = ks::log(acc1);
+        const double t4 = (t3 + t2);
+        const double slse1 = (slse + t4);
         slse = slse1;
     }
-    const int64_t t1 = (-n);
-    const int64_t t2 = (t1 * d);
-    const double t3 = static_cast<double>(t2);
-    const double t4 = (t3 * 0.5);
-    const double constant = (t4 * 1.8378770664093453);
-    const double t5 = (constant + slse);
+    const double t1 = static_cast<double>(((-n) * d));
+    const double t2 = (t1 * 0.5);
+    const double constant = (t2 * 1.8378770664093453);
+    const double t3 = (constant + slse);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         acc = ks::running_max(acc, alphas_i);
     }
-    const double t6 = ks::abs(acc);
-    const bool t7 = (t6 == __builtin_huge_val());
-    const double t8 = (t7 ? 0.0 : acc);
+    const double t4 = ks::abs(acc);
+    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t8;
-        const double t9 = (alphas_i - x_i);
-        const double t10 = ks::exp(t9);
-        acc1 += t10;
+        const double t6 = (alphas_i - t5);
+        const double t7 = ks::exp(t6);
+        acc1 += t7;
     }
-    const double t9 = ks::log(acc1);
-    const double t10 = (t9 + t8);
-    const double t11 = static_cast<double>(n);
-    const double t12 = (t11 * t10);
-    const double t13 = (t5 - t12);
+    const double t6 = ks::log(acc1);
+    const double t7 = (t6 + t5);
+    const double t8 = static_cast<double>(n);
+    const double t9 = (t8 * t7);
+    const double t10 = (t3 - t9);
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     double r2;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t14 = static_cast<double>(d);
-        const double t15 = (t14 + wishart_m);
-        const double n_w = (t15 + 1.0);
-        const double t16 = (n_w * t14);
-        const double t17 = ks::log(wishart_gamma);
-        const double t18 = (t17 - 0.34657359027997264);
-        const double t19 = (t16 * t18);
-        const double t20 = (0.5 * n_w);
+        const double t11 = static_cast<double>(d);
+        const double t12 = (t11 + wishart_m);
+        const double n_w = (t12 + 1.0);
+        const double t13 = (n_w * t11);
+        const double t14 = ks::log(wishart_gamma);
+        const double t15 = (t14 - 0.34657359027997264);
+        const double t16 = (t13 * t15);
+        const double t17 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r3;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum;
-            sum = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum1 = (sum + t31);
-                sum = sum1;
-            }
-            const double t26 = (t25 + sum);
-            r3 = t26;
-        }
-        const double C = (t19 - r3);
+        const double t18 = detail::log_gamma_d(d, t17);
+        const double C = (t16 - t18);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t19 = ks::exp(qs_i);
+                const double t20 = ks::ipow<2>(t19);
+                acc2 += t20;
             }
         }
         double acc3 = 0;
@@ -2111,14 +1953,14 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t19 = ks::ipow<2>(ls_i);
+                acc3 += t19;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t19 = ks::ipow<2>(wishart_gamma);
+        const double t20 = (0.5 * t19);
+        const double t21 = (t20 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2128,15 +1970,15 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r2 = t28;
+        const double t22 = (wishart_m * acc4);
+        const double t23 = (t21 - t22);
+        const double t24 = static_cast<double>(K);
+        const double t25 = (t24 * C);
+        const double t26 = (t23 - t25);
+        r2 = t26;
     }
-    const double t14 = (t13 + r2);
-    *out = t14;
+    const double t11 = (t10 + r2);
+    *out = t11;
     return ks::status::ok;
 }
 
@@ -2174,9 +2016,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r9 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
@@ -2198,36 +2040,29 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 acc += x_i;
             }
             const double t1 = (alphas[k] + acc);
-            double r6;
-            r6 = 0.0;
+            double sum;
+            sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
                 const double t2 = (x[i * d + r] - means[k * d + r]);
                 const double t3 = (r1[k * d + r] * t2);
                 const int64_t t4 = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r7;
-                r7 = 0.0;
+                double sum1;
+                sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const int64_t t5 = ((2*d) - c);
-                    const int64_t t6 = (t5 - int64_t{1});
-                    const int64_t t7 = (c * t6);
-                    const int64_t t8 = ks::floordiv(t7, int64_t{2});
-                    const int64_t t9 = (d + t8);
-                    const int64_t t10 = (t9 + r);
-                    const int64_t t11 = (t10 - c);
-                    const int64_t t12 = (t11 - int64_t{1});
-                    const double t13 = (x[i * d + c] - means[k * d + c]);
-                    const double t14 = (icf[k * T + ks::clamp_index(t12, T)] * t13);
-                    const double sum = (r7 + t14);
-                    r7 = sum;
+                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t6 = (x[i * d + c] - means[k * d + c]);
+                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double sum2 = (sum1 + t7);
+                    sum1 = sum2;
                 }
-                const double t5 = (t3 + r7);
+                const double t5 = (t3 + sum1);
                 const double t6 = ks::ipow<2>(t5);
-                const double sum = (r6 + t6);
+                const double sum2 = (sum + t6);
                 r2[i * (K * d) + k * d + r] = t5;
-                r6 = sum;
+                sum = sum2;
             }
-            const double t2 = (0.5 * r6);
+            const double t2 = (0.5 * sum);
             const double t3 = (t1 - t2);
             r5[k] = t3;
         }
@@ -2238,17 +2073,15 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             acc = ks::running_max(acc, x_i);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r5[j];
-            const double x_i1 = t3;
-            const double t4 = (x_i - x_i1);
-            const double t5 = ks::exp(t4);
-            r3[i * K + j] = t5;
-            acc1 += t5;
+            const double t3 = (x_i - t2);
+            const double t4 = ks::exp(t3);
+            r3[i * K + j] = t4;
+            acc1 += t4;
         }
         r4[i] = acc1;
     }
@@ -2259,32 +2092,29 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
-    const bool t2 = (t1 == __builtin_huge_val());
-    const double t3 = (t2 ? 0.0 : acc);
+    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
     double* const tmp = r5;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t3;
-        const double t4 = (alphas_i - x_i);
-        const double t5 = ks::exp(t4);
-        tmp[i] = t5;
-        acc1 += t5;
+        const double t3 = (alphas_i - t2);
+        const double t4 = ks::exp(t3);
+        tmp[i] = t4;
+        acc1 += t4;
     }
-    const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc1);
-    const double t6 = ks::ipow<2>(wishart_gamma);
-    const double t7 = (0.5 * t6);
-    const double t8 = ((-1.0) * wishart_m);
+    const double t3 = static_cast<double>(n);
+    const double t4 = (1.0 / acc1);
+    const double t5 = ks::ipow<2>(wishart_gamma);
+    const double t6 = (0.5 * t5);
+    const double t7 = ((-1.0) * wishart_m);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double x_i = icf[d + i * T + j];
-            const double t9 = (2.0 * x_i);
-            const double x_i1 = t7;
-            const double t10 = (x_i1 * t9);
-            tmp1[i * ((T - d)) + j] = t10;
+            const double t8 = (2.0 * x_i);
+            const double t9 = (t6 * t8);
+            tmp1[i * ((T - d)) + j] = t9;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2302,14 +2132,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = icf[i * T + j];
-            const double t9 = ks::exp(x_i);
-            const double t10 = (2.0 * t9);
-            const double x_i1 = t7;
-            const double t11 = (x_i1 * t10);
-            const double t12 = ks::mulz(t11, t9);
-            const double x_i2 = t8;
-            const double t13 = (x_i2 + t12);
-            tmp2[i * d + j] = t13;
+            const double t8 = ks::exp(x_i);
+            const double t9 = (2.0 * t8);
+            const double t10 = (t6 * t9);
+            const double t11 = ks::mulz(t10, t8);
+            const double t12 = (t7 + t11);
+            tmp2[i * d + j] = t12;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2323,13 +2151,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             padded[i * T + j] = tmp2[i * d + j];
         }
     }
-    const double t9 = ((-1.0) * t4);
-    const double t10 = ks::mulz(t9, t5);
+    const double t8 = ((-1.0) * t3);
+    const double t9 = ks::mulz(t8, t4);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = t10;
-        const double x_i1 = tmp[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double x_i = tmp[i];
+        const double d_alphas_i = ks::mulz(t9, x_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2346,69 +2173,61 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     }
     r6 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r4[i]);
-        const double t12 = ks::mulz(r6, t11);
+        const double t10 = (1.0 / r4[i]);
+        const double t11 = ks::mulz(r6, t10);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double* const tmp3 = r5;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = t12;
-            const double x_i1 = r3[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i1);
-            tmp3[j] = t13;
+            const double x_i = r3[i * K + j];
+            const double t12 = ks::mulz(t11, x_i);
+            tmp3[j] = t12;
         }
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = K - 1; k >= 0; --k) {
-            const double t13 = (tmp3[k] * (-1.0));
-            const double t14 = (t13 * 0.5);
+            const double t12 = (tmp3[k] * (-1.0));
+            const double t13 = (t12 * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r10;
+            double r9;
             for (int64_t j = 0; j < T; ++j) {
-                r8[j] = 0.0;
+                r7[j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                r9[j] = 0.0;
+                r8[j] = 0.0;
             }
-            r10 = t14;
+            r9 = t13;
             for (int64_t r = d - 1; r >= 0; --r) {
-                const double t15 = (x[i * d + r] - means[k * d + r]);
-                const int64_t t16 = ks::max(r, int64_t{0});
-                const double t17 = (2.0 * r2[i * (K * d) + k * d + r]);
-                const double t18 = (r10 * t17);
+                const double t14 = (x[i * d + r] - means[k * d + r]);
+                const int64_t t15 = ks::max(r, int64_t{0});
+                const double t16 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double t17 = (r9 * t16);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r11;
-                r11 = t18;
-                for (int64_t c = t16 - 1; c >= 0; --c) {
-                    const int64_t t19 = ((2*d) - c);
-                    const int64_t t20 = (t19 - int64_t{1});
-                    const int64_t t21 = (c * t20);
-                    const int64_t t22 = ks::floordiv(t21, int64_t{2});
-                    const int64_t t23 = (d + t22);
-                    const int64_t t24 = (t23 + r);
-                    const int64_t t25 = (t24 - c);
-                    const int64_t t26 = (t25 - int64_t{1});
-                    const double t27 = (x[i * d + c] - means[k * d + c]);
-                    const double t28 = (r11 * icf[k * T + ks::clamp_index(t26, T)]);
-                    const double t29 = (r11 * t27);
-                    const double t30 = (t28 * (-1.0));
-                    r9[c] += t30;
-                    r8[ks::clamp_index(t26, T)] += t29;
+                double r10;
+                r10 = t17;
+                for (int64_t c = t15 - 1; c >= 0; --c) {
+                    const int64_t t18 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t19 = (x[i * d + c] - means[k * d + c]);
+                    const double t20 = (r10 * icf[k * T + ks::clamp_index(t18, T)]);
+                    const double t21 = (r10 * t19);
+                    const double t22 = (t20 * (-1.0));
+                    r8[c] += t22;
+                    r7[ks::clamp_index(t18, T)] += t21;
                 }
-                const double t19 = (t18 * r1[k * d + r]);
-                const double t20 = (t18 * t15);
-                const double t21 = (t19 * (-1.0));
-                r9[r] += t21;
-                const double t22 = ks::mulz(t20, r1[k * d + r]);
-                r8[ks::clamp_index(r, T)] += t22;
+                const double t18 = (t17 * r1[k * d + r]);
+                const double t19 = (t17 * t14);
+                const double t20 = (t18 * (-1.0));
+                r8[r] += t20;
+                const double t21 = ks::mulz(t19, r1[k * d + r]);
+                r7[ks::clamp_index(r, T)] += t21;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r9[j];
+                out_d_means[k * d + j] += r8[j];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += r8[j];
+                d_icf[k * T + j] += r7[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded1 = r8;  // reuses a dead buffer's space
+            double* const padded1 = r7;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 padded1[d + j] = 0.0;
             }
@@ -2492,20 +2311,14 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 sum[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = ((2*d) - c);
-                const int64_t t3 = (t2 - int64_t{1});
-                const int64_t t4 = (c * t3);
-                const int64_t t5 = ks::floordiv(t4, int64_t{2});
-                const int64_t t6 = (t5 + r);
-                const int64_t t7 = (t6 - c);
-                const int64_t t8 = (t7 - int64_t{1});
+                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
+                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
                     const double x_i1 = xc[c + j * d];
-                    const double t9 = (x_i * x_i1);
+                    const double t3 = (x_i * x_i1);
                     const double sum_i = sum[j];
-                    const double sum_i1 = (sum_i + t9);
+                    const double sum_i1 = (sum_i + t3);
                     sum[j] = sum_i1;
                 }
             }
@@ -2535,96 +2348,68 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
-            const double x_i1 = t3;
-            const double t4 = (x_i - x_i1);
-            const double t5 = ks::exp(t4);
-            acc1 += t5;
+            const double t3 = (x_i - t2);
+            const double t4 = ks::exp(t3);
+            acc1 += t4;
         }
-        const double t4 = ks::log(acc1);
-        const double t5 = (t4 + t3);
-        const double slse1 = (slse + t5);
+        const double t3 = ks::log(acc1);
+        const double t4 = (t3 + t2);
+        const double slse1 = (slse + t4);
         slse = slse1;
     }
-    const int64_t t1 = (-n);
-    const int64_t t2 = (t1 * d);
-    const double t3 = static_cast<double>(t2);
-    const double t4 = (t3 * 0.5);
-    const double constant = (t4 * 1.8378770664093453);
-    const double t5 = (constant + slse);
+    const double t1 = static_cast<double>(((-n) * d));
+    const double t2 = (t1 * 0.5);
+    const double constant = (t2 * 1.8378770664093453);
+    const double t3 = (constant + slse);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         acc = ks::running_max(acc, alphas_i);
     }
-    const double t6 = ks::abs(acc);
-    const bool t7 = (t6 == __builtin_huge_val());
-    const double t8 = (t7 ? 0.0 : acc);
+    const double t4 = ks::abs(acc);
+    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t8;
-        const double t9 = (alphas_i - x_i);
-        const double t10 = ks::exp(t9);
-        acc1 += t10;
+        const double t6 = (alphas_i - t5);
+        const double t7 = ks::exp(t6);
+        acc1 += t7;
     }
-    const double t9 = ks::log(acc1);
-    const double t10 = (t9 + t8);
-    const double t11 = static_cast<double>(n);
-    const double t12 = (t11 * t10);
-    const double t13 = (t5 - t12);
+    const double t6 = ks::log(acc1);
+    const double t7 = (t6 + t5);
+    const double t8 = static_cast<double>(n);
+    const double t9 = (t8 * t7);
+    const double t10 = (t3 - t9);
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double r1;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t14 = static_cast<double>(d);
-        const double t15 = (t14 + wishart_m);
-        const double n_w = (t15 + 1.0);
-        const double t16 = (n_w * t14);
-        const double t17 = ks::log(wishart_gamma);
-        const double t18 = (t17 - 0.34657359027997264);
-        const double t19 = (t16 * t18);
-        const double t20 = (0.5 * n_w);
+        const double t11 = static_cast<double>(d);
+        const double t12 = (t11 + wishart_m);
+        const double n_w = (t12 + 1.0);
+        const double t13 = (n_w * t11);
+        const double t14 = ks::log(wishart_gamma);
+        const double t15 = (t14 - 0.34657359027997264);
+        const double t16 = (t13 * t15);
+        const double t17 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        double r2;
-        {  // log_gamma_d(a)
-            const double t21 = static_cast<double>(d);
-            const double t22 = (0.25 * t21);
-            const double t23 = static_cast<double>((d - 1));
-            const double t24 = (t22 * t23);
-            const double t25 = (t24 * 1.1447298858494002);
-            // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
-            double sum1;
-            sum1 = 0.0;
-            for (int64_t i = 0; i < d; ++i) {
-                const int64_t t26 = (i + int64_t{1});
-                const int64_t t27 = (int64_t{1} - t26);
-                const double t28 = static_cast<double>(t27);
-                const double t29 = (0.5 * t28);
-                const double t30 = (t20 + t29);
-                const double t31 = std::lgamma(t30);
-                const double sum2 = (sum1 + t31);
-                sum1 = sum2;
-            }
-            const double t26 = (t25 + sum1);
-            r2 = t26;
-        }
-        const double C = (t19 - r2);
+        const double t18 = detail::log_gamma_d(d, t17);
+        const double C = (t16 - t18);
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t21 = ks::exp(qs_i);
-                const double t22 = ks::ipow<2>(t21);
-                acc2 += t22;
+                const double t19 = ks::exp(qs_i);
+                const double t20 = ks::ipow<2>(t19);
+                acc2 += t20;
             }
         }
         double acc3 = 0;
@@ -2632,14 +2417,14 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t21 = ks::ipow<2>(ls_i);
-                acc3 += t21;
+                const double t19 = ks::ipow<2>(ls_i);
+                acc3 += t19;
             }
         }
         const double frobenius = (acc2 + acc3);
-        const double t21 = ks::ipow<2>(wishart_gamma);
-        const double t22 = (0.5 * t21);
-        const double t23 = (t22 * frobenius);
+        const double t19 = ks::ipow<2>(wishart_gamma);
+        const double t20 = (0.5 * t19);
+        const double t21 = (t20 * frobenius);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double acc4 = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2649,15 +2434,15 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 acc4 += qs_i;
             }
         }
-        const double t24 = (wishart_m * acc4);
-        const double t25 = (t23 - t24);
-        const double t26 = static_cast<double>(K);
-        const double t27 = (t26 * C);
-        const double t28 = (t25 - t27);
-        r1 = t28;
+        const double t22 = (wishart_m * acc4);
+        const double t23 = (t21 - t22);
+        const double t24 = static_cast<double>(K);
+        const double t25 = (t24 * C);
+        const double t26 = (t23 - t25);
+        r1 = t26;
     }
-    const double t14 = (t13 + r1);
-    *out = t14;
+    const double t11 = (t10 + r1);
+    *out = t11;
     return ks::status::ok;
 }
 
@@ -2679,17 +2464,17 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const xc1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2697,11 +2482,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r9 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2734,62 +2519,56 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double xc_i = (x_i - means_i);
-                r1[i * (K * d) + j * d + k] = xc_i;
+                xc1[i * (K * d) + j * d + k] = xc_i;
             }
         }
         // gmm.py:108: for r in range(d):
-        double* const r6 = tmp;  // reuses a dead buffer's space
+        double* const sqnorm1 = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            r6[j] = 0.0;
+            sqnorm1[j] = 0.0;
         }
         for (int64_t r = 0; r < d; ++r) {
             const int64_t t1 = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r7[j] = 0.0;
+                sum1[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = ((2*d) - c);
-                const int64_t t3 = (t2 - int64_t{1});
-                const int64_t t4 = (c * t3);
-                const int64_t t5 = ks::floordiv(t4, int64_t{2});
-                const int64_t t6 = (t5 + r);
-                const int64_t t7 = (t6 - c);
-                const int64_t t8 = (t7 - int64_t{1});
+                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
-                    const double x_i1 = r1[i * (K * d) + c + j * d];
-                    const double t9 = (x_i * x_i1);
-                    const double sum_i = r7[j];
-                    const double sum_i1 = (sum_i + t9);
-                    r7[j] = sum_i1;
+                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double x_i1 = xc1[i * (K * d) + c + j * d];
+                    const double t3 = (x_i * x_i1);
+                    const double sum_i = sum1[j];
+                    const double sum_i1 = (sum_i + t3);
+                    sum1[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = icf[r + j * T];
                 const double t2 = ks::exp(x_i);
-                r2[i * (d * K) + r * K + j] = t2;
-                const double x_i1 = r1[i * (K * d) + r + j * d];
+                r1[i * (d * K) + r * K + j] = t2;
+                const double x_i1 = xc1[i * (K * d) + r + j * d];
                 const double t3 = (t2 * x_i1);
-                const double x_i2 = r7[j];
+                const double x_i2 = sum1[j];
                 const double row_i = (t3 + x_i2);
-                r3[i * (d * K) + r * K + j] = row_i;
+                r2[i * (d * K) + r * K + j] = row_i;
                 const double t4 = (row_i * row_i);
-                const double sqnorm_i = r6[j];
+                const double sqnorm_i = sqnorm1[j];
                 const double sqnorm_i1 = (sqnorm_i + t4);
                 sqnorm[j] = sqnorm_i1;
             }
             for (int64_t j = 0; j < K; ++j) {
-                r6[j] = sqnorm[j];
+                sqnorm1[j] = sqnorm[j];
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp1 = r7;  // reuses a dead buffer's space
+        double* const tmp1 = sum1;  // reuses a dead buffer's space
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
+            const double x_i = sqnorm1[j];
             const double t1 = (0.5 * x_i);
             const double x_i1 = base[j];
             const double t2 = (x_i1 - t1);
@@ -2797,19 +2576,17 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             acc = ks::running_max(acc, t2);
         }
         const double t1 = ks::abs(acc);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : acc);
+        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
-            const double x_i1 = t3;
-            const double t4 = (x_i - x_i1);
-            const double t5 = ks::exp(t4);
-            r4[i * K + j] = t5;
-            acc1 += t5;
+            const double t3 = (x_i - t2);
+            const double t4 = ks::exp(t3);
+            r3[i * K + j] = t4;
+            acc1 += t4;
         }
-        r5[i] = acc1;
+        r4[i] = acc1;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double acc = ks::lowest<double>();
@@ -2818,145 +2595,132 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         acc = ks::running_max(acc, alphas_i);
     }
     const double t1 = ks::abs(acc);
-    const bool t2 = (t1 == __builtin_huge_val());
-    const double t3 = (t2 ? 0.0 : acc);
+    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc1 = 0;
     KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = t3;
-        const double t4 = (alphas_i - x_i);
-        const double t5 = ks::exp(t4);
-        tmp1[i] = t5;
-        acc1 += t5;
+        const double t3 = (alphas_i - t2);
+        const double t4 = ks::exp(t3);
+        tmp1[i] = t4;
+        acc1 += t4;
     }
-    const double t4 = static_cast<double>(n);
-    const double t5 = (1.0 / acc1);
-    const double t6 = ks::ipow<2>(wishart_gamma);
-    const double t7 = (0.5 * t6);
-    const double t8 = ((-1.0) * wishart_m);
-    const double t9 = ((-1.0) * t4);
-    const double t10 = ks::mulz(t9, t5);
+    const double t3 = static_cast<double>(n);
+    const double t4 = (1.0 / acc1);
+    const double t5 = ks::ipow<2>(wishart_gamma);
+    const double t6 = (0.5 * t5);
+    const double t7 = ((-1.0) * wishart_m);
+    const double t8 = ((-1.0) * t3);
+    const double t9 = ks::mulz(t8, t4);
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = t10;
-        const double x_i1 = tmp1[i];
-        const double d_alphas_i = ks::mulz(x_i, x_i1);
+        const double x_i = tmp1[i];
+        const double d_alphas_i = ks::mulz(t9, x_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t11 = ks::exp(qs_i);
-            const double t12 = (2.0 * t11);
-            const double x_i = t7;
-            const double t13 = (x_i * t12);
-            const double t14 = ks::mulz(t13, t11);
-            const double d_qs_i = t8;
-            const double d_qs_i1 = (d_qs_i + t14);
-            d_qs[i * d + j] = d_qs_i1;
+            const double t10 = ks::exp(qs_i);
+            const double t11 = (2.0 * t10);
+            const double t12 = (t6 * t11);
+            const double t13 = ks::mulz(t12, t10);
+            const double d_qs_i = (t7 + t13);
+            d_qs[i * d + j] = d_qs_i;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t11 = (2.0 * ls_i);
-            const double x_i = t7;
-            const double d_ls_i = (x_i * t11);
+            const double t10 = (2.0 * ls_i);
+            const double d_ls_i = (t6 * t10);
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
     // gmm.py:105: for i in range(n):
-    double* const r6 = tmp;  // reuses a dead buffer's space
-    double r8;
+    double* const r5 = tmp;  // reuses a dead buffer's space
+    double r6;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
     for (int64_t i = 0; i < K; ++i) {
-        r6[i] = 0.0;
+        r5[i] = 0.0;
     }
-    r8 = 1.0;
+    r6 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t11 = (1.0 / r5[i]);
-        const double t12 = ks::mulz(r8, t11);
+        const double t10 = (1.0 / r4[i]);
+        const double t11 = ks::mulz(r6, t10);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp2 = r7;  // reuses a dead buffer's space
+        double* const tmp2 = sum1;  // reuses a dead buffer's space
         double* const tmp3 = sqnorm;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = t12;
-            const double x_i1 = r4[i * K + j];
-            const double t13 = ks::mulz(x_i, x_i1);
-            tmp2[j] = t13;
-            const double t14 = (t13 * (-1.0));
-            const double t15 = (t14 * 0.5);
-            tmp3[j] = t15;
+            const double x_i = r3[i * K + j];
+            const double t12 = ks::mulz(t11, x_i);
+            tmp2[j] = t12;
+            const double t13 = (t12 * (-1.0));
+            const double t14 = (t13 * 0.5);
+            tmp3[j] = t14;
         }
         // gmm.py:108: for r in range(d):
         for (int64_t j = 0; j < K * d; ++j) {
-            r9[j] = 0.0;
+            r7[j] = 0.0;
         }
         for (int64_t r = d - 1; r >= 0; --r) {
-            const int64_t t13 = ks::max(r, int64_t{0});
+            const int64_t t12 = ks::max(r, int64_t{0});
             // gmm.py:111: sqnorm = sqnorm + row * row
             for (int64_t j = 0; j < K; ++j) {
                 const double x_i = tmp3[j];
-                const double x_i1 = r3[i * (d * K) + r * K + j];
+                const double x_i1 = r2[i * (d * K) + r * K + j];
                 const double d_row_i = (x_i * x_i1);
                 const double d_row_i1 = (d_row_i + d_row_i);
                 d_row[j] = d_row_i1;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r10[j] = d_row[j];
+                r8[j] = d_row[j];
             }
-            for (int64_t c = t13 - 1; c >= 0; --c) {
-                const int64_t t14 = ((2*d) - c);
-                const int64_t t15 = (t14 - int64_t{1});
-                const int64_t t16 = (c * t15);
-                const int64_t t17 = ks::floordiv(t16, int64_t{2});
-                const int64_t t18 = (t17 + r);
-                const int64_t t19 = (t18 - c);
-                const int64_t t20 = (t19 - int64_t{1});
+            for (int64_t c = t12 - 1; c >= 0; --c) {
+                const int64_t t13 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r10[j];
-                    const double x_i1 = icf[d + ks::clamp_index(t20, (T - d)) + j * T];
-                    const double t21 = (x_i * x_i1);
-                    tmp4[j] = t21;
+                    const double x_i = r8[j];
+                    const double x_i1 = icf[d + ks::clamp_index(t13, (T - d)) + j * T];
+                    const double t14 = (x_i * x_i1);
+                    tmp4[j] = t14;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    r9[c + j * d] += tmp4[j];
+                    r7[c + j * d] += tmp4[j];
                 }
                 double* const tmp5 = tmp4;  // reuses a dead buffer's space
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r10[j];
-                    const double x_i1 = r1[i * (K * d) + c + j * d];
-                    const double t21 = (x_i * x_i1);
-                    tmp5[j] = t21;
+                    const double x_i = r8[j];
+                    const double x_i1 = xc1[i * (K * d) + c + j * d];
+                    const double t14 = (x_i * x_i1);
+                    tmp5[j] = t14;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t20, (T - d)) + j * ((T - d))] += tmp5[j];
+                    d_ls[ks::clamp_index(t13, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
-            double* const tmp5 = r10;  // reuses a dead buffer's space
+            double* const tmp5 = r8;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = r2[i * (d * K) + r * K + j];
-                const double t14 = (d_row_i * x_i);
-                tmp5[j] = t14;
+                const double x_i = r1[i * (d * K) + r * K + j];
+                const double t13 = (d_row_i * x_i);
+                tmp5[j] = t13;
             }
             for (int64_t j = 0; j < K; ++j) {
-                r9[r + j * d] += tmp5[j];
+                r7[r + j * d] += tmp5[j];
             }
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = r1[i * (K * d) + r + j * d];
-                const double t14 = (d_row_i * x_i);
-                const double x_i1 = r2[i * (d * K) + r * K + j];
-                const double t15 = ks::mulz(t14, x_i1);
-                d_row[j] = t15;
+                const double x_i = xc1[i * (K * d) + r + j * d];
+                const double t13 = (d_row_i * x_i);
+                const double x_i1 = r1[i * (d * K) + r * K + j];
+                const double t14 = ks::mulz(t13, x_i1);
+                d_row[j] = t14;
             }
             for (int64_t j = 0; j < K; ++j) {
                 d_qs[r + j * d] += d_row[j];
@@ -2964,18 +2728,18 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
         // gmm.py:106: xc = x[i] - means # [K, d]
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double x_i = r9[j];
-            const double t13 = (x_i * (-1.0));
+            const double x_i = r7[j];
+            const double t12 = (x_i * (-1.0));
             const double x_i1 = out_d_means[j];
-            const double t14 = (x_i1 + t13);
-            out_d_means[j] = t14;
+            const double t13 = (x_i1 + t12);
+            out_d_means[j] = t13;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[j];
+            const double x_i = r5[j];
             const double x_i1 = tmp2[j];
-            const double t13 = (x_i + x_i1);
-            r6[j] = t13;
+            const double t12 = (x_i + x_i1);
+            r5[j] = t12;
         }
     }
     // gmm.py:102: ls = icf[:, d:]
@@ -2993,7 +2757,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = d_qs[i * d + j];
-            const double x_i1 = r6[i];
+            const double x_i1 = r5[i];
             const double d_qs_i = (x_i + x_i1);
             d_qs[i * d + j] = d_qs_i;
         }
@@ -3012,7 +2776,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = d_alphas[i];
-        const double x_i1 = r6[i];
+        const double x_i1 = r5[i];
         const double d_alphas_i = (x_i + x_i1);
         out_d_alphas[i] = d_alphas_i;
     }

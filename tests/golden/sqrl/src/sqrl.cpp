@@ -85,7 +85,7 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_vjp_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const r = reinterpret_cast<float*>(next_slot);
+    float* const t2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
@@ -107,49 +107,48 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = ((-0.125f) * x_i);
-            r[i] = t_i;
+            t2[i] = t_i;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
-            const float t2 = ks::ipow<2>(x_i);
-            const float t_i = (0.5f * t2);
-            r[i] = t_i;
+            const float t3 = ks::ipow<2>(x_i);
+            const float t_i = (0.5f * t3);
+            t2[i] = t_i;
         }
     }
-    const float t2 = static_cast<float>(n);
-    const float t3 = (1.0f / t2);
-    const float t4 = ks::mulz(ct, t3);
+    const float t3 = static_cast<float>(n);
+    const float t4 = (1.0f / t3);
+    const float t5 = ks::mulz(ct, t4);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = r[i];
-        const float t5 = std::sin(x_i);
-        const float x_i1 = t4;
-        const float t6 = (x_i1 * t5);
-        const float t7 = (x_i1 * x_i);
-        const float t8 = std::cos(x_i);
-        const float t9 = (t7 * t8);
-        const float t10 = (t6 + t9);
-        r[i] = t10;
+        const float x_i = t2[i];
+        const float t6 = std::sin(x_i);
+        const float t7 = (t5 * t6);
+        const float t8 = (t5 * x_i);
+        const float t9 = std::cos(x_i);
+        const float t10 = (t8 * t9);
+        const float t11 = (t7 + t10);
+        t2[i] = t11;
     }
     // sqrl.py:11: if y < 0.0:
     if (t1) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = r[i];
-            const float t5 = (ct_i * (-0.125f));
-            out[i] = t5;
+            const float ct_i = t2[i];
+            const float t6 = (ct_i * (-0.125f));
+            out[i] = t6;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = r[i];
-            const float t5 = (ct_i * 0.5f);
+            const float ct_i = t2[i];
+            const float t6 = (ct_i * 0.5f);
             const float x_i = x[i];
-            const float t6 = (2.0f * x_i);
-            const float t7 = (t5 * t6);
-            out[i] = t7;
+            const float t7 = (2.0f * x_i);
+            const float t8 = (t6 * t7);
+            out[i] = t8;
         }
     }
     return ks::status::ok;
