@@ -488,7 +488,7 @@ struct table_rows {
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
-__attribute__((noinline)) void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
+inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
                                      int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
                                      int64_t r0 = 0) {
     using V = typename simd<T>::v;
