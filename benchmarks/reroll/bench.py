@@ -66,9 +66,11 @@ def one_size(c: int) -> dict:
     f = compile_torch_kernel("model.py", folder, "make", "lstm")
     row["front_s"] = time.perf_counter() - t0
     row["eqns"] = len(f.eqns)
+    _show(row)
     t0 = time.perf_counter()
     build_exports(load_manifest(path))
     row["pipeline_s"] = time.perf_counter() - t0 - row["front_s"]
+    _show(row)
     marks = {}
 
     def progress(line: str) -> None:
@@ -79,6 +81,7 @@ def one_size(c: int) -> dict:
     row["build_s"] = time.perf_counter() - t0
     row["compile_s"] = time.perf_counter() - marks.get("building", t0)
     row["lines"] = sum(len(p.read_text().splitlines()) for p in (root / "share").rglob("*.cpp"))
+    _show(row)
     pkg = Package(root)
     args = lstm_model.inputs(c)
     nps = [a.numpy() for a in args]
@@ -102,6 +105,11 @@ def one_size(c: int) -> dict:
     return row
 
 
+def _show(row: dict) -> None:
+    """The stages measured so far (the last line printed is the row: a size stopped by --timeout shows them)."""
+    print(json.dumps(row), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="16,64,256,1024")
@@ -109,7 +117,7 @@ def main() -> None:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one_size(a.one)))
+        _show(one_size(a.one))
         return
     cols = ["c", "eqns", "front_s", "pipeline_s", "compile_s", "build_s", "lines", "F_s", "torch_F_s", "G_s",
             "torch_G_s", "F_err", "G_err"]
@@ -117,17 +125,19 @@ def main() -> None:
     print("|" + "---|" * len(cols))
     for c in (int(s) for s in a.sizes.split(",")):
         t0 = time.perf_counter()
+        note = ""
         try:
             out = subprocess.run([sys.executable, __file__, "--one", str(c)], capture_output=True, text=True,
                                  timeout=a.timeout, env=os.environ)
-        except subprocess.TimeoutExpired:
-            print(f"| {c} | did not finish in {a.timeout:.0f} s |")
-            continue
-        if out.returncode:
-            print(f"| {c} | failed after {time.perf_counter() - t0:.0f} s: {out.stderr.strip().splitlines()[-1:]} |")
-            continue
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        print("| " + " | ".join(_cell(row.get(k)) for k in cols) + " |", flush=True)
+            text = out.stdout
+            if out.returncode:
+                note = f"failed after {time.perf_counter() - t0:.0f} s: {out.stderr.strip().splitlines()[-1:]}"
+        except subprocess.TimeoutExpired as e:
+            text = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            note = f"stopped after {a.timeout:.0f} s"
+        lines = text.strip().splitlines()
+        row = json.loads(lines[-1]) if lines else {"c": c}
+        print("| " + " | ".join(_cell(row.get(k, "-")) for k in cols) + f" | {note}", flush=True)
 
 
 def _cell(v) -> str:

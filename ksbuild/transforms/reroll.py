@@ -11,8 +11,9 @@ A run of k >= 2 consecutive blocks of p equations is replaced by loop(k) over on
   position), of the block before (same position: a carried value, whose first block reads the
   initial value from before the run), a value from before the run (the same in every block: a loop
   constant) or a literal (the same in every block);
-- an integer literal may advance arithmetically, v0 + r s in block r, only where the prim takes it as a
-  run-time operand (`DYNAMIC_INTS`: index's position); there the body computes it from the counter;
+- an integer literal may advance arithmetically, v0 + r s in block r, only where it is the position a prim
+  takes a row at (its record's fact `takes == ()`: index, index_set, index_add, whose scalar positions are
+  run-time operands, clamped into range); there the body computes it from the counter;
 - no block reads a block two or more before it (the run is cut where one does);
 - k and p are beyond what the unroll pass would unroll again (unroll.MAX_TRIPS / MAX_EQNS).
 Values read after the run become the loop's final carries (the last block's carried values) or rows of
@@ -36,9 +37,6 @@ from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import Type
 from . import unroll
-
-DYNAMIC_INTS = {"index": (1,)}
-"""Operand positions that accept any integer scalar at run time (index's position is clamped into range)."""
 
 MAX_PERIODS = 16  # candidate periods tried per function
 GRAM = 4  # signatures in a row that locate a repetition
@@ -83,8 +81,9 @@ def find_runs(f: Func) -> list[Run]:
 # ---- signatures and periodic stretches ----------------------------------------------------------------
 
 def _dynamic(e: Eqn, q: int) -> bool:
+    """True if operand q of e is an integer literal that may become a run-time value: a scalar position."""
     a = e.ins[q]
-    return isinstance(a, Lit) and q in DYNAMIC_INTS.get(e.prim.name, ()) and a.type.dtype in ("i32", "i64") \
+    return isinstance(a, Lit) and e.prim.takes == () and q >= 1 and a.type.dtype in ("i32", "i64") \
         and a.type.is_scalar
 
 
