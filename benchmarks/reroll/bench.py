@@ -4,10 +4,12 @@
 
 For each sequence length c (l = 2 layers, b = 14 bits, float64) a package with the objective F and its gradient
 G = grad(F, argnums=(0, 1)) (main and extra parameters, as GradBench asks) is built in a fresh folder, one
-size per subprocess (killed after --timeout seconds). Columns: the frontend's time (torch.export and the FX
-import), the transformations and passes, rendering, the C++ compile, the generated lines (src/*.cpp), and
-the run time of F and G (medians) next to torch eager (F under no_grad; G as forward + autograd.grad).
-Values and gradients are checked against torch first.
+size per subprocess (killed after --timeout seconds; the stages it finished are shown). Columns: eqns, the
+frontend's equations; export_s, torch.export.export and run_decompositions; front_s, the whole frontend (that,
+the FX import and reroll); pipeline_s, the transformation grad and the passes of F and G; compile_s, cmake's
+build of the package; build_s, the whole `ksbuild.build` (frontend, passes, rendering, compile); lines, the
+generated C++ (share/*/src/*.cpp); the run time of F and G (medians) next to torch eager (F under no_grad; G as
+forward + autograd.grad), and the largest differences from torch's values.
 """
 import argparse
 import json
@@ -53,23 +55,32 @@ def one_size(c: int) -> dict:
     sys.path.insert(0, str(HERE))
     import lstm_model
 
-    from ksbuild.exports import build_exports
-    from ksbuild.frontends.torch_export import compile_torch_kernel
-    from ksbuild.manifest import load_manifest
+    from ksbuild.frontends.torch_export.capture import capture
+    from ksbuild.frontends.torch_export.importer import Importer
+    try:
+        from ksbuild.transforms.reroll import reroll
+    except ImportError:  # (ksbuild before the reroll pass)
+        reroll = None
     from ksbuild.packaging.package import package
     from ksbuild.packaging.runtime import Package
+    from ksbuild.transforms.pipeline import lower
+    from ksbuild.transforms.vjp import grad_func
 
     folder = Path(tempfile.mkdtemp(prefix=f"lstm{c}-"))
     path = manifest(folder, c)
     row: dict = {"c": c}
     t0 = time.perf_counter()
-    f = compile_torch_kernel("model.py", folder, "make", "lstm")
+    captured = capture("model.py", folder, "make", None)
+    row["export_s"] = time.perf_counter() - t0
+    f = Importer(captured).run("lstm")
+    f = reroll(f) if reroll else f
     row["front_s"] = time.perf_counter() - t0
     row["eqns"] = len(f.eqns)
     _show(row)
     t0 = time.perf_counter()
-    build_exports(load_manifest(path))
-    row["pipeline_s"] = time.perf_counter() - t0 - row["front_s"]
+    lower(f)
+    lower(grad_func(f, argnums=(0, 1)))
+    row["pipeline_s"] = time.perf_counter() - t0
     _show(row)
     marks = {}
 
@@ -119,8 +130,8 @@ def main() -> None:
     if a.one:
         _show(one_size(a.one))
         return
-    cols = ["c", "eqns", "front_s", "pipeline_s", "compile_s", "build_s", "lines", "F_s", "torch_F_s", "G_s",
-            "torch_G_s", "F_err", "G_err"]
+    cols = ["c", "eqns", "export_s", "front_s", "pipeline_s", "compile_s", "build_s", "lines", "F_s", "torch_F_s",
+            "G_s", "torch_G_s", "F_err", "G_err"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for c in (int(s) for s in a.sizes.split(",")):
