@@ -102,8 +102,25 @@ class SlidingWindow(nn.Module):
         return torch.randn(steps + 2, 4, generator=g), torch.randn(4, generator=g)
 
 
+class Nested(nn.Module):
+    """A loop inside a loop: 10 inner steps over the rows of w per outer step t, which reads rows t + 1 and t
+    of xs (the inner steps read a position computed from the outer step)."""
+
+    def forward(self, xs, w, h):
+        for t in range(xs.shape[0] - 1):
+            for i in range(w.shape[0]):
+                h = torch.tanh(h * w[i] + xs[t + 1])
+            h = h * 0.5 + xs[t].sum()
+        return h
+
+    @staticmethod
+    def example(steps: int) -> tuple:
+        g = torch.Generator().manual_seed(steps)
+        return torch.randn(steps + 1, 4, generator=g), torch.randn(10, 4, generator=g), torch.randn(4, generator=g)
+
+
 MODELS = {"adbench": ADBenchLSTM, "gates": GateLSTM, "reducing": ReducingLoop, "twoback": TwoBack,
-          "window": SlidingWindow}
+          "window": SlidingWindow, "nested": Nested}
 
 
 def __getattr__(name: str):

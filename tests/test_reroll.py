@@ -86,10 +86,18 @@ def test_rolled_ir_is_small():
     assert len(rolled("adbench_12").eqns) < 200 < len(unrolled("adbench_12").eqns)
 
 
+def test_nested_loops():
+    """The outer steps become a loop whose body is a loop over the inner steps."""
+    (outer,) = loops(rolled("nested_12"))
+    assert outer.params["length"] == 12
+    (inner,) = loops(outer.params["body"])
+    assert inner.params["length"] == 10
+
+
 # ---- values and derivatives ---------------------------------------------------------------------------
 
 NAMES = ["adbench_1", "adbench_2", "adbench_12", "gates_1", "gates_2", "gates_12", "reducing_3", "reducing_20",
-         "twoback_20", "window_20"]
+         "twoback_20", "window_20", "nested_12"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -299,11 +299,13 @@ def _body(g: _Graph, run: Run, plan: _Plan, first: _Block, model: _Block) -> Fun
     consts = {v: Var(v.type, v.hint) for v in plan.consts}
     carries = {jo: Var(a.type, getattr(a, "hint", "")) for jo, a in plan.carries.items()}
     local: dict = {}
-    counters: dict = {}
-    keys, ints = iter(model.keys), iter(zip(first.ints, [b - a for a, b in zip(first.ints, model.ints)]))
+    counters: dict = {}  # (before the block's equations: a nested run then starts at its first equation)
+    types = [key[1] for key in model.keys if key[0] == "i"]
+    positions = [_counter(bb, k, v0, v1 - v0, t, counters) for v0, v1, t in zip(first.ints, model.ints, types)]
+    keys, ints = iter(model.keys), iter(positions)
     base = run.start + run.period
     for j, e in enumerate(g.eqns[base:base + run.period]):
-        ins = [_operand(bb, next(keys), a, k, consts, carries, local, ints, counters) for a in e.ins]
+        ins = [_operand(next(keys), a, consts, carries, local, ints) for a in e.ins]
         bb.loc = e.loc
         outs = bb.bind(e.prim, ins, dict(e.params))
         bb.name_like(outs, e.outs)
@@ -312,7 +314,7 @@ def _body(g: _Graph, run: Run, plan: _Plan, first: _Block, model: _Block) -> Fun
     return bb.func("loop_body", [k, *consts.values(), *carries.values()], results)
 
 
-def _operand(bb: Builder, key, a: Atom, k: Var, consts, carries, local, ints, counters) -> Atom:
+def _operand(key, a: Atom, consts, carries, local, positions) -> Atom:
     """Block 1's operand a (read as key says) inside the body."""
     kind = key[0]
     if kind == "in":
@@ -321,10 +323,7 @@ def _operand(bb: Builder, key, a: Atom, k: Var, consts, carries, local, ints, co
         return carries[key[1:]]
     if kind == "ext":
         return consts[key[1]]
-    if kind == "i":
-        v0, step = next(ints)
-        return _counter(bb, k, v0, step, a.type, counters)
-    return a
+    return next(positions) if kind == "i" else a
 
 
 def _counter(bb: Builder, k: Var, v0: int, step: int, t: Type, counters: dict) -> Atom:
