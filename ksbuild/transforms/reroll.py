@@ -191,7 +191,8 @@ def _initial_carries(first: _Block, model: _Block) -> dict | None:
     inits: dict = {}
     for k0, k1, a in zip(first.keys, model.keys, first.atoms):
         if k1[0] == "prev":
-            if k0[0] not in ("ext", "l") or inits.setdefault(k1[1:], a) != a:
+            lit_ok = k0[0] == "l" and a.type.is_scalar  # (a tensor splat literal is no loop operand)
+            if not (k0[0] == "ext" or lit_ok) or inits.setdefault(k1[1:], a) != a:
                 return None
         elif k0 != k1:
             return None
