@@ -14,7 +14,9 @@ A run of k >= 2 consecutive blocks of p equations is replaced by loop(k) over on
 - an integer literal may advance arithmetically, v0 + r s in block r, only where it is the position a prim
   takes a row at (its record's fact `takes == ()`: index, index_set, index_add, whose scalar positions are
   run-time operands, clamped into range); there the body computes it from the counter;
-- no block reads a block two or more before it (the run is cut where one does);
+- no block reads a block two or more before it (the run is cut where one does; a first block that differs
+  from the others, or whose initial carries are not values from before the run or scalar literals, is
+  left before the loop);
 - k and p are beyond what the unroll pass would unroll again (unroll.MAX_TRIPS / MAX_EQNS).
 Values read after the run become the loop's final carries (the last block's carried values) or rows of
 its stacked outputs (any other block's value: `index(ys, r)`). Bodies are rerolled in turn (nested loops).
