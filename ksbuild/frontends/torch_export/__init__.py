@@ -7,7 +7,8 @@ become loops). The importer (`importer.py`) walks the FX graph: user inputs beco
 function's parameters, parameters and buffers become weights (embedded constants, or further
 parameters with weights = "external"), and every `aten.*` call is mapped through one table
 (`aten_*.py`) onto the shared op library (`ksbuild/ops`). Calls to ksbuild's own custom ops (a
-dev-loop kernel inside the model) are replaced by the kernel's IR (`custom.py`).
+dev-loop kernel inside the model) are replaced by the kernel's IR (`custom.py`). The Python loops torch.export
+unrolled are rolled back into `loop`s (`transforms/reroll.py`).
 
 torch stays optional: nothing here is imported unless a manifest has a `torch =` kernel.
 """
@@ -36,11 +37,12 @@ def compile_torch_kernel(source: str, root: Path, make: str, name: str, weights:
     module name) returns, captured by torch.export. A ksbuild op inside the model is compiled by
     compile_export(package, export, used_by, loc) (exports.package_export)."""
     require_torch(loc)
+    from ...transforms.reroll import reroll
     from .capture import capture
     from .importer import Importer
 
     captured = capture(source, root, make, loc)
-    return Importer(captured, weights, compile_export).run(name)
+    return reroll(Importer(captured, weights, compile_export).run(name))
 
 
 def fingerprint(source: str, root: Path, make: str, loc: Location | None = None) -> bytes:

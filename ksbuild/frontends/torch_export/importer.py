@@ -44,6 +44,7 @@ class Importer:
         self.env: dict[Any, Any] = {}
         self.arrays: dict[Atom, Any] = {}  # embedded weights and constants -> their numpy values
         self.known: dict[Any, Any] = {}  # FX nodes independent of inputs and weights -> their values (fold.py)
+        self.origins: dict[str, Location | None] = {}  # a node's stack trace -> the line that made it
 
     # ---- the graph ---------------------------------------------------------------------------------
 
@@ -139,11 +140,12 @@ class Importer:
     def node_loc(self, node) -> Location:
         """The line that made the node (from its stack trace: a library's line, called from the user's),
         naming the node and its op."""
-        import traceback
         label = f"{node.name} ({self.target_name(node)})"
         trace = node.meta.get("stack_trace") or ""
-        frames = traceback.StackSummary.from_list(parse_trace(trace))
-        loc = origin_frame(frames, self.captured.file)
+        if trace not in self.origins:  # (a loop's steps share their traces: each is read once)
+            import traceback
+            self.origins[trace] = origin_frame(traceback.StackSummary.from_list(parse_trace(trace)), self.captured.file)
+        loc = self.origins[trace]
         return replace(loc, node=label) if loc else Location(self.file, node=label)
 
     def visit(self, node) -> None:
