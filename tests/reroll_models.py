@@ -3,16 +3,20 @@ reroll pass rolls it back. `make_<model>_<T>` (module attribute, PEP 562) return
 inputs for T steps; weights and inputs are random with fixed seeds, float64."""
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "gradbench"))
-from lstm import lstm_objective  # noqa: E402  (ADBench's LSTM objective, GradBench's lstm eval)
-
-torch.set_default_dtype(torch.float64)
+# (ADBench's LSTM objective, GradBench's lstm eval, loaded by path: benchmarks/gradbench on sys.path made `bench`
+# another file's in the tests that share this worker; and the models are made float64 below, not by
+# torch.set_default_dtype, which changed every later test's default)
+_spec = importlib.util.spec_from_file_location(
+    "gradbench_lstm", Path(__file__).resolve().parent.parent / "benchmarks" / "gradbench" / "lstm.py")
+_lstm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_lstm)
+lstm_objective = _lstm.lstm_objective
 
 
 class ADBenchLSTM(nn.Module):
@@ -129,4 +133,4 @@ def __getattr__(name: str):
         raise AttributeError(name)
     model, steps = name[len("make_"):].rsplit("_", 1)
     cls = MODELS[model]
-    return lambda: (cls(), cls.example(int(steps)))
+    return lambda: (cls().double(), tuple(x.double() for x in cls.example(int(steps))))

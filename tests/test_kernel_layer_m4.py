@@ -167,4 +167,6 @@ def test_a_block_of_tiles_is_small_and_called_on_a_cortex_m4(tmp_path):
     blocks = [line.split(" ", 3) for line in listing.splitlines() if "tiles::block<float, " in line]
     names = [b[3] for b in blocks]
     assert len(blocks) == 4 and len(set(names)) == 4, names  # (true/false x panel_rows/table_rows, no clones)
-    assert all(int(b[1], 16) < 3000 for b in blocks), [(b[3][:80], int(b[1], 16)) for b in blocks]
+    # (3200: the epilogue's call of an affine epilogue over what the block stored, ks::epilogue::apply_simple,
+    # added 100-300 B per block, 2026-11-28)
+    assert all(int(b[1], 16) < 3200 for b in blocks), [(b[3][:80], int(b[1], 16)) for b in blocks]

@@ -182,6 +182,10 @@ constexpr int vector_bytes = 16;
 constexpr int vector_bytes = 0;  // no vector unit: one lane
 #define KS_GEMM_TILE 1, 1
 #endif
+// Whether the tiles apply an affine epilogue to their accumulators (ks::affine): with vectors. With one lane (a
+// microcontroller) the block applies it after its tiles, as any epilogue: in the tile it made each of the
+// Cortex-M4's four blocks of tiles about 1 KB larger.
+constexpr bool affine_in_tiles = vector_bytes > 0;
 #ifdef KS_GEMM_TILE_OVERRIDE  // (rows, panels), to measure other shapes
 #undef KS_GEMM_TILE
 #define KS_GEMM_TILE KS_GEMM_TILE_OVERRIDE
@@ -553,7 +557,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
                 }
-                if (fin != nullptr) {
+                if (affine_in_tiles && fin != nullptr) {
                     x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
                 }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
@@ -579,8 +583,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (n <= 0) {
                     continue;
                 }
-                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c, fin,
-                         fin != nullptr && fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
+                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c, affine_in_tiles ? fin : nullptr,
+                         affine_in_tiles && fin != nullptr && fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
             }
         }
     }
@@ -692,7 +696,7 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const affine<T> regs = last ? epi.in_registers(i0) : affine<T>{};
+    const affine<T> regs = last && affine_in_tiles ? epi.in_registers(i0) : affine<T>{};
     const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
     const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j, regs ? &regs : nullptr};
     int64_t whole = m - m % MR;
