@@ -1,0 +1,40 @@
+"""Affine epilogues (ks::affine, codegen/epilogue.py: affine): a convolution followed by its bias and ReLU6 (ONNX
+Clip) or by its bias alone passes them to the kernels as data, which apply them before they store (tests/cpp/
+test_gemm_conv.cpp checks the kernels against the lambda bit for bit); other epilogues keep their lambda. Here:
+which convolutions of a small network take which, and the network's outputs against onnxruntime."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import ksbuild
+
+
+def _net_onnx(path):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU6(),                 # bias + Clip(0, 6): affine
+                        nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.ReLU6(),     # depthwise, bias + Clip: affine
+                        nn.Conv2d(16, 24, 1),                                   # bias alone: affine
+                        nn.Conv2d(24, 8, 1), nn.SiLU())                         # bias + SiLU: a lambda
+    torch.onnx.export(net.eval(), (torch.zeros(1, 3, 20, 20),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_bias_and_clamps_are_data_the_kernels_apply(tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _net_onnx(tmp_path / "net.onnx")
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "affine"\n\n[kernels.net]\nonnx = "net.onnx"\n\n'
+                                            '[exports]\nnet = "net"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
+    made = re.findall(r"ks::make_affine<float>\(\w+, (\d), ([^,]+), ([^)]+)\)", source)
+    assert sorted(made) == [("0", "0", "0"), ("3", "0.0f", "6.0f"), ("3", "0.0f", "6.0f")], made
+    assert source.count("ks::conv_epilogue<float>(") == 1  # (the SiLU)
+    sess = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 20, 20)).astype(np.float32) * 4
+        np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
