@@ -26,6 +26,7 @@ threads up).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -41,7 +42,14 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "onnx"))
-from bench import eager, median_times, one_thread_options  # noqa: E402
+# (benchmarks/onnx/bench.py by path, under a name of its own: another `bench` may be imported already, e.g.
+# benchmarks/gradbench's in the tests that share a worker)
+_spec = importlib.util.spec_from_file_location("onnx_bench", HERE.parent / "onnx" / "bench.py")
+_onnx_bench = sys.modules.get("onnx_bench") or importlib.util.module_from_spec(_spec)
+if "onnx_bench" not in sys.modules:
+    sys.modules["onnx_bench"] = _onnx_bench
+    _spec.loader.exec_module(_onnx_bench)
+eager, median_times, one_thread_options = _onnx_bench.eager, _onnx_bench.median_times, _onnx_bench.one_thread_options
 from mobilenets import MODELS as MOBILE  # noqa: E402
 from resnet import MODELS  # noqa: E402
 

@@ -14,6 +14,7 @@ turn (bench.median_times). Ratios > 1 mean ksbuild is faster.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import sys
@@ -25,7 +26,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy loads its BL
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import eager, median_times, one_thread_options  # noqa: E402
+# (bench.py beside this file by path, under a name of its own: another `bench` may be imported already)
+_spec = importlib.util.spec_from_file_location("onnx_bench", Path(__file__).resolve().parent / "bench.py")
+_onnx_bench = sys.modules.get("onnx_bench") or importlib.util.module_from_spec(_spec)
+if "onnx_bench" not in sys.modules:
+    sys.modules["onnx_bench"] = _onnx_bench
+    _spec.loader.exec_module(_onnx_bench)
+eager, median_times, one_thread_options = _onnx_bench.eager, _onnx_bench.median_times, _onnx_bench.one_thread_options
 
 
 def _with_random_statistics(cls):
