@@ -343,13 +343,10 @@ inline typename simd<T>::v finish(typename simd<T>::v x, const affine<T>& e, T b
 }
 
 template <class T>
-inline void store(typename simd<T>::v x, T* out, int n, bool load_c, const affine<T>* fin = nullptr, T b = T(0)) {
+inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
     if (n == simd<T>::lanes) {
         if (load_c) {
             x += load<T>(out);
-        }
-        if (fin != nullptr) {
-            x = finish<T>(x, *fin, b);
         }
         std::memcpy(out, &x, sizeof x);
         return;
@@ -360,18 +357,10 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c, const affin
         if constexpr (sizeof(T) == 4) {
             __m512 v = reinterpret_cast<__m512&>(x);
             v = load_c ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(__mmask16(mask), out)) : v;
-            if (fin != nullptr) {
-                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
-                v = reinterpret_cast<__m512&>(x);
-            }
             _mm512_mask_storeu_ps(out, __mmask16(mask), v);
         } else {
             __m512d v = reinterpret_cast<__m512d&>(x);
             v = load_c ? _mm512_add_pd(v, _mm512_maskz_loadu_pd(__mmask8(mask), out)) : v;
-            if (fin != nullptr) {
-                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
-                v = reinterpret_cast<__m512d&>(x);
-            }
             _mm512_mask_storeu_pd(out, __mmask8(mask), v);
         }
         return;
@@ -383,19 +372,11 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c, const affin
             const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
             __m256 v = reinterpret_cast<__m256&>(x);
             v = load_c ? _mm256_add_ps(v, _mm256_maskload_ps(out, mask)) : v;
-            if (fin != nullptr) {
-                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
-                v = reinterpret_cast<__m256&>(x);
-            }
             _mm256_maskstore_ps(out, mask, v);
         } else {
             const __m256i mask = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
             __m256d v = reinterpret_cast<__m256d&>(x);
             v = load_c ? _mm256_add_pd(v, _mm256_maskload_pd(out, mask)) : v;
-            if (fin != nullptr) {
-                x = finish<T>(reinterpret_cast<typename simd<T>::v&>(v), *fin, b);
-                v = reinterpret_cast<__m256d&>(x);
-            }
             _mm256_maskstore_pd(out, mask, v);
         }
         return;
@@ -405,8 +386,7 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c, const affin
     std::memcpy(lanes, &x, sizeof x);
     for (int l = 0; l < simd<T>::lanes; ++l) {
         if (l < n) {
-            const T v = load_c ? out[l] + lanes[l] : lanes[l];
-            out[l] = fin != nullptr ? fin->apply(v, b) : v;
+            out[l] = load_c ? out[l] + lanes[l] : lanes[l];
         }
     }
 }
@@ -583,9 +563,11 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (n <= 0) {
                     continue;
                 }
-                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c, affine_in_tiles ? fin : nullptr,
-                         affine_in_tiles && fin != nullptr && fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
+                store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c);
             }
+        }
+        if (affine_in_tiles && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
+            finish_rows<T>(*fin, r0, c, c_rs, LIVE, cols);
         }
     }
 }
