@@ -79,36 +79,49 @@ def _int_literal(v: int, dtype: str) -> str:
 
 @dataclass
 class Slot:
-    """One region of the workspace: a typed pointer declared in the prologue."""
+    """One region of the workspace: a typed pointer declared in the prologue, at a byte offset of the arena
+    (plan_memory placed it there) or laid out after it."""
 
     name: str
     ctype: str
     size: str        # bytes, a C++ expression of the dims
+    offset: int | None = None
 
 
 @dataclass
 class Workspace:
-    """The one workspace buffer (tensor ABI) or the stack (scalar ABI), laid out as slots.
+    """The one workspace buffer (tensor ABI) or the stack (scalar ABI): the arena of the planned buffers whose
+    sizes are static, then the other slots one after the other.
 
     Which value goes into which slot is decided by the plan_memory pass; the Writer declares
     one slot per planned slot (plus one per buffer of its own, such as a packed copy)."""
 
     on_stack: bool
     slots: list[Slot] = field(default_factory=list)
+    arena: int = 0   # bytes
 
     @property
     def offsets(self) -> list[str]:
-        return [s.size for s in self.slots]
+        """The sizes of the workspace's parts, in bytes (C++ expressions)."""
+        return ([str(self.arena)] if self.arena else []) + [s.size for s in self.slots if s.offset is None]
 
     def size_expr(self) -> str:
         return " + ".join(self.offsets) if self.offsets else "0"
 
     def prologue(self) -> list[str]:
-        """The slot pointers, laid out one after the other from the start of the workspace."""
-        lines = ["    unsigned char* next_slot = static_cast<unsigned char*>(workspace);"]
+        """The slot pointers: into the arena at their offsets, then laid out one after the other."""
+        lines = []
         for s in self.slots:
-            lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
-            lines.append(f"    next_slot += {s.size};")
+            if s.offset is not None:
+                at = f" + {s.offset}" if s.offset else ""
+                lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(static_cast<unsigned char*>"
+                             f"(workspace){at});")
+        past = f" + {self.arena}" if self.arena else ""
+        lines.append(f"    unsigned char* next_slot = static_cast<unsigned char*>(workspace){past};")
+        for s in self.slots:
+            if s.offset is None:
+                lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
+                lines.append(f"    next_slot += {s.size};")
         lines.append("    (void)next_slot;")
         return lines
 
@@ -368,7 +381,9 @@ class Writer:
         name = self.namer.fresh(v.hint or hint, depth=0 if k not in self.slot_names else None, source=bool(v.hint))
         if k not in self.slot_names:
             self.slot_names[k] = name
-            self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), self.bytes(v.type)))
+            offset = self.plan.offset(k)
+            self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), self.bytes(v.type), offset))
+            self.ws.arena = self.plan.arena if offset is not None else self.ws.arena
         else:
             self.line(f"{self.buffer_ctype(v.type)}* const {name} = {self.slot_names[k]};  // reuses a dead buffer's "
                       "space")

@@ -192,7 +192,10 @@ def memory_lines(f: Func, names: dict, workspace: str | None) -> list[str]:
         if place.kind == "slot":
             held.setdefault(place.index, []).append(names.get(v, "?"))
     for k, t in enumerate(f.plan.slots):
-        lines.append(f"slot {k}: {format_type(t)}, {slot_bytes(t)} bytes: {', '.join(held.get(k, []))}")
+        at = f" at arena byte {f.plan.offset(k)}" if f.plan.offset(k) is not None else ""
+        lines.append(f"slot {k}: {format_type(t)}, {slot_bytes(t)} bytes{at}: {', '.join(held.get(k, []))}")
+    if f.plan.arena:
+        lines.append(f"arena: {f.plan.arena} bytes (slots of static size; those live at once never overlap)")
     if not f.plan.slots:
         lines.append("no workspace slots")
     if workspace is not None:  # the sum of the slots the generated C++ lays out (it may add buffers of its own)

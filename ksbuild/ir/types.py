@@ -37,6 +37,15 @@ _ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e4m3fnuz": "fl
               "f4e2m1": "float4_e2m1fn", "i4": "int4", "u4": "uint4", "i2": "int2", "u2": "uint2"}
 
 
+_C_BYTES = {"float": 4, "double": 8, "int8_t": 1, "int16_t": 2, "int32_t": 4, "int64_t": 8, "uint8_t": 1,
+            "uint16_t": 2, "uint32_t": 4, "uint64_t": 8, "bool": 1, "ks_str": 8}
+
+
+def element_bytes(dtype: str) -> int:
+    """The bytes of one element in generated code's buffers (a bool in a byte; a string as a pointer)."""
+    return _C_BYTES[C_TYPES[dtype]]
+
+
 def numpy_dtype(dtype: str):
     """The numpy scalar type of an IR dtype (the narrow ONNX types come from `ml_dtypes`)."""
     if dtype in NUMPY_DTYPES:

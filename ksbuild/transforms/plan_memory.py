@@ -11,8 +11,12 @@ that is not a view):
 - `reuse v`: an in-place update (index_add, contract with an accumulator) writing into the
   buffer of its operand v, which nothing reads afterwards; also a loop body's new carry made
   by a fusion from the old one elementwise (acc = acc * x + c), which then needs no copy back;
-- `slot s`: workspace slot s. Values whose lifetimes do not overlap share a slot when they have
-  the same element type and number of elements, so the workspace is the sum of the slots.
+- `slot s`: workspace slot s. A value whose size is known when the library is built has a slot of
+  its own at a byte offset of the workspace's *arena*: values whose lifetimes do not overlap share
+  bytes there, packed largest first at the lowest offset free for the whole lifetime (greedy by
+  size, as TensorFlow Lite's arena planner), so the arena is near the most bytes live at once and
+  a layer writes where a dead one's data still sits in cache. Values sized at run time share a
+  slot after the arena when they have the same element type and number of elements.
 Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
 no memory of their own: a view keeps the buffer it points into alive.
 
@@ -22,12 +26,13 @@ end, so a buffer read by a loop stays alive for every iteration.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from ..ir.core import Atom, Eqn, Func, Var
-from ..ir.types import Type, dim_mul
+from ..ir.types import Type, dim_mul, element_bytes
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,11 @@ class Plan:
 
     places: Mapping[Var, Place]
     slots: tuple[Type, ...]
+    offsets: tuple[int | None, ...] = ()  # per slot: its byte offset in the arena, or None (laid out after it)
+    arena: int = 0                        # the arena's bytes
+
+    def offset(self, k: int) -> int | None:
+        return self.offsets[k] if k < len(self.offsets) else None
 
 
 def plan_memory(f: Func) -> Func:
@@ -263,13 +273,23 @@ class _Walk:
     # ---- slots ------------------------------------------------------------------------------------
 
     def plan(self) -> Plan:
-        """Slots for the owned buffers without another place, reusing a slot whose last occupant died."""
+        """Slots for the owned buffers without another place: an arena offset each when their size is static,
+        else a slot shared with an equal-sized buffer whose last occupant died."""
         slots: list[Type] = []
         keys: list[tuple] = []
         free_at: list[int] = []  # slot -> last position its occupant is read
         roots = sorted((v for v in self.defined if v not in self.places and v.type.rank),
                        key=lambda v: (self.defined[v], v.uid))
+        static = [v for v in roots if _static_bytes(v.type) is not None]
+        offsets, arena = _pack(static, self.defined, self.last)
+        for v in static:
+            slots.append(v.type)
+            keys.append(None)
+            free_at.append(0)
+            self.places[v] = Place("slot", len(slots) - 1)
         for v in roots:
+            if v in offsets:
+                continue
             start, end = self.defined[v], self.last.get(v, self.defined[v])
             key = _slot_key(v.type)
             k = next((i for i, kk in enumerate(keys) if kk == key and free_at[i] < start), None)
@@ -280,7 +300,38 @@ class _Walk:
                 k = len(slots) - 1
             free_at[k] = max(free_at[k], end)
             self.places[v] = Place("slot", k)
-        return Plan(MappingProxyType(dict(self.places)), tuple(slots))
+        return Plan(MappingProxyType(dict(self.places)), tuple(slots),
+                    tuple(offsets[v] for v in static) + (None,) * (len(slots) - len(static)), arena)
+
+
+ARENA_ALIGN = 64
+"""Bytes an arena offset is a multiple of (a cache line; an AVX-512 vector)."""
+
+
+def _static_bytes(t: Type) -> int | None:
+    """A buffer's bytes when every dim is a literal, rounded up to ARENA_ALIGN."""
+    if not all(isinstance(d, int) for d in t.shape):
+        return None
+    n = element_bytes(t.dtype) * math.prod(t.shape)
+    return -(-max(n, 1) // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def _pack(values: list, defined: dict, last: dict) -> tuple[dict, int]:
+    """Arena offsets for values with static sizes: largest first (ties: first defined), each at the lowest
+    offset where no value live at the same time already lies. Lifetimes [defined, last] overlap unless one
+    ends before the other starts."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, bytes, start, end)
+    offsets: dict = {}
+    for v in sorted(values, key=lambda v: (-_static_bytes(v.type), defined[v], v.uid)):
+        size, start, end = _static_bytes(v.type), defined[v], last.get(v, defined[v])
+        at = 0
+        for o, n, s, e in sorted(p for p in placed if not (p[3] < start or end < p[2])):
+            if o >= at + size:
+                break
+            at = max(at, o + n)
+        offsets[v] = at
+        placed.append((at, size, start, end))
+    return offsets, max((o + n for o, n, _, _ in placed), default=0)
 
 
 def _unique_results(f: Func, results, outs) -> dict:

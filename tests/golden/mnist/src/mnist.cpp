@@ -40,19 +40,15 @@ namespace KS_VARIANT {  // mnist_x86_64, mnist_x86_64_v3, mnist_x86_64_v4
 int mnist_classify(int64_t batch, const float* input, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && mnist_classify_workspace_size(batch) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 512);
+    float* const tmp2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 256);
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 1024;
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 256);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(128);
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(128);
     float* const prod1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 128);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(64);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(64);
     float* const prod2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 64);
     float* const prod3 = reinterpret_cast<float*>(next_slot);
@@ -209,7 +205,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
 }
 
 size_t mnist_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(128) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(64) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
 }  // namespace KS_VARIANT

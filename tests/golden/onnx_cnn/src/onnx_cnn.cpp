@@ -32,19 +32,15 @@ namespace KS_VARIANT {  // onnx_cnn_x86_64, onnx_cnn_x86_64_v3, onnx_cnn_x86_64_
 int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8192);
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 576);
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 10240;
     float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const Relu = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
-    float* const MaxPool = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(512);
-    float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(144);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(16);
     (void)next_slot;
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
@@ -110,7 +106,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
 }
 
 size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}))) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<float>(144) + ks::aligned_bytes<float>(16);
+    return 10240 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
 }
 
 
@@ -120,7 +116,16 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 32768);
+    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 40960);
+    int64_t* const tmp2 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace));
+    int64_t* const tmp3 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 16384);
+    int64_t* const min = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 32768);
+    float* const tmp4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16384);
+    float* const gathered = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const gathered1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 896);
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 43008;
     float* const d_Flatten = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
     int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
@@ -133,22 +138,8 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
     float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const conv = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(2048);
     float* const scratch_float = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
-    float* const Relu = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(2048);
-    float* const MaxPool = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(512);
-    int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(2048);
-    int64_t* const tmp3 = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(2048);
-    int64_t* const min = reinterpret_cast<int64_t*>(next_slot);
-    next_slot += ks::aligned_bytes<int64_t>(512);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(16);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
@@ -160,10 +151,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     float* const folded2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
     float* const packed = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(216);
-    float* const gathered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(216);
-    float* const gathered1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(216);
     (void)next_slot;
     // ONNX node /fc/Gemm (Gemm)
@@ -417,7 +404,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(2048) + ks::aligned_bytes<float>(512) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(2048) + ks::aligned_bytes<int64_t>(512) + ks::aligned_bytes<float>(16) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216) + ks::aligned_bytes<float>(216);
+    return 43008 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216);
 }
 
 }  // namespace KS_VARIANT
