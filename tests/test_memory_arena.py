@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import ksbuild
 from ksbuild.frontends.onnx import compile_onnx_kernel
 from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.transforms.pipeline import lower
 from ksbuild.transforms.plan_memory import _static_bytes, _Walk
-
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LOOPED = """
