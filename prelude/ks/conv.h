@@ -1292,6 +1292,145 @@ inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w
 }
 
 
+// Small planes across channels: 16 channels at a time, each vector one position of the 16 planes (the planes
+// transposed into a zero-padded scratch), each tap one weight vector; the sums transposed back. A plane of 7 × 7
+// or 14 × 14 outputs then costs no copy, run or epilogue call of its own (measured on AVX-512, one thread, bias
+// + ReLU6: docs/performance.md "Depthwise convolutions"). Taps in the same order as the sums above: the same
+// results, bit for bit.
+constexpr int64_t across_positions = 3136;   // (the most output positions a plane may have to be computed so)
+
+// Whether a convolution is computed across channels: float on AVX-512, 2-D, one output channel per input
+// channel, a small output plane.
+template <class T>
+constexpr bool across(const conv_shape& s) {
+#if defined(__AVX512F__)
+    return std::is_same_v<T, float> && s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 &&
+           s.out_channels == s.channels && s.out[1] * s.out[2] <= across_positions;
+#else
+    return s.out[0] < 0;  // (never; constexpr and s used on every level)
+#endif
+}
+
+// The elements of scratch `across` uses: the padded planes, the sums and the weights, 16 lanes each.
+constexpr int64_t across_size(const conv_shape& s) {
+    return 16 * (convs::extent(s, 1) * convs::extent(s, 2) + s.out[1] * s.out[2] + s.taps() + 1);
+}
+
+#if defined(__AVX512F__)
+// r[k] = lane c of the 16 vectors r becomes lane k of vector c (a 16 × 16 transpose: pairs of lanes, then
+// pairs of pairs, then 128-bit quarters twice).
+inline void transpose16(__m512* r) {
+    const __mmask16 all = 0xFFFF;  // (the masked forms: the unmasked ones start from an undefined vector, which
+                                   // GCC 12's -Wuninitialized reports)
+    __m512 t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_mask_unpacklo_ps(r[2 * i], all, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_mask_unpackhi_ps(r[2 * i], all, r[2 * i], r[2 * i + 1]);
+    }
+    __m512 u[16];
+    for (int i = 0; i < 4; ++i) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(a, 0xFF, a, c));  // (lane quarter q: rows 4i.., column 4q + 0)
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(a, 0xFF, a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(b, 0xFF, b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(b, 0xFF, b, d));
+    }
+    for (int k = 0; k < 4; ++k) {
+        const __m512 x00 = _mm512_mask_shuffle_f32x4(u[k], all, u[k], u[4 + k], 0x88);
+        const __m512 x01 = _mm512_mask_shuffle_f32x4(u[k], all, u[k], u[4 + k], 0xDD);
+        const __m512 x10 = _mm512_mask_shuffle_f32x4(u[8 + k], all, u[8 + k], u[12 + k], 0x88);
+        const __m512 x11 = _mm512_mask_shuffle_f32x4(u[8 + k], all, u[8 + k], u[12 + k], 0xDD);
+        r[k] = _mm512_mask_shuffle_f32x4(x00, all, x00, x10, 0x88);
+        r[8 + k] = _mm512_mask_shuffle_f32x4(x00, all, x00, x10, 0xDD);
+        r[4 + k] = _mm512_mask_shuffle_f32x4(x01, all, x01, x11, 0x88);
+        r[12 + k] = _mm512_mask_shuffle_f32x4(x01, all, x01, x11, 0xDD);
+    }
+}
+
+// Channels [c0, c0 + nc) of one image (nc ≤ 16) into the padded planes: position (r, c) of the image at
+// ((r + pad_h) · E2 + c + pad_w) · 16, lane = channel.
+inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* planes) {
+    const int64_t n = s.in[1] * s.in[2], e1 = convs::extent(s, 1), e2 = convs::extent(s, 2);
+    __m512 r[16];
+    for (int64_t q = 0; q < n; q += 16) {
+        const __mmask16 m = lanes_in(0, n, q);
+        for (int64_t c = 0; c < 16; ++c) {
+            r[c] = c < nc ? _mm512_maskz_loadu_ps(m, x + c * n + q) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        for (int64_t k = 0; k < 16 && q + k < n; ++k) {
+            const int64_t row = (q + k) / s.in[2] + s.pad[1], col = (q + k) % s.in[2] + s.pad[2];
+            if (row < e1 && col < e2) {
+                _mm512_store_ps(planes + (row * e2 + col) * 16, r[k]);
+            }
+        }
+    }
+}
+
+// U output positions of a row from (oh, ow): their 16 channels' sums into sums (position p at p · 16), w16 the
+// taps' weight vectors (each loaded once for the U), the affine epilogue applied (bias: the 16 channels').
+template <int U>
+inline void across_run(const conv_shape& s, const float* planes, const float* w16, float* sums, int64_t oh,
+                       int64_t ow, const affine<float>& fin, __m512 bias) {
+    const int64_t e2 = convs::extent(s, 2), kh = s.kernel[1], kw = s.kernel[2], step = s.stride[2] * 16;
+    const float* at = planes + (oh * s.stride[1] * e2 + ow * s.stride[2]) * 16;
+    __m512 acc[U];
+    for (int u = 0; u < U; ++u) {
+        acc[u] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < kh; ++i) {
+        const float* row = at + i * s.dilation[1] * e2 * 16;
+        for (int64_t j = 0; j < kw; ++j) {
+            const __m512 wv = _mm512_load_ps(w16 + (i * kw + j) * 16);
+            const float* p = row + j * s.dilation[2] * 16;
+            for (int u = 0; u < U; ++u) {
+                acc[u] = _mm512_fmadd_ps(wv, _mm512_load_ps(p + u * step), acc[u]);
+            }
+        }
+    }
+    for (int u = 0; u < U; ++u) {
+        tiles::simd<float>::v v = acc[u];
+        if (fin) {
+            v = fin.bias != nullptr ? v + tiles::simd<float>::v(bias) : v;
+            const tiles::simd<float>::v lo = tiles::splat<float>(fin.lo), hi = tiles::splat<float>(fin.hi);
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+        }
+        _mm512_store_ps(sums + (oh * s.out[2] + ow + u) * 16, v);
+    }
+}
+
+// Every output position's sums (across_run, 4 positions of a row at a time).
+inline void across_sums(const conv_shape& s, const float* planes, const float* w16, float* sums,
+                        const affine<float>& fin, __m512 bias) {
+    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+        int64_t ow = 0;
+        for (; ow + 4 <= s.out[2]; ow += 4) {
+            across_run<4>(s, planes, w16, sums, oh, ow, fin, bias);
+        }
+        for (; ow < s.out[2]; ++ow) {
+            across_run<1>(s, planes, w16, sums, oh, ow, fin, bias);
+        }
+    }
+}
+
+// The sums of channels [0, nc) back into their planes y (P positions each).
+inline void across_out(const float* sums, int64_t positions, int64_t nc, float* y) {
+    __m512 r[16];
+    for (int64_t p = 0; p < positions; p += 16) {
+        for (int64_t k = 0; k < 16; ++k) {
+            r[k] = p + k < positions ? _mm512_load_ps(sums + (p + k) * 16) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        const __mmask16 m = lanes_in(0, positions, p);
+        for (int64_t c = 0; c < nc; ++c) {
+            _mm512_mask_storeu_ps(y + c * positions + p, m, r[c]);
+        }
+    }
+}
+#endif
+
 }  // namespace depthwise
 
 // Whether a convolution is depthwise: one group per input channel (each output channel reads one).
@@ -1303,9 +1442,48 @@ constexpr bool is_depthwise(const conv_shape& s) {
 // offsets in the copy.
 template <class T>
 constexpr int64_t depthwise_scratch(const conv_shape& s) {
-    return depthwise::copy_size<T>(s) + depthwise::sums_size<T>(s) +
-           (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
+    const int64_t copied = depthwise::copy_size<T>(s) + depthwise::sums_size<T>(s) +
+                           (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
+    return s.out[1] * s.out[2] <= depthwise::across_positions && depthwise::across_size(s) > copied
+               ? depthwise::across_size(s)  // (on every instruction set level: the sizes do not depend on it)
+               : copied;
 }
+
+#if defined(__AVX512F__)
+// ks::conv_depthwise across channels (depthwise::across): 16 channels at a time.
+inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
+                            float* scratch, const epilogue<float>& epi) {
+    const int64_t taps = s.taps(), n = s.positions(), in = s.in_plane();
+    float* planes = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+    float* sums = planes + 16 * convs::extent(s, 1) * convs::extent(s, 2);
+    float* w16 = sums + 16 * n;
+    for (int64_t i = 0; i < 16 * convs::extent(s, 1) * convs::extent(s, 2); ++i) {
+        planes[i] = 0.0f;  // (the padding; each group overwrites the image's places)
+    }
+    for (int64_t image = 0; image < images; ++image) {
+        const epilogue<float> eg = epi.group(image, 0);
+        for (int64_t c0 = 0; c0 < s.channels; c0 += 16) {
+            const int64_t nc = s.channels - c0 < 16 ? s.channels - c0 : 16;
+            for (int64_t t = 0; t < taps; ++t) {
+                for (int64_t c = 0; c < 16; ++c) {
+                    w16[t * 16 + c] = c < nc ? w[(c0 + c) * taps + t] : 0.0f;
+                }
+            }
+            const affine<float> fin = eg.in_registers(c0);
+            const __m512 bias = fin && fin.bias != nullptr
+                                    ? _mm512_maskz_loadu_ps(depthwise::lanes_in(0, nc, 0), fin.bias)
+                                    : _mm512_setzero_ps();
+            depthwise::across_in(s, x + (image * s.channels + c0) * in, nc, planes);
+            depthwise::across_sums(s, planes, w16, sums, fin, bias);
+            float* yc = y + (image * s.out_channels + c0) * n;
+            depthwise::across_out(sums, n, nc, yc);
+            if (!fin) {
+                eg(c0, 0, yc, n, 1, nc, n);
+            }
+        }
+    }
+}
+#endif
 
 // y [images, M, positions] = epi(conv(x, w)) for a depthwise convolution (is_depthwise): each input channel
 // copied into scratch (depthwise_scratch elements), then its M / C output channels computed from the copy.
@@ -1317,6 +1495,14 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
     const int64_t pw = depthwise::places(s), depth_step = s.stride[0] * depthwise::depth_plane(s);
     const int64_t length = (s.out[1] - 1) * pw + s.out[2];  // (a flat run over a depth plane's output rows)
     const bool flat = depthwise::flat<T>(s);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (depthwise::across<T>(s)) {
+            across_channels(s, images, x, w, y, scratch, epi);
+            return;
+        }
+    }
+#endif
     T* sums = scratch + depthwise::copy_size<T>(s);
     int64_t* offsets = reinterpret_cast<int64_t*>(sums + depthwise::sums_size<T>(s));
     depthwise::tap_offsets(s, offsets);
@@ -1354,12 +1540,9 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                     for (int64_t f = 0; f < length; f += U * L) {
                         depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f, fin);
                     }
-                    for (int64_t oh = 1; oh < s.out[1]; ++oh) {  // the output rows' sums made consecutive
-                        for (int64_t ow = 0; ow < s.out[2]; ++ow) {
-                            sums[oh * s.out[2] + ow] = sums[oh * pw + ow];
-                        }
+                    for (int64_t oh = 0; oh < s.out[1]; ++oh) {  // each output row's sums, without the places past it
+                        std::memcpy(ym + q0 + oh * s.out[2], sums + oh * pw, sizeof(T) * s.out[2]);
                     }
-                    std::memcpy(ym + q0, sums, sizeof(T) * plane);
                     if (!fin) {
                         eg(m, q0, ym + q0, 0, 1, 1, plane);
                     }

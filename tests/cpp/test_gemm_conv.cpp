@@ -301,6 +301,15 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
         }
     }
+    // Many channels, one output channel each, 2-D: on AVX-512 the small planes are computed 16 channels at a
+    // time (depthwise::across): whole groups and a partial last one, every stride, dilation and padding above.
+    for (int trial = 0; trial < 160; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 12 + trial % 29;
+        if (random_axes(s, 2, 2.4, 1.4, 1.4, 7.5, 9.5, 1.9, state)) {
+            check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
+        }
+    }
 }
 
 }  // namespace
