@@ -1350,7 +1350,7 @@ inline void transpose16(__m512* r) {
 
 // Channels [c0, c0 + nc) of one image (nc ≤ 16) into the padded planes: position (r, c) of the image at
 // ((r + pad_h) · E2 + c + pad_w) · 16, lane = channel.
-inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* planes) {
+__attribute__((noinline)) inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* planes) {
     const int64_t n = s.in[1] * s.in[2], e1 = convs::extent(s, 1), e2 = convs::extent(s, 2);
     __m512 r[16];
     for (int64_t q = 0; q < n; q += 16) {
@@ -1359,10 +1359,15 @@ inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* pl
             r[c] = c < nc ? _mm512_maskz_loadu_ps(m, x + c * n + q) : _mm512_setzero_ps();
         }
         transpose16(r);
-        for (int64_t k = 0; k < 16 && q + k < n; ++k) {
-            const int64_t row = (q + k) / s.in[2] + s.pad[1], col = (q + k) % s.in[2] + s.pad[2];
-            if (row < e1 && col < e2) {
-                _mm512_store_ps(planes + (row * e2 + col) * 16, r[k]);
+        int64_t row = q / s.in[2], col = q - row * s.in[2];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) {  // (unrolled: r stays in registers)
+            if (q + k < n && row + s.pad[1] < e1 && col + s.pad[2] < e2) {
+                _mm512_store_ps(planes + ((row + s.pad[1]) * e2 + col + s.pad[2]) * 16, r[k]);
+            }
+            if (++col == s.in[2]) {
+                col = 0;
+                ++row;
             }
         }
     }
@@ -1402,7 +1407,7 @@ inline void across_run(const conv_shape& s, const float* planes, const float* w1
 }
 
 // Every output position's sums (across_run, 4 positions of a row at a time).
-inline void across_sums(const conv_shape& s, const float* planes, const float* w16, float* sums,
+__attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16, float* sums,
                         const affine<float>& fin, __m512 bias) {
     for (int64_t oh = 0; oh < s.out[1]; ++oh) {
         int64_t ow = 0;
@@ -1416,7 +1421,7 @@ inline void across_sums(const conv_shape& s, const float* planes, const float* w
 }
 
 // The sums of channels [0, nc) back into their planes y (P positions each).
-inline void across_out(const float* sums, int64_t positions, int64_t nc, float* y) {
+__attribute__((noinline)) inline void across_out(const float* sums, int64_t positions, int64_t nc, float* y) {
     __m512 r[16];
     for (int64_t p = 0; p < positions; p += 16) {
         for (int64_t k = 0; k < 16; ++k) {
