@@ -33,10 +33,26 @@ def expand(b, p: Atom, x: Atom, axis: int, block: int = 0) -> Atom:
     return b.reshape(p, shape=tuple(p.type.shape[0] if i == axis else 1 for i in range(r)))
 
 
+ROUNDING_CONSTANT = {"f32": 1.5 * 2.0**23, "f64": 1.5 * 2.0**52}  # 1.5 · 2^(the mantissa's bits)
+
+
+def round_to_saturate(b, v: Atom, dtype: str) -> Atom:
+    """v rounded half to even, for a result saturated to dtype's range afterwards. When that range fits in 16 bits
+    and v is f32 or f64: (v + M) - M with M = ROUNDING_CONSTANT, which rounds exactly as round_half_even for
+    |v| < M / 3 (the addition rounds to nearest even; onnxruntime's MLAS rounds with vcvtps2dq, the same) and
+    otherwise keeps v's sign and a magnitude past every 16-bit bound, so that the saturation gives the exact result:
+    two additions in the loop instead of round_half_even's floors and selects. Else round_half_even."""
+    lo, hi = INT_RANGES[dtype]
+    if v.type.dtype not in ROUNDING_CONSTANT or hi - lo > 65535:
+        return round_half_even(b, v)
+    m = Lit(ROUNDING_CONSTANT[v.type.dtype], Type(v.type.dtype))
+    return b.sub(b.add(v, m), m)
+
+
 def quantize_int(b, x: Atom, scale: Atom, zp: Atom | None, dtype: str, compute: str) -> Atom:
     """round(x / scale) + zero point, saturated to dtype's range, in `compute` (its compute dtype)."""
     lo, hi = INT_RANGES[dtype]
-    q = round_half_even(b, b.div(x, scale))
+    q = round_to_saturate(b, b.div(x, scale), dtype)
     if zp is not None:
         q = b.add(q, zp if zp.type.dtype == q.type.dtype else b.convert(zp, dtype=q.type.dtype))
     q = b.max(b.min(q, Lit(float(hi), Type(q.type.dtype))), Lit(float(lo), Type(q.type.dtype)))
