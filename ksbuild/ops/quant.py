@@ -59,6 +59,22 @@ def quantize_int(b, x: Atom, scale: Atom, zp: Atom | None, dtype: str, compute: 
     return b.convert(q, dtype=compute)
 
 
+def multiply_quantized(b, a: Atom, a_scale: Atom, a_zp: Atom | None, x: Atom, x_scale: Atom, x_zp: Atom | None,
+                       y_scale: Atom, y_zp: Atom | None, dtype: str, compute: str) -> Atom:
+    """The product of two 8-bit tensors as onnxruntime's QLinearMul computes it on x86 and arm64 (MLAS qlmul.cpp):
+    the exact int32 product (a - a_zp)·(x - x_zp), times the f32 ratio a_scale · x_scale / y_scale, plus y_zp, in
+    f32, rounded half to even and saturated to dtype. (The schema's definition, dequantize, multiply, quantize,
+    rounds differently now and then: one step.)"""
+    lo, hi = INT_RANGES[dtype]
+    product = b.convert(b.mul(integer_operand(b, a, a_zp), integer_operand(b, x, x_zp)), dtype="f32")
+    v = b.mul(product, b.div(b.mul(a_scale, x_scale), y_scale))
+    if y_zp is not None:
+        v = b.add(v, b.convert(y_zp, dtype="f32"))
+    q = round_to_saturate(b, v, dtype)
+    q = b.max(b.min(q, Lit(float(hi), Type("f32"))), Lit(float(lo), Type("f32")))
+    return b.convert(q, dtype=compute)
+
+
 def dequantize(b, x: Atom, scale: Atom, zp: Atom | None) -> Atom:
     """(x - zero point) · scale in scale's float dtype."""
     dt = scale.type.dtype
