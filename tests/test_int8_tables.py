@@ -106,7 +106,8 @@ def _lowered(root):
     from ksbuild.exports import build_exports
     from ksbuild.manifest import load_manifest
     from ksbuild.transforms.pipeline import lower
-    return {e.name: (e.func, lower(e.func)) for e in build_exports(load_manifest(root / "manifest.toml"), after="transforms")}
+    exports = build_exports(load_manifest(root / "manifest.toml"), after="transforms")
+    return {e.name: (e.func, lower(e.func)) for e in exports}
 
 
 def _prims(f):
