@@ -66,13 +66,22 @@ def multiply_quantized(b, a: Atom, a_scale: Atom, a_zp: Atom | None, x: Atom, x_
     f32, rounded half to even and saturated to dtype. (The schema's definition, dequantize, multiply, quantize,
     rounds differently now and then: one step.)"""
     lo, hi = INT_RANGES[dtype]
-    product = b.convert(b.mul(integer_operand(b, a, a_zp), integer_operand(b, x, x_zp)), dtype="f32")
+    ai, xi = integer_operand(b, a, a_zp), integer_operand(b, x, x_zp)
+    if _fewer(xi, ai):  # (the smaller operand first: then the larger one's loop joins the product's, see fuse's sink)
+        ai, xi = xi, ai
+    product = b.convert(b.mul(ai, xi), dtype="f32")
     v = b.mul(product, b.div(b.mul(a_scale, x_scale), y_scale))
     if y_zp is not None:
         v = b.add(v, b.convert(y_zp, dtype="f32"))
     q = round_to_saturate(b, v, dtype)
     q = b.max(b.min(q, Lit(float(hi), Type("f32"))), Lit(float(lo), Type("f32")))
     return b.convert(q, dtype=compute)
+
+
+def _fewer(a: Atom, x: Atom) -> bool:
+    """Whether a has (statically) fewer elements than x."""
+    na, nx = numel(a.type.shape), numel(x.type.shape)
+    return isinstance(na, int) and isinstance(nx, int) and na < nx
 
 
 def dequantize(b, x: Atom, scale: Atom, zp: Atom | None) -> Atom:
