@@ -164,3 +164,20 @@ def test_tabulate_keeps_the_interpreters_values(pkg):
     assert len(regions(f)) == 2  # (the quantized sigmoid inside, and the SiLU around it; the first is dropped)
     feeds = list(_feeds("silu", BIG).values())
     assert np.array_equal(np.asarray(eval_func(tabulate(f), feeds)[0]), np.asarray(eval_func(f, feeds)[0]))
+
+
+def test_a_region_that_reads_the_position_is_not_a_table():
+    """x's byte plus its element's index (an iota) is not a function of the byte alone: no table; without the iota,
+    the same region is one."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Lit, Var
+    from ksbuild.ir.types import Type
+    from ksbuild.transforms.tabulate import regions
+    for positional in (True, False):
+        b = Builder()
+        x = Var(Type("u8", (4096,)))
+        v = b.mul(b.convert(x, dtype="f32"), Lit(0.5, Type("f32")))
+        if positional:
+            v = b.add(v, b.iota(shape=(4096,), axis=0, dtype="f32"))
+        y = b.convert(b.min(v, Lit(255.0, Type("f32"))), dtype="u8")
+        assert len(regions(b.func("f", [x], [y]))) == (0 if positional else 1)

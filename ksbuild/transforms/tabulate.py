@@ -39,7 +39,9 @@ class Region:
 
 
 def _elementwise(e: Eqn | None, shape) -> bool:
-    return e is not None and e.prim.elementwise and len(e.outs) == 1 and e.outs[0].type.shape == shape
+    """An elementwise equation of the result's shape whose value depends on its operands alone (not an iota)."""
+    return e is not None and e.prim.elementwise and not e.prim.positional and len(e.outs) == 1 and \
+        e.outs[0].type.shape == shape
 
 
 def _cone(root: Eqn, made: dict, through: set) -> tuple[set, set] | None:
