@@ -337,6 +337,10 @@ SAMPLES = {
                 (index_below(256), index_between(-128, 128), index_between(-3000, 3000), _scales),
                 lambda a, b, bias, scale: _requant_ref(np.einsum("...k,kn->...n", a.astype(np.int64) - 12, b), bias,
                                                        scale, 128, 0, 255, np.uint8)),
+    "qlookup": ((Type("u8", (256,)), Type("u8", (3, 5))), {}, (index_below(256), index_below(256)),
+                lambda table, x: table[x]),
+    "qlookup:int8": ((Type("i8", (256,)), Type("i8", (2, 7))), {}, (index_between(-128, 128), index_between(-128, 128)),
+                     lambda table, x: table[x.astype(np.int64) % 256]),
     "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
                     _bits_ref(lambda a, c: a & c)),
     "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,
@@ -354,7 +358,8 @@ SAMPLES = {
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
 UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tables are constants)
                                           "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),  # (int8 weights are constants)
-                                          "qmatmul": (1, 2, 3)}
+                                          "qmatmul": (1, 2, 3),
+                                          "qlookup": (0,), "qlookup:int8": (0,)}  # (its table is a constant)
 
 
 def prim_name(key: str) -> str:

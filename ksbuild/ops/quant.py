@@ -33,14 +33,55 @@ def expand(b, p: Atom, x: Atom, axis: int, block: int = 0) -> Atom:
     return b.reshape(p, shape=tuple(p.type.shape[0] if i == axis else 1 for i in range(r)))
 
 
+ROUNDING_CONSTANT = {"f32": 1.5 * 2.0**23, "f64": 1.5 * 2.0**52}  # 1.5 · 2^(the mantissa's bits)
+
+
+def round_to_saturate(b, v: Atom, dtype: str) -> Atom:
+    """v rounded half to even, for a result saturated to dtype's range afterwards. When that range fits in 16 bits
+    and v is f32 or f64: (v + M) - M with M = ROUNDING_CONSTANT, which rounds exactly as round_half_even for
+    |v| < M / 3 (the addition rounds to nearest even; onnxruntime's MLAS rounds with vcvtps2dq, the same) and
+    otherwise keeps v's sign and a magnitude past every 16-bit bound, so that the saturation gives the exact result:
+    two additions in the loop instead of round_half_even's floors and selects. Else round_half_even."""
+    lo, hi = INT_RANGES[dtype]
+    if v.type.dtype not in ROUNDING_CONSTANT or hi - lo > 65535:
+        return round_half_even(b, v)
+    m = Lit(ROUNDING_CONSTANT[v.type.dtype], Type(v.type.dtype))
+    return b.sub(b.add(v, m), m)
+
+
 def quantize_int(b, x: Atom, scale: Atom, zp: Atom | None, dtype: str, compute: str) -> Atom:
     """round(x / scale) + zero point, saturated to dtype's range, in `compute` (its compute dtype)."""
     lo, hi = INT_RANGES[dtype]
-    q = round_half_even(b, b.div(x, scale))
+    q = round_to_saturate(b, b.div(x, scale), dtype)
     if zp is not None:
         q = b.add(q, zp if zp.type.dtype == q.type.dtype else b.convert(zp, dtype=q.type.dtype))
     q = b.max(b.min(q, Lit(float(hi), Type(q.type.dtype))), Lit(float(lo), Type(q.type.dtype)))
     return b.convert(q, dtype=compute)
+
+
+def multiply_quantized(b, a: Atom, a_scale: Atom, a_zp: Atom | None, x: Atom, x_scale: Atom, x_zp: Atom | None,
+                       y_scale: Atom, y_zp: Atom | None, dtype: str, compute: str) -> Atom:
+    """The product of two 8-bit tensors as onnxruntime's QLinearMul computes it on x86 and arm64 (MLAS qlmul.cpp):
+    the exact int32 product (a - a_zp)·(x - x_zp), times the f32 ratio a_scale · x_scale / y_scale, plus y_zp, in
+    f32, rounded half to even and saturated to dtype. (The schema's definition, dequantize, multiply, quantize,
+    rounds differently now and then: one step.)"""
+    lo, hi = INT_RANGES[dtype]
+    ai, xi = integer_operand(b, a, a_zp), integer_operand(b, x, x_zp)
+    if _fewer(xi, ai):  # (the smaller operand first: then the larger one's loop joins the product's, see fuse's sink)
+        ai, xi = xi, ai
+    product = b.convert(b.mul(ai, xi), dtype="f32")
+    v = b.mul(product, b.div(b.mul(a_scale, x_scale), y_scale))
+    if y_zp is not None:
+        v = b.add(v, b.convert(y_zp, dtype="f32"))
+    q = round_to_saturate(b, v, dtype)
+    q = b.max(b.min(q, Lit(float(hi), Type("f32"))), Lit(float(lo), Type("f32")))
+    return b.convert(q, dtype=compute)
+
+
+def _fewer(a: Atom, x: Atom) -> bool:
+    """Whether a has (statically) fewer elements than x."""
+    na, nx = numel(a.type.shape), numel(x.type.shape)
+    return isinstance(na, int) and isinstance(nx, int) and na < nx
 
 
 def dequantize(b, x: Atom, scale: Atom, zp: Atom | None) -> Atom:

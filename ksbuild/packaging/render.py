@@ -106,11 +106,11 @@ def target_record(t: Target) -> dict:
 
 
 KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|conv_depthwise|"
-                               r"winograd_kernel|qconv|qconv_depthwise|qmatmul)<")
+                               r"winograd_kernel|qconv|qconv_depthwise|qmatmul|qlookup)<")
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 
 
-INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qpack_rows|qpack_columns)\b")
+INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qlookup|qpack_rows|qpack_columns)\b")
 """A call of the kernel layer's integer kernels (ks/qconv.h): the project then compiles them too (KS_KERNELS_INT8;
 a package of float kernels only does not carry their code)."""
 

@@ -8,6 +8,10 @@ qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias,
 qmatmul[x_zero, y_zero, lo, hi, out](a, b, bias, scale) -> y
     a [..., K] u8 or i8, b [K, N] i8 (zero point 0), bias i32 [N], scale f32 [1] or [N]; y [..., N] alike.
 
+qlookup(table, x) -> y
+    table [256] u8 or i8, x u8 or i8 of any shape; y of x's shape and table's type: y = table[the byte of x] (an int8
+    x's byte: x + 256 when negative). transforms/tabulate.py makes it of a float region from one 8-bit tensor to an
+    8-bit result, the table being that region computed on all 256 bytes (ks::qlookup).
 qpack[layout, groups](w) -> bytes
     w as the kernels read it (prelude/ks/qconv.h): layout "rows", a convolution's kernel [M, C/G, K...], each
     group's output channels in tiles of 8 rows of four consecutive depths; layout "columns", a product's b [K, N],
@@ -331,4 +335,40 @@ qpack = Prim(
     precompute=True,
     lowering=True,
     doc="int8 weights packed in the register tiles' layout (ks::qpack_rows, ks::qpack_columns)",
+)
+
+
+# ---- qlookup ----------------------------------------------------------------------------------------------------
+
+def _qlookup_rule(in_types):
+    table, x = in_types
+    if table.dtype not in ACTIVATIONS or table.shape != (256,) or x.dtype not in ACTIVATIONS:
+        raise KsbuildError(f"qlookup of {x} in {table}: expected a u8 or i8 table [256] and u8 or i8 bytes")
+    return (Type(table.dtype, x.shape),)
+
+
+def _qlookup_batch(b, ins, batched, size, **params):
+    if batched[0]:
+        raise KsbuildError("vmap of qlookup over its table is not supported (only over its bytes)")
+    return [b.qlookup(*ins)], [True]
+
+
+def _emit_qlookup(ctx, eqn: Eqn) -> None:
+    table, x = eqn.ins
+    (y,) = eqn.outs
+    st, sx = _dense(ctx, table, "table"), _dense(ctx, x, "bytes")
+    dst, out = _dense_target(ctx, y, "qlookup")
+    ctx.line(f"ks::qlookup<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({ctx.dim(numel(x.type.shape))}, {st.base}, "
+             f"{sx.base}, {out.base});")
+    _finish(ctx, y, out, dst)
+
+
+qlookup = Prim(
+    name="qlookup",
+    type_rule=_qlookup_rule,
+    eval=lambda table, x, env: (table[np.asarray(x).astype(np.uint8)],),
+    jvp=_no_derivative("qlookup"),
+    batch=_qlookup_batch,
+    emit=_emit_qlookup,
+    doc="an 8-bit tensor mapped through a 256-entry table (a unary region of an int8 model, tabulated)",
 )

@@ -24,6 +24,7 @@ from .per_row import per_row
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
+from .tabulate import tabulate
 from .unroll import unroll
 
 
@@ -47,6 +48,8 @@ PASSES = [
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
+    Pass("tabulate", lambda f, o: tabulate(f),
+         "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
     Pass("hoist", lambda f, o: simplify(hoist(f)),
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),

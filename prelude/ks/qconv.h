@@ -1349,13 +1349,50 @@ void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int
     qtile::depthwise_planes(s, images, x, w, y, scratch, q);
 }
 
+namespace qtile {
+
+#ifdef KS_QTILE_X86
+// qlookup with AVX-512 VBMI: 64 bytes at a time, each table half (128 entries) in two registers read by vpermi2b
+// with the byte's low 7 bits, the byte's top bit choosing the half.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void lookup_vbmi(int64_t n, const uint8_t* table,
+                                                                              const uint8_t* x, uint8_t* y) {
+    const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
+    const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+    for (int64_t i = 0; i < n; i += 64) {
+        const __mmask64 live = n - i >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - i)) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(live, x + i);
+        const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_mask_storeu_epi8(y + i, live, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high));
+    }
+}
+#endif
+
+}  // namespace qtile
+
+// y[i] = table[the byte of x[i]] for i < n: an 8-bit tensor through a 256-entry table (a unary region of an int8
+// model that ksbuild tabulated: transforms/tabulate.py).
+template <class TX, class TY>
+void qlookup(int64_t n, const TY* table, const TX* x, TY* y) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(x);
+#ifdef KS_QTILE_X86
+    if (qtile::best_level() >= 3) {
+        qtile::lookup_vbmi(n, reinterpret_cast<const uint8_t*>(table), bytes, reinterpret_cast<uint8_t*>(y));
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = table[bytes[i]];
+    }
+}
+
 // The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
 #define KS_QUANT_LAYER(PREFIX, TX, TY)                                                                            \
     PREFIX void qconv<TX, TY>(const conv_shape&, int64_t, const TX*, const uint8_t*, TY*, uint8_t*, const requant&); \
     PREFIX void qconv_depthwise<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*,         \
                                         const requant&);                                                           \
     PREFIX void qmatmul<TX, TY>(int64_t, int64_t, int64_t, const TX*, int64_t, const uint8_t*, TY*, uint8_t*,       \
-                                const requant&);
+                                const requant&);                                                           \
+    PREFIX void qlookup<TX, TY>(int64_t, const TY*, const TX*, TY*);
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks

@@ -1,7 +1,7 @@
 // Tests of the integer kernels (prelude/ks/qconv.h) against written-out loops (the oracle): ks::qconv over 1-d,
 // 2-d and 3-d shapes with strides, dilations, padding and groups, ks::qconv_depthwise with channel multipliers (and
 // over MobileNet-like layers: 3×3 to 7×7 kernels, images up to 130 wide),
-// ks::qmatmul from one row up; uint8 and int8 activations and outputs, one scale or one per channel, with and
+// ks::qmatmul from one row up; ks::qlookup; uint8 and int8 activations and outputs, one scale or one per channel, with and
 // without a bias, with bounds narrowed as a folded Relu narrows them. The reference rounds with nearbyintf
 // (half to even) after clamping in float, as onnxruntime's kernels do. Built three times: with the best tile
 // this CPU has (AVX-512 VNNI here), capped at AVX2 (KS_CPU_LEVEL_MAX=1) and at the portable loops (0).
@@ -205,6 +205,25 @@ void test_matmul(int64_t trial) {
     check("qmatmul", y, want, trial);
 }
 
+// ks::qlookup over lengths around the 64-byte vectors (and 0), every byte present: y[i] = table[byte of x[i]].
+template <class TX, class TY>
+void test_lookup(int64_t trial) {
+    const int64_t n = trial < 4 ? trial * 64 + (trial % 2) : draw(700);
+    const auto table = random_bytes<TY>(256);
+    auto x = random_bytes<TX>(n);
+    for (int64_t i = 0; i < n && i < 256; ++i) {
+        x[static_cast<size_t>(i)] = static_cast<TX>(static_cast<uint8_t>(i));
+    }
+    std::vector<TY> y(static_cast<size_t>(n) + 1, static_cast<TY>(99));
+    ks::qlookup<TX, TY>(n, table.data(), x.data(), y.data());
+    std::vector<int32_t> want;
+    for (const TX v : x) {
+        want.push_back(table[static_cast<uint8_t>(v)]);
+    }
+    want.push_back(99);  // (nothing written past the end)
+    check("qlookup", y, want, trial);
+}
+
 template <class TX, class TY>
 void test_types() {
     for (int64_t trial = 0; trial < 60; ++trial) {
@@ -212,6 +231,7 @@ void test_types() {
         test_conv<TX, TY>(trial, true);
         test_conv<TX, TY>(trial, true, true);
         test_matmul<TX, TY>(trial);
+        test_lookup<TX, TY>(trial);
     }
 }
 

@@ -4,8 +4,9 @@ QLinearLeakyRelu.
 
 QGemm is an integer product (prims/qlinear.py's qmatmul when its operands allow, else int32 IR); the others are
 what onnxruntime's contrib op schemas define: the inputs dequantized, the float operation, the result quantized.
-onnxruntime computes some of them its own way (QLinearAdd and QLinearMul with precomputed scale ratios, the
-unary ones through a 256-entry table built in float): results agree within one quantization step
+QLinearMul computes as onnxruntime's MLAS kernel does (an int32 product times one f32 scale ratio), so its results are
+onnxruntime's. onnxruntime computes others its own way (QLinearAdd with precomputed scale ratios, the unary ones
+through a 256-entry table built with its own logistic): results agree within one quantization step
 (docs/quantization.md).
 """
 from __future__ import annotations
@@ -90,11 +91,27 @@ def _qgemm_kernel(n: Node, a, bm):
     return Val(n.b.qmatmul(a, bm, k["bias"], k["scale"], **k["params"]), None, k["params"]["out"])
 
 
-@handler("QLinearAdd", "QLinearMul", domain=MS)
-def qlinear_binary(n: Node):
-    a, b = _dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)
-    y = n.b.add(a, b) if n.op == "QLinearAdd" else n.b.mul(a, b)
-    return [_quant(n, y, 6, 7)]
+@handler("QLinearAdd", domain=MS)
+def qlinear_add(n: Node):
+    return [_quant(n, n.b.add(_dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)), 6, 7)]
+
+
+@handler("QLinearMul", domain=MS)
+def qlinear_mul(n: Node):
+    """onnxruntime's arithmetic (ops/quant.py: multiply_quantized), so that the results are its own."""
+    scalars = [_scalar(n, i) for i in (1, 2, 4, 5, 6, 7)]
+    to = n.dtype(7) if n.has(7) else "u8"
+    if any(s is not None and s.type.dtype not in ("f32", "u8", "i8") for s in scalars):
+        return [_quant(n, n.b.mul(_dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)), 6, 7)]
+    a_s, a_z, x_s, x_z, y_s, y_z = scalars
+    return [Val(q.multiply_quantized(n.b, n.x(0), a_s, a_z, n.x(3), x_s, x_z, y_s, y_z, to, compute_dtype(to)),
+                None, to)]
+
+
+def _scalar(n: Node, i: int):
+    """The per-tensor scale or zero point at input i as a scalar (None when absent)."""
+    v = n.opt(i)
+    return n.b.reshape(v, shape=()) if v is not None and v.type.rank else v
 
 
 @handler("QLinearConcat", domain=MS)
