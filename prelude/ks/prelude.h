@@ -43,12 +43,16 @@
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
 // KS_UNROLL: the loop after it unrolled completely (a register tile's loops over its accumulators: an array of
 // vectors indexed by a loop counter GCC did not unroll lives in the stack frame instead of in registers).
+// KS_ROLLED: the loop after it not unrolled at all (code size first: a microcontroller's loops).
 #if defined(__clang__)
 #define KS_UNROLL _Pragma("unroll")
+#define KS_ROLLED _Pragma("nounroll")
 #elif defined(__GNUC__)
 #define KS_UNROLL _Pragma("GCC unroll 64")
+#define KS_ROLLED _Pragma("GCC unroll 1")
 #else
 #define KS_UNROLL
+#define KS_ROLLED
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
