@@ -898,31 +898,34 @@ using dot_index = std::conditional<(sizeof(void*) < 8), int32_t, int64_t>::type;
 // The epilogue over row i of a product's result (n values, cs apart): ks::epilogue's operator() for one row, without
 // its out-of-line ks::epilogue::apply_simple (0.9 KB of a Cortex-M4's flash at -O3).
 template <class T>
-inline void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
-    if (epi.run != nullptr && epi.swapped) {
-        epi.run(epi.self, epi.image, epi.first, i, out, cs, 0, n, 1);
-    } else if (epi.run != nullptr) {
-        epi.run(epi.self, epi.image, epi.first + i, 0, out, 0, cs, 1, n);
-    } else if (epi.self != nullptr) {
-        for (dot_index q = 0; q < dot_index(n); ++q) {
+__attribute__((noinline)) void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
+    const bool t = epi.swapped;  // (row i of the product is column i of the result the epilogue sees)
+    if (epi.run != nullptr) {
+        epi.run(epi.self, epi.image, epi.first + (t ? 0 : i), t ? i : 0, out, t ? cs : 0, t ? 0 : cs, t ? n : 1,
+                t ? 1 : n);
+    } else if (epi.self != nullptr) {  // (an affine epilogue: its bias by row, or by column when transposed)
+        const affine<T>& f = epi.simple();
+        const T* bias = f.bias != nullptr ? f.bias + epi.first + (t ? 0 : i) : nullptr;
+        const dot_index step = t ? 1 : 0;
+        KS_ROLLED for (dot_index q = 0; q < dot_index(n); ++q) {
             T& o = out[q * dot_index(cs)];
-            o = epi.simple().at(epi.first + (epi.swapped ? q : i), o);
+            o = f.apply(o, bias != nullptr ? bias[q * step] : T(0));
         }
     }
 }
 
-// The 4 results d0..d3 of row `out` (cs apart): the first `live`, added to what is there when accumulate.
+// The first `live` of the sums d at out (cs apart), added to what is there when accumulate: one rolled loop for every
+// panel width (unrolled, each width's stores were 0.2-0.5 KB of a Cortex-M4's flash at -O3).
 template <class T>
-inline void dot_store(T d0, T d1, T d2, T d3, T* out, dot_index cs, dot_index live, bool accumulate) {
-    const T d[4] = {d0, d1, d2, d3};
-    for (dot_index q = 0; q < 4 && q < live; ++q) {
+__attribute__((noinline, noclone)) void dot_store(const T* d, T* out, dot_index cs, dot_index live, bool accumulate) {
+    KS_ROLLED for (dot_index q = 0; q < live; ++q) {
         T& o = out[q * cs];
         o = accumulate ? o + d[q] : d[q];
     }
 }
 
-// Row x of a (k values, as apart) times one panel y of W columns (k rows of W), its W results at out (cs apart; of
-// a panel of 4, only the first `live`): W accumulators, in registers (the loops over them unrolled).
+// Row x of a (k values, as apart) times one panel y of W columns (k rows of W), the first `live` of its W results
+// at out (cs apart): W accumulators, in registers (the loops over them unrolled), then stored by dot_store.
 template <class T, int W>
 __attribute__((noinline)) void panel_dot(const T* x, dot_index as, const T* y, dot_index k, T* out, dot_index cs,
                                          dot_index live, bool accumulate) {
@@ -936,14 +939,7 @@ __attribute__((noinline)) void panel_dot(const T* x, dot_index as, const T* y, d
             d[q] += v * y[q];
         }
     }
-    if constexpr (W == 4) {
-        dot_store<T>(d[0], d[1], d[2], d[3], out, cs, live, accumulate);
-    } else {
-        KS_UNROLL for (int q = 0; q < W; ++q) {
-            T& o = out[q * cs];
-            o = accumulate ? o + d[q] : d[q];
-        }
-    }
+    dot_store<T>(d, out, cs, live < W ? live : W, accumulate);
 }
 
 // c (+)= a · b with b a constant stored for a target without a vector unit (layout_constants): panels of P columns
@@ -995,7 +991,8 @@ __attribute__((noinline)) void dot_rows(int64_t m, int64_t n, int64_t k, const m
                 d2 += v * *y2;
                 d3 += v * *y3;
             }
-            dot_store<T>(d0, d1, d2, d3, out + j * cs, cs, cols - j, accumulate);
+            const T d[4] = {d0, d1, d2, d3};
+            dot_store<T>(d, out + j * cs, cs, cols - j < 4 ? cols - j : 4, accumulate);
         }
         dot_epilogue<T>(epi, i, out, c.cs, n);
     }
