@@ -157,7 +157,7 @@ constexpr T running_min(T acc, T x) {
 
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
 template <class T>
-KS_ALWAYS_INLINE inline T logistic(T x) {
+KS_MATH inline T logistic(T x) {
     const T e = ks::exp(-ks::abs(x));
     const T r = static_cast<T>(1) / (static_cast<T>(1) + e);
     return x >= static_cast<T>(0) ? r : e * r;
@@ -311,7 +311,7 @@ inline T digamma(T x) {
 // ~1e-15). Floats: 2/√π x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
 // t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
 template <class T>
-KS_ALWAYS_INLINE inline T erf(T x) {
+KS_MATH inline T erf(T x) {
     const T a = ks::abs(x);
     if constexpr (sizeof(T) <= 4) {
         if (a < static_cast<T>(0.5)) {
@@ -352,7 +352,7 @@ KS_ALWAYS_INLINE inline T erf(T x) {
 // 2 - erfc(-x) for x <= -2. Floats are computed as doubles (an approximation of float precision alone
 // would lose erfc's tail).
 template <class T>
-KS_ALWAYS_INLINE inline T erfc(T x) {
+KS_MATH inline T erfc(T x) {
     if constexpr (sizeof(T) <= 4) {
         return static_cast<T>(ks::erfc(static_cast<double>(x)));
     } else {
