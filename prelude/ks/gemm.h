@@ -901,20 +901,18 @@ void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const ma
 using dot_index = std::conditional<(sizeof(void*) < 8), int32_t, int64_t>::type;
 
 // The epilogue over row i of a product's result (n values, cs apart): ks::epilogue's operator() for one row, without
-// its out-of-line ks::epilogue::apply_simple (0.9 KB of a Cortex-M4's flash at -O3).
+// its out-of-line ks::epilogue::apply_simple (0.9 KB of a Cortex-M4's flash at -O3). epi is not transposed (swapped:
+// only ks::tiled_gemm's column-major path makes one, which these kernels replace; the generated code never does).
 template <class T>
 KS_DOTS void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
-    const bool t = epi.swapped;  // (row i of the product is column i of the result the epilogue sees)
     if (epi.run != nullptr) {
-        epi.run(epi.self, epi.image, epi.first + (t ? 0 : i), t ? i : 0, out, t ? cs : 0, t ? 0 : cs, t ? n : 1,
-                t ? 1 : n);
-    } else if (epi.self != nullptr) {  // (an affine epilogue: its bias by row, or by column when transposed)
+        epi.run(epi.self, epi.image, epi.first + i, 0, out, 0, cs, 1, n);
+    } else if (epi.self != nullptr) {  // (an affine epilogue: the row's bias and bounds)
         const affine<T>& f = epi.simple();
-        const T* bias = f.bias != nullptr ? f.bias + epi.first + (t ? 0 : i) : nullptr;
-        const dot_index step = t ? 1 : 0;
+        const T b = f.bias != nullptr ? f.bias[epi.first + i] : T(0);
         KS_ROLLED for (dot_index q = 0; q < dot_index(n); ++q) {
             T& o = out[q * dot_index(cs)];
-            o = f.apply(o, bias != nullptr ? bias[q * step] : T(0));
+            o = f.apply(o, b);
         }
     }
 }
@@ -929,8 +927,31 @@ KS_DOTS void dot_store(const T* d, T* out, dot_index cs, dot_index live, bool ac
     }
 }
 
+// Row x of a (k values, as apart) times 4 columns of b from y (k values each, bs apart; the columns bc apart), the
+// first `live` of the 4 results at out (cs apart); a missing column (live < 4) is column 0 computed again and not
+// stored. Also the last columns of a constant's panels (a panel of 4: bs = 4, bc = 1).
+template <class T>
+KS_DOTS void dot4(const T* x, dot_index as, const T* y, dot_index bs, dot_index bc, dot_index k, T* out, dot_index cs,
+                  dot_index live, bool accumulate) {
+    const T* y0 = y;
+    const T* y1 = live > 1 ? y + bc : y;
+    const T* y2 = live > 2 ? y + 2 * bc : y;
+    const T* y3 = live > 3 ? y + 3 * bc : y;
+    T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (; k > 0; --k, x += as, y0 += bs, y1 += bs, y2 += bs, y3 += bs) {
+        const T v = *x;
+        d0 += v * *y0;
+        d1 += v * *y1;
+        d2 += v * *y2;
+        d3 += v * *y3;
+    }
+    const T d[4] = {d0, d1, d2, d3};
+    dot_store<T>(d, out, cs, live < 4 ? live : 4, accumulate);
+}
+
 // Row x of a (k values, as apart) times one panel y of W columns (k rows of W), the first `live` of its W results
 // at out (cs apart): W accumulators, in registers (the loops over them unrolled), then stored by dot_store.
+// (A panel of 16: for 4 columns, dot4.)
 template <class T, int W>
 KS_DOTS void panel_dot(const T* x, dot_index as, const T* y, dot_index k, T* out, dot_index cs,
                                          dot_index live, bool accumulate) {
@@ -954,7 +975,8 @@ KS_DOTS void panel_dot(const T* x, dot_index as, const T* y, dot_index k, T* out
 // c (+)= a · b with b a constant stored for a target without a vector unit (layout_constants): panels of P columns
 // (ks::panel_width: k rows of P), then the last n % P columns as panels of 4 = dot_block (k rows of 4, the last one
 // zero-padded), at most 3 columns of zeros where 16-column panels had up to 15. Per row of a, P dot products at
-// a time (a's element loaded once for them; 2.3 instructions per multiply-add on a Cortex-M4), then 4 at a time.
+// a time (a's element loaded once for them; 2.3 instructions per multiply-add on a Cortex-M4), then 4 at a time
+// (dot4, which ks::tiled_gemm's dot_rows uses too).
 template <class T>
 KS_DOTS void panel_dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const T* b,
                                           const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
@@ -970,38 +992,23 @@ KS_DOTS void panel_dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& 
             panel_dot<T, P>(x, as, y, depth, out + j * cs, cs, P, accumulate);
         }
         for (dot_index j = wide; j < cols; j += 4, y += depth * 4) {
-            panel_dot<T, 4>(x, as, y, depth, out + j * cs, cs, cols - j, accumulate);
+            dot4<T>(x, as, y, 4, 1, depth, out + j * cs, cs, cols - j, accumulate);
         }
         dot_epilogue<T>(epi, i, out, c.cs, n);
     }
 }
 
-// c (+)= a · b, any strides (ks::tiled_gemm on a microcontroller): 4 columns of b at a time; a last block of fewer
-// columns computes column j again in the missing ones and does not store them (no second loop).
+// c (+)= a · b, any strides (ks::tiled_gemm on a microcontroller): 4 columns of b at a time (dot4).
 template <class T>
-KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a,
-                                        const matrix<const T>& b, const matrix<T>& c, bool accumulate,
-                                        const epilogue<T>& epi) {
+KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
+                      const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
     const dot_index as = dot_index(a.cs), bs = dot_index(b.rs), bc = dot_index(b.cs), cs = dot_index(c.cs);
     const dot_index cols = dot_index(n);
     for (dot_index i = 0; i < dot_index(m); ++i) {
         T* out = c.data + i * dot_index(c.rs);
+        const T* x = a.data + i * dot_index(a.rs);
         for (dot_index j = 0; j < cols; j += 4) {
-            const T* y0 = b.data + j * bc;
-            const T* y1 = j + 1 < cols ? y0 + bc : y0;
-            const T* y2 = j + 2 < cols ? y0 + 2 * bc : y0;
-            const T* y3 = j + 3 < cols ? y0 + 3 * bc : y0;
-            const T* x = a.data + i * dot_index(a.rs);
-            T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-            for (dot_index p = dot_index(k); p > 0; --p, x += as, y0 += bs, y1 += bs, y2 += bs, y3 += bs) {
-                const T v = *x;
-                d0 += v * *y0;
-                d1 += v * *y1;
-                d2 += v * *y2;
-                d3 += v * *y3;
-            }
-            const T d[4] = {d0, d1, d2, d3};
-            dot_store<T>(d, out + j * cs, cs, cols - j < 4 ? cols - j : 4, accumulate);
+            dot4<T>(x, as, b.data + j * bc, bs, bc, dot_index(k), out + j * cs, cs, cols - j, accumulate);
         }
         dot_epilogue<T>(epi, i, out, c.cs, n);
     }
