@@ -306,19 +306,20 @@ def test_without_a_vector_unit_the_last_columns_are_panels_of_four():
     from ksbuild.transforms.pipeline import lower
     assert not TARGETS["cortex-m4"].vectors and TARGETS["host"].vectors
     rng = np.random.default_rng(6)
-    for n in (10, 4, 37, 32):
-        w = rng.standard_normal((9, n)).astype(np.float32)
+    for dtype, n, width in (("f32", 10, 16), ("f32", 4, 16), ("f32", 37, 16), ("f32", 32, 16), ("f64", 37, 8)):
+        w = rng.standard_normal((9, n)).astype(dtype.replace("f", "float"))
         panels = to_panels(w, vectors=False)
         assert panels.shape == (-(-n // 4), 9, 4) and np.array_equal(from_panels(panels, n), w)
-        assert np.array_equal(panels.ravel()[:n // 16 * 16 * 9], to_panels(w[:, :n // 16 * 16]).ravel())
+        wide = n // width * width  # (the whole panels of 64 bytes first, as with a vector unit)
+        assert np.array_equal(panels.ravel()[:wide * 9], to_panels(w[:, :wide]).ravel())
         b = Builder()
-        x = Var(Type("f32", (1, 9)), "x")
+        x = Var(Type(dtype, (1, 9)), "x")
         f = b.func("linear", [x], [b.einsum(x, b.constant(value=Dense.of(w)), spec="ij,jk->ik")])
         g = lower(f, Options(backend="plain", vectors=False), after="layout_constants")
         verify(g)
         assert [e.outs[0].type.shape for e in g.eqns] == [(-(-n // 4), 9, 4), (1, n)]
         assert g.eqns[1].params["impl"] == "panels"
-        args = [rng.standard_normal((1, 9)).astype(np.float32)]
+        args = [rng.standard_normal((1, 9)).astype(w.dtype)]
         np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ w, rtol=1e-5)
 
 
