@@ -148,14 +148,17 @@ def _vmap(f: Func, in_axes) -> Func:
     return vf
 
 
-def build_exports(m: Manifest, after: str | None = None) -> list[Export]:
+def build_exports(m: Manifest, after: str | None = None, target: str | None = None) -> list[Export]:
     """Compile every kernel the exports use, apply each export's transformations, then the pass
-    pipeline (up to and including pass `after`, if given)."""
+    pipeline (up to and including pass `after`, if given) for `target` (by default [build] target)."""
     from .deep import deeply
-    return deeply(_build_exports, m, after)
+    return deeply(_build_exports, m, after, target)
 
 
-def _build_exports(m: Manifest, after: str | None) -> list[Export]:
+def _build_exports(m: Manifest, after: str | None, target: str | None) -> list[Export]:
+    from .compile.targets import get_target
+    options = Options(backend=m.build.backend, threads=m.build.threads,
+                      vectors=get_target(target or m.build.target).vectors)
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():
@@ -163,7 +166,7 @@ def _build_exports(m: Manifest, after: str | None) -> list[Export]:
             if name not in kernels:
                 kernels[name] = compile_kernel(m, m.kernels[name])
         f = apply_transform(spec.expr, kernels, spec.loc)
-        lowered = lower(f.renamed(spec.name), Options(backend=m.build.backend, threads=m.build.threads), after)
+        lowered = lower(f.renamed(spec.name), options, after)
         kernel = _kernel_names(spec.expr)[0]
         out.append(Export(spec.name, lowered, spec, m.kernels[kernel], kernels[kernel].notes,
                           input_defaults(f, kernels[kernel])))

@@ -170,3 +170,25 @@ def test_a_block_of_tiles_is_small_and_called_on_a_cortex_m4(tmp_path):
     # (3200: the epilogue's call of an affine epilogue over what the block stored, ks::epilogue::apply_simple,
     # added 100-300 B per block, 2026-11-28)
     assert all(int(b[1], 16) < 3200 for b in blocks), [(b[3][:80], int(b[1], 16)) for b in blocks]
+
+
+def test_products_on_a_cortex_m4_are_dot_products(tmp_path):
+    """Without a vector unit ks::packed_gemm and ks::tiled_gemm are dot products (ks::tiles::panel_dots, dot_rows), not
+    register tiles: the 1 x 16 tile's block (2.4 KB at -O3), packed_gemm around it (1.6 KB) and tiled_gemm's packing
+    and in_place (5.7 KB) were most of a small network's code on a Cortex-M4 (benchmarks/README.md, Cortex-M4).
+    Compiled as the kernel layer is at -O3: both entry points only forward, and all their code is under 2.4 KB."""
+    m4 = TARGETS["cortex-m4"]
+    need(m4)
+    obj = tmp_path / "kernels.o"
+    subprocess.run([m4.cxx, "-std=c++17", *m4.flags, "-O3", "-ffunction-sections", "-fno-exceptions", "-fno-rtti",
+                    "-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-DNDEBUG", "-I", str(ROOT / "prelude"), "-c",
+                    str(ROOT / "prelude/ks/kernels.cpp"), "-o", str(obj)], check=True)
+    listing = subprocess.run(["arm-none-eabi-nm", "-S", "-C", str(obj)], capture_output=True, text=True,
+                             check=True).stdout
+    sizes = {line.split(" ", 3)[3]: int(line.split(" ", 3)[1], 16) for line in listing.splitlines()
+             if line.count(" ") >= 3 and "<float" in line}
+    entries = {name: size for name, size in sizes.items() if "::packed_gemm<float>(" in name or
+               "::tiled_gemm<float>(" in name}
+    assert len(entries) == 2 and all(size < 160 for size in entries.values()), entries
+    dots = {name: size for name, size in sizes.items() if "tiles::panel_dot" in name or "tiles::dot_" in name}
+    assert any("panel_dots<float>" in name for name in dots) and sum(dots.values()) < 2400, dots

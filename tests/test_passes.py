@@ -293,6 +293,36 @@ def test_constants_a_plain_gemm_reads_are_stored_as_panels():
         np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ w, rtol=1e-5)
 
 
+def test_without_a_vector_unit_the_last_columns_are_panels_of_four():
+    """A target without a vector unit (Target.vectors false: a Cortex-M) stores a product's constant b as panels of
+    16 columns and its last n % 16 columns as panels of 4 (ks::tiles::panel_dots), at most 3 zero-padded columns
+    instead of 15; the product (and its interpreter oracle) reads it from there."""
+    from ksbuild.compile.targets import TARGETS
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.dense import Dense
+    from ksbuild.ir.types import Type
+    from ksbuild.prims.lowering import from_panels, to_panels
+    from ksbuild.transforms.pipeline import lower
+    assert not TARGETS["cortex-m4"].vectors and TARGETS["host"].vectors
+    rng = np.random.default_rng(6)
+    for dtype, n, width in (("f32", 10, 16), ("f32", 4, 16), ("f32", 37, 16), ("f32", 32, 16), ("f64", 37, 8)):
+        w = rng.standard_normal((9, n)).astype(dtype.replace("f", "float"))
+        panels = to_panels(w, vectors=False)
+        assert panels.shape == (-(-n // 4), 9, 4) and np.array_equal(from_panels(panels, n), w)
+        wide = n // width * width  # (the whole panels of 64 bytes first, as with a vector unit)
+        assert np.array_equal(panels.ravel()[:wide * 9], to_panels(w[:, :wide]).ravel())
+        b = Builder()
+        x = Var(Type(dtype, (1, 9)), "x")
+        f = b.func("linear", [x], [b.einsum(x, b.constant(value=Dense.of(w)), spec="ij,jk->ik")])
+        g = lower(f, Options(backend="plain", vectors=False), after="layout_constants")
+        verify(g)
+        assert [e.outs[0].type.shape for e in g.eqns] == [(-(-n // 4), 9, 4), (1, n)]
+        assert g.eqns[1].params["impl"] == "panels"
+        args = [rng.standard_normal((1, 9)).astype(w.dtype)]
+        np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ w, rtol=1e-5)
+
+
 ONE_SIDE_KERNEL = 'def mm(x: "float[n, 6]", w: "float[6, 5]") -> "float[n, 5]":\n    return x @ w\n'
 ONE_SIDE_MANIFEST = """[package]
 name = "one_side"

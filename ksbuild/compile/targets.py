@@ -36,6 +36,7 @@ class Target:
     sysroot: str = ""                   # the target's libc (qemu -L); Debian/Ubuntu cross-package layout
     blas: bool = False                  # a BLAS library is known for it (Backend.needs_target_blas)
     apt: tuple[str, ...] = ()           # Debian packages that provide the toolchain (and emulator)
+    vectors: bool = True                # a vector unit for float (False: one lane; products as dot products)
 
     @property
     def cross(self) -> bool:
@@ -64,7 +65,7 @@ class Target:
         return [self.emulator, "-L", self.sysroot] if self.sysroot else [self.emulator]
 
 
-_CORTEX_M = ("arm-none-eabi", "Generic", "arm")
+_CORTEX_M = ("arm-none-eabi", "Generic", "arm")  # (and vectors=False: no Helium on these cores)
 _NOSYS = ("--specs=nosys.specs",)
 _ARM_APT = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-eabi-newlib")
 
@@ -81,12 +82,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            apt=("g++-riscv64-linux-gnu", "qemu-user")),
     Target("cortex-m4", "Arm Cortex-M4 with FPv4-SP, hard float, bare metal (newlib)", *_CORTEX_M,
            flags=("-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"), link_flags=_NOSYS,
-           apt=_ARM_APT),
+           apt=_ARM_APT, vectors=False),
     Target("cortex-m7", "Arm Cortex-M7 with FPv5 (double precision), hard float, bare metal (newlib)", *_CORTEX_M,
            flags=("-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"), link_flags=_NOSYS,
-           apt=_ARM_APT),
+           apt=_ARM_APT, vectors=False),
     Target("cortex-m0plus", "Arm Cortex-M0+, no FPU (soft float), bare metal (newlib)", *_CORTEX_M,
-           flags=("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"), link_flags=_NOSYS, apt=_ARM_APT),
+           flags=("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"), link_flags=_NOSYS,
+           apt=_ARM_APT, vectors=False),
 )}
 
 

@@ -153,7 +153,7 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
     t = resolve_target(m, target)
     m = for_here(m, t) if here else m
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
-    exports = build_exports(m)
+    exports = build_exports(m, target=t.name)
     check_replaceable(out, m.name, "project")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ksbuild-render-", dir=out.parent))

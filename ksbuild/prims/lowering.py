@@ -13,8 +13,8 @@ contract[spec, impl, acc, threads?, epilogue?](acc?, a, b, *extra) -> out
     the same around ks::tiled_gemm (backend plain: ks/gemm.h, portable register tiles), "panels" one
     ks::packed_gemm call whose b, a [k, n] matrix (spec letters in that order, n = param cols), is a
     constant stored as panels: [ceil(n / P), k, P] with P = 64 bytes of columns, zero-padded
-    (transforms/layout_constants.py). With acc, the first operand is an accumulator the product is added
-    to (out = acc + a·b).
+    (transforms/layout_constants.py; without a vector unit, the last n % P columns as panels of DOT_PANEL:
+    to_panels). With acc, the first operand is an accumulator the product is added to (out = acc + a·b).
 convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     a conv as one prelude call (prims/convolve.py).
 Both contract and convolve may carry an `epilogue` (transforms/fuse_epilogue.py): a body of elementwise
@@ -93,10 +93,25 @@ def panel_width(dtype: str) -> int:
     return 64 // np.dtype(numpy_dtype(dtype)).itemsize
 
 
-def to_panels(b: np.ndarray) -> np.ndarray:
-    """A [k, n] matrix as panels [ceil(n / P), k, P], the last one zero-padded (ks::panels)."""
+DOT_PANEL = 4  # columns of the last panels without a vector unit (ks::tiles::dot_block, ks::tiles::panel_dots)
+
+
+def to_panels(b: np.ndarray, vectors: bool = True) -> np.ndarray:
+    """A [k, n] matrix as panels [ceil(n / P), k, P], the last one zero-padded (ks::panels). For a target without a
+    vector unit (ks::tiles::panel_dots) the same P-column panels for all but the last n % P columns, which follow as
+    panels of DOT_PANEL columns (the last one zero-padded), all stored as [ceil(n / DOT_PANEL), k, DOT_PANEL]."""
     k, n = b.shape
     p = panel_width(dtype_of(b))
+    if vectors:
+        return _panels(b, p)
+    wide = n - n % p
+    flat = np.concatenate([_panels(b[:, :wide], p).ravel(), _panels(b[:, wide:], DOT_PANEL).ravel()])
+    return flat.reshape(-1, k, DOT_PANEL)
+
+
+def _panels(b: np.ndarray, p: int) -> np.ndarray:
+    """[k, n] as [ceil(n / p), k, p], the last panel zero-padded."""
+    k, n = b.shape
     j = -(-n // p)
     padded = np.zeros((k, j * p), dtype=b.dtype)
     padded[:, :n] = b
@@ -106,12 +121,19 @@ def to_panels(b: np.ndarray) -> np.ndarray:
 def from_panels(panels: np.ndarray, n: int) -> np.ndarray:
     """The [k, n] matrix that `to_panels` stored."""
     j, k, p = panels.shape
-    return panels.transpose(1, 0, 2).reshape(k, j * p)[:, :n]
+    width = panel_width(dtype_of(panels))
+    if p == width:
+        return panels.transpose(1, 0, 2).reshape(k, j * p)[:, :n]
+    wide = n - n % width
+    head = panels.ravel()[:wide * k].reshape(wide // width, k, width)
+    tail = panels.ravel()[wide * k:].reshape(j - wide // p, k, p)
+    return np.concatenate([from_panels(head, wide), tail.transpose(1, 0, 2).reshape(k, tail.size // max(k, 1))
+                           [:, :n - wide]], axis=1)
 
 
 def _logical_b(t: Type, cols) -> Type:
     """The [k, n] type of a panel-stored operand."""
-    if t.rank != 3 or not isinstance(cols, int) or t.shape[2] != panel_width(t.dtype) or \
+    if t.rank != 3 or not isinstance(cols, int) or t.shape[2] not in (panel_width(t.dtype), DOT_PANEL) or \
             t.shape[0] != -(-cols // t.shape[2]):
         raise KsbuildError(f"internal: {t} is not a panel-stored matrix of {cols} columns")
     return Type(t.dtype, (t.shape[1], cols))

@@ -12,6 +12,9 @@ panels, the layout ks/gemm.h's register tiles read (impl "panels", a ks::packed_
 packed when the product runs, and a vector times a matrix reads the weights in one stream. The kernel of a
 Winograd convolution (a `winograd_kernel` of a constant) is transformed here too, once (prims/convolve.py), and
 int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py).
+On a target without a vector unit (`vectors` false: a microcontroller) the panels are 4 columns wide
+(lowering.DOT_PANEL), which ks::packed_gemm reads there as 4 dot products at a time (ks::tiles::panel_dots):
+at most 3 zero-padded columns instead of 15.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ from .dce import dce
 from .rewrite import bind_like, rewrite
 
 
-def layout_constants(f: Func) -> Func:
-    """f with the constants that its gemms read transposed stored transposed (see the module doc)."""
+def layout_constants(f: Func, vectors: bool = True) -> Func:
+    """f with the constants that its gemms read stored as their kernels read them (see the module doc)."""
     uses = collections.Counter(a for eqn in f.eqns for a in eqn.ins if isinstance(a, Var))
     uses.update(r for r in f.results if isinstance(r, Var))
     single = {e.outs[0]: e.params["value"].array() for e in f.eqns
@@ -46,7 +49,7 @@ def layout_constants(f: Func) -> Func:
     def rule(b, eqn, ins):
         nonlocal changed
         if eqn.prim.name == "loop":
-            body = _loop_body_with_constants(eqn, folded)
+            body = _loop_body_with_constants(eqn, folded, vectors)
             if body is None:
                 return None
             changed = True
@@ -75,7 +78,7 @@ def layout_constants(f: Func) -> Func:
             new_ins[-2] = b.constant(value=a_new)
             a = m + k
         if panel_b is not None:
-            new_ins[-1] = b.constant(value=Dense.of(to_panels(panel_b)))
+            new_ins[-1] = b.constant(value=Dense.of(to_panels(panel_b, vectors)))
             bl = k + n
             params.update(impl="panels", cols=int(panel_b.shape[1]))
         elif b_new is not None:
@@ -106,7 +109,7 @@ def _constant_views(f: Func, kernels: dict) -> dict:
     return values
 
 
-def _loop_body_with_constants(eqn, kernels: dict) -> Func | None:
+def _loop_body_with_constants(eqn, kernels: dict, vectors: bool) -> Func | None:
     """The body of a loop with the constants it receives as loop constants (an RNN's recurrent weights) defined
     inside it, laid out by layout_constants like top-level ones (panels: a vector times the weights each step
     reads them in one stream instead of as dot products); None when that changes nothing. The loop keeps
@@ -123,7 +126,7 @@ def _loop_body_with_constants(eqn, kernels: dict) -> Func | None:
         if c in kernels:
             args[1 + j] = b.constant(value=kernels[c])
     sunk = b.func(body.name, params, inline(b, body, args))
-    laid = layout_constants(sunk)
+    laid = layout_constants(sunk, vectors)
     return laid if laid is not sunk else None
 
 

@@ -34,6 +34,7 @@ class Options:
 
     backend: str = "plain"  # a name in compile/backends.py's BACKENDS
     threads: int = 0  # > 1: the parallelize pass marks batch loops for OpenMP
+    vectors: bool = True  # the target has a vector unit (Target.vectors); without, panels are 4 columns wide
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ PASSES = [
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
-    Pass("layout_constants", lambda f, o: layout_constants(f),
-         "constants a gemm reads transposed are stored transposed when the package is compiled"),
+    Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),
+         "constants a gemm reads are stored in the order its kernel reads when the package is compiled"),
     Pass("per_row", lambda f, o: per_row(f, o.threads),
          "a chain of convolutions and pooling that treats each image alone runs image by image"),
     Pass("accumulate", lambda f, o: accumulate(f), "products added to an accumulator are accumulated into it"),

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "prelude.h"
 
@@ -216,16 +217,24 @@ constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 // Arm core: no data cache to fetch into), where the arithmetic only added code and two 64-bit divisions per tile.
 // There a block of tiles is also called, not inlined (KS_BLOCK): one copy of the tile for all the products and
 // convolutions that use it (inlined into packed_gemm, in_place and packed_group: 2.3-5.6 KB each at -O3).
+// Its products are dot products, not tiles (dot_products: see tiles::panel_dots).
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 constexpr bool prefetch_ahead = false;
+constexpr bool dot_products = true;
 #if defined(__GNUC__) && !defined(__clang__)
 #define KS_BLOCK __attribute__((noinline, noclone))  // (GCC cloned it per caller's constants: two copies again)
+// The dot products' functions (tiles::panel_dots): out of line, and at -O3 without a second copy of each loop for a
+// stride of 1 (-fversion-loops-for-strides: no gain without vectors; panel_dot<float, 16> 544 -> 388 B).
+#define KS_DOTS __attribute__((noinline, noclone, optimize("no-version-loops-for-strides")))
 #else
 #define KS_BLOCK __attribute__((noinline))
+#define KS_DOTS __attribute__((noinline))
 #endif
 #else
 constexpr bool prefetch_ahead = true;
+constexpr bool dot_products = false;
 #define KS_BLOCK inline
+#define KS_DOTS __attribute__((noinline))
 #endif
 
 // a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
@@ -884,6 +893,127 @@ void strided(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const ma
     epi(0, 0, c.data, c.rs, c.cs, m, n);
 }
 
+// On a microcontroller (dot_products: one lane, no cache) a product is dot products along k: per row of a, a panel
+// of b's columns at a time, a's element loaded once for all of them, each column a chain of multiply-adds of its own
+// in a register (tiles::panel_dots: a constant b; tiles::dot_rows: any b). The register tiles' blocks, the packing
+// and the partial tiles' stores cost about 5 KB of a Cortex-M4's flash for a small network, and 16-column panels up
+// to 15 zero-padded columns. Indices in 32 bits on a 32-bit target (no 64-bit multiplies).
+using dot_index = std::conditional<(sizeof(void*) < 8), int32_t, int64_t>::type;
+
+// The epilogue over row i of a product's result (n values, cs apart): ks::epilogue's operator() for one row, without
+// its out-of-line ks::epilogue::apply_simple (0.9 KB of a Cortex-M4's flash at -O3). epi is not transposed (swapped:
+// only ks::tiled_gemm's column-major path makes one, which these kernels replace; the generated code never does).
+template <class T>
+KS_DOTS void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
+    if (epi.run != nullptr) {
+        epi.run(epi.self, epi.image, epi.first + i, 0, out, 0, cs, 1, n);
+    } else if (epi.self != nullptr) {  // (an affine epilogue: the row's bias and bounds)
+        const affine<T>& f = epi.simple();
+        const T b = f.bias != nullptr ? f.bias[epi.first + i] : T(0);
+        KS_ROLLED for (dot_index q = 0; q < dot_index(n); ++q) {
+            T& o = out[q * dot_index(cs)];
+            o = f.apply(o, b);
+        }
+    }
+}
+
+// The first `live` of the sums d at out (cs apart), added to what is there when accumulate: one rolled loop for every
+// panel width (unrolled, each width's stores were 0.2-0.5 KB of a Cortex-M4's flash at -O3).
+template <class T>
+KS_DOTS void dot_store(const T* d, T* out, dot_index cs, dot_index live, bool accumulate) {
+    KS_ROLLED for (dot_index q = 0; q < live; ++q) {
+        T& o = out[q * cs];
+        o = accumulate ? o + d[q] : d[q];
+    }
+}
+
+// Row x of a (k values, as apart) times 4 columns of b from y (k values each, bs apart; the columns bc apart), the
+// first `live` of the 4 results at out (cs apart); a missing column (live < 4) is column 0 computed again and not
+// stored. Also the last columns of a constant's panels (a panel of 4: bs = 4, bc = 1).
+template <class T>
+KS_DOTS void dot4(const T* x, dot_index as, const T* y, dot_index bs, dot_index bc, dot_index k, T* out, dot_index cs,
+                  dot_index live, bool accumulate) {
+    const T* y0 = y;
+    const T* y1 = live > 1 ? y + bc : y;
+    const T* y2 = live > 2 ? y + 2 * bc : y;
+    const T* y3 = live > 3 ? y + 3 * bc : y;
+    T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (; k > 0; --k, x += as, y0 += bs, y1 += bs, y2 += bs, y3 += bs) {
+        const T v = *x;
+        d0 += v * *y0;
+        d1 += v * *y1;
+        d2 += v * *y2;
+        d3 += v * *y3;
+    }
+    const T d[4] = {d0, d1, d2, d3};
+    dot_store<T>(d, out, cs, live < 4 ? live : 4, accumulate);
+}
+
+// Row x of a (k values, as apart) times one panel y of W columns (k rows of W), the first `live` of its W results
+// at out (cs apart): W accumulators, in registers (the loops over them unrolled), then stored by dot_store.
+// (A panel of 16: for 4 columns, dot4.)
+template <class T, int W>
+KS_DOTS void panel_dot(const T* x, dot_index as, const T* y, dot_index k, T* out, dot_index cs,
+                                         dot_index live, bool accumulate) {
+    T d[W];
+    KS_UNROLL for (int q = 0; q < W; ++q) {
+        d[q] = T(0);
+    }
+    for (; k > 0; --k, x += as, y += W) {
+        const T v = *x;
+        KS_UNROLL for (int q = 0; q < W; ++q) {
+            d[q] += v * y[q];
+        }
+    }
+    T sums[W];  // (d's address never taken: it stays in registers; 0.2 KB less code at -O3)
+    KS_UNROLL for (int q = 0; q < W; ++q) {
+        sums[q] = d[q];
+    }
+    dot_store<T>(sums, out, cs, live < W ? live : W, accumulate);
+}
+
+// c (+)= a · b with b a constant stored for a target without a vector unit (layout_constants): panels of P columns
+// (ks::panel_width: k rows of P), then the last n % P columns as panels of 4 = dot_block (k rows of 4, the last one
+// zero-padded), at most 3 columns of zeros where 16-column panels had up to 15. Per row of a, P dot products at
+// a time (a's element loaded once for them; 2.3 instructions per multiply-add on a Cortex-M4), then 4 at a time
+// (dot4, which ks::tiled_gemm's dot_rows uses too).
+template <class T>
+KS_DOTS void panel_dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const T* b,
+                                          const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    static_assert(dot_block == 4, "the last columns are panels of 4");
+    const dot_index as = dot_index(a.cs), cs = dot_index(c.cs), depth = dot_index(k), cols = dot_index(n);
+    const dot_index wide = cols - cols % P;
+    for (dot_index i = 0; i < dot_index(m); ++i) {
+        T* out = c.data + i * dot_index(c.rs);
+        const T* x = a.data + i * dot_index(a.rs);
+        const T* y = b;
+        for (dot_index j = 0; j < wide; j += P, y += depth * P) {
+            panel_dot<T, P>(x, as, y, depth, out + j * cs, cs, P, accumulate);
+        }
+        for (dot_index j = wide; j < cols; j += 4, y += depth * 4) {
+            dot4<T>(x, as, y, 4, 1, depth, out + j * cs, cs, cols - j, accumulate);
+        }
+        dot_epilogue<T>(epi, i, out, c.cs, n);
+    }
+}
+
+// c (+)= a · b, any strides (ks::tiled_gemm on a microcontroller): 4 columns of b at a time (dot4).
+template <class T>
+KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matrix<const T>& b,
+                      const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
+    const dot_index as = dot_index(a.cs), bs = dot_index(b.rs), bc = dot_index(b.cs), cs = dot_index(c.cs);
+    const dot_index cols = dot_index(n);
+    for (dot_index i = 0; i < dot_index(m); ++i) {
+        T* out = c.data + i * dot_index(c.rs);
+        const T* x = a.data + i * dot_index(a.rs);
+        for (dot_index j = 0; j < cols; j += 4) {
+            dot4<T>(x, as, b.data + j * bc, bs, bc, dot_index(k), out + j * cs, cs, cols - j, accumulate);
+        }
+        dot_epilogue<T>(epi, i, out, c.cs, n);
+    }
+}
+
 // c = epi(c or 0) everywhere: the product of an empty sum.
 template <class T>
 void empty_sum(int64_t m, int64_t n, const matrix<T>& c, bool accumulate, const epilogue<T>& epi) {
@@ -946,6 +1076,10 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
     }
     a.data = tiles::opaque(a.data);
     b.data = tiles::opaque(b.data);
+    if constexpr (tiles::dot_products) {  // (a microcontroller: tiles::dot_rows)
+        tiles::dot_rows<T>(m, n, k, a, b, c, accumulate, epi);
+        return;
+    }
     if (c.cs != 1 && c.rs == 1) {  // a column-major result: compute cᵀ = bᵀ · aᵀ instead
         tiles::rows<T>(n, m, k, b.transposed(), a.transposed(), c.transposed(), accumulate, scratch,
                        epi.transposed());
@@ -966,6 +1100,10 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
     }
     a.data = tiles::opaque(a.data);
     b.data = tiles::opaque(b.data);
+    if constexpr (tiles::dot_products) {  // (a microcontroller: tiles::panel_dots)
+        tiles::panel_dots<T>(m, n, k, a, b.data, c, accumulate, epi);
+        return;
+    }
     if (k <= 0 || c.cs != 1) {
         if (k <= 0) {
             tiles::empty_sum<T>(m, n, c, accumulate, epi);

@@ -43,12 +43,16 @@
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
 // KS_UNROLL: the loop after it unrolled completely (a register tile's loops over its accumulators: an array of
 // vectors indexed by a loop counter GCC did not unroll lives in the stack frame instead of in registers).
+// KS_ROLLED: the loop after it not unrolled at all (code size first: a microcontroller's loops).
 #if defined(__clang__)
 #define KS_UNROLL _Pragma("unroll")
+#define KS_ROLLED _Pragma("nounroll")
 #elif defined(__GNUC__)
 #define KS_UNROLL _Pragma("GCC unroll 64")
+#define KS_ROLLED _Pragma("GCC unroll 1")
 #else
 #define KS_UNROLL
+#define KS_ROLLED
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -153,7 +157,7 @@ constexpr T running_min(T acc, T x) {
 
 // 1 / (1 + exp(-x)) computed from e = exp(-|x|), so exp never overflows for large |x|.
 template <class T>
-KS_ALWAYS_INLINE inline T logistic(T x) {
+KS_MATH inline T logistic(T x) {
     const T e = ks::exp(-ks::abs(x));
     const T r = static_cast<T>(1) / (static_cast<T>(1) + e);
     return x >= static_cast<T>(0) ? r : e * r;
@@ -307,7 +311,7 @@ inline T digamma(T x) {
 // ~1e-15). Floats: 2/√π x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
 // t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
 template <class T>
-KS_ALWAYS_INLINE inline T erf(T x) {
+KS_MATH inline T erf(T x) {
     const T a = ks::abs(x);
     if constexpr (sizeof(T) <= 4) {
         if (a < static_cast<T>(0.5)) {
@@ -348,7 +352,7 @@ KS_ALWAYS_INLINE inline T erf(T x) {
 // 2 - erfc(-x) for x <= -2. Floats are computed as doubles (an approximation of float precision alone
 // would lose erfc's tail).
 template <class T>
-KS_ALWAYS_INLINE inline T erfc(T x) {
+KS_MATH inline T erfc(T x) {
     if constexpr (sizeof(T) <= 4) {
         return static_cast<T>(ks::erfc(static_cast<double>(x)));
     } else {

@@ -30,6 +30,14 @@
 #else
 #define KS_ALWAYS_INLINE
 #endif
+// KS_MATH, the functions themselves (exp, log, tanh, logistic, erf): inlined so, except on a microcontroller (an
+// M-profile core: no vector unit, no loop to vectorize), where each is one function the package calls: inlined,
+// the LSTM's five gates made five copies of exp (about 0.1 KB each on a Cortex-M4).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && (defined(__GNUC__) || defined(__clang__))
+#define KS_MATH __attribute__((noinline))
+#else
+#define KS_MATH KS_ALWAYS_INLINE
+#endif
 
 namespace ks {
 inline namespace KS_PACKAGE {
@@ -76,7 +84,7 @@ KS_ALWAYS_INLINE inline float pow2f(uint32_t k) {
 // c = r - r² P(r²), the remez polynomial of fdlibm e_exp.c (Sun Microsystems). 2^k is applied
 // as 2^(k/2) 2^(k - k/2), so results near the range ends (k up to ±1077) neither overflow nor
 // flush early.
-KS_ALWAYS_INLINE inline double exp(double x) {
+KS_MATH inline double exp(double x) {
     const double shifter = 6755399441055744.0;  // 1.5 * 2^52
     x = x < -746.0 ? -746.0 : (x > 710.0 ? 710.0 : x);  // NaN passes through
     const double t = x * 1.4426950408889634 + shifter;  // log2(e) x, rounded in the low bits
@@ -97,7 +105,7 @@ KS_ALWAYS_INLINE inline double exp(double x) {
 
 // e^x in float: the same reduction with the float split of ln2 and the polynomial of
 // Cephes expf.c.
-KS_ALWAYS_INLINE inline float exp(float x) {
+KS_MATH inline float exp(float x) {
     const float shifter = 12582912.0f;  // 1.5 * 2^23
     x = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
     const float t = x * 1.44269504088896341f + shifter;
@@ -115,7 +123,7 @@ KS_ALWAYS_INLINE inline float exp(float x) {
 // first); with f = m - 1 and s = f / (2 + f), log(1 + f) = f - (f²/2 - s (f²/2 + R(s²))) where R
 // is the minimax polynomial of fdlibm e_log.c (Sun Microsystems), and e ln2 is added in two
 // parts. The exponent becomes a double through the 2^52 bit trick (no int64 conversion).
-KS_ALWAYS_INLINE inline double log(double x) {
+KS_MATH inline double log(double x) {
     const bool tiny = x < 2.2250738585072014e-308;
     const double xs = tiny ? x * 18014398509481984.0 : x;  // 2^54
     const uint64_t b = detail::double_bits(xs);
@@ -139,7 +147,7 @@ KS_ALWAYS_INLINE inline double log(double x) {
 }
 
 // log x in float: the same reduction with fdlibm e_logf.c's coefficients.
-KS_ALWAYS_INLINE inline float log(float x) {
+KS_MATH inline float log(float x) {
     const bool tiny = x < 1.17549435e-38f;
     const float xs = tiny ? x * 33554432.0f : x;  // 2^25
     const uint32_t b = detail::float_bits(xs);
@@ -163,7 +171,7 @@ KS_ALWAYS_INLINE inline float log(float x) {
 // tanh x, odd: for |x| < 0.625 the rational (double) or polynomial (float) approximations of Cephes
 // tanh.c / tanhf.c (Stephen L. Moshier), x + x³ R(x²); above, 1 - 2 / (e^(2|x|) + 1) from ks::exp, which
 // loses nothing there (the result is above 0.55) and saturates to 1 when e^(2|x|) overflows. NaN gives NaN.
-KS_ALWAYS_INLINE inline double tanh(double x) {
+KS_MATH inline double tanh(double x) {
     const double a = x < 0 ? -x : x;
     const double big = 1.0 - 2.0 / (ks::exp(2.0 * a) + 1.0);
     const double z = x * x;
@@ -173,7 +181,7 @@ KS_ALWAYS_INLINE inline double tanh(double x) {
     return a > 0.625 ? (x < 0 ? -big : big) : (a == 0.0 ? x : small);  // (tanh(-0) = -0)
 }
 
-KS_ALWAYS_INLINE inline float tanh(float x) {
+KS_MATH inline float tanh(float x) {
     const float a = x < 0 ? -x : x;
     const float big = 1.0f - 2.0f / (ks::exp(2.0f * a) + 1.0f);
     const float z = x * x;
