@@ -10,6 +10,10 @@ recursively through the operands that are in turn read only there. The equations
 positions instead of x.shape[axis]; those that made x are left dead (dce removes them). Indices are clamped
 into range by every gather, and every operand taken has x's length along its axis, so the values are the same.
 
+A call that is not kept as a function of its own (keeps_call: one with tensors, which the C++ writes in place as
+a block anyway) is opened when a gather alone reads one of its results: the callee's body replaces it, and the
+gather moves into that body as into any other work.
+
 A gather that reads more positions than x has (len(idx) >= x.shape[axis]: repeated indices) would compute
 more; it stays. When the sizes are symbolic the choice is made when the function runs: a `cond` computes the
 narrowed work when len(idx) < x.shape[axis] and the original work otherwise.
@@ -20,11 +24,11 @@ a later gather throws away. GradBench's hand tracking poses all 10 000 vertices 
 """
 from __future__ import annotations
 
-from ..ir.builder import Builder
+from ..ir.builder import Builder, inline
 from ..ir.core import Atom, Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type, numel
 from ..prims.base import PRIMS, broadcast_along, resized
-from ..prims.control import fresh_copy
+from ..prims.control import fresh_copy, keeps_call
 from .dce import dce
 from .rewrite import use_counts
 
@@ -49,6 +53,7 @@ def along_rule(eqn: Eqn, axis: int, n):
 def _early(f: Func, memo: dict) -> Func:
     if id(f) in memo:
         return memo[id(f)][1]
+    f0, f = f, _open_gathered_calls(f)
     made = {v: e for e in f.eqns for v in e.outs}
     order = {id(e): i for i, e in enumerate(f.eqns)}
     reads = use_counts(f)
@@ -63,13 +68,39 @@ def _early(f: Func, memo: dict) -> Func:
         else:
             original = sorted((q for q, _ in region.values()), key=lambda q: order[id(q)])
             out += _guarded(e, _narrowed(e, region), original)
-    if len(out) == len(f.eqns) and all(a is b for a, b in zip(out, f.eqns)):
+    if f is f0 and len(out) == len(f.eqns) and all(a is b for a, b in zip(out, f.eqns)):
         memo[id(f)] = (f, f)
         return f
     g = dce(Func(f.name, f.params, tuple(out), f.results, f.result_names))
     g = Func(g.name, g.params, g.eqns, g.results, f.result_names, f.plan, f.notes, f.defaults)
-    memo[id(f)] = (f, g)  # (f kept alive with its id)
+    memo[id(f0)] = (f0, g)  # (f0 kept alive with its id)
     return g
+
+
+def _open_gathered_calls(f: Func) -> Func:
+    """f with each call that is not kept as a function (keeps_call: one with tensors, which the C++ writes as a
+    block in place anyway) replaced by its callee's body where a gather alone reads one of its results, so that
+    the gather can move into that body."""
+    reads = use_counts(f)
+    made = {v: e for e in f.eqns for v in e.outs}
+    opened = {id(made[g.ins[0]]) for g in f.eqns if g.prim is PRIMS["gather"] and isinstance(g.ins[0], Var)
+              and reads.get(g.ins[0]) == 1 and g.ins[0] in made and _opens(made[g.ins[0]])}
+    if not opened:
+        return f
+    b = Builder()
+    env: dict[Var, Atom] = {}
+    for e in f.eqns:
+        ins = [env.get(a, a) if isinstance(a, Var) else a for a in e.ins]
+        if id(e) in opened:
+            env.update(zip(e.outs, inline(b, fresh_copy(e.params["fn"]), ins)))
+        else:
+            b.eqns.append(Eqn(e.prim, tuple(ins), e.outs, e.params, e.loc))
+    res = tuple(env.get(r, r) if isinstance(r, Var) else r for r in f.results)
+    return Func(f.name, f.params, tuple(b.eqns), res, f.result_names, f.plan, f.notes, f.defaults)
+
+
+def _opens(e: Eqn) -> bool:
+    return e.prim is PRIMS["call"] and not keeps_call(e.params["fn"])
 
 
 def _inside(e: Eqn, memo: dict) -> Eqn:
