@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ..ir.builder import Builder, inline
 from ..ir.core import Atom, Eqn, Func, Lit, Var, freeze
-from ..ir.types import Type, numel
+from ..ir.types import Type, dim_sub, numel
 from ..prims.base import PRIMS, broadcast_along, resized
 from ..prims.control import fresh_copy, keeps_call
 from .dce import dce
@@ -143,10 +143,10 @@ def _sizes(g: Eqn) -> tuple:
 
 
 def _fewer(count, rows) -> bool | None:
-    """Whether count positions are fewer than rows; None when that depends on symbolic sizes."""
-    if isinstance(count, int) and isinstance(rows, int):
-        return count < rows
-    return None
+    """Whether count positions are fewer than rows; None when that depends on the symbolic sizes (n against n
+    is known: a permutation x[perm] reads as many positions as there are)."""
+    difference = dim_sub(count, rows)
+    return difference < 0 if isinstance(difference, int) else None
 
 
 def _guarded(g: Eqn, narrowed: list[Eqn], original: list[Eqn]) -> list[Eqn]:
