@@ -515,8 +515,24 @@ def _einsum_select(b, eqn, ins, backend, threads):
     spec = eqn.params["spec"]
     impl = "loops"
     if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
-        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 else "loops"
+        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 and not _tiny_product(eqn) else "loops"
     return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
+
+
+TINY_PRODUCT = 64  # multiply-adds: at most a 4 × 4 by 4 × 4 product costs less than a register-tile call
+
+
+def _tiny_product(eqn) -> bool:
+    """Whether each matrix product of the einsum (per batch index) is at most TINY_PRODUCT multiply-adds, of
+    literal sizes: a loop nest computes it in fewer cycles than a ks::tiled_gemm call that packs its operands
+    into panels (the bone chains of GradBench's ht: 26 directions × 22 bones of 4 × 4 products). A backend that
+    takes products (blas, aten) still gets them all."""
+    from .lowering import gemm_axes
+    a, b, _ = parse_spec(eqn.params["spec"])
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    sizes = dict(zip(a, eqn.ins[0].type.shape)) | dict(zip(b, eqn.ins[1].type.shape))
+    dims = [sizes[m], sizes[n], sizes[k]]
+    return all(isinstance(d, int) for d in dims) and dims[0] * dims[1] * dims[2] <= TINY_PRODUCT
 
 
 def _einsum_along(eqn, axis: int, n):
