@@ -14,9 +14,10 @@ A call that is not kept as a function of its own (keeps_call: one with tensors, 
 a block anyway) is opened when a gather alone reads one of its results: the callee's body replaces it, and the
 gather moves into that body as into any other work.
 
-A gather that reads more positions than x has (len(idx) >= x.shape[axis]: repeated indices) would compute
-more; it stays. When the sizes are symbolic the choice is made when the function runs: a `cond` computes the
-narrowed work when len(idx) < x.shape[axis] and the original work otherwise.
+A gather that reads as many positions as x has or more (len(idx) >= x.shape[axis], also n of n: a
+permutation) would compute as much or more; it stays, as does one of views only (no work to save). When the
+sizes are symbolic the choice is made when the function runs: a `cond` computes the narrowed work when
+len(idx) < x.shape[axis] and the original work otherwise (both are in the code).
 
 Why: a derivative (jacfwd, jvp) pushes tangents through everything its primal computed, also through the rows
 a later gather throws away. GradBench's hand tracking poses all 10 000 vertices of a hand, then reads the
