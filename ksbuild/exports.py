@@ -11,7 +11,7 @@ from .manifest import JACOBIANS, ExportSpec, KernelSpec, Manifest, TExpr, locate
 from .transforms.jacobian import JACOBIAN_FUNCS
 from .transforms.jvp import jvp_func
 from .transforms.pipeline import Options, lower
-from .transforms.vjp import bwd_func, fwd_func, grad_func, vjp_func
+from .transforms.vjp import bwd_func, diff_mask, fwd_func, grad_func, vjp_func
 from .transforms.vmap import fresh_dim, vmap_func
 
 
@@ -102,7 +102,7 @@ def apply_transform(e: TExpr, kernels: dict[str, Func], loc: Location) -> Func:
         if e.kind == "vmap":
             return _vmap(f, e.in_axes)
         if e.kind == "jvp":
-            jf = jvp_func(f)
+            jf = jvp_func(f, diff_mask(f, e.argnums))  # (tangents for the argnums only: the others are zero)
             if e.primals:
                 return jf
             return Func(jf.name, jf.params, jf.eqns, jf.results[len(f.results):],

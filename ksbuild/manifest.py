@@ -83,7 +83,7 @@ class TExpr:
     name: str = ""
     arg: "TExpr | None" = None
     in_axes: tuple[int | None, ...] | None = None
-    argnums: tuple[int, ...] | None = None  # vjp/grad/jac*: differentiate only these arguments
+    argnums: tuple[int, ...] | None = None  # jvp/vjp/grad/jac*: differentiate only these arguments
     primals: bool = False  # jvp(f, primals=True): f's results before the tangents
 
 
@@ -458,13 +458,14 @@ def _transform(node: ast.Call, kind: str, src: _Src, kernels: tuple[str, ...]) -
         raise src.error(node, f"wrong number of arguments: {kind} takes exactly one function, got {len(node.args)}")
     in_axes = argnums = None
     primals = False
-    allowed = "in_axes" if kind == "vmap" else "primals" if kind == "jvp" else "argnums"
+    allowed = ("in_axes",) if kind == "vmap" else ("primals", "argnums") if kind == "jvp" else ("argnums",)
     for kw in node.keywords:
-        if kw.arg != allowed:
-            raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes only {allowed}")
+        if kw.arg not in allowed:
+            raise src.error(kw, f"unexpected keyword argument '{kw.arg}' to {kind}; {kind} takes only "
+                                f"{' or '.join(allowed)}")
         if kind == "vmap":
             in_axes = _in_axes(kw.value, src)
-        elif kind == "jvp":
+        elif kw.arg == "primals":
             primals = _flag(kw, src)
         else:
             argnums = _argnums(kw.value, src)

@@ -28,7 +28,8 @@ SMALL = {
     "ba": [ref.ba_input(3, 5, 17), ref.ba_input(2, 11, 31)],
     "ht": [ref.ht_synthetic(7, 30, 20, complicated=True), ref.ht_synthetic(6, 25, 10, complicated=False, mirrored=True),
            ref.ht_synthetic(5, 12, 9, complicated=True, mirrored=True, seed=3),
-           ref.ht_synthetic(5, 20, 9, complicated=True) | {"theta": [0.0] * 3 + [0.3] * 23}],   # rotation 0
+           ref.ht_synthetic(5, 20, 9, complicated=True) | {"theta": [0.0] * 3 + [0.3] * 23},   # rotation 0
+           ref.ht_synthetic(14, 9, 6, complicated=False, seed=5)],   # c > V: the Jacobian skins every vertex
     "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]

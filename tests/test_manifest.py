@@ -243,6 +243,7 @@ def test_signature_error_caret_points_into_the_string():
     ("vmap(vmap(g, in_axes=(None, 0)))", TExpr("vmap", arg=TExpr("vmap", arg=kernel("g"), in_axes=(None, 0)))),
     ("grad(jvp(vjp(relu3)))", TExpr("grad", arg=TExpr("jvp", arg=TExpr("vjp", arg=kernel("relu3"))))),
     ("jvp(grad(relu3), primals=True)", TExpr("jvp", arg=TExpr("grad", arg=kernel("relu3")), primals=True)),
+    ("jvp(relu3, argnums=0, primals=True)", TExpr("jvp", arg=kernel("relu3"), argnums=(0,), primals=True)),
 ])
 def test_parse_transform(text, expr):
     assert parse_transform(text, LOC, ["relu3", "g"]) == expr
@@ -255,7 +256,7 @@ def test_parse_transform(text, expr):
     ("vmap(relu3, in_axes=(None, None))", "bad in_axes"),
     ("vmap(relu3, in_axes=[0])", "bad in_axes entry"),
     ("vjp(relu3, in_axes=(0,))", "unexpected keyword argument 'in_axes' to vjp"),
-    ("jvp(relu3, argnums=0)", "unexpected keyword argument 'argnums' to jvp; jvp takes only primals"),
+    ("jvp(relu3, in_axes=0)", "unexpected keyword argument 'in_axes' to jvp; jvp takes only primals or argnums"),
     ("jvp(relu3, primals=1)", "bad primals '1': True or False"),
     ("vmap()", "wrong number of arguments"),
     ("", "syntax error"),
@@ -356,3 +357,23 @@ def test_jvp_with_primals_returns_both(tmp_path):
     grad, hv = pkg.hvp(x, v)
     np.testing.assert_allclose(grad, np.cos(x) * x + np.sin(x), rtol=1e-12)
     np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * v, rtol=1e-12)
+
+
+def test_jvp_with_argnums_takes_tangents_of_those_only(tmp_path):
+    """jvp(f, argnums=1) takes a tangent for argument 1 only (the others' are zero, and no work is spent on
+    them), as vjp(f, argnums=...) gives cotangents of those only."""
+    import numpy as np
+    from conftest import build_kernel_file
+
+    kernels = ('import torch\n\ndef f(x: "float[n]", y: "float[n]") -> float:\n'
+               '    return torch.sum(torch.sin(x) * y * y)\n')
+    manifest = ('[package]\nname = "jvp_argnums"\n[build]\ndtype = "float64"\n[kernels.f]\npython = "k.py:f"\n'
+                '[exports]\ndy = "jvp(f, argnums=1)"\nboth = "jvp(grad(f, argnums=1), argnums=(1,), primals=True)"\n')
+    pkg, _ = build_kernel_file(tmp_path, kernels, manifest, "jvp_argnums_kernels")
+    x, y, v = np.linspace(-1.0, 2.0, 5), np.linspace(0.5, 1.5, 5), np.linspace(0.5, -0.5, 5)
+    assert pkg.dy(x, y, v) == pytest.approx(np.sum(np.sin(x) * 2 * y * v))
+    grad, hv = pkg.both(x, y, v)
+    np.testing.assert_allclose(grad, 2 * np.sin(x) * y, rtol=1e-12)
+    np.testing.assert_allclose(hv, 2 * np.sin(x) * v, rtol=1e-12)
+    with pytest.raises(TypeError):
+        pkg.dy(x, y, v, v)

@@ -358,6 +358,23 @@ def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
         assert "ks::tiled_gemm<double>(n, 5, 6" in body and "for (int64_t i = 0; i < " in body, export
 
 
+def test_a_tiny_product_is_a_loop_nest(tmp_path):
+    """A product of literal sizes of at most 64 multiply-adds per batch index (4 × 4 by 4 × 4: ht's bone chains)
+    is a loop nest, not a product kernel's call; a larger one, or one of symbolic sizes, is a call."""
+    from ksbuild.transforms.select_backend import select_backend
+    src = tmp_path / "k.py"
+    src.write_text('import torch\n\ndef tiny(a: "float[26, 4, 4]", b: "float[26, 4, 4]") -> "float[26, 4, 4]":\n'
+                   '    return a @ b\n\n\ndef small(a: "float[26, 4, 5]", b: "float[26, 5, 4]") -> "float[26, 4, 4]":\n'
+                   '    return a @ b\n\n\ndef open_(a: "float[n, 4]", b: "float[4, 4]") -> "float[n, 4]":\n'
+                   '    return a @ b\n')
+    for name, impl in (("tiny", "loops"), ("small", "tiles"), ("open_", "tiles")):
+        f = compile_python_kernel(src, name, "f64")
+        g = select_backend(f)
+        assert _contracts(g) == [impl + " " + next(e.params["spec"] for e in f.eqns if e.prim.name == "einsum")]
+        args = [np.random.default_rng(1).normal(size=[5 if d == "n" else d for d in p.type.shape]) for p in f.params]
+        np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-13)
+
+
 PROJECTION = """
 import torch
 

@@ -18,6 +18,10 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   on row i of the operands marked in `sliced` (the others are read whole): the params of the same equation
   on one row ([1, ...] instead of [n, ...]); None otherwise. The per_row pass runs chains of such equations
   one row at a time. Elementwise prims need no rule: their operands with n rows are sliced.
+- along(eqn, axis, n) -> (params, axes) | None   when position i along the output's `axis` depends only on
+  position i along axes[k] of each operand k (None: operand k is read whole there): the params of the same
+  equation with that axis n long instead. The gather_early pass takes the rows a gather reads from such
+  equations' operands instead of their results. Elementwise prims need no rule (broadcast_along).
 - fusible(eqn) -> bool    a prim that is not elementwise but may join a loop nest over its output's
   shape all the same (a gather from a 1-D table: one element read at the current index's position)
 - inplace(eqn) -> int | None   the operand the equation may update in place (its output takes that storage)
@@ -81,6 +85,7 @@ class Prim:
     expand: Optional[Callable] = None
     fusible: Optional[Callable] = None
     rows: Optional[Callable] = None
+    along: Optional[Callable] = None
     accumulates: bool = False
     elementwise: bool = False
     doc: str = ""
@@ -140,3 +145,37 @@ def broadcast_rows(eqn, n, shape_param: str | None = None):
     if shape_param is not None:
         params[shape_param] = (1,) + tuple(params[shape_param][1:])
     return params, tuple(a.type.rank == rank and leads(a, n) for a in eqn.ins)
+
+
+# ---- along rules (see `along` above) --------------------------------------------------------------
+
+def resized(shape, axis: int, n) -> tuple:
+    """shape with its axis `axis` n long."""
+    return tuple(shape[:axis]) + (n,) + tuple(shape[axis + 1:])
+
+
+def broadcast_along(eqn, axis: int, n, shape_param: str | None = None):
+    """The along rule of an elementwise (numpy-broadcasting) prim: an operand whose axis aligned with the output's
+    (from the right) is as long is taken along it; one of lower rank or with a single element there is read
+    whole. None for a one-element axis (there is nothing to take)."""
+    out = eqn.outs[0].type
+    size = out.shape[axis]
+    if size == 1:
+        return None
+    axes = []
+    for a in eqn.ins:
+        k = axis - (out.rank - a.type.rank)
+        axes.append(k if k >= 0 and a.type.shape[k] == size else None)
+    params = dict(eqn.params)
+    if shape_param is not None:
+        params[shape_param] = resized(params[shape_param], axis, n)
+    return params, tuple(axes)
+
+
+def first_along(eqn, axis: int, n, in_axis: int | None = None, shape_param: str | None = None):
+    """The along rule of a prim whose output's `axis` is its first operand's axis `in_axis` (by default the same
+    axis), any other operand read whole; `shape_param` names a param holding the output shape."""
+    params = dict(eqn.params)
+    if shape_param is not None:
+        params[shape_param] = resized(params[shape_param], axis, n)
+    return params, (axis if in_axis is None else in_axis,) + (None,) * (len(eqn.ins) - 1)

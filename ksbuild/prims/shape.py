@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape
-from .base import Prim, broadcast_rows, first_rows
+from .base import Prim, broadcast_along, broadcast_rows, first_along, first_rows
 from .common import move_batch_rank, unbroadcast
 
 
@@ -44,6 +44,7 @@ broadcast_to = Prim(
     batch=_broadcast_batch,
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.broadcast(eqn.params["shape"])),
     rows=lambda eqn, n: broadcast_rows(eqn, n, "shape"),
+    along=lambda eqn, axis, n: broadcast_along(eqn, axis, n, "shape"),
     simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="numpy broadcasting to a larger shape",
 )
@@ -51,6 +52,15 @@ broadcast_to = Prim(
 
 def _reshape_rule(in_types, shape):
     return (Type(in_types[0].dtype, tuple(shape)),)
+
+
+def _reshape_along(eqn, axis: int, n):
+    """A reshape that keeps the axes up to `axis` as they are (it splits or merges later ones only) keeps the
+    output's positions along `axis` at the operand's."""
+    keep = axis + 1
+    if tuple(eqn.ins[0].type.shape[:keep]) != tuple(eqn.outs[0].type.shape[:keep]):
+        return None
+    return first_along(eqn, axis, n, shape_param="shape")
 
 
 reshape = Prim(
@@ -68,6 +78,7 @@ reshape = Prim(
                                                 [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.reshape(eqn.params["shape"])),
     rows=lambda eqn, n: first_rows(eqn, n, "shape"),
+    along=lambda eqn, axis, n: _reshape_along(eqn, axis, n),
     simplify=lambda ins, out, shape: _splat(ins[0], out),
     doc="same elements (row-major), new shape",
 )
@@ -100,6 +111,9 @@ reduce_sum = Prim(
     emit=lambda ctx, eqn: ctx.reduce(eqn, "sum"),
     reduction="sum",
     rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
+    # output axis k is the k-th axis not summed
+    along=lambda eqn, axis, n: first_along(eqn, axis, n, in_axis=[
+        i for i in range(eqn.ins[0].type.rank) if i not in eqn.params["axes"]][axis]),
     doc="sum over the given axes",
 )
 
@@ -133,6 +147,7 @@ transpose = Prim(
                                                [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.permute(eqn.params["perm"])),
     rows=lambda eqn, n: first_rows(eqn, n) if eqn.params["perm"][0] == 0 else None,
+    along=lambda eqn, axis, n: first_along(eqn, axis, n, in_axis=eqn.params["perm"][axis]),
     simplify=lambda ins, out, perm: _splat(ins[0], out),
     doc="permute axes",
 )

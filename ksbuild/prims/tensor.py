@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
-from .base import PRIMS, Prim, first_rows
+from .base import PRIMS, Prim, first_along, first_rows
 from .common import zeros
 
 
@@ -86,6 +86,8 @@ index = Prim(
     batch=_index_batch,
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.take(eqn.params["axis"], ctx.clamped_index(eqn)),
                                    n_ins=2),
+    # the output's axes are x's without `axis`
+    along=lambda eqn, axis, n: first_along(eqn, axis, n, in_axis=axis if axis < eqn.params["axis"] else axis + 1),
     doc="x[i] along an axis; the index is clamped into range",
 )
 
@@ -273,6 +275,7 @@ slice_ = Prim(
         [b.slice(p[0], axis=axis, start=start, stop=stop)],
         [b.slice(t[0], axis=axis, start=start, stop=stop) if t[0] is not None else None]),
     transpose=_slice_transpose,
+    along=lambda eqn, axis, n: first_along(eqn, axis, n) if axis != eqn.params["axis"] else None,
     batch=lambda b, ins, batched, size, axis, start, stop: (
         [b.slice(ins[0], axis=axis + 1, start=start, stop=stop)], [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.narrow(eqn.params["axis"], eqn.params["start"],
@@ -327,6 +330,7 @@ pad = Prim(
     jvp=lambda b, p, t, axis, lo, hi: ([b.pad(p[0], axis=axis, lo=lo, hi=hi)],
                                        [b.pad(t[0], axis=axis, lo=lo, hi=hi) if t[0] is not None else None]),
     transpose=_pad_transpose,
+    along=lambda eqn, axis, n: first_along(eqn, axis, n) if axis != eqn.params["axis"] else None,
     batch=lambda b, ins, batched, size, axis, lo, hi: ([b.pad(ins[0], axis=axis + 1, lo=lo, hi=hi)], [True]),
     emit=_pad_emit,
     doc="zeros before (lo) and after (hi) along an axis",
@@ -511,8 +515,33 @@ def _einsum_select(b, eqn, ins, backend, threads):
     spec = eqn.params["spec"]
     impl = "loops"
     if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
-        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 else "loops"
+        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 and not _tiny_product(eqn) else "loops"
     return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
+
+
+TINY_PRODUCT = 64  # multiply-adds: at most a 4 × 4 by 4 × 4 product costs less than a register-tile call
+
+
+def _tiny_product(eqn) -> bool:
+    """Whether each matrix product of the einsum (per batch index) is at most TINY_PRODUCT multiply-adds, of
+    literal sizes: a loop nest computes it in fewer cycles than a ks::tiled_gemm call that packs its operands
+    into panels (the bone chains of GradBench's ht: 26 directions × 22 bones of 4 × 4 products). A backend that
+    takes products (blas, aten) still gets them all."""
+    from .lowering import gemm_axes
+    a, b, _ = parse_spec(eqn.params["spec"])
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    sizes = dict(zip(a, eqn.ins[0].type.shape)) | dict(zip(b, eqn.ins[1].type.shape))
+    dims = [sizes[m], sizes[n], sizes[k]]
+    return all(isinstance(d, int) for d in dims) and dims[0] * dims[1] * dims[2] <= TINY_PRODUCT
+
+
+def _einsum_along(eqn, axis: int, n):
+    """Each operand holding the output's letter at `axis` (once) is taken along that letter's axis."""
+    a, b, out = parse_spec(eqn.params["spec"])
+    letter = out[axis]
+    if a.count(letter) > 1 or b.count(letter) > 1:
+        return None
+    return dict(eqn.params), tuple(s.index(letter) if letter in s else None for s in (a, b))
 
 
 einsum = Prim(
@@ -524,6 +553,7 @@ einsum = Prim(
     batch=_einsum_batch,
     emit=_einsum_emit,
     select_backend=_einsum_select,
+    along=_einsum_along,
     doc="a two-operand contraction: matmul 'ij,jk->ik', dot 'i,i->', outer 'i,j->ij', batched forms",
 )
 
