@@ -512,8 +512,9 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
                 const int64_t q = (od * s.out[1] + oh) * s.out[2] + ow;
                 const tiles::table_rows<T> b{plane + oh * row_step + ow, offsets + k0, narrow ? row_step : P,
                                              static_cast<int>(narrow ? s.out[2] : P)};
-                tiles::block<T, PACKED>(mg, kc, a, b, static_cast<int>(narrow ? rows : (cols + P - 1) / P), y + q, n,
-                                        cols, k0 > 0, k0 + kc >= depth, q, epi);
+                tiles::block<T, PACKED, tiles::row_block, true>(mg, kc, a, b,
+                                                                static_cast<int>(narrow ? rows : (cols + P - 1) / P),
+                                                                y + q, n, cols, k0 > 0, k0 + kc >= depth, q, epi);
             }
         }
     }
@@ -531,9 +532,10 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
             pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs);
-            tiles::block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0), tiles::panel_rows<T>{panels, P, kc * P},
-                                  static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
-                                  epi);
+            tiles::block<T, PACKED, tiles::row_block, true>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
+                                                            tiles::panel_rows<T>{panels, P, kc * P},
+                                                            static_cast<int>((cols + P - 1) / P), y + j0, n, cols,
+                                                            k0 > 0, k0 + kc >= depth, j0, epi);
         }
     }
 }

@@ -290,6 +290,16 @@ inline T* opaque(T* p) {
     return p;
 }
 
+// x, as if computed here (no instruction is emitted): the arithmetic on it stays after this point, in the loop
+// around it, not hoisted out of that loop (a volatile asm does not move). A register tile's row addresses are
+// computed from its c and a this way, so that a block of tiles does not keep each row's address, of each tile
+// shape it inlines, in its frame across its loops (tiles::block's frames on AVX-512: 0.7-1 KB of them).
+template <class V>
+inline V fresh(V x) {
+    __asm__ volatile("" : "+r"(x));
+    return x;
+}
+
 // x, as if it were read (no instruction is emitted): a tile's rows computed only to keep b's vectors in registers.
 template <class V>
 inline void sink(const V& x) {
@@ -471,7 +481,8 @@ struct table_rows {
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
-template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
+// FIN: the tile applies an affine epilogue fin (its rows from r0 on) when fin is not null; without, no code for it.
+template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
                                      int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
                                      int64_t r0 = 0) {
@@ -481,6 +492,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
     // A tile of few accumulators (a vector times one panel) keeps KU sets of them, for KU consecutive values
     // of k, so that the adds do not all wait on one another; they are summed at the end.
     constexpr int KU = MR * NP * W >= 8 ? 1 : 8 / (MR * NP * W);
+    a = fresh(a);
+    a_rs = fresh(a_rs);
     V acc[KU][MR][NP * W];
     KS_UNROLL for (int h = 0; h < KU; ++h) {
         KS_UNROLL for (int r = 0; r < MR; ++r) {
@@ -527,6 +540,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             sink(acc[0][r][q]);
         }
     }
+    c = fresh(c);  // (the rows' addresses computed here, per tile: fresh)
+    c_rs = fresh(c_rs);
     const int width = b.width();
     // (Both stores unrolled: the accumulators stay in registers, and the frame small: KS_UNROLL.)
     if (width == P && cols == NP * P) {  // a whole tile: the accumulators stored as they are
@@ -537,7 +552,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
                 }
-                if (affine_in_tiles && fin != nullptr) {
+                if (FIN && fin != nullptr) {
                     x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
                 }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
@@ -566,7 +581,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c);
             }
         }
-        if (affine_in_tiles && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
+        if (FIN && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
             finish_rows<T>(*fin, r0, c, c_rs, LIVE, cols);
         }
     }
@@ -599,13 +614,13 @@ struct tile_epilogue {
 
 // One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro); then, with `after`,
 // the epilogue over it (its rows r0... and columns c0... of the block).
-template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows>
+template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, true, LIVE, FIN>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     } else {
-        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, false, LIVE, FIN>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -672,13 +687,17 @@ constexpr bool splits(int64_t rows) {
 // the epilogue: MobileNetV2 10-13% slower), except when c's rows are a multiple of 4 KB apart, so that they
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
-template <class T, bool PACKED = false, int MR = row_block, class Rows>
+// AFFINE: an affine epilogue (ks::affine_epilogue) is applied by the whole tiles to their accumulators, and by
+// finish_rows to the rows left below them (rest_rows' tiles of fewer rows store as they are: the affine in each
+// of them was a third of the kernel layer's text); only the convolutions' blocks, the one place the generated code
+// passes one (prims/convolve.py), take it: in the others the epilogue's own call applies it, as any epilogue.
+template <class T, bool PACKED = false, int MR = row_block, bool AFFINE = false, class Rows>
 KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const affine<T> regs = last && affine_in_tiles ? epi.in_registers(i0) : affine<T>{};
+    const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_registers(i0) : affine<T>{};
     const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
     const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j, regs ? &regs : nullptr};
     int64_t whole = m - m % MR;
@@ -692,14 +711,14 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
             if (np == NP) {
-                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after, i, u * P,
-                                        b.next(u + NP, NP, kc, i / MR, whole / MR));
+                tile<T, MR, NP, PACKED, MR, AFFINE>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after,
+                                                    i, u * P, b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
             }
             for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
                 const int wv = w - v * P < P ? w - v * P : P;
-                tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c, after, i,
-                                       (u + v) * P);
+                tile<T, MR, 1, PACKED, MR, AFFINE>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv,
+                                                   load_c, after, i, (u + v) * P);
             }
         }
     }
@@ -712,12 +731,12 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
                          load_c, per_tile, j, epi, i0 + i);
                 i += rows;
             }
-            if (regs) {  // (here, not in the call above: its tiles made this frame 70% larger)
-                finish_rows<T>(regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
-            }
         } else {
             rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
-                                         c + whole * c_rs, c_rs, cols, load_c, after, whole);
+                                         c + whole * c_rs, c_rs, cols, load_c, {after.epi, i0, j}, whole);
+        }
+        if (regs) {  // (here, not in the tiles above: its tiles made this frame 70% larger)
+            finish_rows<T>(regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
         }
     }
     if (last && !per_tile && !regs) {  // (the block's columns are consecutive in c, whatever the panels' width)
