@@ -186,6 +186,10 @@ constexpr int vector_bytes = 0;  // no vector unit: one lane
 // microcontroller) the block applies it after its tiles, as any epilogue: in the tile it made each of the
 // Cortex-M4's four blocks of tiles about 1 KB larger.
 constexpr bool affine_in_tiles = vector_bytes > 0;
+// The AFFINE argument of ks::tiles::block for the blocks that never get an affine epilogue (the Winograd products,
+// packed_gemm's tall tiles): false, no code for it in their tiles; with one lane, where no tile applies one, true:
+// the other blocks' instantiation, not a copy of it in a microcontroller's flash.
+constexpr bool never_affine = !affine_in_tiles;
 #ifdef KS_GEMM_TILE_OVERRIDE  // (rows, panels), to measure other shapes
 #undef KS_GEMM_TILE
 #define KS_GEMM_TILE KS_GEMM_TILE_OVERRIDE
@@ -223,9 +227,14 @@ constexpr bool prefetch_ahead = false;
 #else
 #define KS_BLOCK __attribute__((noinline))
 #endif
+#define KS_OWN_FRAME __attribute__((always_inline)) inline
 #else
 constexpr bool prefetch_ahead = true;
 #define KS_BLOCK inline
+// KS_OWN_FRAME: a function called out of line, so that its values do not fill its caller's frame beside the
+// caller's own (the rows a block of tiles leaves below them, a convolution's block of tiles: frames of 0.5-0.75 KB
+// on the x86 levels; issue 36: none above 512 B); inlined on a microcontroller, whose flash a call costs.
+#define KS_OWN_FRAME __attribute__((noinline))
 #endif
 
 // a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
@@ -293,10 +302,13 @@ inline T* opaque(T* p) {
 // x, as if computed here (no instruction is emitted): the arithmetic on it stays after this point, in the loop
 // around it, not hoisted out of that loop (a volatile asm does not move). A register tile's row addresses are
 // computed from its c and a this way, so that a block of tiles does not keep each row's address, of each tile
-// shape it inlines, in its frame across its loops (tiles::block's frames on AVX-512: 0.7-1 KB of them).
+// shape it inlines, in its frame across its loops (tiles::block's frames on AVX-512: 0.7-1 KB of them). Not on an
+// M-profile core, whose frames were under 512 B without (its code there is as it was).
 template <class V>
 inline V fresh(V x) {
+#if !defined(__ARM_ARCH_PROFILE) || __ARM_ARCH_PROFILE != 'M'
     __asm__ volatile("" : "+r"(x));
+#endif
     return x;
 }
 
@@ -617,10 +629,11 @@ struct tile_epilogue {
 template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
+    constexpr bool fin = FIN && affine_in_tiles;  // (with one lane, no code for it)
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE, FIN>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, true, LIVE, fin>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     } else {
-        micro<T, MR, NP, false, LIVE, FIN>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, false, LIVE, fin>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -680,6 +693,34 @@ constexpr bool splits(int64_t rows) {
     return rows == 0 || rows / ((rows + row_block - 1) / row_block) >= min_rows;
 }
 
+template <class T, bool PACKED = false, int MR = row_block, bool AFFINE = true, class Rows>
+KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c, int64_t c_rs,
+                    int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0);
+
+// The rows [whole, m) of tiles::block's c (fewer than MR): by tiles of row_block rows when MR is taller, else of
+// exactly that many rows; after.epi: then the epilogue tile by tile; after.regs: then the affine epilogue over them
+// (after.i, after.j: c's first row and column for the epilogue).
+template <class T, bool PACKED, int MR, class Rows>
+KS_OWN_FRAME void block_rest(int64_t m, int64_t whole, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels,
+                             T* c, int64_t c_rs, int64_t cols, bool load_c, const tile_epilogue<T>& after,
+                             const epilogue<T>& epi) {
+    if constexpr (MR != row_block) {
+        const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
+        for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
+            const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
+            block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
+                     load_c, after.epi != nullptr, after.j, epi, after.i + i);
+            i += rows;
+        }
+    } else {
+        rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
+                                     c + whole * c_rs, c_rs, cols, load_c, {after.epi, after.i, after.j}, whole);
+    }
+    if (after.regs != nullptr) {  // (here, not in the tiles above: its tiles made this frame 70% larger)
+        finish_rows<T>(*after.regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
+    }
+}
+
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
 // already start at the block's first k): tiles of MR rows by panel_block panels, then the rows left (by
 // tiles of row_block rows when MR is taller). `last`: then the epilogue (c's first row is row i0 and its first
@@ -689,11 +730,12 @@ constexpr bool splits(int64_t rows) {
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
 // AFFINE: an affine epilogue (ks::affine_epilogue) is applied by the whole tiles to their accumulators, and by
 // finish_rows to the rows left below them (rest_rows' tiles of fewer rows store as they are: the affine in each
-// of them was a third of the kernel layer's text); only the convolutions' blocks, the one place the generated code
-// passes one (prims/convolve.py), take it: in the others the epilogue's own call applies it, as any epilogue.
-template <class T, bool PACKED = false, int MR = row_block, bool AFFINE = false, class Rows>
+// of them was a third of the kernel layer's text). The generated code passes one to convolutions alone
+// (prims/convolve.py); the products' blocks share the convolutions' instantiation (one copy of its code), and the
+// two that never get one have no code for it (never_affine: the Winograd products and packed_gemm's tall tiles).
+template <class T, bool PACKED, int MR, bool AFFINE, class Rows>
 KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
-                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
+                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
@@ -723,24 +765,37 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
         }
     }
     if (whole < m) {
-        if constexpr (MR != row_block) {
-            const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
-            for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
-                const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
-                block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
-                         load_c, per_tile, j, epi, i0 + i);
-                i += rows;
-            }
-        } else {
-            rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
-                                         c + whole * c_rs, c_rs, cols, load_c, {after.epi, i0, j}, whole);
-        }
-        if (regs) {  // (here, not in the tiles above: its tiles made this frame 70% larger)
-            finish_rows<T>(regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
-        }
+        block_rest<T, PACKED, MR>(m, whole, kc, a, b, panels, c, c_rs, cols, load_c, after, epi);
     }
     if (last && !per_tile && !regs) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
+    }
+}
+
+// One whole tile of row_block rows of a (from `rows`, any strides) copied to out [k][MR]. (Out of line: with
+// AVX-512, GCC's vectorized transposition kept its values in pack_a's frame: 0.7-0.8 KB.)
+template <class T>
+KS_OWN_FRAME void pack_tile(int64_t k, const T* rows, int64_t a_rs, int64_t a_cs, T* out) {
+    constexpr int MR = row_block;
+    for (int64_t p = 0; p < k; ++p) {
+        for (int r = 0; r < MR; ++r) {
+            out[p * MR + r] = rows[r * a_rs + p * a_cs];
+        }
+    }
+}
+
+// The last tile, of `left` rows (fewer than row_block), the others zero: row by row (once per packing: its code
+// small, not the 6-9 KB GCC's vectorized transposition with masks was).
+template <class T>
+KS_OWN_FRAME void pack_last(int64_t k, const T* rows, int64_t a_rs, int64_t a_cs, int left, T* out) {
+    constexpr int MR = row_block;
+    for (int64_t p = 0; p < k * MR; ++p) {
+        out[p] = T(0);
+    }
+    for (int r = 0; r < left; ++r) {
+        for (int64_t p = 0; p < k; ++p) {
+            out[p * MR + r] = rows[r * a_rs + p * a_cs];
+        }
     }
 }
 
@@ -752,18 +807,9 @@ __attribute__((noinline)) void pack_a(int64_t m, int64_t k, const T* a, int64_t 
         T* out = dst + t * k * MR;
         const T* rows = a + t * MR * a_rs;
         if ((t + 1) * MR <= m) {
-            for (int64_t p = 0; p < k; ++p) {
-                for (int r = 0; r < MR; ++r) {
-                    out[p * MR + r] = rows[r * a_rs + p * a_cs];
-                }
-            }
-            continue;
-        }
-        const int left = static_cast<int>(m - t * MR);
-        for (int64_t p = 0; p < k; ++p) {
-            for (int r = 0; r < MR; ++r) {
-                out[p * MR + r] = r < left ? rows[r * a_rs + p * a_cs] : T(0);
-            }
+            pack_tile<T>(k, rows, a_rs, a_cs, out);
+        } else {
+            pack_last<T>(k, rows, a_rs, a_cs, static_cast<int>(m - t * MR), out);
         }
     }
 }
@@ -845,6 +891,28 @@ void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const m
     }
 }
 
+// The dot products of x with y0 and the next dot_block - 1 columns (cs apart), k long, stored (or added: accumulate)
+// at out[q · out_cs]. (Out of line: the vectorized reductions' copies in dots' frame made it 0.6 KB with AVX-512.)
+template <class T>
+KS_OWN_FRAME void dot_run(int64_t k, const T* x, const T* y0, int64_t cs, T* out, int64_t out_cs,
+                                       bool accumulate) {
+    const T* y1 = y0 + cs;
+    const T* y2 = y1 + cs;
+    const T* y3 = y2 + cs;
+    T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    KS_OMP_SIMD(reduction(+ : d0, d1, d2, d3))
+    for (int64_t p = 0; p < k; ++p) {
+        d0 += x[p] * y0[p];
+        d1 += x[p] * y1[p];
+        d2 += x[p] * y2[p];
+        d3 += x[p] * y3[p];
+    }
+    const T d[dot_block] = {d0, d1, d2, d3};
+    for (int q = 0; q < dot_block; ++q) {
+        out[q * out_cs] = accumulate ? out[q * out_cs] + d[q] : d[q];
+    }
+}
+
 // c (+)= a · b with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time; the epilogue
 // over each row of c once it is computed.
 template <class T>
@@ -854,23 +922,7 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
         const T* x = a.data + i * a.rs;
         const int64_t whole = n - n % dot_block;
         for (int64_t j = 0; j < whole; j += dot_block) {
-            const T* y0 = b.data + j * b.cs;
-            const T* y1 = y0 + b.cs;
-            const T* y2 = y1 + b.cs;
-            const T* y3 = y2 + b.cs;
-            T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-            KS_OMP_SIMD(reduction(+ : d0, d1, d2, d3))
-            for (int64_t p = 0; p < k; ++p) {
-                d0 += x[p] * y0[p];
-                d1 += x[p] * y1[p];
-                d2 += x[p] * y2[p];
-                d3 += x[p] * y3[p];
-            }
-            T* out = c.data + i * c.rs + j * c.cs;
-            const T d[dot_block] = {d0, d1, d2, d3};
-            for (int q = 0; q < dot_block; ++q) {
-                out[q * c.cs] = accumulate ? out[q * c.cs] + d[q] : d[q];
-            }
+            dot_run<T>(k, x, b.data + j * b.cs, b.cs, c.data + i * c.rs + j * c.cs, c.cs, accumulate);
         }
         for (int64_t j = whole; j < n; ++j) {
             const T* y = b.data + j * b.cs;
@@ -1009,9 +1061,10 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         const int count = static_cast<int>((cols + P - 1) / P);
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
-            tiles::block<T, false, tiles::tall_block>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
-                            tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true},
-                            count, c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
+            tiles::block<T, false, tiles::tall_block, tiles::never_affine>(
+                m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
+                tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true}, count, c.data + j0, c.rs,
+                cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }
 }
