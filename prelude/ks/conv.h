@@ -344,10 +344,27 @@ constexpr bool few_positions(const conv_shape& s) {
 // at a time against dot_block columns, 16 vector accumulators along depth, so that four of the kernel's rows
 // stream from memory at once (one row at a time, as ks::tiles::dots goes, left a 512-channel layer at 2 × 2 15%
 // slower than the register tiles). Rows and columns past the end repeat the first ones and are not stored.
+// (Four rows, 16 accumulators, with AVX-512 (32 vector registers) and one lane; two rows below AVX-512 on x86, whose
+// 16 vector registers do not hold 16 accumulators and the vectors they read: kept in the frame, 0.6 KB.)
+// d plus a[p] · b[p] over p in [from, to), in order: the depths past few_dots' last whole vector. (Out of line:
+// GCC vectorized it for every row and column of few_dots' tile, 16 copies, most of its 9-14 KB of code.)
+template <class T>
+__attribute__((noinline)) T tail_dot(const T* a, const T* b, int64_t from, int64_t to, T d) {
+    for (int64_t p = from; p < to; ++p) {
+        d += a[p] * b[p];
+    }
+    return d;
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX512F__)
+constexpr int few_rows = 2;
+#else
+constexpr int few_rows = 4;
+#endif
 template <class T>
 __attribute__((noinline)) void few_dots(int64_t m, int64_t n, int64_t depth, const T* w, const T* cols, T* y, const epilogue<T>& epi) {
     using V = typename tiles::simd<T>::v;
-    constexpr int L = tiles::simd<T>::lanes, R = 4, Q = tiles::dot_block;
+    constexpr int L = tiles::simd<T>::lanes, R = few_rows, Q = tiles::dot_block;
     const int64_t whole = depth - depth % L;
     for (int64_t i0 = 0; i0 < m; i0 += R) {
         const T* a[R];
@@ -390,10 +407,13 @@ __attribute__((noinline)) void few_dots(int64_t m, int64_t n, int64_t depth, con
                             d += acc[r][q][l];
                         }
                     }
-                    for (int64_t p = whole; p < depth; ++p) {
-                        d += a[r][p] * b[q][p];
-                    }
                     y[(i0 + r) * n + j0 + q] = d;
+                }
+            }
+            for (int r = 0; whole < depth && r < R && i0 + r < m; ++r) {  // (after: no vector is live across the calls)
+                for (int q = 0; q < Q && j0 + q < n; ++q) {
+                    T& d = y[(i0 + r) * n + j0 + q];
+                    d = tail_dot<T>(a[r], b[q], whole, depth, d);
                 }
             }
         }
@@ -486,6 +506,13 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
     }
 }
 
+// A convolution's block of tiles (tiles::block, the affine epilogue in its tiles), in a frame of its own.
+template <class T, bool PACKED, class Rows>
+KS_OWN_FRAME void conv_block(int64_t m, int64_t kc, const tiles::row_tiles<T>& a, const Rows& b, int panels, T* c,
+                             int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi) {
+    tiles::block<T, PACKED>(m, kc, a, b, panels, c, c_rs, cols, load_c, last, j, epi);
+}
+
 // One group of one image, the windows read straight from the (padded) image x through the rows' offsets: per
 // output plane, `items` blocks of positions, each position_block output rows of at most one panel (a panel per
 // row), or up to position_block panels of one output row. (One call of tiles::block, inlined once: two calls had
@@ -512,8 +539,8 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
                 const int64_t q = (od * s.out[1] + oh) * s.out[2] + ow;
                 const tiles::table_rows<T> b{plane + oh * row_step + ow, offsets + k0, narrow ? row_step : P,
                                              static_cast<int>(narrow ? s.out[2] : P)};
-                tiles::block<T, PACKED>(mg, kc, a, b, static_cast<int>(narrow ? rows : (cols + P - 1) / P), y + q, n,
-                                        cols, k0 > 0, k0 + kc >= depth, q, epi);
+                conv_block<T, PACKED>(mg, kc, a, b, static_cast<int>(narrow ? rows : (cols + P - 1) / P), y + q, n,
+                                      cols, k0 > 0, k0 + kc >= depth, q, epi);
             }
         }
     }
@@ -531,9 +558,9 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
             pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs);
-            tiles::block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0), tiles::panel_rows<T>{panels, P, kc * P},
-                                  static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
-                                  epi);
+            conv_block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
+                                  tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((cols + P - 1) / P), y + j0,
+                                  n, cols, k0 > 0, k0 + kc >= depth, j0, epi);
         }
     }
 }
@@ -876,17 +903,12 @@ inline int nonfinite(T v) {
     return (v - v) != T(0);
 }
 
-// Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored into y [oh][ow] of
-// the channel, then the epilogue over them (the parts of the last tiles past the output dropped). Returns
-// whether a value (before the epilogue) was infinite or NaN.
+// The tiles j0 .. j1 - 1 of a tile row from io[ξ·run_stride + j] into y0's row (and y1's, with two_rows): both
+// columns of the tiles before `pairs`, the first of the others (the last tile of an odd width); 1 when a value was
+// infinite or NaN, else 0. (Out of line: its vectorized loops' values made output_tiles' frame 0.5-0.9 KB.)
 template <class T>
-inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
-                       T* y, const epilogue<T>& epi) {
-    const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
-    const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
-    const bool two_rows = 2 * i + 1 < oh;
-    T* y0 = y + q0;
-    T* y1 = y0 + ow;
+KS_OWN_FRAME int output_values(const T* io, int64_t j0, int64_t j1, int64_t pairs, T* y0, T* y1,
+                                            bool two_rows) {
     int bad = 0;
     if (two_rows) {
         KS_OMP_SIMD(simdlen(8) reduction(| : bad))
@@ -916,14 +938,25 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
             y1[2 * j] = r.v10;
         }
     }
+    return bad;
+}
+
+// Tiles j0 .. j1 - 1 of tile row i of output channel o, from io[ξ·run_stride + j], stored into y [oh][ow] of
+// the channel, then the epilogue over them (the parts of the last tiles past the output dropped). Returns
+// whether a value (before the epilogue) was infinite or NaN.
+template <class T>
+inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
+                       T* y, const epilogue<T>& epi) {
+    const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
+    const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
+    const bool two_rows = 2 * i + 1 < oh;
+    T* y0 = y + q0;
+    const int bad = output_values<T>(io, j0, j1, pairs, y0, y0 + ow, two_rows);
     const int64_t c0 = 2 * j0, c1 = 2 * j1 < ow ? 2 * j1 : ow;  // (the columns stored)
-    if (two_rows && c0 == 0 && c1 == ow) {  // (a whole tile row: its two output rows are consecutive, one call)
-        epi.group(image, 0)(o, q0, y0, 0, 1, 1, 2 * ow);
-    } else {
-        epi.group(image, 0)(o, q0 + c0, y0 + c0, 0, 1, 1, c1 - c0);
-        if (two_rows) {
-            epi.group(image, 0)(o, q0 + ow + c0, y1 + c0, 0, 1, 1, c1 - c0);
-        }
+    // (a whole tile row: its two output rows are consecutive, one call; else one per row; one call site)
+    const bool whole = two_rows && c0 == 0 && c1 == ow;
+    for (int r = 0; r < (two_rows && !whole ? 2 : 1); ++r) {
+        epi.group(image, 0)(o, q0 + r * ow + c0, y0 + r * ow + c0, 0, 1, 1, whole ? 2 * ow : c1 - c0);
     }
     return bad != 0;
 }
@@ -942,6 +975,34 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, const T* prod, 
         });
     }
     return bad;
+}
+
+// The 16 products of a block of `count` tiles, prod_ξ [M × tiles] = u_ξ [M × C] · v_ξ [C × tiles], by the register
+// tiles, one ξ and block of kc channels from k0 on at a time (tiles::block in a function of its own, flatten: the
+// tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
+// conv_winograd's loops, they filled a frame of 0.55-0.7 KB on AVX-512).
+template <class T>
+__attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t m, int64_t channels, int64_t k0, int64_t kc,
+                                                          const T* u, const T* v, int panels, int64_t count, T* prod) {
+    constexpr int P = panel_width<T>, MR = tiles::row_block;
+    constexpr int64_t RS = row_stride<T>;
+    const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
+    tiles::block<T, false, MR, tiles::never_affine>(m, kc, a, tiles::panel_rows<T>{v + k0 * RS, RS, P}, panels, prod,
+                                                    RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
+}
+
+// The 16 products of a block of `count` tiles (point_products for each ξ and block of channels).
+template <class T>
+inline void products(int64_t m, int64_t channels, const T* u, const T* v, int64_t count, T* prod) {
+    constexpr int64_t RUN = run_stride<T>;
+    const int64_t step = tiles::k_step(channels);
+    const int panels = static_cast<int>((count + panel_width<T> - 1) / panel_width<T>);
+    for (int xi = 0; xi < 16; ++xi) {
+        for (int64_t k0 = 0; k0 < channels; k0 += step) {
+            const int64_t kc = channels - k0 < step ? channels - k0 : step;
+            point_products<T>(m, channels, k0, kc, u + xi * channels * m, v + xi * RUN, panels, count, prod + xi * RUN);
+        }
+    }
 }
 
 // One image's output y [M][oh][ow] computed directly, window by window, with each 3×3 kernel recovered from
@@ -1039,15 +1100,13 @@ template <class T>
 __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
                                             T* scratch, const epilogue<T>& epi = {}) {
     constexpr int64_t TB = winograd::tile_block<T>;
-    constexpr int P = panel_width<T>, MR = tiles::row_block;
     x = tiles::opaque(x);
     u = tiles::opaque(u);
     const int64_t channels = s.channels, m = s.out_channels;
-    const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2), step = tiles::k_step(channels);
+    const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2);
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
-    constexpr int64_t RS = winograd::row_stride<T>, RUN = winograd::run_stride<T>;
-    T* prod = v + channels * RS;
+    T* prod = v + channels * winograd::row_stride<T>;
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
         T* yn = y + n * m * s.out[1] * s.out[2];
@@ -1055,15 +1114,7 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
         for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
             const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
             winograd::input_tiles<T>(s, image, t0, count, v);
-            const int panels = static_cast<int>((count + P - 1) / P);
-            for (int xi = 0; xi < 16; ++xi) {
-                for (int64_t k0 = 0; k0 < channels; k0 += step) {
-                    const int64_t kc = channels - k0 < step ? channels - k0 : step;
-                    const tiles::row_tiles<T> a{u + (xi * channels + k0) * m, 1, m, MR};
-                    tiles::block<T>(m, kc, a, tiles::panel_rows<T>{v + k0 * RS + xi * RUN, RS, P}, panels,
-                                    prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
-                }
-            }
+            winograd::products<T>(m, channels, u, v, count, prod);
             bad |= winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
         }
         if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
@@ -1189,6 +1240,47 @@ void copy_channel_avx512(const conv_shape& s, const float* x, float* dst, int64_
 }
 #endif
 
+// Padded row y of the channel, src, into its places of every column phase (phase r's at out + r · rh · pw); a0..b1:
+// the spans of phases 0 and 1 (phase_span). (Out of line: the loops' bounds, hoisted out of copy_channel's loop
+// over the rows, filled a frame of 0.6-0.8 KB.)
+template <class T>
+KS_OWN_FRAME void copy_row(const conv_shape& s, const T* src, T* out, int64_t a0, int64_t a1, int64_t b0,
+                                        int64_t b1) {
+    const int64_t sw = s.stride[2], at = -s.pad[2];  // (place i of phase r: src[at + r + i · sw])
+    if (sw == 1) {
+        for (int64_t i = a0; i < a1; ++i) {
+            out[i] = src[at + i];
+        }
+    } else if (sw == 2) {  // both phases in one loop: GCC vectorizes the pair of strided reads
+        const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
+        T* odd = out + rows(s) * places(s);
+        for (int64_t i = both0; i < both1; ++i) {
+            out[i] = src[at + 2 * i];
+            odd[i] = src[at + 2 * i + 1];
+        }
+        for (int64_t i = a0; i < a1 && i < both0; ++i) {  // (the places only one phase holds)
+            out[i] = src[at + 2 * i];
+        }
+        for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
+            out[i] = src[at + 2 * i];
+        }
+        for (int64_t i = b0; i < b1 && i < both0; ++i) {
+            odd[i] = src[at + 2 * i + 1];
+        }
+        for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
+            odd[i] = src[at + 2 * i + 1];
+        }
+    } else {
+        for (int64_t r = 0; r < sw; ++r) {
+            int64_t i0, i1;
+            phase_span(s, r, i0, i1);
+            for (int64_t i = i0; i < i1; ++i) {
+                out[r * rows(s) * places(s) + i] = src[at + r + i * sw];
+            }
+        }
+    }
+}
+
 template <class T>
 void copy_channel(const conv_shape& s, const T* x, T* dst) {
     const int64_t sh = s.stride[1], sw = s.stride[2], pw = places(s), rh = rows(s);
@@ -1206,44 +1298,11 @@ void copy_channel(const conv_shape& s, const T* x, T* dst) {
         }
     }
 #endif
-    const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
     for (int64_t z = s.pad[0]; z < e0 && z - s.pad[0] < s.in[0]; ++z) {
         int64_t row = tiles::index_div(s.pad[1], sh), phase = s.pad[1] - row * sh;  // (padded row y = row · sh + phase)
         for (int64_t y = s.pad[1]; y < e1 && y - s.pad[1] < s.in[1] && row < rh; ++y) {
             const T* src = x + ((z - s.pad[0]) * s.in[1] + y - s.pad[1]) * s.in[2];
-            T* out = dst + z * depth_plane(s) + (phase * sw * rh + row) * pw;  // (column phase r: out + r · rh · pw)
-            const int64_t at = -s.pad[2];  // (place i of phase r: src[at + r + i · sw])
-            if (sw == 1) {
-                for (int64_t i = a0; i < a1; ++i) {
-                    out[i] = src[at + i];
-                }
-            } else if (sw == 2) {  // both phases in one loop: GCC vectorizes the pair of strided reads
-                T* odd = out + rh * pw;
-                for (int64_t i = both0; i < both1; ++i) {
-                    out[i] = src[at + 2 * i];
-                    odd[i] = src[at + 2 * i + 1];
-                }
-                for (int64_t i = a0; i < a1 && i < both0; ++i) {  // (the places only one phase holds)
-                    out[i] = src[at + 2 * i];
-                }
-                for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
-                    out[i] = src[at + 2 * i];
-                }
-                for (int64_t i = b0; i < b1 && i < both0; ++i) {
-                    odd[i] = src[at + 2 * i + 1];
-                }
-                for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
-                    odd[i] = src[at + 2 * i + 1];
-                }
-            } else {
-                for (int64_t r = 0; r < sw; ++r) {
-                    int64_t i0, i1;
-                    phase_span(s, r, i0, i1);
-                    for (int64_t i = i0; i < i1; ++i) {
-                        out[r * rh * pw + i] = src[at + r + i * sw];
-                    }
-                }
-            }
+            copy_row<T>(s, src, dst + z * depth_plane(s) + (phase * sw * rh + row) * pw, a0, a1, b0, b1);
             if (++phase == sh) {
                 phase = 0;
                 ++row;
@@ -1436,6 +1495,49 @@ __attribute__((noinline)) inline void across_out(const float* sums, int64_t posi
 }
 #endif
 
+// Depth plane od of output channel m (its outputs from flat position q0 on at ym + q0), row by row from base, its
+// od-th depth plane of the copy: whole runs of U vectors, then vectors; the epilogue (eg, when fin does not apply
+// it) over each row. (Out of line, as flat_plane: ks::conv_depthwise's frame held both loops' values, 0.5-0.7 KB.)
+template <class T>
+KS_OWN_FRAME void plane_rows(const conv_shape& s, const T* base, const int64_t* offsets, const T* wm,
+                                          T* ym, int64_t q0, const affine<T>& fin, const epilogue<T>& eg, int64_t m) {
+    constexpr int L = tiles::simd<T>::lanes, U = run_vectors;
+    const int64_t taps = s.taps(), pw = places(s), whole = s.out[2] - s.out[2] % (U * L);
+    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+        const T* row = base + oh * pw;
+        const int64_t q = q0 + oh * s.out[2];
+        for (int64_t ow = 0; ow < whole; ow += U * L) {
+            sums<T, U>(row + ow, offsets, taps, wm, ym + q + ow, fin);
+        }
+        for (int64_t ow = whole; ow < s.out[2]; ow += L) {
+            sums<T, 1>(row + ow, offsets, taps, wm, ym + q + ow, fin);
+        }
+        if (!fin) {
+            eg(m, q, ym + q, 0, 1, 1, s.out[2]);
+        }
+    }
+}
+
+// The same for a flat plane (flat<T>(s)): one run over all its rows into `sums`, each output row's sums copied to
+// its place from ym + q0.
+template <class T>
+KS_OWN_FRAME void flat_plane(const conv_shape& s, const T* base, const int64_t* offsets, const T* wm,
+                                          T* ym, int64_t q0, T* sums, const affine<T>& fin, const epilogue<T>& eg,
+                                          int64_t m) {
+    constexpr int L = tiles::simd<T>::lanes, U = run_vectors;
+    const int64_t taps = s.taps(), pw = places(s), plane = s.out[1] * s.out[2];
+    const int64_t length = (s.out[1] - 1) * pw + s.out[2];  // (a flat run over a depth plane's output rows)
+    for (int64_t f = 0; f < length; f += U * L) {
+        depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f, fin);
+    }
+    for (int64_t oh = 0; oh < s.out[1]; ++oh) {  // each output row's sums, without the places past it
+        std::memcpy(ym + q0 + oh * s.out[2], sums + oh * pw, sizeof(T) * s.out[2]);
+    }
+    if (!fin) {
+        eg(m, q0, ym + q0, 0, 1, 1, plane);
+    }
+}
+
 }  // namespace depthwise
 
 // Whether a convolution is depthwise: one group per input channel (each output channel reads one).
@@ -1495,10 +1597,8 @@ inline void across_channels(const conv_shape& s, int64_t images, const float* x,
 template <class T>
 void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                     const epilogue<T>& epi = {}) {
-    constexpr int L = tiles::simd<T>::lanes, U = depthwise::run_vectors;
     const int64_t per = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
-    const int64_t pw = depthwise::places(s), depth_step = s.stride[0] * depthwise::depth_plane(s);
-    const int64_t length = (s.out[1] - 1) * pw + s.out[2];  // (a flat run over a depth plane's output rows)
+    const int64_t depth_step = s.stride[0] * depthwise::depth_plane(s);
     const bool flat = depthwise::flat<T>(s);
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
@@ -1524,32 +1624,10 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
                 const affine<T> fin = eg.in_registers(m);  // (the epilogue sums applies, or none)
                 for (int64_t od = 0; od < s.out[0]; ++od) {
                     const T* base = scratch + od * depth_step;
-                    const int64_t q0 = od * plane;
-                    if (!flat) {  // (rows of whole runs and vectors)
-                        const int64_t whole = s.out[2] - s.out[2] % (U * L);
-                        for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-                            const T* row = base + oh * pw;
-                            const int64_t q = q0 + oh * s.out[2];
-                            for (int64_t ow = 0; ow < whole; ow += U * L) {
-                                depthwise::sums<T, U>(row + ow, offsets, taps, wm, ym + q + ow, fin);
-                            }
-                            for (int64_t ow = whole; ow < s.out[2]; ow += L) {
-                                depthwise::sums<T, 1>(row + ow, offsets, taps, wm, ym + q + ow, fin);
-                            }
-                            if (!fin) {
-                                eg(m, q, ym + q, 0, 1, 1, s.out[2]);
-                            }
-                        }
-                        continue;
-                    }
-                    for (int64_t f = 0; f < length; f += U * L) {
-                        depthwise::sums<T, U>(base + f, offsets, taps, wm, sums + f, fin);
-                    }
-                    for (int64_t oh = 0; oh < s.out[1]; ++oh) {  // each output row's sums, without the places past it
-                        std::memcpy(ym + q0 + oh * s.out[2], sums + oh * pw, sizeof(T) * s.out[2]);
-                    }
-                    if (!fin) {
-                        eg(m, q0, ym + q0, 0, 1, 1, plane);
+                    if (flat) {
+                        depthwise::flat_plane<T>(s, base, offsets, wm, ym, od * plane, sums, fin, eg, m);
+                    } else {
+                        depthwise::plane_rows<T>(s, base, offsets, wm, ym, od * plane, fin, eg, m);
                     }
                 }
             }

@@ -187,6 +187,10 @@ constexpr int vector_bytes = 0;  // no vector unit: one lane
 // microcontroller) the block applies it after its tiles, as any epilogue: in the tile it made each of the
 // Cortex-M4's four blocks of tiles about 1 KB larger.
 constexpr bool affine_in_tiles = vector_bytes > 0;
+// The AFFINE argument of ks::tiles::block for the blocks that never get an affine epilogue (the Winograd products,
+// packed_gemm's tall tiles): false, no code for it in their tiles; with one lane, where no tile applies one, true:
+// the other blocks' instantiation, not a copy of it in a microcontroller's flash.
+constexpr bool never_affine = !affine_in_tiles;
 #ifdef KS_GEMM_TILE_OVERRIDE  // (rows, panels), to measure other shapes
 #undef KS_GEMM_TILE
 #define KS_GEMM_TILE KS_GEMM_TILE_OVERRIDE
@@ -230,11 +234,16 @@ constexpr bool dot_products = true;
 #define KS_BLOCK __attribute__((noinline))
 #define KS_DOTS __attribute__((noinline))
 #endif
+#define KS_OWN_FRAME __attribute__((always_inline)) inline
 #else
 constexpr bool prefetch_ahead = true;
 constexpr bool dot_products = false;
 #define KS_BLOCK inline
 #define KS_DOTS __attribute__((noinline))
+// KS_OWN_FRAME: a function called out of line, so that its values do not fill its caller's frame beside the
+// caller's own (the rows a block of tiles leaves below them, a convolution's block of tiles: frames of 0.5-0.75 KB
+// on the x86 levels; issue 36: none above 512 B); inlined on a microcontroller, whose flash a call costs.
+#define KS_OWN_FRAME __attribute__((noinline))
 #endif
 
 // a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
@@ -297,6 +306,19 @@ template <class T>
 inline T* opaque(T* p) {
     __asm__("" : "+r"(p));
     return p;
+}
+
+// x, as if computed here (no instruction is emitted): the arithmetic on it stays after this point, in the loop
+// around it, not hoisted out of that loop (a volatile asm does not move). A register tile's row addresses are
+// computed from its c and a this way, so that a block of tiles does not keep each row's address, of each tile
+// shape it inlines, in its frame across its loops (tiles::block's frames on AVX-512: 0.7-1 KB of them). Not on an
+// M-profile core, whose frames were under 512 B without (its code there is as it was).
+template <class V>
+inline V fresh(V x) {
+#if !defined(__ARM_ARCH_PROFILE) || __ARM_ARCH_PROFILE != 'M'
+    __asm__ volatile("" : "+r"(x));
+#endif
+    return x;
 }
 
 // x, as if it were read (no instruction is emitted): a tile's rows computed only to keep b's vectors in registers.
@@ -480,7 +502,8 @@ struct table_rows {
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
-template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, class Rows>
+// FIN: the tile applies an affine epilogue fin (its rows from r0 on) when fin is not null; without, no code for it.
+template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
                                      int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
                                      int64_t r0 = 0) {
@@ -490,6 +513,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
     // A tile of few accumulators (a vector times one panel) keeps KU sets of them, for KU consecutive values
     // of k, so that the adds do not all wait on one another; they are summed at the end.
     constexpr int KU = MR * NP * W >= 8 ? 1 : 8 / (MR * NP * W);
+    a = fresh(a);
+    a_rs = fresh(a_rs);
     V acc[KU][MR][NP * W];
     KS_UNROLL for (int h = 0; h < KU; ++h) {
         KS_UNROLL for (int r = 0; r < MR; ++r) {
@@ -536,6 +561,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             sink(acc[0][r][q]);
         }
     }
+    c = fresh(c);  // (the rows' addresses computed here, per tile: fresh)
+    c_rs = fresh(c_rs);
     const int width = b.width();
     // (Both stores unrolled: the accumulators stay in registers, and the frame small: KS_UNROLL.)
     if (width == P && cols == NP * P) {  // a whole tile: the accumulators stored as they are
@@ -546,7 +573,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
                 }
-                if (affine_in_tiles && fin != nullptr) {
+                if (FIN && fin != nullptr) {
                     x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
                 }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
@@ -575,7 +602,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 store<T>(acc[0][r][q], c + r * c_rs + u * width + at, n, load_c);
             }
         }
-        if (affine_in_tiles && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
+        if (FIN && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
             finish_rows<T>(*fin, r0, c, c_rs, LIVE, cols);
         }
     }
@@ -608,13 +635,14 @@ struct tile_epilogue {
 
 // One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro); then, with `after`,
 // the epilogue over it (its rows r0... and columns c0... of the block).
-template <class T, int MR, int NP, bool PACKED, int LIVE = MR, class Rows>
+template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
+    constexpr bool fin = FIN && affine_in_tiles;  // (with one lane, no code for it)
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, true, LIVE, fin>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     } else {
-        micro<T, MR, NP, false, LIVE>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, false, LIVE, fin>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -674,6 +702,34 @@ constexpr bool splits(int64_t rows) {
     return rows == 0 || rows / ((rows + row_block - 1) / row_block) >= min_rows;
 }
 
+template <class T, bool PACKED = false, int MR = row_block, bool AFFINE = true, class Rows>
+KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c, int64_t c_rs,
+                    int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0);
+
+// The rows [whole, m) of tiles::block's c (fewer than MR): by tiles of row_block rows when MR is taller, else of
+// exactly that many rows; after.epi: then the epilogue tile by tile; after.regs: then the affine epilogue over them
+// (after.i, after.j: c's first row and column for the epilogue).
+template <class T, bool PACKED, int MR, class Rows>
+KS_OWN_FRAME void block_rest(int64_t m, int64_t whole, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels,
+                             T* c, int64_t c_rs, int64_t cols, bool load_c, const tile_epilogue<T>& after,
+                             const epilogue<T>& epi) {
+    if constexpr (MR != row_block) {
+        const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
+        for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
+            const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
+            block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
+                     load_c, after.epi != nullptr, after.j, epi, after.i + i);
+            i += rows;
+        }
+    } else {
+        rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
+                                     c + whole * c_rs, c_rs, cols, load_c, {after.epi, after.i, after.j}, whole);
+    }
+    if (after.regs != nullptr) {  // (here, not in the tiles above: its tiles made this frame 70% larger)
+        finish_rows<T>(*after.regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
+    }
+}
+
 // All m rows of c over a block of `panels` panels (cols valid columns) and kc values of k (a's tiles
 // already start at the block's first k): tiles of MR rows by panel_block panels, then the rows left (by
 // tiles of row_block rows when MR is taller). `last`: then the epilogue (c's first row is row i0 and its first
@@ -681,13 +737,18 @@ constexpr bool splits(int64_t rows) {
 // the epilogue: MobileNetV2 10-13% slower), except when c's rows are a multiple of 4 KB apart, so that they
 // share the L1 cache's sets and the block's first rows are evicted before the call (the benchmark CNN's first
 // convolution, 32 x 32 outputs: 20% slower): then tile by tile, each just stored.
-template <class T, bool PACKED = false, int MR = row_block, class Rows>
+// AFFINE: an affine epilogue (ks::affine_epilogue) is applied by the whole tiles to their accumulators, and by
+// finish_rows to the rows left below them (rest_rows' tiles of fewer rows store as they are: the affine in each
+// of them was a third of the kernel layer's text). The generated code passes one to convolutions alone
+// (prims/convolve.py); the products' blocks share the convolutions' instantiation (one copy of its code), and the
+// two that never get one have no code for it (never_affine: the Winograd products and packed_gemm's tall tiles).
+template <class T, bool PACKED, int MR, bool AFFINE, class Rows>
 KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
-                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0 = 0) {
+                  int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const affine<T> regs = last && affine_in_tiles ? epi.in_registers(i0) : affine<T>{};
+    const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_registers(i0) : affine<T>{};
     const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
     const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j, regs ? &regs : nullptr};
     int64_t whole = m - m % MR;
@@ -701,36 +762,49 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
         for (int64_t i = 0; i < whole; i += MR) {
             const T* at = PACKED ? a.data + (i / MR) * a.ts : a.data + i * a.rs;
             if (np == NP) {
-                tile<T, MR, NP, PACKED>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after, i, u * P,
-                                        b.next(u + NP, NP, kc, i / MR, whole / MR));
+                tile<T, MR, NP, PACKED, MR, AFFINE>(kc, a, at, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, after,
+                                                    i, u * P, b.next(u + NP, NP, kc, i / MR, whole / MR));
                 continue;
             }
             for (int v = 0; v < np; ++v) {  // the last panels, fewer than a tile's: one at a time
                 const int wv = w - v * P < P ? w - v * P : P;
-                tile<T, MR, 1, PACKED>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv, load_c, after, i,
-                                       (u + v) * P);
+                tile<T, MR, 1, PACKED, MR, AFFINE>(kc, a, at, b.from(u + v), c + i * c_rs + (u + v) * P, c_rs, wv,
+                                                   load_c, after, i, (u + v) * P);
             }
         }
     }
     if (whole < m) {
-        if constexpr (MR != row_block) {
-            const int64_t left = m - whole, parts = splits(left) ? (left + row_block - 1) / row_block : 1;
-            for (int64_t part = 0, i = whole; part < parts; ++part) {  // the rows left, in equal tiles where they split
-                const int64_t rows = parts == 1 ? left : left / parts + (part < left % parts ? 1 : 0);
-                block<T>(rows, kc, rows_of(a.data + i * a.rs, a.rs, a.cs), b, panels, c + i * c_rs, c_rs, cols,
-                         load_c, per_tile, j, epi, i0 + i);
-                i += rows;
-            }
-            if (regs) {  // (here, not in the call above: its tiles made this frame 70% larger)
-                finish_rows<T>(regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
-            }
-        } else {
-            rest_rows<T, MR - 1, PACKED>(static_cast<int>(m - whole), kc, a, a.data + (whole / MR) * a.ts, b, panels,
-                                         c + whole * c_rs, c_rs, cols, load_c, after, whole);
-        }
+        block_rest<T, PACKED, MR>(m, whole, kc, a, b, panels, c, c_rs, cols, load_c, after, epi);
     }
     if (last && !per_tile && !regs) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
+    }
+}
+
+// One whole tile of row_block rows of a (from `rows`, any strides) copied to out [k][MR]. (Out of line: with
+// AVX-512, GCC's vectorized transposition kept its values in pack_a's frame: 0.7-0.8 KB.)
+template <class T>
+KS_OWN_FRAME void pack_tile(int64_t k, const T* rows, int64_t a_rs, int64_t a_cs, T* out) {
+    constexpr int MR = row_block;
+    for (int64_t p = 0; p < k; ++p) {
+        for (int r = 0; r < MR; ++r) {
+            out[p * MR + r] = rows[r * a_rs + p * a_cs];
+        }
+    }
+}
+
+// The last tile, of `left` rows (fewer than row_block), the others zero: row by row (once per packing: its code
+// small, not the 6-9 KB GCC's vectorized transposition with masks was).
+template <class T>
+KS_OWN_FRAME void pack_last(int64_t k, const T* rows, int64_t a_rs, int64_t a_cs, int left, T* out) {
+    constexpr int MR = row_block;
+    for (int64_t p = 0; p < k * MR; ++p) {
+        out[p] = T(0);
+    }
+    for (int r = 0; r < left; ++r) {
+        for (int64_t p = 0; p < k; ++p) {
+            out[p * MR + r] = rows[r * a_rs + p * a_cs];
+        }
     }
 }
 
@@ -742,18 +816,9 @@ __attribute__((noinline)) void pack_a(int64_t m, int64_t k, const T* a, int64_t 
         T* out = dst + t * k * MR;
         const T* rows = a + t * MR * a_rs;
         if ((t + 1) * MR <= m) {
-            for (int64_t p = 0; p < k; ++p) {
-                for (int r = 0; r < MR; ++r) {
-                    out[p * MR + r] = rows[r * a_rs + p * a_cs];
-                }
-            }
-            continue;
-        }
-        const int left = static_cast<int>(m - t * MR);
-        for (int64_t p = 0; p < k; ++p) {
-            for (int r = 0; r < MR; ++r) {
-                out[p * MR + r] = r < left ? rows[r * a_rs + p * a_cs] : T(0);
-            }
+            pack_tile<T>(k, rows, a_rs, a_cs, out);
+        } else {
+            pack_last<T>(k, rows, a_rs, a_cs, static_cast<int>(m - t * MR), out);
         }
     }
 }
@@ -835,6 +900,28 @@ void in_place(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const m
     }
 }
 
+// The dot products of x with y0 and the next dot_block - 1 columns (cs apart), k long, stored (or added: accumulate)
+// at out[q · out_cs]. (Out of line: the vectorized reductions' copies in dots' frame made it 0.6 KB with AVX-512.)
+template <class T>
+KS_OWN_FRAME void dot_run(int64_t k, const T* x, const T* y0, int64_t cs, T* out, int64_t out_cs,
+                                       bool accumulate) {
+    const T* y1 = y0 + cs;
+    const T* y2 = y1 + cs;
+    const T* y3 = y2 + cs;
+    T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    KS_OMP_SIMD(reduction(+ : d0, d1, d2, d3))
+    for (int64_t p = 0; p < k; ++p) {
+        d0 += x[p] * y0[p];
+        d1 += x[p] * y1[p];
+        d2 += x[p] * y2[p];
+        d3 += x[p] * y3[p];
+    }
+    const T d[dot_block] = {d0, d1, d2, d3};
+    for (int q = 0; q < dot_block; ++q) {
+        out[q * out_cs] = accumulate ? out[q * out_cs] + d[q] : d[q];
+    }
+}
+
 // c (+)= a · b with a and b contiguous along k (a.cs == b.rs == 1): dot products, DOT at a time; the epilogue
 // over each row of c once it is computed.
 template <class T>
@@ -844,23 +931,7 @@ void dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& a, const matri
         const T* x = a.data + i * a.rs;
         const int64_t whole = n - n % dot_block;
         for (int64_t j = 0; j < whole; j += dot_block) {
-            const T* y0 = b.data + j * b.cs;
-            const T* y1 = y0 + b.cs;
-            const T* y2 = y1 + b.cs;
-            const T* y3 = y2 + b.cs;
-            T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-            KS_OMP_SIMD(reduction(+ : d0, d1, d2, d3))
-            for (int64_t p = 0; p < k; ++p) {
-                d0 += x[p] * y0[p];
-                d1 += x[p] * y1[p];
-                d2 += x[p] * y2[p];
-                d3 += x[p] * y3[p];
-            }
-            T* out = c.data + i * c.rs + j * c.cs;
-            const T d[dot_block] = {d0, d1, d2, d3};
-            for (int q = 0; q < dot_block; ++q) {
-                out[q * c.cs] = accumulate ? out[q * c.cs] + d[q] : d[q];
-            }
+            dot_run<T>(k, x, b.data + j * b.cs, b.cs, c.data + i * c.rs + j * c.cs, c.cs, accumulate);
         }
         for (int64_t j = whole; j < n; ++j) {
             const T* y = b.data + j * b.cs;
@@ -1128,9 +1199,10 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         const int count = static_cast<int>((cols + P - 1) / P);
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
-            tiles::block<T, false, tiles::tall_block>(m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
-                            tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true},
-                            count, c.data + j0, c.rs, cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
+            tiles::block<T, false, tiles::tall_block, tiles::never_affine>(
+                m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
+                tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true}, count, c.data + j0, c.rs,
+                cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);
         }
     }
 }
