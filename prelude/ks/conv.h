@@ -1465,9 +1465,20 @@ inline void across_run(const conv_shape& s, const float* planes, const float* w1
     }
 }
 
-// Every output position's sums (across_run, 4 positions of a row at a time).
-__attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16, float* sums,
-                        const affine<float>& fin, __m512 bias) {
+// The taps' weight vectors of channels [0, nc) (w: [nc, taps]; the lanes past nc zero).
+__attribute__((noinline)) inline void across_weights(const float* w, int64_t taps, int64_t nc, float* w16) {
+    for (int64_t t = 0; t < taps; ++t) {
+        for (int64_t c = 0; c < 16; ++c) {
+            w16[t * 16 + c] = c < nc ? w[c * taps + t] : 0.0f;
+        }
+    }
+}
+
+// Every output position's sums (across_run, 4 positions of a row at a time; nc: the channels the bias has).
+__attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16,
+                                                  float* sums, const affine<float>& fin, int64_t nc) {
+    const __m512 bias = fin && fin.bias != nullptr ? _mm512_maskz_loadu_ps(lanes_in(0, nc, 0), fin.bias)
+                                                   : _mm512_setzero_ps();
     for (int64_t oh = 0; oh < s.out[1]; ++oh) {
         int64_t ow = 0;
         for (; ow + 4 <= s.out[2]; ow += 4) {
@@ -1558,7 +1569,7 @@ constexpr int64_t depthwise_scratch(const conv_shape& s) {
 
 #if defined(__AVX512F__)
 // ks::conv_depthwise across channels (depthwise::across): 16 channels at a time.
-inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
+__attribute__((noinline)) inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
                             float* scratch, const epilogue<float>& epi) {
     const int64_t taps = s.taps(), n = s.positions(), in = s.in_plane();
     float* planes = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
@@ -1571,17 +1582,10 @@ inline void across_channels(const conv_shape& s, int64_t images, const float* x,
         const epilogue<float> eg = epi.group(image, 0);
         for (int64_t c0 = 0; c0 < s.channels; c0 += 16) {
             const int64_t nc = s.channels - c0 < 16 ? s.channels - c0 : 16;
-            for (int64_t t = 0; t < taps; ++t) {
-                for (int64_t c = 0; c < 16; ++c) {
-                    w16[t * 16 + c] = c < nc ? w[(c0 + c) * taps + t] : 0.0f;
-                }
-            }
+            depthwise::across_weights(w + c0 * taps, taps, nc, w16);
             const affine<float> fin = eg.in_registers(c0);
-            const __m512 bias = fin && fin.bias != nullptr
-                                    ? _mm512_maskz_loadu_ps(depthwise::lanes_in(0, nc, 0), fin.bias)
-                                    : _mm512_setzero_ps();
             depthwise::across_in(s, x + (image * s.channels + c0) * in, nc, planes);
-            depthwise::across_sums(s, planes, w16, sums, fin, bias);
+            depthwise::across_sums(s, planes, w16, sums, fin, nc);
             float* yc = y + (image * s.out_channels + c0) * n;
             depthwise::across_out(sums, n, nc, yc);
             if (!fin) {
