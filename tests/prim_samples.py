@@ -357,7 +357,8 @@ SAMPLES = {
 
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
 UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tables are constants)
-                                          "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),  # (int8 weights are constants)
+                                          # (int8 weights are constants)
+                                          "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),
                                           "qmatmul": (1, 2, 3),
                                           "qlookup": (0,), "qlookup:int8": (0,)}  # (its table is a constant)
 

@@ -1,8 +1,8 @@
 """int8 models against onnxruntime (issue: integer kernels in the kernel layer).
 
 - Single operators built with onnx.helper (QLinearConv over strides, padding, dilations, groups, depthwise
-  multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes them); QLinearMatMul; com.microsoft QGemm with
-  a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one package, each
+  multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes
+  them); QLinearMatMul; com.microsoft QGemm with a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one package, each
   compared with onnxruntime: the products bit for bit, the float-defined operators (QLinearAdd, QLinearSigmoid, ...)
   within one quantization step, since onnxruntime computes those its own way (docs/quantization.md).
 - Whole models: a small CNN (convolutions, a depthwise one, max pooling, a residual Add, global average pooling, a
@@ -187,7 +187,8 @@ def test_generated_code_calls_the_integer_kernels(ops_pkg):
     m = load_manifest(root / "manifest.toml")
     render_project(m, build_exports(m), out)
     cpp = (out / "src" / "int8_ops.cpp").read_text()
-    assert "ks::qconv<uint8_t, uint8_t>" in cpp and "ks::qconv_depthwise<" in cpp and "ks::qmatmul<int8_t, int8_t>" in cpp
+    assert "ks::qconv<uint8_t, uint8_t>" in cpp and "ks::qconv_depthwise<" in cpp
+    assert "ks::qmatmul<int8_t, int8_t>" in cpp
     assert "ks::qconv<int8_t, int8_t>" in cpp  # (the grouped convolution of int8 activations)
 
 
@@ -239,6 +240,7 @@ def _float_models(root):
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
     import ksbuild
     root = tmp_path_factory.mktemp("int8_models")
     models = {}

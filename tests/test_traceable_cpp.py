@@ -43,7 +43,8 @@ def test_gmm_loops_count_with_the_users_names_under_a_comment_naming_their_line(
     for counter, text in [("i", "for i in range(n):"), ("k", "scores = torch.stack(["),
                           ("r", "alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum("),
                           ("c", "+ sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1]")]:
-        head = next(j for j in range(head, len(body)) if body[j].startswith(f"for (int64_t {counter} = 0; {counter} < "))
+        opening = f"for (int64_t {counter} = 0; {counter} < "
+        head = next(j for j in range(head, len(body)) if body[j].startswith(opening))
         line = next(n for n, s in enumerate(source, 1) if s.strip().startswith(text))
         comment = next(body[j] for j in range(head, 0, -1) if body[j].startswith("// "))
         assert comment.startswith(f"// gmm.py:{line}: {text}"), (counter, comment)

@@ -50,7 +50,8 @@ PASSES = [
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("gather_early", lambda f, o: gather_early(f),
-         "a gather of rows made by row-wise work (elementwise, products, views) takes the rows of that work's operands"),
+         "a gather of rows made by row-wise work (elementwise, products, views) takes the rows of that work's "
+         "operands"),
     Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
     Pass("tabulate", lambda f, o: tabulate(f),
          "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
