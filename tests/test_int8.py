@@ -2,7 +2,8 @@
 
 - Single operators built with onnx.helper (QLinearConv over strides, padding, dilations, groups, depthwise
   multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes
-  them); QLinearMatMul; com.microsoft QGemm with a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one package, each
+  them); QLinearMatMul; com.microsoft QGemm with a bias, transB and a float output; the other com.microsoft quantized
+  operators), all exports of one package, each
   compared with onnxruntime: the products bit for bit, the float-defined operators (QLinearAdd, QLinearSigmoid, ...)
   within one quantization step, since onnxruntime computes those its own way (docs/quantization.md).
 - Whole models: a small CNN (convolutions, a depthwise one, max pooling, a residual Add, global average pooling, a
