@@ -151,8 +151,8 @@ def test_a_layer_split_over_threads_computes_what_one_thread_does(tmp_path):
     pkgs = {}
     for n in (1, 2):
         build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
-        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "odd{n}"\n\n{build}[kernels.net]\nonnx = "odd.onnx"\n\n'
-                                             '[exports]\nnet = "net"\n')
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "odd{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "odd.onnx"\n\n[exports]\nnet = "net"\n')
         pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
     sess = ort.InferenceSession(str(tmp_path / "odd.onnx"), providers=["CPUExecutionProvider"])
     for batch in (1, 2, 3):

@@ -457,6 +457,18 @@ class Writer:
             idx.append(i)
         return idx
 
+    def run_parts(self, threads: int, when: str, call) -> None:
+        """The C++ statement call(part, parts) for each of `threads` parts of a layer (ks/parts.h), run by the
+        calling thread and ks/pool.h's workers; `when` (a C++ condition, or "") says whether to split at all (else
+        one part, on the calling thread)."""
+        part, parts = self.namer.fresh("part"), str(threads)
+        if when:
+            parts = self.namer.fresh("parts")
+            self.line(f"const int {parts} = ({when}) ? {threads} : 1;")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
+        self.line(f"    {call(part, parts)}")
+        self.line("});")
+
     def close_loops(self, loops) -> None:
         """Close the loops of open_loops' indices (or n loops opened by hand)."""
         n = loops if isinstance(loops, int) else sum(1 for i in loops if i != "0")

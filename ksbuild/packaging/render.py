@@ -105,8 +105,8 @@ def target_record(t: Target) -> dict:
             "flags": list(t.flags), "link_flags": list(t.link_flags)}
 
 
-KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|conv_depthwise|"
-                               r"winograd_kernel|qconv|qconv_depthwise|qmatmul|parts::\w+)<")
+KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|"
+                               r"conv_depthwise|winograd_kernel|qconv|qconv_depthwise|qmatmul|parts::\w+)<")
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 
 

@@ -168,7 +168,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     images = ctx.dim(x.type.shape[0])
     if threads > 1:
         per = _image_macs(eqn)
-        when = f" if({images} * {per} >= {PARALLEL_MIN_MACS})" if per is not None and not images.isdigit() else ""
+        when = f"{images} * {per} >= {PARALLEL_MIN_MACS}" if per is not None and not images.isdigit() else ""
         _emit_parts(ctx, impl, threads, when, c, f"{geometry}, {images}, {sx.base}, {sw.base}, {out.base}, {scratch}",
                     epi)
     else:
@@ -198,14 +198,10 @@ def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str,
 
 
 def _emit_parts(ctx, impl: str, threads: int, when: str, c: str, args: str, epi) -> None:
-    """The convolution as `threads` parts on as many OpenMP threads (ks/parts.h: ranges of images or of output
-    channels, each part with its own slice of the scratch); `when`, an OpenMP if clause (or none)."""
+    """The convolution as `threads` parts on as many threads (ks/parts.h: ranges of images or of output channels,
+    each part with its own slice of the scratch; ks/pool.h runs them); `when`, a C++ condition for splitting."""
     fn = {"tiles": "ks::parts::conv", "winograd": "ks::parts::winograd", "depthwise": "ks::parts::depthwise"}[impl]
-    part = ctx.namer.fresh("part")
-    ctx.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}){when})")
-    ctx.line(f"for (int {part} = 0; {part} < {threads}; ++{part}) {{")
-    ctx.line(f"    {fn}<{c}>({part}, {threads}, {args}{f', {epi}' if epi else ''});")
-    ctx.line("}")
+    ctx.run_parts(threads, when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {args}{f', {epi}' if epi else ''});")
 
 
 def _image_macs(eqn: Eqn) -> int | None:

@@ -372,16 +372,11 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 
 def _emit_product_parts(ctx, eqn: Eqn, fn: str, c: str, mnk: list, call: str) -> None:
-    """A matrix product as `threads` parts on as many OpenMP threads (ks/parts.h: ranges of its columns or rows);
-    with symbolic sizes, only when it has PARALLEL_MIN_MACS multiply-adds (an OpenMP if clause)."""
-    threads = eqn.params["threads"]
-    part = ctx.namer.fresh("part")
+    """A matrix product as `threads` parts on as many threads (ks/parts.h: ranges of its columns or rows; ks/pool.h
+    runs them); with symbolic sizes, split only when it has PARALLEL_MIN_MACS multiply-adds."""
     when = "" if all(isinstance(d, int) for d in mnk) else \
-        f" if({' * '.join(f'({ctx.dim(d)})' for d in mnk)} >= {PARALLEL_MIN_MACS})"
-    ctx.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}){when})")
-    ctx.line(f"for (int {part} = 0; {part} < {threads}; ++{part}) {{")
-    ctx.line(f"    {fn}<{c}>({part}, {threads}, {call[1:]}")
-    ctx.line("}")
+        f"{' * '.join(f'({ctx.dim(d)})' for d in mnk)} >= {PARALLEL_MIN_MACS}"
+    ctx.run_parts(eqn.params["threads"], when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {call[1:]}")
 
 
 def _contract_parallel(eqn: Eqn) -> bool:
