@@ -20,7 +20,8 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
 Both contract and convolve may carry an `epilogue` (transforms/fuse_epilogue.py): a body of elementwise
 equations whose first parameter is the product's value and the rest the equation's extra operands; the
 result is epilogue(product, *extra), stored as the product is computed (codegen/epilogue.py).
-With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
+With threads = N (transforms/parallelize.py) the outermost loop runs in N parts on ks/pool.h's threads, a "tiles" or
+"panels" product as N parts of its call (ks/parts.h).
 """
 from __future__ import annotations
 
