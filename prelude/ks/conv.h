@@ -880,7 +880,7 @@ inline int nonfinite(T v) {
 // the channel, then the epilogue over them (the parts of the last tiles past the output dropped). Returns
 // whether a value (before the epilogue) was infinite or NaN.
 template <class T>
-inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
+__attribute__((always_inline)) inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, int64_t j1, int64_t image, int64_t o,
                        T* y, const epilogue<T>& epi) {
     const int64_t oh = s.out[1], ow = s.out[2], q0 = 2 * i * ow;
     const int64_t pairs = j1 < ow / 2 ? j1 : ow / 2;  // tiles whose two columns are both in the output
@@ -928,24 +928,31 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
     return bad != 0;
 }
 
-// The output tiles [t0, t0 + count) of one image from prod [mc][16][run] into y [mc][oh][ow] (mc output channels);
-// whether a value was infinite or NaN.
-template <class T>
-__attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t mc, const T* prod, int64_t t0, int64_t count,
-                                            int64_t image, T* y, const epilogue<T>& epi) {
+// The output tiles [t0, t0 + count) of one image from prod [mc][16][run] into y [mc][oh][ow], output channels
+// [first, first + mc) (the epilogue's rows from first; RANGE false: all of them, first and mc constants, the code
+// of a whole convolution as it was before ranges); whether a value was infinite or NaN.
+template <class T, bool RANGE>
+__attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, int64_t mc, const T* prod, int64_t t0,
+                                            int64_t count, int64_t image, T* y, const epilogue<T>& epi) {
+    if constexpr (!RANGE) {
+        first = 0;
+        mc = s.out_channels;
+    }
+    const epilogue<T> shifted = RANGE ? epi.group(0, first) : epilogue<T>{};  // (the rows from first)
+    const epilogue<T>& e = RANGE ? shifted : epi;
     const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
     bool bad = false;
     for (int64_t o = 0; o < mc; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
         const T* po = prod + o * row_stride<T>;
-        for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            bad |= output_row<T>(s, po + first - j0, i, j0, j1, image, o, y + o * plane, epi);
+        for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first_tile) {
+            bad |= output_row<T>(s, po + first_tile - j0, i, j0, j1, image, o, y + o * plane, e);
         });
     }
     return bad;
 }
 
-// One image's output channels [m0, m0 + mc) y [mc][oh][ow] computed directly, window by window (the epilogue's
-// rows counted from m0: epi.first), with each 3×3 kernel recovered from
+// One image's output channels [m0, m0 + mc) y [mc][oh][ow] computed directly, window by window (the epilogue at
+// rows m0...), with each 3×3 kernel recovered from
 // its transform (g = L u Lᵀ with L = [1 0 0 0; 0 1 -1 0; 0 0 0 1], a left inverse of G: rows 0, 1 - 2 and 3
 // of u). The path for an image whose Winograd result had an infinite or NaN value: an infinite input (whose
 // transforms subtract it from itself) or one near the largest float (whose transforms overflow). Slow (plain
@@ -992,7 +999,7 @@ __attribute__((noinline)) void direct_image(const conv_shape& s, int64_t m0, int
             }
         }
     }
-    epi.group(image, 0)(0, 0, y, oh * ow, 1, mc, oh * ow);
+    epi.group(image, m0)(0, 0, y, oh * ow, 1, mc, oh * ow);
 }
 
 }  // namespace winograd
@@ -1031,23 +1038,21 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
            (s.channels + s.out_channels) * winograd::row_stride<T>;
 }
 
-// y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
-// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
-// (image, output channel m, flat position q). Only output channels [first, first + out_count) when out_count >= 0 (the
-// part of the layer one thread computes: ks/parts.h), the rest of y untouched.
-// (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
-// and GCC then called it out of line, 13% slower (measured again: 10-15%): the strides of the transformed kernel
-// and image runs are constants only here)
-template <class T>
-__attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
-                                            T* scratch, const epilogue<T>& epi = {}, int64_t first = 0,
-                                            int64_t out_count = -1) {
+namespace winograd {
+
+// conv_winograd's output channels [first, first + mc) (RANGE false: all, first and mc constants).
+template <class T, bool RANGE>
+__attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                                    T* scratch, const epilogue<T>& epi, int64_t first, int64_t mc) {
     constexpr int64_t TB = winograd::tile_block<T>;
     constexpr int P = panel_width<T>, MR = tiles::row_block;
+    if constexpr (!RANGE) {
+        first = 0;
+        mc = s.out_channels;
+    }
     x = tiles::opaque(x);
     u = tiles::opaque(u);
-    const int64_t channels = s.channels, m = s.out_channels, mc = out_count < 0 ? m - first : out_count;
-    const epilogue<T> em = epi.group(0, first);
+    const int64_t channels = s.channels, m = s.out_channels;
     const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2), step = tiles::k_step(channels);
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
@@ -1069,12 +1074,34 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
                                     prod + xi * RUN, RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
                 }
             }
-            bad |= winograd::output_tiles<T>(s, mc, prod, t0, count, n, yn, em);
+            bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod, t0, count, n, yn, epi);
         }
         if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
-            winograd::direct_image<T>(s, first, mc, x + n * channels * s.in_plane(), u, n, yn, em);
+            winograd::direct_image<T>(s, first, mc, x + n * channels * s.in_plane(), u, n, yn, epi);
         }
     }
+}
+
+}  // namespace winograd
+
+// y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
+// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
+// (image, output channel m, flat position q).
+// (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
+// and GCC then called it out of line, 13% slower (measured again: 10-15%): the strides of the transformed kernel
+// and image runs are constants only here)
+template <class T>
+__attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                            T* scratch, const epilogue<T>& epi = {}) {
+    winograd::channels<T, false>(s, images, x, u, y, scratch, epi, 0, s.out_channels);
+}
+
+// The same for output channels [first, first + count) alone (the part of the layer one thread computes:
+// ks/parts.h), the rest of y untouched.
+template <class T>
+__attribute__((flatten)) void conv_winograd_range(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                                  T* scratch, const epilogue<T>& epi, int64_t first, int64_t count) {
+    winograd::channels<T, true>(s, images, x, u, y, scratch, epi, first, count);
 }
 
 // ---- Depthwise convolutions ------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ void depthwise(int part, int parts, const conv_shape& s, int64_t images, const T
 }
 
 // Part `part` of ks::conv_winograd(s, images, x, u, y, scratch, epi) (u: the transformed kernel [16][C][M], whose
-// output channels are its last axis: the part passes conv_winograd its range); scratch: room(parts,
+// output channels are its last axis: conv_winograd_range takes the range); scratch: room(parts,
 // winograd_scratch<T>(s)) elements.
 template <class T>
 void winograd(int part, int parts, const conv_shape& s, int64_t images, const T* x, const T* u, T* y, T* scratch,
@@ -127,7 +127,7 @@ void winograd(int part, int parts, const conv_shape& s, int64_t images, const T*
     }
     const range r = channels(s, part, parts);
     if (r.size() > 0) {
-        conv_winograd<T>(s, images, x, u, y, mine, epi, r.begin, r.size());
+        conv_winograd_range<T>(s, images, x, u, y, mine, epi, r.begin, r.size());
     }
 }
 
