@@ -103,7 +103,7 @@ class BuildSpec:
     dtype: str = "float32"
     target: str = "host"
     cpu: str = ""  # a -march value such as "native" or "x86-64-v3"; "" is the target's baseline
-    threads: int = 0  # > 1: batch loops run in parallel with OpenMP (not runtime-free); 0, 1: no threads
+    threads: int = 0  # > 1: layers and batch loops split over N threads (ks/pool.h; not runtime-free); 0, 1: none
     weights: str = "embed"  # ONNX kernels: initializers linked into the library, or arguments ("external")
     werror: bool = True  # compile with -Werror (false: a compiler's warning does not stop the build)
     optimize: str = "speed"  # "size": -Os and one instruction set level (the target's baseline or [build] cpu)

@@ -2,6 +2,8 @@
 loop with OpenMP, and the results equal the single-threaded build's (and the interpreter's)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -55,7 +57,7 @@ def test_parallel_build_matches_the_sequential_one(tmp_path):
     t = np.linspace(-2, 2, 1001)
     np.testing.assert_allclose(four.vrelu3(t), one.vrelu3(t), rtol=0)
     source = next((four.root / "share").glob("*/src/*.cpp")).read_text()
-    assert "KS_OMP_PARALLEL_FOR(num_threads(4)" in source
+    assert "ks::pool::run(4, " in source
 
 
 def test_the_pass_marks_only_top_level_nests(tmp_path):
@@ -112,4 +114,77 @@ def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
-    assert "KS_OMP_PARALLEL_FOR(num_threads(2) if(batch > 1))" in source  # (batch 1: no region, no barrier)
+    assert re.search(r"const int parts\d* = batch > 1 \? 2 : 1;", source)  # (batch 1: one part, on the calling thread)
+
+
+def _odd_cnn_onnx(path):
+    """A CNN of odd channel counts with every kernel ks/parts.h splits: a strided convolution (ks::conv, panels) with
+    BatchNorm and ReLU6, a Winograd one (49 x 49 channels) with a residual add (a per-image operand of its epilogue),
+    a 5 x 5 depthwise one, a grouped one (7 groups of 7 -> 5 channels: parts of whole groups), and a linear layer of
+    501 outputs (ks::packed_gemm: parts of whole panels, its bias an epilogue of shifted columns)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 49, 3, 2, 1), nn.BatchNorm2d(49), nn.ReLU6())
+            self.wino = nn.Conv2d(49, 49, 3, 1, 1)
+            self.dw = nn.Sequential(nn.Conv2d(49, 49, 5, 1, 2, groups=49), nn.ReLU())
+            self.grouped = nn.Sequential(nn.Conv2d(49, 35, 3, 1, 1, groups=7), nn.SiLU(), nn.AvgPool2d(4))
+            self.head = nn.Linear(35 * 4 * 4, 501)
+
+        def forward(self, x):
+            h = self.stem(x)
+            h = torch.relu(self.wino(h) + h)
+            h = self.grouped(self.dw(h))
+            return self.head(h.flatten(1))
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 3, 32, 32),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_a_layer_split_over_threads_computes_what_one_thread_does(tmp_path):
+    """threads = 2 splits each convolution and product into parts (ks/parts.h): at batch 1 and 3 ranges of output
+    channels (whole tiles' rows, whole groups, whole panels of the linear layer's columns), at batch 2 ranges of
+    images. The outputs equal the one-thread build's and onnxruntime's."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _odd_cnn_onnx(tmp_path / "odd.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "odd{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "odd.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    sess = ort.InferenceSession(str(tmp_path / "odd.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 2, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        two, one = pkgs[2].net(x), pkgs[1].net(x)
+        np.testing.assert_allclose(two, one, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(two, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    for kernel in ("conv", "winograd", "depthwise", "packed_gemm"):
+        assert f"ks::parts::{kernel}<float>(part" in source, kernel
+
+
+PRODUCT = '''import torch
+
+
+def prod(x: "float[n, k]", w: "float[k, m]") -> "float[n, m]":
+    return torch.tanh(x @ w + 1.0)
+'''
+
+
+def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
+    """ks::tiled_gemm in parts (both operands inputs): one row of 501 columns (parts of whole panels, the epilogue's
+    columns shifted) and 97 rows of 20 columns (parts of rows)."""
+    (tmp_path / "k.py").write_text(PRODUCT)
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "prod2"\n[build]\ndtype = "float64"\nthreads = 2\n'
+                                            '[kernels.prod]\npython = "k.py:prod"\n[exports]\nprod = "prod"\n')
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    rng = np.random.default_rng(0)
+    for n, k, m in ((1, 600, 501), (97, 300, 20), (3, 7, 5)):
+        x, w = rng.standard_normal((n, k)), rng.standard_normal((k, m)) / np.sqrt(k)
+        np.testing.assert_allclose(pkg.prod(x, w), np.tanh(x @ w + 1.0), rtol=1e-12, atol=1e-12)
+    source = next((pkg.root / "share").glob("*/src/*.cpp")).read_text()
+    assert "ks::parts::tiled_gemm<double>(part" in source

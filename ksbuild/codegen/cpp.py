@@ -237,6 +237,7 @@ class Writer:
         self.helpers = None                  # codegen.helpers.Helpers: the package's helper functions
         self.foldable: set[Var] = set()      # scalars read once, by an equation of their own block (body.py)
         self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
+        self.pool_bodies: list[int] = []     # the depths of the bodies of loops run on ks/pool.h (open_loops)
 
     @property
     def depth(self) -> int:
@@ -453,31 +454,63 @@ class Writer:
 
     def open_loops(self, shape, simd: str | None = None, threads: int = 0) -> list[str]:
         """Open a loop nest over shape; `simd` (a clause, or "" for none) puts an `omp simd` pragma on the
-        innermost loop, threads > 1 runs the outermost one on that many OpenMP threads. An axis of size 1
+        innermost loop, threads > 1 runs the outermost one in parts on that many threads (ks/pool.h). An axis of size 1
         gets no loop: its index is 0. Close the nest with close_loops(the indices returned)."""
         idx = []
         for j, d in enumerate(shape):
             if d == 1:
                 idx.append("0")
                 continue
+            first, last = "0", dim_expr(d)
+            if threads > 1 and j == 0:
+                first, last = self._pool_range(threads, d)
             i = self.namer.index(self.depth + 1)
-            if threads > 1 and j == 0:  # (a loop of one iteration, batch 1, runs on the calling thread alone:
-                # a region of N threads there only made them wait at its barrier, 33 per call of a MobileNet)
-                when = "" if isinstance(d, int) else f" if({dim_expr(d)} > 1)"
-                self.line(f"KS_OMP_PARALLEL_FOR(num_threads({threads}){when})")
             if simd is not None and j == len(shape) - 1:
                 self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
-            self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")
+            self.line(f"for (int64_t {i} = {first}; {i} < {last}; ++{i}) {{")
             self.depth += 1
             idx.append(i)
+            if threads > 1 and j == 0:
+                self.pool_bodies.append(self.depth)
         return idx
+
+    def _pool_range(self, threads: int, d) -> tuple[str, str]:
+        """Open a ks::pool::run over `threads` parts of a loop of d iterations (closed by close_loops); the first
+        and end iteration of a part. (A loop of one iteration, batch 1, is one part on the calling thread: N
+        threads there only waited for each other, 33 times per call of a MobileNet.)"""
+        part, span = self.namer.fresh("part"), self.namer.fresh("span")
+        parts = str(threads)
+        if not isinstance(d, int):
+            parts = self.namer.fresh("parts")
+            self.line(f"const int {parts} = {dim_expr(d)} > 1 ? {threads} : 1;")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
+        self.depth += 1
+        self.line(f"const ks::parts::range {span} = ks::parts::share({dim_expr(d)}, 1, {part}, {parts});")
+        return f"{span}.begin", f"{span}.end"
+
+    def run_parts(self, threads: int, when: str, call) -> None:
+        """The C++ statement call(part, parts) for each of `threads` parts of a layer (ks/parts.h), run by the
+        calling thread and ks/pool.h's workers; `when` (a C++ condition, or "") says whether to split at all (else
+        one part, on the calling thread)."""
+        part, parts = self.namer.fresh("part"), str(threads)
+        if when:
+            parts = self.namer.fresh("parts")
+            self.line(f"const int {parts} = ({when}) ? {threads} : 1;")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
+        self.line(f"    {call(part, parts)}")
+        self.line("});")
 
     def close_loops(self, loops) -> None:
         """Close the loops of open_loops' indices (or n loops opened by hand)."""
         n = loops if isinstance(loops, int) else sum(1 for i in loops if i != "0")
         for _ in range(n):
+            body = self.depth
             self.depth -= 1
             self.line("}")
+            if self.pool_bodies and self.pool_bodies[-1] == body:
+                self.pool_bodies.pop()
+                self.depth -= 1
+                self.line("});")
 
     # ---- structured emission (called by prim emit rules) --------------------------------------
 

@@ -14,6 +14,7 @@ winograd_kernel(w) -> u
 """
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..ir.core import Eqn
 from ..ir.types import Type, numel
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
-from .lowering import OPT_OUTS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
+from .lowering import OPT_OUTS, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
 
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
@@ -147,10 +148,13 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     sx, sw = _dense(ctx, x, "image"), _dense(ctx, w, "kernel")
     dst, out = _dense_target(ctx, y, "conv")
     shape = conv_shape(ctx, eqn)
-    rows = impl == "gemm"
+    threads = eqn.params.get("threads", 0)
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
             "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
-    scratch = ctx.scratch(c, size.format(c=c, s=shape), required=True)
+    size = size.format(c=c, s=shape)
+    if threads > 1:  # (each thread's part its own slice: ks/parts.h)
+        size = f"ks::parts::room({threads}, {size})"
+    scratch = ctx.scratch(c, size, required=True)
     scoped = eqn.params.get("epilogue") is not None  # (its lambda in a block of its own: frames share the room)
     if scoped:
         ctx.line("{")
@@ -162,17 +166,13 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
     epi = _epilogue(ctx, eqn, impl) if eqn.params.get("epilogue") is not None else None
     images = ctx.dim(x.type.shape[0])
-    call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise"}[impl] + f"<{c}"
-    args = f"{geometry}, {images}"
-    if impl == "tiles" and storage == "static constexpr" and images.isdigit():
-        # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
-        plan = ctx.namer.fresh("plan")
-        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry});")
-        call, args = f"ks::conv_as<{c}, ks::convs::method_of<{c}>({geometry}, {images})", f"{plan}, {args}"
-    product = ", ks::library_gemm{}" if rows else ""
-    ctx.line(f"{call}>({args}, {sx.base}, {sw.base}, {out.base}, {scratch}"
-             f"{product}{f', {epi}' if epi else ''});")
+    if threads > 1:
+        per = _image_macs(eqn)
+        when = f"{images} * {per} >= {PARALLEL_MIN_MACS}" if per is not None and not images.isdigit() else ""
+        _emit_parts(ctx, impl, threads, when, c, f"{geometry}, {images}, {sx.base}, {sw.base}, {out.base}, {scratch}",
+                    epi)
+    else:
+        _emit_call(ctx, impl, c, geometry, storage, images, f"{sx.base}, {sw.base}, {out.base}, {scratch}", epi)
     if scoped:
         ctx.depth -= 1
         ctx.line("}")
@@ -181,6 +181,45 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     if eqn.params.get("epilogue") is not None and epi is None:
         apply_in_place(ctx, eqn, dst)
     ctx.env[y] = dst
+
+
+def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
+    """One kernel-layer call over the whole convolution."""
+    call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
+            "depthwise": "ks::conv_depthwise"}[impl] + f"<{c}"
+    args = f"{geometry}, {images}"
+    if impl == "tiles" and storage == "static constexpr" and images.isdigit():
+        # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
+        plan = ctx.namer.fresh("plan")
+        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry});")
+        call, args = f"ks::conv_as<{c}, ks::convs::method_of<{c}>({geometry}, {images})", f"{plan}, {args}"
+    product = ", ks::library_gemm{}" if impl == "gemm" else ""
+    ctx.line(f"{call}>({args}, {buffers}{product}{f', {epi}' if epi else ''});")
+
+
+def _emit_parts(ctx, impl: str, threads: int, when: str, c: str, args: str, epi) -> None:
+    """The convolution as `threads` parts on as many threads (ks/parts.h: ranges of images or of output channels,
+    each part with its own slice of the scratch; ks/pool.h runs them); `when`, a C++ condition for splitting."""
+    fn = {"tiles": "ks::parts::conv", "winograd": "ks::parts::winograd", "depthwise": "ks::parts::depthwise"}[impl]
+    ctx.run_parts(threads, when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {args}{f', {epi}' if epi else ''});")
+
+
+def _image_macs(eqn: Eqn) -> int | None:
+    """The multiply-adds of one image of a convolution (None when a size is symbolic)."""
+    w, y = eqn.ins[1], eqn.outs[0]
+    taps = w.type.shape[1:] if eqn.params["impl"] != "winograd" else (w.type.shape[1], 3, 3)
+    sizes = [*y.type.shape[1:], *taps]
+    return math.prod(sizes) if all(isinstance(d, int) for d in sizes) else None
+
+
+def _parallel(eqn: Eqn) -> bool:
+    """Whether a convolution runs in parts on the threads (ks/parts.h): a kernel of the plain backend's (a BLAS call
+    threads itself) with enough work to pay for a parallel region (PARALLEL_MIN_MACS, when the sizes are known; a
+    symbolic batch is checked when it runs: _emit_parts)."""
+    if eqn.params["impl"] not in ("tiles", "winograd", "depthwise"):
+        return False
+    images, per = eqn.ins[0].type.shape[0], _image_macs(eqn)
+    return per is None or not isinstance(images, int) or images * per >= PARALLEL_MIN_MACS
 
 
 def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
@@ -241,6 +280,7 @@ convolve = Prim(
     batch=_lowered_only("convolve"),
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
     rows=_convolve_rows,
+    parallel=_parallel,
     doc="a convolution as one ks::conv call (or ks::conv_rows with a BLAS) over the batch of images",
     opt_outs=OPT_OUTS,
     lowering=True,

@@ -20,9 +20,12 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
 Both contract and convolve may carry an `epilogue` (transforms/fuse_epilogue.py): a body of elementwise
 equations whose first parameter is the product's value and the rest the equation's extra operands; the
 result is epilogue(product, *extra), stored as the product is computed (codegen/epilogue.py).
-With threads = N (transforms/parallelize.py) the outermost loop runs on N OpenMP threads.
+With threads = N (transforms/parallelize.py) the outermost loop runs in N parts on ks/pool.h's threads, a "tiles" or
+"panels" product as N parts of its call (ks/parts.h).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -36,6 +39,11 @@ from ..ir.types import Type, dtype_of, numpy_dtype
 from .base import Prim
 from .tensor import einsum as _einsum_prim
 from .tensor import parse_spec
+
+# With threads = N a matrix product or convolution of fewer multiply-adds (about 10 µs on one core) runs on the
+# calling thread alone: waking the others and waiting for them costs a few µs (a squeeze-excite block's 1 × 1
+# convolutions). (ks/parts.h splits the larger ones.)
+PARALLEL_MIN_MACS = 1 << 18
 
 
 def _lowered_only(name: str):
@@ -368,16 +376,48 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
     dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
     c = ctx.ctype(eqn.outs[0].type)
+    threads = eqn.params.get("threads", 0)
     extra, epi = "", None
     if eqn.params["impl"] == "tiles":  # room to pack b into panels (ks/gemm.h), and the epilogue
-        extra = ", " + ctx.scratch(c, f"ks::tiled_gemm_scratch<{c}>({dims})")
+        room = f"ks::tiled_gemm_scratch<{c}>({dims})"
+        extra = ", " + ctx.scratch(c, f"ks::parts::room({threads}, {room})" if threads > 1 else room)
         epi = _lambda(ctx, eqn, o, ix, m, n)
         extra += f", ks::product_epilogue<{c}>({epi})" if epi else ""
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
-    ctx.line(f"{fn}<{c}>({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, "
-             f"{matrix(dst, o, m, n)}, {'true' if into else 'false'}{extra});")
+    call = f"({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, {matrix(dst, o, m, n)}, " \
+           f"{'true' if into else 'false'}{extra});"
+    if threads > 1:
+        _emit_product_parts(ctx, eqn, "ks::parts::tiled_gemm", c, [sizes[ch] for ch in (m, n, k)], call)
+    else:
+        ctx.line(f"{fn}<{c}>{call}")
     ctx.close_loops(loops)
     return epi is not None
+
+
+def _emit_product_parts(ctx, eqn: Eqn, fn: str, c: str, mnk: list, call: str) -> None:
+    """A matrix product as `threads` parts on as many threads (ks/parts.h: ranges of its columns or rows; ks/pool.h
+    runs them); with symbolic sizes, split only when it has PARALLEL_MIN_MACS multiply-adds."""
+    when = "" if all(isinstance(d, int) for d in mnk) else \
+        f"{' * '.join(f'({ctx.dim(d)})' for d in mnk)} >= {PARALLEL_MIN_MACS}"
+    ctx.run_parts(eqn.params["threads"], when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {call[1:]}")
+
+
+def _contract_parallel(eqn: Eqn) -> bool:
+    """Whether a contract's loop nest (impl "loops") or its kernel-layer call (impl "tiles", "panels": ks/parts.h,
+    at least PARALLEL_MIN_MACS multiply-adds when the sizes are known) runs on the threads."""
+    impl = eqn.params["impl"]
+    if impl == "loops":
+        return eqn.outs[0].type.rank > 0
+    if impl not in ("tiles", "panels") or eqn.outs[0].type.rank < 2:
+        return False
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    x, y = operands(eqn)
+    a, b, _ = parse_spec(eqn.params["spec"])
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    if impl == "panels":
+        sizes |= {n: eqn.params["cols"], k: y.type.shape[1]}
+    mnk = [sizes[ch] for ch in (m, n, k)]
+    return not all(isinstance(d, int) for d in mnk) or math.prod(mnk) >= PARALLEL_MIN_MACS
 
 
 def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
@@ -391,8 +431,12 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     cm = f"{{{dst.base}, {dst.strides[o.index(m)]}, {dst.strides[o.index(n)]}}}"
     epi = _lambda(ctx, eqn, o, {}, m, n)
     c = ctx.ctype(eqn.outs[0].type)
-    ctx.line(f"ks::packed_gemm<{c}>({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, "
-             f"{'true' if into else 'false'}{f', ks::product_epilogue<{c}>({epi})' if epi else ''});")
+    call = f"({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, " \
+           f"{'true' if into else 'false'}{f', ks::product_epilogue<{c}>({epi})' if epi else ''});"
+    if eqn.params.get("threads", 0) > 1:
+        _emit_product_parts(ctx, eqn, "ks::parts::packed_gemm", c, [sizes[ch] for ch in (m, n, k)], call)
+    else:
+        ctx.line(f"ks::packed_gemm<{c}>{call}")
     return epi is not None
 
 
@@ -405,7 +449,7 @@ contract = Prim(
     jvp=_lowered_only("contract"),
     batch=_lowered_only("contract"),
     emit=_emit_contract,
-    parallel=lambda eqn: eqn.outs[0].type.rank > 0 and eqn.params["impl"] == "loops",  # (loops: a call threads itself)
+    parallel=_contract_parallel,
     doc="an einsum as loops or a gemm call, optionally added to an accumulator",
     opt_outs=OPT_OUTS,
     lowering=True,

@@ -509,13 +509,14 @@ def _einsum_emit(ctx, eqn) -> None:
 
 def _einsum_select(b, eqn, ins, backend, threads):
     """A contract: impl "gemm" (the backend's ks::gemm) for a float matrix product when the backend's record takes
-    einsum, else "tiles" on one thread; "loops" for any other contraction (transforms/select_backend.py)."""
+    einsum, else "tiles" (on several threads too: ks/parts.h splits it) unless it is tiny (_tiny_product); "loops"
+    for those and any other contraction (transforms/select_backend.py)."""
     from ..transforms.rewrite import bind_like
     from .lowering import contract, gemm_axes
     spec = eqn.params["spec"]
     impl = "loops"
     if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
-        impl = "gemm" if backend.gemm("einsum") else "tiles" if threads <= 1 and not _tiny_product(eqn) else "loops"
+        impl = "gemm" if backend.gemm("einsum") else "loops" if _tiny_product(eqn) else "tiles"
     return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
 
 

@@ -1,9 +1,10 @@
-"""parallelize: run the outer loop of big loop nests on several threads (OpenMP).
+"""parallelize: run big loop nests and kernel-layer calls on several threads (ks/pool.h).
 
 Requires: a fused, lowered Func. Guarantees: with threads > 1, every top-level fusion and
 contraction whose outermost loop writes disjoint parts of its outputs (a fusion with at least
 one axis left after its reductions, a contraction with an output) gets the param
-`threads = N`; its C++ runs that loop as `#pragma omp parallel for num_threads(N)`. Loops
+`threads = N`; its C++ runs that loop in N parts on ks/pool.h's threads (a convolution or kernel-layer product:
+N parts of the call, ks/parts.h; its record's parallel rule says which are worth it). Loops
 inside a loop or an if body stay sequential (one parallel region per nest, none nested).
 With threads <= 1 the function is unchanged (and runtime-free).
 """

@@ -34,7 +34,7 @@ class Options:
     """What the passes may depend on besides the IR."""
 
     backend: str = "plain"  # a name in compile/backends.py's BACKENDS
-    threads: int = 0  # > 1: the parallelize pass marks batch loops for OpenMP
+    threads: int = 0  # > 1: the parallelize pass marks batch loops and kernel calls for ks/pool.h's threads
     vectors: bool = True  # the target has a vector unit (Target.vectors); without, panels are 4 columns wide
 
 

@@ -4,8 +4,8 @@ Requires: a Func after the transformations. Guarantees: every `einsum` is a `con
 (batched) float matrix product (one letter each for rows, columns and the summed axis) has impl
 "gemm" when the backend's record hands einsum to its header (Backend.gemm_prims: blas, aten; a
 `ks::gemm` call that ks/blas.h or ks/aten.h implements), impl "tiles" otherwise on one thread (a
-`ks::tiled_gemm` call: ks/gemm.h, portable register tiles), and every other einsum (or a product in a
-plain build on several threads, whose loops the parallelize pass spreads) impl "loops". Every `conv`
+`ks::tiled_gemm` call: ks/gemm.h, portable register tiles; on several threads too, in parts: ks/parts.h), and
+every other einsum impl "loops". Every `conv`
 is a `convolve`: impl "tiles" (ks::conv, the register tiles) with the plain backend, "gemm"
 (ks::conv_rows with the backend's ks::gemm) when its record hands conv to its header (blas, aten); a
 2-d 3×3 convolution with stride 1 and 2048 channel pairs or more (prims/convolve.py: winograd_applies)

@@ -961,17 +961,24 @@ inline bool output_row(const conv_shape& s, const T* io, int64_t i, int64_t j0, 
     return bad != 0;
 }
 
-// The output tiles [t0, t0 + count) of one image from prod [M][16][run] into y [M][oh][ow]; whether a value
-// was infinite or NaN.
-template <class T>
-__attribute__((noinline)) bool output_tiles(const conv_shape& s, const T* prod, int64_t t0, int64_t count, int64_t image, T* y,
-                  const epilogue<T>& epi) {
+// The output tiles [t0, t0 + count) of one image from prod [mc][16][run] into y [mc][oh][ow], output channels
+// [first, first + mc) (the epilogue's rows from first; RANGE false: all of them, first and mc constants, the code
+// of a whole convolution as it was before ranges); whether a value was infinite or NaN.
+template <class T, bool RANGE>
+__attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, int64_t mc, const T* prod, int64_t t0,
+                                            int64_t count, int64_t image, T* y, const epilogue<T>& epi) {
+    if constexpr (!RANGE) {
+        first = 0;
+        mc = s.out_channels;
+    }
+    const epilogue<T> shifted = RANGE ? epi.group(0, first) : epilogue<T>{};  // (the rows from first)
+    const epilogue<T>& e = RANGE ? shifted : epi;
     const int64_t tw = (s.out[2] + 1) / 2, plane = s.out[1] * s.out[2];
     bool bad = false;
-    for (int64_t o = 0; o < s.out_channels; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
+    for (int64_t o = 0; o < mc; ++o) {  // (channel by channel: its 16 runs stay in the L1 cache)
         const T* po = prod + o * row_stride<T>;
-        for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            bad |= output_row<T>(s, po + first - j0, i, j0, j1, image, o, y + o * plane, epi);
+        for_tile_rows(tw, t0, count, [&](int64_t i, int64_t j0, int64_t j1, int64_t first_tile) {
+            bad |= output_row<T>(s, po + first_tile - j0, i, j0, j1, image, o, y + o * plane, e);
         });
     }
     return bad;
@@ -982,44 +989,49 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, const T* prod, 
 // tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
 // conv_winograd's loops, they filled a frame of 0.55-0.7 KB on AVX-512).
 template <class T>
-__attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t m, int64_t channels, int64_t k0, int64_t kc,
-                                                          const T* u, const T* v, int panels, int64_t count, T* prod) {
+__attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t m, int64_t channels, int64_t k0,
+                                                          int64_t kc, const T* u, const T* v, int panels, int64_t count,
+                                                          T* prod) {
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    tiles::block<T, false, MR, tiles::never_affine>(m, kc, a, tiles::panel_rows<T>{v + k0 * RS, RS, P}, panels, prod,
+    tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, tiles::panel_rows<T>{v + k0 * RS, RS, P}, panels, prod,
                                                     RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
 }
 
-// The 16 products of a block of `count` tiles (point_products for each ξ and block of channels).
+// The 16 products of a block of `count` tiles (point_products for each ξ and block of channels), for `rows` output
+// channels of the M (u's row stride) from u on.
 template <class T>
-inline void products(int64_t m, int64_t channels, const T* u, const T* v, int64_t count, T* prod) {
+inline void products(int64_t rows, int64_t m, int64_t channels, const T* u, const T* v, int64_t count, T* prod) {
     constexpr int64_t RUN = run_stride<T>;
     const int64_t step = tiles::k_step(channels);
     const int panels = static_cast<int>((count + panel_width<T> - 1) / panel_width<T>);
     for (int xi = 0; xi < 16; ++xi) {
         for (int64_t k0 = 0; k0 < channels; k0 += step) {
             const int64_t kc = channels - k0 < step ? channels - k0 : step;
-            point_products<T>(m, channels, k0, kc, u + xi * channels * m, v + xi * RUN, panels, count, prod + xi * RUN);
+            point_products<T>(rows, m, channels, k0, kc, u + xi * channels * m, v + xi * RUN, panels, count,
+                              prod + xi * RUN);
         }
     }
 }
 
-// One image's output y [M][oh][ow] computed directly, window by window, with each 3×3 kernel recovered from
+// One image's output channels [m0, m0 + mc) y [mc][oh][ow] computed directly, window by window (the epilogue at
+// rows m0...), with each 3×3 kernel recovered from
 // its transform (g = L u Lᵀ with L = [1 0 0 0; 0 1 -1 0; 0 0 0 1], a left inverse of G: rows 0, 1 - 2 and 3
 // of u). The path for an image whose Winograd result had an infinite or NaN value: an infinite input (whose
 // transforms subtract it from itself) or one near the largest float (whose transforms overflow). Slow (plain
 // loops), and as IEEE arithmetic has it: the same infinities as a direct convolution.
 template <class T>
-__attribute__((noinline)) void direct_image(const conv_shape& s, const T* x, const T* u, int64_t image, T* y, const epilogue<T>& epi) {
+__attribute__((noinline)) void direct_image(const conv_shape& s, int64_t m0, int64_t mc, const T* x, const T* u,
+                                            int64_t image, T* y, const epilogue<T>& epi) {
     const int64_t channels = s.channels, m = s.out_channels, h = s.in[1], w = s.in[2];
     const int64_t oh = s.out[1], ow = s.out[2], plane = channels * m;
-    for (int64_t q = 0; q < m * oh * ow; ++q) {
+    for (int64_t q = 0; q < mc * oh * ow; ++q) {
         y[q] = T(0);
     }
-    for (int64_t o = 0; o < m; ++o) {
+    for (int64_t o = 0; o < mc; ++o) {
         for (int64_t c = 0; c < channels; ++c) {
-            const T* uc = u + c * m + o;
+            const T* uc = u + c * m + m0 + o;
             T lu[3][4];  // L u: u's rows 0, 1 - 2 and 3
             for (int r = 0; r < 4; ++r) {
                 lu[0][r] = uc[r * plane];
@@ -1051,7 +1063,7 @@ __attribute__((noinline)) void direct_image(const conv_shape& s, const T* x, con
             }
         }
     }
-    epi.group(image, 0)(0, 0, y, oh * ow, 1, m, oh * ow);
+    epi.group(image, m0)(0, 0, y, oh * ow, 1, mc, oh * ow);
 }
 
 }  // namespace winograd
@@ -1090,16 +1102,17 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
            (s.channels + s.out_channels) * winograd::row_stride<T>;
 }
 
-// y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
-// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
-// (image, output channel m, flat position q).
-// (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
-// and GCC then called it out of line, 13% slower (measured again: 10-15%): the strides of the transformed kernel
-// and image runs are constants only here)
-template <class T>
-__attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
-                                            T* scratch, const epilogue<T>& epi = {}) {
+namespace winograd {
+
+// conv_winograd's output channels [first, first + mc) (RANGE false: all, first and mc constants).
+template <class T, bool RANGE>
+__attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                                    T* scratch, const epilogue<T>& epi, int64_t first, int64_t mc) {
     constexpr int64_t TB = winograd::tile_block<T>;
+    if constexpr (!RANGE) {
+        first = 0;
+        mc = s.out_channels;
+    }
     x = tiles::opaque(x);
     u = tiles::opaque(u);
     const int64_t channels = s.channels, m = s.out_channels;
@@ -1109,18 +1122,40 @@ __attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images,
     T* prod = v + channels * winograd::row_stride<T>;
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
-        T* yn = y + n * m * s.out[1] * s.out[2];
+        T* yn = y + (n * m + first) * s.out[1] * s.out[2];
         bool bad = false;
         for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
             const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
             winograd::input_tiles<T>(s, image, t0, count, v);
-            winograd::products<T>(m, channels, u, v, count, prod);
-            bad |= winograd::output_tiles<T>(s, prod, t0, count, n, yn, epi);
+            winograd::products<T>(mc, m, channels, u + first, v, count, prod);
+            bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod, t0, count, n, yn, epi);
         }
         if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
-            winograd::direct_image<T>(s, x + n * channels * s.in_plane(), u, n, yn, epi);
+            winograd::direct_image<T>(s, first, mc, x + n * channels * s.in_plane(), u, n, yn, epi);
         }
     }
+}
+
+}  // namespace winograd
+
+// y [images, M, oh, ow] = epi(conv(x [images, C, h, w], kernel)) for a 2-d 3×3 convolution with stride 1,
+// dilation 1 and one group, its kernel given transformed (u [16][C][M], winograd_kernel), the epilogue at
+// (image, output channel m, flat position q).
+// (flatten: the tiles inlined here whatever else uses the same instantiation; a gradient's products share it,
+// and GCC then called it out of line, 13% slower (measured again: 10-15%): the strides of the transformed kernel
+// and image runs are constants only here)
+template <class T>
+__attribute__((flatten)) void conv_winograd(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                            T* scratch, const epilogue<T>& epi = {}) {
+    winograd::channels<T, false>(s, images, x, u, y, scratch, epi, 0, s.out_channels);
+}
+
+// The same for output channels [first, first + count) alone (the part of the layer one thread computes:
+// ks/parts.h), the rest of y untouched.
+template <class T>
+__attribute__((flatten)) void conv_winograd_range(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+                                                  T* scratch, const epilogue<T>& epi, int64_t first, int64_t count) {
+    winograd::channels<T, true>(s, images, x, u, y, scratch, epi, first, count);
 }
 
 // ---- Depthwise convolutions ------------------------------------------------------------------------------

@@ -148,10 +148,12 @@ struct epilogue {
     }
 
     // This epilogue as seen by one group's product of one image: its rows are output channels from `from` on.
+    // (Added to this one's own image and first row: the part of a layer one thread computes (ks/parts.h) passes
+    // the kernel an epilogue already moved to its first image and channel.)
     epilogue group(int64_t of_image, int64_t from) const {
         epilogue e = *this;
-        e.image = of_image;
-        e.first = from;
+        e.image = image + of_image;
+        e.first = first + from;
         return e;
     }
 

@@ -43,6 +43,8 @@ inline namespace KS_KERNELS {
     KS_CONV_METHOD(PREFIX, T, panels_packed)                                                                      \
     KS_CONV_METHOD(PREFIX, T, panels)                                                                             \
     PREFIX void conv_winograd<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);     \
+    PREFIX void conv_winograd_range<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&, \
+                                       int64_t, int64_t);                                                         \
     PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);
 
@@ -151,5 +153,7 @@ epilogue<T> affine_epilogue(const affine<T>& f) {
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks
+
+#include "parts.h"  // (a layer split over threads: the generated code of `threads = N`)
 
 #endif  // KS_KERNELS_H
