@@ -309,7 +309,8 @@ inline T digamma(T x) {
 // erf x = 2/√π e^-x² Σ 2^n x^(2n+1) / (1·3·…·(2n+1)) below 3 (all terms positive), the continued
 // fraction erfc x = e^-x² / (√π (x + ½/(x + 1/(x + (3/2)/(x + …))))) above, ±1 from 6 (relative error
 // ~1e-15). Floats: 2/√π x(1 - x²/3 + x⁴/10 - …) below 0.5, 1 - (a1 t + … + a5 t⁵) e^-x² with
-// t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
+// t = 1/(1 + 0.3275911 x) above (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7), with ks::exp:
+// inline, so a loop of float erf (GELU) vectorizes; std::exp was a libm call per element.
 template <class T>
 KS_MATH inline T erf(T x) {
     const T a = ks::abs(x);
@@ -322,7 +323,7 @@ KS_MATH inline T erf(T x) {
         const T t = T(1) / (T(1) + T(0.3275911) * a);
         const T poly = t * (T(0.254829592) + t * (T(-0.284496736) + t * (T(1.421413741) + t * (T(-1.453152027) +
                                                                                         t * T(1.061405429)))));
-        const T r = T(1) - poly * std::exp(-a * a);
+        const T r = T(1) - poly * ks::exp(-a * a);
         return x < T(0) ? -r : r;
     } else {
         const T two_over_sqrt_pi = static_cast<T>(1.1283791670955126);
