@@ -1,8 +1,10 @@
 """[build] threads = N: the parallelize pass marks batch loop nests, the C++ runs their outer
-loop with OpenMP, and the results equal the single-threaded build's (and the interpreter's)."""
+loop on ks/pool.h's threads, and the results equal the single-threaded build's (and the interpreter's)."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -188,3 +190,30 @@ def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
         np.testing.assert_allclose(pkg.prod(x, w), np.tanh(x @ w + 1.0), rtol=1e-12, atol=1e-12)
     source = next((pkg.root / "share").glob("*/src/*.cpp")).read_text()
     assert "ks::parts::tiled_gemm<double>(part" in source
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_an_app_links_a_threaded_package_through_find_package(tmp_path):
+    """threads = 2 links POSIX threads (Threads::Threads, `-pthread` in the .pc file), not the OpenMP runtime: the
+    installed package's CMake config brings that dependency to examples/relu3's app, which builds and runs."""
+    from ksbuild.cli import main as cli_main
+    from ksbuild.compile.cmake import cmake_exe
+
+    src = tmp_path / "relu3"
+    shutil.copytree(ROOT / "examples/relu3", src, ignore=shutil.ignore_patterns("app"))
+    manifest = src / "manifest.toml"
+    manifest.write_text(manifest.read_text().replace('dtype = "float32"', 'dtype = "float32"\nthreads = 2'))
+    out = tmp_path / "dist"
+    assert cli_main(["package", str(manifest), "-o", str(out)]) == 0
+    config = (out / "lib/cmake/activations/activationsConfig.cmake").read_text()
+    assert "find_dependency(Threads)" in config and "OpenMP" not in config
+    assert " -pthread " in (out / "lib/pkgconfig/activations.pc").read_text()
+    undefined = subprocess.run(["nm", "-u", str(out / "lib/libactivations.a")], capture_output=True, text=True,
+                               check=True).stdout
+    assert "pthread_create" in undefined and "GOMP" not in undefined and "omp_" not in undefined
+    cmake = cmake_exe()
+    subprocess.run([cmake, "-S", str(ROOT / "examples/relu3/app"), "-B", str(tmp_path / "app"),
+                    f"-DCMAKE_PREFIX_PATH={out}"], check=True, capture_output=True)
+    subprocess.run([cmake, "--build", str(tmp_path / "app")], check=True, capture_output=True)
+    run = subprocess.run([str(tmp_path / "app/relu3_app")], check=True, capture_output=True, text=True)
+    assert "ok: batched kernels match" in run.stdout

@@ -19,7 +19,7 @@ of samples taken in turn (bench.median_times; ExecuTorch's in its own process, a
 first (ExecuTorch's against torch eager's). A network whose build fails gets a "failed" row and ksbuild's message
 on stderr; the others still run.
 
---threads N builds with `[build] threads = N` (OpenMP) and gives every contender N threads: onnxruntime's
+--threads N builds with `[build] threads = N` (ks/pool.h's threads) and gives every contender N threads: onnxruntime's
 intra_op_num_threads, ExecuTorch's thread pool, torch.set_num_threads; it needs the wall clock (CPU time adds the
 threads up).
 """

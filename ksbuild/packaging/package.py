@@ -138,8 +138,8 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
     if m.build.cpu and t.name != m.build.target:  # (the manifest's own target was checked when it was read)
         check_cpu(m, t)
     if m.build.threads > 1 and not t.hosted:
-        raise KsbuildError(f"threads = {m.build.threads} needs OpenMP, which bare-metal target '{t.name}' does not "
-                           "have", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")
+        raise KsbuildError(f"threads = {m.build.threads} starts threads, which bare-metal target '{t.name}' does not "
+                           "have (no operating system)", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")
     if python_module and not t.hosted:
         raise KsbuildError(f"target '{t.name}' has no operating system to load a Python module on", loc)
     return t

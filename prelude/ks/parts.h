@@ -1,16 +1,15 @@
 // ks/parts.h — one layer split over threads: the part of a kernel-layer call that each of N threads computes.
 //
 // With `[build] threads = N` the generated code runs a convolution or a matrix product of the kernel layer as
-//     KS_OMP_PARALLEL_FOR(num_threads(N))
-//     for (int part = 0; part < N; ++part) {
+//     ks::pool::run(N, N, [&](int part) {
 //         ks::parts::conv<float>(part, N, shape, images, x, w, y, scratch, epilogue);
-//     }
+//     });
 // Each part is one kernel-layer call of its own, on its own slice of the scratch (parts::room: N slices of the one
 // call's scratch, 64-byte aligned), over a range of the images when they divide evenly among the parts (a batch of
 // 8 on 2 threads: 4 images each, every weight read once per part), else, image by image, a range of the output
 // channels (a batch of 1: each part reads its channels' weights and the whole image). A product's parts are ranges
-// of its columns (whole panels) or, with fewer columns than parts × a panel, of its rows. Nothing here uses OpenMP
-// or the heap: the generated code decides whether the parts run in parallel, the kernels compute ranges, and a
+// of its columns (whole panels) or, with fewer columns than parts × a panel, of its rows. Nothing here starts a
+// thread or uses the heap: the generated code decides whether the parts run in parallel, the kernels compute ranges, and a
 // part gives the same results as the whole call gives there (each element's sum is the same sum: tests/test_threads.py).
 #ifndef KS_PARTS_H
 #define KS_PARTS_H

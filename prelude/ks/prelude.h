@@ -32,13 +32,6 @@
 #else
 #define KS_OMP_SIMD(...)
 #endif
-// KS_OMP_PARALLEL_FOR(clauses): `#pragma omp parallel for clauses` in builds with OpenMP
-// ([build] threads = N > 1 links it); nothing otherwise.
-#if defined(_OPENMP)
-#define KS_OMP_PARALLEL_FOR(...) _Pragma(KS_STRINGIFY(omp parallel for __VA_ARGS__))
-#else
-#define KS_OMP_PARALLEL_FOR(...)
-#endif
 
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
 // KS_UNROLL: the loop after it unrolled completely (a register tile's loops over its accumulators: an array of
