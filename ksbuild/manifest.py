@@ -318,7 +318,8 @@ def _build(ctx: _Ctx, table: dict, given_target: str | None = None) -> BuildSpec
     threads = table.get("threads", default.threads)
     if type(threads) is not int or not 0 <= threads <= 1024:
         raise ctx.error(path + ("threads",), f"'threads' in [build] must be an integer from 0 to 1024, got {threads!r}",
-                        hint="0 or 1: single-threaded and runtime-free (the default); N > 1: the calling thread and N - 1 POSIX threads")
+                        hint="0 or 1: single-threaded and runtime-free (the default); "
+                        "N > 1: the calling thread and N - 1 POSIX threads")
     weights = _field(ctx, table, path, "weights", default.weights, WEIGHTS)
     werror = table.get("werror", default.werror)
     if type(werror) is not bool:

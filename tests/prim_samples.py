@@ -372,4 +372,4 @@ def prim_name(key: str) -> str:
 # the if-expression: tests/test_singular_ad.py)
 STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp", "custom_vjp_lin"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
-LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack"}
+LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack", "join"}

@@ -9,6 +9,7 @@ from prim_samples import LOWERING, SAMPLES, STRUCTURED, UNBATCHED, prim_name
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
 from ksbuild.ir.interp import eval_func
+from ksbuild.ir.types import Type
 from ksbuild.ir.verify import verify
 from ksbuild.prims import PRIMS
 from ksbuild.transforms import jvp, transpose, vjp, vmap
@@ -89,7 +90,15 @@ def lowered_prims():
         for g in fs:
             for backend in ("plain", "blas"):
                 found |= _prims_in(lower(g, Options(backend=backend)))
-    return found
+    return found | _prims_in(lower(_concatenation()))
+
+
+def _concatenation():
+    """ops/shape.py's concatenate of three pieces (pads added), which the join pass makes one join of."""
+    from ksbuild.ops.shape import concatenate
+    b = Builder()
+    ps = [Var(Type("f64", (2, n)), f"x{n}") for n in (1, 2, 3)]
+    return verified(b.func("concatenation", ps, [concatenate(b, ps, 1)]))
 
 
 @pytest.mark.parametrize("name", sorted(PRIMS))

@@ -139,7 +139,8 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
         check_cpu(m, t)
     if m.build.threads > 1 and not t.hosted:
         raise KsbuildError(f"threads = {m.build.threads} starts threads, which bare-metal target '{t.name}' does not "
-                           "have (no operating system)", locate(m.text, "build", "threads", file=str(m.path)), hint="use threads = 0")
+                           "have (no operating system)", locate(m.text, "build", "threads", file=str(m.path)),
+                           hint="use threads = 0")
     if python_module and not t.hosted:
         raise KsbuildError(f"target '{t.name}' has no operating system to load a Python module on", loc)
     return t

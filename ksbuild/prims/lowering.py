@@ -35,7 +35,7 @@ from ..codegen.fusion import emit_fusion
 from ..codegen.storage import Storage, dim_expr
 from ..errors import KsbuildError
 from ..ir.core import Eqn, Func, Var
-from ..ir.types import Type, dtype_of, numpy_dtype
+from ..ir.types import Type, dim_add, dtype_of, numpy_dtype
 from .base import Prim
 from .tensor import einsum as _einsum_prim
 from .tensor import parse_spec
@@ -464,3 +464,52 @@ def apply_in_place(w: Writer, eqn: Eqn, dst: Storage) -> None:
     w.env[product] = dst
     emit_fusion(w, Eqn(fusion, (product, *epilogues.extras(eqn)), eqn.outs, {"body": body}, eqn.loc),
                 dests={eqn.outs[0]: dst})
+
+
+# ---- join ---------------------------------------------------------------------------------------
+
+def _join_rule(in_types, axis: int):
+    first = in_types[0]
+    total = 0
+    for t in in_types:
+        same = t.rank == first.rank and t.dtype == first.dtype and \
+            all(d == e for i, (d, e) in enumerate(zip(t.shape, first.shape)) if i != axis)
+        if not same:
+            raise KsbuildError(f"internal: join along axis {axis} of {first} and {t}")
+        total = dim_add(total, t.shape[axis])
+    return [Type(first.dtype, first.shape[:axis] + (total,) + first.shape[axis + 1:])]
+
+
+def _join_emit(ctx: Writer, eqn: Eqn) -> None:
+    # each piece copied once into its range of the result (a memcpy-like loop when the range is dense)
+    (out,), axis = eqn.outs, eqn.params["axis"]
+    dst = ctx.target(out, "joined")
+    lo = 0
+    for x in eqn.ins:
+        n = x.type.shape[axis]
+        ctx.copy(ctx.storage(x), dst.narrow(axis, lo, n), x.type)
+        lo = dim_add(lo, n)
+    ctx.env[out] = dst
+
+
+def _join_rows(eqn: Eqn, n):
+    """Row i of a join along another axis than 0 is the join of the pieces' rows i."""
+    if eqn.params["axis"] == 0 or not all(a.type.rank > 0 and a.type.shape[0] == n for a in (*eqn.ins, *eqn.outs)):
+        return None
+    return dict(eqn.params), (True,) * len(eqn.ins)
+
+
+join = Prim(
+    name="join",
+    strings=True,
+    type_rule=_join_rule,
+    eval=lambda *xs, axis, env=None: (np.concatenate(xs, axis=axis),),
+    jvp=_lowered_only("join"),
+    batch=_lowered_only("join"),
+    emit=_join_emit,
+    rows=_join_rows,
+    doc="tensors joined along an axis (a concatenation, which the transformations see as pads added: "
+        "transforms/join.py)",
+    opt_outs=OPT_OUTS,
+    lowering=True,
+)

@@ -6,7 +6,10 @@ is read only by one fusion over exactly its shape (no reduction, one result of t
 becomes, in the fusion's place, that product with the fusion's body as its `epilogue` and the fusion's
 other operands as its extra operands. A bias and an
 activation after a layer (relu(x·W + b), relu(conv(x, w) + b)) are then applied to each element as the
-register tiles store it (codegen/epilogue.py), instead of in a second pass over the result.
+register tiles store it (codegen/epilogue.py), instead of in a second pass over the result. A fusion of
+independent elementwise runs (transforms/fuse.py groups consecutive runs of one shape: the bias and ReLU of two
+convolutions whose results are concatenated) is first split into one fusion per run, so each can follow its own
+product.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def fuse_epilogue(f: Func) -> Func:
 def _fuse(f: Func, memo: dict) -> Func:
     if id(f) in memo:
         return memo[id(f)]
-    eqns = [_recursed(e, memo) for e in f.eqns]
+    eqns = [part for e in f.eqns for part in _split(_recursed(e, memo), f)]
     pairs = _pairs(eqns, f.results)
     if not pairs:
         memo[id(f)] = f if eqns == list(f.eqns) else Func(f.name, f.params, tuple(eqns), f.results,
@@ -41,6 +44,47 @@ def _recursed(e: Eqn, memo: dict) -> Eqn:
         return e
     params = {k: _fuse(v, memo) if isinstance(v, Func) else v for k, v in e.params.items()}
     return Eqn(e.prim, e.ins, e.outs, params, e.loc)
+
+
+def _split(e: Eqn, f: Func) -> list[Eqn]:
+    """A fusion without reductions as one fusion per connected component of its body (in the body's order), when
+    it has several; any other equation as it is."""
+    body = e.params.get("body") if e.prim is fusion else None
+    if body is None or e.params.get("threads") or any(q.prim.reduction for q in body.eqns):
+        return [e]
+    group: dict = {}  # var or equation index -> its component's first equation index
+
+    def root(k):
+        while group.get(k, k) != k:
+            k = group[k]
+        return k
+    for i, q in enumerate(body.eqns):
+        group[i] = i
+        for a in q.ins:
+            if isinstance(a, Var) and a in group:
+                group[root(i)] = root(group[a])
+        for v in q.outs:
+            group[v] = i
+    comps = sorted({root(i) for i in range(len(body.eqns))})
+    if len(comps) < 2:
+        return [e]
+    outer = dict(zip(body.params, e.ins))
+    named = dict(zip(body.results, e.outs))
+    parts = []
+    for c in comps:
+        mine = [q for i, q in enumerate(body.eqns) if root(i) == c]
+        made = {v for q in mine for v in q.outs}
+        results = tuple(r for r in body.results if r in made)
+        if not results:
+            continue
+        read = tuple(dict.fromkeys(a for q in mine for a in q.ins if isinstance(a, Var) and a in outer))
+        fresh = {a: Var(a.type, a.hint) for a in read}  # (a parameter read by two parts is two variables)
+        mine = [Eqn(q.prim, tuple(fresh.get(a, a) if isinstance(a, Var) else a for a in q.ins), q.outs, q.params,
+                    q.loc) for q in mine]
+        sub = Func("fused", tuple(fresh[a] for a in read), tuple(mine), results)
+        parts.append(Eqn(fusion, tuple(outer[a] for a in read), tuple(named[r] for r in results), {"body": sub},
+                         e.loc))
+    return parts
 
 
 def _pairs(eqns: list[Eqn], results) -> dict[int, int]:

@@ -19,6 +19,7 @@ from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
 from .gather_early import gather_early
 from .hoist import hoist
+from .join import join
 from .layout_constants import layout_constants
 from .parallelize import parallelize
 from .per_row import per_row
@@ -57,6 +58,7 @@ PASSES = [
          "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
     Pass("hoist", lambda f, o: simplify(hoist(f)),
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
+    Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
     Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),

@@ -2007,12 +2007,10 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const padded = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2110,26 +2108,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     const double t7 = ((-1.0) * wishart_m);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            const double x_i = icf[d + i * T + j];
-            const double t8 = (2.0 * x_i);
-            const double t9 = (t6 * t8);
-            tmp1[i * ((T - d)) + j] = t9;
-        }
-    }
-    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            d_icf[i * T + j] = 0.0;
-        }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
-        }
-    }
-    // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double x_i = icf[i * T + j];
             const double t8 = ks::exp(x_i);
@@ -2137,18 +2115,26 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double t10 = (t6 * t9);
             const double t11 = ks::mulz(t10, t8);
             const double t12 = (t7 + t11);
-            tmp2[i * d + j] = t12;
+            tmp1[i * d + j] = t12;
+        }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double x_i = icf[d + i * T + j];
+            const double t8 = (2.0 * x_i);
+            const double t9 = (t6 * t8);
+            tmp2[i * ((T - d)) + j] = t9;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded[d + i * T + j] = 0.0;
+        for (int64_t j = 0; j < d; ++j) {
+            d_icf[i * T + j] = tmp1[i * d + j];
         }
     }
     for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = tmp2[i * d + j];
+        for (int64_t j = 0; j < (T - d); ++j) {
+            d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
         }
     }
     const double t8 = ((-1.0) * t3);
@@ -2158,13 +2144,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         const double x_i = tmp[i];
         const double d_alphas_i = ks::mulz(t9, x_i);
         d_alphas[i] = d_alphas_i;
-    }
-    // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    for (int64_t i = 0; i < (K*T); ++i) {
-        const double d_icf_i = d_icf[i];
-        const double x_i = padded[i];
-        const double d_icf_i1 = (d_icf_i + x_i);
-        d_icf[i] = d_icf_i1;
     }
     // gmm.py:83: for i in range(n):
     double r6;
@@ -2227,15 +2206,15 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 d_icf[k * T + j] += r7[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded1 = r7;  // reuses a dead buffer's space
+            double* const padded = r7;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded1[d + j] = 0.0;
+                padded[d + j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                padded1[j] = tmp3[k];
+                padded[j] = tmp3[k];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += padded1[j];
+                d_icf[k * T + j] += padded[j];
             }
             d_alphas[k] += tmp3[k];
         }
@@ -2250,7 +2229,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
@@ -2490,10 +2469,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
@@ -2742,17 +2717,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             r5[j] = t12;
         }
     }
-    // gmm.py:102: ls = icf[:, d:]
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            d_icf[i * T + j] = 0.0;
-        }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
-        }
-    }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
@@ -2764,13 +2728,13 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     // gmm.py:101: qs = icf[:, :d]
     for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded[d + i * T + j] = 0.0;
+        for (int64_t j = 0; j < d; ++j) {
+            out_d_icf[i * T + j] = d_qs[i * d + j];
         }
     }
     for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = d_qs[i * d + j];
+        for (int64_t j = 0; j < (T - d); ++j) {
+            out_d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
@@ -2780,18 +2744,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double d_alphas_i = (x_i + x_i1);
         out_d_alphas[i] = d_alphas_i;
     }
-    // gmm.py:101: qs = icf[:, :d]
-    for (int64_t i = 0; i < (K*T); ++i) {
-        const double d_icf_i = d_icf[i];
-        const double x_i = padded[i];
-        const double d_icf_i1 = (d_icf_i + x_i);
-        out_d_icf[i] = d_icf_i1;
-    }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
 }
 
 }  // namespace KS_VARIANT

@@ -61,17 +61,15 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<uint8_t>(batch);
     int64_t* const tmp7 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
-    float* const padded = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 6);
-    float* const padded1 = reinterpret_cast<float*>(next_slot);
+    float* const joined = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp9 = reinterpret_cast<float*>(next_slot);
+    float* const tmp11 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
     uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp11 = reinterpret_cast<float*>(next_slot);
+    float* const tmp13 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -79,9 +77,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp12 = reinterpret_cast<float*>(next_slot);
+    float* const tmp14 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp13 = reinterpret_cast<float*>(next_slot);
+    float* const tmp15 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -89,9 +87,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp15 = reinterpret_cast<float*>(next_slot);
+    float* const tmp17 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp16 = reinterpret_cast<float*>(next_slot);
+    float* const tmp18 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -99,7 +97,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp19 = reinterpret_cast<float*>(next_slot);
+    float* const tmp21 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // ONNX node Scaler (Scaler)
@@ -168,9 +166,12 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const float x_i1 = tmp3[i];
             const bool t1 = (x_i == x_i1);
             tmp4[i * 3 + j] = t1;
-            const bool t2 = (x_i != x_i);
-            tmp5[i * 3 + j] = t2;
         }
+    }
+    for (int64_t i = 0; i < (3*batch); ++i) {
+        const float x_i = prod1[i];
+        const bool t1 = (x_i != x_i);
+        tmp5[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp3[i];
@@ -191,6 +192,8 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
         tmp7[i] = acc;
     }
+    float* const tmp8 = prod;  // reuses a dead buffer's space
+    float* const tmp9 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = tmp1[i * 3 + j];
@@ -204,43 +207,24 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const bool t6 = (t4 > 0.9999998807907104f);
             const float t7 = (t6 ? 0.9999998807907104f : t4);
             const float t8 = (t5 ? 1.0000000116860974e-07f : t7);
-            tmp1[i * 3 + j] = t8;
+            tmp8[i * 3 + j] = t8;
+            const float t9 = (1.0f - t8);
+            tmp9[i * 3 + j] = t9;
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            padded[3 + i * 6 + j] = 0.0f;
+            joined[i * 6 + j] = tmp8[i * 3 + j];
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            padded[i * 6 + j] = tmp1[i * 3 + j];
+            joined[3 + i * 6 + j] = tmp9[i * 3 + j];
         }
-    }
-    for (int64_t i = 0; i < (3*batch); ++i) {
-        const float x_i = tmp1[i];
-        const float t1 = (1.0f - x_i);
-        tmp1[i] = t1;
-    }
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t j = 0; j < 3; ++j) {
-            padded1[i * 6 + j] = 0.0f;
-        }
-    }
-    for (int64_t i = 0; i < batch; ++i) {
-        for (int64_t j = 0; j < 3; ++j) {
-            padded1[3 + i * 6 + j] = tmp1[i * 3 + j];
-        }
-    }
-    for (int64_t i = 0; i < (6*batch); ++i) {
-        const float x_i = padded[i];
-        const float x_i1 = padded1[i];
-        const float t1 = (x_i + x_i1);
-        padded[i] = t1;
     }
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
-            gathered[i * 9 + j] = padded[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
+            gathered[i * 9 + j] = joined[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
@@ -251,7 +235,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             gathered[i * 9 + j] = t1;
         }
     }
-    float* const tmp8 = prod;  // reuses a dead buffer's space
+    float* const tmp10 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             float acc = 0;
@@ -261,7 +245,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 const float t1 = (x_i * x_i);
                 acc += t1;
             }
-            tmp8[i * 3 + j] = acc;
+            tmp10[i * 3 + j] = acc;
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
@@ -271,11 +255,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 const float x_i1 = gathered[i * 9 + j * 3 + k];
                 const float t1 = (x_i * x_i1);
                 const float t2 = (-t1);
-                const float x_i2 = tmp8[i * 3 + j];
+                const float x_i2 = tmp10[i * 3 + j];
                 const float x_i3 = ks_data_12[j * 3 + k];
                 const float t3 = (x_i2 * x_i3);
                 const float t4 = (t2 + t3);
-                tmp9[i * 9 + j * 3 + k] = t4;
+                tmp11[i * 9 + j * 3 + k] = t4;
             }
         }
     }
@@ -309,12 +293,12 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t l = 0; l < 3; ++l) {
-                        dot += tmp9[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
+                        dot += tmp11[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
                     }
                     prod2[j * 3 + k] = dot;
                 }
             }
-            float* const tmp10 = tmp3;  // reuses a dead buffer's space
+            float* const tmp12 = tmp3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 float acc1 = 0;
                 KS_OMP_SIMD(reduction(+:acc1))
@@ -324,22 +308,22 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                     const float t2 = (x_i * x_i1);
                     acc1 += t2;
                 }
-                tmp10[j] = acc1;
+                tmp12[j] = acc1;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 float acc1 = ks::lowest<float>();
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = prod2[j * 3 + k];
-                    const float x_i1 = tmp10[j];
+                    const float x_i1 = tmp12[j];
                     const float t2 = (x_i - x_i1);
                     const float t3 = ks::abs(t2);
                     acc1 = ks::running_max(acc1, t3);
                 }
-                tmp11[j] = acc1;
+                tmp13[j] = acc1;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed[j * 3 + k] = tmp9[j * 9 + k];
+                    packed[j * 3 + k] = tmp11[j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -349,119 +333,119 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 packed2[j] = prod2[j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp10[j];
+                const float x_i = tmp12[j];
                 const float x_i1 = packed2[j];
                 const float t2 = (x_i - x_i1);
                 const float x_i2 = packed1[j];
                 const float t3 = (t2 / x_i2);
-                tmp12[j] = t3;
+                tmp14[j] = t3;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp12[j];
+                const float x_i = tmp14[j];
                 const float t2 = (1.0f + x_i);
-                tmp13[j] = t2;
+                tmp15[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed3[j * 3 + k] = tmp9[3 + j * 9 + k];
+                    packed3[j * 3 + k] = tmp11[3 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed4[j] = packed3[1 + j * 3];
             }
-            float* const tmp14 = tmp2;  // reuses a dead buffer's space
+            float* const tmp16 = tmp2;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp12[j];
+                    const float x_i = tmp14[j];
                     const float x_i1 = packed[j * 3 + k];
                     const float t2 = (x_i * x_i1);
                     const float x_i2 = prod2[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp13[j];
+                    const float x_i3 = tmp15[j];
                     const float t4 = (t3 / x_i3);
-                    tmp14[j * 3 + k] = t4;
+                    tmp16[j * 3 + k] = t4;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed5[j] = tmp14[1 + j * 3];
+                packed5[j] = tmp16[1 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp12[j];
+                const float x_i = tmp14[j];
                 const float x_i1 = packed1[j];
                 const float t2 = (x_i * x_i1);
                 const float x_i2 = packed2[j];
                 const float t3 = (2.0f * x_i2);
                 const float t4 = (t2 + t3);
                 const float t5 = (x_i * t4);
-                const float x_i3 = tmp10[j];
+                const float x_i3 = tmp12[j];
                 const float t6 = (x_i3 + t5);
-                const float x_i4 = tmp13[j];
+                const float x_i4 = tmp15[j];
                 const float t7 = (t6 / x_i4);
                 const float t8 = (t7 / x_i4);
-                tmp15[j] = t8;
+                tmp17[j] = t8;
                 const float x_i5 = packed5[j];
                 const float t9 = (t8 - x_i5);
                 const float x_i6 = packed4[j];
                 const float t10 = (t9 / x_i6);
-                tmp16[j] = t10;
+                tmp18[j] = t10;
             }
-            float* const tmp17 = tmp3;  // reuses a dead buffer's space
+            float* const tmp19 = tmp3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp16[j];
+                const float x_i = tmp18[j];
                 const float t2 = (1.0f + x_i);
-                tmp17[j] = t2;
+                tmp19[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed6[j * 3 + k] = tmp9[6 + j * 9 + k];
+                    packed6[j * 3 + k] = tmp11[6 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed7[j] = packed6[2 + j * 3];
             }
-            float* const tmp18 = tmp1;  // reuses a dead buffer's space
+            float* const tmp20 = tmp1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp16[j];
+                    const float x_i = tmp18[j];
                     const float x_i1 = packed3[j * 3 + k];
                     const float t2 = (x_i * x_i1);
-                    const float x_i2 = tmp14[j * 3 + k];
+                    const float x_i2 = tmp16[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp17[j];
+                    const float x_i3 = tmp19[j];
                     const float t4 = (t3 / x_i3);
-                    tmp18[j * 3 + k] = t4;
+                    tmp20[j * 3 + k] = t4;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed8[j] = tmp18[2 + j * 3];
+                packed8[j] = tmp20[2 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp16[j];
+                const float x_i = tmp18[j];
                 const float x_i1 = packed4[j];
                 const float t2 = (x_i * x_i1);
                 const float x_i2 = packed5[j];
                 const float t3 = (2.0f * x_i2);
                 const float t4 = (t2 + t3);
                 const float t5 = (x_i * t4);
-                const float x_i3 = tmp15[j];
+                const float x_i3 = tmp17[j];
                 const float t6 = (x_i3 + t5);
-                const float x_i4 = tmp17[j];
+                const float x_i4 = tmp19[j];
                 const float t7 = (t6 / x_i4);
                 const float t8 = (t7 / x_i4);
                 const float x_i5 = packed8[j];
                 const float t9 = (t8 - x_i5);
                 const float x_i6 = packed7[j];
                 const float t10 = (t9 / x_i6);
-                tmp19[j] = t10;
+                tmp21[j] = t10;
             }
-            float* const tmp20 = tmp15;  // reuses a dead buffer's space
+            float* const tmp22 = tmp17;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp19[j];
+                const float x_i = tmp21[j];
                 const float t2 = (1.0f + x_i);
-                tmp20[j] = t2;
+                tmp22[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp11[j];
+                const float x_i = tmp13[j];
                 const bool t2 = (x_i < 0.0016666667070239782f);
                 const bool x_i1 = r[j];
                 const bool t3 = (x_i1 ? x_i1 : t2);
@@ -469,24 +453,24 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp12[j];
+                    const float x_i = tmp14[j];
                     const float x_i1 = ks_data_13[k];
                     const float t2 = (x_i * x_i1);
                     const float x_i2 = out_probabilities[j * 3 + k];
                     const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp13[j];
+                    const float x_i3 = tmp15[j];
                     const float t4 = (t3 / x_i3);
-                    const float x_i4 = tmp16[j];
+                    const float x_i4 = tmp18[j];
                     const float x_i5 = ks_data_14[k];
                     const float t5 = (x_i4 * x_i5);
                     const float t6 = (t4 + t5);
-                    const float x_i6 = tmp17[j];
+                    const float x_i6 = tmp19[j];
                     const float t7 = (t6 / x_i6);
-                    const float x_i7 = tmp19[j];
+                    const float x_i7 = tmp21[j];
                     const float x_i8 = ks_data_15[k];
                     const float t8 = (x_i7 * x_i8);
                     const float t9 = (t7 + t8);
-                    const float x_i9 = tmp20[j];
+                    const float x_i9 = tmp22[j];
                     const float t10 = (t9 / x_i9);
                     const bool x_i10 = r2[j];
                     const float t11 = (x_i10 ? x_i2 : t10);
@@ -510,7 +494,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
 }
 
 size_t onnx_sklearn_classify_workspace_size(int64_t batch) {
-    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
+    return ks::aligned_bytes<float>(batch * 4) + ks::aligned_bytes<float>(batch * 51) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<int64_t>(batch) + ks::aligned_bytes<float>(batch * 6) + ks::aligned_bytes<float>(batch * 9) + ks::aligned_bytes<float>(batch * 3 * 3) + ks::aligned_bytes<uint8_t>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch * 3) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch) + ks::aligned_bytes<float>(batch);
 }
 
 }  // namespace KS_VARIANT
