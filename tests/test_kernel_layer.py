@@ -219,6 +219,18 @@ def test_the_deepest_chain_counts_frames_and_indirect_calls_as_the_deepest_epilo
     assert g.deepest("leaf") == 8  # (memcpy: not counted)
 
 
+def test_a_part_a_thread_pool_runs_counts_as_an_indirect_call(tmp_path):
+    """threads = N: the export calls ks::pool::run's trampoline through a pointer (and runs parts itself); the part's
+    chain (the generated lambda, a kernel, its epilogue run) is the deepest indirect call. Names as GCC mangles them
+    (tests/test_threads.py builds a real one)."""
+    run = "_ZN2ks3k109run_blockIfZ1fvEUlllfE_Lb0EEEvPKvlllPT_llll"
+    part = "_ZZN2ks3k104pool3runIZ1fvEUliE_EEviiRKT_ENUlPKviE_4_FUNESD_i"
+    g = _graph(_node("top", "16 bytes (static)") + _node(part, "24 bytes (static)") + _node("kernel", "96 bytes (static)")
+               + _node(run, "40 bytes (static)") + _edge("top", "__indirect_call") + _edge(part, "kernel")
+               + _edge("kernel", "__indirect_call"), tmp_path)
+    assert g.deepest("top") == 16 + 24 + 96 + 40
+
+
 def test_recursion_and_unbounded_frames_are_unknown(tmp_path):
     g = _graph(_node("a", "16 bytes (static)") + _node("b", "16 bytes (static)") + _node("c", "64 bytes (dynamic)")
                + _edge("a", "b") + _edge("b", "a") + _edge("c", "a"), tmp_path)

@@ -3,8 +3,10 @@
 The stack is measured from GCC's call graphs (-fcallgraph-info=su, which the generated CMake project passes to
 GCC 10 and later: one .ci file per object, in VCG form, listing each function's frame and its calls). An
 export's figure is its frame plus the deepest chain of calls below it. An indirect call is an epilogue's run
-(ks::run_block, ks/kernels.h), the only functions the generated code and the kernel layer call
-through a pointer: it counts as the deepest of those. Calls into libm and the C library (memcpy) count as 0
+(ks::run_block, ks/kernels.h) or, with `threads = N`, a part of a layer that ks::pool::run hands to the threads
+(the calling thread runs parts too, on its own stack): the only functions the generated code and the kernel
+layer call through a pointer. It counts as the deepest of them (a part's own indirect calls, its epilogues, as
+the deepest epilogue run). Calls into libm and the C library (memcpy) count as 0
 bytes. A frame GCC calls dynamic and unbounded (none in ksbuild's code) makes the figure unknown (None).
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ _EDGE = re.compile(r'edge: \{ sourcename: "([^"]*)" targetname: "([^"]*)"')
 _FRAME = re.compile(r"\\n(\d+) bytes \(([^)]*)\)")
 INDIRECT = "__indirect_call"
 EPILOGUE_RUNS = ("9run_blockI",)  # (mangled: ks::run_block<...>)
+POOL_PARTS = ("4pool3runI", "UlPKviE_4_FUN")  # (mangled: ks::pool::run<F>'s [](const void*, int) {...}, both)
 
 
 @dataclass
@@ -41,10 +44,15 @@ class CallGraph:
     def deepest(self, name: str) -> int | None:
         """The most stack a call of `name` uses, its own frame included (None: unbounded or unknown)."""
         memo: dict[str, int | None] = {}
-        indirect = max((self._depth(f, memo, set()) or 0 for f in self.frames if f.startswith("_Z")
-                        and any(r in f for r in EPILOGUE_RUNS)), default=0)
-        memo[INDIRECT] = indirect
+        memo[INDIRECT] = self._deepest_of(lambda f: any(r in f for r in EPILOGUE_RUNS), memo)
+        parts = self._deepest_of(lambda f: all(r in f for r in POOL_PARTS), memo)
+        memo[INDIRECT] = max(memo[INDIRECT], parts)
         return self._depth(name, memo, set())
+
+    def _deepest_of(self, which, memo: dict) -> int:
+        """The deepest call of the functions `which` picks by mangled name (0 when there are none)."""
+        return max((self._depth(f, memo, set()) or 0 for f in self.frames if f.startswith("_Z") and which(f)),
+                   default=0)
 
     def _depth(self, name: str, memo: dict, active: set) -> int | None:
         if name in memo:
