@@ -157,8 +157,9 @@ def build_exports(m: Manifest, after: str | None = None, target: str | None = No
 
 def _build_exports(m: Manifest, after: str | None, target: str | None) -> list[Export]:
     from .compile.targets import get_target
-    options = Options(backend=m.build.backend, threads=m.build.threads,
-                      vectors=get_target(target or m.build.target).vectors)
+    from .prims.scratch import target_tiles
+    t = get_target(target or m.build.target)
+    options = Options(backend=m.build.backend, threads=m.build.threads, vectors=t.vectors, tiles=target_tiles(t))
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():

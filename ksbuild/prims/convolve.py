@@ -22,7 +22,8 @@ import numpy as np
 from ..codegen import epilogue as epilogues
 from ..errors import KsbuildError
 from ..ir.core import Eqn
-from ..ir.types import Type, numel
+from ..ir.types import Type, element_bytes, numel
+from . import scratch as scratch_sizes
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
@@ -154,7 +155,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     size = size.format(c=c, s=shape)
     if threads > 1:  # (each thread's part its own slice: ks/parts.h)
         size = f"ks::parts::room({threads}, {size})"
-    scratch = ctx.scratch(c, size, required=True)
+    scratch = ctx.scratch(c, size, required=True, eqn=eqn)
     scoped = eqn.params.get("epilogue") is not None  # (its lambda in a block of its own: frames share the room)
     if scoped:
         ctx.line("{")
@@ -242,6 +243,26 @@ def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
 
 
 
+def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
+    """The bytes of scratch the call needs on the levels of `tiles` (prims/scratch.py), None when a size other than the
+    batch is symbolic."""
+    x, w = eqn.ins[:2]
+    (y,) = eqn.outs
+    impl = eqn.params["impl"]
+    s = scratch_sizes.conv_geometry(x.type, _kernel_type(w.type) if impl == "winograd" else w.type, y.type,
+                                    eqn.params)
+    if s is None:
+        return None
+    size, threads = element_bytes(y.type.dtype), eqn.params.get("threads", 0)
+    of = {"tiles": scratch_sizes.conv_scratch, "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
+          "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch}[impl]
+
+    def elements(t) -> int:
+        n = of(s, size, t)
+        return scratch_sizes.parts_room(threads, n) if threads > 1 else n
+    return scratch_sizes.most_bytes(elements, size, tiles)
+
+
 def _emit_winograd_kernel(ctx, eqn: Eqn) -> None:
     (w,), (u,) = eqn.ins, eqn.outs
     sw = _dense(ctx, w, "kernel")
@@ -281,6 +302,7 @@ convolve = Prim(
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
     rows=_convolve_rows,
     parallel=_parallel,
+    scratch=_convolve_scratch,
     doc="a convolution as one ks::conv call (or ks::conv_rows with a BLAS) over the batch of images",
     opt_outs=OPT_OUTS,
     lowering=True,
