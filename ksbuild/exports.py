@@ -159,7 +159,8 @@ def _build_exports(m: Manifest, after: str | None, target: str | None) -> list[E
     from .compile.targets import get_target
     from .prims.scratch import target_tiles
     t = get_target(target or m.build.target)
-    options = Options(backend=m.build.backend, threads=m.build.threads, vectors=t.vectors, tiles=target_tiles(t))
+    options = Options(backend=m.build.backend, threads=m.build.threads, vectors=t.vectors,
+                      tiles=target_tiles(t, m.build.cpu))
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():

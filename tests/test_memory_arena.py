@@ -229,7 +229,7 @@ def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, l
             pytest.skip("arm-none-eabi-g++ is not installed")
     else:
         tiles, target, command = scratch.X86_64_TILES[level], "host", [*host_cxx(), f"-march={level}"]
-    monkeypatch.setattr(scratch, "target_tiles", lambda t: (tiles,))
+    monkeypatch.setattr(scratch, "target_tiles", lambda t, cpu="": (tiles,))
     for threads in (1, 2) if target == "host" else (1,):
         out = tmp_path / f"project{threads}"
         render(_manifest(tmp_path, nets, threads), out, progress=lambda _: None, target=target)

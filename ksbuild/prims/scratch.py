@@ -36,12 +36,16 @@ ONE_LANE = Tiles(0, 1)
 ALL_TILES = (*X86_64_TILES.values(), AARCH64_TILES, ONE_LANE)
 
 
-def target_tiles(target) -> tuple[Tiles, ...]:
-    """The tiles of every level a package for `target` (compile/targets.py: Target) may run: the x86-64 levels on
-    x86-64 (a build for one level plans for all three), Arm's NEON tiles on aarch64, one lane without vectors
-    (Cortex-M, RISC-V: no vector unit the prelude uses); every kind elsewhere."""
+def target_tiles(target, cpu: str = "") -> tuple[Tiles, ...]:
+    """The tiles of every level a package for `target` (compile/targets.py: Target) and [build] cpu may run: on
+    x86-64 the level `cpu` names (native: this machine's), else all three (a portable build dispatches among them);
+    Arm's NEON tiles on aarch64; one lane without vectors (Cortex-M, RISC-V: no vector unit the prelude uses);
+    every kind elsewhere."""
     if target.processor in ("x86_64", "AMD64"):
-        return tuple(X86_64_TILES.values())
+        if cpu == "native" and not target.cross:
+            from ..compile.targets import host_level
+            cpu = host_level()
+        return (X86_64_TILES[cpu],) if cpu in X86_64_TILES else tuple(X86_64_TILES.values())
     if target.processor == "aarch64":
         return (AARCH64_TILES,)
     if not target.vectors or target.processor == "riscv64":
