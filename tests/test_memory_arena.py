@@ -216,12 +216,15 @@ def _exact_asserts(source: Path) -> int:
     return n
 
 
-@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4", "cortex-m4"])
+@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4", "cortex-m4", "blas"])
 def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, level):
     """Every kernel call of the networks (one thread and two), planned for one level's tiles alone: the generated
-    static_asserts made exact compile for that level (g++ -march, or arm-none-eabi-g++ for the Cortex-M4)."""
+    static_asserts made exact compile for that level (g++ -march, or arm-none-eabi-g++ for the Cortex-M4); "blas":
+    the blas backend's convolutions (ks::conv_rows) on x86-64-v4."""
     from ksbuild.compile.targets import host_cxx
     from ksbuild.packaging.package import render
+    backend = "blas" if level == "blas" else None
+    level = "x86-64-v4" if level == "blas" else level
     if level == "cortex-m4":
         tiles, target, command = scratch.ONE_LANE, "cortex-m4", ["arm-none-eabi-g++", "-mcpu=cortex-m4", "-mthumb",
                                                                  "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
@@ -230,9 +233,9 @@ def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, l
     else:
         tiles, target, command = scratch.X86_64_TILES[level], "host", [*host_cxx(), f"-march={level}"]
     monkeypatch.setattr(scratch, "target_tiles", lambda t, cpu="": (tiles,))
-    for threads in (1, 2) if target == "host" else (1,):
+    for threads in (1, 2) if target == "host" and backend is None else (1,):
         out = tmp_path / f"project{threads}"
-        render(_manifest(tmp_path, nets, threads), out, progress=lambda _: None, target=target)
+        render(_manifest(tmp_path, nets, threads), out, progress=lambda _: None, target=target, backend=backend)
         source = out / "src" / f"arena{threads}.cpp"
         assert _exact_asserts(source) >= 12
         proc = subprocess.run([*command, "-std=c++17", "-fsyntax-only", f"-I{out / 'include'}", f"-I{out / 'src'}",
