@@ -150,12 +150,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     dst, out = _dense_target(ctx, y, "conv")
     shape = conv_shape(ctx, eqn)
     threads = eqn.params.get("threads", 0)
-    size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
-            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
-    size = size.format(c=c, s=shape)
-    if threads > 1:  # (each thread's part its own slice: ks/parts.h)
-        size = f"ks::parts::room({threads}, {size})"
-    scratch = ctx.scratch(c, size, required=True, eqn=eqn)
+    scratch = ctx.scratch(c, _scratch_size(c, impl, shape, threads, ctx.dim(x.type.shape[0])), required=True, eqn=eqn)
     scoped = eqn.params.get("epilogue") is not None  # (its lambda in a block of its own: frames share the room)
     if scoped:
         ctx.line("{")
@@ -184,6 +179,22 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     ctx.env[y] = dst
 
 
+def _scratch_size(c: str, impl: str, shape: str, threads: int, images: str) -> str:
+    """The C++ expression of a call's scratch elements (ks/conv.h); a ks::conv_as call (_emit_call: literal shapes and
+    images) packs the kernel only when its method does."""
+    size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
+            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
+    size = size.format(c=c, s=shape)
+    if impl == "tiles" and threads <= 1 and _as_plan(shape, images):
+        size = f"ks::conv_scratch<{c}>({shape}, false, {images})"
+    return f"ks::parts::room({threads}, {size})" if threads > 1 else size  # (each part its own slice: ks/parts.h)
+
+
+def _as_plan(shape: str, images: str) -> bool:
+    """Whether a ks::conv call has literal sizes and images (then ks::conv_as with a constant plan: _emit_call)."""
+    return not re.search(r"[A-Za-z_]", shape.removeprefix("ks::conv_shape")) and images.isdigit()
+
+
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
@@ -192,7 +203,7 @@ def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str,
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
         plan = ctx.namer.fresh("plan")
-        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry});")
+        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry}, {images});")
         call, args = f"ks::conv_as<{c}, ks::convs::method_of<{c}>({geometry}, {images})", f"{plan}, {args}"
     product = ", ks::library_gemm{}" if impl == "gemm" else ""
     ctx.line(f"{call}>({args}, {buffers}{product}{f', {epi}' if epi else ''});")
@@ -253,8 +264,10 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
                                     eqn.params)
     if s is None:
         return None
-    size, threads = element_bytes(y.type.dtype), eqn.params.get("threads", 0)
-    of = {"tiles": scratch_sizes.conv_scratch, "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
+    size, threads, images = element_bytes(y.type.dtype), eqn.params.get("threads", 0), x.type.shape[0]
+    images = images if isinstance(images, int) and threads <= 1 else 0  # (a ks::conv_as call: _scratch_size)
+    of = {"tiles": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, images=images),
+          "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
           "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch}[impl]
 
     def elements(t) -> int:

@@ -160,22 +160,43 @@ def _canonical(s: ConvShape) -> ConvShape:
     return replace(s, inp=(1, 1, n), out=(1, 1, n), dilation=(1, 1, 1))
 
 
-def _tiles_room(s: ConvShape, size: int, t: Tiles) -> int:
+def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     """convs::tiles_room<T>."""
     mg = s.out_channels // s.groups
-    packed = s.groups * -(-mg // t.row_block) * t.row_block * s.depth()
+    packed = s.groups * -(-mg // t.row_block) * t.row_block * s.depth() if packs else 0
     rest = _aligned(s.depth()) if _direct(s, size) else _k_step(s.depth(), t) * _block_columns(s, size, t)
-    columns = s.positions() * s.depth() if s.positions() <= 2 * 4 else 0  # (few_positions: 2·dot_block)
+    columns = s.positions() * s.depth() if _few_positions(s) else 0
     return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size)) + \
         _aligned(max(rest, columns)) + _chunks_room(size, t)
 
 
-def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False) -> int:
-    """ks::conv_scratch<T>(s, rows): ks::conv's (or, rows, ks::conv_rows') elements of T (`size` bytes each)."""
+def _few_positions(s: ConvShape) -> bool:
+    return s.positions() <= 2 * 4  # (2·tiles::dot_block)
+
+
+def _packs_kernel(given: ConvShape, images: int, size: int, t: Tiles) -> bool:
+    """convs::packs_kernel<T>: the tiles read the kernel more than once (kernel_passes of the run shape)."""
+    s = _canonical(given)
+    if _copies_image(s, size):
+        s = replace(s, inp=tuple(_extent(s, a) for a in range(3)), pad=(0, 0, 0))
+    if images <= 0:
+        return True
+    p, block = _panel(size), t.panels_per_block * _panel(size)
+    if not _direct(s, size):
+        passes = images * -(-s.positions() // block)
+    else:
+        per_plane = -(-s.out[1] // t.panels_per_block) if s.out[2] <= p else s.out[1] * -(-s.out[2] // block)
+        passes = images * s.out[0] * per_plane
+    return not _few_positions(s) and passes > 1
+
+
+def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False, images: int = 0) -> int:
+    """ks::conv_scratch<T>(s, rows, images): ks::conv's (or, rows, ks::conv_rows') elements of T (`size` bytes each);
+    images > 0: ks::conv_as's over that many images, without room for a kernel its method does not pack."""
     if rows:
         return _aligned(_padded_size(s, size)) + _aligned(s.depth() * _block_columns(s, size, t)) + \
             _chunks_room(size, t)
-    return _tiles_room(_canonical(s), size, t)
+    return _tiles_room(_canonical(s), size, t, _packs_kernel(s, images, size, t))
 
 
 def winograd_scratch(s: ConvShape, size: int, t: Tiles) -> int:

@@ -35,7 +35,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
     float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 17024);
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 13184);
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
     float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 19072;
@@ -44,7 +44,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     (void)next_slot;
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
-        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         {
             static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
             const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
@@ -54,7 +54,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
                 const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
                 return Relu_i;
             };
-            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
             ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
         }
         // ONNX node /MaxPool (MaxPool)
@@ -72,9 +72,9 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})) * sizeof(float) <= 13184, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
         ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float1);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
@@ -190,9 +190,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     }
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
-        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
         ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
@@ -275,7 +275,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
         // ONNX node /conv2/Conv (Conv)
-        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})) * sizeof(float) <= 13184, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         {
             static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
             const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
@@ -286,7 +286,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
                 return d_conv2_Conv_i;
             };
-            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1);
+            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
             ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float1, ks::conv_epilogue<float>(epilogue));
         }
     }
