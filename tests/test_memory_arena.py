@@ -232,7 +232,7 @@ def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, l
             pytest.skip("arm-none-eabi-g++ is not installed")
     else:
         tiles, target, command = scratch.X86_64_TILES[level], "host", [*host_cxx(), f"-march={level}"]
-    monkeypatch.setattr(scratch, "target_tiles", lambda t, cpu="": (tiles,))
+    monkeypatch.setattr(scratch, "target_tiles", lambda t, cpu="", several=True: (tiles,))
     for threads in (1, 2) if target == "host" and backend is None else (1,):
         out = tmp_path / f"project{threads}"
         render(_manifest(tmp_path, nets, threads), out, progress=lambda _: None, target=target, backend=backend)
@@ -241,3 +241,16 @@ def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, l
         proc = subprocess.run([*command, "-std=c++17", "-fsyntax-only", f"-I{out / 'include'}", f"-I{out / 'src'}",
                                str(source)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_scratch_is_planned_for_the_levels_a_build_compiles():
+    """A portable x86-64 build dispatches among three levels (their largest scratch); one level ([build] cpu, or
+    optimize = "size": the baseline) is planned for alone; a Cortex-M has one lane, aarch64 its NEON tiles."""
+    from ksbuild.compile.targets import TARGETS
+    host = TARGETS["host"]
+    if host.processor in ("x86_64", "AMD64"):
+        assert scratch.target_tiles(host) == tuple(scratch.X86_64_TILES.values())
+        assert scratch.target_tiles(host, "x86-64-v3") == (scratch.X86_64_TILES["x86-64-v3"],)
+        assert scratch.target_tiles(host, "", several=False) == (scratch.X86_64_TILES["x86-64"],)
+    assert scratch.target_tiles(TARGETS["cortex-m4"]) == (scratch.ONE_LANE,)
+    assert scratch.target_tiles(TARGETS["aarch64-linux-gnu"]) == (scratch.AARCH64_TILES,)

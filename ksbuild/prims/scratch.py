@@ -36,15 +36,17 @@ ONE_LANE = Tiles(0, 1)
 ALL_TILES = (*X86_64_TILES.values(), AARCH64_TILES, ONE_LANE)
 
 
-def target_tiles(target, cpu: str = "") -> tuple[Tiles, ...]:
-    """The tiles of every level a package for `target` (compile/targets.py: Target) and [build] cpu may run: on
-    x86-64 the level `cpu` names (native: this machine's), else all three (a portable build dispatches among them);
+def target_tiles(target, cpu: str = "", several: bool = True) -> tuple[Tiles, ...]:
+    """The tiles of every level a package for `target` (compile/targets.py: Target) may run: on x86-64 the level
+    [build] cpu names (native: this machine's), the baseline's when the build compiles one level (`several` False:
+    optimize = "size", a backend without cpu variants), else all three (a portable build dispatches among them);
     Arm's NEON tiles on aarch64; one lane without vectors (Cortex-M, RISC-V: no vector unit the prelude uses);
     every kind elsewhere."""
     if target.processor in ("x86_64", "AMD64"):
         if cpu == "native" and not target.cross:
             from ..compile.targets import host_level
             cpu = host_level()
+        cpu = cpu or ("" if several else "x86-64")
         return (X86_64_TILES[cpu],) if cpu in X86_64_TILES else tuple(X86_64_TILES.values())
     if target.processor == "aarch64":
         return (AARCH64_TILES,)
