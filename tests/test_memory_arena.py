@@ -204,8 +204,11 @@ def test_the_networks_are_right_with_a_dirty_shared_workspace(nets, tmp_path, th
         np.testing.assert_array_equal(np.array(fn(x)), clean)
 
 
-LEVELS = [("x86-64", ("-march=x86-64",), "host"), ("x86-64-v3", ("-march=x86-64-v3",), "host"),
-          ("x86-64-v4", ("-march=x86-64-v4",), "host")]
+CROSS = {"cortex-m4": (scratch.ONE_LANE, ["arm-none-eabi-g++", "-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16",
+                                           "-mfloat-abi=hard"]),
+         "aarch64-linux-gnu": (scratch.AARCH64_TILES, ["aarch64-linux-gnu-g++"]),
+         "riscv64-linux-gnu": (scratch.ONE_LANE, ["riscv64-linux-gnu-g++"])}
+"""The cross targets whose tiles the scratch sizes are checked for: their compiler."""
 
 
 def _exact_asserts(source: Path) -> int:
@@ -216,20 +219,19 @@ def _exact_asserts(source: Path) -> int:
     return n
 
 
-@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4", "cortex-m4", "blas"])
+@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4", "blas", *CROSS])
 def test_python_scratch_sizes_equal_the_prelude_s(nets, tmp_path, monkeypatch, level):
     """Every kernel call of the networks (one thread and two), planned for one level's tiles alone: the generated
-    static_asserts made exact compile for that level (g++ -march, or arm-none-eabi-g++ for the Cortex-M4); "blas":
+    static_asserts made exact compile for that level (g++ -march, or the cross target's compiler: CROSS); "blas":
     the blas backend's convolutions (ks::conv_rows) on x86-64-v4."""
     from ksbuild.compile.targets import host_cxx
     from ksbuild.packaging.package import render
     backend = "blas" if level == "blas" else None
     level = "x86-64-v4" if level == "blas" else level
-    if level == "cortex-m4":
-        tiles, target, command = scratch.ONE_LANE, "cortex-m4", ["arm-none-eabi-g++", "-mcpu=cortex-m4", "-mthumb",
-                                                                 "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
+    if level in CROSS:
+        (tiles, command), target = CROSS[level], level
         if shutil.which(command[0]) is None:
-            pytest.skip("arm-none-eabi-g++ is not installed")
+            pytest.skip(f"{command[0]} is not installed")
     else:
         tiles, target, command = scratch.X86_64_TILES[level], "host", [*host_cxx(), f"-march={level}"]
     monkeypatch.setattr(scratch, "target_tiles", lambda t, cpu="", several=True: (tiles,))
