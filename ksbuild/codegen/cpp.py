@@ -407,12 +407,16 @@ class Writer:
             self.ws.slots.append(Slot(name, c, self.bytes(t)))
         return Storage.buffer(name, t.shape)
 
-    def scratch(self, ctype: str, count: str, required: bool = False) -> str:
+    def scratch(self, ctype: str, count: str, required: bool = False, eqn: Eqn | None = None) -> str:
         """A workspace buffer of at least `count` (a C++ expression) elements of ctype that a prelude function
-        uses while one equation runs (ks::tiled_gemm packs b into it): one per element type and function,
-        as large as its largest use. A function without a workspace (the scalar ABI: every size is a literal,
-        so `count` is a constant expression) gets "nullptr", or an array on its stack when the prelude function
-        needs one (`required`: ks::conv)."""
+        uses while equation `eqn` runs (ks::tiled_gemm packs b into it): the bytes of the arena the memory plan
+        gave that call (Plan.scratch), else one buffer per element type and function after the arena, as large as
+        its largest use. A function without a workspace (the scalar ABI: every size is a literal, so `count` is a
+        constant expression) gets "nullptr", or an array on its stack when the prelude function needs one
+        (`required`: ks::conv)."""
+        planned = self.plan.scratch.get(eqn) if self.plan is not None and eqn is not None else None
+        if planned is not None and not self.ws.on_stack:
+            return self._planned_scratch(ctype, count, *planned)
         if self.ws.on_stack:
             if not required:
                 return "nullptr"
@@ -431,6 +435,16 @@ class Writer:
                 total = f"ks::max<int64_t>({total}, {c})"
             slot.size = f"ks::aligned_bytes<{ctype}>({total})"
         return slot.name
+
+    def _planned_scratch(self, ctype: str, count: str, offset: int, size: int) -> str:
+        """A kernel call's scratch at its offset of the arena, with a check that the prelude's size (`count`, a
+        constant expression) fits the bytes planned (prims/scratch.py computed them)."""
+        name = self.namer.fresh(f"scratch_{ctype.replace('_t', '')}", depth=0)
+        self.ws.slots.append(Slot(name, ctype, str(size), offset))
+        self.ws.arena = self.plan.arena
+        self.line(f"static_assert(({count}) * sizeof({ctype}) <= {size}, \"the planned scratch (ksbuild/prims/"
+                  "scratch.py) holds the kernel's\");")
+        return name
 
     def copy(self, src: Storage, dst: Storage, t: Type) -> None:
         """dst[...] = src[...] elementwise (one flat loop, a memset/memcpy, when both are dense)."""

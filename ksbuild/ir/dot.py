@@ -194,8 +194,12 @@ def memory_lines(f: Func, names: dict, workspace: str | None) -> list[str]:
     for k, t in enumerate(f.plan.slots):
         at = f" at arena byte {f.plan.offset(k)}" if f.plan.offset(k) is not None else ""
         lines.append(f"slot {k}: {format_type(t)}, {slot_bytes(t)} bytes{at}: {', '.join(held.get(k, []))}")
+    for eqn, (offset, size) in f.plan.scratch.items():
+        impl = f" {eqn.params['impl']}" if "impl" in eqn.params else ""
+        lines.append(f"scratch of a {eqn.prim.name}{impl} call: {size} bytes at arena byte {offset}")
     if f.plan.arena:
-        lines.append(f"arena: {f.plan.arena} bytes (slots of static size; those live at once never overlap)")
+        lines.append(f"arena: {f.plan.arena} bytes (slots of static size and kernel calls' scratch; those live at "
+                     "once never overlap)")
     if not f.plan.slots:
         lines.append("no workspace slots")
     if workspace is not None:  # the sum of the slots the generated C++ lays out (it may add buffers of its own)

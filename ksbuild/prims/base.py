@@ -30,6 +30,9 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   weights through a qpack); None keeps the equation
 - parallel(eqn) -> bool   whether the outermost loop of the equation's loop nest writes each output element from
   one iteration only, so that the parallelize pass may spread it over threads (param threads = N)
+- scratch(eqn, tiles) -> int | None   the bytes of workspace the kernel-layer call the equation emits works in while
+  it runs (prims/scratch.py: its size on the levels of `tiles`, the largest); None when it needs none or its size is
+  known only at run time. The memory plan gives it bytes of the arena for the equation alone
 - bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
   result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
@@ -96,6 +99,7 @@ class Prim:
     bounds: Optional[Callable] = None
     select_backend: Optional[Callable] = None
     parallel: Optional[Callable] = None
+    scratch: Optional[Callable] = None
     reduction: str = ""
     remat: bool = False
     strings: bool = False

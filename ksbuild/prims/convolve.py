@@ -22,7 +22,8 @@ import numpy as np
 from ..codegen import epilogue as epilogues
 from ..errors import KsbuildError
 from ..ir.core import Eqn
-from ..ir.types import Type, numel
+from ..ir.types import Type, element_bytes, numel
+from . import scratch as scratch_sizes
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
 from .lowering import OPT_OUTS, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
@@ -149,12 +150,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     dst, out = _dense_target(ctx, y, "conv")
     shape = conv_shape(ctx, eqn)
     threads = eqn.params.get("threads", 0)
-    size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
-            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
-    size = size.format(c=c, s=shape)
-    if threads > 1:  # (each thread's part its own slice: ks/parts.h)
-        size = f"ks::parts::room({threads}, {size})"
-    scratch = ctx.scratch(c, size, required=True)
+    scratch = ctx.scratch(c, _scratch_size(c, impl, shape, threads, ctx.dim(x.type.shape[0])), required=True, eqn=eqn)
     scoped = eqn.params.get("epilogue") is not None  # (its lambda in a block of its own: frames share the room)
     if scoped:
         ctx.line("{")
@@ -183,6 +179,22 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     ctx.env[y] = dst
 
 
+def _scratch_size(c: str, impl: str, shape: str, threads: int, images: str) -> str:
+    """The C++ expression of a call's scratch elements (ks/conv.h); a ks::conv_as call (_emit_call: literal shapes and
+    images) packs the kernel only when its method does."""
+    size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
+            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
+    size = size.format(c=c, s=shape)
+    if impl == "tiles" and threads <= 1 and _as_plan(shape, images):
+        size = f"ks::conv_scratch<{c}>({shape}, false, {images})"
+    return f"ks::parts::room({threads}, {size})" if threads > 1 else size  # (each part its own slice: ks/parts.h)
+
+
+def _as_plan(shape: str, images: str) -> bool:
+    """Whether a ks::conv call has literal sizes and images (then ks::conv_as with a constant plan: _emit_call)."""
+    return not re.search(r"[A-Za-z_]", shape.removeprefix("ks::conv_shape")) and images.isdigit()
+
+
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
@@ -191,7 +203,7 @@ def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str,
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
         plan = ctx.namer.fresh("plan")
-        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry});")
+        ctx.line(f"static constexpr ks::convs::conv_plan {plan} = ks::convs::plan_of<{c}>({geometry}, {images});")
         call, args = f"ks::conv_as<{c}, ks::convs::method_of<{c}>({geometry}, {images})", f"{plan}, {args}"
     product = ", ks::library_gemm{}" if impl == "gemm" else ""
     ctx.line(f"{call}>({args}, {buffers}{product}{f', {epi}' if epi else ''});")
@@ -242,6 +254,28 @@ def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
 
 
 
+def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
+    """The bytes of scratch the call needs on the levels of `tiles` (prims/scratch.py), None when a size other than the
+    batch is symbolic."""
+    x, w = eqn.ins[:2]
+    (y,) = eqn.outs
+    impl = eqn.params["impl"]
+    s = scratch_sizes.conv_geometry(x.type, _kernel_type(w.type) if impl == "winograd" else w.type, y.type,
+                                    eqn.params)
+    if s is None:
+        return None
+    size, threads, images = element_bytes(y.type.dtype), eqn.params.get("threads", 0), x.type.shape[0]
+    images = images if isinstance(images, int) and threads <= 1 else 0  # (a ks::conv_as call: _scratch_size)
+    of = {"tiles": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, images=images),
+          "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
+          "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch}[impl]
+
+    def elements(t) -> int:
+        n = of(s, size, t)
+        return scratch_sizes.parts_room(threads, n) if threads > 1 else n
+    return scratch_sizes.most_bytes(elements, size, tiles)
+
+
 def _emit_winograd_kernel(ctx, eqn: Eqn) -> None:
     (w,), (u,) = eqn.ins, eqn.outs
     sw = _dense(ctx, w, "kernel")
@@ -281,6 +315,7 @@ convolve = Prim(
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
     rows=_convolve_rows,
     parallel=_parallel,
+    scratch=_convolve_scratch,
     doc="a convolution as one ks::conv call (or ks::conv_rows with a BLAS) over the batch of images",
     opt_outs=OPT_OUTS,
     lowering=True,

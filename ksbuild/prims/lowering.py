@@ -35,7 +35,8 @@ from ..codegen.fusion import emit_fusion
 from ..codegen.storage import Storage, dim_expr
 from ..errors import KsbuildError
 from ..ir.core import Eqn, Func, Var
-from ..ir.types import Type, dim_add, dtype_of, numpy_dtype
+from ..ir.types import Type, dim_add, dtype_of, element_bytes, numpy_dtype
+from . import scratch as scratch_sizes
 from .base import Prim
 from .tensor import einsum as _einsum_prim
 from .tensor import parse_spec
@@ -380,7 +381,7 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     extra, epi = "", None
     if eqn.params["impl"] == "tiles":  # room to pack b into panels (ks/gemm.h), and the epilogue
         room = f"ks::tiled_gemm_scratch<{c}>({dims})"
-        extra = ", " + ctx.scratch(c, f"ks::parts::room({threads}, {room})" if threads > 1 else room)
+        extra = ", " + ctx.scratch(c, f"ks::parts::room({threads}, {room})" if threads > 1 else room, eqn=eqn)
         epi = _lambda(ctx, eqn, o, ix, m, n)
         extra += f", ks::product_epilogue<{c}>({epi})" if epi else ""
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
@@ -392,6 +393,26 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
         ctx.line(f"{fn}<{c}>{call}")
     ctx.close_loops(loops)
     return epi is not None
+
+
+def _contract_scratch(eqn: Eqn, tiles) -> int | None:
+    """The bytes ks::tiled_gemm packs b into (impl "tiles", prims/scratch.py) on the levels of `tiles`; None for
+    other impls, symbolic sizes or no packing."""
+    if eqn.params["impl"] != "tiles" or gemm_axes(eqn.params["spec"]) is None:
+        return None
+    a, b, _ = parse_spec(eqn.params["spec"])
+    x, y = operands(eqn)
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    mnk = [sizes[ch] for ch in (m, n, k)]
+    if not all(isinstance(d, int) for d in mnk):
+        return None
+    size, threads = element_bytes(eqn.outs[0].type.dtype), eqn.params.get("threads", 0)
+
+    def elements(t) -> int:
+        n = scratch_sizes.tiled_gemm_scratch(*mnk, size, t)
+        return scratch_sizes.parts_room(threads, n) if threads > 1 else n
+    return scratch_sizes.most_bytes(elements, size, tiles) or None
 
 
 def _emit_product_parts(ctx, eqn: Eqn, fn: str, c: str, mnk: list, call: str) -> None:
@@ -450,6 +471,7 @@ contract = Prim(
     batch=_lowered_only("contract"),
     emit=_emit_contract,
     parallel=_contract_parallel,
+    scratch=_contract_scratch,
     doc="an einsum as loops or a gemm call, optionally added to an accumulator",
     opt_outs=OPT_OUTS,
     lowering=True,

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Eqn
 from ..ir.types import Type, dim_mul, numel
+from . import scratch as scratch_sizes
 from .base import Prim
 from .conv import conv as _conv_prim
 from .convolve import _dense, _dense_target, conv_shape
@@ -210,11 +211,30 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     ctx.line(f"{'const' if re.search(r'[A-Za-z_]', fields) else 'static constexpr'} ks::conv_shape {geometry}{fields};")
     depthwise = not eqn.params.get("packed")
     call = "ks::qconv_depthwise" if depthwise else "ks::qconv"
-    scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True)
+    scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True, eqn=eqn)
     q = _requant_record(ctx, eqn, sb, ss)
     ctx.line(f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, "
              f"{sw.base}, {out.base}, {scratch}, {q});")
     _finish(ctx, y, out, dst)
+
+
+def _qconv_scratch(eqn: Eqn, _tiles) -> int | None:
+    """The bytes of ks::qconv's (ks::qconv_depthwise's) scratch (prims/scratch.py: the same on every level)."""
+    x, w = eqn.ins[:2]
+    p = eqn.params
+    s = scratch_sizes.conv_geometry(x.type, Type("i8", tuple(p["kernel"])) if p.get("packed") else w.type,
+                                    eqn.outs[0].type, p)
+    if s is None:
+        return None
+    return scratch_sizes.qconv_scratch(s) if p.get("packed") else scratch_sizes.qconv_depthwise_scratch(s)
+
+
+def _qmatmul_scratch(eqn: Eqn, _tiles) -> int | None:
+    """The bytes of ks::qmatmul's scratch (prims/scratch.py), once its weights are packed."""
+    if not eqn.params.get("packed"):
+        return None
+    k, n = eqn.params["kernel"]
+    return scratch_sizes.qmatmul_scratch(k, n) if isinstance(k, int) and isinstance(n, int) else None
 
 
 def _pack_weights(layout: str):
@@ -242,6 +262,7 @@ qconv = Prim(
     batch=_qconv_batch,
     emit=_emit_qconv,
     select_backend=_pack_weights("rows"),
+    scratch=_qconv_scratch,
     doc="8-bit integer convolution with int32 sums requantized to 8 bits (ONNX QLinearConv)",
 )
 
@@ -278,7 +299,7 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
     k, n = (ctx.dim(d) for d in (eqn.params["kernel"] if eqn.params.get("packed") else b.type.shape))
     if not eqn.params.get("packed"):
         raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
-    scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True)
+    scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
     q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
     ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
@@ -294,6 +315,7 @@ qmatmul = Prim(
     batch=_qmatmul_batch,
     emit=_emit_qmatmul,
     select_backend=_pack_weights("columns"),
+    scratch=_qmatmul_scratch,
     doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm)",
 )
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..compile.backends import get_backend
 from ..ir.core import Func
+from ..prims.scratch import ALL_TILES
 from .accumulate import accumulate
 from .cse import cse
 from .expand import expand
@@ -37,6 +38,7 @@ class Options:
     backend: str = "plain"  # a name in compile/backends.py's BACKENDS
     threads: int = 0  # > 1: the parallelize pass marks batch loops and kernel calls for ks/pool.h's threads
     vectors: bool = True  # the target has a vector unit (Target.vectors); without, panels are 4 columns wide
+    tiles: tuple = ALL_TILES  # the register tiles of the levels the kernels are built for (prims/scratch.py)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ PASSES = [
     Pass("fuse_epilogue", lambda f, o: fuse_epilogue(f),
          "the elementwise run after a matrix product or convolution is applied as it stores"),
     Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),
-    Pass("plan_memory", lambda f, o: plan_memory(f), "buffers: output arguments, in-place updates, reused slots"),
+    Pass("plan_memory", lambda f, o: plan_memory(f, o.tiles),
+         "buffers: output arguments, in-place updates, reused slots, kernel calls' scratch"),
 ]
 PASS_NAMES = [p.name for p in PASSES]
 

@@ -17,6 +17,10 @@ that is not a view):
   size, as TensorFlow Lite's arena planner), so the arena is near the most bytes live at once and
   a layer writes where a dead one's data still sits in cache. Values sized at run time share a
   slot after the arena when they have the same element type and number of elements.
+The scratch a kernel-layer call works in (a convolution's packed kernel and im2col blocks, a product's
+panels: the prim's `scratch` rule, prims/scratch.py, sized for the register tiles of every level in `tiles`)
+is a buffer of the arena too, live during its equation alone (`Plan.scratch`), so that it lies where the
+activations dead at that point were.
 Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
 no memory of their own: a view keeps the buffer it points into alive.
 
@@ -33,6 +37,7 @@ from typing import Mapping
 
 from ..ir.core import Atom, Eqn, Func, Var
 from ..ir.types import Type, dim_mul, element_bytes
+from ..prims.scratch import ALL_TILES
 
 
 @dataclass(frozen=True)
@@ -59,14 +64,16 @@ class Plan:
     slots: tuple[Type, ...]
     offsets: tuple[int | None, ...] = ()  # per slot: its byte offset in the arena, or None (laid out after it)
     arena: int = 0                        # the arena's bytes
+    scratch: Mapping[Eqn, tuple[int, int]] = field(default_factory=dict)  # kernel call -> its scratch's offset, bytes
 
     def offset(self, k: int) -> int | None:
         return self.offsets[k] if k < len(self.offsets) else None
 
 
-def plan_memory(f: Func) -> Func:
-    """f with its memory plan attached (f.plan)."""
-    w = _Walk()
+def plan_memory(f: Func, tiles=ALL_TILES) -> Func:
+    """f with its memory plan attached (f.plan); `tiles`: the register tiles of the levels its kernels are built for
+    (prims/scratch.py), which the scratch of kernel calls is sized for."""
+    w = _Walk(tiles=tuple(tiles))
     w.top(f)
     return Func(f.name, f.params, f.eqns, f.results, f.result_names, plan=w.plan())
 
@@ -90,6 +97,8 @@ class _Walk:
     carried: dict = field(default_factory=dict)    # a loop body's carry result -> its carry param
     reshaped: dict = field(default_factory=dict)   # a reshape's result -> its operand
     results: set = field(default_factory=set)      # every body's results
+    tiles: tuple = ALL_TILES                       # the levels' register tiles the scratch is sized for
+    scratch: dict = field(default_factory=dict)    # a kernel call -> [its scratch's bytes, first, last position]
 
     def top(self, f: Func) -> None:
         dests = {}
@@ -181,6 +190,7 @@ class _Walk:
 
     def simple(self, eqn: Eqn, uses_after: set) -> None:
         self.read_all(eqn.ins)
+        self.note_scratch(eqn)
         if eqn.prim.view:  # a view of its operand, or of static data (a constant)
             if eqn.ins:
                 self.alias(eqn.outs[0], eqn.ins[0])
@@ -203,6 +213,16 @@ class _Walk:
             return
         for v in eqn.outs:
             self.own(v)
+
+    def note_scratch(self, eqn: Eqn) -> None:
+        """The scratch of a kernel call of static size, live while it runs (a body walked twice: both times)."""
+        size = eqn.prim.scratch(eqn, self.tiles) if eqn.prim.scratch is not None else None
+        if not size:
+            return
+        if eqn in self.scratch:
+            self.scratch[eqn][2] = self.pos
+        else:
+            self.scratch[eqn] = [size, self.pos, self.pos]
 
     def carry_in_place(self, eqn: Eqn) -> int | None:
         """The operand a fusion may overwrite: the old value of the loop carry it makes, read only elementwise
@@ -281,7 +301,10 @@ class _Walk:
         roots = sorted((v for v in self.defined if v not in self.places and v.type.rank),
                        key=lambda v: (self.defined[v], v.uid))
         static = [v for v in roots if _static_bytes(v.type) is not None]
-        offsets, arena = _pack(static, self.defined, self.last)
+        items = [(v, _static_bytes(v.type), self.defined[v], self.last.get(v, self.defined[v]), v.uid) for v in static]
+        items += [(e, -(-n // ARENA_ALIGN) * ARENA_ALIGN, start, end, -1 - i)
+                  for i, (e, (n, start, end)) in enumerate(self.scratch.items())]
+        offsets, arena = _pack(items)
         for v in static:
             slots.append(v.type)
             keys.append(None)
@@ -300,8 +323,10 @@ class _Walk:
                 k = len(slots) - 1
             free_at[k] = max(free_at[k], end)
             self.places[v] = Place("slot", k)
+        scratch = {e: (offsets[e], n) for e, (n, _, _) in self.scratch.items()}
         return Plan(MappingProxyType(dict(self.places)), tuple(slots),
-                    tuple(offsets[v] for v in static) + (None,) * (len(slots) - len(static)), arena)
+                    tuple(offsets[v] for v in static) + (None,) * (len(slots) - len(static)), arena,
+                    MappingProxyType(scratch))
 
 
 ARENA_ALIGN = 64
@@ -316,20 +341,19 @@ def _static_bytes(t: Type) -> int | None:
     return -(-max(n, 1) // ARENA_ALIGN) * ARENA_ALIGN
 
 
-def _pack(values: list, defined: dict, last: dict) -> tuple[dict, int]:
-    """Arena offsets for values with static sizes: largest first (ties: first defined), each at the lowest
-    offset where no value live at the same time already lies. Lifetimes [defined, last] overlap unless one
-    ends before the other starts."""
+def _pack(items: list) -> tuple[dict, int]:
+    """Arena offsets for buffers of static size, items (key, bytes, first position, last position, tie): largest
+    first (ties: first defined, then `tie`), each at the lowest offset where no buffer live at the same time already
+    lies. Lifetimes [first, last] overlap unless one ends before the other starts."""
     placed: list[tuple[int, int, int, int]] = []  # (offset, bytes, start, end)
     offsets: dict = {}
-    for v in sorted(values, key=lambda v: (-_static_bytes(v.type), defined[v], v.uid)):
-        size, start, end = _static_bytes(v.type), defined[v], last.get(v, defined[v])
+    for key, size, start, end, _ in sorted(items, key=lambda it: (-it[1], it[2], it[4])):
         at = 0
         for o, n, s, e in sorted(p for p in placed if not (p[3] < start or end < p[2])):
             if o >= at + size:
                 break
             at = max(at, o + n)
-        offsets[v] = at
+        offsets[key] = at
         placed.append((at, size, start, end))
     return offsets, max((o + n for o, n, _, _ in placed), default=0)
 

@@ -472,26 +472,47 @@ constexpr int64_t plan_room() {
 // register tiles, rows with a library's gemm).
 namespace convs {
 
-// conv_scratch of a canonical shape (not rows).
+// conv_scratch of a canonical shape (not rows); `packs`: with room for the kernel packed in row tiles.
 template <class T>
-constexpr int64_t tiles_room(const conv_shape& s) {
+constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
     const int64_t image = aligned(padded_size<T>(s));
     const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
                                       : tiles::k_step(s.depth()) * block_columns<T>(s);
     const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
-    return plan_room<T>() + aligned(packed_kernel_size(s)) + image + aligned(rest > columns ? rest : columns) +
-           chunks_room<T>();
+    return plan_room<T>() + (packs ? aligned(packed_kernel_size(s)) : 0) + image +
+           aligned(rest > columns ? rest : columns) + chunks_room<T>();
+}
+
+// The shape the tiles run for `given` (conv_plan::s): canonical, and padded when the image is copied.
+template <class T>
+constexpr conv_shape run_shape(const conv_shape& given) {
+    conv_shape s = canonical(given);
+    if (copies_image<T>(s)) {
+        to_padded(s);
+    }
+    return s;
+}
+
+// Whether ks::conv packs the kernel in row tiles for `images` images (method_for's *_packed methods: the tiles read
+// it more than once); images <= 0, not known: room for it all the same. (A batch-1 network's deep layers read their
+// kernel once: ResNet-18's 512-channel ones had 9.4 MB of scratch for a packed kernel they never made.)
+template <class T>
+constexpr bool packs_kernel(const conv_shape& given, int64_t images) {
+    const conv_shape s = run_shape<T>(given);
+    return images <= 0 || (!few_positions(s) && kernel_passes<T>(s, images) > 1);
 }
 
 }  // namespace convs
 
+// The scratch elements of ks::conv (rows: of ks::conv_rows); `images` > 0: of ks::conv_as over that many images (the
+// generated code's call when the shapes are constants), whose method may not pack the kernel.
 template <class T>
-constexpr int64_t conv_scratch(const conv_shape& shape, bool rows = false) {
+constexpr int64_t conv_scratch(const conv_shape& shape, bool rows = false, int64_t images = 0) {
     if (rows) {
         return convs::aligned(convs::padded_size<T>(shape)) +
                convs::aligned(shape.depth() * convs::block_columns<T>(shape)) + convs::chunks_room<T>();
     }
-    return convs::tiles_room<T>(convs::canonical(shape));
+    return convs::tiles_room<T>(convs::canonical(shape), convs::packs_kernel<T>(shape, images));
 }
 
 namespace convs {
@@ -569,16 +590,18 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
 
 namespace convs {
 
-// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked).
+// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked);
+// images > 0: for that many images (conv_scratch<T>(given, false, images) elements), whose method may not pack the kernel.
 template <class T>
-constexpr conv_plan plan_of(const conv_shape& given) {
+constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
     conv_plan p{given, false, 0, 0, 0, 0};
     to_canonical(p.s);
     p.copy = copies_image<T>(p.s);
     p.image = p.s.channels * p.s.in_plane();
-    p.padded = plan_room<T>() + aligned(packed_kernel_size(p.s));
+    const bool packs = packs_kernel<T>(given, images);
+    p.padded = plan_room<T>() + (packs ? aligned(packed_kernel_size(p.s)) : 0);
     p.rest = p.padded + aligned(padded_size<T>(p.s));
-    p.room = tiles_room<T>(p.s);
+    p.room = tiles_room<T>(p.s, packs);
     if (p.copy) {
         to_padded(p.s);
     }

@@ -32,18 +32,19 @@ namespace KS_VARIANT {  // onnx_cnn_x86_64, onnx_cnn_x86_64_v3, onnx_cnn_x86_64_
 int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
-    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8192);
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 576);
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 10240;
+    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
+    float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 17024);
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
+    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 19072;
     float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
     (void)next_slot;
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         {
             static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
             const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
@@ -53,7 +54,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
                 const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
                 return Relu_i;
             };
-            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
             ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
         }
         // ONNX node /MaxPool (MaxPool)
@@ -71,9 +72,10 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             }
         }
         // ONNX node /conv2/Conv (Conv)
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
-        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float1);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float acc = 0;
@@ -106,7 +108,7 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
 }
 
 size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
-    return 10240 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})));
+    return 19072 + ks::aligned_bytes<float>(batch * 16);
 }
 
 
@@ -116,15 +118,19 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
+    float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 32768);
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 40960);
     int64_t* const tmp2 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace));
     int64_t* const tmp3 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 16384);
     int64_t* const min = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 32768);
     float* const tmp4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16384);
+    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const gathered = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const gathered1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 896);
+    float* const gathered1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16448);
+    float* const scratch_float3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 43008;
     float* const d_Flatten = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
@@ -138,8 +144,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
     float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})));
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
     float* const folded = reinterpret_cast<float*>(next_slot);
@@ -186,8 +190,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     }
     // ONNX node /conv1/Conv (Conv)
     for (int64_t row = 0; row < batch; ++row) {
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry);
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
         ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
@@ -270,6 +275,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
         // ONNX node /conv2/Conv (Conv)
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         {
             static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
             const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
@@ -280,13 +286,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
                 return d_conv2_Conv_i;
             };
-            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1);
-            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float, ks::conv_epilogue<float>(epilogue));
+            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
+            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float1, ks::conv_epilogue<float>(epilogue));
         }
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch; ++i) {
-        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float);
+        static_assert((ks::tiled_gemm_scratch<float>(72, 9, 16)) * sizeof(float) <= 4096, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float2);
     }
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
         folded[i] = 0.0f;
@@ -398,13 +405,14 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         d_Relu[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)
+    static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 16448, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
     static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float);
+    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float3);
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return 43008 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}), ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}})), ks::tiled_gemm_scratch<float>(72, 9, 16)), ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}))) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216);
+    return 43008 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216);
 }
 
 }  // namespace KS_VARIANT
