@@ -6,7 +6,9 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     ks::conv_rows with the backend's ks::gemm (ks/blas.h, ks/aten.h; the epilogue applied to each block
     just computed), "winograd" ks::conv_winograd (Winograd's F(2×2, 3×3) on the register tiles; w is then
     the transformed kernel u [16, C, M] that winograd_kernel makes), "depthwise" ks::conv_depthwise (one group
-    per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy). The epilogue
+    per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy), "dots"
+    ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
+    then dotted with the kernel's rows). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
@@ -89,7 +91,7 @@ def _kernel_type(u: Type) -> Type:
 
 
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
-    if impl not in ("tiles", "gemm", "winograd", "depthwise"):
+    if impl not in ("tiles", "gemm", "winograd", "depthwise", "dots"):
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
     x, w = in_types[:2]
     (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
@@ -150,7 +152,8 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     shape = conv_shape(ctx, eqn)
     threads = eqn.params.get("threads", 0)
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
-            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
+            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})",
+            "dots": "ks::convs::dots_scratch({s})"}[impl]
     size = size.format(c=c, s=shape)
     if threads > 1:  # (each thread's part its own slice: ks/parts.h)
         size = f"ks::parts::room({threads}, {size})"
@@ -186,7 +189,7 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise"}[impl] + f"<{c}"
+            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots"}[impl] + f"<{c}"
     args = f"{geometry}, {images}"
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
@@ -228,7 +231,7 @@ def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
     spatial axes merged."""
     y = eqn.outs[0]
     views = lambda s: epilogues.merge_tail(s, 2)  # noqa: E731
-    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise") else None
+    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise", "dots") else None
     if simple is not None:
         name = ctx.namer.fresh("epilogue")
         ctx.line(f"const auto {name} = {simple};")
@@ -273,7 +276,7 @@ winograd_kernel = Prim(
 
 convolve = Prim(
     name="convolve",
-    epilogue_impls=("tiles", "gemm", "winograd", "depthwise"),
+    epilogue_impls=("tiles", "gemm", "winograd", "depthwise", "dots"),
     type_rule=_convolve_rule,
     eval=_convolve_eval,
     jvp=_lowered_only("convolve"),

@@ -14,6 +14,7 @@ from ..compile.backends import get_backend
 from ..ir.core import Func
 from .accumulate import accumulate
 from .cse import cse
+from .dot_convs import dot_convs
 from .expand import expand
 from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
@@ -59,6 +60,8 @@ PASSES = [
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
+    Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f),
+         "without a vector unit, float convolutions are dot products over gathered windows (ks::conv_dots)"),
     Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),
          "constants a gemm reads are stored in the order its kernel reads when the package is compiled"),
     Pass("per_row", lambda f, o: per_row(f, o.threads),
