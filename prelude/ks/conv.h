@@ -747,7 +747,7 @@ constexpr int64_t dots_scratch(const conv_shape& s) {
 
 // off[(c·KD + kd)·KH·KW + kh·KW + kw]: where a window's value is in a group's image, from its first value's place;
 // ident[t] = t.
-inline void window_offsets(const conv_shape& s, int32_t* off, int32_t* ident) {
+KS_DOTS inline void window_offsets(const conv_shape& s, int32_t* off, int32_t* ident) {
     using index = tiles::dot_index;
     const index cg = index(tiles::index_div(s.channels, s.groups)), in1 = index(s.in[1]), in2 = index(s.in[2]);
     const index plane = index(s.in[0]) * in1 * in2;
@@ -864,14 +864,14 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
 template <class T>
 void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                const epilogue<T>& epi = {}) {
-    const int64_t mg = tiles::index_div(s.out_channels, s.groups), cg = tiles::index_div(s.channels, s.groups);
-    const int64_t n = s.positions(), plane = s.in_plane();
+    using index = tiles::dot_index;  // (the image's and the result's groups follow one another)
+    const index mg = index(tiles::index_div(s.out_channels, s.groups)), depth = index(s.depth());
+    const index x_step = index(tiles::index_div(s.channels, s.groups) * s.in_plane()), y_step = mg * index(s.positions());
     int32_t* off = reinterpret_cast<int32_t*>(scratch);
-    convs::window_offsets(s, off, off + convs::aligned(s.depth()));
-    for (int64_t image = 0; image < images; ++image) {
-        for (int64_t g = 0; g < s.groups; ++g) {
-            convs::dots_group<T>(s, x + (image * s.channels + g * cg) * plane, w + g * mg * s.depth(),
-                                 y + (image * s.out_channels + g * mg) * n, scratch, epi.group(image, g * mg));
+    convs::window_offsets(s, off, off + convs::aligned(depth));
+    for (index image = 0; image < index(images); ++image) {
+        for (index g = 0; g < index(s.groups); ++g, x += x_step, y += y_step) {
+            convs::dots_group<T>(s, x, w + g * mg * depth, y, scratch, epi.group(image, g * mg));
         }
     }
 }
