@@ -3,15 +3,20 @@
 Requires: a Func after select_backend. Guarantees: the same values; a top-level `loop` whose one scanned input is
 the projection of a sequence computed for every step before it (ops/rnn.py: the rows of src [T, B, I] times a
 weight w [G, I], `contract "ri,gi->rg"`, reshaped to [T, B, G], plus a bias that does not depend on the step) scans
-src instead, takes w and the bias as loop constants, and computes the step's projection in its body. Run only for
+src instead, takes w and the bias as loop constants, and computes the step's projection in its body; a bias computed
+from constants alone and read nowhere else (an LSTM's input and recurrent biases added) becomes one constant. Run only for
 such targets (pipeline Options.vectors false: Cortex-M), whose RAM the projection of all steps filled (an LSTM of
 20 steps and 4 × 32 gates: 10 KB of its 11 KB workspace; emx-onnx-cgen projects step by step, issue 36). With
 vectors the projection of all steps at once is one larger matrix product, faster, and stays.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.builder import Builder, inline
 from ..ir.core import Atom, Eqn, Func, Var
+from ..ir.dense import Dense
+from ..ir.interp import eval_func
 from ..ir.types import Type
 from .dce import dce
 from .rewrite import rewrite, use_counts
@@ -29,9 +34,40 @@ def step_projections(f: Func) -> Func:
         if eqn.prim.name != "loop" or not eqn.outs or eqn.outs[0] not in top:
             return None
         found = _projection(eqn, defs, uses)
-        return None if found is None else _per_step(b, eqn, ins, *found)
+        if found is None:
+            return None
+        src, w, bias, product = found
+        value = _constant(bias, defs, uses) if isinstance(bias, Var) else None
+        return _per_step(b, eqn, ins, src, w, bias if value is None else b.constant(value=Dense.of(value)), product)
     g = rewrite(f, rule)
     return dce(g) if g is not f else f
+
+
+def _constant(v: Var, defs, uses) -> np.ndarray | None:
+    """v's value when it is computed from constants alone by equations read only by one another (dead once v is a
+    constant of its own), else None."""
+    chain, reads, todo = {}, {}, [v]
+    while todo:
+        u = todo.pop()
+        e = defs.get(u)
+        if e is None or len(e.outs) != 1 or any(isinstance(x, Func) for x in e.params.values()):
+            return None  # (a parameter of the function, or control flow)
+        if id(e) not in chain:
+            chain[id(e)] = e
+            for a in e.ins:
+                if isinstance(a, Var):
+                    reads[a] = reads.get(a, 0) + 1
+                    todo.append(a)
+    if any(uses.get(u, 0) != n for u, n in reads.items()):
+        return None
+    order = sorted(chain.values(), key=lambda e: _position(e, defs))
+    g = Func("bias", (), tuple(order), (v,))
+    return np.asarray(eval_func(g, [])[0])
+
+
+def _position(e: Eqn, defs) -> int:
+    """e's place in its function (defs keeps the equations' order)."""
+    return list(defs.values()).index(e)
 
 
 def _one_use(v, defs, uses, prim: str) -> Eqn | None:
