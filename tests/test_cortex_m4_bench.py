@@ -36,12 +36,42 @@ def test_ksbuild_and_emx_onnx_cgen_agree_with_onnxruntime_on_a_cortex_m4(tmp_pat
         np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-6)
         assert run.loop_expected <= run.loop_instructions <= run.loop_expected + 8, run.loop_instructions
         assert 10_000 < run.instructions < 10_000_000, run.instructions  # (196 x 64 + 64 x 64 + 64 x 10 products)
-    assert 64 < ks.stack <= firmware.ksbuild_stack(tree, "mlp"), ks.stack
+    # (the painted figure is at least 64 B: the method's floor; the build's is 28-48 B here)
+    assert ks.stack <= max(64, firmware.ksbuild_stack(tree, "mlp")), ks.stack
     assert ks.workspace > 0 and ks.flash > emx.flash - 4096  # (both hold the 68 KB of weights)
-    # On a core without a vector unit the products are dot products over panels whose last columns are 4 wide
-    # (ks::tiles::panel_dots), not register tiles over zero-padded 16-column panels: 5.3 KB of flash more than
-    # emx-onnx-cgen's program before, 2.5 KB after (benchmarks/README.md, Cortex-M4).
+    # On a core without a vector unit a product of one row is a loop nest in the generated code (transforms/
+    # dot_convs.py), not register tiles over zero-padded 16-column panels (5.3 KB of flash more than emx-onnx-cgen's
+    # program), nor the dot products of ks::tiles::panel_dots with an epilogue lambda per layer (2.3 KB more): 0.5 KB
+    # more (benchmarks/README.md, Cortex-M4), in less RAM than emx-onnx-cgen's.
     names = [name for name, _ in firmware.largest_symbols(ks.elf, 10 ** 6)]
-    assert any("tiles::panel_dots<float>" in name for name in names)
-    assert not any("tiles::block<" in name for name in names), [n for n in names if "tiles::block<" in n]
-    assert ks.flash - emx.flash < 3.5 * 1024, (ks.flash, emx.flash)
+    assert not any("tiles::" in name or "run_block<" in name for name in names), names
+    assert ks.flash - emx.flash < 1024, (ks.flash, emx.flash)
+    assert ks.ram + ks.stack < emx.ram + emx.stack and ks.instructions < emx.instructions
+
+
+def test_the_cnn_at_speed_is_within_emx_onnx_cgens_flash_and_ram_and_the_builds_stack(tmp_path):
+    """examples/onnx_cnn's network built for speed against emx-onnx-cgen at -O3 (issue 36: flash and RAM at or below,
+    fewer instructions): its convolutions are dot products over their windows (ks::conv_dots), 9.7 KB of flash where
+    the register tiles took 22.9 KB against emx-onnx-cgen's 10.4 KB. And the stack the inference wrote is within the
+    build's figure: a window's row of padding had become a call of newlib's memset, whose 12 B the figure did not
+    count."""
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    pytest.importorskip("emx_onnx_cgen", reason="emx-onnx-cgen not installed (pip install -e .[test])")
+    ort = pytest.importorskip("onnxruntime")
+    from networks import export, models
+    module, shape = models()["cnn"]
+    export(module, shape, tmp_path / "cnn.onnx")
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(tmp_path / "cnn.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    sizes = (x.size, want.size)
+    tree = firmware.ksbuild_package("cnn", tmp_path / "cnn.onnx", tmp_path / "ks", "speed")
+    ks = firmware.ksbuild_app(tree, "cnn", sizes, tmp_path / "ks_app")
+    emx = firmware.emx_app(firmware.emx_source(tmp_path / "cnn.onnx", "cnn", tmp_path / "emx"), "cnn", sizes,
+                           tmp_path / "emx_app", "-O3")
+    for run in (ks, emx):
+        np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-6)
+    assert 64 < ks.stack <= firmware.ksbuild_stack(tree, "cnn"), ks.stack
+    assert ks.flash <= emx.flash, (ks.flash, emx.flash)  # (the same program around both: bench.py's method)
+    assert ks.ram + ks.stack <= emx.ram + emx.stack and ks.instructions < emx.instructions

@@ -89,18 +89,19 @@ def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, varian
         assert _linked_conv_code(tmp_path / "b/cnn_app.elf") == CNN_CONV_CODE
 
 
-# The convolution code the float CNN links (its two convolutions' shapes are constants, so the generated code calls
-# ks::conv_as with the method ks::conv would choose): a direct convolution with a packed kernel (3 -> 8 channels,
-# 16 x 16) and im2col panels (8 -> 16, stride 2, 3 x 3 outputs). ks::conv chooses at run time and links all five.
-CNN_CONV_CODE = {"convs::direct_group<float, true>", "convs::packed_group<float, false>"}
+# The convolution code the float CNN links: on a core without a vector unit every float convolution is dot products
+# over its windows (ks::conv_dots, impl "dots": transforms/dot_convs.py), none of ks::conv's register-tile methods
+# (a direct convolution with a packed kernel and im2col panels: 16 KB of code where conv_dots takes 2 KB).
+CNN_CONV_CODE = {"conv_dots<float>"}
 
 
 def _linked_conv_code(elf) -> set:
-    """The convolution methods' functions an app links, and ks::conv<float> if it does (demangled, namespace cut)."""
+    """The convolution functions an app links (demangled, namespace cut)."""
     names = subprocess.run(["arm-none-eabi-nm", "-C", str(elf)], capture_output=True, text=True, check=True).stdout
     found = set()
     for line in names.splitlines():
-        for key in ("convs::direct_group<", "convs::packed_group<", "convs::few_dots<", "::conv<float>("):
+        for key in ("convs::direct_group<", "convs::packed_group<", "convs::few_dots<", "::conv<float>(",
+                    "conv_dots<", "conv_depthwise<", "tiles::block<"):
             if key in line:
                 name = line[line.index(key.lstrip(":")):]
                 found.add(name[:name.index(">") + 1] if ">" in name else name)

@@ -308,7 +308,7 @@ def test_without_a_vector_unit_the_last_columns_are_panels_of_four():
     from ksbuild.transforms.pipeline import lower
     assert not TARGETS["cortex-m4"].vectors and TARGETS["host"].vectors
     rng = np.random.default_rng(6)
-    K = 17  # (x [1, K] @ w [K, 4]: more multiply-adds than a tiny product, which becomes a loop nest instead)
+    K = 17  # (x [2, K] @ w [K, 4]: more multiply-adds than a tiny product, which becomes a loop nest instead)
     for dtype, n, width in (("f32", 10, 16), ("f32", 4, 16), ("f32", 37, 16), ("f32", 32, 16), ("f64", 37, 8)):
         w = rng.standard_normal((K, n)).astype(dtype.replace("f", "float"))
         panels = to_panels(w, vectors=False)
@@ -316,13 +316,13 @@ def test_without_a_vector_unit_the_last_columns_are_panels_of_four():
         wide = n // width * width  # (the whole panels of 64 bytes first, as with a vector unit)
         assert np.array_equal(panels.ravel()[:wide * K], to_panels(w[:, :wide]).ravel())
         b = Builder()
-        x = Var(Type(dtype, (1, K)), "x")
+        x = Var(Type(dtype, (2, K)), "x")  # (two rows: a product of one row is a loop nest there, dot_convs.py)
         f = b.func("linear", [x], [b.einsum(x, b.constant(value=Dense.of(w)), spec="ij,jk->ik")])
         g = lower(f, Options(backend="plain", vectors=False), after="layout_constants")
         verify(g)
-        assert [e.outs[0].type.shape for e in g.eqns] == [(-(-n // 4), K, 4), (1, n)]
+        assert [e.outs[0].type.shape for e in g.eqns] == [(-(-n // 4), K, 4), (2, n)]
         assert g.eqns[1].params["impl"] == "panels"
-        args = [rng.standard_normal((1, K)).astype(w.dtype)]
+        args = [rng.standard_normal((2, K)).astype(w.dtype)]
         np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ w, rtol=1e-5, atol=1e-5)
 
 

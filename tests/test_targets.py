@@ -338,10 +338,11 @@ def test_generated_source_compiles_by_hand_with_warnings_as_errors(target, sqrl_
     proc = subprocess.run([cxx, *flags, "-c", str(sqrl_project / "src/sqrl.cpp"), "-o", str(tmp_path / "sqrl.o")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    # with the generated CMake's flags the pragma is there, so the optimized build is unchanged
+    # with the generated CMake's flags the pragma is there, so the optimized build is unchanged; on a microcontroller
+    # (no vector unit: an M-profile core) the loop is kept rolled instead (prelude.h: code size, issue 36)
     pre = subprocess.run([cxx, *flags, "-fopenmp-simd", "-DKS_OPENMP_SIMD", "-E", str(sqrl_project / "src/sqrl.cpp")],
                          capture_output=True, text=True, check=True).stdout
-    assert "#pragma omp simd reduction(+:" in pre
+    assert ("#pragma omp simd reduction(+:" if t.vectors else "#pragma GCC unroll 1") in pre
 
 
 def test_generated_header_is_c(sqrl_project, tmp_path):

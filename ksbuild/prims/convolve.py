@@ -6,7 +6,9 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     ks::conv_rows with the backend's ks::gemm (ks/blas.h, ks/aten.h; the epilogue applied to each block
     just computed), "winograd" ks::conv_winograd (Winograd's F(2×2, 3×3) on the register tiles; w is then
     the transformed kernel u [16, C, M] that winograd_kernel makes), "depthwise" ks::conv_depthwise (one group
-    per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy). The epilogue
+    per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy), "dots"
+    ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
+    then dotted with the kernel's rows). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
@@ -90,7 +92,7 @@ def _kernel_type(u: Type) -> Type:
 
 
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
-    if impl not in ("tiles", "gemm", "winograd", "depthwise"):
+    if impl not in ("tiles", "gemm", "winograd", "depthwise", "dots"):
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
     x, w = in_types[:2]
     (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
@@ -183,7 +185,8 @@ def _scratch_size(c: str, impl: str, shape: str, threads: int, images: str) -> s
     """The C++ expression of a call's scratch elements (ks/conv.h); a ks::conv_as call (_emit_call: literal shapes and
     images) packs the kernel only when its method does."""
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
-            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})"}[impl]
+            "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})",
+            "dots": "ks::convs::dots_scratch({s})"}[impl]
     size = size.format(c=c, s=shape)
     if impl == "tiles" and threads <= 1 and _as_plan(shape, images):
         size = f"ks::conv_scratch<{c}>({shape}, false, {images})"
@@ -198,7 +201,7 @@ def _as_plan(shape: str, images: str) -> bool:
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise"}[impl] + f"<{c}"
+            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots"}[impl] + f"<{c}"
     args = f"{geometry}, {images}"
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
@@ -240,7 +243,7 @@ def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
     spatial axes merged."""
     y = eqn.outs[0]
     views = lambda s: epilogues.merge_tail(s, 2)  # noqa: E731
-    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise") else None
+    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise", "dots") else None
     if simple is not None:
         name = ctx.namer.fresh("epilogue")
         ctx.line(f"const auto {name} = {simple};")
@@ -268,7 +271,8 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
     images = images if isinstance(images, int) and threads <= 1 else 0  # (a ks::conv_as call: _scratch_size)
     of = {"tiles": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, images=images),
           "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
-          "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch}[impl]
+          "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch,
+          "dots": lambda s, n, t: scratch_sizes.dots_scratch(s)}[impl]
 
     def elements(t) -> int:
         n = of(s, size, t)
@@ -307,7 +311,7 @@ winograd_kernel = Prim(
 
 convolve = Prim(
     name="convolve",
-    epilogue_impls=("tiles", "gemm", "winograd", "depthwise"),
+    epilogue_impls=("tiles", "gemm", "winograd", "depthwise", "dots"),
     type_rule=_convolve_rule,
     eval=_convolve_eval,
     jvp=_lowered_only("convolve"),

@@ -229,6 +229,12 @@ def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
 
 # ---- ks::tiled_gemm (prelude/ks/gemm.h) and parts (prelude/ks/parts.h) ---------------------------------------------
 
+def dots_scratch(s: ConvShape) -> int:
+    """ks::convs::dots_scratch: a window's offsets, the identity offsets of a gathered window (int32 each) and one
+    gathered window, each rounded up to 16 elements."""
+    return 3 * _aligned(s.depth())
+
+
 def _packed_blocks(m: int, n: int, k: int, size: int, t: Tiles) -> int:
     """tiles::scratch_for<T>(m, n, k)."""
     p = _panel(size)

@@ -15,6 +15,7 @@ from ..ir.core import Func
 from ..prims.scratch import ALL_TILES
 from .accumulate import accumulate
 from .cse import cse
+from .dot_convs import dot_convs
 from .expand import expand
 from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
@@ -27,6 +28,7 @@ from .per_row import per_row
 from .plan_memory import plan_memory
 from .select_backend import select_backend
 from .simplify import simplify
+from .step_projections import step_projections
 from .tabulate import tabulate
 from .unroll import unroll
 
@@ -63,6 +65,10 @@ PASSES = [
     Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
+    Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f),
+         "without a vector unit, float convolutions are dot products over gathered windows (ks::conv_dots)"),
+    Pass("step_projections", lambda f, o: f if o.vectors else step_projections(f),
+         "without a vector unit, a recurrent loop projects each step's input in its body, not all steps before it"),
     Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),
          "constants a gemm reads are stored in the order its kernel reads when the package is compiled"),
     Pass("per_row", lambda f, o: per_row(f, o.threads),

@@ -752,6 +752,153 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
     }
 }
 
+// ---- Dot products on one lane (a microcontroller) ------------------------------------------------------------
+// On a target without a vector unit (tiles::dot_products: an M-profile Arm core) every float convolution, depthwise
+// ones too, is ks::conv_dots (impl "dots": transforms/dot_convs.py): per output position, the window's values (C/G·K
+// of them) are dotted with 4 kernel rows at a time in scalar registers (each value loaded once for the 4), then the
+// epilogue runs over each output channel's row. A window inside the image is read where it is, through a table of
+// its values' offsets; one that reads padding is first gathered into scratch, zeros included. About 2 KB of a
+// Cortex-M4's flash for all the convolutions of a network, where the register tiles, their packing and the padded
+// copies took 16-28 KB; the scratch is the table and one window.
+namespace convs {
+
+// The elements of scratch ks::conv_dots uses: the window's offsets in the image, the identity offsets of a gathered
+// window (int32 each) and one gathered window.
+constexpr int64_t dots_scratch(const conv_shape& s) {
+    return 3 * aligned(s.depth());
+}
+
+// off[(c·KD + kd)·KH·KW + kh·KW + kw]: where a window's value is in a group's image, from its first value's place;
+// ident[t] = t.
+KS_DOTS inline void window_offsets(const conv_shape& s, int32_t* off, int32_t* ident) {
+    using index = tiles::dot_index;
+    const index cg = index(tiles::index_div(s.channels, s.groups)), in1 = index(s.in[1]), in2 = index(s.in[2]);
+    const index plane = index(s.in[0]) * in1 * in2;
+    index t = 0;
+    for (index c = 0; c < cg; ++c) {
+        for (index kd = 0; kd < index(s.kernel[0]); ++kd) {
+            for (index kh = 0; kh < index(s.kernel[1]); ++kh) {
+                for (index kw = 0; kw < index(s.kernel[2]); ++kw, ++t) {
+                    off[t] = int32_t(c * plane + (kd * index(s.dilation[0]) * in1 + kh * index(s.dilation[1])) * in2 +
+                                     kw * index(s.dilation[2]));
+                    ident[t] = int32_t(t);
+                }
+            }
+        }
+    }
+}
+
+// The window whose first value is at (z0, y0, x0) of group image xg (those may be negative: padding), gathered
+// into win with zeros where it reads padding (unsigned compares: a negative index is out of range too).
+template <class T>
+KS_DOTS void gather_window(const conv_shape& s, const T* xg, tiles::dot_index z0, tiles::dot_index y0,
+                           tiles::dot_index x0, T* win) {
+    using index = tiles::dot_index;
+    const index cg = index(tiles::index_div(s.channels, s.groups)), in0 = index(s.in[0]), in1 = index(s.in[1]);
+    const index in2 = index(s.in[2]), dx = index(s.dilation[2]);
+    for (index c = 0; c < cg; ++c) {
+        for (index kd = 0; kd < index(s.kernel[0]); ++kd) {
+            const index iz = z0 + kd * index(s.dilation[0]);
+            for (index kh = 0; kh < index(s.kernel[1]); ++kh) {
+                const index iy = y0 + kh * index(s.dilation[1]);
+                const bool row = uint32_t(iz) < uint32_t(in0) && uint32_t(iy) < uint32_t(in1);
+                const T* r = xg + ((c * in0 + iz) * in1 + iy) * in2 + x0;
+                KS_ROLLED for (index kw = 0; kw < index(s.kernel[2]); ++kw) {
+                    *win++ = row && uint32_t(x0 + kw * dx) < uint32_t(in2) ? r[kw * dx] : T(0);
+                }
+            }
+        }
+    }
+}
+
+// out[i·n] = Σ_k x[off[k]] · w[i·depth + k] for the m kernel rows i: 4 rows at a time, then one at a time.
+template <class T>
+inline void window_dots(const T* x, const int32_t* off, const T* w, tiles::dot_index depth, tiles::dot_index m,
+                        T* out, tiles::dot_index n) {
+    using index = tiles::dot_index;
+    index i = 0;
+    for (; i + 4 <= m; i += 4, w += 4 * depth, out += 4 * n) {
+        const T *w0 = w, *w1 = w + depth, *w2 = w1 + depth, *w3 = w2 + depth;
+        T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (index k = 0; k < depth; ++k) {
+            const T a = x[off[k]];
+            d0 += a * w0[k];
+            d1 += a * w1[k];
+            d2 += a * w2[k];
+            d3 += a * w3[k];
+        }
+        out[0] = d0;
+        out[n] = d1;
+        out[2 * n] = d2;
+        out[3 * n] = d3;
+    }
+    for (; i < m; ++i, w += depth, out += n) {
+        T d = 0;
+        KS_ROLLED for (index k = 0; k < depth; ++k) {
+            d += x[off[k]] * w[k];
+        }
+        *out = d;
+    }
+}
+
+// Whether a window starting at `first` along an axis of `size` values, `span` wide, is inside it.
+inline bool inside(tiles::dot_index first, tiles::dot_index span, tiles::dot_index size) {
+    return first >= 0 && first <= size - span;
+}
+
+// One group of one image: yg [mg, positions] = epi(wg [mg, depth] · windows); scratch as conv_dots's.
+template <class T>
+KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T* scratch, const epilogue<T>& eg) {
+    using index = tiles::dot_index;
+    const index mg = index(tiles::index_div(s.out_channels, s.groups)), depth = index(s.depth());
+    const index n = index(s.positions()), in1 = index(s.in[1]), in2 = index(s.in[2]);
+    index span[3];  // (a window's extent along each axis)
+    for (int a = 0; a < 3; ++a) {
+        span[a] = index((s.kernel[a] - 1) * s.dilation[a] + 1);
+    }
+    const int32_t* off = reinterpret_cast<const int32_t*>(scratch);
+    const int32_t* ident = off + aligned(depth);
+    T* win = scratch + 2 * aligned(depth);
+    index q = 0;
+    for (index oz = 0; oz < index(s.out[0]); ++oz) {
+        const index z0 = oz * index(s.stride[0]) - index(s.pad[0]);
+        for (index oy = 0; oy < index(s.out[1]); ++oy) {
+            const index y0 = oy * index(s.stride[1]) - index(s.pad[1]);
+            const bool rows = inside(z0, span[0], index(s.in[0])) && inside(y0, span[1], in1);
+            for (index ox = 0; ox < index(s.out[2]); ++ox, ++q) {
+                const index x0 = ox * index(s.stride[2]) - index(s.pad[2]);
+                const bool in = rows && inside(x0, span[2], in2);
+                if (!in) {
+                    gather_window<T>(s, xg, z0, y0, x0, win);
+                }
+                window_dots<T>(in ? xg + (z0 * in1 + y0) * in2 + x0 : win, in ? off : ident, wg, depth, mg, yg + q, n);
+            }
+        }
+    }
+    for (index i = 0; eg && i < mg; ++i) {
+        tiles::dot_epilogue<T>(eg, i, yg + i * n, 1, n);
+    }
+}
+
+}  // namespace convs
+
+// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) by dot products (one lane:
+// convs::dots_group); scratch holds convs::dots_scratch(s) elements.
+template <class T>
+void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+               const epilogue<T>& epi = {}) {
+    using index = tiles::dot_index;  // (the image's and the result's groups follow one another)
+    const index mg = index(tiles::index_div(s.out_channels, s.groups)), depth = index(s.depth());
+    const index x_step = index(tiles::index_div(s.channels, s.groups) * s.in_plane()), y_step = mg * index(s.positions());
+    int32_t* off = reinterpret_cast<int32_t*>(scratch);
+    convs::window_offsets(s, off, off + convs::aligned(depth));
+    for (index image = 0; image < index(images); ++image) {
+        for (index g = 0; g < index(s.groups); ++g, x += x_step, y += y_step) {
+            convs::dots_group<T>(s, x, w + g * mg * depth, y, scratch, epi.group(image, g * mg));
+        }
+    }
+}
+
 // ---- Winograd F(2×2, 3×3) --------------------------------------------------------------------------------
 // A 3×3 convolution with stride 1, dilation 1 and one group computes each 2×2 block of its output from the
 // 4×4 block of (padded) input under it with 16 multiplications per channel pair instead of 36 (Lavin and

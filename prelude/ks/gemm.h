@@ -230,8 +230,11 @@ constexpr bool dot_products = true;
 #if defined(__GNUC__) && !defined(__clang__)
 #define KS_BLOCK __attribute__((noinline, noclone))  // (GCC cloned it per caller's constants: two copies again)
 // The dot products' functions (tiles::panel_dots): out of line, and at -O3 without a second copy of each loop for a
-// stride of 1 (-fversion-loops-for-strides: no gain without vectors; panel_dot<float, 16> 544 -> 388 B).
-#define KS_DOTS __attribute__((noinline, noclone, optimize("no-version-loops-for-strides")))
+// stride of 1 (-fversion-loops-for-strides: no gain without vectors; panel_dot<float, 16> 544 -> 388 B), and no
+// loop made a call of memset (-ftree-loop-distribute-patterns: a convolution window's row of padding; the build's
+// stack figure counts libc's calls as 0 B, and newlib's memset pushes 12 B).
+#define KS_DOTS                                                                                                  \
+    __attribute__((noinline, noclone, optimize("no-version-loops-for-strides", "no-tree-loop-distribute-patterns")))
 #else
 #define KS_BLOCK __attribute__((noinline))
 #define KS_DOTS __attribute__((noinline))

@@ -13,6 +13,8 @@ inline namespace KS_KERNELS {
 
 KS_KERNEL_LAYER(template, float)
 KS_KERNEL_LAYER(template, double)
+KS_DOTS_LAYER(template, float)
+KS_DOTS_LAYER(template, double)
 #ifdef KS_KERNELS_INT8  // (defined by the projects of packages that call the integer kernels)
 KS_QUANT_LAYER(template, uint8_t, uint8_t)
 KS_QUANT_LAYER(template, uint8_t, int8_t)

@@ -48,7 +48,17 @@ inline namespace KS_KERNELS {
     PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);
 
+// ks::conv_dots (impl "dots"): the convolutions of a target without a vector unit, compiled for those alone.
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+#define KS_DOTS_LAYER(PREFIX, T)                                                                                  \
+    PREFIX void conv_dots<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);
+#else
+#define KS_DOTS_LAYER(PREFIX, T)
+#endif
+
 #ifndef KS_KERNELS_INSTANTIATE
+KS_DOTS_LAYER(extern template, float)
+KS_DOTS_LAYER(extern template, double)
 KS_KERNEL_LAYER(extern template, float)
 KS_KERNEL_LAYER(extern template, double)
 KS_QUANT_LAYER(extern template, uint8_t, uint8_t)

@@ -1,0 +1,65 @@
+"""dot_convs: on a target without a vector unit, every float convolution is computed by dot products.
+
+Requires: a Func after select_backend. Guarantees: the same values; every float `convolve` of impl "tiles" or
+"depthwise" has impl "dots" (ks::conv_dots, prelude/ks/conv.h: per output position its window, dotted with the
+kernel's rows in scalar registers). Run only for such targets (pipeline Options.vectors false: Cortex-M), where the
+register tiles, their packing and the padded copies of the image cost 16-28 KB of flash for a small network (issue
+36) and gain nothing without vectors; winograd and library ("gemm") convolutions are left alone.
+
+When a function has such convolutions, its matrix products a [m, k] · bᵀ with b [n, k] (impl "tiles": an ONNX
+Gemm's or a Linear's weight as stored, the classifier after the convolutions) become the same kernel too, as a
+1-d convolution of m images of k channels and one position by n kernels of one tap: the product then links no code
+of its own (ks::packed_gemm's dot products were 1.2 KB at -O3). Without convolutions a product of one row (a batch-1
+MLP's layers, a recurrent cell's step, a classifier) is a loop nest in the generated code (impl "loops": 4 columns
+at a time, blocked in registers) rather than a call of ks::tiles::panel_dots: the dot kernels, the epilogue lambdas
+and the by-value arguments of each call cost an MLP 2 KB of flash and a 384 B frame (issue 36), and the loops take
+at most 0.9 of emx-onnx-cgen's instructions on the benchmark's networks. Products of more rows keep the dot kernels.
+"""
+from __future__ import annotations
+
+from ..ir.core import Func
+from ..prims.convolve import convolve
+from .rewrite import bind_like, rewrite, walk_funcs
+
+FLOAT = ("f32", "f64")
+ONE_TAP = dict(strides=(1,), pads=(0, 0), dilations=(1,), groups=1)
+
+
+def dot_convs(f: Func) -> Func:
+    """f with its float tiles and depthwise convolutions as impl "dots", and then its a · bᵀ products as well (or,
+    without convolutions, its products of one row as loop nests)."""
+    def conv_rule(b, eqn, ins):
+        if eqn.prim.name != "convolve" or eqn.params["impl"] not in ("tiles", "depthwise") or \
+                eqn.outs[0].type.dtype not in FLOAT:
+            return None
+        return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dots"))
+    g = rewrite(f, conv_rule)
+    has_dots = any(e.prim.name == "convolve" and e.params["impl"] == "dots" for h in walk_funcs(g) for e in h.eqns)
+    return rewrite(g, _product_rule) if has_dots else rewrite(g, _row_rule)
+
+
+def _row_rule(b, eqn, ins):
+    """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops")."""
+    if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc"):
+        return None
+    y = eqn.outs[0].type
+    if y.dtype not in FLOAT or y.rank != 2 or y.shape[0] != 1:
+        return None
+    return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
+
+
+def _product_rule(b, eqn, ins):
+    """A float contract "ik,jk->ij" (impl "tiles", not accumulating) as a one-tap convolve of impl "dots"."""
+    if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc") or len(ins) != 2:
+        return None
+    (y,) = eqn.outs
+    left, right = eqn.params["spec"].split("->")
+    a_axes, b_axes = left.split(",")
+    if y.type.dtype not in FLOAT or len(a_axes) != 2 or len(b_axes) != 2 or len(right) != 2 or \
+            a_axes[1] != b_axes[1] or right != a_axes[0] + b_axes[0]:
+        return None
+    (m, k), (n, _) = ins[0].type.shape, ins[1].type.shape
+    x = b.reshape(ins[0], shape=(m, k, 1))
+    w = b.reshape(ins[1], shape=(n, k, 1))
+    (out,) = b.bind(convolve, [x, w], dict(ONE_TAP, impl="dots"))
+    return [b.reshape(out, shape=(m, n))]
