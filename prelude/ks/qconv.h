@@ -415,11 +415,47 @@ constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
     return round_up(wide_of(s).phases * count * wide_of(s).volume, 64);
 }
 
-// o[j] = the byte of src[j·step] for j < n.
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// copy_bytes with AVX-512 (steps 1 and 2): masked loads and stores, so that the short rows of small images (14 or 28
+// bytes a phase) take one or two vector steps instead of a byte loop.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_bytes_avx512(const uint8_t* in, int64_t step, int64_t n,
+                                                                           uint8_t* o) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const int64_t live = n - j < 32 ? n - j : 32;
+        const __mmask32 store = static_cast<__mmask32>(live >= 32 ? ~0u : (1u << live) - 1);
+        if (step == 1) {
+            _mm256_mask_storeu_epi8(o + j, store, _mm256_maskz_loadu_epi8(store, in + j));
+            continue;
+        }
+        const int64_t bytes = 2 * live - 1;  // (the last one read: in[2·(n - 1)])
+        const __mmask64 load = bytes >= 64 ? ~0ull : (1ull << bytes) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(load, in + 2 * j);
+        _mm256_mask_storeu_epi8(o + j, store, _mm512_cvtepi16_epi8(v));  // (the low byte of each pair)
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+// o[j] = the byte of src[j·step] for j < n (fast: AVX-512 may be used).
 template <class TX>
-void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
+void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o, bool fast) {
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
     int64_t j = 0;
+#ifdef KS_QTILE_X86
+    if (fast && step <= 2 && n < 64) {
+        copy_bytes_avx512(in, step, n, o);
+        return;
+    }
+#else
+    (void)fast;
+#endif
     if (step == 1 && n >= 64) {
         __builtin_memcpy(o, in, static_cast<size_t>(n));
         return;
@@ -446,16 +482,34 @@ void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
     }
 }
 
+// Whether a kernel tap reads phase b of axis a (the taps t·d_a of the kernel, modulo the stride: a 1 × 1 kernel with
+// stride 2 reads one phase of the four).
+constexpr bool phase_read(const conv_shape& s, int a, int64_t b) {
+    for (int64_t t = 0; t < s.kernel[a]; ++t) {
+        if (tiles::index_mod(t * s.dilation[a], s.stride[a]) == b) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Channels [0, count) of image x copied into the phase volumes (see wide_geometry), as they are (the padding: the
-// byte of x_zero).
+// byte of x_zero); the phases no tap reads are left as they are.
 template <class TX>
 void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count, uint8_t zero,
                   uint8_t* dst) {
-    const int64_t total = g.phases * count * g.volume;
-    for (int64_t i = 0; i < total; ++i) {
-        dst[i] = zero;
-    }
     const int64_t plane = s.in[1] * s.in[2], step = s.stride[2];
+#ifdef KS_QTILE_X86
+    const bool fast = best_level() >= 2;
+#else
+    const bool fast = false;
+#endif
+    for (int64_t phase = 0; phase < g.phases; ++phase) {
+        const int64_t a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
+        if (phase_read(s, 0, a) && phase_read(s, 1, b - a * s.stride[1]) && phase_read(s, 2, phase - b * step)) {
+            __builtin_memset(dst + phase * count * g.volume, zero, static_cast<size_t>(count * g.volume));
+        }
+    }
     for (int64_t d = 0; d < s.in[0]; ++d) {
         const int64_t pd = d + s.pad[0];
         for (int64_t h = 0; h < s.in[1]; ++h) {
@@ -474,10 +528,14 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
                 const int64_t left = tiles::index_div(s.in[2] - first + step - 1, step);
                 const int64_t n = left < fit ? left : fit;
                 const int64_t phase = phase_dh * step + b;
+                const int64_t pd_phase = pd - qd * s.stride[0], ph_phase = ph - qh * s.stride[1];
+                if (!phase_read(s, 0, pd_phase) || !phase_read(s, 1, ph_phase) || !phase_read(s, 2, b)) {
+                    continue;
+                }
                 for (int64_t c = 0; c < count; ++c) {
                     const TX* src = x + c * s.in_plane() + d * plane + h * s.in[2] + first;
                     uint8_t* o = dst + (phase * count + c) * g.volume + at + j0;
-                    copy_bytes(src, step, n, o);
+                    copy_bytes(src, step, n, o, fast);
                 }
             }
         }
