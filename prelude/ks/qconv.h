@@ -633,6 +633,42 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
         _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(a, high, b), f));
     }
 }
+
+// A block of 32 output positions in the wide positions: the window of 64 from `first` holds position i at
+// index[i]; flip as pack_wide's.
+struct compact_block {
+    int64_t first;
+    uint8_t index[32];
+    uint8_t flip;
+};
+
+// pack_wide for a compact_block b: the bytes of its output positions of every im2col row. Per quad of rows: the four windows loaded, two vpermt2b gather rows
+// 0 and 1 (rows 2 and 3) into the halves of one register (index, and index + 64 for the second window's half), and
+// the two vpermt2b of pack_wide_vbmi interleave them. The windows read up to 63 bytes past the last wide position of
+// the phase volumes (qconv_room: the wide room follows the phases).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_vbmi(
+    const uint8_t* phases, const int32_t* offsets, int64_t depth, const compact_block& b, uint8_t* dst) {
+    alignas(64) uint8_t lanes[3][64];
+    for (int i = 0; i < 64; ++i) {
+        lanes[0][i] = static_cast<uint8_t>((i % 4 & 1) * 32 + (i % 4 >> 1) * 64 + i / 4);
+        lanes[1][i] = static_cast<uint8_t>(lanes[0][i] + 16);
+        lanes[2][i] = static_cast<uint8_t>(b.index[i % 32] + (i / 32) * 64);
+    }
+    const int64_t first = b.first;
+    const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
+    const __m512i gather = _mm512_load_si512(lanes[2]);
+    const __m512i f = _mm512_set1_epi8(static_cast<char>(b.flip));
+    for (int64_t k = 0; k < quads(depth); ++k) {
+        __m512i w[4];
+        KS_UNROLL for (int t = 0; t < 4; ++t) {
+            w[t] = _mm512_loadu_si512(phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + first);
+        }
+        const __m512i r01 = _mm512_permutex2var_epi8(w[0], gather, w[1]);
+        const __m512i r23 = _mm512_permutex2var_epi8(w[2], gather, w[3]);
+        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
+        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
+    }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -661,6 +697,51 @@ __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int
         }
         interleave4(r, flip, dst + k * cols * 4);
     }
+}
+
+// The wide position of output position j (see wide_geometry).
+inline int64_t wide_position(const conv_shape& s, const wide_geometry& g, int64_t j) {
+    const int64_t row = tiles::index_div(j, s.out[2]), plane = tiles::index_div(row, s.out[1]);
+    return ((plane * g.side[1] + row - plane * s.out[1]) * g.side[2]) + j - row * s.out[2];
+}
+
+// Where the block of output positions j0 .. j0 + count (count <= 32) lies in the wide positions: the first one's
+// returned, index[i] = wide(j0 + i) - first (0 for i >= count); -1 when the block spans more than 64 of them.
+inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t count,
+                              uint8_t* index) {  // (index: 32 bytes)
+    const int64_t first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
+    const int64_t plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    int64_t row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
+    int64_t plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
+    int64_t at = 0;
+    for (int64_t i = 0; i < cols; ++i) {  // (walking the positions: no divisions)
+        index[i] = static_cast<uint8_t>(i < count ? at : 0);
+        if (i < count && at > 63) {
+            return -1;
+        }
+        at += 1;
+        if (++column == s.out[2]) {
+            column = 0;
+            at += row_gap;
+            if (++plane_row == s.out[1]) {
+                plane_row = 0;
+                at += plane_gap;
+            }
+        }
+    }
+    return first;
+}
+
+// Whether every block of 32 output positions spans at most 64 wide positions (compact_window).
+inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
+    const int64_t p = s.positions();
+    for (int64_t j0 = 0; j0 < p; j0 += cols) {
+        const int64_t last = (p - j0 < cols ? p - j0 : cols) - 1;
+        if (wide_position(s, g, j0 + last) - wide_position(s, g, j0) > 63) {
+            return false;
+        }
+    }
+    return true;
 }
 
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
@@ -741,6 +822,37 @@ __attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int
     }
 }
 
+#ifdef KS_QTILE_X86
+// wide_tiles with compact positions (AVX-512 VBMI, compact_fits): each block of 32 output positions gathered from the
+// wide positions (pack_compact_vbmi), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
+// Nothing computed is discarded but the last block's columns past the positions.
+__attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const wide_geometry& g, const uint8_t* image,
+                                                    const int32_t* taps, const uint8_t* wg, int64_t m,
+                                                    const tile_out& o, uint8_t flip, uint8_t* block, tile_fn tile) {
+    const int64_t depth = s.depth(), qd = quads(depth), p = s.positions();
+    compact_block b{};
+    b.flip = flip;
+    for (int64_t j0 = 0; j0 < p; j0 += cols) {
+        const int64_t count = p - j0 < cols ? p - j0 : cols;
+        b.first = compact_window(s, g, j0, count, b.index);
+        if (b.index[count - 1] == count - 1) {  // (within one output row: the wide positions' packing is the cheaper)
+            pack_wide_vbmi(image, taps, depth, b.first, flip, block);
+        } else {
+            pack_compact_vbmi(image, taps, depth, b, block);
+        }
+        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+            tile_out t = o;
+            t.offsets = o.offsets + i0;
+            t.scale = o.one_scale ? o.scale : o.scale + i0;
+            t.y = o.y + i0 * o.ld + j0;
+            t.live = m - i0 < rows ? m - i0 : rows;
+            t.count = count;
+            tile(wg + i0 * qd * 4, block, qd, t);
+        }
+    }
+}
+#endif
+
 template <class TY>
 __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geometry& g, const uint8_t* wide,
                                              int64_t ld, int64_t m, TY* y) {
@@ -790,7 +902,13 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
     const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
-    const int64_t ld = room.wide ? round_up(g.wide, cols) : p;
+#ifdef KS_QTILE_X86
+    // (compact positions: not for an image read in place, whose windows could read past it)
+    const bool compact_blocks = room.wide && !direct && best_level() == 3 && compact_fits(s, g);
+#else
+    const bool compact_blocks = false;
+#endif
+    const int64_t ld = room.wide && !compact_blocks ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
@@ -802,10 +920,16 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             }
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
-            uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
+            uint8_t* out = room.wide && !compact_blocks ? wide : reinterpret_cast<uint8_t*>(yg);
             tile_out o = output_of(q, offsets, scale, true, acc);
             o.y = out;
             o.ld = ld;
+#ifdef KS_QTILE_X86
+            if (compact_blocks) {
+                compact_tiles(s, g, image, taps, wg, m, o, flip, block, tile);
+                continue;
+            }
+#endif
             wide_tiles(image, taps, depth, g.wide, wg, m, o, flip, block, tile);
             if (room.wide) {
                 compact_image(s, g, wide, ld, m, yg);
