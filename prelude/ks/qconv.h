@@ -224,9 +224,10 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbu
 #endif
 }
 
-// AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
-// in registers (vcvtps2dq rounds half to even) and stored with masks.
-template <bool SWAP, int R>
+// AVX-512 VNNI: R rows × V vectors of 16 columns (V = 1 for a tile of at most 16 columns: a last block's), one
+// vpdpbusd per row and vector per quad; the sums requantized in registers (vcvtps2dq rounds half to even) and stored
+// with masks.
+template <bool SWAP, int R, int V>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
                                                                            int64_t q, const tile_out& o) {
     // (o's fields copied first: the byte stores below may alias them, so GCC would load them again after each)
@@ -235,26 +236,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const bool by_row = o.by_row, one_scale = o.one_scale;
     const int32_t* offsets = o.offsets;
     const float* scales = o.scale;
-    __m512i c[R][2];  // (starting from the offsets)
+    __m512i c[R][V];  // (starting from the offsets)
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        KS_UNROLL for (int h = 0; h < 2; ++h) {
+        KS_UNROLL for (int h = 0; h < V; ++h) {
             c[r][h] = by_row ? _mm512_set1_epi32(offsets[r]) : _mm512_maskz_loadu_epi32(m[h], offsets + 16 * h);
         }
     }
     for (int64_t k = 0; k < q; ++k) {
-        const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
-        const __m512i b1 = _mm512_loadu_si512(b + k * cols * 4 + 64);
+        __m512i bv[V];
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            bv[h] = _mm512_loadu_si512(b + k * cols * 4 + 64 * h);
+        }
         const uint8_t* ak = a + k * rows * 4;
         KS_UNROLL for (int r = 0; r < R; ++r) {
             int32_t w;
             __builtin_memcpy(&w, ak + r * 4, 4);
             const __m512i wv = _mm512_set1_epi32(w);
-            if (SWAP) {
-                c[r][0] = dpbusd(c[r][0], wv, b0);
-                c[r][1] = dpbusd(c[r][1], wv, b1);
-            } else {
-                c[r][0] = dpbusd(c[r][0], b0, wv);
-                c[r][1] = dpbusd(c[r][1], b1, wv);
+            KS_UNROLL for (int h = 0; h < V; ++h) {
+                c[r][h] = SWAP ? dpbusd(c[r][h], wv, bv[h]) : dpbusd(c[r][h], bv[h], wv);
             }
         }
     }
@@ -263,7 +262,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     uint8_t* y = o.y;
     const int64_t ld = o.ld;
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        KS_UNROLL for (int h = 0; h < 2; ++h) {
+        KS_UNROLL for (int h = 0; h < V; ++h) {
             const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
                                         : (one_scale ? _mm512_set1_ps(scales[0])
                                                      : _mm512_maskz_loadu_ps(m[h], scales + 16 * h));
@@ -278,18 +277,26 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
 #pragma GCC diagnostic pop
 #endif
 
+template <bool SWAP, int V>
+void tile_vnni_vectors(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    switch (o.live) {
+        case 1: return tile_vnni_rows<SWAP, 1, V>(a, b, q, o);
+        case 2: return tile_vnni_rows<SWAP, 2, V>(a, b, q, o);
+        case 3: return tile_vnni_rows<SWAP, 3, V>(a, b, q, o);
+        case 4: return tile_vnni_rows<SWAP, 4, V>(a, b, q, o);
+        case 5: return tile_vnni_rows<SWAP, 5, V>(a, b, q, o);
+        case 6: return tile_vnni_rows<SWAP, 6, V>(a, b, q, o);
+        case 7: return tile_vnni_rows<SWAP, 7, V>(a, b, q, o);
+        default: return tile_vnni_rows<SWAP, 8, V>(a, b, q, o);
+    }
+}
+
 template <bool SWAP>
 void tile_vnni(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
-    switch (o.live) {
-        case 1: return tile_vnni_rows<SWAP, 1>(a, b, q, o);
-        case 2: return tile_vnni_rows<SWAP, 2>(a, b, q, o);
-        case 3: return tile_vnni_rows<SWAP, 3>(a, b, q, o);
-        case 4: return tile_vnni_rows<SWAP, 4>(a, b, q, o);
-        case 5: return tile_vnni_rows<SWAP, 5>(a, b, q, o);
-        case 6: return tile_vnni_rows<SWAP, 6>(a, b, q, o);
-        case 7: return tile_vnni_rows<SWAP, 7>(a, b, q, o);
-        default: return tile_vnni_rows<SWAP, 8>(a, b, q, o);
+    if (o.count <= 16) {
+        return tile_vnni_vectors<SWAP, 1>(a, b, q, o);
     }
+    return tile_vnni_vectors<SWAP, 2>(a, b, q, o);
 }
 
 // The bytes of v's quads as int16 pairs: the even bytes and the odd ones, zero- or sign-extended.
