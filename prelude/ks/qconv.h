@@ -430,8 +430,8 @@ constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
 #endif
 // copy_bytes with AVX-512 (steps 1 and 2): masked loads and stores, so that the short rows of small images (14 or 28
 // bytes a phase) take one or two vector steps instead of a byte loop.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_bytes_avx512(const uint8_t* in, int64_t step, int64_t n,
-                                                                           uint8_t* o) {
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void copy_bytes_avx512(
+    const uint8_t* in, int64_t step, int64_t n, uint8_t* o) {
     for (int64_t j = 0; j < n; j += 32) {
         const int64_t live = n - j < 32 ? n - j : 32;
         const __mmask32 store = static_cast<__mmask32>(live >= 32 ? ~0u : (1u << live) - 1);
@@ -445,24 +445,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_bytes_avx5
         _mm256_mask_storeu_epi8(o + j, store, _mm512_cvtepi16_epi8(v));  // (the low byte of each pair)
     }
 }
+
+// copy_bytes_avx512 of `count` channels: channel c from in + c·in_channel to o + c·o_channel.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_channels_avx512(
+    const uint8_t* in, int64_t in_channel, int64_t step, int64_t n, uint8_t* o, int64_t o_channel, int64_t count) {
+    for (int64_t c = 0; c < count; ++c) {
+        copy_bytes_avx512(in + c * in_channel, step, n, o + c * o_channel);
+    }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #endif
 
-// o[j] = the byte of src[j·step] for j < n (fast: AVX-512 may be used).
+// o[j] = the byte of src[j·step] for j < n.
 template <class TX>
-void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o, bool fast) {
+void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
     int64_t j = 0;
-#ifdef KS_QTILE_X86
-    if (fast && step <= 2 && n < 64) {
-        copy_bytes_avx512(in, step, n, o);
-        return;
-    }
-#else
-    (void)fast;
-#endif
     if (step == 1 && n >= 64) {
         __builtin_memcpy(o, in, static_cast<size_t>(n));
         return;
@@ -539,10 +539,17 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
                 if (!phase_read(s, 0, pd_phase) || !phase_read(s, 1, ph_phase) || !phase_read(s, 2, b)) {
                     continue;
                 }
+                const TX* src = x + d * plane + h * s.in[2] + first;
+                uint8_t* o = dst + phase * count * g.volume + at + j0;
+#ifdef KS_QTILE_X86
+                if (fast && step <= 2 && n < 64) {  // (short rows: the channels' copies in one call)
+                    copy_channels_avx512(reinterpret_cast<const uint8_t*>(src), s.in_plane(), step, n, o, g.volume,
+                                         count);
+                    continue;
+                }
+#endif
                 for (int64_t c = 0; c < count; ++c) {
-                    const TX* src = x + c * s.in_plane() + d * plane + h * s.in[2] + first;
-                    uint8_t* o = dst + (phase * count + c) * g.volume + at + j0;
-                    copy_bytes(src, step, n, o, fast);
+                    copy_bytes(src + c * s.in_plane(), step, n, o + c * g.volume);
                 }
             }
         }
