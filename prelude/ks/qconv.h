@@ -837,6 +837,72 @@ __attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int
 }
 
 #ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The last R (1 to 4) columns c0 .. c0 + R of a packed block b [quad][32][4], for all m rows of the weights w (tiles of
+// 8 rows, [tile][quad][8][4]), as o says (by_row; o.y at the block's first column): a tile turned around, the weights
+// in the vectors (two tiles of 8 rows, 16 rows a vector) and the R columns' quads broadcast. Where a block's last
+// columns would fill a vector of 16 by a quarter or less (ResNet's 7 × 7 layers: 49 = 3 · 16 + 1), the tiles leave
+// them to this: one vpdpbusd per 16 rows and column instead of one per row.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const uint8_t* w, const uint8_t* b, int64_t q,
+                                                                         int64_t m, int64_t c0, const tile_out& o) {
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
+    const __m512i zero = _mm512_set1_epi32(o.zero);
+    for (int64_t i0 = 0; i0 < m; i0 += 16) {
+        const int64_t live = m - i0 < 16 ? m - i0 : 16;
+        const __mmask16 rows16 = static_cast<__mmask16>(live >= 16 ? 0xffff : (1u << live) - 1);
+        const uint8_t* w0 = w + i0 * q * 4;
+        const uint8_t* w1 = live > 8 ? w0 + rows * q * 4 : w0;  // (no second tile: its rows are discarded)
+        __m512i c[R];
+        KS_UNROLL for (int j = 0; j < R; ++j) {
+            c[j] = _mm512_maskz_loadu_epi32(rows16, o.offsets + i0);
+        }
+        for (int64_t k = 0; k < q; ++k) {
+            const __m512i wv = pair(w0 + k * rows * 4, w1 + k * rows * 4);
+            KS_UNROLL for (int j = 0; j < R; ++j) {
+                int32_t x;
+                __builtin_memcpy(&x, b + k * cols * 4 + (c0 + j) * 4, 4);
+                c[j] = dpbusd(c[j], _mm512_set1_epi32(x), wv);
+            }
+        }
+        const __m512 scale = o.one_scale ? _mm512_set1_ps(o.scale[0]) : _mm512_maskz_loadu_ps(rows16, o.scale + i0);
+        KS_UNROLL for (int j = 0; j < R; ++j) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c[j]), scale);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            alignas(16) uint8_t bytes[16];
+            _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
+                            _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zero)));
+            for (int64_t r = 0; r < live; ++r) {
+                o.y[(i0 + r) * o.ld + c0 + j] = bytes[r];
+            }
+        }
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The columns of a block of `count` the tiles compute: all but the last count mod 16 when those are 1 to 4, which
+// tail_columns computes.
+inline int64_t tiled_columns(int64_t count) {
+    const int64_t tail = count % 16;
+    return tail >= 1 && tail <= 4 ? count - tail : count;
+}
+
+__attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b, int64_t q, int64_t m, int64_t c0,
+                                              int64_t n, const tile_out& o) {
+    switch (n) {
+        case 1: return tail_columns<1>(w, b, q, m, c0, o);
+        case 2: return tail_columns<2>(w, b, q, m, c0, o);
+        case 3: return tail_columns<3>(w, b, q, m, c0, o);
+        default: return tail_columns<4>(w, b, q, m, c0, o);
+    }
+}
+
 // wide_tiles with compact positions (AVX-512 VBMI, compact_fits): each block of 32 output positions gathered from the
 // wide positions (pack_compact_vbmi), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
 // Nothing computed is discarded but the last block's columns past the positions.
@@ -854,14 +920,20 @@ __attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const w
         } else {
             pack_compact_vbmi(image, taps, depth, b, block);
         }
-        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+        const int64_t tiled = tiled_columns(count);
+        for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
             tile_out t = o;
             t.offsets = o.offsets + i0;
             t.scale = o.one_scale ? o.scale : o.scale + i0;
             t.y = o.y + i0 * o.ld + j0;
             t.live = m - i0 < rows ? m - i0 : rows;
-            t.count = count;
+            t.count = tiled;
             tile(wg + i0 * qd * 4, block, qd, t);
+        }
+        if (tiled < count) {
+            tile_out t = o;
+            t.y = o.y + j0;
+            tail_of(wg, block, qd, m, tiled, count - tiled, t);
         }
     }
 }
