@@ -1,9 +1,13 @@
 """int8 convolutions one layer at a time: ResNet-18's convolution shapes, each a single-layer model (Conv + Relu)
 quantized by onnxruntime's quantize_static, built by ksbuild and timed against onnxruntime (one thread, CPU time).
 
-    python benchmarks/int8/layers.py [--formats qdq qop] [--batch 1] [--repeats 10] [--budget 1]
+    python benchmarks/int8/layers.py [--formats qdq qop] [--batch 1] [--repeats 10] [--budget 1] [--only NAME...]
+    python benchmarks/int8/layers.py --kernels [--batch 1]
 
-Says which layers of a network lose to onnxruntime's kernels (benchmarks/int8/bench.py times whole networks).
+Says which layers of a network lose to onnxruntime's kernels (benchmarks/int8/bench.py times whole networks). A
+one-layer model's time includes its input's QuantizeLinear and output's DequantizeLinear (float in and out);
+--kernels times onnxruntime's QLinearConv alone instead (one node, uint8 in and out, per-channel int8 weights: what
+benchmarks/int8/qconv_layers.cpp times of ks::qconv).
 """
 from __future__ import annotations
 
@@ -56,6 +60,42 @@ def quantize(f32: Path, out: Path, shape, fmt: str) -> None:
                     per_channel=True)
 
 
+def qlinearconv(batch: int, cin: int, cout: int, k: int, stride: int, side: int):
+    """One QLinearConv node (same padding), uint8 x and y, int8 weights with a scale per output channel."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.RandomState(0).randint(-127, 128, size=(cout, cin, k, k)).astype(np.int8)
+    consts = {"xs": np.array(0.02, np.float32), "xz": np.array(7, np.uint8), "w": w,
+              "ws": np.full(cout, 0.001, np.float32), "wz": np.zeros(cout, np.int8), "ys": np.array(0.5, np.float32),
+              "yz": np.array(3, np.uint8)}
+    out = (side + 2 * (k // 2) - k) // stride + 1
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+                            pads=[k // 2] * 4, strides=[stride, stride], kernel_shape=[k, k])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8,
+                                                                          [batch, cin, side, side])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [batch, cout, out, out])],
+                              [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def time_kernels(batch: int) -> None:
+    """onnxruntime's QLinearConv alone per layer: CPU time per call, best of 7 samples of >= 30 ms."""
+    import onnxruntime as ort
+    print(f"{'layer':<16}{'ort ms':>9}{'GMAC/s':>8}")
+    for name, cin, cout, k, stride, side, _ in RESNET18:
+        sess = ort.InferenceSession(qlinearconv(batch, cin, cout, k, stride, side).SerializeToString(),
+                                    one_thread_options(), providers=["CPUExecutionProvider"])
+        x = np.random.RandomState(1).randint(0, 256, size=(batch, cin, side, side)).astype(np.uint8)
+        best = float("inf")
+        for _ in range(7):
+            n, t0 = 0, time.thread_time()
+            while time.thread_time() - t0 < 0.03:
+                sess.run(None, {"x": x})
+                n += 1
+            best = min(best, (time.thread_time() - t0) / n)
+        out = (side + 2 * (k // 2) - k) // stride + 1
+        print(f"{name:<16}{best * 1e3:>9.3f}{batch * cout * out * out * cin * k * k / best * 1e-9:>8.1f}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--formats", nargs="+", default=["qdq"])
@@ -63,7 +103,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--budget", type=float, default=1.0)
     p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--kernels", action="store_true", help="onnxruntime's QLinearConv alone (no ksbuild build)")
     args = p.parse_args(argv)
+    if args.kernels:
+        time_kernels(args.batch)
+        return 0
     import logging
 
     import onnxruntime as ort

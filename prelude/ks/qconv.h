@@ -786,7 +786,8 @@ inline tile_out output_of(const requant& q, const int32_t* offsets, const float*
 }
 
 // Scratch layout of ks::qconv: offsets, the sums' room, a block, tap offsets, phases, the wide output (when the
-// wide positions are not the output's).
+// wide positions are not the output's). The compact packing (compact_tiles, AVX-512 VBMI) leaves the wide output
+// unused but reads up to 63 bytes past the phases into its room: a layout without it must keep 64 bytes there.
 struct qconv_room {
     int64_t offsets, acc, block, taps, phases, wide;
 
