@@ -129,22 +129,26 @@ ks::conv_shape mobile_shape() {
 // A dense layer as ResNets have them, for the compact packing of ks::qconv (blocks of 32 output positions gathered
 // across output rows, and planes): 2-d or 3-d, odd kernels of 1 to 7 taps a side (or a wide 1 × 9 kernel, whose
 // blocks can span more than a window: the wide positions' path), stride 1 or 2, "same" padding or none, output rows
-// of 1 to about 40 positions (7, 14, 28 among them), up to 70 channels (more than 16 quads of depth).
+// of 1 to about 40 positions (7, 14, 28 among them), up to 70 channels (more than 16 quads of depth), and late
+// layers (more output channels than positions).
 ks::conv_shape resnet_shape() {
     ks::conv_shape s{};
-    const bool three = draw(5) == 0, wide_kernel = draw(6) == 0;
+    const bool three = draw(5) == 0, wide_kernel = draw(6) == 0, late = !three && draw(3) == 0;
     const int64_t k = 1 + 2 * draw(4);
     s.groups = 1;
     s.channels = 1 + draw(three ? 8 : 70);
-    s.out_channels = 1 + draw(three ? 12 : 40);
+    // (late: more output channels than positions, as ResNet's 7 × 7 layers: tail_columns over several 16-row groups)
+    s.out_channels = late ? 33 + draw(40) : 1 + draw(three ? 12 : 40);
     const int64_t sides[] = {7, 14, 28, 5, 13, 33};
+    const int64_t late_sides[] = {7, 5, 3, 1, 2, 4};
     for (int a = 0; a < 3; ++a) {
         const bool live = a >= (three ? 0 : 1);
         s.kernel[a] = !live ? 1 : (wide_kernel ? (a == 2 ? 9 : 1) : (three ? 1 + 2 * draw(2) : k));
         s.stride[a] = live ? 1 + draw(2) : 1;
         s.dilation[a] = 1;
         s.pad[a] = live && draw(4) != 0 ? s.kernel[a] / 2 : 0;
-        s.in[a] = !live ? 1 : (three ? s.kernel[a] + draw(6) : s.stride[a] * (draw(2) ? sides[draw(6)] : 1 + draw(40)));
+        const int64_t side = late ? late_sides[draw(6)] : (draw(2) ? sides[draw(6)] : 1 + draw(40));
+        s.in[a] = !live ? 1 : (three ? s.kernel[a] + draw(6) : s.stride[a] * side);
         if (s.in[a] + 2 * s.pad[a] < s.kernel[a]) {
             s.in[a] = s.kernel[a];
         }
