@@ -224,9 +224,10 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbu
 #endif
 }
 
-// AVX-512 VNNI: R rows × 2 vectors of 16 columns, one vpdpbusd per row and vector per quad; the sums requantized
-// in registers (vcvtps2dq rounds half to even) and stored with masks.
-template <bool SWAP, int R>
+// AVX-512 VNNI: R rows × V vectors of 16 columns (V = 1 for a tile of at most 16 columns: a last block's), one
+// vpdpbusd per row and vector per quad; the sums requantized in registers (vcvtps2dq rounds half to even) and stored
+// with masks.
+template <bool SWAP, int R, int V>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
                                                                            int64_t q, const tile_out& o) {
     // (o's fields copied first: the byte stores below may alias them, so GCC would load them again after each)
@@ -235,26 +236,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const bool by_row = o.by_row, one_scale = o.one_scale;
     const int32_t* offsets = o.offsets;
     const float* scales = o.scale;
-    __m512i c[R][2];  // (starting from the offsets)
+    __m512i c[R][V];  // (starting from the offsets)
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        KS_UNROLL for (int h = 0; h < 2; ++h) {
+        KS_UNROLL for (int h = 0; h < V; ++h) {
             c[r][h] = by_row ? _mm512_set1_epi32(offsets[r]) : _mm512_maskz_loadu_epi32(m[h], offsets + 16 * h);
         }
     }
     for (int64_t k = 0; k < q; ++k) {
-        const __m512i b0 = _mm512_loadu_si512(b + k * cols * 4);
-        const __m512i b1 = _mm512_loadu_si512(b + k * cols * 4 + 64);
+        __m512i bv[V];
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            bv[h] = _mm512_loadu_si512(b + k * cols * 4 + 64 * h);
+        }
         const uint8_t* ak = a + k * rows * 4;
         KS_UNROLL for (int r = 0; r < R; ++r) {
             int32_t w;
             __builtin_memcpy(&w, ak + r * 4, 4);
             const __m512i wv = _mm512_set1_epi32(w);
-            if (SWAP) {
-                c[r][0] = dpbusd(c[r][0], wv, b0);
-                c[r][1] = dpbusd(c[r][1], wv, b1);
-            } else {
-                c[r][0] = dpbusd(c[r][0], b0, wv);
-                c[r][1] = dpbusd(c[r][1], b1, wv);
+            KS_UNROLL for (int h = 0; h < V; ++h) {
+                c[r][h] = SWAP ? dpbusd(c[r][h], wv, bv[h]) : dpbusd(c[r][h], bv[h], wv);
             }
         }
     }
@@ -263,7 +262,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     uint8_t* y = o.y;
     const int64_t ld = o.ld;
     KS_UNROLL for (int r = 0; r < R; ++r) {
-        KS_UNROLL for (int h = 0; h < 2; ++h) {
+        KS_UNROLL for (int h = 0; h < V; ++h) {
             const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
                                         : (one_scale ? _mm512_set1_ps(scales[0])
                                                      : _mm512_maskz_loadu_ps(m[h], scales + 16 * h));
@@ -278,18 +277,26 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
 #pragma GCC diagnostic pop
 #endif
 
+template <bool SWAP, int V>
+void tile_vnni_vectors(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    switch (o.live) {
+        case 1: return tile_vnni_rows<SWAP, 1, V>(a, b, q, o);
+        case 2: return tile_vnni_rows<SWAP, 2, V>(a, b, q, o);
+        case 3: return tile_vnni_rows<SWAP, 3, V>(a, b, q, o);
+        case 4: return tile_vnni_rows<SWAP, 4, V>(a, b, q, o);
+        case 5: return tile_vnni_rows<SWAP, 5, V>(a, b, q, o);
+        case 6: return tile_vnni_rows<SWAP, 6, V>(a, b, q, o);
+        case 7: return tile_vnni_rows<SWAP, 7, V>(a, b, q, o);
+        default: return tile_vnni_rows<SWAP, 8, V>(a, b, q, o);
+    }
+}
+
 template <bool SWAP>
 void tile_vnni(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
-    switch (o.live) {
-        case 1: return tile_vnni_rows<SWAP, 1>(a, b, q, o);
-        case 2: return tile_vnni_rows<SWAP, 2>(a, b, q, o);
-        case 3: return tile_vnni_rows<SWAP, 3>(a, b, q, o);
-        case 4: return tile_vnni_rows<SWAP, 4>(a, b, q, o);
-        case 5: return tile_vnni_rows<SWAP, 5>(a, b, q, o);
-        case 6: return tile_vnni_rows<SWAP, 6>(a, b, q, o);
-        case 7: return tile_vnni_rows<SWAP, 7>(a, b, q, o);
-        default: return tile_vnni_rows<SWAP, 8>(a, b, q, o);
+    if (o.count <= 16) {
+        return tile_vnni_vectors<SWAP, 1>(a, b, q, o);
     }
+    return tile_vnni_vectors<SWAP, 2>(a, b, q, o);
 }
 
 // The bytes of v's quads as int16 pairs: the even bytes and the odd ones, zero- or sign-extended.
@@ -415,6 +422,42 @@ constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
     return round_up(wide_of(s).phases * count * wide_of(s).volume, 64);
 }
 
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// copy_bytes with AVX-512 (steps 1 and 2): masked loads and stores, so that the short rows of small images (14 or 28
+// bytes a phase) take one or two vector steps instead of a byte loop.
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void copy_bytes_avx512(
+    const uint8_t* in, int64_t step, int64_t n, uint8_t* o) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const int64_t live = n - j < 32 ? n - j : 32;
+        const __mmask32 store = static_cast<__mmask32>(live >= 32 ? ~0u : (1u << live) - 1);
+        if (step == 1) {
+            _mm256_mask_storeu_epi8(o + j, store, _mm256_maskz_loadu_epi8(store, in + j));
+            continue;
+        }
+        const int64_t bytes = 2 * live - 1;  // (the last one read: in[2·(n - 1)])
+        const __mmask64 load = bytes >= 64 ? ~0ull : (1ull << bytes) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(load, in + 2 * j);
+        _mm256_mask_storeu_epi8(o + j, store, _mm512_cvtepi16_epi8(v));  // (the low byte of each pair)
+    }
+}
+
+// copy_bytes_avx512 of `count` channels: channel c from in + c·in_channel to o + c·o_channel.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_channels_avx512(
+    const uint8_t* in, int64_t in_channel, int64_t step, int64_t n, uint8_t* o, int64_t o_channel, int64_t count) {
+    for (int64_t c = 0; c < count; ++c) {
+        copy_bytes_avx512(in + c * in_channel, step, n, o + c * o_channel);
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 // o[j] = the byte of src[j·step] for j < n.
 template <class TX>
 void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
@@ -446,16 +489,34 @@ void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
     }
 }
 
+// Whether a kernel tap reads phase b of axis a (the taps t·d_a of the kernel, modulo the stride: a 1 × 1 kernel with
+// stride 2 reads one phase of the four).
+constexpr bool phase_read(const conv_shape& s, int a, int64_t b) {
+    for (int64_t t = 0; t < s.kernel[a]; ++t) {
+        if (tiles::index_mod(t * s.dilation[a], s.stride[a]) == b) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Channels [0, count) of image x copied into the phase volumes (see wide_geometry), as they are (the padding: the
-// byte of x_zero).
+// byte of x_zero); the phases no tap reads are left as they are.
 template <class TX>
 void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count, uint8_t zero,
                   uint8_t* dst) {
-    const int64_t total = g.phases * count * g.volume;
-    for (int64_t i = 0; i < total; ++i) {
-        dst[i] = zero;
-    }
     const int64_t plane = s.in[1] * s.in[2], step = s.stride[2];
+#ifdef KS_QTILE_X86
+    const bool fast = best_level() >= 2;
+#else
+    const bool fast = false;
+#endif
+    for (int64_t phase = 0; phase < g.phases; ++phase) {
+        const int64_t a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
+        if (phase_read(s, 0, a) && phase_read(s, 1, b - a * s.stride[1]) && phase_read(s, 2, phase - b * step)) {
+            __builtin_memset(dst + phase * count * g.volume, zero, static_cast<size_t>(count * g.volume));
+        }
+    }
     for (int64_t d = 0; d < s.in[0]; ++d) {
         const int64_t pd = d + s.pad[0];
         for (int64_t h = 0; h < s.in[1]; ++h) {
@@ -474,10 +535,21 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
                 const int64_t left = tiles::index_div(s.in[2] - first + step - 1, step);
                 const int64_t n = left < fit ? left : fit;
                 const int64_t phase = phase_dh * step + b;
+                const int64_t pd_phase = pd - qd * s.stride[0], ph_phase = ph - qh * s.stride[1];
+                if (!phase_read(s, 0, pd_phase) || !phase_read(s, 1, ph_phase) || !phase_read(s, 2, b)) {
+                    continue;
+                }
+                const TX* src = x + d * plane + h * s.in[2] + first;
+                uint8_t* o = dst + phase * count * g.volume + at + j0;
+#ifdef KS_QTILE_X86
+                if (fast && step <= 2 && n < 64) {  // (short rows: the channels' copies in one call)
+                    copy_channels_avx512(reinterpret_cast<const uint8_t*>(src), s.in_plane(), step, n, o, g.volume,
+                                         count);
+                    continue;
+                }
+#endif
                 for (int64_t c = 0; c < count; ++c) {
-                    const TX* src = x + c * s.in_plane() + d * plane + h * s.in[2] + first;
-                    uint8_t* o = dst + (phase * count + c) * g.volume + at + j0;
-                    copy_bytes(src, step, n, o);
+                    copy_bytes(src + c * s.in_plane(), step, n, o + c * g.volume);
                 }
             }
         }
@@ -575,6 +647,42 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
         _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(a, high, b), f));
     }
 }
+
+// A block of 32 output positions in the wide positions: the window of 64 from `first` holds position i at
+// index[i]; flip as pack_wide's.
+struct compact_block {
+    int64_t first;
+    uint8_t index[32];
+    uint8_t flip;
+};
+
+// pack_wide for a compact_block b: the bytes of its output positions of every im2col row. Per quad of rows: the four windows loaded, two vpermt2b gather rows
+// 0 and 1 (rows 2 and 3) into the halves of one register (index, and index + 64 for the second window's half), and
+// the two vpermt2b of pack_wide_vbmi interleave them. The windows read up to 63 bytes past the last wide position of
+// the phase volumes (qconv_room: the wide room follows the phases).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_vbmi(
+    const uint8_t* phases, const int32_t* offsets, int64_t depth, const compact_block& b, uint8_t* dst) {
+    alignas(64) uint8_t lanes[3][64];
+    for (int i = 0; i < 64; ++i) {
+        lanes[0][i] = static_cast<uint8_t>((i % 4 & 1) * 32 + (i % 4 >> 1) * 64 + i / 4);
+        lanes[1][i] = static_cast<uint8_t>(lanes[0][i] + 16);
+        lanes[2][i] = static_cast<uint8_t>(b.index[i % 32] + (i / 32) * 64);
+    }
+    const int64_t first = b.first;
+    const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
+    const __m512i gather = _mm512_load_si512(lanes[2]);
+    const __m512i f = _mm512_set1_epi8(static_cast<char>(b.flip));
+    for (int64_t k = 0; k < quads(depth); ++k) {
+        __m512i w[4];
+        KS_UNROLL for (int t = 0; t < 4; ++t) {
+            w[t] = _mm512_loadu_si512(phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + first);
+        }
+        const __m512i r01 = _mm512_permutex2var_epi8(w[0], gather, w[1]);
+        const __m512i r23 = _mm512_permutex2var_epi8(w[2], gather, w[3]);
+        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
+        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
+    }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -605,6 +713,51 @@ __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int
     }
 }
 
+// The wide position of output position j (see wide_geometry).
+inline int64_t wide_position(const conv_shape& s, const wide_geometry& g, int64_t j) {
+    const int64_t row = tiles::index_div(j, s.out[2]), plane = tiles::index_div(row, s.out[1]);
+    return ((plane * g.side[1] + row - plane * s.out[1]) * g.side[2]) + j - row * s.out[2];
+}
+
+// Where the block of output positions j0 .. j0 + count (count <= 32) lies in the wide positions: the first one's
+// returned, index[i] = wide(j0 + i) - first (0 for i >= count); -1 when the block spans more than 64 of them.
+inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t count,
+                              uint8_t* index) {  // (index: 32 bytes)
+    const int64_t first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
+    const int64_t plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    int64_t row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
+    int64_t plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
+    int64_t at = 0;
+    for (int64_t i = 0; i < cols; ++i) {  // (walking the positions: no divisions)
+        index[i] = static_cast<uint8_t>(i < count ? at : 0);
+        if (i < count && at > 63) {
+            return -1;
+        }
+        at += 1;
+        if (++column == s.out[2]) {
+            column = 0;
+            at += row_gap;
+            if (++plane_row == s.out[1]) {
+                plane_row = 0;
+                at += plane_gap;
+            }
+        }
+    }
+    return first;
+}
+
+// Whether every block of 32 output positions spans at most 64 wide positions (compact_window).
+inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
+    const int64_t p = s.positions();
+    for (int64_t j0 = 0; j0 < p; j0 += cols) {
+        const int64_t last = (p - j0 < cols ? p - j0 : cols) - 1;
+        if (wide_position(s, g, j0 + last) - wide_position(s, g, j0) > 63) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
 template <class TY>
 void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, int64_t ld, int64_t m, TY* y) {
@@ -633,7 +786,8 @@ inline tile_out output_of(const requant& q, const int32_t* offsets, const float*
 }
 
 // Scratch layout of ks::qconv: offsets, the sums' room, a block, tap offsets, phases, the wide output (when the
-// wide positions are not the output's).
+// wide positions are not the output's). The compact packing (compact_tiles, AVX-512 VBMI) leaves the wide output
+// unused but reads up to 63 bytes past the phases into its room: a layout without it must keep 64 bytes there.
 struct qconv_room {
     int64_t offsets, acc, block, taps, phases, wide;
 
@@ -682,6 +836,109 @@ __attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int
         }
     }
 }
+
+#ifdef KS_QTILE_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // (GCC 12's _mm512_undefined_*() initializes a value with itself)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The last R (1 to 4) columns c0 .. c0 + R of a packed block b [quad][32][4], for all m rows of the weights w (tiles of
+// 8 rows, [tile][quad][8][4]), as o says (by_row; o.y at the block's first column): a tile turned around, the weights
+// in the vectors (two tiles of 8 rows, 16 rows a vector) and the R columns' quads broadcast. Where a block's last
+// columns would fill a vector of 16 by a quarter or less (ResNet's 7 × 7 layers: 49 = 3 · 16 + 1), the tiles leave
+// them to this: one vpdpbusd per 16 rows and column instead of one per row.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const uint8_t* w, const uint8_t* b, int64_t q,
+                                                                         int64_t m, int64_t c0, const tile_out& o) {
+    const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
+    const __m512i zero = _mm512_set1_epi32(o.zero);
+    for (int64_t i0 = 0; i0 < m; i0 += 16) {
+        const int64_t live = m - i0 < 16 ? m - i0 : 16;
+        const __mmask16 rows16 = static_cast<__mmask16>(live >= 16 ? 0xffff : (1u << live) - 1);
+        const uint8_t* w0 = w + i0 * q * 4;
+        const uint8_t* w1 = live > 8 ? w0 + rows * q * 4 : w0;  // (no second tile: its rows are discarded)
+        __m512i c[R];
+        KS_UNROLL for (int j = 0; j < R; ++j) {
+            c[j] = _mm512_maskz_loadu_epi32(rows16, o.offsets + i0);
+        }
+        for (int64_t k = 0; k < q; ++k) {
+            const __m512i wv = pair(w0 + k * rows * 4, w1 + k * rows * 4);
+            KS_UNROLL for (int j = 0; j < R; ++j) {
+                int32_t x;
+                __builtin_memcpy(&x, b + k * cols * 4 + (c0 + j) * 4, 4);
+                c[j] = dpbusd(c[j], _mm512_set1_epi32(x), wv);
+            }
+        }
+        const __m512 scale = o.one_scale ? _mm512_set1_ps(o.scale[0]) : _mm512_maskz_loadu_ps(rows16, o.scale + i0);
+        KS_UNROLL for (int j = 0; j < R; ++j) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c[j]), scale);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            alignas(16) uint8_t bytes[16];
+            _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
+                            _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zero)));
+            for (int64_t r = 0; r < live; ++r) {
+                o.y[(i0 + r) * o.ld + c0 + j] = bytes[r];
+            }
+        }
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The columns of a block of `count` the tiles compute: all but the last count mod 16 when those are 1 to 4, which
+// tail_columns computes.
+inline int64_t tiled_columns(int64_t count) {
+    const int64_t tail = count % 16;
+    return tail >= 1 && tail <= 4 ? count - tail : count;
+}
+
+__attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b, int64_t q, int64_t m, int64_t c0,
+                                              int64_t n, const tile_out& o) {
+    switch (n) {
+        case 1: return tail_columns<1>(w, b, q, m, c0, o);
+        case 2: return tail_columns<2>(w, b, q, m, c0, o);
+        case 3: return tail_columns<3>(w, b, q, m, c0, o);
+        default: return tail_columns<4>(w, b, q, m, c0, o);
+    }
+}
+
+// wide_tiles with compact positions (AVX-512 VBMI, compact_fits): each block of 32 output positions gathered from the
+// wide positions (pack_compact_vbmi), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
+// Nothing computed is discarded but the last block's columns past the positions.
+__attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const wide_geometry& g, const uint8_t* image,
+                                                    const int32_t* taps, const uint8_t* wg, int64_t m,
+                                                    const tile_out& o, uint8_t flip, uint8_t* block, tile_fn tile) {
+    const int64_t depth = s.depth(), qd = quads(depth), p = s.positions();
+    compact_block b{};
+    b.flip = flip;
+    for (int64_t j0 = 0; j0 < p; j0 += cols) {
+        const int64_t count = p - j0 < cols ? p - j0 : cols;
+        b.first = compact_window(s, g, j0, count, b.index);
+        if (b.index[count - 1] == count - 1) {  // (within one output row: the wide positions' packing is the cheaper)
+            pack_wide_vbmi(image, taps, depth, b.first, flip, block);
+        } else {
+            pack_compact_vbmi(image, taps, depth, b, block);
+        }
+        const int64_t tiled = tiled_columns(count);
+        for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
+            tile_out t = o;
+            t.offsets = o.offsets + i0;
+            t.scale = o.one_scale ? o.scale : o.scale + i0;
+            t.y = o.y + i0 * o.ld + j0;
+            t.live = m - i0 < rows ? m - i0 : rows;
+            t.count = tiled;
+            tile(wg + i0 * qd * 4, block, qd, t);
+        }
+        if (tiled < count) {
+            tile_out t = o;
+            t.y = o.y + j0;
+            tail_of(wg, block, qd, m, tiled, count - tiled, t);
+        }
+    }
+}
+#endif
 
 template <class TY>
 __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geometry& g, const uint8_t* wide,
@@ -732,7 +989,13 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
     const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
-    const int64_t ld = room.wide ? round_up(g.wide, cols) : p;
+#ifdef KS_QTILE_X86
+    // (compact positions: not for an image read in place, whose windows could read past it)
+    const bool compact_blocks = room.wide && !direct && best_level() == 3 && compact_fits(s, g);
+#else
+    const bool compact_blocks = false;
+#endif
+    const int64_t ld = room.wide && !compact_blocks ? round_up(g.wide, cols) : p;
     for (int64_t gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
@@ -744,10 +1007,16 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             }
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
-            uint8_t* out = room.wide ? wide : reinterpret_cast<uint8_t*>(yg);
+            uint8_t* out = room.wide && !compact_blocks ? wide : reinterpret_cast<uint8_t*>(yg);
             tile_out o = output_of(q, offsets, scale, true, acc);
             o.y = out;
             o.ld = ld;
+#ifdef KS_QTILE_X86
+            if (compact_blocks) {
+                compact_tiles(s, g, image, taps, wg, m, o, flip, block, tile);
+                continue;
+            }
+#endif
             wide_tiles(image, taps, depth, g.wide, wg, m, o, flip, block, tile);
             if (room.wide) {
                 compact_image(s, g, wide, ld, m, yg);

@@ -1,5 +1,6 @@
 // Tests of the integer kernels (prelude/ks/qconv.h) against written-out loops (the oracle): ks::qconv over 1-d,
-// 2-d and 3-d shapes with strides, dilations, padding and groups, ks::qconv_depthwise with channel multipliers (and
+// 2-d and 3-d shapes with strides, dilations, padding and groups (and over ResNet-like layers: output rows of 1 to
+// 40 positions, the compact packing's blocks across rows and planes), ks::qconv_depthwise with channel multipliers (and
 // over MobileNet-like layers: 3×3 to 7×7 kernels, images up to 130 wide),
 // ks::qmatmul from one row up; ks::qlookup; uint8 and int8 activations and outputs, one scale or one per channel, with and
 // without a bias, with bounds narrowed as a folded Relu narrows them. The reference rounds with nearbyintf
@@ -125,9 +126,40 @@ ks::conv_shape mobile_shape() {
     return s;
 }
 
+// A dense layer as ResNets have them, for the compact packing of ks::qconv (blocks of 32 output positions gathered
+// across output rows, and planes): 2-d or 3-d, odd kernels of 1 to 7 taps a side (or a wide 1 × 9 kernel, whose
+// blocks can span more than a window: the wide positions' path), stride 1 or 2, "same" padding or none, output rows
+// of 1 to about 40 positions (7, 14, 28 among them), up to 70 channels (more than 16 quads of depth), and late
+// layers (more output channels than positions).
+ks::conv_shape resnet_shape() {
+    ks::conv_shape s{};
+    const bool three = draw(5) == 0, wide_kernel = draw(6) == 0, late = !three && draw(3) == 0;
+    const int64_t k = 1 + 2 * draw(4);
+    s.groups = 1;
+    s.channels = 1 + draw(three ? 8 : 70);
+    // (late: more output channels than positions, as ResNet's 7 × 7 layers: tail_columns over several 16-row groups)
+    s.out_channels = late ? 33 + draw(40) : 1 + draw(three ? 12 : 40);
+    const int64_t sides[] = {7, 14, 28, 5, 13, 33};
+    const int64_t late_sides[] = {7, 5, 3, 1, 2, 4};
+    for (int a = 0; a < 3; ++a) {
+        const bool live = a >= (three ? 0 : 1);
+        s.kernel[a] = !live ? 1 : (wide_kernel ? (a == 2 ? 9 : 1) : (three ? 1 + 2 * draw(2) : k));
+        s.stride[a] = live ? 1 + draw(2) : 1;
+        s.dilation[a] = 1;
+        s.pad[a] = live && draw(4) != 0 ? s.kernel[a] / 2 : 0;
+        const int64_t side = late ? late_sides[draw(6)] : (draw(2) ? sides[draw(6)] : 1 + draw(40));
+        s.in[a] = !live ? 1 : (three ? s.kernel[a] + draw(6) : s.stride[a] * side);
+        if (s.in[a] + 2 * s.pad[a] < s.kernel[a]) {
+            s.in[a] = s.kernel[a];
+        }
+        s.out[a] = (s.in[a] + 2 * s.pad[a] - s.kernel[a]) / s.stride[a] + 1;
+    }
+    return s;
+}
+
 template <class TX, class TY>
-void test_conv(int64_t trial, bool depthwise, bool mobile = false) {
-    const ks::conv_shape s = mobile ? mobile_shape() : random_shape(depthwise);
+void test_conv(int64_t trial, bool depthwise, bool mobile = false, bool resnet = false) {
+    const ks::conv_shape s = mobile ? mobile_shape() : (resnet ? resnet_shape() : random_shape(depthwise));
     const int64_t images = 1 + draw(2), cg = s.channels / s.groups, m = s.out_channels, mg = m / s.groups;
     const auto x = random_bytes<TX>(images * s.channels * s.in_plane());
     const auto w = random_bytes<int8_t>(m * cg * s.taps());
@@ -230,6 +262,7 @@ void test_types() {
         test_conv<TX, TY>(trial, false);
         test_conv<TX, TY>(trial, true);
         test_conv<TX, TY>(trial, true, true);
+        test_conv<TX, TY>(trial, false, false, true);
         test_matmul<TX, TY>(trial);
         test_lookup<TX, TY>(trial);
     }
