@@ -1,6 +1,7 @@
 """Calls stay calls: a helper kernel whose values are all scalars (prims/control.py keeps_call) is a function of its
-own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp and vjp its call is a call of its transformed
-callee (jvp_softplus; fwd_softplus and bwd_softplus), each written once however often it is called.
+own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp, vjp and vmap its call is a call of its
+transformed callee (jvp_softplus; fwd_softplus and bwd_softplus; vmap_softplus), each written once however often
+it is called.
 
 Oracles: the reference interpreter on the same exports built with every call inlined first (the path every
 transformation took before calls stayed calls), and the interpreter on the export's own IR (with its calls)."""
@@ -142,14 +143,16 @@ def test_each_transformed_helper_is_one_static_function_called_from_every_use(bu
     assert "ks::exp" not in grad
 
 
-def test_a_helper_with_tensors_and_vmap_still_inline(built, tmp_path):
-    """The rule's other side: vmap batches a scalar helper into tensor code (inlined, so its loop vectorizes)."""
+def test_vmap_calls_the_batched_helper(built, tmp_path):
+    """vmap keeps the call too: the batched helper is a function of its own (tests/test_vmap_calls.py has more)."""
     from ksbuild.cli import main as cli_main
     _, root = built
     assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
     cpp = (tmp_path / "out/src/calls.cpp").read_text()
     vtwo = cpp[cpp.index("int calls_vtwo("):]
-    assert "detail::" not in vtwo[:vtwo.index("\n}\n")]
+    vtwo = vtwo[:vtwo.index("\n}\n")]
+    assert vtwo.count("detail::vmap_softplus(") == 3 and "ks::log" not in vtwo
+    assert len(re.findall(r"^static void vmap_softplus\(", cpp, re.M)) == 1
 
 
 @pytest.mark.parametrize("export", ["two_vjp", "two_hess", "nested_grad", "looped_grad"])

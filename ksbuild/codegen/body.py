@@ -176,12 +176,13 @@ def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:
 
 
 def emit_call(w: Writer, eqn) -> None:
-    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the callee keeps one
-    (prims/control.py keeps_call), else inlined as a block (the callee keeps its own names)."""
-    from ..prims.control import keeps_call
+    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the call stays a call
+    (prims/control.py kept_call), else inlined as a block (the callee keeps its own names)."""
+    from ..prims.control import keeps_call, kept_call
     fn = eqn.params["fn"]
-    if keeps_call(fn) and w.helpers is not None:
-        _call_helper(w, eqn, w.helpers.get(fn, w.dims, w))
+    if kept_call(eqn) and w.helpers is not None:
+        call = _call_helper if keeps_call(fn) else _call_tensor_helper
+        call(w, eqn, w.helpers.get(fn, w.dims, w))
         return
     outs = declare_outputs(w, eqn.outs)
     w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
@@ -200,6 +201,50 @@ def _call_helper(w: Writer, eqn, helper) -> None:
     outs = declare_outputs(w, eqn.outs)
     w.line(f"detail::{helper.name}({', '.join(args + [f'&{o}' for o in outs])});")
     w.env.update(zip(eqn.outs, outs))
+
+
+def _call_tensor_helper(w: Writer, eqn, helper) -> None:
+    """detail::helper(dims, args, outs, workspace) for a callee with tensors: a tensor argument is passed as a
+    pointer to dense elements (a view that is not: a packed copy first), a result is written into its planned
+    buffer (or a dense buffer of the writer's own, then copied there), a scalar one into a local; the callee's
+    workspace is a part of the caller's, shared by every helper call (codegen/helpers.py)."""
+    args = helper.dims + [_dense_pointer(w, a) if a.type.rank else w.scalar(a) for a in eqn.ins]
+    copies, outs = [], []
+    for v in eqn.outs:
+        if v.type.rank == 0:
+            name = w.namer.fresh(v.hint or "r", source=bool(v.hint))
+            w.line(f"{w.ctype(v.type)} {name};")
+            w.env[v] = name
+            outs.append(f"&{name}")
+            continue
+        dst = w.target(v, "r")
+        buf = dst if _is_dense(dst) else w.alloc(v.type, v.hint or "r", bool(v.hint))
+        copies += [] if buf is dst else [(buf, dst, v.type)]
+        w.env[v] = dst
+        outs.append(_as_bytes(buf.base, v.type, ""))
+    ws = [w.scratch("uint8_t", helper.workspace, required=True)] if helper.workspace != "0" else []
+    w.line(f"detail::{helper.name}({', '.join(args + outs + ws)});")
+    for src, dst, t in copies:
+        w.copy(src, dst, t)
+
+
+def _is_dense(s) -> bool:
+    return isinstance(s, Storage) and s.literal is None and (s.contiguous or s.dense())
+
+
+def _dense_pointer(w: Writer, a: Atom) -> str:
+    """A pointer to a's elements in row-major order: its own buffer's, or a packed copy's."""
+    src = w.storage(a)
+    if _is_dense(src):
+        return _as_bytes(src.base, a.type, "const ")
+    packed = w.alloc(a.type, f"{a.hint or 'x'}_packed")
+    w.copy(src, packed, a.type)
+    return _as_bytes(packed.base, a.type, "const ")
+
+
+def _as_bytes(pointer: str, t, const: str) -> str:
+    """A bool tensor's pointer as the helper takes it: uint8_t (an export's own bool arguments are bool)."""
+    return f"reinterpret_cast<{const}uint8_t*>({pointer})" if t.dtype == "bool" else pointer
 
 
 def emit_cond(w: Writer, eqn: Eqn) -> None:
