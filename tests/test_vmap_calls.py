@@ -63,7 +63,7 @@ EXPORTS = {
     "vjvp": "vmap(jvp(two))", "vvgrad": "vmap(vmap(grad(two)))", "vhvp": "vmap(jvp(grad(two)))",
     "vrows": "vmap(rows, in_axes=(0, None))", "vrows_vjp": "vjp(vmap(rows, in_axes=(0, None)))",
     "rows_jacfwd": "jacfwd(rows)", "rows_jacrev": "jacrev(rows)", "rows_hess": "hessian(rows)",
-    "vrows_grad": "vmap(grad(rows))",
+    "vrows_grad": "vmap(grad(rows))", "vvtwo_vjp": "vjp(vmap(vmap(two)))", "vtwo_jvp_v": "vmap(jvp(vmap(two)))",
 }
 MANIFEST = "\n".join(['[package]', 'name = "vcalls"', '[build]', 'dtype = "float64"']
                      + [f'[kernels.{k}]\npython = "k.py:{k}"' for k in ("two", "rows")]
@@ -121,6 +121,11 @@ def _reference(src, export, args):
     if export == "vtwo_vjp":
         x, y, ct = args
         return _lanes(lambda xi, yi, c: [c * g for g in grad(two)(xi, yi)], x, y, ct)
+    if export == "vvtwo_vjp":  # (each row: vtwo_vjp's)
+        per_row = [_reference(src, "vtwo_vjp", row) for row in zip(*args)]
+        return tuple(np.stack([r[k] for r in per_row]) for k in range(2))
+    if export == "vtwo_jvp_v":
+        return (np.stack([_reference(src, "vtwo_jvp", row)[0] for row in zip(*args)]),)
     if export == "vgrad":
         return _lanes(grad(two), *args)
     if export == "vvgrad":
@@ -157,6 +162,10 @@ def _args(export, rng):
         return [u(n), 0.4]
     if export in ("vvtwo", "vvgrad"):
         return [u(3, n), u(3, n)]
+    if export == "vvtwo_vjp":
+        return [u(3, n), u(3, n), u(3, n)]
+    if export == "vtwo_jvp_v":
+        return [u(3, n), u(3, n), u(3, n), u(3, n)]
     if export in ("vtwo_jvp", "vjvp", "vhvp"):
         return [u(n), u(n), u(n), u(n)]
     if export == "vtwo_vjp":
