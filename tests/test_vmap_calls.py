@@ -47,6 +47,10 @@ def two(x: float, y: float) -> float:
     return softplus(x) * softplus(y) + softplus(x * y) + powsum(p, q)
 
 
+def pw(x: float, y: float) -> float:
+    return powsum(x, y) * x
+
+
 def rows(x: "float[m]", y: float) -> float:
     s = 0.0
     for i in range(x.shape[0]):
@@ -64,9 +68,14 @@ EXPORTS = {
     "vrows": "vmap(rows, in_axes=(0, None))", "vrows_vjp": "vjp(vmap(rows, in_axes=(0, None)))",
     "rows_jacfwd": "jacfwd(rows)", "rows_jacrev": "jacrev(rows)", "rows_hess": "hessian(rows)",
     "vrows_grad": "vmap(grad(rows))", "vvtwo_vjp": "vjp(vmap(vmap(two)))", "vtwo_jvp_v": "vmap(jvp(vmap(two)))",
+    "rows3_jacfwd": "jacfwd(rows3)", "rows3_hess": "hessian(rows3)",  # (a batch of 3 directions: static sizes)
+    # (scalar exports whose helper's forward half has tensors, powsum's residuals per iteration: a workspace on
+    # the caller's stack)
+    "pw_grad": "grad(pw)", "pw_hvp": "jvp(grad(pw))",
 }
 MANIFEST = "\n".join(['[package]', 'name = "vcalls"', '[build]', 'dtype = "float64"']
-                     + [f'[kernels.{k}]\npython = "k.py:{k}"' for k in ("two", "rows")]
+                     + [f'[kernels.{k}]\npython = "k.py:{k}"' for k in ("two", "rows", "pw")]
+                     + ['[kernels.rows3]\npython = "k.py:rows"\nsignature = "(x: f64[3], y: f64) -> f64"']
                      + ['[exports]'] + [f'{k} = "{v}"' for k, v in EXPORTS.items()]) + "\n"
 
 
@@ -105,7 +114,7 @@ def _lanes(fn, *batched):
 
 def _reference(src, export, args):
     """The export's results from torch on the Python source, one lane at a time."""
-    two, rows = src.two, src.rows
+    two, rows, pw = src.two, src.rows, src.pw
     value = (lambda f: lambda *a: f(*[_t(v) for v in a]).item())
     grad = (lambda f: lambda *a: [g.item() for g in _grads(f, a)[1]])
     if export in ("vtwo", "vvtwo"):
@@ -134,6 +143,10 @@ def _reference(src, export, args):
     if export == "vhvp":
         x, y, dx, dy = args
         return _lanes(lambda *a: [h.item() for h in _hvp(two, a[:2], a[2:])], x, y, dx, dy)
+    if export == "pw_grad":
+        return tuple(grad(pw)(*args))
+    if export == "pw_hvp":
+        return tuple(h.item() for h in _hvp(pw, args[:2], args[2:]))
     if export == "vrows":
         x, y = args
         return _lanes(lambda xr: value(rows)(xr, y), x)
@@ -141,9 +154,9 @@ def _reference(src, export, args):
         x, y, ct = args
         per = [(_grads(rows, (xr, y))[1], c) for xr, c in zip(x, ct)]
         return (np.stack([c * g[0].numpy() for g, c in per]), sum(c * g[1].item() for g, c in per))
-    if export in ("rows_jacfwd", "rows_jacrev"):
+    if export in ("rows_jacfwd", "rows_jacrev", "rows3_jacfwd"):
         return (_grads(rows, args)[1][0].numpy(),)
-    if export == "rows_hess":
+    if export in ("rows_hess", "rows3_hess"):
         x, y = args
         return (torch.autograd.functional.hessian(lambda v: rows(v, _t(y)), _t(x)).numpy(),)
     if export == "vrows_grad":
@@ -176,6 +189,10 @@ def _args(export, rng):
         return [u(n, m), 0.7, u(n)]
     if export == "vrows_grad":
         return [u(n, m), u(n)]
+    if export.startswith("pw_"):
+        return [float(v) for v in u(2 if export == "pw_grad" else 4)]
+    if export.startswith("rows3"):
+        return [u(3), 0.7]
     return [u(m), 0.7]  # rows_jacfwd, rows_jacrev, rows_hess
 
 
