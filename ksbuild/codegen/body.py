@@ -222,9 +222,13 @@ def emit_call(w: Writer, eqn) -> None:
 
 
 def result_hints(fn: Func) -> list[str]:
-    """A name per result of a callee: its value's name in the callee, else (one result) the callee's name."""
+    """A name per result of a callee: its value's name in the callee, else (one result) the callee's name (a batched
+    callee's without vmap_: the values of softplus(x) over the batch are `softplus`)."""
     hints = [r.hint if isinstance(r, Var) and r.hint else "" for r in fn.results]
-    return [fn.name] if len(hints) == 1 and not hints[0] and fn.name.isidentifier() else hints
+    base = fn.name
+    while base.startswith("vmap_"):
+        base = base[len("vmap_"):]
+    return [base] if len(hints) == 1 and not hints[0] and base.isidentifier() else hints
 
 
 def _call_helper(w: Writer, eqn, helper) -> None:
