@@ -143,16 +143,30 @@ def test_each_transformed_helper_is_one_static_function_called_from_every_use(bu
     assert "ks::exp" not in grad
 
 
-def test_vmap_calls_the_batched_helper(built, tmp_path):
-    """vmap keeps the call too: the batched helper is a function of its own (tests/test_vmap_calls.py has more)."""
+def test_vmap_inlines_a_small_helper_and_calls_a_large_one(built, tmp_path):
+    """vmap keeps the call of a helper of at least BATCHED_CALL_MIN_EQNS equations: the batched helper is a function
+    of its own, emitted once; a smaller one (softplus) is inlined, as a call would cost it more than it saves
+    (tests/test_vmap_calls.py runs the batched calls of small helpers with the rule off)."""
     from ksbuild.cli import main as cli_main
+    from ksbuild.prims.control import BATCHED_CALL_MIN_EQNS
     _, root = built
     assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
     cpp = (tmp_path / "out/src/calls.cpp").read_text()
     vtwo = cpp[cpp.index("int calls_vtwo("):]
     vtwo = vtwo[:vtwo.index("\n}\n")]
-    assert vtwo.count("detail::vmap_softplus(") == 3 and "ks::log" not in vtwo
-    assert len(re.findall(r"^static void vmap_softplus\(", cpp, re.M)) == 1
+    assert "vmap_softplus" not in cpp and "ks::log" in vtwo
+    steps = "\n".join(f"    y = y * 0.5 + math.sin(y * {k}.0)" for k in range(BATCHED_CALL_MIN_EQNS // 2))
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "k.py").write_text(f"import math\n\n\ndef wave(y: float) -> float:\n{steps}\n    return y\n\n\n"
+                              "def both(x: float, y: float) -> float:\n    return wave(x) * wave(y) + wave(x * y)\n")
+    (big / "manifest.toml").write_text('[package]\nname = "big"\n[kernels.both]\npython = "k.py:both"\n'
+                                       '[exports]\nvboth = "vmap(both)"\n')
+    assert cli_main(["render", str(big / "manifest.toml"), "-o", str(big / "out")]) == 0
+    cpp = (big / "out/src/big.cpp").read_text()
+    assert len(re.findall(r"^static void vmap_wave\(", cpp, re.M)) == 1
+    vboth = cpp[cpp.index("int big_vboth("):]
+    assert vboth[:vboth.index("\n}\n")].count("detail::vmap_wave(") == 3
 
 
 @pytest.mark.parametrize("export", ["two_vjp", "two_hess", "nested_grad", "looped_grad"])

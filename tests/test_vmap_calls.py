@@ -79,6 +79,15 @@ MANIFEST = "\n".join(['[package]', 'name = "vcalls"', '[build]', 'dtype = "float
                      + ['[exports]'] + [f'{k} = "{v}"' for k, v in EXPORTS.items()]) + "\n"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def small_callees_stay_calls():
+    """These helpers are small: the batched-call machinery runs on them only with the size rule off."""
+    from ksbuild.prims import control
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(control, "BATCHED_CALL_MIN_EQNS", 0)
+        yield
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("vcalls")

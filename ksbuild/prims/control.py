@@ -707,11 +707,21 @@ def _derived(fn: Func, key: tuple, make):
     return table[key]
 
 
+# A batched callee of fewer equations than this (nested bodies included) is inlined: as a call its loops cannot
+# join the caller's, and its arguments and results pass through buffers, which cost small helpers up to 2.4x
+# their inlined time (docs/architecture.md, "Calls"); a large callee stays a call, emitted once.
+BATCHED_CALL_MIN_EQNS = 48
+
+
+def _equations(fn: Func) -> int:
+    return sum(1 + sum(_equations(v) for v in e.params.values() if isinstance(v, Func)) for e in fn.eqns)
+
+
 def _call_batch(b, ins, batched, size, fn, kept=False):
     # vmap f at a kept call is a call of (vmap f), batched as this call's arguments are (the unbatched ones stay
-    # unbatched in the callee), built once per batching; the other calls are inlined
+    # unbatched in the callee), built once per batching; the other calls, and small callees, are inlined
     _, _, vmap, *_ = _tr()
-    if not (kept or keeps_call(fn)):
+    if not (kept or keeps_call(fn)) or _equations(fn) < BATCHED_CALL_MIN_EQNS:
         return vmap.vmap_eqns(b, fn, ins, batched, size)
     vf, obts = _derived(fn, ("vmap", tuple(batched), size), lambda: _batched_callee(vmap, fn, batched, size))
     return list(_bind_kept(b, ins, vf)), obts
