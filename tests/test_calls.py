@@ -1,6 +1,7 @@
 """Calls stay calls: a helper kernel whose values are all scalars (prims/control.py keeps_call) is a function of its
-own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp and vjp its call is a call of its transformed
-callee (jvp_softplus; fwd_softplus and bwd_softplus), each written once however often it is called.
+own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp, vjp and vmap its call is a call of its
+transformed callee (jvp_softplus; fwd_softplus and bwd_softplus; vmap_softplus), each written once however often
+it is called.
 
 Oracles: the reference interpreter on the same exports built with every call inlined first (the path every
 transformation took before calls stayed calls), and the interpreter on the export's own IR (with its calls)."""
@@ -142,14 +143,30 @@ def test_each_transformed_helper_is_one_static_function_called_from_every_use(bu
     assert "ks::exp" not in grad
 
 
-def test_a_helper_with_tensors_and_vmap_still_inline(built, tmp_path):
-    """The rule's other side: vmap batches a scalar helper into tensor code (inlined, so its loop vectorizes)."""
+def test_vmap_inlines_a_small_helper_and_calls_a_large_one(built, tmp_path):
+    """vmap keeps the call of a helper of at least BATCHED_CALL_MIN_EQNS equations: the batched helper is a function
+    of its own, emitted once; a smaller one (softplus) is inlined, as a call would cost it more than it saves
+    (tests/test_vmap_calls.py runs the batched calls of small helpers with the rule off)."""
     from ksbuild.cli import main as cli_main
+    from ksbuild.prims.control import BATCHED_CALL_MIN_EQNS
     _, root = built
     assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
     cpp = (tmp_path / "out/src/calls.cpp").read_text()
     vtwo = cpp[cpp.index("int calls_vtwo("):]
-    assert "detail::" not in vtwo[:vtwo.index("\n}\n")]
+    vtwo = vtwo[:vtwo.index("\n}\n")]
+    assert "vmap_softplus" not in cpp and "ks::log" in vtwo
+    steps = "\n".join(f"    y = y * 0.5 + math.sin(y * {k}.0)" for k in range(BATCHED_CALL_MIN_EQNS // 2))
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "k.py").write_text(f"import math\n\n\ndef wave(y: float) -> float:\n{steps}\n    return y\n\n\n"
+                              "def both(x: float, y: float) -> float:\n    return wave(x) * wave(y) + wave(x * y)\n")
+    (big / "manifest.toml").write_text('[package]\nname = "big"\n[kernels.both]\npython = "k.py:both"\n'
+                                       '[exports]\nvboth = "vmap(both)"\n')
+    assert cli_main(["render", str(big / "manifest.toml"), "-o", str(big / "out")]) == 0
+    cpp = (big / "out/src/big.cpp").read_text()
+    assert len(re.findall(r"^static void vmap_wave\(", cpp, re.M)) == 1
+    vboth = cpp[cpp.index("int big_vboth("):]
+    assert vboth[:vboth.index("\n}\n")].count("detail::vmap_wave(") == 3
 
 
 @pytest.mark.parametrize("export", ["two_vjp", "two_hess", "nested_grad", "looped_grad"])

@@ -116,15 +116,15 @@ def test_integer_floordiv_by_one_folds_and_a_floats_does_not(gmm_cpp):
 
 
 def test_gmm_numbered_names_stay_below_their_measured_share(gmm_cpp):
-    """scripts/count_names.py's measure of examples/gmm's C++: at most 64% of its locals are numbered (t12, sum1;
+    """scripts/count_names.py's measure of examples/gmm's C++: at most 63% of its locals are numbered (t12, sum1;
     68% before index arithmetic was folded, scalar splats read as themselves and loop and if results named after
-    their bodies) and none of its loop counters."""
+    their bodies; 675/1065 before carries were assigned where made, 659/1051 after) and none of its loop counters."""
     import sys
     sys.path.insert(0, str(ROOT / "scripts"))
     from count_names import shares
     s = shares(gmm_cpp)
     assert s["locals"] > 500 and s["counters"] > 300
-    assert s["local_share"] <= 0.64 and s["numbered_counters"] == 0, s
+    assert s["local_share"] <= 0.63 and s["numbered_counters"] == 0, s
 
 
 def test_gmm_index_arithmetic_folds_and_results_take_their_bodys_names(gmm_cpp):
@@ -136,3 +136,37 @@ def test_gmm_index_arithmetic_folds_and_results_take_their_bodys_names(gmm_cpp):
     assert re.search(r"^ +double slse;$", body, re.M) and re.search(r"^ +double sum;$", body, re.M)
     assert "scores[k] = " in body                                    # the stacked scores of torch.stack([...])
     assert not re.search(r"const double x_i\d* = t\d+;", gmm_cpp)     # a scalar splat is read as itself
+
+
+def test_a_carry_is_assigned_where_its_new_value_is_made(gmm_cpp):
+    """slse = (slse + t4); and an inlined call's result named after the callee, not slse1 = ...; slse = slse1;"""
+    tri_vec = "\n".join(_function(gmm_cpp, "gmm_gmm_tri_vec"))
+    assert re.search(r"^ +slse = \(slse \+ \w+\);$", tri_vec, re.M) and not re.search(r"\bslse\d", tri_vec)
+    assert re.search(r"^ +double log_wishart_prior;$", "\n".join(_function(gmm_cpp, "gmm_gmm")), re.M)
+
+
+CARRIES = '''
+def carries(x: "float[n]") -> float:
+    a = 0.0
+    b = 1.0
+    k = 0
+    s = 0.0
+    for i in range(x.shape[0]):
+        late = k > 1              # a bool of the old k, read after k is updated (the C++ folds it into its reader)
+        k = k + 1
+        a_new = a + x[i]
+        b = b * 0.5 + a           # the old a, read after a's new value is made
+        a = a_new
+        s = s + (x[i] if late else 2.0 * x[i])
+    return a + b + s
+'''
+
+
+def test_a_carry_whose_old_value_is_read_later_is_not_overwritten_early(tmp_path):
+    import numpy as np
+    from conftest import build_kernel_file
+    manifest = '[package]\nname = "carries"\n[build]\ndtype = "float64"\n[kernels.carries]\npython = "k.py:carries"\n' \
+               '[exports]\ncarries = "carries"\n'
+    pkg, source = build_kernel_file(tmp_path, CARRIES, manifest, "carries_k")
+    x = np.random.default_rng(0).uniform(-1, 1, 6)
+    assert abs(pkg.carries(x) - source.carries(x)) < 1e-12

@@ -87,7 +87,12 @@ def emit_inline(w: Writer, f: Func, args: Sequence[Atom], outs: Sequence[Handle]
     saved = dict(w.env)
     for p, a in zip(f.params, args):
         w.env[p] = handle_of(w, a)
+    direct = {r: o for r, o in zip(f.results, outs) if isinstance(o, str) and isinstance(r, Var)
+              and f.results.count(r) == 1 and any(r in e.outs and len(e.outs) == 1 for e in f.eqns)}
+    w.updates.update(direct)  # (a scalar result is assigned to its out where it is made: r = t23 - t25)
     results = emit_body(w, f)
+    for r in direct:
+        del w.updates[r]
     for r, h, o in zip(f.results, results, outs):
         if h is not o:
             store(w, h, o, r.type)
@@ -124,7 +129,11 @@ def emit_loop(w: Writer, eqn) -> None:
     for prm, a in zip(body.params[1 + nc + ncar:], xs):
         w.env[prm] = w.storage(a).slice0(k)
     w.row_of.update((v, k) for v in eqn.outs[ncar:])
+    direct = _updated_in_place(body, nc, ncar, carry)
+    w.updates.update(direct)
     results = emit_body(w, body)
+    for r in direct:
+        del w.updates[r]
     # ys first: a y may be the old value of a carry, which the carry update below overwrites
     for h, dst, r in zip(results[ncar:], ys, body.results[ncar:]):
         store(w, h, dst.slice0(k), r.type)
@@ -140,6 +149,26 @@ def emit_loop(w: Writer, eqn) -> None:
         _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
     for v, h in zip(eqn.outs, carry + ys):
         w.env[v] = h
+
+
+def _updated_in_place(body: Func, nc: int, ncar: int, carry) -> dict:
+    """The new values of scalar carries that the body may assign to the carry's own local where it computes them
+    (`slse = slse + t4;`, not `const double slse1 = slse + t4;` and `slse = slse1;` at the end): those whose old
+    value no equation after that one reads (nor one that reads an integer or bool made from it, which the C++
+    may fold into its reader), that are no other result of the body, made by an equation of one result."""
+    out = {}
+    for prm, r, h in zip(body.params[1 + nc:1 + nc + ncar], body.results[:ncar], carry):
+        if not isinstance(h, str) or not isinstance(r, Var) or prm in body.results or body.results.count(r) != 1:
+            continue
+        made = next((i for i, e in enumerate(body.eqns) if r in e.outs and len(e.outs) == 1), None)
+        tainted, last = {prm}, -1
+        for i, e in enumerate(body.eqns):
+            if any(isinstance(a, Var) and a in tainted for a in e.ins):
+                last = i
+                tainted.update(v for v in e.outs if v.type.rank == 0)
+        if made is not None and last <= made:
+            out[r] = h
+    return out
 
 
 def _runs_full_length(trip: Atom, n: str, length) -> bool:
@@ -176,19 +205,30 @@ def _stage(w: Writer, h: Handle, t, carry_names, carry_roots, dst) -> Handle:
 
 
 def emit_call(w: Writer, eqn) -> None:
-    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the callee keeps one
-    (prims/control.py keeps_call), else inlined as a block (the callee keeps its own names)."""
-    from ..prims.control import keeps_call
+    """A call to another kernel: a call of its helper function (codegen/helpers.py) where the call stays a call
+    (prims/control.py kept_call), else inlined as a block (the callee keeps its own names)."""
+    from ..prims.control import keeps_call, kept_call
     fn = eqn.params["fn"]
-    if keeps_call(fn) and w.helpers is not None:
-        _call_helper(w, eqn, w.helpers.get(fn, w.dims, w))
+    if kept_call(eqn) and w.helpers is not None:
+        call = _call_helper if keeps_call(fn) else _call_tensor_helper
+        call(w, eqn, w.helpers.get(fn, w.dims, w))
         return
-    outs = declare_outputs(w, eqn.outs)
+    outs = declare_outputs(w, eqn.outs, result_hints(fn))
     w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
     emit_inline(w, fn, list(eqn.ins), outs)
     w.line("}")
     for v, h in zip(eqn.outs, outs):
         w.env[v] = h
+
+
+def result_hints(fn: Func) -> list[str]:
+    """A name per result of a callee: its value's name in the callee, else (one result) the callee's name (a batched
+    callee's without vmap_: the values of softplus(x) over the batch are `softplus`)."""
+    hints = [r.hint if isinstance(r, Var) and r.hint else "" for r in fn.results]
+    base = fn.name
+    while base.startswith("vmap_"):
+        base = base[len("vmap_"):]
+    return [base] if len(hints) == 1 and not hints[0] and base.isidentifier() else hints
 
 
 def _call_helper(w: Writer, eqn, helper) -> None:
@@ -200,6 +240,51 @@ def _call_helper(w: Writer, eqn, helper) -> None:
     outs = declare_outputs(w, eqn.outs)
     w.line(f"detail::{helper.name}({', '.join(args + [f'&{o}' for o in outs])});")
     w.env.update(zip(eqn.outs, outs))
+
+
+def _call_tensor_helper(w: Writer, eqn, helper) -> None:
+    """detail::helper(dims, args, outs, workspace) for a callee with tensors: a tensor argument is passed as a
+    pointer to dense elements (a view that is not: a packed copy first), a result is written into its planned
+    buffer (or a dense buffer of the writer's own, then copied there), a scalar one into a local; the callee's
+    workspace is a part of the caller's, shared by every helper call (codegen/helpers.py)."""
+    args = helper.dims + [_dense_pointer(w, a) if a.type.rank else w.scalar(a) for a in eqn.ins]
+    copies, outs = [], []
+    for v, hint in zip(eqn.outs, result_hints(eqn.params["fn"])):
+        hint = v.hint or hint or "r"
+        if v.type.rank == 0:
+            name = w.namer.fresh(hint, source=True)
+            w.line(f"{w.ctype(v.type)} {name};")
+            w.env[v] = name
+            outs.append(f"&{name}")
+            continue
+        dst = w.target(v, hint)
+        buf = dst if _is_dense(dst) else w.alloc(v.type, hint, True)
+        copies += [] if buf is dst else [(buf, dst, v.type)]
+        w.env[v] = dst
+        outs.append(_as_bytes(buf.base, v.type, ""))
+    ws = [w.scratch("uint8_t", helper.workspace, required=True)] if helper.workspace != "0" else []
+    w.line(f"detail::{helper.name}({', '.join(args + outs + ws)});")
+    for src, dst, t in copies:
+        w.copy(src, dst, t)
+
+
+def _is_dense(s) -> bool:
+    return isinstance(s, Storage) and s.literal is None and (s.contiguous or s.dense())
+
+
+def _dense_pointer(w: Writer, a: Atom) -> str:
+    """A pointer to a's elements in row-major order: its own buffer's, or a packed copy's."""
+    src = w.storage(a)
+    if _is_dense(src):
+        return _as_bytes(src.base, a.type, "const ")
+    packed = w.alloc(a.type, f"{a.hint or 'x'}_packed")
+    w.copy(src, packed, a.type)
+    return _as_bytes(packed.base, a.type, "const ")
+
+
+def _as_bytes(pointer: str, t, const: str) -> str:
+    """A bool tensor's pointer as the helper takes it: uint8_t (an export's own bool arguments are bool)."""
+    return f"reinterpret_cast<{const}uint8_t*>({pointer})" if t.dtype == "bool" else pointer
 
 
 def emit_cond(w: Writer, eqn: Eqn) -> None:

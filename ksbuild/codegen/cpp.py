@@ -238,6 +238,7 @@ class Writer:
         self.foldable: set[Var] = set()      # scalars read once, by an equation of their own block (body.py)
         self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
         self.pool_bodies: list[int] = []     # the depths of the bodies of loops run on ks/pool.h (open_loops)
+        self.updates: dict[Var, str] = {}    # a loop carry's new value -> the carry's local it is assigned to
 
     @property
     def depth(self) -> int:
@@ -336,6 +337,10 @@ class Writer:
         of the same block reads (foldable: index arithmetic, a comparison) is no local: its expression is written
         where it is read, so `c * (2 * d - c - 1) // 2 + r` is one expression, not a chain of t5, t6, ..."""
         element = self.region is not None and v.type.rank > 0  # (one element of tensor v: v_i, as loads are named)
+        if not element and v in self.updates:  # (a carry's new value, assigned where it is made: body.py)
+            self.line(f"{self.updates[v]} = {expr};")
+            self.env[v] = self.updates[v]
+            return
         if not element and v in self.foldable and (v.type.dtype in INT_DTYPES or v.type.dtype == "bool") \
                 and "[" not in expr:  # (a load stays where it is: unconditional, once)
             self.env[v] = expr

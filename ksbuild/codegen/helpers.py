@@ -6,6 +6,14 @@ A call of a function whose values are all scalars (prims/control.py `keeps_call`
 inlines it where that pays). Its parameters are the package's dims it reads, then its inputs; one
 result is returned, several are written through trailing pointers. Callees with the same text share
 one function, so a helper called from several places, or from several exports, is written once.
+
+A kept call whose callee has tensors (vmap of a helper: `vmap_softplus`, and its jvp_, fwd_, lin_, bwd_ forms)
+calls a `static void` function whose tensor arguments are pointers to dense row-major elements (`const double*`
+inputs, then `double*` outputs, scalar results through pointers too; bool tensors as uint8_t, the type of the
+buffers of a function's own) and whose last argument, when it needs one,
+is its workspace: the callee has a memory plan of its own (transforms/plan_memory.py), laid out in that workspace
+as an export's is in its own; `Helper.workspace` is its size in bytes, a C++ expression of the dims it takes,
+which the caller reserves as one part of its workspace shared by all its helper calls.
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ class Helper:
     dims: list[str]
     lines: list[str]
     results: int
+    workspace: str = "0"  # (a callee with tensors) the bytes of its workspace, a C++ expression of its dims
 
 
 @dataclass
@@ -39,7 +48,9 @@ class Helpers:
         constants, epilogue forms and source root; `dims` the caller's dims)."""
         key = print_func(fn)
         if key not in self.by_text:
-            self.by_text[key] = _write(fn, dims, writer, self._name(fn.name))
+            from ..prims.control import keeps_call
+            write = _write if keeps_call(fn) else _write_tensor
+            self.by_text[key] = write(fn, dims, writer, self._name(fn.name))
         return self.by_text[key]
 
     def _name(self, base: str) -> str:
@@ -89,6 +100,43 @@ def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
     signature = ", ".join([f"int64_t {d}" for d in used] + params) or "void"
     head = f"static {ret} {name}({signature}) {{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})"
     return Helper(name, used, [head, *unused, *body, *tail, "}"], len(fn.results))
+
+
+def _write_tensor(fn: Func, dims: list[str], caller, name: str) -> Helper:
+    """Emit fn (planned: fn.plan) as a static void C++ function: dims, inputs, outputs, then its workspace."""
+    from .body import emit_body, store
+    from .cpp import Namer, Workspace, Writer
+    from .storage import Storage
+    from .viewmodel import C_KEYWORDS, c_identifier
+
+    namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
+    w = Writer(namer, Workspace(on_stack=False), plan=fn.plan, data=caller.data, forms=caller.forms,
+               source_root=caller.source_root)
+    w.helpers, w.dims = caller.helpers, dims
+    params = []
+    for i, p in enumerate(fn.params):
+        arg = c_identifier(p.hint, namer, f"x{i}")
+        w.env[p] = Storage.buffer(arg, p.type.shape) if p.type.rank else arg
+        params.append(f"const {w.buffer_ctype(p.type)}* {arg}" if p.type.rank else f"{C_TYPES[p.type.dtype]} {arg}")
+    outs = [namer.fresh(f"out_{n}" if n.isidentifier() or n.isdigit() else "out") for n in _names(fn)]
+    for k, (o, r) in enumerate(zip(outs, fn.results)):
+        params.append(f"{w.buffer_ctype(r.type) if r.type.rank else C_TYPES[r.type.dtype]}* {o}")
+        w.outputs[k] = Storage.buffer(o, r.type.shape)
+    results = emit_body(w, fn)
+    body, w.lines = list(w.lines), []
+    for o, r, h in zip(outs, fn.results, results):
+        dst = Storage.buffer(o, r.type.shape)
+        if r.type.rank == 0:
+            w.line(f"*{o} = {h.at([]) if isinstance(h, Storage) else h};")
+        elif not (isinstance(h, Storage) and h.base == o and h.contiguous):
+            store(w, h, dst, r.type)
+    lines = (w.ws.prologue() if w.ws.offsets else []) + body + w.lines
+    params += ["void* workspace"] if w.ws.offsets else []
+    text = "\n".join(re.sub(r"//.*", "", line) for line in lines)
+    used = [d for d in dims if re.search(rf"\b{re.escape(d)}\b", text + w.ws.size_expr())]
+    unused = [f"    (void){a.split()[-1]};" for a in params if not re.search(rf"\b{re.escape(a.split()[-1])}\b", text)]
+    head = f"static void {name}({', '.join([f'int64_t {d}' for d in used] + params)}) {{  // {fn.name}"
+    return Helper(name, used, [head, *unused, *lines, "}"], len(fn.results), w.ws.size_expr())
 
 
 def _names(fn: Func) -> list[str]:

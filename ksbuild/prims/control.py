@@ -624,7 +624,19 @@ def keeps_call(fn: Func) -> bool:
     return all(v.type.rank == 0 and v.type.dtype != "str" for v in walk_vars(fn))
 
 
-def _call_rule(in_types, fn):
+def kept_call(eqn) -> bool:
+    """Whether a call equation stays a call: its callee keeps_call, or the call is marked `kept` (vmap batched a
+    kept call: its callee is the batched helper, a tensor function with a C++ function and memory plan of its own,
+    codegen/helpers.py; the calls jvp and vjp derive from such a call are marked too)."""
+    return eqn.prim is call and (bool(eqn.params.get("kept")) or keeps_call(eqn.params["fn"]))
+
+
+def _bind_kept(b, ins, fn):
+    """Bind a kept call of fn (marked `kept` when fn has tensors, which keeps_call alone would inline)."""
+    return b.bind(call, list(ins), {"fn": fn} if keeps_call(fn) else {"fn": fn, "kept": True})
+
+
+def _call_rule(in_types, fn, kept=False):
     if list(in_types) != list(fn.in_types):
         want = ", ".join(map(str, fn.in_types))
         got = ", ".join(map(str, in_types))
@@ -632,14 +644,14 @@ def _call_rule(in_types, fn):
     return fn.out_types
 
 
-def _call_jvp(b, primals, tangents, fn):
-    # d f(x) = (jvp f)(x, dx): a kept call (keeps_call) calls the jvp of its callee, the others are inlined
+def _call_jvp(b, primals, tangents, fn, kept=False):
+    # d f(x) = (jvp f)(x, dx): a kept call (kept_call) calls the jvp of its callee, the others are inlined
     _, jvp, *_ = _tr()
-    if not keeps_call(fn):
+    if not (kept or keeps_call(fn)):
         return jvp.jvp_eqns(b, fn, primals, tangents)
     has_t = tuple(t is not None for t in tangents)
     jf = _derived(fn, ("jvp", has_t), lambda: jvp.jvp_func(fn, has_t, f"jvp_{fn.name}"))
-    outs = b.bind(call, [*primals, *(t for t in tangents if t is not None)], {"fn": jf})
+    outs = _bind_kept(b, [*primals, *(t for t in tangents if t is not None)], jf)
     n = len(fn.results)
     it = iter(outs[n:])
     return outs[:n], [next(it) if t.is_float else None for t in fn.out_types]
@@ -654,9 +666,9 @@ def _call_partial_eval(s, eqn, mask):
     known, unknown, _, _ = _derived(fn, ("split", tuple(mask), unknown_out),
                                     lambda: _split_callee(fn, list(mask), list(unknown_out)))
     n_known = unknown_out.count(False)
-    kouts = s.kb.bind(call, [s.read_known(a) for a, k in zip(eqn.ins, mask) if k], {"fn": known})
+    kouts = _bind_kept(s.kb, [s.read_known(a) for a, k in zip(eqn.ins, mask) if k], known)
     uins = [s.residual(r) for r in kouts[n_known:]] + [s.read_unknown(a) for a, k in zip(eqn.ins, mask) if not k]
-    uouts = s.ub.bind(call, uins, {"fn": unknown})
+    uouts = _bind_kept(s.ub, uins, unknown)
     ki, ui = iter(kouts[:n_known]), iter(uouts)
     for v, unk in zip(eqn.outs, unknown_out):
         if unk:
@@ -672,14 +684,14 @@ def _split_callee(fn: Func, mask, unknown_out):
     return known.renamed(f"fwd_{base}"), unknown.renamed(f"lin_{base}"), out_known, n_res
 
 
-def _call_transpose(b, cts, ins, linear, fn):
+def _call_transpose(b, cts, ins, linear, fn, kept=False):
     # the adjoint of a call of a linear function is a call of the adjoint of that function
     *_, tp = _tr()
     base = fn.name[4:] if fn.name.startswith("lin_") else fn.name
     ft = _derived(fn, ("transpose", tuple(linear)), lambda: tp.transpose_func(fn, linear, f"bwd_{base}"))
     nonlin = [a for a, m in zip(ins, linear) if not m]
     cts = [c if c is not None else zeros(t) for c, t in zip(cts, fn.out_types)]
-    it = iter(b.bind(call, [*nonlin, *cts], {"fn": ft}))
+    it = iter(_bind_kept(b, [*nonlin, *cts], ft))
     return [next(it) if m else None for m in linear]
 
 
@@ -695,9 +707,31 @@ def _derived(fn: Func, key: tuple, make):
     return table[key]
 
 
-def _call_batch(b, ins, batched, size, fn):
+# A batched callee of fewer equations than this (nested bodies included) is inlined: as a call its loops cannot
+# join the caller's, and its arguments and results pass through buffers, which cost small helpers up to 2.4x
+# their inlined time (docs/architecture.md, "Calls"); a large callee stays a call, emitted once.
+BATCHED_CALL_MIN_EQNS = 48
+
+
+def _equations(fn: Func) -> int:
+    return sum(1 + sum(_equations(v) for v in e.params.values() if isinstance(v, Func)) for e in fn.eqns)
+
+
+def _call_batch(b, ins, batched, size, fn, kept=False):
+    # vmap f at a kept call is a call of (vmap f), batched as this call's arguments are (the unbatched ones stay
+    # unbatched in the callee), built once per batching; the other calls, and small callees, are inlined
     _, _, vmap, *_ = _tr()
-    return vmap.vmap_eqns(b, fn, ins, batched, size)
+    if not (kept or keeps_call(fn)) or _equations(fn) < BATCHED_CALL_MIN_EQNS:
+        return vmap.vmap_eqns(b, fn, ins, batched, size)
+    vf, obts = _derived(fn, ("vmap", tuple(batched), size), lambda: _batched_callee(vmap, fn, batched, size))
+    return list(_bind_kept(b, ins, vf)), obts
+
+
+def _batched_callee(vmap, fn: Func, batched, size):
+    """(vmap fn, which results are batched), with vars of its own at every depth (the batching rules of its
+    equations may keep sub-functions of fn, which fn batched otherwise at another call also holds)."""
+    vf, obts = vmap.vmap_func(fn, batched, size, name=f"vmap_{fn.name}")
+    return fresh_copy(vf), obts
 
 
 def fresh_copy(f: Func, memo: dict | None = None) -> Func:
@@ -737,7 +771,7 @@ call = Prim(
     name="call",
     strings=True,
     type_rule=_call_rule,
-    eval=lambda *args, fn, env: tuple(_interp()(fn, list(args), env)),
+    eval=lambda *args, fn, env, kept=False: tuple(_interp()(fn, list(args), env)),
     jvp=_call_jvp,
     batch=_call_batch,
     emit=lambda ctx, eqn: codegen_body.emit_call(ctx, eqn),

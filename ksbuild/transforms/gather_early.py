@@ -10,7 +10,7 @@ recursively through the operands that are in turn read only there. The equations
 positions instead of x.shape[axis]; those that made x are left dead (dce removes them). Indices are clamped
 into range by every gather, and every operand taken has x's length along its axis, so the values are the same.
 
-A call that is not kept as a function of its own (keeps_call: one with tensors, which the C++ writes in place as
+A call that is not kept as a function of its own (kept_call: one with tensors, which the C++ writes in place as
 a block anyway) is opened when a gather alone reads one of its results: the callee's body replaces it, and the
 gather moves into that body as into any other work.
 
@@ -29,7 +29,7 @@ from ..ir.builder import Builder, inline
 from ..ir.core import Atom, Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type, dim_sub, numel
 from ..prims.base import PRIMS, broadcast_along, resized
-from ..prims.control import fresh_copy, keeps_call
+from ..prims.control import fresh_copy, kept_call
 from .dce import dce
 from .rewrite import use_counts
 
@@ -79,7 +79,7 @@ def _early(f: Func, memo: dict) -> Func:
 
 
 def _open_gathered_calls(f: Func) -> Func:
-    """f with each call that is not kept as a function (keeps_call: one with tensors, which the C++ writes as a
+    """f with each call that is not kept as a function (kept_call: one with tensors, which the C++ writes as a
     block in place anyway) replaced by its callee's body where a gather alone reads one of its results, so that
     the gather can move into that body."""
     reads = use_counts(f)
@@ -101,7 +101,7 @@ def _open_gathered_calls(f: Func) -> Func:
 
 
 def _opens(e: Eqn) -> bool:
-    return e.prim is PRIMS["call"] and not keeps_call(e.params["fn"])
+    return e.prim is PRIMS["call"] and not kept_call(e)
 
 
 def _inside(e: Eqn, memo: dict) -> Eqn:

@@ -21,6 +21,9 @@ The scratch a kernel-layer call works in (a convolution's packed kernel and im2c
 panels: the prim's `scratch` rule, prims/scratch.py, sized for the register tiles of every level in `tiles`)
 is a buffer of the arena too, live during its equation alone (`Plan.scratch`), so that it lies where the
 activations dead at that point were.
+A call kept as a function of its own with tensors (prims/control.py kept_call: a batched helper) is one equation
+here, like any other whose outputs need buffers; its callee gets a plan of its own (its results written into the
+output pointers the caller passes, its slots in the workspace the caller passes: codegen/helpers.py).
 Scalars, literals, parameters and views (broadcast, reshape, transpose, slices, index) need
 no memory of their own: a view keeps the buffer it points into alive.
 
@@ -35,8 +38,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..ir.core import Atom, Eqn, Func, Var
+from ..ir.core import Atom, Eqn, Func, Var, freeze
 from ..ir.types import Type, dim_mul, element_bytes
+from ..prims.control import keeps_call, kept_call
 from ..prims.scratch import ALL_TILES
 
 
@@ -71,11 +75,32 @@ class Plan:
 
 
 def plan_memory(f: Func, tiles=ALL_TILES) -> Func:
-    """f with its memory plan attached (f.plan); `tiles`: the register tiles of the levels its kernels are built for
-    (prims/scratch.py), which the scratch of kernel calls is sized for."""
+    """f with its memory plan attached (f.plan), and each callee of a kept tensor call with its own; `tiles`: the
+    register tiles of the levels its kernels are built for (prims/scratch.py), which the scratch of kernel calls is
+    sized for."""
+    f = _plan_callees(f, {}, tuple(tiles))
     w = _Walk(tiles=tuple(tiles))
     w.top(f)
     return Func(f.name, f.params, f.eqns, f.results, f.result_names, plan=w.plan())
+
+
+def _plan_callees(f: Func, memo: dict, tiles) -> Func:
+    """f with the callees of its kept calls that have tensors planned (at any depth; a body shared stays shared)."""
+    if id(f) in memo:
+        return memo[id(f)][1]
+    eqns = []
+    for e in f.eqns:
+        subs = {k: v for k, v in e.params.items() if isinstance(v, Func)}
+        if kept_call(e) and not keeps_call(e.params["fn"]):
+            new = {"fn": plan_memory(e.params["fn"], tiles)}
+        else:
+            new = {k: _plan_callees(v, memo, tiles) for k, v in subs.items()}
+        same = all(new[k] is subs[k] for k in new)
+        eqns.append(e if same else Eqn(e.prim, e.ins, e.outs, freeze(dict(e.params, **new)), e.loc))
+    g = f if all(a is b for a, b in zip(eqns, f.eqns)) else \
+        Func(f.name, f.params, tuple(eqns), f.results, f.result_names, f.plan, f.notes, f.defaults)
+    memo[id(f)] = (f, g)  # (f kept alive with its id)
+    return g
 
 
 def inplace_operand(eqn: Eqn) -> int | None:
@@ -183,7 +208,7 @@ class _Walk:
     def eqn(self, eqn: Eqn, uses_after: set) -> None:
         if eqn.prim.name == "loop":
             self.loop(eqn, uses_after)
-        elif eqn.prim.name in ("cond", "call"):
+        elif eqn.prim.name == "cond" or (eqn.prim.name == "call" and not kept_call(eqn)):
             self.branches(eqn)
         else:
             self.simple(eqn, uses_after)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
 from ..ir.core import Func, Lit, Var
-from ..prims.control import keeps_call
+from ..prims.control import kept_call
 from .inline_calls import inline_calls
 from .jvp import jvp_func, tangent_mask
 from .partial_eval import partial_eval
@@ -21,7 +21,7 @@ from .transpose import transpose_func
 def linearize(f: Func, argnums=None):
     """(forward, linear, n_results, n_res): forward(primals) -> (results, residuals);
     linear(residuals, tangents) -> tangents of the float results (of the argnums params only)."""
-    f = inline_calls(f, keep=keeps_call)
+    f = inline_calls(f, keep=kept_call)
     has_t = diff_mask(f, argnums)
     jf = jvp_func(f, has_t)
     n_out, n_t = len(f.results), sum(has_t)

@@ -31,8 +31,7 @@ static double log_gamma_d(int64_t d, double a) {  // log_gamma_d(a)
         const double t7 = (0.5 * t6);
         const double t8 = (a + t7);
         const double t9 = std::lgamma(t8);
-        const double sum1 = (sum + t9);
-        sum = sum1;
+        sum = (sum + t9);
     }
     const double t6 = (t5 + sum);
     return t6;
@@ -53,8 +52,7 @@ static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
         const double t8 = static_cast<double>(a);
         const double t9 = (t8 + t7);
         const double t10 = std::lgamma(t9);
-        const double sum1 = (sum + t10);
-        sum = sum1;
+        sum = (sum + t10);
     }
     const double t6 = (t5 + sum);
     return t6;
@@ -217,7 +215,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     const double t9 = (t8 * t7);
     const double t10 = (t3 - t9);
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
-    double r;
+    double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t11 = static_cast<double>(d);
         const double t12 = (t11 + wishart_m);
@@ -267,10 +265,9 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double t23 = (t21 - t22);
         const double t24 = static_cast<double>(K);
         const double t25 = (t24 * C);
-        const double t26 = (t23 - t25);
-        r = t26;
+        log_wishart_prior = (t23 - t25);
     }
-    const double t11 = (t10 + r);
+    const double t11 = (t10 + log_wishart_prior);
     *out = t11;
     return ks::status::ok;
 }
@@ -814,7 +811,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const double t11 = static_cast<double>(t10);
     const double t12 = (t4 - t11);
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
-    double r;
+    double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const float t13 = static_cast<float>(d);
         const float t14 = (t13 + wishart_m);
@@ -866,10 +863,9 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const double t27 = static_cast<double>(K);
         const double t28 = (t27 * C);
         const double t29 = static_cast<double>(t26);
-        const double t30 = (t29 - t28);
-        r = t30;
+        log_wishart_prior = (t29 - t28);
     }
-    const double t13 = (t12 + r);
+    const double t13 = (t12 + log_wishart_prior);
     const float t14 = static_cast<float>(t13);
     *out = t14;
     return ks::status::ok;
@@ -1375,8 +1371,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         const double t3 = ks::log(acc1);
         const double t4 = (t3 + t2);
-        const double sum1 = (sum + t4);
-        sum = sum1;
+        sum = (sum + t4);
     }
     const double t1 = static_cast<double>(((-n) * d));
     const double t2 = (t1 * 0.5);
@@ -1404,7 +1399,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t9 = (t8 * t7);
     const double t10 = (t3 - t9);
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
-    double r;
+    double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t11 = static_cast<double>(d);
         const double t12 = (t11 + wishart_m);
@@ -1454,10 +1449,9 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double t23 = (t21 - t22);
         const double t24 = static_cast<double>(K);
         const double t25 = (t24 * C);
-        const double t26 = (t23 - t25);
-        r = t26;
+        log_wishart_prior = (t23 - t25);
     }
-    const double t11 = (t10 + r);
+    const double t11 = (t10 + log_wishart_prior);
     *out = t11;
     return ks::status::ok;
 }
@@ -1865,13 +1859,11 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                     const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double t6 = (x[i * d + c] - means[k * d + c]);
                     const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
-                    const double sum2 = (sum1 + t7);
-                    sum1 = sum2;
+                    sum1 = (sum1 + t7);
                 }
                 const double t5 = (t3 + sum1);
                 const double t6 = ks::ipow<2>(t5);
-                const double sum2 = (sum + t6);
-                sum = sum2;
+                sum = (sum + t6);
             }
             const double t2 = (0.5 * sum);
             const double t3 = (t1 - t2);
@@ -1895,8 +1887,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         }
         const double t3 = ks::log(acc1);
         const double t4 = (t3 + t2);
-        const double slse1 = (slse + t4);
-        slse = slse1;
+        slse = (slse + t4);
     }
     const double t1 = static_cast<double>(((-n) * d));
     const double t2 = (t1 * 0.5);
@@ -1924,7 +1915,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     const double t9 = (t8 * t7);
     const double t10 = (t3 - t9);
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    double r2;
+    double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t11 = static_cast<double>(d);
         const double t12 = (t11 + wishart_m);
@@ -1974,10 +1965,9 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double t23 = (t21 - t22);
         const double t24 = static_cast<double>(K);
         const double t25 = (t24 * C);
-        const double t26 = (t23 - t25);
-        r2 = t26;
+        log_wishart_prior = (t23 - t25);
     }
-    const double t11 = (t10 + r2);
+    const double t11 = (t10 + log_wishart_prior);
     *out = t11;
     return ks::status::ok;
 }
@@ -2051,14 +2041,12 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double t6 = (x[i * d + c] - means[k * d + c]);
                     const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
-                    const double sum2 = (sum1 + t7);
-                    sum1 = sum2;
+                    sum1 = (sum1 + t7);
                 }
                 const double t5 = (t3 + sum1);
                 const double t6 = ks::ipow<2>(t5);
-                const double sum2 = (sum + t6);
+                sum = (sum + t6);
                 r2[i * (K * d) + k * d + r] = t5;
-                sum = sum2;
             }
             const double t2 = (0.5 * sum);
             const double t3 = (t1 - t2);
@@ -2338,8 +2326,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         }
         const double t3 = ks::log(acc1);
         const double t4 = (t3 + t2);
-        const double slse1 = (slse + t4);
-        slse = slse1;
+        slse = (slse + t4);
     }
     const double t1 = static_cast<double>(((-n) * d));
     const double t2 = (t1 * 0.5);
@@ -2367,7 +2354,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     const double t9 = (t8 * t7);
     const double t10 = (t3 - t9);
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
-    double r1;
+    double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
         const double t11 = static_cast<double>(d);
         const double t12 = (t11 + wishart_m);
@@ -2417,10 +2404,9 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double t23 = (t21 - t22);
         const double t24 = static_cast<double>(K);
         const double t25 = (t24 * C);
-        const double t26 = (t23 - t25);
-        r1 = t26;
+        log_wishart_prior = (t23 - t25);
     }
-    const double t11 = (t10 + r1);
+    const double t11 = (t10 + log_wishart_prior);
     *out = t11;
     return ks::status::ok;
 }

@@ -27,11 +27,9 @@ float activations_relu3(float x) {
         float r1;
         if (t2) {
             const float t3 = ks::ipow<3>(x);
-            const float t4 = (0.3333333432674408f * t3);
-            r1 = t4;
+            r1 = (0.3333333432674408f * t3);
         } else {
-            const float t3 = (x - 0.6666666865348816f);
-            r1 = t3;
+            r1 = (x - 0.6666666865348816f);
         }
         r = r1;
     }
@@ -73,8 +71,7 @@ float activations_relu3_vjp(float x, float ct) {
     if (t1) {
         r = false;
     } else {
-        const bool t2 = (x < 1.0f);
-        r = t2;
+        r = (x < 1.0f);
     }
     float d_x;
     if (t1) {
@@ -85,8 +82,7 @@ float activations_relu3_vjp(float x, float ct) {
             const float t2 = ks::ipow<2>(x);
             const float t3 = (3.0f * t2);
             const float t4 = (ct * 0.3333333432674408f);
-            const float t5 = (t4 * t3);
-            r1 = t5;
+            r1 = (t4 * t3);
         } else {
             r1 = ct;
         }
@@ -142,8 +138,7 @@ float activations_relu3_jvp(float x, float dx) {
             const float t3 = ks::ipow<2>(x);
             const float t4 = (3.0f * t3);
             const float t5 = (t4 * dx);
-            const float t6 = (0.3333333432674408f * t5);
-            r1 = t6;
+            r1 = (0.3333333432674408f * t5);
         } else {
             r1 = dx;
         }
@@ -161,8 +156,7 @@ float activations_relu3_grad(float x) {
     if (t1) {
         r = false;
     } else {
-        const bool t2 = (x < 1.0f);
-        r = t2;
+        r = (x < 1.0f);
     }
     float d_x;
     if (t1) {
@@ -172,8 +166,7 @@ float activations_relu3_grad(float x) {
         if (r) {
             const float t2 = ks::ipow<2>(x);
             const float t3 = (3.0f * t2);
-            const float t4 = (0.3333333432674408f * t3);
-            r1 = t4;
+            r1 = (0.3333333432674408f * t3);
         } else {
             r1 = 1.0f;
         }
@@ -195,16 +188,14 @@ float activations_relu3_d2(float x, float dx) {
         if (t1) {
             r = false;
         } else {
-            const bool t2 = (x < 1.0f);
-            r = t2;
+            r = (x < 1.0f);
         }
         float r1;
         if (r) {
             const float t2 = (2.0f * x);
             const float t3 = (t2 * dx);
             const float t4 = (3.0f * t3);
-            const float t5 = (0.3333333432674408f * t4);
-            r1 = t5;
+            r1 = (0.3333333432674408f * t4);
         } else {
             r1 = 0.0f;
         }
