@@ -10,6 +10,8 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - row n - 1 of a loop's stacked output that is also a carry is the final carry (last_step),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
+  - a one-hot select (the derivative of a first-extremum reduction) that is scaled, summed or contracted is
+    scattered at its positions instead (transforms/one_hot.py),
   - an equation whose inputs are all scalar literals is folded to a literal,
   - equations whose results are unused are removed (pure IR: nothing has effects),
   - unused results of cond and loop are pruned by their prune rules (via dce).
@@ -23,6 +25,7 @@ from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
 from ..prims.tensor import parse_spec
+from .one_hot import one_hot_rules
 
 MAX_ROUNDS = 4
 
@@ -34,13 +37,14 @@ def rewrite(eqn: Eqn, ins: list[Atom]) -> Atom | None:
 
 
 def fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
-    """Evaluate an elementwise equation on scalar literals."""
-    if not eqn.prim.elementwise or len(eqn.outs) != 1 or not all(isinstance(a, Lit) for a in ins):
+    """Evaluate an elementwise equation on literals of one value each (scalars, or tensors filled with one
+    value: 1: f64[n, k] · -1 = -1: f64[n, k])."""
+    if not eqn.prim.elementwise or len(eqn.outs) != 1 or not ins or not all(isinstance(a, Lit) for a in ins):
         return None
-    if any(a.type.rank for a in ins) or eqn.outs[0].type.rank:
+    if any(np.ndim(a.value) for a in ins) or eqn.prim.positional:
         return None
     b = Builder()
-    ps = [Var(a.type) for a in ins]
+    ps = [Var(a.type.scalar()) for a in ins]
     outs = b.bind(eqn.prim, ps, dict(eqn.params))
     value = eval_func(b.func("fold", ps, outs), [np.asarray(a.value) for a in ins])[0]
     return Lit(value.item(), eqn.outs[0].type)
@@ -268,7 +272,7 @@ def simplify_once(f: Func) -> Func:
             ins = flat
         acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
             select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once) or \
-            last_step(b, eqn, ins, made)
+            last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue

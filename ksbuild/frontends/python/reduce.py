@@ -75,12 +75,11 @@ def max_with_dim(largest: bool):
         indices = index.arg_extremum(b, b.stop_gradient(x), dim, keep, largest)
         if not x.type.is_float:
             return ValuesIndices((reduce.amax if largest else reduce.amin)(b, x, axes, keep), indices)
-        # the values are read at the indices: among equal maxima, the gradient goes to the one the index names
-        # (torch's), not shared as amax's
-        (axis,) = axes
-        at = indices if keep else shape_ops.unsqueeze(b, indices, axis)
-        values = index.gather_elements(b, x, at, axis)
-        return ValuesIndices(values if keep else shape_ops.squeeze(b, values, [axis]), indices)
+        # among equal maxima the gradient goes to the first, the one the index names (torch's), not shared as
+        # amax's: the reduction with ties="first" (the values need no index; its derivative scatters to one
+        # element per row: transforms/one_hot.py)
+        values = (b.reduce_max if largest else b.reduce_min)(x, axes=axes, ties="first")
+        return ValuesIndices(shape_ops.unsqueeze(b, values, axes[0]) if keep else values, indices)
     return fn
 
 
