@@ -508,8 +508,6 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
     const int64_t plane = s.in[1] * s.in[2], step = s.stride[2];
 #ifdef KS_QTILE_X86
     const bool fast = best_level() >= 2;
-#else
-    const bool fast = false;
 #endif
     for (int64_t phase = 0; phase < g.phases; ++phase) {
         const int64_t a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
