@@ -119,6 +119,24 @@ KS_MATH inline float exp(float x) {
     return er * detail::pow2f(k1) * detail::pow2f(k - k1);
 }
 
+namespace detail {
+// e^x in float for what ks::logistic needs: the reduction and polynomial of exp(float) above, scaled by one power
+// of 2 (k in [-126, 128]) instead of two, x clamped to [-87, 89]: below e^-87 (1.6e-38, about float's smallest
+// normal) the result stays there, and from 88.4 on it is +inf (2^128), so 1 / (1 + e) is 0. Four instructions
+// fewer than exp's, whose two scalings keep subnormal results and large finite ones.
+KS_ALWAYS_INLINE inline float exp_one_scale(float x) {
+    const float shifter = 12582912.0f;  // 1.5 * 2^23
+    x = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);  // NaN passes through
+    const float t = x * 1.44269504088896341f + shifter;
+    const float kf = t - shifter;
+    const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+    const float rr = r * r;
+    const float er = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                        4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * rr + r + 1.0f;
+    return er * pow2f(float_bits(t) - float_bits(shifter));
+}
+}  // namespace detail
+
 // log x. x = 2^e m with m in [√2/2, √2) read from the bits (subnormals are scaled by 2^54
 // first); with f = m - 1 and s = f / (2 + f), log(1 + f) = f - (f²/2 - s (f²/2 + R(s²))) where R
 // is the minimax polynomial of fdlibm e_log.c (Sun Microsystems), and e ln2 is added in two
