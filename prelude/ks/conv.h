@@ -1540,8 +1540,9 @@ __attribute__((noinline)) inline void across_weights(const float* w, int64_t tap
     }
 }
 
-// Every output position's sums of a band of `rows` output rows (across_run, 4 positions of a row at a time; nc:
-// the channels the bias has).
+// Every output position's sums of a band of `rows` output rows (across_run, 4 positions of a row at a time, then
+// the 1-3 left in one run: rows of 7 had run 3 times 1, each tap's weights loaded for each; nc: the channels the
+// bias has).
 __attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16,
                                                   float* sums, const affine<float>& fin, int64_t nc, int64_t rows) {
     const __m512 bias = fin && fin.bias != nullptr ? _mm512_maskz_loadu_ps(lanes_in(0, nc, 0), fin.bias)
@@ -1551,7 +1552,12 @@ __attribute__((noinline)) inline void across_sums(const conv_shape& s, const flo
         for (; ow + 4 <= s.out[2]; ow += 4) {
             across_run<4>(s, planes, w16, sums, oh, ow, fin, bias);
         }
-        for (; ow < s.out[2]; ++ow) {
+        const int64_t left = s.out[2] - ow;  // (the row's last 1-3 positions in one run: each weight loaded once)
+        if (left == 3) {
+            across_run<3>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 2) {
+            across_run<2>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 1) {
             across_run<1>(s, planes, w16, sums, oh, ow, fin, bias);
         }
     }
