@@ -1561,23 +1561,42 @@ inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w
 // or 14 × 14 outputs then costs no copy, run or epilogue call of its own (measured on AVX-512, one thread, bias
 // + ReLU6: docs/performance.md "Depthwise convolutions"). Taps in the same order as the sums above: the same
 // results, bit for bit.
-constexpr int64_t across_positions = 3136;   // (the most output positions a plane may have to be computed so)
+constexpr int64_t across_positions = 3136;   // (the most output positions a plane may have to be computed whole)
+constexpr int64_t across_band = 1792;        // (larger planes: the output positions of a band of rows, about)
 
-// Whether a convolution is computed across channels: float on AVX-512, 2-D, one output channel per input
-// channel, a small output plane.
+// The output rows computed at a time: the whole plane when it is small, else bands of about across_band
+// positions, whose padded input rows (16 planes of them, transposed) and sums stay in L2: 16 rows of 112, 250 KB
+// (whole 112 × 112 planes, 1.6 MB transposed, did not, and the copy was 10% faster there; in bands of 16 rows
+// they are 10-15% faster than the copy at batch 1 and 25-40% at batch 8, in bands of 8 rows a little slower).
+constexpr int64_t band_rows(const conv_shape& s) {
+    return s.out[1] * s.out[2] <= across_positions ? s.out[1]
+                                                   : (s.out[2] < across_band ? tiles::index_div(across_band, s.out[2]) : 1);
+}
+// The padded input rows that `rows` output rows read.
+constexpr int64_t band_extent(const conv_shape& s, int64_t rows) {
+    return (rows - 1) * s.stride[1] + (s.kernel[1] - 1) * s.dilation[1] + 1;
+}
+
+// Whether a convolution's shape is computed across channels, on any level: 2-D, one output channel per input
+// channel, a small output plane or (in bands) at least 8 channels.
+constexpr bool across_fits(const conv_shape& s) {
+    return s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 && s.out_channels == s.channels &&
+           (s.out[1] * s.out[2] <= across_positions || s.channels >= 8);
+}
+
+// Whether a convolution is computed across channels: float on AVX-512 and a shape that fits.
 template <class T>
 constexpr bool across(const conv_shape& s) {
 #if defined(__AVX512F__)
-    return std::is_same_v<T, float> && s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 &&
-           s.out_channels == s.channels && s.out[1] * s.out[2] <= across_positions;
+    return std::is_same_v<T, float> && across_fits(s);
 #else
     return s.out[0] < 0;  // (never; constexpr and s used on every level)
 #endif
 }
 
-// The elements of scratch `across` uses: the padded planes, the sums and the weights, 16 lanes each.
+// The elements of scratch `across` uses: a band's padded planes, its sums and the weights, 16 lanes each.
 constexpr int64_t across_size(const conv_shape& s) {
-    return 16 * (convs::extent(s, 1) * convs::extent(s, 2) + s.out[1] * s.out[2] + s.taps() + 1);
+    return 16 * (band_extent(s, band_rows(s)) * convs::extent(s, 2) + band_rows(s) * s.out[2] + s.taps() + 1);
 }
 
 #if defined(__AVX512F__)
@@ -1612,22 +1631,34 @@ inline void transpose16(__m512* r) {
     }
 }
 
-// Channels [c0, c0 + nc) of one image (nc ≤ 16) into the padded planes: position (r, c) of the image at
-// ((r + pad_h) · E2 + c + pad_w) · 16, lane = channel.
-__attribute__((noinline)) inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* planes) {
-    const int64_t n = s.in[1] * s.in[2], e1 = convs::extent(s, 1), e2 = convs::extent(s, 2);
+// Channels [c0, c0 + nc) of one image (nc ≤ 16) into the padded planes of a band, padded rows [y0, y0 + e1):
+// position (r, c) of the image at ((r + pad_h - y0) · E2 + c + pad_w) · 16, lane = channel. In bands, the band's
+// rows of padding are zeroed (a row may have held the image in the band before); the columns of padding are the
+// zeros across_channels wrote once.
+__attribute__((noinline)) inline void across_in(const conv_shape& s, const float* x, int64_t nc, float* planes,
+                                                int64_t y0, int64_t e1) {
+    const int64_t n = s.in[1] * s.in[2], e2 = convs::extent(s, 2), top = y0 - s.pad[1];  // (image row of band row 0)
+    const int64_t r0 = top > 0 ? top : 0, r1 = top + e1 < s.in[1] ? top + e1 : s.in[1];
+    for (int64_t j = 0; band_rows(s) < s.out[1] && j < e1; ++j) {  // (a whole plane: zeroed once, never written)
+        if (top + j < 0 || top + j >= s.in[1]) {
+            for (int64_t i = 0; i < 16 * e2; ++i) {
+                planes[j * e2 * 16 + i] = 0.0f;
+            }
+        }
+    }
     __m512 r[16];
-    for (int64_t q = 0; q < n; q += 16) {
-        const __mmask16 m = lanes_in(0, n, q);
+    const int64_t q1 = r1 * s.in[2];
+    for (int64_t q = r0 * s.in[2]; q < q1; q += 16) {
+        const __mmask16 m = lanes_in(0, q1, q);
         for (int64_t c = 0; c < 16; ++c) {
             r[c] = c < nc ? _mm512_maskz_loadu_ps(m, x + c * n + q) : _mm512_setzero_ps();
         }
         transpose16(r);
-        int64_t row = q / s.in[2], col = q - row * s.in[2];
+        int64_t row = q / s.in[2] - top, col = q - (row + top) * s.in[2];  // (row: of the band)
 #pragma GCC unroll 16
         for (int k = 0; k < 16; ++k) {  // (unrolled: r stays in registers)
-            if (q + k < n && row + s.pad[1] < e1 && col + s.pad[2] < e2) {
-                _mm512_store_ps(planes + ((row + s.pad[1]) * e2 + col + s.pad[2]) * 16, r[k]);
+            if (q + k < q1 && row < e1 && col + s.pad[2] < e2) {
+                _mm512_store_ps(planes + (row * e2 + col + s.pad[2]) * 16, r[k]);
             }
             if (++col == s.in[2]) {
                 col = 0;
@@ -1679,24 +1710,32 @@ __attribute__((noinline)) inline void across_weights(const float* w, int64_t tap
     }
 }
 
-// Every output position's sums (across_run, 4 positions of a row at a time; nc: the channels the bias has).
+// Every output position's sums of a band of `rows` output rows (across_run, 4 positions of a row at a time, then
+// the 1-3 left in one run: rows of 7 had run 3 times 1, each tap's weights loaded for each; nc: the channels the
+// bias has).
 __attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16,
-                                                  float* sums, const affine<float>& fin, int64_t nc) {
+                                                  float* sums, const affine<float>& fin, int64_t nc, int64_t rows) {
     const __m512 bias = fin && fin.bias != nullptr ? _mm512_maskz_loadu_ps(lanes_in(0, nc, 0), fin.bias)
                                                    : _mm512_setzero_ps();
-    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+    for (int64_t oh = 0; oh < rows; ++oh) {
         int64_t ow = 0;
         for (; ow + 4 <= s.out[2]; ow += 4) {
             across_run<4>(s, planes, w16, sums, oh, ow, fin, bias);
         }
-        for (; ow < s.out[2]; ++ow) {
+        const int64_t left = s.out[2] - ow;  // (the row's last 1-3 positions in one run: each weight loaded once)
+        if (left == 3) {
+            across_run<3>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 2) {
+            across_run<2>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 1) {
             across_run<1>(s, planes, w16, sums, oh, ow, fin, bias);
         }
     }
 }
 
-// The sums of channels [0, nc) back into their planes y (P positions each).
-__attribute__((noinline)) inline void across_out(const float* sums, int64_t positions, int64_t nc, float* y) {
+// The sums of channels [0, nc) at `positions` places back into their planes y (`plane` elements apart).
+__attribute__((noinline)) inline void across_out(const float* sums, int64_t positions, int64_t plane, int64_t nc,
+                                                 float* y) {
     __m512 r[16];
     for (int64_t p = 0; p < positions; p += 16) {
         for (int64_t k = 0; k < 16; ++k) {
@@ -1705,7 +1744,7 @@ __attribute__((noinline)) inline void across_out(const float* sums, int64_t posi
         transpose16(r);
         const __mmask16 m = lanes_in(0, positions, p);
         for (int64_t c = 0; c < nc; ++c) {
-            _mm512_mask_storeu_ps(y + c * positions + p, m, r[c]);
+            _mm512_mask_storeu_ps(y + c * plane + p, m, r[c]);
         }
     }
 }
@@ -1767,20 +1806,35 @@ template <class T>
 constexpr int64_t depthwise_scratch(const conv_shape& s) {
     const int64_t copied = depthwise::copy_size<T>(s) + depthwise::sums_size<T>(s) +
                            (s.taps() * int64_t(sizeof(int64_t)) + sizeof(T) - 1) / sizeof(T);
-    return s.out[1] * s.out[2] <= depthwise::across_positions && depthwise::across_size(s) > copied
+    return depthwise::across_fits(s) && depthwise::across_size(s) > copied
                ? depthwise::across_size(s)  // (on every instruction set level: the sizes do not depend on it)
                : copied;
 }
 
 #if defined(__AVX512F__)
-// ks::conv_depthwise across channels (depthwise::across): 16 channels at a time.
+// One band of output rows [o0, o0 + rows) of channels [c0, c0 + nc) (at x and yc) across channels, its epilogue
+// (eg, when fin does not apply it) over the band while it is in cache.
+__attribute__((noinline)) inline void across_band(const conv_shape& s, const float* x, float* yc, int64_t c0,
+                                                  int64_t nc, int64_t o0, int64_t rows, float* planes, const float* w16,
+                                                  const affine<float>& fin, const epilogue<float>& eg) {
+    const int64_t n = s.positions(), at = o0 * s.out[2], count = rows * s.out[2];
+    float* sums = planes + 16 * depthwise::band_extent(s, depthwise::band_rows(s)) * convs::extent(s, 2);
+    depthwise::across_in(s, x, nc, planes, o0 * s.stride[1], depthwise::band_extent(s, rows));
+    depthwise::across_sums(s, planes, w16, sums, fin, nc, rows);
+    depthwise::across_out(sums, count, n, nc, yc + at);
+    if (!fin) {
+        eg(c0, at, yc + at, n, 1, nc, count);
+    }
+}
+
+// ks::conv_depthwise across channels (depthwise::across): 16 channels at a time, in bands of output rows.
 __attribute__((noinline)) inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
                             float* scratch, const epilogue<float>& epi) {
-    const int64_t taps = s.taps(), n = s.positions(), in = s.in_plane();
+    const int64_t taps = s.taps(), n = s.positions(), in = s.in_plane(), band = depthwise::band_rows(s);
+    const int64_t padded = 16 * depthwise::band_extent(s, band) * convs::extent(s, 2);
     float* planes = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-    float* sums = planes + 16 * convs::extent(s, 1) * convs::extent(s, 2);
-    float* w16 = sums + 16 * n;
-    for (int64_t i = 0; i < 16 * convs::extent(s, 1) * convs::extent(s, 2); ++i) {
+    float* w16 = planes + padded + 16 * band * s.out[2];
+    for (int64_t i = 0; i < padded; ++i) {
         planes[i] = 0.0f;  // (the padding; each group overwrites the image's places)
     }
     for (int64_t image = 0; image < images; ++image) {
@@ -1789,12 +1843,9 @@ __attribute__((noinline)) inline void across_channels(const conv_shape& s, int64
             const int64_t nc = s.channels - c0 < 16 ? s.channels - c0 : 16;
             depthwise::across_weights(w + c0 * taps, taps, nc, w16);
             const affine<float> fin = eg.in_registers(c0);
-            depthwise::across_in(s, x + (image * s.channels + c0) * in, nc, planes);
-            depthwise::across_sums(s, planes, w16, sums, fin, nc);
-            float* yc = y + (image * s.out_channels + c0) * n;
-            depthwise::across_out(sums, n, nc, yc);
-            if (!fin) {
-                eg(c0, 0, yc, n, 1, nc, n);
+            for (int64_t o0 = 0; o0 < s.out[1]; o0 += band) {
+                across_band(s, x + (image * s.channels + c0) * in, y + (image * s.out_channels + c0) * n, c0, nc, o0,
+                            s.out[1] - o0 < band ? s.out[1] - o0 : band, planes, w16, fin, eg);
             }
         }
     }

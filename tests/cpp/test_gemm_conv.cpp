@@ -310,6 +310,19 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
         }
     }
+    // Planes of more than 3136 outputs (across channels on AVX-512 in bands of rows, ks::depthwise::band_rows;
+    // rows wider than a band's 896 positions: one row a band): bands whose windows reach the padding above, below
+    // or neither, a last band shorter than the others.
+    for (int trial = 0, banded = 0; banded < 24 && trial < 2000; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 8 + trial % 27;
+        const bool wide = trial % 4 == 3;
+        if (random_axes(s, 2, 2.4, 0.4, 0.9, wide ? 3.5 : 40.5, wide ? 600.5 : 70.5, 1.9, state) &&
+            s.out[1] * s.out[2] > ks::depthwise::across_positions) {
+            ++banded;
+            check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
+        }
+    }
 }
 
 }  // namespace
