@@ -565,6 +565,68 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
     }
 }
 
+// The kernel's bytes a channel chunk of ks::conv's `chunks` method reads (all output channels, the chunk's
+// rows of the im2col matrix): about half of a core's L2 cache, so that they stay there while every image's
+// tiles read them.
+constexpr int64_t chunk_bytes = 512 * 1024;
+
+// The input channels of a chunk: as many as keep its kernel rows within chunk_bytes (at least one), and no more
+// im2col rows than one block of the scratch holds (k_step).
+template <class T>
+constexpr int64_t chunk_channels(const conv_shape& s) {
+    const int64_t per = s.out_channels * s.taps() * int64_t(sizeof(T));
+    const int64_t most = tiles::index_div(tiles::k_step(s.depth()), s.taps());
+    const int64_t cc = chunk_bytes / per;
+    return cc < 1 ? 1 : (cc > most ? most : cc);
+}
+
+// Whether ks::conv runs by channel chunks (method `chunks`): im2col packed into panels (not direct, not few
+// positions), one group, an image's positions in one block of panels, and a kernel larger than two chunks
+// (ResNet's 3×3 layers at 7 × 7 with 256-512 channels: the kernel, 2-9 MB, was read from L3 once per image and per
+// pair of panels, 92 GFLOP/s at batch 8 against onnxruntime's 178).
+template <class T>
+constexpr bool chunked(const conv_shape& s) {
+    return !few_positions(s) && !direct<T>(s) && s.groups == 1 && s.positions() <= position_block * panel_width<T> &&
+           s.out_channels * s.depth() * int64_t(sizeof(T)) > 2 * chunk_bytes && tiles::k_step(s.depth()) >= s.taps();
+}
+
+// Channels [c0, c0 + count) of one image x (the given, unpadded layout) copied zero-padded into dst, as the
+// plan's padded shape with `count` channels reads them.
+template <class T>
+__attribute__((noinline)) void pad_channels(const conv_shape& given, int64_t count, const T* x, T* dst) {
+    conv_shape part = canonical(given);
+    part.channels = count;
+    pad_image<T>(part, x, dst);
+}
+
+// ks::conv by channel chunks: per chunk of input channels (chunk_channels), every image's rows of the im2col
+// matrix for them packed into panels and multiplied by the chunk's kernel rows (read as they are, from L2 after
+// the first image), adding to the outputs; the epilogue with the last chunk. Each image's channels are padded
+// once, chunk by chunk, into the padded copy's room.
+template <class T>
+__attribute__((noinline)) void chunks_all(const conv_shape& given, const conv_plan& plan, int64_t images, const T* x,
+                                          const T* w, T* padded, T* panels, chunks<T>& cs, T* y,
+                                          const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_shape& s = plan.s;
+    const int64_t m = s.out_channels, depth = s.depth(), n = s.positions(), cc = chunk_channels<T>(s);
+    const int64_t plane = tiles::index_div(plan.image, s.channels);
+    for (int64_t c0 = 0; c0 < s.channels; c0 += cc) {
+        const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
+        for (int64_t image = 0; image < images; ++image) {
+            const T* xi = x + image * plan.image + c0 * plane;
+            if (plan.copy) {
+                pad_channels<T>(given, count, xi, padded);
+                xi = padded;
+            }
+            pack_panels<T>(s, xi, 0, kc, 0, n, panels, cs);
+            conv_block<T, false>(m, kc, kernel_rows<T, false>(w, depth, c0 * s.taps()),
+                                 tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((n + P - 1) / P),
+                                 y + image * m * n, n, n, c0 > 0, c0 + count >= s.channels, 0, epi.group(image, 0));
+        }
+    }
+}
+
 }  // namespace convs
 
 namespace convs {
@@ -606,7 +668,7 @@ namespace convs {
 // The algorithm ks::conv runs (one per call: method_of): dot products for few positions (few_dots), the windows
 // read straight from the image (direct_group) or packed into panels (packed_group), each with the kernel packed in
 // row tiles (_packed) or read as it is.
-enum class method { few, direct_packed, direct, panels_packed, panels };
+enum class method { few, direct_packed, direct, panels_packed, panels, chunks };
 
 // The method for `given` over `images` images: a constant when they are (then the generated code calls
 // conv_as<T, method_of<T>(...)> and links that method's code alone, not all five: issue 36, a Cortex-M4's flash).
@@ -617,6 +679,9 @@ template <class T>
 constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the plan's shape)
     if (few_positions(s)) {
         return method::few;
+    }
+    if (chunked<T>(s)) {
+        return method::chunks;
     }
     const bool pack = kernel_passes<T>(s, images) > 1;
     if (direct<T>(s)) {
@@ -657,6 +722,9 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     if constexpr (direct) {
         convs::row_offsets(s, offsets);
     }
+    if constexpr (M == method::chunks) {
+        return convs::chunks_all<T>(given, plan, images, x, w, padded, rest, cs, y, epi);
+    }
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * plan.image;
         if (plan.copy) {
@@ -696,6 +764,8 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
         return conv_as<T, method::panels_packed>(plan, given, images, x, w, y, scratch, epi);
     case method::panels:
         return conv_as<T, method::panels>(plan, given, images, x, w, y, scratch, epi);
+    case method::chunks:
+        return conv_as<T, method::chunks>(plan, given, images, x, w, y, scratch, epi);
     }
 }
 

@@ -288,6 +288,34 @@ void convs(uint64_t& state) {
     }
 }
 
+// Convolutions whose kernel is larger than two channel chunks and whose positions fit one block (ResNet's layers at
+// 7 × 7): ks::conv's `chunks` method (ks/conv.h: chunks_all), which must be the method these shapes get; channel
+// counts that leave a partial last chunk, rows of the kernel past the last whole tile, padding or none, strides 1 and
+// 2, one image and several, with and without an epilogue.
+template <class T>
+void chunked_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, side, kernel, stride, pad;
+    };
+    const case_ cases[] = {{200, 150, 7, 3, 1, 1}, {181, 203, 9, 3, 2, 1}, {600, 500, 13, 1, 2, 0},
+                           {150, 260, 5, 3, 1, 0}, {110, 300, 14, 3, 2, 1}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.side, c.side}, {}, {1, c.kernel, c.kernel}, {1, 1, c.stride},
+                         {1, 1, 1}, {0, c.pad, c.pad}};
+        s.stride[1] = c.stride;
+        s.out[0] = 1;
+        s.out[1] = s.out[2] = (c.side + 2 * c.pad - c.kernel) / c.stride + 1;
+        const bool fits = s.positions() <= ks::convs::position_block * ks::panel_width<T>;  // (double: 32 positions)
+        const bool chunks = ks::convs::method_of<T>(s, 1) == ks::convs::method::chunks;
+        report<T>(chunks == fits ? 0.0 : 1e9, s.depth(), "conv: the chunks method chosen", s.out_channels, s.positions(),
+                  s.depth(), 0);
+        for (int images = 1; images <= 3; images += 2) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Depthwise convolutions (one group per input channel, one or two output channels each) through
 // ks::conv_depthwise: rows from 1 to 150 columns (runs of 4 vectors and the vectors after them), strides and
 // dilations 1 to 3, padding on either side.
@@ -320,6 +348,8 @@ int main() {
     gemms<double>(state);
     convs<float>(state);
     convs<double>(state);
+    chunked_convs<float>(state);
+    chunked_convs<double>(state);
     depthwise_convs<float>(state);
     depthwise_convs<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels)\n", runs, failures, ks::tiles::row_block,
