@@ -85,16 +85,17 @@ constexpr bool phased(const conv_shape& s) {
     return s.groups == 1 && s.out[0] == 1 && s.in[0] == 1 && s.kernel[0] == 1 && s.pad[0] == 0 && s.stride[2] > 1 &&
            s.dilation[1] == 1 && s.dilation[2] == 1 && s.out[2] >= 4 * panel_width<T> && s.kernel[1] >= s.stride[1] &&
            s.kernel[2] >= s.stride[2] &&
-           s.channels * s.stride[1] * s.stride[2] * (extent(s, 1) / s.stride[1] + 1) * (extent(s, 2) / s.stride[2] + 1) <
+           s.channels * s.stride[1] * s.stride[2] * (tiles::index_div(extent(s, 1), s.stride[1]) + 1) *
+                   (tiles::index_div(extent(s, 2), s.stride[2]) + 1) <
                (1ll << 30);
 }
 
 // The rows and columns of each phase plane (phased): the padded extent over the stride, rounded up.
 constexpr int64_t phase_rows(const conv_shape& s) {
-    return (extent(s, 1) + s.stride[1] - 1) / s.stride[1];
+    return tiles::index_div(extent(s, 1) + s.stride[1] - 1, s.stride[1]);
 }
 constexpr int64_t phase_cols(const conv_shape& s) {
-    return (extent(s, 2) + s.stride[2] - 1) / s.stride[2];
+    return tiles::index_div(extent(s, 2) + s.stride[2] - 1, s.stride[2]);
 }
 
 // Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
@@ -607,7 +608,7 @@ template <class T>
 constexpr int64_t chunk_channels(const conv_shape& s) {
     const int64_t per = s.out_channels * s.taps() * int64_t(sizeof(T));
     const int64_t most = tiles::index_div(tiles::k_step(s.depth()), s.taps());
-    const int64_t cc = chunk_bytes / per;
+    const int64_t cc = tiles::index_div(chunk_bytes, per);
     return cc < 1 ? 1 : (cc > most ? most : cc);
 }
 
@@ -641,7 +642,7 @@ __attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* 
         for (int64_t y = 0; y < e1; ++y) {
             const int64_t sy = y - s.pad[1];
             const T* src = sy >= 0 && sy < s.in[1] ? x + (c * s.in[1] + sy) * s.in[2] : nullptr;
-            T* row = out + (y % sh) * sw * plane + (y / sh) * pw;
+            T* row = out + tiles::index_mod(y, sh) * sw * plane + tiles::index_div(y, sh) * pw;
             for (int64_t r = 0; r < sw; ++r) {  // (column phase r: padded columns r, r + sw, ...)
                 T* o = row + r * plane;
                 KS_OMP_SIMD()
@@ -666,8 +667,9 @@ __attribute__((noinline)) inline void phase_offsets(const conv_shape& s, int32_t
     for (int64_t c = 0; c < s.channels; ++c) {
         for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
             for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
-                out[p++] = static_cast<int32_t>((c * sh * sw + (kh % sh) * sw + kw % sw) * plane +
-                                                (kh / sh) * phase_cols(s) + kw / sw);
+                const int64_t ih = tiles::index_div(kh, sh), iw = tiles::index_div(kw, sw);  // (row, column of the plane)
+                out[p++] = static_cast<int32_t>((c * sh * sw + (kh - ih * sh) * sw + kw - iw * sw) * plane +
+                                                ih * phase_cols(s) + iw);
             }
         }
     }
