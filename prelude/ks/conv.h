@@ -72,17 +72,48 @@ constexpr bool direct(const conv_shape& s) {
     return s.stride[2] == 1 && 2 * s.out[2] >= panel_width<T> && s.channels * s.in[0] * s.in[1] * s.in[2] < (1ll << 30);
 }
 
+// Whether a strided 2-d convolution reads its windows straight from the image split into stride phases (method
+// `phases`): padded element (y, x) copied to phase plane (y mod stride_h, x mod stride_w) at (y / stride_h,
+// x / stride_w), so that tap (kh, kw) of consecutive outputs of a row reads consecutive elements of plane
+// (kh mod stride_h, kw mod stride_w), as a stride-1 convolution does from the image: no im2col copy per block.
+// One group, dilation 1, taps that reach every phase (a 1 × 1 stride-2 kernel reads one plane of four: the copy of
+// the others cost it 1.5-1.75× its time) and rows of four panels or more (ResNet's 7×7 stride-2 stem, 112 × 112:
+// 1.7 -> 1.3 ms, its im2col copies had taken 37% of its time; its 3×3 stride-2 layers at 28 × 28 ran 5-15% slower
+// this way than by im2col, the output rows of two panels, the second partial, each a pass over the kernel).
+template <class T>
+constexpr bool phased(const conv_shape& s) {
+    return s.groups == 1 && s.out[0] == 1 && s.in[0] == 1 && s.kernel[0] == 1 && s.pad[0] == 0 && s.stride[2] > 1 &&
+           s.dilation[1] == 1 && s.dilation[2] == 1 && s.out[2] >= 4 * panel_width<T> && s.kernel[1] >= s.stride[1] &&
+           s.kernel[2] >= s.stride[2] &&
+           s.channels * s.stride[1] * s.stride[2] * (tiles::index_div(extent(s, 1), s.stride[1]) + 1) *
+                   (tiles::index_div(extent(s, 2), s.stride[2]) + 1) <
+               (1ll << 30);
+}
+
+// The rows and columns of each phase plane (phased): the padded extent over the stride, rounded up.
+constexpr int64_t phase_rows(const conv_shape& s) {
+    return tiles::index_div(extent(s, 1) + s.stride[1] - 1, s.stride[1]);
+}
+constexpr int64_t phase_cols(const conv_shape& s) {
+    return tiles::index_div(extent(s, 2) + s.stride[2] - 1, s.stride[2]);
+}
+
 // Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
 // end in a partial panel read up to a panel past them (the copy has that much room after it).
 template <class T>
 constexpr bool copies_image(const conv_shape& s) {
-    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0);
+    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0) || phased<T>(s);
 }
 
-// The elements of the zero-padded copy of the image and its room after (0 when there is no copy).
+// The elements of the zero-padded copy of the image and its room after (0 when there is no copy); split into
+// phase planes when phased.
 template <class T>
 constexpr int64_t padded_size(const conv_shape& s) {
-    return copies_image<T>(s) ? s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2) + panel_width<T> : 0;
+    const int64_t planes = s.stride[1] * s.stride[2] * phase_rows(s) * phase_cols(s);
+    const int64_t plain = s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2);
+    return copies_image<T>(s) ? (phased<T>(s) && s.channels * planes > plain ? s.channels * planes : plain) +
+                                    panel_width<T>
+                              : 0;
 }
 
 // A pointwise convolution (one tap, stride 1, no padding) as the same convolution of images of one row
@@ -476,8 +507,9 @@ namespace convs {
 template <class T>
 constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
     const int64_t image = aligned(padded_size<T>(s));
+    const int64_t panels = tiles::k_step(s.depth()) * block_columns<T>(s);  // (an im2col block; chunks too)
     const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
-                                      : tiles::k_step(s.depth()) * block_columns<T>(s);
+                                      : (phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels);
     const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
     return plan_room<T>() + (packs ? aligned(packed_kernel_size(s)) : 0) + image +
            aligned(rest > columns ? rest : columns) + chunks_room<T>();
@@ -586,6 +618,121 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
     }
 }
 
+// The kernel's bytes a channel chunk of ks::conv's `chunks` method reads (all output channels, the chunk's
+// rows of the im2col matrix): about half of a core's L2 cache, so that they stay there while every image's
+// tiles read them.
+constexpr int64_t chunk_bytes = 512 * 1024;
+
+// The input channels of a chunk: as many as keep its kernel rows within chunk_bytes (at least one), and no more
+// im2col rows than one block of the scratch holds (k_step).
+template <class T>
+constexpr int64_t chunk_channels(const conv_shape& s) {
+    const int64_t per = s.out_channels * s.taps() * int64_t(sizeof(T));
+    const int64_t most = tiles::index_div(tiles::k_step(s.depth()), s.taps());
+    const int64_t cc = tiles::index_div(chunk_bytes, per);
+    return cc < 1 ? 1 : (cc > most ? most : cc);
+}
+
+// Whether ks::conv runs by channel chunks (method `chunks`): im2col packed into panels (not direct, not few
+// positions), one group, an image's positions in one block of panels, and a kernel larger than two chunks
+// (ResNet's 3×3 layers at 7 × 7 with 256-512 channels: the kernel, 2-9 MB, was read from L3 once per image and per
+// pair of panels, 92 GFLOP/s at batch 8 against onnxruntime's 178).
+template <class T>
+constexpr bool chunked(const conv_shape& s) {
+    return !few_positions(s) && !direct<T>(s) && s.groups == 1 && s.positions() <= position_block * panel_width<T> &&
+           s.out_channels * s.depth() * int64_t(sizeof(T)) > 2 * chunk_bytes && tiles::k_step(s.depth()) >= s.taps();
+}
+
+// Channels [c0, c0 + count) of one image x (the given, unpadded layout) copied zero-padded into dst, as the
+// plan's padded shape with `count` channels reads them.
+template <class T>
+__attribute__((noinline)) void pad_channels(const conv_shape& given, int64_t count, const T* x, T* dst) {
+    conv_shape part = canonical(given);
+    part.channels = count;
+    pad_image<T>(part, x, dst);
+}
+
+// One image x [C][h][w] (the given layout, s: its canonical shape) zero-padded and split into its stride phases at
+// dst [C][stride_h · stride_w][phase_rows][phase_cols] (phased), a panel of zeros after.
+template <class T>
+__attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* dst) {
+    const int64_t sh = s.stride[1], sw = s.stride[2], ph = phase_rows(s), pw = phase_cols(s);
+    const int64_t plane = ph * pw, e1 = ph * sh;
+    for (int64_t c = 0; c < s.channels; ++c) {
+        T* out = dst + c * sh * sw * plane;
+        for (int64_t y = 0; y < e1; ++y) {
+            const int64_t sy = y - s.pad[1];
+            const T* src = sy >= 0 && sy < s.in[1] ? x + (c * s.in[1] + sy) * s.in[2] : nullptr;
+            T* row = out + tiles::index_mod(y, sh) * sw * plane + tiles::index_div(y, sh) * pw;
+            for (int64_t r = 0; r < sw; ++r) {  // (column phase r: padded columns r, r + sw, ...)
+                T* o = row + r * plane;
+                KS_OMP_SIMD()
+                for (int64_t i = 0; i < pw; ++i) {
+                    const int64_t sx = r + i * sw - s.pad[2];
+                    o[i] = src != nullptr && sx >= 0 && sx < s.in[2] ? src[sx] : T(0);
+                }
+            }
+        }
+    }
+    T* room = dst + s.channels * sh * sw * plane;
+    for (int64_t i = 0; i < panel_width<T>; ++i) {
+        room[i] = T(0);
+    }
+}
+
+// The offset of each im2col row (c, kh, kw) from the split image (split_phases), and the stride-1 shape over one
+// phase plane that direct_group runs with them.
+__attribute__((noinline)) inline void phase_offsets(const conv_shape& s, int32_t* out) {
+    const int64_t sh = s.stride[1], sw = s.stride[2], plane = phase_rows(s) * phase_cols(s);
+    int64_t p = 0;
+    for (int64_t c = 0; c < s.channels; ++c) {
+        for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+            for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
+                const int64_t ih = tiles::index_div(kh, sh), iw = tiles::index_div(kw, sw);  // (row, column of the plane)
+                out[p++] = static_cast<int32_t>((c * sh * sw + (kh - ih * sh) * sw + kw - iw * sw) * plane +
+                                                ih * phase_cols(s) + iw);
+            }
+        }
+    }
+}
+
+constexpr conv_shape phase_shape(const conv_shape& s) {
+    conv_shape p = s;
+    p.in[1] = phase_rows(s);
+    p.in[2] = phase_cols(s);
+    p.stride[1] = p.stride[2] = 1;
+    p.pad[1] = p.pad[2] = 0;
+    return p;
+}
+
+// ks::conv by channel chunks: per chunk of input channels (chunk_channels), every image's rows of the im2col
+// matrix for them packed into panels and multiplied by the chunk's kernel rows (read as they are, from L2 after
+// the first image), adding to the outputs; the epilogue with the last chunk. Each image's channels are padded
+// once, chunk by chunk, into the padded copy's room.
+template <class T>
+__attribute__((noinline)) void chunks_all(const conv_shape& given, const conv_plan& plan, int64_t images, const T* x,
+                                          const T* w, T* padded, T* panels, chunks<T>& cs, T* y,
+                                          const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_shape& s = plan.s;
+    const int64_t m = s.out_channels, depth = s.depth(), n = s.positions(), cc = chunk_channels<T>(s);
+    const int64_t plane = tiles::index_div(plan.image, s.channels);
+    for (int64_t c0 = 0; c0 < s.channels; c0 += cc) {
+        const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
+        for (int64_t image = 0; image < images; ++image) {
+            const T* xi = x + image * plan.image + c0 * plane;
+            if (plan.copy) {
+                pad_channels<T>(given, count, xi, padded);
+                xi = padded;
+            }
+            pack_panels<T>(s, xi, 0, kc, 0, n, panels, cs);
+            conv_block<T, false>(m, kc, kernel_rows<T, false>(w, depth, c0 * s.taps()),
+                                 tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((n + P - 1) / P),
+                                 y + image * m * n, n, n, c0 > 0, c0 + count >= s.channels, 0, epi.group(image, 0));
+        }
+    }
+}
+
 }  // namespace convs
 
 namespace convs {
@@ -616,6 +763,12 @@ __attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape&
     return p;
 }
 
+// split_phases of the canonical shape of `given`.
+template <class T>
+__attribute__((noinline)) void split_given(const conv_shape& given, const T* x, T* dst) {
+    split_phases<T>(canonical(given), x, dst);
+}
+
 // pad_image of the canonical shape of `given`.
 template <class T>
 __attribute__((noinline)) void pad_given(const conv_shape& given, const T* x, T* dst) {
@@ -629,7 +782,7 @@ namespace convs {
 // The algorithm ks::conv runs (one per call: method_of): dot products for few positions (few_dots), the windows
 // read straight from the image (direct_group) or packed into panels (packed_group), each with the kernel packed in
 // row tiles (_packed) or read as it is.
-enum class method { few, direct_packed, direct, panels_packed, panels };
+enum class method { few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases };
 
 // The method for `given` over `images` images: a constant when they are (then the generated code calls
 // conv_as<T, method_of<T>(...)> and links that method's code alone, not all five: issue 36, a Cortex-M4's flash).
@@ -640,6 +793,12 @@ template <class T>
 constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the plan's shape)
     if (few_positions(s)) {
         return method::few;
+    }
+    if (chunked<T>(s)) {
+        return method::chunks;
+    }
+    if (phased<T>(s)) {
+        return kernel_passes<T>(phase_shape(s), images) > 1 ? method::phases_packed : method::phases;
     }
     const bool pack = kernel_passes<T>(s, images) > 1;
     if (direct<T>(s)) {
@@ -663,7 +822,8 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
              T* scratch, const epilogue<T>& epi = {}) {
     using convs::method;
     constexpr bool few = M == method::few, direct = M == method::direct_packed || M == method::direct;
-    constexpr bool pack = M == method::direct_packed || M == method::panels_packed;
+    constexpr bool phases = M == method::phases_packed || M == method::phases;
+    constexpr bool pack = M == method::direct_packed || M == method::panels_packed || M == method::phases_packed;
     x = tiles::opaque(x);
     w = tiles::opaque(w);
     const conv_shape& s = plan.s;
@@ -680,10 +840,20 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     if constexpr (direct) {
         convs::row_offsets(s, offsets);
     }
+    if constexpr (phases) {
+        convs::phase_offsets(s, offsets);
+    }
+    if constexpr (M == method::chunks) {
+        return convs::chunks_all<T>(given, plan, images, x, w, padded, rest, cs, y, epi);
+    }
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * plan.image;
         if (plan.copy) {
-            convs::pad_given<T>(given, xi, padded);
+            if constexpr (phases) {
+                convs::split_given<T>(given, xi, padded);
+            } else {
+                convs::pad_given<T>(given, xi, padded);
+            }
             xi = padded;
         }
         for (int64_t g = 0; g < s.groups; ++g) {
@@ -696,6 +866,8 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
                 convs::few_dots<T>(mg, n, depth, kernel, rest, yg, eg);
             } else if constexpr (direct) {
                 convs::direct_group<T, pack>(s, xg, kernel, offsets, yg, eg);
+            } else if constexpr (phases) {
+                convs::direct_group<T, pack>(convs::phase_shape(s), xg, kernel, offsets, yg, eg);
             } else {
                 convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg);
             }
@@ -719,6 +891,12 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
         return conv_as<T, method::panels_packed>(plan, given, images, x, w, y, scratch, epi);
     case method::panels:
         return conv_as<T, method::panels>(plan, given, images, x, w, y, scratch, epi);
+    case method::chunks:
+        return conv_as<T, method::chunks>(plan, given, images, x, w, y, scratch, epi);
+    case method::phases_packed:
+        return conv_as<T, method::phases_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::phases:
+        return conv_as<T, method::phases>(plan, given, images, x, w, y, scratch, epi);
     }
 }
 

@@ -42,6 +42,9 @@ inline namespace KS_KERNELS {
     KS_CONV_METHOD(PREFIX, T, direct)                                                                             \
     KS_CONV_METHOD(PREFIX, T, panels_packed)                                                                      \
     KS_CONV_METHOD(PREFIX, T, panels)                                                                             \
+    KS_CONV_METHOD(PREFIX, T, chunks)                                                                             \
+    KS_CONV_METHOD(PREFIX, T, phases_packed)                                                                      \
+    KS_CONV_METHOD(PREFIX, T, phases)                                                                             \
     PREFIX void conv_winograd<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);     \
     PREFIX void conv_winograd_range<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&, \
                                        int64_t, int64_t);                                                         \

@@ -288,6 +288,66 @@ void convs(uint64_t& state) {
     }
 }
 
+// Convolutions whose kernel is larger than two channel chunks and whose positions fit one block (ResNet's layers at
+// 7 × 7): ks::conv's `chunks` method (ks/conv.h: chunks_all), which must be the method these shapes get; channel
+// counts that leave a partial last chunk, rows of the kernel past the last whole tile, padding or none, strides 1 and
+// 2, one image and several, with and without an epilogue.
+template <class T>
+void chunked_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, side, kernel, stride, pad;
+    };
+    const case_ cases[] = {{200, 150, 7, 3, 1, 1}, {181, 203, 9, 3, 2, 1}, {600, 500, 13, 1, 2, 0},
+                           {150, 260, 5, 3, 1, 0}, {110, 300, 14, 3, 2, 1}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.side, c.side}, {}, {1, c.kernel, c.kernel}, {1, 1, c.stride},
+                         {1, 1, 1}, {0, c.pad, c.pad}};
+        s.stride[1] = c.stride;
+        s.out[0] = 1;
+        s.out[1] = s.out[2] = (c.side + 2 * c.pad - c.kernel) / c.stride + 1;
+        const bool fits = s.positions() <= ks::convs::position_block * ks::panel_width<T>;  // (double: 32 positions)
+        const bool chunks = ks::convs::method_of<T>(s, 1) == ks::convs::method::chunks;
+        report<T>(chunks == fits ? 0.0 : 1e9, s.depth(), "conv: the chunks method chosen", s.out_channels, s.positions(),
+                  s.depth(), 0);
+        for (int images = 1; images <= 3; images += 2) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
+// Strided 2-d convolutions whose rows hold four panels or more: ks::conv's `phases` methods (ks/conv.h: the image
+// split into stride phases, read by the direct path's tiles), which must be the method these shapes get: a 7 × 7
+// stride-2 stem of 3 channels, 3 × 3 stride-2 layers, strides 3 and (1, 2), odd sides, padding on one side or none,
+// output channels past the last whole tile; one image (the kernel read in place) and three (packed); and two that
+// must not get it (a 1 × 1 stride-2 kernel, rows of fewer than four panels), checked against the loops all the same.
+template <class T>
+void phased_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, h, w, kh, kw, sh, sw, ph, pw;
+    };
+    const case_ cases[] = {{3, 20, 37, 141, 7, 7, 2, 2, 3, 3}, {13, 19, 30, 129, 3, 3, 2, 2, 1, 1},
+                           {5, 9, 40, 200, 3, 5, 3, 3, 1, 2},  {6, 7, 12, 140, 3, 3, 1, 2, 1, 0},
+                           {4, 17, 21, 140, 2, 4, 2, 2, 0, 1}, {3, 9, 19, 67, 7, 7, 2, 2, 3, 3},
+                           {8, 11, 33, 140, 1, 1, 2, 2, 0, 0}, {13, 19, 30, 29, 3, 3, 2, 2, 1, 1}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.h, c.w}, {}, {1, c.kh, c.kw}, {1, c.sh, c.sw},
+                         {1, 1, 1}, {0, c.ph, c.pw}};
+        s.out[0] = 1;
+        s.out[1] = (c.h + 2 * c.ph - c.kh) / c.sh + 1;
+        s.out[2] = (c.w + 2 * c.pw - c.kw) / c.sw + 1;
+        const bool fits = s.out[2] >= 4 * ks::panel_width<T> && c.kh >= c.sh && c.kw >= c.sw;  // (the last two: not)
+        const ks::convs::method m = ks::convs::method_of<T>(s, 1);
+        const bool phases = m == ks::convs::method::phases || m == ks::convs::method::phases_packed;
+        report<T>(phases == fits ? 0.0 : 1e9, s.depth(), "conv: the phases method chosen", s.out_channels,
+                  s.positions(), s.depth(), 0);
+        for (int images = 1; images <= 3; images += 2) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Depthwise convolutions (one group per input channel, one or two output channels each) through
 // ks::conv_depthwise: rows from 1 to 150 columns (runs of 4 vectors and the vectors after them), strides and
 // dilations 1 to 3, padding on either side.
@@ -333,6 +393,10 @@ int main() {
     gemms<double>(state);
     convs<float>(state);
     convs<double>(state);
+    chunked_convs<float>(state);
+    chunked_convs<double>(state);
+    phased_convs<float>(state);
+    phased_convs<double>(state);
     depthwise_convs<float>(state);
     depthwise_convs<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels)\n", runs, failures, ks::tiles::row_block,
