@@ -82,6 +82,18 @@ def _resnet_onnx(path) -> None:
                       output_names=["y"])
 
 
+def _stem_onnx(path) -> None:
+    """ks::conv's phases and chunks methods: a 7×7 stride-2 stem with 70-wide output rows (the image split into
+    its stride phases) and a 256-channel 3×3 convolution at 5 × 5 whose kernel (2.4 MB) runs by channel chunks."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(5), nn.Conv2d(8, 256, 1), nn.ReLU(),
+                        nn.Conv2d(256, 256, 3, 1, 1), nn.ReLU(), nn.Flatten(), nn.Linear(256 * 25, 10))
+    torch.onnx.export(net.eval(), (torch.zeros(1, 3, 140, 140),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"])
+
+
 def _int8_onnx(path, root) -> None:
     """A small CNN (a convolution, a depthwise one, a pointwise one, a linear layer) quantized by onnxruntime
     (QOperator: QLinearConv and QGemm, ks::qconv, ks::qconv_depthwise and ks::qmatmul)."""
@@ -109,13 +121,14 @@ def _int8_onnx(path, root) -> None:
 
 @pytest.fixture(scope="module")
 def nets(tmp_path_factory):
-    """name -> (ONNX model, input shape): the MobileNet-like, ResNet-like and int8 networks."""
+    """name -> (ONNX model, input shape): the MobileNet-like, ResNet-like, stem/chunks and int8 networks."""
     root = tmp_path_factory.mktemp("arena_nets")
     _mobile_onnx(root / "mobile.onnx")
     _resnet_onnx(root / "resnet.onnx")
+    _stem_onnx(root / "stem.onnx")
     _int8_onnx(root / "int8.onnx", root)
     return {"mobile": (root / "mobile.onnx", (1, 3, 32, 32)), "resnet": (root / "resnet.onnx", (2, 3, 16, 16)),
-            "int8": (root / "int8.onnx", (1, 3, 16, 16))}
+            "stem": (root / "stem.onnx", (1, 3, 140, 140)), "int8": (root / "int8.onnx", (1, 3, 16, 16))}
 
 
 def _manifest(root: Path, nets, threads: int = 1) -> Path:

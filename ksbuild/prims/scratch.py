@@ -129,7 +129,28 @@ CONV_PLAN_BYTES = 208
 
 def _copies_image(s: ConvShape, size: int) -> bool:
     pads = any(s.pad[a] > 0 or _extent(s, a) - s.pad[a] > s.inp[a] for a in range(3))
-    return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0)
+    return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0) or _phased(s, size)
+
+
+def _phased(s: ConvShape, size: int) -> bool:
+    """convs::phased<T>: a strided 2-d convolution read from the image split into its stride phases."""
+    fits = s.channels * s.stride[1] * s.stride[2] * (_extent(s, 1) // s.stride[1] + 1) * \
+        (_extent(s, 2) // s.stride[2] + 1) < 1 << 30
+    return s.groups == 1 and s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and \
+        s.stride[2] > 1 and s.dilation[1] == 1 and s.dilation[2] == 1 and s.out[2] >= 4 * _panel(size) and \
+        s.kernel[1] >= s.stride[1] and s.kernel[2] >= s.stride[2] and fits
+
+
+def _phase_planes(s: ConvShape) -> int:
+    """The elements of one channel's phase planes: stride_h · stride_w planes of phase_rows × phase_cols."""
+    return s.stride[1] * s.stride[2] * -(-_extent(s, 1) // s.stride[1]) * -(-_extent(s, 2) // s.stride[2])
+
+
+def _chunked(s: ConvShape, size: int, t: Tiles) -> bool:
+    """convs::chunked<T>: im2col by chunks of input channels (a kernel over two chunks of 512 KB)."""
+    return not _few_positions(s) and not _direct(s, size) and s.groups == 1 and \
+        s.positions() <= t.panels_per_block * _panel(size) and \
+        s.out_channels * s.depth() * size > 2 * 512 * 1024 and _k_step(s.depth(), t) >= s.taps()
 
 
 def _direct(s: ConvShape, size: int) -> bool:
@@ -139,7 +160,9 @@ def _direct(s: ConvShape, size: int) -> bool:
 def _padded_size(s: ConvShape, size: int) -> int:
     if not _copies_image(s, size):
         return 0
-    return s.channels * _extent(s, 0) * _extent(s, 1) * _extent(s, 2) + _panel(size)
+    plain = s.channels * _extent(s, 0) * _extent(s, 1) * _extent(s, 2)
+    planes = s.channels * _phase_planes(s)
+    return (planes if _phased(s, size) and planes > plain else plain) + _panel(size)
 
 
 def _block_columns(s: ConvShape, size: int, t: Tiles) -> int:
@@ -166,7 +189,8 @@ def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     """convs::tiles_room<T>."""
     mg = s.out_channels // s.groups
     packed = s.groups * -(-mg // t.row_block) * t.row_block * s.depth() if packs else 0
-    rest = _aligned(s.depth()) if _direct(s, size) else _k_step(s.depth(), t) * _block_columns(s, size, t)
+    panels = _k_step(s.depth(), t) * _block_columns(s, size, t)
+    rest = _aligned(s.depth()) if _direct(s, size) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
     columns = s.positions() * s.depth() if _few_positions(s) else 0
     return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size)) + \
         _aligned(max(rest, columns)) + _chunks_room(size, t)
@@ -183,13 +207,21 @@ def _packs_kernel(given: ConvShape, images: int, size: int, t: Tiles) -> bool:
         s = replace(s, inp=tuple(_extent(s, a) for a in range(3)), pad=(0, 0, 0))
     if images <= 0:
         return True
+    if _few_positions(s) or _chunked(s, size, t):  # (convs::method_for: few, chunks: the kernel read as it is)
+        return False
+    if _phased(s, size):
+        s = replace(s, inp=(1, -(-_extent(s, 1) // s.stride[1]), -(-_extent(s, 2) // s.stride[2])),
+                    stride=(1, 1, 1), pad=(0, 0, 0))
+    return _kernel_passes(s, images, size, t) > 1
+
+
+def _kernel_passes(s: ConvShape, images: int, size: int, t: Tiles) -> int:
+    """convs::kernel_passes<T>: how often the tiles read the kernel over `images` images."""
     p, block = _panel(size), t.panels_per_block * _panel(size)
     if not _direct(s, size):
-        passes = images * -(-s.positions() // block)
-    else:
-        per_plane = -(-s.out[1] // t.panels_per_block) if s.out[2] <= p else s.out[1] * -(-s.out[2] // block)
-        passes = images * s.out[0] * per_plane
-    return not _few_positions(s) and passes > 1
+        return images * -(-s.positions() // block)
+    per_plane = -(-s.out[1] // t.panels_per_block) if s.out[2] <= p else s.out[1] * -(-s.out[2] // block)
+    return images * s.out[0] * per_plane
 
 
 def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False, images: int = 0) -> int:

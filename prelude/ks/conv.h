@@ -528,10 +528,18 @@ constexpr conv_shape run_shape(const conv_shape& given) {
 // Whether ks::conv packs the kernel in row tiles for `images` images (method_for's *_packed methods: the tiles read
 // it more than once); images <= 0, not known: room for it all the same. (A batch-1 network's deep layers read their
 // kernel once: ResNet-18's 512-channel ones had 9.4 MB of scratch for a packed kernel they never made.)
+// (The methods: method_for below.)
+enum class method { few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases };
+template <class T>
+constexpr method method_for(const conv_shape& s, int64_t images);
+
 template <class T>
 constexpr bool packs_kernel(const conv_shape& given, int64_t images) {
-    const conv_shape s = run_shape<T>(given);
-    return images <= 0 || (!few_positions(s) && kernel_passes<T>(s, images) > 1);
+    if (images <= 0) {
+        return true;
+    }
+    const method m = method_for<T>(run_shape<T>(given), images);
+    return m == method::direct_packed || m == method::panels_packed || m == method::phases_packed;
 }
 
 }  // namespace convs
@@ -782,8 +790,6 @@ namespace convs {
 // The algorithm ks::conv runs (one per call: method_of): dot products for few positions (few_dots), the windows
 // read straight from the image (direct_group) or packed into panels (packed_group), each with the kernel packed in
 // row tiles (_packed) or read as it is.
-enum class method { few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases };
-
 // The method for `given` over `images` images: a constant when they are (then the generated code calls
 // conv_as<T, method_of<T>(...)> and links that method's code alone, not all five: issue 36, a Cortex-M4's flash).
 // The kernel is packed in row tiles when the tiles read it more than once; read once (one image whose positions
