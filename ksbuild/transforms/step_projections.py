@@ -4,8 +4,8 @@ Requires: a Func after select_backend. Guarantees: the same values; a top-level 
 the projection of a sequence computed for every step before it (ops/rnn.py: the rows of src [T, B, I] times a
 weight w [G, I], `contract "ri,gi->rg"`, reshaped to [T, B, G], plus a bias that does not depend on the step) scans
 src instead, takes w and the bias as loop constants, and computes the step's projection in its body; a bias computed
-from constants alone and read nowhere else (an LSTM's input and recurrent biases added) becomes one constant. Run only for
-such targets (pipeline Options.vectors false: Cortex-M), whose RAM the projection of all steps filled (an LSTM of
+from constants alone and read nowhere else (an LSTM's input and recurrent biases added) becomes one constant. Run only
+for such targets (pipeline Options.vectors false: Cortex-M), whose RAM the projection of all steps filled (an LSTM of
 20 steps and 4 × 32 gates: 10 KB of its 11 KB workspace; emx-onnx-cgen projects step by step, issue 36). With
 vectors the projection of all steps at once is one larger matrix product, faster, and stays.
 """
@@ -113,7 +113,7 @@ def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, produc
     """The loop scanning src, with w (and the bias) as its last constants and each step's projection in its body."""
     p = loop.params
     body: Func = p["body"]
-    n_consts, n_carry = p["n_consts"], p["n_carry"]
+    n_consts = p["n_consts"]
     extra = [w] + ([bias] if bias is not None else [])
     step = Type(src.type.dtype, src.type.shape[1:])
     nb = Builder()
@@ -127,7 +127,8 @@ def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, produc
     results = inline(nb, body, old_args)
     new_body = nb.func(body.name, params, results, body.result_names)
     trip, consts, rest = ins[0], ins[1:1 + n_consts], ins[1 + n_consts:-1]
-    outs = b.bind(loop.prim, [trip, *consts, *extra, *rest, src], dict(p, body=new_body, n_consts=n_consts + len(extra)))
+    outs = b.bind(loop.prim, [trip, *consts, *extra, *rest, src],
+                  dict(p, body=new_body, n_consts=n_consts + len(extra)))
     return list(outs)
 
 
