@@ -229,7 +229,8 @@ def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = 
 
 def _taken(f: Func, dims: list[str]) -> list[str]:
     """Conditions under which an element would be taken from (or written into) an axis of size 0, which has none:
-    x[i] and its vjp's add into x[i], a gather from an empty table. In f (its fused loop nests and inlined calls
+    x[i] and its vjp's add into x[i], a gather from an empty table, torch.max(x, dim).values (a max or min with
+    ties="first") over an empty axis. In f (its fused loop nests and inlined calls
     too) and in the bodies of its loops whose
     step counts are dims (for row in x: row[0]), which count only when they have steps; a gather counts when it
     has indices. Not in an if's branches (`if n > 0: x[0]` guards), nor in loops of run-time step counts.
@@ -249,11 +250,25 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
         terms += [f"{dim_expr(d)} > 0" for d in dict.fromkeys(factors) if isinstance(d, str) and expressible(d)]
         checks.append(" && ".join(terms) or "true")
 
+    def first_extremum(e, runs: tuple) -> None:
+        # torch.max(x, dim).values (a max or min with ties="first"): the element at the extremum's index, which an
+        # empty axis does not have (torch refuses it), for every element of the result
+        for axis in e.params["axes"]:
+            extent = e.ins[0].type.shape[axis]
+            factors = runs + tuple(e.outs[0].type.shape)
+            if not expressible(extent) or (isinstance(extent, int) and extent > 0) or 0 in factors:
+                continue
+            terms = [] if isinstance(extent, int) else [f"{dim_expr(extent)} < 1"]
+            terms += [f"{dim_expr(d)} > 0" for d in dict.fromkeys(factors) if isinstance(d, str) and expressible(d)]
+            checks.append(" && ".join(terms) or "true")
+
     def visit(g: Func, runs: tuple) -> None:
         sizes = {e.outs[0]: e.params["dim"] for e in g.eqns if e.prim.name == "dim_size"}
         for e in g.eqns:
             if e.prim.takes is not None:
                 check(e, runs)
+            elif e.prim.reduction in ("max", "min") and e.params.get("ties") == "first":
+                first_extremum(e, runs)
             elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)
                 visit(e.params["body" if e.prim.name == "fusion" else "fn"], runs)
             elif e.prim.name == "loop":
