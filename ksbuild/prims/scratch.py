@@ -243,6 +243,7 @@ def winograd_scratch(s: ConvShape, size: int, t: Tiles) -> int:
 
 DEPTHWISE_RUN = 4           # depthwise::run_vectors
 ACROSS_POSITIONS = 3136     # depthwise::across_positions
+ACROSS_BAND = 1792          # depthwise::across_band
 
 
 def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
@@ -255,8 +256,13 @@ def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
     copy = _aligned(_extent(s, 0) * s.stride[1] * s.stride[2] * rows * places + DEPTHWISE_RUN * lanes)
     sums = _aligned(rows * places + DEPTHWISE_RUN * lanes) if flat else 0
     copied = copy + sums + -(-s.taps() * 8 // size)
-    across = 16 * (_extent(s, 1) * _extent(s, 2) + s.out[1] * s.out[2] + s.taps() + 1)
-    return across if s.out[1] * s.out[2] <= ACROSS_POSITIONS and across > copied else copied
+    small = s.out[1] * s.out[2] <= ACROSS_POSITIONS
+    fits = s.kernel[0] == 1 and s.inp[0] == 1 and s.out[0] == 1 and s.out_channels == s.channels and \
+        (small or s.channels >= 8)  # (depthwise::across_fits: larger planes in bands, with 8 channels or more)
+    band = s.out[1] if small else ACROSS_BAND // s.out[2] if s.out[2] < ACROSS_BAND else 1
+    extent = (band - 1) * s.stride[1] + (s.kernel[1] - 1) * s.dilation[1] + 1  # (depthwise::band_extent)
+    across = 16 * (extent * _extent(s, 2) + band * s.out[2] + s.taps() + 1)
+    return across if fits and across > copied else copied
 
 
 # ---- ks::tiled_gemm (prelude/ks/gemm.h) and parts (prelude/ks/parts.h) ---------------------------------------------
