@@ -241,34 +241,25 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
     def expressible(d) -> bool:
         return isinstance(d, int) or (isinstance(d, str) and set(dim_names(d)) <= set(dims))
 
-    def check(e, runs: tuple) -> None:
-        extent = e.ins[0].type.shape[e.params["axis"]]
-        factors = runs + tuple(d for at in e.prim.takes for d in e.ins[at].type.shape)
+    def check(extent, factors: tuple) -> None:
+        """Status 1 when `extent` is 0 and every factor of the count of elements taken from it is not."""
         if not expressible(extent) or (isinstance(extent, int) and extent > 0) or 0 in factors or extent in factors:
             return
         terms = [] if isinstance(extent, int) else [f"{dim_expr(extent)} < 1"]
         terms += [f"{dim_expr(d)} > 0" for d in dict.fromkeys(factors) if isinstance(d, str) and expressible(d)]
         checks.append(" && ".join(terms) or "true")
 
-    def first_extremum(e, runs: tuple) -> None:
-        # torch.max(x, dim).values (a max or min with ties="first"): the element at the extremum's index, which an
-        # empty axis does not have (torch refuses it), for every element of the result
-        for axis in e.params["axes"]:
-            extent = e.ins[0].type.shape[axis]
-            factors = runs + tuple(e.outs[0].type.shape)
-            if not expressible(extent) or (isinstance(extent, int) and extent > 0) or 0 in factors:
-                continue
-            terms = [] if isinstance(extent, int) else [f"{dim_expr(extent)} < 1"]
-            terms += [f"{dim_expr(d)} > 0" for d in dict.fromkeys(factors) if isinstance(d, str) and expressible(d)]
-            checks.append(" && ".join(terms) or "true")
-
     def visit(g: Func, runs: tuple) -> None:
         sizes = {e.outs[0]: e.params["dim"] for e in g.eqns if e.prim.name == "dim_size"}
         for e in g.eqns:
             if e.prim.takes is not None:
-                check(e, runs)
+                check(e.ins[0].type.shape[e.params["axis"]],
+                      runs + tuple(d for at in e.prim.takes for d in e.ins[at].type.shape))
             elif e.prim.reduction in ("max", "min") and e.params.get("ties") == "first":
-                first_extremum(e, runs)
+                # torch.max(x, dim).values: the element at the extremum's index, which an empty axis does not have
+                # (torch refuses it), for every element of the result
+                for axis in e.params["axes"]:
+                    check(e.ins[0].type.shape[axis], runs + tuple(e.outs[0].type.shape))
             elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)
                 visit(e.params["body" if e.prim.name == "fusion" else "fn"], runs)
             elif e.prim.name == "loop":
