@@ -23,6 +23,9 @@ def _cache(tmp_path_factory):
         cache = base / "ksbuild-cache"
         cache.mkdir(exist_ok=True)
         os.environ["KSBUILD_CACHE"] = str(cache)
+        # (the session's cache is thrown away after the run: no size limit, so that what one test built stays there
+        # for the next; tests/test_cache_entries.py checks the limit)
+        os.environ.setdefault("KSBUILD_CACHE_MAX_SIZE", "0")
     yield
 
 

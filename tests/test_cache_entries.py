@@ -162,6 +162,47 @@ def test_plain_clean_removes_everything_but_what_is_held(private_cache, capsys):
     assert not (private_cache / "dev").exists()
 
 
+# ---- the cache bounds itself after every build ----------------------------------------------------------------
+
+def test_the_limit_removes_the_least_recently_used_but_what_a_build_keeps(private_cache, monkeypatch):
+    entries = fill(private_cache)
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "150K")
+    with cache.file_lock(cache.key_lock("b2d"), wait=False):  # another process uses this one
+        done = cache.keep_within_limit([entries["b1h"]])
+    # b1h (100 KiB, kept) leaves 50 KiB: the oldest go until the rest fits, but b2d is held
+    assert [i.name for i in done.removed] == ["b20d", "kernels/k10d", "python/p/p5d", "logs/log3d"]
+    assert [i.name for i in done.busy] == ["b2d"]
+    assert sorted(n for n, p in entries.items() if p.exists()) == ["b1h", "b2d"]
+
+
+@pytest.mark.parametrize("limit", ["0", "1G"])
+def test_within_the_limit_or_without_one_nothing_goes(private_cache, monkeypatch, limit):
+    entries = fill(private_cache)
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", limit)
+    assert cache.keep_within_limit([]).removed == []
+    assert all(p.exists() for p in entries.values())
+
+
+def test_a_build_beyond_the_limit_removes_older_items(relu3_copy, tmp_path, private_cache, stable_key, monkeypatch,
+                                                      capsys):
+    entries = fill(private_cache)
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "1K")  # less than the new build alone: only it stays
+    said = package(relu3_copy, tmp_path / "out", capsys)
+    assert ("ksbuild: the build cache was above its limit (KSBUILD_CACHE_MAX_SIZE=1K): removed 6 least recently "
+            "used item(s)") in said, said
+    assert not any(p.exists() for p in entries.values())
+    assert [b.info["package"] for b in cache.builds()] == ["activations"]
+    assert "found a cached build" in package(relu3_copy, tmp_path / "again", capsys)  # (a reuse removes nothing)
+
+
+def test_a_bad_limit_is_refused_before_building(relu3_copy, tmp_path, private_cache, monkeypatch, capsys):
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "lots")
+    assert cli_main(["package", str(relu3_copy), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "KSBUILD_CACHE_MAX_SIZE: 'lots' is not a size such as 2G" in err and "0 for no limit" in err
+    assert not (tmp_path / "out").exists() and cache.builds() == []
+
+
 @pytest.mark.parametrize("text, seconds", [("7d", 7 * DAY), ("12h", 43200), ("30m", 1800), ("45s", 45),
                                            ("1.5h", 5400), ("2w", 14 * DAY)])
 def test_durations(text, seconds):

@@ -23,6 +23,10 @@ when it gets that lock exclusively, and never anything whose lock another proces
 
 An entry's age is the time since it was last used: its folder's modification time, which a build,
 a reuse and an up-to-date install touch. `clean --older-than` and `--max-size` go by it.
+
+The cache bounds itself: after every build that adds to it, the least recently used items are removed until it
+holds at most $KSBUILD_CACHE_MAX_SIZE (default 5G, as ccache's default; 0 = no limit), never what the build just
+made or what another process holds (keep_within_limit).
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import KsbuildError
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no inter-process locks; the atomic renames alone keep trees whole
@@ -48,6 +54,7 @@ LEFTOVERS = ("build-*", "wheel-*")  # the temporary folders of a build (package.
 MANIFESTS_KEPT = 10  # entry.json remembers this many manifests that used the entry
 DURATION_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+DEFAULT_MAX_SIZE = "5G"  # $KSBUILD_CACHE_MAX_SIZE when unset
 
 
 def cache_root() -> Path:
@@ -420,6 +427,45 @@ def clean(older_than: float | None = None, max_size: int | None = None) -> Clean
     _remove_empty_package_folders()
     done.size_after = sum(i.size for i in all_items())
     return done
+
+
+def size_limit() -> int | None:
+    """The cache's size limit in bytes: $KSBUILD_CACHE_MAX_SIZE (a SIZE, see parse_size), default 5G; None for 0
+    (no limit). A value that is not a size is an error naming the variable."""
+    text = os.environ.get("KSBUILD_CACHE_MAX_SIZE", "").strip() or DEFAULT_MAX_SIZE
+    try:
+        limit = parse_size(text)
+    except ValueError as e:
+        raise KsbuildError(f"KSBUILD_CACHE_MAX_SIZE: {e}",
+                           hint="set it to the most the build cache may hold (e.g. 5G), or 0 for no limit") from None
+    return limit or None
+
+
+def limit_text() -> str:
+    """Where the limit comes from, for messages: 'KSBUILD_CACHE_MAX_SIZE=2G' or 'the default 5G'."""
+    text = os.environ.get("KSBUILD_CACHE_MAX_SIZE", "").strip()
+    return f"KSBUILD_CACHE_MAX_SIZE={text}" if text else f"the default {DEFAULT_MAX_SIZE}; set KSBUILD_CACHE_MAX_SIZE"
+
+
+def keep_within_limit(keep: list[Path]) -> Cleaned:
+    """After a build added to the cache: remove the least recently used items until the cache holds at most
+    size_limit() bytes, except the items in (or under) `keep`, what the build just made. Returns what it did
+    (nothing when there is no limit or the cache is within it)."""
+    limit, done = size_limit(), Cleaned()
+    if limit is None:
+        return done
+    kept = [p.resolve() for p in keep]
+    items = sorted((i for i in all_items() if not _among(i.path.resolve(), kept)), key=lambda i: i.used)
+    mine = sum(_tree_size(p) for p in keep if p.exists())
+    _shrink(items, max(0, limit - mine), done)
+    if done.removed:
+        _remove_empty_package_folders()
+    return done
+
+
+def _among(path: Path, kept: list[Path]) -> bool:
+    """True if path is one of kept, or inside one, or holds one."""
+    return any(path == k or k in path.parents or path in k.parents for k in kept)
 
 
 def _shrink(items: list[Item], max_size: int, done: Cleaned) -> None:

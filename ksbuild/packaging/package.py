@@ -183,19 +183,32 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
         progress(f"ksbuild: {out} is up to date")
         return out
     check_replaceable(out, m.name, "tree")  # (before compiling: a refused output costs nothing)
+    cache.size_limit()  # (a bad $KSBUILD_CACHE_MAX_SIZE is refused before compiling too)
     cached = cache_root() / key / "install"
     with file_lock(key_lock(key)):
-        if _reusable(cached.parent, m.name, key, progress):
+        built = not _reusable(cached.parent, m.name, key, progress)
+        if built:
+            _build_into_cache(manifest, m, key, t, jobs, python_module, progress, here)
+        else:
             progress("ksbuild: found a cached build")
             cache.record_use(cached.parent, m.path)
-        else:
-            _build_into_cache(manifest, m, key, t, jobs, python_module, progress, here)
         with file_lock(out_lock(out)):
             if not _is_current(out, m.name, key):
                 _install_copy(cached, out)
     _touch_used(key, out)
+    if built:
+        keep_cache_bounded([cached.parent, out, kernel_cache(m, t)], progress)
     progress(f"ksbuild: installed {m.name} ({t.name}) into {out}")
     return out
+
+
+def keep_cache_bounded(keep: list[Path], progress) -> None:
+    """After a build: remove the least recently used cache items beyond $KSBUILD_CACHE_MAX_SIZE (not `keep`,
+    what the build made and used), and say so in one line."""
+    done = cache.keep_within_limit(keep)
+    if done.removed:
+        progress(f"ksbuild: the build cache was above its limit ({cache.limit_text()}): removed "
+                 f"{len(done.removed)} least recently used item(s), {done.freed / 2**20:.0f} MiB")
 
 
 def for_here(m: Manifest, t: Target) -> Manifest:

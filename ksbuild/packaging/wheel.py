@@ -31,9 +31,9 @@ from ..compile.targets import Target
 from ..errors import KsbuildError
 from ..manifest import Manifest, load_manifest
 from ..resources import VERSION, resource_dir
-from . import runtime
+from . import cache, runtime
 from .cache import cache_root, file_lock, key_lock
-from .package import content_hash, render, resolve_target, write_entry
+from .package import content_hash, keep_cache_bounded, render, resolve_target, write_entry
 
 Progress = Callable[[str], None]
 # Names the wheel's module defines besides the exports.
@@ -74,12 +74,14 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
     t = resolve_target(m, target, python_module=True)
     skbuild = importlib.metadata.version("scikit-build-core")
     key = content_hash(m, t.name, f"wheel {skbuild}")  # (what `ksbuild package` hashes, and the wheel builder)
+    cache.size_limit()  # (a bad $KSBUILD_CACHE_MAX_SIZE is refused before compiling)
     with file_lock(key_lock(key)):
         built = next(iter(sorted((cache_root() / key / "wheel").glob("*.whl"))), None)
-        if built is not None:
-            progress("ksbuild: found a cached wheel")
-        else:
+        fresh = built is None
+        if fresh:
             built = _build_into_cache(manifest, key, target, backend, progress)
+        else:
+            progress("ksbuild: found a cached wheel")
         final = out_dir / built.name
         out_dir.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=".ksbuild-wheel-", dir=out_dir))
@@ -88,6 +90,8 @@ def build_wheel(manifest: str | Path, out_dir: str | Path | None = None, *, targ
             os.replace(staged / built.name, final)  # readers see the old wheel or the new one, never half
         finally:
             shutil.rmtree(staged, ignore_errors=True)
+    if fresh:
+        keep_cache_bounded([cache_root() / key], progress)
     progress(f"ksbuild: wrote {final}")
     return final
 
