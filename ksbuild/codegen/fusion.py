@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
+from .body import read_once
 from .cpp import REDUCE_UPDATE, Writer, reduce_init
 from .storage import Storage, dim_expr
 
@@ -46,6 +47,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     else:
         inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)
     w.region, w.escaping = (outer + inner, shape), stores
+    w.foldable |= read_once(body, elements=True)
     for e in inner_eqns:
         e.prim.emit(w, e)
     for acc, e in zip(updated, reductions):

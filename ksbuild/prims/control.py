@@ -475,11 +475,13 @@ def _loop_partial_eval(s, eqn, mask):
              + [s.read_unknown(a) for a, k in zip(xs, xk) if not k] + [s.residual(r) for r in stacked])
     uouts = s.ub.bind(PRIMS_LOOP, uargs, dict(body=ubody_f, n_consts=len(inv) + len(start) + len(uc_types),
                                               n_carry=len(ucar_types), length=p["length"], reverse=p["reverse"]))
+    s.kb.name_like(stacked, var)  # a stacked residual keeps the name of the value it stacks
     ki, ui = iter(kouts), iter(uouts)
     carry_outs = [(next(ui) if u else next(ki)) for u in unknown_out[:n_carry]]
     y_outs = [(next(ui) if u else next(ki)) for u in unknown_out[n_carry:]]
     for v, o, u in zip(eqn.outs, carry_outs + y_outs, unknown_out):
         (s.unknown if u else s.known)[v] = o
+        (s.ub if u else s.kb).name_like([o], [v])
 
 
 # prims cheap enough to recompute in the reverse loop rather than store per iteration: views
