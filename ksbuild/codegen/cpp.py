@@ -208,7 +208,7 @@ class Namer:
         return name
 
 
-def _buffer_name(root: str) -> str:
+def buffer_name(root: str) -> str:
     """What an element loaded from buffer `root` is named after when its value has no name: the buffer (means_i for
     an element of the argument means, x_i when the buffer's name ends in a digit or is no identifier)."""
     return root if root.isidentifier() and not root[-1].isdigit() else "x"
@@ -319,7 +319,7 @@ class Writer:
             return h.literal
         idx, shape = self.region
         # load each element once, unconditionally: a load inside `p ? a : b` blocks if-conversion
-        name = self.namer.fresh((a.hint or _buffer_name(h.root)) + "_i", source=bool(a.hint))
+        name = self.namer.fresh((a.hint or buffer_name(h.root)) + "_i", source=bool(a.hint))
         self.line(f"const {self.ctype(a.type)} {name} = {h.broadcast(shape).at(idx)};")
         self.local[a] = name
         return name

@@ -92,13 +92,13 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -135,15 +135,15 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
             const double base_i = base[j];
             const double scores_i = (base_i - (0.5 * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
@@ -169,19 +169,19 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double x_i1 = tmp2[i];
         acc += (ks::log(x_i) + x_i1);
     }
-    double acc1 = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 = ks::running_max(acc1, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc1) == __builtin_huge_val()) ? 0.0 : acc1);
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc2 += ks::exp((alphas_i - t1));
+        acc1 += ks::exp((alphas_i - t1));
     }
-    const double t2 = ((constant + acc) - (static_cast<double>(n) * (ks::log(acc2) + t1)));
+    const double t2 = ((constant + acc) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
@@ -192,33 +192,33 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
         const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc2 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                acc3 += ks::ipow<2>(ks::exp(qs_i));
-            }
-        }
-        double acc4 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc4 += ks::ipow<2>(ls_i);
+                acc3 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc3 + acc4);
+        const double frobenius = (acc2 + acc3);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc5 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * acc5));
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
     const double t3 = (t2 + log_wishart_prior);
@@ -307,13 +307,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -349,15 +349,15 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
             const double base_i = base[j];
             const double scores_i = (base_i - (0.5 * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
@@ -379,24 +379,24 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         tmp4[i] = acc;
     }
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp5 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
         tmp5[i] = t2;
-        acc1 += t2;
+        acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc1));
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp4[i];
         const double t5 = (1.0 / x_i);
@@ -614,18 +614,18 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        float acc = 0;
+        float qs_sum = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float qs_sum_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc_block += qs_i;
+                qs_sum_block += qs_i;
             }
-            acc += acc_block;
+            qs_sum += qs_sum_block;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -667,15 +667,15 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
+        float scores_max = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
             const float base_i = base[j];
             const float scores_i = (base_i - (0.5f * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
@@ -711,24 +711,24 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         }
         acc += acc_block;
     }
-    float acc1 = ks::lowest<float>();
+    float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        acc1 = ks::running_max(acc1, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t1 = ((ks::abs(acc1) == __builtin_huge_valf()) ? 0.0f : acc1);
-    float acc2 = 0;
+    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
+    float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc2_block = 0;
-        KS_OMP_SIMD(reduction(+:acc2_block))
+        float acc1_block = 0;
+        KS_OMP_SIMD(reduction(+:acc1_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            acc2_block += ks::exp((alphas_i - t1));
+            acc1_block += ks::exp((alphas_i - t1));
         }
-        acc2 += acc2_block;
+        acc1 += acc1_block;
     }
-    const double t2 = static_cast<double>((static_cast<float>(n) * (ks::log(acc2) + t1)));
+    const double t2 = static_cast<double>((static_cast<float>(n) * (ks::log(acc1) + t1)));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
@@ -739,33 +739,33 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
         const double C = (static_cast<double>(t4) - detail::log_gamma_d_2(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        float acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const float qs_i = icf[i * T + j];
+                acc2 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         float acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
-            for (int64_t j = 0; j < d; ++j) {
-                const float qs_i = icf[i * T + j];
-                acc3 += ks::ipow<2>(ks::exp(qs_i));
-            }
-        }
-        float acc4 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                acc4 += ks::ipow<2>(ls_i);
+                acc3 += ks::ipow<2>(ls_i);
             }
         }
-        const float frobenius = (acc3 + acc4);
+        const float frobenius = (acc2 + acc3);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        float acc5 = 0;
+        float qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const float t6 = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * acc5));
+        const float t6 = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (static_cast<double>(t6) - (static_cast<double>(K) * C));
     }
     const double t3 = (((constant + static_cast<double>(acc)) - t2) + log_wishart_prior);
@@ -855,18 +855,18 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        float acc = 0;
+        float qs_sum = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float qs_sum_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc_block += qs_i;
+                qs_sum_block += qs_i;
             }
-            acc += acc_block;
+            qs_sum += qs_sum_block;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -907,15 +907,15 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
+        float scores_max = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
             const float base_i = base[j];
             const float scores_i = (base_i - (0.5f * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
@@ -942,29 +942,29 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
         tmp4[i] = acc;
     }
-    float acc = ks::lowest<float>();
+    float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t1 = ((ks::abs(acc) == __builtin_huge_valf()) ? 0.0f : acc);
+    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
     float* const tmp5 = tmp;  // reuses a dead buffer's space
-    float acc1 = 0;
+    float acc = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc1_block = 0;
-        KS_OMP_SIMD(reduction(+:acc1_block))
+        float acc_block = 0;
+        KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
             const float t2 = ks::exp((alphas_i - t1));
             tmp5[i] = t2;
-            acc1_block += t2;
+            acc_block += t2;
         }
-        acc1 += acc1_block;
+        acc += acc_block;
     }
     const float t2 = (0.5f * ks::ipow<2>(wishart_gamma));
     const float t3 = ((-1.0f) * wishart_m);
-    const float t4 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / acc1));
+    const float t4 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / acc));
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp4[i];
         const float t5 = (1.0f / x_i);
@@ -1174,13 +1174,13 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
@@ -1255,19 +1255,19 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 += ks::exp((alphas_i - t1));
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t2 = ((constant + sum) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
+    const double t2 = ((constant + sum) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
@@ -1278,33 +1278,33 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
         const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                acc2 += ks::ipow<2>(ks::exp(qs_i));
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc3 += ks::ipow<2>(ls_i);
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * acc4));
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
     const double t3 = (t2 + log_wishart_prior);
@@ -1392,13 +1392,13 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
@@ -1472,24 +1472,24 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         r6[i] = acc1;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
         tmp1[i] = t2;
-        acc1 += t2;
+        acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc1));
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:66: slse = sum(
     double* const r7 = base;  // reuses a dead buffer's space
     double r9;
@@ -1678,13 +1678,13 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double icf_sum = 0;
+            KS_OMP_SIMD(reduction(+:icf_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double icf_i = icf[k * T + j];
-                acc += icf_i;
+                icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + acc);
+            const double t1 = (alphas[k] + icf_sum);
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -1706,35 +1706,35 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             scores[k] = t2;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            acc1 += ks::exp((scores_i - t1));
+            acc += ks::exp((scores_i - t1));
         }
-        slse = (slse + (ks::log(acc1) + t1));
+        slse = (slse + (ks::log(acc) + t1));
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 += ks::exp((alphas_i - t1));
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
+    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
@@ -1745,33 +1745,33 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
         const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                acc2 += ks::ipow<2>(ks::exp(qs_i));
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc3 += ks::ipow<2>(ls_i);
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * acc4));
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
     const double t3 = (t2 + log_wishart_prior);
@@ -1828,13 +1828,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double icf_sum = 0;
+            KS_OMP_SIMD(reduction(+:icf_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double icf_i = icf[k * T + j];
-                acc += icf_i;
+                icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + acc);
+            const double t1 = (alphas[k] + icf_sum);
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -1858,37 +1858,37 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             scores[k] = t2;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
             const double t2 = ks::exp((scores_i - t1));
             r3[i * K + j] = t2;
-            acc1 += t2;
+            acc += t2;
         }
-        r4[i] = acc1;
+        r4[i] = acc;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp = scores;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
         tmp[i] = t2;
-        acc1 += t2;
+        acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
@@ -1919,7 +1919,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
         }
     }
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc1));
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     for (int64_t i = 0; i < K; ++i) {
         const double tmp_i = tmp[i];
@@ -2031,13 +2031,13 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
@@ -2112,19 +2112,19 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 += ks::exp((alphas_i - t1));
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
+    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
@@ -2135,33 +2135,33 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
         const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                acc2 += ks::ipow<2>(ks::exp(qs_i));
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc3 += ks::ipow<2>(ls_i);
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * acc4));
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
     const double t3 = (t2 + log_wishart_prior);
@@ -2216,13 +2216,13 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
@@ -2302,24 +2302,24 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         r3[i] = acc1;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
         tmp1[i] = t2;
-        acc1 += t2;
+        acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc1));
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = tmp1[i];

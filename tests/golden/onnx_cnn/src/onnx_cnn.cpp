@@ -78,17 +78,17 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float1);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            float Relu_1_sum = 0;
+            KS_OMP_SIMD(reduction(+:Relu_1_sum))
             for (int64_t j = 0; j < 9; ++j) {
                 const float conv_i = conv[i * 9 + j];
                 const float x_i = ks_data_3[i];
                 const float conv2_Conv_i = (conv_i + x_i);
                 const bool t1 = (conv2_Conv_i <= 0.0f);
                 const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
-                acc += Relu_1_i;
+                Relu_1_sum += Relu_1_i;
             }
-            tmp[i] = acc;
+            tmp[i] = Relu_1_sum;
         }
         // ONNX node /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {

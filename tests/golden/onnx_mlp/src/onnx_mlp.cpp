@@ -171,7 +171,7 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     // ONNX node /mlp/out/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
     // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
-    float acc = 0;
+    float Pow_sum = 0;
     for (int64_t i = 0; i < batch; ++i) {
         const float prod_i = prod[i];
         const float mlp_out_bias_i = mlp_out_bias[0];
@@ -179,9 +179,9 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
         const float target_i = target[i];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
         const float Pow_i = ks::ipow<2>(Sub_i);
-        acc += Pow_i;
+        Pow_sum += Pow_i;
     }
-    const float loss = (acc / static_cast<float>(batch));
+    const float loss = (Pow_sum / static_cast<float>(batch));
     *out = loss;
     return ks::status::ok;
 }
