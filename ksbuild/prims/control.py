@@ -709,10 +709,19 @@ def _derived(fn: Func, key: tuple, make):
     return table[key]
 
 
-# A batched callee of fewer equations than this (nested bodies included) is inlined: as a call its loops cannot
-# join the caller's, and its arguments and results pass through buffers, which cost small helpers up to 2.4x
-# their inlined time (docs/architecture.md, "Calls"); a large callee stays a call, emitted once.
-BATCHED_CALL_MIN_EQNS = 48
+# vmap keeps a call only when its callee does at least this many equations (nested bodies included) per array it
+# passes through memory (each batched argument and each result): as a call its loops cannot join the caller's and its
+# arguments and results go through buffers. Measured (docs/architecture.md, "The size rule"): with 64 per array the
+# forward batched call of a helper costs at most 9% over the inlined one and its code is smaller from ~64 (cheap
+# arithmetic) to ~256 (sin-bound) equations, while vmap of a vjp's forward half, whose residuals are as many arrays as
+# it has steps, is 4.5-7.5 times slower as a call at every size tried: so it stays inlined.
+BATCHED_CALL_EQNS_PER_ARRAY = 64
+
+
+def _pays_as_batched_call(fn: Func, batched) -> bool:
+    """Whether vmap keeps a call of fn with these arguments batched (BATCHED_CALL_EQNS_PER_ARRAY)."""
+    arrays = sum(map(bool, batched)) + len(fn.results)
+    return _equations(fn) >= BATCHED_CALL_EQNS_PER_ARRAY * arrays
 
 
 def _equations(fn: Func) -> int:
@@ -723,7 +732,7 @@ def _call_batch(b, ins, batched, size, fn, kept=False):
     # vmap f at a kept call is a call of (vmap f), batched as this call's arguments are (the unbatched ones stay
     # unbatched in the callee), built once per batching; the other calls, and small callees, are inlined
     _, _, vmap, *_ = _tr()
-    if not (kept or keeps_call(fn)) or _equations(fn) < BATCHED_CALL_MIN_EQNS:
+    if not (kept or keeps_call(fn)) or not _pays_as_batched_call(fn, batched):
         return vmap.vmap_eqns(b, fn, ins, batched, size)
     vf, obts = _derived(fn, ("vmap", tuple(batched), size), lambda: _batched_callee(vmap, fn, batched, size))
     return list(_bind_kept(b, ins, vf)), obts
