@@ -79,6 +79,7 @@ def test_facts_are_well_formed():
     for p in PRIMS.values():
         assert not p.remat or p.elementwise, f"{p.name}: remat is for cheap elementwise prims"
         assert not (p.reduction and p.elementwise), p.name
+        assert not p.lazy or (p.elementwise and min(p.lazy) >= 0), f"{p.name}: lazy operands of an elementwise prim"
 
 
 def test_a_rule_that_crashes_names_its_prim():
