@@ -144,29 +144,37 @@ def test_each_transformed_helper_is_one_static_function_called_from_every_use(bu
 
 
 def test_vmap_inlines_a_small_helper_and_calls_a_large_one(built, tmp_path):
-    """vmap keeps the call of a helper of at least BATCHED_CALL_MIN_EQNS equations: the batched helper is a function
-    of its own, emitted once; a smaller one (softplus) is inlined, as a call would cost it more than it saves
-    (tests/test_vmap_calls.py runs the batched calls of small helpers with the rule off)."""
+    """vmap keeps the call of a helper of at least BATCHED_CALL_EQNS_PER_ARRAY equations per array it passes (its
+    batched arguments and results): the batched helper is a function of its own, emitted once; a smaller one
+    (softplus; wave with one step fewer) is inlined, and so is the vmap of grad's forward half, whose residuals are
+    an array per step (tests/test_vmap_calls.py runs the batched calls of small helpers with the rule off)."""
     from ksbuild.cli import main as cli_main
-    from ksbuild.prims.control import BATCHED_CALL_MIN_EQNS
+    from ksbuild.prims.control import BATCHED_CALL_EQNS_PER_ARRAY
     _, root = built
     assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
     cpp = (tmp_path / "out/src/calls.cpp").read_text()
     vtwo = cpp[cpp.index("int calls_vtwo("):]
     vtwo = vtwo[:vtwo.index("\n}\n")]
     assert "vmap_softplus" not in cpp and "ks::log" in vtwo
-    steps = "\n".join(f"    y = y * 0.5 + math.sin(y * {k}.0)" for k in range(BATCHED_CALL_MIN_EQNS // 2))
-    big = tmp_path / "big"
-    big.mkdir()
-    (big / "k.py").write_text(f"import math\n\n\ndef wave(y: float) -> float:\n{steps}\n    return y\n\n\n"
-                              "def both(x: float, y: float) -> float:\n    return wave(x) * wave(y) + wave(x * y)\n")
-    (big / "manifest.toml").write_text('[package]\nname = "big"\n[kernels.both]\npython = "k.py:both"\n'
-                                       '[exports]\nvboth = "vmap(both)"\n')
-    assert cli_main(["render", str(big / "manifest.toml"), "-o", str(big / "out")]) == 0
-    cpp = (big / "out/src/big.cpp").read_text()
-    assert len(re.findall(r"^static void vmap_wave\(", cpp, re.M)) == 1
-    vboth = cpp[cpp.index("int big_vboth("):]
-    assert vboth[:vboth.index("\n}\n")].count("detail::vmap_wave(") == 3
+    for steps, kept in ((BATCHED_CALL_EQNS_PER_ARRAY // 2, True), (BATCHED_CALL_EQNS_PER_ARRAY // 2 - 1, False)):
+        cpp = _render_wave(tmp_path / f"big{steps}", steps)  # (4 equations a step, 2 arrays: y and the result)
+        assert len(re.findall(r"^static void vmap_wave\(", cpp, re.M)) == kept, steps
+        vboth = cpp[cpp.index("int big_vboth("):]
+        assert vboth[:vboth.index("\n}\n")].count("detail::vmap_wave(") == 3 * kept
+        assert "vmap_fwd_wave" not in cpp and "vmap_bwd_wave" not in cpp
+
+
+def _render_wave(folder, steps: int) -> str:
+    """The C++ of vmap and vmap of grad of a kernel calling, three times, a helper of `steps` steps."""
+    from ksbuild.cli import main as cli_main
+    folder.mkdir()
+    body = "\n".join(f"    y = y * 0.5 + math.sin(y * {k}.0)" for k in range(steps))
+    (folder / "k.py").write_text(f"import math\n\n\ndef wave(y: float) -> float:\n{body}\n    return y\n\n\n"
+                                 "def both(x: float, y: float) -> float:\n    return wave(x) * wave(y) + wave(x * y)\n")
+    (folder / "manifest.toml").write_text('[package]\nname = "big"\n[kernels.both]\npython = "k.py:both"\n'
+                                          '[exports]\nvboth = "vmap(both)"\nvgrad = "vmap(grad(both))"\n')
+    assert cli_main(["render", str(folder / "manifest.toml"), "-o", str(folder / "out")]) == 0
+    return (folder / "out/src/big.cpp").read_text()
 
 
 @pytest.mark.parametrize("export", ["two_vjp", "two_hess", "nested_grad", "looped_grad"])

@@ -84,7 +84,7 @@ def small_callees_stay_calls():
     """These helpers are small: the batched-call machinery runs on them only with the size rule off."""
     from ksbuild.prims import control
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(control, "BATCHED_CALL_MIN_EQNS", 0)
+        m.setattr(control, "BATCHED_CALL_EQNS_PER_ARRAY", 0)
         yield
 
 

@@ -19,18 +19,20 @@ def emit_body(w: Writer, f: Func) -> list[Handle]:
     return [handle_of(w, r) for r in f.results]
 
 
-def read_once(f: Func) -> set[Var]:
+def read_once(f: Func, elements: bool = False) -> set[Var]:
     """The values of f that exactly one equation of f reads, and that are not results of f, where that equation
     reads it once, right where it is emitted: one with scalar results, no body (a loop's or an if's would read it
-    in another block) and not a view (a view's subscript is read wherever the view is, in later loops too)."""
+    in another block) and not a view (a view's subscript is read wherever the view is, in later loops too); not a
+    float operand its prim evaluates lazily (select's branches). `elements`: f is a fusion's body, every equation
+    of which computes one element where it is emitted."""
     count: dict[Var, int] = {}
     for eqn in f.eqns:
-        once = not eqn.prim.view and all(v.type.rank == 0 for v in eqn.outs) and \
+        once = elements or not eqn.prim.view and all(v.type.rank == 0 for v in eqn.outs) and \
             not any(isinstance(v, Func) for v in eqn.params.values())
-        weight = 1 if once else 2
-        for a in eqn.ins:  # (x * x reads x twice: it stays a local)
+        for i, a in enumerate(eqn.ins):  # (x * x reads x twice: it stays a local)
             if isinstance(a, Var):
-                count[a] = count.get(a, 0) + weight
+                lazy = i in eqn.prim.lazy and a.type.is_float
+                count[a] = count.get(a, 0) + (1 if once and not lazy else 2)
     for r in f.results:
         if isinstance(r, Var):
             count[r] = 2

@@ -208,6 +208,16 @@ class Namer:
         return name
 
 
+def buffer_name(root: str) -> str:
+    """What an element loaded from buffer `root` is named after when its value has no name: the buffer (means_i for
+    an element of the argument means, x_i when the buffer's name ends in a digit or is no identifier)."""
+    return root if root.isidentifier() and not root[-1].isdigit() else "x"
+
+
+FOLDED_LENGTH = 60
+"""The longest expression of an unnamed float value that is written where it is read rather than into a local."""
+
+
 INDEX_NAMES = ("i", "j", "k", "l", "m")
 """The names of loop counters that have no name in the source, outermost first."""
 
@@ -309,7 +319,7 @@ class Writer:
             return h.literal
         idx, shape = self.region
         # load each element once, unconditionally: a load inside `p ? a : b` blocks if-conversion
-        name = self.namer.fresh((a.hint or "x") + "_i", source=bool(a.hint))
+        name = self.namer.fresh((a.hint or buffer_name(h.root)) + "_i", source=bool(a.hint))
         self.line(f"const {self.ctype(a.type)} {name} = {h.broadcast(shape).at(idx)};")
         self.local[a] = name
         return name
@@ -341,9 +351,8 @@ class Writer:
             self.line(f"{self.updates[v]} = {expr};")
             self.env[v] = self.updates[v]
             return
-        if not element and v in self.foldable and (v.type.dtype in INT_DTYPES or v.type.dtype == "bool") \
-                and "[" not in expr:  # (a load stays where it is: unconditional, once)
-            self.env[v] = expr
+        if v in self.foldable and self._folds(v, expr, element):
+            (self.local if element else self.env)[v] = expr
             return
         name = self.namer.fresh(f"{v.hint}_i" if element and v.hint else v.hint, source=bool(v.hint))
         self.line(f"const {self.ctype(v.type)} {name} = {expr};")
@@ -353,6 +362,16 @@ class Writer:
                 self.line(f"{self.escaping[v].at(self.region[0])} = {name};")
         else:
             self.env[v] = name
+
+    def _folds(self, v: Var, expr: str, element: bool) -> bool:
+        """Whether foldable v's expression is written where it is read instead of into a local: index arithmetic
+        and comparisons always, a float value the source does not name when the expression stays short (a named
+        one keeps its name). A load stays where it is: unconditional, once."""
+        if "[" in expr or (element and v in self.escaping):
+            return False
+        if not element and (v.type.dtype in INT_DTYPES or v.type.dtype == "bool"):
+            return True
+        return v.type.is_float and not v.hint and len(expr) <= FOLDED_LENGTH
 
     # ---- buffers -------------------------------------------------------------------------------
 

@@ -261,7 +261,7 @@ def merge_tail(s: Storage, keep: int) -> Storage | None:
         merged = "1"
     else:
         return None
-    return Storage(s.base, s.shape[:keep] + (numel(tail),), s.strides[:keep] + (merged,), False, root=s.root)
+    return Storage(s.base, s.shape[:keep] + (numel(tail),), s.strides[:keep] + (merged,), False, into=s.root)
 
 
 # The clamps an affine epilogue applies, by the equations that write them: (prim, the literal's place) -> bit of

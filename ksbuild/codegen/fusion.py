@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
-from .cpp import REDUCE_UPDATE, Writer, reduce_init
+from .body import read_once
+from .cpp import REDUCE_UPDATE, Writer, buffer_name, reduce_init
 from .storage import Storage, dim_expr
 
 
@@ -46,6 +47,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     else:
         inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)
     w.region, w.escaping = (outer + inner, shape), stores
+    w.foldable |= read_once(body, elements=True)
     for e in inner_eqns:
         e.prim.emit(w, e)
     for acc, e in zip(updated, reductions):
@@ -171,7 +173,12 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
 
 
 def _accumulator(w: Writer, e: Eqn) -> str:
-    name = w.namer.fresh(e.outs[0].hint or "acc", source=bool(e.outs[0].hint))
+    """The local a reduction accumulates in: named after its result, else after what it reduces (qs_sum, the sum of
+    the elements of qs; scores_max), else acc."""
+    x, kind = e.ins[0], e.prim.reduction
+    of = x.hint if isinstance(x, Var) and x.hint else buffer_name(w.env[x].root) \
+        if isinstance(x, Var) and isinstance(w.env.get(x), Storage) else "x"
+    name = w.namer.fresh(e.outs[0].hint or (f"{of}_{kind}" if of != "x" else "acc"), source=bool(e.outs[0].hint))
     c = w.ctype(e.outs[0].type)
     w.line(f"{c} {name} = {reduce_init(e.prim.reduction, c)};")
     return name

@@ -40,13 +40,14 @@ class Storage:
     strides: tuple[str, ...]
     contiguous: bool = True
     literal: str | None = None  # a splat constant: every element is this expression
-    root: str = ""              # the buffer this view points into ("" for splats)
+    into: str = ""              # the buffer this view points into when base is an expression over it
     origin: str = ""            # with offset: base is (origin + offset), and elements are origin[offset + ...]
     offset: str = ""
 
-    def __post_init__(self):
-        if not self.root and self.literal is None:
-            object.__setattr__(self, "root", self.base)
+    @property
+    def root(self) -> str:
+        """The buffer this view points into ("" for splats)."""
+        return self.into or ("" if self.literal is not None else self.base)
 
     @staticmethod
     def buffer(base: str, shape) -> "Storage":
@@ -128,7 +129,7 @@ class Storage:
             return replace(self, shape=tuple(shape), strides=tuple(strides), contiguous=contiguous)
         origin = self.origin or self.base
         offset = f"{self.offset} + {off}" if self.offset else off
-        return Storage(f"({origin} + {offset})", tuple(shape), tuple(strides), contiguous, root=self.root,
+        return Storage(f"({origin} + {offset})", tuple(shape), tuple(strides), contiguous, into=self.root,
                        origin=origin, offset=offset)
 
 

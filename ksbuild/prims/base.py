@@ -56,6 +56,9 @@ Facts the passes read instead of testing a prim's name:
   loop nest computing it keeps its axes
 - costly: a function call worth computing once rather than in every iteration of a loop (exp, log, sin, pow):
   the hoist pass computes such a value that is the same in every iteration before the loop, into a table
+- lazy: the operands its C++ form evaluates only where its condition picks them (select's x and y: `p ? x : y`):
+  codegen writes no float computation into them, so what they read is computed before, unconditionally, and the
+  select stays a branch-free select
 - precompute: a transform of weights (a Winograd kernel, int8 packing): an equation of it whose operand is a
   constant is computed by its eval when the package is compiled (layout_constants) instead of at run time
 - takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
@@ -111,6 +114,7 @@ class Prim:
     sinks: bool = False
     epilogue_impls: tuple[str, ...] = ()
     costly: bool = False
+    lazy: tuple[int, ...] = ()
 
     def __post_init__(self):
         assert self.name not in PRIMS, f"primitive {self.name} defined twice"

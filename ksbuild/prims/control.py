@@ -475,11 +475,13 @@ def _loop_partial_eval(s, eqn, mask):
              + [s.read_unknown(a) for a, k in zip(xs, xk) if not k] + [s.residual(r) for r in stacked])
     uouts = s.ub.bind(PRIMS_LOOP, uargs, dict(body=ubody_f, n_consts=len(inv) + len(start) + len(uc_types),
                                               n_carry=len(ucar_types), length=p["length"], reverse=p["reverse"]))
+    s.kb.name_like(stacked, var)  # a stacked residual keeps the name of the value it stacks
     ki, ui = iter(kouts), iter(uouts)
     carry_outs = [(next(ui) if u else next(ki)) for u in unknown_out[:n_carry]]
     y_outs = [(next(ui) if u else next(ki)) for u in unknown_out[n_carry:]]
     for v, o, u in zip(eqn.outs, carry_outs + y_outs, unknown_out):
         (s.unknown if u else s.known)[v] = o
+        (s.ub if u else s.kb).name_like([o], [v])
 
 
 # prims cheap enough to recompute in the reverse loop rather than store per iteration: views
@@ -707,10 +709,19 @@ def _derived(fn: Func, key: tuple, make):
     return table[key]
 
 
-# A batched callee of fewer equations than this (nested bodies included) is inlined: as a call its loops cannot
-# join the caller's, and its arguments and results pass through buffers, which cost small helpers up to 2.4x
-# their inlined time (docs/architecture.md, "Calls"); a large callee stays a call, emitted once.
-BATCHED_CALL_MIN_EQNS = 48
+# vmap keeps a call only when its callee does at least this many equations (nested bodies included) per array it
+# passes through memory (each batched argument and each result): as a call its loops cannot join the caller's and its
+# arguments and results go through buffers. Measured (docs/architecture.md, "The size rule"): with 64 per array the
+# forward batched call of a helper costs at most 9% over the inlined one and its code is smaller from ~64 (cheap
+# arithmetic) to ~256 (sin-bound) equations, while vmap of a vjp's forward half, whose residuals are as many arrays as
+# it has steps, is 4.5-7.6 times slower as a call from 64 equations on: so it stays inlined.
+BATCHED_CALL_EQNS_PER_ARRAY = 64
+
+
+def _pays_as_batched_call(fn: Func, batched) -> bool:
+    """Whether vmap keeps a call of fn with these arguments batched (BATCHED_CALL_EQNS_PER_ARRAY)."""
+    arrays = sum(map(bool, batched)) + len(fn.results)
+    return _equations(fn) >= BATCHED_CALL_EQNS_PER_ARRAY * arrays
 
 
 def _equations(fn: Func) -> int:
@@ -721,7 +732,7 @@ def _call_batch(b, ins, batched, size, fn, kept=False):
     # vmap f at a kept call is a call of (vmap f), batched as this call's arguments are (the unbatched ones stay
     # unbatched in the callee), built once per batching; the other calls, and small callees, are inlined
     _, _, vmap, *_ = _tr()
-    if not (kept or keeps_call(fn)) or _equations(fn) < BATCHED_CALL_MIN_EQNS:
+    if not (kept or keeps_call(fn)) or not _pays_as_batched_call(fn, batched):
         return vmap.vmap_eqns(b, fn, ins, batched, size)
     vf, obts = _derived(fn, ("vmap", tuple(batched), size), lambda: _batched_callee(vmap, fn, batched, size))
     return list(_bind_kept(b, ins, vf)), obts

@@ -672,6 +672,7 @@ select = Prim(
     transpose=_select_transpose,
     elementwise=True,
     doc="p ? x : y elementwise (branch-free)",
+    lazy=(1, 2),
     simplify=lambda ins, out: _simp_select(ins, out),
 )
 

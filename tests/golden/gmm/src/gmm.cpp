@@ -18,44 +18,29 @@ namespace KS_VARIANT {  // gmm_x86_64, gmm_x86_64_v3, gmm_x86_64_v4
 namespace detail {  // the kernels' helper functions (codegen/helpers.py), called from the exports below
 
 static double log_gamma_d(int64_t d, double a) {  // log_gamma_d(a)
-    const double t1 = static_cast<double>(d);
-    const double t2 = (0.25 * t1);
-    const double t3 = static_cast<double>((d - 1));
-    const double t4 = (t2 * t3);
-    const double t5 = (t4 * 1.1447298858494002);
+    const double t1 = ((0.25 * static_cast<double>(d)) * static_cast<double>((d - 1)));
     // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
     double sum;
     sum = 0.0;
     for (int64_t i = 0; i < d; ++i) {
-        const double t6 = static_cast<double>((int64_t{1} - (i + int64_t{1})));
-        const double t7 = (0.5 * t6);
-        const double t8 = (a + t7);
-        const double t9 = std::lgamma(t8);
-        sum = (sum + t9);
+        const double t2 = (a + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
+        sum = (sum + std::lgamma(t2));
     }
-    const double t6 = (t5 + sum);
-    return t6;
+    const double t2 = ((t1 * 1.1447298858494002) + sum);
+    return t2;
 }
 
 static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
-    const double t1 = static_cast<double>(d);
-    const double t2 = (0.25 * t1);
-    const double t3 = static_cast<double>((d - 1));
-    const double t4 = (t2 * t3);
-    const double t5 = (t4 * 1.1447298858494002);
+    const double t1 = ((0.25 * static_cast<double>(d)) * static_cast<double>((d - 1)));
     // gmm.py:25: return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for ...
     double sum;
     sum = 0.0;
     for (int64_t i = 0; i < d; ++i) {
-        const double t6 = static_cast<double>((int64_t{1} - (i + int64_t{1})));
-        const double t7 = (0.5 * t6);
-        const double t8 = static_cast<double>(a);
-        const double t9 = (t8 + t7);
-        const double t10 = std::lgamma(t9);
-        sum = (sum + t10);
+        const double t2 = (static_cast<double>(a) + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
+        sum = (sum + std::lgamma(t2));
     }
-    const double t6 = (t5 + sum);
-    return t6;
+    const double t2 = ((t1 * 1.1447298858494002) + sum);
+    return t2;
 }
 
 }  // namespace detail
@@ -107,21 +92,21 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
-                const double x_i1 = means[j * d + k];
-                const double centered_i = (x_i - x_i1);
+                const double means_i = means[j * d + k];
+                const double centered_i = (x_i - means_i);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -133,8 +118,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
@@ -143,34 +128,29 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < d; ++j) {
             const double mahalanobis_i = mahalanobis[i * d + j];
-            const double t1 = ks::ipow<2>(mahalanobis_i);
-            acc += t1;
+            acc += ks::ipow<2>(mahalanobis_i);
         }
         tmp1[i] = acc;
     }
-    const double t1 = static_cast<double>(((-n) * d));
-    const double t2 = (t1 * 0.5);
-    const double constant = (t2 * 1.8378770664093453);
+    const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
-            const double t3 = (0.5 * x_i);
-            const double x_i1 = base[j];
-            const double scores_i = (x_i1 - t3);
+            const double base_i = base[j];
+            const double scores_i = (base_i - (0.5 * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
-        const double t3 = ks::abs(x_i);
-        const bool t4 = (t3 == __builtin_huge_val());
-        const double t5 = (t4 ? 0.0 : x_i);
-        tmp2[i] = t5;
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
+        const double t2 = (t1 ? 0.0 : x_i);
+        tmp2[i] = t2;
     }
     for (int64_t i = 0; i < n; ++i) {
         double acc = 0;
@@ -178,9 +158,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
             const double x_i = tmp2[i];
-            const double t3 = (scores_i - x_i);
-            const double t4 = ks::exp(t3);
-            acc += t4;
+            acc += ks::exp((scores_i - x_i));
         }
         tmp3[i] = acc;
     }
@@ -188,87 +166,63 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp3[i];
-        const double t3 = ks::log(x_i);
         const double x_i1 = tmp2[i];
-        const double t4 = (t3 + x_i1);
-        acc += t4;
+        acc += (ks::log(x_i) + x_i1);
     }
-    const double t3 = (constant + acc);
-    double acc1 = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 = ks::running_max(acc1, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t4 = ks::abs(acc1);
-    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc1);
-    double acc2 = 0;
-    KS_OMP_SIMD(reduction(+:acc2))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc1 = 0;
+    KS_OMP_SIMD(reduction(+:acc1))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t6 = (alphas_i - t5);
-        const double t7 = ks::exp(t6);
-        acc2 += t7;
+        acc1 += ks::exp((alphas_i - t1));
     }
-    const double t6 = ks::log(acc2);
-    const double t7 = (t6 + t5);
-    const double t8 = static_cast<double>(n);
-    const double t9 = (t8 * t7);
-    const double t10 = (t3 - t9);
+    const double t2 = ((constant + acc) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t11 = static_cast<double>(d);
-        const double t12 = (t11 + wishart_m);
-        const double n_w = (t12 + 1.0);
-        const double t13 = (n_w * t11);
-        const double t14 = ks::log(wishart_gamma);
-        const double t15 = (t14 - 0.34657359027997264);
-        const double t16 = (t13 * t15);
-        const double t17 = (0.5 * n_w);
+        const double t3 = static_cast<double>(d);
+        const double n_w = ((t3 + wishart_m) + 1.0);
+        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double t5 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double t18 = detail::log_gamma_d(d, t17);
-        const double C = (t16 - t18);
+        const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc2 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t19 = ks::exp(qs_i);
-                const double t20 = ks::ipow<2>(t19);
-                acc3 += t20;
-            }
-        }
-        double acc4 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t19 = ks::ipow<2>(ls_i);
-                acc4 += t19;
+                acc3 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc3 + acc4);
-        const double t19 = ks::ipow<2>(wishart_gamma);
-        const double t20 = (0.5 * t19);
-        const double t21 = (t20 * frobenius);
+        const double frobenius = (acc2 + acc3);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc5 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t22 = (wishart_m * acc5);
-        const double t23 = (t21 - t22);
-        const double t24 = static_cast<double>(K);
-        const double t25 = (t24 * C);
-        log_wishart_prior = (t23 - t25);
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
-    const double t11 = (t10 + log_wishart_prior);
-    *out = t11;
+    const double t3 = (t2 + log_wishart_prior);
+    *out = t3;
     return ks::status::ok;
 }
 
@@ -285,13 +239,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -311,17 +265,17 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     next_slot += ks::aligned_bytes<double>(n);
     double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const prod = reinterpret_cast<double*>(next_slot);
+    double* const d_Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod1 = reinterpret_cast<double*>(next_slot);
+    double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -344,43 +298,43 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t6 = (t2 ? t1 : t5);
                 const double t7 = (t2 ? t1 : 0.0);
                 const bool t8 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t6;
-                r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t7;
-                r3[k * (d * d) + i * d + j] = t8;
+                Qs[k * (d * d) + i * d + j] = t6;
+                r[k * (d * d) + i * d + j] = t2;
+                r1[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t8;
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
-                const double x_i1 = means[j * d + k];
-                const double centered_i = (x_i - x_i1);
+                const double means_i = means[j * d + k];
+                const double centered_i = (x_i - means_i);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<double>(d, n, d, {(r + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
+        ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
@@ -389,31 +343,28 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < d; ++j) {
             const double mahalanobis_i = mahalanobis[i * d + j];
-            const double t1 = ks::ipow<2>(mahalanobis_i);
-            acc += t1;
+            acc += ks::ipow<2>(mahalanobis_i);
         }
         tmp1[i] = acc;
     }
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[i * K + j];
-            const double t1 = (0.5 * x_i);
-            const double x_i1 = base[j];
-            const double scores_i = (x_i1 - t1);
+            const double base_i = base[j];
+            const double scores_i = (base_i - (0.5 * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp2[i];
-        const double t1 = ks::abs(x_i);
-        const bool t2 = (t1 == __builtin_huge_val());
-        const double t3 = (t2 ? 0.0 : x_i);
-        tmp2[i] = t3;
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
+        const double t2 = (t1 ? 0.0 : x_i);
+        tmp2[i] = t2;
     }
     double* const tmp3 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -422,41 +373,34 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
             const double x_i = tmp2[i];
-            const double t1 = (scores_i - x_i);
-            const double t2 = ks::exp(t1);
-            tmp3[i * K + j] = t2;
-            acc += t2;
+            const double t1 = ks::exp((scores_i - x_i));
+            tmp3[i * K + j] = t1;
+            acc += t1;
         }
         tmp4[i] = acc;
     }
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ks::abs(acc);
-    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp5 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t3 = (alphas_i - t2);
-        const double t4 = ks::exp(t3);
-        tmp5[i] = t4;
-        acc1 += t4;
+        const double t2 = ks::exp((alphas_i - t1));
+        tmp5[i] = t2;
+        acc += t2;
     }
-    const double t3 = static_cast<double>(n);
-    const double t4 = (1.0 / acc1);
-    const double t5 = ks::ipow<2>(wishart_gamma);
-    const double t6 = (0.5 * t5);
-    const double t7 = ((-1.0) * wishart_m);
-    const double t8 = ((-1.0) * t3);
-    const double t9 = ks::mulz(t8, t4);
+    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double t3 = ((-1.0) * wishart_m);
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     for (int64_t i = 0; i < n; ++i) {
         const double x_i = tmp4[i];
-        const double t10 = (1.0 / x_i);
-        tmp4[i] = t10;
+        const double t5 = (1.0 / x_i);
+        tmp4[i] = t5;
     }
     double* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -479,24 +423,22 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     for (int64_t i = 0; i < (K*n); ++i) {
         const double d_scores_i = d_scores[i];
-        const double t10 = (d_scores_i * (-1.0));
-        const double t11 = (t10 * 0.5);
-        d_scores[i] = t11;
+        const double t5 = ((d_scores_i * (-1.0)) * 0.5);
+        d_scores[i] = t5;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const double t10 = (2.0 * mahalanobis_i);
-                const double x_i = d_scores[i * K + j];
-                const double d_mahalanobis_i = (x_i * t10);
+                const double d_scores_i = d_scores[i * K + j];
+                const double d_mahalanobis_i = (d_scores_i * (2.0 * mahalanobis_i));
                 mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<double>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_double);
+        ks::tiled_gemm<double>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_double);
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
@@ -510,73 +452,69 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        prod1[i] = 0;
+        prod[i] = 0;
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
+                prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
             }
         }
     }
     for (int64_t i = 0; i < (K*d); ++i) {
-        const double x_i = prod1[i];
-        const double t10 = (x_i * (-1.0));
-        prod1[i] = t10;
+        const double prod_i = prod[i];
+        const double t5 = (prod_i * (-1.0));
+        prod[i] = t5;
     }
     // gmm.py:32, 48
     double* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t10 = ks::exp(qs_i);
-            const double t11 = (2.0 * t10);
-            const double t12 = (t6 * t11);
-            const double t13 = ks::mulz(t12, t10);
-            const double d_qs_i = (t7 + t13);
-            const double x_i = sum[i];
-            const double d_qs_i1 = (d_qs_i + x_i);
+            const double t5 = ks::exp(qs_i);
+            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+            const double sum_i = sum[i];
+            const double d_qs_i1 = (d_qs_i + sum_i);
             d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r4[i] = 0.0;
+        r3[i] = 0.0;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r5[i] = 0.0;
+            r4[i] = 0.0;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r6[i] = 0.0;
+            r5[i] = 0.0;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0);
-                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
-                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
-                r5[ks::clamp_index(i, d)] += t13;
-                r6[ks::clamp_index(t11, T)] += t14;
+                const double t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
+                const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
+                const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
+                r4[ks::clamp_index(i, d)] += t8;
+                r5[ks::clamp_index(t6, T)] += t9;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r4[k * T + i] += r6[i];
+            r3[k * T + i] += r5[i];
         }
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r5[i];
+            d_qs[k * d + i] += r4[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t10 = (2.0 * ls_i);
-            const double d_ls_i = (t6 * t10);
+            const double d_ls_i = (t2 * (2.0 * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -605,22 +543,22 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = tmp5[i];
-        const double d_alphas_i = ks::mulz(t9, x_i);
+        const double d_alphas_i = ks::mulz(t4, x_i);
         const double d_base_i = sum[i];
         const double d_alphas_i1 = (d_alphas_i + d_base_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r4[i];
-        const double x_i1 = padded[i];
-        const double d_icf_i = (x_i + x_i1);
-        const double x_i2 = padded1[i];
-        const double d_icf_i1 = (d_icf_i + x_i2);
+        const double x_i = r3[i];
+        const double padded_i = padded[i];
+        const double d_icf_i = (x_i + padded_i);
+        const double x_i1 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i1);
         out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = prod1[i];
+        out_d_means[i] = prod[i];
     }
     return ks::status::ok;
 }
@@ -676,26 +614,26 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        float acc = 0;
+        float qs_sum = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float qs_sum_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc_block += qs_i;
+                qs_sum_block += qs_i;
             }
-            acc += acc_block;
+            qs_sum += qs_sum_block;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float x_i = x[i * d + k];
-                const float x_i1 = means[j * d + k];
-                const float centered_i = (x_i - x_i1);
+                const float means_i = means[j * d + k];
+                const float centered_i = (x_i - means_i);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
@@ -707,8 +645,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        const float x_i = tmp[i];
-        const float base_i = (alphas_i + x_i);
+        const float tmp_i = tmp[i];
+        const float base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
@@ -720,36 +658,31 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float mahalanobis_i = mahalanobis[i * d + j];
-                const float t1 = ks::ipow<2>(mahalanobis_i);
-                acc_block += t1;
+                acc_block += ks::ipow<2>(mahalanobis_i);
             }
             acc += acc_block;
         }
         tmp1[i] = acc;
     }
-    const double t1 = static_cast<double>(((-n) * d));
-    const double t2 = (t1 * 0.5);
-    const double constant = (t2 * 1.8378770664093453);
+    const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
+        float scores_max = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
-            const float t3 = (0.5f * x_i);
-            const float x_i1 = base[j];
-            const float scores_i = (x_i1 - t3);
+            const float base_i = base[j];
+            const float scores_i = (base_i - (0.5f * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
-        const float t3 = ks::abs(x_i);
-        const bool t4 = (t3 == __builtin_huge_valf());
-        const float t5 = (t4 ? 0.0f : x_i);
-        tmp2[i] = t5;
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
+        const float t2 = (t1 ? 0.0f : x_i);
+        tmp2[i] = t2;
     }
     for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
@@ -760,9 +693,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
                 const float x_i = tmp2[i];
-                const float t3 = (scores_i - x_i);
-                const float t4 = ks::exp(t3);
-                acc_block += t4;
+                acc_block += ks::exp((scores_i - x_i));
             }
             acc += acc_block;
         }
@@ -775,99 +706,71 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float x_i = tmp3[i];
-            const float t3 = ks::log(x_i);
             const float x_i1 = tmp2[i];
-            const float t4 = (t3 + x_i1);
-            acc_block += t4;
+            acc_block += (ks::log(x_i) + x_i1);
         }
         acc += acc_block;
     }
-    const double t3 = static_cast<double>(acc);
-    const double t4 = (constant + t3);
-    float acc1 = ks::lowest<float>();
+    float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        acc1 = ks::running_max(acc1, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t5 = ks::abs(acc1);
-    const float t6 = ((t5 == __builtin_huge_valf()) ? 0.0f : acc1);
-    float acc2 = 0;
+    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
+    float acc1 = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc2_block = 0;
-        KS_OMP_SIMD(reduction(+:acc2_block))
+        float acc1_block = 0;
+        KS_OMP_SIMD(reduction(+:acc1_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            const float t7 = (alphas_i - t6);
-            const float t8 = ks::exp(t7);
-            acc2_block += t8;
+            acc1_block += ks::exp((alphas_i - t1));
         }
-        acc2 += acc2_block;
+        acc1 += acc1_block;
     }
-    const float t7 = ks::log(acc2);
-    const float t8 = (t7 + t6);
-    const float t9 = static_cast<float>(n);
-    const float t10 = (t9 * t8);
-    const double t11 = static_cast<double>(t10);
-    const double t12 = (t4 - t11);
+    const double t2 = static_cast<double>((static_cast<float>(n) * (ks::log(acc1) + t1)));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t13 = static_cast<float>(d);
-        const float t14 = (t13 + wishart_m);
-        const float n_w = (t14 + 1.0f);
-        const float t15 = (n_w * t13);
-        const float t16 = ks::log(wishart_gamma);
-        const float t17 = (t16 - 0.3465735912322998f);
-        const float t18 = (t15 * t17);
-        const float t19 = (0.5f * n_w);
+        const float t3 = static_cast<float>(d);
+        const float n_w = ((t3 + wishart_m) + 1.0f);
+        const float t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.3465735912322998f));
+        const float t5 = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double t20 = detail::log_gamma_d_2(d, t19);
-        const double t21 = static_cast<double>(t18);
-        const double C = (t21 - t20);
+        const double C = (static_cast<double>(t4) - detail::log_gamma_d_2(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        float acc2 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc2))
+            for (int64_t j = 0; j < d; ++j) {
+                const float qs_i = icf[i * T + j];
+                acc2 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         float acc3 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc3))
-            for (int64_t j = 0; j < d; ++j) {
-                const float qs_i = icf[i * T + j];
-                const float t22 = ks::exp(qs_i);
-                const float t23 = ks::ipow<2>(t22);
-                acc3 += t23;
-            }
-        }
-        float acc4 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                const float t22 = ks::ipow<2>(ls_i);
-                acc4 += t22;
+                acc3 += ks::ipow<2>(ls_i);
             }
         }
-        const float frobenius = (acc3 + acc4);
-        const float t22 = ks::ipow<2>(wishart_gamma);
-        const float t23 = (0.5f * t22);
-        const float t24 = (t23 * frobenius);
+        const float frobenius = (acc2 + acc3);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        float acc5 = 0;
+        float qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc5))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc5 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const float t25 = (wishart_m * acc5);
-        const float t26 = (t24 - t25);
-        const double t27 = static_cast<double>(K);
-        const double t28 = (t27 * C);
-        const double t29 = static_cast<double>(t26);
-        log_wishart_prior = (t29 - t28);
+        const float t6 = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (static_cast<double>(t6) - (static_cast<double>(K) * C));
     }
-    const double t13 = (t12 + log_wishart_prior);
-    const float t14 = static_cast<float>(t13);
-    *out = t14;
+    const double t3 = (((constant + static_cast<double>(acc)) - t2) + log_wishart_prior);
+    const float t4 = static_cast<float>(t3);
+    *out = t4;
     return ks::status::ok;
 }
 
@@ -884,13 +787,13 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const r = reinterpret_cast<float*>(next_slot);
+    float* const Qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    float* const r2 = reinterpret_cast<float*>(next_slot);
+    float* const r1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     float* const tmp = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
@@ -910,17 +813,17 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     next_slot += ks::aligned_bytes<float>(n);
     float* const tmp4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const d_Qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
     float* const sum1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod1 = reinterpret_cast<float*>(next_slot);
+    float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r4 = reinterpret_cast<float*>(next_slot);
+    float* const r3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
+    float* const r4 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(d);
-    float* const r6 = reinterpret_cast<float*>(next_slot);
+    float* const r5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(T);
     float* const d_ls = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * (T - d));
@@ -943,48 +846,48 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 const float t6 = (t2 ? t1 : t5);
                 const float t7 = (t2 ? t1 : 0.0f);
                 const bool t8 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t6;
-                r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t7;
-                r3[k * (d * d) + i * d + j] = t8;
+                Qs[k * (d * d) + i * d + j] = t6;
+                r[k * (d * d) + i * d + j] = t2;
+                r1[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t8;
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        float acc = 0;
+        float qs_sum = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float qs_sum_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc_block += qs_i;
+                qs_sum_block += qs_i;
             }
-            acc += acc_block;
+            qs_sum += qs_sum_block;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float x_i = x[i * d + k];
-                const float x_i1 = means[j * d + k];
-                const float centered_i = (x_i - x_i1);
+                const float means_i = means[j * d + k];
+                const float centered_i = (x_i - means_i);
                 centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<float>(d, n, d, {(r + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
+        ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        const float x_i = tmp[i];
-        const float base_i = (alphas_i + x_i);
+        const float tmp_i = tmp[i];
+        const float base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
@@ -996,8 +899,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             KS_OMP_SIMD(reduction(+:acc_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float mahalanobis_i = mahalanobis[i * d + j];
-                const float t1 = ks::ipow<2>(mahalanobis_i);
-                acc_block += t1;
+                acc_block += ks::ipow<2>(mahalanobis_i);
             }
             acc += acc_block;
         }
@@ -1005,24 +907,22 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        float acc = ks::lowest<float>();
+        float scores_max = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
             const float x_i = tmp1[i * K + j];
-            const float t1 = (0.5f * x_i);
-            const float x_i1 = base[j];
-            const float scores_i = (x_i1 - t1);
+            const float base_i = base[j];
+            const float scores_i = (base_i - (0.5f * x_i));
             scores[i * K + j] = scores_i;
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        tmp2[i] = acc;
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp2[i];
-        const float t1 = ks::abs(x_i);
-        const bool t2 = (t1 == __builtin_huge_valf());
-        const float t3 = (t2 ? 0.0f : x_i);
-        tmp2[i] = t3;
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
+        const float t2 = (t1 ? 0.0f : x_i);
+        tmp2[i] = t2;
     }
     float* const tmp3 = tmp1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -1034,48 +934,41 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
                 const float x_i = tmp2[i];
-                const float t1 = (scores_i - x_i);
-                const float t2 = ks::exp(t1);
-                tmp3[i * K + j] = t2;
-                acc_block += t2;
+                const float t1 = ks::exp((scores_i - x_i));
+                tmp3[i * K + j] = t1;
+                acc_block += t1;
             }
             acc += acc_block;
         }
         tmp4[i] = acc;
     }
-    float acc = ks::lowest<float>();
+    float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t1 = ks::abs(acc);
-    const float t2 = ((t1 == __builtin_huge_valf()) ? 0.0f : acc);
+    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
     float* const tmp5 = tmp;  // reuses a dead buffer's space
-    float acc1 = 0;
+    float acc = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc1_block = 0;
-        KS_OMP_SIMD(reduction(+:acc1_block))
+        float acc_block = 0;
+        KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            const float t3 = (alphas_i - t2);
-            const float t4 = ks::exp(t3);
-            tmp5[i] = t4;
-            acc1_block += t4;
+            const float t2 = ks::exp((alphas_i - t1));
+            tmp5[i] = t2;
+            acc_block += t2;
         }
-        acc1 += acc1_block;
+        acc += acc_block;
     }
-    const float t3 = static_cast<float>(n);
-    const float t4 = (1.0f / acc1);
-    const float t5 = ks::ipow<2>(wishart_gamma);
-    const float t6 = (0.5f * t5);
-    const float t7 = ((-1.0f) * wishart_m);
-    const float t8 = ((-1.0f) * t3);
-    const float t9 = ks::mulz(t8, t4);
+    const float t2 = (0.5f * ks::ipow<2>(wishart_gamma));
+    const float t3 = ((-1.0f) * wishart_m);
+    const float t4 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / acc));
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = tmp4[i];
-        const float t10 = (1.0f / x_i);
-        tmp4[i] = t10;
+        const float t5 = (1.0f / x_i);
+        tmp4[i] = t5;
     }
     float* const d_scores = scores;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n; ++i) {
@@ -1098,24 +991,22 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }
     for (int64_t i = 0; i < (K*n); ++i) {
         const float d_scores_i = d_scores[i];
-        const float t10 = (d_scores_i * (-1.0f));
-        const float t11 = (t10 * 0.5f);
-        d_scores[i] = t11;
+        const float t5 = ((d_scores_i * (-1.0f)) * 0.5f);
+        d_scores[i] = t5;
     }
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const float t10 = (2.0f * mahalanobis_i);
-                const float x_i = d_scores[i * K + j];
-                const float d_mahalanobis_i = (x_i * t10);
+                const float d_scores_i = d_scores[i * K + j];
+                const float d_mahalanobis_i = (d_scores_i * (2.0f * mahalanobis_i));
                 mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
     for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<float>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(prod + i * (d * d)), d, 1}, false, scratch_float);
+        ks::tiled_gemm<float>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_float);
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < K * d; ++i) {
@@ -1129,73 +1020,69 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        prod1[i] = 0;
+        prod[i] = 0;
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                prod1[i * d + k] += sum1[i * d + j] * r[i * (d * d) + j * d + k];
+                prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
             }
         }
     }
     for (int64_t i = 0; i < (K*d); ++i) {
-        const float x_i = prod1[i];
-        const float t10 = (x_i * (-1.0f));
-        prod1[i] = t10;
+        const float prod_i = prod[i];
+        const float t5 = (prod_i * (-1.0f));
+        prod[i] = t5;
     }
     // gmm.py:32, 48
     float* const d_qs = sum1;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const float qs_i = icf[i * T + j];
-            const float t10 = ks::exp(qs_i);
-            const float t11 = (2.0f * t10);
-            const float t12 = (t6 * t11);
-            const float t13 = ks::mulz(t12, t10);
-            const float d_qs_i = (t7 + t13);
-            const float x_i = sum[i];
-            const float d_qs_i1 = (d_qs_i + x_i);
+            const float t5 = ks::exp(qs_i);
+            const float d_qs_i = (t3 + ks::mulz((t2 * (2.0f * t5)), t5));
+            const float sum_i = sum[i];
+            const float d_qs_i1 = (d_qs_i + sum_i);
             d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r4[i] = 0.0f;
+        r3[i] = 0.0f;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r5[i] = 0.0f;
+            r4[i] = 0.0f;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r6[i] = 0.0f;
+            r5[i] = 0.0f;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const float t10 = ks::mulz(prod[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const float t12 = (r3[k * (d * d) + i * d + j] ? prod[k * (d * d) + i * d + j] : 0.0f);
-                const float t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0f);
-                const float t14 = (r1[k * (d * d) + i * d + j] ? 0.0f : t12);
-                r5[ks::clamp_index(i, d)] += t13;
-                r6[ks::clamp_index(t11, T)] += t14;
+                const float t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const float t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
+                const float t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0f);
+                const float t9 = (r[k * (d * d) + i * d + j] ? 0.0f : t7);
+                r4[ks::clamp_index(i, d)] += t8;
+                r5[ks::clamp_index(t6, T)] += t9;
             }
         }
         // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r4[k * T + i] += r6[i];
+            r3[k * T + i] += r5[i];
         }
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r5[i];
+            d_qs[k * d + i] += r4[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const float ls_i = icf[d + i * T + j];
-            const float t10 = (2.0f * ls_i);
-            const float d_ls_i = (t6 * t10);
+            const float d_ls_i = (t2 * (2.0f * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -1224,22 +1111,22 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:48, 53
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = tmp5[i];
-        const float d_alphas_i = ks::mulz(t9, x_i);
+        const float d_alphas_i = ks::mulz(t4, x_i);
         const float d_base_i = sum[i];
         const float d_alphas_i1 = (d_alphas_i + d_base_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
     for (int64_t i = 0; i < (K*T); ++i) {
-        const float x_i = r4[i];
-        const float x_i1 = padded[i];
-        const float d_icf_i = (x_i + x_i1);
-        const float x_i2 = padded1[i];
-        const float d_icf_i1 = (d_icf_i + x_i2);
+        const float x_i = r3[i];
+        const float padded_i = padded[i];
+        const float d_icf_i = (x_i + padded_i);
+        const float x_i1 = padded1[i];
+        const float d_icf_i1 = (d_icf_i + x_i1);
         out_d_icf[i] = d_icf_i1;
     }
     for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = prod1[i];
+        out_d_means[i] = prod[i];
     }
     return ks::status::ok;
 }
@@ -1287,18 +1174,18 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:66: slse = sum(
@@ -1344,115 +1231,84 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = prod[j * d + k];
-                const double t1 = ks::ipow<2>(x_i);
-                acc += t1;
+                const double prod_i = prod[j * d + k];
+                acc += ks::ipow<2>(prod_i);
             }
             tmp2[j] = acc;
         }
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
-            const double t1 = (0.5 * x_i);
-            const double x_i1 = base[j];
-            const double t2 = (x_i1 - t1);
-            tmp3[j] = t2;
-            acc = ks::running_max(acc, t2);
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * x_i));
+            tmp3[j] = t1;
+            acc = ks::running_max(acc, t1);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp3[j];
-            const double t3 = (x_i - t2);
-            const double t4 = ks::exp(t3);
-            acc1 += t4;
+            acc1 += ks::exp((x_i - t1));
         }
-        const double t3 = ks::log(acc1);
-        const double t4 = (t3 + t2);
-        sum = (sum + t4);
+        sum = (sum + (ks::log(acc1) + t1));
     }
-    const double t1 = static_cast<double>(((-n) * d));
-    const double t2 = (t1 * 0.5);
-    const double constant = (t2 * 1.8378770664093453);
-    const double t3 = (constant + sum);
+    const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t4 = ks::abs(acc);
-    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t6 = (alphas_i - t5);
-        const double t7 = ks::exp(t6);
-        acc1 += t7;
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t6 = ks::log(acc1);
-    const double t7 = (t6 + t5);
-    const double t8 = static_cast<double>(n);
-    const double t9 = (t8 * t7);
-    const double t10 = (t3 - t9);
+    const double t2 = ((constant + sum) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t11 = static_cast<double>(d);
-        const double t12 = (t11 + wishart_m);
-        const double n_w = (t12 + 1.0);
-        const double t13 = (n_w * t11);
-        const double t14 = ks::log(wishart_gamma);
-        const double t15 = (t14 - 0.34657359027997264);
-        const double t16 = (t13 * t15);
-        const double t17 = (0.5 * n_w);
+        const double t3 = static_cast<double>(d);
+        const double n_w = ((t3 + wishart_m) + 1.0);
+        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double t5 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double t18 = detail::log_gamma_d(d, t17);
-        const double C = (t16 - t18);
+        const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t19 = ks::exp(qs_i);
-                const double t20 = ks::ipow<2>(t19);
-                acc2 += t20;
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t19 = ks::ipow<2>(ls_i);
-                acc3 += t19;
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
-        const double t19 = ks::ipow<2>(wishart_gamma);
-        const double t20 = (0.5 * t19);
-        const double t21 = (t20 * frobenius);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t22 = (wishart_m * acc4);
-        const double t23 = (t21 - t22);
-        const double t24 = static_cast<double>(K);
-        const double t25 = (t24 * C);
-        log_wishart_prior = (t23 - t25);
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
-    const double t11 = (t10 + log_wishart_prior);
-    *out = t11;
+    const double t3 = (t2 + log_wishart_prior);
+    *out = t3;
     return ks::status::ok;
 }
 
@@ -1470,29 +1326,29 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r1 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r3 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r5 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r9 = reinterpret_cast<double*>(next_slot);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -1500,11 +1356,11 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
+    double* const r10 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r12 = reinterpret_cast<double*>(next_slot);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r13 = reinterpret_cast<double*>(next_slot);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
@@ -1527,27 +1383,27 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const double t6 = (t2 ? t1 : t5);
                 const double t7 = (t2 ? t1 : 0.0);
                 const bool t8 = (t2 ? false : t3);
-                r[k * (d * d) + i * d + j] = t6;
-                r1[k * (d * d) + i * d + j] = t2;
-                r2[k * (d * d) + i * d + j] = t7;
-                r3[k * (d * d) + i * d + j] = t8;
+                Qs[k * (d * d) + i * d + j] = t6;
+                r[k * (d * d) + i * d + j] = t2;
+                r1[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t8;
             }
         }
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:66: slse = sum(
@@ -1558,7 +1414,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double t1 = (x_i - means_i);
-                r4[i * (K * d) + j * d + k] = t1;
+                r3[i * (K * d) + j * d + k] = t1;
             }
         }
         for (int64_t j = 0; j < K; ++j) {
@@ -1567,23 +1423,23 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
                 KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
-                    dot1 += r[j * (d * d) + (j1 + 1) * d + k] * r4[i * (K * d) + j * d + k];
-                    dot2 += r[j * (d * d) + (j1 + 2) * d + k] * r4[i * (K * d) + j * d + k];
-                    dot3 += r[j * (d * d) + (j1 + 3) * d + k] * r4[i * (K * d) + j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * r3[i * (K * d) + j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * r3[i * (K * d) + j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * r3[i * (K * d) + j * d + k];
                 }
-                r5[i * (K * d) + j * d + j1] = dot;
-                r5[i * (K * d) + j * d + (j1 + 1)] = dot1;
-                r5[i * (K * d) + j * d + (j1 + 2)] = dot2;
-                r5[i * (K * d) + j * d + (j1 + 3)] = dot3;
+                r4[i * (K * d) + j * d + j1] = dot;
+                r4[i * (K * d) + j * d + (j1 + 1)] = dot1;
+                r4[i * (K * d) + j * d + (j1 + 2)] = dot2;
+                r4[i * (K * d) + j * d + (j1 + 3)] = dot3;
             }
             for (; j1 < d; ++j1) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += r[j * (d * d) + j1 * d + k] * r4[i * (K * d) + j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
                 }
-                r5[i * (K * d) + j * d + j1] = dot;
+                r4[i * (K * d) + j * d + j1] = dot;
             }
         }
         double* const tmp1 = tmp;  // reuses a dead buffer's space
@@ -1591,92 +1447,80 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             double acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r5[i * (K * d) + j * d + k];
-                const double t1 = ks::ipow<2>(x_i);
-                acc += t1;
+                const double x_i = r4[i * (K * d) + j * d + k];
+                acc += ks::ipow<2>(x_i);
             }
             tmp1[j] = acc;
         }
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
-            const double t1 = (0.5 * x_i);
-            const double x_i1 = base[j];
-            const double t2 = (x_i1 - t1);
-            tmp2[j] = t2;
-            acc = ks::running_max(acc, t2);
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * x_i));
+            tmp2[j] = t1;
+            acc = ks::running_max(acc, t1);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp2[j];
-            const double t3 = (x_i - t2);
-            const double t4 = ks::exp(t3);
-            r6[i * K + j] = t4;
-            acc1 += t4;
+            const double t2 = ks::exp((x_i - t1));
+            r5[i * K + j] = t2;
+            acc1 += t2;
         }
-        r7[i] = acc1;
+        r6[i] = acc1;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ks::abs(acc);
-    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t3 = (alphas_i - t2);
-        const double t4 = ks::exp(t3);
-        tmp1[i] = t4;
-        acc1 += t4;
+        const double t2 = ks::exp((alphas_i - t1));
+        tmp1[i] = t2;
+        acc += t2;
     }
-    const double t3 = static_cast<double>(n);
-    const double t4 = (1.0 / acc1);
-    const double t5 = ks::ipow<2>(wishart_gamma);
-    const double t6 = (0.5 * t5);
-    const double t7 = ((-1.0) * wishart_m);
-    const double t8 = ((-1.0) * t3);
-    const double t9 = ks::mulz(t8, t4);
+    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double t3 = ((-1.0) * wishart_m);
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:66: slse = sum(
-    double* const r8 = base;  // reuses a dead buffer's space
-    double r10;
+    double* const r7 = base;  // reuses a dead buffer's space
+    double r9;
     for (int64_t i = 0; i < K; ++i) {
-        r8[i] = 0.0;
+        r7[i] = 0.0;
     }
     for (int64_t i = 0; i < K * d * d; ++i) {
-        r9[i] = 0.0;
+        r8[i] = 0.0;
     }
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r10 = 1.0;
+    r9 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t10 = (1.0 / r7[i]);
-        const double t11 = ks::mulz(r10, t10);
+        const double t5 = (1.0 / r6[i]);
+        const double t6 = ks::mulz(r9, t5);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp3 = tmp2;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r6[i * K + j];
-            const double t12 = ks::mulz(t11, x_i);
-            tmp3[j] = t12;
-            const double t13 = (t12 * (-1.0));
-            const double t14 = (t13 * 0.5);
-            tmp4[j] = t14;
+            const double x_i = r5[i * K + j];
+            const double t7 = ks::mulz(t6, x_i);
+            tmp3[j] = t7;
+            const double t8 = ((t7 * (-1.0)) * 0.5);
+            tmp4[j] = t8;
         }
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r5[i * (K * d) + j * d + k];
-                const double t12 = (2.0 * x_i);
+                const double x_i = r4[i * (K * d) + j * d + k];
                 const double x_i1 = tmp4[j];
-                const double t13 = (x_i1 * t12);
-                tmp5[j * d + k] = t13;
+                const double t7 = (x_i1 * (2.0 * x_i));
+                tmp5[j * d + k] = t7;
             }
         }
         for (int64_t j = 0; j < K * d; ++j) {
@@ -1685,29 +1529,28 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    prod[j * d + l] += tmp5[j * d + k] * r[j * (d * d) + k * d + l];
+                    prod[j * d + l] += tmp5[j * d + k] * Qs[j * (d * d) + k * d + l];
                 }
             }
         }
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    r9[j * (d * d) + k * d + l] += tmp5[j * d + k] * r4[i * (K * d) + j * d + l];
+                    r8[j * (d * d) + k * d + l] += tmp5[j * d + k] * r3[i * (K * d) + j * d + l];
                 }
             }
         }
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r8[j];
+            const double x_i = r7[j];
             const double x_i1 = tmp3[j];
-            const double t12 = (x_i + x_i1);
-            r8[j] = t12;
+            const double t7 = (x_i + x_i1);
+            r7[j] = t7;
         }
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double x_i = prod[j];
-            const double t12 = (x_i * (-1.0));
-            const double x_i1 = out_d_means[j];
-            const double t13 = (x_i1 + t12);
-            out_d_means[j] = t13;
+            const double prod_i = prod[j];
+            const double out_d_means_i = out_d_means[j];
+            const double t7 = (out_d_means_i + (prod_i * (-1.0)));
+            out_d_means[j] = t7;
         }
     }
     // gmm.py:32, 65
@@ -1715,54 +1558,50 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t10 = ks::exp(qs_i);
-            const double t11 = (2.0 * t10);
-            const double t12 = (t6 * t11);
-            const double t13 = ks::mulz(t12, t10);
-            const double d_qs_i = (t7 + t13);
-            const double x_i = r8[i];
+            const double t5 = ks::exp(qs_i);
+            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+            const double x_i = r7[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r11[i] = 0.0;
+        r10[i] = 0.0;
     }
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r12[i] = 0.0;
+            r11[i] = 0.0;
         }
         for (int64_t i = 0; i < T; ++i) {
-            r13[i] = 0.0;
+            r12[i] = 0.0;
         }
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t10 = ks::mulz(r9[k * (d * d) + i * d + j], r2[k * (d * d) + i * d + j]);
-                const int64_t t11 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t12 = (r3[k * (d * d) + i * d + j] ? r9[k * (d * d) + i * d + j] : 0.0);
-                const double t13 = (r1[k * (d * d) + i * d + j] ? t10 : 0.0);
-                const double t14 = (r1[k * (d * d) + i * d + j] ? 0.0 : t12);
-                r12[ks::clamp_index(i, d)] += t13;
-                r13[ks::clamp_index(t11, T)] += t14;
+                const double t5 = ks::mulz(r8[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t7 = (r2[k * (d * d) + i * d + j] ? r8[k * (d * d) + i * d + j] : 0.0);
+                const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
+                const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
+                r11[ks::clamp_index(i, d)] += t8;
+                r12[ks::clamp_index(t6, T)] += t9;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r11[k * T + i] += r13[i];
+            r10[k * T + i] += r12[i];
         }
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r12[i];
+            d_qs[k * d + i] += r11[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t10 = (2.0 * ls_i);
-            const double d_ls_i = (t6 * t10);
+            const double d_ls_i = (t2 * (2.0 * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
@@ -1791,18 +1630,18 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = tmp1[i];
-        const double d_alphas_i = ks::mulz(t9, x_i);
-        const double x_i1 = r8[i];
+        const double d_alphas_i = ks::mulz(t4, x_i);
+        const double x_i1 = r7[i];
         const double d_alphas_i1 = (d_alphas_i + x_i1);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r11[i];
-        const double x_i1 = padded[i];
-        const double d_icf_i = (x_i + x_i1);
-        const double x_i2 = padded1[i];
-        const double d_icf_i1 = (d_icf_i + x_i2);
+        const double x_i = r10[i];
+        const double padded_i = padded[i];
+        const double d_icf_i = (x_i + padded_i);
+        const double x_i1 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i1);
         out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
@@ -1839,13 +1678,13 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double icf_sum = 0;
+            KS_OMP_SIMD(reduction(+:icf_sum))
             for (int64_t j = 0; j < d; ++j) {
-                const double x_i = icf[k * T + j];
-                acc += x_i;
+                const double icf_i = icf[k * T + j];
+                icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + acc);
+            const double t1 = (alphas[k] + icf_sum);
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -1861,114 +1700,82 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                     const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
                     sum1 = (sum1 + t7);
                 }
-                const double t5 = (t3 + sum1);
-                const double t6 = ks::ipow<2>(t5);
-                sum = (sum + t6);
+                sum = (sum + ks::ipow<2>((t3 + sum1)));
             }
-            const double t2 = (0.5 * sum);
-            const double t3 = (t1 - t2);
-            scores[k] = t3;
+            const double t2 = (t1 - (0.5 * sum));
+            scores[k] = t2;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            acc = ks::running_max(acc, scores_i);
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            const double t3 = (scores_i - t2);
-            const double t4 = ks::exp(t3);
-            acc1 += t4;
+            acc += ks::exp((scores_i - t1));
         }
-        const double t3 = ks::log(acc1);
-        const double t4 = (t3 + t2);
-        slse = (slse + t4);
+        slse = (slse + (ks::log(acc) + t1));
     }
-    const double t1 = static_cast<double>(((-n) * d));
-    const double t2 = (t1 * 0.5);
-    const double constant = (t2 * 1.8378770664093453);
-    const double t3 = (constant + slse);
+    const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t4 = ks::abs(acc);
-    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t6 = (alphas_i - t5);
-        const double t7 = ks::exp(t6);
-        acc1 += t7;
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t6 = ks::log(acc1);
-    const double t7 = (t6 + t5);
-    const double t8 = static_cast<double>(n);
-    const double t9 = (t8 * t7);
-    const double t10 = (t3 - t9);
+    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t11 = static_cast<double>(d);
-        const double t12 = (t11 + wishart_m);
-        const double n_w = (t12 + 1.0);
-        const double t13 = (n_w * t11);
-        const double t14 = ks::log(wishart_gamma);
-        const double t15 = (t14 - 0.34657359027997264);
-        const double t16 = (t13 * t15);
-        const double t17 = (0.5 * n_w);
+        const double t3 = static_cast<double>(d);
+        const double n_w = ((t3 + wishart_m) + 1.0);
+        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double t5 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double t18 = detail::log_gamma_d(d, t17);
-        const double C = (t16 - t18);
+        const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t19 = ks::exp(qs_i);
-                const double t20 = ks::ipow<2>(t19);
-                acc2 += t20;
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t19 = ks::ipow<2>(ls_i);
-                acc3 += t19;
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
-        const double t19 = ks::ipow<2>(wishart_gamma);
-        const double t20 = (0.5 * t19);
-        const double t21 = (t20 * frobenius);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t22 = (wishart_m * acc4);
-        const double t23 = (t21 - t22);
-        const double t24 = static_cast<double>(K);
-        const double t25 = (t24 * C);
-        log_wishart_prior = (t23 - t25);
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
-    const double t11 = (t10 + log_wishart_prior);
-    *out = t11;
+    const double t3 = (t2 + log_wishart_prior);
+    *out = t3;
     return ks::status::ok;
 }
 
@@ -1994,7 +1801,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
@@ -2004,9 +1811,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
@@ -2021,13 +1828,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = 0; k < K; ++k) {
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double icf_sum = 0;
+            KS_OMP_SIMD(reduction(+:icf_sum))
             for (int64_t j = 0; j < d; ++j) {
-                const double x_i = icf[k * T + j];
-                acc += x_i;
+                const double icf_i = icf[k * T + j];
+                icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + acc);
+            const double t1 = (alphas[k] + icf_sum);
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
@@ -2044,74 +1851,61 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     sum1 = (sum1 + t7);
                 }
                 const double t5 = (t3 + sum1);
-                const double t6 = ks::ipow<2>(t5);
-                sum = (sum + t6);
+                sum = (sum + ks::ipow<2>(t5));
                 r2[i * (K * d) + k * d + r] = t5;
             }
-            const double t2 = (0.5 * sum);
-            const double t3 = (t1 - t2);
-            r5[k] = t3;
+            const double t2 = (t1 - (0.5 * sum));
+            scores[k] = t2;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double acc = ks::lowest<double>();
+        double scores_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r5[j];
-            acc = ks::running_max(acc, x_i);
+            const double scores_i = scores[j];
+            scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r5[j];
-            const double t3 = (x_i - t2);
-            const double t4 = ks::exp(t3);
-            r3[i * K + j] = t4;
-            acc1 += t4;
+            const double scores_i = scores[j];
+            const double t2 = ks::exp((scores_i - t1));
+            r3[i * K + j] = t2;
+            acc += t2;
         }
-        r4[i] = acc1;
+        r4[i] = acc;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ks::abs(acc);
-    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
-    double* const tmp = r5;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double* const tmp = scores;  // reuses a dead buffer's space
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t3 = (alphas_i - t2);
-        const double t4 = ks::exp(t3);
-        tmp[i] = t4;
-        acc1 += t4;
+        const double t2 = ks::exp((alphas_i - t1));
+        tmp[i] = t2;
+        acc += t2;
     }
-    const double t3 = static_cast<double>(n);
-    const double t4 = (1.0 / acc1);
-    const double t5 = ks::ipow<2>(wishart_gamma);
-    const double t6 = (0.5 * t5);
-    const double t7 = ((-1.0) * wishart_m);
+    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double t3 = ((-1.0) * wishart_m);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            const double x_i = icf[i * T + j];
-            const double t8 = ks::exp(x_i);
-            const double t9 = (2.0 * t8);
-            const double t10 = (t6 * t9);
-            const double t11 = ks::mulz(t10, t8);
-            const double t12 = (t7 + t11);
-            tmp1[i * d + j] = t12;
+            const double icf_i = icf[i * T + j];
+            const double t4 = ks::exp(icf_i);
+            const double t5 = (t3 + ks::mulz((t2 * (2.0 * t4)), t4));
+            tmp1[i * d + j] = t5;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            const double x_i = icf[d + i * T + j];
-            const double t8 = (2.0 * x_i);
-            const double t9 = (t6 * t8);
-            tmp2[i * ((T - d)) + j] = t9;
+            const double icf_i = icf[d + i * T + j];
+            const double t4 = (t2 * (2.0 * icf_i));
+            tmp2[i * ((T - d)) + j] = t4;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
@@ -2125,86 +1919,84 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
         }
     }
-    const double t8 = ((-1.0) * t3);
-    const double t9 = ks::mulz(t8, t4);
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp[i];
-        const double d_alphas_i = ks::mulz(t9, x_i);
+        const double tmp_i = tmp[i];
+        const double d_alphas_i = ks::mulz(t4, tmp_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:83: for i in range(n):
-    double r6;
+    double r5;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r6 = 1.0;
+    r5 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t10 = (1.0 / r4[i]);
-        const double t11 = ks::mulz(r6, t10);
+        const double t5 = (1.0 / r4[i]);
+        const double t6 = ks::mulz(r5, t5);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-        double* const tmp3 = r5;  // reuses a dead buffer's space
+        double* const d_scores = scores;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r3[i * K + j];
-            const double t12 = ks::mulz(t11, x_i);
-            tmp3[j] = t12;
+            const double d_scores_i = ks::mulz(t6, x_i);
+            d_scores[j] = d_scores_i;
         }
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = K - 1; k >= 0; --k) {
-            const double t12 = (tmp3[k] * (-1.0));
-            const double t13 = (t12 * 0.5);
+            const double t7 = (d_scores[k] * (-1.0));
+            const double d_sum = (t7 * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r9;
+            double r8;
             for (int64_t j = 0; j < T; ++j) {
-                r7[j] = 0.0;
+                r6[j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                r8[j] = 0.0;
+                r7[j] = 0.0;
             }
-            r9 = t13;
+            r8 = d_sum;
             for (int64_t r = d - 1; r >= 0; --r) {
-                const double t14 = (x[i * d + r] - means[k * d + r]);
-                const int64_t t15 = ks::max(r, int64_t{0});
-                const double t16 = (2.0 * r2[i * (K * d) + k * d + r]);
-                const double t17 = (r9 * t16);
+                const double t8 = (x[i * d + r] - means[k * d + r]);
+                const int64_t t9 = ks::max(r, int64_t{0});
+                const double t10 = (2.0 * r2[i * (K * d) + k * d + r]);
+                const double d_sum1 = (r8 * t10);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r10;
-                r10 = t17;
-                for (int64_t c = t15 - 1; c >= 0; --c) {
-                    const int64_t t18 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double t19 = (x[i * d + c] - means[k * d + c]);
-                    const double t20 = (r10 * icf[k * T + ks::clamp_index(t18, T)]);
-                    const double t21 = (r10 * t19);
-                    const double t22 = (t20 * (-1.0));
-                    r8[c] += t22;
-                    r7[ks::clamp_index(t18, T)] += t21;
+                double r9;
+                r9 = d_sum1;
+                for (int64_t c = t9 - 1; c >= 0; --c) {
+                    const int64_t t11 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t12 = (x[i * d + c] - means[k * d + c]);
+                    const double t13 = (r9 * icf[k * T + ks::clamp_index(t11, T)]);
+                    const double t14 = (r9 * t12);
+                    const double t15 = (t13 * (-1.0));
+                    r7[c] += t15;
+                    r6[ks::clamp_index(t11, T)] += t14;
                 }
-                const double t18 = (t17 * r1[k * d + r]);
-                const double t19 = (t17 * t14);
-                const double t20 = (t18 * (-1.0));
-                r8[r] += t20;
-                const double t21 = ks::mulz(t19, r1[k * d + r]);
-                r7[ks::clamp_index(r, T)] += t21;
+                const double t11 = (d_sum1 * r1[k * d + r]);
+                const double t12 = (t11 * (-1.0));
+                r7[r] += t12;
+                const double t13 = ks::mulz((d_sum1 * t8), r1[k * d + r]);
+                r6[ks::clamp_index(r, T)] += t13;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r8[j];
+                out_d_means[k * d + j] += r7[j];
             }
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += r7[j];
+                d_icf[k * T + j] += r6[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded = r7;  // reuses a dead buffer's space
+            double* const padded = r6;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 padded[d + j] = 0.0;
             }
             for (int64_t j = 0; j < d; ++j) {
-                padded[j] = tmp3[k];
+                padded[j] = d_scores[k];
             }
             for (int64_t j = 0; j < T; ++j) {
                 d_icf[k * T + j] += padded[j];
             }
-            d_alphas[k] += tmp3[k];
+            d_alphas[k] += d_scores[k];
         }
     }
     for (int64_t i = 0; i < K; ++i) {
@@ -2239,18 +2031,18 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:105: for i in range(n):
@@ -2281,25 +2073,21 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
-                    const double x_i1 = xc[c + j * d];
-                    const double t3 = (x_i * x_i1);
+                    const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double xc_i = xc[c + j * d];
                     const double sum_i = sum[j];
-                    const double sum_i1 = (sum_i + t3);
+                    const double sum_i1 = (sum_i + (icf_i * xc_i));
                     sum[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = icf[r + j * T];
-                const double t2 = ks::exp(x_i);
-                const double x_i1 = xc[r + j * d];
-                const double t3 = (t2 * x_i1);
+                const double icf_i = icf[r + j * T];
+                const double xc_i = xc[r + j * d];
                 const double sum_i = sum[j];
-                const double row_i = (t3 + sum_i);
-                const double t4 = (row_i * row_i);
+                const double row_i = ((ks::exp(icf_i) * xc_i) + sum_i);
                 const double sqnorm_i = sqnorm[j];
-                const double sqnorm_i1 = (sqnorm_i + t4);
+                const double sqnorm_i1 = (sqnorm_i + (row_i * row_i));
                 sqnorm[j] = sqnorm_i1;
             }
         }
@@ -2308,106 +2096,76 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double sqnorm_i = sqnorm[j];
-            const double t1 = (0.5 * sqnorm_i);
-            const double x_i = base[j];
-            const double t2 = (x_i - t1);
-            tmp1[j] = t2;
-            acc = ks::running_max(acc, t2);
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * sqnorm_i));
+            tmp1[j] = t1;
+            acc = ks::running_max(acc, t1);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
-            const double t3 = (x_i - t2);
-            const double t4 = ks::exp(t3);
-            acc1 += t4;
+            acc1 += ks::exp((x_i - t1));
         }
-        const double t3 = ks::log(acc1);
-        const double t4 = (t3 + t2);
-        slse = (slse + t4);
+        slse = (slse + (ks::log(acc1) + t1));
     }
-    const double t1 = static_cast<double>(((-n) * d));
-    const double t2 = (t1 * 0.5);
-    const double constant = (t2 * 1.8378770664093453);
-    const double t3 = (constant + slse);
+    const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t4 = ks::abs(acc);
-    const double t5 = ((t4 == __builtin_huge_val()) ? 0.0 : acc);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t6 = (alphas_i - t5);
-        const double t7 = ks::exp(t6);
-        acc1 += t7;
+        acc += ks::exp((alphas_i - t1));
     }
-    const double t6 = ks::log(acc1);
-    const double t7 = (t6 + t5);
-    const double t8 = static_cast<double>(n);
-    const double t9 = (t8 * t7);
-    const double t10 = (t3 - t9);
+    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t11 = static_cast<double>(d);
-        const double t12 = (t11 + wishart_m);
-        const double n_w = (t12 + 1.0);
-        const double t13 = (n_w * t11);
-        const double t14 = ks::log(wishart_gamma);
-        const double t15 = (t14 - 0.34657359027997264);
-        const double t16 = (t13 * t15);
-        const double t17 = (0.5 * n_w);
+        const double t3 = static_cast<double>(d);
+        const double n_w = ((t3 + wishart_m) + 1.0);
+        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double t5 = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double t18 = detail::log_gamma_d(d, t17);
-        const double C = (t16 - t18);
+        const double C = (t4 - detail::log_gamma_d(d, t5));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
+        double acc1 = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            KS_OMP_SIMD(reduction(+:acc1))
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                acc1 += ks::ipow<2>(ks::exp(qs_i));
+            }
+        }
         double acc2 = 0;
         for (int64_t i = 0; i < K; ++i) {
             KS_OMP_SIMD(reduction(+:acc2))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t19 = ks::exp(qs_i);
-                const double t20 = ks::ipow<2>(t19);
-                acc2 += t20;
-            }
-        }
-        double acc3 = 0;
-        for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double t19 = ks::ipow<2>(ls_i);
-                acc3 += t19;
+                acc2 += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
-        const double t19 = ks::ipow<2>(wishart_gamma);
-        const double t20 = (0.5 * t19);
-        const double t21 = (t20 * frobenius);
+        const double frobenius = (acc1 + acc2);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double acc4 = 0;
+        double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc4))
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc4 += qs_i;
+                qs_sum += qs_i;
             }
         }
-        const double t22 = (wishart_m * acc4);
-        const double t23 = (t21 - t22);
-        const double t24 = static_cast<double>(K);
-        const double t25 = (t24 * C);
-        log_wishart_prior = (t23 - t25);
+        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
     }
-    const double t11 = (t10 + log_wishart_prior);
-    *out = t11;
+    const double t3 = (t2 + log_wishart_prior);
+    *out = t3;
     return ks::status::ok;
 }
 
@@ -2429,47 +2187,47 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const xc1 = reinterpret_cast<double*>(next_slot);
+    double* const xc = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const sum1 = reinterpret_cast<double*>(next_slot);
+    double* const sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const sqnorm = reinterpret_cast<double*>(next_slot);
+    double* const sqnorm1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            acc += qs_i;
+            qs_sum += qs_i;
         }
-        tmp[i] = acc;
+        tmp[i] = qs_sum;
     }
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double x_i = tmp[i];
-        const double base_i = (alphas_i + x_i);
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
         base[i] = base_i;
     }
     // gmm.py:105: for i in range(n):
@@ -2480,208 +2238,190 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
                 const double xc_i = (x_i - means_i);
-                xc1[i * (K * d) + j * d + k] = xc_i;
+                xc[i * (K * d) + j * d + k] = xc_i;
             }
         }
         // gmm.py:108: for r in range(d):
-        double* const sqnorm1 = tmp;  // reuses a dead buffer's space
+        double* const sqnorm = tmp;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            sqnorm1[j] = 0.0;
+            sqnorm[j] = 0.0;
         }
         for (int64_t r = 0; r < d; ++r) {
             const int64_t t1 = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                sum1[j] = 0.0;
+                sum[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
                 const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
-                    const double x_i1 = xc1[i * (K * d) + c + j * d];
-                    const double t3 = (x_i * x_i1);
-                    const double sum_i = sum1[j];
-                    const double sum_i1 = (sum_i + t3);
-                    sum1[j] = sum_i1;
+                    const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double xc_i = xc[i * (K * d) + c + j * d];
+                    const double sum_i = sum[j];
+                    const double sum_i1 = (sum_i + (icf_i * xc_i));
+                    sum[j] = sum_i1;
                 }
             }
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = icf[r + j * T];
-                const double t2 = ks::exp(x_i);
+                const double icf_i = icf[r + j * T];
+                const double t2 = ks::exp(icf_i);
                 r1[i * (d * K) + r * K + j] = t2;
-                const double x_i1 = xc1[i * (K * d) + r + j * d];
-                const double t3 = (t2 * x_i1);
-                const double x_i2 = sum1[j];
-                const double row_i = (t3 + x_i2);
-                r2[i * (d * K) + r * K + j] = row_i;
-                const double t4 = (row_i * row_i);
-                const double sqnorm_i = sqnorm1[j];
-                const double sqnorm_i1 = (sqnorm_i + t4);
-                sqnorm[j] = sqnorm_i1;
+                const double xc_i = xc[i * (K * d) + r + j * d];
+                const double sum_i = sum[j];
+                const double row_i = ((t2 * xc_i) + sum_i);
+                row[i * (d * K) + r * K + j] = row_i;
+                const double sqnorm_i = sqnorm[j];
+                const double sqnorm_i1 = (sqnorm_i + (row_i * row_i));
+                sqnorm1[j] = sqnorm_i1;
             }
             for (int64_t j = 0; j < K; ++j) {
-                sqnorm1[j] = sqnorm[j];
+                sqnorm[j] = sqnorm1[j];
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp1 = sum1;  // reuses a dead buffer's space
+        double* const tmp1 = sum;  // reuses a dead buffer's space
         double acc = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = sqnorm1[j];
-            const double t1 = (0.5 * x_i);
-            const double x_i1 = base[j];
-            const double t2 = (x_i1 - t1);
-            tmp1[j] = t2;
-            acc = ks::running_max(acc, t2);
+            const double sqnorm_i = sqnorm[j];
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * sqnorm_i));
+            tmp1[j] = t1;
+            acc = ks::running_max(acc, t1);
         }
-        const double t1 = ks::abs(acc);
-        const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
         double acc1 = 0;
         KS_OMP_SIMD(reduction(+:acc1))
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = tmp1[j];
-            const double t3 = (x_i - t2);
-            const double t4 = ks::exp(t3);
-            r3[i * K + j] = t4;
-            acc1 += t4;
+            const double t2 = ks::exp((x_i - t1));
+            r2[i * K + j] = t2;
+            acc1 += t2;
         }
-        r4[i] = acc1;
+        r3[i] = acc1;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    double acc = ks::lowest<double>();
+    double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc = ks::running_max(acc, alphas_i);
+        alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ks::abs(acc);
-    const double t2 = ((t1 == __builtin_huge_val()) ? 0.0 : acc);
+    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     double* const tmp1 = tmp;  // reuses a dead buffer's space
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    double acc = 0;
+    KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t3 = (alphas_i - t2);
-        const double t4 = ks::exp(t3);
-        tmp1[i] = t4;
-        acc1 += t4;
+        const double t2 = ks::exp((alphas_i - t1));
+        tmp1[i] = t2;
+        acc += t2;
     }
-    const double t3 = static_cast<double>(n);
-    const double t4 = (1.0 / acc1);
-    const double t5 = ks::ipow<2>(wishart_gamma);
-    const double t6 = (0.5 * t5);
-    const double t7 = ((-1.0) * wishart_m);
-    const double t8 = ((-1.0) * t3);
-    const double t9 = ks::mulz(t8, t4);
+    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double t3 = ((-1.0) * wishart_m);
+    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = tmp1[i];
-        const double d_alphas_i = ks::mulz(t9, x_i);
+        const double d_alphas_i = ks::mulz(t4, x_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t10 = ks::exp(qs_i);
-            const double t11 = (2.0 * t10);
-            const double t12 = (t6 * t11);
-            const double t13 = ks::mulz(t12, t10);
-            const double d_qs_i = (t7 + t13);
+            const double t5 = ks::exp(qs_i);
+            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
             d_qs[i * d + j] = d_qs_i;
         }
     }
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double t10 = (2.0 * ls_i);
-            const double d_ls_i = (t6 * t10);
+            const double d_ls_i = (t2 * (2.0 * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
     // gmm.py:105: for i in range(n):
-    double* const r5 = tmp;  // reuses a dead buffer's space
-    double r6;
+    double* const r4 = tmp;  // reuses a dead buffer's space
+    double r5;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
     for (int64_t i = 0; i < K; ++i) {
-        r5[i] = 0.0;
+        r4[i] = 0.0;
     }
-    r6 = 1.0;
+    r5 = 1.0;
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t10 = (1.0 / r4[i]);
-        const double t11 = ks::mulz(r6, t10);
+        const double t5 = (1.0 / r3[i]);
+        const double t6 = ks::mulz(r5, t5);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp2 = sum1;  // reuses a dead buffer's space
-        double* const tmp3 = sqnorm;  // reuses a dead buffer's space
+        double* const tmp2 = sum;  // reuses a dead buffer's space
+        double* const d_sqnorm = sqnorm1;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r3[i * K + j];
-            const double t12 = ks::mulz(t11, x_i);
-            tmp2[j] = t12;
-            const double t13 = (t12 * (-1.0));
-            const double t14 = (t13 * 0.5);
-            tmp3[j] = t14;
+            const double x_i = r2[i * K + j];
+            const double t7 = ks::mulz(t6, x_i);
+            tmp2[j] = t7;
+            const double d_sqnorm_i = ((t7 * (-1.0)) * 0.5);
+            d_sqnorm[j] = d_sqnorm_i;
         }
         // gmm.py:108: for r in range(d):
         for (int64_t j = 0; j < K * d; ++j) {
-            r7[j] = 0.0;
+            r6[j] = 0.0;
         }
         for (int64_t r = d - 1; r >= 0; --r) {
-            const int64_t t12 = ks::max(r, int64_t{0});
+            const int64_t t7 = ks::max(r, int64_t{0});
             // gmm.py:111: sqnorm = sqnorm + row * row
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp3[j];
-                const double x_i1 = r2[i * (d * K) + r * K + j];
-                const double d_row_i = (x_i * x_i1);
+                const double d_sqnorm_i = d_sqnorm[j];
+                const double row_i = row[i * (d * K) + r * K + j];
+                const double d_row_i = (d_sqnorm_i * row_i);
                 const double d_row_i1 = (d_row_i + d_row_i);
                 d_row[j] = d_row_i1;
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r8[j] = d_row[j];
+                r7[j] = d_row[j];
             }
-            for (int64_t c = t12 - 1; c >= 0; --c) {
-                const int64_t t13 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+            for (int64_t c = t7 - 1; c >= 0; --c) {
+                const int64_t t8 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r8[j];
-                    const double x_i1 = icf[d + ks::clamp_index(t13, (T - d)) + j * T];
-                    const double t14 = (x_i * x_i1);
-                    tmp4[j] = t14;
+                    const double x_i = r7[j];
+                    const double icf_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
+                    const double t9 = (x_i * icf_i);
+                    tmp3[j] = t9;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    r7[c + j * d] += tmp4[j];
+                    r6[c + j * d] += tmp3[j];
                 }
-                double* const tmp5 = tmp4;  // reuses a dead buffer's space
+                double* const tmp4 = tmp3;  // reuses a dead buffer's space
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r8[j];
-                    const double x_i1 = xc1[i * (K * d) + c + j * d];
-                    const double t14 = (x_i * x_i1);
-                    tmp5[j] = t14;
+                    const double x_i = r7[j];
+                    const double xc_i = xc[i * (K * d) + c + j * d];
+                    const double t9 = (x_i * xc_i);
+                    tmp4[j] = t9;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t13, (T - d)) + j * ((T - d))] += tmp5[j];
+                    d_ls[ks::clamp_index(t8, (T - d)) + j * ((T - d))] += tmp4[j];
                 }
             }
-            double* const tmp5 = r8;  // reuses a dead buffer's space
+            double* const tmp4 = r7;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double x_i = r1[i * (d * K) + r * K + j];
-                const double t13 = (d_row_i * x_i);
-                tmp5[j] = t13;
+                const double t8 = (d_row_i * x_i);
+                tmp4[j] = t8;
             }
             for (int64_t j = 0; j < K; ++j) {
-                r7[r + j * d] += tmp5[j];
+                r6[r + j * d] += tmp4[j];
             }
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = xc1[i * (K * d) + r + j * d];
-                const double t13 = (d_row_i * x_i);
-                const double x_i1 = r1[i * (d * K) + r * K + j];
-                const double t14 = ks::mulz(t13, x_i1);
-                d_row[j] = t14;
+                const double xc_i = xc[i * (K * d) + r + j * d];
+                const double x_i = r1[i * (d * K) + r * K + j];
+                const double t8 = ks::mulz((d_row_i * xc_i), x_i);
+                d_row[j] = t8;
             }
             for (int64_t j = 0; j < K; ++j) {
                 d_qs[r + j * d] += d_row[j];
@@ -2689,27 +2429,26 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
         // gmm.py:106: xc = x[i] - means # [K, d]
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double x_i = r7[j];
-            const double t12 = (x_i * (-1.0));
-            const double x_i1 = out_d_means[j];
-            const double t13 = (x_i1 + t12);
-            out_d_means[j] = t13;
+            const double x_i = r6[j];
+            const double out_d_means_i = out_d_means[j];
+            const double t7 = (out_d_means_i + (x_i * (-1.0)));
+            out_d_means[j] = t7;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r5[j];
+            const double x_i = r4[j];
             const double x_i1 = tmp2[j];
-            const double t12 = (x_i + x_i1);
-            r5[j] = t12;
+            const double t7 = (x_i + x_i1);
+            r4[j] = t7;
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            const double x_i = d_qs[i * d + j];
-            const double x_i1 = r5[i];
-            const double d_qs_i = (x_i + x_i1);
-            d_qs[i * d + j] = d_qs_i;
+            const double d_qs_i = d_qs[i * d + j];
+            const double x_i = r4[i];
+            const double d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:101: qs = icf[:, :d]
@@ -2725,10 +2464,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = d_alphas[i];
-        const double x_i1 = r5[i];
-        const double d_alphas_i = (x_i + x_i1);
-        out_d_alphas[i] = d_alphas_i;
+        const double d_alphas_i = d_alphas[i];
+        const double x_i = r4[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
     return ks::status::ok;
 }

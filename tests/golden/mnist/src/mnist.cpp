@@ -69,41 +69,37 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::product_epilogue<float>(epilogue));
     // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (256*batch); ++i) {
-        const float x_i = prod[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        prod[i] = t7;
+        const float prod_i = prod[i];
+        const bool t1 = (prod_i < 0.0f);
+        const bool t2 = (prod_i < 1.0f);
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(prod_i));
+        const float t4 = (prod_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod[i] = t6;
     }
     // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_9[i];
-        const float t1 = (x_i + 9.999999747378752e-06f);
-        const float t2 = std::sqrt(t1);
         const float x_i1 = ks_data_2[i];
-        const float t3 = (x_i1 / t2);
-        tmp[i] = t3;
+        const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
+        tmp[i] = t1;
     }
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_8[i];
-        const float x_i1 = tmp[i];
-        const float t1 = (x_i * x_i1);
-        const float x_i2 = ks_data_3[i];
-        const float t2 = (x_i2 - t1);
-        tmp1[i] = t2;
+        const float tmp_i = tmp[i];
+        const float x_i1 = ks_data_3[i];
+        const float t1 = (x_i1 - (x_i * tmp_i));
+        tmp1[i] = t1;
     }
     // export.py: node addmm_1 (aten.addmm.default)
     const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
         const float x_i = ks_data_1[col1];
         const float t1 = (x_i + v1);
-        const float x_i1 = tmp[col1];
-        const float t2 = (t1 * x_i1);
-        const float x_i2 = tmp1[col1];
-        const float t3 = (t2 + x_i2);
+        const float tmp_i = tmp[col1];
+        const float t2 = (t1 * tmp_i);
+        const float x_i1 = tmp1[col1];
+        const float t3 = (t2 + x_i1);
         return t3;
     };
     ks::packed_gemm<float>(batch, 128, 256, {prod, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
@@ -112,29 +108,25 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float x_i = prod1[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        prod1[i] = t7;
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod1[i] = t6;
     }
     // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
     for (int64_t i = 0; i < 64; ++i) {
         const float x_i = ks_data_11[i];
-        const float t1 = (x_i + 9.999999747378752e-06f);
-        const float t2 = std::sqrt(t1);
         const float x_i1 = ks_data_5[i];
-        const float t3 = (x_i1 / t2);
-        tmp2[i] = t3;
+        const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
+        tmp2[i] = t1;
     }
     for (int64_t i = 0; i < 64; ++i) {
         const float x_i = ks_data_10[i];
         const float x_i1 = tmp2[i];
-        const float t1 = (x_i * x_i1);
         const float x_i2 = ks_data_6[i];
-        const float t2 = (x_i2 - t1);
-        tmp3[i] = t2;
+        const float t1 = (x_i2 - (x_i * x_i1));
+        tmp3[i] = t1;
     }
     // export.py: node addmm_2 (aten.addmm.default)
     const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
@@ -152,12 +144,11 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float x_i = prod2[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        prod2[i] = t7;
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod2[i] = t6;
     }
     // export.py: node addmm_3 (aten.addmm.default)
     ks::packed_gemm<float>(batch, 10, 64, {prod2, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
@@ -183,8 +174,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
             const float x_i1 = tmp5[i];
             const float t1 = (x_i - x_i1);
             tmp6[i * 10 + j] = t1;
-            const float t2 = ks::exp(t1);
-            acc += t2;
+            acc += ks::exp(t1);
         }
         tmp7[i] = acc;
     }

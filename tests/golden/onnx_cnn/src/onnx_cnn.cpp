@@ -78,22 +78,22 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float1);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            float Relu_1_sum = 0;
+            KS_OMP_SIMD(reduction(+:Relu_1_sum))
             for (int64_t j = 0; j < 9; ++j) {
-                const float x_i = conv[i * 9 + j];
-                const float x_i1 = ks_data_3[i];
-                const float conv2_Conv_i = (x_i + x_i1);
+                const float conv_i = conv[i * 9 + j];
+                const float x_i = ks_data_3[i];
+                const float conv2_Conv_i = (conv_i + x_i);
                 const bool t1 = (conv2_Conv_i <= 0.0f);
                 const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
-                acc += Relu_1_i;
+                Relu_1_sum += Relu_1_i;
             }
-            tmp[i] = acc;
+            tmp[i] = Relu_1_sum;
         }
         // ONNX node /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            const float x_i = tmp[i];
-            const float GlobalAveragePool_i = (x_i / 9.0f);
+            const float tmp_i = tmp[i];
+            const float GlobalAveragePool_i = (tmp_i / 9.0f);
             GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
         }
     }
@@ -197,9 +197,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 256; ++j) {
-                const float x_i = conv[i * 256 + j];
-                const float x_i1 = ks_data_1[i];
-                const float conv1_Conv_i = (x_i + x_i1);
+                const float conv_i = conv[i * 256 + j];
+                const float x_i = ks_data_1[i];
+                const float conv1_Conv_i = (conv_i + x_i);
                 const bool t1 = (conv1_Conv_i <= 0.0f);
                 stacked[row * 2048 + i * 256 + j] = t1;
                 const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
@@ -224,17 +224,17 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             for (int64_t j = 0; j < 2; ++j) {
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
-                        const float x_i = Relu[i * 32 + j * 16 + k * 2 + l];
-                        const float x_i1 = MaxPool[i * 8 + k];
-                        const bool t1 = (x_i == x_i1);
-                        const bool t2 = (x_i != x_i);
-                        const bool t3 = (x_i1 != x_i1);
+                        const float Relu_i = Relu[i * 32 + j * 16 + k * 2 + l];
+                        const float MaxPool_i = MaxPool[i * 8 + k];
+                        const bool t1 = (Relu_i == MaxPool_i);
+                        const bool t2 = (Relu_i != Relu_i);
+                        const bool t3 = (MaxPool_i != MaxPool_i);
                         const bool t4 = (t2 && t3);
                         const bool t5 = (t1 || t4);
-                        const int64_t x_i2 = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                        const int64_t t6 = (x_i2 * int64_t{2});
-                        const int64_t x_i3 = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                        const int64_t t7 = (x_i3 + t6);
+                        const int64_t tmp_i = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t6 = (tmp_i * int64_t{2});
+                        const int64_t x_i = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t7 = (x_i + t6);
                         tmp2[i * 32 + j * 16 + k * 2 + l] = t7;
                         const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
                         tmp3[i * 32 + j * 16 + k * 2 + l] = t8;
@@ -267,8 +267,8 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
                         const int64_t x_i = tmp2[i * 32 + j * 16 + k * 2 + l];
-                        const int64_t x_i1 = min[i * 8 + k];
-                        const bool t1 = (x_i == x_i1);
+                        const int64_t min_i = min[i * 8 + k];
+                        const bool t1 = (x_i == min_i);
                         stacked1[row * 2048 + i * 32 + j * 16 + k * 2 + l] = t1;
                     }
                 }
@@ -399,9 +399,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     }
     // ONNX node /Relu (Relu)
     for (int64_t i = 0; i < (2048*batch); ++i) {
-        const bool x_i = stacked[i];
+        const bool stacked_i = stacked[i];
         const float d_Relu_i = d_Relu[i];
-        const float d_conv1_Conv_i = (x_i ? 0.0f : d_Relu_i);
+        const float d_conv1_Conv_i = (stacked_i ? 0.0f : d_Relu_i);
         d_Relu[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)

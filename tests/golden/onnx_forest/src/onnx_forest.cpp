@@ -39,15 +39,15 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < 40; ++j) {
-            const int32_t x_i = leaves[i * 40 + j];
-            const float t1 = ks_data_2[ks::clamp_index(x_i, 320)];
+            const int32_t leaves_i = leaves[i * 40 + j];
+            const float t1 = ks_data_2[ks::clamp_index(leaves_i, 320)];
             acc += t1;
         }
         tmp[i] = acc;
     }
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp[i];
-        const float y_i = (x_i + 0.3404572904109955f);
+        const float tmp_i = tmp[i];
+        const float y_i = (tmp_i + 0.3404572904109955f);
         out[i] = y_i;
     }
     return ks::status::ok;

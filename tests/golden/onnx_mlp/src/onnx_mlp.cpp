@@ -171,18 +171,17 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     // ONNX node /mlp/out/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
     // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
-    float acc = 0;
+    float Pow_sum = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = prod[i];
+        const float prod_i = prod[i];
         const float mlp_out_bias_i = mlp_out_bias[0];
-        const float mlp_out_Gemm_i = (x_i + mlp_out_bias_i);
+        const float mlp_out_Gemm_i = (prod_i + mlp_out_bias_i);
         const float target_i = target[i];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
         const float Pow_i = ks::ipow<2>(Sub_i);
-        acc += Pow_i;
+        Pow_sum += Pow_i;
     }
-    const float t1 = static_cast<float>(batch);
-    const float loss = (acc / t1);
+    const float loss = (Pow_sum / static_cast<float>(batch));
     *out = loss;
     return ks::status::ok;
 }
@@ -216,16 +215,15 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     // ONNX node /mlp/fc2/Gemm (Gemm)
     const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
-    const float t1 = static_cast<float>(batch);
-    const float t2 = (1.0f / t1);
+    const float t1 = (1.0f / static_cast<float>(batch));
     // ONNX node /mlp/out/Gemm (Gemm)
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float mlp_out_bias_i = mlp_out_bias[col2];
         const float mlp_out_Gemm_i = (v2 + mlp_out_bias_i);
         const float target_i = target[row2 + col2];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
-        const float t3 = (2.0f * Sub_i);
-        const float d_mlp_out_Gemm_i = (t2 * t3);
+        const float t2 = (2.0f * Sub_i);
+        const float d_mlp_out_Gemm_i = (t1 * t2);
         return d_mlp_out_Gemm_i;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));

@@ -105,9 +105,8 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         for (int64_t j = 0; j < 4; ++j) {
             const float v_X_i = X[i * 4 + j];
             const float x_i = ks_data_0[j];
-            const float t1 = (v_X_i - x_i);
             const float x_i1 = ks_data_1[j];
-            const float variable_i = (t1 * x_i1);
+            const float variable_i = ((v_X_i - x_i) * x_i1);
             variable[i * 4 + j] = variable_i;
         }
     }
@@ -117,27 +116,25 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             float acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < 4; ++k) {
-                const float x_i = variable[i * 4 + k];
-                const float x_i1 = ks_data_2[j * 4 + k];
-                const float t1 = (x_i - x_i1);
-                const float t2 = (t1 * t1);
-                acc += t2;
+                const float variable_i = variable[i * 4 + k];
+                const float x_i = ks_data_2[j * 4 + k];
+                const float t1 = (variable_i - x_i);
+                acc += (t1 * t1);
             }
             tmp[i * 51 + j] = acc;
         }
     }
     for (int64_t i = 0; i < (51*batch); ++i) {
-        const float x_i = tmp[i];
-        const float t1 = ((-0.25f) * x_i);
-        const float t2 = ks::exp(t1);
-        tmp[i] = t2;
+        const float tmp_i = tmp[i];
+        const float t1 = ks::exp(((-0.25f) * tmp_i));
+        tmp[i] = t1;
     }
     ks::packed_gemm<float>(batch, 3, 51, {tmp, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            const float x_i = prod[i * 3 + j];
-            const float x_i1 = ks_data_4[j];
-            const float t1 = (x_i + x_i1);
+            const float prod_i = prod[i * 3 + j];
+            const float x_i = ks_data_4[j];
+            const float t1 = (prod_i + x_i);
             tmp1[i * 3 + j] = t1;
             const bool t2 = (t1 > 0.0f);
             const float t3 = static_cast<float>(t2);
@@ -198,18 +195,15 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = tmp1[i * 3 + j];
             const float x_i1 = ks_data_8[j];
-            const float t1 = (x_i * x_i1);
             const float x_i2 = ks_data_9[j];
-            const float t2 = (t1 + x_i2);
-            const float t3 = (-t2);
-            const float t4 = ks::logistic(t3);
-            const bool t5 = (t4 < 1.0000000116860974e-07f);
-            const bool t6 = (t4 > 0.9999998807907104f);
-            const float t7 = (t6 ? 0.9999998807907104f : t4);
-            const float t8 = (t5 ? 1.0000000116860974e-07f : t7);
-            tmp8[i * 3 + j] = t8;
-            const float t9 = (1.0f - t8);
-            tmp9[i * 3 + j] = t9;
+            const float t1 = ks::logistic((-((x_i * x_i1) + x_i2)));
+            const bool t2 = (t1 < 1.0000000116860974e-07f);
+            const bool t3 = (t1 > 0.9999998807907104f);
+            const float t4 = (t3 ? 0.9999998807907104f : t1);
+            const float t5 = (t2 ? 1.0000000116860974e-07f : t4);
+            tmp8[i * 3 + j] = t5;
+            const float t6 = (1.0f - t5);
+            tmp9[i * 3 + j] = t6;
         }
     }
     for (int64_t i = 0; i < batch; ++i) {
@@ -230,8 +224,8 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
             const bool x_i = ks_data_11[j];
-            const float x_i1 = gathered[i * 9 + j];
-            const float t1 = (x_i ? x_i1 : 0.0f);
+            const float gathered_i = gathered[i * 9 + j];
+            const float t1 = (x_i ? gathered_i : 0.0f);
             gathered[i * 9 + j] = t1;
         }
     }
@@ -241,9 +235,8 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             float acc = 0;
             KS_OMP_SIMD(reduction(+:acc))
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = gathered[i * 9 + j + k * 3];
-                const float t1 = (x_i * x_i);
-                acc += t1;
+                const float gathered_i = gathered[i * 9 + j + k * 3];
+                acc += (gathered_i * gathered_i);
             }
             tmp10[i * 3 + j] = acc;
         }
@@ -251,15 +244,12 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
-                const float x_i = gathered[i * 9 + j + k * 3];
-                const float x_i1 = gathered[i * 9 + j * 3 + k];
-                const float t1 = (x_i * x_i1);
-                const float t2 = (-t1);
-                const float x_i2 = tmp10[i * 3 + j];
-                const float x_i3 = ks_data_12[j * 3 + k];
-                const float t3 = (x_i2 * x_i3);
-                const float t4 = (t2 + t3);
-                tmp11[i * 9 + j * 3 + k] = t4;
+                const float gathered_i = gathered[i * 9 + j + k * 3];
+                const float gathered_i1 = gathered[i * 9 + j * 3 + k];
+                const float x_i = tmp10[i * 3 + j];
+                const float x_i1 = ks_data_12[j * 3 + k];
+                const float t1 = ((-(gathered_i * gathered_i1)) + (x_i * x_i1));
+                tmp11[i * 9 + j * 3 + k] = t1;
             }
         }
     }
@@ -273,8 +263,8 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     for (int64_t i = 0; i < int64_t{100}; ++i) {
         int32_t acc = ks::highest<int32_t>();
         for (int64_t j = 0; j < batch; ++j) {
-            const bool x_i = r[j];
-            const int32_t t1 = static_cast<int32_t>(x_i);
+            const bool r_i = r[j];
+            const int32_t t1 = static_cast<int32_t>(r_i);
             acc = ks::running_min(acc, t1);
         }
         const bool t1 = (acc != 0);
@@ -303,10 +293,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 float acc1 = 0;
                 KS_OMP_SIMD(reduction(+:acc1))
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = out_probabilities[j * 3 + k];
-                    const float x_i1 = prod2[j * 3 + k];
-                    const float t2 = (x_i * x_i1);
-                    acc1 += t2;
+                    const float out_probabilities_i = out_probabilities[j * 3 + k];
+                    const float x_i = prod2[j * 3 + k];
+                    acc1 += (out_probabilities_i * x_i);
                 }
                 tmp12[j] = acc1;
             }
@@ -315,9 +304,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = prod2[j * 3 + k];
                     const float x_i1 = tmp12[j];
-                    const float t2 = (x_i - x_i1);
-                    const float t3 = ks::abs(t2);
-                    acc1 = ks::running_max(acc1, t3);
+                    acc1 = ks::running_max(acc1, ks::abs((x_i - x_i1)));
                 }
                 tmp13[j] = acc1;
             }
@@ -335,10 +322,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp12[j];
                 const float x_i1 = packed2[j];
-                const float t2 = (x_i - x_i1);
                 const float x_i2 = packed1[j];
-                const float t3 = (t2 / x_i2);
-                tmp14[j] = t3;
+                const float t2 = ((x_i - x_i1) / x_i2);
+                tmp14[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp14[j];
@@ -357,13 +343,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = tmp14[j];
-                    const float x_i1 = packed[j * 3 + k];
-                    const float t2 = (x_i * x_i1);
-                    const float x_i2 = prod2[j * 3 + k];
-                    const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp15[j];
-                    const float t4 = (t3 / x_i3);
-                    tmp16[j * 3 + k] = t4;
+                    const float packed_i = packed[j * 3 + k];
+                    const float x_i1 = prod2[j * 3 + k];
+                    const float x_i2 = tmp15[j];
+                    const float t2 = ((x_i1 + (x_i * packed_i)) / x_i2);
+                    tmp16[j * 3 + k] = t2;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -372,22 +356,15 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp14[j];
                 const float x_i1 = packed1[j];
-                const float t2 = (x_i * x_i1);
                 const float x_i2 = packed2[j];
-                const float t3 = (2.0f * x_i2);
-                const float t4 = (t2 + t3);
-                const float t5 = (x_i * t4);
                 const float x_i3 = tmp12[j];
-                const float t6 = (x_i3 + t5);
                 const float x_i4 = tmp15[j];
-                const float t7 = (t6 / x_i4);
-                const float t8 = (t7 / x_i4);
-                tmp17[j] = t8;
+                const float t2 = (((x_i3 + (x_i * ((x_i * x_i1) + (2.0f * x_i2)))) / x_i4) / x_i4);
+                tmp17[j] = t2;
                 const float x_i5 = packed5[j];
-                const float t9 = (t8 - x_i5);
                 const float x_i6 = packed4[j];
-                const float t10 = (t9 / x_i6);
-                tmp18[j] = t10;
+                const float t3 = ((t2 - x_i5) / x_i6);
+                tmp18[j] = t3;
             }
             float* const tmp19 = tmp3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
@@ -408,12 +385,10 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = tmp18[j];
                     const float x_i1 = packed3[j * 3 + k];
-                    const float t2 = (x_i * x_i1);
                     const float x_i2 = tmp16[j * 3 + k];
-                    const float t3 = (x_i2 + t2);
                     const float x_i3 = tmp19[j];
-                    const float t4 = (t3 / x_i3);
-                    tmp20[j * 3 + k] = t4;
+                    const float t2 = ((x_i2 + (x_i * x_i1)) / x_i3);
+                    tmp20[j * 3 + k] = t2;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -422,21 +397,14 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp18[j];
                 const float x_i1 = packed4[j];
-                const float t2 = (x_i * x_i1);
                 const float x_i2 = packed5[j];
-                const float t3 = (2.0f * x_i2);
-                const float t4 = (t2 + t3);
-                const float t5 = (x_i * t4);
                 const float x_i3 = tmp17[j];
-                const float t6 = (x_i3 + t5);
                 const float x_i4 = tmp19[j];
-                const float t7 = (t6 / x_i4);
-                const float t8 = (t7 / x_i4);
+                const float t2 = (((x_i3 + (x_i * ((x_i * x_i1) + (2.0f * x_i2)))) / x_i4) / x_i4);
                 const float x_i5 = packed8[j];
-                const float t9 = (t8 - x_i5);
                 const float x_i6 = packed7[j];
-                const float t10 = (t9 / x_i6);
-                tmp21[j] = t10;
+                const float t3 = ((t2 - x_i5) / x_i6);
+                tmp21[j] = t3;
             }
             float* const tmp22 = tmp17;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
@@ -447,34 +415,27 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp13[j];
                 const bool t2 = (x_i < 0.0016666667070239782f);
-                const bool x_i1 = r[j];
-                const bool t3 = (x_i1 ? x_i1 : t2);
+                const bool r_i = r[j];
+                const bool t3 = (r_i ? r_i : t2);
                 r2[j] = t3;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = tmp14[j];
                     const float x_i1 = ks_data_13[k];
-                    const float t2 = (x_i * x_i1);
-                    const float x_i2 = out_probabilities[j * 3 + k];
-                    const float t3 = (x_i2 + t2);
-                    const float x_i3 = tmp15[j];
-                    const float t4 = (t3 / x_i3);
-                    const float x_i4 = tmp18[j];
-                    const float x_i5 = ks_data_14[k];
-                    const float t5 = (x_i4 * x_i5);
-                    const float t6 = (t4 + t5);
-                    const float x_i6 = tmp19[j];
-                    const float t7 = (t6 / x_i6);
-                    const float x_i7 = tmp21[j];
-                    const float x_i8 = ks_data_15[k];
-                    const float t8 = (x_i7 * x_i8);
-                    const float t9 = (t7 + t8);
-                    const float x_i9 = tmp22[j];
-                    const float t10 = (t9 / x_i9);
-                    const bool x_i10 = r2[j];
-                    const float t11 = (x_i10 ? x_i2 : t10);
-                    r1[j * 3 + k] = t11;
+                    const float out_probabilities_i = out_probabilities[j * 3 + k];
+                    const float x_i2 = tmp15[j];
+                    const float x_i3 = tmp18[j];
+                    const float x_i4 = ks_data_14[k];
+                    const float t2 = (((out_probabilities_i + (x_i * x_i1)) / x_i2) + (x_i3 * x_i4));
+                    const float x_i5 = tmp19[j];
+                    const float x_i6 = tmp21[j];
+                    const float x_i7 = ks_data_15[k];
+                    const float x_i8 = tmp22[j];
+                    const float t3 = (((t2 / x_i5) + (x_i6 * x_i7)) / x_i8);
+                    const bool x_i9 = r2[j];
+                    const float t4 = (x_i9 ? out_probabilities_i : t3);
+                    r1[j * 3 + k] = t4;
                 }
             }
         }

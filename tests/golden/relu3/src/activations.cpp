@@ -26,8 +26,7 @@ float activations_relu3(float x) {
         const bool t2 = (x < 1.0f);
         float r1;
         if (t2) {
-            const float t3 = ks::ipow<3>(x);
-            r1 = (0.3333333432674408f * t3);
+            r1 = (0.3333333432674408f * ks::ipow<3>(x));
         } else {
             r1 = (x - 0.6666666865348816f);
         }
@@ -47,12 +46,11 @@ int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace) {
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (0.3333333432674408f * t3);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        out[i] = t7;
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        out[i] = t6;
     }
     return ks::status::ok;
 }
@@ -79,10 +77,7 @@ float activations_relu3_vjp(float x, float ct) {
     } else {
         float r1;
         if (r) {
-            const float t2 = ks::ipow<2>(x);
-            const float t3 = (3.0f * t2);
-            const float t4 = (ct * 0.3333333432674408f);
-            r1 = (t4 * t3);
+            r1 = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
         } else {
             r1 = ct;
         }
@@ -104,15 +99,9 @@ int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* ou
         const bool t2 = (x_i < 1.0f);
         const float ct_i = ct[i];
         const float t3 = (t1 ? 0.0f : ct_i);
-        const float t4 = (t2 ? 0.0f : t3);
-        const float t5 = (t2 ? t3 : 0.0f);
-        const float t6 = (t5 * 0.3333333432674408f);
-        const float t7 = ks::ipow<2>(x_i);
-        const float t8 = (3.0f * t7);
-        const float t9 = (t6 * t8);
-        const float t10 = (t2 ? t9 : 0.0f);
-        const float t11 = (t4 + t10);
-        const float d_x_i = (t1 ? 0.0f : t11);
+        const float t4 = (((t2 ? t3 : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float t5 = ((t2 ? 0.0f : t3) + (t2 ? t4 : 0.0f));
+        const float d_x_i = (t1 ? 0.0f : t5);
         out[i] = d_x_i;
     }
     return ks::status::ok;
@@ -135,10 +124,7 @@ float activations_relu3_jvp(float x, float dx) {
         const bool t2 = (x < 1.0f);
         float r1;
         if (t2) {
-            const float t3 = ks::ipow<2>(x);
-            const float t4 = (3.0f * t3);
-            const float t5 = (t4 * dx);
-            r1 = (0.3333333432674408f * t5);
+            r1 = (0.3333333432674408f * ((3.0f * ks::ipow<2>(x)) * dx));
         } else {
             r1 = dx;
         }
@@ -164,9 +150,7 @@ float activations_relu3_grad(float x) {
     } else {
         float r1;
         if (r) {
-            const float t2 = ks::ipow<2>(x);
-            const float t3 = (3.0f * t2);
-            r1 = (0.3333333432674408f * t3);
+            r1 = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
         } else {
             r1 = 1.0f;
         }
@@ -192,10 +176,7 @@ float activations_relu3_d2(float x, float dx) {
         }
         float r1;
         if (r) {
-            const float t2 = (2.0f * x);
-            const float t3 = (t2 * dx);
-            const float t4 = (3.0f * t3);
-            r1 = (0.3333333432674408f * t4);
+            r1 = (0.3333333432674408f * (3.0f * ((2.0f * x) * dx)));
         } else {
             r1 = 0.0f;
         }

@@ -49,8 +49,7 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
-            const float t3 = ks::ipow<2>(x_i);
-            const float t_i = (0.5f * t3);
+            const float t_i = (0.5f * ks::ipow<2>(x_i));
             t2[i] = t_i;
         }
     }
@@ -62,15 +61,12 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float t_i = t2[i];
-            const float t3 = std::sin(t_i);
-            const float t4 = (t3 * t_i);
-            acc_block += t4;
+            acc_block += (std::sin(t_i) * t_i);
         }
         acc += acc_block;
     }
-    const float t3 = static_cast<float>(n);
-    const float t4 = (acc / t3);
-    *out = t4;
+    const float t3 = (acc / static_cast<float>(n));
+    *out = t3;
     return ks::status::ok;
 }
 
@@ -113,42 +109,32 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
-            const float t3 = ks::ipow<2>(x_i);
-            const float t_i = (0.5f * t3);
+            const float t_i = (0.5f * ks::ipow<2>(x_i));
             t2[i] = t_i;
         }
     }
-    const float t3 = static_cast<float>(n);
-    const float t4 = (1.0f / t3);
-    const float t5 = ks::mulz(ct, t4);
+    const float t3 = ks::mulz(ct, (1.0f / static_cast<float>(n)));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = t2[i];
-        const float t6 = std::sin(x_i);
-        const float t7 = (t5 * t6);
-        const float t8 = (t5 * x_i);
-        const float t9 = std::cos(x_i);
-        const float t10 = (t8 * t9);
-        const float t11 = (t7 + t10);
-        t2[i] = t11;
+        const float t4 = ((t3 * std::sin(x_i)) + ((t3 * x_i) * std::cos(x_i)));
+        t2[i] = t4;
     }
     // sqrl.py:11: if y < 0.0:
     if (t1) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
             const float ct_i = t2[i];
-            const float t6 = (ct_i * (-0.125f));
-            out[i] = t6;
+            const float t4 = (ct_i * (-0.125f));
+            out[i] = t4;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float ct_i = t2[i];
-            const float t6 = (ct_i * 0.5f);
             const float x_i = x[i];
-            const float t7 = (2.0f * x_i);
-            const float t8 = (t6 * t7);
-            out[i] = t8;
+            const float t4 = ((ct_i * 0.5f) * (2.0f * x_i));
+            out[i] = t4;
         }
     }
     return ks::status::ok;
@@ -202,13 +188,10 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
                 const float t1 = ((-0.125f) * x_i);
-                const float t2 = ks::ipow<2>(x_i);
-                const float t3 = (0.5f * t2);
-                const bool x_i1 = tmp[i];
-                const float t4 = (x_i1 ? t1 : t3);
-                const float t5 = std::sin(t4);
-                const float t6 = (t5 * t4);
-                acc_block += t6;
+                const float t2 = (0.5f * ks::ipow<2>(x_i));
+                const bool tmp_i = tmp[i];
+                const float t3 = (tmp_i ? t1 : t2);
+                acc_block += (std::sin(t3) * t3);
             }
             acc += acc_block;
         }
@@ -262,40 +245,31 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
         const bool t1 = (y_i < 0.0f);
         tmp[i] = t1;
     }
-    const float t1 = static_cast<float>(n);
-    const float t2 = (1.0f / t1);
+    const float t1 = (1.0f / static_cast<float>(n));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     float* const tmp1 = y;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n1; ++i) {
         const float ct_i = ct[i];
-        const float t3 = ks::mulz(ct_i, t2);
-        tmp1[i] = t3;
+        const float t2 = ks::mulz(ct_i, t1);
+        tmp1[i] = t2;
     }
     // sqrl.py:11, 12, 14, 15
     for (int64_t i = 0; i < n1; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             const float x_i = x[i * n + j];
             const float t_i = ((-0.125f) * x_i);
-            const float t3 = ks::ipow<2>(x_i);
-            const float t_i1 = (0.5f * t3);
-            const bool x_i1 = tmp[i];
-            const float t_i2 = (x_i1 ? t_i : t_i1);
-            const float t4 = std::sin(t_i2);
-            const float x_i2 = tmp1[i];
-            const float d_t_i = (x_i2 * t4);
-            const float t5 = (x_i2 * t_i2);
-            const float t6 = std::cos(t_i2);
-            const float t7 = (t5 * t6);
-            const float d_t_i1 = (d_t_i + t7);
-            const float d_t_i2 = (x_i1 ? 0.0f : d_t_i1);
-            const float t8 = (d_t_i2 * 0.5f);
-            const float t9 = (2.0f * x_i);
-            const float t10 = (t8 * t9);
-            const float d_x_i = (x_i1 ? 0.0f : t10);
-            const float d_t_i3 = (x_i1 ? d_t_i1 : 0.0f);
-            const float t11 = (d_t_i3 * (-0.125f));
-            const float t12 = (x_i1 ? t11 : 0.0f);
-            const float d_x_i1 = (d_x_i + t12);
+            const float t_i1 = (0.5f * ks::ipow<2>(x_i));
+            const bool tmp_i = tmp[i];
+            const float t_i2 = (tmp_i ? t_i : t_i1);
+            const float x_i1 = tmp1[i];
+            const float d_t_i = (x_i1 * std::sin(t_i2));
+            const float d_t_i1 = (d_t_i + ((x_i1 * t_i2) * std::cos(t_i2)));
+            const float d_t_i2 = (tmp_i ? 0.0f : d_t_i1);
+            const float t2 = ((d_t_i2 * 0.5f) * (2.0f * x_i));
+            const float d_x_i = (tmp_i ? 0.0f : t2);
+            const float d_t_i3 = (tmp_i ? d_t_i1 : 0.0f);
+            const float t3 = (d_t_i3 * (-0.125f));
+            const float d_x_i1 = (d_x_i + (tmp_i ? t3 : 0.0f));
             out[i * n + j] = d_x_i1;
         }
     }
@@ -318,12 +292,11 @@ int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* workspace) {
         const float x_i = x[i];
         const bool t1 = (x_i < 0.0f);
         const bool t2 = (x_i < 1.0f);
-        const float t3 = ks::ipow<3>(x_i);
-        const float t4 = (t3 / 3.0f);
-        const float t5 = (x_i - 0.6666666865348816f);
-        const float t6 = (t2 ? t4 : t5);
-        const float t7 = (t1 ? 0.0f : t6);
-        out[i] = t7;
+        const float t3 = (ks::ipow<3>(x_i) / 3.0f);
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        out[i] = t6;
     }
     return ks::status::ok;
 }
@@ -347,12 +320,8 @@ int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out
         const float ct_i = ct[i];
         const float t3 = (t2 ? 0.0f : ct_i);
         const float d_x_i = (t1 ? 0.0f : t3);
-        const float t4 = (t1 ? t3 : 0.0f);
-        const float t5 = (t4 * 0.3333333432674408f);
-        const float t6 = ks::ipow<2>(x_i);
-        const float t7 = (3.0f * t6);
-        const float t8 = (t5 * t7);
-        const float d_x_i1 = (d_x_i + t8);
+        const float t4 = (((t1 ? t3 : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float d_x_i1 = (d_x_i + t4);
         out[i] = d_x_i1;
     }
     return ks::status::ok;
