@@ -33,6 +33,12 @@
 #include <immintrin.h>
 #define KS_QTILE_X86 1
 #endif
+// Arm cores with the DSP extension (Cortex-M4, M7, M33 with it; A-profile cores have it too but run NEON): the
+// dual 16-bit multiply-adds of ACLE's arm_acle.h.
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && (defined(__GNUC__) || defined(__clang__))
+#include <arm_acle.h>
+#define KS_QTILE_DSP 1
+#endif
 
 namespace ks {
 inline namespace KS_KERNELS {
@@ -205,6 +211,65 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
     }
     store_sums(acc, o);
 }
+
+#ifdef KS_QTILE_DSP
+// A word of four bytes as two words of two 16-bit lanes (SXTB16 / UXTB16: bytes 0 and 2, sign- or zero-extended;
+// their ROR #8 forms: bytes 1 and 3), which SMLAD multiplies lane by lane, adding both products to an int32: four
+// byte products in two multiply-adds. The unsigned bytes (0..255) are exact as signed 16-bit lanes; each SMLAD adds
+// at most 2 · 255 · 128 to a sum that stays within int32 as the portable loops' does.
+struct byte_lanes {
+    int32_t even, odd;
+};
+
+template <bool SIGNED>
+inline byte_lanes lanes_of(const uint8_t* p) {
+    uint32_t word;
+    __builtin_memcpy(&word, p, 4);  // (one LDR: unaligned loads are allowed on the M4 and M7)
+    byte_lanes l;
+    if (SIGNED) {  // (GCC 12's arm_acle.h has no __ror, and does not fold a rotation into SXTB16: the ROR form by hand)
+        l.even = __sxtb16(static_cast<int32_t>(word));
+        __asm__("sxtb16 %0, %1, ror #8" : "=r"(l.odd) : "r"(word));
+    } else {
+        l.even = static_cast<int32_t>(__uxtb16(word));
+        __asm__("uxtb16 %0, %1, ror #8" : "=r"(l.odd) : "r"(word));
+    }
+    return l;
+}
+
+inline int32_t dot4(const byte_lanes& a, const byte_lanes& b, int32_t sum) {
+    return __smlad(a.odd, b.odd, __smlad(a.even, b.even, sum));
+}
+
+// tile_portable with SMLAD (Cortex-M4/M7): one row of a by 4 columns of b at a time, their 4 sums in registers over
+// all quads (a row's quad extended once for the 4 columns: 5 loads, 10 extensions and 8 SMLAD per 16 products), the
+// columns up to o.count rounded up to 4 (the tile's 32 are packed; the ones past o.count are not stored).
+template <bool SWAP>
+void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    int32_t* acc = o.acc;
+    const int32_t n = static_cast<int32_t>((o.count + 3) & ~int64_t{3}), live = static_cast<int32_t>(o.live);
+    const int32_t quads_n = static_cast<int32_t>(q);
+    for (int32_t r = 0; r < live; ++r) {
+        for (int32_t c = 0; c < n; c += 4) {
+            const uint8_t* ak = a + r * 4;
+            const uint8_t* bk = b + c * 4;
+            int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            KS_ROLLED for (int32_t k = 0; k < quads_n; ++k, ak += rows * 4, bk += cols * 4) {
+                const byte_lanes w = lanes_of<!SWAP>(ak);
+                s0 = dot4(w, lanes_of<SWAP>(bk), s0);
+                s1 = dot4(w, lanes_of<SWAP>(bk + 4), s1);
+                s2 = dot4(w, lanes_of<SWAP>(bk + 8), s2);
+                s3 = dot4(w, lanes_of<SWAP>(bk + 12), s3);
+            }
+            int32_t* out = acc + r * cols + c;
+            out[0] = s0;
+            out[1] = s1;
+            out[2] = s2;
+            out[3] = s3;
+        }
+    }
+    store_sums(acc, o);
+}
+#endif
 
 #ifdef KS_QTILE_X86
 #if defined(__GNUC__) && !defined(__clang__)
@@ -384,7 +449,11 @@ tile_fn best_tile() {
         return tile_avx2<SWAP>;
     }
 #endif
+#ifdef KS_QTILE_DSP
+    return tile_dsp<SWAP>;
+#else
     return tile_portable<SWAP>;
+#endif
 }
 
 // A convolution's input as the tiles read it. The image is copied once per image and group into `phases`: with

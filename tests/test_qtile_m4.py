@@ -1,0 +1,53 @@
+"""The integer kernels' DSP path on a Cortex-M4 (ks/qconv.h, KS_QTILE_DSP: SMLAD dual 16-bit multiply-adds, issue 35):
+tests/cross/qtile_m4/main.cpp compiled for the core at -O3 and -Os and run on QEMU's mps2-an386 board (semihosting)
+compares qtile::tile_dsp with the portable loops of the same file and with int32 sums of its own, over depths, row
+and column counts and the extreme bytes (255 · -128 in every lane). The networks that run on these tiles are checked
+against onnxruntime by tests/test_kernel_layer_m4.py (the quantized CNN) and tests/test_cortex_m4_bench.py.
+
+Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh installs both as root); skips naming
+what is missing."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import ROOT
+from test_targets import need
+
+from ksbuild.compile.targets import TARGETS
+
+APP = ROOT / "tests/cross/qtile_m4/main.cpp"
+BOARD = ROOT / "tests/cross/baremetal_c"  # (mps2-an386's startup code and linker script)
+
+
+def _run(tmp_path, opt: str) -> str:
+    """main.cpp built for the Cortex-M4 at `opt` and run under QEMU; its output."""
+    t = TARGETS["cortex-m4"]
+    flags = [*t.flags, opt, "-Wall", "-Wextra", "-Werror"]
+    startup = tmp_path / "startup.o"
+    subprocess.run(["arm-none-eabi-gcc", *flags, "-c", str(BOARD / "mps2_an386_startup.c"), "-o", str(startup)],
+                   check=True)
+    elf = tmp_path / "qtile.elf"
+    build = subprocess.run([t.cxx, "-std=c++17", *flags, "-fno-exceptions", "-fno-rtti", f"-I{ROOT / 'prelude'}",
+                            str(APP), str(startup), "--specs=rdimon.specs", f"-T{BOARD / 'mps2_an386.ld'}", "-o",
+                            str(elf)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-kernel", str(elf)],
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+@pytest.mark.parametrize("opt", ["-O3", "-Os"])
+def test_the_smlad_tiles_equal_the_portable_loops_on_a_cortex_m4(tmp_path, opt):
+    need(TARGETS["cortex-m4"])
+    if shutil.which("qemu-system-arm") is None:
+        pytest.skip("qemu-system-arm not installed (scripts/install.sh, run as root, installs it with apt)")
+    out = _run(tmp_path, opt)
+    lines = out.splitlines()
+    assert "dsp 1" in lines, out  # (the DSP path is the one compiled: __ARM_FEATURE_DSP on a Cortex-M4)
+    cases = [line.split() for line in lines if line.startswith("case ")]
+    assert len(cases) == 5 * 3 * 5 + 1, out
+    assert [c for c in cases if c[-1] != "0"] == [], out
+    assert "failed 0" in lines, out
