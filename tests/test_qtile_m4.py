@@ -1,7 +1,9 @@
 """The integer kernels' DSP path on a Cortex-M4 (ks/qconv.h, KS_QTILE_DSP: SMLAD dual 16-bit multiply-adds, issue 35):
 tests/cross/qtile_m4/main.cpp compiled for the core at -O3 and -Os and run on QEMU's mps2-an386 board (semihosting)
 compares qtile::tile_dsp with the portable loops of the same file and with int32 sums of its own, over depths, row
-and column counts and the extreme bytes (255 · -128 in every lane). The networks that run on these tiles are checked
+and column counts and the extreme bytes (255 · -128 in every lane), and ks::qconv_depthwise (qtile::depthwise_sums_dsp:
+taps in pairs) with a direct convolution of its own (uint8 and int8 activations, odd and even tap counts, strides,
+padding, dilation, a channel multiplier; 81 taps: the portable loops). The networks that run on these tiles are checked
 against onnxruntime by tests/test_kernel_layer_m4.py (the quantized CNN) and tests/test_cortex_m4_bench.py.
 
 Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh installs both as root); skips naming
@@ -40,7 +42,7 @@ def _run(tmp_path, opt: str) -> str:
 
 
 @pytest.mark.parametrize("opt", ["-O3", "-Os"])
-def test_the_smlad_tiles_equal_the_portable_loops_on_a_cortex_m4(tmp_path, opt):
+def test_the_smlad_kernels_equal_the_portable_loops_on_a_cortex_m4(tmp_path, opt):
     need(TARGETS["cortex-m4"])
     if shutil.which("qemu-system-arm") is None:
         pytest.skip("qemu-system-arm not installed (scripts/install.sh, run as root, installs it with apt)")
@@ -48,6 +50,6 @@ def test_the_smlad_tiles_equal_the_portable_loops_on_a_cortex_m4(tmp_path, opt):
     lines = out.splitlines()
     assert "dsp 1" in lines, out  # (the DSP path is the one compiled: __ARM_FEATURE_DSP on a Cortex-M4)
     cases = [line.split() for line in lines if line.startswith("case ")]
-    assert len(cases) == 5 * 3 * 5 + 1, out
+    assert len(cases) == 5 * 3 * 5 + 1 + 7, out
     assert [c for c in cases if c[-1] != "0"] == [], out
     assert "failed 0" in lines, out

@@ -1602,6 +1602,51 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
 #endif
 #endif
 
+#ifdef KS_QTILE_DSP
+// Two 16-bit lanes: the low lanes of a and b (PKHBT), the high lanes of a and b (PKHTB).
+inline int32_t low_lanes(int32_t a, int32_t b) {
+    return static_cast<int32_t>((static_cast<uint32_t>(a) & 0xffffu) | (static_cast<uint32_t>(b) << 16));
+}
+inline int32_t high_lanes(int32_t a, int32_t b) {
+    return static_cast<int32_t>((static_cast<uint32_t>(a) >> 16) | (static_cast<uint32_t>(b) & 0xffff0000u));
+}
+
+constexpr int64_t depthwise_dsp_taps = 64;  // (the most taps depthwise_sums_dsp takes: 32 pairs of weights)
+
+// depthwise_planes' sums of one chunk of `len` wide positions (a multiple of 4) of one channel (weights wm) with SMLAD:
+// 4 positions at a time, their sums in registers over the taps two at a time: the two taps' bytes of a position side
+// by side in 16-bit lanes (UXTB16/SXTB16 of a word of 4 positions of each tap, then PKHBT/PKHTB), times pairs[t / 2]
+// (the two taps' weights as 16-bit lanes; a last odd tap's partner weighs 0 and reads at[taps] = at[taps - 1]). Out
+// of line: its 128 B of pairs are not in depthwise_planes' frame (496 B at -O3 without them; the bound is 512).
+template <class TX>
+__attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t* at, const int8_t* wm, int64_t taps,
+                                                  int64_t len, int32_t off, int32_t* sums) {
+    constexpr bool SIGNED = static_cast<TX>(-1) < 0;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(image);
+    const int32_t n = static_cast<int32_t>(len), half = static_cast<int32_t>((taps + 1) / 2);
+    int32_t pairs[depthwise_dsp_taps / 2];
+    for (int32_t p = 0; p < half; ++p) {
+        pairs[p] = low_lanes(wm[2 * p], 2 * p + 1 < taps ? wm[2 * p + 1] : 0);
+    }
+    for (int32_t i = 0; i < n; i += 4) {
+        int32_t s0 = off, s1 = off, s2 = off, s3 = off;
+        KS_ROLLED for (int32_t p = 0; p < half; ++p) {
+            const byte_lanes a = lanes_of<SIGNED>(base + at[2 * p] + i);
+            const byte_lanes b = lanes_of<SIGNED>(base + at[2 * p + 1] + i);
+            const int32_t w = pairs[p];
+            s0 = __smlad(low_lanes(a.even, b.even), w, s0);  // (position i: bytes 0 of both words)
+            s1 = __smlad(low_lanes(a.odd, b.odd), w, s1);
+            s2 = __smlad(high_lanes(a.even, b.even), w, s2);
+            s3 = __smlad(high_lanes(a.odd, b.odd), w, s3);
+        }
+        sums[i] = s0;
+        sums[i + 1] = s1;
+        sums[i + 2] = s2;
+        sums[i + 3] = s3;
+    }
+}
+#endif
+
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
 // weight times the run of positions it reads, requantized into bytes; the output positions taken from those. With
@@ -1634,6 +1679,11 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
             for (int64_t t = 0; t < taps; ++t) {
                 at[t] = tap_offset(one, g, count, t);
             }
+#ifdef KS_QTILE_DSP
+            if (taps & 1) {  // (an odd count of taps leaves room in at's 64-byte rounding for one more)
+                at[taps] = at[taps - 1];
+            }
+#endif
             for (int64_t ci = 0; ci < count * mult; ++ci) {
                 const int64_t m = c0 * mult + ci;
                 const TX* image = reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume;
@@ -1648,15 +1698,22 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 // wide ones are computed and never read)
                 for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
                     const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
-                    for (int64_t i = 0; i < len; ++i) {
-                        sums[i] = off;
-                    }
-                    for (int64_t t = 0; t < taps; ++t) {
-                        const TX* src = image + at[t] + j0;
-                        const int32_t wt = wm[t];
-                        KS_OMP_SIMD()
+#ifdef KS_QTILE_DSP
+                    if (taps <= depthwise_dsp_taps) {
+                        depthwise_sums_dsp(image + j0, at, wm, taps, len, off, sums);
+                    } else
+#endif
+                    {
                         for (int64_t i = 0; i < len; ++i) {
-                            sums[i] += wt * static_cast<int32_t>(src[i]);
+                            sums[i] = off;
+                        }
+                        for (int64_t t = 0; t < taps; ++t) {
+                            const TX* src = image + at[t] + j0;
+                            const int32_t wt = wm[t];
+                            KS_OMP_SIMD()
+                            for (int64_t i = 0; i < len; ++i) {
+                                sums[i] += wt * static_cast<int32_t>(src[i]);
+                            }
                         }
                     }
                     KS_OMP_SIMD()
