@@ -57,6 +57,21 @@ namespace qtile {
 
 constexpr int64_t rows = 8;   // rows of a register tile
 constexpr int64_t cols = 32;  // columns of a register tile
+// The columns of a matrix product's packed weights (qpack_columns, qmatmul: a tile's b): the tile's 32, and 4 on a
+// microcontroller (an M-profile Arm core), whose tiles (tile_dsp: 4 columns at a time, tile_portable) compute as many
+// columns as there are: a classifier's 10 columns are packed as 12, not 32 (with 8: 16, and the int8 MLP of
+// benchmarks/cortex_m4 0.1 KB above emx-onnx-cgen's flash; 4 costs it 4% more instructions). ksbuild packs them so
+// for such targets (ksbuild/transforms/narrow_qpacks.py; the generated code static_asserts that the two agree).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr int64_t product_cols = 4;
+#else
+constexpr int64_t product_cols = cols;
+#endif
+// The columns of a tile's b [quad][width][4]: a convolution's block of positions (SWAP false), a product's weights.
+template <bool SWAP>
+constexpr int64_t b_width() {
+    return SWAP ? product_cols : cols;
+}
 constexpr int64_t depthwise_chunk = 512;  // wide positions a depthwise convolution sums at a time
 
 constexpr int64_t quads(int64_t depth) {
@@ -192,14 +207,14 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
     }
     for (int64_t k = 0; k < q; ++k) {
         const uint8_t* ak = a + k * rows * 4;
-        const uint8_t* bk = b + k * cols * 4;
+        const uint8_t* bk = b + k * b_width<SWAP>() * 4;
         for (int64_t r = 0; r < o.live; ++r) {
             int32_t w[4];
             for (int t = 0; t < 4; ++t) {
                 w[t] = SWAP ? static_cast<int32_t>(ak[r * 4 + t]) : static_cast<int8_t>(ak[r * 4 + t]);
             }
             int32_t* out = acc + r * cols;
-            for (int64_t c = 0; c < cols; ++c) {
+            for (int64_t c = 0; c < b_width<SWAP>(); ++c) {
                 const uint8_t* x = bk + c * 4;
                 int32_t s = 0;
                 for (int t = 0; t < 4; ++t) {
@@ -242,7 +257,7 @@ inline int32_t dot4(const byte_lanes& a, const byte_lanes& b, int32_t sum) {
 
 // tile_portable with SMLAD (Cortex-M4/M7): one row of a by 4 columns of b at a time, their 4 sums in registers over
 // all quads (a row's quad extended once for the 4 columns: 5 loads, 10 extensions and 8 SMLAD per 16 products), the
-// columns up to o.count rounded up to 4 (the tile's 32 are packed; the ones past o.count are not stored).
+// columns up to o.count rounded up to 4 (b's b_width columns are packed; the ones past o.count are not stored).
 template <bool SWAP>
 void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
     int32_t* acc = o.acc;
@@ -253,7 +268,7 @@ void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) 
             const uint8_t* ak = a + r * 4;
             const uint8_t* bk = b + c * 4;
             int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            KS_ROLLED for (int32_t k = 0; k < quads_n; ++k, ak += rows * 4, bk += cols * 4) {
+            KS_ROLLED for (int32_t k = 0; k < quads_n; ++k, ak += rows * 4, bk += b_width<SWAP>() * 4) {
                 const byte_lanes w = lanes_of<!SWAP>(ak);
                 s0 = dot4(w, lanes_of<SWAP>(bk), s0);
                 s1 = dot4(w, lanes_of<SWAP>(bk + 4), s1);
@@ -1094,12 +1109,12 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
 
 // The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of 32.
 constexpr int64_t qmatmul_packed_size(int64_t depth, int64_t n) {
-    return qtile::weights_size(n, depth, qtile::cols);
+    return qtile::weights_size(n, depth, qtile::product_cols);
 }
 
 // b packed as ks::qmatmul reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
 inline void qpack_columns(int64_t depth, int64_t n, const int8_t* b, uint8_t* dst) {
-    qtile::pack_weights(b, n, depth, 1, n, qtile::cols, dst);  // (column j, depth k at b[k·n + j])
+    qtile::pack_weights(b, n, depth, 1, n, qtile::product_cols, dst);  // (column j, depth k at b[k·n + j])
 }
 
 // The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: the offsets, a block of rows of a,
@@ -1119,18 +1134,18 @@ void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, 
     uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
     const int32_t zero = unsigned_zero<TX>(q.x_zero);
-    channel_offsets(packed, n, depth, cols, q.bias, zero, offsets);
+    channel_offsets(packed, n, depth, product_cols, q.bias, zero, offsets);
     const tile_fn tile = best_tile<true>();
     const int64_t qd = quads(depth);
     for (int64_t i0 = 0; i0 < count; i0 += rows) {
         const int64_t live = count - i0 < rows ? count - i0 : rows;
         pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return unsigned_byte(v); });
-        for (int64_t j0 = 0; j0 < n; j0 += cols) {
+        for (int64_t j0 = 0; j0 < n; j0 += product_cols) {
             tile_out o = output_of(q, offsets + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
             o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
             o.ld = n;
             o.live = live;
-            o.count = n - j0 < cols ? n - j0 : cols;
+            o.count = n - j0 < product_cols ? n - j0 : product_cols;
             tile(block, packed + j0 * qd * 4, qd, o);
         }
     }

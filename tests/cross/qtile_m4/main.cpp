@@ -30,10 +30,12 @@ float scales[32];
 template <bool SWAP>
 int tile_case(int64_t q, int64_t live, int64_t count, bool extremes) {
     using namespace ks::qtile;
+    const int64_t width = b_width<SWAP>();  // (a product's b: ks::qtile::product_cols columns, 4 on a microcontroller)
+    count = count < width ? count : width;
     for (int64_t i = 0; i < q * rows * 4; ++i) {
         a_buf[i] = static_cast<uint8_t>(extremes ? (SWAP ? 255 : 0x80) : next());
     }
-    for (int64_t i = 0; i < q * cols * 4; ++i) {
+    for (int64_t i = 0; i < q * width * 4; ++i) {
         b_buf[i] = static_cast<uint8_t>(extremes ? (SWAP ? 0x80 : 255) : next());
     }
     for (int i = 0; i < 32; ++i) {
@@ -55,7 +57,8 @@ int tile_case(int64_t q, int64_t live, int64_t count, bool extremes) {
         for (int64_t j = 0; j < count; ++j) {
             int32_t sum = 0;
             for (int64_t k = 0; k < q * 4; ++k) {
-                const uint8_t x = a_buf[(k / 4) * rows * 4 + i * 4 + k % 4], w = b_buf[(k / 4) * cols * 4 + j * 4 + k % 4];
+                const uint8_t x = a_buf[(k / 4) * rows * 4 + i * 4 + k % 4];
+                const uint8_t w = b_buf[(k / 4) * width * 4 + j * 4 + k % 4];
                 sum += SWAP ? static_cast<int32_t>(x) * static_cast<int8_t>(w)
                             : static_cast<int8_t>(x) * static_cast<int32_t>(w);
             }
@@ -152,8 +155,9 @@ int main() {
     std::printf("case tile extremes %d\n", bad);
     // depthwise: channels, multiplier, image, kernel, stride, padding, dilation (taps odd and even; 81 taps: the
     // portable loops, past depthwise_sums_dsp's 64)
-    const int64_t convs[][9] = {{3, 1, 7, 6, 3, 3, 1, 1, 1}, {2, 2, 9, 9, 3, 3, 2, 1, 1}, {3, 1, 11, 10, 5, 5, 1, 2, 1},
-                                {2, 1, 6, 13, 1, 3, 1, 0, 2}, {1, 1, 20, 10, 10, 4, 2, 5, 1}, {2, 1, 12, 12, 9, 9, 1, 4, 1},
+    const int64_t convs[][9] = {{3, 1, 7, 6, 3, 3, 1, 1, 1},     {2, 2, 9, 9, 3, 3, 2, 1, 1},
+                                {3, 1, 11, 10, 5, 5, 1, 2, 1},   {2, 1, 6, 13, 1, 3, 1, 0, 2},
+                                {1, 1, 20, 10, 10, 4, 2, 5, 1},  {2, 1, 12, 12, 9, 9, 1, 4, 1},
                                 {4, 1, 5, 5, 3, 3, 1, 1, 2}};
     for (const auto& v : convs) {
         const int bad = depthwise_case<uint8_t>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]) +
