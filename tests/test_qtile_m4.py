@@ -1,7 +1,7 @@
 """The integer kernels' DSP path on a Cortex-M4 and a Cortex-M7 (ks/qconv.h, KS_QTILE_DSP: SMLAD dual 16-bit
 multiply-adds, issue 35): tests/cross/qtile_m4/main.cpp compiled for the core at -O3 and -Os and run on QEMU's
-mps2-an386 board (semihosting; the M7 on mps2-an500, whose memory map is the same as far as the program uses it)
-compares qtile::tile_dsp with the portable loops of the same file and with int32 sums of its own, over depths, row
+mps2-an386 board (semihosting; the M7 on mps2-an500, whose memory map is the same as far as the program uses it; the
+Cortex-M0+, without the extension, on mps2-an385) compares qtile::tile_dsp with the portable loops of the same file and with int32 sums of its own, over depths, row
 and column counts and the extreme bytes (255 · -128 in every lane), and ks::qconv_depthwise (qtile::depthwise_sums_dsp:
 taps in pairs) with a direct convolution of its own (uint8 and int8 activations, odd and even tap counts, strides,
 padding, dilation, a channel multiplier; 81 taps: the portable loops). The networks that run on these tiles are checked
