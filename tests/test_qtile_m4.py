@@ -1,11 +1,12 @@
 """The integer kernels' DSP path on a Cortex-M4 and a Cortex-M7 (ks/qconv.h, KS_QTILE_DSP: SMLAD dual 16-bit
 multiply-adds, issue 35): tests/cross/qtile_m4/main.cpp compiled for the core at -O3 and -Os and run on QEMU's
 mps2-an386 board (semihosting; the M7 on mps2-an500, whose memory map is the same as far as the program uses it; the
-Cortex-M0+, without the extension, on mps2-an385) compares qtile::tile_dsp with the portable loops of the same file and with int32 sums of its own, over depths, row
-and column counts and the extreme bytes (255 · -128 in every lane), and ks::qconv_depthwise (qtile::depthwise_sums_dsp:
-taps in pairs) with a direct convolution of its own (uint8 and int8 activations, odd and even tap counts, strides,
-padding, dilation, a channel multiplier; 81 taps: the portable loops). The networks that run on these tiles are checked
-against onnxruntime by tests/test_kernel_layer_m4.py (the quantized CNN) and tests/test_cortex_m4_bench.py.
+Cortex-M0+, without the extension, on mps2-an385) compares qtile::tile_dsp with the portable loops of the same file
+and with int32 sums of its own, over depths, row and column counts and the extreme bytes (255 · -128 in every lane),
+and ks::qconv_depthwise (qtile::depthwise_sums_dsp: taps in pairs) with a direct convolution of its own (uint8 and
+int8 activations, odd and even tap counts, strides, padding, dilation, a channel multiplier; 81 taps: the portable
+loops). The networks that run on these kernels are checked against onnxruntime by tests/test_kernel_layer_m4.py (the
+quantized CNN) and tests/test_cortex_m4_bench.py (the quantized MobileNet-like net).
 
 Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh installs both as root); skips naming
 what is missing."""
