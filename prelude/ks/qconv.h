@@ -33,8 +33,8 @@
 #include <immintrin.h>
 #define KS_QTILE_X86 1
 #endif
-// Arm cores with the DSP extension (Cortex-M4, M7, M33 with it; A-profile cores have it too but run NEON): the
-// dual 16-bit multiply-adds of ACLE's arm_acle.h.
+// 32-bit Arm cores with the DSP extension (Cortex-M4, M7, M33 with it; 32-bit A-profile cores too): the dual 16-bit
+// multiply-adds of ACLE's arm_acle.h (AArch64 has no such instructions and does not define __ARM_FEATURE_DSP).
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && (defined(__GNUC__) || defined(__clang__))
 #include <arm_acle.h>
 #define KS_QTILE_DSP 1
@@ -1107,7 +1107,7 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     }
 }
 
-// The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of 32.
+// The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of product_cols.
 constexpr int64_t qmatmul_packed_size(int64_t depth, int64_t n) {
     return qtile::weights_size(n, depth, qtile::product_cols);
 }
