@@ -75,3 +75,26 @@ def test_the_cnn_at_speed_is_within_emx_onnx_cgens_flash_and_ram_and_the_builds_
     assert 64 < ks.stack <= firmware.ksbuild_stack(tree, "cnn"), ks.stack
     assert ks.flash <= emx.flash, (ks.flash, emx.flash)  # (the same program around both: bench.py's method)
     assert ks.ram + ks.stack <= emx.ram + emx.stack and ks.instructions < emx.instructions
+
+
+def test_an_int8_mobilenet_runs_its_smlad_kernels_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path):
+    """benchmarks/cortex_m4's MobileNet-like net quantized by onnxruntime's quantize_static (QDQ: uint8 activations,
+    int8 weights per channel), built for size: its convolutions, depthwise convolutions and classifier run on the
+    kernels' SMLAD paths (ks/qconv.h KS_QTILE_DSP: qtile::tile_dsp, qtile::depthwise_sums_dsp; issue 35), and every
+    output equals onnxruntime's exactly (tests/test_qtile_m4.py checks the kernels alone)."""
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime.quantization")
+    from networks import export, models, quantize
+    module, shape = models()["mobilenet_like"]
+    export(module, shape, tmp_path / "float.onnx")
+    quantize(tmp_path / "float.onnx", tmp_path / "mobilenet_like.onnx", shape, "qdq")
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(tmp_path / "mobilenet_like.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    tree = firmware.ksbuild_package("mobilenet_like", tmp_path / "mobilenet_like.onnx", tmp_path / "ks", "size")
+    ks = firmware.ksbuild_app(tree, "mobilenet_like", (x.size, want.size), tmp_path / "ks_app")
+    np.testing.assert_array_equal(ks.outputs, want)
+    names = " ".join(name for name, _ in firmware.largest_symbols(ks.elf, 10 ** 6))
+    assert "tile_dsp<false>" in names and "tile_dsp<true>" in names and "depthwise_sums_dsp<" in names, names

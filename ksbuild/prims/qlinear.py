@@ -15,7 +15,9 @@ qlookup(table, x) -> y
 qpack[layout, groups](w) -> bytes
     w as the kernels read it (prelude/ks/qconv.h): layout "rows", a convolution's kernel [M, C/G, K...], each
     group's output channels in tiles of 8 rows of four consecutive depths; layout "columns", a product's b [K, N],
-    its columns in tiles of 32. select_backend makes qconv and qmatmul read their weights through a qpack (param
+    its columns in tiles of `width` (32; 4 on a microcontroller, param width = 4: transforms/narrow_qpacks.py,
+    ks::qtile::product_cols on an M-profile core, so that a classifier's 10 columns are not padded to 32; the qpack's
+    qmatmul has the same param width). select_backend makes qconv and qmatmul read their weights through a qpack (param
     packed = True, the weights' shape in `kernel`); layout_constants packs constant weights when the package is
     compiled, so nothing is packed at run time.
 
@@ -58,6 +60,7 @@ def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channel
 
 
 ROWS, COLS = 8, 32  # the register tile (ks::qtile::rows, ks::qtile::cols)
+NARROW_COLS = 4  # a product's packed columns on an M-profile core (ks::qtile::product_cols there)
 
 
 def _round_up(n: int, to: int) -> int:
@@ -88,37 +91,37 @@ def _untiles(packed: np.ndarray, n: int, depth: int, width: int) -> np.ndarray:
     return tiles.reshape(-1, 4 * q)[:n, :depth]
 
 
-def packed_bytes(layout: str, kernel: tuple, groups: int) -> int:
-    """The bytes of weights of shape `kernel` packed in `layout`."""
+def packed_bytes(layout: str, kernel: tuple, groups: int, width: int = COLS) -> int:
+    """The bytes of weights of shape `kernel` packed in `layout` (columns in tiles of `width`)."""
     if layout == "columns":
         k, n = kernel
-        return _round_up(_round_up(n, COLS) * 4 * ((k + 3) // 4), 64) + _round_up(4 * n, 64)
+        return _round_up(_round_up(n, width) * 4 * ((k + 3) // 4), 64) + _round_up(4 * n, 64)
     m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
     return groups * (_round_up(_round_up(m, ROWS) * 4 * ((depth + 3) // 4), 64) + _round_up(4 * m, 64))
 
 
-def pack(w: np.ndarray, layout: str, groups: int) -> np.ndarray:
+def pack(w: np.ndarray, layout: str, groups: int, width: int = COLS) -> np.ndarray:
     """Weights as the kernels read them (qpack)."""
     if layout == "columns":
-        return _tiles(w.T, COLS)
+        return _tiles(w.T, width)
     m = w.shape[0] // groups
     flat = w.reshape(w.shape[0], -1)
     return np.concatenate([_tiles(flat[g * m:(g + 1) * m], ROWS) for g in range(groups)])
 
 
-def unpack(packed: np.ndarray, layout: str, kernel: tuple, groups: int) -> np.ndarray:
+def unpack(packed: np.ndarray, layout: str, kernel: tuple, groups: int, width: int = COLS) -> np.ndarray:
     """The weights of shape `kernel` that `pack` packed."""
     if layout == "columns":
         k, n = kernel
-        return _untiles(packed, n, k, COLS).T
+        return _untiles(packed, n, k, width).T
     m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
     one = packed_bytes(layout, (m,) + tuple(kernel[1:]), 1)  # (a group's tiles and sums)
     parts = [_untiles(packed[g * one:(g + 1) * one], m, depth, ROWS) for g in range(groups)]
     return np.concatenate(parts).reshape(kernel)
 
 
-def _weights(w: np.ndarray, packed: bool, layout: str, kernel, groups: int) -> np.ndarray:
-    return unpack(w, layout, tuple(kernel), groups) if packed else w
+def _weights(w: np.ndarray, packed: bool, layout: str, kernel, groups: int, width: int = COLS) -> np.ndarray:
+    return unpack(w, layout, tuple(kernel), groups, width) if packed else w
 
 
 def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int, lo: int, hi: int,
@@ -131,13 +134,13 @@ def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int
 
 # ---- qconv ------------------------------------------------------------------------------------------------------
 
-def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str) -> Type:
+def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str, width: int = COLS) -> Type:
     """The weights' own type: w's, or the `kernel` shape that packed bytes w hold."""
     if not packed:
         return w
-    if w.dtype != "u8" or w.rank != 1 or w.shape[0] != packed_bytes(layout, tuple(kernel), groups):
-        raise KsbuildError(f"{what}: packed weights must be the u8 [{packed_bytes(layout, tuple(kernel), groups)}] "
-                           f"that qpack makes of {kernel}, got {w}")
+    size = packed_bytes(layout, tuple(kernel), groups, width)
+    if w.dtype != "u8" or w.rank != 1 or w.shape[0] != size:
+        raise KsbuildError(f"{what}: packed weights must be the u8 [{size}] that qpack makes of {kernel}, got {w}")
     return Type("i8", tuple(kernel))
 
 
@@ -269,17 +272,17 @@ qconv = Prim(
 
 # ---- qmatmul ----------------------------------------------------------------------------------------------------
 
-def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None):
+def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None, width=COLS):
     a, b, bias, scale = in_types
-    b = _logical(b, packed, kernel, "columns", 1, "qmatmul")
+    b = _logical(b, packed, kernel, "columns", 1, "qmatmul", width)
     if a.rank < 1 or b.rank != 2 or a.shape[-1] != b.shape[0]:
         raise KsbuildError(f"qmatmul of {a} and {b}: expected [..., K] and [K, N]")
     _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out)
     return (Type(out, a.shape[:-1] + (b.shape[1],)),)
 
 
-def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None):
-    b = _weights(b, packed, "columns", kernel, 1)
+def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None, width=COLS):
+    b = _weights(b, packed, "columns", kernel, 1, width)
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
     return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
 
@@ -300,6 +303,7 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
     if not eqn.params.get("packed"):
         raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
     scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
+    _width_check(ctx, eqn)
     q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
     ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
@@ -322,12 +326,19 @@ qmatmul = Prim(
 
 # ---- qpack ------------------------------------------------------------------------------------------------------
 
-def _qpack_rule(in_types, layout, groups):
+def _qpack_rule(in_types, layout, groups, width=COLS):
     (w,) = in_types
-    if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or \
-            (layout == "columns" and w.rank != 2) or layout not in ("rows", "columns"):
-        raise KsbuildError(f"qpack of {w} ({layout}): expected literal i8 weights")
-    return (Type("u8", (packed_bytes(layout, w.shape, groups),)),)
+    if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or (layout == "columns" and w.rank != 2) or \
+            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS):
+        raise KsbuildError(f"qpack of {w} ({layout}, width {width}): expected literal i8 weights")
+    return (Type("u8", (packed_bytes(layout, w.shape, groups, width),)),)
+
+
+def _width_check(ctx, eqn: Eqn) -> None:
+    """Narrow columns (param width: transforms/narrow_qpacks.py) only where the C++ packs and reads them."""
+    if eqn.params.get("width", COLS) != COLS:
+        ctx.line(f"static_assert(ks::qtile::product_cols == {eqn.params['width']}, \"a product's packed columns "
+                 f"(ksbuild/transforms/narrow_qpacks.py: a microcontroller's) are ks::qtile::product_cols\");")
 
 
 def _emit_qpack(ctx, eqn: Eqn) -> None:
@@ -336,6 +347,7 @@ def _emit_qpack(ctx, eqn: Eqn) -> None:
     dst, out = _dense_target(ctx, y, "packed")
     if eqn.params["layout"] == "columns":
         k, n = w.type.shape
+        _width_check(ctx, eqn)
         ctx.line(f"ks::qpack_columns({k}, {n}, {sw.base}, {out.base});")
     else:
         depth = numel(w.type.shape[1:])
@@ -350,7 +362,7 @@ def _qpack_batch(b, ins, batched, size, **params):
 qpack = Prim(
     name="qpack",
     type_rule=_qpack_rule,
-    eval=lambda w, layout, groups, env: (pack(w, layout, groups),),
+    eval=lambda w, layout, groups, env, width=COLS: (pack(w, layout, groups, width),),
     jvp=_no_derivative("qpack"),
     batch=_qpack_batch,
     emit=_emit_qpack,

@@ -23,6 +23,7 @@ from .gather_early import gather_early
 from .hoist import hoist
 from .join import join
 from .layout_constants import layout_constants
+from .narrow_qpacks import narrow_qpacks
 from .parallelize import parallelize
 from .per_row import per_row
 from .plan_memory import plan_memory
@@ -69,6 +70,8 @@ PASSES = [
          "without a vector unit, float convolutions are dot products over gathered windows (ks::conv_dots)"),
     Pass("step_projections", lambda f, o: f if o.vectors else step_projections(f),
          "without a vector unit, a recurrent loop projects each step's input in its body, not all steps before it"),
+    Pass("narrow_qpacks", lambda f, o: f if o.vectors else narrow_qpacks(f),
+         "without a vector unit, an integer product's weights are packed 4 columns wide, not 32"),
     Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),
          "constants a gemm reads are stored in the order its kernel reads when the package is compiled"),
     Pass("per_row", lambda f, o: per_row(f, o.threads),

@@ -33,6 +33,12 @@
 #include <immintrin.h>
 #define KS_QTILE_X86 1
 #endif
+// 32-bit Arm cores with the DSP extension (Cortex-M4, M7, M33 with it; 32-bit A-profile cores too): the dual 16-bit
+// multiply-adds of ACLE's arm_acle.h (AArch64 has no such instructions and does not define __ARM_FEATURE_DSP).
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && (defined(__GNUC__) || defined(__clang__))
+#include <arm_acle.h>
+#define KS_QTILE_DSP 1
+#endif
 
 namespace ks {
 inline namespace KS_KERNELS {
@@ -51,6 +57,21 @@ namespace qtile {
 
 constexpr int64_t rows = 8;   // rows of a register tile
 constexpr int64_t cols = 32;  // columns of a register tile
+// The columns of a matrix product's packed weights (qpack_columns, qmatmul: a tile's b): the tile's 32, and 4 on a
+// microcontroller (an M-profile Arm core), whose tiles (tile_dsp: 4 columns at a time, tile_portable) compute as many
+// columns as there are: a classifier's 10 columns are packed as 12, not 32 (with 8: 16, and the int8 MLP of
+// benchmarks/cortex_m4 0.1 KB above emx-onnx-cgen's flash; 4 costs it 4% more instructions). ksbuild packs them so
+// for such targets (ksbuild/transforms/narrow_qpacks.py; the generated code static_asserts that the two agree).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr int64_t product_cols = 4;
+#else
+constexpr int64_t product_cols = cols;
+#endif
+// The columns of a tile's b [quad][width][4]: a convolution's block of positions (SWAP false), a product's weights.
+template <bool SWAP>
+constexpr int64_t b_width() {
+    return SWAP ? product_cols : cols;
+}
 constexpr int64_t depthwise_chunk = 512;  // wide positions a depthwise convolution sums at a time
 
 constexpr int64_t quads(int64_t depth) {
@@ -186,14 +207,14 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
     }
     for (int64_t k = 0; k < q; ++k) {
         const uint8_t* ak = a + k * rows * 4;
-        const uint8_t* bk = b + k * cols * 4;
+        const uint8_t* bk = b + k * b_width<SWAP>() * 4;
         for (int64_t r = 0; r < o.live; ++r) {
             int32_t w[4];
             for (int t = 0; t < 4; ++t) {
                 w[t] = SWAP ? static_cast<int32_t>(ak[r * 4 + t]) : static_cast<int8_t>(ak[r * 4 + t]);
             }
             int32_t* out = acc + r * cols;
-            for (int64_t c = 0; c < cols; ++c) {
+            for (int64_t c = 0; c < b_width<SWAP>(); ++c) {
                 const uint8_t* x = bk + c * 4;
                 int32_t s = 0;
                 for (int t = 0; t < 4; ++t) {
@@ -205,6 +226,65 @@ void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out
     }
     store_sums(acc, o);
 }
+
+#ifdef KS_QTILE_DSP
+// A word of four bytes as two words of two 16-bit lanes (SXTB16 / UXTB16: bytes 0 and 2, sign- or zero-extended;
+// their ROR #8 forms: bytes 1 and 3), which SMLAD multiplies lane by lane, adding both products to an int32: four
+// byte products in two multiply-adds. The unsigned bytes (0..255) are exact as signed 16-bit lanes; each SMLAD adds
+// at most 2 · 255 · 128 to a sum that stays within int32 as the portable loops' does.
+struct byte_lanes {
+    int32_t even, odd;
+};
+
+template <bool SIGNED>
+inline byte_lanes lanes_of(const uint8_t* p) {
+    uint32_t word;
+    __builtin_memcpy(&word, p, 4);  // (one LDR: unaligned loads are allowed on the M4 and M7)
+    byte_lanes l;
+    if (SIGNED) {  // (GCC 12's arm_acle.h has no __ror, and does not fold a rotation into SXTB16: the ROR form by hand)
+        l.even = __sxtb16(static_cast<int32_t>(word));
+        __asm__("sxtb16 %0, %1, ror #8" : "=r"(l.odd) : "r"(word));
+    } else {
+        l.even = static_cast<int32_t>(__uxtb16(word));
+        __asm__("uxtb16 %0, %1, ror #8" : "=r"(l.odd) : "r"(word));
+    }
+    return l;
+}
+
+inline int32_t dot4(const byte_lanes& a, const byte_lanes& b, int32_t sum) {
+    return __smlad(a.odd, b.odd, __smlad(a.even, b.even, sum));
+}
+
+// tile_portable with SMLAD (Cortex-M4/M7): one row of a by 4 columns of b at a time, their 4 sums in registers over
+// all quads (a row's quad extended once for the 4 columns: 5 loads, 10 extensions and 8 SMLAD per 16 products), the
+// columns up to o.count rounded up to 4 (b's b_width columns are packed; the ones past o.count are not stored).
+template <bool SWAP>
+void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    int32_t* acc = o.acc;
+    const int32_t n = static_cast<int32_t>((o.count + 3) & ~int64_t{3}), live = static_cast<int32_t>(o.live);
+    const int32_t quads_n = static_cast<int32_t>(q);
+    for (int32_t r = 0; r < live; ++r) {
+        for (int32_t c = 0; c < n; c += 4) {
+            const uint8_t* ak = a + r * 4;
+            const uint8_t* bk = b + c * 4;
+            int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            KS_ROLLED for (int32_t k = 0; k < quads_n; ++k, ak += rows * 4, bk += b_width<SWAP>() * 4) {
+                const byte_lanes w = lanes_of<!SWAP>(ak);
+                s0 = dot4(w, lanes_of<SWAP>(bk), s0);
+                s1 = dot4(w, lanes_of<SWAP>(bk + 4), s1);
+                s2 = dot4(w, lanes_of<SWAP>(bk + 8), s2);
+                s3 = dot4(w, lanes_of<SWAP>(bk + 12), s3);
+            }
+            int32_t* out = acc + r * cols + c;
+            out[0] = s0;
+            out[1] = s1;
+            out[2] = s2;
+            out[3] = s3;
+        }
+    }
+    store_sums(acc, o);
+}
+#endif
 
 #ifdef KS_QTILE_X86
 #if defined(__GNUC__) && !defined(__clang__)
@@ -384,7 +464,11 @@ tile_fn best_tile() {
         return tile_avx2<SWAP>;
     }
 #endif
+#ifdef KS_QTILE_DSP
+    return tile_dsp<SWAP>;
+#else
     return tile_portable<SWAP>;
+#endif
 }
 
 // A convolution's input as the tiles read it. The image is copied once per image and group into `phases`: with
@@ -1023,14 +1107,14 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     }
 }
 
-// The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of 32.
+// The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of product_cols.
 constexpr int64_t qmatmul_packed_size(int64_t depth, int64_t n) {
-    return qtile::weights_size(n, depth, qtile::cols);
+    return qtile::weights_size(n, depth, qtile::product_cols);
 }
 
 // b packed as ks::qmatmul reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
 inline void qpack_columns(int64_t depth, int64_t n, const int8_t* b, uint8_t* dst) {
-    qtile::pack_weights(b, n, depth, 1, n, qtile::cols, dst);  // (column j, depth k at b[k·n + j])
+    qtile::pack_weights(b, n, depth, 1, n, qtile::product_cols, dst);  // (column j, depth k at b[k·n + j])
 }
 
 // The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: the offsets, a block of rows of a,
@@ -1050,18 +1134,18 @@ void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, 
     uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
     const int32_t zero = unsigned_zero<TX>(q.x_zero);
-    channel_offsets(packed, n, depth, cols, q.bias, zero, offsets);
+    channel_offsets(packed, n, depth, product_cols, q.bias, zero, offsets);
     const tile_fn tile = best_tile<true>();
     const int64_t qd = quads(depth);
     for (int64_t i0 = 0; i0 < count; i0 += rows) {
         const int64_t live = count - i0 < rows ? count - i0 : rows;
         pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return unsigned_byte(v); });
-        for (int64_t j0 = 0; j0 < n; j0 += cols) {
+        for (int64_t j0 = 0; j0 < n; j0 += product_cols) {
             tile_out o = output_of(q, offsets + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
             o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
             o.ld = n;
             o.live = live;
-            o.count = n - j0 < cols ? n - j0 : cols;
+            o.count = n - j0 < product_cols ? n - j0 : product_cols;
             tile(block, packed + j0 * qd * 4, qd, o);
         }
     }
@@ -1533,6 +1617,51 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
 #endif
 #endif
 
+#ifdef KS_QTILE_DSP
+// Two 16-bit lanes: the low lanes of a and b (PKHBT), the high lanes of a and b (PKHTB).
+inline int32_t low_lanes(int32_t a, int32_t b) {
+    return static_cast<int32_t>((static_cast<uint32_t>(a) & 0xffffu) | (static_cast<uint32_t>(b) << 16));
+}
+inline int32_t high_lanes(int32_t a, int32_t b) {
+    return static_cast<int32_t>((static_cast<uint32_t>(a) >> 16) | (static_cast<uint32_t>(b) & 0xffff0000u));
+}
+
+constexpr int64_t depthwise_dsp_taps = 64;  // (the most taps depthwise_sums_dsp takes: 32 pairs of weights)
+
+// depthwise_planes' sums of one chunk of `len` wide positions (a multiple of 4) of one channel (weights wm) with SMLAD:
+// 4 positions at a time, their sums in registers over the taps two at a time: the two taps' bytes of a position side
+// by side in 16-bit lanes (UXTB16/SXTB16 of a word of 4 positions of each tap, then PKHBT/PKHTB), times pairs[t / 2]
+// (the two taps' weights as 16-bit lanes; a last odd tap's partner weighs 0 and reads at[taps] = at[taps - 1]). Out
+// of line: its 128 B of pairs are not in depthwise_planes' frame (496 B at -O3 without them; the bound is 512).
+template <class TX>
+__attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t* at, const int8_t* wm, int64_t taps,
+                                                  int64_t len, int32_t off, int32_t* sums) {
+    constexpr bool SIGNED = static_cast<TX>(-1) < 0;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(image);
+    const int32_t n = static_cast<int32_t>(len), half = static_cast<int32_t>((taps + 1) / 2);
+    int32_t pairs[depthwise_dsp_taps / 2];
+    for (int32_t p = 0; p < half; ++p) {
+        pairs[p] = low_lanes(wm[2 * p], 2 * p + 1 < taps ? wm[2 * p + 1] : 0);
+    }
+    for (int32_t i = 0; i < n; i += 4) {
+        int32_t s0 = off, s1 = off, s2 = off, s3 = off;
+        KS_ROLLED for (int32_t p = 0; p < half; ++p) {
+            const byte_lanes a = lanes_of<SIGNED>(base + at[2 * p] + i);
+            const byte_lanes b = lanes_of<SIGNED>(base + at[2 * p + 1] + i);
+            const int32_t w = pairs[p];
+            s0 = __smlad(low_lanes(a.even, b.even), w, s0);  // (position i: bytes 0 of both words)
+            s1 = __smlad(low_lanes(a.odd, b.odd), w, s1);
+            s2 = __smlad(high_lanes(a.even, b.even), w, s2);
+            s3 = __smlad(high_lanes(a.odd, b.odd), w, s3);
+        }
+        sums[i] = s0;
+        sums[i + 1] = s1;
+        sums[i + 2] = s2;
+        sums[i + 3] = s3;
+    }
+}
+#endif
+
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
 // weight times the run of positions it reads, requantized into bytes; the output positions taken from those. With
@@ -1565,6 +1694,11 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
             for (int64_t t = 0; t < taps; ++t) {
                 at[t] = tap_offset(one, g, count, t);
             }
+#ifdef KS_QTILE_DSP
+            if (taps & 1) {  // (an odd count of taps leaves room in at's 64-byte rounding for one more)
+                at[taps] = at[taps - 1];
+            }
+#endif
             for (int64_t ci = 0; ci < count * mult; ++ci) {
                 const int64_t m = c0 * mult + ci;
                 const TX* image = reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume;
@@ -1579,15 +1713,22 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
                 // wide ones are computed and never read)
                 for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
                     const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
-                    for (int64_t i = 0; i < len; ++i) {
-                        sums[i] = off;
-                    }
-                    for (int64_t t = 0; t < taps; ++t) {
-                        const TX* src = image + at[t] + j0;
-                        const int32_t wt = wm[t];
-                        KS_OMP_SIMD()
+#ifdef KS_QTILE_DSP
+                    if (taps <= depthwise_dsp_taps) {
+                        depthwise_sums_dsp(image + j0, at, wm, taps, len, off, sums);
+                    } else
+#endif
+                    {
                         for (int64_t i = 0; i < len; ++i) {
-                            sums[i] += wt * static_cast<int32_t>(src[i]);
+                            sums[i] = off;
+                        }
+                        for (int64_t t = 0; t < taps; ++t) {
+                            const TX* src = image + at[t] + j0;
+                            const int32_t wt = wm[t];
+                            KS_OMP_SIMD()
+                            for (int64_t i = 0; i < len; ++i) {
+                                sums[i] += wt * static_cast<int32_t>(src[i]);
+                            }
                         }
                     }
                     KS_OMP_SIMD()
