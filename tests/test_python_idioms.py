@@ -168,6 +168,7 @@ def test_hypot_and_hardswish_derivatives_at_the_edges_are_torchs(tmp_path):
     s = k.hsw(zt)
     s.sum().backward()
     np.testing.assert_allclose(p.hsw(z), s.detach().numpy(), rtol=1e-15)
+    np.testing.assert_array_equal(np.signbit(p.hsw(z)), np.signbit(s.detach().numpy()))  # (-0 from -3 down)
     np.testing.assert_allclose(p.hsw_vjp(z, np.ones(len(z))), zt.grad.numpy(), rtol=1e-14)
 
 

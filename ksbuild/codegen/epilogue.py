@@ -21,8 +21,11 @@ lambda, as does an epilogue whose text would read anything else of its function.
 from __future__ import annotations
 
 import collections
+import math
 import re
 from typing import Sequence
+
+import numpy as np
 
 from ..ir.core import Eqn, Func, Lit
 from ..ir.types import numel
@@ -265,8 +268,29 @@ def merge_tail(s: Storage, keep: int) -> Storage | None:
 
 
 # The clamps an affine epilogue applies, by the equations that write them: (prim, the literal's place) -> bit of
-# ks::affine's bounds. select(lt(x, lo), lo, x) and select(gt(x, hi), hi, x) are how ReLU and Clip arrive.
-_BOUNDS = {"lt": 1, "gt": 2}
+# ks::affine's bounds. select(lt(x, lo), lo, x) and select(gt(x, hi), hi, x) are how Clip arrives;
+# select(le(x, 0), 0, x) is ReLU's (ONNX Relu, torch.relu), and le / ge give the kernels' lt / gt results
+# wherever x == the literal means the same bits (see _same_as_strict).
+_BOUNDS = {"lt": 1, "gt": 2, "le": 1, "ge": 2}
+
+
+def _same_as_strict(w: Writer, lit: Lit, bias: Storage | None) -> bool:
+    """Whether select(le(x, lit), lit, x) (or ge) equals select(lt(x, lit), lit, x) (gt) for every x the epilogue
+    sees: they differ only where x == lit with other bits, i.e. ±0 against a zero literal. A nonzero literal is
+    safe; +0 is when x = v + bias with a constant bias holding no -0.0 (in IEEE rounding to nearest a sum is -0
+    only when both terms are), so that x is never -0. ReLU after a convolution with its bias (BatchNorm folded)
+    is then ks::affine's clamp at 0, bit for bit."""
+    value = float(lit.value)
+    if value != 0.0:
+        return True
+    if math.copysign(1.0, value) < 0 or bias is None:
+        return False
+    names = {name: key for key, name in w.data.names.items()} if w.data is not None else {}
+    dense = w.data.values.get(names.get(bias.base, "")) if names else None
+    if dense is None:
+        return False
+    values = dense.array().reshape(-1)
+    return not bool(np.any((values == 0) & np.signbit(values)))
 
 
 def affine(w: Writer, eqn: Eqn, views) -> str | None:
@@ -277,7 +301,7 @@ def affine(w: Writer, eqn: Eqn, views) -> str | None:
     bound = _bind(w, body, extras(eqn), eqn.outs[0].type.shape, views)
     if bound is None or eqn.outs[0].type.dtype not in ("f32", "f64"):
         return None
-    x, bias, bits, limits, compares = body.params[0], "nullptr", 0, {}, {}
+    x, bias, bits, limits, compares, read = body.params[0], "nullptr", 0, {}, {}, None
     for e in body.eqns:
         name, ins = e.prim.name, list(e.ins)
         if name == "add" and bias == "nullptr" and not bits and x in ins and len(ins) == 2:
@@ -285,10 +309,12 @@ def affine(w: Writer, eqn: Eqn, views) -> str | None:
             s = bound.get(other)
             if not isinstance(s, Storage) or s.literal is not None or s.strides[0] != "0" or s.strides[2:] != ("0",):
                 return None
-            bias = s.base if s.strides[1] == "1" and not s.offset else None
+            bias, read = (s.base, s) if s.strides[1] == "1" and not s.offset else (None, None)
             if bias is None:
                 return None
         elif name in _BOUNDS and ins[0] is x and isinstance(ins[1], Lit):
+            if name in ("le", "ge") and not _same_as_strict(w, ins[1], read):
+                return None
             compares[e.outs[0]] = (_BOUNDS[name], ins[1])
             continue
         elif name == "select" and ins[0] in compares and ins[2] is x and isinstance(ins[1], Lit):

@@ -47,15 +47,9 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         {
             static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-            const auto epilogue = [&](int64_t, int64_t channel, int64_t, float v) {
-                const float x_i = ks_data_1[channel];
-                const float conv1_Conv_i = (v + x_i);
-                const bool t1 = (conv1_Conv_i <= 0.0f);
-                const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
-                return Relu_i;
-            };
+            const auto epilogue = ks::make_affine<float>(ks_data_1, 1, 0.0f, 0);
             static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::conv_epilogue<float>(epilogue));
+            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::affine_epilogue<float>(epilogue));
         }
         // ONNX node /MaxPool (MaxPool)
         for (int64_t i = 0; i < 8; ++i) {
