@@ -502,21 +502,22 @@ class Writer:
         if not isinstance(d, int):
             parts = self.namer.fresh("parts")
             self.line(f"const int {parts} = {dim_expr(d)} > 1 ? {threads} : 1;")
-        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int) {{")
         self.depth += 1
         self.line(f"const ks::parts::range {span} = ks::parts::share({dim_expr(d)}, 1, {part}, {parts});")
         return f"{span}.begin", f"{span}.end"
 
-    def run_parts(self, threads: int, when: str, call) -> None:
-        """The C++ statement call(part, parts) for each of `threads` parts of a layer (ks/parts.h), run by the
-        calling thread and ks/pool.h's workers; `when` (a C++ condition, or "") says whether to split at all (else
-        one part, on the calling thread)."""
-        part, parts = self.namer.fresh("part"), str(threads)
-        if when:
+    def run_parts(self, threads: int, when: str, call, count: str = "") -> None:
+        """The C++ statement call(part, parts, slot) for each part of a layer (ks/parts.h), run by the calling
+        thread and ks/pool.h's workers (slot: which of the `threads`); `count`, a C++ expression of the number of
+        parts (else `threads`); `when` (a C++ condition, or "") says whether to split at all (else one part, on
+        the calling thread)."""
+        part, slot, parts = self.namer.fresh("part"), self.namer.fresh("slot"), count or str(threads)
+        if when or count:
             parts = self.namer.fresh("parts")
-            self.line(f"const int {parts} = ({when}) ? {threads} : 1;")
-        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
-        self.line(f"    {call(part, parts)}")
+            self.line(f"const int {parts} = {f'({when}) ? {count or threads} : 1' if when else count};")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int {slot}) {{")
+        self.line(f"    {call(part, parts, slot)}")
         self.line("});")
 
     def close_loops(self, loops) -> None:
