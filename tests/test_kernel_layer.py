@@ -224,7 +224,7 @@ def test_a_part_a_thread_pool_runs_counts_as_an_indirect_call(tmp_path):
     chain (the generated lambda, a kernel, its epilogue run) is the deepest indirect call. Names as GCC mangles them
     (tests/test_threads.py builds a real one)."""
     run = "_ZN2ks3k109run_blockIfZ1fvEUlllfE_Lb0EEEvPKvlllPT_llll"
-    part = "_ZZN2ks3k104pool3runIZ1fvEUliE_EEviiRKT_ENUlPKviE_4_FUNESD_i"
+    part = "_ZZN2ks3k104pool3runIZ1fvEUliiE_EEviiRKT_ENUlPKviiE_4_FUNESD_ii"
     g = _graph(_node("top", "16 bytes (static)") + _node(part, "24 bytes (static)")
                + _node("kernel", "96 bytes (static)") + _node(run, "40 bytes (static)")
                + _edge("top", "__indirect_call") + _edge(part, "kernel")

@@ -116,7 +116,9 @@ def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
-    assert re.search(r"const int parts\d* = batch > 1 \? 2 : 1;", source)  # (batch 1: one part, on the calling thread)
+    # (a loop nest splits over its batch and channels when it has 2^15 elements, else one part, on the calling thread)
+    assert re.search(r"const int parts\d* = batch \* [\d *]+ >= 32768 \? 2 : 1;", source)
+    assert re.search(r"const int64_t (\w+) = (flat\d*) / \(\d+\);\n\s*\{\n\s*const int64_t \w+ = \2 % \(\d+\);", source)
 
 
 def _odd_cnn_onnx(path):
@@ -169,6 +171,44 @@ def test_a_layer_split_over_threads_computes_what_one_thread_does(tmp_path):
         assert f"ks::parts::{kernel}<float>(part" in source, kernel
 
 
+def _wide_cnn_onnx(path):
+    """Layers big enough for more parts than threads at batch 1 (ks::parts::conv_parts, product_parts): a pointwise
+    convolution of 49 -> 130 channels (8 parts of whole register tiles, the last one short), a depthwise one of 130
+    channels (8 parts of 16 or 17 channels), a linear layer of 2080 -> 1001 outputs (8 parts of whole panels, the last
+    9 columns a panel's tail)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Conv2d(3, 49, 3, 1, 1), nn.Conv2d(49, 130, 1), nn.ReLU(),
+                        nn.Conv2d(130, 130, 3, 1, 1, groups=130), nn.Hardswish(), nn.AvgPool2d(8), nn.Flatten(),
+                        nn.Linear(130 * 16, 1001))
+    torch.onnx.export(net.eval(), (torch.zeros(1, 3, 32, 32),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_layers_in_more_parts_than_threads_equal_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 with up to 8 parts per layer (odd channel counts, tails) gives the one-thread build's results bit
+    for bit at batch 1, 2 (by images) and 3 (by channels): a part is the same kernel on a range of output channels,
+    columns or images, and each element's sum runs over the same terms in the same order. (Not guaranteed where a
+    part's shape picks another method than the whole call's: ks::convs::chunked depends on the output channels.)"""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _wide_cnn_onnx(tmp_path / "wide.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "wide{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "wide.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    sess = ort.InferenceSession(str(tmp_path / "wide.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 2, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].net(x), pkgs[1].net(x))
+        np.testing.assert_allclose(pkgs[2].net(x), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    assert "ks::parts::conv_parts(2, " in source and "ks::parts::product_parts<float>(2, " in source
+
+
 PRODUCT = '''import torch
 
 
@@ -179,17 +219,30 @@ def prod(x: "float[n, k]", w: "float[k, m]") -> "float[n, m]":
 
 def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
     """ks::tiled_gemm in parts (both operands inputs): one row of 501 columns (parts of whole panels, the epilogue's
-    columns shifted) and 97 rows of 20 columns (parts of rows)."""
+    columns shifted), 97 rows of 20 columns (parts of rows), and products big enough for 8 parts on 2 threads (1001
+    columns: the last part's panel 9 wide)."""
     (tmp_path / "k.py").write_text(PRODUCT)
     (tmp_path / "manifest.toml").write_text('[package]\nname = "prod2"\n[build]\ndtype = "float64"\nthreads = 2\n'
                                             '[kernels.prod]\npython = "k.py:prod"\n[exports]\nprod = "prod"\n')
     pkg = ksbuild.build(tmp_path / "manifest.toml")
     rng = np.random.default_rng(0)
-    for n, k, m in ((1, 600, 501), (97, 300, 20), (3, 7, 5)):
+    for n, k, m in ((1, 600, 501), (97, 300, 20), (3, 7, 5), (1, 3000, 1001), (200, 300, 500)):
         x, w = rng.standard_normal((n, k)), rng.standard_normal((k, m)) / np.sqrt(k)
         np.testing.assert_allclose(pkg.prod(x, w), np.tanh(x @ w + 1.0), rtol=1e-12, atol=1e-12)
     source = next((pkg.root / "share").glob("*/src/*.cpp")).read_text()
     assert "ks::parts::tiled_gemm<double>(part" in source
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_the_pool_runs_every_part_once(tmp_path):
+    """tests/cpp/test_pool.cpp against ks/pool.h: every part once, on a slot below the thread count, whether the
+    calling thread and the workers spin or sleep, and with calls from three threads at once (a timeout: a lost
+    wake-up)."""
+    exe = tmp_path / "test_pool"
+    subprocess.run(["g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{ROOT / 'prelude'}",
+                    str(ROOT / "tests/cpp/test_pool.cpp"), "-o", str(exe)], check=True, capture_output=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "0 failures", run.stdout + run.stderr
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")

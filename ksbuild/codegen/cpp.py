@@ -222,6 +222,10 @@ INDEX_NAMES = ("i", "j", "k", "l", "m")
 """The names of loop counters that have no name in the source, outermost first."""
 
 
+POOL_MIN_ELEMENTS = 1 << 15
+"""The elements a loop nest needs (reduced axes included) to run in parts on the threads (open_loops)."""
+
+
 class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
 
@@ -490,52 +494,89 @@ class Writer:
         """dst[...] = expr everywhere."""
         self.copy(Storage.splat(expr, t.shape), dst, t)
 
-    def open_loops(self, shape, simd: str | None = None, threads: int = 0) -> list[str]:
+    def open_loops(self, shape, simd: str | None = None, threads: int = 0, work=None) -> list[str]:
         """Open a loop nest over shape; `simd` (a clause, or "" for none) puts an `omp simd` pragma on the
-        innermost loop, threads > 1 runs the outermost one in parts on that many threads (ks/pool.h). An axis of size 1
-        gets no loop: its index is 0. Close the nest with close_loops(the indices returned)."""
+        innermost loop, threads > 1 runs the outermost loops in parts on that many threads (ks/pool.h; `work`, the
+        whole nest's shape, says whether it is worth it: _pool_parts). An axis of size 1 gets no loop: its index is
+        0. Close the nest with close_loops(the indices returned)."""
         idx = []
+        pooled = self._pooled_axes(shape, simd) if threads > 1 else ()
         for j, d in enumerate(shape):
             if d == 1:
                 idx.append("0")
                 continue
-            first, last = "0", dim_expr(d)
-            if threads > 1 and j == 0:
-                first, last = self._pool_range(threads, d)
+            if j in pooled:
+                if j == pooled[0]:
+                    inner = simd if j == len(shape) - 1 else None
+                    idx.extend(self._pool_loop(threads, [shape[a] for a in pooled], work or shape, inner))
+                continue
             i = self.namer.index(self.depth + 1)
             if simd is not None and j == len(shape) - 1:
                 self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
-            self.line(f"for (int64_t {i} = {first}; {i} < {last}; ++{i}) {{")
+            self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")
             self.depth += 1
             idx.append(i)
-            if threads > 1 and j == 0:
-                self.pool_bodies.append(self.depth)
         return idx
 
-    def _pool_range(self, threads: int, d) -> tuple[str, str]:
-        """Open a ks::pool::run over `threads` parts of a loop of d iterations (closed by close_loops); the first
-        and end iteration of a part. (A loop of one iteration, batch 1, is one part on the calling thread: N
-        threads there only waited for each other, 33 times per call of a MobileNet.)"""
-        part, span = self.namer.fresh("part"), self.namer.fresh("span")
-        parts = str(threads)
-        if not isinstance(d, int):
-            parts = self.namer.fresh("parts")
-            self.line(f"const int {parts} = {dim_expr(d)} > 1 ? {threads} : 1;")
-        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
-        self.depth += 1
-        self.line(f"const ks::parts::range {span} = ks::parts::share({dim_expr(d)}, 1, {part}, {parts});")
-        return f"{span}.begin", f"{span}.end"
+    @staticmethod
+    def _pooled_axes(shape, simd) -> tuple[int, ...]:
+        """The axes whose iterations the parts share: the first two axes of size > 1 (the batch and the channels:
+        a batch of 1 is split too), one when the second is the vectorized innermost loop."""
+        axes = [j for j, d in enumerate(shape) if d != 1][:2]
+        if len(axes) == 2 and simd is not None and axes[1] == len(shape) - 1:
+            axes = axes[:1]
+        return tuple(axes)
 
-    def run_parts(self, threads: int, when: str, call) -> None:
-        """The C++ statement call(part, parts) for each of `threads` parts of a layer (ks/parts.h), run by the
-        calling thread and ks/pool.h's workers; `when` (a C++ condition, or "") says whether to split at all (else
-        one part, on the calling thread)."""
-        part, parts = self.namer.fresh("part"), str(threads)
-        if when:
+    def _pool_loop(self, threads: int, dims, work, simd: str | None) -> list[str]:
+        """Open a ks::pool::run over parts of the iterations of the loops over dims (one axis, its loop over a
+        range, `simd` its pragma when it is the innermost; or two, as one loop whose counter gives their indices;
+        closed by close_loops); their indices."""
+        part, span = self.namer.fresh("part"), self.namer.fresh("span")
+        parts = self._pool_parts(threads, work)
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int) {{")
+        self.depth += 1
+        self.line(f"const ks::parts::range {span} = ks::parts::share({product(dims)}, 1, {part}, {parts});")
+        if len(dims) == 1:
+            first = self.namer.index(self.depth + 1)
+            if simd is not None:
+                self.line(f"KS_OMP_SIMD({simd})")
+            self.line(f"for (int64_t {first} = {span}.begin; {first} < {span}.end; ++{first}) {{")
+            self.depth += 1
+            self.pool_bodies.append(self.depth)
+            return [first]
+        flat = self.namer.fresh("flat")
+        self.line(f"for (int64_t {flat} = {span}.begin; {flat} < {span}.end; ++{flat}) {{")
+        self.depth += 1
+        self.pool_bodies.append(self.depth)
+        first = self.namer.index(self.depth)
+        self.line(f"const int64_t {first} = {flat} / ({dim_expr(dims[1])});")
+        self.line("{")  # (the second index's block: close_loops closes two loops)
+        self.depth += 1
+        second = self.namer.index(self.depth)
+        self.line(f"const int64_t {second} = {flat} % ({dim_expr(dims[1])});")
+        return [first, second]
+
+    def _pool_parts(self, threads: int, work) -> str:
+        """The parts of a loop nest of shape `work`: `threads` when it has POOL_MIN_ELEMENTS elements (elementwise
+        work of about 10 µs on one core), else one, on the calling thread (a small nest's threads only wait for
+        each other: 33 times per call of a MobileNet at batch 1 with one part per image)."""
+        if all(isinstance(d, int) for d in work):
+            return str(threads if math.prod(work) >= POOL_MIN_ELEMENTS else 1)
+        parts = self.namer.fresh("parts")
+        self.line(f"const int {parts} = {product(work)} >= {POOL_MIN_ELEMENTS} ? {threads} : 1;")
+        return parts
+
+    def run_parts(self, threads: int, when: str, call, count: str = "") -> None:
+        """The C++ statement call(part, parts, slot) for each part of a layer (ks/parts.h), run by the calling
+        thread and ks/pool.h's workers (slot: which of the `threads`); `count`, a C++ expression of the number of
+        parts (else `threads`); `when` (a C++ condition, or "") says whether to split at all (else one part, on
+        the calling thread)."""
+        part, slot, parts = self.namer.fresh("part"), self.namer.fresh("slot"), count or str(threads)
+        if when or count:
             parts = self.namer.fresh("parts")
-            self.line(f"const int {parts} = ({when}) ? {threads} : 1;")
-        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}) {{")
-        self.line(f"    {call(part, parts)}")
+            self.line(f"const int {parts} = {f'({when}) ? {count or threads} : 1' if when else count};")
+        self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int {slot}) {{")
+        self.line(f"    {call(part, parts, slot)}")
         self.line("});")
 
     def close_loops(self, loops) -> None:

@@ -34,7 +34,7 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     merged = _merged_views(w, eqn, body, shape, targets, n_red)
     shape, written, n_red = merged if merged is not None else (shape, targets, n_red)  # (results keep their views)
     stores = {r: t for r, t in written.items() if r not in reduced}
-    outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0))
+    outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0), work=shape)
     accs = [_accumulator(w, e) for e in reductions]
     sums = [a for a, e in zip(accs, reductions) if e.prim.reduction == "sum"]
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
@@ -74,9 +74,8 @@ def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
     loop then covers what were several: the [C, 7, 7] residual adds of a MobileNet, or the mean over [7, 7] of a
     squeeze-excite block with its [C, 1, 1] bias, whose innermost loops of 7 did not vectorize. Reduced axes merge
     only with reduced axes. None when nothing merges or the nest must keep its axes (a gather or an iota, whose
-    elements depend on each axis' index; threads)."""
-    if eqn.params.get("threads", 0) > 1 or any(not (e.prim.elementwise or e.prim.reduction) or e.prim.positional
-                                                   for e in body.eqns):
+    elements depend on each axis' index). (With threads, the parts share the first two outer axes left.)"""
+    if any(not (e.prim.elementwise or e.prim.reduction) or e.prim.positional for e in body.eqns):
         return None  # (a gather's or an iota's element depends on each axis' index)
     views = {p: _broadcast(w.env[p], shape) for p in body.params if p.type.rank and not isinstance(w.env[p], str)}
     n_outer = len(shape) - n_red

@@ -21,7 +21,7 @@ _EDGE = re.compile(r'edge: \{ sourcename: "([^"]*)" targetname: "([^"]*)"')
 _FRAME = re.compile(r"\\n(\d+) bytes \(([^)]*)\)")
 INDIRECT = "__indirect_call"
 EPILOGUE_RUNS = ("9run_blockI",)  # (mangled: ks::run_block<...>)
-POOL_PARTS = ("4pool3runI", "UlPKviE_4_FUN")  # (mangled: ks::pool::run<F>'s [](const void*, int) {...}, both)
+POOL_PARTS = ("4pool3runI", "UlPKviiE_4_FUN")  # (mangled: ks::pool::run<F>'s [](const void*, int, int) {...}, both)
 
 
 @dataclass

@@ -167,8 +167,9 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     if threads > 1:
         per = _image_macs(eqn)
         when = f"{images} * {per} >= {PARALLEL_MIN_MACS}" if per is not None and not images.isdigit() else ""
-        _emit_parts(ctx, impl, threads, when, c, f"{geometry}, {images}, {sx.base}, {sw.base}, {out.base}, {scratch}",
-                    epi)
+        count = "" if impl == "winograd" else f"ks::parts::conv_parts({threads}, {geometry}, {images})"
+        _emit_parts(ctx, impl, threads, when, count, c,
+                    f"{geometry}, {images}, {sx.base}, {sw.base}, {out.base}, {scratch}", epi)
     else:
         _emit_call(ctx, impl, c, geometry, storage, images, f"{sx.base}, {sw.base}, {out.base}, {scratch}", epi)
     if scoped:
@@ -212,11 +213,13 @@ def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str,
     ctx.line(f"{call}>({args}, {buffers}{product}{f', {epi}' if epi else ''});")
 
 
-def _emit_parts(ctx, impl: str, threads: int, when: str, c: str, args: str, epi) -> None:
-    """The convolution as `threads` parts on as many threads (ks/parts.h: ranges of images or of output channels,
-    each part with its own slice of the scratch; ks/pool.h runs them); `when`, a C++ condition for splitting."""
+def _emit_parts(ctx, impl: str, threads: int, when: str, count: str, c: str, args: str, epi) -> None:
+    """The convolution in parts on `threads` threads (ks/parts.h: ranges of images or of output channels, each
+    thread with its own slice of the scratch; ks/pool.h runs them); `count`, a C++ expression of the number of
+    parts (else one per thread); `when`, a C++ condition for splitting."""
     fn = {"tiles": "ks::parts::conv", "winograd": "ks::parts::winograd", "depthwise": "ks::parts::depthwise"}[impl]
-    ctx.run_parts(threads, when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {args}{f', {epi}' if epi else ''});")
+    ctx.run_parts(threads, when, lambda part, parts, slot: f"{fn}<{c}>({part}, {parts}, {slot}, {args}"
+                                                           f"{f', {epi}' if epi else ''});", count)
 
 
 def _image_macs(eqn: Eqn) -> int | None:

@@ -420,7 +420,9 @@ def _emit_product_parts(ctx, eqn: Eqn, fn: str, c: str, mnk: list, call: str) ->
     runs them); with symbolic sizes, split only when it has PARALLEL_MIN_MACS multiply-adds."""
     when = "" if all(isinstance(d, int) for d in mnk) else \
         f"{' * '.join(f'({ctx.dim(d)})' for d in mnk)} >= {PARALLEL_MIN_MACS}"
-    ctx.run_parts(eqn.params["threads"], when, lambda part, parts: f"{fn}<{c}>({part}, {parts}, {call[1:]}")
+    threads = eqn.params["threads"]
+    count = f"ks::parts::product_parts<{c}>({threads}, {', '.join(ctx.dim(d) for d in mnk)})"
+    ctx.run_parts(threads, when, lambda part, parts, slot: f"{fn}<{c}>({part}, {parts}, {slot}, {call[1:]}", count)
 
 
 def _contract_parallel(eqn: Eqn) -> bool:

@@ -3,8 +3,9 @@
 Requires: a fused, lowered Func. Guarantees: with threads > 1, every top-level fusion and
 contraction whose outermost loop writes disjoint parts of its outputs (a fusion with at least
 one axis left after its reductions, a contraction with an output) gets the param
-`threads = N`; its C++ runs that loop in N parts on ks/pool.h's threads (a convolution or kernel-layer product:
-N parts of the call, ks/parts.h; its record's parallel rule says which are worth it). Loops
+`threads = N`; its C++ runs its outer loops in parts on ks/pool.h's threads (a fusion: its first two outer axes,
+when it has 2^15 elements, codegen Writer.open_loops; a convolution or kernel-layer product: N to 4N parts of the
+call, ks/parts.h; its record's parallel rule says which are worth it). Loops
 inside a loop or an if body stay sequential (one parallel region per nest, none nested).
 With threads <= 1 the function is unchanged (and runtime-free).
 """

@@ -1,16 +1,20 @@
 // ks/parts.h — one layer split over threads: the part of a kernel-layer call that each of N threads computes.
 //
 // With `[build] threads = N` the generated code runs a convolution or a matrix product of the kernel layer as
-//     ks::pool::run(N, N, [&](int part) {
-//         ks::parts::conv<float>(part, N, shape, images, x, w, y, scratch, epilogue);
+//     const int parts = ks::parts::conv_parts<float>(N, shape, images);
+//     ks::pool::run(N, parts, [&](int part, int slot) {
+//         ks::parts::conv<float>(part, parts, slot, shape, images, x, w, y, scratch, epilogue);
 //     });
-// Each part is one kernel-layer call of its own, on its own slice of the scratch (parts::room: N slices of the one
-// call's scratch, 64-byte aligned), over a range of the images when they divide evenly among the parts (a batch of
-// 8 on 2 threads: 4 images each, every weight read once per part), else, image by image, a range of the output
-// channels (a batch of 1: each part reads its channels' weights and the whole image). A product's parts are ranges
-// of its columns (whole panels) or, with fewer columns than parts × a panel, of its rows. Nothing here starts a
-// thread or uses the heap: the generated code decides whether the parts run in parallel, the kernels compute ranges, and a
-// part gives the same results as the whole call gives there (each element's sum is the same sum: tests/test_threads.py).
+// Each part is one kernel-layer call of its own, on the scratch of the thread that runs it (`slot`; parts::room: N
+// slices of the one call's scratch, 64-byte aligned), over a range of the images when they divide evenly among the
+// threads (a batch of 8 on 2 threads: 4 images each, every weight read once per part), else, image by image, a range
+// of the output channels (a batch of 1: each part reads its channels' weights and the whole image). A product's
+// parts are ranges of its columns (whole panels) or, with fewer columns than parts × a panel, of its rows. A split by
+// channels or columns has up to 4 parts per thread when the layer is big enough and a part does not copy the whole
+// image again (conv_parts, product_parts): the threads take parts until none is left, so a thread that starts late
+// (a worker the system has not scheduled yet) leaves the others little to wait for. Nothing here starts a thread or uses the heap: the generated code decides
+// whether the parts run in parallel, the kernels compute ranges, and a part gives the same results as the whole call
+// gives there (each element's sum is the same sum: tests/test_threads.py).
 #ifndef KS_PARTS_H
 #define KS_PARTS_H
 
@@ -48,6 +52,22 @@ constexpr bool by_images(int64_t images, int parts) {
     return images >= parts && images % parts == 0;
 }
 
+// The multiply-adds a part of a split by channels or columns should have at least (about 5 µs on one core), and the
+// most parts per thread.
+constexpr int64_t part_macs = int64_t(1) << 17;
+constexpr int most_per_thread = 4;
+
+// The parts of `units` units (register tiles' rows, groups, panels) of `macs` multiply-adds in all on `threads`
+// threads: `threads` (at most `units`), more when each part keeps part_macs and two units, at most most_per_thread
+// per thread.
+constexpr int split(int threads, int64_t units, int64_t macs) {
+    const int64_t most = int64_t(most_per_thread) * threads, by_units = units / 2 > threads ? units / 2 : threads;
+    int64_t p = macs / part_macs;
+    p = p < threads ? threads : p > most ? most : p;
+    p = p < by_units ? p : by_units;
+    return static_cast<int>(p < units ? p : units < 1 ? 1 : units);
+}
+
 // The output channels a part of a convolution computes: whole register tiles' rows, or whole groups.
 constexpr range channels(const conv_shape& s, int part, int parts) {
     const int64_t unit = s.groups > 1 ? tiles::index_div(s.out_channels, s.groups) : tiles::row_block;
@@ -63,6 +83,23 @@ constexpr conv_shape of_channels(const conv_shape& s, range r) {
         p.channels = p.groups * tiles::index_div(s.channels, s.groups);
     }
     return p;
+}
+
+// Whether each part of a convolution by output channels copies the whole image again (a dense convolution with
+// more than one tap or a stride: the padded image, its phases or im2col blocks; a depthwise or grouped part copies
+// its own channels, a pointwise one reads the image as it is).
+constexpr bool copies_image(const conv_shape& s) {
+    return s.groups == 1 && (s.taps() > 1 || s.stride[0] * s.stride[1] * s.stride[2] > 1);
+}
+
+// The parts of a convolution (ks::conv, ks::conv_depthwise) of `images` images on `threads` threads: one per thread
+// by images or when each part copies the image, else split's by output channels.
+constexpr int conv_parts(int threads, const conv_shape& s, int64_t images) {
+    if (by_images(images, threads) || copies_image(s)) {
+        return threads;
+    }
+    const int64_t unit = s.groups > 1 ? tiles::index_div(s.out_channels, s.groups) : tiles::row_block;
+    return split(threads, (s.out_channels + unit - 1) / unit, s.out_channels * s.depth() * s.positions());
 }
 
 // call(shape, images, x, w, y, epilogue): part `part` of a convolution whose kernel is w [M, C/G, taps...] (ks::conv,
@@ -89,22 +126,23 @@ inline void conv_ranges(int part, int parts, const conv_shape& s, int64_t images
     }
 }
 
-// Part `part` of ks::conv(s, images, x, w, y, scratch, epi); scratch: room(parts, conv_scratch<T>(s)) elements.
+// Part `part` of ks::conv(s, images, x, w, y, scratch, epi), run by thread `slot`; scratch: room(threads,
+// conv_scratch<T>(s)) elements.
 template <class T>
-void conv(int part, int parts, const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+void conv(int part, int parts, int slot, const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
           const epilogue<T>& epi = {}) {
-    T* mine = scratch + part * convs::aligned(conv_scratch<T>(s));
+    T* mine = scratch + slot * convs::aligned(conv_scratch<T>(s));
     conv_ranges<T>(part, parts, s, images, x, w, y, epi,
                    [&](const conv_shape& p, int64_t n, const T* xp, const T* wp, T* yp, const epilogue<T>& e) {
                        ks::conv<T>(p, n, xp, wp, yp, mine, e);
                    });
 }
 
-// Part `part` of ks::conv_depthwise(...); scratch: room(parts, depthwise_scratch<T>(s)) elements.
+// Part `part` of ks::conv_depthwise(...), run by thread `slot`; scratch: room(threads, depthwise_scratch<T>(s)).
 template <class T>
-void depthwise(int part, int parts, const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
-               const epilogue<T>& epi = {}) {
-    T* mine = scratch + part * convs::aligned(depthwise_scratch<T>(s));
+void depthwise(int part, int parts, int slot, const conv_shape& s, int64_t images, const T* x, const T* w, T* y,
+               T* scratch, const epilogue<T>& epi = {}) {
+    T* mine = scratch + slot * convs::aligned(depthwise_scratch<T>(s));
     conv_ranges<T>(part, parts, s, images, x, w, y, epi,
                    [&](const conv_shape& p, int64_t n, const T* xp, const T* wp, T* yp, const epilogue<T>& e) {
                        conv_depthwise<T>(p, n, xp, wp, yp, mine, e);
@@ -112,12 +150,13 @@ void depthwise(int part, int parts, const conv_shape& s, int64_t images, const T
 }
 
 // Part `part` of ks::conv_winograd(s, images, x, u, y, scratch, epi) (u: the transformed kernel [16][C][M], whose
-// output channels are its last axis: conv_winograd_range takes the range); scratch: room(parts,
-// winograd_scratch<T>(s)) elements.
+// output channels are its last axis: conv_winograd_range takes the range), run by thread `slot`; scratch:
+// room(threads, winograd_scratch<T>(s)) elements. One part per thread: each part of channels
+// transforms the whole image's input tiles again.
 template <class T>
-void winograd(int part, int parts, const conv_shape& s, int64_t images, const T* x, const T* u, T* y, T* scratch,
-              const epilogue<T>& epi = {}) {
-    T* mine = scratch + part * convs::aligned(winograd_scratch<T>(s));
+void winograd(int part, int parts, int slot, const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
+              T* scratch, const epilogue<T>& epi = {}) {
+    T* mine = scratch + slot * convs::aligned(winograd_scratch<T>(s));
     if (by_images(images, parts)) {
         const range r = share(images, 1, part, parts);
         conv_winograd<T>(s, r.size(), x + r.begin * s.channels * s.in_plane(), u,
@@ -157,6 +196,14 @@ constexpr range product_range(int64_t m, int64_t n, int part, int parts) {
     return by_columns<T>(n, parts) ? share(n, panel_width<T>, part, parts) : share(m, tiles::row_block, part, parts);
 }
 
+// The parts of an m x n product of depth k on `threads` threads: split's by columns (whole panels) or rows.
+template <class T>
+constexpr int product_parts(int threads, int64_t m, int64_t n, int64_t k) {
+    const int64_t units = by_columns<T>(n, threads) ? (n + panel_width<T> - 1) / panel_width<T>
+                                                    : (m + tiles::row_block - 1) / tiles::row_block;
+    return split(threads, units, m * n * k);
+}
+
 // call(m, n, a row offset, a column offset, epilogue) for part `part` of an m x n product.
 template <class T, class Call>
 inline void product_ranges(int part, int parts, int64_t m, int64_t n, const epilogue<T>& epi, const Call& call) {
@@ -176,12 +223,12 @@ inline void product_ranges(int part, int parts, int64_t m, int64_t n, const epil
     call(m, r.size(), int64_t(0), r.begin, epilogue<T>{&run_shifted<T>, &moved});
 }
 
-// Part `part` of ks::tiled_gemm(m, n, k, a, b, c, accumulate, scratch, epi); scratch: room(parts,
-// tiled_gemm_scratch<T>(m, n, k)) elements.
+// Part `part` of ks::tiled_gemm(m, n, k, a, b, c, accumulate, scratch, epi), run by thread `slot`; scratch:
+// room(threads, tiled_gemm_scratch<T>(m, n, k)) elements.
 template <class T>
-void tiled_gemm(int part, int parts, int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b,
+void tiled_gemm(int part, int parts, int slot, int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const T> b,
                 matrix<T> c, bool accumulate, T* scratch, const epilogue<T>& epi = {}) {
-    T* mine = scratch + part * convs::aligned(tiled_gemm_scratch<T>(m, n, k));
+    T* mine = scratch + slot * convs::aligned(tiled_gemm_scratch<T>(m, n, k));
     product_ranges<T>(part, parts, m, n, epi, [&](int64_t mp, int64_t np, int64_t i0, int64_t j0, const epilogue<T>& e) {
         ks::tiled_gemm<T>(mp, np, k, {a.data + i0 * a.rs, a.rs, a.cs}, {b.data + j0 * b.cs, b.rs, b.cs},
                           {c.data + i0 * c.rs + j0 * c.cs, c.rs, c.cs}, accumulate, mine, e);
@@ -190,7 +237,7 @@ void tiled_gemm(int part, int parts, int64_t m, int64_t n, int64_t k, matrix<con
 
 // Part `part` of ks::packed_gemm(m, n, k, a, b, c, accumulate, epi) (a part's columns are whole panels of b).
 template <class T>
-void packed_gemm(int part, int parts, int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
+void packed_gemm(int part, int parts, int /*slot*/, int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
                  bool accumulate, const epilogue<T>& epi = {}) {
     product_ranges<T>(part, parts, m, n, epi, [&](int64_t mp, int64_t np, int64_t i0, int64_t j0, const epilogue<T>& e) {
         ks::packed_gemm<T>(mp, np, k, {a.data + i0 * a.rs, a.rs, a.cs}, {b.data + j0 * b.k, b.k},
