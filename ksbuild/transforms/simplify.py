@@ -8,6 +8,8 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - a loop's stacked output that is the same every iteration is a broadcast, or the const it reads a row of
     by the counter (invariant_stacks); one value stacked twice is stacked once (repeated_stacks),
   - row n - 1 of a loop's stacked output that is also a carry is the final carry (last_step),
+  - a clamp that compares strictly compares inclusively: select(x < c, c, x) = select(x <= c, c, x)
+    (clamp_inclusive),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - a one-hot select (the derivative of a first-extremum reduction) that is scaled, summed or contracted is
@@ -24,6 +26,7 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
+from ..prims.base import PRIMS
 from ..prims.tensor import parse_spec
 from .one_hot import one_hot_rules
 
@@ -114,6 +117,30 @@ def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, E
             made[out] = b.eqns[-1]
         return out
     return None
+
+
+INCLUSIVE = {"lt": "le", "gt": "ge"}
+
+
+def clamp_inclusive(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
+    """select(x < c, c, x) = select(x <= c, c, x) (and > as >=): at x = c both give c. A clamp is so in one form
+    whichever frontend made it (ONNX Clip compares strictly, torch's hardtanh/relu6 not, for their derivatives at
+    the bound, which are taken before this pass runs); ReLU's form, so a -0 clamped at 0 is +0 as in a ReLU."""
+    if eqn.prim.name != "select" or not isinstance(ins[0], Var) or ins[0] not in made:
+        return None
+    p, c, x = ins
+    cmp = made[ins[0]]
+    if cmp.prim.name not in INCLUSIVE or cmp.ins[0] is not x or not _same_scalar(cmp.ins[1], c):
+        return None
+    return b.select(b.bind(PRIMS[INCLUSIVE[cmp.prim.name]], [x, cmp.ins[1]], {})[0], c, x)
+
+
+def _same_scalar(a: Atom, c: Atom) -> bool:
+    """a and c are one value: the same var, or scalar literals of one type and value."""
+    if a is c:
+        return True
+    return isinstance(a, Lit) and isinstance(c, Lit) and a.type == c.type and not a.type.rank and \
+        np.ndim(a.value) == 0 and a.value == c.value
 
 
 def unnest_select(ins: list[Atom], made: dict[Var, Eqn]) -> list[Atom] | None:
@@ -272,7 +299,7 @@ def simplify_once(f: Func) -> Func:
             ins = flat
         acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
             select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once) or \
-            last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made)
+            last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made) or clamp_inclusive(b, eqn, ins, made)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue

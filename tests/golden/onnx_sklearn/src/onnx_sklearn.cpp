@@ -204,7 +204,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const float t3 = (-t2);
             const float t4 = ks::logistic(t3);
             const bool t5 = (t4 < 1.0000000116860974e-07f);
-            const bool t6 = (t4 > 0.9999998807907104f);
+            const bool t6 = (t4 >= 0.9999998807907104f);
             const float t7 = (t6 ? 0.9999998807907104f : t4);
             const float t8 = (t5 ? 1.0000000116860974e-07f : t7);
             tmp8[i * 3 + j] = t8;
