@@ -4,10 +4,10 @@ one matches torch. The torch.export frontend used to reorder the LSTM's gate blo
 adds of the weights), so the recurrent matrix product read an unpacked weight ('tiles') where the ONNX
 model's reads a prepacked constant ('panels'): 2x slower.
 
-The image blocks (a ResNet basic block, MobileNetV2/V3 blocks, an EfficientNet MBConv; tests/torch_export_image_models.py)
-give the same IR after the pipeline equation by equation (names and constants' values aside): batch norms folded
-into the convolutions before them, hardswish/hardsigmoid whole, clamps in one form. The compiled torch.export
-package matches torch at two batch sizes."""
+The image blocks (a ResNet basic block, MobileNetV2/V3 blocks, an EfficientNet MBConv;
+tests/torch_export_image_models.py) give the same IR after the pipeline equation by equation (names and
+constants' values aside): batch norms folded into the convolutions before them, hardswish/hardsigmoid whole,
+clamps in one form. The compiled torch.export package matches torch at two batch sizes."""
 from __future__ import annotations
 
 from collections import Counter

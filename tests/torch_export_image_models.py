@@ -47,7 +47,8 @@ class Inverted(nn.Module):
 
     def __init__(self, c: int, hidden: int, k: int, act, se: nn.Module | None):
         super().__init__()
-        self.body = nn.Sequential(*_conv_bn(c, hidden, 1, act=act), *_conv_bn(hidden, hidden, k, groups=hidden, act=act),
+        self.body = nn.Sequential(*_conv_bn(c, hidden, 1, act=act),
+                                  *_conv_bn(hidden, hidden, k, groups=hidden, act=act),
                                   *([se] if se is not None else []), *_conv_bn(hidden, c, 1))
 
     def forward(self, x):

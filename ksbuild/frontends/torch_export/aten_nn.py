@@ -7,8 +7,8 @@ import numpy as np
 from ...ir.core import Lit
 from ...ir.types import Type
 from ...ops import aten, nn
-from ...ops.create import array
 from ...ops import linalg as la
+from ...ops.create import array
 from .node import Node, handler
 
 # ---- matrix products ------------------------------------------------------------------------------------
