@@ -139,3 +139,23 @@ def test_image_blocks_compiled_match_torch(tmp_path):
             with torch.no_grad():
                 want = module(x).numpy()
             np.testing.assert_allclose(pkg.exports[name](x.numpy()), want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_bert_layers_have_the_same_ir_as_from_onnx(tmp_path):
+    """BertModel (2 layers, token ids alone) from torch.export and from torch.onnx.export: the same equations after
+    the pipeline (float literals to 6 digits: ONNX's attention scale is (√s in float32)², 0.12499999 for 0.125) -
+    the position embeddings folded, the all-True mask and its softmax guards gone, one transpose for kᵀ, the
+    scale applied once to q kᵀ."""
+    import re
+
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.transforms.pipeline import lower
+    module, args, _ = models.make_bert_layers()
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(module, args, str(path), dynamo=False, input_names=["ids"], output_names=["y"],
+                      dynamic_axes={"ids": {0: "batch"}, "y": {0: "batch"}})
+    te = lower(compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, "make_bert_layers", "bert"))
+    onnx = lower(compile_onnx_kernel(path, "bert"))
+    digits = lambda lines: [re.sub(r"\d\.\d+(e-?\d+)?", lambda m: f"{float(m.group()):.6g}", x) for x in lines]  # noqa: E731
+    assert digits(_equations(te)) == digits(_equations(onnx))

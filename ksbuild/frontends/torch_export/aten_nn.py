@@ -227,8 +227,6 @@ def scaled_dot_product_attention(n: Node):
     """softmax(q kᵀ · scale + mask) v (kept whole: capture.KEEP_WHOLE)."""
     if n.a("dropout_p", 0.0):
         raise n.unsupported("dropout_p > 0 (random numbers)", hint="export the module in eval mode")
-    if n.a("enable_gqa", False):
-        raise n.unsupported("enable_gqa=True")
     dtype = n.dtype
     q, k, v = (n.operand(n.x(name), dtype) for name in ("query", "key", "value"))
     mask = n.a("attn_mask", None)
@@ -236,7 +234,7 @@ def scaled_dot_product_attention(n: Node):
         mask = n.operand(mask, dtype)
     scale = n.a("scale", None)
     return nn.attention(n.b, q, k, v, mask, bool(n.a("is_causal", False)),
-                        None if scale is None else float(scale))
+                        None if scale is None else float(scale), bool(n.a("enable_gqa", False)))
 
 
 # ---- recurrent layers -----------------------------------------------------------------------------------
