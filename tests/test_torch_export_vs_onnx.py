@@ -2,7 +2,12 @@
 torch.onnx.export + the ONNX frontend gives the same IR after the pipeline (up to views), and the torch.export
 one matches torch. The torch.export frontend used to reorder the LSTM's gate blocks at run time (slices, pads,
 adds of the weights), so the recurrent matrix product read an unpacked weight ('tiles') where the ONNX
-model's reads a prepacked constant ('panels'): 2x slower."""
+model's reads a prepacked constant ('panels'): 2x slower.
+
+The image blocks (a ResNet basic block, MobileNetV2/V3 blocks, an EfficientNet MBConv;
+tests/torch_export_image_models.py) give the same IR after the pipeline equation by equation (names and
+constants' values aside): batch norms folded into the convolutions before them, hardswish/hardsigmoid whole,
+clamps in one form. The compiled torch.export package matches torch at two batch sizes."""
 from __future__ import annotations
 
 from collections import Counter
@@ -13,9 +18,11 @@ from conftest import ROOT
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
+import torch_export_image_models as images  # noqa: E402
 import torch_export_transformers_models as models  # noqa: E402
 
 MODELS_FILE = ROOT / "tests" / "torch_export_transformers_models.py"
+IMAGES_FILE = ROOT / "tests" / "torch_export_image_models.py"
 VIEWS = {"reshape", "transpose", "slice", "index", "gather"}
 
 
@@ -79,3 +86,76 @@ def test_values_independent_of_the_inputs_are_constants():
     with torch.no_grad():
         want = module(x).numpy()
     np.testing.assert_allclose(eval_func(f, [x.numpy()])[0], want, rtol=1e-5, atol=1e-6)
+
+
+# ---- image blocks ----------------------------------------------------------------------------------------
+
+def _equations(f) -> list[str]:
+    """f's text form without its constants, its value names and comments: equation by equation the prims, params
+    and types (constants are listed in a different order by the two frontends)."""
+    import re
+
+    from ksbuild.ir.printer import print_func
+    lines = [line for line in print_func(f, elide_over=0).splitlines() if "= constant[" not in line]
+    return [re.sub(r"%[\w.]+", "%", re.sub(r"\s*#.*", "", line)) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def lowered_images(tmp_path_factory):
+    """name -> (torch.export IR, ONNX IR) after the whole pipeline, the batch symbolic in both."""
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.transforms.pipeline import lower
+    out = {}
+    for name, make in images.IMAGE.items():
+        module, args, _ = make()
+        path = tmp_path_factory.mktemp("onnx") / f"{name}.onnx"
+        torch.onnx.export(module, args, str(path), dynamo=False, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        te = compile_torch_kernel(IMAGES_FILE.name, IMAGES_FILE.parent, make.__name__, name)
+        out[name] = (lower(te), lower(compile_onnx_kernel(path, name)))
+    return out
+
+
+@pytest.mark.parametrize("name", list(images.IMAGE))
+def test_image_blocks_have_the_same_ir_as_from_onnx(lowered_images, name):
+    te, onnx = lowered_images[name]
+    assert _equations(te) == _equations(onnx)
+
+
+def test_image_blocks_compiled_match_torch(tmp_path):
+    """The torch.export packages (one build) against torch at batch 1 and 3 (the example has 2)."""
+    import ksbuild
+    lines = ["[package]", 'name = "blocks"', ""]
+    for name, make in images.IMAGE.items():
+        lines += [f"[kernels.{name}]", f'torch = "{IMAGES_FILE}:{make.__name__}"', ""]
+    lines += ["[exports]"] + [f'{name} = "{name}"' for name in images.IMAGE]
+    (tmp_path / "manifest.toml").write_text("\n".join(lines) + "\n")
+    pkg = ksbuild.build(tmp_path / "manifest.toml")
+    for name, make in images.IMAGE.items():
+        module, _, _ = make()
+        for batch in (1, 3):
+            x = torch.randn(batch, 8, images.SIDE, images.SIDE, generator=torch.Generator().manual_seed(batch))
+            with torch.no_grad():
+                want = module(x).numpy()
+            np.testing.assert_allclose(pkg.exports[name](x.numpy()), want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_bert_layers_have_the_same_ir_as_from_onnx(tmp_path):
+    """BertModel (2 layers, token ids alone) from torch.export and from torch.onnx.export: the same equations after
+    the pipeline (float literals to 6 digits: ONNX's attention scale is (√s in float32)², 0.12499999 for 0.125) -
+    the position embeddings folded, the all-True mask and its softmax guards gone, one transpose for kᵀ, the
+    scale applied once to q kᵀ."""
+    import re
+
+    from ksbuild.frontends.onnx import compile_onnx_kernel
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.transforms.pipeline import lower
+    module, args, _ = models.make_bert_layers()
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(module, args, str(path), dynamo=False, input_names=["ids"], output_names=["y"],
+                      dynamic_axes={"ids": {0: "batch"}, "y": {0: "batch"}})
+    te = lower(compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, "make_bert_layers", "bert"))
+    onnx = lower(compile_onnx_kernel(path, "bert"))
+    digits = lambda lines: [re.sub(r"\d\.\d+(e-?\d+)?", lambda m: f"{float(m.group()):.6g}", x) for x in lines]  # noqa: E731
+    assert digits(_equations(te)) == digits(_equations(onnx))

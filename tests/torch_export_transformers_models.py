@@ -63,7 +63,85 @@ def make_gpt2_batch():
     return module, (torch.cat([ids, _ids(3)]),), ({0: torch.export.Dim("batch", min=1, max=64)},)
 
 
+def make_bert_batch():
+    """BertModel with a padding mask, the batch a dim of both inputs."""
+    module, (ids, mask) = make_bert()
+    mask2 = torch.ones_like(mask)
+    mask2[0, :3] = 0
+    batch = torch.export.Dim("batch", min=1, max=64)
+    return module, (torch.cat([ids, _ids(4)]), torch.cat([mask, mask2])), ({0: batch}, {0: batch})
+
+
+def make_bert_layers():
+    """BertModel's last hidden state from token ids alone (no padding), the batch symbolic
+    (tests/test_torch_export_vs_onnx.py: the same IR from ONNX)."""
+    module, (ids, _) = make_bert()
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = module
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+    return Hidden().eval(), (torch.cat([ids, _ids(5)]),), ({0: torch.export.Dim("batch", min=1, max=64)},)
+
+
 TRANSFORMERS = {"gpt2": make_gpt2, "gpt2_lm": make_gpt2_lm, "bert": make_bert}
+BATCHED = {"gpt2_batch": make_gpt2_batch, "bert_batch": make_bert_batch}
+
+
+# ---- scaled_dot_product_attention ------------------------------------------------------------------------
+
+class Attention(nn.Module):
+    """F.scaled_dot_product_attention(q, k, v, mask, is_causal=..., scale=..., enable_gqa=...), kept whole by
+    the frontend (capture.KEEP_WHOLE)."""
+
+    def __init__(self, causal: bool = False, scale: float | None = None, gqa: bool = False):
+        super().__init__()
+        self.causal, self.scale, self.gqa = causal, scale, gqa
+
+    def forward(self, q, k, v, mask=None):
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal,
+                                                          scale=self.scale, enable_gqa=self.gqa)
+
+
+def _qkv(seed: int, heads_kv: int = 4, lq: int = 5, lk: int = 7):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(2, 4, lq, 8, generator=g), torch.randn(2, heads_kv, lk, 8, generator=g),
+            torch.randn(2, heads_kv, lk, 6, generator=g))
+
+
+def make_sdpa_plain():
+    return Attention(), _qkv(20)
+
+
+def make_sdpa_bool_mask():
+    """A boolean mask broadcast over the heads; the last query row attends to nothing (0, as torch's)."""
+    mask = torch.rand(2, 1, 5, 7, generator=torch.Generator().manual_seed(21)) > 0.4
+    mask[:, :, -1] = False
+    return Attention(), (*_qkv(21), mask)
+
+
+def make_sdpa_float_mask():
+    """An additive float mask of one matrix for every batch and head, and a scale of 0.3."""
+    mask = torch.randn(5, 7, generator=torch.Generator().manual_seed(22))
+    mask[:, 0] = float("-inf")
+    return Attention(scale=0.3), (*_qkv(22), mask)
+
+
+def make_sdpa_causal():
+    """is_causal with more keys than queries (torch's mask is the top-left triangle: query i sees keys <= i)."""
+    return Attention(causal=True, scale=0.5), _qkv(23)
+
+
+def make_sdpa_gqa():
+    """enable_gqa: 4 query heads share 2 key/value heads (each repeated twice, as repeat_interleave)."""
+    return Attention(gqa=True), _qkv(24, heads_kv=2)
+
+
+SDPA = {"sdpa_plain": make_sdpa_plain, "sdpa_bool_mask": make_sdpa_bool_mask, "sdpa_float_mask": make_sdpa_float_mask,
+        "sdpa_causal": make_sdpa_causal, "sdpa_gqa": make_sdpa_gqa}
 
 
 # ---- ops -------------------------------------------------------------------------------------------------

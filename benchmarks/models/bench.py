@@ -2,6 +2,7 @@
 
     python benchmarks/models/bench.py [--models resnet18 mobilenet_v2] [--side 224] [--batches 1 8]
                                       [--repeats 10] [--budget 3] [--clock wall|cpu]
+                                      [--frontend onnx|torch_export|both]
 
 For each network (benchmarks/onnx/resnet.py's and mobilenets.py's: resnet18, mobilenet_v2, mobilenet_v3_small,
 efficientnet_b0, written after torchvision's layouts, random weights, nothing downloaded; lstm_text, an embedding
@@ -18,6 +19,11 @@ of samples taken in turn (bench.median_times; ExecuTorch's in its own process, a
 (--clock cpu) the process's CPU time; ratios < 1 mean ksbuild is faster. Outputs are checked against onnxruntime
 first (ExecuTorch's against torch eager's). A network whose build fails gets a "failed" row and ksbuild's message
 on stderr; the others still run.
+
+--frontend torch_export builds ksbuild's package through its torch.export frontend (a `torch =` kernel whose make()
+builds the same module, batch symbolic) instead of from the ONNX file; --frontend both builds both and adds columns:
+the torch.export package's build seconds and time, sampled in turn with the others, and its time over the ONNX
+package's (issue 36: one network, one code, the same speed within 5%).
 
 --threads N builds with `[build] threads = N` (ks/pool.h's threads) and gives every contender N threads: onnxruntime's
 intra_op_num_threads, ExecuTorch's thread pool, torch.set_num_threads; it needs the wall clock (CPU time adds the
@@ -181,6 +187,38 @@ def export_onnx(model, path: Path, example, dynamo: bool = False) -> None:
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
+TORCH_EXPORT_MAKE = """import sys
+
+sys.path[:0] = [{models!r}, {onnx!r}]
+
+
+def make():
+    \"\"\"benchmarks/models/bench.py's {name}, its example at batch 2 with the batch a torch.export Dim.\"\"\"
+    import numpy as np
+    import torch
+
+    import bench
+    build, example = bench.networks({side})["{name}"]
+    x = torch.from_numpy(np.ascontiguousarray(example(2)))
+    return build(), (x,), ({{0: torch.export.Dim("batch", min=1, max=1024)}},)
+"""
+
+
+def manifest(folder: Path, package_name: str, kernel: str, threads: int) -> Path:
+    """A manifest of one export `net` of the kernel line given (onnx = ... or torch = ...)."""
+    path = folder / f"{package_name}.toml"
+    build = f"[build]\nthreads = {threads}\n\n" if threads > 1 else ""
+    path.write_text(f'[package]\nname = "{package_name}"\n\n{build}[kernels.net]\n{kernel}\n\n[exports]\nnet = "net"\n')
+    return path
+
+
+def torch_export_manifest(folder: Path, name: str, side: int, threads: int) -> Path:
+    """The manifest of the network built through ksbuild's torch.export frontend (package `<name>_te`)."""
+    (folder / f"{name}_te.py").write_text(TORCH_EXPORT_MAKE.format(models=str(HERE), onnx=str(HERE.parent / "onnx"),
+                                                                    name=name, side=side))
+    return manifest(folder, f"{name}_te", f'torch = "{name}_te.py:make"', threads)
+
+
 EXECUTORCH_PYTHON = HERE.parent.parent / ".venv-executorch" / "bin" / "python"
 NO_EXECUTORCH = "n/a (run scripts/install_executorch.sh)"
 
@@ -244,6 +282,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="N > 1: [build] threads = N, onnxruntime's intra_op_num_threads = N, ExecuTorch's and "
                         "torch's N threads (wall clock only)")
+    p.add_argument("--frontend", choices=["onnx", "torch_export", "both"], default="onnx",
+                   help="how ksbuild gets the network: the ONNX file, its torch.export frontend, or both (extra "
+                        "columns: the torch.export build and its time over the ONNX build's)")
     a = p.parse_args(argv)
     if a.threads > 1 and a.clock == "cpu":
         p.error("--threads > 1 needs --clock wall: the process's CPU time adds up the time of its threads")
@@ -263,10 +304,14 @@ def main(argv=None) -> int:
           f"median of {a.repeats}; times in ms, {a.clock} clock; load average {os.getloadavg()[0]:.1f})\n\n"
           f"The kernel layer compiled once (three levels, empty cache): {warm:.1f} s\n")
     sequential = " | ksbuild 1 thread | onnxruntime 1 thread" if a.threads > 1 else ""
+    sequential += " | build s torch.export | ksbuild torch.export | torch.export / onnx | te err" \
+        if a.frontend == "both" else ""
     print("| network | build s | code KB | weights MB | stack B | workspace KB | batch | ksbuild | onnxruntime | "
           f"ExecuTorch | torch eager | memcpy weights | ksbuild / ort | ksbuild / ET | ksbuild / eager | max err | "
           f"ET err{sequential} |")
-    print("|---|" + "---:|" * (16 + 2 * bool(sequential)))
+    print("|---|" + "---:|" * (16 + 2 * (a.threads > 1) + 4 * (a.frontend == "both")))
+    if a.frontend == "torch_export":
+        print("(ksbuild's package built through its torch.export frontend)\n")
     nets = networks(a.side)
     failed = []
     for name in a.models or sorted(nets):
@@ -275,22 +320,22 @@ def main(argv=None) -> int:
         path = folder / f"{name}.onnx"
         dynamo = name in DYNAMO
         export_onnx(model, path, example(2 if dynamo else 1), dynamo)  # (torch.export specializes a dim of 1)
-        manifest = folder / f"{name}.toml"
-        threads = f"[build]\nthreads = {a.threads}\n\n" if a.threads > 1 else ""
-        manifest.write_text(f'[package]\nname = "{name}"\n\n{threads}[kernels.net]\nonnx = "{path.name}"\n\n'
-                            '[exports]\nnet = "net"\n')
+        te = torch_export_manifest(folder, name, a.side, a.threads) if a.frontend != "onnx" else None
+        main_manifest = te if a.frontend == "torch_export" else \
+            manifest(folder, name, f'onnx = "{path.name}"', a.threads)
         if a.threads > 1:  # (the same network on one thread, timed in the same samples)
-            (folder / f"{name}_1.toml").write_text(f'[package]\nname = "{name}_1"\n\n[kernels.net]\n'
-                                                   f'onnx = "{path.name}"\n\n[exports]\nnet = "net"\n')
+            manifest(folder, f"{name}_1", f'onnx = "{path.name}"', 1)
         try:
-            seconds = package(manifest, folder / name, env)
+            seconds = package(main_manifest, folder / main_manifest.stem, env)
+            te_seconds = package(te, folder / te.stem, env) if a.frontend == "both" else None
         except SystemExit as failure:  # the other networks still run; ksbuild's message on stderr
             print(f"| {name} | failed: see stderr |", flush=True)
             print(f"{name}: ksbuild package failed ({path}):\n{failure.code}", file=sys.stderr, flush=True)
             failed.append(name)
             continue
-        sizes, stack = footprint(folder / name, name)
-        pkg = ksbuild.build(manifest, portable=True)
+        sizes, stack = footprint(folder / main_manifest.stem, main_manifest.stem)
+        pkg = ksbuild.build(main_manifest, portable=True)
+        pkg_te = ksbuild.build(te, portable=True) if a.frontend == "both" else None
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         if a.threads > 1:
             pkg1 = ksbuild.build(folder / f"{name}_1.toml", portable=True)
@@ -307,13 +352,19 @@ def main(argv=None) -> int:
                    lambda: np.copyto(dst, src)]
             if a.threads > 1:
                 fns += [lambda: pkg1.net(x), lambda: sess1.run(None, {"x": x})]
+            if pkg_te is not None:
+                fns += [lambda: pkg_te.net(x)]
             t_ks, t_ort, t_eager, t_copy, *t_one = median_times(fns, a.repeats, a.budget, clock=clock)
+            extra = "".join(f" {1e3 * t:.2f} |" for t in t_one[:2 * (a.threads > 1)])
+            if pkg_te is not None:
+                te_err = float(np.abs(pkg_te.net(x) - pkg.net(x)).max())
+                extra += f" {te_seconds:.1f} | {1e3 * t_one[-1]:.2f} | {t_one[-1] / t_ks:.3f} | {te_err:.1e} |"
             et, et_ratio, et_err = executorch_columns(name, model, x, eager(model, xt).numpy(), t_ks, folder, a)
             ws = f"{workspace / 1024:.0f}" if workspace is not None else "?"
             print(f"| {name} | {seconds:.1f} | {sizes.get('text', 0) / 1024:.0f} | {weights / 2 ** 20:.1f} | "
                   f"{stack if stack is not None else '?'} | {ws} | {batch} | {1e3 * t_ks:.2f} | {1e3 * t_ort:.2f} | "
                   f"{et} | {1e3 * t_eager:.2f} | {1e3 * t_copy:.2f} | {t_ks / t_ort:.2f} | {et_ratio} | "
-                  f"{t_ks / t_eager:.2f} | {err:.1e} | {et_err} |" + "".join(f" {1e3 * t:.2f} |" for t in t_one),
+                  f"{t_ks / t_eager:.2f} | {err:.1e} | {et_err} |" + extra,
                   flush=True)
     return 1 if failed else 0
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir.core import Atom
 from ._util import scalar_lit
 
@@ -47,7 +49,10 @@ def celu(b, x: Atom, alpha: float) -> Atom:
 
 
 def hard_sigmoid(b, x: Atom, alpha: float, beta: float) -> Atom:
-    """max(0, min(1, alpha·x + beta))."""
+    """max(0, min(1, alpha·x + beta)); alpha and beta rounded to x's dtype first (ONNX's attributes are float32:
+    torch's 1/6 gives the same IR from torch.export as from ONNX)."""
+    if x.type.dtype == "f32":
+        alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
     return b.max(_c(x, 0), b.min(_c(x, 1), b.add(b.mul(x, _c(x, alpha)), _c(x, beta))))
 
 

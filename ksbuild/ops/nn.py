@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+
 from ..ir.core import Atom, Lit, Var
 from ..ir.types import Dim, Type, dim_add, dim_mul, dim_sub
 from ._util import error, numel, scalar_lit
@@ -257,20 +259,26 @@ def channel(b, v: Atom, rank: int, axis: int = 1) -> Atom:
     return b.reshape(v, shape=tuple(v.type.shape[0] if i == axis else 1 for i in range(rank)))
 
 
+def _eps(eps: float, dtype: str) -> Lit:
+    """A normalization's epsilon as a literal of dtype, rounded to float32 for f32 (ONNX's attribute is a float32:
+    torch's 1e-12 gives the same IR from torch.export as from ONNX)."""
+    return scalar_lit(float(np.float32(eps)) if dtype == "f32" else eps, dtype)
+
+
 def normalize(b, x: Atom, axes: Sequence[int], eps: float) -> tuple[Atom, Atom, Atom]:
     """(x - mean) / sqrt(var + eps) over axes, with the mean and 1/sqrt(var + eps) (kept dims)."""
     from .reduce import mean
     mu = mean(b, x, axes, keepdim=True)
     centered = b.sub(x, mu)
     var = mean(b, b.ipow(centered, n=2), axes, keepdim=True)
-    inv = b.div(scalar_lit(1.0, x.type.dtype), b.sqrt(b.add(var, scalar_lit(eps, x.type.dtype))))
+    inv = b.div(scalar_lit(1.0, x.type.dtype), b.sqrt(b.add(var, _eps(eps, x.type.dtype))))
     return b.mul(centered, inv), mu, inv
 
 
 def batch_norm(b, x: Atom, scale: Atom, bias: Atom, mean: Atom, var: Atom, eps: float) -> Atom:
     """Inference batch normalization: (x - mean) * scale / sqrt(var + eps) + bias per channel."""
     r = x.type.rank
-    factor = b.div(scale, b.sqrt(b.add(var, scalar_lit(eps, x.type.dtype))))
+    factor = b.div(scale, b.sqrt(b.add(var, _eps(eps, x.type.dtype))))
     shift = b.sub(bias, b.mul(mean, factor))
     return b.add(b.mul(x, channel(b, factor, r)), channel(b, shift, r))
 
@@ -302,13 +310,19 @@ def group_norm(b, x: Atom, scale: Atom, bias: Atom, groups: int, eps: float) -> 
 
 
 def attention(b, q: Atom, k: Atom, v: Atom, mask: Atom | None = None, causal: bool = False,
-              scale: float | None = None) -> Atom:
+              scale: float | None = None, gqa: bool = False) -> Atom:
     """softmax(q kᵀ · scale + mask) v over the last two axes (torch's scaled_dot_product_attention): scale
     1/√E by default; a bool mask says which keys a query attends to, a float mask is added; causal lets query
-    i attend to keys j <= i. A query that attends to nothing gets 0 (torch's _safe_softmax), not NaN."""
+    i attend to keys j <= i. A query that attends to nothing gets 0 (torch's _safe_softmax), not NaN. gqa:
+    the heads (axis -3) of k and v each serve Hq / Hkv query heads in a row (torch's enable_gqa)."""
     from . import reduce as red
     from .linalg import matmul
     from .shape import swap_axes
+    if gqa:
+        k, v = _shared_heads(b, q, k), _shared_heads(b, q, v)
+    if isinstance(mask, Lit) and isinstance(mask.value, (bool, int, float)) and \
+            mask.value == (mask.type.dtype == "bool"):
+        mask = None  # (every key attended to: a mask of True, or of 0 added; a folded transformers mask)
     e, dt = q.type.shape[-1], q.type.dtype
     if scale is not None or isinstance(e, int):
         factor = scalar_lit(scale if scale is not None else 1.0 / math.sqrt(e), dt)
@@ -317,13 +331,35 @@ def attention(b, q: Atom, k: Atom, v: Atom, mask: Atom | None = None, causal: bo
     s = b.mul(matmul(b, q, swap_axes(b, k, -1, -2)), factor)
     ninf = scalar_lit(-math.inf, q.type.dtype)
     lq, lk = s.type.shape[-2:]
+    additive = mask is not None and mask.type.dtype != "bool"
+    if additive:
+        s = b.add(s, mask)
+    allowed = None if additive else mask
     if causal:
         rows = b.iota(shape=(lq, lk), axis=0, dtype="i64")
         cols = b.iota(shape=(lq, lk), axis=1, dtype="i64")
-        s = b.select(b.le(cols, rows), s, ninf)
-    if mask is not None:
-        s = b.select(mask, s, ninf) if mask.type.dtype == "bool" else b.add(s, mask)
-    return matmul(b, red.safe_softmax(b, s, -1), v)
+        tri = b.le(cols, rows)
+        if mask is None:  # (query i attends to key 0 at least: no row to keep free of NaN)
+            return matmul(b, red.softmax(b, b.select(tri, s, ninf), -1), v)
+        allowed = tri if allowed is None else logical_and(b, allowed, tri)
+    if additive:  # (a -inf in the mask may leave a row nothing)
+        return matmul(b, red.safe_softmax(b, s if allowed is None else b.select(allowed, s, ninf), -1), v)
+    if allowed is None:  # (every query attends to every key)
+        return matmul(b, red.softmax(b, s, -1), v)
+    # (a query that attends to no key gets 0: the guard reads the mask, so it vanishes when the mask is all True)
+    attends = b.gt(b.reduce_max(b.convert(allowed, dtype="i32"), axes=(allowed.type.rank - 1,)), Lit(0, Type("i32")))
+    return matmul(b, red.safe_softmax(b, b.select(allowed, s, ninf), -1, attends), v)
+
+
+def _shared_heads(b, q: Atom, t: Atom) -> Atom:
+    """t's heads (axis -3) repeated in place to q's number of heads (torch's repeat_interleave for enable_gqa)."""
+    from .shape import repeat_each
+    hq, ht = q.type.shape[-3], t.type.shape[-3]
+    if hq == ht:
+        return t
+    if not (isinstance(hq, int) and isinstance(ht, int)) or hq % ht:
+        raise error(b, f"enable_gqa: {hq} query heads are not a multiple of {ht} key/value heads")
+    return repeat_each(b, t, t.type.rank - 3, hq // ht)
 
 
 def instance_norm(b, x: Atom, scale: Atom, bias: Atom, eps: float) -> Atom:
@@ -348,7 +384,7 @@ def rms_norm(b, x: Atom, scale: Atom, axis: int, eps: float) -> Atom:
     from .reduce import mean
     axes = tuple(range(axis, x.type.rank))
     ms = mean(b, b.ipow(x, n=2), axes, keepdim=True)
-    return b.mul(b.div(x, b.sqrt(b.add(ms, scalar_lit(eps, x.type.dtype)))), scale)
+    return b.mul(b.div(x, b.sqrt(b.add(ms, _eps(eps, x.type.dtype)))), scale)
 
 
 __all__ = ["conv", "conv_transpose", "max_pool", "avg_pool", "lp_pool", "batch_norm", "layer_norm", "group_norm",

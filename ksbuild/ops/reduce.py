@@ -91,18 +91,20 @@ def softmax(b, x: Atom, axis: int) -> Atom:
     return b.div(e, expand_back(b, b.reduce_sum(e, axes=ax), x, ax))
 
 
-def safe_softmax(b, x: Atom, axis: int) -> Atom:
+def safe_softmax(b, x: Atom, axis: int, rows: Atom | None = None) -> Atom:
     """softmax along axis, 0 for a row that is all -inf (attention's query that may attend to nothing: torch's
     _safe_softmax), with finite derivatives there too: e = exp(x - m) is 0 in such a row and the sum it is
     divided by is taken as 1, so no 0 · NaN or 0 / 0 reaches the backward pass (exp(x - logsumexp(x)) then
-    masking the NaN would)."""
+    masking the NaN would). rows: which rows are not all -inf, when the caller knows (a mask's rows): the
+    guards then read it (and vanish where it is a literal True)."""
     ax = norm_axes(b, [axis], x.type.rank)
     m = b.reduce_max(b.stop_gradient(x), axes=ax)
     inf, zero = scalar_lit(float("inf"), x.type.dtype), scalar_lit(0, x.type.dtype)
-    m = b.select(b.eq(b.abs(m), inf), zero, m)
+    m = b.select(b.eq(b.abs(m), inf), zero, m) if rows is None else b.select(rows, m, zero)
     e = b.exp(b.sub(x, expand_back(b, m, x, ax)))
     s = b.reduce_sum(e, axes=ax)
-    s = b.select(b.eq(s, zero), scalar_lit(1, x.type.dtype), s)
+    s = b.select(b.eq(s, zero), scalar_lit(1, x.type.dtype), s) if rows is None else \
+        b.select(rows, s, scalar_lit(1, x.type.dtype))
     return b.div(e, expand_back(b, s, x, ax))
 
 

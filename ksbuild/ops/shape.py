@@ -184,6 +184,14 @@ def tile(b, x: Atom, repeats: Sequence[int]) -> Atom:
     return x
 
 
+def repeat_each(b, x: Atom, axis: int, r: int) -> Atom:
+    """Each element along axis repeated r times in place (torch's repeat_interleave(r, axis))."""
+    s = x.type.shape
+    lifted = b.reshape(x, shape=s[:axis + 1] + (1,) + s[axis + 1:])
+    spread = b.broadcast_to(lifted, shape=s[:axis + 1] + (r,) + s[axis + 1:])
+    return b.reshape(spread, shape=s[:axis] + (dim_mul(r, s[axis]),) + s[axis + 1:])
+
+
 def strided_slice(b, x: Atom, axis: int, start: Dim, stop: Dim, step: int) -> Atom:
     """x[start:stop:step] along axis with bounds already clamped (step > 0: a window view)."""
     if step == 1:

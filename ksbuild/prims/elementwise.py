@@ -653,9 +653,15 @@ def _select_transpose(b, cts, ins, linear):
 
 def _simp_select(ins, out):
     # select(p, a, a) = a;  select(p, c, c) = c for literals c of any shapes (the zeros of masked derivatives)
-    _, x, y = ins
+    # select(True, a, b) = a and select(False, a, b) = b for a literal condition of any shape (a mask of all
+    # True, as transformers builds for attention without padding)
+    p, x, y = ins
     if x == y and x.type == out.type:
         return x
+    if isinstance(p, Lit) and isinstance(p.value, (bool, np.bool_)):
+        kept = x if p.value else y
+        if kept.type == out.type:
+            return kept
     same_lit = isinstance(x, Lit) and isinstance(y, Lit) and x.value == y.value and type(x.value) is type(y.value)
     return Lit(x.value, out.type) if same_lit else None
 

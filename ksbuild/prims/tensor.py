@@ -386,8 +386,17 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
         doc=f"{kind}imum over the given axes (ties='first': the derivative goes to the first extremum)",
         opt_outs=("transpose: not linear",),
+        simplify=_simp_uniform_extremum,
     )
     return prim
+
+
+def _simp_uniform_extremum(ins, out, axes, ties="share"):
+    # max (or min) of a literal filled with one value c over nonempty axes is c (a mask known to be all True)
+    (x,) = ins
+    if isinstance(x, Lit) and isinstance(x.value, (int, float)) and all(x.type.shape[a] != 0 for a in axes):
+        return Lit(x.value, out.type)
+    return None
 
 
 def _first(b, hit, axes, kept):

@@ -8,6 +8,11 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - a loop's stacked output that is the same every iteration is a broadcast, or the const it reads a row of
     by the counter (invariant_stacks); one value stacked twice is stacked once (repeated_stacks),
   - row n - 1 of a loop's stacked output that is also a carry is the final carry (last_step),
+  - a clamp that compares strictly compares inclusively: select(x < c, c, x) = select(x <= c, c, x)
+    (clamp_inclusive),
+  - a product of scaled operands is scaled once: einsum(a · c, b · d) = einsum(a, b) · (c d)
+    (scale_after_product),
+  - two transposes in a row are one (compose_transposes),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - a one-hot select (the derivative of a first-extremum reduction) that is scaled, summed or contracted is
@@ -24,6 +29,8 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
+from ..ir.types import Type
+from ..prims.base import PRIMS
 from ..prims.tensor import parse_spec
 from .one_hot import one_hot_rules
 
@@ -114,6 +121,73 @@ def select_into_scatter(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, E
             made[out] = b.eqns[-1]
         return out
     return None
+
+
+INCLUSIVE = {"lt": "le", "gt": "ge"}
+
+
+def clamp_inclusive(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
+    """select(x < c, c, x) = select(x <= c, c, x) (and > as >=): at x = c both give c. A clamp is so in one form
+    whichever frontend made it (ONNX Clip compares strictly, torch's hardtanh/relu6 not, for their derivatives at
+    the bound, which are taken before this pass runs); ReLU's form, so a -0 clamped at 0 is +0 as in a ReLU."""
+    if eqn.prim.name != "select" or not isinstance(ins[0], Var) or ins[0] not in made:
+        return None
+    p, c, x = ins
+    cmp = made[ins[0]]
+    if cmp.prim.name not in INCLUSIVE or cmp.ins[0] is not x or not _same_scalar(cmp.ins[1], c):
+        return None
+    return b.select(b.bind(PRIMS[INCLUSIVE[cmp.prim.name]], [x, cmp.ins[1]], {})[0], c, x)
+
+
+def scale_after_product(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
+    """einsum(a · c, b · d) = einsum(a, b) · (c d) for float scalar literals c, d (products read once): one
+    scaling of the product, in the form torch.export's scaled_dot_product_attention has ((q kᵀ) · s), whatever
+    the frontend (torch.onnx.export writes (q · √s)(kᵀ · √s)); c d rounded to the dtype."""
+    if eqn.prim.name != "einsum" or not eqn.outs[0].type.is_float:
+        return None
+    operands, factor = [], 1.0
+    for old, a in zip(eqn.ins, ins):
+        c, x = _scaled(a, made) if old in once else (1.0, a)
+        operands.append(x)
+        factor *= c
+    if operands == ins:
+        return None
+    product = b.bind(eqn.prim, operands, dict(eqn.params))[0]
+    dtype = eqn.outs[0].type.dtype
+    return b.mul(product, Lit(float(np.array(factor, dtype=np.float32 if dtype == "f32" else np.float64)),
+                              Type(dtype)))
+
+
+def compose_transposes(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
+    """transpose(transpose(x, p), q) = transpose(x, [p[i] for i in q]) (x itself for the identity), when the inner
+    transpose is read once: one permutation, as the other frontend writes it."""
+    inner = made.get(ins[0]) if eqn.prim.name == "transpose" and eqn.ins[0] in once and isinstance(ins[0], Var) \
+        else None
+    if inner is None or inner.prim.name != "transpose":
+        return None
+    perm = tuple(inner.params["perm"][i] for i in eqn.params["perm"])
+    x = inner.ins[0]
+    return x if perm == tuple(range(len(perm))) else b.transpose(x, perm=perm)
+
+
+def _scaled(a: Atom, made: dict[Var, Eqn]) -> tuple[float, Atom]:
+    """(c, x) when a = x · c for a scalar float literal c, else (1, a)."""
+    e = made.get(a) if isinstance(a, Var) else None
+    if e is None or e.prim.name != "mul":
+        return 1.0, a
+    for lit, x in (e.ins, e.ins[::-1]):
+        if isinstance(lit, Lit) and not lit.type.rank and lit.type.is_float and x.type == a.type and \
+                isinstance(lit.value, (float, np.floating)):
+            return float(lit.value), x
+    return 1.0, a
+
+
+def _same_scalar(a: Atom, c: Atom) -> bool:
+    """a and c are one value: the same var, or scalar literals of one type and value."""
+    if a is c:
+        return True
+    return isinstance(a, Lit) and isinstance(c, Lit) and a.type == c.type and not a.type.rank and \
+        np.ndim(a.value) == 0 and a.value == c.value
 
 
 def unnest_select(ins: list[Atom], made: dict[Var, Eqn]) -> list[Atom] | None:
@@ -272,7 +346,9 @@ def simplify_once(f: Func) -> Func:
             ins = flat
         acc = accumulate(b, eqn, ins, made) or sum_first(b, eqn, ins, made, once) or \
             select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once) or \
-            last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made)
+            last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made) or \
+            clamp_inclusive(b, eqn, ins, made) or scale_after_product(b, eqn, ins, made, once) or \
+            compose_transposes(b, eqn, ins, made, once)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue

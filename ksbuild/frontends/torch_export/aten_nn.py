@@ -2,10 +2,13 @@
 (inference), recurrent layers."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.core import Lit
 from ...ir.types import Type
 from ...ops import aten, nn
 from ...ops import linalg as la
+from ...ops.create import array
 from .node import Node, handler
 
 # ---- matrix products ------------------------------------------------------------------------------------
@@ -44,8 +47,12 @@ def _per_axis(values, k: int) -> list[int]:
 
 @handler("convolution.default", "conv2d.default", "conv1d.default", "conv3d.default")
 def convolution(n: Node):
-    x, w = n.x("input"), n.x("weight")
-    bias = n.a("bias", None)
+    return _convolve(n, n.x("weight"), n.a("bias", None))
+
+
+def _convolve(n: Node, w, bias):
+    """The convolution node n with these weights and bias."""
+    x = n.x("input")
     k = x.type.rank - 2
     strides, dilations = _per_axis(n.a("stride", 1), k), _per_axis(n.a("dilation", 1), k)
     padding = n.a("padding", 0)
@@ -57,6 +64,47 @@ def convolution(n: Node):
         extra = _per_axis(n.a("output_padding", 0), k)
         return nn.conv_transpose(n.b, x, w, bias, strides, pads + pads, dilations, groups, extra)
     return nn.conv(n.b, x, w, bias, strides, pads + pads, dilations, groups)
+
+
+def _folded_convolution(n: Node):
+    """A batch norm whose input is a convolution only it reads, both with embedded weights: that convolution
+    with the batch norm folded into its weights and bias (torch's fuse_conv_bn_weights: W·s and
+    (b - mean)·s + beta per output channel, s = gamma / √(var + eps)), as torch.onnx.export folds them in eval
+    mode, so that the network has the same IR from both frontends; None otherwise. The original convolution is
+    left unread (dead code)."""
+    conv = n.node.args[0]
+    if getattr(conv, "op", None) != "call_function" or len(conv.users) != 1 \
+            or n.imp.target_name(conv) != "aten.convolution.default":
+        return None
+    c = Node(n.imp, conv, n.imp.node_loc(conv))
+    if c.a("transposed", False):
+        return None
+    given = [(c, "weight"), (c, "bias"), (n, "running_mean"), (n, "running_var"), (n, "weight"), (n, "bias")]
+    values = [_embedded(m, name) for m, name in given]
+    if any(v is _NOT_EMBEDDED for v in values) or values[0] is None or values[0].dtype.kind != "f":
+        return None
+    import torch
+    from torch.nn.utils.fusion import fuse_conv_bn_weights
+    w, bias, mean, var, gamma, beta = [None if v is None else torch.from_numpy(np.array(v, copy=True))
+                                       for v in values]
+    w2, b2 = fuse_conv_bn_weights(w, bias, mean, var, float(n.a("eps")), gamma, beta)
+    n.b.loc = c.loc
+    out = _convolve(c, array(n.b, w2.detach().numpy()), array(n.b, b2.detach().numpy()))
+    n.b.loc = n.loc
+    return out
+
+
+_NOT_EMBEDDED = object()
+
+
+def _embedded(n: Node, name: str):
+    """The numpy value of an optional tensor argument: None when it is None, _NOT_EMBEDDED when it is an input,
+    a computed value or an external weight."""
+    v = n.a(name, None)
+    if v is None:
+        return None
+    value = n.array(v)
+    return _NOT_EMBEDDED if value is None else value
 
 
 def _pool_args(n: Node, k: int):
@@ -124,6 +172,9 @@ def _or_const(n: Node, name: str, c: int, value: float):
 @handler("_native_batch_norm_legit_no_training.default")
 def batch_norm(n: Node):
     """Inference batch normalization with the running statistics."""
+    folded = _folded_convolution(n)
+    if folded is not None:
+        return folded, None, None
     x = n.x("input")
     c = x.type.shape[1]
     y = nn.batch_norm(n.b, x, _or_const(n, "weight", c, 1), _or_const(n, "bias", c, 0), n.x("running_mean"),
@@ -176,8 +227,6 @@ def scaled_dot_product_attention(n: Node):
     """softmax(q kᵀ · scale + mask) v (kept whole: capture.KEEP_WHOLE)."""
     if n.a("dropout_p", 0.0):
         raise n.unsupported("dropout_p > 0 (random numbers)", hint="export the module in eval mode")
-    if n.a("enable_gqa", False):
-        raise n.unsupported("enable_gqa=True")
     dtype = n.dtype
     q, k, v = (n.operand(n.x(name), dtype) for name in ("query", "key", "value"))
     mask = n.a("attn_mask", None)
@@ -185,7 +234,7 @@ def scaled_dot_product_attention(n: Node):
         mask = n.operand(mask, dtype)
     scale = n.a("scale", None)
     return nn.attention(n.b, q, k, v, mask, bool(n.a("is_causal", False)),
-                        None if scale is None else float(scale))
+                        None if scale is None else float(scale), bool(n.a("enable_gqa", False)))
 
 
 # ---- recurrent layers -----------------------------------------------------------------------------------

@@ -29,13 +29,16 @@ KEEP_WHOLE = ("gru.input", "lstm.input", "rnn_tanh.input", "rnn_relu.input", "up
               "upsample_nearest2d.vec", "upsample_nearest3d.vec", "_upsample_nearest_exact1d.vec",
               "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d.vec", "upsample_linear1d.vec",
               "upsample_bilinear2d.vec", "upsample_trilinear3d.vec", "upsample_bicubic2d.vec",
-              "_safe_softmax.default", "index_add.default", "scaled_dot_product_attention.default")
+              "_safe_softmax.default", "index_add.default", "scaled_dot_product_attention.default",
+              "hardswish.default", "hardsigmoid.default")
 """ATen ops left undecomposed: recurrent layers become one IR loop each, not one copy per time step;
 resizing becomes one constant linear map per axis (ops/resize.py), not index arithmetic; attention's
 _safe_softmax keeps rows that attend to nothing free of NaN in the backward pass too (ops/reduce.py);
 index_add is a scatter-add along its axis (its decomposition is a general index_put);
 scaled_dot_product_attention is ops/nn.py's attention (torch's decomposition of it, with a symbolic batch,
-returns strides under which transformers' GPT-2 then fails to .view its output: pytorch/pytorch#136543)."""
+returns strides under which transformers' GPT-2 then fails to .view its output: pytorch/pytorch#136543);
+hardswish and hardsigmoid are ops/activations.py's, as ONNX's HardSwish and HardSigmoid are (torch decomposes
+them into clamps, additions and a division: other IR for the same network from the two frontends)."""
 
 
 @dataclass

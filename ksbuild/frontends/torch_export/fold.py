@@ -6,7 +6,8 @@ each time. torch.onnx.export's optimizer folds them into initializers, so the sa
 none of that work (GPT-2: 341 IR lines from ONNX, 542 from torch.export). Here a node whose tensor
 arguments are all such values is run by torch itself (its own semantics, no second implementation)
 and becomes a constant. Parameters and buffers are not folded through (a transposed copy of a large
-weight would be a second weight); nor are random ops, symbolic shapes or results over MAX_ELEMENTS.
+weight would be a second weight) except by a lookup of known rows of weights nothing else reads (`lookup`); nor
+are random ops, symbolic shapes or results over MAX_ELEMENTS.
 """
 from __future__ import annotations
 
@@ -39,6 +40,25 @@ def evaluate(node, known: dict) -> np.ndarray | None:
     with torch.no_grad():
         out = node.target(*args, **kwargs)
     return out.numpy() if isinstance(out, torch.Tensor) else None
+
+
+LOOKUPS = ("aten.embedding.default", "aten.index_select.default", "aten.slice.Tensor", "aten.select.int",
+           "aten.index.Tensor")
+"""Ops that take known rows of a tensor: folded through embedded weights too (lookup)."""
+
+
+def lookup(node, known: dict, weights: dict) -> np.ndarray | None:
+    """The value of a lookup of known rows (LOOKUPS) of embedded weights that only this node reads, or None.
+
+    torch.onnx.export's constant folding does the same: BERT's position embeddings are the rows
+    `position_ids[:, :L]` of their table, the same at every call; folded, the table itself is no longer read, so
+    the library does not grow (a weight read elsewhere too is not folded)."""
+    if str(node.target) not in LOOKUPS:
+        return None
+    reads = node.all_input_nodes
+    if not all(a in known or (a in weights and len(a.users) == 1) for a in reads):
+        return None
+    return evaluate(node, {**known, **{a: weights[a] for a in reads if a in weights}})
 
 
 def _foldable(node) -> bool:

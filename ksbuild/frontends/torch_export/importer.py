@@ -20,7 +20,7 @@ from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Type
 from ...ops.create import array
 from .capture import Captured, origin_frame, parse_trace
-from .fold import evaluate
+from .fold import evaluate, lookup
 from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
 
 
@@ -44,6 +44,7 @@ class Importer:
         self.env: dict[Any, Any] = {}
         self.arrays: dict[Atom, Any] = {}  # embedded weights and constants -> their numpy values
         self.known: dict[Any, Any] = {}  # FX nodes independent of inputs and weights -> their values (fold.py)
+        self.weight_values: dict[Any, Any] = {}  # FX placeholders of embedded parameters and buffers -> values
         self.origins: dict[str, Location | None] = {}  # a node's stack trace -> the line that made it
 
     # ---- the graph ---------------------------------------------------------------------------------
@@ -108,6 +109,8 @@ class Importer:
         self.arrays[self.env[node]] = value
         if kind == "CONSTANT_TENSOR":
             self.known[node] = value
+        else:
+            self.weight_values[node] = value
         return None
 
     def check_dim_names(self, inputs: list[Var]) -> None:
@@ -155,6 +158,8 @@ class Importer:
             self.env[node] = self.sym_op(node, loc)
             return
         value = evaluate(node, self.known)
+        if value is None:
+            value = lookup(node, self.known, self.weight_values)
         if value is not None:
             self.known[node] = value
             self.env[node] = self.checked(node, array(self.b, value), loc)

@@ -198,7 +198,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             const float x_i2 = ks_data_9[j];
             const float t1 = ks::logistic((-((x_i * x_i1) + x_i2)));
             const bool t2 = (t1 < 1.0000000116860974e-07f);
-            const bool t3 = (t1 > 0.9999998807907104f);
+            const bool t3 = (t1 >= 0.9999998807907104f);
             const float t4 = (t3 ? 0.9999998807907104f : t1);
             const float t5 = (t2 ? 1.0000000116860974e-07f : t4);
             tmp8[i * 3 + j] = t5;
