@@ -111,6 +111,36 @@ def contrib(op, **attrs):
     return _model([node], inputs, [helper.make_tensor_value_info("y", U8, None)], inits, ms=True), feeds
 
 
+def extreme_weights(shape):
+    """int8 weights of -128, of 127, and of the two in turn along the depth, by output channel (axis 0)."""
+    w = np.empty(shape, np.int8)
+    for j in range(shape[0]):
+        w[j] = -128 if j % 3 == 0 else 127
+        if j % 3 == 2:
+            w[j].reshape(-1)[1::2] = -128
+    return w
+
+
+def qlinear_extreme(kind, rows, k, n):
+    """A QLinearMatMul ([rows, k] x [k, n]) or 3 x 3 QLinearConv (k channels, n outputs, rows x rows image) whose
+    activations are all 255 from their zero point and whose weights are -128 or 127 (extreme_weights): two adjacent
+    products sum to -65280 or 64770, beyond int16 (where vpmaddubsw saturates), the output scale mapping each sum
+    into range."""
+    taps = 1 if kind == "matmul" else 9
+    ys = np.float32(0.02 * 0.01 * 255 * 128 * k * taps / 100)
+    if kind == "matmul":
+        w = extreme_weights((n, k)).T.copy()
+        shape, name, op, attrs = [rows, k], "a", "QLinearMatMul", {}
+    else:
+        w = extreme_weights((n, k, 3, 3))
+        shape, name, op, attrs = [1, k, rows, rows], "x", "QLinearConv", {"pads": [1, 1, 1, 1]}
+    inits = [_init("xs", np.float32(0.02)), _init("xz", np.uint8(0)), _init("w", w), _init("ws", np.float32(0.01)),
+             _init("wz", np.int8(0)), _init("ys", ys), _init("yz", np.uint8(128))]
+    node = helper.make_node(op, [name, "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], **attrs)
+    return _model([node], [helper.make_tensor_value_info(name, U8, shape)],
+                  [helper.make_tensor_value_info("y", U8, None)], inits), {name: np.full(shape, 255, np.uint8)}
+
+
 EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "conv_3x3": qlinear_conv(8, 16, 12, 3, pad=1),
     "conv_stride2": qlinear_conv(6, 20, 13, 3, stride=2, pad=1, per_channel=True),
@@ -126,6 +156,8 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "qgemm_trans_b_per_column": qgemm(3, 24, 40, trans_b=1, per_column=True),
     "qgemm_float_out": qgemm(4, 16, 12, float_out=True),
     "qlinear_mul": contrib("QLinearMul"),  # (computed as onnxruntime's MLAS computes it: ops/quant.py)
+    "matmul_extreme": qlinear_extreme("matmul", 9, 1024, 40),
+    "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
     "qlinear_add": contrib("QLinearAdd"),

@@ -149,17 +149,13 @@ def test_the_footprint_is_in_the_description_and_the_header(trees):
 # kernel is under it on the three x86-64 levels (2026-11-28: the largest 448, 496 and 504 B) and on Cortex-M4
 # (tests/test_kernel_layer_m4.py): the tiles compute their rows' addresses per tile (tiles::fresh), and the parts
 # whose values GCC kept beside a caller's are out of line (KS_OWN_FRAME; docs/performance.md, "Stack and
-# footprint"). The integer depthwise kernels below (ks/qconv.h, compiled for packages that call them, not by the
-# packages here) are still above it, each with the bound it must not exceed (the most measured, rounded up to 64).
+# footprint"). The integer kernels too (test_integer_kernel_frames_are_under_the_bound; their depthwise kernels had
+# 520-968 B until 2026-11-29).
 FRAME_BOUND = 512
-LARGER_FRAMES = {"qtile::depthwise_planes": 896, "qtile::depthwise_narrow": 896}
 
 
 def frame_bound(name: str) -> int:
     """The bound of a kernel-layer function's frame, by its demangled name."""
-    for key, bound in LARGER_FRAMES.items():
-        if f"::{key}<" in name or f"::{key}(" in name:
-            return bound
     return FRAME_BOUND
 
 
@@ -188,6 +184,25 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound(trees):
     if not graphs:
         pytest.skip("the compiler wrote no call graphs (-fcallgraph-info: GCC 10 and later)")
     assert not frames_too_large(graphs)
+
+
+@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4"])
+def test_integer_kernel_frames_are_under_the_bound(level, tmp_path):
+    """ks/qconv.h's kernels (the integer layer the packages here do not compile) instantiated as kernels.cpp does
+    and compiled at -O3 for an x86-64 level: every frame at most FRAME_BOUND (the AVX-512 paths are compiled at every
+    level, by their target attributes)."""
+    if not shutil.which("g++") or os.uname().machine != "x86_64":
+        pytest.skip("needs g++ on an x86-64 host")
+    source = tmp_path / "q8.cpp"
+    source.write_text('#include "ks/qconv.h"\nnamespace ks {\ninline namespace KS_KERNELS {\n' +
+                      "".join(f"KS_QUANT_LAYER(template, {a}, {b})\n" for a in ("uint8_t", "int8_t")
+                              for b in ("uint8_t", "int8_t")) + "}\n}\n")
+    prelude = Path(__file__).resolve().parent.parent / "prelude"
+    subprocess.run(["g++", "-std=c++17", "-O3", "-DNDEBUG", "-fPIC", "-fno-math-errno", f"-march={level}",
+                    "-fcallgraph-info=su", f"-I{prelude}", "-c", str(source), "-o", str(tmp_path / "q8.o")],
+                   check=True, cwd=tmp_path)
+    too_large = frames_too_large([tmp_path / "q8.ci"])
+    assert not too_large, too_large
 
 
 def _demangled(frames: dict) -> dict:

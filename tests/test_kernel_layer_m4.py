@@ -124,8 +124,7 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound_on_a_cortex_m4(tmp
     cache = kernel_cache(load_manifest(tmp_path / "manifest.toml"), TARGETS["cortex-m4"])
     graphs = sorted(cache.glob("kernels_*_int8.ci" if variant == "int8" else "kernels_*.ci"))
     assert graphs, sorted(cache.iterdir())
-    # (no exceptions here: LARGER_FRAMES are x86's AVX-512 tiles and depthwise code; on the M4 the largest frame is
-    # 496 B, the int8 depthwise kernel at -O3, 432 B at -Os)
+    # (on the M4 the int8 depthwise kernel's frame was the largest, 488-496 B at -O3; 328 B since 2026-11-29)
     assert FRAME_BOUND == 512 and not frames_too_large(graphs, bound=lambda name: FRAME_BOUND)
     # No 64-bit division (libgcc's __aeabi_ldivmod / __aeabi_uldivmod: 0.7 KB of flash, ~100 instructions a call):
     # indices are divided in 32 bits on a 32-bit target (ks::tiles::index_div).

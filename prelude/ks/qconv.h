@@ -304,6 +304,24 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbu
 #endif
 }
 
+// The weights a tile reads next, fetched ahead into the caches (prefetcht0): `prefetch_ahead` bytes of a
+// convolution's packed weights (32 bytes a quad: 128 quads ahead), twice as many of a matrix product's (128 bytes a
+// quad). A network's weights come from memory or the L3 (ResNet-18's 11 MB; a 512-channel 3 × 3 layer's 2.4 MB read
+// once per block of positions), at a pace the hardware prefetchers did not keep up with: in a sequence of ResNet-18's
+// convolutions its 7 × 7 layers took 0.45 ms each against 0.29 ms with their weights in the caches; with this, 0.30
+// (benchmarks/README.md, int8). Prefetches past the end of the weights are harmless (they do not fault).
+constexpr int64_t prefetch_ahead = 4096;
+
+template <bool SWAP>
+__attribute__((always_inline)) inline void prefetch_weights(const uint8_t* ak, const uint8_t* bk) {
+    if (SWAP) {
+        _mm_prefetch(reinterpret_cast<const char*>(bk + 2 * prefetch_ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(bk + 2 * prefetch_ahead + 64), _MM_HINT_T0);
+    } else {
+        _mm_prefetch(reinterpret_cast<const char*>(ak + prefetch_ahead), _MM_HINT_T0);
+    }
+}
+
 // AVX-512 VNNI: R rows × V vectors of 16 columns (V = 1 for a tile of at most 16 columns: a last block's), one
 // vpdpbusd per row and vector per quad; the sums requantized in registers (vcvtps2dq rounds half to even) and stored
 // with masks.
@@ -328,6 +346,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
             bv[h] = _mm512_loadu_si512(b + k * cols * 4 + 64 * h);
         }
         const uint8_t* ak = a + k * rows * 4;
+        prefetch_weights<SWAP>(ak, b + k * cols * 4);
         KS_UNROLL for (int r = 0; r < R; ++r) {
             int32_t w;
             __builtin_memcpy(&w, ak + r * 4, 4);
@@ -946,6 +965,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const u
         }
         for (int64_t k = 0; k < q; ++k) {
             const __m512i wv = pair(w0 + k * rows * 4, w1 + k * rows * 4);
+            prefetch_weights<false>(w0 + k * rows * 4, nullptr);
+            prefetch_weights<false>(w1 + k * rows * 4, nullptr);
             KS_UNROLL for (int j = 0; j < R; ++j) {
                 int32_t x;
                 __builtin_memcpy(&x, b + k * cols * 4 + (c0 + j) * 4, 4);
@@ -1411,7 +1432,7 @@ struct narrow_read {
 
 // The windows of output depth od, steps [first, first + count) (a step: NB blocks of l.rows output rows), in the order
 // depthwise_narrow reads them: step, kernel row (kd, kh), block.
-inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb, int64_t od, int64_t first,
+__attribute__((noinline)) inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb, int64_t od, int64_t first,
                         int64_t count, narrow_read* reads) {
     const int64_t rows = l.rows, sh = s.stride[1];
     for (int64_t i = 0; i < count; ++i) {
@@ -1436,25 +1457,70 @@ inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb,
     }
 }
 
-// One image of a narrow depthwise convolution (narrow_fits(s); x, y: the image's first channel planes, raw bytes;
-// M = C·mult): the windows of a run of steps planned once for all channels, then each channel's NB blocks of l.rows
-// output rows at a time, one accumulator each. Per kernel row, a block's window (masked loads: bytes outside the
-// volume are not read) is arranged by a masked vpermb (lanes of columns outside the row, or of rows outside the image,
-// take the zero point, as the padding does) and one vpdpbusd per quad of taps adds it times the quad's weights.
-// reads: room for `room` windows (at least the 16 kernel rows × 4 blocks of one step: planes_scratch leaves 77).
+// Output channel m (weights wm, sums starting from off, scale) of one image of a narrow depthwise convolution at
+// output depth od, steps [first, first + count) (depthwise_narrow; xc, yc: the channel's input and output planes, raw
+// bytes; rd: the steps' planned windows). Each step: NB blocks of l.rows output rows, one accumulator each; per kernel
+// row, a block's window (masked loads: bytes outside the volume are not read) is arranged by a masked vpermb (lanes
+// of columns outside the row, or of rows outside the image, take the zero point, as the padding does) and one
+// vpdpbusd per quad of taps adds it times the quad's weights. A leaf (no calls: its vectors stay in registers).
 template <bool FLIP, int NB>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_narrow(
-    const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y, const requant& q,
-    int32_t zero_u, narrow_read* reads, int64_t room) {
-    const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1], taps = s.taps();
-    const int64_t rows = l.rows, width = s.out[2], mult = s.out_channels / s.channels;
-    const int64_t steps = (s.out[1] + NB * rows - 1) / (NB * rows), chunk = room / (krows * NB);
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void narrow_channel(
+    const conv_shape& s, const direct_layout& l, const uint8_t* xc, const int8_t* wm, int32_t off, float scale,
+    const requant& q, const narrow_read* rd, int64_t od, int64_t first, int64_t count, uint8_t* yc) {
+    const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1];
+    const int64_t rows = l.rows, width = s.out[2];
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(q.x_zero));
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512 lo = _mm512_set1_ps(static_cast<float>(q.lo - q.y_zero));
     const __m512 hi = _mm512_set1_ps(static_cast<float>(q.hi - q.y_zero));
-    const __m512i y_zero = _mm512_set1_epi32(q.y_zero);
-    int32_t quads[16];
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < count; ++i) {
+        __m512i acc[NB];
+        KS_UNROLL for (int k = 0; k < NB; ++k) {
+            acc[k] = _mm512_set1_epi32(off);
+        }
+        for (int64_t r = 0; r < krows; ++r, rd += NB) {
+            __m512i v[NB];
+            KS_UNROLL for (int k = 0; k < NB; ++k) {
+                v[k] = _mm512_maskz_loadu_epi8(rd[k].load, xc + rd[k].start);
+            }
+            for (int64_t q0 = 0; q0 < groups; ++q0) {
+                const int64_t n = s.kernel[2] - 4 * q0 < 4 ? s.kernel[2] - 4 * q0 : 4;
+                uint32_t quad = 0;  // (the kernel row's taps 4·q0 .. 4·q0 + 3; those past its end 0)
+                for (int64_t t = 0; t < n; ++t) {
+                    quad |= static_cast<uint32_t>(static_cast<uint8_t>(wm[r * s.kernel[2] + 4 * q0 + t])) << (8 * t);
+                }
+                const __m512i wq = _mm512_set1_epi32(static_cast<int32_t>(quad));
+                KS_UNROLL for (int k = 0; k < NB; ++k) {
+                    __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
+                                                             _mm512_loadu_si512(l.index[q0]), v[k]);
+                    if (FLIP) {
+                        a = _mm512_xor_si512(a, _mm512_set1_epi8(static_cast<char>(0x80)));
+                    }
+                    acc[k] = dpbusd(acc[k], a, wq);
+                }
+            }
+        }
+        const int64_t oh0 = (first + i) * NB * rows;
+        KS_UNROLL for (int k = 0; k < NB; ++k) {
+            const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
+            __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
+            u = _mm512_min_ps(_mm512_max_ps(u, lo), hi);
+            _mm512_mask_cvtepi32_storeu_epi8(yc + (od * s.out[1] + oh0 + k * rows) * width,
+                                             static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0),
+                                             _mm512_add_epi32(_mm512_cvtps_epi32(u), _mm512_set1_epi32(q.y_zero)));
+        }
+    }
+}
+
+// One image of a narrow depthwise convolution (narrow_fits(s); x, y: the image's first channel planes, raw bytes;
+// M = C·mult): the windows of a run of steps planned once for all channels, then each channel's steps
+// (narrow_channel). reads: room for `room` windows (at least the 16 kernel rows × 4 blocks of one step:
+// planes_scratch leaves 77).
+template <bool FLIP, int NB>
+void depthwise_narrow(const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y,
+                      const requant& q, int32_t zero_u, narrow_read* reads, int64_t room) {
+    const int64_t krows = s.kernel[0] * s.kernel[1], taps = s.taps(), mult = s.out_channels / s.channels;
+    const int64_t steps = (s.out[1] + NB * l.rows - 1) / (NB * l.rows), chunk = room / (krows * NB);
     for (int64_t od = 0; od < s.out[0]; ++od) {
         for (int64_t first = 0; first < steps; first += chunk) {
             const int64_t count = steps - first < chunk ? steps - first : chunk;
@@ -1465,44 +1531,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                 for (int64_t t = 0; t < taps; ++t) {
                     total += wm[t];
                 }
-                row_quads(s, wm, quads);
-                const int32_t off = (q.bias ? q.bias[m] : 0) - zero_u * total;
-                const __m512 sc = _mm512_set1_ps(q.scale[q.scales == 1 ? 0 : m]);
-                const uint8_t* xc = x + m / mult * s.in_plane();
-                uint8_t* yc = y + m * s.positions() + od * s.out[1] * width;
-                const narrow_read* rd = reads;
-                for (int64_t i = 0; i < count; ++i) {
-                    __m512i acc[NB];
-                    KS_UNROLL for (int k = 0; k < NB; ++k) {
-                        acc[k] = _mm512_set1_epi32(off);
-                    }
-                    for (int64_t r = 0; r < krows; ++r, rd += NB) {
-                        __m512i v[NB];
-                        KS_UNROLL for (int k = 0; k < NB; ++k) {
-                            v[k] = _mm512_maskz_loadu_epi8(rd[k].load, xc + rd[k].start);
-                        }
-                        for (int64_t q0 = 0; q0 < groups; ++q0) {
-                            const __m512i wq = _mm512_set1_epi32(quads[r * groups + q0]);
-                            KS_UNROLL for (int k = 0; k < NB; ++k) {
-                                __m512i a = _mm512_mask_permutexvar_epi8(fill, l.columns[q0] & rd[k].inside,
-                                                                         _mm512_loadu_si512(l.index[q0]), v[k]);
-                                if (FLIP) {
-                                    a = _mm512_xor_si512(a, flip);
-                                }
-                                acc[k] = dpbusd(acc[k], a, wq);
-                            }
-                        }
-                    }
-                    const int64_t oh0 = (first + i) * NB * rows;
-                    KS_UNROLL for (int k = 0; k < NB; ++k) {
-                        const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
-                        __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
-                        u = _mm512_min_ps(_mm512_max_ps(u, lo), hi);
-                        _mm512_mask_cvtepi32_storeu_epi8(yc + (oh0 + k * rows) * width,
-                                                         static_cast<__mmask16>(live > 0 ? (1u << live) - 1 : 0),
-                                                         _mm512_add_epi32(_mm512_cvtps_epi32(u), y_zero));
-                    }
-                }
+                narrow_channel<FLIP, NB>(s, l, x + m / mult * s.in_plane(), wm, (q.bias ? q.bias[m] : 0) - zero_u * total,
+                                         q.scale[q.scales == 1 ? 0 : m], q, reads, od, first, count,
+                                         y + m * s.positions());
             }
         }
     }
@@ -1577,7 +1608,7 @@ inline void direct_of(const conv_shape& s, direct_layout& l) {
 // (depthwise_channel, depthwise_narrow); y written in place; scratch (planes_scratch(s) bytes) holds the layout and
 // the narrow kernels' planned windows.
 template <class TX, class TY>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_direct(
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void depthwise_direct(
     const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch, const requant& q) {
     constexpr bool flip = static_cast<TX>(-1) < 0;
     const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
@@ -1661,6 +1692,77 @@ __attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t
     }
 }
 #endif
+// Output channel m of a depthwise convolution from its input channel's phase volume `image` (depthwise_planes; at:
+// the taps' offsets; sums, bytes: its rooms in the scratch), requantized into y (the channel's output plane). Out of
+// line (and split_phases called out of line) so that no frame holds the loops' spilled values: 0.8-0.9 KB inlined.
+template <class TX, class TY>
+__attribute__((noinline)) void depthwise_plane(const conv_shape& s, const wide_geometry& g, const TX* image,
+                                               const int32_t* at, const int8_t* wm, int32_t off, float scale,
+                                               const requant& q, int32_t* sums, uint8_t* bytes, TY* y) {
+    const int64_t taps = s.taps();
+    const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+    // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the wide ones
+    // are computed and never read)
+    for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
+        const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
+#ifdef KS_QTILE_DSP
+        if (taps <= depthwise_dsp_taps) {
+            depthwise_sums_dsp(image + j0, at, wm, taps, len, off, sums);
+        } else
+#endif
+        {
+            for (int64_t i = 0; i < len; ++i) {
+                sums[i] = off;
+            }
+            for (int64_t t = 0; t < taps; ++t) {
+                const TX* src = image + at[t] + j0;
+                const int32_t wt = wm[t];
+                KS_OMP_SIMD()
+                for (int64_t i = 0; i < len; ++i) {
+                    sums[i] += wt * static_cast<int32_t>(src[i]);
+                }
+            }
+        }
+        KS_OMP_SIMD()
+        for (int64_t i = 0; i < len; ++i) {
+            bytes[j0 + i] = static_cast<uint8_t>(requantize(sums[i], scale, lo, hi, q.y_zero));
+        }
+    }
+    compact_image(s, g, bytes, 0, 1, y);
+}
+
+// Channels c0 .. c0 + count of image x (its first channel) of a depthwise convolution (depthwise_planes; one: s for
+// one channel, g: its wide geometry): split into phase volumes, then each of their output channels computed by
+// depthwise_plane into y (the image's output).
+template <class TX, class TY>
+__attribute__((noinline)) void depthwise_batch_planes(const conv_shape& s, const conv_shape& one, const wide_geometry& g,
+                                                      const TX* x, int64_t c0, int64_t count, const int8_t* w, TY* y,
+                                                      uint8_t* scratch, const requant& q) {
+    uint8_t* phases = scratch;
+    // (after the phases, room for what the last vector reads past the last channel)
+    int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, depthwise_batch(s)) + 128);
+    int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
+    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
+    split_image(one, g, x + c0 * s.in_plane(), count, static_cast<uint8_t>(q.x_zero), phases);
+    tap_offsets(one, g, count, at);  // (one's depth: its taps)
+#ifdef KS_QTILE_DSP
+    if (taps & 1) {  // (an odd count of taps leaves room in at's 64-byte rounding for one more: depthwise_sums_dsp)
+        at[taps] = at[taps - 1];
+    }
+#endif
+    for (int64_t ci = 0; ci < count * mult; ++ci) {
+        const int64_t m = c0 * mult + ci;
+        const int8_t* wm = w + m * taps;
+        int32_t total = 0;
+        for (int64_t t = 0; t < taps; ++t) {
+            total += wm[t];
+        }
+        depthwise_plane(s, g, reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume, at, wm,
+                        (q.bias ? q.bias[m] : 0) - q.x_zero * total, q.scale[q.scales == 1 ? 0 : m], q, sums, bytes,
+                        y + m * p);
+    }
+}
 
 // A depthwise convolution (M = C·multiplier) of 8-bit x, requantized: a batch of channels split into phase volumes
 // (as ks::qconv does), then for each channel, a chunk of wide positions at a time (its sums stay in L1), every tap's
@@ -1675,69 +1777,15 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
         return;
     }
 #endif
-    const wide_geometry g = wide_of(s);
     const int64_t batch = depthwise_batch(s);
-    uint8_t* phases = scratch;
-    // (after the phases, room for what the last vector reads past the last channel)
-    int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, batch) + 128);
-    int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
-    uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
-    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
-    const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+    const wide_geometry g = wide_of(s);
     conv_shape one = s;
     one.channels = one.out_channels = one.groups = 1;
     for (int64_t n = 0; n < images; ++n) {
         for (int64_t c0 = 0; c0 < s.channels; c0 += batch) {
             const int64_t count = s.channels - c0 < batch ? s.channels - c0 : batch;
-            split_phases(one, g, x + (n * s.channels + c0) * s.in_plane(), count, static_cast<uint8_t>(q.x_zero),
-                         phases);
-            for (int64_t t = 0; t < taps; ++t) {
-                at[t] = tap_offset(one, g, count, t);
-            }
-#ifdef KS_QTILE_DSP
-            if (taps & 1) {  // (an odd count of taps leaves room in at's 64-byte rounding for one more)
-                at[taps] = at[taps - 1];
-            }
-#endif
-            for (int64_t ci = 0; ci < count * mult; ++ci) {
-                const int64_t m = c0 * mult + ci;
-                const TX* image = reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume;
-                const int8_t* wm = w + m * taps;
-                int32_t total = 0;
-                for (int64_t t = 0; t < taps; ++t) {
-                    total += wm[t];
-                }
-                const int32_t off = (q.bias ? q.bias[m] : 0) - q.x_zero * total;
-                const float scale = q.scale[q.scales == 1 ? 0 : m];
-                // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the
-                // wide ones are computed and never read)
-                for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
-                    const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
-#ifdef KS_QTILE_DSP
-                    if (taps <= depthwise_dsp_taps) {
-                        depthwise_sums_dsp(image + j0, at, wm, taps, len, off, sums);
-                    } else
-#endif
-                    {
-                        for (int64_t i = 0; i < len; ++i) {
-                            sums[i] = off;
-                        }
-                        for (int64_t t = 0; t < taps; ++t) {
-                            const TX* src = image + at[t] + j0;
-                            const int32_t wt = wm[t];
-                            KS_OMP_SIMD()
-                            for (int64_t i = 0; i < len; ++i) {
-                                sums[i] += wt * static_cast<int32_t>(src[i]);
-                            }
-                        }
-                    }
-                    KS_OMP_SIMD()
-                    for (int64_t i = 0; i < len; ++i) {
-                        bytes[j0 + i] = static_cast<uint8_t>(requantize(sums[i], scale, lo, hi, q.y_zero));
-                    }
-                }
-                compact(s, g, bytes, 0, 1, y + (n * s.out_channels + m) * p);
-            }
+            depthwise_batch_planes(s, one, g, x + n * s.channels * s.in_plane(), c0, count, w,
+                                   y + n * s.out_channels * s.positions(), scratch, q);
         }
     }
 }

@@ -256,8 +256,76 @@ void test_lookup(int64_t trial) {
     check("qlookup", y, want, trial);
 }
 
+// The extreme products: every activation 255 from its zero point (uint8 255 with zero 0, int8 127 with zero -128)
+// times weights of -128 or 127, so that two adjacent products sum to -65280 or 64770, beyond int16 (vpmaddubsw would
+// saturate them: docs/quantization.md), and long depths (to 4096) that reach -1.3e8 in int32. Each column's scale
+// maps its sum into the output's range, so a wrong sum shows. Through ks::qmatmul (the tiles with SWAP) and a 1 × 1
+// ks::qconv (without).
+template <class TX, class TY>
+void test_worst_case(int64_t trial) {
+    const int64_t rows = 1 + trial % 9, depth = trial < 3 ? 4096 : 4 + 4 * draw(40), n = 1 + draw(40);
+    const int32_t x_zero = low<TX>();
+    const std::vector<TX> a(static_cast<size_t>(rows * depth), static_cast<TX>(x_zero + 255));
+    std::vector<int8_t> b(static_cast<size_t>(depth * n));
+    for (int64_t k = 0; k < depth; ++k) {
+        for (int64_t j = 0; j < n; ++j) {  // (columns of -128, of 127, and of the two in turn along the depth)
+            b[static_cast<size_t>(k * n + j)] = static_cast<int8_t>(j % 3 == 0 || (j % 3 == 2 && k % 2) ? -128 : 127);
+        }
+    }
+    std::vector<float> scale(static_cast<size_t>(n), 100.0f / (255.0f * 128.0f * static_cast<float>(depth)));
+    const int32_t y_zero = low<TY>() + 128;
+    const ks::requant q{nullptr, scale.data(), n, x_zero, y_zero, low<TY>(), low<TY>() + 255};
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < depth; ++k) {
+                sum += 255 * b[static_cast<size_t>(k * n + j)];
+            }
+            want.push_back(reference(sum, scale[static_cast<size_t>(j)], y_zero, q.lo, q.hi));
+        }
+    }
+    std::vector<TY> y(static_cast<size_t>(rows * n));
+    std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
+    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
+    ks::qpack_columns(depth, n, b.data(), packed.data());
+    ks::qmatmul<TX, TY>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, q);
+    check("qmatmul (extreme products)", y, want, trial);
+    // the same sums as a 1 × 1 convolution: n output channels (weights w[j][k] = b[k][j]) over `rows` positions
+    ks::conv_shape s{};
+    s.channels = depth;
+    s.out_channels = n;
+    s.groups = 1;
+    for (int ax = 0; ax < 3; ++ax) {
+        s.in[ax] = s.out[ax] = s.kernel[ax] = s.stride[ax] = s.dilation[ax] = 1;
+    }
+    s.in[2] = s.out[2] = rows;
+    std::vector<int8_t> w(static_cast<size_t>(n * depth));
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t k = 0; k < depth; ++k) {
+            w[static_cast<size_t>(j * depth + k)] = b[static_cast<size_t>(k * n + j)];
+        }
+    }
+    std::vector<uint8_t> rows_packed(static_cast<size_t>(ks::qconv_packed_size(n, depth, 1)));
+    ks::qpack_rows(n, depth, 1, w.data(), rows_packed.data());
+    std::vector<uint64_t> room(static_cast<size_t>(ks::qconv_scratch(s) / 8 + 8));
+    uint8_t* at = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(room.data()) + 63) / 64 * 64);
+    ks::qconv<TX, TY>(s, 1, a.data(), rows_packed.data(), y.data(), at, q);
+    std::vector<int32_t> by_channel;  // (y [n][rows]: want transposed)
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < rows; ++i) {
+            by_channel.push_back(want[static_cast<size_t>(i * n + j)]);
+        }
+    }
+    check("qconv 1 x 1 (extreme products)", y, by_channel, trial);
+}
+
 template <class TX, class TY>
 void test_types() {
+    for (int64_t trial = 0; trial < 12; ++trial) {
+        test_worst_case<TX, TY>(trial);
+    }
     for (int64_t trial = 0; trial < 60; ++trial) {
         test_conv<TX, TY>(trial, false);
         test_conv<TX, TY>(trial, true);
