@@ -305,3 +305,100 @@ def test_reverse_over_reverse_of_a_per_lane_if(tmp_path_factory):
     f = apply_transform(parse_transform(expr, Location("m"), ["lane_if"]), {"lane_if": ir}, Location("m"))
     got = eval_func(f, [np.array([0.1, -0.5]), np.array([1.0, 1.0])])[0]
     np.testing.assert_array_equal(got, [[2.0, 0.0], [0.0, 2.0]])  # torch: d/dx (2 x * ct) lane by lane
+
+
+SINGULAR_SOURCE = '''\
+import math
+
+import torch
+
+
+def max_drops_sqrt(x1: float, x2: float) -> float:
+    return max(x2 * math.sqrt(x1), 1.0)
+
+
+def clamp_cumsum_sqrt(W: "float[m, n]") -> float:
+    t = torch.sqrt(torch.clamp(W, min=0.0, max=1.0) * torch.cumsum(W[-1], dim=0)[None, :])
+    return t[1, 0]
+
+
+def sqrt_log1p_min(u: "float[n]") -> float:
+    return torch.sqrt(torch.log1p(torch.minimum(u[1], u[0] + 2.0)))
+'''
+SINGULAR_EXPORTS = {"jg_max": "jvp(grad(max_drops_sqrt))",
+                    "jfr_clamp": "jacfwd(jacrev(clamp_cumsum_sqrt, argnums=(0,)), argnums=(0,))",
+                    "h_clamp": "hessian(clamp_cumsum_sqrt, argnums=(0,))",
+                    "h_min": "hessian(sqrt_log1p_min, argnums=(0,))",
+                    "jrr_min": "jacrev(jacrev(sqrt_log1p_min, argnums=(0,)), argnums=(0,))"}
+
+
+@pytest.fixture(scope="module")
+def singular(tmp_path_factory):
+    return (ir_getter(tmp_path_factory, SINGULAR_SOURCE, "singular2"),
+            build_source(tmp_path_factory, SINGULAR_SOURCE, "singular2", SINGULAR_EXPORTS))
+
+
+def _transformed(ir, expr, name):
+    from ksbuild.errors import Location
+    from ksbuild.exports import apply_transform
+    from ksbuild.manifest import parse_transform
+
+    return apply_transform(parse_transform(expr, Location("m"), [name]), {name: ir(name)}, Location("m"))
+
+
+def _agrees_where_torch_is_finite(got, want):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    finite = np.isfinite(want)
+    assert not np.isnan(got[finite]).any(), (got, want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-12)
+
+
+def test_second_derivative_of_a_discarded_singular_value(singular):
+    """fuzz seed 700 kernel 264: max(x2 * sqrt(x1), 1) at x1 = 0 discards the product; jvp(grad) was nan in x2:
+    the jvp of mul's transpose (ct * sqrt(x1), ct = 0 from the max) met sqrt's infinite tangent in a plain
+    product, 0 * inf. mul's transpose makes a ctmul, whose jvp masks that term by the cotangent."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["max_drops_sqrt"]
+    x, dx = (0.0, 2.1), (-1.4, -0.57)
+    want = torch.func.jvp(torch.func.grad(fn, argnums=(0, 1)), tuple(_t(*x)), tuple(_t(*dx)))[1]
+    want = [w.item() for w in want]
+    assert want == [0.0, 0.0]
+    f = _transformed(ir, SINGULAR_EXPORTS["jg_max"], "max_drops_sqrt")
+    assert [float(v) for v in eval_func(f, [np.float64(v) for v in x + dx])] == want
+    assert list(pkg.jg_max(*x, *dx)) == want
+
+
+@pytest.mark.parametrize("export", ["jfr_clamp", "h_clamp"])
+def test_jacfwd_direction_that_misses_an_infinite_cotangent(singular, export):
+    """fuzz seed 700 kernel 60: d/dW of t[1, 0] = sqrt(clamp(W[1, 0]) * W[1, 0]) is infinite at W[1, 0] = 0;
+    jacfwd's directions W[0, j] have a zero tangent there, which met that infinite cotangent in the jvp of mul's
+    transpose: 0 * inf = nan across the row, where torch (reverse over reverse) gives 0."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["clamp_cumsum_sqrt"]
+    W = np.array([[0.66, -0.51, -0.71], [0.0, 0.0, 0.21]])
+    want = torch.func.jacrev(torch.func.jacrev(fn))(*_t(W)).numpy()
+    assert np.isfinite(want).sum() >= 12
+    _agrees_where_torch_is_finite(eval_func(_transformed(ir, SINGULAR_EXPORTS[export], "clamp_cumsum_sqrt"),
+                                            [W])[0], want)
+    _agrees_where_torch_is_finite(getattr(pkg, export)(W), want)
+
+
+@pytest.mark.parametrize("export", ["h_min", "jrr_min"])
+def test_hessian_direction_that_misses_a_singular_rule(singular, export):
+    """fuzz seed 700 kernel 163: sqrt(log1p(min(u[1], u[0] + 2))) at u[1] = 0: the jvp of log1p's masked rule
+    (mulz(ct, 1 / (1 + x)), ct infinite there) multiplied the infinite cotangent by the zero tangent of the
+    direction u[0] (which the min discards), masked by the cotangent alone: nan. mulz's jvp masks that term by
+    the tangent too."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["sqrt_log1p_min"]
+    u = np.array([0.5, 0.0])
+    want = torch.func.jacrev(torch.func.jacrev(fn))(*_t(u)).numpy()
+    assert want[1, 0] == 0.0
+    _agrees_where_torch_is_finite(eval_func(_transformed(ir, SINGULAR_EXPORTS[export], "sqrt_log1p_min"), [u])[0],
+                                  want)
+    _agrees_where_torch_is_finite(getattr(pkg, export)(u), want)
+
+
+def load_torch(source):
+    from fuzz.torch_shim import load
+    return load(source)

@@ -270,7 +270,8 @@ def _t_sub(b, cts, ins, linear):
 
 
 def _t_mul(b, cts, ins, linear):
-    # z = x * y, linear in exactly one operand: x̄ = z̄ * y (or ȳ = z̄ * x)
+    # z = x * y, linear in exactly one operand: x̄ = z̄ * y (or ȳ = z̄ * x), a ctmul (the cotangent first): a
+    # plain product in C++, whose own derivative keeps a zero z̄ zero (second derivatives, see ctmul)
     (ct,) = cts
     if ct is None:
         return [None, None]
@@ -278,7 +279,7 @@ def _t_mul(b, cts, ins, linear):
         raise KsbuildError("internal: mul is not linear in both operands")
     i = 0 if linear[0] else 1
     out = [None, None]
-    out[i] = unbroadcast(b, b.mul(ct, ins[1 - i]), ins[i].type)
+    out[i] = unbroadcast(b, b.ctmul(ct, ins[1 - i]), ins[i].type)
     return out
 
 
@@ -313,14 +314,52 @@ def _np_mulz(x, y):
         return np.where(x == 0, np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
 
 
+def masked_both(b, x, t):
+    """x * t, but 0 where x is 0 or the tangent t is 0 (each against an inf or nan other); linear in t."""
+    if isinstance(x, Lit) and not isinstance(x.value, bool) and x.value != 0 and math.isfinite(x.value):
+        return b.mul(x, t)
+    return b.select(b.eq(x, b.lit(0, x.type.scalar())), b.lit(0, x.type.scalar()), masked_mul(b, t, x))
+
+
 def _mulz_jvp(b, primals, tangents):
-    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: each term masked by its first factor, so a cotangent x = 0 meeting an
-    # infinite dy (a second derivative at a singular point on the side not taken) stays 0
+    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: the first term masked by dx, the second by both x and dy, so a cotangent x = 0
+    # meeting an infinite dy (a second derivative at a singular point on the side not taken) stays 0, and so
+    # does an infinite x (a first derivative at a singular point) meeting a zero tangent dy (a direction of
+    # jacfwd that does not reach this element)
     (x, y), (tx, ty) = primals, tangents
     z = b.mulz(x, y)
-    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_mul(b, x, ty) if ty is not None else None]
+    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_both(b, x, ty) if ty is not None else None]
     out = add_cts(b, terms[0], terms[1])
     return [z], [bcast_to(b, out, z.type)]
+
+
+def _ctmul_jvp(b, primals, tangents):
+    # z = c * y for a cotangent c: dz = dc * y + c * dy, the first again a ctmul (a cotangent's tangent times a
+    # value: third derivatives keep the rule), the second masked by both c and dy: a zero cotangent (the side of a
+    # select not taken) times an infinite tangent (d sqrt at 0), or an infinite cotangent (a first derivative at a
+    # singular point) times a zero tangent (a direction that does not reach this element), is 0
+    (c, y), (tc, ty) = primals, tangents
+    z = b.ctmul(c, y)
+    terms = [b.ctmul(tc, y) if tc is not None else None, masked_both(b, c, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+
+def _t_ctmul(b, cts, ins, linear):
+    # z = c * y, linear in one operand: its cotangent is z̄ * the other, a ctmul again (the new cotangent first)
+    (ct,) = cts
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: ctmul is not linear in both operands")
+    i = 0 if linear[0] else 1
+    out = [None, None]
+    out[i] = unbroadcast(b, b.ctmul(ct, ins[1 - i]), ins[i].type)
+    return out
+
+
+def _ctmul_expand(b, ins):
+    return [b.mul(*ins)]
 
 
 def _t_mulz(b, cts, ins, linear):
@@ -351,6 +390,13 @@ def _simp_mulz(ins, out):
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
               numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False)
+# c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
+# one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
+# zero cotangent stay 0 (docs/ad-correctness.md)
+ctmul = binary("ctmul", np.multiply, "({0} * {1})", None,
+               "x * y for a cotangent x (mul's transpose): a mul whose derivative keeps a zero x, or a zero dy, zero",
+               transpose=_t_ctmul, simplify=_simp_mul, jvp=_ctmul_jvp, remat=True, whole="if_operands",
+               expand=_ctmul_expand)
 _float_div = emit_format("({0} / {1})")
 
 
@@ -652,10 +698,13 @@ def _select_transpose(b, cts, ins, linear):
 
 
 def _simp_select(ins, out):
-    # select(p, a, a) = a;  select(p, c, c) = c for literals c of any shapes (the zeros of masked derivatives)
-    _, x, y = ins
+    # select(p, a, a) = a;  select(p, c, c) = c for literals c of any shapes (the zeros of masked derivatives);
+    # select(true, a, b) = a, select(false, a, b) = b (a mask whose operand folded to a literal)
+    p, x, y = ins
     if x == y and x.type == out.type:
         return x
+    if isinstance(p, Lit) and isinstance(p.value, bool) and (x if p.value else y).type == out.type:
+        return x if p.value else y
     same_lit = isinstance(x, Lit) and isinstance(y, Lit) and x.value == y.value and type(x.value) is type(y.value)
     return Lit(x.value, out.type) if same_lit else None
 
