@@ -324,8 +324,12 @@ def clamp_cumsum_sqrt(W: "float[m, n]") -> float:
 
 def sqrt_log1p_min(u: "float[n]") -> float:
     return torch.sqrt(torch.log1p(torch.minimum(u[1], u[0] + 2.0)))
+
+
+def product(x: float, y: float) -> float:
+    return x * math.sqrt(y)
 '''
-SINGULAR_EXPORTS = {"jg_max": "jvp(grad(max_drops_sqrt))",
+SINGULAR_EXPORTS = {"vvv_product": "vjp(vjp(vjp(product)))","jg_max": "jvp(grad(max_drops_sqrt))",
                     "jfr_clamp": "jacfwd(jacrev(clamp_cumsum_sqrt, argnums=(0,)), argnums=(0,))",
                     "h_clamp": "hessian(clamp_cumsum_sqrt, argnums=(0,))",
                     "h_min": "hessian(sqrt_log1p_min, argnums=(0,))",
@@ -402,3 +406,28 @@ def test_hessian_direction_that_misses_a_singular_rule(singular, export):
 def load_torch(source):
     from fuzz.torch_shim import load
     return load(source)
+
+
+def _torch_vjp(f, n):
+    """torch's vjp(f) as a function of (n primals, then the cotangents) returning every primal's cotangent."""
+    def vjp(*xs):
+        outs, back = torch.func.vjp(f, *xs[:n])
+        return back(xs[n:] if isinstance(outs, tuple) else xs[n])
+    return vjp
+
+
+@pytest.mark.parametrize("c", [0.0, 0.5])
+def test_third_order_at_a_zero_cotangent(singular, c):
+    """fuzz seed 700 kernels 21, 58 (found after the rules above, in their first form): vjp(vjp(vjp(f))) where
+    the first cotangent c is 0. The second derivative's c * dy term was masked by a select on c == 0, whose own
+    derivative in c is 0, so d/dc (c * dy) = dy came out 0. mulzz(c, dy) masks the value alone; its derivative
+    in c is mulzz(dc, dy)."""
+    ir, pkg = singular
+    f = load_torch(SINGULAR_SOURCE)["product"]
+    g = _torch_vjp(_torch_vjp(_torch_vjp(f, 2), 3), 5)
+    point = [0.7, 0.3, c, 0.4, -1.1, 0.9, -0.6, 1.3]
+    want = [w.item() for w in g(*_t(*point))]
+    assert want[2] != 0.0
+    got = eval_func(_transformed(ir, SINGULAR_EXPORTS["vvv_product"], "product"), [np.float64(v) for v in point])
+    np.testing.assert_allclose([float(v) for v in got], want, rtol=1e-12)
+    np.testing.assert_allclose(list(pkg.vvv_product(*point)), want, rtol=1e-12)

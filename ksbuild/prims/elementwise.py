@@ -315,14 +315,16 @@ def _np_mulz(x, y):
 
 
 def masked_both(b, x, t):
-    """x * t, but 0 where x is 0 or the tangent t is 0 (each against an inf or nan other); linear in t."""
-    if isinstance(x, Lit) and not isinstance(x.value, bool) and x.value != 0 and math.isfinite(x.value):
+    """mulzz(x, t): x * t, but 0 where x or t is 0 (each against an inf or nan other); a plain mul when one is a
+    finite nonzero literal (the same)."""
+    if any(isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0 and math.isfinite(a.value)
+           for a in (x, t)):
         return b.mul(x, t)
-    return b.select(b.eq(x, b.lit(0, x.type.scalar())), b.lit(0, x.type.scalar()), masked_mul(b, t, x))
+    return b.mulzz(x, t)
 
 
 def _mulz_jvp(b, primals, tangents):
-    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: the first term masked by dx, the second by both x and dy, so a cotangent x = 0
+    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: the first term masked by dx, the second by both x and dy (mulzz), so a cotangent x = 0
     # meeting an infinite dy (a second derivative at a singular point on the side not taken) stays 0, and so
     # does an infinite x (a first derivative at a singular point) meeting a zero tangent dy (a direction of
     # jacfwd that does not reach this element)
@@ -333,9 +335,47 @@ def _mulz_jvp(b, primals, tangents):
     return [z], [bcast_to(b, out, z.type)]
 
 
+def _np_mulzz(x, y):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where((x == 0) | (y == 0), np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
+
+
+def _mulzz_jvp(b, primals, tangents):
+    # d(x ⊙⊙ y) = dx ⊙⊙ y + x ⊙⊙ dy: a product masked by both factors, whose derivative in either is the other
+    # (no select on x: at a point where x is 0, d/dx (x y) is still y)
+    (x, y), (tx, ty) = primals, tangents
+    z = b.mulzz(x, y)
+    terms = [masked_both(b, tx, y) if tx is not None else None, masked_both(b, x, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+
+def _t_mulzz(b, cts, ins, linear):
+    # z = x ⊙⊙ y, linear in one operand: its cotangent is z̄ ⊙⊙ the other
+    (ct,) = cts
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: mulzz is not linear in both operands")
+    i = 0 if linear[0] else 1
+    out = [None, None]
+    out[i] = unbroadcast(b, masked_both(b, ct, ins[1 - i]), ins[i].type)
+    return out
+
+
+def _simp_mulzz(ins, out):
+    # x ⊙⊙ 1 = x;  1 ⊙⊙ y = y;  0 ⊙⊙ y = x ⊙⊙ 0 = 0
+    x, y = ins
+    if _lit(y, 1) and _same(x, out):
+        return x
+    if _lit(x, 1) and _same(y, out):
+        return y
+    return Lit(0, out.type) if _lit(x, 0) or _lit(y, 0) else None
+
+
 def _ctmul_jvp(b, primals, tangents):
     # z = c * y for a cotangent c: dz = dc * y + c * dy, the first again a ctmul (a cotangent's tangent times a
-    # value: third derivatives keep the rule), the second masked by both c and dy: a zero cotangent (the side of a
+    # value: third derivatives keep the rule), the second masked by both c and dy (mulzz): a zero cotangent (the side of a
     # select not taken) times an infinite tangent (d sqrt at 0), or an infinite cotangent (a first derivative at a
     # singular point) times a zero tangent (a direction that does not reach this element), is 0
     (c, y), (tc, ty) = primals, tangents
@@ -390,6 +430,11 @@ def _simp_mulz(ins, out):
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
               numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False)
+# x ⊙⊙ y: x * y, but 0 where x or y is 0, even against an inf or nan other: a cotangent times a tangent in a
+# second derivative (ctmul's and mulz's jvps), where either may be the zero and the other infinite
+mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
+               "x * y, but 0 where x or y is 0 (0 * inf = 0 * nan = 0): a cotangent times a tangent, either zero",
+               numeric=False, transpose=_t_mulzz, simplify=_simp_mulzz, jvp=_mulzz_jvp, costly=False)
 # c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
 # one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
 # zero cotangent stay 0 (docs/ad-correctness.md)

@@ -195,7 +195,7 @@ float activations_relu3_d2(float x, float dx) {
             const float t2 = (2.0f * x);
             const float t3 = (t2 * dx);
             const float t4 = (3.0f * t3);
-            r1 = (t4 * 0.3333333432674408f);
+            r1 = (0.3333333432674408f * t4);
         } else {
             r1 = 0.0f;
         }
