@@ -375,9 +375,9 @@ def _simp_mulzz(ins, out):
 
 def _ctmul_jvp(b, primals, tangents):
     # z = c * y for a cotangent c: dz = dc * y + c * dy, the first again a ctmul (a cotangent's tangent times a
-    # value: third derivatives keep the rule), the second masked by both c and dy (mulzz): a zero cotangent (the side of a
-    # select not taken) times an infinite tangent (d sqrt at 0), or an infinite cotangent (a first derivative at a
-    # singular point) times a zero tangent (a direction that does not reach this element), is 0
+    # value: third derivatives keep the rule), the second masked by both c and dy (mulzz): a zero cotangent (the
+    # side of a select not taken) times an infinite tangent (d sqrt at 0), or an infinite cotangent (a first
+    # derivative at a singular point) times a zero tangent (a direction that does not reach this element), is 0
     (c, y), (tc, ty) = primals, tangents
     z = b.ctmul(c, y)
     terms = [b.ctmul(tc, y) if tc is not None else None, masked_both(b, c, ty) if ty is not None else None]
