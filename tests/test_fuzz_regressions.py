@@ -431,3 +431,22 @@ def test_third_order_at_a_zero_cotangent(singular, c):
     got = eval_func(_transformed(ir, SINGULAR_EXPORTS["vvv_product"], "product"), [np.float64(v) for v in point])
     np.testing.assert_allclose([float(v) for v in got], want, rtol=1e-12)
     np.testing.assert_allclose(list(pkg.vvv_product(*point)), want, rtol=1e-12)
+
+
+POW_SOURCE = '''\
+import math
+
+
+def pow_ifexp(x: float) -> float:
+    return math.pow(x, (math.pow(x, 1.5) if x >= 0.0 else math.floor(x)))
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz/known.py 'pow-ifexp-exponent-reverse-over-forward' (seed 1000 kernel 12)")
+def test_reverse_over_forward_of_pow_with_an_if_expression_exponent(tmp_path_factory):
+    ir = ir_getter(tmp_path_factory, POW_SOURCE, "pow_ifexp")
+    f = _transformed(ir, "jacrev(jacfwd(pow_ifexp))", "pow_ifexp")
+    fn = load_torch(POW_SOURCE)["pow_ifexp"]
+    want = torch.func.grad(torch.func.grad(fn))(*_t(-0.5)).item()
+    assert want == -16.0
+    assert float(eval_func(f, [np.float64(-0.5)])[0]) == want
