@@ -2441,12 +2441,12 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(n);
     double* const sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const sqnorm = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
     double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
@@ -2519,10 +2519,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 const double t4 = (row_i * row_i);
                 const double sqnorm_i = sqnorm1[j];
                 const double sqnorm_i1 = (sqnorm_i + t4);
-                sqnorm[j] = sqnorm_i1;
-            }
-            for (int64_t j = 0; j < K; ++j) {
-                sqnorm1[j] = sqnorm[j];
+                sqnorm1[j] = sqnorm_i1;
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
@@ -2615,7 +2612,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double t11 = ks::mulz(r6, t10);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const tmp2 = sum1;  // reuses a dead buffer's space
-        double* const tmp3 = sqnorm;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r3[i * K + j];
             const double t12 = ks::mulz(t11, x_i);
@@ -2734,7 +2730,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
 }
 
 size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
 }
 
 }  // namespace KS_VARIANT
