@@ -59,16 +59,6 @@ KNOWN = [
           "hypot(x1, c * x1): torch.func.hessian gives nan, the fuzzer's reverse-over-reverse oracle 0, ksbuild nan)",
           lambda f: f.stage == "interpreter-vs-torch" and "math.hypot" in f.case.kernel.source
           and _order(_nesting(f)) >= 3 and "got np.float64(nan)" in f.message),
-    Known("pow-ifexp-exponent-reverse-over-forward",
-          "a second derivative in reverse over forward mode of math.pow(x, e) with x < 0 and an exponent e made by "
-          "an if-expression whose side taken has no derivative (floor) and whose other side is nan there: "
-          "jacrev(jacfwd(h)) of `h(x) = math.pow(x, (math.pow(x, 1.5) if x >= 0.0 else math.floor(x)))` at "
-          "x = -0.5 is nan, torch -16 "
-          "(grad(grad(h)) and jacfwd(jacfwd(h)) are right). pow's exponent factor x^e log(x) is nan at x < 0, and the "
-          "transpose of its masked tangent product meets a nonzero cotangent there; not yet traced further. "
-          "Seed 1000 kernel 12 (tests/test_fuzz_regressions.py, a strict xfail)",
-          lambda f: f.stage == "interpreter-vs-torch" and "math.pow" in f.case.kernel.source
-          and "got np.float64(nan)" in f.message and _order(_nesting(f)) >= 2),
     Known("per-lane-if-reverse-over-reverse",
           "a second reverse-mode derivative of a vmapped if whose condition differs between lanes: the first "
           "derivative of a per-lane if (lane_cond) is plain selects, masked lane by lane (docs/ad-correctness.md), "

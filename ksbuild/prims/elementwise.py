@@ -588,7 +588,9 @@ def _pow_partials(b, x, y, z):
     log_x = b.log(b.select(zero, _one(b, x), x))
     dx = b.select(b.eq(y, b.lit(0, y.type.scalar())), b.lit(0, z.type.scalar()),
                   b.mul(y, b.pow(x, b.sub(y, _one(b, y)))))
-    return dx, b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
+    # (log(x) x^y as mulz(x^y, log x), the same value: in a second derivative the transpose of its jvp then multiplies
+    # a zero cotangent by log x, NaN for x < 0, masked: 0, as torch's where the exponent's derivative is not used)
+    return dx, b.select(zero, b.lit(0, z.type.scalar()), masked_mul(b, z, log_x))
 
 
 pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False,
