@@ -146,3 +146,21 @@ def test_horner_gradient_compiled_matches_torch(tmp_path_factory, n):
         c = c * t + s
         out = out + s * x
     np.testing.assert_allclose(pkg.reads_sum(x, t), out, rtol=1e-12)
+
+
+def test_a_carry_read_only_by_a_sum_is_not_overwritten():
+    """codegen/fusion.py emits a fusion's reductions after its stores: a body that sums the old carry and makes the
+    new one without loading the old would read overwritten elements, so plan_memory keeps the buffers apart."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.types import Type
+    from ksbuild.transforms.plan_memory import _read_in_place
+
+    t = Type("f64", ("n",))
+    for loads_first, want in ((False, False), (True, True)):
+        b = Builder()
+        p, q = Var(t, "p"), Var(t, "q")
+        total = b.reduce_sum(p, axes=(0,))  # (first in the body, emitted last)
+        new = b.mul(p if loads_first else q, q)
+        body = b.func("fused", [p, q], [new, total])
+        assert _read_in_place(body, p, 0) is want

@@ -362,14 +362,16 @@ ARENA_ALIGN = 64
 
 def _read_in_place(body: Func, prm: Var, j: int) -> bool:
     """Whether a fusion body reads prm only elementwise or by reductions whose results it does not read itself,
-    first (each element is loaded once, codegen/cpp.py scalar) no later than it computes its result j, which is
-    stored at once."""
+    and an elementwise equation loads it (each element once, codegen/cpp.py scalar) no later than the body
+    computes its result j, which is stored at once (codegen/fusion.py emits the reductions' updates last, after
+    every store: a reduction alone would read the element after it is overwritten)."""
     reduced = {v for e in body.eqns if e.prim.reduction for v in e.outs}
     readers = [k for k, e in enumerate(body.eqns) if any(x is prm for x in e.ins)]
+    loads = [k for k in readers if not body.eqns[k].prim.reduction]
     made = next((k for k, e in enumerate(body.eqns) if body.results[j] in e.outs), None)
     return all(body.eqns[k].prim.elementwise or body.eqns[k].prim.reduction for k in readers) and \
         not any(x in reduced for e in body.eqns for x in e.ins) and \
-        made is not None and (not readers or readers[0] <= made)
+        made is not None and (not readers or (bool(loads) and loads[0] <= made))
 
 
 def _static_bytes(t: Type) -> int | None:
