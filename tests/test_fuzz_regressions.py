@@ -452,3 +452,38 @@ def test_reverse_over_forward_of_pow_with_an_if_expression_exponent(tmp_path_fac
     want = torch.func.grad(torch.func.grad(fn))(*_t(-0.5)).item()
     assert want == -16.0
     assert float(eval_func(f, [np.float64(-0.5)])[0]) == want
+
+
+LITERAL_ARG_SOURCE = '''\
+import math
+
+import torch
+
+
+def lit_h0(a: float, b: float = 0.5) -> float:
+    return math.atan2(b, math.hypot(b, -0.5))
+
+
+def literal_arg(x0: float) -> float:
+    if torch.maximum(x0, x0) != 1.5:
+        t1 = (((x0 if x0 <= 0.0 and x0 <= 1.0 else x0) if x0 >= -0.5 and x0 < 3.0 else (x0 + x0))
+              / (max(x0, x0) * math.expm1(x0)) if (max(x0, x0) * math.expm1(x0)) != 0.0
+              else ((x0 if x0 <= 0.0 and x0 <= 1.0 else x0) if x0 >= -0.5 and x0 < 3.0 else (x0 + x0)))
+    else:
+        t1 = ((torch.minimum(x0, x0) if x0 != 1.5 else torch.clamp(x0, 0.0, 1.0)) + lit_h0(x0, min(x0, x0)))
+    t2 = (3.0 + -torch.relu(x0))
+    t3 = t2
+    return (math.sqrt(math.log(-math.sin(t1))) if math.log(-math.sin(t1)) > 0.0 else (2.0 + (t2 if x0 < 0.25 else x0)))
+'''
+
+
+def test_a_literal_argument_of_a_kept_call_is_packed(tmp_path_factory):
+    """fuzz seed 1200 kernel 26: vmap(hessian(grad(f))) passed a literal tensor (a splat) to a helper kept as a call
+    whose argument must be dense; packing it read the literal's name hint, which a literal has not: an internal error
+    (AttributeError) in the build. Now it is packed like any other argument; the values are the interpreter's."""
+    expr = "vmap(hessian(grad(literal_arg, argnums=(0,)), argnums=(0,)))"
+    pkg = build_source(tmp_path_factory, LITERAL_ARG_SOURCE, "literal_arg", {"vhg": expr})
+    ir = ir_getter(tmp_path_factory, LITERAL_ARG_SOURCE, "literal_arg")
+    x = np.array([-0.7, 0.1, 0.4, 2.0])
+    want = eval_func(_transformed(ir, expr, "literal_arg"), [x])[0]
+    np.testing.assert_allclose(pkg.vhg(x), want, rtol=1e-12, atol=1e-12)
