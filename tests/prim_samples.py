@@ -217,6 +217,8 @@ SAMPLES = {
     "sub": ((F, F), {}, (normal, normal), lambda x, y: x - y),
     "mul": ((F, F), {}, (normal, normal), lambda x, y: x * y),
     "mulz": ((V, V), {}, (normal, normal), lambda x, y: x * y),  # (0 ⊙ inf = 0: tests/test_singular_ad.py)
+    "mulzz": ((V, V), {}, (normal, normal), lambda x, y: x * y),  # (0 ⊙⊙ inf = inf ⊙⊙ 0 = 0: test_fuzz_regressions)
+    "ctmul": ((F, F), {}, (normal, normal), lambda x, y: x * y),  # (its masked jvp: tests/test_fuzz_regressions.py)
     "div": ((F, F), {}, (normal, positive), lambda x, y: x / y),
     "neg": ((F,), {}, (normal,), lambda x: -x),
     "exp": ((F,), {}, (normal,), vec(math.exp)),

@@ -305,3 +305,185 @@ def test_reverse_over_reverse_of_a_per_lane_if(tmp_path_factory):
     f = apply_transform(parse_transform(expr, Location("m"), ["lane_if"]), {"lane_if": ir}, Location("m"))
     got = eval_func(f, [np.array([0.1, -0.5]), np.array([1.0, 1.0])])[0]
     np.testing.assert_array_equal(got, [[2.0, 0.0], [0.0, 2.0]])  # torch: d/dx (2 x * ct) lane by lane
+
+
+SINGULAR_SOURCE = '''\
+import math
+
+import torch
+
+
+def max_drops_sqrt(x1: float, x2: float) -> float:
+    return max(x2 * math.sqrt(x1), 1.0)
+
+
+def clamp_cumsum_sqrt(W: "float[m, n]") -> float:
+    t = torch.sqrt(torch.clamp(W, min=0.0, max=1.0) * torch.cumsum(W[-1], dim=0)[None, :])
+    return t[1, 0]
+
+
+def sqrt_log1p_min(u: "float[n]") -> float:
+    return torch.sqrt(torch.log1p(torch.minimum(u[1], u[0] + 2.0)))
+
+
+def product(x: float, y: float) -> float:
+    return x * math.sqrt(y)
+'''
+SINGULAR_EXPORTS = {"vvv_product": "vjp(vjp(vjp(product)))","jg_max": "jvp(grad(max_drops_sqrt))",
+                    "jfr_clamp": "jacfwd(jacrev(clamp_cumsum_sqrt, argnums=(0,)), argnums=(0,))",
+                    "h_clamp": "hessian(clamp_cumsum_sqrt, argnums=(0,))",
+                    "h_min": "hessian(sqrt_log1p_min, argnums=(0,))",
+                    "jrr_min": "jacrev(jacrev(sqrt_log1p_min, argnums=(0,)), argnums=(0,))"}
+
+
+@pytest.fixture(scope="module")
+def singular(tmp_path_factory):
+    return (ir_getter(tmp_path_factory, SINGULAR_SOURCE, "singular2"),
+            build_source(tmp_path_factory, SINGULAR_SOURCE, "singular2", SINGULAR_EXPORTS))
+
+
+def _transformed(ir, expr, name):
+    from ksbuild.errors import Location
+    from ksbuild.exports import apply_transform
+    from ksbuild.manifest import parse_transform
+
+    return apply_transform(parse_transform(expr, Location("m"), [name]), {name: ir(name)}, Location("m"))
+
+
+def _agrees_where_torch_is_finite(got, want):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    finite = np.isfinite(want)
+    assert not np.isnan(got[finite]).any(), (got, want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-12)
+
+
+def test_second_derivative_of_a_discarded_singular_value(singular):
+    """fuzz seed 700 kernel 264: max(x2 * sqrt(x1), 1) at x1 = 0 discards the product; jvp(grad) was nan in x2:
+    the jvp of mul's transpose (ct * sqrt(x1), ct = 0 from the max) met sqrt's infinite tangent in a plain
+    product, 0 * inf. mul's transpose makes a ctmul, whose jvp masks that term by the cotangent."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["max_drops_sqrt"]
+    x, dx = (0.0, 2.1), (-1.4, -0.57)
+    want = torch.func.jvp(torch.func.grad(fn, argnums=(0, 1)), tuple(_t(*x)), tuple(_t(*dx)))[1]
+    want = [w.item() for w in want]
+    assert want == [0.0, 0.0]
+    f = _transformed(ir, SINGULAR_EXPORTS["jg_max"], "max_drops_sqrt")
+    assert [float(v) for v in eval_func(f, [np.float64(v) for v in x + dx])] == want
+    assert list(pkg.jg_max(*x, *dx)) == want
+
+
+@pytest.mark.parametrize("export", ["jfr_clamp", "h_clamp"])
+def test_jacfwd_direction_that_misses_an_infinite_cotangent(singular, export):
+    """fuzz seed 700 kernel 60: d/dW of t[1, 0] = sqrt(clamp(W[1, 0]) * W[1, 0]) is infinite at W[1, 0] = 0;
+    jacfwd's directions W[0, j] have a zero tangent there, which met that infinite cotangent in the jvp of mul's
+    transpose: 0 * inf = nan across the row, where torch (reverse over reverse) gives 0."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["clamp_cumsum_sqrt"]
+    W = np.array([[0.66, -0.51, -0.71], [0.0, 0.0, 0.21]])
+    want = torch.func.jacrev(torch.func.jacrev(fn))(*_t(W)).numpy()
+    assert np.isfinite(want).sum() >= 12
+    _agrees_where_torch_is_finite(eval_func(_transformed(ir, SINGULAR_EXPORTS[export], "clamp_cumsum_sqrt"),
+                                            [W])[0], want)
+    _agrees_where_torch_is_finite(getattr(pkg, export)(W), want)
+
+
+@pytest.mark.parametrize("export", ["h_min", "jrr_min"])
+def test_hessian_direction_that_misses_a_singular_rule(singular, export):
+    """fuzz seed 700 kernel 163: sqrt(log1p(min(u[1], u[0] + 2))) at u[1] = 0: the jvp of log1p's masked rule
+    (mulz(ct, 1 / (1 + x)), ct infinite there) multiplied the infinite cotangent by the zero tangent of the
+    direction u[0] (which the min discards), masked by the cotangent alone: nan. mulz's jvp masks that term by
+    the tangent too."""
+    ir, pkg = singular
+    fn = load_torch(SINGULAR_SOURCE)["sqrt_log1p_min"]
+    u = np.array([0.5, 0.0])
+    want = torch.func.jacrev(torch.func.jacrev(fn))(*_t(u)).numpy()
+    assert want[1, 0] == 0.0
+    _agrees_where_torch_is_finite(eval_func(_transformed(ir, SINGULAR_EXPORTS[export], "sqrt_log1p_min"), [u])[0],
+                                  want)
+    _agrees_where_torch_is_finite(getattr(pkg, export)(u), want)
+
+
+def load_torch(source):
+    from fuzz.torch_shim import load
+    return load(source)
+
+
+def _torch_vjp(f, n):
+    """torch's vjp(f) as a function of (n primals, then the cotangents) returning every primal's cotangent."""
+    def vjp(*xs):
+        outs, back = torch.func.vjp(f, *xs[:n])
+        return back(xs[n:] if isinstance(outs, tuple) else xs[n])
+    return vjp
+
+
+@pytest.mark.parametrize("c", [0.0, 0.5])
+def test_third_order_at_a_zero_cotangent(singular, c):
+    """fuzz seed 700 kernels 21, 58 (found after the rules above, in their first form): vjp(vjp(vjp(f))) where
+    the first cotangent c is 0. The second derivative's c * dy term was masked by a select on c == 0, whose own
+    derivative in c is 0, so d/dc (c * dy) = dy came out 0. mulzz(c, dy) masks the value alone; its derivative
+    in c is mulzz(dc, dy)."""
+    ir, pkg = singular
+    f = load_torch(SINGULAR_SOURCE)["product"]
+    g = _torch_vjp(_torch_vjp(_torch_vjp(f, 2), 3), 5)
+    point = [0.7, 0.3, c, 0.4, -1.1, 0.9, -0.6, 1.3]
+    want = [w.item() for w in g(*_t(*point))]
+    assert want[2] != 0.0
+    got = eval_func(_transformed(ir, SINGULAR_EXPORTS["vvv_product"], "product"), [np.float64(v) for v in point])
+    np.testing.assert_allclose([float(v) for v in got], want, rtol=1e-12)
+    np.testing.assert_allclose(list(pkg.vvv_product(*point)), want, rtol=1e-12)
+
+
+POW_SOURCE = '''\
+import math
+
+
+def pow_ifexp(x: float) -> float:
+    return math.pow(x, (math.pow(x, 1.5) if x >= 0.0 else math.floor(x)))
+'''
+
+
+def test_reverse_over_forward_of_pow_with_an_if_expression_exponent(tmp_path_factory):
+    """fuzz seed 1000 kernel 12 (compiled run): jacrev(jacfwd) of pow(x, e) at x = -0.5, e an if-expression taking
+    floor: pow's exponent factor log(x) x^y (NaN for x < 0, masked where the exponent's tangent is 0) was a plain
+    product, and the transpose of its jvp multiplied a zero cotangent by log(x) = NaN. It is mulz(x^y, log x) now."""
+    ir = ir_getter(tmp_path_factory, POW_SOURCE, "pow_ifexp")
+    f = _transformed(ir, "jacrev(jacfwd(pow_ifexp))", "pow_ifexp")
+    fn = load_torch(POW_SOURCE)["pow_ifexp"]
+    want = torch.func.grad(torch.func.grad(fn))(*_t(-0.5)).item()
+    assert want == -16.0
+    assert float(eval_func(f, [np.float64(-0.5)])[0]) == want
+
+
+LITERAL_ARG_SOURCE = '''\
+import math
+
+import torch
+
+
+def lit_h0(a: float, b: float = 0.5) -> float:
+    return math.atan2(b, math.hypot(b, -0.5))
+
+
+def literal_arg(x0: float) -> float:
+    if torch.maximum(x0, x0) != 1.5:
+        t1 = (((x0 if x0 <= 0.0 and x0 <= 1.0 else x0) if x0 >= -0.5 and x0 < 3.0 else (x0 + x0))
+              / (max(x0, x0) * math.expm1(x0)) if (max(x0, x0) * math.expm1(x0)) != 0.0
+              else ((x0 if x0 <= 0.0 and x0 <= 1.0 else x0) if x0 >= -0.5 and x0 < 3.0 else (x0 + x0)))
+    else:
+        t1 = ((torch.minimum(x0, x0) if x0 != 1.5 else torch.clamp(x0, 0.0, 1.0)) + lit_h0(x0, min(x0, x0)))
+    t2 = (3.0 + -torch.relu(x0))
+    t3 = t2
+    return (math.sqrt(math.log(-math.sin(t1))) if math.log(-math.sin(t1)) > 0.0 else (2.0 + (t2 if x0 < 0.25 else x0)))
+'''
+
+
+def test_a_literal_argument_of_a_kept_call_is_packed(tmp_path_factory):
+    """fuzz seed 1200 kernel 26: vmap(hessian(grad(f))) passed a literal tensor (a splat) to a helper kept as a call
+    whose argument must be dense; packing it read the literal's name hint, which a literal has not: an internal error
+    (AttributeError) in the build. Now it is packed like any other argument; the values are the interpreter's."""
+    expr = "vmap(hessian(grad(literal_arg, argnums=(0,)), argnums=(0,)))"
+    pkg = build_source(tmp_path_factory, LITERAL_ARG_SOURCE, "literal_arg", {"vhg": expr})
+    ir = ir_getter(tmp_path_factory, LITERAL_ARG_SOURCE, "literal_arg")
+    x = np.array([-0.7, 0.1, 0.4, 2.0])
+    want = eval_func(_transformed(ir, expr, "literal_arg"), [x])[0]
+    np.testing.assert_allclose(pkg.vhg(x), want, rtol=1e-12, atol=1e-12)

@@ -279,7 +279,7 @@ def _dense_pointer(w: Writer, a: Atom) -> str:
     src = w.storage(a)
     if _is_dense(src):
         return _as_bytes(src.base, a.type, "const ")
-    packed = w.alloc(a.type, f"{a.hint or 'x'}_packed")
+    packed = w.alloc(a.type, f"{getattr(a, 'hint', None) or 'x'}_packed")  # (a literal: a splat, no hint)
     w.copy(src, packed, a.type)
     return _as_bytes(packed.base, a.type, "const ")
 

@@ -270,7 +270,8 @@ def _t_sub(b, cts, ins, linear):
 
 
 def _t_mul(b, cts, ins, linear):
-    # z = x * y, linear in exactly one operand: x̄ = z̄ * y (or ȳ = z̄ * x)
+    # z = x * y, linear in exactly one operand: x̄ = z̄ * y (or ȳ = z̄ * x), a ctmul (the cotangent first): a
+    # plain product in C++, whose own derivative keeps a zero z̄ zero (second derivatives, see ctmul)
     (ct,) = cts
     if ct is None:
         return [None, None]
@@ -278,7 +279,7 @@ def _t_mul(b, cts, ins, linear):
         raise KsbuildError("internal: mul is not linear in both operands")
     i = 0 if linear[0] else 1
     out = [None, None]
-    out[i] = unbroadcast(b, b.mul(ct, ins[1 - i]), ins[i].type)
+    out[i] = unbroadcast(b, b.ctmul(ct, ins[1 - i]), ins[i].type)
     return out
 
 
@@ -313,14 +314,92 @@ def _np_mulz(x, y):
         return np.where(x == 0, np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
 
 
+def masked_both(b, x, t):
+    """mulzz(x, t): x * t, but 0 where x or t is 0 (each against an inf or nan other); a plain mul when one is a
+    finite nonzero literal (the same)."""
+    if any(isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0 and math.isfinite(a.value)
+           for a in (x, t)):
+        return b.mul(x, t)
+    return b.mulzz(x, t)
+
+
 def _mulz_jvp(b, primals, tangents):
-    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: each term masked by its first factor, so a cotangent x = 0 meeting an
-    # infinite dy (a second derivative at a singular point on the side not taken) stays 0
+    # d(x ⊙ y) = dx ⊙ y + x ⊙ dy: the first term masked by dx, the second by both x and dy (mulzz), so a cotangent x = 0
+    # meeting an infinite dy (a second derivative at a singular point on the side not taken) stays 0, and so
+    # does an infinite x (a first derivative at a singular point) meeting a zero tangent dy (a direction of
+    # jacfwd that does not reach this element)
     (x, y), (tx, ty) = primals, tangents
     z = b.mulz(x, y)
-    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_mul(b, x, ty) if ty is not None else None]
+    terms = [masked_mul(b, tx, y) if tx is not None else None, masked_both(b, x, ty) if ty is not None else None]
     out = add_cts(b, terms[0], terms[1])
     return [z], [bcast_to(b, out, z.type)]
+
+
+def _np_mulzz(x, y):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where((x == 0) | (y == 0), np.zeros((), x.dtype), np.multiply(x, y)).astype(x.dtype)
+
+
+def _mulzz_jvp(b, primals, tangents):
+    # d(x ⊙⊙ y) = dx ⊙⊙ y + x ⊙⊙ dy: a product masked by both factors, whose derivative in either is the other
+    # (no select on x: at a point where x is 0, d/dx (x y) is still y)
+    (x, y), (tx, ty) = primals, tangents
+    z = b.mulzz(x, y)
+    terms = [masked_both(b, tx, y) if tx is not None else None, masked_both(b, x, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+
+def _t_mulzz(b, cts, ins, linear):
+    # z = x ⊙⊙ y, linear in one operand: its cotangent is z̄ ⊙⊙ the other
+    (ct,) = cts
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: mulzz is not linear in both operands")
+    i = 0 if linear[0] else 1
+    out = [None, None]
+    out[i] = unbroadcast(b, masked_both(b, ct, ins[1 - i]), ins[i].type)
+    return out
+
+
+def _simp_mulzz(ins, out):
+    # x ⊙⊙ 1 = x;  1 ⊙⊙ y = y;  0 ⊙⊙ y = x ⊙⊙ 0 = 0
+    x, y = ins
+    if _lit(y, 1) and _same(x, out):
+        return x
+    if _lit(x, 1) and _same(y, out):
+        return y
+    return Lit(0, out.type) if _lit(x, 0) or _lit(y, 0) else None
+
+
+def _ctmul_jvp(b, primals, tangents):
+    # z = c * y for a cotangent c: dz = dc * y + c * dy, the first again a ctmul (a cotangent's tangent times a
+    # value: third derivatives keep the rule), the second masked by both c and dy (mulzz): a zero cotangent (the
+    # side of a select not taken) times an infinite tangent (d sqrt at 0), or an infinite cotangent (a first
+    # derivative at a singular point) times a zero tangent (a direction that does not reach this element), is 0
+    (c, y), (tc, ty) = primals, tangents
+    z = b.ctmul(c, y)
+    terms = [b.ctmul(tc, y) if tc is not None else None, masked_both(b, c, ty) if ty is not None else None]
+    out = add_cts(b, terms[0], terms[1])
+    return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+
+def _t_ctmul(b, cts, ins, linear):
+    # z = c * y, linear in one operand: its cotangent is z̄ * the other, a ctmul again (the new cotangent first)
+    (ct,) = cts
+    if ct is None:
+        return [None, None]
+    if linear[0] and linear[1]:
+        raise KsbuildError("internal: ctmul is not linear in both operands")
+    i = 0 if linear[0] else 1
+    out = [None, None]
+    out[i] = unbroadcast(b, b.ctmul(ct, ins[1 - i]), ins[i].type)
+    return out
+
+
+def _ctmul_expand(b, ins):
+    return [b.mul(*ins)]
 
 
 def _t_mulz(b, cts, ins, linear):
@@ -351,6 +430,18 @@ def _simp_mulz(ins, out):
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
               numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False)
+# x ⊙⊙ y: x * y, but 0 where x or y is 0, even against an inf or nan other: a cotangent times a tangent in a
+# second derivative (ctmul's and mulz's jvps), where either may be the zero and the other infinite
+mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
+               "x * y, but 0 where x or y is 0 (0 * inf = 0 * nan = 0): a cotangent times a tangent, either zero",
+               numeric=False, transpose=_t_mulzz, simplify=_simp_mulzz, jvp=_mulzz_jvp, costly=False)
+# c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
+# one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
+# zero cotangent stay 0 (docs/ad-correctness.md)
+ctmul = binary("ctmul", np.multiply, "({0} * {1})", None,
+               "x * y for a cotangent x (mul's transpose): a mul whose derivative keeps a zero x, or a zero dy, zero",
+               transpose=_t_ctmul, simplify=_simp_mul, jvp=_ctmul_jvp, remat=True, whole="if_operands",
+               expand=_ctmul_expand)
 _float_div = emit_format("({0} / {1})")
 
 
@@ -497,7 +588,9 @@ def _pow_partials(b, x, y, z):
     log_x = b.log(b.select(zero, _one(b, x), x))
     dx = b.select(b.eq(y, b.lit(0, y.type.scalar())), b.lit(0, z.type.scalar()),
                   b.mul(y, b.pow(x, b.sub(y, _one(b, y)))))
-    return dx, b.select(zero, b.lit(0, z.type.scalar()), b.mul(log_x, z))
+    # (log(x) x^y as mulz(x^y, log x), the same value: in a second derivative the transpose of its jvp then multiplies
+    # a zero cotangent by log x, NaN for x < 0, masked: 0, as torch's where the exponent's derivative is not used)
+    return dx, b.select(zero, b.lit(0, z.type.scalar()), masked_mul(b, z, log_x))
 
 
 pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False,

@@ -30,6 +30,9 @@ def _expand_eqns(b: Builder, eqns, env: dict[Var, Atom]) -> bool:
         if eqn.prim.expand is not None:
             part = Builder(eqn.loc)
             outs = eqn.prim.expand(part, ins, **eqn.params)
+            if len(part.eqns) == 1 and list(part.eqns[0].outs) == list(outs):  # one eqn: it keeps the names
+                only = part.eqns[0]
+                part.eqns[0], outs = Eqn(only.prim, only.ins, eqn.outs, only.params, only.loc), list(eqn.outs)
             _expand_eqns(b, part.eqns, env)
             env.update(zip(eqn.outs, [read(o) for o in outs]))
             changed = True

@@ -63,14 +63,36 @@ def sink(eqns: Sequence[Eqn], results: Sequence[Atom]) -> list[Eqn]:
                 stack.append((e, True))
                 stack.extend((x, False) for x in reversed(e.ins))
 
-    for e in eqns:
+    produced = {v for e in eqns for v in e.outs}
+    pulled: set[int] = set()
+    for i, e in enumerate(eqns):
+        if id(e) in pulled:
+            continue
         if region_shape(e) is not None and len(e.outs) == 1:
             pending[e.outs[0]] = e
             continue
         need(e.ins)
+        if _suffix_reduction(e, e.ins[0].type.shape if e.ins else (), None):
+            for sibling in _siblings(e, eqns[i + 1:], produced, order):
+                pulled.add(id(sibling))
+                order.append(sibling)
         order.append(e)
     need(results)
     return order
+
+
+def _siblings(reduction: Eqn, later: Sequence[Eqn], produced: set, order: list) -> list[Eqn]:
+    """Later fusible equations of the reduction's operand shape that read that operand and only values already
+    computed, when they are all its later readers and what they compute is stored anyway (no fusible equation
+    reads it): moved right before the reduction, they join its loop (the reverse pass of a loop reads its
+    cotangent y for Σ y and for y · t, a carry: one pass over y instead of two)."""
+    operand = reduction.ins[0]
+    done = {v for e in order for v in e.outs}
+    readers = [e for e in later if operand in e.ins]
+    pulled = [e for e in readers if len(e.outs) == 1 and region_shape(e) == operand.type.shape
+              and all(not isinstance(a, Var) or a not in produced or a in done for a in e.ins)
+              and not any(e.outs[0] in r.ins and region_shape(r) is not None for r in later)]
+    return pulled if len(pulled) == len(readers) else []  # (another pass reads it anyway: nothing to gain)
 
 
 def _recursed(e: Eqn, memo) -> Eqn:

@@ -52,7 +52,8 @@ class Pass:
 
 
 PASSES = [
-    Pass("expand", lambda f, o: expand(f), "decompositions: a per-lane if (lane_cond) becomes selects"),
+    Pass("expand", lambda f, o: expand(f),
+         "decompositions: a per-lane if (lane_cond) becomes selects, a cotangent product (ctmul) a mul"),
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("gather_early", lambda f, o: gather_early(f),

@@ -222,9 +222,9 @@ class _Walk:
                 if eqn.prim.name == "reshape" and isinstance(eqn.ins[0], Var):
                     self.reshaped[eqn.outs[0]] = eqn.ins[0]
             return
-        k = inplace_operand(eqn)
+        k, j = inplace_operand(eqn), 0
         if k is None and eqn.prim.name == "fusion":
-            k = self.carry_in_place(eqn)
+            k, j = self.carry_in_place(eqn) or (None, 0)
             k = self.elementwise_in_place(eqn) if k is None else k
         base = eqn.ins[k] if k is not None else None
         r = self.root.get(base) if isinstance(base, Var) else None
@@ -232,9 +232,11 @@ class _Walk:
         # while the product still reads it
         if r is not None and self.owner.get(r) is self.unreshaped(base) and not self.live_after(r, uses_after) \
                 and self.readers(eqn, r) == 1:
-            self.root[eqn.outs[0]] = r
-            self.owner[r] = eqn.outs[0]
-            self.places[eqn.outs[0]] = Place("reuse", of=base)
+            self.root[eqn.outs[j]] = r
+            self.owner[r] = eqn.outs[j]
+            self.places[eqn.outs[j]] = Place("reuse", of=base)
+            for v in eqn.outs[:j] + eqn.outs[j + 1:]:
+                self.own(v)
             return
         for v in eqn.outs:
             self.own(v)
@@ -249,17 +251,17 @@ class _Walk:
         else:
             self.scratch[eqn] = [size, self.pos, self.pos]
 
-    def carry_in_place(self, eqn: Eqn) -> int | None:
-        """The operand a fusion may overwrite: the old value of the loop carry it makes, read only elementwise
-        at the element being written (same type; not gathered); the caller checks that nothing else reads it."""
-        if len(eqn.outs) != 1 or eqn.outs[0] not in self.carried:
-            return None
-        old = self.carried[eqn.outs[0]]
+    def carry_in_place(self, eqn: Eqn) -> tuple[int, int] | None:
+        """(operand, output): the old value of a loop carry a fusion makes, which that output may overwrite: read
+        only elementwise at the element being written (same type; not gathered), or by reductions whose results
+        nothing in the fusion reads (llsq's reverse loop: Σ c and c · t in one pass over c; each element of c is
+        read in the iteration that writes it); the caller checks that nothing else reads it."""
         body: Func = eqn.params["body"]
-        for k, (a, prm) in enumerate(zip(eqn.ins, body.params)):
-            if a is old and a.type == eqn.outs[0].type and \
-                    all(e.prim.elementwise for e in body.eqns if any(x is prm for x in e.ins)):
-                return k
+        for j, out in enumerate(eqn.outs):
+            old = self.carried.get(out)
+            for k, (a, prm) in enumerate(zip(eqn.ins, body.params)):
+                if old is not None and a is old and a.type == out.type and _read_in_place(body, prm, j):
+                    return k, j
         return None
 
     def elementwise_in_place(self, eqn: Eqn) -> int | None:
@@ -356,6 +358,20 @@ class _Walk:
 
 ARENA_ALIGN = 64
 """Bytes an arena offset is a multiple of (a cache line; an AVX-512 vector)."""
+
+
+def _read_in_place(body: Func, prm: Var, j: int) -> bool:
+    """Whether a fusion body reads prm only elementwise or by reductions whose results it does not read itself,
+    and an elementwise equation loads it (each element once, codegen/cpp.py scalar) no later than the body
+    computes its result j, which is stored at once (codegen/fusion.py emits the reductions' updates last, after
+    every store: a reduction alone would read the element after it is overwritten)."""
+    reduced = {v for e in body.eqns if e.prim.reduction for v in e.outs}
+    readers = [k for k, e in enumerate(body.eqns) if any(x is prm for x in e.ins)]
+    loads = [k for k in readers if not body.eqns[k].prim.reduction]
+    made = next((k for k, e in enumerate(body.eqns) if body.results[j] in e.outs), None)
+    return all(body.eqns[k].prim.elementwise or body.eqns[k].prim.reduction for k in readers) and \
+        not any(x in reduced for e in body.eqns for x in e.ins) and \
+        made is not None and (not readers or (bool(loads) and loads[0] <= made))
 
 
 def _static_bytes(t: Type) -> int | None:

@@ -312,11 +312,11 @@ def last_step(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> At
 
 
 def plain_product(eqn: Eqn, ins: list[Atom]):
-    """x ⊙ c = x * c (mulz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
+    """x ⊙ c = x * c (mulz or mulzz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
     where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
     from ..prims.base import PRIMS
 
-    if eqn.prim.name != "mulz":
+    if eqn.prim.name not in ("mulz", "mulzz"):
         return eqn.prim
     finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
     return PRIMS["mul"] if any(finite) else eqn.prim

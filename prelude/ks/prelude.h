@@ -145,6 +145,14 @@ constexpr T mulz(T a, T b) {
     return a == static_cast<T>(0) ? static_cast<T>(0) : a * b;
 }
 
+// a * b, but 0 where a or b is 0, even against an infinite or NaN other: a cotangent times a tangent in a second
+// derivative, where either may be the exact zero (the side of a select not taken; a direction of a Jacobian that does
+// not reach this element) and the other infinite (a derivative at a singular point).
+template <class T>
+constexpr T mulzz(T a, T b) {
+    return a == static_cast<T>(0) || b == static_cast<T>(0) ? static_cast<T>(0) : a * b;
+}
+
 // A reduction's running maximum (minimum) after x: x when larger (smaller) or NaN, and a NaN stays, so a
 // NaN anywhere makes the result NaN as in torch's max/amax. Two selects of one compare each: GCC turns them
 // into blends (vectorized) or conditional moves (the scalar remainder of a vectorized loop). The one select
