@@ -291,6 +291,12 @@ def parts_room(parts: int, elements: int) -> int:
     return parts * _aligned(elements)
 
 
+def max_pool_scratch(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                     ph: int, pw: int) -> int:
+    """ks::max_pool_scratch<T>(pool_shape) (prelude/ks/maxpool.h): one padded row of the windows of an output row."""
+    return (ow - 1) * sw + (kw - 1) * dw + 1
+
+
 # ---- ks::qconv, ks::qconv_depthwise, ks::qmatmul (prelude/ks/qconv.h): bytes -----------------------------------
 
 Q_ROWS, Q_COLS, Q_DEPTHWISE_CHUNK = 8, 32, 512  # qtile::rows, cols, depthwise_chunk
