@@ -779,50 +779,67 @@ constexpr conv_shape phase_shape(const conv_shape& s) {
 // last positions (`tails`: a quarter of the tiles' work had been padding), in images' groups of a panel's
 // worth; their results go to `tails` (m rows of a panel, through all chunks), then to y with the epilogue.
 template <class T>
+__attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_plan& plan, int64_t g0, int64_t g1,
+                                            int64_t c0, bool fold, const T* x, const T* w, T* padded, T* panels,
+                                            chunks<T>& cs, T* y, T* tails, const epilogue<T>& epi);
+
+template <class T>
 __attribute__((noinline)) void chunks_all(const conv_shape& given, const conv_plan& plan, int64_t images, const T* x,
                                           const T* w, T* padded, T* panels, chunks<T>& cs, T* y,
                                           const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const conv_shape& s = plan.s;
-    const int64_t m = s.out_channels, depth = s.depth(), n = s.positions(), cc = chunk_channels<T>(s);
-    const int64_t plane = tiles::index_div(plan.image, s.channels);
-    const int64_t full = n - n % P, tail = n - full;
+    const int64_t n = s.positions(), tail = n % P, cc = chunk_channels<T>(s);
     const bool fold = images > 1 && tail > 0 && 2 * tail <= P;
-    const int64_t group = fold ? P / tail : images, cols = fold ? full : n;
+    const int64_t group = fold ? P / tail : images;
     T* tails = reinterpret_cast<T*>(&cs) - tails_room<T>(s);
     for (int64_t g0 = 0; g0 < images; g0 += group) {
         const int64_t g1 = images - g0 < group ? images : g0 + group;
         for (int64_t c0 = 0; c0 < s.channels; c0 += cc) {
-            const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
-            const tiles::row_tiles<T> a = kernel_rows<T, false>(w, depth, c0 * s.taps());
-            const bool first = c0 == 0, last = c0 + count >= s.channels;
-            T* tail_panel = panels + (full / P) * kc * P;  // (the panel after the whole ones)
-            for (int64_t image = g0; image < g1; ++image) {
-                const T* xi = x + image * plan.image + c0 * plane;
-                if (plan.copy) {
-                    pad_channels<T>(given, count, xi, padded);
-                    xi = padded;
-                }
-                if (cols > 0) {
-                    pack_panels<T>(s, xi, 0, kc, 0, cols, panels, cs);
-                    conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{panels, P, kc * P},
-                                         static_cast<int>((cols + P - 1) / P), y + image * m * n, n, cols, !first, last,
-                                         0, epi.group(image, 0));
-                }
-                if (fold) {
-                    pack_tail<T>(s, xi, kc, full, (image - g0) * tail, tail_panel, cs);
-                }
-            }
-            if (fold) {
-                const int64_t used = (g1 - g0) * tail;
-                zero_columns<T>(tail_panel, kc, used);
-                conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{tail_panel, P, kc * P}, 1, tails, P, used, !first,
-                                     false, 0, epilogue<T>{});
-            }
+            chunk_images<T>(given, plan, g0, g1, c0, fold, x, w, padded, panels, cs, y, tails, epi);
         }
         if (fold) {
-            spread_tails<T>(tails, m, n, full, g0, g1, y, epi);
+            spread_tails<T>(tails, s.out_channels, n, n - tail, g0, g1, y, epi);
         }
+    }
+}
+
+// One channel chunk (from c0) of chunks_all for images [g0, g1): each image's whole panels (all its positions without
+// `fold`) into its output, the epilogue with the last chunk; with `fold`, its last positions into the shared panel,
+// then that panel's product added into the tails.
+template <class T>
+__attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_plan& plan, int64_t g0, int64_t g1,
+                                            int64_t c0, bool fold, const T* x, const T* w, T* padded, T* panels,
+                                            chunks<T>& cs, T* y, T* tails, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_shape& s = plan.s;
+    const int64_t m = s.out_channels, n = s.positions(), cc = chunk_channels<T>(s);
+    const int64_t full = n - n % P, tail = n - full, cols = fold ? full : n;
+    const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
+    const tiles::row_tiles<T> a = kernel_rows<T, false>(w, s.depth(), c0 * s.taps());
+    const bool first = c0 == 0, last = c0 + count >= s.channels;
+    T* tail_panel = panels + (full / P) * kc * P;  // (the panel after the whole ones)
+    const int64_t plane = tiles::index_div(plan.image, s.channels);
+    for (int64_t image = g0; image < g1; ++image) {
+        const T* xi = x + image * plan.image + c0 * plane;
+        if (plan.copy) {
+            pad_channels<T>(given, count, xi, padded);
+            xi = padded;
+        }
+        if (cols > 0) {
+            pack_panels<T>(s, xi, 0, kc, 0, cols, panels, cs);
+            conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((cols + P - 1) / P),
+                                 y + image * m * n, n, cols, !first, last, 0, epi.group(image, 0));
+        }
+        if (fold) {
+            pack_tail<T>(s, xi, kc, full, (image - g0) * tail, tail_panel, cs);
+        }
+    }
+    if (fold) {
+        const int64_t used = (g1 - g0) * tail;
+        zero_columns<T>(tail_panel, kc, used);
+        conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{tail_panel, P, kc * P}, 1, tails, P, used, !first, false, 0,
+                             epilogue<T>{});
     }
 }
 
