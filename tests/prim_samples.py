@@ -166,6 +166,22 @@ def _qconv_ref(strides, pads, dilations, groups, x_zero, y_zero, lo, hi, dtype):
     return ref
 
 
+def _max_pool_ref(window, strides, pads, dilations):
+    """max_pool written out: y[n, c, o] = max over taps t of x[n, c, o·s + t·d - lo] inside x."""
+    def ref(x):
+        k = x.ndim - 2
+        outs = [(x.shape[2 + i] + pads[i] + pads[k + i] - dilations[i] * (window[i] - 1) - 1) // strides[i] + 1
+                for i in range(k)]
+        y = np.full(x.shape[:2] + tuple(outs), -np.inf)
+        for idx in np.ndindex(*y.shape):
+            for t in np.ndindex(*window):
+                pos = [idx[2 + i] * strides[i] + t[i] * dilations[i] - pads[i] for i in range(k)]
+                if all(0 <= pos[i] < x.shape[2 + i] for i in range(k)):
+                    y[idx] = max(y[idx], x[idx[:2] + tuple(pos)])
+        return y
+    return ref
+
+
 def _conv_ref(strides, pads, dilations, groups):
     """conv written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - lo] · w[m, c, t], zero outside x."""
     def ref(x, w):
@@ -303,6 +319,11 @@ SAMPLES = {
     "fold": ((Type("f64", (3, 3, 3)),), {"axis": 1, "stride": 2, "dilation": 1, "n": 8}, (normal,), _fold_ref(2, 1, 8)),
     "fold:dilated": ((Type("f64", (3, 2, 3)),), {"axis": 1, "stride": 3, "dilation": 2, "n": 8}, (normal,),
                      _fold_ref(3, 2, 8)),
+    "max_pool": ((Type("f64", (2, 3, 7, 6)),), {"window": (3, 2), "strides": (2, 1), "pads": (1, 0, 2, 1),
+                                                "dilations": (1, 2)}, (normal,),
+                 _max_pool_ref((3, 2), (2, 1), (1, 0, 2, 1), (1, 2))),
+    "max_pool:1d": ((Type("f64", (2, 2, 9)),), {"window": (3,), "strides": (2,), "pads": (1, 2), "dilations": (1,)},
+                    (normal,), _max_pool_ref((3,), (2,), (1, 2), (1,))),
     "conv": ((Type("f64", (2, 3, 5, 6)), Type("f64", (4, 3, 3, 2))),
              {"strides": (1, 2), "pads": (1, 0, 1, 1), "dilations": (1, 1), "groups": 1}, (normal, normal),
              _conv_ref((1, 2), (1, 0, 1, 1), (1, 1), 1)),

@@ -188,17 +188,28 @@ def pool_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, pads, ceil_mo
 
 def max_pool(b, x: Atom, kernel, strides=None, pads=None, dilations=None, ceil_mode: bool = False) -> Atom:
     """The maximum over each window (padding never wins: it is -inf); its derivative goes to the window's first
-    maximum, as torch's max pooling sends it (not shared among ties as amax does)."""
+    maximum, as torch's max pooling sends it (not shared among ties as amax does). 1-d and 2-d float images: the
+    max_pool prim (prims/pooling.py, one ks::max_pool call); others: max_pool_windows and a reduce_max."""
     k = _spatial(b, x)
     strides = _per_axis(b, strides, k, 1, "strides")
     dilations = _per_axis(b, dilations, k, 1, "dilations")
     pads = pool_pads(b, x.type.shape[2:], kernel, strides, dilations, _per_axis(b, pads, 2 * k, 0, "pads"),
                      ceil_mode)
-    low = float("-inf") if x.type.is_float else _int_lowest(x.type.dtype)
-    for i in range(k):
-        x = pad_axis(b, x, 2 + i, pads[i], pads[k + i], low)
-    patches = windows(b, x, 2, kernel, strides, dilations)
+    if x.type.dtype in ("f32", "f64") and k <= 2 and min(pads) >= 0:
+        return b.max_pool(x, window=tuple(kernel), strides=tuple(strides), pads=tuple(pads),
+                          dilations=tuple(dilations))
+    patches = max_pool_windows(b, x, kernel, strides, dilations, pads)
     return b.reduce_max(patches, axes=tuple(3 + 2 * i for i in range(k)), ties="first")
+
+
+def max_pool_windows(b, x: Atom, kernel, strides, dilations, pads, fill=None) -> Atom:
+    """The windows [N, C, O1, K1, ...] of x padded with `fill` (None: the lowest value, -inf for floats)."""
+    k = len(kernel)
+    if fill is None:
+        fill = float("-inf") if x.type.is_float else _int_lowest(x.type.dtype)
+    for i in range(k):
+        x = pad_axis(b, x, 2 + i, pads[i], pads[k + i], fill)
+    return windows(b, x, 2, kernel, strides, dilations)
 
 
 def _int_lowest(dtype: str) -> int:

@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     gather,
     lanes,
     lowering,
+    pooling,
     qlinear,
     shape,
     tensor,

@@ -192,8 +192,9 @@ def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     panels = _k_step(s.depth(), t) * _block_columns(s, size, t)
     rest = _aligned(s.depth()) if _direct(s, size) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
     columns = s.positions() * s.depth() if _few_positions(s) else 0
+    tails = _aligned(s.out_channels * _panel(size)) if _chunked(s, size, t) else 0  # (convs::tails_room)
     return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size)) + \
-        _aligned(max(rest, columns)) + _chunks_room(size, t)
+        _aligned(max(rest, columns)) + tails + _chunks_room(size, t)
 
 
 def _few_positions(s: ConvShape) -> bool:
@@ -289,6 +290,12 @@ def tiled_gemm_scratch(m: int, n: int, k: int, size: int, t: Tiles) -> int:
 def parts_room(parts: int, elements: int) -> int:
     """ks::parts::room(parts, elements): a 64-byte aligned slice per part."""
     return parts * _aligned(elements)
+
+
+def max_pool_scratch(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                     ph: int, pw: int) -> int:
+    """ks::max_pool_scratch<T>(pool_shape) (prelude/ks/maxpool.h): one padded row of the windows of an output row."""
+    return (ow - 1) * sw + (kw - 1) * dw + 1
 
 
 # ---- ks::qconv, ks::qconv_depthwise, ks::qmatmul (prelude/ks/qconv.h): bytes -----------------------------------

@@ -503,6 +503,16 @@ constexpr int64_t plan_room() {
 // register tiles, rows with a library's gemm).
 namespace convs {
 
+template <class T>
+constexpr bool chunked(const conv_shape& s);
+
+// The room of the `chunks` method's tail columns (chunks_all: a panel's columns of every output channel), before
+// the chunks<T>.
+template <class T>
+constexpr int64_t tails_room(const conv_shape& s) {
+    return chunked<T>(s) ? aligned(s.out_channels * panel_width<T>) : 0;
+}
+
 // conv_scratch of a canonical shape (not rows); `packs`: with room for the kernel packed in row tiles.
 template <class T>
 constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
@@ -512,7 +522,7 @@ constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
                                       : (phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels);
     const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
     return plan_room<T>() + (packs ? aligned(packed_kernel_size(s)) : 0) + image +
-           aligned(rest > columns ? rest : columns) + chunks_room<T>();
+           aligned(rest > columns ? rest : columns) + tails_room<T>(s) + chunks_room<T>();
 }
 
 // The shape the tiles run for `given` (conv_plan::s): canonical, and padded when the image is copied.
@@ -651,6 +661,54 @@ constexpr bool chunked(const conv_shape& s) {
            s.out_channels * s.depth() * int64_t(sizeof(T)) > 2 * chunk_bytes && tiles::k_step(s.depth()) >= s.taps();
 }
 
+// Positions [full, full + tail) of the im2col rows [0, kc) of one image x (as pack_panels reads it) into columns
+// [at, at + tail) of one panel (kc rows of P).
+template <class T>
+__attribute__((noinline)) void pack_tail(const conv_shape& s, const T* x, int64_t kc, int64_t full, int64_t at,
+                                         T* panel, chunks<T>& cs) {
+    constexpr int P = panel_width<T>;
+    const int64_t tail = s.positions() - full, step = s.stride[2];
+    cs.n = 0;
+    panel_chunks<T>(s, full, tail, kc, cs);  // (one chunk per output row the tail covers, from column 0)
+    im2col_rows<T>(s, x, 0, kc, [&](int64_t p, const T* first) {
+        for (int64_t i = 0; i < cs.n; ++i) {
+            for (int64_t u = 0; u < cs.count[i]; ++u) {
+                panel[p * P + at + cs.dst[i] + u] = first[cs.src[i] + u * step];
+            }
+        }
+    });
+}
+
+// Columns [used, P) of a panel of kc rows: zeros.
+template <class T>
+__attribute__((noinline)) void zero_columns(T* panel, int64_t kc, int64_t used) {
+    constexpr int P = panel_width<T>;
+    for (int64_t p = 0; used < P && p < kc; ++p) {
+        for (int64_t q = used; q < P; ++q) {
+            panel[p * P + q] = T(0);
+        }
+    }
+}
+
+// The tails' results (m rows of P columns: image g0 + i's positions [full, n) at columns [i · tail, ...)) into y,
+// then the epilogue over them.
+template <class T>
+__attribute__((noinline)) void spread_tails(const T* tails, int64_t m, int64_t n, int64_t full, int64_t g0,
+                                            int64_t g1, T* y, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const int64_t tail = n - full;
+    for (int64_t image = g0; image < g1; ++image) {
+        T* out = y + image * m * n + full;
+        const T* from = tails + (image - g0) * tail;
+        for (int64_t r = 0; r < m; ++r) {
+            for (int64_t q = 0; q < tail; ++q) {
+                out[r * n + q] = from[r * P + q];
+            }
+        }
+        epi.group(image, 0)(0, full, out, n, 1, m, tail);
+    }
+}
+
 // Channels [c0, c0 + count) of one image x (the given, unpadded layout) copied zero-padded into dst, as the
 // plan's padded shape with `count` channels reads them.
 template <class T>
@@ -780,28 +838,72 @@ constexpr conv_shape phase_shape(const conv_shape& s) {
 // ks::conv by channel chunks: per chunk of input channels (chunk_channels), every image's rows of the im2col
 // matrix for them packed into panels and multiplied by the chunk's kernel rows (read as they are, from L2 after
 // the first image), adding to the outputs; the epilogue with the last chunk. Each image's channels are padded
-// once, chunk by chunk, into the padded copy's room.
+// once, chunk by chunk, into the padded copy's room. With several images whose positions end in a partial panel
+// of at most half a panel (ResNet's 7 × 7 layers: 49 = 3 · 16 + 1), a group of images shares one panel of those
+// last positions (`tails`: a quarter of the tiles' work had been padding), in images' groups of a panel's
+// worth; their results go to `tails` (m rows of a panel, through all chunks), then to y with the epilogue.
+template <class T>
+__attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_plan& plan, int64_t g0, int64_t g1,
+                                            int64_t c0, bool fold, const T* x, const T* w, T* padded, T* panels,
+                                            chunks<T>& cs, T* y, T* tails, const epilogue<T>& epi);
+
 template <class T>
 __attribute__((noinline)) void chunks_all(const conv_shape& given, const conv_plan& plan, int64_t images, const T* x,
                                           const T* w, T* padded, T* panels, chunks<T>& cs, T* y,
                                           const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const conv_shape& s = plan.s;
-    const int64_t m = s.out_channels, depth = s.depth(), n = s.positions(), cc = chunk_channels<T>(s);
-    const int64_t plane = tiles::index_div(plan.image, s.channels);
-    for (int64_t c0 = 0; c0 < s.channels; c0 += cc) {
-        const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
-        for (int64_t image = 0; image < images; ++image) {
-            const T* xi = x + image * plan.image + c0 * plane;
-            if (plan.copy) {
-                pad_channels<T>(given, count, xi, padded);
-                xi = padded;
-            }
-            pack_panels<T>(s, xi, 0, kc, 0, n, panels, cs);
-            conv_block<T, false>(m, kc, kernel_rows<T, false>(w, depth, c0 * s.taps()),
-                                 tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((n + P - 1) / P),
-                                 y + image * m * n, n, n, c0 > 0, c0 + count >= s.channels, 0, epi.group(image, 0));
+    const int64_t n = s.positions(), tail = n % P, cc = chunk_channels<T>(s);
+    const bool fold = images > 1 && tail > 0 && 2 * tail <= P;
+    const int64_t group = fold ? P / tail : images;
+    T* tails = reinterpret_cast<T*>(&cs) - tails_room<T>(s);
+    for (int64_t g0 = 0; g0 < images; g0 += group) {
+        const int64_t g1 = images - g0 < group ? images : g0 + group;
+        for (int64_t c0 = 0; c0 < s.channels; c0 += cc) {
+            chunk_images<T>(given, plan, g0, g1, c0, fold, x, w, padded, panels, cs, y, tails, epi);
         }
+        if (fold) {
+            spread_tails<T>(tails, s.out_channels, n, n - tail, g0, g1, y, epi);
+        }
+    }
+}
+
+// One channel chunk (from c0) of chunks_all for images [g0, g1): each image's whole panels (all its positions without
+// `fold`) into its output, the epilogue with the last chunk; with `fold`, its last positions into the shared panel,
+// then that panel's product added into the tails.
+template <class T>
+__attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_plan& plan, int64_t g0, int64_t g1,
+                                            int64_t c0, bool fold, const T* x, const T* w, T* padded, T* panels,
+                                            chunks<T>& cs, T* y, T* tails, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_shape& s = plan.s;
+    const int64_t m = s.out_channels, n = s.positions(), cc = chunk_channels<T>(s);
+    const int64_t full = n - n % P, tail = n - full, cols = fold ? full : n;
+    const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
+    const tiles::row_tiles<T> a = kernel_rows<T, false>(w, s.depth(), c0 * s.taps());
+    const bool first = c0 == 0, last = c0 + count >= s.channels;
+    T* tail_panel = panels + (full / P) * kc * P;  // (the panel after the whole ones)
+    const int64_t plane = tiles::index_div(plan.image, s.channels);
+    for (int64_t image = g0; image < g1; ++image) {
+        const T* xi = x + image * plan.image + c0 * plane;
+        if (plan.copy) {
+            pad_channels<T>(given, count, xi, padded);
+            xi = padded;
+        }
+        if (cols > 0) {
+            pack_panels<T>(s, xi, 0, kc, 0, cols, panels, cs);
+            conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((cols + P - 1) / P),
+                                 y + image * m * n, n, cols, !first, last, 0, epi.group(image, 0));
+        }
+        if (fold) {
+            pack_tail<T>(s, xi, kc, full, (image - g0) * tail, tail_panel, cs);
+        }
+    }
+    if (fold) {
+        const int64_t used = (g1 - g0) * tail;
+        zero_columns<T>(tail_panel, kc, used);
+        conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{tail_panel, P, kc * P}, 1, tails, P, used, !first, false, 0,
+                             epilogue<T>{});
     }
 }
 

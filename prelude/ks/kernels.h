@@ -1,8 +1,8 @@
 // ks/kernels.h — the kernel layer: matrix products and convolutions compiled once, not per package.
 //
 // ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd,
-// ks::conv_depthwise and ks::winograd_kernel
-// (ks/gemm.h, ks/conv.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
+// ks::conv_depthwise, ks::winograd_kernel and ks::max_pool
+// (ks/gemm.h, ks/conv.h, ks/maxpool.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
 // compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
 // keeps the objects in its cache, shared by every package built with the same compiler and flags), and
 // the generated code only calls them: the declarations below tell its compiler not to instantiate them.
@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "conv.h"
+#include "maxpool.h"
 #include "qconv.h"
 
 namespace ks {
@@ -49,7 +50,8 @@ inline namespace KS_KERNELS {
     PREFIX void conv_winograd_range<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&, \
                                        int64_t, int64_t);                                                         \
     PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
-    PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);
+    PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);                                               \
+    PREFIX void max_pool<T>(const pool_shape&, int64_t, const T*, T*, T*);
 
 // ks::conv_dots (impl "dots"): the convolutions of a target without a vector unit, compiled for those alone.
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'

@@ -293,7 +293,8 @@ void convs(uint64_t& state) {
 // Convolutions whose kernel is larger than two channel chunks and whose positions fit one block (ResNet's layers at
 // 7 × 7): ks::conv's `chunks` method (ks/conv.h: chunks_all), which must be the method these shapes get; channel
 // counts that leave a partial last chunk, rows of the kernel past the last whole tile, padding or none, strides 1 and
-// 2, one image and several, with and without an epilogue.
+// 2, one image and several (the last positions of several images in one panel: chunks_all's tails, in groups of a
+// panel's worth), with and without an epilogue.
 template <class T>
 void chunked_convs(uint64_t& state) {
     struct case_ {
@@ -314,6 +315,9 @@ void chunked_convs(uint64_t& state) {
                   s.depth(), 0);
         for (int images = 1; images <= 3; images += 2) {
             check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+        if (c.channels == 200) {  // (49 positions: the images' last ones share panels, 16 images a group and one)
+            check_conv<T>(s, 17, true, 0, state);
         }
     }
 }

@@ -35,8 +35,9 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
     float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 17024);
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
     float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
+    float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 19072;
     float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
@@ -52,24 +53,14 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
             ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::affine_epilogue<float>(epilogue));
         }
         // ONNX node /MaxPool (MaxPool)
-        for (int64_t i = 0; i < 8; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                KS_OMP_SIMD()
-                for (int64_t k = 0; k < 8; ++k) {
-                    float acc = ks::lowest<float>();
-                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
-                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
-                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
-                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
-                    MaxPool[i * 64 + j * 8 + k] = acc;
-                }
-            }
-        }
+        static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
+        ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
         // ONNX node /conv2/Conv (Conv)
         static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
         static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float1);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float2);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
             float Relu_1_sum = 0;
@@ -116,16 +107,18 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 32768);
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 40960);
+    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const max = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 43008);
     int64_t* const tmp2 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace));
     int64_t* const tmp3 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 16384);
     int64_t* const min = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 32768);
     float* const tmp4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16384);
-    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const scratch_float3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const gathered = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const gathered1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16448);
-    float* const scratch_float3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 43008;
+    float* const scratch_float4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 45056;
     float* const d_Flatten = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
     int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
@@ -201,6 +194,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
         // ONNX node /MaxPool (MaxPool)
+        static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
+        ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
@@ -210,7 +206,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
-                    MaxPool[i * 64 + j * 8 + k] = acc;
+                    max[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
@@ -219,10 +215,10 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
                         const float Relu_i = Relu[i * 32 + j * 16 + k * 2 + l];
-                        const float MaxPool_i = MaxPool[i * 8 + k];
-                        const bool t1 = (Relu_i == MaxPool_i);
+                        const float max_i = max[i * 8 + k];
+                        const bool t1 = (Relu_i == max_i);
                         const bool t2 = (Relu_i != Relu_i);
-                        const bool t3 = (MaxPool_i != MaxPool_i);
+                        const bool t3 = (max_i != max_i);
                         const bool t4 = (t2 && t3);
                         const bool t5 = (t1 || t4);
                         const int64_t tmp_i = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
@@ -281,13 +277,13 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                 return d_conv2_Conv_i;
             };
             static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
-            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float1, ks::conv_epilogue<float>(epilogue));
+            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float2, ks::conv_epilogue<float>(epilogue));
         }
     }
     // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch; ++i) {
         static_assert((ks::tiled_gemm_scratch<float>(72, 9, 16)) * sizeof(float) <= 4096, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float2);
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float3);
     }
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
         folded[i] = 0.0f;
@@ -401,12 +397,12 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     // ONNX node /conv1/Conv (Conv)
     static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 16448, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
     static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float3);
+    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float4);
     return ks::status::ok;
 }
 
 size_t onnx_cnn_cnn_vjp_workspace_size(int64_t batch) {
-    return 43008 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216);
+    return 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16) + ks::aligned_bytes<float>(216);
 }
 
 }  // namespace KS_VARIANT
