@@ -350,17 +350,22 @@ def _mulzz_jvp(b, primals, tangents):
     return [z], [bcast_to(b, out, z.type) if out is not None else None]
 
 
-def _t_mulzz(b, cts, ins, linear):
-    # z = x ⊙⊙ y, linear in one operand: its cotangent is z̄ ⊙⊙ the other
+def _t_product(name, times, b, cts, ins, linear):
+    # z = x times y, linear in one operand: its cotangent is times(z̄, the other)
     (ct,) = cts
     if ct is None:
         return [None, None]
     if linear[0] and linear[1]:
-        raise KsbuildError("internal: mulzz is not linear in both operands")
+        raise KsbuildError(f"internal: {name} is not linear in both operands")
     i = 0 if linear[0] else 1
     out = [None, None]
-    out[i] = unbroadcast(b, masked_both(b, ct, ins[1 - i]), ins[i].type)
+    out[i] = unbroadcast(b, times(b, ct, ins[1 - i]), ins[i].type)
     return out
+
+
+def _t_mulzz(b, cts, ins, linear):
+    # z = x ⊙⊙ y: the cotangent of the linear operand is z̄ ⊙⊙ the other
+    return _t_product("mulzz", masked_both, b, cts, ins, linear)
 
 
 def _simp_mulzz(ins, out):
@@ -386,16 +391,8 @@ def _ctmul_jvp(b, primals, tangents):
 
 
 def _t_ctmul(b, cts, ins, linear):
-    # z = c * y, linear in one operand: its cotangent is z̄ * the other, a ctmul again (the new cotangent first)
-    (ct,) = cts
-    if ct is None:
-        return [None, None]
-    if linear[0] and linear[1]:
-        raise KsbuildError("internal: ctmul is not linear in both operands")
-    i = 0 if linear[0] else 1
-    out = [None, None]
-    out[i] = unbroadcast(b, b.ctmul(ct, ins[1 - i]), ins[i].type)
-    return out
+    # z = c * y: the cotangent of the linear operand is z̄ * the other, a ctmul again (the new cotangent first)
+    return _t_product("ctmul", lambda b, ct, other: b.ctmul(ct, other), b, cts, ins, linear)
 
 
 def _ctmul_expand(b, ins):

@@ -729,6 +729,30 @@ constexpr void split_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& 
     i1 = i1 < i0 ? i0 : i1;
 }
 
+// Stride 2's two column phases of a row (place i of phase r: src[at + 2 i + r]): places [a0, a1) of phase 0 into
+// out, [b0, b1) of phase 1 into odd; both in one loop over the places both hold (GCC vectorizes that pair of
+// strided reads, not one alone), then the places only one phase holds.
+template <class T>
+inline void pair_phases(const T* src, int64_t at, T* out, T* odd, int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
+    for (int64_t i = both0; i < both1; ++i) {
+        out[i] = src[at + 2 * i];
+        odd[i] = src[at + 2 * i + 1];
+    }
+    for (int64_t i = a0; i < a1 && i < both0; ++i) {
+        out[i] = src[at + 2 * i];
+    }
+    for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
+        out[i] = src[at + 2 * i];
+    }
+    for (int64_t i = b0; i < b1 && i < both0; ++i) {
+        odd[i] = src[at + 2 * i + 1];
+    }
+    for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
+        odd[i] = src[at + 2 * i + 1];
+    }
+}
+
 // Places [0, i0) and [i1, n) of a split row zeroed.
 template <class T>
 inline void zero_outside(T* o, int64_t i0, int64_t i1, int64_t n) {
@@ -752,23 +776,7 @@ KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t p
     split_span(s, 1, b0, b1);
     if (sw == 2) {
         T* odd = out + plane;
-        const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
-        for (int64_t i = both0; i < both1; ++i) {
-            out[i] = src[at + 2 * i];
-            odd[i] = src[at + 2 * i + 1];
-        }
-        for (int64_t i = a0; i < a1 && i < both0; ++i) {  // (the places only one phase holds)
-            out[i] = src[at + 2 * i];
-        }
-        for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
-            out[i] = src[at + 2 * i];
-        }
-        for (int64_t i = b0; i < b1 && i < both0; ++i) {
-            odd[i] = src[at + 2 * i + 1];
-        }
-        for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
-            odd[i] = src[at + 2 * i + 1];
-        }
+        pair_phases(src, at, out, odd, a0, a1, b0, b1);
         zero_outside(out, a0, a1, pw);
         zero_outside(odd, b0, b1, pw);
         return;
@@ -1807,24 +1815,7 @@ KS_OWN_FRAME void copy_row(const conv_shape& s, const T* src, T* out, int64_t a0
             out[i] = src[at + i];
         }
     } else if (sw == 2) {  // both phases in one loop: GCC vectorizes the pair of strided reads
-        const int64_t both0 = a0 > b0 ? a0 : b0, both1 = a1 < b1 ? a1 : b1;
-        T* odd = out + rows(s) * places(s);
-        for (int64_t i = both0; i < both1; ++i) {
-            out[i] = src[at + 2 * i];
-            odd[i] = src[at + 2 * i + 1];
-        }
-        for (int64_t i = a0; i < a1 && i < both0; ++i) {  // (the places only one phase holds)
-            out[i] = src[at + 2 * i];
-        }
-        for (int64_t i = both1 > a0 ? both1 : a0; i < a1; ++i) {
-            out[i] = src[at + 2 * i];
-        }
-        for (int64_t i = b0; i < b1 && i < both0; ++i) {
-            odd[i] = src[at + 2 * i + 1];
-        }
-        for (int64_t i = both1 > b0 ? both1 : b0; i < b1; ++i) {
-            odd[i] = src[at + 2 * i + 1];
-        }
+        convs::pair_phases(src, at, out, out + rows(s) * places(s), a0, a1, b0, b1);
     } else {
         for (int64_t r = 0; r < sw; ++r) {
             int64_t i0, i1;
