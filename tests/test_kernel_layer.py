@@ -79,7 +79,10 @@ def trees(tmp_path_factory):
         d = root / name
         d.mkdir()
         (d / "k.py").write_text(KERNELS)
-        (d / "manifest.toml").write_text(MANIFEST.format(name=name, kernel=kernel))
+        # (a comment naming the pytest-xdist worker gives each worker cache keys of its own, so that its kl_conv is
+        # built here, not found in the cache when another worker that runs this module built it first)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        (d / "manifest.toml").write_text(MANIFEST.format(name=name, kernel=kernel) + f"\n# {worker}\n")
         said: list[str] = []
         out[name] = package(d / "manifest.toml", root / "dist" / name, progress=said.append)
         lines[name] = said
