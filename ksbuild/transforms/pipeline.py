@@ -32,6 +32,7 @@ from .simplify import simplify
 from .step_projections import step_projections
 from .tabulate import tabulate
 from .unroll import unroll
+from .window_pools import window_pools
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Pass:
 PASSES = [
     Pass("expand", lambda f, o: expand(f),
          "decompositions: a per-lane if (lane_cond) becomes selects, a cotangent product (ctmul) a mul"),
+    Pass("window_pools", lambda f, o: f if o.vectors else window_pools(f),
+         "without a vector unit, max pooling is a maximum over gathered windows (a loop nest), not ks::max_pool"),
     Pass("unroll", lambda f, o: unroll(f), "loops that run a few known times become their bodies, repeated"),
     Pass("simplify", lambda f, o: simplify(f), "algebraic identities, constant folding, dead code"),
     Pass("gather_early", lambda f, o: gather_early(f),

@@ -861,9 +861,9 @@ __attribute__((noinline)) void chunks_all(const conv_shape& given, const conv_pl
                                           const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
     const conv_shape& s = plan.s;
-    const int64_t n = s.positions(), tail = n % P, cc = chunk_channels<T>(s);
+    const int64_t n = s.positions(), tail = tiles::index_mod(n, P), cc = chunk_channels<T>(s);
     const bool fold = images > 1 && tail > 0 && 2 * tail <= P;
-    const int64_t group = fold ? P / tail : images;
+    const int64_t group = fold ? tiles::index_div(P, tail) : images;
     T* tails = reinterpret_cast<T*>(&cs) - tails_room<T>(s);
     for (int64_t g0 = 0; g0 < images; g0 += group) {
         const int64_t g1 = images - g0 < group ? images : g0 + group;
@@ -886,11 +886,11 @@ __attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_
     constexpr int P = panel_width<T>;
     const conv_shape& s = plan.s;
     const int64_t m = s.out_channels, n = s.positions(), cc = chunk_channels<T>(s);
-    const int64_t full = n - n % P, tail = n - full, cols = fold ? full : n;
+    const int64_t full = n - tiles::index_mod(n, P), tail = n - full, cols = fold ? full : n;
     const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
     const tiles::row_tiles<T> a = kernel_rows<T, false>(w, s.depth(), c0 * s.taps());
     const bool first = c0 == 0, last = c0 + count >= s.channels;
-    T* tail_panel = panels + (full / P) * kc * P;  // (the panel after the whole ones)
+    T* tail_panel = panels + tiles::index_div(full, P) * kc * P;  // (the panel after the whole ones)
     const int64_t plane = tiles::index_div(plan.image, s.channels);
     for (int64_t image = g0; image < g1; ++image) {
         const T* xi = x + image * plan.image + c0 * plane;

@@ -56,9 +56,10 @@ __attribute__((noinline)) void column_maxima(const pool_shape& s, const T* plane
     const int64_t a = s.pw < span ? s.pw : span;  // the plane's columns: [a, e) of the row
     const int64_t e = s.pw + s.w < span ? s.pw + s.w : span;
     const int64_t top = oy * s.sh - s.ph;
-    int64_t ky = top < 0 ? (-top + s.dh - 1) / s.dh : 0;  // the window's first row in the plane
+    int64_t ky = top < 0 ? tiles::index_div(-top + s.dh - 1, s.dh) : 0;  // the window's first row in the plane
     const int64_t below = s.h - 1 - top;                 // (its last: ky · dh <= below)
-    const int64_t last = below < 0 ? -1 : (below / s.dh < s.kh - 1 ? below / s.dh : s.kh - 1);
+    const int64_t down = below < 0 ? 0 : tiles::index_div(below, s.dh);
+    const int64_t last = below < 0 ? -1 : (down < s.kh - 1 ? down : s.kh - 1);
     const bool any = ky <= last;
     T* inside = row + s.pw;  // (column i of the plane; at most one past the row's end: a, e = span)
     for (bool into = false; ky <= last; ky += 3, into = true) {
