@@ -195,6 +195,21 @@ def test_a_build_beyond_the_limit_removes_older_items(relu3_copy, tmp_path, priv
     assert "found a cached build" in package(relu3_copy, tmp_path / "again", capsys)  # (a reuse removes nothing)
 
 
+def test_info_names_the_limit(private_cache, monkeypatch, capsys):
+    fill(private_cache)
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "2G")
+    assert cli_main(["cache", "info"]) == 0
+    assert "; limit 2.0 GiB (KSBUILD_CACHE_MAX_SIZE=2G))" in capsys.readouterr().out.splitlines()[0]
+    assert cli_main(["cache", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["max_size_bytes"] == 2 * 2**30
+    monkeypatch.delenv("KSBUILD_CACHE_MAX_SIZE")
+    assert cli_main(["cache", "info"]) == 0
+    assert "limit 5.0 GiB (the default 5G; set KSBUILD_CACHE_MAX_SIZE)" in capsys.readouterr().out
+    monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "0")
+    assert cli_main(["cache", "info"]) == 0
+    assert "no limit (KSBUILD_CACHE_MAX_SIZE=0)" in capsys.readouterr().out
+
+
 def test_a_bad_limit_is_refused_before_building(relu3_copy, tmp_path, private_cache, monkeypatch, capsys):
     monkeypatch.setenv("KSBUILD_CACHE_MAX_SIZE", "lots")
     assert cli_main(["package", str(relu3_copy), "-o", str(tmp_path / "out")]) == 1

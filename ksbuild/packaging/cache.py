@@ -339,7 +339,9 @@ def info_text() -> str:
     """What `ksbuild cache info` prints: where the cache is and every entry: what, for what, size, age."""
     bs, ks, ps, ls = builds(), kernel_folders(), loaded_trees(), logs()
     total = sum(i.size for i in bs + ks + ps + ls)
-    lines = [f"ksbuild cache: {cache_root()}  ({_size(total)})",
+    limit = size_limit()
+    bound = f"limit {_size(limit)} ({limit_text()})" if limit else "no limit (KSBUILD_CACHE_MAX_SIZE=0)"
+    lines = [f"ksbuild cache: {cache_root()}  ({_size(total)}; {bound})",
              f"  {len(bs)} build(s) {_size(_sum(bs))}; {len(ks)} kernel object folder(s) {_size(_sum(ks))}; "
              f"{len(ps)} tree(s) loaded by ksbuild.build() {_size(_sum(ps))}; {len(ls)} log(s) {_size(_sum(ls))}"]
     if bs:
@@ -386,7 +388,7 @@ def info_json() -> dict:
         return {"name": i.name, "path": str(i.path), "size_bytes": i.size, "mtime": i.used,
                 "age_seconds": round(max(0.0, time.time() - i.used), 1)}
 
-    return {"cache": str(cache_root()),
+    return {"cache": str(cache_root()), "max_size_bytes": size_limit() or 0,
             "builds": [{"key": b.key, **common(b), "finished": b.finished, **b.info} for b in builds()],
             "kernels": [{**common(k), **k.info} for k in kernel_folders()],
             "python": [common(p) for p in loaded_trees()]}
