@@ -227,5 +227,7 @@ def test_cache_info_json_lists_the_builds(relu3_tree, tmp_path):
     assert info["cache"] == str(dist.parent / "cache")
     assert [(b["package"], b["target"], b["finished"]) for b in info["builds"]] == [("activations", "host", True)]
     assert info["builds"][0]["size_bytes"] > 0 and Path(info["builds"][0]["path"]).is_dir()
-    empty = ksbuild("cache", "info", "--json", env=dict(os.environ, KSBUILD_CACHE=str(tmp_path / "none")))
-    assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "builds": [], "kernels": [], "python": []}
+    empty = ksbuild("cache", "info", "--json",
+                    env=dict(os.environ, KSBUILD_CACHE=str(tmp_path / "none"), KSBUILD_CACHE_MAX_SIZE="1G"))
+    assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "max_size_bytes": 2**30, "builds": [],
+                                        "kernels": [], "python": []}
