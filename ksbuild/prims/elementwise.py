@@ -368,16 +368,6 @@ def _t_mulzz(b, cts, ins, linear):
     return _t_product("mulzz", masked_both, b, cts, ins, linear)
 
 
-def _simp_mulzz(ins, out):
-    # x ⊙⊙ 1 = x;  1 ⊙⊙ y = y;  0 ⊙⊙ y = x ⊙⊙ 0 = 0
-    x, y = ins
-    if _lit(y, 1) and _same(x, out):
-        return x
-    if _lit(x, 1) and _same(y, out):
-        return y
-    return Lit(0, out.type) if _lit(x, 0) or _lit(y, 0) else None
-
-
 def _ctmul_jvp(b, primals, tangents):
     # z = c * y for a cotangent c: dz = dc * y + c * dy, the first again a ctmul (a cotangent's tangent times a
     # value: third derivatives keep the rule), the second masked by both c and dy (mulzz): a zero cotangent (the
@@ -431,7 +421,7 @@ mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
 # second derivative (ctmul's and mulz's jvps), where either may be the zero and the other infinite
 mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
                "x * y, but 0 where x or y is 0 (0 * inf = 0 * nan = 0): a cotangent times a tangent, either zero",
-               numeric=False, transpose=_t_mulzz, simplify=_simp_mulzz, jvp=_mulzz_jvp, costly=False)
+               numeric=False, transpose=_t_mulzz, simplify=_simp_mulz, jvp=_mulzz_jvp, costly=False)
 # c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
 # one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
 # zero cotangent stay 0 (docs/ad-correctness.md)
