@@ -29,7 +29,8 @@ class Backend:
     doc: str                                # one line: what the heavy prims call (CLI help, docs)
     header: str = "ks/kernels.h"            # the prelude header src/P.cpp includes for the heavy prims
     source_note: str = ""                   # the second line of src/P.cpp: what the code needs at run time
-    gemm_prims: frozenset[str] = frozenset()  # prims select_backend hands to its header's ks::gemm (einsum, conv)
+    gemm: bool = False                      # its header implements ks::gemm; the prims whose select_backend rule
+                                            # hands products to it say so in their record (einsum, conv)
     own_headers: tuple[str, ...] = ()       # prelude headers copied into the project only for this backend
     runtime_free: bool = True               # libP.a has no heap, exceptions, RTTI or libstdc++ runtime (DESIGN.md §6)
     cpu_variants: bool = True               # x86-64: kernels compiled per instruction set level, chosen at run time
@@ -49,10 +50,6 @@ class Backend:
     include_dirs: tuple[str, ...] = ()      # where the adapter's headers are (not shipped with ksbuild)
     locate: Callable[[], dict] | None = None  # where its library is at render time: fills {placeholders} of the text
     tests: tuple[str, ...] = field(default=(), compare=False)  # test files that build and run with it
-
-    def gemm(self, prim: str) -> bool:
-        """Whether the products of this prim call the backend's ks::gemm (select_backend)."""
-        return prim in self.gemm_prims
 
     def located(self) -> Backend:
         """The record with its library's paths filled into the text fields (render time)."""
@@ -100,15 +97,13 @@ def _ort_view(views: list) -> dict:
     return {"ort_ops": ops, "ort_skipped": skipped}
 
 
-_PRODUCTS = frozenset({"einsum", "conv"})
-
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("plain", "loops and the prelude's register tiles; runtime-free (the default)",
             source_note=BACKEND_PLAIN_NOTE,
             tests=("tests/test_golden.py", "tests/test_examples_tensor.py")),
     Backend("blas", "matrix products through CBLAS (OpenBLAS, BLIS, MKL)", header="ks/blas.h",
             source_note="C++17 with matrix products through CBLAS (ks/blas.h); ks:: functions are in ks/prelude.h.",
-            gemm_prims=_PRODUCTS, own_headers=("blas.h",), runtime_free=False, needs_target_blas=True,
+            gemm=True, own_headers=("blas.h",), runtime_free=False, needs_target_blas=True,
             find="BLAS", link="BLAS::BLAS", library="a BLAS library",
             cmake_note="matrix products call the CBLAS of the BLAS that find_package(BLAS) finds\n"
                        "(set BLA_VENDOR to choose one, e.g. -DBLA_VENDOR=OpenBLAS).",
@@ -116,7 +111,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             tests=("tests/test_blas_backend.py",)),
     Backend("aten", "matrix products through libtorch (ATen)", header="ks/aten.h",
             source_note="C++17 with matrix products through ATen (ks/aten.h); ks:: functions are in ks/prelude.h.",
-            gemm_prims=_PRODUCTS, own_headers=("aten.h",), runtime_free=False, cpu_variants=False,
+            gemm=True, own_headers=("aten.h",), runtime_free=False, cpu_variants=False,
             x86_64_host_only=True, find="Torch", find_args=' CONFIG PATHS "{cmake_prefix}"',
             link="torch", library="libtorch",
             link_rpath=True,

@@ -220,19 +220,19 @@ def _emit(ctx, eqn) -> None:
 
 def _select(b, eqn, ins, backend, threads):
     """A convolve: impl "winograd" where winograd_applies (one thread, or a backend without its own conv), else
-    "depthwise" for one group per channel, else "gemm" when the backend's record takes conv, else "tiles"
+    "depthwise" for one group per channel, else "gemm" when the backend has a ks::gemm (Backend.gemm), else "tiles"
     (transforms/select_backend.py says why)."""
     from ..transforms.rewrite import bind_like
     from .convolve import convolve, depthwise_applies, winograd_applies, winograd_kernel
     p = eqn.params
     winograd = winograd_applies(eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type, p["strides"], p["dilations"],
                                 p["groups"])
-    if winograd and (not backend.gemm("conv") or threads <= 1):
+    if winograd and (not backend.gemm or threads <= 1):
         (u,) = b.bind(winograd_kernel, [ins[1]], {})
         return bind_like(b, eqn, convolve, [ins[0], u] + list(ins[2:]), dict(p, impl="winograd"))
     if depthwise_applies(eqn.ins[0].type, p["groups"]):
         return bind_like(b, eqn, convolve, ins, dict(p, impl="depthwise"))
-    return bind_like(b, eqn, convolve, ins, dict(p, impl="gemm" if backend.gemm("conv") else "tiles"))
+    return bind_like(b, eqn, convolve, ins, dict(p, impl="gemm" if backend.gemm else "tiles"))
 
 
 conv = Prim(

@@ -517,15 +517,15 @@ def _einsum_emit(ctx, eqn) -> None:
 
 
 def _einsum_select(b, eqn, ins, backend, threads):
-    """A contract: impl "gemm" (the backend's ks::gemm) for a float matrix product when the backend's record takes
-    einsum, else "tiles" (on several threads too: ks/parts.h splits it) unless it is tiny (_tiny_product); "loops"
+    """A contract: impl "gemm" (the backend's ks::gemm) for a float matrix product when the backend has one
+    (Backend.gemm), else "tiles" (on several threads too: ks/parts.h splits it) unless it is tiny (_tiny_product); "loops"
     for those and any other contraction (transforms/select_backend.py)."""
     from ..transforms.rewrite import bind_like
     from .lowering import contract, gemm_axes
     spec = eqn.params["spec"]
     impl = "loops"
     if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
-        impl = "gemm" if backend.gemm("einsum") else "loops" if _tiny_product(eqn) else "tiles"
+        impl = "gemm" if backend.gemm else "loops" if _tiny_product(eqn) else "tiles"
     return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
 
 

@@ -2,12 +2,12 @@
 
 Requires: a Func after the transformations. Guarantees: every `einsum` is a `contract`; a
 (batched) float matrix product (one letter each for rows, columns and the summed axis) has impl
-"gemm" when the backend's record hands einsum to its header (Backend.gemm_prims: blas, aten; a
+"gemm" when the backend's header has a ks::gemm (Backend.gemm: blas, aten; a
 `ks::gemm` call that ks/blas.h or ks/aten.h implements), impl "tiles" otherwise on one thread (a
 `ks::tiled_gemm` call: ks/gemm.h, portable register tiles; on several threads too, in parts: ks/parts.h), and
 every other einsum impl "loops". Every `conv`
 is a `convolve`: impl "tiles" (ks::conv, the register tiles) with the plain backend, "gemm"
-(ks::conv_rows with the backend's ks::gemm) when its record hands conv to its header (blas, aten); a
+(ks::conv_rows with the backend's ks::gemm) when the backend's header has one (blas, aten); a
 2-d 3×3 convolution with stride 1 and 2048 channel pairs or more (prims/convolve.py: winograd_applies)
 is impl "winograd" (ks::conv_winograd, on the register tiles of the header-only prelude) of its kernel
 transformed by a `winograd_kernel` equation, with every backend on one thread: its 16 products per
