@@ -1,7 +1,8 @@
 """Calls stay calls: a helper kernel whose values are all scalars (prims/control.py keeps_call) is a function of its
 own in the C++ (`detail::softplus`, codegen/helpers.py), and under jvp, vjp and vmap its call is a call of its
 transformed callee (jvp_softplus; fwd_softplus and bwd_softplus; vmap_softplus), each written once however often
-it is called.
+it is called. A helper with tensors stays a call when it is large enough (prims/control.py call_params): `big`
+below, and examples/gmm's helpers with the size rule off.
 
 Oracles: the reference interpreter on the same exports built with every call inlined first (the path every
 transformation took before calls stayed calls), and the interpreter on the export's own IR (with its calls)."""
@@ -195,3 +196,101 @@ def test_kept_calls_verify_and_round_trip_through_the_text_form(built, export):
     args = _args(export, np.random.default_rng(1))
     for got, want in zip(eval_func(parse_func(text), list(args)), _inlined_reference(root, export)(*args)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
+# ---- a user's helper with tensors ------------------------------------------------------------------------------
+
+def _big_kernels(steps: int) -> str:
+    body = "\n".join(f"    z = torch.sin(z * {1 + k / 100} + y) * 0.9" for k in range(steps))  # (contracting)
+    return (f"import torch\n\n\ndef big(x: \"float[n]\", y: float) -> \"float[n]\":\n    z = x\n{body}\n    return z\n\n\n"
+            "def user(x: \"float[n]\", y: float) -> float:\n    a = big(x, y)\n    b = big(x * 2.0, y)\n"
+            "    return torch.sum(a * b) + torch.sum(big(a + b, y))\n")
+
+
+BIG_EXPORTS = {"user": "user", "user_jvp": "jvp(user)", "user_grad": "grad(user)", "vuser": "vmap(user, in_axes=(0, None))"}
+
+
+@pytest.fixture(scope="module")
+def big_built(tmp_path_factory):
+    """A helper of 40 steps (160 equations) with one tensor argument and one tensor result: at least
+    BATCHED_CALL_EQNS_PER_ARRAY (64) equations per array, so its calls stay calls."""
+    root = tmp_path_factory.mktemp("bigcalls")
+    manifest = ('[package]\nname = "bigcalls"\n[build]\ndtype = "float64"\n[kernels.user]\npython = "k.py:user"\n'
+                "[exports]\n" + "".join(f'{k} = "{v}"\n' for k, v in BIG_EXPORTS.items()))
+    pkg, source = build_kernel_file(root, _big_kernels(40), manifest, "bigcalls_k")
+    return pkg, source, root
+
+
+def test_a_large_tensor_helper_is_one_function_called_from_every_use(big_built, tmp_path):
+    """The helper is `static void big(n, x, y, out_z)`, called three times; jvp calls `jvp_big`; vmap over x alone
+    calls the batched `vmap_big` (over x and y it would pass a third array, which 160 equations do not pay); grad inlines it (its forward half would write a residual array per step: 5-7 times slower
+    as a call on cheap arithmetic, docs/architecture.md "Calls")."""
+    from ksbuild.cli import main as cli_main
+    _, _, root = big_built
+    assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
+    cpp = (tmp_path / "out/src/bigcalls.cpp").read_text()
+
+    def body(export):
+        text = cpp[re.search(rf"^(extern \"C\" )?\w+ bigcalls_{export}\(", cpp, re.M).start():]
+        return text[:text.index("\n}\n")]
+    assert len(re.findall(r"^static void big\(int64_t n, const double\* x, double y, double\* \w+\)", cpp, re.M)) == 1
+    assert body("user").count("detail::big(") == 3 and "sin(" not in body("user")
+    assert body("user_jvp").count("detail::jvp_big") == 3
+    assert "detail::vmap_big(" in body("vuser")
+    assert "fwd_big" not in cpp and "detail::" not in body("user_grad") and "std::sin(" in body("user_grad")
+
+
+@pytest.mark.parametrize("export", list(BIG_EXPORTS))
+def test_a_large_tensor_helper_called_gives_torchs_values(big_built, export):
+    """Oracle: the kernel source run by torch (torch.func for jvp, vmap and grad)."""
+    import torch
+    pkg, source, _ = big_built
+    rng = np.random.default_rng(3)
+    x, y = rng.uniform(-1, 1, 6), 0.3
+    tx, ty = torch.tensor(x), torch.tensor(y, dtype=torch.float64)
+    if export == "user":
+        got, want = pkg.user(x, y), source.user(tx, ty)
+    elif export == "user_jvp":
+        dx = rng.uniform(-1, 1, 6)
+        got = pkg.user_jvp(x, y, dx, 0.2)
+        want = torch.func.jvp(source.user, (tx, ty), (torch.tensor(dx), torch.tensor(0.2, dtype=torch.float64)))[1]
+    elif export == "user_grad":
+        got, want = pkg.user_grad(x, y), torch.func.grad(source.user, argnums=(0, 1))(tx, ty)
+    else:
+        xs = rng.uniform(-1, 1, (4, 6))
+        got, want = pkg.vuser(xs, y), torch.func.vmap(source.user, in_dims=(0, None))(torch.tensor(xs), ty)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-11, atol=1e-12)
+
+
+def test_examples_gmm_with_every_tensor_helper_a_call(tmp_path):
+    """With the size rule off, examples/gmm's tensor helpers (cholesky_factor, log_wishart_prior) are functions of
+    their own, with their jvp, forward and backward halves, and every export gives the reference's values: the
+    numpy objective and torch's autograd gradient (examples/gmm/reference.py)."""
+    import importlib.util
+
+    import ksbuild
+    from conftest import ROOT
+    from ksbuild.cli import main as cli_main
+    from ksbuild.prims import control
+    gmm = ROOT / "examples" / "gmm"
+    manifest = (gmm / "manifest.toml").read_text().replace('name = "gmm"', 'name = "gmmcalls"')
+    (tmp_path / "manifest.toml").write_text(manifest.replace('"gmm.py:', f'"{gmm / "gmm.py"}:'))
+    spec = importlib.util.spec_from_file_location("gmm_calls_reference", gmm / "reference.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(control, "BATCHED_CALL_EQNS_PER_ARRAY", 0)
+        assert cli_main(["render", str(tmp_path / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
+        pkg = ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+    cpp = (tmp_path / "out/src/gmmcalls.cpp").read_text()
+    for name in ("cholesky_factor", "log_wishart_prior", "fwd_cholesky_factor", "bwd_log_wishart_prior"):
+        assert re.search(rf"^static void {name}\(", cpp, re.M), name
+    data = ref.make_data(3, 4, 7)
+    args = [data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")]
+    grads = ref.gmm_grad_torch(data)[1:]
+    for export in ("gmm", "gmm_loop", "gmm_tri", "gmm_tri_vec"):
+        assert getattr(pkg, export)(*args) == pytest.approx(ref.gmm_objective_numpy(*args), rel=1e-12)
+        for got, want in zip(getattr(pkg, export + "_grad")(*args), grads):
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)

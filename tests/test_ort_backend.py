@@ -163,3 +163,66 @@ def test_the_gmm_example_and_its_gradient_run_in_onnxruntime(tmp_path):
     assert value == pytest.approx(gmm_objective_numpy(*[data[k] for k in names]), rel=1e-12)
     for got, want in zip(grads, gmm_grad_torch(data)[1:]):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+# ---- every example inside onnxruntime ------------------------------------------------------------------------
+
+# the ONNX examples' forward exports: (export, model file); onnxruntime runs the model itself as the oracle
+ONNX_MODELS = {"onnx_cnn": ("cnn", "cnn.onnx"), "onnx_mlp": ("mlp", "mlp.onnx"),
+               "onnx_forest": ("forest", "forest.onnx"), "onnx_sklearn": ("classify", "iris_svc.onnx")}
+
+
+def _sample(arg: dict, dims: dict, rng):
+    """Random values of an export's input (its shape from the package description, each free dim 3)."""
+    shape = tuple(d if isinstance(d, int) else dims.setdefault(d, 3) if d.isidentifier() else eval(d, {}, dims)
+                  for d in arg["shape"])
+    dtype = np.dtype(ort_dtype(arg["dtype"]))
+    if dtype.kind == "f":
+        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+    return rng.integers(0, 3, shape).astype(dtype)
+
+
+def ort_dtype(dtype: str) -> str:
+    return {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool"}[dtype]
+
+
+def _one_op_session(pkg, package: str, export: str, feeds: dict, outs: list[dict]):
+    from ksbuild.codegen.ort import ONNX_TYPES
+    h, tp = onnx.helper, onnx.TensorProto
+    ins = [h.make_tensor_value_info(n, tp.DataType.Value(ONNX_TYPES[e]), None) for n, e in feeds.items()]
+    outputs = [h.make_tensor_value_info(f"out_{o['name']}", tp.DataType.Value(ONNX_TYPES[o["dtype"]]), None)
+               for o in outs]
+    node = _op(export, list(feeds), [o.name for o in outputs], f"ksbuild.{package}")
+    model = h.make_model(h.make_graph([node], "g", ins, outputs),
+                         opset_imports=[h.make_opsetid("", 17), h.make_opsetid(f"ksbuild.{package}", 1)])
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(pkg.root / "lib" / f"lib{package}_ort.so"))
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").iterdir() if p.is_dir()))
+def test_every_example_runs_inside_onnxruntime(example):
+    """Each example built with --backend ort: every export is a custom op (none left out), run in an onnxruntime
+    session on random inputs. Oracles: the same package's export called from Python (the plain static library's
+    code: values bit for bit), and for the ONNX examples' models onnxruntime running the .onnx file itself."""
+    pkg = ksbuild.build(ROOT / "examples" / example / "manifest.toml", backend="ort", quiet=True)
+    package = next((pkg.root / "share").iterdir()).name
+    source = (pkg.root / "share" / package / "src" / f"{package}_ort.cpp").read_text()
+    rng = np.random.default_rng(0)
+    for name, export in pkg.exports.items():
+        assert f'"{name}"' in source, f"{example}: export {name} is not a custom op"
+        dims: dict = {}
+        feeds = {f"in_{a['name']}": _sample(a, dims, rng) for a in export.ins}
+        got = _one_op_session(pkg, package, name, {k: a["dtype"] for k, a in zip(feeds, export.ins)},
+                              export.outs).run(None, feeds)
+        want = export(*feeds.values())
+        want = want if isinstance(want, tuple) else (want,)
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"{example}.{name}")
+        if example in ONNX_MODELS and ONNX_MODELS[example][0] == name:
+            model = ort.InferenceSession(str(ROOT / "examples" / example / ONNX_MODELS[example][1]),
+                                         providers=["CPUExecutionProvider"])
+            ref = model.run(None, {i.name: v for i, v in zip(model.get_inputs(), feeds.values())})
+            for g, r in zip(got, ref):
+                np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5, err_msg=f"{example}.{name} vs its .onnx")

@@ -620,8 +620,9 @@ PRIMS_LOOP = loop
 def keeps_call(fn: Func) -> bool:
     """Whether a call of fn stays a call: in the C++ a function of its own (codegen/helpers.py), and under jvp and
     vjp a call of its transformed callee. The rule: fn's values are all scalars (non-string), nested bodies
-    included. Other calls are inlined by the transformations and emitted as blocks: a callee with tensors needs
-    its own memory plan and strided arguments before it can be a function (docs/architecture.md, "Calls")."""
+    included. A callee with tensors stays a call only where its call is marked `kept` (call_params: large enough to
+    pay; vmap's batched callees); other calls are inlined by the transformations and emitted as blocks
+    (docs/architecture.md, "Calls")."""
     from ..ir.printer import walk_vars
     return all(v.type.rank == 0 and v.type.dtype != "str" for v in walk_vars(fn))
 
@@ -631,6 +632,24 @@ def kept_call(eqn) -> bool:
     kept call: its callee is the batched helper, a tensor function with a C++ function and memory plan of its own,
     codegen/helpers.py; the calls jvp and vjp derive from such a call are marked too)."""
     return eqn.prim is call and (bool(eqn.params.get("kept")) or keeps_call(eqn.params["fn"]))
+
+
+def call_params(fn: Func) -> dict:
+    """The params of a user's call of fn (frontends): a callee with tensors is marked `kept` (a function of its own,
+    transformed as a call) when it is large enough to pay for passing its arrays through memory: as for a batched
+    callee, at least BATCHED_CALL_EQNS_PER_ARRAY equations per tensor argument and tensor result; a smaller one is
+    inlined, where its loops can join the caller's and it writes straight into the caller's buffers."""
+    if keeps_call(fn) or not _pays_as_call(fn):
+        return {"fn": fn}
+    return {"fn": fn, "kept": True}
+
+
+def _pays_as_call(fn: Func) -> bool:
+    from ..ir.printer import walk_vars
+    if any(v.type.dtype == "str" for v in walk_vars(fn)):
+        return False
+    arrays = sum(t.rank > 0 for t in (*fn.in_types, *fn.out_types))
+    return _equations(fn) >= BATCHED_CALL_EQNS_PER_ARRAY * arrays
 
 
 def _bind_kept(b, ins, fn):
@@ -653,6 +672,8 @@ def _call_jvp(b, primals, tangents, fn, kept=False):
         return jvp.jvp_eqns(b, fn, primals, tangents)
     has_t = tuple(t is not None for t in tangents)
     jf = _derived(fn, ("jvp", has_t), lambda: jvp.jvp_func(fn, has_t, f"jvp_{fn.name}"))
+    if not (keeps_call(jf) or _pays_as_call(jf)):
+        return jvp.jvp_eqns(b, fn, primals, tangents)
     outs = _bind_kept(b, [*primals, *(t for t in tangents if t is not None)], jf)
     n = len(fn.results)
     it = iter(outs[n:])
@@ -667,6 +688,8 @@ def _call_partial_eval(s, eqn, mask):
     unknown_out = tuple(pe.out_unknown_fixpoint([fn], mask))
     known, unknown, _, _ = _derived(fn, ("split", tuple(mask), unknown_out),
                                     lambda: _split_callee(fn, list(mask), list(unknown_out)))
+    if not (keeps_call(known) or _pays_as_call(known)):
+        return _split_inline(s, eqn, fn, unknown_out)
     n_known = unknown_out.count(False)
     kouts = _bind_kept(s.kb, [s.read_known(a) for a, k in zip(eqn.ins, mask) if k], known)
     uins = [s.residual(r) for r in kouts[n_known:]] + [s.read_unknown(a) for a, k in zip(eqn.ins, mask) if not k]
@@ -677,6 +700,24 @@ def _call_partial_eval(s, eqn, mask):
             s.unknown[v] = next(ui)
         else:
             s.known[v] = next(ki)
+
+
+def _split_inline(s, eqn, fn: Func, unknown_out) -> None:
+    """The callee's equations split in place of the call: its forward half would pass more arrays than it pays for
+    (_pays_as_call: a residual per step of a helper with tensors; as a call, 5-7 times slower on cheap arithmetic)."""
+    from ..transforms.partial_eval import split_eqns
+    g = fresh_copy(fn)
+    for p, a in zip(g.params, eqn.ins):
+        if s.is_known(a):
+            s.known[p] = s.read_known(a)
+        else:
+            s.unknown[p] = s.read_unknown(a)
+    split_eqns(s, g)
+    for v, r, unk in zip(eqn.outs, g.results, unknown_out):
+        if unk:
+            s.unknown[v] = s.read_unknown(r)
+        else:
+            s.known[v] = s.read_known(r)
 
 
 def _split_callee(fn: Func, mask, unknown_out):

@@ -417,7 +417,8 @@ class ExpressionCompiler:
                 raise no_static_args(self, name, node)
             outs = bind_custom(self, b, name, callee, atoms, node)
         else:
-            outs = b.bind(_prim("call"), atoms, {"fn": callee})
+            from ...prims.control import call_params
+            outs = b.bind(_prim("call"), atoms, call_params(callee))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def arg_type(self, a: Value, p: ast.arg, node) -> Type:
