@@ -173,8 +173,9 @@ ONNX_MODELS = {"onnx_cnn": ("cnn", "cnn.onnx"), "onnx_mlp": ("mlp", "mlp.onnx"),
 
 
 def _sample(arg: dict, dims: dict, rng):
-    """Random values of an export's input (its shape from the package description, each free dim 3)."""
-    shape = tuple(d if isinstance(d, int) else dims.setdefault(d, 3) if d.isidentifier() else eval(d, {}, dims)
+    """Random values of an export's input (its shape from the package description; the free dims 2, 3, 4, ... in
+    the order they are met, so that reading a dim from the wrong axis shows)."""
+    shape = tuple(d if isinstance(d, int) else dims.setdefault(d, 2 + len(dims)) if d.isidentifier() else eval(d, {}, dims)
                   for d in arg["shape"])
     dtype = np.dtype(ort_dtype(arg["dtype"]))
     if dtype.kind == "f":
