@@ -10,6 +10,8 @@ from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
 from .helpers import Helpers
+from . import steps as steps_
+from .steps import scope_steps
 from .storage import Storage, dim_expr
 
 C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
@@ -190,15 +192,18 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
         c = C_TYPES[r.type.dtype]
         out_args.append(ArgView(o, f"{c}* {o}", "out", r.type.dtype, list(r.type.shape)))
         w.outputs[k] = Storage.buffer(o, r.type.shape)
-    results = emit_body(w, f)
-    body, w.lines = list(w.lines), []
+    w.ws.scoped = True
+    results = emit_body(w, f, steps=True)
+    w.line(steps_.BEGIN)  # (the copies of the results into the outputs, when they are elsewhere: one more step)
     for o, r, h in zip(out_args, f.results, results):
         if r.type.rank == 0:
             w.line(f"*{o.name} = {_rank0(h)};")
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body + w.lines
+    w.line(steps_.end(True))
+    body = scope_steps(w.lines, w.ws)
+    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body
     lines.append("    return ks::status::ok;")
     ins = [a.name for a in args if a.role == "in"]
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]
