@@ -8,8 +8,8 @@ issue 36 asks for no frame above 512 B). So:
 - a step whose results are tensors is a block `{ ... }` that takes the workspace's base anew
   (`ks::step_base(workspace)`: an empty volatile asm, no instruction: the compiler cannot keep an address of one
   step for another) and declares from it the pointers of the buffers the step names;
-- in a function of more than OUTLINE_ABOVE such steps (counting the layers of a batch's image loop, transforms/
-  per_row.py, which are steps too) each is a lambda called where it stands, `[=]() KS_STEP { ... }();` (KS_STEP:
+- in a function of more than OUTLINE_ABOVE such steps (fewer with a vector unit than without; the layers of a
+  batch's image loop, transforms/per_row.py, count as steps too) each is a lambda called where it stands, `[=]() KS_STEP { ... }();` (KS_STEP:
   noinline): a function whose frame holds only its own nest's values and is free again when it returns (its
   captures: the arguments, dims and pointers it reads, by value). A short function keeps plain blocks: its frame
   is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and a call per step would cost a
@@ -27,7 +27,11 @@ from .cpp import Slot, Workspace
 
 BEGIN, END = "//@ks-step", "//@ks-step-end "
 BASE = "ks_ws"  # the step's workspace base (ks_ is the prefix of ksbuild's own names: ks_data_*)
-OUTLINE_ABOVE = 24  # block steps of a function beyond which each is a function of its own
+# Block steps of a function beyond which each is a function of its own: with a vector unit (x86-64, aarch64), and
+# without (a Cortex-M, whose spills are 4-byte floats and addresses, not 32-byte vectors in a realigned frame: a
+# small ResNet's loss gradient of about 90 steps had a frame of 1.1 KB there, 2.2 KB on x86-64; the benchmark's
+# transformer layer of 25 steps 0.2 KB).
+OUTLINE_ABOVE = {True: 24, False: 48}
 _NAME = re.compile(r"(?<!::)(?<!\.)(?<!->)\b[A-Za-z_]\w*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
@@ -43,11 +47,11 @@ class _Step:
     body: list = field(default_factory=list)  # lines and the steps nested in it
 
 
-def scope_steps(lines: list[str], ws: Workspace) -> list[str]:
+def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[str]:
     """An export's body (its lines at depth 1, steps marked) with each step declaring the workspace slots it names,
-    as a block or a function of its own."""
+    as a block or a function of its own (`vectors`: the target has a vector unit)."""
     top = _parse(lines)
-    scope = _Scope(ws, _blocks(top) > OUTLINE_ABOVE)
+    scope = _Scope(ws, _blocks(top) > OUTLINE_ABOVE[vectors])
     out: list[str] = []
     for node in top.body:
         if isinstance(node, str):

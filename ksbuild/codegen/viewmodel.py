@@ -124,11 +124,12 @@ def is_scalar_abi(f: Func) -> bool:
 
 
 def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None,
-                source_root=None, helpers=None) -> ExportView:
+                source_root=None, helpers=None, vectors: bool = True) -> ExportView:
     """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
     `data` (a codegen.data.DataSection) collects the constants it reads, `forms` (codegen.epilogue.EpilogueForms)
     the epilogue forms it applies, `helpers` (codegen.helpers.Helpers) the helper functions its calls call;
-    source_root (the manifest's directory) is what source paths in comments are relative to."""
+    source_root (the manifest's directory) is what source paths in comments are relative to; `vectors`: the target
+    has a vector unit (codegen/steps.py: when a long function's steps become functions of their own)."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(f) if v.hint])
     scalar_abi = is_scalar_abi(f)
@@ -142,7 +143,7 @@ def export_view(package: str, name: str, f: Func, doc: list[str], data=None, for
     outs = _output_names(f, namer)
     if scalar_abi:
         return _scalar_export(package, name, f, w, args, outs, doc, dims)
-    return _tensor_export(package, name, f, w, args, outs, doc, dims)
+    return _tensor_export(package, name, f, w, args, outs, doc, dims, vectors)
 
 
 def _input_arg(w: Writer, p: Var, cname: str, python_names: set[str]) -> ArgView:
@@ -186,7 +187,7 @@ def _scalar_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
     return ExportView(f"{package}_{name}", name, "scalar", ret, args, _void_unused(args, body), doc, dims)
 
 
-def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
+def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = True) -> ExportView:
     out_args = []
     for k, (o, r) in enumerate(zip(outs, f.results)):
         c = C_TYPES[r.type.dtype]
@@ -202,7 +203,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
     w.line(steps_.end(True))
-    body = scope_steps(w.lines, w.ws)
+    body = scope_steps(w.lines, w.ws, vectors)
     lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body
     lines.append("    return ks::status::ok;")
     ins = [a.name for a in args if a.role == "in"]
