@@ -5,8 +5,8 @@ from typing import Sequence
 
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import Type
-from .cpp import Handle, Writer, c_literal
 from . import steps as steps_
+from .cpp import Handle, Writer, c_literal
 from .storage import Storage, dim_expr
 
 

@@ -9,11 +9,11 @@ issue 36 asks for no frame above 512 B). So:
   (`ks::step_base(workspace)`: an empty volatile asm, no instruction: the compiler cannot keep an address of one
   step for another) and declares from it the pointers of the buffers the step names;
 - in a function of more than OUTLINE_ABOVE such steps (fewer with a vector unit than without; the layers of a
-  batch's image loop, transforms/per_row.py, count as steps too) each is a lambda called where it stands, `[=]() KS_STEP { ... }();` (KS_STEP:
-  noinline): a function whose frame holds only its own nest's values and is free again when it returns (its
-  captures: the arguments, dims and pointers it reads, by value). A short function keeps plain blocks: its frame
-  is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and a call per step would cost a
-  microcontroller flash;
+  batch's image loop, transforms/per_row.py, count as steps too) each is a lambda called where it stands,
+  `[=]() KS_STEP { ... }();` (KS_STEP: noinline): a function whose frame holds only its own nest's values and is
+  free again when it returns (its captures: the arguments, dims and pointers it reads, by value). A short function
+  keeps plain blocks: its frame is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and a call
+  per step would cost a microcontroller flash;
 - a step with a scalar result (a local that later steps read) is neither: the pointers it names are declared
   before it, in the function's scope, once.
 emit_body (codegen/body.py) marks each step's lines with BEGIN and end(...) lines, which scope_steps replaces.

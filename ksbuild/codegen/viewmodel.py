@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from ..ir.core import Func, Lit, Var
 from ..ir.printer import walk_vars
 from ..ir.types import C_TYPES, dim_names, dim_sub
+from . import steps as steps_
 from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
 from .helpers import Helpers
-from . import steps as steps_
 from .steps import scope_steps
 from .storage import Storage, dim_expr
 
