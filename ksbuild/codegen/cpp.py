@@ -131,19 +131,21 @@ class Workspace:
             return []
         lines = []
         for s in self.slots:
-            if s.offset is not None:
+            if s.offset is not None and not s.alias:
                 at = f" + {s.offset}" if s.offset else ""
                 lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(static_cast<unsigned char*>"
                              f"(workspace){at});")
         past = f" + {self.arena}" if self.arena else ""
         lines.append(f"    unsigned char* next_slot = static_cast<unsigned char*>(workspace){past};")
-        for s in self.slots:
-            if s.offset is None:
-                lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
-                lines.append(f"    next_slot += {s.size};")
+        for s in self._laid_out():
+            lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
+            lines.append(f"    next_slot += {s.size};")
         lines.append("    (void)next_slot;")
-        return lines
+        return lines + [f"    {s.ctype}* const {s.name} = {s.alias};  // reuses a dead buffer's space"
+                        for s in self.slots if s.alias]
 
+
+STEP_MARK = "//@ks-step"  # (the lines that mark an export's steps: codegen/steps.py)
 
 MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]{2,}|[A-Z]_\w*|_[A-Z_]\w*")
 """Names that may be macros of the C/C++ standard headers (and of ATen, for the aten backend).
@@ -293,17 +295,19 @@ class Writer:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
         loop nest, a call of a kernel of the prelude (ks::conv(...);) or of a helper (detail::f), do not start with
         a comment already and do not follow code of the same place (the block's last such comment says it)."""
-        new = [line.strip() for line in self.lines[start:]]
+        kept = [j for j, line in enumerate(self.lines[start:]) if not line.strip().startswith(STEP_MARK)]
+        new = [self.lines[start + j].strip() for j in kept]
         if not any(line.startswith(("for (", "KS_OMP", "ks::")) or "detail::" in line for line in new) or \
                 new[0].startswith("//"):
             return
         text = source_comment(locs, self.source_root)
-        pad = self.lines[start][:len(self.lines[start]) - len(new[0])]
+        first = self.lines[start + kept[0]]
+        pad = first[:len(first) - len(new[0])]
         if text is None or self._last_comment(start, pad) == "// " + text:
             return
         inner = next((j for j, line in enumerate(new[:3]) if line == "// " + text), None)
         if inner is not None:  # the same line's comment on the first loop inside: this one says it
-            del self.lines[start + inner]
+            del self.lines[start + kept[inner]]
         self.lines.insert(start, pad + "// " + text)
 
     def _last_comment(self, end: int, pad: str) -> str | None:

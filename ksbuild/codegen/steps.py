@@ -1,31 +1,29 @@
-"""Each step of an export's body declares the workspace pointers it uses; a long body's steps are functions.
+"""A long export's steps are functions of their own, each declaring the workspace pointers it uses.
 
 An export's body is the code of its equations, one after the other: its steps. Declared once at the top of the
 function, the pointers into the workspace (one per buffer of the memory plan) were values the compiler computed
 once and kept for the whole call, and in one function of a hundred loop nests and kernel calls GCC spilled them,
 and the nests' own values, into a frame of 4-6 KB (resnet18's loss gradient 5.5 KB, BERT's forward 4.2 KB on x86;
-issue 36 asks for no frame above 512 B). So:
-- a step whose results are tensors is a block `{ ... }` that takes the workspace's base anew
-  (`ks::step_base(workspace)`: an empty volatile asm, no instruction: the compiler cannot keep an address of one
-  step for another) and declares from it the pointers of the buffers the step names;
-- in a function of more than OUTLINE_ABOVE such steps (fewer with a vector unit than without; the layers of a
-  batch's image loop, transforms/per_row.py, count as steps too) each is a lambda called where it stands,
-  `[=]() KS_STEP { ... }();` (KS_STEP: noinline): a function whose frame holds only its own nest's values and is
-  free again when it returns (its captures: the arguments, dims and pointers it reads, by value). A short function
-  keeps plain blocks: its frame is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and a call
-  per step would cost a microcontroller flash;
-- a step with a scalar result (a local that later steps read) is neither: the pointers it names are declared
-  before it, in the function's scope, once.
-emit_body (codegen/body.py) marks each step's lines with BEGIN and end(...) lines, which scope_steps replaces.
+issue 36 asks for no frame above 512 B). So in a function of more than OUTLINE_ABOVE steps that write tensors
+(fewer with a vector unit than without; the layers of a batch's image loop, transforms/per_row.py, count as steps
+too) each such step is a lambda called where it stands, `[=]() KS_STEP { ... }();` (KS_STEP: noinline): a function
+whose frame holds only its own nest's values and is free again when it returns. It takes the workspace's base anew
+(`ks::step_base(workspace)`: an empty volatile asm, no instruction: the compiler cannot keep an address of one
+step for another) and declares from it the pointers of the buffers it names; its captures are the arguments, dims
+and locals it reads, by value. A step with a scalar result (a local that later steps read) stays inline: the
+pointers it names are declared before it, in the function's scope, once. A shorter function keeps its pointers at
+its top (Workspace.prologue): its frame is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and
+a call, or an address computed again, per step would cost a microcontroller flash.
+emit_body (codegen/body.py) marks each step's lines with BEGIN and end(...) lines, which scope_steps removes.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from .cpp import Slot, Workspace
+from .cpp import STEP_MARK, Slot, Workspace
 
-BEGIN, END = "//@ks-step", "//@ks-step-end "
+BEGIN, END = STEP_MARK, STEP_MARK + "-end "
 BASE = "ks_ws"  # the step's workspace base (ks_ is the prefix of ksbuild's own names: ks_data_*)
 # Block steps of a function beyond which each is a function of its own: with a vector unit (x86-64, aarch64), and
 # without (a Cortex-M, whose spills are 4-byte floats and addresses, not 32-byte vectors in a realigned frame: a
@@ -48,10 +46,13 @@ class _Step:
 
 
 def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[str]:
-    """An export's body (its lines at depth 1, steps marked) with each step declaring the workspace slots it names,
-    as a block or a function of its own (`vectors`: the target has a vector unit)."""
+    """An export's body (its lines at depth 1, steps marked), its steps functions of their own that declare the
+    workspace slots they name when there are enough of them (`vectors`: the target has a vector unit)."""
     top = _parse(lines)
-    scope = _Scope(ws, _blocks(top) > OUTLINE_ABOVE[vectors])
+    if _blocks(top) <= OUTLINE_ABOVE[vectors]:  # (the function declares every pointer at its top, once)
+        ws.scoped = False
+        return _lines(top)
+    scope = _Scope(ws)
     out: list[str] = []
     for node in top.body:
         if isinstance(node, str):
@@ -59,8 +60,8 @@ def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[s
             continue
         part, own = scope.flat(node)
         used = scope.named(own)
-        if node.block and (used or scope.outline and _code(part)):
-            out += scope.wrapped(part, scope.outline, used)
+        if node.block and _code(part):
+            out += scope.wrapped(part, used)
             continue
         fresh = [s for s in used if s.name not in scope.declared]
         scope.declared |= {s.name for s in fresh}
@@ -69,17 +70,16 @@ def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[s
 
 
 class _Scope:
-    """The workspace's slots, whether steps are functions of their own, the slots declared in the function's
-    scope."""
+    """The workspace's slots and those declared in the function's scope."""
 
-    def __init__(self, ws: Workspace, outline: bool):
-        self.ws, self.outline = ws, outline
+    def __init__(self, ws: Workspace):
+        self.ws = ws
         self.slots = {s.name: s for s in ws.slots}
         self.declared: set[str] = set()
 
     def flat(self, step: _Step) -> tuple[list[str], list[str]]:
-        """A step's lines, the steps nested in it as functions of their own (each declaring its slots) when the
-        function's steps are; and those of its lines that are not in such a nested function."""
+        """A step's lines, the steps nested in it as functions of their own (each declaring its slots); and those of
+        its lines that are not in such a nested function."""
         out: list[str] = []
         own: list[str] = []
         for node in step.body:
@@ -88,27 +88,26 @@ class _Scope:
                 own.append(node)
                 continue
             part, inner = self.flat(node)
-            if self.outline and node.block and _code(part):
-                out += self.wrapped(part, True, self.named(inner))
+            if node.block and _code(part):
+                out += self.wrapped(part, self.named(inner))
             else:
                 out += part
                 own += inner
         return out, own
 
-    def wrapped(self, part: list[str], outline: bool, used: list[Slot]) -> list[str]:
-        """Lines as a block or a lambda called where it stands (its source comments before it), declaring the
-        slots `used`."""
+    def wrapped(self, part: list[str], used: list[Slot]) -> list[str]:
+        """Lines as a lambda called where it stands (its source comments before it), declaring the slots `used`."""
         part = list(part)
         pad = part[0][:len(part[0]) - len(part[0].lstrip())] if part else "    "
         out = []
         while part and part[0].strip().startswith("//"):
             out.append(part.pop(0))
-        out.append(pad + ("[=]() KS_STEP {" if outline else "{"))
+        out.append(pad + "[=]() KS_STEP {")
         if used:
             out.append(f"{pad}    unsigned char* const {BASE} = ks::step_base(workspace);")
             out += [pad + self.declaration(s, BASE) for s in used]
         out += ["    " + line if line else line for line in part]
-        out.append(pad + ("}();" if outline else "}"))
+        out.append(pad + "}();")
         return out
 
     def declaration(self, s: Slot, base: str) -> str:

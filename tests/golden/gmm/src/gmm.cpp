@@ -52,143 +52,116 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const centered = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const scratch_double = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d));
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const Qs = reinterpret_cast<double*>(ks_ws);
-        for (int64_t k = 0; k < K; ++k) {
-            // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-            {  // cholesky_factor(q, icf_k)
-                // gmm.py:15: return torch.stack([
-                for (int64_t i = 0; i < d; ++i) {
-                    const double t1 = ks::exp(icf[k * T + i]);
-                    // gmm.py:16: torch.stack([
-                    for (int64_t j = 0; j < d; ++j) {
-                        const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
-                        const double t4 = ((i == j) ? t1 : t3);
-                        Qs[k * (d * d) + i * d + j] = t4;
-                    }
+    for (int64_t k = 0; k < K; ++k) {
+        {  // cholesky_factor(q, icf_k)
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                const double t1 = ks::exp(icf[k * T + i]);
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
-            }
-            tmp[i] = qs_sum;
+    for (int64_t i = 0; i < K; ++i) {
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            qs_sum += qs_i;
         }
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const centered = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < n; ++i) {
-            for (int64_t j = 0; j < K; ++j) {
-                for (int64_t k = 0; k < d; ++k) {
-                    const double x_i = x[i * d + k];
-                    const double means_i = means[j * d + k];
-                    const double centered_i = (x_i - means_i);
-                    centered[i * (K * d) + j * d + k] = centered_i;
-                }
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double centered_i = (x_i - means_i);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const Qs = reinterpret_cast<double*>(ks_ws);
-        double* const centered = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const scratch_double = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d));
-        for (int64_t i = 0; i < K; ++i) {
-            ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)));
-        for (int64_t i = 0; i < K; ++i) {
-            const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < (K*n); ++i) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t j = 0; j < d; ++j) {
-                const double mahalanobis_i = mahalanobis[i * d + j];
-                acc += ks::ipow<2>(mahalanobis_i);
-            }
-            tmp1[i] = acc;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < d; ++j) {
+            const double mahalanobis_i = mahalanobis[i * d + j];
+            acc += ks::ipow<2>(mahalanobis_i);
         }
+        tmp1[i] = acc;
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)));
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K));
-        double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
-        for (int64_t i = 0; i < n; ++i) {
-            double scores_max = ks::lowest<double>();
-            for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp1[i * K + j];
-                const double base_i = base[j];
-                const double scores_i = (base_i - (0.5 * x_i));
-                scores[i * K + j] = scores_i;
-                scores_max = ks::running_max(scores_max, scores_i);
-            }
-            tmp2[i] = scores_max;
+    for (int64_t i = 0; i < n; ++i) {
+        double scores_max = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[i * K + j];
+            const double base_i = base[j];
+            const double scores_i = (base_i - (0.5 * x_i));
+            scores[i * K + j] = scores_i;
+            scores_max = ks::running_max(scores_max, scores_i);
         }
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
-        for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
+        const double x_i = tmp2[i];
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
+        const double t2 = (t1 ? 0.0 : x_i);
+        tmp2[i] = t2;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[i * K + j];
             const double x_i = tmp2[i];
-            const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
-            const double t2 = (t1 ? 0.0 : x_i);
-            tmp2[i] = t2;
+            acc += ks::exp((scores_i - x_i));
         }
+        tmp3[i] = acc;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t j = 0; j < K; ++j) {
-                const double scores_i = scores[i * K + j];
-                const double x_i = tmp2[i];
-                acc += ks::exp((scores_i - x_i));
-            }
-            tmp3[i] = acc;
-        }
-    }
-    double* const tmp2 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
-    double* const tmp3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
@@ -694,158 +667,131 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const Qs = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K * d * d);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const centered = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K * d);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
+    float* const base = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(K);
+    float* const tmp1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const scores = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n * K);
+    float* const tmp2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Qs = reinterpret_cast<float*>(ks_ws);
-        for (int64_t k = 0; k < K; ++k) {
-            // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-            {  // cholesky_factor(q, icf_k)
-                // gmm.py:15: return torch.stack([
-                for (int64_t i = 0; i < d; ++i) {
-                    const float t1 = ks::exp(icf[k * T + i]);
-                    // gmm.py:16: torch.stack([
-                    for (int64_t j = 0; j < d; ++j) {
-                        const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const float t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0f);
-                        const float t4 = ((i == j) ? t1 : t3);
-                        Qs[k * (d * d) + i * d + j] = t4;
-                    }
+    for (int64_t k = 0; k < K; ++k) {
+        {  // cholesky_factor(q, icf_k)
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                const float t1 = ks::exp(icf[k * T + i]);
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0f);
+                    const float t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-        for (int64_t i = 0; i < K; ++i) {
-            float qs_sum = 0;
-            for (int64_t block = 0; block < d; block += 512) {
-                const int64_t block_end = d - block < 512 ? d : block + 512;
-                float qs_sum_block = 0;
-                KS_OMP_SIMD(reduction(+:qs_sum_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float qs_i = icf[i * T + j];
-                    qs_sum_block += qs_i;
-                }
-                qs_sum += qs_sum_block;
+    for (int64_t i = 0; i < K; ++i) {
+        float qs_sum = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float qs_sum_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float qs_i = icf[i * T + j];
+                qs_sum_block += qs_i;
             }
-            tmp[i] = qs_sum;
+            qs_sum += qs_sum_block;
         }
+        tmp[i] = qs_sum;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const centered = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K));
-        for (int64_t i = 0; i < n; ++i) {
-            for (int64_t j = 0; j < K; ++j) {
-                for (int64_t k = 0; k < d; ++k) {
-                    const float x_i = x[i * d + k];
-                    const float means_i = means[j * d + k];
-                    const float centered_i = (x_i - means_i);
-                    centered[i * (K * d) + j * d + k] = centered_i;
-                }
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const float x_i = x[i * d + k];
+                const float means_i = means[j * d + k];
+                const float centered_i = (x_i - means_i);
+                centered[i * (K * d) + j * d + k] = centered_i;
             }
         }
     }
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Qs = reinterpret_cast<float*>(ks_ws);
-        float* const centered = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K));
-        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d));
-        for (int64_t i = 0; i < K; ++i) {
-            ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-        float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)));
-        for (int64_t i = 0; i < K; ++i) {
-            const float alphas_i = alphas[i];
-            const float tmp_i = tmp[i];
-            const float base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const float alphas_i = alphas[i];
+        const float tmp_i = tmp[i];
+        const float base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K));
-        for (int64_t i = 0; i < (K*n); ++i) {
-            float acc = 0;
-            for (int64_t block = 0; block < d; block += 512) {
-                const int64_t block_end = d - block < 512 ? d : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float mahalanobis_i = mahalanobis[i * d + j];
-                    acc_block += ks::ipow<2>(mahalanobis_i);
-                }
-                acc += acc_block;
+    for (int64_t i = 0; i < (K*n); ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < d; block += 512) {
+            const int64_t block_end = d - block < 512 ? d : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float mahalanobis_i = mahalanobis[i * d + j];
+                acc_block += ks::ipow<2>(mahalanobis_i);
             }
-            tmp1[i] = acc;
+            acc += acc_block;
         }
+        tmp1[i] = acc;
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K));
-        float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
-        for (int64_t i = 0; i < n; ++i) {
-            float scores_max = ks::lowest<float>();
-            for (int64_t j = 0; j < K; ++j) {
-                const float x_i = tmp1[i * K + j];
-                const float base_i = base[j];
-                const float scores_i = (base_i - (0.5f * x_i));
-                scores[i * K + j] = scores_i;
-                scores_max = ks::running_max(scores_max, scores_i);
-            }
-            tmp2[i] = scores_max;
+    for (int64_t i = 0; i < n; ++i) {
+        float scores_max = ks::lowest<float>();
+        for (int64_t j = 0; j < K; ++j) {
+            const float x_i = tmp1[i * K + j];
+            const float base_i = base[j];
+            const float scores_i = (base_i - (0.5f * x_i));
+            scores[i * K + j] = scores_i;
+            scores_max = ks::running_max(scores_max, scores_i);
         }
+        tmp2[i] = scores_max;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
-        for (int64_t i = 0; i < n; ++i) {
-            const float x_i = tmp2[i];
-            const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
-            const float t2 = (t1 ? 0.0f : x_i);
-            tmp2[i] = t2;
-        }
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = tmp2[i];
+        const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
+        const float t2 = (t1 ? 0.0f : x_i);
+        tmp2[i] = t2;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            float acc = 0;
-            for (int64_t block = 0; block < K; block += 512) {
-                const int64_t block_end = K - block < 512 ? K : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float scores_i = scores[i * K + j];
-                    const float x_i = tmp2[i];
-                    acc_block += ks::exp((scores_i - x_i));
-                }
-                acc += acc_block;
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < K; block += 512) {
+            const int64_t block_end = K - block < 512 ? K : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float scores_i = scores[i * K + j];
+                const float x_i = tmp2[i];
+                acc_block += ks::exp((scores_i - x_i));
             }
-            tmp3[i] = acc;
+            acc += acc_block;
         }
+        tmp3[i] = acc;
     }
-    float* const tmp2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
-    float* const tmp3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d)) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
     float acc = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
@@ -1382,58 +1328,52 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const prod = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const Qs = reinterpret_cast<double*>(ks_ws);
-        for (int64_t k = 0; k < K; ++k) {
-            // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-            {  // cholesky_factor(q, icf_k)
-                // gmm.py:15: return torch.stack([
-                for (int64_t i = 0; i < d; ++i) {
-                    const double t1 = ks::exp(icf[k * T + i]);
-                    // gmm.py:16: torch.stack([
-                    for (int64_t j = 0; j < d; ++j) {
-                        const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
-                        const double t4 = ((i == j) ? t1 : t3);
-                        Qs[k * (d * d) + i * d + j] = t4;
-                    }
+    for (int64_t k = 0; k < K; ++k) {
+        {  // cholesky_factor(q, icf_k)
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                const double t1 = ks::exp(icf[k * T + i]);
+                // gmm.py:16: torch.stack([
+                for (int64_t j = 0; j < d; ++j) {
+                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const double t4 = ((i == j) ? t1 : t3);
+                    Qs[k * (d * d) + i * d + j] = t4;
                 }
             }
         }
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
-            }
-            tmp[i] = qs_sum;
+    for (int64_t i = 0; i < K; ++i) {
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            qs_sum += qs_i;
         }
+        tmp[i] = qs_sum;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
-    double* const Qs = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const tmp = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d));
-    double* const base = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-    double* const tmp1 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-    double* const prod = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-    double* const tmp3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
     // gmm.py:66: slse = sum(
     double sum;
     sum = 0.0;
@@ -1571,134 +1511,154 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_loop_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const Qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r8 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d * d);
+    double* const tmp5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const prod = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r10 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const r11 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const r12 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const padded = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const padded1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    (void)next_slot;
+    double* const tmp3 = tmp;  // reuses a dead buffer's space
+    double* const r7 = base;  // reuses a dead buffer's space
+    double* const d_qs = tmp6;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const Qs = reinterpret_cast<double*>(ks_ws);
-        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
-        for (int64_t k = 0; k < K; ++k) {
-            // gmm.py:15: return torch.stack([
-            for (int64_t i = 0; i < d; ++i) {
-                const double t1 = ks::exp(icf[k * T + i]);
-                // gmm.py:16: torch.stack([
-                for (int64_t j = 0; j < d; ++j) {
-                    const bool t2 = (i == j);
-                    const bool t3 = (i > j);
-                    const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
-                    const double t6 = (t2 ? t1 : t5);
-                    const double t7 = (t2 ? t1 : 0.0);
-                    const bool t8 = (t2 ? false : t3);
-                    Qs[k * (d * d) + i * d + j] = t6;
-                    r[k * (d * d) + i * d + j] = t2;
-                    r1[k * (d * d) + i * d + j] = t7;
-                    r2[k * (d * d) + i * d + j] = t8;
-                }
+    for (int64_t k = 0; k < K; ++k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            const double t1 = ks::exp(icf[k * T + i]);
+            // gmm.py:16: torch.stack([
+            for (int64_t j = 0; j < d; ++j) {
+                const bool t2 = (i == j);
+                const bool t3 = (i > j);
+                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const double t6 = (t2 ? t1 : t5);
+                const double t7 = (t2 ? t1 : 0.0);
+                const bool t8 = (t2 ? false : t3);
+                Qs[k * (d * d) + i * d + j] = t6;
+                r[k * (d * d) + i * d + j] = t2;
+                r1[k * (d * d) + i * d + j] = t7;
+                r2[k * (d * d) + i * d + j] = t8;
             }
         }
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
-            }
-            tmp[i] = qs_sum;
+    for (int64_t i = 0; i < K; ++i) {
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            qs_sum += qs_i;
         }
+        tmp[i] = qs_sum;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
     // gmm.py:66: slse = sum(
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const Qs = reinterpret_cast<double*>(ks_ws);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
-        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-        double* const r4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const r5 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d));
-        double* const r6 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-            for (int64_t j = 0; j < K; ++j) {
-                for (int64_t k = 0; k < d; ++k) {
-                    const double x_i = x[i * d + k];
-                    const double means_i = means[j * d + k];
-                    const double t1 = (x_i - means_i);
-                    r3[i * (K * d) + j * d + k] = t1;
-                }
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double t1 = (x_i - means_i);
+                r3[i * (K * d) + j * d + k] = t1;
             }
-            for (int64_t j = 0; j < K; ++j) {
-                int64_t j1 = 0;
-                for (; j1 + 4 <= d; j1 += 4) {
-                    double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
-                    KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
-                    for (int64_t k = 0; k < d; ++k) {
-                        dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
-                        dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * r3[i * (K * d) + j * d + k];
-                        dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * r3[i * (K * d) + j * d + k];
-                        dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * r3[i * (K * d) + j * d + k];
-                    }
-                    r4[i * (K * d) + j * d + j1] = dot;
-                    r4[i * (K * d) + j * d + (j1 + 1)] = dot1;
-                    r4[i * (K * d) + j * d + (j1 + 2)] = dot2;
-                    r4[i * (K * d) + j * d + (j1 + 3)] = dot3;
-                }
-                for (; j1 < d; ++j1) {
-                    double dot = 0;
-                    KS_OMP_SIMD(reduction(+:dot))
-                    for (int64_t k = 0; k < d; ++k) {
-                        dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
-                    }
-                    r4[i * (K * d) + j * d + j1] = dot;
-                }
-            }
-            double* const tmp1 = tmp;  // reuses a dead buffer's space
-            for (int64_t j = 0; j < K; ++j) {
-                double acc = 0;
-                KS_OMP_SIMD(reduction(+:acc))
-                for (int64_t k = 0; k < d; ++k) {
-                    const double x_i = r4[i * (K * d) + j * d + k];
-                    acc += ks::ipow<2>(x_i);
-                }
-                tmp1[j] = acc;
-            }
-            double acc = ks::lowest<double>();
-            for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp1[j];
-                const double base_i = base[j];
-                const double t1 = (base_i - (0.5 * x_i));
-                tmp2[j] = t1;
-                acc = ks::running_max(acc, t1);
-            }
-            const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-            double acc1 = 0;
-            KS_OMP_SIMD(reduction(+:acc1))
-            for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp2[j];
-                const double t2 = ks::exp((x_i - t1));
-                r5[i * K + j] = t2;
-                acc1 += t2;
-            }
-            r6[i] = acc1;
         }
+        for (int64_t j = 0; j < K; ++j) {
+            int64_t j1 = 0;
+            for (; j1 + 4 <= d; j1 += 4) {
+                double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
+                KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * r3[i * (K * d) + j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * r3[i * (K * d) + j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * r3[i * (K * d) + j * d + k];
+                }
+                r4[i * (K * d) + j * d + j1] = dot;
+                r4[i * (K * d) + j * d + (j1 + 1)] = dot1;
+                r4[i * (K * d) + j * d + (j1 + 2)] = dot2;
+                r4[i * (K * d) + j * d + (j1 + 3)] = dot3;
+            }
+            for (; j1 < d; ++j1) {
+                double dot = 0;
+                KS_OMP_SIMD(reduction(+:dot))
+                for (int64_t k = 0; k < d; ++k) {
+                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
+                }
+                r4[i * (K * d) + j * d + j1] = dot;
+            }
+        }
+        double* const tmp1 = tmp;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = r4[i * (K * d) + j * d + k];
+                acc += ks::ipow<2>(x_i);
+            }
+            tmp1[j] = acc;
+        }
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * x_i));
+            tmp2[j] = t1;
+            acc = ks::running_max(acc, t1);
+        }
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp2[j];
+            const double t2 = ks::exp((x_i - t1));
+            r5[i * K + j] = t2;
+            acc1 += t2;
+        }
+        r6[i] = acc1;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -1707,7 +1667,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
@@ -1719,17 +1678,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
-    double* const Qs = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const r3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-    double* const r4 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-    double* const r5 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d));
-    double* const r6 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K));
-    double* const tmp2 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-    double* const r7 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
-    double* const r8 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-    double* const tmp5 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d));
-    double* const tmp6 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-    double* const prod = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
     // gmm.py:66: slse = sum(
     double r9;
     for (int64_t i = 0; i < K; ++i) {
@@ -1793,135 +1741,94 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
     }
     // gmm.py:32, 65
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r7 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t5 = ks::exp(qs_i);
-                const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
-                const double x_i = r7[i];
-                const double d_qs_i1 = (d_qs_i + x_i);
-                d_qs[i * d + j] = d_qs_i1;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            const double t5 = ks::exp(qs_i);
+            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+            const double x_i = r7[i];
+            const double d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
-        double* const r8 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        double* const r10 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const r11 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T));
-        double* const r12 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d));
-        for (int64_t i = 0; i < K * T; ++i) {
-            r10[i] = 0.0;
+    for (int64_t i = 0; i < K * T; ++i) {
+        r10[i] = 0.0;
+    }
+    for (int64_t k = K - 1; k >= 0; --k) {
+        // gmm.py:15: return torch.stack([
+        for (int64_t i = 0; i < d; ++i) {
+            r11[i] = 0.0;
         }
-        for (int64_t k = K - 1; k >= 0; --k) {
-            // gmm.py:15: return torch.stack([
-            for (int64_t i = 0; i < d; ++i) {
-                r11[i] = 0.0;
+        for (int64_t i = 0; i < T; ++i) {
+            r12[i] = 0.0;
+        }
+        for (int64_t i = d - 1; i >= 0; --i) {
+            // gmm.py:16: torch.stack([
+            for (int64_t j = d - 1; j >= 0; --j) {
+                const double t5 = ks::mulz(r8[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t7 = (r2[k * (d * d) + i * d + j] ? r8[k * (d * d) + i * d + j] : 0.0);
+                const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
+                const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
+                r11[ks::clamp_index(i, d)] += t8;
+                r12[ks::clamp_index(t6, T)] += t9;
             }
-            for (int64_t i = 0; i < T; ++i) {
-                r12[i] = 0.0;
-            }
-            for (int64_t i = d - 1; i >= 0; --i) {
-                // gmm.py:16: torch.stack([
-                for (int64_t j = d - 1; j >= 0; --j) {
-                    const double t5 = ks::mulz(r8[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                    const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t7 = (r2[k * (d * d) + i * d + j] ? r8[k * (d * d) + i * d + j] : 0.0);
-                    const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
-                    const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                    r11[ks::clamp_index(i, d)] += t8;
-                    r12[ks::clamp_index(t6, T)] += t9;
-                }
-            }
-            // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-            for (int64_t i = 0; i < T; ++i) {
-                r10[k * T + i] += r12[i];
-            }
-            for (int64_t i = 0; i < d; ++i) {
-                d_qs[k * d + i] += r11[i];
-            }
+        }
+        // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+        for (int64_t i = 0; i < T; ++i) {
+            r10[k * T + i] += r12[i];
+        }
+        for (int64_t i = 0; i < d; ++i) {
+            d_qs[k * d + i] += r11[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                const double ls_i = icf[d + i * T + j];
-                const double d_ls_i = (t2 * (2.0 * ls_i));
-                d_ls[i * ((T - d)) + j] = d_ls_i;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double ls_i = icf[d + i * T + j];
+            const double d_ls_i = (t2 * (2.0 * ls_i));
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
     // gmm.py:63: ls = icf[:, d:]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
-        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                padded[i * T + j] = 0.0;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded[i * T + j] = 0.0;
         }
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
-            }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
     // gmm.py:62: qs = icf[:, :d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K));
-        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                padded1[d + i * T + j] = 0.0;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            padded1[d + i * T + j] = 0.0;
         }
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                padded1[i * T + j] = d_qs[i * d + j];
-            }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            padded1[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:65, 70
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        double* const r7 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double x_i = tmp3[i];
-            const double d_alphas_i = ks::mulz(t4, x_i);
-            const double x_i1 = r7[i];
-            const double d_alphas_i1 = (d_alphas_i + x_i1);
-            out_d_alphas[i] = d_alphas_i1;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = tmp3[i];
+        const double d_alphas_i = ks::mulz(t4, x_i);
+        const double x_i1 = r7[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i1);
+        out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r10 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
-        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
-        for (int64_t i = 0; i < (K*T); ++i) {
-            const double x_i = r10[i];
-            const double padded_i = padded[i];
-            const double d_icf_i = (x_i + padded_i);
-            const double x_i1 = padded1[i];
-            const double d_icf_i1 = (d_icf_i + x_i1);
-            out_d_icf[i] = d_icf_i1;
-        }
+    for (int64_t i = 0; i < (K*T); ++i) {
+        const double x_i = r10[i];
+        const double padded_i = padded[i];
+        const double d_icf_i = (x_i + padded_i);
+        const double x_i1 = padded1[i];
+        const double d_icf_i1 = (d_icf_i + x_i1);
+        out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
 }
@@ -1937,19 +1844,19 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r1 = reinterpret_cast<double*>(ks_ws);
-        for (int64_t k = 0; k < K; ++k) {
-            for (int64_t r = 0; r < d; ++r) {
-                const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
-                r1[k * d + r] = t1;
-            }
+    for (int64_t k = 0; k < K; ++k) {
+        for (int64_t r = 0; r < d; ++r) {
+            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            r1[k * d + r] = t1;
         }
     }
-    double* const r1 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const scores = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d));
     // gmm.py:83: for i in range(n):
     double slse;
     slse = 0.0;
@@ -2071,75 +1978,88 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const scores = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_icf = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * T);
+    double* const d_alphas = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(T);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    (void)next_slot;
+    double* const tmp = scores;  // reuses a dead buffer's space
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r1 = reinterpret_cast<double*>(ks_ws);
-        for (int64_t k = 0; k < K; ++k) {
-            for (int64_t r = 0; r < d; ++r) {
-                const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
-                r1[k * d + r] = t1;
-            }
+    for (int64_t k = 0; k < K; ++k) {
+        for (int64_t r = 0; r < d; ++r) {
+            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            r1[k * d + r] = t1;
         }
     }
     // gmm.py:83: for i in range(n):
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r1 = reinterpret_cast<double*>(ks_ws);
-        double* const r2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d));
-        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d));
-        double* const r4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K));
-        double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            // gmm.py:84: scores = torch.stack([
-            for (int64_t k = 0; k < K; ++k) {
-                // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-                double icf_sum = 0;
-                KS_OMP_SIMD(reduction(+:icf_sum))
-                for (int64_t j = 0; j < d; ++j) {
-                    const double icf_i = icf[k * T + j];
-                    icf_sum += icf_i;
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:84: scores = torch.stack([
+        for (int64_t k = 0; k < K; ++k) {
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+            double icf_sum = 0;
+            KS_OMP_SIMD(reduction(+:icf_sum))
+            for (int64_t j = 0; j < d; ++j) {
+                const double icf_i = icf[k * T + j];
+                icf_sum += icf_i;
+            }
+            const double t1 = (alphas[k] + icf_sum);
+            double sum;
+            sum = 0.0;
+            for (int64_t r = 0; r < d; ++r) {
+                const double t2 = (x[i * d + r] - means[k * d + r]);
+                const double t3 = (r1[k * d + r] * t2);
+                const int64_t t4 = ks::max(r, int64_t{0});
+                // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                double sum1;
+                sum1 = 0.0;
+                for (int64_t c = 0; c < t4; ++c) {
+                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double t6 = (x[i * d + c] - means[k * d + c]);
+                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    sum1 = (sum1 + t7);
                 }
-                const double t1 = (alphas[k] + icf_sum);
-                double sum;
-                sum = 0.0;
-                for (int64_t r = 0; r < d; ++r) {
-                    const double t2 = (x[i * d + r] - means[k * d + r]);
-                    const double t3 = (r1[k * d + r] * t2);
-                    const int64_t t4 = ks::max(r, int64_t{0});
-                    // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                    double sum1;
-                    sum1 = 0.0;
-                    for (int64_t c = 0; c < t4; ++c) {
-                        const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                        const double t6 = (x[i * d + c] - means[k * d + c]);
-                        const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
-                        sum1 = (sum1 + t7);
-                    }
-                    const double t5 = (t3 + sum1);
-                    sum = (sum + ks::ipow<2>(t5));
-                    r2[i * (K * d) + k * d + r] = t5;
-                }
-                const double t2 = (t1 - (0.5 * sum));
-                scores[k] = t2;
+                const double t5 = (t3 + sum1);
+                sum = (sum + ks::ipow<2>(t5));
+                r2[i * (K * d) + k * d + r] = t5;
             }
-            // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
-            double scores_max = ks::lowest<double>();
-            for (int64_t j = 0; j < K; ++j) {
-                const double scores_i = scores[j];
-                scores_max = ks::running_max(scores_max, scores_i);
-            }
-            const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t j = 0; j < K; ++j) {
-                const double scores_i = scores[j];
-                const double t2 = ks::exp((scores_i - t1));
-                r3[i * K + j] = t2;
-                acc += t2;
-            }
-            r4[i] = acc;
+            const double t2 = (t1 - (0.5 * sum));
+            scores[k] = t2;
         }
+        // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
+        double scores_max = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[j];
+            scores_max = ks::running_max(scores_max, scores_i);
+        }
+        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < K; ++j) {
+            const double scores_i = scores[j];
+            const double t2 = ks::exp((scores_i - t1));
+            r3[i * K + j] = t2;
+            acc += t2;
+        }
+        r4[i] = acc;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -2148,7 +2068,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
@@ -2160,67 +2079,39 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                const double icf_i = icf[i * T + j];
-                const double t4 = ks::exp(icf_i);
-                const double t5 = (t3 + ks::mulz((t2 * (2.0 * t4)), t4));
-                tmp1[i * d + j] = t5;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double icf_i = icf[i * T + j];
+            const double t4 = ks::exp(icf_i);
+            const double t5 = (t3 + ks::mulz((t2 * (2.0 * t4)), t4));
+            tmp1[i * d + j] = t5;
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                const double icf_i = icf[d + i * T + j];
-                const double t4 = (t2 * (2.0 * icf_i));
-                tmp2[i * ((T - d)) + j] = t4;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double icf_i = icf[d + i * T + j];
+            const double t4 = (t2 * (2.0 * icf_i));
+            tmp2[i * ((T - d)) + j] = t4;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-        double* const d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                d_icf[i * T + j] = tmp1[i * d + j];
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            d_icf[i * T + j] = tmp1[i * d + j];
         }
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
-            }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
         }
     }
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-        double* const d_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
-        for (int64_t i = 0; i < K; ++i) {
-            const double tmp_i = tmp[i];
-            const double d_alphas_i = ks::mulz(t4, tmp_i);
-            d_alphas[i] = d_alphas_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double tmp_i = tmp[i];
+        const double d_alphas_i = ks::mulz(t4, tmp_i);
+        d_alphas[i] = d_alphas_i;
     }
-    double* const r1 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const r2 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d));
-    double* const r3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d));
-    double* const r4 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K));
-    double* const scores = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-    double* const d_icf = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)));
-    double* const d_alphas = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
-    double* const r6 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K));
-    double* const r7 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(T));
     // gmm.py:83: for i in range(n):
     double r5;
     for (int64_t i = 0; i < K * d; ++i) {
@@ -2294,16 +2185,11 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             d_alphas[k] += d_scores[k];
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)));
-        double* const d_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
-        for (int64_t i = 0; i < K; ++i) {
-            out_d_alphas[i] = d_alphas[i];
-        }
-        for (int64_t i = 0; i < K * T; ++i) {
-            out_d_icf[i] = d_icf[i];
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        out_d_alphas[i] = d_alphas[i];
+    }
+    for (int64_t i = 0; i < K * T; ++i) {
+        out_d_icf[i] = d_icf[i];
     }
     return ks::status::ok;
 }
@@ -2319,35 +2205,32 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const sum = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws);
-        for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
-            }
-            tmp[i] = qs_sum;
+    for (int64_t i = 0; i < K; ++i) {
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            qs_sum += qs_i;
         }
+        tmp[i] = qs_sum;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws);
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
-    double* const tmp = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const base = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K));
-    double* const xc = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-    double* const sum = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
     // gmm.py:105: for i in range(n):
     double slse;
     slse = 0.0;
@@ -2485,109 +2368,124 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const base = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const xc = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K * d);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const row = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * d * K);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n * K);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(n);
+    double* const sum = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const d_qs = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const d_ls = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * (T - d));
+    double* const d_sqnorm = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r6 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K * d);
+    double* const d_row = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const r7 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    (void)next_slot;
+    double* const tmp2 = tmp;  // reuses a dead buffer's space
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    double* const r4 = tmp;  // reuses a dead buffer's space
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws);
-        for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
-            }
-            tmp[i] = qs_sum;
+    for (int64_t i = 0; i < K; ++i) {
+        double qs_sum = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum))
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            qs_sum += qs_i;
         }
+        tmp[i] = qs_sum;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws);
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
-            base[i] = base_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double alphas_i = alphas[i];
+        const double tmp_i = tmp[i];
+        const double base_i = (alphas_i + tmp_i);
+        base[i] = base_i;
     }
     // gmm.py:105: for i in range(n):
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws);
-        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K));
-        double* const xc = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-        double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const row = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K));
-        double* const r2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K));
-        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K));
-        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            // gmm.py:106: xc = x[i] - means # [K, d]
-            for (int64_t j = 0; j < K; ++j) {
-                for (int64_t k = 0; k < d; ++k) {
-                    const double x_i = x[i * d + k];
-                    const double means_i = means[j * d + k];
-                    const double xc_i = (x_i - means_i);
-                    xc[i * (K * d) + j * d + k] = xc_i;
-                }
+    for (int64_t i = 0; i < n; ++i) {
+        // gmm.py:106: xc = x[i] - means # [K, d]
+        for (int64_t j = 0; j < K; ++j) {
+            for (int64_t k = 0; k < d; ++k) {
+                const double x_i = x[i * d + k];
+                const double means_i = means[j * d + k];
+                const double xc_i = (x_i - means_i);
+                xc[i * (K * d) + j * d + k] = xc_i;
             }
-            // gmm.py:108: for r in range(d):
-            double* const sqnorm = tmp;  // reuses a dead buffer's space
+        }
+        // gmm.py:108: for r in range(d):
+        double* const sqnorm = tmp;  // reuses a dead buffer's space
+        for (int64_t j = 0; j < K; ++j) {
+            sqnorm[j] = 0.0;
+        }
+        for (int64_t r = 0; r < d; ++r) {
+            const int64_t t1 = ks::max(r, int64_t{0});
+            // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                sqnorm[j] = 0.0;
+                sum[j] = 0.0;
             }
-            for (int64_t r = 0; r < d; ++r) {
-                const int64_t t1 = ks::max(r, int64_t{0});
+            for (int64_t c = 0; c < t1; ++c) {
+                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    sum[j] = 0.0;
-                }
-                for (int64_t c = 0; c < t1; ++c) {
-                    const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
-                    // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
-                    for (int64_t j = 0; j < K; ++j) {
-                        const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
-                        const double xc_i = xc[i * (K * d) + c + j * d];
-                        const double sum_i = sum[j];
-                        const double sum_i1 = (sum_i + (icf_i * xc_i));
-                        sum[j] = sum_i1;
-                    }
-                }
-                // gmm.py:109, 111
-                for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[r + j * T];
-                    const double t2 = ks::exp(icf_i);
-                    r1[i * (d * K) + r * K + j] = t2;
-                    const double xc_i = xc[i * (K * d) + r + j * d];
+                    const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double xc_i = xc[i * (K * d) + c + j * d];
                     const double sum_i = sum[j];
-                    const double row_i = ((t2 * xc_i) + sum_i);
-                    row[i * (d * K) + r * K + j] = row_i;
-                    const double sqnorm_i = sqnorm[j];
-                    const double sqnorm_i1 = (sqnorm_i + (row_i * row_i));
-                    sqnorm[j] = sqnorm_i1;
+                    const double sum_i1 = (sum_i + (icf_i * xc_i));
+                    sum[j] = sum_i1;
                 }
             }
-            // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-            double* const tmp1 = sum;  // reuses a dead buffer's space
-            double acc = ks::lowest<double>();
+            // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
+                const double icf_i = icf[r + j * T];
+                const double t2 = ks::exp(icf_i);
+                r1[i * (d * K) + r * K + j] = t2;
+                const double xc_i = xc[i * (K * d) + r + j * d];
+                const double sum_i = sum[j];
+                const double row_i = ((t2 * xc_i) + sum_i);
+                row[i * (d * K) + r * K + j] = row_i;
                 const double sqnorm_i = sqnorm[j];
-                const double base_i = base[j];
-                const double t1 = (base_i - (0.5 * sqnorm_i));
-                tmp1[j] = t1;
-                acc = ks::running_max(acc, t1);
+                const double sqnorm_i1 = (sqnorm_i + (row_i * row_i));
+                sqnorm[j] = sqnorm_i1;
             }
-            const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-            double acc1 = 0;
-            KS_OMP_SIMD(reduction(+:acc1))
-            for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp1[j];
-                const double t2 = ks::exp((x_i - t1));
-                r2[i * K + j] = t2;
-                acc1 += t2;
-            }
-            r3[i] = acc1;
         }
+        // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
+        double* const tmp1 = sum;  // reuses a dead buffer's space
+        double acc = ks::lowest<double>();
+        for (int64_t j = 0; j < K; ++j) {
+            const double sqnorm_i = sqnorm[j];
+            const double base_i = base[j];
+            const double t1 = (base_i - (0.5 * sqnorm_i));
+            tmp1[j] = t1;
+            acc = ks::running_max(acc, t1);
+        }
+        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
+        double acc1 = 0;
+        KS_OMP_SIMD(reduction(+:acc1))
+        for (int64_t j = 0; j < K; ++j) {
+            const double x_i = tmp1[j];
+            const double t2 = ks::exp((x_i - t1));
+            r2[i * K + j] = t2;
+            acc1 += t2;
+        }
+        r3[i] = acc1;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -2596,7 +2494,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp2 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
@@ -2608,54 +2505,27 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws);
-        double* const d_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            const double x_i = tmp2[i];
-            const double d_alphas_i = ks::mulz(t4, x_i);
-            d_alphas[i] = d_alphas_i;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double x_i = tmp2[i];
+        const double d_alphas_i = ks::mulz(t4, x_i);
+        d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                const double qs_i = icf[i * T + j];
-                const double t5 = ks::exp(qs_i);
-                const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
-                d_qs[i * d + j] = d_qs_i;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double qs_i = icf[i * T + j];
+            const double t5 = ks::exp(qs_i);
+            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+            d_qs[i * d + j] = d_qs_i;
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                const double ls_i = icf[d + i * T + j];
-                const double d_ls_i = (t2 * (2.0 * ls_i));
-                d_ls[i * ((T - d)) + j] = d_ls_i;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            const double ls_i = icf[d + i * T + j];
+            const double d_ls_i = (t2 * (2.0 * ls_i));
+            d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
-    double* const xc = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
-    double* const r1 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-    double* const row = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K));
-    double* const r2 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K));
-    double* const r3 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K));
-    double* const sum = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
-    double* const d_qs = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-    double* const d_ls = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-    double* const r4 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace));
-    double* const d_sqnorm = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)));
-    double* const r6 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K));
-    double* const d_row = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-    double* const r7 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K));
-    double* const tmp4 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K));
     // gmm.py:105: for i in range(n):
     double r5;
     for (int64_t i = 0; i < K * d; ++i) {
@@ -2755,46 +2625,31 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        double* const r4 = reinterpret_cast<double*>(ks_ws);
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                const double d_qs_i = d_qs[i * d + j];
-                const double x_i = r4[i];
-                const double d_qs_i1 = (d_qs_i + x_i);
-                d_qs[i * d + j] = d_qs_i1;
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            const double d_qs_i = d_qs[i * d + j];
+            const double x_i = r4[i];
+            const double d_qs_i1 = (d_qs_i + x_i);
+            d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:101: qs = icf[:, :d]
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K));
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d));
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-                out_d_icf[i * T + j] = d_qs[i * d + j];
-            }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+            out_d_icf[i * T + j] = d_qs[i * d + j];
         }
-        for (int64_t i = 0; i < K; ++i) {
-            for (int64_t j = 0; j < (T - d); ++j) {
-                out_d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
-            }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < (T - d); ++j) {
+            out_d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K));
-        double* const r4 = reinterpret_cast<double*>(ks_ws);
-        for (int64_t i = 0; i < K; ++i) {
-            const double d_alphas_i = d_alphas[i];
-            const double x_i = r4[i];
-            const double d_alphas_i1 = (d_alphas_i + x_i);
-            out_d_alphas[i] = d_alphas_i1;
-        }
+    for (int64_t i = 0; i < K; ++i) {
+        const double d_alphas_i = d_alphas[i];
+        const double x_i = r4[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i);
+        out_d_alphas[i] = d_alphas_i1;
     }
     return ks::status::ok;
 }

@@ -40,209 +40,155 @@ namespace KS_VARIANT {  // mnist_x86_64, mnist_x86_64_v3, mnist_x86_64_v4
 int mnist_classify(int64_t batch, const float* input, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && mnist_classify_workspace_size(batch) != 0) return ks::status::err_null;
+    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 512);
+    float* const tmp2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 256);
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 1024;
+    float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 256);
+    float* const prod1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 128);
+    float* const prod2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 64);
+    float* const prod3 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 10);
+    float* const tmp4 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 10);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    (void)next_slot;
+    float* const tmp6 = prod3;  // reuses a dead buffer's space
     // export.py: node addmm (aten.addmm.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + 1024);
-        const auto epilogue = [&](int64_t, int64_t col, float v) {
-            const float x_i = ks_data_0[col];
-            const float t1 = (x_i + v);
-            return t1;
-        };
-        ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::product_epilogue<float>(epilogue));
-    }
+    const auto epilogue = [&](int64_t, int64_t col, float v) {
+        const float x_i = ks_data_0[col];
+        const float t1 = (x_i + v);
+        return t1;
+    };
+    ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::product_epilogue<float>(epilogue));
     // ../relu3/relu3.py:6, 8, 9, 11
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + 1024);
-        for (int64_t i = 0; i < (256*batch); ++i) {
-            const float prod_i = prod[i];
-            const bool t1 = (prod_i < 0.0f);
-            const bool t2 = (prod_i < 1.0f);
-            const float t3 = (0.3333333432674408f * ks::ipow<3>(prod_i));
-            const float t4 = (prod_i - 0.6666666865348816f);
-            const float t5 = (t2 ? t3 : t4);
-            const float t6 = (t1 ? 0.0f : t5);
-            prod[i] = t6;
-        }
+    for (int64_t i = 0; i < (256*batch); ++i) {
+        const float prod_i = prod[i];
+        const bool t1 = (prod_i < 0.0f);
+        const bool t2 = (prod_i < 1.0f);
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(prod_i));
+        const float t4 = (prod_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod[i] = t6;
     }
     // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < 128; ++i) {
-            const float x_i = ks_data_9[i];
-            const float x_i1 = ks_data_2[i];
-            const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
-            tmp[i] = t1;
-        }
+    for (int64_t i = 0; i < 128; ++i) {
+        const float x_i = ks_data_9[i];
+        const float x_i1 = ks_data_2[i];
+        const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
+        tmp[i] = t1;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws);
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + 512);
-        for (int64_t i = 0; i < 128; ++i) {
-            const float x_i = ks_data_8[i];
-            const float tmp_i = tmp[i];
-            const float x_i1 = ks_data_3[i];
-            const float t1 = (x_i1 - (x_i * tmp_i));
-            tmp1[i] = t1;
-        }
+    for (int64_t i = 0; i < 128; ++i) {
+        const float x_i = ks_data_8[i];
+        const float tmp_i = tmp[i];
+        const float x_i1 = ks_data_3[i];
+        const float t1 = (x_i1 - (x_i * tmp_i));
+        tmp1[i] = t1;
     }
     // export.py: node addmm_1 (aten.addmm.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + 1024);
-        float* const tmp = reinterpret_cast<float*>(ks_ws);
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + 512);
-        float* const prod1 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256));
-        const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
-            const float x_i = ks_data_1[col1];
-            const float t1 = (x_i + v1);
-            const float tmp_i = tmp[col1];
-            const float t2 = (t1 * tmp_i);
-            const float x_i1 = tmp1[col1];
-            const float t3 = (t2 + x_i1);
-            return t3;
-        };
-        ks::packed_gemm<float>(batch, 128, 256, {prod, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
-    }
+    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_1[col1];
+        const float t1 = (x_i + v1);
+        const float tmp_i = tmp[col1];
+        const float t2 = (t1 * tmp_i);
+        const float x_i1 = tmp1[col1];
+        const float t3 = (t2 + x_i1);
+        return t3;
+    };
+    ks::packed_gemm<float>(batch, 128, 256, {prod, 256, 1}, {ks_data_13, 256}, {prod1, 128, 1}, false, ks::product_epilogue<float>(epilogue1));
     // ../relu3/relu3.py:6, 8, 9, 11
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod1 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256));
-        for (int64_t i = 0; i < (128*batch); ++i) {
-            const float x_i = prod1[i];
-            const bool t1 = (x_i < 0.0f);
-            const bool t2 = (x_i < 1.0f);
-            const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
-            const float t4 = (x_i - 0.6666666865348816f);
-            const float t5 = (t2 ? t3 : t4);
-            const float t6 = (t1 ? 0.0f : t5);
-            prod1[i] = t6;
-        }
+    for (int64_t i = 0; i < (128*batch); ++i) {
+        const float x_i = prod1[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod1[i] = t6;
     }
     // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < 64; ++i) {
-            const float x_i = ks_data_11[i];
-            const float x_i1 = ks_data_5[i];
-            const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
-            tmp2[i] = t1;
-        }
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_11[i];
+        const float x_i1 = ks_data_5[i];
+        const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
+        tmp2[i] = t1;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws);
-        float* const tmp3 = reinterpret_cast<float*>(ks_ws + 256);
-        for (int64_t i = 0; i < 64; ++i) {
-            const float x_i = ks_data_10[i];
-            const float x_i1 = tmp2[i];
-            const float x_i2 = ks_data_6[i];
-            const float t1 = (x_i2 - (x_i * x_i1));
-            tmp3[i] = t1;
-        }
+    for (int64_t i = 0; i < 64; ++i) {
+        const float x_i = ks_data_10[i];
+        const float x_i1 = tmp2[i];
+        const float x_i2 = ks_data_6[i];
+        const float t1 = (x_i2 - (x_i * x_i1));
+        tmp3[i] = t1;
     }
     // export.py: node addmm_2 (aten.addmm.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod1 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256));
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws);
-        float* const tmp3 = reinterpret_cast<float*>(ks_ws + 256);
-        float* const prod2 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128));
-        const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
-            const float x_i = ks_data_4[col2];
-            const float t1 = (x_i + v2);
-            const float x_i1 = tmp2[col2];
-            const float t2 = (t1 * x_i1);
-            const float x_i2 = tmp3[col2];
-            const float t3 = (t2 + x_i2);
-            return t3;
-        };
-        ks::packed_gemm<float>(batch, 64, 128, {prod1, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
-    }
+    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
+        const float x_i = ks_data_4[col2];
+        const float t1 = (x_i + v2);
+        const float x_i1 = tmp2[col2];
+        const float t2 = (t1 * x_i1);
+        const float x_i2 = tmp3[col2];
+        const float t3 = (t2 + x_i2);
+        return t3;
+    };
+    ks::packed_gemm<float>(batch, 64, 128, {prod1, 128, 1}, {ks_data_14, 128}, {prod2, 64, 1}, false, ks::product_epilogue<float>(epilogue2));
     // ../relu3/relu3.py:6, 8, 9, 11
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod2 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128));
-        for (int64_t i = 0; i < (64*batch); ++i) {
-            const float x_i = prod2[i];
-            const bool t1 = (x_i < 0.0f);
-            const bool t2 = (x_i < 1.0f);
-            const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
-            const float t4 = (x_i - 0.6666666865348816f);
-            const float t5 = (t2 ? t3 : t4);
-            const float t6 = (t1 ? 0.0f : t5);
-            prod2[i] = t6;
-        }
+    for (int64_t i = 0; i < (64*batch); ++i) {
+        const float x_i = prod2[i];
+        const bool t1 = (x_i < 0.0f);
+        const bool t2 = (x_i < 1.0f);
+        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float t4 = (x_i - 0.6666666865348816f);
+        const float t5 = (t2 ? t3 : t4);
+        const float t6 = (t1 ? 0.0f : t5);
+        prod2[i] = t6;
     }
     // export.py: node addmm_3 (aten.addmm.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod2 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128));
-        float* const prod3 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64));
-        ks::packed_gemm<float>(batch, 10, 64, {prod2, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
-    }
+    ks::packed_gemm<float>(batch, 10, 64, {prod2, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
     // export.py: nodes addmm_3 (aten.addmm.default), _log_softmax (aten._log_softmax.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod3 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64));
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10));
-        float* const tmp5 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10));
-        for (int64_t i = 0; i < batch; ++i) {
-            float acc = ks::lowest<float>();
-            for (int64_t j = 0; j < 10; ++j) {
-                const float x_i = ks_data_7[j];
-                const float x_i1 = prod3[i * 10 + j];
-                const float t1 = (x_i + x_i1);
-                tmp4[i * 10 + j] = t1;
-                acc = ks::running_max(acc, t1);
-            }
-            tmp5[i] = acc;
+    for (int64_t i = 0; i < batch; ++i) {
+        float acc = ks::lowest<float>();
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = ks_data_7[j];
+            const float x_i1 = prod3[i * 10 + j];
+            const float t1 = (x_i + x_i1);
+            tmp4[i * 10 + j] = t1;
+            acc = ks::running_max(acc, t1);
         }
+        tmp5[i] = acc;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10));
-        float* const tmp5 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10));
-        float* const tmp6 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64));
-        float* const tmp7 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch));
-        for (int64_t i = 0; i < batch; ++i) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t j = 0; j < 10; ++j) {
-                const float x_i = tmp4[i * 10 + j];
-                const float x_i1 = tmp5[i];
-                const float t1 = (x_i - x_i1);
-                tmp6[i * 10 + j] = t1;
-                acc += ks::exp(t1);
-            }
-            tmp7[i] = acc;
+    for (int64_t i = 0; i < batch; ++i) {
+        float acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = tmp4[i * 10 + j];
+            const float x_i1 = tmp5[i];
+            const float t1 = (x_i - x_i1);
+            tmp6[i * 10 + j] = t1;
+            acc += ks::exp(t1);
         }
+        tmp7[i] = acc;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp7 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch));
-        for (int64_t i = 0; i < batch; ++i) {
-            const float x_i = tmp7[i];
-            const float t1 = ks::log(x_i);
-            tmp7[i] = t1;
-        }
+    for (int64_t i = 0; i < batch; ++i) {
+        const float x_i = tmp7[i];
+        const float t1 = ks::log(x_i);
+        tmp7[i] = t1;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp6 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64));
-        float* const tmp7 = reinterpret_cast<float*>(ks_ws + 1024 + ks::aligned_bytes<float>(batch * 256) + ks::aligned_bytes<float>(batch * 128) + ks::aligned_bytes<float>(batch * 64) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch * 10) + ks::aligned_bytes<float>(batch));
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 10; ++j) {
-                const float x_i = tmp6[i * 10 + j];
-                const float x_i1 = tmp7[i];
-                const float t1 = (x_i - x_i1);
-                out[i * 10 + j] = t1;
-            }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 10; ++j) {
+            const float x_i = tmp6[i * 10 + j];
+            const float x_i1 = tmp7[i];
+            const float t1 = (x_i - x_i1);
+            out[i * 10 + j] = t1;
         }
     }
     return ks::status::ok;

@@ -32,67 +32,63 @@ namespace KS_VARIANT {  // onnx_cnn_x86_64, onnx_cnn_x86_64_v3, onnx_cnn_x86_64_
 int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_workspace_size(batch) != 0) return ks::status::err_null;
+    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
+    float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 17024);
+    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
+    float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 19072;
+    float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
+    (void)next_slot;
     // ONNX node /conv1/Conv (Conv)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const GlobalAveragePool = reinterpret_cast<float*>(ks_ws + 19072);
-        float* const Relu = reinterpret_cast<float*>(ks_ws + 8832);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws);
-        float* const MaxPool = reinterpret_cast<float*>(ks_ws + 17024);
-        float* const scratch_float1 = reinterpret_cast<float*>(ks_ws);
-        float* const conv = reinterpret_cast<float*>(ks_ws + 8000);
-        float* const scratch_float2 = reinterpret_cast<float*>(ks_ws);
-        float* const tmp = reinterpret_cast<float*>(ks_ws);
-        for (int64_t row = 0; row < batch; ++row) {
-            static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            {
-                static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-                const auto epilogue = ks::make_affine<float>(ks_data_1, 1, 0.0f, 0);
-                static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-                ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::affine_epilogue<float>(epilogue));
-            }
-            // ONNX node /MaxPool (MaxPool)
-            static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
-            ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
-            // ONNX node /conv2/Conv (Conv)
-            static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+    for (int64_t row = 0; row < batch; ++row) {
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        {
+            static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+            const auto epilogue = ks::make_affine<float>(ks_data_1, 1, 0.0f, 0);
             static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float2);
-            // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
-            for (int64_t i = 0; i < 16; ++i) {
-                float Relu_1_sum = 0;
-                KS_OMP_SIMD(reduction(+:Relu_1_sum))
-                for (int64_t j = 0; j < 9; ++j) {
-                    const float conv_i = conv[i * 9 + j];
-                    const float x_i = ks_data_3[i];
-                    const float conv2_Conv_i = (conv_i + x_i);
-                    const bool t1 = (conv2_Conv_i <= 0.0f);
-                    const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
-                    Relu_1_sum += Relu_1_i;
-                }
-                tmp[i] = Relu_1_sum;
+            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, Relu, scratch_float, ks::affine_epilogue<float>(epilogue));
+        }
+        // ONNX node /MaxPool (MaxPool)
+        static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
+        ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
+        // ONNX node /conv2/Conv (Conv)
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float2);
+        // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            float Relu_1_sum = 0;
+            KS_OMP_SIMD(reduction(+:Relu_1_sum))
+            for (int64_t j = 0; j < 9; ++j) {
+                const float conv_i = conv[i * 9 + j];
+                const float x_i = ks_data_3[i];
+                const float conv2_Conv_i = (conv_i + x_i);
+                const bool t1 = (conv2_Conv_i <= 0.0f);
+                const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
+                Relu_1_sum += Relu_1_i;
             }
-            // ONNX node /GlobalAveragePool (GlobalAveragePool)
-            for (int64_t i = 0; i < 16; ++i) {
-                const float tmp_i = tmp[i];
-                const float GlobalAveragePool_i = (tmp_i / 9.0f);
-                GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
-            }
+            tmp[i] = Relu_1_sum;
+        }
+        // ONNX node /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            const float tmp_i = tmp[i];
+            const float GlobalAveragePool_i = (tmp_i / 9.0f);
+            GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
         }
     }
     // ONNX node /fc/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const GlobalAveragePool = reinterpret_cast<float*>(ks_ws + 19072);
-        const auto epilogue = [&](int64_t, int64_t col, float v) {
-            const float x_i = ks_data_5[col];
-            const float logits_i = (v + x_i);
-            return logits_i;
-        };
-        ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
-    }
+    const auto epilogue = [&](int64_t, int64_t col, float v) {
+        const float x_i = ks_data_5[col];
+        const float logits_i = (v + x_i);
+        return logits_i;
+    };
+    ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
     return ks::status::ok;
 }
 
@@ -107,43 +103,73 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
+    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
+    float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 32768);
+    float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 40960);
+    float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const max = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 43008);
+    int64_t* const tmp2 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace));
+    int64_t* const tmp3 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 16384);
+    int64_t* const min = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 32768);
+    float* const tmp4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16384);
+    float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const scratch_float3 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const gathered = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const gathered1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 16448);
+    float* const scratch_float4 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 45056;
+    float* const d_Flatten = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16);
+    int64_t* const tmp = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    int64_t* const tmp1 = reinterpret_cast<int64_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2);
+    uint8_t* const stacked = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16);
+    uint8_t* const stacked1 = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2);
+    float* const d_conv2_Conv = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 16 * 3 * 3);
+    float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 72 * 9);
+    float* const folded = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3);
+    float* const folded1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 8);
+    float* const tmp5 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2);
+    float* const folded2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16);
+    float* const packed = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(216);
+    (void)next_slot;
+    float* const d_Relu = tmp5;  // reuses a dead buffer's space
     // ONNX node /fc/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_Flatten = reinterpret_cast<float*>(ks_ws + 45056);
-        ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
-    }
+    ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
     // ONNX node /MaxPool (MaxPool)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        int64_t* const tmp = reinterpret_cast<int64_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16));
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 8; ++k) {
-                    for (int64_t l = 0; l < 2; ++l) {
-                        for (int64_t m = 0; m < 8; ++m) {
-                            for (int64_t i1 = 0; i1 < 2; ++i1) {
-                                const int64_t t1 = static_cast<int64_t>(l);
-                                tmp[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
-                            }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const int64_t t1 = static_cast<int64_t>(l);
+                            tmp[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
             }
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        int64_t* const tmp1 = reinterpret_cast<int64_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2));
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 8; ++k) {
-                    for (int64_t l = 0; l < 2; ++l) {
-                        for (int64_t m = 0; m < 8; ++m) {
-                            for (int64_t i1 = 0; i1 < 2; ++i1) {
-                                const int64_t t1 = static_cast<int64_t>(i1);
-                                tmp1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
-                            }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            const int64_t t1 = static_cast<int64_t>(i1);
+                            tmp1[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] = t1;
                         }
                     }
                 }
@@ -151,304 +177,227 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         }
     }
     // ONNX node /conv1/Conv (Conv)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_Flatten = reinterpret_cast<float*>(ks_ws + 45056);
-        int64_t* const tmp = reinterpret_cast<int64_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16));
-        int64_t* const tmp1 = reinterpret_cast<int64_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2));
-        uint8_t* const stacked = reinterpret_cast<uint8_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2));
-        uint8_t* const stacked1 = reinterpret_cast<uint8_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16));
-        float* const d_conv2_Conv = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2));
-        float* const conv = reinterpret_cast<float*>(ks_ws + 8832);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws);
-        float* const Relu = reinterpret_cast<float*>(ks_ws + 32768);
-        float* const MaxPool = reinterpret_cast<float*>(ks_ws + 40960);
-        float* const scratch_float1 = reinterpret_cast<float*>(ks_ws);
-        float* const max = reinterpret_cast<float*>(ks_ws + 43008);
-        int64_t* const tmp2 = reinterpret_cast<int64_t*>(ks_ws);
-        int64_t* const tmp3 = reinterpret_cast<int64_t*>(ks_ws + 16384);
-        int64_t* const min = reinterpret_cast<int64_t*>(ks_ws + 32768);
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + 16384);
-        float* const scratch_float2 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t row = 0; row < batch; ++row) {
-            static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-            static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-            ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
-            // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
-            for (int64_t i = 0; i < 8; ++i) {
-                for (int64_t j = 0; j < 256; ++j) {
-                    const float conv_i = conv[i * 256 + j];
-                    const float x_i = ks_data_1[i];
-                    const float conv1_Conv_i = (conv_i + x_i);
-                    const bool t1 = (conv1_Conv_i <= 0.0f);
-                    stacked[row * 2048 + i * 256 + j] = t1;
-                    const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
-                    Relu[i * 256 + j] = Relu_i;
-                }
-            }
-            // ONNX node /MaxPool (MaxPool)
-            static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
-            ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
-            for (int64_t i = 0; i < 8; ++i) {
-                for (int64_t j = 0; j < 8; ++j) {
-                    KS_OMP_SIMD()
-                    for (int64_t k = 0; k < 8; ++k) {
-                        float acc = ks::lowest<float>();
-                        acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
-                        acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
-                        acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
-                        acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
-                        max[i * 64 + j * 8 + k] = acc;
-                    }
-                }
-            }
-            for (int64_t i = 0; i < 64; ++i) {
-                for (int64_t j = 0; j < 2; ++j) {
-                    for (int64_t k = 0; k < 8; ++k) {
-                        for (int64_t l = 0; l < 2; ++l) {
-                            const float Relu_i = Relu[i * 32 + j * 16 + k * 2 + l];
-                            const float max_i = max[i * 8 + k];
-                            const bool t1 = (Relu_i == max_i);
-                            const bool t2 = (Relu_i != Relu_i);
-                            const bool t3 = (max_i != max_i);
-                            const bool t4 = (t2 && t3);
-                            const bool t5 = (t1 || t4);
-                            const int64_t tmp_i = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                            const int64_t t6 = (tmp_i * int64_t{2});
-                            const int64_t x_i = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                            const int64_t t7 = (x_i + t6);
-                            tmp2[i * 32 + j * 16 + k * 2 + l] = t7;
-                            const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
-                            tmp3[i * 32 + j * 16 + k * 2 + l] = t8;
-                        }
-                    }
-                }
-            }
-            for (int64_t i = 0; i < 8; ++i) {
-                for (int64_t j = 0; j < 8; ++j) {
-                    KS_OMP_SIMD()
-                    for (int64_t k = 0; k < 8; ++k) {
-                        int64_t acc = ks::highest<int64_t>();
-                        acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2]);
-                        acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2 + 1]);
-                        acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2]);
-                        acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2 + 1]);
-                        min[i * 64 + j * 8 + k] = acc;
-                    }
-                }
-            }
-            // ONNX node /GlobalAveragePool (GlobalAveragePool)
-            for (int64_t i = 0; i < 16; ++i) {
-                const float d_GlobalAveragePool_i = d_Flatten[row * 16 + i];
-                const float t1 = (d_GlobalAveragePool_i * 0.1111111119389534f);
-                tmp4[i] = t1;
-            }
-            // ONNX node /MaxPool (MaxPool)
-            for (int64_t i = 0; i < 64; ++i) {
-                for (int64_t j = 0; j < 2; ++j) {
-                    for (int64_t k = 0; k < 8; ++k) {
-                        for (int64_t l = 0; l < 2; ++l) {
-                            const int64_t x_i = tmp2[i * 32 + j * 16 + k * 2 + l];
-                            const int64_t min_i = min[i * 8 + k];
-                            const bool t1 = (x_i == min_i);
-                            stacked1[row * 2048 + i * 32 + j * 16 + k * 2 + l] = t1;
-                        }
-                    }
-                }
-            }
-            // ONNX node /conv2/Conv (Conv)
-            static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            {
-                static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
-                const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
-                    const float x_i = ks_data_3[channel];
-                    const float conv2_Conv_i = (v + x_i);
-                    const bool t1 = (conv2_Conv_i <= 0.0f);
-                    const float d_Relu_1_i = tmp4[image1 * 16 + channel];
-                    const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
-                    return d_conv2_Conv_i;
-                };
-                static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
-                ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float2, ks::conv_epilogue<float>(epilogue));
+    for (int64_t row = 0; row < batch; ++row) {
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+        static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
+        // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
+        for (int64_t i = 0; i < 8; ++i) {
+            for (int64_t j = 0; j < 256; ++j) {
+                const float conv_i = conv[i * 256 + j];
+                const float x_i = ks_data_1[i];
+                const float conv1_Conv_i = (conv_i + x_i);
+                const bool t1 = (conv1_Conv_i <= 0.0f);
+                stacked[row * 2048 + i * 256 + j] = t1;
+                const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                Relu[i * 256 + j] = Relu_i;
             }
         }
-    }
-    // ONNX node /conv2/Conv (Conv)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_conv2_Conv = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2));
-        float* const prod = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3));
-        float* const scratch_float3 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < batch; ++i) {
-            static_assert((ks::tiled_gemm_scratch<float>(72, 9, 16)) * sizeof(float) <= 4096, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-            ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float3);
-        }
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3));
-        float* const folded = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9));
-        for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
-            folded[i] = 0.0f;
-        }
-        for (int64_t i = 0; i < batch; ++i) {
+        // ONNX node /MaxPool (MaxPool)
+        static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
+        ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
+        for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 3; ++k) {
-                    for (int64_t l = 0; l < 3; ++l) {
-                        for (int64_t m = 0; m < 3; ++m) {
-                            for (int64_t i1 = 0; i1 < 3; ++i1) {
-                                folded[i * 576 + j * 72 + k * 18 + l * 9 + m * 3 + i1] += prod[i * 648 + j * 81 + k * 3 + l * 27 + m + i1 * 9];
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const folded = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9));
-        float* const folded1 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3));
-        for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
-            folded1[i] = 0.0f;
-        }
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
+                KS_OMP_SIMD()
                 for (int64_t k = 0; k < 8; ++k) {
-                    for (int64_t l = 0; l < 3; ++l) {
-                        for (int64_t m = 0; m < 3; ++m) {
-                            folded1[i * 512 + j * 64 + k * 8 + l * 2 + m] += folded[i * 576 + j * 72 + k * 9 + l * 3 + m];
-                        }
-                    }
+                    float acc = ks::lowest<float>();
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    max[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
-    }
-    // ONNX node /MaxPool (MaxPool)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const stacked1 = reinterpret_cast<uint8_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16));
-        float* const folded1 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3));
-        float* const tmp5 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8));
-        for (int64_t i = 0; i < (64*batch); ++i) {
+        for (int64_t i = 0; i < 64; ++i) {
             for (int64_t j = 0; j < 2; ++j) {
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
-                        const bool x_i = stacked1[i * 32 + j * 16 + k * 2 + l];
-                        const float x_i1 = folded1[i * 8 + k];
-                        const float t1 = (x_i ? x_i1 : 0.0f);
-                        tmp5[i * 32 + j * 16 + k * 2 + l] = t1;
+                        const float Relu_i = Relu[i * 32 + j * 16 + k * 2 + l];
+                        const float max_i = max[i * 8 + k];
+                        const bool t1 = (Relu_i == max_i);
+                        const bool t2 = (Relu_i != Relu_i);
+                        const bool t3 = (max_i != max_i);
+                        const bool t4 = (t2 && t3);
+                        const bool t5 = (t1 || t4);
+                        const int64_t tmp_i = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t6 = (tmp_i * int64_t{2});
+                        const int64_t x_i = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
+                        const int64_t t7 = (x_i + t6);
+                        tmp2[i * 32 + j * 16 + k * 2 + l] = t7;
+                        const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
+                        tmp3[i * 32 + j * 16 + k * 2 + l] = t8;
                     }
                 }
             }
         }
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp5 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8));
-        float* const folded2 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2));
-        for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
-            folded2[i] = 0.0f;
-        }
-        for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
+                KS_OMP_SIMD()
+                for (int64_t k = 0; k < 8; ++k) {
+                    int64_t acc = ks::highest<int64_t>();
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + k * 2 + 1]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2]);
+                    acc = ks::running_min(acc, tmp3[i * 256 + j * 32 + 16 + k * 2 + 1]);
+                    min[i * 64 + j * 8 + k] = acc;
+                }
+            }
+        }
+        // ONNX node /GlobalAveragePool (GlobalAveragePool)
+        for (int64_t i = 0; i < 16; ++i) {
+            const float d_GlobalAveragePool_i = d_Flatten[row * 16 + i];
+            const float t1 = (d_GlobalAveragePool_i * 0.1111111119389534f);
+            tmp4[i] = t1;
+        }
+        // ONNX node /MaxPool (MaxPool)
+        for (int64_t i = 0; i < 64; ++i) {
+            for (int64_t j = 0; j < 2; ++j) {
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
-                        for (int64_t m = 0; m < 8; ++m) {
-                            for (int64_t i1 = 0; i1 < 2; ++i1) {
-                                folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] += tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
-                            }
+                        const int64_t x_i = tmp2[i * 32 + j * 16 + k * 2 + l];
+                        const int64_t min_i = min[i * 8 + k];
+                        const bool t1 = (x_i == min_i);
+                        stacked1[row * 2048 + i * 32 + j * 16 + k * 2 + l] = t1;
+                    }
+                }
+            }
+        }
+        // ONNX node /conv2/Conv (Conv)
+        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        {
+            static constexpr ks::conv_shape geometry1{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
+            const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
+                const float x_i = ks_data_3[channel];
+                const float conv2_Conv_i = (v + x_i);
+                const bool t1 = (conv2_Conv_i <= 0.0f);
+                const float d_Relu_1_i = tmp4[image1 * 16 + channel];
+                const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
+                return d_conv2_Conv_i;
+            };
+            static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
+            ks::conv_as<float, ks::convs::method_of<float>(geometry1, 1)>(plan1, geometry1, 1, MaxPool, ks_data_2, (d_conv2_Conv + row * 144), scratch_float2, ks::conv_epilogue<float>(epilogue));
+        }
+    }
+    // ONNX node /conv2/Conv (Conv)
+    for (int64_t i = 0; i < batch; ++i) {
+        static_assert((ks::tiled_gemm_scratch<float>(72, 9, 16)) * sizeof(float) <= 4096, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+        ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float3);
+    }
+    for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
+        folded[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    for (int64_t m = 0; m < 3; ++m) {
+                        for (int64_t i1 = 0; i1 < 3; ++i1) {
+                            folded[i * 576 + j * 72 + k * 18 + l * 9 + m * 3 + i1] += prod[i * 648 + j * 81 + k * 3 + l * 27 + m + i1 * 9];
                         }
                     }
                 }
             }
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const folded2 = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2));
-        float* const d_Relu = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8));
-        for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
-            d_Relu[i] = 0.0f;
+    for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
+        folded1[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    for (int64_t m = 0; m < 3; ++m) {
+                        folded1[i * 512 + j * 64 + k * 8 + l * 2 + m] += folded[i * 576 + j * 72 + k * 9 + l * 3 + m];
+                    }
+                }
+            }
         }
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 8; ++k) {
-                    for (int64_t l = 0; l < 2; ++l) {
-                        for (int64_t m = 0; m < 16; ++m) {
-                            d_Relu[i * 2048 + j * 256 + k * 32 + l * 16 + m] += folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m];
+    }
+    // ONNX node /MaxPool (MaxPool)
+    for (int64_t i = 0; i < (64*batch); ++i) {
+        for (int64_t j = 0; j < 2; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    const bool x_i = stacked1[i * 32 + j * 16 + k * 2 + l];
+                    const float x_i1 = folded1[i * 8 + k];
+                    const float t1 = (x_i ? x_i1 : 0.0f);
+                    tmp5[i * 32 + j * 16 + k * 2 + l] = t1;
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
+        folded2[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 8; ++m) {
+                        for (int64_t i1 = 0; i1 < 2; ++i1) {
+                            folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1] += tmp5[i * 2048 + j * 256 + k * 32 + l * 16 + m * 2 + i1];
                         }
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
+        d_Relu[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 8; ++k) {
+                for (int64_t l = 0; l < 2; ++l) {
+                    for (int64_t m = 0; m < 16; ++m) {
+                        d_Relu[i * 2048 + j * 256 + k * 32 + l * 16 + m] += folded2[i * 2048 + j * 256 + k * 32 + l * 16 + m];
                     }
                 }
             }
         }
     }
     // ONNX node /conv1/Conv (Conv)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const packed = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16));
-        for (int64_t i = 0; i < 3; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 3; ++k) {
-                    for (int64_t l = 0; l < 3; ++l) {
-                        packed[i * 72 + j * 9 + k * 3 + l] = ks_data_0[i * 9 + j * 27 + k * 3 + l];
-                    }
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    packed[i * 72 + j * 9 + k * 3 + l] = ks_data_0[i * 9 + j * 27 + k * 3 + l];
                 }
             }
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const packed = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 8 * 8 * 2 * 16));
-        float* const gathered = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < 3; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 3; ++k) {
-                    for (int64_t l = 0; l < 3; ++l) {
-                        gathered[i * 72 + j * 9 + k * 3 + l] = packed[i * 72 + j * 9 + ks::clamp_index(ks_data_7[k], 3) * 3 + l];
-                    }
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    gathered[i * 72 + j * 9 + k * 3 + l] = packed[i * 72 + j * 9 + ks::clamp_index(ks_data_7[k], 3) * 3 + l];
                 }
             }
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const gathered = reinterpret_cast<float*>(ks_ws);
-        float* const gathered1 = reinterpret_cast<float*>(ks_ws + 16448);
-        for (int64_t i = 0; i < 3; ++i) {
-            for (int64_t j = 0; j < 8; ++j) {
-                for (int64_t k = 0; k < 3; ++k) {
-                    for (int64_t l = 0; l < 3; ++l) {
-                        gathered1[i * 72 + j * 9 + k * 3 + l] = gathered[i * 72 + j * 9 + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
-                    }
+    for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 8; ++j) {
+            for (int64_t k = 0; k < 3; ++k) {
+                for (int64_t l = 0; l < 3; ++l) {
+                    gathered1[i * 72 + j * 9 + k * 3 + l] = gathered[i * 72 + j * 9 + k * 3 + ks::clamp_index(ks_data_7[l], 3)];
                 }
             }
         }
     }
     // ONNX node /Relu (Relu)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const stacked = reinterpret_cast<uint8_t*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2));
-        float* const d_Relu = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8));
-        for (int64_t i = 0; i < (2048*batch); ++i) {
-            const bool stacked_i = stacked[i];
-            const float d_Relu_i = d_Relu[i];
-            const float d_conv1_Conv_i = (stacked_i ? 0.0f : d_Relu_i);
-            d_Relu[i] = d_conv1_Conv_i;
-        }
+    for (int64_t i = 0; i < (2048*batch); ++i) {
+        const bool stacked_i = stacked[i];
+        const float d_Relu_i = d_Relu[i];
+        const float d_conv1_Conv_i = (stacked_i ? 0.0f : d_Relu_i);
+        d_Relu[i] = d_conv1_Conv_i;
     }
     // ONNX node /conv1/Conv (Conv)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_Relu = reinterpret_cast<float*>(ks_ws + 45056 + ks::aligned_bytes<float>(batch * 16) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<int64_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<uint8_t>(batch * 8 * 16 * 16) + ks::aligned_bytes<uint8_t>(batch * 8 * 8 * 2 * 8 * 2) + ks::aligned_bytes<float>(batch * 16 * 3 * 3) + ks::aligned_bytes<float>(batch * 72 * 9) + ks::aligned_bytes<float>(batch * 8 * 8 * 3 * 3) + ks::aligned_bytes<float>(batch * 8 * 8 * 8));
-        float* const gathered1 = reinterpret_cast<float*>(ks_ws + 16448);
-        float* const scratch_float4 = reinterpret_cast<float*>(ks_ws);
-        static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 16448, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
-        static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
-        ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float4);
-    }
+    static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}})) * sizeof(float) <= 16448, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
+    static constexpr ks::conv_shape geometry{8, 3, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    ks::conv<float>(geometry, batch, d_Relu, gathered1, out, scratch_float4);
     return ks::status::ok;
 }
 

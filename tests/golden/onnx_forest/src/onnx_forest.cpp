@@ -27,35 +27,28 @@ namespace KS_VARIANT {  // onnx_forest_x86_64, onnx_forest_x86_64_v3, onnx_fores
 int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_forest_forest_workspace_size(batch) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    int32_t* const leaves = reinterpret_cast<int32_t*>(next_slot);
+    next_slot += ks::aligned_bytes<int32_t>(batch * 40);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    (void)next_slot;
     // ONNX node boosted_trees (TreeEnsembleRegressor)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        int32_t* const leaves = reinterpret_cast<int32_t*>(ks_ws);
-        ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        int32_t* const leaves = reinterpret_cast<int32_t*>(ks_ws);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<int32_t>(batch * 40));
-        for (int64_t i = 0; i < batch; ++i) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
-            for (int64_t j = 0; j < 40; ++j) {
-                const int32_t leaves_i = leaves[i * 40 + j];
-                const float t1 = ks_data_2[ks::clamp_index(leaves_i, 320)];
-                acc += t1;
-            }
-            tmp[i] = acc;
+    ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
+    for (int64_t i = 0; i < batch; ++i) {
+        float acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
+        for (int64_t j = 0; j < 40; ++j) {
+            const int32_t leaves_i = leaves[i * 40 + j];
+            const float t1 = ks_data_2[ks::clamp_index(leaves_i, 320)];
+            acc += t1;
         }
+        tmp[i] = acc;
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<int32_t>(batch * 40));
-        for (int64_t i = 0; i < batch; ++i) {
-            const float tmp_i = tmp[i];
-            const float y_i = (tmp_i + 0.3404572904109955f);
-            out[i] = y_i;
-        }
+    for (int64_t i = 0; i < batch; ++i) {
+        const float tmp_i = tmp[i];
+        const float y_i = (tmp_i + 0.3404572904109955f);
+        out[i] = y_i;
     }
     return ks::status::ok;
 }

@@ -64,36 +64,29 @@ static auto epilogue_form3(const T0* a0, int64_t a0_s0) {
 int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_mlp_workspace_size(batch) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const Tanh = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const Tanh_1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    (void)next_slot;
     // ONNX node /fc1/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh = reinterpret_cast<float*>(ks_ws);
-        const auto epilogue = epilogue_form1();
-        ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {Tanh, 32, 1}, false, ks::product_epilogue<float>(epilogue));
-    }
+    const auto epilogue = epilogue_form1();
+    ks::packed_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_0, 4}, {Tanh, 32, 1}, false, ks::product_epilogue<float>(epilogue));
     // ONNX node /fc2/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
-            const float x_i = ks_data_3[col1];
-            const float fc2_Gemm_i = (v1 + x_i);
-            const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
-            return Tanh_1_i;
-        };
-        ks::packed_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_2, 32}, {Tanh_1, 32, 1}, false, ks::product_epilogue<float>(epilogue1));
-    }
+    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_3[col1];
+        const float fc2_Gemm_i = (v1 + x_i);
+        const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
+        return Tanh_1_i;
+    };
+    ks::packed_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_2, 32}, {Tanh_1, 32, 1}, false, ks::product_epilogue<float>(epilogue1));
     // ONNX node /out/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue2 = [&](int64_t, int64_t, float v2) {
-            const float y_i = (v2 + 0.14628951251506805f);
-            return y_i;
-        };
-        ks::packed_gemm<float>(batch, 1, 32, {Tanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue2));
-    }
+    const auto epilogue2 = [&](int64_t, int64_t, float v2) {
+        const float y_i = (v2 + 0.14628951251506805f);
+        return y_i;
+    };
+    ks::packed_gemm<float>(batch, 1, 32, {Tanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false, ks::product_epilogue<float>(epilogue2));
     return ks::status::ok;
 }
 
@@ -108,60 +101,43 @@ size_t onnx_mlp_mlp_workspace_size(int64_t batch) {
 int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_mlp_jvp_workspace_size(batch) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const Tanh = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)));
+    float* const dTanh = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const dfc2_Gemm = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    (void)next_slot;
+    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     // ONNX node /fc1/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue = epilogue_form1();
-        ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const dTanh = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))));
-        const auto epilogue1 = [&](int64_t row1, int64_t col1, float v1) {
-            const float Tanh_i = Tanh[row1 * 32 + col1];
-            const float t1 = (Tanh_i * Tanh_i);
-            const float t2 = (1.0f - t1);
-            const float dTanh_i = (t2 * v1);
-            return dTanh_i;
-        };
-        ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
-    }
+    const auto epilogue = epilogue_form1();
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
+    const auto epilogue1 = [&](int64_t row1, int64_t col1, float v1) {
+        const float Tanh_i = Tanh[row1 * 32 + col1];
+        const float t1 = (Tanh_i * Tanh_i);
+        const float t2 = (1.0f - t1);
+        const float dTanh_i = (t2 * v1);
+        return dTanh_i;
+    };
+    ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /fc2/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const dTanh = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))));
-        float* const dfc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))) + ks::aligned_bytes<float>(batch * 32));
-        ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const dfc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))) + ks::aligned_bytes<float>(batch * 32));
-        float* const dTanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))));
-        const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
-            const float x_i = ks_data_3[col2];
-            const float fc2_Gemm_i = (v2 + x_i);
-            const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
-            const float t1 = (Tanh_1_i * Tanh_1_i);
-            const float t2 = (1.0f - t1);
-            const float dfc2_Gemm_i = dfc2_Gemm[row2 * 32 + col2];
-            const float dTanh_1_i = (t2 * dfc2_Gemm_i);
-            return dTanh_1_i;
-        };
-        ks::tiled_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_6, 1, 32}, {dTanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
-    }
+    ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
+    const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
+        const float x_i = ks_data_3[col2];
+        const float fc2_Gemm_i = (v2 + x_i);
+        const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
+        const float t1 = (Tanh_1_i * Tanh_1_i);
+        const float t2 = (1.0f - t1);
+        const float dfc2_Gemm_i = dfc2_Gemm[row2 * 32 + col2];
+        const float dTanh_1_i = (t2 * dfc2_Gemm_i);
+        return dTanh_1_i;
+    };
+    ks::tiled_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_6, 1, 32}, {dTanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
     // ONNX node /out/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const dTanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32))));
-        ks::packed_gemm<float>(batch, 1, 32, {dTanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
-    }
+    ks::packed_gemm<float>(batch, 1, 32, {dTanh_1, 32, 1}, {ks_data_4, 32}, {out, 1, 1}, false);
     return ks::status::ok;
 }
 
@@ -176,32 +152,24 @@ size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch) {
 int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_loss_workspace_size(batch) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const mlp_Tanh = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)));
+    float* const mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const prod = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    (void)next_slot;
     // ONNX node /mlp/fc1/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue = epilogue_form2(mlp_fc1_bias);
-        ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    }
+    const auto epilogue = epilogue_form2(mlp_fc1_bias);
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
     // ONNX node /mlp/fc2/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32))));
-        const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
-        ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
-    }
+    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /mlp/out/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32))));
-        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32))) + ks::aligned_bytes<float>(batch * 32));
-        ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
-    }
-    float* const prod = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32))) + ks::aligned_bytes<float>(batch * 32));
+    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
     // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
     float Pow_sum = 0;
     for (int64_t i = 0; i < batch; ++i) {
@@ -229,113 +197,66 @@ size_t onnx_mlp_loss_workspace_size(int64_t batch) {
 int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const float* mlp_fc1_weight, const float* mlp_fc1_bias, const float* mlp_fc2_weight, const float* mlp_fc2_bias, const float* mlp_out_weight, const float* mlp_out_bias, float* out_d_mlp_fc1_weight, float* out_d_mlp_fc1_bias, float* out_d_mlp_fc2_weight, float* out_d_mlp_fc2_bias, float* out_d_mlp_out_weight, float* out_d_mlp_out_bias, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_mlp_loss_grad_workspace_size(batch) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const mlp_Tanh = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const scratch_float = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch)));
+    float* const mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    float* const d_mlp_out_Gemm = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch);
+    float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 32);
+    (void)next_slot;
+    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
     // ONNX node /mlp/fc1/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue = epilogue_form2(mlp_fc1_bias);
-        ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    }
+    const auto epilogue = epilogue_form2(mlp_fc1_bias);
+    ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
     // ONNX node /mlp/fc2/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
-        ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
-    }
+    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     const float t1 = (1.0f / static_cast<float>(batch));
     // ONNX node /mlp/out/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        float* const d_mlp_out_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32));
-        const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
-            const float mlp_out_bias_i = mlp_out_bias[col2];
-            const float mlp_out_Gemm_i = (v2 + mlp_out_bias_i);
-            const float target_i = target[row2 + col2];
-            const float Sub_i = (mlp_out_Gemm_i - target_i);
-            const float t2 = (2.0f * Sub_i);
-            const float d_mlp_out_Gemm_i = (t1 * t2);
-            return d_mlp_out_Gemm_i;
-        };
-        ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
+        const float mlp_out_bias_i = mlp_out_bias[col2];
+        const float mlp_out_Gemm_i = (v2 + mlp_out_bias_i);
+        const float target_i = target[row2 + col2];
+        const float Sub_i = (mlp_out_Gemm_i - target_i);
+        const float t2 = (2.0f * Sub_i);
+        const float d_mlp_out_Gemm_i = (t1 * t2);
+        return d_mlp_out_Gemm_i;
+    };
+    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    out_d_mlp_out_bias[0] = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+        out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_mlp_out_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32));
-        out_d_mlp_out_bias[0] = 0;
-        for (int64_t i = 0; i < batch; ++i) {
-            out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
-        }
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        float* const d_mlp_out_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32));
-        ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const mlp_Tanh_1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        float* const d_mlp_out_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32));
-        float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch));
-        const auto epilogue3 = epilogue_form3(mlp_Tanh_1, 32);
-        ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
-    }
+    ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
+    const auto epilogue3 = epilogue_form3(mlp_Tanh_1, 32);
+    ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
     // ONNX node /mlp/fc2/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch));
-        for (int64_t i = 0; i < 32; ++i) {
-            out_d_mlp_fc2_bias[i] = 0;
-        }
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 32; ++j) {
-                out_d_mlp_fc2_bias[j] += d_mlp_fc2_Gemm[i * 32 + j];
-            }
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc2_bias[i] = 0;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc2_bias[j] += d_mlp_fc2_Gemm[i * 32 + j];
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch));
-        ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const mlp_Tanh = reinterpret_cast<float*>(ks_ws);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))) + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(batch));
-        float* const d_mlp_fc1_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        const auto epilogue4 = epilogue_form3(mlp_Tanh, 32);
-        ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
-    }
+    ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
+    const auto epilogue4 = epilogue_form3(mlp_Tanh, 32);
+    ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
     // ONNX node /mlp/fc1/Gemm (Gemm)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_mlp_fc1_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        for (int64_t i = 0; i < 32; ++i) {
-            out_d_mlp_fc1_bias[i] = 0;
-        }
-        for (int64_t i = 0; i < batch; ++i) {
-            for (int64_t j = 0; j < 32; ++j) {
-                out_d_mlp_fc1_bias[j] += d_mlp_fc1_Gemm[i * 32 + j];
-            }
+    for (int64_t i = 0; i < 32; ++i) {
+        out_d_mlp_fc1_bias[i] = 0;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t j = 0; j < 32; ++j) {
+            out_d_mlp_fc1_bias[j] += d_mlp_fc1_Gemm[i * 32 + j];
         }
     }
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32));
-        float* const d_mlp_fc1_Gemm = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(batch * 32) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)), ks::tiled_gemm_scratch<float>(1, 32, batch)), ks::tiled_gemm_scratch<float>(batch, 32, 1)), ks::tiled_gemm_scratch<float>(32, 32, batch)), ks::tiled_gemm_scratch<float>(32, 4, batch))));
-        ks::tiled_gemm<float>(32, 4, batch, {d_mlp_fc1_Gemm, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
-    }
+    ks::tiled_gemm<float>(32, 4, batch, {d_mlp_fc1_Gemm, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }
 

@@ -20,6 +20,10 @@ namespace KS_VARIANT {  // sqrl_x86_64, sqrl_x86_64_v3, sqrl_x86_64_v4
 int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_workspace_size(n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const t2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
     float y = 0;
     for (int64_t block = 0; block < n; block += 512) {
@@ -34,26 +38,21 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     }
     const bool t1 = (y < 0.0f);
     // sqrl.py:11: if y < 0.0:
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const t2 = reinterpret_cast<float*>(ks_ws);
-        if (t1) {
-            // sqrl.py:12: t = -0.125 * x
-            for (int64_t i = 0; i < n; ++i) {
-                const float x_i = x[i];
-                const float t_i = ((-0.125f) * x_i);
-                t2[i] = t_i;
-            }
-        } else {
-            // sqrl.py:14: t = 0.5 * x ** 2
-            for (int64_t i = 0; i < n; ++i) {
-                const float x_i = x[i];
-                const float t_i = (0.5f * ks::ipow<2>(x_i));
-                t2[i] = t_i;
-            }
+    if (t1) {
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = ((-0.125f) * x_i);
+            t2[i] = t_i;
+        }
+    } else {
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = (0.5f * ks::ipow<2>(x_i));
+            t2[i] = t_i;
         }
     }
-    float* const t2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     float acc = 0;
     for (int64_t block = 0; block < n; block += 512) {
@@ -81,6 +80,10 @@ size_t sqrl_sqrl_workspace_size(int64_t n) {
 int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_vjp_workspace_size(n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const t2 = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n);
+    (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
     float y = 0;
     for (int64_t block = 0; block < n; block += 512) {
@@ -95,55 +98,43 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     }
     const bool t1 = (y < 0.0f);
     // sqrl.py:11: if y < 0.0:
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const t2 = reinterpret_cast<float*>(ks_ws);
-        if (t1) {
-            // sqrl.py:12: t = -0.125 * x
-            for (int64_t i = 0; i < n; ++i) {
-                const float x_i = x[i];
-                const float t_i = ((-0.125f) * x_i);
-                t2[i] = t_i;
-            }
-        } else {
-            // sqrl.py:14: t = 0.5 * x ** 2
-            for (int64_t i = 0; i < n; ++i) {
-                const float x_i = x[i];
-                const float t_i = (0.5f * ks::ipow<2>(x_i));
-                t2[i] = t_i;
-            }
+    if (t1) {
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = ((-0.125f) * x_i);
+            t2[i] = t_i;
+        }
+    } else {
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = x[i];
+            const float t_i = (0.5f * ks::ipow<2>(x_i));
+            t2[i] = t_i;
         }
     }
     const float t3 = ks::mulz(ct, (1.0f / static_cast<float>(n)));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const t2 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n; ++i) {
-            const float x_i = t2[i];
-            const float t4 = ((t3 * std::sin(x_i)) + ((t3 * x_i) * std::cos(x_i)));
-            t2[i] = t4;
-        }
+    for (int64_t i = 0; i < n; ++i) {
+        const float x_i = t2[i];
+        const float t4 = ((t3 * std::sin(x_i)) + ((t3 * x_i) * std::cos(x_i)));
+        t2[i] = t4;
     }
     // sqrl.py:11: if y < 0.0:
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const t2 = reinterpret_cast<float*>(ks_ws);
-        if (t1) {
-            // sqrl.py:12: t = -0.125 * x
-            for (int64_t i = 0; i < n; ++i) {
-                const float ct_i = t2[i];
-                const float t4 = (ct_i * (-0.125f));
-                out[i] = t4;
-            }
-        } else {
-            // sqrl.py:14: t = 0.5 * x ** 2
-            for (int64_t i = 0; i < n; ++i) {
-                const float ct_i = t2[i];
-                const float x_i = x[i];
-                const float t4 = ((ct_i * 0.5f) * (2.0f * x_i));
-                out[i] = t4;
-            }
+    if (t1) {
+        // sqrl.py:12: t = -0.125 * x
+        for (int64_t i = 0; i < n; ++i) {
+            const float ct_i = t2[i];
+            const float t4 = (ct_i * (-0.125f));
+            out[i] = t4;
+        }
+    } else {
+        // sqrl.py:14: t = 0.5 * x ** 2
+        for (int64_t i = 0; i < n; ++i) {
+            const float ct_i = t2[i];
+            const float x_i = x[i];
+            const float t4 = ((ct_i * 0.5f) * (2.0f * x_i));
+            out[i] = t4;
         }
     }
     return ks::status::ok;
@@ -159,70 +150,59 @@ size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
 int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspace) {
     if (n1 < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_vsqrl_workspace_size(n1, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const y = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n1);
+    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(n1);
+    (void)next_slot;
+    float* const tmp1 = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const y = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            float y1 = 0;
-            for (int64_t block = 0; block < n; block += 512) {
-                const int64_t block_end = n - block < 512 ? n : block + 512;
-                float y1_block = 0;
-                KS_OMP_SIMD(reduction(+:y1_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float x_i = x[i * n + j];
-                    y1_block += x_i;
-                }
-                y1 += y1_block;
+    for (int64_t i = 0; i < n1; ++i) {
+        float y1 = 0;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
+                y1_block += x_i;
             }
-            y[i] = y1;
+            y1 += y1_block;
         }
+        y[i] = y1;
     }
     // sqrl.py:11: if y < 0.0:
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const y = reinterpret_cast<float*>(ks_ws);
-        uint8_t* const tmp = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(n1));
-        for (int64_t i = 0; i < n1; ++i) {
-            const float y_i = y[i];
-            const bool t1 = (y_i < 0.0f);
-            tmp[i] = t1;
-        }
+    for (int64_t i = 0; i < n1; ++i) {
+        const float y_i = y[i];
+        const bool t1 = (y_i < 0.0f);
+        tmp[i] = t1;
     }
     // sqrl.py:12, 14, 15
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const tmp = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(n1));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            float acc = 0;
-            for (int64_t block = 0; block < n; block += 512) {
-                const int64_t block_end = n - block < 512 ? n : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float x_i = x[i * n + j];
-                    const float t1 = ((-0.125f) * x_i);
-                    const float t2 = (0.5f * ks::ipow<2>(x_i));
-                    const bool tmp_i = tmp[i];
-                    const float t3 = (tmp_i ? t1 : t2);
-                    acc_block += (std::sin(t3) * t3);
-                }
-                acc += acc_block;
+    for (int64_t i = 0; i < n1; ++i) {
+        float acc = 0;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
+            float acc_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
+                const float t1 = ((-0.125f) * x_i);
+                const float t2 = (0.5f * ks::ipow<2>(x_i));
+                const bool tmp_i = tmp[i];
+                const float t3 = (tmp_i ? t1 : t2);
+                acc_block += (std::sin(t3) * t3);
             }
-            tmp1[i] = acc;
+            acc += acc_block;
         }
+        tmp1[i] = acc;
     }
     const float t1 = static_cast<float>(n);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            const float x_i = tmp1[i];
-            const float t2 = (x_i / t1);
-            out[i] = t2;
-        }
+    for (int64_t i = 0; i < n1; ++i) {
+        const float x_i = tmp1[i];
+        const float t2 = (x_i / t1);
+        out[i] = t2;
     }
     return ks::status::ok;
 }
@@ -238,70 +218,59 @@ size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n) {
 int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float* out, void* workspace) {
     if (n1 < 0 || n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_vsqrl_vjp_workspace_size(n1, n) != 0) return ks::status::err_null;
+    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
+    float* const y = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(n1);
+    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    next_slot += ks::aligned_bytes<uint8_t>(n1);
+    (void)next_slot;
+    float* const tmp1 = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const y = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            float y1 = 0;
-            for (int64_t block = 0; block < n; block += 512) {
-                const int64_t block_end = n - block < 512 ? n : block + 512;
-                float y1_block = 0;
-                KS_OMP_SIMD(reduction(+:y1_block))
-                for (int64_t j = block; j < block_end; ++j) {
-                    const float x_i = x[i * n + j];
-                    y1_block += x_i;
-                }
-                y1 += y1_block;
+    for (int64_t i = 0; i < n1; ++i) {
+        float y1 = 0;
+        for (int64_t block = 0; block < n; block += 512) {
+            const int64_t block_end = n - block < 512 ? n : block + 512;
+            float y1_block = 0;
+            KS_OMP_SIMD(reduction(+:y1_block))
+            for (int64_t j = block; j < block_end; ++j) {
+                const float x_i = x[i * n + j];
+                y1_block += x_i;
             }
-            y[i] = y1;
+            y1 += y1_block;
         }
+        y[i] = y1;
     }
     // sqrl.py:11: if y < 0.0:
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const y = reinterpret_cast<float*>(ks_ws);
-        uint8_t* const tmp = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(n1));
-        for (int64_t i = 0; i < n1; ++i) {
-            const float y_i = y[i];
-            const bool t1 = (y_i < 0.0f);
-            tmp[i] = t1;
-        }
+    for (int64_t i = 0; i < n1; ++i) {
+        const float y_i = y[i];
+        const bool t1 = (y_i < 0.0f);
+        tmp[i] = t1;
     }
     const float t1 = (1.0f / static_cast<float>(n));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            const float ct_i = ct[i];
-            const float t2 = ks::mulz(ct_i, t1);
-            tmp1[i] = t2;
-        }
+    for (int64_t i = 0; i < n1; ++i) {
+        const float ct_i = ct[i];
+        const float t2 = ks::mulz(ct_i, t1);
+        tmp1[i] = t2;
     }
     // sqrl.py:11, 12, 14, 15
-    {
-        unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const tmp = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(n1));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws);
-        for (int64_t i = 0; i < n1; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-                const float x_i = x[i * n + j];
-                const float t_i = ((-0.125f) * x_i);
-                const float t_i1 = (0.5f * ks::ipow<2>(x_i));
-                const bool tmp_i = tmp[i];
-                const float t_i2 = (tmp_i ? t_i : t_i1);
-                const float x_i1 = tmp1[i];
-                const float d_t_i = (x_i1 * std::sin(t_i2));
-                const float d_t_i1 = (d_t_i + ((x_i1 * t_i2) * std::cos(t_i2)));
-                const float d_t_i2 = (tmp_i ? 0.0f : d_t_i1);
-                const float t2 = ((d_t_i2 * 0.5f) * (2.0f * x_i));
-                const float d_x_i = (tmp_i ? 0.0f : t2);
-                const float d_t_i3 = (tmp_i ? d_t_i1 : 0.0f);
-                const float t3 = (d_t_i3 * (-0.125f));
-                const float d_x_i1 = (d_x_i + (tmp_i ? t3 : 0.0f));
-                out[i * n + j] = d_x_i1;
-            }
+    for (int64_t i = 0; i < n1; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            const float x_i = x[i * n + j];
+            const float t_i = ((-0.125f) * x_i);
+            const float t_i1 = (0.5f * ks::ipow<2>(x_i));
+            const bool tmp_i = tmp[i];
+            const float t_i2 = (tmp_i ? t_i : t_i1);
+            const float x_i1 = tmp1[i];
+            const float d_t_i = (x_i1 * std::sin(t_i2));
+            const float d_t_i1 = (d_t_i + ((x_i1 * t_i2) * std::cos(t_i2)));
+            const float d_t_i2 = (tmp_i ? 0.0f : d_t_i1);
+            const float t2 = ((d_t_i2 * 0.5f) * (2.0f * x_i));
+            const float d_x_i = (tmp_i ? 0.0f : t2);
+            const float d_t_i3 = (tmp_i ? d_t_i1 : 0.0f);
+            const float t3 = (d_t_i3 * (-0.125f));
+            const float d_x_i1 = (d_x_i + (tmp_i ? t3 : 0.0f));
+            out[i * n + j] = d_x_i1;
         }
     }
     return ks::status::ok;
