@@ -5,18 +5,32 @@ from typing import Sequence
 
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import Type
+from . import steps as steps_
 from .cpp import Handle, Writer, c_literal
 from .storage import Storage, dim_expr
 
 
-def emit_body(w: Writer, f: Func) -> list[Handle]:
-    """Emit f's equations (params already bound in w.env); the handles of its results."""
+def emit_body(w: Writer, f: Func, steps: bool = False) -> list[Handle]:
+    """Emit f's equations (params already bound in w.env); the handles of its results. `steps`: mark each
+    equation's lines as a step (codegen/steps.py), and those of the bodies of loops without carries among them."""
     w.foldable |= read_once(f)
     for eqn in f.eqns:
+        w.steps = steps and w.depth == 1
+        if steps:
+            w.line(steps_.BEGIN)
         start = len(w.lines)
         eqn.prim.emit(w, eqn)
         w.note_source(start, [eqn.loc])
+        if steps:
+            w.line(steps_.end(all(_in_buffer(w, v) for v in eqn.outs)))
+    w.steps = False
     return [handle_of(w, r) for r in f.results]
+
+
+def _in_buffer(w: Writer, v: Var) -> bool:
+    """Whether v's value is a tensor in a buffer (not a local of the code that computed it)."""
+    h = w.env.get(v)
+    return v.type.rank > 0 and isinstance(h, Storage) and h.literal is None
 
 
 def read_once(f: Func, elements: bool = False) -> set[Var]:
@@ -133,7 +147,7 @@ def emit_loop(w: Writer, eqn) -> None:
     w.row_of.update((v, k) for v in eqn.outs[ncar:])
     direct = _updated_in_place(body, nc, ncar, carry)
     w.updates.update(direct)
-    results = emit_body(w, body)
+    results = emit_body(w, body, w.steps and not ncar)  # (a batch's image loop: its layers are steps too)
     for r in direct:
         del w.updates[r]
     # ys first: a y may be the old value of a carry, which the carry update below overwrites

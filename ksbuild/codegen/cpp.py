@@ -86,6 +86,7 @@ class Slot:
     ctype: str
     size: str        # bytes, a C++ expression of the dims
     offset: int | None = None
+    alias: str = ""  # another slot's name: this pointer is that slot's (its space reused by a later value)
 
 
 @dataclass
@@ -99,32 +100,52 @@ class Workspace:
     on_stack: bool
     slots: list[Slot] = field(default_factory=list)
     arena: int = 0   # bytes
+    scoped: bool = False  # the slots' pointers are declared in each step that uses them (codegen/steps.py)
 
     @property
     def offsets(self) -> list[str]:
         """The sizes of the workspace's parts, in bytes (C++ expressions)."""
-        return ([str(self.arena)] if self.arena else []) + [s.size for s in self.slots if s.offset is None]
+        return ([str(self.arena)] if self.arena else []) + [s.size for s in self._laid_out()]
+
+    def _laid_out(self) -> list[Slot]:
+        """The slots after the arena, one after the other."""
+        return [s for s in self.slots if s.offset is None and not s.alias]
+
+    def address(self, slot: Slot, base: str) -> str:
+        """The C++ expression of a slot's first byte, from `base` (an `unsigned char*` to the workspace)."""
+        if slot.alias:
+            return self.address(next(s for s in self.slots if s.name == slot.alias), base)
+        if slot.offset is not None:
+            return f"{base} + {slot.offset}" if slot.offset else base
+        before = [str(self.arena)] if self.arena else []
+        before += [s.size for s in itertools.takewhile(lambda s: s is not slot, self._laid_out())]
+        return f"{base} + {' + '.join(before)}" if before else base
 
     def size_expr(self) -> str:
         return " + ".join(self.offsets) if self.offsets else "0"
 
     def prologue(self) -> list[str]:
-        """The slot pointers: into the arena at their offsets, then laid out one after the other."""
+        """The slot pointers: into the arena at their offsets, then laid out one after the other (none when each
+        step declares its own)."""
+        if self.scoped:
+            return []
         lines = []
         for s in self.slots:
-            if s.offset is not None:
+            if s.offset is not None and not s.alias:
                 at = f" + {s.offset}" if s.offset else ""
                 lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(static_cast<unsigned char*>"
                              f"(workspace){at});")
         past = f" + {self.arena}" if self.arena else ""
         lines.append(f"    unsigned char* next_slot = static_cast<unsigned char*>(workspace){past};")
-        for s in self.slots:
-            if s.offset is None:
-                lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
-                lines.append(f"    next_slot += {s.size};")
+        for s in self._laid_out():
+            lines.append(f"    {s.ctype}* const {s.name} = reinterpret_cast<{s.ctype}*>(next_slot);")
+            lines.append(f"    next_slot += {s.size};")
         lines.append("    (void)next_slot;")
-        return lines
+        return lines + [f"    {s.ctype}* const {s.name} = {s.alias};  // reuses a dead buffer's space"
+                        for s in self.slots if s.alias]
 
+
+STEP_MARK = "//@ks-step"  # (the lines that mark an export's steps: codegen/steps.py)
 
 MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]{2,}|[A-Z]_\w*|_[A-Z_]\w*")
 """Names that may be macros of the C/C++ standard headers (and of ATen, for the aten backend).
@@ -239,6 +260,7 @@ class Writer:
         self.ws = ws
         self.plan = plan                     # transforms.plan_memory.Plan: where each value is written
         self.outputs = outputs or {}         # output argument k -> its storage
+        self.steps = False  # (codegen/steps.py) whether emit_body marks the steps of the loop it is in
         self.slot_names: dict[int, str] = {}  # planned slot -> the name of its pointer
         self.depth = indent
         self.env: dict[Var, Handle] = {}
@@ -273,17 +295,19 @@ class Writer:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
         loop nest, a call of a kernel of the prelude (ks::conv(...);) or of a helper (detail::f), do not start with
         a comment already and do not follow code of the same place (the block's last such comment says it)."""
-        new = [line.strip() for line in self.lines[start:]]
+        kept = [j for j, line in enumerate(self.lines[start:]) if not line.strip().startswith(STEP_MARK)]
+        new = [self.lines[start + j].strip() for j in kept]
         if not any(line.startswith(("for (", "KS_OMP", "ks::")) or "detail::" in line for line in new) or \
                 new[0].startswith("//"):
             return
         text = source_comment(locs, self.source_root)
-        pad = self.lines[start][:len(self.lines[start]) - len(new[0])]
+        first = self.lines[start + kept[0]]
+        pad = first[:len(first) - len(new[0])]
         if text is None or self._last_comment(start, pad) == "// " + text:
             return
         inner = next((j for j, line in enumerate(new[:3]) if line == "// " + text), None)
         if inner is not None:  # the same line's comment on the first loop inside: this one says it
-            del self.lines[start + inner]
+            del self.lines[start + kept[inner]]
         self.lines.insert(start, pad + "// " + text)
 
     def _last_comment(self, end: int, pad: str) -> str | None:
@@ -407,12 +431,16 @@ class Writer:
         """Planned workspace slot k holding v (the slot's pointer is named after its first value)."""
         if self.ws.on_stack:
             return self.alloc(v.type, v.hint or hint, bool(v.hint))
-        name = self.namer.fresh(v.hint or hint, depth=0 if k not in self.slot_names else None, source=bool(v.hint))
-        if k not in self.slot_names:
+        first = k not in self.slot_names
+        shared = self.ws.scoped and self.depth == 1  # (a pointer later steps may read: declared where used)
+        name = self.namer.fresh(v.hint or hint, depth=0 if first or shared else None, source=bool(v.hint))
+        if first:
             self.slot_names[k] = name
             offset = self.plan.offset(k)
             self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), self.bytes(v.type), offset))
             self.ws.arena = self.plan.arena if offset is not None else self.ws.arena
+        elif shared:
+            self.ws.slots.append(Slot(name, self.buffer_ctype(v.type), "0", alias=self.slot_names[k]))
         else:
             self.line(f"{self.buffer_ctype(v.type)}* const {name} = {self.slot_names[k]};  // reuses a dead buffer's "
                       "space")

@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from ..ir.core import Func, Lit, Var
 from ..ir.printer import walk_vars
 from ..ir.types import C_TYPES, dim_names, dim_sub
+from . import steps as steps_
 from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
 from .helpers import Helpers
+from .steps import scope_steps
 from .storage import Storage, dim_expr
 
 C_KEYWORDS = {"int", "float", "double", "char", "void", "return", "if", "else", "for", "while", "do", "long",
@@ -122,11 +124,12 @@ def is_scalar_abi(f: Func) -> bool:
 
 
 def export_view(package: str, name: str, f: Func, doc: list[str], data=None, forms=None,
-                source_root=None, helpers=None) -> ExportView:
+                source_root=None, helpers=None, vectors: bool = True) -> ExportView:
     """Lay out the C signature of f (lowered and planned by the pass pipeline) and write its body;
     `data` (a codegen.data.DataSection) collects the constants it reads, `forms` (codegen.epilogue.EpilogueForms)
     the epilogue forms it applies, `helpers` (codegen.helpers.Helpers) the helper functions its calls call;
-    source_root (the manifest's directory) is what source paths in comments are relative to."""
+    source_root (the manifest's directory) is what source paths in comments are relative to; `vectors`: the target
+    has a vector unit (codegen/steps.py: when a long function's steps become functions of their own)."""
     dims = _dims(f)
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(f) if v.hint])
     scalar_abi = is_scalar_abi(f)
@@ -140,7 +143,7 @@ def export_view(package: str, name: str, f: Func, doc: list[str], data=None, for
     outs = _output_names(f, namer)
     if scalar_abi:
         return _scalar_export(package, name, f, w, args, outs, doc, dims)
-    return _tensor_export(package, name, f, w, args, outs, doc, dims)
+    return _tensor_export(package, name, f, w, args, outs, doc, dims, vectors)
 
 
 def _input_arg(w: Writer, p: Var, cname: str, python_names: set[str]) -> ArgView:
@@ -184,21 +187,24 @@ def _scalar_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
     return ExportView(f"{package}_{name}", name, "scalar", ret, args, _void_unused(args, body), doc, dims)
 
 
-def _tensor_export(package, name, f, w, args, outs, doc, dims) -> ExportView:
+def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = True) -> ExportView:
     out_args = []
     for k, (o, r) in enumerate(zip(outs, f.results)):
         c = C_TYPES[r.type.dtype]
         out_args.append(ArgView(o, f"{c}* {o}", "out", r.type.dtype, list(r.type.shape)))
         w.outputs[k] = Storage.buffer(o, r.type.shape)
-    results = emit_body(w, f)
-    body, w.lines = list(w.lines), []
+    w.ws.scoped = True
+    results = emit_body(w, f, steps=True)
+    w.line(steps_.BEGIN)  # (the copies of the results into the outputs, when they are elsewhere: one more step)
     for o, r, h in zip(out_args, f.results, results):
         if r.type.rank == 0:
             w.line(f"*{o.name} = {_rank0(h)};")
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
-    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body + w.lines
+    w.line(steps_.end(True))
+    body = scope_steps(w.lines, w.ws, vectors)
+    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body
     lines.append("    return ks::status::ok;")
     ins = [a.name for a in args if a.role == "in"]
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]

@@ -48,11 +48,12 @@ def export_doc(e: Export, m: Manifest) -> list[str]:
 
 
 def views(m: Manifest, exports: list[Export], data: DataSection | None = None,
-          forms: EpilogueForms | None = None, helpers: Helpers | None = None) -> list[ExportView]:
-    """The view of every export (`data`, `forms` and `helpers` collect what they share in the source file)."""
+          forms: EpilogueForms | None = None, helpers: Helpers | None = None, vectors: bool = True) -> list[ExportView]:
+    """The view of every export (`data`, `forms` and `helpers` collect what they share in the source file;
+    `vectors`: the target has a vector unit, Target.vectors)."""
     out = []
     for e in exports:
-        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms, m.root, helpers)
+        v = export_view(m.name, e.name, e.func, export_doc(e, m), data, forms, m.root, helpers, vectors)
         v.doc[1] = _signature_line(v, e.func)
         out.append(v)
     if forms is not None:  # (the epilogues' sites are known for the whole package now)
@@ -129,7 +130,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
 
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
     data, forms, helpers = DataSection(m.name), EpilogueForms(), Helpers()
-    vs = views(m, exports, data, forms, helpers)
+    vs = views(m, exports, data, forms, helpers, target.vectors)
     # (a package of scalar functions only is not worth compiling several times)
     # (one build for size, and for a package of scalar functions only: not worth compiling several times)
     several = any(v.kind == "tensor" for v in vs) and m.build.optimize == "speed"

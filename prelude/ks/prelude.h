@@ -258,6 +258,26 @@ constexpr size_t aligned_bytes(int64_t count) {
     return (static_cast<size_t>(count) * sizeof(T) + 15u) & ~static_cast<size_t>(15u);
 }
 
+// The workspace's first byte, as an address the compiler cannot tell from any other (an empty volatile asm: no
+// instruction). Each step of a generated function takes it anew and computes its buffers' addresses from it
+// (codegen/steps.py), so that no address is kept from one step to the next: computed once for the whole call,
+// hundreds of them were spilled into frames of 4-8 KB (issue 36).
+inline unsigned char* step_base(void* workspace) {
+    unsigned char* base = static_cast<unsigned char*>(workspace);
+#if defined(__GNUC__) || defined(__clang__)
+    __asm__ volatile("" : "+r"(base));
+#endif
+    return base;
+}
+
+// KS_STEP: a step of a long generated function runs as a function of its own, `[=]() KS_STEP { ... }();`
+// (codegen/steps.py), with a frame of its own that is free again when it returns.
+#if defined(__GNUC__) || defined(__clang__)
+#define KS_STEP __attribute__((noinline))
+#else
+#define KS_STEP
+#endif
+
 // The identity of a max reduction: -infinity for floats, the most negative value for integers.
 template <class T>
 constexpr T lowest() {

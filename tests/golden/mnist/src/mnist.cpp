@@ -60,6 +60,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    float* const tmp6 = prod3;  // reuses a dead buffer's space
     // export.py: node addmm (aten.addmm.default)
     const auto epilogue = [&](int64_t, int64_t col, float v) {
         const float x_i = ks_data_0[col];
@@ -165,7 +166,6 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         tmp5[i] = acc;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
-    float* const tmp6 = prod3;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         float acc = 0;
         KS_OMP_SIMD(reduction(+:acc))

@@ -144,6 +144,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(216);
     (void)next_slot;
+    float* const d_Relu = tmp5;  // reuses a dead buffer's space
     // ONNX node /fc/Gemm (Gemm)
     ks::packed_gemm<float>(batch, 16, 10, {ct_logits, 10, 1}, {ks_data_6, 10}, {d_Flatten, 16, 1}, false);
     // ONNX node /MaxPool (MaxPool)
@@ -344,7 +345,6 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    float* const d_Relu = tmp5;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
         d_Relu[i] = 0.0f;
     }

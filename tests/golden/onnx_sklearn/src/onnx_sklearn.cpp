@@ -100,6 +100,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     float* const tmp21 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
+    float* const prod1 = prod;  // reuses a dead buffer's space
+    float* const tmp8 = prod;  // reuses a dead buffer's space
+    float* const tmp9 = tmp2;  // reuses a dead buffer's space
+    float* const tmp10 = prod;  // reuses a dead buffer's space
+    uint8_t* const r = tmp6;  // reuses a dead buffer's space
     // ONNX node Scaler (Scaler)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 4; ++j) {
@@ -141,7 +146,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             tmp2[i * 3 + j] = t3;
         }
     }
-    float* const prod1 = prod;  // reuses a dead buffer's space
     ks::packed_gemm<float>(batch, 3, 3, {tmp2, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
     for (int64_t i = 0; i < (3*batch); ++i) {
         const float x_i = tmp2[i];
@@ -189,8 +193,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
         }
         tmp7[i] = acc;
     }
-    float* const tmp8 = prod;  // reuses a dead buffer's space
-    float* const tmp9 = tmp2;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = tmp1[i * 3 + j];
@@ -229,7 +231,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             gathered[i * 9 + j] = t1;
         }
     }
-    float* const tmp10 = prod;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             float acc = 0;
@@ -253,7 +254,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
         }
     }
-    uint8_t* const r = tmp6;  // reuses a dead buffer's space
     for (int64_t i = 0; i < batch * 3; ++i) {
         out_probabilities[i] = 0.3333333432674408f;
     }

@@ -156,6 +156,7 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
+    float* const tmp1 = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -178,7 +179,6 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
         tmp[i] = t1;
     }
     // sqrl.py:12, 14, 15
-    float* const tmp1 = y;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n1; ++i) {
         float acc = 0;
         for (int64_t block = 0; block < n; block += 512) {
@@ -224,6 +224,7 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
+    float* const tmp1 = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y1 = 0;
@@ -247,7 +248,6 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     }
     const float t1 = (1.0f / static_cast<float>(n));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    float* const tmp1 = y;  // reuses a dead buffer's space
     for (int64_t i = 0; i < n1; ++i) {
         const float ct_i = ct[i];
         const float t2 = ks::mulz(ct_i, t1);

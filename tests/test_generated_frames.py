@@ -1,0 +1,109 @@
+"""The frames of the generated functions (codegen/steps.py), not only of the kernel layer: no frame above
+FRAME_BOUND on x86-64 and on a Cortex-M4, for the gradient of a small residual network's loss (20 weights, about 90
+steps: the case that had a 2.6 KB frame of spilled workspace pointers and nest values; resnet18's had 5.5 KB), and
+the outlined steps compute torch.autograd's gradient.
+
+The generated source is compiled alone (the kernel layer is only declared there) with -fstack-usage at -O3, as the
+package's CMake project compiles it for one x86-64 level and for the Cortex-M4."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_kernel_layer import FRAME_BOUND
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+FLAGS = ["-std=c++17", "-O3", "-fno-exceptions", "-fno-rtti", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
+         "-fopenmp-simd", "-DKS_OPENMP_SIMD", "-Wall", "-Wextra", "-Werror", "-fstack-usage"]
+X86 = ["-march=x86-64-v3", "-DKS_VARIANT=small_v3", "-DKS_PACKAGE=ks_small_v3", "-DKS_KERNELS=ks_kernels_v3"]
+M4 = ["-DKS_KERNELS=ks_kernels_baseline", "-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard",
+      "--param=max-completely-peel-times=1"]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.c2(torch.relu(self.c1(x))))
+
+
+class Loss(torch.nn.Module):
+    """A small ResNet's soft-label cross-entropy: a stem, four residual blocks, global average pooling, a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.blocks = torch.nn.Sequential(*[Block(8) for _ in range(4)])
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x, target):
+        h = self.blocks(torch.relu(self.stem(x))).mean((2, 3))
+        return -(target * torch.log_softmax(self.fc(h), 1)).sum(1).mean()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """(manifest, the module, its example inputs): the loss exported to ONNX, grad over every weight."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("frames")
+    model = Loss()
+    x, t = torch.randn(2, 3, 12, 12), torch.softmax(torch.randn(2, 10), 1)
+    torch.onnx.export(model, (x, t), str(folder / "net.onnx"), dynamo=False, input_names=["x", "target"],
+                      output_names=["loss"], do_constant_folding=False)
+    weights = len(list(model.parameters()))
+    argnums = ", ".join(str(k) for k in range(2, 2 + weights))
+    manifest = folder / "net.toml"
+    manifest.write_text(f'[package]\nname = "small"\n\n[kernels.loss]\nonnx = "net.onnx"\nweights = "external"\n\n'
+                        f'[exports]\nloss_grad = "grad(loss, argnums=({argnums}))"\n')
+    return manifest, model, (x, t)
+
+
+def _frames(manifest: Path, target: str, compiler: str, flags: list[str], out: Path) -> dict[str, int]:
+    """The frames (bytes) of the functions of the package's own source rendered for `target`, compiled alone."""
+    subprocess.run([sys.executable, "-m", "ksbuild", "-q", "render", str(manifest), "-o", str(out), "--target", target],
+                   check=True)
+    src = out / "src"
+    obj = out / "small.o"
+    subprocess.run([compiler, *FLAGS, *flags, f"-I{out / 'include'}", f"-I{src}", "-c", str(src / "small.cpp"),
+                    "-o", str(obj)], check=True, capture_output=True, text=True)
+    frames = {}
+    for line in obj.with_suffix(".su").read_text().splitlines():
+        where, size, _ = line.split("\t")
+        if re.match(r".*small\.cpp:\d+", where):
+            frames[where] = int(size)
+    return frames
+
+
+@pytest.mark.parametrize("target", ["host", "cortex-m4"])
+def test_no_generated_function_has_a_frame_above_the_bound(small, target, tmp_path):
+    """Every function of the generated source (the export, its steps) has a frame of at most FRAME_BOUND bytes."""
+    compiler, flags = ("g++", X86) if target == "host" else ("arm-none-eabi-g++", M4)
+    if not shutil.which(compiler) or target == "host" and os.uname().machine != "x86_64":
+        pytest.skip(f"needs {compiler}" + (" on an x86-64 host" if target == "host" else ""))
+    frames = _frames(small[0], target, compiler, flags, tmp_path / "render")
+    assert {f: n for f, n in frames.items() if n > FRAME_BOUND} == {}
+    assert len(frames) > 20  # (the steps are functions of their own)
+
+
+def test_the_outlined_steps_compute_torchs_gradient(small, tmp_path):
+    """The compiled gradient (its steps lambdas of their own) against torch.autograd's."""
+    import ksbuild
+    manifest, model, (x, t) = small
+    pkg = ksbuild.build(manifest)
+    params = [p.detach().numpy() for p in model.parameters()]
+    got = pkg.loss_grad(x.numpy(), t.numpy(), *params)
+    model.zero_grad()
+    model(x, t).backward()
+    for g, p in zip(got, model.parameters()):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-6)
