@@ -376,6 +376,29 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
         }
     }
+    // MobileNet's and EfficientNet's kernels (3 or 5 wide, column stride 1 or 2, dilation 1: on AVX-512,
+    // depthwise::across_reuse): rows 1 to 40 outputs wide (runs of 8, of 4 and the 1-3 after them), channel counts
+    // that are not multiples of 16, padding of half the kernel (or none, or more on one side).
+    for (int trial = 0; trial < 160; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 5 + trial % 37;
+        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+        const int64_t k = trial % 2 == 0 ? 3 : 5, stride = 1 + trial / 2 % 2, wide = 1 + trial / 4 % 40;
+        for (int a = 1; a < 3; ++a) {
+            s.kernel[a] = k;
+            s.stride[a] = a == 2 ? stride : 1 + trial % 3 % 2;
+            s.dilation[a] = 1;
+            s.pad[a] = trial % 5 == 0 ? 0 : trial % 5 == 1 ? k - 1 : k / 2;
+            const int64_t out = a == 2 ? wide : 1 + trial % 9;
+            s.out[a] = out;
+            s.in[a] = (out - 1) * s.stride[a] + k - 2 * s.pad[a] + (trial % 7 == 0 ? s.stride[a] - 1 : 0);
+            if (s.in[a] < 1) {
+                s.pad[a] = 0;
+                s.in[a] = (out - 1) * s.stride[a] + k;
+            }
+        }
+        check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
+    }
     // Planes of more than 3136 outputs (across channels on AVX-512 in bands of rows, ks::depthwise::band_rows;
     // rows wider than a band's 896 positions: one row a band): bands whose windows reach the padding above, below
     // or neither, a last band shorter than the others.
