@@ -209,6 +209,44 @@ def test_layers_in_more_parts_than_threads_equal_one_thread_bit_for_bit(tmp_path
     assert "ks::parts::conv_parts(2, " in source and "ks::parts::product_parts<float>(2, " in source
 
 
+def _scaling_onnx(path):
+    """A scaling of 49 channels of 32 x 32 by a scale per image and channel (a squeeze-excite block's), relu(x) * s:
+    a loop nest of [49 batch, 1024] elements (the batch and channels merged), whose parts meet inside a row."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+
+    class Net(nn.Module):
+        def forward(self, x, s):
+            return torch.relu(x) * s
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 49, 32, 32), torch.zeros(1, 49, 1, 1)), str(path),
+                      dynamo=False, input_names=["x", "s"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "s": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_an_elementwise_nest_split_inside_a_row_equals_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 splits the scaling's loop nest into ranges of its elements that end inside a row (49 x 1024 at
+    batch 1: half is 24.5 rows); each part runs its rows' columns in range as one inner loop (which vectorizes; the
+    flattened range divided for each element's indices did not), and the results equal the one-thread build's bit
+    for bit at batch 1, 2 and 3."""
+    _scaling_onnx(tmp_path / "se.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "se{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "se.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    for batch in (1, 2, 3):
+        rng = np.random.default_rng(batch)
+        x, s = (rng.standard_normal((batch, 49, *hw)).astype(np.float32) for hw in ((32, 32), (1, 1)))
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].net(x, s), pkgs[1].net(x, s))
+        np.testing.assert_array_equal(pkgs[2].net(x, s), np.maximum(x, 0) * s)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    rows = re.search(r"for \(int64_t (\w+) = (span\d*)\.begin / 1024; \1 \* 1024 < \2\.end; \+\+\1\) \{", source)
+    assert rows, "the scaling's parts: rows, each over its columns in the part's range"
+    assert re.search(rf"for \(int64_t \w+ = from\d*; \w+ < to\d*; ", source[rows.end():])
+
+
 PRODUCT = '''import torch
 
 
