@@ -244,7 +244,7 @@ def test_an_elementwise_nest_split_inside_a_row_equals_one_thread_bit_for_bit(tm
     source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
     rows = re.search(r"for \(int64_t (\w+) = (span\d*)\.begin / 1024; \1 \* 1024 < \2\.end; \+\+\1\) \{", source)
     assert rows, "the scaling's parts: rows, each over its columns in the part's range"
-    assert re.search(rf"for \(int64_t \w+ = from\d*; \w+ < to\d*; ", source[rows.end():])
+    assert re.search(r"for \(int64_t \w+ = from\d*; \w+ < to\d*; ", source[rows.end():])
 
 
 PRODUCT = '''import torch
