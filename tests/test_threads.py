@@ -247,6 +247,48 @@ def test_an_elementwise_nest_split_inside_a_row_equals_one_thread_bit_for_bit(tm
     assert re.search(r"for \(int64_t \w+ = from\d*; \w+ < to\d*; ", source[rows.end():])
 
 
+def _lstm_onnx(path):
+    """An LSTM of 256 over 12 steps of 48 features (torch.nn.LSTM, batch first): each step multiplies the hidden state
+    by the [1024, 256] recurrent weights, 2^18 multiply-adds per image."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(3)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(48, 256, batch_first=True)
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 12, 48),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_a_recurrent_step_split_over_threads_equals_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 splits the product of each time step of an LSTM (inside its loop over the steps) by columns of
+    the recurrent weights (ks::parts::packed_gemm: each thread the same half every step); the outputs equal the
+    one-thread build's bit for bit at batch 1 and 3, and onnxruntime's."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _lstm_onnx(tmp_path / "lstm.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "lstm{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "lstm.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    sess = ort.InferenceSession(str(tmp_path / "lstm.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 12, 48)).astype(np.float32)
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].net(x), pkgs[1].net(x))
+        np.testing.assert_allclose(pkgs[2].net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    step = re.search(r"for \(int64_t (\w+) = 0; \1 < int64_t\{12\}; \+\+\1\) \{", source)
+    assert step, "the loop over the time steps"
+    assert "ks::parts::packed_gemm<float>(part" in source[step.end():].split("// ONNX node")[0]
+
+
 PRODUCT = '''import torch
 
 
