@@ -314,6 +314,15 @@ def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_a_layer_has_a_multiple_of_the_threads_parts():
+    """tests/cpp/test_parts.cpp's compile-time checks of ks::parts::split: a multiple of the threads, up to 4 parts
+    per thread, two units each at least."""
+    run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'prelude'}",
+                          str(ROOT / "tests/cpp/test_parts.cpp")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 def test_the_pool_runs_every_part_once(tmp_path):
     """tests/cpp/test_pool.cpp against ks/pool.h: every part once, on a slot below the thread count, whether the
     calling thread and the workers spin or sleep, and with calls from three threads at once (a timeout: a lost
