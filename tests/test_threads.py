@@ -116,8 +116,10 @@ def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
-    # (a loop nest splits over its batch and channels when it has 2^15 elements, else one part, on the calling thread)
-    assert re.search(r"const int parts\d* = batch \* [\d *]+ >= 32768 \? 2 : 1;", source)
+    # (a loop nest splits over its batch and channels when it has 2^15 elements, in N to 4N parts (ks::parts::split,
+    # as if an element were 16 multiply-adds), else one part, on the calling thread)
+    split = r"const int parts\d* = (batch \* [\d *]+) >= 32768 \? ks::parts::split\(2, batch \* \d+, \1 \* 16\) : 1;"
+    assert re.search(split, source)
     assert re.search(r"const int64_t (\w+) = (flat\d*) / \(\d+\);\n\s*\{\n\s*const int64_t \w+ = \2 % \(\d+\);", source)
 
 

@@ -225,6 +225,10 @@ INDEX_NAMES = ("i", "j", "k", "l", "m")
 POOL_MIN_ELEMENTS = 1 << 15
 """The elements a loop nest needs (reduced axes included) to run in parts on the threads (open_loops)."""
 
+NEST_ELEMENT_MACS = 16
+"""The multiply-adds of a kernel-layer call that take about as long as one element of a fused loop nest (ks/parts.h's
+part_macs, 2^17 multiply-adds, about 5 µs: 2^13 elements), for ks::parts::split's parts of a nest."""
+
 
 class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
@@ -524,10 +528,10 @@ class Writer:
         size > 1 (or its one), as one range of their flattened iterations per part; closed by close_loops; their
         indices. `innermost`: the last of dims is the nest's innermost loop (`simd`, its pragma)."""
         part, span = self.namer.fresh("part"), self.namer.fresh("span")
-        parts = self._pool_parts(threads, work)
+        unit = 16 if innermost else 1  # (parts of consecutive elements meet at a 64-byte line of floats)
+        parts = self._pool_parts(threads, work, product(dims) if unit == 1 else f"({product(dims)} + 15) / 16")
         self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int) {{")
         self.depth += 1
-        unit = 16 if innermost else 1  # (parts of consecutive elements meet at a 64-byte line of floats)
         self.line(f"const ks::parts::range {span} = ks::parts::share({product(dims)}, {unit}, {part}, {parts});")
         if len(dims) == 1:
             first = self.namer.index(self.depth + 1)
@@ -570,14 +574,20 @@ class Writer:
         self.depth += 1
         return [row, column]
 
-    def _pool_parts(self, threads: int, work) -> str:
-        """The parts of a loop nest of shape `work`: `threads` when it has POOL_MIN_ELEMENTS elements (elementwise
-        work of about 10 µs on one core), else one, on the calling thread (a small nest's threads only wait for
-        each other: 33 times per call of a MobileNet at batch 1 with one part per image)."""
+    def _pool_parts(self, threads: int, work, units: str) -> str:
+        """The parts of a loop nest of shape `work` whose pooled iterations are `units` units (a C++ expression):
+        with POOL_MIN_ELEMENTS elements (elementwise work of about 10 µs on one core) ks::parts::split's, as if each
+        element were NEST_ELEMENT_MACS multiply-adds (N to 4N parts, a multiple of N: a worker that starts late
+        still finds parts to take), else one, on the calling thread (a small nest's threads only wait for each
+        other: 33 times per call of a MobileNet at batch 1 with one part per image)."""
+        if all(isinstance(d, int) for d in work) and math.prod(work) < POOL_MIN_ELEMENTS:
+            return "1"
+        parts, elements = self.namer.fresh("parts"), product(work)
+        split = f"ks::parts::split({threads}, {units}, {elements} * {NEST_ELEMENT_MACS})"
         if all(isinstance(d, int) for d in work):
-            return str(threads if math.prod(work) >= POOL_MIN_ELEMENTS else 1)
-        parts = self.namer.fresh("parts")
-        self.line(f"const int {parts} = {product(work)} >= {POOL_MIN_ELEMENTS} ? {threads} : 1;")
+            self.line(f"const int {parts} = {split};")
+        else:
+            self.line(f"const int {parts} = {elements} >= {POOL_MIN_ELEMENTS} ? {split} : 1;")
         return parts
 
     def run_parts(self, threads: int, when: str, call, count: str = "") -> None:
