@@ -116,8 +116,10 @@ def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         np.testing.assert_allclose(pkg.net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
-    # (a loop nest splits over its batch and channels when it has 2^15 elements, else one part, on the calling thread)
-    assert re.search(r"const int parts\d* = batch \* [\d *]+ >= 32768 \? 2 : 1;", source)
+    # (a loop nest splits over its batch and channels when it has 2^15 elements, in N to 4N parts (ks::parts::split,
+    # as if an element were 16 multiply-adds), else one part, on the calling thread)
+    split = r"const int parts\d* = (batch \* [\d *]+) >= 32768 \? ks::parts::split\(2, batch \* \d+, \1 \* 16\) : 1;"
+    assert re.search(split, source)
     assert re.search(r"const int64_t (\w+) = (flat\d*) / \(\d+\);\n\s*\{\n\s*const int64_t \w+ = \2 % \(\d+\);", source)
 
 
@@ -209,6 +211,86 @@ def test_layers_in_more_parts_than_threads_equal_one_thread_bit_for_bit(tmp_path
     assert "ks::parts::conv_parts(2, " in source and "ks::parts::product_parts<float>(2, " in source
 
 
+def _scaling_onnx(path):
+    """A scaling of 49 channels of 32 x 32 by a scale per image and channel (a squeeze-excite block's), relu(x) * s:
+    a loop nest of [49 batch, 1024] elements (the batch and channels merged), whose parts meet inside a row."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+
+    class Net(nn.Module):
+        def forward(self, x, s):
+            return torch.relu(x) * s
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 49, 32, 32), torch.zeros(1, 49, 1, 1)), str(path),
+                      dynamo=False, input_names=["x", "s"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "s": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_an_elementwise_nest_split_inside_a_row_equals_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 splits the scaling's loop nest into ranges of its elements that end inside a row (49 x 1024 at
+    batch 1: half is 24.5 rows); each part runs its rows' columns in range as one inner loop (which vectorizes; the
+    flattened range divided for each element's indices did not), and the results equal the one-thread build's bit
+    for bit at batch 1, 2 and 3."""
+    _scaling_onnx(tmp_path / "se.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "se{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "se.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    for batch in (1, 2, 3):
+        rng = np.random.default_rng(batch)
+        x, s = (rng.standard_normal((batch, 49, *hw)).astype(np.float32) for hw in ((32, 32), (1, 1)))
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].net(x, s), pkgs[1].net(x, s))
+        np.testing.assert_array_equal(pkgs[2].net(x, s), np.maximum(x, 0) * s)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    rows = re.search(r"for \(int64_t (\w+) = (span\d*)\.begin / 1024; \1 \* 1024 < \2\.end; \+\+\1\) \{", source)
+    assert rows, "the scaling's parts: rows, each over its columns in the part's range"
+    assert re.search(r"for \(int64_t \w+ = from\d*; \w+ < to\d*; ", source[rows.end():])
+
+
+def _lstm_onnx(path):
+    """An LSTM of 256 over 12 steps of 48 features (torch.nn.LSTM, batch first): each step multiplies the hidden state
+    by the [1024, 256] recurrent weights, 2^18 multiply-adds per image."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+    torch.manual_seed(3)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(48, 256, batch_first=True)
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 12, 48),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_a_recurrent_step_split_over_threads_equals_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 splits the product of each time step of an LSTM (inside its loop over the steps) by columns of
+    the recurrent weights (ks::parts::packed_gemm: each thread the same half every step); the outputs equal the
+    one-thread build's bit for bit at batch 1 and 3, and onnxruntime's."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    _lstm_onnx(tmp_path / "lstm.onnx")
+    pkgs = {}
+    for n in (1, 2):
+        build = f"[build]\nthreads = {n}\n\n" if n > 1 else ""
+        (tmp_path / f"m{n}.toml").write_text(f'[package]\nname = "lstm{n}"\n\n{build}[kernels.net]\n'
+                                             'onnx = "lstm.onnx"\n\n[exports]\nnet = "net"\n')
+        pkgs[n] = ksbuild.build(tmp_path / f"m{n}.toml")
+    sess = ort.InferenceSession(str(tmp_path / "lstm.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 12, 48)).astype(np.float32)
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].net(x), pkgs[1].net(x))
+        np.testing.assert_allclose(pkgs[2].net(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    source = "".join(p.read_text() for p in (pkgs[2].root / "share").glob("*/src/*.cpp"))
+    step = re.search(r"for \(int64_t (\w+) = 0; \1 < int64_t\{12\}; \+\+\1\) \{", source)
+    assert step, "the loop over the time steps"
+    assert "ks::parts::packed_gemm<float>(part" in source[step.end():].split("// ONNX node")[0]
+
+
 PRODUCT = '''import torch
 
 
@@ -231,6 +313,15 @@ def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
         np.testing.assert_allclose(pkg.prod(x, w), np.tanh(x @ w + 1.0), rtol=1e-12, atol=1e-12)
     source = next((pkg.root / "share").glob("*/src/*.cpp")).read_text()
     assert "ks::parts::tiled_gemm<double>(part" in source
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_a_layer_has_a_multiple_of_the_threads_parts():
+    """tests/cpp/test_parts.cpp's compile-time checks of ks::parts::split: a multiple of the threads, up to 4 parts
+    per thread, two units each at least."""
+    run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'prelude'}",
+                          str(ROOT / "tests/cpp/test_parts.cpp")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")

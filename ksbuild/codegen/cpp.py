@@ -246,6 +246,10 @@ INDEX_NAMES = ("i", "j", "k", "l", "m")
 POOL_MIN_ELEMENTS = 1 << 15
 """The elements a loop nest needs (reduced axes included) to run in parts on the threads (open_loops)."""
 
+NEST_ELEMENT_MACS = 16
+"""The multiply-adds of a kernel-layer call that take about as long as one element of a fused loop nest (ks/parts.h's
+part_macs, 2^17 multiply-adds, about 5 µs: 2^13 elements), for ks::parts::split's parts of a nest."""
+
 
 class Writer:
     """The codegen context that primitives' emit rules call: values, buffers, loop nests."""
@@ -528,15 +532,16 @@ class Writer:
         whole nest's shape, says whether it is worth it: _pool_parts). An axis of size 1 gets no loop: its index is
         0. Close the nest with close_loops(the indices returned)."""
         idx = []
-        pooled = self._pooled_axes(shape, simd) if threads > 1 else ()
+        innermost = simd is not None or work is None or len(work) == len(shape)  # (shape's last loop is the nest's)
+        pooled = [j for j, d in enumerate(shape) if d != 1][:2] if threads > 1 else []
         for j, d in enumerate(shape):
             if d == 1:
                 idx.append("0")
                 continue
             if j in pooled:
                 if j == pooled[0]:
-                    inner = simd if j == len(shape) - 1 else None
-                    idx.extend(self._pool_loop(threads, [shape[a] for a in pooled], work or shape, inner))
+                    last = innermost and pooled[-1] == len(shape) - 1  # (the nest's innermost loop is pooled)
+                    idx.extend(self._pool_loop(threads, [shape[a] for a in pooled], work or shape, last, simd))
                 continue
             i = self.namer.index(self.depth + 1)
             if simd is not None and j == len(shape) - 1:
@@ -546,32 +551,26 @@ class Writer:
             idx.append(i)
         return idx
 
-    @staticmethod
-    def _pooled_axes(shape, simd) -> tuple[int, ...]:
-        """The axes whose iterations the parts share: the first two axes of size > 1 (the batch and the channels:
-        a batch of 1 is split too), one when the second is the vectorized innermost loop."""
-        axes = [j for j, d in enumerate(shape) if d != 1][:2]
-        if len(axes) == 2 and simd is not None and axes[1] == len(shape) - 1:
-            axes = axes[:1]
-        return tuple(axes)
-
-    def _pool_loop(self, threads: int, dims, work, simd: str | None) -> list[str]:
-        """Open a ks::pool::run over parts of the iterations of the loops over dims (one axis, its loop over a
-        range, `simd` its pragma when it is the innermost; or two, as one loop whose counter gives their indices;
-        closed by close_loops); their indices."""
+    def _pool_loop(self, threads: int, dims, work, innermost: bool, simd: str | None) -> list[str]:
+        """Open a ks::pool::run over parts of the iterations of the loops over dims, the nest's first two axes of
+        size > 1 (or its one), as one range of their flattened iterations per part; closed by close_loops; their
+        indices. `innermost`: the last of dims is the nest's innermost loop (`simd`, its pragma)."""
         part, span = self.namer.fresh("part"), self.namer.fresh("span")
-        parts = self._pool_parts(threads, work)
+        unit = 16 if innermost else 1  # (parts of consecutive elements meet at a 64-byte line of floats)
+        parts = self._pool_parts(threads, work, product(dims) if unit == 1 else f"({product(dims)} + 15) / 16")
         self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int) {{")
         self.depth += 1
-        self.line(f"const ks::parts::range {span} = ks::parts::share({product(dims)}, 1, {part}, {parts});")
+        self.line(f"const ks::parts::range {span} = ks::parts::share({product(dims)}, {unit}, {part}, {parts});")
         if len(dims) == 1:
             first = self.namer.index(self.depth + 1)
-            if simd is not None:
+            if innermost and simd is not None:
                 self.line(f"KS_OMP_SIMD({simd})")
             self.line(f"for (int64_t {first} = {span}.begin; {first} < {span}.end; ++{first}) {{")
             self.depth += 1
             self.pool_bodies.append(self.depth)
             return [first]
+        if innermost:
+            return self._pool_rows(span, dim_expr(dims[1]), simd)
         flat = self.namer.fresh("flat")
         self.line(f"for (int64_t {flat} = {span}.begin; {flat} < {span}.end; ++{flat}) {{")
         self.depth += 1
@@ -584,14 +583,39 @@ class Writer:
         self.line(f"const int64_t {second} = {flat} % ({dim_expr(dims[1])});")
         return [first, second]
 
-    def _pool_parts(self, threads: int, work) -> str:
-        """The parts of a loop nest of shape `work`: `threads` when it has POOL_MIN_ELEMENTS elements (elementwise
-        work of about 10 µs on one core), else one, on the calling thread (a small nest's threads only wait for
-        each other: 33 times per call of a MobileNet at batch 1 with one part per image)."""
+    def _pool_rows(self, span: str, columns: str, simd: str | None) -> list[str]:
+        """The rows of a part's range `span` of rows x `columns` flattened, each over its columns in the range: the
+        innermost loop stays one loop over consecutive elements, which vectorizes (a loop over the flattened range
+        divides its counter for each element's indices: a squeeze-excite scaling ran scalar so)."""
+        row = self.namer.index(self.depth + 1)
+        self.line(f"for (int64_t {row} = {span}.begin / {columns}; {row} * {columns} < {span}.end; ++{row}) {{")
+        self.depth += 1
+        self.pool_bodies.append(self.depth)
+        start, begin, end = self.namer.fresh("start"), self.namer.fresh("from"), self.namer.fresh("to")
+        self.line(f"const int64_t {start} = {row} * {columns};")
+        self.line(f"const int64_t {begin} = {span}.begin > {start} ? {span}.begin - {start} : 0;")
+        self.line(f"const int64_t {end} = {span}.end - {start} < {columns} ? {span}.end - {start} : {columns};")
+        column = self.namer.index(self.depth + 1)
+        if simd is not None:
+            self.line(f"KS_OMP_SIMD({simd})")
+        self.line(f"for (int64_t {column} = {begin}; {column} < {end}; ++{column}) {{")
+        self.depth += 1
+        return [row, column]
+
+    def _pool_parts(self, threads: int, work, units: str) -> str:
+        """The parts of a loop nest of shape `work` whose pooled iterations are `units` units (a C++ expression):
+        with POOL_MIN_ELEMENTS elements (elementwise work of about 10 µs on one core) ks::parts::split's, as if each
+        element were NEST_ELEMENT_MACS multiply-adds (N to 4N parts, a multiple of N: a worker that starts late
+        still finds parts to take), else one, on the calling thread (a small nest's threads only wait for each
+        other: 33 times per call of a MobileNet at batch 1 with one part per image)."""
+        if all(isinstance(d, int) for d in work) and math.prod(work) < POOL_MIN_ELEMENTS:
+            return "1"
+        parts, elements = self.namer.fresh("parts"), product(work)
+        split = f"ks::parts::split({threads}, {units}, {elements} * {NEST_ELEMENT_MACS})"
         if all(isinstance(d, int) for d in work):
-            return str(threads if math.prod(work) >= POOL_MIN_ELEMENTS else 1)
-        parts = self.namer.fresh("parts")
-        self.line(f"const int {parts} = {product(work)} >= {POOL_MIN_ELEMENTS} ? {threads} : 1;")
+            self.line(f"const int {parts} = {split};")
+        else:
+            self.line(f"const int {parts} = {elements} >= {POOL_MIN_ELEMENTS} ? {split} : 1;")
         return parts
 
     def run_parts(self, threads: int, when: str, call, count: str = "") -> None:

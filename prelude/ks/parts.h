@@ -59,12 +59,13 @@ constexpr int most_per_thread = 4;
 
 // The parts of `units` units (register tiles' rows, groups, panels) of `macs` multiply-adds in all on `threads`
 // threads: `threads` (at most `units`), more when each part keeps part_macs and two units, at most most_per_thread
-// per thread.
+// per thread, a multiple of `threads` (near-equal parts then end together: 3 parts on 2 threads kept one thread
+// waiting a third of the layer).
 constexpr int split(int threads, int64_t units, int64_t macs) {
     const int64_t most = int64_t(most_per_thread) * threads, by_units = units / 2 > threads ? units / 2 : threads;
     int64_t p = macs / part_macs;
     p = p < threads ? threads : p > most ? most : p;
-    p = p < by_units ? p : by_units;
+    p = (p < by_units ? p : by_units) / threads * threads;
     return static_cast<int>(p < units ? p : units < 1 ? 1 : units);
 }
 
