@@ -750,11 +750,13 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
 }
 
 // A block of 32 output positions in the wide positions: the window of 64 from `first` holds position i at
-// index[i]; flip as pack_wide's.
+// index[i]; flip as pack_wide's; keep: the bytes of the two 64-byte halves of a quad's [32][4] the packing writes
+// (all, or the columns of one image's piece of a block that spans images: compact_batch).
 struct compact_block {
     int64_t first;
     uint8_t index[32];
     uint8_t flip;
+    uint64_t keep[2];
 };
 
 // pack_wide for a compact_block b: the bytes of its output positions of every im2col row. Per quad of rows: the four windows loaded, two vpermt2b gather rows
@@ -780,8 +782,10 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_
         }
         const __m512i r01 = _mm512_permutex2var_epi8(w[0], gather, w[1]);
         const __m512i r23 = _mm512_permutex2var_epi8(w[2], gather, w[3]);
-        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
-        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4, b.keep[0],
+                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4 + 64, b.keep[1],
+                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -820,17 +824,20 @@ inline int64_t wide_position(const conv_shape& s, const wide_geometry& g, int64_
     return ((plane * g.side[1] + row - plane * s.out[1]) * g.side[2]) + j - row * s.out[2];
 }
 
-// Where the block of output positions j0 .. j0 + count (count <= 32) lies in the wide positions: the first one's
-// returned, index[i] = wide(j0 + i) - first (0 for i >= count); -1 when the block spans more than 64 of them.
-inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t count,
+// Where the output positions j0 .. j0 + count (count <= 32 - col) lie in the wide positions: the first one's
+// returned, index[col + i] = wide(j0 + i) - first (the other entries 0); -1 when they span more than 64 of them.
+inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t col, int64_t count,
                               uint8_t* index) {  // (index: 32 bytes)
     const int64_t first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
     const int64_t plane_gap = (g.side[1] - s.out[1]) * g.side[2];
     int64_t row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
     int64_t plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
     int64_t at = 0;
-    for (int64_t i = 0; i < cols; ++i) {  // (walking the positions: no divisions)
-        index[i] = static_cast<uint8_t>(i < count ? at : 0);
+    for (int64_t i = 0; i < col; ++i) {
+        index[i] = 0;
+    }
+    for (int64_t i = 0; i < cols - col; ++i) {  // (walking the positions: no divisions)
+        index[col + i] = static_cast<uint8_t>(i < count ? at : 0);
         if (i < count && at > 63) {
             return -1;
         }
@@ -845,6 +852,15 @@ inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64
         }
     }
     return first;
+}
+
+// Whether any 32 consecutive output positions span at most 64 wide positions, wherever they start (a bound: 31
+// steps crossing at most ⌈31 / width⌉ row ends and ⌈31 / plane⌉ plane ends), so that blocks may start anywhere.
+inline bool compact_anywhere(const conv_shape& s, const wide_geometry& g) {
+    const int64_t row_gap = g.side[2] - s.out[2], plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    const int64_t row_ends = tiles::index_div(cols - 2 + s.out[2], s.out[2]);
+    const int64_t plane_ends = tiles::index_div(cols - 2 + s.out[1] * s.out[2], s.out[1] * s.out[2]);
+    return cols - 1 + row_gap * row_ends + plane_gap * plane_ends <= 63;
 }
 
 // Whether every block of 32 output positions spans at most 64 wide positions (compact_window).
@@ -1007,37 +1023,123 @@ __attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b
     }
 }
 
+// The tiles of one packed block of `count` columns, all m rows of the weights wg (o.y: the block's first column).
+__attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8_t* block, int64_t qd, int64_t m,
+                                                  int64_t count, const tile_out& o, tile_fn tile) {
+    const int64_t tiled = tiled_columns(count);
+    for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
+        tile_out t = o;
+        t.offsets = o.offsets + i0;
+        t.scale = o.one_scale ? o.scale : o.scale + i0;
+        t.y = o.y + i0 * o.ld;
+        t.live = m - i0 < rows ? m - i0 : rows;
+        t.count = tiled;
+        tile(wg + i0 * qd * 4, block, qd, t);
+    }
+    if (tiled < count) {
+        tail_of(wg, block, qd, m, tiled, count - tiled, o);
+    }
+}
+
+// Output positions j0 .. j0 + count of the image in `image` packed into the block's columns col .. col + count
+// (pack_wide_vbmi for a whole block within one output row, else pack_compact_vbmi, writing those columns only).
+inline void pack_positions(const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int32_t* taps,
+                           int64_t j0, int64_t col, int64_t count, compact_block& b, uint8_t* block) {
+    b.first = compact_window(s, g, j0, col, count, b.index);
+    if (col == 0 && count == cols && b.index[count - 1] == count - 1) {
+        pack_wide_vbmi(image, taps, s.depth(), b.first, b.flip, block);
+        return;
+    }
+    const int64_t end = col + count;
+    b.keep[0] = (end >= 16 ? ~0ull : (1ull << 4 * end) - 1) & ~(col >= 16 ? ~0ull : (1ull << 4 * col) - 1);
+    b.keep[1] = (end >= 32 ? ~0ull : (end <= 16 ? 0 : (1ull << 4 * (end - 16)) - 1)) &
+                ~(col <= 16 ? 0 : (1ull << 4 * (col - 16)) - 1);
+    pack_compact_vbmi(image, taps, s.depth(), b, block);
+}
+
 // wide_tiles with compact positions (AVX-512 VBMI, compact_fits): each block of 32 output positions gathered from the
-// wide positions (pack_compact_vbmi), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
+// wide positions (pack_positions), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
 // Nothing computed is discarded but the last block's columns past the positions.
 __attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const wide_geometry& g, const uint8_t* image,
                                                     const int32_t* taps, const uint8_t* wg, int64_t m,
                                                     const tile_out& o, uint8_t flip, uint8_t* block, tile_fn tile) {
-    const int64_t depth = s.depth(), qd = quads(depth), p = s.positions();
+    const int64_t qd = quads(s.depth()), p = s.positions();
     compact_block b{};
     b.flip = flip;
     for (int64_t j0 = 0; j0 < p; j0 += cols) {
         const int64_t count = p - j0 < cols ? p - j0 : cols;
-        b.first = compact_window(s, g, j0, count, b.index);
-        if (b.index[count - 1] == count - 1) {  // (within one output row: the wide positions' packing is the cheaper)
-            pack_wide_vbmi(image, taps, depth, b.first, flip, block);
-        } else {
-            pack_compact_vbmi(image, taps, depth, b, block);
+        pack_positions(s, g, image, taps, j0, 0, count, b, block);
+        tile_out t = o;
+        t.y = o.y + j0;
+        block_tiles(wg, block, qd, m, count, t, tile);
+    }
+}
+
+// One group's images for compact_batch: the input of its first image (`step` elements to the next) and the phase
+// volumes' room, and which image they hold.
+template <class TX>
+struct batch_images {
+    const TX* x;
+    int64_t step, images, held;
+    uint8_t zero;
+    uint8_t* phases;
+};
+
+// The phase volumes of image n (split_phases, unless they hold it already).
+template <class TX>
+void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in, int64_t n) {
+    if (in.held != n) {
+        split_image(s, g, in.x + n * in.step, tiles::index_div(s.channels, s.groups), in.zero, in.phases);
+        in.held = n;
+    }
+}
+
+// The columns col .. col + count of the sums' rows (staging [m][32]) stored at y [m][positions] from position j.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_piece(const uint8_t* staging, int64_t m,
+                                                                            int64_t col, int64_t count, uint8_t* y,
+                                                                            int64_t positions) {
+    const __mmask32 keep = static_cast<__mmask32>(((count >= 32 ? 0ull : 1ull << count) - 1) << col);
+    for (int64_t r = 0; r < m; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(staging + r * cols));
+        _mm256_mask_storeu_epi8(y + r * positions - col, keep, v);  // (bytes col .. col + count only)
+    }
+}
+
+// compact_tiles over a group's whole batch (compact_anywhere): the images' output positions one after another in
+// blocks of 32, so that a block may take the last positions of one image and the first of the next (ResNet's 7 × 7
+// layers: 49 positions an image, 12¼ blocks for 8 images instead of 8 × 3). Each image's phases are split once, when
+// its first piece is packed; a block within one image is stored in place, one that spans images into `staging`
+// [m][32] (the wide output's room) and from there into each image's output (o.y: image 0's, y_step to the next).
+template <class TX>
+__attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geometry& g, batch_images<TX> in,
+                                             const int32_t* taps, const uint8_t* wg, int64_t m, const tile_out& o,
+                                             int64_t y_step, uint8_t* staging, uint8_t* block, tile_fn tile) {
+    const int64_t qd = quads(s.depth()), p = s.positions(), total = in.images * p;
+    compact_block b{};
+    b.flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
+    for (int64_t j0 = 0; j0 < total; j0 += cols) {
+        const int64_t count = total - j0 < cols ? total - j0 : cols, n0 = tiles::index_div(j0, p);
+        tile_out t = o;
+        if (j0 + count <= (n0 + 1) * p) {  // (within image n0: stored in place)
+            hold_image(s, g, in, n0);
+            pack_positions(s, g, in.phases, taps, j0 - n0 * p, 0, count, b, block);
+            t.y = o.y + n0 * y_step + j0 - n0 * p;
+            block_tiles(wg, block, qd, m, count, t, tile);
+            continue;
         }
-        const int64_t tiled = tiled_columns(count);
-        for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
-            tile_out t = o;
-            t.offsets = o.offsets + i0;
-            t.scale = o.one_scale ? o.scale : o.scale + i0;
-            t.y = o.y + i0 * o.ld + j0;
-            t.live = m - i0 < rows ? m - i0 : rows;
-            t.count = tiled;
-            tile(wg + i0 * qd * 4, block, qd, t);
+        for (int64_t col = 0, n = n0; col < count; ++n) {
+            hold_image(s, g, in, n);
+            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+            pack_positions(s, g, in.phases, taps, j, col, piece, b, block);
+            col += piece;
         }
-        if (tiled < count) {
-            tile_out t = o;
-            t.y = o.y + j0;
-            tail_of(wg, block, qd, m, tiled, count - tiled, t);
+        t.y = staging;
+        t.ld = cols;
+        block_tiles(wg, block, qd, m, count, t, tile);
+        for (int64_t col = 0, n = n0; col < count; ++n) {
+            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+            store_piece(staging, m, col, piece, o.y + n * y_step + j, p);
+            col += piece;
         }
     }
 }
@@ -1103,6 +1205,17 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
+#ifdef KS_QTILE_X86
+        if (compact_blocks && compact_anywhere(s, g)) {
+            tile_out o = output_of(q, offsets, scale, true, acc);
+            o.y = reinterpret_cast<uint8_t*>(y + gi * m * p);
+            o.ld = p;
+            const batch_images<TX> in{x + gi * cg * s.in_plane(), s.channels * s.in_plane(), images, -1,
+                                      static_cast<uint8_t>(q.x_zero), phases};
+            compact_batch(s, g, in, taps, wg, m, o, s.out_channels * p, wide, block, tile);
+            continue;
+        }
+#endif
         for (int64_t n = 0; n < images; ++n) {
             const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
             if (!direct) {
