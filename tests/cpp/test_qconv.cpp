@@ -345,6 +345,9 @@ int main() {
     test_types<uint8_t, int8_t>();
     test_types<int8_t, uint8_t>();
     test_types<int8_t, int8_t>();
+#ifdef KS_QTILE_SDOT
+    std::printf("tile sdot\n");  // (tests/test_qtile_aarch64.py: an AArch64 build with the dot product)
+#endif
     std::printf("%d checks, %d failures (cpu level %d)\n", runs, failures, ks::cpu::detect());
     return failures == 0 ? 0 : 1;
 }

@@ -129,6 +129,63 @@ int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, in
     return bad;
 }
 
+alignas(64) uint8_t packed_buf[4096];
+
+// A dense 2-d convolution of 2 images (C to M channels) through ks::qconv (at -Os on a microcontroller: the blocks
+// gathered from the image, qtile::gather_block; else the phase volumes) against int32 sums computed here.
+template <class TX>
+int dense_case(int64_t c, int64_t m_n, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+               int64_t dilation) {
+    ks::conv_shape s{};
+    s.channels = c;
+    s.out_channels = m_n;
+    s.groups = 1;
+    const int64_t in[3] = {1, h, w}, kernel[3] = {1, kh, kw};
+    for (int a = 0; a < 3; ++a) {
+        s.in[a] = in[a];
+        s.kernel[a] = kernel[a];
+        s.stride[a] = a == 0 ? 1 : stride;
+        s.dilation[a] = a == 0 ? 1 : dilation;
+        s.pad[a] = a == 0 ? 0 : pad;
+        s.out[a] = (in[a] + 2 * s.pad[a] - (kernel[a] - 1) * s.dilation[a] - 1) / s.stride[a] + 1;
+    }
+    const int64_t taps = kh * kw, p = s.positions();
+    for (int64_t i = 0; i < 2 * c * h * w; ++i) {
+        x_buf[i] = static_cast<uint8_t>(next());
+    }
+    for (int64_t i = 0; i < m_n * c * taps; ++i) {
+        w_buf[i] = static_cast<int8_t>(next());
+    }
+    for (int64_t i = 0; i < m_n; ++i) {
+        bias[i] = static_cast<int32_t>(next() % 4001) - 2000;
+        scales[i] = 1.0f / static_cast<float>(256 + next() % 8192);
+    }
+    const int32_t x_zero = static_cast<int32_t>(static_cast<TX>(next()));
+    ks::requant q{bias, scales, m_n, x_zero, 3, 0, 255};
+    const TX* x = reinterpret_cast<const TX*>(x_buf);
+    ks::qpack_rows(m_n, s.depth(), 1, w_buf, packed_buf);
+    ks::qconv<TX, uint8_t>(s, 2, x, packed_buf, y_got, scratch, q);
+    int bad = 0;
+    for (int64_t n = 0; n < 2; ++n) {
+        for (int64_t m = 0; m < m_n; ++m) {
+            for (int64_t j = 0; j < p; ++j) {
+                const int64_t oh = j / s.out[2], ow = j % s.out[2];
+                int32_t sum = bias[m];
+                for (int64_t k = 0; k < c * taps; ++k) {
+                    const int64_t i = k % taps / kw, jj = k % kw;
+                    const int64_t r = oh * stride + i * dilation - pad, col = ow * stride + jj * dilation - pad;
+                    const bool inside = r >= 0 && r < h && col >= 0 && col < w;
+                    const int32_t v = inside ? static_cast<int32_t>(x[((n * c + k / taps) * h + r) * w + col]) : x_zero;
+                    sum += (v - x_zero) * w_buf[m * c * taps + k];
+                }
+                const int32_t want = ks::qtile::requantize(sum, scales[m], -3.0f, 252.0f, 3);
+                bad += y_got[(n * m_n + m) * p + j] != static_cast<uint8_t>(want);
+            }
+        }
+    }
+    return bad;
+}
+
 }  // namespace
 
 int main() {
@@ -165,6 +222,17 @@ int main() {
         failed += bad != 0;
         std::printf("case depthwise %dx%d taps %d stride %d %d\n", static_cast<int>(v[4]), static_cast<int>(v[5]),
                     static_cast<int>(v[4] * v[5]), static_cast<int>(v[6]), bad);
+    }
+    // dense: channels in and out, image, kernel, stride, padding, dilation (more than 32 positions: several blocks)
+    const int64_t denses[][9] = {{3, 5, 12, 12, 3, 3, 1, 1, 1}, {2, 8, 9, 11, 3, 3, 2, 1, 1},
+                                 {5, 3, 7, 9, 1, 1, 1, 0, 1},   {1, 4, 10, 6, 5, 3, 1, 2, 2}};
+    for (const auto& v : denses) {
+        const int bad = dense_case<uint8_t>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]) +
+                        dense_case<int8_t>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+        failed += bad != 0;
+        std::printf("case dense %dx%d channels %d to %d stride %d %d\n", static_cast<int>(v[4]),
+                    static_cast<int>(v[5]), static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[6]),
+                    bad);
     }
     std::printf("failed %d\n", failed);
     return failed;
