@@ -5,9 +5,10 @@ Cortex-M0+, without the extension, on mps2-an385) compares qtile::tile_dsp with 
 and with int32 sums of its own, over depths, row and column counts and the extreme bytes (255 · -128 in every lane),
 and ks::qconv_depthwise (qtile::depthwise_sums_dsp: taps in pairs) with a direct convolution of its own (uint8 and
 int8 activations, odd and even tap counts, strides, padding, dilation, a channel multiplier; 81 taps: the portable
-loops), and ks::qconv of dense layers (two images; at -Os the blocks gathered from the image, qtile::gather_block)
-with a convolution of its own. The networks that run on these kernels are checked against onnxruntime by tests/test_kernel_layer_m4.py (the
-quantized CNN) and tests/test_cortex_m4_bench.py (the quantized MobileNet-like net).
+loops; at -Os the taps summed in place, depthwise_gathered), and ks::qconv of dense layers (two images; at -Os the
+blocks gathered from the image, qtile::gather_block) with a convolution of its own. The networks that run on these
+kernels are checked against onnxruntime by tests/test_kernel_layer_m4.py (the quantized CNN) and
+tests/test_cortex_m4_bench.py (the quantized MobileNet-like net).
 
 Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh installs both as root); skips naming
 what is missing."""
