@@ -1118,7 +1118,7 @@ __attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8
 
 // Output positions j0 .. j0 + count of the image in `image` packed into the block's columns col .. col + count
 // (pack_wide_vbmi for a whole block within one output row, else pack_compact_vbmi, writing those columns only).
-inline void pack_positions(const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int32_t* taps,
+__attribute__((noinline)) inline void pack_positions(const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int32_t* taps,
                            int64_t j0, int64_t col, int64_t count, compact_block& b, uint8_t* block) {
     b.first = compact_window(s, g, j0, col, count, b.index);
     if (col == 0 && count == cols && b.index[count - 1] == count - 1) {
@@ -1170,7 +1170,7 @@ void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& i
 }
 
 // The columns col .. col + count of the sums' rows (staging [m][32]) stored at y [m][positions] from position j.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_piece(const uint8_t* staging, int64_t m,
+__attribute__((target("avx512f,avx512bw,avx512vl"), noinline)) inline void store_piece(const uint8_t* staging, int64_t m,
                                                                             int64_t col, int64_t count, uint8_t* y,
                                                                             int64_t positions) {
     const __mmask32 keep = static_cast<__mmask32>(((count >= 32 ? 0ull : 1ull << count) - 1) << col);
@@ -1184,22 +1184,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void store_piece(con
 // blocks of 32, so that a block may take the last positions of one image and the first of the next (ResNet's 7 × 7
 // layers: 49 positions an image, 12¼ blocks for 8 images instead of 8 × 3). Each image's phases are split once, when
 // its first piece is packed; a block within one image is stored in place, one that spans images into `staging`
-// [m][32] (the wide output's room) and from there into each image's output (o.y: image 0's, y_step to the next).
+// [m][32] (the wide output's room) and from there into each image's output (o.y: image 0's, y_step to the next; o's
+// y and ld are the last block's on return).
 template <class TX>
-__attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geometry& g, batch_images<TX> in,
-                                             const int32_t* taps, const uint8_t* wg, int64_t m, const tile_out& o,
+__attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in,
+                                             const int32_t* taps, const uint8_t* wg, int64_t m, tile_out& o,
                                              int64_t y_step, uint8_t* staging, uint8_t* block, tile_fn tile) {
     const int64_t qd = quads(s.depth()), p = s.positions(), total = in.images * p;
+    uint8_t* const y = o.y;
     compact_block b{};
     b.flip = static_cast<uint8_t>((static_cast<TX>(-1) < 0 ? 0x80 : 0) ^ signed_flip);
     for (int64_t j0 = 0; j0 < total; j0 += cols) {
         const int64_t count = total - j0 < cols ? total - j0 : cols, n0 = tiles::index_div(j0, p);
-        tile_out t = o;
         if (j0 + count <= (n0 + 1) * p) {  // (within image n0: stored in place)
             hold_image(s, g, in, n0);
             pack_positions(s, g, in.phases, taps, j0 - n0 * p, 0, count, b, block);
-            t.y = o.y + n0 * y_step + j0 - n0 * p;
-            block_tiles(wg, block, qd, m, count, t, tile);
+            o.y = y + n0 * y_step + j0 - n0 * p;
+            o.ld = p;
+            block_tiles(wg, block, qd, m, count, o, tile);
             continue;
         }
         for (int64_t col = 0, n = n0; col < count; ++n) {
@@ -1208,15 +1210,25 @@ __attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geo
             pack_positions(s, g, in.phases, taps, j, col, piece, b, block);
             col += piece;
         }
-        t.y = staging;
-        t.ld = cols;
-        block_tiles(wg, block, qd, m, count, t, tile);
+        o.y = staging;
+        o.ld = cols;
+        block_tiles(wg, block, qd, m, count, o, tile);
         for (int64_t col = 0, n = n0; col < count; ++n) {
             const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
-            store_piece(staging, m, col, piece, o.y + n * y_step + j, p);
+            store_piece(staging, m, col, piece, y + n * y_step + j, p);
             col += piece;
         }
     }
+}
+
+// One group's images through compact_batch (out of line: qconv's frame stays small).
+template <class TX>
+__attribute__((noinline)) void batch_group(const conv_shape& s, const TX* x, int64_t images, uint8_t zero,
+                                           uint8_t* phases, const int32_t* taps, const uint8_t* wg, tile_out& o,
+                                           uint8_t* staging, uint8_t* block, tile_fn tile) {
+    batch_images<TX> in{x, s.channels * s.in_plane(), images, -1, zero, phases};
+    compact_batch(s, wide_of(s), in, taps, wg, tiles::index_div(s.out_channels, s.groups), o,
+                  s.out_channels * s.positions(), staging, block, tile);
 }
 #endif
 
@@ -1360,14 +1372,12 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
+        tile_out o = output_of(q, offsets, scale, true, acc);
 #ifdef KS_QTILE_X86
         if (compact_blocks && compact_anywhere(s, g)) {
-            tile_out o = output_of(q, offsets, scale, true, acc);
             o.y = reinterpret_cast<uint8_t*>(y + gi * m * p);
-            o.ld = p;
-            const batch_images<TX> in{x + gi * cg * s.in_plane(), s.channels * s.in_plane(), images, -1,
-                                      static_cast<uint8_t>(q.x_zero), phases};
-            compact_batch(s, g, in, taps, wg, m, o, s.out_channels * p, wide, block, tile);
+            batch_group(s, x + gi * cg * s.in_plane(), images, static_cast<uint8_t>(q.x_zero), phases, taps, wg, o,
+                        wide, block, tile);
             continue;
         }
 #endif
@@ -1379,7 +1389,6 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
             uint8_t* out = room.wide && !compact_blocks ? wide : reinterpret_cast<uint8_t*>(yg);
-            tile_out o = output_of(q, offsets, scale, true, acc);
             o.y = out;
             o.ld = ld;
 #ifdef KS_QTILE_X86
