@@ -77,11 +77,20 @@ def test_the_cnn_at_speed_is_within_emx_onnx_cgens_flash_and_ram_and_the_builds_
     assert ks.ram + ks.stack <= emx.ram + emx.stack and ks.instructions < emx.instructions
 
 
-def test_an_int8_mobilenet_runs_its_smlad_kernels_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path):
+# (what each build links: for speed the SMLAD paths everywhere; for size the same tiles, but each block of positions
+# gathered from the image and the depthwise taps summed in place, none of the phase volumes' code)
+LINKED = {"speed": (("tile_dsp<false>", "tile_dsp<true>", "depthwise_sums_dsp<"), ("gather_block<",)),
+          "size": (("tile_dsp<false>", "tile_dsp<true>", "gather_block<", "depthwise_gathered<"),
+                   ("split_phases<", "depthwise_sums_dsp<"))}
+
+
+@pytest.mark.parametrize("optimize", ["speed", "size"])
+def test_an_int8_mobilenet_runs_its_smlad_kernels_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, optimize):
     """benchmarks/cortex_m4's MobileNet-like net quantized by onnxruntime's quantize_static (QDQ: uint8 activations,
-    int8 weights per channel), built for size: its convolutions, depthwise convolutions and classifier run on the
-    kernels' SMLAD paths (ks/qconv.h KS_QTILE_DSP: qtile::tile_dsp, qtile::depthwise_sums_dsp; issue 35), and every
-    output equals onnxruntime's exactly (tests/test_qtile_m4.py checks the kernels alone)."""
+    int8 weights per channel), built for speed and for size: its convolutions, depthwise convolutions and classifier
+    run on the kernels' SMLAD paths (ks/qconv.h KS_QTILE_DSP: qtile::tile_dsp, qtile::depthwise_sums_dsp; issue 35;
+    at size KS_QCONV_GATHER: LINKED), and every output equals onnxruntime's exactly (tests/test_qtile_m4.py checks the
+    kernels alone)."""
     if firmware.missing_tools():
         pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
     ort = pytest.importorskip("onnxruntime")
@@ -93,8 +102,9 @@ def test_an_int8_mobilenet_runs_its_smlad_kernels_on_a_cortex_m4_as_onnxruntime_
     x = firmware.input_for(shape)
     session = ort.InferenceSession(str(tmp_path / "mobilenet_like.onnx"), providers=["CPUExecutionProvider"])
     want = session.run(None, {"x": x})[0].ravel()
-    tree = firmware.ksbuild_package("mobilenet_like", tmp_path / "mobilenet_like.onnx", tmp_path / "ks", "size")
+    tree = firmware.ksbuild_package("mobilenet_like", tmp_path / "mobilenet_like.onnx", tmp_path / "ks", optimize)
     ks = firmware.ksbuild_app(tree, "mobilenet_like", (x.size, want.size), tmp_path / "ks_app")
     np.testing.assert_array_equal(ks.outputs, want)
     names = " ".join(name for name, _ in firmware.largest_symbols(ks.elf, 10 ** 6))
-    assert "tile_dsp<false>" in names and "tile_dsp<true>" in names and "depthwise_sums_dsp<" in names, names
+    present, absent = LINKED[optimize]
+    assert all(p in names for p in present) and not any(a in names for a in absent), names

@@ -39,6 +39,19 @@
 #include <arm_acle.h>
 #define KS_QTILE_DSP 1
 #endif
+// 64-bit Arm cores with the dot product instructions (Armv8.2-A's optional FEAT_DotProd, Armv8.4-A on: Cortex-A55,
+// A76 on, Neoverse; a build for -march=armv8.2-a+dotprod or a -mcpu that has it): the tiles multiply with SDOT, four
+// int8 products summed into each int32 lane (the activations as signed bytes: signed_flip).
+#if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD) && (defined(__GNUC__) || defined(__clang__))
+#include <arm_neon.h>
+#define KS_QTILE_SDOT 1
+#endif
+// A microcontroller's build for size (`optimize = "size"`: -Os on an M-profile core): ks::qconv gathers each block of
+// positions from the image itself (gather_block), without the phase volumes, tap offsets and wide positions of the
+// other builds (about 2 KB of code less; more instructions per element packed, none more per product).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+#define KS_QCONV_GATHER 1
+#endif
 
 namespace ks {
 inline namespace KS_KERNELS {
@@ -99,6 +112,22 @@ inline uint8_t unsigned_byte(int8_t v) {
 template <class TX>
 constexpr int32_t unsigned_zero(int32_t zero) {
     return static_cast<TX>(-1) < 0 ? zero + 128 : zero;
+}
+// What the packing xors an activation's unsigned byte with before the tiles read it: 0x80 where they multiply signed
+// bytes by the signed weights (SDOT: Σ (u - 128)·w; the offsets then take the zero point less 128, tile_zero), else 0.
+#ifdef KS_QTILE_SDOT
+constexpr uint8_t signed_flip = 0x80;
+#else
+constexpr uint8_t signed_flip = 0;
+#endif
+// An activation as the tiles read it, and the zero point the offsets take (channel_offsets).
+template <class TX>
+inline uint8_t tile_byte(TX v) {
+    return static_cast<uint8_t>(unsigned_byte(v) ^ signed_flip);
+}
+template <class TX>
+constexpr int32_t tile_zero(int32_t zero) {
+    return unsigned_zero<TX>(zero) - (signed_flip ? 128 : 0);
 }
 inline uint8_t weight_byte(int8_t v) {
     return static_cast<uint8_t>(v);
@@ -283,6 +312,50 @@ void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) 
         }
     }
     store_sums(acc, o);
+}
+#endif
+
+#ifdef KS_QTILE_SDOT
+// Rows r0 .. r0 + 4 of a quad of a (one vector: 4 rows of 4 bytes) times 16 columns of b (4 vectors of 4 columns):
+// SDOT by element, lane i of a for row r0 + i (s[i][j]: row r0 + i, columns 4j .. 4j + 3).
+template <int I>
+inline void sdot_row(int32x4_t (&s)[4][4], int8x16_t a, const int8x16_t (&b)[4]) {
+    for (int j = 0; j < 4; ++j) {
+        s[I][j] = vdotq_laneq_s32(s[I][j], b[j], a, I);
+    }
+}
+
+// tile_portable with SDOT (AArch64 FEAT_DotProd): 4 rows by 16 columns at a time, their 16 vectors of sums in
+// registers over all quads (per quad 5 loads and 16 SDOT: 256 products); both operands signed bytes (the
+// activations less 128: signed_flip), so one code for either SWAP.
+template <bool SWAP>
+void tile_sdot(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+    for (int64_t r0 = 0; r0 < o.live; r0 += 4) {
+        for (int64_t c0 = 0; c0 < o.count; c0 += 16) {
+            int32x4_t s[4][4];
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) {
+                    s[i][j] = vdupq_n_s32(0);
+                }
+            }
+            const int8_t* ak = reinterpret_cast<const int8_t*>(a) + r0 * 4;
+            const int8_t* bk = reinterpret_cast<const int8_t*>(b) + c0 * 4;
+            for (int64_t k = 0; k < q; ++k, ak += rows * 4, bk += b_width<SWAP>() * 4) {
+                const int8x16_t av = vld1q_s8(ak);
+                const int8x16_t bv[4] = {vld1q_s8(bk), vld1q_s8(bk + 16), vld1q_s8(bk + 32), vld1q_s8(bk + 48)};
+                sdot_row<0>(s, av, bv);
+                sdot_row<1>(s, av, bv);
+                sdot_row<2>(s, av, bv);
+                sdot_row<3>(s, av, bv);
+            }
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) {
+                    vst1q_s32(o.acc + (r0 + i) * cols + c0 + 4 * j, s[i][j]);
+                }
+            }
+        }
+    }
+    store_sums(o.acc, o);
 }
 #endif
 
@@ -483,7 +556,9 @@ tile_fn best_tile() {
         return tile_avx2<SWAP>;
     }
 #endif
-#ifdef KS_QTILE_DSP
+#ifdef KS_QTILE_SDOT
+    return tile_sdot<SWAP>;
+#elif defined(KS_QTILE_DSP)
     return tile_dsp<SWAP>;
 #else
     return tile_portable<SWAP>;
@@ -750,11 +825,13 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
 }
 
 // A block of 32 output positions in the wide positions: the window of 64 from `first` holds position i at
-// index[i]; flip as pack_wide's.
+// index[i]; flip as pack_wide's; keep: the bytes of the two 64-byte halves of a quad's [32][4] the packing writes
+// (all, or the columns of one image's piece of a block that spans images: compact_batch).
 struct compact_block {
     int64_t first;
     uint8_t index[32];
     uint8_t flip;
+    uint64_t keep[2];
 };
 
 // pack_wide for a compact_block b: the bytes of its output positions of every im2col row. Per quad of rows: the four windows loaded, two vpermt2b gather rows
@@ -780,8 +857,10 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_
         }
         const __m512i r01 = _mm512_permutex2var_epi8(w[0], gather, w[1]);
         const __m512i r23 = _mm512_permutex2var_epi8(w[2], gather, w[3]);
-        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
-        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4, b.keep[0],
+                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4 + 64, b.keep[1],
+                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -820,17 +899,20 @@ inline int64_t wide_position(const conv_shape& s, const wide_geometry& g, int64_
     return ((plane * g.side[1] + row - plane * s.out[1]) * g.side[2]) + j - row * s.out[2];
 }
 
-// Where the block of output positions j0 .. j0 + count (count <= 32) lies in the wide positions: the first one's
-// returned, index[i] = wide(j0 + i) - first (0 for i >= count); -1 when the block spans more than 64 of them.
-inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t count,
+// Where the output positions j0 .. j0 + count (count <= 32 - col) lie in the wide positions: the first one's
+// returned, index[col + i] = wide(j0 + i) - first (the other entries 0); -1 when they span more than 64 of them.
+inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t col, int64_t count,
                               uint8_t* index) {  // (index: 32 bytes)
     const int64_t first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
     const int64_t plane_gap = (g.side[1] - s.out[1]) * g.side[2];
     int64_t row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
     int64_t plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
     int64_t at = 0;
-    for (int64_t i = 0; i < cols; ++i) {  // (walking the positions: no divisions)
-        index[i] = static_cast<uint8_t>(i < count ? at : 0);
+    for (int64_t i = 0; i < col; ++i) {
+        index[i] = 0;
+    }
+    for (int64_t i = 0; i < cols - col; ++i) {  // (walking the positions: no divisions)
+        index[col + i] = static_cast<uint8_t>(i < count ? at : 0);
         if (i < count && at > 63) {
             return -1;
         }
@@ -845,6 +927,15 @@ inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64
         }
     }
     return first;
+}
+
+// Whether any 32 consecutive output positions span at most 64 wide positions, wherever they start (a bound: 31
+// steps crossing at most ⌈31 / width⌉ row ends and ⌈31 / plane⌉ plane ends), so that blocks may start anywhere.
+inline bool compact_anywhere(const conv_shape& s, const wide_geometry& g) {
+    const int64_t row_gap = g.side[2] - s.out[2], plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    const int64_t row_ends = tiles::index_div(cols - 2 + s.out[2], s.out[2]);
+    const int64_t plane_ends = tiles::index_div(cols - 2 + s.out[1] * s.out[2], s.out[1] * s.out[2]);
+    return cols - 1 + row_gap * row_ends + plane_gap * plane_ends <= 63;
 }
 
 // Whether every block of 32 output positions spans at most 64 wide positions (compact_window).
@@ -1007,39 +1098,137 @@ __attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b
     }
 }
 
+// The tiles of one packed block of `count` columns, all m rows of the weights wg (o.y: the block's first column).
+__attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8_t* block, int64_t qd, int64_t m,
+                                                  int64_t count, const tile_out& o, tile_fn tile) {
+    const int64_t tiled = tiled_columns(count);
+    for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
+        tile_out t = o;
+        t.offsets = o.offsets + i0;
+        t.scale = o.one_scale ? o.scale : o.scale + i0;
+        t.y = o.y + i0 * o.ld;
+        t.live = m - i0 < rows ? m - i0 : rows;
+        t.count = tiled;
+        tile(wg + i0 * qd * 4, block, qd, t);
+    }
+    if (tiled < count) {
+        tail_of(wg, block, qd, m, tiled, count - tiled, o);
+    }
+}
+
+// Output positions j0 .. j0 + count of the image in `image` packed into the block's columns col .. col + count
+// (pack_wide_vbmi for a whole block within one output row, else pack_compact_vbmi, writing those columns only).
+__attribute__((noinline)) inline void pack_positions(const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int32_t* taps,
+                           int64_t j0, int64_t col, int64_t count, compact_block& b, uint8_t* block) {
+    b.first = compact_window(s, g, j0, col, count, b.index);
+    if (col == 0 && count == cols && b.index[count - 1] == count - 1) {
+        pack_wide_vbmi(image, taps, s.depth(), b.first, b.flip, block);
+        return;
+    }
+    const int64_t end = col + count;
+    b.keep[0] = (end >= 16 ? ~0ull : (1ull << 4 * end) - 1) & ~(col >= 16 ? ~0ull : (1ull << 4 * col) - 1);
+    b.keep[1] = (end >= 32 ? ~0ull : (end <= 16 ? 0 : (1ull << 4 * (end - 16)) - 1)) &
+                ~(col <= 16 ? 0 : (1ull << 4 * (col - 16)) - 1);
+    pack_compact_vbmi(image, taps, s.depth(), b, block);
+}
+
 // wide_tiles with compact positions (AVX-512 VBMI, compact_fits): each block of 32 output positions gathered from the
-// wide positions (pack_compact_vbmi), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
+// wide positions (pack_positions), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
 // Nothing computed is discarded but the last block's columns past the positions.
 __attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const wide_geometry& g, const uint8_t* image,
                                                     const int32_t* taps, const uint8_t* wg, int64_t m,
                                                     const tile_out& o, uint8_t flip, uint8_t* block, tile_fn tile) {
-    const int64_t depth = s.depth(), qd = quads(depth), p = s.positions();
+    const int64_t qd = quads(s.depth()), p = s.positions();
     compact_block b{};
     b.flip = flip;
     for (int64_t j0 = 0; j0 < p; j0 += cols) {
         const int64_t count = p - j0 < cols ? p - j0 : cols;
-        b.first = compact_window(s, g, j0, count, b.index);
-        if (b.index[count - 1] == count - 1) {  // (within one output row: the wide positions' packing is the cheaper)
-            pack_wide_vbmi(image, taps, depth, b.first, flip, block);
-        } else {
-            pack_compact_vbmi(image, taps, depth, b, block);
+        pack_positions(s, g, image, taps, j0, 0, count, b, block);
+        tile_out t = o;
+        t.y = o.y + j0;
+        block_tiles(wg, block, qd, m, count, t, tile);
+    }
+}
+
+// One group's images for compact_batch: the input of its first image (`step` elements to the next) and the phase
+// volumes' room, and which image they hold.
+template <class TX>
+struct batch_images {
+    const TX* x;
+    int64_t step, images, held;
+    uint8_t zero;
+    uint8_t* phases;
+};
+
+// The phase volumes of image n (split_phases, unless they hold it already).
+template <class TX>
+void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in, int64_t n) {
+    if (in.held != n) {
+        split_image(s, g, in.x + n * in.step, tiles::index_div(s.channels, s.groups), in.zero, in.phases);
+        in.held = n;
+    }
+}
+
+// The columns col .. col + count of the sums' rows (staging [m][32]) stored at y [m][positions] from position j.
+__attribute__((target("avx512f,avx512bw,avx512vl"), noinline)) inline void store_piece(const uint8_t* staging, int64_t m,
+                                                                            int64_t col, int64_t count, uint8_t* y,
+                                                                            int64_t positions) {
+    const __mmask32 keep = static_cast<__mmask32>(((count >= 32 ? 0ull : 1ull << count) - 1) << col);
+    for (int64_t r = 0; r < m; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(staging + r * cols));
+        _mm256_mask_storeu_epi8(y + r * positions - col, keep, v);  // (bytes col .. col + count only)
+    }
+}
+
+// compact_tiles over a group's whole batch (compact_anywhere): the images' output positions one after another in
+// blocks of 32, so that a block may take the last positions of one image and the first of the next (ResNet's 7 × 7
+// layers: 49 positions an image, 12¼ blocks for 8 images instead of 8 × 3). Each image's phases are split once, when
+// its first piece is packed; a block within one image is stored in place, one that spans images into `staging`
+// [m][32] (the wide output's room) and from there into each image's output (o.y: image 0's, y_step to the next; o's
+// y and ld are the last block's on return).
+template <class TX>
+__attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in,
+                                             const int32_t* taps, const uint8_t* wg, int64_t m, tile_out& o,
+                                             int64_t y_step, uint8_t* staging, uint8_t* block, tile_fn tile) {
+    const int64_t qd = quads(s.depth()), p = s.positions(), total = in.images * p;
+    uint8_t* const y = o.y;
+    compact_block b{};
+    b.flip = static_cast<uint8_t>((static_cast<TX>(-1) < 0 ? 0x80 : 0) ^ signed_flip);
+    for (int64_t j0 = 0; j0 < total; j0 += cols) {
+        const int64_t count = total - j0 < cols ? total - j0 : cols, n0 = tiles::index_div(j0, p);
+        if (j0 + count <= (n0 + 1) * p) {  // (within image n0: stored in place)
+            hold_image(s, g, in, n0);
+            pack_positions(s, g, in.phases, taps, j0 - n0 * p, 0, count, b, block);
+            o.y = y + n0 * y_step + j0 - n0 * p;
+            o.ld = p;
+            block_tiles(wg, block, qd, m, count, o, tile);
+            continue;
         }
-        const int64_t tiled = tiled_columns(count);
-        for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
-            tile_out t = o;
-            t.offsets = o.offsets + i0;
-            t.scale = o.one_scale ? o.scale : o.scale + i0;
-            t.y = o.y + i0 * o.ld + j0;
-            t.live = m - i0 < rows ? m - i0 : rows;
-            t.count = tiled;
-            tile(wg + i0 * qd * 4, block, qd, t);
+        for (int64_t col = 0, n = n0; col < count; ++n) {
+            hold_image(s, g, in, n);
+            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+            pack_positions(s, g, in.phases, taps, j, col, piece, b, block);
+            col += piece;
         }
-        if (tiled < count) {
-            tile_out t = o;
-            t.y = o.y + j0;
-            tail_of(wg, block, qd, m, tiled, count - tiled, t);
+        o.y = staging;
+        o.ld = cols;
+        block_tiles(wg, block, qd, m, count, o, tile);
+        for (int64_t col = 0, n = n0; col < count; ++n) {
+            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+            store_piece(staging, m, col, piece, y + n * y_step + j, p);
+            col += piece;
         }
     }
+}
+
+// One group's images through compact_batch (out of line: qconv's frame stays small).
+template <class TX>
+__attribute__((noinline)) void batch_group(const conv_shape& s, const TX* x, int64_t images, uint8_t zero,
+                                           uint8_t* phases, const int32_t* taps, const uint8_t* wg, tile_out& o,
+                                           uint8_t* staging, uint8_t* block, tile_fn tile) {
+    batch_images<TX> in{x, s.channels * s.in_plane(), images, -1, zero, phases};
+    compact_batch(s, wide_of(s), in, taps, wg, tiles::index_div(s.out_channels, s.groups), o,
+                  s.out_channels * s.positions(), staging, block, tile);
 }
 #endif
 
@@ -1048,6 +1237,43 @@ __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geo
                                              int64_t ld, int64_t m, TY* y) {
     compact(s, g, wide, ld, m, y);
 }
+
+#ifdef KS_QCONV_GATHER
+// Output positions j0 .. j0 + count (count <= 32) of every im2col row of image x (one group's channels) packed as
+// pack_wide packs them, [quad][32][4], each element read where it lies: the padding (and a row past the depth, whose
+// weights are 0) the byte of x_zero. Per im2col row one channel and tap; per output row one input row (or none), its
+// columns walked by the stride.
+template <class TX>
+__attribute__((noinline)) void gather_block(const conv_shape& s, const TX* x, int64_t j0, int64_t count, TX x_zero,
+                                            uint8_t* block) {
+    const int64_t taps = s.taps(), depth = s.depth(), row0 = tiles::index_div(j0, s.out[2]);
+    const int32_t width = static_cast<int32_t>(s.in[2]), step = static_cast<int32_t>(s.stride[2]);
+    for (int64_t k = 0; k < quads(depth) * 4; ++k) {
+        const int64_t c = tiles::index_div(k, taps), t = k - c * taps, th = tiles::index_div(t, s.kernel[2]);
+        const int64_t kd = tiles::index_div(th, s.kernel[1]), kh = th - kd * s.kernel[1], kw = t - th * s.kernel[2];
+        int64_t od = tiles::index_div(row0, s.out[1]), oh = row0 - od * s.out[1], ow = j0 - row0 * s.out[2];
+        uint8_t* out = block + (k >> 2) * cols * 4 + (k & 3);
+        for (int64_t col = 0; col < count;) {
+            const int64_t run = s.out[2] - ow < count - col ? s.out[2] - ow : count - col;
+            const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+            const int64_t ih = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+            const bool row = k < depth && id >= 0 && id < s.in[0] && ih >= 0 && ih < s.in[1];
+            const TX* src = row ? x + c * s.in_plane() + (id * s.in[1] + ih) * s.in[2] : x;
+            int32_t iw = static_cast<int32_t>(ow * s.stride[2] - s.pad[2] + kw * s.dilation[2]);
+            for (int64_t i = 0; i < run; ++i, iw += step) {
+                out[(col + i) * 4] = tile_byte(row && static_cast<uint32_t>(iw) < static_cast<uint32_t>(width) ? src[iw]
+                                                                                                                : x_zero);
+            }
+            col += run;
+            ow = 0;
+            if (++oh == s.out[1]) {
+                oh = 0;
+                ++od;
+            }
+        }
+    }
+}
+#endif
 
 }  // namespace qtile
 
@@ -1071,6 +1297,45 @@ inline void qpack_rows(int64_t out_channels, int64_t depth, int64_t groups, cons
     }
 }
 
+#ifdef KS_QCONV_GATHER
+// ks::qconv of a microcontroller's build for size: per image, group and block of 32 positions, gather_block and
+// the tiles (the scratch laid out as qconv_room's first three parts).
+template <class TX, class TY>
+__attribute__((noinline)) void qconv_gathered(const conv_shape& s, int64_t images, const TX* x,
+                                              const uint8_t* packed, TY* y, uint8_t* scratch, const requant& q) {
+    using namespace qtile;
+    const int64_t m = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), qd = quads(depth);
+    const int64_t cg = tiles::index_div(s.channels, s.groups), p = s.positions();
+    int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
+    int32_t* acc = reinterpret_cast<int32_t*>(scratch + round_up(m * 4, 64));
+    uint8_t* block = reinterpret_cast<uint8_t*>(acc) + rows * cols * 4;
+    const tile_fn tile = best_tile<false>();
+    for (int64_t gi = 0; gi < s.groups; ++gi) {
+        const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
+        group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, tile_zero<TX>(q.x_zero), offsets);
+        for (int64_t n = 0; n < images; ++n) {
+            const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
+            tile_out o = output_of(q, offsets, q.scales == 1 ? q.scale : q.scale + gi * m, true, acc);
+            o.y = reinterpret_cast<uint8_t*>(y + (n * s.out_channels + gi * m) * p);
+            o.ld = p;
+            for (int64_t j0 = 0; j0 < p; j0 += cols) {
+                const int64_t count = p - j0 < cols ? p - j0 : cols;
+                gather_block(s, xg, j0, count, static_cast<TX>(q.x_zero), block);
+                for (int64_t i0 = 0; i0 < m; i0 += rows) {
+                    tile_out t = o;
+                    t.offsets = o.offsets + i0;
+                    t.scale = o.one_scale ? o.scale : o.scale + i0;
+                    t.y = o.y + i0 * p + j0;
+                    t.live = m - i0 < rows ? m - i0 : rows;
+                    t.count = count;
+                    tile(wg + i0 * qd * 4, block, qd, t);
+                }
+            }
+        }
+    }
+}
+#endif
+
 // y [images, M, O...] = the requantized convolution of x [images, C, S...] (uint8 or int8) with the weights w
 // [M, C/G, K...] (int8, zero point 0) packed by qpack_rows; scratch: qconv_scratch(s) bytes, 64-byte aligned.
 template <class TX, class TY>
@@ -1079,6 +1344,10 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     using namespace qtile;
     const int64_t m = tiles::index_div(s.out_channels, s.groups), depth = s.depth();
     const int64_t cg = tiles::index_div(s.channels, s.groups), p = s.positions();
+#ifdef KS_QCONV_GATHER
+    qconv_gathered(s, images, x, packed, y, scratch, q);
+    return;
+#endif
     const wide_geometry g = wide_of(s);
     const qconv_room room = qconv_room::of(s);
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
@@ -1088,8 +1357,8 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
     uint8_t* phases = reinterpret_cast<uint8_t*>(taps) + room.taps;
     uint8_t* wide = phases + room.phases;
     tap_offsets(s, g, cg, taps);
-    const int32_t zero = unsigned_zero<TX>(q.x_zero);
-    const uint8_t flip = static_cast<TX>(-1) < 0 ? 0x80 : 0;
+    const int32_t zero = tile_zero<TX>(q.x_zero);
+    const uint8_t flip = static_cast<uint8_t>((static_cast<TX>(-1) < 0 ? 0x80 : 0) ^ signed_flip);
     const bool direct = room.phases == 0;  // (no padding, stride 1: the image is its own phase volume)
     const tile_fn tile = best_tile<false>();
 #ifdef KS_QTILE_X86
@@ -1103,6 +1372,15 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
+        tile_out o = output_of(q, offsets, scale, true, acc);
+#ifdef KS_QTILE_X86
+        if (compact_blocks && compact_anywhere(s, g)) {
+            o.y = reinterpret_cast<uint8_t*>(y + gi * m * p);
+            batch_group(s, x + gi * cg * s.in_plane(), images, static_cast<uint8_t>(q.x_zero), phases, taps, wg, o,
+                        wide, block, tile);
+            continue;
+        }
+#endif
         for (int64_t n = 0; n < images; ++n) {
             const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
             if (!direct) {
@@ -1111,7 +1389,6 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             const uint8_t* image = direct ? reinterpret_cast<const uint8_t*>(xg) : phases;
             TY* yg = y + (n * s.out_channels + gi * m) * p;
             uint8_t* out = room.wide && !compact_blocks ? wide : reinterpret_cast<uint8_t*>(yg);
-            tile_out o = output_of(q, offsets, scale, true, acc);
             o.y = out;
             o.ld = ld;
 #ifdef KS_QTILE_X86
@@ -1154,13 +1431,13 @@ void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, 
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
     uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
-    const int32_t zero = unsigned_zero<TX>(q.x_zero);
+    const int32_t zero = tile_zero<TX>(q.x_zero);
     channel_offsets(packed, n, depth, product_cols, q.bias, zero, offsets);
     const tile_fn tile = best_tile<true>();
     const int64_t qd = quads(depth);
     for (int64_t i0 = 0; i0 < count; i0 += rows) {
         const int64_t live = count - i0 < rows ? count - i0 : rows;
-        pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return unsigned_byte(v); });
+        pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
         for (int64_t j0 = 0; j0 < n; j0 += product_cols) {
             tile_out o = output_of(q, offsets + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
             o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
@@ -1799,10 +2076,70 @@ constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
 
 // A depthwise convolution (one group per input channel, M = C·multiplier) of 8-bit x, requantized (see
 // qtile::depthwise_planes).
+#ifdef KS_QCONV_GATHER
+// The sum of one output position of a depthwise convolution, bias included: its taps read where they lie (those in
+// the padding add (x_zero - x_zero)·w = 0: skipped), a kernel row without bounds checks when all its columns are
+// inside the image; 32-bit indices (the target's word).
+template <class TX>
+int32_t depthwise_sum(const conv_shape& s, const TX* x, const int8_t* w, const int64_t (&o)[3], int32_t sum,
+                      int32_t x_zero) {
+    const int32_t width = static_cast<int32_t>(s.in[2]), kw = static_cast<int32_t>(s.kernel[2]);
+    const int32_t dw = static_cast<int32_t>(s.dilation[2]);
+    const int32_t w0 = static_cast<int32_t>(o[2] * s.stride[2] - s.pad[2]);
+    const bool inner = w0 >= 0 && w0 + (kw - 1) * dw < width;
+    for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+        const int64_t id = o[0] * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+        for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+            const int64_t ih = o[1] * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+            if (id < 0 || id >= s.in[0] || ih < 0 || ih >= s.in[1]) {
+                continue;
+            }
+            const TX* row = x + (id * s.in[1] + ih) * s.in[2];
+            const int8_t* wr = w + (kd * s.kernel[1] + kh) * kw;
+            for (int32_t t = 0, iw = w0; t < kw; ++t, iw += dw) {
+                if (inner || static_cast<uint32_t>(iw) < static_cast<uint32_t>(width)) {
+                    sum += (static_cast<int32_t>(row[iw]) - x_zero) * wr[t];
+                }
+            }
+        }
+    }
+    return sum;
+}
+
+// ks::qconv_depthwise of a microcontroller's build for size: each output position's sum (depthwise_sum) requantized
+// as the tiles requantize, no phase volumes (the scratch unused).
+template <class TX, class TY>
+__attribute__((noinline)) void depthwise_gathered(const conv_shape& s, int64_t images, const TX* x, const int8_t* w,
+                                                  TY* y, const requant& q) {
+    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
+    const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+    for (int64_t n = 0; n < images; ++n) {
+        for (int64_t m = 0; m < s.out_channels; ++m) {
+            const TX* xc = x + (n * s.channels + tiles::index_div(m, mult)) * s.in_plane();
+            const float scale = q.scale[q.scales == 1 ? 0 : m];
+            TY* ym = y + (n * s.out_channels + m) * p;
+            int64_t o[3] = {0, 0, 0};
+            for (int64_t j = 0; j < p; ++j) {
+                const int32_t sum = depthwise_sum(s, xc, w + m * taps, o, q.bias ? q.bias[m] : 0, q.x_zero);
+                ym[j] = static_cast<TY>(qtile::requantize(sum, scale, lo, hi, q.y_zero));
+                for (int a = 2; a >= 0 && ++o[a] == s.out[a]; --a) {
+                    o[a] = 0;
+                }
+            }
+        }
+    }
+}
+#endif
+
 template <class TX, class TY>
 void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                      const requant& q) {
+#ifdef KS_QCONV_GATHER
+    (void)scratch;
+    depthwise_gathered(s, images, x, w, y, q);
+#else
     qtile::depthwise_planes(s, images, x, w, y, scratch, q);
+#endif
 }
 
 namespace qtile {

@@ -160,7 +160,9 @@ ks::conv_shape resnet_shape() {
 template <class TX, class TY>
 void test_conv(int64_t trial, bool depthwise, bool mobile = false, bool resnet = false) {
     const ks::conv_shape s = mobile ? mobile_shape() : (resnet ? resnet_shape() : random_shape(depthwise));
-    const int64_t images = 1 + draw(2), cg = s.channels / s.groups, m = s.out_channels, mg = m / s.groups;
+    // (ResNet-like layers: up to 5 images, so that blocks of 32 positions span two images and more: compact_batch)
+    const int64_t images = 1 + draw(resnet ? 5 : 2), cg = s.channels / s.groups, m = s.out_channels;
+    const int64_t mg = m / s.groups;
     const auto x = random_bytes<TX>(images * s.channels * s.in_plane());
     const auto w = random_bytes<int8_t>(m * cg * s.taps());
     const params p = make_params<TX, TY>(m);
@@ -343,6 +345,9 @@ int main() {
     test_types<uint8_t, int8_t>();
     test_types<int8_t, uint8_t>();
     test_types<int8_t, int8_t>();
+#ifdef KS_QTILE_SDOT
+    std::printf("tile sdot\n");  // (tests/test_qtile_aarch64.py: an AArch64 build with the dot product)
+#endif
     std::printf("%d checks, %d failures (cpu level %d)\n", runs, failures, ks::cpu::detect());
     return failures == 0 ? 0 : 1;
 }

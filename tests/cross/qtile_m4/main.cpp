@@ -74,16 +74,13 @@ alignas(64) uint8_t y_got[8 * 20 * 20];
 alignas(64) uint8_t scratch[64 * 1024];
 int32_t bias[8];
 
-// A 2-d depthwise convolution (C channels, multiplier mult) through ks::qconv_depthwise (on a DSP core: SMLAD sums
-// of taps in pairs, qtile::depthwise_sums_dsp) against int32 sums computed here, requantized by the same
-// qtile::requantize; returns the number of mismatching outputs.
-template <class TX>
-int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
-                   int64_t dilation) {
+// A 2-d convolution's shape: c channels to m_n in `groups` groups, an h × w image, a kh × kw kernel.
+ks::conv_shape shape_2d(int64_t c, int64_t m_n, int64_t groups, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                        int64_t stride, int64_t pad, int64_t dilation) {
     ks::conv_shape s{};
     s.channels = c;
-    s.out_channels = s.groups = c * mult;
-    s.groups = c;
+    s.out_channels = m_n;
+    s.groups = groups;
     const int64_t in[3] = {1, h, w}, kernel[3] = {1, kh, kw};
     for (int a = 0; a < 3; ++a) {
         s.in[a] = in[a];
@@ -93,11 +90,17 @@ int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, in
         s.pad[a] = a == 0 ? 0 : pad;
         s.out[a] = (in[a] + 2 * s.pad[a] - (kernel[a] - 1) * s.dilation[a] - 1) / s.stride[a] + 1;
     }
-    const int64_t taps = kh * kw, p = s.positions(), m_n = c * mult;
-    for (int64_t i = 0; i < c * h * w; ++i) {
+    return s;
+}
+
+// n random activations in x_buf, k weights in w_buf, biases and scales of m_n channels; the requantization with a
+// random zero point of TX.
+template <class TX>
+ks::requant random_operands(int64_t n, int64_t k, int64_t m_n) {
+    for (int64_t i = 0; i < n; ++i) {
         x_buf[i] = static_cast<uint8_t>(next());
     }
-    for (int64_t i = 0; i < m_n * taps; ++i) {
+    for (int64_t i = 0; i < k; ++i) {
         w_buf[i] = static_cast<int8_t>(next());
     }
     for (int64_t i = 0; i < m_n; ++i) {
@@ -105,7 +108,19 @@ int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, in
         scales[i] = 1.0f / static_cast<float>(256 + next() % 8192);
     }
     const int32_t x_zero = static_cast<int32_t>(static_cast<TX>(next()));
-    ks::requant q{bias, scales, m_n, x_zero, 3, 0, 255};
+    return ks::requant{bias, scales, m_n, x_zero, 3, 0, 255};
+}
+
+// A 2-d depthwise convolution (C channels, multiplier mult) through ks::qconv_depthwise (on a DSP core: SMLAD sums
+// of taps in pairs, qtile::depthwise_sums_dsp) against int32 sums computed here, requantized by the same
+// qtile::requantize; returns the number of mismatching outputs.
+template <class TX>
+int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                   int64_t dilation) {
+    const ks::conv_shape s = shape_2d(c, c * mult, c, h, w, kh, kw, stride, pad, dilation);
+    const int64_t taps = kh * kw, p = s.positions(), m_n = c * mult;
+    const ks::requant q = random_operands<TX>(c * h * w, m_n * taps, m_n);
+    const int32_t x_zero = q.x_zero;
     const TX* x = reinterpret_cast<const TX*>(x_buf);
     ks::qconv_depthwise<TX, uint8_t>(s, 1, x, w_buf, y_got, scratch, q);
     int bad = 0;
@@ -123,6 +138,41 @@ int depthwise_case(int64_t c, int64_t mult, int64_t h, int64_t w, int64_t kh, in
                 }
                 const int32_t want = ks::qtile::requantize(sum, scales[m], -3.0f, 252.0f, 3);
                 bad += y_got[m * p + oh * s.out[2] + ow] != static_cast<uint8_t>(want);
+            }
+        }
+    }
+    return bad;
+}
+
+alignas(64) uint8_t packed_buf[4096];
+
+// A dense 2-d convolution of 2 images (C to M channels) through ks::qconv (at -Os on a microcontroller: the blocks
+// gathered from the image, qtile::gather_block; else the phase volumes) against int32 sums computed here.
+template <class TX>
+int dense_case(int64_t c, int64_t m_n, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+               int64_t dilation) {
+    const ks::conv_shape s = shape_2d(c, m_n, 1, h, w, kh, kw, stride, pad, dilation);
+    const int64_t taps = kh * kw, p = s.positions();
+    const ks::requant q = random_operands<TX>(2 * c * h * w, m_n * c * taps, m_n);
+    const int32_t x_zero = q.x_zero;
+    const TX* x = reinterpret_cast<const TX*>(x_buf);
+    ks::qpack_rows(m_n, s.depth(), 1, w_buf, packed_buf);
+    ks::qconv<TX, uint8_t>(s, 2, x, packed_buf, y_got, scratch, q);
+    int bad = 0;
+    for (int64_t n = 0; n < 2; ++n) {
+        for (int64_t m = 0; m < m_n; ++m) {
+            for (int64_t j = 0; j < p; ++j) {
+                const int64_t oh = j / s.out[2], ow = j % s.out[2];
+                int32_t sum = bias[m];
+                for (int64_t k = 0; k < c * taps; ++k) {
+                    const int64_t i = k % taps / kw, jj = k % kw;
+                    const int64_t r = oh * stride + i * dilation - pad, col = ow * stride + jj * dilation - pad;
+                    const bool inside = r >= 0 && r < h && col >= 0 && col < w;
+                    const int32_t v = inside ? static_cast<int32_t>(x[((n * c + k / taps) * h + r) * w + col]) : x_zero;
+                    sum += (v - x_zero) * w_buf[m * c * taps + k];
+                }
+                const int32_t want = ks::qtile::requantize(sum, scales[m], -3.0f, 252.0f, 3);
+                bad += y_got[(n * m_n + m) * p + j] != static_cast<uint8_t>(want);
             }
         }
     }
@@ -165,6 +215,17 @@ int main() {
         failed += bad != 0;
         std::printf("case depthwise %dx%d taps %d stride %d %d\n", static_cast<int>(v[4]), static_cast<int>(v[5]),
                     static_cast<int>(v[4] * v[5]), static_cast<int>(v[6]), bad);
+    }
+    // dense: channels in and out, image, kernel, stride, padding, dilation (more than 32 positions: several blocks)
+    const int64_t denses[][9] = {{3, 5, 12, 12, 3, 3, 1, 1, 1}, {2, 8, 9, 11, 3, 3, 2, 1, 1},
+                                 {5, 3, 7, 9, 1, 1, 1, 0, 1},   {1, 4, 10, 6, 5, 3, 1, 2, 2}};
+    for (const auto& v : denses) {
+        const int bad = dense_case<uint8_t>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]) +
+                        dense_case<int8_t>(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+        failed += bad != 0;
+        std::printf("case dense %dx%d channels %d to %d stride %d %d\n", static_cast<int>(v[4]),
+                    static_cast<int>(v[5]), static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[6]),
+                    bad);
     }
     std::printf("failed %d\n", failed);
     return failed;
