@@ -544,8 +544,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     for (int64_t i = 0; i < K; ++i) {
         const double x_i = tmp5[i];
         const double d_alphas_i = ks::mulz(t4, x_i);
-        const double d_base_i = sum[i];
-        const double d_alphas_i1 = (d_alphas_i + d_base_i);
+        const double sum_i = sum[i];
+        const double d_alphas_i1 = (d_alphas_i + sum_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
@@ -1112,8 +1112,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     for (int64_t i = 0; i < K; ++i) {
         const float x_i = tmp5[i];
         const float d_alphas_i = ks::mulz(t4, x_i);
-        const float d_base_i = sum[i];
-        const float d_alphas_i1 = (d_alphas_i + d_base_i);
+        const float sum_i = sum[i];
+        const float d_alphas_i1 = (d_alphas_i + sum_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:45, 46
