@@ -5,7 +5,6 @@ unsimplified function (NaN and infinities included where a rule could mishandle 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Lit, Var

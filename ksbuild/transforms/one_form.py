@@ -4,7 +4,8 @@ negated comparisons, selects on a literal condition.
 torch.export and torch.onnx.export spell the same reshapes and transposes in different ways (an LSTM's stacked steps
 through a transpose of a unit axis or through a reshape; kᵀ of a 4-d key as one transpose, or through a reshape to
 3-d and back; `x != y` as ne or as not(eq); T5's float mask as where(True, bias, min) over the batch or as the bias
-itself). Each rule gives the same values, so the pipeline makes one IR of both (docs/torch-export.md, "One network, one code").
+itself). Each rule gives the same values, so the pipeline makes one IR of both (docs/torch-export.md, "One
+network, one code").
 """
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ from ..ir.interp import eval_func
 from ..ir.types import Type
 from ..prims.base import PRIMS
 from ..prims.tensor import parse_spec
-from .one_hot import one_hot_rules
 from .one_form import one_form_rules
+from .one_hot import one_hot_rules
 
 MAX_ROUNDS = 4
 
@@ -285,8 +285,9 @@ def last_step(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> At
     """Row n - 1 of the stacked output Y of a forward loop run its full n steps, where each step's row is also a
     carry, is the loop's final carry: index(Y, n - 1) = carry, reshaped to the row's shape. Through views between
     them that keep the row's elements in order: a reshape keeping the leading axis or adding and dropping unit axes
-    only, a transpose that moves no other axis of size > 1 past another. An ONNX GRU's or LSTM's Y[-1] (the last hidden state) then reads the carry, and Y, steps ×
-    hidden, is not kept (dce prunes it from the loop: 2.5 KB of a Cortex-M4 RNN's 11 KB workspace)."""
+    only, a transpose that moves no other axis of size > 1 past another. An ONNX GRU's or LSTM's Y[-1] (the last
+    hidden state) and a batch-first torch.nn.LSTM's out[:, -1] then read the carry, and Y, steps × hidden, is not
+    kept (dce prunes it from the loop: 2.5 KB of a Cortex-M4 RNN's 11 KB workspace)."""
     if eqn.prim.name not in ("index", "gather") or not isinstance(ins[1], Lit) or ins[1].type.rank:
         return None
     x, axis = ins[0], eqn.params["axis"]
