@@ -63,12 +63,21 @@ def test_a_transpose_between_a_merge_and_a_split_of_leading_axes_is_one_transpos
     assert _prims(g) == ["transpose"] and g.eqns[0].params["perm"] == (0, 2, 3, 1)
 
 
-def test_a_transpose_between_reshapes_that_do_not_undo_each_other_is_kept():
-    def other_split(b, x):
-        m = b.transpose(b.reshape(x, shape=(6, 5, 4)), perm=(0, 2, 1))
-        return b.reshape(m, shape=(3, 2, 4, 5))  # (splits B·H as 3 · 2, not as 2 · 3)
-    f = _func((2, 3, 5, 4), other_split)
-    assert "transpose" in _prims(_same_values(f, _x((2, 3, 5, 4))))
+def test_a_transpose_between_a_merge_and_a_split_into_other_leading_axes_is_a_reshape_and_a_transpose():
+    """Llama's repeated keys [B, Hkv, r, L, E]: merged to [B·Hkv·r, L, E], transposed, split to [B, H, E, L]."""
+    def onnx_kt(b, x):
+        m = b.transpose(b.reshape(x, shape=(8, 5, 3)), perm=(0, 2, 1))
+        return b.reshape(m, shape=(2, 4, 3, 5))
+    g = _same_values(_func((2, 2, 2, 5, 3), onnx_kt), _x((2, 2, 2, 5, 3)))
+    assert _prims(g) == ["reshape", "transpose"] and g.eqns[1].params["perm"] == (0, 1, 3, 2)
+
+
+def test_a_transpose_that_moves_the_merged_axis_is_kept():
+    def moved(b, x):
+        m = b.transpose(b.reshape(x, shape=(6, 5, 4)), perm=(1, 0, 2))
+        return b.reshape(m, shape=(5, 2, 3, 4))
+    g = _same_values(_func((2, 3, 5, 4), moved), _x((2, 3, 5, 4)))
+    assert _prims(g) == ["reshape", "transpose", "reshape"]
 
 
 def test_not_equal_is_one_comparison_nan_included():

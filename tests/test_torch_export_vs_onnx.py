@@ -211,3 +211,18 @@ def test_more_transformers_have_the_same_ir_as_from_onnx(tmp_path, name, dynamo)
     with torch.no_grad():
         want = module(*args).numpy()
     np.testing.assert_allclose(eval_func(te, [a.numpy() for a in args])[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_computations_on_buffers_alone_are_constants():
+    """Llama's rotary embedding: cos and sin of inv_freq (a buffer) times the positions, the same at every call, are
+    computed by torch when the kernel is built (as torch.onnx.export folds them), not in the library; the values are
+    torch's."""
+    from ksbuild.frontends.torch_export import compile_torch_kernel
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.transforms.pipeline import lower
+    f = lower(compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, "make_llama_layers", "llama"))
+    assert not {"cos", "sin"} & {p for p, _ in _prims(f)}
+    module, args, _ = models.make_llama_layers()
+    with torch.no_grad():
+        want = module(*args).numpy()
+    np.testing.assert_allclose(eval_func(f, [a.numpy() for a in args])[0], want, rtol=1e-4, atol=1e-5)

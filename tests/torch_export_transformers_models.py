@@ -332,3 +332,13 @@ def make_vit_layers():
 
 
 LAYERS = {"distilbert": make_distilbert_layers, "vit": make_vit_layers}
+
+
+def make_llama_layers():
+    """LlamaModel (2 layers of 64, 4 query heads sharing 2 key/value heads, RMSNorm, rotary embeddings, SwiGLU),
+    token ids alone, the batch symbolic: its rotary cos/sin tables come from the `inv_freq` buffer."""
+    from transformers import LlamaConfig, LlamaModel
+    torch.manual_seed(11)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64, use_cache=False)
+    return LastHidden(LlamaModel(config)), (torch.cat([_ids(11), _ids(12)]),), _batch()

@@ -60,9 +60,10 @@ def compose_reshapes(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]
 
 def transpose_inside_reshapes(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn],
                               once: set[Var]) -> Atom | None:
-    """reshape(transpose(reshape(x, [a·b, c, d]), [0, 2, 1]), [a, b, d, c]) = transpose(x, [0, 1, 3, 2]): the
-    leading axes of x merged into one, the others permuted and the leading ones split again is a permutation of
-    the others alone (the transpose read once). torch.onnx.export(dynamo=True) transposes attention's kᵀ so."""
+    """reshape(transpose(reshape(x, [a·b, c, d]), [0, 2, 1]), [a, b, d, c]) = transpose(x, [0, 1, 3, 2]): leading axes
+    merged into one, the others permuted and the merged axis split again is a permutation of the others alone (the
+    transpose read once; split into other leading axes, x is reshaped to them first: Llama's keys [B, Hkv, r, L, E]
+    merged to [B·H, L, E] and split to [B, H, E, L]). torch.onnx.export(dynamo=True) transposes attention's kᵀ so."""
     t = made.get(ins[0]) if eqn.prim.name == "reshape" and eqn.ins[0] in once else None
     if t is None or t.prim.name != "transpose" or t.params["perm"][0] != 0:
         return None
@@ -70,12 +71,13 @@ def transpose_inside_reshapes(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[
     if merge is None or merge.prim.name != "reshape" or isinstance(merge.ins[0], Lit):
         return None
     x, mid, out = merge.ins[0].type.shape, merge.outs[0].type.shape, eqn.outs[0].type.shape
-    k = len(x) - len(mid) + 1  # the leading axes of x merged into axis 0 of mid
+    k, j = len(x) - len(mid) + 1, len(out) - len(mid) + 1  # the leading axes merged into, and split from, axis 0
     turned = tuple(mid[p] for p in t.params["perm"])
-    if k < 1 or tuple(x[k:]) != tuple(mid[1:]) or tuple(out[:k]) != tuple(x[:k]) or tuple(out[k:]) != turned[1:]:
+    if k < 1 or j < 1 or tuple(x[k:]) != tuple(mid[1:]) or tuple(out[j:]) != turned[1:]:
         return None
-    perm = tuple(range(k)) + tuple(k - 1 + p for p in t.params["perm"][1:])
-    return b.transpose(merge.ins[0], perm=perm)
+    lead = tuple(out[:j])
+    src = merge.ins[0] if tuple(x[:k]) == lead else b.reshape(merge.ins[0], shape=lead + tuple(mid[1:]))
+    return b.transpose(src, perm=tuple(range(j)) + tuple(j - 1 + p for p in t.params["perm"][1:]))
 
 
 def negated_comparison(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
