@@ -292,3 +292,53 @@ class ReturnsOpaque(nn.Module):
 
 def make_opaque():
     return ReturnsOpaque(), (torch.randn(3),)
+
+
+# ---- more transformers (tests/test_torch_export_vs_onnx.py: the same IR from both frontends) --------------
+
+class LastHidden(nn.Module):
+    """A transformers model's last hidden state from one input (token ids, or pixel_values for a ViT)."""
+
+    def __init__(self, model, key: str = "input_ids"):
+        super().__init__()
+        self.m, self.key = model, key
+        self.eval()  # (torch.onnx.export leaves every submodule in this module's mode)
+
+    def forward(self, x):
+        return self.m(**{self.key: x}).last_hidden_state
+
+
+def _batch():
+    return ({0: torch.export.Dim("batch", min=1, max=64)},)
+
+
+def make_distilbert_layers():
+    """DistilBertModel (2 layers of 64, 4 heads), token ids alone, the batch symbolic."""
+    from transformers import DistilBertConfig, DistilBertModel
+    torch.manual_seed(8)
+    config = DistilBertConfig(dim=64, n_layers=2, n_heads=4, hidden_dim=128, vocab_size=VOCAB,
+                              max_position_embeddings=64)
+    return LastHidden(DistilBertModel(config)), (torch.cat([_ids(8), _ids(9)]),), _batch()
+
+
+def make_vit_layers():
+    """ViTModel (2 layers of 48, 3 heads, 16x16 images of 8x8 patches), no pooler, the batch symbolic."""
+    from transformers import ViTConfig, ViTModel
+    torch.manual_seed(9)
+    config = ViTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96,
+                       image_size=16, patch_size=8)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(10))
+    return LastHidden(ViTModel(config, add_pooling_layer=False), "pixel_values"), (x,), _batch()
+
+
+LAYERS = {"distilbert": make_distilbert_layers, "vit": make_vit_layers}
+
+
+def make_llama_layers():
+    """LlamaModel (2 layers of 64, 4 query heads sharing 2 key/value heads, RMSNorm, rotary embeddings, SwiGLU),
+    token ids alone, the batch symbolic: its rotary cos/sin tables come from the `inv_freq` buffer."""
+    from transformers import LlamaConfig, LlamaModel
+    torch.manual_seed(11)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64, use_cache=False)
+    return LastHidden(LlamaModel(config)), (torch.cat([_ids(11), _ids(12)]),), _batch()

@@ -12,12 +12,15 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
     (clamp_inclusive),
   - a product of scaled operands is scaled once: einsum(a · c, b · d) = einsum(a, b) · (c d)
     (scale_after_product),
-  - two transposes in a row are one (compose_transposes),
+  - two transposes in a row are one (compose_transposes); two reshapes in a row are one, a transpose moving only
+    unit axes is a reshape, a transpose between a reshape merging leading axes and one splitting them again is a
+    transpose, not(x == y) is x != y, a select on a literal condition is its side broadcast (transforms/one_form.py),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
   - a one-hot select (the derivative of a first-extremum reduction) that is scaled, summed or contracted is
     scattered at its positions instead (transforms/one_hot.py),
-  - an equation whose inputs are all scalar literals is folded to a literal,
+  - an equation whose inputs are all scalar literals is folded to a literal; a float32 literal holds a float32
+    value (f32_literal),
   - equations whose results are unused are removed (pure IR: nothing has effects),
   - unused results of cond and loop are pruned by their prune rules (via dce).
 Each rewrite is one named rule; the pass runs to a fixpoint capped at MAX_ROUNDS.
@@ -32,6 +35,7 @@ from ..ir.interp import eval_func
 from ..ir.types import Type
 from ..prims.base import PRIMS
 from ..prims.tensor import parse_spec
+from .one_form import one_form_rules
 from .one_hot import one_hot_rules
 
 MAX_ROUNDS = 4
@@ -280,22 +284,26 @@ def _row_at_counter(e: Eqn, counter: Var, consts: dict, stacked: Var) -> bool:
 def last_step(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> Atom | None:
     """Row n - 1 of the stacked output Y of a forward loop run its full n steps, where each step's row is also a
     carry, is the loop's final carry: index(Y, n - 1) = carry, reshaped to the row's shape. Through views between
-    them that keep the row's elements in order: a reshape keeping the leading axis, a transpose that moves no other
-    axis past another. An ONNX GRU's or LSTM's Y[-1] (the last hidden state) then reads the carry, and Y, steps ×
-    hidden, is not kept (dce prunes it from the loop: 2.5 KB of a Cortex-M4 RNN's 11 KB workspace)."""
+    them that keep the row's elements in order: a reshape keeping the leading axis or adding and dropping unit axes
+    only, a transpose that moves no other axis of size > 1 past another. An ONNX GRU's or LSTM's Y[-1] (the last
+    hidden state) and a batch-first torch.nn.LSTM's out[:, -1] then read the carry, and Y, steps × hidden, is not
+    kept (dce prunes it from the loop: 2.5 KB of a Cortex-M4 RNN's 11 KB workspace)."""
     if eqn.prim.name not in ("index", "gather") or not isinstance(ins[1], Lit) or ins[1].type.rank:
         return None
     x, axis = ins[0], eqn.params["axis"]
     while isinstance(x, Var) and x in made and made[x].prim.name in ("transpose", "reshape"):
         view = made[x]
+        src = view.ins[0].type.shape
         if view.prim.name == "transpose":
             perm = list(view.params["perm"])
-            rest = [a for a in perm if a != perm[axis]]
+            rest = [a for a in perm if a != perm[axis] and src[a] != 1]
             if rest != sorted(rest):
                 return None
             axis = perm[axis]
-        elif axis != 0 or view.ins[0].type.shape[:1] != x.type.shape[:1]:
-            return None
+        elif axis != 0 or src[:1] != x.type.shape[:1]:
+            axis = _unit_reshape_axis(src, x.type.shape, axis)
+            if axis is None:
+                return None
         x = view.ins[0]
     loop = made.get(x) if isinstance(x, Var) else None
     if axis != 0 or loop is None or loop.prim.name != "loop" or loop.params["reverse"]:
@@ -311,6 +319,16 @@ def last_step(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> At
     return b.reshape(loop.outs[carries.index(row)], shape=eqn.outs[0].type.shape)
 
 
+def _unit_reshape_axis(src: tuple, dst: tuple, axis: int) -> int | None:
+    """The axis of src that axis `axis` of dst is, when reshaping src to dst only adds or drops axes of size 1
+    (None otherwise, or when `axis` is one of those)."""
+    keep_src = [i for i, d in enumerate(src) if d != 1]
+    keep_dst = [i for i, d in enumerate(dst) if d != 1]
+    if [src[i] for i in keep_src] != [dst[i] for i in keep_dst] or axis not in keep_dst:
+        return None
+    return keep_src[keep_dst.index(axis)]
+
+
 def plain_product(eqn: Eqn, ins: list[Atom]):
     """x ⊙ c = x * c (mulz or mulzz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
     where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
@@ -320,6 +338,15 @@ def plain_product(eqn: Eqn, ins: list[Atom]):
         return eqn.prim
     finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
     return PRIMS["mul"] if any(finite) else eqn.prim
+
+
+def f32_literal(a: Atom) -> Atom:
+    """A float32 literal holds its value rounded to float32, as the C++ and the interpreter use it (a frontend's
+    Python float 0.044715 and ONNX's float32 0.044714998 are one literal)."""
+    if not isinstance(a, Lit) or a.type.dtype != "f32" or not isinstance(a.value, float):
+        return a
+    value = float(np.float32(a.value))
+    return a if value == a.value or np.isnan(value) else Lit(value, a.type)
 
 
 def used_once(f: Func) -> set[Var]:
@@ -340,7 +367,7 @@ def simplify_once(f: Func) -> Func:
     made: dict[Var, Eqn] = {}
     once = used_once(f)
     for eqn in f.eqns:
-        ins = [read(a) for a in eqn.ins]
+        ins = [f32_literal(read(a)) for a in eqn.ins]
         b.loc = eqn.loc
         while eqn.prim.name == "select" and (flat := unnest_select(ins, made)) is not None:
             ins = flat
@@ -348,7 +375,7 @@ def simplify_once(f: Func) -> Func:
             select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once) or \
             last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made) or \
             clamp_inclusive(b, eqn, ins, made) or scale_after_product(b, eqn, ins, made, once) or \
-            compose_transposes(b, eqn, ins, made, once)
+            compose_transposes(b, eqn, ins, made, once) or one_form_rules(b, eqn, ins, made, once)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue

@@ -5,9 +5,10 @@ A transformers model builds its causal mask, position ids and packed-sequence ch
 each time. torch.onnx.export's optimizer folds them into initializers, so the same model from ONNX had
 none of that work (GPT-2: 341 IR lines from ONNX, 542 from torch.export). Here a node whose tensor
 arguments are all such values is run by torch itself (its own semantics, no second implementation)
-and becomes a constant. Parameters and buffers are not folded through (a transposed copy of a large
-weight would be a second weight) except by a lookup of known rows of weights nothing else reads (`lookup`); nor
-are random ops, symbolic shapes or results over MAX_ELEMENTS.
+and becomes a constant. Embedded buffers are folded through too (Llama's rotary `inv_freq`: its cos and sin
+tables, as torch.onnx.export folds them); parameters are not (a transposed copy of a large weight would be a second
+weight) except by a lookup of known rows of weights nothing else reads (`lookup`); nor are random ops, symbolic
+shapes or results over MAX_ELEMENTS.
 """
 from __future__ import annotations
 

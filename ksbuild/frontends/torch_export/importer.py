@@ -11,6 +11,7 @@ own ops go to custom.py); its result is checked against the type torch recorded 
 from __future__ import annotations
 
 import re
+from collections import ChainMap
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -45,6 +46,8 @@ class Importer:
         self.arrays: dict[Atom, Any] = {}  # embedded weights and constants -> their numpy values
         self.known: dict[Any, Any] = {}  # FX nodes independent of inputs and weights -> their values (fold.py)
         self.weight_values: dict[Any, Any] = {}  # FX placeholders of embedded parameters and buffers -> values
+        self.buffers: dict[Any, Any] = {}  # FX placeholders of embedded buffers -> values (folded through)
+        self.foldable = ChainMap(self.known, self.buffers)
         self.origins: dict[str, Location | None] = {}  # a node's stack trace -> the line that made it
 
     # ---- the graph ---------------------------------------------------------------------------------
@@ -111,6 +114,8 @@ class Importer:
             self.known[node] = value
         else:
             self.weight_values[node] = value
+        if kind == "BUFFER":
+            self.buffers[node] = value
         return None
 
     def check_dim_names(self, inputs: list[Var]) -> None:
@@ -157,7 +162,7 @@ class Importer:
         if node.target in SYM_OPS:
             self.env[node] = self.sym_op(node, loc)
             return
-        value = evaluate(node, self.known)
+        value = evaluate(node, self.foldable)
         if value is None:
             value = lookup(node, self.known, self.weight_values)
         if value is not None:
