@@ -22,11 +22,6 @@ def _order(t: tuple) -> int:
     return here + _order(t[1])
 
 
-def _vmap_inside(t: tuple) -> bool:
-    """Whether nesting t differentiates a vmap (a vmap under a derivative transformation)."""
-    return t[0] != "kernel" and (t[1][0] == "vmap" or _vmap_inside(t[1]))
-
-
 def _nesting(f):
     return f.case.exports.get(f.export, ("kernel",))
 
@@ -59,15 +54,6 @@ KNOWN = [
           "hypot(x1, c * x1): torch.func.hessian gives nan, the fuzzer's reverse-over-reverse oracle 0, ksbuild nan)",
           lambda f: f.stage == "interpreter-vs-torch" and "math.hypot" in f.case.kernel.source
           and _order(_nesting(f)) >= 3 and "got np.float64(nan)" in f.message),
-    Known("per-lane-if-reverse-over-reverse",
-          "a second reverse-mode derivative of a vmapped if whose condition differs between lanes: the first "
-          "derivative of a per-lane if (lane_cond) is plain selects, masked lane by lane (docs/ad-correctness.md), "
-          "but a second reverse pass through those selects gives the branch not taken a zero cotangent that meets "
-          "its nan values in plain products. Reduced: `if x < 0.25: return x * x` else `tanh(sqrt(x))`, "
-          "jacrev(vjp(vmap(f))) at lanes x = [0.1, -0.5]: [[2, nan], [0, nan]], torch [[2, 0], [0, 2]] "
-          "(jacfwd of the same, vmap(grad(grad(f))) and jvp(vjp(vmap(f))) are right). Seed 300 kernel 154",
-          lambda f: f.stage == "interpreter-vs-torch" and "got np.float64(nan)" in f.message
-          and _order(_nesting(f)) >= 2 and _vmap_inside(_nesting(f))),
 ]
 
 

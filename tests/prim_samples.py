@@ -267,6 +267,7 @@ SAMPLES = {
     "or": ((B, B), {}, (None, None), lambda x, y: x | y),
     "not": ((B,), {}, (None,), lambda x: ~x),
     "select": ((Type("bool", (4,)), V, V), {}, (both, normal, normal), lambda p, x, y: np.where(p, x, y)),
+    "lane_owned": ((Type("bool", (3,)), M), {"then": False}, (both, normal), lambda p, x: x),
     "convert": ((F,), {"dtype": "f32"}, (normal,), lambda x: x.astype(np.float32)),
     "convert:same": ((V,), {"dtype": "f64"}, (normal,), lambda x: x.copy()),  # (its transpose, by the dot product)
     "broadcast_to": ((V,), {"shape": (3, 4)}, (normal,), lambda x: np.broadcast_to(x, (3, 4))),
@@ -298,6 +299,8 @@ SAMPLES = {
     "einsum:batched": ((Type("f64", (2, 3, 4)), Type("f64", (2, 4))), {"spec": "kab,kb->ka"}, (normal, normal),
                        lambda q, x: np.stack([q[k] @ x[k] for k in range(2)])),
     "einsum:summed": ((M, V), {"spec": "ij,j->"}, (normal, normal), lambda x, y: np.array((x @ y).sum())),
+    "cteinsum": ((M, Type("f64", (4, 2))), {"spec": "ij,jk->ik", "ct": 0}, (normal, normal), lambda x, y: x @ y),
+    "cteinsum:tangent": ((V, M), {"spec": "j,ij->i", "ct": 1}, (normal, normal), lambda x, y: y @ x),
     "iota": ((), {"shape": (3, 4), "axis": 1, "dtype": "i64"}, (), lambda: np.tile(np.arange(4), (3, 1))),
     "dim_size": ((), {"dim": 7}, (), lambda: np.array(7)),
     "lgamma": ((V,), {}, (positive,), vec(math.lgamma)),

@@ -281,8 +281,6 @@ def test_elu_derivatives_at_0(tmp_path_factory, kernel, x):
         assert eval_func(f, [np.float64(x)])[0] == pytest.approx(want, rel=1e-12, abs=1e-15), order
 
 
-# ---- found by the fuzzer, not fixed yet (strict xfail: it flips when fixed; fuzz/known.py names it) -----------
-
 LANE_SOURCE = '''\
 import math
 
@@ -292,19 +290,29 @@ def lane_if(x: float) -> float:
         return x * x
     return math.tanh(math.sqrt(x))
 '''
+LANE_EXPORTS = {"rvv": "jacrev(vjp(vmap(lane_if)), argnums=(0,))", "fvv": "jacfwd(vjp(vmap(lane_if)), argnums=(0,))",
+                "rrv": "jacrev(jacrev(vmap(lane_if)))", "hv": "hessian(vmap(lane_if))"}
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz/known.py 'per-lane-if-reverse-over-reverse' (seed 300 kernel 154)")
-def test_reverse_over_reverse_of_a_per_lane_if(tmp_path_factory):
-    from ksbuild.errors import Location
-    from ksbuild.exports import apply_transform
-    from ksbuild.manifest import parse_transform
-
+@pytest.mark.parametrize("export", sorted(LANE_EXPORTS))
+def test_second_derivative_of_a_per_lane_if(tmp_path_factory, export):
+    """fuzz seed 300 kernel 154: jacrev(vjp(vmap(f))) of a per-lane if at lanes x = [0.1, -0.5] was [[2, nan],
+    [0, nan]]: the first derivative masks the tangents of the branch not taken, but a second reverse pass sent a
+    zero cotangent through that branch's primal work (tanh(sqrt(-0.5)) = nan, in plain products). Each branch now
+    reads its operands through lane_owned, whose derivative is zero on the other branch's lanes."""
     ir = ir_getter(tmp_path_factory, LANE_SOURCE, "lane_if")("lane_if")
-    expr = "jacrev(vjp(vmap(lane_if)), argnums=(0,))"
-    f = apply_transform(parse_transform(expr, Location("m"), ["lane_if"]), {"lane_if": ir}, Location("m"))
-    got = eval_func(f, [np.array([0.1, -0.5]), np.array([1.0, 1.0])])[0]
-    np.testing.assert_array_equal(got, [[2.0, 0.0], [0.0, 2.0]])  # torch: d/dx (2 x * ct) lane by lane
+    expr = LANE_EXPORTS[export]
+    f = _transformed(lambda name: ir, expr, "lane_if")
+    x = np.array([0.1, -0.5])
+    args = [x, np.array([1.0, 1.0])] if "vjp" in expr else [x]
+    second = [torch.func.grad(torch.func.grad(load_torch(LANE_SOURCE)["lane_if"]))(*_t(v)).item() for v in x]
+    assert second == [2.0, 2.0]  # torch, lane by lane: d²/dx² x² (each lane takes the first branch)
+    want = np.diag(second)  # the jacobian of the lanes' gradients (d/dx of ct · f'(x), ct = 1)
+    if export in ("rrv", "hv"):  # d² f_i / dx_j dx_k: nonzero where i = j = k
+        want = np.einsum("ij,jk->ijk", want, np.eye(2))
+    pkg = build_source(tmp_path_factory, LANE_SOURCE, "lane_if", {export: expr})
+    for got in (eval_func(f, args)[0], getattr(pkg, export)(*args)):
+        np.testing.assert_array_equal(np.asarray(got), want)
 
 
 SINGULAR_SOURCE = '''\

@@ -53,6 +53,22 @@ def test_eval_matches_reference(pkg, module, index):
         np.testing.assert_allclose(got, np.ravel(want), rtol=1e-10, atol=1e-10, err_msg=f"{module}.{function}")
 
 
+@pytest.mark.parametrize("index", range(len(SMALL["ht"])))
+def test_ht_finger_columns_compressed(pkg, index):
+    """ht's Jacobian takes the 20 finger columns from fewer directions (a colouring of the columns no row shares,
+    evals.ht_finger_seeds): the pattern holds every nonzero of the dense jacfwd, and no two columns of a colour
+    share a row."""
+    inp = SMALL["ht"][index]
+    pattern = evals.ht_finger_pattern(inp)
+    seeds, color = evals.ht_finger_seeds(pattern)
+    args = evals.ht_arguments(inp)
+    dense = pkg.ht_simple_J(*args) if len(inp["us"]) == 0 else pkg.ht_complicated_J(*args)[0]  # [c, 3, 26]
+    assert not (dense[:, :, 6:] != 0).any(axis=1)[~pattern].any()
+    for k in range(len(seeds)):
+        assert pattern[:, color == k].sum(axis=1).max() <= 1
+    assert len(seeds) < 20 or index == 4  # (c > V: every vertex is read)
+
+
 def ba_random_problem(n: int, m: int, p: int, seed: int = 5) -> tuple:
     """cams, X, w, obs, feats near GradBench's camera and point, all different, observations at random."""
     rng = np.random.default_rng(seed)

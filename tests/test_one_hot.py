@@ -54,8 +54,9 @@ def arguments(f: Func, rng) -> list[np.ndarray]:
 
 
 def contractions(f: Func) -> list[tuple]:
-    """The shapes of every einsum's operands."""
-    return [tuple(a.type.shape for a in e.ins) for g in walk_funcs(f) for e in g.eqns if e.prim.name == "einsum"]
+    """The shapes of every einsum's operands (a cteinsum, what einsum's transpose makes, is one)."""
+    return [tuple(a.type.shape for a in e.ins) for g in walk_funcs(f) for e in g.eqns
+            if e.prim.name in ("einsum", "cteinsum")]
 
 
 def transformed(source: Path, name: str, how: str) -> Func:
@@ -86,7 +87,8 @@ def test_no_product_with_the_mask(source, name):
     operand of the forward product) became scatters."""
     f = transformed(source, name, "grad")
     assert len(contractions(f)) == 3
-    # (expand first, as the pipeline does: mul's transpose makes cotangent products, ctmul, that expand makes muls)
+    # (expand first, as the pipeline does: mul's and einsum's transposes make cotangent products, ctmul and
+    # cteinsum, that expand makes muls and einsums)
     assert len(contractions(simplify(expand(f)))) == 1
 
 

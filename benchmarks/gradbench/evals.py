@@ -157,22 +157,87 @@ def ht_arguments(inp: dict) -> tuple:
 
 
 def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
-    """objective: the errors [3 c]; jacobian: [3 c, 26] by jacfwd in theta, or for the complicated variant
-    (us given) [3 c, 2 + 26], the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py)."""
+    """objective: the errors [3 c]; jacobian: [3 c, 26], or for the complicated variant (us given) [3 c, 2 + 26],
+    the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py). The pose's 6 columns (and the us
+    columns) come from jacfwd, the 20 finger angles' from a few forward directions, each the sum of columns that
+    no row shares (ht_finger_seeds: made from the model once per message, as the arrays are)."""
     args, c = ht_arguments(inp), len(inp["data"]["correspondences"])
     simple = len(inp["us"]) == 0
     if function == "objective":
         err = np.empty((c, 3))
         export = pkg.ht_simple if simple else pkg.ht_complicated
         return lambda: export(*args, out=err), lambda e: e.ravel().tolist()
-    J_theta, J_us = np.empty((c, 3, 26)), np.empty((c, 3, 2))
-    if simple:
-        return lambda: pkg.ht_simple_J(*args, out=J_theta).reshape(3 * c, 26), lambda J: J.tolist()
+    pattern = ht_finger_pattern(inp)
+    seeds, color = ht_finger_seeds(pattern)
+    split = (args[0][:6], args[0][6:]) + args[1:]
+    k, first = len(seeds), 0 if simple else 2
+    buffer = np.zeros(3 * c * (first + 6) + k * 3 * c + 1)  # the exports' outputs, then a 0
+    J_us, J_pose, J_dirs = np.split(buffer[:-1], np.cumsum([3 * c * first, 3 * c * 6]))
+    J_us, J_pose, J_dirs = J_us.reshape(c, 3, first), J_pose.reshape(c, 3, 6), J_dirs.reshape(k, c, 3)
+    where = ht_jacobian_places(pattern, color, first)
+    J = np.empty(where.shape)
 
     def jacobian():
-        pkg.ht_complicated_J(*args, out=(J_theta, J_us))
-        return np.concatenate([J_us.reshape(3 * c, 2), J_theta.reshape(3 * c, 26)], axis=1)
+        if simple:
+            pkg.ht_simple_Jpose(*split, out=J_pose)
+            pkg.ht_simple_Jfingers(*split, seeds, out=J_dirs)
+        else:
+            pkg.ht_complicated_Jpose(*split, out=(J_pose, J_us))
+            pkg.ht_complicated_Jfingers(*split, seeds, out=J_dirs)
+        return np.take(buffer, where, out=J)
     return jacobian, lambda J: J.tolist()
+
+
+def ht_jacobian_places(pattern: np.ndarray, color: np.ndarray, first: int) -> np.ndarray:
+    """[3 c, first + 26]: where each entry of the Jacobian is in ht_calls' buffer (the us columns [c, 3, first], the
+    pose's [c, 3, 6], the directions' [k, c, 3], then a 0): a finger column j at row i is its colour's direction at
+    row i where pattern[i, j], else the 0."""
+    c = pattern.shape[0]
+    rows = np.arange(3 * c)[:, None]  # 3 i + axis
+    us = rows * first + np.arange(first)[None, :]
+    pose = 3 * c * first + rows * 6 + np.arange(6)[None, :]
+    dirs = 3 * c * (first + 6) + color[None, :] * 3 * c + rows
+    zero = 3 * c * (first + 6) + (color.max(initial=-1) + 1) * 3 * c
+    fingers = np.where(np.repeat(pattern, 3, axis=0), dirs, zero)
+    return np.concatenate([us, pose, fingers], axis=1)
+
+
+def ht_finger_pattern(inp: dict) -> np.ndarray:
+    """[c, 20] bool: whether correspondence i may depend on finger angle j (theta[6 + j]): the angle turns the bones
+    of ht.X_ANGLE / Z_ANGLE, which move their descendants (the model's parents), which move the vertices weighted
+    on them, which move the correspondences reading them (their triangles' corners, or the vertex itself)."""
+    from ht import X_ANGLE, Z_ANGLE
+
+    model, data = inp["data"]["model"], inp["data"]
+    parents, weights = model["parents"], np.asarray(model["weights"]) != 0
+    below = np.eye(len(parents), dtype=bool)  # below[a, b]: b is a or a descendant of a
+    for b in range(len(parents) - 1, -1, -1):
+        if parents[b] >= 0:
+            below[parents[b]] |= below[b]
+    corr = np.asarray(data["correspondences"])
+    read = corr[:, None] if len(inp["us"]) == 0 else np.asarray(model["triangles"])[corr]  # [c, corners]
+    pattern = np.zeros((len(corr), 20), dtype=bool)
+    for j in range(20):
+        driven = [b for b in range(len(parents)) if 6 + j in (X_ANGLE[b], Z_ANGLE[b])]
+        moved = weights[:, below[driven].any(axis=0)].any(axis=1)  # [V]
+        pattern[:, j] = moved[read].any(axis=1)
+    return pattern
+
+
+def ht_finger_seeds(pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds [k, 20], color [20]): a greedy colouring of the columns of `pattern` in which no two columns of one
+    colour share a row (Curtis, Powell and Reid's compression of a sparse Jacobian); seed k is the sum of the
+    unit directions of colour k, so its jvp's row i is the derivative in the one column of that colour row i has."""
+    color, rows = np.zeros(pattern.shape[1], dtype=np.int64), []
+    for j in range(pattern.shape[1]):
+        k = next((k for k, taken in enumerate(rows) if not (taken & pattern[:, j]).any()), len(rows))
+        if k == len(rows):
+            rows.append(np.zeros(pattern.shape[0], dtype=bool))
+        rows[k] |= pattern[:, j]
+        color[j] = k
+    seeds = np.zeros((len(rows), pattern.shape[1]))
+    seeds[color, np.arange(pattern.shape[1])] = 1.0
+    return seeds, color
 
 
 MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,

@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     control,
     conv,
     convolve,
+    cteinsum,
     custom,
     elementwise,
     gather,

@@ -74,8 +74,10 @@ def numeric_type_rule(name: str):
 
 
 def scale(b, d, t, singular: bool):
-    """The tangent term d * t of a partial derivative d; with `singular` (d may be inf or nan) 0 where t is 0."""
-    return masked_mul(b, t, d) if singular else b.mul(d, t)
+    """The tangent term d * t of a partial derivative d; with `singular` (d may be inf or nan) 0 where t is 0;
+    otherwise a ctmul, the tangent first: a plain product, whose own derivative keeps a zero t zero against an
+    infinite dd (reverse over forward: the outer cotangent of d meets the inner tangent t, ctmul's jvp)."""
+    return masked_mul(b, t, d) if singular else b.ctmul(t, d)
 
 
 def masked_mul(b, x, y):

@@ -106,6 +106,8 @@ def _lane_jvp(b, primals, tangents, then_fn, else_fn, lanes):
     # untaken branch computes reaches a result (JAX's "double where", done for the user).
     # A shared float operand with a tangent is broadcast to every lane first, so that reverse
     # mode masks its per-lane cotangents before it sums them.
+    # The branch's float operands go in through lane_owned, their value on every lane, whose own derivative is
+    # zero on the other branch's lanes: a second derivative masks the first one's primal work the same way.
     jvp, vmap = _tr()
     pred, size = primals[0], primals[0].type.shape[0]
     ts = list(tangents[1:])
@@ -117,7 +119,8 @@ def _lane_jvp(b, primals, tangents, then_fn, else_fn, lanes):
         vf, _ = vmap.vmap_func(f, per_lane, size, [True] * len(f.results))
         owned = [None if t is None else _pick(b, pred, t, zeros(t.type.scalar())) if own
                  else _pick(b, pred, zeros(t.type.scalar()), t) for t in ts]
-        branches.append(jvp.jvp_eqns(b, vf, ops, owned))
+        mine = [b.lane_owned(pred, o, then=own) if pl and o.type.is_float else o for o, pl in zip(ops, per_lane)]
+        branches.append(jvp.jvp_eqns(b, vf, mine, owned))
     (t_outs, t_tans), (e_outs, e_tans) = branches
     outs = [_pick(b, pred, x, y) for x, y in zip(t_outs, e_outs)]
     touts = []
@@ -189,6 +192,49 @@ lane_cond = Prim(
     expand=_lane_expand,
     doc="a per-lane if (vmap of an if): both branches on every lane, one select per result",
     opt_outs=("transpose: not linear (its jvp is made of selects, which are)",),
+)
+
+
+# ---- lane_owned: an operand of one branch of a per-lane if, in that branch's derivative -----------------------
+
+
+def _owned_rule(in_types, then):
+    pred, x = in_types
+    if pred.dtype != "bool" or tuple(x.shape[:pred.rank]) != tuple(pred.shape):
+        raise KsbuildError(f"internal: lane_owned needs a bool condition whose shape begins {x}'s, got {pred}")
+    return (x,)
+
+
+def _owned_jvp(b, primals, tangents, then):
+    # the value x; its tangent dx on the lanes where the branch is taken (pred is `then`), 0 on the others
+    pred, x = primals
+    out = b.lane_owned(pred, x, then=then)
+    t = tangents[1]
+    if t is None:
+        return [out], [None]
+    zero = zeros(t.type.scalar())
+    mask = b.reshape(pred, shape=pred.type.shape + (1,) * (t.type.rank - pred.type.rank))
+    return [out], [b.select(mask, t, zero) if then else b.select(mask, zero, t)]
+
+
+def _owned_batch(b, ins, batched, size, then):
+    pred, x = (a if bt else _to_lanes(b, a, size) for a, bt in zip(ins, batched))
+    return [b.lane_owned(pred, x, then=then)], [True]
+
+
+lane_owned = Prim(
+    name="lane_owned",
+    type_rule=_owned_rule,
+    eval=lambda pred, x, then, env: (x,),
+    jvp=_owned_jvp,
+    batch=_owned_batch,
+    emit=lambda ctx, eqn: _lane_emit(ctx, eqn),
+    expand=lambda b, ins, then: [ins[1]],
+    opt_outs=("jvp: zero on the other branch's lanes on purpose, not the derivative of its value there",
+              "transpose: not linear (its jvp is a select, which is)"),
+    doc="x itself (pred: one condition per lane, the leading axes of x), as an operand of the branch of a per-lane "
+        "if taken where pred is `then`: its derivative is zero on the other lanes, so a second derivative of the "
+        "per-lane if masks the primal work of the branch not taken (the expand pass removes it)",
 )
 
 

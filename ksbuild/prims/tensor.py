@@ -474,17 +474,20 @@ def _einsum_rule(in_types, spec):
 def _einsum_jvp(b, p, t, spec):
     x, y = p
     z = b.einsum(x, y, spec=spec)
+    # d Σ x·y = Σ dx·y + Σ x·dy, each a cteinsum (ct: the tangent's operand), an einsum whose own derivative keeps
+    # a zero tangent zero against an infinite cotangent (reverse over forward, prims/cteinsum.py)
     out = None
     if t[0] is not None:
-        out = b.einsum(t[0], y, spec=spec)
+        out = b.cteinsum(t[0], y, spec=spec, ct=0)
     if t[1] is not None:
-        e = b.einsum(x, t[1], spec=spec)
+        e = b.cteinsum(x, t[1], spec=spec, ct=1)
         out = e if out is None else b.add(out, e)
     return [z], [out]
 
 
 def _einsum_transpose(b, cts, ins, linear, spec):
-    # z = Σ x·y: x̄ = Σ z̄·y over the letters not in x, then broadcast over x's letters found nowhere else
+    # z = Σ x·y: x̄ = Σ z̄·y over the letters not in x, then broadcast over x's letters found nowhere else; a
+    # cteinsum (the cotangent first): an einsum in C++, whose own derivative keeps a zero z̄ zero (prims/cteinsum.py)
     (ct,) = cts
     a, bl, out = parse_spec(spec)
     res = [None, None]
@@ -495,7 +498,7 @@ def _einsum_transpose(b, cts, ins, linear, spec):
             continue
         me = ins[pos]
         present = "".join(c for c in mine if c in out or c in other_letters)
-        g = b.einsum(ct, other, spec=f"{out},{other_letters}->{present}")
+        g = b.cteinsum(ct, other, spec=f"{out},{other_letters}->{present}", ct=0)
         if present != mine:
             shape = tuple(me.type.shape[mine.index(c)] if c in present else 1 for c in mine)
             g = b.broadcast_to(b.reshape(g, shape=shape), shape=me.type.shape)
@@ -503,12 +506,17 @@ def _einsum_transpose(b, cts, ins, linear, spec):
     return res
 
 
-def _einsum_batch(b, ins, batched, size, spec):
+def batched_spec(spec: str, batched) -> str:
+    """`spec` with a new leading letter on the output and on each operand that `batched` marks."""
     a, bl, out = parse_spec(spec)
     z = next(c for c in "zyxwvutsrqponmlkjihgfedcba" if c not in a + bl)
     a2 = z + a if batched[0] else a
     b2 = z + bl if batched[1] else bl
-    return [b.einsum(ins[0], ins[1], spec=f"{a2},{b2}->{z}{out}")], [True]
+    return f"{a2},{b2}->{z}{out}"
+
+
+def _einsum_batch(b, ins, batched, size, spec):
+    return [b.einsum(ins[0], ins[1], spec=batched_spec(spec, batched))], [True]
 
 
 def _einsum_emit(ctx, eqn) -> None:

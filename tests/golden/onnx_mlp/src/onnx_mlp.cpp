@@ -37,23 +37,23 @@ static auto epilogue_form1() {
 }
 
 template <class T0>
-static auto epilogue_form2(const T0* a0) {
-    return [=](int64_t, int64_t i1, float v) {
-        const float x_i = a0[i1];
-        const float x_i1 = (v + x_i);
-        const float x_i2 = ks::tanh(x_i1);
-        return x_i2;
-    };
-}
-
-template <class T0>
-static auto epilogue_form3(const T0* a0, int64_t a0_s0) {
+static auto epilogue_form2(const T0* a0, int64_t a0_s0) {
     return [=](int64_t i0, int64_t i1, float v) {
         const float x_i = a0[i0 * a0_s0 + i1];
         const float t1 = (x_i * x_i);
         const float t2 = (1.0f - t1);
         const float x_i1 = (v * t2);
         return x_i1;
+    };
+}
+
+template <class T0>
+static auto epilogue_form3(const T0* a0) {
+    return [=](int64_t, int64_t i1, float v) {
+        const float x_i = a0[i1];
+        const float x_i1 = (v + x_i);
+        const float x_i2 = ks::tanh(x_i1);
+        return x_i2;
     };
 }
 
@@ -111,20 +111,14 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     float* const dfc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
-    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
-    const auto epilogue1 = [&](int64_t row1, int64_t col1, float v1) {
-        const float Tanh_i = Tanh[row1 * 32 + col1];
-        const float t1 = (Tanh_i * Tanh_i);
-        const float t2 = (1.0f - t1);
-        const float dTanh_i = (t2 * v1);
-        return dTanh_i;
-    };
+    const auto epilogue1 = epilogue_form2(Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /fc2/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
+    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float x_i = ks_data_3[col2];
         const float fc2_Gemm_i = (v2 + x_i);
@@ -132,7 +126,7 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
         const float t1 = (Tanh_1_i * Tanh_1_i);
         const float t2 = (1.0f - t1);
         const float dfc2_Gemm_i = dfc2_Gemm[row2 * 32 + col2];
-        const float dTanh_1_i = (t2 * dfc2_Gemm_i);
+        const float dTanh_1_i = (dfc2_Gemm_i * t2);
         return dTanh_1_i;
     };
     ks::tiled_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_6, 1, 32}, {dTanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
@@ -163,10 +157,10 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // ONNX node /mlp/fc1/Gemm (Gemm)
-    const auto epilogue = epilogue_form2(mlp_fc1_bias);
+    const auto epilogue = epilogue_form3(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
     // ONNX node /mlp/fc2/Gemm (Gemm)
-    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    const auto epilogue1 = epilogue_form3(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /mlp/out/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
@@ -209,12 +203,11 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
-    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
     // ONNX node /mlp/fc1/Gemm (Gemm)
-    const auto epilogue = epilogue_form2(mlp_fc1_bias);
+    const auto epilogue = epilogue_form3(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
     // ONNX node /mlp/fc2/Gemm (Gemm)
-    const auto epilogue1 = epilogue_form2(mlp_fc2_bias);
+    const auto epilogue1 = epilogue_form3(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     const float t1 = (1.0f / static_cast<float>(batch));
     // ONNX node /mlp/out/Gemm (Gemm)
@@ -233,7 +226,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
     }
     ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
-    const auto epilogue3 = epilogue_form3(mlp_Tanh_1, 32);
+    const auto epilogue3 = epilogue_form2(mlp_Tanh_1, 32);
     ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
     // ONNX node /mlp/fc2/Gemm (Gemm)
     for (int64_t i = 0; i < 32; ++i) {
@@ -245,7 +238,8 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         }
     }
     ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    const auto epilogue4 = epilogue_form3(mlp_Tanh, 32);
+    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
+    const auto epilogue4 = epilogue_form2(mlp_Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
     // ONNX node /mlp/fc1/Gemm (Gemm)
     for (int64_t i = 0; i < 32; ++i) {

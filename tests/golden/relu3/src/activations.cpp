@@ -124,7 +124,7 @@ float activations_relu3_jvp(float x, float dx) {
         const bool t2 = (x < 1.0f);
         float r1;
         if (t2) {
-            r1 = (0.3333333432674408f * ((3.0f * ks::ipow<2>(x)) * dx));
+            r1 = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
         } else {
             r1 = dx;
         }
@@ -176,7 +176,7 @@ float activations_relu3_d2(float x, float dx) {
         }
         float r1;
         if (r) {
-            r1 = (0.3333333432674408f * (3.0f * ((2.0f * x) * dx)));
+            r1 = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
         } else {
             r1 = 0.0f;
         }
