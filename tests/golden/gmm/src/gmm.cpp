@@ -238,154 +238,159 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const Qs = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const centered = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const mahalanobis = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const scratch_double = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n)));
-    double* const base = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
-    double* const scores = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(n);
-    double* const d_Qs = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const sum1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(T);
-    double* const d_ls = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const padded = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    for (int64_t k = 0; k < K; ++k) {
-        // gmm.py:15: return torch.stack([
-        for (int64_t i = 0; i < d; ++i) {
-            const double t1 = ks::exp(icf[k * T + i]);
-            // gmm.py:16: torch.stack([
+    [=]() KS_STEP {
+        for (int64_t k = 0; k < K; ++k) {
+            // gmm.py:15: return torch.stack([
+            [=]() KS_STEP {
+                unsigned char* const ks_ws = ks::step_base(workspace);
+                double* const Qs = reinterpret_cast<double*>(ks_ws);
+                uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
+                double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+                for (int64_t i = 0; i < d; ++i) {
+                    const double t1 = ks::exp(icf[k * T + i]);
+                    // gmm.py:16: torch.stack([
+                    for (int64_t j = 0; j < d; ++j) {
+                        const bool t2 = (i == j);
+                        const bool t3 = (i > j);
+                        const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                        const double t6 = (t2 ? t1 : t5);
+                        const double t7 = (t2 ? t1 : 0.0);
+                        const bool t8 = (t2 ? false : t3);
+                        Qs[k * (d * d) + i * d + j] = t6;
+                        r[k * (d * d) + i * d + j] = t2;
+                        r1[k * (d * d) + i * d + j] = t7;
+                        r2[k * (d * d) + i * d + j] = t8;
+                    }
+                }
+            }();
+        }
+    }();
+    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        for (int64_t i = 0; i < K; ++i) {
+            double qs_sum = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum))
             for (int64_t j = 0; j < d; ++j) {
-                const bool t2 = (i == j);
-                const bool t3 = (i > j);
-                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
-                const double t6 = (t2 ? t1 : t5);
-                const double t7 = (t2 ? t1 : 0.0);
-                const bool t8 = (t2 ? false : t3);
-                Qs[k * (d * d) + i * d + j] = t6;
-                r[k * (d * d) + i * d + j] = t2;
-                r1[k * (d * d) + i * d + j] = t7;
-                r2[k * (d * d) + i * d + j] = t8;
+                const double qs_i = icf[i * T + j];
+                qs_sum += qs_i;
             }
+            tmp[i] = qs_sum;
         }
-    }
-    // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
-        for (int64_t j = 0; j < d; ++j) {
-            const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
-        }
-        tmp[i] = qs_sum;
-    }
+    }();
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                const double x_i = x[i * d + k];
-                const double means_i = means[j * d + k];
-                const double centered_i = (x_i - means_i);
-                centered[i * (K * d) + j * d + k] = centered_i;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const centered = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    const double x_i = x[i * d + k];
+                    const double means_i = means[j * d + k];
+                    const double centered_i = (x_i - means_i);
+                    centered[i * (K * d) + j * d + k] = centered_i;
+                }
             }
         }
-    }
+    }();
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const Qs = reinterpret_cast<double*>(ks_ws);
+        double* const centered = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
+        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
+        double* const scratch_double = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d));
+        for (int64_t i = 0; i < K; ++i) {
+            ks::tiled_gemm<double>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_double);
+        }
+    }();
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
-        base[i] = base_i;
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            const double tmp_i = tmp[i];
+            const double base_i = (alphas_i + tmp_i);
+            base[i] = base_i;
+        }
+    }();
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < (K*n); ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t j = 0; j < d; ++j) {
-            const double mahalanobis_i = mahalanobis[i * d + j];
-            acc += ks::ipow<2>(mahalanobis_i);
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
+        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        for (int64_t i = 0; i < (K*n); ++i) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t j = 0; j < d; ++j) {
+                const double mahalanobis_i = mahalanobis[i * d + j];
+                acc += ks::ipow<2>(mahalanobis_i);
+            }
+            tmp1[i] = acc;
         }
-        tmp1[i] = acc;
-    }
+    }();
     // gmm.py:51, 53
-    for (int64_t i = 0; i < n; ++i) {
-        double scores_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[i * K + j];
-            const double base_i = base[j];
-            const double scores_i = (base_i - (0.5 * x_i));
-            scores[i * K + j] = scores_i;
-            scores_max = ks::running_max(scores_max, scores_i);
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            double scores_max = ks::lowest<double>();
+            for (int64_t j = 0; j < K; ++j) {
+                const double x_i = tmp1[i * K + j];
+                const double base_i = base[j];
+                const double scores_i = (base_i - (0.5 * x_i));
+                scores[i * K + j] = scores_i;
+                scores_max = ks::running_max(scores_max, scores_i);
+            }
+            tmp2[i] = scores_max;
         }
-        tmp2[i] = scores_max;
-    }
+    }();
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp2[i];
-        const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
-        const double t2 = (t1 ? 0.0 : x_i);
-        tmp2[i] = t2;
-    }
-    double* const tmp3 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < n; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
-        for (int64_t j = 0; j < K; ++j) {
-            const double scores_i = scores[i * K + j];
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
             const double x_i = tmp2[i];
-            const double t1 = ks::exp((scores_i - x_i));
-            tmp3[i * K + j] = t1;
-            acc += t1;
+            const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
+            const double t2 = (t1 ? 0.0 : x_i);
+            tmp2[i] = t2;
         }
-        tmp4[i] = acc;
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            double acc = 0;
+            KS_OMP_SIMD(reduction(+:acc))
+            for (int64_t j = 0; j < K; ++j) {
+                const double scores_i = scores[i * K + j];
+                const double x_i = tmp2[i];
+                const double t1 = ks::exp((scores_i - x_i));
+                tmp3[i * K + j] = t1;
+                acc += t1;
+            }
+            tmp4[i] = acc;
+        }
+    }();
     double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp5 = tmp;  // reuses a dead buffer's space
+    double* const tmp5 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
@@ -397,169 +402,257 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
-    for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp4[i];
-        const double t5 = (1.0 / x_i);
-        tmp4[i] = t5;
-    }
-    double* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        for (int64_t i = 0; i < n; ++i) {
             const double x_i = tmp4[i];
-            const double x_i1 = tmp3[i * K + j];
-            const double d_scores_i = ks::mulz(x_i, x_i1);
-            d_scores[i * K + j] = d_scores_i;
+            const double t5 = (1.0 / x_i);
+            tmp4[i] = t5;
         }
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                const double x_i = tmp4[i];
+                const double x_i1 = tmp3[i * K + j];
+                const double d_scores_i = ks::mulz(x_i, x_i1);
+                d_scores[i * K + j] = d_scores_i;
+            }
+        }
+    }();
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    double* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < K; ++i) {
-        sum[i] = 0;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            sum[j] += d_scores[i * K + j];
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            sum[i] = 0;
         }
-    }
-    for (int64_t i = 0; i < (K*n); ++i) {
-        const double d_scores_i = d_scores[i];
-        const double t5 = ((d_scores_i * (-1.0)) * 0.5);
-        d_scores[i] = t5;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const double d_scores_i = d_scores[i * K + j];
-                const double d_mahalanobis_i = (d_scores_i * (2.0 * mahalanobis_i));
-                mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                sum[j] += d_scores[i * K + j];
             }
         }
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        for (int64_t i = 0; i < (K*n); ++i) {
+            const double d_scores_i = d_scores[i];
+            const double t5 = ((d_scores_i * (-1.0)) * 0.5);
+            d_scores[i] = t5;
+        }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
+        double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    const double mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                    const double d_scores_i = d_scores[i * K + j];
+                    const double d_mahalanobis_i = (d_scores_i * (2.0 * mahalanobis_i));
+                    mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+                }
+            }
+        }
+    }();
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<double>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_double);
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const centered = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K));
+        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
+        double* const scratch_double = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d));
+        double* const d_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n));
+        for (int64_t i = 0; i < K; ++i) {
+            ks::tiled_gemm<double>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_double);
+        }
+    }();
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    for (int64_t i = 0; i < K * d; ++i) {
-        sum1[i] = 0;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
+        double* const sum1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            sum1[i] = 0;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+                }
             }
         }
-    }
-    for (int64_t i = 0; i < K * d; ++i) {
-        prod[i] = 0;
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const Qs = reinterpret_cast<double*>(ks_ws);
+        double* const sum1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            prod[i] = 0;
+        }
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+                }
             }
         }
-    }
-    for (int64_t i = 0; i < (K*d); ++i) {
-        const double prod_i = prod[i];
-        const double t5 = (prod_i * (-1.0));
-        prod[i] = t5;
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        for (int64_t i = 0; i < (K*d); ++i) {
+            const double prod_i = prod[i];
+            const double t5 = (prod_i * (-1.0));
+            prod[i] = t5;
+        }
+    }();
     // gmm.py:32, 48
-    double* const d_qs = sum1;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            const double qs_i = icf[i * T + j];
-            const double t5 = ks::exp(qs_i);
-            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
-            const double sum_i = sum[i];
-            const double d_qs_i1 = (d_qs_i + sum_i);
-            d_qs[i * d + j] = d_qs_i1;
-        }
-    }
-    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    for (int64_t i = 0; i < K * T; ++i) {
-        r3[i] = 0.0;
-    }
-    for (int64_t k = K - 1; k >= 0; --k) {
-        // gmm.py:15: return torch.stack([
-        for (int64_t i = 0; i < d; ++i) {
-            r4[i] = 0.0;
-        }
-        for (int64_t i = 0; i < T; ++i) {
-            r5[i] = 0.0;
-        }
-        for (int64_t i = d - 1; i >= 0; --i) {
-            // gmm.py:16: torch.stack([
-            for (int64_t j = d - 1; j >= 0; --j) {
-                const double t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
-                const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
-                const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                r4[ks::clamp_index(i, d)] += t8;
-                r5[ks::clamp_index(t6, T)] += t9;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                const double qs_i = icf[i * T + j];
+                const double t5 = ks::exp(qs_i);
+                const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+                const double sum_i = sum[i];
+                const double d_qs_i1 = (d_qs_i + sum_i);
+                d_qs[i * d + j] = d_qs_i1;
             }
         }
-        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-        for (int64_t i = 0; i < T; ++i) {
-            r3[k * T + i] += r5[i];
+    }();
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
+        double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+        double* const d_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n));
+        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
+        double* const r4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T));
+        double* const r5 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d));
+        for (int64_t i = 0; i < K * T; ++i) {
+            r3[i] = 0.0;
         }
-        for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r4[i];
+        for (int64_t k = K - 1; k >= 0; --k) {
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                r4[i] = 0.0;
+            }
+            for (int64_t i = 0; i < T; ++i) {
+                r5[i] = 0.0;
+            }
+            for (int64_t i = d - 1; i >= 0; --i) {
+                // gmm.py:16: torch.stack([
+                for (int64_t j = d - 1; j >= 0; --j) {
+                    const double t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                    const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
+                    const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
+                    const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
+                    r4[ks::clamp_index(i, d)] += t8;
+                    r5[ks::clamp_index(t6, T)] += t9;
+                }
+            }
+            // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+            for (int64_t i = 0; i < T; ++i) {
+                r3[k * T + i] += r5[i];
+            }
+            for (int64_t i = 0; i < d; ++i) {
+                d_qs[k * d + i] += r4[i];
+            }
         }
-    }
+    }();
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            const double ls_i = icf[d + i * T + j];
-            const double d_ls_i = (t2 * (2.0 * ls_i));
-            d_ls[i * ((T - d)) + j] = d_ls_i;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const double ls_i = icf[d + i * T + j];
+                const double d_ls_i = (t2 * (2.0 * ls_i));
+                d_ls[i * ((T - d)) + j] = d_ls_i;
+            }
         }
-    }
+    }();
     // gmm.py:46: ls = icf[:, d:]
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = 0.0;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
+        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                padded[i * T + j] = 0.0;
+            }
         }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+            }
         }
-    }
+    }();
     // gmm.py:45: qs = icf[:, :d]
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded1[d + i * T + j] = 0.0;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                padded1[d + i * T + j] = 0.0;
+            }
         }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded1[i * T + j] = d_qs[i * d + j];
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                padded1[i * T + j] = d_qs[i * d + j];
+            }
         }
-    }
+    }();
     // gmm.py:48, 53
-    for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp5[i];
-        const double d_alphas_i = ks::mulz(t4, x_i);
-        const double sum_i = sum[i];
-        const double d_alphas_i1 = (d_alphas_i + sum_i);
-        out_d_alphas[i] = d_alphas_i1;
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const tmp5 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            const double x_i = tmp5[i];
+            const double d_alphas_i = ks::mulz(t4, x_i);
+            const double sum_i = sum[i];
+            const double d_alphas_i1 = (d_alphas_i + sum_i);
+            out_d_alphas[i] = d_alphas_i1;
+        }
+    }();
     // gmm.py:45, 46
-    for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r3[i];
-        const double padded_i = padded[i];
-        const double d_icf_i = (x_i + padded_i);
-        const double x_i1 = padded1[i];
-        const double d_icf_i1 = (d_icf_i + x_i1);
-        out_d_icf[i] = d_icf_i1;
-    }
-    for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = prod[i];
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
+        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        for (int64_t i = 0; i < (K*T); ++i) {
+            const double x_i = r3[i];
+            const double padded_i = padded[i];
+            const double d_icf_i = (x_i + padded_i);
+            const double x_i1 = padded1[i];
+            const double d_icf_i1 = (d_icf_i + x_i1);
+            out_d_icf[i] = d_icf_i1;
+        }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            out_d_means[i] = prod[i];
+        }
+    }();
     return ks::status::ok;
 }
 
@@ -786,169 +879,174 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     if (K < 0 || d < 0 || T < 0 || n < 0) return ks::status::err_shape;
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_f32_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
-    unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const Qs = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    float* const r1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
-    next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const centered = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const mahalanobis = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K * d);
-    float* const scratch_float = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n)));
-    float* const base = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const scores = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp4 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(n);
-    float* const d_Qs = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const sum1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const prod = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * d);
-    float* const r3 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    float* const r4 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(d);
-    float* const r5 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(T);
-    float* const d_ls = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * (T - d));
-    float* const padded = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    float* const padded1 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(K * T);
-    (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    for (int64_t k = 0; k < K; ++k) {
-        // gmm.py:15: return torch.stack([
-        for (int64_t i = 0; i < d; ++i) {
-            const float t1 = ks::exp(icf[k * T + i]);
-            // gmm.py:16: torch.stack([
-            for (int64_t j = 0; j < d; ++j) {
-                const bool t2 = (i == j);
-                const bool t3 = (i > j);
-                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const float t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0f);
-                const float t6 = (t2 ? t1 : t5);
-                const float t7 = (t2 ? t1 : 0.0f);
-                const bool t8 = (t2 ? false : t3);
-                Qs[k * (d * d) + i * d + j] = t6;
-                r[k * (d * d) + i * d + j] = t2;
-                r1[k * (d * d) + i * d + j] = t7;
-                r2[k * (d * d) + i * d + j] = t8;
-            }
+    [=]() KS_STEP {
+        for (int64_t k = 0; k < K; ++k) {
+            // gmm.py:15: return torch.stack([
+            [=]() KS_STEP {
+                unsigned char* const ks_ws = ks::step_base(workspace);
+                float* const Qs = reinterpret_cast<float*>(ks_ws);
+                uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
+                float* const r1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+                for (int64_t i = 0; i < d; ++i) {
+                    const float t1 = ks::exp(icf[k * T + i]);
+                    // gmm.py:16: torch.stack([
+                    for (int64_t j = 0; j < d; ++j) {
+                        const bool t2 = (i == j);
+                        const bool t3 = (i > j);
+                        const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const float t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0f);
+                        const float t6 = (t2 ? t1 : t5);
+                        const float t7 = (t2 ? t1 : 0.0f);
+                        const bool t8 = (t2 ? false : t3);
+                        Qs[k * (d * d) + i * d + j] = t6;
+                        r[k * (d * d) + i * d + j] = t2;
+                        r1[k * (d * d) + i * d + j] = t7;
+                        r2[k * (d * d) + i * d + j] = t8;
+                    }
+                }
+            }();
         }
-    }
+    }();
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    for (int64_t i = 0; i < K; ++i) {
-        float qs_sum = 0;
-        for (int64_t block = 0; block < d; block += 512) {
-            const int64_t block_end = d - block < 512 ? d : block + 512;
-            float qs_sum_block = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum_block))
-            for (int64_t j = block; j < block_end; ++j) {
-                const float qs_i = icf[i * T + j];
-                qs_sum_block += qs_i;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        for (int64_t i = 0; i < K; ++i) {
+            float qs_sum = 0;
+            for (int64_t block = 0; block < d; block += 512) {
+                const int64_t block_end = d - block < 512 ? d : block + 512;
+                float qs_sum_block = 0;
+                KS_OMP_SIMD(reduction(+:qs_sum_block))
+                for (int64_t j = block; j < block_end; ++j) {
+                    const float qs_i = icf[i * T + j];
+                    qs_sum_block += qs_i;
+                }
+                qs_sum += qs_sum_block;
             }
-            qs_sum += qs_sum_block;
+            tmp[i] = qs_sum;
         }
-        tmp[i] = qs_sum;
-    }
+    }();
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                const float x_i = x[i * d + k];
-                const float means_i = means[j * d + k];
-                const float centered_i = (x_i - means_i);
-                centered[i * (K * d) + j * d + k] = centered_i;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const centered = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    const float x_i = x[i * d + k];
+                    const float means_i = means[j * d + k];
+                    const float centered_i = (x_i - means_i);
+                    centered[i * (K * d) + j * d + k] = centered_i;
+                }
             }
         }
-    }
+    }();
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const Qs = reinterpret_cast<float*>(ks_ws);
+        float* const centered = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K));
+        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
+        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d));
+        for (int64_t i = 0; i < K; ++i) {
+            ks::tiled_gemm<float>(d, n, d, {(Qs + i * (d * d)), d, 1}, {(centered + i * d), 1, K * d}, {(mahalanobis + i * d), 1, K * d}, false, scratch_float);
+        }
+    }();
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
-    for (int64_t i = 0; i < K; ++i) {
-        const float alphas_i = alphas[i];
-        const float tmp_i = tmp[i];
-        const float base_i = (alphas_i + tmp_i);
-        base[i] = base_i;
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            const float alphas_i = alphas[i];
+            const float tmp_i = tmp[i];
+            const float base_i = (alphas_i + tmp_i);
+            base[i] = base_i;
+        }
+    }();
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    for (int64_t i = 0; i < (K*n); ++i) {
-        float acc = 0;
-        for (int64_t block = 0; block < d; block += 512) {
-            const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t j = block; j < block_end; ++j) {
-                const float mahalanobis_i = mahalanobis[i * d + j];
-                acc_block += ks::ipow<2>(mahalanobis_i);
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
+        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        for (int64_t i = 0; i < (K*n); ++i) {
+            float acc = 0;
+            for (int64_t block = 0; block < d; block += 512) {
+                const int64_t block_end = d - block < 512 ? d : block + 512;
+                float acc_block = 0;
+                KS_OMP_SIMD(reduction(+:acc_block))
+                for (int64_t j = block; j < block_end; ++j) {
+                    const float mahalanobis_i = mahalanobis[i * d + j];
+                    acc_block += ks::ipow<2>(mahalanobis_i);
+                }
+                acc += acc_block;
             }
-            acc += acc_block;
+            tmp1[i] = acc;
         }
-        tmp1[i] = acc;
-    }
+    }();
     // gmm.py:51, 53
-    for (int64_t i = 0; i < n; ++i) {
-        float scores_max = ks::lowest<float>();
-        for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp1[i * K + j];
-            const float base_i = base[j];
-            const float scores_i = (base_i - (0.5f * x_i));
-            scores[i * K + j] = scores_i;
-            scores_max = ks::running_max(scores_max, scores_i);
-        }
-        tmp2[i] = scores_max;
-    }
-    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
-    for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp2[i];
-        const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
-        const float t2 = (t1 ? 0.0f : x_i);
-        tmp2[i] = t2;
-    }
-    float* const tmp3 = tmp1;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < n; ++i) {
-        float acc = 0;
-        for (int64_t block = 0; block < K; block += 512) {
-            const int64_t block_end = K - block < 512 ? K : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
-            for (int64_t j = block; j < block_end; ++j) {
-                const float scores_i = scores[i * K + j];
-                const float x_i = tmp2[i];
-                const float t1 = ks::exp((scores_i - x_i));
-                tmp3[i * K + j] = t1;
-                acc_block += t1;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            float scores_max = ks::lowest<float>();
+            for (int64_t j = 0; j < K; ++j) {
+                const float x_i = tmp1[i * K + j];
+                const float base_i = base[j];
+                const float scores_i = (base_i - (0.5f * x_i));
+                scores[i * K + j] = scores_i;
+                scores_max = ks::running_max(scores_max, scores_i);
             }
-            acc += acc_block;
+            tmp2[i] = scores_max;
         }
-        tmp4[i] = acc;
-    }
+    }();
+    // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            const float x_i = tmp2[i];
+            const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
+            const float t2 = (t1 ? 0.0f : x_i);
+            tmp2[i] = t2;
+        }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        float* const tmp3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            float acc = 0;
+            for (int64_t block = 0; block < K; block += 512) {
+                const int64_t block_end = K - block < 512 ? K : block + 512;
+                float acc_block = 0;
+                KS_OMP_SIMD(reduction(+:acc_block))
+                for (int64_t j = block; j < block_end; ++j) {
+                    const float scores_i = scores[i * K + j];
+                    const float x_i = tmp2[i];
+                    const float t1 = ks::exp((scores_i - x_i));
+                    tmp3[i * K + j] = t1;
+                    acc_block += t1;
+                }
+                acc += acc_block;
+            }
+            tmp4[i] = acc;
+        }
+    }();
     float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
-    float* const tmp5 = tmp;  // reuses a dead buffer's space
+    float* const tmp5 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
     float acc = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
@@ -965,169 +1063,257 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     const float t2 = (0.5f * ks::ipow<2>(wishart_gamma));
     const float t3 = ((-1.0f) * wishart_m);
     const float t4 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / acc));
-    for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp4[i];
-        const float t5 = (1.0f / x_i);
-        tmp4[i] = t5;
-    }
-    float* const d_scores = scores;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        for (int64_t i = 0; i < n; ++i) {
             const float x_i = tmp4[i];
-            const float x_i1 = tmp3[i * K + j];
-            const float d_scores_i = ks::mulz(x_i, x_i1);
-            d_scores[i * K + j] = d_scores_i;
+            const float t5 = (1.0f / x_i);
+            tmp4[i] = t5;
         }
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                const float x_i = tmp4[i];
+                const float x_i1 = tmp3[i * K + j];
+                const float d_scores_i = ks::mulz(x_i, x_i1);
+                d_scores[i * K + j] = d_scores_i;
+            }
+        }
+    }();
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
-    float* const sum = base;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < K; ++i) {
-        sum[i] = 0;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            sum[j] += d_scores[i * K + j];
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            sum[i] = 0;
         }
-    }
-    for (int64_t i = 0; i < (K*n); ++i) {
-        const float d_scores_i = d_scores[i];
-        const float t5 = ((d_scores_i * (-1.0f)) * 0.5f);
-        d_scores[i] = t5;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
-                const float d_scores_i = d_scores[i * K + j];
-                const float d_mahalanobis_i = (d_scores_i * (2.0f * mahalanobis_i));
-                mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                sum[j] += d_scores[i * K + j];
             }
         }
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        for (int64_t i = 0; i < (K*n); ++i) {
+            const float d_scores_i = d_scores[i];
+            const float t5 = ((d_scores_i * (-1.0f)) * 0.5f);
+            d_scores[i] = t5;
+        }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
+        float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    const float mahalanobis_i = mahalanobis[i * (K * d) + j * d + k];
+                    const float d_scores_i = d_scores[i * K + j];
+                    const float d_mahalanobis_i = (d_scores_i * (2.0f * mahalanobis_i));
+                    mahalanobis[i * (K * d) + j * d + k] = d_mahalanobis_i;
+                }
+            }
+        }
+    }();
     // gmm.py:50: mahalanobis = torch.einsum("kab,nkb->nka", Qs, centered) # [n, K, d]
-    for (int64_t i = 0; i < K; ++i) {
-        ks::tiled_gemm<float>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_float);
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const centered = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K));
+        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
+        float* const scratch_float = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d));
+        float* const d_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n));
+        for (int64_t i = 0; i < K; ++i) {
+            ks::tiled_gemm<float>(d, d, n, {(mahalanobis + i * d), 1, K * d}, {(centered + i * d), K * d, 1}, {(d_Qs + i * (d * d)), d, 1}, false, scratch_float);
+        }
+    }();
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
-    for (int64_t i = 0; i < K * d; ++i) {
-        sum1[i] = 0;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
+        float* const sum1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            sum1[i] = 0;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < K; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+                }
             }
         }
-    }
-    for (int64_t i = 0; i < K * d; ++i) {
-        prod[i] = 0;
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-                prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const Qs = reinterpret_cast<float*>(ks_ws);
+        float* const sum1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            prod[i] = 0;
+        }
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                for (int64_t k = 0; k < d; ++k) {
+                    prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+                }
             }
         }
-    }
-    for (int64_t i = 0; i < (K*d); ++i) {
-        const float prod_i = prod[i];
-        const float t5 = (prod_i * (-1.0f));
-        prod[i] = t5;
-    }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        for (int64_t i = 0; i < (K*d); ++i) {
+            const float prod_i = prod[i];
+            const float t5 = (prod_i * (-1.0f));
+            prod[i] = t5;
+        }
+    }();
     // gmm.py:32, 48
-    float* const d_qs = sum1;  // reuses a dead buffer's space
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            const float qs_i = icf[i * T + j];
-            const float t5 = ks::exp(qs_i);
-            const float d_qs_i = (t3 + ks::mulz((t2 * (2.0f * t5)), t5));
-            const float sum_i = sum[i];
-            const float d_qs_i1 = (d_qs_i + sum_i);
-            d_qs[i * d + j] = d_qs_i1;
-        }
-    }
-    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    for (int64_t i = 0; i < K * T; ++i) {
-        r3[i] = 0.0f;
-    }
-    for (int64_t k = K - 1; k >= 0; --k) {
-        // gmm.py:15: return torch.stack([
-        for (int64_t i = 0; i < d; ++i) {
-            r4[i] = 0.0f;
-        }
-        for (int64_t i = 0; i < T; ++i) {
-            r5[i] = 0.0f;
-        }
-        for (int64_t i = d - 1; i >= 0; --i) {
-            // gmm.py:16: torch.stack([
-            for (int64_t j = d - 1; j >= 0; --j) {
-                const float t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const float t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
-                const float t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0f);
-                const float t9 = (r[k * (d * d) + i * d + j] ? 0.0f : t7);
-                r4[ks::clamp_index(i, d)] += t8;
-                r5[ks::clamp_index(t6, T)] += t9;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                const float qs_i = icf[i * T + j];
+                const float t5 = ks::exp(qs_i);
+                const float d_qs_i = (t3 + ks::mulz((t2 * (2.0f * t5)), t5));
+                const float sum_i = sum[i];
+                const float d_qs_i1 = (d_qs_i + sum_i);
+                d_qs[i * d + j] = d_qs_i1;
             }
         }
-        // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-        for (int64_t i = 0; i < T; ++i) {
-            r3[k * T + i] += r5[i];
+    }();
+    // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
+        float* const r1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+        float* const d_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n));
+        float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        float* const r3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
+        float* const r4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T));
+        float* const r5 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d));
+        for (int64_t i = 0; i < K * T; ++i) {
+            r3[i] = 0.0f;
         }
-        for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r4[i];
+        for (int64_t k = K - 1; k >= 0; --k) {
+            // gmm.py:15: return torch.stack([
+            for (int64_t i = 0; i < d; ++i) {
+                r4[i] = 0.0f;
+            }
+            for (int64_t i = 0; i < T; ++i) {
+                r5[i] = 0.0f;
+            }
+            for (int64_t i = d - 1; i >= 0; --i) {
+                // gmm.py:16: torch.stack([
+                for (int64_t j = d - 1; j >= 0; --j) {
+                    const float t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
+                    const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
+                    const float t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0f);
+                    const float t9 = (r[k * (d * d) + i * d + j] ? 0.0f : t7);
+                    r4[ks::clamp_index(i, d)] += t8;
+                    r5[ks::clamp_index(t6, T)] += t9;
+                }
+            }
+            // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
+            for (int64_t i = 0; i < T; ++i) {
+                r3[k * T + i] += r5[i];
+            }
+            for (int64_t i = 0; i < d; ++i) {
+                d_qs[k * d + i] += r4[i];
+            }
         }
-    }
+    }();
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            const float ls_i = icf[d + i * T + j];
-            const float d_ls_i = (t2 * (2.0f * ls_i));
-            d_ls[i * ((T - d)) + j] = d_ls_i;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                const float ls_i = icf[d + i * T + j];
+                const float d_ls_i = (t2 * (2.0f * ls_i));
+                d_ls[i * ((T - d)) + j] = d_ls_i;
+            }
         }
-    }
+    }();
     // gmm.py:46: ls = icf[:, d:]
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = 0.0f;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
+        float* const padded = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                padded[i * T + j] = 0.0f;
+            }
         }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+            }
         }
-    }
+    }();
     // gmm.py:45: qs = icf[:, :d]
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < (T - d); ++j) {
-            padded1[d + i * T + j] = 0.0f;
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        float* const padded1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < (T - d); ++j) {
+                padded1[d + i * T + j] = 0.0f;
+            }
         }
-    }
-    for (int64_t i = 0; i < K; ++i) {
-        for (int64_t j = 0; j < d; ++j) {
-            padded1[i * T + j] = d_qs[i * d + j];
+        for (int64_t i = 0; i < K; ++i) {
+            for (int64_t j = 0; j < d; ++j) {
+                padded1[i * T + j] = d_qs[i * d + j];
+            }
         }
-    }
+    }();
     // gmm.py:48, 53
-    for (int64_t i = 0; i < K; ++i) {
-        const float x_i = tmp5[i];
-        const float d_alphas_i = ks::mulz(t4, x_i);
-        const float sum_i = sum[i];
-        const float d_alphas_i1 = (d_alphas_i + sum_i);
-        out_d_alphas[i] = d_alphas_i1;
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const tmp5 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        for (int64_t i = 0; i < K; ++i) {
+            const float x_i = tmp5[i];
+            const float d_alphas_i = ks::mulz(t4, x_i);
+            const float sum_i = sum[i];
+            const float d_alphas_i1 = (d_alphas_i + sum_i);
+            out_d_alphas[i] = d_alphas_i1;
+        }
+    }();
     // gmm.py:45, 46
-    for (int64_t i = 0; i < (K*T); ++i) {
-        const float x_i = r3[i];
-        const float padded_i = padded[i];
-        const float d_icf_i = (x_i + padded_i);
-        const float x_i1 = padded1[i];
-        const float d_icf_i1 = (d_icf_i + x_i1);
-        out_d_icf[i] = d_icf_i1;
-    }
-    for (int64_t i = 0; i < K * d; ++i) {
-        out_d_means[i] = prod[i];
-    }
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const r3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
+        float* const padded = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        float* const padded1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        for (int64_t i = 0; i < (K*T); ++i) {
+            const float x_i = r3[i];
+            const float padded_i = padded[i];
+            const float d_icf_i = (x_i + padded_i);
+            const float x_i1 = padded1[i];
+            const float d_icf_i1 = (d_icf_i + x_i1);
+            out_d_icf[i] = d_icf_i1;
+        }
+    }();
+    [=]() KS_STEP {
+        unsigned char* const ks_ws = ks::step_base(workspace);
+        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        for (int64_t i = 0; i < K * d; ++i) {
+            out_d_means[i] = prod[i];
+        }
+    }();
     return ks::status::ok;
 }
 
@@ -1350,9 +1536,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K);
     double* const r8 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const tmp5 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(K);
+    double* const tmp6 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const prod = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
@@ -1369,6 +1555,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     double* const padded1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
+    double* const tmp3 = tmp;  // reuses a dead buffer's space
+    double* const r7 = base;  // reuses a dead buffer's space
+    double* const d_qs = tmp6;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t k = 0; k < K; ++k) {
         // gmm.py:15: return torch.stack([
@@ -1478,20 +1667,18 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
-        tmp1[i] = t2;
+        tmp3[i] = t2;
         acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
     // gmm.py:66: slse = sum(
-    double* const r7 = base;  // reuses a dead buffer's space
     double r9;
     for (int64_t i = 0; i < K; ++i) {
         r7[i] = 0.0;
@@ -1507,20 +1694,20 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         const double t5 = (1.0 / r6[i]);
         const double t6 = ks::mulz(r9, t5);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp3 = tmp2;  // reuses a dead buffer's space
+        double* const tmp4 = tmp2;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r5[i * K + j];
             const double t7 = ks::mulz(t6, x_i);
-            tmp3[j] = t7;
+            tmp4[j] = t7;
             const double t8 = ((t7 * (-1.0)) * 0.5);
-            tmp4[j] = t8;
+            tmp5[j] = t8;
         }
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = r4[i * (K * d) + j * d + k];
-                const double x_i1 = tmp4[j];
+                const double x_i1 = tmp5[j];
                 const double t7 = (x_i1 * (2.0 * x_i));
-                tmp5[j * d + k] = t7;
+                tmp6[j * d + k] = t7;
             }
         }
         for (int64_t j = 0; j < K * d; ++j) {
@@ -1529,20 +1716,20 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    prod[j * d + l] += tmp5[j * d + k] * Qs[j * (d * d) + k * d + l];
+                    prod[j * d + l] += tmp6[j * d + k] * Qs[j * (d * d) + k * d + l];
                 }
             }
         }
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    r8[j * (d * d) + k * d + l] += tmp5[j * d + k] * r3[i * (K * d) + j * d + l];
+                    r8[j * (d * d) + k * d + l] += tmp6[j * d + k] * r3[i * (K * d) + j * d + l];
                 }
             }
         }
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r7[j];
-            const double x_i1 = tmp3[j];
+            const double x_i1 = tmp4[j];
             const double t7 = (x_i + x_i1);
             r7[j] = t7;
         }
@@ -1554,7 +1741,6 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
     }
     // gmm.py:32, 65
-    double* const d_qs = tmp5;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
@@ -1629,7 +1815,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp1[i];
+        const double x_i = tmp3[i];
         const double d_alphas_i = ks::mulz(t4, x_i);
         const double x_i1 = r7[i];
         const double d_alphas_i1 = (d_alphas_i + x_i1);
@@ -1816,6 +2002,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
+    double* const tmp = scores;  // reuses a dead buffer's space
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
@@ -1881,7 +2068,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp = scores;  // reuses a dead buffer's space
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
@@ -2211,9 +2397,12 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     double* const r7 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const tmp4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
+    double* const tmp2 = tmp;  // reuses a dead buffer's space
+    double* const d_alphas = base;  // reuses a dead buffer's space
+    double* const r4 = tmp;  // reuses a dead buffer's space
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double qs_sum = 0;
@@ -2305,21 +2494,19 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
     const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp1 = tmp;  // reuses a dead buffer's space
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double t2 = ks::exp((alphas_i - t1));
-        tmp1[i] = t2;
+        tmp2[i] = t2;
         acc += t2;
     }
     const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
     const double t3 = ((-1.0) * wishart_m);
     const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
-    double* const d_alphas = base;  // reuses a dead buffer's space
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp1[i];
+        const double x_i = tmp2[i];
         const double d_alphas_i = ks::mulz(t4, x_i);
         d_alphas[i] = d_alphas_i;
     }
@@ -2340,7 +2527,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
     }
     // gmm.py:105: for i in range(n):
-    double* const r4 = tmp;  // reuses a dead buffer's space
     double r5;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
@@ -2353,11 +2539,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double t5 = (1.0 / r3[i]);
         const double t6 = ks::mulz(r5, t5);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp2 = sum;  // reuses a dead buffer's space
+        double* const tmp3 = sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r2[i * K + j];
             const double t7 = ks::mulz(t6, x_i);
-            tmp2[j] = t7;
+            tmp3[j] = t7;
             const double d_sqnorm_i = ((t7 * (-1.0)) * 0.5);
             d_sqnorm[j] = d_sqnorm_i;
         }
@@ -2386,31 +2572,31 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                     const double x_i = r7[j];
                     const double icf_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
                     const double t9 = (x_i * icf_i);
-                    tmp3[j] = t9;
+                    tmp4[j] = t9;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    r6[c + j * d] += tmp3[j];
+                    r6[c + j * d] += tmp4[j];
                 }
-                double* const tmp4 = tmp3;  // reuses a dead buffer's space
+                double* const tmp5 = tmp4;  // reuses a dead buffer's space
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = r7[j];
                     const double xc_i = xc[i * (K * d) + c + j * d];
                     const double t9 = (x_i * xc_i);
-                    tmp4[j] = t9;
+                    tmp5[j] = t9;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t8, (T - d)) + j * ((T - d))] += tmp4[j];
+                    d_ls[ks::clamp_index(t8, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
-            double* const tmp4 = r7;  // reuses a dead buffer's space
+            double* const tmp5 = r7;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double x_i = r1[i * (d * K) + r * K + j];
                 const double t8 = (d_row_i * x_i);
-                tmp4[j] = t8;
+                tmp5[j] = t8;
             }
             for (int64_t j = 0; j < K; ++j) {
-                r6[r + j * d] += tmp4[j];
+                r6[r + j * d] += tmp5[j];
             }
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
@@ -2433,7 +2619,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r4[j];
-            const double x_i1 = tmp2[j];
+            const double x_i1 = tmp3[j];
             const double t7 = (x_i + x_i1);
             r4[j] = t7;
         }

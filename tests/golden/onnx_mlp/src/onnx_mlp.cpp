@@ -111,6 +111,7 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     float* const dfc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
@@ -118,7 +119,6 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /fc2/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
-    float* const dTanh_1 = dTanh;  // reuses a dead buffer's space
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float x_i = ks_data_3[col2];
         const float fc2_Gemm_i = (v2 + x_i);
@@ -203,6 +203,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     float* const d_mlp_fc2_Gemm = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
     (void)next_slot;
+    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
     // ONNX node /mlp/fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form3(mlp_fc1_bias);
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {mlp_fc1_weight, 1, 4}, {mlp_Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
@@ -238,7 +239,6 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         }
     }
     ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
-    float* const d_mlp_fc1_Gemm = mlp_Tanh_1;  // reuses a dead buffer's space
     const auto epilogue4 = epilogue_form2(mlp_Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
     // ONNX node /mlp/fc1/Gemm (Gemm)
