@@ -84,15 +84,17 @@ def _resnet_onnx(path) -> None:
 
 def _stem_onnx(path) -> None:
     """ks::conv's phases and chunks methods: a 7×7 stride-2 stem with 70-wide output rows (the image split into
-    its stride phases), a 3×3 max pooling (ks::max_pool's row), a depthwise convolution of 70 × 70 planes (across channels in bands of rows) and a
-    256-channel 3×3 convolution at 5 × 5 whose kernel (2.4 MB) runs by channel chunks."""
+    its stride phases), a 3×3 max pooling (ks::max_pool's row), a depthwise convolution of 70 × 70 planes (across channels in bands of rows), a
+    256-channel 3×3 convolution at 7 × 7 whose kernel (2.4 MB) runs by channel chunks and a pointwise one from its 256
+    channels over those 49 positions (ks::conv_pointwise)."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch import nn
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 1, 1),
                         nn.Conv2d(8, 8, 3, 1, 1, groups=8), nn.ReLU(),
-                        nn.AdaptiveAvgPool2d(5), nn.Conv2d(8, 256, 1), nn.ReLU(),
-                        nn.Conv2d(256, 256, 3, 1, 1), nn.ReLU(), nn.Flatten(), nn.Linear(256 * 25, 10))
+                        nn.AdaptiveAvgPool2d(7), nn.Conv2d(8, 256, 1), nn.ReLU(),
+                        nn.Conv2d(256, 256, 3, 1, 1), nn.ReLU(), nn.Conv2d(256, 24, 1), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(24 * 49, 10))
     torch.onnx.export(net.eval(), (torch.zeros(1, 3, 140, 140),), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"])
 
@@ -186,6 +188,7 @@ def test_buffers_live_at_once_never_share_a_byte(nets, tmp_path, threads):
         calls |= {(e.prim.name, e.params.get("impl", ""), e.params.get("threads", 0)) for e in plan.scratch}
     want = {("convolve", "tiles"), ("convolve", "winograd"), ("convolve", "depthwise"), ("qconv", ""), ("qmatmul", ""),
             ("contract", "tiles")}
+    want |= {("convolve", "pointwise")} if threads == 1 else set()
     assert want <= {c[:2] for c in calls}, want - {c[:2] for c in calls}
     assert threads == 1 or {("convolve", "tiles", 2), ("convolve", "winograd", 2)} <= calls, calls
 

@@ -107,7 +107,7 @@ def target_record(t: Target) -> dict:
 
 
 KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|"
-                               r"conv_depthwise|conv_dots|"
+                               r"conv_depthwise|conv_dots|conv_pointwise|"
                                r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qlookup|parts::\w+)<")
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 

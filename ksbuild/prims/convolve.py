@@ -8,7 +8,9 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     the transformed kernel u [16, C, M] that winograd_kernel makes), "depthwise" ks::conv_depthwise (one group
     per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy), "dots"
     ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
-    then dotted with the kernel's rows). The epilogue
+    then dotted with the kernel's rows), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
+    computed transposed, the positions as the register tiles' rows: w is then the kernel's transpose stored as
+    panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
@@ -28,7 +30,7 @@ from ..ir.types import Type, element_bytes, numel
 from . import scratch as scratch_sizes
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
-from .lowering import OPT_OUTS, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
+from .lowering import OPT_OUTS, from_panels, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
 
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
@@ -44,6 +46,17 @@ WINOGRAD_MIN_SIZE = 6
 # AVX-512, one image: 512 × 512 at 7 × 7 took 1.8× the direct path's time, 256 × 256 1.2×).
 WINOGRAD_SMALL_SIDE = 8
 WINOGRAD_SMALL_MAX_PAIRS = 256 * 256
+# ks::conv_pointwise (pointwise_applies): for planes whose positions end in a panel at most this full (a fraction), and
+# of at least this many positions (fewer: ks::conv's dot products, convs::few_positions).
+POINTWISE_MAX_TAIL = 0.5
+POINTWISE_MIN_POSITIONS = 16
+# ... and with at least this many input channels: the result's transposition costs as much per output value whatever
+# the channels, the products' saving grows with them (AVX-512, 14 × 14: 384 -> 64 channels 1.11 -> 0.95 onnxruntime's
+# time, 64 -> 384 1.00 -> 1.25; 7 × 7: 320 -> 1280 1.19 -> 1.13, 160 -> 960 1.17 -> 1.16).
+POINTWISE_MIN_DEPTH = 192
+
+
+IMPLS = ("tiles", "gemm", "winograd", "depthwise", "dots", "pointwise")
 
 
 def winograd_transform(w: np.ndarray) -> np.ndarray:
@@ -91,11 +104,42 @@ def _kernel_type(u: Type) -> Type:
     return Type(u.dtype, (u.shape[2], u.shape[1], 3, 3))
 
 
+def given_kernel(w: Type, params) -> Type:
+    """The [M, C/G, taps...] type of the kernel a convolve with `params` computes with, whose operand has type w:
+    transformed (winograd), stored as panels (pointwise) or as it is."""
+    if params.get("impl") == "winograd":
+        return _kernel_type(w)
+    if params.get("impl") == "pointwise":
+        return Type(w.dtype, (params["cols"], w.shape[1]) + (1,) * len(params["strides"]))
+    return w
+
+
+def pointwise_applies(x: Type, w: Type, y: Type, params) -> bool:
+    """Whether a convolve of the plain backend's tiles (x, w: its operands, y: its result) runs as ks::conv_pointwise:
+    a float pointwise convolution (one group, 1 × 1 taps, stride 1, no padding) of literal sizes over at least
+    POINTWISE_MIN_POSITIONS positions whose last panel of positions is at most POINTWISE_MAX_TAIL full (the register
+    tiles' lanes that ks::conv would leave padding: 7 × 7 = 3 · 16 + 1, 14 × 14 = 12 · 16 + 4), from at least
+    POINTWISE_MIN_DEPTH input channels."""
+    k = x.rank - 2
+    if params.get("impl") != "tiles" or x.dtype not in ("f32", "f64") or params["groups"] != 1 or k < 1:
+        return False
+    if tuple(w.shape[2:]) != (1,) * k or tuple(params["strides"]) != (1,) * k or any(params["pads"]) or \
+            tuple(params["dilations"]) != (1,) * k:
+        return False
+    sizes = [*x.shape[1:], *y.shape[1:]]
+    if not all(isinstance(d, int) for d in sizes):
+        return False
+    n, panel = math.prod(y.shape[2:]), 64 // element_bytes(x.dtype)
+    return n >= POINTWISE_MIN_POSITIONS and 0 < n % panel <= POINTWISE_MAX_TAIL * panel and \
+        x.shape[1] >= POINTWISE_MIN_DEPTH
+
+
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
-    if impl not in ("tiles", "gemm", "winograd", "depthwise", "dots"):
+    if impl not in IMPLS:
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
     x, w = in_types[:2]
-    (y,) = _conv_prim.type_rule((x, _kernel_type(w) if impl == "winograd" else w), **geometry)
+    cols = geometry.pop("cols", None)
+    (y,) = _conv_prim.type_rule((x, given_kernel(w, dict(geometry, impl=impl, cols=cols))), **geometry)
     return (epilogue_type(y, in_types[2:], epilogue),)
 
 
@@ -105,8 +149,12 @@ def _convolve_rows(eqn: Eqn, n):
     return first_rows(eqn, n) if eqn.params.get("epilogue") is None else None
 
 
-def _convolve_eval(x, w, *extra, impl, env, epilogue=None, **geometry):
-    (y,) = _conv_prim.eval(x, winograd_untransform(w) if impl == "winograd" else w, env=env, **geometry)
+def _convolve_eval(x, w, *extra, impl, env, epilogue=None, cols=None, **geometry):
+    if impl == "winograd":
+        w = winograd_untransform(w)
+    elif impl == "pointwise":
+        w = from_panels(w, cols).T.reshape((cols, w.shape[1]) + (1,) * len(geometry["strides"]))
+    (y,) = _conv_prim.eval(x, w, env=env, **geometry)
     return (apply_epilogue(y, extra, epilogue, env),)
 
 
@@ -131,7 +179,7 @@ def conv_shape(ctx, eqn: Eqn, kernel: Type | None = None) -> str:
     type when the equation reads it transformed or packed."""
     x, w = eqn.ins[:2]
     p, y = eqn.params, eqn.outs[0]
-    kernel = kernel or (_kernel_type(w.type) if p.get("impl") == "winograd" else w.type)
+    kernel = kernel or given_kernel(w.type, p)
     k = x.type.rank - 2
     lead = 3 - k
 
@@ -187,7 +235,7 @@ def _scratch_size(c: str, impl: str, shape: str, threads: int, images: str) -> s
     images) packs the kernel only when its method does."""
     size = {"tiles": "ks::conv_scratch<{c}>({s})", "gemm": "ks::conv_scratch<{c}>({s}, true)",
             "winograd": "ks::winograd_scratch<{c}>({s})", "depthwise": "ks::depthwise_scratch<{c}>({s})",
-            "dots": "ks::convs::dots_scratch({s})"}[impl]
+            "dots": "ks::convs::dots_scratch({s})", "pointwise": "ks::pointwise_scratch<{c}>({s})"}[impl]
     size = size.format(c=c, s=shape)
     if impl == "tiles" and threads <= 1 and _as_plan(shape, images):
         size = f"ks::conv_scratch<{c}>({shape}, false, {images})"
@@ -202,7 +250,7 @@ def _as_plan(shape: str, images: str) -> bool:
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots"}[impl] + f"<{c}"
+            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots", "pointwise": "ks::conv_pointwise"}[impl] + f"<{c}"
     args = f"{geometry}, {images}"
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)
@@ -225,7 +273,7 @@ def _emit_parts(ctx, impl: str, threads: int, when: str, count: str, c: str, arg
 def _image_macs(eqn: Eqn) -> int | None:
     """The multiply-adds of one image of a convolution (None when a size is symbolic)."""
     w, y = eqn.ins[1], eqn.outs[0]
-    taps = w.type.shape[1:] if eqn.params["impl"] != "winograd" else (w.type.shape[1], 3, 3)
+    taps = given_kernel(w.type, eqn.params).shape[1:]
     sizes = [*y.type.shape[1:], *taps]
     return math.prod(sizes) if all(isinstance(d, int) for d in sizes) else None
 
@@ -246,7 +294,7 @@ def _epilogue(ctx, eqn: Eqn, impl: str) -> str | None:
     spatial axes merged."""
     y = eqn.outs[0]
     views = lambda s: epilogues.merge_tail(s, 2)  # noqa: E731
-    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise", "dots") else None
+    simple = epilogues.affine(ctx, eqn, views) if impl in ("tiles", "depthwise", "dots", "pointwise") else None
     if simple is not None:
         name = ctx.namer.fresh("epilogue")
         ctx.line(f"const auto {name} = {simple};")
@@ -266,8 +314,7 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
     x, w = eqn.ins[:2]
     (y,) = eqn.outs
     impl = eqn.params["impl"]
-    s = scratch_sizes.conv_geometry(x.type, _kernel_type(w.type) if impl == "winograd" else w.type, y.type,
-                                    eqn.params)
+    s = scratch_sizes.conv_geometry(x.type, given_kernel(w.type, eqn.params), y.type, eqn.params)
     if s is None:
         return None
     size, threads, images = element_bytes(y.type.dtype), eqn.params.get("threads", 0), x.type.shape[0]
@@ -275,7 +322,8 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
     of = {"tiles": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, images=images),
           "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
           "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch,
-          "dots": lambda s, n, t: scratch_sizes.dots_scratch(s)}[impl]
+          "dots": lambda s, n, t: scratch_sizes.dots_scratch(s),
+          "pointwise": lambda s, n, t: scratch_sizes.pointwise_scratch(s, n)}[impl]
 
     def elements(t) -> int:
         n = of(s, size, t)
@@ -314,7 +362,7 @@ winograd_kernel = Prim(
 
 convolve = Prim(
     name="convolve",
-    epilogue_impls=("tiles", "gemm", "winograd", "depthwise", "dots"),
+    epilogue_impls=IMPLS,
     type_rule=_convolve_rule,
     eval=_convolve_eval,
     jvp=_lowered_only("convolve"),

@@ -268,6 +268,11 @@ def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
 
 # ---- ks::tiled_gemm (prelude/ks/gemm.h) and parts (prelude/ks/parts.h) ---------------------------------------------
 
+def pointwise_scratch(s: ConvShape, size: int) -> int:
+    """ks::pointwise_scratch<T>(s): the transposed result of two panels of output channels."""
+    return _aligned(s.positions() * 2 * _panel(size))
+
+
 def dots_scratch(s: ConvShape) -> int:
     """ks::convs::dots_scratch: a window's offsets, the identity offsets of a gathered window (int32 each) and one
     gathered window, each rounded up to 16 elements."""

@@ -11,7 +11,10 @@ tiles need b's rows contiguous. With the plain backend (impl "tiles") such a con
 panels, the layout ks/gemm.h's register tiles read (impl "panels", a ks::packed_gemm call): nothing is
 packed when the product runs, and a vector times a matrix reads the weights in one stream. The kernel of a
 Winograd convolution (a `winograd_kernel` of a constant) is transformed here too, once (prims/convolve.py), and
-int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py).
+int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py). The constant kernel
+[M, C, 1, 1] of a pointwise convolution over few positions (prims/convolve.py: pointwise_applies; one thread) is
+stored transposed as panels [ceil(M / P), C, P], the convolve's impl becoming "pointwise" (ks::conv_pointwise: the
+positions as the register tiles' rows, the output channels as their panels).
 On a target without a vector unit (`vectors` false: a microcontroller) the panels are 4 columns wide
 (lowering.DOT_PANEL), which ks::packed_gemm reads there as 4 dot products at a time (ks::tiles::panel_dots):
 at most 3 zero-padded columns instead of 15.
@@ -23,12 +26,13 @@ import collections
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
 from ..prims.lowering import gemm_axes, to_panels
+from ..prims.convolve import pointwise_applies
 from ..prims.tensor import parse_spec
 from .dce import dce
 from .rewrite import bind_like, rewrite
 
 
-def layout_constants(f: Func, vectors: bool = True) -> Func:
+def layout_constants(f: Func, vectors: bool = True, threads: int = 0) -> Func:
     """f with the constants that its gemms read stored as their kernels read them (see the module doc)."""
     uses = collections.Counter(a for eqn in f.eqns for a in eqn.ins if isinstance(a, Var))
     uses.update(r for r in f.results if isinstance(r, Var))
@@ -49,7 +53,7 @@ def layout_constants(f: Func, vectors: bool = True) -> Func:
     def rule(b, eqn, ins):
         nonlocal changed
         if eqn.prim.name == "loop":
-            body = _loop_body_with_constants(eqn, folded, vectors)
+            body = _loop_body_with_constants(eqn, folded, vectors, threads)
             if body is None:
                 return None
             changed = True
@@ -58,6 +62,13 @@ def layout_constants(f: Func, vectors: bool = True) -> Func:
             changed = True
             (value,) = eqn.prim.eval(folded[eqn.ins[0]].array(), env={}, **eqn.params)
             return [b.constant(value=Dense.of(value))]
+        if eqn.prim.name == "convolve" and vectors and threads <= 1:
+            panels = _pointwise_panels(eqn, kernels, uses)
+            if panels is None:
+                return None
+            changed = True
+            params = dict(eqn.params, impl="pointwise", cols=eqn.ins[1].type.shape[0])
+            return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=panels)] + list(ins[2:]), params)
         if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
             return None
         spec = eqn.params["spec"]
@@ -109,7 +120,7 @@ def _constant_views(f: Func, kernels: dict) -> dict:
     return values
 
 
-def _loop_body_with_constants(eqn, kernels: dict, vectors: bool) -> Func | None:
+def _loop_body_with_constants(eqn, kernels: dict, vectors: bool, threads: int) -> Func | None:
     """The body of a loop with the constants it receives as loop constants (an RNN's recurrent weights) defined
     inside it, laid out by layout_constants like top-level ones (panels: a vector times the weights each step
     reads them in one stream instead of as dot products); None when that changes nothing. The loop keeps
@@ -126,8 +137,18 @@ def _loop_body_with_constants(eqn, kernels: dict, vectors: bool) -> Func | None:
         if c in kernels:
             args[1 + j] = b.constant(value=kernels[c])
     sunk = b.func(body.name, params, inline(b, body, args))
-    laid = layout_constants(sunk, vectors)
+    laid = layout_constants(sunk, vectors, threads)
     return laid if laid is not sunk else None
+
+
+def _pointwise_panels(eqn, kernels: dict, uses) -> Dense | None:
+    """The panels [ceil(M / P), C, P] of the transposed kernel [C, M] of a pointwise convolve that
+    ks::conv_pointwise computes (its kernel [M, C, 1...] a constant read by it alone), or None."""
+    x, w = eqn.ins[:2]
+    if w not in kernels or uses[w] != 1 or not pointwise_applies(x.type, w.type, eqn.outs[0].type, eqn.params):
+        return None
+    kernel = kernels[w].array()
+    return Dense.of(to_panels(kernel.reshape(kernel.shape[:2]).T))
 
 
 def _panel_source(eqn, letters: str, want: str, reordered: Dense | None, single: dict):

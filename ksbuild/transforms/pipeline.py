@@ -76,7 +76,7 @@ PASSES = [
          "without a vector unit, a recurrent loop projects each step's input in its body, not all steps before it"),
     Pass("narrow_qpacks", lambda f, o: f if o.vectors else narrow_qpacks(f),
          "without a vector unit, an integer product's weights are packed 4 columns wide, not 32"),
-    Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors),
+    Pass("layout_constants", lambda f, o: layout_constants(f, o.vectors, o.threads),
          "constants a gemm reads are stored in the order its kernel reads when the package is compiled"),
     Pass("per_row", lambda f, o: per_row(f, o.threads),
          "a chain of convolutions and pooling that treats each image alone runs image by image"),

@@ -1110,6 +1110,78 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
     }
 }
 
+// ---- Pointwise convolutions over few positions ---------------------------------------------------------------
+// A pointwise convolution (one group, 1 × 1 taps, stride 1, no padding) whose n output positions leave a large part
+// of the last panel empty (7 × 7: 49 = 3 · 16 + 1, a quarter of the tiles' lanes padding; prims/convolve.py:
+// pointwise_applies) runs transposed, as onnxruntime's NCHWc kernels do: yᵀ [n, M] = xᵀ [n, C] · wᵀ [C, M], the
+// positions as the tiles' rows (read where they lie: position r of channel p at x[p·n + r], MR consecutive values a
+// k step) and the output channels as their panels (wᵀ stored as panels when the package was compiled:
+// transforms/layout_constants.py), so that only the last tile of rows is partial. The tiles store yᵀ into scratch;
+// then each output channel's row is copied out of it into y with the epilogue.
+template <class T>
+constexpr int64_t pointwise_scratch(const conv_shape& s) {
+    return convs::aligned(s.positions() * 2 * panel_width<T>);
+}
+
+namespace convs {
+
+// y [m, n] = epi(t [n, ld]ᵀ) for m <= P output channels from row i of the whole result (one cache line of each of
+// t's rows read, m rows of y written front to back), the affine epilogue as each value is copied, any other after.
+template <class T>
+KS_OWN_FRAME void untranspose(const T* t, int64_t ld, int64_t m, int64_t n, T* y, const epilogue<T>& epi, int64_t i) {
+    constexpr int P = panel_width<T>;
+    const affine<T> fin = epi.in_registers(i);
+    T bias[P];
+    for (int r = 0; r < P; ++r) {
+        bias[r] = fin.bias != nullptr && r < m ? fin.bias[r] : T(0);
+    }
+    for (int64_t q = 0; q < n; ++q) {
+        for (int r = 0; r < m; ++r) {
+            y[r * n + q] = fin ? fin.apply(t[q * ld + r], bias[r]) : t[q * ld + r];
+        }
+    }
+    if (!fin) {
+        epi(i, 0, y, n, 1, m, n);
+    }
+}
+
+// Rows [0, n) of yᵀ at c (row stride ld) for `cols` output channels over kc input channels: the tall tiles over a
+// (the image's positions, read where they lie) and b (the kernel's panels), in a frame of their own.
+template <class T>
+KS_OWN_FRAME void pointwise_block(int64_t n, int64_t kc, const tiles::row_tiles<T>& a, const tiles::panel_rows<T>& b,
+                                  T* c, int64_t ld, int64_t cols, bool load_c) {
+    constexpr int P = panel_width<T>;
+    tiles::block<T, false, tiles::tall_block>(n, kc, a, b, static_cast<int>((cols + P - 1) / P), c,
+                                                                   ld, cols, load_c, false, 0, epilogue<T>{});
+}
+
+}  // namespace convs
+
+// y [images, M, n] = epi(conv(x [images, C, n], w)) for a pointwise convolution s, its kernel w [M, C] stored
+// transposed as panels (ks::panels of wᵀ [C, M]; scratch: pointwise_scratch elements).
+template <class T>
+void conv_pointwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+                    const epilogue<T>& epi = {}) {
+    constexpr int P = panel_width<T>, NP = 2;  // (two panels of output channels at a time: AVX-512's tiles)
+    const int64_t m = s.out_channels, depth = s.channels, n = s.positions(), step = tiles::k_step(depth);
+    for (int64_t image = 0; image < images; ++image) {
+        const T* xi = tiles::opaque(x + image * depth * n);
+        const epilogue<T> eg = epi.group(image, 0);
+        for (int64_t i0 = 0; i0 < m; i0 += NP * P) {  // (a tile's panels of output channels, then out of scratch)
+            const int64_t cols = m - i0 < NP * P ? m - i0 : NP * P;
+            for (int64_t k0 = 0; k0 < depth; k0 += step) {
+                const int64_t kc = depth - k0 < step ? depth - k0 : step;
+                convs::pointwise_block<T>(n, kc, tiles::rows_of(xi + k0 * n, 1, n),
+                                          tiles::panel_rows<T>{w + i0 * depth + k0 * P, P, depth * P, true}, scratch,
+                                          NP * P, cols, k0 > 0);
+            }
+            for (int64_t u = 0; u < cols; u += P) {
+                convs::untranspose<T>(scratch + u, NP * P, cols - u < P ? cols - u : P, n, y + (image * m + i0 + u) * n, eg, i0 + u);
+            }
+        }
+    }
+}
+
 // ---- Dot products on one lane (a microcontroller) ------------------------------------------------------------
 // On a target without a vector unit (tiles::dot_products: an M-profile Arm core) every float convolution, depthwise
 // ones too, is ks::conv_dots (impl "dots": transforms/dot_convs.py): per output position, the window's values (C/G·K

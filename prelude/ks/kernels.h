@@ -51,6 +51,7 @@ inline namespace KS_KERNELS {
                                        int64_t, int64_t);                                                         \
     PREFIX void conv_depthwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);                                               \
+    PREFIX void conv_pointwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void max_pool<T>(const pool_shape&, int64_t, const T*, T*, T*);
 
 // ks::conv_dots (impl "dots"): the convolutions of a target without a vector unit, compiled for those alone.
