@@ -678,6 +678,7 @@ def predicate(name: str, fn, cpp: str, arity: int, doc: str, strings: str | None
         emit=_emit_compare(cpp, strings),
         strings=strings is not None,
         elementwise=True,
+        remat=doc.startswith("compare"),
         doc=doc,
         opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
     )

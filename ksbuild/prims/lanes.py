@@ -230,6 +230,8 @@ lane_owned = Prim(
     batch=_owned_batch,
     emit=lambda ctx, eqn: _lane_emit(ctx, eqn),
     expand=lambda b, ins, then: [ins[1]],
+    elementwise=True,  # (its condition is x's leading axes: a mask, as select's)
+    remat=True,
     opt_outs=("jvp: zero on the other branch's lanes on purpose, not the derivative of its value there",
               "transpose: not linear (its jvp is a select, which is)"),
     doc="x itself (pred: one condition per lane, the leading axes of x), as an operand of the branch of a per-lane "

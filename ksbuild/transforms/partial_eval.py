@@ -67,7 +67,11 @@ class Split:
         if e is None or not e.prim.remat or len(e.outs) != 1:
             return None
         operands = [a for a in e.ins if isinstance(a, Var)]
-        return e if len(operands) == 1 and operands[0].type == k.type else None
+        if not operands or any(a.type.shape != k.type.shape for a in operands):
+            return None
+        # at most one operand is read from memory; the others (a lane's condition) are recomputed in turn
+        stored = [a for a in operands if id(a) not in self.remade and self.cheap(a) is None]
+        return e if len(stored) <= 1 else None
 
 
 def split_eqns(s: Split, f: Func) -> None:

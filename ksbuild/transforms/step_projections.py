@@ -37,6 +37,8 @@ def step_projections(f: Func) -> Func:
         if found is None:
             return None
         src, w, bias, product = found
+        want = eqn.ins[-1].type.shape[:-1] + src.type.shape[-1:]
+        src = src if src.type.shape == want else b.reshape(src, shape=want)
         value = _constant(bias, defs, uses) if isinstance(bias, Var) else None
         return _per_step(b, eqn, ins, src, w, bias if value is None else b.constant(value=Dense.of(value)), product)
     g = rewrite(f, rule)
@@ -103,10 +105,16 @@ def _projection(loop: Eqn, defs, uses):
         return None
     src = rows.ins[0]
     t, gates = xs.type.shape[0], xs.type.shape[-1]
-    if src.type.rank != xs.type.rank or src.type.shape[:-1] != xs.type.shape[:-1] or \
-            product.ins[1].type.shape != (gates, src.type.shape[-1]) or t != p["length"] and p["length"] is not None:
+    want = xs.type.shape[:-1] + src.type.shape[-1:]  # (the steps [T, B, I]; a batch of 1 may come as [1, T, I])
+    if not _same_order(src.type.shape, want) or product.ins[1].type.shape != (gates, src.type.shape[-1]) or \
+            t != p["length"] and p["length"] is not None:
         return None
     return src, product.ins[1], bias, product.params
+
+
+def _same_order(shape: tuple, want: tuple) -> bool:
+    """Whether an array of shape holds the elements of one of shape want in the same order (size-1 axes apart)."""
+    return [d for d in shape if d != 1] == [d for d in want if d != 1] and shape[-1:] == want[-1:]
 
 
 def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, product: dict) -> list:

@@ -65,23 +65,18 @@ size_t activations_vrelu3_workspace_size(int64_t n) {
 //   (x: f32, ct: f32) -> (f32)
 float activations_relu3_vjp(float x, float ct) {
     const bool t1 = (x < 0.0f);
-    bool r;
-    if (t1) {
-        r = false;
-    } else {
-        r = (x < 1.0f);
-    }
     float d_x;
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r1;
-        if (r) {
-            r1 = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
+        const bool t2 = (x < 1.0f);
+        float r;
+        if (t2) {
+            r = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
         } else {
-            r1 = ct;
+            r = ct;
         }
-        d_x = r1;
+        d_x = r;
     }
     return d_x;
 }
@@ -138,23 +133,18 @@ float activations_relu3_jvp(float x, float dx) {
 //   (x: f32) -> (f32)
 float activations_relu3_grad(float x) {
     const bool t1 = (x < 0.0f);
-    bool r;
-    if (t1) {
-        r = false;
-    } else {
-        r = (x < 1.0f);
-    }
     float d_x;
     if (t1) {
         d_x = 0.0f;
     } else {
-        float r1;
-        if (r) {
-            r1 = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
+        const bool t2 = (x < 1.0f);
+        float r;
+        if (t2) {
+            r = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
         } else {
-            r1 = 1.0f;
+            r = 1.0f;
         }
-        d_x = r1;
+        d_x = r;
     }
     return d_x;
 }
@@ -168,19 +158,14 @@ float activations_relu3_d2(float x, float dx) {
     if (t1) {
         dd_x = 0.0f;
     } else {
-        bool r;
-        if (t1) {
-            r = false;
+        const bool t2 = (x < 1.0f);
+        float r;
+        if (t2) {
+            r = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
         } else {
-            r = (x < 1.0f);
+            r = 0.0f;
         }
-        float r1;
-        if (r) {
-            r1 = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
-        } else {
-            r1 = 0.0f;
-        }
-        dd_x = r1;
+        dd_x = r;
     }
     return dd_x;
 }
