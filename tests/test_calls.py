@@ -270,8 +270,9 @@ def test_examples_gmm_with_every_tensor_helper_a_call(tmp_path):
     numpy objective and torch's autograd gradient (examples/gmm/reference.py)."""
     import importlib.util
 
-    import ksbuild
     from conftest import ROOT
+
+    import ksbuild
     from ksbuild.cli import main as cli_main
     from ksbuild.prims import control
     gmm = ROOT / "examples" / "gmm"

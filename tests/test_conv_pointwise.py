@@ -84,8 +84,8 @@ def test_pointwise_is_chosen_only_where_it_pays(model, tmp_path):
     """One thread with vectors: every branch; on two threads (ks::conv's parts) and without a vector unit
     (ks::conv_dots) none. Planes whose last panel is full or more than half full, and fewer input channels
     than POINTWISE_MIN_DEPTH, stay with ks::conv."""
-    from ksbuild.prims.convolve import pointwise_applies
     from ksbuild.ir.types import Type
+    from ksbuild.prims.convolve import pointwise_applies
     assert _impls(model) == ["pointwise"] * len(BRANCHES)
     assert "pointwise" not in _impls(model, threads=2)
     assert "pointwise" not in _impls(model, vectors=False)

@@ -102,8 +102,9 @@ def test_every_2d_and_1d_float_pooling_is_the_prim():
 
 
 def _lowered_ops(shape, attrs) -> set[str]:
-    from ksbuild.transforms.pipeline import lower
     import tempfile
+
+    from ksbuild.transforms.pipeline import lower
     with tempfile.TemporaryDirectory() as d:
         path = f"{d}/m.onnx"
         _model(path, shape, **attrs)

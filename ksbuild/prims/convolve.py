@@ -30,7 +30,15 @@ from ..ir.types import Type, element_bytes, numel
 from . import scratch as scratch_sizes
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
-from .lowering import OPT_OUTS, from_panels, PARALLEL_MIN_MACS, _lowered_only, apply_epilogue, apply_in_place, epilogue_type
+from .lowering import (
+    OPT_OUTS,
+    PARALLEL_MIN_MACS,
+    _lowered_only,
+    apply_epilogue,
+    apply_in_place,
+    epilogue_type,
+    from_panels,
+)
 
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
 # kernel transform G; prelude/ks/conv.h has the whole algorithm.
@@ -250,7 +258,8 @@ def _as_plan(shape: str, images: str) -> bool:
 def _emit_call(ctx, impl: str, c: str, geometry: str, storage: str, images: str, buffers: str, epi) -> None:
     """One kernel-layer call over the whole convolution."""
     call = {"tiles": "ks::conv", "gemm": "ks::conv_rows", "winograd": "ks::conv_winograd",
-            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots", "pointwise": "ks::conv_pointwise"}[impl] + f"<{c}"
+            "depthwise": "ks::conv_depthwise", "dots": "ks::conv_dots",
+            "pointwise": "ks::conv_pointwise"}[impl] + f"<{c}"
     args = f"{geometry}, {images}"
     if impl == "tiles" and storage == "static constexpr" and images.isdigit():
         # (shapes known: the method and plan ks::conv would choose, constants, so that the others are not linked)

@@ -526,8 +526,8 @@ def _einsum_emit(ctx, eqn) -> None:
 
 def _einsum_select(b, eqn, ins, backend, threads):
     """A contract: impl "gemm" (the backend's ks::gemm) for a float matrix product when the backend has one
-    (Backend.gemm), else "tiles" (on several threads too: ks/parts.h splits it) unless it is tiny (_tiny_product); "loops"
-    for those and any other contraction (transforms/select_backend.py)."""
+    (Backend.gemm), else "tiles" (on several threads too: ks/parts.h splits it) unless it is tiny (_tiny_product);
+    "loops" for those and any other contraction (transforms/select_backend.py)."""
     from ..transforms.rewrite import bind_like
     from .lowering import contract, gemm_axes
     spec = eqn.params["spec"]

@@ -25,8 +25,8 @@ import collections
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
-from ..prims.lowering import gemm_axes, to_panels
 from ..prims.convolve import pointwise_applies
+from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
 from .rewrite import bind_like, rewrite
