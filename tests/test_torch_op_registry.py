@@ -145,11 +145,29 @@ def test_load_of_a_folder_that_is_not_a_python_build(tmp_path):
         ksbuild.load(tmp_path)
 
 
-def write_kernel(root, body: str, params: str = 'x: "float[n]"'):
-    (root / "k.py").write_text(f'def f({params}) -> "float[n]":\n    return {body}\n')
-    (root / "manifest.toml").write_text('[package]\nname = "reg_rebuilt"\n[kernels.f]\npython = "k.py:f"\n'
+def write_kernel(root, body: str, params: str = 'x: "float[n]"', result: str = '"float[n]"',
+                 package: str = "reg_rebuilt"):
+    (root / "k.py").write_text(f'def f({params}) -> {result}:\n    return {body}\n')
+    (root / "manifest.toml").write_text(f'[package]\nname = "{package}"\n[kernels.f]\npython = "k.py:f"\n'
                                         '[exports]\nf = "f"\nf_vjp = "vjp(f)"\n')
     return root / "manifest.toml"
+
+
+def test_compiled_graphs_of_two_builds_are_not_shared(tmp_path, monkeypatch):
+    """Two builds of one package whose op has one schema but other result shapes ([n], then a scalar: a 0-d
+    tensor): torch.compile's caches of compiled graphs (by the ops a graph calls) must not give the second build the
+    first one's graph. It did when a compiled graph called E.default; now a trace calls E.b<build key>."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", True)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", True)
+    x = torch.linspace(-1, 1, 5)
+    p1 = ksbuild.build(write_kernel(tmp_path, "x * 2.0", package="reg_keyed"))
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda v: p1.f(v), fullgraph=True)(x), 2 * x)
+    p2 = ksbuild.build(write_kernel(tmp_path, "(x * 3.0).sum()", result="float", package="reg_keyed"))
+    assert p2.key != p1.key
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda v: p2.f(v), fullgraph=True)(x), (3 * x).sum())
 
 
 def test_op_name_is_stable_across_rebuilds(tmp_path):

@@ -16,6 +16,11 @@ docs/torch.md says what users see; in short:
 - ksbuild's copy of this file and each wheel's share a package's ops through its namespace object in
   torch.ops (attributes ksbuild_slots, ksbuild_owner, ksbuild_loader; a slot's `schema`, `op` and
   `current`, whose `cpu`, `fake` and `autograd` the op's kernels call): keep those names.
+- torch.compile caches compiled graphs on disk by the ops they call, by name. Inside a torch.compile trace an export
+  is called through an overload named after the build (ksbuild_P::E.b<key>, same kernels as E.default), so a graph
+  compiled with one build of P (its residuals, its result shapes) is never reused for another: a ksbuild upgrade or
+  an edited kernel that kept its signature once made torch run a stale compiled graph. torch.export records
+  E.default, so saved programs keep loading with any build of P.
 """
 from __future__ import annotations
 
@@ -80,6 +85,7 @@ class PackageOps:
         found = derivatives(package.exports)
         self.exports = {n: _ExportOp(self, e, found[n]) for n, e in package.exports.items()}
         self.ops: dict = {}  # export -> its op (torch.ops.ksbuild_P.E.default)
+        self.keyed: dict = {}  # export -> its op for torch.compile traces (torch.ops.ksbuild_P.E.b<key>)
         self.no_op: dict[str, str] = {}  # export -> why it has no op (it runs eagerly only)
         self._bind()
 
@@ -108,7 +114,14 @@ class PackageOps:
         self._check_current(name)
         export = self.package.exports[name]
         extra = [[dims[d] for d in export.free_dims]] if export.free_dims else []
-        return self.ops[name](*tensors, *extra)
+        return self.op(name)(*tensors, *extra)
+
+    def op(self, name: str):
+        """The op of export `name` to call: inside a torch.compile session its overload of this build (so that
+        torch's caches of compiled graphs, keyed by the ops a graph calls, tell builds apart), else E.default."""
+        if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+            return self.keyed.get(name, self.ops[name])
+        return self.ops[name]
 
     def _check_current(self, name: str) -> None:
         """An error when a later build of the package took the ops over (they would run its code, not ours)."""
@@ -130,6 +143,7 @@ class PackageOps:
                 self.no_op[name] = reason
                 continue
             slot.current, self.ops[name] = op, slot.op
+            self.keyed[name] = _keyed_op(ns, name, slot, self.key)
         for name, slot in ns.ksbuild_slots.items():
             if name not in self.ops:
                 slot.current = _Unbound(self.no_op.get(name) or f"{_title(self, name)}: package "
@@ -193,7 +207,7 @@ class _ExportOp:
         if keyset == _PLAIN_CPU:
             return self.cpu(*args)
         with _AutoDispatchBelowAutograd():
-            return self.ops.ops[self.name].redispatch(keyset & _after_autograd_keyset, *args)
+            return self.ops.op(self.name).redispatch(keyset & _after_autograd_keyset, *args)
 
     def derivative(self, tensors) -> _Derivative | None:
         """The derivative that covers every float input requiring grad (None if nothing needs one); an error
@@ -215,7 +229,7 @@ class _ExportOp:
             export = self.ops.package.exports[name]
             extra = [[dims[k] for k in export.free_dims]] if export.free_dims else []
             with _AutoDispatchBelowAutograd():
-                outs = _as_list(self.ops.ops[name].redispatch(keyset & _after_autograd_keyset, *tensors, *extra))
+                outs = _as_list(self.ops.op(name).redispatch(keyset & _after_autograd_keyset, *tensors, *extra))
         n = len(self.export.outs)
         return list(outs[:n]), list(outs[n:])
 
@@ -281,6 +295,7 @@ class _Slot:
 
     def __init__(self, schema_text: str):
         self.schema, self.op, self.current = schema_text, None, None
+        self.keyed: dict = {}  # build key -> the op's overload for torch.compile traces with that build
 
 
 def _define(ns, name: str, schema_text: str) -> _Slot:
@@ -293,12 +308,36 @@ def _define(ns, name: str, schema_text: str) -> _Slot:
         lib.define(f"{name}{schema_text}", tags=(torch.Tag.pt2_compliant_tag,))
     finally:
         ns.ksbuild_defining = False
-    lib.impl(name, lambda *args: slot.current.cpu(*args), "CPU")
-    torch.library.register_fake(f"{ns.name}::{name}", lambda *args: slot.current.fake(*args), lib=lib)
-    lib.impl(name, lambda keyset, *args: slot.current.autograd(keyset, *args), "Autograd", with_keyset=True)
+    _implement(lib, ns, name, slot)
     slot.op = getattr(ns, name).default
     ns.ksbuild_slots[name] = slot
     return slot
+
+
+def _keyed_op(ns, name: str, slot: _Slot, key: str):
+    """The overload ns::name.b<key> of a defined op (its kernels those of the slot, as the default's), defined on
+    first use: what a torch.compile trace calls with the build of that key."""
+    keyed = slot.__dict__.setdefault("keyed", {})  # (a slot made by an older wheel's copy of this file has none)
+    if key in keyed:
+        return keyed[key]
+    overload = "b" + "".join(c for c in key if c.isalnum())[:20]
+    lib = torch.library.Library(ns.name, "FRAGMENT")
+    _LIBRARIES.append(lib)
+    ns.ksbuild_defining = True
+    try:
+        lib.define(f"{name}.{overload}{slot.schema}", tags=(torch.Tag.pt2_compliant_tag,))
+    finally:
+        ns.ksbuild_defining = False
+    _implement(lib, ns, f"{name}.{overload}", slot)
+    keyed[key] = getattr(getattr(ns, name), overload)
+    return keyed[key]
+
+
+def _implement(lib, ns, qualname: str, slot: _Slot) -> None:
+    """The CPU, fake and autograd kernels of op ns::qualname: each calls the slot's current export."""
+    lib.impl(qualname, lambda *args: slot.current.cpu(*args), "CPU")
+    torch.library.register_fake(f"{ns.name}::{qualname}", lambda *args: slot.current.fake(*args), lib=lib)
+    lib.impl(qualname, lambda keyset, *args: slot.current.autograd(keyset, *args), "Autograd", with_keyset=True)
 
 
 def _no_op_reason(ops: PackageOps, export) -> str | None:
