@@ -466,12 +466,14 @@ def test_the_last_row_of_a_reverse_recurrent_output_is_not_its_final_carry(tmp_p
     np.testing.assert_allclose(eval_func(done, [x])[0], want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("n", [10, 8, 3, 33])
-def test_without_a_vector_unit_an_integer_products_weights_are_packed_4_columns_wide(n):
+@pytest.mark.parametrize("n, dtype", [(10, "u8"), (8, "u8"), (3, "u8"), (33, "u8"), (10, "i8")])
+def test_without_a_vector_unit_an_integer_products_weights_are_packed_4_columns_wide(n, dtype):
     """On a target without a vector unit (a Cortex-M: transforms/narrow_qpacks.py) an int8 product's constant weights
     are packed in tiles of 4 columns (ks::qtile::product_cols there), not the 32 of the vector tiles: a classifier's
-    10 columns take 12 columns of bytes, not 32. The packed bytes hold the same weights (qlinear.unpack) and the
-    product computes what it computes with a vector unit (the interpreter, on both pipelines' output)."""
+    10 columns take 12 columns of bytes, not 32, and without the columns' sums: x_zero·Σw is folded into the bias
+    (x_zero 0 after it, -128 for int8 activations). The packed bytes hold the same weights (qlinear.unpack) and the
+    product computes what it computes with a vector unit (the interpreter, on both pipelines' output: fails with the
+    fold's sign or sum wrong)."""
     from ksbuild.ir.builder import Builder
     from ksbuild.ir.core import Var
     from ksbuild.ir.dense import Dense
@@ -485,20 +487,24 @@ def test_without_a_vector_unit_an_integer_products_weights_are_packed_4_columns_
     scale = np.array([0.004], np.float32)
 
     def linear(b):
-        x = Var(Type("u8", (1, k)), "x")
+        x = Var(Type(dtype, (1, k)), "x")
         consts = [b.constant(value=Dense.of(v)) for v in (w, bias, scale)]
-        (y,) = b.bind(qmatmul, [x, *consts], dict(x_zero=7, y_zero=3, lo=0, hi=255, out="u8"))
+        params = dict(x_zero=7 if dtype == "u8" else -5, y_zero=3, lo=0, hi=255, out="u8")
+        (y,) = b.bind(qmatmul, [x, *consts], params)
         return b.func("linear", [x], [y])
-    args = [rng.integers(0, 256, (1, k)).astype(np.uint8)]
+    args = [rng.integers(0, 256, (1, k)).astype(np.uint8).view(np.uint8 if dtype == "u8" else np.int8)]
     results = []
     for vectors, width in ((True, 32), (False, 4)):
         g = lower(linear(Builder()), Options(backend="plain", vectors=vectors), after="layout_constants")
         verify(g)
         (product,) = [e for e in g.eqns if e.prim.name == "qmatmul"]
         assert product.params.get("width", 32) == width and product.params["packed"]
+        folded = (0 if dtype == "u8" else -128, False)
+        assert (product.params["x_zero"], product.params.get("sums", True)) == \
+            (((7 if dtype == "u8" else -5), True) if vectors else folded)
         packed = next(e for e in g.eqns if e.outs[0] is product.ins[1]).params["value"].array()
-        assert packed.size == packed_bytes("columns", (k, n), 1, width) == \
-            -(-n // width) * width * k + -(-4 * n // 64) * 64
+        assert packed.size == packed_bytes("columns", (k, n), 1, width, vectors) == \
+            -(-n // width) * width * k + (-(-4 * n // 64) * 64 if vectors else 0)
         assert np.array_equal(unpack(packed, "columns", (k, n), 1, width), w)
         results.append(eval_func(g, args)[0])
     np.testing.assert_array_equal(results[0], results[1])

@@ -191,10 +191,14 @@ def conv_shape(ctx, eqn: Eqn, kernel: Type | None = None) -> str:
     k = x.type.rank - 2
     lead = 3 - k
 
-    def triple(values, fill) -> str:
-        return "{" + ", ".join([str(fill)] * lead + [ctx.dim(v) for v in values]) + "}"
+    def dim(v) -> str:  # (a symbolic size converted: a conv_shape's fields are int32_t on a 32-bit target)
+        s = ctx.dim(v)
+        return s if re.fullmatch(r"-?\d+", s) else f"ks::conv_dim({s})"
 
-    return (f"ks::conv_shape{{{ctx.dim(x.type.shape[1])}, {ctx.dim(kernel.shape[0])}, {p['groups']}, "
+    def triple(values, fill) -> str:
+        return "{" + ", ".join([str(fill)] * lead + [dim(v) for v in values]) + "}"
+
+    return (f"ks::conv_shape{{{dim(x.type.shape[1])}, {dim(kernel.shape[0])}, {p['groups']}, "
             f"{triple(x.type.shape[2:], 1)}, {triple(y.type.shape[2:], 1)}, {triple(kernel.shape[2:], 1)}, "
             f"{triple(p['strides'], 1)}, {triple(p['dilations'], 1)}, {triple(p['pads'][:k], 0)}}}")
 

@@ -17,9 +17,11 @@ qpack[layout, groups](w) -> bytes
     group's output channels in tiles of 8 rows of four consecutive depths; layout "columns", a product's b [K, N],
     its columns in tiles of `width` (32; 4 on a microcontroller, param width = 4: transforms/narrow_qpacks.py,
     ks::qtile::product_cols on an M-profile core, so that a classifier's 10 columns are not padded to 32; the qpack's
-    qmatmul has the same param width). select_backend makes qconv and qmatmul read their weights through a qpack (param
-    packed = True, the weights' shape in `kernel`); layout_constants packs constant weights when the package is
-    compiled, so nothing is packed at run time.
+    qmatmul has the same param width), then the columns' sums as int32 (for x_zero·Σw), except with param sums = False
+    (transforms/narrow_qpacks.py: constant weights whose product's x_zero it folds into the bias; that qmatmul has
+    sums = False too, and x_zero 0 for u8 activations, -128 for i8). select_backend makes qconv and qmatmul read their
+    weights through a qpack (param packed = True, the weights' shape in `kernel`); layout_constants packs constant
+    weights when the package is compiled, so nothing is packed at run time.
 
 scale is x_scale · w_scale / y_scale in f32 (the frontend computes it as onnxruntime does); lo and hi are the
 output type's range, narrowed by a Relu or Clip folded into the operator. The arithmetic is onnxruntime's
@@ -73,14 +75,16 @@ def _padded(a: np.ndarray) -> np.ndarray:
     return np.concatenate([a, np.zeros(_round_up(a.size, 64) - a.size, np.uint8)])
 
 
-def _tiles(w2: np.ndarray, width: int) -> np.ndarray:
+def _tiles(w2: np.ndarray, width: int, sums: bool = True) -> np.ndarray:
     """w2 [n, depth] int8 packed [tile][quad][width][4] as bytes, zeros past the ends, padded to 64 bytes, then
-    its rows' sums as int32 (little-endian, as the targets are), padded alike (ks::qtile::pack_weights)."""
+    (sums) its rows' sums as int32 (little-endian, as the targets are), padded alike (ks::qtile::pack_weights)."""
     n, depth = w2.shape
     q = (depth + 3) // 4
     buf = np.zeros((_round_up(n, width), 4 * q), np.int8)
     buf[:n, :depth] = w2
     flat = buf.reshape(-1, width, q, 4).transpose(0, 2, 1, 3)
+    if not sums:
+        return _padded(flat)
     return np.concatenate([_padded(flat), _padded(w2.astype(np.int32).sum(1).astype("<i4"))])
 
 
@@ -91,19 +95,20 @@ def _untiles(packed: np.ndarray, n: int, depth: int, width: int) -> np.ndarray:
     return tiles.reshape(-1, 4 * q)[:n, :depth]
 
 
-def packed_bytes(layout: str, kernel: tuple, groups: int, width: int = COLS) -> int:
-    """The bytes of weights of shape `kernel` packed in `layout` (columns in tiles of `width`)."""
+def packed_bytes(layout: str, kernel: tuple, groups: int, width: int = COLS, sums: bool = True) -> int:
+    """The bytes of weights of shape `kernel` packed in `layout` (columns in tiles of `width`, then their sums
+    unless `sums` is false)."""
     if layout == "columns":
         k, n = kernel
-        return _round_up(_round_up(n, width) * 4 * ((k + 3) // 4), 64) + _round_up(4 * n, 64)
+        return _round_up(_round_up(n, width) * 4 * ((k + 3) // 4), 64) + (_round_up(4 * n, 64) if sums else 0)
     m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
     return groups * (_round_up(_round_up(m, ROWS) * 4 * ((depth + 3) // 4), 64) + _round_up(4 * m, 64))
 
 
-def pack(w: np.ndarray, layout: str, groups: int, width: int = COLS) -> np.ndarray:
+def pack(w: np.ndarray, layout: str, groups: int, width: int = COLS, sums: bool = True) -> np.ndarray:
     """Weights as the kernels read them (qpack)."""
     if layout == "columns":
-        return _tiles(w.T, width)
+        return _tiles(w.T, width, sums)
     m = w.shape[0] // groups
     flat = w.reshape(w.shape[0], -1)
     return np.concatenate([_tiles(flat[g * m:(g + 1) * m], ROWS) for g in range(groups)])
@@ -134,11 +139,12 @@ def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int
 
 # ---- qconv ------------------------------------------------------------------------------------------------------
 
-def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str, width: int = COLS) -> Type:
+def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str, width: int = COLS,
+             sums: bool = True) -> Type:
     """The weights' own type: w's, or the `kernel` shape that packed bytes w hold."""
     if not packed:
         return w
-    size = packed_bytes(layout, tuple(kernel), groups, width)
+    size = packed_bytes(layout, tuple(kernel), groups, width, sums)
     if w.dtype != "u8" or w.rank != 1 or w.shape[0] != size:
         raise KsbuildError(f"{what}: packed weights must be the u8 [{size}] that qpack makes of {kernel}, got {w}")
     return Type("i8", tuple(kernel))
@@ -272,16 +278,20 @@ qconv = Prim(
 
 # ---- qmatmul ----------------------------------------------------------------------------------------------------
 
-def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None, width=COLS):
+def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None, width=COLS, sums=True):
     a, b, bias, scale = in_types
-    b = _logical(b, packed, kernel, "columns", 1, "qmatmul", width)
+    b = _logical(b, packed, kernel, "columns", 1, "qmatmul", width, sums)
+    if not sums and x_zero != unsigned_zero(a.dtype):
+        raise KsbuildError(f"qmatmul: weights packed without their sums need x_zero {unsigned_zero(a.dtype)} "
+                           f"(the tiles' zero point 0), not {x_zero}")
     if a.rank < 1 or b.rank != 2 or a.shape[-1] != b.shape[0]:
         raise KsbuildError(f"qmatmul of {a} and {b}: expected [..., K] and [K, N]")
     _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out)
     return (Type(out, a.shape[:-1] + (b.shape[1],)),)
 
 
-def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None, width=COLS):
+def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None, width=COLS,
+                  sums=True):
     b = _weights(b, packed, "columns", kernel, 1, width)
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
     return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
@@ -304,6 +314,9 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
         raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
     scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
     _width_check(ctx, eqn)
+    if not eqn.params.get("sums", True):
+        ctx.line("static_assert(ks::qtile::bias_offsets, \"weights packed without their sums (ksbuild/transforms/"
+                 "narrow_qpacks.py: a microcontroller's) are read by a ks::qmatmul that takes the bias as offsets\");")
     q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
     ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
@@ -326,12 +339,12 @@ qmatmul = Prim(
 
 # ---- qpack ------------------------------------------------------------------------------------------------------
 
-def _qpack_rule(in_types, layout, groups, width=COLS):
+def _qpack_rule(in_types, layout, groups, width=COLS, sums=True):
     (w,) = in_types
     if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or (layout == "columns" and w.rank != 2) or \
-            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS):
-        raise KsbuildError(f"qpack of {w} ({layout}, width {width}): expected literal i8 weights")
-    return (Type("u8", (packed_bytes(layout, w.shape, groups, width),)),)
+            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS) or (not sums and layout != "columns"):
+        raise KsbuildError(f"qpack of {w} ({layout}, width {width}, sums {sums}): expected literal i8 weights")
+    return (Type("u8", (packed_bytes(layout, w.shape, groups, width, sums),)),)
 
 
 def _width_check(ctx, eqn: Eqn) -> None:
@@ -345,6 +358,9 @@ def _emit_qpack(ctx, eqn: Eqn) -> None:
     (w,), (y,) = eqn.ins, eqn.outs
     sw = _dense(ctx, w, "weights")
     dst, out = _dense_target(ctx, y, "packed")
+    if not eqn.params.get("sums", True):
+        raise KsbuildError("internal: a qpack without sums reaches the C++ (narrow_qpacks makes them of constant "
+                           "weights only, which layout_constants packs when the package is compiled)")
     if eqn.params["layout"] == "columns":
         k, n = w.type.shape
         _width_check(ctx, eqn)
@@ -355,6 +371,12 @@ def _emit_qpack(ctx, eqn: Eqn) -> None:
     _finish(ctx, y, out, dst)
 
 
+def unsigned_zero(dtype: str) -> int:
+    """The activations' zero point at which the tiles' is 0 (ks::qtile::tile_zero on a core without SDOT): u8 0,
+    i8 -128 (the tiles multiply an int8 activation's byte + 128)."""
+    return 0 if dtype == "u8" else -128
+
+
 def _qpack_batch(b, ins, batched, size, **params):
     raise KsbuildError("vmap over int8 weights is not supported")
 
@@ -362,7 +384,7 @@ def _qpack_batch(b, ins, batched, size, **params):
 qpack = Prim(
     name="qpack",
     type_rule=_qpack_rule,
-    eval=lambda w, layout, groups, env, width=COLS: (pack(w, layout, groups, width),),
+    eval=lambda w, layout, groups, env, width=COLS, sums=True: (pack(w, layout, groups, width, sums),),
     jvp=_no_derivative("qpack"),
     batch=_qpack_batch,
     emit=_emit_qpack,

@@ -20,24 +20,33 @@
 namespace ks {
 inline namespace KS_KERNELS {
 
+// The integer type of a conv_shape's sizes: int64_t, and int32_t on a 32-bit target (a microcontroller, where no
+// tensor has 2^31 elements), whose 21 fields are then 84 bytes of read-only data per convolution instead of 168 and
+// whose arithmetic on them takes one register, not two (issue 36: the Cortex-M4 benchmark's flash at -Os).
+#if INTPTR_MAX > INT32_MAX
+using conv_dim = int64_t;
+#else
+using conv_dim = int32_t;
+#endif
+
 // The geometry of a convolution: channels, groups, and per spatial axis (d, h, w) the input and output
 // sizes, kernel taps, stride, dilation and leading padding.
 struct conv_shape {
-    int64_t channels;
-    int64_t out_channels;
-    int64_t groups;
-    int64_t in[3];
-    int64_t out[3];
-    int64_t kernel[3];
-    int64_t stride[3];
-    int64_t dilation[3];
-    int64_t pad[3];
+    conv_dim channels;
+    conv_dim out_channels;
+    conv_dim groups;
+    conv_dim in[3];
+    conv_dim out[3];
+    conv_dim kernel[3];
+    conv_dim stride[3];
+    conv_dim dilation[3];
+    conv_dim pad[3];
 
-    constexpr int64_t taps() const { return kernel[0] * kernel[1] * kernel[2]; }
+    constexpr conv_dim taps() const { return kernel[0] * kernel[1] * kernel[2]; }
     // K: the rows of a group's im2col
-    constexpr int64_t depth() const { return tiles::index_div(channels, groups) * taps(); }
-    constexpr int64_t positions() const { return out[0] * out[1] * out[2]; }
-    constexpr int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+    constexpr conv_dim depth() const { return conv_dim(tiles::index_div(channels, groups)) * taps(); }
+    constexpr conv_dim positions() const { return out[0] * out[1] * out[2]; }
+    constexpr conv_dim in_plane() const { return in[0] * in[1] * in[2]; }
 };
 
 namespace convs {

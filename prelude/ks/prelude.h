@@ -182,9 +182,16 @@ KS_MATH inline T logistic(T x) {
 // product, a SiLU x · logistic(x) 30% faster where it is a loop over a convolution's outputs (EfficientNet's
 // epilogues). Within 3e-7 of the exact value relative where that is a normal float; below x = -87 the result is
 // 0 or below 1e-38 (the exact one is subnormal: 1.6e-38 at -87), 0 at -inf, 1 from x = 17 on, NaN at NaN.
+// On a microcontroller built for size (KS_MATH: one function each; -Os) it calls ks::exp, the function tanh and
+// softmax call too, instead of holding a copy of its polynomial (0.2 KB of a Cortex-M4's flash in a GRU or an LSTM,
+// issue 36; for speed it keeps the copy: the call and exp's second scaling cost the GRU 3% more instructions).
 template <>
 KS_MATH inline float logistic<float>(float x) {
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+    return 1.0f / (1.0f + ks::exp(-x));
+#else
     return 1.0f / (1.0f + detail::exp_one_scale(-x));
+#endif
 }
 
 // Python a // b: the floor of a / b. Integers round toward -infinity; a // 0 is 0 as in numpy

@@ -21,6 +21,10 @@
 // by adding 128 to them and to their zero point, which leaves every x - x_zero unchanged. The weights' zero point
 // is 0 (symmetric int8 weights, what onnxruntime's quantizer and TFLite write); the x_zero·Σw term of the sum is
 // subtracted once per output channel.
+//
+// Sizes and indices are ks::conv_dim (ks/conv.h): int64_t, and int32_t on a 32-bit microcontroller, where the
+// int64 arithmetic had taken two registers and a call or three instructions per product (a Cortex-M4's ks::qmatmul
+// 522 -> 332 B at -Os, the gathered convolution's gather_block 676 -> 386 B; x86 code unchanged, the same type).
 #ifndef KS_QCONV_H
 #define KS_QCONV_H
 
@@ -60,7 +64,7 @@ inline namespace KS_KERNELS {
 struct requant {
     const int32_t* bias;  // per output channel, or null
     const float* scale;   // per output channel (scales == channels) or one for all (scales == 1)
-    int64_t scales;
+    conv_dim scales;
     int32_t x_zero;       // the activations' zero point (as stored: an int8 input's own)
     int32_t y_zero;
     int32_t lo, hi;       // saturation bounds of the output
@@ -68,37 +72,37 @@ struct requant {
 
 namespace qtile {
 
-constexpr int64_t rows = 8;   // rows of a register tile
-constexpr int64_t cols = 32;  // columns of a register tile
+constexpr conv_dim rows = 8;   // rows of a register tile
+constexpr conv_dim cols = 32;  // columns of a register tile
 // The columns of a matrix product's packed weights (qpack_columns, qmatmul: a tile's b): the tile's 32, and 4 on a
 // microcontroller (an M-profile Arm core), whose tiles (tile_dsp: 4 columns at a time, tile_portable) compute as many
 // columns as there are: a classifier's 10 columns are packed as 12, not 32 (with 8: 16, and the int8 MLP of
 // benchmarks/cortex_m4 0.1 KB above emx-onnx-cgen's flash; 4 costs it 4% more instructions). ksbuild packs them so
 // for such targets (ksbuild/transforms/narrow_qpacks.py; the generated code static_asserts that the two agree).
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
-constexpr int64_t product_cols = 4;
+constexpr conv_dim product_cols = 4;
 #else
-constexpr int64_t product_cols = cols;
+constexpr conv_dim product_cols = cols;
 #endif
 // The columns of a tile's b [quad][width][4]: a convolution's block of positions (SWAP false), a product's weights.
 template <bool SWAP>
-constexpr int64_t b_width() {
+constexpr conv_dim b_width() {
     return SWAP ? product_cols : cols;
 }
-constexpr int64_t depthwise_chunk = 512;  // wide positions a depthwise convolution sums at a time
+constexpr conv_dim depthwise_chunk = 512;  // wide positions a depthwise convolution sums at a time
 
-constexpr int64_t quads(int64_t depth) {
+constexpr conv_dim quads(conv_dim depth) {
     return (depth + 3) / 4;
 }
 // The part of an input axis of n elements that a padded copy with `room` elements after the padding holds.
-constexpr int64_t clip(int64_t n, int64_t room) {
+constexpr conv_dim clip(conv_dim n, conv_dim room) {
     return n < room ? n : (room > 0 ? room : 0);
 }
-constexpr int64_t round_up(int64_t n, int64_t to) {
+constexpr conv_dim round_up(conv_dim n, conv_dim to) {
     return tiles::index_div(n + to - 1, to) * to;
 }
 // Bytes of an operand of n rows (or columns) packed in tiles of `width`.
-constexpr int64_t packed_size(int64_t n, int64_t depth, int64_t width) {
+constexpr conv_dim packed_size(conv_dim n, conv_dim depth, conv_dim width) {
     return round_up(round_up(n, width) * quads(depth) * 4, 64);
 }
 
@@ -136,14 +140,14 @@ inline uint8_t weight_byte(int8_t v) {
 // src [n][depth] (element (i, k) at src[i·rs + k·ks]) packed in tiles of `width` rows, [tile][quad][width][4],
 // each element as byte(element), zeros past the ends.
 template <class T, class Byte>
-void pack(const T* src, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_t width, uint8_t* dst, Byte byte) {
-    const int64_t q = quads(depth);
-    for (int64_t i0 = 0; i0 < n; i0 += width) {
+void pack(const T* src, conv_dim n, conv_dim depth, conv_dim rs, conv_dim ks, conv_dim width, uint8_t* dst, Byte byte) {
+    const conv_dim q = quads(depth);
+    for (conv_dim i0 = 0; i0 < n; i0 += width) {
         uint8_t* tile = dst + i0 * q * 4;
-        const int64_t live = n - i0 < width ? n - i0 : width;
-        for (int64_t k = 0; k < q * 4; ++k) {
+        const conv_dim live = n - i0 < width ? n - i0 : width;
+        for (conv_dim k = 0; k < q * 4; ++k) {
             uint8_t* out = tile + (k / 4) * width * 4 + k % 4;
-            for (int64_t r = 0; r < width; ++r) {
+            for (conv_dim r = 0; r < width; ++r) {
                 out[r * 4] = r < live && k < depth ? byte(src[(i0 + r) * rs + k * ks]) : static_cast<uint8_t>(0);
             }
         }
@@ -152,18 +156,18 @@ void pack(const T* src, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_
 
 // Weights as the tiles read them: n rows of `depth` int8 weights packed in tiles of `width` (pack), then each row's
 // sum Σ_k w[i, k] as int32 (for the x_zero·Σw part of the requantized sums).
-constexpr int64_t weights_size(int64_t n, int64_t depth, int64_t width) {
+constexpr conv_dim weights_size(conv_dim n, conv_dim depth, conv_dim width) {
     return packed_size(n, depth, width) + round_up(n * 4, 64);
 }
 
 // w [n][depth] (element (i, k) at w[i·rs + k·ks]) packed as weights_size describes.
-inline void pack_weights(const int8_t* w, int64_t n, int64_t depth, int64_t rs, int64_t ks, int64_t width,
+inline void pack_weights(const int8_t* w, conv_dim n, conv_dim depth, conv_dim rs, conv_dim ks, conv_dim width,
                          uint8_t* dst) {
     pack(w, n, depth, rs, ks, width, dst, weight_byte);
     int32_t* sums = reinterpret_cast<int32_t*>(dst + packed_size(n, depth, width));
-    for (int64_t i = 0; i < n; ++i) {
+    for (conv_dim i = 0; i < n; ++i) {
         int32_t s = 0;
-        for (int64_t k = 0; k < depth; ++k) {
+        for (conv_dim k = 0; k < depth; ++k) {
             s += w[i * rs + k * ks];
         }
         sums[i] = s;
@@ -172,13 +176,22 @@ inline void pack_weights(const int8_t* w, int64_t n, int64_t depth, int64_t rs, 
 
 // offsets[i] = bias[i] - x_zero·Σ_k w[i, k] for the n rows of packed weights: the part of the requantized sum that is
 // per output channel.
-inline void channel_offsets(const uint8_t* weights, int64_t n, int64_t depth, int64_t width, const int32_t* bias,
+inline void channel_offsets(const uint8_t* weights, conv_dim n, conv_dim depth, conv_dim width, const int32_t* bias,
                             int32_t x_zero, int32_t* offsets) {
     const int32_t* sums = reinterpret_cast<const int32_t*>(weights + packed_size(n, depth, width));
-    for (int64_t i = 0; i < n; ++i) {
+    for (conv_dim i = 0; i < n; ++i) {
         offsets[i] = (bias ? bias[i] : 0) - x_zero * sums[i];
     }
 }
+
+// Whether ks::qmatmul reads the bias as its offsets when the tiles' zero point (tile_zero) is 0, leaving the packed
+// weights' sums unread: on a microcontroller, where ksbuild folds x_zero·Σw of constant weights into the bias when it
+// compiles the package and packs them without the sums (transforms/narrow_qpacks.py: 0.6 KB of the int8 MLP's flash).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr bool bias_offsets = true;
+#else
+constexpr bool bias_offsets = false;
+#endif
 
 // Where a tile's results go: `live` rows of `count` columns, row r at y + r·ld (bytes: the int8 and uint8 outputs
 // alike, each value already within its type), requantized with the offsets and scales of its rows (by_row) or of
@@ -190,7 +203,7 @@ struct tile_out {
     float lo, hi;  // the bounds less the zero point
     int32_t zero;
     uint8_t* y;
-    int64_t ld, live, count;
+    conv_dim ld, live, count;
     int32_t* acc;  // room for the sums [8][32] (the paths that store from memory)
 };
 
@@ -206,19 +219,19 @@ inline int32_t requantize(int32_t sum, float scale, float lo, float hi, int32_t 
 
 // The sums acc [8][32] stored as o says.
 inline void store_sums(const int32_t* acc, const tile_out& o) {
-    for (int64_t r = 0; r < o.live; ++r) {
+    for (conv_dim r = 0; r < o.live; ++r) {
         const int32_t* a = acc + r * cols;
         uint8_t* y = o.y + r * o.ld;
         if (o.by_row) {
             const int32_t off = o.offsets[r];
             const float scale = o.scale[o.one_scale ? 0 : r];
             KS_OMP_SIMD()
-            for (int64_t c = 0; c < o.count; ++c) {
+            for (conv_dim c = 0; c < o.count; ++c) {
                 y[c] = static_cast<uint8_t>(requantize(a[c] + off, scale, o.lo, o.hi, o.zero));
             }
         } else {
             KS_OMP_SIMD()
-            for (int64_t c = 0; c < o.count; ++c) {
+            for (conv_dim c = 0; c < o.count; ++c) {
                 const float scale = o.scale[o.one_scale ? 0 : c];
                 y[c] = static_cast<uint8_t>(requantize(a[c] + o.offsets[c], scale, o.lo, o.hi, o.zero));
             }
@@ -229,21 +242,21 @@ inline void store_sums(const int32_t* acc, const tile_out& o) {
 // A tile: sums over q quads of a [quad][8][4] (the broadcast operand) times b [quad][32][4]; SWAP says which one
 // holds the unsigned bytes (false: b, the activations of a convolution; true: a, the rows of a matrix product).
 template <bool SWAP>
-void tile_portable(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+void tile_portable(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
     int32_t* acc = o.acc;
-    for (int64_t i = 0; i < rows * cols; ++i) {
+    for (conv_dim i = 0; i < rows * cols; ++i) {
         acc[i] = 0;
     }
-    for (int64_t k = 0; k < q; ++k) {
+    for (conv_dim k = 0; k < q; ++k) {
         const uint8_t* ak = a + k * rows * 4;
         const uint8_t* bk = b + k * b_width<SWAP>() * 4;
-        for (int64_t r = 0; r < o.live; ++r) {
+        for (conv_dim r = 0; r < o.live; ++r) {
             int32_t w[4];
             for (int t = 0; t < 4; ++t) {
                 w[t] = SWAP ? static_cast<int32_t>(ak[r * 4 + t]) : static_cast<int8_t>(ak[r * 4 + t]);
             }
             int32_t* out = acc + r * cols;
-            for (int64_t c = 0; c < b_width<SWAP>(); ++c) {
+            for (conv_dim c = 0; c < b_width<SWAP>(); ++c) {
                 const uint8_t* x = bk + c * 4;
                 int32_t s = 0;
                 for (int t = 0; t < 4; ++t) {
@@ -288,9 +301,9 @@ inline int32_t dot4(const byte_lanes& a, const byte_lanes& b, int32_t sum) {
 // all quads (a row's quad extended once for the 4 columns: 5 loads, 10 extensions and 8 SMLAD per 16 products), the
 // columns up to o.count rounded up to 4 (b's b_width columns are packed; the ones past o.count are not stored).
 template <bool SWAP>
-void tile_dsp(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+void tile_dsp(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
     int32_t* acc = o.acc;
-    const int32_t n = static_cast<int32_t>((o.count + 3) & ~int64_t{3}), live = static_cast<int32_t>(o.live);
+    const int32_t n = static_cast<int32_t>((o.count + 3) & ~conv_dim{3}), live = static_cast<int32_t>(o.live);
     const int32_t quads_n = static_cast<int32_t>(q);
     for (int32_t r = 0; r < live; ++r) {
         for (int32_t c = 0; c < n; c += 4) {
@@ -329,9 +342,9 @@ inline void sdot_row(int32x4_t (&s)[4][4], int8x16_t a, const int8x16_t (&b)[4])
 // registers over all quads (per quad 5 loads and 16 SDOT: 256 products); both operands signed bytes (the
 // activations less 128: signed_flip), so one code for either SWAP.
 template <bool SWAP>
-void tile_sdot(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
-    for (int64_t r0 = 0; r0 < o.live; r0 += 4) {
-        for (int64_t c0 = 0; c0 < o.count; c0 += 16) {
+void tile_sdot(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
+    for (conv_dim r0 = 0; r0 < o.live; r0 += 4) {
+        for (conv_dim c0 = 0; c0 < o.count; c0 += 16) {
             int32x4_t s[4][4];
             for (int i = 0; i < 4; ++i) {
                 for (int j = 0; j < 4; ++j) {
@@ -340,7 +353,7 @@ void tile_sdot(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o)
             }
             const int8_t* ak = reinterpret_cast<const int8_t*>(a) + r0 * 4;
             const int8_t* bk = reinterpret_cast<const int8_t*>(b) + c0 * 4;
-            for (int64_t k = 0; k < q; ++k, ak += rows * 4, bk += b_width<SWAP>() * 4) {
+            for (conv_dim k = 0; k < q; ++k, ak += rows * 4, bk += b_width<SWAP>() * 4) {
                 const int8x16_t av = vld1q_s8(ak);
                 const int8x16_t bv[4] = {vld1q_s8(bk), vld1q_s8(bk + 16), vld1q_s8(bk + 32), vld1q_s8(bk + 48)};
                 sdot_row<0>(s, av, bv);
@@ -383,7 +396,7 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline __m512i dpbu
 // once per block of positions), at a pace the hardware prefetchers did not keep up with: in a sequence of ResNet-18's
 // convolutions its 7 × 7 layers took 0.45 ms each against 0.29 ms with their weights in the caches; with this, 0.30
 // (benchmarks/README.md, int8). Prefetches past the end of the weights are harmless (they do not fault).
-constexpr int64_t prefetch_ahead = 4096;
+constexpr conv_dim prefetch_ahead = 4096;
 
 template <bool SWAP>
 __attribute__((always_inline)) inline void prefetch_weights(const uint8_t* ak, const uint8_t* bk) {
@@ -400,9 +413,9 @@ __attribute__((always_inline)) inline void prefetch_weights(const uint8_t* ak, c
 // with masks.
 template <bool SWAP, int R, int V>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const uint8_t* a, const uint8_t* b,
-                                                                           int64_t q, const tile_out& o) {
+                                                                           conv_dim q, const tile_out& o) {
     // (o's fields copied first: the byte stores below may alias them, so GCC would load them again after each)
-    const int64_t n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
+    const conv_dim n0 = o.count < 16 ? o.count : 16, n1 = o.count - n0;
     const __mmask16 m[2] = {static_cast<__mmask16>((1u << n0) - 1), static_cast<__mmask16>((1u << n1) - 1)};
     const bool by_row = o.by_row, one_scale = o.one_scale;
     const int32_t* offsets = o.offsets;
@@ -413,7 +426,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
             c[r][h] = by_row ? _mm512_set1_epi32(offsets[r]) : _mm512_maskz_loadu_epi32(m[h], offsets + 16 * h);
         }
     }
-    for (int64_t k = 0; k < q; ++k) {
+    for (conv_dim k = 0; k < q; ++k) {
         __m512i bv[V];
         KS_UNROLL for (int h = 0; h < V; ++h) {
             bv[h] = _mm512_loadu_si512(b + k * cols * 4 + 64 * h);
@@ -432,7 +445,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
     const __m512i zero = _mm512_set1_epi32(o.zero);
     uint8_t* y = o.y;
-    const int64_t ld = o.ld;
+    const conv_dim ld = o.ld;
     KS_UNROLL for (int r = 0; r < R; ++r) {
         KS_UNROLL for (int h = 0; h < V; ++h) {
             const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
@@ -450,7 +463,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
 #endif
 
 template <bool SWAP, int V>
-void tile_vnni_vectors(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+void tile_vnni_vectors(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
     switch (o.live) {
         case 1: return tile_vnni_rows<SWAP, 1, V>(a, b, q, o);
         case 2: return tile_vnni_rows<SWAP, 2, V>(a, b, q, o);
@@ -464,7 +477,7 @@ void tile_vnni_vectors(const uint8_t* a, const uint8_t* b, int64_t q, const tile
 }
 
 template <bool SWAP>
-void tile_vnni(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+void tile_vnni(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
     if (o.count <= 16) {
         return tile_vnni_vectors<SWAP, 1>(a, b, q, o);
     }
@@ -484,7 +497,7 @@ __attribute__((target("avx2"))) inline __m256i odd_bytes(__m256i v) {
 // AVX2: both operands' bytes widened to int16 pairs and multiplied with vpmaddwd, which sums pairs into int32
 // exactly; 4 rows × 2 vectors of 8 columns at a time.
 template <bool SWAP>
-__attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* b, int64_t q, const tile_out& o) {
+__attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
     for (int r0 = 0; r0 < o.live; r0 += 4) {
         for (int c0 = 0; c0 < cols; c0 += 16) {
             __m256i c[4][2];
@@ -492,7 +505,7 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* 
                 c[r][0] = _mm256_setzero_si256();
                 c[r][1] = _mm256_setzero_si256();
             }
-            for (int64_t k = 0; k < q; ++k) {
+            for (conv_dim k = 0; k < q; ++k) {
                 const uint8_t* bk = b + k * cols * 4 + c0 * 4;
                 const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk));
                 const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk + 32));
@@ -542,7 +555,7 @@ static inline int best_level() {
 }
 #endif
 
-using tile_fn = void (*)(const uint8_t*, const uint8_t*, int64_t, const tile_out&);
+using tile_fn = void (*)(const uint8_t*, const uint8_t*, conv_dim, const tile_out&);
 
 // The fastest tile this CPU runs.
 template <bool SWAP>
@@ -572,10 +585,10 @@ tile_fn best_tile() {
 // numbered p = (o_d·qh + o_h)·qw + o_w ("wide positions", qw ≥ the output width, the extra ones discarded), those
 // are consecutive bytes, so a block of 32 positions of one im2col row is 32 consecutive bytes of one phase.
 struct wide_geometry {
-    int64_t side[3];  // qd, qh, qw
-    int64_t volume;   // qd·qh·qw: one channel of one phase
-    int64_t phases;   // s_d·s_h·s_w
-    int64_t wide;     // wide positions up to the last output position
+    conv_dim side[3];  // qd, qh, qw
+    conv_dim volume;   // qd·qh·qw: one channel of one phase
+    conv_dim phases;   // s_d·s_h·s_w
+    conv_dim wide;     // wide positions up to the last output position
 };
 
 constexpr wide_geometry wide_of(const conv_shape& s) {
@@ -596,7 +609,7 @@ constexpr bool wide_is_dense(const conv_shape& s) {
 }
 
 // Bytes of the phase volumes of `count` channels.
-constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
+constexpr conv_dim phases_size(const conv_shape& s, conv_dim count) {
     return round_up(wide_of(s).phases * count * wide_of(s).volume, 64);
 }
 
@@ -609,15 +622,15 @@ constexpr int64_t phases_size(const conv_shape& s, int64_t count) {
 // copy_bytes with AVX-512 (steps 1 and 2): masked loads and stores, so that the short rows of small images (14 or 28
 // bytes a phase) take one or two vector steps instead of a byte loop.
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void copy_bytes_avx512(
-    const uint8_t* in, int64_t step, int64_t n, uint8_t* o) {
-    for (int64_t j = 0; j < n; j += 32) {
-        const int64_t live = n - j < 32 ? n - j : 32;
+    const uint8_t* in, conv_dim step, conv_dim n, uint8_t* o) {
+    for (conv_dim j = 0; j < n; j += 32) {
+        const conv_dim live = n - j < 32 ? n - j : 32;
         const __mmask32 store = static_cast<__mmask32>(live >= 32 ? ~0u : (1u << live) - 1);
         if (step == 1) {
             _mm256_mask_storeu_epi8(o + j, store, _mm256_maskz_loadu_epi8(store, in + j));
             continue;
         }
-        const int64_t bytes = 2 * live - 1;  // (the last one read: in[2·(n - 1)])
+        const conv_dim bytes = 2 * live - 1;  // (the last one read: in[2·(n - 1)])
         const __mmask64 load = bytes >= 64 ? ~0ull : (1ull << bytes) - 1;
         const __m512i v = _mm512_maskz_loadu_epi8(load, in + 2 * j);
         _mm256_mask_storeu_epi8(o + j, store, _mm512_cvtepi16_epi8(v));  // (the low byte of each pair)
@@ -626,8 +639,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
 
 // copy_bytes_avx512 of `count` channels: channel c from in + c·in_channel to o + c·o_channel.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_channels_avx512(
-    const uint8_t* in, int64_t in_channel, int64_t step, int64_t n, uint8_t* o, int64_t o_channel, int64_t count) {
-    for (int64_t c = 0; c < count; ++c) {
+    const uint8_t* in, conv_dim in_channel, conv_dim step, conv_dim n, uint8_t* o, conv_dim o_channel, conv_dim count) {
+    for (conv_dim c = 0; c < count; ++c) {
         copy_bytes_avx512(in + c * in_channel, step, n, o + c * o_channel);
     }
 }
@@ -638,9 +651,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_channels_a
 
 // o[j] = the byte of src[j·step] for j < n.
 template <class TX>
-void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
+void copy_bytes(const TX* src, conv_dim step, conv_dim n, uint8_t* o) {
     const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
-    int64_t j = 0;
+    conv_dim j = 0;
     if (step == 1 && n >= 64) {
         __builtin_memcpy(o, in, static_cast<size_t>(n));
         return;
@@ -669,8 +682,8 @@ void copy_bytes(const TX* src, int64_t step, int64_t n, uint8_t* o) {
 
 // Whether a kernel tap reads phase b of axis a (the taps t·d_a of the kernel, modulo the stride: a 1 × 1 kernel with
 // stride 2 reads one phase of the four).
-constexpr bool phase_read(const conv_shape& s, int a, int64_t b) {
-    for (int64_t t = 0; t < s.kernel[a]; ++t) {
+constexpr bool phase_read(const conv_shape& s, int a, conv_dim b) {
+    for (conv_dim t = 0; t < s.kernel[a]; ++t) {
         if (tiles::index_mod(t * s.dilation[a], s.stride[a]) == b) {
             return true;
         }
@@ -681,37 +694,37 @@ constexpr bool phase_read(const conv_shape& s, int a, int64_t b) {
 // Channels [0, count) of image x copied into the phase volumes (see wide_geometry), as they are (the padding: the
 // byte of x_zero); the phases no tap reads are left as they are.
 template <class TX>
-void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count, uint8_t zero,
+void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, conv_dim count, uint8_t zero,
                   uint8_t* dst) {
-    const int64_t plane = s.in[1] * s.in[2], step = s.stride[2];
+    const conv_dim plane = s.in[1] * s.in[2], step = s.stride[2];
 #ifdef KS_QTILE_X86
     const bool fast = best_level() >= 2;
 #endif
-    for (int64_t phase = 0; phase < g.phases; ++phase) {
-        const int64_t a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
+    for (conv_dim phase = 0; phase < g.phases; ++phase) {
+        const conv_dim a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
         if (phase_read(s, 0, a) && phase_read(s, 1, b - a * s.stride[1]) && phase_read(s, 2, phase - b * step)) {
             __builtin_memset(dst + phase * count * g.volume, zero, static_cast<size_t>(count * g.volume));
         }
     }
-    for (int64_t d = 0; d < s.in[0]; ++d) {
-        const int64_t pd = d + s.pad[0];
-        for (int64_t h = 0; h < s.in[1]; ++h) {
-            const int64_t ph = h + s.pad[1];
-            const int64_t qd = tiles::index_div(pd, s.stride[0]), qh = tiles::index_div(ph, s.stride[1]);
+    for (conv_dim d = 0; d < s.in[0]; ++d) {
+        const conv_dim pd = d + s.pad[0];
+        for (conv_dim h = 0; h < s.in[1]; ++h) {
+            const conv_dim ph = h + s.pad[1];
+            const conv_dim qd = tiles::index_div(pd, s.stride[0]), qh = tiles::index_div(ph, s.stride[1]);
             if (qd >= g.side[0] || qh >= g.side[1]) {
                 continue;  // (rows past the extent the windows read)
             }
-            const int64_t phase_dh = (pd - qd * s.stride[0]) * s.stride[1] + ph - qh * s.stride[1];
-            const int64_t at = (qd * g.side[1] + qh) * g.side[2];
-            for (int64_t b = 0; b < step; ++b) {
+            const conv_dim phase_dh = (pd - qd * s.stride[0]) * s.stride[1] + ph - qh * s.stride[1];
+            const conv_dim at = (qd * g.side[1] + qh) * g.side[2];
+            for (conv_dim b = 0; b < step; ++b) {
                 // input column w lands at padded column w + pad: phase (w + pad) % step, index (w + pad) / step
                 // (b - pad mod step, as b + step - pad % step >= 0 is: 32-bit divisions on a 32-bit target)
-                const int64_t first = tiles::index_mod(b + step - tiles::index_mod(s.pad[2], step), step);
-                const int64_t j0 = tiles::index_div(first + s.pad[2], step), fit = g.side[2] - j0;
-                const int64_t left = tiles::index_div(s.in[2] - first + step - 1, step);
-                const int64_t n = left < fit ? left : fit;
-                const int64_t phase = phase_dh * step + b;
-                const int64_t pd_phase = pd - qd * s.stride[0], ph_phase = ph - qh * s.stride[1];
+                const conv_dim first = tiles::index_mod(b + step - tiles::index_mod(s.pad[2], step), step);
+                const conv_dim j0 = tiles::index_div(first + s.pad[2], step), fit = g.side[2] - j0;
+                const conv_dim left = tiles::index_div(s.in[2] - first + step - 1, step);
+                const conv_dim n = left < fit ? left : fit;
+                const conv_dim phase = phase_dh * step + b;
+                const conv_dim pd_phase = pd - qd * s.stride[0], ph_phase = ph - qh * s.stride[1];
                 if (!phase_read(s, 0, pd_phase) || !phase_read(s, 1, ph_phase) || !phase_read(s, 2, b)) {
                     continue;
                 }
@@ -724,7 +737,7 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
                     continue;
                 }
 #endif
-                for (int64_t c = 0; c < count; ++c) {
+                for (conv_dim c = 0; c < count; ++c) {
                     copy_bytes(src + c * s.in_plane(), step, n, o + c * g.volume);
                 }
             }
@@ -733,13 +746,13 @@ void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, int6
 }
 
 // Where im2col row k (channel c, taps kd, kh, kw) starts in the phase volumes of `count` channels.
-inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t count, int64_t k) {
-    const int64_t n = s.taps(), c = tiles::index_div(k, n), t = k - c * n, th = tiles::index_div(t, s.kernel[2]);
-    const int64_t taps[3] = {tiles::index_div(th, s.kernel[1]), tiles::index_mod(th, s.kernel[1]),
-                             t - th * s.kernel[2]};
-    int64_t phase = 0, shift = 0;
+inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, conv_dim count, conv_dim k) {
+    const conv_dim n = s.taps(), c = tiles::index_div(k, n), t = k - c * n, th = tiles::index_div(t, s.kernel[2]);
+    const conv_dim taps[3] = {conv_dim(tiles::index_div(th, s.kernel[1])), conv_dim(tiles::index_mod(th, s.kernel[1])),
+                              t - th * s.kernel[2]};
+    conv_dim phase = 0, shift = 0;
     for (int a = 0; a < 3; ++a) {
-        const int64_t at = taps[a] * s.dilation[a], q = tiles::index_div(at, s.stride[a]);
+        const conv_dim at = taps[a] * s.dilation[a], q = tiles::index_div(at, s.stride[a]);
         phase = phase * s.stride[a] + at - q * s.stride[a];
         shift = shift * g.side[a] + q;
     }
@@ -747,13 +760,13 @@ inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, int64_t c
 }
 
 // tap_offset of every im2col row: those of channel 0's taps, the other channels' one volume per channel on.
-__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, int64_t count,
+__attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, conv_dim count,
                                                   int32_t* offsets) {
-    const int64_t n = s.taps();
-    for (int64_t t = 0; t < n; ++t) {
+    const conv_dim n = s.taps();
+    for (conv_dim t = 0; t < n; ++t) {
         offsets[t] = tap_offset(s, g, count, t);
     }
-    for (int64_t k = n; k < s.depth(); ++k) {
+    for (conv_dim k = n; k < s.depth(); ++k) {
         offsets[k] = offsets[k - n] + static_cast<int32_t>(g.volume);
     }
 }
@@ -763,7 +776,7 @@ __attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wid
 inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
 #ifdef KS_QTILE_X86
     const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
-    for (int64_t c0 = 0; c0 < cols; c0 += 16) {  // (SSE2: every x86-64)
+    for (conv_dim c0 = 0; c0 < cols; c0 += 16) {  // (SSE2: every x86-64)
         const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + c0));
         const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + c0));
         const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + c0));
@@ -777,7 +790,7 @@ inline void interleave4(const uint8_t* const* r, uint8_t flip, uint8_t* d) {
         _mm_storeu_si128(out + 3, _mm_xor_si128(_mm_unpackhi_epi16(ab1, ce1), f));
     }
 #else
-    for (int64_t c = 0; c < cols; ++c) {
+    for (conv_dim c = 0; c < cols; ++c) {
         for (int t = 0; t < 4; ++t) {
             d[4 * c + t] = static_cast<uint8_t>(r[t][c] ^ flip);
         }
@@ -802,8 +815,8 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i pair(const uint8_t* p
 // pack_wide's full blocks with AVX-512 VBMI: the 32 bytes of rows 0 and 1 in one register, of rows 2 and 3 in
 // another, and two vpermt2b interleave them (byte 4c + t of the result: row t, position c).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbmi(const uint8_t* phases,
-                                                                                 const int32_t* offsets, int64_t depth,
-                                                                                 int64_t j0, uint8_t flip,
+                                                                                 const int32_t* offsets, conv_dim depth,
+                                                                                 conv_dim j0, uint8_t flip,
                                                                                  uint8_t* dst) {
     alignas(64) uint8_t lanes[2][64];
     for (int h = 0; h < 2; ++h) {
@@ -813,7 +826,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
     }
     const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
     const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
-    for (int64_t k = 0; k < quads(depth); ++k) {
+    for (conv_dim k = 0; k < quads(depth); ++k) {
         const uint8_t* r[4];
         KS_UNROLL for (int t = 0; t < 4; ++t) {
             r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
@@ -828,7 +841,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
 // index[i]; flip as pack_wide's; keep: the bytes of the two 64-byte halves of a quad's [32][4] the packing writes
 // (all, or the columns of one image's piece of a block that spans images: compact_batch).
 struct compact_block {
-    int64_t first;
+    conv_dim first;
     uint8_t index[32];
     uint8_t flip;
     uint64_t keep[2];
@@ -839,18 +852,18 @@ struct compact_block {
 // the two vpermt2b of pack_wide_vbmi interleave them. The windows read up to 63 bytes past the last wide position of
 // the phase volumes (qconv_room: the wide room follows the phases).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_vbmi(
-    const uint8_t* phases, const int32_t* offsets, int64_t depth, const compact_block& b, uint8_t* dst) {
+    const uint8_t* phases, const int32_t* offsets, conv_dim depth, const compact_block& b, uint8_t* dst) {
     alignas(64) uint8_t lanes[3][64];
     for (int i = 0; i < 64; ++i) {
         lanes[0][i] = static_cast<uint8_t>((i % 4 & 1) * 32 + (i % 4 >> 1) * 64 + i / 4);
         lanes[1][i] = static_cast<uint8_t>(lanes[0][i] + 16);
         lanes[2][i] = static_cast<uint8_t>(b.index[i % 32] + (i / 32) * 64);
     }
-    const int64_t first = b.first;
+    const conv_dim first = b.first;
     const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
     const __m512i gather = _mm512_load_si512(lanes[2]);
     const __m512i f = _mm512_set1_epi8(static_cast<char>(b.flip));
-    for (int64_t k = 0; k < quads(depth); ++k) {
+    for (conv_dim k = 0; k < quads(depth); ++k) {
         __m512i w[4];
         KS_UNROLL for (int t = 0; t < 4; ++t) {
             w[t] = _mm512_loadu_si512(phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + first);
@@ -868,7 +881,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_
 #endif
 #endif
 
-__attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int32_t* offsets, int64_t depth, int64_t j0, int64_t count,
+__attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int32_t* offsets, conv_dim depth, conv_dim j0, conv_dim count,
                       uint8_t flip, uint8_t* dst) {
 #ifdef KS_QTILE_X86
     if (count == cols && best_level() == 3) {
@@ -876,14 +889,14 @@ __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int
         return;
     }
 #endif
-    const int64_t q = quads(depth);
+    const conv_dim q = quads(depth);
     uint8_t tail[4][cols];
-    for (int64_t k = 0; k < q; ++k) {
+    for (conv_dim k = 0; k < q; ++k) {
         const uint8_t* r[4];
         for (int t = 0; t < 4; ++t) {
             r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
             if (count < cols) {
-                for (int64_t c = 0; c < cols; ++c) {
+                for (conv_dim c = 0; c < cols; ++c) {
                     tail[t][c] = c < count ? r[t][c] : 0;
                 }
                 r[t] = tail[t];
@@ -894,24 +907,24 @@ __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int
 }
 
 // The wide position of output position j (see wide_geometry).
-inline int64_t wide_position(const conv_shape& s, const wide_geometry& g, int64_t j) {
-    const int64_t row = tiles::index_div(j, s.out[2]), plane = tiles::index_div(row, s.out[1]);
+inline conv_dim wide_position(const conv_shape& s, const wide_geometry& g, conv_dim j) {
+    const conv_dim row = tiles::index_div(j, s.out[2]), plane = tiles::index_div(row, s.out[1]);
     return ((plane * g.side[1] + row - plane * s.out[1]) * g.side[2]) + j - row * s.out[2];
 }
 
 // Where the output positions j0 .. j0 + count (count <= 32 - col) lie in the wide positions: the first one's
 // returned, index[col + i] = wide(j0 + i) - first (the other entries 0); -1 when they span more than 64 of them.
-inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64_t j0, int64_t col, int64_t count,
+inline conv_dim compact_window(const conv_shape& s, const wide_geometry& g, conv_dim j0, conv_dim col, conv_dim count,
                               uint8_t* index) {  // (index: 32 bytes)
-    const int64_t first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
-    const int64_t plane_gap = (g.side[1] - s.out[1]) * g.side[2];
-    int64_t row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
-    int64_t plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
-    int64_t at = 0;
-    for (int64_t i = 0; i < col; ++i) {
+    const conv_dim first = wide_position(s, g, j0), row_gap = g.side[2] - s.out[2];
+    const conv_dim plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    conv_dim row = tiles::index_div(j0, s.out[2]), column = j0 - row * s.out[2];
+    conv_dim plane_row = row - tiles::index_div(row, s.out[1]) * s.out[1];
+    conv_dim at = 0;
+    for (conv_dim i = 0; i < col; ++i) {
         index[i] = 0;
     }
-    for (int64_t i = 0; i < cols - col; ++i) {  // (walking the positions: no divisions)
+    for (conv_dim i = 0; i < cols - col; ++i) {  // (walking the positions: no divisions)
         index[col + i] = static_cast<uint8_t>(i < count ? at : 0);
         if (i < count && at > 63) {
             return -1;
@@ -932,17 +945,17 @@ inline int64_t compact_window(const conv_shape& s, const wide_geometry& g, int64
 // Whether any 32 consecutive output positions span at most 64 wide positions, wherever they start (a bound: 31
 // steps crossing at most ⌈31 / width⌉ row ends and ⌈31 / plane⌉ plane ends), so that blocks may start anywhere.
 inline bool compact_anywhere(const conv_shape& s, const wide_geometry& g) {
-    const int64_t row_gap = g.side[2] - s.out[2], plane_gap = (g.side[1] - s.out[1]) * g.side[2];
-    const int64_t row_ends = tiles::index_div(cols - 2 + s.out[2], s.out[2]);
-    const int64_t plane_ends = tiles::index_div(cols - 2 + s.out[1] * s.out[2], s.out[1] * s.out[2]);
+    const conv_dim row_gap = g.side[2] - s.out[2], plane_gap = (g.side[1] - s.out[1]) * g.side[2];
+    const conv_dim row_ends = tiles::index_div(cols - 2 + s.out[2], s.out[2]);
+    const conv_dim plane_ends = tiles::index_div(cols - 2 + s.out[1] * s.out[2], s.out[1] * s.out[2]);
     return cols - 1 + row_gap * row_ends + plane_gap * plane_ends <= 63;
 }
 
 // Whether every block of 32 output positions spans at most 64 wide positions (compact_window).
 inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
-    const int64_t p = s.positions();
-    for (int64_t j0 = 0; j0 < p; j0 += cols) {
-        const int64_t last = (p - j0 < cols ? p - j0 : cols) - 1;
+    const conv_dim p = s.positions();
+    for (conv_dim j0 = 0; j0 < p; j0 += cols) {
+        const conv_dim last = (p - j0 < cols ? p - j0 : cols) - 1;
         if (wide_position(s, g, j0 + last) - wide_position(s, g, j0) > 63) {
             return false;
         }
@@ -952,17 +965,17 @@ inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
 
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
 template <class TY>
-void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, int64_t ld, int64_t m, TY* y) {
-    const int64_t p = s.positions(), width = s.out[2];
-    for (int64_t i = 0; i < m; ++i) {
-        for (int64_t d = 0; d < s.out[0]; ++d) {
-            for (int64_t h = 0; h < s.out[1]; ++h) {
+void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, conv_dim ld, conv_dim m, TY* y) {
+    const conv_dim p = s.positions(), width = s.out[2];
+    for (conv_dim i = 0; i < m; ++i) {
+        for (conv_dim d = 0; d < s.out[0]; ++d) {
+            for (conv_dim h = 0; h < s.out[1]; ++h) {
                 const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
                 TY* dst = y + i * p + (d * s.out[1] + h) * s.out[2];
                 if (width >= 32) {
                     __builtin_memcpy(dst, src, static_cast<size_t>(width));  // (TY: one byte)
                 } else {
-                    for (int64_t v = 0; v < width; ++v) {
+                    for (conv_dim v = 0; v < width; ++v) {
                         dst[v] = static_cast<TY>(src[v]);
                     }
                 }
@@ -981,17 +994,17 @@ inline tile_out output_of(const requant& q, const int32_t* offsets, const float*
 // wide positions are not the output's). The compact packing (compact_tiles, AVX-512 VBMI) leaves the wide output
 // unused but reads up to 63 bytes past the phases into its room: a layout without it must keep 64 bytes there.
 struct qconv_room {
-    int64_t offsets, acc, block, taps, phases, wide;
+    conv_dim offsets, acc, block, taps, phases, wide;
 
     static constexpr qconv_room of(const conv_shape& s) {
-        const int64_t m = tiles::index_div(s.out_channels, s.groups), cg = tiles::index_div(s.channels, s.groups);
-        const int64_t wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
+        const conv_dim m = tiles::index_div(s.out_channels, s.groups), cg = tiles::index_div(s.channels, s.groups);
+        const conv_dim wide = wide_is_dense(s) ? 0 : round_up(m, rows) * round_up(wide_of(s).wide, cols);
         const bool direct = s.pad[0] == 0 && s.pad[1] == 0 && s.pad[2] == 0 && s.stride[0] == 1 && s.stride[1] == 1 &&
                             s.stride[2] == 1;
         return qconv_room{round_up(m * 4, 64), rows * cols * 4, packed_size(cols, s.depth(), cols),
                           round_up(s.depth() * 4, 64), direct ? 0 : phases_size(s, cg), round_up(wide, 64)};
     }
-    constexpr int64_t total() const {
+    constexpr conv_dim total() const {
         return offsets + acc + block + taps + phases + wide;
     }
 };
@@ -999,25 +1012,25 @@ struct qconv_room {
 // ks::qconv's once-per-image and once-per-group steps out of line (split_phases, compact and channel_offsets inlined
 // into it had its frame at 0.6-1 KB: their loops' values spilled beside the tiles' loop's).
 template <class TX>
-__attribute__((noinline)) void split_image(const conv_shape& s, const wide_geometry& g, const TX* x, int64_t count,
+__attribute__((noinline)) void split_image(const conv_shape& s, const wide_geometry& g, const TX* x, conv_dim count,
                                            uint8_t zero, uint8_t* dst) {
     split_phases(s, g, x, count, zero, dst);
 }
 
-__attribute__((noinline)) inline void group_offsets(const uint8_t* weights, int64_t n, int64_t depth, const int32_t* bias,
+__attribute__((noinline)) inline void group_offsets(const uint8_t* weights, conv_dim n, conv_dim depth, const int32_t* bias,
                                                     int32_t x_zero, int32_t* offsets) {
     channel_offsets(weights, n, depth, rows, bias, x_zero, offsets);
 }
 
 // One image of one group: each block of 32 wide positions packed, then m rows of weights wg times it, 8 at a time,
 // the results where o says (its y, ld, offsets and scales at the first row and position).
-__attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int32_t* taps, int64_t depth, int64_t wide,
-                                                 const uint8_t* wg, int64_t m, const tile_out& o, uint8_t flip,
+__attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int32_t* taps, conv_dim depth, conv_dim wide,
+                                                 const uint8_t* wg, conv_dim m, const tile_out& o, uint8_t flip,
                                                  uint8_t* block, tile_fn tile) {
-    const int64_t qd = quads(depth);
-    for (int64_t j0 = 0; j0 < wide; j0 += cols) {
+    const conv_dim qd = quads(depth);
+    for (conv_dim j0 = 0; j0 < wide; j0 += cols) {
         pack_wide(image, taps, depth, j0, wide - j0 < cols ? wide - j0 : cols, flip, block);
-        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+        for (conv_dim i0 = 0; i0 < m; i0 += rows) {
             tile_out t = o;
             t.offsets = o.offsets + i0;
             t.scale = o.one_scale ? o.scale : o.scale + i0;
@@ -1041,12 +1054,12 @@ __attribute__((noinline)) inline void wide_tiles(const uint8_t* image, const int
 // columns would fill a vector of 16 by a quarter or less (ResNet's 7 × 7 layers: 49 = 3 · 16 + 1), the tiles leave
 // them to this: one vpdpbusd per 16 rows and column instead of one per row.
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const uint8_t* w, const uint8_t* b, int64_t q,
-                                                                         int64_t m, int64_t c0, const tile_out& o) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const uint8_t* w, const uint8_t* b, conv_dim q,
+                                                                         conv_dim m, conv_dim c0, const tile_out& o) {
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi);
     const __m512i zero = _mm512_set1_epi32(o.zero);
-    for (int64_t i0 = 0; i0 < m; i0 += 16) {
-        const int64_t live = m - i0 < 16 ? m - i0 : 16;
+    for (conv_dim i0 = 0; i0 < m; i0 += 16) {
+        const conv_dim live = m - i0 < 16 ? m - i0 : 16;
         const __mmask16 rows16 = static_cast<__mmask16>(live >= 16 ? 0xffff : (1u << live) - 1);
         const uint8_t* w0 = w + i0 * q * 4;
         const uint8_t* w1 = live > 8 ? w0 + rows * q * 4 : w0;  // (no second tile: its rows are discarded)
@@ -1054,7 +1067,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const u
         KS_UNROLL for (int j = 0; j < R; ++j) {
             c[j] = _mm512_maskz_loadu_epi32(rows16, o.offsets + i0);
         }
-        for (int64_t k = 0; k < q; ++k) {
+        for (conv_dim k = 0; k < q; ++k) {
             const __m512i wv = pair(w0 + k * rows * 4, w1 + k * rows * 4);
             prefetch_weights<false>(w0 + k * rows * 4, nullptr);
             prefetch_weights<false>(w1 + k * rows * 4, nullptr);
@@ -1071,7 +1084,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const u
             alignas(16) uint8_t bytes[16];
             _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
                             _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zero)));
-            for (int64_t r = 0; r < live; ++r) {
+            for (conv_dim r = 0; r < live; ++r) {
                 o.y[(i0 + r) * o.ld + c0 + j] = bytes[r];
             }
         }
@@ -1083,13 +1096,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tail_columns(const u
 
 // The columns of a block of `count` the tiles compute: all but the last count mod 16 when those are 1 to 4, which
 // tail_columns computes.
-inline int64_t tiled_columns(int64_t count) {
-    const int64_t tail = count % 16;
+inline conv_dim tiled_columns(conv_dim count) {
+    const conv_dim tail = count % 16;
     return tail >= 1 && tail <= 4 ? count - tail : count;
 }
 
-__attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b, int64_t q, int64_t m, int64_t c0,
-                                              int64_t n, const tile_out& o) {
+__attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b, conv_dim q, conv_dim m, conv_dim c0,
+                                              conv_dim n, const tile_out& o) {
     switch (n) {
         case 1: return tail_columns<1>(w, b, q, m, c0, o);
         case 2: return tail_columns<2>(w, b, q, m, c0, o);
@@ -1099,10 +1112,10 @@ __attribute__((noinline)) inline void tail_of(const uint8_t* w, const uint8_t* b
 }
 
 // The tiles of one packed block of `count` columns, all m rows of the weights wg (o.y: the block's first column).
-__attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8_t* block, int64_t qd, int64_t m,
-                                                  int64_t count, const tile_out& o, tile_fn tile) {
-    const int64_t tiled = tiled_columns(count);
-    for (int64_t i0 = 0; i0 < m && tiled > 0; i0 += rows) {
+__attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8_t* block, conv_dim qd, conv_dim m,
+                                                  conv_dim count, const tile_out& o, tile_fn tile) {
+    const conv_dim tiled = tiled_columns(count);
+    for (conv_dim i0 = 0; i0 < m && tiled > 0; i0 += rows) {
         tile_out t = o;
         t.offsets = o.offsets + i0;
         t.scale = o.one_scale ? o.scale : o.scale + i0;
@@ -1119,13 +1132,13 @@ __attribute__((noinline)) inline void block_tiles(const uint8_t* wg, const uint8
 // Output positions j0 .. j0 + count of the image in `image` packed into the block's columns col .. col + count
 // (pack_wide_vbmi for a whole block within one output row, else pack_compact_vbmi, writing those columns only).
 __attribute__((noinline)) inline void pack_positions(const conv_shape& s, const wide_geometry& g, const uint8_t* image, const int32_t* taps,
-                           int64_t j0, int64_t col, int64_t count, compact_block& b, uint8_t* block) {
+                           conv_dim j0, conv_dim col, conv_dim count, compact_block& b, uint8_t* block) {
     b.first = compact_window(s, g, j0, col, count, b.index);
     if (col == 0 && count == cols && b.index[count - 1] == count - 1) {
         pack_wide_vbmi(image, taps, s.depth(), b.first, b.flip, block);
         return;
     }
-    const int64_t end = col + count;
+    const conv_dim end = col + count;
     b.keep[0] = (end >= 16 ? ~0ull : (1ull << 4 * end) - 1) & ~(col >= 16 ? ~0ull : (1ull << 4 * col) - 1);
     b.keep[1] = (end >= 32 ? ~0ull : (end <= 16 ? 0 : (1ull << 4 * (end - 16)) - 1)) &
                 ~(col <= 16 ? 0 : (1ull << 4 * (col - 16)) - 1);
@@ -1136,13 +1149,13 @@ __attribute__((noinline)) inline void pack_positions(const conv_shape& s, const 
 // wide positions (pack_positions), the tiles' results stored in place (o.y: the group's output, o.ld: positions).
 // Nothing computed is discarded but the last block's columns past the positions.
 __attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const wide_geometry& g, const uint8_t* image,
-                                                    const int32_t* taps, const uint8_t* wg, int64_t m,
+                                                    const int32_t* taps, const uint8_t* wg, conv_dim m,
                                                     const tile_out& o, uint8_t flip, uint8_t* block, tile_fn tile) {
-    const int64_t qd = quads(s.depth()), p = s.positions();
+    const conv_dim qd = quads(s.depth()), p = s.positions();
     compact_block b{};
     b.flip = flip;
-    for (int64_t j0 = 0; j0 < p; j0 += cols) {
-        const int64_t count = p - j0 < cols ? p - j0 : cols;
+    for (conv_dim j0 = 0; j0 < p; j0 += cols) {
+        const conv_dim count = p - j0 < cols ? p - j0 : cols;
         pack_positions(s, g, image, taps, j0, 0, count, b, block);
         tile_out t = o;
         t.y = o.y + j0;
@@ -1155,14 +1168,14 @@ __attribute__((noinline)) inline void compact_tiles(const conv_shape& s, const w
 template <class TX>
 struct batch_images {
     const TX* x;
-    int64_t step, images, held;
+    conv_dim step, images, held;
     uint8_t zero;
     uint8_t* phases;
 };
 
 // The phase volumes of image n (split_phases, unless they hold it already).
 template <class TX>
-void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in, int64_t n) {
+void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in, conv_dim n) {
     if (in.held != n) {
         split_image(s, g, in.x + n * in.step, tiles::index_div(s.channels, s.groups), in.zero, in.phases);
         in.held = n;
@@ -1170,11 +1183,11 @@ void hold_image(const conv_shape& s, const wide_geometry& g, batch_images<TX>& i
 }
 
 // The columns col .. col + count of the sums' rows (staging [m][32]) stored at y [m][positions] from position j.
-__attribute__((target("avx512f,avx512bw,avx512vl"), noinline)) inline void store_piece(const uint8_t* staging, int64_t m,
-                                                                            int64_t col, int64_t count, uint8_t* y,
-                                                                            int64_t positions) {
+__attribute__((target("avx512f,avx512bw,avx512vl"), noinline)) inline void store_piece(const uint8_t* staging, conv_dim m,
+                                                                            conv_dim col, conv_dim count, uint8_t* y,
+                                                                            conv_dim positions) {
     const __mmask32 keep = static_cast<__mmask32>(((count >= 32 ? 0ull : 1ull << count) - 1) << col);
-    for (int64_t r = 0; r < m; ++r) {
+    for (conv_dim r = 0; r < m; ++r) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(staging + r * cols));
         _mm256_mask_storeu_epi8(y + r * positions - col, keep, v);  // (bytes col .. col + count only)
     }
@@ -1188,14 +1201,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), noinline)) inline void store
 // y and ld are the last block's on return).
 template <class TX>
 __attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geometry& g, batch_images<TX>& in,
-                                             const int32_t* taps, const uint8_t* wg, int64_t m, tile_out& o,
-                                             int64_t y_step, uint8_t* staging, uint8_t* block, tile_fn tile) {
-    const int64_t qd = quads(s.depth()), p = s.positions(), total = in.images * p;
+                                             const int32_t* taps, const uint8_t* wg, conv_dim m, tile_out& o,
+                                             conv_dim y_step, uint8_t* staging, uint8_t* block, tile_fn tile) {
+    const conv_dim qd = quads(s.depth()), p = s.positions(), total = in.images * p;
     uint8_t* const y = o.y;
     compact_block b{};
     b.flip = static_cast<uint8_t>((static_cast<TX>(-1) < 0 ? 0x80 : 0) ^ signed_flip);
-    for (int64_t j0 = 0; j0 < total; j0 += cols) {
-        const int64_t count = total - j0 < cols ? total - j0 : cols, n0 = tiles::index_div(j0, p);
+    for (conv_dim j0 = 0; j0 < total; j0 += cols) {
+        const conv_dim count = total - j0 < cols ? total - j0 : cols, n0 = tiles::index_div(j0, p);
         if (j0 + count <= (n0 + 1) * p) {  // (within image n0: stored in place)
             hold_image(s, g, in, n0);
             pack_positions(s, g, in.phases, taps, j0 - n0 * p, 0, count, b, block);
@@ -1204,17 +1217,17 @@ __attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geo
             block_tiles(wg, block, qd, m, count, o, tile);
             continue;
         }
-        for (int64_t col = 0, n = n0; col < count; ++n) {
+        for (conv_dim col = 0, n = n0; col < count; ++n) {
             hold_image(s, g, in, n);
-            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+            const conv_dim j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
             pack_positions(s, g, in.phases, taps, j, col, piece, b, block);
             col += piece;
         }
         o.y = staging;
         o.ld = cols;
         block_tiles(wg, block, qd, m, count, o, tile);
-        for (int64_t col = 0, n = n0; col < count; ++n) {
-            const int64_t j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
+        for (conv_dim col = 0, n = n0; col < count; ++n) {
+            const conv_dim j = j0 + col - n * p, piece = p - j < count - col ? p - j : count - col;
             store_piece(staging, m, col, piece, y + n * y_step + j, p);
             col += piece;
         }
@@ -1223,7 +1236,7 @@ __attribute__((noinline)) void compact_batch(const conv_shape& s, const wide_geo
 
 // One group's images through compact_batch (out of line: qconv's frame stays small).
 template <class TX>
-__attribute__((noinline)) void batch_group(const conv_shape& s, const TX* x, int64_t images, uint8_t zero,
+__attribute__((noinline)) void batch_group(const conv_shape& s, const TX* x, conv_dim images, uint8_t zero,
                                            uint8_t* phases, const int32_t* taps, const uint8_t* wg, tile_out& o,
                                            uint8_t* staging, uint8_t* block, tile_fn tile) {
     batch_images<TX> in{x, s.channels * s.in_plane(), images, -1, zero, phases};
@@ -1234,7 +1247,7 @@ __attribute__((noinline)) void batch_group(const conv_shape& s, const TX* x, int
 
 template <class TY>
 __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geometry& g, const uint8_t* wide,
-                                             int64_t ld, int64_t m, TY* y) {
+                                             conv_dim ld, conv_dim m, TY* y) {
     compact(s, g, wide, ld, m, y);
 }
 
@@ -1244,23 +1257,23 @@ __attribute__((noinline)) void compact_image(const conv_shape& s, const wide_geo
 // weights are 0) the byte of x_zero. Per im2col row one channel and tap; per output row one input row (or none), its
 // columns walked by the stride.
 template <class TX>
-__attribute__((noinline)) void gather_block(const conv_shape& s, const TX* x, int64_t j0, int64_t count, TX x_zero,
+__attribute__((noinline)) void gather_block(const conv_shape& s, const TX* x, conv_dim j0, conv_dim count, TX x_zero,
                                             uint8_t* block) {
-    const int64_t taps = s.taps(), depth = s.depth(), row0 = tiles::index_div(j0, s.out[2]);
+    const conv_dim taps = s.taps(), depth = s.depth(), row0 = tiles::index_div(j0, s.out[2]);
     const int32_t width = static_cast<int32_t>(s.in[2]), step = static_cast<int32_t>(s.stride[2]);
-    for (int64_t k = 0; k < quads(depth) * 4; ++k) {
-        const int64_t c = tiles::index_div(k, taps), t = k - c * taps, th = tiles::index_div(t, s.kernel[2]);
-        const int64_t kd = tiles::index_div(th, s.kernel[1]), kh = th - kd * s.kernel[1], kw = t - th * s.kernel[2];
-        int64_t od = tiles::index_div(row0, s.out[1]), oh = row0 - od * s.out[1], ow = j0 - row0 * s.out[2];
+    for (conv_dim k = 0; k < quads(depth) * 4; ++k) {
+        const conv_dim c = tiles::index_div(k, taps), t = k - c * taps, th = tiles::index_div(t, s.kernel[2]);
+        const conv_dim kd = tiles::index_div(th, s.kernel[1]), kh = th - kd * s.kernel[1], kw = t - th * s.kernel[2];
+        conv_dim od = tiles::index_div(row0, s.out[1]), oh = row0 - od * s.out[1], ow = j0 - row0 * s.out[2];
         uint8_t* out = block + (k >> 2) * cols * 4 + (k & 3);
-        for (int64_t col = 0; col < count;) {
-            const int64_t run = s.out[2] - ow < count - col ? s.out[2] - ow : count - col;
-            const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
-            const int64_t ih = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+        for (conv_dim col = 0; col < count;) {
+            const conv_dim run = s.out[2] - ow < count - col ? s.out[2] - ow : count - col;
+            const conv_dim id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+            const conv_dim ih = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
             const bool row = k < depth && id >= 0 && id < s.in[0] && ih >= 0 && ih < s.in[1];
             const TX* src = row ? x + c * s.in_plane() + (id * s.in[1] + ih) * s.in[2] : x;
             int32_t iw = static_cast<int32_t>(ow * s.stride[2] - s.pad[2] + kw * s.dilation[2]);
-            for (int64_t i = 0; i < run; ++i, iw += step) {
+            for (conv_dim i = 0; i < run; ++i, iw += step) {
                 out[(col + i) * 4] = tile_byte(row && static_cast<uint32_t>(iw) < static_cast<uint32_t>(width) ? src[iw]
                                                                                                                 : x_zero);
             }
@@ -1278,20 +1291,20 @@ __attribute__((noinline)) void gather_block(const conv_shape& s, const TX* x, in
 }  // namespace qtile
 
 // The scratch bytes ks::qconv uses (qtile::qconv_room).
-constexpr int64_t qconv_scratch(const conv_shape& s) {
+constexpr conv_dim qconv_scratch(const conv_shape& s) {
     return qtile::qconv_room::of(s).total();
 }
 
 // The bytes of a convolution's weights w [M, C/G, K...] (M = out_channels, depth = C/G·K) packed for ks::qconv:
 // each group's rows in tiles of 8 with their sums (qtile::pack_weights), one group after another.
-constexpr int64_t qconv_packed_size(int64_t out_channels, int64_t depth, int64_t groups) {
+constexpr conv_dim qconv_packed_size(conv_dim out_channels, conv_dim depth, conv_dim groups) {
     return groups * qtile::weights_size(out_channels / groups, depth, qtile::rows);
 }
 
 // w packed as ks::qconv reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
-inline void qpack_rows(int64_t out_channels, int64_t depth, int64_t groups, const int8_t* w, uint8_t* dst) {
-    const int64_t m = out_channels / groups;
-    for (int64_t g = 0; g < groups; ++g) {
+inline void qpack_rows(conv_dim out_channels, conv_dim depth, conv_dim groups, const int8_t* w, uint8_t* dst) {
+    const conv_dim m = out_channels / groups;
+    for (conv_dim g = 0; g < groups; ++g) {
         qtile::pack_weights(w + g * m * depth, m, depth, depth, 1, qtile::rows,
                             dst + g * qtile::weights_size(m, depth, qtile::rows));
     }
@@ -1301,27 +1314,27 @@ inline void qpack_rows(int64_t out_channels, int64_t depth, int64_t groups, cons
 // ks::qconv of a microcontroller's build for size: per image, group and block of 32 positions, gather_block and
 // the tiles (the scratch laid out as qconv_room's first three parts).
 template <class TX, class TY>
-__attribute__((noinline)) void qconv_gathered(const conv_shape& s, int64_t images, const TX* x,
+__attribute__((noinline)) void qconv_gathered(const conv_shape& s, conv_dim images, const TX* x,
                                               const uint8_t* packed, TY* y, uint8_t* scratch, const requant& q) {
     using namespace qtile;
-    const int64_t m = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), qd = quads(depth);
-    const int64_t cg = tiles::index_div(s.channels, s.groups), p = s.positions();
+    const conv_dim m = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), qd = quads(depth);
+    const conv_dim cg = tiles::index_div(s.channels, s.groups), p = s.positions();
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
     int32_t* acc = reinterpret_cast<int32_t*>(scratch + round_up(m * 4, 64));
     uint8_t* block = reinterpret_cast<uint8_t*>(acc) + rows * cols * 4;
     const tile_fn tile = best_tile<false>();
-    for (int64_t gi = 0; gi < s.groups; ++gi) {
+    for (conv_dim gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, tile_zero<TX>(q.x_zero), offsets);
-        for (int64_t n = 0; n < images; ++n) {
+        for (conv_dim n = 0; n < images; ++n) {
             const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
             tile_out o = output_of(q, offsets, q.scales == 1 ? q.scale : q.scale + gi * m, true, acc);
             o.y = reinterpret_cast<uint8_t*>(y + (n * s.out_channels + gi * m) * p);
             o.ld = p;
-            for (int64_t j0 = 0; j0 < p; j0 += cols) {
-                const int64_t count = p - j0 < cols ? p - j0 : cols;
+            for (conv_dim j0 = 0; j0 < p; j0 += cols) {
+                const conv_dim count = p - j0 < cols ? p - j0 : cols;
                 gather_block(s, xg, j0, count, static_cast<TX>(q.x_zero), block);
-                for (int64_t i0 = 0; i0 < m; i0 += rows) {
+                for (conv_dim i0 = 0; i0 < m; i0 += rows) {
                     tile_out t = o;
                     t.offsets = o.offsets + i0;
                     t.scale = o.one_scale ? o.scale : o.scale + i0;
@@ -1339,11 +1352,11 @@ __attribute__((noinline)) void qconv_gathered(const conv_shape& s, int64_t image
 // y [images, M, O...] = the requantized convolution of x [images, C, S...] (uint8 or int8) with the weights w
 // [M, C/G, K...] (int8, zero point 0) packed by qpack_rows; scratch: qconv_scratch(s) bytes, 64-byte aligned.
 template <class TX, class TY>
-void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* packed, TY* y, uint8_t* scratch,
+void qconv(const conv_shape& s, conv_dim images, const TX* x, const uint8_t* packed, TY* y, uint8_t* scratch,
            const requant& q) {
     using namespace qtile;
-    const int64_t m = tiles::index_div(s.out_channels, s.groups), depth = s.depth();
-    const int64_t cg = tiles::index_div(s.channels, s.groups), p = s.positions();
+    const conv_dim m = tiles::index_div(s.out_channels, s.groups), depth = s.depth();
+    const conv_dim cg = tiles::index_div(s.channels, s.groups), p = s.positions();
 #ifdef KS_QCONV_GATHER
     qconv_gathered(s, images, x, packed, y, scratch, q);
     return;
@@ -1367,8 +1380,8 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
 #else
     const bool compact_blocks = false;
 #endif
-    const int64_t ld = room.wide && !compact_blocks ? round_up(g.wide, cols) : p;
-    for (int64_t gi = 0; gi < s.groups; ++gi) {
+    const conv_dim ld = room.wide && !compact_blocks ? round_up(g.wide, cols) : p;
+    for (conv_dim gi = 0; gi < s.groups; ++gi) {
         const uint8_t* wg = packed + gi * weights_size(m, depth, rows);
         group_offsets(wg, m, depth, q.bias ? q.bias + gi * m : nullptr, zero, offsets);
         const float* scale = q.scales == 1 ? q.scale : q.scale + gi * m;
@@ -1381,7 +1394,7 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
             continue;
         }
 #endif
-        for (int64_t n = 0; n < images; ++n) {
+        for (conv_dim n = 0; n < images; ++n) {
             const TX* xg = x + (n * s.channels + gi * cg) * s.in_plane();
             if (!direct) {
                 split_image(s, g, xg, cg, static_cast<uint8_t>(q.x_zero), phases);
@@ -1406,18 +1419,18 @@ void qconv(const conv_shape& s, int64_t images, const TX* x, const uint8_t* pack
 }
 
 // The bytes of a matrix product's weights b [depth, n] packed for ks::qmatmul: its columns in tiles of product_cols.
-constexpr int64_t qmatmul_packed_size(int64_t depth, int64_t n) {
+constexpr conv_dim qmatmul_packed_size(conv_dim depth, conv_dim n) {
     return qtile::weights_size(n, depth, qtile::product_cols);
 }
 
 // b packed as ks::qmatmul reads it (ksbuild packs constant weights when it compiles the package: prims/qlinear.py).
-inline void qpack_columns(int64_t depth, int64_t n, const int8_t* b, uint8_t* dst) {
+inline void qpack_columns(conv_dim depth, conv_dim n, const int8_t* b, uint8_t* dst) {
     qtile::pack_weights(b, n, depth, 1, n, qtile::product_cols, dst);  // (column j, depth k at b[k·n + j])
 }
 
 // The scratch bytes ks::qmatmul uses for a [rows, depth] · [depth, n] product: the offsets, a block of rows of a,
 // the sums' room.
-constexpr int64_t qmatmul_scratch(int64_t depth, int64_t n) {
+constexpr conv_dim qmatmul_scratch(conv_dim depth, conv_dim n) {
     return qtile::round_up(n * 4, 64) + qtile::packed_size(qtile::rows, depth, qtile::rows) +
            qtile::rows * qtile::cols * 4;
 }
@@ -1425,21 +1438,26 @@ constexpr int64_t qmatmul_scratch(int64_t depth, int64_t n) {
 // y [count, n] = the requantized product of a [count, depth] (uint8 or int8, rows `lda` apart) with b [depth, n]
 // (int8, zero point 0) packed by qpack_columns; bias and scales per column of y (or one scale).
 template <class TX, class TY>
-void qmatmul(int64_t count, int64_t depth, int64_t n, const TX* a, int64_t lda, const uint8_t* packed, TY* y,
+void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim lda, const uint8_t* packed, TY* y,
              uint8_t* scratch, const requant& q) {
     using namespace qtile;
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
     uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
     const int32_t zero = tile_zero<TX>(q.x_zero);
-    channel_offsets(packed, n, depth, product_cols, q.bias, zero, offsets);
+    const int32_t* offs = offsets;
+    if (bias_offsets && zero == 0 && q.bias) {
+        offs = q.bias;  // (the sums unread: packed weights with a zero point folded into the bias may lack them)
+    } else {
+        channel_offsets(packed, n, depth, product_cols, q.bias, zero, offsets);
+    }
     const tile_fn tile = best_tile<true>();
-    const int64_t qd = quads(depth);
-    for (int64_t i0 = 0; i0 < count; i0 += rows) {
-        const int64_t live = count - i0 < rows ? count - i0 : rows;
+    const conv_dim qd = quads(depth);
+    for (conv_dim i0 = 0; i0 < count; i0 += rows) {
+        const conv_dim live = count - i0 < rows ? count - i0 : rows;
         pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
-        for (int64_t j0 = 0; j0 < n; j0 += product_cols) {
-            tile_out o = output_of(q, offsets + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
+        for (conv_dim j0 = 0; j0 < n; j0 += product_cols) {
+            tile_out o = output_of(q, offs + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
             o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
             o.ld = n;
             o.live = live;
@@ -1453,15 +1471,15 @@ namespace qtile {
 
 // How many channels a depthwise convolution splits into phase volumes at once: about 16 KB of them (the copy's
 // per-row work is then shared by the channels, which matters for small images: MobileNet's 7 × 7 layers).
-constexpr int64_t depthwise_batch(const conv_shape& s) {
-    const int64_t per = wide_of(s).phases * wide_of(s).volume;
-    const int64_t n = tiles::index_div(16384, per > 0 ? per : 1);
+constexpr conv_dim depthwise_batch(const conv_shape& s) {
+    const conv_dim per = wide_of(s).phases * wide_of(s).volume;
+    const conv_dim n = tiles::index_div(16384, per > 0 ? per : 1);
     return n < 1 ? 1 : (n > 64 ? 64 : n);
 }
 
 // The scratch bytes of depthwise_planes: a batch of channels' phase volumes (and 128 bytes after them), the taps'
 // offsets, a chunk of int32 sums and the wide positions' bytes.
-constexpr int64_t planes_scratch(const conv_shape& s) {
+constexpr conv_dim planes_scratch(const conv_shape& s) {
     return phases_size(s, depthwise_batch(s)) + 128 + round_up(s.taps() * 4, 64) + depthwise_chunk * 4 +
            round_up(wide_of(s).wide, 64);
 }
@@ -1476,14 +1494,14 @@ constexpr int64_t planes_scratch(const conv_shape& s) {
 // for 16 output positions all lie in one 64-byte window of the input row (15·s_w + (k_w - 1)·d_w < 64), at most 4
 // quads of taps per kernel row and 16 in all (a 7 × 7 kernel takes 14, 3 × 3 × 3 takes 9).
 constexpr bool direct_fits(const conv_shape& s) {
-    const int64_t groups = (s.kernel[2] + 3) / 4;
+    const conv_dim groups = (s.kernel[2] + 3) / 4;
     return 15 * s.stride[2] + (s.kernel[2] - 1) * s.dilation[2] < 64 && groups <= 4 &&
            s.kernel[0] * s.kernel[1] * groups <= 16;
 }
 
 // The lanes i of a 64-byte window starting at column c of a row of n bytes with 0 <= c + i < n.
-inline uint64_t window_lanes(int64_t c, int64_t n) {
-    const int64_t a = c < 0 ? -c : 0, b = n - c < 64 ? n - c : 64;
+inline uint64_t window_lanes(conv_dim c, conv_dim n) {
+    const conv_dim a = c < 0 ? -c : 0, b = n - c < 64 ? n - c : 64;
     if (b <= a) {
         return 0;
     }
@@ -1502,9 +1520,9 @@ struct direct_layout {  // (in the scratch, whose alignment is the workspace's: 
     uint64_t columns[4];
     uint64_t row_lanes[16];
     uint64_t all_rows;  // (the lanes of all `rows` output rows)
-    int64_t rows;
+    conv_dim rows;
 };
-constexpr int64_t direct_layout_size = round_up(sizeof(direct_layout), 64);  // (its room at the scratch's start)
+constexpr conv_dim direct_layout_size = round_up(sizeof(direct_layout), 64);  // (its room at the scratch's start)
 
 // One channel of a depthwise convolution for AVX-512 VBMI and VNNI (x: its input plane, raw bytes; y: its output
 // plane): R output rows × NB blocks of 16 positions at a time, one accumulator each (R·NB independent sums). Each
@@ -1517,15 +1535,15 @@ template <bool FLIP, int NB, int R>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise_channel(
     const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
     const tile_out& o, uint8_t x_zero, uint8_t* y) {
-    const int64_t groups = (s.kernel[2] + 3) / 4, sw = s.stride[2], sh = s.stride[1], dh = s.dilation[1];
-    const int64_t kh_n = s.kernel[1];
+    const conv_dim groups = (s.kernel[2] + 3) / 4, sw = s.stride[2], sh = s.stride[1], dh = s.dilation[1];
+    const conv_dim kh_n = s.kernel[1];
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
     const __m512i y_zero = _mm512_set1_epi32(o.zero);
-    for (int64_t od = 0; od < s.out[0]; ++od) {
-        for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
-            for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+    for (conv_dim od = 0; od < s.out[0]; ++od) {
+        for (conv_dim oh0 = 0; oh0 < s.out[1]; oh0 += R) {
+            for (conv_dim ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
                 __m512i acc[R][NB];
                 uint64_t lanes[NB];
                 KS_UNROLL for (int k = 0; k < NB; ++k) {
@@ -1534,15 +1552,15 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                         acc[j][k] = _mm512_set1_epi32(off);
                     }
                 }
-                for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
-                    const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+                for (conv_dim kd = 0; kd < s.kernel[0]; ++kd) {
+                    const conv_dim id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
                     const bool depth_inside = id >= 0 && id < s.in[0];
                     const int32_t* wd = quads + kd * kh_n * groups;
-                    const int64_t first = oh0 * sh - s.pad[1], last = first + (R - 1) * sh + (kh_n - 1) * dh;
-                    for (int64_t ih = first; ih <= last; ++ih) {
+                    const conv_dim first = oh0 * sh - s.pad[1], last = first + (R - 1) * sh + (kh_n - 1) * dh;
+                    for (conv_dim ih = first; ih <= last; ++ih) {
                         const bool inside = depth_inside && ih >= 0 && ih < s.in[1];
                         const uint8_t* row = x + (inside ? (id * s.in[1] + ih) * s.in[2] : 0) - s.pad[2];
-                        for (int64_t q0 = 0; q0 < groups; ++q0) {
+                        for (conv_dim q0 = 0; q0 < groups; ++q0) {
                             __m512i arranged[NB];
                             KS_UNROLL for (int k = 0; k < NB; ++k) {
                                 const __m512i v = _mm512_mask_loadu_epi8(fill, inside ? lanes[k] : 0,
@@ -1553,7 +1571,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                                 }
                             }
                             KS_UNROLL for (int j = 0; j < R; ++j) {
-                                const int64_t d = ih - first - j * sh;  // (kernel row d / d_h of output row j)
+                                const conv_dim d = ih - first - j * sh;  // (kernel row d / d_h of output row j)
                                 if (d < 0 || d >= kh_n * dh || (dh != 1 && d % dh != 0)) {
                                     continue;
                                 }
@@ -1571,7 +1589,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                     }
                     uint8_t* yr = y + (od * s.out[1] + oh0 + j) * s.out[2];
                     KS_UNROLL for (int k = 0; k < NB; ++k) {
-                        const int64_t left = s.out[2] - ow0 - 16 * k;
+                        const conv_dim left = s.out[2] - ow0 - 16 * k;
                         const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
                         __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
                         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
@@ -1584,7 +1602,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     }
 }
 
-constexpr int64_t narrow_rows(const conv_shape& s) {
+constexpr conv_dim narrow_rows(const conv_shape& s) {
     return s.out[2] <= 8 ? 16 / s.out[2] : 1;
 }
 
@@ -1595,19 +1613,19 @@ constexpr bool narrow_fits(const conv_shape& s) {
 }
 
 inline void narrow_of(const conv_shape& s, direct_layout& l) {
-    const int64_t kw = s.kernel[2], width = s.out[2];
+    const conv_dim kw = s.kernel[2], width = s.out[2];
     l.rows = narrow_rows(s);
-    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+    for (conv_dim q0 = 0; q0 < (kw + 3) / 4; ++q0) {
         for (int i = 0; i < 64; ++i) {
-            const int64_t p = i / 4, j = p / width, t = q0 * 4 + i % 4;
-            const int64_t column = p % width * s.stride[2] - s.pad[2] + (t < kw ? t * s.dilation[2] : 0);
+            const conv_dim p = i / 4, j = p / width, t = q0 * 4 + i % 4;
+            const conv_dim column = p % width * s.stride[2] - s.pad[2] + (t < kw ? t * s.dilation[2] : 0);
             const bool live = j < l.rows && column >= 0 && column < s.in[2];
             l.index[q0][i] = static_cast<uint8_t>(live ? j * s.stride[1] * s.in[2] + column + s.pad[2] : 0);
             l.columns[q0] |= static_cast<uint64_t>(live) << i;
         }
     }
     for (int i = 0; i < 64; ++i) {
-        const int64_t j = i / 4 / width;
+        const conv_dim j = i / 4 / width;
         if (j < l.rows) {
             l.row_lanes[j] |= 1ull << i;
             l.all_rows |= 1ull << i;
@@ -1624,7 +1642,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     const conv_shape& s, const uint8_t* x, const direct_layout& l, const int32_t* quads, int32_t off, float scale,
     const tile_out& o, uint8_t x_zero, uint8_t* y) {
     constexpr int G = (K + 3) / 4, span = (R - 1) * SH + K;
-    const int64_t sw = s.stride[2];
+    const conv_dim sw = s.stride[2];
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(x_zero));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512 lo = _mm512_set1_ps(o.lo), hi = _mm512_set1_ps(o.hi), sc = _mm512_set1_ps(scale);
@@ -1633,9 +1651,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
     KS_UNROLL for (int i = 0; i < K * G; ++i) {
         weights[i] = _mm512_set1_epi32(quads[i]);
     }
-    for (int64_t oh0 = 0; oh0 < s.out[1]; oh0 += R) {
-        const int64_t first = oh0 * SH - s.pad[1];
-        for (int64_t ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
+    for (conv_dim oh0 = 0; oh0 < s.out[1]; oh0 += R) {
+        const conv_dim first = oh0 * SH - s.pad[1];
+        for (conv_dim ow0 = 0; ow0 < s.out[2]; ow0 += 16 * NB) {
             __m512i acc[R][NB];
             uint64_t lanes[NB];
             KS_UNROLL for (int k = 0; k < NB; ++k) {
@@ -1645,7 +1663,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                 }
             }
             KS_UNROLL for (int r = 0; r < span; ++r) {
-                const int64_t ih = first + r;
+                const conv_dim ih = first + r;
                 const bool inside = ih >= 0 && ih < s.in[1];
                 const uint8_t* row = x + (inside ? ih * s.in[2] : 0) - s.pad[2];
                 KS_UNROLL for (int q0 = 0; q0 < G; ++q0) {
@@ -1673,7 +1691,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
                 }
                 uint8_t* yr = y + (oh0 + j) * s.out[2];
                 KS_UNROLL for (int k = 0; k < NB; ++k) {
-                    const int64_t left = s.out[2] - ow0 - 16 * k;
+                    const conv_dim left = s.out[2] - ow0 - 16 * k;
                     const auto store = static_cast<__mmask16>(left >= 16 ? 0xffff : (left > 0 ? (1u << left) - 1 : 0));
                     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][k]), sc);
                     v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
@@ -1687,12 +1705,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void depthwise
 
 // The weights of channel m's kernel rows as quads (row r, quad q at quads[r·groups + q]; taps past the row's end 0).
 inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
-    const int64_t kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
-    for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t q0 = 0; q0 < groups; ++q0) {
-            const int64_t n = kw - 4 * q0 < 4 ? kw - 4 * q0 : 4;
+    const conv_dim kw = s.kernel[2], groups = (kw + 3) / 4, rows = s.kernel[0] * s.kernel[1];
+    for (conv_dim r = 0; r < rows; ++r) {
+        for (conv_dim q0 = 0; q0 < groups; ++q0) {
+            const conv_dim n = kw - 4 * q0 < 4 ? kw - 4 * q0 : 4;
             uint32_t quad = 0;
-            for (int64_t t = 0; t < n; ++t) {
+            for (conv_dim t = 0; t < n; ++t) {
                 quad |= static_cast<uint32_t>(static_cast<uint8_t>(w[r * kw + 4 * q0 + t])) << (8 * t);
             }
             quads[r * groups + q0] = static_cast<int32_t>(quad);
@@ -1703,25 +1721,25 @@ inline void row_quads(const conv_shape& s, const int8_t* w, int32_t* quads) {
 // One 64-byte window a block of depthwise_narrow reads: where it starts in the channel's volume, the bytes loaded
 // (those in the volume), the lanes of output rows whose input row lies in the image.
 struct narrow_read {
-    int64_t start;
+    conv_dim start;
     uint64_t load, inside;
 };
 
 // The windows of output depth od, steps [first, first + count) (a step: NB blocks of l.rows output rows), in the order
 // depthwise_narrow reads them: step, kernel row (kd, kh), block.
-__attribute__((noinline)) inline void plan_narrow(const conv_shape& s, const direct_layout& l, int64_t nb, int64_t od, int64_t first,
-                        int64_t count, narrow_read* reads) {
-    const int64_t rows = l.rows, sh = s.stride[1];
-    for (int64_t i = 0; i < count; ++i) {
-        for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
-            const int64_t id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+__attribute__((noinline)) inline void plan_narrow(const conv_shape& s, const direct_layout& l, conv_dim nb, conv_dim od, conv_dim first,
+                        conv_dim count, narrow_read* reads) {
+    const conv_dim rows = l.rows, sh = s.stride[1];
+    for (conv_dim i = 0; i < count; ++i) {
+        for (conv_dim kd = 0; kd < s.kernel[0]; ++kd) {
+            const conv_dim id = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
             const bool depth_inside = id >= 0 && id < s.in[0];
-            for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
-                for (int64_t k = 0; k < nb; ++k) {
-                    const int64_t ih0 = ((first + i) * nb + k) * rows * sh - s.pad[1] + kh * s.dilation[1];
+            for (conv_dim kh = 0; kh < s.kernel[1]; ++kh) {
+                for (conv_dim k = 0; k < nb; ++k) {
+                    const conv_dim ih0 = ((first + i) * nb + k) * rows * sh - s.pad[1] + kh * s.dilation[1];
                     uint64_t inside = 0;
-                    for (int64_t j = 0; j < rows && depth_inside; ++j) {
-                        const int64_t ih = ih0 + j * sh;
+                    for (conv_dim j = 0; j < rows && depth_inside; ++j) {
+                        const conv_dim ih = ih0 + j * sh;
                         inside |= ih >= 0 && ih < s.in[1] ? l.row_lanes[j] : 0;
                     }
                     narrow_read& r = *reads++;
@@ -1743,27 +1761,27 @@ __attribute__((noinline)) inline void plan_narrow(const conv_shape& s, const dir
 template <bool FLIP, int NB>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void narrow_channel(
     const conv_shape& s, const direct_layout& l, const uint8_t* xc, const int8_t* wm, int32_t off, float scale,
-    const requant& q, const narrow_read* rd, int64_t od, int64_t first, int64_t count, uint8_t* yc) {
-    const int64_t groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1];
-    const int64_t rows = l.rows, width = s.out[2];
+    const requant& q, const narrow_read* rd, conv_dim od, conv_dim first, conv_dim count, uint8_t* yc) {
+    const conv_dim groups = (s.kernel[2] + 3) / 4, krows = s.kernel[0] * s.kernel[1];
+    const conv_dim rows = l.rows, width = s.out[2];
     const __m512i fill = _mm512_set1_epi8(static_cast<char>(q.x_zero));
     const __m512 lo = _mm512_set1_ps(static_cast<float>(q.lo - q.y_zero));
     const __m512 hi = _mm512_set1_ps(static_cast<float>(q.hi - q.y_zero));
     const __m512 sc = _mm512_set1_ps(scale);
-    for (int64_t i = 0; i < count; ++i) {
+    for (conv_dim i = 0; i < count; ++i) {
         __m512i acc[NB];
         KS_UNROLL for (int k = 0; k < NB; ++k) {
             acc[k] = _mm512_set1_epi32(off);
         }
-        for (int64_t r = 0; r < krows; ++r, rd += NB) {
+        for (conv_dim r = 0; r < krows; ++r, rd += NB) {
             __m512i v[NB];
             KS_UNROLL for (int k = 0; k < NB; ++k) {
                 v[k] = _mm512_maskz_loadu_epi8(rd[k].load, xc + rd[k].start);
             }
-            for (int64_t q0 = 0; q0 < groups; ++q0) {
-                const int64_t n = s.kernel[2] - 4 * q0 < 4 ? s.kernel[2] - 4 * q0 : 4;
+            for (conv_dim q0 = 0; q0 < groups; ++q0) {
+                const conv_dim n = s.kernel[2] - 4 * q0 < 4 ? s.kernel[2] - 4 * q0 : 4;
                 uint32_t quad = 0;  // (the kernel row's taps 4·q0 .. 4·q0 + 3; those past its end 0)
-                for (int64_t t = 0; t < n; ++t) {
+                for (conv_dim t = 0; t < n; ++t) {
                     quad |= static_cast<uint32_t>(static_cast<uint8_t>(wm[r * s.kernel[2] + 4 * q0 + t])) << (8 * t);
                 }
                 const __m512i wq = _mm512_set1_epi32(static_cast<int32_t>(quad));
@@ -1777,9 +1795,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void
                 }
             }
         }
-        const int64_t oh0 = (first + i) * NB * rows;
+        const conv_dim oh0 = (first + i) * NB * rows;
         KS_UNROLL for (int k = 0; k < NB; ++k) {
-            const int64_t left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
+            const conv_dim left = s.out[1] - oh0 - k * rows, live = (left < rows ? left : rows) * width;
             __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), sc);
             u = _mm512_min_ps(_mm512_max_ps(u, lo), hi);
             _mm512_mask_cvtepi32_storeu_epi8(yc + (od * s.out[1] + oh0 + k * rows) * width,
@@ -1795,17 +1813,17 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void
 // planes_scratch leaves 77).
 template <bool FLIP, int NB>
 void depthwise_narrow(const conv_shape& s, const direct_layout& l, const uint8_t* x, const int8_t* w, uint8_t* y,
-                      const requant& q, int32_t zero_u, narrow_read* reads, int64_t room) {
-    const int64_t krows = s.kernel[0] * s.kernel[1], taps = s.taps(), mult = s.out_channels / s.channels;
-    const int64_t steps = (s.out[1] + NB * l.rows - 1) / (NB * l.rows), chunk = room / (krows * NB);
-    for (int64_t od = 0; od < s.out[0]; ++od) {
-        for (int64_t first = 0; first < steps; first += chunk) {
-            const int64_t count = steps - first < chunk ? steps - first : chunk;
+                      const requant& q, int32_t zero_u, narrow_read* reads, conv_dim room) {
+    const conv_dim krows = s.kernel[0] * s.kernel[1], taps = s.taps(), mult = s.out_channels / s.channels;
+    const conv_dim steps = (s.out[1] + NB * l.rows - 1) / (NB * l.rows), chunk = room / (krows * NB);
+    for (conv_dim od = 0; od < s.out[0]; ++od) {
+        for (conv_dim first = 0; first < steps; first += chunk) {
+            const conv_dim count = steps - first < chunk ? steps - first : chunk;
             plan_narrow(s, l, NB, od, first, count, reads);
-            for (int64_t m = 0; m < s.out_channels; ++m) {
+            for (conv_dim m = 0; m < s.out_channels; ++m) {
                 const int8_t* wm = w + m * taps;
                 int32_t total = 0;
-                for (int64_t t = 0; t < taps; ++t) {
+                for (conv_dim t = 0; t < taps; ++t) {
                     total += wm[t];
                 }
                 narrow_channel<FLIP, NB>(s, l, x + m / mult * s.in_plane(), wm, (q.bias ? q.bias[m] : 0) - zero_u * total,
@@ -1817,14 +1835,14 @@ void depthwise_narrow(const conv_shape& s, const direct_layout& l, const uint8_t
 }
 
 using narrow_fn = void (*)(const conv_shape&, const direct_layout&, const uint8_t*, const int8_t*, uint8_t*,
-                           const requant&, int32_t, narrow_read*, int64_t);
+                           const requant&, int32_t, narrow_read*, conv_dim);
 
 // depthwise_narrow for s: NB blocks (at most 4) at a time, chosen so that the last step computes few blocks nobody
 // reads.
 template <bool FLIP>
 narrow_fn narrow_kernel(const conv_shape& s) {
-    const int64_t blocks = (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s);
-    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    const conv_dim blocks = (s.out[1] + narrow_rows(s) - 1) / narrow_rows(s);
+    const conv_dim steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
     return nb <= 1 ? depthwise_narrow<FLIP, 1>
                    : (nb == 2 ? depthwise_narrow<FLIP, 2>
                               : (nb == 3 ? depthwise_narrow<FLIP, 3> : depthwise_narrow<FLIP, 4>));
@@ -1835,14 +1853,14 @@ using depthwise_channel_fn = void (*)(const conv_shape&, const uint8_t*, const d
 
 // depthwise_square for NB blocks (4 output rows at a time for 1 or 2 blocks, else 2), a K × K kernel and row stride SH.
 template <bool FLIP, int K, int SH>
-depthwise_channel_fn square_of(int64_t nb) {
+depthwise_channel_fn square_of(conv_dim nb) {
     return nb <= 1 ? depthwise_square<FLIP, 1, 4, K, SH>
                    : (nb == 2 ? depthwise_square<FLIP, 2, 4, K, SH>
                               : (nb == 3 ? depthwise_square<FLIP, 3, 2, K, SH> : depthwise_square<FLIP, 4, 2, K, SH>));
 }
 
 template <bool FLIP>
-depthwise_channel_fn square_kernel(int64_t nb, int64_t k, int64_t sh) {
+depthwise_channel_fn square_kernel(conv_dim nb, conv_dim k, conv_dim sh) {
     if (k == 3) {
         return sh == 1 ? square_of<FLIP, 3, 1>(nb) : square_of<FLIP, 3, 2>(nb);
     }
@@ -1853,9 +1871,9 @@ depthwise_channel_fn square_kernel(int64_t nb, int64_t k, int64_t sh) {
 // the last step computes few blocks nobody reads (and 4 or 2 output rows at a time: 8 sums or fewer in flight).
 template <bool FLIP>
 depthwise_channel_fn direct_kernel(const conv_shape& s) {
-    const int64_t blocks = (s.out[2] + 15) / 16;
-    const int64_t steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
-    const int64_t k = s.kernel[1];
+    const conv_dim blocks = (s.out[2] + 15) / 16;
+    const conv_dim steps = (blocks + 3) / 4, nb = (blocks + steps - 1) / steps;
+    const conv_dim k = s.kernel[1];
     const bool square = s.in[0] == 1 && s.kernel[0] == 1 && s.kernel[2] == k && (k == 3 || k == 5) &&
                         s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[1] <= 2;
     if (square) {
@@ -1872,10 +1890,10 @@ inline void direct_of(const conv_shape& s, direct_layout& l) {
         narrow_of(s, l);
         return;
     }
-    const int64_t kw = s.kernel[2];
-    for (int64_t q0 = 0; q0 < (kw + 3) / 4; ++q0) {
+    const conv_dim kw = s.kernel[2];
+    for (conv_dim q0 = 0; q0 < (kw + 3) / 4; ++q0) {
         for (int i = 0; i < 64; ++i) {
-            const int64_t t = q0 * 4 + i % 4;
+            const conv_dim t = q0 * 4 + i % 4;
             l.index[q0][i] = static_cast<uint8_t>(i / 4 * s.stride[2] + (t < kw ? t * s.dilation[2] : 0));
         }
     }
@@ -1886,9 +1904,9 @@ inline void direct_of(const conv_shape& s, direct_layout& l) {
 // the narrow kernels' planned windows.
 template <class TX, class TY>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void depthwise_direct(
-    const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch, const requant& q) {
+    const conv_shape& s, conv_dim images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch, const requant& q) {
     constexpr bool flip = static_cast<TX>(-1) < 0;
-    const int64_t taps = s.taps(), mult = s.out_channels / s.channels;
+    const conv_dim taps = s.taps(), mult = s.out_channels / s.channels;
     __builtin_memset(scratch, 0, sizeof(direct_layout));
     direct_layout& layout = *reinterpret_cast<direct_layout*>(scratch);
     direct_of(s, layout);
@@ -1896,8 +1914,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void
     if (narrow_fits(s)) {
         const narrow_fn narrow = narrow_kernel<flip>(s);
         narrow_read* reads = reinterpret_cast<narrow_read*>(scratch + direct_layout_size);
-        const int64_t room = (planes_scratch(s) - direct_layout_size) / static_cast<int64_t>(sizeof(narrow_read));
-        for (int64_t n = 0; n < images; ++n) {
+        const conv_dim room = (planes_scratch(s) - direct_layout_size) / static_cast<conv_dim>(sizeof(narrow_read));
+        for (conv_dim n = 0; n < images; ++n) {
             narrow(s, layout, reinterpret_cast<const uint8_t*>(x + n * s.channels * s.in_plane()), w,
                    reinterpret_cast<uint8_t*>(y + n * s.out_channels * s.positions()), q, zero_u, reads, room);
         }
@@ -1906,11 +1924,11 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"), noinline)) void
     const depthwise_channel_fn channel = direct_kernel<flip>(s);
     const tile_out o = output_of(q, nullptr, q.scale, true, nullptr);
     int32_t quads[16];
-    for (int64_t n = 0; n < images; ++n) {
-        for (int64_t m = 0; m < s.out_channels; ++m) {
+    for (conv_dim n = 0; n < images; ++n) {
+        for (conv_dim m = 0; m < s.out_channels; ++m) {
             const int8_t* wm = w + m * taps;
             int32_t total = 0;
-            for (int64_t t = 0; t < taps; ++t) {
+            for (conv_dim t = 0; t < taps; ++t) {
                 total += wm[t];
             }
             row_quads(s, wm, quads);
@@ -1934,7 +1952,7 @@ inline int32_t high_lanes(int32_t a, int32_t b) {
     return static_cast<int32_t>((static_cast<uint32_t>(a) >> 16) | (static_cast<uint32_t>(b) & 0xffff0000u));
 }
 
-constexpr int64_t depthwise_dsp_taps = 64;  // (the most taps depthwise_sums_dsp takes: 32 pairs of weights)
+constexpr conv_dim depthwise_dsp_taps = 64;  // (the most taps depthwise_sums_dsp takes: 32 pairs of weights)
 
 // depthwise_planes' sums of one chunk of `len` wide positions (a multiple of 4) of one channel (weights wm) with SMLAD:
 // 4 positions at a time, their sums in registers over the taps two at a time: the two taps' bytes of a position side
@@ -1942,8 +1960,8 @@ constexpr int64_t depthwise_dsp_taps = 64;  // (the most taps depthwise_sums_dsp
 // (the two taps' weights as 16-bit lanes; a last odd tap's partner weighs 0 and reads at[taps] = at[taps - 1]). Out
 // of line: its 128 B of pairs are not in depthwise_planes' frame (496 B at -O3 without them; the bound is 512).
 template <class TX>
-__attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t* at, const int8_t* wm, int64_t taps,
-                                                  int64_t len, int32_t off, int32_t* sums) {
+__attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t* at, const int8_t* wm, conv_dim taps,
+                                                  conv_dim len, int32_t off, int32_t* sums) {
     constexpr bool SIGNED = static_cast<TX>(-1) < 0;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(image);
     const int32_t n = static_cast<int32_t>(len), half = static_cast<int32_t>((taps + 1) / 2);
@@ -1976,32 +1994,32 @@ template <class TX, class TY>
 __attribute__((noinline)) void depthwise_plane(const conv_shape& s, const wide_geometry& g, const TX* image,
                                                const int32_t* at, const int8_t* wm, int32_t off, float scale,
                                                const requant& q, int32_t* sums, uint8_t* bytes, TY* y) {
-    const int64_t taps = s.taps();
+    const conv_dim taps = s.taps();
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
     // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the wide ones
     // are computed and never read)
-    for (int64_t j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
-        const int64_t len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
+    for (conv_dim j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
+        const conv_dim len = round_up(g.wide - j0 < depthwise_chunk ? g.wide - j0 : depthwise_chunk, 16);
 #ifdef KS_QTILE_DSP
         if (taps <= depthwise_dsp_taps) {
             depthwise_sums_dsp(image + j0, at, wm, taps, len, off, sums);
         } else
 #endif
         {
-            for (int64_t i = 0; i < len; ++i) {
+            for (conv_dim i = 0; i < len; ++i) {
                 sums[i] = off;
             }
-            for (int64_t t = 0; t < taps; ++t) {
+            for (conv_dim t = 0; t < taps; ++t) {
                 const TX* src = image + at[t] + j0;
                 const int32_t wt = wm[t];
                 KS_OMP_SIMD()
-                for (int64_t i = 0; i < len; ++i) {
+                for (conv_dim i = 0; i < len; ++i) {
                     sums[i] += wt * static_cast<int32_t>(src[i]);
                 }
             }
         }
         KS_OMP_SIMD()
-        for (int64_t i = 0; i < len; ++i) {
+        for (conv_dim i = 0; i < len; ++i) {
             bytes[j0 + i] = static_cast<uint8_t>(requantize(sums[i], scale, lo, hi, q.y_zero));
         }
     }
@@ -2013,14 +2031,14 @@ __attribute__((noinline)) void depthwise_plane(const conv_shape& s, const wide_g
 // depthwise_plane into y (the image's output).
 template <class TX, class TY>
 __attribute__((noinline)) void depthwise_batch_planes(const conv_shape& s, const conv_shape& one, const wide_geometry& g,
-                                                      const TX* x, int64_t c0, int64_t count, const int8_t* w, TY* y,
+                                                      const TX* x, conv_dim c0, conv_dim count, const int8_t* w, TY* y,
                                                       uint8_t* scratch, const requant& q) {
     uint8_t* phases = scratch;
     // (after the phases, room for what the last vector reads past the last channel)
     int32_t* at = reinterpret_cast<int32_t*>(scratch + phases_size(s, depthwise_batch(s)) + 128);
     int32_t* sums = at + round_up(s.taps() * 4, 64) / 4;
     uint8_t* bytes = reinterpret_cast<uint8_t*>(sums + depthwise_chunk);
-    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
+    const conv_dim mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
     split_image(one, g, x + c0 * s.in_plane(), count, static_cast<uint8_t>(q.x_zero), phases);
     tap_offsets(one, g, count, at);  // (one's depth: its taps)
 #ifdef KS_QTILE_DSP
@@ -2028,11 +2046,11 @@ __attribute__((noinline)) void depthwise_batch_planes(const conv_shape& s, const
         at[taps] = at[taps - 1];
     }
 #endif
-    for (int64_t ci = 0; ci < count * mult; ++ci) {
-        const int64_t m = c0 * mult + ci;
+    for (conv_dim ci = 0; ci < count * mult; ++ci) {
+        const conv_dim m = c0 * mult + ci;
         const int8_t* wm = w + m * taps;
         int32_t total = 0;
-        for (int64_t t = 0; t < taps; ++t) {
+        for (conv_dim t = 0; t < taps; ++t) {
             total += wm[t];
         }
         depthwise_plane(s, g, reinterpret_cast<const TX*>(phases) + tiles::index_div(ci, mult) * g.volume, at, wm,
@@ -2046,7 +2064,7 @@ __attribute__((noinline)) void depthwise_batch_planes(const conv_shape& s, const
 // weight times the run of positions it reads, requantized into bytes; the output positions taken from those. With
 // AVX-512 VBMI and VNNI (and a kernel depthwise_direct takes), depthwise_direct instead, from the image in place.
 template <class TX, class TY>
-void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+void depthwise_planes(const conv_shape& s, conv_dim images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                       const requant& q) {
 #ifdef KS_QTILE_X86
     if (best_level() == 3 && direct_fits(s)) {
@@ -2054,13 +2072,13 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
         return;
     }
 #endif
-    const int64_t batch = depthwise_batch(s);
+    const conv_dim batch = depthwise_batch(s);
     const wide_geometry g = wide_of(s);
     conv_shape one = s;
     one.channels = one.out_channels = one.groups = 1;
-    for (int64_t n = 0; n < images; ++n) {
-        for (int64_t c0 = 0; c0 < s.channels; c0 += batch) {
-            const int64_t count = s.channels - c0 < batch ? s.channels - c0 : batch;
+    for (conv_dim n = 0; n < images; ++n) {
+        for (conv_dim c0 = 0; c0 < s.channels; c0 += batch) {
+            const conv_dim count = s.channels - c0 < batch ? s.channels - c0 : batch;
             depthwise_batch_planes(s, one, g, x + n * s.channels * s.in_plane(), c0, count, w,
                                    y + n * s.out_channels * s.positions(), scratch, q);
         }
@@ -2070,7 +2088,7 @@ void depthwise_planes(const conv_shape& s, int64_t images, const TX* x, const in
 }  // namespace qtile
 
 // The scratch bytes ks::qconv_depthwise uses (qtile::planes_scratch).
-constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
+constexpr conv_dim qconv_depthwise_scratch(const conv_shape& s) {
     return qtile::planes_scratch(s);
 }
 
@@ -2081,16 +2099,16 @@ constexpr int64_t qconv_depthwise_scratch(const conv_shape& s) {
 // the padding add (x_zero - x_zero)·w = 0: skipped), a kernel row without bounds checks when all its columns are
 // inside the image; 32-bit indices (the target's word).
 template <class TX>
-int32_t depthwise_sum(const conv_shape& s, const TX* x, const int8_t* w, const int64_t (&o)[3], int32_t sum,
+int32_t depthwise_sum(const conv_shape& s, const TX* x, const int8_t* w, const conv_dim (&o)[3], int32_t sum,
                       int32_t x_zero) {
     const int32_t width = static_cast<int32_t>(s.in[2]), kw = static_cast<int32_t>(s.kernel[2]);
     const int32_t dw = static_cast<int32_t>(s.dilation[2]);
     const int32_t w0 = static_cast<int32_t>(o[2] * s.stride[2] - s.pad[2]);
     const bool inner = w0 >= 0 && w0 + (kw - 1) * dw < width;
-    for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
-        const int64_t id = o[0] * s.stride[0] - s.pad[0] + kd * s.dilation[0];
-        for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
-            const int64_t ih = o[1] * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+    for (conv_dim kd = 0; kd < s.kernel[0]; ++kd) {
+        const conv_dim id = o[0] * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+        for (conv_dim kh = 0; kh < s.kernel[1]; ++kh) {
+            const conv_dim ih = o[1] * s.stride[1] - s.pad[1] + kh * s.dilation[1];
             if (id < 0 || id >= s.in[0] || ih < 0 || ih >= s.in[1]) {
                 continue;
             }
@@ -2109,17 +2127,17 @@ int32_t depthwise_sum(const conv_shape& s, const TX* x, const int8_t* w, const i
 // ks::qconv_depthwise of a microcontroller's build for size: each output position's sum (depthwise_sum) requantized
 // as the tiles requantize, no phase volumes (the scratch unused).
 template <class TX, class TY>
-__attribute__((noinline)) void depthwise_gathered(const conv_shape& s, int64_t images, const TX* x, const int8_t* w,
+__attribute__((noinline)) void depthwise_gathered(const conv_shape& s, conv_dim images, const TX* x, const int8_t* w,
                                                   TY* y, const requant& q) {
-    const int64_t mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
+    const conv_dim mult = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), p = s.positions();
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
-    for (int64_t n = 0; n < images; ++n) {
-        for (int64_t m = 0; m < s.out_channels; ++m) {
+    for (conv_dim n = 0; n < images; ++n) {
+        for (conv_dim m = 0; m < s.out_channels; ++m) {
             const TX* xc = x + (n * s.channels + tiles::index_div(m, mult)) * s.in_plane();
             const float scale = q.scale[q.scales == 1 ? 0 : m];
             TY* ym = y + (n * s.out_channels + m) * p;
-            int64_t o[3] = {0, 0, 0};
-            for (int64_t j = 0; j < p; ++j) {
+            conv_dim o[3] = {0, 0, 0};
+            for (conv_dim j = 0; j < p; ++j) {
                 const int32_t sum = depthwise_sum(s, xc, w + m * taps, o, q.bias ? q.bias[m] : 0, q.x_zero);
                 ym[j] = static_cast<TY>(qtile::requantize(sum, scale, lo, hi, q.y_zero));
                 for (int a = 2; a >= 0 && ++o[a] == s.out[a]; --a) {
@@ -2132,7 +2150,7 @@ __attribute__((noinline)) void depthwise_gathered(const conv_shape& s, int64_t i
 #endif
 
 template <class TX, class TY>
-void qconv_depthwise(const conv_shape& s, int64_t images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
+void qconv_depthwise(const conv_shape& s, conv_dim images, const TX* x, const int8_t* w, TY* y, uint8_t* scratch,
                      const requant& q) {
 #ifdef KS_QCONV_GATHER
     (void)scratch;
@@ -2147,11 +2165,11 @@ namespace qtile {
 #ifdef KS_QTILE_X86
 // qlookup with AVX-512 VBMI: 64 bytes at a time, each table half (128 entries) in two registers read by vpermi2b
 // with the byte's low 7 bits, the byte's top bit choosing the half.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void lookup_vbmi(int64_t n, const uint8_t* table,
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void lookup_vbmi(conv_dim n, const uint8_t* table,
                                                                               const uint8_t* x, uint8_t* y) {
     const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
     const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
-    for (int64_t i = 0; i < n; i += 64) {
+    for (conv_dim i = 0; i < n; i += 64) {
         const __mmask64 live = n - i >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - i)) - 1;
         const __m512i v = _mm512_maskz_loadu_epi8(live, x + i);
         const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
@@ -2165,7 +2183,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void lookup_vbmi(i
 // y[i] = table[the byte of x[i]] for i < n: an 8-bit tensor through a 256-entry table (a unary region of an int8
 // model that ksbuild tabulated: transforms/tabulate.py).
 template <class TX, class TY>
-void qlookup(int64_t n, const TY* table, const TX* x, TY* y) {
+void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
     const uint8_t* bytes = reinterpret_cast<const uint8_t*>(x);
 #ifdef KS_QTILE_X86
     if (qtile::best_level() >= 3) {
@@ -2173,19 +2191,19 @@ void qlookup(int64_t n, const TY* table, const TX* x, TY* y) {
         return;
     }
 #endif
-    for (int64_t i = 0; i < n; ++i) {
+    for (conv_dim i = 0; i < n; ++i) {
         y[i] = table[bytes[i]];
     }
 }
 
 // The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
 #define KS_QUANT_LAYER(PREFIX, TX, TY)                                                                            \
-    PREFIX void qconv<TX, TY>(const conv_shape&, int64_t, const TX*, const uint8_t*, TY*, uint8_t*, const requant&); \
-    PREFIX void qconv_depthwise<TX, TY>(const conv_shape&, int64_t, const TX*, const int8_t*, TY*, uint8_t*,         \
+    PREFIX void qconv<TX, TY>(const conv_shape&, conv_dim, const TX*, const uint8_t*, TY*, uint8_t*, const requant&); \
+    PREFIX void qconv_depthwise<TX, TY>(const conv_shape&, conv_dim, const TX*, const int8_t*, TY*, uint8_t*,         \
                                         const requant&);                                                           \
-    PREFIX void qmatmul<TX, TY>(int64_t, int64_t, int64_t, const TX*, int64_t, const uint8_t*, TY*, uint8_t*,       \
+    PREFIX void qmatmul<TX, TY>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, TY*, uint8_t*,       \
                                 const requant&);                                                           \
-    PREFIX void qlookup<TX, TY>(int64_t, const TY*, const TX*, TY*);
+    PREFIX void qlookup<TX, TY>(conv_dim, const TY*, const TX*, TY*);
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks

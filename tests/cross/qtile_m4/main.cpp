@@ -42,7 +42,8 @@ int tile_case(int64_t q, int64_t live, int64_t count, bool extremes) {
         offsets[i] = static_cast<int32_t>(next() % 2001) - 1000;
         scales[i] = 1.0f / static_cast<float>(64 + next() % 4096);
     }
-    tile_out o{offsets, scales, true, false, -128.0f, 127.0f, 128, y_dsp, 32, live, count, acc_dsp};
+    tile_out o{offsets, scales, true, false, -128.0f, 127.0f, 128, y_dsp, 32, ks::conv_dim(live), ks::conv_dim(count),
+               acc_dsp};
     tile_out r = o;
     r.y = y_ref;
     r.acc = acc_ref;
@@ -108,7 +109,7 @@ ks::requant random_operands(int64_t n, int64_t k, int64_t m_n) {
         scales[i] = 1.0f / static_cast<float>(256 + next() % 8192);
     }
     const int32_t x_zero = static_cast<int32_t>(static_cast<TX>(next()));
-    return ks::requant{bias, scales, m_n, x_zero, 3, 0, 255};
+    return ks::requant{bias, scales, ks::conv_dim(m_n), x_zero, 3, 0, 255};  // (sizes: int32 on a 32-bit core)
 }
 
 // A 2-d depthwise convolution (C channels, multiplier mult) through ks::qconv_depthwise (on a DSP core: SMLAD sums
