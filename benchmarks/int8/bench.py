@@ -135,11 +135,11 @@ def main(argv=None) -> int:
     print(f"built {len(variants)} models in {time.perf_counter() - t0:.1f} s ({work})")
     old = None
     if args.against:
-        env = dict(os.environ, PYTHONPATH=str(args.against.resolve()))
+        env = dict(os.environ, PYTHONPATH=str(args.against.resolve()))  # (and cwd: `-c` puts it first on sys.path)
         code = ("import sys, ksbuild; ksbuild.build(sys.argv[1], out=sys.argv[2], quiet=True); "
                 "print(ksbuild.__file__)")
         made = subprocess.run([sys.executable, "-c", code, str(manifest("int8_bench_a")), str(work / "A")],
-                              env=env, check=True, capture_output=True, text=True)
+                              env=env, cwd=args.against, check=True, capture_output=True, text=True)
         print(f"A: {made.stdout.strip()}")
         old = ksbuild.load(work / "A")
     head = f"{'model':<26}" + (f"{'A ms':>9}" if old else "") + f"{'ksbuild ms':>11}{'ort ms':>9}"
