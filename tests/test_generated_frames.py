@@ -107,3 +107,19 @@ def test_the_outlined_steps_compute_torchs_gradient(small, tmp_path):
     model(x, t).backward()
     for g, p in zip(got, model.parameters()):
         np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_steps_take_the_exports_arguments_as_parameters(small, tmp_path):
+    """A step that reads the export's arguments takes them as its lambda's parameters, not as captures (a captured
+    pointer is a closure member, which a loop storing bytes must read again after each store: such loops did not
+    vectorize, codegen/steps.py); every step's parameters are arguments of the export."""
+    out = tmp_path / "render"
+    subprocess.run([sys.executable, "-m", "ksbuild", "-q", "render", str(small[0]), "-o", str(out)], check=True)
+    source = (out / "src" / "small.cpp").read_text()
+    signature = re.search(r"\bint small_loss_grad\(([^)]*)\)", source).group(1)
+    arguments = {part.split()[-1].lstrip("*") for part in signature.split(",")}
+    steps = re.findall(r"\[=\]\(([^)]*)\) KS_STEP \{", source)
+    taken = [{p.split()[-1] for p in params.split(", ")} for params in steps if params]
+    assert len(steps) > 20 and taken
+    assert all(names <= arguments - {"workspace"} for names in taken)
+    assert any("x" in names for names in taken) and any("target" in names for names in taken)

@@ -9,11 +9,14 @@ issue 36 asks for no frame above 512 B). So in a function of more than OUTLINE_A
 too) each such step is a lambda called where it stands, `[=]() KS_STEP { ... }();` (KS_STEP: noinline): a function
 whose frame holds only its own nest's values and is free again when it returns. It takes the workspace's base anew
 (`ks::step_base(workspace)`: an empty volatile asm, no instruction: the compiler cannot keep an address of one
-step for another) and declares from it the pointers of the buffers it names; its captures are the arguments, dims
-and locals it reads, by value. A step with a scalar result (a local that later steps read) stays inline: the
-pointers it names are declared before it, in the function's scope, once. A shorter function keeps its pointers at
-its top (Workspace.prologue): its frame is small anyway (the Cortex-M4 benchmark's networks: at most 0.2 KB), and
-a call, or an address computed again, per step would cost a microcontroller flash.
+step for another) and declares from it the pointers of the buffers it names; the export's arguments and dims it
+reads are its parameters (`[=](auto x) KS_STEP { ... }(x);`), the locals it reads its captures, by value. (Captured,
+an argument is a member of the closure, which the step reads through a pointer: a loop that stores bytes, which may
+alias anything, read it again after every store and did not vectorize: the input's QuantizeLinear of an int8
+network ran scalar, 9% of MobileNetV2's time at batch 8.) A step with a scalar result (a local that later steps
+read) stays inline: the pointers it names are declared before it, in the function's scope, once. A shorter
+function keeps its pointers at its top (Workspace.prologue): its frame is small anyway (the Cortex-M4 benchmark's
+networks: at most 0.2 KB), and a call, or an address computed again, per step would cost a microcontroller flash.
 emit_body (codegen/body.py) marks each step's lines with BEGIN and end(...) lines, which scope_steps removes.
 """
 from __future__ import annotations
@@ -45,14 +48,15 @@ class _Step:
     body: list = field(default_factory=list)  # lines and the steps nested in it
 
 
-def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[str]:
+def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True, params: tuple[str, ...] = ()) -> list[str]:
     """An export's body (its lines at depth 1, steps marked), its steps functions of their own that declare the
-    workspace slots they name when there are enough of them (`vectors`: the target has a vector unit)."""
+    workspace slots they name when there are enough of them (`vectors`: the target has a vector unit), and take the
+    export's parameters `params` (its arguments and dims, not the workspace) that they name as parameters."""
     top = _parse(lines)
     if _blocks(top) <= OUTLINE_ABOVE[vectors]:  # (the function declares every pointer at its top, once)
         ws.scoped = False
         return _lines(top)
-    scope = _Scope(ws)
+    scope = _Scope(ws, params)
     out: list[str] = []
     for node in top.body:
         if isinstance(node, str):
@@ -72,9 +76,10 @@ def scope_steps(lines: list[str], ws: Workspace, vectors: bool = True) -> list[s
 class _Scope:
     """The workspace's slots and those declared in the function's scope."""
 
-    def __init__(self, ws: Workspace):
+    def __init__(self, ws: Workspace, params: tuple[str, ...] = ()):
         self.ws = ws
         self.slots = {s.name: s for s in ws.slots}
+        self.params = tuple(params)
         self.declared: set[str] = set()
 
     def flat(self, step: _Step) -> tuple[list[str], list[str]]:
@@ -102,12 +107,14 @@ class _Scope:
         out = []
         while part and part[0].strip().startswith("//"):
             out.append(part.pop(0))
-        out.append(pad + "[=]() KS_STEP {")
+        names = _names(part)
+        params = [p for p in self.params if p in names]
+        out.append(pad + f"[=]({', '.join(f'auto {p}' for p in params)}) KS_STEP {{")
         if used:
             out.append(f"{pad}    unsigned char* const {BASE} = ks::step_base(workspace);")
             out += [pad + self.declaration(s, BASE) for s in used]
         out += ["    " + line if line else line for line in part]
-        out.append(pad + "}();")
+        out.append(pad + f"}}({', '.join(params)});")
         return out
 
     def declaration(self, s: Slot, base: str) -> str:
@@ -116,11 +123,17 @@ class _Scope:
     def named(self, part: list[str]) -> list[Slot]:
         """The slots whose pointers the lines read, in the workspace's order (names in comments and strings, and
         members such as ks::max, do not count)."""
-        names: set[str] = set()
-        for line in part:
-            code = _STRING.sub('""', line).split("//", 1)[0]
-            names.update(m.group(0) for m in _NAME.finditer(code))
+        names = _names(part)
         return [s for name, s in self.slots.items() if name in names]
+
+
+def _names(part: list[str]) -> set[str]:
+    """The names the lines' code reads (not those in comments and strings, nor members such as ks::max)."""
+    names: set[str] = set()
+    for line in part:
+        code = _STRING.sub('""', line).split("//", 1)[0]
+        names.update(m.group(0) for m in _NAME.finditer(code))
+    return names
 
 
 def _parse(lines: list[str]) -> _Step:

@@ -203,7 +203,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = T
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
     w.line(steps_.end(True))
-    body = scope_steps(w.lines, w.ws, vectors)
+    body = scope_steps(w.lines, w.ws, vectors, tuple(a.name for a in args + out_args))  # (args: the dims first)
     lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body
     lines.append("    return ks::status::ok;")
     ins = [a.name for a in args if a.role == "in"]

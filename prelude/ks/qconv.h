@@ -759,15 +759,20 @@ inline int32_t tap_offset(const conv_shape& s, const wide_geometry& g, conv_dim 
     return static_cast<int32_t>((phase * count + c) * g.volume + shift);
 }
 
-// tap_offset of every im2col row: those of channel 0's taps, the other channels' one volume per channel on.
+// tap_offset of every im2col row: those of channel 0's taps, the other channels' one volume per channel on; the
+// rows past the depth up to a multiple of 4 read row 0 (their weights are 0), so that the packing reads a whole
+// quad's offsets without a test (the room for them: round_up(depth · 4, 64) bytes).
 __attribute__((noinline)) inline void tap_offsets(const conv_shape& s, const wide_geometry& g, conv_dim count,
                                                   int32_t* offsets) {
-    const conv_dim n = s.taps();
+    const conv_dim n = s.taps(), depth = s.depth();
     for (conv_dim t = 0; t < n; ++t) {
         offsets[t] = tap_offset(s, g, count, t);
     }
-    for (conv_dim k = n; k < s.depth(); ++k) {
+    for (conv_dim k = n; k < depth; ++k) {
         offsets[k] = offsets[k - n] + static_cast<int32_t>(g.volume);
+    }
+    for (conv_dim k = depth; k < round_up(depth, 4); ++k) {
+        offsets[k] = offsets[0];
     }
 }
 
@@ -812,12 +817,19 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i pair(const uint8_t* p
     return _mm512_inserti64x4(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 1);
 }
 
+// The bytes as the tiles take them: v xor'ed with f when FLIP (int8 activations, or uint8 ones where the tiles take
+// signed bytes), else v (uint8 activations on x86: no instruction).
+template <bool FLIP>
+__attribute__((target("avx512f"), always_inline)) inline __m512i flipped(__m512i v, __m512i f) {
+    return FLIP ? _mm512_xor_si512(v, f) : v;
+}
+
 // pack_wide's full blocks with AVX-512 VBMI: the 32 bytes of rows 0 and 1 in one register, of rows 2 and 3 in
 // another, and two vpermt2b interleave them (byte 4c + t of the result: row t, position c).
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbmi(const uint8_t* phases,
-                                                                                 const int32_t* offsets, conv_dim depth,
-                                                                                 conv_dim j0, uint8_t flip,
-                                                                                 uint8_t* dst) {
+template <bool FLIP>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void pack_wide_vbmi_as(const uint8_t* phases,
+                                                                              const int32_t* offsets, conv_dim depth,
+                                                                              conv_dim j0, uint8_t flip, uint8_t* dst) {
     alignas(64) uint8_t lanes[2][64];
     for (int h = 0; h < 2; ++h) {
         for (int i = 0; i < 64; ++i) {
@@ -829,11 +841,22 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbm
     for (conv_dim k = 0; k < quads(depth); ++k) {
         const uint8_t* r[4];
         KS_UNROLL for (int t = 0; t < 4; ++t) {
-            r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+            r[t] = phases + offsets[4 * k + t] + j0;  // (tap_offsets: rows past the depth read row 0)
         }
         const __m512i a = pair(r[0], r[1]), b = pair(r[2], r[3]);
-        _mm512_storeu_si512(dst + k * cols * 4, _mm512_xor_si512(_mm512_permutex2var_epi8(a, low, b), f));
-        _mm512_storeu_si512(dst + k * cols * 4 + 64, _mm512_xor_si512(_mm512_permutex2var_epi8(a, high, b), f));
+        _mm512_storeu_si512(dst + k * cols * 4, flipped<FLIP>(_mm512_permutex2var_epi8(a, low, b), f));
+        _mm512_storeu_si512(dst + k * cols * 4 + 64, flipped<FLIP>(_mm512_permutex2var_epi8(a, high, b), f));
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_wide_vbmi(const uint8_t* phases,
+                                                                                 const int32_t* offsets, conv_dim depth,
+                                                                                 conv_dim j0, uint8_t flip,
+                                                                                 uint8_t* dst) {
+    if (flip) {
+        pack_wide_vbmi_as<true>(phases, offsets, depth, j0, flip, dst);
+    } else {
+        pack_wide_vbmi_as<false>(phases, offsets, depth, j0, flip, dst);
     }
 }
 
@@ -851,7 +874,8 @@ struct compact_block {
 // 0 and 1 (rows 2 and 3) into the halves of one register (index, and index + 64 for the second window's half), and
 // the two vpermt2b of pack_wide_vbmi interleave them. The windows read up to 63 bytes past the last wide position of
 // the phase volumes (qconv_room: the wide room follows the phases).
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_vbmi(
+template <bool FLIP>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void pack_compact_vbmi_as(
     const uint8_t* phases, const int32_t* offsets, conv_dim depth, const compact_block& b, uint8_t* dst) {
     alignas(64) uint8_t lanes[3][64];
     for (int i = 0; i < 64; ++i) {
@@ -863,17 +887,27 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_
     const __m512i low = _mm512_load_si512(lanes[0]), high = _mm512_load_si512(lanes[1]);
     const __m512i gather = _mm512_load_si512(lanes[2]);
     const __m512i f = _mm512_set1_epi8(static_cast<char>(b.flip));
+    const __mmask64 keep0 = b.keep[0], keep1 = b.keep[1];  // (in registers: the stores below may alias b)
     for (conv_dim k = 0; k < quads(depth); ++k) {
         __m512i w[4];
         KS_UNROLL for (int t = 0; t < 4; ++t) {
-            w[t] = _mm512_loadu_si512(phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + first);
+            w[t] = _mm512_loadu_si512(phases + offsets[4 * k + t] + first);  // (tap_offsets' padding)
         }
         const __m512i r01 = _mm512_permutex2var_epi8(w[0], gather, w[1]);
         const __m512i r23 = _mm512_permutex2var_epi8(w[2], gather, w[3]);
-        _mm512_mask_storeu_epi8(dst + k * cols * 4, b.keep[0],
-                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, low, r23), f));
-        _mm512_mask_storeu_epi8(dst + k * cols * 4 + 64, b.keep[1],
-                                _mm512_xor_si512(_mm512_permutex2var_epi8(r01, high, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4, keep0,
+                                flipped<FLIP>(_mm512_permutex2var_epi8(r01, low, r23), f));
+        _mm512_mask_storeu_epi8(dst + k * cols * 4 + 64, keep1,
+                                flipped<FLIP>(_mm512_permutex2var_epi8(r01, high, r23), f));
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline void pack_compact_vbmi(
+    const uint8_t* phases, const int32_t* offsets, conv_dim depth, const compact_block& b, uint8_t* dst) {
+    if (b.flip) {
+        pack_compact_vbmi_as<true>(phases, offsets, depth, b, dst);
+    } else {
+        pack_compact_vbmi_as<false>(phases, offsets, depth, b, dst);
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -894,7 +928,7 @@ __attribute__((noinline)) inline void pack_wide(const uint8_t* phases, const int
     for (conv_dim k = 0; k < q; ++k) {
         const uint8_t* r[4];
         for (int t = 0; t < 4; ++t) {
-            r[t] = phases + offsets[4 * k + t < depth ? 4 * k + t : 0] + j0;
+            r[t] = phases + offsets[4 * k + t] + j0;
             if (count < cols) {
                 for (conv_dim c = 0; c < cols; ++c) {
                     tail[t][c] = c < count ? r[t][c] : 0;
