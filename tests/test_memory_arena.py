@@ -62,7 +62,7 @@ def _mobile_onnx(path) -> None:
 
 
 def _resnet_onnx(path) -> None:
-    """A ResNet-like network: a direct 3×3 convolution, a strided one (ks::conv's flat method), a residual block of two
+    """A ResNet-like network: a direct 3×3 convolution, a strided one (im2col blocks), a residual block of two
     64-channel 3×3 convolutions at 8 × 8 (Winograd), a pointwise one and a linear layer over a batch of two."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch import nn

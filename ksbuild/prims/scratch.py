@@ -159,7 +159,7 @@ def _flattened(s: ConvShape, size: int, t: Tiles) -> bool:
     fits = s.channels * s.stride[1] * s.stride[2] * (-(-_extent(s, 1) // s.stride[1]) + 1) * \
         (-(-_extent(s, 2) // s.stride[2]) + 1) < 1 << 30
     return s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and not _few_positions(s) and \
-        s.out_channels // s.groups <= 64 and not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
+        s.groups > 1 and s.out_channels // s.groups <= 64 and s.depth() <= t.k_block and not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
         4 * -(-_flat_positions(s) // p) <= 5 * -(-n // p) and fits
 
 
@@ -215,7 +215,7 @@ def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     panels = _k_step(s.depth(), t) * _block_columns(s, size, t)
     rest = _aligned(s.depth()) if _direct(s, size) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
     if _flattened(s, size, t):  # (the offsets, then a block of results of a group)
-        rest = _aligned(s.depth()) + _aligned(mg * t.panels_per_block * _panel(size))
+        rest = max(_aligned(s.depth()) + _aligned(mg * t.panels_per_block * _panel(size)), panels)
     columns = s.positions() * s.depth() if _few_positions(s) else 0
     tails = _aligned(s.out_channels * _panel(size)) if _chunked(s, size, t) else 0  # (convs::tails_room)
     return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size, t)) + \

@@ -105,7 +105,7 @@ constexpr int64_t phase_cols(const conv_shape& s) {
 // the output rows, nothing is packed per block, and the (kernel - 1) / stride columns past each output row are
 // computed and dropped (flat_out: the tiles store a block into scratch, copied out row by row). For the shapes the
 // other paths pack im2col blocks for (rows shorter than half a panel at stride 1: 7 × 7 maps; strided rows under four
-// panels), with at most flat_rows output channels per group (ResNeXt's grouped 3 × 3 layers at 7 × 7 and stride 2:
+// panels), grouped, with at most flat_rows output channels per group (ResNeXt's grouped 3 × 3 layers at 7 × 7 and stride 2:
 // the copy of a group's im2col block was a third of their time); the flat run at most a quarter more panels than the
 // positions (a 5 × 5 map of a 3 × 3 kernel, 33 flat for 25: not), taps that reach every phase (not a 1 × 1 stride-2
 // kernel), dilation 1 when strided.
@@ -122,10 +122,12 @@ constexpr bool flat_split(const conv_shape& s) {
 template <class T>
 constexpr bool flattened(const conv_shape& s);  // (below, after chunked)
 
-// The most output channels per group the flat method takes: an im2col block packed for more is shared by so many
-// row tiles that its copy costs less than the tiles lose reading the windows where they lie (ResNet-18's 3 × 3
-// stride-2 layers, 128-512 output channels: 128 -> 256 at 14 × 14 7-27% slower flat; ResNeXt's grouped layers, 8-32
-// per group: 0.47-0.80 of the packed time).
+// The most output channels per group the flat method takes (groups > 1): an im2col block packed for more is shared by
+// so many row tiles that its copy costs less than the tiles lose reading the windows where they lie (ResNet-18's
+// 3 × 3 stride-2 layers, 128-512 output channels: 128 -> 256 at 14 × 14 3-27% slower flat; ResNeXt's grouped layers,
+// 8-32 per group: 0.47-0.80 of the packed time). One group: not taken, whatever its channels, so that the parts of a
+// layer split by output channels (ks/parts.h, threads) run the method the whole layer's scratch was planned for
+// (whole groups per part keep a grouped layer's).
 constexpr int64_t flat_rows = 64;
 
 // Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
@@ -548,8 +550,11 @@ template <class T>
 constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
     const int64_t image = aligned(padded_size<T>(s));
     const int64_t panels = tiles::k_step(s.depth()) * block_columns<T>(s);  // (an im2col block; chunks too)
-    const int64_t flat = aligned(s.depth()) +  // (flattened: the offsets, then a block of results of a group)
-                         aligned(tiles::index_div(s.out_channels, s.groups) * position_block * panel_width<T>);
+    // flattened: the offsets, then a block of results of a group; at least an im2col block, which a part of the layer
+    // (ks/parts.h: whole groups, perhaps one) packs if it runs another method
+    const int64_t flat_block = aligned(s.depth()) +
+                               aligned(tiles::index_div(s.out_channels, s.groups) * position_block * panel_width<T>);
+    const int64_t flat = flat_block > panels ? flat_block : panels;
     const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
                          : flattened<T>(s) ? flat
                                            : (phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels);
@@ -765,7 +770,8 @@ constexpr bool flattened(const conv_shape& s) {
     const int64_t n = s.positions(), flat = flat_positions(s);
     const bool taps = !flat_split(s) || (s.dilation[1] == 1 && s.dilation[2] == 1 && s.kernel[1] >= s.stride[1] &&
                                          s.kernel[2] >= s.stride[2]);
-    const bool few_rows = tiles::index_div(s.out_channels, s.groups) <= flat_rows;
+    const bool few_rows = s.groups > 1 && tiles::index_div(s.out_channels, s.groups) <= flat_rows &&
+                          s.depth() <= tiles::k_block;  // (so that no part of one group runs by chunks)
     return s.out[0] == 1 && s.in[0] == 1 && s.kernel[0] == 1 && s.pad[0] == 0 && n > 2 * tiles::dot_block &&
            few_rows && !direct<T>(s) && !phased<T>(s) && !chunked<T>(s) && taps &&
            4 * ((flat + P - 1) / P) <= 5 * ((n + P - 1) / P) &&
