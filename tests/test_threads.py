@@ -127,7 +127,8 @@ def _odd_cnn_onnx(path):
     """A CNN of odd channel counts with every kernel ks/parts.h splits: a strided convolution (ks::conv, panels) with
     BatchNorm and ReLU6, a Winograd one (49 x 49 channels) with a residual add (a per-image operand of its epilogue),
     a 5 x 5 depthwise one, a grouped strided one (7 groups of 7 -> 5 channels, 8 x 8 out: ks::conv's flat method;
-    parts of whole groups), and a linear layer of 501 outputs (ks::packed_gemm: parts of whole panels, its bias an epilogue of shifted columns)."""
+    parts of whole groups), and a linear layer of 501 outputs (ks::packed_gemm: parts of whole panels, its bias an
+    epilogue of shifted columns)."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch import nn
     torch.manual_seed(0)

@@ -159,7 +159,8 @@ def _flattened(s: ConvShape, size: int, t: Tiles) -> bool:
     fits = s.channels * s.stride[1] * s.stride[2] * (-(-_extent(s, 1) // s.stride[1]) + 1) * \
         (-(-_extent(s, 2) // s.stride[2]) + 1) < 1 << 30
     return s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and not _few_positions(s) and \
-        s.groups > 1 and s.out_channels // s.groups <= 64 and s.depth() <= t.k_block and not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
+        s.groups > 1 and s.out_channels // s.groups <= 64 and s.depth() <= t.k_block and \
+        not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
         4 * -(-_flat_positions(s) // p) <= 5 * -(-n // p) and fits
 
 

@@ -105,10 +105,10 @@ constexpr int64_t phase_cols(const conv_shape& s) {
 // the output rows, nothing is packed per block, and the (kernel - 1) / stride columns past each output row are
 // computed and dropped (flat_out: the tiles store a block into scratch, copied out row by row). For the shapes the
 // other paths pack im2col blocks for (rows shorter than half a panel at stride 1: 7 × 7 maps; strided rows under four
-// panels), grouped, with at most flat_rows output channels per group (ResNeXt's grouped 3 × 3 layers at 7 × 7 and stride 2:
-// the copy of a group's im2col block was a third of their time); the flat run at most a quarter more panels than the
-// positions (a 5 × 5 map of a 3 × 3 kernel, 33 flat for 25: not), taps that reach every phase (not a 1 × 1 stride-2
-// kernel), dilation 1 when strided.
+// panels), grouped, with at most flat_rows output channels per group (ResNeXt's grouped 3 × 3 layers at 7 × 7 and
+// stride 2: the copy of a group's im2col block was a third of their time); the flat run at most a quarter more
+// panels than the positions (a 5 × 5 map of a 3 × 3 kernel, 33 flat for 25: not), taps that reach every phase (not
+// a 1 × 1 stride-2 kernel), dilation 1 when strided.
 // The flat run's positions (flattened): the output rows phase_cols apart, the last one out[2] long.
 constexpr int64_t flat_positions(const conv_shape& s) {
     return (s.out[1] - 1) * phase_cols(s) + s.out[2];
@@ -555,9 +555,9 @@ constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
     const int64_t flat_block = aligned(s.depth()) +
                                aligned(tiles::index_div(s.out_channels, s.groups) * position_block * panel_width<T>);
     const int64_t flat = flat_block > panels ? flat_block : panels;
+    const int64_t phases = phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels;
     const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
-                         : flattened<T>(s) ? flat
-                                           : (phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels);
+                                      : (flattened<T>(s) ? flat : phases);
     const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
     return plan_room<T>() + (packs ? aligned(packed_kernel_size(s)) : 0) + image +
            aligned(rest > columns ? rest : columns) + tails_room<T>(s) + chunks_room<T>();
@@ -577,7 +577,9 @@ constexpr conv_shape run_shape(const conv_shape& given) {
 // it more than once); images <= 0, not known: room for it all the same. (A batch-1 network's deep layers read their
 // kernel once: ResNet-18's 512-channel ones had 9.4 MB of scratch for a packed kernel they never made.)
 // (The methods: method_for below.)
-enum class method { few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases, flat_packed, flat };
+enum class method {
+    few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases, flat_packed, flat
+};
 template <class T>
 constexpr method method_for(const conv_shape& s, int64_t images);
 
@@ -713,8 +715,9 @@ __attribute__((noinline)) void flat_group(const conv_shape& s, const T* x, const
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
             conv_block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
-                                  tiles::table_rows<T>{x + j0, offsets + k0, P, P}, static_cast<int>((cols + P - 1) / P),
-                                  block, columns, cols, k0 > 0, done && k0 + kc >= depth, 0, done ? epi : none);
+                                  tiles::table_rows<T>{x + j0, offsets + k0, P, P},
+                                  static_cast<int>((cols + P - 1) / P), block, columns, cols, k0 > 0,
+                                  done && k0 + kc >= depth, 0, done ? epi : none);
         }
         flat_out<T>(s, j0, cols, mg, block, columns, y, done, epi);
     }
