@@ -1,0 +1,138 @@
+"""Two versions of ksbuild on the same networks or layers, in one process, in turn with onnxruntime: what a change to
+the kernels gains (docs/performance.md's old -> new figures on a loaded machine).
+
+    python benchmarks/models/compare.py FOLDER OLD_CHECKOUT NAMES BATCHES      e.g.
+    python benchmarks/models/compare.py /tmp/cmp /work/main resnet18,g1024_7 1,8
+
+Each name is a layer of LAYERS (a Conv with its bias and ReLU), resnet18 (benchmarks/onnx/resnet.py) or a held-out
+network of heldout.py; each is exported once by torch into FOLDER (a symbolic batch), and one package exporting them
+all is built twice, natively: by the ksbuild of OLD_CHECKOUT (a subprocess with that checkout first on PYTHONPATH) and
+by the ksbuild this script imports.
+Both are loaded (ksbuild.load) and checked against onnxruntime; then per batch, 1 thread, thread CPU time, the median
+of ROUNDS (environment, default 11) samples of old, new and onnxruntime taken in turn, each the mean of enough calls
+for about 30 ms.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+LAYERS = {  # name: (in channels, out channels, kernel, stride, pad, input side, groups)
+    "c64to128s2": (64, 128, 3, 2, 1, 56, 1),     # ResNet-18's 3 x 3 stride-2 layers
+    "c128to256s2": (128, 256, 3, 2, 1, 28, 1),
+    "c256to512s2": (256, 512, 3, 2, 1, 14, 1),
+    "g256_56s2": (256, 256, 3, 2, 1, 56, 32),    # ResNeXt-50 32x4d's grouped 3 x 3 layers
+    "g256_28": (256, 256, 3, 1, 1, 28, 32),
+    "g512_28s2": (512, 512, 3, 2, 1, 28, 32),
+    "g512_14": (512, 512, 3, 1, 1, 14, 32),
+    "g1024_14s2": (1024, 1024, 3, 2, 1, 14, 32),
+    "g1024_7": (1024, 1024, 3, 1, 1, 7, 32),
+}
+
+
+def model(name: str):
+    """name -> (torch module, input shape of one image)."""
+    import torch
+    from torch import nn
+    if name in LAYERS:
+        cin, cout, k, stride, pad, side, groups = LAYERS[name]
+
+        class Conv(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c = nn.Conv2d(cin, cout, k, stride, pad, groups=groups)
+
+            def forward(self, x):
+                return torch.relu(self.c(x))
+
+        torch.manual_seed(0)
+        return Conv().eval(), (cin, side, side)
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent / "onnx"))
+    if name == "resnet18":
+        from resnet import resnet18
+        return resnet18(), (3, 224, 224)
+    from heldout import MODELS
+    return MODELS[name](), (3, 224, 224)
+
+
+def build(folder: Path, names: list, tag: str, checkout: str | None) -> dict:
+    """name -> export of one package of all names' ONNX files, built by the ksbuild of `checkout` (None: this one)
+    into folder/tag-<names' hash>."""
+    import hashlib
+
+    import ksbuild
+    out = folder / f"{tag}-{hashlib.sha1(','.join(names).encode()).hexdigest()[:8]}"
+    if not (out / "done").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        toml, exports = f'[package]\nname = "cmp_{tag}"\n\n', "[exports]\n"
+        for name in names:
+            toml += f'[kernels.{name}]\nonnx = "../{name}.onnx"\n\n'
+            exports += f'{name} = "{name}"\n'
+        (out / "m.toml").write_text(toml + exports)
+        code = f"import ksbuild; ksbuild.build({str(out / 'm.toml')!r}, out={str(out / 'pkg')!r})"
+        env = dict(os.environ, PYTHONPATH=checkout or str(HERE.parent.parent))
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=out)  # (not the cwd: its ksbuild)
+        (out / "done").write_text("")
+    pkg = ksbuild.load(out / "pkg")
+    return {name: getattr(pkg, name) for name in names}
+
+
+def medians(fns: dict, rounds: int, reps: int) -> dict:
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.thread_time()
+            for _ in range(reps):
+                fn()
+            samples[name].append((time.thread_time() - start) / reps)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def main() -> None:
+    import onnxruntime as ort
+    import torch
+    folder, old = Path(sys.argv[1]), sys.argv[2]
+    names, batches = sys.argv[3].split(","), [int(b) for b in sys.argv[4].split(",")]
+    folder.mkdir(parents=True, exist_ok=True)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    print(f"load average {os.getloadavg()[0]:.1f}\n\n| name | batch | old ms | new ms | onnxruntime ms | old / ort | "
+          "new / ort | new / old | err old | err new |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    shapes = {}
+    for name in names:
+        module, shapes[name] = model(name)
+        path = folder / f"{name}.onnx"
+        if not path.exists():
+            torch.onnx.export(module, (torch.randn(1, *shapes[name]),), str(path), dynamo=False, input_names=["x"],
+                              output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    olds, news = build(folder, names, "old", old), build(folder, names, "new", None)
+    for name in names:
+        shape, path = shapes[name], folder / f"{name}.onnx"
+        fns = {"old": olds[name], "new": news[name]}
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        for b in batches:
+            x = np.random.default_rng(b).standard_normal((b, *shape)).astype(np.float32)
+            want = sess.run(None, {"x": x})[0]
+            err = {k: float(np.abs(f(x) - want).max() / max(float(np.abs(want).max()), 1e-30)) for k, f in fns.items()}
+            start = time.thread_time()
+            fns["new"](x)
+            reps = max(1, int(0.03 / max(time.thread_time() - start, 1e-5)))
+            t = medians({"old": lambda: fns["old"](x), "new": lambda: fns["new"](x),
+                         "ort": lambda: sess.run(None, {"x": x})}, int(os.environ.get("ROUNDS", "11")), reps)
+            print(f"| {name} | {b} | {t['old'] * 1e3:.3f} | {t['new'] * 1e3:.3f} | {t['ort'] * 1e3:.3f} | "
+                  f"{t['old'] / t['ort']:.3f} | {t['new'] / t['ort']:.3f} | {t['new'] / t['old']:.3f} | "
+                  f"{err['old']:.1e} | {err['new']:.1e} |", flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

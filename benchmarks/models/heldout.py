@@ -1,0 +1,146 @@
+"""Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
+layouts of torchvision's resnext50_32x4d, googlenet and squeezenet1_1 written out here, random weights, eval mode, the
+batch norms' running statistics drawn at random. Not part of bench.py's table: run by hand against a change
+(benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with onnxruntime).
+"""
+from __future__ import annotations
+
+
+def _random_statistics(m):
+    import torch
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.1, 0.1)
+            mod.running_var.uniform_(0.5, 1.5)
+    return m.eval()
+
+
+def resnext50_32x4d(counts=(3, 4, 6, 3)):
+    """torchvision's ResNeXt-50 32x4d: bottlenecks of [3, 4, 6, 3] blocks, 3 × 3 convolutions of 32 groups (128 to
+    1024 channels), stride 2 in the grouped convolution of each stage's first block."""
+    import torch
+    from torch import nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            width, cout = planes * 2, planes * 4
+            self.c1, self.b1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+            self.c2, self.b2 = nn.Conv2d(width, width, 3, stride, 1, groups=32, bias=False), nn.BatchNorm2d(width)
+            self.c3, self.b3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            y = torch.relu(self.b2(self.c2(y)))
+            y = self.b3(self.c3(y))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    class ResNeXt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            blocks, cin = [], 64
+            for planes, count, stride in zip((64, 128, 256, 512), counts, (1, 2, 2, 2)):
+                for i in range(count):
+                    blocks.append(Bottleneck(cin, planes, stride if i == 0 else 1))
+                    cin = planes * 4
+            self.blocks = nn.Sequential(*blocks)
+            self.fc = nn.Linear(2048, 1000)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    return _random_statistics(ResNeXt())
+
+
+def googlenet():
+    """torchvision's GoogLeNet (no auxiliary classifiers, no input transform): convolutions with batch norm (eps
+    0.001), inception blocks of four branches (1 × 1; 1 × 1 then 3 × 3; 1 × 1 then 3 × 3, as torchvision has it; 3 × 3
+    max pooling then 1 × 1) concatenated, max pooling with ceil_mode."""
+    import torch
+    from torch import nn
+
+    def conv(cin, cout, k, stride=1, pad=0):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, pad, bias=False), nn.BatchNorm2d(cout, eps=0.001),
+                             nn.ReLU())
+
+    class Inception(nn.Module):
+        def __init__(self, cin, c1, c3r, c3, c5r, c5, pool):
+            super().__init__()
+            self.b1 = conv(cin, c1, 1)
+            self.b2 = nn.Sequential(conv(cin, c3r, 1), conv(c3r, c3, 3, 1, 1))
+            self.b3 = nn.Sequential(conv(cin, c5r, 1), conv(c5r, c5, 3, 1, 1))
+            self.b4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), conv(cin, pool, 1))
+
+        def forward(self, x):
+            return torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1)
+
+    class GoogLeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(conv(3, 64, 7, 2, 3), nn.MaxPool2d(3, 2, ceil_mode=True), conv(64, 64, 1),
+                                      conv(64, 192, 3, 1, 1), nn.MaxPool2d(3, 2, ceil_mode=True))
+            self.body = nn.Sequential(
+                Inception(192, 64, 96, 128, 16, 32, 32), Inception(256, 128, 128, 192, 32, 96, 64),
+                nn.MaxPool2d(3, 2, ceil_mode=True),
+                Inception(480, 192, 96, 208, 16, 48, 64), Inception(512, 160, 112, 224, 24, 64, 64),
+                Inception(512, 128, 128, 256, 24, 64, 64), Inception(512, 112, 144, 288, 32, 64, 64),
+                Inception(528, 256, 160, 320, 32, 128, 128), nn.MaxPool2d(2, 2, ceil_mode=True),
+                Inception(832, 256, 160, 320, 32, 128, 128), Inception(832, 384, 192, 384, 48, 128, 128))
+            self.fc = nn.Linear(1024, 1000)
+
+        def forward(self, x):
+            x = self.body(self.stem(x))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    return _random_statistics(GoogLeNet())
+
+
+def squeezenet1_1():
+    """torchvision's SqueezeNet 1.1: a 3 × 3 stride-2 stem, fire modules (a 1 × 1 squeeze, then 1 × 1 and 3 × 3
+    expands concatenated), max pooling with ceil_mode, a 1 × 1 classifier convolution and global average pooling."""
+    import torch
+    from torch import nn
+
+    class Fire(nn.Module):
+        def __init__(self, cin, squeeze, e1, e3):
+            super().__init__()
+            self.s = nn.Conv2d(cin, squeeze, 1)
+            self.e1, self.e3 = nn.Conv2d(squeeze, e1, 1), nn.Conv2d(squeeze, e3, 3, padding=1)
+
+        def forward(self, x):
+            x = torch.relu(self.s(x))
+            return torch.cat([torch.relu(self.e1(x)), torch.relu(self.e3(x))], 1)
+
+    class SqueezeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 64, 3, 2), nn.ReLU(), pool(), Fire(64, 16, 64, 64), Fire(128, 16, 64, 64), pool(),
+                Fire(128, 32, 128, 128), Fire(256, 32, 128, 128), pool(), Fire(256, 48, 192, 192),
+                Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), Fire(512, 64, 256, 256))
+            self.classifier = nn.Conv2d(512, 1000, 1)
+
+        def forward(self, x):
+            x = torch.relu(self.classifier(self.features(x)))
+            return torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+
+    torch.manual_seed(0)
+    return _random_statistics(SqueezeNet())
+
+
+def resnext_like():
+    """ResNeXt-50 32x4d's layout with one block per stage (a third of its weights: quicker to build for a check)."""
+    return resnext50_32x4d((1, 1, 1, 1))
+
+
+MODELS = {"resnext50_32x4d": resnext50_32x4d, "resnext_like": resnext_like, "googlenet": googlenet,
+          "squeezenet1_1": squeezenet1_1}
