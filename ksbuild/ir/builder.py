@@ -33,11 +33,11 @@ class Builder:
         return outs
 
     def __getattr__(self, name: str):
-        from ..prims.base import FORMS, PRIMS
+        from ..prims.base import FORMS, PRIMS, lookup
 
         if name.startswith("_") or (name not in PRIMS and name not in FORMS):
             raise AttributeError(name)
-        prim, fixed = (PRIMS[name], {}) if name in PRIMS else FORMS[name]
+        prim, fixed = lookup(name)
 
         def call(*ins: Atom, **params: Any):
             outs = self.bind(prim, ins, {**params, **fixed})

@@ -178,10 +178,10 @@ class _Parser:
         outs = self.eqn_outs(scope)
         self.expect("punct", "=")
         prim_tok = self.expect("ident")
-        from ..prims.base import FORMS
+        from ..prims.base import FORMS, lookup
         if prim_tok.text not in self.prims and prim_tok.text not in FORMS:
             raise self.error(f"unknown primitive '{prim_tok.text}'", prim_tok)
-        prim, fixed = (self.prims[prim_tok.text], {}) if prim_tok.text in self.prims else FORMS[prim_tok.text]
+        prim, fixed = lookup(prim_tok.text)
         params = dict(self.comma_list("]", self.key_value)) if self.skip("[") else {}
         params.update(fixed)  # (a form's name, lt(x, y), fixes its prim's params: compare[op="lt"])
         self.expect("punct", "(")
