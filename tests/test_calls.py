@@ -213,9 +213,11 @@ BIG_EXPORTS = {"user": "user", "user_jvp": "jvp(user)", "user_grad": "grad(user)
 @pytest.fixture(scope="module")
 def big_built(tmp_path_factory):
     """A helper of 40 steps (160 equations) with one tensor argument and one tensor result: at least
-    BATCHED_CALL_EQNS_PER_ARRAY (64) equations per array, so its calls stay calls."""
+    BATCHED_CALL_EQNS_PER_ARRAY (64) equations per array, so its calls stay calls. Built for 2 threads (the
+    callees' loop nests run on them too: test_a_kept_callee_runs_its_loop_nests_on_the_threads)."""
     root = tmp_path_factory.mktemp("bigcalls")
-    manifest = ('[package]\nname = "bigcalls"\n[build]\ndtype = "float64"\n[kernels.user]\npython = "k.py:user"\n'
+    manifest = ('[package]\nname = "bigcalls"\n[build]\ndtype = "float64"\nthreads = 2\n[kernels.user]\n'
+                'python = "k.py:user"\n'
                 "[exports]\n" + "".join(f'{k} = "{v}"\n' for k, v in BIG_EXPORTS.items()))
     pkg, source = build_kernel_file(root, _big_kernels(40), manifest, "bigcalls_k")
     return pkg, source, root
@@ -238,6 +240,29 @@ def test_a_large_tensor_helper_is_one_function_called_from_every_use(big_built, 
     assert body("user_jvp").count("detail::jvp_big") == 3
     assert "detail::vmap_big(" in body("vuser")
     assert "fwd_big" not in cpp and "detail::" not in body("user_grad") and "std::sin(" in body("user_grad")
+
+
+def test_a_kept_callee_runs_its_loop_nests_on_the_threads(big_built, tmp_path):
+    """With [build] threads = 2 the callees (big, jvp_big, vmap_big) split their loop nests over ks/pool.h's threads
+    as the caller does (parallelize marks the nests of a call's callee too). user is a sum over lanes, so on 2^15
+    lanes (a nest that large runs in parts) it equals the sum of its values on four quarters (which run on one
+    thread, and which test_a_large_tensor_helper_called_gives_torchs_values checks against torch); so do its jvp,
+    and vuser's rows."""
+    from ksbuild.cli import main as cli_main
+    pkg, _, root = big_built
+    assert cli_main(["render", str(root / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
+    cpp = (tmp_path / "out/src/bigcalls.cpp").read_text()
+    for callee in ("big", "jvp_big", "vmap_big"):
+        text = cpp[re.search(rf"^static void {callee}\(", cpp, re.M).start():]
+        assert "ks::pool::run(2, " in text[:text.index("\n}\n")], callee
+    rng = np.random.default_rng(4)
+    x, y, dx = rng.uniform(-1, 1, 2**15), 0.3, rng.uniform(-1, 1, 2**15)
+    quarters = list(zip(x.reshape(4, -1), dx.reshape(4, -1)))
+    assert pkg.user(x, y) == pytest.approx(sum(pkg.user(q, y) for q, _ in quarters), rel=1e-12)
+    want = sum(np.asarray(pkg.user_jvp(q, y, dq, 0.2)).item() for q, dq in quarters)
+    assert np.asarray(pkg.user_jvp(x, y, dx, 0.2)).item() == pytest.approx(want, rel=1e-12)
+    xs = x.reshape(2, -1)
+    np.testing.assert_allclose(pkg.vuser(xs, y), [pkg.user(row, y) for row in xs], rtol=1e-12)
 
 
 @pytest.mark.parametrize("export", list(BIG_EXPORTS))

@@ -51,8 +51,8 @@ def make_elementwise() -> Func:
 def make_select() -> Func:
     b = Builder()
     x, y = Var(F, "x"), Var(F, "y")
-    (not_zero,) = b.bind(PRIMS["not"], [b.eq(y, lit(0.0))])
-    (big,) = b.bind(PRIMS["and"], [b.gt(x, lit(0.5)), not_zero])
+    (not_zero,) = b.bind(PRIMS["logic"], [b.eq(y, lit(0.0))], {"op": "not"})
+    (big,) = b.bind(PRIMS["logic"], [b.gt(x, lit(0.5)), not_zero], {"op": "and"})
     return b.func("select", [x, y], [b.select(big, b.mul(x, y), b.neg(y))])
 
 

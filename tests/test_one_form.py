@@ -11,6 +11,7 @@ from ksbuild.ir.core import Lit, Var
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.types import Type
 from ksbuild.ir.verify import verify
+from ksbuild.prims.base import form_name
 from ksbuild.transforms.simplify import simplify
 
 
@@ -21,7 +22,7 @@ def _func(shape, body, dtype="f32"):
 
 
 def _prims(f) -> list[str]:
-    return [e.prim.name for e in f.eqns]
+    return [form_name(e.prim, e.params) for e in f.eqns]  # (lt for compare[op="lt"])
 
 
 def _same_values(f, x):

@@ -508,3 +508,29 @@ def test_without_a_vector_unit_an_integer_products_weights_are_packed_4_columns_
         assert np.array_equal(unpack(packed, "columns", (k, n), 1, width), w)
         results.append(eval_func(g, args)[0])
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_fuse_keeps_the_written_order_of_a_nest_only_the_results_read():
+    """A loop nest whose values only the function's results read (a jvp's z and dz, step by step) keeps the order the
+    equations were written in: z_k, dz_k, z_k+1, ..., not the whole z chain first, whose every value the dz chain
+    would then keep live (1.7 times slower as a 200-step helper: docs/architecture.md "Calls")."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Lit, Var
+    from ksbuild.ir.types import Type
+    from ksbuild.transforms.fuse import fuse
+    b, t = Builder(), Type("f64", (8,))
+    x, dx = Var(t, "x"), Var(t, "dx")
+    z, dz = x, dx
+    for k in range(6):
+        c = Lit(0.1 + k / 100, Type("f64"))
+        z, dz = b.add(b.mul(z, Lit(0.5, Type("f64"))), b.mul(b.mul(z, z), c)), \
+            b.add(b.mul(dz, Lit(0.25, Type("f64"))), b.mul(b.mul(z, dz), c))  # (0.25: told apart from z's step)
+    f = b.func("f", [x, dx], [z, dz])
+    (nest,) = [e for e in fuse(f).eqns if e.prim.name == "fusion"]
+
+    def written(eqns):
+        return [(e.prim.name, tuple(a.value for a in e.ins if isinstance(a, Lit))) for e in eqns]
+    assert written(nest.params["body"].eqns) == written(f.eqns)
+    args = [np.linspace(-1, 1, 8), np.linspace(0, 2, 8)]
+    for got, want in zip(eval_func(fuse(f), args), eval_func(f, args)):
+        np.testing.assert_array_equal(got, want)

@@ -69,9 +69,38 @@ def test_a_fraction_of_a_whole_number_is_no_int(whole_file):
 def test_only_string_prims_take_strings():
     b = Builder()
     s = Var(Type("str", (3,)), "s")
-    assert b.eq(s, s).type.dtype == "bool" and PRIMS["eq"].strings
-    with pytest.raises(KsbuildError, match="'lt' does not take them"):
+    assert b.eq(s, s).type.dtype == "bool" and PRIMS["compare"].strings
+    with pytest.raises(KsbuildError, match=r"strings compare only for equality \('lt' is not supported"):
         b.lt(s, s)
+    with pytest.raises(KsbuildError, match="'add' does not take them"):
+        b.add(s, s)
+
+
+def test_architecture_md_counts_the_prims():
+    """The prim recipe states how many prims there are (the design aimed at 30-40; merges make the core smaller)."""
+    from conftest import ROOT
+    doc = (ROOT / "docs/architecture.md").read_text()
+    assert re.search(rf"\*\*{len(PRIMS)} prims at this commit\*\*", doc), len(PRIMS)
+
+
+def test_a_form_binds_its_prim_and_prints_by_its_name():
+    """b.lt(x, y) is compare[op="lt"]; the IR text prints it lt(...) and reads it back; no form hides a prim."""
+    from ksbuild.ir.parser import parse_func
+    from ksbuild.ir.printer import print_func
+    from ksbuild.prims.base import FORMS, form_name
+    b = Builder()
+    x, p = Var(Type("f64", (3,)), "x"), Var(Type("bool", (3,)), "p")
+    names = [n for n, (q, _) in FORMS.items() if q.name in ("compare", "logic")]
+    outs = [getattr(b, n)(x, x) if FORMS[n][0].name == "compare" else getattr(b, n)(*[p] * (1 if n == "not" else 2))
+            for n in names]
+    f = b.func("f", [x, p], outs)
+    assert names == ["lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"]
+    assert [form_name(e.prim, e.params) for e in f.eqns] == names
+    assert [(e.prim.name, e.params["op"]) for e in f.eqns][:2] == [("compare", "lt"), ("compare", "le")]
+    text = print_func(f)
+    assert "%0: bool[3] = lt(%x, %x)" in text and "compare" not in text
+    assert print_func(parse_func(text)) == text
+    assert not set(FORMS) & set(PRIMS)
 
 
 def test_facts_are_well_formed():

@@ -77,8 +77,9 @@ def test_values_independent_of_the_inputs_are_constants():
     torch.onnx.export's optimizer folds it into an initializer; the weight used transposed stays one weight."""
     from ksbuild.frontends.torch_export import compile_torch_kernel
     from ksbuild.ir.interp import eval_func
+    from ksbuild.prims.base import form_name
     f = compile_torch_kernel(MODELS_FILE.name, MODELS_FILE.parent, "make_causal_scores", "scores")
-    names = [e.prim.name for e in f.eqns]
+    names = [form_name(e.prim, e.params) for e in f.eqns]  # (le for compare[op="le"])
     assert not {"iota", "le", "ge", "and", "not"} & set(names), names
     floats = [e for e in f.eqns if e.prim.name == "constant" and e.outs[0].type.dtype == "f32"]
     assert len(floats) == 1 and any(e.prim.name == "transpose" for e in f.eqns)  # w, and w.t() computed

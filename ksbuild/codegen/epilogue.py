@@ -301,9 +301,10 @@ def affine(w: Writer, eqn: Eqn, views) -> str | None:
     bound = _bind(w, body, extras(eqn), eqn.outs[0].type.shape, views)
     if bound is None or eqn.outs[0].type.dtype not in ("f32", "f64"):
         return None
+    from ..prims.base import form_name
     x, bias, bits, limits, compares, read = body.params[0], "nullptr", 0, {}, {}, None
     for e in body.eqns:
-        name, ins = e.prim.name, list(e.ins)
+        name, ins = form_name(e.prim, e.params), list(e.ins)  # (lt for compare[op="lt"])
         if name == "add" and bias == "nullptr" and not bits and x in ins and len(ins) == 2:
             other = ins[1 - ins.index(x)]
             s = bound.get(other)

@@ -10,7 +10,8 @@ from .types import Type
 
 
 class Builder:
-    """Collects equations for one function body. `b.add(x, y)` binds the prim named `add`."""
+    """Collects equations for one function body. `b.add(x, y)` binds the prim named `add`, `b.lt(x, y)`
+    the form lt of compare (compare[op="lt"])."""
 
     def __init__(self, loc: Location | None = None):
         self.eqns: list[Eqn] = []
@@ -32,14 +33,14 @@ class Builder:
         return outs
 
     def __getattr__(self, name: str):
-        from ..prims.base import PRIMS
+        from ..prims.base import FORMS, PRIMS, lookup
 
-        if name.startswith("_") or name not in PRIMS:
+        if name.startswith("_") or (name not in PRIMS and name not in FORMS):
             raise AttributeError(name)
-        prim = PRIMS[name]
+        prim, fixed = lookup(name)
 
         def call(*ins: Atom, **params: Any):
-            outs = self.bind(prim, ins, params)
+            outs = self.bind(prim, ins, {**params, **fixed})
             return outs[0] if len(outs) == 1 else outs
 
         return call

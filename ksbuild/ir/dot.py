@@ -298,12 +298,14 @@ def value_names(f: Func) -> dict:
 
 def fusion_groups(f: Func) -> list[tuple[str, int, str]]:
     """Every fusion equation of f (nested bodies included): (loop-nest type, number of equations, prims)."""
+    from ..prims.base import form_name
     out = []
     for eqn in f.eqns:
         if eqn.prim.name == "fusion":
             body = eqn.params["body"]
             shape = format_type(body.results[0].type) if body.results else ""
-            out.append((shape, len(body.eqns), " ".join(dict.fromkeys(e.prim.name for e in body.eqns))))
+            names = (form_name(e.prim, e.params) for e in body.eqns)  # (lt, not: compare's and logic's forms)
+            out.append((shape, len(body.eqns), " ".join(dict.fromkeys(names))))
         for _, sub in _subs(eqn):
             if eqn.prim.name != "fusion":
                 out += fusion_groups(sub)

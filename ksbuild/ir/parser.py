@@ -178,16 +178,19 @@ class _Parser:
         outs = self.eqn_outs(scope)
         self.expect("punct", "=")
         prim_tok = self.expect("ident")
-        if prim_tok.text not in self.prims:
+        from ..prims.base import FORMS, lookup
+        if prim_tok.text not in self.prims and prim_tok.text not in FORMS:
             raise self.error(f"unknown primitive '{prim_tok.text}'", prim_tok)
+        prim, fixed = lookup(prim_tok.text)
         params = dict(self.comma_list("]", self.key_value)) if self.skip("[") else {}
+        params.update(fixed)  # (a form's name, lt(x, y), fixes its prim's params: compare[op="lt"])
         self.expect("punct", "(")
         ins = self.comma_list(")", lambda: self.atom(scope))
         while self.peek().kind == "ident" and self.at("=", 1):
             key = self.next().text
             self.next()
             params[key] = self.func()
-        got = self.bind(b, first.loc, self.prims[prim_tok.text], ins, params, outs)
+        got = self.bind(b, first.loc, prim, ins, params, outs)
         scope.update((tok.text, v) for (tok, _), v in zip(outs, got))
 
     def eqn_outs(self, scope: dict[str, Var]) -> list[tuple[_Tok, Type]]:

@@ -127,10 +127,14 @@ def _result_types(f: Func) -> str:
 
 def _eqn_line(eqn: Eqn, namer: _Namer, scope: dict[Var, str]) -> str:
     args = ", ".join(_atom(a, scope) for a in eqn.ins)
-    literal = [f"{k}={format_value(v)}" for k, v in sorted(eqn.params.items()) if not isinstance(v, Func)]
+    from ..prims.base import form_name
+    name = form_name(eqn.prim, eqn.params)  # (lt(x, y) for compare[op="lt"](x, y))
+    fixed = eqn.prim.forms.get(name, {})
+    literal = [f"{k}={format_value(v)}" for k, v in sorted(eqn.params.items())
+               if not isinstance(v, Func) and k not in fixed]
     brackets = f"[{', '.join(literal)}]" if literal else ""
     outs = ", ".join(f"{namer.define(scope, v)}: {format_type(v.type)}" for v in eqn.outs)
-    return f"{outs or '()'} = {eqn.prim.name}{brackets}({args})"
+    return f"{outs or '()'} = {name}{brackets}({args})"
 
 
 def _atom(a: Atom, scope: dict[Var, str]) -> str:

@@ -95,8 +95,7 @@ def logical_not(b, x: Atom) -> Atom:
 
 
 def _bind(b, name: str, *ins: Atom) -> Atom:
-    from ..prims import PRIMS
-    return b.bind(PRIMS[name], list(ins))[0]
+    return getattr(b, name)(*ins)
 
 
 def _k(x: Atom, v) -> Atom:

@@ -1,6 +1,9 @@
 """The primitive record: one object holding every rule of a primitive, side by side.
 
-Constructing a `Prim` registers it in `PRIMS`; there is no other registry.
+Constructing a `Prim` registers it in `PRIMS`; there is no other registry. A prim that takes an operation as a
+param (compare[op="lt"], logic[op="and"]) names its forms in the record (`forms`): the Builder binds a form by its
+name (`b.lt(x, y)` is `b.compare(x, y, op="lt")`) and the IR text prints and reads it by that name (`lt(x, y)`);
+`FORMS` maps each form's name to its record and params, filled by the same construction.
 
 Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of None is zero):
 - type_rule(in_types, **params) -> tuple[Type]
@@ -70,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 PRIMS: dict[str, "Prim"] = {}
+FORMS: dict[str, tuple["Prim", dict]] = {}  # a form's name -> (its prim, the params the name fixes)
 
 NOT_LINEAR = None
 
@@ -115,14 +119,32 @@ class Prim:
     epilogue_impls: tuple[str, ...] = ()
     costly: bool = False
     lazy: tuple[int, ...] = ()
+    forms: dict = field(default_factory=dict)  # name -> params: `b.lt(x, y)` binds compare with op="lt"
 
     def __post_init__(self):
-        assert self.name not in PRIMS, f"primitive {self.name} defined twice"
+        assert self.name not in PRIMS and self.name not in FORMS, f"primitive {self.name} defined twice"
         assert self.reduction in ("", "sum", "max", "min") and self.whole in ("", "always", "if_operands")
         PRIMS[self.name] = self
+        for form, params in self.forms.items():
+            assert form not in PRIMS and form not in FORMS, f"form {form} of {self.name} defined twice"
+            FORMS[form] = (self, dict(params))
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
+
+
+def lookup(name: str) -> tuple[Prim, dict]:
+    """The prim a name binds and the params the name fixes: a prim's own name (no params) or one of its forms."""
+    return (PRIMS[name], {}) if name in PRIMS else FORMS[name]
+
+
+def form_name(prim: Prim, params) -> str:
+    """The name an equation of prim with params is written by: the form its params pick (lt for compare[op="lt"]),
+    else the prim's name."""
+    for form, fixed in prim.forms.items():
+        if len(fixed) == len(params) and all(params.get(k, object()) == v for k, v in fixed.items()):
+            return form
+    return prim.name
 
 
 # ---- rows rules (see `rows` above) ----------------------------------------------------------------

@@ -626,20 +626,52 @@ fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
 
 # ---- comparisons and logic (no tangents: bool outputs) ----------------------------------
 
-def _cmp_rule(name):
-    def rule(in_types, **_):
-        if in_types[0].dtype != in_types[1].dtype:
-            raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
-        if in_types[0].is_str and name not in ("eq", "ne"):
-            raise KsbuildError(f"strings compare only for equality ('{name}' is not supported on them)")
-        if in_types[0].is_storage and not in_types[0].is_str:
-            raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
-        return (broadcast_types(name, in_types, "bool"),)
+# op -> (numpy function, C++ operator); the forms b.lt(x, y), ..., b.ne(x, y) and `lt(x, y)` in the IR text
+COMPARISONS = {"lt": (np.less, "<"), "le": (np.less_equal, "<="), "gt": (np.greater, ">"),
+               "ge": (np.greater_equal, ">="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
+LOGIC = {"and": (np.logical_and, "&&", 2), "or": (np.logical_or, "||", 2), "not": (np.logical_not, "!", 1)}
 
-    return rule
+
+def _compare_rule(in_types, op):
+    if op not in COMPARISONS:
+        raise KsbuildError(f"unknown comparison '{op}'; valid: {', '.join(COMPARISONS)}")
+    if in_types[0].dtype != in_types[1].dtype:
+        raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
+    if in_types[0].is_str and op not in ("eq", "ne"):
+        raise KsbuildError(f"strings compare only for equality ('{op}' is not supported on them)")
+    if in_types[0].is_storage and not in_types[0].is_str:
+        raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
+    return (broadcast_types(op, in_types, "bool"),)
+
+
+def _compare_emit(ctx, eqn):
+    """Compare with the C++ operator; strings (eq, ne) by their characters (ks::same_string)."""
+    op, (x, y) = eqn.params["op"], ctx.args(eqn)
+    if eqn.ins[0].type.is_str:
+        same = f"ks::same_string({x}, {y})"
+        ctx.assign(eqn.outs[0], same if op == "eq" else f"(!{same})")
+    else:
+        ctx.assign(eqn.outs[0], f"({x} {COMPARISONS[op][1]} {y})")
+
+
+def _logic_rule(in_types, op):
+    if op not in LOGIC:
+        raise KsbuildError(f"unknown logical operation '{op}'; valid: {', '.join(LOGIC)}")
+    if len(in_types) != LOGIC[op][2]:
+        raise KsbuildError(f"'{op}' takes {LOGIC[op][2]} operands, got {len(in_types)}")
+    if any(t.dtype != "bool" for t in in_types):
+        raise KsbuildError(f"'{op}' needs bool operands, got {', '.join(map(str, in_types))}")
+    return (broadcast_types(op, in_types, "bool"),)
+
+
+def _logic_emit(ctx, eqn):
+    op, args = eqn.params["op"], ctx.args(eqn)
+    sym = LOGIC[op][1]
+    ctx.assign(eqn.outs[0], f"({sym}{args[0]})" if len(args) == 1 else f"({args[0]} {sym} {args[1]})")
 
 
 def _no_tangent_jvp(prim):
+    """The jvp of a bool-valued prim: the same equation, no tangents."""
     def jvp(b, primals, tangents, **params):
         outs = b.bind(prim, primals, params)
         return list(outs), [None] * len(outs)
@@ -647,53 +679,32 @@ def _no_tangent_jvp(prim):
     return jvp
 
 
-def _emit_compare(cpp: str, strings: str | None):
-    """Compare with the C++ operator; strings (eq, ne) by their characters with `strings`."""
-    plain = emit_format(cpp)
-
-    def emit(ctx, eqn):
-        if strings and eqn.ins[0].type.is_str:
-            ctx.assign(eqn.outs[0], strings.format(*ctx.args(eqn)))
-        else:
-            plain(ctx, eqn)
-
-    return emit
-
-
-def predicate(name: str, fn, cpp: str, arity: int, doc: str, strings: str | None = None) -> Prim:
-    """A bool-valued elementwise prim: comparisons and logic have no tangents."""
-    prim: Prim
-
-    def logic_rule(in_types, **_):
-        if any(t.dtype != "bool" for t in in_types):
-            raise KsbuildError(f"'{name}' needs bool operands, got {', '.join(map(str, in_types))}")
-        return (broadcast_types(name, in_types, "bool"),)
-
-    prim = Prim(
-        name=name,
-        type_rule=_cmp_rule(name) if doc.startswith("compare") else logic_rule,
-        eval=lambda *xs, env=None: (np.asarray(fn(*xs)),),
-        jvp=lambda b, primals, tangents: _no_tangent_jvp(prim)(b, primals, tangents),
-        batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
-        emit=_emit_compare(cpp, strings),
-        strings=strings is not None,
-        elementwise=True,
-        remat=doc.startswith("compare"),
-        doc=doc,
-        opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
-    )
-    return prim
-
-
-lt = predicate("lt", np.less, "({0} < {1})", 2, "compare x < y")
-le = predicate("le", np.less_equal, "({0} <= {1})", 2, "compare x <= y")
-gt = predicate("gt", np.greater, "({0} > {1})", 2, "compare x > y")
-ge = predicate("ge", np.greater_equal, "({0} >= {1})", 2, "compare x >= y")
-eq = predicate("eq", np.equal, "({0} == {1})", 2, "compare x == y", "ks::same_string({0}, {1})")
-ne = predicate("ne", np.not_equal, "({0} != {1})", 2, "compare x != y", "(!ks::same_string({0}, {1}))")
-and_ = predicate("and", np.logical_and, "({0} && {1})", 2, "logical and")
-or_ = predicate("or", np.logical_or, "({0} || {1})", 2, "logical or")
-not_ = predicate("not", np.logical_not, "(!{0})", 1, "logical not")
+compare = Prim(
+    name="compare",
+    type_rule=_compare_rule,
+    eval=lambda x, y, op, env=None: (np.asarray(COMPARISONS[op][0](x, y)),),
+    jvp=lambda b, primals, tangents, op: _no_tangent_jvp(compare)(b, primals, tangents, op=op),
+    batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, compare, op=op),
+    emit=_compare_emit,
+    strings=True,  # (eq and ne only: the type rule refuses the others)
+    elementwise=True,
+    remat=True,
+    doc="compare x op y, op one of lt <, le <=, gt >, ge >=, eq ==, ne != (eq and ne also on strings)",
+    opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
+    forms={op: {"op": op} for op in COMPARISONS},
+)
+logic = Prim(
+    name="logic",
+    type_rule=_logic_rule,
+    eval=lambda *xs, op, env=None: (np.asarray(LOGIC[op][0](*xs)),),
+    jvp=lambda b, primals, tangents, op: _no_tangent_jvp(logic)(b, primals, tangents, op=op),
+    batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, logic, op=op),
+    emit=_logic_emit,
+    elementwise=True,
+    doc="logical and (x && y), or (x || y), not (!x) of bools",
+    opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
+    forms={op: {"op": op} for op in LOGIC},
+)
 
 
 # ---- select and convert ---------------------------------------------------------------------

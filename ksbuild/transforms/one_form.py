@@ -13,7 +13,6 @@ import numpy as np
 
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Lit, Var
-from ..prims.base import PRIMS
 
 PICKS = ("slice", "index", "gather")
 """Prims whose result's elements are elements of their first operand."""
@@ -83,10 +82,11 @@ def transpose_inside_reshapes(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[
 def negated_comparison(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:
     """not(x == y) = x != y and not(x != y) = x == y (the comparison read once): torch.onnx.export writes
     `x != y` as Not(Equal(x, y))."""
-    cmp = made.get(ins[0]) if eqn.prim.name == "not" and eqn.ins[0] in once and isinstance(ins[0], Var) else None
-    if cmp is None or cmp.prim.name not in NEGATED:
+    negation = eqn.prim.name == "logic" and eqn.params["op"] == "not"
+    cmp = made.get(ins[0]) if negation and eqn.ins[0] in once and isinstance(ins[0], Var) else None
+    if cmp is None or cmp.prim.name != "compare" or cmp.params["op"] not in NEGATED:
         return None
-    return b.bind(PRIMS[NEGATED[cmp.prim.name]], list(cmp.ins), {})[0]
+    return b.compare(*cmp.ins, op=NEGATED[cmp.params["op"]])
 
 
 def broadcast_chosen_side(b: Builder, eqn: Eqn, ins: list[Atom]) -> Atom | None:

@@ -39,8 +39,8 @@ def _strip_broadcast(a: Atom, made: dict[Var, Eqn]) -> Atom:
 def one_hot(m: Atom, made: dict[Var, Eqn]) -> tuple[Atom, int] | None:
     """(c, z) if m = (iota along z == c) with c of m's shape but 1 along z (possibly broadcast): m is true
     along z exactly at position c."""
-    e = _made(m, made, "eq")
-    if e is None or m.type.rank == 0:
+    e = _made(m, made, "compare")
+    if e is None or e.params["op"] != "eq" or m.type.rank == 0:
         return None
     for a, c in (e.ins, e.ins[::-1]):
         iota = _made(a, made, "iota")

@@ -33,7 +33,6 @@ from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
 from ..ir.types import Type
-from ..prims.base import PRIMS
 from ..prims.tensor import parse_spec
 from .one_form import one_form_rules
 from .one_hot import one_hot_rules
@@ -138,9 +137,10 @@ def clamp_inclusive(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn])
         return None
     p, c, x = ins
     cmp = made[ins[0]]
-    if cmp.prim.name not in INCLUSIVE or cmp.ins[0] is not x or not _same_scalar(cmp.ins[1], c):
+    if cmp.prim.name != "compare" or cmp.params["op"] not in INCLUSIVE or cmp.ins[0] is not x \
+            or not _same_scalar(cmp.ins[1], c):
         return None
-    return b.select(b.bind(PRIMS[INCLUSIVE[cmp.prim.name]], [x, cmp.ins[1]], {})[0], c, x)
+    return b.select(b.compare(x, cmp.ins[1], op=INCLUSIVE[cmp.params["op"]]), c, x)
 
 
 def scale_after_product(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], once: set[Var]) -> Atom | None:

@@ -145,7 +145,7 @@ class ExpressionCompiler:
             return Const(-x.value) if isinstance(x, Const) else b.neg(self.numeric(x, e))
         if isinstance(e.op, ast.Not) or (isinstance(e.op, ast.Invert) and not isinstance(x, Const)
                                          and not isinstance(x, tuple) and x.type.dtype == "bool"):
-            return Const(not x.value) if isinstance(x, Const) else b.bind(_prim("not"), [self.boolean(x, e)])[0]
+            return Const(not x.value) if isinstance(x, Const) else getattr(b, "not")(self.boolean(x, e))
         raise self.src.error(e, "unsupported unary operator '~' on a number", hint="use ~ or `not` on bool values")
 
     def expr_BoolOp(self, b, scope, e: ast.BoolOp) -> Value:
@@ -160,7 +160,7 @@ class ExpressionCompiler:
         if isinstance(x, Const) and isinstance(y, Const):
             return Const(bool(x.value and y.value) if name == "and" else bool(x.value or y.value))
         xs = [self.as_atom(b, self.boolean(v, node), Type("bool"), node) for v in (x, y)]
-        return b.bind(_prim(name), xs)[0]
+        return getattr(b, name)(*xs)
 
     def expr_Compare(self, b, scope, e: ast.Compare) -> Value:
         left = self.expr(b, scope, e.left)
@@ -437,9 +437,6 @@ class ExpressionCompiler:
     def plain(self, b: Builder, v: Value) -> Value:
         """A symbolic dim used as a number becomes an i64 value."""
         return b.dim_size(dim=v.dim) if isinstance(v, SymDim) else v
-
-    def prim(self, name: str):
-        return _prim(name)
 
     def numeric(self, x: Value, node) -> Value:
         if isinstance(x, tuple):

@@ -102,7 +102,7 @@ def _logical(prim: str, py):
         if xa.type.dtype != "bool":
             raise fc.src.error(node, f"bitwise operators on {xa.type} are not supported; on bools they are "
                                      "logical and/or/xor", hint="compare first, e.g. (x > 0) & (y > 0)")
-        return b.bind(fc.prim(prim), [xa, ya])[0]
+        return getattr(b, prim)(xa, ya)
     return rule
 
 

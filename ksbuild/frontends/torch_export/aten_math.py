@@ -75,7 +75,7 @@ ARITH = {"add": lambda b, x, y: b.add(x, y), "sub": lambda b, x, y: b.sub(x, y),
          "remainder": lambda b, x, y: b.mod(x, y), "fmod": m.fmod, "atan2": lambda b, x, y: b.atan2(x, y),
          "hypot": lambda b, x, y: b.hypot(x, y),
          "pow": lambda b, x, y: m.safe_pow(b, x, y), "rsub": lambda b, x, y: b.sub(y, x)}
-COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")  # (aten's names are compare's ops)
 LOGIC = {"logical_and": m.logical_and, "logical_or": m.logical_or, "logical_xor": lambda b, x, y: b.ne(x, y)}
 
 
@@ -134,7 +134,7 @@ def compare(n: Node):
     if dtype == "bool" and n.op.split(".")[1] in ("eq", "ne"):
         ne = n.b.ne(x, y)
         return ne if n.op.split(".")[1] == "ne" else m.logical_not(n.b, ne)
-    return getattr(n.b, COMPARE[n.op.split(".")[1]])(x, y)
+    return n.b.compare(x, y, op=n.op.split(".")[1])
 
 
 @handler(*[f"{op}.default" for op in LOGIC])

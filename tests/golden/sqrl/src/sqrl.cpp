@@ -131,8 +131,8 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = t2[i];
             const float x_i = x[i];
+            const float ct_i = t2[i];
             const float t4 = ((ct_i * 0.5f) * (2.0f * x_i));
             out[i] = t4;
         }
@@ -264,11 +264,11 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
             const float x_i1 = tmp1[i];
             const float d_t_i = (x_i1 * std::sin(t_i2));
             const float d_t_i1 = (d_t_i + ((x_i1 * t_i2) * std::cos(t_i2)));
-            const float d_t_i2 = (tmp_i ? 0.0f : d_t_i1);
-            const float t2 = ((d_t_i2 * 0.5f) * (2.0f * x_i));
+            const float d_t_i2 = (tmp_i ? d_t_i1 : 0.0f);
+            const float d_t_i3 = (tmp_i ? 0.0f : d_t_i1);
+            const float t2 = ((d_t_i3 * 0.5f) * (2.0f * x_i));
             const float d_x_i = (tmp_i ? 0.0f : t2);
-            const float d_t_i3 = (tmp_i ? d_t_i1 : 0.0f);
-            const float t3 = (d_t_i3 * (-0.125f));
+            const float t3 = (d_t_i2 * (-0.125f));
             const float d_x_i1 = (d_x_i + (tmp_i ? t3 : 0.0f));
             out[i * n + j] = d_x_i1;
         }
