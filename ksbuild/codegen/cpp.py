@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, Type, numpy_dtype
+from .int_signs import IntSigns
 from .storage import Storage, dim_expr, product
 from .trace import source_comment
 
@@ -272,6 +273,7 @@ class Writer:
         self.local: dict[Var, str] = {}
         self.escaping: dict[Var, Storage] = {}  # inside a fusion: values stored as they are computed
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
+        self.int_signs = IntSigns()  # integer scalars, loop counters, params' outer values (codegen/int_signs.py)
         self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
         self.helpers = None                  # codegen.helpers.Helpers: the package's helper functions
@@ -723,6 +725,10 @@ class Writer:
             return str(min(max(int(i.value), 0), n - 1))
         if self.in_range.get(i) == n:
             return self.scalar(i)
+        if self.int_signs.nonneg(i):  # (codegen/int_signs.py)
+            if self.int_signs.below(i, n):
+                return self.scalar(i)
+            return f"ks::clamp_index_nonneg({self.scalar(i)}, {dim_expr(n)})"
         return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"
 
 

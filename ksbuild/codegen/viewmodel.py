@@ -194,6 +194,8 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = T
         out_args.append(ArgView(o, f"{c}* {o}", "out", r.type.dtype, list(r.type.shape)))
         w.outputs[k] = Storage.buffer(o, r.type.shape)
     w.ws.scoped = True
+    derived = _differences(f, dims)
+    w.int_signs.facts = list(derived)  # (the prologue returns err_shape when one is negative)
     results = emit_body(w, f, steps=True)
     w.line(steps_.BEGIN)  # (the copies of the results into the outputs, when they are elsewhere: one more step)
     for o, r, h in zip(out_args, f.results, results):
@@ -204,7 +206,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = T
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
     w.line(steps_.end(True))
     body = scope_steps(w.lines, w.ws, vectors, tuple(a.name for a in args + out_args))  # (args: the dims first)
-    lines = _prologue(dims, w.ws, f"{package}_{name}", _differences(f, dims), _taken(f, dims)) + body
+    lines = _prologue(dims, w.ws, f"{package}_{name}", derived, _taken(f, dims)) + body
     lines.append("    return ks::status::ok;")
     ins = [a.name for a in args if a.role == "in"]
     args = args + out_args + [ArgView("workspace", "void* workspace", "workspace")]

@@ -38,6 +38,11 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   known only at run time. The memory plan gives it bytes of the arena for the equation alone
 - bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
   result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
+- nonneg(eqn, nonneg_of) -> bool   whether a signed integer scalar result is >= 0, given nonneg_of(atom) of its
+  operands (codegen/int_signs.py: a never negative index is clamped from above only, a `//` of one is a shift)
+- int_value(eqn, value_of, nonneg_of) -> Dim | None   the exact value of a signed integer scalar result as a
+  polynomial of its operands' values (value_of(atom): a Dim, or None), where `bounds` does not give it
+  (max(n, 0) is n when n >= 0); None: unknown
 Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the first
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
@@ -120,6 +125,8 @@ class Prim:
     costly: bool = False
     lazy: tuple[int, ...] = ()
     forms: dict = field(default_factory=dict)  # name -> params: `b.lt(x, y)` binds compare with op="lt"
+    nonneg: Optional[Callable] = None
+    int_value: Optional[Callable] = None
 
     def __post_init__(self):
         assert self.name not in PRIMS and self.name not in FORMS, f"primitive {self.name} defined twice"

@@ -210,6 +210,10 @@ def _simp_neg(ins, out):
 
 # ---- bounds rules: the range [lo, hi) of an integer result from its operands' (interval arithmetic) --------
 
+def _all_nonneg(eqn, nonneg_of):
+    return all(nonneg_of(a) for a in eqn.ins)
+
+
 def _operand_ranges(eqn, range_of):
     rs = [range_of(a) for a in eqn.ins]
     return None if any(r is None for r in rs) else rs
@@ -308,7 +312,7 @@ sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1,
              "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands",
              bounds=_bounds_sub)
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
-             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul)
+             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul, nonneg=_all_nonneg)
 
 
 def _np_mulz(x, y):
@@ -610,14 +614,36 @@ def _min_partials(b, x, y, z):
     return b.select(le, _one(b, x), zeros(x.type.scalar())), b.select(le, zeros(x.type.scalar()), _one(b, x))
 
 
-maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y", whole="if_operands")
+def _int_value_max(eqn, value_of, nonneg_of):
+    # max(x, c) = x for x >= 0 and a literal c <= 0 (a range's count max(n, 0))
+    x, c = eqn.ins if isinstance(eqn.ins[1], Lit) else eqn.ins[::-1]
+    if isinstance(c, Lit) and not isinstance(x, Lit) and c.value <= 0 and nonneg_of(x):
+        return value_of(x)
+    return None
+
+
+def _emit_floordiv(ctx, eqn):
+    # x // c of a signed integer x >= 0 by a literal c > 0 is C++'s x / c, done unsigned (a shift for 2)
+    x, c = eqn.ins
+    signs = getattr(ctx, "int_signs", None)
+    if isinstance(c, Lit) and not eqn.outs[0].type.is_float and eqn.outs[0].type.rank == 0 and c.value > 0 \
+            and signs is not None and signs.nonneg(x):
+        ctx.assign(eqn.outs[0], "ks::floordiv_nonneg({0}, {1})".format(*ctx.args(eqn)))
+    else:
+        ctx.assign(eqn.outs[0], "ks::floordiv({0}, {1})".format(*ctx.args(eqn)))
+
+
+maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y", whole="if_operands",
+                 nonneg=lambda eqn, nonneg_of: any(nonneg_of(a) for a in eqn.ins), int_value=_int_value_max)
 minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y",
-                 whole="if_operands")
-# Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y
+                 whole="if_operands", nonneg=_all_nonneg)
+# Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y (x // 0 = x % 0 = 0 for integers)
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
-                  "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv)
+                  "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv, nonneg=_all_nonneg,
+                  emit=_emit_floordiv)
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
-             lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True)  # y = 0
+             lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True,  # y = 0
+             nonneg=lambda eqn, nonneg_of: nonneg_of(eqn.ins[1]))
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
               lambda b, x, y, z: (1, b.neg(b.div(b.sub(x, z), y))),  # d/dy = -trunc(x / y)
               "x - trunc(x / y) * y, exactly (C fmod: the sign of x; floats only)", numeric=False,

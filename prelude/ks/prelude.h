@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "vmath.h"  // ks::exp, ks::log: inline, branch-free, vectorizable
 
@@ -31,6 +32,15 @@
 #define KS_OMP_SIMD(...) _Pragma(KS_STRINGIFY(omp simd __VA_ARGS__))
 #else
 #define KS_OMP_SIMD(...)
+#endif
+
+// The first statement of a loop that stays scalar (codegen/body.py _kept_scalar): a float sum carried in order
+// over lanes loaded one by one, which GCC would vectorize as a fold-left reduction at a loss. An empty volatile
+// asm emits no instruction and the vectorizer leaves a loop that holds one (GCC 12 has no per-loop pragma).
+#if defined(__GNUC__) || defined(__clang__)
+#define KS_SCALAR_LOOP() __asm__ volatile("")
+#else
+#define KS_SCALAR_LOOP() ((void)0)
 #endif
 
 // Data private to a generated library (its constants' blob): hidden where the toolchain knows it.
@@ -227,6 +237,14 @@ inline T floordiv(T a, T b) {
     }
 }
 
+// floordiv of an integer a the compiler has shown is never negative by a literal b > 0 (codegen/int_signs.py):
+// C++'s division, unsigned, so that a division by 2 is one shift with no sign correction.
+template <class T>
+constexpr T floordiv_nonneg(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) / static_cast<U>(b));
+}
+
 // C++ a / b of integers (toward zero) without its traps: a / 0 is 0 (as floordiv's) and lowest / -1
 // wraps to lowest (C++ would raise SIGFPE for both: torch.div(rounding_mode="trunc"), torch.fmod, ONNX Div).
 template <class T>
@@ -324,6 +342,11 @@ inline I float_to_int(F x) {
 // end (-1 is n - 1), then it is clamped into [0, n - 1].
 constexpr int64_t clamp_index(int64_t i, int64_t n) {
     return i < 0 ? (i + n < 0 ? 0 : i + n) : (i >= n ? n - 1 : i);
+}
+
+// clamp_index of an index the compiler has shown is never negative (codegen/int_signs.py): only the upper clamp.
+constexpr int64_t clamp_index_nonneg(int64_t i, int64_t n) {
+    return i >= n ? n - 1 : i;
 }
 
 // ψ(x) = d/dx log Γ(x): shift x up to 10 with ψ(x) = ψ(x + 1) - 1/x, then the asymptotic series

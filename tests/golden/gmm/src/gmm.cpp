@@ -82,8 +82,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0);
                     const double t4 = ((i == j) ? t1 : t3);
                     Qs[k * (d * d) + i * d + j] = t4;
                 }
@@ -254,8 +254,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                     for (int64_t j = 0; j < d; ++j) {
                         const bool t2 = (i == j);
                         const bool t3 = (i > j);
-                        const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                        const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const double t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0);
                         const double t6 = (t2 ? t1 : t5);
                         const double t7 = (t2 ? t1 : 0.0);
                         const bool t8 = (t2 ? false : t3);
@@ -557,12 +557,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
                     const double t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                    const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
                     const double t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
                     const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
                     const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                    r4[ks::clamp_index(i, d)] += t8;
-                    r5[ks::clamp_index(t6, T)] += t9;
+                    r4[i] += t8;
+                    r5[ks::clamp_index_nonneg(t6, T)] += t9;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -697,8 +697,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 const float t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0f);
+                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0f);
                     const float t4 = ((i == j) ? t1 : t3);
                     Qs[k * (d * d) + i * d + j] = t4;
                 }
@@ -895,8 +895,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                     for (int64_t j = 0; j < d; ++j) {
                         const bool t2 = (i == j);
                         const bool t3 = (i > j);
-                        const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const float t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0f);
+                        const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const float t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0f);
                         const float t6 = (t2 ? t1 : t5);
                         const float t7 = (t2 ? t1 : 0.0f);
                         const bool t8 = (t2 ? false : t3);
@@ -1218,12 +1218,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
                     const float t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                    const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
                     const float t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
                     const float t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0f);
                     const float t9 = (r[k * (d * d) + i * d + j] ? 0.0f : t7);
-                    r4[ks::clamp_index(i, d)] += t8;
-                    r5[ks::clamp_index(t6, T)] += t9;
+                    r4[i] += t8;
+                    r5[ks::clamp_index_nonneg(t6, T)] += t9;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1350,8 +1350,8 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double t1 = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index(t2, T)] : 0.0);
+                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0);
                     const double t4 = ((i == j) ? t1 : t3);
                     Qs[k * (d * d) + i * d + j] = t4;
                 }
@@ -1567,8 +1567,8 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             for (int64_t j = 0; j < d; ++j) {
                 const bool t2 = (i == j);
                 const bool t3 = (i > j);
-                const int64_t t4 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t5 = (t3 ? icf[k * T + ks::clamp_index(t4, T)] : 0.0);
+                const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0);
                 const double t6 = (t2 ? t1 : t5);
                 const double t7 = (t2 ? t1 : 0.0);
                 const bool t8 = (t2 ? false : t3);
@@ -1767,12 +1767,12 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
                 const double t5 = ks::mulz(r8[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                const int64_t t6 = ((((d + ks::floordiv((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
                 const double t7 = (r2[k * (d * d) + i * d + j] ? r8[k * (d * d) + i * d + j] : 0.0);
                 const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
                 const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                r11[ks::clamp_index(i, d)] += t8;
-                r12[ks::clamp_index(t6, T)] += t9;
+                r11[i] += t8;
+                r12[ks::clamp_index_nonneg(t6, T)] += t9;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1853,7 +1853,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
-            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            const double t1 = ks::exp(icf[k * T + r]);
             r1[k * d + r] = t1;
         }
     }
@@ -1881,9 +1881,10 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 double sum1;
                 sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    KS_SCALAR_LOOP();
+                    const int64_t t5 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double t6 = (x[i * d + c] - means[k * d + c]);
-                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double t7 = (icf[k * T + ks::clamp_index_nonneg(t5, T)] * t6);
                     sum1 = (sum1 + t7);
                 }
                 sum = (sum + ks::ipow<2>((t3 + sum1)));
@@ -2006,7 +2007,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
-            const double t1 = ks::exp(icf[ks::clamp_index(k, K) * T + ks::clamp_index(r, T)]);
+            const double t1 = ks::exp(icf[k * T + r]);
             r1[k * d + r] = t1;
         }
     }
@@ -2032,9 +2033,10 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 double sum1;
                 sum1 = 0.0;
                 for (int64_t c = 0; c < t4; ++c) {
-                    const int64_t t5 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    KS_SCALAR_LOOP();
+                    const int64_t t5 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double t6 = (x[i * d + c] - means[k * d + c]);
-                    const double t7 = (icf[k * T + ks::clamp_index(t5, T)] * t6);
+                    const double t7 = (icf[k * T + ks::clamp_index_nonneg(t5, T)] * t6);
                     sum1 = (sum1 + t7);
                 }
                 const double t5 = (t3 + sum1);
@@ -2150,19 +2152,20 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 double r9;
                 r9 = d_sum1;
                 for (int64_t c = t9 - 1; c >= 0; --c) {
-                    const int64_t t11 = ((((d + ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    KS_SCALAR_LOOP();
+                    const int64_t t11 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double t12 = (x[i * d + c] - means[k * d + c]);
-                    const double t13 = (r9 * icf[k * T + ks::clamp_index(t11, T)]);
+                    const double t13 = (r9 * icf[k * T + ks::clamp_index_nonneg(t11, T)]);
                     const double t14 = (r9 * t12);
                     const double t15 = (t13 * (-1.0));
                     r7[c] += t15;
-                    r6[ks::clamp_index(t11, T)] += t14;
+                    r6[ks::clamp_index_nonneg(t11, T)] += t14;
                 }
                 const double t11 = (d_sum1 * r1[k * d + r]);
                 const double t12 = (t11 * (-1.0));
                 r7[r] += t12;
                 const double t13 = ks::mulz((d_sum1 * t8), r1[k * d + r]);
-                r6[ks::clamp_index(r, T)] += t13;
+                r6[r] += t13;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
@@ -2256,10 +2259,10 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
                 sum[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t t2 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t2, (T - d)) + j * T];
                     const double xc_i = xc[c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2442,10 +2445,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 sum[j] = 0.0;
             }
             for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t t2 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index(t2, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t2, (T - d)) + j * T];
                     const double xc_i = xc[i * (K * d) + c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2566,11 +2569,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 r7[j] = d_row[j];
             }
             for (int64_t c = t7 - 1; c >= 0; --c) {
-                const int64_t t8 = (((ks::floordiv((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t t8 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     const double x_i = r7[j];
-                    const double icf_i = icf[d + ks::clamp_index(t8, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t8, (T - d)) + j * T];
                     const double t9 = (x_i * icf_i);
                     tmp4[j] = t9;
                 }
@@ -2585,7 +2588,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                     tmp5[j] = t9;
                 }
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index(t8, (T - d)) + j * ((T - d))] += tmp5[j];
+                    d_ls[ks::clamp_index_nonneg(t8, (T - d)) + j * ((T - d))] += tmp5[j];
                 }
             }
             double* const tmp5 = r7;  // reuses a dead buffer's space
