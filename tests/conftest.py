@@ -29,6 +29,22 @@ def _cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _same_random_state():
+    """Every test starts from one global random state (Python's, numpy's, and torch's once imported) whatever ran
+    before it in its worker: under pytest-xdist (--dist loadfile) which files share a worker, and in what order,
+    changes from run to run, so a test drawing torch.randn or np.random without a seed of its own would otherwise
+    see other inputs in every run."""
+    import random
+
+    import numpy as np
+    random.seed(0)
+    np.random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
+    yield
+
+
 @pytest.fixture(scope="session")
 def relu3_pkg():
     import ksbuild
