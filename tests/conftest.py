@@ -11,6 +11,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+# Files that take the longest (builds of wheels and venvs, many C++ programs, cross builds under qemu, torch.export
+# and ONNX exports of transformers), run first. `-n auto --dist loadfile` hands whole files to the workers in
+# collection order: a long file collected last (test_wheel.py sorts last) kept one worker busy while the other had
+# nothing left. Only the order changes, never what runs; files not listed keep their order after these.
+LONG_FILES = ("test_wheel.py", "test_install_wheel.py", "test_prelude_cpp.py", "test_kernel_layer.py",
+              "test_torch_export_vs_onnx.py", "test_torch_dev_loop.py", "test_qtile_m4.py", "test_kernel_layer_m4.py",
+              "test_threads.py", "test_conv.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), order[id(item)]))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     """Builds share one cache per session unless KSBUILD_CACHE is set by the caller. Under pytest-xdist
