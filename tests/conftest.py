@@ -11,6 +11,32 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+# Files that take the longest (builds of wheels and venvs, many C++ programs, cross builds under qemu, torch.export
+# and ONNX exports of transformers) run first, then the others by their number of tests, most first. `-n auto
+# --dist loadfile` hands whole files to the workers in that order: by default pytest-xdist orders them by their
+# number of tests alone (--loadscope-reorder), which put the long files of few tests (test_prelude_cpp.py: 1 test,
+# 8 C++ programs; test_wheel.py: 8 tests, a wheel of three instruction set levels and a venv) last, keeping one
+# worker busy while the other had nothing left. Only the order changes, never what runs.
+LONG_FILES = ("test_wheel.py", "test_install_wheel.py", "test_prelude_cpp.py", "test_kernel_layer.py",
+              "test_torch_export_vs_onnx.py", "test_torch_dev_loop.py", "test_qtile_m4.py", "test_kernel_layer_m4.py",
+              "test_cortex_m4_bench.py", "test_baremetal_link.py", "test_qtile_aarch64.py", "test_compiler_launcher.py",
+              "test_affine_epilogue.py", "test_threads.py", "test_conv.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # (pytest-xdist: keep the order of the collection, below)
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    from collections import Counter
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    tests = Counter(item.path for item in items)
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests[item.path] if item.path.name not in rank
+                                 else 0, order[id(item)]))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     """Builds share one cache per session unless KSBUILD_CACHE is set by the caller. Under pytest-xdist
@@ -26,6 +52,22 @@ def _cache(tmp_path_factory):
         # (the session's cache is thrown away after the run: no size limit, so that what one test built stays there
         # for the next; tests/test_cache_entries.py checks the limit)
         os.environ.setdefault("KSBUILD_CACHE_MAX_SIZE", "0")
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _same_random_state():
+    """Every test starts from one global random state (Python's, numpy's, and torch's once imported) whatever ran
+    before it in its worker: under pytest-xdist (--dist loadfile) which files share a worker, and in what order,
+    changes from run to run, so a test drawing torch.randn or np.random without a seed of its own would otherwise
+    see other inputs in every run."""
+    import random
+
+    import numpy as np
+    random.seed(0)
+    np.random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
     yield
 
 

@@ -122,6 +122,80 @@ def test_key_covers_the_target(relu3_copy):
     assert content_hash(m, "host") != content_hash(m, "aarch64-linux-gnu")
 
 
+def test_kernel_objects_are_keyed_by_pthread_not_by_the_thread_count(relu3_copy):
+    """The kernel layer's object folder (package.kernel_cache): one for [build] threads 0 and 1, one for every count
+    above 1 (the kernel layer has no thread count in it: only -pthread differs), another for another cpu or
+    optimize, so that the suite's builds with threads = 1, 2 and 4 compile kernels.cpp twice, not four times."""
+    from ksbuild.compile.targets import TARGETS
+    from ksbuild.packaging.package import kernel_cache
+    text = relu3_copy.read_text()
+
+    def folder(build: str) -> Path:
+        relu3_copy.write_text(text.replace('dtype = "float32"', f'dtype = "float32"\n{build}', 1))
+        return kernel_cache(load_manifest(relu3_copy), TARGETS["host"])
+
+    none, one, two, four = folder(""), folder("threads = 1"), folder("threads = 2"), folder("threads = 4")
+    assert none == one and two == four and none != two
+    assert len({none, two, folder('cpu = "x86-64-v3"'), folder('optimize = "size"')}) == 4
+
+
+def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private_cache, monkeypatch):
+    """Two builds that need the same missing kernel object (package._one_compile_of_the_kernels): the second waits
+    for the first (which compiles and saves it) and says so; once the object is there, or for the other flavour
+    (int8), or with a compiler launcher, nobody waits."""
+    import threading
+
+    from ksbuild.packaging.package import _one_compile_of_the_kernels
+    monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER", raising=False)
+    project, kernels = tmp_path / "project", private_cache / "kernels" / "k0"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n")
+    events, said = [], []
+    started = threading.Event()
+
+    def second():
+        started.set()
+        with _one_compile_of_the_kernels(project, kernels, said.append):
+            events.append("second")
+
+    with _one_compile_of_the_kernels(project, kernels, said.append):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        started.wait()
+        waiting.join(0.5)
+        assert waiting.is_alive() and not events  # (held back while the first compiles)
+        kernels.mkdir(parents=True)
+        (kernels / "kernels_x86_64_v4.o").write_bytes(b"")
+        events.append("first")
+    waiting.join()
+    assert events == ["first", "second"] and said == ["  waiting for another build compiling the kernel layer with "
+                                                       "these flags"]
+
+    def waits(text: str) -> bool:
+        (project / "CMakeLists.txt").write_text(text)
+        got = []
+
+        def other():
+            with _one_compile_of_the_kernels(project, kernels, got.append):
+                pass
+
+        with _one_compile_of_the_kernels(project, kernels, got.append):
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(0.5)
+            held = t.is_alive()
+        t.join()
+        return held or bool(got)
+
+    layer = "function(p_kernel_layer level march)\n"
+    assert not waits(layer)  # (the object is there now)
+    assert waits(layer + "KS_KERNELS_INT8\n")  # (its integer flavour is not)
+    monkeypatch.setenv("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
+    assert not waits(layer + "KS_KERNELS_INT8\n")
+    monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER")
+    assert not waits("a project without the kernel layer\n")
+
+
 def test_key_covers_a_module_function_kernel(tmp_path, monkeypatch):
     manifest = module_kernel(tmp_path, monkeypatch, "ks_cache_mod_a", 2.0)
     before = content_hash(load_manifest(manifest), "host")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -93,8 +94,10 @@ def test_wheel_in_a_fresh_venv_matches_torch(fresh_venv, tmp_path):
     data = ref.make_data(d=4, K=5, n=20, seed=7)
     np.savez(tmp_path / "in.npz", **{k: data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")})
     (tmp_path / "call.py").write_text(CALL_IN_VENV)
+    # (without the caller's PYTHONPATH, which may name a checkout of ksbuild: the venv alone)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     proc = subprocess.run([str(fresh_venv), str(tmp_path / "call.py"), str(tmp_path / "in.npz"),
-                           str(tmp_path / "out.npz")], capture_output=True, text=True, cwd=tmp_path)
+                           str(tmp_path / "out.npz")], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["ksbuild"] is False and info["torch"] is False

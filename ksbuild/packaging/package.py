@@ -68,13 +68,20 @@ def _hash_ksbuild(h) -> None:
 
 def kernel_cache(m: Manifest, t: Target) -> Path:
     """The cache folder of the kernel layer's objects (ks/kernels.h) for the build of m for t: keyed by the
-    prelude, the project template, the target, its compiler and the flags that reach the kernels' compile."""
+    prelude, the project template, the target, its compiler and the flags that reach the kernels' compile. Of
+    [build] threads only whether it is above 1 (-pthread): the kernel layer is compiled alike for 2 or 8 threads
+    (its parts are the generated code's, ks/parts.h), so those builds share one folder, as 0 and 1 do."""
     h = hashlib.sha256()
-    for part in (VERSION, m.build.cpu, str(m.build.threads), m.build.optimize, *build_identity(t)):
+    for part in (VERSION, m.build.cpu, _thread_flags(m), m.build.optimize, *build_identity(t)):
         h.update(part.encode() + b"\0")
     for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return cache_root() / "kernels" / h.hexdigest()[:20]
+
+
+def _thread_flags(m: Manifest) -> str:
+    """What [build] threads changes in the kernel layer's compile: -pthread (Threads::Threads) when above 1."""
+    return "pthread" if m.build.threads > 1 else ""
 
 
 def build_identity(t: Target) -> list[str]:
@@ -270,18 +277,45 @@ def _compile(tmp: Path, m: Manifest, t: Target, log: Path, jobs, python_module, 
     """Build and install tmp/project into tmp/install, holding the kernel object folder's lock shared (so that
     `ksbuild cache clean` leaves the objects alone meanwhile), and measure the footprint."""
     kernels = kernel_cache(m, t)
-    with file_lock(cache.kernels_lock(kernels), shared=True):
+    with file_lock(cache.kernels_lock(kernels), shared=True), _one_compile_of_the_kernels(tmp / "project", kernels,
+                                                                                          progress):
         build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
                           python_module=python_module, progress=progress, kernel_cache=kernels)
         record_footprint(tmp / "install", m.name, t, [tmp / "build", kernels], progress)
         _describe_kernels(kernels, m, t)
 
 
+@contextlib.contextmanager
+def _one_compile_of_the_kernels(project: Path, kernels: Path, progress):
+    """While the kernel object folder lacks the objects `project` would take from it (the kernel layer, or its
+    integer flavour), hold a lock that builds needing them take in turn: two builds with one compiler and flags
+    started together (two pytest-xdist workers, two terminals) compile kernels.cpp once, the second taking the
+    first's object when it gets the lock, instead of side by side (34-44 s of CPU per object at -O3). With a
+    compiler launcher (ccache) the project saves no object there: no lock."""
+    text = (project / "CMakeLists.txt").read_text() if (project / "CMakeLists.txt").is_file() else ""
+    if "_kernel_layer level march)" not in text or os.environ.get("CMAKE_CXX_COMPILER_LAUNCHER"):
+        yield
+        return
+    flavour = "_int8" if "KS_KERNELS_INT8" in text else ""
+    have = [f for f in kernels.glob(f"kernels_*{flavour}.o") if flavour or not f.name.endswith("_int8.o")]
+    if have:
+        yield
+        return
+    lock = cache.kernels_lock(kernels).with_name(f"kernels-{kernels.name}-compile{flavour}.lock")
+    with file_lock(lock, wait=False) as got:
+        if got:
+            yield
+            return
+    progress("  waiting for another build compiling the kernel layer with these flags")
+    with file_lock(lock):
+        yield
+
+
 def _describe_kernels(kernels: Path, m: Manifest, t: Target) -> None:
     """Write what a kernel object folder was built for into its about.json (for `ksbuild cache info`), once, and
     restart its age."""
     if kernels.is_dir() and not (kernels / "about.json").exists():
-        about = {"target": t.name, "cpu": m.build.cpu, "threads": m.build.threads, "compiler": compiler_identity(t)}
+        about = {"target": t.name, "cpu": m.build.cpu, "threads": m.build.threads > 1, "compiler": compiler_identity(t)}
         with contextlib.suppress(OSError):  # (a description only: never fails a build)
             cache.write_atomic(kernels / "about.json", json.dumps(about, indent=2) + "\n")
     cache.touch(kernels)
