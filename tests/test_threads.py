@@ -316,6 +316,50 @@ def test_a_product_split_over_threads_computes_what_numpy_does(tmp_path):
     assert "ks::parts::tiled_gemm<double>(part" in source
 
 
+ATTENTION = '''import torch
+
+
+def heads(q: "float[b, 4, t, 32]", k: "float[b, 4, t, 32]", v: "float[b, 4, t, 32]") -> "float[b, 4, t, 32]":
+    return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+def odd(q: "float[b, 3, t, 32]", k: "float[b, 3, t, 32]") -> "float[b, 3, t, t]":
+    return torch.tanh(q @ k.transpose(-1, -2))
+'''
+
+
+def test_batched_products_split_as_whole_products_equal_one_thread_bit_for_bit(tmp_path):
+    """threads = 2 runs attention's batched products ([b, 4] products of t x t x 32 and t x 32 x t) as parts of whole
+    products, one parallel region per batched product (not one per product), each on its thread's scratch; 3 heads
+    (not divisible by the threads, fewer than 4 per thread) keep each product split. Equal to the one-thread build
+    bit for bit at batch 1 and 3, and to numpy."""
+    pkgs = {}
+    for n in (1, 2):
+        folder = tmp_path / f"t{n}"
+        folder.mkdir()
+        (folder / "k.py").write_text(ATTENTION)
+        build = f"threads = {n}\n" if n > 1 else ""
+        (folder / "manifest.toml").write_text(f'[package]\nname = "heads{n}"\n[build]\ndtype = "float64"\n{build}'
+                                              '[kernels.heads]\npython = "k.py:heads"\n[kernels.odd]\n'
+                                              'python = "k.py:odd"\n[exports]\nheads = "heads"\nodd = "odd"\n')
+        pkgs[n] = ksbuild.build(folder / "manifest.toml")
+    rng = np.random.default_rng(0)
+    for b, t in ((1, 40), (3, 64)):
+        q, k, v = (rng.standard_normal((b, 4, t, 32)) / 4 for _ in range(3))
+        for _ in range(3):  # (the parts land on other threads from call to call)
+            np.testing.assert_array_equal(pkgs[2].heads(q, k, v), pkgs[1].heads(q, k, v))
+        s = q @ k.transpose(0, 1, 3, 2)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(pkgs[2].heads(q, k, v), e / e.sum(-1, keepdims=True) @ v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(pkgs[2].odd(q[:, :3], k[:, :3]), pkgs[1].odd(q[:, :3], k[:, :3]))
+        np.testing.assert_allclose(pkgs[2].odd(q[:, :3], k[:, :3]),
+                                   np.tanh(q[:, :3] @ k[:, :3].transpose(0, 1, 3, 2)), rtol=1e-12, atol=1e-12)
+    source = next((pkgs[2].root / "share").glob("*/src/*.cpp")).read_text()
+    heads, odd = source.split("odd(")[0], source.split("odd(")[-1]
+    assert heads.count("ks::parts::tiled_gemm<double>(0, 1, slot") == 2  # (both products: whole ones per part)
+    assert "ks::parts::tiled_gemm<double>(part" in odd and "(0, 1, slot" not in odd
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 def test_a_layer_has_a_multiple_of_the_threads_parts():
     """tests/cpp/test_parts.cpp's compile-time checks of ks::parts::split: a multiple of the threads, up to 4 parts

@@ -32,7 +32,7 @@ import numpy as np
 from ..codegen import epilogue as epilogues
 from ..codegen.cpp import Writer
 from ..codegen.fusion import emit_fusion
-from ..codegen.storage import Storage, dim_expr
+from ..codegen.storage import Storage, dim_expr, product
 from ..errors import KsbuildError
 from ..ir.core import Eqn, Func, Var
 from ..ir.types import Type, dim_add, dtype_of, element_bytes, numpy_dtype
@@ -366,7 +366,13 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     x, y = operands(eqn)
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
     batch, m, n, k = gemm_axes(eqn.params["spec"])
-    loops = ctx.open_loops([sizes[ch] for ch in batch])
+    threads = eqn.params.get("threads", 0)
+    items = threads > 1 and eqn.params["impl"] == "tiles" and \
+        _by_items([sizes[ch] for ch in batch], threads)
+    if items:  # whole products per part, one parallel region for all of them
+        slot, loops = _open_items(ctx, threads, [sizes[ch] for ch in batch], [sizes[ch] for ch in (m, n, k)])
+    else:
+        loops = ctx.open_loops([sizes[ch] for ch in batch])
     ix = dict(zip(batch, loops))
 
     def matrix(st, letters: str, rows: str, cols: str) -> str:
@@ -377,7 +383,6 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
     dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
     c = ctx.ctype(eqn.outs[0].type)
-    threads = eqn.params.get("threads", 0)
     extra, epi = "", None
     if eqn.params["impl"] == "tiles":  # room to pack b into panels (ks/gemm.h), and the epilogue
         room = f"ks::tiled_gemm_scratch<{c}>({dims})"
@@ -387,12 +392,63 @@ def _emit_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     fn = "ks::gemm" if eqn.params["impl"] == "gemm" else "ks::tiled_gemm"
     call = f"({dims}, {matrix(sa, a, m, k)}, {matrix(sb, b, k, n)}, {matrix(dst, o, m, n)}, " \
            f"{'true' if into else 'false'}{extra});"
-    if threads > 1:
+    if items:  # (part 0 of 1: the whole product, on the scratch of the thread that runs it)
+        ctx.line(f"ks::parts::tiled_gemm<{c}>(0, 1, {slot}, {call[1:]}")
+        _close_items(ctx)
+    elif threads > 1:
         _emit_product_parts(ctx, eqn, "ks::parts::tiled_gemm", c, [sizes[ch] for ch in (m, n, k)], call)
+        ctx.close_loops(loops)
     else:
         ctx.line(f"{fn}<{c}>{call}")
-    ctx.close_loops(loops)
+        ctx.close_loops(loops)
     return epi is not None
+
+
+def _by_items(batch: list, threads: int) -> bool:
+    """Whether a batched product (attention's scores and weighted values: [batch, heads] products of 128 x 128 x 64)
+    runs as parts of whole products, one parallel region for them all, instead of each product split in parts (a
+    region per product: 8 per layer at batch 1, 64 at batch 8, each waiting for every thread): when the products
+    divide evenly among the threads (the literal factor of their count does) or there are at least 4 per thread."""
+    literal = math.prod(d for d in batch if isinstance(d, int))
+    return bool(batch) and (literal % threads == 0 or literal >= 4 * threads)
+
+
+def _open_items(ctx, threads: int, batch: list, mnk: list) -> tuple[str, list[str]]:
+    """Open a ks::pool::run over parts of the products of a batched product (ks::parts::split's N to 4N parts of
+    whole products, as many multiply-adds as they have; one part, on the calling thread, below PARALLEL_MIN_MACS) and
+    a loop over each part's products, with the batch letters' indices; (the slot's name, the indices)."""
+    count, macs = product(batch), product(batch + mnk)
+    parts, part, slot, span, flat = (ctx.namer.fresh(h) for h in ("parts", "part", "slot", "span", "flat"))
+    split = f"ks::parts::split({threads}, {count}, {macs})"
+    if all(isinstance(d, int) for d in batch + mnk):
+        ctx.line(f"const int {parts} = {split if math.prod(batch + mnk) >= PARALLEL_MIN_MACS else 1};")
+    else:
+        ctx.line(f"const int {parts} = {macs} >= {PARALLEL_MIN_MACS} ? {split} : 1;")
+    ctx.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int {slot}) {{")
+    ctx.depth += 1
+    ctx.line(f"const ks::parts::range {span} = ks::parts::share({count}, 1, {part}, {parts});")
+    ctx.line(f"for (int64_t {flat} = {span}.begin; {flat} < {span}.end; ++{flat}) {{")
+    ctx.depth += 1
+    loops = []
+    for q, d in enumerate(batch):
+        if d == 1:
+            loops.append("0")
+            continue
+        i = ctx.namer.index(ctx.depth)
+        inner = product(batch[q + 1:])
+        quotient = flat if inner == "1" else f"{flat} / ({inner})"
+        kept = quotient if q == 0 else f"{f'({quotient})' if inner != '1' else quotient} % {dim_expr(d)}"
+        ctx.line(f"const int64_t {i} = {kept};")
+        loops.append(i)
+    return slot, loops
+
+
+def _close_items(ctx) -> None:
+    """Close _open_items' loop and region."""
+    ctx.depth -= 1
+    ctx.line("}")
+    ctx.depth -= 1
+    ctx.line("});")
 
 
 def _contract_scratch(eqn: Eqn, tiles) -> int | None:
