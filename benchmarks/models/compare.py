@@ -15,7 +15,6 @@ for about 30 ms.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from resnet_layers import medians  # noqa: E402  (name -> median seconds per call, samples taken in turn)
+
 LAYERS = {  # name: (in channels, out channels, kernel, stride, pad, input side, groups)
     "c64to128s2": (64, 128, 3, 2, 1, 56, 1),     # ResNet-18's 3 x 3 stride-2 layers
     "c128to256s2": (128, 256, 3, 2, 1, 28, 1),
@@ -85,18 +87,9 @@ def build(folder: Path, names: list, tag: str, checkout: str | None) -> dict:
     return {name: getattr(pkg, name) for name in names}
 
 
-def medians(fns: dict, rounds: int, reps: int) -> dict:
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.thread_time()
-            for _ in range(reps):
-                fn()
-            samples[name].append((time.thread_time() - start) / reps)
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
 def main() -> None:
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
     import onnxruntime as ort
     import torch
     folder, old = Path(sys.argv[1]), sys.argv[2]
