@@ -21,6 +21,7 @@ from ksbuild.ir.core import Func
 from ksbuild.ir.dot import Drawn, to_dot
 from ksbuild.ir.printer import print_func
 from ksbuild.manifest import load_manifest
+from ksbuild.prims.base import form_name
 
 RELU3 = ROOT / "examples/relu3/manifest.toml"
 MLP = ROOT / "examples/onnx_mlp/manifest.toml"
@@ -101,7 +102,7 @@ def test_a_fusion_is_a_cluster_of_its_body():
     boxes = re.findall(r"shape=box", cluster)
     assert len(boxes) == len(fusion.params["body"].eqns) == 7
     prims = re.findall(r'label="%\w+: \w+\[n\] = (\w+)', cluster)
-    assert prims == [e.prim.name for e in fusion.params["body"].eqns]
+    assert prims == [form_name(e.prim, e.params) for e in fusion.params["body"].eqns]
 
 
 def placements(f: Func) -> dict[str, set[str]]:

@@ -664,7 +664,7 @@ def _compare_rule(in_types, op):
     if in_types[0].dtype != in_types[1].dtype:
         raise KsbuildError(f"cannot compare {in_types[0]} with {in_types[1]}")
     if in_types[0].is_str and op not in ("eq", "ne"):
-        raise KsbuildError(f"strings compare only for equality ('{op}' is not supported on them)")
+        raise KsbuildError(f"strings are only compared for equality and moved: '{op}' does not take them")
     if in_types[0].is_storage and not in_types[0].is_str:
         raise KsbuildError(f"cannot compare {in_types[0].dtype} values: convert them first")
     return (broadcast_types(op, in_types, "bool"),)
