@@ -134,7 +134,8 @@ def test_gmm_index_arithmetic_folds_and_results_take_their_bodys_names(gmm_cpp):
     ints = re.findall(r"const (?:int64_t|bool) (t\d+) = (.*);", body)   # one index expression, no chain of t's:
     for name, _ in ints:                                                  # no integer local reads another
         assert not any(re.search(rf"\b{name}\b", rhs) for _, rhs in ints), name
-    assert "= ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});" in body
+    assert ("= ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});"
+            in body)
     assert re.search(r"^ +double slse;$", body, re.M) and re.search(r"^ +double sum;$", body, re.M)
     assert "scores[k] = " in body                                    # the stacked scores of torch.stack([...])
     assert not re.search(r"const double x_i\d* = t\d+;", gmm_cpp)     # a scalar splat is read as itself
