@@ -11,6 +11,8 @@ make() trains the model once (train.py's loop, 5 epochs, fixed seeds) and saves 
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,8 +21,22 @@ import torch
 from torch.export import Dim
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import train  # noqa: E402  (this folder's training script)
+
+
+def _this_folders_train():
+    """This folder's training script, loaded by its path under a name of this folder's own: a plain `import train`
+    would take a module of that name imported earlier from another copy of the example (Python caches modules by
+    name), and with it that copy's relu3.py."""
+    name = "mnist_train_" + hashlib.sha256(str(HERE).encode()).hexdigest()[:12]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "train.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+train = _this_folders_train()
 
 EPOCHS = 5
 
