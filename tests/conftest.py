@@ -37,6 +37,25 @@ def pytest_collection_modifyitems(items):
                                  else 0, order[id(item)]))
 
 
+def _cpu_seconds() -> float:
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With KSBUILD_TEST_CPU_LOG=file, append each test's CPU seconds (its worker's and the finished children's:
+    compilers, qemu, ctest; fixtures count with the first test that sets them up) and its id to that file.
+    Unlike --durations, this does not grow with the machine's load; scripts/test_cpu.py sums it by file."""
+    log = os.environ.get("KSBUILD_TEST_CPU_LOG")
+    start = _cpu_seconds() if log else 0.0
+    yield
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{_cpu_seconds() - start:.2f}\t{item.nodeid}\n")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     """Builds share one cache per session unless KSBUILD_CACHE is set by the caller. Under pytest-xdist
