@@ -93,6 +93,17 @@ def _qgemm_kernel(n: Node, a, bm):
 
 @handler("QLinearAdd", domain=MS)
 def qlinear_add(n: Node):
+    """onnxruntime's arithmetic (ops/quant.py: add_quantized) when both tensors have one shape and the scales and
+    zero points are constants; else the schema's definition (within one step of it)."""
+    known = [n.known(i) if n.has(i) else np.zeros((), np.uint8) for i in (1, 2, 4, 5, 6, 7)]
+    to = n.dtype(7) if n.has(7) else "u8"
+    a, x = n.x(0), n.x(3)
+    if a.type.shape == x.type.shape and to in ("u8", "i8") and n.dtype(0) == to and n.dtype(3) == to and \
+            all(k is not None and k.size == 1 for k in known):
+        a_s, a_z, x_s, x_z, y_s, y_z = (k.reshape(-1)[0] for k in known)
+        if all(np.asarray(s).dtype == np.float32 for s in (a_s, x_s, y_s)):
+            ratios = q.add_ratios(a_s, int(a_z), x_s, int(x_z), y_s, int(y_z))
+            return [Val(q.add_quantized(n.b, a, x, *ratios, to, compute_dtype(to)), None, to)]
     return [_quant(n, n.b.add(_dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)), 6, 7)]
 
 
