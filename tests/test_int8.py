@@ -4,8 +4,9 @@
   multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes
   them); QLinearMatMul; com.microsoft QGemm with a bias, transB and a float output; the other com.microsoft quantized
   operators), all exports of one package, each
-  compared with onnxruntime: the products, QLinearMul and QLinearAdd bit for bit (QLinearAdd over every pair of
-  bytes at scales where the schema's definition rounds otherwise; bit for bit on x86-64 with FMA), the other
+  compared with onnxruntime: the products, QLinearMul, QLinearGlobalAveragePool and QLinearAdd bit for bit
+  (QLinearAdd over every pair of bytes at scales where the schema's definition rounds otherwise; bit for bit on
+  x86-64 with FMA), the other
   float-defined operators (QLinearSigmoid, ...) within one quantization step, since onnxruntime computes those its
   own way (docs/quantization.md).
 - Whole models: a small CNN (convolutions, a depthwise one, max pooling, a residual Add, global average pooling, a
@@ -126,6 +127,16 @@ def qlinear_add_pairs(dtype, params):
     return _model([node], inputs, [helper.make_tensor_value_info("y", dtype, None)], inits, ms=True), {"a": a, "b": b}
 
 
+def qlinear_gap(dtype, shape, params):
+    """com.microsoft QLinearGlobalAveragePool of `shape` with (x_scale, x_zero, y_scale, y_zero)."""
+    inits = [_init(n, np.float32(v) if n[0] == "s" else np.array(v, NP[dtype]))
+             for n, v in zip(("sx", "zx", "sy", "zy"), params)]
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft",
+                            channels_last=0)
+    return _model([node], [helper.make_tensor_value_info("x", dtype, shape)],
+                  [helper.make_tensor_value_info("y", dtype, None)], inits, ms=True), {"x": _bytes(shape, dtype)}
+
+
 def extreme_weights(shape):
     """int8 weights of -128, of 127, and of the two in turn along the depth, by output channel (axis 0)."""
     w = np.empty(shape, np.int8)
@@ -174,12 +185,14 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "qlinear_add": contrib("QLinearAdd"),  # (likewise, where the level has FMA: x86-64-v3 and v4)
     "qlinear_add_pairs_u8": qlinear_add_pairs(U8, (0.0054, 30, 0.0148, 77, 0.0068, 97)),
     "qlinear_add_pairs_i8": qlinear_add_pairs(I8, (0.0051, 105, 0.0048, 0, 0.0074, -15)),
+    "qlinear_gap": contrib("QLinearGlobalAveragePool"),  # (an int32 sum and one scale, as onnxruntime)
+    "qlinear_gap_u8": qlinear_gap(U8, [2, 40, 25, 5], (0.0131, 77, 0.0042, 201)),
+    "qlinear_gap_i8": qlinear_gap(I8, [2, 40, 13, 11], (0.0483, -20, 0.0029, 35)),
     "matmul_extreme": qlinear_extreme("matmul", 9, 1024, 40),
     "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
     "qlinear_concat": contrib("QLinearConcat", axis=1),
-    "qlinear_gap": contrib("QLinearGlobalAveragePool"),
     "qlinear_avgpool": contrib("QLinearAveragePool"),
     "qlinear_sigmoid": contrib("QLinearSigmoid"),
     "qlinear_leaky_relu": contrib("QLinearLeakyRelu", alpha=0.1),

@@ -105,6 +105,35 @@ def add_ratios(a_scale: float, a_zp: int, x_scale: float, x_zp: int, y_scale: fl
     return float(ra), float(rx), float(f32(f32(y_zp) - fma_f32(ra, f32(a_zp), f32(rx * f32(x_zp)))))
 
 
+def global_average_quantized(b, x: Atom, axes, scale: float, x_zp: int, y_zp: int, dtype: str,
+                             compute: str) -> Atom:
+    """The average of an 8-bit tensor over `axes` (keeping them) as onnxruntime's QLinearGlobalAveragePool computes
+    it (MLAS qlgavgpool.cpp): the exact int32 sum less x_zp per element, times the f32 `scale` of
+    global_average_scale, rounded half to even, plus y_zp, saturated to dtype. An integer sum (vectorized, no
+    chain of float additions) and one product."""
+    from .reduce import sum as reduce_sum
+    lo, hi = INT_RANGES[dtype]
+    f = Type("f32")
+    total = reduce_sum(b, b.convert(x, dtype="i32"), axes, keepdim=True)
+    count = 1
+    for a in axes:
+        count *= x.type.shape[a]
+    if x_zp:
+        total = b.sub(total, Lit(x_zp * count, Type("i32")))
+    q = round_to_saturate(b, b.mul(b.convert(total, dtype="f32"), Lit(scale, f)), dtype)
+    if y_zp:
+        q = b.add(q, Lit(float(y_zp), f))
+    q = b.max(b.min(q, Lit(float(hi), f)), Lit(float(lo), f))
+    return b.convert(q, dtype=compute)
+
+
+def global_average_scale(x_scale: float, y_scale: float, count: int) -> float:
+    """onnxruntime's scale of a global average: x_scale / (y_scale · count), in f32 as it computes it."""
+    import numpy as np
+    f32 = np.float32
+    return float(f32(f32(x_scale) / f32(f32(y_scale) * f32(count))))
+
+
 def fma_f32(x, y, z):
     """x · y + z rounded once to f32 (x, y, z f32 values), exactly: the product and sum as fractions, then the
     nearest f32 (ties to even)."""

@@ -9,8 +9,9 @@ model as float operators between DequantizeLinear and QuantizeLinear nodes. As o
 - DQ(a), DQ(b) [, DQ(bias)] → Gemm (alpha = beta = 1, no transA) → [Relu | Clip] → Q  becomes com.microsoft QGemm;
 - DQ(x) → MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze → Q of the same scale and zero point becomes the
   op on the 8-bit tensor (choosing a maximum or moving elements commutes with a monotone quantization);
-- DQ(a), DQ(b) → Mul | Add → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul | QLinearAdd, with
-  onnxruntime's rounding (its optimizer folds both).
+- DQ(a), DQ(b) → Mul | Add → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul | QLinearAdd, and
+  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, with onnxruntime's rounding (its optimizer
+  folds them).
 
 A Relu or Clip between the op and Q is folded into the integer operator's output bounds, exactly: quantization
 is monotone, so Q(relu(v)) = max(Q(v), Q(0)) = max(Q(v), y_zero), and Clip's bounds quantize alike. They travel as
@@ -202,6 +203,22 @@ def _fold_binary(g: _Graph, node):
                             domain="com.microsoft"), q
 
 
+def _fold_global_average(g: _Graph, node):
+    """GlobalAveragePool of a per-tensor DQ, read by a Q of the same 8-bit type alone: onnxruntime's com.microsoft
+    QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as its optimizer folds it; or None."""
+    from onnx import helper
+    parts = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
+    q = g.only_reader(node.output[0], ("QuantizeLinear",))
+    if parts is None or parts[2] is None or q is None or len(q.input) < 3:
+        return None
+    scales, zeros = [g.known[parts[1]], g.value(q, 1)], [g.known[parts[2]], g.value(q, 2)]
+    if any(v is None or v.size != 1 for v in scales + zeros) or any(s.dtype != np.float32 for s in scales) or \
+            zeros[0].dtype != zeros[1].dtype or zeros[0].dtype not in (np.uint8, np.int8):
+        return None
+    return helper.make_node("QLinearGlobalAveragePool", [*parts, q.input[1], q.input[2]], [q.output[0]],
+                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", channels_last=0), q
+
+
 def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
     """The node list with the QDQ patterns above folded (the same list when there is none)."""
     if not any(n.op_type == "DequantizeLinear" for n in nodes):
@@ -214,7 +231,8 @@ def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
             continue
         folded = _fold_product(g, n, made) if n.op_type in ("Conv", "MatMul", "Gemm") else \
             _fold_pass_through(g, n) if n.op_type in PASS_THROUGH else \
-            _fold_binary(g, n) if n.op_type in ("Mul", "Add") else None
+            _fold_binary(g, n) if n.op_type in ("Mul", "Add") else \
+            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else None
         if folded is None:
             continue
         new, q = folded
